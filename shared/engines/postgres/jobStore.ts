@@ -1,0 +1,327 @@
+// The PostgreSQL job store: every operation is one call of a keel.* function (sql/postgres/), parameters bound.
+import pg from 'pg';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type {
+  CancelResult, ClaimOptions, ClaimedJob, DlqReason, EnqueueRequest, EnqueueResult, HeartbeatResult, JobId,
+  JobRecord, JobSearch, JobStore, LeaseRef, MetricBucket, OwnerResult, OwnerResultById, PurgeTarget, QueueSettings,
+  QueueSettingsPatch, QueueStats, RescueResult, ResurrectFilter, ResurrectResult, StartResult,
+} from '../../jobs/contract.js';
+import { DLQ_REASONS } from '../../jobs/contract.js';
+import {
+  DEFAULT_MAX_PAYLOAD_BYTES, ValidationError, assertJobId, assertPositiveInt, isJobId, prepareEnqueue, validateQueuePatch,
+} from '../../jobs/validate.js';
+import { migrate } from './migrate.js';
+
+// bigint (int8) as string, never a lossy number; numeric counts we convert explicitly.
+pg.types.setTypeParser(20, (v) => v);
+
+export const POSTGRES_SQL_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../sql/postgres');
+
+export interface PostgresStoreOptions {
+  poolSize?: number;
+  migrate?: boolean; // apply sql/postgres migrations at connect (default true)
+  maxPayloadBytes?: number;
+  applicationName?: string;
+}
+
+export async function migratePostgres(pool: pg.Pool) {
+  return migrate(pool, { dir: POSTGRES_SQL_DIR, ledger: 'keel.schema_migrations' });
+}
+
+const num = (v: unknown): number => (v === null || v === undefined ? 0 : Number(v));
+const date = (v: unknown): Date | null => (v === null || v === undefined ? null : new Date(v as string));
+
+function claimed(row: Record<string, unknown>): ClaimedJob {
+  return {
+    id: String(row.job_id),
+    leaseId: String(row.lease_id),
+    queue: String(row.queue),
+    type: String(row.type),
+    payload: row.payload,
+    priority: num(row.priority),
+    attempts: num(row.attempts),
+    maxAttempts: row.max_attempts === null ? null : num(row.max_attempts),
+    queueMaxAttempts: num(row.queue_max_attempts),
+    idempotencyKey: (row.idempotency_key as string | null) ?? null,
+    tags: (row.tags as string[]) ?? [],
+    runAt: new Date(row.run_at as string),
+    createdAt: new Date(row.created_at as string),
+    leaseExpiresAt: new Date(row.lease_expires_at as string),
+  };
+}
+
+function queueSettings(row: Record<string, unknown>): QueueSettings {
+  return {
+    name: String(row.name),
+    paused: Boolean(row.paused),
+    maxConcurrency: row.max_concurrency === null ? null : num(row.max_concurrency),
+    zombieTimeoutSeconds: num(row.zombie_timeout_seconds),
+    zombiePolicy: row.zombie_policy as QueueSettings['zombiePolicy'],
+    maxAttempts: num(row.max_attempts),
+    archiveRetentionSeconds: num(row.archive_retention_seconds),
+    dlqRetentionSeconds: num(row.dlq_retention_seconds),
+    metricsRetentionSeconds: num(row.metrics_retention_seconds),
+  };
+}
+
+function jobRecord(row: Record<string, unknown>): JobRecord {
+  return {
+    id: String(row.job_id),
+    location: row.location as JobRecord['location'],
+    queue: String(row.queue),
+    type: String(row.type),
+    payload: row.payload,
+    priority: num(row.priority),
+    state: row.state as JobRecord['state'],
+    attempts: num(row.attempts),
+    idempotencyKey: (row.idempotency_key as string | null) ?? null,
+    tags: (row.tags as string[]) ?? [],
+    createdAt: new Date(row.created_at as string),
+    runAt: date(row.run_at),
+    startedAt: date(row.started_at),
+    finishedAt: date(row.finished_at),
+    durationMs: row.duration_ms === null ? null : num(row.duration_ms),
+    reason: (row.reason as DlqReason | null) ?? null,
+    lastError: (row.last_error as string | null) ?? null,
+    cancelRequested: Boolean(row.cancel_requested),
+    leaseId: (row.lease_id as string | null) ?? null,
+    workerId: (row.worker_id as string | null) ?? null,
+  };
+}
+
+function leasesJson(refs: LeaseRef[]): string {
+  return JSON.stringify(refs.map((r) => ({ jobId: r.jobId, leaseId: r.leaseId })));
+}
+
+export class PostgresJobStore implements JobStore {
+  readonly engine = 'postgres';
+
+  private constructor(
+    readonly pool: pg.Pool,
+    private readonly maxPayloadBytes: number,
+  ) {}
+
+  static async connect(url: string, opts: PostgresStoreOptions = {}): Promise<PostgresJobStore> {
+    const pool = new pg.Pool({
+      connectionString: url,
+      max: opts.poolSize ?? 10,
+      application_name: opts.applicationName ?? 'keel',
+    });
+    // An idle client whose server connection dies must not crash the process; the pool replaces it.
+    pool.on('error', () => undefined);
+    try {
+      if (opts.migrate ?? true) await migratePostgres(pool);
+    } catch (err) {
+      await pool.end();
+      throw err;
+    }
+    return new PostgresJobStore(pool, opts.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES);
+  }
+
+  private async rows(sql: string, params: unknown[]): Promise<Record<string, unknown>[]> {
+    return (await this.pool.query(sql, params)).rows;
+  }
+
+  async enqueue(job: EnqueueRequest): Promise<EnqueueResult> {
+    const [result] = await this.enqueueMany([job]);
+    return result!;
+  }
+
+  async enqueueMany(jobs: EnqueueRequest[]): Promise<EnqueueResult[]> {
+    const docs = prepareEnqueue(jobs, this.maxPayloadBytes);
+    if (docs.length === 0) return [];
+    const rows = await this.rows('select ord, job_id, duplicate from keel.enqueue_many($1::jsonb)', [JSON.stringify(docs)]);
+    return rows.map((r) => ({ id: String(r.job_id), duplicate: Boolean(r.duplicate) }));
+  }
+
+  async claimNext(opts: ClaimOptions): Promise<ClaimedJob[]> {
+    assertPositiveInt('limit', opts.limit, 10_000);
+    const rows = await this.rows('select * from keel.claim_next($1, $2::text[], $3, $4)', [
+      opts.workerId, opts.queues, opts.limit, opts.leaseSeconds ?? 60,
+    ]);
+    return rows.map(claimed);
+  }
+
+  async claimById(jobId: JobId, workerId: string, leaseSeconds = 60): Promise<ClaimedJob | null> {
+    if (!isJobId(jobId)) return null;
+    const rows = await this.rows('select * from keel.claim_by_id($1, $2, $3)', [jobId, workerId, leaseSeconds]);
+    return rows[0] ? claimed(rows[0]) : null;
+  }
+
+  async start(ref: LeaseRef): Promise<StartResult> {
+    const [r] = await this.startMany([ref]);
+    return { status: r!.status, attempt: r!.attempt };
+  }
+
+  async startMany(refs: LeaseRef[]): Promise<(StartResult & { jobId: JobId })[]> {
+    if (refs.length === 0) return [];
+    const valid = refs.filter((r) => isJobId(r.jobId));
+    const rows = valid.length
+      ? await this.rows('select job_id, status, attempt from keel.start_many($1::jsonb)', [leasesJson(valid)])
+      : [];
+    const byId = new Map(rows.map((r) => [String(r.job_id), r]));
+    return refs.map((ref) => {
+      const r = byId.get(ref.jobId);
+      return r && r.status === 'ok'
+        ? { jobId: ref.jobId, status: 'ok' as const, attempt: num(r.attempt) }
+        : { jobId: ref.jobId, status: 'lease_lost' as const, attempt: 0 };
+    });
+  }
+
+  async heartbeat(ref: LeaseRef): Promise<HeartbeatResult> {
+    if (!isJobId(ref.jobId)) return { status: 'lease_lost', cancelRequested: false };
+    const [r] = await this.rows('select status, cancel_requested from keel.heartbeat($1, $2)', [ref.jobId, ref.leaseId]);
+    return { status: r!.status as OwnerResult, cancelRequested: Boolean(r!.cancel_requested) };
+  }
+
+  async complete(ref: LeaseRef): Promise<OwnerResult> {
+    const [r] = await this.completeMany([ref]);
+    return r!.status;
+  }
+
+  async completeMany(refs: LeaseRef[]): Promise<OwnerResultById[]> {
+    if (refs.length === 0) return [];
+    const valid = refs.filter((r) => isJobId(r.jobId));
+    const rows = valid.length
+      ? await this.rows('select job_id, status from keel.complete_many($1::jsonb)', [leasesJson(valid)])
+      : [];
+    const ok = new Set(rows.filter((r) => r.status === 'ok').map((r) => String(r.job_id)));
+    return refs.map((ref) => ({ jobId: ref.jobId, status: ok.has(ref.jobId) ? 'ok' : 'lease_lost' }));
+  }
+
+  async retry(ref: LeaseRef, runAt: Date, error: string): Promise<OwnerResult> {
+    if (!isJobId(ref.jobId)) return 'lease_lost';
+    const [r] = await this.rows('select keel.retry($1, $2, $3, $4) as status', [ref.jobId, ref.leaseId, runAt, error]);
+    return r!.status as OwnerResult;
+  }
+
+  async fail(ref: LeaseRef, reason: DlqReason, error: string): Promise<OwnerResult> {
+    if (!DLQ_REASONS.includes(reason)) throw new ValidationError('reason', `must be one of ${DLQ_REASONS.join(', ')}`);
+    if (!isJobId(ref.jobId)) return 'lease_lost';
+    const [r] = await this.rows('select keel.fail($1, $2, $3, $4) as status', [ref.jobId, ref.leaseId, reason, error]);
+    return r!.status as OwnerResult;
+  }
+
+  async release(ref: LeaseRef): Promise<OwnerResult> {
+    if (!isJobId(ref.jobId)) return 'lease_lost';
+    const [r] = await this.rows('select keel.release($1, $2) as status', [ref.jobId, ref.leaseId]);
+    return r!.status as OwnerResult;
+  }
+
+  async cancel(jobId: JobId): Promise<CancelResult> {
+    if (!isJobId(jobId)) return 'not_found';
+    const [r] = await this.rows('select keel.cancel($1) as status', [jobId]);
+    return r!.status as CancelResult;
+  }
+
+  async rescueZombies(limit: number): Promise<RescueResult> {
+    assertPositiveInt('limit', limit);
+    const [r] = await this.rows('select * from keel.rescue_zombies($1)', [limit]);
+    return {
+      releasedFetched: num(r!.released_fetched),
+      retried: num(r!.retried),
+      deadLettered: num(r!.dead_lettered),
+      expired: num(r!.expired),
+    };
+  }
+
+  async resurrect(jobIds: JobId[]): Promise<JobId[]> {
+    const ids = jobIds.map((id, i) => assertJobId(`jobIds[${i}]`, id));
+    if (ids.length === 0) return [];
+    const rows = await this.rows('select job_id from keel.resurrect($1::bigint[])', [ids]);
+    return rows.map((r) => String(r.job_id));
+  }
+
+  async resurrectByFilter(filter: ResurrectFilter): Promise<ResurrectResult> {
+    assertPositiveInt('limit', filter.limit, 10_000);
+    if (filter.reason !== undefined && !DLQ_REASONS.includes(filter.reason)) {
+      throw new ValidationError('reason', `must be one of ${DLQ_REASONS.join(', ')}`);
+    }
+    const dryRun = filter.dryRun ?? true;
+    const rows = await this.rows('select job_id from keel.resurrect_by_filter($1, $2, $3, $4, $5, $6, $7)', [
+      filter.queue ?? null, filter.type ?? null, filter.reason ?? null, filter.failedAfter ?? null,
+      filter.failedBefore ?? null, filter.limit, dryRun,
+    ]);
+    return { ids: rows.map((r) => String(r.job_id)), dryRun };
+  }
+
+  async purge(target: PurgeTarget, queue: string | null, olderThan: Date, batchSize: number): Promise<number> {
+    if (!['archive', 'dlq', 'metrics'].includes(target)) throw new ValidationError('target', 'must be archive, dlq or metrics');
+    assertPositiveInt('batchSize', batchSize);
+    const [r] = await this.rows('select keel.purge($1, $2, $3, $4) as deleted', [target, queue, olderThan, batchSize]);
+    return num(r!.deleted);
+  }
+
+  async stats(): Promise<QueueStats[]> {
+    const rows = await this.rows('select * from keel.stats()', []);
+    return rows.map((r) => ({
+      queue: String(r.queue),
+      pending: num(r.pending),
+      due: num(r.due),
+      fetched: num(r.fetched),
+      processing: num(r.processing),
+      dlq: num(r.dlq),
+      oldestDueAgeMs: r.oldest_due_age_ms === null ? null : num(r.oldest_due_age_ms),
+      succeeded: num(r.succeeded),
+      failed: num(r.failed),
+      retried: num(r.retried),
+      cancelled: num(r.cancelled),
+      zombie: num(r.zombie),
+      resurrected: num(r.resurrected),
+    }));
+  }
+
+  async metrics(windowMinutes: number, queue?: string): Promise<MetricBucket[]> {
+    assertPositiveInt('windowMinutes', windowMinutes, 60 * 24 * 31);
+    const rows = await this.rows('select * from keel.metrics($1, $2)', [windowMinutes, queue ?? null]);
+    return rows.map((r) => ({
+      bucketStart: new Date(r.bucket_start as string),
+      queue: String(r.queue),
+      outcome: r.outcome as MetricBucket['outcome'],
+      reason: String(r.reason),
+      count: num(r.count),
+      totalDurationMs: num(r.total_duration_ms),
+      maxDurationMs: num(r.max_duration_ms),
+    }));
+  }
+
+  async getQueue(name: string): Promise<QueueSettings | null> {
+    const rows = await this.rows('select * from keel.list_queues($1)', [name]);
+    return rows[0] ? queueSettings(rows[0]) : null;
+  }
+
+  async listQueues(): Promise<QueueSettings[]> {
+    return (await this.rows('select * from keel.list_queues(null)', [])).map(queueSettings);
+  }
+
+  async updateQueue(name: string, patch: QueueSettingsPatch): Promise<QueueSettings> {
+    const p = validateQueuePatch(name, patch);
+    const rows = await this.rows('select * from keel.update_queue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)', [
+      name, p.paused ?? null, p.maxConcurrency ?? null, p.maxConcurrency === null, p.zombieTimeoutSeconds ?? null,
+      p.zombiePolicy ?? null, p.maxAttempts ?? null, p.archiveRetentionSeconds ?? null, p.dlqRetentionSeconds ?? null,
+      p.metricsRetentionSeconds ?? null,
+    ]);
+    return queueSettings(rows[0]!);
+  }
+
+  async getJob(jobId: JobId): Promise<JobRecord | null> {
+    if (!isJobId(jobId)) return null;
+    const rows = await this.rows('select * from keel.get_job($1)', [jobId]);
+    return rows[0] ? jobRecord(rows[0]) : null;
+  }
+
+  async searchJobs(s: JobSearch): Promise<JobRecord[]> {
+    assertPositiveInt('limit', s.limit, 1000);
+    if (s.afterId !== undefined) assertJobId('afterId', s.afterId);
+    const rows = await this.rows('select * from keel.search_jobs($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)', [
+      s.location, s.queue ?? null, s.type ?? null, s.tag ?? null, s.state ?? null, s.reason ?? null, s.from ?? null,
+      s.to ?? null, s.text ?? null, s.afterId ?? null, s.limit,
+    ]);
+    return rows.map(jobRecord);
+  }
+
+  async close(): Promise<void> {
+    await this.pool.end();
+  }
+}

@@ -1,0 +1,60 @@
+// Enqueue = write the row, then post the message. The row is the truth: if posting fails the job is still
+// durable and the dispatcher claims it when due. Messages carry only the job id.
+import type { EnqueueRequest, EnqueueResult, JobId } from '../jobs/contract.js';
+import { MAX_VISIBILITY_DELAY_SECONDS } from './queues.js';
+import type { Runtime } from './runtime.js';
+
+export interface JobMessage {
+  jobId: JobId;
+}
+
+export interface Logger {
+  info(...args: unknown[]): void;
+  warn(...args: unknown[]): void;
+  error(...args: unknown[]): void;
+}
+
+export interface EnqueuedJob extends EnqueueResult {
+  posted: boolean; // false: duplicate, too far in the future for a queue message, or posting failed
+}
+
+function delaySecondsFor(req: EnqueueRequest, now: number): number {
+  if (req.runAt) return Math.max(0, (req.runAt.getTime() - now) / 1000);
+  if (req.delayMs) return req.delayMs / 1000;
+  return 0;
+}
+
+export async function enqueueAndPost(rt: Runtime, requests: EnqueueRequest[], log: Logger): Promise<EnqueuedJob[]> {
+  const results = requests.length === 1 ? [await rt.store.enqueue(requests[0]!)] : await rt.store.enqueueMany(requests);
+  const now = Date.now();
+  return Promise.all(
+    results.map(async (r, i) => {
+      if (r.duplicate) return { ...r, posted: false };
+      const delay = delaySecondsFor(requests[i]!, now);
+      if (delay > MAX_VISIBILITY_DELAY_SECONDS) return { ...r, posted: false }; // the dispatcher runs it when due
+      return { ...r, posted: await postJob(rt, r.id, log, delay) };
+    }),
+  );
+}
+
+// Posts {jobId}; never throws: a lost message only delays the job until the dispatcher's next run.
+export async function postJob(rt: Runtime, jobId: JobId, log: Logger, delaySeconds = 0): Promise<boolean> {
+  try {
+    await rt.queues.send(rt.settings.KEEL_JOBS_QUEUE, { jobId } satisfies JobMessage, { delaySeconds });
+    return true;
+  } catch (err) {
+    log.warn(`job ${jobId}: posting to queue ${rt.settings.KEEL_JOBS_QUEUE} failed (the dispatcher will pick it up): ${(err as Error).message}`);
+    return false;
+  }
+}
+
+export async function postJobs(rt: Runtime, ids: JobId[], log: Logger): Promise<number> {
+  let posted = 0;
+  // Bounded fan-out: 16 sends at a time.
+  for (let i = 0; i < ids.length; i += 16) {
+    const chunk = ids.slice(i, i + 16);
+    const ok = await Promise.all(chunk.map((id) => postJob(rt, id, log)));
+    posted += ok.filter(Boolean).length;
+  }
+  return posted;
+}

@@ -1,0 +1,108 @@
+// Composition root: builds the store, the handler registry, the processor, the queue gateway and the
+// transfer service from the app settings. Azure functions and the local host both get it from here.
+import { hostname } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import type { JobStore } from '../jobs/contract.js';
+import { HandlerRegistry } from '../jobs/registry.js';
+import { JobProcessor } from '../jobs/processor.js';
+import { registerDemoHandlers } from '../jobs/demoHandlers.js';
+import { PostgresJobStore } from '../engines/postgres/jobStore.js';
+import { parseSettings, type Settings } from '../config/settings.js';
+import { StorageQueueGateway, type QueueGateway } from './queues.js';
+import { createTransferService, type TransferServiceLike } from './transfers.js';
+
+export interface Runtime {
+  readonly settings: Settings;
+  readonly store: JobStore;
+  readonly registry: HandlerRegistry;
+  readonly processor: JobProcessor;
+  readonly queues: QueueGateway;
+  // null when no transfer is configured (KEEL_TRANSFERS / KEEL_TRANSFERS_FILE unset).
+  readonly transfers: TransferServiceLike | null;
+  readonly workerId: string;
+  close(): Promise<void>;
+}
+
+export interface RuntimeOverrides {
+  store?: JobStore;
+  registry?: HandlerRegistry;
+  queues?: QueueGateway;
+  transfers?: TransferServiceLike | null;
+  env?: Record<string, string | undefined>;
+  // Extra job handlers to register (tests, apps embedding Keel).
+  register?: (registry: HandlerRegistry) => void;
+}
+
+async function openStore(settings: Settings): Promise<JobStore> {
+  if (settings.KEEL_STORE_ENGINE === 'postgres') {
+    return PostgresJobStore.connect(settings.KEEL_PG_URL!, { poolSize: settings.KEEL_PG_POOL_SIZE, migrate: true });
+  }
+  return openSqlServerStore(settings.KEEL_SQL_CONNECTION!);
+}
+
+// The SQL Server engine is loaded only when selected, so PostgreSQL deployments never load mssql.
+async function openSqlServerStore(connection: string): Promise<JobStore> {
+  const mod = (await import('../engines/sqlserver/jobStore.js')) as unknown as {
+    SqlServerJobStore?: { connect(conn: string, opts?: { migrate?: boolean }): Promise<JobStore> };
+  };
+  if (!mod.SqlServerJobStore) throw new Error('shared/engines/sqlserver/jobStore.ts does not export SqlServerJobStore');
+  return mod.SqlServerJobStore.connect(connection);
+}
+
+export async function createRuntime(settings: Settings, overrides: RuntimeOverrides = {}): Promise<Runtime> {
+  const workerId = settings.KEEL_WORKER_ID ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
+  const registry = overrides.registry ?? new HandlerRegistry();
+  if (!overrides.registry && settings.KEEL_DEMO_HANDLERS) registerDemoHandlers(registry);
+  overrides.register?.(registry);
+  const store = overrides.store ?? (await openStore(settings));
+  const queues = overrides.queues ?? StorageQueueGateway.fromConnection({
+    connectionString: settings.AzureWebJobsStorage,
+    queueServiceUri: settings.AzureWebJobsStorage__queueServiceUri,
+    accountName: settings.AzureWebJobsStorage__accountName,
+    clientId: settings.AzureWebJobsStorage__clientId,
+  });
+  const transfers = overrides.transfers !== undefined ? overrides.transfers : await createTransferService(overrides.env ?? process.env);
+  const processor = new JobProcessor({
+    store,
+    registry,
+    workerId,
+    leaseSeconds: settings.KEEL_LEASE_SECONDS,
+    heartbeatIntervalMs: settings.KEEL_HEARTBEAT_MS,
+  });
+  let closed: Promise<void> | undefined;
+  return {
+    settings,
+    store,
+    registry,
+    processor,
+    queues,
+    transfers,
+    workerId,
+    close() {
+      closed ??= (async () => {
+        await processor.shutdown(5_000).catch(() => undefined);
+        if (transfers && overrides.transfers === undefined) await transfers.close().catch(() => undefined);
+        if (!overrides.store) await store.close();
+      })();
+      return closed;
+    },
+  };
+}
+
+// The process-wide runtime the Azure functions use: created on first use from the environment.
+let current: Promise<Runtime> | undefined;
+
+export function getRuntime(): Promise<Runtime> {
+  if (!current) {
+    current = (async () => createRuntime(parseSettings(process.env)))();
+    current.catch(() => {
+      current = undefined; // a failed start (database down) is retried by the next invocation
+    });
+  }
+  return current;
+}
+
+// Installs a runtime built elsewhere (the local host, tests).
+export function setRuntime(runtime: Runtime | undefined): void {
+  current = runtime ? Promise.resolve(runtime) : undefined;
+}

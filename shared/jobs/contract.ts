@@ -1,0 +1,208 @@
+// The job store contract: the one interface every engine (PostgreSQL, SQL Server) implements.
+// Every owner-scoped call takes (jobId, leaseId); a stale lease is reported as 'lease_lost', never thrown.
+
+export type JobId = string; // bigint in the database; strings keep 64-bit ids exact in JavaScript
+export type LeaseId = string; // uuid minted by each claim
+
+export type HotState = 'pending' | 'fetched' | 'processing';
+export type DlqReason = 'exhausted' | 'fatal' | 'timeout' | 'cancelled' | 'zombie' | 'expired';
+export const DLQ_REASONS: readonly DlqReason[] = ['exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired'];
+export type ZombiePolicy = 'dlq' | 'retry';
+export type JobLocation = 'hot' | 'archive' | 'dlq';
+
+export interface EnqueueRequest {
+  queue: string;
+  type: string;
+  payload?: unknown; // any JSON value; serialized size is limited (see limits.ts)
+  priority?: number; // higher runs first; default 0
+  delayMs?: number; // mutually exclusive with runAt
+  runAt?: Date;
+  tags?: string[];
+  idempotencyKey?: string; // unique among hot jobs
+  maxAttempts?: number; // overrides the queue's max_attempts
+  expiresAt?: Date; // not started by then -> DLQ 'expired'
+}
+
+export interface EnqueueResult {
+  id: JobId;
+  duplicate: boolean; // true: a hot job with the same idempotency key existed; id is that job's
+}
+
+export interface ClaimedJob {
+  id: JobId;
+  leaseId: LeaseId;
+  queue: string;
+  type: string;
+  payload: unknown;
+  priority: number;
+  attempts: number; // attempts already started before this claim
+  maxAttempts: number | null; // job override; null = queue setting
+  queueMaxAttempts: number;
+  idempotencyKey: string | null;
+  tags: string[];
+  runAt: Date;
+  createdAt: Date;
+  leaseExpiresAt: Date;
+}
+
+export type OwnerResult = 'ok' | 'lease_lost';
+
+export interface StartResult {
+  status: OwnerResult;
+  attempt: number; // the attempt number now running (1-based), 0 when lease_lost
+}
+
+export interface HeartbeatResult {
+  status: OwnerResult;
+  cancelRequested: boolean;
+}
+
+export interface LeaseRef {
+  jobId: JobId;
+  leaseId: LeaseId;
+}
+
+export interface OwnerResultById {
+  jobId: JobId;
+  status: OwnerResult;
+}
+
+export type CancelResult = 'cancelled' | 'cancel_requested' | 'not_found';
+
+export interface RescueResult {
+  releasedFetched: number; // fetched past lease -> pending
+  retried: number; // processing past heartbeat timeout -> pending (policy retry, attempts left)
+  deadLettered: number; // -> DLQ zombie / cancelled
+  expired: number; // pending past expires_at -> DLQ expired
+}
+
+export interface ResurrectFilter {
+  queue?: string;
+  type?: string;
+  reason?: DlqReason;
+  failedAfter?: Date;
+  failedBefore?: Date;
+  limit: number;
+  dryRun?: boolean;
+}
+
+export interface ResurrectResult {
+  ids: JobId[]; // resurrected (or, on dry run, the ones that would be)
+  dryRun: boolean;
+}
+
+export type PurgeTarget = 'archive' | 'dlq' | 'metrics';
+
+export interface QueueSettings {
+  name: string;
+  paused: boolean;
+  maxConcurrency: number | null; // global across all hosts; null = unlimited
+  zombieTimeoutSeconds: number;
+  zombiePolicy: ZombiePolicy;
+  maxAttempts: number;
+  archiveRetentionSeconds: number;
+  dlqRetentionSeconds: number;
+  metricsRetentionSeconds: number;
+}
+
+export type QueueSettingsPatch = Partial<Omit<QueueSettings, 'name'>>;
+
+export interface QueueStats {
+  queue: string;
+  pending: number;
+  due: number;
+  fetched: number;
+  processing: number;
+  dlq: number;
+  oldestDueAgeMs: number | null; // queue lag
+  succeeded: number;
+  failed: number;
+  retried: number;
+  cancelled: number;
+  zombie: number;
+  resurrected: number;
+}
+
+export interface MetricBucket {
+  bucketStart: Date;
+  queue: string;
+  outcome: 'succeeded' | 'failed';
+  reason: string; // '' for succeeded
+  count: number;
+  totalDurationMs: number;
+  maxDurationMs: number;
+}
+
+export interface JobRecord {
+  id: JobId;
+  location: JobLocation;
+  queue: string;
+  type: string;
+  payload: unknown;
+  priority: number;
+  state: HotState | 'succeeded' | 'dead';
+  attempts: number;
+  idempotencyKey: string | null;
+  tags: string[];
+  createdAt: Date;
+  runAt: Date | null;
+  startedAt: Date | null;
+  finishedAt: Date | null; // archive finished_at / dlq failed_at
+  durationMs: number | null;
+  reason: DlqReason | null;
+  lastError: string | null;
+  cancelRequested: boolean;
+  leaseId: LeaseId | null;
+  workerId: string | null;
+}
+
+export interface JobSearch {
+  location: JobLocation;
+  queue?: string;
+  type?: string;
+  tag?: string;
+  state?: HotState;
+  reason?: DlqReason;
+  from?: Date; // created (hot) / finished (archive) / failed (dlq) at or after
+  to?: Date;
+  text?: string; // substring of payload text or last error
+  afterId?: JobId; // keyset paging: ids lower than this (newest first)
+  limit: number;
+}
+
+export interface ClaimOptions {
+  workerId: string;
+  queues: string[];
+  limit: number;
+  leaseSeconds?: number; // fetched lease; default 60
+}
+
+export interface JobStore {
+  readonly engine: string;
+  enqueue(job: EnqueueRequest): Promise<EnqueueResult>;
+  enqueueMany(jobs: EnqueueRequest[]): Promise<EnqueueResult[]>;
+  claimNext(opts: ClaimOptions): Promise<ClaimedJob[]>;
+  claimById(jobId: JobId, workerId: string, leaseSeconds?: number): Promise<ClaimedJob | null>;
+  start(ref: LeaseRef): Promise<StartResult>;
+  startMany(refs: LeaseRef[]): Promise<(StartResult & { jobId: JobId })[]>;
+  heartbeat(ref: LeaseRef): Promise<HeartbeatResult>;
+  complete(ref: LeaseRef): Promise<OwnerResult>;
+  completeMany(refs: LeaseRef[]): Promise<OwnerResultById[]>;
+  retry(ref: LeaseRef, runAt: Date, error: string): Promise<OwnerResult>;
+  fail(ref: LeaseRef, reason: DlqReason, error: string): Promise<OwnerResult>;
+  release(ref: LeaseRef): Promise<OwnerResult>;
+  cancel(jobId: JobId): Promise<CancelResult>;
+  rescueZombies(limit: number): Promise<RescueResult>;
+  resurrect(jobIds: JobId[]): Promise<JobId[]>;
+  resurrectByFilter(filter: ResurrectFilter): Promise<ResurrectResult>;
+  // One batch of rows older than the cutoff (queue: one queue's rows, null: all); returns rows deleted.
+  purge(target: PurgeTarget, queue: string | null, olderThan: Date, batchSize: number): Promise<number>;
+  stats(): Promise<QueueStats[]>;
+  metrics(windowMinutes: number, queue?: string): Promise<MetricBucket[]>;
+  getQueue(name: string): Promise<QueueSettings | null>;
+  listQueues(): Promise<QueueSettings[]>;
+  updateQueue(name: string, patch: QueueSettingsPatch): Promise<QueueSettings>;
+  getJob(jobId: JobId): Promise<JobRecord | null>;
+  searchJobs(search: JobSearch): Promise<JobRecord[]>;
+  close(): Promise<void>;
+}

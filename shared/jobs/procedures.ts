@@ -1,0 +1,66 @@
+// The database procedure behind each JobStore operation, with its parameters in call order.
+// Engines name them by convention: PostgreSQL keel.<snake_name>(p_<param>), SQL Server keel.<PascalName> @<PascalParam>.
+// The parity test reads sql/<engine>/ and checks every engine declares exactly these parameters.
+import type { JobStore } from './contract.js';
+
+export const JOB_PROCEDURES = {
+  enqueue_many: ['jobs'],
+  claim_next: ['worker_id', 'queues', 'limit', 'lease_seconds'],
+  claim_by_id: ['job_id', 'worker_id', 'lease_seconds'],
+  start_many: ['leases'],
+  heartbeat: ['job_id', 'lease_id'],
+  complete_many: ['leases'],
+  retry: ['job_id', 'lease_id', 'run_at', 'error'],
+  fail: ['job_id', 'lease_id', 'reason', 'error'],
+  release: ['job_id', 'lease_id'],
+  cancel: ['job_id'],
+  rescue_zombies: ['limit'],
+  resurrect: ['job_ids'],
+  resurrect_by_filter: ['queue', 'type', 'reason', 'failed_after', 'failed_before', 'limit', 'dry_run'],
+  purge: ['target', 'queue', 'older_than', 'batch_size'],
+  stats: [],
+  metrics: ['window_minutes', 'queue'],
+  list_queues: ['name'],
+  update_queue: [
+    'name', 'paused', 'max_concurrency', 'clear_max_concurrency', 'zombie_timeout_seconds', 'zombie_policy',
+    'max_attempts', 'archive_retention_seconds', 'dlq_retention_seconds', 'metrics_retention_seconds',
+  ],
+  get_job: ['job_id'],
+  search_jobs: ['location', 'queue', 'type', 'tag', 'state', 'reason', 'from', 'to', 'text', 'after_id', 'limit'],
+} as const satisfies Record<string, readonly string[]>;
+
+export type JobProcedure = keyof typeof JOB_PROCEDURES;
+
+type StoreOperation = Exclude<keyof JobStore, 'engine' | 'close'>;
+
+// Which procedure serves each operation of the interface (several operations may share one).
+export const OPERATION_PROCEDURE: Record<StoreOperation, JobProcedure> = {
+  enqueue: 'enqueue_many',
+  enqueueMany: 'enqueue_many',
+  claimNext: 'claim_next',
+  claimById: 'claim_by_id',
+  start: 'start_many',
+  startMany: 'start_many',
+  heartbeat: 'heartbeat',
+  complete: 'complete_many',
+  completeMany: 'complete_many',
+  retry: 'retry',
+  fail: 'fail',
+  release: 'release',
+  cancel: 'cancel',
+  rescueZombies: 'rescue_zombies',
+  resurrect: 'resurrect',
+  resurrectByFilter: 'resurrect_by_filter',
+  purge: 'purge',
+  stats: 'stats',
+  metrics: 'metrics',
+  getQueue: 'list_queues',
+  listQueues: 'list_queues',
+  updateQueue: 'update_queue',
+  getJob: 'get_job',
+  searchJobs: 'search_jobs',
+};
+
+export function pascalCase(snake: string): string {
+  return snake.split('_').map((w) => w.charAt(0).toUpperCase() + w.slice(1)).join('');
+}

@@ -1,0 +1,117 @@
+// Validation shared by every engine: bad input is refused before it reaches a database, naming the field at fault.
+import { z } from 'zod';
+import type { EnqueueRequest, QueueSettingsPatch } from './contract.js';
+
+export const DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024;
+export const MAX_BATCH = 1000;
+
+export class ValidationError extends Error {
+  constructor(
+    readonly field: string,
+    message: string,
+  ) {
+    super(`${field}: ${message}`);
+    this.name = 'ValidationError';
+  }
+}
+
+const name = z.string().min(1).max(128).regex(/^[A-Za-z0-9_.:-]+$/, 'letters, digits and _ . : - only');
+
+const enqueueSchema = z
+  .object({
+    queue: name,
+    type: name,
+    payload: z.unknown().optional(),
+    priority: z.number().int().min(-1_000_000).max(1_000_000).optional(),
+    delayMs: z.number().int().min(0).max(366 * 24 * 3600 * 1000).optional(),
+    runAt: z.date().optional(),
+    tags: z.array(z.string().min(1).max(64)).max(16).optional(),
+    idempotencyKey: z.string().min(1).max(200).optional(),
+    maxAttempts: z.number().int().min(1).max(1000).optional(),
+    expiresAt: z.date().optional(),
+  })
+  .strict()
+  .refine((j) => !(j.delayMs !== undefined && j.runAt !== undefined), {
+    message: 'give delayMs or runAt, not both',
+    path: ['runAt'],
+  });
+
+function firstIssue(err: z.ZodError, prefix: string): ValidationError {
+  const issue = err.issues[0]!;
+  const path = issue.path.length ? issue.path.join('.') : '(root)';
+  return new ValidationError(prefix ? `${prefix}.${path}` : path, issue.message);
+}
+
+// Returns the JSON document an engine stores for each job; throws ValidationError naming e.g. "jobs[3].payload".
+export function prepareEnqueue(jobs: EnqueueRequest[], maxPayloadBytes = DEFAULT_MAX_PAYLOAD_BYTES): Record<string, unknown>[] {
+  if (!Array.isArray(jobs)) throw new ValidationError('jobs', 'must be an array');
+  if (jobs.length > MAX_BATCH) throw new ValidationError('jobs', `at most ${MAX_BATCH} jobs per batch (got ${jobs.length})`);
+  return jobs.map((job, i) => {
+    const prefix = jobs.length === 1 ? '' : `jobs[${i}]`;
+    const parsed = enqueueSchema.safeParse(job);
+    if (!parsed.success) throw firstIssue(parsed.error, prefix);
+    const j = parsed.data;
+    let payloadText: string | undefined;
+    try {
+      payloadText = JSON.stringify(j.payload ?? null);
+    } catch (err) {
+      throw new ValidationError(prefix ? `${prefix}.payload` : 'payload', `is not JSON-serialisable: ${(err as Error).message}`);
+    }
+    const size = Buffer.byteLength(payloadText ?? 'null', 'utf8');
+    if (size > maxPayloadBytes) {
+      throw new ValidationError(
+        prefix ? `${prefix}.payload` : 'payload',
+        `is ${size} bytes of JSON; the limit is ${maxPayloadBytes} bytes (KEEL_MAX_PAYLOAD_BYTES)`,
+      );
+    }
+    return {
+      queue: j.queue,
+      type: j.type,
+      payload: j.payload ?? null,
+      priority: j.priority ?? 0,
+      ...(j.runAt ? { runAt: j.runAt.toISOString() } : {}),
+      ...(j.delayMs !== undefined ? { delayMs: j.delayMs } : {}),
+      tags: j.tags ?? [],
+      ...(j.idempotencyKey !== undefined ? { idempotencyKey: j.idempotencyKey } : {}),
+      ...(j.maxAttempts !== undefined ? { maxAttempts: j.maxAttempts } : {}),
+      ...(j.expiresAt ? { expiresAt: j.expiresAt.toISOString() } : {}),
+    };
+  });
+}
+
+const patchSchema = z
+  .object({
+    paused: z.boolean().optional(),
+    maxConcurrency: z.number().int().min(0).max(100_000).nullable().optional(),
+    zombieTimeoutSeconds: z.number().int().min(1).max(7 * 24 * 3600).optional(),
+    zombiePolicy: z.enum(['dlq', 'retry']).optional(),
+    maxAttempts: z.number().int().min(1).max(1000).optional(),
+    archiveRetentionSeconds: z.number().int().min(60).optional(),
+    dlqRetentionSeconds: z.number().int().min(60).optional(),
+    metricsRetentionSeconds: z.number().int().min(60).optional(),
+  })
+  .strict();
+
+export function validateQueuePatch(queue: string, patch: QueueSettingsPatch): QueueSettingsPatch {
+  const n = name.safeParse(queue);
+  if (!n.success) throw firstIssue(n.error, 'name');
+  const parsed = patchSchema.safeParse(patch);
+  if (!parsed.success) throw firstIssue(parsed.error, '');
+  return parsed.data;
+}
+
+export function assertPositiveInt(field: string, value: number, max = 100_000): void {
+  if (!Number.isInteger(value) || value < 1 || value > max) {
+    throw new ValidationError(field, `must be an integer from 1 to ${max} (got ${value})`);
+  }
+}
+
+const JOB_ID = /^[1-9][0-9]{0,18}$/;
+export function isJobId(value: unknown): value is string {
+  return typeof value === 'string' && JOB_ID.test(value);
+}
+
+export function assertJobId(field: string, value: unknown): string {
+  if (!isJobId(value)) throw new ValidationError(field, 'must be a job id (a positive integer as a string)');
+  return value;
+}

@@ -1,0 +1,168 @@
+// One-time Application Insights (OpenTelemetry) setup, driven by APPLICATIONINSIGHTS_CONNECTION_STRING.
+//
+// With a connection string: `useAzureMonitor` from applicationinsights v3 installs the global OpenTelemetry
+// tracer, meter and logger providers with the Azure Monitor exporters, the Azure Functions pre-invocation
+// hook (so spans and events created inside a function run join the invocation's operation), and the
+// built-in instrumentations: http, Azure SDK (storage queues), and PostgreSQL (`pg`). Keel adds the
+// OpenTelemetry instrumentations for `tedious` (the driver under `mssql`) and `oracledb`, so calls to all
+// three databases appear as dependencies correlated with the invocation.
+//
+// Without one (local runs, tests): nothing is loaded, nothing is registered, no network is touched; the
+// facade stays bound to the OpenTelemetry API's no-op providers and every call is a valid no-op.
+
+import { createRequire } from 'node:module';
+import { diag } from '@opentelemetry/api';
+import type { Instrumentation } from '@opentelemetry/instrumentation';
+import type { TokenCredential } from '@azure/identity';
+import type * as AppInsights from 'applicationinsights';
+
+const require = createRequire(import.meta.url);
+
+export interface TelemetryEnv {
+  APPLICATIONINSIGHTS_CONNECTION_STRING?: string | undefined;
+  /** `Authorization=AAD;ClientId=<guid>`: use Microsoft Entra auth (App Insights local auth disabled). */
+  APPLICATIONINSIGHTS_AUTHENTICATION_STRING?: string | undefined;
+  /** The user-assigned managed identity's client id (fallback for the Entra credential). */
+  AZURE_CLIENT_ID?: string | undefined;
+  /** `false` turns telemetry off even with a connection string. */
+  KEEL_TELEMETRY_ENABLED?: string | undefined;
+  [key: string]: string | undefined;
+}
+
+export interface TelemetryState {
+  enabled: boolean;
+}
+
+export interface InitHooks {
+  /** Called after the global providers are installed (index.ts rebinds the facade here). */
+  onEnabled?: () => void;
+}
+
+let state: TelemetryState | undefined;
+
+/** The auth part of the exporter options, from APPLICATIONINSIGHTS_AUTHENTICATION_STRING. */
+export function parseAuthenticationString(value: string | undefined): { aad: boolean; clientId?: string } {
+  if (!value) return { aad: false };
+  const parts = new Map<string, string>();
+  for (const piece of value.split(';')) {
+    const i = piece.indexOf('=');
+    if (i > 0) parts.set(piece.slice(0, i).trim().toLowerCase(), piece.slice(i + 1).trim());
+  }
+  const aad = (parts.get('authorization') ?? '').toUpperCase() === 'AAD';
+  const clientId = parts.get('clientid');
+  return clientId ? { aad, clientId } : { aad };
+}
+
+function entraCredential(env: TelemetryEnv): TokenCredential | undefined {
+  const auth = parseAuthenticationString(env.APPLICATIONINSIGHTS_AUTHENTICATION_STRING);
+  if (!auth.aad) return undefined;
+  const clientId = auth.clientId ?? env.AZURE_CLIENT_ID;
+  const identity = require('@azure/identity') as typeof import('@azure/identity');
+  return clientId
+    ? new identity.ManagedIdentityCredential({ clientId })
+    : new identity.ManagedIdentityCredential();
+}
+
+/** The database driver instrumentations that the Azure Monitor distro does not bundle. */
+function extraInstrumentations(): Instrumentation[] {
+  const out: Instrumentation[] = [];
+  try {
+    const { TediousInstrumentation } = require('@opentelemetry/instrumentation-tedious') as typeof import('@opentelemetry/instrumentation-tedious');
+    out.push(new TediousInstrumentation());
+  } catch (err) {
+    diag.warn('keel telemetry: tedious instrumentation unavailable', err);
+  }
+  try {
+    const { OracleInstrumentation } = require('@opentelemetry/instrumentation-oracledb') as typeof import('@opentelemetry/instrumentation-oracledb');
+    out.push(new OracleInstrumentation());
+  } catch (err) {
+    diag.warn('keel telemetry: oracledb instrumentation unavailable', err);
+  }
+  return out;
+}
+
+/**
+ * Keel is ESM; the drivers are CommonJS. OpenTelemetry's instrumentations patch a driver when it passes
+ * through `require`, which an ESM `import` of the package does not do. Requiring each driver once here,
+ * after the instrumentations are registered, patches the shared CommonJS module instance, so it works
+ * whether the engines imported their driver before or after `initTelemetry` ran.
+ */
+const DRIVERS = ['pg', 'tedious', 'oracledb'] as const;
+
+function primeDrivers(): void {
+  for (const name of DRIVERS) {
+    try {
+      require(name);
+    } catch {
+      // not installed in this deployment: nothing to instrument
+    }
+  }
+}
+
+function registerFlushOnShutdown(ai: typeof AppInsights): void {
+  try {
+    const functions = require('@azure/functions') as typeof import('@azure/functions');
+    functions.app.hook.appTerminate(async () => {
+      await ai.flushAzureMonitor();
+    });
+  } catch (err) {
+    diag.debug('keel telemetry: no appTerminate hook', err);
+  }
+}
+
+/**
+ * Sets up Application Insights once per process. Idempotent: later calls return the first result.
+ * Never throws; a setup failure is logged and leaves telemetry disabled.
+ */
+export function initTelemetryOnce(env: TelemetryEnv, hooks: InitHooks = {}): TelemetryState {
+  if (state) return state;
+  const connectionString = env.APPLICATIONINSIGHTS_CONNECTION_STRING?.trim();
+  if (!connectionString || env.KEEL_TELEMETRY_ENABLED?.trim().toLowerCase() === 'false') {
+    state = { enabled: false };
+    return state;
+  }
+  try {
+    const ai = require('applicationinsights') as typeof AppInsights;
+    const credential = entraCredential(env);
+    ai.useAzureMonitor({
+      azureMonitorExporterOptions: credential ? { connectionString, credential } : { connectionString },
+      enableAutoCollectExceptions: true,
+      instrumentationOptions: {
+        http: { enabled: true },
+        azureSdk: { enabled: true },
+        postgreSql: { enabled: true },
+        mongoDb: { enabled: false },
+        mySql: { enabled: false },
+        redis: { enabled: false },
+        redis4: { enabled: false },
+      },
+    });
+    const { registerInstrumentations } = require('@opentelemetry/instrumentation') as typeof import('@opentelemetry/instrumentation');
+    registerInstrumentations({ instrumentations: extraInstrumentations() });
+    primeDrivers();
+    registerFlushOnShutdown(ai);
+    state = { enabled: true };
+    hooks.onEnabled?.();
+  } catch (err) {
+    console.error('keel telemetry: Application Insights setup failed; telemetry is off', err);
+    state = { enabled: false };
+  }
+  return state;
+}
+
+/** Sends whatever is buffered (no-op when disabled). */
+export async function flushTelemetry(): Promise<void> {
+  if (!state?.enabled) return;
+  const ai = require('applicationinsights') as typeof AppInsights;
+  await ai.flushAzureMonitor();
+}
+
+/** Flushes and shuts the providers down; a later initTelemetry starts afresh. */
+export async function shutdownTelemetry(): Promise<void> {
+  const wasEnabled = state?.enabled === true;
+  state = undefined;
+  if (!wasEnabled) return;
+  const ai = require('applicationinsights') as typeof AppInsights;
+  await ai.flushAzureMonitor();
+  await ai.shutdownAzureMonitor();
+}

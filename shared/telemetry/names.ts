@@ -1,0 +1,98 @@
+// Metric and event names and the closed sets of dimension values Keel emits.
+//
+// These strings are a contract: the alert rules in infra/modules/alerts.bicep query them by name in
+// App Insights (customMetrics.name / customEvents.name), docs/telemetry.md lists them, and
+// test/telemetry/telemetry.test.ts checks that every `keel.*` name the alert KQL uses is defined here.
+// Renaming one is a breaking change for dashboards and alerts.
+
+/** OpenTelemetry instrument names (App Insights `customMetrics.name`). */
+export const METRICS = {
+  /** counter; dims queue, type. Jobs written to JobsHot. */
+  jobsEnqueued: 'keel.jobs.enqueued',
+  /** counter; dims queue, type. Jobs moved Hot → Archive. */
+  jobsCompleted: 'keel.jobs.completed',
+  /** histogram (ms); dims queue, type. Duration recorded in the archive row for completed jobs. */
+  jobDuration: 'keel.jobs.duration',
+  /** counter; dims queue, type. Jobs put back to pending with a later run_at. */
+  jobsRetried: 'keel.jobs.retried',
+  /** counter; dims queue, type, reason. Jobs moved Hot → DLQ. */
+  jobsDeadLettered: 'keel.jobs.dead_lettered',
+  /** counter; dims queue, type, operation. Owner-scoped statements that matched zero rows. */
+  leaseLost: 'keel.jobs.lease_lost',
+  /** counter; dims action (retried | dead_lettered | released). Jobs handled by zombie rescue. */
+  zombiesRescued: 'keel.jobs.zombies_rescued',
+  /** histogram (ms); dims queue, type, outcome. Wall time of the handler call. */
+  handlerDuration: 'keel.handler.duration',
+  /** observable gauge (ms); dims queue. Age of the oldest due pending job, as last reported. */
+  queueLag: 'keel.queue.lag',
+  /** counter; dims transfer, state. Batch state transitions. */
+  transferBatches: 'keel.transfer.batches',
+  /** counter; dims transfer. Rows applied to the target. */
+  rowsTransferred: 'keel.transfer.rows',
+  /** counter; dims transfer, outcome. Results of reconciliation. */
+  reconcileOutcomes: 'keel.transfer.reconcile',
+  /** counter; dims outcome (succeeded | failed). Maintenance timer runs. */
+  maintenanceRuns: 'keel.maintenance.runs',
+  /** histogram (ms); dims outcome. Maintenance timer run time. */
+  maintenanceDuration: 'keel.maintenance.duration',
+} as const;
+
+export type MetricName = (typeof METRICS)[keyof typeof METRICS];
+
+/** Custom event names (App Insights `customEvents.name`). Events carry ids; metrics never do. */
+export const EVENTS = {
+  /** One per job moved to the DLQ: queue, type, reason, jobId. */
+  jobDeadLettered: 'keel.job.dead_lettered',
+  /** One per observation of a batch whose outcome is unknown: transfer, batchId, source, unresolvedForMs. */
+  batchUnresolved: 'keel.transfer.batch_unresolved',
+} as const;
+
+export type EventName = (typeof EVENTS)[keyof typeof EVENTS];
+
+/** The attribute that makes the Azure Monitor exporter send a log record as a customEvent. */
+export const CUSTOM_EVENT_NAME_ATTRIBUTE = 'microsoft.custom_event.name';
+
+/** OpenTelemetry meter / logger scope name. */
+export const INSTRUMENTATION_SCOPE = 'keel';
+
+/** Dimension (attribute) keys. They become `customDimensions.<key>` in App Insights. */
+export const DIM = {
+  queue: 'queue',
+  type: 'type',
+  reason: 'reason',
+  outcome: 'outcome',
+  operation: 'operation',
+  action: 'action',
+  transfer: 'transfer',
+  state: 'state',
+} as const;
+
+/** Value used for anything outside a closed set or beyond the distinct-value cap. */
+export const OTHER = 'other';
+
+export const DEAD_LETTER_REASONS = ['exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired'] as const;
+export type DeadLetterReason = (typeof DEAD_LETTER_REASONS)[number];
+
+export const LEASE_OPERATIONS = ['start', 'heartbeat', 'complete', 'retry', 'fail', 'release'] as const;
+export type LeaseOperation = (typeof LEASE_OPERATIONS)[number];
+
+export const HANDLER_OUTCOMES = ['succeeded', 'retried', 'failed', 'timeout', 'cancelled', 'lease_lost'] as const;
+export type HandlerOutcome = (typeof HANDLER_OUTCOMES)[number];
+
+export const BATCH_STATES = ['extracting', 'staged', 'applying', 'committed', 'failed', 'unresolved'] as const;
+export type BatchState = (typeof BATCH_STATES)[number];
+
+/**
+ * committed: the target's completion row says committed (acknowledge).
+ * not_applied: reconcile took the claim itself, nothing was applied (the batch may be retried, same id).
+ * unresolved: an apply still holds the claim, or the outcome cannot be read (operator runbook).
+ * failed: reconciliation itself failed (connection, permissions); retried by the next maintenance run.
+ */
+export const RECONCILE_OUTCOMES = ['committed', 'not_applied', 'unresolved', 'failed'] as const;
+export type ReconcileOutcome = (typeof RECONCILE_OUTCOMES)[number];
+
+export const ZOMBIE_ACTIONS = ['retried', 'dead_lettered', 'released'] as const;
+export type ZombieAction = (typeof ZOMBIE_ACTIONS)[number];
+
+export const RUN_OUTCOMES = ['succeeded', 'failed'] as const;
+export type RunOutcome = (typeof RUN_OUTCOMES)[number];

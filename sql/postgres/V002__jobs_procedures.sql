@@ -1,0 +1,804 @@
+-- Keel job engine procedures (PostgreSQL). One function per contract operation (see shared/jobs/procedures.ts).
+-- Each call runs in the caller's single implicit transaction: any error rolls the whole move back.
+-- Owner-scoped functions match (job id, lease id, state); zero rows means 'lease_lost', never an error.
+-- Rows are locked in id order everywhere, so batch calls of different workers cannot deadlock on each other.
+
+create type keel.claimed_job as (
+  job_id             bigint,
+  lease_id           uuid,
+  queue              text,
+  type               text,
+  payload            jsonb,
+  priority           integer,
+  attempts           integer,
+  max_attempts       integer,
+  queue_max_attempts integer,
+  idempotency_key    text,
+  tags               text[],
+  run_at             timestamptz,
+  created_at         timestamptz,
+  lease_expires_at   timestamptz
+);
+
+create type keel.job_record as (
+  job_id            bigint,
+  location          text,
+  queue             text,
+  type              text,
+  payload           jsonb,
+  priority          integer,
+  state             text,
+  attempts          integer,
+  idempotency_key   text,
+  tags              text[],
+  created_at        timestamptz,
+  run_at            timestamptz,
+  started_at        timestamptz,
+  finished_at       timestamptz,
+  duration_ms       bigint,
+  reason            text,
+  last_error        text,
+  cancel_requested  boolean,
+  lease_id          uuid,
+  worker_id         text
+);
+
+-- Milliseconds between two instants, never negative.
+create or replace function keel._ms_between(p_from timestamptz, p_to timestamptz)
+returns bigint language sql immutable as $$
+  select greatest(0, floor(extract(epoch from (p_to - p_from)) * 1000))::bigint
+$$;
+
+-- Lease ids arrive as text; a malformed one simply matches nothing (lease_lost), it never raises.
+create or replace function keel._lease(p_lease text)
+returns uuid language sql immutable as $$
+  select case when p_lease ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' then p_lease::uuid end
+$$;
+
+-- ---------------------------------------------------------------------------------------------------------------
+-- enqueue_many(jobs): jobs is a JSON array of {queue, type, payload, priority, runAt, delayMs, tags, idempotencyKey,
+-- maxAttempts, expiresAt}. Returns one row per input, in input order: the job id and whether it was a duplicate of
+-- a hot job with the same idempotency key. Rows are inserted in idempotency-key order, so concurrent batches that
+-- share keys wait on each other in one order and never deadlock; ON CONFLICT DO NOTHING never raises for them.
+create or replace function keel.enqueue_many(p_jobs jsonb)
+returns table (ord integer, job_id bigint, duplicate boolean)
+language plpgsql as $$
+#variable_conflict use_column
+declare
+  v_n        integer;
+  v_ids      bigint[];
+  v_dups     boolean[];
+  v_missing  integer[];
+  v_pass     integer := 0;
+  r          record;
+begin
+  if p_jobs is null or jsonb_typeof(p_jobs) <> 'array' then
+    raise exception 'jobs must be a JSON array' using errcode = '22023';
+  end if;
+  v_n := jsonb_array_length(p_jobs);
+  if v_n = 0 then
+    return;
+  end if;
+  v_ids := array_fill(null::bigint, array[v_n]);
+  v_dups := array_fill(false, array[v_n]);
+
+  insert into keel.queues (name)
+  select distinct e->>'queue'
+  from jsonb_array_elements(p_jobs) e
+  where not exists (select 1 from keel.queues q where q.name = e->>'queue')
+  order by 1
+  on conflict (name) do nothing;
+
+  v_missing := array(select generate_series(0, v_n - 1));
+  loop
+    v_pass := v_pass + 1;
+    for r in
+      with input as materialized (
+        select m.i, p_jobs->m.i as j, nextval('keel.job_id_seq') as new_id
+        from unnest(v_missing) as m(i)
+      ), ins as (
+        insert into keel.jobs_hot as h (id, queue, type, payload, priority, run_at, max_attempts, idempotency_key, tags, expires_at)
+        select x.new_id,
+               x.j->>'queue',
+               x.j->>'type',
+               coalesce(x.j->'payload', 'null'::jsonb),
+               coalesce((x.j->>'priority')::integer, 0),
+               coalesce((x.j->>'runAt')::timestamptz, now() + coalesce((x.j->>'delayMs')::bigint, 0) * interval '1 millisecond'),
+               (x.j->>'maxAttempts')::integer,
+               x.j->>'idempotencyKey',
+               coalesce(array(select jsonb_array_elements_text(coalesce(x.j->'tags', '[]'::jsonb))), '{}'),
+               (x.j->>'expiresAt')::timestamptz
+        from input x
+        order by x.j->>'idempotencyKey' nulls first, x.i
+        on conflict (idempotency_key) where idempotency_key is not null do nothing
+        returning h.id
+      )
+      select x.i, x.new_id, (ins.id is not null) as inserted
+      from input x left join ins on ins.id = x.new_id
+    loop
+      if r.inserted then
+        v_ids[r.i + 1] := r.new_id;
+      end if;
+    end loop;
+
+    -- Duplicates: this statement sees rows committed by concurrent enqueues and our own earlier inserts.
+    for r in
+      select m.i, h.id
+      from unnest(v_missing) as m(i)
+      join keel.jobs_hot h on h.idempotency_key = p_jobs->m.i->>'idempotencyKey'
+      where v_ids[m.i + 1] is null
+    loop
+      v_ids[r.i + 1] := r.id;
+      v_dups[r.i + 1] := true;
+    end loop;
+
+    v_missing := array(select m.i from unnest(v_missing) as m(i) where v_ids[m.i + 1] is null);
+    exit when cardinality(v_missing) = 0;
+    -- The key's holder left the hot table between our insert and our lookup: insert again.
+    if v_pass >= 5 then
+      raise exception 'enqueue could not settle idempotency keys after % passes', v_pass using errcode = '40001';
+    end if;
+  end loop;
+
+  return query
+  select (g.i - 1)::integer, v_ids[g.i], v_dups[g.i]
+  from generate_series(1, v_n) as g(i);
+end
+$$;
+
+-- ---------------------------------------------------------------------------------------------------------------
+-- Claims. Queues with a max_concurrency are serialised by locking their settings row (queues before jobs_hot),
+-- so the count of fetched+processing jobs is exact across every host.
+create or replace function keel._claim_rows(p_ids bigint[], p_worker_id text, p_lease_seconds integer, p_limit integer)
+returns setof keel.claimed_job
+language sql as $$
+  with chosen as (
+    select h.id from keel.jobs_hot h
+    where h.id = any(p_ids)
+    order by h.priority desc, h.run_at, h.id
+    limit p_limit
+  ), upd as (
+    update keel.jobs_hot h
+    set state = 'fetched',
+        lease_id = gen_random_uuid(),
+        worker_id = p_worker_id,
+        fetched_at = now(),
+        lease_expires_at = now() + make_interval(secs => p_lease_seconds)
+    from chosen c
+    where h.id = c.id
+    returning h.*
+  )
+  select u.id, u.lease_id, u.queue, u.type, u.payload, u.priority, u.attempts, u.max_attempts,
+         coalesce((select q.max_attempts from keel.queues q where q.name = u.queue), 5),
+         u.idempotency_key, u.tags, u.run_at, u.created_at, u.lease_expires_at
+  from upd u
+  order by u.priority desc, u.run_at, u.id
+$$;
+
+create or replace function keel.claim_next(p_worker_id text, p_queues text[], p_limit integer, p_lease_seconds integer)
+returns setof keel.claimed_job
+language plpgsql as $$
+declare
+  v_candidates  bigint[];
+  v_open        text[];
+  v_running     integer;
+  v_cap         integer;
+  q             record;
+begin
+  if p_limit is null or p_limit < 1 or p_queues is null or cardinality(p_queues) = 0 then
+    return;
+  end if;
+
+  -- Queues with no limit (and queues with no settings row yet): one skip-locked scan in priority order.
+  v_open := array(
+    select n.name from unnest(p_queues) as n(name)
+    where not exists (select 1 from keel.queues s where s.name = n.name and (s.paused or s.max_concurrency is not null)));
+  v_candidates := array(
+    select h.id from keel.jobs_hot h
+    where h.state = 'pending' and h.queue = any(v_open) and h.run_at <= now()
+      and (h.expires_at is null or h.expires_at > now())
+    order by h.priority desc, h.run_at, h.id
+    limit p_limit
+    for update of h skip locked);
+
+  -- Limited queues, locked in name order; each contributes at most its remaining capacity.
+  for q in
+    select s.name, s.max_concurrency from keel.queues s
+    where s.name = any(p_queues) and not s.paused and s.max_concurrency is not null
+    order by s.name
+    for update of s
+  loop
+    select count(*) into v_running from keel.jobs_hot h where h.queue = q.name and h.state in ('fetched', 'processing');
+    v_cap := least(p_limit, q.max_concurrency - v_running);
+    if v_cap > 0 then
+      v_candidates := v_candidates || array(
+        select h.id from keel.jobs_hot h
+        where h.state = 'pending' and h.queue = q.name and h.run_at <= now()
+          and (h.expires_at is null or h.expires_at > now())
+        order by h.priority desc, h.run_at, h.id
+        limit v_cap
+        for update of h skip locked);
+    end if;
+  end loop;
+
+  if cardinality(v_candidates) = 0 then
+    return;
+  end if;
+  return query select * from keel._claim_rows(v_candidates, p_worker_id, p_lease_seconds, p_limit);
+end
+$$;
+
+create or replace function keel.claim_by_id(p_job_id bigint, p_worker_id text, p_lease_seconds integer)
+returns setof keel.claimed_job
+language plpgsql as $$
+declare
+  v_queue    text;
+  v_settings record;
+  v_running  integer;
+  v_id       bigint;
+begin
+  select h.queue into v_queue from keel.jobs_hot h where h.id = p_job_id and h.state = 'pending';
+  if not found then
+    return;
+  end if;
+  select s.paused, s.max_concurrency into v_settings from keel.queues s where s.name = v_queue;
+  if found and v_settings.paused then
+    return;
+  end if;
+  if found and v_settings.max_concurrency is not null then
+    perform 1 from keel.queues s where s.name = v_queue for update;
+    select count(*) into v_running from keel.jobs_hot h where h.queue = v_queue and h.state in ('fetched', 'processing');
+    if v_running >= v_settings.max_concurrency then
+      return;
+    end if;
+  end if;
+  select h.id into v_id from keel.jobs_hot h
+  where h.id = p_job_id and h.state = 'pending' and h.run_at <= now() and (h.expires_at is null or h.expires_at > now())
+  for update skip locked;
+  if v_id is null then
+    return;
+  end if;
+  return query select * from keel._claim_rows(array[v_id], p_worker_id, p_lease_seconds, 1);
+end
+$$;
+
+-- ---------------------------------------------------------------------------------------------------------------
+-- Owner-scoped transitions inside the hot table.
+create or replace function keel.start_many(p_leases jsonb)
+returns table (job_id bigint, status text, attempt integer)
+language sql as $$
+  with req as (
+    select (e.value->>'jobId')::bigint as id, keel._lease(e.value->>'leaseId') as lease, e.ordinality as ord
+    from jsonb_array_elements(p_leases) with ordinality e
+  ), locked as (
+    select h.id from keel.jobs_hot h join req r on h.id = r.id and h.lease_id = r.lease
+    where h.state = 'fetched'
+    order by h.id
+    for update of h
+  ), upd as (
+    update keel.jobs_hot h
+    set state = 'processing', attempts = h.attempts + 1, started_at = now(), heartbeat_at = now()
+    from locked l
+    where h.id = l.id
+    returning h.id, h.attempts
+  )
+  select r.id, case when u.id is null then 'lease_lost' else 'ok' end, coalesce(u.attempts, 0)
+  from req r left join upd u on u.id = r.id
+  order by r.ord
+$$;
+
+create or replace function keel.heartbeat(p_job_id bigint, p_lease_id text)
+returns table (status text, cancel_requested boolean)
+language plpgsql as $$
+declare
+  v_cancel boolean;
+begin
+  update keel.jobs_hot h set heartbeat_at = now()
+  where h.id = p_job_id and h.lease_id = keel._lease(p_lease_id) and h.state = 'processing'
+  returning h.cancel_requested into v_cancel;
+  if not found then
+    return query select 'lease_lost'::text, false;
+  else
+    return query select 'ok'::text, v_cancel;
+  end if;
+end
+$$;
+
+create or replace function keel.release(p_job_id bigint, p_lease_id text)
+returns text
+language plpgsql as $$
+begin
+  update keel.jobs_hot h
+  set state = 'pending', lease_id = null, worker_id = null, fetched_at = null, lease_expires_at = null
+  where h.id = p_job_id and h.lease_id = keel._lease(p_lease_id) and h.state = 'fetched';
+  return case when found then 'ok' else 'lease_lost' end;
+end
+$$;
+
+-- ---------------------------------------------------------------------------------------------------------------
+-- The final moves. Delete from the source first, capturing exactly the deleted rows; insert those rows at the
+-- destination; update stats_summary and metric_buckets; all in the caller's one transaction.
+
+-- Hot -> Archive for every (job id, lease id) still processing under that lease.
+create or replace function keel.complete_many(p_leases jsonb)
+returns table (job_id bigint, status text)
+language sql as $$
+  with req as (
+    select (e.value->>'jobId')::bigint as id, keel._lease(e.value->>'leaseId') as lease, e.ordinality as ord
+    from jsonb_array_elements(p_leases) with ordinality e
+  ), locked as (
+    select h.id from keel.jobs_hot h join req r on h.id = r.id and h.lease_id = r.lease
+    where h.state = 'processing'
+    order by h.id
+    for update of h
+  ), moved as (
+    delete from keel.jobs_hot h using locked l where h.id = l.id
+    returning h.*
+  ), archived as (
+    insert into keel.jobs_archive (id, queue, type, payload, priority, attempts, max_attempts, idempotency_key, tags,
+                                   created_at, started_at, finished_at, duration_ms, worker_id)
+    select m.id, m.queue, m.type, m.payload, m.priority, m.attempts, m.max_attempts, m.idempotency_key, m.tags,
+           m.created_at, m.started_at, now(), keel._ms_between(coalesce(m.started_at, now()), now()), m.worker_id
+    from moved m
+    returning id, queue, duration_ms
+  ), counted as (
+    insert into keel.stats_summary as s (queue, succeeded)
+    select a.queue, count(*) from archived a group by a.queue order by a.queue
+    on conflict (queue) do update set succeeded = s.succeeded + excluded.succeeded, updated_at = now()
+  ), bucketed as (
+    insert into keel.metric_buckets as b (bucket_start, queue, outcome, reason, count, total_duration_ms, max_duration_ms)
+    select date_trunc('minute', now()), a.queue, 'succeeded', '', count(*), sum(a.duration_ms), max(a.duration_ms)
+    from archived a group by a.queue order by a.queue
+    on conflict (bucket_start, queue, outcome, reason) do update
+      set count = b.count + excluded.count,
+          total_duration_ms = b.total_duration_ms + excluded.total_duration_ms,
+          max_duration_ms = greatest(b.max_duration_ms, excluded.max_duration_ms)
+  )
+  select r.id, case when a.id is null then 'lease_lost' else 'ok' end
+  from req r left join archived a on a.id = r.id
+  order by r.ord
+$$;
+
+-- Hot -> DLQ for the given ids that are in one of p_states (and, when p_lease is given, still under that lease).
+-- Shared by fail, cancel and zombie/expiry rescue. Returns the ids it moved.
+create or replace function keel._dead_letter(p_ids bigint[], p_lease uuid, p_states text[], p_reason text, p_error text)
+returns setof bigint
+language sql as $$
+  with locked as (
+    select h.id from keel.jobs_hot h
+    where h.id = any(p_ids) and h.state = any(p_states) and (p_lease is null or h.lease_id = p_lease)
+    order by h.id
+    for update of h
+  ), moved as (
+    delete from keel.jobs_hot h using locked l where h.id = l.id
+    returning h.*
+  ), dead as (
+    insert into keel.jobs_dlq (id, queue, type, payload, priority, attempts, max_attempts, idempotency_key, tags,
+                               created_at, started_at, failed_at, duration_ms, reason, error, worker_id)
+    select m.id, m.queue, m.type, m.payload, m.priority, m.attempts, m.max_attempts, m.idempotency_key, m.tags,
+           m.created_at, m.started_at, now(),
+           case when m.started_at is null then null else keel._ms_between(m.started_at, now()) end,
+           p_reason, coalesce(p_error, m.last_error), m.worker_id
+    from moved m
+    returning id, queue, coalesce(duration_ms, 0) as duration_ms
+  ), counted as (
+    insert into keel.stats_summary as s (queue, failed, cancelled, zombie)
+    select d.queue, count(*),
+           case when p_reason = 'cancelled' then count(*) else 0 end,
+           case when p_reason = 'zombie' then count(*) else 0 end
+    from dead d group by d.queue order by d.queue
+    on conflict (queue) do update
+      set failed = s.failed + excluded.failed,
+          cancelled = s.cancelled + excluded.cancelled,
+          zombie = s.zombie + excluded.zombie,
+          updated_at = now()
+  ), bucketed as (
+    insert into keel.metric_buckets as b (bucket_start, queue, outcome, reason, count, total_duration_ms, max_duration_ms)
+    select date_trunc('minute', now()), d.queue, 'failed', p_reason, count(*), sum(d.duration_ms), max(d.duration_ms)
+    from dead d group by d.queue order by d.queue
+    on conflict (bucket_start, queue, outcome, reason) do update
+      set count = b.count + excluded.count,
+          total_duration_ms = b.total_duration_ms + excluded.total_duration_ms,
+          max_duration_ms = greatest(b.max_duration_ms, excluded.max_duration_ms)
+  )
+  select d.id from dead d
+$$;
+
+create or replace function keel.fail(p_job_id bigint, p_lease_id text, p_reason text, p_error text)
+returns text
+language plpgsql as $$
+declare
+  v_lease uuid := keel._lease(p_lease_id);
+begin
+  if p_reason is null or p_reason not in ('exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired') then
+    raise exception 'reason must be one of exhausted, fatal, timeout, cancelled, zombie, expired (got %)', coalesce(p_reason, 'null')
+      using errcode = '22023';
+  end if;
+  if v_lease is null then
+    return 'lease_lost';
+  end if;
+  if (select count(*) from keel._dead_letter(array[p_job_id], v_lease, array['fetched', 'processing'], p_reason, p_error)) = 0 then
+    return 'lease_lost';
+  end if;
+  return 'ok';
+end
+$$;
+
+-- Back to pending at run_at (attempt already counted by start). A job whose cancel was requested goes to the DLQ
+-- as cancelled instead: the operator's cancel wins over the handler's retry.
+create or replace function keel.retry(p_job_id bigint, p_lease_id text, p_run_at timestamptz, p_error text)
+returns text
+language plpgsql as $$
+declare
+  v_lease  uuid := keel._lease(p_lease_id);
+  v_row    record;
+begin
+  select h.queue, h.cancel_requested into v_row from keel.jobs_hot h
+  where h.id = p_job_id and h.lease_id = v_lease and h.state = 'processing'
+  for update;
+  if not found then
+    return 'lease_lost';
+  end if;
+  if v_row.cancel_requested then
+    perform keel._dead_letter(array[p_job_id], v_lease, array['processing'], 'cancelled', coalesce(p_error, 'cancelled'));
+    return 'ok';
+  end if;
+  update keel.jobs_hot h
+  set state = 'pending', run_at = coalesce(p_run_at, now()), lease_id = null, worker_id = null, fetched_at = null,
+      lease_expires_at = null, heartbeat_at = null, last_error = p_error
+  where h.id = p_job_id;
+  insert into keel.stats_summary as s (queue, retried) values (v_row.queue, 1)
+  on conflict (queue) do update set retried = s.retried + 1, updated_at = now();
+  return 'ok';
+end
+$$;
+
+-- pending/fetched -> DLQ cancelled at once; processing -> cancel requested (the heartbeat tells the handler).
+create or replace function keel.cancel(p_job_id bigint)
+returns text
+language plpgsql as $$
+declare
+  v_state text;
+begin
+  select h.state into v_state from keel.jobs_hot h where h.id = p_job_id for update;
+  if not found then
+    return 'not_found';
+  end if;
+  if v_state = 'processing' then
+    update keel.jobs_hot h set cancel_requested = true where h.id = p_job_id;
+    return 'cancel_requested';
+  end if;
+  perform keel._dead_letter(array[p_job_id], null, array['pending', 'fetched'], 'cancelled', 'cancelled by operator');
+  return 'cancelled';
+end
+$$;
+
+-- Zombies, in bounded batches:
+--   fetched past its lease -> pending (no attempt was used);
+--   processing past the queue's heartbeat timeout -> DLQ zombie (policy dlq or attempts exhausted), DLQ cancelled
+--   (cancel requested), or pending (policy retry);
+--   pending past expires_at -> DLQ expired.
+create or replace function keel.rescue_zombies(p_limit integer)
+returns table (released_fetched integer, retried integer, dead_lettered integer, expired integer)
+language plpgsql as $$
+declare
+  v_released  integer := 0;
+  v_retried   integer := 0;
+  v_dead      integer := 0;
+  v_expired   integer := 0;
+  v_retry_ids bigint[];
+  v_zombie_ids bigint[];
+  v_cancel_ids bigint[];
+  v_ids       bigint[];
+begin
+  with c as (
+    select h.id from keel.jobs_hot h
+    where h.state = 'fetched' and h.lease_expires_at < now()
+    order by h.id limit p_limit
+    for update of h skip locked
+  )
+  update keel.jobs_hot h
+  set state = 'pending', lease_id = null, worker_id = null, fetched_at = null, lease_expires_at = null
+  from c where h.id = c.id;
+  get diagnostics v_released = row_count;
+
+  with c as (
+    select h.id, h.attempts, h.cancel_requested,
+           coalesce(h.max_attempts, s.max_attempts, 5) as max_attempts,
+           coalesce(s.zombie_policy, 'retry') as policy
+    from keel.jobs_hot h left join keel.queues s on s.name = h.queue
+    where h.state = 'processing'
+      and h.heartbeat_at < now() - make_interval(secs => coalesce(s.zombie_timeout_seconds, 300))
+    order by h.id limit p_limit
+    for update of h skip locked
+  )
+  select array_agg(c.id) filter (where c.cancel_requested),
+         array_agg(c.id) filter (where not c.cancel_requested and (c.policy = 'dlq' or c.attempts >= c.max_attempts)),
+         array_agg(c.id) filter (where not c.cancel_requested and c.policy = 'retry' and c.attempts < c.max_attempts)
+  into v_cancel_ids, v_zombie_ids, v_retry_ids
+  from c;
+
+  if v_retry_ids is not null then
+    with upd as (
+      update keel.jobs_hot h
+      set state = 'pending', run_at = now(), lease_id = null, worker_id = null, fetched_at = null,
+          lease_expires_at = null, heartbeat_at = null,
+          last_error = 'zombie: no heartbeat since ' || to_char(h.heartbeat_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+      where h.id = any(v_retry_ids)
+      returning h.queue
+    )
+    insert into keel.stats_summary as s (queue, zombie)
+    select u.queue, count(*) from upd u group by u.queue order by u.queue
+    on conflict (queue) do update set zombie = s.zombie + excluded.zombie, updated_at = now();
+    v_retried := cardinality(v_retry_ids);
+  end if;
+  if v_zombie_ids is not null then
+    v_dead := v_dead + (select count(*) from keel._dead_letter(v_zombie_ids, null, array['processing'], 'zombie', 'zombie: heartbeat timed out'));
+  end if;
+  if v_cancel_ids is not null then
+    v_dead := v_dead + (select count(*) from keel._dead_letter(v_cancel_ids, null, array['processing'], 'cancelled', 'cancelled; worker lost before it stopped'));
+  end if;
+
+  v_ids := array(
+    select h.id from keel.jobs_hot h
+    where h.state = 'pending' and h.expires_at is not null and h.expires_at <= now()
+    order by h.id limit p_limit
+    for update of h skip locked);
+  if cardinality(v_ids) > 0 then
+    v_expired := (select count(*) from keel._dead_letter(v_ids, null, array['pending'], 'expired', 'expired before it started'));
+  end if;
+
+  return query select v_released, v_retried, v_dead, v_expired;
+end
+$$;
+
+-- ---------------------------------------------------------------------------------------------------------------
+-- DLQ -> Hot. Deleting from the DLQ first means two concurrent resurrects of one job yield exactly one hot job.
+-- Attempts reset, idempotency key kept; a job whose key is held by a hot job now stays in the DLQ.
+create or replace function keel.resurrect(p_job_ids bigint[])
+returns table (job_id bigint)
+language sql as $$
+  with locked as (
+    select d.id from keel.jobs_dlq d
+    where d.id = any(p_job_ids)
+      and (d.idempotency_key is null
+           or not exists (select 1 from keel.jobs_hot h where h.idempotency_key = d.idempotency_key))
+    order by d.id
+    for update of d
+  ), moved as (
+    delete from keel.jobs_dlq d using locked l where d.id = l.id
+    returning d.*
+  ), revived as (
+    insert into keel.jobs_hot (id, queue, type, payload, priority, state, run_at, attempts, max_attempts,
+                               idempotency_key, tags, created_at, last_error)
+    select m.id, m.queue, m.type, m.payload, m.priority, 'pending', now(), 0, m.max_attempts,
+           m.idempotency_key, m.tags, m.created_at, m.error
+    from moved m
+    returning id, queue
+  ), counted as (
+    insert into keel.stats_summary as s (queue, resurrected)
+    select r.queue, count(*) from revived r group by r.queue order by r.queue
+    on conflict (queue) do update set resurrected = s.resurrected + excluded.resurrected, updated_at = now()
+  )
+  select r.id from revived r order by r.id
+$$;
+
+create or replace function keel.resurrect_by_filter(p_queue text, p_type text, p_reason text, p_failed_after timestamptz,
+                                                    p_failed_before timestamptz, p_limit integer, p_dry_run boolean)
+returns table (job_id bigint)
+language plpgsql as $$
+declare
+  v_ids bigint[];
+begin
+  if p_limit is null or p_limit < 1 then
+    raise exception 'limit must be a positive integer' using errcode = '22023';
+  end if;
+  v_ids := array(
+    select d.id from keel.jobs_dlq d
+    where (p_queue is null or d.queue = p_queue)
+      and (p_type is null or d.type = p_type)
+      and (p_reason is null or d.reason = p_reason)
+      and (p_failed_after is null or d.failed_at >= p_failed_after)
+      and (p_failed_before is null or d.failed_at < p_failed_before)
+    order by d.failed_at, d.id
+    limit p_limit);
+  if coalesce(p_dry_run, true) then
+    return query select unnest(v_ids);
+  else
+    return query select * from keel.resurrect(v_ids);
+  end if;
+end
+$$;
+
+-- One batch of retention: archive/dlq rows finished before the cutoff, or metric buckets that started before it.
+create or replace function keel.purge(p_target text, p_queue text, p_older_than timestamptz, p_batch_size integer)
+returns bigint
+language plpgsql as $$
+declare
+  v_deleted bigint := 0;
+begin
+  if p_batch_size is null or p_batch_size < 1 then
+    raise exception 'batch_size must be a positive integer' using errcode = '22023';
+  end if;
+  if p_target = 'archive' then
+    with c as (
+      select a.id from keel.jobs_archive a
+      where a.finished_at < p_older_than and (p_queue is null or a.queue = p_queue)
+      order by a.finished_at limit p_batch_size
+      for update skip locked
+    )
+    delete from keel.jobs_archive a using c where a.id = c.id;
+  elsif p_target = 'dlq' then
+    with c as (
+      select d.id from keel.jobs_dlq d
+      where d.failed_at < p_older_than and (p_queue is null or d.queue = p_queue)
+      order by d.failed_at limit p_batch_size
+      for update skip locked
+    )
+    delete from keel.jobs_dlq d using c where d.id = c.id;
+  elsif p_target = 'metrics' then
+    with c as (
+      select b.bucket_start, b.queue, b.outcome, b.reason from keel.metric_buckets b
+      where b.bucket_start < p_older_than and (p_queue is null or b.queue = p_queue)
+      order by b.bucket_start limit p_batch_size
+      for update skip locked
+    )
+    delete from keel.metric_buckets b using c
+    where b.bucket_start = c.bucket_start and b.queue = c.queue and b.outcome = c.outcome and b.reason = c.reason;
+  else
+    raise exception 'target must be archive, dlq or metrics (got %)', coalesce(p_target, 'null') using errcode = '22023';
+  end if;
+  get diagnostics v_deleted = row_count;
+  return v_deleted;
+end
+$$;
+
+-- ---------------------------------------------------------------------------------------------------------------
+-- Reads.
+create or replace function keel.stats()
+returns table (queue text, pending bigint, due bigint, fetched bigint, processing bigint, dlq bigint,
+               oldest_due_age_ms bigint, succeeded bigint, failed bigint, retried bigint, cancelled bigint,
+               zombie bigint, resurrected bigint)
+language sql stable as $$
+  with hot as (
+    select h.queue,
+           count(*) filter (where h.state = 'pending') as pending,
+           count(*) filter (where h.state = 'pending' and h.run_at <= now()) as due,
+           count(*) filter (where h.state = 'fetched') as fetched,
+           count(*) filter (where h.state = 'processing') as processing,
+           min(h.run_at) filter (where h.state = 'pending' and h.run_at <= now()) as oldest_due
+    from keel.jobs_hot h group by h.queue
+  ), dead as (
+    select d.queue, count(*) as n from keel.jobs_dlq d group by d.queue
+  ), names as (
+    select q.name from keel.queues q
+    union select s.queue from keel.stats_summary s
+    union select hot.queue from hot
+  )
+  select n.name,
+         coalesce(hot.pending, 0), coalesce(hot.due, 0), coalesce(hot.fetched, 0), coalesce(hot.processing, 0),
+         coalesce(dead.n, 0),
+         case when hot.oldest_due is null then null else keel._ms_between(hot.oldest_due, now()) end,
+         coalesce(s.succeeded, 0), coalesce(s.failed, 0), coalesce(s.retried, 0), coalesce(s.cancelled, 0),
+         coalesce(s.zombie, 0), coalesce(s.resurrected, 0)
+  from names n
+  left join hot on hot.queue = n.name
+  left join dead on dead.queue = n.name
+  left join keel.stats_summary s on s.queue = n.name
+  order by n.name
+$$;
+
+create or replace function keel.metrics(p_window_minutes integer, p_queue text)
+returns table (bucket_start timestamptz, queue text, outcome text, reason text, count bigint,
+               total_duration_ms bigint, max_duration_ms bigint)
+language sql stable as $$
+  select b.bucket_start, b.queue, b.outcome, b.reason, b.count, b.total_duration_ms, b.max_duration_ms
+  from keel.metric_buckets b
+  where b.bucket_start >= date_trunc('minute', now()) - make_interval(mins => greatest(coalesce(p_window_minutes, 60), 1) - 1)
+    and (p_queue is null or b.queue = p_queue)
+  order by b.bucket_start, b.queue, b.outcome, b.reason
+$$;
+
+create or replace function keel.list_queues(p_name text)
+returns setof keel.queues
+language sql stable as $$
+  select * from keel.queues q where p_name is null or q.name = p_name order by q.name
+$$;
+
+-- Null arguments leave a setting unchanged; clear_max_concurrency makes the queue unlimited.
+create or replace function keel.update_queue(p_name text, p_paused boolean, p_max_concurrency integer,
+                                             p_clear_max_concurrency boolean, p_zombie_timeout_seconds integer,
+                                             p_zombie_policy text, p_max_attempts integer,
+                                             p_archive_retention_seconds integer, p_dlq_retention_seconds integer,
+                                             p_metrics_retention_seconds integer)
+returns setof keel.queues
+language sql as $$
+  insert into keel.queues as q (name) values (p_name)
+  on conflict (name) do update
+    set paused = coalesce(p_paused, q.paused),
+        max_concurrency = case when coalesce(p_clear_max_concurrency, false) then null
+                               else coalesce(p_max_concurrency, q.max_concurrency) end,
+        zombie_timeout_seconds = coalesce(p_zombie_timeout_seconds, q.zombie_timeout_seconds),
+        zombie_policy = coalesce(p_zombie_policy, q.zombie_policy),
+        max_attempts = coalesce(p_max_attempts, q.max_attempts),
+        archive_retention_seconds = coalesce(p_archive_retention_seconds, q.archive_retention_seconds),
+        dlq_retention_seconds = coalesce(p_dlq_retention_seconds, q.dlq_retention_seconds),
+        metrics_retention_seconds = coalesce(p_metrics_retention_seconds, q.metrics_retention_seconds),
+        updated_at = now()
+  returning *
+$$;
+
+create or replace function keel._hot_record(h keel.jobs_hot)
+returns keel.job_record language sql stable as $$
+  select row(h.id, 'hot', h.queue, h.type, h.payload, h.priority, h.state, h.attempts, h.idempotency_key, h.tags,
+             h.created_at, h.run_at, h.started_at, null::timestamptz, null::bigint, null::text, h.last_error,
+             h.cancel_requested, h.lease_id, h.worker_id)::keel.job_record
+$$;
+
+create or replace function keel._archive_record(a keel.jobs_archive)
+returns keel.job_record language sql stable as $$
+  select row(a.id, 'archive', a.queue, a.type, a.payload, a.priority, 'succeeded', a.attempts, a.idempotency_key,
+             a.tags, a.created_at, null::timestamptz, a.started_at, a.finished_at, a.duration_ms, null::text,
+             null::text, false, null::uuid, a.worker_id)::keel.job_record
+$$;
+
+create or replace function keel._dlq_record(d keel.jobs_dlq)
+returns keel.job_record language sql stable as $$
+  select row(d.id, 'dlq', d.queue, d.type, d.payload, d.priority, 'dead', d.attempts, d.idempotency_key, d.tags,
+             d.created_at, null::timestamptz, d.started_at, d.failed_at, d.duration_ms, d.reason, d.error, false,
+             null::uuid, d.worker_id)::keel.job_record
+$$;
+
+create or replace function keel.get_job(p_job_id bigint)
+returns setof keel.job_record
+language sql stable as $$
+  select (keel._hot_record(h)).* from keel.jobs_hot h where h.id = p_job_id
+  union all
+  select (keel._archive_record(a)).* from keel.jobs_archive a where a.id = p_job_id
+  union all
+  select (keel._dlq_record(d)).* from keel.jobs_dlq d where d.id = p_job_id
+$$;
+
+-- Newest first with keyset paging on id. text matches a substring of the payload or the last error.
+create or replace function keel.search_jobs(p_location text, p_queue text, p_type text, p_tag text, p_state text,
+                                            p_reason text, p_from timestamptz, p_to timestamptz, p_text text,
+                                            p_after_id bigint, p_limit integer)
+returns setof keel.job_record
+language plpgsql stable as $$
+declare
+  v_like text := case when p_text is null then null
+                      else '%' || replace(replace(replace(p_text, '\', '\\'), '%', '\%'), '_', '\_') || '%' end;
+  v_limit integer := least(greatest(coalesce(p_limit, 50), 1), 1000);
+begin
+  if p_location = 'hot' then
+    return query
+    select (keel._hot_record(h)).* from keel.jobs_hot h
+    where (p_queue is null or h.queue = p_queue) and (p_type is null or h.type = p_type)
+      and (p_tag is null or h.tags @> array[p_tag]) and (p_state is null or h.state = p_state)
+      and (p_from is null or h.created_at >= p_from) and (p_to is null or h.created_at < p_to)
+      and (v_like is null or h.payload::text ilike v_like or coalesce(h.last_error, '') ilike v_like)
+      and (p_after_id is null or h.id < p_after_id)
+    order by h.id desc limit v_limit;
+  elsif p_location = 'archive' then
+    return query
+    select (keel._archive_record(a)).* from keel.jobs_archive a
+    where (p_queue is null or a.queue = p_queue) and (p_type is null or a.type = p_type)
+      and (p_tag is null or a.tags @> array[p_tag])
+      and (p_from is null or a.finished_at >= p_from) and (p_to is null or a.finished_at < p_to)
+      and (v_like is null or a.payload::text ilike v_like)
+      and (p_after_id is null or a.id < p_after_id)
+    order by a.id desc limit v_limit;
+  elsif p_location = 'dlq' then
+    return query
+    select (keel._dlq_record(d)).* from keel.jobs_dlq d
+    where (p_queue is null or d.queue = p_queue) and (p_type is null or d.type = p_type)
+      and (p_tag is null or d.tags @> array[p_tag]) and (p_reason is null or d.reason = p_reason)
+      and (p_from is null or d.failed_at >= p_from) and (p_to is null or d.failed_at < p_to)
+      and (v_like is null or d.payload::text ilike v_like or coalesce(d.error, '') ilike v_like)
+      and (p_after_id is null or d.id < p_after_id)
+    order by d.id desc limit v_limit;
+  else
+    raise exception 'location must be hot, archive or dlq (got %)', coalesce(p_location, 'null') using errcode = '22023';
+  end if;
+end
+$$;

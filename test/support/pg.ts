@@ -1,0 +1,27 @@
+// Per-test-file PostgreSQL databases on the run's server.
+import pg from 'pg';
+import { inject } from 'vitest';
+import { randomBytes } from 'node:crypto';
+
+export function adminUrl(): string {
+  return inject('pgAdminUrl');
+}
+
+export function withDatabase(url: string, database: string): string {
+  const u = new URL(url);
+  u.pathname = `/${database}`;
+  return u.toString();
+}
+
+// Creates an empty database named keel_<prefix>_<random> and returns its URL.
+export async function createTestDatabase(prefix: string): Promise<string> {
+  const name = `keel_${prefix.replace(/[^a-z0-9_]/gi, '_').toLowerCase()}_${randomBytes(4).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: adminUrl() });
+  await admin.connect();
+  try {
+    await admin.query(`create database ${name}`); // name is built from [a-z0-9_] only
+  } finally {
+    await admin.end();
+  }
+  return withDatabase(adminUrl(), name);
+}
