@@ -713,8 +713,8 @@ create or replace function keel.update_queue(p_name text, p_paused boolean, p_ma
                                              p_metrics_retention_seconds integer)
 returns setof keel.queues
 language sql as $$
-  insert into keel.queues as q (name) values (p_name)
-  on conflict (name) do update
+  insert into keel.queues (name) values (p_name) on conflict (name) do nothing;
+  update keel.queues as q
     set paused = coalesce(p_paused, q.paused),
         max_concurrency = case when coalesce(p_clear_max_concurrency, false) then null
                                else coalesce(p_max_concurrency, q.max_concurrency) end,
@@ -725,6 +725,7 @@ language sql as $$
         dlq_retention_seconds = coalesce(p_dlq_retention_seconds, q.dlq_retention_seconds),
         metrics_retention_seconds = coalesce(p_metrics_retention_seconds, q.metrics_retention_seconds),
         updated_at = now()
+  where q.name = p_name
   returning *
 $$;
 

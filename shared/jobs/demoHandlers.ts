@@ -1,0 +1,35 @@
+// Demo job types for `npm start` and the demo script: they show archive, retry, dead-letter and cancel paths.
+import { FatalError, type HandlerRegistry } from './registry.js';
+
+const sleep = (ms: number, signal: AbortSignal) =>
+  new Promise<void>((resolve, reject) => {
+    if (signal.aborted) return reject(signal.reason);
+    const t = setTimeout(resolve, ms);
+    signal.addEventListener('abort', () => {
+      clearTimeout(t);
+      reject(signal.reason);
+    }, { once: true });
+  });
+
+export interface DemoPayload {
+  message?: string;
+  ms?: number; // demo.slow: how long to work
+  failTimes?: number; // demo.flaky: attempts that fail before one succeeds
+}
+
+export function registerDemoHandlers(registry: HandlerRegistry): HandlerRegistry {
+  return registry
+    .register<DemoPayload>('demo.echo', async (payload, ctx) => {
+      ctx.log.info('echo', { jobId: ctx.jobId, message: payload?.message ?? null });
+    })
+    .register<DemoPayload>('demo.slow', async (payload, ctx) => {
+      await sleep(Math.min(Math.max(payload?.ms ?? 5000, 0), 10 * 60_000), ctx.signal);
+    }, { timeoutMs: 15 * 60_000 })
+    .register<DemoPayload>('demo.flaky', async (payload, ctx) => {
+      const failTimes = payload?.failTimes ?? 2;
+      if (ctx.attempt <= failTimes) throw new Error(`flaky failure on attempt ${ctx.attempt} of ${failTimes + 1} needed`);
+    }, { backoff: { baseMs: 500, maxMs: 5000 } })
+    .register<DemoPayload>('demo.fatal', async (payload) => {
+      throw new FatalError(payload?.message ?? 'this job always fails fatally');
+    });
+}

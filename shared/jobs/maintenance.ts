@@ -1,0 +1,67 @@
+// The maintenance pass: zombie rescue until quiet, then retention purges, every step bounded in batches so a timer
+// that fires twice, or a pass that is cut short, is harmless.
+import type { JobStore, PurgeTarget, RescueResult } from './contract.js';
+
+export interface MaintenanceOptions {
+  rescueBatch?: number; // rows per rescue call (default 500)
+  purgeBatch?: number; // rows per purge call (default 1000)
+  maxBatches?: number; // per step, so one pass stays bounded (default 20)
+  now?: Date;
+}
+
+export interface MaintenanceReport {
+  rescued: RescueResult;
+  purged: Record<PurgeTarget, number>;
+  batches: number;
+  durationMs: number;
+  complete: boolean; // false when a step hit maxBatches: more work is left for the next pass
+}
+
+export async function runMaintenance(store: JobStore, opts: MaintenanceOptions = {}): Promise<MaintenanceReport> {
+  const started = Date.now();
+  const rescueBatch = opts.rescueBatch ?? 500;
+  const purgeBatch = opts.purgeBatch ?? 1000;
+  const maxBatches = opts.maxBatches ?? 20;
+  const now = opts.now ?? new Date();
+  const rescued: RescueResult = { releasedFetched: 0, retried: 0, deadLettered: 0, expired: 0 };
+  const purged: Record<PurgeTarget, number> = { archive: 0, dlq: 0, metrics: 0 };
+  let batches = 0;
+  let complete = true;
+
+  for (let i = 0; ; i++) {
+    if (i >= maxBatches) {
+      complete = false;
+      break;
+    }
+    const r = await store.rescueZombies(rescueBatch);
+    batches++;
+    rescued.releasedFetched += r.releasedFetched;
+    rescued.retried += r.retried;
+    rescued.deadLettered += r.deadLettered;
+    rescued.expired += r.expired;
+    const moved = Math.max(r.releasedFetched, r.retried + r.deadLettered, r.expired);
+    if (moved < rescueBatch) break;
+  }
+
+  for (const queue of await store.listQueues()) {
+    const cutoffs: [PurgeTarget, number][] = [
+      ['archive', queue.archiveRetentionSeconds],
+      ['dlq', queue.dlqRetentionSeconds],
+      ['metrics', queue.metricsRetentionSeconds],
+    ];
+    for (const [target, seconds] of cutoffs) {
+      const olderThan = new Date(now.getTime() - seconds * 1000);
+      for (let i = 0; ; i++) {
+        if (i >= maxBatches) {
+          complete = false;
+          break;
+        }
+        const n = await store.purge(target, queue.name, olderThan, purgeBatch);
+        batches++;
+        purged[target] += n;
+        if (n < purgeBatch) break;
+      }
+    }
+  }
+  return { rescued, purged, batches, durationMs: Date.now() - started, complete };
+}

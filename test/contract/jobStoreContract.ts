@@ -1,0 +1,558 @@
+// The job store contract suite: written once, run against every engine through its EngineHarness.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ClaimedJob, JobStore, LeaseRef } from '../../shared/jobs/contract.js';
+import { ValidationError } from '../../shared/jobs/validate.js';
+import type { EngineHarness, PillarTable } from './harness.js';
+
+const ref = (j: ClaimedJob): LeaseRef => ({ jobId: j.id, leaseId: j.leaseId });
+let queueSeq = 0;
+// Every test uses its own queue, so tests share one database without seeing each other's jobs.
+const freshQueue = (label: string) => `${label}-${++queueSeq}-${Math.random().toString(36).slice(2, 7)}`;
+const STALE_LEASE = '00000000-0000-4000-8000-000000000000';
+
+export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
+  let h: EngineHarness;
+  let store: JobStore;
+
+  async function where(id: string): Promise<PillarTable[]> {
+    const found: PillarTable[] = [];
+    for (const t of ['hot', 'archive', 'dlq'] as PillarTable[]) if ((await h.ids(t)).includes(id)) found.push(t);
+    return found;
+  }
+
+  async function claimOne(queue: string, workerId = 'w1'): Promise<ClaimedJob> {
+    const [job] = await store.claimNext({ workerId, queues: [queue], limit: 1 });
+    if (!job) throw new Error(`nothing to claim in ${queue}`);
+    return job;
+  }
+
+  async function startedJob(queue: string, extra: Record<string, unknown> = {}): Promise<ClaimedJob> {
+    await store.enqueue({ queue, type: 't', payload: { n: 1 }, ...extra });
+    const job = await claimOne(queue);
+    expect((await store.start(ref(job))).status).toBe('ok');
+    return job;
+  }
+
+  beforeAll(async () => {
+    h = makeHarness();
+    store = await h.createStore({ poolSize: 12 });
+  });
+  afterAll(async () => {
+    await h?.close();
+  });
+
+  describe('enqueue', () => {
+    it('enqueues single and batch jobs into the hot table as pending', async () => {
+      const q = freshQueue('enq');
+      const one = await store.enqueue({ queue: q, type: 'a', payload: { x: 1 }, tags: ['t1'], priority: 3 });
+      expect(one.duplicate).toBe(false);
+      const many = await store.enqueueMany([
+        { queue: q, type: 'b', payload: [1, 2] },
+        { queue: q, type: 'c' },
+      ]);
+      expect(many).toHaveLength(2);
+      expect(new Set([one.id, ...many.map((m) => m.id)]).size).toBe(3);
+      expect(await h.countRows('hot', q)).toBe(3);
+      const rec = await store.getJob(one.id);
+      expect(rec).toMatchObject({ location: 'hot', state: 'pending', queue: q, type: 'a', payload: { x: 1 }, tags: ['t1'], priority: 3, attempts: 0 });
+    });
+
+    it('returns the existing id for a duplicate idempotency key among hot jobs, in batch and single calls', async () => {
+      const q = freshQueue('idem');
+      const key = `key-${q}`;
+      const first = await store.enqueue({ queue: q, type: 't', idempotencyKey: key });
+      const again = await store.enqueue({ queue: q, type: 't', idempotencyKey: key });
+      expect(again).toEqual({ id: first.id, duplicate: true });
+      const batch = await store.enqueueMany([
+        { queue: q, type: 't', idempotencyKey: `${key}-b` },
+        { queue: q, type: 't', idempotencyKey: `${key}-b` },
+        { queue: q, type: 't', idempotencyKey: key },
+      ]);
+      expect(batch[0]!.duplicate).toBe(false);
+      expect(batch[1]).toEqual({ id: batch[0]!.id, duplicate: true });
+      expect(batch[2]).toEqual({ id: first.id, duplicate: true });
+      expect(await h.countRows('hot', q)).toBe(2);
+    });
+
+    it('lets a key be reused once its job has left the hot table', async () => {
+      const q = freshQueue('idem-reuse');
+      const first = await store.enqueue({ queue: q, type: 't', idempotencyKey: `k-${q}` });
+      const job = await claimOne(q);
+      await store.start(ref(job));
+      expect(await store.complete(ref(job))).toBe('ok');
+      const second = await store.enqueue({ queue: q, type: 't', idempotencyKey: `k-${q}` });
+      expect(second.duplicate).toBe(false);
+      expect(second.id).not.toBe(first.id);
+    });
+
+    it('refuses an oversized payload and bad fields with an error naming the field, writing nothing', async () => {
+      const q = freshQueue('bad');
+      const big = 'x'.repeat(300 * 1024);
+      await expect(store.enqueue({ queue: q, type: 't', payload: { big } })).rejects.toThrow(/payload: is \d+ bytes/);
+      await expect(store.enqueueMany([{ queue: q, type: 't' }, { queue: q, type: 't', priority: 1.5 }])).rejects.toThrow(
+        /jobs\[1\]\.priority/,
+      );
+      await expect(store.enqueue({ queue: '', type: 't' })).rejects.toBeInstanceOf(ValidationError);
+      await expect(store.enqueue({ queue: q, type: 't', delayMs: 5, runAt: new Date() })).rejects.toThrow(/runAt/);
+      expect(await h.countRows('hot', q)).toBe(0);
+    });
+  });
+
+  describe('claims', () => {
+    it('claims by priority then due time, mints a lease per claim, and skips delayed jobs until due', async () => {
+      const q = freshQueue('order');
+      const low = await store.enqueue({ queue: q, type: 't', priority: 0 });
+      const high = await store.enqueue({ queue: q, type: 't', priority: 10 });
+      const delayed = await store.enqueue({ queue: q, type: 't', priority: 100, delayMs: 60_000 });
+      const claimed = await store.claimNext({ workerId: 'w', queues: [q], limit: 10 });
+      expect(claimed.map((c) => c.id)).toEqual([high.id, low.id]);
+      expect(new Set(claimed.map((c) => c.leaseId)).size).toBe(2);
+      expect(await store.claimNext({ workerId: 'w', queues: [q], limit: 10 })).toEqual([]);
+      await h.backdate(delayed.id, 'run_at', 1);
+      expect((await store.claimNext({ workerId: 'w', queues: [q], limit: 10 })).map((c) => c.id)).toEqual([delayed.id]);
+    });
+
+    it('claims by id only a due pending job, once', async () => {
+      const q = freshQueue('byid');
+      const { id } = await store.enqueue({ queue: q, type: 't' });
+      const job = await store.claimById(id, 'w');
+      expect(job?.id).toBe(id);
+      expect(await store.claimById(id, 'w2')).toBeNull();
+      expect(await store.claimById('999999999999', 'w')).toBeNull();
+      expect(await store.claimById('not-a-number', 'w')).toBeNull();
+      const later = await store.enqueue({ queue: q, type: 't', delayMs: 60_000 });
+      expect(await store.claimById(later.id, 'w')).toBeNull();
+    });
+
+    it('respects pause and resume', async () => {
+      const q = freshQueue('pause');
+      const { id } = await store.enqueue({ queue: q, type: 't' });
+      await store.updateQueue(q, { paused: true });
+      expect(await store.claimNext({ workerId: 'w', queues: [q], limit: 5 })).toEqual([]);
+      expect(await store.claimById(id, 'w')).toBeNull();
+      await store.updateQueue(q, { paused: false });
+      expect((await store.claimNext({ workerId: 'w', queues: [q], limit: 5 })).map((j) => j.id)).toEqual([id]);
+    });
+
+    it('enforces max concurrency globally across concurrent claimers', async () => {
+      const q = freshQueue('maxc');
+      await store.enqueueMany(Array.from({ length: 20 }, () => ({ queue: q, type: 't' })));
+      await store.updateQueue(q, { maxConcurrency: 3 });
+      const results = await Promise.all(
+        Array.from({ length: 6 }, (_, i) => store.claimNext({ workerId: `w${i}`, queues: [q], limit: 5 })),
+      );
+      expect(results.flat()).toHaveLength(3);
+      const job = results.flat()[0]!;
+      await store.start(ref(job));
+      await store.complete(ref(job));
+      expect(await store.claimNext({ workerId: 'w', queues: [q], limit: 5 })).toHaveLength(1);
+      await store.updateQueue(q, { maxConcurrency: null });
+      expect(await store.claimNext({ workerId: 'w', queues: [q], limit: 5 })).toHaveLength(5);
+    });
+
+    it('never hands one job to two concurrent claimers', async () => {
+      const q = freshQueue('skip');
+      await store.enqueueMany(Array.from({ length: 60 }, () => ({ queue: q, type: 't' })));
+      const results = await Promise.all(
+        Array.from({ length: 8 }, (_, i) => store.claimNext({ workerId: `w${i}`, queues: [q], limit: 10 })),
+      );
+      const ids = results.flat().map((j) => j.id);
+      expect(new Set(ids).size).toBe(ids.length);
+      expect(ids.length).toBe(60);
+    });
+  });
+
+  describe('lease fencing', () => {
+    it('reports lease_lost for every owner-scoped call with a stale lease, changing nothing', async () => {
+      const q = freshQueue('fence');
+      await store.enqueue({ queue: q, type: 't' });
+      const job = await claimOne(q);
+      const stale = { jobId: job.id, leaseId: STALE_LEASE };
+      expect(await store.start(stale)).toEqual({ status: 'lease_lost', attempt: 0 });
+      expect(await store.release(stale)).toBe('lease_lost');
+      expect(await store.release({ jobId: job.id, leaseId: 'garbage' })).toBe('lease_lost');
+      expect((await store.start(ref(job))).status).toBe('ok');
+      expect(await store.heartbeat(stale)).toEqual({ status: 'lease_lost', cancelRequested: false });
+      expect(await store.complete(stale)).toBe('lease_lost');
+      expect(await store.completeMany([stale, { jobId: '999999999', leaseId: job.leaseId }])).toEqual([
+        { jobId: job.id, status: 'lease_lost' },
+        { jobId: '999999999', status: 'lease_lost' },
+      ]);
+      expect(await store.retry(stale, new Date(), 'x')).toBe('lease_lost');
+      expect(await store.fail(stale, 'fatal', 'x')).toBe('lease_lost');
+      expect(await where(job.id)).toEqual(['hot']);
+      expect((await store.getJob(job.id))!.state).toBe('processing');
+      expect(await h.statsRow(q)).toMatchObject({ succeeded: 0, failed: 0, retried: 0 });
+    });
+
+    it('a lease minted by a later claim fences out the earlier owner', async () => {
+      const q = freshQueue('fence2');
+      await store.enqueue({ queue: q, type: 't' });
+      const first = await claimOne(q, 'old');
+      await h.backdate(first.id, 'lease_expires_at', 5);
+      expect((await store.rescueZombies(100)).releasedFetched).toBeGreaterThanOrEqual(1);
+      const second = await claimOne(q, 'new');
+      expect(second.leaseId).not.toBe(first.leaseId);
+      expect((await store.start(ref(first))).status).toBe('lease_lost');
+      expect((await store.start(ref(second))).status).toBe('ok');
+      expect(await store.complete(ref(first))).toBe('lease_lost');
+      expect(await store.complete(ref(second))).toBe('ok');
+    });
+  });
+
+  describe('moves and counters', () => {
+    it('complete moves hot -> archive with counters and a succeeded bucket', async () => {
+      const q = freshQueue('complete');
+      const job = await startedJob(q);
+      expect(await store.complete(ref(job))).toBe('ok');
+      expect(await where(job.id)).toEqual(['archive']);
+      expect(await h.statsRow(q)).toMatchObject({ succeeded: 1, failed: 0 });
+      expect((await h.bucketTotals(q, 'succeeded')).count).toBe(1);
+      const rec = await store.getJob(job.id);
+      expect(rec).toMatchObject({ location: 'archive', state: 'succeeded', attempts: 1 });
+      expect(rec!.durationMs).toBeGreaterThanOrEqual(0);
+      expect(await store.complete(ref(job))).toBe('lease_lost');
+    });
+
+    it('completeMany archives many jobs in one call and reports each', async () => {
+      const q = freshQueue('many');
+      await store.enqueueMany(Array.from({ length: 25 }, () => ({ queue: q, type: 't' })));
+      const jobs = await store.claimNext({ workerId: 'w', queues: [q], limit: 25 });
+      const started = await store.startMany(jobs.map(ref));
+      expect(started.every((s) => s.status === 'ok' && s.attempt === 1)).toBe(true);
+      const res = await store.completeMany(jobs.map(ref));
+      expect(res.every((r) => r.status === 'ok')).toBe(true);
+      expect(await h.countRows('archive', q)).toBe(25);
+      expect(await h.countRows('hot', q)).toBe(0);
+      expect((await h.statsRow(q)).succeeded).toBe(25);
+      expect((await h.bucketTotals(q, 'succeeded')).count).toBe(25);
+    });
+
+    it('fail moves hot -> DLQ with the reason, error, counters and a failed bucket', async () => {
+      const q = freshQueue('fail');
+      const job = await startedJob(q);
+      expect(await store.fail(ref(job), 'exhausted', 'boom')).toBe('ok');
+      const rec = await store.getJob(job.id);
+      expect(rec).toMatchObject({ location: 'dlq', reason: 'exhausted', lastError: 'boom' });
+      expect(await h.statsRow(q)).toMatchObject({ failed: 1, succeeded: 0 });
+      expect((await h.bucketTotals(q, 'failed', 'exhausted')).count).toBe(1);
+      await expect(store.fail(ref(job), 'nonsense' as never, 'x')).rejects.toThrow(/reason/);
+    });
+
+    it('retry returns the job to pending at run_at; release returns a fetched job without using an attempt', async () => {
+      const q = freshQueue('retry');
+      const job = await startedJob(q);
+      const runAt = new Date(Date.now() + 60_000);
+      expect(await store.retry(ref(job), runAt, 'transient')).toBe('ok');
+      const rec = await store.getJob(job.id);
+      expect(rec).toMatchObject({ location: 'hot', state: 'pending', attempts: 1, lastError: 'transient' });
+      expect(Math.abs(rec!.runAt!.getTime() - runAt.getTime())).toBeLessThan(1000);
+      expect((await h.statsRow(q)).retried).toBe(1);
+      await h.backdate(job.id, 'run_at', 1);
+      const again = await claimOne(q);
+      expect(again.attempts).toBe(1);
+      expect(await store.release(ref(again))).toBe('ok');
+      const third = await claimOne(q);
+      expect(third.attempts).toBe(1);
+      expect((await store.start(ref(third))).attempt).toBe(2);
+    });
+
+    it('cancel: pending goes to the DLQ at once; processing is flagged and reported by heartbeat', async () => {
+      const q = freshQueue('cancel');
+      const pending = await store.enqueue({ queue: q, type: 't' });
+      expect(await store.cancel(pending.id)).toBe('cancelled');
+      expect((await store.getJob(pending.id))!.reason).toBe('cancelled');
+      const job = await startedJob(q);
+      expect(await store.cancel(job.id)).toBe('cancel_requested');
+      expect(await store.heartbeat(ref(job))).toEqual({ status: 'ok', cancelRequested: true });
+      expect(await store.fail(ref(job), 'cancelled', 'stopped')).toBe('ok');
+      expect(await h.statsRow(q)).toMatchObject({ failed: 2, cancelled: 2 });
+      expect(await store.cancel(job.id)).toBe('not_found');
+      expect(await store.cancel('123456789012')).toBe('not_found');
+    });
+
+    it('a retry after a cancel request dead-letters the job as cancelled', async () => {
+      const q = freshQueue('cancel-retry');
+      const job = await startedJob(q);
+      await store.cancel(job.id);
+      expect(await store.retry(ref(job), new Date(), 'failed anyway')).toBe('ok');
+      expect((await store.getJob(job.id))!.reason).toBe('cancelled');
+    });
+  });
+
+  describe('zombies and expiry', () => {
+    it('returns fetched jobs past their lease to pending, without using an attempt', async () => {
+      const q = freshQueue('zf');
+      await store.enqueue({ queue: q, type: 't' });
+      const job = await claimOne(q);
+      await h.backdate(job.id, 'lease_expires_at', 1);
+      const r = await store.rescueZombies(100);
+      expect(r.releasedFetched).toBeGreaterThanOrEqual(1);
+      expect(await store.getJob(job.id)).toMatchObject({ state: 'pending', attempts: 0 });
+    });
+
+    it('retries or dead-letters processing jobs past the heartbeat timeout per queue policy', async () => {
+      const qr = freshQueue('zr');
+      const qd = freshQueue('zd');
+      await store.updateQueue(qr, { zombieTimeoutSeconds: 30, zombiePolicy: 'retry' });
+      await store.updateQueue(qd, { zombieTimeoutSeconds: 30, zombiePolicy: 'dlq' });
+      const jr = await startedJob(qr);
+      const jd = await startedJob(qd);
+      const fresh = await startedJob(qr);
+      await h.backdate(jr.id, 'heartbeat_at', 31);
+      await h.backdate(jd.id, 'heartbeat_at', 31);
+      await h.backdate(fresh.id, 'heartbeat_at', 10);
+      const r = await store.rescueZombies(100);
+      expect(r.retried).toBeGreaterThanOrEqual(1);
+      expect(r.deadLettered).toBeGreaterThanOrEqual(1);
+      expect(await store.getJob(jr.id)).toMatchObject({ location: 'hot', state: 'pending', attempts: 1 });
+      expect(await store.getJob(jd.id)).toMatchObject({ location: 'dlq', reason: 'zombie' });
+      expect(await store.getJob(fresh.id)).toMatchObject({ state: 'processing' });
+      expect((await h.statsRow(qr)).zombie).toBe(1);
+      expect(await h.statsRow(qd)).toMatchObject({ zombie: 1, failed: 1 });
+      expect(await store.complete(ref(jr))).toBe('lease_lost');
+    });
+
+    it('dead-letters a zombie whose attempts are used up, and expires pending jobs past expiresAt', async () => {
+      const q = freshQueue('zx');
+      await store.updateQueue(q, { zombieTimeoutSeconds: 30, zombiePolicy: 'retry', maxAttempts: 1 });
+      const job = await startedJob(q);
+      await h.backdate(job.id, 'heartbeat_at', 60);
+      const exp = await store.enqueue({ queue: q, type: 't', expiresAt: new Date(Date.now() + 60_000) });
+      await h.backdate(exp.id, 'expires_at', 1);
+      expect(await store.claimById(exp.id, 'w')).toBeNull();
+      const r = await store.rescueZombies(100);
+      expect(r.expired).toBeGreaterThanOrEqual(1);
+      expect(await store.getJob(job.id)).toMatchObject({ location: 'dlq', reason: 'zombie' });
+      expect(await store.getJob(exp.id)).toMatchObject({ location: 'dlq', reason: 'expired' });
+    });
+
+    it('rescues in bounded batches', async () => {
+      const q = freshQueue('zb');
+      await store.enqueueMany(Array.from({ length: 7 }, () => ({ queue: q, type: 't' })));
+      const jobs = await store.claimNext({ workerId: 'w', queues: [q], limit: 7 });
+      for (const j of jobs) await h.backdate(j.id, 'lease_expires_at', 1);
+      const first = await store.rescueZombies(3);
+      expect(first.releasedFetched).toBeLessThanOrEqual(3);
+      let total = first.releasedFetched;
+      for (let i = 0; i < 10 && total < 7; i++) total += (await store.rescueZombies(3)).releasedFetched;
+      expect(total).toBeGreaterThanOrEqual(7);
+    });
+  });
+
+  describe('resurrect and purge', () => {
+    it('resurrects by id: attempts reset, idempotency key kept, counters updated', async () => {
+      const q = freshQueue('res');
+      const job = await startedJob(q, { idempotencyKey: `rk-${q}` });
+      await store.fail(ref(job), 'fatal', 'bad');
+      expect(await store.resurrect([job.id])).toEqual([job.id]);
+      expect(await store.getJob(job.id)).toMatchObject({ location: 'hot', state: 'pending', attempts: 0, idempotencyKey: `rk-${q}` });
+      expect((await h.statsRow(q)).resurrected).toBe(1);
+      expect(await store.resurrect([job.id])).toEqual([]);
+      expect((await store.enqueue({ queue: q, type: 't', idempotencyKey: `rk-${q}` })).duplicate).toBe(true);
+    });
+
+    it('leaves a job in the DLQ when a hot job now holds its idempotency key', async () => {
+      const q = freshQueue('res-key');
+      const job = await startedJob(q, { idempotencyKey: `dup-${q}` });
+      await store.fail(ref(job), 'fatal', 'bad');
+      await store.enqueue({ queue: q, type: 't', idempotencyKey: `dup-${q}` });
+      expect(await store.resurrect([job.id])).toEqual([]);
+      expect(await where(job.id)).toEqual(['dlq']);
+    });
+
+    it('resurrects by filter with a dry-run preview and a limit', async () => {
+      const q = freshQueue('resf');
+      for (let i = 0; i < 4; i++) {
+        const j = await startedJob(q);
+        await store.fail(ref(j), i < 3 ? 'timeout' : 'fatal', 'x');
+      }
+      const preview = await store.resurrectByFilter({ queue: q, reason: 'timeout', limit: 2, dryRun: true });
+      expect(preview.dryRun).toBe(true);
+      expect(preview.ids).toHaveLength(2);
+      expect(await h.countRows('dlq', q)).toBe(4);
+      const done = await store.resurrectByFilter({ queue: q, reason: 'timeout', limit: 2, dryRun: false });
+      expect(done.ids.sort()).toEqual(preview.ids.sort());
+      expect(await h.countRows('dlq', q)).toBe(2);
+      expect(await h.countRows('hot', q)).toBe(2);
+    });
+
+    it('two concurrent resurrects of one job produce exactly one hot job', async () => {
+      const q = freshQueue('res-race');
+      for (let round = 0; round < 10; round++) {
+        const job = await startedJob(q);
+        await store.fail(ref(job), 'fatal', 'x');
+        const [a, b] = await Promise.all([store.resurrect([job.id]), store.resurrect([job.id])]);
+        expect(a.length + b.length).toBe(1);
+        expect(await where(job.id)).toEqual(['hot']);
+        await store.cancel(job.id);
+      }
+      expect((await h.statsRow(q)).resurrected).toBe(10);
+    });
+
+    it('purges archive, DLQ and metric buckets older than a cutoff, in batches', async () => {
+      const q = freshQueue('purge');
+      for (let i = 0; i < 5; i++) {
+        const j = await startedJob(q);
+        if (i < 3) await store.complete(ref(j));
+        else await store.fail(ref(j), 'fatal', 'x');
+      }
+      const cutoff = new Date(Date.now() - 3600_000);
+      expect(await store.purge('archive', q, cutoff, 100)).toBe(0);
+      await h.backdateFinished('archive', 7200);
+      await h.backdateFinished('dlq', 7200);
+      await h.backdateFinished('metrics', 7200);
+      expect(await store.purge('archive', q, cutoff, 2)).toBe(2);
+      expect(await store.purge('archive', q, cutoff, 2)).toBe(1);
+      expect(await store.purge('archive', q, cutoff, 2)).toBe(0);
+      expect(await store.purge('dlq', q, cutoff, 100)).toBe(2);
+      expect(await store.purge('metrics', q, cutoff, 100)).toBeGreaterThanOrEqual(2);
+      expect(await h.countRows('archive', q)).toBe(0);
+      expect(await h.countRows('dlq', q)).toBe(0);
+      expect((await store.metrics(60 * 24, q)).length).toBe(0);
+    });
+  });
+
+  describe('atomicity', () => {
+    it('a failing archive insert rolls back the delete, counters and buckets', async () => {
+      const q = freshQueue('atom-a');
+      const job = await startedJob(q);
+      await h.breakInserts('archive');
+      try {
+        await expect(store.complete(ref(job))).rejects.toThrow();
+      } finally {
+        await h.restoreInserts('archive');
+      }
+      expect(await where(job.id)).toEqual(['hot']);
+      expect((await store.getJob(job.id))!.state).toBe('processing');
+      expect(await h.statsRow(q)).toMatchObject({ succeeded: 0 });
+      expect((await h.bucketTotals(q, 'succeeded')).count).toBe(0);
+      expect(await store.complete(ref(job))).toBe('ok');
+    });
+
+    it('a failing DLQ insert rolls back fail, cancel and zombie moves', async () => {
+      const q = freshQueue('atom-d');
+      await store.updateQueue(q, { zombiePolicy: 'dlq', zombieTimeoutSeconds: 30 });
+      const job = await startedJob(q);
+      const pending = await store.enqueue({ queue: q, type: 't' });
+      await h.backdate(job.id, 'heartbeat_at', 60);
+      await h.breakInserts('dlq');
+      try {
+        await expect(store.fail(ref(job), 'fatal', 'x')).rejects.toThrow();
+        await expect(store.cancel(pending.id)).rejects.toThrow();
+        await expect(store.rescueZombies(100)).rejects.toThrow();
+      } finally {
+        await h.restoreInserts('dlq');
+      }
+      expect(await where(job.id)).toEqual(['hot']);
+      expect(await where(pending.id)).toEqual(['hot']);
+      expect(await h.statsRow(q)).toMatchObject({ failed: 0, cancelled: 0, zombie: 0 });
+      expect((await h.bucketTotals(q, 'failed')).count).toBe(0);
+    });
+
+    it('a failing hot insert rolls back a resurrect', async () => {
+      const q = freshQueue('atom-h');
+      const job = await startedJob(q);
+      await store.fail(ref(job), 'fatal', 'x');
+      await h.breakInserts('hot');
+      try {
+        await expect(store.resurrect([job.id])).rejects.toThrow();
+      } finally {
+        await h.restoreInserts('hot');
+      }
+      expect(await where(job.id)).toEqual(['dlq']);
+      expect((await h.statsRow(q)).resurrected).toBe(0);
+    });
+  });
+
+  describe('races', () => {
+    it('stale worker vs zombie rescue vs cancel vs complete: the job ends in exactly one place, counted once', async () => {
+      const q = freshQueue('race');
+      await store.updateQueue(q, { zombieTimeoutSeconds: 30, zombiePolicy: 'dlq' });
+      const rounds = 25;
+      for (let i = 0; i < rounds; i++) {
+        const job = await startedJob(q);
+        await h.backdate(job.id, 'heartbeat_at', 60);
+        const ops = [
+          () => store.complete(ref(job)),
+          () => store.rescueZombies(50),
+          () => store.cancel(job.id),
+          () => store.fail(ref(job), 'fatal', 'stale'),
+          () => store.heartbeat(ref(job)),
+        ];
+        const shuffled = ops.sort(() => Math.random() - 0.5);
+        const results = await Promise.allSettled(shuffled.map((op) => op()));
+        expect(results.filter((r) => r.status === 'rejected')).toEqual([]);
+        let places = await where(job.id);
+        if (places[0] === 'hot') {
+          // Only a cancel request can leave it hot (processing, flagged): the next rescue moves it.
+          await store.rescueZombies(50);
+          places = await where(job.id);
+        }
+        expect(places).toHaveLength(1);
+        expect(places[0]).not.toBe('hot');
+      }
+      const s = await h.statsRow(q);
+      expect(s.succeeded + s.failed).toBe(rounds);
+      expect(s.succeeded).toBe(await h.countRows('archive', q));
+      expect(s.failed).toBe(await h.countRows('dlq', q));
+      expect((await h.bucketTotals(q, 'succeeded')).count + (await h.bucketTotals(q, 'failed')).count).toBe(rounds);
+    });
+
+    it('concurrent duplicate idempotent enqueues never error or deadlock and agree on one id per key', async () => {
+      const q = freshQueue('idem-race');
+      const keys = Array.from({ length: 30 }, (_, i) => `${q}-k${i}`);
+      const batches = Array.from({ length: 12 }, () =>
+        [...keys].sort(() => Math.random() - 0.5).map((k) => ({ queue: q, type: 't', idempotencyKey: k })),
+      );
+      const results = await Promise.all(batches.map((b) => store.enqueueMany(b)));
+      const idByKey = new Map<string, string>();
+      results.forEach((res, bi) =>
+        res.forEach((r, i) => {
+          const key = batches[bi]![i]!.idempotencyKey;
+          const seen = idByKey.get(key);
+          if (seen) expect(r.id).toBe(seen);
+          else idByKey.set(key, r.id);
+        }),
+      );
+      expect(results.flat().filter((r) => !r.duplicate)).toHaveLength(keys.length);
+      expect(await h.countRows('hot', q)).toBe(keys.length);
+      const singles = await Promise.all(Array.from({ length: 20 }, () => store.enqueue({ queue: q, type: 't', idempotencyKey: `${q}-solo` })));
+      expect(new Set(singles.map((s) => s.id)).size).toBe(1);
+      expect(singles.filter((s) => !s.duplicate)).toHaveLength(1);
+    });
+  });
+
+  describe('reads', () => {
+    it('stats, metrics, queue settings, job detail and search', async () => {
+      const q = freshQueue('reads');
+      const a = await store.enqueue({ queue: q, type: 'alpha', payload: { note: 'find-me 100%' }, tags: ['blue'] });
+      await store.enqueue({ queue: q, type: 'beta', payload: { note: 'other' } });
+      await h.backdate(a.id, 'run_at', 5);
+      const s = (await store.stats()).find((x) => x.queue === q)!;
+      expect(s).toMatchObject({ pending: 2, due: 2, fetched: 0, processing: 0, dlq: 0 });
+      expect(s.oldestDueAgeMs).toBeGreaterThanOrEqual(4000);
+      const found = await store.searchJobs({ location: 'hot', queue: q, text: 'find-me 100%', limit: 10 });
+      expect(found.map((j) => j.id)).toEqual([a.id]);
+      expect((await store.searchJobs({ location: 'hot', queue: q, text: '%', limit: 10 })).map((j) => j.id)).toEqual([a.id]);
+      expect((await store.searchJobs({ location: 'hot', queue: q, tag: 'blue', limit: 10 })).map((j) => j.id)).toEqual([a.id]);
+      const page1 = await store.searchJobs({ location: 'hot', queue: q, limit: 1 });
+      const page2 = await store.searchJobs({ location: 'hot', queue: q, limit: 1, afterId: page1[0]!.id });
+      expect(page1).toHaveLength(1);
+      expect(page2).toHaveLength(1);
+      expect(page2[0]!.id).not.toBe(page1[0]!.id);
+      const qs = await store.getQueue(q);
+      expect(qs).toMatchObject({ name: q, paused: false, maxConcurrency: null, zombiePolicy: 'retry', maxAttempts: 5 });
+      expect((await store.listQueues()).some((x) => x.name === q)).toBe(true);
+      await expect(store.updateQueue(q, { zombiePolicy: 'sometimes' as never })).rejects.toThrow(/zombiePolicy/);
+      await expect(store.updateQueue(q, { maxAttempts: 0 })).rejects.toThrow(/maxAttempts/);
+      expect(await store.getJob('424242424242')).toBeNull();
+      const job = await claimOne(q);
+      await store.start(ref(job));
+      await store.complete(ref(job));
+      const m = await store.metrics(5, q);
+      expect(m).toHaveLength(1);
+      expect(m[0]).toMatchObject({ queue: q, outcome: 'succeeded', reason: '', count: 1 });
+    });
+  });
+}
