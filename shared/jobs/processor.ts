@@ -119,6 +119,12 @@ export class JobProcessor {
     return this.stopping;
   }
 
+  // Claim up to `limit` due jobs under this processor's worker id and lease length.
+  async claim(queues: string[], limit: number): Promise<ClaimedJob[]> {
+    if (this.stopping || limit < 1) return [];
+    return this.store.claimNext({ workerId: this.workerId, queues, limit, leaseSeconds: this.leaseSeconds });
+  }
+
   // Claim one job by id (queue-message path) and run it.
   async processById(jobId: JobId): Promise<JobOutcome | 'not_claimed'> {
     if (this.stopping) return 'not_claimed';
@@ -161,9 +167,7 @@ export class JobProcessor {
     while (!this.stopping && Date.now() < deadline) {
       const free = opts.concurrency - inflight.size;
       if (free > 0) {
-        const jobs = await this.store.claimNext({
-          workerId: this.workerId, queues: opts.queues, limit: free, leaseSeconds: this.leaseSeconds,
-        });
+        const jobs = await this.claim(opts.queues, free);
         if (jobs.length > 0) {
           const p: Promise<void> = this.runBatch(jobs)
             .then((results) => {
@@ -353,7 +357,7 @@ export class Worker {
 
   constructor(
     readonly processor: JobProcessor,
-    private readonly opts: { queues: string[]; concurrency: number; pollIntervalMs?: number; store: JobStore; log?: JobLogger },
+    private readonly opts: { queues: string[]; concurrency: number; pollIntervalMs?: number; log?: JobLogger },
   ) {}
 
   start(): void {
@@ -362,14 +366,13 @@ export class Worker {
   }
 
   private async run(): Promise<void> {
-    const store = this.opts.store;
     const inflight = new Set<Promise<unknown>>();
     while (!this.stopped) {
       const free = this.opts.concurrency - inflight.size;
       let claimed = 0;
       if (free > 0) {
         try {
-          const jobs = await store.claimNext({ workerId: this.processor.workerId, queues: this.opts.queues, limit: free });
+          const jobs = await this.processor.claim(this.opts.queues, free);
           claimed = jobs.length;
           if (jobs.length > 0) {
             const p: Promise<unknown> = this.processor

@@ -1,0 +1,136 @@
+// Chaos: concurrent workers over thousands of jobs, with workers crashing mid-job, database connections killed and
+// handlers failing at random; then maintenance until quiet. Written once, run per engine through its EngineHarness.
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import type { JobStore } from '../../shared/jobs/contract.js';
+import { FatalError, HandlerRegistry } from '../../shared/jobs/registry.js';
+import { JobProcessor, Worker } from '../../shared/jobs/processor.js';
+import { runMaintenance } from '../../shared/jobs/maintenance.js';
+import type { EngineHarness } from './harness.js';
+
+export interface ChaosOptions {
+  jobs: number;
+  workers: number;
+  crashes: number; // worker crashes (store dies under the worker mid-job)
+  connectionKills: number; // server-side kills of every store connection
+  chaosMs: number; // how long crashes keep coming
+  settleMs: number; // upper bound for maintenance to bring the system to quiet
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+// A store that dies with its "process": after crash() every call throws, as if the worker vanished.
+function crashable(store: JobStore): { store: JobStore; crash(): void } {
+  let crashed = false;
+  const proxy = new Proxy(store, {
+    get(target, prop, receiver) {
+      const value = Reflect.get(target, prop, receiver);
+      if (typeof value !== 'function') return value;
+      return (...args: unknown[]) => {
+        if (crashed) return Promise.reject(new Error('worker crashed'));
+        return (value as (...a: unknown[]) => unknown).apply(target, args);
+      };
+    },
+  });
+  return { store: proxy, crash: () => (crashed = true) };
+}
+
+export function defineChaosSuite(makeHarness: () => EngineHarness, opts: ChaosOptions): void {
+  let h: EngineHarness;
+  let control: JobStore;
+
+  beforeAll(async () => {
+    h = makeHarness();
+    control = await h.createStore({ poolSize: 4 });
+  });
+  afterAll(async () => h?.close());
+
+  it(`${opts.workers} workers, ${opts.jobs} jobs, ${opts.crashes} crashes and ${opts.connectionKills} connection kills: every job in exactly one place, none finalized twice, counters exact`, async () => {
+    const queue = `chaos-${Date.now()}`;
+    await control.updateQueue(queue, { zombieTimeoutSeconds: 2, zombiePolicy: 'retry', maxAttempts: 8 });
+    const ids: string[] = [];
+    for (let i = 0; i < opts.jobs; i += 500) {
+      const batch = Array.from({ length: Math.min(500, opts.jobs - i) }, (_, k) => ({
+        queue, type: 'chaos', payload: { n: i + k },
+      }));
+      ids.push(...(await control.enqueueMany(batch)).map((r) => r.id));
+    }
+
+    const finalized = new Map<string, number>();
+    const registry = new HandlerRegistry().register('chaos', async () => {
+      await sleep(Math.random() * 3);
+      const roll = Math.random();
+      if (roll < 0.01) throw new FatalError('chaos: fatal');
+      if (roll < 0.09) throw new Error('chaos: transient');
+    }, { backoff: { baseMs: 20, maxMs: 200 } });
+
+    interface Live { worker: Worker; crash(): void }
+    const live: Live[] = [];
+    const startWorker = async () => {
+      const base = await h.createStore({ poolSize: 3 });
+      const c = crashable(base);
+      const processor = new JobProcessor({
+        store: c.store, registry, leaseSeconds: 3, heartbeatIntervalMs: 250,
+        events: {
+          onOutcome: (e) => {
+            if (e.outcome === 'succeeded' || e.outcome === 'dead_lettered') {
+              finalized.set(e.job.id, (finalized.get(e.job.id) ?? 0) + 1);
+            }
+          },
+        },
+      });
+      const worker = new Worker(processor, { queues: [queue], concurrency: 16, pollIntervalMs: 25 });
+      worker.start();
+      live.push({ worker, crash: c.crash });
+    };
+    for (let i = 0; i < opts.workers; i++) await startWorker();
+
+    // Chaos phase: crash random workers (replacing them) and kill every store connection now and then.
+    const chaosEnd = Date.now() + opts.chaosMs;
+    let crashes = 0;
+    let kills = 0;
+    const gap = opts.chaosMs / (opts.crashes + opts.connectionKills + 1);
+    while (Date.now() < chaosEnd && (crashes < opts.crashes || kills < opts.connectionKills)) {
+      await sleep(gap * (0.5 + Math.random()));
+      if (crashes < opts.crashes && (kills >= opts.connectionKills || Math.random() < 0.6)) {
+        const victim = live.splice(Math.floor(Math.random() * live.length), 1)[0]!;
+        victim.crash();
+        void victim.worker.stop(0).catch(() => undefined);
+        crashes++;
+        await startWorker();
+      } else {
+        await h.killStoreConnections();
+        kills++;
+      }
+    }
+    expect(crashes).toBe(opts.crashes);
+    expect(kills).toBe(opts.connectionKills);
+
+    // Settle: maintenance until every job has left the hot table.
+    const settleEnd = Date.now() + opts.settleMs;
+    while (Date.now() < settleEnd) {
+      await runMaintenance(control, { rescueBatch: 200 }).catch(() => undefined);
+      if ((await h.countRows('hot', queue)) === 0) break;
+      await sleep(300);
+    }
+    await Promise.all(live.map((l) => l.worker.stop(2000)));
+
+    const hot = await h.countRows('hot', queue);
+    const archive = await h.countRows('archive', queue);
+    const dlq = await h.countRows('dlq', queue);
+    expect(hot).toBe(0);
+    expect(archive + dlq).toBe(opts.jobs);
+    const archived = new Set(await h.ids('archive'));
+    const dead = new Set(await h.ids('dlq'));
+    for (const id of ids) expect(Number(archived.has(id)) + Number(dead.has(id))).toBe(1);
+    const twice = [...finalized.entries()].filter(([, n]) => n > 1);
+    expect(twice).toEqual([]);
+    const stats = await h.statsRow(queue);
+    expect(stats.succeeded).toBe(archive);
+    expect(stats.failed).toBe(dlq);
+    expect((await h.bucketTotals(queue, 'succeeded')).count).toBe(archive);
+    expect((await h.bucketTotals(queue, 'failed')).count).toBe(dlq);
+    expect(dlq).toBeGreaterThan(0); // fatal handler errors guarantee some
+    expect(stats.retried).toBeGreaterThan(0);
+    expect(stats.zombie).toBeGreaterThan(0); // crashed workers' jobs were rescued
+  });
+}

@@ -1,0 +1,226 @@
+// The processor over the real PostgreSQL engine: success, retry with backoff, fatal, timeout, cancel, unknown type,
+// lost lease and shutdown.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { PostgresHarness } from '../engines/postgres.harness.js';
+import type { JobStore } from '../../shared/jobs/contract.js';
+import { FatalError, HandlerRegistry, RetryAfterError, backoffDelayMs, type JobContext } from '../../shared/jobs/registry.js';
+import { JobAbortedError, JobProcessor, Worker, type JobOutcome } from '../../shared/jobs/processor.js';
+import { runMaintenance } from '../../shared/jobs/maintenance.js';
+
+let h: PostgresHarness;
+let store: JobStore;
+let seq = 0;
+const q = (label: string) => `p-${label}-${++seq}`;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const waitForAbort = (signal: AbortSignal) =>
+  new Promise<never>((_, reject) => {
+    if (signal.aborted) reject(signal.reason);
+    signal.addEventListener('abort', () => reject(signal.reason), { once: true });
+  });
+
+beforeAll(async () => {
+  h = new PostgresHarness();
+  store = await h.createStore({ poolSize: 8 });
+});
+afterAll(async () => h?.close());
+
+function processor(registry: HandlerRegistry, extra: Partial<ConstructorParameters<typeof JobProcessor>[0]> = {}) {
+  return new JobProcessor({ store, registry, heartbeatIntervalMs: 40, ...extra });
+}
+
+async function runOne(p: JobProcessor, queue: string): Promise<JobOutcome> {
+  const [job] = await store.claimNext({ workerId: p.workerId, queues: [queue], limit: 1 });
+  if (!job) throw new Error('nothing claimed');
+  return p.runClaimed(job);
+}
+
+describe('processor', () => {
+  it('runs a handler with its context and archives the job', async () => {
+    const queue = q('ok');
+    let seen: Partial<JobContext> & { payload?: unknown } = {};
+    const reg = new HandlerRegistry().register('t', async (payload, ctx) => {
+      seen = { payload, jobId: ctx.jobId, attempt: ctx.attempt, idempotencyKey: ctx.idempotencyKey, queue: ctx.queue };
+      await ctx.heartbeat();
+    });
+    const { id } = await store.enqueue({ queue, type: 't', payload: { a: 1 }, idempotencyKey: `${queue}-k` });
+    expect(await runOne(processor(reg), queue)).toBe('succeeded');
+    expect(seen).toEqual({ payload: { a: 1 }, jobId: id, attempt: 1, idempotencyKey: `${queue}-k`, queue });
+    expect((await store.getJob(id))!.location).toBe('archive');
+  });
+
+  it('retries with capped exponential backoff, then dead-letters as exhausted', async () => {
+    const queue = q('retry');
+    const reg = new HandlerRegistry().register('t', async () => {
+      throw new Error('nope');
+    }, { maxAttempts: 3, backoff: { baseMs: 10_000, maxMs: 15_000 } });
+    const p = processor(reg);
+    const { id } = await store.enqueue({ queue, type: 't' });
+    for (let attempt = 1; attempt <= 2; attempt++) {
+      const before = Date.now();
+      expect(await runOne(p, queue)).toBe('retried');
+      const rec = (await store.getJob(id))!;
+      const delay = rec.runAt!.getTime() - before;
+      const ceiling = Math.min(15_000, 10_000 * 2 ** (attempt - 1));
+      expect(delay).toBeGreaterThanOrEqual(ceiling / 2 - 1000);
+      expect(delay).toBeLessThanOrEqual(ceiling + 1000);
+      expect(rec.lastError).toMatch(/nope/);
+      await h.backdate(id, 'run_at', 1);
+    }
+    expect(await runOne(p, queue)).toBe('dead_lettered');
+    expect(await store.getJob(id)).toMatchObject({ location: 'dlq', reason: 'exhausted', attempts: 3 });
+  });
+
+  it('backoff stays within [ceiling/2, ceiling) and is capped', () => {
+    const opts = { baseMs: 100, maxMs: 1000 };
+    expect(backoffDelayMs(1, opts, () => 0)).toBe(50);
+    expect(backoffDelayMs(3, opts, () => 0.999)).toBe(399);
+    expect(backoffDelayMs(30, opts, () => 0.5)).toBe(750);
+  });
+
+  it('honours a handler-requested retry-after', async () => {
+    const queue = q('after');
+    const reg = new HandlerRegistry().register('t', async () => {
+      throw new RetryAfterError('rate limited', 42_000);
+    });
+    const { id } = await store.enqueue({ queue, type: 't' });
+    const before = Date.now();
+    expect(await runOne(processor(reg), queue)).toBe('retried');
+    const delay = (await store.getJob(id))!.runAt!.getTime() - before;
+    expect(delay).toBeGreaterThan(41_000);
+    expect(delay).toBeLessThan(43_500);
+  });
+
+  it('dead-letters fatal errors at once and unknown types as fatal with a clear error', async () => {
+    const queue = q('fatal');
+    const reg = new HandlerRegistry().register('t', async () => {
+      throw new FatalError('bad input');
+    });
+    const a = await store.enqueue({ queue, type: 't' });
+    const b = await store.enqueue({ queue, type: 'nobody-handles-me' });
+    const p = processor(reg);
+    expect(await runOne(p, queue)).toBe('dead_lettered');
+    expect(await runOne(p, queue)).toBe('dead_lettered');
+    expect(await store.getJob(a.id)).toMatchObject({ reason: 'fatal', attempts: 1 });
+    const rec = (await store.getJob(b.id))!;
+    expect(rec.reason).toBe('fatal');
+    expect(rec.lastError).toMatch(/no handler is registered for job type "nobody-handles-me"/);
+  });
+
+  it('times out a handler: DLQ timeout by default, retry when configured', async () => {
+    const queue = q('timeout');
+    let reason: unknown;
+    const reg = new HandlerRegistry()
+      .register('slow', async (_p, ctx) => {
+        try {
+          await waitForAbort(ctx.signal);
+        } catch (e) {
+          reason = e;
+          throw e;
+        }
+      }, { timeoutMs: 100 })
+      .register('slow-retry', async () => sleep(10_000), { timeoutMs: 100, retryOnTimeout: true });
+    const a = await store.enqueue({ queue, type: 'slow' });
+    const b = await store.enqueue({ queue, type: 'slow-retry' });
+    const p = processor(reg);
+    expect(await runOne(p, queue)).toBe('dead_lettered');
+    expect(reason).toBeInstanceOf(JobAbortedError);
+    expect((reason as JobAbortedError).reason).toBe('timeout');
+    expect(await store.getJob(a.id)).toMatchObject({ reason: 'timeout' });
+    expect(await runOne(p, queue)).toBe('retried');
+    expect((await store.getJob(b.id))!.state).toBe('pending');
+  });
+
+  it('cancels a running job through its signal and dead-letters it as cancelled', async () => {
+    const queue = q('cancel');
+    let started!: () => void;
+    const running = new Promise<void>((r) => (started = r));
+    const reg = new HandlerRegistry().register('t', async (_p, ctx) => {
+      started();
+      await waitForAbort(ctx.signal);
+    });
+    const { id } = await store.enqueue({ queue, type: 't' });
+    const outcome = runOne(processor(reg), queue);
+    await running;
+    expect(await store.cancel(id)).toBe('cancel_requested');
+    expect(await outcome).toBe('dead_lettered');
+    expect(await store.getJob(id)).toMatchObject({ location: 'dlq', reason: 'cancelled' });
+  });
+
+  it('stops a handler whose lease was lost and never finalizes it', async () => {
+    const queue = q('lost');
+    await store.updateQueue(queue, { zombieTimeoutSeconds: 30, zombiePolicy: 'retry' });
+    let started!: () => void;
+    const running = new Promise<void>((r) => (started = r));
+    let aborted: unknown;
+    const reg = new HandlerRegistry().register('t', async (_p, ctx) => {
+      started();
+      try {
+        await waitForAbort(ctx.signal);
+      } catch (e) {
+        aborted = e;
+      }
+      // The handler returns normally after the abort: the processor must still not complete the job.
+    });
+    const leaseLost: string[] = [];
+    const p = processor(reg, { events: { onLeaseLost: (e) => leaseLost.push(e.operation) } });
+    const { id } = await store.enqueue({ queue, type: 't' });
+    const outcome = runOne(p, queue);
+    await running;
+    await h.backdate(id, 'heartbeat_at', 60);
+    expect((await store.rescueZombies(10)).retried).toBe(1);
+    expect(await outcome).toBe('lease_lost');
+    expect((aborted as JobAbortedError).reason).toBe('lease_lost');
+    expect(leaseLost).toContain('heartbeat');
+    expect(await store.getJob(id)).toMatchObject({ location: 'hot', state: 'pending' });
+  });
+
+  it('on shutdown releases claimed-but-unstarted jobs and interrupts running ones after the grace period', async () => {
+    const queue = q('shutdown');
+    let started!: () => void;
+    const running = new Promise<void>((r) => (started = r));
+    const reg = new HandlerRegistry().register('t', async (_p, ctx) => {
+      started();
+      await waitForAbort(ctx.signal);
+    });
+    const p = processor(reg);
+    const a = await store.enqueue({ queue, type: 't' });
+    const b = await store.enqueue({ queue, type: 't' });
+    const [jobA] = await store.claimNext({ workerId: p.workerId, queues: [queue], limit: 1 });
+    const runA = p.runClaimed(jobA!);
+    await running;
+    const [jobB] = await store.claimNext({ workerId: p.workerId, queues: [queue], limit: 1 });
+    const stopping = p.shutdown(100);
+    expect(await p.runClaimed(jobB!)).toBe('released');
+    await stopping;
+    expect(await runA).toBe('retried');
+    expect(await store.getJob(b.id)).toMatchObject({ state: 'pending', attempts: 0 });
+    expect(await store.getJob(a.id)).toMatchObject({ state: 'pending', attempts: 1, lastError: 'interrupted by worker shutdown' });
+  });
+
+  it('drains due jobs within a time budget, with completions batched', async () => {
+    const queue = q('drain');
+    const reg = new HandlerRegistry().register('t', async () => undefined);
+    await store.enqueueMany(Array.from({ length: 300 }, () => ({ queue, type: 't' })));
+    const res = await processor(reg).drain({ queues: [queue], budgetMs: 20_000, concurrency: 50 });
+    expect(res.processed).toBe(300);
+    expect(res.outcomes.succeeded).toBe(300);
+    expect(await h.countRows('archive', queue)).toBe(300);
+    expect((await h.statsRow(queue)).succeeded).toBe(300);
+  });
+
+  it('a polling worker processes jobs until stopped; maintenance leaves nothing behind', async () => {
+    const queue = q('worker');
+    const reg = new HandlerRegistry().register('t', async () => sleep(5));
+    const p = processor(reg);
+    const worker = new Worker(p, { queues: [queue], concurrency: 4, pollIntervalMs: 20 });
+    worker.start();
+    await store.enqueueMany(Array.from({ length: 40 }, () => ({ queue, type: 't' })));
+    const deadline = Date.now() + 20_000;
+    while ((await h.countRows('archive', queue)) < 40 && Date.now() < deadline) await sleep(50);
+    await worker.stop(1000);
+    expect(await h.countRows('archive', queue)).toBe(40);
+    const report = await runMaintenance(store);
+    expect(report.complete).toBe(true);
+    expect(await h.countRows('hot', queue)).toBe(0);
+  });
+});
