@@ -11,7 +11,7 @@ let h: PostgresHarness;
 let store: JobStore;
 let seq = 0;
 const q = (label: string) => `p-${label}-${++seq}`;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 const waitForAbort = (signal: AbortSignal) =>
   new Promise<never>((_, reject) => {
     if (signal.aborted) reject(signal.reason);

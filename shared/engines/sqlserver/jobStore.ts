@@ -1,0 +1,498 @@
+// The SQL Server / Azure SQL job store: every operation is one call of a keel.* stored procedure (sql/sqlserver/),
+// with typed parameters named after JOB_PROCEDURES (PascalCase). Input is never spliced into SQL text.
+import sql from 'mssql';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type {
+  CancelResult, ClaimOptions, ClaimedJob, DlqReason, EnqueueRequest, EnqueueResult, HeartbeatResult, JobId,
+  JobRecord, JobSearch, JobStore, LeaseRef, MetricBucket, OwnerResult, OwnerResultById, PurgeTarget, QueueSettings,
+  QueueSettingsPatch, QueueStats, RescueResult, ResurrectFilter, ResurrectResult, StartResult,
+} from '../../jobs/contract.js';
+import { DLQ_REASONS } from '../../jobs/contract.js';
+import { JOB_PROCEDURES, pascalCase, type JobProcedure } from '../../jobs/procedures.js';
+import {
+  DEFAULT_MAX_PAYLOAD_BYTES, ValidationError, assertJobId, assertPositiveInt, isJobId, prepareEnqueue, validateQueuePatch,
+} from '../../jobs/validate.js';
+import { SqlServerPool, sharedSqlServerPool, type PoolOptions } from './pool.js';
+import { isOutcomeUnknown, withSqlRetry, type RetryOptions, type RetryPolicy } from './retry.js';
+import { migrateSqlServer } from './migrate.js';
+
+export const SQLSERVER_SQL_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../sql/sqlserver');
+
+export async function migrateSqlServerJobs(pool: sql.ConnectionPool, log?: (line: string) => void) {
+  return migrateSqlServer(pool, { dir: SQLSERVER_SQL_DIR, log });
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Parameters: per procedure, the SQL type of each parameter, in declaration order. The names are JOB_PROCEDURES'
+// names in PascalCase; the parity test (test/engines/parity.test.ts) and call() both check that.
+type ParamType = Parameters<sql.Request['input']>[1];
+
+type Pascal<S extends string> = S extends `${infer H}_${infer T}` ? `${Capitalize<H>}${Pascal<T>}` : Capitalize<S>;
+type ParamNames<P extends JobProcedure> = Pascal<(typeof JOB_PROCEDURES)[P][number]>;
+export type ProcedureParams<P extends JobProcedure> = { [K in ParamNames<P>]: unknown };
+type ParamTypes = { [P in JobProcedure]: { [K in ParamNames<P>]: ParamType } };
+
+const MAX = sql.MAX;
+export const SQLSERVER_PARAMS: ParamTypes = {
+  enqueue_many: { Jobs: sql.NVarChar(MAX) },
+  claim_next: { WorkerId: sql.NVarChar(200), Queues: sql.NVarChar(MAX), Limit: sql.Int, LeaseSeconds: sql.Int },
+  claim_by_id: { JobId: sql.BigInt, WorkerId: sql.NVarChar(200), LeaseSeconds: sql.Int },
+  start_many: { Leases: sql.NVarChar(MAX) },
+  heartbeat: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier },
+  complete_many: { Leases: sql.NVarChar(MAX) },
+  retry: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier, RunAt: sql.DateTime2(3), Error: sql.NVarChar(MAX) },
+  fail: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier, Reason: sql.VarChar(16), Error: sql.NVarChar(MAX) },
+  release: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier },
+  cancel: { JobId: sql.BigInt },
+  rescue_zombies: { Limit: sql.Int },
+  resurrect: { JobIds: sql.NVarChar(MAX) },
+  resurrect_by_filter: {
+    Queue: sql.NVarChar(128), Type: sql.NVarChar(256), Reason: sql.VarChar(16), FailedAfter: sql.DateTime2(3),
+    FailedBefore: sql.DateTime2(3), Limit: sql.Int, DryRun: sql.Bit,
+  },
+  purge: { Target: sql.VarChar(10), Queue: sql.NVarChar(128), OlderThan: sql.DateTime2(3), BatchSize: sql.Int },
+  stats: {},
+  metrics: { WindowMinutes: sql.Int, Queue: sql.NVarChar(128) },
+  list_queues: { Name: sql.NVarChar(128) },
+  update_queue: {
+    Name: sql.NVarChar(128), Paused: sql.Bit, MaxConcurrency: sql.Int, ClearMaxConcurrency: sql.Bit,
+    ZombieTimeoutSeconds: sql.Int, ZombiePolicy: sql.VarChar(8), MaxAttempts: sql.Int, ArchiveRetentionSeconds: sql.Int,
+    DlqRetentionSeconds: sql.Int, MetricsRetentionSeconds: sql.Int,
+  },
+  get_job: { JobId: sql.BigInt },
+  search_jobs: {
+    Location: sql.VarChar(10), Queue: sql.NVarChar(128), Type: sql.NVarChar(256), Tag: sql.NVarChar(64),
+    State: sql.VarChar(10), Reason: sql.VarChar(16), From: sql.DateTime2(3), To: sql.DateTime2(3),
+    Text: sql.NVarChar(400), AfterId: sql.BigInt, Limit: sql.Int,
+  },
+};
+
+export function sqlServerProcedureName(proc: JobProcedure): string {
+  return `keel.${pascalCase(proc)}`;
+}
+
+// Throws unless `names` are exactly the procedure's parameters, in order.
+export function assertProcedureParams(proc: JobProcedure, names: readonly string[]): void {
+  const expected = JOB_PROCEDURES[proc].map(pascalCase);
+  if (names.length !== expected.length || names.some((n, i) => n !== expected[i])) {
+    throw new Error(`${sqlServerProcedureName(proc)} takes (${expected.map((n) => '@' + n).join(', ')}), got (${names.map((n) => '@' + n).join(', ')})`);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+type Row = Record<string, unknown>;
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const lease = (id: string): string | null => (UUID.test(id) ? id : null);
+const num = (v: unknown): number => (v === null || v === undefined ? 0 : Number(v));
+const dateOrNull = (v: unknown): Date | null => (v === null || v === undefined ? null : v instanceof Date ? v : new Date(String(v)));
+const json = (v: unknown): unknown => (v === null || v === undefined ? null : JSON.parse(String(v)));
+const tags = (v: unknown): string[] => (v === null || v === undefined ? [] : (JSON.parse(String(v)) as string[]));
+const uuidOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : String(v).toLowerCase());
+
+function claimed(row: Row): ClaimedJob {
+  return {
+    id: String(row.JobId),
+    leaseId: String(row.LeaseId).toLowerCase(),
+    queue: String(row.Queue),
+    type: String(row.Type),
+    payload: json(row.Payload),
+    priority: num(row.Priority),
+    attempts: num(row.Attempts),
+    maxAttempts: row.MaxAttempts === null ? null : num(row.MaxAttempts),
+    queueMaxAttempts: num(row.QueueMaxAttempts),
+    idempotencyKey: (row.IdempotencyKey as string | null) ?? null,
+    tags: tags(row.Tags),
+    runAt: dateOrNull(row.RunAt)!,
+    createdAt: dateOrNull(row.CreatedAt)!,
+    leaseExpiresAt: dateOrNull(row.LeaseExpiresAt)!,
+  };
+}
+
+function queueSettings(row: Row): QueueSettings {
+  return {
+    name: String(row.Name),
+    paused: Boolean(row.Paused),
+    maxConcurrency: row.MaxConcurrency === null ? null : num(row.MaxConcurrency),
+    zombieTimeoutSeconds: num(row.ZombieTimeoutSeconds),
+    zombiePolicy: row.ZombiePolicy as QueueSettings['zombiePolicy'],
+    maxAttempts: num(row.MaxAttempts),
+    archiveRetentionSeconds: num(row.ArchiveRetentionSeconds),
+    dlqRetentionSeconds: num(row.DlqRetentionSeconds),
+    metricsRetentionSeconds: num(row.MetricsRetentionSeconds),
+  };
+}
+
+function jobRecord(row: Row): JobRecord {
+  return {
+    id: String(row.JobId),
+    location: row.Location as JobRecord['location'],
+    queue: String(row.Queue),
+    type: String(row.Type),
+    payload: json(row.Payload),
+    priority: num(row.Priority),
+    state: row.State as JobRecord['state'],
+    attempts: num(row.Attempts),
+    idempotencyKey: (row.IdempotencyKey as string | null) ?? null,
+    tags: tags(row.Tags),
+    createdAt: dateOrNull(row.CreatedAt)!,
+    runAt: dateOrNull(row.RunAt),
+    startedAt: dateOrNull(row.StartedAt),
+    finishedAt: dateOrNull(row.FinishedAt),
+    durationMs: row.DurationMs === null || row.DurationMs === undefined ? null : num(row.DurationMs),
+    reason: (row.Reason as DlqReason | null) ?? null,
+    lastError: (row.LastError as string | null) ?? null,
+    cancelRequested: Boolean(row.CancelRequested),
+    leaseId: uuidOrNull(row.LeaseId),
+    workerId: (row.WorkerId as string | null) ?? null,
+  };
+}
+
+function leasesJson(refs: LeaseRef[]): string {
+  return JSON.stringify(refs.map((r) => ({ jobId: r.jobId, leaseId: r.leaseId })));
+}
+
+export interface SqlServerStoreOptions extends PoolOptions {
+  poolSize?: number; // connections (default 10)
+  // Apply sql/sqlserver migrations at connect. Default false: in Azure the app's identity has only keel_executor
+  // (EXECUTE on schema keel) and cannot run DDL; install the schema with `npm run migrate` (docs/sqlserver.md).
+  migrate?: boolean;
+  shared?: boolean; // use the process-wide pool for this connection (Functions host); default false
+  maxPayloadBytes?: number;
+  retry?: RetryOptions;
+}
+
+export class SqlServerJobStore implements JobStore {
+  readonly engine = 'sqlserver';
+
+  private constructor(
+    readonly pools: SqlServerPool,
+    private readonly maxPayloadBytes: number,
+    private readonly retryOptions: RetryOptions,
+    private readonly ownsPool: boolean,
+  ) {}
+
+  static async connect(connection: string, opts: SqlServerStoreOptions = {}): Promise<SqlServerJobStore> {
+    const poolOpts: PoolOptions = { ...opts, max: opts.poolSize ?? opts.max ?? 10 };
+    const pools = opts.shared ? sharedSqlServerPool(connection, poolOpts) : SqlServerPool.create(connection, poolOpts);
+    try {
+      const pool = await pools.get();
+      if (opts.migrate) await migrateSqlServerJobs(pool);
+    } catch (err) {
+      if (!opts.shared) await pools.close().catch(() => undefined);
+      throw err;
+    }
+    return new SqlServerJobStore(pools, opts.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES, opts.retry ?? {}, !opts.shared);
+  }
+
+  // Runs keel.<Proc> with typed parameters; `params` must name exactly the procedure's parameters, in order.
+  async call<P extends JobProcedure>(proc: P, params: ProcedureParams<P>, policy: RetryPolicy): Promise<Row[]> {
+    const entries = Object.entries(params as Record<string, unknown>);
+    assertProcedureParams(proc, entries.map(([name]) => name));
+    const types = SQLSERVER_PARAMS[proc] as Record<string, ParamType>;
+    return withSqlRetry(
+      policy,
+      async () => {
+        const request = await this.pools.request();
+        for (const [name, value] of entries) request.input(name, types[name]!, value ?? null);
+        const result = await request.execute<Row>(sqlServerProcedureName(proc));
+        return (result.recordset ?? []) as Row[];
+      },
+      this.retryOptions,
+    );
+  }
+
+  // A move whose reply was lost: where the job is now says what happened (never repeat the move blindly).
+  private async locate(jobId: JobId): Promise<JobRecord | null> {
+    return this.getJob(jobId);
+  }
+
+  async enqueue(job: EnqueueRequest): Promise<EnqueueResult> {
+    const [result] = await this.enqueueMany([job]);
+    return result!;
+  }
+
+  async enqueueMany(jobs: EnqueueRequest[]): Promise<EnqueueResult[]> {
+    const docs = prepareEnqueue(jobs, this.maxPayloadBytes);
+    if (docs.length === 0) return [];
+    // Safe to re-run only when every job carries an idempotency key: a second run finds the first run's jobs.
+    const policy: RetryPolicy = docs.every((d) => typeof d.idempotencyKey === 'string') ? 'safe' : 'once';
+    const rows = await this.call('enqueue_many', { Jobs: JSON.stringify(docs) }, policy);
+    return rows.map((r) => ({ id: String(r.JobId), duplicate: Boolean(r.Duplicate) }));
+  }
+
+  async claimNext(opts: ClaimOptions): Promise<ClaimedJob[]> {
+    assertPositiveInt('limit', opts.limit, 10_000);
+    if (opts.queues.length === 0) return [];
+    const rows = await this.call(
+      'claim_next',
+      { WorkerId: opts.workerId, Queues: JSON.stringify(opts.queues), Limit: opts.limit, LeaseSeconds: opts.leaseSeconds ?? 60 },
+      'once',
+    );
+    return rows.map(claimed);
+  }
+
+  async claimById(jobId: JobId, workerId: string, leaseSeconds = 60): Promise<ClaimedJob | null> {
+    if (!isJobId(jobId)) return null;
+    const rows = await this.call('claim_by_id', { JobId: jobId, WorkerId: workerId, LeaseSeconds: leaseSeconds }, 'once');
+    return rows[0] ? claimed(rows[0]) : null;
+  }
+
+  async start(ref: LeaseRef): Promise<StartResult> {
+    const [r] = await this.startMany([ref]);
+    return { status: r!.status, attempt: r!.attempt };
+  }
+
+  async startMany(refs: LeaseRef[]): Promise<(StartResult & { jobId: JobId })[]> {
+    if (refs.length === 0) return [];
+    const valid = refs.filter((r) => isJobId(r.jobId));
+    let byId = new Map<string, Row>();
+    if (valid.length) {
+      try {
+        const rows = await this.call('start_many', { Leases: leasesJson(valid) }, 'once');
+        byId = new Map(rows.map((r) => [String(r.JobId), r]));
+      } catch (err) {
+        if (!isOutcomeUnknown(err)) throw err;
+        // Lost reply: a job processing under our lease was started by this call (the lease is ours alone).
+        for (const ref of valid) {
+          const job = await this.locate(ref.jobId);
+          if (job?.location === 'hot' && job.state === 'processing' && job.leaseId === ref.leaseId.toLowerCase()) {
+            byId.set(ref.jobId, { JobId: ref.jobId, Status: 'ok', Attempt: job.attempts });
+          } else if (job?.location === 'hot' && job.state === 'fetched' && job.leaseId === ref.leaseId.toLowerCase()) {
+            throw err; // not started, still ours: the caller may start it again
+          }
+        }
+      }
+    }
+    return refs.map((ref) => {
+      const r = byId.get(ref.jobId);
+      return r && r.Status === 'ok'
+        ? { jobId: ref.jobId, status: 'ok' as const, attempt: num(r.Attempt) }
+        : { jobId: ref.jobId, status: 'lease_lost' as const, attempt: 0 };
+    });
+  }
+
+  async heartbeat(ref: LeaseRef): Promise<HeartbeatResult> {
+    const leaseId = lease(ref.leaseId);
+    if (!isJobId(ref.jobId) || !leaseId) return { status: 'lease_lost', cancelRequested: false };
+    const [r] = await this.call('heartbeat', { JobId: ref.jobId, LeaseId: leaseId }, 'safe');
+    return { status: r!.Status as OwnerResult, cancelRequested: Boolean(r!.CancelRequested) };
+  }
+
+  async complete(ref: LeaseRef): Promise<OwnerResult> {
+    const [r] = await this.completeMany([ref]);
+    return r!.status;
+  }
+
+  async completeMany(refs: LeaseRef[]): Promise<OwnerResultById[]> {
+    if (refs.length === 0) return [];
+    const valid = refs.filter((r) => isJobId(r.jobId) && lease(r.leaseId));
+    const ok = new Set<string>();
+    if (valid.length) {
+      try {
+        const rows = await this.call('complete_many', { Leases: leasesJson(valid) }, 'once');
+        for (const r of rows) if (r.Status === 'ok') ok.add(String(r.JobId));
+      } catch (err) {
+        if (!isOutcomeUnknown(err)) throw err;
+        for (const ref of valid) {
+          const job = await this.locate(ref.jobId);
+          if (job?.location === 'archive') ok.add(ref.jobId);
+          else if (job?.location === 'hot' && job.leaseId === ref.leaseId.toLowerCase()) throw err; // nothing moved
+        }
+      }
+    }
+    return refs.map((ref) => ({ jobId: ref.jobId, status: ok.has(ref.jobId) ? 'ok' : 'lease_lost' }));
+  }
+
+  // Single-job owner-scoped move with lost-reply resolution: `moved` says from the job's record whether the move
+  // happened; a job still held under our lease in its old state means nothing happened (the error is re-thrown).
+  private async ownerMove(
+    ref: LeaseRef,
+    run: (leaseId: string) => Promise<Row[]>,
+    moved: (job: JobRecord | null) => boolean,
+    unchanged: (job: JobRecord) => boolean,
+  ): Promise<OwnerResult> {
+    const leaseId = lease(ref.leaseId);
+    if (!isJobId(ref.jobId) || !leaseId) return 'lease_lost';
+    try {
+      const [r] = await run(leaseId);
+      return r!.Status as OwnerResult;
+    } catch (err) {
+      if (!isOutcomeUnknown(err)) throw err;
+      const job = await this.locate(ref.jobId);
+      if (job?.location === 'hot' && job.leaseId === leaseId.toLowerCase() && unchanged(job)) throw err;
+      return moved(job) ? 'ok' : 'lease_lost';
+    }
+  }
+
+  async retry(ref: LeaseRef, runAt: Date, error: string): Promise<OwnerResult> {
+    return this.ownerMove(
+      ref,
+      (leaseId) => this.call('retry', { JobId: ref.jobId, LeaseId: leaseId, RunAt: runAt, Error: error }, 'once'),
+      (job) => (job?.location === 'hot' && job.state === 'pending') || (job?.location === 'dlq' && job.reason === 'cancelled'),
+      (job) => job.state === 'processing',
+    );
+  }
+
+  async fail(ref: LeaseRef, reason: DlqReason, error: string): Promise<OwnerResult> {
+    if (!DLQ_REASONS.includes(reason)) throw new ValidationError('reason', `must be one of ${DLQ_REASONS.join(', ')}`);
+    return this.ownerMove(
+      ref,
+      (leaseId) => this.call('fail', { JobId: ref.jobId, LeaseId: leaseId, Reason: reason, Error: error }, 'once'),
+      (job) => job?.location === 'dlq' && job.reason === reason,
+      (job) => job.state === 'fetched' || job.state === 'processing',
+    );
+  }
+
+  async release(ref: LeaseRef): Promise<OwnerResult> {
+    return this.ownerMove(
+      ref,
+      (leaseId) => this.call('release', { JobId: ref.jobId, LeaseId: leaseId }, 'once'),
+      (job) => job?.location === 'hot' && job.state === 'pending',
+      (job) => job.state === 'fetched',
+    );
+  }
+
+  async cancel(jobId: JobId): Promise<CancelResult> {
+    if (!isJobId(jobId)) return 'not_found';
+    try {
+      const [r] = await this.call('cancel', { JobId: jobId }, 'once');
+      return r!.Status as CancelResult;
+    } catch (err) {
+      if (!isOutcomeUnknown(err)) throw err;
+      const job = await this.locate(jobId);
+      if (job?.location === 'dlq' && job.reason === 'cancelled') return 'cancelled';
+      if (job?.location === 'hot' && job.cancelRequested) return 'cancel_requested';
+      throw err;
+    }
+  }
+
+  async rescueZombies(limit: number): Promise<RescueResult> {
+    assertPositiveInt('limit', limit);
+    // A bounded, idempotent sweep: running it again after a lost reply only sweeps again.
+    const [r] = await this.call('rescue_zombies', { Limit: limit }, 'safe');
+    return {
+      releasedFetched: num(r!.ReleasedFetched),
+      retried: num(r!.Retried),
+      deadLettered: num(r!.DeadLettered),
+      expired: num(r!.Expired),
+    };
+  }
+
+  async resurrect(jobIds: JobId[]): Promise<JobId[]> {
+    const ids = jobIds.map((id, i) => assertJobId(`jobIds[${i}]`, id));
+    if (ids.length === 0) return [];
+    const rows = await this.call('resurrect', { JobIds: JSON.stringify(ids) }, 'once');
+    return rows.map((r) => String(r.JobId));
+  }
+
+  async resurrectByFilter(filter: ResurrectFilter): Promise<ResurrectResult> {
+    assertPositiveInt('limit', filter.limit, 10_000);
+    if (filter.reason !== undefined && !DLQ_REASONS.includes(filter.reason)) {
+      throw new ValidationError('reason', `must be one of ${DLQ_REASONS.join(', ')}`);
+    }
+    const dryRun = filter.dryRun ?? true;
+    const rows = await this.call(
+      'resurrect_by_filter',
+      {
+        Queue: filter.queue ?? null, Type: filter.type ?? null, Reason: filter.reason ?? null,
+        FailedAfter: filter.failedAfter ?? null, FailedBefore: filter.failedBefore ?? null, Limit: filter.limit,
+        DryRun: dryRun,
+      },
+      dryRun ? 'safe' : 'once',
+    );
+    return { ids: rows.map((r) => String(r.JobId)), dryRun };
+  }
+
+  async purge(target: PurgeTarget, queue: string | null, olderThan: Date, batchSize: number): Promise<number> {
+    if (!['archive', 'dlq', 'metrics'].includes(target)) throw new ValidationError('target', 'must be archive, dlq or metrics');
+    assertPositiveInt('batchSize', batchSize);
+    const [r] = await this.call('purge', { Target: target, Queue: queue, OlderThan: olderThan, BatchSize: batchSize }, 'safe');
+    return num(r!.Deleted);
+  }
+
+  async stats(): Promise<QueueStats[]> {
+    const rows = await this.call('stats', {}, 'safe');
+    return rows.map((r) => ({
+      queue: String(r.Queue),
+      pending: num(r.Pending),
+      due: num(r.Due),
+      fetched: num(r.Fetched),
+      processing: num(r.Processing),
+      dlq: num(r.Dlq),
+      oldestDueAgeMs: r.OldestDueAgeMs === null ? null : num(r.OldestDueAgeMs),
+      succeeded: num(r.Succeeded),
+      failed: num(r.Failed),
+      retried: num(r.Retried),
+      cancelled: num(r.Cancelled),
+      zombie: num(r.Zombie),
+      resurrected: num(r.Resurrected),
+    }));
+  }
+
+  async metrics(windowMinutes: number, queue?: string): Promise<MetricBucket[]> {
+    assertPositiveInt('windowMinutes', windowMinutes, 60 * 24 * 31);
+    const rows = await this.call('metrics', { WindowMinutes: windowMinutes, Queue: queue ?? null }, 'safe');
+    return rows.map((r) => ({
+      bucketStart: dateOrNull(r.BucketStart)!,
+      queue: String(r.Queue),
+      outcome: r.Outcome as MetricBucket['outcome'],
+      reason: String(r.Reason),
+      count: num(r.Count),
+      totalDurationMs: num(r.TotalDurationMs),
+      maxDurationMs: num(r.MaxDurationMs),
+    }));
+  }
+
+  async getQueue(name: string): Promise<QueueSettings | null> {
+    const rows = await this.call('list_queues', { Name: name }, 'safe');
+    return rows[0] ? queueSettings(rows[0]) : null;
+  }
+
+  async listQueues(): Promise<QueueSettings[]> {
+    return (await this.call('list_queues', { Name: null }, 'safe')).map(queueSettings);
+  }
+
+  async updateQueue(name: string, patch: QueueSettingsPatch): Promise<QueueSettings> {
+    const p = validateQueuePatch(name, patch);
+    // Absolute values: applying them twice is applying them once.
+    const rows = await this.call(
+      'update_queue',
+      {
+        Name: name, Paused: p.paused ?? null, MaxConcurrency: p.maxConcurrency ?? null,
+        ClearMaxConcurrency: p.maxConcurrency === null, ZombieTimeoutSeconds: p.zombieTimeoutSeconds ?? null,
+        ZombiePolicy: p.zombiePolicy ?? null, MaxAttempts: p.maxAttempts ?? null,
+        ArchiveRetentionSeconds: p.archiveRetentionSeconds ?? null, DlqRetentionSeconds: p.dlqRetentionSeconds ?? null,
+        MetricsRetentionSeconds: p.metricsRetentionSeconds ?? null,
+      },
+      'safe',
+    );
+    return queueSettings(rows[0]!);
+  }
+
+  async getJob(jobId: JobId): Promise<JobRecord | null> {
+    if (!isJobId(jobId)) return null;
+    const rows = await this.call('get_job', { JobId: jobId }, 'safe');
+    return rows[0] ? jobRecord(rows[0]) : null;
+  }
+
+  async searchJobs(s: JobSearch): Promise<JobRecord[]> {
+    assertPositiveInt('limit', s.limit, 1000);
+    if (s.afterId !== undefined) assertJobId('afterId', s.afterId);
+    const rows = await this.call(
+      'search_jobs',
+      {
+        Location: s.location, Queue: s.queue ?? null, Type: s.type ?? null, Tag: s.tag ?? null, State: s.state ?? null,
+        Reason: s.reason ?? null, From: s.from ?? null, To: s.to ?? null, Text: s.text ?? null, AfterId: s.afterId ?? null,
+        Limit: s.limit,
+      },
+      'safe',
+    );
+    return rows.map(jobRecord);
+  }
+
+  async close(): Promise<void> {
+    if (this.ownsPool) await this.pools.close();
+  }
+}

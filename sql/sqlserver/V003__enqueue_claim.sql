@@ -1,0 +1,350 @@
+-- Enqueue and claims.
+SET ANSI_NULLS ON;
+SET QUOTED_IDENTIFIER ON;
+GO
+
+-- EnqueueMany(@Jobs): @Jobs is a JSON array of {queue, type, payload, priority, runAt, delayMs, tags, idempotencyKey,
+-- maxAttempts, expiresAt} (runAt/expiresAt ISO 8601, 'Z' or an offset). Returns one row per input in input order:
+-- Ord, JobId, Duplicate (1 = a hot job with the same idempotency key exists; JobId is that job's; a key repeated
+-- inside one batch yields the first occurrence's job). Idempotency keys are serialised by per-key applocks taken
+-- in one global order (see below), so concurrent batches sharing keys never error, never deadlock and never retry.
+CREATE OR ALTER PROCEDURE keel.EnqueueMany
+  @Jobs NVARCHAR(MAX)
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  DECLARE @Now datetime2(3) = SYSUTCDATETIME();
+
+  IF @Jobs IS NULL OR ISJSON(@Jobs) = 0 OR LEFT(LTRIM(@Jobs), 1) <> N'['
+    THROW 50020, N'EnqueueMany: @Jobs must be a JSON array', 1;
+
+  DECLARE @In TABLE (
+    Ord            int NOT NULL PRIMARY KEY,
+    Queue          nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Type           nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Payload        nvarchar(max) NOT NULL,
+    Priority       int NOT NULL,
+    RunAt          datetime2(3) NOT NULL,
+    MaxAttempts    int NULL,
+    IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL,
+    Tags           nvarchar(max) NOT NULL,
+    ExpiresAt      datetime2(3) NULL,
+    Id             bigint NULL,
+    Duplicate      bit NOT NULL DEFAULT (0),
+    Insert_        bit NOT NULL DEFAULT (0));
+
+  INSERT @In (Ord, Queue, Type, Payload, Priority, RunAt, MaxAttempts, IdempotencyKey, Tags, ExpiresAt)
+  SELECT CONVERT(int, j.[key]),
+         v.queue,
+         v.type,
+         -- payload is any JSON value: rebuild its JSON text from OPENJSON's value and type.
+         ISNULL((SELECT CASE p.[type]
+                          WHEN 0 THEN N'null'
+                          WHEN 1 THEN N'"' + STRING_ESCAPE(p.[value], 'json') + N'"'
+                          ELSE p.[value] END
+                 FROM OPENJSON(j.[value]) AS p
+                 WHERE p.[key] = N'payload'), N'null'),
+         ISNULL(v.priority, 0),
+         CASE WHEN v.runAt IS NOT NULL
+              THEN CONVERT(datetime2(3), SWITCHOFFSET(CONVERT(datetimeoffset(3), v.runAt), '+00:00'))
+              ELSE DATEADD(millisecond, CONVERT(int, ISNULL(v.delayMs, 0) % 1000),
+                           DATEADD(second, CONVERT(int, ISNULL(v.delayMs, 0) / 1000), @Now)) END,
+         v.maxAttempts,
+         v.idempotencyKey,
+         ISNULL(v.tags, N'[]'),
+         CASE WHEN v.expiresAt IS NOT NULL
+              THEN CONVERT(datetime2(3), SWITCHOFFSET(CONVERT(datetimeoffset(3), v.expiresAt), '+00:00')) END
+  FROM OPENJSON(@Jobs) AS j
+  CROSS APPLY OPENJSON(j.[value]) WITH (
+    queue          nvarchar(128) '$.queue',
+    type           nvarchar(256) '$.type',
+    priority       int           '$.priority',
+    runAt          nvarchar(40)  '$.runAt',
+    delayMs        bigint        '$.delayMs',
+    tags           nvarchar(max) '$.tags' AS JSON,
+    idempotencyKey nvarchar(400) '$.idempotencyKey',
+    maxAttempts    int           '$.maxAttempts',
+    expiresAt      nvarchar(40)  '$.expiresAt') AS v;
+
+  IF NOT EXISTS (SELECT 1 FROM @In)
+  BEGIN
+    SELECT Ord, Id AS JobId, Duplicate FROM @In;
+    RETURN;
+  END;
+
+  -- Queue settings rows, created on first use (default settings), each in its own short autocommitted statement
+  -- before the job transaction, in name order. Queues is first in the table order, so this is safe.
+  DECLARE @Q nvarchar(128) = (SELECT MIN(i.Queue) FROM @In AS i WHERE NOT EXISTS (SELECT 1 FROM keel.Queues AS q WHERE q.Name = i.Queue));
+  WHILE @Q IS NOT NULL
+  BEGIN
+    INSERT keel.Queues (Name)
+    SELECT @Q WHERE NOT EXISTS (SELECT 1 FROM keel.Queues WITH (UPDLOCK, HOLDLOCK) WHERE Name = @Q);
+    SET @Q = (SELECT MIN(i.Queue) FROM @In AS i
+              WHERE i.Queue > @Q AND NOT EXISTS (SELECT 1 FROM keel.Queues AS q WHERE q.Name = i.Queue));
+  END;
+
+  BEGIN TRY
+    BEGIN TRANSACTION;
+
+    -- Idempotency keys: one exclusive transaction-owned applock per key (named by the key's SHA-256), taken in
+    -- resource-name order. Every writer of a hot idempotency key (EnqueueMany, Resurrect) takes these locks first,
+    -- before touching any table, so rivals queue up in one order: no unique-key error, no deadlock, no retry loop.
+    DECLARE @Keys TABLE (
+      Res nvarchar(255) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY);
+    INSERT @Keys (Res)
+    SELECT DISTINCT N'keel.idem:' + CONVERT(nvarchar(64), HASHBYTES('SHA2_256', IdempotencyKey), 2)
+    FROM @In WHERE IdempotencyKey IS NOT NULL;
+
+    DECLARE @Res nvarchar(255) = (SELECT MIN(Res) FROM @Keys), @Rc int;
+    WHILE @Res IS NOT NULL
+    BEGIN
+      EXEC @Rc = sys.sp_getapplock @Resource = @Res, @LockMode = 'Exclusive', @LockOwner = 'Transaction';
+      IF @Rc < 0 THROW 50023, N'EnqueueMany: could not lock an idempotency key', 1;
+      SET @Res = (SELECT MIN(Res) FROM @Keys WHERE Res > @Res);
+    END;
+
+    -- Keys held by a hot job (latest committed state: READCOMMITTEDLOCK waits for a move in flight).
+    UPDATE i SET Id = h.Id, Duplicate = 1
+    FROM @In AS i
+    INNER JOIN keel.JobsHot AS h WITH (READCOMMITTEDLOCK)
+      ON h.IdempotencyKey = i.IdempotencyKey AND h.IdempotencyKey IS NOT NULL
+    WHERE i.IdempotencyKey IS NOT NULL;
+
+    -- Rows to insert: every job without a key, and the first occurrence of each free key.
+    UPDATE i SET Insert_ = 1
+    FROM @In AS i
+    WHERE i.Duplicate = 0
+      AND (i.IdempotencyKey IS NULL
+           OR i.Ord = (SELECT MIN(f.Ord) FROM @In AS f WHERE f.IdempotencyKey = i.IdempotencyKey));
+
+    -- New ids in input order.
+    DECLARE @NewIds TABLE (Ord int NOT NULL PRIMARY KEY, Id bigint NOT NULL);
+    INSERT @NewIds (Ord, Id)
+    SELECT Ord, NEXT VALUE FOR keel.JobIdSeq OVER (ORDER BY Ord)
+    FROM @In
+    WHERE Insert_ = 1;
+    UPDATE i SET Id = n.Id FROM @In AS i INNER JOIN @NewIds AS n ON n.Ord = i.Ord;
+
+    -- Later repeats of a key inside this batch are duplicates of its first occurrence.
+    UPDATE d SET Id = f.Id, Duplicate = 1
+    FROM @In AS d
+    INNER JOIN @In AS f ON f.IdempotencyKey = d.IdempotencyKey AND f.Insert_ = 1
+    WHERE d.Insert_ = 0 AND d.Duplicate = 0 AND d.IdempotencyKey IS NOT NULL;
+
+    INSERT keel.JobsHot (Id, Queue, Type, Payload, Priority, State, RunAt, Attempts, MaxAttempts, IdempotencyKey, Tags,
+                         CancelRequested, ExpiresAt, CreatedAt)
+    SELECT Id, Queue, Type, Payload, Priority, 'pending', RunAt, 0, MaxAttempts, IdempotencyKey, Tags,
+           0, ExpiresAt, @Now
+    FROM @In
+    WHERE Insert_ = 1;
+
+    COMMIT TRANSACTION;
+  END TRY
+  BEGIN CATCH
+    IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
+    THROW;
+  END CATCH;
+
+  SELECT Ord, Id AS JobId, Duplicate FROM @In ORDER BY Ord;
+END;
+GO
+
+-- ClaimNext(@WorkerId, @Queues JSON array of names, @Limit, @LeaseSeconds): up to @Limit due pending jobs of the
+-- given queues, highest priority first, then RunAt, then Id; skips rows other claimers hold (UPDLOCK, READPAST,
+-- ROWLOCK); paused queues give nothing. A queue with MaxConcurrency is serialised by locking its Queues row
+-- (name order, before any JobsHot row) and contributes at most MaxConcurrency - (fetched + processing) jobs, counted
+-- across every host. Each claimed job gets a new lease: State 'fetched', LeaseId NEWID(), LeaseExpiresAt.
+CREATE OR ALTER PROCEDURE keel.ClaimNext
+  @WorkerId NVARCHAR(200),
+  @Queues NVARCHAR(MAX),
+  @Limit INT,
+  @LeaseSeconds INT
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  DECLARE @Now datetime2(3) = SYSUTCDATETIME();
+  DECLARE @LeaseUntil datetime2(3) = DATEADD(second, ISNULL(@LeaseSeconds, 60), @Now);
+
+  DECLARE @Claimed TABLE (
+    Id bigint NOT NULL PRIMARY KEY, LeaseId uniqueidentifier NOT NULL,
+    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL, Type nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Payload nvarchar(max) NOT NULL, Priority int NOT NULL, Attempts int NOT NULL, MaxAttempts int NULL,
+    IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL, Tags nvarchar(max) NOT NULL,
+    RunAt datetime2(3) NOT NULL, CreatedAt datetime2(3) NOT NULL, LeaseExpiresAt datetime2(3) NOT NULL);
+  DECLARE @Q TABLE (
+    Name nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY,
+    Limited bit NOT NULL, Slots int NULL, QueueMaxAttempts int NOT NULL);
+
+  IF @Limit IS NOT NULL AND @Limit >= 1 AND @Queues IS NOT NULL AND ISJSON(@Queues) = 1
+  BEGIN
+    -- Settings read without locks; queues without a settings row count as unlimited and unpaused.
+    INSERT @Q (Name, Limited, QueueMaxAttempts)
+    SELECT n.Name, IIF(s.MaxConcurrency IS NULL, 0, 1), ISNULL(s.MaxAttempts, 5)
+    FROM (SELECT DISTINCT CONVERT(nvarchar(128), j.[value]) COLLATE Latin1_General_100_BIN2 AS Name
+          FROM OPENJSON(@Queues) AS j WHERE j.[type] = 1) AS n
+    LEFT JOIN keel.Queues AS s ON s.Name = n.Name
+    WHERE ISNULL(s.Paused, 0) = 0;
+
+    BEGIN TRY
+      BEGIN TRANSACTION;
+
+      -- Limited queues: lock each settings row in name order, then count what runs now.
+      DECLARE @Name nvarchar(128) = (SELECT MIN(Name) FROM @Q WHERE Limited = 1);
+      DECLARE @Max int, @Paused bit, @Running int, @Take int;
+      WHILE @Name IS NOT NULL
+      BEGIN
+        SELECT @Max = NULL, @Paused = NULL;
+        SELECT @Max = s.MaxConcurrency, @Paused = s.Paused
+        FROM keel.Queues AS s WITH (UPDLOCK, ROWLOCK)
+        WHERE s.Name = @Name;
+        IF @Paused = 1
+          UPDATE @Q SET Slots = 0 WHERE Name = @Name;
+        ELSE IF @Max IS NULL
+          UPDATE @Q SET Limited = 0 WHERE Name = @Name; -- made unlimited meanwhile
+        ELSE
+        BEGIN
+          SELECT @Running = COUNT(*) FROM keel.JobsHot AS h
+          WHERE h.Queue = @Name AND h.State IN ('fetched', 'processing');
+          UPDATE @Q SET Slots = IIF(@Max > @Running, @Max - @Running, 0) WHERE Name = @Name;
+        END;
+        SET @Name = (SELECT MIN(Name) FROM @Q WHERE Limited = 1 AND Name > @Name);
+      END;
+
+      -- Unlimited queues: one READPAST scan in priority order.
+      IF EXISTS (SELECT 1 FROM @Q WHERE Limited = 0)
+      BEGIN
+        WITH c AS (
+          SELECT TOP (@Limit) h.*
+          FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, ROWLOCK)
+          WHERE h.State = 'pending' AND h.RunAt <= @Now AND (h.ExpiresAt IS NULL OR h.ExpiresAt > @Now)
+            AND h.Queue IN (SELECT Name FROM @Q WHERE Limited = 0)
+          ORDER BY h.Priority DESC, h.RunAt, h.Id)
+        UPDATE c
+        SET State = 'fetched', LeaseId = NEWID(), WorkerId = @WorkerId, FetchedAt = @Now, LeaseExpiresAt = @LeaseUntil
+        OUTPUT inserted.Id, inserted.LeaseId, inserted.Queue, inserted.Type, inserted.Payload, inserted.Priority,
+               inserted.Attempts, inserted.MaxAttempts, inserted.IdempotencyKey, inserted.Tags, inserted.RunAt,
+               inserted.CreatedAt, inserted.LeaseExpiresAt
+        INTO @Claimed (Id, LeaseId, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, RunAt,
+                       CreatedAt, LeaseExpiresAt);
+      END;
+
+      -- Limited queues: each at most its free slots.
+      SET @Name = (SELECT MIN(Name) FROM @Q WHERE Limited = 1 AND Slots > 0);
+      WHILE @Name IS NOT NULL
+      BEGIN
+        SELECT @Take = IIF(Slots < @Limit, Slots, @Limit) FROM @Q WHERE Name = @Name;
+        WITH c AS (
+          SELECT TOP (@Take) h.*
+          FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, ROWLOCK)
+          WHERE h.Queue = @Name AND h.State = 'pending' AND h.RunAt <= @Now
+            AND (h.ExpiresAt IS NULL OR h.ExpiresAt > @Now)
+          ORDER BY h.Priority DESC, h.RunAt, h.Id)
+        UPDATE c
+        SET State = 'fetched', LeaseId = NEWID(), WorkerId = @WorkerId, FetchedAt = @Now, LeaseExpiresAt = @LeaseUntil
+        OUTPUT inserted.Id, inserted.LeaseId, inserted.Queue, inserted.Type, inserted.Payload, inserted.Priority,
+               inserted.Attempts, inserted.MaxAttempts, inserted.IdempotencyKey, inserted.Tags, inserted.RunAt,
+               inserted.CreatedAt, inserted.LeaseExpiresAt
+        INTO @Claimed (Id, LeaseId, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, RunAt,
+                       CreatedAt, LeaseExpiresAt);
+        SET @Name = (SELECT MIN(Name) FROM @Q WHERE Limited = 1 AND Slots > 0 AND Name > @Name);
+      END;
+
+      -- More than @Limit across queues: keep the best @Limit, hand the rest back exactly as they were
+      -- (pending rows never carry lease fields), still under our locks.
+      IF (SELECT COUNT(*) FROM @Claimed) > @Limit
+      BEGIN
+        DECLARE @Excess TABLE (Id bigint NOT NULL PRIMARY KEY);
+        INSERT @Excess (Id)
+        SELECT r.Id FROM (
+          SELECT c.Id, ROW_NUMBER() OVER (ORDER BY c.Priority DESC, c.RunAt, c.Id) AS Rn FROM @Claimed AS c) AS r
+        WHERE r.Rn > @Limit;
+        UPDATE h
+        SET State = 'pending', LeaseId = NULL, WorkerId = NULL, FetchedAt = NULL, LeaseExpiresAt = NULL
+        FROM keel.JobsHot AS h INNER JOIN @Excess AS e ON e.Id = h.Id;
+        DELETE c FROM @Claimed AS c INNER JOIN @Excess AS e ON e.Id = c.Id;
+      END;
+
+      COMMIT TRANSACTION;
+    END TRY
+    BEGIN CATCH
+      IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
+      THROW;
+    END CATCH;
+  END;
+
+  SELECT c.Id AS JobId, c.LeaseId, c.Queue, c.Type, c.Payload, c.Priority, c.Attempts, c.MaxAttempts,
+         q.QueueMaxAttempts, c.IdempotencyKey, c.Tags, c.RunAt, c.CreatedAt, c.LeaseExpiresAt
+  FROM @Claimed AS c
+  INNER JOIN @Q AS q ON q.Name = c.Queue
+  ORDER BY c.Priority DESC, c.RunAt, c.Id;
+END;
+GO
+
+-- ClaimById(@JobId, @WorkerId, @LeaseSeconds): claims one job by id when it is pending and due, its queue is not
+-- paused and (for a limited queue, locked first) has a free slot; a row another session holds is skipped (READPAST).
+-- Returns the claimed job (same columns as ClaimNext) or no row.
+CREATE OR ALTER PROCEDURE keel.ClaimById
+  @JobId BIGINT,
+  @WorkerId NVARCHAR(200),
+  @LeaseSeconds INT
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  DECLARE @Now datetime2(3) = SYSUTCDATETIME();
+  DECLARE @LeaseUntil datetime2(3) = DATEADD(second, ISNULL(@LeaseSeconds, 60), @Now);
+  DECLARE @Claimed TABLE (
+    Id bigint NOT NULL PRIMARY KEY, LeaseId uniqueidentifier NOT NULL,
+    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL, Type nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Payload nvarchar(max) NOT NULL, Priority int NOT NULL, Attempts int NOT NULL, MaxAttempts int NULL,
+    IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL, Tags nvarchar(max) NOT NULL,
+    RunAt datetime2(3) NOT NULL, CreatedAt datetime2(3) NOT NULL, LeaseExpiresAt datetime2(3) NOT NULL);
+  DECLARE @Queue nvarchar(128), @Paused bit, @Max int, @QueueMaxAttempts int = 5, @Running int;
+
+  SELECT @Queue = h.Queue FROM keel.JobsHot AS h WHERE h.Id = @JobId AND h.State = 'pending';
+
+  IF @Queue IS NOT NULL
+  BEGIN
+    SELECT @Paused = s.Paused, @Max = s.MaxConcurrency, @QueueMaxAttempts = s.MaxAttempts
+    FROM keel.Queues AS s WHERE s.Name = @Queue;
+
+    IF ISNULL(@Paused, 0) = 0
+    BEGIN
+      BEGIN TRY
+        BEGIN TRANSACTION;
+        IF @Max IS NOT NULL
+        BEGIN
+          SELECT @Max = s.MaxConcurrency, @Paused = s.Paused
+          FROM keel.Queues AS s WITH (UPDLOCK, ROWLOCK) WHERE s.Name = @Queue;
+          SELECT @Running = COUNT(*) FROM keel.JobsHot AS h
+          WHERE h.Queue = @Queue AND h.State IN ('fetched', 'processing');
+        END;
+
+        IF ISNULL(@Paused, 0) = 0 AND (@Max IS NULL OR @Running < @Max)
+          UPDATE keel.JobsHot WITH (UPDLOCK, READPAST, ROWLOCK)
+          SET State = 'fetched', LeaseId = NEWID(), WorkerId = @WorkerId, FetchedAt = @Now, LeaseExpiresAt = @LeaseUntil
+          OUTPUT inserted.Id, inserted.LeaseId, inserted.Queue, inserted.Type, inserted.Payload, inserted.Priority,
+                 inserted.Attempts, inserted.MaxAttempts, inserted.IdempotencyKey, inserted.Tags, inserted.RunAt,
+                 inserted.CreatedAt, inserted.LeaseExpiresAt
+          INTO @Claimed (Id, LeaseId, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, RunAt,
+                         CreatedAt, LeaseExpiresAt)
+          WHERE Id = @JobId AND Queue = @Queue AND State = 'pending' AND RunAt <= @Now
+            AND (ExpiresAt IS NULL OR ExpiresAt > @Now);
+
+        COMMIT TRANSACTION;
+      END TRY
+      BEGIN CATCH
+        IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
+        THROW;
+      END CATCH;
+    END;
+  END;
+
+  SELECT c.Id AS JobId, c.LeaseId, c.Queue, c.Type, c.Payload, c.Priority, c.Attempts, c.MaxAttempts,
+         ISNULL(@QueueMaxAttempts, 5) AS QueueMaxAttempts, c.IdempotencyKey, c.Tags, c.RunAt, c.CreatedAt,
+         c.LeaseExpiresAt
+  FROM @Claimed AS c;
+END;
+GO

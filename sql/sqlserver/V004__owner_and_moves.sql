@@ -1,0 +1,364 @@
+-- Owner-scoped transitions and the final moves (Hot -> Archive, Hot -> DLQ).
+-- Owner-scoped statements match (Id, LeaseId, State); zero rows means 'lease_lost' in the result, never an error.
+-- Move pattern: SET XACT_ABORT ON; one short transaction; DELETE ... OUTPUT deleted.* INTO @Moved first (the captured
+-- row is authoritative); INSERT the captured rows at the destination; StatsSummary and MetricBuckets in the same
+-- transaction (keel.ApplyCounters); COMMIT; any error rolls everything back and is re-raised.
+SET ANSI_NULLS ON;
+SET QUOTED_IDENTIFIER ON;
+GO
+
+-- DeadLetter: the Hot -> DLQ move shared by Fail, Cancel, Retry (cancel requested) and RescueZombies. Moves the
+-- JobsHot rows whose ids are in the caller's #DeadIds (Id bigint PRIMARY KEY) and which are in one of the allowed
+-- states (and, when @LeaseId is given, still under that lease). Must run inside the caller's transaction; the
+-- caller has created #Counters (see V002) and, for batch callers, already holds the rows (UPDLOCK). Counts:
+-- Failed+1 per job, Cancelled+1 when the reason is 'cancelled', Zombie+1 when it is 'zombie', and a
+-- ('failed', reason) metric bucket with the duration since StartedAt (0 when never started).
+CREATE OR ALTER PROCEDURE keel.DeadLetter
+  @LeaseId UNIQUEIDENTIFIER,
+  @FromPending BIT,
+  @FromFetched BIT,
+  @FromProcessing BIT,
+  @Reason VARCHAR(16),
+  @Error NVARCHAR(MAX),
+  @MovedCount INT OUTPUT
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  IF @@TRANCOUNT = 0
+    THROW 50011, N'keel.DeadLetter must run inside the transaction of its caller', 1;
+  IF @Reason IS NULL OR @Reason NOT IN ('exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired')
+    THROW 50012, N'reason must be one of exhausted, fatal, timeout, cancelled, zombie, expired', 1;
+
+  DECLARE @Now datetime2(3) = SYSUTCDATETIME();
+  DECLARE @Moved TABLE (
+    Id bigint NOT NULL PRIMARY KEY,
+    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL, Type nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Payload nvarchar(max) NOT NULL, Priority int NOT NULL, Attempts int NOT NULL, MaxAttempts int NULL,
+    IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL, Tags nvarchar(max) NOT NULL,
+    CreatedAt datetime2(3) NOT NULL, StartedAt datetime2(3) NULL, LastError nvarchar(max) NULL, WorkerId nvarchar(200) NULL);
+
+  DELETE h
+  OUTPUT deleted.Id, deleted.Queue, deleted.Type, deleted.Payload, deleted.Priority, deleted.Attempts, deleted.MaxAttempts,
+         deleted.IdempotencyKey, deleted.Tags, deleted.CreatedAt, deleted.StartedAt, deleted.LastError, deleted.WorkerId
+  INTO @Moved (Id, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, CreatedAt, StartedAt,
+               LastError, WorkerId)
+  FROM keel.JobsHot AS h WITH (ROWLOCK)
+  INNER JOIN #DeadIds AS d ON d.Id = h.Id
+  WHERE (@LeaseId IS NULL OR h.LeaseId = @LeaseId)
+    AND (   (h.State = 'pending' AND @FromPending = 1)
+         OR (h.State = 'fetched' AND @FromFetched = 1)
+         OR (h.State = 'processing' AND @FromProcessing = 1));
+  SET @MovedCount = @@ROWCOUNT;
+  IF @MovedCount = 0 RETURN;
+
+  INSERT keel.JobsDLQ (Id, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, CreatedAt,
+                       StartedAt, FailedAt, DurationMs, Reason, Error, WorkerId)
+  SELECT m.Id, m.Queue, m.Type, m.Payload, m.Priority, m.Attempts, m.MaxAttempts, m.IdempotencyKey, m.Tags, m.CreatedAt,
+         m.StartedAt, @Now,
+         CASE WHEN m.StartedAt IS NULL THEN NULL
+              WHEN m.StartedAt > @Now THEN 0
+              ELSE DATEDIFF_BIG(millisecond, m.StartedAt, @Now) END,
+         @Reason, ISNULL(@Error, m.LastError), m.WorkerId
+  FROM @Moved AS m;
+
+  DELETE FROM #Counters;
+  INSERT #Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
+  SELECT m.Queue, 1, IIF(@Reason = 'cancelled', 1, 0), IIF(@Reason = 'zombie', 1, 0), 'failed', @Reason,
+         CASE WHEN m.StartedAt IS NULL OR m.StartedAt > @Now THEN 0 ELSE DATEDIFF_BIG(millisecond, m.StartedAt, @Now) END
+  FROM @Moved AS m;
+  EXEC keel.ApplyCounters;
+  DELETE FROM #Counters;
+END;
+GO
+
+-- StartMany(@Leases JSON [{jobId, leaseId}]): fetched -> processing for every job still under that lease; Attempts+1,
+-- StartedAt and HeartbeatAt = now. One row per input in input order: JobId, Status ok|lease_lost, Attempt (0 if lost).
+CREATE OR ALTER PROCEDURE keel.StartMany
+  @Leases NVARCHAR(MAX)
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  DECLARE @Now datetime2(3) = SYSUTCDATETIME();
+  IF @Leases IS NULL OR ISJSON(@Leases) = 0
+    THROW 50021, N'StartMany: @Leases must be a JSON array of {jobId, leaseId}', 1;
+
+  DECLARE @L TABLE (Ord int NOT NULL PRIMARY KEY, JobIdText nvarchar(40) NULL, JobId bigint NULL, LeaseId uniqueidentifier NULL);
+  INSERT @L (Ord, JobIdText, JobId, LeaseId)
+  SELECT CONVERT(int, j.[key]), v.jobId, TRY_CONVERT(bigint, v.jobId), TRY_CONVERT(uniqueidentifier, v.leaseId)
+  FROM OPENJSON(@Leases) AS j
+  CROSS APPLY OPENJSON(j.[value]) WITH (jobId nvarchar(40) '$.jobId', leaseId nvarchar(64) '$.leaseId') AS v;
+
+  DECLARE @Started TABLE (Id bigint NOT NULL PRIMARY KEY, Attempts int NOT NULL);
+  UPDATE h
+  SET State = 'processing', Attempts = h.Attempts + 1, StartedAt = @Now, HeartbeatAt = @Now
+  OUTPUT inserted.Id, inserted.Attempts INTO @Started (Id, Attempts)
+  FROM keel.JobsHot AS h WITH (ROWLOCK)
+  INNER JOIN (SELECT DISTINCT JobId, LeaseId FROM @L WHERE JobId IS NOT NULL AND LeaseId IS NOT NULL) AS l
+    ON h.Id = l.JobId AND h.LeaseId = l.LeaseId
+  WHERE h.State = 'fetched';
+
+  SELECT l.JobIdText AS JobId,
+         IIF(s.Id IS NULL, 'lease_lost', 'ok') AS Status,
+         ISNULL(s.Attempts, 0) AS Attempt
+  FROM @L AS l
+  LEFT JOIN @Started AS s ON s.Id = l.JobId
+  ORDER BY l.Ord;
+END;
+GO
+
+-- Heartbeat(@JobId, @LeaseId): processing under that lease -> HeartbeatAt = now. Returns Status and CancelRequested.
+CREATE OR ALTER PROCEDURE keel.Heartbeat
+  @JobId BIGINT,
+  @LeaseId UNIQUEIDENTIFIER
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  DECLARE @Beat TABLE (CancelRequested bit NOT NULL);
+  UPDATE keel.JobsHot WITH (ROWLOCK)
+  SET HeartbeatAt = SYSUTCDATETIME()
+  OUTPUT inserted.CancelRequested INTO @Beat (CancelRequested)
+  WHERE Id = @JobId AND LeaseId = @LeaseId AND State = 'processing';
+
+  IF EXISTS (SELECT 1 FROM @Beat)
+    SELECT 'ok' AS Status, CancelRequested FROM @Beat;
+  ELSE
+    SELECT 'lease_lost' AS Status, CONVERT(bit, 0) AS CancelRequested;
+END;
+GO
+
+-- Release(@JobId, @LeaseId): fetched under that lease -> pending, lease cleared, no attempt used. Returns Status.
+CREATE OR ALTER PROCEDURE keel.Release
+  @JobId BIGINT,
+  @LeaseId UNIQUEIDENTIFIER
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  UPDATE keel.JobsHot WITH (ROWLOCK)
+  SET State = 'pending', LeaseId = NULL, WorkerId = NULL, FetchedAt = NULL, LeaseExpiresAt = NULL
+  WHERE Id = @JobId AND LeaseId = @LeaseId AND State = 'fetched';
+  SELECT IIF(@@ROWCOUNT = 1, 'ok', 'lease_lost') AS Status;
+END;
+GO
+
+-- CompleteMany(@Leases JSON [{jobId, leaseId}]): the Hot -> Archive move for every job still processing under its
+-- lease; Succeeded+1 and a ('succeeded', '') metric bucket per job. One row per input in input order: JobId, Status.
+CREATE OR ALTER PROCEDURE keel.CompleteMany
+  @Leases NVARCHAR(MAX)
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  DECLARE @Now datetime2(3) = SYSUTCDATETIME();
+  IF @Leases IS NULL OR ISJSON(@Leases) = 0
+    THROW 50022, N'CompleteMany: @Leases must be a JSON array of {jobId, leaseId}', 1;
+
+  DECLARE @L TABLE (Ord int NOT NULL PRIMARY KEY, JobIdText nvarchar(40) NULL, JobId bigint NULL, LeaseId uniqueidentifier NULL);
+  INSERT @L (Ord, JobIdText, JobId, LeaseId)
+  SELECT CONVERT(int, j.[key]), v.jobId, TRY_CONVERT(bigint, v.jobId), TRY_CONVERT(uniqueidentifier, v.leaseId)
+  FROM OPENJSON(@Leases) AS j
+  CROSS APPLY OPENJSON(j.[value]) WITH (jobId nvarchar(40) '$.jobId', leaseId nvarchar(64) '$.leaseId') AS v;
+
+  DECLARE @Moved TABLE (
+    Id bigint NOT NULL PRIMARY KEY,
+    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL, Type nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Payload nvarchar(max) NOT NULL, Priority int NOT NULL, Attempts int NOT NULL, MaxAttempts int NULL,
+    IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL, Tags nvarchar(max) NOT NULL,
+    CreatedAt datetime2(3) NOT NULL, StartedAt datetime2(3) NULL, WorkerId nvarchar(200) NULL);
+  CREATE TABLE #Counters (
+    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Succeeded int NOT NULL DEFAULT 0, Failed int NOT NULL DEFAULT 0, Retried int NOT NULL DEFAULT 0,
+    Cancelled int NOT NULL DEFAULT 0, Zombie int NOT NULL DEFAULT 0, Resurrected int NOT NULL DEFAULT 0,
+    Outcome varchar(10) NULL, Reason varchar(16) NOT NULL DEFAULT '', DurationMs bigint NOT NULL DEFAULT 0);
+
+  BEGIN TRY
+    BEGIN TRANSACTION;
+
+    DELETE h
+    OUTPUT deleted.Id, deleted.Queue, deleted.Type, deleted.Payload, deleted.Priority, deleted.Attempts,
+           deleted.MaxAttempts, deleted.IdempotencyKey, deleted.Tags, deleted.CreatedAt, deleted.StartedAt, deleted.WorkerId
+    INTO @Moved (Id, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, CreatedAt, StartedAt,
+                 WorkerId)
+    FROM keel.JobsHot AS h WITH (ROWLOCK)
+    INNER JOIN (SELECT DISTINCT JobId, LeaseId FROM @L WHERE JobId IS NOT NULL AND LeaseId IS NOT NULL) AS l
+      ON h.Id = l.JobId AND h.LeaseId = l.LeaseId
+    WHERE h.State = 'processing';
+
+    IF @@ROWCOUNT > 0
+    BEGIN
+      INSERT keel.JobsArchive (Id, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, CreatedAt,
+                               StartedAt, FinishedAt, DurationMs, WorkerId)
+      SELECT m.Id, m.Queue, m.Type, m.Payload, m.Priority, m.Attempts, m.MaxAttempts, m.IdempotencyKey, m.Tags,
+             m.CreatedAt, m.StartedAt, @Now,
+             CASE WHEN m.StartedAt IS NULL OR m.StartedAt > @Now THEN 0 ELSE DATEDIFF_BIG(millisecond, m.StartedAt, @Now) END,
+             m.WorkerId
+      FROM @Moved AS m;
+
+      INSERT #Counters (Queue, Succeeded, Outcome, Reason, DurationMs)
+      SELECT m.Queue, 1, 'succeeded', '',
+             CASE WHEN m.StartedAt IS NULL OR m.StartedAt > @Now THEN 0 ELSE DATEDIFF_BIG(millisecond, m.StartedAt, @Now) END
+      FROM @Moved AS m;
+      EXEC keel.ApplyCounters;
+    END;
+
+    COMMIT TRANSACTION;
+  END TRY
+  BEGIN CATCH
+    IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
+    THROW;
+  END CATCH;
+
+  SELECT l.JobIdText AS JobId, IIF(m.Id IS NULL, 'lease_lost', 'ok') AS Status
+  FROM @L AS l
+  LEFT JOIN @Moved AS m ON m.Id = l.JobId
+  ORDER BY l.Ord;
+END;
+GO
+
+-- Retry(@JobId, @LeaseId, @RunAt, @Error): processing under that lease -> pending at @RunAt (now when NULL), lease
+-- cleared, LastError = @Error, Retried+1 (the attempt was already counted by Start). A job whose cancel was
+-- requested goes to the DLQ as 'cancelled' instead: the operator's cancel wins over the handler's retry.
+CREATE OR ALTER PROCEDURE keel.Retry
+  @JobId BIGINT,
+  @LeaseId UNIQUEIDENTIFIER,
+  @RunAt DATETIME2(3),
+  @Error NVARCHAR(MAX)
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  DECLARE @Now datetime2(3) = SYSUTCDATETIME();
+  DECLARE @Queue nvarchar(128), @CancelRequested bit, @Status varchar(10) = 'lease_lost', @Moved int;
+  CREATE TABLE #Counters (
+    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Succeeded int NOT NULL DEFAULT 0, Failed int NOT NULL DEFAULT 0, Retried int NOT NULL DEFAULT 0,
+    Cancelled int NOT NULL DEFAULT 0, Zombie int NOT NULL DEFAULT 0, Resurrected int NOT NULL DEFAULT 0,
+    Outcome varchar(10) NULL, Reason varchar(16) NOT NULL DEFAULT '', DurationMs bigint NOT NULL DEFAULT 0);
+  CREATE TABLE #DeadIds (Id bigint NOT NULL PRIMARY KEY);
+
+  BEGIN TRY
+    BEGIN TRANSACTION;
+
+    SELECT @Queue = h.Queue, @CancelRequested = h.CancelRequested
+    FROM keel.JobsHot AS h WITH (UPDLOCK, ROWLOCK)
+    WHERE h.Id = @JobId AND h.LeaseId = @LeaseId AND h.State = 'processing';
+
+    IF @Queue IS NOT NULL AND @CancelRequested = 1
+    BEGIN
+      INSERT #DeadIds (Id) VALUES (@JobId);
+      EXEC keel.DeadLetter @LeaseId = @LeaseId, @FromPending = 0, @FromFetched = 0, @FromProcessing = 1,
+                           @Reason = 'cancelled', @Error = @Error, @MovedCount = @Moved OUTPUT;
+      IF @Moved = 1 SET @Status = 'ok';
+    END
+    ELSE IF @Queue IS NOT NULL
+    BEGIN
+      UPDATE keel.JobsHot WITH (ROWLOCK)
+      SET State = 'pending', RunAt = ISNULL(@RunAt, @Now), LeaseId = NULL, WorkerId = NULL, FetchedAt = NULL,
+          LeaseExpiresAt = NULL, HeartbeatAt = NULL, LastError = @Error
+      WHERE Id = @JobId AND LeaseId = @LeaseId AND State = 'processing';
+      IF @@ROWCOUNT = 1
+      BEGIN
+        INSERT #Counters (Queue, Retried) VALUES (@Queue, 1);
+        EXEC keel.ApplyCounters;
+        SET @Status = 'ok';
+      END;
+    END;
+
+    COMMIT TRANSACTION;
+  END TRY
+  BEGIN CATCH
+    IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
+    THROW;
+  END CATCH;
+
+  SELECT @Status AS Status;
+END;
+GO
+
+-- Fail(@JobId, @LeaseId, @Reason, @Error): fetched or processing under that lease -> DLQ with the reason.
+CREATE OR ALTER PROCEDURE keel.Fail
+  @JobId BIGINT,
+  @LeaseId UNIQUEIDENTIFIER,
+  @Reason VARCHAR(16),
+  @Error NVARCHAR(MAX)
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  IF @Reason IS NULL OR @Reason NOT IN ('exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired')
+    THROW 50012, N'reason must be one of exhausted, fatal, timeout, cancelled, zombie, expired', 1;
+  DECLARE @Moved int = 0;
+  CREATE TABLE #Counters (
+    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Succeeded int NOT NULL DEFAULT 0, Failed int NOT NULL DEFAULT 0, Retried int NOT NULL DEFAULT 0,
+    Cancelled int NOT NULL DEFAULT 0, Zombie int NOT NULL DEFAULT 0, Resurrected int NOT NULL DEFAULT 0,
+    Outcome varchar(10) NULL, Reason varchar(16) NOT NULL DEFAULT '', DurationMs bigint NOT NULL DEFAULT 0);
+  CREATE TABLE #DeadIds (Id bigint NOT NULL PRIMARY KEY);
+
+  IF @LeaseId IS NOT NULL AND @JobId IS NOT NULL
+  BEGIN
+    INSERT #DeadIds (Id) VALUES (@JobId);
+    BEGIN TRY
+      BEGIN TRANSACTION;
+      EXEC keel.DeadLetter @LeaseId = @LeaseId, @FromPending = 0, @FromFetched = 1, @FromProcessing = 1,
+                           @Reason = @Reason, @Error = @Error, @MovedCount = @Moved OUTPUT;
+      COMMIT TRANSACTION;
+    END TRY
+    BEGIN CATCH
+      IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
+      THROW;
+    END CATCH;
+  END;
+
+  SELECT IIF(@Moved = 1, 'ok', 'lease_lost') AS Status;
+END;
+GO
+
+-- Cancel(@JobId): pending or fetched -> DLQ 'cancelled' at once ('cancelled'); processing -> CancelRequested = 1
+-- ('cancel_requested'; the next heartbeat tells the handler); not in the hot table -> 'not_found'.
+-- The row is locked first, so the decision and the action see the same state.
+CREATE OR ALTER PROCEDURE keel.Cancel
+  @JobId BIGINT
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  DECLARE @State varchar(10), @Status varchar(20) = 'not_found', @Moved int;
+  CREATE TABLE #Counters (
+    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Succeeded int NOT NULL DEFAULT 0, Failed int NOT NULL DEFAULT 0, Retried int NOT NULL DEFAULT 0,
+    Cancelled int NOT NULL DEFAULT 0, Zombie int NOT NULL DEFAULT 0, Resurrected int NOT NULL DEFAULT 0,
+    Outcome varchar(10) NULL, Reason varchar(16) NOT NULL DEFAULT '', DurationMs bigint NOT NULL DEFAULT 0);
+  CREATE TABLE #DeadIds (Id bigint NOT NULL PRIMARY KEY);
+
+  BEGIN TRY
+    BEGIN TRANSACTION;
+
+    SELECT @State = h.State FROM keel.JobsHot AS h WITH (UPDLOCK, ROWLOCK) WHERE h.Id = @JobId;
+
+    IF @State = 'processing'
+    BEGIN
+      UPDATE keel.JobsHot WITH (ROWLOCK) SET CancelRequested = 1 WHERE Id = @JobId;
+      SET @Status = 'cancel_requested';
+    END
+    ELSE IF @State IN ('pending', 'fetched')
+    BEGIN
+      INSERT #DeadIds (Id) VALUES (@JobId);
+      EXEC keel.DeadLetter @LeaseId = NULL, @FromPending = 1, @FromFetched = 1, @FromProcessing = 0,
+                           @Reason = 'cancelled', @Error = N'cancelled by operator', @MovedCount = @Moved OUTPUT;
+      SET @Status = 'cancelled';
+    END;
+
+    COMMIT TRANSACTION;
+  END TRY
+  BEGIN CATCH
+    IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
+    THROW;
+  END CATCH;
+
+  SELECT @Status AS Status;
+END;
+GO

@@ -1,0 +1,304 @@
+-- Maintenance: zombie rescue, DLQ resurrection, retention purge. Every sweep is bounded (@Limit / @BatchSize) and
+-- skips rows other sessions hold (READPAST), so a timer that fires twice or overlaps itself does no harm.
+SET ANSI_NULLS ON;
+SET QUOTED_IDENTIFIER ON;
+GO
+
+-- RescueZombies(@Limit), each part one bounded batch in its own short transaction:
+--   fetched past LeaseExpiresAt -> pending (no attempt was used)                          -> ReleasedFetched
+--   processing with HeartbeatAt older than the queue's ZombieTimeoutSeconds:
+--     cancel requested -> DLQ 'cancelled'; policy 'dlq' or attempts exhausted -> DLQ 'zombie' -> DeadLettered
+--     otherwise (policy 'retry') -> pending, Zombie+1                                       -> Retried
+--   pending past ExpiresAt -> DLQ 'expired'                                                 -> Expired
+-- Returns one row: ReleasedFetched, Retried, DeadLettered, Expired.
+CREATE OR ALTER PROCEDURE keel.RescueZombies
+  @Limit INT
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  IF @Limit IS NULL OR @Limit < 1
+    THROW 50030, N'RescueZombies: @Limit must be a positive integer', 1;
+
+  DECLARE @Now datetime2(3) = SYSUTCDATETIME();
+  DECLARE @Released int = 0, @Retried int = 0, @Dead int = 0, @Expired int = 0, @Moved int = 0;
+  CREATE TABLE #Counters (
+    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Succeeded int NOT NULL DEFAULT 0, Failed int NOT NULL DEFAULT 0, Retried int NOT NULL DEFAULT 0,
+    Cancelled int NOT NULL DEFAULT 0, Zombie int NOT NULL DEFAULT 0, Resurrected int NOT NULL DEFAULT 0,
+    Outcome varchar(10) NULL, Reason varchar(16) NOT NULL DEFAULT '', DurationMs bigint NOT NULL DEFAULT 0);
+  CREATE TABLE #DeadIds (Id bigint NOT NULL PRIMARY KEY);
+  DECLARE @Z TABLE (Id bigint NOT NULL PRIMARY KEY, Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+                    Kind char(1) NOT NULL); -- c = cancelled, z = zombie to DLQ, r = back to pending
+
+  BEGIN TRY
+    -- 1. Fetched jobs whose lease ran out: back to pending.
+    BEGIN TRANSACTION;
+    WITH c AS (
+      SELECT TOP (@Limit) h.*
+      FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, ROWLOCK)
+      WHERE h.State = 'fetched' AND h.LeaseExpiresAt < @Now
+      ORDER BY h.Id)
+    UPDATE c SET State = 'pending', LeaseId = NULL, WorkerId = NULL, FetchedAt = NULL, LeaseExpiresAt = NULL;
+    SET @Released = @@ROWCOUNT;
+    COMMIT TRANSACTION;
+
+    -- 2. Processing jobs without a heartbeat for longer than their queue's zombie timeout.
+    BEGIN TRANSACTION;
+    INSERT @Z (Id, Queue, Kind)
+    SELECT TOP (@Limit) h.Id, h.Queue,
+           CASE WHEN h.CancelRequested = 1 THEN 'c'
+                WHEN ISNULL(s.ZombiePolicy, 'retry') = 'dlq' OR h.Attempts >= COALESCE(h.MaxAttempts, s.MaxAttempts, 5) THEN 'z'
+                ELSE 'r' END
+    FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, ROWLOCK)
+    LEFT JOIN keel.Queues AS s ON s.Name = h.Queue
+    WHERE h.State = 'processing'
+      AND h.HeartbeatAt < DATEADD(second, -ISNULL(s.ZombieTimeoutSeconds, 300), @Now)
+    ORDER BY h.Id;
+
+    IF EXISTS (SELECT 1 FROM @Z WHERE Kind = 'z')
+    BEGIN
+      DELETE FROM #DeadIds;
+      INSERT #DeadIds (Id) SELECT Id FROM @Z WHERE Kind = 'z';
+      EXEC keel.DeadLetter @LeaseId = NULL, @FromPending = 0, @FromFetched = 0, @FromProcessing = 1,
+                           @Reason = 'zombie', @Error = N'zombie: heartbeat timed out', @MovedCount = @Moved OUTPUT;
+      SET @Dead += @Moved;
+    END;
+    IF EXISTS (SELECT 1 FROM @Z WHERE Kind = 'c')
+    BEGIN
+      DELETE FROM #DeadIds;
+      INSERT #DeadIds (Id) SELECT Id FROM @Z WHERE Kind = 'c';
+      EXEC keel.DeadLetter @LeaseId = NULL, @FromPending = 0, @FromFetched = 0, @FromProcessing = 1,
+                           @Reason = 'cancelled', @Error = N'cancelled; worker lost before it stopped',
+                           @MovedCount = @Moved OUTPUT;
+      SET @Dead += @Moved;
+    END;
+    IF EXISTS (SELECT 1 FROM @Z WHERE Kind = 'r')
+    BEGIN
+      DELETE FROM #Counters;
+      UPDATE h
+      SET State = 'pending', RunAt = @Now, LeaseId = NULL, WorkerId = NULL, FetchedAt = NULL, LeaseExpiresAt = NULL,
+          HeartbeatAt = NULL,
+          LastError = N'zombie: no heartbeat since ' + CONVERT(nvarchar(30), h.HeartbeatAt, 126) + N'Z'
+      OUTPUT inserted.Queue, 1 INTO #Counters (Queue, Zombie)
+      FROM keel.JobsHot AS h WITH (ROWLOCK)
+      INNER JOIN @Z AS z ON z.Id = h.Id AND z.Kind = 'r'
+      WHERE h.State = 'processing';
+      SET @Retried = @@ROWCOUNT;
+      IF @Retried > 0 EXEC keel.ApplyCounters;
+      DELETE FROM #Counters;
+    END;
+    COMMIT TRANSACTION;
+
+    -- 3. Pending jobs past ExpiresAt: DLQ 'expired'.
+    BEGIN TRANSACTION;
+    DELETE FROM #DeadIds;
+    INSERT #DeadIds (Id)
+    SELECT TOP (@Limit) h.Id
+    FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, ROWLOCK)
+    WHERE h.State = 'pending' AND h.ExpiresAt IS NOT NULL AND h.ExpiresAt <= @Now
+    ORDER BY h.Id;
+    IF @@ROWCOUNT > 0
+    BEGIN
+      EXEC keel.DeadLetter @LeaseId = NULL, @FromPending = 1, @FromFetched = 0, @FromProcessing = 0,
+                           @Reason = 'expired', @Error = N'expired before it started', @MovedCount = @Moved OUTPUT;
+      SET @Expired = @Moved;
+    END;
+    COMMIT TRANSACTION;
+  END TRY
+  BEGIN CATCH
+    IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
+    THROW;
+  END CATCH;
+
+  SELECT @Released AS ReleasedFetched, @Retried AS Retried, @Dead AS DeadLettered, @Expired AS Expired;
+END;
+GO
+
+-- Resurrect(@JobIds JSON array of ids): the DLQ -> Hot move. Attempts reset to 0, RunAt now, IdempotencyKey kept,
+-- LastError = the DLQ error, Resurrected+1 per job. A job whose key is held by a hot job stays in the DLQ (as does
+-- all but the newest of several DLQ jobs sharing one key). Keys are locked with the per-key applocks of EnqueueMany
+-- before the DLQ rows are deleted, so a concurrent enqueue of the same key cannot slip in between;
+-- the DLQ rows are deleted first (DELETE ... OUTPUT INTO), so two concurrent resurrects yield one hot job.
+-- Returns JobId per resurrected job, in id order.
+CREATE OR ALTER PROCEDURE keel.Resurrect
+  @JobIds NVARCHAR(MAX)
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  DECLARE @Now datetime2(3) = SYSUTCDATETIME();
+  IF @JobIds IS NULL OR ISJSON(@JobIds) = 0
+    THROW 50031, N'Resurrect: @JobIds must be a JSON array of job ids', 1;
+
+  DECLARE @Cand TABLE (Id bigint NOT NULL PRIMARY KEY,
+                       IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL,
+                       Eligible bit NOT NULL DEFAULT (1));
+  DECLARE @Moved TABLE (
+    Id bigint NOT NULL PRIMARY KEY,
+    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL, Type nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Payload nvarchar(max) NOT NULL, Priority int NOT NULL, MaxAttempts int NULL,
+    IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL, Tags nvarchar(max) NOT NULL,
+    CreatedAt datetime2(3) NOT NULL, Error nvarchar(max) NULL);
+  CREATE TABLE #Counters (
+    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Succeeded int NOT NULL DEFAULT 0, Failed int NOT NULL DEFAULT 0, Retried int NOT NULL DEFAULT 0,
+    Cancelled int NOT NULL DEFAULT 0, Zombie int NOT NULL DEFAULT 0, Resurrected int NOT NULL DEFAULT 0,
+    Outcome varchar(10) NULL, Reason varchar(16) NOT NULL DEFAULT '', DurationMs bigint NOT NULL DEFAULT 0);
+
+  BEGIN TRY
+    BEGIN TRANSACTION;
+
+    INSERT @Cand (Id, IdempotencyKey)
+    SELECT d.Id, d.IdempotencyKey
+    FROM keel.JobsDLQ AS d
+    WHERE d.Id IN (SELECT TRY_CONVERT(bigint, j.[value]) FROM OPENJSON(@JobIds) AS j);
+
+    -- Several DLQ rows with one key: only the newest may come back.
+    UPDATE c SET Eligible = 0
+    FROM @Cand AS c
+    WHERE c.IdempotencyKey IS NOT NULL
+      AND EXISTS (SELECT 1 FROM @Cand AS n WHERE n.IdempotencyKey = c.IdempotencyKey AND n.Id > c.Id);
+
+    -- The same per-key applocks as EnqueueMany, in the same order, before any table lock of this transaction.
+    DECLARE @Keys TABLE (Res nvarchar(255) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY);
+    INSERT @Keys (Res)
+    SELECT DISTINCT N'keel.idem:' + CONVERT(nvarchar(64), HASHBYTES('SHA2_256', IdempotencyKey), 2)
+    FROM @Cand WHERE Eligible = 1 AND IdempotencyKey IS NOT NULL;
+    DECLARE @Res nvarchar(255) = (SELECT MIN(Res) FROM @Keys), @Rc int;
+    WHILE @Res IS NOT NULL
+    BEGIN
+      EXEC @Rc = sys.sp_getapplock @Resource = @Res, @LockMode = 'Exclusive', @LockOwner = 'Transaction';
+      IF @Rc < 0 THROW 50036, N'Resurrect: could not lock an idempotency key', 1;
+      SET @Res = (SELECT MIN(Res) FROM @Keys WHERE Res > @Res);
+    END;
+
+    -- A key now held by a hot job keeps its DLQ job where it is.
+    UPDATE c SET Eligible = 0
+    FROM @Cand AS c
+    WHERE c.Eligible = 1 AND c.IdempotencyKey IS NOT NULL
+      AND EXISTS (SELECT 1 FROM keel.JobsHot AS h WITH (READCOMMITTEDLOCK)
+                  WHERE h.IdempotencyKey = c.IdempotencyKey AND h.IdempotencyKey IS NOT NULL);
+
+    DELETE d
+    OUTPUT deleted.Id, deleted.Queue, deleted.Type, deleted.Payload, deleted.Priority, deleted.MaxAttempts,
+           deleted.IdempotencyKey, deleted.Tags, deleted.CreatedAt, deleted.Error
+    INTO @Moved (Id, Queue, Type, Payload, Priority, MaxAttempts, IdempotencyKey, Tags, CreatedAt, Error)
+    FROM keel.JobsDLQ AS d WITH (ROWLOCK)
+    INNER JOIN @Cand AS c ON c.Id = d.Id
+    WHERE c.Eligible = 1;
+
+    IF @@ROWCOUNT > 0
+    BEGIN
+      INSERT keel.JobsHot (Id, Queue, Type, Payload, Priority, State, RunAt, Attempts, MaxAttempts, IdempotencyKey, Tags,
+                           CancelRequested, LastError, CreatedAt)
+      SELECT m.Id, m.Queue, m.Type, m.Payload, m.Priority, 'pending', @Now, 0, m.MaxAttempts, m.IdempotencyKey, m.Tags,
+             0, m.Error, m.CreatedAt
+      FROM @Moved AS m;
+
+      INSERT #Counters (Queue, Resurrected) SELECT m.Queue, 1 FROM @Moved AS m;
+      EXEC keel.ApplyCounters;
+    END;
+
+    COMMIT TRANSACTION;
+  END TRY
+  BEGIN CATCH
+    IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
+    THROW;
+  END CATCH;
+
+  SELECT m.Id AS JobId FROM @Moved AS m ORDER BY m.Id;
+END;
+GO
+
+-- ResurrectByFilter(...): up to @Limit DLQ jobs matching every given filter (NULL = any), oldest failure first.
+-- @DryRun = 1 (or NULL) only lists them; otherwise resurrects them through keel.Resurrect. Returns JobId rows.
+CREATE OR ALTER PROCEDURE keel.ResurrectByFilter
+  @Queue NVARCHAR(128),
+  @Type NVARCHAR(256),
+  @Reason VARCHAR(16),
+  @FailedAfter DATETIME2(3),
+  @FailedBefore DATETIME2(3),
+  @Limit INT,
+  @DryRun BIT
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  IF @Limit IS NULL OR @Limit < 1
+    THROW 50032, N'ResurrectByFilter: @Limit must be a positive integer', 1;
+
+  DECLARE @Ids TABLE (Seq int IDENTITY(1, 1) PRIMARY KEY, Id bigint NOT NULL);
+  INSERT @Ids (Id)
+  SELECT TOP (@Limit) d.Id
+  FROM keel.JobsDLQ AS d
+  WHERE (@Queue IS NULL OR d.Queue = @Queue)
+    AND (@Type IS NULL OR d.Type = @Type)
+    AND (@Reason IS NULL OR d.Reason = @Reason)
+    AND (@FailedAfter IS NULL OR d.FailedAt >= @FailedAfter)
+    AND (@FailedBefore IS NULL OR d.FailedAt < @FailedBefore)
+  ORDER BY d.FailedAt, d.Id
+  OPTION (RECOMPILE);
+
+  IF ISNULL(@DryRun, 1) = 1
+  BEGIN
+    SELECT Id AS JobId FROM @Ids ORDER BY Seq;
+    RETURN;
+  END;
+
+  DECLARE @Json nvarchar(max) =
+    N'[' + ISNULL((SELECT STRING_AGG(CONVERT(nvarchar(max), Id), N',') FROM @Ids), N'') + N']';
+  EXEC keel.Resurrect @JobIds = @Json;
+END;
+GO
+
+-- Purge(@Target 'archive'|'dlq'|'metrics', @Queue NULL = all, @OlderThan, @BatchSize): one batch of retention,
+-- oldest first; archive by FinishedAt, dlq by FailedAt, metric buckets by BucketStart. Returns Deleted.
+CREATE OR ALTER PROCEDURE keel.Purge
+  @Target VARCHAR(10),
+  @Queue NVARCHAR(128),
+  @OlderThan DATETIME2(3),
+  @BatchSize INT
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  IF @BatchSize IS NULL OR @BatchSize < 1
+    THROW 50033, N'Purge: @BatchSize must be a positive integer', 1;
+  IF @OlderThan IS NULL
+    THROW 50034, N'Purge: @OlderThan is required', 1;
+  DECLARE @Deleted int = 0;
+
+  IF @Target = 'archive'
+  BEGIN
+    WITH c AS (
+      SELECT TOP (@BatchSize) a.Id FROM keel.JobsArchive AS a WITH (UPDLOCK, READPAST, ROWLOCK)
+      WHERE a.FinishedAt < @OlderThan AND (@Queue IS NULL OR a.Queue = @Queue)
+      ORDER BY a.FinishedAt)
+    DELETE FROM c;
+    SET @Deleted = @@ROWCOUNT;
+  END
+  ELSE IF @Target = 'dlq'
+  BEGIN
+    WITH c AS (
+      SELECT TOP (@BatchSize) d.Id FROM keel.JobsDLQ AS d WITH (UPDLOCK, READPAST, ROWLOCK)
+      WHERE d.FailedAt < @OlderThan AND (@Queue IS NULL OR d.Queue = @Queue)
+      ORDER BY d.FailedAt)
+    DELETE FROM c;
+    SET @Deleted = @@ROWCOUNT;
+  END
+  ELSE IF @Target = 'metrics'
+  BEGIN
+    WITH c AS (
+      SELECT TOP (@BatchSize) b.BucketStart FROM keel.MetricBuckets AS b WITH (UPDLOCK, READPAST, ROWLOCK)
+      WHERE b.BucketStart < @OlderThan AND (@Queue IS NULL OR b.Queue = @Queue)
+      ORDER BY b.BucketStart)
+    DELETE FROM c;
+    SET @Deleted = @@ROWCOUNT;
+  END
+  ELSE
+    THROW 50035, N'Purge: @Target must be archive, dlq or metrics', 1;
+
+  SELECT @Deleted AS Deleted;
+END;
+GO

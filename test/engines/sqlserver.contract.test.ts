@@ -1,0 +1,132 @@
+// SQL Server engine: the shared job store contract suite against a real server (KEEL_TEST_MSSQL_URL), the migration
+// runner against that server, and the engine's server-independent pieces (connection parsing, GO splitting,
+// transient-error policy) which always run.
+import { describe, expect, it } from 'vitest';
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { defineJobStoreContract } from '../contract/jobStoreContract.js';
+import { SqlServerHarness, mssqlTestUrl } from './sqlserver.harness.js';
+import { parseSqlServerConnection, SqlServerPool } from '../../shared/engines/sqlserver/pool.js';
+import { migrateSqlServer, readSqlServerMigrations, splitBatches } from '../../shared/engines/sqlserver/migrate.js';
+import { SQLSERVER_SQL_DIR } from '../../shared/engines/sqlserver/jobStore.js';
+import {
+  backoffDelay, isOutcomeUnknown, isRolledBackSqlError, isTransientSqlError, withSqlRetry,
+} from '../../shared/engines/sqlserver/retry.js';
+
+const url = mssqlTestUrl();
+const SKIP_REASON = 'set KEEL_TEST_MSSQL_URL (mssql://user:pass@host:1433/db) to run';
+
+if (url) {
+  describe('job store contract: sqlserver', () => {
+    defineJobStoreContract(() => new SqlServerHarness(url));
+  });
+
+  describe('sqlserver migrations', () => {
+    it('applies every migration once (concurrent runners serialised by the applock); re-running is a no-op; edits are refused', async () => {
+      const h = new SqlServerHarness(url);
+      try {
+        await h.createStore({ poolSize: 1 }); // creates and migrates a fresh database
+        const pools = Array.from({ length: 3 }, () =>
+          SqlServerPool.create({ ...parseSqlServerConnection(url), database: h.database }, { max: 1, applicationName: 'keel-migrate-test' }));
+        try {
+          const files = await readSqlServerMigrations(SQLSERVER_SQL_DIR);
+          const again = await Promise.all(pools.map(async (p) => migrateSqlServer(await p.get(), { dir: SQLSERVER_SQL_DIR })));
+          for (const r of again) expect(r).toEqual({ applied: [], alreadyApplied: files.length });
+
+          const dir = await mkdtemp(path.join(os.tmpdir(), 'keel-mssql-mig-'));
+          await writeFile(path.join(dir, 'V900__one.sql'), 'CREATE TABLE dbo.MigOne (Id int);\nGO\nINSERT dbo.MigOne VALUES (1);\n');
+          const first = await Promise.all(pools.map(async (p) => migrateSqlServer(await p.get(), { dir })));
+          expect(first.reduce((n, r) => n + r.applied.length, 0)).toBe(1);
+          await writeFile(path.join(dir, 'V900__one.sql'), 'CREATE TABLE dbo.MigOne (Id bigint);\n');
+          await expect(migrateSqlServer(await pools[0]!.get(), { dir })).rejects.toThrow(/V900__one\.sql changed after it was applied/);
+          await writeFile(path.join(dir, 'V900__one.sql'), 'CREATE TABLE dbo.MigOne (Id int);\nGO\nINSERT dbo.MigOne VALUES (1);\n');
+          await writeFile(path.join(dir, 'V901__bad.sql'), 'CREATE TABLE dbo.MigTwo (Id int);\nGO\nSELECT 1/0;\n');
+          await expect(migrateSqlServer(await pools[0]!.get(), { dir })).rejects.toThrow(/V901__bad\.sql failed in batch 2/);
+          const r = await (await pools[0]!.get()).request().query(`SELECT OBJECT_ID(N'dbo.MigTwo') AS t`);
+          expect(r.recordset[0].t).toBeNull();
+        } finally {
+          await Promise.all(pools.map((p) => p.close()));
+        }
+      } finally {
+        await h.close();
+      }
+    });
+  });
+} else {
+  describe.skip(`SQL Server contract suite skipped: ${SKIP_REASON}`, () => {
+    it('runs the job store contract suite and the migration runner against a real SQL Server', () => undefined);
+  });
+}
+
+describe('sqlserver engine (no server needed)', () => {
+  it('parses mssql:// URLs and ADO connection strings, SQL login or Microsoft Entra ID', () => {
+    expect(parseSqlServerConnection('mssql://sa:p%40ss@localhost:1433/keel')).toMatchObject({
+      server: 'localhost', port: 1433, database: 'keel', user: 'sa', password: 'p@ss', entra: false,
+      encrypt: true, trustServerCertificate: true,
+    });
+    expect(parseSqlServerConnection('mssql://db.example.net/keel?clientId=abc')).toMatchObject({
+      server: 'db.example.net', database: 'keel', entra: true, managedIdentityClientId: 'abc', trustServerCertificate: false,
+    });
+    expect(parseSqlServerConnection('Server=tcp:srv.database.windows.net,1433;Initial Catalog=keel;Authentication=Active Directory Default;Encrypt=True'))
+      .toMatchObject({ server: 'srv.database.windows.net', port: 1433, database: 'keel', entra: true, encrypt: true });
+    expect(parseSqlServerConnection('Server=localhost,14333;Database=keel;User Id=app;Password=pw'))
+      .toMatchObject({ server: 'localhost', port: 14333, user: 'app', password: 'pw', entra: false });
+    expect(() => parseSqlServerConnection('mssql://localhost:1433/')).toThrow(/database is missing/);
+    expect(() => parseSqlServerConnection('Server=x;Database=y;Authentication=Active Directory Password')).toThrow(/not supported/);
+  });
+
+  it('splits scripts on GO lines only', () => {
+    expect(splitBatches("SELECT 1;\nGO\n  go  -- next\nSELECT 'GO';\r\nGO\n")).toEqual(['SELECT 1;', "SELECT 'GO';"]);
+    expect(() => splitBatches('SELECT 1;\nGO 5\n')).toThrow(/GO <count>/);
+  });
+
+  it('reads the SQL Server migrations: V001..V019 are the job engine, admin/ is not a migration', async () => {
+    const files = await readSqlServerMigrations(SQLSERVER_SQL_DIR);
+    expect(files.length).toBeGreaterThan(0);
+    for (const f of files.filter((m) => m.version < 20)) {
+      expect(f.batches.length).toBeGreaterThan(0);
+      expect(f.batches[0]).toMatch(/SET QUOTED_IDENTIFIER ON/);
+    }
+    expect(files.some((f) => f.file.includes('create-identity-user'))).toBe(false);
+  });
+
+  it('retries transient errors only where re-running is harmless', async () => {
+    const deadlock = Object.assign(new Error('deadlock victim'), { number: 1205 });
+    const busy = Object.assign(new Error('service busy'), { number: 40501 });
+    const lost = Object.assign(new Error('socket hang up'), { code: 'ESOCKET' });
+    const wrapped = Object.assign(new Error('request failed'), { originalError: { number: 40613 } });
+    const fatal = Object.assign(new Error('constraint'), { number: 547 });
+    expect([deadlock, busy, lost, wrapped].every(isTransientSqlError)).toBe(true);
+    expect(isTransientSqlError(fatal)).toBe(false);
+    expect(isRolledBackSqlError(deadlock)).toBe(true);
+    expect(isOutcomeUnknown(lost)).toBe(true);
+    expect(isOutcomeUnknown(deadlock)).toBe(false);
+
+    const noSleep = { sleep: async () => undefined, attempts: 4 };
+    const failing = (errors: unknown[]) => {
+      let calls = 0;
+      const op = async () => {
+        const e = errors[calls++];
+        if (e) throw e;
+        return calls;
+      };
+      return { op, calls: () => calls };
+    };
+    const safeLost = failing([lost, busy]);
+    expect(await withSqlRetry('safe', safeLost.op, noSleep)).toBe(3);
+    const onceLost = failing([lost]);
+    await expect(withSqlRetry('once', onceLost.op, noSleep)).rejects.toBe(lost);
+    expect(onceLost.calls()).toBe(1); // a lost reply to a claim or a move is never re-sent
+    const onceDeadlock = failing([deadlock, deadlock]);
+    expect(await withSqlRetry('once', onceDeadlock.op, noSleep)).toBe(3);
+    const never = failing([fatal]);
+    await expect(withSqlRetry('safe', never.op, noSleep)).rejects.toBe(fatal);
+    const exhausted = failing([busy, busy, busy, busy, busy]);
+    await expect(withSqlRetry('safe', exhausted.op, noSleep)).rejects.toBe(busy);
+    expect(exhausted.calls()).toBe(4);
+    expect(backoffDelay(1, 100, 3000, () => 0.999)).toBeLessThan(100);
+    expect(backoffDelay(10, 100, 3000, () => 0.999)).toBeLessThan(3000);
+    expect(backoffDelay(3, 100, 3000, () => 0)).toBe(0);
+  });
+});
