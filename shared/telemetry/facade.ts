@@ -74,8 +74,10 @@ export interface KeelTelemetry {
   /** `rows` rows were applied to the target by one batch. */
   rowsTransferred(dims: { transfer: string; rows: number }): void;
   /**
-   * The outcome of reconciling one batch. When `unresolved`, also a `keel.transfer.batch_unresolved`
-   * event with the batch id and, if known, how long the batch has been unresolved.
+   * The outcome of reconciling one batch. When `unresolved` (an apply still holds the claim) or `failed`
+   * (no verdict could be reached), the batch stays unresolved: also a `keel.transfer.batch_unresolved`
+   * event with the batch id and, if known, how long the batch has been unresolved (`unresolvedForMs`,
+   * e.g. now minus the time the batch entered applying/unresolved).
    */
   reconcileOutcome(dims: {
     transfer: string;
@@ -223,12 +225,14 @@ export function createTelemetry(options: TelemetryOptions = {}): KeelTelemetry {
   const unresolvedEvent = (
     source: 'reconcile' | 'state',
     d: { transfer: string; batchId: string; unresolvedForMs?: number },
+    outcome?: string,
   ) => {
     const attributes: Attributes = {
       [DIM.transfer]: transfer(d.transfer),
       batchId: text(d.batchId),
       source,
     };
+    if (outcome !== undefined) attributes[DIM.outcome] = outcome;
     const age = measure(d.unresolvedForMs);
     if (age !== undefined) attributes.unresolvedForMs = Math.round(age);
     emitEvent(EVENTS.batchUnresolved, attributes);
@@ -291,7 +295,8 @@ export function createTelemetry(options: TelemetryOptions = {}): KeelTelemetry {
     reconcileOutcome(d) {
       const outcome = closedSet(RECONCILE_OUTCOMES, d.outcome);
       m.reconcileOutcomes.add(1, { [DIM.transfer]: transfer(d.transfer), [DIM.outcome]: outcome });
-      if (outcome === 'unresolved') unresolvedEvent('reconcile', d);
+      // Both leave the batch unresolved: blocked by an open apply, or no verdict could be reached.
+      if (outcome === 'unresolved' || outcome === 'failed') unresolvedEvent('reconcile', d, outcome);
     },
     maintenanceRun(d) {
       const attrs = { [DIM.outcome]: closedSet(RUN_OUTCOMES, d.outcome ?? 'succeeded') };

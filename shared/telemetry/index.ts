@@ -26,6 +26,8 @@ export {
 export {
   flushTelemetry,
   parseAuthenticationString,
+  registerDatabaseInstrumentations,
+  type DatabaseInstrumentationOptions,
   shutdownTelemetry,
   type TelemetryEnv,
   type TelemetryState,

@@ -11,7 +11,7 @@
 // facade stays bound to the OpenTelemetry API's no-op providers and every call is a valid no-op.
 
 import { createRequire } from 'node:module';
-import { diag } from '@opentelemetry/api';
+import { diag, type TracerProvider } from '@opentelemetry/api';
 import type { Instrumentation } from '@opentelemetry/instrumentation';
 import type { TokenCredential } from '@azure/identity';
 import type * as AppInsights from 'applicationinsights';
@@ -39,6 +39,7 @@ export interface InitHooks {
 }
 
 let state: TelemetryState | undefined;
+let unregisterDatabaseInstrumentations: (() => void) | undefined;
 
 /** The auth part of the exporter options, from APPLICATIONINSIGHTS_AUTHENTICATION_STRING. */
 export function parseAuthenticationString(value: string | undefined): { aad: boolean; clientId?: string } {
@@ -63,40 +64,62 @@ function entraCredential(env: TelemetryEnv): TokenCredential | undefined {
     : new identity.ManagedIdentityCredential();
 }
 
-/** The database driver instrumentations that the Azure Monitor distro does not bundle. */
-function extraInstrumentations(): Instrumentation[] {
-  const out: Instrumentation[] = [];
-  try {
-    const { TediousInstrumentation } = require('@opentelemetry/instrumentation-tedious') as typeof import('@opentelemetry/instrumentation-tedious');
-    out.push(new TediousInstrumentation());
-  } catch (err) {
-    diag.warn('keel telemetry: tedious instrumentation unavailable', err);
-  }
-  try {
-    const { OracleInstrumentation } = require('@opentelemetry/instrumentation-oracledb') as typeof import('@opentelemetry/instrumentation-oracledb');
-    out.push(new OracleInstrumentation());
-  } catch (err) {
-    diag.warn('keel telemetry: oracledb instrumentation unavailable', err);
-  }
-  return out;
-}
-
 /**
  * Keel is ESM; the drivers are CommonJS. OpenTelemetry's instrumentations patch a driver when it passes
- * through `require`, which an ESM `import` of the package does not do. Requiring each driver once here,
- * after the instrumentations are registered, patches the shared CommonJS module instance, so it works
- * whether the engines imported their driver before or after `initTelemetry` ran.
+ * through `require`, which an ESM `import` of the package does not do. Requiring each driver once, after
+ * the instrumentations are registered, patches the shared CommonJS module instance (`pg` Client,
+ * `tedious` Connection, the `oracledb` trace handler), so it works whether the engines imported their
+ * driver before or after `initTelemetry` ran. `mssql` uses `tedious` underneath.
  */
 const DRIVERS = ['pg', 'tedious', 'oracledb'] as const;
 
-function primeDrivers(): void {
+export interface DatabaseInstrumentationOptions {
+  /** Defaults to the global tracer provider (the one useAzureMonitor installs). */
+  tracerProvider?: TracerProvider;
+  /** Also register the `pg` instrumentation (useAzureMonitor already does; tests without it need it). */
+  includePg?: boolean;
+}
+
+/**
+ * Registers the database driver instrumentations that the Azure Monitor distro does not bundle
+ * (`tedious`, `oracledb`; optionally `pg`) and patches the already-loaded drivers. Returns a function that
+ * unregisters them. Spans are children of the active context, i.e. of the function invocation.
+ */
+export function registerDatabaseInstrumentations(options: DatabaseInstrumentationOptions = {}): () => void {
+  const instrumentations: Instrumentation[] = [];
+  const add = (load: () => Instrumentation, name: string) => {
+    try {
+      instrumentations.push(load());
+    } catch (err) {
+      diag.warn(`keel telemetry: ${name} instrumentation unavailable`, err);
+    }
+  };
+  if (options.includePg) {
+    add(() => {
+      const { PgInstrumentation } = require('@opentelemetry/instrumentation-pg') as typeof import('@opentelemetry/instrumentation-pg');
+      return new PgInstrumentation();
+    }, 'pg');
+  }
+  add(() => {
+    const { TediousInstrumentation } = require('@opentelemetry/instrumentation-tedious') as typeof import('@opentelemetry/instrumentation-tedious');
+    return new TediousInstrumentation();
+  }, 'tedious');
+  add(() => {
+    const { OracleInstrumentation } = require('@opentelemetry/instrumentation-oracledb') as typeof import('@opentelemetry/instrumentation-oracledb');
+    return new OracleInstrumentation();
+  }, 'oracledb');
+  const { registerInstrumentations } = require('@opentelemetry/instrumentation') as typeof import('@opentelemetry/instrumentation');
+  const unregister = registerInstrumentations(
+    options.tracerProvider ? { instrumentations, tracerProvider: options.tracerProvider } : { instrumentations },
+  );
   for (const name of DRIVERS) {
     try {
       require(name);
     } catch {
-      // not installed in this deployment: nothing to instrument
+      // driver not installed in this deployment: nothing to instrument
     }
   }
+  return unregister;
 }
 
 function registerFlushOnShutdown(ai: typeof AppInsights): void {
@@ -137,9 +160,7 @@ export function initTelemetryOnce(env: TelemetryEnv, hooks: InitHooks = {}): Tel
         redis4: { enabled: false },
       },
     });
-    const { registerInstrumentations } = require('@opentelemetry/instrumentation') as typeof import('@opentelemetry/instrumentation');
-    registerInstrumentations({ instrumentations: extraInstrumentations() });
-    primeDrivers();
+    unregisterDatabaseInstrumentations = registerDatabaseInstrumentations();
     registerFlushOnShutdown(ai);
     state = { enabled: true };
     hooks.onEnabled?.();
@@ -161,6 +182,8 @@ export async function flushTelemetry(): Promise<void> {
 export async function shutdownTelemetry(): Promise<void> {
   const wasEnabled = state?.enabled === true;
   state = undefined;
+  unregisterDatabaseInstrumentations?.();
+  unregisterDatabaseInstrumentations = undefined;
   if (!wasEnabled) return;
   const ai = require('applicationinsights') as typeof AppInsights;
   await ai.flushAzureMonitor();

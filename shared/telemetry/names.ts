@@ -43,7 +43,7 @@ export type MetricName = (typeof METRICS)[keyof typeof METRICS];
 export const EVENTS = {
   /** One per job moved to the DLQ: queue, type, reason, jobId. */
   jobDeadLettered: 'keel.job.dead_lettered',
-  /** One per observation of a batch whose outcome is unknown: transfer, batchId, source, unresolvedForMs. */
+  /** One per observation of a batch whose outcome is unknown: transfer, batchId, source, outcome?, unresolvedForMs?. */
   batchUnresolved: 'keel.transfer.batch_unresolved',
 } as const;
 
@@ -76,7 +76,8 @@ export type DeadLetterReason = (typeof DEAD_LETTER_REASONS)[number];
 export const LEASE_OPERATIONS = ['start', 'heartbeat', 'complete', 'retry', 'fail', 'release'] as const;
 export type LeaseOperation = (typeof LEASE_OPERATIONS)[number];
 
-export const HANDLER_OUTCOMES = ['succeeded', 'retried', 'failed', 'timeout', 'cancelled', 'lease_lost'] as const;
+/** How a handler call ended; the same values as the job processor's JobOutcome. */
+export const HANDLER_OUTCOMES = ['succeeded', 'retried', 'dead_lettered', 'lease_lost', 'released'] as const;
 export type HandlerOutcome = (typeof HANDLER_OUTCOMES)[number];
 
 export const BATCH_STATES = ['extracting', 'staged', 'applying', 'committed', 'failed', 'unresolved'] as const;

@@ -1,0 +1,416 @@
+// Keel on Azure: a Flex Consumption function app (Node 20+) running as a user-assigned managed identity,
+// identity-only storage, Log Analytics + Application Insights (Entra-only ingestion), Azure SQL with
+// Microsoft Entra-only authentication, Key Vault for the Oracle credentials, role assignments, and alert
+// rules. Deployed by `azd up` (azure.yaml) or `az deployment sub create` (docs/deploy.md).
+
+targetScope = 'subscription'
+
+@description('Environment name (azd: AZURE_ENV_NAME); prefixes the resource group and seeds resource names.')
+@minLength(1)
+@maxLength(32)
+param environmentName string
+
+@description('Azure region for every resource (must offer Flex Consumption).')
+param location string
+
+@description('Resource group to create or update; default rg-<environmentName>.')
+param resourceGroupName string = ''
+
+@description('Object id of the deploying user or principal (azd: AZURE_PRINCIPAL_ID). Becomes the SQL Entra administrator unless sqlAdminObjectId is given, and gets Key Vault Secrets Officer to set the Oracle secrets.')
+param principalId string
+
+@description('Kind of principal principalId is (azd: AZURE_PRINCIPAL_TYPE).')
+@allowed([
+  'User'
+  'Group'
+  'ServicePrincipal'
+])
+param principalType string = 'User'
+
+@description('SQL Entra administrator: display name (user principal name, group or app name).')
+param sqlAdminLogin string = 'keel-entra-admin'
+
+@description('SQL Entra administrator: object id; default principalId.')
+param sqlAdminObjectId string = ''
+
+@description('SQL Entra administrator: kind of principal.')
+@allowed([
+  'User'
+  'Group'
+  'Application'
+])
+param sqlAdminPrincipalType string = 'User'
+
+@description('Public IPv4 address of the machine that runs migrations and the post-provision script; empty for none.')
+param clientIpAddress string = ''
+
+@description('Database SKU (default General Purpose serverless Gen5, 1 vCore).')
+param sqlDatabaseSku object = {
+  name: 'GP_S_Gen5'
+  tier: 'GeneralPurpose'
+  family: 'Gen5'
+  capacity: 1
+}
+
+@description('Serverless database: minutes idle before auto-pause (-1: never).')
+param sqlAutoPauseDelayMinutes int = 60
+
+@description('Node.js major version of the function app.')
+@allowed([
+  '20'
+  '22'
+])
+param nodeVersion string = '20'
+
+@description('Memory per Flex Consumption instance (MB).')
+@allowed([
+  512
+  2048
+  4096
+])
+param instanceMemoryMB int = 2048
+
+@description('Maximum Flex Consumption instances.')
+@minValue(1)
+@maxValue(1000)
+param maximumInstanceCount int = 40
+
+@description('Log Analytics retention (days).')
+@minValue(30)
+@maxValue(730)
+param logRetentionDays int = 30
+
+@description('Oracle connect string, stored in Key Vault; empty to set the secret later.')
+@secure()
+param oracleConnectString string = ''
+
+@description('Oracle user, stored in Key Vault; empty to set the secret later.')
+@secure()
+param oracleUser string = ''
+
+@description('Oracle password, stored in Key Vault; empty to set the secret later.')
+@secure()
+param oraclePassword string = ''
+
+@description('App role (Easy Auth / Entra app role) that may call destructive ops endpoints.')
+param opsOperatorRole string = 'Keel.Operator'
+
+@description('Dispatcher timer (six-field NCRONTAB).')
+param dispatchSchedule string = '*/15 * * * * *'
+
+@description('Maintenance timer (six-field NCRONTAB).')
+param maintenanceSchedule string = '0 * * * * *'
+
+@description('Extra app settings merged over the defaults (name → value).')
+param extraAppSettings object = {}
+
+@description('E-mail addresses for alert notifications.')
+param alertEmailAddresses array = []
+
+@description('How often the alert rules run.')
+@allowed([
+  'PT5M'
+  'PT10M'
+  'PT15M'
+])
+param alertEvaluationFrequency string = 'PT5M'
+
+@description('Alert: DLQ growth window.')
+@allowed([
+  'PT15M'
+  'PT30M'
+  'PT1H'
+  'PT2H'
+  'PT6H'
+  'P1D'
+])
+param dlqGrowthWindow string = 'PT1H'
+
+@description('Alert: more than this many DLQ moves of one queue in the window.')
+param dlqGrowthThreshold int = 10
+
+@description('Alert: dead-letter rate window.')
+@allowed([
+  'PT15M'
+  'PT30M'
+  'PT1H'
+  'PT2H'
+  'PT6H'
+])
+param deadLetterRateWindow string = 'PT1H'
+
+@description('Alert: dead-letter rate above this percentage of finished jobs.')
+param deadLetterRatePercent int = 5
+
+@description('Alert: dead-letter rate judged only with at least this many finished jobs.')
+param deadLetterRateMinJobs int = 20
+
+@description('Alert: zombie window.')
+@allowed([
+  'PT15M'
+  'PT30M'
+  'PT1H'
+  'PT6H'
+])
+param zombieWindow string = 'PT1H'
+
+@description('Alert: more than this many zombies rescued in the window.')
+param zombiesRescuedThreshold int = 0
+
+@description('Alert: lease-lost window.')
+@allowed([
+  'PT5M'
+  'PT15M'
+  'PT30M'
+  'PT1H'
+])
+param leaseLostWindow string = 'PT15M'
+
+@description('Alert: more than this many lease-lost conflicts of one queue in the window.')
+param leaseLostThreshold int = 25
+
+@description('Alert: a batch unresolved for longer than this many minutes.')
+param unresolvedBatchMinutes int = 30
+
+@description('Alert: a batch reported unresolved within this many minutes is still unresolved.')
+param unresolvedRecheckMinutes int = 15
+
+@description('Alert: queue lag above this many minutes.')
+param queueLagMinutes int = 10
+
+@description('Alert: queue lag window.')
+@allowed([
+  'PT5M'
+  'PT15M'
+  'PT30M'
+])
+param queueLagWindow string = 'PT15M'
+
+@description('Alert: maintenance timer silent for this many minutes.')
+param maintenanceStaleMinutes int = 15
+
+@description('Alert: function failure window.')
+@allowed([
+  'PT5M'
+  'PT15M'
+  'PT30M'
+  'PT1H'
+])
+param functionFailureWindow string = 'PT15M'
+
+@description('Alert: more than this many failures of one function in the window.')
+param functionFailureThreshold int = 5
+
+var token = toLower(uniqueString(subscription().id, environmentName, location))
+var prefix = toLower(take(replace(environmentName, '_', '-'), 16))
+var tags = {
+  'azd-env-name': environmentName
+  application: 'keel'
+}
+var names = {
+  resourceGroup: empty(resourceGroupName) ? 'rg-${environmentName}' : resourceGroupName
+  identity: 'id-${prefix}-${token}'
+  storage: take('st${replace(prefix, '-', '')}${token}', 24)
+  deploymentContainer: 'app-package-${take(token, 8)}'
+  logAnalytics: 'log-${prefix}-${token}'
+  appInsights: 'appi-${prefix}-${token}'
+  sqlServer: 'sql-${prefix}-${token}'
+  sqlDatabase: 'keel'
+  keyVault: take('kv${replace(prefix, '-', '')}${token}', 24)
+  plan: 'plan-${prefix}-${token}'
+  functionApp: 'func-${prefix}-${token}'
+}
+var oracleSecretNames = {
+  connectString: 'keel-oracle-connect-string'
+  user: 'keel-oracle-user'
+  password: 'keel-oracle-password'
+}
+
+resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
+  name: names.resourceGroup
+  location: location
+  tags: tags
+}
+
+module identity 'modules/identity.bicep' = {
+  scope: rg
+  params: {
+    name: names.identity
+    location: location
+    tags: tags
+  }
+}
+
+module storage 'modules/storage.bicep' = {
+  scope: rg
+  params: {
+    name: names.storage
+    location: location
+    tags: tags
+    deploymentContainerName: names.deploymentContainer
+  }
+}
+
+module monitoring 'modules/monitoring.bicep' = {
+  scope: rg
+  params: {
+    logAnalyticsName: names.logAnalytics
+    appInsightsName: names.appInsights
+    location: location
+    tags: tags
+    retentionInDays: logRetentionDays
+  }
+}
+
+module sql 'modules/sql.bicep' = {
+  scope: rg
+  params: {
+    serverName: names.sqlServer
+    databaseName: names.sqlDatabase
+    location: location
+    tags: tags
+    adminLogin: sqlAdminLogin
+    adminObjectId: empty(sqlAdminObjectId) ? principalId : sqlAdminObjectId
+    adminPrincipalType: sqlAdminPrincipalType
+    databaseSku: sqlDatabaseSku
+    autoPauseDelayMinutes: sqlAutoPauseDelayMinutes
+    clientIpAddress: clientIpAddress
+  }
+}
+
+module keyVault 'modules/keyvault.bicep' = {
+  scope: rg
+  params: {
+    name: names.keyVault
+    location: location
+    tags: tags
+    secretNames: oracleSecretNames
+    oracleConnectString: oracleConnectString
+    oracleUser: oracleUser
+    oraclePassword: oraclePassword
+  }
+}
+
+module roles 'modules/roles.bicep' = {
+  scope: rg
+  params: {
+    identityName: names.identity
+    principalId: identity.outputs.principalId
+    storageAccountName: names.storage
+    keyVaultName: names.keyVault
+    appInsightsName: names.appInsights
+    deployerPrincipalId: principalId
+    deployerPrincipalType: principalType
+  }
+  // Names are known up front (better what-if); the resources must exist first.
+  dependsOn: [
+    storage
+    keyVault
+    monitoring
+  ]
+}
+
+var keyVaultReference = map(
+  items(oracleSecretNames),
+  entry => {
+    key: entry.key
+    value: '@Microsoft.KeyVault(SecretUri=${keyVault.outputs.uri}secrets/${entry.value}/)'
+  }
+)
+var oracleRefs = toObject(keyVaultReference, entry => entry.key, entry => entry.value)
+
+var appSettings = union(
+  {
+    // Host storage, identity-based (no connection string, shared keys disabled on the account).
+    AzureWebJobsStorage__accountName: storage.outputs.name
+    AzureWebJobsStorage__credential: 'managedidentity'
+    AzureWebJobsStorage__clientId: identity.outputs.clientId
+    // Telemetry: Entra-authenticated ingestion with the same identity.
+    APPLICATIONINSIGHTS_CONNECTION_STRING: monitoring.outputs.connectionString
+    APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'ClientId=${identity.outputs.clientId};Authorization=AAD'
+    // The identity DefaultAzureCredential / ManagedIdentityCredential use (SQL, storage queues).
+    AZURE_CLIENT_ID: identity.outputs.clientId
+    // Job store and transfer source: Azure SQL with Entra auth.
+    KEEL_STORE_ENGINE: 'sqlserver'
+    KEEL_SQLSERVER_SERVER: sql.outputs.serverFqdn
+    KEEL_SQLSERVER_DATABASE: sql.outputs.databaseName
+    KEEL_SQLSERVER_AUTH: 'entra'
+    KEEL_SQL_CONNECTION: 'Server=tcp:${sql.outputs.serverFqdn},1433;Database=${sql.outputs.databaseName};Authentication=Active Directory Managed Identity;User Id=${identity.outputs.clientId};Encrypt=True;TrustServerCertificate=False'
+    // Transfer target: Oracle credentials from Key Vault.
+    KEEL_ORACLE_CONNECT_STRING: oracleRefs.connectString
+    KEEL_ORACLE_USER: oracleRefs.user
+    KEEL_ORACLE_PASSWORD: oracleRefs.password
+    // Ops API and timers.
+    KEEL_OPS_OPERATOR_ROLE: opsOperatorRole
+    KEEL_DISPATCH_SCHEDULE: dispatchSchedule
+    KEEL_MAINTENANCE_SCHEDULE: maintenanceSchedule
+  },
+  extraAppSettings
+)
+
+module functionApp 'modules/functionapp.bicep' = {
+  scope: rg
+  params: {
+    name: names.functionApp
+    planName: names.plan
+    location: location
+    tags: tags
+    azdServiceName: 'api'
+    identityId: identity.outputs.id
+    blobEndpoint: storage.outputs.blobEndpoint
+    deploymentContainerName: names.deploymentContainer
+    nodeVersion: nodeVersion
+    instanceMemoryMB: instanceMemoryMB
+    maximumInstanceCount: maximumInstanceCount
+    appSettings: appSettings
+  }
+  // The app must not start before it may read its storage, secrets and telemetry endpoint.
+  dependsOn: [
+    roles
+  ]
+}
+
+module alerts 'modules/alerts.bicep' = {
+  scope: rg
+  params: {
+    namePrefix: 'keel-${prefix}'
+    location: location
+    tags: tags
+    appInsightsId: monitoring.outputs.appInsightsId
+    functionAppName: functionApp.outputs.name
+    alertEmailAddresses: alertEmailAddresses
+    evaluationFrequency: alertEvaluationFrequency
+    dlqGrowthWindow: dlqGrowthWindow
+    dlqGrowthThreshold: dlqGrowthThreshold
+    deadLetterRateWindow: deadLetterRateWindow
+    deadLetterRatePercent: deadLetterRatePercent
+    deadLetterRateMinJobs: deadLetterRateMinJobs
+    zombieWindow: zombieWindow
+    zombiesRescuedThreshold: zombiesRescuedThreshold
+    leaseLostWindow: leaseLostWindow
+    leaseLostThreshold: leaseLostThreshold
+    unresolvedBatchMinutes: unresolvedBatchMinutes
+    unresolvedRecheckMinutes: unresolvedRecheckMinutes
+    queueLagMinutes: queueLagMinutes
+    queueLagWindow: queueLagWindow
+    maintenanceStaleMinutes: maintenanceStaleMinutes
+    functionFailureWindow: functionFailureWindow
+    functionFailureThreshold: functionFailureThreshold
+  }
+}
+
+// azd writes these into the environment (.azure/<env>/.env); the post-provision hook uses them.
+output AZURE_LOCATION string = location
+output AZURE_TENANT_ID string = tenant().tenantId
+output AZURE_RESOURCE_GROUP string = rg.name
+output AZURE_FUNCTION_APP_NAME string = functionApp.outputs.name
+output AZURE_FUNCTION_APP_URL string = 'https://${functionApp.outputs.defaultHostName}'
+output KEEL_IDENTITY_NAME string = identity.outputs.name
+output KEEL_IDENTITY_CLIENT_ID string = identity.outputs.clientId
+output KEEL_IDENTITY_PRINCIPAL_ID string = identity.outputs.principalId
+output KEEL_SQLSERVER_SERVER string = sql.outputs.serverFqdn
+output KEEL_SQLSERVER_DATABASE string = sql.outputs.databaseName
+output KEEL_KEY_VAULT_NAME string = keyVault.outputs.name
+output KEEL_ORACLE_SECRET_NAMES object = oracleSecretNames
+output APPLICATIONINSIGHTS_NAME string = monitoring.outputs.appInsightsName
+output KEEL_ALERT_RULES array = alerts.outputs.alertRuleNames

@@ -1,0 +1,400 @@
+// Log alerts (scheduled query rules, KQL over the App Insights tables customMetrics, customEvents and
+// requests) and the action group they notify. The metric and event names are the ones
+// shared/telemetry/names.ts emits — test/telemetry/telemetry.test.ts checks every 'keel.*' name below
+// against that module. Counters arrive as per-interval deltas (sum(value) = count), the queue-lag gauge as
+// its last value, in milliseconds. docs/runbook.md says what each alert means and what to do.
+
+@description('Prefix for the rule names.')
+param namePrefix string
+
+@description('Azure region of the rules (the App Insights region).')
+param location string
+
+@description('Tags for every resource.')
+param tags object
+
+@description('Resource id of the Application Insights component the rules query.')
+param appInsightsId string
+
+@description('Function app name (requests.cloud_RoleName).')
+param functionAppName string
+
+@description('E-mail addresses the action group notifies; empty for none (add receivers later).')
+param alertEmailAddresses array
+
+@description('How often the rules run.')
+param evaluationFrequency string
+
+@description('DLQ growth: window over which moves to the DLQ are summed, per queue.')
+param dlqGrowthWindow string
+
+@description('DLQ growth: alert when more than this many jobs of one queue moved to the DLQ in the window.')
+@minValue(0)
+param dlqGrowthThreshold int
+
+@description('Dead-letter rate: window.')
+param deadLetterRateWindow string
+
+@description('Dead-letter rate: alert when more than this percentage of finished jobs of a queue were dead-lettered.')
+@minValue(1)
+@maxValue(100)
+param deadLetterRatePercent int
+
+@description('Dead-letter rate: only judge a queue with at least this many finished jobs in the window.')
+@minValue(1)
+param deadLetterRateMinJobs int
+
+@description('Zombies: window.')
+param zombieWindow string
+
+@description('Zombies: alert when more than this many jobs were rescued from dead workers in the window.')
+@minValue(0)
+param zombiesRescuedThreshold int
+
+@description('Lease-lost conflicts: window.')
+param leaseLostWindow string
+
+@description('Lease-lost conflicts: alert when a queue sees more than this many in the window.')
+@minValue(0)
+param leaseLostThreshold int
+
+@description('Unresolved batches: alert when a batch has been unresolved for longer than this many minutes.')
+@minValue(5)
+@maxValue(1440)
+param unresolvedBatchMinutes int
+
+@description('Unresolved batches: a batch counts as still unresolved when reported within this many minutes (maintenance reconciles stale batches on every run).')
+@minValue(5)
+@maxValue(240)
+param unresolvedRecheckMinutes int
+
+@description('Queue lag: alert when the oldest due pending job of a queue is older than this many minutes.')
+@minValue(1)
+param queueLagMinutes int
+
+@description('Queue lag: window over which the largest reported lag is taken.')
+param queueLagWindow string
+
+@description('Maintenance: alert when the maintenance timer has not reported a run for this many minutes.')
+@minValue(5)
+@maxValue(1440)
+param maintenanceStaleMinutes int
+
+@description('Function failures: window.')
+param functionFailureWindow string
+
+@description('Function failures: alert when a function fails more than this many times in the window.')
+@minValue(0)
+param functionFailureThreshold int
+
+// Must equal METRICS / EVENTS in shared/telemetry/names.ts.
+var metricNames = {
+  jobsCompleted: 'keel.jobs.completed'
+  jobsDeadLettered: 'keel.jobs.dead_lettered'
+  leaseLost: 'keel.jobs.lease_lost'
+  zombiesRescued: 'keel.jobs.zombies_rescued'
+  queueLag: 'keel.queue.lag'
+  maintenanceRuns: 'keel.maintenance.runs'
+}
+var eventNames = {
+  batchUnresolved: 'keel.transfer.batch_unresolved'
+}
+
+var queueDim = [
+  {
+    name: 'queue'
+    operator: 'Include'
+    values: [
+      '*'
+    ]
+  }
+]
+
+var oneOfOne = {
+  numberOfEvaluationPeriods: 1
+  minFailingPeriodsToAlert: 1
+}
+
+var unresolvedLookbackMinutes = unresolvedBatchMinutes + unresolvedRecheckMinutes + 60
+
+var rules = [
+  {
+    key: 'dlq-growth'
+    title: 'Keel: dead-letter queue growing'
+    summary: 'More than ${dlqGrowthThreshold} jobs of one queue moved to the DLQ within ${dlqGrowthWindow}.'
+    severity: 2
+    windowSize: dlqGrowthWindow
+    overrideQueryTimeRange: ''
+    query: join(
+      [
+        'customMetrics'
+        '| where name == "${metricNames.jobsDeadLettered}"'
+        '| extend queue = tostring(customDimensions["queue"])'
+        '| summarize moved = sum(value) by queue'
+      ],
+      '\n'
+    )
+    measure: 'moved'
+    aggregation: 'Total'
+    operator: 'GreaterThan'
+    threshold: dlqGrowthThreshold
+    dimensions: queueDim
+  }
+  {
+    key: 'dead-letter-rate'
+    title: 'Keel: dead-letter rate high'
+    summary: 'More than ${deadLetterRatePercent}% of finished jobs of a queue were dead-lettered within ${deadLetterRateWindow} (at least ${deadLetterRateMinJobs} finished).'
+    severity: 1
+    windowSize: deadLetterRateWindow
+    overrideQueryTimeRange: ''
+    query: join(
+      [
+        'customMetrics'
+        '| where name in ("${metricNames.jobsDeadLettered}", "${metricNames.jobsCompleted}")'
+        '| extend queue = tostring(customDimensions["queue"])'
+        '| summarize dead = sumif(value, name == "${metricNames.jobsDeadLettered}"), done = sumif(value, name == "${metricNames.jobsCompleted}") by queue'
+        '| where dead + done >= ${deadLetterRateMinJobs}'
+        '| extend deadLetterPercent = 100.0 * dead / (dead + done)'
+        '| project queue, deadLetterPercent'
+      ],
+      '\n'
+    )
+    measure: 'deadLetterPercent'
+    aggregation: 'Maximum'
+    operator: 'GreaterThan'
+    threshold: deadLetterRatePercent
+    dimensions: queueDim
+  }
+  {
+    key: 'zombies-rescued'
+    title: 'Keel: zombie jobs rescued'
+    summary: 'More than ${zombiesRescuedThreshold} jobs were rescued from dead workers within ${zombieWindow}.'
+    severity: 2
+    windowSize: zombieWindow
+    overrideQueryTimeRange: ''
+    query: join(
+      [
+        'customMetrics'
+        '| where name == "${metricNames.zombiesRescued}"'
+        '| extend action = tostring(customDimensions["action"])'
+        '| summarize rescued = sum(value) by action'
+      ],
+      '\n'
+    )
+    measure: 'rescued'
+    aggregation: 'Total'
+    operator: 'GreaterThan'
+    threshold: zombiesRescuedThreshold
+    dimensions: [
+      {
+        name: 'action'
+        operator: 'Include'
+        values: [
+          '*'
+        ]
+      }
+    ]
+  }
+  {
+    key: 'lease-lost'
+    title: 'Keel: lease-lost conflicts spiking'
+    summary: 'More than ${leaseLostThreshold} owner-scoped statements of one queue found their lease gone within ${leaseLostWindow}.'
+    severity: 2
+    windowSize: leaseLostWindow
+    overrideQueryTimeRange: ''
+    query: join(
+      [
+        'customMetrics'
+        '| where name == "${metricNames.leaseLost}"'
+        '| extend queue = tostring(customDimensions["queue"])'
+        '| summarize conflicts = sum(value) by queue'
+      ],
+      '\n'
+    )
+    measure: 'conflicts'
+    aggregation: 'Total'
+    operator: 'GreaterThan'
+    threshold: leaseLostThreshold
+    dimensions: queueDim
+  }
+  {
+    key: 'batch-unresolved'
+    title: 'Keel: transfer batch unresolved'
+    summary: 'A transfer batch has been unresolved for more than ${unresolvedBatchMinutes} minutes: follow docs/runbook.md.'
+    severity: 1
+    windowSize: 'PT5M'
+    overrideQueryTimeRange: 'P2D'
+    query: join(
+      [
+        'customEvents'
+        '| where timestamp > ago(${unresolvedLookbackMinutes}m)'
+        '| where name == "${eventNames.batchUnresolved}"'
+        '| extend transfer = tostring(customDimensions["transfer"]), batchId = tostring(customDimensions["batchId"]), reportedMs = todouble(customDimensions["unresolvedForMs"])'
+        '| summarize firstSeen = min(timestamp), lastSeen = max(timestamp), reportedMs = max(reportedMs) by transfer, batchId'
+        '| where lastSeen > ago(${unresolvedRecheckMinutes}m)'
+        '| extend unresolvedMinutes = max_of(todouble(datetime_diff("minute", now(), firstSeen)), coalesce(reportedMs, 0.0) / 60000.0)'
+        '| project transfer, batchId, unresolvedMinutes'
+      ],
+      '\n'
+    )
+    measure: 'unresolvedMinutes'
+    aggregation: 'Maximum'
+    operator: 'GreaterThan'
+    threshold: unresolvedBatchMinutes
+    dimensions: [
+      {
+        name: 'transfer'
+        operator: 'Include'
+        values: [
+          '*'
+        ]
+      }
+      {
+        name: 'batchId'
+        operator: 'Include'
+        values: [
+          '*'
+        ]
+      }
+    ]
+  }
+  {
+    key: 'queue-lag'
+    title: 'Keel: queue lag high'
+    summary: 'The oldest due pending job of a queue is older than ${queueLagMinutes} minutes.'
+    severity: 2
+    windowSize: queueLagWindow
+    overrideQueryTimeRange: ''
+    query: join(
+      [
+        'customMetrics'
+        '| where name == "${metricNames.queueLag}"'
+        '| extend queue = tostring(customDimensions["queue"])'
+        '| summarize lagMinutes = max(value) / 60000.0 by queue'
+      ],
+      '\n'
+    )
+    measure: 'lagMinutes'
+    aggregation: 'Maximum'
+    operator: 'GreaterThan'
+    threshold: queueLagMinutes
+    dimensions: queueDim
+  }
+  {
+    key: 'maintenance-stale'
+    title: 'Keel: maintenance timer not running'
+    summary: 'No maintenance run has been reported for ${maintenanceStaleMinutes} minutes.'
+    severity: 1
+    windowSize: 'PT5M'
+    overrideQueryTimeRange: 'P2D'
+    query: join(
+      [
+        'customMetrics'
+        '| where timestamp > ago(${maintenanceStaleMinutes}m)'
+        '| where name == "${metricNames.maintenanceRuns}"'
+        '| summarize runs = count()'
+      ],
+      '\n'
+    )
+    measure: 'runs'
+    aggregation: 'Total'
+    operator: 'LessThan'
+    threshold: 1
+    dimensions: []
+  }
+  {
+    key: 'function-failures'
+    title: 'Keel: function failures'
+    summary: 'A function of ${functionAppName} failed more than ${functionFailureThreshold} times within ${functionFailureWindow}.'
+    severity: 1
+    windowSize: functionFailureWindow
+    overrideQueryTimeRange: ''
+    query: join(
+      [
+        'requests'
+        '| where cloud_RoleName =~ "${functionAppName}"'
+        '| where success == false'
+        '| summarize failures = count() by operation_Name'
+      ],
+      '\n'
+    )
+    measure: 'failures'
+    aggregation: 'Total'
+    operator: 'GreaterThan'
+    threshold: functionFailureThreshold
+    dimensions: [
+      {
+        name: 'operation_Name'
+        operator: 'Include'
+        values: [
+          '*'
+        ]
+      }
+    ]
+  }
+]
+
+resource actionGroup 'Microsoft.Insights/actionGroups@2023-01-01' = {
+  name: '${namePrefix}-alerts'
+  location: 'global'
+  tags: tags
+  properties: {
+    groupShortName: 'keelalerts'
+    enabled: true
+    emailReceivers: [
+      for (address, i) in alertEmailAddresses: {
+        name: 'email-${i}'
+        emailAddress: address
+        useCommonAlertSchema: true
+      }
+    ]
+  }
+}
+
+resource alertRules 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = [
+  for rule in rules: {
+    name: '${namePrefix}-${rule.key}'
+    location: location
+    tags: tags
+    kind: 'LogAlert'
+    properties: union(
+      {
+        displayName: rule.title
+        description: rule.summary
+        severity: rule.severity
+        enabled: true
+        scopes: [
+          appInsightsId
+        ]
+        evaluationFrequency: evaluationFrequency
+        windowSize: rule.windowSize
+        autoMitigate: true
+        criteria: {
+          allOf: [
+            {
+              query: rule.query
+              timeAggregation: rule.aggregation
+              metricMeasureColumn: rule.measure
+              operator: rule.operator
+              threshold: rule.threshold
+              dimensions: rule.dimensions
+              failingPeriods: oneOfOne
+            }
+          ]
+        }
+        actions: {
+          actionGroups: [
+            actionGroup.id
+          ]
+          customProperties: {
+            runbook: 'docs/runbook.md#${rule.key}'
+          }
+        }
+      },
+      empty(rule.overrideQueryTimeRange) ? {} : { overrideQueryTimeRange: rule.overrideQueryTimeRange }
+    )
+  }
+]
+
+output actionGroupId string = actionGroup.id
+output alertRuleNames array = [for (rule, i) in rules: alertRules[i].name]

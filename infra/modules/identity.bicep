@@ -1,0 +1,21 @@
+// The user-assigned managed identity the function app runs as (storage, SQL, Key Vault, App Insights).
+
+@description('Name of the user-assigned managed identity.')
+param name string
+
+@description('Azure region.')
+param location string
+
+@description('Tags for every resource.')
+param tags object
+
+resource identity 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = {
+  name: name
+  location: location
+  tags: tags
+}
+
+output id string = identity.id
+output name string = identity.name
+output clientId string = identity.properties.clientId
+output principalId string = identity.properties.principalId
