@@ -66,7 +66,9 @@ export const settingsSchema = z
     KEEL_STORE_ENGINE: z.enum(['postgres', 'sqlserver']).optional().default('postgres'),
     KEEL_PG_URL: optionalString.pipe(z.string().url('must be a postgres:// URL').optional()),
     KEEL_PG_POOL_SIZE: int(10, 1, 200),
+    KEEL_MAX_PAYLOAD_BYTES: int(256 * 1024, 1024, 16 * 1024 * 1024),
     KEEL_SQL_CONNECTION: optionalString,
+    KEEL_SQL_POOL_SIZE: int(10, 1, 200),
     // Storage queues (names are also referenced as %KEEL_JOBS_QUEUE% etc. by the triggers).
     KEEL_JOBS_QUEUE: queueName('keel-jobs'),
     KEEL_TRANSFER_STAGE_QUEUE: queueName('keel-transfer-stage'),
@@ -78,7 +80,7 @@ export const settingsSchema = z
     // Dispatcher: which job queues it drains (empty = every queue the store knows), how long, how wide.
     KEEL_DISPATCH_QUEUES: list,
     KEEL_DISPATCH_MODE: z.enum(['run', 'post']).optional().default('run'),
-    KEEL_DISPATCH_BUDGET_MS: int(20_000, 100, 600_000),
+    KEEL_DISPATCH_BUDGET_MS: int(10_000, 100, 540_000),
     KEEL_DISPATCH_CONCURRENCY: int(4, 1, 64),
     KEEL_DISPATCH_POST_LIMIT: int(256, 1, 10_000),
     // Job processing.

@@ -3,6 +3,7 @@
 import type { EnqueueRequest, EnqueueResult, JobId } from '../jobs/contract.js';
 import { MAX_VISIBILITY_DELAY_SECONDS } from './queues.js';
 import type { Runtime } from './runtime.js';
+import { enqueuedTelemetry } from './telemetryHooks.js';
 
 export interface JobMessage {
   jobId: JobId;
@@ -26,6 +27,7 @@ function delaySecondsFor(req: EnqueueRequest, now: number): number {
 
 export async function enqueueAndPost(rt: Runtime, requests: EnqueueRequest[], log: Logger): Promise<EnqueuedJob[]> {
   const results = requests.length === 1 ? [await rt.store.enqueue(requests[0]!)] : await rt.store.enqueueMany(requests);
+  enqueuedTelemetry(requests.filter((_r, i) => !results[i]!.duplicate));
   const now = Date.now();
   return Promise.all(
     results.map(async (r, i) => {

@@ -3,13 +3,14 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { JobStore } from '../jobs/contract.js';
-import { HandlerRegistry } from '../jobs/registry.js';
+import { HandlerRegistry, consoleLogger } from '../jobs/registry.js';
 import { JobProcessor } from '../jobs/processor.js';
 import { registerDemoHandlers } from '../jobs/demoHandlers.js';
 import { PostgresJobStore } from '../engines/postgres/jobStore.js';
 import { parseSettings, type Settings } from '../config/settings.js';
 import { StorageQueueGateway, type QueueGateway } from './queues.js';
 import { createTransferService, type TransferServiceLike } from './transfers.js';
+import { processorTelemetry } from './telemetryHooks.js';
 
 export interface Runtime {
   readonly settings: Settings;
@@ -35,18 +36,17 @@ export interface RuntimeOverrides {
 
 async function openStore(settings: Settings): Promise<JobStore> {
   if (settings.KEEL_STORE_ENGINE === 'postgres') {
-    return PostgresJobStore.connect(settings.KEEL_PG_URL!, { poolSize: settings.KEEL_PG_POOL_SIZE, migrate: true });
+    return PostgresJobStore.connect(settings.KEEL_PG_URL!, { poolSize: settings.KEEL_PG_POOL_SIZE, migrate: true, maxPayloadBytes: settings.KEEL_MAX_PAYLOAD_BYTES });
   }
-  return openSqlServerStore(settings.KEEL_SQL_CONNECTION!);
-}
-
-// The SQL Server engine is loaded only when selected, so PostgreSQL deployments never load mssql.
-async function openSqlServerStore(connection: string): Promise<JobStore> {
-  const mod = (await import('../engines/sqlserver/jobStore.js')) as unknown as {
-    SqlServerJobStore?: { connect(conn: string, opts?: { migrate?: boolean }): Promise<JobStore> };
-  };
-  if (!mod.SqlServerJobStore) throw new Error('shared/engines/sqlserver/jobStore.ts does not export SqlServerJobStore');
-  return mod.SqlServerJobStore.connect(connection);
+  // Loaded only when selected, so PostgreSQL deployments never load mssql. In Azure the app's identity may only
+  // EXECUTE the procedures: the schema is installed with `npm run migrate` (docs/sqlserver.md), not here.
+  const { SqlServerJobStore } = await import('../engines/sqlserver/jobStore.js');
+  return SqlServerJobStore.connect(settings.KEEL_SQL_CONNECTION!, {
+    poolSize: settings.KEEL_SQL_POOL_SIZE,
+    shared: true,
+    migrate: false,
+    maxPayloadBytes: settings.KEEL_MAX_PAYLOAD_BYTES,
+  });
 }
 
 export async function createRuntime(settings: Settings, overrides: RuntimeOverrides = {}): Promise<Runtime> {
@@ -61,13 +61,21 @@ export async function createRuntime(settings: Settings, overrides: RuntimeOverri
     accountName: settings.AzureWebJobsStorage__accountName,
     clientId: settings.AzureWebJobsStorage__clientId,
   });
-  const transfers = overrides.transfers !== undefined ? overrides.transfers : await createTransferService(overrides.env ?? process.env);
+  let transfers: TransferServiceLike | null;
+  try {
+    transfers = overrides.transfers !== undefined ? overrides.transfers : await createTransferService(settings, overrides.env ?? process.env);
+  } catch (err) {
+    if (!overrides.store) await store.close().catch(() => undefined);
+    throw err;
+  }
   const processor = new JobProcessor({
     store,
     registry,
     workerId,
     leaseSeconds: settings.KEEL_LEASE_SECONDS,
     heartbeatIntervalMs: settings.KEEL_HEARTBEAT_MS,
+    log: consoleLogger,
+    events: processorTelemetry,
   });
   let closed: Promise<void> | undefined;
   return {
@@ -83,6 +91,11 @@ export async function createRuntime(settings: Settings, overrides: RuntimeOverri
         await processor.shutdown(5_000).catch(() => undefined);
         if (transfers && overrides.transfers === undefined) await transfers.close().catch(() => undefined);
         if (!overrides.store) await store.close();
+        if (settings.KEEL_STORE_ENGINE === 'sqlserver') {
+          // The store and the journal share the process-wide pool; closing the runtime is closing the process's use.
+          const { closeSharedSqlServerPools } = await import('../engines/sqlserver/pool.js');
+          await closeSharedSqlServerPools();
+        }
       })();
       return closed;
     },

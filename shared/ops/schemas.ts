@@ -1,23 +1,27 @@
 // Request schemas of the ops API (zod v4 API, so the OpenAPI document is generated from the same schemas
 // that validate). Objects are strict: an unknown field is a 400 naming that field.
 import { z } from 'zod/v4';
-import { DLQ_REASONS } from '../jobs/contract.js';
+import { DLQ_REASONS, type DlqReason } from '../jobs/contract.js';
 
 export const NAME_PATTERN = /^[A-Za-z0-9_.:-]+$/;
 export const name = z.string().min(1).max(128).regex(NAME_PATTERN, 'letters, digits and _ . : - only');
+export const UUID_PATTERN = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
+export const batchId = z.string().regex(UUID_PATTERN, 'must be a batch id (a UUID)');
 export const jobId = z.string().regex(/^[1-9][0-9]{0,18}$/, 'must be a job id (a positive integer)');
 const isoDate = z.iso.datetime({ offset: true }).describe('ISO 8601 date-time');
-const reason = z.enum(DLQ_REASONS as [string, ...string[]]);
+const reason = z.enum(DLQ_REASONS as unknown as [DlqReason, ...DlqReason[]]);
 const location = z.enum(['hot', 'archive', 'dlq']);
 const hotState = z.enum(['pending', 'fetched', 'processing']);
 
-// Query strings arrive as text: integers and booleans are coerced from their text form only.
-const qInt = (min: number, max: number) =>
+// Query strings arrive as text: integers are parsed from their decimal text only (documented as integers).
+const qInt = (min: number, max: number, def: number) =>
   z
     .string()
     .regex(/^-?\d+$/, 'must be an integer')
     .transform(Number)
-    .pipe(z.number().int().min(min).max(max));
+    .pipe(z.number().int().min(min).max(max))
+    .default(def)
+    .meta({ type: 'integer', minimum: min, maximum: max, description: `integer, default ${def}`, pattern: undefined });
 
 export const enqueueJob = z.strictObject({
   queue: name.describe('job queue (created on first use)'),
@@ -48,11 +52,11 @@ export const jobSearchQuery = z.strictObject({
   to: isoDate.optional(),
   text: z.string().min(1).max(200).optional(),
   afterId: jobId.optional(),
-  limit: qInt(1, 500).default(50),
+  limit: qInt(1, 500, 50),
 });
 
 export const metricsQuery = z.strictObject({
-  windowMinutes: qInt(1, 7 * 24 * 60).default(60),
+  windowMinutes: qInt(1, 7 * 24 * 60, 60),
   queue: name.optional(),
 });
 
@@ -82,6 +86,7 @@ export const resurrectFilterBody = z.strictObject({
 
 export const purgeBody = z.strictObject({
   target: z.enum(['archive', 'dlq', 'metrics']),
+  queue: name.optional().describe('only this queue (default: every queue)'),
   olderThan: isoDate.describe('delete rows finished/failed/bucketed before this instant'),
   batchSize: z.number().int().min(1).max(10_000).default(1000),
   maxBatches: z.number().int().min(1).max(100).default(10),
@@ -91,8 +96,8 @@ export const purgeBody = z.strictObject({
 export const batchListQuery = z.strictObject({
   transfer: name.optional(),
   state: z.string().min(1).max(64).optional(),
-  limit: qInt(1, 500).default(50),
-  afterId: z.string().min(1).max(100).optional(),
+  limit: qInt(1, 500, 50),
+  afterId: batchId.optional(),
 });
 
 export const reconcileStaleBody = z.strictObject({
@@ -104,4 +109,4 @@ export const emptyBody = z.strictObject({});
 
 export const idParams = z.strictObject({ id: jobId });
 export const nameParams = z.strictObject({ name });
-export const batchParams = z.strictObject({ id: z.string().min(1).max(100) });
+export const batchParams = z.strictObject({ id: batchId });

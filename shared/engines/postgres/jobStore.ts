@@ -1,7 +1,6 @@
 // The PostgreSQL job store: every operation is one call of a keel.* function (sql/postgres/), parameters bound.
 import pg from 'pg';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import type {
   CancelResult, ClaimOptions, ClaimedJob, DlqReason, EnqueueRequest, EnqueueResult, HeartbeatResult, JobId,
   JobRecord, JobSearch, JobStore, LeaseRef, MetricBucket, OwnerResult, OwnerResultById, PurgeTarget, QueueSettings,
@@ -12,11 +11,12 @@ import {
   DEFAULT_MAX_PAYLOAD_BYTES, ValidationError, assertJobId, assertPositiveInt, isJobId, prepareEnqueue, validateQueuePatch,
 } from '../../jobs/validate.js';
 import { migrate } from './migrate.js';
+import { sqlDir } from '../../config/sqlDir.js';
 
 // bigint (int8) as string, never a lossy number; numeric counts we convert explicitly.
 pg.types.setTypeParser(20, (v) => v);
 
-export const POSTGRES_SQL_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../sql/postgres');
+export const POSTGRES_SQL_DIR = path.join(sqlDir(), 'postgres');
 
 export interface PostgresStoreOptions {
   poolSize?: number;

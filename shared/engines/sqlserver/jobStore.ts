@@ -2,7 +2,7 @@
 // with typed parameters named after JOB_PROCEDURES (PascalCase). Input is never spliced into SQL text.
 import sql from 'mssql';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { sqlDir } from '../../config/sqlDir.js';
 import type {
   CancelResult, ClaimOptions, ClaimedJob, DlqReason, EnqueueRequest, EnqueueResult, HeartbeatResult, JobId,
   JobRecord, JobSearch, JobStore, LeaseRef, MetricBucket, OwnerResult, OwnerResultById, PurgeTarget, QueueSettings,
@@ -17,7 +17,7 @@ import { SqlServerPool, sharedSqlServerPool, type PoolOptions } from './pool.js'
 import { isOutcomeUnknown, withSqlRetry, type RetryOptions, type RetryPolicy } from './retry.js';
 import { migrateSqlServer } from './migrate.js';
 
-export const SQLSERVER_SQL_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../sql/sqlserver');
+export const SQLSERVER_SQL_DIR = path.join(sqlDir(), 'sqlserver');
 
 export async function migrateSqlServerJobs(pool: sql.ConnectionPool, log?: (line: string) => void) {
   return migrateSqlServer(pool, { dir: SQLSERVER_SQL_DIR, log });

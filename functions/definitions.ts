@@ -1,0 +1,67 @@
+// THE list of Keel's functions. functions/index.ts registers it with the Azure Functions host; the local host
+// (shared/host/localHost.ts) serves the same list: HTTP routes, timers on their schedules, queue pollers.
+// Queue names and schedules come from app settings (shared/config/settings.ts), resolved at registration.
+import type { HttpHandler, HttpMethod, StorageQueueHandler, TimerHandler } from '@azure/functions';
+import type { Settings } from '../shared/config/settings.js';
+import { jobRunner } from './jobRunner.js';
+import { dispatcher } from './dispatcher.js';
+import { maintenance } from './maintenance.js';
+import { ops } from './ops.js';
+import { transferTimer } from './transferTimer.js';
+import { transferStage } from './transferStage.js';
+import { transferApply } from './transferApply.js';
+
+type QueueSetting = 'KEEL_JOBS_QUEUE' | 'KEEL_TRANSFER_STAGE_QUEUE' | 'KEEL_TRANSFER_APPLY_QUEUE';
+type ScheduleSetting = 'KEEL_DISPATCH_SCHEDULE' | 'KEEL_MAINTENANCE_SCHEDULE' | 'KEEL_TRANSFER_SCHEDULE';
+
+export interface HttpDefinition {
+  name: string;
+  kind: 'http';
+  route: string; // below the host's routePrefix ("api")
+  methods: HttpMethod[];
+  authLevel: 'function' | 'anonymous';
+  handler: HttpHandler;
+}
+
+export interface QueueDefinition {
+  name: string;
+  kind: 'queue';
+  queueSetting: QueueSetting;
+  connection: 'AzureWebJobsStorage';
+  handler: StorageQueueHandler;
+}
+
+export interface TimerDefinition {
+  name: string;
+  kind: 'timer';
+  scheduleSetting: ScheduleSetting;
+  runOnStartup: boolean;
+  handler: TimerHandler;
+}
+
+export type FunctionDefinition = HttpDefinition | QueueDefinition | TimerDefinition;
+
+export const definitions: readonly FunctionDefinition[] = [
+  { name: 'jobRunner', kind: 'queue', queueSetting: 'KEEL_JOBS_QUEUE', connection: 'AzureWebJobsStorage', handler: jobRunner },
+  { name: 'dispatcher', kind: 'timer', scheduleSetting: 'KEEL_DISPATCH_SCHEDULE', runOnStartup: false, handler: dispatcher },
+  { name: 'maintenance', kind: 'timer', scheduleSetting: 'KEEL_MAINTENANCE_SCHEDULE', runOnStartup: false, handler: maintenance },
+  { name: 'transferTimer', kind: 'timer', scheduleSetting: 'KEEL_TRANSFER_SCHEDULE', runOnStartup: false, handler: transferTimer },
+  { name: 'transferStage', kind: 'queue', queueSetting: 'KEEL_TRANSFER_STAGE_QUEUE', connection: 'AzureWebJobsStorage', handler: transferStage },
+  { name: 'transferApply', kind: 'queue', queueSetting: 'KEEL_TRANSFER_APPLY_QUEUE', connection: 'AzureWebJobsStorage', handler: transferApply },
+  {
+    name: 'ops',
+    kind: 'http',
+    route: 'ops/{*path}',
+    methods: ['GET', 'POST', 'PATCH', 'PUT', 'DELETE'],
+    authLevel: 'function',
+    handler: ops,
+  },
+];
+
+export function queueNameOf(def: QueueDefinition, settings: Settings): string {
+  return settings[def.queueSetting];
+}
+
+export function scheduleOf(def: TimerDefinition, settings: Settings): string {
+  return settings[def.scheduleSetting];
+}

@@ -1,0 +1,31 @@
+// Queue trigger: message {"jobId": "..."} -> claim that job by id -> run it -> finalize (archive, retry or DLQ).
+// Malformed messages and ids of jobs that do not exist go to the poison queue with the reason.
+// A job that exists but cannot be claimed (done, running elsewhere, not yet due, queue paused or at its
+// limit) is acknowledged: the row is the truth and the dispatcher runs it when it can.
+import type { InvocationContext } from '@azure/functions';
+import { getRuntime } from '../shared/host/runtime.js';
+import { jobMessageSchema, parseMessage, poison } from '../shared/host/messages.js';
+import { postJob } from '../shared/host/jobs.js';
+
+export async function jobRunner(message: unknown, context: InvocationContext): Promise<void> {
+  const rt = await getRuntime();
+  const queue = rt.settings.KEEL_JOBS_QUEUE;
+  const parsed = parseMessage(jobMessageSchema, message);
+  if (!parsed.ok) return poison(rt, queue, context, message, parsed.reason, parsed.detail);
+  const { jobId } = parsed.value;
+  const outcome = await rt.processor.processById(jobId);
+  if (outcome === 'not_claimed') {
+    const job = await rt.store.getJob(jobId);
+    if (!job) return poison(rt, queue, context, message, 'unknown_job', `job ${jobId} does not exist`);
+    context.info(`job ${jobId} not claimed (${job.location}, ${job.state}); acknowledged`);
+    return;
+  }
+  context.info(`job ${jobId}: ${outcome}`);
+  if (outcome === 'retried') {
+    // Post the next attempt's message for when it is due; the dispatcher covers it if this is lost.
+    const job = await rt.store.getJob(jobId);
+    if (job?.location === 'hot' && job.state === 'pending' && job.runAt) {
+      await postJob(rt, jobId, context, Math.max(0, (job.runAt.getTime() - Date.now()) / 1000));
+    }
+  }
+}

@@ -1,0 +1,5 @@
+// Imported first by functions/index.ts: Application Insights must be set up before the database drivers and the
+// Azure SDK are loaded, so their instrumentations can patch them (ESM evaluates imports in order).
+import { initTelemetry } from '../shared/telemetry/index.js';
+
+initTelemetry();

@@ -1,0 +1,29 @@
+// Queue trigger: {"batchId"} -> extract + stage that batch (claimed by id through the journal's state machine),
+// then post it to the apply queue. A batch already staged goes straight on; a committed or failed one is done.
+// Malformed messages and unknown batch ids go to the poison queue; transient errors are thrown so the host
+// retries the message (visibilityTimeout, then maxDequeueCount -> poison; the transfer timer resumes it).
+import type { InvocationContext } from '@azure/functions';
+import { getRuntime } from '../shared/host/runtime.js';
+import { parseMessage, poison, transferMessageSchema } from '../shared/host/messages.js';
+import { describeView, isTransferError, postApply } from '../shared/host/transfers.js';
+import { batchTelemetry } from '../shared/host/telemetryHooks.js';
+
+export async function transferStage(message: unknown, context: InvocationContext): Promise<void> {
+  const rt = await getRuntime();
+  const queue = rt.settings.KEEL_TRANSFER_STAGE_QUEUE;
+  const parsed = parseMessage(transferMessageSchema, message);
+  if (!parsed.ok) return poison(rt, queue, context, message, parsed.reason, parsed.detail);
+  if (!rt.transfers) return poison(rt, queue, context, message, 'transfers_not_configured', 'no transfers are configured (KEEL_TRANSFERS)');
+  const { batchId } = parsed.value;
+  try {
+    const view = await rt.transfers.stage(batchId);
+    batchTelemetry(view);
+    context.info(`stage: ${describeView(view)}`);
+    if (view.state === 'staged') await postApply(rt, batchId);
+  } catch (err) {
+    if (isTransferError(err, 'unknown_batch') || isTransferError(err, 'unknown_transfer')) {
+      return poison(rt, queue, context, message, err.code, err.message);
+    }
+    throw err;
+  }
+}

@@ -1,0 +1,155 @@
+// npm run demo: one command that boots the local host (with the demo transfer's two databases) and drives it over
+// the ops API, so a newcomer sees jobs archived, retried, dead-lettered and resurrected, and a transfer batch
+// committed. The host keeps running afterwards for exploring (Ctrl+C stops it); `--exit` stops it at the end.
+import '../functions/setup.js'; // telemetry first (a no-op without APPLICATIONINSIGHTS_CONNECTION_STRING)
+import { bootLocal } from '../shared/host/boot.js';
+import { encodeClientPrincipal } from '../shared/ops/auth.js';
+import { DEMO_TRANSFER } from '../shared/host/demoTransfer.js';
+
+const exitAtEnd = process.argv.includes('--exit');
+const quiet = !process.argv.includes('--verbose');
+
+// Fast timers for the demo unless the caller chose otherwise.
+process.env.KEEL_DISPATCH_SCHEDULE ??= '*/2 * * * * *';
+process.env.KEEL_MAINTENANCE_SCHEDULE ??= '*/3 * * * * *';
+
+const hostLog: string[] = [];
+let live = !quiet;
+const keel = await bootLocal({
+  demo: true,
+  log: (line) => {
+    if (live) return console.log(line);
+    hostLog.push(line);
+    if (hostLog.length > 200) hostLog.shift();
+  },
+});
+const ops = `${keel.baseUrl}/api/ops`;
+const operator = encodeClientPrincipal({ name: 'demo-operator', roles: [keel.settings.KEEL_OPS_OPERATOR_ROLE] });
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function call(method: string, path: string, body?: unknown, asOperator = false): Promise<{ status: number; json: any }> {
+  const res = await fetch(`${ops}${path}`, {
+    method,
+    headers: {
+      'x-functions-key': keel.opsKey,
+      'content-type': 'application/json',
+      ...(asOperator ? { 'x-ms-client-principal': operator } : {}),
+    },
+    ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+  });
+  return { status: res.status, json: await res.json() };
+}
+
+function step(title: string) {
+  console.log(`\n== ${title}`);
+}
+
+async function waitFor<T>(what: string, probe: () => Promise<T | null>, timeoutMs = 60_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (let i = 0; Date.now() < deadline; i++) {
+    const v = await probe();
+    if (v !== null) return v;
+    await sleep(Math.min(1000, 100 * 2 ** i));
+  }
+  throw new Error(`demo: timed out waiting for ${what}`);
+}
+
+async function hotCount(queue: string): Promise<number> {
+  const { json } = await call('GET', '/stats');
+  const q = (json.queues as any[]).find((x) => x.queue === queue);
+  return q ? q.pending + q.fetched + q.processing : 0;
+}
+
+function statsLine(q: any): string {
+  return `${q.queue}: pending ${q.pending}, processing ${q.processing}, succeeded ${q.succeeded}, retried ${q.retried}, failed ${q.failed}, in DLQ ${q.dlq}, resurrected ${q.resurrected}`;
+}
+
+try {
+  console.log(`Keel demo: local host at ${keel.baseUrl} (ops key ${keel.opsKey})`);
+  for (const n of keel.notes) console.log(`  ${n}`);
+  const queue = `demo-${Date.now().toString(36)}`;
+
+  step(`Enqueue sample jobs on queue "${queue}" (POST /api/ops/jobs)`);
+  const soon = new Date(Date.now() + 1500).toISOString();
+  const jobs = [
+    { queue, type: 'demo.echo', payload: { message: 'hello' } },
+    { queue, type: 'demo.echo', payload: { message: 'world' } },
+    { queue, type: 'demo.slow', payload: { ms: 3000 } },
+    { queue, type: 'demo.slow', payload: { ms: 2000 } },
+    { queue, type: 'demo.flaky', payload: { failTimes: 2 }, tags: ['retries-then-succeeds'] },
+    { queue, type: 'demo.fatal', payload: { message: 'bad input, no retry' } },
+    { queue, type: 'demo.flaky', payload: { failTimes: 9 }, maxAttempts: 2, tags: ['runs-out-of-attempts'] },
+    // Not due before it expires: maintenance moves it to the DLQ as 'expired'; resurrected below, it runs.
+    { queue, type: 'demo.echo', payload: { message: 'late' }, delayMs: 4000, expiresAt: soon, tags: ['expires'] },
+  ];
+  const enq = await call('POST', '/jobs', { jobs });
+  if (enq.status !== 201) throw new Error(`enqueue failed: ${JSON.stringify(enq.json)}`);
+  const ids = (enq.json.jobs as { id: string }[]).map((j) => j.id);
+  jobs.forEach((j, i) => console.log(`  job ${ids[i]}: ${j.type} ${JSON.stringify(j.payload)}${j.tags ? ` [${j.tags.join(',')}]` : ''}`));
+
+  step('Wait for the queue to drain: queue messages run most jobs, the dispatcher the retries and delays');
+  await waitFor('the demo jobs to finish', async () => ((await hotCount(queue)) === 0 ? true : null), 90_000);
+  let stats = (await call('GET', '/stats')).json.queues.find((x: any) => x.queue === queue);
+  console.log(`  ${statsLine(stats)}`);
+
+  step('Dead-lettered jobs (GET /api/ops/jobs?location=dlq)');
+  const dlq = await call('GET', `/jobs?location=dlq&queue=${queue}`);
+  for (const j of dlq.json.items) console.log(`  job ${j.id} ${j.type}: ${j.reason} after ${j.attempts} attempt(s): ${j.lastError ?? ''}`);
+
+  step('Resurrect by filter: preview first (dryRun defaults to true), then for real; needs the operator role');
+  const denied = await call('POST', '/dlq/resurrect', { queue, reason: 'expired', limit: 10 });
+  console.log(`  without the operator role: ${denied.status} ${denied.json.error}`);
+  const preview = await call('POST', '/dlq/resurrect', { queue, reason: 'expired', limit: 10 }, true);
+  console.log(`  preview: would resurrect ${JSON.stringify(preview.json.ids)}`);
+  const done = await call('POST', '/dlq/resurrect', { queue, reason: 'expired', limit: 10, dryRun: false }, true);
+  console.log(`  resurrected ${JSON.stringify(done.json.ids)}`);
+  await waitFor('the resurrected job to run', async () => ((await hotCount(queue)) === 0 ? true : null), 30_000);
+  for (const id of done.json.ids as string[]) {
+    const j = (await call('GET', `/jobs/${id}`)).json;
+    console.log(`  job ${id} is now in ${j.location} (${j.state})`);
+  }
+  stats = (await call('GET', '/stats')).json.queues.find((x: any) => x.queue === queue);
+  console.log(`  ${statsLine(stats)}`);
+
+  step(`Start the sample transfer "${DEMO_TRANSFER}" between two local databases (POST /api/ops/transfers/${DEMO_TRANSFER}/start)`);
+  const started = await call('POST', `/transfers/${DEMO_TRANSFER}/start`, {});
+  if (started.status === 202) {
+    const batchId = started.json.batch.batchId as string;
+    console.log(`  batch ${batchId}: window (${started.json.batch.boundary.low ?? '-inf'}, ${started.json.batch.boundary.high}], ${started.json.batch.rowCount} rows in the manifest`);
+    const batch = await waitFor(
+      'the batch to commit',
+      async () => {
+        const b = (await call('GET', `/transfers/batches/${batchId}`)).json;
+        return b.status === 'committed' || b.state === 'failed' ? b : null;
+      },
+      90_000,
+    );
+    console.log(`  batch ${batchId}: ${batch.state} (${batch.status}), ${batch.appliedCount ?? 0} rows applied`);
+    for (const e of batch.events) console.log(`    ${e.at}  ${e.event}${e.toState ? ` -> ${e.toState}` : ''}`);
+    console.log(`  next action: ${batch.nextAction}`);
+  } else {
+    console.log(`  ${started.status}: ${JSON.stringify(started.json)}`);
+  }
+
+  console.log(`
+Explore:
+  curl -s -H "x-functions-key: ${keel.opsKey}" ${ops}/stats
+  curl -s -H "x-functions-key: ${keel.opsKey}" "${ops}/jobs?location=archive&queue=${queue}"
+  curl -s -H "x-functions-key: ${keel.opsKey}" ${ops}/transfers/batches
+  OpenAPI: ${ops}/openapi.json   (docs/operations.md has every route)`);
+} catch (err) {
+  console.error(`\ndemo failed: ${(err as Error).message}`);
+  if (quiet) console.error(`last host log lines:\n${hostLog.slice(-30).join('\n')}`);
+  process.exitCode = 1;
+}
+
+if (exitAtEnd || process.exitCode) {
+  await keel.stop();
+  process.exit(process.exitCode ?? 0);
+} else {
+  console.log('\nThe local host keeps running (Ctrl+C to stop).');
+  if (quiet) console.log('Host log from here on:');
+  live = true;
+  process.on('SIGINT', () => void keel.stop().then(() => process.exit(0)));
+  process.on('SIGTERM', () => void keel.stop().then(() => process.exit(0)));
+}

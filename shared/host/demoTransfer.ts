@@ -1,0 +1,72 @@
+// The demo transfer: two local databases on the same PostgreSQL server, a source table that gains 1,000 new
+// orders each time the demo is prepared, an empty target table, and the transfer configured between them.
+import pg from 'pg';
+
+export const DEMO_TRANSFER = 'demo_orders';
+const SOURCE_DB = 'keel_demo_source';
+const TARGET_DB = 'keel_demo_target';
+
+export function withDatabase(url: string, database: string): string {
+  const u = new URL(url);
+  u.pathname = `/${database}`;
+  return u.toString();
+}
+
+async function withClient<T>(url: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    return await fn(c);
+  } finally {
+    await c.end();
+  }
+}
+
+// Returns a line for the start banner. Sets KEEL_DEMO_SOURCE_URL, KEEL_DEMO_TARGET_URL and (unless transfers are
+// configured already) KEEL_TRANSFERS in env.
+export async function prepareDemoTransfer(adminUrl: string, env: Record<string, string | undefined>): Promise<string> {
+  await withClient(adminUrl, async (c) => {
+    for (const db of [SOURCE_DB, TARGET_DB]) {
+      const r = await c.query('select 1 from pg_database where datname = $1', [db]);
+      if (r.rowCount === 0) await c.query(`create database ${db}`);
+    }
+  });
+  const sourceUrl = withDatabase(adminUrl, SOURCE_DB);
+  const targetUrl = withDatabase(adminUrl, TARGET_DB);
+  const added = await withClient(sourceUrl, async (c) => {
+    await c.query(`create table if not exists public.demo_orders (
+      id bigint primary key,
+      customer text not null,
+      amount numeric(12,2) not null,
+      placed_at timestamptz not null)`);
+    const r = await c.query(`insert into public.demo_orders (id, customer, amount, placed_at)
+      select n, 'customer-' || (n % 97), round((n % 1000) * 1.37, 2), timestamptz '2026-01-01' + n * interval '1 minute'
+      from generate_series((select coalesce(max(id), 0) + 1 from public.demo_orders),
+                           (select coalesce(max(id), 0) + 1000 from public.demo_orders)) as n`);
+    return r.rowCount ?? 0;
+  });
+  await withClient(targetUrl, async (c) => {
+    await c.query(`create table if not exists public.demo_orders (
+      id bigint primary key,
+      customer text not null,
+      amount numeric(12,2) not null,
+      placed_at timestamptz not null)`);
+  });
+  env.KEEL_DEMO_SOURCE_URL = sourceUrl;
+  env.KEEL_DEMO_TARGET_URL = targetUrl;
+  if (!env.KEEL_TRANSFERS && !env.KEEL_TRANSFERS_FILE) {
+    env.KEEL_TRANSFERS = JSON.stringify([
+      {
+        name: DEMO_TRANSFER,
+        source: { engine: 'postgres', connectionSetting: 'KEEL_DEMO_SOURCE_URL', table: 'public.demo_orders' },
+        target: { engine: 'postgres', connectionSetting: 'KEEL_DEMO_TARGET_URL', table: 'public.demo_orders' },
+        keyColumns: ['id'],
+        boundary: { column: 'id', kind: 'key' },
+        columns: ['id', 'customer', 'amount', 'placed_at'].map((c) => ({ source: c, target: c })),
+        batchSize: 100_000,
+        chunkSize: 2_000,
+      },
+    ]);
+  }
+  return `demo transfer "${DEMO_TRANSFER}": ${SOURCE_DB}.public.demo_orders (+${added} rows) -> ${TARGET_DB}.public.demo_orders`;
+}

@@ -1,0 +1,420 @@
+// The local host: runs the function definitions without Azure Functions Core Tools.
+// - HTTP on one port with the same routes (routePrefix from host.json), function keys enforced like Azure
+//   (`x-functions-key` header or `code` query) for authLevel 'function'.
+// - Timers on their NCRONTAB schedules (croner; six fields with seconds), never overlapping themselves.
+// - Queue triggers polling Azure Storage (Azurite) with host.json semantics: batchSize and newBatchThreshold for
+//   concurrency, base64 message encoding, a failed message becomes visible again after visibilityTimeout, and
+//   after maxDequeueCount attempts it is moved to `<queue>-poison`.
+import http from 'node:http';
+import { randomUUID } from 'node:crypto';
+import Router from 'find-my-way';
+import { Cron } from 'croner';
+import type { QueueClient, QueueServiceClient, DequeuedMessageItem } from '@azure/storage-queue';
+import type { HttpResponseInit, HttpResponse as HttpResponseType, LogLevel, Timer } from '@azure/functions';
+import type { FunctionDefinition, HttpDefinition, QueueDefinition, TimerDefinition } from '../../functions/definitions.js';
+import { queueNameOf, scheduleOf } from '../../functions/definitions.js';
+import type { Settings } from '../config/settings.js';
+import { checkFunctionKey } from '../ops/auth.js';
+import { HttpRequest, HttpResponse, InvocationContext } from './azureFunctions.js';
+import type { HostConfig } from './hostJson.js';
+import { poisonQueueName } from './queues.js';
+
+export interface LocalHostOptions {
+  definitions: readonly FunctionDefinition[];
+  settings: Settings;
+  hostConfig: HostConfig;
+  queueService: QueueServiceClient;
+  opsKey: string;
+  port: number;
+  hostname?: string; // default 127.0.0.1
+  maxRequestBytes?: number; // the host's own cap (Azure: 100 MB); default 32 MB
+  log?: (line: string) => void;
+}
+
+type Stoppable = { stop(): Promise<void> };
+
+const HTTP_METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'] as const;
+
+function logHandlerFor(name: string, log: (line: string) => void) {
+  return (level: LogLevel, ...args: unknown[]) => {
+    const text = args.map((a) => (typeof a === 'string' ? a : a instanceof Error ? (a.stack ?? a.message) : JSON.stringify(a))).join(' ');
+    log(`[${new Date().toISOString()}] ${name} ${level}: ${text}`);
+  };
+}
+
+function contextFor(name: string, log: (line: string) => void, triggerMetadata?: Record<string, unknown>): InstanceType<typeof InvocationContext> {
+  return new InvocationContext({
+    invocationId: randomUUID(),
+    functionName: name,
+    logHandler: logHandlerFor(name, log),
+    ...(triggerMetadata ? { triggerMetadata } : {}),
+  });
+}
+
+// Azure route template -> find-my-way path: {name} -> :name, {*name} -> * (reported back under `name`).
+function routerPath(prefix: string, route: string): { path: string; catchAll: string | null } {
+  let catchAll: string | null = null;
+  const segments = route.split('/').map((seg) => {
+    const m = /^\{(\*?)([A-Za-z0-9_]+)(?::[^}]*)?(\??)\}$/.exec(seg);
+    if (!m) return seg;
+    if (m[1]) {
+      catchAll = m[2]!;
+      return '*';
+    }
+    return `:${m[2]}`;
+  });
+  return { path: `/${prefix ? `${prefix}/` : ''}${segments.join('/')}`, catchAll };
+}
+
+class HttpLayer implements Stoppable {
+  private server: http.Server | undefined;
+  private readonly router = Router({ ignoreTrailingSlash: true });
+
+  constructor(
+    private readonly defs: HttpDefinition[],
+    private readonly opts: LocalHostOptions,
+    private readonly log: (line: string) => void,
+  ) {
+    for (const def of defs) {
+      const { path, catchAll } = routerPath(opts.hostConfig.routePrefix, def.route);
+      this.router.on(def.methods, path, () => undefined, { def, catchAll });
+      // "ops/{*path}" also matches "ops" itself, as in Azure.
+      if (catchAll && path.endsWith('/*')) this.router.on(def.methods, path.slice(0, -2), () => undefined, { def, catchAll });
+    }
+  }
+
+  async start(): Promise<number> {
+    this.server = http.createServer((req, res) => {
+      this.handle(req, res).catch((err) => {
+        this.log(`http: ${(err as Error).stack ?? String(err)}`);
+        if (!res.headersSent) res.writeHead(500, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ error: 'internal_error', message: 'local host error' }));
+      });
+    });
+    this.server.keepAliveTimeout = 5000;
+    await new Promise<void>((resolve, reject) => {
+      this.server!.once('error', reject);
+      this.server!.listen(this.opts.port, this.opts.hostname ?? '127.0.0.1', () => resolve());
+    });
+    return (this.server.address() as import('node:net').AddressInfo).port;
+  }
+
+  private send(res: http.ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+    res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', ...headers });
+    res.end(JSON.stringify(body));
+  }
+
+  private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', `http://${req.headers.host ?? 'localhost'}`);
+    const method = (req.method ?? 'GET').toUpperCase();
+    const found = (HTTP_METHODS as readonly string[]).includes(method)
+      ? this.router.find(method as (typeof HTTP_METHODS)[number], url.pathname)
+      : null;
+    if (!found) {
+      req.resume();
+      return this.send(res, 404, { error: 'not_found', message: `no function serves ${method} ${url.pathname}` });
+    }
+    const { def, catchAll } = found.store as { def: HttpDefinition; catchAll: string | null };
+    if (def.authLevel !== 'anonymous') {
+      const header = req.headers['x-functions-key'];
+      const ok = checkFunctionKey(this.opts.opsKey, Array.isArray(header) ? header[0] : header, url.searchParams.get('code'));
+      if (!ok) {
+        req.resume();
+        return this.send(res, 401, { error: 'unauthorized', message: 'missing or wrong function key (x-functions-key header or code query parameter)' });
+      }
+    }
+    const cap = this.opts.maxRequestBytes ?? 32 * 1024 * 1024;
+    const declared = Number(req.headers['content-length'] ?? 0);
+    if (declared > cap) {
+      req.resume();
+      return this.send(res, 413, { error: 'payload_too_large', message: `request body over the host limit of ${cap} bytes` });
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let tooLarge = false;
+    for await (const chunk of req) {
+      size += (chunk as Buffer).length;
+      if (size > cap) tooLarge = true;
+      else chunks.push(chunk as Buffer);
+    }
+    if (tooLarge) return this.send(res, 413, { error: 'payload_too_large', message: `request body over the host limit of ${cap} bytes` });
+
+    const params: Record<string, string> = {};
+    for (const [k, v] of Object.entries(found.params)) {
+      if (v === undefined) continue;
+      params[k === '*' && catchAll ? catchAll : k] = v;
+    }
+    if (catchAll && !(catchAll in params)) params[catchAll] = '';
+    const headers: Record<string, string> = {};
+    for (const [k, v] of Object.entries(req.headers)) if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
+    const query: Record<string, string> = {};
+    for (const [k, v] of url.searchParams) query[k] = v;
+    const request = new HttpRequest({
+      method,
+      url: url.toString(),
+      headers,
+      query,
+      params,
+      ...(chunks.length ? { body: { bytes: new Uint8Array(Buffer.concat(chunks)) } } : {}),
+    });
+    const context = contextFor(def.name, this.log);
+    const started = Date.now();
+    const result = (await def.handler(request, context)) as HttpResponseInit | HttpResponseType | undefined;
+    const response = result instanceof HttpResponse ? result : new HttpResponse((result ?? { status: 204 }) as HttpResponseInit);
+    const body = Buffer.from(await response.arrayBuffer());
+    const outHeaders: Record<string, string> = {};
+    response.headers.forEach((v, k) => (outHeaders[k] = v));
+    res.writeHead(response.status, outHeaders);
+    res.end(body);
+    this.log(`[${new Date().toISOString()}] ${def.name} http: ${method} ${url.pathname} -> ${response.status} (${Date.now() - started} ms)`);
+  }
+
+  async stop(): Promise<void> {
+    const server = this.server;
+    if (!server) return;
+    await new Promise<void>((resolve) => {
+      server.close(() => resolve());
+      server.closeIdleConnections();
+      setTimeout(() => server.closeAllConnections(), 2000).unref();
+    });
+  }
+}
+
+class TimerLayer implements Stoppable {
+  private readonly jobs: Cron[] = [];
+  private readonly running = new Set<Promise<void>>();
+
+  constructor(
+    private readonly defs: TimerDefinition[],
+    private readonly opts: LocalHostOptions,
+    private readonly log: (line: string) => void,
+  ) {}
+
+  start(): void {
+    for (const def of this.defs) {
+      const schedule = scheduleOf(def, this.opts.settings);
+      let last: Date | null = null;
+      const fire = (job: Cron | null) => {
+        const now = new Date();
+        const timer: Timer = {
+          isPastDue: false,
+          schedule: { adjustForDST: true },
+          scheduleStatus: {
+            last: (last ?? now).toISOString(),
+            next: (job?.nextRun() ?? now).toISOString(),
+            lastUpdated: now.toISOString(),
+          },
+        };
+        last = now;
+        const context = contextFor(def.name, this.log);
+        const p = (async () => {
+          try {
+            await def.handler(timer, context);
+          } catch (err) {
+            context.error(`timer function failed: ${(err as Error).stack ?? String(err)}`);
+          }
+        })();
+        this.running.add(p);
+        return p.finally(() => this.running.delete(p));
+      };
+      // protect: a run still going when the next is due is skipped, like the Functions timer's singleton lock.
+      const job = new Cron(schedule, { protect: true, name: def.name }, async (self: Cron) => {
+        await fire(self);
+      });
+      this.jobs.push(job);
+      if (def.runOnStartup) void fire(job);
+    }
+  }
+
+  async stop(): Promise<void> {
+    for (const j of this.jobs) j.stop();
+    await Promise.allSettled([...this.running]);
+  }
+}
+
+class QueuePoller implements Stoppable {
+  private stopped = false;
+  private loop: Promise<void> | undefined;
+  private readonly inflight = new Set<Promise<void>>();
+  private wake: (() => void) | undefined;
+  private client!: QueueClient;
+  private poison!: QueueClient;
+  readonly queueName: string;
+
+  constructor(
+    private readonly def: QueueDefinition,
+    private readonly opts: LocalHostOptions,
+    private readonly log: (line: string) => void,
+  ) {
+    this.queueName = queueNameOf(def, opts.settings);
+  }
+
+  async start(): Promise<void> {
+    this.client = this.opts.queueService.getQueueClient(this.queueName);
+    this.poison = this.opts.queueService.getQueueClient(poisonQueueName(this.queueName));
+    await this.client.createIfNotExists();
+    await this.poison.createIfNotExists();
+    this.loop = this.run();
+  }
+
+  private sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const t = setTimeout(resolve, ms);
+      this.wake = () => {
+        clearTimeout(t);
+        resolve();
+      };
+    });
+  }
+
+  private async run(): Promise<void> {
+    const q = this.opts.hostConfig.queues;
+    let idleDelay = 100;
+    while (!this.stopped) {
+      // Fetch a new batch only when in-flight work drops to newBatchThreshold (the Functions host's rule).
+      if (this.inflight.size > q.newBatchThreshold) {
+        await Promise.race([...this.inflight, this.sleep(q.maxPollingIntervalMs)]);
+        continue;
+      }
+      let messages: DequeuedMessageItem[] = [];
+      try {
+        const r = await this.client.receiveMessages({ numberOfMessages: q.batchSize, visibilityTimeout: 600 });
+        messages = r.receivedMessageItems;
+      } catch (err) {
+        if (!this.stopped) this.log(`queue ${this.queueName}: receive failed: ${(err as Error).message}`);
+      }
+      if (messages.length === 0) {
+        await this.sleep(idleDelay);
+        idleDelay = Math.min(q.maxPollingIntervalMs, idleDelay * 2);
+        continue;
+      }
+      idleDelay = 100;
+      for (const m of messages) {
+        const p = this.process(m).catch((err) => this.log(`queue ${this.queueName}: ${(err as Error).stack ?? String(err)}`));
+        this.inflight.add(p);
+        void p.finally(() => {
+          this.inflight.delete(p);
+          this.wake?.();
+        });
+      }
+    }
+  }
+
+  private decode(m: DequeuedMessageItem): { ok: true; value: unknown } | { ok: false; detail: string } {
+    let text = m.messageText;
+    if (this.opts.hostConfig.queues.messageEncoding === 'base64') {
+      if (!/^[A-Za-z0-9+/]*={0,2}$/.test(text) || text.length % 4 !== 0) return { ok: false, detail: 'message is not base64 (host.json messageEncoding=base64)' };
+      text = Buffer.from(text, 'base64').toString('utf8');
+    }
+    // Like the Functions host: JSON arrives parsed, anything else as a string.
+    try {
+      return { ok: true, value: JSON.parse(text) };
+    } catch {
+      return { ok: true, value: text };
+    }
+  }
+
+  private async toPoison(m: DequeuedMessageItem, popReceipt: string, why: string): Promise<void> {
+    await this.poison.sendMessage(m.messageText);
+    await this.client.deleteMessage(m.messageId, popReceipt);
+    this.log(`[${new Date().toISOString()}] ${this.def.name} warning: message ${m.messageId} moved to ${poisonQueueName(this.queueName)}: ${why}`);
+  }
+
+  private async process(m: DequeuedMessageItem): Promise<void> {
+    const q = this.opts.hostConfig.queues;
+    let popReceipt = m.popReceipt;
+    if (m.dequeueCount > q.maxDequeueCount) return this.toPoison(m, popReceipt, `dequeued ${m.dequeueCount} times (maxDequeueCount ${q.maxDequeueCount})`);
+    const decoded = this.decode(m);
+    if (!decoded.ok) return this.toPoison(m, popReceipt, decoded.detail);
+    const context = contextFor(this.def.name, this.log, {
+      id: m.messageId,
+      dequeueCount: m.dequeueCount,
+      insertionTime: m.insertedOn.toISOString(),
+      expirationTime: m.expiresOn.toISOString(),
+      nextVisibleTime: m.nextVisibleOn.toISOString(),
+      popReceipt: m.popReceipt,
+    });
+    // Keep the message invisible while the function runs (the host renews its lease the same way).
+    const renew = setInterval(() => {
+      this.client
+        .updateMessage(m.messageId, popReceipt, m.messageText, 600)
+        .then((r) => {
+          if (r.popReceipt) popReceipt = r.popReceipt;
+        })
+        .catch(() => undefined);
+    }, 240_000);
+    let failure: unknown;
+    try {
+      await this.def.handler(decoded.value, context);
+    } catch (err) {
+      failure = err;
+    } finally {
+      clearInterval(renew);
+    }
+    if (failure === undefined) {
+      await this.client.deleteMessage(m.messageId, popReceipt);
+      return;
+    }
+    context.error(`function failed (dequeue ${m.dequeueCount} of ${q.maxDequeueCount}): ${(failure as Error).stack ?? String(failure)}`);
+    if (m.dequeueCount >= q.maxDequeueCount) return this.toPoison(m, popReceipt, `failed ${m.dequeueCount} times`);
+    await this.client.updateMessage(m.messageId, popReceipt, m.messageText, Math.ceil(q.visibilityTimeoutMs / 1000));
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.wake?.();
+    await this.loop;
+    await Promise.allSettled([...this.inflight]);
+  }
+}
+
+export interface RunningLocalHost {
+  baseUrl: string;
+  port: number;
+  functions: { name: string; kind: string; detail: string }[];
+  stop(): Promise<void>;
+}
+
+export async function startLocalHost(opts: LocalHostOptions): Promise<RunningLocalHost> {
+  const log = opts.log ?? ((line: string) => console.log(line));
+  const httpDefs = opts.definitions.filter((d): d is HttpDefinition => d.kind === 'http');
+  const timerDefs = opts.definitions.filter((d): d is TimerDefinition => d.kind === 'timer');
+  const queueDefs = opts.definitions.filter((d): d is QueueDefinition => d.kind === 'queue');
+  const httpLayer = new HttpLayer(httpDefs, opts, log);
+  const port = await httpLayer.start();
+  const hostname = opts.hostname ?? '127.0.0.1';
+  const baseUrl = `http://${hostname === '0.0.0.0' ? '127.0.0.1' : hostname}:${port}`;
+  const pollers = queueDefs.map((d) => new QueuePoller(d, opts, log));
+  const timers = new TimerLayer(timerDefs, opts, log);
+  try {
+    for (const p of pollers) await p.start();
+    timers.start();
+  } catch (err) {
+    await httpLayer.stop();
+    await Promise.allSettled(pollers.map((p) => p.stop()));
+    throw err;
+  }
+  const functions = [
+    ...httpDefs.map((d) => ({
+      name: d.name,
+      kind: 'http',
+      detail: `[${d.methods.join(',')}] ${baseUrl}/${opts.hostConfig.routePrefix}/${d.route}`,
+    })),
+    ...timerDefs.map((d) => ({ name: d.name, kind: 'timer', detail: `${scheduleOf(d, opts.settings)} (${d.scheduleSetting})` })),
+    ...queueDefs.map((d) => ({ name: d.name, kind: 'queue', detail: `${queueNameOf(d, opts.settings)} (${d.queueSetting})` })),
+  ];
+  let stopping: Promise<void> | undefined;
+  return {
+    baseUrl,
+    port,
+    functions,
+    stop() {
+      stopping ??= (async () => {
+        await timers.stop();
+        await Promise.allSettled(pollers.map((p) => p.stop()));
+        await httpLayer.stop();
+      })();
+      return stopping;
+    },
+  };
+}

@@ -1,0 +1,53 @@
+// Feeds Keel's telemetry facade from the runtime: processor outcomes and lease losses, enqueues, maintenance
+// passes, queue lag, and transfer batch states. Every facade call is a no-op when telemetry is off.
+import { telemetry, LEASE_OPERATIONS, type LeaseOperation, type ReconcileOutcome } from '../telemetry/index.js';
+import type { ProcessorEvents } from '../jobs/processor.js';
+import type { MaintenanceReport } from '../jobs/maintenance.js';
+import type { QueueStats } from '../jobs/contract.js';
+import type { BatchView } from '../transfer/service.js';
+
+export const processorTelemetry: ProcessorEvents = {
+  onOutcome({ job, outcome, reason, durationMs }) {
+    const dims = { queue: job.queue, type: job.type };
+    if (outcome === 'succeeded') telemetry.jobCompleted({ ...dims, durationMs });
+    else if (outcome === 'retried') telemetry.jobRetried(dims);
+    else if (outcome === 'dead_lettered' && reason) telemetry.jobDeadLettered({ ...dims, reason, jobId: job.id });
+    if (outcome !== 'released') telemetry.handlerDuration({ ...dims, outcome, durationMs });
+  },
+  onLeaseLost({ job, operation }) {
+    if ((LEASE_OPERATIONS as readonly string[]).includes(operation)) {
+      telemetry.leaseLost({ queue: job.queue, type: job.type, operation: operation as LeaseOperation });
+    }
+  },
+};
+
+export function enqueuedTelemetry(jobs: { queue: string; type: string }[]): void {
+  const counts = new Map<string, { queue: string; type: string; n: number }>();
+  for (const j of jobs) {
+    const k = `${j.queue}\u0000${j.type}`;
+    const c = counts.get(k) ?? { queue: j.queue, type: j.type, n: 0 };
+    c.n++;
+    counts.set(k, c);
+  }
+  for (const c of counts.values()) telemetry.jobEnqueued({ queue: c.queue, type: c.type }, c.n);
+}
+
+export function maintenanceTelemetry(report: MaintenanceReport | null, durationMs: number, stats: QueueStats[] | null): void {
+  if (report) telemetry.zombiesRescued(report.rescued);
+  telemetry.maintenanceRun({ durationMs, outcome: report ? 'succeeded' : 'failed' });
+  for (const q of stats ?? []) telemetry.queueLag({ queue: q.queue, lagMs: q.oldestDueAgeMs });
+}
+
+export function batchTelemetry(view: BatchView, previousState?: string): void {
+  if (view.state !== previousState) telemetry.transferBatchState({ transfer: view.transfer, state: view.state, batchId: view.batchId });
+  if (view.state === 'committed' && previousState !== 'committed' && view.appliedCount) {
+    telemetry.rowsTransferred({ transfer: view.transfer, rows: view.appliedCount });
+  }
+}
+
+export function reconcileTelemetry(view: BatchView): void {
+  const outcome: ReconcileOutcome =
+    view.state === 'committed' ? 'committed' : view.state === 'failed' ? 'failed' : view.state === 'unresolved' || view.state === 'applying' ? 'unresolved' : 'not_applied';
+  const since = view.applyStartedAt ? Date.now() - Date.parse(view.applyStartedAt) : undefined;
+  telemetry.reconcileOutcome({ transfer: view.transfer, outcome, batchId: view.batchId, ...(outcome === 'unresolved' && since !== undefined ? { unresolvedForMs: since } : {}) });
+}

@@ -1,0 +1,174 @@
+// The ops API's edge: route table -> handler, with body size limits, JSON parsing, zod validation (400 naming
+// the field), the operator-role check for destructive routes, and error mapping. One Azure HTTP function
+// (route `ops/{*path}`) serves all of it, so Azure and the local host route identically.
+import Router from 'find-my-way';
+import type { HttpRequest, HttpResponseInit, InvocationContext } from '@azure/functions';
+import type { z } from 'zod/v4';
+import { ValidationError } from '../jobs/validate.js';
+import type { Runtime } from '../host/runtime.js';
+import { OpsError, errorResponse, json } from './errors.js';
+import { requireOperator, type ClientPrincipal } from './auth.js';
+
+export type OpsMethod = 'GET' | 'POST' | 'PATCH' | 'PUT' | 'DELETE';
+export const OPS_METHODS: OpsMethod[] = ['GET', 'POST', 'PATCH', 'PUT', 'DELETE'];
+export const OPS_PREFIX = '/api/ops';
+
+export interface OpsContext<P, Q, B> {
+  rt: Runtime;
+  params: P;
+  query: Q;
+  body: B;
+  principal: ClientPrincipal | null;
+  request: HttpRequest;
+  log: InvocationContext;
+}
+
+export interface OpsResult {
+  status?: number; // default 200
+  body: unknown;
+}
+
+export interface OpsRoute<P = unknown, Q = unknown, B = unknown> {
+  method: OpsMethod;
+  path: string; // find-my-way syntax below /api/ops, e.g. '/jobs/:id'
+  operationId: string;
+  summary: string;
+  tag: string;
+  destructive?: boolean; // needs the operator role
+  params?: z.ZodType<P>;
+  query?: z.ZodType<Q>;
+  body?: z.ZodType<B>;
+  responses: Record<number, string>;
+  handle(ctx: OpsContext<P, Q, B>): Promise<OpsResult>;
+}
+
+// Identity helper that keeps the schema types flowing into handle().
+export function route<P = Record<string, never>, Q = Record<string, never>, B = undefined>(r: OpsRoute<P, Q, B>): OpsRoute<P, Q, B> {
+  return r;
+}
+
+// "jobs[3].payload" style, the same as the store's ValidationError fields.
+export function fieldPath(path: readonly PropertyKey[], where: 'body' | 'query' | 'path' = 'body'): string {
+  let out = '';
+  for (const p of path) {
+    if (typeof p === 'number') out += `[${p}]`;
+    else out += out ? `.${String(p)}` : String(p);
+  }
+  return out || where;
+}
+
+function firstIssue(err: z.ZodError, where: 'body' | 'query' | 'path'): OpsError {
+  const issue = err.issues[0]!;
+  // Strict objects report unknown keys with an empty path: name the first unknown key.
+  if (issue.code === 'unrecognized_keys' && 'keys' in issue && Array.isArray(issue.keys) && issue.keys.length > 0) {
+    const field = fieldPath([...issue.path, String(issue.keys[0])]);
+    return new OpsError('invalid_request', `unknown field "${String(issue.keys[0])}"`, field, { in: where });
+  }
+  // A union (single job vs {jobs: [...]}) reports invalid_union: use the branch whose issues went deepest.
+  if (issue.code === 'invalid_union' && 'errors' in issue && Array.isArray(issue.errors)) {
+    const branches = issue.errors as { path: PropertyKey[]; message: string; code: string; keys?: string[] }[][];
+    let best: { path: PropertyKey[]; message: string; code: string; keys?: string[] } | undefined;
+    let bestScore = -Infinity;
+    for (const b of branches) {
+      const i = b[0];
+      if (!i) continue;
+      // A branch that only misses a field the caller never meant to send (e.g. "jobs" on a single job) is the
+      // least likely intent; an unknown field next; otherwise the deeper the issue, the closer the match.
+      const missing = i.code === 'invalid_type' && / received undefined$/.test(i.message);
+      const score = missing ? -1 + i.path.length / 100 : i.code === 'unrecognized_keys' ? 0 : i.path.length + 1;
+      if (score > bestScore) {
+        best = i;
+        bestScore = score;
+      }
+    }
+    if (best) {
+      if (best.code === 'unrecognized_keys' && best.keys?.[0]) {
+        return new OpsError('invalid_request', `unknown field "${best.keys[0]}"`, fieldPath([...issue.path, ...best.path, best.keys[0]]), { in: where });
+      }
+      return new OpsError('invalid_request', best.message, fieldPath([...issue.path, ...best.path]), { in: where });
+    }
+  }
+  return new OpsError('invalid_request', issue.message, fieldPath(issue.path, where), { in: where });
+}
+
+function parseWith<T>(schema: z.ZodType<T> | undefined, value: unknown, where: 'body' | 'query' | 'path'): T {
+  if (!schema) return undefined as T;
+  const r = schema.safeParse(value);
+  if (!r.success) throw firstIssue(r.error, where);
+  return r.data;
+}
+
+function queryObject(url: URL): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of url.searchParams) {
+    if (k === 'code') continue; // the function key, consumed by the host
+    if (k in out) throw new OpsError('invalid_request', `query parameter "${k}" appears more than once`, k, { in: 'query' });
+    out[k] = v;
+  }
+  return out;
+}
+
+async function readJsonBody(request: HttpRequest, maxBytes: number): Promise<unknown> {
+  const declared = request.headers.get('content-length');
+  if (declared !== null && Number(declared) > maxBytes) {
+    throw new OpsError('payload_too_large', `request body is ${declared} bytes; the limit is ${maxBytes} (KEEL_OPS_MAX_BODY_BYTES)`, undefined, { limit: maxBytes });
+  }
+  const bytes = Buffer.from(await request.arrayBuffer());
+  if (bytes.length > maxBytes) {
+    throw new OpsError('payload_too_large', `request body is ${bytes.length} bytes; the limit is ${maxBytes} (KEEL_OPS_MAX_BODY_BYTES)`, undefined, { limit: maxBytes });
+  }
+  const text = bytes.toString('utf8').trim();
+  if (text === '') return {};
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new OpsError('invalid_json', `request body is not valid JSON: ${(err as Error).message}`, 'body');
+  }
+}
+
+export type OpsHttpHandler = (request: HttpRequest, context: InvocationContext) => Promise<HttpResponseInit>;
+
+// Builds the single HTTP handler for every ops route.
+export function createOpsHandler(routes: OpsRoute<any, any, any>[], getRuntime: () => Promise<Runtime>): OpsHttpHandler {
+  const router = Router({ ignoreTrailingSlash: true, caseSensitive: true });
+  for (const r of routes) router.on(r.method, OPS_PREFIX + r.path, () => undefined, r);
+
+  return async (request, context) => {
+    const url = new URL(request.url);
+    const method = request.method.toUpperCase() as OpsMethod;
+    // Azure hands us the catch-all segment; the local host routes /api/ops/* the same way.
+    const tail = request.params.path;
+    const path = tail !== undefined ? `${OPS_PREFIX}/${tail}` : url.pathname;
+    try {
+      const found = OPS_METHODS.includes(method) ? router.find(method, path) : null;
+      if (!found) {
+        const allowed = OPS_METHODS.filter((m) => router.find(m, path) !== null);
+        if (allowed.length > 0) {
+          throw new OpsError('method_not_allowed', `${method} is not allowed on ${path}`, undefined, { allow: allowed.join(', ') });
+        }
+        throw new OpsError('not_found', `no ops route ${method} ${path}; see GET ${OPS_PREFIX}/openapi.json`);
+      }
+      const r = found.store as OpsRoute<unknown, unknown, unknown>;
+      let rt: Runtime;
+      try {
+        rt = await getRuntime();
+      } catch (err) {
+        context.error(`ops: the runtime could not start: ${(err as Error).message}`);
+        throw new OpsError('unavailable', `Keel could not start: ${(err as Error).message}`);
+      }
+      let principal: ClientPrincipal | null = null;
+      if (r.destructive) principal = requireOperator(request.headers.get('x-ms-client-principal'), rt.settings.KEEL_OPS_OPERATOR_ROLE);
+      const params = parseWith(r.params, { ...found.params }, 'path');
+      const query = parseWith(r.query, queryObject(url), 'query');
+      const body = r.body ? parseWith(r.body, await readJsonBody(request, rt.settings.KEEL_OPS_MAX_BODY_BYTES), 'body') : undefined;
+      const result = await r.handle({ rt, params, query, body, principal, request, log: context });
+      if (r.destructive) context.info(`ops ${r.operationId} by ${principal?.name ?? 'unknown principal'}: ${JSON.stringify(result.body).slice(0, 500)}`);
+      return json(result.status ?? 200, result.body);
+    } catch (err) {
+      if (err instanceof OpsError) return errorResponse(err);
+      if (err instanceof ValidationError) return errorResponse(new OpsError('invalid_request', err.message, err.field));
+      context.error(`ops ${method} ${path} failed: ${(err as Error).stack ?? String(err)}`);
+      return errorResponse(new OpsError('internal_error', 'internal error; see the function logs'));
+    }
+  };
+}

@@ -1,0 +1,354 @@
+// The ops route table: every route, its schemas, whether it is destructive, and its handler.
+import type { EnqueueRequest, JobRecord, PurgeTarget, QueueSettingsPatch } from '../jobs/contract.js';
+import { enqueueAndPost, postJobs } from '../host/jobs.js';
+import { conflict, invalid, notFound } from './errors.js';
+import { route, type OpsRoute } from './router.js';
+import * as s from './schemas.js';
+import { transferRoutes } from './transferRoutes.js';
+import { openApiDocument } from './openapi.js';
+
+const VERSION = '0.1.0';
+
+type EnqueueJobInput = import('zod/v4').output<typeof s.enqueueJob>;
+
+function toEnqueueRequest(j: EnqueueJobInput): EnqueueRequest {
+  return {
+    queue: j.queue,
+    type: j.type,
+    ...(j.payload !== undefined ? { payload: j.payload } : {}),
+    ...(j.priority !== undefined ? { priority: j.priority } : {}),
+    ...(j.delayMs !== undefined ? { delayMs: j.delayMs } : {}),
+    ...(j.runAt !== undefined ? { runAt: new Date(j.runAt) } : {}),
+    ...(j.tags !== undefined ? { tags: j.tags } : {}),
+    ...(j.idempotencyKey !== undefined ? { idempotencyKey: j.idempotencyKey } : {}),
+    ...(j.maxAttempts !== undefined ? { maxAttempts: j.maxAttempts } : {}),
+    ...(j.expiresAt !== undefined ? { expiresAt: new Date(j.expiresAt) } : {}),
+  };
+}
+
+// Describes where a job is, for 409 bodies after a lost race.
+function where(job: JobRecord): Record<string, unknown> {
+  return { id: job.id, location: job.location, state: job.state };
+}
+
+const PREVIEW_CAP = 10_000;
+
+export const jobRoutes: OpsRoute<any, any, any>[] = [
+  route({
+    method: 'GET',
+    path: '/health',
+    operationId: 'health',
+    summary: 'Liveness of the store and the storage queues',
+    tag: 'health',
+    query: s.emptyQuery,
+    responses: { 200: 'healthy', 503: 'store or storage unreachable' },
+    async handle({ rt }) {
+      const started = Date.now();
+      const [store, storage] = await Promise.all([
+        rt.store.listQueues().then(() => true, () => false),
+        rt.queues.ping(),
+      ]);
+      const ok = store && storage;
+      return {
+        status: ok ? 200 : 503,
+        body: {
+          status: ok ? 'ok' : 'degraded',
+          version: VERSION,
+          engine: rt.store.engine,
+          checks: { store, storage },
+          transfers: rt.transfers ? 'configured' : 'not configured',
+          workerId: rt.workerId,
+          elapsedMs: Date.now() - started,
+        },
+      };
+    },
+  }),
+  route({
+    method: 'GET',
+    path: '/stats',
+    operationId: 'stats',
+    summary: 'Per-queue counters and lag',
+    tag: 'stats',
+    query: s.emptyQuery,
+    responses: { 200: 'per-queue stats and totals' },
+    async handle({ rt }) {
+      const queues = await rt.store.stats();
+      const totals = { pending: 0, fetched: 0, processing: 0, dlq: 0, succeeded: 0, failed: 0, retried: 0, cancelled: 0, zombie: 0, resurrected: 0 };
+      for (const q of queues) for (const k of Object.keys(totals) as (keyof typeof totals)[]) totals[k] += q[k];
+      return { body: { queues, totals } };
+    },
+  }),
+  route({
+    method: 'GET',
+    path: '/metrics',
+    operationId: 'metrics',
+    summary: 'Per-minute metric buckets (count, total and max duration) by queue, outcome and reason',
+    tag: 'stats',
+    query: s.metricsQuery,
+    responses: { 200: 'metric buckets' },
+    async handle({ rt, query }) {
+      const buckets = await rt.store.metrics(query.windowMinutes, query.queue);
+      return { body: { windowMinutes: query.windowMinutes, queue: query.queue ?? null, buckets } };
+    },
+  }),
+  route({
+    method: 'GET',
+    path: '/queues',
+    operationId: 'listQueues',
+    summary: 'Queue settings',
+    tag: 'queues',
+    query: s.emptyQuery,
+    responses: { 200: 'queues' },
+    async handle({ rt }) {
+      return { body: { items: await rt.store.listQueues() } };
+    },
+  }),
+  route({
+    method: 'GET',
+    path: '/queues/:name',
+    operationId: 'getQueue',
+    summary: 'One queue: settings and stats',
+    tag: 'queues',
+    params: s.nameParams,
+    query: s.emptyQuery,
+    responses: { 200: 'queue', 404: 'no such queue' },
+    async handle({ rt, params }) {
+      const q = await rt.store.getQueue(params.name);
+      if (!q) throw notFound(`queue "${params.name}"`);
+      const stats = (await rt.store.stats()).find((x) => x.queue === params.name) ?? null;
+      return { body: { ...q, stats } };
+    },
+  }),
+  ...(['pause', 'resume'] as const).map((action) =>
+    route({
+      method: 'POST',
+      path: `/queues/:name/${action}`,
+      operationId: `${action}Queue`,
+      summary: action === 'pause' ? 'Pause a queue: no new claims until resumed' : 'Resume a paused queue',
+      tag: 'queues',
+      destructive: true,
+      params: s.nameParams,
+      query: s.emptyQuery,
+      body: s.emptyBody,
+      responses: { 200: 'queue settings after the change', 403: 'operator role missing', 404: 'no such queue' },
+      async handle({ rt, params }) {
+        if (!(await rt.store.getQueue(params.name))) throw notFound(`queue "${params.name}"`);
+        return { body: await rt.store.updateQueue(params.name, { paused: action === 'pause' }) };
+      },
+    }),
+  ),
+  route({
+    method: 'PATCH',
+    path: '/queues/:name',
+    operationId: 'updateQueue',
+    summary: 'Change queue limits: max concurrency, attempts, zombie timeout and policy, retention',
+    tag: 'queues',
+    destructive: true,
+    params: s.nameParams,
+    query: s.emptyQuery,
+    body: s.queuePatch,
+    responses: { 200: 'queue settings after the change', 400: 'invalid setting', 403: 'operator role missing', 404: 'no such queue' },
+    async handle({ rt, params, body }) {
+      if (!(await rt.store.getQueue(params.name))) throw notFound(`queue "${params.name}"`);
+      return { body: await rt.store.updateQueue(params.name, body as QueueSettingsPatch) };
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/jobs',
+    operationId: 'enqueue',
+    summary: 'Enqueue one job, or {"jobs": [...]} (up to 500): the row is written, then its message posted',
+    tag: 'jobs',
+    query: s.emptyQuery,
+    body: s.enqueueBody,
+    responses: { 201: 'enqueued (duplicate: an idempotency key matched a hot job)', 400: 'invalid job', 413: 'body too large' },
+    async handle({ rt, body, log }) {
+      const many = 'jobs' in body;
+      const jobs = many ? body.jobs : [body];
+      const types = new Set(rt.registry.types());
+      jobs.forEach((j, i) => {
+        if (!types.has(j.type)) throw invalid(many ? `jobs[${i}].type` : 'type', `no handler is registered for job type "${j.type}"`);
+      });
+      const results = await enqueueAndPost(rt, jobs.map(toEnqueueRequest), log);
+      return { status: 201, body: many ? { jobs: results } : results[0] };
+    },
+  }),
+  route({
+    method: 'GET',
+    path: '/jobs',
+    operationId: 'searchJobs',
+    summary: 'Search hot, archive or DLQ jobs by queue, type, tag, state, reason, time range and text; newest first, keyset paging',
+    tag: 'jobs',
+    query: s.jobSearchQuery,
+    responses: { 200: 'a page of jobs; pass nextAfterId as afterId for the next page' },
+    async handle({ rt, query }) {
+      if (query.state && query.location !== 'hot') throw invalid('state', 'state filters hot jobs only (location=hot)');
+      if (query.reason && query.location !== 'dlq') throw invalid('reason', 'reason filters DLQ jobs only (location=dlq)');
+      if (query.from && query.to && query.from > query.to) throw invalid('from', 'must not be after "to"');
+      const items = await rt.store.searchJobs({
+        location: query.location,
+        ...(query.queue ? { queue: query.queue } : {}),
+        ...(query.type ? { type: query.type } : {}),
+        ...(query.tag ? { tag: query.tag } : {}),
+        ...(query.state ? { state: query.state } : {}),
+        ...(query.reason ? { reason: query.reason } : {}),
+        ...(query.from ? { from: new Date(query.from) } : {}),
+        ...(query.to ? { to: new Date(query.to) } : {}),
+        ...(query.text ? { text: query.text } : {}),
+        ...(query.afterId ? { afterId: query.afterId } : {}),
+        limit: query.limit,
+      });
+      const nextAfterId = items.length === query.limit ? (items[items.length - 1]?.id ?? null) : null;
+      return { body: { location: query.location, items, nextAfterId } };
+    },
+  }),
+  route({
+    method: 'GET',
+    path: '/jobs/:id',
+    operationId: 'getJob',
+    summary: 'One job wherever it is (hot, archive or DLQ)',
+    tag: 'jobs',
+    params: s.idParams,
+    query: s.emptyQuery,
+    responses: { 200: 'the job', 404: 'no such job' },
+    async handle({ rt, params }) {
+      const job = await rt.store.getJob(params.id);
+      if (!job) throw notFound(`job ${params.id}`);
+      return { body: job };
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/jobs/:id/cancel',
+    operationId: 'cancelJob',
+    summary: 'Cancel a hot job: pending jobs go to the DLQ (cancelled) at once, running ones are asked to stop',
+    tag: 'jobs',
+    destructive: true,
+    params: s.idParams,
+    query: s.emptyQuery,
+    body: s.emptyBody,
+    responses: { 200: 'cancelled or cancel_requested', 403: 'operator role missing', 404: 'no such job', 409: 'the job already finished' },
+    async handle({ rt, params }) {
+      const result = await rt.store.cancel(params.id);
+      if (result === 'not_found') {
+        const job = await rt.store.getJob(params.id);
+        if (!job) throw notFound(`job ${params.id}`);
+        throw conflict(`job ${params.id} is no longer hot (it is in ${job.location})`, { job: where(job) });
+      }
+      return { body: { id: params.id, result } };
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/dlq/:id/resurrect',
+    operationId: 'resurrectJob',
+    summary: 'Move one DLQ job back to hot (pending, attempts reset) and post its message',
+    tag: 'dlq',
+    params: s.idParams,
+    query: s.emptyQuery,
+    body: s.emptyBody,
+    responses: { 200: 'resurrected', 404: 'no such job', 409: 'the job is not in the DLQ' },
+    async handle({ rt, params, log }) {
+      const ids = await rt.store.resurrect([params.id]);
+      if (!ids.includes(params.id)) {
+        const job = await rt.store.getJob(params.id);
+        if (!job) throw notFound(`job ${params.id}`);
+        throw conflict(`job ${params.id} is not in the DLQ (it is in ${job.location})`, { job: where(job) });
+      }
+      const posted = await postJobs(rt, ids, log);
+      return { body: { id: params.id, resurrected: true, posted: posted === 1 } };
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/dlq/resurrect',
+    operationId: 'resurrectByFilter',
+    summary: 'Resurrect DLQ jobs matching a filter, up to a limit. dryRun defaults to true: preview first, then repeat with dryRun=false',
+    tag: 'dlq',
+    destructive: true,
+    query: s.emptyQuery,
+    body: s.resurrectFilterBody,
+    responses: { 200: 'ids resurrected (or that would be, on a dry run)', 403: 'operator role missing' },
+    async handle({ rt, body, log }) {
+      if (body.failedAfter && body.failedBefore && body.failedAfter > body.failedBefore) throw invalid('failedAfter', 'must not be after failedBefore');
+      const result = await rt.store.resurrectByFilter({
+        ...(body.queue ? { queue: body.queue } : {}),
+        ...(body.type ? { type: body.type } : {}),
+        ...(body.reason ? { reason: body.reason as never } : {}),
+        ...(body.failedAfter ? { failedAfter: new Date(body.failedAfter) } : {}),
+        ...(body.failedBefore ? { failedBefore: new Date(body.failedBefore) } : {}),
+        limit: body.limit,
+        dryRun: body.dryRun,
+      });
+      const posted = result.dryRun ? 0 : await postJobs(rt, result.ids, log);
+      return { body: { dryRun: result.dryRun, count: result.ids.length, ids: result.ids, posted } };
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/purge',
+    operationId: 'purge',
+    summary: 'Delete archive rows, DLQ rows or metric buckets older than an instant, in bounded batches. dryRun defaults to true',
+    tag: 'dlq',
+    destructive: true,
+    query: s.emptyQuery,
+    body: s.purgeBody,
+    responses: { 200: 'rows deleted (or, on a dry run, counted)', 403: 'operator role missing' },
+    async handle({ rt, body }) {
+      const olderThan = new Date(body.olderThan);
+      if (olderThan.getTime() > Date.now()) throw invalid('olderThan', 'must not be in the future');
+      const target = body.target as PurgeTarget;
+      const queue = body.queue ?? null;
+      if (body.dryRun) {
+        if (target === 'metrics') {
+          const windowMinutes = 31 * 24 * 60;
+          const buckets = await rt.store.metrics(windowMinutes, body.queue);
+          const older = buckets.filter((b) => b.bucketStart < olderThan).length;
+          return { body: { dryRun: true, target, queue, olderThan: body.olderThan, matched: older, note: `counts buckets of the last ${windowMinutes} minutes only` } };
+        }
+        let matched = 0;
+        let afterId: string | undefined;
+        for (let page = 0; page < PREVIEW_CAP / 500 && matched < PREVIEW_CAP; page++) {
+          const items = await rt.store.searchJobs({
+            location: target, to: olderThan, limit: 500, ...(body.queue ? { queue: body.queue } : {}), ...(afterId ? { afterId } : {}),
+          });
+          matched += items.length;
+          if (items.length < 500) break;
+          afterId = items[items.length - 1]!.id;
+        }
+        return { body: { dryRun: true, target, queue, olderThan: body.olderThan, matched, capped: matched >= PREVIEW_CAP } };
+      }
+      let deleted = 0;
+      let batches = 0;
+      let last = 0;
+      while (batches < body.maxBatches) {
+        last = await rt.store.purge(target, queue, olderThan, body.batchSize);
+        batches++;
+        deleted += last;
+        if (last < body.batchSize) break;
+      }
+      const more = last === body.batchSize;
+      return { body: { dryRun: false, target, queue, olderThan: body.olderThan, deleted, batches, mayHaveMore: more } };
+    },
+  }),
+];
+
+export function allRoutes(): OpsRoute<any, any, any>[] {
+  const routes: OpsRoute<any, any, any>[] = [...jobRoutes, ...transferRoutes];
+  routes.push(
+    route({
+      method: 'GET',
+      path: '/openapi.json',
+      operationId: 'openapi',
+      summary: 'This API as an OpenAPI 3.1 document',
+      tag: 'health',
+      query: s.emptyQuery,
+      responses: { 200: 'OpenAPI document' },
+      async handle() {
+        return { body: openApiDocument(routes) };
+      },
+    }),
+  );
+  return routes;
+}
+

@@ -1,0 +1,167 @@
+// Ops routes for transfers: list configured transfers, start one (creates a batch and posts it to the stage
+// queue), list batches, batch detail with its journal, reconcile one batch or every stale one, resume a batch.
+import type { Runtime } from '../host/runtime.js';
+import { postStage } from '../host/transfers.js';
+import type { TransferService } from '../transfer/service.js';
+import { BATCH_STATES, type BatchState } from '../transfer/types.js';
+import { isTransferError, type TransferErrorCode } from '../transfer/errors.js';
+import { conflict, invalid, notFound, OpsError } from './errors.js';
+import { route, type OpsRoute } from './router.js';
+import * as s from './schemas.js';
+
+function service(rt: Runtime): TransferService {
+  if (!rt.transfers) throw new OpsError('not_found', 'no transfers are configured (KEEL_TRANSFERS or KEEL_TRANSFERS_FILE)');
+  return rt.transfers;
+}
+
+const CONFLICT_CODES: ReadonlySet<TransferErrorCode> = new Set<TransferErrorCode>([
+  'open_batch_exists', 'window_taken', 'invalid_state', 'not_staged', 'schema_drift',
+  'staging_conflict', 'duplicate_keys', 'manifest_mismatch', 'target_incompatible', 'unsupported_type',
+]);
+
+// Transfer errors carry a code; map it, never the message, to a status.
+async function mapTransferErrors<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (err) {
+    if (isTransferError(err)) {
+      if (err.code === 'unknown_transfer' || err.code === 'unknown_batch') throw new OpsError('not_found', err.message, undefined, { code: err.code });
+      if (CONFLICT_CODES.has(err.code)) throw conflict(err.message, { code: err.code, ...(err.detail ? { detail: err.detail } : {}) });
+      if (err.code === 'config_invalid') throw new OpsError('unavailable', err.message, undefined, { code: err.code });
+    }
+    throw err;
+  }
+}
+
+function stateOf(value: string | undefined): BatchState | undefined {
+  if (value === undefined) return undefined;
+  if (!(BATCH_STATES as readonly string[]).includes(value)) throw invalid('state', `must be one of ${BATCH_STATES.join(', ')}`);
+  return value as BatchState;
+}
+
+export const transferRoutes: OpsRoute<any, any, any>[] = [
+  route({
+    method: 'GET',
+    path: '/transfers',
+    operationId: 'listTransfers',
+    summary: 'Configured transfers',
+    tag: 'transfers',
+    query: s.emptyQuery,
+    responses: { 200: 'transfers (empty when none is configured)' },
+    async handle({ rt }) {
+      return { body: { configured: rt.transfers !== null, items: rt.transfers ? rt.transfers.listTransfers() : [] } };
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/transfers/:name/start',
+    operationId: 'startTransfer',
+    summary: 'Create a batch for the next window of a transfer (manifest recorded first) and post it to the stage queue',
+    tag: 'transfers',
+    params: s.nameParams,
+    query: s.emptyQuery,
+    body: s.emptyBody,
+    responses: {
+      202: 'batch created and queued',
+      200: 'nothing new to transfer (no batch created)',
+      404: 'no such transfer',
+      409: 'an open batch exists, or the source schema drifted',
+    },
+    async handle({ rt, params, log }) {
+      const svc = service(rt);
+      try {
+        const batch = await mapTransferErrors(() => svc.createBatch(params.name));
+        const posted = await postStage(rt, batch.batchId, log);
+        return { status: 202, body: { started: true, posted, batch } };
+      } catch (err) {
+        if (err instanceof OpsError) throw err;
+        if (isTransferError(err, 'nothing_to_transfer')) return { status: 200, body: { started: false, reason: err.code, message: err.message } };
+        throw err;
+      }
+    },
+  }),
+  route({
+    method: 'GET',
+    path: '/transfers/batches',
+    operationId: 'listBatches',
+    summary: 'Batches, newest first, with their status (incomplete, committed, unresolved) and next action',
+    tag: 'transfers',
+    query: s.batchListQuery,
+    responses: { 200: 'a page of batches; pass nextAfterId as afterId for the next page' },
+    async handle({ rt, query }) {
+      if (!rt.transfers) return { body: { items: [], nextAfterId: null } };
+      const state = stateOf(query.state);
+      const items = await rt.transfers.listBatches({
+        ...(query.transfer ? { transfer: query.transfer } : {}),
+        ...(state ? { state } : {}),
+        limit: query.limit,
+        ...(query.afterId ? { afterId: query.afterId } : {}),
+      });
+      const nextAfterId = items.length === query.limit ? (items[items.length - 1]?.batchId ?? null) : null;
+      return { body: { items, nextAfterId } };
+    },
+  }),
+  route({
+    method: 'GET',
+    path: '/transfers/batches/:id',
+    operationId: 'getBatch',
+    summary: 'One batch with its journal events',
+    tag: 'transfers',
+    params: s.batchParams,
+    query: s.emptyQuery,
+    responses: { 200: 'the batch and its journal', 404: 'no such batch' },
+    async handle({ rt, params }) {
+      const batch = await service(rt).getBatch(params.id);
+      if (!batch) throw notFound(`batch ${params.id}`);
+      return { body: batch };
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/transfers/batches/:id/reconcile',
+    operationId: 'reconcileBatch',
+    summary: 'Ask the target now whether the batch committed (applying/unresolved batches; others are returned as they are)',
+    tag: 'transfers',
+    params: s.batchParams,
+    query: s.emptyQuery,
+    body: s.emptyBody,
+    responses: { 200: 'the batch after reconciliation', 404: 'no such batch' },
+    async handle({ rt, params }) {
+      const svc = service(rt);
+      return { body: await mapTransferErrors(() => svc.reconcile(params.id)) };
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/transfers/batches/:id/resume',
+    operationId: 'resumeBatch',
+    summary: 'Post a retryable batch (same id) to the stage queue again: stage if needed, then apply',
+    tag: 'transfers',
+    params: s.batchParams,
+    query: s.emptyQuery,
+    body: s.emptyBody,
+    responses: { 202: 'queued', 404: 'no such batch', 409: 'the batch is not retryable (committed, failed, or its outcome is unknown)' },
+    async handle({ rt, params, log }) {
+      const batch = await service(rt).getBatch(params.id);
+      if (!batch) throw notFound(`batch ${params.id}`);
+      if (!batch.retryable) throw conflict(`batch ${params.id} is ${batch.state}: ${batch.nextAction}`, { state: batch.state, status: batch.status });
+      const posted = await postStage(rt, params.id, log);
+      return { status: 202, body: { batchId: params.id, posted } };
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/transfers/reconcile',
+    operationId: 'reconcileStale',
+    summary: 'Reconcile now every batch whose apply outcome is unknown and untouched for olderThanMs (default KEEL_TRANSFER_STALE_MS)',
+    tag: 'transfers',
+    query: s.emptyQuery,
+    body: s.reconcileStaleBody,
+    responses: { 200: 'the batches reconciled' },
+    async handle({ rt, body }) {
+      const svc = service(rt);
+      const items = await mapTransferErrors(() => svc.reconcileStale(body.olderThanMs ?? rt.settings.KEEL_TRANSFER_STALE_MS, body.limit));
+      return { body: { count: items.length, items } };
+    },
+  }),
+];

@@ -1,0 +1,117 @@
+// The local host's queue and timer semantics, in-process against Azurite: host.json maxDequeueCount -> poison
+// queue, visibilityTimeout between attempts, batchSize-bounded concurrency, base64 messages, and timers firing.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { QueueServiceClient } from '@azure/storage-queue';
+import { startAzuriteQueue, type AzuriteQueue } from '../../shared/host/azurite.js';
+import { startLocalHost, type RunningLocalHost } from '../../shared/host/localHost.js';
+import { hostConfigFrom } from '../../shared/host/hostJson.js';
+import { parseSettings } from '../../shared/config/settings.js';
+import { encodeMessage } from '../../shared/host/queues.js';
+import type { FunctionDefinition } from '../../functions/definitions.js';
+
+let azurite: AzuriteQueue;
+let host: RunningLocalHost;
+let svc: QueueServiceClient;
+const seen: { value: unknown; dequeueCount: unknown }[] = [];
+let concurrent = 0;
+let maxConcurrent = 0;
+let ticks = 0;
+
+const settings = parseSettings({
+  KEEL_PG_URL: 'postgres://unused@127.0.0.1:1/unused',
+  KEEL_JOBS_QUEUE: 'sem-jobs',
+  KEEL_TRANSFER_STAGE_QUEUE: 'sem-stage',
+  KEEL_DISPATCH_SCHEDULE: '*/1 * * * * *',
+});
+
+const definitions: FunctionDefinition[] = [
+  {
+    name: 'flaky',
+    kind: 'queue',
+    queueSetting: 'KEEL_JOBS_QUEUE',
+    connection: 'AzureWebJobsStorage',
+    handler: async (value, ctx) => {
+      seen.push({ value, dequeueCount: ctx.triggerMetadata?.dequeueCount });
+      if ((value as { fail?: boolean }).fail) throw new Error('always fails');
+    },
+  },
+  {
+    name: 'slow',
+    kind: 'queue',
+    queueSetting: 'KEEL_TRANSFER_STAGE_QUEUE',
+    connection: 'AzureWebJobsStorage',
+    handler: async () => {
+      concurrent++;
+      maxConcurrent = Math.max(maxConcurrent, concurrent);
+      await new Promise((r) => setTimeout(r, 300));
+      concurrent--;
+    },
+  },
+  { name: 'tick', kind: 'timer', scheduleSetting: 'KEEL_DISPATCH_SCHEDULE', runOnStartup: false, handler: async () => void ticks++ },
+];
+
+beforeAll(async () => {
+  azurite = await startAzuriteQueue({ inMemory: true, port: 0 });
+  svc = QueueServiceClient.fromConnectionString(azurite.connectionString);
+  host = await startLocalHost({
+    definitions,
+    settings,
+    hostConfig: hostConfigFrom({
+      version: '2.0',
+      extensions: { queues: { batchSize: 4, newBatchThreshold: 0, maxDequeueCount: 3, visibilityTimeout: '00:00:00', maxPollingInterval: '00:00:00.200' } },
+    }),
+    queueService: svc,
+    opsKey: 'k'.repeat(32),
+    port: 0,
+    log: () => undefined,
+  });
+}, 60_000);
+
+afterAll(async () => {
+  await host?.stop();
+  await azurite?.stop();
+});
+
+async function until<T>(what: string, probe: () => Promise<T | null | false>, timeoutMs = 20_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const v = await probe();
+    if (v) return v;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+describe('local host semantics', () => {
+  it('delivers base64 JSON parsed, and poisons a message after maxDequeueCount failed attempts', async () => {
+    await svc.getQueueClient('sem-jobs').sendMessage(encodeMessage({ ok: 1 }));
+    await svc.getQueueClient('sem-jobs').sendMessage(encodeMessage({ fail: true }));
+    const poison = svc.getQueueClient('sem-jobs-poison');
+    const moved = await until('the failing message in the poison queue', async () => {
+      const p = await poison.peekMessages({ numberOfMessages: 5 });
+      return p.peekedMessageItems.length === 1 ? p.peekedMessageItems[0]! : null;
+    });
+    expect(JSON.parse(Buffer.from(moved.messageText, 'base64').toString())).toEqual({ fail: true });
+    const failing = seen.filter((s) => (s.value as { fail?: boolean }).fail);
+    expect(failing.map((s) => s.dequeueCount)).toEqual([1, 2, 3]);
+    expect(seen.some((s) => (s.value as { ok?: number }).ok === 1)).toBe(true);
+    const left = await svc.getQueueClient('sem-jobs').peekMessages({ numberOfMessages: 5 });
+    expect(left.peekedMessageItems).toHaveLength(0);
+  });
+
+  it('runs at most batchSize (+ newBatchThreshold) messages at once', async () => {
+    const q = svc.getQueueClient('sem-stage');
+    for (let i = 0; i < 10; i++) await q.sendMessage(encodeMessage({ i }));
+    await until('all ten processed', async () => {
+      const p = await q.peekMessages({ numberOfMessages: 32 });
+      return p.peekedMessageItems.length === 0 && concurrent === 0;
+    });
+    expect(maxConcurrent).toBeGreaterThan(1);
+    expect(maxConcurrent).toBeLessThanOrEqual(4);
+  });
+
+  it('fires timers on their schedule', async () => {
+    const start = ticks;
+    await until('two timer ticks', async () => ticks - start >= 2, 5000);
+  });
+});

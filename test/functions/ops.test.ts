@@ -1,0 +1,278 @@
+// The ops HTTP function invoked directly with @azure/functions HttpRequest/InvocationContext, on a real database.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ops } from '../../functions/ops.js';
+import { context, createTestRuntime, jsonOf, OPERATOR, READER, request, snapshot, type TestRuntime } from './support.js';
+
+let t: TestRuntime;
+
+beforeAll(async () => {
+  t = await createTestRuntime('fn_ops', {
+    register: (r) => r.register('test.block', async (_p, ctx) => {
+      // Runs until cancelled (bounded): lets the cancel route meet a running job.
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, 10_000);
+        ctx.signal.addEventListener('abort', () => {
+          clearTimeout(timer);
+          resolve();
+        }, { once: true });
+      });
+      if (ctx.signal.aborted) throw ctx.signal.reason;
+    }),
+  });
+});
+
+afterAll(async () => {
+  await t?.close();
+});
+
+async function call(method: string, path: string, opts: Parameters<typeof request>[2] = {}) {
+  const res = await ops(request(method, path, opts), context('ops'));
+  return { status: res.status ?? 200, body: jsonOf(res) };
+}
+
+async function enqueue(job: Record<string, unknown>) {
+  const r = await call('POST', 'jobs', { body: job });
+  expect(r.status, JSON.stringify(r.body)).toBe(201);
+  return r.body as { id: string; duplicate: boolean; posted: boolean };
+}
+
+describe('ops: reads', () => {
+  it('health reports the store and the storage queues', async () => {
+    const r = await call('GET', 'health');
+    expect(r.status).toBe(200);
+    expect(r.body).toMatchObject({ status: 'ok', engine: 'postgres', checks: { store: true, storage: true } });
+    t.queues.failSends = true;
+    try {
+      const down = await call('GET', 'health');
+      expect(down.status).toBe(503);
+      expect(down.body.checks.storage).toBe(false);
+    } finally {
+      t.queues.failSends = false;
+    }
+  });
+
+  it('serves an OpenAPI document covering every route', async () => {
+    const r = await call('GET', 'openapi.json');
+    expect(r.status).toBe(200);
+    expect(r.body.openapi).toBe('3.1.0');
+    const paths = Object.keys(r.body.paths);
+    for (const p of ['/api/ops/health', '/api/ops/jobs', '/api/ops/jobs/{id}', '/api/ops/dlq/resurrect', '/api/ops/purge', '/api/ops/transfers/batches/{id}']) {
+      expect(paths).toContain(p);
+    }
+    const enqueueOp = r.body.paths['/api/ops/jobs'].post;
+    expect(enqueueOp.requestBody.content['application/json'].schema).toBeTruthy();
+    expect(r.body.paths['/api/ops/purge'].post['x-keel-destructive']).toBe(true);
+    expect(r.body.paths['/api/ops/jobs'].get.parameters.map((p: { name: string }) => p.name)).toEqual(
+      expect.arrayContaining(['location', 'queue', 'type', 'tag', 'from', 'to', 'text', 'afterId', 'limit']),
+    );
+  });
+});
+
+describe('ops: jobs', () => {
+  it('enqueue writes the row, then posts {jobId}; the job is visible by id', async () => {
+    const job = await enqueue({ queue: 'ops-a', type: 'demo.echo', payload: { message: 'x' }, tags: ['t1'] });
+    expect(job.posted).toBe(true);
+    expect(t.queues.take('keel-jobs')).toEqual([{ jobId: job.id }]);
+    const got = await call('GET', `jobs/${job.id}`);
+    expect(got.status).toBe(200);
+    expect(got.body).toMatchObject({ id: job.id, location: 'hot', state: 'pending', queue: 'ops-a', type: 'demo.echo', tags: ['t1'] });
+  });
+
+  it('keeps the job durable when posting the message fails, and reports posted=false', async () => {
+    t.queues.failSends = true;
+    try {
+      const job = await enqueue({ queue: 'ops-b', type: 'demo.echo' });
+      expect(job.posted).toBe(false);
+      expect((await call('GET', `jobs/${job.id}`)).body.location).toBe('hot');
+    } finally {
+      t.queues.failSends = false;
+    }
+  });
+
+  it('enqueues batches, honours idempotency keys and delays', async () => {
+    const r = await call('POST', 'jobs', {
+      body: { jobs: [{ queue: 'ops-c', type: 'demo.echo', idempotencyKey: 'k-1' }, { queue: 'ops-c', type: 'demo.echo', delayMs: 30_000 }] },
+    });
+    expect(r.status).toBe(201);
+    expect(r.body.jobs).toHaveLength(2);
+    const dup = await enqueue({ queue: 'ops-c', type: 'demo.echo', idempotencyKey: 'k-1' });
+    expect(dup).toMatchObject({ id: r.body.jobs[0].id, duplicate: true, posted: false });
+    const posted = t.queues.sent.filter((m) => m.queue === 'keel-jobs');
+    expect(posted.find((m) => (m.message as { jobId: string }).jobId === r.body.jobs[1].id)?.delaySeconds).toBe(30);
+    t.queues.clear();
+  });
+
+  it('searches hot/archive/DLQ by queue, type, tag and text with keyset paging', async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i++) ids.push((await enqueue({ queue: 'ops-search', type: 'demo.echo', payload: { n: `needle-${i}` }, tags: [i % 2 ? 'odd' : 'even'] })).id);
+    const page1 = await call('GET', 'jobs?location=hot&queue=ops-search&limit=2');
+    expect(page1.status).toBe(200);
+    expect(page1.body.items.map((j: { id: string }) => j.id)).toEqual([ids[4], ids[3]]);
+    const page2 = await call('GET', `jobs?location=hot&queue=ops-search&limit=2&afterId=${page1.body.nextAfterId}`);
+    expect(page2.body.items.map((j: { id: string }) => j.id)).toEqual([ids[2], ids[1]]);
+    const odd = await call('GET', 'jobs?queue=ops-search&tag=odd');
+    expect(odd.body.items).toHaveLength(2);
+    const text = await call('GET', 'jobs?queue=ops-search&text=needle-3');
+    expect(text.body.items.map((j: { id: string }) => j.id)).toEqual([ids[3]]);
+    const range = await call('GET', `jobs?queue=ops-search&from=${encodeURIComponent(new Date(Date.now() - 60_000).toISOString())}&to=${encodeURIComponent(new Date(Date.now() + 60_000).toISOString())}`);
+    expect(range.body.items).toHaveLength(5);
+    t.queues.clear();
+  });
+
+  it('cancel needs the operator role; pending -> DLQ cancelled; finished -> 409; unknown -> 404', async () => {
+    const job = await enqueue({ queue: 'ops-cancel', type: 'demo.echo' });
+    const denied = await call('POST', `jobs/${job.id}/cancel`, { body: {} });
+    expect(denied.status).toBe(403);
+    const reader = await call('POST', `jobs/${job.id}/cancel`, { body: {}, headers: { 'x-ms-client-principal': READER } });
+    expect(reader.status).toBe(403);
+    expect((await call('GET', `jobs/${job.id}`)).body.location).toBe('hot');
+    const ok = await call('POST', `jobs/${job.id}/cancel`, { body: {}, operator: true });
+    expect(ok).toMatchObject({ status: 200, body: { id: job.id, result: 'cancelled' } });
+    expect((await call('GET', `jobs/${job.id}`)).body).toMatchObject({ location: 'dlq', reason: 'cancelled' });
+    const again = await call('POST', `jobs/${job.id}/cancel`, { operator: true });
+    expect(again.status).toBe(409);
+    expect(again.body.job.location).toBe('dlq');
+    expect((await call('POST', 'jobs/999999/cancel', { operator: true })).status).toBe(404);
+  });
+
+  it('cancel of a running job asks it to stop; it lands in the DLQ as cancelled', async () => {
+    const job = await enqueue({ queue: 'ops-cancel-run', type: 'test.block' });
+    const run = t.rt.processor.processById(job.id);
+    const until = Date.now() + 5000;
+    while ((await call('GET', `jobs/${job.id}`)).body.state !== 'processing' && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+    const r = await call('POST', `jobs/${job.id}/cancel`, { operator: true });
+    expect(r.body.result).toBe('cancel_requested');
+    expect(await run).toBe('dead_lettered');
+    expect((await call('GET', `jobs/${job.id}`)).body).toMatchObject({ location: 'dlq', reason: 'cancelled' });
+  });
+
+  it('resurrects by id (posting its message) and answers 409 when the job is not in the DLQ', async () => {
+    const job = await enqueue({ queue: 'ops-res', type: 'demo.fatal' });
+    expect(await t.rt.processor.processById(job.id)).toBe('dead_lettered');
+    t.queues.clear();
+    const r = await call('POST', `dlq/${job.id}/resurrect`, {});
+    expect(r).toMatchObject({ status: 200, body: { id: job.id, resurrected: true, posted: true } });
+    expect(t.queues.take('keel-jobs')).toEqual([{ jobId: job.id }]);
+    expect((await call('GET', `jobs/${job.id}`)).body).toMatchObject({ location: 'hot', state: 'pending' });
+    const again = await call('POST', `dlq/${job.id}/resurrect`, {});
+    expect(again.status).toBe(409);
+    expect((await call('POST', 'dlq/888888/resurrect', {})).status).toBe(404);
+  });
+
+  it('resurrects by filter: dry run by default changes nothing, then the real run moves at most limit jobs', async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const j = await enqueue({ queue: 'ops-resf', type: 'demo.fatal' });
+      await t.rt.processor.processById(j.id);
+      ids.push(j.id);
+    }
+    const before = await snapshot(t.pool);
+    const preview = await call('POST', 'dlq/resurrect', { body: { queue: 'ops-resf', reason: 'fatal', limit: 2 }, operator: true });
+    expect(preview.status).toBe(200);
+    expect(preview.body).toMatchObject({ dryRun: true, count: 2 });
+    expect(await snapshot(t.pool)).toEqual(before);
+    t.queues.clear();
+    const real = await call('POST', 'dlq/resurrect', { body: { queue: 'ops-resf', reason: 'fatal', limit: 2, dryRun: false }, operator: true });
+    expect(real.body).toMatchObject({ dryRun: false, count: 2, posted: 2 });
+    expect(real.body.ids.sort()).toEqual(preview.body.ids.sort());
+    expect(t.queues.take('keel-jobs')).toHaveLength(2);
+  });
+
+  it('purges by filter: dry run counts, the real run deletes in bounded batches', async () => {
+    const j = await enqueue({ queue: 'ops-purge', type: 'demo.echo' });
+    expect(await t.rt.processor.processById(j.id)).toBe('succeeded');
+    const olderThan = new Date(Date.now() + 1000);
+    await new Promise((r) => setTimeout(r, 1100));
+    const body = { target: 'archive', queue: 'ops-purge', olderThan: olderThan.toISOString(), batchSize: 10 };
+    const preview = await call('POST', 'purge', { body, operator: true });
+    expect(preview.body).toMatchObject({ dryRun: true, matched: 1 });
+    expect((await call('GET', `jobs/${j.id}`)).body.location).toBe('archive');
+    const real = await call('POST', 'purge', { body: { ...body, dryRun: false }, operator: true });
+    expect(real.body).toMatchObject({ dryRun: false, deleted: 1, mayHaveMore: false });
+    expect((await call('GET', `jobs/${j.id}`)).status).toBe(404);
+  });
+
+  it('queues: list, detail, pause/resume and limits (operator only)', async () => {
+    await enqueue({ queue: 'ops-q', type: 'demo.echo' });
+    const list = await call('GET', 'queues');
+    expect(list.body.items.map((q: { name: string }) => q.name)).toContain('ops-q');
+    expect((await call('POST', 'queues/ops-q/pause', {})).status).toBe(403);
+    expect((await call('POST', 'queues/ops-q/pause', { operator: true })).body.paused).toBe(true);
+    expect((await call('GET', 'queues/ops-q')).body).toMatchObject({ name: 'ops-q', paused: true, stats: { queue: 'ops-q' } });
+    expect((await call('POST', 'queues/ops-q/resume', { operator: true })).body.paused).toBe(false);
+    const patched = await call('PATCH', 'queues/ops-q', { body: { maxConcurrency: 3, zombieTimeoutSeconds: 120 }, operator: true });
+    expect(patched.body).toMatchObject({ maxConcurrency: 3, zombieTimeoutSeconds: 120 });
+    expect((await call('PATCH', 'queues/no-such-queue', { body: { maxAttempts: 2 }, operator: true })).status).toBe(404);
+  });
+
+  it('stats and metrics reflect processed jobs', async () => {
+    const j = await enqueue({ queue: 'ops-stats', type: 'demo.echo' });
+    await t.rt.processor.processById(j.id);
+    const stats = await call('GET', 'stats');
+    expect(stats.body.queues.find((q: { queue: string }) => q.queue === 'ops-stats')).toMatchObject({ succeeded: 1 });
+    const metrics = await call('GET', 'metrics?windowMinutes=10&queue=ops-stats');
+    expect(metrics.status).toBe(200);
+    expect(metrics.body.buckets[0]).toMatchObject({ queue: 'ops-stats', outcome: 'succeeded', count: 1 });
+  });
+});
+
+describe('ops: bad input changes nothing', () => {
+  const big = 'x'.repeat(300 * 1024);
+  const cases: { name: string; method: string; path: string; opts?: Parameters<typeof request>[2]; status: number; error: string; field?: string }[] = [
+    { name: 'malformed JSON', method: 'POST', path: 'jobs', opts: { raw: '{"queue": "a", ' }, status: 400, error: 'invalid_json', field: 'body' },
+    { name: 'JSON that is not an object', method: 'POST', path: 'jobs', opts: { raw: '[1,2]' }, status: 400, error: 'invalid_request' },
+    { name: 'wrong type: priority', method: 'POST', path: 'jobs', opts: { body: { queue: 'bad', type: 'demo.echo', priority: 'high' } }, status: 400, error: 'invalid_request', field: 'priority' },
+    { name: 'wrong type in a batch', method: 'POST', path: 'jobs', opts: { body: { jobs: [{ queue: 'bad', type: 'demo.echo' }, { queue: 'bad', type: 'demo.echo', tags: 'x' }] } }, status: 400, error: 'invalid_request', field: 'jobs[1].tags' },
+    { name: 'missing field', method: 'POST', path: 'jobs', opts: { body: { queue: 'bad' } }, status: 400, error: 'invalid_request', field: 'type' },
+    { name: 'unknown field', method: 'POST', path: 'jobs', opts: { body: { queue: 'bad', type: 'demo.echo', colour: 'red' } }, status: 400, error: 'invalid_request', field: 'colour' },
+    { name: 'delayMs and runAt together', method: 'POST', path: 'jobs', opts: { body: { queue: 'bad', type: 'demo.echo', delayMs: 1, runAt: new Date().toISOString() } }, status: 400, error: 'invalid_request', field: 'runAt' },
+    { name: 'unregistered job type', method: 'POST', path: 'jobs', opts: { body: { queue: 'bad', type: 'no.such.type' } }, status: 400, error: 'invalid_request', field: 'type' },
+    { name: 'bad queue name', method: 'POST', path: 'jobs', opts: { body: { queue: 'has space', type: 'demo.echo' } }, status: 400, error: 'invalid_request', field: 'queue' },
+    { name: 'oversized body (declared)', method: 'POST', path: 'jobs', opts: { body: { queue: 'bad', type: 'demo.echo', payload: big } }, status: 413, error: 'payload_too_large' },
+    {
+      name: 'oversized body (undeclared length)', method: 'POST', path: 'jobs',
+      opts: { raw: JSON.stringify({ queue: 'bad', type: 'demo.echo', payload: big }), headers: { 'content-length': '10' } }, status: 413, error: 'payload_too_large',
+    },
+    { name: 'query: limit not a number', method: 'GET', path: 'jobs?limit=lots', status: 400, error: 'invalid_request', field: 'limit' },
+    { name: 'query: limit out of range', method: 'GET', path: 'jobs?limit=100000', status: 400, error: 'invalid_request', field: 'limit' },
+    { name: 'query: unknown location', method: 'GET', path: 'jobs?location=attic', status: 400, error: 'invalid_request', field: 'location' },
+    { name: 'query: bad date', method: 'GET', path: 'jobs?from=yesterday', status: 400, error: 'invalid_request', field: 'from' },
+    { name: 'query: unknown parameter', method: 'GET', path: 'jobs?colour=red', status: 400, error: 'invalid_request', field: 'colour' },
+    { name: 'query: repeated parameter', method: 'GET', path: 'jobs?queue=a&queue=b', status: 400, error: 'invalid_request', field: 'queue' },
+    { name: 'path: job id not a number', method: 'GET', path: 'jobs/abc', status: 400, error: 'invalid_request', field: 'id' },
+    { name: 'unknown route', method: 'GET', path: 'nothing/here', status: 404, error: 'not_found' },
+    { name: 'wrong method', method: 'DELETE', path: 'jobs', status: 405, error: 'method_not_allowed' },
+    { name: 'purge without the operator role', method: 'POST', path: 'purge', opts: { body: { target: 'archive', olderThan: new Date().toISOString(), dryRun: false } }, status: 403, error: 'forbidden' },
+    {
+      name: 'purge with another role', method: 'POST', path: 'purge',
+      opts: { body: { target: 'dlq', olderThan: new Date().toISOString(), dryRun: false }, headers: { 'x-ms-client-principal': READER } }, status: 403, error: 'forbidden',
+    },
+    {
+      name: 'purge with a garbled principal', method: 'POST', path: 'purge',
+      opts: { body: { target: 'dlq', olderThan: new Date().toISOString(), dryRun: false }, headers: { 'x-ms-client-principal': '%%%not-base64-json' } }, status: 401, error: 'unauthorized',
+    },
+    { name: 'resurrect by filter without the role', method: 'POST', path: 'dlq/resurrect', opts: { body: { limit: 10, dryRun: false } }, status: 403, error: 'forbidden' },
+    { name: 'resurrect by filter without a limit', method: 'POST', path: 'dlq/resurrect', opts: { body: { dryRun: false }, operator: true }, status: 400, error: 'invalid_request', field: 'limit' },
+    { name: 'queue change without the role', method: 'PATCH', path: 'queues/ops-q', opts: { body: { maxAttempts: 1 } }, status: 403, error: 'forbidden' },
+    { name: 'queue change: wrong type', method: 'PATCH', path: 'queues/ops-q', opts: { body: { maxAttempts: 'one' }, operator: true }, status: 400, error: 'invalid_request', field: 'maxAttempts' },
+    { name: 'queue change: empty patch', method: 'PATCH', path: 'queues/ops-q', opts: { body: {}, operator: true }, status: 400, error: 'invalid_request' },
+    { name: 'cancel without the role', method: 'POST', path: 'jobs/1/cancel', status: 403, error: 'forbidden' },
+    { name: 'purge into the future', method: 'POST', path: 'purge', opts: { body: { target: 'dlq', olderThan: new Date(Date.now() + 3_600_000).toISOString(), dryRun: false }, operator: true }, status: 400, error: 'invalid_request', field: 'olderThan' },
+  ];
+
+  it.each(cases)('$name -> $status', async (c) => {
+    const before = await snapshot(t.pool);
+    const sentBefore = t.queues.sent.length;
+    const r = await call(c.method, c.path, c.opts);
+    expect(r.status, JSON.stringify(r.body)).toBe(c.status);
+    expect(r.body.error).toBe(c.error);
+    if (c.field) expect(r.body.field).toBe(c.field);
+    expect(await snapshot(t.pool)).toEqual(before);
+    expect(t.queues.sent.length).toBe(sentBefore);
+  });
+
+  it('the operator header is checked on destructive routes only', async () => {
+    const r = await call('GET', 'stats', { headers: { 'x-ms-client-principal': OPERATOR } });
+    expect(r.status).toBe(200);
+  });
+});

@@ -1,0 +1,180 @@
+// The queue-triggered job runner and the timers (dispatcher, maintenance), invoked directly.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { jobRunner } from '../../functions/jobRunner.js';
+import { dispatcher } from '../../functions/dispatcher.js';
+import { maintenance } from '../../functions/maintenance.js';
+import { transferTimer } from '../../functions/transferTimer.js';
+import type { Timer } from '@azure/functions';
+import { context, createTestRuntime, snapshot, RecordingQueues, type TestRuntime } from './support.js';
+import { dispatchDueJobs } from '../../shared/host/dispatch.js';
+import { createRuntime } from '../../shared/host/runtime.js';
+import { parseSettings } from '../../shared/config/settings.js';
+
+let t: TestRuntime;
+
+const timer: Timer = { isPastDue: false, schedule: { adjustForDST: true }, scheduleStatus: { last: '', next: '', lastUpdated: '' } };
+
+beforeAll(async () => {
+  t = await createTestRuntime('fn_queue', { env: { KEEL_DISPATCH_QUEUES: '' } });
+});
+
+afterAll(async () => {
+  await t?.close();
+});
+
+async function enqueue(queue: string, type: string, extra: Record<string, unknown> = {}) {
+  const r = await t.rt.store.enqueue({ queue, type, ...extra });
+  return r.id;
+}
+
+describe('jobRunner (queue trigger)', () => {
+  it('claims the job by id, runs it and archives it (message as parsed JSON or as text)', async () => {
+    const a = await enqueue('run-a', 'demo.echo');
+    const b = await enqueue('run-a', 'demo.echo');
+    await jobRunner({ jobId: a }, context('jobRunner'));
+    await jobRunner(JSON.stringify({ jobId: Number(b) }), context('jobRunner'));
+    expect((await t.rt.store.getJob(a))?.location).toBe('archive');
+    expect((await t.rt.store.getJob(b))?.location).toBe('archive');
+    expect(t.queues.poisoned).toHaveLength(0);
+  });
+
+  it('after a retry, posts the next attempt for when it is due', async () => {
+    const id = await enqueue('run-b', 'demo.flaky', { payload: { failTimes: 1 } });
+    t.queues.clear();
+    await jobRunner({ jobId: id }, context('jobRunner'));
+    const job = await t.rt.store.getJob(id);
+    expect(job).toMatchObject({ location: 'hot', state: 'pending', attempts: 1 });
+    const posted = t.queues.sent.filter((m) => m.queue === 'keel-jobs');
+    expect(posted).toHaveLength(1);
+    expect(posted[0]!.message).toEqual({ jobId: id });
+    expect(posted[0]!.delaySeconds).toBeGreaterThanOrEqual(0);
+    t.queues.clear();
+  });
+
+  it('acknowledges a duplicate message for a finished job without poisoning it', async () => {
+    const id = await enqueue('run-c', 'demo.echo');
+    await jobRunner({ jobId: id }, context('jobRunner'));
+    const before = await snapshot(t.pool);
+    const ctx = context('jobRunner');
+    await jobRunner({ jobId: id }, ctx);
+    expect(await snapshot(t.pool)).toEqual(before);
+    expect(t.queues.poisoned).toHaveLength(0);
+    expect(ctx.logs.some((l) => l.text.includes('not claimed'))).toBe(true);
+  });
+
+  const malformed: [string, unknown, string][] = [
+    ['not JSON', 'jobId=5', 'malformed'],
+    ['JSON array', '[1]', 'malformed'],
+    ['missing jobId', { id: '5' }, 'malformed'],
+    ['jobId not numeric', { jobId: 'abc' }, 'malformed'],
+    ['jobId negative', { jobId: -4 }, 'malformed'],
+    ['jobId fractional', { jobId: 1.5 }, 'malformed'],
+    ['extra fields', { jobId: '1', extra: true }, 'malformed'],
+    ['null', null, 'malformed'],
+    ['unknown job', { jobId: '987654321' }, 'unknown_job'],
+  ];
+
+  it.each(malformed)('%s -> poison queue with a reason, database unchanged, no throw', async (_name, message, reason) => {
+    t.queues.clear();
+    const before = await snapshot(t.pool);
+    const ctx = context('jobRunner', { dequeueCount: 1 });
+    await expect(jobRunner(message, ctx)).resolves.toBeUndefined();
+    expect(await snapshot(t.pool)).toEqual(before);
+    expect(t.queues.poisoned).toHaveLength(1);
+    expect(t.queues.poisoned[0]).toMatchObject({ queue: 'keel-jobs', entry: { reason, functionName: 'jobRunner', dequeueCount: 1 } });
+    expect(ctx.logs.some((l) => l.level === 'warning' && l.text.includes(reason))).toBe(true);
+  });
+
+  it('throws (so the host retries, then poisons) when even the poison queue is unreachable', async () => {
+    t.queues.failSends = true;
+    try {
+      await expect(jobRunner('garbage', context('jobRunner'))).rejects.toThrow(/storage unavailable/);
+    } finally {
+      t.queues.failSends = false;
+    }
+  });
+});
+
+describe('dispatcher (timer)', () => {
+  it('runs due jobs whose messages were lost, within its budget', async () => {
+    const ids = [await enqueue('disp-a', 'demo.echo'), await enqueue('disp-a', 'demo.echo'), await enqueue('disp-b', 'demo.slow', { payload: { ms: 50 } })];
+    const ctx = context('dispatcher');
+    await dispatcher(timer, ctx);
+    for (const id of ids) expect((await t.rt.store.getJob(id))?.location).toBe('archive');
+    expect(ctx.logs.some((l) => l.text.includes('"processed"'))).toBe(true);
+  });
+
+  it('leaves jobs that are not due yet, and a second firing finds nothing to do', async () => {
+    const later = await enqueue('disp-c', 'demo.echo', { delayMs: 60_000 });
+    await dispatcher(timer, context('dispatcher'));
+    expect((await t.rt.store.getJob(later))?.state).toBe('pending');
+    const before = await snapshot(t.pool);
+    await dispatcher(timer, context('dispatcher'));
+    expect(await snapshot(t.pool)).toEqual(before);
+  });
+});
+
+describe('dispatcher in post mode', () => {
+  it('claims due jobs, releases them and posts their ids for the queue-triggered runner', async () => {
+    const queues = new RecordingQueues();
+    const settings = parseSettings({ KEEL_PG_URL: t.url, KEEL_DEMO_HANDLERS: 'true', KEEL_DISPATCH_MODE: 'post', KEEL_DISPATCH_QUEUES: 'post-a' });
+    const rt = await createRuntime(settings, { queues, store: t.rt.store, transfers: null });
+    try {
+      const ids = [await enqueue('post-a', 'demo.echo'), await enqueue('post-a', 'demo.echo')];
+      const later = await enqueue('post-a', 'demo.echo', { delayMs: 60_000 });
+      const r = await dispatchDueJobs(rt, context('dispatcher'));
+      expect(r).toMatchObject({ mode: 'post', posted: 2, outcomes: { released: 2 } });
+      expect(queues.take('keel-jobs').map((m) => (m as { jobId: string }).jobId).sort()).toEqual([...ids].sort());
+      for (const id of ids) expect(await t.rt.store.getJob(id)).toMatchObject({ location: 'hot', state: 'pending' });
+      expect((await t.rt.store.getJob(later))?.state).toBe('pending');
+      // The posted ids are claimable by the runner right away.
+      await jobRunner({ jobId: ids[0] }, context('jobRunner'));
+      expect((await t.rt.store.getJob(ids[0]!))?.location).toBe('archive');
+    } finally {
+      await rt.close();
+    }
+  });
+});
+
+describe('maintenance (timer)', () => {
+  it('rescues a zombie (worker died mid-job); firing twice at once is harmless', async () => {
+    const id = await enqueue('maint-a', 'demo.echo');
+    await t.rt.store.updateQueue('maint-a', { zombieTimeoutSeconds: 1, zombiePolicy: 'retry' });
+    // A worker claims and starts the job, then dies: no heartbeat, no completion.
+    const [claimed] = await t.rt.store.claimNext({ workerId: 'dead-worker', queues: ['maint-a'], limit: 1 });
+    expect(claimed?.id).toBe(id);
+    expect((await t.rt.store.start({ jobId: id, leaseId: claimed!.leaseId })).status).toBe('ok');
+    await t.pool.query(`update keel.jobs_hot set heartbeat_at = now() - interval '1 hour' where id = $1`, [id]);
+    await Promise.all([maintenance(timer, context('maintenance')), maintenance(timer, context('maintenance'))]);
+    const job = await t.rt.store.getJob(id);
+    expect(job).toMatchObject({ location: 'hot', state: 'pending' });
+    const stats = (await t.rt.store.stats()).find((q) => q.queue === 'maint-a');
+    expect(stats?.zombie).toBe(1);
+    // The dead worker's lease is fenced off: its late completion is refused.
+    expect(await t.rt.store.complete({ jobId: id, leaseId: claimed!.leaseId })).toBe('lease_lost');
+    await dispatcher(timer, context('dispatcher'));
+    expect((await t.rt.store.getJob(id))?.location).toBe('archive');
+  });
+
+  it('purges past retention in bounded batches and reports transfers as not configured', async () => {
+    const id = await enqueue('maint-b', 'demo.echo');
+    await t.rt.processor.processById(id);
+    await t.rt.store.updateQueue('maint-b', { archiveRetentionSeconds: 60 });
+    await t.pool.query(`update keel.jobs_archive set finished_at = now() - interval '2 minutes' where id = $1`, [id]);
+    const ctx = context('maintenance');
+    await maintenance(timer, ctx);
+    expect(await t.rt.store.getJob(id)).toBeNull();
+    const line = ctx.logs.find((l) => l.text.startsWith('maintenance:'))!.text;
+    const report = JSON.parse(line.slice('maintenance: '.length));
+    expect(report.jobs.purged.archive).toBeGreaterThanOrEqual(1);
+    expect(report.transfers).toBe('not configured');
+  });
+});
+
+describe('transferTimer without transfers', () => {
+  it('does nothing when no transfer is configured', async () => {
+    const before = await snapshot(t.pool);
+    await transferTimer(timer, context('transferTimer'));
+    expect(await snapshot(t.pool)).toEqual(before);
+  });
+});

@@ -1,0 +1,83 @@
+// functions/index.ts registers exactly the definitions list with the Azure host; settings, host.json and the
+// client-principal parsing behave as documented.
+import { describe, expect, it, vi } from 'vitest';
+import path from 'node:path';
+
+const registered: { kind: string; name: string; options: Record<string, unknown> }[] = [];
+
+vi.mock('@azure/functions', async (importOriginal) => {
+  const real = await importOriginal<typeof import('@azure/functions')>();
+  const record = (kind: string) => (name: string, options: Record<string, unknown>) => registered.push({ kind, name, options });
+  return { ...real, app: { http: record('http'), storageQueue: record('storageQueue'), timer: record('timer') } };
+});
+
+describe('Azure registration', () => {
+  it('registers every definition with resolved queue names, schedules, routes and function-level auth', async () => {
+    vi.stubEnv('KEEL_PG_URL', 'postgres://u:p@127.0.0.1:5432/keel');
+    vi.stubEnv('KEEL_JOBS_QUEUE', 'custom-jobs');
+    vi.stubEnv('KEEL_DISPATCH_SCHEDULE', '*/30 * * * * *');
+    await import('../../functions/index.js');
+    const { definitions } = await import('../../functions/definitions.js');
+    expect(registered.map((r) => r.name).sort()).toEqual(definitions.map((d) => d.name).sort());
+    const byName = Object.fromEntries(registered.map((r) => [r.name, r]));
+    expect(byName.jobRunner).toMatchObject({ kind: 'storageQueue', options: { queueName: 'custom-jobs', connection: 'AzureWebJobsStorage' } });
+    expect(byName.transferStage?.options.queueName).toBe('keel-transfer-stage');
+    expect(byName.transferApply?.options.queueName).toBe('keel-transfer-apply');
+    expect(byName.dispatcher).toMatchObject({ kind: 'timer', options: { schedule: '*/30 * * * * *' } });
+    expect(byName.maintenance?.options.schedule).toBe('0 * * * * *');
+    expect(byName.ops).toMatchObject({ kind: 'http', options: { route: 'ops/{*path}', authLevel: 'function' } });
+    for (const r of registered) expect(typeof r.options.handler).toBe('function');
+    // The host reserves routes starting with "admin".
+    for (const d of definitions) if (d.kind === 'http') expect(d.route.startsWith('admin')).toBe(false);
+    vi.unstubAllEnvs();
+  });
+});
+
+describe('settings', () => {
+  it('fail naming the setting at fault', async () => {
+    const { parseSettings } = await import('../../shared/config/settings.js');
+    const base = { KEEL_PG_URL: 'postgres://u:p@127.0.0.1:5432/keel' };
+    expect(() => parseSettings({})).toThrow(/KEEL_PG_URL/);
+    expect(() => parseSettings({ ...base, KEEL_DISPATCH_BUDGET_MS: 'soon' })).toThrow(/KEEL_DISPATCH_BUDGET_MS: expected an integer/);
+    expect(() => parseSettings({ ...base, KEEL_JOBS_QUEUE: 'Bad_Name' })).toThrow(/KEEL_JOBS_QUEUE/);
+    expect(() => parseSettings({ ...base, KEEL_DISPATCH_SCHEDULE: '* * * * *' })).toThrow(/KEEL_DISPATCH_SCHEDULE: must be a six-field/);
+    expect(() => parseSettings({ ...base, KEEL_DEMO_HANDLERS: 'maybe' })).toThrow(/KEEL_DEMO_HANDLERS/);
+    expect(() => parseSettings({ KEEL_STORE_ENGINE: 'sqlserver' })).toThrow(/KEEL_SQL_CONNECTION/);
+    const s = parseSettings(base);
+    expect(s).toMatchObject({ KEEL_OPS_OPERATOR_ROLE: 'Keel.Operator', KEEL_JOBS_QUEUE: 'keel-jobs', KEEL_DEMO_HANDLERS: false });
+    expect(parseSettings({ ...base, KEEL_OPS_OPERATOR_ROLE: 'Ops.Admin' }).KEEL_OPS_OPERATOR_ROLE).toBe('Ops.Admin');
+  });
+});
+
+describe('host.json', () => {
+  it('is read with the queue semantics the local host honours', async () => {
+    const { readHostConfig, parseTimeSpan } = await import('../../shared/host/hostJson.js');
+    const cfg = readHostConfig(path.resolve(import.meta.dirname, '../../host.json'));
+    expect(cfg.routePrefix).toBe('api');
+    expect(cfg.queues).toMatchObject({ batchSize: 16, maxDequeueCount: 5, messageEncoding: 'base64', visibilityTimeoutMs: 10_000 });
+    expect(parseTimeSpan('1.02:03:04', 'x')).toBe(((24 + 2) * 3600 + 3 * 60 + 4) * 1000);
+    expect(() => parseTimeSpan('10s', 'x')).toThrow(/time span/);
+  });
+});
+
+describe('client principal', () => {
+  it('reads roles from the App Service authentication header', async () => {
+    const { parseClientPrincipal, requireOperator, encodeClientPrincipal, checkFunctionKey } = await import('../../shared/ops/auth.js');
+    const header = encodeClientPrincipal({ name: 'ana', roles: ['Keel.Operator', 'Other'] });
+    expect(parseClientPrincipal(header)).toEqual({ authType: 'aad', name: 'ana', roles: ['Keel.Operator', 'Other'] });
+    expect(requireOperator(header, 'Keel.Operator').name).toBe('ana');
+    expect(() => requireOperator(header, 'Keel.Admin')).toThrow(/Keel.Admin/);
+    expect(() => requireOperator(undefined, 'Keel.Operator')).toThrow(/no authenticated principal/);
+    // Entra ID principals name the role claim type in role_typ.
+    const entra = Buffer.from(JSON.stringify({
+      auth_typ: 'aad', role_typ: 'http://schemas.microsoft.com/ws/2008/06/identity/claims/role',
+      claims: [{ typ: 'http://schemas.microsoft.com/ws/2008/06/identity/claims/role', val: 'Keel.Operator' }],
+    })).toString('base64');
+    expect(parseClientPrincipal(entra)?.roles).toEqual(['Keel.Operator']);
+    expect(() => parseClientPrincipal('not-json')).toThrow(/x-ms-client-principal/);
+    expect(checkFunctionKey('secret-key', 'secret-key', null)).toBe(true);
+    expect(checkFunctionKey('secret-key', null, 'secret-key')).toBe(true);
+    expect(checkFunctionKey('secret-key', 'secret-kez', null)).toBe(false);
+    expect(checkFunctionKey('secret-key', null, null)).toBe(false);
+  });
+});

@@ -1,0 +1,168 @@
+// Helpers for invoking the functions' handlers directly: a real PostgreSQL database per file, an in-memory
+// recorder for queue posts (the storage queue is the host's business; here we check what was posted), and the
+// @azure/functions request/context objects.
+import pg from 'pg';
+import type { HttpResponseInit, LogLevel } from '@azure/functions';
+import { createTestDatabase } from '../support/pg.js';
+import { parseSettings } from '../../shared/config/settings.js';
+import { createRuntime, setRuntime, type Runtime, type RuntimeOverrides } from '../../shared/host/runtime.js';
+import type { PoisonEntry, QueueGateway } from '../../shared/host/queues.js';
+import { HttpRequest, InvocationContext } from '../../shared/host/azureFunctions.js';
+import { encodeClientPrincipal } from '../../shared/ops/auth.js';
+import type { HandlerRegistry } from '../../shared/jobs/registry.js';
+
+export class RecordingQueues implements QueueGateway {
+  readonly sent: { queue: string; message: unknown; delaySeconds: number }[] = [];
+  readonly poisoned: { queue: string; entry: PoisonEntry }[] = [];
+  failSends = false;
+
+  async send(queue: string, message: unknown, opts: { delaySeconds?: number } = {}): Promise<void> {
+    if (this.failSends) throw new Error('storage unavailable (test)');
+    this.sent.push({ queue, message: JSON.parse(JSON.stringify(message)), delaySeconds: opts.delaySeconds ?? 0 });
+  }
+
+  async sendPoison(queue: string, entry: PoisonEntry): Promise<void> {
+    if (this.failSends) throw new Error('storage unavailable (test)');
+    this.poisoned.push({ queue, entry });
+  }
+
+  async ping(): Promise<boolean> {
+    return !this.failSends;
+  }
+
+  take(queue: string): unknown[] {
+    const out: unknown[] = [];
+    for (let i = this.sent.length - 1; i >= 0; i--) {
+      if (this.sent[i]!.queue === queue) out.unshift(this.sent.splice(i, 1)[0]!.message);
+    }
+    return out;
+  }
+
+  clear(): void {
+    this.sent.length = 0;
+    this.poisoned.length = 0;
+  }
+}
+
+export interface TestRuntime {
+  rt: Runtime;
+  queues: RecordingQueues;
+  url: string;
+  pool: pg.Pool;
+  close(): Promise<void>;
+}
+
+export async function createTestRuntime(
+  prefix: string,
+  opts: { env?: Record<string, string>; register?: (r: HandlerRegistry) => void; transfers?: RuntimeOverrides['transfers'] } = {},
+): Promise<TestRuntime> {
+  const url = await createTestDatabase(prefix);
+  const env = {
+    KEEL_PG_URL: url,
+    KEEL_DEMO_HANDLERS: 'true',
+    KEEL_HEARTBEAT_MS: '200',
+    KEEL_DISPATCH_BUDGET_MS: '3000',
+    ...opts.env,
+  };
+  const settings = parseSettings(env);
+  const queues = new RecordingQueues();
+  const rt = await createRuntime(settings, {
+    queues,
+    env,
+    ...(opts.register ? { register: opts.register } : {}),
+    ...(opts.transfers !== undefined ? { transfers: opts.transfers } : {}),
+  });
+  setRuntime(rt);
+  const pool = new pg.Pool({ connectionString: url, max: 2 });
+  return {
+    rt,
+    queues,
+    url,
+    pool,
+    async close() {
+      setRuntime(undefined);
+      await rt.close();
+      await pool.end();
+    },
+  };
+}
+
+export interface CapturedLog {
+  level: LogLevel;
+  text: string;
+}
+
+export function context(functionName = 'test', triggerMetadata?: Record<string, unknown>) {
+  const logs: CapturedLog[] = [];
+  const ctx = new InvocationContext({
+    invocationId: `test-${Math.random().toString(36).slice(2)}`,
+    functionName,
+    logHandler: (level, ...args) => logs.push({ level, text: args.map(String).join(' ') }),
+    ...(triggerMetadata ? { triggerMetadata } : {}),
+  });
+  return Object.assign(ctx, { logs });
+}
+
+export const OPERATOR = encodeClientPrincipal({ name: 'test-operator', roles: ['Keel.Operator'] });
+export const READER = encodeClientPrincipal({ name: 'test-reader', roles: ['Keel.Reader'] });
+
+export function request(
+  method: string,
+  path: string,
+  opts: { body?: unknown; raw?: string | Uint8Array; headers?: Record<string, string>; operator?: boolean } = {},
+) {
+  const url = new URL(`http://localhost:7071/api/ops/${path.replace(/^\//, '')}`);
+  const tail = url.pathname.replace(/^\/api\/ops\/?/, '');
+  const query: Record<string, string> = {};
+  for (const [k, v] of url.searchParams) query[k] = v;
+  const bytes =
+    opts.raw !== undefined
+      ? typeof opts.raw === 'string'
+        ? new TextEncoder().encode(opts.raw)
+        : opts.raw
+      : opts.body !== undefined
+        ? new TextEncoder().encode(JSON.stringify(opts.body))
+        : undefined;
+  return new HttpRequest({
+    method,
+    url: url.toString(),
+    headers: {
+      ...(bytes ? { 'content-type': 'application/json', 'content-length': String(bytes.length) } : {}),
+      ...(opts.operator ? { 'x-ms-client-principal': OPERATOR } : {}),
+      ...opts.headers,
+    },
+    query,
+    params: { path: decodeURIComponent(tail) },
+    ...(bytes ? { body: { bytes } } : {}),
+  });
+}
+
+export function jsonOf(res: HttpResponseInit): any {
+  return res.jsonBody;
+}
+
+// A fingerprint of every Keel table: equal before and after means nothing in the database changed.
+export async function snapshot(pool: pg.Pool): Promise<Record<string, string>> {
+  const tables = (
+    await pool.query(`select table_schema || '.' || table_name as t from information_schema.tables
+                      where table_schema in ('keel') and table_type = 'BASE TABLE' and table_name <> 'schema_migrations' order by 1`)
+  ).rows.map((r) => String(r.t));
+  const out: Record<string, string> = {};
+  for (const t of tables) {
+    const r = await pool.query(`select count(*)::text || ':' || coalesce(md5(string_agg(x::text, '|' order by x::text)), '') as f from ${t} x`);
+    out[t] = String(r.rows[0].f);
+  }
+  return out;
+}
+
+export async function until<T>(what: string, probe: () => Promise<T | null | undefined | false>, timeoutMs = 15_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let delay = 25;
+  while (Date.now() < deadline) {
+    const v = await probe();
+    if (v) return v;
+    await new Promise((r) => setTimeout(r, delay));
+    delay = Math.min(500, delay * 2);
+  }
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+}

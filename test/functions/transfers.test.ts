@@ -1,0 +1,153 @@
+// Transfer functions invoked directly: HTTP start -> stage queue step -> apply queue step -> committed, between two
+// real PostgreSQL databases; the timer; reconcile; poison messages.
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Timer } from '@azure/functions';
+import { ops } from '../../functions/ops.js';
+import { transferStage } from '../../functions/transferStage.js';
+import { transferApply } from '../../functions/transferApply.js';
+import { transferTimer } from '../../functions/transferTimer.js';
+import { maintenance } from '../../functions/maintenance.js';
+import { createTestDatabase } from '../support/pg.js';
+import { context, createTestRuntime, jsonOf, request, snapshot, type TestRuntime } from './support.js';
+
+let t: TestRuntime;
+let source: pg.Pool;
+let target: pg.Pool;
+const timer: Timer = { isPastDue: false, schedule: { adjustForDST: true }, scheduleStatus: { last: '', next: '', lastUpdated: '' } };
+const TABLE = `create table public.items (id bigint primary key, name text not null, qty integer not null)`;
+
+async function addRows(from: number, to: number) {
+  await source.query(`insert into public.items select n, 'item-' || n, n % 7 from generate_series($1::int, $2::int) n`, [from, to]);
+}
+
+beforeAll(async () => {
+  const srcUrl = await createTestDatabase('fn_tr_src');
+  const tgtUrl = await createTestDatabase('fn_tr_tgt');
+  source = new pg.Pool({ connectionString: srcUrl, max: 2 });
+  target = new pg.Pool({ connectionString: tgtUrl, max: 2 });
+  await source.query(TABLE);
+  await target.query(TABLE);
+  await addRows(1, 250);
+  t = await createTestRuntime('fn_tr', {
+    env: {
+      FN_TR_SOURCE: srcUrl,
+      FN_TR_TARGET: tgtUrl,
+      KEEL_SCHEDULED_TRANSFERS: '*',
+      KEEL_TRANSFERS: JSON.stringify([
+        {
+          name: 'items',
+          source: { engine: 'postgres', connectionSetting: 'FN_TR_SOURCE', table: 'public.items' },
+          target: { engine: 'postgres', connectionSetting: 'FN_TR_TARGET', table: 'public.items' },
+          keyColumns: ['id'],
+          boundary: { column: 'id', kind: 'key' },
+          columns: [{ source: 'id', target: 'id' }, { source: 'name', target: 'name' }, { source: 'qty', target: 'qty' }],
+          chunkSize: 100,
+        },
+      ]),
+    },
+  });
+});
+
+afterAll(async () => {
+  await t?.close();
+  await source?.end();
+  await target?.end();
+});
+
+async function call(method: string, path: string, body?: unknown) {
+  const res = await ops(request(method, path, body === undefined ? {} : { body }), context('ops'));
+  return { status: res.status ?? 200, body: jsonOf(res) };
+}
+
+describe('transfer functions', () => {
+  it('lists the configured transfers', async () => {
+    const r = await call('GET', 'transfers');
+    expect(r.body.configured).toBe(true);
+    expect(r.body.items.map((x: { name: string }) => x.name)).toEqual(['items']);
+  });
+
+  it('HTTP start -> stage step -> apply step -> committed, and the batch detail says so', async () => {
+    const started = await call('POST', 'transfers/items/start', {});
+    expect(started.status).toBe(202);
+    const batchId = started.body.batch.batchId as string;
+    expect(started.body.batch).toMatchObject({ state: 'extracting', rowCount: 250 });
+    const staged = t.queues.take('keel-transfer-stage');
+    expect(staged).toEqual([{ batchId }]);
+
+    await transferStage(staged[0], context('transferStage'));
+    const apply = t.queues.take('keel-transfer-apply');
+    expect(apply).toEqual([{ batchId }]);
+    await transferApply(apply[0], context('transferApply'));
+
+    const detail = await call('GET', `transfers/batches/${batchId}`);
+    expect(detail.status).toBe(200);
+    expect(detail.body).toMatchObject({ batchId, state: 'committed', status: 'committed', appliedCount: 250 });
+    expect(detail.body.events.map((e: { event: string }) => e.event)).toEqual(expect.arrayContaining(['created', 'staged', 'apply_started']));
+    expect(Number((await target.query('select count(*) from public.items')).rows[0].count)).toBe(250);
+
+    // A duplicate apply message is a no-op that says so; the batch stays committed.
+    await transferApply({ batchId }, context('transferApply'));
+    expect((await call('GET', `transfers/batches/${batchId}`)).body.state).toBe('committed');
+    const list = await call('GET', 'transfers/batches?transfer=items&limit=5');
+    expect(list.body.items[0]).toMatchObject({ batchId, status: 'committed' });
+    // Nothing new: no batch is created.
+    const again = await call('POST', 'transfers/items/start', {});
+    expect(again).toMatchObject({ status: 200, body: { started: false, reason: 'nothing_to_transfer' } });
+    // Resuming a committed batch is refused; reconciling it returns it as it is.
+    expect((await call('POST', `transfers/batches/${batchId}/resume`, {})).status).toBe(409);
+    expect((await call('POST', `transfers/batches/${batchId}/reconcile`, {})).body.state).toBe('committed');
+  });
+
+  it('the timer creates a batch for new rows; a second firing does not create another', async () => {
+    await addRows(251, 300);
+    t.queues.clear();
+    await transferTimer(timer, context('transferTimer'));
+    const msgs = t.queues.take('keel-transfer-stage') as { batchId: string }[];
+    expect(msgs).toHaveLength(1);
+    await transferTimer(timer, context('transferTimer'));
+    expect(t.queues.take('keel-transfer-stage')).toHaveLength(0);
+    // An apply message that arrives before staging sends the batch back to the stage step.
+    await transferApply(msgs[0], context('transferApply'));
+    expect(t.queues.take('keel-transfer-stage')).toEqual([{ batchId: msgs[0]!.batchId }]);
+    await transferStage(msgs[0], context('transferStage'));
+    await transferApply(t.queues.take('keel-transfer-apply')[0], context('transferApply'));
+    expect((await call('GET', `transfers/batches/${msgs[0]!.batchId}`)).body).toMatchObject({ state: 'committed', appliedCount: 50 });
+  });
+
+  it('maintenance reconciles stale batches and reports them', async () => {
+    const ctx = context('maintenance');
+    await maintenance(timer, ctx);
+    const line = ctx.logs.find((l) => l.text.startsWith('maintenance:'))!.text;
+    expect(JSON.parse(line.slice('maintenance: '.length)).transfers).toMatchObject({ reconciled: 0 });
+    const r = await call('POST', 'transfers/reconcile', { olderThanMs: 0, limit: 5 });
+    expect(r).toMatchObject({ status: 200, body: { count: 0 } });
+  });
+
+  it.each([
+    ['not JSON', 'batch-1', 'malformed'],
+    ['wrong shape', { id: 'x' }, 'malformed'],
+    ['empty id', { batchId: '' }, 'malformed'],
+    ['id not a UUID', { batchId: 'batch-7' }, 'malformed'],
+    ['unknown batch', { batchId: '00000000-0000-0000-0000-000000000000' }, 'unknown_batch'],
+  ] as const)('stage and apply poison %s messages, changing nothing', async (_n, message, reason) => {
+    t.queues.clear();
+    const before = await snapshot(t.pool);
+    await transferStage(message, context('transferStage'));
+    await transferApply(message, context('transferApply'));
+    expect(await snapshot(t.pool)).toEqual(before);
+    expect(t.queues.poisoned.map((p) => [p.queue, p.entry.reason])).toEqual([
+      ['keel-transfer-stage', reason],
+      ['keel-transfer-apply', reason],
+    ]);
+  });
+
+  it('unknown transfer and unknown batch are 404', async () => {
+    expect((await call('POST', 'transfers/nope/start', {})).status).toBe(404);
+    const unknown = '6f9619ff-8b86-4d01-b42d-00cf4fc964ff';
+    expect((await call('GET', `transfers/batches/${unknown}`)).status).toBe(404);
+    expect((await call('POST', `transfers/batches/${unknown}/reconcile`, {})).status).toBe(404);
+    expect((await call('GET', 'transfers/batches/nope')).body).toMatchObject({ error: 'invalid_request', field: 'id' });
+    expect((await call('GET', 'transfers/batches?state=bogus')).body).toMatchObject({ error: 'invalid_request', field: 'state' });
+  });
+});
