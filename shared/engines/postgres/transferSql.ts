@@ -1,5 +1,5 @@
 // PostgreSQL side of the keel-v1 checksum (shared/transfer/checksum.ts) and the type mapping for transfers.
-import type { LogicalType } from '../../transfer/checksum.js';
+import { PG1_PREFIX, type ChecksumAlgorithm, type LogicalType } from '../../transfer/checksum.js';
 
 export function pgLogicalType(formatted: string): LogicalType | null {
   const t = formatted.toLowerCase();
@@ -37,21 +37,23 @@ export function pgCanonical(ref: string, type: LogicalType): string {
   }
 }
 
-// The keel-v1 row encoding of the given columns.
-export function pgRowEncoding(cols: { ref: string; type: LogicalType }[]): string {
-  const parts = cols.map(({ ref, type }) => {
-    const e = pgCanonical(ref, type);
-    return `(case when ${ref} is null then 'N' else 'V' || octet_length(${e}) || ':' || ${e} end)`;
-  });
-  return parts.join(' || ');
-}
-
 const TWO_64 = '18446744073709551616';
 
-// Aggregate: sum of the first 8 bytes of md5(row encoding) as uint64, modulo 2^64, as decimal text.
-export function pgChecksumAggregate(cols: { ref: string; type: LogicalType }[]): string {
-  const rowHash = `('x' || left(md5(${pgRowEncoding(cols)}), 16))::bit(64)::bigint::numeric`;
-  return `(mod(mod(coalesce(sum(${rowHash}), 0), ${TWO_64}) + ${TWO_64}, ${TWO_64}))::text`;
+// count(*) and the keel-v1 checksum of the given columns over `from ... where ...`: the canonical text of each
+// column, encoded as a PostgreSQL record literal (row(...)::text), hashed with md5, and the first 8 bytes summed
+// as uint64 modulo 2^64 (decimal text). See shared/transfer/checksum.ts for the definition.
+// keel-pg1 prints typed values: the session must run with these settings (transaction-local).
+export const PG_CHECKSUM_SETTINGS_SQL = `select set_config('timezone', 'UTC', true), set_config('datestyle', 'ISO, YMD', true),
+  set_config('bytea_output', 'hex', true), set_config('intervalstyle', 'postgres', true)`;
+
+export function pgChecksumQuery(cols: { ref: string; type: LogicalType }[], from: string, where: string, algorithm: ChecksumAlgorithm = 'keel-v1'): string {
+  const rowHash =
+    algorithm === 'keel-pg1'
+      ? `hashtextextended(row(${cols.map((c) => (c.type === 'decimal' ? `trim_scale(${c.ref})` : c.ref)).join(', ')})::text, 0)`
+      : `('x' || left(md5(row(${cols.map((c) => pgCanonical(c.ref, c.type)).join(', ')})::text), 16))::bit(64)::bigint`;
+  const prefix = algorithm === 'keel-pg1' ? `'${PG1_PREFIX}' || ` : '';
+  return `select count(*)::text as n, ${prefix}(mod(mod(coalesce(sum(${rowHash}), 0), ${TWO_64}) + ${TWO_64}, ${TWO_64}))::text as checksum
+            from ${from} where ${where}`;
 }
 
 export function pgCastFor(type: LogicalType): string {

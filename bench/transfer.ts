@@ -1,0 +1,246 @@
+// Transfer benchmark: rows/s for a PostgreSQL -> PostgreSQL transfer through Keel's full lifecycle (extract with
+// manifest, stage with verification, apply, purge), measured in the same run as the machine's physical limit
+// (COPY ... TO STDOUT piped into COPY ... FROM STDIN) and a naive row-by-row insert (on a sample, extrapolated).
+// Keel runs in a child process so its peak RSS is its own. Usage: npx tsx bench/transfer.ts --rows 1000000
+import pg from 'pg';
+import { to as copyTo, from as copyFrom } from 'pg-copy-streams';
+import { pipeline } from 'node:stream/promises';
+import { spawn } from 'node:child_process';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { startEmbeddedPostgres } from '../shared/engines/postgres/embedded.js';
+import { migrate } from '../shared/engines/postgres/migrate.js';
+import { PostgresTransferJournal } from '../shared/engines/postgres/transferJournal.js';
+import { PostgresTransferSource } from '../shared/engines/postgres/transferSource.js';
+import { PostgresTransferTarget } from '../shared/engines/postgres/transferTarget.js';
+import { parseTransfers } from '../shared/transfer/config.js';
+import { migratePostgresTarget } from '../shared/transfer/factory.js';
+import { TransferService } from '../shared/transfer/service.js';
+import { mkdtemp, copyFile, readdir } from 'node:fs/promises';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const repo = path.resolve(here, '..');
+
+const TABLE_DDL = (name: string) => `create table ${name} (
+  id bigint primary key,
+  customer text not null,
+  amount numeric(12,2),
+  placed_at timestamptz not null,
+  flag boolean not null,
+  note varchar(200))`;
+
+async function withClient<T>(url: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    return await fn(c);
+  } finally {
+    await c.end();
+  }
+}
+
+interface ChildArgs {
+  sourceUrl: string;
+  targetUrl: string;
+  controlUrl: string;
+  batchSize: number;
+  table: string;
+}
+
+// Runs in the child: the whole lifecycle for every row, batch after batch.
+async function keelChild(a: ChildArgs): Promise<Record<string, unknown>> {
+  const source = new pg.Pool({ connectionString: a.sourceUrl, max: 2 });
+  const target = new pg.Pool({ connectionString: a.targetUrl, max: 2 });
+  const control = new pg.Pool({ connectionString: a.controlUrl, max: 2 });
+  const [t] = parseTransfers([
+    {
+      name: `bench_${a.table}`,
+      source: { engine: 'postgres', connectionSetting: 'BENCH_SOURCE', table: 'public.orders' },
+      target: { engine: 'postgres', connectionSetting: 'BENCH_TARGET', table: `public.${a.table}` },
+      keyColumns: ['id'],
+      boundary: { column: 'id', kind: 'key' },
+      columns: ['id', 'customer', 'amount', 'placed_at', 'flag', 'note'].map((c) => ({ source: c, target: c })),
+      batchSize: a.batchSize,
+    },
+  ]);
+  const breakdownMs: Record<string, number> = {};
+  const trace = (phase: string, ms: number) => {
+    breakdownMs[phase] = Math.round((breakdownMs[phase] ?? 0) + ms);
+  };
+  const svc = new TransferService({
+    journal: new PostgresTransferJournal(control),
+    transfers: [t!],
+    connect: (tc) => ({ source: new PostgresTransferSource(tc, source, { trace }), target: new PostgresTransferTarget(tc, target, { trace }) }),
+  });
+  const phases = { extractMs: 0, stageAndApplyMs: 0 };
+  let rows = 0;
+  let batches = 0;
+  const started = performance.now();
+  for (;;) {
+    const t0 = performance.now();
+    const b = await svc.tryCreateBatch(t!.name);
+    if (!b) break;
+    const t1 = performance.now();
+    const v = await svc.run(b.batchId);
+    const t2 = performance.now();
+    if (v.state !== 'committed') throw new Error(`batch ${b.batchId} ended ${v.state}: ${v.lastError}`);
+    phases.extractMs += t1 - t0;
+    phases.stageAndApplyMs += t2 - t1;
+    rows += v.appliedCount ?? 0;
+    batches++;
+  }
+  const ms = performance.now() - started;
+  await svc.close();
+  await Promise.all([source.end(), target.end(), control.end()]);
+  return { rows, batches, ms: Math.round(ms), rowsPerSec: Math.round(rows / (ms / 1000)), extractMs: Math.round(phases.extractMs), stageAndApplyMs: Math.round(phases.stageAndApplyMs), breakdownMs, peakRssMB: Math.round(process.resourceUsage().maxRSS / 1024) };
+}
+
+function runChild(args: ChildArgs): Promise<Record<string, unknown>> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--child', JSON.stringify(args)], {
+      cwd: repo,
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.on('error', reject);
+    child.on('exit', (code) => {
+      if (code !== 0) return reject(new Error(`keel bench child exited ${code}: ${out}`));
+      const line = out.trim().split('\n').pop() ?? '';
+      resolve(JSON.parse(line));
+    });
+  });
+}
+
+export async function runTransferBench(opts: { rows: number; batchSizes?: number[]; naiveSample?: number; log?: (s: string) => void }): Promise<Record<string, unknown>> {
+  const log = opts.log ?? ((s: string) => process.stderr.write(`${s}\n`));
+  const rows = opts.rows;
+  const server = await startEmbeddedPostgres({ dataDir: path.join(await mkdtemp(path.join(os.tmpdir(), 'keel-bench-transfer-')), 'data'), fastUnsafe: true });
+  try {
+    for (const db of ['bench_source', 'bench_target', 'bench_control']) await withClient(server.url, (c) => c.query(`create database ${db}`));
+    const sourceUrl = server.urlFor('bench_source');
+    const targetUrl = server.urlFor('bench_target');
+    const controlUrl = server.urlFor('bench_control');
+    log(`transfer bench: generating ${rows} source rows`);
+    await withClient(sourceUrl, async (c) => {
+      await c.query(TABLE_DDL('public.orders'));
+      await c.query(
+        `insert into public.orders select n, 'customer-' || (n % 9973), round((n % 100000) * 1.37, 2), timestamptz '2026-01-01' + n * interval '1 second', n % 2 = 0,
+                case when n % 7 = 0 then null else 'order note ' || n end
+           from generate_series(1, $1::bigint) n`,
+        [rows],
+      );
+      await c.query('vacuum analyze public.orders');
+    });
+    const batchSizes = opts.batchSizes ?? [rows, Math.max(1, Math.ceil(rows / 10))];
+    await withClient(targetUrl, async (c) => {
+      await c.query(TABLE_DDL('public.copy_pipe'));
+      await c.query(TABLE_DDL('public.naive'));
+      for (let i = 0; i < batchSizes.length; i++) await c.query(TABLE_DDL(`public.keel_${i}`));
+    });
+    const controlPool = new pg.Pool({ connectionString: controlUrl, max: 1 });
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'keel-bench-journal-'));
+    for (const f of await readdir(path.join(repo, 'sql/postgres'))) {
+      const m = /^V(\d+)__/.exec(f);
+      if (m && Number(m[1]) >= 20 && Number(m[1]) <= 39) await copyFile(path.join(repo, 'sql/postgres', f), path.join(dir, f));
+    }
+    await migrate(controlPool, { dir, ledger: 'keel.transfer_bench_migrations' });
+    await controlPool.end();
+    const targetPool = new pg.Pool({ connectionString: targetUrl, max: 1 });
+    await migratePostgresTarget(targetPool);
+    await targetPool.end();
+
+    // 1. The physical limit: COPY TO STDOUT piped into COPY FROM STDIN (same target table definition).
+    log('transfer bench: COPY pipe');
+    const copy = await (async () => {
+      const src = new pg.Client({ connectionString: sourceUrl });
+      const dst = new pg.Client({ connectionString: targetUrl });
+      await src.connect();
+      await dst.connect();
+      const t0 = performance.now();
+      await pipeline(src.query(copyTo('copy public.orders to stdout')), dst.query(copyFrom('copy public.copy_pipe from stdin')));
+      const ms = performance.now() - t0;
+      await src.end();
+      await dst.end();
+      return { rows, ms: Math.round(ms), rowsPerSec: Math.round(rows / (ms / 1000)) };
+    })();
+
+    // 2. Naive: read rows, insert them one statement at a time (autocommit), on a sample.
+    const sample = Math.min(rows, opts.naiveSample ?? 20_000);
+    log(`transfer bench: naive row-by-row insert (${sample} rows, extrapolated)`);
+    const naive = await (async () => {
+      const src = new pg.Client({ connectionString: sourceUrl });
+      const dst = new pg.Client({ connectionString: targetUrl });
+      await src.connect();
+      await dst.connect();
+      const t0 = performance.now();
+      const res = await src.query(`select id, customer, amount, placed_at, flag, note from public.orders order by id limit $1`, [sample]);
+      for (const r of res.rows) {
+        await dst.query(`insert into public.naive (id, customer, amount, placed_at, flag, note) values ($1, $2, $3, $4, $5, $6)`, [r.id, r.customer, r.amount, r.placed_at, r.flag, r.note]);
+      }
+      const ms = performance.now() - t0;
+      await src.end();
+      await dst.end();
+      const rowsPerSec = Math.round(sample / (ms / 1000));
+      return { sampleRows: sample, sampleMs: Math.round(ms), rowsPerSec, extrapolatedMsForAllRows: Math.round((rows / rowsPerSec) * 1000) };
+    })();
+
+    // 3. Keel, in a child process per batch size (peak RSS measured there).
+    const keel: Record<string, unknown>[] = [];
+    for (let i = 0; i < batchSizes.length; i++) {
+      log(`transfer bench: Keel, batchSize ${batchSizes[i]}`);
+      const r = await runChild({ sourceUrl, targetUrl, controlUrl, batchSize: batchSizes[i]!, table: `keel_${i}` });
+      keel.push({ batchSize: batchSizes[i], ...r, vsCopy: Math.round((Number(r.rowsPerSec) / copy.rowsPerSec) * 1000) / 1000 });
+    }
+    const verify = await withClient(targetUrl, async (c) =>
+      (await c.query(`select (select count(*) from public.keel_0)::bigint as keel, (select count(*) from public.copy_pipe)::bigint as copy`)).rows[0],
+    );
+    if (Number(verify.keel) !== rows || Number(verify.copy) !== rows) throw new Error(`row counts differ: ${JSON.stringify(verify)}`);
+    const best = keel[0]!;
+    const ratio = Number(best.rowsPerSec) / copy.rowsPerSec;
+    return {
+      benchmark: 'transfer pg->pg',
+      rows,
+      machine: { cpus: os.cpus().length, node: process.version },
+      server: 'embedded PostgreSQL, fsync off (same server, separate databases)',
+      copyPipe: copy,
+      naiveRowByRow: naive,
+      keel,
+      keelVsCopy: Math.round(ratio * 1000) / 1000, // one batch for all rows; per batch size in keel[].vsCopy
+      keelVsNaive: Math.round((Number(best.rowsPerSec) / naive.rowsPerSec) * 10) / 10,
+      peakRssMB: Math.max(...keel.map((k) => Number(k.peakRssMB))),
+      target: { keelVsCopyAtLeast: 0.4, peakRssUnderMB: 300 },
+    };
+  } finally {
+    await server.stop();
+  }
+}
+
+const isMain = process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url);
+if (isMain) {
+  const argv = process.argv.slice(2);
+  if (argv[0] === '--child') {
+    keelChild(JSON.parse(argv[1]!) as ChildArgs)
+      .then((r) => {
+        process.stdout.write(`${JSON.stringify(r)}\n`);
+        process.exit(0);
+      })
+      .catch((err) => {
+        process.stderr.write(`${(err as Error).stack}\n`);
+        process.exit(1);
+      });
+  } else {
+    const i = argv.indexOf('--rows');
+    const rows = i >= 0 ? Number(argv[i + 1]) : 1_000_000;
+    runTransferBench({ rows })
+      .then((r) => {
+        process.stdout.write(`${JSON.stringify(r, null, 2)}\n`);
+        process.exit(0);
+      })
+      .catch((err) => {
+        process.stderr.write(`${(err as Error).stack}\n`);
+        process.exit(1);
+      });
+  }
+}

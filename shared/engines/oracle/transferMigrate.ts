@@ -1,0 +1,71 @@
+// Applies sql/oracle/V<n>__<name>.sql to an Oracle target: each file is split into blocks on lines holding only
+// "/", each block runs as one statement, and applied files are recorded in KEEL_TRANSFER_MIGRATIONS (version,
+// name, checksum). A file that changed after it was applied is refused. DDL commits implicitly in Oracle, so
+// run this from one place at a time (deploy step or startup of a single instance); the blocks are idempotent.
+// NOT RUN HERE: exercised by test/transfer/oracle.test.ts when KEEL_TEST_ORACLE_URL is set.
+import oracledb from 'oracledb';
+import { readdir, readFile } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
+import path from 'node:path';
+
+const FILE_PATTERN = /^V(\d+)__([A-Za-z0-9_]+)\.sql$/;
+
+export function splitOracleBlocks(script: string): string[] {
+  const blocks: string[] = [];
+  let current: string[] = [];
+  for (const line of script.split(/\r?\n/)) {
+    if (line.trim() === '/') {
+      const text = current.join('\n').trim();
+      if (text && !isOnlyComments(text)) blocks.push(text);
+      current = [];
+    } else current.push(line);
+  }
+  const rest = current.join('\n').trim();
+  if (rest && !isOnlyComments(rest)) throw new Error('an Oracle migration block must end with a line holding only "/"');
+  return blocks;
+}
+
+function isOnlyComments(text: string): boolean {
+  return text.split('\n').every((l) => l.trim() === '' || l.trim().startsWith('--'));
+}
+
+export async function migrateOracleTarget(conn: oracledb.Connection, dir: string): Promise<string[]> {
+  try {
+    await conn.execute(`CREATE TABLE KEEL_TRANSFER_MIGRATIONS (VERSION NUMBER(10) PRIMARY KEY, NAME VARCHAR2(200) NOT NULL, CHECKSUM VARCHAR2(64) NOT NULL, APPLIED_AT TIMESTAMP DEFAULT SYSTIMESTAMP NOT NULL)`);
+  } catch (err) {
+    if ((err as { errorNum?: number }).errorNum !== 955) throw err;
+  }
+  const done = new Map<number, string>();
+  const rows = await conn.execute<[number, string]>(`SELECT VERSION, CHECKSUM FROM KEEL_TRANSFER_MIGRATIONS`, [], { outFormat: oracledb.OUT_FORMAT_ARRAY });
+  for (const r of rows.rows ?? []) done.set(Number(r[0]), String(r[1]));
+  const applied: string[] = [];
+  const files = (await readdir(dir)).filter((f) => f.endsWith('.sql')).sort((a, b) => Number(FILE_PATTERN.exec(a)?.[1] ?? 0) - Number(FILE_PATTERN.exec(b)?.[1] ?? 0));
+  for (const file of files) {
+    const m = FILE_PATTERN.exec(file);
+    if (!m) throw new Error(`Oracle migration ${file} must be named V<number>__<name>.sql`);
+    const text = await readFile(path.join(dir, file), 'utf8');
+    const checksum = createHash('sha256').update(text).digest('hex');
+    const version = Number(m[1]);
+    const previous = done.get(version);
+    if (previous !== undefined) {
+      if (previous !== checksum) throw new Error(`Oracle migration ${file} changed after it was applied; add a new migration instead`);
+      continue;
+    }
+    for (const block of splitOracleBlocks(text)) {
+      try {
+        await conn.execute(block);
+      } catch (err) {
+        throw new Error(`Oracle migration ${file} failed: ${(err as Error).message}\n--- block ---\n${block.slice(0, 400)}`, { cause: err });
+      }
+    }
+    // CREATE PACKAGE succeeds with compilation errors (ORA-24344 is a warning in thin mode): check validity.
+    const invalid = await conn.execute<[string, string]>(`SELECT OBJECT_NAME, OBJECT_TYPE FROM USER_OBJECTS WHERE OBJECT_NAME = 'KEEL_TRANSFER' AND STATUS <> 'VALID'`, [], { outFormat: oracledb.OUT_FORMAT_ARRAY });
+    if ((invalid.rows ?? []).length > 0) {
+      const errs = await conn.execute<[string, number, string]>(`SELECT NAME, LINE, TEXT FROM USER_ERRORS WHERE NAME = 'KEEL_TRANSFER' ORDER BY SEQUENCE`, [], { outFormat: oracledb.OUT_FORMAT_ARRAY });
+      throw new Error(`Oracle migration ${file}: KEEL_TRANSFER is invalid: ${(errs.rows ?? []).map((e) => `line ${e[1]}: ${e[2]}`).join('; ')}`);
+    }
+    await conn.execute(`INSERT INTO KEEL_TRANSFER_MIGRATIONS (VERSION, NAME, CHECKSUM) VALUES (:v, :n, :c)`, { v: version, n: m[2], c: checksum }, { autoCommit: true });
+    applied.push(file);
+  }
+  return applied;
+}

@@ -1,0 +1,199 @@
+// PostgreSQL transfer source: schema, windows, manifest (count + keel-v1 checksum computed by the server),
+// rows streamed through a server-side cursor, and a COPY TO STDOUT fast path for PostgreSQL targets.
+import type pg from 'pg';
+import { to as copyTo } from 'pg-copy-streams';
+import type { Readable } from 'node:stream';
+import type { CanonicalRow, ChecksumAlgorithm } from '../../transfer/checksum.js';
+import type { TransferConfig } from '../../transfer/config.js';
+import { resolvedNames } from '../../transfer/config.js';
+import { qualifiedPg, quotePg } from '../../transfer/identifiers.js';
+import { buildSourceSchema, mappedColumns } from '../../transfer/schema.js';
+import type { Manifest, SourceAdapter, SourceSchema, Window } from '../../transfer/types.js';
+import { PG_CHECKSUM_SETTINGS_SQL, pgCanonical, pgCastFor, pgChecksumQuery, pgLogicalType } from './transferSql.js';
+
+export class PostgresTransferSource implements SourceAdapter {
+  readonly engine = 'postgres' as const;
+  private readonly from: string;
+
+  constructor(
+    private readonly t: TransferConfig,
+    private readonly pool: pg.Pool,
+    private readonly opts: { ownsPool?: boolean; trace?: (phase: string, ms: number) => void } = {},
+  ) {
+    const names = resolvedNames(t);
+    // A configured query is trusted configuration (like a view definition), wrapped as a derived table.
+    this.from = names.sourceTable ? qualifiedPg(names.sourceTable) : `(${t.source.query}) as keel_src`;
+  }
+
+  async readSchema(): Promise<SourceSchema> {
+    const found = new Map<string, string>();
+    const names = resolvedNames(this.t);
+    if (names.sourceTable) {
+      const res = await this.pool.query(
+        `select a.attname::text as name, format_type(a.atttypid, a.atttypmod) as type
+           from pg_attribute a where a.attrelid = to_regclass($1) and a.attnum > 0 and not a.attisdropped`,
+        [qualifiedPg(names.sourceTable)],
+      );
+      for (const r of res.rows) found.set(r.name, r.type);
+    } else {
+      const probe = await this.pool.query({ text: `select * from ${this.from} limit 0`, rowMode: 'array' });
+      const oids = probe.fields.map((f) => f.dataTypeID);
+      const types = await this.pool.query(`select o::int as oid, format_type(o, null) as type from unnest($1::oid[]) as o`, [oids]);
+      const byOid = new Map<number, string>(types.rows.map((r) => [Number(r.oid), String(r.type)]));
+      for (const f of probe.fields) found.set(f.name, byOid.get(f.dataTypeID) ?? `oid ${f.dataTypeID}`);
+    }
+    return buildSourceSchema(this.t, found, pgLogicalType, (_declared, logical) =>
+      this.t.boundary.kind === 'key' ? logical === 'int' : this.t.boundary.kind === 'timestamp' ? logical === 'timestamp' || logical === 'timestamptz' : false,
+    );
+  }
+
+  private boundaryType(schema: SourceSchema) {
+    const col = schema.columns.find((c) => c.name === this.t.boundary.column)!;
+    return col.logical;
+  }
+
+  // (low, high] predicate; values as bind parameters starting at $first.
+  private windowPredicate(w: Window, schema: SourceSchema, first: number): { sql: string; params: string[] } {
+    const b = quotePg(this.t.boundary.column);
+    const cast = pgCastFor(this.boundaryType(schema));
+    const params: string[] = [];
+    const parts: string[] = [];
+    if (w.low !== null) {
+      params.push(w.low);
+      parts.push(`${b} > $${first + params.length - 1}::${cast}`);
+    }
+    params.push(w.high);
+    parts.push(`${b} <= $${first + params.length - 1}::${cast}`);
+    return { sql: parts.join(' and '), params };
+  }
+
+  async nextWindow(low: string | null, maxRows: number): Promise<Window | null> {
+    const schema = await this.readSchema();
+    const logical = this.boundaryType(schema);
+    const b = quotePg(this.t.boundary.column);
+    const cast = pgCastFor(logical);
+    const conds: string[] = [`${b} is not null`];
+    const params: unknown[] = [];
+    if (low !== null) {
+      params.push(low);
+      conds.push(`${b} > $${params.length}::${cast}`);
+    }
+    if (this.t.boundary.kind === 'timestamp') {
+      params.push(this.t.boundary.settleMs);
+      conds.push(`${b} <= now() - make_interval(secs => $${params.length}::double precision / 1000)`);
+    }
+    params.push(maxRows);
+    // A key window on a single unique integer key: (low, min(first + maxRows - 1, last)] holds at most maxRows rows
+    // and is found from the two ends of the index, without walking maxRows entries.
+    const uniqueIntegerKey = this.t.boundary.kind === 'key' && this.t.keyColumns.length === 1 && this.t.keyColumns[0] === this.t.boundary.column;
+    const res = uniqueIntegerKey
+      ? await this.pool.query(
+          `select (least(min(${b}) + ($${params.length}::bigint - 1), max(${b})))::text as high from ${this.from} where ${conds.join(' and ')}`,
+          params,
+        )
+      : await this.pool.query(
+          `select ${pgCanonical('max(b)', logical)} as high from (select ${b} as b from ${this.from} where ${conds.join(' and ')} order by ${b} limit $${params.length}) s`,
+          params,
+        );
+    const high = res.rows[0]?.high as string | null | undefined;
+    if (high === null || high === undefined) return null;
+    return { kind: this.t.boundary.kind, low, high };
+  }
+
+  async manifest(w: Window, schema: SourceSchema, algorithm: ChecksumAlgorithm): Promise<Manifest> {
+    const cols = mappedColumns(this.t, schema).map((c) => ({ ref: quotePg(c.source), type: c.logical }));
+    const pred = this.windowPredicate(w, schema, 1);
+    const client = await this.pool.connect();
+    const onError = () => undefined; // a connection lost mid-statement also surfaces as an 'error' event
+    client.on('error', onError);
+    try {
+      // One statement (one snapshot) for count and checksum, under the fixed output settings.
+      const started = performance.now();
+      await client.query('begin read only');
+      await client.query(PG_CHECKSUM_SETTINGS_SQL);
+      const res = await client.query(pgChecksumQuery(cols, this.from, pred.sql, algorithm), pred.params);
+      await client.query('commit');
+      this.opts.trace?.('extract.manifest', performance.now() - started);
+      return { rowCount: Number(res.rows[0].n), checksum: String(res.rows[0].checksum) };
+    } catch (err) {
+      await client.query('rollback').catch(() => undefined);
+      throw err;
+    } finally {
+      client.off('error', onError);
+      client.release();
+    }
+  }
+
+  async *streamRows(w: Window, schema: SourceSchema, chunkSize: number): AsyncIterable<CanonicalRow[]> {
+    const cols = mappedColumns(this.t, schema).map((c) => pgCanonical(quotePg(c.source), c.logical));
+    const pred = this.windowPredicate(w, schema, 1);
+    const client = await this.pool.connect();
+    const onError = () => undefined; // a connection lost mid-statement also surfaces as an 'error' event
+    client.on('error', onError);
+    let failed: Error | undefined;
+    try {
+      await client.query('begin isolation level repeatable read read only');
+      await client.query({ text: `declare keel_cur no scroll cursor for select ${cols.join(', ')} from ${this.from} where ${pred.sql}`, values: pred.params });
+      for (;;) {
+        const res = await client.query({ text: `fetch forward ${Math.trunc(chunkSize)} from keel_cur`, rowMode: 'array' });
+        if (res.rows.length === 0) break;
+        yield res.rows as CanonicalRow[];
+      }
+      await client.query('commit');
+    } catch (err) {
+      failed = err as Error;
+      throw err;
+    } finally {
+      if (failed) await client.query('rollback').catch(() => undefined);
+      else await client.query('rollback').catch(() => undefined); // no-op after commit; ends an abandoned cursor
+      if (!failed) client.off('error', onError);
+      client.release(failed);
+    }
+  }
+
+  async copyOut(w: Window, schema: SourceSchema, format: 'text' | 'binary'): Promise<{ stream: Readable; release: (err?: Error) => Promise<void> }> {
+    const cols = mappedColumns(this.t, schema).map((c) => quotePg(c.source));
+    const b = quotePg(this.t.boundary.column);
+    const cast = pgCastFor(this.boundaryType(schema));
+    const client = await this.pool.connect();
+    const onError = () => undefined; // a connection lost mid-statement also surfaces as an 'error' event
+    client.on('error', onError);
+    try {
+      await client.query('begin isolation level repeatable read read only');
+      // COPY takes no bind parameters: the window travels in transaction-local settings, read by current_setting().
+      await client.query(
+        `select set_config('timezone', 'UTC', true), set_config('datestyle', 'ISO, YMD', true), set_config('bytea_output', 'hex', true),
+                set_config('keel.w_low', coalesce($1, ''), true), set_config('keel.w_high', $2, true)`,
+        [w.low, w.high],
+      );
+      const lowPred = w.low === null ? '' : `${b} > current_setting('keel.w_low')::${cast} and `;
+      const stream = client.query(
+        copyTo(`copy (select ${cols.join(', ')} from ${this.from} where ${lowPred}${b} <= current_setting('keel.w_high')::${cast}) to stdout${format === 'binary' ? ' (format binary)' : ''}`),
+      );
+      let released = false;
+      return {
+        stream,
+        release: async (err?: Error) => {
+          if (released) return;
+          released = true;
+          if (err) {
+            await client.query('rollback').catch(() => undefined);
+      client.release(err);
+          } else {
+            await client.query('commit').catch(() => undefined);
+            client.off('error', onError);
+      client.release();
+          }
+        },
+      };
+    } catch (err) {
+      await client.query('rollback').catch(() => undefined);
+      client.release(err as Error);
+      throw err;
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.opts.ownsPool) await this.pool.end();
+  }
+}

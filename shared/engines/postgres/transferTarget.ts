@@ -1,0 +1,240 @@
+// PostgreSQL transfer target: staging with COPY FROM STDIN in one transaction (bounded memory: rows are
+// streamed with backpressure), verification of count + keel-v1 checksum + duplicate keys by the server before
+// the staging commits, apply through keel_transfer.apply_batch, reconcile through keel_transfer.try_claim.
+import type pg from 'pg';
+import { from as copyFrom } from 'pg-copy-streams';
+import { once } from 'node:events';
+import { pipeline } from 'node:stream/promises';
+import { algorithmOf, type CanonicalRow, type LogicalType } from '../../transfer/checksum.js';
+import type { TransferConfig } from '../../transfer/config.js';
+import { resolvedNames } from '../../transfer/config.js';
+import { TransferError } from '../../transfer/errors.js';
+import { quotePg } from '../../transfer/identifiers.js';
+import { mappedColumns } from '../../transfer/schema.js';
+import type { ApplyResult, ReconcileOutcome, RowFeed, SourceSchema, StageRequest, StageResult, TargetAdapter } from '../../transfer/types.js';
+import { PG_CHECKSUM_SETTINGS_SQL, pgChecksumQuery, pgLogicalType } from './transferSql.js';
+
+// SQLSTATEs raised by sql/postgres/target/V001 (structured codes, never message text).
+const KT_CONFLICT = 'KT001';
+const KT_NOT_STAGED = 'KT002';
+const KT_MERGE_COUNT = 'KT003';
+const KT_STAGING_SHAPE = 'KT004';
+
+function pgCode(err: unknown): string | undefined {
+  const c = (err as { code?: unknown } | null)?.code;
+  return typeof c === 'string' ? c : undefined;
+}
+
+// COPY text format: backslash, tab, newline and carriage return escaped; NULL is \N.
+function copyField(v: string | null, type: LogicalType): string {
+  if (v === null) return '\\N';
+  const s = type === 'bytes' ? `\\x${v}` : v;
+  return s.replace(/[\\\t\n\r]/g, (ch) => (ch === '\\' ? '\\\\' : ch === '\t' ? '\\t' : ch === '\n' ? '\\n' : '\\r'));
+}
+
+export class PostgresTransferTarget implements TargetAdapter {
+  readonly engine = 'postgres' as const;
+  readonly acceptsPgCopy = true;
+  readonly stagingTable: string;
+  private readonly targetSchema: string | null;
+  private readonly targetTable: string;
+  private targetTypes = new Map<string, string>(); // target column -> declared type (from prepare)
+
+  constructor(
+    private readonly t: TransferConfig,
+    private readonly pool: pg.Pool,
+    private readonly opts: { ownsPool?: boolean; trace?: (phase: string, ms: number) => void } = {},
+  ) {
+    const n = resolvedNames(t).targetTable;
+    this.targetSchema = n.schema;
+    this.targetTable = n.name;
+    this.stagingTable = `stg_${t.name}`;
+  }
+
+  async prepare(schema: SourceSchema): Promise<void> {
+    const mapped = mappedColumns(this.t, schema);
+    const qualified = this.targetSchema ? `${quotePg(this.targetSchema)}.${quotePg(this.targetTable)}` : quotePg(this.targetTable);
+    const res = await this.pool.query(
+      `select a.attname::text as name, format_type(a.atttypid, a.atttypmod) as type
+         from pg_attribute a where a.attrelid = to_regclass($1) and a.attnum > 0 and not a.attisdropped`,
+      [qualified],
+    );
+    if (res.rowCount === 0) throw new TransferError('target_incompatible', `transfer ${this.t.name}: target table ${this.t.target.table} does not exist`);
+    const types = new Map<string, string>(res.rows.map((r) => [r.name, r.type]));
+    this.targetTypes = types;
+    for (const c of mapped) {
+      const declared = types.get(c.target);
+      if (!declared) throw new TransferError('target_incompatible', `transfer ${this.t.name}: target column ${c.target} does not exist in ${this.t.target.table}`);
+      const logical = pgLogicalType(declared);
+      if (logical !== c.logical) {
+        throw new TransferError('target_incompatible', `transfer ${this.t.name}: target column ${c.target} (${declared}) cannot hold source column ${c.source} (${c.type})`);
+      }
+    }
+    const keys = this.targetKeys();
+    const idx = await this.pool.query(
+      `select 1 from pg_index i
+        where i.indrelid = to_regclass($1) and i.indisunique and i.indpred is null and i.indexprs is null
+          and (select array_agg(a.attname::text order by a.attname) from pg_attribute a where a.attrelid = i.indrelid and a.attnum = any(i.indkey))
+              = (select array_agg(k order by k) from unnest($2::text[]) k)`,
+      [qualified, keys],
+    );
+    if (idx.rowCount === 0) {
+      throw new TransferError('target_incompatible', `transfer ${this.t.name}: target table ${this.t.target.table} needs a unique index or primary key on exactly (${keys.join(', ')})`);
+    }
+    try {
+      await this.pool.query(`select keel_transfer.ensure_staging($1, $2, $3, $4::text[])`, [this.t.name, this.targetSchema, this.targetTable, mapped.map((c) => c.target)]);
+    } catch (err) {
+      if (pgCode(err) === KT_STAGING_SHAPE) throw new TransferError('target_incompatible', (err as Error).message);
+      throw err;
+    }
+  }
+
+  private targetKeys(): string[] {
+    return this.t.keyColumns.map((k) => this.t.columns.find((c) => c.source === k)!.target);
+  }
+
+  async stage(req: StageRequest, feed: RowFeed): Promise<StageResult> {
+    const mapped = mappedColumns(this.t, req.schema);
+    const stg = `keel_transfer.${quotePg(this.stagingTable)}`;
+    const client = await this.pool.connect();
+    const onError = () => undefined; // a connection lost mid-statement also surfaces as an 'error' event
+    client.on('error', onError);
+    let broken: Error | undefined;
+    try {
+      await client.query('begin');
+      await client.query(PG_CHECKSUM_SETTINGS_SQL);
+      await client.query(`select set_config('keel.batch_id', $1, true)`, [req.batchId]);
+      let opened: string;
+      try {
+        opened = (await client.query(`select keel_transfer.begin_stage($1, $2, $3, $4) as r`, [req.batchId, req.transfer, req.manifest.rowCount, req.manifest.checksum])).rows[0].r;
+      } catch (err) {
+        if (pgCode(err) === KT_CONFLICT) throw new TransferError('staging_conflict', (err as Error).message, { batchId: req.batchId });
+        throw err;
+      }
+      if (opened === 'already_staged') {
+        await client.query('commit');
+        return { outcome: 'already_staged', rowCount: req.manifest.rowCount, checksum: req.manifest.checksum };
+      }
+
+      const columnList = mapped.map((c) => quotePg(c.target)).join(', ');
+      let mark = performance.now();
+      const lap = (phase: string) => {
+        const now = performance.now();
+        this.opts.trace?.(phase, now - mark);
+        mark = now;
+      };
+      // Binary COPY when every column has the same declared type on both sides (no text formatting or
+      // parsing); text otherwise, which converts between compatible types (e.g. integer -> bigint).
+      const binary = feed.kind === 'pgcopy' && mapped.every((c) => this.targetTypes.get(c.target)?.toLowerCase() === c.type.toLowerCase());
+      const sink = client.query(copyFrom(`copy ${stg} (${columnList}) from stdin${binary ? ' (format binary)' : ''}`));
+      if (feed.kind === 'pgcopy') {
+        const src = await feed.open(binary ? 'binary' : 'text');
+        try {
+          await pipeline(src.stream, sink);
+          await src.release();
+        } catch (err) {
+          await src.release(err as Error);
+          throw err;
+        }
+      } else {
+        const types = mapped.map((c) => c.logical);
+        try {
+          for await (const chunk of feed.rows) {
+            let buf = '';
+            for (const row of chunk) {
+              for (let i = 0; i < types.length; i++) {
+                if (i > 0) buf += '\t';
+                buf += copyField(row[i] ?? null, types[i]!);
+              }
+              buf += '\n';
+            }
+            if (!sink.write(buf)) await once(sink, 'drain');
+          }
+          sink.end();
+          await once(sink, 'finish');
+        } catch (err) {
+          sink.destroy(err as Error);
+          throw err;
+        }
+      }
+
+      lap('stage.copy');
+      // The staging table was just filled in this transaction and has no statistics, so the planner would think the
+      // verification scans are tiny and run them in one process: make parallel workers free for these two queries.
+      await client.query(
+        `select set_config('parallel_setup_cost', '0', true), set_config('parallel_tuple_cost', '0', true), set_config('min_parallel_table_scan_size', '0', true)`,
+      );
+      const keyRefs = this.targetKeys().map(quotePg);
+      const dup = await client.query(
+        `select ${keyRefs.map((k) => `${k}::text`).join(` || ', ' || `)} as k from ${stg} where keel_batch_id = $1 group by ${keyRefs.join(', ')} having count(*) > 1 limit 3`,
+        [req.batchId],
+      );
+      if ((dup.rowCount ?? 0) > 0) {
+        throw new TransferError('duplicate_keys', `batch ${req.batchId}: duplicate keys within the batch (${dup.rows.map((r) => `(${r.k})`).join(', ')})`, { keys: dup.rows.map((r) => r.k) });
+      }
+      lap('stage.duplicateCheck');
+      const sums = await client.query(
+        pgChecksumQuery(mapped.map((c) => ({ ref: quotePg(c.target), type: c.logical })), stg, 'keel_batch_id = $1', algorithmOf(req.manifest.checksum)),
+        [req.batchId],
+      );
+      const rowCount = Number(sums.rows[0].n);
+      const checksum = String(sums.rows[0].checksum);
+      if (rowCount !== req.manifest.rowCount || checksum !== req.manifest.checksum) {
+        throw new TransferError(
+          'manifest_mismatch',
+          `batch ${req.batchId}: staged ${rowCount} rows (checksum ${checksum}) but the manifest says ${req.manifest.rowCount} rows (checksum ${req.manifest.checksum}); the source window changed after extraction`,
+          { stagedCount: rowCount, stagedChecksum: checksum },
+        );
+      }
+      lap('stage.checksum');
+      await client.query(`select keel_transfer.finish_stage($1, $2, $3)`, [req.batchId, rowCount, checksum]);
+      await client.query('commit');
+      lap('stage.commit');
+      return { outcome: 'staged', rowCount, checksum };
+    } catch (err) {
+      if (!(err instanceof TransferError)) broken = err as Error;
+      await client.query('rollback').catch(() => undefined);
+      throw err;
+    } finally {
+      if (!broken) client.off('error', onError);
+      client.release(broken);
+    }
+  }
+
+  async apply(req: StageRequest): Promise<ApplyResult> {
+    const mapped = mappedColumns(this.t, req.schema);
+    const started = performance.now();
+    try {
+      const res = await this.pool.query(
+        `select outcome, row_count::text as row_count, checksum from keel_transfer.apply_batch($1, $2, $3, $4, $5, $6::text[], $7::text[], $8, $9)`,
+        [req.batchId, req.transfer, this.targetSchema, this.targetTable, this.stagingTable, mapped.map((c) => c.target), this.targetKeys(), req.manifest.rowCount, req.manifest.checksum],
+      );
+      const r = res.rows[0];
+      this.opts.trace?.('apply', performance.now() - started);
+      return { outcome: r.outcome, rowCount: Number(r.row_count), checksum: String(r.checksum) };
+    } catch (err) {
+      if (pgCode(err) === KT_NOT_STAGED) throw new TransferError('not_staged', (err as Error).message);
+      if (pgCode(err) === KT_CONFLICT) throw new TransferError('staging_conflict', (err as Error).message);
+      if (pgCode(err) === KT_MERGE_COUNT) throw new TransferError('target_incompatible', (err as Error).message);
+      throw err;
+    }
+  }
+
+  async reconcile(req: StageRequest, waitMs: number): Promise<ReconcileOutcome> {
+    const res = await this.pool.query(`select outcome, row_count::text as row_count, checksum, staged from keel_transfer.try_claim($1, $2)`, [req.batchId, waitMs]);
+    const r = res.rows[0];
+    if (r.outcome === 'committed') return { outcome: 'committed', rowCount: Number(r.row_count), checksum: String(r.checksum), via: 'completion_row' };
+    if (r.outcome === 'not_applied') return { outcome: 'not_applied', staged: Boolean(r.staged), via: 'claim_obtained' };
+    return { outcome: 'blocked', reason: `the claim on batch ${req.batchId} is held by an open transaction on the target (waited ${waitMs} ms)` };
+  }
+
+  async purgeStaged(batchId: string): Promise<void> {
+    const started = performance.now();
+    await this.pool.query(`select keel_transfer.purge_staged($1, $2)`, [batchId, this.stagingTable]);
+    this.opts.trace?.('purge', performance.now() - started);
+  }
+
+  async close(): Promise<void> {
+    if (this.opts.ownsPool) await this.pool.end();
+  }
+}

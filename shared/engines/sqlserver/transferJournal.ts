@@ -1,0 +1,179 @@
+// SQL Server implementation of the transfer journal (keel.TransferBatches / keel.TransferBatchEvents and the
+// procedures in sql/sqlserver/V020__TransferJournal.sql).
+// NOT RUN HERE: exercised by test/transfer/sqlserver.test.ts when KEEL_TEST_MSSQL_URL is set.
+import sql from 'mssql';
+import { TransferError } from '../../transfer/errors.js';
+import type { BatchEvent, BatchFilter, BatchPatch, BatchRecord, NewBatch, TransferJournal } from '../../transfer/journal.js';
+import type { BatchState, SchemaColumn } from '../../transfer/types.js';
+import type { SqlServerPool } from './pool.js';
+
+const COLUMNS = `BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
+  ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetLtxid,
+  CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt`;
+
+const num = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
+const OPEN = "('extracting','staged','applying','unresolved')";
+
+function toRecord(r: Record<string, unknown>): BatchRecord {
+  return {
+    batchId: String(r.BatchId).toLowerCase(),
+    transferName: String(r.TransferName),
+    state: r.State as BatchState,
+    attempts: Number(r.Attempts),
+    boundaryKind: r.BoundaryKind as BatchRecord['boundaryKind'],
+    boundaryLow: (r.BoundaryLow as string | null) ?? null,
+    boundaryHigh: String(r.BoundaryHigh),
+    schemaHash: String(r.SchemaHash).trim(),
+    schemaColumns: JSON.parse(String(r.SchemaColumns)) as SchemaColumn[],
+    rowCount: num(r.ManifestRows),
+    checksum: (r.ManifestChecksum as string | null) ?? null,
+    stagedCount: num(r.StagedRows),
+    stagedChecksum: (r.StagedChecksum as string | null) ?? null,
+    appliedCount: num(r.AppliedRows),
+    lastError: (r.LastError as string | null) ?? null,
+    lastErrorCode: (r.LastErrorCode as string | null) ?? null,
+    targetLtxid: (r.TargetLtxid as string | null) ?? null,
+    createdAt: r.CreatedAt as Date,
+    updatedAt: r.UpdatedAt as Date,
+    extractedAt: (r.ExtractedAt as Date | null) ?? null,
+    stagedAt: (r.StagedAt as Date | null) ?? null,
+    applyStartedAt: (r.ApplyStartedAt as Date | null) ?? null,
+    committedAt: (r.CommittedAt as Date | null) ?? null,
+    failedAt: (r.FailedAt as Date | null) ?? null,
+  };
+}
+
+export class SqlServerTransferJournal implements TransferJournal {
+  constructor(private readonly pool: SqlServerPool) {}
+
+  async insertBatch(b: NewBatch): Promise<BatchRecord> {
+    const req = await this.pool.request();
+    req.input('BatchId', sql.UniqueIdentifier, b.batchId);
+    req.input('TransferName', sql.NVarChar(64), b.transferName);
+    req.input('BoundaryKind', sql.VarChar(12), b.boundaryKind);
+    req.input('BoundaryLow', sql.NVarChar(64), b.boundaryLow);
+    req.input('BoundaryHigh', sql.NVarChar(64), b.boundaryHigh);
+    req.input('SchemaHash', sql.Char(64), b.schemaHash);
+    req.input('SchemaColumns', sql.NVarChar(sql.MAX), JSON.stringify(b.schemaColumns));
+    req.input('Detail', sql.NVarChar(sql.MAX), JSON.stringify({ low: b.boundaryLow, high: b.boundaryHigh, schemaHash: b.schemaHash }));
+    const res = await req.execute<{ Inserted: boolean }>('keel.TransferBatchInsert');
+    if (!res.recordset[0]?.Inserted) {
+      const { open } = await this.lastForTransfer(b.transferName);
+      if (open) throw new TransferError('open_batch_exists', `transfer ${b.transferName} already has an open batch ${open.batchId} (${open.state}); finish, reconcile or fail it first`, { batchId: open.batchId });
+      throw new TransferError('window_taken', `transfer ${b.transferName}: a live batch already covers the window (${b.boundaryLow ?? '-inf'}, ${b.boundaryHigh}]`);
+    }
+    const rec = await this.get(b.batchId);
+    if (!rec) throw new Error(`batch ${b.batchId} vanished after insert`);
+    return rec;
+  }
+
+  async lastForTransfer(transferName: string) {
+    const req = await this.pool.request();
+    req.input('t', sql.NVarChar(64), transferName);
+    const res = await req.query(
+      `SELECT TOP (1) ${COLUMNS} FROM keel.TransferBatches WHERE TransferName = @t AND State IN ${OPEN};
+       SELECT TOP (1) ${COLUMNS} FROM keel.TransferBatches WHERE TransferName = @t AND State = 'committed' ORDER BY Seq DESC;`,
+    );
+    const sets = res.recordsets as unknown as Record<string, unknown>[][];
+    const open = sets[0]?.[0];
+    const last = sets[1]?.[0];
+    return { open: open ? toRecord(open) : null, lastCommitted: last ? toRecord(last) : null };
+  }
+
+  async get(batchId: string): Promise<BatchRecord | null> {
+    const req = await this.pool.request();
+    req.input('id', sql.UniqueIdentifier, batchId);
+    const res = await req.query(`SELECT ${COLUMNS} FROM keel.TransferBatches WHERE BatchId = @id`);
+    const r = res.recordset[0] as Record<string, unknown> | undefined;
+    return r ? toRecord(r) : null;
+  }
+
+  async list(f: BatchFilter): Promise<BatchRecord[]> {
+    const req = await this.pool.request();
+    req.input('t', sql.NVarChar(64), f.transfer ?? null);
+    req.input('s', sql.VarChar(12), f.state ?? null);
+    req.input('after', sql.UniqueIdentifier, f.afterId ?? null);
+    req.input('n', sql.Int, Math.max(1, Math.min(f.limit, 1000)));
+    const res = await req.query(
+      `SELECT TOP (@n) ${COLUMNS} FROM keel.TransferBatches
+        WHERE (@t IS NULL OR TransferName = @t) AND (@s IS NULL OR State = @s)
+          AND (@after IS NULL OR Seq < (SELECT Seq FROM keel.TransferBatches WHERE BatchId = @after))
+        ORDER BY Seq DESC`,
+    );
+    return (res.recordset as Record<string, unknown>[]).map(toRecord);
+  }
+
+  async events(batchId: string): Promise<BatchEvent[]> {
+    const req = await this.pool.request();
+    req.input('id', sql.UniqueIdentifier, batchId);
+    const res = await req.query(`SELECT EventId, BatchId, At, FromState, ToState, Event, Detail FROM keel.TransferBatchEvents WHERE BatchId = @id ORDER BY EventId`);
+    return (res.recordset as Record<string, unknown>[]).map((r) => ({
+      eventId: Number(r.EventId),
+      batchId: String(r.BatchId).toLowerCase(),
+      at: r.At as Date,
+      fromState: (r.FromState as BatchState | null) ?? null,
+      toState: (r.ToState as BatchState | null) ?? null,
+      event: String(r.Event),
+      detail: r.Detail ? (JSON.parse(String(r.Detail)) as Record<string, unknown> | null) : null,
+    }));
+  }
+
+  async transition(batchId: string, from: readonly BatchState[], to: BatchState, patch: BatchPatch, event: string, detail?: Record<string, unknown>) {
+    const req = await this.pool.request();
+    req.input('BatchId', sql.UniqueIdentifier, batchId);
+    req.input('FromStates', sql.VarChar(100), from.join(','));
+    req.input('ToState', sql.VarChar(12), to);
+    const setManifest = patch.rowCount !== undefined || patch.checksum !== undefined;
+    req.input('SetManifest', sql.Bit, setManifest);
+    req.input('ManifestRows', sql.BigInt, patch.rowCount ?? null);
+    req.input('ManifestChecksum', sql.VarChar(24), patch.checksum ?? null);
+    const setStaged = patch.stagedCount !== undefined || patch.stagedChecksum !== undefined;
+    req.input('SetStaged', sql.Bit, setStaged);
+    req.input('StagedRows', sql.BigInt, patch.stagedCount ?? null);
+    req.input('StagedChecksum', sql.VarChar(24), patch.stagedChecksum ?? null);
+    req.input('SetApplied', sql.Bit, patch.appliedCount !== undefined);
+    req.input('AppliedRows', sql.BigInt, patch.appliedCount ?? null);
+    req.input('SetLastError', sql.Bit, patch.lastError !== undefined || patch.lastErrorCode !== undefined);
+    req.input('LastError', sql.NVarChar(2000), patch.lastError?.slice(0, 2000) ?? null);
+    req.input('LastErrorCode', sql.VarChar(64), patch.lastErrorCode ?? null);
+    req.input('SetLtxid', sql.Bit, patch.targetLtxid !== undefined);
+    req.input('TargetLtxid', sql.VarChar(512), patch.targetLtxid ?? null);
+    req.input('IncrementAttempts', sql.Bit, !!patch.incrementAttempts);
+    req.input('Stamp', sql.VarChar(20), patch.stamp ?? null);
+    req.input('Event', sql.VarChar(64), event);
+    req.input('Detail', sql.NVarChar(sql.MAX), JSON.stringify(detail ?? null));
+    const res = await req.execute('keel.TransferBatchTransition');
+    const r = res.recordset?.[0] as Record<string, unknown> | undefined;
+    return r ? toRecord(r) : null;
+  }
+
+  async note(batchId: string, event: string, detail?: Record<string, unknown>, patch?: Pick<BatchPatch, 'lastError' | 'lastErrorCode' | 'targetLtxid'>) {
+    const req = await this.pool.request();
+    req.input('BatchId', sql.UniqueIdentifier, batchId);
+    req.input('Event', sql.VarChar(64), event);
+    req.input('Detail', sql.NVarChar(sql.MAX), JSON.stringify(detail ?? null));
+    req.input('SetLastError', sql.Bit, patch?.lastError !== undefined || patch?.lastErrorCode !== undefined);
+    req.input('LastError', sql.NVarChar(2000), patch?.lastError?.slice(0, 2000) ?? null);
+    req.input('LastErrorCode', sql.VarChar(64), patch?.lastErrorCode ?? null);
+    req.input('SetLtxid', sql.Bit, patch?.targetLtxid !== undefined);
+    req.input('TargetLtxid', sql.VarChar(512), patch?.targetLtxid ?? null);
+    await req.execute('keel.TransferBatchNote');
+  }
+
+  async stale(states: readonly BatchState[], olderThanMs: number, limit: number): Promise<BatchRecord[]> {
+    const req = await this.pool.request();
+    req.input('states', sql.VarChar(100), states.join(','));
+    req.input('secs', sql.Int, Math.min(2_000_000_000, Math.floor(olderThanMs / 1000)));
+    req.input('n', sql.Int, Math.max(1, Math.min(limit, 1000)));
+    const res = await req.query(
+      `SELECT TOP (@n) ${COLUMNS} FROM keel.TransferBatches
+        WHERE CHARINDEX(',' + State + ',', ',' + @states + ',') > 0 AND UpdatedAt < DATEADD(second, -@secs, SYSUTCDATETIME())
+        ORDER BY UpdatedAt`,
+    );
+    return (res.recordset as Record<string, unknown>[]).map(toRecord);
+  }
+
+  async close(): Promise<void> {
+    // The pool is shared per process and closed by the host.
+  }
+}

@@ -1,0 +1,213 @@
+// SQL Server transfer source (mssql): schema from sys.dm_exec_describe_first_result_set, rowversion windows bounded
+// by MIN_ACTIVE_ROWVERSION() (or key windows), rows streamed with request.pause()/resume() so memory stays
+// bounded by one chunk, and the keel-v1 checksum computed in TypeScript over canonical texts (the T-SQL returns
+// exact strings for decimals and date/time types; shared/transfer/checksum.ts normalizes them).
+// NOT RUN HERE: exercised by test/transfer/sqlserver.test.ts when KEEL_TEST_MSSQL_URL is set.
+import sql from 'mssql';
+import { ChecksumAccumulator, canonicalValue, type CanonicalRow, type ChecksumAlgorithm, type LogicalType } from '../../transfer/checksum.js';
+import type { TransferConfig } from '../../transfer/config.js';
+import { resolvedNames } from '../../transfer/config.js';
+import { qualifiedMssql, quoteMssql } from '../../transfer/identifiers.js';
+import { buildSourceSchema, mappedColumns } from '../../transfer/schema.js';
+import type { Manifest, SourceAdapter, SourceSchema, Window } from '../../transfer/types.js';
+import { sharedSqlServerPool, type SqlServerPool } from './pool.js';
+
+export function createMssqlPool(connection: string): SqlServerPool {
+  return sharedSqlServerPool(connection, { applicationName: 'keel-transfer' });
+}
+
+export function mssqlLogicalType(declared: string): LogicalType | null {
+  const t = declared.toLowerCase().replace(/\(.*$/, '').trim();
+  if (['tinyint', 'smallint', 'int', 'bigint'].includes(t)) return 'int';
+  if (['decimal', 'numeric', 'money', 'smallmoney'].includes(t)) return 'decimal';
+  if (['char', 'varchar', 'nchar', 'nvarchar'].includes(t)) return 'text';
+  if (t === 'bit') return 'bool';
+  if (t === 'date') return 'date';
+  if (['datetime', 'datetime2', 'smalldatetime'].includes(t)) return 'timestamp';
+  if (t === 'datetimeoffset') return 'timestamptz';
+  if (['binary', 'varbinary'].includes(t)) return 'bytes';
+  if (t === 'uniqueidentifier') return 'uuid';
+  return null; // rowversion/timestamp: usable as a boundary only
+}
+
+const isRowversion = (declared: string) => /^(rowversion|timestamp)$/i.test(declared.trim());
+
+// The select expression that returns a value the canonicalizer can read exactly.
+function mssqlSelectExpr(ref: string, type: LogicalType): string {
+  switch (type) {
+    case 'decimal':
+      return `CONVERT(varchar(64), ${ref})`; // exact digits, not a JavaScript double
+    case 'date':
+      return `CONVERT(char(10), ${ref}, 23)`;
+    case 'timestamp':
+      return `CONVERT(varchar(27), CONVERT(datetime2(7), ${ref}), 126)`;
+    case 'timestamptz':
+      return `CONVERT(varchar(34), SWITCHOFFSET(${ref}, '+00:00'), 127)`;
+    case 'int':
+      return `CONVERT(varchar(20), ${ref})`;
+    default:
+      return ref;
+  }
+}
+
+export class SqlServerTransferSource implements SourceAdapter {
+  readonly engine = 'sqlserver' as const;
+  private readonly from: string;
+
+  constructor(private readonly t: TransferConfig, private readonly pool: SqlServerPool) {
+    const names = resolvedNames(t);
+    this.from = names.sourceTable ? qualifiedMssql(names.sourceTable) : `(${t.source.query}) AS keel_src`;
+  }
+
+  async readSchema(): Promise<SourceSchema> {
+    const req = await this.pool.request();
+    req.input('tsql', sql.NVarChar(sql.MAX), `SELECT * FROM ${this.from}`);
+    const res = await req.query<{ name: string; system_type_name: string }>(
+      `SELECT name, system_type_name FROM sys.dm_exec_describe_first_result_set(@tsql, NULL, 0) WHERE is_hidden = 0 ORDER BY column_ordinal`,
+    );
+    const found = new Map<string, string>();
+    for (const r of res.recordset) found.set(r.name, r.system_type_name);
+    return buildSourceSchema(this.t, found, mssqlLogicalType, (declared, logical) =>
+      this.t.boundary.kind === 'rowversion' ? isRowversion(declared) : this.t.boundary.kind === 'key' ? logical === 'int' : logical === 'timestamp' || logical === 'timestamptz',
+    );
+  }
+
+  // Boundary values travel as bigint (key, rowversion read as a big-endian 8-byte integer) or text (timestamps).
+  private boundaryRef(): string {
+    const b = quoteMssql(this.t.boundary.column);
+    return this.t.boundary.kind === 'rowversion' ? `CONVERT(bigint, ${b})` : b;
+  }
+
+  private bindBoundary(req: sql.Request, name: string, value: string): void {
+    if (this.t.boundary.kind === 'timestamp') req.input(name, sql.NVarChar(40), value);
+    else req.input(name, sql.BigInt, value);
+  }
+
+  private boundaryParam(name: string): string {
+    if (this.t.boundary.kind === 'timestamp') return `CONVERT(datetime2(7), LEFT(@${name}, 26), 126)`;
+    return this.t.boundary.kind === 'rowversion' ? `CONVERT(binary(8), @${name})` : `@${name}`;
+  }
+
+  private windowPredicate(req: sql.Request, w: Window): string {
+    const b = quoteMssql(this.t.boundary.column);
+    const parts: string[] = [];
+    if (w.low !== null) {
+      this.bindBoundary(req, 'low', w.low);
+      parts.push(`${b} > ${this.boundaryParam('low')}`);
+    }
+    this.bindBoundary(req, 'high', w.high);
+    parts.push(`${b} <= ${this.boundaryParam('high')}`);
+    return parts.join(' AND ');
+  }
+
+  async nextWindow(low: string | null, maxRows: number): Promise<Window | null> {
+    const b = quoteMssql(this.t.boundary.column);
+    const req = await this.pool.request();
+    const conds = [`${b} IS NOT NULL`];
+    if (low !== null) {
+      this.bindBoundary(req, 'low', low);
+      conds.push(`${b} > ${this.boundaryParam('low')}`);
+    }
+    if (this.t.boundary.kind === 'rowversion') {
+      // Rows at or above the lowest active rowversion may belong to transactions still in flight.
+      conds.push(`${b} < MIN_ACTIVE_ROWVERSION()`);
+    } else if (this.t.boundary.kind === 'timestamp') {
+      req.input('settle', sql.Int, Math.trunc(this.t.boundary.settleMs));
+      conds.push(`${b} <= DATEADD(millisecond, -@settle, SYSUTCDATETIME())`);
+    }
+    req.input('n', sql.Int, maxRows);
+    const highExpr =
+      this.t.boundary.kind === 'timestamp' ? `CONVERT(varchar(27), CONVERT(datetime2(7), MAX(b)), 126)` : `CONVERT(varchar(20), MAX(b))`;
+    const res = await req.query<{ high: string | null }>(
+      `SELECT ${highExpr} AS high FROM (SELECT TOP (@n) ${this.boundaryRef()} AS b FROM ${this.from} WHERE ${conds.join(' AND ')} ORDER BY ${b}) AS s`,
+    );
+    const high = res.recordset[0]?.high ?? null;
+    if (high === null) return null;
+    return { kind: this.t.boundary.kind, low, high: this.t.boundary.kind === 'timestamp' ? canonicalValue('timestamp', high)! : high };
+  }
+
+  async manifest(w: Window, schema: SourceSchema, algorithm: ChecksumAlgorithm): Promise<Manifest> {
+    if (algorithm !== 'keel-v1') throw new Error(`a SQL Server source computes keel-v1 checksums only, not ${algorithm}`);
+    const acc = new ChecksumAccumulator();
+    for await (const chunk of this.streamRows(w, schema, 5000)) for (const row of chunk) acc.add(row);
+    return { rowCount: acc.count, checksum: acc.checksum };
+  }
+
+  async *streamRows(w: Window, schema: SourceSchema, chunkSize: number): AsyncIterable<CanonicalRow[]> {
+    const cols = mappedColumns(this.t, schema);
+    const types = cols.map((c) => c.logical);
+    const req = await this.pool.request();
+    req.stream = true;
+    req.arrayRowMode = true;
+    const where = this.windowPredicate(req, w);
+    const text = `SELECT ${cols.map((c) => mssqlSelectExpr(quoteMssql(c.source), c.logical)).join(', ')} FROM ${this.from} WHERE ${where}`;
+
+    const ready: CanonicalRow[][] = [];
+    let current: CanonicalRow[] = [];
+    let done = false;
+    let failure: unknown = null;
+    let paused = false;
+    let wake: (() => void) | null = null;
+    const notify = () => {
+      const w2 = wake;
+      wake = null;
+      w2?.();
+    };
+    req.on('row', (row: unknown[]) => {
+      try {
+        current.push(row.map((v, i) => canonicalValue(types[i]!, v)));
+      } catch (err) {
+        failure = err;
+        req.cancel();
+        notify();
+        return;
+      }
+      if (current.length >= chunkSize) {
+        ready.push(current);
+        current = [];
+        // Backpressure: stop the TDS stream until the consumer took this chunk.
+        if (!paused) {
+          req.pause();
+          paused = true;
+        }
+        notify();
+      }
+    });
+    req.on('error', (err: unknown) => {
+      failure ??= err;
+      notify();
+    });
+    req.on('done', () => {
+      if (current.length) ready.push(current);
+      current = [];
+      done = true;
+      notify();
+    });
+    // In stream mode the promise settles on completion; errors arrive through the 'error' event above.
+    req.query(text).catch(() => undefined);
+    try {
+      for (;;) {
+        if (failure) throw failure;
+        const next = ready.shift();
+        if (next) {
+          yield next;
+          if (ready.length === 0 && paused && !done) {
+            paused = false;
+            req.resume();
+          }
+          continue;
+        }
+        if (done) return;
+        await new Promise<void>((resolve) => {
+          wake = resolve;
+        });
+      }
+    } finally {
+      if (!done) req.cancel();
+    }
+  }
+
+  async close(): Promise<void> {
+    // The pool is shared per process (shared/engines/sqlserver/pool.ts) and closed with the host.
+  }
+}

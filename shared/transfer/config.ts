@@ -1,0 +1,149 @@
+// Transfers are declared in configuration: the KEEL_TRANSFERS app setting (JSON array) or a JSON file named by
+// KEEL_TRANSFERS_FILE. Invalid configuration fails at startup with the setting at fault, e.g.
+// "KEEL_TRANSFERS[0].keyColumns: Required".
+import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+import { IDENTIFIER_PATTERN, parseQualified, type QualifiedName } from './identifiers.js';
+import { TransferError } from './errors.js';
+
+const identifier = z.string().regex(IDENTIFIER_PATTERN, 'must be a plain identifier (letters, digits, underscore; not starting with a digit)');
+const qualified = z
+  .string()
+  .regex(/^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$/, 'must be table or schema.table, plain identifiers only');
+const settingName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be the name of an app setting that holds the connection string');
+
+const sourceSchema = z
+  .object({
+    engine: z.enum(['postgres', 'sqlserver']),
+    connectionSetting: settingName,
+    table: qualified.optional(),
+    query: z.string().min(1).optional(),
+  })
+  .strict()
+  .superRefine((s, ctx) => {
+    if (!!s.table === !!s.query) ctx.addIssue({ code: z.ZodIssueCode.custom, message: 'exactly one of table or query is required' });
+    if (s.query && /;\s*\S/.test(s.query)) ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['query'], message: 'must be a single SELECT statement' });
+  });
+
+const targetSchema = z
+  .object({
+    engine: z.enum(['postgres', 'oracle']),
+    connectionSetting: settingName,
+    table: qualified,
+    // Oracle only: the service has COMMIT_OUTCOME enabled, so reconcile also asks Transaction Guard.
+    transactionGuard: z.boolean().default(false),
+  })
+  .strict();
+
+const boundarySchema = z
+  .object({
+    column: identifier,
+    // key: an integer column; timestamp: timestamp/timestamptz (PostgreSQL); rowversion: SQL Server rowversion.
+    kind: z.enum(['key', 'timestamp', 'rowversion']),
+    // timestamp windows only: rows newer than now - settleMs are left for a later batch (in-flight transactions).
+    settleMs: z.number().int().min(0).default(0),
+  })
+  .strict();
+
+const columnSchema = z.object({ source: identifier, target: identifier }).strict();
+
+export const transferSchema = z
+  .object({
+    name: z.string().regex(/^[a-z][a-z0-9_]{0,39}$/, 'must be lower-case letters, digits and underscores, at most 40, starting with a letter'),
+    source: sourceSchema,
+    target: targetSchema,
+    keyColumns: z.array(identifier).min(1, 'needs at least one key column'),
+    boundary: boundarySchema,
+    columns: z.array(columnSchema).min(1, 'needs at least one column mapping'),
+    batchSize: z.number().int().min(1).max(50_000_000).default(100_000),
+    chunkSize: z.number().int().min(1).max(100_000).default(5_000),
+    reconcileWaitMs: z.number().int().min(0).max(60_000).default(2_000),
+    // After schema drift is reviewed: the new schema hash to accept for the next batch.
+    acceptSchemaHash: z.string().regex(/^[0-9a-f]{64}$/).optional(),
+  })
+  .strict()
+  .superRefine((t, ctx) => {
+    const sources = new Set<string>();
+    const targets = new Set<string>();
+    t.columns.forEach((c, i) => {
+      if (sources.has(c.source)) ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['columns', i, 'source'], message: `source column ${c.source} is mapped twice` });
+      if (targets.has(c.target)) ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['columns', i, 'target'], message: `target column ${c.target} is mapped twice` });
+      sources.add(c.source);
+      targets.add(c.target);
+    });
+    t.keyColumns.forEach((k, i) => {
+      if (!sources.has(k)) ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['keyColumns', i], message: `key column ${k} is not in columns[].source` });
+    });
+    if (new Set(t.keyColumns).size !== t.keyColumns.length) ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['keyColumns'], message: 'key columns repeat' });
+    if (t.boundary.kind === 'rowversion' && t.source.engine !== 'sqlserver')
+      ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['boundary', 'kind'], message: 'rowversion windows need a sqlserver source' });
+  });
+
+export type TransferConfig = z.output<typeof transferSchema>;
+export type TransferInput = z.input<typeof transferSchema>;
+
+export interface ResolvedNames {
+  sourceTable: QualifiedName | null;
+  targetTable: QualifiedName;
+}
+
+export function resolvedNames(t: TransferConfig): ResolvedNames {
+  return {
+    sourceTable: t.source.table ? parseQualified(t.source.table, `${t.name}.source.table`) : null,
+    targetTable: parseQualified(t.target.table, `${t.name}.target.table`),
+  };
+}
+
+function formatPath(root: string, path: (string | number)[]): string {
+  let out = root;
+  for (const p of path) out += typeof p === 'number' ? `[${p}]` : `.${p}`;
+  return out;
+}
+
+export function parseTransfers(value: unknown, root = 'KEEL_TRANSFERS'): TransferConfig[] {
+  const result = z.array(transferSchema).safeParse(value);
+  if (!result.success) {
+    const lines = result.error.issues.map((i) => `${formatPath(root, i.path)}: ${i.message}`);
+    throw new TransferError('config_invalid', `invalid transfer configuration: ${lines.join('; ')}`, { issues: lines });
+  }
+  const names = new Set<string>();
+  result.data.forEach((t, i) => {
+    if (names.has(t.name)) throw new TransferError('config_invalid', `invalid transfer configuration: ${root}[${i}].name: "${t.name}" is declared twice`);
+    names.add(t.name);
+  });
+  return result.data;
+}
+
+// Reads KEEL_TRANSFERS (JSON) or KEEL_TRANSFERS_FILE (path to JSON). Neither set: no transfers.
+export function loadTransfers(env: NodeJS.ProcessEnv = process.env): TransferConfig[] {
+  const inline = env.KEEL_TRANSFERS;
+  const file = env.KEEL_TRANSFERS_FILE;
+  if (inline && file) throw new TransferError('config_invalid', 'invalid transfer configuration: set KEEL_TRANSFERS or KEEL_TRANSFERS_FILE, not both');
+  let raw: string;
+  let root: string;
+  if (inline) {
+    raw = inline;
+    root = 'KEEL_TRANSFERS';
+  } else if (file) {
+    root = `KEEL_TRANSFERS_FILE(${file})`;
+    try {
+      raw = readFileSync(file, 'utf8');
+    } catch (err) {
+      throw new TransferError('config_invalid', `invalid transfer configuration: KEEL_TRANSFERS_FILE: cannot read ${file}: ${(err as Error).message}`);
+    }
+  } else return [];
+  let value: unknown;
+  try {
+    value = JSON.parse(raw);
+  } catch (err) {
+    throw new TransferError('config_invalid', `invalid transfer configuration: ${root}: not valid JSON (${(err as Error).message})`);
+  }
+  return parseTransfers(value, root);
+}
+
+// Connection strings are secrets: configuration names the app setting, the value is read here.
+export function connectionString(setting: string, what: string, env: NodeJS.ProcessEnv = process.env): string {
+  const v = env[setting];
+  if (!v) throw new TransferError('config_invalid', `invalid transfer configuration: ${what}.connectionSetting: app setting ${setting} is not set`);
+  return v;
+}

@@ -1,0 +1,56 @@
+// Typed transfer errors. Every decision in the service is taken on `code` (or on a driver's structured
+// SQLSTATE / error number), never on message text.
+
+export type TransferErrorCode =
+  | 'config_invalid'
+  | 'unknown_transfer'
+  | 'unknown_batch'
+  | 'nothing_to_transfer'
+  | 'open_batch_exists'
+  | 'window_taken'
+  | 'schema_drift'
+  | 'staging_conflict'
+  | 'duplicate_keys'
+  | 'manifest_mismatch'
+  | 'not_staged'
+  | 'invalid_state'
+  | 'target_incompatible'
+  | 'unsupported_type';
+
+// Codes that mean "this batch can never succeed as extracted": the batch is marked failed and its window
+// released so that a fresh batch (with a fresh manifest) can cover it.
+export const TERMINAL_CODES: ReadonlySet<TransferErrorCode> = new Set<TransferErrorCode>([
+  'schema_drift',
+  'staging_conflict',
+  'duplicate_keys',
+  'manifest_mismatch',
+  'target_incompatible',
+  'unsupported_type',
+]);
+
+export class TransferError extends Error {
+  readonly code: TransferErrorCode;
+  readonly detail: Record<string, unknown> | undefined;
+  constructor(code: TransferErrorCode, message: string, detail?: Record<string, unknown>) {
+    super(message);
+    this.name = 'TransferError';
+    this.code = code;
+    this.detail = detail;
+  }
+}
+
+export function isTransferError(err: unknown, code?: TransferErrorCode): err is TransferError {
+  return err instanceof TransferError && (code === undefined || err.code === code);
+}
+
+// For the journal's last_error: the message is recorded for humans; nothing reads it back to decide.
+export function describeError(err: unknown): { code: string; message: string } {
+  if (err instanceof TransferError) return { code: err.code, message: err.message };
+  if (err instanceof Error) {
+    const e = err as Error & { code?: unknown; number?: unknown; errorNum?: unknown };
+    const code =
+      typeof e.code === 'string' ? e.code : typeof e.number === 'number' ? `E${e.number}` : typeof e.errorNum === 'number' ? `ORA-${e.errorNum}` : 'error';
+    return { code, message: err.message.slice(0, 2000) };
+  }
+  return { code: 'error', message: String(err).slice(0, 2000) };
+}

@@ -1,0 +1,90 @@
+// The batch journal lives in the control database beside the jobs (PostgreSQL or SQL Server). One interface,
+// two implementations: shared/engines/postgres/transferJournal.ts and shared/engines/sqlserver/transferJournal.ts.
+import type { BatchState, BoundaryKind, SchemaColumn } from './types.js';
+
+export interface BatchRecord {
+  batchId: string;
+  transferName: string;
+  state: BatchState;
+  attempts: number;
+  boundaryKind: BoundaryKind;
+  boundaryLow: string | null;
+  boundaryHigh: string;
+  schemaHash: string;
+  schemaColumns: SchemaColumn[];
+  rowCount: number | null;
+  checksum: string | null;
+  stagedCount: number | null;
+  stagedChecksum: string | null;
+  appliedCount: number | null;
+  lastError: string | null;
+  lastErrorCode: string | null;
+  targetLtxid: string | null;
+  createdAt: Date;
+  updatedAt: Date;
+  extractedAt: Date | null;
+  stagedAt: Date | null;
+  applyStartedAt: Date | null;
+  committedAt: Date | null;
+  failedAt: Date | null;
+}
+
+export interface BatchEvent {
+  eventId: number;
+  batchId: string;
+  at: Date;
+  fromState: BatchState | null;
+  toState: BatchState | null;
+  event: string;
+  detail: Record<string, unknown> | null;
+}
+
+export interface NewBatch {
+  batchId: string;
+  transferName: string;
+  boundaryKind: BoundaryKind;
+  boundaryLow: string | null;
+  boundaryHigh: string;
+  schemaHash: string;
+  schemaColumns: SchemaColumn[];
+}
+
+// Fields a transition may set. `undefined` leaves a column as it is; `null` clears it.
+export interface BatchPatch {
+  rowCount?: number | null;
+  checksum?: string | null;
+  stagedCount?: number | null;
+  stagedChecksum?: string | null;
+  appliedCount?: number | null;
+  lastError?: string | null;
+  lastErrorCode?: string | null;
+  targetLtxid?: string | null;
+  incrementAttempts?: boolean;
+  stamp?: 'extracted_at' | 'staged_at' | 'apply_started_at' | 'committed_at' | 'failed_at';
+}
+
+export interface BatchFilter {
+  transfer?: string;
+  state?: BatchState;
+  limit: number;
+  afterId?: string; // keyset pagination: batches created before this one
+}
+
+export interface TransferJournal {
+  // Inserts a batch in state 'extracting'. Refused with TransferError 'open_batch_exists' when the transfer
+  // has a batch that is not committed or failed, and 'window_taken' when a non-failed batch covers the window.
+  insertBatch(b: NewBatch): Promise<BatchRecord>;
+  // The open batch (not committed/failed) and the latest committed batch of a transfer.
+  lastForTransfer(transferName: string): Promise<{ open: BatchRecord | null; lastCommitted: BatchRecord | null }>;
+  get(batchId: string): Promise<BatchRecord | null>;
+  list(filter: BatchFilter): Promise<BatchRecord[]>;
+  events(batchId: string): Promise<BatchEvent[]>;
+  // Moves the batch to `to` if its state is one of `from` (compare-and-set), applies the patch and records an
+  // event, in one transaction. Returns null when the state did not match (someone else moved it).
+  transition(batchId: string, from: readonly BatchState[], to: BatchState, patch: BatchPatch, event: string, detail?: Record<string, unknown>): Promise<BatchRecord | null>;
+  // Records an event (and optionally last_error) without changing the state.
+  note(batchId: string, event: string, detail?: Record<string, unknown>, patch?: Pick<BatchPatch, 'lastError' | 'lastErrorCode' | 'targetLtxid'>): Promise<void>;
+  // Batches in the given states not updated for olderThanMs, oldest first.
+  stale(states: readonly BatchState[], olderThanMs: number, limit: number): Promise<BatchRecord[]>;
+  close(): Promise<void>;
+}

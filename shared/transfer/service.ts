@@ -1,0 +1,502 @@
+// The transfer lifecycle (docs/transfer.md): extract -> stage -> apply -> reconcile, identical for every engine pair.
+// Every batch has a durable id; retries reuse it; outcomes are read from the target, never inferred from errors.
+import { randomUUID } from 'node:crypto';
+import type { TransferConfig } from './config.js';
+import { describeError, isTransferError, TERMINAL_CODES, TransferError } from './errors.js';
+import type { BatchEvent, BatchRecord, TransferJournal } from './journal.js';
+import { describeSchemaDiff } from './schema.js';
+import type { Adapters, BatchState, BatchStatus, RowFeed, SchemaColumn, SourceSchema, StageRequest, Window } from './types.js';
+
+export type { TransferConfig } from './config.js';
+export type { TransferJournal } from './journal.js';
+
+export interface TransferServiceDeps {
+  journal: TransferJournal;
+  transfers: TransferConfig[];
+  // Adapters for one transfer; called once per transfer and cached until close().
+  connect: (transfer: TransferConfig) => Adapters | Promise<Adapters>;
+  log?: (event: string, data: Record<string, unknown>) => void;
+  newBatchId?: () => string;
+  onClose?: () => Promise<void>; // e.g. end the pools behind `connect`
+}
+
+export interface BatchView {
+  batchId: string;
+  transfer: string;
+  state: BatchState;
+  status: BatchStatus; // operator view
+  nextAction: string;
+  retryable: boolean; // true when running the batch again (same id) is the right next step
+  attempts: number;
+  boundary: { kind: string; low: string | null; high: string };
+  schemaHash: string;
+  rowCount: number | null;
+  checksum: string | null;
+  stagedCount: number | null;
+  stagedChecksum: string | null;
+  appliedCount: number | null;
+  lastError: string | null;
+  lastErrorCode: string | null;
+  createdAt: string;
+  updatedAt: string;
+  stagedAt: string | null;
+  applyStartedAt: string | null;
+  committedAt: string | null;
+  failedAt: string | null;
+}
+
+export interface BatchDetail extends BatchView {
+  schemaColumns: SchemaColumn[];
+  targetLtxid: string | null;
+  events: BatchEvent[];
+}
+
+export interface TransferSummary {
+  name: string;
+  source: { engine: string; table: string | null; query: boolean };
+  target: { engine: string; table: string; transactionGuard: boolean };
+  keyColumns: string[];
+  boundary: { column: string; kind: string };
+  columns: { source: string; target: string }[];
+  batchSize: number;
+  chunkSize: number;
+}
+
+export interface BatchListFilter {
+  transfer?: string;
+  state?: BatchState;
+  limit: number;
+  afterId?: string;
+}
+
+const OPEN_STATES: readonly BatchState[] = ['extracting', 'staged', 'applying', 'unresolved'];
+const iso = (d: Date | null) => (d ? d.toISOString() : null);
+
+export function statusOf(state: BatchState): BatchStatus {
+  if (state === 'committed') return 'committed';
+  // An apply that was started and not reconciled has an unknown outcome: that is 'unresolved' to an operator.
+  if (state === 'unresolved' || state === 'applying') return 'unresolved';
+  return 'incomplete';
+}
+
+export function nextActionFor(b: BatchRecord): { text: string; retryable: boolean } {
+  switch (b.state) {
+    case 'extracting':
+      return b.rowCount === null
+        ? { text: 'The window is reserved but the manifest is not recorded yet. Run the batch again (same batch id); it records the manifest, stages and applies.', retryable: true }
+        : { text: `Manifest recorded (${b.rowCount} rows); not staged yet${b.lastError ? ` (last error: ${b.lastError})` : ''}. Run the batch again with the same batch id.`, retryable: true };
+    case 'staged':
+      return { text: `Staged and verified on the target (${b.stagedCount} rows); not applied${b.lastError ? ` (last error: ${b.lastError})` : ''}. Run the batch again with the same batch id; re-applying is safe.`, retryable: true };
+    case 'applying':
+      return { text: `An apply was started${b.applyStartedAt ? ` at ${b.applyStartedAt.toISOString()}` : ''} and its outcome is not known to the journal yet. Reconcile it before anything else; never create a new batch for this window.`, retryable: false };
+    case 'unresolved':
+      return {
+        text: `The target could not yet say whether the apply committed (${b.lastError ?? 'no detail'}). Reconcile again later (maintenance does this); if it stays unresolved, follow the runbook in docs/transfer.md: find the open transaction holding the claim on batch ${b.batchId} on the target. Do not retry or re-create the batch by hand.`,
+        retryable: false,
+      };
+    case 'committed':
+      return { text: `Nothing to do: committed${b.committedAt ? ` at ${b.committedAt.toISOString()}` : ''} with ${b.appliedCount ?? b.rowCount} rows.`, retryable: false };
+    case 'failed':
+      return {
+        text: `Will not be retried: ${b.lastError ?? 'failed'}. Nothing of it was applied and its window is released. Fix the cause (see last error), then create a new batch for the transfer.`,
+        retryable: false,
+      };
+  }
+}
+
+export function toView(b: BatchRecord): BatchView {
+  const next = nextActionFor(b);
+  return {
+    batchId: b.batchId,
+    transfer: b.transferName,
+    state: b.state,
+    status: statusOf(b.state),
+    nextAction: next.text,
+    retryable: next.retryable,
+    attempts: b.attempts,
+    boundary: { kind: b.boundaryKind, low: b.boundaryLow, high: b.boundaryHigh },
+    schemaHash: b.schemaHash,
+    rowCount: b.rowCount,
+    checksum: b.checksum,
+    stagedCount: b.stagedCount,
+    stagedChecksum: b.stagedChecksum,
+    appliedCount: b.appliedCount,
+    lastError: b.lastError,
+    lastErrorCode: b.lastErrorCode,
+    createdAt: b.createdAt.toISOString(),
+    updatedAt: b.updatedAt.toISOString(),
+    stagedAt: iso(b.stagedAt),
+    applyStartedAt: iso(b.applyStartedAt),
+    committedAt: iso(b.committedAt),
+    failedAt: iso(b.failedAt),
+  };
+}
+
+export class TransferService {
+  private readonly journal: TransferJournal;
+  private readonly transfers: Map<string, TransferConfig>;
+  private readonly connectFn: TransferServiceDeps['connect'];
+  private readonly log: NonNullable<TransferServiceDeps['log']>;
+  private readonly newId: () => string;
+  private readonly adapters = new Map<string, Promise<Adapters>>();
+  private readonly prepared = new Set<string>();
+  private readonly onClose: (() => Promise<void>) | undefined;
+
+  constructor(deps: TransferServiceDeps) {
+    this.journal = deps.journal;
+    this.transfers = new Map(deps.transfers.map((t) => [t.name, t]));
+    this.connectFn = deps.connect;
+    this.log = deps.log ?? (() => undefined);
+    this.newId = deps.newBatchId ?? randomUUID;
+    this.onClose = deps.onClose;
+  }
+
+  listTransfers(): TransferSummary[] {
+    return [...this.transfers.values()].map((t) => ({
+      name: t.name,
+      source: { engine: t.source.engine, table: t.source.table ?? null, query: !!t.source.query },
+      target: { engine: t.target.engine, table: t.target.table, transactionGuard: t.target.transactionGuard },
+      keyColumns: [...t.keyColumns],
+      boundary: { column: t.boundary.column, kind: t.boundary.kind },
+      columns: t.columns.map((c) => ({ ...c })),
+      batchSize: t.batchSize,
+      chunkSize: t.chunkSize,
+    }));
+  }
+
+  private transfer(name: string): TransferConfig {
+    const t = this.transfers.get(name);
+    if (!t) throw new TransferError('unknown_transfer', `no transfer named ${name} is configured`);
+    return t;
+  }
+
+  private async connect(t: TransferConfig): Promise<Adapters> {
+    let p = this.adapters.get(t.name);
+    if (!p) {
+      p = Promise.resolve(this.connectFn(t));
+      this.adapters.set(t.name, p);
+      p.catch(() => this.adapters.delete(t.name));
+    }
+    return p;
+  }
+
+  private async prepare(t: TransferConfig, a: Adapters, schema: SourceSchema): Promise<void> {
+    const key = `${t.name}:${schema.hash}`;
+    if (this.prepared.has(key)) return;
+    await a.target.prepare(schema);
+    this.prepared.add(key);
+  }
+
+  private async load(batchId: string): Promise<BatchRecord> {
+    const b = await this.journal.get(batchId);
+    if (!b) throw new TransferError('unknown_batch', `no batch ${batchId}`);
+    return b;
+  }
+
+  private request(b: BatchRecord, t: TransferConfig): StageRequest {
+    if (b.rowCount === null || b.checksum === null) throw new TransferError('invalid_state', `batch ${b.batchId} has no manifest yet`);
+    return {
+      batchId: b.batchId,
+      transfer: t.name,
+      manifest: { rowCount: b.rowCount, checksum: b.checksum },
+      schema: { columns: b.schemaColumns, hash: b.schemaHash },
+    };
+  }
+
+  // A terminal problem: the batch can never succeed as extracted. Only called when nothing of it is applied.
+  private async fail(b: BatchRecord, from: readonly BatchState[], err: TransferError): Promise<BatchRecord> {
+    const moved = await this.journal.transition(b.batchId, from, 'failed', { lastError: err.message, lastErrorCode: err.code, stamp: 'failed_at' }, 'failed', { code: err.code, ...(err.detail ?? {}) });
+    this.log('transfer.batch.failed', { batchId: b.batchId, transfer: b.transferName, code: err.code });
+    // Its staged rows (if a staging committed) are garbage now; removing them is best effort.
+    const t = this.transfers.get(b.transferName);
+    if (moved && t) {
+      const a = await this.connect(t).catch(() => null);
+      if (a) await this.purge(a, b);
+    }
+    return moved ?? (await this.load(b.batchId));
+  }
+
+  private async noteError(b: BatchRecord, event: string, err: unknown): Promise<void> {
+    const d = describeError(err);
+    await this.journal.note(b.batchId, event, { code: d.code, message: d.message }, { lastError: d.message, lastErrorCode: d.code });
+    this.log(`transfer.${event}`, { batchId: b.batchId, transfer: b.transferName, code: d.code });
+  }
+
+  // Extract: the next window after the last committed boundary, the recorded schema and the manifest (count and
+  // checksum), all in the journal before any row moves. Throws 'nothing_to_transfer' when there are no new rows.
+  async createBatch(transferName: string): Promise<BatchView> {
+    const t = this.transfer(transferName);
+    const { open, lastCommitted } = await this.journal.lastForTransfer(t.name);
+    if (open) {
+      throw new TransferError('open_batch_exists', `transfer ${t.name} already has an open batch ${open.batchId} (${open.state}); run, reconcile or fail it first`, { batchId: open.batchId });
+    }
+    const a = await this.connect(t);
+    const schema = await a.source.readSchema();
+    if (lastCommitted && schema.hash !== lastCommitted.schemaHash && schema.hash !== t.acceptSchemaHash) {
+      throw new TransferError(
+        'schema_drift',
+        `transfer ${t.name}: the source schema no longer matches the recorded schema ${lastCommitted.schemaHash.slice(0, 12)} (${describeSchemaDiff(lastCommitted.schemaColumns, schema.columns)}); review the change, then set acceptSchemaHash to ${schema.hash} for this transfer`,
+        { recorded: lastCommitted.schemaHash, current: schema.hash },
+      );
+    }
+    await this.prepare(t, a, schema);
+    const window = await a.source.nextWindow(lastCommitted?.boundaryHigh ?? null, t.batchSize);
+    if (!window) throw new TransferError('nothing_to_transfer', `transfer ${t.name}: no rows after ${lastCommitted?.boundaryHigh ?? 'the beginning'}`);
+    const rec = await this.journal.insertBatch({
+      batchId: this.newId(),
+      transferName: t.name,
+      boundaryKind: window.kind,
+      boundaryLow: window.low,
+      boundaryHigh: window.high,
+      schemaHash: schema.hash,
+      schemaColumns: schema.columns,
+    });
+    this.log('transfer.batch.created', { batchId: rec.batchId, transfer: t.name, low: window.low, high: window.high });
+    try {
+      return toView(await this.recordManifest(rec, t, a, schema));
+    } catch (err) {
+      // The batch exists and holds its window; running it (same id) records the manifest first.
+      await this.noteError(rec, 'manifest_error', err);
+      return toView(await this.load(rec.batchId));
+    }
+  }
+
+  // Like createBatch, but null instead of 'nothing_to_transfer' / 'open_batch_exists' (for schedules).
+  async tryCreateBatch(transferName: string): Promise<BatchView | null> {
+    try {
+      return await this.createBatch(transferName);
+    } catch (err) {
+      if (isTransferError(err, 'nothing_to_transfer') || isTransferError(err, 'open_batch_exists') || isTransferError(err, 'window_taken')) return null;
+      throw err;
+    }
+  }
+
+  private async recordManifest(rec: BatchRecord, t: TransferConfig, a: Adapters, schema: SourceSchema): Promise<BatchRecord> {
+    if (rec.rowCount !== null) return rec;
+    const w: Window = { kind: rec.boundaryKind, low: rec.boundaryLow, high: rec.boundaryHigh };
+    const algorithm = a.source.engine === 'postgres' && a.target.engine === 'postgres' ? 'keel-pg1' : 'keel-v1';
+    const m = await a.source.manifest(w, schema, algorithm);
+    const moved = await this.journal.transition(rec.batchId, ['extracting'], 'extracting', { rowCount: m.rowCount, checksum: m.checksum, stamp: 'extracted_at' }, 'manifest_recorded', {
+      rowCount: m.rowCount,
+      checksum: m.checksum,
+    });
+    return moved ?? (await this.load(rec.batchId));
+  }
+
+  // Stage: rows of the window into the target's staging table, verified against the manifest before it counts.
+  async stage(batchId: string): Promise<BatchView> {
+    let b = await this.load(batchId);
+    if (b.state === 'applying' || b.state === 'unresolved') {
+      const r = await this.reconcile(batchId);
+      if (r.state !== 'extracting') return r;
+      b = await this.load(batchId);
+    }
+    if (b.state !== 'extracting') return toView(b);
+    const t = this.transfer(b.transferName);
+    const a = await this.connect(t);
+    try {
+      const schema = await a.source.readSchema();
+      if (schema.hash !== b.schemaHash) {
+        throw new TransferError('schema_drift', `batch ${b.batchId}: the source schema changed since extraction (${describeSchemaDiff(b.schemaColumns, schema.columns)})`, {
+          recorded: b.schemaHash,
+          current: schema.hash,
+        });
+      }
+      await this.prepare(t, a, schema);
+      b = await this.recordManifest(b, t, a, schema);
+      const req = this.request(b, t);
+      const w: Window = { kind: b.boundaryKind, low: b.boundaryLow, high: b.boundaryHigh };
+      const feed: RowFeed =
+        a.source.copyOut && a.target.acceptsPgCopy
+          ? { kind: 'pgcopy', open: (format) => a.source.copyOut!(w, req.schema, format) }
+          : { kind: 'rows', rows: a.source.streamRows(w, req.schema, t.chunkSize) };
+      const started = Date.now();
+      const res = await a.target.stage(req, feed);
+      const moved = await this.journal.transition(
+        b.batchId,
+        ['extracting'],
+        'staged',
+        { stagedCount: res.rowCount, stagedChecksum: res.checksum, stamp: 'staged_at', lastError: null, lastErrorCode: null },
+        res.outcome,
+        { rowCount: res.rowCount, checksum: res.checksum, ms: Date.now() - started },
+      );
+      return toView(moved ?? (await this.load(batchId)));
+    } catch (err) {
+      if (err instanceof TransferError && TERMINAL_CODES.has(err.code)) return toView(await this.fail(b, ['extracting'], err));
+      await this.noteError(b, 'stage_error', err);
+      throw err;
+    }
+  }
+
+  // Apply: one target procedure call, one local transaction. Any error is followed by reconcile.
+  async apply(batchId: string): Promise<BatchView> {
+    let b = await this.load(batchId);
+    if (b.state === 'applying' || b.state === 'unresolved') {
+      const r = await this.reconcile(batchId);
+      if (r.state !== 'staged') return r;
+      b = await this.load(batchId);
+    }
+    if (b.state === 'extracting') throw new TransferError('invalid_state', `batch ${batchId} is not staged yet; run it (stage + apply)`);
+    if (b.state !== 'staged') return toView(b);
+    const t = this.transfer(b.transferName);
+    const a = await this.connect(t);
+    const req = this.request(b, t);
+    await this.prepare(t, a, req.schema); // target adapters need the column mapping (cached per schema)
+    const claimed = await this.journal.transition(b.batchId, ['staged'], 'applying', { incrementAttempts: true, stamp: 'apply_started_at', targetLtxid: null }, 'apply_started', {
+      attempt: b.attempts + 1,
+    });
+    if (!claimed) return toView(await this.load(batchId)); // someone else moved it
+    try {
+      const res = await a.target.apply(req, {
+        onLtxid: async (ltxid) => {
+          await this.journal.note(b.batchId, 'ltxid_recorded', { ltxid }, { targetLtxid: ltxid });
+        },
+      });
+      // The target's own answer is authoritative, also if a concurrent reconcile marked the batch unresolved meanwhile.
+      const done = await this.journal.transition(
+        b.batchId,
+        ['applying', 'unresolved'],
+        'committed',
+        { appliedCount: res.rowCount, stamp: 'committed_at', lastError: null, lastErrorCode: null },
+        res.outcome,
+        { rowCount: res.rowCount, checksum: res.checksum },
+      );
+      this.log('transfer.batch.committed', { batchId, transfer: t.name, outcome: res.outcome, rows: res.rowCount });
+      await this.purge(a, b);
+      return toView(done ?? (await this.load(batchId)));
+    } catch (err) {
+      await this.noteError(b, 'apply_error', err);
+      const view = await this.reconcile(batchId);
+      if (err instanceof TransferError && TERMINAL_CODES.has(err.code) && (view.state === 'staged' || view.state === 'extracting')) {
+        return toView(await this.fail(await this.load(batchId), ['staged', 'extracting'], err));
+      }
+      return view;
+    }
+  }
+
+  private async purge(a: Adapters, b: BatchRecord): Promise<void> {
+    try {
+      await a.target.purgeStaged(b.batchId);
+    } catch (err) {
+      // Staged rows of a committed batch are garbage, not state: the next reconcile or purge removes them.
+      await this.journal.note(b.batchId, 'purge_error', describeError(err)).catch(() => undefined);
+    }
+  }
+
+  // What the queue step calls: stage (if needed) and apply, reconciling after any failure. Never throws for
+  // transfer-level problems: the view's status/retryable/nextAction say what happened and what to do.
+  async run(batchId: string): Promise<BatchView> {
+    let view: BatchView;
+    try {
+      view = await this.stage(batchId);
+    } catch (err) {
+      if (isTransferError(err, 'unknown_batch') || isTransferError(err, 'unknown_transfer')) throw err;
+      return toView(await this.load(batchId));
+    }
+    if (view.state !== 'staged') return view;
+    try {
+      return await this.apply(batchId);
+    } catch (err) {
+      if (isTransferError(err, 'unknown_batch') || isTransferError(err, 'unknown_transfer')) throw err;
+      return toView(await this.load(batchId));
+    }
+  }
+
+  // Reads the durable outcome from the target (completion row; Oracle: also Transaction Guard). A missing
+  // completion row is not proof: the target adapter takes the claim itself with a bounded wait.
+  async reconcile(batchId: string): Promise<BatchView> {
+    const b = await this.load(batchId);
+    if (b.state !== 'applying' && b.state !== 'unresolved') return toView(b);
+    const t = this.transfer(b.transferName);
+    let outcome;
+    let a: Adapters;
+    try {
+      a = await this.connect(t);
+      outcome = await a.target.reconcile(this.request(b, t), t.reconcileWaitMs, b.targetLtxid);
+    } catch (err) {
+      const d = describeError(err);
+      const moved = await this.journal.transition(b.batchId, ['applying', 'unresolved'], 'unresolved', { lastError: `reconcile could not reach a verdict: ${d.message}`, lastErrorCode: d.code }, 'reconcile_error', d);
+      return toView(moved ?? (await this.load(batchId)));
+    }
+    if (outcome.outcome === 'committed') {
+      const mismatch = outcome.checksum !== b.checksum;
+      const moved = await this.journal.transition(
+        b.batchId,
+        ['applying', 'unresolved'],
+        'committed',
+        {
+          appliedCount: outcome.rowCount,
+          stamp: 'committed_at',
+          lastError: mismatch ? `target completion row checksum ${outcome.checksum} differs from the manifest ${b.checksum}` : null,
+          lastErrorCode: mismatch ? 'completion_checksum_mismatch' : null,
+        },
+        'reconciled_committed',
+        { via: outcome.via, rowCount: outcome.rowCount, checksum: outcome.checksum },
+      );
+      await this.purge(a, b);
+      return toView(moved ?? (await this.load(batchId)));
+    }
+    if (outcome.outcome === 'not_applied') {
+      const to: BatchState = outcome.staged ? 'staged' : 'extracting';
+      const moved = await this.journal.transition(b.batchId, ['applying', 'unresolved'], to, {}, 'reconciled_not_applied', { via: outcome.via, staged: outcome.staged });
+      return toView(moved ?? (await this.load(batchId)));
+    }
+    const moved = await this.journal.transition(b.batchId, ['applying', 'unresolved'], 'unresolved', { lastError: outcome.reason, lastErrorCode: 'claim_blocked' }, 'reconciled_blocked', {
+      reason: outcome.reason,
+    });
+    return toView(moved ?? (await this.load(batchId)));
+  }
+
+  // Maintenance: reconcile batches whose apply outcome is unknown and that nobody touched for olderThanMs.
+  async reconcileStale(olderThanMs: number, limit: number): Promise<BatchView[]> {
+    const stale = await this.journal.stale(['applying', 'unresolved'], olderThanMs, limit);
+    const out: BatchView[] = [];
+    for (const b of stale) {
+      try {
+        out.push(await this.reconcile(b.batchId));
+      } catch (err) {
+        await this.noteError(b, 'reconcile_error', err).catch(() => undefined);
+        out.push(toView((await this.journal.get(b.batchId)) ?? b));
+      }
+    }
+    return out;
+  }
+
+  // Operator action: give up on a batch that has not been applied (proven by reconcile), releasing its window.
+  async abandon(batchId: string, reason: string): Promise<BatchView> {
+    const b = await this.load(batchId);
+    if (b.state === 'applying' || b.state === 'unresolved') {
+      const r = await this.reconcile(batchId);
+      if (r.state !== 'staged' && r.state !== 'extracting') return r;
+    }
+    const cur = await this.load(batchId);
+    if (cur.state !== 'staged' && cur.state !== 'extracting') return toView(cur);
+    return toView(await this.fail(cur, ['staged', 'extracting'], new TransferError('invalid_state', `abandoned by operator: ${reason}`)));
+  }
+
+  async getBatch(batchId: string): Promise<BatchDetail | null> {
+    const b = await this.journal.get(batchId);
+    if (!b) return null;
+    return { ...toView(b), schemaColumns: b.schemaColumns, targetLtxid: b.targetLtxid, events: await this.journal.events(batchId) };
+  }
+
+  async listBatches(filter: BatchListFilter): Promise<BatchView[]> {
+    return (await this.journal.list(filter)).map(toView);
+  }
+
+  async close(): Promise<void> {
+    const all = [...this.adapters.values()];
+    this.adapters.clear();
+    for (const p of all) {
+      const a = await p.catch(() => null);
+      if (a) {
+        await a.source.close().catch(() => undefined);
+        await a.target.close().catch(() => undefined);
+      }
+    }
+    await this.journal.close();
+    await this.onClose?.();
+  }
+}
+
+export { OPEN_STATES };

@@ -1,0 +1,222 @@
+-- Keel transfer objects on a PostgreSQL TARGET database (applied by shared/engines/postgres/migrate.ts with the
+-- ledger keel_transfer.schema_migrations). Staging tables (one per transfer, keel_transfer.stg_<transfer>) are
+-- created by keel_transfer.ensure_staging from the target table's own column types.
+create schema if not exists keel_transfer;
+
+-- One row per staging of a batch, written in the same transaction as its rows: a committed row means the
+-- batch's rows are all there and matched the manifest. The primary key also serializes rival stagings.
+-- Staging is transient: this registry and the staging tables are UNLOGGED (no WAL, much faster loads). A crash
+-- or failover empties both together, so a batch then reads as "not staged" and is staged again (same id).
+-- The completion table below is logged: it is the durable outcome.
+create unlogged table if not exists keel_transfer.staged (
+  batch_id           uuid primary key,
+  transfer_name      text not null,
+  state              text not null check (state in ('staging', 'staged')),
+  expected_count     bigint not null,
+  expected_checksum  text not null,
+  row_count          bigint,
+  checksum           text,
+  started_at         timestamptz not null default clock_timestamp(),
+  staged_at          timestamptz
+);
+
+-- The completion row: inserted first by apply (the claim), marked committed in the same transaction.
+-- A visible row is therefore always a committed apply.
+create table if not exists keel_transfer.completions (
+  batch_id       uuid primary key,
+  transfer_name  text not null,
+  state          text not null check (state in ('claimed', 'committed')),
+  row_count      bigint,
+  checksum       text,
+  claimed_at     timestamptz not null default clock_timestamp(),
+  committed_at   timestamptz
+);
+
+create or replace function keel_transfer.qualified(p_schema text, p_table text) returns text
+language sql immutable as $$
+  select case when p_schema is null then quote_ident(p_table) else quote_ident(p_schema) || '.' || quote_ident(p_table) end
+$$;
+
+-- Creates (or re-creates while empty) keel_transfer.stg_<transfer> with the mapped target columns' types.
+create or replace function keel_transfer.ensure_staging(p_transfer text, p_target_schema text, p_target_table text, p_columns text[])
+returns text language plpgsql as $$
+declare
+  v_name text := 'stg_' || p_transfer;
+  v_existing text[];
+  v_nonempty boolean;
+  v_cols text;
+begin
+  if p_transfer !~ '^[a-z][a-z0-9_]{0,39}$' then
+    raise exception using errcode = 'KT004', message = format('transfer name %L is not a plain identifier', p_transfer);
+  end if;
+  perform pg_advisory_xact_lock(hashtext('keel_transfer.ensure_staging:' || p_transfer));
+  select array_agg(a.attname::text order by a.attnum) into v_existing
+    from pg_attribute a
+   where a.attrelid = to_regclass(format('keel_transfer.%I', v_name)) and a.attnum > 0 and not a.attisdropped and a.attname <> 'keel_batch_id';
+  if v_existing is not null and v_existing = p_columns then
+    return v_name;
+  end if;
+  if v_existing is not null then
+    execute format('select exists (select 1 from keel_transfer.%I)', v_name) into v_nonempty;
+    if v_nonempty then
+      raise exception using errcode = 'KT004',
+        message = format('staging table keel_transfer.%I holds rows for another column mapping; apply or purge those batches first', v_name);
+    end if;
+    execute format('drop table keel_transfer.%I', v_name);
+  end if;
+  select string_agg(quote_ident(c), ', ' order by o) into v_cols from unnest(p_columns) with ordinality as u(c, o);
+  execute format('create unlogged table keel_transfer.%I as select %s from %s with no data', v_name, v_cols, keel_transfer.qualified(p_target_schema, p_target_table));
+  execute format('alter table keel_transfer.%I add column keel_batch_id uuid not null default (nullif(current_setting(''keel.batch_id'', true), ''''))::uuid', v_name);
+  return v_name;
+end $$;
+
+-- Opens a staging: 'new' (caller loads rows in this transaction), 'already_staged' (same content, nothing to do),
+-- or raises KT001 when an earlier staging of the same batch id holds different content.
+create or replace function keel_transfer.begin_stage(p_batch_id uuid, p_transfer text, p_expected_count bigint, p_expected_checksum text)
+returns text language plpgsql as $$
+#variable_conflict use_column
+declare
+  v_inserted integer;
+  r keel_transfer.staged%rowtype;
+begin
+  insert into keel_transfer.staged (batch_id, transfer_name, state, expected_count, expected_checksum)
+  values (p_batch_id, p_transfer, 'staging', p_expected_count, p_expected_checksum)
+  on conflict (batch_id) do nothing;
+  get diagnostics v_inserted = row_count;
+  if v_inserted = 1 then
+    return 'new';
+  end if;
+  select * into r from keel_transfer.staged s where s.batch_id = p_batch_id;
+  if r.state = 'staged' and r.row_count = p_expected_count and r.checksum = p_expected_checksum then
+    return 'already_staged';
+  end if;
+  raise exception using errcode = 'KT001',
+    message = format('batch %s was staged earlier with different content (%s rows, checksum %s; manifest says %s rows, checksum %s)',
+                     p_batch_id, r.row_count, r.checksum, p_expected_count, p_expected_checksum);
+end $$;
+
+create or replace function keel_transfer.finish_stage(p_batch_id uuid, p_count bigint, p_checksum text)
+returns void language sql as $$
+  update keel_transfer.staged set state = 'staged', row_count = p_count, checksum = p_checksum, staged_at = clock_timestamp()
+   where batch_id = p_batch_id
+$$;
+
+-- Apply: one call, one local transaction (the caller's statement, autocommit).
+--   1. claim the batch id by inserting its completion row: the primary key serializes rivals, a rival waits here
+--      and then finds the committed row ('already_committed');
+--   2. merge the staged rows into the business table (insert .. on conflict (keys) do update);
+--   3. mark the completion row committed with count and checksum.
+create or replace function keel_transfer.apply_batch(
+  p_batch_id uuid, p_transfer text, p_target_schema text, p_target_table text, p_staging_table text,
+  p_columns text[], p_keys text[], p_expected_count bigint, p_expected_checksum text)
+returns table (outcome text, row_count bigint, checksum text)
+language plpgsql as $$
+#variable_conflict use_column
+declare
+  v_inserted integer;
+  v_count bigint;
+  r keel_transfer.staged%rowtype;
+  v_cols text;
+  v_keys text;
+  v_set text;
+  v_src text;
+  v_on text;
+begin
+  insert into keel_transfer.completions (batch_id, transfer_name, state) values (p_batch_id, p_transfer, 'claimed')
+  on conflict (batch_id) do nothing;
+  get diagnostics v_inserted = row_count;
+  if v_inserted = 0 then
+    return query select 'already_committed'::text, c.row_count, c.checksum from keel_transfer.completions c where c.batch_id = p_batch_id;
+    return;
+  end if;
+
+  select * into r from keel_transfer.staged s where s.batch_id = p_batch_id and s.state = 'staged';
+  if not found then
+    raise exception using errcode = 'KT002', message = format('batch %s is not staged on the target', p_batch_id);
+  end if;
+  if r.row_count <> p_expected_count or r.checksum <> p_expected_checksum then
+    raise exception using errcode = 'KT001',
+      message = format('batch %s staged %s rows (checksum %s) but the manifest says %s rows (checksum %s)',
+                       p_batch_id, r.row_count, r.checksum, p_expected_count, p_expected_checksum);
+  end if;
+
+  select string_agg(quote_ident(c), ', ' order by o) into v_cols from unnest(p_columns) with ordinality as u(c, o);
+  select string_agg(quote_ident(c), ', ' order by o) into v_keys from unnest(p_keys) with ordinality as u(c, o);
+  select string_agg(format('%I = excluded.%I', c, c), ', ' order by o) into v_set
+    from unnest(p_columns) with ordinality as u(c, o) where c <> all (p_keys);
+  if current_setting('server_version_num')::int >= 150000 then
+    -- MERGE joins staging and target in bulk (faster than per-row speculative insertion); duplicate keys
+    -- within a batch were refused at staging.
+    select string_agg(format('s.%I', c), ', ' order by o) into v_src from unnest(p_columns) with ordinality as u(c, o);
+    select string_agg(format('t.%I = s.%I', c, c), ' and ' order by o) into v_on from unnest(p_keys) with ordinality as u(c, o);
+    select string_agg(format('%I = s.%I', c, c), ', ' order by o) into v_set
+      from unnest(p_columns) with ordinality as u(c, o) where c <> all (p_keys);
+    execute format('merge into %s as t using (select %s from keel_transfer.%I where keel_batch_id = $1) as s on %s %s when not matched then insert (%s) values (%s)',
+                   keel_transfer.qualified(p_target_schema, p_target_table), v_cols, p_staging_table, v_on,
+                   case when v_set is null then '' else 'when matched then update set ' || v_set end, v_cols, v_src)
+      using p_batch_id;
+  else
+    execute format('insert into %s (%s) select %s from keel_transfer.%I where keel_batch_id = $1 on conflict (%s) do %s',
+                   keel_transfer.qualified(p_target_schema, p_target_table), v_cols, v_cols, p_staging_table, v_keys,
+                   case when v_set is null then 'nothing' else 'update set ' || v_set end)
+      using p_batch_id;
+  end if;
+  get diagnostics v_count = row_count;
+  if v_set is not null and v_count <> r.row_count then
+    raise exception using errcode = 'KT003', message = format('batch %s merged %s rows but %s were staged', p_batch_id, v_count, r.row_count);
+  end if;
+
+  update keel_transfer.completions
+     set state = 'committed', row_count = v_count, checksum = r.checksum, committed_at = clock_timestamp()
+   where batch_id = p_batch_id;
+  return query select 'applied'::text, v_count, r.checksum;
+end $$;
+
+-- Reconcile: read the durable outcome. A missing completion row is not proof, so take the claim ourselves with
+-- a bounded wait: blocked = an apply is still open ('blocked'); obtained = nothing was applied ('not_applied'),
+-- and the claim is undone at once (sub-transaction rolled back). A visible completion row = 'committed'.
+create or replace function keel_transfer.try_claim(p_batch_id uuid, p_wait_ms integer)
+returns table (outcome text, row_count bigint, checksum text, staged boolean)
+language plpgsql as $$
+#variable_conflict use_column
+declare
+  v_staged boolean;
+begin
+  perform set_config('lock_timeout', greatest(p_wait_ms, 1)::text || 'ms', true);
+  select exists (select 1 from keel_transfer.staged s where s.batch_id = p_batch_id and s.state = 'staged') into v_staged;
+  begin
+    insert into keel_transfer.completions (batch_id, transfer_name, state) values (p_batch_id, '(reconcile)', 'claimed');
+    raise exception using errcode = 'KT009', message = 'claim obtained; undoing it';
+  exception
+    when sqlstate 'KT009' then
+      return query select 'not_applied'::text, null::bigint, null::text, v_staged;
+      return;
+    when lock_not_available then
+      return query select 'blocked'::text, null::bigint, null::text, v_staged;
+      return;
+    when unique_violation then
+      null; -- a committed completion row exists
+  end;
+  return query select 'committed'::text, c.row_count, c.checksum, v_staged from keel_transfer.completions c where c.batch_id = p_batch_id;
+end $$;
+
+create or replace function keel_transfer.purge_staged(p_batch_id uuid, p_staging_table text)
+returns bigint language plpgsql as $$
+declare
+  v_count bigint;
+  v_other boolean;
+begin
+  -- Only one batch of a transfer is open at a time, so usually the table holds just this batch: truncate is
+  -- then far cheaper than delete. Rows of any other batch are kept. The lock comes first, so that a staging of
+  -- the next batch cannot slip in between the check and the truncate; the wait for it is bounded.
+  perform set_config('lock_timeout', '5s', true);
+  execute format('lock table keel_transfer.%I in access exclusive mode', p_staging_table);
+  execute format('select exists (select 1 from keel_transfer.%I where keel_batch_id <> $1)', p_staging_table) into v_other using p_batch_id;
+  if not v_other then
+    execute format('truncate keel_transfer.%I', p_staging_table);
+    return -1;
+  end if;
+  execute format('delete from keel_transfer.%I where keel_batch_id = $1', p_staging_table) using p_batch_id;
+  get diagnostics v_count = row_count;
+  return v_count;
+end $$;

@@ -1,0 +1,246 @@
+// A TCP proxy for fault injection between Keel and a PostgreSQL server. It understands just enough of the
+// PostgreSQL wire protocol (v3) to recognise statements in the client's stream (Query 'Q' and Parse 'P'
+// messages) and the server's ReadyForQuery ('Z'), and can then:
+//   - cut-after-bytes: forward at most N more client->server bytes after the trigger statement, then cut;
+//   - cut-after-ms:    cut both directions D ms after the trigger statement was forwarded;
+//   - drop-reply:      forward the trigger statement, swallow everything the server answers, and cut as soon as
+//                      the server reports ReadyForQuery: the statement (and its implicit COMMIT) completed on the
+//                      server, and its reply never reached the client.
+// A plan is one-shot: it fires on the first connection whose stream matches, then the proxy forwards normally.
+import net from 'node:net';
+
+export type FaultPlan =
+  | { kind: 'cut-after-bytes'; trigger: (sql: string) => boolean; bytes: number }
+  | { kind: 'cut-after-ms'; trigger: (sql: string) => boolean; delayMs: number }
+  | { kind: 'drop-reply'; trigger: (sql: string) => boolean; holdMs?: number };
+
+export interface FaultReport {
+  kind: FaultPlan['kind'];
+  sql: string;
+  forwardedAfterTrigger: number; // client->server bytes forwarded after the trigger message
+  serverCompleted: boolean; // drop-reply: the server sent ReadyForQuery after the trigger
+}
+
+// Incremental splitter for typed protocol messages; keeps bodies only for the types asked for.
+class MessageSplitter {
+  private header = Buffer.alloc(0);
+  private remaining = 0; // body bytes still to come for the current message
+  private type = 0;
+  private body: Buffer[] | null = null;
+  private started: boolean;
+
+  constructor(hasStartupPacket: boolean, private readonly keep: Set<number>) {
+    this.started = !hasStartupPacket;
+  }
+
+  // Returns, for each message completed in chunk, its type, end offset within the chunk and body (if kept).
+  push(chunk: Buffer): { type: number; end: number; body: Buffer | null }[] {
+    const out: { type: number; end: number; body: Buffer | null }[] = [];
+    let i = 0;
+    while (i < chunk.length) {
+      if (this.remaining === 0 && this.body === null) {
+        const need = (this.started ? 5 : 4) - this.header.length;
+        const take = Math.min(need, chunk.length - i);
+        this.header = Buffer.concat([this.header, chunk.subarray(i, i + take)]);
+        i += take;
+        if (this.header.length < (this.started ? 5 : 4)) break;
+        if (this.started) {
+          this.type = this.header[0]!;
+          this.remaining = this.header.readInt32BE(1) - 4;
+        } else {
+          this.type = 0; // startup packet: length includes itself, no type byte
+          this.remaining = this.header.readInt32BE(0) - 4;
+        }
+        this.header = Buffer.alloc(0);
+        this.body = this.keep.has(this.type) ? [] : null;
+        if (this.remaining === 0) {
+          out.push({ type: this.type, end: i, body: this.body ? Buffer.alloc(0) : null });
+          this.body = null;
+          if (!this.started) this.started = true;
+          continue;
+        }
+      }
+      const take = Math.min(this.remaining, chunk.length - i);
+      if (this.body) this.body.push(chunk.subarray(i, i + take));
+      this.remaining -= take;
+      i += take;
+      if (this.remaining === 0) {
+        out.push({ type: this.type, end: i, body: this.body ? Buffer.concat(this.body) : null });
+        this.body = null;
+        if (!this.started) this.started = true;
+      }
+    }
+    return out;
+  }
+}
+
+const Q = 'Q'.charCodeAt(0);
+const P = 'P'.charCodeAt(0);
+const Z = 'Z'.charCodeAt(0);
+
+function statementText(type: number, body: Buffer): string {
+  if (type === Q) return body.toString('utf8', 0, Math.max(0, body.indexOf(0)));
+  // Parse: statement name \0, query \0, ...
+  const nameEnd = body.indexOf(0);
+  const queryEnd = body.indexOf(0, nameEnd + 1);
+  return body.toString('utf8', nameEnd + 1, queryEnd < 0 ? body.length : queryEnd);
+}
+
+export class FaultProxy {
+  private server: net.Server;
+  private plan: FaultPlan | null = null;
+  private resolveFired: ((r: FaultReport) => void) | null = null;
+  private sockets = new Set<net.Socket>();
+  private generation = 0; // disarm() ends faults that matched but have not fired yet
+  port = 0;
+
+  private constructor(private readonly targetHost: string, private readonly targetPort: number) {
+    this.server = net.createServer((client) => this.onConnection(client));
+  }
+
+  static async start(targetHost: string, targetPort: number): Promise<FaultProxy> {
+    const p = new FaultProxy(targetHost, targetPort);
+    await new Promise<void>((resolve) => p.server.listen(0, '127.0.0.1', resolve));
+    p.port = (p.server.address() as net.AddressInfo).port;
+    return p;
+  }
+
+  // Rewrites a postgres:// URL to go through the proxy.
+  urlFor(url: string): string {
+    const u = new URL(url);
+    u.hostname = '127.0.0.1';
+    u.port = String(this.port);
+    return u.toString();
+  }
+
+  // Arms a one-shot fault; the promise resolves when it fired.
+  arm(plan: FaultPlan): Promise<FaultReport> {
+    this.plan = plan;
+    return new Promise((resolve) => {
+      this.resolveFired = resolve;
+    });
+  }
+
+  disarm(): void {
+    this.generation++;
+    this.plan = null;
+    this.resolveFired = null;
+  }
+
+  get armed(): boolean {
+    return this.plan !== null;
+  }
+
+  private onConnection(client: net.Socket) {
+    const upstream = net.connect(this.targetPort, this.targetHost);
+    this.sockets.add(client);
+    this.sockets.add(upstream);
+    client.setNoDelay(true);
+    upstream.setNoDelay(true);
+    const kill = () => {
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on('error', kill);
+    upstream.on('error', kill);
+    client.on('close', () => {
+      upstream.destroy();
+      this.sockets.delete(client);
+    });
+    upstream.on('close', () => {
+      client.destroy();
+      this.sockets.delete(upstream);
+    });
+
+    const fromClient = new MessageSplitter(true, new Set([Q, P]));
+    const fromServer = new MessageSplitter(false, new Set());
+    let active: { plan: FaultPlan; sql: string; forwarded: number; report: (r: FaultReport) => void; generation: number } | null = null;
+    let cut = false;
+
+    const fire = (serverCompleted: boolean) => {
+      if (cut || !active || active.generation !== this.generation) return;
+      cut = true;
+      active.report({ kind: active.plan.kind, sql: active.sql, forwardedAfterTrigger: active.forwarded, serverCompleted });
+      kill();
+    };
+
+    client.on('data', (chunk: Buffer) => {
+      if (cut) return;
+      if (active && active.generation !== this.generation) active = null;
+      if (active) {
+        if (active.plan.kind === 'cut-after-bytes') {
+          const allowed = active.plan.bytes - active.forwarded;
+          if (chunk.length >= allowed) {
+            if (allowed > 0) upstream.write(chunk.subarray(0, allowed));
+            active.forwarded += Math.max(0, allowed);
+            // let the partial write leave before cutting
+            cut = true;
+            const a = active;
+            setImmediate(() => {
+              a.report({ kind: a.plan.kind, sql: a.sql, forwardedAfterTrigger: a.forwarded, serverCompleted: false });
+              kill();
+            });
+            return;
+          }
+        }
+        active.forwarded += chunk.length;
+        upstream.write(chunk);
+        return;
+      }
+      const messages = fromClient.push(chunk);
+      const plan = this.plan;
+      if (plan) {
+        for (const m of messages) {
+          if (!m.body || (m.type !== Q && m.type !== P)) continue;
+          const sql = statementText(m.type, m.body);
+          if (!plan.trigger(sql)) continue;
+          const report = this.resolveFired!;
+          this.plan = null;
+          this.resolveFired = null;
+          active = { plan, sql, forwarded: 0, report, generation: this.generation };
+          // Forward through the end of the trigger message; the rest of the chunk counts as "after".
+          upstream.write(chunk.subarray(0, m.end));
+          const rest = chunk.subarray(m.end);
+          if (plan.kind === 'cut-after-ms') {
+            upstream.write(rest);
+            active.forwarded += rest.length;
+            setTimeout(() => fire(false), plan.delayMs);
+          } else if (plan.kind === 'drop-reply') {
+            upstream.write(rest);
+            active.forwarded += rest.length;
+          } else if (rest.length > 0) {
+            client.emit('data', rest); // goes through the byte-limit branch above
+          }
+          return;
+        }
+      }
+      upstream.write(chunk);
+    });
+
+    upstream.on('data', (chunk: Buffer) => {
+      if (cut) return;
+      if (active && active.generation !== this.generation && active.plan.kind !== 'drop-reply') active = null;
+      if (active && active.plan.kind === 'drop-reply') {
+        // Swallow the reply; cut once the server is idle again (statement and its commit are done).
+        const messages = fromServer.push(chunk);
+        if (messages.some((m) => m.type === Z)) {
+          const hold = active.plan.holdMs ?? 0;
+          cut = true;
+          const a = active;
+          setTimeout(() => {
+            a.report({ kind: a.plan.kind, sql: a.sql, forwardedAfterTrigger: a.forwarded, serverCompleted: true });
+            kill();
+          }, hold);
+        }
+        return;
+      }
+      fromServer.push(chunk);
+      client.write(chunk);
+    });
+  }
+
+  async close(): Promise<void> {
+    for (const s of this.sockets) s.destroy();
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+}

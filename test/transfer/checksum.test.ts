@@ -1,0 +1,88 @@
+// The keel-v1 checksum: PostgreSQL's SQL implementation equals the TypeScript one (used for SQL Server sources
+// and Oracle targets) on awkward values, and driver values normalize to the documented canonical texts.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { createTestDatabase } from '../support/pg.js';
+import { ChecksumAccumulator, canonicalValue, rowEncoding } from '../../shared/transfer/checksum.js';
+import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
+import { parseTransfers } from '../../shared/transfer/config.js';
+
+describe('keel-v1 checksum', () => {
+  let pool: pg.Pool;
+  beforeAll(async () => {
+    pool = new pg.Pool({ connectionString: await createTestDatabase('tr_checksum'), max: 2 });
+    await pool.query(`create table public.awkward (
+      id integer primary key, big bigint, amount numeric(20,6), label text, code varchar(20), flag boolean,
+      day date, at timestamp(6), at_tz timestamptz, raw bytea, ref uuid)`);
+    await pool.query(`insert into public.awkward values
+      (1, 9223372036854775807, 1.500000, 'plain', 'a', true, '2026-02-03', '2026-02-03 04:05:06.000007', '2026-02-03 04:05:06.5+02', '\\x00ff10', 'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11'),
+      (2, -42, -0.000100, '', '', false, '1999-12-31', '1999-12-31 23:59:59', '1999-12-31 23:59:59.999999+00', '\\x', null),
+      (3, 0, 0, 'quote " back \\ paren ( ) comma , end', ' lead', null, null, null, null, null, null),
+      (4, null, 100, E'tab\\tnew\\nline\\rcr\\x0bvt\\x0cff', 'ünïcødé ✓ 𝄞', true, '2026-01-01', '2026-01-01 00:00:00', '2026-01-01 00:00:00+00', '\\x5c22', '00000000-0000-0000-0000-000000000000'),
+      (5, 1, 123456789012.123456, 'NULL', 'null', false, '0001-01-01', '2000-02-29 12:00:00.1', '2000-02-29 12:00:00.1-05:30', '\\xdeadbeef', 'ffffffff-ffff-ffff-ffff-ffffffffffff')`);
+  });
+  afterAll(async () => {
+    await pool?.end();
+  });
+
+  it('PostgreSQL SQL and TypeScript compute the same value', async () => {
+    const cols = ['id', 'big', 'amount', 'label', 'code', 'flag', 'day', 'at', 'at_tz', 'raw', 'ref'];
+    const [t] = parseTransfers([
+      {
+        name: 'awkward',
+        source: { engine: 'postgres', connectionSetting: 'X', table: 'public.awkward' },
+        target: { engine: 'postgres', connectionSetting: 'Y', table: 'public.awkward' },
+        keyColumns: ['id'],
+        boundary: { column: 'id', kind: 'key' },
+        columns: cols.map((c) => ({ source: c, target: c })),
+      },
+    ]);
+    const src = new PostgresTransferSource(t!, pool);
+    const schema = await src.readSchema();
+    expect(schema.columns.map((c) => c.logical)).toEqual(['int', 'int', 'decimal', 'text', 'text', 'bool', 'date', 'timestamp', 'timestamptz', 'bytes', 'uuid']);
+    const w = { kind: 'key' as const, low: null, high: '5' };
+    const manifest = await src.manifest(w, schema, 'keel-v1');
+    const acc = new ChecksumAccumulator();
+    const seen: (string | null)[][] = [];
+    for await (const chunk of src.streamRows(w, schema, 2)) for (const row of chunk) {
+      acc.add(row);
+      seen.push(row);
+    }
+    expect(acc.count).toBe(5);
+    expect(manifest).toEqual({ rowCount: 5, checksum: acc.checksum });
+    // Canonical texts as documented.
+    expect(seen[0]).toEqual(['1', '9223372036854775807', '1.5', 'plain', 'a', 't', '2026-02-03', '2026-02-03T04:05:06.000007', '2026-02-03T02:05:06.500000Z', '00ff10', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11']);
+    expect(seen[1]!.slice(0, 3)).toEqual(['2', '-42', '-0.0001']);
+    // Per-row hashes agree too (not just the sum).
+    for (const row of seen) {
+      const r = await pool.query(`select row(${row.map((_v, i) => `$${i + 1}::text`).join(', ')})::text as enc`, row);
+      expect(rowEncoding(row)).toBe(r.rows[0].enc);
+    }
+  });
+
+  it('normalizes driver values to canonical text by logical type', () => {
+    expect(canonicalValue('int', 42n)).toBe('42');
+    expect(canonicalValue('int', '-0007')).toBe('-7');
+    expect(canonicalValue('int', '-0')).toBe('0');
+    expect(() => canonicalValue('int', 2 ** 60)).toThrow(/exact range/);
+    expect(canonicalValue('decimal', '1.50')).toBe('1.5');
+    expect(canonicalValue('decimal', '.5')).toBe('0.5');
+    expect(canonicalValue('decimal', '-.50')).toBe('-0.5');
+    expect(canonicalValue('decimal', '-0.000')).toBe('0');
+    expect(canonicalValue('decimal', '1E+3')).toBe('1000');
+    expect(canonicalValue('decimal', '1.2e-3')).toBe('0.0012');
+    expect(canonicalValue('decimal', 12.25)).toBe('12.25');
+    expect(canonicalValue('bool', 1)).toBe('t');
+    expect(canonicalValue('bool', false)).toBe('f');
+    expect(canonicalValue('timestamp', '2026-02-03 04:05:06.1234567')).toBe('2026-02-03T04:05:06.123456');
+    expect(canonicalValue('timestamp', '2026-02-03T04:05:06')).toBe('2026-02-03T04:05:06.000000');
+    expect(canonicalValue('timestamptz', '2026-02-03 04:05:06.5+02:00')).toBe('2026-02-03T02:05:06.500000Z');
+    expect(canonicalValue('timestamptz', new Date('2026-02-03T02:05:06.123Z'))).toBe('2026-02-03T02:05:06.123000Z');
+    expect(canonicalValue('date', '2026-02-03 00:00:00')).toBe('2026-02-03');
+    expect(canonicalValue('bytes', Buffer.from([0, 255]))).toBe('00ff');
+    expect(canonicalValue('bytes', '0xDEAD')).toBe('dead');
+    expect(canonicalValue('uuid', 'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11')).toBe('a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11');
+    expect(canonicalValue('text', null)).toBeNull();
+    expect(rowEncoding([null, '', 'a b', 'x"y\\z', 'plain'])).toBe('(,"","a b","x""y\\\\z",plain)');
+  });
+});

@@ -1,0 +1,64 @@
+// Transfer configuration: invalid settings fail at startup and name the setting at fault.
+import { describe, expect, it } from 'vitest';
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { loadTransfers, parseTransfers } from '../../shared/transfer/config.js';
+import { quotePg, quoteOracle, quoteMssql } from '../../shared/transfer/identifiers.js';
+
+const valid = {
+  name: 'orders',
+  source: { engine: 'postgres', connectionSetting: 'SRC_URL', table: 'public.orders' },
+  target: { engine: 'postgres', connectionSetting: 'TGT_URL', table: 'public.orders' },
+  keyColumns: ['id'],
+  boundary: { column: 'id', kind: 'key' },
+  columns: [{ source: 'id', target: 'id' }, { source: 'note', target: 'note' }],
+};
+
+function messageOf(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (err) {
+    return (err as Error).message;
+  }
+  return '';
+}
+
+describe('transfer configuration', () => {
+  it('accepts a valid declaration and fills defaults', () => {
+    const [t] = parseTransfers([valid]);
+    expect(t).toMatchObject({ name: 'orders', batchSize: 100_000, chunkSize: 5_000, reconcileWaitMs: 2_000, boundary: { settleMs: 0 } });
+  });
+
+  it('names the setting at fault', () => {
+    const { keyColumns: _k, ...noKeys } = valid;
+    expect(messageOf(() => loadTransfers({ KEEL_TRANSFERS: JSON.stringify([noKeys]) }))).toMatch(/KEEL_TRANSFERS\[0\]\.keyColumns: Required/);
+    expect(messageOf(() => parseTransfers([{ ...valid, keyColumns: ['id; drop table x'] }]))).toMatch(/KEEL_TRANSFERS\[0\]\.keyColumns\[0\]: must be a plain identifier/);
+    expect(messageOf(() => parseTransfers([{ ...valid, target: { ...valid.target, table: 'a.b.c' } }]))).toMatch(/KEEL_TRANSFERS\[0\]\.target\.table/);
+    expect(messageOf(() => parseTransfers([{ ...valid, keyColumns: ['missing'] }]))).toMatch(/KEEL_TRANSFERS\[0\]\.keyColumns\[0\]: key column missing is not in columns\[\]\.source/);
+    expect(messageOf(() => parseTransfers([{ ...valid, boundary: { column: 'id', kind: 'rowversion' } }]))).toMatch(/boundary\.kind: rowversion windows need a sqlserver source/);
+    expect(messageOf(() => parseTransfers([valid, valid]))).toMatch(/KEEL_TRANSFERS\[1\]\.name: "orders" is declared twice/);
+    expect(messageOf(() => parseTransfers([{ ...valid, source: { ...valid.source, query: 'select 1' } }]))).toMatch(/KEEL_TRANSFERS\[0\]\.source: exactly one of table or query/);
+    expect(messageOf(() => parseTransfers([{ ...valid, extra: 1 }]))).toMatch(/KEEL_TRANSFERS\[0\]: Unrecognized key/);
+    expect(messageOf(() => loadTransfers({ KEEL_TRANSFERS: '[{' }))).toMatch(/KEEL_TRANSFERS: not valid JSON/);
+  });
+
+  it('reads KEEL_TRANSFERS_FILE and refuses both settings at once', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'keel-cfg-'));
+    const file = path.join(dir, 'transfers.json');
+    await writeFile(file, JSON.stringify([{ ...valid, batchSize: 0 }]));
+    expect(messageOf(() => loadTransfers({ KEEL_TRANSFERS_FILE: file }))).toMatch(/KEEL_TRANSFERS_FILE\(.*\)\[0\]\.batchSize/);
+    await writeFile(file, JSON.stringify([valid]));
+    expect(loadTransfers({ KEEL_TRANSFERS_FILE: file })).toHaveLength(1);
+    expect(messageOf(() => loadTransfers({ KEEL_TRANSFERS_FILE: file, KEEL_TRANSFERS: '[]' }))).toMatch(/not both/);
+    expect(loadTransfers({})).toEqual([]);
+  });
+
+  it('quotes only validated identifiers', () => {
+    expect(quotePg('Orders_1')).toBe('"Orders_1"');
+    expect(quoteMssql('x')).toBe('[x]');
+    expect(quoteOracle('ID')).toBe('"ID"');
+    expect(() => quotePg('a"b')).toThrow(/plain identifier/);
+    expect(() => quoteMssql('a]b')).toThrow(/plain identifier/);
+  });
+});

@@ -1,0 +1,125 @@
+// Shared setup for the transfer tests: source, target and control databases on the run's PostgreSQL server.
+import pg from 'pg';
+import path from 'node:path';
+import { mkdtemp, copyFile, readdir } from 'node:fs/promises';
+import os from 'node:os';
+import { createTestDatabase } from '../support/pg.js';
+import { migrate } from '../../shared/engines/postgres/migrate.js';
+import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
+import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
+import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
+import { parseTransfers, type TransferConfig, type TransferInput } from '../../shared/transfer/config.js';
+import { migratePostgresTarget } from '../../shared/transfer/factory.js';
+import { TransferService } from '../../shared/transfer/service.js';
+
+const repo = path.resolve(import.meta.dirname, '../..');
+
+// Only this issue's journal migrations (V020..V039), so these tests do not depend on the job store's files.
+export async function migrateJournal(pool: pg.Pool): Promise<void> {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'keel-transfer-journal-'));
+  for (const f of await readdir(path.join(repo, 'sql/postgres'))) {
+    const m = /^V(\d+)__/.exec(f);
+    if (m && Number(m[1]) >= 20 && Number(m[1]) <= 39) await copyFile(path.join(repo, 'sql/postgres', f), path.join(dir, f));
+  }
+  await migrate(pool, { dir, ledger: 'keel.transfer_test_migrations' });
+}
+
+export interface Env {
+  sourceUrl: string;
+  targetUrl: string;
+  controlUrl: string;
+  source: pg.Pool;
+  target: pg.Pool;
+  control: pg.Pool;
+  close(): Promise<void>;
+}
+
+export async function setupDatabases(prefix: string): Promise<Env> {
+  const [sourceUrl, targetUrl, controlUrl] = await Promise.all([
+    createTestDatabase(`${prefix}_src`),
+    createTestDatabase(`${prefix}_tgt`),
+    createTestDatabase(`${prefix}_ctl`),
+  ]);
+  const source = new pg.Pool({ connectionString: sourceUrl, max: 4 });
+  const target = new pg.Pool({ connectionString: targetUrl, max: 4 });
+  const control = new pg.Pool({ connectionString: controlUrl, max: 4 });
+  for (const p of [source, target, control]) p.on('error', () => undefined);
+  await migrateJournal(control);
+  await migratePostgresTarget(target);
+  return {
+    sourceUrl, targetUrl, controlUrl, source, target, control,
+    close: async () => {
+      await Promise.all([source.end(), target.end(), control.end()]);
+    },
+  };
+}
+
+export const ORDERS_DDL = `create table public.orders (
+  id bigint primary key,
+  customer text,
+  amount numeric(12,2),
+  placed_at timestamptz,
+  flag boolean,
+  note varchar(200),
+  payload bytea)`;
+
+// Target side: the same table, plus a trigger counting how often each key was written (exactly-once check).
+export const TARGET_DDL = `${ORDERS_DDL};
+create table public.write_counts (id bigint primary key, writes integer not null);
+create function public.count_write() returns trigger language plpgsql as $$
+begin
+  -- tests that need a slow apply set keel_test.write_delay (seconds per row) on their connections
+  perform pg_sleep(coalesce(nullif(current_setting('keel_test.write_delay', true), '')::float8, 0));
+  insert into public.write_counts (id, writes) values (new.id, 1)
+  on conflict (id) do update set writes = public.write_counts.writes + 1;
+  return new;
+end $$;
+create trigger orders_count after insert or update on public.orders for each row execute function public.count_write();`;
+
+export async function insertSourceRows(pool: pg.Pool, from: number, to: number): Promise<void> {
+  await pool.query(
+    `insert into public.orders (id, customer, amount, placed_at, flag, note, payload)
+     select n, 'customer-' || (n % 97) || case when n % 13 = 0 then E'\\ttab\\nline\\\\slash' else '' end,
+            case when n % 17 = 0 then null else round((n % 1000) * 1.37, 2) end,
+            timestamptz '2026-01-01 00:00:00.123456+00' + n * interval '1 minute 0.000001 second',
+            n % 2 = 0, case when n % 5 = 0 then null else 'note ' || n || ' ✓' end,
+            case when n % 3 = 0 then decode(lpad(to_hex(n), 8, '0'), 'hex') else null end
+       from generate_series($1::bigint, $2::bigint) as n`,
+    [from, to],
+  );
+}
+
+export function ordersTransfer(name: string, overrides: Partial<TransferInput> = {}): TransferConfig {
+  const input: TransferInput = {
+    name,
+    source: { engine: 'postgres', connectionSetting: 'TEST_SOURCE', table: 'public.orders' },
+    target: { engine: 'postgres', connectionSetting: 'TEST_TARGET', table: 'public.orders' },
+    keyColumns: ['id'],
+    boundary: { column: 'id', kind: 'key' },
+    columns: ['id', 'customer', 'amount', 'placed_at', 'flag', 'note', 'payload'].map((c) => ({ source: c, target: c })),
+    batchSize: 1000,
+    chunkSize: 100,
+    reconcileWaitMs: 300,
+    ...overrides,
+  };
+  return parseTransfers([input])[0]!;
+}
+
+export function makeService(env: { control: pg.Pool; source: pg.Pool; target: pg.Pool }, transfers: TransferConfig[], targetPool?: pg.Pool): TransferService {
+  return new TransferService({
+    journal: new PostgresTransferJournal(env.control),
+    transfers,
+    connect: (t) => ({ source: new PostgresTransferSource(t, env.source), target: new PostgresTransferTarget(t, targetPool ?? env.target) }),
+  });
+}
+
+// Same content on both sides, every source row exactly once in the target and written once.
+export async function assertExactlyOnce(env: Env, upTo?: number): Promise<{ source: number; target: number; maxWrites: number }> {
+  const cols = 'id, customer, amount, placed_at, flag, note, payload';
+  const where = upTo === undefined ? '' : ` where id <= ${Math.trunc(upTo)}`;
+  const s = await env.source.query(`select md5(coalesce(string_agg(t::text, '|' order by id), '')) as h, count(*)::int as n from (select ${cols} from public.orders${where}) t`);
+  const t = await env.target.query(`select md5(coalesce(string_agg(t::text, '|' order by id), '')) as h, count(*)::int as n from (select ${cols} from public.orders${where}) t`);
+  const w = await env.target.query(`select coalesce(max(writes), 0)::int as m from public.write_counts`);
+  if (s.rows[0].h !== t.rows[0].h) throw new Error(`target content differs from source (${s.rows[0].n} vs ${t.rows[0].n} rows)`);
+  return { source: s.rows[0].n, target: t.rows[0].n, maxWrites: w.rows[0].m };
+}

@@ -1,0 +1,227 @@
+// Two appliers racing on one batch, an apply held open during reconcile, staging conflicts, schema drift,
+// overlapping windows, and the generic (non-COPY) row path.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { assertExactlyOnce, insertSourceRows, makeService, ordersTransfer, setupDatabases, TARGET_DDL, ORDERS_DDL, type Env } from './helpers.js';
+import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
+import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
+import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
+import { isTransferError } from '../../shared/transfer/errors.js';
+import { TransferService } from '../../shared/transfer/service.js';
+import type { SourceAdapter, StageRequest } from '../../shared/transfer/types.js';
+
+describe('races, conflicts and drift', () => {
+  let env: Env;
+  let targetB: pg.Pool;
+
+  beforeAll(async () => {
+    env = await setupDatabases('tr_races');
+    await env.source.query(ORDERS_DDL);
+    await env.target.query(TARGET_DDL);
+    targetB = new pg.Pool({ connectionString: env.targetUrl, max: 2 });
+  });
+  afterAll(async () => {
+    await targetB?.end();
+    await env?.close();
+  });
+
+  it('two appliers race on one batch: exactly one applies, the other learns it (20 rounds)', async () => {
+    await env.source.query('truncate public.orders');
+    await insertSourceRows(env.source, 1, 20 * 150);
+    const t = ordersTransfer('race', { batchSize: 150 });
+    const svc = makeService(env, [t]);
+    const a = new PostgresTransferTarget(t, env.target);
+    const b = new PostgresTransferTarget(t, targetB);
+    for (let round = 0; round < 20; round++) {
+      const created = await svc.createBatch(t.name);
+      const staged = await svc.stage(created.batchId);
+      expect(staged.state).toBe('staged');
+      const req: StageRequest = {
+        batchId: created.batchId,
+        transfer: t.name,
+        manifest: { rowCount: created.rowCount!, checksum: created.checksum! },
+        schema: { columns: (await svc.getBatch(created.batchId))!.schemaColumns, hash: created.schemaHash },
+      };
+      // Straight at the target procedure, both at once: the completion row's key serializes them.
+      const results = await Promise.all([a.apply(req), b.apply(req)]);
+      expect(results.map((r) => r.outcome).sort()).toEqual(['already_committed', 'applied']);
+      expect(results.every((r) => r.rowCount === created.rowCount && r.checksum === created.checksum)).toBe(true);
+      // Through the service (two services, as two hosts would): the journal lets one apply call through,
+      // reconcile reads the target's verdict, and the batch ends committed exactly once.
+      const [v1, v2] = await Promise.all([svc.apply(created.batchId), makeService(env, [t], targetB).apply(created.batchId)]);
+      expect([v1.state, v2.state]).toContain('committed');
+      const fin = await svc.reconcile(created.batchId);
+      expect(fin.state).toBe('committed');
+    }
+    const r = await assertExactlyOnce(env);
+    expect(r).toEqual({ source: 3000, target: 3000, maxWrites: 1 });
+  });
+
+  it('an apply still open on the target makes the batch unresolved, never guessed', async () => {
+    const t = ordersTransfer('held', { batchSize: 50, reconcileWaitMs: 100 });
+    await insertSourceRows(env.source, 3001, 3100);
+    const svc = makeService(env, [t]);
+    // Windows of this transfer start after what 'race' already moved: pretend by committing nothing yet.
+    const created = await svc.createBatch(t.name);
+    await svc.stage(created.batchId);
+    // Another session holds the claim (an apply whose transaction is still open).
+    const holder = await targetB.connect();
+    await holder.query('begin');
+    await holder.query(`insert into keel_transfer.completions (batch_id, transfer_name, state) values ($1, 'held', 'claimed')`, [created.batchId]);
+    const journal = new PostgresTransferJournal(env.control);
+    await journal.transition(created.batchId, ['staged'], 'applying', { incrementAttempts: true, stamp: 'apply_started_at' }, 'apply_started');
+    const v = await svc.reconcile(created.batchId);
+    expect(v.state).toBe('unresolved');
+    expect(v.status).toBe('unresolved');
+    expect(v.lastErrorCode).toBe('claim_blocked');
+    expect(v.nextAction).toMatch(/Reconcile again later/);
+    expect((await svc.reconcileStale(0, 10)).map((x) => x.state)).toEqual(['unresolved']);
+    // The open transaction rolls back: reconcile now obtains the claim, so nothing was applied; retry commits.
+    await holder.query('rollback');
+    holder.release();
+    const after = await svc.reconcile(created.batchId);
+    expect(after.state).toBe('staged');
+    const done = await svc.run(created.batchId);
+    expect(done.state).toBe('committed');
+    expect(done.attempts).toBe(2);
+  });
+
+  it('duplicate keys within a batch stop it with a reason and release its window', async () => {
+    const src = await env.source.connect();
+    await src.query(`create table public.dups (id bigint, customer text, amount numeric(12,2), placed_at timestamptz, flag boolean, note varchar(200), payload bytea)`);
+    await src.query(`insert into public.dups (id, customer) select n, 'c' from generate_series(1, 30) n`);
+    await src.query(`insert into public.dups (id, customer) values (7, 'again')`);
+    src.release();
+    await env.target.query(`create table public.dups_target (like public.orders including all)`);
+    const t = ordersTransfer('dups', {
+      source: { engine: 'postgres', connectionSetting: 'X', query: 'select * from public.dups' },
+      target: { engine: 'postgres', connectionSetting: 'Y', table: 'public.dups_target' },
+    });
+    const svc = makeService(env, [t]);
+    const b = await svc.createBatch('dups');
+    expect(b.rowCount).toBe(31);
+    const v = await svc.run(b.batchId);
+    expect(v.state).toBe('failed');
+    expect(v.lastErrorCode).toBe('duplicate_keys');
+    expect(v.lastError).toMatch(/\(7\)/);
+    expect(v.nextAction).toMatch(/Will not be retried/);
+    // Window released: after the source is fixed, a new batch covers the same window.
+    await env.source.query(`delete from public.dups where customer = 'again'`);
+    const again = await svc.createBatch('dups');
+    expect(again.boundary.low).toBeNull();
+    expect((await svc.run(again.batchId)).state).toBe('committed');
+  });
+
+  it('an earlier staging of the same id with different content is a conflict', async () => {
+    const t = ordersTransfer('restage', { batchSize: 40 });
+    const svc = makeService(env, [t]);
+    const b = await svc.createBatch(t.name);
+    expect((await svc.stage(b.batchId)).state).toBe('staged');
+    const target = new PostgresTransferTarget(t, env.target);
+    const source = new PostgresTransferSource(t, env.source);
+    const detail = (await svc.getBatch(b.batchId))!;
+    const schema = { columns: detail.schemaColumns, hash: detail.schemaHash };
+    const w = { kind: 'key' as const, low: detail.boundary.low, high: detail.boundary.high };
+    // Same id, same content: idempotent.
+    const same = await target.stage({ batchId: b.batchId, transfer: t.name, manifest: { rowCount: b.rowCount!, checksum: b.checksum! }, schema }, { kind: 'rows', rows: source.streamRows(w, schema, 10) });
+    expect(same.outcome).toBe('already_staged');
+    // Same id, different content.
+    await expect(
+      target.stage({ batchId: b.batchId, transfer: t.name, manifest: { rowCount: b.rowCount! - 1, checksum: '12345' }, schema }, { kind: 'rows', rows: source.streamRows(w, schema, 10) }),
+    ).rejects.toSatisfy((e) => isTransferError(e, 'staging_conflict'));
+    expect((await svc.run(b.batchId)).state).toBe('committed');
+  });
+
+  it('a source window that changed after extraction is refused before it is staged', async () => {
+    const t = ordersTransfer('changed', { batchSize: 40 });
+    const svc = makeService(env, [t]);
+    const b = await svc.createBatch(t.name);
+    await env.source.query(`update public.orders set customer = customer || ' (edited)' where id = 5`);
+    const v = await svc.run(b.batchId);
+    expect(v.state).toBe('failed');
+    expect(v.lastErrorCode).toBe('manifest_mismatch');
+    const staged = await env.target.query(`select count(*)::int as n from keel_transfer.staged where batch_id = $1`, [b.batchId]);
+    expect(staged.rows[0].n).toBe(0);
+    const again = await svc.createBatch(t.name);
+    expect(again.boundary).toEqual(b.boundary);
+    expect((await svc.run(again.batchId)).state).toBe('committed');
+  });
+
+  it('schema drift stops the batch and refuses new ones until the new schema is accepted', async () => {
+    await env.source.query(`create table public.drift (like public.orders including all)`);
+    await env.target.query(`create table public.drift (like public.orders including all)`);
+    await env.source.query(`insert into public.drift select * from public.orders where id <= 100`);
+    const base = { source: { engine: 'postgres' as const, connectionSetting: 'X', table: 'public.drift' }, target: { engine: 'postgres' as const, connectionSetting: 'Y', table: 'public.drift' }, batchSize: 60 };
+    const t = ordersTransfer('drift', base);
+    const svc = makeService(env, [t]);
+    const b1 = await svc.createBatch(t.name);
+    expect((await svc.run(b1.batchId)).state).toBe('committed');
+    const b2 = await svc.createBatch(t.name);
+    await env.source.query(`alter table public.drift alter column note type varchar(300)`);
+    const v = await svc.run(b2.batchId);
+    expect(v.state).toBe('failed');
+    expect(v.lastErrorCode).toBe('schema_drift');
+    expect(v.lastError).toMatch(/note: character varying\(200\) -> character varying\(300\)/);
+    let hash = '';
+    await expect(svc.createBatch(t.name)).rejects.toSatisfy((e) => {
+      if (!isTransferError(e, 'schema_drift')) return false;
+      hash = String(e.detail?.current);
+      return /acceptSchemaHash/.test(e.message);
+    });
+    const accepted = makeService(env, [ordersTransfer('drift', { ...base, acceptSchemaHash: hash })]);
+    const b3 = await accepted.createBatch('drift');
+    expect(b3.boundary.low).toBe(b1.boundary.high);
+    expect((await accepted.run(b3.batchId)).state).toBe('committed');
+  });
+
+  it('the journal refuses a second batch for an already-covered window', async () => {
+    const journal = new PostgresTransferJournal(env.control);
+    const base = { transferName: 'windows', boundaryKind: 'key' as const, schemaHash: 'h', schemaColumns: [] };
+    const first = await journal.insertBatch({ ...base, batchId: '00000000-0000-4000-8000-000000000001', boundaryLow: null, boundaryHigh: '10' });
+    await journal.transition(first.batchId, ['extracting'], 'committed', {}, 'test');
+    await expect(journal.insertBatch({ ...base, batchId: '00000000-0000-4000-8000-000000000002', boundaryLow: null, boundaryHigh: '20' })).rejects.toSatisfy((e) =>
+      isTransferError(e, 'window_taken'),
+    );
+    await expect(journal.insertBatch({ ...base, batchId: '00000000-0000-4000-8000-000000000003', boundaryLow: '5', boundaryHigh: '10' })).rejects.toSatisfy((e) =>
+      isTransferError(e, 'window_taken'),
+    );
+    await journal.insertBatch({ ...base, batchId: '00000000-0000-4000-8000-000000000004', boundaryLow: '10', boundaryHigh: '20' });
+    await expect(journal.insertBatch({ ...base, batchId: '00000000-0000-4000-8000-000000000005', boundaryLow: '20', boundaryHigh: '30' })).rejects.toSatisfy((e) =>
+      isTransferError(e, 'open_batch_exists'),
+    );
+  });
+
+  it('the generic row path (no COPY passthrough) stages the same content', async () => {
+    await env.target.query(`create table public.generic_target (like public.orders including all)`);
+    const t = ordersTransfer('generic', { batchSize: 500, chunkSize: 33, target: { engine: 'postgres', connectionSetting: 'Y', table: 'public.generic_target' } });
+    const svc2 = new TransferService({
+      journal: new PostgresTransferJournal(env.control),
+      transfers: [t],
+      connect: (tc) => {
+        const s = new PostgresTransferSource(tc, env.source);
+        // Everything but copyOut: the service then streams canonical rows through the target's row path.
+        const noCopy: SourceAdapter = {
+          engine: 'postgres',
+          readSchema: () => s.readSchema(),
+          nextWindow: (low, max) => s.nextWindow(low, max),
+          manifest: (w, schema, algorithm) => s.manifest(w, schema, algorithm),
+          streamRows: (w, schema, n) => s.streamRows(w, schema, n),
+          close: () => s.close(),
+        };
+        return { source: noCopy, target: new PostgresTransferTarget(tc, targetB) };
+      },
+    });
+    for (;;) {
+      const b = await svc2.tryCreateBatch('generic');
+      if (!b) break;
+      const v = await svc2.run(b.batchId);
+      expect(v.state, v.lastError ?? '').toBe('committed');
+    }
+    const cmp = await env.target.query(
+      `select (select count(*) from public.generic_target)::int as n,
+              (select md5(string_agg(t::text, '|' order by id)) from public.generic_target t) as h`,
+    );
+    const src = await env.source.query(`select count(*)::int as n, md5(string_agg(t::text, '|' order by id)) as h from public.orders t`);
+    expect(cmp.rows[0]).toEqual(src.rows[0]);
+  });
+});
