@@ -1,22 +1,14 @@
 // Default wiring: adapters per transfer from the configured app settings, with one pool per connection setting.
 import pg from 'pg';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { connectionString, loadTransfers, type TransferConfig } from './config.js';
 import type { TransferJournal } from './journal.js';
 import { TransferService } from './service.js';
 import type { Adapters, SourceAdapter, TargetAdapter } from './types.js';
 import { migrate } from '../engines/postgres/migrate.js';
+import { sqlDir } from '../config/sqlDir.js';
 import { PostgresTransferSource } from '../engines/postgres/transferSource.js';
 import { PostgresTransferTarget } from '../engines/postgres/transferTarget.js';
-
-const here = path.dirname(fileURLToPath(import.meta.url));
-// shared/transfer -> repo root (also from dist/shared/transfer, where sql/ is not copied: set KEEL_SQL_DIR).
-export function sqlDir(env: NodeJS.ProcessEnv = process.env): string {
-  if (env.KEEL_SQL_DIR) return env.KEEL_SQL_DIR;
-  const fromSource = path.resolve(here, '../../sql');
-  return fromSource.includes(`${path.sep}dist${path.sep}`) ? path.resolve(here, '../../../sql') : fromSource;
-}
 
 export const PG_TARGET_LEDGER = 'keel_transfer.schema_migrations';
 
