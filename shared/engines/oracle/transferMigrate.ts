@@ -4,11 +4,7 @@
 // run this from one place at a time (deploy step or startup of a single instance); the blocks are idempotent.
 // NOT RUN HERE: exercised by test/transfer/oracle.test.ts when KEEL_TEST_ORACLE_URL is set.
 import oracledb from 'oracledb';
-import { readdir, readFile } from 'node:fs/promises';
-import { createHash } from 'node:crypto';
-import path from 'node:path';
-
-const FILE_PATTERN = /^V(\d+)__([A-Za-z0-9_]+)\.sql$/;
+import { readMigrationFiles } from '../migrationFiles.js';
 
 export function splitOracleBlocks(script: string): string[] {
   const blocks: string[] = [];
@@ -39,13 +35,7 @@ export async function migrateOracleTarget(conn: oracledb.Connection, dir: string
   const rows = await conn.execute<[number, string]>(`SELECT VERSION, CHECKSUM FROM KEEL_TRANSFER_MIGRATIONS`, [], { outFormat: oracledb.OUT_FORMAT_ARRAY });
   for (const r of rows.rows ?? []) done.set(Number(r[0]), String(r[1]));
   const applied: string[] = [];
-  const files = (await readdir(dir)).filter((f) => f.endsWith('.sql')).sort((a, b) => Number(FILE_PATTERN.exec(a)?.[1] ?? 0) - Number(FILE_PATTERN.exec(b)?.[1] ?? 0));
-  for (const file of files) {
-    const m = FILE_PATTERN.exec(file);
-    if (!m) throw new Error(`Oracle migration ${file} must be named V<number>__<name>.sql`);
-    const text = await readFile(path.join(dir, file), 'utf8');
-    const checksum = createHash('sha256').update(text).digest('hex');
-    const version = Number(m[1]);
+  for (const { file, name, text, checksum, version } of await readMigrationFiles(dir)) {
     const previous = done.get(version);
     if (previous !== undefined) {
       if (previous !== checksum) throw new Error(`Oracle migration ${file} changed after it was applied; add a new migration instead`);
@@ -64,7 +54,7 @@ export async function migrateOracleTarget(conn: oracledb.Connection, dir: string
       const errs = await conn.execute<[string, number, string]>(`SELECT NAME, LINE, TEXT FROM USER_ERRORS WHERE NAME = 'KEEL_TRANSFER' ORDER BY SEQUENCE`, [], { outFormat: oracledb.OUT_FORMAT_ARRAY });
       throw new Error(`Oracle migration ${file}: KEEL_TRANSFER is invalid: ${(errs.rows ?? []).map((e) => `line ${e[1]}: ${e[2]}`).join('; ')}`);
     }
-    await conn.execute(`INSERT INTO KEEL_TRANSFER_MIGRATIONS (VERSION, NAME, CHECKSUM) VALUES (:v, :n, :c)`, { v: version, n: m[2], c: checksum }, { autoCommit: true });
+    await conn.execute(`INSERT INTO KEEL_TRANSFER_MIGRATIONS (VERSION, NAME, CHECKSUM) VALUES (:v, :n, :c)`, { v: version, n: name, c: checksum }, { autoCommit: true });
     applied.push(file);
   }
   return applied;

@@ -6,6 +6,7 @@ import type {
   JobRecord, JobSearch, JobStore, LeaseRef, MetricBucket, OwnerResult, OwnerResultById, PurgeTarget, QueueSettings,
   QueueSettingsPatch, QueueStats, RescueResult, ResurrectFilter, ResurrectResult, StartResult,
 } from '../../jobs/contract.js';
+import { BatchBackedJobStore } from '../../jobs/storeBase.js';
 import { DLQ_REASONS } from '../../jobs/contract.js';
 import {
   DEFAULT_MAX_PAYLOAD_BYTES, ValidationError, assertJobId, assertPositiveInt, isJobId, prepareEnqueue, validateQueuePatch,
@@ -94,13 +95,15 @@ function leasesJson(refs: LeaseRef[]): string {
   return JSON.stringify(refs.map((r) => ({ jobId: r.jobId, leaseId: r.leaseId })));
 }
 
-export class PostgresJobStore implements JobStore {
+export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   readonly engine = 'postgres';
 
   private constructor(
     readonly pool: pg.Pool,
     private readonly maxPayloadBytes: number,
-  ) {}
+  ) {
+    super();
+  }
 
   static async connect(url: string, opts: PostgresStoreOptions = {}): Promise<PostgresJobStore> {
     const pool = new pg.Pool({
@@ -121,11 +124,6 @@ export class PostgresJobStore implements JobStore {
 
   private async rows(sql: string, params: unknown[]): Promise<Record<string, unknown>[]> {
     return (await this.pool.query(sql, params)).rows;
-  }
-
-  async enqueue(job: EnqueueRequest): Promise<EnqueueResult> {
-    const [result] = await this.enqueueMany([job]);
-    return result!;
   }
 
   async enqueueMany(jobs: EnqueueRequest[]): Promise<EnqueueResult[]> {
@@ -149,11 +147,6 @@ export class PostgresJobStore implements JobStore {
     return rows[0] ? claimed(rows[0]) : null;
   }
 
-  async start(ref: LeaseRef): Promise<StartResult> {
-    const [r] = await this.startMany([ref]);
-    return { status: r!.status, attempt: r!.attempt };
-  }
-
   async startMany(refs: LeaseRef[]): Promise<(StartResult & { jobId: JobId })[]> {
     if (refs.length === 0) return [];
     const valid = refs.filter((r) => isJobId(r.jobId));
@@ -173,11 +166,6 @@ export class PostgresJobStore implements JobStore {
     if (!isJobId(ref.jobId)) return { status: 'lease_lost', cancelRequested: false };
     const [r] = await this.rows('select status, cancel_requested from keel.heartbeat($1, $2)', [ref.jobId, ref.leaseId]);
     return { status: r!.status as OwnerResult, cancelRequested: Boolean(r!.cancel_requested) };
-  }
-
-  async complete(ref: LeaseRef): Promise<OwnerResult> {
-    const [r] = await this.completeMany([ref]);
-    return r!.status;
   }
 
   async completeMany(refs: LeaseRef[]): Promise<OwnerResultById[]> {

@@ -1,9 +1,8 @@
 // Versioned migrations for PostgreSQL: files named V<number>__<name>.sql, applied in order, each in its own
 // transaction, recorded in a ledger table, under an advisory lock so two instances never migrate at once.
-import { readdir, readFile } from 'node:fs/promises';
 import { createHash } from 'node:crypto';
-import path from 'node:path';
 import type pg from 'pg';
+import { readMigrationFiles } from '../migrationFiles.js';
 
 export interface MigrationFile {
   version: number;
@@ -24,31 +23,10 @@ export interface MigrateResult {
   alreadyApplied: number;
 }
 
-const FILE_PATTERN = /^V(\d+)__([A-Za-z0-9_]+)\.sql$/;
 const IDENTIFIER = /^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$/;
 
 export async function readMigrations(dir: string): Promise<MigrationFile[]> {
-  const files = (await readdir(dir)).filter((f) => f.endsWith('.sql')).sort();
-  const migrations: MigrationFile[] = [];
-  for (const file of files) {
-    const m = FILE_PATTERN.exec(file);
-    if (!m) throw new Error(`migration file ${path.join(dir, file)} must be named V<number>__<name>.sql`);
-    const sql = await readFile(path.join(dir, file), 'utf8');
-    migrations.push({
-      version: Number(m[1]),
-      name: m[2]!,
-      file,
-      sql,
-      checksum: createHash('sha256').update(sql).digest('hex'),
-    });
-  }
-  migrations.sort((a, b) => a.version - b.version);
-  for (let i = 1; i < migrations.length; i++) {
-    if (migrations[i]!.version === migrations[i - 1]!.version) {
-      throw new Error(`two migrations in ${dir} share version ${migrations[i]!.version}`);
-    }
-  }
-  return migrations;
+  return (await readMigrationFiles(dir)).map((m) => ({ version: m.version, name: m.name, file: m.file, sql: m.text, checksum: m.checksum }));
 }
 
 function lockKeyFor(ledger: string): number {

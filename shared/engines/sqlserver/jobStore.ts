@@ -8,6 +8,7 @@ import type {
   JobRecord, JobSearch, JobStore, LeaseRef, MetricBucket, OwnerResult, OwnerResultById, PurgeTarget, QueueSettings,
   QueueSettingsPatch, QueueStats, RescueResult, ResurrectFilter, ResurrectResult, StartResult,
 } from '../../jobs/contract.js';
+import { BatchBackedJobStore } from '../../jobs/storeBase.js';
 import { DLQ_REASONS } from '../../jobs/contract.js';
 import { JOB_PROCEDURES, pascalCase, type JobProcedure } from '../../jobs/procedures.js';
 import {
@@ -163,7 +164,7 @@ export interface SqlServerStoreOptions extends PoolOptions {
   retry?: RetryOptions;
 }
 
-export class SqlServerJobStore implements JobStore {
+export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
   readonly engine = 'sqlserver';
 
   private constructor(
@@ -171,7 +172,9 @@ export class SqlServerJobStore implements JobStore {
     private readonly maxPayloadBytes: number,
     private readonly retryOptions: RetryOptions,
     private readonly ownsPool: boolean,
-  ) {}
+  ) {
+    super();
+  }
 
   static async connect(connection: string, opts: SqlServerStoreOptions = {}): Promise<SqlServerJobStore> {
     const poolOpts: PoolOptions = { ...opts, max: opts.poolSize ?? opts.max ?? 10 };
@@ -208,11 +211,6 @@ export class SqlServerJobStore implements JobStore {
     return this.getJob(jobId);
   }
 
-  async enqueue(job: EnqueueRequest): Promise<EnqueueResult> {
-    const [result] = await this.enqueueMany([job]);
-    return result!;
-  }
-
   async enqueueMany(jobs: EnqueueRequest[]): Promise<EnqueueResult[]> {
     const docs = prepareEnqueue(jobs, this.maxPayloadBytes);
     if (docs.length === 0) return [];
@@ -237,11 +235,6 @@ export class SqlServerJobStore implements JobStore {
     if (!isJobId(jobId)) return null;
     const rows = await this.call('claim_by_id', { JobId: jobId, WorkerId: workerId, LeaseSeconds: leaseSeconds }, 'once');
     return rows[0] ? claimed(rows[0]) : null;
-  }
-
-  async start(ref: LeaseRef): Promise<StartResult> {
-    const [r] = await this.startMany([ref]);
-    return { status: r!.status, attempt: r!.attempt };
   }
 
   async startMany(refs: LeaseRef[]): Promise<(StartResult & { jobId: JobId })[]> {
@@ -278,11 +271,6 @@ export class SqlServerJobStore implements JobStore {
     if (!isJobId(ref.jobId) || !leaseId) return { status: 'lease_lost', cancelRequested: false };
     const [r] = await this.call('heartbeat', { JobId: ref.jobId, LeaseId: leaseId }, 'safe');
     return { status: r!.Status as OwnerResult, cancelRequested: Boolean(r!.CancelRequested) };
-  }
-
-  async complete(ref: LeaseRef): Promise<OwnerResult> {
-    const [r] = await this.completeMany([ref]);
-    return r!.status;
   }
 
   async completeMany(refs: LeaseRef[]): Promise<OwnerResultById[]> {

@@ -3,10 +3,8 @@
 // in its own transaction and recorded in keel.SchemaMigrations with a SHA-256 checksum. The whole run holds an
 // exclusive session applock (sp_getapplock), so two instances never migrate at once. Re-running is a no-op; a file
 // changed after it was applied is an error (add a new migration instead).
-import { readdir, readFile } from 'node:fs/promises';
-import { createHash } from 'node:crypto';
-import path from 'node:path';
 import sql from 'mssql';
+import { readMigrationFiles } from '../migrationFiles.js';
 
 export interface SqlServerMigration {
   version: number;
@@ -28,7 +26,6 @@ export interface SqlServerMigrateResult {
   alreadyApplied: number;
 }
 
-const FILE_PATTERN = /^V(\d+)__([A-Za-z0-9_]+)\.sql$/;
 const GO_LINE = /^[ \t]*GO[ \t]*(?:--.*)?$/i;
 
 // Splits a script into batches on GO lines (as sqlcmd and SSMS do). "GO <count>" is not supported.
@@ -49,28 +46,9 @@ export function splitBatches(script: string): string[] {
 }
 
 export async function readSqlServerMigrations(dir: string): Promise<SqlServerMigration[]> {
-  const entries = await readdir(dir, { withFileTypes: true });
-  const migrations: SqlServerMigration[] = [];
-  for (const entry of entries) {
-    if (!entry.isFile() || !entry.name.endsWith('.sql')) continue;
-    const m = FILE_PATTERN.exec(entry.name);
-    if (!m) throw new Error(`migration file ${path.join(dir, entry.name)} must be named V<number>__<name>.sql`);
-    const text = (await readFile(path.join(dir, entry.name), 'utf8')).replace(/^\uFEFF/, '').replace(/\r\n?/g, '\n');
-    migrations.push({
-      version: Number(m[1]),
-      name: m[2]!,
-      file: entry.name,
-      batches: splitBatches(text),
-      checksum: createHash('sha256').update(text).digest('hex'),
-    });
-  }
-  migrations.sort((a, b) => a.version - b.version);
-  for (let i = 1; i < migrations.length; i++) {
-    if (migrations[i]!.version === migrations[i - 1]!.version) {
-      throw new Error(`two migrations in ${dir} share version ${migrations[i]!.version}`);
-    }
-  }
-  return migrations;
+  return (await readMigrationFiles(dir)).map((m) => ({
+    version: m.version, name: m.name, file: m.file, batches: splitBatches(m.text), checksum: m.checksum,
+  }));
 }
 
 const LEDGER_DDL = `
