@@ -107,8 +107,10 @@ export function assertPositiveInt(field: string, value: number, max = 100_000): 
 }
 
 const JOB_ID = /^[1-9][0-9]{0,18}$/;
+const MAX_BIGINT = 9223372036854775807n;
+// A positive 64-bit id as a decimal string: anything else can name no job in any engine.
 export function isJobId(value: unknown): value is string {
-  return typeof value === 'string' && JOB_ID.test(value);
+  return typeof value === 'string' && JOB_ID.test(value) && BigInt(value) <= MAX_BIGINT;
 }
 
 export function assertJobId(field: string, value: unknown): string {

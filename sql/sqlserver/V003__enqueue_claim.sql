@@ -152,9 +152,10 @@ GO
 
 -- ClaimNext(@WorkerId, @Queues JSON array of names, @Limit, @LeaseSeconds): up to @Limit due pending jobs of the
 -- given queues, highest priority first, then RunAt, then Id; skips rows other claimers hold (UPDLOCK, READPAST,
--- ROWLOCK); paused queues give nothing. A queue with MaxConcurrency is serialised by locking its Queues row
--- (name order, before any JobsHot row) and contributes at most MaxConcurrency - (fetched + processing) jobs, counted
--- across every host. Each claimed job gets a new lease: State 'fetched', LeaseId NEWID(), LeaseExpiresAt.
+-- ROWLOCK, plus READCOMMITTEDLOCK, which READPAST requires under READ_COMMITTED_SNAPSHOT); paused queues give
+-- nothing. A queue with MaxConcurrency is serialised by locking its Queues row (name order, before any JobsHot row)
+-- and contributes at most MaxConcurrency - (fetched + processing) jobs, counted across every host. Each claimed job
+-- gets a new lease: State 'fetched', LeaseId NEWID(), LeaseExpiresAt.
 CREATE OR ALTER PROCEDURE keel.ClaimNext
   @WorkerId NVARCHAR(200),
   @Queues NVARCHAR(MAX),
@@ -212,43 +213,38 @@ BEGIN
         SET @Name = (SELECT MIN(Name) FROM @Q WHERE Limited = 1 AND Name > @Name);
       END;
 
-      -- Unlimited queues: one READPAST scan in priority order.
-      IF EXISTS (SELECT 1 FROM @Q WHERE Limited = 0)
-      BEGIN
-        WITH c AS (
-          SELECT TOP (@Limit) h.*
-          FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, ROWLOCK)
-          WHERE h.State = 'pending' AND h.RunAt <= @Now AND (h.ExpiresAt IS NULL OR h.ExpiresAt > @Now)
-            AND h.Queue IN (SELECT Name FROM @Q WHERE Limited = 0)
-          ORDER BY h.Priority DESC, h.RunAt, h.Id)
-        UPDATE c
-        SET State = 'fetched', LeaseId = NEWID(), WorkerId = @WorkerId, FetchedAt = @Now, LeaseExpiresAt = @LeaseUntil
-        OUTPUT inserted.Id, inserted.LeaseId, inserted.Queue, inserted.Type, inserted.Payload, inserted.Priority,
-               inserted.Attempts, inserted.MaxAttempts, inserted.IdempotencyKey, inserted.Tags, inserted.RunAt,
-               inserted.CreatedAt, inserted.LeaseExpiresAt
-        INTO @Claimed (Id, LeaseId, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, RunAt,
-                       CreatedAt, LeaseExpiresAt);
-      END;
-
-      -- Limited queues: each at most its free slots.
-      SET @Name = (SELECT MIN(Name) FROM @Q WHERE Limited = 1 AND Slots > 0);
+      -- Every queue with room, one at a time in name order: at most @Limit jobs each (a limited queue at most its free
+      -- slots). One queue per statement, read through IX_JobsHot_PendingDue (Queue, Priority DESC, RunAt, Id, with
+      -- ExpiresAt included): the rows arrive already in claim order, so TOP stops after @Take of them and only the
+      -- rows this call picks get update-locked. (One statement over several queues would need a sort, and every
+      -- pending row fed into the sort would stay update-locked until commit: concurrent claimers, reading past locked
+      -- rows, would come back empty-handed while jobs wait.) The picked rows are then claimed by key; READPAST there
+      -- too, so a row an operator's cancel holds is left alone rather than waited for.
+      DECLARE @Pick TABLE (Id bigint NOT NULL PRIMARY KEY);
+      UPDATE @Q SET Slots = @Limit WHERE Limited = 0;
+      SET @Name = (SELECT MIN(Name) FROM @Q WHERE Slots > 0);
       WHILE @Name IS NOT NULL
       BEGIN
         SELECT @Take = IIF(Slots < @Limit, Slots, @Limit) FROM @Q WHERE Name = @Name;
-        WITH c AS (
-          SELECT TOP (@Take) h.*
-          FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, ROWLOCK)
-          WHERE h.Queue = @Name AND h.State = 'pending' AND h.RunAt <= @Now
-            AND (h.ExpiresAt IS NULL OR h.ExpiresAt > @Now)
-          ORDER BY h.Priority DESC, h.RunAt, h.Id)
-        UPDATE c
+        DELETE FROM @Pick;
+        INSERT @Pick (Id)
+        SELECT TOP (@Take) h.Id
+        FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK, INDEX(IX_JobsHot_PendingDue))
+        WHERE h.Queue = @Name AND h.State = 'pending' AND h.RunAt <= @Now
+          AND (h.ExpiresAt IS NULL OR h.ExpiresAt > @Now)
+        ORDER BY h.Priority DESC, h.RunAt, h.Id;
+
+        UPDATE h
         SET State = 'fetched', LeaseId = NEWID(), WorkerId = @WorkerId, FetchedAt = @Now, LeaseExpiresAt = @LeaseUntil
         OUTPUT inserted.Id, inserted.LeaseId, inserted.Queue, inserted.Type, inserted.Payload, inserted.Priority,
                inserted.Attempts, inserted.MaxAttempts, inserted.IdempotencyKey, inserted.Tags, inserted.RunAt,
                inserted.CreatedAt, inserted.LeaseExpiresAt
         INTO @Claimed (Id, LeaseId, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, RunAt,
-                       CreatedAt, LeaseExpiresAt);
-        SET @Name = (SELECT MIN(Name) FROM @Q WHERE Limited = 1 AND Slots > 0 AND Name > @Name);
+                       CreatedAt, LeaseExpiresAt)
+        FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK, FORCESEEK)
+        INNER JOIN @Pick AS p ON p.Id = h.Id
+        WHERE h.State = 'pending';
+        SET @Name = (SELECT MIN(Name) FROM @Q WHERE Slots > 0 AND Name > @Name);
       END;
 
       -- More than @Limit across queues: keep the best @Limit, hand the rest back exactly as they were
@@ -262,7 +258,7 @@ BEGIN
         WHERE r.Rn > @Limit;
         UPDATE h
         SET State = 'pending', LeaseId = NULL, WorkerId = NULL, FetchedAt = NULL, LeaseExpiresAt = NULL
-        FROM keel.JobsHot AS h INNER JOIN @Excess AS e ON e.Id = h.Id;
+        FROM keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK) INNER JOIN @Excess AS e ON e.Id = h.Id;
         DELETE c FROM @Claimed AS c INNER JOIN @Excess AS e ON e.Id = c.Id;
       END;
 
@@ -323,7 +319,7 @@ BEGIN
         END;
 
         IF ISNULL(@Paused, 0) = 0 AND (@Max IS NULL OR @Running < @Max)
-          UPDATE keel.JobsHot WITH (UPDLOCK, READPAST, ROWLOCK)
+          UPDATE keel.JobsHot WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK)
           SET State = 'fetched', LeaseId = NEWID(), WorkerId = @WorkerId, FetchedAt = @Now, LeaseExpiresAt = @LeaseUntil
           OUTPUT inserted.Id, inserted.LeaseId, inserted.Queue, inserted.Type, inserted.Payload, inserted.Priority,
                  inserted.Attempts, inserted.MaxAttempts, inserted.IdempotencyKey, inserted.Tags, inserted.RunAt,

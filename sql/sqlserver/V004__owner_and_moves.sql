@@ -10,9 +10,12 @@ GO
 -- DeadLetter: the Hot -> DLQ move shared by Fail, Cancel, Retry (cancel requested) and RescueZombies. Moves the
 -- JobsHot rows whose ids are in the caller's #DeadIds (Id bigint PRIMARY KEY) and which are in one of the allowed
 -- states (and, when @LeaseId is given, still under that lease). Must run inside the caller's transaction; the
--- caller has created #Counters (see V002) and, for batch callers, already holds the rows (UPDLOCK). Counts:
--- Failed+1 per job, Cancelled+1 when the reason is 'cancelled', Zombie+1 when it is 'zombie', and a
--- ('failed', reason) metric bucket with the duration since StartedAt (0 when never started).
+-- caller has created #Counters (see V002) and, for batch callers, already holds the rows (UPDLOCK). Adds to
+-- #Counters, per moved job: Failed+1, Cancelled+1 when the reason is 'cancelled', Zombie+1 when it is 'zombie', and a
+-- ('failed', reason) metric bucket with the duration since StartedAt (0 when never started). It does NOT apply them:
+-- the caller runs keel.ApplyCounters exactly once, after all of its moves, so that StatsSummary and MetricBuckets are
+-- always locked after the job tables and in one order (a transaction that applied counters twice would lock
+-- MetricBuckets before StatsSummary the second time round, and deadlock against a concurrent move).
 CREATE OR ALTER PROCEDURE keel.DeadLetter
   @LeaseId UNIQUEIDENTIFIER,
   @FromPending BIT,
@@ -43,7 +46,7 @@ BEGIN
          deleted.IdempotencyKey, deleted.Tags, deleted.CreatedAt, deleted.StartedAt, deleted.LastError, deleted.WorkerId
   INTO @Moved (Id, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, CreatedAt, StartedAt,
                LastError, WorkerId)
-  FROM keel.JobsHot AS h WITH (ROWLOCK)
+  FROM keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK)
   INNER JOIN #DeadIds AS d ON d.Id = h.Id
   WHERE (@LeaseId IS NULL OR h.LeaseId = @LeaseId)
     AND (   (h.State = 'pending' AND @FromPending = 1)
@@ -62,13 +65,10 @@ BEGIN
          @Reason, ISNULL(@Error, m.LastError), m.WorkerId
   FROM @Moved AS m;
 
-  DELETE FROM #Counters;
   INSERT #Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
   SELECT m.Queue, 1, IIF(@Reason = 'cancelled', 1, 0), IIF(@Reason = 'zombie', 1, 0), 'failed', @Reason,
          CASE WHEN m.StartedAt IS NULL OR m.StartedAt > @Now THEN 0 ELSE DATEDIFF_BIG(millisecond, m.StartedAt, @Now) END
   FROM @Moved AS m;
-  EXEC keel.ApplyCounters;
-  DELETE FROM #Counters;
 END;
 GO
 
@@ -94,7 +94,7 @@ BEGIN
   UPDATE h
   SET State = 'processing', Attempts = h.Attempts + 1, StartedAt = @Now, HeartbeatAt = @Now
   OUTPUT inserted.Id, inserted.Attempts INTO @Started (Id, Attempts)
-  FROM keel.JobsHot AS h WITH (ROWLOCK)
+  FROM keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK)
   INNER JOIN (SELECT DISTINCT JobId, LeaseId FROM @L WHERE JobId IS NOT NULL AND LeaseId IS NOT NULL) AS l
     ON h.Id = l.JobId AND h.LeaseId = l.LeaseId
   WHERE h.State = 'fetched';
@@ -182,7 +182,7 @@ BEGIN
            deleted.MaxAttempts, deleted.IdempotencyKey, deleted.Tags, deleted.CreatedAt, deleted.StartedAt, deleted.WorkerId
     INTO @Moved (Id, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, CreatedAt, StartedAt,
                  WorkerId)
-    FROM keel.JobsHot AS h WITH (ROWLOCK)
+    FROM keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK)
     INNER JOIN (SELECT DISTINCT JobId, LeaseId FROM @L WHERE JobId IS NOT NULL AND LeaseId IS NOT NULL) AS l
       ON h.Id = l.JobId AND h.LeaseId = l.LeaseId
     WHERE h.State = 'processing';
@@ -251,7 +251,11 @@ BEGIN
       INSERT #DeadIds (Id) VALUES (@JobId);
       EXEC keel.DeadLetter @LeaseId = @LeaseId, @FromPending = 0, @FromFetched = 0, @FromProcessing = 1,
                            @Reason = 'cancelled', @Error = @Error, @MovedCount = @Moved OUTPUT;
-      IF @Moved = 1 SET @Status = 'ok';
+      IF @Moved = 1
+      BEGIN
+        EXEC keel.ApplyCounters;
+        SET @Status = 'ok';
+      END;
     END
     ELSE IF @Queue IS NOT NULL
     BEGIN
@@ -305,6 +309,7 @@ BEGIN
       BEGIN TRANSACTION;
       EXEC keel.DeadLetter @LeaseId = @LeaseId, @FromPending = 0, @FromFetched = 1, @FromProcessing = 1,
                            @Reason = @Reason, @Error = @Error, @MovedCount = @Moved OUTPUT;
+      IF @Moved > 0 EXEC keel.ApplyCounters;
       COMMIT TRANSACTION;
     END TRY
     BEGIN CATCH
@@ -349,7 +354,11 @@ BEGIN
       INSERT #DeadIds (Id) VALUES (@JobId);
       EXEC keel.DeadLetter @LeaseId = NULL, @FromPending = 1, @FromFetched = 1, @FromProcessing = 0,
                            @Reason = 'cancelled', @Error = N'cancelled by operator', @MovedCount = @Moved OUTPUT;
-      SET @Status = 'cancelled';
+      IF @Moved > 0
+      BEGIN
+        EXEC keel.ApplyCounters;
+        SET @Status = 'cancelled';
+      END;
     END;
 
     COMMIT TRANSACTION;

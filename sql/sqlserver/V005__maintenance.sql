@@ -32,30 +32,58 @@ BEGIN
                     Kind char(1) NOT NULL); -- c = cancelled, z = zombie to DLQ, r = back to pending
 
   BEGIN TRY
-    -- 1. Fetched jobs whose lease ran out: back to pending.
+    -- 1. Fetched jobs whose lease ran out: back to pending. Index order of IX_JobsHot_FetchedLease (LeaseExpiresAt,
+    --    then the clustering key Id), so TOP stops early and only the rows it returns get locked.
     BEGIN TRANSACTION;
     WITH c AS (
       SELECT TOP (@Limit) h.*
-      FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, ROWLOCK)
+      FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK)
       WHERE h.State = 'fetched' AND h.LeaseExpiresAt < @Now
-      ORDER BY h.Id)
+      ORDER BY h.LeaseExpiresAt, h.Id)
     UPDATE c SET State = 'pending', LeaseId = NULL, WorkerId = NULL, FetchedAt = NULL, LeaseExpiresAt = NULL;
     SET @Released = @@ROWCOUNT;
     COMMIT TRANSACTION;
 
     -- 2. Processing jobs without a heartbeat for longer than their queue's zombie timeout.
-    BEGIN TRANSACTION;
-    INSERT @Z (Id, Queue, Kind)
-    SELECT TOP (@Limit) h.Id, h.Queue,
-           CASE WHEN h.CancelRequested = 1 THEN 'c'
-                WHEN ISNULL(s.ZombiePolicy, 'retry') = 'dlq' OR h.Attempts >= COALESCE(h.MaxAttempts, s.MaxAttempts, 5) THEN 'z'
-                ELSE 'r' END
-    FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, ROWLOCK)
+    --    Candidates are found first without update locks (the timeout depends on the queue, so the search cannot
+    --    stop early; update-locking every processing row it reads would hold them all until commit and stall the
+    --    heartbeats and completions of healthy jobs). Then exactly those rows are locked by key (READPAST: a row a
+    --    worker is moving right now is left to the next sweep) and re-checked under the lock.
+    DECLARE @Cand TABLE (Id bigint NOT NULL PRIMARY KEY);
+    INSERT @Cand (Id)
+    SELECT TOP (@Limit) h.Id
+    FROM keel.JobsHot AS h
     LEFT JOIN keel.Queues AS s ON s.Name = h.Queue
     WHERE h.State = 'processing'
       AND h.HeartbeatAt < DATEADD(second, -ISNULL(s.ZombieTimeoutSeconds, 300), @Now)
-    ORDER BY h.Id;
+    ORDER BY h.HeartbeatAt, h.Id;
 
+    BEGIN TRANSACTION;
+    DELETE FROM #Counters;
+    INSERT @Z (Id, Queue, Kind)
+    SELECT h.Id, h.Queue,
+           CASE WHEN h.CancelRequested = 1 THEN 'c'
+                WHEN ISNULL(s.ZombiePolicy, 'retry') = 'dlq' OR h.Attempts >= COALESCE(h.MaxAttempts, s.MaxAttempts, 5) THEN 'z'
+                ELSE 'r' END
+    FROM @Cand AS c
+    INNER JOIN keel.JobsHot AS h WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK, FORCESEEK) ON h.Id = c.Id
+    LEFT JOIN keel.Queues AS s ON s.Name = h.Queue
+    WHERE h.State = 'processing'
+      AND h.HeartbeatAt < DATEADD(second, -ISNULL(s.ZombieTimeoutSeconds, 300), @Now);
+
+    -- Table order: the hot-table update first, then the Hot -> DLQ moves, then the counters once.
+    IF EXISTS (SELECT 1 FROM @Z WHERE Kind = 'r')
+    BEGIN
+      UPDATE h
+      SET State = 'pending', RunAt = @Now, LeaseId = NULL, WorkerId = NULL, FetchedAt = NULL, LeaseExpiresAt = NULL,
+          HeartbeatAt = NULL,
+          LastError = N'zombie: no heartbeat since ' + CONVERT(nvarchar(30), h.HeartbeatAt, 126) + N'Z'
+      OUTPUT inserted.Queue, 1 INTO #Counters (Queue, Zombie)
+      FROM keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK)
+      INNER JOIN @Z AS z ON z.Id = h.Id AND z.Kind = 'r'
+      WHERE h.State = 'processing';
+      SET @Retried = @@ROWCOUNT;
+    END;
     IF EXISTS (SELECT 1 FROM @Z WHERE Kind = 'z')
     BEGIN
       DELETE FROM #DeadIds;
@@ -73,36 +101,25 @@ BEGIN
                            @MovedCount = @Moved OUTPUT;
       SET @Dead += @Moved;
     END;
-    IF EXISTS (SELECT 1 FROM @Z WHERE Kind = 'r')
-    BEGIN
-      DELETE FROM #Counters;
-      UPDATE h
-      SET State = 'pending', RunAt = @Now, LeaseId = NULL, WorkerId = NULL, FetchedAt = NULL, LeaseExpiresAt = NULL,
-          HeartbeatAt = NULL,
-          LastError = N'zombie: no heartbeat since ' + CONVERT(nvarchar(30), h.HeartbeatAt, 126) + N'Z'
-      OUTPUT inserted.Queue, 1 INTO #Counters (Queue, Zombie)
-      FROM keel.JobsHot AS h WITH (ROWLOCK)
-      INNER JOIN @Z AS z ON z.Id = h.Id AND z.Kind = 'r'
-      WHERE h.State = 'processing';
-      SET @Retried = @@ROWCOUNT;
-      IF @Retried > 0 EXEC keel.ApplyCounters;
-      DELETE FROM #Counters;
-    END;
+    IF EXISTS (SELECT 1 FROM #Counters) EXEC keel.ApplyCounters;
+    DELETE FROM #Counters;
     COMMIT TRANSACTION;
 
-    -- 3. Pending jobs past ExpiresAt: DLQ 'expired'.
+    -- 3. Pending jobs past ExpiresAt: DLQ 'expired' (index order of IX_JobsHot_PendingExpiry).
     BEGIN TRANSACTION;
     DELETE FROM #DeadIds;
     INSERT #DeadIds (Id)
     SELECT TOP (@Limit) h.Id
-    FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, ROWLOCK)
+    FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK)
     WHERE h.State = 'pending' AND h.ExpiresAt IS NOT NULL AND h.ExpiresAt <= @Now
-    ORDER BY h.Id;
+    ORDER BY h.ExpiresAt, h.Id;
     IF @@ROWCOUNT > 0
     BEGIN
       EXEC keel.DeadLetter @LeaseId = NULL, @FromPending = 1, @FromFetched = 0, @FromProcessing = 0,
                            @Reason = 'expired', @Error = N'expired before it started', @MovedCount = @Moved OUTPUT;
       SET @Expired = @Moved;
+      IF @Moved > 0 EXEC keel.ApplyCounters;
+      DELETE FROM #Counters;
     END;
     COMMIT TRANSACTION;
   END TRY
@@ -184,7 +201,7 @@ BEGIN
     OUTPUT deleted.Id, deleted.Queue, deleted.Type, deleted.Payload, deleted.Priority, deleted.MaxAttempts,
            deleted.IdempotencyKey, deleted.Tags, deleted.CreatedAt, deleted.Error
     INTO @Moved (Id, Queue, Type, Payload, Priority, MaxAttempts, IdempotencyKey, Tags, CreatedAt, Error)
-    FROM keel.JobsDLQ AS d WITH (ROWLOCK)
+    FROM keel.JobsDLQ AS d WITH (ROWLOCK, FORCESEEK)
     INNER JOIN @Cand AS c ON c.Id = d.Id
     WHERE c.Eligible = 1;
 
@@ -272,28 +289,31 @@ BEGIN
   IF @Target = 'archive'
   BEGIN
     WITH c AS (
-      SELECT TOP (@BatchSize) a.Id FROM keel.JobsArchive AS a WITH (UPDLOCK, READPAST, ROWLOCK)
+      SELECT TOP (@BatchSize) a.Id FROM keel.JobsArchive AS a WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK)
       WHERE a.FinishedAt < @OlderThan AND (@Queue IS NULL OR a.Queue = @Queue)
       ORDER BY a.FinishedAt)
-    DELETE FROM c;
+    DELETE FROM c
+    OPTION (RECOMPILE); -- with @Queue given, seek (Queue, time) instead of scanning every queue's old rows
     SET @Deleted = @@ROWCOUNT;
   END
   ELSE IF @Target = 'dlq'
   BEGIN
     WITH c AS (
-      SELECT TOP (@BatchSize) d.Id FROM keel.JobsDLQ AS d WITH (UPDLOCK, READPAST, ROWLOCK)
+      SELECT TOP (@BatchSize) d.Id FROM keel.JobsDLQ AS d WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK)
       WHERE d.FailedAt < @OlderThan AND (@Queue IS NULL OR d.Queue = @Queue)
       ORDER BY d.FailedAt)
-    DELETE FROM c;
+    DELETE FROM c
+    OPTION (RECOMPILE); -- with @Queue given, seek (Queue, time) instead of scanning every queue's old rows
     SET @Deleted = @@ROWCOUNT;
   END
   ELSE IF @Target = 'metrics'
   BEGIN
     WITH c AS (
-      SELECT TOP (@BatchSize) b.BucketStart FROM keel.MetricBuckets AS b WITH (UPDLOCK, READPAST, ROWLOCK)
+      SELECT TOP (@BatchSize) b.BucketStart FROM keel.MetricBuckets AS b WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK)
       WHERE b.BucketStart < @OlderThan AND (@Queue IS NULL OR b.Queue = @Queue)
       ORDER BY b.BucketStart)
-    DELETE FROM c;
+    DELETE FROM c
+    OPTION (RECOMPILE); -- a plan for this call's @Queue (NULL or not)
     SET @Deleted = @@ROWCOUNT;
   END
   ELSE

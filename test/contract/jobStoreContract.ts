@@ -120,6 +120,9 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(await store.claimById(id, 'w2')).toBeNull();
       expect(await store.claimById('999999999999', 'w')).toBeNull();
       expect(await store.claimById('not-a-number', 'w')).toBeNull();
+      expect(await store.claimById('9999999999999999999', 'w')).toBeNull(); // above bigint: no job, no error
+      expect(await store.getJob('9223372036854775808')).toBeNull();
+      expect(await store.cancel('9999999999999999999')).toBe('not_found');
       const later = await store.enqueue({ queue: q, type: 't', delayMs: 60_000 });
       expect(await store.claimById(later.id, 'w')).toBeNull();
     });

@@ -74,6 +74,9 @@ export class SqlServerHarness implements EngineHarness {
       this.storeTarget = { ...base, user: this.login, password, entra: false };
     } catch (err) {
       console.warn(`sqlserver harness: running the store as the admin login (could not create a keel_executor login: ${(err as Error).message})`);
+      // The login may exist already (CREATE USER or ALTER ROLE failed after it): do not leave it on the server.
+      const login = this.login;
+      await this.master((m) => m.request().batch(`IF SUSER_ID(N'${login}') IS NOT NULL DROP LOGIN [${login}]`)).catch(() => undefined);
       this.login = '';
       this.storeTarget = base;
     }

@@ -239,7 +239,10 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
 
   async startMany(refs: LeaseRef[]): Promise<(StartResult & { jobId: JobId })[]> {
     if (refs.length === 0) return [];
-    const valid = refs.filter((r) => isJobId(r.jobId));
+    // A malformed lease id is 'lease_lost' without a round trip, as in every other owner-scoped call. (Left to the
+    // server it would mostly be too: TRY_CONVERT gives NULL. But a string to uniqueidentifier conversion ignores
+    // characters after the 36th, so '<the real lease>junk' would match the real lease and start the job.)
+    const valid = refs.filter((r) => isJobId(r.jobId) && lease(r.leaseId));
     let byId = new Map<string, Row>();
     if (valid.length) {
       try {

@@ -12,17 +12,22 @@
 
 // Server error numbers that mean "try again": deadlock victim, service busy, database unavailable / moving,
 // cannot process the request (resource limits), cannot open database, connection terminated by failover.
+// 596: "Cannot continue the execution because the session is in the kill state" (KILL, or a failover that ends the
+// session) arrives with the reply of the request that was running: the session's open transaction is rolled back,
+// but what the request had already committed (RescueZombies commits per part) stays, so the outcome is unknown.
 export const TRANSIENT_ERROR_NUMBERS: ReadonlySet<number> = new Set([
-  1205, 40501, 40613, 49918, 49919, 49920, 4060, 40197, 10928, 10929, 4221, 10053, 10054, 10060, 233, 64,
+  1205, 40501, 40613, 49918, 49919, 49920, 4060, 40197, 10928, 10929, 4221, 10053, 10054, 10060, 233, 64, 596,
 ]);
 
 // Of those, the ones that guarantee the request's transaction was rolled back and nothing committed.
 export const ROLLED_BACK_ERROR_NUMBERS: ReadonlySet<number> = new Set([1205]);
 
 // mssql / tedious error codes for connection loss and timeouts (outcome of an in-flight request unknown).
+// ECLOSE is what tedious hands the in-flight request when the connection closes under it ("Connection closed before
+// request completed.", e.g. the server KILLed the session); mssql keeps that code on its RequestError.
 const TRANSIENT_CODES: ReadonlySet<string> = new Set([
   'ETIMEOUT', 'ESOCKET', 'ECONNCLOSED', 'ECONNRESET', 'ECONNREFUSED', 'ENOTOPEN', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND',
-  'EAI_AGAIN', 'EINSTLOOKUP',
+  'EAI_AGAIN', 'EINSTLOOKUP', 'ECLOSE',
 ]);
 
 export type RetryPolicy = 'safe' | 'once';
