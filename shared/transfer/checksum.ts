@@ -27,7 +27,26 @@
 // settings (TimeZone UTC, DateStyle ISO/YMD, bytea_output hex, IntervalStyle postgres); the row hash is
 // hashtextextended(row text, 0), the stable 64-bit hash behind hash partitioning; summed mod 2^64 like keel-v1.
 // Its checksums carry the prefix "pg1:", so every checksum says how it was computed.
-// The service picks keel-pg1 when source and target are both PostgreSQL, keel-v1 otherwise.
+//
+// "keel-pg2" (PostgreSQL 14+ -> PostgreSQL 14+ only; about twice as cheap as keel-pg1 because nothing is printed as
+// text): the row hash is hash_record_extended(row(f1, f2, ...), 0) -- the stable 64-bit hash of a record behind hash
+// partitioning (per field the type's extended hash, NULL = 0, combined as h = 31 * h + field hash) -- over fields
+// chosen so that each one is hashed by its exact value with full 64-bit strength, independent of the declared type
+// on either side (integer vs bigint, numeric(12,2) vs numeric, varchar vs text, timestamp(3) vs timestamp):
+//   int          int8send(v::bigint)            the 8 bytes, hashed like bytea
+//   decimal      numeric_send(trim_scale(v))    sign, weight, scale and digits of the value without trailing zeros
+//   text         v collate "C"                  the bytes (a character(n) value through its printed form, padding kept)
+//   bool         v
+//   date         date_send(v)
+//   timestamp    timestamp_send(v)              microseconds since 2000-01-01 (timestamptz: timestamptz_send, UTC)
+//   bytes        v                              the bytes
+//   uuid         v                              the 16 bytes
+// (The types' own hashes are not used for int, decimal and timestamps: hashint8 folds 64 bits into 32 and the numeric
+// hash ignores the sign.) Summed mod 2^64 like keel-v1; prefix "pg2:".
+//
+// The service picks keel-pg2 when source and target are both PostgreSQL 14 or later, keel-pg1 for older PostgreSQL
+// pairs, keel-v1 otherwise. A batch is always verified with the algorithm its manifest names, so manifests recorded
+// with keel-pg1 stay verifiable.
 //
 // PostgreSQL computes the same value in SQL (shared/engines/postgres/transferSql.ts); other engines stream
 // canonical strings through `ChecksumAccumulator`. test/transfer/checksum.test.ts proves the two agree.
@@ -36,11 +55,12 @@ import { createHash } from 'node:crypto';
 export type LogicalType = 'int' | 'decimal' | 'text' | 'bool' | 'date' | 'timestamp' | 'timestamptz' | 'bytes' | 'uuid';
 export const LOGICAL_TYPES: readonly LogicalType[] = ['int', 'decimal', 'text', 'bool', 'date', 'timestamp', 'timestamptz', 'bytes', 'uuid'];
 export const CHECKSUM_ALGORITHM = 'keel-v1';
-export type ChecksumAlgorithm = 'keel-v1' | 'keel-pg1';
+export type ChecksumAlgorithm = 'keel-v1' | 'keel-pg1' | 'keel-pg2';
 export const PG1_PREFIX = 'pg1:';
+export const PG2_PREFIX = 'pg2:';
 
 export function algorithmOf(checksum: string): ChecksumAlgorithm {
-  return checksum.startsWith(PG1_PREFIX) ? 'keel-pg1' : 'keel-v1';
+  return checksum.startsWith(PG2_PREFIX) ? 'keel-pg2' : checksum.startsWith(PG1_PREFIX) ? 'keel-pg1' : 'keel-v1';
 }
 
 const MOD = 1n << 64n;

@@ -1,6 +1,7 @@
 // The transfer lifecycle (docs/transfer.md): extract -> stage -> apply -> reconcile, identical for every engine pair.
 // Every batch has a durable id; retries reuse it; outcomes are read from the target, never inferred from errors.
 import { randomUUID } from 'node:crypto';
+import type { ChecksumAlgorithm } from './checksum.js';
 import type { TransferConfig } from './config.js';
 import { describeError, isTransferError, TERMINAL_CODES, TransferError } from './errors.js';
 import type { BatchEvent, BatchRecord, TransferJournal } from './journal.js';
@@ -130,6 +131,13 @@ export function toView(b: BatchRecord): BatchView {
     committedAt: iso(b.committedAt),
     failedAt: iso(b.failedAt),
   };
+}
+
+// keel-pg2 needs PostgreSQL 14+ on both sides (hash_record_extended); keel-pg1 for older PostgreSQL pairs.
+async function checksumAlgorithmFor(a: Adapters): Promise<ChecksumAlgorithm> {
+  if (a.source.engine !== 'postgres' || a.target.engine !== 'postgres') return 'keel-v1';
+  const [s, t] = await Promise.all([a.source.serverVersionNum?.() ?? 0, a.target.serverVersionNum?.() ?? 0]);
+  return s >= 140000 && t >= 140000 ? 'keel-pg2' : 'keel-pg1';
 }
 
 export class TransferService {
@@ -274,7 +282,7 @@ export class TransferService {
   private async recordManifest(rec: BatchRecord, t: TransferConfig, a: Adapters, schema: SourceSchema): Promise<BatchRecord> {
     if (rec.rowCount !== null) return rec;
     const w: Window = { kind: rec.boundaryKind, low: rec.boundaryLow, high: rec.boundaryHigh };
-    const algorithm = a.source.engine === 'postgres' && a.target.engine === 'postgres' ? 'keel-pg1' : 'keel-v1';
+    const algorithm = await checksumAlgorithmFor(a);
     const m = await a.source.manifest(w, schema, algorithm);
     const moved = await this.journal.transition(rec.batchId, ['extracting'], 'extracting', { rowCount: m.rowCount, checksum: m.checksum, stamp: 'extracted_at' }, 'manifest_recorded', {
       rowCount: m.rowCount,

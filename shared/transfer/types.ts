@@ -37,12 +37,14 @@ export interface SourceAdapter {
   readSchema(): Promise<SourceSchema>;
   // The next window after `low` holding at most about maxRows rows; null when there is nothing new.
   nextWindow(low: string | null, maxRows: number): Promise<Window | null>;
-  // algorithm: see shared/transfer/checksum.ts ('keel-v1' everywhere; 'keel-pg1' only PostgreSQL -> PostgreSQL).
+  // algorithm: see shared/transfer/checksum.ts ('keel-v1' everywhere; 'keel-pg1'/'keel-pg2' only PostgreSQL -> PostgreSQL).
   manifest(w: Window, schema: SourceSchema, algorithm: ChecksumAlgorithm): Promise<Manifest>;
+  // PostgreSQL only: server_version_num (picks keel-pg2 when both sides are 14 or later).
+  serverVersionNum?(): Promise<number>;
   // Rows of the window as canonical text in mapping order, in chunks of at most chunkSize, with backpressure.
   streamRows(w: Window, schema: SourceSchema, chunkSize: number): AsyncIterable<CanonicalRow[]>;
   // PostgreSQL only: COPY text of the mapped columns (fast path into a PostgreSQL target).
-  copyOut?(w: Window, schema: SourceSchema, format: 'text' | 'binary'): Promise<{ stream: Readable; release: (err?: Error) => Promise<void> }>;
+  copyOut?(w: Window, schema: SourceSchema, format: 'text' | 'binary'): Promise<CopyOutStream>;
   close(): Promise<void>;
 }
 
@@ -53,9 +55,17 @@ export interface StageRequest {
   schema: SourceSchema;
 }
 
+export interface CopyOutStream {
+  stream: Readable;
+  release: (err?: Error) => Promise<void>;
+  // true only when the rows come from a source table that, in the very snapshot the COPY reads, has a valid unique
+  // index on exactly the key columns, all NOT NULL: the stream then cannot hold a key twice.
+  keysUnique?: boolean;
+}
+
 export type RowFeed =
   | { kind: 'rows'; rows: AsyncIterable<CanonicalRow[]> }
-  | { kind: 'pgcopy'; open: (format: 'text' | 'binary') => Promise<{ stream: Readable; release: (err?: Error) => Promise<void> }> };
+  | { kind: 'pgcopy'; open: (format: 'text' | 'binary') => Promise<CopyOutStream> };
 
 export interface StageResult {
   outcome: 'staged' | 'already_staged';
@@ -89,6 +99,8 @@ export interface TargetAdapter {
   reconcile(req: StageRequest, waitMs: number, ltxid: string | null): Promise<ReconcileOutcome>;
   purgeStaged(batchId: string): Promise<void>;
   readonly acceptsPgCopy: boolean;
+  // PostgreSQL only: server_version_num (picks keel-pg2 when both sides are 14 or later).
+  serverVersionNum?(): Promise<number>;
   close(): Promise<void>;
 }
 

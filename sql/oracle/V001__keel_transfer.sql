@@ -1,8 +1,12 @@
 -- Keel transfer objects on an Oracle TARGET, in the schema Keel connects as. Applied by
 -- shared/engines/oracle/transferMigrate.ts: blocks are separated by lines holding only "/"; each block is run as
 -- one statement. Table DDL is idempotent (ORA-00955 "name is already used" is ignored); the package is
--- CREATE OR REPLACE. The Keel user needs SELECT/INSERT/UPDATE on the target tables, CREATE TABLE, and for
--- Transaction Guard EXECUTE on DBMS_APP_CONT (GRANT EXECUTE ON DBMS_APP_CONT TO <keel user>).
+-- CREATE OR REPLACE. The Keel user needs SELECT/INSERT/UPDATE on the target tables, CREATE TABLE, CREATE PROCEDURE,
+-- and for Transaction Guard EXECUTE on DBMS_APP_CONT (GRANT EXECUTE ON DBMS_APP_CONT TO <keel user>).
+-- KEEL_TRANSFER is AUTHID CURRENT_USER and Keel connects as the schema owner: a definer's-rights package runs with
+-- the owner's DIRECT grants only (roles are disabled), so the CREATE TABLE of ENSURE_STAGING and the MERGE into a
+-- table of another schema would fail with ORA-01031/ORA-00942 for a user whose privileges come from a role (e.g.
+-- gvenzl/oracle-free's APP_USER, which holds only DB_DEVELOPER_ROLE).
 
 -- One row per staging of a batch, written in the staging transaction: a committed row means the staged rows
 -- are all there and matched the manifest. Its primary key serializes rival stagings; APPLY_BATCH locks it
@@ -53,7 +57,7 @@ EXCEPTION
 END;
 /
 
-CREATE OR REPLACE PACKAGE KEEL_TRANSFER AUTHID DEFINER AS
+CREATE OR REPLACE PACKAGE KEEL_TRANSFER AUTHID CURRENT_USER AS
   -- 'NEW' (load rows in this transaction), 'ALREADY_STAGED' (same content), or ORA-20001 (different content).
   FUNCTION BEGIN_STAGE(p_batch_id IN VARCHAR2, p_transfer IN VARCHAR2, p_expected_count IN NUMBER, p_expected_checksum IN VARCHAR2) RETURN VARCHAR2;
   PROCEDURE FINISH_STAGE(p_batch_id IN VARCHAR2, p_count IN NUMBER, p_checksum IN VARCHAR2);
@@ -73,6 +77,8 @@ END KEEL_TRANSFER;
 CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
   e_busy EXCEPTION;
   PRAGMA EXCEPTION_INIT(e_busy, -30006); -- resource busy; acquire with WAIT timeout expired
+  e_exists EXCEPTION;
+  PRAGMA EXCEPTION_INIT(e_exists, -955); -- name is already used by an existing object
 
   TYPE t_names IS TABLE OF VARCHAR2(130) INDEX BY PLS_INTEGER;
 
@@ -172,9 +178,23 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
       END IF;
       EXECUTE IMMEDIATE 'DROP TABLE ' || DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' PURGE';
     END IF;
-    EXECUTE IMMEDIATE 'CREATE TABLE ' || DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' AS SELECT ' || join_names(v_cols, NULL) ||
-                      ' FROM ' || qualified(p_owner, p_table) || ' WHERE 1 = 0';
-    EXECUTE IMMEDIATE 'ALTER TABLE ' || DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' ADD (KEEL_BATCH_ID VARCHAR2(36) NOT NULL)';
+    -- One DDL statement creates every column, KEEL_BATCH_ID included: a table is never left without it (the check
+    -- above ignores KEEL_BATCH_ID, so a table created in two steps whose second step failed would never be repaired).
+    -- Two instances preparing the same transfer for the first time race here: the loser gets ORA-00955 and uses the
+    -- winner's table if its columns are the ones wanted.
+    BEGIN
+      EXECUTE IMMEDIATE 'CREATE TABLE ' || DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' AS SELECT CAST(NULL AS VARCHAR2(36)) AS KEEL_BATCH_ID, ' ||
+                        join_names(v_cols, NULL) || ' FROM ' || qualified(p_owner, p_table) || ' WHERE 1 = 0';
+    EXCEPTION
+      WHEN e_exists THEN
+        SELECT LISTAGG('"' || COLUMN_NAME || '"', ',') WITHIN GROUP (ORDER BY COLUMN_ID) INTO v_existing
+          FROM USER_TAB_COLUMNS WHERE TABLE_NAME = v_name AND COLUMN_NAME <> 'KEEL_BATCH_ID';
+        IF v_existing = v_wanted THEN
+          RETURN;
+        END IF;
+        RAISE_APPLICATION_ERROR(-20004, 'staging table ' || v_name || ' was just created by another session for another column mapping');
+    END;
+    EXECUTE IMMEDIATE 'ALTER TABLE ' || DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' MODIFY (KEEL_BATCH_ID NOT NULL)';
     EXECUTE IMMEDIATE 'CREATE INDEX ' || DBMS_ASSERT.ENQUOTE_NAME(SUBSTR(v_name, 1, 120) || '_B', FALSE) || ' ON ' ||
                       DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' (KEEL_BATCH_ID)';
   END ENSURE_STAGING;

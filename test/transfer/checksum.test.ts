@@ -5,6 +5,7 @@ import pg from 'pg';
 import { createTestDatabase } from '../support/pg.js';
 import { ChecksumAccumulator, canonicalValue, rowEncoding } from '../../shared/transfer/checksum.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
+import { pgChecksumQuery } from '../../shared/engines/postgres/transferSql.js';
 import { parseTransfers } from '../../shared/transfer/config.js';
 
 describe('keel-v1 checksum', () => {
@@ -58,6 +59,51 @@ describe('keel-v1 checksum', () => {
       const r = await pool.query(`select row(${row.map((_v, i) => `$${i + 1}::text`).join(', ')})::text as enc`, row);
       expect(rowEncoding(row)).toBe(r.rows[0].enc);
     }
+  });
+
+  it('keel-pg1 and keel-pg2 agree across compatible declared types (integer/bigint, numeric(p,s)/numeric, varchar/text)', async () => {
+    const cols = ['id', 'big', 'amount', 'label', 'code', 'flag', 'day', 'at', 'at_tz', 'raw', 'ref'];
+    await pool.query(`create table public.awkward_wide (
+      id bigint primary key, big numeric, amount numeric, label varchar(100), code text, flag boolean,
+      day date, at timestamp, at_tz timestamptz, raw bytea, ref uuid)`);
+    await pool.query(`insert into public.awkward_wide select id, big, amount, label, code, flag, day, at, at_tz, raw, ref from public.awkward`);
+    const mk = (table: string) =>
+      parseTransfers([
+        {
+          name: 'awk',
+          source: { engine: 'postgres', connectionSetting: 'X', table },
+          target: { engine: 'postgres', connectionSetting: 'Y', table: 'public.awkward' },
+          keyColumns: ['id'],
+          boundary: { column: 'id', kind: 'key' },
+          columns: cols.filter((c) => c !== 'big').map((c) => ({ source: c, target: c })), // bigint vs numeric: different logical types
+        },
+      ])[0]!;
+    const w = { kind: 'key' as const, low: null, high: '5' };
+    for (const algorithm of ['keel-pg1', 'keel-pg2'] as const) {
+      const narrow = new PostgresTransferSource(mk('public.awkward'), pool);
+      const wide = new PostgresTransferSource(mk('public.awkward_wide'), pool);
+      const a = await narrow.manifest(w, await narrow.readSchema(), algorithm);
+      const b = await wide.manifest(w, await wide.readSchema(), algorithm);
+      expect(a.checksum).toMatch(algorithm === 'keel-pg2' ? /^pg2:\d+$/ : /^pg1:\d+$/);
+      expect(b).toEqual(a);
+    }
+  });
+
+  it('keel-pg2 sees what the types\' own hashes would miss: sign, 64-bit folding, scale-free numerics, char padding', async () => {
+    const sum = async (type: string, declared: string, logical: Parameters<typeof pgChecksumQuery>[0][number]['type'], value: string) =>
+      (await pool.query(pgChecksumQuery([{ ref: 'v', type: logical, declared }], `(select $1::${type} as v) s`, 'true', 'keel-pg2'), [value])).rows[0].checksum as string;
+    expect(await sum('numeric', 'numeric', 'decimal', '5')).not.toBe(await sum('numeric', 'numeric', 'decimal', '-5'));
+    expect(await sum('numeric(12,2)', 'numeric(12,2)', 'decimal', '1.5')).toBe(await sum('numeric', 'numeric', 'decimal', '1.50000'));
+    // hashint8 folds the high half onto the low half: 1 and 2^32 collide there, not here.
+    expect(await sum('bigint', 'bigint', 'int', '1')).not.toBe(await sum('bigint', 'bigint', 'int', '4294967296'));
+    expect(await sum('integer', 'integer', 'int', '7')).toBe(await sum('bigint', 'bigint', 'int', '7'));
+    expect(await sum('timestamptz', 'timestamp with time zone', 'timestamptz', '2026-01-01 00:00:00+00')).not.toBe(
+      await sum('timestamptz', 'timestamp with time zone', 'timestamptz', '2026-01-01 00:00:00.000001+00'),
+    );
+    // character(n) keeps its padding, like its printed form (keel-pg1): equal to the padded text, not the trimmed one.
+    expect(await sum('character(5)', 'character(5)', 'text', 'ab')).toBe(await sum('text', 'text', 'text', 'ab   '));
+    expect(await sum('character(5)', 'character(5)', 'text', 'ab')).not.toBe(await sum('text', 'text', 'text', 'ab'));
+    expect(await sum('text', 'text', 'text', 'A')).not.toBe(await sum('text', 'text', 'text', 'a'));
   });
 
   it('normalizes driver values to canonical text by logical type', () => {

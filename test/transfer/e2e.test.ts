@@ -33,7 +33,7 @@ describe('transfer end to end, PostgreSQL -> PostgreSQL', () => {
     expect(b1.status).toBe('incomplete');
     expect(b1.boundary).toEqual({ kind: 'key', low: null, high: '700' });
     expect(b1.rowCount).toBe(700);
-    expect(b1.checksum).toMatch(/^pg1:\d+$/); // PostgreSQL -> PostgreSQL uses keel-pg1
+    expect(b1.checksum).toMatch(/^pg2:\d+$/); // PostgreSQL 14+ -> PostgreSQL 14+ uses keel-pg2
 
     // A second batch while one is open is refused.
     await expect(svc.createBatch(t.name)).rejects.toSatisfy((e) => isTransferError(e, 'open_batch_exists'));

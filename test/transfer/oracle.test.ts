@@ -8,7 +8,9 @@ import pg from 'pg';
 import oracledb from 'oracledb';
 import { randomBytes } from 'node:crypto';
 import { createOraclePool, OracleTransferTarget } from '../../shared/engines/oracle/transferTarget.js';
-import { migrateOracleTarget } from '../../shared/engines/oracle/transferMigrate.js';
+import { migrateOracleTarget, splitOracleBlocks } from '../../shared/engines/oracle/transferMigrate.js';
+import { readMigrationFiles } from '../../shared/engines/migrationFiles.js';
+import { isTransferError } from '../../shared/transfer/errors.js';
 import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
 import { parseTransfers } from '../../shared/transfer/config.js';
@@ -17,6 +19,16 @@ import { createTestDatabase } from '../support/pg.js';
 import { insertSourceRows, migrateJournal, ORDERS_DDL } from './helpers.js';
 
 const URL_ = process.env.KEEL_TEST_ORACLE_URL;
+
+describe('Oracle migration files (no server needed)', () => {
+  it('sql/oracle splits into whole PL/SQL units, each keeping its final semicolon', async () => {
+    const [file] = await readMigrationFiles(path.resolve(import.meta.dirname, '../../sql/oracle'));
+    const blocks = splitOracleBlocks(file!.text);
+    const first = (b: string) => b.split('\n').filter((l) => !l.trim().startsWith('--') && l.trim() !== '')[0]!.trim();
+    expect(blocks.map(first)).toEqual(['DECLARE', 'DECLARE', 'CREATE OR REPLACE PACKAGE KEEL_TRANSFER AUTHID CURRENT_USER AS', 'CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS']);
+    for (const b of blocks) expect(b.trimEnd().endsWith(';')).toBe(true);
+  });
+});
 const suite = URL_ ? describe : describe.skip;
 const title = URL_ ? 'Oracle transfer target' : 'Oracle transfer target (skipped: KEEL_TEST_ORACLE_URL is not set)';
 
@@ -115,5 +127,21 @@ suite(title, () => {
     expect(results.map((r) => r.outcome).sort()).toEqual(['already_committed', 'applied']);
     const rec = await target.reconcile(req, 1000, null);
     expect(rec).toMatchObject({ outcome: 'committed', rowCount: b.rowCount });
+  });
+
+  it('a target table without a key on the mapped key columns is refused at prepare', async () => {
+    const { t } = service();
+    const loose = `KEEL_T_${randomBytes(4).toString('hex').toUpperCase()}`;
+    const c = await pool.getConnection();
+    try {
+      await c.execute(`CREATE TABLE "${loose}" ("ID" NUMBER(19), "CUSTOMER" VARCHAR2(200), "AMOUNT" NUMBER(12,2),
+        "PLACED_AT" TIMESTAMP(6) WITH TIME ZONE, "FLAG" NUMBER(1), "NOTE" VARCHAR2(200), "PAYLOAD" RAW(16))`);
+      const detail = await new PostgresTransferSource(t, source).readSchema();
+      const target = new OracleTransferTarget({ ...t, target: { ...t.target, table: loose } }, pool);
+      await expect(target.prepare(detail)).rejects.toSatisfy((e) => isTransferError(e, 'target_incompatible'));
+    } finally {
+      await c.execute(`DROP TABLE "${loose}" PURGE`).catch(() => undefined);
+      await c.close();
+    }
   });
 });

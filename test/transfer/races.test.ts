@@ -112,6 +112,76 @@ describe('races, conflicts and drift', () => {
     expect((await svc.run(again.batchId)).state).toBe('committed');
   });
 
+  it('a table source without a unique key index is checked for duplicate keys; one with it reports unique keys', async () => {
+    await env.source.query(`create table public.dups_tbl (id bigint, customer text, amount numeric(12,2), placed_at timestamptz, flag boolean, note varchar(200), payload bytea)`);
+    await env.source.query(`create index on public.dups_tbl (id)`); // not unique
+    await env.source.query(`insert into public.dups_tbl (id, customer) select n, 'c' from generate_series(1, 20) n`);
+    await env.source.query(`insert into public.dups_tbl (id, customer) values (3, 'again')`);
+    await env.target.query(`create table public.dups_tbl_target (like public.orders including all)`);
+    const t = ordersTransfer('dups_tbl', {
+      source: { engine: 'postgres', connectionSetting: 'X', table: 'public.dups_tbl' },
+      target: { engine: 'postgres', connectionSetting: 'Y', table: 'public.dups_tbl_target' },
+    });
+    const source = new PostgresTransferSource(t, env.source);
+    const schema = await source.readSchema();
+    const w = { kind: 'key' as const, low: null, high: '20' };
+    const probe = await source.copyOut(w, schema, 'text');
+    expect(probe.keysUnique).toBe(false);
+    probe.stream.resume();
+    await probe.release(new Error('probe only'));
+    const svc = makeService(env, [t]);
+    const b = await svc.createBatch('dups_tbl');
+    const v = await svc.run(b.batchId);
+    expect(v.state).toBe('failed');
+    expect(v.lastErrorCode).toBe('duplicate_keys');
+    expect(v.lastError).toMatch(/\(3\)/);
+    // With a unique index on the key (NOT NULL), the COPY's snapshot proves the keys unique.
+    await env.source.query(`delete from public.dups_tbl where customer = 'again'`);
+    await env.source.query(`alter table public.dups_tbl alter column id set not null`);
+    await env.source.query(`create unique index on public.dups_tbl (id)`);
+    const unique = await source.copyOut(w, schema, 'text');
+    expect(unique.keysUnique).toBe(true);
+    unique.stream.resume();
+    await unique.release(new Error('probe only'));
+    const again = await svc.createBatch('dups_tbl');
+    expect((await svc.run(again.batchId)).state).toBe('committed');
+    expect(Number((await env.target.query(`select count(*) from public.dups_tbl_target`)).rows[0].count)).toBe(20);
+    // Inheritance children are read too and are not covered by the parent's index: not provably unique.
+    await env.source.query(`create table public.dups_tbl_child () inherits (public.dups_tbl)`);
+    const inherited = await source.copyOut(w, schema, 'text');
+    expect(inherited.keysUnique).toBe(false);
+    inherited.stream.resume();
+    await inherited.release(new Error('probe only'));
+  });
+
+  it('apply updates keys that already exist (merge path) and honours deferrable keys; new keys take the insert path', async () => {
+    await env.source.query(`create table public.mix_src (like public.orders including all)`);
+    await env.source.query(`insert into public.mix_src select * from public.orders where id <= 50`);
+    await env.target.query(`create table public.mix_new (like public.orders including all)`);
+    await env.target.query(`create table public.mix_old (like public.orders including all)`);
+    await env.target.query(`insert into public.mix_old (id, customer) values (10, 'stale'), (40, 'stale'), (1000, 'outside')`);
+    await env.target.query(`create table public.mix_def (id bigint, customer text, amount numeric(12,2), placed_at timestamptz, flag boolean, note varchar(200), payload bytea,
+                             constraint mix_def_pk primary key (id) deferrable initially deferred)`);
+    await env.target.query(`insert into public.mix_def (id, customer) values (25, 'stale')`);
+    const cols = 'id, customer, amount, placed_at, flag, note, payload';
+    const expected = (await env.source.query(`select md5(string_agg(t::text, '|' order by id)) as h from (select ${cols} from public.mix_src) t`)).rows[0].h;
+    for (const table of ['mix_new', 'mix_old', 'mix_def']) {
+      const t = ordersTransfer(table, {
+        source: { engine: 'postgres', connectionSetting: 'X', table: 'public.mix_src' },
+        target: { engine: 'postgres', connectionSetting: 'Y', table: `public.${table}` },
+        batchSize: 100,
+      });
+      const svc = makeService(env, [t]);
+      const b = await svc.createBatch(table);
+      const v = await svc.run(b.batchId);
+      expect(v.state).toBe('committed');
+      expect(v.appliedCount).toBe(50);
+      const got = (await env.target.query(`select md5(string_agg(t::text, '|' order by id)) as h from (select ${cols} from public.${table} where id <= 50) t`)).rows[0].h;
+      expect(got).toBe(expected);
+    }
+    expect(Number((await env.target.query(`select count(*) from public.mix_old`)).rows[0].count)).toBe(51); // 'outside' kept
+  });
+
   it('an earlier staging of the same id with different content is a conflict', async () => {
     const t = ordersTransfer('restage', { batchSize: 40 });
     const svc = makeService(env, [t]);

@@ -8,7 +8,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { sharedSqlServerPool, type SqlServerPool } from '../../shared/engines/sqlserver/pool.js';
 import { migrateSqlServer } from '../../shared/engines/sqlserver/migrate.js';
 import { SqlServerTransferJournal } from '../../shared/engines/sqlserver/transferJournal.js';
-import { SqlServerTransferSource } from '../../shared/engines/sqlserver/transferSource.js';
+import { mssqlSelectExpr, SqlServerTransferSource } from '../../shared/engines/sqlserver/transferSource.js';
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
 import { parseTransfers } from '../../shared/transfer/config.js';
 import { migratePostgresTarget } from '../../shared/transfer/factory.js';
@@ -17,6 +17,14 @@ import { TransferService } from '../../shared/transfer/service.js';
 import { createTestDatabase } from '../support/pg.js';
 
 const URL_ = process.env.KEEL_TEST_MSSQL_URL;
+
+describe('SQL Server source SQL text (no server needed)', () => {
+  it('money/smallmoney keep four decimals (style 2; the default style rounds to two)', () => {
+    expect(mssqlSelectExpr('[m]', 'decimal', 'money')).toBe('CONVERT(varchar(64), [m], 2)');
+    expect(mssqlSelectExpr('[m]', 'decimal', 'smallmoney')).toBe('CONVERT(varchar(64), [m], 2)');
+    expect(mssqlSelectExpr('[d]', 'decimal', 'decimal(12,2)')).toBe('CONVERT(varchar(64), [d])');
+  });
+});
 const suite = URL_ ? describe : describe.skip;
 const title = URL_ ? 'SQL Server transfer journal and source' : 'SQL Server transfer journal and source (skipped: KEEL_TEST_MSSQL_URL is not set)';
 
@@ -103,5 +111,48 @@ suite(title, () => {
     expect(b.rowCount).toBe(1);
     expect((await svc.run(b.batchId)).state).toBe('committed');
     expect((await target.query(`select customer from public.orders where id = 7`)).rows[0].customer).toBe('changed');
+  });
+
+  it('timestamp windows on datetime2(7) and datetimeoffset(7): every row arrives once; money keeps four decimals', async () => {
+    const src = `keel_ts_${randomBytes(4).toString('hex')}`;
+    // Every value has a 7th fraction digit (100 ns ticks) and the offsets are negative: the window's high bound must
+    // be rounded up to the microsecond and computed in UTC, or rows are left behind for good.
+    await (await pool.request()).query(`CREATE TABLE dbo.${src} (id bigint NOT NULL PRIMARY KEY, price money NULL, ts datetime2(7) NOT NULL, tz datetimeoffset(7) NOT NULL)`);
+    try {
+      await (await pool.request()).query(`INSERT INTO dbo.${src} (id, price, ts, tz)
+        SELECT n, CAST(n AS money) + 0.1234, DATEADD(nanosecond, 123456700, DATEADD(second, n, CAST('2020-01-01T00:00:00' AS datetime2(7)))),
+               TODATETIMEOFFSET(DATEADD(nanosecond, 123456700, DATEADD(second, n, CAST('2020-01-01T00:00:00' AS datetime2(7)))), '-05:00')
+          FROM (SELECT TOP (45) ROW_NUMBER() OVER (ORDER BY (SELECT NULL)) AS n FROM sys.all_objects) s`);
+      for (const column of ['ts', 'tz']) {
+        const dst = `ts_${column}_${randomBytes(3).toString('hex')}`;
+        await target.query(`create table public.${dst} (id bigint primary key, price numeric(19,4), ts timestamp(6), tz timestamptz)`);
+        const [t] = parseTransfers([
+          {
+            name: `mssql_${column}_${randomBytes(3).toString('hex')}`,
+            source: { engine: 'sqlserver', connectionSetting: 'X', table: `dbo.${src}` },
+            target: { engine: 'postgres', connectionSetting: 'Y', table: `public.${dst}` },
+            keyColumns: ['id'],
+            boundary: { column, kind: 'timestamp', settleMs: 0 },
+            columns: ['id', 'price', 'ts', 'tz'].map((c) => ({ source: c, target: c })),
+            batchSize: 10,
+            chunkSize: 4,
+          },
+        ]);
+        const svc = new TransferService({
+          journal: new SqlServerTransferJournal(pool),
+          transfers: [t!],
+          connect: (tc) => ({ source: new SqlServerTransferSource(tc, pool), target: new PostgresTransferTarget(tc, target) }),
+        });
+        for (let i = 0; i < 20; i++) {
+          const b = await svc.tryCreateBatch(t!.name);
+          if (!b) break;
+          expect((await svc.run(b.batchId)).state).toBe('committed');
+        }
+        const r = await target.query(`select count(*)::int as n, sum(price)::text as s, min(ts)::text as ts, min(tz at time zone 'UTC')::text as tz from public.${dst}`);
+        expect(r.rows[0]).toEqual({ n: 45, s: '1040.5530', ts: '2020-01-01 00:00:01.123456', tz: '2020-01-01 05:00:01.123456' });
+      }
+    } finally {
+      await (await pool.request()).query(`DROP TABLE IF EXISTS dbo.${src}`).catch(() => undefined);
+    }
   });
 });

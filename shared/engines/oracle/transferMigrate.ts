@@ -54,7 +54,15 @@ export async function migrateOracleTarget(conn: oracledb.Connection, dir: string
       const errs = await conn.execute<[string, number, string]>(`SELECT NAME, LINE, TEXT FROM USER_ERRORS WHERE NAME = 'KEEL_TRANSFER' ORDER BY SEQUENCE`, [], { outFormat: oracledb.OUT_FORMAT_ARRAY });
       throw new Error(`Oracle migration ${file}: KEEL_TRANSFER is invalid: ${(errs.rows ?? []).map((e) => `line ${e[1]}: ${e[2]}`).join('; ')}`);
     }
-    await conn.execute(`INSERT INTO KEEL_TRANSFER_MIGRATIONS (VERSION, NAME, CHECKSUM) VALUES (:v, :n, :c)`, { v: version, n: name, c: checksum }, { autoCommit: true });
+    try {
+      await conn.execute(`INSERT INTO KEEL_TRANSFER_MIGRATIONS (VERSION, NAME, CHECKSUM) VALUES (:v, :n, :c)`, { v: version, n: name, c: checksum }, { autoCommit: true });
+    } catch (err) {
+      // ORA-00001: another instance applied the same (idempotent) file at the same time and recorded it first.
+      if ((err as { errorNum?: number }).errorNum !== 1) throw err;
+      const rival = await conn.execute<[string]>(`SELECT CHECKSUM FROM KEEL_TRANSFER_MIGRATIONS WHERE VERSION = :v`, { v: version }, { outFormat: oracledb.OUT_FORMAT_ARRAY });
+      if (String(rival.rows?.[0]?.[0]) !== checksum) throw new Error(`Oracle migration ${file} was recorded by another instance with a different checksum`);
+      continue;
+    }
     applied.push(file);
   }
   return applied;

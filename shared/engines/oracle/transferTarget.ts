@@ -71,7 +71,8 @@ function fromCanonical(bind: string, logical: LogicalType, dataType: string): st
     case 'decimal':
       return `TO_NUMBER(${bind})`;
     case 'bool':
-      return `CASE ${bind} WHEN 't' THEN 1 WHEN 'f' THEN 0 END`;
+      // 23ai BOOLEAN columns take TRUE/FALSE; NUMBER(1) columns 1/0.
+      return dataType.toUpperCase() === 'BOOLEAN' ? `CASE ${bind} WHEN 't' THEN TRUE WHEN 'f' THEN FALSE END` : `CASE ${bind} WHEN 't' THEN 1 WHEN 'f' THEN 0 END`;
     case 'date':
       return `TO_DATE(${bind}, 'YYYY-MM-DD')`;
     case 'timestamp':
@@ -94,7 +95,9 @@ function toCanonical(ref: string, logical: LogicalType, dataType: string): strin
     case 'decimal':
       return `TO_CHAR(${ref}, 'TM9')`;
     case 'bool':
-      return `CASE WHEN ${ref} = 1 THEN 't' WHEN ${ref} = 0 THEN 'f' END`;
+      return dataType.toUpperCase() === 'BOOLEAN'
+        ? `CASE WHEN ${ref} THEN 't' WHEN NOT ${ref} THEN 'f' END`
+        : `CASE WHEN ${ref} = 1 THEN 't' WHEN ${ref} = 0 THEN 'f' END`;
     case 'date':
       return `TO_CHAR(${ref}, 'YYYY-MM-DD')`;
     case 'timestamp':
@@ -136,8 +139,10 @@ export class OracleTransferTarget implements TargetAdapter {
 
   private async conn(): Promise<oracledb.Connection> {
     const c = await this.pool.getConnection();
-    // Canonical decimals use '.'; TO_NUMBER/TO_CHAR follow the session's NLS settings.
-    await c.execute(`ALTER SESSION SET NLS_NUMERIC_CHARACTERS = '.,'`);
+    // Canonical decimals use '.' and dates the Gregorian calendar; TO_NUMBER/TO_CHAR follow the session's NLS
+    // settings (every date/time conversion names its format explicitly, so NLS_DATE_FORMAT & co. do not matter).
+    // Name lists are sorted and compared byte-wise (key check in prepare, column check in ENSURE_STAGING).
+    await c.execute(`ALTER SESSION SET NLS_NUMERIC_CHARACTERS = '.,' NLS_CALENDAR = 'GREGORIAN' NLS_SORT = 'BINARY' NLS_COMP = 'BINARY'`);
     return c;
   }
 
@@ -169,6 +174,27 @@ export class OracleTransferTarget implements TargetAdapter {
           throw new TransferError('target_incompatible', `transfer ${this.t.name}: target column ${m.target} (${ty.dataType}) cannot hold source column ${m.source} (${m.type})`);
         }
         cols.push({ source: m.source, target: m.target, logical: m.logical, dataType: ty.dataType });
+      }
+      // Like the PostgreSQL target: the MERGE's ON columns must be a key of the target table (an enabled primary
+      // key or unique constraint, or a unique non-function-based index on exactly those columns).
+      const keys = [...this.targetKeys()].sort().join(',');
+      const key = await c.execute<[number]>(
+        `SELECT COUNT(*) FROM (
+           SELECT LISTAGG(cc.column_name, ',') WITHIN GROUP (ORDER BY cc.column_name) AS cols
+             FROM all_constraints k JOIN all_cons_columns cc ON cc.owner = k.owner AND cc.constraint_name = k.constraint_name AND cc.table_name = k.table_name
+            WHERE k.owner = NVL(:owner, USER) AND k.table_name = :tbl AND k.constraint_type IN ('P', 'U') AND k.status = 'ENABLED'
+            GROUP BY k.constraint_name
+           UNION ALL
+           SELECT LISTAGG(ic.column_name, ',') WITHIN GROUP (ORDER BY ic.column_name)
+             FROM all_indexes i JOIN all_ind_columns ic ON ic.index_owner = i.owner AND ic.index_name = i.index_name
+            WHERE i.table_owner = NVL(:owner, USER) AND i.table_name = :tbl AND i.uniqueness = 'UNIQUE' AND i.index_type NOT LIKE 'FUNCTION-BASED%'
+            GROUP BY i.owner, i.index_name)
+          WHERE cols = :keys`,
+        { owner: this.owner, tbl: this.table, keys },
+        { outFormat: oracledb.OUT_FORMAT_ARRAY },
+      );
+      if (Number(key.rows?.[0]?.[0] ?? 0) === 0) {
+        throw new TransferError('target_incompatible', `transfer ${this.t.name}: target table ${this.t.target.table} needs a primary key, unique constraint or unique index on exactly (${this.targetKeys().join(', ')})`);
       }
       try {
         await c.execute(`BEGIN KEEL_TRANSFER.ENSURE_STAGING(:transfer, :owner, :tbl, :cols, :stg); END;`, {
@@ -228,8 +254,9 @@ export class OracleTransferTarget implements TargetAdapter {
           const out: (string | null)[] = [req.batchId];
           for (let i = 0; i < cols.length; i++) {
             const v = row[i] ?? null;
-            if (v === '' && cols[i]!.logical === 'text') {
-              throw new TransferError('unsupported_type', `batch ${req.batchId}: column ${cols[i]!.source} holds an empty string, which Oracle stores as NULL; the batch cannot be staged unchanged`);
+            if (v === '' && (cols[i]!.logical === 'text' || cols[i]!.logical === 'bytes')) {
+              // Oracle stores '' and an empty RAW (HEXTORAW('')) as NULL.
+              throw new TransferError('unsupported_type', `batch ${req.batchId}: column ${cols[i]!.source} holds an empty ${cols[i]!.logical === 'text' ? 'string' : 'binary value'}, which Oracle stores as NULL; the batch cannot be staged unchanged`);
             }
             if (v !== null) maxSizes[i] = Math.max(maxSizes[i]!, Buffer.byteLength(v, 'utf8'));
             out.push(v);

@@ -2,13 +2,12 @@
 // rows streamed through a server-side cursor, and a COPY TO STDOUT fast path for PostgreSQL targets.
 import type pg from 'pg';
 import { to as copyTo } from 'pg-copy-streams';
-import type { Readable } from 'node:stream';
 import type { CanonicalRow, ChecksumAlgorithm } from '../../transfer/checksum.js';
 import type { TransferConfig } from '../../transfer/config.js';
 import { resolvedNames } from '../../transfer/config.js';
 import { qualifiedPg, quotePg } from '../../transfer/identifiers.js';
 import { buildSourceSchema, mappedColumns } from '../../transfer/schema.js';
-import type { Manifest, SourceAdapter, SourceSchema, Window } from '../../transfer/types.js';
+import type { CopyOutStream, Manifest, SourceAdapter, SourceSchema, Window } from '../../transfer/types.js';
 import { PG_CHECKSUM_SETTINGS_SQL, pgCanonical, pgCastFor, pgChecksumQuery, pgLogicalType } from './transferSql.js';
 
 export class PostgresTransferSource implements SourceAdapter {
@@ -101,7 +100,7 @@ export class PostgresTransferSource implements SourceAdapter {
   }
 
   async manifest(w: Window, schema: SourceSchema, algorithm: ChecksumAlgorithm): Promise<Manifest> {
-    const cols = mappedColumns(this.t, schema).map((c) => ({ ref: quotePg(c.source), type: c.logical }));
+    const cols = mappedColumns(this.t, schema).map((c) => ({ ref: quotePg(c.source), type: c.logical, declared: c.type }));
     const pred = this.windowPredicate(w, schema, 1);
     const client = await this.pool.connect();
     const onError = () => undefined; // a connection lost mid-statement also surfaces as an 'error' event
@@ -151,7 +150,7 @@ export class PostgresTransferSource implements SourceAdapter {
     }
   }
 
-  async copyOut(w: Window, schema: SourceSchema, format: 'text' | 'binary'): Promise<{ stream: Readable; release: (err?: Error) => Promise<void> }> {
+  async copyOut(w: Window, schema: SourceSchema, format: 'text' | 'binary'): Promise<CopyOutStream> {
     const cols = mappedColumns(this.t, schema).map((c) => quotePg(c.source));
     const b = quotePg(this.t.boundary.column);
     const cast = pgCastFor(this.boundaryType(schema));
@@ -166,6 +165,30 @@ export class PostgresTransferSource implements SourceAdapter {
                 set_config('keel.w_low', coalesce($1, ''), true), set_config('keel.w_high', $2, true)`,
         [w.low, w.high],
       );
+      // Are the keys provably unique in what this COPY reads? Asked in the COPY's own snapshot (repeatable read:
+      // catalog queries see the catalog as of that snapshot), so an index that is valid here was enforced on every
+      // row the COPY can see. The target then skips its duplicate-key scan for integer keys (transferTarget.ts).
+      const sourceTable = resolvedNames(this.t).sourceTable;
+      const keysUnique = sourceTable
+        ? Boolean(
+            (
+              await client.query(
+                `select exists (
+                   select 1 from pg_index i
+                    where i.indrelid = to_regclass($1) and i.indisunique and i.indisvalid and i.indpred is null and i.indexprs is null
+                      -- a select from a table also reads its inheritance children, which the index does not cover
+                      -- (a partitioned table's unique index covers every partition)
+                      and ((select c.relkind from pg_class c where c.oid = i.indrelid) = 'p'
+                           or not exists (select 1 from pg_inherits h where h.inhparent = i.indrelid))
+                      and i.indnatts = cardinality($2::text[])
+                      and (select array_agg(a.attname::text order by a.attname) from pg_attribute a
+                            where a.attrelid = i.indrelid and a.attnum = any (i.indkey::int2[]) and a.attnotnull)
+                          = (select array_agg(k order by k) from unnest($2::text[]) k)) as unique_keys`,
+                [qualifiedPg(sourceTable), this.t.keyColumns],
+              )
+            ).rows[0].unique_keys,
+          )
+        : false;
       const lowPred = w.low === null ? '' : `${b} > current_setting('keel.w_low')::${cast} and `;
       const stream = client.query(
         copyTo(`copy (select ${cols.join(', ')} from ${this.from} where ${lowPred}${b} <= current_setting('keel.w_high')::${cast}) to stdout${format === 'binary' ? ' (format binary)' : ''}`),
@@ -173,6 +196,7 @@ export class PostgresTransferSource implements SourceAdapter {
       let released = false;
       return {
         stream,
+        keysUnique,
         release: async (err?: Error) => {
           if (released) return;
           released = true;
@@ -191,6 +215,13 @@ export class PostgresTransferSource implements SourceAdapter {
       client.release(err as Error);
       throw err;
     }
+  }
+
+  private version: Promise<number> | undefined;
+  serverVersionNum(): Promise<number> {
+    this.version ??= this.pool.query(`select current_setting('server_version_num')::int as v`).then((r) => Number(r.rows[0].v));
+    this.version.catch(() => (this.version = undefined));
+    return this.version;
   }
 
   async close(): Promise<void> {

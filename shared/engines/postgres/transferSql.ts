@@ -1,5 +1,5 @@
 // PostgreSQL side of the keel-v1 checksum (shared/transfer/checksum.ts) and the type mapping for transfers.
-import { PG1_PREFIX, type ChecksumAlgorithm, type LogicalType } from '../../transfer/checksum.js';
+import { PG1_PREFIX, PG2_PREFIX, type ChecksumAlgorithm, type LogicalType } from '../../transfer/checksum.js';
 
 export function pgLogicalType(formatted: string): LogicalType | null {
   const t = formatted.toLowerCase();
@@ -46,12 +46,37 @@ const TWO_64 = '18446744073709551616';
 export const PG_CHECKSUM_SETTINGS_SQL = `select set_config('timezone', 'UTC', true), set_config('datestyle', 'ISO, YMD', true),
   set_config('bytea_output', 'hex', true), set_config('intervalstyle', 'postgres', true)`;
 
-export function pgChecksumQuery(cols: { ref: string; type: LogicalType }[], from: string, where: string, algorithm: ChecksumAlgorithm = 'keel-v1'): string {
+// keel-pg2 field of one column (see shared/transfer/checksum.ts): hashed by its exact value with full 64-bit strength.
+// `declared` is the column's declared type on the side that runs the query (character(n) keeps its padding).
+export function pg2Field(ref: string, type: LogicalType, declared?: string): string {
+  switch (type) {
+    case 'int':
+      return `int8send((${ref})::bigint)`;
+    case 'decimal':
+      return `numeric_send(trim_scale(${ref}))`;
+    case 'text':
+      return declared !== undefined && /^character(\(\d+\))?$/i.test(declared) ? `(textin(bpcharout(${ref})) collate "C")` : `((${ref})::text collate "C")`;
+    case 'date':
+      return `date_send(${ref})`;
+    case 'timestamp':
+      return `timestamp_send(${ref})`;
+    case 'timestamptz':
+      return `timestamptz_send(${ref})`;
+    case 'bool':
+    case 'bytes':
+    case 'uuid':
+      return ref;
+  }
+}
+
+export function pgChecksumQuery(cols: { ref: string; type: LogicalType; declared?: string }[], from: string, where: string, algorithm: ChecksumAlgorithm = 'keel-v1'): string {
   const rowHash =
-    algorithm === 'keel-pg1'
-      ? `hashtextextended(row(${cols.map((c) => (c.type === 'decimal' ? `trim_scale(${c.ref})` : c.ref)).join(', ')})::text, 0)`
-      : `('x' || left(md5(row(${cols.map((c) => pgCanonical(c.ref, c.type)).join(', ')})::text), 16))::bit(64)::bigint`;
-  const prefix = algorithm === 'keel-pg1' ? `'${PG1_PREFIX}' || ` : '';
+    algorithm === 'keel-pg2'
+      ? `hash_record_extended(row(${cols.map((c) => pg2Field(c.ref, c.type, c.declared)).join(', ')}), 0)`
+      : algorithm === 'keel-pg1'
+        ? `hashtextextended(row(${cols.map((c) => (c.type === 'decimal' ? `trim_scale(${c.ref})` : c.ref)).join(', ')})::text, 0)`
+        : `('x' || left(md5(row(${cols.map((c) => pgCanonical(c.ref, c.type)).join(', ')})::text), 16))::bit(64)::bigint`;
+  const prefix = algorithm === 'keel-pg2' ? `'${PG2_PREFIX}' || ` : algorithm === 'keel-pg1' ? `'${PG1_PREFIX}' || ` : '';
   return `select count(*)::text as n, ${prefix}(mod(mod(coalesce(sum(${rowHash}), 0), ${TWO_64}) + ${TWO_64}, ${TWO_64}))::text as checksum
             from ${from} where ${where}`;
 }

@@ -53,15 +53,9 @@ export class PostgresTransferTarget implements TargetAdapter {
 
   async prepare(schema: SourceSchema): Promise<void> {
     const mapped = mappedColumns(this.t, schema);
-    const qualified = this.targetSchema ? `${quotePg(this.targetSchema)}.${quotePg(this.targetTable)}` : quotePg(this.targetTable);
-    const res = await this.pool.query(
-      `select a.attname::text as name, format_type(a.atttypid, a.atttypmod) as type
-         from pg_attribute a where a.attrelid = to_regclass($1) and a.attnum > 0 and not a.attisdropped`,
-      [qualified],
-    );
-    if (res.rowCount === 0) throw new TransferError('target_incompatible', `transfer ${this.t.name}: target table ${this.t.target.table} does not exist`);
-    const types = new Map<string, string>(res.rows.map((r) => [r.name, r.type]));
-    this.targetTypes = types;
+    const qualified = this.qualifiedTarget();
+    const types = await this.loadTargetTypes();
+    if (types.size === 0) throw new TransferError('target_incompatible', `transfer ${this.t.name}: target table ${this.t.target.table} does not exist`);
     for (const c of mapped) {
       const declared = types.get(c.target);
       if (!declared) throw new TransferError('target_incompatible', `transfer ${this.t.name}: target column ${c.target} does not exist in ${this.t.target.table}`);
@@ -89,6 +83,21 @@ export class PostgresTransferTarget implements TargetAdapter {
     }
   }
 
+  private qualifiedTarget(): string {
+    return this.targetSchema ? `${quotePg(this.targetSchema)}.${quotePg(this.targetTable)}` : quotePg(this.targetTable);
+  }
+
+  // Declared types of the target table's columns (binary COPY decision, keel-pg2 fields of character(n) columns).
+  private async loadTargetTypes(): Promise<Map<string, string>> {
+    const res = await this.pool.query(
+      `select a.attname::text as name, format_type(a.atttypid, a.atttypmod) as type
+         from pg_attribute a where a.attrelid = to_regclass($1) and a.attnum > 0 and not a.attisdropped`,
+      [this.qualifiedTarget()],
+    );
+    this.targetTypes = new Map<string, string>(res.rows.map((r) => [r.name, r.type]));
+    return this.targetTypes;
+  }
+
   private targetKeys(): string[] {
     return this.t.keyColumns.map((k) => this.t.columns.find((c) => c.source === k)!.target);
   }
@@ -96,6 +105,7 @@ export class PostgresTransferTarget implements TargetAdapter {
   async stage(req: StageRequest, feed: RowFeed): Promise<StageResult> {
     const mapped = mappedColumns(this.t, req.schema);
     const stg = `keel_transfer.${quotePg(this.stagingTable)}`;
+    if (this.targetTypes.size === 0) await this.loadTargetTypes();
     const client = await this.pool.connect();
     const onError = () => undefined; // a connection lost mid-statement also surfaces as an 'error' event
     client.on('error', onError);
@@ -127,8 +137,14 @@ export class PostgresTransferTarget implements TargetAdapter {
       // parsing); text otherwise, which converts between compatible types (e.g. integer -> bigint).
       const binary = feed.kind === 'pgcopy' && mapped.every((c) => this.targetTypes.get(c.target)?.toLowerCase() === c.type.toLowerCase());
       const sink = client.query(copyFrom(`copy ${stg} (${columnList}) from stdin${binary ? ' (format binary)' : ''}`));
+      const keyTargets = new Set(this.targetKeys());
+      // Duplicate keys are impossible when the source guarantees unique keys in the COPY's snapshot and the key
+      // columns are integers (equal on the target exactly when equal on the source; the staged values are proven
+      // equal to the source's by the checksum below, which is then compared before anything is declared staged).
+      let keysProvenUnique = false;
       if (feed.kind === 'pgcopy') {
         const src = await feed.open(binary ? 'binary' : 'text');
+        keysProvenUnique = src.keysUnique === true && mapped.filter((c) => keyTargets.has(c.target)).every((c) => c.logical === 'int');
         try {
           await pipeline(src.stream, sink);
           await src.release();
@@ -162,10 +178,11 @@ export class PostgresTransferTarget implements TargetAdapter {
       // The staging table was just filled in this transaction and has no statistics, so the planner would think the
       // verification scans are tiny and run them in one process: make parallel workers free for these two queries.
       await client.query(
-        `select set_config('parallel_setup_cost', '0', true), set_config('parallel_tuple_cost', '0', true), set_config('min_parallel_table_scan_size', '0', true)`,
+        `select set_config('parallel_setup_cost', '0', true), set_config('parallel_tuple_cost', '0', true), set_config('min_parallel_table_scan_size', '0', true),
+                set_config('work_mem', '32MB', true)`,
       );
       const keyRefs = this.targetKeys().map(quotePg);
-      const dup = await client.query(
+      const dup = keysProvenUnique ? { rowCount: 0, rows: [] as { k: string }[] } : await client.query(
         `select ${keyRefs.map((k) => `${k}::text`).join(` || ', ' || `)} as k from ${stg} where keel_batch_id = $1 group by ${keyRefs.join(', ')} having count(*) > 1 limit 3`,
         [req.batchId],
       );
@@ -174,7 +191,7 @@ export class PostgresTransferTarget implements TargetAdapter {
       }
       lap('stage.duplicateCheck');
       const sums = await client.query(
-        pgChecksumQuery(mapped.map((c) => ({ ref: quotePg(c.target), type: c.logical })), stg, 'keel_batch_id = $1', algorithmOf(req.manifest.checksum)),
+        pgChecksumQuery(mapped.map((c) => ({ ref: quotePg(c.target), type: c.logical, declared: this.targetTypes.get(c.target) })), stg, 'keel_batch_id = $1', algorithmOf(req.manifest.checksum)),
         [req.batchId],
       );
       const rowCount = Number(sums.rows[0].n);
@@ -232,6 +249,13 @@ export class PostgresTransferTarget implements TargetAdapter {
     const started = performance.now();
     await this.pool.query(`select keel_transfer.purge_staged($1, $2)`, [batchId, this.stagingTable]);
     this.opts.trace?.('purge', performance.now() - started);
+  }
+
+  private version: Promise<number> | undefined;
+  serverVersionNum(): Promise<number> {
+    this.version ??= this.pool.query(`select current_setting('server_version_num')::int as v`).then((r) => Number(r.rows[0].v));
+    this.version.catch(() => (this.version = undefined));
+    return this.version;
   }
 
   async close(): Promise<void> {

@@ -33,10 +33,12 @@ export function mssqlLogicalType(declared: string): LogicalType | null {
 const isRowversion = (declared: string) => /^(rowversion|timestamp)$/i.test(declared.trim());
 
 // The select expression that returns a value the canonicalizer can read exactly.
-function mssqlSelectExpr(ref: string, type: LogicalType): string {
+export function mssqlSelectExpr(ref: string, type: LogicalType, declared = ''): string {
   switch (type) {
     case 'decimal':
-      return `CONVERT(varchar(64), ${ref})`; // exact digits, not a JavaScript double
+      // Exact digits, not a JavaScript double. money/smallmoney need style 2 (four decimals): the default style 0
+      // rounds them to two decimals, and that rounded text would be staged and checksummed on both sides alike.
+      return /^(small)?money$/i.test(declared.trim()) ? `CONVERT(varchar(64), ${ref}, 2)` : `CONVERT(varchar(64), ${ref})`;
     case 'date':
       return `CONVERT(char(10), ${ref}, 23)`;
     case 'timestamp':
@@ -53,6 +55,7 @@ function mssqlSelectExpr(ref: string, type: LogicalType): string {
 export class SqlServerTransferSource implements SourceAdapter {
   readonly engine = 'sqlserver' as const;
   private readonly from: string;
+  private boundaryDeclared: string | null = null; // declared type of the boundary column (from readSchema)
 
   constructor(private readonly t: TransferConfig, private readonly pool: SqlServerPool) {
     const names = resolvedNames(t);
@@ -67,9 +70,11 @@ export class SqlServerTransferSource implements SourceAdapter {
     );
     const found = new Map<string, string>();
     for (const r of res.recordset) found.set(r.name, r.system_type_name);
-    return buildSourceSchema(this.t, found, mssqlLogicalType, (declared, logical) =>
+    const schema = buildSourceSchema(this.t, found, mssqlLogicalType, (declared, logical) =>
       this.t.boundary.kind === 'rowversion' ? isRowversion(declared) : this.t.boundary.kind === 'key' ? logical === 'int' : logical === 'timestamp' || logical === 'timestamptz',
     );
+    this.boundaryDeclared = found.get(this.t.boundary.column) ?? null;
+    return schema;
   }
 
   // Boundary values travel as bigint (key, rowversion read as a big-endian 8-byte integer) or text (timestamps).
@@ -116,8 +121,18 @@ export class SqlServerTransferSource implements SourceAdapter {
       conds.push(`${b} <= DATEADD(millisecond, -@settle, SYSUTCDATETIME())`);
     }
     req.input('n', sql.Int, maxRows);
-    const highExpr =
-      this.t.boundary.kind === 'timestamp' ? `CONVERT(varchar(27), CONVERT(datetime2(7), MAX(b)), 126)` : `CONVERT(varchar(20), MAX(b))`;
+    let highExpr = `CONVERT(varchar(20), MAX(b))`;
+    if (this.t.boundary.kind === 'timestamp') {
+      if (this.boundaryDeclared === null) await this.readSchema();
+      // Window bounds are UTC wall-clock text with six fraction digits (compared as datetime2(7), which SQL Server
+      // widens to datetimeoffset at +00:00 for a datetimeoffset column). A datetimeoffset is switched to UTC first:
+      // CONVERT(datetime2, datetimeoffset) keeps the local time and drops the offset. datetime2/datetimeoffset hold
+      // 100 ns ticks (and datetime converts to .xxx3333): the high bound is rounded UP to the microsecond (+900 ns,
+      // then the canonical text cuts to six digits), so the newest row is inside the window. Cutting it down instead
+      // would leave that row outside (low, high] and every later window would end at the same high: never sent.
+      const utc = /^datetimeoffset/i.test(this.boundaryDeclared ?? '') ? `CONVERT(datetime2(7), SWITCHOFFSET(MAX(b), '+00:00'))` : `CONVERT(datetime2(7), MAX(b))`;
+      highExpr = `CONVERT(varchar(27), DATEADD(nanosecond, 900, ${utc}), 126)`;
+    }
     const res = await req.query<{ high: string | null }>(
       `SELECT ${highExpr} AS high FROM (SELECT TOP (@n) ${this.boundaryRef()} AS b FROM ${this.from} WHERE ${conds.join(' AND ')} ORDER BY ${b}) AS s`,
     );
@@ -140,7 +155,7 @@ export class SqlServerTransferSource implements SourceAdapter {
     req.stream = true;
     req.arrayRowMode = true;
     const where = this.windowPredicate(req, w);
-    const text = `SELECT ${cols.map((c) => mssqlSelectExpr(quoteMssql(c.source), c.logical)).join(', ')} FROM ${this.from} WHERE ${where}`;
+    const text = `SELECT ${cols.map((c) => mssqlSelectExpr(quoteMssql(c.source), c.logical, c.type)).join(', ')} FROM ${this.from} WHERE ${where}`;
 
     const ready: CanonicalRow[][] = [];
     let current: CanonicalRow[] = [];
