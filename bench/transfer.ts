@@ -18,6 +18,7 @@ import { parseTransfers } from '../shared/transfer/config.js';
 import { migratePostgresTarget } from '../shared/transfer/factory.js';
 import { TransferService } from '../shared/transfer/service.js';
 import { mkdtemp, copyFile, readdir } from 'node:fs/promises';
+import { withClient } from '../shared/engines/postgres/client.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, '..');
@@ -29,16 +30,6 @@ const TABLE_DDL = (name: string) => `create table ${name} (
   placed_at timestamptz not null,
   flag boolean not null,
   note varchar(200))`;
-
-async function withClient<T>(url: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  try {
-    return await fn(c);
-  } finally {
-    await c.end();
-  }
-}
 
 interface ChildArgs {
   sourceUrl: string;

@@ -16,7 +16,8 @@ import { startAzuriteQueue, type AzuriteQueue } from './azurite.js';
 import { readHostConfig } from './hostJson.js';
 import { startLocalHost, type RunningLocalHost } from './localHost.js';
 import { createRuntime, setRuntime, type Runtime } from './runtime.js';
-import { prepareDemoTransfer, withDatabase } from './demoTransfer.js';
+import { prepareDemoTransfer } from './demoTransfer.js';
+import { withDatabase } from '../engines/postgres/client.js';
 
 export const PROJECT_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 

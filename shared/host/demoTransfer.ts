@@ -1,26 +1,10 @@
 // The demo transfer: two local databases on the same PostgreSQL server, a source table that gains 1,000 new
 // orders each time the demo is prepared, an empty target table, and the transfer configured between them.
-import pg from 'pg';
+import { withClient, withDatabase } from '../engines/postgres/client.js';
 
 export const DEMO_TRANSFER = 'demo_orders';
 const SOURCE_DB = 'keel_demo_source';
 const TARGET_DB = 'keel_demo_target';
-
-export function withDatabase(url: string, database: string): string {
-  const u = new URL(url);
-  u.pathname = `/${database}`;
-  return u.toString();
-}
-
-async function withClient<T>(url: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  try {
-    return await fn(c);
-  } finally {
-    await c.end();
-  }
-}
 
 // Returns a line for the start banner. Sets KEEL_DEMO_SOURCE_URL, KEEL_DEMO_TARGET_URL and (unless transfers are
 // configured already) KEEL_TRANSFERS in env.

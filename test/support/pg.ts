@@ -2,15 +2,10 @@
 import pg from 'pg';
 import { inject } from 'vitest';
 import { randomBytes } from 'node:crypto';
+import { withDatabase } from '../../shared/engines/postgres/client.js';
 
 export function adminUrl(): string {
   return inject('pgAdminUrl');
-}
-
-export function withDatabase(url: string, database: string): string {
-  const u = new URL(url);
-  u.pathname = `/${database}`;
-  return u.toString();
 }
 
 // Creates an empty database named keel_<prefix>_<random> and returns its URL.

@@ -104,7 +104,17 @@ $$;
 -- Apply: one call, one local transaction (the caller's statement, autocommit).
 --   1. claim the batch id by inserting its completion row: the primary key serializes rivals, a rival waits here
 --      and then finds the committed row ('already_committed');
---   2. merge the staged rows into the business table (insert .. on conflict (keys) do update);
+--   2. merge the staged rows into the business table:
+--      a. fast path, only when the table has a valid, immediate (not deferrable) unique index on exactly the key
+--         columns (looked up after the table is locked in row exclusive mode -- the lock any insert takes -- so the
+--         index cannot be dropped in between) and no row of the table has a value of that index's leading column
+--         within the staged rows' range (one index probe): a plain INSERT .. SELECT of the staged rows in a
+--         sub-transaction. It either inserts every staged row -- then no key of the batch existed, and inserting all
+--         of them is exactly what the merge does -- or it fails with unique_violation (a key appeared meanwhile) and
+--         is rolled back entirely, and then:
+--      b. the merge as before: MERGE (PostgreSQL 15+) or INSERT .. ON CONFLICT (keys) DO UPDATE.
+--      The range probe only chooses the path; correctness rests on the unique index and the fallback. Batches that
+--      touch existing rows pay one range probe and the scan for the staged range, then merge as before.
 --   3. mark the completion row committed with count and checksum.
 create or replace function keel_transfer.apply_batch(
   p_batch_id uuid, p_transfer text, p_target_schema text, p_target_table text, p_staging_table text,
@@ -121,6 +131,9 @@ declare
   v_set text;
   v_src text;
   v_on text;
+  v_lead text;
+  v_overlap boolean;
+  v_done boolean := false;
 begin
   insert into keel_transfer.completions (batch_id, transfer_name, state) values (p_batch_id, p_transfer, 'claimed')
   on conflict (batch_id) do nothing;
@@ -144,24 +157,56 @@ begin
   select string_agg(quote_ident(c), ', ' order by o) into v_keys from unnest(p_keys) with ordinality as u(c, o);
   select string_agg(format('%I = excluded.%I', c, c), ', ' order by o) into v_set
     from unnest(p_columns) with ordinality as u(c, o) where c <> all (p_keys);
-  if current_setting('server_version_num')::int >= 150000 then
-    -- MERGE joins staging and target in bulk (faster than per-row speculative insertion); duplicate keys
-    -- within a batch were refused at staging.
-    select string_agg(format('s.%I', c), ', ' order by o) into v_src from unnest(p_columns) with ordinality as u(c, o);
-    select string_agg(format('t.%I = s.%I', c, c), ' and ' order by o) into v_on from unnest(p_keys) with ordinality as u(c, o);
-    select string_agg(format('%I = s.%I', c, c), ', ' order by o) into v_set
-      from unnest(p_columns) with ordinality as u(c, o) where c <> all (p_keys);
-    execute format('merge into %s as t using (select %s from keel_transfer.%I where keel_batch_id = $1) as s on %s %s when not matched then insert (%s) values (%s)',
-                   keel_transfer.qualified(p_target_schema, p_target_table), v_cols, p_staging_table, v_on,
-                   case when v_set is null then '' else 'when matched then update set ' || v_set end, v_cols, v_src)
-      using p_batch_id;
-  else
-    execute format('insert into %s (%s) select %s from keel_transfer.%I where keel_batch_id = $1 on conflict (%s) do %s',
-                   keel_transfer.qualified(p_target_schema, p_target_table), v_cols, v_cols, p_staging_table, v_keys,
-                   case when v_set is null then 'nothing' else 'update set ' || v_set end)
-      using p_batch_id;
+  -- 2a. Fast path (see above).
+  execute format('lock table %s in row exclusive mode', keel_transfer.qualified(p_target_schema, p_target_table));
+  select a.attname::text into v_lead
+    from pg_index i join pg_attribute a on a.attrelid = i.indrelid and a.attnum = i.indkey[0]
+   where i.indrelid = keel_transfer.qualified(p_target_schema, p_target_table)::regclass
+     and i.indisunique and i.indimmediate and i.indisvalid and i.indisready and i.indpred is null and i.indexprs is null
+     and i.indnatts = cardinality(p_keys)
+     and (select array_agg(a2.attname::text order by a2.attname) from pg_attribute a2
+           where a2.attrelid = i.indrelid and a2.attnum = any (i.indkey::int2[]))
+         = (select array_agg(k order by k) from unnest(p_keys) k)
+   limit 1;
+  if v_lead is not null then
+    execute format('select exists (select 1 from %s t where t.%I between (select min(s.%I) from keel_transfer.%I s where s.keel_batch_id = $1)
+                                                              and (select max(s.%I) from keel_transfer.%I s where s.keel_batch_id = $1))',
+                   keel_transfer.qualified(p_target_schema, p_target_table), v_lead, v_lead, p_staging_table, v_lead, p_staging_table)
+      into v_overlap using p_batch_id;
+    if not v_overlap then
+      begin
+        execute format('insert into %s (%s) select %s from keel_transfer.%I where keel_batch_id = $1',
+                       keel_transfer.qualified(p_target_schema, p_target_table), v_cols, v_cols, p_staging_table)
+          using p_batch_id;
+        get diagnostics v_count = row_count;
+        v_done := true;
+      exception when unique_violation then
+        v_done := false; -- a key exists after all (inserted meanwhile): the merge decides
+      end;
+    end if;
   end if;
-  get diagnostics v_count = row_count;
+
+  -- 2b. The merge.
+  if not v_done then
+    if current_setting('server_version_num')::int >= 150000 then
+      -- MERGE joins staging and target in bulk (faster than per-row speculative insertion); duplicate keys
+      -- within a batch were refused at staging.
+      select string_agg(format('s.%I', c), ', ' order by o) into v_src from unnest(p_columns) with ordinality as u(c, o);
+      select string_agg(format('t.%I = s.%I', c, c), ' and ' order by o) into v_on from unnest(p_keys) with ordinality as u(c, o);
+      select string_agg(format('%I = s.%I', c, c), ', ' order by o) into v_set
+        from unnest(p_columns) with ordinality as u(c, o) where c <> all (p_keys);
+      execute format('merge into %s as t using (select %s from keel_transfer.%I where keel_batch_id = $1) as s on %s %s when not matched then insert (%s) values (%s)',
+                     keel_transfer.qualified(p_target_schema, p_target_table), v_cols, p_staging_table, v_on,
+                     case when v_set is null then '' else 'when matched then update set ' || v_set end, v_cols, v_src)
+        using p_batch_id;
+    else
+      execute format('insert into %s (%s) select %s from keel_transfer.%I where keel_batch_id = $1 on conflict (%s) do %s',
+                     keel_transfer.qualified(p_target_schema, p_target_table), v_cols, v_cols, p_staging_table, v_keys,
+                     case when v_set is null then 'nothing' else 'update set ' || v_set end)
+        using p_batch_id;
+    end if;
+    get diagnostics v_count = row_count;
+  end if;
   if v_set is not null and v_count <> r.row_count then
     raise exception using errcode = 'KT003', message = format('batch %s merged %s rows but %s were staged', p_batch_id, v_count, r.row_count);
   end if;
