@@ -332,9 +332,6 @@ var appSettings = union(
     AZURE_CLIENT_ID: identity.outputs.clientId
     // Job store and transfer source: Azure SQL with Entra auth.
     KEEL_STORE_ENGINE: 'sqlserver'
-    KEEL_SQLSERVER_SERVER: sql.outputs.serverFqdn
-    KEEL_SQLSERVER_DATABASE: sql.outputs.databaseName
-    KEEL_SQLSERVER_AUTH: 'entra'
     KEEL_SQL_CONNECTION: 'Server=tcp:${sql.outputs.serverFqdn},1433;Database=${sql.outputs.databaseName};Authentication=Active Directory Managed Identity;User Id=${identity.outputs.clientId};Encrypt=True;TrustServerCertificate=False'
     // Transfer target: Oracle credentials from Key Vault.
     KEEL_ORACLE_CONNECT_STRING: oracleRefs.connectString

@@ -32,8 +32,20 @@ const targetSchema = z
     table: qualified,
     // Oracle only: the service has COMMIT_OUTCOME enabled, so reconcile also asks Transaction Guard.
     transactionGuard: z.boolean().default(false),
+    // Oracle only, both or neither: credentials in their own app settings (Key Vault references in Azure); then
+    // connectionSetting holds the connect string alone (host:port/service), not an oracle:// URL.
+    userSetting: settingName.optional(),
+    passwordSetting: settingName.optional(),
   })
-  .strict();
+  .strict()
+  .superRefine((t, ctx) => {
+    if (!!t.userSetting !== !!t.passwordSetting) {
+      ctx.addIssue({ code: z.ZodIssueCode.custom, path: [t.userSetting ? 'passwordSetting' : 'userSetting'], message: 'userSetting and passwordSetting go together' });
+    }
+    if (t.userSetting && t.engine !== 'oracle') {
+      ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['userSetting'], message: 'only for an oracle target (a postgres target takes a URL)' });
+    }
+  });
 
 const boundarySchema = z
   .object({
@@ -142,8 +154,8 @@ export function loadTransfers(env: NodeJS.ProcessEnv = process.env): TransferCon
 }
 
 // Connection strings are secrets: configuration names the app setting, the value is read here.
-export function connectionString(setting: string, what: string, env: NodeJS.ProcessEnv = process.env): string {
+export function connectionString(setting: string, what: string, env: NodeJS.ProcessEnv = process.env, field = 'connectionSetting'): string {
   const v = env[setting];
-  if (!v) throw new TransferError('config_invalid', `invalid transfer configuration: ${what}.connectionSetting: app setting ${setting} is not set`);
+  if (!v) throw new TransferError('config_invalid', `invalid transfer configuration: ${what}.${field}: app setting ${setting} is not set`);
   return v;
 }

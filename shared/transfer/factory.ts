@@ -69,7 +69,17 @@ export class AdapterFactory {
       const { OracleTransferTarget, createOraclePool } = await import('../engines/oracle/transferTarget.js');
       let pool = this.oraclePools.get(t.target.connectionSetting);
       if (!pool) {
-        pool = createOraclePool(connectionString(t.target.connectionSetting, `${t.name}.target`, this.env));
+        const what = `${t.name}.target`;
+        const connect = connectionString(t.target.connectionSetting, what, this.env);
+        pool = createOraclePool(
+          t.target.userSetting && t.target.passwordSetting
+            ? {
+                connectString: connect,
+                user: connectionString(t.target.userSetting, what, this.env, 'userSetting'),
+                password: connectionString(t.target.passwordSetting, what, this.env, 'passwordSetting'),
+              }
+            : connect,
+        );
         this.oraclePools.set(t.target.connectionSetting, pool);
         const p = pool;
         this.closers.push(async () => (await p).close(10));

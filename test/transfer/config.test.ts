@@ -41,6 +41,15 @@ describe('transfer configuration', () => {
     expect(messageOf(() => parseTransfers([{ ...valid, source: { ...valid.source, query: 'select 1' } }]))).toMatch(/KEEL_TRANSFERS\[0\]\.source: exactly one of table or query/);
     expect(messageOf(() => parseTransfers([{ ...valid, extra: 1 }]))).toMatch(/KEEL_TRANSFERS\[0\]: Unrecognized key/);
     expect(messageOf(() => loadTransfers({ KEEL_TRANSFERS: '[{' }))).toMatch(/KEEL_TRANSFERS: not valid JSON/);
+    const oracle = { engine: 'oracle', connectionSetting: 'KEEL_ORACLE_CONNECT_STRING', table: 'KEEL.ORDERS' };
+    expect(messageOf(() => parseTransfers([{ ...valid, target: { ...oracle, userSetting: 'KEEL_ORACLE_USER' } }]))).toMatch(
+      /KEEL_TRANSFERS\[0\]\.target\.passwordSetting: userSetting and passwordSetting go together/,
+    );
+    expect(messageOf(() => parseTransfers([{ ...valid, target: { ...valid.target, userSetting: 'U', passwordSetting: 'P' } }]))).toMatch(
+      /KEEL_TRANSFERS\[0\]\.target\.userSetting: only for an oracle target/,
+    );
+    const [t] = parseTransfers([{ ...valid, target: { ...oracle, userSetting: 'KEEL_ORACLE_USER', passwordSetting: 'KEEL_ORACLE_PASSWORD' } }]);
+    expect(t!.target).toMatchObject({ userSetting: 'KEEL_ORACLE_USER', passwordSetting: 'KEEL_ORACLE_PASSWORD' });
   });
 
   it('reads KEEL_TRANSFERS_FILE and refuses both settings at once', async () => {

@@ -34,8 +34,15 @@ export function parseOracleUrl(url: string): { user: string; password: string; c
   return { user: decodeURIComponent(u.username), password: decodeURIComponent(u.password), connectString: `${u.hostname}:${u.port || '1521'}/${service}` };
 }
 
-export async function createOraclePool(url: string): Promise<oracledb.Pool> {
-  const a = parseOracleUrl(url);
+export interface OracleCredentials {
+  user: string;
+  password: string;
+  connectString: string; // host:port/service (EZConnect) or a TNS alias
+}
+
+// From an oracle://user:password@host:port/service URL, or from separate settings (connect string, user, password).
+export async function createOraclePool(connection: string | OracleCredentials): Promise<oracledb.Pool> {
+  const a = typeof connection === 'string' ? parseOracleUrl(connection) : connection;
   return oracledb.createPool({ ...a, poolMin: 0, poolMax: 4, poolIncrement: 1, poolPingInterval: 30 });
 }
 
