@@ -69,6 +69,9 @@ export const settingsSchema = z
     KEEL_MAX_PAYLOAD_BYTES: int(256 * 1024, 1024, 16 * 1024 * 1024),
     KEEL_SQL_CONNECTION: optionalString,
     KEEL_SQL_POOL_SIZE: int(10, 1, 200),
+    // Apply the schema at startup: default on for PostgreSQL; off for SQL Server, whose app identity should only
+    // EXECUTE the procedures (install with `npm run migrate`); turn on where the login may run DDL.
+    KEEL_MIGRATE_ON_START: z.enum(['true', 'false', '1', '0', 'yes', 'no']).optional().transform((v) => (v === undefined ? undefined : ['true', '1', 'yes'].includes(v))),
     // Storage queues (names are also referenced as %KEEL_JOBS_QUEUE% etc. by the triggers).
     KEEL_JOBS_QUEUE: queueName('keel-jobs'),
     KEEL_TRANSFER_STAGE_QUEUE: queueName('keel-transfer-stage'),

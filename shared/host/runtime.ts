@@ -36,15 +36,20 @@ export interface RuntimeOverrides {
 
 async function openStore(settings: Settings): Promise<JobStore> {
   if (settings.KEEL_STORE_ENGINE === 'postgres') {
-    return PostgresJobStore.connect(settings.KEEL_PG_URL!, { poolSize: settings.KEEL_PG_POOL_SIZE, migrate: true, maxPayloadBytes: settings.KEEL_MAX_PAYLOAD_BYTES });
+    return PostgresJobStore.connect(settings.KEEL_PG_URL!, {
+      poolSize: settings.KEEL_PG_POOL_SIZE,
+      migrate: settings.KEEL_MIGRATE_ON_START ?? true,
+      maxPayloadBytes: settings.KEEL_MAX_PAYLOAD_BYTES,
+    });
   }
   // Loaded only when selected, so PostgreSQL deployments never load mssql. In Azure the app's identity may only
-  // EXECUTE the procedures: the schema is installed with `npm run migrate` (docs/sqlserver.md), not here.
+  // EXECUTE the procedures: the schema is installed with `npm run migrate` (docs/sqlserver.md), unless
+  // KEEL_MIGRATE_ON_START=true says this login may run DDL.
   const { SqlServerJobStore } = await import('../engines/sqlserver/jobStore.js');
   return SqlServerJobStore.connect(settings.KEEL_SQL_CONNECTION!, {
     poolSize: settings.KEEL_SQL_POOL_SIZE,
     shared: true,
-    migrate: false,
+    migrate: settings.KEEL_MIGRATE_ON_START ?? false,
     maxPayloadBytes: settings.KEEL_MAX_PAYLOAD_BYTES,
   });
 }
