@@ -92,6 +92,9 @@ param oracleUser string = ''
 @secure()
 param oraclePassword string = ''
 
+@description('Client id of the Entra app registration for App Service authentication in front of the ops API (its app roles include the operator role). Empty: authentication is not configured and operator-only ops routes refuse every call.')
+param opsAuthClientId string = ''
+
 @description('App role (Easy Auth / Entra app role) that may call destructive ops endpoints.')
 param opsOperatorRole string = 'Keel.Operator'
 
@@ -360,6 +363,8 @@ module functionApp 'modules/functionapp.bicep' = {
     instanceMemoryMB: instanceMemoryMB
     maximumInstanceCount: maximumInstanceCount
     appSettings: appSettings
+    opsAuthClientId: opsAuthClientId
+    opsAuthTenantId: tenant().tenantId
   }
   // The app must not start before it may read its storage, secrets and telemetry endpoint.
   dependsOn: [

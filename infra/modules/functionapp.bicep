@@ -49,6 +49,12 @@ param maximumInstanceCount int
 @description('App settings (name → value).')
 param appSettings object
 
+@description('Client id of the Entra app registration for App Service authentication in front of the ops API. Empty: not configured, and the operator-only ops routes refuse every call.')
+param opsAuthClientId string
+
+@description('Tenant of that app registration.')
+param opsAuthTenantId string
+
 resource plan 'Microsoft.Web/serverfarms@2024-11-01' = {
   name: planName
   location: location
@@ -106,6 +112,42 @@ resource site 'Microsoft.Web/sites@2024-11-01' = {
   resource settings 'config' = {
     name: 'appsettings'
     properties: appSettings
+  }
+
+  // App Service authentication: validates Entra tokens and sets x-ms-client-principal (with the caller's app
+  // roles) on every request, stripping any the caller sent. Anonymous callers still pass through to the function
+  // key check, so readers need only a key; destructive routes need a token carrying the operator role.
+  resource auth 'config' = if (!empty(opsAuthClientId)) {
+    name: 'authsettingsV2'
+    properties: {
+      platform: {
+        enabled: true
+      }
+      globalValidation: {
+        requireAuthentication: false
+        unauthenticatedClientAction: 'AllowAnonymous'
+      }
+      identityProviders: {
+        azureActiveDirectory: {
+          enabled: true
+          registration: {
+            clientId: opsAuthClientId
+            openIdIssuer: '${environment().authentication.loginEndpoint}${opsAuthTenantId}/v2.0'
+          }
+          validation: {
+            allowedAudiences: [
+              'api://${opsAuthClientId}'
+              opsAuthClientId
+            ]
+          }
+        }
+      }
+      login: {
+        tokenStore: {
+          enabled: false
+        }
+      }
+    }
   }
 }
 

@@ -49,8 +49,24 @@ export function parseClientPrincipal(header: string | null | undefined): ClientP
   return { authType: typeof raw.auth_typ === 'string' ? raw.auth_typ : null, name, roles };
 }
 
+// In Azure (WEBSITE_SITE_NAME is set by App Service) the principal header can only be trusted when App Service
+// authentication fronts the app (WEBSITE_AUTH_ENABLED=True): otherwise any key holder could forge the operator
+// role. Outside Azure (the local host, tests) the header is taken as given.
+export function principalHeaderTrusted(env: NodeJS.ProcessEnv = process.env): boolean {
+  if (!env.WEBSITE_SITE_NAME) return true;
+  return (env.WEBSITE_AUTH_ENABLED ?? '').toLowerCase() === 'true';
+}
+
 // Throws 403 unless the principal carries the operator role.
-export function requireOperator(header: string | null | undefined, role: string): ClientPrincipal {
+export function requireOperator(header: string | null | undefined, role: string, env: NodeJS.ProcessEnv = process.env): ClientPrincipal {
+  if (!principalHeaderTrusted(env)) {
+    throw new OpsError(
+      'forbidden',
+      `this action needs the "${role}" role, which cannot be verified: App Service authentication is not enabled on this app (docs/operations.md)`,
+      undefined,
+      { requiredRole: role },
+    );
+  }
   const principal = parseClientPrincipal(header);
   if (!principal) {
     throw new OpsError('forbidden', `this action needs the "${role}" role; no authenticated principal (x-ms-client-principal) on the request`, undefined, { requiredRole: role });

@@ -68,6 +68,9 @@ describe('client principal', () => {
     expect(requireOperator(header, 'Keel.Operator').name).toBe('ana');
     expect(() => requireOperator(header, 'Keel.Admin')).toThrow(/Keel.Admin/);
     expect(() => requireOperator(undefined, 'Keel.Operator')).toThrow(/no authenticated principal/);
+    // In Azure without App Service authentication the header is caller-controlled: never trusted.
+    expect(() => requireOperator(header, 'Keel.Operator', { WEBSITE_SITE_NAME: 'keel-app' })).toThrow(/App Service authentication is not enabled/);
+    expect(requireOperator(header, 'Keel.Operator', { WEBSITE_SITE_NAME: 'keel-app', WEBSITE_AUTH_ENABLED: 'True' }).name).toBe('ana');
     // Entra ID principals name the role claim type in role_typ.
     const entra = Buffer.from(JSON.stringify({
       auth_typ: 'aad', role_typ: 'http://schemas.microsoft.com/ws/2008/06/identity/claims/role',
