@@ -182,6 +182,59 @@ describe('races, conflicts and drift', () => {
     expect(Number((await env.target.query(`select count(*) from public.mix_old`)).rows[0].count)).toBe(51); // 'outside' kept
   });
 
+  it('a key inserted by another session between the probe and the fast-path insert sends apply to the merge', async () => {
+    await env.source.query(`create table public.gap_src (like public.orders including all)`);
+    await env.source.query(`insert into public.gap_src select * from public.orders where id between 1 and 30`);
+    await env.target.query(`create table public.gap_tgt (like public.orders including all)`);
+    // A statement trigger that parks the applier's INSERT on an advisory lock the test holds, after the probe has
+    // found the staged key range empty; other sessions opt out with keel_test.no_gate.
+    await env.target.query(`create function public.gap_gate() returns trigger language plpgsql as $$
+      begin
+        if coalesce(current_setting('keel_test.no_gate', true), '') <> 'on' then perform pg_advisory_xact_lock(4242); end if;
+        return null;
+      end $$`);
+    await env.target.query(`create trigger gap_gate before insert on public.gap_tgt for each statement execute function public.gap_gate()`);
+    const t = ordersTransfer('gap_tgt', {
+      source: { engine: 'postgres', connectionSetting: 'X', table: 'public.gap_src' },
+      target: { engine: 'postgres', connectionSetting: 'Y', table: 'public.gap_tgt' },
+      batchSize: 100,
+    });
+    const svc = makeService(env, [t]);
+    const b = await svc.createBatch('gap_tgt');
+    expect((await svc.stage(b.batchId)).state).toBe('staged');
+    const holder = await targetB.connect();
+    try {
+      await holder.query('begin');
+      await holder.query('select pg_advisory_xact_lock(4242)');
+      const applying = svc.apply(b.batchId);
+      // Wait until the applier is parked on the gate, i.e. past its probe and inside the fast-path INSERT.
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        const { rows } = await env.target.query(`select count(*)::int as n from pg_locks where locktype = 'advisory' and objid = 4242 and not granted`);
+        if (rows[0].n > 0) break;
+        if (Date.now() > deadline) throw new Error('the applier never reached the gate');
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      const other = await env.target.connect();
+      try {
+        await other.query(`set keel_test.no_gate = 'on'`);
+        await other.query(`insert into public.gap_tgt (id, customer) values (15, 'written by another session')`);
+      } finally {
+        other.release();
+      }
+      await holder.query('commit'); // open the gate: the fast path now meets key 15 and must fall back to the merge
+      const v = await applying;
+      expect(v.state).toBe('committed');
+      expect(v.appliedCount).toBe(30);
+    } finally {
+      holder.release();
+    }
+    const cols = 'id, customer, amount, placed_at, flag, note, payload';
+    const src = (await env.source.query(`select md5(string_agg(t::text, '|' order by id)) as h from (select ${cols} from public.gap_src) t`)).rows[0].h;
+    const tgt = (await env.target.query(`select md5(string_agg(t::text, '|' order by id)) as h from (select ${cols} from public.gap_tgt) t`)).rows[0].h;
+    expect(tgt).toBe(src); // key 15 was merged (updated to the batch's content), every other key inserted once
+  });
+
   it('an earlier staging of the same id with different content is a conflict', async () => {
     const t = ordersTransfer('restage', { batchSize: 40 });
     const svc = makeService(env, [t]);
