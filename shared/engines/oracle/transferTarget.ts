@@ -34,6 +34,8 @@ export function parseOracleUrl(url: string): { user: string; password: string; c
   return { user: decodeURIComponent(u.username), password: decodeURIComponent(u.password), connectString: `${u.hostname}:${u.port || '1521'}/${service}` };
 }
 
+export const ORACLE_CALL_TIMEOUT_MS = 9 * 60_000;
+
 export interface OracleCredentials {
   user: string;
   password: string;
@@ -146,6 +148,9 @@ export class OracleTransferTarget implements TargetAdapter {
 
   private async conn(): Promise<oracledb.Connection> {
     const c = await this.pool.getConnection();
+    // A round trip over a dead network must fail inside the function's 10-minute budget (host.json), so reconcile
+    // reads the outcome in the same invocation instead of the host killing it; the server decides the transaction.
+    c.callTimeout = ORACLE_CALL_TIMEOUT_MS;
     // Canonical decimals use '.' and dates the Gregorian calendar; TO_NUMBER/TO_CHAR follow the session's NLS
     // settings (every date/time conversion names its format explicitly, so NLS_DATE_FORMAT & co. do not matter).
     // Name lists are sorted and compared byte-wise (key check in prepare, column check in ENSURE_STAGING).
