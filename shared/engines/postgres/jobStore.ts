@@ -7,6 +7,9 @@ import type {
   QueueSettingsPatch, QueueStats, RescueResult, ResurrectFilter, ResurrectResult, StartResult,
 } from '../../jobs/contract.js';
 import { BatchBackedJobStore } from '../../jobs/storeBase.js';
+import {
+  camelKeys, toClaimedJob, toJobRecord, toMetricBucket, toQueueSettings, toQueueStats, toRescueResult, type Row, type RowCodec,
+} from '../../jobs/rows.js';
 import { DLQ_REASONS } from '../../jobs/contract.js';
 import {
   DEFAULT_MAX_PAYLOAD_BYTES, ValidationError, assertJobId, assertPositiveInt, isJobId, prepareEnqueue, validateQueuePatch,
@@ -30,66 +33,9 @@ export async function migratePostgres(pool: pg.Pool) {
   return migrate(pool, { dir: POSTGRES_SQL_DIR, ledger: 'keel.schema_migrations' });
 }
 
+// pg returns jsonb decoded and text[] as arrays already.
+const PG_CODEC: RowCodec = { payload: (v) => v, tags: (v) => (v as string[] | null) ?? [] };
 const num = (v: unknown): number => (v === null || v === undefined ? 0 : Number(v));
-const date = (v: unknown): Date | null => (v === null || v === undefined ? null : new Date(v as string));
-
-function claimed(row: Record<string, unknown>): ClaimedJob {
-  return {
-    id: String(row.job_id),
-    leaseId: String(row.lease_id),
-    queue: String(row.queue),
-    type: String(row.type),
-    payload: row.payload,
-    priority: num(row.priority),
-    attempts: num(row.attempts),
-    maxAttempts: row.max_attempts === null ? null : num(row.max_attempts),
-    queueMaxAttempts: num(row.queue_max_attempts),
-    idempotencyKey: (row.idempotency_key as string | null) ?? null,
-    tags: (row.tags as string[]) ?? [],
-    runAt: new Date(row.run_at as string),
-    createdAt: new Date(row.created_at as string),
-    leaseExpiresAt: new Date(row.lease_expires_at as string),
-  };
-}
-
-function queueSettings(row: Record<string, unknown>): QueueSettings {
-  return {
-    name: String(row.name),
-    paused: Boolean(row.paused),
-    maxConcurrency: row.max_concurrency === null ? null : num(row.max_concurrency),
-    zombieTimeoutSeconds: num(row.zombie_timeout_seconds),
-    zombiePolicy: row.zombie_policy as QueueSettings['zombiePolicy'],
-    maxAttempts: num(row.max_attempts),
-    archiveRetentionSeconds: num(row.archive_retention_seconds),
-    dlqRetentionSeconds: num(row.dlq_retention_seconds),
-    metricsRetentionSeconds: num(row.metrics_retention_seconds),
-  };
-}
-
-function jobRecord(row: Record<string, unknown>): JobRecord {
-  return {
-    id: String(row.job_id),
-    location: row.location as JobRecord['location'],
-    queue: String(row.queue),
-    type: String(row.type),
-    payload: row.payload,
-    priority: num(row.priority),
-    state: row.state as JobRecord['state'],
-    attempts: num(row.attempts),
-    idempotencyKey: (row.idempotency_key as string | null) ?? null,
-    tags: (row.tags as string[]) ?? [],
-    createdAt: new Date(row.created_at as string),
-    runAt: date(row.run_at),
-    startedAt: date(row.started_at),
-    finishedAt: date(row.finished_at),
-    durationMs: row.duration_ms === null ? null : num(row.duration_ms),
-    reason: (row.reason as DlqReason | null) ?? null,
-    lastError: (row.last_error as string | null) ?? null,
-    cancelRequested: Boolean(row.cancel_requested),
-    leaseId: (row.lease_id as string | null) ?? null,
-    workerId: (row.worker_id as string | null) ?? null,
-  };
-}
 
 function leasesJson(refs: LeaseRef[]): string {
   return JSON.stringify(refs.map((r) => ({ jobId: r.jobId, leaseId: r.leaseId })));
@@ -122,15 +68,16 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     return new PostgresJobStore(pool, opts.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES);
   }
 
-  private async rows(sql: string, params: unknown[]): Promise<Record<string, unknown>[]> {
-    return (await this.pool.query(sql, params)).rows;
+  // Result rows with camelCase keys (job_id -> jobId), for the shared mappers in shared/jobs/rows.ts.
+  private async rows(sql: string, params: unknown[]): Promise<Row[]> {
+    return (await this.pool.query(sql, params)).rows.map(camelKeys);
   }
 
   async enqueueMany(jobs: EnqueueRequest[]): Promise<EnqueueResult[]> {
     const docs = prepareEnqueue(jobs, this.maxPayloadBytes);
     if (docs.length === 0) return [];
     const rows = await this.rows('select ord, job_id, duplicate from keel.enqueue_many($1::jsonb)', [JSON.stringify(docs)]);
-    return rows.map((r) => ({ id: String(r.job_id), duplicate: Boolean(r.duplicate) }));
+    return rows.map((r) => ({ id: String(r.jobId), duplicate: Boolean(r.duplicate) }));
   }
 
   async claimNext(opts: ClaimOptions): Promise<ClaimedJob[]> {
@@ -138,13 +85,13 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     const rows = await this.rows('select * from keel.claim_next($1, $2::text[], $3, $4)', [
       opts.workerId, opts.queues, opts.limit, opts.leaseSeconds ?? 60,
     ]);
-    return rows.map(claimed);
+    return rows.map((r) => toClaimedJob(r, PG_CODEC));
   }
 
   async claimById(jobId: JobId, workerId: string, leaseSeconds = 60): Promise<ClaimedJob | null> {
     if (!isJobId(jobId)) return null;
     const rows = await this.rows('select * from keel.claim_by_id($1, $2, $3)', [jobId, workerId, leaseSeconds]);
-    return rows[0] ? claimed(rows[0]) : null;
+    return rows[0] ? toClaimedJob(rows[0], PG_CODEC) : null;
   }
 
   async startMany(refs: LeaseRef[]): Promise<(StartResult & { jobId: JobId })[]> {
@@ -153,7 +100,7 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     const rows = valid.length
       ? await this.rows('select job_id, status, attempt from keel.start_many($1::jsonb)', [leasesJson(valid)])
       : [];
-    const byId = new Map(rows.map((r) => [String(r.job_id), r]));
+    const byId = new Map(rows.map((r) => [String(r.jobId), r]));
     return refs.map((ref) => {
       const r = byId.get(ref.jobId);
       return r && r.status === 'ok'
@@ -165,7 +112,7 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   async heartbeat(ref: LeaseRef): Promise<HeartbeatResult> {
     if (!isJobId(ref.jobId)) return { status: 'lease_lost', cancelRequested: false };
     const [r] = await this.rows('select status, cancel_requested from keel.heartbeat($1, $2)', [ref.jobId, ref.leaseId]);
-    return { status: r!.status as OwnerResult, cancelRequested: Boolean(r!.cancel_requested) };
+    return { status: r!.status as OwnerResult, cancelRequested: Boolean(r!.cancelRequested) };
   }
 
   async completeMany(refs: LeaseRef[]): Promise<OwnerResultById[]> {
@@ -174,7 +121,7 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     const rows = valid.length
       ? await this.rows('select job_id, status from keel.complete_many($1::jsonb)', [leasesJson(valid)])
       : [];
-    const ok = new Set(rows.filter((r) => r.status === 'ok').map((r) => String(r.job_id)));
+    const ok = new Set(rows.filter((r) => r.status === 'ok').map((r) => String(r.jobId)));
     return refs.map((ref) => ({ jobId: ref.jobId, status: ok.has(ref.jobId) ? 'ok' : 'lease_lost' }));
   }
 
@@ -206,19 +153,14 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   async rescueZombies(limit: number): Promise<RescueResult> {
     assertPositiveInt('limit', limit);
     const [r] = await this.rows('select * from keel.rescue_zombies($1)', [limit]);
-    return {
-      releasedFetched: num(r!.released_fetched),
-      retried: num(r!.retried),
-      deadLettered: num(r!.dead_lettered),
-      expired: num(r!.expired),
-    };
+    return toRescueResult(r!);
   }
 
   async resurrect(jobIds: JobId[]): Promise<JobId[]> {
     const ids = jobIds.map((id, i) => assertJobId(`jobIds[${i}]`, id));
     if (ids.length === 0) return [];
     const rows = await this.rows('select job_id from keel.resurrect($1::bigint[])', [ids]);
-    return rows.map((r) => String(r.job_id));
+    return rows.map((r) => String(r.jobId));
   }
 
   async resurrectByFilter(filter: ResurrectFilter): Promise<ResurrectResult> {
@@ -231,7 +173,7 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
       filter.queue ?? null, filter.type ?? null, filter.reason ?? null, filter.failedAfter ?? null,
       filter.failedBefore ?? null, filter.limit, dryRun,
     ]);
-    return { ids: rows.map((r) => String(r.job_id)), dryRun };
+    return { ids: rows.map((r) => String(r.jobId)), dryRun };
   }
 
   async purge(target: PurgeTarget, queue: string | null, olderThan: Date, batchSize: number): Promise<number> {
@@ -242,45 +184,21 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async stats(): Promise<QueueStats[]> {
-    const rows = await this.rows('select * from keel.stats()', []);
-    return rows.map((r) => ({
-      queue: String(r.queue),
-      pending: num(r.pending),
-      due: num(r.due),
-      fetched: num(r.fetched),
-      processing: num(r.processing),
-      dlq: num(r.dlq),
-      oldestDueAgeMs: r.oldest_due_age_ms === null ? null : num(r.oldest_due_age_ms),
-      succeeded: num(r.succeeded),
-      failed: num(r.failed),
-      retried: num(r.retried),
-      cancelled: num(r.cancelled),
-      zombie: num(r.zombie),
-      resurrected: num(r.resurrected),
-    }));
+    return (await this.rows('select * from keel.stats()', [])).map(toQueueStats);
   }
 
   async metrics(windowMinutes: number, queue?: string): Promise<MetricBucket[]> {
     assertPositiveInt('windowMinutes', windowMinutes, 60 * 24 * 31);
-    const rows = await this.rows('select * from keel.metrics($1, $2)', [windowMinutes, queue ?? null]);
-    return rows.map((r) => ({
-      bucketStart: new Date(r.bucket_start as string),
-      queue: String(r.queue),
-      outcome: r.outcome as MetricBucket['outcome'],
-      reason: String(r.reason),
-      count: num(r.count),
-      totalDurationMs: num(r.total_duration_ms),
-      maxDurationMs: num(r.max_duration_ms),
-    }));
+    return (await this.rows('select * from keel.metrics($1, $2)', [windowMinutes, queue ?? null])).map(toMetricBucket);
   }
 
   async getQueue(name: string): Promise<QueueSettings | null> {
     const rows = await this.rows('select * from keel.list_queues($1)', [name]);
-    return rows[0] ? queueSettings(rows[0]) : null;
+    return rows[0] ? toQueueSettings(rows[0]) : null;
   }
 
   async listQueues(): Promise<QueueSettings[]> {
-    return (await this.rows('select * from keel.list_queues(null)', [])).map(queueSettings);
+    return (await this.rows('select * from keel.list_queues(null)', [])).map(toQueueSettings);
   }
 
   async updateQueue(name: string, patch: QueueSettingsPatch): Promise<QueueSettings> {
@@ -290,13 +208,13 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
       p.zombiePolicy ?? null, p.maxAttempts ?? null, p.archiveRetentionSeconds ?? null, p.dlqRetentionSeconds ?? null,
       p.metricsRetentionSeconds ?? null,
     ]);
-    return queueSettings(rows[0]!);
+    return toQueueSettings(rows[0]!);
   }
 
   async getJob(jobId: JobId): Promise<JobRecord | null> {
     if (!isJobId(jobId)) return null;
     const rows = await this.rows('select * from keel.get_job($1)', [jobId]);
-    return rows[0] ? jobRecord(rows[0]) : null;
+    return rows[0] ? toJobRecord(rows[0], PG_CODEC) : null;
   }
 
   async searchJobs(s: JobSearch): Promise<JobRecord[]> {
@@ -306,7 +224,7 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
       s.location, s.queue ?? null, s.type ?? null, s.tag ?? null, s.state ?? null, s.reason ?? null, s.from ?? null,
       s.to ?? null, s.text ?? null, s.afterId ?? null, s.limit,
     ]);
-    return rows.map(jobRecord);
+    return rows.map((r) => toJobRecord(r, PG_CODEC));
   }
 
   async close(): Promise<void> {

@@ -9,6 +9,9 @@ import type {
   QueueSettingsPatch, QueueStats, RescueResult, ResurrectFilter, ResurrectResult, StartResult,
 } from '../../jobs/contract.js';
 import { BatchBackedJobStore } from '../../jobs/storeBase.js';
+import {
+  camelKeys, toClaimedJob, toJobRecord, toMetricBucket, toQueueSettings, toQueueStats, toRescueResult, type RowCodec,
+} from '../../jobs/rows.js';
 import { DLQ_REASONS } from '../../jobs/contract.js';
 import { JOB_PROCEDURES, pascalCase, type JobProcedure } from '../../jobs/procedures.js';
 import {
@@ -87,68 +90,14 @@ type Row = Record<string, unknown>;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const lease = (id: string): string | null => (UUID.test(id) ? id : null);
 const num = (v: unknown): number => (v === null || v === undefined ? 0 : Number(v));
-const dateOrNull = (v: unknown): Date | null => (v === null || v === undefined ? null : v instanceof Date ? v : new Date(String(v)));
 const json = (v: unknown): unknown => (v === null || v === undefined ? null : JSON.parse(String(v)));
 const tags = (v: unknown): string[] => (v === null || v === undefined ? [] : (JSON.parse(String(v)) as string[]));
-const uuidOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : String(v).toLowerCase());
 
-function claimed(row: Row): ClaimedJob {
-  return {
-    id: String(row.JobId),
-    leaseId: String(row.LeaseId).toLowerCase(),
-    queue: String(row.Queue),
-    type: String(row.Type),
-    payload: json(row.Payload),
-    priority: num(row.Priority),
-    attempts: num(row.Attempts),
-    maxAttempts: row.MaxAttempts === null ? null : num(row.MaxAttempts),
-    queueMaxAttempts: num(row.QueueMaxAttempts),
-    idempotencyKey: (row.IdempotencyKey as string | null) ?? null,
-    tags: tags(row.Tags),
-    runAt: dateOrNull(row.RunAt)!,
-    createdAt: dateOrNull(row.CreatedAt)!,
-    leaseExpiresAt: dateOrNull(row.LeaseExpiresAt)!,
-  };
-}
-
-function queueSettings(row: Row): QueueSettings {
-  return {
-    name: String(row.Name),
-    paused: Boolean(row.Paused),
-    maxConcurrency: row.MaxConcurrency === null ? null : num(row.MaxConcurrency),
-    zombieTimeoutSeconds: num(row.ZombieTimeoutSeconds),
-    zombiePolicy: row.ZombiePolicy as QueueSettings['zombiePolicy'],
-    maxAttempts: num(row.MaxAttempts),
-    archiveRetentionSeconds: num(row.ArchiveRetentionSeconds),
-    dlqRetentionSeconds: num(row.DlqRetentionSeconds),
-    metricsRetentionSeconds: num(row.MetricsRetentionSeconds),
-  };
-}
-
-function jobRecord(row: Row): JobRecord {
-  return {
-    id: String(row.JobId),
-    location: row.Location as JobRecord['location'],
-    queue: String(row.Queue),
-    type: String(row.Type),
-    payload: json(row.Payload),
-    priority: num(row.Priority),
-    state: row.State as JobRecord['state'],
-    attempts: num(row.Attempts),
-    idempotencyKey: (row.IdempotencyKey as string | null) ?? null,
-    tags: tags(row.Tags),
-    createdAt: dateOrNull(row.CreatedAt)!,
-    runAt: dateOrNull(row.RunAt),
-    startedAt: dateOrNull(row.StartedAt),
-    finishedAt: dateOrNull(row.FinishedAt),
-    durationMs: row.DurationMs === null || row.DurationMs === undefined ? null : num(row.DurationMs),
-    reason: (row.Reason as DlqReason | null) ?? null,
-    lastError: (row.LastError as string | null) ?? null,
-    cancelRequested: Boolean(row.CancelRequested),
-    leaseId: uuidOrNull(row.LeaseId),
-    workerId: (row.WorkerId as string | null) ?? null,
-  };
-}
+// JSON payload and tags travel as nvarchar text; everything else is mapped as for every engine (shared/jobs/rows.ts).
+const MSSQL_CODEC: RowCodec = { payload: json, tags };
+const claimed = (row: Row): ClaimedJob => toClaimedJob(camelKeys(row), MSSQL_CODEC);
+const queueSettings = (row: Row): QueueSettings => toQueueSettings(camelKeys(row));
+const jobRecord = (row: Row): JobRecord => toJobRecord(camelKeys(row), MSSQL_CODEC);
 
 function leasesJson(refs: LeaseRef[]): string {
   return JSON.stringify(refs.map((r) => ({ jobId: r.jobId, leaseId: r.leaseId })));
@@ -363,12 +312,7 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     assertPositiveInt('limit', limit);
     // A bounded, idempotent sweep: running it again after a lost reply only sweeps again.
     const [r] = await this.call('rescue_zombies', { Limit: limit }, 'safe');
-    return {
-      releasedFetched: num(r!.ReleasedFetched),
-      retried: num(r!.Retried),
-      deadLettered: num(r!.DeadLettered),
-      expired: num(r!.Expired),
-    };
+    return toRescueResult(camelKeys(r!));
   }
 
   async resurrect(jobIds: JobId[]): Promise<JobId[]> {
@@ -405,35 +349,13 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
 
   async stats(): Promise<QueueStats[]> {
     const rows = await this.call('stats', {}, 'safe');
-    return rows.map((r) => ({
-      queue: String(r.Queue),
-      pending: num(r.Pending),
-      due: num(r.Due),
-      fetched: num(r.Fetched),
-      processing: num(r.Processing),
-      dlq: num(r.Dlq),
-      oldestDueAgeMs: r.OldestDueAgeMs === null ? null : num(r.OldestDueAgeMs),
-      succeeded: num(r.Succeeded),
-      failed: num(r.Failed),
-      retried: num(r.Retried),
-      cancelled: num(r.Cancelled),
-      zombie: num(r.Zombie),
-      resurrected: num(r.Resurrected),
-    }));
+    return rows.map((r) => toQueueStats(camelKeys(r)));
   }
 
   async metrics(windowMinutes: number, queue?: string): Promise<MetricBucket[]> {
     assertPositiveInt('windowMinutes', windowMinutes, 60 * 24 * 31);
     const rows = await this.call('metrics', { WindowMinutes: windowMinutes, Queue: queue ?? null }, 'safe');
-    return rows.map((r) => ({
-      bucketStart: dateOrNull(r.BucketStart)!,
-      queue: String(r.Queue),
-      outcome: r.Outcome as MetricBucket['outcome'],
-      reason: String(r.Reason),
-      count: num(r.Count),
-      totalDurationMs: num(r.TotalDurationMs),
-      maxDurationMs: num(r.MaxDurationMs),
-    }));
+    return rows.map((r) => toMetricBucket(camelKeys(r)));
   }
 
   async getQueue(name: string): Promise<QueueSettings | null> {

@@ -1,0 +1,125 @@
+// Result rows of the job procedures, mapped once for every engine. Engines name columns their own way
+// (PostgreSQL job_id, SQL Server JobId); camelKeys() brings both to jobId, and a small codec decodes the values
+// whose wire form differs (JSON payload and tags as text on SQL Server, lease ids upper-case there).
+import type { ClaimedJob, DlqReason, JobRecord, MetricBucket, QueueSettings, QueueStats, RescueResult } from './contract.js';
+
+export type Row = Record<string, unknown>;
+
+export interface RowCodec {
+  payload(v: unknown): unknown;
+  tags(v: unknown): string[];
+}
+
+// snake_case or PascalCase keys -> camelCase keys.
+export function camelKeys(row: Row): Row {
+  const out: Row = {};
+  for (const [k, v] of Object.entries(row)) {
+    const camel = k.includes('_') ? k.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase()) : k;
+    out[camel.charAt(0).toLowerCase() + camel.slice(1)] = v;
+  }
+  return out;
+}
+
+const num = (v: unknown): number => (v === null || v === undefined ? 0 : Number(v));
+const numOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
+const date = (v: unknown): Date => (v instanceof Date ? v : new Date(String(v)));
+const dateOrNull = (v: unknown): Date | null => (v === null || v === undefined ? null : date(v));
+const textOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : String(v));
+const leaseOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : String(v).toLowerCase());
+
+export function toClaimedJob(r: Row, codec: RowCodec): ClaimedJob {
+  return {
+    id: String(r.jobId),
+    leaseId: String(r.leaseId).toLowerCase(),
+    queue: String(r.queue),
+    type: String(r.type),
+    payload: codec.payload(r.payload),
+    priority: num(r.priority),
+    attempts: num(r.attempts),
+    maxAttempts: numOrNull(r.maxAttempts),
+    queueMaxAttempts: num(r.queueMaxAttempts),
+    idempotencyKey: textOrNull(r.idempotencyKey),
+    tags: codec.tags(r.tags),
+    runAt: date(r.runAt),
+    createdAt: date(r.createdAt),
+    leaseExpiresAt: date(r.leaseExpiresAt),
+  };
+}
+
+export function toQueueSettings(r: Row): QueueSettings {
+  return {
+    name: String(r.name),
+    paused: Boolean(r.paused),
+    maxConcurrency: numOrNull(r.maxConcurrency),
+    zombieTimeoutSeconds: num(r.zombieTimeoutSeconds),
+    zombiePolicy: r.zombiePolicy as QueueSettings['zombiePolicy'],
+    maxAttempts: num(r.maxAttempts),
+    archiveRetentionSeconds: num(r.archiveRetentionSeconds),
+    dlqRetentionSeconds: num(r.dlqRetentionSeconds),
+    metricsRetentionSeconds: num(r.metricsRetentionSeconds),
+  };
+}
+
+export function toJobRecord(r: Row, codec: RowCodec): JobRecord {
+  return {
+    id: String(r.jobId),
+    location: r.location as JobRecord['location'],
+    queue: String(r.queue),
+    type: String(r.type),
+    payload: codec.payload(r.payload),
+    priority: num(r.priority),
+    state: r.state as JobRecord['state'],
+    attempts: num(r.attempts),
+    idempotencyKey: textOrNull(r.idempotencyKey),
+    tags: codec.tags(r.tags),
+    createdAt: date(r.createdAt),
+    runAt: dateOrNull(r.runAt),
+    startedAt: dateOrNull(r.startedAt),
+    finishedAt: dateOrNull(r.finishedAt),
+    durationMs: numOrNull(r.durationMs),
+    reason: (textOrNull(r.reason) as DlqReason | null),
+    lastError: textOrNull(r.lastError),
+    cancelRequested: Boolean(r.cancelRequested),
+    leaseId: leaseOrNull(r.leaseId),
+    workerId: textOrNull(r.workerId),
+  };
+}
+
+export function toQueueStats(r: Row): QueueStats {
+  return {
+    queue: String(r.queue),
+    pending: num(r.pending),
+    due: num(r.due),
+    fetched: num(r.fetched),
+    processing: num(r.processing),
+    dlq: num(r.dlq),
+    oldestDueAgeMs: numOrNull(r.oldestDueAgeMs),
+    succeeded: num(r.succeeded),
+    failed: num(r.failed),
+    retried: num(r.retried),
+    cancelled: num(r.cancelled),
+    zombie: num(r.zombie),
+    resurrected: num(r.resurrected),
+  };
+}
+
+export function toMetricBucket(r: Row): MetricBucket {
+  return {
+    bucketStart: date(r.bucketStart),
+    queue: String(r.queue),
+    outcome: r.outcome as MetricBucket['outcome'],
+    reason: String(r.reason),
+    count: num(r.count),
+    totalDurationMs: num(r.totalDurationMs),
+    maxDurationMs: num(r.maxDurationMs),
+  };
+}
+
+export function toRescueResult(r: Row): RescueResult {
+  return {
+    releasedFetched: num(r.releasedFetched),
+    retried: num(r.retried),
+    deadLettered: num(r.deadLettered),
+    expired: num(r.expired),
+  };
+}
