@@ -39,3 +39,15 @@ export async function readMigrationFiles(dir: string): Promise<MigrationFileText
   }
   return migrations;
 }
+
+// The migrations still to apply, given the ledger (version -> checksum). A file edited after it was applied is refused.
+export function pendingMigrations<T extends { version: number; file: string; checksum: string }>(all: T[], applied: Map<number, string>): T[] {
+  return all.filter((m) => {
+    const previous = applied.get(m.version);
+    if (previous === undefined) return true;
+    if (previous !== m.checksum) {
+      throw new Error(`migration ${m.file} changed after it was applied (checksum differs); add a new migration instead`);
+    }
+    return false;
+  });
+}

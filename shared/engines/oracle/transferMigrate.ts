@@ -4,7 +4,7 @@
 // run this from one place at a time (deploy step or startup of a single instance); the blocks are idempotent.
 // NOT RUN HERE: exercised by test/transfer/oracle.test.ts when KEEL_TEST_ORACLE_URL is set.
 import oracledb from 'oracledb';
-import { readMigrationFiles } from '../migrationFiles.js';
+import { pendingMigrations, readMigrationFiles } from '../migrationFiles.js';
 
 export function splitOracleBlocks(script: string): string[] {
   const blocks: string[] = [];
@@ -35,12 +35,7 @@ export async function migrateOracleTarget(conn: oracledb.Connection, dir: string
   const rows = await conn.execute<[number, string]>(`SELECT VERSION, CHECKSUM FROM KEEL_TRANSFER_MIGRATIONS`, [], { outFormat: oracledb.OUT_FORMAT_ARRAY });
   for (const r of rows.rows ?? []) done.set(Number(r[0]), String(r[1]));
   const applied: string[] = [];
-  for (const { file, name, text, checksum, version } of await readMigrationFiles(dir)) {
-    const previous = done.get(version);
-    if (previous !== undefined) {
-      if (previous !== checksum) throw new Error(`Oracle migration ${file} changed after it was applied; add a new migration instead`);
-      continue;
-    }
+  for (const { file, name, text, checksum, version } of pendingMigrations(await readMigrationFiles(dir), done)) {
     for (const block of splitOracleBlocks(text)) {
       try {
         await conn.execute(block);

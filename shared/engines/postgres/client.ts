@@ -18,3 +18,15 @@ export async function withClient<T>(url: string, fn: (c: pg.Client) => Promise<T
     await c.end();
   }
 }
+
+// The server's version number (e.g. 180004), asked once per pool; a failed ask is asked again next time.
+const versions = new WeakMap<pg.Pool, Promise<number>>();
+export function serverVersionNum(pool: pg.Pool): Promise<number> {
+  let v = versions.get(pool);
+  if (!v) {
+    v = pool.query(`select current_setting('server_version_num')::int as v`).then((r) => Number(r.rows[0].v));
+    v.catch(() => versions.delete(pool));
+    versions.set(pool, v);
+  }
+  return v;
+}

@@ -2,7 +2,7 @@
 // transaction, recorded in a ledger table, under an advisory lock so two instances never migrate at once.
 import { createHash } from 'node:crypto';
 import type pg from 'pg';
-import { readMigrationFiles } from '../migrationFiles.js';
+import { pendingMigrations, readMigrationFiles } from '../migrationFiles.js';
 
 export interface MigrationFile {
   version: number;
@@ -56,14 +56,7 @@ export async function migrate(pool: pg.Pool, opts: MigrateOptions): Promise<Migr
     for (const row of (await client.query(`select version, checksum from ${ledger}`)).rows) {
       done.set(Number(row.version), String(row.checksum));
     }
-    for (const m of migrations) {
-      const previous = done.get(m.version);
-      if (previous !== undefined) {
-        if (previous !== m.checksum) {
-          throw new Error(`migration ${m.file} changed after it was applied (checksum differs); add a new migration instead`);
-        }
-        continue;
-      }
+    for (const m of pendingMigrations(migrations, done)) {
       try {
         await client.query('begin');
         await client.query(m.sql);

@@ -9,6 +9,7 @@ import { qualifiedPg, quotePg } from '../../transfer/identifiers.js';
 import { buildSourceSchema, mappedColumns } from '../../transfer/schema.js';
 import type { CopyOutStream, Manifest, SourceAdapter, SourceSchema, Window } from '../../transfer/types.js';
 import { PG_CHECKSUM_SETTINGS_SQL, pgCanonical, pgCastFor, pgChecksumQuery, pgLogicalType } from './transferSql.js';
+import { serverVersionNum } from './client.js';
 
 export class PostgresTransferSource implements SourceAdapter {
   readonly engine = 'postgres' as const;
@@ -217,11 +218,8 @@ export class PostgresTransferSource implements SourceAdapter {
     }
   }
 
-  private version: Promise<number> | undefined;
   serverVersionNum(): Promise<number> {
-    this.version ??= this.pool.query(`select current_setting('server_version_num')::int as v`).then((r) => Number(r.rows[0].v));
-    this.version.catch(() => (this.version = undefined));
-    return this.version;
+    return serverVersionNum(this.pool);
   }
 
   async close(): Promise<void> {

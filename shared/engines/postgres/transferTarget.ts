@@ -13,6 +13,7 @@ import { quotePg } from '../../transfer/identifiers.js';
 import { mappedColumns } from '../../transfer/schema.js';
 import type { ApplyResult, ReconcileOutcome, RowFeed, SourceSchema, StageRequest, StageResult, TargetAdapter } from '../../transfer/types.js';
 import { PG_CHECKSUM_SETTINGS_SQL, pgChecksumQuery, pgLogicalType } from './transferSql.js';
+import { serverVersionNum } from './client.js';
 
 // SQLSTATEs raised by sql/postgres/target/V001 (structured codes, never message text).
 const KT_CONFLICT = 'KT001';
@@ -251,11 +252,8 @@ export class PostgresTransferTarget implements TargetAdapter {
     this.opts.trace?.('purge', performance.now() - started);
   }
 
-  private version: Promise<number> | undefined;
   serverVersionNum(): Promise<number> {
-    this.version ??= this.pool.query(`select current_setting('server_version_num')::int as v`).then((r) => Number(r.rows[0].v));
-    this.version.catch(() => (this.version = undefined));
-    return this.version;
+    return serverVersionNum(this.pool);
   }
 
   async close(): Promise<void> {

@@ -4,7 +4,7 @@
 // exclusive session applock (sp_getapplock), so two instances never migrate at once. Re-running is a no-op; a file
 // changed after it was applied is an error (add a new migration instead).
 import sql from 'mssql';
-import { readMigrationFiles } from '../migrationFiles.js';
+import { pendingMigrations, readMigrationFiles } from '../migrationFiles.js';
 
 export interface SqlServerMigration {
   version: number;
@@ -98,14 +98,7 @@ export async function migrateSqlServer(pool: sql.ConnectionPool, opts: SqlServer
     const rows = await session.request().query<{ Version: number; Checksum: string }>('SELECT Version, Checksum FROM keel.SchemaMigrations');
     for (const r of rows.recordset) done.set(Number(r.Version), String(r.Checksum).trim());
 
-    for (const m of migrations) {
-      const previous = done.get(m.version);
-      if (previous !== undefined) {
-        if (previous !== m.checksum) {
-          throw new Error(`migration ${m.file} changed after it was applied (checksum differs); add a new migration instead`);
-        }
-        continue;
-      }
+    for (const m of pendingMigrations(migrations, done)) {
       // Still the session that holds the lock? (A dropped connection releases a session applock.)
       const still = await session.request().input('Resource', sql.NVarChar(255), resource)
         .query<{ mode: string; spid: number }>(`SELECT APPLOCK_MODE('public', @Resource, 'Session') AS mode, @@SPID AS spid`);
