@@ -21,23 +21,15 @@ export interface TransferServiceDeps {
   onClose?: () => Promise<void>; // e.g. end the pools behind `connect`
 }
 
-export interface BatchView {
-  batchId: string;
+// The journal's record as operators see it: counts and checksums as recorded, times as ISO strings.
+export interface BatchView
+  extends Pick<BatchRecord, 'batchId' | 'state' | 'attempts' | 'schemaHash' | 'rowCount' | 'checksum' | 'stagedCount'
+    | 'stagedChecksum' | 'appliedCount' | 'lastError' | 'lastErrorCode'> {
   transfer: string;
-  state: BatchState;
   status: BatchStatus; // operator view
   nextAction: string;
   retryable: boolean; // true when running the batch again (same id) is the right next step
-  attempts: number;
   boundary: { kind: string; low: string | null; high: string };
-  schemaHash: string;
-  rowCount: number | null;
-  checksum: string | null;
-  stagedCount: number | null;
-  stagedChecksum: string | null;
-  appliedCount: number | null;
-  lastError: string | null;
-  lastErrorCode: string | null;
   createdAt: string;
   updatedAt: string;
   stagedAt: string | null;
