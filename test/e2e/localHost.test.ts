@@ -135,6 +135,8 @@ beforeAll(async () => {
     KEEL_DEMO_HANDLERS: 'true',
     KEEL_DISPATCH_SCHEDULE: '*/1 * * * * *',
     KEEL_DISPATCH_BUDGET_MS: '800',
+    // The dispatcher drains only the zombie test's queue: the other queues' jobs must travel by queue message.
+    KEEL_DISPATCH_QUEUES: 'e2e-zombie',
     KEEL_MAINTENANCE_SCHEDULE: '*/1 * * * * *',
     KEEL_TRANSFER_SCHEDULE: '0 0 0 1 1 *',
     KEEL_HEARTBEAT_MS: '300',
