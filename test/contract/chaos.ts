@@ -6,6 +6,7 @@ import { FatalError, HandlerRegistry } from '../../shared/jobs/registry.js';
 import { JobProcessor, Worker } from '../../shared/jobs/processor.js';
 import { runMaintenance } from '../../shared/jobs/maintenance.js';
 import type { EngineHarness } from './harness.js';
+import { seededRandom } from '../support/seededRandom.js';
 
 export interface ChaosOptions {
   jobs: number;
@@ -45,6 +46,7 @@ export function defineChaosSuite(makeHarness: () => EngineHarness, opts: ChaosOp
   afterAll(async () => h?.close());
 
   it(`${opts.workers} workers, ${opts.jobs} jobs, ${opts.crashes} crashes and ${opts.connectionKills} connection kills: every job in exactly one place, none finalized twice, counters exact`, async () => {
+    const random = seededRandom('chaos');
     const queue = `chaos-${Date.now()}`;
     await control.updateQueue(queue, { zombieTimeoutSeconds: 2, zombiePolicy: 'retry', maxAttempts: 8 });
     const ids: string[] = [];
@@ -57,8 +59,8 @@ export function defineChaosSuite(makeHarness: () => EngineHarness, opts: ChaosOp
 
     const finalized = new Map<string, number>();
     const registry = new HandlerRegistry().register('chaos', async () => {
-      await sleep(Math.random() * 3);
-      const roll = Math.random();
+      await sleep(random.next() * 3);
+      const roll = random.next();
       if (roll < 0.01) throw new FatalError('chaos: fatal');
       if (roll < 0.09) throw new Error('chaos: transient');
     }, { backoff: { baseMs: 20, maxMs: 200 } });
@@ -90,9 +92,9 @@ export function defineChaosSuite(makeHarness: () => EngineHarness, opts: ChaosOp
     let kills = 0;
     const gap = opts.chaosMs / (opts.crashes + opts.connectionKills + 1);
     while (Date.now() < chaosEnd && (crashes < opts.crashes || kills < opts.connectionKills)) {
-      await sleep(gap * (0.5 + Math.random()));
-      if (crashes < opts.crashes && (kills >= opts.connectionKills || Math.random() < 0.6)) {
-        const victim = live.splice(Math.floor(Math.random() * live.length), 1)[0]!;
+      await sleep(gap * (0.5 + random.next()));
+      if (crashes < opts.crashes && (kills >= opts.connectionKills || random.next() < 0.6)) {
+        const victim = live.splice(random.int(0, live.length - 1), 1)[0]!;
         victim.crash();
         void victim.worker.stop(0).catch(() => undefined);
         crashes++;

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ClaimedJob, JobStore, LeaseRef } from '../../shared/jobs/contract.js';
 import { ValidationError } from '../../shared/jobs/validate.js';
 import type { EngineHarness, PillarTable } from './harness.js';
+import { seededRandom } from '../support/seededRandom.js';
 
 const ref = (j: ClaimedJob): LeaseRef => ({ jobId: j.id, leaseId: j.leaseId });
 let queueSeq = 0;
@@ -469,6 +470,7 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
   });
 
   describe('races', () => {
+    const random = seededRandom('job store races');
     it('stale worker vs zombie rescue vs cancel vs complete: the job ends in exactly one place, counted once', async () => {
       const q = freshQueue('race');
       await store.updateQueue(q, { zombieTimeoutSeconds: 30, zombiePolicy: 'dlq' });
@@ -483,7 +485,7 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
           () => store.fail(ref(job), 'fatal', 'stale'),
           () => store.heartbeat(ref(job)),
         ];
-        const shuffled = ops.sort(() => Math.random() - 0.5);
+        const shuffled = random.shuffle(ops);
         const results = await Promise.allSettled(shuffled.map((op) => op()));
         expect(results.filter((r) => r.status === 'rejected')).toEqual([]);
         let places = await where(job.id);
@@ -506,7 +508,7 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       const q = freshQueue('idem-race');
       const keys = Array.from({ length: 30 }, (_, i) => `${q}-k${i}`);
       const batches = Array.from({ length: 12 }, () =>
-        [...keys].sort(() => Math.random() - 0.5).map((k) => ({ queue: q, type: 't', idempotencyKey: k })),
+        random.shuffle(keys).map((k) => ({ queue: q, type: 't', idempotencyKey: k })),
       );
       const results = await Promise.all(batches.map((b) => store.enqueueMany(b)));
       const idByKey = new Map<string, string>();
