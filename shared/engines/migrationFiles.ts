@@ -1,6 +1,9 @@
-// Versioned migration files, the same for every engine: V<number>__<name>.sql, ordered by version, each with the
-// SHA-256 of its text so a file edited after it was applied is refused. Engines split the text their own way
-// (PostgreSQL: one script; SQL Server: GO batches; Oracle: "/" blocks).
+// Migration files, the same for every engine (Flyway's naming):
+// - versioned V<number>__<name>.sql (tables, indexes, data): applied once, in version order; the SHA-256 of each
+//   file's text is recorded, and a file edited after it was applied is refused;
+// - repeatable R__<name>.sql (procedures, functions, packages, grants): written to be re-run (`CREATE OR ALTER`,
+//   `create or replace`), applied after the versioned ones in file-name order whenever their checksum changed.
+// Engines split the text their own way (PostgreSQL: one script; SQL Server: GO batches; Oracle: "/" blocks).
 import { readdir, readFile } from 'node:fs/promises';
 import { createHash } from 'node:crypto';
 import path from 'node:path';
@@ -13,23 +16,33 @@ export interface MigrationFileText {
   checksum: string;
 }
 
+export interface RepeatableFileText {
+  name: string; // the file name without R__ and .sql; the ledger's key
+  file: string;
+  text: string;
+  checksum: string;
+}
+
 const FILE_PATTERN = /^V(\d+)__([A-Za-z0-9_]+)\.sql$/;
+const REPEATABLE_PATTERN = /^R__([A-Za-z0-9_]+)\.sql$/;
+
+async function readSqlText(file: string): Promise<{ text: string; checksum: string }> {
+  const text = (await readFile(file, 'utf8')).replace(/^\uFEFF/, '').replace(/\r\n?/g, '\n');
+  return { text, checksum: createHash('sha256').update(text).digest('hex') };
+}
+
+async function sqlFileNames(dir: string): Promise<string[]> {
+  const entries = await readdir(dir, { withFileTypes: true });
+  return entries.filter((e) => e.isFile() && e.name.endsWith('.sql')).map((e) => e.name);
+}
 
 export async function readMigrationFiles(dir: string): Promise<MigrationFileText[]> {
-  const entries = await readdir(dir, { withFileTypes: true });
   const migrations: MigrationFileText[] = [];
-  for (const entry of entries) {
-    if (!entry.isFile() || !entry.name.endsWith('.sql')) continue;
-    const m = FILE_PATTERN.exec(entry.name);
-    if (!m) throw new Error(`migration file ${path.join(dir, entry.name)} must be named V<number>__<name>.sql`);
-    const text = (await readFile(path.join(dir, entry.name), 'utf8')).replace(/^\uFEFF/, '').replace(/\r\n?/g, '\n');
-    migrations.push({
-      version: Number(m[1]),
-      name: m[2]!,
-      file: entry.name,
-      text,
-      checksum: createHash('sha256').update(text).digest('hex'),
-    });
+  for (const name of await sqlFileNames(dir)) {
+    if (REPEATABLE_PATTERN.test(name)) continue;
+    const m = FILE_PATTERN.exec(name);
+    if (!m) throw new Error(`migration file ${path.join(dir, name)} must be named V<number>__<name>.sql or R__<name>.sql`);
+    migrations.push({ version: Number(m[1]), name: m[2]!, file: name, ...(await readSqlText(path.join(dir, name))) });
   }
   migrations.sort((a, b) => a.version - b.version);
   for (let i = 1; i < migrations.length; i++) {
@@ -38,6 +51,21 @@ export async function readMigrationFiles(dir: string): Promise<MigrationFileText
     }
   }
   return migrations;
+}
+
+// Repeatable scripts in the order they run: by file name (prefix them with a number to order them).
+export async function readRepeatableFiles(dir: string): Promise<RepeatableFileText[]> {
+  const scripts: RepeatableFileText[] = [];
+  for (const name of (await sqlFileNames(dir)).sort()) {
+    const m = REPEATABLE_PATTERN.exec(name);
+    if (m) scripts.push({ name: m[1]!, file: name, ...(await readSqlText(path.join(dir, name))) });
+  }
+  return scripts;
+}
+
+// The repeatable scripts to (re)apply, given the ledger (name -> checksum): new ones and changed ones, in order.
+export function pendingRepeatables<T extends { name: string; checksum: string }>(all: T[], applied: Map<string, string>): T[] {
+  return all.filter((r) => applied.get(r.name) !== r.checksum);
 }
 
 // The migrations still to apply, given the ledger (version -> checksum). A file edited after it was applied is refused.

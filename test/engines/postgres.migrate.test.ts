@@ -39,7 +39,45 @@ describe('postgres migrations', () => {
       const { rows } = await pool.query(`select to_regclass('public.two') as t`);
       expect(rows[0].t).toBeNull();
       await writeFile(path.join(dir, 'bad-name.sql'), 'select 1;');
-      await expect(readMigrations(dir)).rejects.toThrow(/must be named V<number>__<name>\.sql/);
+      await expect(readMigrations(dir)).rejects.toThrow(/must be named V<number>__<name>\.sql or R__<name>\.sql/);
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it('re-applies just the repeatable logic script whose text changed, after the versioned ones; a failing one rolls back', async () => {
+    const url = await createTestDatabase('migrate_repeatable');
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'keel-mig-'));
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
+    const ledger = 'public.rep_ledger';
+    const answer = async (fn: string) => (await pool.query(`select public.${fn}() as v`)).rows[0].v as number;
+    try {
+      await writeFile(path.join(dir, 'V001__tables.sql'), 'create table public.t (id int);');
+      await writeFile(path.join(dir, 'R__10_one.sql'), 'create or replace function public.one() returns int language sql as $$ select 1 $$;');
+      await writeFile(path.join(dir, 'R__20_two.sql'), 'create or replace function public.two() returns int language sql as $$ select count(*)::int + 2 from public.t $$;');
+      expect((await migrate(pool, { dir, ledger })).applied).toEqual(['V001__tables.sql', 'R__10_one.sql', 'R__20_two.sql']);
+      expect(await migrate(pool, { dir, ledger })).toEqual({ applied: [], alreadyApplied: 3 });
+
+      await writeFile(path.join(dir, 'R__20_two.sql'), 'create or replace function public.two() returns int language sql as $$ select count(*)::int + 20 from public.t $$;');
+      expect(await migrate(pool, { dir, ledger })).toEqual({ applied: ['R__20_two.sql'], alreadyApplied: 2 });
+      expect(await answer('two')).toBe(20);
+      expect(await answer('one')).toBe(1);
+
+      // A new versioned migration runs before the repeatables that depend on it.
+      await writeFile(path.join(dir, 'V002__more.sql'), 'alter table public.t add column note text;');
+      await writeFile(path.join(dir, 'R__20_two.sql'), 'create or replace function public.two() returns int language sql as $$ select count(note)::int + 200 from public.t $$;');
+      expect((await migrate(pool, { dir, ledger })).applied).toEqual(['V002__more.sql', 'R__20_two.sql']);
+      expect(await answer('two')).toBe(200);
+
+      // A broken logic script changes nothing and stays pending; an edited versioned file is still refused.
+      await writeFile(path.join(dir, 'R__10_one.sql'), 'create or replace function public.one() returns int language sql as $$ select 11 $$; select 1/0;');
+      await expect(migrate(pool, { dir, ledger })).rejects.toThrow(/repeatable script R__10_one\.sql failed/);
+      expect(await answer('one')).toBe(1);
+      await writeFile(path.join(dir, 'R__10_one.sql'), 'create or replace function public.one() returns int language sql as $$ select 11 $$;');
+      expect((await migrate(pool, { dir, ledger })).applied).toEqual(['R__10_one.sql']);
+      expect(await answer('one')).toBe(11);
+      await writeFile(path.join(dir, 'V001__tables.sql'), 'create table public.t (id bigint);');
+      await expect(migrate(pool, { dir, ledger })).rejects.toThrow(/V001__tables\.sql changed after it was applied/);
     } finally {
       await pool.end();
     }

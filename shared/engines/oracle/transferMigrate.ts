@@ -1,10 +1,12 @@
-// Applies sql/oracle/V<n>__<name>.sql to an Oracle target: each file is split into blocks on lines holding only
-// "/", each block runs as one statement, and applied files are recorded in KEEL_TRANSFER_MIGRATIONS (version,
-// name, checksum). A file that changed after it was applied is refused. DDL commits implicitly in Oracle, so
+// Applies sql/oracle/V<n>__<name>.sql, then the repeatable R__<name>.sql scripts (CREATE OR REPLACE PACKAGE …)
+// whose checksum changed, to an Oracle target: each file is split into blocks on lines holding only "/", each
+// block runs as one statement, and applied files are recorded in KEEL_TRANSFER_MIGRATIONS (version, name,
+// checksum) / KEEL_TRANSFER_REPEATABLES (name, checksum). A versioned file that changed after it was applied is
+// refused. DDL commits implicitly in Oracle, so
 // run this from one place at a time (deploy step or startup of a single instance); the blocks are idempotent.
-// NOT RUN HERE: exercised by test/transfer/oracle.test.ts when KEEL_TEST_ORACLE_URL is set.
+// Exercised by test/transfer/oracle.test.ts when KEEL_TEST_ORACLE_URL is set (the GitHub workflow).
 import oracledb from 'oracledb';
-import { pendingMigrations, readMigrationFiles } from '../migrationFiles.js';
+import { pendingMigrations, pendingRepeatables, readMigrationFiles, readRepeatableFiles } from '../migrationFiles.js';
 
 export function splitOracleBlocks(script: string): string[] {
   const blocks: string[] = [];
@@ -35,7 +37,7 @@ export async function migrateOracleTarget(conn: oracledb.Connection, dir: string
   const rows = await conn.execute<[number, string]>(`SELECT VERSION, CHECKSUM FROM KEEL_TRANSFER_MIGRATIONS`, [], { outFormat: oracledb.OUT_FORMAT_ARRAY });
   for (const r of rows.rows ?? []) done.set(Number(r[0]), String(r[1]));
   const applied: string[] = [];
-  for (const { file, name, text, checksum, version } of pendingMigrations(await readMigrationFiles(dir), done)) {
+  const runBlocks = async (file: string, text: string) => {
     for (const block of splitOracleBlocks(text)) {
       try {
         await conn.execute(block);
@@ -49,6 +51,9 @@ export async function migrateOracleTarget(conn: oracledb.Connection, dir: string
       const errs = await conn.execute<[string, number, string]>(`SELECT NAME, LINE, TEXT FROM USER_ERRORS WHERE NAME = 'KEEL_TRANSFER' ORDER BY SEQUENCE`, [], { outFormat: oracledb.OUT_FORMAT_ARRAY });
       throw new Error(`Oracle migration ${file}: KEEL_TRANSFER is invalid: ${(errs.rows ?? []).map((e) => `line ${e[1]}: ${e[2]}`).join('; ')}`);
     }
+  };
+  for (const { file, name, text, checksum, version } of pendingMigrations(await readMigrationFiles(dir), done)) {
+    await runBlocks(file, text);
     try {
       await conn.execute(`INSERT INTO KEEL_TRANSFER_MIGRATIONS (VERSION, NAME, CHECKSUM) VALUES (:v, :n, :c)`, { v: version, n: name, c: checksum }, { autoCommit: true });
     } catch (err) {
@@ -58,6 +63,26 @@ export async function migrateOracleTarget(conn: oracledb.Connection, dir: string
       if (String(rival.rows?.[0]?.[0]) !== checksum) throw new Error(`Oracle migration ${file} was recorded by another instance with a different checksum`);
       continue;
     }
+    applied.push(file);
+  }
+  try {
+    await conn.execute(`CREATE TABLE KEEL_TRANSFER_REPEATABLES (NAME VARCHAR2(200) PRIMARY KEY, CHECKSUM VARCHAR2(64) NOT NULL, APPLIED_AT TIMESTAMP DEFAULT SYSTIMESTAMP NOT NULL)`);
+  } catch (err) {
+    if ((err as { errorNum?: number }).errorNum !== 955) throw err;
+  }
+  const doneRepeatable = new Map<string, string>();
+  const repeatableRows = await conn.execute<[string, string]>(`SELECT NAME, CHECKSUM FROM KEEL_TRANSFER_REPEATABLES`, [], { outFormat: oracledb.OUT_FORMAT_ARRAY });
+  for (const r of repeatableRows.rows ?? []) doneRepeatable.set(String(r[0]), String(r[1]));
+  for (const { file, name, text, checksum } of pendingRepeatables(await readRepeatableFiles(dir), doneRepeatable)) {
+    await runBlocks(file, text);
+    // Idempotent upsert: a rival instance re-applying the same script at the same time records the same checksum.
+    await conn.execute(
+      `MERGE INTO KEEL_TRANSFER_REPEATABLES r USING (SELECT :n AS NAME, :c AS CHECKSUM FROM DUAL) s ON (r.NAME = s.NAME)
+       WHEN MATCHED THEN UPDATE SET r.CHECKSUM = s.CHECKSUM, r.APPLIED_AT = SYSTIMESTAMP
+       WHEN NOT MATCHED THEN INSERT (NAME, CHECKSUM) VALUES (s.NAME, s.CHECKSUM)`,
+      { n: name, c: checksum },
+      { autoCommit: true },
+    );
     applied.push(file);
   }
   return applied;

@@ -1,8 +1,10 @@
-// Versioned migrations for PostgreSQL: files named V<number>__<name>.sql, applied in order, each in its own
-// transaction, recorded in a ledger table, under an advisory lock so two instances never migrate at once.
+// Migrations for PostgreSQL: versioned files V<number>__<name>.sql applied once in order, then repeatable logic
+// scripts R__<name>.sql (functions, grants) re-applied whenever their checksum changed; each file in its own
+// transaction, recorded in a ledger table (<ledger> and <ledger>_repeatable), under an advisory lock so two
+// instances never migrate at once.
 import { createHash } from 'node:crypto';
 import type pg from 'pg';
-import { pendingMigrations, readMigrationFiles } from '../migrationFiles.js';
+import { pendingMigrations, pendingRepeatables, readMigrationFiles, readRepeatableFiles } from '../migrationFiles.js';
 
 export interface MigrationFile {
   version: number;
@@ -13,7 +15,7 @@ export interface MigrationFile {
 }
 
 export interface MigrateOptions {
-  dir: string; // folder of V<n>__<name>.sql files
+  dir: string; // folder of V<n>__<name>.sql and R__<name>.sql files
   ledger?: string; // ledger table (schema-qualified); default keel.schema_migrations
   lockKey?: number; // advisory lock key; default derived from the ledger name
 }
@@ -38,6 +40,8 @@ export async function migrate(pool: pg.Pool, opts: MigrateOptions): Promise<Migr
   if (!IDENTIFIER.test(ledger)) throw new Error(`ledger table name "${ledger}" is not a plain identifier`);
   const lockKey = opts.lockKey ?? lockKeyFor(ledger);
   const migrations = await readMigrations(opts.dir);
+  const repeatables = await readRepeatableFiles(opts.dir);
+  const repeatableLedger = `${ledger}_repeatable`;
   const client = await pool.connect();
   const applied: string[] = [];
   try {
@@ -49,6 +53,12 @@ export async function migrate(pool: pg.Pool, opts: MigrateOptions): Promise<Migr
       `create table if not exists ${ledger} (
          version integer primary key,
          name text not null,
+         checksum text not null,
+         applied_at timestamptz not null default now())`,
+    );
+    await client.query(
+      `create table if not exists ${repeatableLedger} (
+         name text primary key,
          checksum text not null,
          applied_at timestamptz not null default now())`,
     );
@@ -68,7 +78,27 @@ export async function migrate(pool: pg.Pool, opts: MigrateOptions): Promise<Migr
         throw new Error(`migration ${m.file} failed: ${(err as Error).message}`, { cause: err });
       }
     }
-    return { applied, alreadyApplied: migrations.length - applied.length };
+    const doneRepeatable = new Map<string, string>();
+    for (const row of (await client.query(`select name, checksum from ${repeatableLedger}`)).rows) {
+      doneRepeatable.set(String(row.name), String(row.checksum));
+    }
+    for (const r of pendingRepeatables(repeatables, doneRepeatable)) {
+      try {
+        await client.query('begin');
+        await client.query(r.text);
+        await client.query(
+          `insert into ${repeatableLedger} (name, checksum) values ($1, $2)
+           on conflict (name) do update set checksum = excluded.checksum, applied_at = now()`,
+          [r.name, r.checksum],
+        );
+        await client.query('commit');
+        applied.push(r.file);
+      } catch (err) {
+        await client.query('rollback').catch(() => undefined);
+        throw new Error(`repeatable script ${r.file} failed: ${(err as Error).message}`, { cause: err });
+      }
+    }
+    return { applied, alreadyApplied: migrations.length + repeatables.length - applied.length };
   } finally {
     await client.query('select pg_advisory_unlock($1)', [lockKey]).catch(() => undefined);
     client.release();

@@ -1,10 +1,11 @@
-// Versioned migrations for SQL Server / Azure SQL: files named V<number>__<name>.sql at the top of the folder
-// (sub-folders such as admin/ are not migrations), split into batches on lines that hold only GO, each file applied
-// in its own transaction and recorded in keel.SchemaMigrations with a SHA-256 checksum. The whole run holds an
+// Migrations for SQL Server / Azure SQL: versioned files V<number>__<name>.sql at the top of the folder (sub-folders
+// such as admin/ are not migrations), then repeatable logic scripts R__<name>.sql (`CREATE OR ALTER` procedures,
+// grants) re-applied whenever their checksum changed. Files are split into batches on lines that hold only GO, each
+// applied in its own transaction and recorded in keel.SchemaMigrations / keel.SchemaRepeatables with a SHA-256. The whole run holds an
 // exclusive session applock (sp_getapplock), so two instances never migrate at once. Re-running is a no-op; a file
 // changed after it was applied is an error (add a new migration instead).
 import sql from 'mssql';
-import { pendingMigrations, readMigrationFiles } from '../migrationFiles.js';
+import { pendingMigrations, pendingRepeatables, readMigrationFiles, readRepeatableFiles } from '../migrationFiles.js';
 
 export interface SqlServerMigration {
   version: number;
@@ -45,6 +46,17 @@ export function splitBatches(script: string): string[] {
   return batches;
 }
 
+export interface SqlServerRepeatable {
+  name: string;
+  file: string;
+  batches: string[];
+  checksum: string;
+}
+
+export async function readSqlServerRepeatables(dir: string): Promise<SqlServerRepeatable[]> {
+  return (await readRepeatableFiles(dir)).map((r) => ({ name: r.name, file: r.file, batches: splitBatches(r.text), checksum: r.checksum }));
+}
+
 export async function readSqlServerMigrations(dir: string): Promise<SqlServerMigration[]> {
   return (await readMigrationFiles(dir)).map((m) => ({
     version: m.version, name: m.name, file: m.file, batches: splitBatches(m.text), checksum: m.checksum,
@@ -59,12 +71,19 @@ IF OBJECT_ID(N'keel.SchemaMigrations', N'U') IS NULL
     Name      nvarchar(200) NOT NULL,
     Checksum  char(64) NOT NULL,
     AppliedAt datetime2(3) NOT NULL CONSTRAINT DF_SchemaMigrations_AppliedAt DEFAULT (SYSUTCDATETIME())
+  );
+IF OBJECT_ID(N'keel.SchemaRepeatables', N'U') IS NULL
+  CREATE TABLE keel.SchemaRepeatables (
+    Name      nvarchar(200) NOT NULL CONSTRAINT PK_SchemaRepeatables PRIMARY KEY,
+    Checksum  char(64) NOT NULL,
+    AppliedAt datetime2(3) NOT NULL CONSTRAINT DF_SchemaRepeatables_AppliedAt DEFAULT (SYSUTCDATETIME())
   );`;
 
 // Applies the pending migrations of opts.dir. `pool` supplies the connection settings; the run uses its own
 // one-connection pool so that the session applock, the ledger reads and every migration share one session.
 export async function migrateSqlServer(pool: sql.ConnectionPool, opts: SqlServerMigrateOptions): Promise<SqlServerMigrateResult> {
   const migrations = await readSqlServerMigrations(opts.dir);
+  const repeatables = await readSqlServerRepeatables(opts.dir);
   const resource = opts.lockResource ?? 'keel:migrate';
   const lockTimeoutMs = opts.lockTimeoutMs ?? 600_000;
   const base = (pool as unknown as { config: sql.config }).config;
@@ -98,7 +117,8 @@ export async function migrateSqlServer(pool: sql.ConnectionPool, opts: SqlServer
     const rows = await session.request().query<{ Version: number; Checksum: string }>('SELECT Version, Checksum FROM keel.SchemaMigrations');
     for (const r of rows.recordset) done.set(Number(r.Version), String(r.Checksum).trim());
 
-    for (const m of pendingMigrations(migrations, done)) {
+    // One file, one transaction: its batches and its ledger row commit together or not at all.
+    const applyFile = async (file: string, batches: string[], record: (req: sql.Request) => Promise<unknown>) => {
       // Still the session that holds the lock? (A dropped connection releases a session applock.)
       const still = await session.request().input('Resource', sql.NVarChar(255), resource)
         .query<{ mode: string; spid: number }>(`SELECT APPLOCK_MODE('public', @Resource, 'Session') AS mode, @@SPID AS spid`);
@@ -109,24 +129,43 @@ export async function migrateSqlServer(pool: sql.ConnectionPool, opts: SqlServer
       await tx.begin();
       let batchNo = 0;
       try {
-        for (const batch of m.batches) {
+        for (const batch of batches) {
           batchNo++;
           await new sql.Request(tx).batch(batch);
         }
-        await new sql.Request(tx)
+        await record(new sql.Request(tx));
+        await tx.commit();
+        applied.push(file);
+        opts.log?.(`applied ${file}`);
+      } catch (err) {
+        await tx.rollback().catch(() => undefined);
+        throw new Error(`migration ${file} failed in batch ${batchNo}: ${(err as Error).message}`, { cause: err });
+      }
+    };
+    for (const m of pendingMigrations(migrations, done)) {
+      await applyFile(m.file, m.batches, (req) =>
+        req
           .input('Version', sql.Int, m.version)
           .input('Name', sql.NVarChar(200), m.name)
           .input('Checksum', sql.Char(64), m.checksum)
-          .query('INSERT keel.SchemaMigrations (Version, Name, Checksum) VALUES (@Version, @Name, @Checksum)');
-        await tx.commit();
-        applied.push(m.file);
-        opts.log?.(`applied ${m.file}`);
-      } catch (err) {
-        await tx.rollback().catch(() => undefined);
-        throw new Error(`migration ${m.file} failed in batch ${batchNo}: ${(err as Error).message}`, { cause: err });
-      }
+          .query('INSERT keel.SchemaMigrations (Version, Name, Checksum) VALUES (@Version, @Name, @Checksum)'),
+      );
     }
-    return { applied, alreadyApplied: migrations.length - applied.length };
+    const doneRepeatable = new Map<string, string>();
+    const repeatableRows = await session.request().query<{ Name: string; Checksum: string }>('SELECT Name, Checksum FROM keel.SchemaRepeatables');
+    for (const r of repeatableRows.recordset) doneRepeatable.set(String(r.Name), String(r.Checksum).trim());
+    for (const r of pendingRepeatables(repeatables, doneRepeatable)) {
+      await applyFile(r.file, r.batches, (req) =>
+        req
+          .input('Name', sql.NVarChar(200), r.name)
+          .input('Checksum', sql.Char(64), r.checksum)
+          .query(
+            `UPDATE keel.SchemaRepeatables SET Checksum = @Checksum, AppliedAt = SYSUTCDATETIME() WHERE Name = @Name;
+             IF @@ROWCOUNT = 0 INSERT keel.SchemaRepeatables (Name, Checksum) VALUES (@Name, @Checksum);`,
+          ),
+      );
+    }
+    return { applied, alreadyApplied: migrations.length + repeatables.length - applied.length };
   } finally {
     if (locked) {
       await session.request().input('Resource', sql.NVarChar(255), resource)
