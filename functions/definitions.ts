@@ -7,6 +7,7 @@ import { jobRunner } from './jobRunner.js';
 import { dispatcher } from './dispatcher.js';
 import { maintenance } from './maintenance.js';
 import { ops } from './ops.js';
+import { consoleApi, consoleAssets } from './console.js';
 import { transferTimer } from './transferTimer.js';
 import { transferStage } from './transferStage.js';
 import { transferApply } from './transferApply.js';
@@ -55,6 +56,17 @@ export const definitions: readonly FunctionDefinition[] = [
     methods: ['GET', 'POST', 'PATCH', 'PUT', 'DELETE'],
     authLevel: 'function',
     handler: ops,
+  },
+  // The ops console (docs/operations.md): static files, anonymous (they hold no data) ...
+  { name: 'console', kind: 'http', route: 'console/{*path}', methods: ['GET'], authLevel: 'anonymous', handler: consoleAssets },
+  // ... and its API: the session, and the ops API for App Service authentication sign-in (refused without it).
+  {
+    name: 'consoleApi',
+    kind: 'http',
+    route: 'console-api/{*path}',
+    methods: ['GET', 'POST', 'PATCH', 'PUT', 'DELETE'],
+    authLevel: 'anonymous',
+    handler: consoleApi,
   },
 ];
 

@@ -1,0 +1,226 @@
+// Jobs: search hot, archive and DLQ (queue, type, tag, state, reason, time range, text) with keyset paging; a
+// job's detail with cancel (hot) and resurrect (DLQ).
+import { h, replace, fmtNum, fmtTime, isoToLocal, localToIso } from '../dom';
+import { api, q } from '../api';
+import { badge, busy, clear, confirmStep, empty, field, go, hashParams, kv, notice, pageHead, pre, select, show, showError, table, type Cleanup } from '../ui';
+
+const REASONS = ['exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired'];
+
+export function stateBadge(job: any): HTMLElement {
+  if (job.location === 'archive') return badge('succeeded', 'ok');
+  if (job.location === 'dlq') return badge(`DLQ · ${job.reason ?? 'dead'}`, 'bad');
+  return badge(job.cancelRequested ? `${job.state} · cancel requested` : job.state, job.state === 'processing' ? 'info' : 'muted');
+}
+
+export function jobsPage(main: HTMLElement): Cleanup {
+  const p = hashParams();
+  const location = p.get('location') ?? 'hot';
+  const box = notice();
+  const results = h('div', { class: 'results' }, h('p', { class: 'loading' }, 'Searching…'));
+  const locationSel = select('location', [['hot', 'Hot (pending, running)'], ['archive', 'Archive (succeeded)'], ['dlq', 'Dead letters']], location);
+  const input = (name: string, attrs: Record<string, string> = {}) => h('input', { name, value: p.get(name) ?? '', ...attrs });
+  const state = select('state', [['', 'any'], ['pending', 'pending'], ['fetched', 'fetched'], ['processing', 'processing']], p.get('state') ?? '');
+  const reason = select('reason', [['', 'any'], ...REASONS.map((r) => [r, r] as [string, string])], p.get('reason') ?? '');
+  const from = h('input', { type: 'datetime-local', name: 'from', value: isoToLocal(p.get('from')) });
+  const to = h('input', { type: 'datetime-local', name: 'to', value: isoToLocal(p.get('to')) });
+  const limit = select('limit', [['20', '20'], ['50', '50'], ['100', '100'], ['500', '500']], p.get('limit') ?? '50');
+  const stateField = field('State', state, 'hot only');
+  const reasonField = field('Reason', reason, 'DLQ only');
+  const sync = () => {
+    stateField.hidden = locationSel.value !== 'hot';
+    reasonField.hidden = locationSel.value !== 'dlq';
+  };
+  locationSel.addEventListener('change', sync);
+  sync();
+  const form = h(
+    'form',
+    { class: 'filters', role: 'search', 'aria-label': 'Search jobs' },
+    field('Where', locationSel),
+    field('Queue', input('queue', { placeholder: 'any', autocomplete: 'off' })),
+    field('Type', input('type', { placeholder: 'any', autocomplete: 'off' })),
+    field('Tag', input('tag', { placeholder: 'any', autocomplete: 'off' })),
+    stateField,
+    reasonField,
+    field('From', from),
+    field('To', to),
+    field('Text', input('text', { placeholder: 'payload or last error', type: 'search' })),
+    field('Per page', limit),
+    h('div', { class: 'actions' }, h('button', { type: 'submit', class: 'primary' }, 'Search')),
+  );
+  form.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const fd = new FormData(form);
+    const val = (k: string) => String(fd.get(k) ?? '').trim() || undefined;
+    const loc = val('location') ?? 'hot';
+    go('/jobs', {
+      location: loc,
+      queue: val('queue'),
+      type: val('type'),
+      tag: val('tag'),
+      state: loc === 'hot' ? val('state') : undefined,
+      reason: loc === 'dlq' ? val('reason') : undefined,
+      from: localToIso(String(fd.get('from') ?? '')),
+      to: localToIso(String(fd.get('to') ?? '')),
+      text: val('text'),
+      limit: val('limit'),
+    });
+  });
+  replace(main, pageHead('Jobs'), form, box, results);
+
+  const search: Record<string, string | undefined> = {};
+  for (const k of ['location', 'queue', 'type', 'tag', 'state', 'reason', 'from', 'to', 'text', 'limit', 'afterId']) search[k] = p.get(k) ?? undefined;
+  search.location = location;
+  const pageStack = (p.get('pages') ?? '').split(',').filter(Boolean); // afterIds of the earlier pages
+
+  void (async () => {
+    try {
+      const r = await api('GET', `jobs${q(search)}`);
+      clear(box);
+      const items = r.items as any[];
+      const where = location === 'dlq' ? 'the dead letters' : location === 'archive' ? 'the archive' : 'the hot jobs';
+      const pager = h(
+        'div',
+        { class: 'pager' },
+        pageStack.length || search.afterId
+          ? h(
+              'button',
+              {
+                type: 'button',
+                onclick: () => {
+                  const prev = pageStack.slice(0, -1);
+                  go('/jobs', { ...search, afterId: pageStack[pageStack.length - 1] === '-' ? undefined : pageStack[pageStack.length - 1], pages: prev.join(',') || undefined });
+                },
+              },
+              '← Newer',
+            )
+          : null,
+        h('span', { class: 'muted' }, `${items.length} job${items.length === 1 ? '' : 's'} on this page`),
+        r.nextAfterId
+          ? h(
+              'button',
+              { type: 'button', onclick: () => go('/jobs', { ...search, afterId: r.nextAfterId, pages: [...pageStack, search.afterId ?? '-'].join(',') }) },
+              'Older →',
+            )
+          : null,
+      );
+      replace(
+        results,
+        items.length === 0
+          ? empty(`No jobs match these filters in ${where}.`)
+          : table(
+              ['id', 'queue', 'type', 'state', 'attempts', location === 'hot' ? 'created' : location === 'archive' ? 'finished' : 'failed', 'tags', 'last error'],
+              items.map((j) => [
+                h('a', { href: `#/jobs/${j.id}` }, j.id),
+                j.queue,
+                j.type,
+                stateBadge(j),
+                fmtNum(j.attempts),
+                fmtTime(location === 'hot' ? j.createdAt : j.finishedAt),
+                j.tags?.length ? j.tags.join(', ') : '—',
+                j.lastError ? h('span', { class: 'clip', title: j.lastError }, j.lastError) : '—',
+              ]),
+              { caption: `Newest first in ${where}`, className: 'jobs-table' },
+            ),
+        pager,
+      );
+    } catch (err) {
+      replace(results);
+      showError(box, err);
+    }
+  })();
+  return () => undefined;
+}
+
+export function jobPage(main: HTMLElement, id: string): Cleanup {
+  const box = notice();
+  const body = h('div', null, h('p', { class: 'loading' }, 'Loading…'));
+  const actions = h('div', { class: 'confirm-host' });
+  replace(main, pageHead(`Job ${id}`, h('a', { href: '#/jobs', class: 'button ghost' }, '← Search')), box, actions, body);
+
+  async function load(): Promise<void> {
+    try {
+      const j = await api('GET', `jobs/${id}`);
+      const buttons: HTMLElement[] = [];
+      if (j.location === 'hot') {
+        buttons.push(
+          h('button', {
+            type: 'button',
+            class: 'danger',
+            onclick: () =>
+              confirmStep({
+                host: actions,
+                title: `Cancel job ${id}?`,
+                preview: [h('p', null, j.state === 'pending' ? 'It is pending: it moves to the DLQ as "cancelled" at once.' : 'It is running: it is asked to stop, then dead-lettered as "cancelled".'), h('p', { class: 'hint' }, 'Needs the operator role.')],
+                confirmLabel: 'Cancel the job',
+                danger: true,
+                onConfirm: async (b) => {
+                  await busy(b, box, async () => {
+                    const r = await api('POST', `jobs/${id}/cancel`, {});
+                    clear(actions);
+                    show(box, 'ok', `Job ${id}: ${r.result === 'cancelled' ? 'cancelled (now in the DLQ)' : 'cancel requested; the worker stops it'}.`);
+                    await load();
+                  });
+                },
+              }),
+          }, 'Cancel job…'),
+        );
+      }
+      if (j.location === 'dlq') {
+        buttons.push(
+          h('button', {
+            type: 'button',
+            class: 'primary',
+            onclick: () =>
+              confirmStep({
+                host: actions,
+                title: `Resurrect job ${id}?`,
+                preview: [h('p', null, `Back to hot on queue "${j.queue}": pending, attempts reset, idempotency key kept; its message is posted.`)],
+                confirmLabel: 'Resurrect',
+                onConfirm: async (b) => {
+                  await busy(b, box, async () => {
+                    const r = await api('POST', `dlq/${id}/resurrect`, {});
+                    clear(actions);
+                    show(box, 'ok', `Job ${id} resurrected${r.posted ? '' : ' (message not posted: the dispatcher runs it)'}.`);
+                    await load();
+                  });
+                },
+              }),
+          }, 'Resurrect…'),
+        );
+      }
+      replace(
+        body,
+        h('div', { class: 'job-actions' }, ...buttons),
+        h(
+          'section',
+          { class: 'card' },
+          kv([
+            ['Where', stateBadge(j)],
+            ['Queue', h('a', { href: `#/jobs?queue=${encodeURIComponent(j.queue)}&location=${j.location}` }, j.queue)],
+            ['Type', j.type],
+            ['Attempts', fmtNum(j.attempts)],
+            ['Priority', String(j.priority)],
+            ['Tags', j.tags?.length ? j.tags.join(', ') : '—'],
+            ['Idempotency key', j.idempotencyKey ?? '—'],
+            ['Created', fmtTime(j.createdAt)],
+            ['Run at', fmtTime(j.runAt)],
+            ['Started', fmtTime(j.startedAt)],
+            [j.location === 'dlq' ? 'Failed' : 'Finished', fmtTime(j.finishedAt)],
+            ['Duration', j.durationMs === null ? '—' : `${fmtNum(j.durationMs)} ms`],
+            ['DLQ reason', j.reason ?? '—'],
+            ['Lease', j.leaseId ?? '—'],
+            ['Worker', j.workerId ?? '—'],
+            ['Cancel requested', j.cancelRequested ? 'yes' : 'no'],
+          ]),
+        ),
+        h('section', { class: 'card' }, h('h2', null, 'Last error'), j.lastError ? pre(j.lastError) : empty('No error recorded.')),
+        h('section', { class: 'card' }, h('h2', null, 'Payload'), pre(j.payload ?? null)),
+      );
+    } catch (err) {
+      replace(body);
+      showError(box, err);
+    }
+  }
+  void load();
+  return () => undefined;
+}

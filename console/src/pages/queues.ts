@@ -1,0 +1,114 @@
+// Queues: pause/resume and limits (concurrency, attempts, zombie handling, retention), with the API's
+// validation messages shown next to the form.
+import { h, replace, fmtNum, fmtSeconds, fmtAge } from '../dom';
+import { api, ApiError } from '../api';
+import { badge, busy, clear, empty, field, notice, pageHead, select, show, showError, table, type Cleanup } from '../ui';
+
+const NUMERIC: [string, string, string][] = [
+  ['maxAttempts', 'Max attempts', '1–1000'],
+  ['zombieTimeoutSeconds', 'Zombie timeout (s)', 'no heartbeat for this long = zombie'],
+  ['archiveRetentionSeconds', 'Archive retention (s)', '≥ 60'],
+  ['dlqRetentionSeconds', 'DLQ retention (s)', '≥ 60'],
+  ['metricsRetentionSeconds', 'Metrics retention (s)', '≥ 60'],
+];
+
+export function queuesPage(main: HTMLElement): Cleanup {
+  const box = notice();
+  const list = h('div', null, h('p', { class: 'loading' }, 'Loading…'));
+  const editor = h('div', { class: 'confirm-host' });
+  replace(main, pageHead('Queues'), box, editor, list);
+
+  function edit(qs: any): void {
+    const conc = h('input', { name: 'maxConcurrency', inputmode: 'numeric', value: qs.maxConcurrency === null ? '' : String(qs.maxConcurrency), placeholder: 'unlimited' });
+    const inputs = new Map<string, HTMLInputElement>();
+    const fields = NUMERIC.map(([k, label, hint]) => {
+      const i = h('input', { name: k, inputmode: 'numeric', value: String(qs[k]) });
+      inputs.set(k, i);
+      return field(label, i, hint);
+    });
+    const policy = select('zombiePolicy', [['retry', 'retry (while attempts remain)'], ['dlq', 'dead-letter at once']], qs.zombiePolicy);
+    const formBox = notice();
+    const save = h('button', { type: 'submit', class: 'primary' }, 'Save');
+    const form = h(
+      'form',
+      { class: 'filters', 'aria-label': `Limits of ${qs.name}` },
+      field('Max concurrency', conc, 'across all hosts; empty = unlimited'),
+      ...fields,
+      field('Zombie policy', policy),
+      h('div', { class: 'actions' }, save, h('button', { type: 'button', class: 'ghost', onclick: () => clear(editor) }, 'Close')),
+    );
+    form.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const patch: Record<string, unknown> = {};
+      const num = (v: string) => (/^-?\d+$/.test(v.trim()) ? Number(v.trim()) : v.trim());
+      const c = conc.value.trim() === '' ? null : num(conc.value);
+      if (c !== qs.maxConcurrency) patch.maxConcurrency = c;
+      for (const [k, i] of inputs) if (String(num(i.value)) !== String(qs[k])) patch[k] = num(i.value);
+      if (policy.value !== qs.zombiePolicy) patch.zombiePolicy = policy.value;
+      void busy(save, formBox, async () => {
+        for (const i of form.querySelectorAll('[aria-invalid]')) i.removeAttribute('aria-invalid');
+        try {
+          const updated = await api('PATCH', `queues/${encodeURIComponent(qs.name)}`, patch);
+          clear(editor);
+          show(box, 'ok', `Queue "${qs.name}" saved: ${Object.keys(patch).join(', ') || 'nothing changed'}.`);
+          void updated;
+          await load();
+        } catch (err) {
+          if (err instanceof ApiError && err.field) form.querySelector(`[name="${CSS.escape(err.field)}"]`)?.setAttribute('aria-invalid', 'true');
+          throw err;
+        }
+      });
+    });
+    replace(editor, h('section', { class: 'confirm', 'aria-label': `Edit ${qs.name}` }, h('h3', null, `Limits of "${qs.name}"`), formBox, form, h('p', { class: 'hint' }, 'Changing limits needs the operator role.')));
+    conc.focus();
+  }
+
+  async function load(): Promise<void> {
+    try {
+      const [queues, stats] = await Promise.all([api('GET', 'queues'), api('GET', 'stats')]);
+      const byName = new Map((stats.queues as any[]).map((s) => [s.queue, s]));
+      const items = queues.items as any[];
+      replace(
+        list,
+        items.length === 0
+          ? empty('No queues yet: a queue is created with its first job.')
+          : table(
+              ['queue', 'state', 'pending', 'DLQ', 'lag', 'concurrency', 'attempts', 'zombie', 'retention (archive / DLQ / metrics)', ''],
+              items.map((qs) => {
+                const st = byName.get(qs.name);
+                const toggle = h(
+                  'button',
+                  { type: 'button', class: qs.paused ? 'primary small' : 'small', 'data-test': `toggle-${qs.name}` },
+                  qs.paused ? 'Resume' : 'Pause',
+                );
+                toggle.addEventListener('click', () =>
+                  void busy(toggle, box, async () => {
+                    const r = await api('POST', `queues/${encodeURIComponent(qs.name)}/${qs.paused ? 'resume' : 'pause'}`, {});
+                    show(box, 'ok', `Queue "${qs.name}" ${r.paused ? 'paused: no new claims until resumed' : 'resumed'}.`);
+                    await load();
+                  }),
+                );
+                return [
+                  qs.name,
+                  qs.paused ? badge('paused', 'warn') : badge('running', 'ok'),
+                  fmtNum(st?.pending ?? 0),
+                  fmtNum(st?.dlq ?? 0),
+                  fmtAge(st?.oldestDueAgeMs ?? null),
+                  qs.maxConcurrency === null ? 'unlimited' : fmtNum(qs.maxConcurrency),
+                  fmtNum(qs.maxAttempts),
+                  `${fmtSeconds(qs.zombieTimeoutSeconds)}, then ${qs.zombiePolicy}`,
+                  `${fmtSeconds(qs.archiveRetentionSeconds)} / ${fmtSeconds(qs.dlqRetentionSeconds)} / ${fmtSeconds(qs.metricsRetentionSeconds)}`,
+                  h('div', { class: 'row-actions' }, toggle, h('button', { type: 'button', class: 'small ghost', onclick: () => edit(qs) }, 'Limits…')),
+                ];
+              }),
+              { caption: 'Pause, resume and limit changes need the operator role.', className: 'queues-table' },
+            ),
+      );
+    } catch (err) {
+      replace(list);
+      showError(box, err);
+    }
+  }
+  void load();
+  return () => undefined;
+}

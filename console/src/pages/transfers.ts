@@ -1,0 +1,216 @@
+// Transfers: configured transfers (start), batches (state in operator words, status, next action), and a
+// batch's detail with its journal events as a timeline (resume, reconcile).
+import { h, replace, fmtNum, fmtTime } from '../dom';
+import { api, q } from '../api';
+import { badge, busy, clear, empty, field, go, hashParams, kv, notice, pageHead, pre, select, show, showError, table, type Cleanup } from '../ui';
+
+const STATES = ['extracting', 'staged', 'applying', 'committed', 'failed', 'unresolved'];
+
+export const STATE_WORDS: Record<string, string> = {
+  extracting: 'Window reserved; extracting from the source',
+  staged: 'Staged and verified on the target; not applied yet',
+  applying: 'Applying; outcome not known yet',
+  committed: 'Committed on the target',
+  failed: 'Failed; will not be retried',
+  unresolved: 'Unresolved: the target could not yet say whether it committed',
+};
+
+export function statusBadge(b: any): HTMLElement {
+  return badge(b.status, b.status === 'committed' ? 'ok' : b.status === 'unresolved' ? 'warn' : b.state === 'failed' ? 'bad' : 'info');
+}
+
+export function transfersPage(main: HTMLElement): Cleanup {
+  const p = hashParams();
+  const box = notice();
+  const transfersBox = h('div', null, h('p', { class: 'loading' }, 'Loading…'));
+  const batchesBox = h('div', null, h('p', { class: 'loading' }, 'Loading…'));
+  const state = select('state', [['', 'any state'], ...STATES.map((s) => [s, s] as [string, string])], p.get('state') ?? '');
+  const transferSel = select('transfer', [['', 'all transfers']], p.get('transfer') ?? '');
+  const onFilter = () => go('/transfers', { state: state.value || undefined, transfer: transferSel.value || undefined });
+  state.addEventListener('change', onFilter);
+  transferSel.addEventListener('change', onFilter);
+  const reconcileAll = h('button', { type: 'button', class: 'small' }, 'Reconcile stale batches');
+  reconcileAll.addEventListener('click', () =>
+    void busy(reconcileAll, box, async () => {
+      const r = await api('POST', 'transfers/reconcile', {});
+      show(box, 'ok', r.count === 0 ? 'No stale in-flight batch to reconcile.' : `Reconciled ${r.count} batch${r.count === 1 ? '' : 'es'}: ${(r.items as any[]).map((b) => `${b.batchId.slice(0, 8)} ${b.state}`).join(', ')}.`);
+      await loadBatches();
+    }),
+  );
+  replace(
+    main,
+    pageHead('Transfers', reconcileAll),
+    box,
+    h('section', { class: 'card', 'aria-labelledby': 'tr-h' }, h('h2', { id: 'tr-h' }, 'Configured transfers'), transfersBox),
+    h('section', { class: 'card', 'aria-labelledby': 'b-h' }, h('div', { class: 'card-head' }, h('h2', { id: 'b-h' }, 'Batches'), h('div', { class: 'inline-fields' }, field('Transfer', transferSel), field('State', state))), batchesBox),
+  );
+
+  async function loadTransfers(): Promise<void> {
+    try {
+      const r = await api('GET', 'transfers');
+      const items = r.items as any[];
+      for (const t of items) transferSel.append(h('option', { value: t.name, ...(t.name === p.get('transfer') ? { selected: true } : {}) }, t.name));
+      replace(
+        transfersBox,
+        !r.configured || items.length === 0
+          ? empty('No transfers are configured (KEEL_TRANSFERS or KEEL_TRANSFERS_FILE; npm run demo configures one).')
+          : table(
+              ['transfer', 'source', 'target', 'boundary', 'batch size', ''],
+              items.map((t) => {
+                const start = h('button', { type: 'button', class: 'primary small', 'data-test': `start-${t.name}` }, 'Start batch');
+                start.addEventListener('click', () =>
+                  void busy(start, box, async () => {
+                    const s = await api('POST', `transfers/${encodeURIComponent(t.name)}/start`, {});
+                    if (!s.started) show(box, 'info', `Transfer "${t.name}": nothing new to transfer (${s.message}).`);
+                    else {
+                      show(box, 'ok', `Batch ${s.batch.batchId} created for "${t.name}" (${fmtNum(s.batch.rowCount)} rows in the manifest)${s.posted ? ' and queued for staging' : '; its message was not posted: resume it'}. `, h('a', { href: `#/transfers/batches/${s.batch.batchId}` }, 'Follow it →'));
+                      await loadBatches();
+                    }
+                  }),
+                );
+                return [
+                  t.name,
+                  `${t.source.engine} ${t.source.table ?? '(query)'}`,
+                  `${t.target.engine} ${t.target.table}`,
+                  `${t.boundary.column} (${t.boundary.kind})`,
+                  fmtNum(t.batchSize),
+                  start,
+                ];
+              }),
+            ),
+      );
+    } catch (err) {
+      replace(transfersBox);
+      showError(box, err);
+    }
+  }
+
+  async function loadBatches(): Promise<void> {
+    try {
+      const r = await api('GET', `transfers/batches${q({ transfer: p.get('transfer'), state: p.get('state'), afterId: p.get('afterId'), limit: 20 })}`);
+      const items = r.items as any[];
+      replace(
+        batchesBox,
+        items.length === 0
+          ? empty('No batches yet. Start one above.')
+          : table(
+              ['batch', 'transfer', 'status', 'state', 'rows', 'created', 'updated'],
+              items.map((b) => [
+                h('a', { href: `#/transfers/batches/${b.batchId}`, class: 'mono' }, b.batchId.slice(0, 8)),
+                b.transfer,
+                statusBadge(b),
+                STATE_WORDS[b.state] ?? b.state,
+                fmtNum(b.appliedCount ?? b.rowCount),
+                fmtTime(b.createdAt),
+                fmtTime(b.updatedAt),
+              ]),
+              { className: 'batches-table' },
+            ),
+        r.nextAfterId ? h('div', { class: 'pager' }, h('button', { type: 'button', onclick: () => go('/transfers', { state: p.get('state') ?? undefined, transfer: p.get('transfer') ?? undefined, afterId: r.nextAfterId }) }, 'Older →')) : null,
+      );
+    } catch (err) {
+      replace(batchesBox);
+      showError(box, err);
+    }
+  }
+
+  void loadTransfers();
+  void loadBatches();
+  return () => undefined;
+}
+
+export function batchPage(main: HTMLElement, id: string): Cleanup {
+  const box = notice();
+  const body = h('div', null, h('p', { class: 'loading' }, 'Loading…'));
+  let timer: number | undefined;
+  let stopped = false;
+  replace(main, pageHead(`Batch ${id.slice(0, 8)}`, h('a', { href: '#/transfers', class: 'button ghost' }, '← Transfers')), box, body);
+
+  async function load(): Promise<void> {
+    window.clearTimeout(timer);
+    try {
+      const b = await api('GET', `transfers/batches/${id}`);
+      if (stopped) return;
+      const resume = h('button', { type: 'button', class: 'primary', disabled: !b.retryable, title: b.retryable ? '' : 'Only a retryable batch is resumed' }, 'Resume');
+      const reconcile = h('button', { type: 'button' }, 'Reconcile now');
+      resume.addEventListener('click', () =>
+        void busy(resume, box, async () => {
+          const r = await api('POST', `transfers/batches/${id}/resume`, {});
+          show(box, 'ok', `Batch queued again for staging and apply${r.posted ? '' : ' (message not posted)'}.`);
+          await load();
+        }),
+      );
+      reconcile.addEventListener('click', () =>
+        void busy(reconcile, box, async () => {
+          const r = await api('POST', `transfers/batches/${id}/reconcile`, {});
+          show(box, 'ok', `Reconciled: ${STATE_WORDS[r.state] ?? r.state}.`);
+          await load();
+        }),
+      );
+      const events = b.events as any[];
+      replace(
+        body,
+        h(
+          'section',
+          { class: `card state-card ${b.status}` },
+          h('p', { class: 'state-line' }, statusBadge(b), ' ', h('strong', { 'data-test': 'state-words' }, STATE_WORDS[b.state] ?? b.state)),
+          h('p', { class: 'next-action' }, h('span', { class: 'label' }, 'Next action: '), b.nextAction),
+          h('div', { class: 'actions' }, resume, reconcile),
+        ),
+        h(
+          'div',
+          { class: 'grid-2' },
+          h(
+            'section',
+            { class: 'card', 'aria-labelledby': 'facts-h' },
+            h('h2', { id: 'facts-h' }, 'Batch'),
+            kv([
+              ['Batch id', h('span', { class: 'mono' }, b.batchId)],
+              ['Transfer', b.transfer],
+              ['State', b.state],
+              ['Attempts', fmtNum(b.attempts)],
+              ['Boundary', `${b.boundary.kind}: (${b.boundary.low ?? '−∞'}, ${b.boundary.high}]`],
+              ['Rows (manifest)', fmtNum(b.rowCount)],
+              ['Rows staged', fmtNum(b.stagedCount)],
+              ['Rows applied', fmtNum(b.appliedCount)],
+              ['Checksum (manifest)', h('span', { class: 'mono' }, b.checksum ?? '—')],
+              ['Checksum (staged)', h('span', { class: 'mono' }, b.stagedChecksum ?? '—')],
+              ['Schema hash', h('span', { class: 'mono' }, b.schemaHash ?? '—')],
+              ['Target transaction', h('span', { class: 'mono' }, b.targetLtxid ?? '—')],
+              ['Last error', b.lastError ? `${b.lastErrorCode ? `[${b.lastErrorCode}] ` : ''}${b.lastError}` : '—'],
+            ]),
+          ),
+          h(
+            'section',
+            { class: 'card', 'aria-labelledby': 'tl-h' },
+            h('h2', { id: 'tl-h' }, `Journal (${events.length} event${events.length === 1 ? '' : 's'})`),
+            events.length === 0
+              ? empty('No journal events yet.')
+              : h(
+                  'ol',
+                  { class: 'timeline', 'data-test': 'timeline' },
+                  ...events.map((e) =>
+                    h(
+                      'li',
+                      { class: `ev ${e.toState ?? ''}` },
+                      h('time', { datetime: e.at }, fmtTime(e.at)),
+                      h('div', null, h('strong', { class: 'ev-name' }, e.event), e.fromState || e.toState ? h('span', { class: 'muted' }, ` ${e.fromState ?? '·'} → ${e.toState ?? '·'}`) : null),
+                      e.detail && Object.keys(e.detail).length ? h('details', null, h('summary', null, 'detail'), pre(e.detail)) : null,
+                    ),
+                  ),
+                ),
+          ),
+        ),
+      );
+      if (b.state !== 'committed' && b.state !== 'failed' && !stopped) timer = window.setTimeout(() => void load(), 3000);
+    } catch (err) {
+      if (!stopped) showError(box, err);
+    }
+  }
+  void load();
+  return () => {
+    stopped = true;
+    window.clearTimeout(timer);
+    clear(box);
+  };
+}

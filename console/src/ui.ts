@@ -1,0 +1,116 @@
+// Shared pieces of the pages: notices, the preview -> confirm step, page headings, status badges.
+import { h, replace, type Child } from './dom';
+import { ApiError } from './api';
+
+export function notice(): HTMLDivElement {
+  return h('div', { class: 'notices', 'aria-live': 'polite' });
+}
+
+export function show(box: HTMLElement, kind: 'ok' | 'error' | 'info', ...message: Child[]): void {
+  replace(box, h('div', { class: `notice ${kind}`, role: kind === 'error' ? 'alert' : 'status' }, ...message));
+}
+
+export function showError(box: HTMLElement, err: unknown): void {
+  show(box, 'error', err instanceof ApiError ? err.describe() : `Unexpected error: ${(err as Error).message ?? String(err)}`);
+}
+
+export function clear(box: HTMLElement): void {
+  box.replaceChildren();
+}
+
+export function pageHead(title: string, ...extra: Child[]): HTMLElement {
+  return h('div', { class: 'page-head' }, h('h1', { id: 'page-title', tabindex: -1 }, title), h('div', { class: 'page-tools' }, ...extra));
+}
+
+export function badge(text: string, tone: 'ok' | 'warn' | 'bad' | 'muted' | 'info'): HTMLSpanElement {
+  return h('span', { class: `badge ${tone}` }, text);
+}
+
+export function empty(text: string): HTMLParagraphElement {
+  return h('p', { class: 'empty' }, text);
+}
+
+// Runs an action from a button: disables it meanwhile, reports errors in `box`.
+export async function busy<T>(button: HTMLButtonElement | null, box: HTMLElement, fn: () => Promise<T>): Promise<T | undefined> {
+  if (button) button.disabled = true;
+  try {
+    return await fn();
+  } catch (err) {
+    showError(box, err);
+    return undefined;
+  } finally {
+    if (button) button.disabled = false;
+  }
+}
+
+// A preview followed by an explicit confirm: `preview` renders what would happen (and returns false when there is
+// nothing to do); the confirm button runs `commit`.
+export function confirmStep(opts: {
+  host: HTMLElement;
+  title: string;
+  preview: Child[];
+  confirmLabel: string;
+  danger?: boolean;
+  onConfirm: (button: HTMLButtonElement) => Promise<void>;
+}): void {
+  const confirm = h('button', { type: 'button', class: opts.danger ? 'danger' : 'primary', 'data-test': 'confirm' }, opts.confirmLabel);
+  const cancel = h('button', { type: 'button', class: 'ghost' }, 'Cancel');
+  const panel = h(
+    'section',
+    { class: 'confirm', 'aria-label': opts.title, role: 'group' },
+    h('h3', null, opts.title),
+    ...opts.preview,
+    h('div', { class: 'actions' }, confirm, cancel),
+  );
+  confirm.addEventListener('click', () => void opts.onConfirm(confirm));
+  cancel.addEventListener('click', () => {
+    opts.host.replaceChildren();
+  });
+  replace(opts.host, panel);
+  confirm.focus();
+}
+
+export function kv(rows: [string, Child][]): HTMLDListElement {
+  return h('dl', { class: 'kv' }, ...rows.map(([k, v]) => [h('dt', null, k), h('dd', null, v ?? '—')]));
+}
+
+export function pre(value: unknown): HTMLPreElement {
+  return h('pre', { class: 'code', tabindex: 0 }, typeof value === 'string' ? value : JSON.stringify(value, null, 2));
+}
+
+export function table(head: string[], rows: Child[][], opts: { caption?: string; className?: string } = {}): HTMLDivElement {
+  return h(
+    'div',
+    { class: 'table-wrap', tabindex: 0, role: 'region', 'aria-label': opts.caption ?? head.join(', ') },
+    h(
+      'table',
+      { class: opts.className ?? '' },
+      opts.caption ? h('caption', null, opts.caption) : null,
+      h('thead', null, h('tr', null, ...head.map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', null, ...rows.map((r) => h('tr', null, ...r.map((c) => h('td', null, c))))),
+    ),
+  );
+}
+
+export function field(label: string, control: HTMLElement, hint?: string): HTMLLabelElement {
+  return h('label', { class: 'field' }, h('span', { class: 'label' }, label), control, hint ? h('span', { class: 'hint' }, hint) : null);
+}
+
+export function select(name: string, options: [string, string][], value: string): HTMLSelectElement {
+  return h('select', { name }, ...options.map(([v, t]) => h('option', { value: v, ...(v === value ? { selected: true } : {}) }, t)));
+}
+
+export function hashParams(): URLSearchParams {
+  const hash = window.location.hash;
+  const i = hash.indexOf('?');
+  return new URLSearchParams(i >= 0 ? hash.slice(i + 1) : '');
+}
+
+export function go(path: string, params?: Record<string, string | undefined>): void {
+  const u = new URLSearchParams();
+  for (const [k, v] of Object.entries(params ?? {})) if (v) u.set(k, v);
+  const s = u.toString();
+  window.location.hash = `#${path}${s ? `?${s}` : ''}`;
+}
+
+export type Cleanup = () => void;

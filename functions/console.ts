@@ -1,0 +1,13 @@
+// HTTP triggers for the ops console (shared/ops/console.ts): its static files under /api/console, and its API
+// (session; the ops API for a browser signed in through App Service authentication) under /api/console-api.
+import type { HttpRequest, HttpResponseInit, InvocationContext } from '@azure/functions';
+import { handleConsoleApi, serveConsoleAsset } from '../shared/ops/console.js';
+import { ops } from './ops.js';
+
+export async function consoleAssets(request: HttpRequest, _context: InvocationContext): Promise<HttpResponseInit> {
+  return serveConsoleAsset(request, request.params.path);
+}
+
+export function consoleApi(request: HttpRequest, context: InvocationContext): Promise<HttpResponseInit> {
+  return handleConsoleApi(request, context, ops);
+}

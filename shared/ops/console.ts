@@ -1,0 +1,243 @@
+// The ops console: a static web app (console/, built by `npm run build:console` into dist/console) served by Keel
+// itself, plus the console's own small API:
+// - GET  /api/console/{*path}           the built assets (anonymous: they hold no data), with a strict CSP.
+// - GET  /api/console-api/session       how this browser may sign in: the ops key, or App Service authentication.
+// - ANY  /api/console-api/ops/{*path}   the ops API for a browser signed in through App Service authentication
+//                                       (Easy Auth): no function key, the same route table, the same operator-role
+//                                       check. Refused unless App Service authentication fronts the app.
+// With the key (locally, or in Azure without App Service authentication) the console calls /api/ops directly.
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { HttpRequest, HttpResponseInit, InvocationContext } from '@azure/functions';
+import { parseClientPrincipal, type ClientPrincipal } from './auth.js';
+import { OpsError, errorResponse, json } from './errors.js';
+import { HttpRequest as HttpRequestClass } from '../host/azureFunctions.js';
+
+export const CONSOLE_CSP = [
+  "default-src 'none'",
+  "script-src 'self'",
+  "style-src 'self'",
+  "img-src 'self' data:",
+  "connect-src 'self'",
+  "font-src 'self'",
+  "manifest-src 'self'",
+  "base-uri 'none'",
+  "form-action 'self'",
+  "frame-ancestors 'none'",
+].join('; ');
+
+export const CONSOLE_HEADERS: Record<string, string> = {
+  'content-security-policy': CONSOLE_CSP,
+  'x-content-type-options': 'nosniff',
+  'referrer-policy': 'no-referrer',
+  'x-frame-options': 'DENY',
+  'cross-origin-opener-policy': 'same-origin',
+  'cross-origin-resource-policy': 'same-origin',
+};
+
+// The header every console API call carries: a cross-site form or <img> cannot send it, and a cross-site fetch
+// that sets it needs a CORS preflight this app never grants, so a signed-in operator's cookie cannot be ridden.
+export const CONSOLE_CSRF_HEADER = 'x-keel-console';
+
+const TYPES: Record<string, string> = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.svg': 'image/svg+xml',
+  '.json': 'application/json; charset=utf-8',
+  '.ico': 'image/x-icon',
+  '.png': 'image/png',
+  '.txt': 'text/plain; charset=utf-8',
+  '.map': 'application/json; charset=utf-8',
+};
+
+function packageRoot(): string {
+  let dir = path.dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    if (existsSync(path.join(dir, 'package.json'))) return dir;
+    const up = path.dirname(dir);
+    if (up === dir) return process.cwd();
+    dir = up;
+  }
+}
+
+// dist/console under the package root (the same for `npm start` from sources and for the deployed dist/);
+// KEEL_CONSOLE_DIR overrides it (tests build into a scratch folder).
+export function consoleDir(env: NodeJS.ProcessEnv = process.env): string {
+  return path.resolve(env.KEEL_CONSOLE_DIR || path.join(packageRoot(), 'dist', 'console'));
+}
+
+function textPage(status: number, title: string, body: string): HttpResponseInit {
+  const esc = (s: string) => s.replace(/[&<>"]/g, (c) => `&${({ '&': 'amp', '<': 'lt', '>': 'gt', '"': 'quot' } as Record<string, string>)[c]};`);
+  return {
+    status,
+    headers: { ...CONSOLE_HEADERS, 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store' },
+    body: `<!doctype html><html lang="en"><meta charset="utf-8"><title>${esc(title)}</title><h1>${esc(title)}</h1><p>${esc(body)}</p></html>`,
+  };
+}
+
+// Serves one file of the built console. `tail` is the catch-all segment below /api/console.
+export function serveConsoleAsset(request: HttpRequest, tail: string | undefined, env: NodeJS.ProcessEnv = process.env): HttpResponseInit {
+  const url = new URL(request.url);
+  // /api/console -> /api/console/: the built page refers to its assets relative to the folder.
+  if ((tail === undefined || tail === '') && !url.pathname.endsWith('/')) {
+    return { status: 308, headers: { ...CONSOLE_HEADERS, location: `${url.pathname}/${url.search}`, 'cache-control': 'no-store' } };
+  }
+  const root = consoleDir(env);
+  const rel = tail && tail !== '' ? tail : 'index.html';
+  let decoded: string;
+  try {
+    decoded = decodeURIComponent(rel);
+  } catch {
+    return textPage(400, 'Bad request', 'The path is not valid percent-encoding.');
+  }
+  const file = path.resolve(root, decoded);
+  if (decoded.includes('\0') || (file !== root && !file.startsWith(root + path.sep))) {
+    return textPage(404, 'Not found', `No console file ${rel}.`);
+  }
+  const index = path.join(root, 'index.html');
+  if (!existsSync(index)) {
+    return textPage(
+      503,
+      'Keel console not built',
+      `The console's files are not in ${root}. Run "npm run build:console" (or "npm run build"), then reload.`,
+    );
+  }
+  let target = file;
+  if (!existsSync(target) || !statSync(target).isFile()) {
+    // Only the page itself falls back; a missing asset is a real 404.
+    if (path.extname(decoded) !== '') return textPage(404, 'Not found', `No console file ${rel}.`);
+    target = index;
+  }
+  const ext = path.extname(target);
+  const hashed = target.startsWith(path.join(root, 'assets') + path.sep);
+  return {
+    status: 200,
+    headers: {
+      ...CONSOLE_HEADERS,
+      'content-type': TYPES[ext] ?? 'application/octet-stream',
+      // Vite puts a content hash in every asset name: cache those for good, never the page.
+      'cache-control': hashed ? 'public, max-age=31536000, immutable' : 'no-cache',
+    },
+    body: readFileSync(target),
+  };
+}
+
+export type PrincipalMode = 'caller' | 'appservice' | 'untrusted';
+
+// Who vouches for x-ms-client-principal here: App Service authentication ('appservice'), nobody in Azure
+// ('untrusted': operator-only calls are refused), or the caller itself on the local host ('caller').
+export function principalMode(env: NodeJS.ProcessEnv = process.env): PrincipalMode {
+  if ((env.WEBSITE_AUTH_ENABLED ?? '').toLowerCase() === 'true') return 'appservice';
+  return env.WEBSITE_SITE_NAME ? 'untrusted' : 'caller';
+}
+
+export interface ConsoleSession {
+  mode: PrincipalMode;
+  signedIn: boolean; // App Service authentication vouched for a principal on this request
+  principal: { name: string | null; roles: string[] } | null;
+  operatorRole: string;
+  loginUrl: string | null;
+  logoutUrl: string | null;
+}
+
+function operatorRole(env: NodeJS.ProcessEnv): string {
+  const r = env.KEEL_OPS_OPERATOR_ROLE?.trim();
+  return r ? r : 'Keel.Operator';
+}
+
+export function consoleSession(request: HttpRequest, env: NodeJS.ProcessEnv = process.env): ConsoleSession {
+  const mode = principalMode(env);
+  let principal: ClientPrincipal | null = null;
+  if (mode === 'appservice') {
+    try {
+      principal = parseClientPrincipal(request.headers.get('x-ms-client-principal'));
+    } catch {
+      principal = null;
+    }
+  }
+  return {
+    mode,
+    signedIn: principal !== null,
+    principal: principal ? { name: principal.name, roles: principal.roles } : null,
+    operatorRole: operatorRole(env),
+    loginUrl: mode === 'appservice' ? '/.auth/login/aad?post_login_redirect_uri=/api/console/' : null,
+    logoutUrl: mode === 'appservice' ? '/.auth/logout?post_logout_redirect_uri=/api/console/' : null,
+  };
+}
+
+// Same-origin checks for the cookie-authenticated proxy: the custom header, and Origin / Sec-Fetch-Site when
+// the browser sends them.
+function checkSameOrigin(request: HttpRequest): void {
+  if (request.headers.get(CONSOLE_CSRF_HEADER) !== '1') {
+    throw new OpsError('forbidden', `console API calls must carry the ${CONSOLE_CSRF_HEADER}: 1 header`);
+  }
+  const site = request.headers.get('sec-fetch-site');
+  if (site && site !== 'same-origin' && site !== 'none') throw new OpsError('forbidden', `cross-site console API call refused (sec-fetch-site: ${site})`);
+  const origin = request.headers.get('origin');
+  if (origin) {
+    const url = new URL(request.url);
+    const host = request.headers.get('x-forwarded-host') ?? request.headers.get('host') ?? url.host;
+    let originHost: string;
+    try {
+      originHost = new URL(origin).host;
+    } catch {
+      throw new OpsError('forbidden', 'unreadable Origin header');
+    }
+    if (originHost !== host) throw new OpsError('forbidden', `cross-origin console API call refused (origin ${origin})`);
+  }
+}
+
+export type OpsInvoker = (request: HttpRequest, context: InvocationContext) => Promise<HttpResponseInit>;
+
+// /api/console-api/{*path}: `session`, or `ops/<ops route>` relayed to the ops handler for a signed-in principal.
+export async function handleConsoleApi(
+  request: HttpRequest,
+  context: InvocationContext,
+  ops: OpsInvoker,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<HttpResponseInit> {
+  const tail = request.params.path ?? '';
+  try {
+    if (tail === 'session') {
+      if (request.method.toUpperCase() !== 'GET') throw new OpsError('method_not_allowed', `${request.method} is not allowed on session`, undefined, { allow: 'GET' });
+      return json(200, consoleSession(request, env));
+    }
+    if (tail !== 'ops' && !tail.startsWith('ops/')) throw new OpsError('not_found', `no console API route ${tail}`);
+    if (principalMode(env) !== 'appservice') {
+      throw new OpsError(
+        'unauthorized',
+        'signing in without a key needs App Service authentication in front of the app (WEBSITE_AUTH_ENABLED=True); use the ops key (docs/operations.md)',
+      );
+    }
+    checkSameOrigin(request);
+    const principal = parseClientPrincipal(request.headers.get('x-ms-client-principal'));
+    if (!principal) throw new OpsError('unauthorized', 'not signed in: sign in through App Service authentication (/.auth/login/aad)');
+    const url = new URL(request.url);
+    const opsTail = tail === 'ops' ? '' : tail.slice('ops/'.length);
+    const headers: Record<string, string> = {};
+    request.headers.forEach((v, k) => {
+      headers[k] = v;
+    });
+    const body = ['GET', 'HEAD'].includes(request.method.toUpperCase()) ? undefined : new Uint8Array(await request.arrayBuffer());
+    const query: Record<string, string> = {};
+    url.searchParams.forEach((v, k) => {
+      query[k] = v;
+    });
+    const relayed = new HttpRequestClass({
+      method: request.method,
+      url: `${url.origin}${url.pathname.replace(/\/console-api\/ops(\/.*)?$/, (_m, rest: string | undefined) => `/ops${rest ?? ''}`)}${url.search}`,
+      headers,
+      query,
+      params: { path: opsTail },
+      ...(body && body.length > 0 ? { body: { bytes: body } } : {}),
+    });
+    context.info(`console: ${request.method} ops/${opsTail} for ${principal.name ?? 'an unnamed principal'}`);
+    return await ops(relayed, context);
+  } catch (err) {
+    if (err instanceof OpsError) return errorResponse(err);
+    context.error(`console API ${tail} failed: ${(err as Error).stack ?? String(err)}`);
+    return errorResponse(new OpsError('internal_error', 'internal error; see the function logs'));
+  }
+}
