@@ -1,0 +1,411 @@
+// The ops console in a real browser: Debian's Chromium driven by playwright-core against the local host (booted
+// in-process by bootLocal, as `npm start` does), with the console built by Vite into a scratch folder.
+// Sign-in with the key; the overview matches GET /api/ops/stats; a dead letter found by search, previewed,
+// resurrected and then archived; a transfer batch's journal timeline; operator-only actions refused without
+// the role (nothing changes); App Service authentication mode (no key, role still enforced); no request leaves
+// localhost; no console errors. Screenshots of every page go to .tmp/console/.
+import { existsSync } from 'node:fs';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Browser, BrowserContext, Page, ConsoleMessage } from 'playwright-core';
+import { createTestDatabase } from '../support/pg.js';
+import { encodeClientPrincipal } from '../../shared/ops/auth.js';
+import type { LocalKeel } from '../../shared/host/boot.js';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const CHROMIUM = process.env.KEEL_CHROMIUM ?? '/usr/bin/chromium';
+const SHOTS = path.join(ROOT, '.tmp', 'console');
+const haveChromium = existsSync(CHROMIUM);
+const QUEUE = 'console-e2e';
+const OTHER = 'console-other';
+const KEY = 'console-e2e-key-0123456789abcdef';
+
+if (!haveChromium) {
+  describe('ops console in Chromium', () => {
+    if (process.env.CI === 'true') {
+      it('needs Chromium under CI', () => {
+        throw new Error(`Chromium not found at ${CHROMIUM}: .ci/run installs it (apt-get install -y chromium)`);
+      });
+    } else {
+      it.skip(`skipped: Chromium not found at ${CHROMIUM} (apt-get install -y chromium, or set KEEL_CHROMIUM)`, () => undefined);
+    }
+  });
+} else {
+  describe('ops console in Chromium', () => {
+    let keel: LocalKeel;
+    let browser: Browser;
+    let context: BrowserContext;
+    let page: Page;
+    let dataDir: string;
+    let base: string;
+    const pools: pg.Pool[] = [];
+    const blocked: string[] = [];
+    const consoleErrors: string[] = [];
+    const refusals: string[] = []; // 401/403 responses the browser saw (each deliberate)
+    const requestUrls: string[] = [];
+    let cancelledId: string;
+    let fatalId: string;
+    let batchId: string;
+
+    async function api(method: string, route: string, body?: unknown, operator = false): Promise<{ status: number; json: any }> {
+      const res = await fetch(`${base}/api/ops${route}`, {
+        method,
+        headers: {
+          'x-functions-key': KEY,
+          'content-type': 'application/json',
+          ...(operator ? { 'x-ms-client-principal': encodeClientPrincipal({ name: 'e2e', roles: ['Keel.Operator'] }) } : {}),
+        },
+        ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+      });
+      return { status: res.status, json: await res.json() };
+    }
+
+    async function until<T>(what: string, probe: () => Promise<T | null | undefined | false>, timeoutMs = 30_000): Promise<T> {
+      const deadline = Date.now() + timeoutMs;
+      while (Date.now() < deadline) {
+        const v = await probe();
+        if (v) return v;
+        await new Promise((r) => setTimeout(r, 200));
+      }
+      throw new Error(`timed out waiting for ${what}`);
+    }
+
+    async function hot(queue: string): Promise<number> {
+      const q = ((await api('GET', '/stats')).json.queues as any[]).find((x) => x.queue === queue);
+      return q ? q.pending + q.fetched + q.processing : -1;
+    }
+
+    function watch(p: Page): void {
+      p.on('console', (m: ConsoleMessage) => {
+        if (m.type() === 'error' || m.type() === 'warning') consoleErrors.push(`${m.type()}: ${m.text()}`);
+      });
+      p.on('pageerror', (err) => consoleErrors.push(`pageerror: ${err.message}`));
+      p.on('request', (r) => requestUrls.push(r.url()));
+      p.on('response', (r) => {
+        if (r.status() === 401 || r.status() === 403) refusals.push(`${r.status()} ${r.request().method()} ${new URL(r.url()).pathname}`);
+      });
+    }
+
+    async function newContext(extraHTTPHeaders?: Record<string, string>, viewport = { width: 1280, height: 900 }): Promise<BrowserContext> {
+      const ctx = await browser.newContext({ viewport, ...(extraHTTPHeaders ? { extraHTTPHeaders } : {}) });
+      await ctx.route('**/*', (route) => {
+        const u = new URL(route.request().url());
+        if (u.hostname === '127.0.0.1' || u.hostname === 'localhost') return route.continue();
+        blocked.push(route.request().url());
+        return route.abort('blockedbyclient');
+      });
+      return ctx;
+    }
+
+    async function shot(p: Page, name: string): Promise<void> {
+      await p.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
+    }
+
+    async function signIn(p: Page, key: string, operator: boolean): Promise<void> {
+      await p.goto(`${base}/api/console`);
+      await p.locator('#key').fill(key);
+      if (operator) await p.locator('#operator').check();
+      await p.getByRole('button', { name: 'Sign in' }).click();
+    }
+
+    beforeAll(async () => {
+      await mkdir(SHOTS, { recursive: true });
+      dataDir = await mkdtemp(path.join(os.tmpdir(), 'keel-console-'));
+      // The console, built exactly as `npm run build:console` does, into a scratch folder the host serves.
+      const outDir = path.join(dataDir, 'console');
+      const { build } = await import('vite');
+      await build({ configFile: path.join(ROOT, 'console', 'vite.config.ts'), logLevel: 'error', build: { outDir, emptyOutDir: true } });
+      process.env.KEEL_CONSOLE_DIR = outDir;
+
+      const url = await createTestDatabase('console');
+      const srcUrl = await createTestDatabase('console_src');
+      const tgtUrl = await createTestDatabase('console_tgt');
+      const ddl = 'create table public.orders (id bigint primary key, customer text not null, amount numeric(12,2) not null)';
+      for (const u of [srcUrl, tgtUrl]) {
+        const p = new pg.Pool({ connectionString: u, max: 1 });
+        pools.push(p);
+        await p.query(ddl);
+      }
+      await pools[0]!.query(`insert into public.orders select n, 'customer-' || (n % 7), n * 1.5 from generate_series(1, 300) n`);
+      Object.assign(process.env, {
+        KEEL_PG_URL: url,
+        KEEL_OPS_KEY: KEY,
+        KEEL_AZURITE_PORT: '0',
+        KEEL_DEMO_HANDLERS: 'true',
+        KEEL_DISPATCH_SCHEDULE: '*/1 * * * * *',
+        KEEL_DISPATCH_BUDGET_MS: '800',
+        KEEL_MAINTENANCE_SCHEDULE: '*/2 * * * * *',
+        CONSOLE_SRC: srcUrl,
+        CONSOLE_TGT: tgtUrl,
+        KEEL_TRANSFERS: JSON.stringify([
+          {
+            name: 'orders',
+            source: { engine: 'postgres', connectionSetting: 'CONSOLE_SRC', table: 'public.orders' },
+            target: { engine: 'postgres', connectionSetting: 'CONSOLE_TGT', table: 'public.orders' },
+            keyColumns: ['id'],
+            boundary: { column: 'id', kind: 'key' },
+            columns: ['id', 'customer', 'amount'].map((c) => ({ source: c, target: c })),
+            batchSize: 10_000,
+            chunkSize: 100,
+          },
+        ]),
+      });
+      delete process.env.WEBSITE_SITE_NAME;
+      delete process.env.WEBSITE_AUTH_ENABLED;
+      const { bootLocal } = await import('../../shared/host/boot.js');
+      keel = await bootLocal({ dataDir, port: 0, log: () => undefined });
+      base = keel.baseUrl;
+
+      // Jobs: some succeed, one dead-letters (fatal), one is cancelled while it waits (DLQ "cancelled": it runs
+      // fine once resurrected), and a second queue.
+      const enq = await api('POST', '/jobs', {
+        jobs: [
+          { queue: QUEUE, type: 'demo.echo', payload: { message: 'one' } },
+          { queue: QUEUE, type: 'demo.echo', payload: { message: 'two' } },
+          { queue: QUEUE, type: 'demo.fatal', payload: { message: 'bad input' }, tags: ['fatal'] },
+          { queue: QUEUE, type: 'demo.echo', payload: { message: 'resurrect-me' }, delayMs: 3_600_000, tags: ['to-cancel'] },
+          { queue: OTHER, type: 'demo.echo', payload: { message: 'other' } },
+        ],
+      });
+      expect(enq.status).toBe(201);
+      const ids = (enq.json.jobs as { id: string }[]).map((j) => j.id);
+      fatalId = ids[2]!;
+      cancelledId = ids[3]!;
+      expect((await api('POST', `/jobs/${cancelledId}/cancel`, {}, true)).json.result).toBe('cancelled');
+      await until('the jobs to finish', async () => (await hot(QUEUE)) === 0 && (await hot(OTHER)) === 0);
+      expect((await api('GET', `/jobs/${fatalId}`)).json.location).toBe('dlq');
+
+      const started = await api('POST', '/transfers/orders/start', {});
+      expect(started.status).toBe(202);
+      batchId = started.json.batch.batchId;
+      await until('the batch to commit', async () => (await api('GET', `/transfers/batches/${batchId}`)).json.state === 'committed', 60_000);
+
+      browser = await (await import('playwright-core')).chromium.launch({
+        executablePath: CHROMIUM,
+        headless: true,
+        args: ['--no-sandbox', '--headless', '--disable-background-networking', '--disable-component-update', '--disable-gpu', '--no-first-run', '--disable-sync', '--disable-quic'],
+      });
+      context = await newContext();
+      page = await context.newPage();
+      watch(page);
+    }, 180_000);
+
+    afterAll(async () => {
+      await browser?.close();
+      await keel?.stop();
+      for (const p of pools) await p.end();
+      if (dataDir) await rm(dataDir, { recursive: true, force: true });
+    });
+
+    it('serves the console with a strict CSP; a wrong key is refused, the right one signs in and never goes into a URL', async () => {
+      const res = await page.goto(`${base}/api/console`);
+      expect(new URL(page.url()).pathname).toBe('/api/console/');
+      const csp = res!.headers()['content-security-policy']!;
+      expect(csp).toContain("script-src 'self'");
+      expect(csp).not.toContain('unsafe-inline');
+      await page.locator('#key').waitFor();
+      await shot(page, 'signin');
+      await page.locator('#key').fill('not-the-key');
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await page.getByRole('alert').filter({ hasText: 'that key was refused' }).waitFor();
+      await page.locator('#key').fill(KEY);
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await page.getByRole('navigation', { name: 'Console sections' }).waitFor();
+      expect(await page.locator('[data-test=identity]').textContent()).toContain('no operator role');
+      expect(await page.evaluate(() => sessionStorage.getItem('keel.console.key'))).toBe(KEY);
+      expect(requestUrls.filter((u) => u.includes(KEY))).toEqual([]);
+    });
+
+    it('overview: every queue with the counts of GET /api/ops/stats, the outcome chart and health', async () => {
+      await page.goto(`${base}/api/console/#/`);
+      const table = page.locator('table.queues-table');
+      await table.waitFor();
+      const stats = (await api('GET', '/stats')).json;
+      const rows = await table.locator('tbody tr').evaluateAll((trs) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent?.trim() ?? '')));
+      expect(rows.map((r) => r[0]).sort()).toEqual((stats.queues as any[]).map((q) => q.queue).sort());
+      for (const q of stats.queues as any[]) {
+        const r = rows.find((x) => x[0] === q.queue)!;
+        // queue, state, pending, due, processing, DLQ, lag, concurrency, attempts, succeeded, failed, retried
+        expect([r[2], r[3], r[4], r[5], r[9], r[10], r[11]]).toEqual(
+          [q.pending, q.due, q.fetched + q.processing, q.dlq, q.succeeded, q.failed, q.retried].map((n: number) => n.toLocaleString('en-US')),
+        );
+      }
+      expect(await page.locator('[data-total=succeeded]').textContent()).toBe(String(stats.totals.succeeded));
+      expect(await page.locator('[data-total="in DLQ"]').textContent()).toBe(String(stats.totals.dlq));
+      await page.locator('svg.chart rect.bar.ok').first().waitFor();
+      const legend = await page.locator('.legend').textContent();
+      expect(legend).toContain(`succeeded ${stats.totals.succeeded}`);
+      expect(legend).toContain(`failed ${stats.totals.failed} (`);
+      await page.getByRole('button', { name: 'Last day' }).click();
+      await page.getByRole('heading', { name: /Last day/ }).waitFor();
+      expect(await page.locator('.health').textContent()).toContain('reachable');
+      await shot(page, 'overview');
+
+      // Phone width: nothing wider than the screen (tables scroll inside their own box).
+      const phone = await newContext(undefined, { width: 390, height: 844 });
+      const p2 = await phone.newPage();
+      watch(p2);
+      await p2.goto(`${base}/api/console/`);
+      await p2.evaluate((k) => sessionStorage.setItem('keel.console.key', k), KEY);
+      await p2.reload();
+      await p2.locator('table.queues-table').waitFor();
+      expect(await p2.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+      await shot(p2, 'overview-phone');
+      await phone.close();
+    });
+
+    it('an operator-only action without the role shows the refusal and changes nothing', async () => {
+      const dlqBefore = (await api('GET', '/stats')).json.totals.dlq;
+      await page.goto(`${base}/api/console/#/queues`);
+      await page.locator(`[data-test="toggle-${QUEUE}"]`).click();
+      const alert = page.getByRole('alert');
+      await alert.filter({ hasText: 'Refused (403' }).waitFor();
+      expect(await alert.textContent()).toContain('Keel.Operator');
+      expect((await api('GET', `/queues/${QUEUE}`)).json.paused).toBe(false);
+      await shot(page, 'queues-refused');
+
+      await page.goto(`${base}/api/console/#/dlq`);
+      await page.locator('[data-test=preview-resurrect]').click();
+      await page.getByRole('alert').filter({ hasText: 'Refused (403' }).waitFor();
+      expect((await api('GET', '/stats')).json.totals.dlq).toBe(dlqBefore);
+      expect(refusals.filter((r) => r.startsWith('403'))).toEqual([`403 POST /api/ops/queues/${QUEUE}/pause`, '403 POST /api/ops/dlq/resurrect']);
+    });
+
+    it('a dead-lettered job is found by search, previewed, resurrected and then appears archived', async () => {
+      await page.getByRole('button', { name: 'Sign out' }).click();
+      await signIn(page, KEY, true);
+      await page.locator('[data-test=identity]').filter({ hasText: 'sends Keel.Operator' }).waitFor();
+
+      // Search the DLQ by text.
+      await page.goto(`${base}/api/console/#/jobs`);
+      await page.locator('select[name=location]').selectOption('dlq');
+      await page.locator('input[name=text]').fill('resurrect-me');
+      await page.getByRole('button', { name: 'Search' }).click();
+      const link = page.locator('table.jobs-table a', { hasText: cancelledId });
+      await link.waitFor();
+      expect(await page.locator('table.jobs-table tbody tr').count()).toBe(1);
+      await shot(page, 'jobs-dlq-search');
+      await link.click();
+      await page.getByRole('heading', { name: `Job ${cancelledId}` }).waitFor();
+      expect(await page.locator('.kv').textContent()).toContain('DLQ · cancelled');
+      await shot(page, 'job-detail-dlq');
+
+      // Dead letters: grouped by reason and type; resurrect the "cancelled" group through preview -> confirm.
+      await page.goto(`${base}/api/console/#/dlq?queue=${QUEUE}`);
+      const groups = page.locator('section[aria-labelledby=groups-h] tbody tr');
+      await groups.first().waitFor();
+      const groupRows = await groups.evaluateAll((trs) => trs.map((tr) => [...tr.querySelectorAll('td')].slice(0, 3).map((td) => td.textContent)));
+      expect(groupRows.sort()).toEqual([['cancelled', 'demo.echo', '1'], ['fatal', 'demo.fatal', '1']]);
+      await groups.filter({ hasText: 'cancelled' }).getByRole('button', { name: 'Resurrect group…' }).click();
+      const preview = page.locator('[data-test=preview-count]');
+      await preview.waitFor();
+      expect(await preview.textContent()).toContain('1 job matches');
+      expect(await page.locator('.confirm .sample').textContent()).toContain(cancelledId);
+      expect((await api('GET', `/jobs/${cancelledId}`)).json.location).toBe('dlq'); // a preview changes nothing
+      await shot(page, 'dlq-preview');
+      await page.locator('[data-test=confirm]').click();
+      await page.locator('[data-test=result]').filter({ hasText: 'Resurrected 1 job' }).waitFor();
+      await shot(page, 'dlq-resurrected');
+
+      await until('the resurrected job to be archived', async () => (await api('GET', `/jobs/${cancelledId}`)).json.location === 'archive');
+      await page.goto(`${base}/api/console/#/jobs?location=archive&text=resurrect-me`);
+      const row = page.locator('table.jobs-table tbody tr', { hasText: cancelledId });
+      await row.waitFor();
+      expect(await row.textContent()).toContain('succeeded');
+      await shot(page, 'jobs-archive');
+    });
+
+    it("a transfer batch's detail shows its state, next action and journal timeline", async () => {
+      await page.goto(`${base}/api/console/#/transfers`);
+      await page.locator('[data-test="start-orders"]').waitFor();
+      const link = page.locator('table.batches-table a', { hasText: batchId.slice(0, 8) });
+      await link.waitFor();
+      await shot(page, 'transfers');
+      await link.click();
+      await page.locator('[data-test=timeline]').waitFor();
+      const batch = (await api('GET', `/transfers/batches/${batchId}`)).json;
+      expect(await page.locator('[data-test=state-words]').textContent()).toBe('Committed on the target');
+      expect(await page.locator('.next-action').textContent()).toContain(batch.nextAction);
+      const events = await page.locator('[data-test=timeline] .ev-name').allTextContents();
+      expect(events).toEqual((batch.events as any[]).map((e) => e.event));
+      expect(events.length).toBeGreaterThan(2);
+      expect(await page.getByRole('button', { name: 'Resume' }).isDisabled()).toBe(true);
+      await shot(page, 'batch');
+    });
+
+    it('queues: limits with the validation message of the API, then pause and resume as operator', async () => {
+      await page.goto(`${base}/api/console/#/queues`);
+      const row = page.locator('table.queues-table tbody tr', { hasText: QUEUE });
+      await row.getByRole('button', { name: 'Limits…' }).click();
+      await page.locator('input[name=maxAttempts]').fill('0');
+      await page.getByRole('button', { name: 'Save' }).click();
+      const alert = page.getByRole('alert').filter({ hasText: 'maxAttempts' });
+      await alert.waitFor();
+      expect(await alert.textContent()).toMatch(/Invalid \(400 invalid_request\) — maxAttempts/);
+      expect(await page.locator('input[name=maxAttempts]').getAttribute('aria-invalid')).toBe('true');
+      await shot(page, 'queues-validation');
+      await page.locator('input[name=maxAttempts]').fill('7');
+      await page.getByRole('button', { name: 'Save' }).click();
+      await page.getByRole('status').filter({ hasText: 'saved: maxAttempts' }).waitFor();
+      expect((await api('GET', `/queues/${QUEUE}`)).json.maxAttempts).toBe(7);
+
+      await page.locator(`[data-test="toggle-${QUEUE}"]`).click();
+      await page.getByRole('status').filter({ hasText: 'paused' }).waitFor();
+      expect((await api('GET', `/queues/${QUEUE}`)).json.paused).toBe(true);
+      await shot(page, 'queues');
+      await page.locator(`[data-test="toggle-${QUEUE}"]`, { hasText: 'Resume' }).click();
+      await page.getByRole('status').filter({ hasText: 'resumed' }).waitFor();
+      expect((await api('GET', `/queues/${QUEUE}`)).json.paused).toBe(false);
+    });
+
+    it('behind App Service authentication: signing in is enough (no key), and the operator role is still enforced', async () => {
+      process.env.WEBSITE_SITE_NAME = 'keel-console-e2e';
+      process.env.WEBSITE_AUTH_ENABLED = 'True';
+      const before = refusals.length;
+      try {
+        // Stands in for App Service authentication, which sets this header on every request it fronts.
+        const ctx = await newContext({ 'x-ms-client-principal': encodeClientPrincipal({ name: 'alice@contoso.example', roles: [] }) });
+        const p = await ctx.newPage();
+        watch(p);
+        await p.goto(`${base}/api/console/`);
+        await p.locator('[data-test=identity]').filter({ hasText: 'alice@contoso.example · read-only' }).waitFor();
+        expect(await p.locator('#key').count()).toBe(0);
+        await p.locator('table.queues-table').waitFor();
+        await shot(p, 'overview-entra');
+        await p.goto(`${base}/api/console/#/queues`);
+        await p.locator(`[data-test="toggle-${QUEUE}"]`).click();
+        await p.getByRole('alert').filter({ hasText: 'Refused (403' }).waitFor();
+        expect((await api('GET', `/queues/${QUEUE}`)).json.paused).toBe(false);
+        expect(refusals.slice(before)).toEqual([`403 POST /api/console-api/ops/queues/${QUEUE}/pause`]);
+        await ctx.close();
+
+        const op = await newContext({ 'x-ms-client-principal': encodeClientPrincipal({ name: 'bob@contoso.example', roles: ['Keel.Operator'] }) });
+        const p3 = await op.newPage();
+        watch(p3);
+        await p3.goto(`${base}/api/console/#/queues`);
+        await p3.locator(`[data-test="toggle-${QUEUE}"]`).click();
+        await p3.getByRole('status').filter({ hasText: 'paused' }).waitFor();
+        expect((await api('GET', `/queues/${QUEUE}`)).json.paused).toBe(true);
+        await p3.locator(`[data-test="toggle-${QUEUE}"]`, { hasText: 'Resume' }).click();
+        await p3.getByRole('status').filter({ hasText: 'resumed' }).waitFor();
+        await op.close();
+      } finally {
+        delete process.env.WEBSITE_SITE_NAME;
+        delete process.env.WEBSITE_AUTH_ENABLED;
+      }
+    });
+
+    it('no request left localhost, and the console logged no errors beyond the deliberate refusals', () => {
+      expect(blocked).toEqual([]);
+      expect(requestUrls.length).toBeGreaterThan(20);
+      expect(requestUrls.filter((u) => !u.startsWith(base) && !u.startsWith('data:'))).toEqual([]);
+      // Chromium logs every 4xx answer to fetch as "Failed to load resource"; those are the refusals above.
+      const unexpected = consoleErrors.filter((e) => !/^error: Failed to load resource: the server responded with a status of (400|401|403)/.test(e));
+      expect(unexpected).toEqual([]);
+    });
+  });
+}
