@@ -36,15 +36,13 @@ export function slotsOf(buckets: Bucket[], windowMinutes: number, slotMinutes: n
 }
 
 const W = 720;
-const H = 180;
-const PAD = { l: 40, r: 8, t: 10, b: 22 };
+const H = 160;
 
-export function barChart(slots: Slot[], label: string): SVGElement {
+// The bars are drawn in a stretched SVG; the labels are HTML, so they stay readable at any width.
+export function barChart(slots: Slot[], label: string, windowMinutes: number): HTMLElement {
   const max = Math.max(1, ...slots.map((x) => x.succeeded + x.failed + x.zombie));
-  const iw = W - PAD.l - PAD.r;
-  const ih = H - PAD.t - PAD.b;
-  const bw = iw / Math.max(1, slots.length);
-  const y = (v: number) => PAD.t + ih - (v / max) * ih;
+  const bw = W / Math.max(1, slots.length);
+  const y = (v: number) => H - (v / max) * H;
   const bars: SVGElement[] = [];
   slots.forEach((slot, i) => {
     let base = 0;
@@ -56,26 +54,29 @@ export function barChart(slots: Slot[], label: string): SVGElement {
       bars.push(
         s(
           'rect',
-          { class: `bar ${cls}`, x: (PAD.l + i * bw + 0.5).toFixed(1), y: y1.toFixed(1), width: Math.max(1, bw - 1).toFixed(1), height: Math.max(0.5, y0 - y1).toFixed(1) },
-          s('title', null, `${new Date(slot.start).toLocaleTimeString()}: ${v} ${key}`),
+          { class: `bar ${cls}`, x: (i * bw + 0.5).toFixed(1), y: y1.toFixed(1), width: Math.max(1, bw - 1).toFixed(1), height: Math.max(0.5, y0 - y1).toFixed(1) },
+          s('title', null, `${new Date(slot.start).toLocaleString()}: ${v} ${key}`),
         ),
       );
       base += v;
     }
   });
-  const t0 = slots[0]?.start;
-  const t1 = slots.length ? slots[slots.length - 1]!.start : undefined;
-  const tick = (t: number | undefined) => (t === undefined ? '' : new Date(t).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' }));
-  return s(
-    'svg',
-    { viewBox: `0 0 ${W} ${H}`, class: 'chart', role: 'img', 'aria-label': label, preserveAspectRatio: 'none' },
-    s('line', { class: 'axis', x1: PAD.l, y1: PAD.t + ih, x2: W - PAD.r, y2: PAD.t + ih }),
-    s('line', { class: 'grid', x1: PAD.l, y1: PAD.t, x2: W - PAD.r, y2: PAD.t }),
-    s('text', { class: 'tick', x: PAD.l - 4, y: PAD.t + 4, 'text-anchor': 'end' }, String(max)),
-    s('text', { class: 'tick', x: PAD.l - 4, y: PAD.t + ih, 'text-anchor': 'end' }, '0'),
-    s('text', { class: 'tick', x: PAD.l, y: H - 4 }, tick(t0)),
-    s('text', { class: 'tick', x: W - PAD.r, y: H - 4, 'text-anchor': 'end' }, tick(t1)),
-    ...bars,
+  const first = slots[0]?.start ?? Date.now();
+  const startText = windowMinutes > 60
+    ? new Date(first).toLocaleString([], { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit' })
+    : new Date(first).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+  return h(
+    'figure',
+    { class: 'chart-frame' },
+    h('div', { class: 'chart-y', 'aria-hidden': 'true' }, h('span', null, `${max} per slot`)),
+    s(
+      'svg',
+      { viewBox: `0 0 ${W} ${H}`, class: 'chart', role: 'img', 'aria-label': label, preserveAspectRatio: 'none' },
+      s('line', { class: 'grid', x1: 0, y1: 0.5, x2: W, y2: 0.5 }),
+      s('line', { class: 'axis', x1: 0, y1: H - 0.5, x2: W, y2: H - 0.5 }),
+      ...bars,
+    ),
+    h('div', { class: 'chart-x', 'aria-hidden': 'true' }, h('span', null, startText), h('span', null, 'now')),
   );
 }
 

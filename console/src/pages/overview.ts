@@ -135,7 +135,7 @@ export function overviewPage(main: HTMLElement): Cleanup {
       h('div', { class: 'card-head' }, h('h2', { id: 'chart-h' }, `Outcomes — ${label}`), h('div', { class: 'segs', role: 'group', 'aria-label': 'Chart window' }, hour, day)),
       buckets.length === 0
         ? empty(`No job finished in the ${windowMinutes === 60 ? 'last hour' : 'last day'}.`)
-        : [barChart(slots, `Jobs succeeded, failed and zombie, ${label}`), legend(slots, reasons)],
+        : [barChart(slots, `Jobs succeeded, failed and zombie, ${label}`, windowMinutes), legend(slots, reasons)],
       h('p', { class: 'hint' }, `From the per-minute metric buckets (GET /api/ops/metrics). Retries are counted per queue (table above), not bucketed. ${fmtTime(new Date().toISOString())}`),
     );
     replace(body, h('div', { class: 'grid-2' }, healthCard, totals), chartBox, queuesCard);

@@ -1,0 +1,173 @@
+// The console's HTTP surface without a browser: static files (CSP, caching, traversal, missing build), the session
+// endpoint per access mode, and the App Service authentication relay to the ops API (refusals and what it relays).
+import { mkdtemp, mkdir, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { HttpRequest, HttpResponseInit } from '@azure/functions';
+import { HttpRequest as Req, InvocationContext } from '../../shared/host/azureFunctions.js';
+import { CONSOLE_CSP, consoleSession, handleConsoleApi, principalMode, serveConsoleAsset } from '../../shared/ops/console.js';
+import { encodeClientPrincipal } from '../../shared/ops/auth.js';
+import { definitions } from '../../functions/definitions.js';
+
+let dir: string;
+const ctx = () => new InvocationContext({ invocationId: 'test', functionName: 'console', logHandler: () => undefined });
+const EASY_AUTH = { WEBSITE_SITE_NAME: 'keel-app', WEBSITE_AUTH_ENABLED: 'True' };
+const ALICE = encodeClientPrincipal({ name: 'alice', roles: [] });
+
+function req(method: string, url: string, opts: { headers?: Record<string, string>; params?: Record<string, string>; body?: string } = {}): HttpRequest {
+  return new Req({
+    method,
+    url,
+    headers: opts.headers ?? {},
+    params: opts.params ?? {},
+    ...(opts.body !== undefined ? { body: { string: opts.body } } : {}),
+  });
+}
+
+function text(res: HttpResponseInit): string {
+  return Buffer.isBuffer(res.body) ? res.body.toString('utf8') : String(res.body ?? '');
+}
+
+beforeAll(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'keel-console-assets-'));
+  await mkdir(path.join(dir, 'assets'));
+  await writeFile(path.join(dir, 'index.html'), '<!doctype html><title>console</title>');
+  await writeFile(path.join(dir, 'assets', 'index-abc123.js'), 'console.log(1)');
+  await writeFile(path.join(dir, '..', 'secret.txt'), 'not for you').catch(() => undefined);
+});
+
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+describe('console: static files', () => {
+  const env = () => ({ KEEL_CONSOLE_DIR: dir });
+
+  it('is registered as two anonymous HTTP functions outside the reserved admin route', () => {
+    const http = definitions.filter((d) => d.kind === 'http' && d.name.startsWith('console'));
+    expect(http.map((d) => [d.name, d.kind === 'http' ? d.route : '', d.kind === 'http' ? d.authLevel : ''])).toEqual([
+      ['console', 'console/{*path}', 'anonymous'],
+      ['consoleApi', 'console-api/{*path}', 'anonymous'],
+    ]);
+  });
+
+  it('redirects /api/console to the folder, then serves the page with a strict CSP and no caching', () => {
+    const r = serveConsoleAsset(req('GET', 'http://h/api/console'), undefined, env());
+    expect(r.status).toBe(308);
+    expect((r.headers as Record<string, string>).location).toBe('/api/console/');
+    const page = serveConsoleAsset(req('GET', 'http://h/api/console/'), '', env());
+    const headers = page.headers as Record<string, string>;
+    expect(page.status).toBe(200);
+    expect(text(page)).toContain('<title>console</title>');
+    expect(headers['content-security-policy']).toBe(CONSOLE_CSP);
+    expect(CONSOLE_CSP).toContain("default-src 'none'");
+    expect(CONSOLE_CSP).toContain("connect-src 'self'");
+    expect(CONSOLE_CSP).not.toMatch(/unsafe-inline|unsafe-eval|https?:/);
+    expect(headers['x-frame-options']).toBe('DENY');
+    expect(headers['cache-control']).toBe('no-cache');
+  });
+
+  it('serves hashed assets as immutable, with their type', () => {
+    const r = serveConsoleAsset(req('GET', 'http://h/api/console/assets/index-abc123.js'), 'assets/index-abc123.js', env());
+    expect(r.status).toBe(200);
+    expect((r.headers as Record<string, string>)['content-type']).toBe('text/javascript; charset=utf-8');
+    expect((r.headers as Record<string, string>)['cache-control']).toContain('immutable');
+  });
+
+  it('never serves a file outside its folder, and a missing asset is a 404', () => {
+    for (const tail of ['../secret.txt', '..%2Fsecret.txt', '%2e%2e/secret.txt', 'assets/../../secret.txt']) {
+      const r = serveConsoleAsset(req('GET', `http://h/api/console/${tail}`), tail, env());
+      expect(r.status, tail).toBe(404);
+      expect(text(r)).not.toContain('not for you');
+    }
+    expect(serveConsoleAsset(req('GET', 'http://h/api/console/assets/nope.js'), 'assets/nope.js', env()).status).toBe(404);
+    expect(serveConsoleAsset(req('GET', 'http://h/api/console/%E0%A4%A'), '%E0%A4%A', env()).status).toBe(400);
+  });
+
+  it('says how to build the console when it is not built', () => {
+    const r = serveConsoleAsset(req('GET', 'http://h/api/console/'), '', { KEEL_CONSOLE_DIR: path.join(dir, 'missing') });
+    expect(r.status).toBe(503);
+    expect(text(r)).toContain('npm run build:console');
+  });
+});
+
+describe('console: session and access modes', () => {
+  it('locally the key is the way in and the caller states its role', () => {
+    expect(principalMode({})).toBe('caller');
+    const s = consoleSession(req('GET', 'http://h/api/console-api/session', { headers: { 'x-ms-client-principal': ALICE } }), {});
+    expect(s).toMatchObject({ mode: 'caller', signedIn: false, principal: null, operatorRole: 'Keel.Operator', loginUrl: null });
+  });
+
+  it('in Azure without App Service authentication the principal header is not believed', () => {
+    expect(principalMode({ WEBSITE_SITE_NAME: 'keel-app' })).toBe('untrusted');
+    const s = consoleSession(req('GET', 'http://h/x', { headers: { 'x-ms-client-principal': ALICE } }), { WEBSITE_SITE_NAME: 'keel-app' });
+    expect(s.signedIn).toBe(false);
+  });
+
+  it('behind App Service authentication the signed-in principal is the session', () => {
+    const s = consoleSession(req('GET', 'http://h/x', { headers: { 'x-ms-client-principal': encodeClientPrincipal({ name: 'bob', roles: ['Keel.Operator'] }) } }), {
+      ...EASY_AUTH,
+      KEEL_OPS_OPERATOR_ROLE: 'Ops.Admin',
+    });
+    expect(s).toMatchObject({ mode: 'appservice', signedIn: true, principal: { name: 'bob', roles: ['Keel.Operator'] }, operatorRole: 'Ops.Admin' });
+    expect(s.loginUrl).toContain('/.auth/login/aad');
+    const anonymous = consoleSession(req('GET', 'http://h/x'), EASY_AUTH);
+    expect(anonymous).toMatchObject({ mode: 'appservice', signedIn: false });
+  });
+});
+
+describe('console: the ops API for App Service authentication sign-in', () => {
+  const relayed: HttpRequest[] = [];
+  const fakeOps = async (r: HttpRequest): Promise<HttpResponseInit> => {
+    relayed.push(r);
+    return { status: 200, jsonBody: { ok: true } };
+  };
+  const call = (method: string, tail: string, headers: Record<string, string>, env: NodeJS.ProcessEnv, body?: string, search = '') =>
+    handleConsoleApi(req(method, `http://app.example/api/console-api/${tail}${search}`, { headers: { host: 'app.example', ...headers }, params: { path: tail }, ...(body ? { body } : {}) }), ctx(), fakeOps, env);
+
+  it('is refused without App Service authentication: the key is the only way in then', async () => {
+    for (const env of [{}, { WEBSITE_SITE_NAME: 'keel-app' }]) {
+      const r = await call('GET', 'ops/stats', { 'x-keel-console': '1', 'x-ms-client-principal': ALICE }, env);
+      expect(r.status).toBe(401);
+      expect((r.jsonBody as { message: string }).message).toContain('WEBSITE_AUTH_ENABLED');
+    }
+    expect(relayed).toEqual([]);
+  });
+
+  it('needs a signed-in principal, the console header and the same origin', async () => {
+    expect((await call('GET', 'ops/stats', { 'x-keel-console': '1' }, EASY_AUTH)).status).toBe(401);
+    expect((await call('GET', 'ops/stats', { 'x-ms-client-principal': ALICE }, EASY_AUTH)).status).toBe(403);
+    const cross = await call('POST', 'ops/queues/q/pause', { 'x-keel-console': '1', 'x-ms-client-principal': ALICE, origin: 'https://evil.example' }, EASY_AUTH, '{}');
+    expect(cross.status).toBe(403);
+    const site = await call('POST', 'ops/queues/q/pause', { 'x-keel-console': '1', 'x-ms-client-principal': ALICE, 'sec-fetch-site': 'cross-site' }, EASY_AUTH, '{}');
+    expect(site.status).toBe(403);
+    expect(relayed).toEqual([]);
+  });
+
+  it('relays method, path, query, body and the principal to the ops handler, which checks the role itself', async () => {
+    const r = await call(
+      'POST',
+      'ops/dlq/resurrect',
+      { 'x-keel-console': '1', 'x-ms-client-principal': ALICE, origin: 'http://app.example', 'content-type': 'application/json' },
+      EASY_AUTH,
+      '{"limit":5}',
+      '?x=1',
+    );
+    expect(r.status).toBe(200);
+    const out = relayed.pop()!;
+    expect(out.method).toBe('POST');
+    expect(out.params.path).toBe('dlq/resurrect');
+    expect(new URL(out.url).pathname).toBe('/api/ops/dlq/resurrect');
+    expect(new URL(out.url).search).toBe('?x=1');
+    expect(out.headers.get('x-ms-client-principal')).toBe(ALICE);
+    expect(await out.json()).toEqual({ limit: 5 });
+  });
+
+  it('serves the session and refuses unknown console routes', async () => {
+    const s = await call('GET', 'session', {}, EASY_AUTH);
+    expect(s.status).toBe(200);
+    expect((await call('POST', 'session', {}, EASY_AUTH)).status).toBe(405);
+    expect((await call('GET', 'nope', {}, EASY_AUTH)).status).toBe(404);
+  });
+});
