@@ -12,7 +12,6 @@ import { fileURLToPath } from 'node:url';
 import type { HttpRequest, HttpResponseInit, InvocationContext } from '@azure/functions';
 import { parseClientPrincipal, type ClientPrincipal } from './auth.js';
 import { OpsError, errorResponse, json } from './errors.js';
-import { HttpRequest as HttpRequestClass } from '../host/azureFunctions.js';
 
 export const CONSOLE_CSP = [
   "default-src 'none'",
@@ -225,6 +224,8 @@ export async function handleConsoleApi(
     url.searchParams.forEach((v, k) => {
       query[k] = v;
     });
+    // Loaded on use: @azure/functions' classes come through a CommonJS default export (shared/host/azureFunctions.ts).
+    const { HttpRequest: HttpRequestClass } = await import('../host/azureFunctions.js');
     const relayed = new HttpRequestClass({
       method: request.method,
       url: `${url.origin}${url.pathname.replace(/\/console-api\/ops(\/.*)?$/, (_m, rest: string | undefined) => `/ops${rest ?? ''}`)}${url.search}`,
