@@ -66,6 +66,7 @@ function statsLine(q: any): string {
 
 try {
   console.log(`Keel demo: local host at ${keel.baseUrl} (ops key ${keel.opsKey})`);
+  console.log(`Console: ${keel.baseUrl}/api/console/ (watch the jobs move while the demo runs)`);
   for (const n of keel.notes) console.log(`  ${n}`);
   const queue = `demo-${Date.now().toString(36)}`;
 
@@ -132,6 +133,7 @@ try {
   }
 
   console.log(`
+Open the console: ${keel.baseUrl}/api/console/   (sign in with the ops key ${keel.opsKey}; tick "Act as operator" to resurrect)
 Explore:
   curl -s -H "x-functions-key: ${keel.opsKey}" ${ops}/stats
   curl -s -H "x-functions-key: ${keel.opsKey}" "${ops}/jobs?location=archive&queue=${queue}"

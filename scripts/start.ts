@@ -18,6 +18,7 @@ Keel local host is running.
 Functions:
 ${keel.host.functions.map((f) => `  ${f.name.padEnd(14)} ${f.kind.padEnd(6)} ${f.detail}`).join('\n')}
 
+Console:   ${keel.baseUrl}/api/console/   (sign in with the ops key below; docs/operations.md)
 Ops API:   ${ops}/health   (OpenAPI: ${ops}/openapi.json)
 Ops key:   ${keel.opsKey}   (stored in ${keel.dataDir}/ops-key; send it as x-functions-key or ?code=)
 Operator:  destructive routes also need x-ms-client-principal with role "${role}", e.g.
