@@ -401,6 +401,18 @@ module alerts 'modules/alerts.bicep' = {
   }
 }
 
+// The "Keel overview" workbook: the console's overview in the portal (docs/runbook.md).
+module workbook 'modules/workbook.bicep' = {
+  scope: rg
+  params: {
+    location: location
+    tags: tags
+    appInsightsId: monitoring.outputs.appInsightsId
+    functionAppName: functionApp.outputs.name
+    alertRulePrefix: 'keel-${prefix}'
+  }
+}
+
 // azd writes these into the environment (.azure/<env>/.env); the post-provision hook uses them.
 output AZURE_LOCATION string = location
 output AZURE_TENANT_ID string = tenant().tenantId
@@ -416,3 +428,4 @@ output KEEL_KEY_VAULT_NAME string = keyVault.outputs.name
 output KEEL_ORACLE_SECRET_NAMES object = oracleSecretNames
 output APPLICATIONINSIGHTS_NAME string = monitoring.outputs.appInsightsName
 output KEEL_ALERT_RULES array = alerts.outputs.alertRuleNames
+output KEEL_WORKBOOK_ID string = workbook.outputs.id
