@@ -169,6 +169,8 @@ if (!haveChromium) {
           { queue: QUEUE, type: 'demo.fatal', payload: { message: 'bad input' }, tags: ['fatal'] },
           { queue: QUEUE, type: 'demo.echo', payload: { message: 'resurrect-me' }, delayMs: 3_600_000, tags: ['to-cancel'] },
           { queue: OTHER, type: 'demo.echo', payload: { message: 'other' } },
+          // Enough archived jobs on one queue for two pages of 20.
+          ...Array.from({ length: 24 }, (_, i) => ({ queue: OTHER, type: 'demo.echo', payload: { message: `page-${i}` } })),
         ],
       });
       expect(enq.status).toBe(201);
@@ -317,6 +319,21 @@ if (!haveChromium) {
       await row.waitFor();
       expect(await row.textContent()).toContain('succeeded');
       await shot(page, 'jobs-archive');
+
+      // Keyset paging: 25 archived jobs on the other queue are 20 + 5, and back.
+      await page.goto(`${base}/api/console/#/jobs?location=archive&queue=${OTHER}&limit=20`);
+      const rowsOf = () => page.locator('table.jobs-table tbody tr');
+      await page.locator('.pager', { hasText: '20 jobs on this page' }).waitFor();
+      const first = await rowsOf().locator('td:first-child').allTextContents();
+      await page.getByRole('button', { name: 'Older →' }).click();
+      await page.locator('.pager', { hasText: '5 jobs on this page' }).waitFor();
+      const second = await rowsOf().locator('td:first-child').allTextContents();
+      expect(new Set([...first, ...second]).size).toBe(25);
+      expect(Math.min(...first.map(Number))).toBeGreaterThan(Math.max(...second.map(Number)));
+      expect(await page.getByRole('button', { name: 'Older →' }).count()).toBe(0);
+      await page.getByRole('button', { name: '← Newer' }).click();
+      await page.locator('.pager', { hasText: '20 jobs on this page' }).waitFor();
+      expect(await rowsOf().locator('td:first-child').allTextContents()).toEqual(first);
     });
 
     it("a transfer batch's detail shows its state, next action and journal timeline", async () => {
@@ -335,6 +352,23 @@ if (!haveChromium) {
       expect(events.length).toBeGreaterThan(2);
       expect(await page.getByRole('button', { name: 'Resume' }).isDisabled()).toBe(true);
       await shot(page, 'batch');
+    });
+
+    it('starts a batch from the browser and follows it to committed', async () => {
+      await pools[0]!.query(`insert into public.orders select n, 'late-' || n, n from generate_series(301, 340) n`);
+      await page.goto(`${base}/api/console/#/transfers`);
+      await page.locator('[data-test="start-orders"]').click();
+      const follow = page.getByRole('link', { name: 'Follow it →' });
+      await follow.waitFor();
+      expect(await page.getByRole('status').textContent()).toContain('40 rows in the manifest');
+      await follow.click();
+      // The detail refreshes itself every 3 s until the batch is committed or failed.
+      await page.locator('[data-test=state-words]', { hasText: 'Committed on the target' }).waitFor({ timeout: 60_000 });
+      const id = page.url().split('/').pop()!;
+      const batch = (await api('GET', `/transfers/batches/${id}`)).json;
+      expect(batch).toMatchObject({ state: 'committed', appliedCount: 40, boundary: { low: '300', high: '340' } });
+      expect(await page.locator('[data-test=timeline] .ev-name').allTextContents()).toEqual((batch.events as any[]).map((e) => e.event));
+      await shot(page, 'batch-started');
     });
 
     it('queues: limits with the validation message of the API, then pause and resume as operator', async () => {
