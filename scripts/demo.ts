@@ -82,11 +82,16 @@ try {
     { queue, type: 'demo.flaky', payload: { failTimes: 9 }, maxAttempts: 2, tags: ['runs-out-of-attempts'] },
     // Not due before it expires: maintenance moves it to the DLQ as 'expired'; resurrected below, it runs.
     { queue, type: 'demo.echo', payload: { message: 'late' }, delayMs: 4000, expiresAt: soon, tags: ['expires'] },
+    // Cancelled while it waits (below): a dead letter left for you to find and resurrect in the console.
+    { queue, type: 'demo.echo', payload: { message: 'resurrect me in the console' }, delayMs: 3_600_000, tags: ['for-the-console'] },
   ];
   const enq = await call('POST', '/jobs', { jobs });
   if (enq.status !== 201) throw new Error(`enqueue failed: ${JSON.stringify(enq.json)}`);
   const ids = (enq.json.jobs as { id: string }[]).map((j) => j.id);
   jobs.forEach((j, i) => console.log(`  job ${ids[i]}: ${j.type} ${JSON.stringify(j.payload)}${j.tags ? ` [${j.tags.join(',')}]` : ''}`));
+  const forConsole = ids[ids.length - 1]!;
+  const cancelled = await call('POST', `/jobs/${forConsole}/cancel`, {}, true);
+  console.log(`  job ${forConsole} cancelled while it waits (${cancelled.json.result}): it stays in the DLQ for the console`);
 
   step('Wait for the queue to drain: queue messages run most jobs, the dispatcher the retries and delays');
   await waitFor('the demo jobs to finish', async () => ((await hotCount(queue)) === 0 ? true : null), 90_000);
@@ -133,7 +138,9 @@ try {
   }
 
   console.log(`
-Open the console: ${keel.baseUrl}/api/console/   (sign in with the ops key ${keel.opsKey}; tick "Act as operator" to resurrect)
+Open the console: ${keel.baseUrl}/api/console/   (sign in with the ops key ${keel.opsKey})
+  Dead letters: job ${forConsole} (cancelled) waits there; select it, "Resurrect selected…", confirm, and find it archived.
+  Tick "Act as operator" at sign-in for pause/resume, limits, cancel, purge and resurrect by filter.
 Explore:
   curl -s -H "x-functions-key: ${keel.opsKey}" ${ops}/stats
   curl -s -H "x-functions-key: ${keel.opsKey}" "${ops}/jobs?location=archive&queue=${queue}"

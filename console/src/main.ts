@@ -175,6 +175,10 @@ setUnauthorizedHandler((message) => {
     signOut();
     signInMessage = `Signed out: ${message}`;
     void render();
+  } else {
+    // The App Service authentication session ended: ask again who this is (the sign-in page if nobody).
+    signInMessage = `Your sign-in has ended: ${message}`;
+    void loadSession().then(() => render());
   }
 });
 

@@ -41,6 +41,10 @@ export function overviewPage(main: HTMLElement): Cleanup {
   }
 
   async function refresh(): Promise<void> {
+    if (document.hidden && body.getAttribute('aria-busy') === 'false') {
+      schedule(); // a hidden tab does not poll; it refreshes when shown again
+      return;
+    }
     try {
       const [health, stats, queues, metrics] = await Promise.all([
         api('GET', 'health', undefined, { allow: [503] }),
@@ -141,9 +145,14 @@ export function overviewPage(main: HTMLElement): Cleanup {
     replace(body, h('div', { class: 'grid-2' }, healthCard, totals), chartBox, queuesCard);
   }
 
+  const onVisible = () => {
+    if (!document.hidden && live.checked) void refresh();
+  };
+  document.addEventListener('visibilitychange', onVisible);
   void refresh();
   return () => {
     stopped = true;
     window.clearTimeout(timer);
+    document.removeEventListener('visibilitychange', onVisible);
   };
 }
