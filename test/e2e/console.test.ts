@@ -247,6 +247,16 @@ if (!haveChromium) {
       expect(await page.locator('.health').textContent()).toContain('reachable');
       await shot(page, 'overview');
 
+      // Keyboard only: Tab reaches the navigation, Enter follows it.
+      let reached = false;
+      for (let i = 0; i < 12 && !reached; i++) {
+        await page.keyboard.press('Tab');
+        reached = await page.evaluate(() => document.activeElement?.textContent === 'Dead letters');
+      }
+      expect(reached).toBe(true);
+      await page.keyboard.press('Enter');
+      await page.getByRole('heading', { name: 'Dead letters' }).waitFor();
+
       // Phone width: nothing wider than the screen (tables scroll inside their own box).
       const phone = await newContext(undefined, { width: 390, height: 844 });
       const p2 = await phone.newPage();
