@@ -255,7 +255,7 @@ if (!haveChromium) {
       }
       expect(reached).toBe(true);
       await page.keyboard.press('Enter');
-      await page.getByRole('heading', { name: 'Dead letters' }).waitFor();
+      await page.getByRole('heading', { name: 'Dead letters', exact: true, level: 1 }).waitFor();
 
       // Phone width: nothing wider than the screen (tables scroll inside their own box).
       const phone = await newContext(undefined, { width: 390, height: 844 });
