@@ -406,6 +406,34 @@ if (!haveChromium) {
       expect((await api('GET', `/queues/${QUEUE}`)).json.paused).toBe(false);
     });
 
+    it("cancels a waiting job from its detail page, and purges dead letters by age through preview and confirm", async () => {
+      const job = (await api('POST', '/jobs', { queue: QUEUE, type: 'demo.echo', payload: { message: 'cancel-me' }, delayMs: 3_600_000 })).json;
+      await page.goto(`${base}/api/console/#/jobs/${job.id}`);
+      await page.getByRole('button', { name: 'Cancel job…' }).click();
+      await page.locator('[data-test=confirm]').click();
+      await page.getByRole('status').filter({ hasText: 'cancelled (now in the DLQ)' }).waitFor();
+      expect((await api('GET', `/jobs/${job.id}`)).json).toMatchObject({ location: 'dlq', reason: 'cancelled' });
+
+      const inDlq = ((await api('GET', `/jobs?location=dlq&queue=${QUEUE}`)).json.items as any[]).map((j) => j.id).sort();
+      expect(inDlq).toEqual([fatalId, job.id].sort());
+      await page.goto(`${base}/api/console/#/dlq?queue=${QUEUE}`);
+      await page.locator('section[aria-labelledby=groups-h] tbody tr').first().waitFor();
+      await page.locator('input[name=olderThan]').fill(await page.evaluate(() => {
+        const d = new Date(Date.now() + 60_000); // the input has minutes only: the next minute covers every row
+        const pad = (n: number) => String(n).padStart(2, '0');
+        return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
+      }));
+      await page.getByRole('button', { name: 'Preview purge' }).click();
+      const confirm = page.locator('.confirm');
+      await confirm.waitFor();
+      expect(await confirm.locator('h3').textContent()).toBe('Delete 2 dead letters for good?');
+      expect(((await api('GET', `/jobs?location=dlq&queue=${QUEUE}`)).json.items as any[]).length).toBe(2); // a preview deletes nothing
+      await page.locator('[data-test=confirm]').click();
+      await page.getByRole('status').filter({ hasText: 'Deleted 2 dead letters' }).waitFor();
+      expect((await api('GET', `/jobs?location=dlq&queue=${QUEUE}`)).json.items).toEqual([]);
+      await shot(page, 'dlq-purged');
+    });
+
     it('behind App Service authentication: signing in is enough (no key), and the operator role is still enforced', async () => {
       process.env.WEBSITE_SITE_NAME = 'keel-console-e2e';
       process.env.WEBSITE_AUTH_ENABLED = 'True';

@@ -107,7 +107,9 @@ export function dlqPage(main: HTMLElement): Cleanup {
   );
   purgeForm.addEventListener('submit', (ev) => {
     ev.preventDefault();
-    const olderThan = localToIso(pOlder.value);
+    // The input has minute precision: a minute still running (or later) means "up to now" (the API refuses the future).
+    const picked = localToIso(pOlder.value);
+    const olderThan = picked && new Date(picked).getTime() > Date.now() ? new Date().toISOString() : picked;
     const qn = pQueue.value.trim() || undefined;
     const btn = ev.submitter instanceof HTMLButtonElement ? ev.submitter : null;
     void busy(btn, box, async () => {
