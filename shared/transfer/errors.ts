@@ -15,7 +15,9 @@ export type TransferErrorCode =
   | 'not_staged'
   | 'invalid_state'
   | 'target_incompatible'
-  | 'unsupported_type';
+  | 'unsupported_type'
+  | 'attempt_fenced' // the target refused an apply attempt that reconcile had ruled out (nothing applied)
+  | 'stream_stalled'; // no staging data moved for KEEL_TRANSFER_STREAM_STALL_MS (retryable)
 
 // Codes that mean "this batch can never succeed as extracted": the batch is marked failed and its window
 // released so that a fresh batch (with a fresh manifest) can cover it.

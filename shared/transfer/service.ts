@@ -6,7 +6,7 @@ import type { TransferConfig } from './config.js';
 import { describeError, isTransferError, TERMINAL_CODES, TransferError } from './errors.js';
 import type { BatchEvent, BatchRecord, TransferJournal } from './journal.js';
 import { describeSchemaDiff } from './schema.js';
-import type { Adapters, BatchState, BatchStatus, RowFeed, SchemaColumn, SourceSchema, StageRequest, Window } from './types.js';
+import { FINAL_FENCE, type Adapters, type BatchState, type BatchStatus, type RowFeed, type SchemaColumn, type SourceSchema, type StageRequest, type Window } from './types.js';
 
 export type { TransferConfig } from './config.js';
 export type { TransferJournal } from './journal.js';
@@ -63,6 +63,11 @@ export interface BatchListFilter {
 }
 
 const OPEN_STATES: readonly BatchState[] = ['extracting', 'staged', 'applying', 'unresolved'];
+// A committed completion on the target always wins: the journal takes it from any state but 'committed'.
+const NOT_COMMITTED: readonly BatchState[] = ['extracting', 'staged', 'applying', 'unresolved', 'failed'];
+
+// What the target said when reconcile asked it ('skipped': nothing to ask; 'error': no answer).
+type Verdict = 'committed' | 'not_applied' | 'blocked' | 'error' | 'skipped';
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
 
 export function statusOf(state: BatchState): BatchStatus {
@@ -203,7 +208,9 @@ export class TransferService {
     };
   }
 
-  // A terminal problem: the batch can never succeed as extracted. Only called when nothing of it is applied.
+  // A terminal problem: the batch can never succeed as extracted. Only called when nothing of it is applied and no
+  // apply of it can commit any more: no apply was ever started (attempts = 0), or the target committed the final
+  // fence (see release()). It releases the window.
   private async fail(b: BatchRecord, from: readonly BatchState[], err: TransferError): Promise<BatchRecord> {
     const moved = await this.journal.transition(b.batchId, from, 'failed', { lastError: err.message, lastErrorCode: err.code, stamp: 'failed_at' }, 'failed', { code: err.code, ...(err.detail ?? {}) });
     this.log('transfer.batch.failed', { batchId: b.batchId, transfer: b.transferName, code: err.code });
@@ -322,7 +329,7 @@ export class TransferService {
       );
       return toView(moved ?? (await this.load(batchId)));
     } catch (err) {
-      if (err instanceof TransferError && TERMINAL_CODES.has(err.code)) return toView(await this.fail(b, ['extracting'], err));
+      if (err instanceof TransferError && TERMINAL_CODES.has(err.code)) return toView(await this.release(b, err, ['extracting']));
       await this.noteError(b, 'stage_error', err);
       throw err;
     }
@@ -348,14 +355,15 @@ export class TransferService {
     if (!claimed) return toView(await this.load(batchId)); // someone else moved it
     try {
       const res = await a.target.apply(req, {
+        attempt: claimed.attempts, // fenced on the target: an attempt that reconcile ruled out fails instead of committing
         onLtxid: async (ltxid) => {
           await this.journal.note(b.batchId, 'ltxid_recorded', { ltxid }, { targetLtxid: ltxid });
         },
       });
-      // The target's own answer is authoritative, also if a concurrent reconcile marked the batch unresolved meanwhile.
+      // The target's own answer is authoritative whenever it arrives, whatever a concurrent reconcile wrote meanwhile.
       const done = await this.journal.transition(
         b.batchId,
-        ['applying', 'unresolved'],
+        NOT_COMMITTED,
         'committed',
         { appliedCount: res.rowCount, stamp: 'committed_at', lastError: null, lastErrorCode: null },
         res.outcome,
@@ -368,7 +376,7 @@ export class TransferService {
       await this.noteError(b, 'apply_error', err);
       const view = await this.reconcile(batchId);
       if (err instanceof TransferError && TERMINAL_CODES.has(err.code) && (view.state === 'staged' || view.state === 'extracting')) {
-        return toView(await this.fail(await this.load(batchId), ['staged', 'extracting'], err));
+        return toView(await this.release(await this.load(batchId), err));
       }
       return view;
     }
@@ -402,27 +410,44 @@ export class TransferService {
     }
   }
 
-  // Reads the durable outcome from the target (completion row; Oracle: also Transaction Guard). A missing
-  // completion row is not proof: the target adapter takes the claim itself with a bounded wait.
+  // Reads the durable outcome from the target (completion row; Oracle: also Transaction Guard) for every batch that
+  // is not committed or failed -- 'staged' too: an apply the journal no longer expects may still have committed. A
+  // missing completion row is not proof: the target adapter takes the claim itself with a bounded wait, and when
+  // it obtains it, commits a fence with the verdict so that no apply of an attempt so far (<= attempts) can commit
+  // afterwards. The verdict is therefore final (docs/transfer.md, "Reconcile and the fence").
   async reconcile(batchId: string): Promise<BatchView> {
-    const b = await this.load(batchId);
-    if (b.state !== 'applying' && b.state !== 'unresolved') return toView(b);
+    return toView((await this.settle(await this.load(batchId), false)).rec);
+  }
+
+  // final: fence every attempt, for good (abandon, and before a window is released).
+  private async settle(b: BatchRecord, final: boolean): Promise<{ rec: BatchRecord; verdict: Verdict }> {
+    if (!OPEN_STATES.includes(b.state)) return { rec: b, verdict: 'skipped' };
+    // Without a manifest nothing was staged, and nothing can have been applied (an apply needs 'staged' first).
+    if (b.rowCount === null || b.checksum === null) return { rec: b, verdict: 'skipped' };
+    // 'extracting' after attempts: reconcile found the staging gone; an apply of those attempts is fenced already.
+    if (b.state === 'extracting' && b.attempts === 0 && !final) return { rec: b, verdict: 'skipped' };
     const t = this.transfer(b.transferName);
+    const fenceThrough = final ? FINAL_FENCE : b.attempts;
+    const open = b.state === 'applying' || b.state === 'unresolved';
     let outcome;
     let a: Adapters;
     try {
       a = await this.connect(t);
-      outcome = await a.target.reconcile(this.request(b, t), t.reconcileWaitMs, b.targetLtxid);
+      outcome = await a.target.reconcile(this.request(b, t), t.reconcileWaitMs, b.targetLtxid, fenceThrough);
     } catch (err) {
       const d = describeError(err);
-      const moved = await this.journal.transition(b.batchId, ['applying', 'unresolved'], 'unresolved', { lastError: `reconcile could not reach a verdict: ${d.message}`, lastErrorCode: d.code }, 'reconcile_error', d);
-      return toView(moved ?? (await this.load(batchId)));
+      if (open) {
+        const moved = await this.journal.transition(b.batchId, ['applying', 'unresolved'], 'unresolved', { lastError: `reconcile could not reach a verdict: ${d.message}`, lastErrorCode: d.code }, 'reconcile_error', d);
+        return { rec: moved ?? (await this.load(b.batchId)), verdict: 'error' };
+      }
+      await this.journal.note(b.batchId, 'reconcile_error', d, { lastError: `reconcile could not reach a verdict: ${d.message}`, lastErrorCode: d.code });
+      return { rec: await this.load(b.batchId), verdict: 'error' };
     }
     if (outcome.outcome === 'committed') {
       const mismatch = outcome.checksum !== b.checksum;
       const moved = await this.journal.transition(
         b.batchId,
-        ['applying', 'unresolved'],
+        NOT_COMMITTED,
         'committed',
         {
           appliedCount: outcome.rowCount,
@@ -431,25 +456,41 @@ export class TransferService {
           lastErrorCode: mismatch ? 'completion_checksum_mismatch' : null,
         },
         'reconciled_committed',
-        { via: outcome.via, rowCount: outcome.rowCount, checksum: outcome.checksum },
+        { via: outcome.via, rowCount: outcome.rowCount, checksum: outcome.checksum, from: b.state },
       );
       await this.purge(a, b);
-      return toView(moved ?? (await this.load(batchId)));
+      return { rec: moved ?? (await this.load(b.batchId)), verdict: 'committed' };
     }
     if (outcome.outcome === 'not_applied') {
       const to: BatchState = outcome.staged ? 'staged' : 'extracting';
-      const moved = await this.journal.transition(b.batchId, ['applying', 'unresolved'], to, {}, 'reconciled_not_applied', { via: outcome.via, staged: outcome.staged });
-      return toView(moved ?? (await this.load(batchId)));
+      const detail = { via: outcome.via, staged: outcome.staged, fencedThrough: fenceThrough };
+      let moved: BatchRecord | null = null;
+      if (open) moved = await this.journal.transition(b.batchId, ['applying', 'unresolved'], to, {}, 'reconciled_not_applied', detail);
+      else if (b.state === 'staged' && !outcome.staged) moved = await this.journal.transition(b.batchId, ['staged'], 'extracting', {}, 'reconciled_not_applied', detail);
+      else if (fenceThrough > 0) await this.journal.note(b.batchId, 'reconciled_not_applied', detail);
+      return { rec: moved ?? (await this.load(b.batchId)), verdict: 'not_applied' };
     }
-    const moved = await this.journal.transition(b.batchId, ['applying', 'unresolved'], 'unresolved', { lastError: outcome.reason, lastErrorCode: 'claim_blocked' }, 'reconciled_blocked', {
+    const moved = await this.journal.transition(b.batchId, ['applying', 'unresolved', 'staged'], 'unresolved', { lastError: outcome.reason, lastErrorCode: 'claim_blocked' }, 'reconciled_blocked', {
       reason: outcome.reason,
     });
-    return toView(moved ?? (await this.load(batchId)));
+    return { rec: moved ?? (await this.load(b.batchId)), verdict: 'blocked' };
+  }
+
+  // Releases the batch's window (state 'failed'), but only once no apply of it can ever commit: when an apply was
+  // started (attempts > 0), the target must first answer "not applied" to a final fence. A committed answer wins
+  // (the batch is committed, not failed); no answer leaves the batch as the fence attempt left it.
+  private async release(b: BatchRecord, err: TransferError, from: readonly BatchState[] = ['extracting', 'staged', 'applying', 'unresolved']): Promise<BatchRecord> {
+    if (b.attempts === 0 && b.state === 'extracting') return this.fail(b, from, err);
+    const { rec, verdict } = await this.settle(b, true);
+    if (verdict !== 'not_applied' && !(verdict === 'skipped' && rec.attempts === 0)) return rec;
+    return this.fail(rec, from, err);
   }
 
   // Maintenance: reconcile batches whose apply outcome is unknown and that nobody touched for olderThanMs.
   async reconcileStale(olderThanMs: number, limit: number): Promise<BatchView[]> {
-    const stale = await this.journal.stale(['applying', 'unresolved'], olderThanMs, limit);
+    // 'staged' too: a batch whose apply committed after a reconcile had moved it back (only possible for an attempt
+    // the journal had not yet started when that reconcile fenced) is found and recorded committed here.
+    const stale = await this.journal.stale(['applying', 'unresolved', 'staged'], olderThanMs, limit);
     const out: BatchView[] = [];
     for (const b of stale) {
       try {
@@ -462,16 +503,13 @@ export class TransferService {
     return out;
   }
 
-  // Operator action: give up on a batch that has not been applied (proven by reconcile), releasing its window.
+  // Operator action: give up on a batch and release its window. Refused (the batch is returned as it is) unless
+  // the target proves it not applied under the final fence: the fence makes every apply of this batch id, also
+  // one still on its way, fail on the target, so the window can never be applied by two batches.
   async abandon(batchId: string, reason: string): Promise<BatchView> {
     const b = await this.load(batchId);
-    if (b.state === 'applying' || b.state === 'unresolved') {
-      const r = await this.reconcile(batchId);
-      if (r.state !== 'staged' && r.state !== 'extracting') return r;
-    }
-    const cur = await this.load(batchId);
-    if (cur.state !== 'staged' && cur.state !== 'extracting') return toView(cur);
-    return toView(await this.fail(cur, ['staged', 'extracting'], new TransferError('invalid_state', `abandoned by operator: ${reason}`)));
+    if (!OPEN_STATES.includes(b.state)) return toView(b);
+    return toView(await this.release(b, new TransferError('invalid_state', `abandoned by operator: ${reason}`)));
   }
 
   async getBatch(batchId: string): Promise<BatchDetail | null> {

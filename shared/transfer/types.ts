@@ -85,18 +85,27 @@ export type ReconcileOutcome =
   | { outcome: 'blocked'; reason: string };
 
 export interface ApplyContext {
+  // The journal's attempt number of this apply (>= 1, incremented durably before the call). The target refuses an
+  // attempt that reconcile has fenced (ruled out), so a "not applied" verdict stays true (docs/transfer.md).
+  attempt: number;
   // Called with the Oracle logical transaction id just before the apply call, so the journal can keep it.
   onLtxid?: (ltxidHex: string) => Promise<void>;
 }
+
+// The fence that rules out every attempt, for good: abandon writes it before it releases a batch's window.
+export const FINAL_FENCE = 2147483647;
 
 export interface TargetAdapter {
   readonly engine: 'postgres' | 'oracle';
   // Checks the target table and mapped columns against the source schema, creates the staging table if needed.
   prepare(schema: SourceSchema): Promise<void>;
   stage(req: StageRequest, feed: RowFeed): Promise<StageResult>;
-  apply(req: StageRequest, ctx?: ApplyContext): Promise<ApplyResult>;
+  // Fails with TransferError 'attempt_fenced' when reconcile ruled this attempt out (nothing applied).
+  apply(req: StageRequest, ctx: ApplyContext): Promise<ApplyResult>;
   // Reads the durable outcome. ltxid: Oracle Transaction Guard id recorded before the apply (hex), if any.
-  reconcile(req: StageRequest, waitMs: number, ltxid: string | null): Promise<ReconcileOutcome>;
+  // fenceThrough: the highest attempt the journal has started (0: none). A 'not_applied' verdict is final for every
+  // attempt <= fenceThrough: the target commits a fence with it, and a late apply of such an attempt fails.
+  reconcile(req: StageRequest, waitMs: number, ltxid: string | null, fenceThrough: number): Promise<ReconcileOutcome>;
   purgeStaged(batchId: string): Promise<void>;
   readonly acceptsPgCopy: boolean;
   // PostgreSQL only: server_version_num (picks keel-pg2 when both sides are 14 or later).

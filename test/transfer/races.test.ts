@@ -43,7 +43,7 @@ describe('races, conflicts and drift', () => {
         schema: { columns: (await svc.getBatch(created.batchId))!.schemaColumns, hash: created.schemaHash },
       };
       // Straight at the target procedure, both at once: the completion row's key serializes them.
-      const results = await Promise.all([a.apply(req), b.apply(req)]);
+      const results = await Promise.all([a.apply(req, { attempt: 1 }), b.apply(req, { attempt: 1 })]);
       expect(results.map((r) => r.outcome).sort()).toEqual(['already_committed', 'applied']);
       expect(results.every((r) => r.rowCount === created.rowCount && r.checksum === created.checksum)).toBe(true);
       // Through the service (two services, as two hosts would): the journal lets one apply call through,

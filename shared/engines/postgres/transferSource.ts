@@ -11,6 +11,8 @@ import type { CopyOutStream, Manifest, SourceAdapter, SourceSchema, Window } fro
 import { PG_CHECKSUM_SETTINGS_SQL, pgCanonical, pgCastFor, pgChecksumQuery, pgLogicalType } from './transferSql.js';
 import { serverVersionNum } from './client.js';
 
+const noop = () => undefined;
+
 export class PostgresTransferSource implements SourceAdapter {
   readonly engine = 'postgres' as const;
   private readonly from: string;
@@ -106,6 +108,7 @@ export class PostgresTransferSource implements SourceAdapter {
     const client = await this.pool.connect();
     const onError = () => undefined; // a connection lost mid-statement also surfaces as an 'error' event
     client.on('error', onError);
+    let failed: Error | undefined;
     try {
       // One statement (one snapshot) for count and checksum, under the fixed output settings.
       const started = performance.now();
@@ -116,11 +119,11 @@ export class PostgresTransferSource implements SourceAdapter {
       this.opts.trace?.('extract.manifest', performance.now() - started);
       return { rowCount: Number(res.rows[0].n), checksum: String(res.rows[0].checksum) };
     } catch (err) {
-      await client.query('rollback').catch(() => undefined);
+      failed = err as Error; // the connection is destroyed: the server ends the read-only transaction
       throw err;
     } finally {
-      client.off('error', onError);
-      client.release();
+      if (!failed) client.off('error', onError);
+      client.release(failed);
     }
   }
 
@@ -144,8 +147,9 @@ export class PostgresTransferSource implements SourceAdapter {
       failed = err as Error;
       throw err;
     } finally {
-      if (failed) await client.query('rollback').catch(() => undefined);
-      else await client.query('rollback').catch(() => undefined); // no-op after commit; ends an abandoned cursor
+      // Failed: the connection is destroyed (a rollback could wait on a connection that stopped answering).
+      // Abandoned by the consumer (no failure): a rollback ends the cursor; it is bounded by the query timeout.
+      if (!failed) await client.query('rollback').catch((e: Error) => (failed = e));
       if (!failed) client.off('error', onError);
       client.release(failed);
     }
@@ -194,6 +198,13 @@ export class PostgresTransferSource implements SourceAdapter {
       const stream = client.query(
         copyTo(`copy (select ${cols.join(', ')} from ${this.from} where ${lowPred}${b} <= current_setting('keel.w_high')::${cast}) to stdout${format === 'binary' ? ' (format binary)' : ''}`),
       );
+      // Listened to from the first moment: the caller attaches its own handling later (a lost connection in between
+      // must not raise an unhandled 'error').
+      stream.on('error', noop);
+      let ended = false; // the COPY delivered its last row and completed
+      stream.once('end', () => {
+        ended = true;
+      });
       let released = false;
       return {
         stream,
@@ -201,18 +212,25 @@ export class PostgresTransferSource implements SourceAdapter {
         release: async (err?: Error) => {
           if (released) return;
           released = true;
-          if (err) {
-            await client.query('rollback').catch(() => undefined);
-      client.release(err);
-          } else {
-            await client.query('commit').catch(() => undefined);
-            client.off('error', onError);
-      client.release();
+          if (err || !ended) {
+            // A COPY that did not finish keeps the connection busy: a rollback would queue behind it (and the session
+            // would sit idle in transaction, holding its snapshot). Destroying the connection ends both at once.
+            stream.destroy();
+            client.release(err ?? new Error('COPY TO STDOUT released before it finished'));
+            return;
           }
+          try {
+            await client.query('commit');
+          } catch (e) {
+            client.release(e as Error);
+            return;
+          }
+          client.off('error', onError);
+          client.release();
         },
       };
     } catch (err) {
-      await client.query('rollback').catch(() => undefined);
+      // Nothing is streaming here, but the connection may be in doubt: destroy rather than wait for a rollback.
       client.release(err as Error);
       throw err;
     }

@@ -5,13 +5,15 @@ import type pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import { once } from 'node:events';
 import { pipeline } from 'node:stream/promises';
+import { Transform } from 'node:stream';
 import { algorithmOf, type CanonicalRow, type LogicalType } from '../../transfer/checksum.js';
 import type { TransferConfig } from '../../transfer/config.js';
 import { resolvedNames } from '../../transfer/config.js';
 import { TransferError } from '../../transfer/errors.js';
 import { quotePg } from '../../transfer/identifiers.js';
 import { mappedColumns } from '../../transfer/schema.js';
-import type { ApplyResult, ReconcileOutcome, RowFeed, SourceSchema, StageRequest, StageResult, TargetAdapter } from '../../transfer/types.js';
+import type { ApplyContext, ApplyResult, CopyOutStream, ReconcileOutcome, RowFeed, SourceSchema, StageRequest, StageResult, TargetAdapter } from '../../transfer/types.js';
+import { DEFAULT_TRANSFER_TIMEOUTS } from '../../transfer/timeouts.js';
 import { PG_CHECKSUM_SETTINGS_SQL, pgChecksumQuery, pgLogicalType } from './transferSql.js';
 import { serverVersionNum } from './client.js';
 
@@ -20,6 +22,7 @@ const KT_CONFLICT = 'KT001';
 const KT_NOT_STAGED = 'KT002';
 const KT_MERGE_COUNT = 'KT003';
 const KT_STAGING_SHAPE = 'KT004';
+const KT_FENCED = 'KT005';
 
 function pgCode(err: unknown): string | undefined {
   const c = (err as { code?: unknown } | null)?.code;
@@ -33,6 +36,33 @@ function copyField(v: string | null, type: LogicalType): string {
   return s.replace(/[\\\t\n\r]/g, (ch) => (ch === '\\' ? '\\\\' : ch === '\t' ? '\\t' : ch === '\n' ? '\\n' : '\\r'));
 }
 
+const noop = () => undefined;
+
+// Fails (retryable TransferError 'stream_stalled') when touch() was not called for ms: no staging data moved.
+function stallGuard(ms: number, batchId: string) {
+  let timer: NodeJS.Timeout | undefined;
+  let fail: (e: Error) => void = noop;
+  const failed = new Promise<never>((_, reject) => {
+    fail = reject;
+  });
+  failed.catch(noop);
+  let stopped = false;
+  // The first touch() starts the clock.
+  const touch = () => {
+    if (stopped) return;
+    clearTimeout(timer);
+    timer = setTimeout(() => fail(new TransferError('stream_stalled', `batch ${batchId}: no staging data moved for ${ms} ms (source or target stopped answering)`)), ms);
+  };
+  return {
+    failed,
+    touch,
+    stop: () => {
+      stopped = true;
+      clearTimeout(timer);
+    },
+  };
+}
+
 export class PostgresTransferTarget implements TargetAdapter {
   readonly engine = 'postgres' as const;
   readonly acceptsPgCopy = true;
@@ -44,7 +74,8 @@ export class PostgresTransferTarget implements TargetAdapter {
   constructor(
     private readonly t: TransferConfig,
     private readonly pool: pg.Pool,
-    private readonly opts: { ownsPool?: boolean; trace?: (phase: string, ms: number) => void } = {},
+    // stallMs: staging fails (retryable) when no data moved for this long (a peer that stopped answering).
+    private readonly opts: { ownsPool?: boolean; trace?: (phase: string, ms: number) => void; stallMs?: number } = {},
   ) {
     const n = resolvedNames(t).targetTable;
     this.targetSchema = n.schema;
@@ -108,9 +139,16 @@ export class PostgresTransferTarget implements TargetAdapter {
     const stg = `keel_transfer.${quotePg(this.stagingTable)}`;
     if (this.targetTypes.size === 0) await this.loadTargetTypes();
     const client = await this.pool.connect();
-    const onError = () => undefined; // a connection lost mid-statement also surfaces as an 'error' event
-    client.on('error', onError);
-    let broken: Error | undefined;
+    let lost: Error | undefined; // the connection reported an error: it is never reused
+    const onError = (e: Error) => {
+      lost ??= e;
+    };
+    client.on('error', onError); // a connection lost mid-statement also surfaces as an 'error' event
+    let broken: Error | undefined; // set: the client is destroyed on release instead of going back to the pool
+    let copyOpen = false; // a COPY FROM STDIN is open: a rollback would queue behind it forever (only destroy ends it)
+    let opening: Promise<CopyOutStream> | undefined; // the source's COPY, while it opens
+    let src: CopyOutStream | undefined;
+    const stall = stallGuard(this.opts.stallMs ?? DEFAULT_TRANSFER_TIMEOUTS.stallMs, req.batchId);
     try {
       await client.query('begin');
       await client.query(PG_CHECKSUM_SETTINGS_SQL);
@@ -138,42 +176,63 @@ export class PostgresTransferTarget implements TargetAdapter {
       // parsing); text otherwise, which converts between compatible types (e.g. integer -> bigint).
       const binary = feed.kind === 'pgcopy' && mapped.every((c) => this.targetTypes.get(c.target)?.toLowerCase() === c.type.toLowerCase());
       const sink = client.query(copyFrom(`copy ${stg} (${columnList}) from stdin${binary ? ' (format binary)' : ''}`));
+      copyOpen = true;
+      stall.touch();
+      // Listened to from the first moment: the connection can die while the source opens or between two chunks
+      // (an 'error' without a listener would crash the process).
+      sink.on('error', noop);
+      const sinkFailed = new Promise<never>((_, reject) => sink.once('error', reject));
+      sinkFailed.catch(noop);
+      const sinkFinished = new Promise<void>((resolve) => sink.once('finish', resolve));
       const keyTargets = new Set(this.targetKeys());
       // Duplicate keys are impossible when the source guarantees unique keys in the COPY's snapshot and the key
       // columns are integers (equal on the target exactly when equal on the source; the staged values are proven
       // equal to the source's by the checksum below, which is then compared before anything is declared staged).
       let keysProvenUnique = false;
       if (feed.kind === 'pgcopy') {
-        const src = await feed.open(binary ? 'binary' : 'text');
+        opening = feed.open(binary ? 'binary' : 'text');
+        src = await Promise.race([opening, sinkFailed, stall.failed]);
+        src.stream.on('error', noop); // the pipeline below reports it; never unhandled
         keysProvenUnique = src.keysUnique === true && mapped.filter((c) => keyTargets.has(c.target)).every((c) => c.logical === 'int');
-        try {
-          await pipeline(src.stream, sink);
-          await src.release();
-        } catch (err) {
-          await src.release(err as Error);
-          throw err;
-        }
+        stall.touch();
+        const moved = pipeline(src.stream, new Transform({ transform: (chunk, _enc, cb) => (stall.touch(), cb(null, chunk)) }), sink);
+        moved.catch(noop);
+        await Promise.race([moved, stall.failed]);
+        copyOpen = false;
+        const s = src;
+        src = undefined;
+        opening = undefined;
+        await s.release();
       } else {
         const types = mapped.map((c) => c.logical);
+        const rows = feed.rows[Symbol.asyncIterator]();
         try {
-          for await (const chunk of feed.rows) {
+          for (;;) {
+            const next = await Promise.race([rows.next(), sinkFailed, stall.failed]);
+            if (next.done) break;
+            stall.touch();
             let buf = '';
-            for (const row of chunk) {
+            for (const row of next.value) {
               for (let i = 0; i < types.length; i++) {
                 if (i > 0) buf += '\t';
                 buf += copyField(row[i] ?? null, types[i]!);
               }
               buf += '\n';
             }
-            if (!sink.write(buf)) await once(sink, 'drain');
+            if (!sink.write(buf)) await Promise.race([once(sink, 'drain'), sinkFailed, stall.failed]);
+            stall.touch();
           }
           sink.end();
-          await once(sink, 'finish');
+          await Promise.race([sinkFinished, sinkFailed, stall.failed]);
+          copyOpen = false;
         } catch (err) {
-          sink.destroy(err as Error);
+          // Ends the source's read (its own cleanup releases its connection); not awaited: a source that stopped
+          // answering must not hold this step.
+          rows.return?.().catch(noop);
           throw err;
         }
       }
+      stall.stop();
 
       lap('stage.copy');
       // The staging table was just filled in this transaction and has no statistics, so the planner would think the
@@ -210,27 +269,40 @@ export class PostgresTransferTarget implements TargetAdapter {
       lap('stage.commit');
       return { outcome: 'staged', rowCount, checksum };
     } catch (err) {
-      if (!(err instanceof TransferError)) broken = err as Error;
-      await client.query('rollback').catch(() => undefined);
+      stall.stop();
+      // A source COPY that opened after we gave up, or that is still streaming: released with the error, which
+      // destroys its connection when the COPY did not finish (never a rollback queued behind it).
+      if (opening && !src) opening.then((s) => s.release(err as Error), noop).catch(noop);
+      if (src) await src.release(err as Error).catch(noop);
+      if (copyOpen || lost || !(err instanceof TransferError)) {
+        // The COPY FROM STDIN is still open, or the connection is in doubt: destroying the connection ends the
+        // server's transaction (and its COPY) at once; a rollback could wait forever behind the COPY.
+        broken = err as Error;
+      } else {
+        await client.query('rollback').catch((e: Error) => {
+          broken = e;
+        });
+      }
       throw err;
     } finally {
-      if (!broken) client.off('error', onError);
-      client.release(broken);
+      if (!broken && !lost) client.off('error', onError);
+      client.release(broken ?? lost);
     }
   }
 
-  async apply(req: StageRequest): Promise<ApplyResult> {
+  async apply(req: StageRequest, ctx: ApplyContext): Promise<ApplyResult> {
     const mapped = mappedColumns(this.t, req.schema);
     const started = performance.now();
     try {
       const res = await this.pool.query(
-        `select outcome, row_count::text as row_count, checksum from keel_transfer.apply_batch($1, $2, $3, $4, $5, $6::text[], $7::text[], $8, $9)`,
-        [req.batchId, req.transfer, this.targetSchema, this.targetTable, this.stagingTable, mapped.map((c) => c.target), this.targetKeys(), req.manifest.rowCount, req.manifest.checksum],
+        `select outcome, row_count::text as row_count, checksum from keel_transfer.apply_batch($1, $2, $3, $4, $5, $6::text[], $7::text[], $8, $9, $10)`,
+        [req.batchId, req.transfer, this.targetSchema, this.targetTable, this.stagingTable, mapped.map((c) => c.target), this.targetKeys(), req.manifest.rowCount, req.manifest.checksum, ctx.attempt],
       );
       const r = res.rows[0];
       this.opts.trace?.('apply', performance.now() - started);
       return { outcome: r.outcome, rowCount: Number(r.row_count), checksum: String(r.checksum) };
     } catch (err) {
+      if (pgCode(err) === KT_FENCED) throw new TransferError('attempt_fenced', (err as Error).message, { attempt: ctx.attempt });
       if (pgCode(err) === KT_NOT_STAGED) throw new TransferError('not_staged', (err as Error).message);
       if (pgCode(err) === KT_CONFLICT) throw new TransferError('staging_conflict', (err as Error).message);
       if (pgCode(err) === KT_MERGE_COUNT) throw new TransferError('target_incompatible', (err as Error).message);
@@ -238,8 +310,8 @@ export class PostgresTransferTarget implements TargetAdapter {
     }
   }
 
-  async reconcile(req: StageRequest, waitMs: number): Promise<ReconcileOutcome> {
-    const res = await this.pool.query(`select outcome, row_count::text as row_count, checksum, staged from keel_transfer.try_claim($1, $2)`, [req.batchId, waitMs]);
+  async reconcile(req: StageRequest, waitMs: number, _ltxid: string | null, fenceThrough: number): Promise<ReconcileOutcome> {
+    const res = await this.pool.query(`select outcome, row_count::text as row_count, checksum, staged from keel_transfer.try_claim($1, $2, $3)`, [req.batchId, waitMs, fenceThrough]);
     const r = res.rows[0];
     if (r.outcome === 'committed') return { outcome: 'committed', rowCount: Number(r.row_count), checksum: String(r.checksum), via: 'completion_row' };
     if (r.outcome === 'not_applied') return { outcome: 'not_applied', staged: Boolean(r.staged), via: 'claim_obtained' };

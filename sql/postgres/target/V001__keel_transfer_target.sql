@@ -20,16 +20,26 @@ create unlogged table if not exists keel_transfer.staged (
   staged_at          timestamptz
 );
 
--- The completion row: inserted first by apply (the claim), marked committed in the same transaction.
--- A visible row is therefore always a committed apply.
+-- The completion row of a batch, and its fence. States:
+--   'committed' -- written by apply_batch in the same transaction as the merge: the batch is applied, for good.
+--   'claimed'   -- only ever seen inside an open apply transaction (apply inserts it, or takes over a fence row, and
+--                  marks it committed before it commits); never visible to others.
+--   'fenced'    -- written and committed by try_claim when reconcile (or abandon) rules a batch "not applied": every
+--                  apply whose attempt is <= fenced_through fails (KT005) instead of committing, so the verdict is
+--                  final. A later attempt (> fenced_through) takes the row over and may commit. Abandon fences
+--                  with the largest attempt (2147483647): then no apply of that batch id can ever commit.
+-- The primary key serializes apply and reconcile on one row: whoever holds it uncommitted makes the other wait.
 create table if not exists keel_transfer.completions (
-  batch_id       uuid primary key,
-  transfer_name  text not null,
-  state          text not null check (state in ('claimed', 'committed')),
-  row_count      bigint,
-  checksum       text,
-  claimed_at     timestamptz not null default clock_timestamp(),
-  committed_at   timestamptz
+  batch_id        uuid primary key,
+  transfer_name   text not null,
+  state           text not null check (state in ('claimed', 'committed', 'fenced')),
+  row_count       bigint,
+  checksum        text,
+  attempt         bigint,                   -- the journal attempt that committed (or holds the claim)
+  fenced_through  bigint not null default 0, -- attempts <= this are ruled out
+  claimed_at      timestamptz not null default clock_timestamp(),
+  committed_at    timestamptz,
+  fenced_at       timestamptz
 );
 
 create or replace function keel_transfer.qualified(p_schema text, p_table text) returns text
@@ -102,8 +112,9 @@ returns void language sql as $$
 $$;
 
 -- Apply: one call, one local transaction (the caller's statement, autocommit).
---   1. claim the batch id by inserting its completion row: the primary key serializes rivals, a rival waits here
---      and then finds the committed row ('already_committed');
+--   1. claim the batch id by inserting its completion row (or taking over a fence that ruled out only earlier
+--      attempts): the primary key serializes rivals, a rival waits here and then finds the committed row
+--      ('already_committed'); an attempt that reconcile ruled out (p_attempt <= fenced_through) fails with KT005;
 --   2. merge the staged rows into the business table:
 --      a. fast path, only when the table has a valid, immediate (not deferrable) unique index on exactly the key
 --         columns (looked up after the table is locked in row exclusive mode -- the lock any insert takes -- so the
@@ -116,9 +127,10 @@ $$;
 --      The range probe only chooses the path; correctness rests on the unique index and the fallback. Batches that
 --      touch existing rows pay one range probe and the scan for the staged range, then merge as before.
 --   3. mark the completion row committed with count and checksum.
+drop function if exists keel_transfer.apply_batch(uuid, text, text, text, text, text[], text[], bigint, text);
 create or replace function keel_transfer.apply_batch(
   p_batch_id uuid, p_transfer text, p_target_schema text, p_target_table text, p_staging_table text,
-  p_columns text[], p_keys text[], p_expected_count bigint, p_expected_checksum text)
+  p_columns text[], p_keys text[], p_expected_count bigint, p_expected_checksum text, p_attempt bigint)
 returns table (outcome text, row_count bigint, checksum text)
 language plpgsql as $$
 #variable_conflict use_column
@@ -126,6 +138,7 @@ declare
   v_inserted integer;
   v_count bigint;
   r keel_transfer.staged%rowtype;
+  f keel_transfer.completions%rowtype;
   v_cols text;
   v_keys text;
   v_set text;
@@ -135,12 +148,24 @@ declare
   v_overlap boolean;
   v_done boolean := false;
 begin
-  insert into keel_transfer.completions (batch_id, transfer_name, state) values (p_batch_id, p_transfer, 'claimed')
-  on conflict (batch_id) do nothing;
+  if p_attempt is null or p_attempt < 1 then
+    raise exception using errcode = '22023', message = 'apply_batch needs the journal attempt (>= 1)';
+  end if;
+  -- The claim: a new completion row, or the take-over of a fence that ruled out only earlier attempts. A rival
+  -- holding the row uncommitted (an apply, or a reconcile writing its fence) makes this wait for its outcome.
+  insert into keel_transfer.completions as c (batch_id, transfer_name, state, attempt) values (p_batch_id, p_transfer, 'claimed', p_attempt)
+  on conflict (batch_id) do update set state = 'claimed', attempt = excluded.attempt, transfer_name = excluded.transfer_name
+   where c.state = 'fenced' and c.fenced_through < excluded.attempt;
   get diagnostics v_inserted = row_count;
   if v_inserted = 0 then
-    return query select 'already_committed'::text, c.row_count, c.checksum from keel_transfer.completions c where c.batch_id = p_batch_id;
-    return;
+    select * into f from keel_transfer.completions c where c.batch_id = p_batch_id;
+    if f.state = 'committed' then
+      return query select 'already_committed'::text, f.row_count, f.checksum;
+      return;
+    end if;
+    raise exception using errcode = 'KT005',
+      message = format('attempt %s of batch %s was ruled out by reconcile (fenced through attempt %s at %s); nothing was applied',
+                       p_attempt, p_batch_id, f.fenced_through, f.fenced_at);
   end if;
 
   select * into r from keel_transfer.staged s where s.batch_id = p_batch_id and s.state = 'staged';
@@ -217,31 +242,51 @@ begin
   return query select 'applied'::text, v_count, r.checksum;
 end $$;
 
--- Reconcile: read the durable outcome. A missing completion row is not proof, so take the claim ourselves with
--- a bounded wait: blocked = an apply is still open ('blocked'); obtained = nothing was applied ('not_applied'),
--- and the claim is undone at once (sub-transaction rolled back). A visible completion row = 'committed'.
-create or replace function keel_transfer.try_claim(p_batch_id uuid, p_wait_ms integer)
+-- Reconcile: read the durable outcome, and make a "not applied" verdict final.
+--   committed   -- a committed completion row: the batch is applied.
+--   blocked     -- the row is held by an open transaction (an apply in progress) beyond p_wait_ms: no verdict.
+--   not_applied -- no committed completion row, and none can appear for attempts <= p_fence_through: the fence
+--                  (state 'fenced', fenced_through = greatest(old, p_fence_through)) is committed with this verdict,
+--                  so an apply of a ruled-out attempt still on its way to the server fails (KT005) when it arrives.
+-- p_fence_through = 0 only probes (nothing can be in flight: the journal never started an apply); no row is kept.
+-- The caller runs this in its own short transaction (autocommit): the fence is durable when the verdict returns.
+drop function if exists keel_transfer.try_claim(uuid, integer);
+create or replace function keel_transfer.try_claim(p_batch_id uuid, p_wait_ms integer, p_fence_through bigint)
 returns table (outcome text, row_count bigint, checksum text, staged boolean)
 language plpgsql as $$
 #variable_conflict use_column
 declare
   v_staged boolean;
+  v_state text;
 begin
+  if p_fence_through is null or p_fence_through < 0 then
+    raise exception using errcode = '22023', message = 'try_claim needs the attempt to fence (>= 0)';
+  end if;
   perform set_config('lock_timeout', greatest(p_wait_ms, 1)::text || 'ms', true);
-  select exists (select 1 from keel_transfer.staged s where s.batch_id = p_batch_id and s.state = 'staged') into v_staged;
   begin
-    insert into keel_transfer.completions (batch_id, transfer_name, state) values (p_batch_id, '(reconcile)', 'claimed');
-    raise exception using errcode = 'KT009', message = 'claim obtained; undoing it';
+    insert into keel_transfer.completions as c (batch_id, transfer_name, state, fenced_through, fenced_at)
+    values (p_batch_id, '(reconcile)', 'fenced', p_fence_through, clock_timestamp())
+    on conflict (batch_id) do update set fenced_through = greatest(c.fenced_through, excluded.fenced_through), fenced_at = excluded.fenced_at
+     where c.state = 'fenced'
+    returning c.state into v_state;
+    if v_state is not null and p_fence_through = 0 then
+      raise exception using errcode = 'KT009', message = 'probe only; undoing it';
+    end if;
   exception
     when sqlstate 'KT009' then
-      return query select 'not_applied'::text, null::bigint, null::text, v_staged;
-      return;
+      null; -- v_state = 'fenced': not applied, nothing kept
     when lock_not_available then
+      select exists (select 1 from keel_transfer.staged s where s.batch_id = p_batch_id and s.state = 'staged') into v_staged;
       return query select 'blocked'::text, null::bigint, null::text, v_staged;
       return;
-    when unique_violation then
-      null; -- a committed completion row exists
   end;
+  -- Read after the row is settled: a staging registry row seen now is the one any later apply would use.
+  select exists (select 1 from keel_transfer.staged s where s.batch_id = p_batch_id and s.state = 'staged') into v_staged;
+  if v_state = 'fenced' then
+    return query select 'not_applied'::text, null::bigint, null::text, v_staged;
+    return;
+  end if;
+  -- The row exists and is not a fence: a committed completion (a 'claimed' row is never visible committed).
   return query select 'committed'::text, c.row_count, c.checksum, v_staged from keel_transfer.completions c where c.batch_id = p_batch_id;
 end $$;
 
