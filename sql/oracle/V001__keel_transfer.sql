@@ -34,8 +34,10 @@ EXCEPTION
 END;
 /
 
--- The completion row: inserted first by APPLY_BATCH (the claim) and marked COMMITTED in the same transaction,
--- so a visible row is always a committed apply.
+-- The completion row: inserted first by APPLY_BATCH (the claim) and marked COMMITTED in the same transaction.
+-- A visible row is COMMITTED (applied, for good) or FENCED: TRY_CLAIM ruled the batch "not applied" for every
+-- attempt <= FENCED_THROUGH and committed that verdict, so a later APPLY_BATCH of such an attempt fails (ORA-20005)
+-- instead of committing; a later attempt takes the row over. Abandon fences with 2147483647 (every attempt).
 DECLARE
   e_exists EXCEPTION;
   PRAGMA EXCEPTION_INIT(e_exists, -955);
@@ -47,10 +49,13 @@ BEGIN
       STATE          VARCHAR2(10) NOT NULL,
       ROW_COUNT      NUMBER(19),
       CHECKSUM       VARCHAR2(24),
+      ATTEMPT        NUMBER(19),
+      FENCED_THROUGH NUMBER(19) DEFAULT 0 NOT NULL,
       CLAIMED_AT     TIMESTAMP DEFAULT SYSTIMESTAMP NOT NULL,
       COMMITTED_AT   TIMESTAMP,
+      FENCED_AT      TIMESTAMP,
       CONSTRAINT PK_KEEL_TRANSFER_COMPLETIONS PRIMARY KEY (BATCH_ID),
-      CONSTRAINT CK_KEEL_TRANSFER_COMPL_STATE CHECK (STATE IN ('CLAIMED', 'COMMITTED'))
+      CONSTRAINT CK_KEEL_TRANSFER_COMPL_STATE CHECK (STATE IN ('CLAIMED', 'COMMITTED', 'FENCED'))
     )]';
 EXCEPTION
   WHEN e_exists THEN NULL;
@@ -63,13 +68,15 @@ CREATE OR REPLACE PACKAGE KEEL_TRANSFER AUTHID CURRENT_USER AS
   PROCEDURE FINISH_STAGE(p_batch_id IN VARCHAR2, p_count IN NUMBER, p_checksum IN VARCHAR2);
   -- Creates KEEL_STG_<TRANSFER> with the mapped target columns' types (re-creates it while empty if the mapping changed).
   PROCEDURE ENSURE_STAGING(p_transfer IN VARCHAR2, p_owner IN VARCHAR2, p_table IN VARCHAR2, p_columns IN VARCHAR2, o_staging OUT VARCHAR2);
-  -- One transaction: lock the staging registry row, claim (insert completion row), MERGE, mark committed, COMMIT.
+  -- One transaction: lock the staging registry row, claim (insert the completion row, or take over a fence that
+  -- ruled out only earlier attempts; ORA-20005 when p_attempt is fenced), MERGE, mark committed, COMMIT.
   PROCEDURE APPLY_BATCH(p_batch_id IN VARCHAR2, p_transfer IN VARCHAR2, p_owner IN VARCHAR2, p_table IN VARCHAR2, p_staging IN VARCHAR2,
                         p_columns IN VARCHAR2, p_keys IN VARCHAR2, p_expected_count IN NUMBER, p_expected_checksum IN VARCHAR2,
-                        o_outcome OUT VARCHAR2, o_row_count OUT NUMBER, o_checksum OUT VARCHAR2);
+                        p_attempt IN NUMBER, o_outcome OUT VARCHAR2, o_row_count OUT NUMBER, o_checksum OUT VARCHAR2);
   -- Reconcile: 'COMMITTED' | 'NOT_APPLIED' | 'BLOCKED' (an apply still holds the claim after p_wait_seconds).
-  PROCEDURE TRY_CLAIM(p_batch_id IN VARCHAR2, p_wait_seconds IN NUMBER, o_outcome OUT VARCHAR2, o_row_count OUT NUMBER,
-                      o_checksum OUT VARCHAR2, o_staged OUT NUMBER);
+  -- NOT_APPLIED commits a fence through p_fence_through (0: probe only, nothing kept): final for those attempts.
+  PROCEDURE TRY_CLAIM(p_batch_id IN VARCHAR2, p_wait_seconds IN NUMBER, p_fence_through IN NUMBER, o_outcome OUT VARCHAR2,
+                      o_row_count OUT NUMBER, o_checksum OUT VARCHAR2, o_staged OUT NUMBER);
   PROCEDURE PURGE_STAGED(p_batch_id IN VARCHAR2, p_staging IN VARCHAR2);
 END KEEL_TRANSFER;
 /
@@ -201,7 +208,7 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
 
   PROCEDURE APPLY_BATCH(p_batch_id IN VARCHAR2, p_transfer IN VARCHAR2, p_owner IN VARCHAR2, p_table IN VARCHAR2, p_staging IN VARCHAR2,
                         p_columns IN VARCHAR2, p_keys IN VARCHAR2, p_expected_count IN NUMBER, p_expected_checksum IN VARCHAR2,
-                        o_outcome OUT VARCHAR2, o_row_count OUT NUMBER, o_checksum OUT VARCHAR2) IS
+                        p_attempt IN NUMBER, o_outcome OUT VARCHAR2, o_row_count OUT NUMBER, o_checksum OUT VARCHAR2) IS
     v_cols t_names := split_names(p_columns);
     v_keys t_names := split_names(p_keys);
     v_state KEEL_TRANSFER_STAGED.STATE%TYPE;
@@ -211,13 +218,20 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     v_set VARCHAR2(32767);
     v_sql VARCHAR2(32767);
     v_merged NUMBER;
+    v_cstate KEEL_TRANSFER_COMPLETIONS.STATE%TYPE;
+    v_fenced KEEL_TRANSFER_COMPLETIONS.FENCED_THROUGH%TYPE;
   BEGIN
+    IF p_attempt IS NULL OR p_attempt < 1 THEN
+      RAISE_APPLICATION_ERROR(-20006, 'APPLY_BATCH needs the journal attempt (>= 1)');
+    END IF;
     -- Already applied: a no-op that says so.
     BEGIN
-      SELECT ROW_COUNT, CHECKSUM INTO o_row_count, o_checksum FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = p_batch_id;
-      o_outcome := 'ALREADY_COMMITTED';
-      ROLLBACK;
-      RETURN;
+      SELECT STATE, ROW_COUNT, CHECKSUM INTO v_cstate, o_row_count, o_checksum FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = p_batch_id;
+      IF v_cstate = 'COMMITTED' THEN
+        o_outcome := 'ALREADY_COMMITTED';
+        ROLLBACK;
+        RETURN;
+      END IF;
     EXCEPTION
       WHEN NO_DATA_FOUND THEN NULL;
     END;
@@ -228,15 +242,24 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
       WHEN NO_DATA_FOUND THEN
         RAISE_APPLICATION_ERROR(-20002, 'batch ' || p_batch_id || ' is not staged on the target');
     END;
-    -- Claim: insert the completion row; its primary key serializes rivals (the loser learns it here).
+    -- Claim: insert the completion row; its primary key serializes rivals (the loser learns it here). A fence that
+    -- TRY_CLAIM committed while it held the lock taken above is visible from here on: it is checked under a row lock.
     BEGIN
-      INSERT INTO KEEL_TRANSFER_COMPLETIONS (BATCH_ID, TRANSFER_NAME, STATE) VALUES (p_batch_id, p_transfer, 'CLAIMED');
+      INSERT INTO KEEL_TRANSFER_COMPLETIONS (BATCH_ID, TRANSFER_NAME, STATE, ATTEMPT) VALUES (p_batch_id, p_transfer, 'CLAIMED', p_attempt);
     EXCEPTION
       WHEN DUP_VAL_ON_INDEX THEN
-        SELECT ROW_COUNT, CHECKSUM INTO o_row_count, o_checksum FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = p_batch_id;
-        o_outcome := 'ALREADY_COMMITTED';
-        ROLLBACK;
-        RETURN;
+        SELECT STATE, ROW_COUNT, CHECKSUM, FENCED_THROUGH INTO v_cstate, o_row_count, o_checksum, v_fenced
+          FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = p_batch_id FOR UPDATE;
+        IF v_cstate = 'COMMITTED' THEN
+          o_outcome := 'ALREADY_COMMITTED';
+          ROLLBACK;
+          RETURN;
+        END IF;
+        IF v_fenced >= p_attempt THEN
+          RAISE_APPLICATION_ERROR(-20005, 'attempt ' || p_attempt || ' of batch ' || p_batch_id || ' was ruled out by reconcile (fenced through attempt ' ||
+            v_fenced || '); nothing was applied');
+        END IF;
+        UPDATE KEEL_TRANSFER_COMPLETIONS SET STATE = 'CLAIMED', ATTEMPT = p_attempt, TRANSFER_NAME = p_transfer WHERE BATCH_ID = p_batch_id;
     END;
     IF v_state <> 'STAGED' THEN
       RAISE_APPLICATION_ERROR(-20002, 'batch ' || p_batch_id || ' is not staged on the target');
@@ -276,16 +299,20 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
       RAISE;
   END APPLY_BATCH;
 
-  PROCEDURE TRY_CLAIM(p_batch_id IN VARCHAR2, p_wait_seconds IN NUMBER, o_outcome OUT VARCHAR2, o_row_count OUT NUMBER,
-                      o_checksum OUT VARCHAR2, o_staged OUT NUMBER) IS
+  PROCEDURE TRY_CLAIM(p_batch_id IN VARCHAR2, p_wait_seconds IN NUMBER, p_fence_through IN NUMBER, o_outcome OUT VARCHAR2,
+                      o_row_count OUT NUMBER, o_checksum OUT VARCHAR2, o_staged OUT NUMBER) IS
     v_state KEEL_TRANSFER_STAGED.STATE%TYPE;
+    v_cstate KEEL_TRANSFER_COMPLETIONS.STATE%TYPE;
     v_wait PLS_INTEGER := GREATEST(1, LEAST(60, CEIL(NVL(p_wait_seconds, 1))));
+    v_fence NUMBER := GREATEST(0, NVL(p_fence_through, 0));
   BEGIN
     o_staged := 0;
     BEGIN
-      SELECT ROW_COUNT, CHECKSUM INTO o_row_count, o_checksum FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = p_batch_id;
-      o_outcome := 'COMMITTED';
-      RETURN;
+      SELECT STATE, ROW_COUNT, CHECKSUM INTO v_cstate, o_row_count, o_checksum FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = p_batch_id;
+      IF v_cstate = 'COMMITTED' THEN
+        o_outcome := 'COMMITTED';
+        RETURN;
+      END IF;
     EXCEPTION
       WHEN NO_DATA_FOUND THEN NULL;
     END;
@@ -302,15 +329,41 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
         ROLLBACK;
         RETURN;
     END;
-    -- Lock obtained: any apply of this batch has ended; its completion row is visible if it committed.
+    -- Lock obtained: any apply of this batch has ended; its completion row is visible if it committed. Otherwise the
+    -- verdict is "not applied", made final by the fence committed below (an apply still on its way fails on it).
     BEGIN
-      SELECT ROW_COUNT, CHECKSUM INTO o_row_count, o_checksum FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = p_batch_id;
-      o_outcome := 'COMMITTED';
+      EXECUTE IMMEDIATE 'SELECT STATE, ROW_COUNT, CHECKSUM FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = :b FOR UPDATE WAIT ' || TO_CHAR(v_wait)
+        INTO v_cstate, o_row_count, o_checksum USING p_batch_id;
+      IF v_cstate = 'COMMITTED' THEN
+        o_outcome := 'COMMITTED';
+        ROLLBACK;
+        RETURN;
+      END IF;
+      IF v_fence > 0 THEN
+        UPDATE KEEL_TRANSFER_COMPLETIONS SET FENCED_THROUGH = GREATEST(FENCED_THROUGH, v_fence), FENCED_AT = SYSTIMESTAMP WHERE BATCH_ID = p_batch_id;
+      END IF;
     EXCEPTION
       WHEN NO_DATA_FOUND THEN
-        o_outcome := 'NOT_APPLIED';
+        IF v_fence > 0 THEN
+          BEGIN
+            INSERT INTO KEEL_TRANSFER_COMPLETIONS (BATCH_ID, TRANSFER_NAME, STATE, FENCED_THROUGH, FENCED_AT)
+            VALUES (p_batch_id, '(reconcile)', 'FENCED', v_fence, SYSTIMESTAMP);
+          EXCEPTION
+            WHEN DUP_VAL_ON_INDEX THEN
+              o_outcome := 'BLOCKED'; -- a rival wrote the row meanwhile: ask again for its outcome
+              ROLLBACK;
+              RETURN;
+          END;
+        END IF;
+      WHEN e_busy THEN
+        o_outcome := 'BLOCKED';
+        ROLLBACK;
+        RETURN;
     END;
-    ROLLBACK; -- release the lock at once
+    o_row_count := NULL;
+    o_checksum := NULL;
+    o_outcome := 'NOT_APPLIED';
+    COMMIT; -- the fence (if any) and the release of the lock, at once
   END TRY_CLAIM;
 
   PROCEDURE PURGE_STAGED(p_batch_id IN VARCHAR2, p_staging IN VARCHAR2) IS

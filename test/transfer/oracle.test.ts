@@ -101,7 +101,7 @@ suite(title, () => {
       expect(v.state, v.lastError ?? '').toBe('committed');
       n += v.appliedCount ?? 0;
       const detail = (await svc.getBatch(b.batchId))!;
-      const again = await target.apply({ batchId: b.batchId, transfer: t.name, manifest: { rowCount: b.rowCount!, checksum: b.checksum! }, schema: { columns: detail.schemaColumns, hash: detail.schemaHash } });
+      const again = await target.apply({ batchId: b.batchId, transfer: t.name, manifest: { rowCount: b.rowCount!, checksum: b.checksum! }, schema: { columns: detail.schemaColumns, hash: detail.schemaHash } }, { attempt: 2 });
       expect(again.outcome).toBe('already_committed');
     }
     expect(n).toBe(900);
@@ -123,10 +123,26 @@ suite(title, () => {
     const req = { batchId: b.batchId, transfer: t.name, manifest: { rowCount: b.rowCount!, checksum: b.checksum! }, schema: { columns: detail.schemaColumns, hash: detail.schemaHash } };
     const other = new OracleTransferTarget(t, pool);
     await other.prepare(req.schema);
-    const results = await Promise.all([target.apply(req), other.apply(req)]);
+    const results = await Promise.all([target.apply(req, { attempt: 1 }), other.apply(req, { attempt: 1 })]);
     expect(results.map((r) => r.outcome).sort()).toEqual(['already_committed', 'applied']);
-    const rec = await target.reconcile(req, 1000, null);
+    const rec = await target.reconcile(req, 1000, null, 1);
     expect(rec).toMatchObject({ outcome: 'committed', rowCount: b.rowCount });
+  });
+
+  it('a "not applied" verdict is final: TRY_CLAIM fences the attempts so far, a later attempt may still apply', async () => {
+    await insertSourceRows(source, 1201, 1300);
+    const { svc, target, t } = service();
+    const b = await svc.createBatch(name);
+    expect((await svc.stage(b.batchId)).state).toBe('staged');
+    const detail = (await svc.getBatch(b.batchId))!;
+    const req = { batchId: b.batchId, transfer: t.name, manifest: { rowCount: b.rowCount!, checksum: b.checksum! }, schema: { columns: detail.schemaColumns, hash: detail.schemaHash } };
+    expect(await target.reconcile(req, 1000, null, 1)).toMatchObject({ outcome: 'not_applied', staged: true });
+    // Attempt 1 arrives after the verdict (a call that was still on its way): refused, nothing applied.
+    await expect(target.apply(req, { attempt: 1 })).rejects.toSatisfy((e) => isTransferError(e, 'attempt_fenced'));
+    expect(await target.reconcile(req, 1000, null, 1)).toMatchObject({ outcome: 'not_applied' });
+    // The retry is attempt 2: it takes the fence over and commits.
+    expect((await target.apply(req, { attempt: 2 })).outcome).toBe('applied');
+    expect(await target.reconcile(req, 1000, null, 2)).toMatchObject({ outcome: 'committed', rowCount: b.rowCount });
   });
 
   it('a target table without a key on the mapped key columns is refused at prepare', async () => {

@@ -19,6 +19,7 @@ const ORA_CONFLICT = 20001;
 const ORA_NOT_STAGED = 20002;
 const ORA_MERGE_COUNT = 20003;
 const ORA_STAGING_SHAPE = 20004;
+const ORA_FENCED = 20005;
 
 function oraNum(err: unknown): number | undefined {
   const n = (err as { errorNum?: unknown } | null)?.errorNum;
@@ -327,18 +328,18 @@ export class OracleTransferTarget implements TargetAdapter {
     }
   }
 
-  async apply(req: StageRequest, ctx?: ApplyContext): Promise<ApplyResult> {
+  async apply(req: StageRequest, ctx: ApplyContext): Promise<ApplyResult> {
     const cols = this.cols();
     const c = await this.conn();
     try {
       if (this.t.target.transactionGuard) {
         // node-oracledb >= 6.9 exposes the logical transaction id; keep it durable before the call.
         const ltxid = (c as unknown as { ltxid?: Buffer | Uint8Array }).ltxid;
-        if (ltxid && ltxid.length > 0) await ctx?.onLtxid?.(Buffer.from(ltxid).toString('hex'));
+        if (ltxid && ltxid.length > 0) await ctx.onLtxid?.(Buffer.from(ltxid).toString('hex'));
       }
       try {
         const r = await c.execute(
-          `BEGIN KEEL_TRANSFER.APPLY_BATCH(:b, :t, :owner, :tbl, :stg, :cols, :keys, :n, :cs, :outcome, :rows, :checksum); END;`,
+          `BEGIN KEEL_TRANSFER.APPLY_BATCH(:b, :t, :owner, :tbl, :stg, :cols, :keys, :n, :cs, :attempt, :outcome, :rows, :checksum); END;`,
           {
             b: req.batchId,
             t: req.transfer,
@@ -349,6 +350,7 @@ export class OracleTransferTarget implements TargetAdapter {
             keys: this.targetKeys().join(','),
             n: req.manifest.rowCount,
             cs: req.manifest.checksum,
+            attempt: ctx.attempt,
             outcome: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 20 },
             rows: { dir: oracledb.BIND_OUT, type: oracledb.NUMBER },
             checksum: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 24 },
@@ -358,6 +360,7 @@ export class OracleTransferTarget implements TargetAdapter {
         const o = r.outBinds as { outcome: string; rows: number; checksum: string };
         return { outcome: o.outcome === 'APPLIED' ? 'applied' : 'already_committed', rowCount: Number(o.rows), checksum: String(o.checksum) };
       } catch (err) {
+        if (oraNum(err) === ORA_FENCED) throw new TransferError('attempt_fenced', (err as Error).message, { attempt: ctx.attempt });
         if (oraNum(err) === ORA_NOT_STAGED) throw new TransferError('not_staged', (err as Error).message);
         if (oraNum(err) === ORA_CONFLICT) throw new TransferError('staging_conflict', (err as Error).message);
         if (oraNum(err) === ORA_MERGE_COUNT) throw new TransferError('target_incompatible', (err as Error).message);
@@ -368,7 +371,7 @@ export class OracleTransferTarget implements TargetAdapter {
     }
   }
 
-  async reconcile(req: StageRequest, waitMs: number, ltxid: string | null): Promise<ReconcileOutcome> {
+  async reconcile(req: StageRequest, waitMs: number, ltxid: string | null, fenceThrough: number): Promise<ReconcileOutcome> {
     const c = await this.conn();
     try {
       if (this.t.target.transactionGuard && ltxid) {
@@ -389,9 +392,11 @@ export class OracleTransferTarget implements TargetAdapter {
           // e.g. the original session is still active (the server knows more than we do): fall through to the claim.
         }
       }
-      const r = await c.execute(`BEGIN KEEL_TRANSFER.TRY_CLAIM(:b, :wait, :outcome, :rows, :checksum, :staged); END;`, {
+      // Not committed (or no Transaction Guard): TRY_CLAIM, which commits the fence with a "not applied" verdict.
+      const r = await c.execute(`BEGIN KEEL_TRANSFER.TRY_CLAIM(:b, :wait, :fence, :outcome, :rows, :checksum, :staged); END;`, {
         b: req.batchId,
         wait: Math.max(1, Math.ceil(waitMs / 1000)),
+        fence: fenceThrough,
         outcome: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 20 },
         rows: { dir: oracledb.BIND_OUT, type: oracledb.NUMBER },
         checksum: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 24 },
