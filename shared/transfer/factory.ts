@@ -4,6 +4,7 @@ import path from 'node:path';
 import { connectionString, loadTransfers, type TransferConfig } from './config.js';
 import type { TransferJournal } from './journal.js';
 import { TransferService } from './service.js';
+import { pgTransferPoolConfig, transferTimeouts, type TransferTimeouts } from './timeouts.js';
 import type { Adapters, SourceAdapter, TargetAdapter } from './types.js';
 import { migrate } from '../engines/postgres/migrate.js';
 import { sqlDir } from '../config/sqlDir.js';
@@ -29,15 +30,18 @@ export class AdapterFactory {
   private readonly oraclePools = new Map<string, Promise<import('oracledb').Pool>>();
   private readonly closers: (() => Promise<void>)[] = [];
   private readonly env: NodeJS.ProcessEnv;
+  readonly timeouts: TransferTimeouts;
 
   constructor(private readonly opts: AdapterFactoryOptions = {}) {
     this.env = opts.env ?? process.env;
+    this.timeouts = transferTimeouts(this.env); // invalid settings fail here, at startup
   }
 
   private pgPool(setting: string, what: string): pg.Pool {
     let p = this.pgPools.get(setting);
     if (!p) {
-      p = new pg.Pool({ connectionString: connectionString(setting, what, this.env), max: this.opts.pgPoolSize ?? 4, keepAlive: true });
+      // Connect, statement, client read, idle-in-transaction and lock timeouts: shared/transfer/timeouts.ts.
+      p = new pg.Pool(pgTransferPoolConfig(connectionString(setting, what, this.env), this.timeouts, this.opts.pgPoolSize ?? 4));
       p.on('error', () => undefined); // idle-client errors: the next checkout reconnects
       this.pgPools.set(setting, p);
     }
@@ -52,7 +56,7 @@ export class AdapterFactory {
     } else {
       const { SqlServerTransferSource, createMssqlPool } = await import('../engines/sqlserver/transferSource.js');
       // Shared per process with the rest of the SQL Server code (closed with the host's shared pools).
-      const pool = createMssqlPool(connectionString(t.source.connectionSetting, `${t.name}.source`, this.env));
+      const pool = createMssqlPool(connectionString(t.source.connectionSetting, `${t.name}.source`, this.env), this.timeouts);
       source = new SqlServerTransferSource(t, pool);
     }
     if (t.target.engine === 'postgres') {
@@ -64,7 +68,7 @@ export class AdapterFactory {
         m.catch(() => this.migratedTargets.delete(t.target.connectionSetting)); // retried on the next connect
       }
       await m;
-      target = new PostgresTransferTarget(t, pool);
+      target = new PostgresTransferTarget(t, pool, { stallMs: this.timeouts.stallMs });
     } else {
       const { OracleTransferTarget, createOraclePool } = await import('../engines/oracle/transferTarget.js');
       let pool = this.oraclePools.get(t.target.connectionSetting);
@@ -79,6 +83,7 @@ export class AdapterFactory {
                 password: connectionString(t.target.passwordSetting, what, this.env, 'passwordSetting'),
               }
             : connect,
+          this.timeouts.connectMs,
         );
         this.oraclePools.set(t.target.connectionSetting, pool);
         const p = pool;

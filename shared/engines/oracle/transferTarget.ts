@@ -44,9 +44,16 @@ export interface OracleCredentials {
 }
 
 // From an oracle://user:password@host:port/service URL, or from separate settings (connect string, user, password).
-export async function createOraclePool(connection: string | OracleCredentials): Promise<oracledb.Pool> {
+// connectTimeoutMs: opening a connection (thin mode connectTimeout / transportConnectTimeout, in seconds) and waiting
+// for a pooled one (queueTimeout). Statements are bounded by ORACLE_CALL_TIMEOUT_MS (callTimeout); expireTime sends
+// keepalive probes so a dead peer is noticed between calls.
+export async function createOraclePool(connection: string | OracleCredentials, connectTimeoutMs = 15_000): Promise<oracledb.Pool> {
   const a = typeof connection === 'string' ? parseOracleUrl(connection) : connection;
-  return oracledb.createPool({ ...a, poolMin: 0, poolMax: 4, poolIncrement: 1, poolPingInterval: 30 });
+  const seconds = Math.max(1, Math.ceil(connectTimeoutMs / 1000));
+  return oracledb.createPool({
+    ...a, poolMin: 0, poolMax: 4, poolIncrement: 1, poolPingInterval: 30,
+    connectTimeout: seconds, transportConnectTimeout: seconds, queueTimeout: connectTimeoutMs, expireTime: 1,
+  });
 }
 
 // Oracle column types that can hold a source column of each logical type.

@@ -11,9 +11,13 @@ import { qualifiedMssql, quoteMssql } from '../../transfer/identifiers.js';
 import { buildSourceSchema, mappedColumns } from '../../transfer/schema.js';
 import type { Manifest, SourceAdapter, SourceSchema, Window } from '../../transfer/types.js';
 import { sharedSqlServerPool, type SqlServerPool } from './pool.js';
+import { DEFAULT_TRANSFER_TIMEOUTS, type TransferTimeouts } from '../../transfer/timeouts.js';
 
-export function createMssqlPool(connection: string): SqlServerPool {
-  return sharedSqlServerPool(connection, { applicationName: 'keel-transfer' });
+// The transfer's own pool (application name keel-transfer): connect timeout, and the request timeout as the
+// statement timeout (tedious fails a request that has not completed in time, streaming ones included, and cancels it
+// on the server). SQL Server has no idle-in-transaction timeout; the source reads run without an explicit transaction.
+export function createMssqlPool(connection: string, timeouts: TransferTimeouts = DEFAULT_TRANSFER_TIMEOUTS): SqlServerPool {
+  return sharedSqlServerPool(connection, { applicationName: 'keel-transfer', connectTimeoutMs: timeouts.connectMs, requestTimeoutMs: timeouts.statementMs });
 }
 
 export function mssqlLogicalType(declared: string): LogicalType | null {
@@ -218,7 +222,12 @@ export class SqlServerTransferSource implements SourceAdapter {
         });
       }
     } finally {
-      if (!done) req.cancel();
+      // The consumer stopped early (or failed): cancel the request. A paused stream is resumed first, so the
+      // server's attention acknowledgement is read and the connection goes back to the pool instead of hanging.
+      if (!done) {
+        if (paused) req.resume();
+        req.cancel();
+      }
     }
   }
 
