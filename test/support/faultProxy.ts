@@ -6,13 +6,22 @@
 //   - drop-reply:      forward the trigger statement, swallow everything the server answers, and cut as soon as
 //                      the server reports ReadyForQuery: the statement (and its implicit COMMIT) completed on the
 //                      server, and its reply never reached the client.
+//   - cut-after-server-bytes: forward at most N more server->client bytes after the trigger statement, then cut
+//                      (e.g. a source cut at a random byte of its COPY TO STDOUT);
+//   - delay-request:   hold the trigger statement (and everything the client sends after it on that connection) for
+//                      D ms, then forward it: a call still "on its way over the network";
+//   - blackhole:       forward the trigger statement, then forward nothing in either direction and never cut: a peer
+//                      that stops replying without a reset (only the client's own timeouts end it).
 // A plan is one-shot: it fires on the first connection whose stream matches, then the proxy forwards normally.
 import net from 'node:net';
 
 export type FaultPlan =
   | { kind: 'cut-after-bytes'; trigger: (sql: string) => boolean; bytes: number }
   | { kind: 'cut-after-ms'; trigger: (sql: string) => boolean; delayMs: number }
-  | { kind: 'drop-reply'; trigger: (sql: string) => boolean; holdMs?: number };
+  | { kind: 'drop-reply'; trigger: (sql: string) => boolean; holdMs?: number }
+  | { kind: 'cut-after-server-bytes'; trigger: (sql: string) => boolean; bytes: number }
+  | { kind: 'delay-request'; trigger: (sql: string) => boolean; delayMs: number }
+  | { kind: 'blackhole'; trigger: (sql: string) => boolean };
 
 export interface FaultReport {
   kind: FaultPlan['kind'];
@@ -156,6 +165,8 @@ export class FaultProxy {
     const fromServer = new MessageSplitter(false, new Set());
     let active: { plan: FaultPlan; sql: string; forwarded: number; report: (r: FaultReport) => void; generation: number } | null = null;
     let cut = false;
+    let held: Buffer[] | null = null; // delay-request: client bytes held back
+    let serverBytes = 0; // cut-after-server-bytes: server->client bytes forwarded after the trigger
 
     const fire = (serverCompleted: boolean) => {
       if (cut || !active || active.generation !== this.generation) return;
@@ -166,8 +177,14 @@ export class FaultProxy {
 
     client.on('data', (chunk: Buffer) => {
       if (cut) return;
-      if (active && active.generation !== this.generation) active = null;
+      // A fault that matched and has not fired ends with disarm(); a held request and a silent peer stay as they are.
+      if (active && active.generation !== this.generation && !held && active.plan.kind !== 'blackhole') active = null;
       if (active) {
+        if (active.plan.kind === 'blackhole') return;
+        if (active.plan.kind === 'delay-request' && held) {
+          held.push(chunk);
+          return;
+        }
         if (active.plan.kind === 'cut-after-bytes') {
           const allowed = active.plan.bytes - active.forwarded;
           if (chunk.length >= allowed) {
@@ -198,10 +215,32 @@ export class FaultProxy {
           this.plan = null;
           this.resolveFired = null;
           active = { plan, sql, forwarded: 0, report, generation: this.generation };
+          if (plan.kind === 'delay-request') {
+            // Forward what precedes the trigger message; hold the message and everything after it.
+            const start = Math.max(0, m.end - (m.body.length + 5));
+            upstream.write(chunk.subarray(0, start));
+            held = [chunk.subarray(start)];
+            const a = active;
+            setTimeout(() => {
+              if (cut) return;
+              for (const h of held ?? []) upstream.write(h);
+              a.forwarded += (held ?? []).reduce((n, h) => n + h.length, 0);
+              held = null;
+              a.report({ kind: a.plan.kind, sql: a.sql, forwardedAfterTrigger: a.forwarded, serverCompleted: false });
+            }, plan.delayMs);
+            return;
+          }
           // Forward through the end of the trigger message; the rest of the chunk counts as "after".
           upstream.write(chunk.subarray(0, m.end));
           const rest = chunk.subarray(m.end);
-          if (plan.kind === 'cut-after-ms') {
+          if (plan.kind === 'blackhole') {
+            active.report({ kind: plan.kind, sql, forwardedAfterTrigger: 0, serverCompleted: false });
+            return;
+          }
+          if (plan.kind === 'cut-after-server-bytes') {
+            upstream.write(rest);
+            active.forwarded += rest.length;
+          } else if (plan.kind === 'cut-after-ms') {
             upstream.write(rest);
             active.forwarded += rest.length;
             setTimeout(() => fire(false), plan.delayMs);
@@ -219,7 +258,25 @@ export class FaultProxy {
 
     upstream.on('data', (chunk: Buffer) => {
       if (cut) return;
+      if (active && active.plan.kind === 'blackhole') return; // never reply (even after disarm: the peer is gone silent)
       if (active && active.generation !== this.generation && active.plan.kind !== 'drop-reply') active = null;
+      if (active && active.plan.kind === 'cut-after-server-bytes') {
+        const allowed = active.plan.bytes - serverBytes;
+        if (chunk.length >= allowed) {
+          if (allowed > 0) client.write(chunk.subarray(0, allowed));
+          serverBytes += Math.max(0, allowed);
+          cut = true;
+          const a = active;
+          setImmediate(() => {
+            a.report({ kind: a.plan.kind, sql: a.sql, forwardedAfterTrigger: serverBytes, serverCompleted: false });
+            kill();
+          });
+          return;
+        }
+        serverBytes += chunk.length;
+        client.write(chunk);
+        return;
+      }
       if (active && active.plan.kind === 'drop-reply') {
         // Swallow the reply; cut once the server is idle again (statement and its commit are done).
         const messages = fromServer.push(chunk);

@@ -76,9 +76,10 @@ begin
 end $$;
 create trigger orders_count after insert or update on public.orders for each row execute function public.count_write();`;
 
-export async function insertSourceRows(pool: pg.Pool, from: number, to: number): Promise<void> {
+export async function insertSourceRows(pool: pg.Pool, from: number, to: number, table = 'public.orders'): Promise<void> {
+  if (!/^[a-z_][a-z0-9_.]*$/.test(table)) throw new Error(`bad test table name ${table}`);
   await pool.query(
-    `insert into public.orders (id, customer, amount, placed_at, flag, note, payload)
+    `insert into ${table} (id, customer, amount, placed_at, flag, note, payload)
      select n, 'customer-' || (n % 97) || case when n % 13 = 0 then E'\\ttab\\nline\\\\slash' else '' end,
             case when n % 17 = 0 then null else round((n % 1000) * 1.37, 2) end,
             timestamptz '2026-01-01 00:00:00.123456+00' + n * interval '1 minute 0.000001 second',
@@ -122,4 +123,77 @@ export async function assertExactlyOnce(env: Env, upTo?: number): Promise<{ sour
   const w = await env.target.query(`select coalesce(max(writes), 0)::int as m from public.write_counts`);
   if (s.rows[0].h !== t.rows[0].h) throw new Error(`target content differs from source (${s.rows[0].n} vs ${t.rows[0].n} rows)`);
   return { source: s.rows[0].n, target: t.rows[0].n, maxWrites: w.rows[0].m };
+}
+
+// Lanes: independent transfers that run concurrently in one test (each its own source and target table, the target
+// counting writes per key in public.lane_writes). Same content as public.orders.
+export const LANE_WRITES_DDL = `create table if not exists public.lane_writes (tbl text not null, id bigint not null, writes integer not null, primary key (tbl, id));
+create or replace function public.count_lane_write() returns trigger language plpgsql as $$
+begin
+  perform pg_sleep(coalesce(nullif(current_setting('keel_test.write_delay', true), '')::float8, 0));
+  insert into public.lane_writes (tbl, id, writes) values (tg_table_name, new.id, 1)
+  on conflict (tbl, id) do update set writes = public.lane_writes.writes + 1;
+  return new;
+end $$;`;
+
+export async function createLane(env: Env, table: string, rows: number): Promise<void> {
+  if (!/^[a-z_][a-z0-9_]*$/.test(table)) throw new Error(`bad lane table ${table}`);
+  const ddl = ORDERS_DDL.replace('public.orders', `public.${table}`);
+  await env.source.query(ddl);
+  await insertSourceRows(env.source, 1, rows, `public.${table}`);
+  await env.target.query(ddl);
+  await env.target.query(`create trigger ${table}_count after insert or update on public.${table} for each row execute function public.count_lane_write()`);
+}
+
+export function laneTransfer(table: string, overrides: Partial<TransferInput> = {}): TransferConfig {
+  return ordersTransfer(table, {
+    source: { engine: 'postgres', connectionSetting: 'TEST_SOURCE', table: `public.${table}` },
+    target: { engine: 'postgres', connectionSetting: 'TEST_TARGET', table: `public.${table}` },
+    ...overrides,
+  });
+}
+
+// Problems found (empty = consistent): the lane's target rows up to `upTo` equal the source's, every key was written
+// at most once, and for every batch of the transfer the journal and the target agree (committed in the journal
+// exactly when the target holds a committed completion row; at most one committed completion per window).
+export async function laneProblems(env: Env, table: string, upTo: number): Promise<string[]> {
+  const problems: string[] = [];
+  const cols = 'id, customer, amount, placed_at, flag, note, payload';
+  const q = `select md5(coalesce(string_agg(t::text, '|' order by id), '')) as h, count(*)::int as n from (select ${cols} from public.${table} where id <= $1) t`;
+  const s = await env.source.query(q, [upTo]);
+  const t = await env.target.query(q, [upTo]);
+  if (s.rows[0].h !== t.rows[0].h) problems.push(`target rows differ from the source window (${s.rows[0].n} source rows, ${t.rows[0].n} target rows)`);
+  const w = await env.target.query(`select coalesce(max(writes), 0)::int as m, count(*) filter (where writes > 1)::int as twice from public.lane_writes where tbl = $1`, [table]);
+  if (w.rows[0].m > 1) problems.push(`${w.rows[0].twice} keys written more than once (max ${w.rows[0].m})`);
+  const j = await env.control.query(`select batch_id::text as id, state, boundary_low as low, boundary_high as high from keel.transfer_batches where transfer_name = $1`, [table]);
+  const ids = j.rows.map((r) => r.id as string);
+  const c = await env.target.query(`select batch_id::text as id, state from keel_transfer.completions where batch_id = any($1::uuid[])`, [ids]);
+  const target = new Map<string, string>(c.rows.map((r) => [r.id as string, r.state as string]));
+  const windows = new Map<string, number>();
+  for (const r of j.rows) {
+    const committedOnTarget = target.get(r.id) === 'committed';
+    if ((r.state === 'committed') !== committedOnTarget) problems.push(`batch ${r.id}: journal says ${r.state}, target says ${target.get(r.id) ?? 'no completion row'}`);
+    if (committedOnTarget) {
+      const key = `${r.low ?? ''}..${r.high}`;
+      windows.set(key, (windows.get(key) ?? 0) + 1);
+    }
+  }
+  for (const [k, n] of windows) if (n > 1) problems.push(`window ${k} has ${n} committed completions`);
+  return problems;
+}
+
+// Counts crashes: 'error' events and rejections nobody handled while a test ran (vitest also fails on them).
+export function crashCounter(): { count: () => number; stop: () => void; errors: unknown[] } {
+  const errors: unknown[] = [];
+  const onErr = (e: unknown) => errors.push(e);
+  process.on('uncaughtException', onErr);
+  process.on('unhandledRejection', onErr);
+  return {
+    errors,
+    count: () => errors.length,
+    stop: () => {
+      process.off('uncaughtException', onErr);
+      process.off('unhandledRejection', onErr);
+    },
+  };
 }

@@ -2,13 +2,19 @@
 // overlapping windows, and the generic (non-COPY) row path.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
-import { assertExactlyOnce, insertSourceRows, makeService, ordersTransfer, setupDatabases, TARGET_DDL, ORDERS_DDL, type Env } from './helpers.js';
+import { assertExactlyOnce, crashCounter, createLane, insertSourceRows, laneProblems, laneTransfer, LANE_WRITES_DDL, makeService, ordersTransfer, setupDatabases, TARGET_DDL, ORDERS_DDL, type Env } from './helpers.js';
+import { FaultProxy } from '../support/faultProxy.js';
+import { seededRng, type Rng } from '../support/seeded.js';
+import { pgTransferPoolConfig, type TransferTimeouts } from '../../shared/transfer/timeouts.js';
 import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
 import { isTransferError } from '../../shared/transfer/errors.js';
 import { TransferService } from '../../shared/transfer/service.js';
 import type { SourceAdapter, StageRequest } from '../../shared/transfer/types.js';
+
+// Short timeouts for tests (production defaults: shared/transfer/timeouts.ts), still far above what a healthy step needs.
+const TEST_TIMEOUTS: TransferTimeouts = { connectMs: 5_000, statementMs: 20_000, queryMs: 25_000, idleInTransactionMs: 10_000, lockMs: 10_000, stallMs: 5_000 };
 
 describe('races, conflicts and drift', () => {
   let env: Env;
@@ -346,5 +352,125 @@ describe('races, conflicts and drift', () => {
     );
     const src = await env.source.query(`select count(*)::int as n, md5(string_agg(t::text, '|' order by id)) as h from public.orders t`);
     expect(cmp.rows[0]).toEqual(src.rows[0]);
+  });
+});
+
+// Issue 9.1: an apply call still on its way to the target while another process reconciles the batch. The apply's
+// request is held in a proxy for 50-1500 ms (and each merged row is slow), the rival starts 50-1500 ms later with a
+// reconcile (or a duplicate delivery that runs the batch), then the operator follows nextAction -- retrying, or
+// abandoning the batch and creating a new one for the window. Before the fence, a reconcile's "not applied" could be
+// followed by the late apply's commit; abandon then released a committed window and a new batch applied it again.
+describe('a slow apply and a concurrent reconcile from another process: the fence makes "not applied" final', () => {
+  const RUNS = Number(process.env.KEEL_FENCE_RUNS ?? 40);
+  const LANES = 8;
+  const ROWS_PER_LANE = 60 * Math.ceil(RUNS / LANES) * 2 + 200;
+  const rng = seededRng('transfer fence races');
+  let env: Env;
+  const lanes: { table: string; proxy: FaultProxy; pool: pg.Pool }[] = [];
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+  beforeAll(async () => {
+    env = await setupDatabases('tr_fence');
+    await env.source.query(ORDERS_DDL);
+    await env.target.query(LANE_WRITES_DDL);
+    const u = new URL(env.targetUrl);
+    for (let l = 0; l < LANES; l++) {
+      const table = `fence_l${l}`;
+      await createLane(env, table, ROWS_PER_LANE);
+      const proxy = await FaultProxy.start(u.hostname, Number(u.port));
+      // Process A's target connections: through the proxy, every merged row costs 2 ms (a slow apply).
+      const pool = new pg.Pool({ ...pgTransferPoolConfig(proxy.urlFor(env.targetUrl), TEST_TIMEOUTS, 3), options: '-c keel_test.write_delay=0.002' });
+      pool.on('error', () => undefined);
+      lanes.push({ table, proxy, pool });
+    }
+  });
+  afterAll(async () => {
+    for (const l of lanes) {
+      await l.pool.end().catch(() => undefined);
+      await l.proxy.close();
+    }
+    await env?.close();
+  });
+
+  it(`${RUNS} runs in ${LANES} concurrent lanes: target rows exactly once, one completion per committed window, journal = target`, { timeout: 240_000 }, async () => {
+    const crashes = crashCounter();
+    const stats = { runs: 0, inconsistent: 0, hangs: 0, fencedApplies: 0, reconciledNotApplied: 0, blocked: 0, abandoned: 0, committedLate: 0 };
+    const failures: string[] = [];
+    async function lane(l: (typeof lanes)[number], runs: number, r: Rng) {
+      const t = laneTransfer(l.table, { batchSize: r.int(20, 60), reconcileWaitMs: r.int(30, 300) });
+      let covered = 0;
+      for (let i = 0; i < runs; i++) {
+        const d1 = r.int(50, 1500);
+        const d2 = r.int(50, 1500);
+        const duplicateDelivery = r.chance(0.3);
+        const abandonWhenOpen = r.chance(0.5);
+        const plan = `lane ${l.table} run ${i}: apply held ${d1} ms, rival ${duplicateDelivery ? 'run' : 'reconcile'} after ${d2} ms, ${abandonWhenOpen ? 'abandon' : 'retry'}`;
+        const a = makeService(env, [t], l.pool); // process A (apply through the proxy)
+        const b = makeService(env, [t]); // process B (direct)
+        const work = (async () => {
+          const created = await a.createBatch(t.name);
+          expect((await a.stage(created.batchId)).state).toBe('staged');
+          l.proxy.arm({ kind: 'delay-request', trigger: (sql) => sql.includes('keel_transfer.apply_batch'), delayMs: d1 });
+          const [va] = await Promise.all([
+            a.apply(created.batchId),
+            sleep(d2).then(() => (duplicateDelivery ? b.run(created.batchId) : b.reconcile(created.batchId))),
+          ]);
+          l.proxy.disarm();
+          if (va.lastErrorCode === 'attempt_fenced') stats.fencedApplies++;
+          // Follow nextAction until the window is committed: reconcile what is open, then retry or abandon.
+          let id = created.batchId;
+          for (let step = 0; step < 200; step++) {
+            const v = (await b.getBatch(id))!;
+            if (v.state === 'committed') break;
+            if (v.state === 'applying' || v.state === 'unresolved') {
+              await b.reconcile(id);
+              await sleep(20);
+            } else if (v.state === 'staged' || v.state === 'extracting') {
+              if (abandonWhenOpen && id === created.batchId) {
+                const x = await b.abandon(id, 'test: follow the runbook');
+                if (x.state === 'failed') {
+                  stats.abandoned++;
+                  id = (await b.createBatch(t.name)).batchId; // the same window, a new batch
+                }
+              } else await b.run(id);
+            } else if (v.state === 'failed') {
+              throw new Error(`${plan}: batch ${id} failed: ${v.lastError}`);
+            }
+          }
+          const events = (await b.getBatch(created.batchId))!.events.map((e) => e.event);
+          if (events.includes('reconciled_not_applied')) stats.reconciledNotApplied++;
+          if (events.includes('reconciled_blocked')) stats.blocked++;
+          if (events.includes('reconciled_committed')) stats.committedLate++;
+          const fin = (await b.getBatch(id))!;
+          expect(fin.state, `${plan}: ${fin.lastError}`).toBe('committed');
+          covered = Number(fin.boundary.high);
+        })();
+        const hang = sleep(60_000).then(() => 'hang' as const);
+        const res = await Promise.race([work.then(() => 'done' as const), hang]);
+        stats.runs++;
+        if (res === 'hang') {
+          stats.hangs++;
+          failures.push(`${plan}: no end within 60 s`);
+          return;
+        }
+        const problems = await laneProblems(env, l.table, covered);
+        if (problems.length > 0) {
+          stats.inconsistent++;
+          failures.push(`${plan}: ${problems.join('; ')}`);
+        }
+        await a.close().catch(() => undefined);
+        await b.close().catch(() => undefined);
+      }
+    }
+    const perLane = Math.ceil(RUNS / LANES);
+    await Promise.all(lanes.map((l, i) => lane(l, perLane, rng.fork(`lane${i}`))));
+    crashes.stop();
+    console.log('fence races:', { ...stats, crashes: crashes.count() });
+    expect(failures).toEqual([]);
+    expect(stats.runs).toBeGreaterThanOrEqual(RUNS);
+    expect(crashes.count()).toBe(0);
+    // The shapes this test exists for were met: the rival ruled an in-flight apply out, and the late apply was refused.
+    expect(stats.reconciledNotApplied).toBeGreaterThan(0);
+    expect(stats.fencedApplies).toBeGreaterThan(0);
   });
 });
