@@ -467,7 +467,8 @@ export class TransferService {
       let moved: BatchRecord | null = null;
       if (open) moved = await this.journal.transition(b.batchId, ['applying', 'unresolved'], to, {}, 'reconciled_not_applied', detail);
       else if (b.state === 'staged' && !outcome.staged) moved = await this.journal.transition(b.batchId, ['staged'], 'extracting', {}, 'reconciled_not_applied', detail);
-      else if (fenceThrough > 0) await this.journal.note(b.batchId, 'reconciled_not_applied', detail);
+      // Unchanged state: noted, and marked touched (updated_at), so maintenance asks again only after the stale age.
+      else await this.journal.note(b.batchId, 'reconciled_not_applied', detail, { lastError: b.lastError });
       return { rec: moved ?? (await this.load(b.batchId)), verdict: 'not_applied' };
     }
     const moved = await this.journal.transition(b.batchId, ['applying', 'unresolved', 'staged'], 'unresolved', { lastError: outcome.reason, lastErrorCode: 'claim_blocked' }, 'reconciled_blocked', {
