@@ -5,6 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { loadTransfers, parseTransfers } from '../../shared/transfer/config.js';
 import { quotePg, quoteOracle, quoteMssql } from '../../shared/transfer/identifiers.js';
+import { DEFAULT_TRANSFER_TIMEOUTS, FUNCTION_TIMEOUT_MS, pgTransferPoolConfig, transferTimeouts } from '../../shared/transfer/timeouts.js';
 
 const valid = {
   name: 'orders',
@@ -69,5 +70,26 @@ describe('transfer configuration', () => {
     expect(quoteOracle('ID')).toBe('"ID"');
     expect(() => quotePg('a"b')).toThrow(/plain identifier/);
     expect(() => quoteMssql('a]b')).toThrow(/plain identifier/);
+  });
+
+  it('transfer timeouts: safe defaults inside the function timeout, settings validated and named, all applied to pg pools', () => {
+    const d = transferTimeouts({});
+    expect(d).toEqual(DEFAULT_TRANSFER_TIMEOUTS);
+    for (const v of Object.values(d)) expect(v).toBeLessThan(FUNCTION_TIMEOUT_MS);
+    expect(d.queryMs).toBeGreaterThan(d.statementMs);
+    // The client-side read timeout follows the statement timeout unless set.
+    expect(transferTimeouts({ KEEL_TRANSFER_STATEMENT_TIMEOUT_MS: '60000' }).queryMs).toBe(75_000);
+    expect(messageOf(() => transferTimeouts({ KEEL_TRANSFER_STALL_TIMEOUT_MS: 'soon' }))).toMatch(/KEEL_TRANSFER_STALL_TIMEOUT_MS/);
+    expect(messageOf(() => transferTimeouts({ KEEL_TRANSFER_STATEMENT_TIMEOUT_MS: String(FUNCTION_TIMEOUT_MS) }))).toMatch(/KEEL_TRANSFER_STATEMENT_TIMEOUT_MS/);
+    expect(messageOf(() => transferTimeouts({ KEEL_TRANSFER_STATEMENT_TIMEOUT_MS: '60000', KEEL_TRANSFER_QUERY_TIMEOUT_MS: '60000' }))).toMatch(/must exceed/);
+    const cfg = pgTransferPoolConfig('postgres://h/db', { ...d, lockMs: 1234 });
+    expect(cfg).toMatchObject({
+      connectionTimeoutMillis: d.connectMs,
+      statement_timeout: d.statementMs,
+      query_timeout: d.queryMs,
+      idle_in_transaction_session_timeout: d.idleInTransactionMs,
+      lock_timeout: 1234,
+      keepAlive: true,
+    });
   });
 });

@@ -92,6 +92,49 @@ describe('races, conflicts and drift', () => {
     expect(done.attempts).toBe(2);
   });
 
+  it('the fence: a ruled-out attempt is refused on the target; staged batches are asked; abandon never releases a committed window', async () => {
+    const t = ordersTransfer('fenced', { batchSize: 40, reconcileWaitMs: 100 });
+    if ((await env.source.query(`select count(*)::int as n from public.orders`)).rows[0].n < 80) await insertSourceRows(env.source, 9001, 9080); // when run alone
+    await env.target.query(`create table public.fenced_target (like public.orders including all)`);
+    const tt = { ...t, target: { ...t.target, table: 'public.fenced_target' } };
+    const svc = makeService(env, [tt]);
+    const target = new PostgresTransferTarget(tt, env.target);
+    const b = await svc.createBatch(tt.name);
+    expect((await svc.stage(b.batchId)).state).toBe('staged');
+    const detail = (await svc.getBatch(b.batchId))!;
+    const req: StageRequest = { batchId: b.batchId, transfer: tt.name, manifest: { rowCount: b.rowCount!, checksum: b.checksum! }, schema: { columns: detail.schemaColumns, hash: detail.schemaHash } };
+    // Attempt 1 is started in the journal, its call is "on its way"; a rival reconcile rules it out first.
+    const journal = new PostgresTransferJournal(env.control);
+    await journal.transition(b.batchId, ['staged'], 'applying', { incrementAttempts: true, stamp: 'apply_started_at' }, 'apply_started');
+    const r = await svc.reconcile(b.batchId);
+    expect(r.state).toBe('staged');
+    // The late call arrives: refused, nothing applied.
+    await expect(target.apply(req, { attempt: 1 })).rejects.toSatisfy((e) => isTransferError(e, 'attempt_fenced'));
+    expect((await env.target.query(`select count(*)::int as n from public.fenced_target`)).rows[0].n).toBe(0);
+    // A later attempt (what the journal hands out next) takes the fence over and commits -- here behind the journal's
+    // back, as a process whose reply never got recorded would.
+    expect((await target.apply(req, { attempt: 2 })).outcome).toBe('applied');
+    // The journal says staged, the target committed: reconcile asks the target for staged batches too ...
+    const seen = await svc.getBatch(b.batchId);
+    expect(seen!.state).toBe('staged');
+    // ... and abandon asks it under the final fence: committed wins, the window is not released.
+    const ab = await svc.abandon(b.batchId, 'test');
+    expect(ab.state).toBe('committed');
+    expect(ab.appliedCount).toBe(b.rowCount);
+    expect((await svc.getBatch(b.batchId))!.events.map((e) => e.event)).toContain('reconciled_committed');
+    // Abandon of a batch that was not applied: final fence, failed, and no attempt can commit it afterwards.
+    const b2 = await svc.createBatch(tt.name);
+    expect((await svc.stage(b2.batchId)).state).toBe('staged');
+    const ab2 = await svc.abandon(b2.batchId, 'test');
+    expect(ab2.state).toBe('failed');
+    const d2 = (await svc.getBatch(b2.batchId))!;
+    const req2: StageRequest = { ...req, batchId: b2.batchId, manifest: { rowCount: b2.rowCount!, checksum: b2.checksum! } };
+    await expect(target.apply(req2, { attempt: 1_000_000 })).rejects.toSatisfy((e) => isTransferError(e, 'attempt_fenced'));
+    const fence = await env.target.query(`select state, fenced_through::text as f from keel_transfer.completions where batch_id = $1`, [b2.batchId]);
+    expect(fence.rows).toEqual([{ state: 'fenced', f: '2147483647' }]);
+    expect(d2.state).toBe('failed');
+  });
+
   it('duplicate keys within a batch stop it with a reason and release its window', async () => {
     const src = await env.source.connect();
     await src.query(`create table public.dups (id bigint, customer text, amount numeric(12,2), placed_at timestamptz, flag boolean, note varchar(200), payload bytea)`);
