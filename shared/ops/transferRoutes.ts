@@ -120,7 +120,7 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
     method: 'POST',
     path: '/transfers/batches/:id/reconcile',
     operationId: 'reconcileBatch',
-    summary: 'Ask the target now whether the batch committed (applying/unresolved batches; others are returned as they are)',
+    summary: 'Ask the target now whether the batch committed (every batch not committed or failed; a "not applied" answer is fenced on the target, so it is final)',
     tag: 'transfers',
     params: s.batchParams,
     query: s.emptyQuery,
