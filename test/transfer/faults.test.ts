@@ -14,7 +14,7 @@ import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJ
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
 
-const RUNS = Number(process.env.KEEL_FAULT_RUNS ?? 50);
+const RUNS = Number(process.env.KEEL_FAULT_RUNS ?? 40);
 const NAME = 'orders_faults';
 const rand = (lo: number, hi: number) => lo + Math.floor(Math.random() * (hi - lo + 1));
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -35,11 +35,13 @@ describe('transfer fault injection (TCP proxy between Keel and the target)', () 
     proxy = await FaultProxy.start(u.hostname, Number(u.port));
     // The server notices a vanished client during a long statement (mid-apply) instead of finishing it, and
     // each merged row costs 0.2 ms so that an apply lasts long enough to be cut in the middle.
-    proxied = new pg.Pool({ connectionString: proxy.urlFor(env.targetUrl), max: 3, options: '-c client_connection_check_interval=10 -c keel_test.write_delay=0.0002' });
+    // Test timeouts (shared/transfer/timeouts.ts): a step that would hang ends with an error instead.
+    const T: TransferTimeouts = { connectMs: 5_000, statementMs: 20_000, queryMs: 25_000, idleInTransactionMs: 10_000, lockMs: 10_000, stallMs: 5_000 };
+    proxied = new pg.Pool({ ...pgTransferPoolConfig(proxy.urlFor(env.targetUrl), T, 3), options: '-c client_connection_check_interval=10 -c keel_test.write_delay=0.0002' });
     proxied.on('error', () => undefined);
     // Without the check the server finishes an apply whose client vanished and commits it: the caller saw an
     // error, the outcome is "committed", and only the target can say so.
-    proxiedUnchecked = new pg.Pool({ connectionString: proxy.urlFor(env.targetUrl), max: 3, options: '-c keel_test.write_delay=0.0002' });
+    proxiedUnchecked = new pg.Pool({ ...pgTransferPoolConfig(proxy.urlFor(env.targetUrl), T, 3), options: '-c keel_test.write_delay=0.0002' });
     proxiedUnchecked.on('error', () => undefined);
   });
   afterAll(async () => {
@@ -86,7 +88,7 @@ describe('transfer fault injection (TCP proxy between Keel and the target)', () 
     expect(r.maxWrites).toBe(1);
   }
 
-  it(`(a) cut mid-transfer, ${RUNS} runs`, async () => {
+  it(`(a) cut mid-transfer, ${RUNS} runs`, { timeout: 180_000 }, async () => {
     let fired = 0;
     for (let i = 0; i < RUNS; i++) {
       const r = await faultedRun({ kind: 'cut-after-bytes', trigger: (sql) => /^copy keel_transfer\./.test(sql), bytes: rand(0, 9000) });
@@ -96,7 +98,7 @@ describe('transfer fault injection (TCP proxy between Keel and the target)', () 
     await checkTarget();
   });
 
-  it(`(b) cut mid-apply, ${RUNS} runs`, async () => {
+  it(`(b) cut mid-apply, ${RUNS} runs`, { timeout: 180_000 }, async () => {
     let fired = 0;
     const outcomes = { committedAfterCut: 0, rolledBack: 0, unresolvedFirst: 0 };
     for (let i = 0; i < RUNS; i++) {
@@ -118,7 +120,7 @@ describe('transfer fault injection (TCP proxy between Keel and the target)', () 
     await checkTarget();
   });
 
-  it(`(c) COMMIT reached the server, reply lost, ${RUNS} runs`, async () => {
+  it(`(c) COMMIT reached the server, reply lost, ${RUNS} runs`, { timeout: 180_000 }, async () => {
     for (let i = 0; i < RUNS; i++) {
       const r = await faultedRun({ kind: 'drop-reply', trigger: (sql) => sql.includes('keel_transfer.apply_batch'), holdMs: rand(0, 4) });
       expect(r.fired).toBe(true);
