@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FaultProxy, type FaultPlan } from '../support/faultProxy.js';
 import { assertExactlyOnce, crashCounter, createLane, insertSourceRows, laneProblems, laneTransfer, LANE_WRITES_DDL, makeService, ordersTransfer, setupDatabases, TARGET_DDL, ORDERS_DDL, type Env } from './helpers.js';
 import { TransferService, type BatchView } from '../../shared/transfer/service.js';
-import { seededRng } from '../support/seeded.js';
+import { seededRandom } from '../support/seededRandom.js';
 import { pgTransferPoolConfig, type TransferTimeouts } from '../../shared/transfer/timeouts.js';
 import type { TransferConfig } from '../../shared/transfer/config.js';
 import type { SourceAdapter } from '../../shared/transfer/types.js';
@@ -16,7 +16,8 @@ import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTa
 
 const RUNS = Number(process.env.KEEL_FAULT_RUNS ?? 40);
 const NAME = 'orders_faults';
-const rand = (lo: number, hi: number) => lo + Math.floor(Math.random() * (hi - lo + 1));
+const seeded = seededRandom('transfer fault injection (target proxy)');
+const rand = (lo: number, hi: number) => seeded.int(lo, hi);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe('transfer fault injection (TCP proxy between Keel and the target)', () => {
@@ -91,7 +92,7 @@ describe('transfer fault injection (TCP proxy between Keel and the target)', () 
   it(`(a) cut mid-transfer, ${RUNS} runs`, { timeout: 180_000 }, async () => {
     let fired = 0;
     for (let i = 0; i < RUNS; i++) {
-      const r = await faultedRun({ kind: 'cut-after-bytes', trigger: (sql) => /^copy keel_transfer\./.test(sql), bytes: rand(0, 9000) });
+      const r = await faultedRun({ kind: 'cut-after-bytes', trigger: (sql) => /^copy keel_transfer\./.test(sql), bytes: rand(0, 4000) });
       if (r.fired) fired++;
     }
     expect(fired).toBeGreaterThan(RUNS / 2);
@@ -142,7 +143,7 @@ describe('transfer fault injection (TCP proxy between Keel and the target)', () 
 // holds the window exactly once with the journal agreeing.
 describe('staging faults on both sides, and peers that never reply', () => {
   const RUNS = Number(process.env.KEEL_STAGING_FAULT_RUNS ?? 48);
-  const rng = seededRng('transfer staging faults');
+  const rng = seededRandom('transfer staging faults');
   // Short timeouts so that silent peers are found quickly (production defaults: shared/transfer/timeouts.ts).
   const T: TransferTimeouts = { connectMs: 3_000, statementMs: 3_000, queryMs: 4_000, idleInTransactionMs: 3_000, lockMs: 3_000, stallMs: 1_500 };
   let env: Env;

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { assertExactlyOnce, crashCounter, createLane, insertSourceRows, laneProblems, laneTransfer, LANE_WRITES_DDL, makeService, ordersTransfer, setupDatabases, TARGET_DDL, ORDERS_DDL, type Env } from './helpers.js';
 import { FaultProxy } from '../support/faultProxy.js';
-import { seededRng, type Rng } from '../support/seeded.js';
+import { seededRandom, seedFromEnv, type SeededRandom } from '../support/seededRandom.js';
 import { pgTransferPoolConfig, type TransferTimeouts } from '../../shared/transfer/timeouts.js';
 import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
@@ -407,7 +407,8 @@ describe('a slow apply and a concurrent reconcile from another process: the fenc
   const RUNS = Number(process.env.KEEL_FENCE_RUNS ?? 40);
   const LANES = 8;
   const ROWS_PER_LANE = 60 * Math.ceil(RUNS / LANES) * 2 + 200;
-  const rng = seededRng('transfer fence races');
+  const SEED = seedFromEnv();
+  seededRandom('transfer fence races', SEED); // prints the replay line; each lane draws from its own stream
   let env: Env;
   const lanes: { table: string; proxy: FaultProxy; pool: pg.Pool }[] = [];
   const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -439,14 +440,14 @@ describe('a slow apply and a concurrent reconcile from another process: the fenc
     const crashes = crashCounter();
     const stats = { runs: 0, inconsistent: 0, hangs: 0, fencedApplies: 0, reconciledNotApplied: 0, blocked: 0, abandoned: 0, committedLate: 0 };
     const failures: string[] = [];
-    async function lane(l: (typeof lanes)[number], runs: number, r: Rng) {
+    async function lane(l: (typeof lanes)[number], runs: number, r: SeededRandom) {
       const t = laneTransfer(l.table, { batchSize: r.int(20, 60), reconcileWaitMs: r.int(30, 300) });
       let covered = 0;
       for (let i = 0; i < runs; i++) {
         const d1 = r.int(50, 1500);
         const d2 = r.int(50, 1500);
-        const duplicateDelivery = r.chance(0.3);
-        const abandonWhenOpen = r.chance(0.5);
+        const duplicateDelivery = r.next() < 0.3;
+        const abandonWhenOpen = r.next() < 0.5;
         const plan = `lane ${l.table} run ${i}: apply held ${d1} ms, rival ${duplicateDelivery ? 'run' : 'reconcile'} after ${d2} ms, ${abandonWhenOpen ? 'abandon' : 'retry'}`;
         const a = makeService(env, [t], l.pool); // process A (apply through the proxy)
         const b = makeService(env, [t]); // process B (direct)
@@ -506,7 +507,7 @@ describe('a slow apply and a concurrent reconcile from another process: the fenc
       }
     }
     const perLane = Math.ceil(RUNS / LANES);
-    await Promise.all(lanes.map((l, i) => lane(l, perLane, rng.fork(`lane${i}`))));
+    await Promise.all(lanes.map((l, i) => lane(l, perLane, seededRandom(`transfer fence races, lane ${i}`, (SEED + (i + 1) * 0x9e3779b9) >>> 0))));
     crashes.stop();
     console.log('fence races:', { ...stats, crashes: crashes.count() });
     expect(failures).toEqual([]);
