@@ -483,7 +483,12 @@ export class TransferService {
   private async release(b: BatchRecord, err: TransferError, from: readonly BatchState[] = ['extracting', 'staged', 'applying', 'unresolved']): Promise<BatchRecord> {
     if (b.attempts === 0 && b.state === 'extracting') return this.fail(b, from, err);
     const { rec, verdict } = await this.settle(b, true);
-    if (verdict !== 'not_applied' && !(verdict === 'skipped' && rec.attempts === 0)) return rec;
+    if (verdict !== 'not_applied' && !(verdict === 'skipped' && rec.attempts === 0)) {
+      // Not released: the reason is kept in the batch's events (its last error says why the target gave no verdict);
+      // running or abandoning it again asks the target again.
+      if (OPEN_STATES.includes(rec.state)) await this.journal.note(rec.batchId, 'release_deferred', { code: err.code, message: err.message, verdict });
+      return this.load(b.batchId);
+    }
     return this.fail(rec, from, err);
   }
 
