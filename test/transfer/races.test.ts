@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { assertExactlyOnce, crashCounter, createLane, insertSourceRows, laneProblems, laneTransfer, LANE_WRITES_DDL, makeService, ordersTransfer, setupDatabases, TARGET_DDL, ORDERS_DDL, type Env } from './helpers.js';
 import { FaultProxy } from '../support/faultProxy.js';
-import { seededRandom, seedFromEnv, type SeededRandom } from '../support/seededRandom.js';
+import { seededRandom } from '../support/seededRandom.js';
 import { pgTransferPoolConfig, type TransferTimeouts } from '../../shared/transfer/timeouts.js';
 import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
@@ -407,8 +407,7 @@ describe('a slow apply and a concurrent reconcile from another process: the fenc
   const RUNS = Number(process.env.KEEL_FENCE_RUNS ?? 40);
   const LANES = 8;
   const ROWS_PER_LANE = 60 * Math.ceil(RUNS / LANES) * 2 + 200;
-  const SEED = seedFromEnv();
-  seededRandom('transfer fence races', SEED); // prints the replay line; each lane draws from its own stream
+  const rng = seededRandom('transfer fence races');
   let env: Env;
   const lanes: { table: string; proxy: FaultProxy; pool: pg.Pool }[] = [];
   const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -440,14 +439,19 @@ describe('a slow apply and a concurrent reconcile from another process: the fenc
     const crashes = crashCounter();
     const stats = { runs: 0, inconsistent: 0, hangs: 0, fencedApplies: 0, reconciledNotApplied: 0, blocked: 0, abandoned: 0, committedLate: 0 };
     const failures: string[] = [];
-    async function lane(l: (typeof lanes)[number], runs: number, r: SeededRandom) {
-      const t = laneTransfer(l.table, { batchSize: r.int(20, 60), reconcileWaitMs: r.int(30, 300) });
+    // Every random choice is drawn up front, in a fixed order, so that KEEL_TEST_SEED replays the same plans.
+    type Run = { d1: number; d2: number; duplicateDelivery: boolean; abandonWhenOpen: boolean };
+    const perLane = Math.ceil(RUNS / LANES);
+    const drawn = lanes.map(() => ({
+      batchSize: rng.int(20, 60),
+      reconcileWaitMs: rng.int(30, 300),
+      runs: Array.from({ length: perLane }, (): Run => ({ d1: rng.int(50, 1500), d2: rng.int(50, 1500), duplicateDelivery: rng.next() < 0.3, abandonWhenOpen: rng.next() < 0.5 })),
+    }));
+    async function lane(l: (typeof lanes)[number], d: (typeof drawn)[number]) {
+      const t = laneTransfer(l.table, { batchSize: d.batchSize, reconcileWaitMs: d.reconcileWaitMs });
       let covered = 0;
-      for (let i = 0; i < runs; i++) {
-        const d1 = r.int(50, 1500);
-        const d2 = r.int(50, 1500);
-        const duplicateDelivery = r.next() < 0.3;
-        const abandonWhenOpen = r.next() < 0.5;
+      for (let i = 0; i < d.runs.length; i++) {
+        const { d1, d2, duplicateDelivery, abandonWhenOpen } = d.runs[i]!;
         const plan = `lane ${l.table} run ${i}: apply held ${d1} ms, rival ${duplicateDelivery ? 'run' : 'reconcile'} after ${d2} ms, ${abandonWhenOpen ? 'abandon' : 'retry'}`;
         const a = makeService(env, [t], l.pool); // process A (apply through the proxy)
         const b = makeService(env, [t]); // process B (direct)
@@ -506,8 +510,7 @@ describe('a slow apply and a concurrent reconcile from another process: the fenc
         await b.close().catch(() => undefined);
       }
     }
-    const perLane = Math.ceil(RUNS / LANES);
-    await Promise.all(lanes.map((l, i) => lane(l, perLane, seededRandom(`transfer fence races, lane ${i}`, (SEED + (i + 1) * 0x9e3779b9) >>> 0))));
+    await Promise.all(lanes.map((l, i) => lane(l, drawn[i]!)));
     crashes.stop();
     console.log('fence races:', { ...stats, crashes: crashes.count() });
     expect(failures).toEqual([]);
