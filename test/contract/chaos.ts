@@ -87,11 +87,12 @@ export function defineChaosSuite(makeHarness: () => EngineHarness, opts: ChaosOp
     for (let i = 0; i < opts.workers; i++) await startWorker();
 
     // Chaos phase: crash random workers (replacing them) and kill every store connection now and then.
-    const chaosEnd = Date.now() + opts.chaosMs;
+    // Bounded by count, not by the clock: on a loaded machine the sleeps stretch, and a time bound would end the
+    // phase before every planned crash and kill happened (each iteration does exactly one of them).
     let crashes = 0;
     let kills = 0;
     const gap = opts.chaosMs / (opts.crashes + opts.connectionKills + 1);
-    while (Date.now() < chaosEnd && (crashes < opts.crashes || kills < opts.connectionKills)) {
+    while (crashes < opts.crashes || kills < opts.connectionKills) {
       await sleep(gap * (0.5 + random.next()));
       if (crashes < opts.crashes && (kills >= opts.connectionKills || random.next() < 0.6)) {
         const victim = live.splice(random.int(0, live.length - 1), 1)[0]!;
@@ -104,8 +105,6 @@ export function defineChaosSuite(makeHarness: () => EngineHarness, opts: ChaosOp
         kills++;
       }
     }
-    expect(crashes).toBe(opts.crashes);
-    expect(kills).toBe(opts.connectionKills);
 
     // Settle: maintenance until every job has left the hot table.
     const settleEnd = Date.now() + opts.settleMs;
