@@ -97,6 +97,12 @@ export const settingsSchema = z
     KEEL_MAINT_MAX_BATCHES: int(20, 1, 1000),
     KEEL_TRANSFER_STALE_MS: int(600_000, 1000, 7 * 24 * 3600_000),
     KEEL_TRANSFER_RECONCILE_LIMIT: int(20, 1, 1000),
+    // Transfer journal (control database) connections: connect, per-statement and idle-in-transaction limits
+    // (PostgreSQL; on SQL Server the first two are the pool's connection and request timeouts). Bounded well
+    // inside the Functions 10-minute timeout so a dead control database fails a step instead of hanging it.
+    KEEL_JOURNAL_CONNECT_TIMEOUT_MS: int(10_000, 500, 120_000),
+    KEEL_JOURNAL_STATEMENT_TIMEOUT_MS: int(30_000, 500, 300_000),
+    KEEL_JOURNAL_IDLE_TX_TIMEOUT_MS: int(60_000, 500, 300_000),
     // Transfers started by the timer: names from the transfer config, or "*" for all of them. Empty: none.
     KEEL_SCHEDULED_TRANSFERS: list,
     // Ops API.

@@ -1,13 +1,12 @@
 // Transfer plumbing for the functions: building the service from settings, and the queue steps
 // (stage queue -> apply queue), each claiming the batch by id through the journal's state machine.
-import pg from 'pg';
 import type { Settings } from '../config/settings.js';
 import type { TransferService, BatchView } from '../transfer/service.js';
 import { isTransferError } from '../transfer/errors.js';
 import { loadTransfers } from '../transfer/config.js';
 import type { TransferJournal } from '../transfer/journal.js';
 import { createTransferService as createTransferServiceFromConfig } from '../transfer/factory.js';
-import { PostgresTransferJournal } from '../engines/postgres/transferJournal.js';
+import { createJournalPool, PostgresTransferJournal } from '../engines/postgres/transferJournal.js';
 import type { Logger } from './jobs.js';
 import type { Runtime } from './runtime.js';
 
@@ -23,15 +22,27 @@ export async function createTransferService(settings: Settings, env: Record<stri
   if (loadTransfers(env as NodeJS.ProcessEnv).length === 0) return null;
   let journal: TransferJournal;
   if (settings.KEEL_STORE_ENGINE === 'postgres') {
-    const pool = new pg.Pool({ connectionString: settings.KEEL_PG_URL!, max: 4, application_name: 'keel-transfer-journal' });
-    pool.on('error', () => undefined);
+    const pool = createJournalPool(settings.KEEL_PG_URL!, {
+      max: 4,
+      connectTimeoutMs: settings.KEEL_JOURNAL_CONNECT_TIMEOUT_MS,
+      statementTimeoutMs: settings.KEEL_JOURNAL_STATEMENT_TIMEOUT_MS,
+      idleInTransactionTimeoutMs: settings.KEEL_JOURNAL_IDLE_TX_TIMEOUT_MS,
+    });
     journal = new PostgresTransferJournal(pool, { ownsPool: true });
   } else {
     // Loaded only when selected, so PostgreSQL deployments never load mssql. The pool is the process-wide one
     // the SQL Server job store also uses for this connection.
     const { SqlServerTransferJournal } = await import('../engines/sqlserver/transferJournal.js');
     const { sharedSqlServerPool } = await import('../engines/sqlserver/pool.js');
-    journal = new SqlServerTransferJournal(sharedSqlServerPool(settings.KEEL_SQL_CONNECTION!, { max: settings.KEEL_SQL_POOL_SIZE }));
+    // Its own pool (by application name) so that the journal's timeouts apply to journal calls only.
+    journal = new SqlServerTransferJournal(
+      sharedSqlServerPool(settings.KEEL_SQL_CONNECTION!, {
+        max: 4,
+        applicationName: 'keel-transfer-journal',
+        connectTimeoutMs: settings.KEEL_JOURNAL_CONNECT_TIMEOUT_MS,
+        requestTimeoutMs: settings.KEEL_JOURNAL_STATEMENT_TIMEOUT_MS,
+      }),
+    );
   }
   const created = createTransferServiceFromConfig(journal, env as NodeJS.ProcessEnv);
   if (!created) {

@@ -15,7 +15,7 @@ function service(rt: Runtime): TransferService {
 }
 
 const CONFLICT_CODES: ReadonlySet<TransferErrorCode> = new Set<TransferErrorCode>([
-  'open_batch_exists', 'window_taken', 'invalid_state', 'not_staged', 'schema_drift',
+  'open_batch_exists', 'window_taken', 'duplicate_batch_id', 'invalid_state', 'not_staged', 'schema_drift',
   'staging_conflict', 'duplicate_keys', 'manifest_mismatch', 'target_incompatible', 'unsupported_type',
 ]);
 

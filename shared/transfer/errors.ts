@@ -8,6 +8,7 @@ export type TransferErrorCode =
   | 'nothing_to_transfer'
   | 'open_batch_exists'
   | 'window_taken'
+  | 'duplicate_batch_id'
   | 'schema_drift'
   | 'staging_conflict'
   | 'duplicate_keys'

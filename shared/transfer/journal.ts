@@ -1,5 +1,6 @@
 // The batch journal lives in the control database beside the jobs (PostgreSQL or SQL Server). One interface,
 // two implementations: shared/engines/postgres/transferJournal.ts and shared/engines/sqlserver/transferJournal.ts.
+import { TransferError } from './errors.js';
 import type { BatchState, BoundaryKind, SchemaColumn } from './types.js';
 
 export interface BatchRecord {
@@ -72,7 +73,8 @@ export interface BatchFilter {
 
 export interface TransferJournal {
   // Inserts a batch in state 'extracting'. Refused with TransferError 'open_batch_exists' when the transfer
-  // has a batch that is not committed or failed, and 'window_taken' when a non-failed batch covers the window.
+  // has a batch that is not committed or failed, 'window_taken' when a non-failed batch covers the window, and
+  // 'duplicate_batch_id' when a batch with this id exists (the insert procedure says which, from committed rows).
   insertBatch(b: NewBatch): Promise<BatchRecord>;
   // The open batch (not committed/failed) and the latest committed batch of a transfer.
   lastForTransfer(transferName: string): Promise<{ open: BatchRecord | null; lastCommitted: BatchRecord | null }>;
@@ -87,4 +89,27 @@ export interface TransferJournal {
   // Batches in the given states not updated for olderThanMs, oldest first.
   stale(states: readonly BatchState[], olderThanMs: number, limit: number): Promise<BatchRecord[]>;
   close(): Promise<void>;
+}
+
+// Both engines' insert procedures answer with an outcome; this turns it into the record or the typed refusal.
+export function insertOutcome(b: NewBatch, outcome: string, conflictId: string | null, conflictState: string | null, row: () => BatchRecord): BatchRecord {
+  switch (outcome) {
+    case 'inserted':
+      return row();
+    case 'duplicate_batch_id':
+      throw new TransferError('duplicate_batch_id', `batch id ${b.batchId} already exists (${conflictState}); a new batch needs a new id`, {
+        batchId: b.batchId,
+        state: conflictState,
+      });
+    case 'open_batch_exists':
+      throw new TransferError('open_batch_exists', `transfer ${b.transferName} already has an open batch ${conflictId} (${conflictState}); finish, reconcile or fail it first`, {
+        batchId: conflictId,
+      });
+    case 'window_taken':
+      throw new TransferError('window_taken', `transfer ${b.transferName}: live batch ${conflictId} (${conflictState}) already covers the window (${b.boundaryLow ?? '-inf'}, ${b.boundaryHigh}]`, {
+        batchId: conflictId,
+      });
+    default:
+      throw new Error(`journal insert of batch ${b.batchId}: unknown outcome ${outcome}`);
+  }
 }
