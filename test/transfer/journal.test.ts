@@ -1,0 +1,278 @@
+// The transfer journal on PostgreSQL: refusals told apart (duplicate id, open batch, covered window), concurrent
+// inserts on a small pool, a least-privilege role that may only EXECUTE the keel functions, and the journal
+// connection's timeouts (lock wait, a server that never replies, a server that never accepts the login).
+import { randomBytes, randomUUID } from 'node:crypto';
+import net from 'node:net';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createJournalPool, PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
+import { isTransferError } from '../../shared/transfer/errors.js';
+import type { NewBatch } from '../../shared/transfer/journal.js';
+import { FaultProxy } from '../support/faultProxy.js';
+import { createTestDatabase } from '../support/pg.js';
+import { migrateJournal } from './helpers.js';
+
+const repo = path.resolve(import.meta.dirname, '../..');
+const base = (name: string): Omit<NewBatch, 'batchId' | 'boundaryLow' | 'boundaryHigh'> => ({
+  transferName: name,
+  boundaryKind: 'key',
+  schemaHash: 'h'.repeat(64),
+  schemaColumns: [{ name: 'id', type: 'bigint', logical: 'int' }],
+});
+const codeOf = (e: unknown) => (isTransferError(e) ? e.code : `not a transfer error: ${String(e)}`);
+
+let url: string;
+let owner: pg.Pool;
+
+beforeAll(async () => {
+  url = await createTestDatabase('tr_journal');
+  owner = new pg.Pool({ connectionString: url, max: 3 });
+  owner.on('error', (err) => console.warn(`journal test owner pool: ${err.message}`));
+  await migrateJournal(owner);
+});
+afterAll(async () => {
+  await owner?.end();
+});
+
+describe('journal refusals', () => {
+  it('a duplicate batch id is reported as such, not as a taken window or an open batch', async () => {
+    const j = new PostgresTransferJournal(owner);
+    const id = randomUUID();
+    const first = await j.insertBatch({ ...base('dup'), batchId: id, boundaryLow: null, boundaryHigh: '10' });
+    expect(first).toMatchObject({ batchId: id, state: 'extracting', boundaryHigh: '10', rowCount: null });
+    // Same id while it is open: the id is the problem, not the open batch.
+    await expect(j.insertBatch({ ...base('dup'), batchId: id, boundaryLow: '10', boundaryHigh: '20' })).rejects.toSatisfy((e) => codeOf(e) === 'duplicate_batch_id');
+    // Same id once it is committed, for a free window (the only rule it breaks is the id): still the id.
+    await j.transition(id, ['extracting'], 'committed', { appliedCount: 0, stamp: 'committed_at' }, 'test');
+    const err = await j.insertBatch({ ...base('dup'), batchId: id, boundaryLow: '10', boundaryHigh: '20' }).catch((e: unknown) => e);
+    expect(codeOf(err)).toBe('duplicate_batch_id');
+    expect(isTransferError(err) && err.detail).toEqual({ batchId: id, state: 'committed' });
+    // Same id under another transfer name: also the id.
+    await expect(j.insertBatch({ ...base('dup_other'), batchId: id, boundaryLow: null, boundaryHigh: '5' })).rejects.toSatisfy((e) => codeOf(e) === 'duplicate_batch_id');
+    // A fresh id for a covered window: the window; for the next window: accepted.
+    await expect(j.insertBatch({ ...base('dup'), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '30' })).rejects.toSatisfy((e) => codeOf(e) === 'window_taken');
+    const next = await j.insertBatch({ ...base('dup'), batchId: randomUUID(), boundaryLow: '10', boundaryHigh: '20' });
+    const open = await j.insertBatch({ ...base('dup'), batchId: randomUUID(), boundaryLow: '20', boundaryHigh: '30' }).catch((e: unknown) => e);
+    expect(codeOf(open)).toBe('open_batch_exists');
+    expect(isTransferError(open) && open.detail).toEqual({ batchId: next.batchId });
+    // Nothing of the refused inserts was recorded.
+    const events = await owner.query(`select count(*)::int as n from keel.transfer_batch_events where batch_id = $1`, [id]);
+    expect(events.rows[0].n).toBe(2); // created + test
+  });
+
+  it('20 concurrent inserts for one window on a 4-connection pool: one batch, 19 open_batch_exists, no hang', async () => {
+    const pool = createJournalPool(url, { max: 4 });
+    try {
+      const j = new PostgresTransferJournal(pool);
+      const results = await Promise.race([
+        Promise.allSettled(Array.from({ length: 20 }, () => j.insertBatch({ ...base('storm'), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '100' }))),
+        new Promise<never>((_r, reject) => setTimeout(() => reject(new Error('journal inserts hung (pool starvation)')), 20_000)),
+      ]);
+      const ok = results.filter((r) => r.status === 'fulfilled');
+      const codes = results.filter((r): r is PromiseRejectedResult => r.status === 'rejected').map((r) => codeOf(r.reason));
+      expect(ok).toHaveLength(1);
+      expect(codes).toEqual(Array(19).fill('open_batch_exists'));
+      // The pool is not starved afterwards.
+      expect((await j.lastForTransfer('storm')).open?.state).toBe('extracting');
+    } finally {
+      await pool.end();
+    }
+  });
+});
+
+describe('least privilege: a role that may only EXECUTE keel functions', () => {
+  const role = `keel_tj_app_${randomBytes(3).toString('hex')}`;
+  let app: pg.Pool;
+
+  beforeAll(async () => {
+    await owner.query(`create role ${role} login password 'app'`);
+    const db = new URL(url).pathname.slice(1);
+    await owner.query(`revoke all on database ${db} from public`);
+    await owner.query(`grant connect on database ${db} to ${role}`);
+    await owner.query(`grant usage on schema keel to ${role}`);
+    await owner.query(`grant execute on all functions in schema keel to ${role}`);
+    const u = new URL(url);
+    u.username = role;
+    u.password = 'app';
+    app = createJournalPool(u.toString(), { max: 2 });
+  });
+  afterAll(async () => {
+    await app?.end();
+    await owner.query(`drop owned by ${role}`).catch(() => undefined);
+    await owner.query(`drop role if exists ${role}`).catch(() => undefined);
+  });
+
+  it('has no table access, and every journal operation works through the functions', async () => {
+    await expect(app.query(`select count(*) from keel.transfer_batches`)).rejects.toMatchObject({ code: '42501' });
+    await expect(app.query(`select count(*) from keel.transfer_batch_events`)).rejects.toMatchObject({ code: '42501' });
+    const j = new PostgresTransferJournal(app);
+    const a = await j.insertBatch({ ...base('lp'), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '50' });
+    const m = await j.transition(a.batchId, ['extracting'], 'extracting', { rowCount: 50, checksum: 'c1', stamp: 'extracted_at' }, 'manifest_recorded', { rowCount: 50 });
+    expect(m).toMatchObject({ rowCount: 50, checksum: 'c1', state: 'extracting' });
+    expect(m?.extractedAt).toBeInstanceOf(Date);
+    expect(await j.transition(a.batchId, ['staged'], 'applying', {}, 'nope')).toBeNull();
+    await j.note(a.batchId, 'ltxid_recorded', { ltxid: 'x' }, { targetLtxid: 'x', lastError: 'boom', lastErrorCode: 'E1' });
+    const s = await j.transition(a.batchId, ['extracting'], 'staged', { stagedCount: 50, stagedChecksum: 'c1', lastError: null, stamp: 'staged_at' }, 'staged');
+    // lastError cleared by null, lastErrorCode left as it was (absent key), ltxid kept.
+    expect(s).toMatchObject({ state: 'staged', stagedCount: 50, lastError: null, lastErrorCode: 'E1', targetLtxid: 'x' });
+    const ap = await j.transition(a.batchId, ['staged'], 'applying', { incrementAttempts: true, stamp: 'apply_started_at' }, 'apply_started');
+    expect(ap?.attempts).toBe(1);
+    expect((await j.stale(['applying'], 0, 10)).map((b) => b.batchId)).toContain(a.batchId);
+    expect(await j.stale(['applying'], 3_600_000, 10)).toEqual([]);
+    await j.transition(a.batchId, ['applying'], 'committed', { appliedCount: 50, stamp: 'committed_at' }, 'applied');
+    const b = await j.insertBatch({ ...base('lp'), batchId: randomUUID(), boundaryLow: '50', boundaryHigh: '90' });
+    const last = await j.lastForTransfer('lp');
+    expect(last.open?.batchId).toBe(b.batchId);
+    expect(last.lastCommitted?.batchId).toBe(a.batchId);
+    expect(last.lastCommitted?.appliedCount).toBe(50);
+    const page1 = await j.list({ transfer: 'lp', limit: 1 });
+    expect(page1.map((x) => x.batchId)).toEqual([b.batchId]);
+    expect((await j.list({ transfer: 'lp', limit: 5, afterId: b.batchId })).map((x) => x.batchId)).toEqual([a.batchId]);
+    expect((await j.list({ state: 'committed', transfer: 'lp', limit: 5 })).map((x) => x.batchId)).toEqual([a.batchId]);
+    expect((await j.get(a.batchId))?.state).toBe('committed');
+    expect(await j.get(randomUUID())).toBeNull();
+    const ev = await j.events(a.batchId);
+    expect(ev.map((e) => [e.event, e.fromState, e.toState])).toEqual([
+      ['created', null, 'extracting'],
+      ['manifest_recorded', 'extracting', 'extracting'],
+      ['ltxid_recorded', 'extracting', 'extracting'],
+      ['staged', 'extracting', 'staged'],
+      ['apply_started', 'staged', 'applying'],
+      ['applied', 'applying', 'committed'],
+    ]);
+    expect(ev[0]!.detail).toEqual({ low: null, high: '50', schemaHash: 'h'.repeat(64) });
+    expect(ev[2]!.detail).toEqual({ ltxid: 'x' });
+    // A stamp outside the fixed set is refused by the function too (not only by the TypeScript guard).
+    await expect(app.query(`select * from keel.transfer_batch_transition($1, array['committed'], 'committed', '{}', false, 'created_at', 'x', null)`, [a.batchId])).rejects.toMatchObject({ code: '22023' });
+  });
+
+  it('the journal functions are SECURITY DEFINER with a pinned search_path', async () => {
+    const r = await owner.query(
+      `select p.proname, p.prosecdef, p.proconfig from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+        where n.nspname = 'keel' and p.proname like 'transfer_batch_%' order by p.proname`,
+    );
+    expect(r.rows.map((x) => x.proname)).toEqual([
+      'transfer_batch_events', 'transfer_batch_get', 'transfer_batch_insert', 'transfer_batch_last', 'transfer_batch_list',
+      'transfer_batch_note', 'transfer_batch_stale', 'transfer_batch_transition',
+    ]);
+    for (const row of r.rows) {
+      expect(row.prosecdef, row.proname).toBe(true);
+      expect(row.proconfig, row.proname).toEqual(['search_path=pg_catalog, pg_temp']);
+    }
+  });
+});
+
+describe('no table SQL in the journal modules', () => {
+  // Every keel.<name>( call of the PostgreSQL journal is a declared function with as many arguments; no table.
+  it('PostgreSQL: only keel.transfer_batch_* function calls, with their declared arity', () => {
+    const ts = readFileSync(path.join(repo, 'shared/engines/postgres/transferJournal.ts'), 'utf8');
+    const sqlText = readFileSync(path.join(repo, 'sql/postgres/V020__transfer_journal.sql'), 'utf8');
+    const declared = new Map<string, number>();
+    for (const m of sqlText.matchAll(/create or replace function keel\.(\w+)\(([^)]*)\)/g)) declared.set(m[1]!, m[2]!.split(',').filter((x) => x.trim()).length);
+    const calls = [...ts.matchAll(/keel\.(\w+)\(([^)]*)\)/g)].map((m) => ({ name: m[1]!, args: m[2]!.split(',').filter((x) => x.trim()).length }));
+    expect(calls.length).toBe(8);
+    for (const c of calls) expect(declared.get(c.name), c.name).toBe(c.args);
+    expect(ts).not.toMatch(/keel\.transfer_batch(es|_events)\b(?!\()/);
+    expect(ts).not.toMatch(/\b(insert into|update keel|delete from|pool\.connect)\b/i);
+  });
+
+  it('SQL Server: only stored procedures, each declared in V020 with the parameters passed', () => {
+    const ts = readFileSync(path.join(repo, 'shared/engines/sqlserver/transferJournal.ts'), 'utf8');
+    const tsql = readFileSync(path.join(repo, 'sql/sqlserver/V020__TransferJournal.sql'), 'utf8');
+    expect(ts).not.toMatch(/\.query\(|\.batch\(|FROM keel\./i);
+    const procs = new Map<string, string[]>();
+    for (const m of tsql.matchAll(/CREATE OR ALTER PROCEDURE keel\.(\w+)([\s\S]*?)\nAS\n/g)) {
+      procs.set(m[1]!, [...m[2]!.matchAll(/@(\w+)\s/g)].map((x) => x[1]!));
+    }
+    const executed = [...ts.matchAll(/\.execute(?:<[^>]*>)?\('keel\.(\w+)'\)/g)].map((m) => m[1]!);
+    expect(new Set(executed)).toEqual(
+      new Set(['TransferBatchInsert', 'TransferBatchTransition', 'TransferBatchNote', 'TransferBatchGet', 'TransferBatchLast', 'TransferBatchList', 'TransferBatchEvents', 'TransferBatchStale']),
+    );
+    for (const name of executed) {
+      // The inputs of the method that executes it are parameters of the procedure.
+      const body = ts.slice(0, ts.indexOf(`'keel.${name}'`));
+      const start = body.lastIndexOf('async ');
+      const inputs = [...body.slice(start).matchAll(/\.input\('(\w+)'/g)].map((m) => m[1]!);
+      expect(procs.get(name), name).toBeDefined();
+      for (const i of inputs) expect(procs.get(name), `${name} @${i}`).toContain(i);
+    }
+  });
+});
+
+describe('journal timeouts', () => {
+  it('sessions carry the statement and idle-in-transaction timeouts; a lock wait ends at statement_timeout and changes nothing', async () => {
+    const pool = createJournalPool(url, { max: 2, statementTimeoutMs: 700, idleInTransactionTimeoutMs: 1500 });
+    try {
+      const r = await pool.query(`select current_setting('statement_timeout') as st, current_setting('idle_in_transaction_session_timeout') as it, current_setting('application_name') as app`);
+      expect(r.rows[0]).toEqual({ st: '700ms', it: '1500ms', app: 'keel-transfer-journal' });
+      const j = new PostgresTransferJournal(pool);
+      const b = await j.insertBatch({ ...base('locked'), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '7' });
+      const holder = await owner.connect();
+      try {
+        await holder.query('begin');
+        await holder.query(`select 1 from keel.transfer_batches where batch_id = $1 for update`, [b.batchId]);
+        const started = Date.now();
+        await expect(j.transition(b.batchId, ['extracting'], 'staged', {}, 'staged')).rejects.toMatchObject({ code: '57014' });
+        expect(Date.now() - started).toBeLessThan(15_000);
+      } finally {
+        await holder.query('rollback');
+        holder.release();
+      }
+      expect((await j.get(b.batchId))?.state).toBe('extracting');
+      expect((await j.events(b.batchId)).map((e) => e.event)).toEqual(['created']);
+      // A session left idle inside a transaction is ended by the server.
+      const c = await pool.connect();
+      const lost = new Promise<Error>((resolve) => c.once('error', resolve));
+      await c.query('begin');
+      const err = await Promise.race([lost, new Promise<null>((r) => setTimeout(() => r(null), 10_000))]);
+      c.release(true);
+      expect(err, 'the server ended the idle-in-transaction session').not.toBeNull();
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it('a control database that stops replying fails the call at the client-side reply timeout, and the pool recovers', async () => {
+    const u = new URL(url);
+    const proxy = await FaultProxy.start(u.hostname, Number(u.port));
+    const pool = createJournalPool(proxy.urlFor(url), { max: 2, statementTimeoutMs: 600, queryTimeoutMs: 1200 });
+    try {
+      const j = new PostgresTransferJournal(pool);
+      const b = await j.insertBatch({ ...base('silent'), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '3' });
+      // The server runs the statement; its reply is swallowed and the connection left open for a minute.
+      let fired = false;
+      void proxy.arm({ kind: 'drop-reply', trigger: (s) => s.includes('keel.transfer_batch_get'), holdMs: 60_000 }).then(() => (fired = true));
+      const started = Date.now();
+      await expect(j.get(b.batchId)).rejects.toThrow(/timeout/i);
+      expect(Date.now() - started).toBeLessThan(10_000);
+      expect(fired).toBe(false); // the proxy still holds the dead connection open: only the client-side timeout ended the call
+      expect((await j.get(b.batchId))?.state).toBe('extracting');
+    } finally {
+      proxy.disarm();
+      await pool.end();
+      await proxy.close();
+    }
+  });
+
+  it('a server that accepts TCP but never answers the login fails at the connect timeout', async () => {
+    const sockets = new Set<net.Socket>();
+    const silent = net.createServer((s) => {
+      sockets.add(s);
+      s.on('error', () => undefined);
+    });
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+    const port = (silent.address() as net.AddressInfo).port;
+    const pool = createJournalPool(`postgres://x:y@127.0.0.1:${port}/none`, { connectTimeoutMs: 500 });
+    try {
+      const started = Date.now();
+      await expect(new PostgresTransferJournal(pool).get(randomUUID())).rejects.toThrow(/timeout/i);
+      expect(Date.now() - started).toBeLessThan(10_000);
+    } finally {
+      await pool.end();
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((r) => silent.close(() => r()));
+    }
+  });
+});
