@@ -75,8 +75,15 @@ IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE name = N'CX_TransferBatchEvents_B
   CREATE CLUSTERED INDEX CX_TransferBatchEvents_Batch ON keel.TransferBatchEvents (BatchId, EventId);
 GO
 
--- Inserts a batch in state 'extracting' with its 'created' event. Returns Inserted = 0 (no error) when a unique
--- index refused it (open batch or covered window): the caller reads the journal to say which.
+-- Inserts a batch in state 'extracting' with its 'created' event. First result set: Outcome, ConflictBatchId,
+-- ConflictState; Outcome is
+--   inserted            (a second result set holds the batch row)
+--   duplicate_batch_id  a batch with this id exists (named, with its state)
+--   open_batch_exists   the transfer has an open batch (named)
+--   window_taken        a live batch of the transfer shares the window's low or high bound (named)
+-- A unique index refuses the insert (2627 on the key, 2601 on a filtered index); which rule it was is read from the
+-- committed rows afterwards, never from the error text. The refused insert waited for its rival to commit, so the
+-- rival is visible; if it left the way meanwhile (failed, releasing its window), the insert is tried again.
 CREATE OR ALTER PROCEDURE keel.TransferBatchInsert
   @BatchId uniqueidentifier,
   @TransferName nvarchar(64),
@@ -90,24 +97,54 @@ AS
 BEGIN
   SET NOCOUNT ON;
   SET XACT_ABORT ON;
-  BEGIN TRY
-    BEGIN TRANSACTION;
-    INSERT INTO keel.TransferBatches (BatchId, TransferName, State, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns)
-    VALUES (@BatchId, @TransferName, 'extracting', @BoundaryKind, @BoundaryLow, @BoundaryHigh, @SchemaHash, @SchemaColumns);
-    INSERT INTO keel.TransferBatchEvents (BatchId, FromState, ToState, Event, Detail)
-    VALUES (@BatchId, NULL, 'extracting', 'created', @Detail);
-    COMMIT TRANSACTION;
-    SELECT CAST(1 AS bit) AS Inserted;
-  END TRY
-  BEGIN CATCH
-    IF XACT_STATE() <> 0 ROLLBACK TRANSACTION;
-    IF ERROR_NUMBER() IN (2601, 2627)
-    BEGIN
-      SELECT CAST(0 AS bit) AS Inserted;
-      RETURN;
-    END;
-    THROW;
-  END CATCH;
+  DECLARE @Try int = 0;
+  DECLARE @Outcome varchar(24) = NULL;
+  DECLARE @ConflictId uniqueidentifier = NULL;
+  DECLARE @ConflictState varchar(12) = NULL;
+  WHILE @Outcome IS NULL AND @Try < 5
+  BEGIN
+    SET @Try += 1;
+    BEGIN TRY
+      BEGIN TRANSACTION;
+      INSERT INTO keel.TransferBatches (BatchId, TransferName, State, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns)
+      VALUES (@BatchId, @TransferName, 'extracting', @BoundaryKind, @BoundaryLow, @BoundaryHigh, @SchemaHash, @SchemaColumns);
+      INSERT INTO keel.TransferBatchEvents (BatchId, FromState, ToState, Event, Detail)
+      VALUES (@BatchId, NULL, 'extracting', 'created', @Detail);
+      COMMIT TRANSACTION;
+      SET @Outcome = 'inserted';
+    END TRY
+    BEGIN CATCH
+      IF XACT_STATE() <> 0 ROLLBACK TRANSACTION;
+      IF ERROR_NUMBER() NOT IN (2601, 2627) THROW;
+      SELECT @ConflictState = State FROM keel.TransferBatches WITH (READCOMMITTEDLOCK) WHERE BatchId = @BatchId;
+      IF @ConflictState IS NOT NULL
+        SELECT @Outcome = 'duplicate_batch_id', @ConflictId = @BatchId;
+      ELSE
+      BEGIN
+        SELECT TOP (1) @ConflictId = BatchId, @ConflictState = State
+          FROM keel.TransferBatches WITH (READCOMMITTEDLOCK)
+         WHERE TransferName = @TransferName AND State IN ('extracting', 'staged', 'applying', 'unresolved');
+        IF @ConflictId IS NOT NULL
+          SET @Outcome = 'open_batch_exists';
+        ELSE
+        BEGIN
+          SELECT TOP (1) @ConflictId = BatchId, @ConflictState = State
+            FROM keel.TransferBatches WITH (READCOMMITTEDLOCK)
+           WHERE TransferName = @TransferName AND State <> 'failed'
+             AND (BoundaryHigh = @BoundaryHigh OR BoundaryLow = @BoundaryLow OR (BoundaryLow IS NULL AND @BoundaryLow IS NULL));
+          IF @ConflictId IS NOT NULL SET @Outcome = 'window_taken';
+        END;
+      END;
+    END CATCH;
+  END;
+  IF @Outcome IS NULL
+    THROW 51020, N'keel.TransferBatchInsert: refused by a unique index that no committed batch explains (5 tries)', 1;
+  SELECT @Outcome AS Outcome, @ConflictId AS ConflictBatchId, @ConflictState AS ConflictState;
+  IF @Outcome = 'inserted'
+    SELECT BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
+         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetLtxid,
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
+      FROM keel.TransferBatches WHERE BatchId = @BatchId;
 END;
 GO
 
@@ -131,6 +168,8 @@ BEGIN
   SET NOCOUNT ON;
   SET XACT_ABORT ON;
   DECLARE @Prev varchar(12);
+  IF @Stamp IS NOT NULL AND @Stamp NOT IN ('extracted_at', 'staged_at', 'apply_started_at', 'committed_at', 'failed_at')
+    THROW 51021, N'keel.TransferBatchTransition: unknown @Stamp', 1;
   BEGIN TRANSACTION;
   SELECT @Prev = State FROM keel.TransferBatches WITH (UPDLOCK, HOLDLOCK) WHERE BatchId = @BatchId;
   IF @Prev IS NULL OR CHARINDEX(',' + @Prev + ',', ',' + @FromStates + ',') = 0
@@ -189,5 +228,93 @@ BEGIN
   IF @State IS NOT NULL
     INSERT INTO keel.TransferBatchEvents (BatchId, FromState, ToState, Event, Detail) VALUES (@BatchId, @State, @State, @Event, @Detail);
   COMMIT TRANSACTION;
+END;
+GO
+
+-- Reads. The app role (keel_executor) has EXECUTE only: every journal read is one of these procedures.
+CREATE OR ALTER PROCEDURE keel.TransferBatchGet
+  @BatchId uniqueidentifier
+AS
+BEGIN
+  SET NOCOUNT ON;
+  SELECT BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
+         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetLtxid,
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
+    FROM keel.TransferBatches WHERE BatchId = @BatchId;
+END;
+GO
+
+-- Two result sets: the transfer's open batch (zero or one row), then its latest committed batch (zero or one row).
+CREATE OR ALTER PROCEDURE keel.TransferBatchLast
+  @TransferName nvarchar(64)
+AS
+BEGIN
+  SET NOCOUNT ON;
+  SELECT TOP (1) BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
+         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetLtxid,
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
+    FROM keel.TransferBatches
+   WHERE TransferName = @TransferName AND State IN ('extracting', 'staged', 'applying', 'unresolved');
+  SELECT TOP (1) BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
+         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetLtxid,
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
+    FROM keel.TransferBatches
+   WHERE TransferName = @TransferName AND State = 'committed'
+   ORDER BY Seq DESC;
+END;
+GO
+
+-- Newest first; @AfterId: keyset pagination (batches created before that one; an unknown id gives no rows).
+CREATE OR ALTER PROCEDURE keel.TransferBatchList
+  @TransferName nvarchar(64) = NULL,
+  @State varchar(12) = NULL,
+  @AfterId uniqueidentifier = NULL,
+  @Limit int = 100
+AS
+BEGIN
+  SET NOCOUNT ON;
+  DECLARE @AfterSeq bigint = NULL;
+  IF @AfterId IS NOT NULL
+    SELECT @AfterSeq = Seq FROM keel.TransferBatches WHERE BatchId = @AfterId;
+  SET @Limit = CASE WHEN @Limit IS NULL THEN 100 WHEN @Limit < 1 THEN 1 WHEN @Limit > 1000 THEN 1000 ELSE @Limit END;
+  SELECT TOP (@Limit) BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
+         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetLtxid,
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
+    FROM keel.TransferBatches
+   WHERE (@TransferName IS NULL OR TransferName = @TransferName)
+     AND (@State IS NULL OR State = @State)
+     AND (@AfterId IS NULL OR Seq < @AfterSeq)
+   ORDER BY Seq DESC
+  OPTION (RECOMPILE);
+END;
+GO
+
+CREATE OR ALTER PROCEDURE keel.TransferBatchEvents
+  @BatchId uniqueidentifier
+AS
+BEGIN
+  SET NOCOUNT ON;
+  SELECT EventId, BatchId, At, FromState, ToState, Event, Detail
+    FROM keel.TransferBatchEvents WHERE BatchId = @BatchId ORDER BY EventId;
+END;
+GO
+
+-- Batches in one of @States (comma-separated) not updated for @OlderThanMs, oldest first.
+CREATE OR ALTER PROCEDURE keel.TransferBatchStale
+  @States varchar(100),
+  @OlderThanMs bigint,
+  @Limit int = 20
+AS
+BEGIN
+  SET NOCOUNT ON;
+  DECLARE @Ms bigint = CASE WHEN @OlderThanMs IS NULL OR @OlderThanMs < 0 THEN 0 WHEN @OlderThanMs > 2000000000000 THEN 2000000000000 ELSE @OlderThanMs END;
+  DECLARE @Before datetime2(3) = DATEADD(millisecond, -CAST(@Ms % 1000 AS int), DATEADD(second, -CAST(@Ms / 1000 AS int), SYSUTCDATETIME()));
+  SET @Limit = CASE WHEN @Limit IS NULL THEN 20 WHEN @Limit < 1 THEN 1 WHEN @Limit > 1000 THEN 1000 ELSE @Limit END;
+  SELECT TOP (@Limit) BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
+         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetLtxid,
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
+    FROM keel.TransferBatches
+   WHERE CHARINDEX(',' + State + ',', ',' + @States + ',') > 0 AND UpdatedAt < @Before
+   ORDER BY UpdatedAt;
 END;
 GO

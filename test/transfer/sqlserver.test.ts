@@ -62,6 +62,8 @@ suite(title, () => {
     const b1 = await j.insertBatch({ ...base, batchId: randomUUID(), boundaryLow: null, boundaryHigh: '10' });
     expect(b1.state).toBe('extracting');
     await expect(j.insertBatch({ ...base, batchId: randomUUID(), boundaryLow: '10', boundaryHigh: '20' })).rejects.toSatisfy((e) => isTransferError(e, 'open_batch_exists'));
+    // 2627 on the key is a duplicate id, not a taken window (issue 11, item 4).
+    await expect(j.insertBatch({ ...base, batchId: b1.batchId.toUpperCase(), boundaryLow: '10', boundaryHigh: '20' })).rejects.toSatisfy((e) => isTransferError(e, 'duplicate_batch_id'));
     const m = await j.transition(b1.batchId, ['extracting'], 'extracting', { rowCount: 10, checksum: '123', stamp: 'extracted_at' }, 'manifest_recorded');
     expect(m?.rowCount).toBe(10);
     expect(await j.transition(b1.batchId, ['staged'], 'applying', {}, 'nope')).toBeNull();
@@ -73,6 +75,14 @@ suite(title, () => {
     const { lastCommitted } = await j.lastForTransfer(name);
     expect(lastCommitted?.batchId).toBe(b1.batchId);
     expect((await j.list({ transfer: name, limit: 5 })).length).toBe(1);
+    await expect(j.insertBatch({ ...base, batchId: b1.batchId, boundaryLow: '10', boundaryHigh: '20' })).rejects.toSatisfy((e) => isTransferError(e, 'duplicate_batch_id'));
+    const b2 = await j.insertBatch({ ...base, batchId: randomUUID(), boundaryLow: '10', boundaryHigh: '20' });
+    expect((await j.lastForTransfer(name)).open?.batchId).toBe(b2.batchId);
+    expect((await j.list({ transfer: name, limit: 5, afterId: b2.batchId })).map((x) => x.batchId)).toEqual([b1.batchId]);
+    expect((await j.list({ transfer: name, state: 'committed', limit: 5 })).map((x) => x.batchId)).toEqual([b1.batchId]);
+    expect((await j.stale(['extracting'], 0, 1000)).map((x) => x.batchId)).toContain(b2.batchId);
+    expect((await j.stale(['extracting'], 3_600_000, 1000)).map((x) => x.batchId)).not.toContain(b2.batchId);
+    expect(await j.get(randomUUID())).toBeNull();
   });
 
   it('SQL Server -> PostgreSQL with rowversion windows', async () => {

@@ -1,18 +1,13 @@
-// SQL Server implementation of the transfer journal (keel.TransferBatches / keel.TransferBatchEvents and the
-// procedures in sql/sqlserver/V020__TransferJournal.sql).
+// SQL Server implementation of the transfer journal: every read and write is one stored procedure of
+// sql/sqlserver/V020__TransferJournal.sql (the app role keel_executor has EXECUTE only, no table rights), each
+// call one request on the pool (no connection is held between calls; XACT_ABORT rolls a cut call back).
 // NOT RUN HERE: exercised by test/transfer/sqlserver.test.ts when KEEL_TEST_MSSQL_URL is set.
 import sql from 'mssql';
-import { TransferError } from '../../transfer/errors.js';
-import type { BatchEvent, BatchFilter, BatchPatch, BatchRecord, NewBatch, TransferJournal } from '../../transfer/journal.js';
+import { insertOutcome, type BatchEvent, type BatchFilter, type BatchPatch, type BatchRecord, type NewBatch, type TransferJournal } from '../../transfer/journal.js';
 import type { BatchState, SchemaColumn } from '../../transfer/types.js';
 import type { SqlServerPool } from './pool.js';
 
-const COLUMNS = `BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
-  ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetLtxid,
-  CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt`;
-
 const num = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
-const OPEN = "('extracting','staged','applying','unresolved')";
 
 function toRecord(r: Record<string, unknown>): BatchRecord {
   return {
@@ -56,24 +51,22 @@ export class SqlServerTransferJournal implements TransferJournal {
     req.input('SchemaHash', sql.Char(64), b.schemaHash);
     req.input('SchemaColumns', sql.NVarChar(sql.MAX), JSON.stringify(b.schemaColumns));
     req.input('Detail', sql.NVarChar(sql.MAX), JSON.stringify({ low: b.boundaryLow, high: b.boundaryHigh, schemaHash: b.schemaHash }));
-    const res = await req.execute<{ Inserted: boolean }>('keel.TransferBatchInsert');
-    if (!res.recordset[0]?.Inserted) {
-      const { open } = await this.lastForTransfer(b.transferName);
-      if (open) throw new TransferError('open_batch_exists', `transfer ${b.transferName} already has an open batch ${open.batchId} (${open.state}); finish, reconcile or fail it first`, { batchId: open.batchId });
-      throw new TransferError('window_taken', `transfer ${b.transferName}: a live batch already covers the window (${b.boundaryLow ?? '-inf'}, ${b.boundaryHigh}]`);
-    }
-    const rec = await this.get(b.batchId);
-    if (!rec) throw new Error(`batch ${b.batchId} vanished after insert`);
-    return rec;
+    const res = await req.execute('keel.TransferBatchInsert');
+    const sets = res.recordsets as unknown as Record<string, unknown>[][];
+    const o = sets[0]?.[0];
+    if (!o) throw new Error(`keel.TransferBatchInsert returned no outcome for batch ${b.batchId}`);
+    const conflictId = o.ConflictBatchId ? String(o.ConflictBatchId).toLowerCase() : null;
+    return insertOutcome(b, String(o.Outcome), conflictId, (o.ConflictState as string | null) ?? null, () => {
+      const row = sets[1]?.[0];
+      if (!row) throw new Error(`keel.TransferBatchInsert inserted batch ${b.batchId} but returned no row`);
+      return toRecord(row);
+    });
   }
 
   async lastForTransfer(transferName: string) {
     const req = await this.pool.request();
-    req.input('t', sql.NVarChar(64), transferName);
-    const res = await req.query(
-      `SELECT TOP (1) ${COLUMNS} FROM keel.TransferBatches WHERE TransferName = @t AND State IN ${OPEN};
-       SELECT TOP (1) ${COLUMNS} FROM keel.TransferBatches WHERE TransferName = @t AND State = 'committed' ORDER BY Seq DESC;`,
-    );
+    req.input('TransferName', sql.NVarChar(64), transferName);
+    const res = await req.execute('keel.TransferBatchLast');
     const sets = res.recordsets as unknown as Record<string, unknown>[][];
     const open = sets[0]?.[0];
     const last = sets[1]?.[0];
@@ -82,32 +75,27 @@ export class SqlServerTransferJournal implements TransferJournal {
 
   async get(batchId: string): Promise<BatchRecord | null> {
     const req = await this.pool.request();
-    req.input('id', sql.UniqueIdentifier, batchId);
-    const res = await req.query(`SELECT ${COLUMNS} FROM keel.TransferBatches WHERE BatchId = @id`);
-    const r = res.recordset[0] as Record<string, unknown> | undefined;
+    req.input('BatchId', sql.UniqueIdentifier, batchId);
+    const res = await req.execute('keel.TransferBatchGet');
+    const r = res.recordset?.[0] as Record<string, unknown> | undefined;
     return r ? toRecord(r) : null;
   }
 
   async list(f: BatchFilter): Promise<BatchRecord[]> {
     const req = await this.pool.request();
-    req.input('t', sql.NVarChar(64), f.transfer ?? null);
-    req.input('s', sql.VarChar(12), f.state ?? null);
-    req.input('after', sql.UniqueIdentifier, f.afterId ?? null);
-    req.input('n', sql.Int, Math.max(1, Math.min(f.limit, 1000)));
-    const res = await req.query(
-      `SELECT TOP (@n) ${COLUMNS} FROM keel.TransferBatches
-        WHERE (@t IS NULL OR TransferName = @t) AND (@s IS NULL OR State = @s)
-          AND (@after IS NULL OR Seq < (SELECT Seq FROM keel.TransferBatches WHERE BatchId = @after))
-        ORDER BY Seq DESC`,
-    );
-    return (res.recordset as Record<string, unknown>[]).map(toRecord);
+    req.input('TransferName', sql.NVarChar(64), f.transfer ?? null);
+    req.input('State', sql.VarChar(12), f.state ?? null);
+    req.input('AfterId', sql.UniqueIdentifier, f.afterId ?? null);
+    req.input('Limit', sql.Int, Math.max(1, Math.min(f.limit, 1000)));
+    const res = await req.execute('keel.TransferBatchList');
+    return ((res.recordset ?? []) as Record<string, unknown>[]).map(toRecord);
   }
 
   async events(batchId: string): Promise<BatchEvent[]> {
     const req = await this.pool.request();
-    req.input('id', sql.UniqueIdentifier, batchId);
-    const res = await req.query(`SELECT EventId, BatchId, At, FromState, ToState, Event, Detail FROM keel.TransferBatchEvents WHERE BatchId = @id ORDER BY EventId`);
-    return (res.recordset as Record<string, unknown>[]).map((r) => ({
+    req.input('BatchId', sql.UniqueIdentifier, batchId);
+    const res = await req.execute('keel.TransferBatchEvents');
+    return ((res.recordset ?? []) as Record<string, unknown>[]).map((r) => ({
       eventId: Number(r.EventId),
       batchId: String(r.BatchId).toLowerCase(),
       at: r.At as Date,
@@ -162,15 +150,11 @@ export class SqlServerTransferJournal implements TransferJournal {
 
   async stale(states: readonly BatchState[], olderThanMs: number, limit: number): Promise<BatchRecord[]> {
     const req = await this.pool.request();
-    req.input('states', sql.VarChar(100), states.join(','));
-    req.input('secs', sql.Int, Math.min(2_000_000_000, Math.floor(olderThanMs / 1000)));
-    req.input('n', sql.Int, Math.max(1, Math.min(limit, 1000)));
-    const res = await req.query(
-      `SELECT TOP (@n) ${COLUMNS} FROM keel.TransferBatches
-        WHERE CHARINDEX(',' + State + ',', ',' + @states + ',') > 0 AND UpdatedAt < DATEADD(second, -@secs, SYSUTCDATETIME())
-        ORDER BY UpdatedAt`,
-    );
-    return (res.recordset as Record<string, unknown>[]).map(toRecord);
+    req.input('States', sql.VarChar(100), states.join(','));
+    req.input('OlderThanMs', sql.BigInt, Math.max(0, Math.floor(olderThanMs)));
+    req.input('Limit', sql.Int, Math.max(1, Math.min(limit, 1000)));
+    const res = await req.execute('keel.TransferBatchStale');
+    return ((res.recordset ?? []) as Record<string, unknown>[]).map(toRecord);
   }
 
   async close(): Promise<void> {
