@@ -28,6 +28,7 @@ export interface PoolOptions {
   requestTimeoutMs?: number; // default 30 s
   connectTimeoutMs?: number; // default 15 s
   credential?: TokenCredential; // overrides DefaultAzureCredential (tests, custom chains)
+  onError?: (err: Error) => void; // connection errors the pool recovers from (default: logged with the pool's name)
 }
 
 const truthy = (v: string | null | undefined, def: boolean) =>
@@ -192,8 +193,9 @@ export class SqlServerPool {
       config.password = target.password;
     }
     const pool = new sql.ConnectionPool(config);
-    // An idle connection that dies must not crash the process; the pool replaces it.
-    pool.on('error', () => undefined);
+    // An idle connection that dies must not crash the process; the pool replaces it. Logged, never swallowed.
+    const where = `${opts.applicationName ?? 'keel'} pool (${target.server}:${target.port}/${target.database})`;
+    pool.on('error', opts.onError ?? ((err: Error) => console.warn(`${where}: connection error, the pool replaces the connection: ${err.message}`)));
     return new SqlServerPool(pool, token);
   }
 
