@@ -104,6 +104,7 @@ BEGIN
   WHILE @Outcome IS NULL AND @Try < 5
   BEGIN
     SET @Try += 1;
+    SELECT @ConflictId = NULL, @ConflictState = NULL;
     BEGIN TRY
       BEGIN TRANSACTION;
       INSERT INTO keel.TransferBatches (BatchId, TransferName, State, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns)
