@@ -290,7 +290,8 @@ BEGIN
 END;
 GO
 
-CREATE OR ALTER PROCEDURE keel.TransferBatchEvents
+-- (Not named TransferBatchEvents: a procedure and the table would share one name in schema keel.)
+CREATE OR ALTER PROCEDURE keel.TransferBatchEventList
   @BatchId uniqueidentifier
 AS
 BEGIN

@@ -188,7 +188,7 @@ describe('no table SQL in the journal modules', () => {
     }
     const executed = [...ts.matchAll(/\.execute(?:<[^>]*>)?\('keel\.(\w+)'\)/g)].map((m) => m[1]!);
     expect(new Set(executed)).toEqual(
-      new Set(['TransferBatchInsert', 'TransferBatchTransition', 'TransferBatchNote', 'TransferBatchGet', 'TransferBatchLast', 'TransferBatchList', 'TransferBatchEvents', 'TransferBatchStale']),
+      new Set(['TransferBatchInsert', 'TransferBatchTransition', 'TransferBatchNote', 'TransferBatchGet', 'TransferBatchLast', 'TransferBatchList', 'TransferBatchEventList', 'TransferBatchStale']),
     );
     for (const name of executed) {
       // The inputs of the method that executes it are parameters of the procedure.

@@ -94,7 +94,7 @@ export class SqlServerTransferJournal implements TransferJournal {
   async events(batchId: string): Promise<BatchEvent[]> {
     const req = await this.pool.request();
     req.input('BatchId', sql.UniqueIdentifier, batchId);
-    const res = await req.execute('keel.TransferBatchEvents');
+    const res = await req.execute('keel.TransferBatchEventList');
     return ((res.recordset ?? []) as Record<string, unknown>[]).map((r) => ({
       eventId: Number(r.EventId),
       batchId: String(r.BatchId).toLowerCase(),
