@@ -186,6 +186,10 @@ describe('no table SQL in the journal modules', () => {
     for (const m of tsql.matchAll(/CREATE OR ALTER PROCEDURE keel\.(\w+)([\s\S]*?)\nAS\n/g)) {
       procs.set(m[1]!, [...m[2]!.matchAll(/@(\w+)\s/g)].map((x) => x[1]!));
     }
+    // A procedure cannot share a name with a table of its schema (the CREATE would fail on a real server).
+    const tables = [...tsql.matchAll(/CREATE TABLE keel\.(\w+)/g)].map((m) => m[1]!);
+    expect(tables).toEqual(['TransferBatches', 'TransferBatchEvents']);
+    for (const t of tables) expect(procs.has(t), `procedure keel.${t} collides with the table`).toBe(false);
     const executed = [...ts.matchAll(/\.execute(?:<[^>]*>)?\('keel\.(\w+)'\)/g)].map((m) => m[1]!);
     expect(new Set(executed)).toEqual(
       new Set(['TransferBatchInsert', 'TransferBatchTransition', 'TransferBatchNote', 'TransferBatchGet', 'TransferBatchLast', 'TransferBatchList', 'TransferBatchEventList', 'TransferBatchStale']),
