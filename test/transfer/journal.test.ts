@@ -280,3 +280,28 @@ describe('journal timeouts', () => {
     }
   });
 });
+
+describe('journal pool errors', () => {
+  it('an idle journal connection that dies is logged with context and does not crash the process', async () => {
+    const u = new URL(url);
+    const proxy = await FaultProxy.start(u.hostname, Number(u.port));
+    const logged: string[] = [];
+    const pool = createJournalPool(proxy.urlFor(url), { max: 1, log: (m, err) => logged.push(`${m}: ${err.message}`) });
+    // A bare pool handed to the journal gets a listener too.
+    const bare = new pg.Pool({ connectionString: proxy.urlFor(url), max: 1 });
+    new PostgresTransferJournal(bare);
+    try {
+      const j = new PostgresTransferJournal(pool);
+      await j.get(randomUUID());
+      await new PostgresTransferJournal(bare).get(randomUUID());
+      expect(bare.listenerCount('error')).toBe(1);
+      await proxy.close(); // destroys both idle connections
+      for (let i = 0; i < 100 && logged.length === 0; i++) await new Promise((r) => setTimeout(r, 20));
+      expect(logged.length).toBe(1);
+      expect(logged[0]).toMatch(/^keel-transfer-journal: idle control-database connection lost/);
+    } finally {
+      await pool.end();
+      await bare.end();
+    }
+  });
+});

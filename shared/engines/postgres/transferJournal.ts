@@ -96,7 +96,10 @@ function patchJson(patch: Partial<Pick<BatchPatch, 'rowCount' | 'checksum' | 'st
 }
 
 export class PostgresTransferJournal implements TransferJournal {
-  constructor(private readonly pool: pg.Pool, private readonly opts: { ownsPool?: boolean } = {}) {}
+  constructor(private readonly pool: pg.Pool, private readonly opts: { ownsPool?: boolean } = {}) {
+    // A pool made elsewhere without an error listener would crash the process when an idle client dies.
+    if (pool.listenerCount('error') === 0) pool.on('error', (err) => defaultLog('keel-transfer-journal: idle control-database connection lost (the pool replaces it)', err));
+  }
 
   async insertBatch(b: NewBatch): Promise<BatchRecord> {
     const res = await this.pool.query(
