@@ -30,11 +30,10 @@ export async function createTransferService(settings: Settings, env: Record<stri
     });
     journal = new PostgresTransferJournal(pool, { ownsPool: true });
   } else {
-    // Loaded only when selected, so PostgreSQL deployments never load mssql. The pool is the process-wide one
-    // the SQL Server job store also uses for this connection.
+    // Loaded only when selected, so PostgreSQL deployments never load mssql. A process-wide pool of the journal's
+    // own (keyed by application name), so that the journal's timeouts apply to journal calls only.
     const { SqlServerTransferJournal } = await import('../engines/sqlserver/transferJournal.js');
     const { sharedSqlServerPool } = await import('../engines/sqlserver/pool.js');
-    // Its own pool (by application name) so that the journal's timeouts apply to journal calls only.
     journal = new SqlServerTransferJournal(
       sharedSqlServerPool(settings.KEEL_SQL_CONNECTION!, {
         max: 4,
