@@ -13,25 +13,13 @@ import { createJournalPool, PostgresTransferJournal } from '../../shared/engines
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
 import { TransferService, type BatchView } from '../../shared/transfer/service.js';
+import { seededRandom } from '../support/seededRandom.js';
 import { assertExactlyOnce, insertSourceRows, ordersTransfer, setupDatabases, TARGET_DDL, ORDERS_DDL, type Env } from './helpers.js';
 
 const RUNS = Math.max(1, Number(process.env.KEEL_JOURNAL_FAULT_RUNS ?? 48));
-const SEED = Number(process.env.KEEL_TEST_SEED ?? Math.floor(Math.random() * 2 ** 31));
 const NAME = 'orders_jfaults';
 const STEP_MS = 20_000; // one step (create, run, reconcile) never takes longer: otherwise it is a hang
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-// mulberry32: small, seedable, good enough to pick fault shapes.
-function prng(seed: number) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 // Statements of a journal call. The patterns also match the journal's earlier table SQL (a transaction per call
 // on a checked-out client), so that this test shows what that version did under the same faults.
@@ -101,9 +89,9 @@ describe('journal connection faults (TCP proxy between Keel and the control data
   });
 
   it(`cuts inside journal calls and right after the target commits: ${RUNS} seeded runs converge`, { timeout: 240_000 }, async () => {
-    console.log(`journal faults: KEEL_TEST_SEED=${SEED} (${RUNS} runs)`);
-    const rand = prng(SEED);
-    const int = (lo: number, hi: number) => lo + Math.floor(rand() * (hi - lo + 1));
+    const rand = seededRandom(`journal faults (${RUNS} runs)`);
+    const SEED = rand.seed;
+    const int = rand.int;
     const owner = new PostgresTransferJournal(env.control); // the test's own view of the journal, not through the proxy
     const stats = { fired: 0, byPoint: {} as Record<string, number>, byKind: {} as Record<string, number>, firstStepThrew: 0, recoverySteps: 0, reconciledCommitted: 0, maxRecoverySteps: 0 };
     const started = Date.now();
