@@ -1,7 +1,8 @@
 // Fault injection on the JOURNAL's connection (control database): a TCP proxy between Keel's journal pool and
 // the control database cuts the connection while a journal statement is on its way or running (at a random
 // byte, or a few ms in), or lets the statement commit and swallows its reply. Fault points: the batch insert,
-// the manifest/staged/applying transitions, the transition right after the target committed, and a read.
+// the manifest/staged/applying transitions, the transition right after the target committed, a read, and the
+// journal write of reconcile's verdict.
 // After each run, recovery does what production does (the timer resumes an open batch, maintenance or the
 // operator reconciles), and then: no crash (no unhandled error or rejection), no hang (every step bounded),
 // the journal agrees with the target's completion rows, and the target holds the source window exactly once.
@@ -16,7 +17,7 @@ import { TransferService, type BatchView } from '../../shared/transfer/service.j
 import { seededRandom } from '../support/seededRandom.js';
 import { assertExactlyOnce, insertSourceRows, ordersTransfer, setupDatabases, TARGET_DDL, ORDERS_DDL, type Env } from './helpers.js';
 
-const RUNS = Math.max(1, Number(process.env.KEEL_JOURNAL_FAULT_RUNS ?? 48));
+const RUNS = Math.max(1, Number(process.env.KEEL_JOURNAL_FAULT_RUNS ?? 49));
 const NAME = 'orders_jfaults';
 const STEP_MS = 20_000; // one step (create, run, reconcile) never takes longer: otherwise it is a hang
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -27,10 +28,12 @@ const INSERT = /keel\.transfer_batch_insert\(|^insert into keel\.transfer_batche
 const TRANSITION = /keel\.transfer_batch_transition\(|^select state from keel\.transfer_batches where batch_id = \$1 for update/;
 const GET = /keel\.transfer_batch_get\(|^select batch_id::text as batch_id[\s\S]*from keel\.transfer_batches where batch_id = \$1$/;
 
-type Point = 'insert' | 'manifest' | 'staged' | 'applying' | 'after_target_commit' | 'read';
-const POINTS: Point[] = ['insert', 'manifest', 'staged', 'applying', 'after_target_commit', 'read'];
+// reconcile_verdict: the applying transition commits and its reply is lost (the apply never ran), then the
+// journal write of reconcile's verdict is cut.
+type Point = 'insert' | 'manifest' | 'staged' | 'applying' | 'after_target_commit' | 'read' | 'reconcile_verdict';
+const POINTS: Point[] = ['insert', 'manifest', 'staged', 'applying', 'after_target_commit', 'read', 'reconcile_verdict'];
 // Transition number (counted from the arming, before createBatch) of each transition point.
-const NTH: Partial<Record<Point, number>> = { manifest: 1, staged: 2, applying: 3, after_target_commit: 4 };
+const NTH: Partial<Record<Point, number>> = { manifest: 1, staged: 2, applying: 3, after_target_commit: 4, reconcile_verdict: 3 };
 
 function bounded<T>(p: Promise<T>, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
@@ -101,7 +104,14 @@ describe('journal connection faults (TCP proxy between Keel and the control data
       const svc = services[int(0, 1)]!;
       const batchSize = int(20, 90);
       (svc as unknown as { transfers: Map<string, { batchSize: number }> }).transfers.get(NAME)!.batchSize = batchSize;
-      const kindRoll = int(0, 2);
+      const randomPlan = (trigger: (s: string) => boolean): FaultPlan => {
+        const kindRoll = int(0, 2);
+        return kindRoll === 0
+          ? { kind: 'cut-after-bytes', trigger, bytes: int(0, 120) }
+          : kindRoll === 1
+            ? { kind: 'cut-after-ms', trigger, delayMs: int(0, 4) }
+            : { kind: 'drop-reply', trigger, holdMs: int(0, 3) };
+      };
       let n = 0;
       const trigger =
         point === 'insert'
@@ -109,13 +119,10 @@ describe('journal connection faults (TCP proxy between Keel and the control data
           : point === 'read'
             ? (s: string) => GET.test(s) && ++n === 1
             : (s: string) => TRANSITION.test(s) && ++n === NTH[point]!;
-      const plan: FaultPlan =
-        kindRoll === 0
-          ? { kind: 'cut-after-bytes', trigger, bytes: int(0, 120) }
-          : kindRoll === 1
-            ? { kind: 'cut-after-ms', trigger, delayMs: int(0, 4) }
-            : { kind: 'drop-reply', trigger, holdMs: int(0, 3) };
-      const label = `run ${run} (seed ${SEED}): ${plan.kind} at ${point}`;
+      const plan: FaultPlan = point === 'reconcile_verdict' ? { kind: 'drop-reply', trigger, holdMs: 0 } : randomPlan(trigger);
+      let m = 0;
+      const verdictPlan = point === 'reconcile_verdict' ? randomPlan((s) => TRANSITION.test(s) && ++m === 1) : null;
+      const label = `run ${run} (seed ${SEED}): ${verdictPlan ? `${verdictPlan.kind} at ${point}` : `${plan.kind} at ${point}`}`;
       let fired = false;
       const armed = proxy.arm(plan).then(() => (fired = true));
 
@@ -132,10 +139,16 @@ describe('journal connection faults (TCP proxy between Keel and the control data
       }
       proxy.disarm();
       await Promise.race([armed, sleep(20)]);
-      if (fired) {
+      const count = (kind: FaultPlan['kind']) => {
         stats.fired++;
         stats.byPoint[point] = (stats.byPoint[point] ?? 0) + 1;
-        stats.byKind[plan.kind] = (stats.byKind[plan.kind] ?? 0) + 1;
+        stats.byKind[kind] = (stats.byKind[kind] ?? 0) + 1;
+      };
+      if (fired && !verdictPlan) count(plan.kind);
+      if (verdictPlan) {
+        // The first fault left the journal at 'applying' although nothing was applied.
+        expect(fired, label).toBe(true);
+        expect(view?.state, label).toBe('applying');
       }
 
       // Recovery, as production does it: an open batch of the transfer is resumed (same id), an apply with an
@@ -155,6 +168,18 @@ describe('journal connection faults (TCP proxy between Keel and the control data
           }
           if (view.state === 'failed') throw new Error(`${label}: batch ${batchId} failed: ${view.lastError}`);
           if (view.state === 'applying' || view.state === 'unresolved') {
+            if (verdictPlan && steps === 0) {
+              let verdictFired = false;
+              const armedVerdict = proxy.arm(verdictPlan).then(() => (verdictFired = true));
+              try {
+                view = await bounded(svc.reconcile(batchId), `${label}: reconcile (cut)`);
+              } finally {
+                proxy.disarm();
+                await Promise.race([armedVerdict, sleep(20)]);
+                if (verdictFired) count(verdictPlan.kind);
+              }
+              continue;
+            }
             view = await bounded(svc.reconcile(batchId), `${label}: reconcile`);
             if (view.state === 'unresolved') await sleep(50);
           } else if (view.state !== 'committed') {
