@@ -116,6 +116,8 @@ BEGIN
     END TRY
     BEGIN CATCH
       IF XACT_STATE() <> 0 ROLLBACK TRANSACTION;
+      -- A deadlock victim (1205) among racing inserts simply tries again.
+      IF ERROR_NUMBER() = 1205 AND @Try < 5 CONTINUE;
       IF ERROR_NUMBER() NOT IN (2601, 2627) THROW;
       SELECT @ConflictState = State FROM keel.TransferBatches WITH (READCOMMITTEDLOCK) WHERE BatchId = @BatchId;
       IF @ConflictState IS NOT NULL
