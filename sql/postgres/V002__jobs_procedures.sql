@@ -175,6 +175,54 @@ language sql as $$
   order by u.priority desc, u.run_at, u.id
 $$;
 
+-- Up to p_limit due pending ids of the given queues in claim order (priority desc, run_at, id), locked skip-locked.
+-- Every probe is a scalar `queue = name` range of jobs_hot_pending_due, walked in index order: per priority level
+-- (highest first, found with one index probe per queue) only the due rows of that level are read, so neither the
+-- pending backlog nor delayed jobs (of any priority) make a claim slower. Within a level, each queue contributes its
+-- oldest due rows and the level keeps the oldest across queues, so no queue starves another of equal priority.
+create or replace function keel._pick_due(p_queues text[], p_limit integer)
+returns bigint[]
+language plpgsql as $$
+declare
+  v_ids   bigint[] := '{}';
+  v_need  integer := p_limit;
+  v_prio  integer;
+begin
+  if p_limit is null or p_limit < 1 or cardinality(p_queues) = 0 then
+    return v_ids;
+  end if;
+  select max(m.priority) into v_prio
+  from unnest(p_queues) as n(name)
+  cross join lateral (
+    select h.priority from keel.jobs_hot h
+    where h.state = 'pending' and h.queue = n.name
+    order by h.priority desc limit 1) m;
+  while v_prio is not null and v_need > 0 loop
+    v_ids := v_ids || array(
+      select c.id
+      from unnest(p_queues) as n(name)
+      cross join lateral (
+        select h.id, h.run_at from keel.jobs_hot h
+        where h.state = 'pending' and h.queue = n.name and h.priority = v_prio and h.run_at <= now()
+          and (h.expires_at is null or h.expires_at > now())
+        order by h.run_at, h.id
+        limit v_need
+        for update of h skip locked) c
+      order by c.run_at, c.id
+      limit v_need);
+    v_need := p_limit - cardinality(v_ids);
+    exit when v_need <= 0;
+    select max(m.priority) into v_prio
+    from unnest(p_queues) as n(name)
+    cross join lateral (
+      select h.priority from keel.jobs_hot h
+      where h.state = 'pending' and h.queue = n.name and h.priority < v_prio
+      order by h.priority desc limit 1) m;
+  end loop;
+  return v_ids;
+end
+$$;
+
 create or replace function keel.claim_next(p_worker_id text, p_queues text[], p_limit integer, p_lease_seconds integer)
 returns setof keel.claimed_job
 language plpgsql as $$
@@ -189,17 +237,13 @@ begin
     return;
   end if;
 
-  -- Queues with no limit (and queues with no settings row yet): one skip-locked scan in priority order.
+  -- Queues with no limit (and queues with no settings row yet), probed one by one in index order.
   v_open := array(
-    select n.name from unnest(p_queues) as n(name)
-    where not exists (select 1 from keel.queues s where s.name = n.name and (s.paused or s.max_concurrency is not null)));
-  v_candidates := array(
-    select h.id from keel.jobs_hot h
-    where h.state = 'pending' and h.queue = any(v_open) and h.run_at <= now()
-      and (h.expires_at is null or h.expires_at > now())
-    order by h.priority desc, h.run_at, h.id
-    limit p_limit
-    for update of h skip locked);
+    select distinct n.name from unnest(p_queues) as n(name)
+    where n.name is not null
+      and not exists (select 1 from keel.queues s where s.name = n.name and (s.paused or s.max_concurrency is not null))
+    order by 1);
+  v_candidates := keel._pick_due(v_open, p_limit);
 
   -- Limited queues, locked in name order; each contributes at most its remaining capacity.
   for q in
@@ -211,13 +255,7 @@ begin
     select count(*) into v_running from keel.jobs_hot h where h.queue = q.name and h.state in ('fetched', 'processing');
     v_cap := least(p_limit, q.max_concurrency - v_running);
     if v_cap > 0 then
-      v_candidates := v_candidates || array(
-        select h.id from keel.jobs_hot h
-        where h.state = 'pending' and h.queue = q.name and h.run_at <= now()
-          and (h.expires_at is null or h.expires_at > now())
-        order by h.priority desc, h.run_at, h.id
-        limit v_cap
-        for update of h skip locked);
+      v_candidates := v_candidates || keel._pick_due(array[q.name], v_cap);
     end if;
   end loop;
 

@@ -113,6 +113,39 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect((await store.claimNext({ workerId: 'w', queues: [q], limit: 10 })).map((c) => c.id)).toEqual([delayed.id]);
     });
 
+    it('claims across queues in one priority-then-due-time order, walking down priority levels as the limit allows', async () => {
+      const a = freshQueue('multi-a');
+      const b = freshQueue('multi-b');
+      const a0 = await store.enqueue({ queue: a, type: 't', priority: 0 });
+      const b5 = await store.enqueue({ queue: b, type: 't', priority: 5 });
+      const b0 = await store.enqueue({ queue: b, type: 't', priority: 0 });
+      const a5 = await store.enqueue({ queue: a, type: 't', priority: 5 });
+      const a9 = await store.enqueue({ queue: a, type: 't', priority: 9 });
+      // Backdate so due times are distinct and known: within a level the older due job of either queue comes first.
+      await h.backdate(b5.id, 'run_at', 30);
+      await h.backdate(a5.id, 'run_at', 20);
+      await h.backdate(b0.id, 'run_at', 40);
+      await h.backdate(a0.id, 'run_at', 10);
+      const first = await store.claimNext({ workerId: 'w', queues: [a, b], limit: 3 });
+      expect(first.map((c) => c.id)).toEqual([a9.id, b5.id, a5.id]);
+      const rest = await store.claimNext({ workerId: 'w', queues: [b, a, b], limit: 10 });
+      expect(rest.map((c) => c.id)).toEqual([b0.id, a0.id]);
+    });
+
+    it('delayed jobs of higher priority neither block nor get claimed before due jobs of lower priority', async () => {
+      const q = freshQueue('delayed-high');
+      await store.enqueueMany(Array.from({ length: 50 }, () => ({ queue: q, type: 't', priority: 50, delayMs: 600_000 })));
+      const due = await store.enqueueMany(Array.from({ length: 3 }, () => ({ queue: q, type: 't', priority: 1 })));
+      await store.updateQueue(q, { maxConcurrency: 2 });
+      const limited = await store.claimNext({ workerId: 'w', queues: [q], limit: 10 });
+      expect(limited.map((c) => c.id)).toEqual(due.slice(0, 2).map((d) => d.id));
+      await store.updateQueue(q, { maxConcurrency: null });
+      const claimed = await store.claimNext({ workerId: 'w', queues: [q], limit: 10 });
+      expect(claimed.map((c) => c.id)).toEqual([due[2]!.id]);
+      expect(claimed[0]!.priority).toBe(1);
+      expect(await store.claimNext({ workerId: 'w', queues: [q], limit: 10 })).toEqual([]);
+    });
+
     it('claims by id only a due pending job, once', async () => {
       const q = freshQueue('byid');
       const { id } = await store.enqueue({ queue: q, type: 't' });
