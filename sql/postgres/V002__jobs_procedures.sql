@@ -68,9 +68,9 @@ declare
   v_n        integer;
   v_ids      bigint[];
   v_dups     boolean[];
-  v_missing  integer[];
+  v_keys     text[];
+  v_left     integer;
   v_pass     integer := 0;
-  r          record;
 begin
   if p_jobs is null or jsonb_typeof(p_jobs) <> 'array' then
     raise exception 'jobs must be a JSON array' using errcode = '22023';
@@ -79,8 +79,11 @@ begin
   if v_n = 0 then
     return;
   end if;
+  -- Whole-array passes only (never per-element access into p_jobs or the result arrays, which would make a
+  -- 20,000-job batch quadratic): ids, duplicate flags and keys are kept as arrays in input order.
   v_ids := array_fill(null::bigint, array[v_n]);
   v_dups := array_fill(false, array[v_n]);
+  v_keys := array(select e.j->>'idempotencyKey' from jsonb_array_elements(p_jobs) with ordinality as e(j, o) order by e.o);
 
   insert into keel.queues (name)
   select distinct e->>'queue'
@@ -89,51 +92,45 @@ begin
   order by 1
   on conflict (name) do nothing;
 
-  v_missing := array(select generate_series(0, v_n - 1));
   loop
     v_pass := v_pass + 1;
-    for r in
-      with input as materialized (
-        select m.i, p_jobs->m.i as j, nextval('keel.job_id_seq') as new_id
-        from unnest(v_missing) as m(i)
-      ), ins as (
-        insert into keel.jobs_hot as h (id, queue, type, payload, priority, run_at, max_attempts, idempotency_key, tags, expires_at)
-        select x.new_id,
-               x.j->>'queue',
-               x.j->>'type',
-               coalesce(x.j->'payload', 'null'::jsonb),
-               coalesce((x.j->>'priority')::integer, 0),
-               coalesce((x.j->>'runAt')::timestamptz, now() + coalesce((x.j->>'delayMs')::bigint, 0) * interval '1 millisecond'),
-               (x.j->>'maxAttempts')::integer,
-               x.j->>'idempotencyKey',
-               coalesce(array(select jsonb_array_elements_text(coalesce(x.j->'tags', '[]'::jsonb))), '{}'),
-               (x.j->>'expiresAt')::timestamptz
-        from input x
-        order by x.j->>'idempotencyKey' nulls first, x.i
-        on conflict (idempotency_key) where idempotency_key is not null do nothing
-        returning h.id
-      )
-      select x.i, x.new_id, (ins.id is not null) as inserted
-      from input x left join ins on ins.id = x.new_id
-    loop
-      if r.inserted then
-        v_ids[r.i + 1] := r.new_id;
-      end if;
-    end loop;
+    -- Insert every job that has no id yet.
+    with input as materialized (
+      select e.o, e.j, nextval('keel.job_id_seq') as new_id
+      from jsonb_array_elements(p_jobs) with ordinality as e(j, o)
+      join unnest(v_ids) with ordinality as u(id, o) on u.o = e.o
+      where u.id is null
+    ), ins as (
+      insert into keel.jobs_hot as h (id, queue, type, payload, priority, run_at, max_attempts, idempotency_key, tags, expires_at)
+      select x.new_id,
+             x.j->>'queue',
+             x.j->>'type',
+             coalesce(x.j->'payload', 'null'::jsonb),
+             coalesce((x.j->>'priority')::integer, 0),
+             coalesce((x.j->>'runAt')::timestamptz, now() + coalesce((x.j->>'delayMs')::bigint, 0) * interval '1 millisecond'),
+             (x.j->>'maxAttempts')::integer,
+             x.j->>'idempotencyKey',
+             coalesce(array(select jsonb_array_elements_text(coalesce(x.j->'tags', '[]'::jsonb))), '{}'),
+             (x.j->>'expiresAt')::timestamptz
+      from input x
+      order by x.j->>'idempotencyKey' nulls first, x.o
+      on conflict (idempotency_key) where idempotency_key is not null do nothing
+      returning h.id
+    )
+    select array_agg(coalesce(u.id, ins.id) order by u.o) into v_ids
+    from unnest(v_ids) with ordinality as u(id, o)
+    left join input x on x.o = u.o
+    left join ins on ins.id = x.new_id;
 
     -- Duplicates: this statement sees rows committed by concurrent enqueues and our own earlier inserts.
-    for r in
-      select m.i, h.id
-      from unnest(v_missing) as m(i)
-      join keel.jobs_hot h on h.idempotency_key = p_jobs->m.i->>'idempotencyKey'
-      where v_ids[m.i + 1] is null
-    loop
-      v_ids[r.i + 1] := r.id;
-      v_dups[r.i + 1] := true;
-    end loop;
+    select array_agg(coalesce(u.id, h.id) order by u.o),
+           array_agg(u.dup or (u.id is null and h.id is not null) order by u.o),
+           count(*) filter (where u.id is null and h.id is null)
+    into v_ids, v_dups, v_left
+    from unnest(v_ids, v_dups, v_keys) with ordinality as u(id, dup, k, o)
+    left join keel.jobs_hot h on u.id is null and h.idempotency_key = u.k;
 
-    v_missing := array(select m.i from unnest(v_missing) as m(i) where v_ids[m.i + 1] is null);
-    exit when cardinality(v_missing) = 0;
+    exit when v_left = 0;
     -- The key's holder left the hot table between our insert and our lookup: insert again.
     if v_pass >= 5 then
       raise exception 'enqueue could not settle idempotency keys after % passes', v_pass using errcode = '40001';
@@ -141,8 +138,9 @@ begin
   end loop;
 
   return query
-  select (g.i - 1)::integer, v_ids[g.i], v_dups[g.i]
-  from generate_series(1, v_n) as g(i);
+  select (u.o - 1)::integer, u.id, u.dup
+  from unnest(v_ids, v_dups) with ordinality as u(id, dup, o)
+  order by u.o;
 end
 $$;
 

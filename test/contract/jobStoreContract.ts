@@ -75,6 +75,29 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(await h.countRows('hot', q)).toBe(2);
     });
 
+    it('takes a batch of 20,000 jobs in one call with the idempotency guarantees, and refuses 20,001', async () => {
+      const q = freshQueue('big-batch');
+      const held = await store.enqueue({ queue: q, type: 't', idempotencyKey: `${q}-held` });
+      const jobs = Array.from({ length: 20_000 }, (_, i) => ({
+        queue: q,
+        type: 't',
+        payload: { i },
+        // every 10th job repeats the key of the job before it; job 5 reuses the key of a job already hot
+        idempotencyKey: i === 5 ? `${q}-held` : `${q}-${i % 10 === 9 ? i - 1 : i}`,
+      }));
+      const results = await store.enqueueMany(jobs);
+      expect(results).toHaveLength(20_000);
+      expect(results[5]).toEqual({ id: held.id, duplicate: true });
+      expect(results[9]).toEqual({ id: results[8]!.id, duplicate: true });
+      expect(results.filter((r) => r.duplicate)).toHaveLength(2001);
+      expect(new Set(results.map((r) => r.id)).size).toBe(18_000);
+      expect(await h.countRows('hot', q)).toBe(18_000);
+      await expect(store.enqueueMany(Array.from({ length: 20_001 }, () => ({ queue: q, type: 't' })))).rejects.toThrow(
+        /at most 20000 jobs/,
+      );
+      expect(await h.countRows('hot', q)).toBe(18_000);
+    });
+
     it('lets a key be reused once its job has left the hot table', async () => {
       const q = freshQueue('idem-reuse');
       const first = await store.enqueue({ queue: q, type: 't', idempotencyKey: `k-${q}` });
