@@ -66,9 +66,11 @@ language plpgsql as $$
 #variable_conflict use_column
 declare
   v_n        integer;
+  v_docs     jsonb[];
+  v_keys     text[];
   v_ids      bigint[];
   v_dups     boolean[];
-  v_keys     text[];
+  v_new      bigint[];
   v_left     integer;
   v_pass     integer := 0;
 begin
@@ -79,56 +81,53 @@ begin
   if v_n = 0 then
     return;
   end if;
-  -- Whole-array passes only (never per-element access into p_jobs or the result arrays, which would make a
-  -- 20,000-job batch quadratic): ids, duplicate flags and keys are kept as arrays in input order.
+  -- Whole-array passes over parallel arrays in input order, and index probes per job: no per-element access into
+  -- p_jobs or the arrays and no join whose plan could go quadratic, so a 20,000-job batch costs 20,000 x a job.
+  v_docs := array(select e.j from jsonb_array_elements(p_jobs) with ordinality as e(j, o) order by e.o);
+  v_keys := array(select d->>'idempotencyKey' from unnest(v_docs) with ordinality as u(d, o) order by u.o);
   v_ids := array_fill(null::bigint, array[v_n]);
   v_dups := array_fill(false, array[v_n]);
-  v_keys := array(select e.j->>'idempotencyKey' from jsonb_array_elements(p_jobs) with ordinality as e(j, o) order by e.o);
 
   insert into keel.queues (name)
-  select distinct e->>'queue'
-  from jsonb_array_elements(p_jobs) e
-  where not exists (select 1 from keel.queues q where q.name = e->>'queue')
+  select distinct d->>'queue'
+  from unnest(v_docs) as d
+  where not exists (select 1 from keel.queues q where q.name = d->>'queue')
   order by 1
   on conflict (name) do nothing;
 
   loop
     v_pass := v_pass + 1;
-    -- Insert every job that has no id yet.
-    with input as materialized (
-      select e.o, e.j, nextval('keel.job_id_seq') as new_id
-      from jsonb_array_elements(p_jobs) with ordinality as e(j, o)
-      join unnest(v_ids) with ordinality as u(id, o) on u.o = e.o
-      where u.id is null
-    ), ins as (
-      insert into keel.jobs_hot as h (id, queue, type, payload, priority, run_at, max_attempts, idempotency_key, tags, expires_at)
-      select x.new_id,
-             x.j->>'queue',
-             x.j->>'type',
-             coalesce(x.j->'payload', 'null'::jsonb),
-             coalesce((x.j->>'priority')::integer, 0),
-             coalesce((x.j->>'runAt')::timestamptz, now() + coalesce((x.j->>'delayMs')::bigint, 0) * interval '1 millisecond'),
-             (x.j->>'maxAttempts')::integer,
-             x.j->>'idempotencyKey',
-             coalesce(array(select jsonb_array_elements_text(coalesce(x.j->'tags', '[]'::jsonb))), '{}'),
-             (x.j->>'expiresAt')::timestamptz
-      from input x
-      order by x.j->>'idempotencyKey' nulls first, x.o
-      on conflict (idempotency_key) where idempotency_key is not null do nothing
-      returning h.id
-    )
-    select array_agg(coalesce(u.id, ins.id) order by u.o) into v_ids
-    from unnest(v_ids) with ordinality as u(id, o)
-    left join input x on x.o = u.o
-    left join ins on ins.id = x.new_id;
+    -- A fresh id for every job that has none yet; insert those jobs.
+    v_new := array(select case when u.id is null then nextval('keel.job_id_seq') end
+                   from unnest(v_ids) with ordinality as u(id, o) order by u.o);
+    insert into keel.jobs_hot as h (id, queue, type, payload, priority, run_at, max_attempts, idempotency_key, tags, expires_at)
+    select u.new_id,
+           u.j->>'queue',
+           u.j->>'type',
+           coalesce(u.j->'payload', 'null'::jsonb),
+           coalesce((u.j->>'priority')::integer, 0),
+           coalesce((u.j->>'runAt')::timestamptz, now() + coalesce((u.j->>'delayMs')::bigint, 0) * interval '1 millisecond'),
+           (u.j->>'maxAttempts')::integer,
+           u.j->>'idempotencyKey',
+           case when coalesce(jsonb_array_length(u.j->'tags'), 0) = 0 then '{}'::text[]
+                else array(select jsonb_array_elements_text(u.j->'tags')) end,
+           (u.j->>'expiresAt')::timestamptz
+    from unnest(v_docs, v_new) with ordinality as u(j, new_id, o)
+    where u.new_id is not null
+    order by u.j->>'idempotencyKey' nulls first, u.o
+    on conflict (idempotency_key) where idempotency_key is not null do nothing;
 
-    -- Duplicates: this statement sees rows committed by concurrent enqueues and our own earlier inserts.
-    select array_agg(coalesce(u.id, h.id) order by u.o),
-           array_agg(u.dup or (u.id is null and h.id is not null) order by u.o),
-           count(*) filter (where u.id is null and h.id is null)
+    -- Ours if the fresh id is in the table now (ids come from the sequence; nobody else sees them before we
+    -- commit); otherwise a duplicate of the hot job holding the key. This statement sees rows committed by
+    -- concurrent enqueues and our own inserts.
+    select array_agg(r.id order by r.o), array_agg(r.dup order by r.o), count(*) filter (where r.id is null)
     into v_ids, v_dups, v_left
-    from unnest(v_ids, v_dups, v_keys) with ordinality as u(id, dup, k, o)
-    left join keel.jobs_hot h on u.id is null and h.idempotency_key = u.k;
+    from (
+      select u.o, coalesce(u.id, m.id, d.id) as id, u.dup or (u.id is null and m.id is null and d.id is not null) as dup
+      from unnest(v_ids, v_dups, v_new, v_keys) with ordinality as u(id, dup, new_id, k, o)
+      left join lateral (select h.id from keel.jobs_hot h where h.id = u.new_id) m on true
+      left join lateral (select h.id from keel.jobs_hot h where u.id is null and m.id is null and h.idempotency_key = u.k) d on true
+    ) r;
 
     exit when v_left = 0;
     -- The key's holder left the hot table between our insert and our lookup: insert again.
