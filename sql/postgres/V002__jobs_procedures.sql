@@ -136,6 +136,14 @@ begin
     end if;
   end loop;
 
+  -- Wake idle workers (LISTEN keel_jobs, shared/engines/postgres/wakeups.ts) at commit: one notification per queue
+  -- that got a job due now. Delayed jobs are found by polling when they come due.
+  perform pg_notify('keel_jobs', q.name)
+  from (select distinct d->>'queue' as name
+        from unnest(v_docs, v_dups) as u(d, dup)
+        where not u.dup
+          and coalesce((d->>'runAt')::timestamptz <= now(), coalesce((d->>'delayMs')::bigint, 0) = 0)) q;
+
   return query
   select (u.o - 1)::integer, u.id, u.dup
   from unnest(v_ids, v_dups) with ordinality as u(id, dup, o)
@@ -704,7 +712,7 @@ language sql stable as $$
            min(h.run_at) filter (where h.state = 'pending' and h.run_at <= now()) as oldest_due
     from keel.jobs_hot h group by h.queue
   ), dead as (
-    select d.queue, count(*) as n from keel.jobs_dlq d group by d.queue
+    select c.queue, c.n from keel.dlq_counts c  -- kept by the jobs_dlq triggers (V001): no scan of the DLQ
   ), names as (
     select q.name from keel.queues q
     union select s.queue from keel.stats_summary s

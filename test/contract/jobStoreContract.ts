@@ -585,6 +585,26 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
   });
 
   describe('reads', () => {
+    it('stats counts the DLQ exactly through dead-lettering, resurrect and purge', async () => {
+      const q = freshQueue('dlq-count');
+      const dlqOf = async () => (await store.stats()).find((x) => x.queue === q)?.dlq ?? 0;
+      await store.enqueueMany(Array.from({ length: 3 }, () => ({ queue: q, type: 't' })));
+      const jobs = await store.claimNext({ workerId: 'w', queues: [q], limit: 3 });
+      await store.startMany(jobs.map(ref));
+      for (const j of jobs) expect(await store.fail(ref(j), 'fatal', 'boom')).toBe('ok');
+      expect(await dlqOf()).toBe(3);
+      expect(await store.resurrect([jobs[0]!.id])).toEqual([jobs[0]!.id]);
+      expect(await dlqOf()).toBe(2);
+      expect(await store.cancel(jobs[0]!.id)).toBe('cancelled');
+      expect(await dlqOf()).toBe(3);
+      await h.backdateFinished('dlq', 10 * 24 * 3600);
+      let purged = 0;
+      for (let n = 1; n > 0; purged += n) n = await store.purge('dlq', q, new Date(Date.now() - 24 * 3600_000), 2);
+      expect(purged).toBe(3);
+      expect(await dlqOf()).toBe(0);
+      expect(await h.countRows('dlq', q)).toBe(0);
+    });
+
     it('stats, metrics, queue settings, job detail and search', async () => {
       const q = freshQueue('reads');
       const a = await store.enqueue({ queue: q, type: 'alpha', payload: { note: 'find-me 100%' }, tags: ['blue'] });
