@@ -6,6 +6,7 @@
 //   npm run bench:peers -- --scaling             then again with 200k delayed jobs present, then with 1M archive +
 //                                                200k DLQ rows (stats() timing), ratios against the first phase
 //   --jobs N  --rounds R  --only keel-batched,graphile-perf,...  --latency-samples S
+//   --scaling-only a,b    the configs the scaling phases run (default keel-batched,graphile-perf: bounded run time)
 //
 // The peers are devDependencies used only here; their newest versions need Node >= 22.18 (the project runs on 20):
 // run this file with Node 22 (see bench/README.md: `.tools/package/bin/node`).
@@ -276,6 +277,7 @@ async function main() {
       rounds: { type: 'string', default: '3' },
       only: { type: 'string' },
       scaling: { type: 'boolean', default: false },
+      'scaling-only': { type: 'string', default: 'keel-batched,graphile-perf' },
       'latency-samples': { type: 'string', default: '200' },
       delayed: { type: 'string', default: '200000' },
       archive: { type: 'string', default: '1000000' },
@@ -308,7 +310,7 @@ async function main() {
   };
 
   const queueOf = (c: Config) => `peers-${c}`;
-  async function phase(label: string): Promise<Record<string, { enqueue: number; process: number; exact?: boolean; runs: number[] }>> {
+  async function phase(label: string, configs: Config[]): Promise<Record<string, { enqueue: number; process: number; exact?: boolean; runs: number[] }>> {
     const runs: Record<string, RunResult[]> = {};
     for (let r = 0; r < rounds; r++) {
       const order = configs.map((_, i) => configs[(i + r) % configs.length]!);
@@ -343,7 +345,7 @@ async function main() {
     };
   }
 
-  const base = await phase('baseline');
+  const base = await phase('baseline', configs);
   out.baseline = base;
   out.baselineRatios = ratios(base);
   if (configs.includes('keel-batched')) {
@@ -354,14 +356,15 @@ async function main() {
 
   if (values.scaling) {
     const D = Number(values.delayed);
-    console.error(`== scaling: ${D} delayed jobs in each system's queue`);
-    for (const c of configs) {
+    const scaled = values['scaling-only'].split(',').filter((c) => configs.includes(c as Config)) as Config[];
+    console.error(`== scaling (${scaled.join(', ')}): ${D} delayed jobs in each system's queue`);
+    for (const c of scaled) {
       if (c.startsWith('keel')) await keel.enqueue(queueOf(c), D, { delayMs: 24 * 3600_000 });
       else if (c.startsWith('graphile')) await graphileDelayed(url, queueOf(c), D);
       else await pgbossDelayed(url, queueOf(c), D);
     }
     await admin.query('vacuum analyze');
-    const delayed = await phase('200k delayed');
+    const delayed = await phase('200k delayed', scaled);
     out.withDelayed = delayed;
     out.withDelayedRatios = ratios(delayed);
     out.delayedSlowdown = Object.fromEntries(Object.keys(delayed).map((c) => [c, r2(delayed[c]!.process / base[c]!.process)]));
@@ -382,7 +385,7 @@ async function main() {
        from generate_series(1, $1::int) g`, [L]);
     await admin.query('vacuum analyze');
     out.statsMsWithArchiveDlqAndDelayed = await keel.statsTiming(50);
-    const big = await phase('1M archive + 200k DLQ + 200k delayed');
+    const big = await phase('1M archive + 200k DLQ + 200k delayed', scaled);
     out.withArchiveDlq = big;
     out.withArchiveDlqRatios = ratios(big);
   }

@@ -15,6 +15,7 @@ export class PostgresWakeups implements WakeupSource {
 
   constructor(private readonly url: string) {}
 
+  // An empty queue list subscribes to every queue.
   async subscribe(queues: string[], onWake: () => void): Promise<() => Promise<void>> {
     const sub = { queues: new Set(queues), onWake };
     this.subs.add(sub);
@@ -46,7 +47,7 @@ export class PostgresWakeups implements WakeupSource {
     client.on('end', lost);
     client.on('notification', (n) => {
       if (n.channel !== WAKEUP_CHANNEL) return;
-      for (const s of this.subs) if (!n.payload || s.queues.has(n.payload)) s.onWake();
+      for (const s of this.subs) if (s.queues.size === 0 || !n.payload || s.queues.has(n.payload)) s.onWake();
     });
     await client.connect();
     await client.query(`listen ${WAKEUP_CHANNEL}`);
