@@ -84,7 +84,8 @@ export const settingsSchema = z
     KEEL_DISPATCH_QUEUES: list,
     KEEL_DISPATCH_MODE: z.enum(['run', 'post']).optional().default('run'),
     KEEL_DISPATCH_BUDGET_MS: int(10_000, 100, 540_000),
-    KEEL_DISPATCH_CONCURRENCY: int(4, 1, 64),
+    // Jobs whose handlers run at once per dispatcher invocation (counted in jobs); claims come in batches of a quarter of it.
+    KEEL_DISPATCH_CONCURRENCY: int(32, 1, 1000),
     KEEL_DISPATCH_POST_LIMIT: int(256, 1, 10_000),
     // Job processing.
     KEEL_WORKER_ID: optionalString,

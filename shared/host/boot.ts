@@ -15,6 +15,7 @@ import { startEmbeddedPostgres, freePort, type EmbeddedServer } from '../engines
 import { startAzuriteQueue, type AzuriteQueue } from './azurite.js';
 import { readHostConfig } from './hostJson.js';
 import { startLocalHost, type RunningLocalHost } from './localHost.js';
+import { PostgresWakeups } from '../engines/postgres/wakeups.js';
 import { createRuntime, setRuntime, type Runtime } from './runtime.js';
 import { prepareDemoTransfer } from './demoTransfer.js';
 import { withDatabase } from '../engines/postgres/client.js';
@@ -139,6 +140,13 @@ export async function bootLocal(opts: BootOptions = {}): Promise<LocalKeel> {
     setRuntime(runtime);
     cleanups.push(async () => setRuntime(undefined));
 
+    // Enqueued jobs wake the dispatcher at once (LISTEN/NOTIFY); on SQL Server the timer and queue polling remain.
+    let wakeups: PostgresWakeups | undefined;
+    if (settings.KEEL_STORE_ENGINE === 'postgres' && settings.KEEL_PG_URL) {
+      const source = new PostgresWakeups(settings.KEEL_PG_URL);
+      wakeups = source;
+      cleanups.push(() => source.close());
+    }
     const hostConfig = readHostConfig(path.join(PROJECT_ROOT, 'host.json'));
     const port = opts.port ?? (env.KEEL_HTTP_PORT !== undefined ? Number(env.KEEL_HTTP_PORT) : 7071);
     const host = await startLocalHost({
@@ -150,6 +158,7 @@ export async function bootLocal(opts: BootOptions = {}): Promise<LocalKeel> {
       port,
       hostname: env.KEEL_HTTP_HOST ?? '127.0.0.1',
       log,
+      ...(wakeups ? { wakeups: { source: wakeups, timer: 'dispatcher' } } : {}),
     });
     cleanups.push(() => host.stop());
     await chmod(path.join(dataDir, 'ops-key'), 0o600).catch(() => undefined);

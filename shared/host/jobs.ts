@@ -29,14 +29,19 @@ export async function enqueueAndPost(rt: Runtime, requests: EnqueueRequest[], lo
   const results = requests.length === 1 ? [await rt.store.enqueue(requests[0]!)] : await rt.store.enqueueMany(requests);
   enqueuedTelemetry(requests.filter((_r, i) => !results[i]!.duplicate));
   const now = Date.now();
-  return Promise.all(
-    results.map(async (r, i) => {
-      if (r.duplicate) return { ...r, posted: false };
-      const delay = delaySecondsFor(requests[i]!, now);
-      if (delay > MAX_VISIBILITY_DELAY_SECONDS) return { ...r, posted: false }; // the dispatcher runs it when due
-      return { ...r, posted: await postJob(rt, r.id, log, delay) };
-    }),
-  );
+  const out: EnqueuedJob[] = [];
+  // Bounded fan-out (a batch may hold up to MAX_BATCH jobs): 16 sends at a time.
+  for (let i = 0; i < results.length; i += 16) {
+    out.push(...(await Promise.all(
+      results.slice(i, i + 16).map(async (r, k) => {
+        if (r.duplicate) return { ...r, posted: false };
+        const delay = delaySecondsFor(requests[i + k]!, now);
+        if (delay > MAX_VISIBILITY_DELAY_SECONDS) return { ...r, posted: false }; // the dispatcher runs it when due
+        return { ...r, posted: await postJob(rt, r.id, log, delay) };
+      }),
+    )));
+  }
+  return out;
 }
 
 // Posts {jobId}; never throws: a lost message only delays the job until the dispatcher's next run.

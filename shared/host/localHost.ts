@@ -18,6 +18,7 @@ import { checkFunctionKey } from '../ops/auth.js';
 import { HttpRequest, HttpResponse, InvocationContext } from './azureFunctions.js';
 import type { HostConfig } from './hostJson.js';
 import { poisonQueueName } from './queues.js';
+import type { WakeupSource } from '../jobs/processor.js';
 
 export interface LocalHostOptions {
   definitions: readonly FunctionDefinition[];
@@ -29,6 +30,10 @@ export interface LocalHostOptions {
   hostname?: string; // default 127.0.0.1
   maxRequestBytes?: number; // the host's own cap (Azure: 100 MB); default 32 MB
   log?: (line: string) => void;
+  // Wake-ups when jobs become due (PostgreSQL LISTEN/NOTIFY): the named timer function (the dispatcher) runs at
+  // once instead of at its next scheduled firing, so enqueue -> run does not wait for the timer or the queue poll.
+  // The schedule stays as the fallback.
+  wakeups?: { source: WakeupSource; timer: string };
 }
 
 type Stoppable = { stop(): Promise<void> };
@@ -183,6 +188,7 @@ class HttpLayer implements Stoppable {
 class TimerLayer implements Stoppable {
   private readonly jobs: Cron[] = [];
   private readonly running = new Set<Promise<void>>();
+  private readonly fireNow = new Map<string, () => void>();
 
   constructor(
     private readonly defs: TimerDefinition[],
@@ -222,11 +228,33 @@ class TimerLayer implements Stoppable {
         await fire(self);
       });
       this.jobs.push(job);
+      // A wake-up runs it now; one arriving during a run makes one more run afterwards (never two at once).
+      let current: Promise<void> | null = null;
+      let again = false;
+      const wake = () => {
+        if (current) {
+          again = true;
+          return;
+        }
+        current = fire(job).finally(() => {
+          current = null;
+          if (again) {
+            again = false;
+            wake();
+          }
+        });
+      };
+      this.fireNow.set(def.name, wake);
       if (def.runOnStartup) void fire(job);
     }
   }
 
+  wake(name: string): void {
+    this.fireNow.get(name)?.();
+  }
+
   async stop(): Promise<void> {
+    this.fireNow.clear();
     for (const j of this.jobs) j.stop();
     await Promise.allSettled([...this.running]);
   }
@@ -386,11 +414,20 @@ export async function startLocalHost(opts: LocalHostOptions): Promise<RunningLoc
   const baseUrl = `http://${hostname === '0.0.0.0' ? '127.0.0.1' : hostname}:${port}`;
   const pollers = queueDefs.map((d) => new QueuePoller(d, opts, log));
   const timers = new TimerLayer(timerDefs, opts, log);
+  let unsubscribe: (() => Promise<void>) | undefined;
   try {
     for (const p of pollers) await p.start();
     timers.start();
+    if (opts.wakeups) {
+      const { source, timer } = opts.wakeups;
+      unsubscribe = await source.subscribe([], () => timers.wake(timer)).catch((err: Error) => {
+        log(`wake-ups unavailable (${err.message}); timers and queue polling only`);
+        return undefined;
+      });
+    }
   } catch (err) {
     await httpLayer.stop();
+    await timers.stop();
     await Promise.allSettled(pollers.map((p) => p.stop()));
     throw err;
   }
@@ -410,6 +447,7 @@ export async function startLocalHost(opts: LocalHostOptions): Promise<RunningLoc
     functions,
     stop() {
       stopping ??= (async () => {
+        await unsubscribe?.().catch(() => undefined);
         await timers.stop();
         await Promise.allSettled(pollers.map((p) => p.stop()));
         await httpLayer.stop();

@@ -2,7 +2,7 @@
 // retry or dead-letter it. Every store call is fenced by the claim's lease; 'lease_lost' ends our interest in the job.
 import { randomUUID } from 'node:crypto';
 import os from 'node:os';
-import type { ClaimedJob, DlqReason, JobId, JobStore, LeaseRef, OwnerResult } from './contract.js';
+import type { ClaimedJob, DlqReason, JobId, JobStore, LeaseRef, OwnerResultById, StartResult } from './contract.js';
 import {
   FatalError, RetryAfterError, backoffDelayMs, silentLogger, type HandlerRegistry, type JobContext, type JobLogger,
   type RegisteredHandler,
@@ -43,17 +43,19 @@ interface Running {
   done: Promise<unknown>;
 }
 
-// Collects successful jobs for one completeMany call per event-loop turn: batching under load, no delay when idle.
-class CompletionBatcher {
-  private pending: { ref: LeaseRef; resolve: (r: OwnerResult) => void; reject: (e: unknown) => void }[] = [];
+// Collects owner-scoped calls made in one event-loop turn into one batch store call (completeMany, startMany):
+// batching under load, no delay when idle.
+class MicroBatcher<R extends { jobId: JobId }> {
+  private pending: { ref: LeaseRef; resolve: (r: R) => void; reject: (e: unknown) => void }[] = [];
   private scheduled = false;
 
   constructor(
-    private readonly store: JobStore,
+    private readonly call: (refs: LeaseRef[]) => Promise<R[]>,
+    private readonly lost: (ref: LeaseRef) => R,
     private readonly max: number,
   ) {}
 
-  complete(ref: LeaseRef): Promise<OwnerResult> {
+  submit(ref: LeaseRef): Promise<R> {
     return new Promise((resolve, reject) => {
       this.pending.push({ ref, resolve, reject });
       if (this.pending.length >= this.max) void this.flush();
@@ -73,9 +75,9 @@ class CompletionBatcher {
       setImmediate(() => void this.flush());
     }
     try {
-      const results = await this.store.completeMany(batch.map((b) => b.ref));
-      const byId = new Map(results.map((r) => [r.jobId, r.status]));
-      for (const b of batch) b.resolve(byId.get(b.ref.jobId) ?? 'lease_lost');
+      const results = await this.call(batch.map((b) => b.ref));
+      const byId = new Map(results.map((r) => [r.jobId, r]));
+      for (const b of batch) b.resolve(byId.get(b.ref.jobId) ?? this.lost(b.ref));
     } catch (err) {
       for (const b of batch) b.reject(err);
     }
@@ -96,7 +98,8 @@ export class JobProcessor {
   private readonly heartbeatIntervalMs: number;
   private readonly log: JobLogger;
   private readonly events: ProcessorEvents;
-  private readonly completions: CompletionBatcher;
+  private readonly completions: MicroBatcher<OwnerResultById>;
+  private readonly starts: MicroBatcher<StartResult & { jobId: JobId }>;
   private readonly running = new Map<JobId, Running>();
   private stopping = false;
 
@@ -108,7 +111,10 @@ export class JobProcessor {
     this.heartbeatIntervalMs = opts.heartbeatIntervalMs ?? 10_000;
     this.log = opts.log ?? silentLogger;
     this.events = opts.events ?? {};
-    this.completions = new CompletionBatcher(opts.store, opts.completionBatchMax ?? 200);
+    const batchMax = opts.completionBatchMax ?? 200;
+    this.completions = new MicroBatcher((refs) => opts.store.completeMany(refs), (r) => ({ jobId: r.jobId, status: 'lease_lost' }), batchMax);
+    // Single-job starts (the queue-message path: one invocation per job) made in the same turn share one startMany.
+    this.starts = new MicroBatcher((refs) => opts.store.startMany(refs), (r) => ({ jobId: r.jobId, status: 'lease_lost', attempt: 0 }), batchMax);
   }
 
   get inFlight(): number {
@@ -138,52 +144,117 @@ export class JobProcessor {
     return outcome!;
   }
 
-  // Start a batch of claimed jobs with one store call, then run them concurrently.
-  async runBatch(jobs: ClaimedJob[]): Promise<JobOutcome[]> {
+  // Start a batch of claimed jobs with one store call, then run them concurrently. onJobDone fires once per job as
+  // soon as that job is finished (so callers can count jobs, not batches, against their concurrency limit).
+  async runBatch(jobs: ClaimedJob[], onJobDone?: (outcome: JobOutcome) => void): Promise<JobOutcome[]> {
     if (jobs.length === 0) return [];
-    if (this.stopping) return Promise.all(jobs.map((job) => this.releaseUnstarted(job)));
-    const started = await this.store.startMany(jobs.map((j) => ({ jobId: j.id, leaseId: j.leaseId })));
+    const done = (o: JobOutcome): JobOutcome => {
+      if (onJobDone) this.safe(() => onJobDone(o));
+      return o;
+    };
+    if (this.stopping) return Promise.all(jobs.map((job) => this.releaseUnstarted(job).then(done)));
+    const started = jobs.length === 1
+      ? await this.starts.submit({ jobId: jobs[0]!.id, leaseId: jobs[0]!.leaseId }).then((s) => [s])
+      : await this.store.startMany(jobs.map((j) => ({ jobId: j.id, leaseId: j.leaseId })));
     return Promise.all(
       jobs.map((job, i) => {
         const s = started[i]!;
         if (s.status === 'lease_lost') {
           this.leaseLost(job, 'start');
-          return 'lease_lost' as const;
+          return done('lease_lost');
         }
-        return this.execute(job, s.attempt);
+        return this.execute(job, s.attempt).then(done);
       }),
     );
   }
 
-  // Claim due jobs and run them until the time budget is spent (timer dispatcher path).
-  async drain(opts: { queues: string[]; budgetMs: number; concurrency: number }): Promise<{
+  // Claims and runs jobs, keeping at most `concurrency` JOBS (not batches) in flight. Once jobs are running it claims
+  // again only when at least `claimBatch` slots are free (default a quarter of the concurrency), so a busy loop
+  // claims, starts and completes in batches instead of one round trip per job.
+  async runSlots(opts: {
+    queues: string[];
+    concurrency: number;
+    claimBatch?: number;
+    shouldStop: () => boolean;
+    idleWait: (mode: 'idle' | 'slots', jobFinished: Promise<void>) => Promise<'stop' | 'continue'>;
+    onOutcome?: (o: JobOutcome) => void;
+    stopWhenIdle?: boolean;
+  }): Promise<void> {
+    const concurrency = Math.max(1, Math.floor(opts.concurrency));
+    const claimBatch = Math.max(1, Math.min(concurrency, opts.claimBatch ?? Math.ceil(concurrency / 4)));
+    const batches = new Set<Promise<void>>();
+    let running = 0;
+    let signal: () => void = () => undefined;
+    let changed = new Promise<void>((r) => (signal = r));
+    const notify = () => {
+      const s = signal;
+      changed = new Promise<void>((r) => (signal = r));
+      s();
+    };
+    while (!opts.shouldStop()) {
+      const free = concurrency - running;
+      let idle = false;
+      if (free >= (running === 0 ? 1 : claimBatch)) {
+        let jobs: ClaimedJob[] = [];
+        try {
+          jobs = await this.claim(opts.queues, free);
+        } catch (err) {
+          this.log.error('claim failed', { error: String(err) });
+        }
+        if (jobs.length > 0) {
+          running += jobs.length;
+          let unreported = jobs.length;
+          const p: Promise<void> = this.runBatch(jobs, (o) => {
+            unreported--;
+            running--;
+            opts.onOutcome?.(o);
+            notify();
+          })
+            .then(() => undefined)
+            .catch((err) => this.log.error('batch failed', { error: String(err) }))
+            .finally(() => {
+              running -= unreported; // a batch that failed as a whole gives its slots back too
+              unreported = 0;
+              batches.delete(p);
+              notify();
+            });
+          batches.add(p);
+          if (jobs.length === free) continue; // there may be more due: claim again as soon as slots free up
+        } else if (running === 0 && opts.stopWhenIdle) break;
+        idle = true; // fewer due jobs than free slots
+      }
+      // 'slots': wait for a running job to finish. 'idle': nothing (more) is due; wait for the poll or a wake-up.
+      if ((await opts.idleWait(idle ? 'idle' : 'slots', changed)) === 'stop') break;
+    }
+    await Promise.allSettled([...batches]);
+  }
+
+  // Claim due jobs and run them until the time budget is spent (timer dispatcher path). `concurrency` is the most
+  // jobs whose handlers run at once; claims are batched (see runSlots).
+  async drain(opts: { queues: string[]; budgetMs: number; concurrency: number; claimBatch?: number }): Promise<{
     processed: number;
     outcomes: Record<JobOutcome, number>;
   }> {
     const deadline = Date.now() + opts.budgetMs;
     const outcomes = Object.fromEntries(JOB_OUTCOMES.map((o) => [o, 0])) as Record<JobOutcome, number>;
-    const inflight = new Set<Promise<void>>();
     let processed = 0;
-    while (!this.stopping && Date.now() < deadline) {
-      const free = opts.concurrency - inflight.size;
-      if (free > 0) {
-        const jobs = await this.claim(opts.queues, free);
-        if (jobs.length > 0) {
-          const p: Promise<void> = this.runBatch(jobs)
-            .then((results) => {
-              for (const o of results) outcomes[o]++;
-              processed += results.length;
-            })
-            .catch((err) => this.log.error('batch failed', { error: String(err) }))
-            .finally(() => inflight.delete(p));
-          inflight.add(p);
-          continue;
-        }
-        if (inflight.size === 0) break; // nothing due and nothing running: done early
-      }
-      await Promise.race([...inflight, sleep(Math.max(0, Math.min(50, deadline - Date.now())))]);
-    }
-    await Promise.all(inflight);
+    await this.runSlots({
+      queues: opts.queues,
+      concurrency: opts.concurrency,
+      claimBatch: opts.claimBatch,
+      shouldStop: () => this.stopping || Date.now() >= deadline,
+      stopWhenIdle: true,
+      onOutcome: (o) => {
+        outcomes[o]++;
+        processed++;
+      },
+      idleWait: async (mode, jobFinished) => {
+        // Slots taken: wake when a job finishes. Nothing due while jobs run: poll again within 50 ms.
+        const left = Math.max(0, deadline - Date.now());
+        await (mode === 'slots' ? Promise.race([jobFinished, sleep(left)]) : sleep(Math.min(50, left)));
+        return 'continue';
+      },
+    });
     return { processed, outcomes };
   }
 
@@ -280,7 +351,7 @@ export class JobProcessor {
         clearTimeout(timeout);
       }
       if (succeeded) {
-        const status = await this.completions.complete(ref);
+        const { status } = await this.completions.submit(ref);
         if (status === 'lease_lost') {
           this.leaseLost(job, 'complete');
           return report('lease_lost');
@@ -349,15 +420,30 @@ export class JobProcessor {
   }
 }
 
-// A long-running polling worker (npm start, tests): keeps up to `concurrency` jobs running.
+// A long-running worker (npm start, tests): keeps up to `concurrency` jobs running. It polls every pollIntervalMs
+// when idle, and wakes at once when `wakeups` (e.g. PostgreSQL LISTEN/NOTIFY on enqueue) says jobs arrived.
+export interface WakeupSource {
+  // Calls onWake whenever jobs of one of these queues may have become due; returns an unsubscribe.
+  subscribe(queues: string[], onWake: () => void): Promise<() => Promise<void>>;
+}
+
 export class Worker {
   private loop: Promise<void> | undefined;
   private stopped = false;
   private wake: (() => void) | undefined;
+  private wokenWhileBusy = false; // a wake-up that arrived while the loop was claiming: do not sleep on it
+  private unsubscribe: (() => Promise<void>) | undefined;
 
   constructor(
     readonly processor: JobProcessor,
-    private readonly opts: { queues: string[]; concurrency: number; pollIntervalMs?: number; log?: JobLogger },
+    private readonly opts: {
+      queues: string[];
+      concurrency: number;
+      claimBatch?: number;
+      pollIntervalMs?: number;
+      log?: JobLogger;
+      wakeups?: WakeupSource;
+    },
   ) {}
 
   start(): void {
@@ -366,40 +452,43 @@ export class Worker {
   }
 
   private async run(): Promise<void> {
-    const inflight = new Set<Promise<unknown>>();
-    while (!this.stopped) {
-      const free = this.opts.concurrency - inflight.size;
-      let claimed = 0;
-      if (free > 0) {
-        try {
-          const jobs = await this.processor.claim(this.opts.queues, free);
-          claimed = jobs.length;
-          if (jobs.length > 0) {
-            const p: Promise<unknown> = this.processor
-              .runBatch(jobs)
-              .catch((err) => this.opts.log?.error('batch failed', { error: String(err) }))
-              .finally(() => {
-                inflight.delete(p);
-                this.wake?.();
-              });
-            inflight.add(p);
-          }
-        } catch (err) {
-          this.opts.log?.error('claim failed', { error: String(err) });
-        }
-      }
-      if (claimed === 0 || inflight.size >= this.opts.concurrency) {
-        await new Promise<void>((resolve) => {
-          const t = setTimeout(resolve, this.opts.pollIntervalMs ?? 500);
-          this.wake = () => {
-            clearTimeout(t);
-            resolve();
-          };
+    if (this.opts.wakeups) {
+      try {
+        this.unsubscribe = await this.opts.wakeups.subscribe(this.opts.queues, () => {
+          if (this.wake) this.wake();
+          else this.wokenWhileBusy = true;
         });
-        this.wake = undefined;
+      } catch (err) {
+        this.opts.log?.warn('wake-up subscription failed; polling only', { error: String(err) });
       }
     }
-    await Promise.allSettled([...inflight]);
+    try {
+      await this.processor.runSlots({
+        queues: this.opts.queues,
+        concurrency: this.opts.concurrency,
+        claimBatch: this.opts.claimBatch,
+        shouldStop: () => this.stopped,
+        idleWait: (mode, jobFinished) =>
+          new Promise<'stop' | 'continue'>((resolve) => {
+            if (this.stopped) return resolve('stop');
+            if (mode === 'idle' && this.wokenWhileBusy) {
+              this.wokenWhileBusy = false;
+              return resolve('continue');
+            }
+            // Slots taken: a finishing job (or stop) frees one. Idle: the poll interval or a wake-up (or stop).
+            const t = mode === 'slots' ? undefined : setTimeout(() => resolve('continue'), this.opts.pollIntervalMs ?? 500);
+            this.wake = () => {
+              if (t) clearTimeout(t);
+              resolve('continue');
+            };
+            if (mode === 'slots') void jobFinished.then(() => this.wake?.());
+          }).finally(() => {
+            this.wake = undefined;
+          }),
+      });
+    } finally {
+      await this.unsubscribe?.().catch(() => undefined);
+    }
   }
 
   async stop(graceMs = 10_000): Promise<void> {

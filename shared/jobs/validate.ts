@@ -3,7 +3,8 @@ import { z } from 'zod';
 import type { EnqueueRequest, QueueSettingsPatch } from './contract.js';
 
 export const DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024;
-export const MAX_BATCH = 1000;
+// Jobs per enqueueMany call (the ops API's batch body takes as many): one procedure call, one transaction.
+export const MAX_BATCH = 20_000;
 
 export class ValidationError extends Error {
   constructor(
@@ -42,15 +43,44 @@ function firstIssue(err: z.ZodError, prefix: string): ValidationError {
   return new ValidationError(prefix ? `${prefix}.${path}` : path, issue.message);
 }
 
+// The same rules as enqueueSchema, checked by hand: a 20,000-job batch validates in milliseconds instead of a second.
+// Anything it does not accept goes through the schema, which gives the error message (so the two must agree on what
+// is valid; test/jobs/validate.test.ts compares them).
+const ENQUEUE_KEYS = new Set(['queue', 'type', 'payload', 'priority', 'delayMs', 'runAt', 'tags', 'idempotencyKey', 'maxAttempts', 'expiresAt']);
+const NAME_RE = /^[A-Za-z0-9_.:-]+$/;
+const isName = (v: unknown) => typeof v === 'string' && v.length >= 1 && v.length <= 128 && NAME_RE.test(v);
+const intIn = (v: unknown, min: number, max: number) => v === undefined || (Number.isInteger(v) && (v as number) >= min && (v as number) <= max);
+const dateOk = (v: unknown) => v === undefined || (v instanceof Date && !Number.isNaN(v.getTime()));
+const strLen = (v: unknown, max: number) => typeof v === 'string' && v.length >= 1 && v.length <= max;
+export function plainValid(job: unknown): boolean {
+  if (typeof job !== 'object' || job === null || Array.isArray(job) || Object.getPrototypeOf(job) !== Object.prototype) return false;
+  const j = job as Record<string, unknown>;
+  for (const k of Object.keys(j)) if (!ENQUEUE_KEYS.has(k)) return false;
+  if (!isName(j.queue) || !isName(j.type)) return false;
+  if (!intIn(j.priority, -1_000_000, 1_000_000) || !intIn(j.delayMs, 0, 366 * 24 * 3600 * 1000) || !intIn(j.maxAttempts, 1, 1000)) return false;
+  if (!dateOk(j.runAt) || !dateOk(j.expiresAt)) return false;
+  if (j.delayMs !== undefined && j.runAt !== undefined) return false;
+  if (j.idempotencyKey !== undefined && !strLen(j.idempotencyKey, 200)) return false;
+  if (j.tags !== undefined) {
+    if (!Array.isArray(j.tags) || j.tags.length > 16) return false;
+    for (const t of j.tags) if (!strLen(t, 64)) return false;
+  }
+  return true;
+}
+
 // Returns the JSON document an engine stores for each job; throws ValidationError naming e.g. "jobs[3].payload".
 export function prepareEnqueue(jobs: EnqueueRequest[], maxPayloadBytes = DEFAULT_MAX_PAYLOAD_BYTES): Record<string, unknown>[] {
   if (!Array.isArray(jobs)) throw new ValidationError('jobs', 'must be an array');
   if (jobs.length > MAX_BATCH) throw new ValidationError('jobs', `at most ${MAX_BATCH} jobs per batch (got ${jobs.length})`);
   return jobs.map((job, i) => {
     const prefix = jobs.length === 1 ? '' : `jobs[${i}]`;
-    const parsed = enqueueSchema.safeParse(job);
-    if (!parsed.success) throw firstIssue(parsed.error, prefix);
-    const j = parsed.data;
+    let j: z.infer<typeof enqueueSchema>;
+    if (plainValid(job)) j = job as z.infer<typeof enqueueSchema>;
+    else {
+      const parsed = enqueueSchema.safeParse(job);
+      if (!parsed.success) throw firstIssue(parsed.error, prefix);
+      j = parsed.data;
+    }
     let payloadText: string | undefined;
     try {
       payloadText = JSON.stringify(j.payload ?? null);

@@ -2,6 +2,7 @@
 // that validate). Objects are strict: an unknown field is a 400 naming that field.
 import { z } from 'zod/v4';
 import { DLQ_REASONS, type DlqReason } from '../jobs/contract.js';
+import { MAX_BATCH } from '../jobs/validate.js';
 
 export const NAME_PATTERN = /^[A-Za-z0-9_.:-]+$/;
 export const name = z.string().min(1).max(128).regex(NAME_PATTERN, 'letters, digits and _ . : - only');
@@ -38,7 +39,7 @@ export const enqueueJob = z.strictObject({
 
 export const enqueueBody = z.union([
   enqueueJob,
-  z.strictObject({ jobs: z.array(enqueueJob).min(1).max(500) }),
+  z.strictObject({ jobs: z.array(enqueueJob).min(1).max(MAX_BATCH) }),
 ]);
 
 export const jobSearchQuery = z.strictObject({

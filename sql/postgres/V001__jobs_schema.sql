@@ -41,13 +41,14 @@ create table keel.jobs_hot (
   last_error        text,
   expires_at        timestamptz,
   created_at        timestamptz not null default now()
-);
+) with (fillfactor = 70);
 
--- Each hot query has the partial index that fits it.
+-- Each hot query has the partial index that fits it, and no more: every index whose key or predicate a state
+-- change touches is written on every claim and start (those updates can never be HOT). Zombie rescue finds fetched
+-- and processing rows through jobs_hot_running_by_queue (bounded by what is in flight), so lease_expires_at and
+-- heartbeat_at are in no index: a heartbeat is a HOT update (fillfactor 70 leaves the page room for it).
 create unique index jobs_hot_idempotency_key on keel.jobs_hot (idempotency_key) where idempotency_key is not null;
 create index jobs_hot_pending_due on keel.jobs_hot (queue, priority desc, run_at, id) where state = 'pending';
-create index jobs_hot_fetched_lease on keel.jobs_hot (lease_expires_at) where state = 'fetched';
-create index jobs_hot_processing_heartbeat on keel.jobs_hot (heartbeat_at) where state = 'processing';
 create index jobs_hot_running_by_queue on keel.jobs_hot (queue) where state in ('fetched', 'processing');
 create index jobs_hot_pending_expiry on keel.jobs_hot (expires_at) where state = 'pending' and expires_at is not null;
 
@@ -90,6 +91,38 @@ create table keel.jobs_dlq (
 );
 create index jobs_dlq_failed on keel.jobs_dlq (failed_at);
 create index jobs_dlq_queue_failed on keel.jobs_dlq (queue, failed_at);
+
+-- Rows in the DLQ per queue, kept by statement triggers on jobs_dlq (every insert and delete, whichever procedure or
+-- operator did it), so stats() reads a counter instead of counting the DLQ. Written after the statement's other
+-- tables, so the lock order stays queues -> hot -> archive -> dlq -> stats -> buckets -> dlq_counts.
+create table keel.dlq_counts (
+  queue  text primary key,
+  n      bigint not null default 0
+);
+
+create or replace function keel._dlq_counted() returns trigger
+language plpgsql as $$
+begin
+  if tg_op = 'TRUNCATE' then
+    delete from keel.dlq_counts;
+  elsif tg_op = 'INSERT' then
+    insert into keel.dlq_counts as c (queue, n)
+    select t.queue, count(*) from dlq_new t group by t.queue order by t.queue
+    on conflict (queue) do update set n = c.n + excluded.n;
+  else
+    update keel.dlq_counts c set n = c.n - d.k
+    from (select t.queue, count(*) as k from dlq_old t group by t.queue order by t.queue) d
+    where c.queue = d.queue;
+  end if;
+  return null;
+end
+$$;
+create trigger jobs_dlq_count_ins after insert on keel.jobs_dlq
+  referencing new table as dlq_new for each statement execute function keel._dlq_counted();
+create trigger jobs_dlq_count_del after delete on keel.jobs_dlq
+  referencing old table as dlq_old for each statement execute function keel._dlq_counted();
+create trigger jobs_dlq_count_truncate after truncate on keel.jobs_dlq
+  for each statement execute function keel._dlq_counted();
 
 create table keel.stats_summary (
   queue        text primary key,

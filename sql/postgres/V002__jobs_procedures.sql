@@ -66,11 +66,13 @@ language plpgsql as $$
 #variable_conflict use_column
 declare
   v_n        integer;
+  v_docs     jsonb[];
+  v_keys     text[];
   v_ids      bigint[];
   v_dups     boolean[];
-  v_missing  integer[];
+  v_new      bigint[];
+  v_left     integer;
   v_pass     integer := 0;
-  r          record;
 begin
   if p_jobs is null or jsonb_typeof(p_jobs) <> 'array' then
     raise exception 'jobs must be a JSON array' using errcode = '22023';
@@ -79,70 +81,73 @@ begin
   if v_n = 0 then
     return;
   end if;
+  -- Whole-array passes over parallel arrays in input order, and index probes per job: no per-element access into
+  -- p_jobs or the arrays and no join whose plan could go quadratic, so a 20,000-job batch costs 20,000 x a job.
+  v_docs := array(select e.j from jsonb_array_elements(p_jobs) with ordinality as e(j, o) order by e.o);
+  v_keys := array(select d->>'idempotencyKey' from unnest(v_docs) with ordinality as u(d, o) order by u.o);
   v_ids := array_fill(null::bigint, array[v_n]);
   v_dups := array_fill(false, array[v_n]);
 
   insert into keel.queues (name)
-  select distinct e->>'queue'
-  from jsonb_array_elements(p_jobs) e
-  where not exists (select 1 from keel.queues q where q.name = e->>'queue')
+  select distinct d->>'queue'
+  from unnest(v_docs) as d
+  where not exists (select 1 from keel.queues q where q.name = d->>'queue')
   order by 1
   on conflict (name) do nothing;
 
-  v_missing := array(select generate_series(0, v_n - 1));
   loop
     v_pass := v_pass + 1;
-    for r in
-      with input as materialized (
-        select m.i, p_jobs->m.i as j, nextval('keel.job_id_seq') as new_id
-        from unnest(v_missing) as m(i)
-      ), ins as (
-        insert into keel.jobs_hot as h (id, queue, type, payload, priority, run_at, max_attempts, idempotency_key, tags, expires_at)
-        select x.new_id,
-               x.j->>'queue',
-               x.j->>'type',
-               coalesce(x.j->'payload', 'null'::jsonb),
-               coalesce((x.j->>'priority')::integer, 0),
-               coalesce((x.j->>'runAt')::timestamptz, now() + coalesce((x.j->>'delayMs')::bigint, 0) * interval '1 millisecond'),
-               (x.j->>'maxAttempts')::integer,
-               x.j->>'idempotencyKey',
-               coalesce(array(select jsonb_array_elements_text(coalesce(x.j->'tags', '[]'::jsonb))), '{}'),
-               (x.j->>'expiresAt')::timestamptz
-        from input x
-        order by x.j->>'idempotencyKey' nulls first, x.i
-        on conflict (idempotency_key) where idempotency_key is not null do nothing
-        returning h.id
-      )
-      select x.i, x.new_id, (ins.id is not null) as inserted
-      from input x left join ins on ins.id = x.new_id
-    loop
-      if r.inserted then
-        v_ids[r.i + 1] := r.new_id;
-      end if;
-    end loop;
+    -- A fresh id for every job that has none yet; insert those jobs.
+    v_new := array(select case when u.id is null then nextval('keel.job_id_seq') end
+                   from unnest(v_ids) with ordinality as u(id, o) order by u.o);
+    insert into keel.jobs_hot as h (id, queue, type, payload, priority, run_at, max_attempts, idempotency_key, tags, expires_at)
+    select u.new_id,
+           u.j->>'queue',
+           u.j->>'type',
+           coalesce(u.j->'payload', 'null'::jsonb),
+           coalesce((u.j->>'priority')::integer, 0),
+           coalesce((u.j->>'runAt')::timestamptz, now() + coalesce((u.j->>'delayMs')::bigint, 0) * interval '1 millisecond'),
+           (u.j->>'maxAttempts')::integer,
+           u.j->>'idempotencyKey',
+           case when coalesce(jsonb_array_length(u.j->'tags'), 0) = 0 then '{}'::text[]
+                else array(select jsonb_array_elements_text(u.j->'tags')) end,
+           (u.j->>'expiresAt')::timestamptz
+    from unnest(v_docs, v_new) with ordinality as u(j, new_id, o)
+    where u.new_id is not null
+    order by u.j->>'idempotencyKey' nulls first, u.o
+    on conflict (idempotency_key) where idempotency_key is not null do nothing;
 
-    -- Duplicates: this statement sees rows committed by concurrent enqueues and our own earlier inserts.
-    for r in
-      select m.i, h.id
-      from unnest(v_missing) as m(i)
-      join keel.jobs_hot h on h.idempotency_key = p_jobs->m.i->>'idempotencyKey'
-      where v_ids[m.i + 1] is null
-    loop
-      v_ids[r.i + 1] := r.id;
-      v_dups[r.i + 1] := true;
-    end loop;
+    -- Ours if the fresh id is in the table now (ids come from the sequence; nobody else sees them before we
+    -- commit); otherwise a duplicate of the hot job holding the key. This statement sees rows committed by
+    -- concurrent enqueues and our own inserts.
+    select array_agg(r.id order by r.o), array_agg(r.dup order by r.o), count(*) filter (where r.id is null)
+    into v_ids, v_dups, v_left
+    from (
+      select u.o, coalesce(u.id, m.id, d.id) as id, u.dup or (u.id is null and m.id is null and d.id is not null) as dup
+      from unnest(v_ids, v_dups, v_new, v_keys) with ordinality as u(id, dup, new_id, k, o)
+      left join lateral (select h.id from keel.jobs_hot h where h.id = u.new_id) m on true
+      left join lateral (select h.id from keel.jobs_hot h where u.id is null and m.id is null and h.idempotency_key = u.k) d on true
+    ) r;
 
-    v_missing := array(select m.i from unnest(v_missing) as m(i) where v_ids[m.i + 1] is null);
-    exit when cardinality(v_missing) = 0;
+    exit when v_left = 0;
     -- The key's holder left the hot table between our insert and our lookup: insert again.
     if v_pass >= 5 then
       raise exception 'enqueue could not settle idempotency keys after % passes', v_pass using errcode = '40001';
     end if;
   end loop;
 
+  -- Wake idle workers (LISTEN keel_jobs, shared/engines/postgres/wakeups.ts) at commit: one notification per queue
+  -- that got a job due now. Delayed jobs are found by polling when they come due.
+  perform pg_notify('keel_jobs', q.name)
+  from (select distinct d->>'queue' as name
+        from unnest(v_docs, v_dups) as u(d, dup)
+        where not u.dup
+          and coalesce((d->>'runAt')::timestamptz <= now(), coalesce((d->>'delayMs')::bigint, 0) = 0)) q;
+
   return query
-  select (g.i - 1)::integer, v_ids[g.i], v_dups[g.i]
-  from generate_series(1, v_n) as g(i);
+  select (u.o - 1)::integer, u.id, u.dup
+  from unnest(v_ids, v_dups) with ordinality as u(id, dup, o)
+  order by u.o;
 end
 $$;
 
@@ -175,6 +180,54 @@ language sql as $$
   order by u.priority desc, u.run_at, u.id
 $$;
 
+-- Up to p_limit due pending ids of the given queues in claim order (priority desc, run_at, id), locked skip-locked.
+-- Every probe is a scalar `queue = name` range of jobs_hot_pending_due, walked in index order: per priority level
+-- (highest first, found with one index probe per queue) only the due rows of that level are read, so neither the
+-- pending backlog nor delayed jobs (of any priority) make a claim slower. Within a level, each queue contributes its
+-- oldest due rows and the level keeps the oldest across queues, so no queue starves another of equal priority.
+create or replace function keel._pick_due(p_queues text[], p_limit integer)
+returns bigint[]
+language plpgsql as $$
+declare
+  v_ids   bigint[] := '{}';
+  v_need  integer := p_limit;
+  v_prio  integer;
+begin
+  if p_limit is null or p_limit < 1 or cardinality(p_queues) = 0 then
+    return v_ids;
+  end if;
+  select max(m.priority) into v_prio
+  from unnest(p_queues) as n(name)
+  cross join lateral (
+    select h.priority from keel.jobs_hot h
+    where h.state = 'pending' and h.queue = n.name
+    order by h.priority desc limit 1) m;
+  while v_prio is not null and v_need > 0 loop
+    v_ids := v_ids || array(
+      select c.id
+      from unnest(p_queues) as n(name)
+      cross join lateral (
+        select h.id, h.run_at from keel.jobs_hot h
+        where h.state = 'pending' and h.queue = n.name and h.priority = v_prio and h.run_at <= now()
+          and (h.expires_at is null or h.expires_at > now())
+        order by h.run_at, h.id
+        limit v_need
+        for update of h skip locked) c
+      order by c.run_at, c.id
+      limit v_need);
+    v_need := p_limit - cardinality(v_ids);
+    exit when v_need <= 0;
+    select max(m.priority) into v_prio
+    from unnest(p_queues) as n(name)
+    cross join lateral (
+      select h.priority from keel.jobs_hot h
+      where h.state = 'pending' and h.queue = n.name and h.priority < v_prio
+      order by h.priority desc limit 1) m;
+  end loop;
+  return v_ids;
+end
+$$;
+
 create or replace function keel.claim_next(p_worker_id text, p_queues text[], p_limit integer, p_lease_seconds integer)
 returns setof keel.claimed_job
 language plpgsql as $$
@@ -189,17 +242,13 @@ begin
     return;
   end if;
 
-  -- Queues with no limit (and queues with no settings row yet): one skip-locked scan in priority order.
+  -- Queues with no limit (and queues with no settings row yet), probed one by one in index order.
   v_open := array(
-    select n.name from unnest(p_queues) as n(name)
-    where not exists (select 1 from keel.queues s where s.name = n.name and (s.paused or s.max_concurrency is not null)));
-  v_candidates := array(
-    select h.id from keel.jobs_hot h
-    where h.state = 'pending' and h.queue = any(v_open) and h.run_at <= now()
-      and (h.expires_at is null or h.expires_at > now())
-    order by h.priority desc, h.run_at, h.id
-    limit p_limit
-    for update of h skip locked);
+    select distinct n.name from unnest(p_queues) as n(name)
+    where n.name is not null
+      and not exists (select 1 from keel.queues s where s.name = n.name and (s.paused or s.max_concurrency is not null))
+    order by 1);
+  v_candidates := keel._pick_due(v_open, p_limit);
 
   -- Limited queues, locked in name order; each contributes at most its remaining capacity.
   for q in
@@ -211,13 +260,7 @@ begin
     select count(*) into v_running from keel.jobs_hot h where h.queue = q.name and h.state in ('fetched', 'processing');
     v_cap := least(p_limit, q.max_concurrency - v_running);
     if v_cap > 0 then
-      v_candidates := v_candidates || array(
-        select h.id from keel.jobs_hot h
-        where h.state = 'pending' and h.queue = q.name and h.run_at <= now()
-          and (h.expires_at is null or h.expires_at > now())
-        order by h.priority desc, h.run_at, h.id
-        limit v_cap
-        for update of h skip locked);
+      v_candidates := v_candidates || keel._pick_due(array[q.name], v_cap);
     end if;
   end loop;
 
@@ -669,7 +712,7 @@ language sql stable as $$
            min(h.run_at) filter (where h.state = 'pending' and h.run_at <= now()) as oldest_due
     from keel.jobs_hot h group by h.queue
   ), dead as (
-    select d.queue, count(*) as n from keel.jobs_dlq d group by d.queue
+    select c.queue, c.n from keel.dlq_counts c  -- kept by the jobs_dlq triggers (V001): no scan of the DLQ
   ), names as (
     select q.name from keel.queues q
     union select s.queue from keel.stats_summary s

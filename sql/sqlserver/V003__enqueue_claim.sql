@@ -221,29 +221,42 @@ BEGIN
       -- rows, would come back empty-handed while jobs wait.) The picked rows are then claimed by key; READPAST there
       -- too, so a row an operator's cancel holds is left alone rather than waited for.
       DECLARE @Pick TABLE (Id bigint NOT NULL PRIMARY KEY);
+      DECLARE @Prio int;
       UPDATE @Q SET Slots = @Limit WHERE Limited = 0;
       SET @Name = (SELECT MIN(Name) FROM @Q WHERE Slots > 0);
       WHILE @Name IS NOT NULL
       BEGIN
         SELECT @Take = IIF(Slots < @Limit, Slots, @Limit) FROM @Q WHERE Name = @Name;
-        DELETE FROM @Pick;
-        INSERT @Pick (Id)
-        SELECT TOP (@Take) h.Id
-        FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK, INDEX(IX_JobsHot_PendingDue))
-        WHERE h.Queue = @Name AND h.State = 'pending' AND h.RunAt <= @Now
-          AND (h.ExpiresAt IS NULL OR h.ExpiresAt > @Now)
-        ORDER BY h.Priority DESC, h.RunAt, h.Id;
+        -- One priority level at a time, highest first (each level found by one seek on the index), and within a
+        -- level only its due rows (Priority = @Prio AND RunAt <= @Now is one range of the index): delayed jobs of a
+        -- higher priority are never read, so a claim costs the same however many jobs wait for their time.
+        SET @Prio = (SELECT MAX(h.Priority) FROM keel.JobsHot AS h WITH (INDEX(IX_JobsHot_PendingDue))
+                     WHERE h.Queue = @Name AND h.State = 'pending');
+        WHILE @Prio IS NOT NULL AND @Take > 0
+        BEGIN
+          DELETE FROM @Pick;
+          INSERT @Pick (Id)
+          SELECT TOP (@Take) h.Id
+          FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK, INDEX(IX_JobsHot_PendingDue))
+          WHERE h.Queue = @Name AND h.State = 'pending' AND h.Priority = @Prio AND h.RunAt <= @Now
+            AND (h.ExpiresAt IS NULL OR h.ExpiresAt > @Now)
+          ORDER BY h.RunAt, h.Id;
 
-        UPDATE h
-        SET State = 'fetched', LeaseId = NEWID(), WorkerId = @WorkerId, FetchedAt = @Now, LeaseExpiresAt = @LeaseUntil
-        OUTPUT inserted.Id, inserted.LeaseId, inserted.Queue, inserted.Type, inserted.Payload, inserted.Priority,
-               inserted.Attempts, inserted.MaxAttempts, inserted.IdempotencyKey, inserted.Tags, inserted.RunAt,
-               inserted.CreatedAt, inserted.LeaseExpiresAt
-        INTO @Claimed (Id, LeaseId, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, RunAt,
-                       CreatedAt, LeaseExpiresAt)
-        FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK, FORCESEEK)
-        INNER JOIN @Pick AS p ON p.Id = h.Id
-        WHERE h.State = 'pending';
+          UPDATE h
+          SET State = 'fetched', LeaseId = NEWID(), WorkerId = @WorkerId, FetchedAt = @Now, LeaseExpiresAt = @LeaseUntil
+          OUTPUT inserted.Id, inserted.LeaseId, inserted.Queue, inserted.Type, inserted.Payload, inserted.Priority,
+                 inserted.Attempts, inserted.MaxAttempts, inserted.IdempotencyKey, inserted.Tags, inserted.RunAt,
+                 inserted.CreatedAt, inserted.LeaseExpiresAt
+          INTO @Claimed (Id, LeaseId, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, RunAt,
+                         CreatedAt, LeaseExpiresAt)
+          FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK, FORCESEEK)
+          INNER JOIN @Pick AS p ON p.Id = h.Id
+          WHERE h.State = 'pending';
+          SET @Take = @Take - @@ROWCOUNT;
+
+          SET @Prio = (SELECT MAX(h.Priority) FROM keel.JobsHot AS h WITH (INDEX(IX_JobsHot_PendingDue))
+                       WHERE h.Queue = @Name AND h.State = 'pending' AND h.Priority < @Prio);
+        END;
         SET @Name = (SELECT MIN(Name) FROM @Q WHERE Slots > 0 AND Name > @Name);
       END;
 

@@ -75,6 +75,29 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(await h.countRows('hot', q)).toBe(2);
     });
 
+    it('takes a batch of 20,000 jobs in one call with the idempotency guarantees, and refuses 20,001', async () => {
+      const q = freshQueue('big-batch');
+      const held = await store.enqueue({ queue: q, type: 't', idempotencyKey: `${q}-held` });
+      const jobs = Array.from({ length: 20_000 }, (_, i) => ({
+        queue: q,
+        type: 't',
+        payload: { i },
+        // every 10th job repeats the key of the job before it; job 5 reuses the key of a job already hot
+        idempotencyKey: i === 5 ? `${q}-held` : `${q}-${i % 10 === 9 ? i - 1 : i}`,
+      }));
+      const results = await store.enqueueMany(jobs);
+      expect(results).toHaveLength(20_000);
+      expect(results[5]).toEqual({ id: held.id, duplicate: true });
+      expect(results[9]).toEqual({ id: results[8]!.id, duplicate: true });
+      expect(results.filter((r) => r.duplicate)).toHaveLength(2001);
+      expect(new Set(results.map((r) => r.id)).size).toBe(18_000);
+      expect(await h.countRows('hot', q)).toBe(18_000);
+      await expect(store.enqueueMany(Array.from({ length: 20_001 }, () => ({ queue: q, type: 't' })))).rejects.toThrow(
+        /at most 20000 jobs/,
+      );
+      expect(await h.countRows('hot', q)).toBe(18_000);
+    });
+
     it('lets a key be reused once its job has left the hot table', async () => {
       const q = freshQueue('idem-reuse');
       const first = await store.enqueue({ queue: q, type: 't', idempotencyKey: `k-${q}` });
@@ -111,6 +134,39 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(await store.claimNext({ workerId: 'w', queues: [q], limit: 10 })).toEqual([]);
       await h.backdate(delayed.id, 'run_at', 1);
       expect((await store.claimNext({ workerId: 'w', queues: [q], limit: 10 })).map((c) => c.id)).toEqual([delayed.id]);
+    });
+
+    it('claims across queues in one priority-then-due-time order, walking down priority levels as the limit allows', async () => {
+      const a = freshQueue('multi-a');
+      const b = freshQueue('multi-b');
+      const a0 = await store.enqueue({ queue: a, type: 't', priority: 0 });
+      const b5 = await store.enqueue({ queue: b, type: 't', priority: 5 });
+      const b0 = await store.enqueue({ queue: b, type: 't', priority: 0 });
+      const a5 = await store.enqueue({ queue: a, type: 't', priority: 5 });
+      const a9 = await store.enqueue({ queue: a, type: 't', priority: 9 });
+      // Backdate so due times are distinct and known: within a level the older due job of either queue comes first.
+      await h.backdate(b5.id, 'run_at', 30);
+      await h.backdate(a5.id, 'run_at', 20);
+      await h.backdate(b0.id, 'run_at', 40);
+      await h.backdate(a0.id, 'run_at', 10);
+      const first = await store.claimNext({ workerId: 'w', queues: [a, b], limit: 3 });
+      expect(first.map((c) => c.id)).toEqual([a9.id, b5.id, a5.id]);
+      const rest = await store.claimNext({ workerId: 'w', queues: [b, a, b], limit: 10 });
+      expect(rest.map((c) => c.id)).toEqual([b0.id, a0.id]);
+    });
+
+    it('delayed jobs of higher priority neither block nor get claimed before due jobs of lower priority', async () => {
+      const q = freshQueue('delayed-high');
+      await store.enqueueMany(Array.from({ length: 50 }, () => ({ queue: q, type: 't', priority: 50, delayMs: 600_000 })));
+      const due = await store.enqueueMany(Array.from({ length: 3 }, () => ({ queue: q, type: 't', priority: 1 })));
+      await store.updateQueue(q, { maxConcurrency: 2 });
+      const limited = await store.claimNext({ workerId: 'w', queues: [q], limit: 10 });
+      expect(limited.map((c) => c.id)).toEqual(due.slice(0, 2).map((d) => d.id));
+      await store.updateQueue(q, { maxConcurrency: null });
+      const claimed = await store.claimNext({ workerId: 'w', queues: [q], limit: 10 });
+      expect(claimed.map((c) => c.id)).toEqual([due[2]!.id]);
+      expect(claimed[0]!.priority).toBe(1);
+      expect(await store.claimNext({ workerId: 'w', queues: [q], limit: 10 })).toEqual([]);
     });
 
     it('claims by id only a due pending job, once', async () => {
@@ -529,6 +585,26 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
   });
 
   describe('reads', () => {
+    it('stats counts the DLQ exactly through dead-lettering, resurrect and purge', async () => {
+      const q = freshQueue('dlq-count');
+      const dlqOf = async () => (await store.stats()).find((x) => x.queue === q)?.dlq ?? 0;
+      await store.enqueueMany(Array.from({ length: 3 }, () => ({ queue: q, type: 't' })));
+      const jobs = await store.claimNext({ workerId: 'w', queues: [q], limit: 3 });
+      await store.startMany(jobs.map(ref));
+      for (const j of jobs) expect(await store.fail(ref(j), 'fatal', 'boom')).toBe('ok');
+      expect(await dlqOf()).toBe(3);
+      expect(await store.resurrect([jobs[0]!.id])).toEqual([jobs[0]!.id]);
+      expect(await dlqOf()).toBe(2);
+      expect(await store.cancel(jobs[0]!.id)).toBe('cancelled');
+      expect(await dlqOf()).toBe(3);
+      await h.backdateFinished('dlq', 10 * 24 * 3600);
+      let purged = 0;
+      for (let n = 1; n > 0; purged += n) n = await store.purge('dlq', q, new Date(Date.now() - 24 * 3600_000), 2);
+      expect(purged).toBe(3);
+      expect(await dlqOf()).toBe(0);
+      expect(await h.countRows('dlq', q)).toBe(0);
+    });
+
     it('stats, metrics, queue settings, job detail and search', async () => {
       const q = freshQueue('reads');
       const a = await store.enqueue({ queue: q, type: 'alpha', payload: { note: 'find-me 100%' }, tags: ['blue'] });

@@ -115,3 +115,55 @@ describe('local host semantics', () => {
     await until('two timer ticks', async () => ticks - start >= 2, 5000);
   });
 });
+
+describe('local host wake-ups', () => {
+  it('runs the woken timer at once, never twice at the same time, and once more for wake-ups during a run', async () => {
+    let runs = 0;
+    let running = 0;
+    let overlap = false;
+    let wake: () => void = () => undefined;
+    let unsubscribed = false;
+    const yearly = parseSettings({ KEEL_PG_URL: 'postgres://unused@127.0.0.1:1/unused', KEEL_DISPATCH_SCHEDULE: '0 0 0 1 1 *' });
+    const woken = await startLocalHost({
+      definitions: [{
+        name: 'dispatcher', kind: 'timer', scheduleSetting: 'KEEL_DISPATCH_SCHEDULE', runOnStartup: false,
+        handler: async () => {
+          runs++;
+          overlap ||= running > 0;
+          running++;
+          await new Promise((r) => setTimeout(r, 200));
+          running--;
+        },
+      }],
+      settings: yearly,
+      hostConfig: hostConfigFrom({ version: '2.0' }),
+      queueService: svc,
+      opsKey: 'k'.repeat(32),
+      port: 0,
+      log: () => undefined,
+      wakeups: {
+        timer: 'dispatcher',
+        source: {
+          async subscribe(queues, onWake) {
+            expect(queues).toEqual([]); // every queue
+            wake = onWake;
+            return async () => void (unsubscribed = true);
+          },
+        },
+      },
+    });
+    try {
+      wake();
+      await until('the woken run', async () => runs === 1, 5000);
+      wake(); // during the run: one more run afterwards, however many arrive
+      wake();
+      await until('the follow-up run', async () => runs === 2, 5000);
+      await new Promise((r) => setTimeout(r, 500));
+      expect(runs).toBe(2);
+      expect(overlap).toBe(false);
+    } finally {
+      await woken.stop();
+    }
+    expect(unsubscribed).toBe(true);
+  });
+});

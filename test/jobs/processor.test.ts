@@ -208,6 +208,59 @@ describe('processor', () => {
     expect((await h.statsRow(queue)).succeeded).toBe(300);
   });
 
+  // Handlers that finish at different times, so a loop that counted batches would start new batches while the slow
+  // jobs of earlier ones still run: the peak number of handlers running at once must never exceed the limit.
+  function concurrencyProbe() {
+    const seen = { now: 0, peak: 0, done: 0 };
+    let n = 0;
+    const reg = new HandlerRegistry().register('t', async () => {
+      seen.now++;
+      seen.peak = Math.max(seen.peak, seen.now);
+      await sleep(++n % 3 === 0 ? 30 : 2);
+      seen.now--;
+      seen.done++;
+    });
+    return { seen, reg };
+  }
+
+  it('drain counts its concurrency in jobs, not batches', async () => {
+    const queue = q('drain-conc');
+    const { seen, reg } = concurrencyProbe();
+    await store.enqueueMany(Array.from({ length: 120 }, () => ({ queue, type: 't' })));
+    const res = await processor(reg).drain({ queues: [queue], budgetMs: 20_000, concurrency: 4 });
+    expect(res.processed).toBe(120);
+    expect(seen.done).toBe(120);
+    expect(seen.peak).toBeLessThanOrEqual(4);
+    expect(seen.peak).toBeGreaterThan(1);
+  });
+
+  it('a worker counts its concurrency in jobs, not batches, and wakes at once on a wake-up', async () => {
+    const queue = q('worker-conc');
+    const { seen, reg } = concurrencyProbe();
+    let wake: () => void = () => undefined;
+    let unsubscribed = false;
+    const wakeups = {
+      async subscribe(_queues: string[], onWake: () => void) {
+        wake = onWake;
+        return async () => {
+          unsubscribed = true;
+        };
+      },
+    };
+    // A poll interval far longer than the test: only the wake-up can make the worker see the jobs in time.
+    const worker = new Worker(processor(reg), { queues: [queue], concurrency: 5, pollIntervalMs: 60_000, wakeups });
+    worker.start();
+    await sleep(100);
+    await store.enqueueMany(Array.from({ length: 60 }, () => ({ queue, type: 't' })));
+    wake();
+    const deadline = Date.now() + 15_000;
+    while (seen.done < 60 && Date.now() < deadline) await sleep(20);
+    await worker.stop(1000);
+    expect(seen.done).toBe(60);
+    expect(seen.peak).toBeLessThanOrEqual(5);
+    expect(unsubscribed).toBe(true);
+  });
+
   it('a polling worker processes jobs until stopped; maintenance leaves nothing behind', async () => {
     const queue = q('worker');
     const reg = new HandlerRegistry().register('t', async () => sleep(5));

@@ -1,0 +1,47 @@
+// stats() at scale: 1M archive + 200k DLQ rows (8 queues) and a due backlog of 20k hot jobs, with and without
+// 200k delayed jobs; p50/p95 of 50 calls each. `npx tsx bench/stats.ts [--archive N] [--dlq N] [--delayed N]`.
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { startEmbeddedPostgres } from '../shared/engines/postgres/embedded.js';
+import { PostgresJobStore } from '../shared/engines/postgres/jobStore.js';
+
+const { values } = parseArgs({ options: {
+  archive: { type: 'string', default: '1000000' }, dlq: { type: 'string', default: '200000' }, delayed: { type: 'string', default: '200000' },
+} });
+const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
+const server = await startEmbeddedPostgres({ dataDir: path.join(os.tmpdir(), `keel-bench-stats-${process.pid}`, 'data'), fastUnsafe: false });
+try {
+  const store = await PostgresJobStore.connect(server.url, { poolSize: 4 });
+  const time = async () => {
+    const xs: number[] = [];
+    for (let i = 0; i < 50; i++) {
+      const t = performance.now();
+      await store.stats();
+      xs.push(performance.now() - t);
+    }
+    return { p50: Math.round(pct(xs, 50) * 100) / 100, p95: Math.round(pct(xs, 95) * 100) / 100 };
+  };
+  const out: Record<string, unknown> = { empty: await time() };
+  await store.pool.query(
+    `insert into keel.jobs_archive (id, queue, type, payload, priority, attempts, tags, created_at, started_at, finished_at, duration_ms)
+     select nextval('keel.job_id_seq'), 'bulk-' || (g % 8), 'noop', jsonb_build_object('n', g), 0, 1, '{}', now(), now(), now(), 3
+     from generate_series(1, $1::int) g`, [Number(values.archive)]);
+  await store.pool.query(
+    `insert into keel.jobs_dlq (id, queue, type, payload, priority, attempts, tags, created_at, failed_at, reason, error)
+     select nextval('keel.job_id_seq'), 'bulk-' || (g % 8), 'noop', jsonb_build_object('n', g), 0, 5, '{}', now(), now(), 'exhausted', 'boom'
+     from generate_series(1, $1::int) g`, [Number(values.dlq)]);
+  for (let i = 0; i < 20_000; i += 20_000) await store.enqueueMany(Array.from({ length: 20_000 }, () => ({ queue: 'bulk-0', type: 'noop' })));
+  await store.pool.query('vacuum analyze');
+  out.archiveDlqAndDueBacklog = await time();
+  const D = Number(values.delayed);
+  for (let i = 0; i < D; i += 20_000) await store.enqueueMany(Array.from({ length: Math.min(20_000, D - i) }, () => ({ queue: 'bulk-1', type: 'noop', delayMs: 86_400_000 })));
+  await store.pool.query('vacuum analyze');
+  out.plusDelayed = await time();
+  out.dlqCountsMatch = (await store.pool.query(
+    `select (select coalesce(sum(n), 0) from keel.dlq_counts)::bigint = (select count(*) from keel.jobs_dlq) as ok`)).rows[0].ok;
+  console.log(JSON.stringify(out, null, 2));
+  await store.close();
+} finally {
+  await server.stop();
+}

@@ -1,0 +1,41 @@
+// LISTEN/NOTIFY wake-ups: enqueueing a due job wakes the subscribers of its queue at commit; delayed jobs,
+// duplicates and other queues do not.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { PostgresHarness } from './postgres.harness.js';
+import type { JobStore } from '../../shared/jobs/contract.js';
+import { PostgresWakeups } from '../../shared/engines/postgres/wakeups.js';
+
+let h: PostgresHarness;
+let store: JobStore;
+let wakeups: PostgresWakeups;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+beforeAll(async () => {
+  h = new PostgresHarness();
+  store = await h.createStore({ poolSize: 4 });
+  wakeups = new PostgresWakeups(h.url);
+});
+afterAll(async () => {
+  await wakeups?.close();
+  await h?.close();
+});
+
+describe('postgres wake-ups', () => {
+  it('wakes the subscribers of a queue when a due job is enqueued there, and no one else', async () => {
+    const woken: string[] = [];
+    const offA = await wakeups.subscribe(['wake-a'], () => woken.push('a'));
+    await wakeups.subscribe(['wake-b'], () => woken.push('b'));
+    await store.enqueueMany([{ queue: 'wake-a', type: 't', delayMs: 60_000 }]);
+    await store.enqueue({ queue: 'wake-a', type: 't', idempotencyKey: 'wake-k' });
+    await sleep(300);
+    expect(woken).toEqual(['a']); // the delayed job notified no one; the due one woke a only
+    await store.enqueue({ queue: 'wake-a', type: 't', idempotencyKey: 'wake-k' }); // a duplicate: nothing new is due
+    await store.enqueueMany([{ queue: 'wake-b', type: 't' }, { queue: 'wake-b', type: 't' }, { queue: 'wake-a', type: 't', runAt: new Date(Date.now() - 1000) }]);
+    await sleep(300);
+    expect(woken.sort()).toEqual(['a', 'a', 'b']); // one notification per queue per enqueue call
+    await offA();
+    await store.enqueue({ queue: 'wake-a', type: 't' });
+    await sleep(300);
+    expect(woken).toHaveLength(3);
+  });
+});
