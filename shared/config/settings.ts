@@ -91,6 +91,9 @@ export const settingsSchema = z
     KEEL_LEASE_SECONDS: int(60, 5, 3600),
     KEEL_HEARTBEAT_MS: int(10_000, 200, 600_000),
     KEEL_DEMO_HANDLERS: bool(false),
+    // Accept enqueues of job types this app has no handler for (a producer-only app; another app runs them).
+    // Off: such jobs are refused at enqueue (400 naming "type") instead of being dead-lettered later.
+    KEEL_ALLOW_UNKNOWN_JOB_TYPES: bool(false),
     // Maintenance.
     KEEL_MAINT_RESCUE_BATCH: int(500, 1, 10_000),
     KEEL_MAINT_PURGE_BATCH: int(1000, 1, 100_000),
