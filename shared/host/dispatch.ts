@@ -63,6 +63,7 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
       rescueBatch: rt.settings.KEEL_MAINT_RESCUE_BATCH,
       purgeBatch: rt.settings.KEEL_MAINT_PURGE_BATCH,
       maxBatches: rt.settings.KEEL_MAINT_MAX_BATCHES,
+      maxAttemptsByType: rt.registry.maxAttemptsByType(),
     });
   } catch (err) {
     maintenanceTelemetry(null, Date.now() - started, null);

@@ -192,7 +192,9 @@ export interface JobStore {
   fail(ref: LeaseRef, reason: DlqReason, error: string): Promise<OwnerResult>;
   release(ref: LeaseRef): Promise<OwnerResult>;
   cancel(jobId: JobId): Promise<CancelResult>;
-  rescueZombies(limit: number): Promise<RescueResult>;
+  // maxAttemptsByType: the handlers' own limits ({type: n}); a rescued job's limit is its own, else its type's, else
+  // its queue's — the same rule the processor applies (HandlerRegistry.maxAttemptsByType()).
+  rescueZombies(limit: number, maxAttemptsByType?: Readonly<Record<string, number>>): Promise<RescueResult>;
   resurrect(jobIds: JobId[]): Promise<JobId[]>;
   resurrectByFilter(filter: ResurrectFilter): Promise<ResurrectResult>;
   // One batch of rows older than the cutoff (queue: one queue's rows, null: all); returns rows deleted.

@@ -14,7 +14,7 @@ export const JOB_PROCEDURES = {
   fail: ['job_id', 'lease_id', 'reason', 'error'],
   release: ['job_id', 'lease_id'],
   cancel: ['job_id'],
-  rescue_zombies: ['limit'],
+  rescue_zombies: ['limit', 'type_max_attempts'],
   resurrect: ['job_ids'],
   resurrect_by_filter: ['queue', 'type', 'reason', 'failed_after', 'failed_before', 'limit', 'dry_run'],
   purge: ['target', 'queue', 'older_than', 'batch_size'],

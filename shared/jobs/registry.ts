@@ -113,6 +113,14 @@ export class HandlerRegistry {
   types(): string[] {
     return [...this.handlers.keys()].sort();
   }
+
+  // The per-type max attempts declared at registration, for the store's zombie rescue (which runs where no
+  // handler runs and must apply the same limit as the processor: the job's own, else the handler's, else the queue's).
+  maxAttemptsByType(): Record<string, number> {
+    const out: Record<string, number> = {};
+    for (const [type, h] of this.handlers) if (h.options.maxAttempts !== undefined) out[type] = h.options.maxAttempts;
+    return out;
+  }
 }
 
 const int = (v: unknown, min: number, max: number) => typeof v === 'number' && Number.isInteger(v) && v >= min && v <= max;

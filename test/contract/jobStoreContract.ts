@@ -331,6 +331,22 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(await store.getJob(exp.id)).toMatchObject({ location: 'dlq', reason: 'expired' });
     });
 
+    it("applies the handler's own max attempts to zombies: the job's own, else its type's, else the queue's", async () => {
+      const q = freshQueue('zt');
+      await store.updateQueue(q, { zombieTimeoutSeconds: 30, zombiePolicy: 'retry', maxAttempts: 5 });
+      const limited = await startedJob(q, { type: 'limited' }); // its handler allows 1 attempt
+      const ownLimit = await startedJob(q, { type: 'limited', maxAttempts: 3 }); // the job's own limit wins
+      const queueLimit = await startedJob(q, { type: 'unlimited' }); // no handler limit: the queue's 5
+      for (const j of [limited, ownLimit, queueLimit]) await h.backdate(j.id, 'heartbeat_at', 31);
+      const r = await store.rescueZombies(100, { limited: 1, other: 7 });
+      expect(r).toMatchObject({ retried: 2, deadLettered: 1 });
+      expect(await store.getJob(limited.id)).toMatchObject({ location: 'dlq', reason: 'zombie', attempts: 1 });
+      expect(await store.getJob(ownLimit.id)).toMatchObject({ location: 'hot', state: 'pending' });
+      expect(await store.getJob(queueLimit.id)).toMatchObject({ location: 'hot', state: 'pending' });
+      await expect(store.rescueZombies(100, { 'bad type': 1 })).rejects.toThrow(ValidationError);
+      await expect(store.rescueZombies(100, { limited: 0 })).rejects.toThrow(ValidationError);
+    });
+
     it('rescues in bounded batches', async () => {
       const q = freshQueue('zb');
       await store.enqueueMany(Array.from({ length: 7 }, () => ({ queue: q, type: 't' })));

@@ -12,7 +12,8 @@ import {
 } from '../../jobs/rows.js';
 import { DLQ_REASONS } from '../../jobs/contract.js';
 import {
-  DEFAULT_MAX_PAYLOAD_BYTES, ValidationError, assertJobId, assertPositiveInt, isJobId, prepareEnqueue, validateQueuePatch,
+  DEFAULT_MAX_PAYLOAD_BYTES, ValidationError, assertJobId, assertPositiveInt, isJobId, prepareEnqueue, typeMaxAttemptsJson,
+  validateQueuePatch,
 } from '../../jobs/validate.js';
 import { migrate } from './migrate.js';
 import { sqlDir } from '../../config/sqlDir.js';
@@ -150,9 +151,10 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     return r!.status as CancelResult;
   }
 
-  async rescueZombies(limit: number): Promise<RescueResult> {
+  async rescueZombies(limit: number, maxAttemptsByType?: Readonly<Record<string, number>>): Promise<RescueResult> {
     assertPositiveInt('limit', limit);
-    const [r] = await this.rows('select * from keel.rescue_zombies($1)', [limit]);
+    const byType = typeMaxAttemptsJson(maxAttemptsByType);
+    const [r] = await this.rows('select * from keel.rescue_zombies($1, $2::jsonb)', [limit, byType]);
     return toRescueResult(r!);
   }
 

@@ -15,7 +15,8 @@ import {
 import { DLQ_REASONS } from '../../jobs/contract.js';
 import { JOB_PROCEDURES, pascalCase, type JobProcedure } from '../../jobs/procedures.js';
 import {
-  DEFAULT_MAX_PAYLOAD_BYTES, ValidationError, assertJobId, assertPositiveInt, isJobId, prepareEnqueue, validateQueuePatch,
+  DEFAULT_MAX_PAYLOAD_BYTES, ValidationError, assertJobId, assertPositiveInt, isJobId, prepareEnqueue, typeMaxAttemptsJson,
+  validateQueuePatch,
 } from '../../jobs/validate.js';
 import { SqlServerPool, sharedSqlServerPool, type PoolOptions } from './pool.js';
 import { isOutcomeUnknown, withSqlRetry, type RetryOptions, type RetryPolicy } from './retry.js';
@@ -49,7 +50,7 @@ export const SQLSERVER_PARAMS: ParamTypes = {
   fail: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier, Reason: sql.VarChar(16), Error: sql.NVarChar(MAX) },
   release: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier },
   cancel: { JobId: sql.BigInt },
-  rescue_zombies: { Limit: sql.Int },
+  rescue_zombies: { Limit: sql.Int, TypeMaxAttempts: sql.NVarChar(MAX) },
   resurrect: { JobIds: sql.NVarChar(MAX) },
   resurrect_by_filter: {
     Queue: sql.NVarChar(128), Type: sql.NVarChar(256), Reason: sql.VarChar(16), FailedAfter: sql.DateTime2(3),
@@ -308,10 +309,11 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     }
   }
 
-  async rescueZombies(limit: number): Promise<RescueResult> {
+  async rescueZombies(limit: number, maxAttemptsByType?: Readonly<Record<string, number>>): Promise<RescueResult> {
     assertPositiveInt('limit', limit);
+    const byType = typeMaxAttemptsJson(maxAttemptsByType);
     // A bounded, idempotent sweep: running it again after a lost reply only sweeps again.
-    const [r] = await this.call('rescue_zombies', { Limit: limit }, 'safe');
+    const [r] = await this.call('rescue_zombies', { Limit: limit, TypeMaxAttempts: byType }, 'safe');
     return toRescueResult(camelKeys(r!));
   }
 
