@@ -38,6 +38,45 @@ export interface ProcessorOptions {
   completionBatchMax?: number; // successes finalised together through completeMany (default 200)
 }
 
+// A per-type concurrency limit inside one processor: waiters are served in arrival order.
+class Slots {
+  private active = 0;
+  private readonly waiters: (() => void)[] = [];
+
+  constructor(private readonly limit: number) {}
+
+  // Resolves with a release function once a slot is free; `cancel` withdraws a waiter that no longer needs one.
+  acquire(): { ready: Promise<() => void>; cancel: () => void } {
+    let done = false;
+    const free = () => {
+      if (done) return;
+      done = true;
+      this.active--;
+      this.waiters.shift()?.();
+    };
+    if (this.active < this.limit) {
+      this.active++;
+      return { ready: Promise.resolve(free), cancel: () => undefined };
+    }
+    let wake!: () => void;
+    const ready = new Promise<() => void>((resolve) => {
+      wake = () => {
+        this.active++;
+        resolve(free);
+      };
+      this.waiters.push(wake);
+    });
+    return {
+      ready,
+      cancel: () => {
+        const i = this.waiters.indexOf(wake);
+        if (i >= 0) this.waiters.splice(i, 1);
+        else ready.then((r) => r()); // woken meanwhile: hand the slot on
+      },
+    };
+  }
+}
+
 interface Running {
   abort(reason: AbortReason): void;
   done: Promise<unknown>;
@@ -110,6 +149,7 @@ export class JobProcessor {
   private readonly events: ProcessorEvents;
   private readonly completions: CompletionBatcher;
   private readonly running = new Map<JobId, Running>();
+  private readonly typeSlots = new Map<string, Slots>();
   private stopping = false;
 
   constructor(opts: ProcessorOptions) {
@@ -268,7 +308,7 @@ export class JobProcessor {
         } else if (hb.cancelRequested) abort('cancelled');
       };
       const timer = setInterval(() => beat().catch((e) => this.log.warn('heartbeat failed', { jobId: job.id, error: String(e) })), this.heartbeatIntervalMs);
-      const timeout = setTimeout(() => abort('timeout'), registered.options.timeoutMs);
+      let timeout: ReturnType<typeof setTimeout> | undefined;
       const ctx: JobContext = {
         jobId: job.id,
         attempt,
@@ -281,14 +321,31 @@ export class JobProcessor {
       };
       let error: unknown;
       let succeeded = false;
+      let releaseSlot: (() => void) | undefined;
       try {
         const payload = parsePayload(registered, job.payload);
+        const limit = registered.options.concurrency;
+        if (limit !== undefined) {
+          // The type's concurrency limit in this instance: the job waits, heartbeating, for a slot; its timeout
+          // starts when it gets one. A cancel, lost lease or shutdown while waiting ends the wait.
+          let slots = this.typeSlots.get(job.type);
+          if (!slots) this.typeSlots.set(job.type, (slots = new Slots(limit)));
+          const wait = slots.acquire();
+          try {
+            releaseSlot = await Promise.race([wait.ready, aborted]);
+          } catch (err) {
+            wait.cancel();
+            throw err;
+          }
+        }
+        timeout = setTimeout(() => abort('timeout'), registered.options.timeoutMs);
         await Promise.race([Promise.resolve().then(() => registered.handler(payload, ctx)), aborted]);
         succeeded = !abortReason;
         if (abortReason) error = new JobAbortedError(abortReason);
       } catch (err) {
         error = err;
       } finally {
+        releaseSlot?.();
         clearInterval(timer);
         clearTimeout(timeout);
       }

@@ -1,6 +1,6 @@
 // Enqueue-time checks against the registered handlers, shared by the ops API, code (enqueueJobs) and the
 // scheduler: the type must have a handler (unless unknown types are explicitly allowed), the payload must pass the
-// handler's schema, and the handler's queue and maxAttempts are applied. A bad job fails with a ValidationError
+// handler's schema, and the handler's queue is applied. A bad job fails with a ValidationError
 // naming the field ("payload.amount", "jobs[2].payload.amount") before anything is written.
 import type { EnqueueRequest } from './contract.js';
 import type { HandlerRegistry } from './registry.js';
@@ -60,14 +60,8 @@ export function prepareTypedJobs(registry: HandlerRegistry, jobs: readonly JobRe
       }
       payload = r.data;
     }
-    // The handler's maxAttempts is written on the job row, so every reader of the row agrees on it: the
-    // processor, and zombie rescue, which runs in the database and never sees the registry.
-    const maxAttempts = job.maxAttempts ?? h.options.maxAttempts;
-    return {
-      ...job,
-      queue,
-      ...(payload !== undefined ? { payload } : {}),
-      ...(maxAttempts !== undefined ? { maxAttempts } : {}),
-    };
+    // The handler's maxAttempts is not copied onto the row: the processor and zombie rescue both apply the job's
+    // own limit, else the handler's (from the registry), else the queue's, so a changed handler limit applies at once.
+    return { ...job, queue, ...(payload !== undefined ? { payload } : {}) };
   });
 }
