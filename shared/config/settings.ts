@@ -80,6 +80,9 @@ export const settingsSchema = z
     KEEL_DISPATCH_SCHEDULE: schedule('*/15 * * * * *'),
     KEEL_MAINTENANCE_SCHEDULE: schedule('0 * * * * *'),
     KEEL_TRANSFER_SCHEDULE: schedule('0 0 * * * *'),
+    // Recurring jobs (defineSchedule in handlers/): how often the scheduler looks for due ticks. Every second by
+    // default, so second-level schedules run on time; a pass with no schedules declared does not touch the database.
+    KEEL_SCHEDULER_SCHEDULE: schedule('* * * * * *'),
     // Dispatcher: which job queues it drains (empty = every queue the store knows), how long, how wide.
     KEEL_DISPATCH_QUEUES: list,
     KEEL_DISPATCH_MODE: z.enum(['run', 'post']).optional().default('run'),

@@ -130,3 +130,14 @@ export function typeMaxAttemptsJson(byType: Readonly<Record<string, number>> | u
   }
   return JSON.stringify(Object.fromEntries(entries));
 }
+
+const SCHEDULE_NAME = /^[A-Za-z0-9_.:-]{1,100}$/;
+export function assertScheduleName(field: string, value: unknown): string {
+  if (typeof value !== 'string' || !SCHEDULE_NAME.test(value)) throw new ValidationError(field, 'must be a schedule name (1-100 letters, digits and _ . : -)');
+  return value;
+}
+
+export function assertTick(field: string, value: unknown): Date {
+  if (!(value instanceof Date) || Number.isNaN(value.getTime())) throw new ValidationError(field, 'must be a valid Date');
+  return value;
+}
