@@ -576,4 +576,42 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(m[0]).toMatchObject({ queue: q, outcome: 'succeeded', reason: '', count: 1 });
     });
   });
+
+  describe('schedules', () => {
+    it('fire is a compare-and-set on the last tick, enqueuing in the same transaction; pause holds; resume records when', async () => {
+      const name = `sched-${freshQueue('s')}`.slice(0, 100);
+      const q = freshQueue('sched');
+      const t1 = new Date('2031-01-01T00:00:01.000Z');
+      const t2 = new Date('2031-01-01T00:00:02.000Z');
+      const job = (tick: Date) => ({ queue: q, type: 'tick', payload: { tick: tick.toISOString() }, idempotencyKey: `schedule:${name}:${tick.toISOString()}` });
+      expect(await store.listSchedules(name)).toEqual([]);
+      const first = await store.fireSchedule(name, null, t1, [job(t1)]);
+      expect(first.status).toBe('fired');
+      expect(first.jobs).toHaveLength(1);
+      // A second instance that read the same (empty) state loses, and enqueues nothing.
+      expect(await store.fireSchedule(name, null, t1, [job(t1)])).toEqual({ status: 'lost', jobs: [] });
+      expect(await h.countRows('hot', q)).toBe(1);
+      // Concurrent fires from the same state: exactly one wins.
+      const racers = await Promise.all([1, 2, 3, 4].map(() => store.fireSchedule(name, t1, t2, [job(t2)])));
+      expect(racers.filter((r) => r.status === 'fired')).toHaveLength(1);
+      expect(await h.countRows('hot', q)).toBe(2);
+      const [state] = await store.listSchedules(name);
+      expect(state).toMatchObject({ name, paused: false, lastTick: t2, resumedAt: null, lastJobId: racers.find((r) => r.status === 'fired')!.jobs[0]!.id });
+      // Advancing without jobs (missed ticks skipped) is allowed.
+      const t5 = new Date('2031-01-01T00:00:05.000Z');
+      expect(await store.fireSchedule(name, t2, t5, [])).toEqual({ status: 'fired', jobs: [] });
+      const paused = await store.setSchedulePaused(name, true);
+      expect(paused).toMatchObject({ paused: true, resumedAt: null });
+      const t6 = new Date('2031-01-01T00:00:06.000Z');
+      expect((await store.fireSchedule(name, t5, t6, [job(t6)])).status).toBe('paused');
+      expect(await h.countRows('hot', q)).toBe(2);
+      const resumed = await store.setSchedulePaused(name, false);
+      expect(resumed.paused).toBe(false);
+      expect(resumed.resumedAt).toBeInstanceOf(Date);
+      expect((await store.setSchedulePaused(name, false)).resumedAt).toEqual(resumed.resumedAt); // resuming twice: once
+      expect((await store.listSchedules()).some((x) => x.name === name)).toBe(true);
+      await expect(store.fireSchedule(name, t6, t5, [])).rejects.toThrow();
+      await expect(store.listSchedules('bad name!')).rejects.toThrow(/name/);
+    });
+  });
 }
