@@ -6,6 +6,7 @@ import type { Settings } from '../shared/config/settings.js';
 import { jobRunner } from './jobRunner.js';
 import { dispatcher } from './dispatcher.js';
 import { maintenance } from './maintenance.js';
+import { scheduler } from './scheduler.js';
 import { ops } from './ops.js';
 import { consoleApi, consoleAssets } from './console.js';
 import { transferTimer } from './transferTimer.js';
@@ -13,7 +14,7 @@ import { transferStage } from './transferStage.js';
 import { transferApply } from './transferApply.js';
 
 type QueueSetting = 'KEEL_JOBS_QUEUE' | 'KEEL_TRANSFER_STAGE_QUEUE' | 'KEEL_TRANSFER_APPLY_QUEUE';
-type ScheduleSetting = 'KEEL_DISPATCH_SCHEDULE' | 'KEEL_MAINTENANCE_SCHEDULE' | 'KEEL_TRANSFER_SCHEDULE';
+type ScheduleSetting = 'KEEL_DISPATCH_SCHEDULE' | 'KEEL_MAINTENANCE_SCHEDULE' | 'KEEL_TRANSFER_SCHEDULE' | 'KEEL_SCHEDULER_SCHEDULE';
 
 export interface HttpDefinition {
   name: string;
@@ -46,6 +47,7 @@ export const definitions: readonly FunctionDefinition[] = [
   { name: 'jobRunner', kind: 'queue', queueSetting: 'KEEL_JOBS_QUEUE', connection: 'AzureWebJobsStorage', handler: jobRunner },
   { name: 'dispatcher', kind: 'timer', scheduleSetting: 'KEEL_DISPATCH_SCHEDULE', runOnStartup: false, handler: dispatcher },
   { name: 'maintenance', kind: 'timer', scheduleSetting: 'KEEL_MAINTENANCE_SCHEDULE', runOnStartup: false, handler: maintenance },
+  { name: 'scheduler', kind: 'timer', scheduleSetting: 'KEEL_SCHEDULER_SCHEDULE', runOnStartup: false, handler: scheduler },
   { name: 'transferTimer', kind: 'timer', scheduleSetting: 'KEEL_TRANSFER_SCHEDULE', runOnStartup: false, handler: transferTimer },
   { name: 'transferStage', kind: 'queue', queueSetting: 'KEEL_TRANSFER_STAGE_QUEUE', connection: 'AzureWebJobsStorage', handler: transferStage },
   { name: 'transferApply', kind: 'queue', queueSetting: 'KEEL_TRANSFER_APPLY_QUEUE', connection: 'AzureWebJobsStorage', handler: transferApply },

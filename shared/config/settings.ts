@@ -80,6 +80,9 @@ export const settingsSchema = z
     KEEL_DISPATCH_SCHEDULE: schedule('*/15 * * * * *'),
     KEEL_MAINTENANCE_SCHEDULE: schedule('0 * * * * *'),
     KEEL_TRANSFER_SCHEDULE: schedule('0 0 * * * *'),
+    // Recurring jobs (defineSchedule in handlers/): how often the scheduler looks for due ticks. Every second by
+    // default, so second-level schedules run on time; a pass with no schedules declared does not touch the database.
+    KEEL_SCHEDULER_SCHEDULE: schedule('* * * * * *'),
     // Dispatcher: which job queues it drains (empty = every queue the store knows), how long, how wide.
     KEEL_DISPATCH_QUEUES: list,
     KEEL_DISPATCH_MODE: z.enum(['run', 'post']).optional().default('run'),
@@ -92,6 +95,9 @@ export const settingsSchema = z
     KEEL_LEASE_SECONDS: int(60, 5, 3600),
     KEEL_HEARTBEAT_MS: int(10_000, 200, 600_000),
     KEEL_DEMO_HANDLERS: bool(false),
+    // Accept enqueues of job types this app has no handler for (a producer-only app; another app runs them).
+    // Off: such jobs are refused at enqueue (400 naming "type") instead of being dead-lettered later.
+    KEEL_ALLOW_UNKNOWN_JOB_TYPES: bool(false),
     // Maintenance.
     KEEL_MAINT_RESCUE_BATCH: int(500, 1, 10_000),
     KEEL_MAINT_PURGE_BATCH: int(1000, 1, 100_000),

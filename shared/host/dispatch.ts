@@ -1,5 +1,6 @@
 // What the timers do, kept out of functions/ so the functions stay thin and tests can call it directly.
 import { runMaintenance, type MaintenanceReport } from '../jobs/maintenance.js';
+import { runSchedules, type SchedulePassItem } from '../jobs/scheduler.js';
 import type { JobOutcome } from '../jobs/processor.js';
 import { postJobs, type Logger } from './jobs.js';
 import type { Runtime } from './runtime.js';
@@ -63,6 +64,7 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
       rescueBatch: rt.settings.KEEL_MAINT_RESCUE_BATCH,
       purgeBatch: rt.settings.KEEL_MAINT_PURGE_BATCH,
       maxBatches: rt.settings.KEEL_MAINT_MAX_BATCHES,
+      maxAttemptsByType: rt.registry.maxAttemptsByType(),
     });
   } catch (err) {
     maintenanceTelemetry(null, Date.now() - started, null);
@@ -83,4 +85,19 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
     }
   }
   return { jobs, transfers };
+}
+
+export interface SchedulerPassReport {
+  schedules: SchedulePassItem[];
+  enqueued: number;
+  posted: number;
+}
+
+// The scheduler timer: enqueue the due ticks of every recurring schedule (exactly once across instances), then post
+// the new jobs' messages so the queue runner starts them at once (the dispatcher covers a lost message).
+export async function runSchedulerPass(rt: Runtime, log: Logger, now: Date = new Date()): Promise<SchedulerPassReport> {
+  const schedules = await runSchedules(rt.store, rt.registry, rt.schedules, now);
+  const ids = schedules.flatMap((s) => s.enqueued);
+  const posted = ids.length ? await postJobs(rt, ids, log) : 0;
+  return { schedules, enqueued: ids.length, posted };
 }

@@ -1,6 +1,7 @@
 // Enqueue = write the row, then post the message. The row is the truth: if posting fails the job is still
 // durable and the dispatcher claims it when due. Messages carry only the job id.
 import type { EnqueueRequest, EnqueueResult, JobId } from '../jobs/contract.js';
+import { prepareTypedJobs, type JobRequest, type TypedEnqueueOptions } from '../jobs/typedEnqueue.js';
 import { MAX_VISIBILITY_DELAY_SECONDS } from './queues.js';
 import type { Runtime } from './runtime.js';
 import { enqueuedTelemetry } from './telemetryHooks.js';
@@ -25,7 +26,19 @@ function delaySecondsFor(req: EnqueueRequest, now: number): number {
   return 0;
 }
 
-export async function enqueueAndPost(rt: Runtime, requests: EnqueueRequest[], log: Logger): Promise<EnqueuedJob[]> {
+// Enqueue from code (your own functions, handlers starting follow-up jobs): the same checks as the ops API —
+// registered type, payload schema (ValidationError naming the field), the handler's queue and maxAttempts.
+export async function enqueueJobs(rt: Runtime, jobs: JobRequest | JobRequest[], log: Logger = console): Promise<EnqueuedJob[]> {
+  return enqueueAndPost(rt, Array.isArray(jobs) ? jobs : [jobs], log);
+}
+
+export async function enqueueAndPost(
+  rt: Runtime,
+  jobs: readonly JobRequest[],
+  log: Logger,
+  opts: Pick<TypedEnqueueOptions, 'prefix'> = {},
+): Promise<EnqueuedJob[]> {
+  const requests = prepareTypedJobs(rt.registry, jobs, { ...opts, allowUnknownTypes: rt.settings.KEEL_ALLOW_UNKNOWN_JOB_TYPES });
   const results = requests.length === 1 ? [await rt.store.enqueue(requests[0]!)] : await rt.store.enqueueMany(requests);
   enqueuedTelemetry(requests.filter((_r, i) => !results[i]!.duplicate));
   const now = Date.now();

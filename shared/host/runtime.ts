@@ -6,6 +6,8 @@ import type { JobStore } from '../jobs/contract.js';
 import { HandlerRegistry, consoleLogger } from '../jobs/registry.js';
 import { JobProcessor } from '../jobs/processor.js';
 import { registerDemoHandlers } from '../jobs/demoHandlers.js';
+import { HANDLERS_DIR, checkSchedules, loadHandlerFolder, registerHandlers } from '../jobs/handlerFolder.js';
+import type { ScheduleDefinition } from '../jobs/define.js';
 import { PostgresJobStore } from '../engines/postgres/jobStore.js';
 import { parseSettings, type Settings } from '../config/settings.js';
 import { StorageQueueGateway, type QueueGateway } from './queues.js';
@@ -16,6 +18,8 @@ export interface Runtime {
   readonly settings: Settings;
   readonly store: JobStore;
   readonly registry: HandlerRegistry;
+  // Recurring jobs declared in handlers/ (and by overrides.schedules).
+  readonly schedules: readonly ScheduleDefinition[];
   readonly processor: JobProcessor;
   readonly queues: QueueGateway;
   // null when no transfer is configured (KEEL_TRANSFERS / KEEL_TRANSFERS_FILE unset).
@@ -32,6 +36,11 @@ export interface RuntimeOverrides {
   env?: Record<string, string | undefined>;
   // Extra job handlers to register (tests, apps embedding Keel).
   register?: (registry: HandlerRegistry) => void;
+  // The handlers folder to load (default: handlers/ at the repository root, dist/handlers when built);
+  // null loads none. Ignored when `registry` is given.
+  handlersDir?: string | null;
+  // Extra recurring schedules (tests, apps embedding Keel).
+  schedules?: readonly ScheduleDefinition[];
 }
 
 async function openStore(settings: Settings): Promise<JobStore> {
@@ -57,8 +66,19 @@ async function openStore(settings: Settings): Promise<JobStore> {
 export async function createRuntime(settings: Settings, overrides: RuntimeOverrides = {}): Promise<Runtime> {
   const workerId = settings.KEEL_WORKER_ID ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
   const registry = overrides.registry ?? new HandlerRegistry();
-  if (!overrides.registry && settings.KEEL_DEMO_HANDLERS) registerDemoHandlers(registry);
+  const schedules: ScheduleDefinition[] = [];
+  if (!overrides.registry) {
+    const dir = overrides.handlersDir === undefined ? HANDLERS_DIR : overrides.handlersDir;
+    if (dir !== null) {
+      const folder = await loadHandlerFolder(dir);
+      registerHandlers(registry, folder.handlers);
+      schedules.push(...folder.schedules);
+    }
+    if (settings.KEEL_DEMO_HANDLERS) registerDemoHandlers(registry);
+  }
   overrides.register?.(registry);
+  schedules.push(...(overrides.schedules ?? []));
+  checkSchedules(registry, schedules);
   const store = overrides.store ?? (await openStore(settings));
   const queues = overrides.queues ?? StorageQueueGateway.fromConnection({
     connectionString: settings.AzureWebJobsStorage,
@@ -87,6 +107,7 @@ export async function createRuntime(settings: Settings, overrides: RuntimeOverri
     settings,
     store,
     registry,
+    schedules,
     processor,
     queues,
     transfers,

@@ -170,6 +170,23 @@ export interface JobSearch {
   limit: number;
 }
 
+// A recurring schedule's shared state (the definition itself lives in code: handlers/, defineSchedule).
+export interface ScheduleState {
+  name: string;
+  paused: boolean;
+  lastTick: Date | null; // the latest tick already handled (enqueued or passed over)
+  resumedAt: Date | null; // ticks at or before this were passed while paused: never run
+  lastJobId: JobId | null;
+  updatedAt: Date;
+}
+
+export type FireStatus = 'fired' | 'lost' | 'paused';
+
+export interface FireResult {
+  status: FireStatus; // lost: another instance moved lastTick first; nothing was enqueued
+  jobs: EnqueueResult[];
+}
+
 export interface ClaimOptions {
   workerId: string;
   queues: string[];
@@ -192,7 +209,9 @@ export interface JobStore {
   fail(ref: LeaseRef, reason: DlqReason, error: string): Promise<OwnerResult>;
   release(ref: LeaseRef): Promise<OwnerResult>;
   cancel(jobId: JobId): Promise<CancelResult>;
-  rescueZombies(limit: number): Promise<RescueResult>;
+  // maxAttemptsByType: the handlers' own limits ({type: n}); a rescued job's limit is its own, else its type's, else
+  // its queue's — the same rule the processor applies (HandlerRegistry.maxAttemptsByType()).
+  rescueZombies(limit: number, maxAttemptsByType?: Readonly<Record<string, number>>): Promise<RescueResult>;
   resurrect(jobIds: JobId[]): Promise<JobId[]>;
   resurrectByFilter(filter: ResurrectFilter): Promise<ResurrectResult>;
   // One batch of rows older than the cutoff (queue: one queue's rows, null: all); returns rows deleted.
@@ -203,6 +222,11 @@ export interface JobStore {
   listQueues(): Promise<QueueSettings[]>;
   updateQueue(name: string, patch: QueueSettingsPatch): Promise<QueueSettings>;
   getJob(jobId: JobId): Promise<JobRecord | null>;
+  // Recurring schedules: state by name (all when name is omitted); pause/resume; and the compare-and-set that moves
+  // lastTick from expectedTick to tick and enqueues the tick's jobs in one transaction (exactly once per tick).
+  listSchedules(name?: string): Promise<ScheduleState[]>;
+  setSchedulePaused(name: string, paused: boolean): Promise<ScheduleState>;
+  fireSchedule(name: string, expectedTick: Date | null, tick: Date, jobs: EnqueueRequest[]): Promise<FireResult>;
   searchJobs(search: JobSearch): Promise<JobRecord[]>;
   close(): Promise<void>;
 }

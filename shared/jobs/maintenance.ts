@@ -7,6 +7,7 @@ export interface MaintenanceOptions {
   purgeBatch?: number; // rows per purge call (default 1000)
   maxBatches?: number; // per step, so one pass stays bounded (default 20)
   now?: Date;
+  maxAttemptsByType?: Readonly<Record<string, number>>; // the handlers' own limits (HandlerRegistry.maxAttemptsByType())
 }
 
 export interface MaintenanceReport {
@@ -33,7 +34,7 @@ export async function runMaintenance(store: JobStore, opts: MaintenanceOptions =
       complete = false;
       break;
     }
-    const r = await store.rescueZombies(rescueBatch);
+    const r = await store.rescueZombies(rescueBatch, opts.maxAttemptsByType);
     batches++;
     rescued.releasedFetched += r.releasedFetched;
     rescued.retried += r.retried;

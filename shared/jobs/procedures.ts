@@ -14,7 +14,7 @@ export const JOB_PROCEDURES = {
   fail: ['job_id', 'lease_id', 'reason', 'error'],
   release: ['job_id', 'lease_id'],
   cancel: ['job_id'],
-  rescue_zombies: ['limit'],
+  rescue_zombies: ['limit', 'type_max_attempts'],
   resurrect: ['job_ids'],
   resurrect_by_filter: ['queue', 'type', 'reason', 'failed_after', 'failed_before', 'limit', 'dry_run'],
   purge: ['target', 'queue', 'older_than', 'batch_size'],
@@ -27,6 +27,9 @@ export const JOB_PROCEDURES = {
   ],
   get_job: ['job_id'],
   search_jobs: ['location', 'queue', 'type', 'tag', 'state', 'reason', 'from', 'to', 'text', 'after_id', 'limit'],
+  list_schedules: ['name'],
+  set_schedule_paused: ['name', 'paused'],
+  fire_schedule: ['name', 'expected_tick', 'tick', 'jobs'],
 } as const satisfies Record<string, readonly string[]>;
 
 export type JobProcedure = keyof typeof JOB_PROCEDURES;
@@ -59,6 +62,9 @@ export const OPERATION_PROCEDURE: Record<StoreOperation, JobProcedure> = {
   updateQueue: 'update_queue',
   getJob: 'get_job',
   searchJobs: 'search_jobs',
+  listSchedules: 'list_schedules',
+  setSchedulePaused: 'set_schedule_paused',
+  fireSchedule: 'fire_schedule',
 };
 
 export function pascalCase(snake: string): string {

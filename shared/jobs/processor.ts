@@ -38,6 +38,45 @@ export interface ProcessorOptions {
   completionBatchMax?: number; // successes finalised together through completeMany (default 200)
 }
 
+// A per-type concurrency limit inside one processor: waiters are served in arrival order.
+class Slots {
+  private active = 0;
+  private readonly waiters: (() => void)[] = [];
+
+  constructor(private readonly limit: number) {}
+
+  // Resolves with a release function once a slot is free; `cancel` withdraws a waiter that no longer needs one.
+  acquire(): { ready: Promise<() => void>; cancel: () => void } {
+    let done = false;
+    const free = () => {
+      if (done) return;
+      done = true;
+      this.active--;
+      this.waiters.shift()?.();
+    };
+    if (this.active < this.limit) {
+      this.active++;
+      return { ready: Promise.resolve(free), cancel: () => undefined };
+    }
+    let wake!: () => void;
+    const ready = new Promise<() => void>((resolve) => {
+      wake = () => {
+        this.active++;
+        resolve(free);
+      };
+      this.waiters.push(wake);
+    });
+    return {
+      ready,
+      cancel: () => {
+        const i = this.waiters.indexOf(wake);
+        if (i >= 0) this.waiters.splice(i, 1);
+        else ready.then((r) => r()); // woken meanwhile: hand the slot on
+      },
+    };
+  }
+}
+
 interface Running {
   abort(reason: AbortReason): void;
   done: Promise<unknown>;
@@ -90,6 +129,18 @@ export function defaultWorkerId(): string {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+// A handler with a payload schema gets the parsed payload. Enqueue already checked it; a row written around that
+// check (straight through the store, or before the schema changed) fails here as 'fatal', naming the field.
+function parsePayload(registered: RegisteredHandler, payload: unknown): unknown {
+  const schema = registered.options.payload;
+  if (!schema) return payload;
+  const r = schema.safeParse(payload);
+  if (r.success) return r.data;
+  const issue = r.error.issues[0]!;
+  const path = issue.path.map((p) => (typeof p === 'number' ? `[${p}]` : `.${String(p)}`)).join('');
+  throw new FatalError(`payload${path}: ${issue.message} (the payload does not match the handler's schema)`);
+}
+
 export class JobProcessor {
   readonly workerId: string;
   private readonly store: JobStore;
@@ -101,6 +152,7 @@ export class JobProcessor {
   private readonly completions: MicroBatcher<OwnerResultById>;
   private readonly starts: MicroBatcher<StartResult & { jobId: JobId }>;
   private readonly running = new Map<JobId, Running>();
+  private readonly typeSlots = new Map<string, Slots>();
   private stopping = false;
 
   constructor(opts: ProcessorOptions) {
@@ -327,7 +379,7 @@ export class JobProcessor {
         } else if (hb.cancelRequested) abort('cancelled');
       };
       const timer = setInterval(() => beat().catch((e) => this.log.warn('heartbeat failed', { jobId: job.id, error: String(e) })), this.heartbeatIntervalMs);
-      const timeout = setTimeout(() => abort('timeout'), registered.options.timeoutMs);
+      let timeout: ReturnType<typeof setTimeout> | undefined;
       const ctx: JobContext = {
         jobId: job.id,
         attempt,
@@ -340,13 +392,31 @@ export class JobProcessor {
       };
       let error: unknown;
       let succeeded = false;
+      let releaseSlot: (() => void) | undefined;
       try {
-        await Promise.race([Promise.resolve().then(() => registered.handler(job.payload, ctx)), aborted]);
+        const payload = parsePayload(registered, job.payload);
+        const limit = registered.options.concurrency;
+        if (limit !== undefined) {
+          // The type's concurrency limit in this instance: the job waits, heartbeating, for a slot; its timeout
+          // starts when it gets one. A cancel, lost lease or shutdown while waiting ends the wait.
+          let slots = this.typeSlots.get(job.type);
+          if (!slots) this.typeSlots.set(job.type, (slots = new Slots(limit)));
+          const wait = slots.acquire();
+          try {
+            releaseSlot = await Promise.race([wait.ready, aborted]);
+          } catch (err) {
+            wait.cancel();
+            throw err;
+          }
+        }
+        timeout = setTimeout(() => abort('timeout'), registered.options.timeoutMs);
+        await Promise.race([Promise.resolve().then(() => registered.handler(payload, ctx)), aborted]);
         succeeded = !abortReason;
         if (abortReason) error = new JobAbortedError(abortReason);
       } catch (err) {
         error = err;
       } finally {
+        releaseSlot?.();
         clearInterval(timer);
         clearTimeout(timeout);
       }
@@ -374,31 +444,16 @@ export class JobProcessor {
     error: unknown,
     report: (o: JobOutcome, reason?: DlqReason) => JobOutcome,
   ): Promise<JobOutcome> {
-    const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
     const maxAttempts = job.maxAttempts ?? registered.options.maxAttempts ?? job.queueMaxAttempts;
-    const attemptsLeft = attempt < maxAttempts;
-    switch (abortReason) {
+    const d = decideAfterFailure({ attempt, maxAttempts, options: registered.options, abortReason, error });
+    switch (d.kind) {
       case 'lease_lost':
         return report('lease_lost'); // someone else owns the job now: touch nothing
-      case 'cancelled':
-        return report(await this.deadLetter(job, ref, 'cancelled', 'cancelled while running'), 'cancelled');
-      case 'shutdown':
-        return report(await this.retryAt(job, ref, new Date(), 'interrupted by worker shutdown'));
-      case 'timeout':
-        if (registered.options.retryOnTimeout && attemptsLeft) {
-          const delay = backoffDelayMs(attempt, registered.options.backoff);
-          return report(await this.retryAt(job, ref, new Date(Date.now() + delay), `timed out after ${registered.options.timeoutMs} ms`));
-        }
-        return report(await this.deadLetter(job, ref, 'timeout', `timed out after ${registered.options.timeoutMs} ms`), 'timeout');
-      default:
-        break;
+      case 'dead_letter':
+        return report(await this.deadLetter(job, ref, d.reason, d.message), d.reason);
+      case 'retry':
+        return report(await this.retryAt(job, ref, new Date(Date.now() + d.delayMs), d.message));
     }
-    if (error instanceof FatalError) return report(await this.deadLetter(job, ref, 'fatal', message), 'fatal');
-    if (!attemptsLeft) {
-      return report(await this.deadLetter(job, ref, 'exhausted', `attempt ${attempt} of ${maxAttempts} failed: ${message}`), 'exhausted');
-    }
-    const delay = error instanceof RetryAfterError ? Math.max(0, error.retryAfterMs) : backoffDelayMs(attempt, registered.options.backoff);
-    return report(await this.retryAt(job, ref, new Date(Date.now() + delay), message));
   }
 
   private async deadLetter(job: ClaimedJob, ref: LeaseRef, reason: DlqReason, error: string): Promise<JobOutcome> {
@@ -418,6 +473,45 @@ export class JobProcessor {
     }
     return 'retried';
   }
+}
+
+export type FailureDecision =
+  | { kind: 'lease_lost' }
+  | { kind: 'dead_letter'; reason: DlqReason; message: string }
+  | { kind: 'retry'; delayMs: number; message: string };
+
+// What a failed attempt leads to: the processor's rule, shared with the handler test kit (test/kit.ts).
+// `random` feeds the backoff jitter.
+export function decideAfterFailure(f: {
+  attempt: number;
+  maxAttempts: number;
+  options: Pick<RegisteredHandler['options'], 'backoff' | 'retryOnTimeout' | 'timeoutMs'>;
+  abortReason: AbortReason | undefined;
+  error: unknown;
+  random?: () => number;
+}): FailureDecision {
+  const { attempt, maxAttempts, options } = f;
+  const message = f.error instanceof Error ? `${f.error.name}: ${f.error.message}` : String(f.error);
+  const attemptsLeft = attempt < maxAttempts;
+  switch (f.abortReason) {
+    case 'lease_lost':
+      return { kind: 'lease_lost' };
+    case 'cancelled':
+      return { kind: 'dead_letter', reason: 'cancelled', message: 'cancelled while running' };
+    case 'shutdown':
+      return { kind: 'retry', delayMs: 0, message: 'interrupted by worker shutdown' };
+    case 'timeout':
+      if (options.retryOnTimeout && attemptsLeft) {
+        return { kind: 'retry', delayMs: backoffDelayMs(attempt, options.backoff, f.random), message: `timed out after ${options.timeoutMs} ms` };
+      }
+      return { kind: 'dead_letter', reason: 'timeout', message: `timed out after ${options.timeoutMs} ms` };
+    default:
+      break;
+  }
+  if (f.error instanceof FatalError) return { kind: 'dead_letter', reason: 'fatal', message };
+  if (!attemptsLeft) return { kind: 'dead_letter', reason: 'exhausted', message: `attempt ${attempt} of ${maxAttempts} failed: ${message}` };
+  const delayMs = f.error instanceof RetryAfterError ? Math.max(0, f.error.retryAfterMs) : backoffDelayMs(attempt, options.backoff, f.random);
+  return { kind: 'retry', delayMs, message };
 }
 
 // A long-running worker (npm start, tests): keeps up to `concurrency` jobs running. It polls every pollIntervalMs

@@ -1,4 +1,5 @@
 // Handlers by job type, with their options. A handler gets (payload, ctx) and runs outside any transaction.
+import type { z } from 'zod/v4';
 import type { JobId } from './contract.js';
 
 export interface JobLogger {
@@ -38,12 +39,17 @@ export interface HandlerOptions {
   maxAttempts?: number; // overrides the queue's max_attempts (the job's own max_attempts wins over both)
   backoff?: BackoffOptions; // exponential with equal jitter, capped
   retryOnTimeout?: boolean; // default false: a timeout goes to the DLQ as 'timeout'
+  queue?: string; // the queue jobs of this type run on: the default at enqueue, and a different queue is refused
+  concurrency?: number; // at most this many jobs of this type run at once in one host instance
+  payload?: z.ZodType; // checked at enqueue (400 naming the field) and again before the handler runs
 }
 
 export interface RegisteredHandler {
   type: string;
   handler: JobHandler<unknown>;
-  options: Required<Omit<HandlerOptions, 'maxAttempts'>> & { maxAttempts?: number };
+  options: Required<Pick<HandlerOptions, 'timeoutMs' | 'backoff' | 'retryOnTimeout'>> &
+    Pick<HandlerOptions, 'maxAttempts' | 'queue' | 'concurrency' | 'payload'>;
+  source?: string; // the file it came from, for handlers loaded from the handlers folder
 }
 
 export const DEFAULT_TIMEOUT_MS = 5 * 60_000;
@@ -71,9 +77,14 @@ export class RetryAfterError extends Error {
 export class HandlerRegistry {
   private readonly handlers = new Map<string, RegisteredHandler>();
 
-  register<P>(type: string, handler: JobHandler<P>, options: HandlerOptions = {}): this {
+  register<P>(type: string, handler: JobHandler<P>, options: HandlerOptions = {}, source?: string): this {
     if (!type) throw new Error('handler type must be a non-empty string');
-    if (this.handlers.has(type)) throw new Error(`a handler for job type "${type}" is already registered`);
+    if (!/^[A-Za-z0-9_.:-]{1,128}$/.test(type)) throw new Error(`handler type "${type}": letters, digits and _ . : - only (at most 128)`);
+    if (this.handlers.has(type)) {
+      const other = this.handlers.get(type)!.source;
+      throw new Error(`a handler for job type "${type}" is already registered${other ? ` (by ${other})` : ''}`);
+    }
+    checkHandlerOptions(type, options);
     this.handlers.set(type, {
       type,
       handler: handler as JobHandler<unknown>,
@@ -82,9 +93,17 @@ export class HandlerRegistry {
         backoff: options.backoff ?? DEFAULT_BACKOFF,
         retryOnTimeout: options.retryOnTimeout ?? false,
         ...(options.maxAttempts !== undefined ? { maxAttempts: options.maxAttempts } : {}),
+        ...(options.queue !== undefined ? { queue: options.queue } : {}),
+        ...(options.concurrency !== undefined ? { concurrency: options.concurrency } : {}),
+        ...(options.payload !== undefined ? { payload: options.payload } : {}),
       },
+      ...(source ? { source } : {}),
     });
     return this;
+  }
+
+  all(): RegisteredHandler[] {
+    return this.types().map((t) => this.handlers.get(t)!);
   }
 
   get(type: string): RegisteredHandler | undefined {
@@ -93,6 +112,33 @@ export class HandlerRegistry {
 
   types(): string[] {
     return [...this.handlers.keys()].sort();
+  }
+
+  // The per-type max attempts declared at registration, for the store's zombie rescue (which runs where no
+  // handler runs and must apply the same limit as the processor: the job's own, else the handler's, else the queue's).
+  maxAttemptsByType(): Record<string, number> {
+    const out: Record<string, number> = {};
+    for (const [type, h] of this.handlers) if (h.options.maxAttempts !== undefined) out[type] = h.options.maxAttempts;
+    return out;
+  }
+}
+
+const int = (v: unknown, min: number, max: number) => typeof v === 'number' && Number.isInteger(v) && v >= min && v <= max;
+
+// Options are checked when a handler is registered, so a bad option fails the app's start naming the type.
+function checkHandlerOptions(type: string, o: HandlerOptions): void {
+  const bad = (field: string, why: string) => new Error(`handler "${type}": ${field} ${why}`);
+  if (o.timeoutMs !== undefined && !int(o.timeoutMs, 1, 24 * 3600_000)) throw bad('timeoutMs', 'must be an integer number of milliseconds from 1 to 86400000');
+  if (o.maxAttempts !== undefined && !int(o.maxAttempts, 1, 1000)) throw bad('maxAttempts', 'must be an integer from 1 to 1000');
+  if (o.concurrency !== undefined && !int(o.concurrency, 1, 10_000)) throw bad('concurrency', 'must be an integer from 1 to 10000');
+  if (o.queue !== undefined && !/^[A-Za-z0-9_.:-]{1,128}$/.test(o.queue)) throw bad('queue', 'must be a queue name (letters, digits and _ . : - only)');
+  if (o.backoff !== undefined) {
+    if (!int(o.backoff.baseMs, 0, 24 * 3600_000) || !int(o.backoff.maxMs, 0, 7 * 24 * 3600_000) || o.backoff.maxMs < o.backoff.baseMs) {
+      throw bad('backoff', 'needs integer baseMs <= maxMs (milliseconds)');
+    }
+  }
+  if (o.payload !== undefined && typeof (o.payload as { safeParse?: unknown }).safeParse !== 'function') {
+    throw bad('payload', "must be a zod schema (import { z } from 'zod/v4')");
   }
 }
 

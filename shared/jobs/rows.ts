@@ -1,7 +1,9 @@
 // Result rows of the job procedures, mapped once for every engine. Engines name columns their own way
 // (PostgreSQL job_id, SQL Server JobId); camelKeys() brings both to jobId, and a small codec decodes the values
 // whose wire form differs (JSON payload and tags as text on SQL Server, lease ids upper-case there).
-import type { ClaimedJob, DlqReason, JobRecord, MetricBucket, QueueSettings, QueueStats, RescueResult } from './contract.js';
+import type {
+  ClaimedJob, DlqReason, FireResult, FireStatus, JobRecord, MetricBucket, QueueSettings, QueueStats, RescueResult, ScheduleState,
+} from './contract.js';
 
 export type Row = Record<string, unknown>;
 
@@ -122,4 +124,23 @@ export function toRescueResult(r: Row): RescueResult {
     deadLettered: num(r.deadLettered),
     expired: num(r.expired),
   };
+}
+
+// Schedule state rows (camelCased column names) from either engine.
+export function toScheduleState(r: Record<string, unknown>): ScheduleState {
+  const date = (v: unknown) => (v === null || v === undefined ? null : v instanceof Date ? v : new Date(String(v)));
+  return {
+    name: String(r.name),
+    paused: Boolean(r.paused),
+    lastTick: date(r.lastTick),
+    resumedAt: date(r.resumedAt),
+    lastJobId: r.lastJobId === null || r.lastJobId === undefined ? null : String(r.lastJobId),
+    updatedAt: date(r.updatedAt)!,
+  };
+}
+
+export function toFireResult(rows: Record<string, unknown>[]): FireResult {
+  const status = String(rows[0]?.status ?? 'lost') as FireStatus;
+  const jobs = rows.filter((r) => r.jobId !== null && r.jobId !== undefined).map((r) => ({ id: String(r.jobId), duplicate: Boolean(r.duplicate) }));
+  return { status, jobs };
 }

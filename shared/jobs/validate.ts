@@ -147,3 +147,27 @@ export function assertJobId(field: string, value: unknown): string {
   if (!isJobId(value)) throw new ValidationError(field, 'must be a job id (a positive integer as a string)');
   return value;
 }
+
+// The handlers' per-type max attempts as the JSON object the rescue procedures take (null when there are none).
+export function typeMaxAttemptsJson(byType: Readonly<Record<string, number>> | undefined): string | null {
+  if (!byType) return null;
+  const entries = Object.entries(byType);
+  if (entries.length === 0) return null;
+  for (const [type, n] of entries) {
+    const t = name.safeParse(type);
+    if (!t.success) throw new ValidationError(`maxAttemptsByType.${type}`, 'is not a valid job type');
+    assertPositiveInt(`maxAttemptsByType.${type}`, n, 1000);
+  }
+  return JSON.stringify(Object.fromEntries(entries));
+}
+
+const SCHEDULE_NAME = /^[A-Za-z0-9_.:-]{1,100}$/;
+export function assertScheduleName(field: string, value: unknown): string {
+  if (typeof value !== 'string' || !SCHEDULE_NAME.test(value)) throw new ValidationError(field, 'must be a schedule name (1-100 letters, digits and _ . : -)');
+  return value;
+}
+
+export function assertTick(field: string, value: unknown): Date {
+  if (!(value instanceof Date) || Number.isNaN(value.getTime())) throw new ValidationError(field, 'must be a valid Date');
+  return value;
+}

@@ -1,19 +1,21 @@
 // The ops route table: every route, its schemas, whether it is destructive, and its handler.
-import type { EnqueueRequest, JobRecord, PurgeTarget, QueueSettingsPatch } from '../jobs/contract.js';
+import type { JobRecord, PurgeTarget, QueueSettingsPatch } from '../jobs/contract.js';
+import type { JobRequest } from '../jobs/typedEnqueue.js';
 import { enqueueAndPost, postJobs } from '../host/jobs.js';
 import { conflict, invalid, notFound } from './errors.js';
 import { route, type OpsRoute } from './router.js';
 import * as s from './schemas.js';
 import { transferRoutes } from './transferRoutes.js';
 import { openApiDocument } from './openapi.js';
+import { handlerRoutes } from './handlerRoutes.js';
 
 const VERSION = '0.1.0';
 
 type EnqueueJobInput = import('zod/v4').output<typeof s.enqueueJob>;
 
-function toEnqueueRequest(j: EnqueueJobInput): EnqueueRequest {
+function toEnqueueRequest(j: EnqueueJobInput): JobRequest {
   return {
-    queue: j.queue,
+    ...(j.queue !== undefined ? { queue: j.queue } : {}),
     type: j.type,
     ...(j.payload !== undefined ? { payload: j.payload } : {}),
     ...(j.priority !== undefined ? { priority: j.priority } : {}),
@@ -161,15 +163,16 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     tag: 'jobs',
     query: s.emptyQuery,
     body: s.enqueueBody,
-    responses: { 201: 'enqueued (duplicate: an idempotency key matched a hot job)', 400: 'invalid job', 413: 'body too large' },
+    responses: {
+      201: 'enqueued (duplicate: an idempotency key matched a hot job)',
+      400: 'invalid job: unknown type, payload failing the handler\'s schema, wrong queue (the field is named; nothing is enqueued)',
+      413: 'body too large',
+    },
     async handle({ rt, body, log }) {
       const many = 'jobs' in body;
       const jobs = many ? body.jobs : [body];
-      const types = new Set(rt.registry.types());
-      jobs.forEach((j, i) => {
-        if (!types.has(j.type)) throw invalid(many ? `jobs[${i}].type` : 'type', `no handler is registered for job type "${j.type}"`);
-      });
-      const results = await enqueueAndPost(rt, jobs.map(toEnqueueRequest), log);
+      // Type, payload schema and queue are checked for every job before any is written (400 naming the field).
+      const results = await enqueueAndPost(rt, jobs.map(toEnqueueRequest), log, { prefix: (i) => (many ? `jobs[${i}]` : '') });
       return { status: 201, body: many ? { jobs: results } : results[0] };
     },
   }),
@@ -334,7 +337,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
 ];
 
 export function allRoutes(): OpsRoute<any, any, any>[] {
-  const routes: OpsRoute<any, any, any>[] = [...jobRoutes, ...transferRoutes];
+  const routes: OpsRoute<any, any, any>[] = [...jobRoutes, ...handlerRoutes, ...transferRoutes];
   routes.push(
     route({
       method: 'GET',

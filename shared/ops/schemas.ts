@@ -25,7 +25,7 @@ const qInt = (min: number, max: number, def: number) =>
     .meta({ type: 'integer', minimum: min, maximum: max, description: `integer, default ${def}`, pattern: undefined });
 
 export const enqueueJob = z.strictObject({
-  queue: name.describe('job queue (created on first use)'),
+  queue: name.optional().describe("job queue (created on first use); default: the handler's queue, else \"default\""),
   type: name.describe('job type: a registered handler'),
   payload: z.unknown().optional().describe('any JSON value'),
   priority: z.number().int().min(-1_000_000).max(1_000_000).optional(),

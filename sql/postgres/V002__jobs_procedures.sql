@@ -521,7 +521,7 @@ $$;
 --   processing past the queue's heartbeat timeout -> DLQ zombie (policy dlq or attempts exhausted), DLQ cancelled
 --   (cancel requested), or pending (policy retry);
 --   pending past expires_at -> DLQ expired.
-create or replace function keel.rescue_zombies(p_limit integer)
+create or replace function keel.rescue_zombies(p_limit integer, p_type_max_attempts jsonb default null)
 returns table (released_fetched integer, retried integer, dead_lettered integer, expired integer)
 language plpgsql as $$
 declare
@@ -547,7 +547,8 @@ begin
 
   with c as (
     select h.id, h.attempts, h.cancel_requested,
-           coalesce(h.max_attempts, s.max_attempts, 5) as max_attempts,
+           -- the job's own limit, else its handler's (p_type_max_attempts: {"type": n}), else the queue's
+           coalesce(h.max_attempts, (p_type_max_attempts ->> h.type)::integer, s.max_attempts, 5) as max_attempts,
            coalesce(s.zombie_policy, 'retry') as policy
     from keel.jobs_hot h left join keel.queues s on s.name = h.queue
     where h.state = 'processing'

@@ -4,7 +4,7 @@ SET ANSI_NULLS ON;
 SET QUOTED_IDENTIFIER ON;
 GO
 
--- RescueZombies(@Limit), each part one bounded batch in its own short transaction:
+-- RescueZombies(@Limit, @TypeMaxAttempts), each part one bounded batch in its own short transaction:
 --   fetched past LeaseExpiresAt -> pending (no attempt was used)                          -> ReleasedFetched
 --   processing with HeartbeatAt older than the queue's ZombieTimeoutSeconds:
 --     cancel requested -> DLQ 'cancelled'; policy 'dlq' or attempts exhausted -> DLQ 'zombie' -> DeadLettered
@@ -12,7 +12,8 @@ GO
 --   pending past ExpiresAt -> DLQ 'expired'                                                 -> Expired
 -- Returns one row: ReleasedFetched, Retried, DeadLettered, Expired.
 CREATE OR ALTER PROCEDURE keel.RescueZombies
-  @Limit INT
+  @Limit INT,
+  @TypeMaxAttempts nvarchar(max) = NULL -- {"<job type>": <max attempts>}: the handlers' own limits
 AS
 BEGIN
   SET XACT_ABORT ON;
@@ -28,6 +29,17 @@ BEGIN
     Cancelled int NOT NULL DEFAULT 0, Zombie int NOT NULL DEFAULT 0, Resurrected int NOT NULL DEFAULT 0,
     Outcome varchar(10) NULL, Reason varchar(16) NOT NULL DEFAULT '', DurationMs bigint NOT NULL DEFAULT 0);
   CREATE TABLE #DeadIds (Id bigint NOT NULL PRIMARY KEY);
+  -- A job's limit: its own, else its handler's (by type), else its queue's.
+  DECLARE @TypeMax TABLE (Type nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY, MaxAttempts int NOT NULL);
+  IF @TypeMaxAttempts IS NOT NULL
+  BEGIN
+    IF ISJSON(@TypeMaxAttempts) <> 1
+      THROW 50037, N'RescueZombies: @TypeMaxAttempts must be a JSON object of job type -> max attempts', 1;
+    INSERT @TypeMax (Type, MaxAttempts)
+    SELECT j.[key], TRY_CAST(j.[value] AS int)
+    FROM OPENJSON(@TypeMaxAttempts) AS j
+    WHERE j.[type] = 2 AND TRY_CAST(j.[value] AS int) > 0;
+  END;
   DECLARE @Z TABLE (Id bigint NOT NULL PRIMARY KEY, Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
                     Kind char(1) NOT NULL); -- c = cancelled, z = zombie to DLQ, r = back to pending
 
@@ -63,11 +75,12 @@ BEGIN
     INSERT @Z (Id, Queue, Kind)
     SELECT h.Id, h.Queue,
            CASE WHEN h.CancelRequested = 1 THEN 'c'
-                WHEN ISNULL(s.ZombiePolicy, 'retry') = 'dlq' OR h.Attempts >= COALESCE(h.MaxAttempts, s.MaxAttempts, 5) THEN 'z'
+                WHEN ISNULL(s.ZombiePolicy, 'retry') = 'dlq' OR h.Attempts >= COALESCE(h.MaxAttempts, t.MaxAttempts, s.MaxAttempts, 5) THEN 'z'
                 ELSE 'r' END
     FROM @Cand AS c
     INNER JOIN keel.JobsHot AS h WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK, FORCESEEK) ON h.Id = c.Id
     LEFT JOIN keel.Queues AS s ON s.Name = h.Queue
+    LEFT JOIN @TypeMax AS t ON t.Type = h.Type
     WHERE h.State = 'processing'
       AND h.HeartbeatAt < DATEADD(second, -ISNULL(s.ZombieTimeoutSeconds, 300), @Now);
 

@@ -387,6 +387,22 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(await store.getJob(exp.id)).toMatchObject({ location: 'dlq', reason: 'expired' });
     });
 
+    it("applies the handler's own max attempts to zombies: the job's own, else its type's, else the queue's", async () => {
+      const q = freshQueue('zt');
+      await store.updateQueue(q, { zombieTimeoutSeconds: 30, zombiePolicy: 'retry', maxAttempts: 5 });
+      const limited = await startedJob(q, { type: 'limited' }); // its handler allows 1 attempt
+      const ownLimit = await startedJob(q, { type: 'limited', maxAttempts: 3 }); // the job's own limit wins
+      const queueLimit = await startedJob(q, { type: 'unlimited' }); // no handler limit: the queue's 5
+      for (const j of [limited, ownLimit, queueLimit]) await h.backdate(j.id, 'heartbeat_at', 31);
+      const r = await store.rescueZombies(100, { limited: 1, other: 7 });
+      expect(r).toMatchObject({ retried: 2, deadLettered: 1 });
+      expect(await store.getJob(limited.id)).toMatchObject({ location: 'dlq', reason: 'zombie', attempts: 1 });
+      expect(await store.getJob(ownLimit.id)).toMatchObject({ location: 'hot', state: 'pending' });
+      expect(await store.getJob(queueLimit.id)).toMatchObject({ location: 'hot', state: 'pending' });
+      await expect(store.rescueZombies(100, { 'bad type': 1 })).rejects.toThrow(ValidationError);
+      await expect(store.rescueZombies(100, { limited: 0 })).rejects.toThrow(ValidationError);
+    });
+
     it('rescues in bounded batches', async () => {
       const q = freshQueue('zb');
       await store.enqueueMany(Array.from({ length: 7 }, () => ({ queue: q, type: 't' })));
@@ -634,6 +650,44 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       const m = await store.metrics(5, q);
       expect(m).toHaveLength(1);
       expect(m[0]).toMatchObject({ queue: q, outcome: 'succeeded', reason: '', count: 1 });
+    });
+  });
+
+  describe('schedules', () => {
+    it('fire is a compare-and-set on the last tick, enqueuing in the same transaction; pause holds; resume records when', async () => {
+      const name = `sched-${freshQueue('s')}`.slice(0, 100);
+      const q = freshQueue('sched');
+      const t1 = new Date('2031-01-01T00:00:01.000Z');
+      const t2 = new Date('2031-01-01T00:00:02.000Z');
+      const job = (tick: Date) => ({ queue: q, type: 'tick', payload: { tick: tick.toISOString() }, idempotencyKey: `schedule:${name}:${tick.toISOString()}` });
+      expect(await store.listSchedules(name)).toEqual([]);
+      const first = await store.fireSchedule(name, null, t1, [job(t1)]);
+      expect(first.status).toBe('fired');
+      expect(first.jobs).toHaveLength(1);
+      // A second instance that read the same (empty) state loses, and enqueues nothing.
+      expect(await store.fireSchedule(name, null, t1, [job(t1)])).toEqual({ status: 'lost', jobs: [] });
+      expect(await h.countRows('hot', q)).toBe(1);
+      // Concurrent fires from the same state: exactly one wins.
+      const racers = await Promise.all([1, 2, 3, 4].map(() => store.fireSchedule(name, t1, t2, [job(t2)])));
+      expect(racers.filter((r) => r.status === 'fired')).toHaveLength(1);
+      expect(await h.countRows('hot', q)).toBe(2);
+      const [state] = await store.listSchedules(name);
+      expect(state).toMatchObject({ name, paused: false, lastTick: t2, resumedAt: null, lastJobId: racers.find((r) => r.status === 'fired')!.jobs[0]!.id });
+      // Advancing without jobs (missed ticks skipped) is allowed.
+      const t5 = new Date('2031-01-01T00:00:05.000Z');
+      expect(await store.fireSchedule(name, t2, t5, [])).toEqual({ status: 'fired', jobs: [] });
+      const paused = await store.setSchedulePaused(name, true);
+      expect(paused).toMatchObject({ paused: true, resumedAt: null });
+      const t6 = new Date('2031-01-01T00:00:06.000Z');
+      expect((await store.fireSchedule(name, t5, t6, [job(t6)])).status).toBe('paused');
+      expect(await h.countRows('hot', q)).toBe(2);
+      const resumed = await store.setSchedulePaused(name, false);
+      expect(resumed.paused).toBe(false);
+      expect(resumed.resumedAt).toBeInstanceOf(Date);
+      expect((await store.setSchedulePaused(name, false)).resumedAt).toEqual(resumed.resumedAt); // resuming twice: once
+      expect((await store.listSchedules()).some((x) => x.name === name)).toBe(true);
+      await expect(store.fireSchedule(name, t6, t5, [])).rejects.toThrow();
+      await expect(store.listSchedules('bad name!')).rejects.toThrow(/name/);
     });
   });
 }

@@ -2,7 +2,7 @@
 // job runner -> stats; the host's key check; poison messages; a transfer over HTTP; kill -9 mid-job, restart,
 // maintenance rescues the zombie.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -30,6 +30,8 @@ let host: Host;
 let opsKey: string;
 let pool: pg.Pool;
 let source: pg.Pool;
+// A handler and a 1-second schedule dropped into handlers/ before `npm start`: nothing else is edited.
+const PROBE = path.join(ROOT, 'handlers', `probe-e2e-${process.pid}.ts`);
 
 async function startHost(): Promise<Host> {
   const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/start.ts'], {
@@ -153,11 +155,18 @@ beforeAll(async () => {
       },
     ]),
   };
+  await writeFile(
+    PROBE,
+    `import { defineHandler, defineSchedule, z } from '../shared/jobs/define.js';\n` +
+      `export const probe = defineHandler('probe.e2e', { payload: z.object({ n: z.number() }), queue: 'e2e-probe', async handle() {} });\n` +
+      `export const everySecond = defineSchedule('probe-e2e', { cron: '* * * * * *', type: 'probe.e2e', payload: { n: 1 } });\n`,
+  );
   host = await startHost();
   opsKey = (await readFile(path.join(dataDir, 'ops-key'), 'utf8')).trim();
 }, 120_000);
 
 afterAll(async () => {
+  await rm(PROBE, { force: true });
   await stopHost(host);
   await pool?.end();
   await source?.end();
@@ -176,6 +185,36 @@ describe('local host', () => {
     });
     expect(stats).toMatchObject({ pending: 0, processing: 0, dlq: 0 });
     expect(host.output.join('')).toMatch(/jobRunner information: job \d+: succeeded/);
+  });
+
+  it('registers a handler and a schedule added to handlers/: listed, validated at enqueue, ticks enqueued and run', async () => {
+    const handlers = await api('GET', '/api/ops/handlers');
+    const types = handlers.json.items.map((h: { type: string }) => h.type);
+    expect(types).toEqual(expect.arrayContaining(['probe.e2e', 'webhook.post', 'demo.echo']));
+    expect(handlers.json.items.find((h: { type: string }) => h.type === 'probe.e2e')).toMatchObject({ queue: 'e2e-probe', source: expect.stringContaining('probe-e2e-') });
+    const bad = await api('POST', '/api/ops/jobs', { body: { type: 'probe.e2e', payload: { n: 'one' } } });
+    expect(bad).toMatchObject({ status: 400, json: { field: 'payload.n' } });
+    const done = await until('two scheduled jobs archived', async () => {
+      const r = await api('GET', '/api/ops/jobs?location=archive&tag=schedule:probe-e2e&limit=50');
+      return r.json.items.length >= 2 ? r.json.items : null;
+    });
+    const keys = done.map((j: { idempotencyKey: string }) => j.idempotencyKey);
+    expect(new Set(keys).size).toBe(keys.length);
+    const schedules = await api('GET', '/api/ops/schedules');
+    const item = schedules.json.items.find((x: { name: string }) => x.name === 'probe-e2e');
+    expect(item).toMatchObject({ state: 'active', type: 'probe.e2e', cron: '* * * * * *' });
+    expect(Date.parse(item.nextTick)).toBeGreaterThan(Date.parse(item.lastTick));
+    // Pause it (operator role): no more ticks, so the tests below see a quiet job store.
+    expect((await api('POST', '/api/ops/schedules/probe-e2e/pause')).status).toBe(403);
+    const paused = await api('POST', '/api/ops/schedules/probe-e2e/pause', { operator: true });
+    expect(paused).toMatchObject({ status: 200, json: { state: 'paused', nextTick: null } });
+    await until('scheduled jobs drained', async () => {
+      const r = await api('GET', '/api/ops/jobs?location=hot&tag=schedule:probe-e2e&limit=50');
+      return r.json.items.length === 0;
+    });
+    const archived = (await api('GET', '/api/ops/jobs?location=archive&tag=schedule:probe-e2e&limit=500')).json.items.length;
+    await new Promise((r) => setTimeout(r, 2_000));
+    expect((await api('GET', '/api/ops/jobs?location=archive&tag=schedule:probe-e2e&limit=500')).json.items.length).toBe(archived);
   });
 
   it('enforces the ops key like the Functions host, and the operator role on destructive routes', async () => {

@@ -15,7 +15,10 @@ let t: TestRuntime;
 const timer: Timer = { isPastDue: false, schedule: { adjustForDST: true }, scheduleStatus: { last: '', next: '', lastUpdated: '' } };
 
 beforeAll(async () => {
-  t = await createTestRuntime('fn_queue', { env: { KEEL_DISPATCH_QUEUES: '' } });
+  t = await createTestRuntime('fn_queue', {
+    env: { KEEL_DISPATCH_QUEUES: '' },
+    register: (r) => r.register('test.once', async () => undefined, { maxAttempts: 1 }),
+  });
 });
 
 afterAll(async () => {
@@ -154,6 +157,16 @@ describe('maintenance (timer)', () => {
     expect(await t.rt.store.complete({ jobId: id, leaseId: claimed!.leaseId })).toBe('lease_lost');
     await dispatcher(timer, context('dispatcher'));
     expect((await t.rt.store.getJob(id))?.location).toBe('archive');
+  });
+
+  it("rescues a zombie under its handler's maxAttempts, not the queue's", async () => {
+    const id = await enqueue('maint-c', 'test.once'); // registered with maxAttempts 1; the queue allows 5
+    await t.rt.store.updateQueue('maint-c', { zombieTimeoutSeconds: 1, zombiePolicy: 'retry' });
+    const [claimed] = await t.rt.store.claimNext({ workerId: 'dead-worker', queues: ['maint-c'], limit: 1 });
+    expect((await t.rt.store.start({ jobId: id, leaseId: claimed!.leaseId })).status).toBe('ok');
+    await t.pool.query(`update keel.jobs_hot set heartbeat_at = now() - interval '1 hour' where id = $1`, [id]);
+    await maintenance(timer, context('maintenance'));
+    expect(await t.rt.store.getJob(id)).toMatchObject({ location: 'dlq', reason: 'zombie', attempts: 1 });
   });
 
   it('purges past retention in bounded batches and reports transfers as not configured', async () => {

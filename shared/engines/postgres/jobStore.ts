@@ -5,14 +5,17 @@ import type {
   CancelResult, ClaimOptions, ClaimedJob, DlqReason, EnqueueRequest, EnqueueResult, HeartbeatResult, JobId,
   JobRecord, JobSearch, JobStore, LeaseRef, MetricBucket, OwnerResult, OwnerResultById, PurgeTarget, QueueSettings,
   QueueSettingsPatch, QueueStats, RescueResult, ResurrectFilter, ResurrectResult, StartResult,
+  FireResult, ScheduleState,
 } from '../../jobs/contract.js';
 import { BatchBackedJobStore } from '../../jobs/storeBase.js';
 import {
   camelKeys, toClaimedJob, toJobRecord, toMetricBucket, toQueueSettings, toQueueStats, toRescueResult, type Row, type RowCodec,
+  toFireResult, toScheduleState,
 } from '../../jobs/rows.js';
 import { DLQ_REASONS } from '../../jobs/contract.js';
 import {
-  DEFAULT_MAX_PAYLOAD_BYTES, ValidationError, assertJobId, assertPositiveInt, isJobId, prepareEnqueue, validateQueuePatch,
+  DEFAULT_MAX_PAYLOAD_BYTES, ValidationError, assertJobId, assertPositiveInt, isJobId, prepareEnqueue, typeMaxAttemptsJson, assertScheduleName, assertTick,
+  validateQueuePatch,
 } from '../../jobs/validate.js';
 import { migrate } from './migrate.js';
 import { sqlDir } from '../../config/sqlDir.js';
@@ -150,9 +153,10 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     return r!.status as CancelResult;
   }
 
-  async rescueZombies(limit: number): Promise<RescueResult> {
+  async rescueZombies(limit: number, maxAttemptsByType?: Readonly<Record<string, number>>): Promise<RescueResult> {
     assertPositiveInt('limit', limit);
-    const [r] = await this.rows('select * from keel.rescue_zombies($1)', [limit]);
+    const byType = typeMaxAttemptsJson(maxAttemptsByType);
+    const [r] = await this.rows('select * from keel.rescue_zombies($1, $2::jsonb)', [limit, byType]);
     return toRescueResult(r!);
   }
 
@@ -209,6 +213,26 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
       p.metricsRetentionSeconds ?? null,
     ]);
     return toQueueSettings(rows[0]!);
+  }
+
+  async listSchedules(name?: string): Promise<ScheduleState[]> {
+    if (name !== undefined) assertScheduleName('name', name);
+    return (await this.rows('select * from keel.list_schedules($1)', [name ?? null])).map(toScheduleState);
+  }
+
+  async setSchedulePaused(name: string, paused: boolean): Promise<ScheduleState> {
+    assertScheduleName('name', name);
+    const [r] = await this.rows('select * from keel.set_schedule_paused($1, $2)', [name, paused === true]);
+    return toScheduleState(r!);
+  }
+
+  async fireSchedule(name: string, expectedTick: Date | null, tick: Date, jobs: EnqueueRequest[]): Promise<FireResult> {
+    assertScheduleName('name', name);
+    if (expectedTick !== null) assertTick('expectedTick', expectedTick);
+    assertTick('tick', tick);
+    const docs = jobs.length ? prepareEnqueue(jobs, this.maxPayloadBytes) : [];
+    const rows = await this.rows('select * from keel.fire_schedule($1, $2, $3, $4::jsonb)', [name, expectedTick, tick, JSON.stringify(docs)]);
+    return toFireResult(rows);
   }
 
   async getJob(jobId: JobId): Promise<JobRecord | null> {

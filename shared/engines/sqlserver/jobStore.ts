@@ -7,15 +7,18 @@ import type {
   CancelResult, ClaimOptions, ClaimedJob, DlqReason, EnqueueRequest, EnqueueResult, HeartbeatResult, JobId,
   JobRecord, JobSearch, JobStore, LeaseRef, MetricBucket, OwnerResult, OwnerResultById, PurgeTarget, QueueSettings,
   QueueSettingsPatch, QueueStats, RescueResult, ResurrectFilter, ResurrectResult, StartResult,
+  FireResult, ScheduleState,
 } from '../../jobs/contract.js';
 import { BatchBackedJobStore } from '../../jobs/storeBase.js';
 import {
   camelKeys, toClaimedJob, toJobRecord, toMetricBucket, toQueueSettings, toQueueStats, toRescueResult, type RowCodec,
+  toFireResult, toScheduleState,
 } from '../../jobs/rows.js';
 import { DLQ_REASONS } from '../../jobs/contract.js';
 import { JOB_PROCEDURES, pascalCase, type JobProcedure } from '../../jobs/procedures.js';
 import {
-  DEFAULT_MAX_PAYLOAD_BYTES, ValidationError, assertJobId, assertPositiveInt, isJobId, prepareEnqueue, validateQueuePatch,
+  DEFAULT_MAX_PAYLOAD_BYTES, ValidationError, assertJobId, assertPositiveInt, isJobId, prepareEnqueue, typeMaxAttemptsJson, assertScheduleName, assertTick,
+  validateQueuePatch,
 } from '../../jobs/validate.js';
 import { SqlServerPool, sharedSqlServerPool, type PoolOptions } from './pool.js';
 import { isOutcomeUnknown, withSqlRetry, type RetryOptions, type RetryPolicy } from './retry.js';
@@ -49,7 +52,7 @@ export const SQLSERVER_PARAMS: ParamTypes = {
   fail: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier, Reason: sql.VarChar(16), Error: sql.NVarChar(MAX) },
   release: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier },
   cancel: { JobId: sql.BigInt },
-  rescue_zombies: { Limit: sql.Int },
+  rescue_zombies: { Limit: sql.Int, TypeMaxAttempts: sql.NVarChar(MAX) },
   resurrect: { JobIds: sql.NVarChar(MAX) },
   resurrect_by_filter: {
     Queue: sql.NVarChar(128), Type: sql.NVarChar(256), Reason: sql.VarChar(16), FailedAfter: sql.DateTime2(3),
@@ -59,6 +62,9 @@ export const SQLSERVER_PARAMS: ParamTypes = {
   stats: {},
   metrics: { WindowMinutes: sql.Int, Queue: sql.NVarChar(128) },
   list_queues: { Name: sql.NVarChar(128) },
+  list_schedules: { Name: sql.NVarChar(100) },
+  set_schedule_paused: { Name: sql.NVarChar(100), Paused: sql.Bit },
+  fire_schedule: { Name: sql.NVarChar(100), ExpectedTick: sql.DateTime2(3), Tick: sql.DateTime2(3), Jobs: sql.NVarChar(MAX) },
   update_queue: {
     Name: sql.NVarChar(128), Paused: sql.Bit, MaxConcurrency: sql.Int, ClearMaxConcurrency: sql.Bit,
     ZombieTimeoutSeconds: sql.Int, ZombiePolicy: sql.VarChar(8), MaxAttempts: sql.Int, ArchiveRetentionSeconds: sql.Int,
@@ -308,10 +314,11 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     }
   }
 
-  async rescueZombies(limit: number): Promise<RescueResult> {
+  async rescueZombies(limit: number, maxAttemptsByType?: Readonly<Record<string, number>>): Promise<RescueResult> {
     assertPositiveInt('limit', limit);
+    const byType = typeMaxAttemptsJson(maxAttemptsByType);
     // A bounded, idempotent sweep: running it again after a lost reply only sweeps again.
-    const [r] = await this.call('rescue_zombies', { Limit: limit }, 'safe');
+    const [r] = await this.call('rescue_zombies', { Limit: limit, TypeMaxAttempts: byType }, 'safe');
     return toRescueResult(camelKeys(r!));
   }
 
@@ -356,6 +363,28 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     assertPositiveInt('windowMinutes', windowMinutes, 60 * 24 * 31);
     const rows = await this.call('metrics', { WindowMinutes: windowMinutes, Queue: queue ?? null }, 'safe');
     return rows.map((r) => toMetricBucket(camelKeys(r)));
+  }
+
+  async listSchedules(name?: string): Promise<ScheduleState[]> {
+    if (name !== undefined) assertScheduleName('name', name);
+    return (await this.call('list_schedules', { Name: name ?? null }, 'safe')).map((r) => toScheduleState(camelKeys(r)));
+  }
+
+  async setSchedulePaused(name: string, paused: boolean): Promise<ScheduleState> {
+    assertScheduleName('name', name);
+    // Absolute: setting it twice is setting it once (a second resume does not move resumedAt: it was not paused).
+    const [r] = await this.call('set_schedule_paused', { Name: name, Paused: paused === true }, 'safe');
+    return toScheduleState(camelKeys(r!));
+  }
+
+  async fireSchedule(name: string, expectedTick: Date | null, tick: Date, jobs: EnqueueRequest[]): Promise<FireResult> {
+    assertScheduleName('name', name);
+    if (expectedTick !== null) assertTick('expectedTick', expectedTick);
+    assertTick('tick', tick);
+    const docs = jobs.length ? prepareEnqueue(jobs, this.maxPayloadBytes) : [];
+    // Safe to repeat after a lost reply: the compare-and-set makes a second run 'lost', enqueuing nothing.
+    const rows = await this.call('fire_schedule', { Name: name, ExpectedTick: expectedTick, Tick: tick, Jobs: JSON.stringify(docs) }, 'safe');
+    return toFireResult(rows.map(camelKeys));
   }
 
   async getQueue(name: string): Promise<QueueSettings | null> {

@@ -1,0 +1,16 @@
+// Timer: recurring jobs. Enqueues the due ticks of every schedule declared in handlers/ (defineSchedule), applying
+// each schedule's missed-tick policy; the store's compare-and-set makes each tick enqueued exactly once, however many
+// instances fire this timer at once.
+import type { InvocationContext, Timer } from '@azure/functions';
+import { getRuntime } from '../shared/host/runtime.js';
+import { runSchedulerPass } from '../shared/host/dispatch.js';
+
+export async function scheduler(_timer: Timer, context: InvocationContext): Promise<void> {
+  const rt = await getRuntime();
+  const report = await runSchedulerPass(rt, context);
+  for (const s of report.schedules) {
+    if (s.enqueued.length > 0 || s.skipped > 0) {
+      context.info(`schedule ${s.name}: ${s.status}, enqueued ${s.enqueued.length} (ticks ${s.ticks.join(', ')}), missed ${s.missed}, skipped ${s.skipped}`);
+    }
+  }
+}

@@ -1,0 +1,88 @@
+// Loads the handlers folder: every module in handlers/ (at the repository root; dist/handlers/ in the built app)
+// is imported, and every exported defineHandler/defineSchedule result is collected. Nothing else lists them, so
+// adding a handler is adding a file. Files named *.test.*, *.spec.*, *.d.ts or starting with "_" or "." are skipped
+// (tests and private helpers live next to the handlers).
+import { existsSync, readdirSync, statSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { isHandlerDefinition, isScheduleDefinition, type HandlerDefinition, type ScheduleDefinition } from './define.js';
+import type { HandlerRegistry } from './registry.js';
+
+// handlers/ next to shared/: <repo>/handlers from the sources (tsx, vitest), <repo>/dist/handlers when built.
+export const HANDLERS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../handlers');
+
+export interface LoadedHandlers {
+  dir: string;
+  files: string[];
+  handlers: (HandlerDefinition & { source: string })[];
+  schedules: (ScheduleDefinition & { source: string })[];
+}
+
+const MODULE = /\.(?:ts|mts|js|mjs)$/;
+const SKIP = /(?:\.test\.|\.spec\.|\.d\.[mc]?ts$)/;
+
+function moduleFiles(dir: string): string[] {
+  const out: string[] = [];
+  for (const name of readdirSync(dir).sort()) {
+    if (name.startsWith('_') || name.startsWith('.') || name === 'node_modules') continue;
+    const full = path.join(dir, name);
+    if (statSync(full).isDirectory()) out.push(...moduleFiles(full));
+    else if (MODULE.test(name) && !SKIP.test(name)) out.push(full);
+  }
+  return out;
+}
+
+export async function loadHandlerFolder(dir: string = HANDLERS_DIR): Promise<LoadedHandlers> {
+  const loaded: LoadedHandlers = { dir, files: [], handlers: [], schedules: [] };
+  if (!existsSync(dir)) return loaded;
+  let files = moduleFiles(dir);
+  // Built output next to stale sources (or the reverse) must not load one handler twice: prefer .js when both exist.
+  const js = new Set(files.filter((f) => /\.m?js$/.test(f)).map((f) => f.replace(/\.m?js$/, '')));
+  files = files.filter((f) => !(/\.m?ts$/.test(f) && js.has(f.replace(/\.m?ts$/, ''))));
+  for (const file of files) {
+    const source = path.relative(path.dirname(dir), file);
+    let mod: Record<string, unknown>;
+    try {
+      mod = (await import(pathToFileURL(file).href)) as Record<string, unknown>;
+    } catch (err) {
+      throw new Error(`loading ${source} failed: ${(err as Error).message}`, { cause: err });
+    }
+    loaded.files.push(source);
+    const seen = new Set<unknown>();
+    for (const value of Object.values(mod)) {
+      if (seen.has(value)) continue; // one definition exported under two names (default and named)
+      seen.add(value);
+      if (isHandlerDefinition(value)) loaded.handlers.push(Object.assign(Object.create(null), value, { source }));
+      else if (isScheduleDefinition(value)) loaded.schedules.push(Object.assign(Object.create(null), value, { source }));
+    }
+  }
+  return loaded;
+}
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export function registerHandlers(registry: HandlerRegistry, handlers: readonly (HandlerDefinition<any> & { source: string })[]): void {
+  for (const h of handlers) registry.register(h.type, h.handle, h.options, h.source);
+}
+
+// Checks that schedules name distinct, registered job types with valid payloads, so a typo fails the start.
+export function checkSchedules(registry: HandlerRegistry, schedules: readonly ScheduleDefinition[]): void {
+  const names = new Set<string>();
+  for (const s of schedules) {
+    const where = 'source' in s ? ` (${String((s as { source: unknown }).source)})` : '';
+    if (names.has(s.name)) throw new Error(`schedule "${s.name}" is declared twice${where}`);
+    names.add(s.name);
+    const h = registry.get(s.type);
+    if (!h) throw new Error(`schedule "${s.name}"${where}: no handler is registered for job type "${s.type}"`);
+    const schema = h.options.payload;
+    if (schema) {
+      const r = schema.safeParse(s.payload);
+      if (!r.success) {
+        const issue = r.error.issues[0]!;
+        throw new Error(`schedule "${s.name}"${where}: payload.${issue.path.join('.')}: ${issue.message}`);
+      }
+    }
+    if (s.queue && h.options.queue && s.queue !== h.options.queue) {
+      throw new Error(`schedule "${s.name}"${where}: jobs of type "${s.type}" run on queue "${h.options.queue}", not "${s.queue}"`);
+    }
+  }
+}

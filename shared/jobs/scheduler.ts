@@ -1,0 +1,143 @@
+// Recurring jobs: on every pass (the scheduler timer, on every instance) each schedule declared in handlers/ works
+// out which ticks are due since the last one handled, applies its missed-tick policy, and enqueues them through the
+// store's compare-and-set (fireSchedule): one instance wins each step, so each tick is enqueued exactly once across
+// any number of instances. Each job also carries the idempotency key schedule:<name>:<tick>.
+import { Cron } from 'croner';
+import type { EnqueueRequest, FireStatus, JobId, JobStore, ScheduleState } from './contract.js';
+import type { ScheduleDefinition } from './define.js';
+import type { HandlerRegistry } from './registry.js';
+import { prepareTypedJobs } from './typedEnqueue.js';
+
+// How many ticks one pass looks back at most: bounds a pass after a long outage (catch-up is bounded separately).
+export const MAX_TICKS_PER_PASS = 100;
+
+export function cronOf(def: ScheduleDefinition): Cron {
+  return new Cron(def.cron, { paused: true, timezone: def.timeZone, mode: '6-part' });
+}
+
+export function nextTick(def: ScheduleDefinition, after: Date): Date | null {
+  const c = cronOf(def);
+  try {
+    return c.nextRun(after);
+  } finally {
+    c.stop();
+  }
+}
+
+export interface TickPlan {
+  enqueue: Date[]; // ticks to enqueue, oldest first
+  advanceTo: Date | null; // the new lastTick (null: nothing is due, leave it)
+  onTime: number;
+  missed: number; // due ticks older than graceMs (counted up to MAX_TICKS_PER_PASS: the look-back is bounded)
+  skipped: number; // missed ticks not enqueued under the policy
+}
+
+// The ticks due in (from, now], from = the later of lastTick and resumedAt. A schedule never fired before starts
+// with its next tick (nothing from the past is run), so it only records the latest due tick as its baseline.
+export function planTicks(def: ScheduleDefinition, state: Pick<ScheduleState, 'lastTick' | 'resumedAt'> | null, now: Date): TickPlan {
+  const lastTick = state?.lastTick ?? null;
+  const resumedAt = state?.resumedAt ?? null;
+  const from = Math.max(lastTick?.getTime() ?? -Infinity, resumedAt?.getTime() ?? -Infinity);
+  const c = cronOf(def);
+  let due: Date[] = [];
+  try {
+    if (Number.isFinite(from)) {
+      // Forward from the last handled tick: the usual case is a tick or two.
+      let t: Date | null = new Date(from);
+      for (let i = 0; i <= MAX_TICKS_PER_PASS; i++) {
+        t = c.nextRun(t);
+        if (!t || t.getTime() > now.getTime()) break;
+        due.push(t);
+      }
+    }
+    if (!Number.isFinite(from) || due.length > MAX_TICKS_PER_PASS) {
+      // First sight (only the latest tick matters), or a long outage (only the latest MAX_TICKS_PER_PASS do: catch-up
+      // is bounded).
+      const n = Number.isFinite(from) ? MAX_TICKS_PER_PASS : 1;
+      due = c.previousRuns(n, new Date(now.getTime() + 1)).filter((x) => x.getTime() > from).reverse();
+    }
+  } finally {
+    c.stop();
+  }
+  const empty: TickPlan = { enqueue: [], advanceTo: null, onTime: 0, missed: 0, skipped: 0 };
+  if (due.length === 0) return empty;
+  const latest = due[due.length - 1]!;
+  if (!state || state.lastTick === null) {
+    // First sight: start from here. Only a tick that is due right now (within the grace period) runs.
+    const current = now.getTime() - latest.getTime() <= def.graceMs ? [latest] : [];
+    return { enqueue: current, advanceTo: latest, onTime: current.length, missed: 0, skipped: due.length - current.length };
+  }
+  const onTime = due.filter((t) => now.getTime() - t.getTime() <= def.graceMs);
+  const missed = due.filter((t) => now.getTime() - t.getTime() > def.graceMs);
+  let fromMissed: Date[] = [];
+  if (missed.length > 0) {
+    if (def.missed === 'once') fromMissed = [missed[missed.length - 1]!];
+    else if (def.missed === 'catchUp') fromMissed = missed.slice(-def.maxCatchUp);
+  }
+  return {
+    enqueue: [...fromMissed, ...onTime],
+    advanceTo: latest,
+    onTime: onTime.length,
+    missed: missed.length,
+    skipped: missed.length - fromMissed.length,
+  };
+}
+
+export function scheduleKey(def: ScheduleDefinition, tick: Date): string {
+  return `schedule:${def.name}:${tick.toISOString()}`;
+}
+
+export interface SchedulePassItem {
+  name: string;
+  status: FireStatus | 'idle';
+  enqueued: JobId[];
+  ticks: string[];
+  missed: number;
+  skipped: number;
+}
+
+// One pass over every schedule. `now` is injectable for tests (a fake clock); the store's own clock is not used to
+// decide ticks, only to stamp updates.
+export async function runSchedules(
+  store: JobStore,
+  registry: HandlerRegistry,
+  schedules: readonly ScheduleDefinition[],
+  now: Date = new Date(),
+): Promise<SchedulePassItem[]> {
+  if (schedules.length === 0) return [];
+  const states = new Map((await store.listSchedules()).map((s) => [s.name, s]));
+  const out: SchedulePassItem[] = [];
+  for (const def of schedules) {
+    const state = states.get(def.name) ?? null;
+    if (state?.paused) {
+      out.push({ name: def.name, status: 'paused', enqueued: [], ticks: [], missed: 0, skipped: 0 });
+      continue;
+    }
+    const plan = planTicks(def, state, now);
+    if (!plan.advanceTo) {
+      out.push({ name: def.name, status: 'idle', enqueued: [], ticks: [], missed: 0, skipped: 0 });
+      continue;
+    }
+    const jobs: EnqueueRequest[] = prepareTypedJobs(
+      registry,
+      plan.enqueue.map((tick) => ({
+        type: def.type,
+        ...(def.queue ? { queue: def.queue } : {}),
+        payload: def.payload,
+        priority: def.priority,
+        tags: [`schedule:${def.name}`],
+        idempotencyKey: scheduleKey(def, tick),
+      })),
+    );
+    const r = await store.fireSchedule(def.name, state?.lastTick ?? null, plan.advanceTo, jobs);
+    out.push({
+      name: def.name,
+      status: r.status,
+      enqueued: r.status === 'fired' ? r.jobs.filter((j) => !j.duplicate).map((j) => j.id) : [],
+      ticks: r.status === 'fired' ? plan.enqueue.map((t) => t.toISOString()) : [],
+      missed: plan.missed,
+      skipped: plan.skipped,
+    });
+  }
+  return out;
+}

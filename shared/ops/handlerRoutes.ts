@@ -1,0 +1,118 @@
+// Ops routes for what handlers/ declares: job types with their options and payload schema, and recurring schedules.
+import { z } from 'zod/v4';
+import type { RegisteredHandler } from '../jobs/registry.js';
+import type { ScheduleState } from '../jobs/contract.js';
+import type { ScheduleDefinition } from '../jobs/define.js';
+import { nextTick } from '../jobs/scheduler.js';
+import { notFound } from './errors.js';
+import { route, type OpsRoute } from './router.js';
+import * as s from './schemas.js';
+
+function payloadSchema(h: RegisteredHandler): unknown {
+  if (!h.options.payload) return null;
+  try {
+    return z.toJSONSchema(h.options.payload, { io: 'input', unrepresentable: 'any' });
+  } catch {
+    return { description: 'not representable as JSON Schema' };
+  }
+}
+
+export function describeHandler(h: RegisteredHandler): Record<string, unknown> {
+  const o = h.options;
+  return {
+    type: h.type,
+    source: h.source ?? null,
+    queue: o.queue ?? null,
+    timeoutMs: o.timeoutMs,
+    maxAttempts: o.maxAttempts ?? null, // null: the job's own, else the queue's
+    backoff: o.backoff,
+    retryOnTimeout: o.retryOnTimeout,
+    concurrency: o.concurrency ?? null, // null: no per-type limit
+    payloadSchema: payloadSchema(h),
+  };
+}
+
+const scheduleParams = z.strictObject({ name: z.string().regex(/^[A-Za-z0-9_.:-]{1,100}$/, 'must be a schedule name') });
+
+function describeSchedule(def: ScheduleDefinition, state: ScheduleState | undefined, now: Date): Record<string, unknown> {
+  const paused = state?.paused ?? false;
+  return {
+    name: def.name,
+    source: 'source' in def ? (def as { source?: string }).source ?? null : null,
+    cron: def.cron,
+    timeZone: def.timeZone,
+    type: def.type,
+    queue: def.queue ?? null,
+    payload: def.payload,
+    missed: def.missed,
+    maxCatchUp: def.maxCatchUp,
+    graceMs: def.graceMs,
+    state: paused ? 'paused' : 'active',
+    lastTick: state?.lastTick?.toISOString() ?? null,
+    nextTick: paused ? null : (nextTick(def, now)?.toISOString() ?? null),
+    lastJobId: state?.lastJobId ?? null,
+    resumedAt: state?.resumedAt?.toISOString() ?? null,
+  };
+}
+
+export const handlerRoutes: OpsRoute<any, any, any>[] = [
+  route({
+    method: 'GET',
+    path: '/handlers',
+    operationId: 'listHandlers',
+    summary: 'Registered job types with their options (queue, timeout, attempts, backoff, concurrency) and payload JSON Schema',
+    tag: 'jobs',
+    query: s.emptyQuery,
+    responses: { 200: 'registered handlers' },
+    async handle({ rt }) {
+      return {
+        body: {
+          allowUnknownTypes: rt.settings.KEEL_ALLOW_UNKNOWN_JOB_TYPES,
+          items: rt.registry.all().map(describeHandler),
+        },
+      };
+    },
+  }),
+  route({
+    method: 'GET',
+    path: '/schedules',
+    operationId: 'listSchedules',
+    summary: 'Recurring schedules declared in handlers/: cron, time zone, job, missed-tick policy, state, last and next tick',
+    tag: 'jobs',
+    query: s.emptyQuery,
+    responses: { 200: 'schedules (undeclared: state kept in the database for a schedule no longer in the code)' },
+    async handle({ rt }) {
+      const now = new Date();
+      const states = new Map((await rt.store.listSchedules()).map((x) => [x.name, x]));
+      const items = rt.schedules.map((d) => describeSchedule(d, states.get(d.name), now));
+      const declared = new Set(rt.schedules.map((d) => d.name));
+      const undeclared = [...states.values()]
+        .filter((x) => !declared.has(x.name))
+        .map((x) => ({ name: x.name, paused: x.paused, lastTick: x.lastTick?.toISOString() ?? null }));
+      return { body: { items, undeclared } };
+    },
+  }),
+  ...(['pause', 'resume'] as const).map((action) =>
+    route({
+      method: 'POST',
+      path: `/schedules/:name/${action}`,
+      operationId: `${action}Schedule`,
+      summary:
+        action === 'pause'
+          ? 'Pause a schedule: no ticks are enqueued until resumed (kept in the database, for every instance)'
+          : 'Resume a schedule: ticks that passed while paused are not run; the next tick is',
+      tag: 'jobs',
+      destructive: true,
+      params: scheduleParams,
+      query: s.emptyQuery,
+      body: s.emptyBody,
+      responses: { 200: 'the schedule after the change', 403: 'operator role missing', 404: 'no such schedule' },
+      async handle({ rt, params }) {
+        const def = rt.schedules.find((d) => d.name === params.name);
+        if (!def) throw notFound(`schedule "${params.name}"`);
+        const state = await rt.store.setSchedulePaused(def.name, action === 'pause');
+        return { body: describeSchedule(def, state, new Date()) };
+      },
+    }),
+  ),
+];

@@ -1,0 +1,95 @@
+// The handlers folder is the one place for user handlers: a file added there is registered by the built app
+// (dist/) and by the runtime every host builds (Azure, npm start, tests), with nothing else to edit.
+import { afterAll, describe, expect, it } from 'vitest';
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { fileURLToPath } from 'node:url';
+import { parseSettings } from '../../shared/config/settings.js';
+import { createRuntime } from '../../shared/host/runtime.js';
+import { HANDLERS_DIR, loadHandlerFolder } from '../../shared/jobs/handlerFolder.js';
+import type { JobStore } from '../../shared/jobs/contract.js';
+
+const run = promisify(execFile);
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const tag = `p${process.pid}`;
+const probeFile = path.join(root, 'handlers', `probe-${tag}.ts`);
+const outDir = path.join(root, '.tmp', `build-${tag}`);
+const settings = parseSettings({ KEEL_PG_URL: 'postgres://u:p@127.0.0.1:1/none' });
+// Registration needs no database: the store is never called before a job is enqueued.
+const noStore = { engine: 'none', close: async () => undefined } as unknown as JobStore;
+const noQueues = { send: async () => undefined, sendPoison: async () => undefined, ping: async () => true };
+
+afterAll(() => {
+  rmSync(probeFile, { force: true });
+  rmSync(outDir, { recursive: true, force: true });
+});
+
+describe('handlers folder', () => {
+  it('ships the example handler, registered by the runtime; the demo handlers only when asked for', async () => {
+    const rt = await createRuntime(settings, { store: noStore, queues: noQueues, transfers: null });
+    expect(rt.registry.types()).toContain('webhook.post');
+    expect(rt.registry.get('webhook.post')!.source).toBe(path.join('handlers', 'webhook.ts'));
+    expect(rt.registry.types().filter((t) => t.startsWith('demo.'))).toEqual([]);
+    await rt.close();
+    const demo = await createRuntime(parseSettings({ ...process.env, KEEL_PG_URL: 'postgres://u:p@127.0.0.1:1/none', KEEL_DEMO_HANDLERS: 'true' }), {
+      store: noStore, queues: noQueues, transfers: null,
+    });
+    expect(demo.registry.types()).toEqual(expect.arrayContaining(['demo.echo', 'webhook.post']));
+    await demo.close();
+  });
+
+  it('skips tests and private files, loads nested folders, and refuses a type declared twice naming both files', async () => {
+    const dir = mkdtempSync(path.join(root, '.tmp', 'hf-'));
+    try {
+      const define = (from: string) => path.relative(from, path.join(root, 'shared/jobs/define.js')).split(path.sep).join('/');
+      const file = (type: string, from = dir) => `import { defineHandler } from '${define(from)}';\nexport const h = defineHandler('${type}', { async handle() {} });\nexport default h;\n`;
+      writeFileSync(path.join(dir, 'a.ts'), file('t.a'));
+      writeFileSync(path.join(dir, 'a.test.ts'), file('t.test'));
+      writeFileSync(path.join(dir, '_private.ts'), file('t.private'));
+      const { mkdirSync } = await import('node:fs');
+      mkdirSync(path.join(dir, 'billing'));
+      writeFileSync(path.join(dir, 'billing', 'b.ts'), file('t.b', path.join(dir, 'billing')));
+      const loaded = await loadHandlerFolder(dir);
+      expect(loaded.handlers.map((h) => h.type).sort()).toEqual(['t.a', 't.b']); // default + named export: once
+      writeFileSync(path.join(dir, 'c.ts'), file('t.a'));
+      await expect(createRuntime(settings, { store: noStore, queues: noQueues, transfers: null, handlersDir: dir })).rejects.toThrow(
+        /"t.a" is already registered \(by .*a\.ts\)/,
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a file added to handlers/ is compiled by `npm run build` and registered by the built app', async () => {
+    writeFileSync(
+      probeFile,
+      `import { defineHandler, defineSchedule, z } from '../shared/jobs/define.js';\n` +
+        `export const probe = defineHandler('probe.${tag}', { payload: z.object({ n: z.number() }), queue: 'probes', async handle() {} });\n` +
+        `export const every5 = defineSchedule('probe-${tag}', { cron: '*/5 * * * * *', type: 'probe.${tag}', payload: { n: 1 } });\n`,
+    );
+    // The build exactly as `npm run build` runs it, into a scratch folder inside the project (so node_modules resolve).
+    await run(process.execPath, [path.join(root, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.build.json', '--outDir', outDir], { cwd: root });
+    const script = `
+      const { createRuntime } = await import(${JSON.stringify(path.join(outDir, 'shared/host/runtime.js'))});
+      const { parseSettings } = await import(${JSON.stringify(path.join(outDir, 'shared/config/settings.js'))});
+      const rt = await createRuntime(parseSettings({ KEEL_PG_URL: 'postgres://u:p@127.0.0.1:1/none' }), {
+        store: { engine: 'none', close: async () => {} }, queues: { send: async () => {}, sendPoison: async () => {}, ping: async () => true }, transfers: null });
+      console.log(JSON.stringify({ types: rt.registry.types(), queue: rt.registry.get('probe.${tag}')?.options.queue,
+        schedules: rt.schedules.map((s) => s.name), source: rt.registry.get('probe.${tag}')?.source }));
+      await rt.close();`;
+    const { stdout } = await run(process.execPath, ['--input-type=module', '-e', script], { cwd: root });
+    const built = JSON.parse(stdout.trim().split('\n').at(-1)!);
+    expect(built.types).toEqual(expect.arrayContaining([`probe.${tag}`, 'webhook.post']));
+    expect(built.queue).toBe('probes');
+    expect(built.schedules).toContain(`probe-${tag}`);
+    expect(built.source).toBe(path.join('handlers', `probe-${tag}.js`));
+    // Tests are not compiled into the app.
+    const { existsSync } = await import('node:fs');
+    expect(existsSync(path.join(outDir, 'handlers', 'webhook.test.js'))).toBe(false);
+    // And the source tree (tsx: npm start, vitest) registers the same file.
+    const fromSource = await loadHandlerFolder(HANDLERS_DIR);
+    expect(fromSource.handlers.map((h) => h.type)).toContain(`probe.${tag}`);
+  }, 300_000);
+});

@@ -1,0 +1,144 @@
+// Recurring jobs: exactly one job per tick across three instances sharing one database; missed-tick policies after an
+// outage (fake clock); pause and resume kept in the database and served by the ops API (operator role).
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ops } from '../../functions/ops.js';
+import { parseSettings } from '../../shared/config/settings.js';
+import { createRuntime, type Runtime, type RuntimeOverrides } from '../../shared/host/runtime.js';
+import { runSchedulerPass } from '../../shared/host/dispatch.js';
+import { defineHandler, defineSchedule, z } from '../../shared/jobs/define.js';
+import { registerHandlers } from '../../shared/jobs/handlerFolder.js';
+import { planTicks } from '../../shared/jobs/scheduler.js';
+import { context, createTestRuntime, jsonOf, RecordingQueues, request, type TestRuntime } from '../functions/support.js';
+
+const tick = defineHandler('test.tick', { payload: z.object({ n: z.number() }), queue: 'ticks', async handle() {} });
+const register = (r: Parameters<typeof registerHandlers>[0]) => registerHandlers(r, [{ ...tick, source: 'test' }]);
+const quiet = { info() {}, warn() {}, error() {} };
+
+const everySecond = defineSchedule('every-second', { cron: '* * * * * *', type: 'test.tick', payload: { n: 1 } });
+const minute = (name: string, missed: 'skip' | 'once' | 'catchUp') =>
+  defineSchedule(name, { cron: '0 * * * * *', type: 'test.tick', payload: { n: 2 }, missed, maxCatchUp: 3, graceMs: 5_000 });
+const skip = minute('m-skip', 'skip');
+const once = minute('m-once', 'once');
+const catchUp = minute('m-catchup', 'catchUp');
+const pausable = defineSchedule('pausable', { cron: '* * * * * *', type: 'test.tick', payload: { n: 3 } });
+
+let t: TestRuntime;
+const others: Runtime[] = [];
+
+beforeAll(async () => {
+  t = await createTestRuntime('schedules', { register, env: { KEEL_WORKER_ID: 'host-a' } });
+});
+afterAll(async () => {
+  for (const o of others) await o.close();
+  await t?.close();
+});
+
+async function instance(schedules: RuntimeOverrides['schedules'], worker: string): Promise<Runtime> {
+  const env = { KEEL_PG_URL: t.url, KEEL_WORKER_ID: worker, KEEL_PG_POOL_SIZE: '3' };
+  const rt = await createRuntime(parseSettings(env), { queues: new RecordingQueues(), transfers: null, env, register, schedules });
+  others.push(rt);
+  return rt;
+}
+
+async function jobsOf(rt: Runtime, name: string) {
+  const jobs = await rt.store.searchJobs({ location: 'hot', tag: `schedule:${name}`, limit: 500 });
+  return jobs.map((j) => ({ id: j.id, key: j.idempotencyKey!, tick: j.idempotencyKey!.slice(`schedule:${name}:`.length) })).sort((a, b) => a.tick.localeCompare(b.tick));
+}
+
+describe('recurring schedules', () => {
+  it('three instances sharing one database, a 1-second schedule for ~10 s: exactly one job per tick, no gaps', async () => {
+    const hosts = [await instance([everySecond], 'host-1'), await instance([everySecond], 'host-2'), await instance([everySecond], 'host-3')];
+    const until = Date.now() + 10_500;
+    let enqueuedByPasses = 0;
+    const statuses: string[] = [];
+    // Each host runs its scheduler about every 200 ms, out of step with the others, as timers on separate instances do.
+    await Promise.all(
+      hosts.map(async (rt, i) => {
+        await new Promise((r) => setTimeout(r, i * 67));
+        while (Date.now() < until) {
+          const report = await runSchedulerPass(rt, quiet);
+          enqueuedByPasses += report.enqueued;
+          statuses.push(...report.schedules.map((s) => s.status));
+          await new Promise((r) => setTimeout(r, 150 + Math.random() * 100));
+        }
+      }),
+    );
+    const jobs = await jobsOf(hosts[0]!, 'every-second');
+    expect(jobs.length).toBeGreaterThanOrEqual(8);
+    expect(new Set(jobs.map((j) => j.key)).size).toBe(jobs.length);
+    expect(enqueuedByPasses).toBe(jobs.length); // the compare-and-set kept duplicates out, not the idempotency key
+    const ms = jobs.map((j) => Date.parse(j.tick));
+    for (let i = 1; i < ms.length; i++) expect(ms[i]! - ms[i - 1]!).toBe(1000); // every tick, once
+    expect(statuses).toContain('lost'); // the instances did race for the same ticks
+    const [state] = await hosts[0]!.store.listSchedules('every-second');
+    expect(state!.lastTick!.toISOString()).toBe(jobs.at(-1)!.tick);
+  }, 60_000);
+
+  it('missed ticks after an outage: skip runs none, once runs the latest, catchUp runs the latest maxCatchUp', async () => {
+    const rt = await instance([skip, once, catchUp], 'host-fake-clock');
+    const at = (iso: string) => runSchedulerPass(rt, quiet, new Date(iso));
+    const byName = (r: Awaited<ReturnType<typeof at>>) => Object.fromEntries(r.schedules.map((s) => [s.name, s]));
+    // First sight at :30: 12:00 is already 30 s old (grace 5 s): nothing runs, it becomes the baseline.
+    let r = byName(await at('2031-01-01T12:00:30Z'));
+    for (const n of ['m-skip', 'm-once', 'm-catchup']) expect(r[n]).toMatchObject({ status: 'fired', ticks: [] });
+    r = byName(await at('2031-01-01T12:01:01Z')); // on time
+    for (const n of ['m-skip', 'm-once', 'm-catchup']) expect(r[n]!.ticks).toEqual(['2031-01-01T12:01:00.000Z']);
+    // Outage: nothing runs from 12:01:01 to 12:10:30. Ticks 12:02 .. 12:10 were missed (12:10 is 30 s old).
+    r = byName(await at('2031-01-01T12:10:30Z'));
+    expect(r['m-skip']).toMatchObject({ ticks: [], missed: 9, skipped: 9 });
+    expect(r['m-once']).toMatchObject({ ticks: ['2031-01-01T12:10:00.000Z'], missed: 9, skipped: 8 });
+    expect(r['m-catchup']).toMatchObject({
+      ticks: ['2031-01-01T12:08:00.000Z', '2031-01-01T12:09:00.000Z', '2031-01-01T12:10:00.000Z'], missed: 9, skipped: 6,
+    });
+    r = byName(await at('2031-01-01T12:10:45Z')); // a second pass finds nothing new
+    for (const n of ['m-skip', 'm-once', 'm-catchup']) expect(r[n]!.status).toBe('idle');
+    r = byName(await at('2031-01-01T12:11:02Z')); // back on schedule
+    for (const n of ['m-skip', 'm-once', 'm-catchup']) expect(r[n]!.ticks).toEqual(['2031-01-01T12:11:00.000Z']);
+    expect((await jobsOf(rt, 'm-skip')).map((j) => j.tick)).toEqual(['2031-01-01T12:01:00.000Z', '2031-01-01T12:11:00.000Z']);
+    expect((await jobsOf(rt, 'm-once')).length).toBe(3);
+    expect((await jobsOf(rt, 'm-catchup')).length).toBe(5);
+    const job = await rt.store.getJob((await jobsOf(rt, 'm-once'))[0]!.id);
+    expect(job).toMatchObject({ queue: 'ticks', type: 'test.tick', payload: { n: 2 } });
+    // Catch-up after a very long outage stays bounded.
+    const plan = planTicks(catchUp, { lastTick: new Date('2031-01-01T12:11:00Z'), resumedAt: null }, new Date('2031-03-01T00:00:30Z'));
+    expect(plan.enqueue.map((d) => d.toISOString())).toEqual(['2031-02-28T23:58:00.000Z', '2031-02-28T23:59:00.000Z', '2031-03-01T00:00:00.000Z']);
+    expect(plan.advanceTo).toEqual(new Date('2031-03-01T00:00:00Z'));
+  });
+
+  it('pause and resume over the ops API (operator role), kept in the database; paused ticks never run', async () => {
+    const rt = await instance([pausable], 'host-pause');
+    const { setRuntime } = await import('../../shared/host/runtime.js');
+    setRuntime(rt);
+    const call = async (method: string, path: string, operator = true) => {
+      const res = await ops(request(method, path, { operator }), context('ops'));
+      return { status: res.status ?? 200, body: jsonOf(res) };
+    };
+    await runSchedulerPass(rt, quiet); // baseline
+    expect((await call('POST', 'schedules/pausable/pause', false)).status).toBe(403);
+    expect((await call('POST', 'schedules/nope/pause')).status).toBe(404);
+    const paused = await call('POST', 'schedules/pausable/pause');
+    expect(paused.status).toBe(200);
+    expect(paused.body).toMatchObject({ name: 'pausable', state: 'paused', nextTick: null });
+    const before = (await jobsOf(rt, 'pausable')).length;
+    await new Promise((r) => setTimeout(r, 2_100));
+    // Another instance sees the pause too: it lives in the database.
+    const other = await instance([pausable], 'host-pause-2');
+    expect((await runSchedulerPass(other, quiet)).schedules[0]!.status).toBe('paused');
+    expect((await jobsOf(rt, 'pausable')).length).toBe(before);
+    const listed = await call('GET', 'schedules');
+    expect(listed.body.items.find((i: { name: string }) => i.name === 'pausable')).toMatchObject({ state: 'paused', cron: '* * * * * *', type: 'test.tick' });
+    const resumed = await call('POST', 'schedules/pausable/resume');
+    expect(resumed.body).toMatchObject({ state: 'active' });
+    const resumedAt = Date.parse(resumed.body.resumedAt);
+    await new Promise((r) => setTimeout(r, 1_200));
+    await runSchedulerPass(other, quiet);
+    const after = await jobsOf(rt, 'pausable');
+    expect(after.length).toBeGreaterThan(before);
+    for (const j of after.slice(before)) expect(Date.parse(j.tick)).toBeGreaterThan(resumedAt); // nothing from the pause
+    const listedAgain = await call('GET', 'schedules');
+    const item = listedAgain.body.items.find((i: { name: string }) => i.name === 'pausable');
+    expect(item.state).toBe('active');
+    expect(Date.parse(item.nextTick)).toBeGreaterThan(Date.parse(item.lastTick));
+    setRuntime(t.rt);
+  });
+});
