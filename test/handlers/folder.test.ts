@@ -2,28 +2,30 @@
 // (dist/) and by the runtime every host builds (Azure, npm start, tests), with nothing else to edit.
 import { afterAll, describe, expect, it } from 'vitest';
 import { execFile } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { parseSettings } from '../../shared/config/settings.js';
 import { createRuntime } from '../../shared/host/runtime.js';
-import { HANDLERS_DIR, loadHandlerFolder } from '../../shared/jobs/handlerFolder.js';
+import { loadHandlerFolder } from '../../shared/jobs/handlerFolder.js';
 import type { JobStore } from '../../shared/jobs/contract.js';
 
 const run = promisify(execFile);
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const tag = `p${process.pid}`;
-const probeFile = path.join(root, 'handlers', `probe-${tag}.ts`);
-const outDir = path.join(root, '.tmp', `build-${tag}`);
+// The probe goes into a copy of the app's source tree, never into the real handlers/ folder: test files run in
+// parallel, and every runtime they build loads handlers/ (a probe there would show up in their registries).
+const project = path.join(root, '.tmp', `project-${tag}`);
+const probeFile = path.join(project, 'handlers', `probe-${tag}.ts`);
+const outDir = path.join(project, 'dist');
 const settings = parseSettings({ KEEL_PG_URL: 'postgres://u:p@127.0.0.1:1/none' });
 // Registration needs no database: the store is never called before a job is enqueued.
 const noStore = { engine: 'none', close: async () => undefined } as unknown as JobStore;
 const noQueues = { send: async () => undefined, sendPoison: async () => undefined, ping: async () => true };
 
 afterAll(() => {
-  rmSync(probeFile, { force: true });
-  rmSync(outDir, { recursive: true, force: true });
+  rmSync(project, { recursive: true, force: true });
 });
 
 describe('handlers folder', () => {
@@ -41,6 +43,7 @@ describe('handlers folder', () => {
   });
 
   it('skips tests and private files, loads nested folders, and refuses a type declared twice naming both files', async () => {
+    mkdirSync(path.join(root, '.tmp'), { recursive: true });
     const dir = mkdtempSync(path.join(root, '.tmp', 'hf-'));
     try {
       const define = (from: string) => path.relative(from, path.join(root, 'shared/jobs/define.js')).split(path.sep).join('/');
@@ -63,14 +66,18 @@ describe('handlers folder', () => {
   });
 
   it('a file added to handlers/ is compiled by `npm run build` and registered by the built app', async () => {
+    for (const entry of ['functions', 'shared', 'handlers', 'tsconfig.json', 'tsconfig.build.json', 'package.json', 'host.json']) {
+      cpSync(path.join(root, entry), path.join(project, entry), { recursive: true, filter: (src) => !src.endsWith('.test.ts') });
+    }
+    symlinkSync(path.join(root, 'node_modules'), path.join(project, 'node_modules'), 'dir');
     writeFileSync(
       probeFile,
       `import { defineHandler, defineSchedule, z } from '../shared/jobs/define.js';\n` +
         `export const probe = defineHandler('probe.${tag}', { payload: z.object({ n: z.number() }), queue: 'probes', async handle() {} });\n` +
         `export const every5 = defineSchedule('probe-${tag}', { cron: '*/5 * * * * *', type: 'probe.${tag}', payload: { n: 1 } });\n`,
     );
-    // The build exactly as `npm run build` runs it, into a scratch folder inside the project (so node_modules resolve).
-    await run(process.execPath, [path.join(root, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.build.json', '--outDir', outDir], { cwd: root });
+    // The build exactly as `npm run build` runs it, in the copy (its node_modules link to the project's).
+    await run(process.execPath, [path.join(root, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.build.json', '--outDir', outDir], { cwd: project });
     const script = `
       const { createRuntime } = await import(${JSON.stringify(path.join(outDir, 'shared/host/runtime.js'))});
       const { parseSettings } = await import(${JSON.stringify(path.join(outDir, 'shared/config/settings.js'))});
@@ -79,7 +86,7 @@ describe('handlers folder', () => {
       console.log(JSON.stringify({ types: rt.registry.types(), queue: rt.registry.get('probe.${tag}')?.options.queue,
         schedules: rt.schedules.map((s) => s.name), source: rt.registry.get('probe.${tag}')?.source }));
       await rt.close();`;
-    const { stdout } = await run(process.execPath, ['--input-type=module', '-e', script], { cwd: root });
+    const { stdout } = await run(process.execPath, ['--input-type=module', '-e', script], { cwd: project });
     const built = JSON.parse(stdout.trim().split('\n').at(-1)!);
     expect(built.types).toEqual(expect.arrayContaining([`probe.${tag}`, 'webhook.post']));
     expect(built.queue).toBe('probes');
@@ -89,7 +96,7 @@ describe('handlers folder', () => {
     const { existsSync } = await import('node:fs');
     expect(existsSync(path.join(outDir, 'handlers', 'webhook.test.js'))).toBe(false);
     // And the source tree (tsx: npm start, vitest) registers the same file.
-    const fromSource = await loadHandlerFolder(HANDLERS_DIR);
+    const fromSource = await loadHandlerFolder(path.join(project, 'handlers'));
     expect(fromSource.handlers.map((h) => h.type)).toContain(`probe.${tag}`);
   }, 300_000);
 });
