@@ -80,6 +80,13 @@ writeFileSync(
   ) + '\n',
 );
 
+// An ignore file that leaves nothing out: without one, azd drops node_modules from a Node.js package; `func azure
+// functionapp publish` run from this folder reads it too.
+writeFileSync(
+  path.join(appDir, '.funcignore'),
+  '# Written by scripts/package.mjs: this folder is the finished deployment package; nothing in it is left out.\n.funcignore\n',
+);
+
 // 4. Production node_modules: the directories `npm ls --omit=dev` resolves, each copied without its nested
 // node_modules (nested production packages are listed on their own) and without files nothing loads at run time.
 let listing;

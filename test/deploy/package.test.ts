@@ -115,6 +115,7 @@ describe('deployment package', () => {
     const names = zipFiles.map((f) => f.name);
     expect(names).toContain('host.json');
     expect(names).toContain('package.json');
+    expect(names).toContain('.funcignore'); // without one, azd would leave node_modules out
     expect(names).toContain('dist/functions/index.js');
     expect(names).toContain('dist/functions/index.js.map');
     expect(names.some((n) => n.startsWith('sql/sqlserver/') && n.endsWith('.sql'))).toBe(true);
