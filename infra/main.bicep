@@ -369,7 +369,8 @@ module sql 'modules/sql.bicep' = {
     autoPauseDelayMinutes: sqlAutoPauseDelayMinutes
     clientIpAddress: clientIpAddress
     allowAzureServices: sqlAllowAzureServices && !vnetEnabled
-    appCanReachSql: vnetEnabled || sqlAllowAzureServices
+    // Checked by the deployment, not the compiler (json() hides the value): false fails the deployment.
+    appCanReachSql: json(string(vnetEnabled || sqlAllowAzureServices))
   }
 }
 
@@ -397,10 +398,16 @@ module network 'modules/network.bicep' = if (vnetEnabled) {
     addressPrefix: vnetAddressPrefix
     appSubnetPrefix: vnetAppSubnetPrefix
     endpointSubnetPrefix: vnetEndpointSubnetPrefix
-    storageAccountId: storage.outputs.id
-    sqlServerId: sql.outputs.serverId
-    keyVaultId: keyVault.outputs.id
+    storageAccountName: names.storage
+    sqlServerName: names.sqlServer
+    keyVaultName: names.keyVault
   }
+  // Names are known up front (better what-if); the resources must exist first.
+  dependsOn: [
+    storage
+    sql
+    keyVault
+  ]
 }
 
 module roles 'modules/roles.bicep' = {
@@ -478,7 +485,8 @@ module functionApp 'modules/functionapp.bicep' = {
     nodeVersion: nodeVersion
     instanceMemoryMB: instanceMemoryMB
     maximumInstanceCount: maximumInstanceCount
-    capacityFitsDatabase: maximumInstanceCount * sqlPoolSize <= sqlMaxWorkers - sqlWorkerHeadroom
+    // Checked by the deployment, not the compiler (json() hides the value): false fails the deployment.
+    capacityFitsDatabase: json(string(maximumInstanceCount * sqlPoolSize <= sqlMaxWorkers - sqlWorkerHeadroom))
     httpPerInstanceConcurrency: httpPerInstanceConcurrency
     virtualNetworkSubnetId: vnetEnabled ? network!.outputs.appSubnetId : ''
     appSettings: appSettings
@@ -503,7 +511,8 @@ module alerts 'modules/alerts.bicep' = {
     existingActionGroupId: alertActionGroupId
     alertWebhookUrl: alertWebhookUrl
     alertReceivers: alertReceivers
-    availabilityTestUrl: availabilityTestEnabled ? 'https://${functionApp.outputs.defaultHostName}/api/health' : ''
+    availabilityTestEnabled: availabilityTestEnabled
+    availabilityTestUrl: 'https://${functionApp.outputs.defaultHostName}/api/health'
     dlqGrowthWindow: dlqGrowthWindow
     dlqGrowthThreshold: dlqGrowthThreshold
     deadLetterRateWindow: deadLetterRateWindow

@@ -36,7 +36,10 @@ param alertWebhookUrl string
 @minLength(1)
 param alertReceivers array
 
-@description('URL of the anonymous liveness endpoint for an Application Insights availability test; empty for none.')
+@description('Create an Application Insights standard availability test of availabilityTestUrl, and its alert.')
+param availabilityTestEnabled bool
+
+@description('URL of the anonymous liveness endpoint the availability test calls.')
 param availabilityTestUrl string
 
 @description('DLQ growth: window over which moves to the DLQ are summed, per queue.')
@@ -370,10 +373,10 @@ var availabilityRule = {
   threshold: 2
   dimensions: []
 }
-var rules = empty(availabilityTestUrl) ? baseRules : concat(baseRules, [availabilityRule])
+var rules = availabilityTestEnabled ? concat(baseRules, [availabilityRule]) : baseRules
 
 // Standard availability test of the anonymous liveness route, from five locations every five minutes.
-resource availabilityTest 'Microsoft.Insights/webtests@2022-06-15' = if (!empty(availabilityTestUrl)) {
+resource availabilityTest 'Microsoft.Insights/webtests@2022-06-15' = if (availabilityTestEnabled) {
   name: availabilityTestName
   location: location
   tags: union(tags, { 'hidden-link:${appInsightsId}': 'Resource' })
@@ -495,5 +498,5 @@ resource alertRules 'Microsoft.Insights/scheduledQueryRules@2026-03-01' = [
 
 output actionGroupId string = actionGroup.id
 output alertRuleNames array = [for (rule, i) in rules: alertRules[i].name]
-output availabilityTestName string = empty(availabilityTestUrl) ? '' : availabilityTest.name
+output availabilityTestName string = availabilityTestEnabled ? availabilityTest.name : ''
 output receiverCount int = length(alertReceivers)

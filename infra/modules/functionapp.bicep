@@ -46,7 +46,7 @@ param instanceMemoryMB int
 @maxValue(1000)
 param maximumInstanceCount int
 
-@description('maximumInstanceCount × the SQL pool per instance fits the database\'s worker limit (main.bicep computes it). Deployment fails when it does not: lower maximumInstanceCount or sqlPoolSize, or raise sqlMaxWorkers with a bigger database.')
+@description('True when maximumInstanceCount × the SQL pool per instance fits the database\'s worker limit less headroom (main.bicep computes it). False fails the deployment: lower maximumInstanceCount or sqlPoolSize, or raise sqlMaxWorkers with a bigger database.')
 @allowed([
   true
 ])

@@ -21,50 +21,57 @@ param appSubnetPrefix string
 @description('Subnet for the private endpoints.')
 param endpointSubnetPrefix string
 
-@description('Resource id of the storage account.')
-param storageAccountId string
+@description('Storage account name.')
+param storageAccountName string
 
-@description('Resource id of the SQL logical server.')
-param sqlServerId string
+@description('SQL logical server name.')
+param sqlServerName string
 
-@description('Resource id of the Key Vault.')
-param keyVaultId string
+@description('Key Vault name.')
+param keyVaultName string
+
+resource storage 'Microsoft.Storage/storageAccounts@2025-01-01' existing = {
+  name: storageAccountName
+}
+
+resource sqlServer 'Microsoft.Sql/servers@2025-01-01' existing = {
+  name: sqlServerName
+}
+
+resource vault 'Microsoft.KeyVault/vaults@2026-02-01' existing = {
+  name: keyVaultName
+}
 
 var storageSuffix = environment().suffixes.storage
 var endpoints = [
   {
     key: 'blob'
-    target: storageAccountId
     group: 'blob'
     zone: 'privatelink.blob.${storageSuffix}'
   }
   {
     key: 'queue'
-    target: storageAccountId
     group: 'queue'
     zone: 'privatelink.queue.${storageSuffix}'
   }
   {
     key: 'table'
-    target: storageAccountId
     group: 'table'
     zone: 'privatelink.table.${storageSuffix}'
   }
   {
     key: 'sql'
-    target: sqlServerId
     group: 'sqlServer'
     zone: 'privatelink${environment().suffixes.sqlServerHostname}'
   }
   {
     key: 'vault'
-    target: keyVaultId
     group: 'vault'
     zone: 'privatelink${replace(environment().suffixes.keyvaultDns, '.vault.', '.vaultcore.')}'
   }
 ]
 
-resource vnet 'Microsoft.Network/virtualNetworks@2024-05-01' = {
+resource vnet 'Microsoft.Network/virtualNetworks@2025-05-01' = {
   name: name
   location: location
   tags: tags
@@ -131,7 +138,7 @@ resource zoneLinks 'Microsoft.Network/privateDnsZones/virtualNetworkLinks@2024-0
   }
 ]
 
-resource privateEndpoints 'Microsoft.Network/privateEndpoints@2024-05-01' = [
+resource privateEndpoints 'Microsoft.Network/privateEndpoints@2025-05-01' = [
   for e in endpoints: {
     name: '${name}-pe-${e.key}'
     location: location
@@ -144,7 +151,7 @@ resource privateEndpoints 'Microsoft.Network/privateEndpoints@2024-05-01' = [
         {
           name: '${name}-pe-${e.key}'
           properties: {
-            privateLinkServiceId: e.target
+            privateLinkServiceId: e.key == 'sql' ? sqlServer.id : (e.key == 'vault' ? vault.id : storage.id)
             groupIds: [
               e.group
             ]
@@ -155,7 +162,7 @@ resource privateEndpoints 'Microsoft.Network/privateEndpoints@2024-05-01' = [
   }
 ]
 
-resource zoneGroups 'Microsoft.Network/privateEndpoints/privateDnsZoneGroups@2024-05-01' = [
+resource zoneGroups 'Microsoft.Network/privateEndpoints/privateDnsZoneGroups@2025-05-01' = [
   for (e, i) in endpoints: {
     parent: privateEndpoints[i]
     name: 'default'

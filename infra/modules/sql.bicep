@@ -40,7 +40,7 @@ param clientIpAddress string
 @description('Open the firewall to every Azure service (the rule AllowAllWindowsAzureIps admits any tenant\'s Azure resources). Only for deployments without a virtual network; off by default.')
 param allowAzureServices bool
 
-@description('Whether the function app has a way in: through the virtual network\'s private endpoint, or through allowAzureServices. Deployment fails when it has neither.')
+@description('True when the function app has a way in (the virtual network\'s private endpoint, or allowAzureServices). False fails the deployment here, before anything is created that could not work.')
 @allowed([
   true
 ])
