@@ -29,6 +29,13 @@ const zipIt = !args.includes('--no-zip');
 const appDir = path.join(outDir, 'app');
 const zipPath = path.join(outDir, 'keel-functions.zip');
 const started = Date.now();
+const steps = [];
+let lap = started;
+const step = (name) => {
+  const now = Date.now();
+  steps.push(`${name} ${((now - lap) / 1000).toFixed(1)} s`);
+  lap = now;
+};
 
 const pkg = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8'));
 const entry = pkg.main.replace(/^dist\//, '').replace(/\.js$/, '.ts'); // functions/index.ts
@@ -52,6 +59,8 @@ const graph = await build({
 const modules = Object.keys(graph.metafile.inputs).filter((f) => f.endsWith('.ts')).sort();
 if (!modules.includes(entry)) throw new Error(`package: ${entry} is not in its own import graph`);
 
+step('import graph');
+
 // 2. Compile each of them to dist/ (same layout as tsc's dist/, one .js + .js.map per module). Types are checked by
 // `npm run typecheck`; this step only strips them.
 await build({
@@ -67,6 +76,8 @@ await build({
   sourcesContent: false,
   logLevel: 'error',
 });
+
+step('compile');
 
 // 3. host.json, the SQL the engines read (sql/<engine>/…), and a package.json without scripts or devDependencies.
 cpSync(path.join(root, 'host.json'), path.join(appDir, 'host.json'));
@@ -144,6 +155,8 @@ for (const dir of prodDirs) {
   copyPackage(dir, path.join(appDir, path.relative(root, dir)), skipDirs);
 }
 
+step('production dependencies');
+
 // 5. Zip it: every file, relative to the app folder, sorted, with a fixed timestamp.
 const files = [];
 (function walk(dir) {
@@ -167,10 +180,11 @@ if (zipIt) {
   writeFileSync(zipPath, zip);
   zipped = zip.length;
 }
+step(zipIt ? 'zip' : 'list');
 const mb = (n) => (n / 1024 / 1024).toFixed(1);
 console.log(
   `package: ${modules.length} modules, ${prodDirs.length} production packages, ${files.length} files, ${mb(bytes)} MB unpacked` +
     (zipIt ? `, ${mb(zipped)} MB zipped (${path.relative(root, zipPath) || zipPath})` : '') +
     ` in ${((Date.now() - started) / 1000).toFixed(1)} s`,
 );
-console.log(`package: folder ${path.relative(root, appDir) || appDir}`);
+console.log(`package: folder ${path.relative(root, appDir) || appDir} (${steps.join(', ')})`);
