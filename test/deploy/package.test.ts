@@ -14,6 +14,7 @@ const root = path.resolve(import.meta.dirname, '../..');
 let work: string;
 let app: string;
 let zipFiles: { name: string; data: Buffer }[];
+let zipBytes: number;
 
 interface Registered {
   name: string;
@@ -68,7 +69,9 @@ beforeAll(() => {
   work = mkdtempSync(path.join(os.tmpdir(), 'keel-package-'));
   const out = path.join(work, 'build');
   execFileSync(process.execPath, [path.join(root, 'scripts/package.mjs'), '--out', out], { cwd: root, stdio: 'pipe' });
-  zipFiles = readZip(readFileSync(path.join(out, 'keel-functions.zip')));
+  const zip = readFileSync(path.join(out, 'keel-functions.zip'));
+  zipBytes = zip.length;
+  zipFiles = readZip(zip);
   app = path.join(work, 'unpacked');
   for (const f of zipFiles) {
     const dest = path.join(app, ...f.name.split('/'));
@@ -136,6 +139,11 @@ describe('deployment package', () => {
     expect(pkg.dependencies).toEqual(rootPkg.dependencies);
     expect(pkg.main).toBe(rootPkg.main);
     for (const dep of Object.keys(pkg.dependencies)) expect(existsSync(path.join(app, 'node_modules', dep, 'package.json'))).toBe(true);
+  });
+
+  it('stays within the size budget of docs/deploy.md: 15,000 files, 25 MB zipped', () => {
+    expect(zipFiles.length).toBeLessThanOrEqual(15_000);
+    expect(zipBytes).toBeLessThanOrEqual(25 * 1024 * 1024);
   });
 
   it('has no node_modules above the unpacked folder, so the package resolves only its own', () => {
