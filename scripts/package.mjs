@@ -77,6 +77,12 @@ await build({
   logLevel: 'error',
 });
 
+// The ops console's static files (functions/console.ts serves dist/console), built by Vite into the package.
+execFileSync(process.execPath, [path.join(root, 'node_modules', 'vite', 'bin', 'vite.js'), 'build', '--config', 'console/vite.config.ts', '--logLevel', 'warn'], {
+  cwd: root,
+  stdio: ['ignore', 'inherit', 'inherit'],
+  env: { ...process.env, KEEL_CONSOLE_OUT_DIR: path.join(appDir, 'dist', 'console') },
+});
 step('compile');
 
 // 3. host.json, the SQL the engines read (sql/<engine>/…), and a package.json without scripts or devDependencies.

@@ -56,7 +56,8 @@ const pkg = JSON.parse((await import('node:fs')).readFileSync(path.join(app, 'pa
 await import(pathToFileURL(path.join(app, pkg.main)).href);
 // Every module of dist/ must load too (the SQL Server and Oracle engines are imported lazily at run time).
 const files = [];
-(function walk(d) { for (const e of readdirSync(d, { withFileTypes: true })) { const p = path.join(d, e.name); if (e.isDirectory()) walk(p); else if (p.endsWith('.js')) files.push(p); } })(path.join(app, 'dist'));
+// dist/console holds the ops console's browser files, not Node modules.
+(function walk(d) { for (const e of readdirSync(d, { withFileTypes: true })) { const p = path.join(d, e.name); if (e.isDirectory()) { if (p !== path.join(app, 'dist', 'console')) walk(p); } else if (p.endsWith('.js')) files.push(p); } })(path.join(app, 'dist'));
 for (const f of files) await import(pathToFileURL(f).href);
 const { parseSettings } = await import(pathToFileURL(path.join(app, 'dist/shared/config/settings.js')).href);
 let stack = '';
@@ -121,6 +122,7 @@ describe('deployment package', () => {
     expect(names).toContain('.funcignore'); // without one, azd would leave node_modules out
     expect(names).toContain('dist/functions/index.js');
     expect(names).toContain('dist/functions/index.js.map');
+    expect(names).toContain('dist/console/index.html'); // the ops console's static files (functions/console.ts)
     expect(names.some((n) => n.startsWith('sql/sqlserver/') && n.endsWith('.sql'))).toBe(true);
     expect(names.filter((n) => /\.ts$/.test(n))).toEqual([]);
     for (const prefix of ['test/', 'bench/', 'docs/', 'infra/', 'tools/', 'scripts/', 'functions/', 'shared/', '.tmp/', 'local.settings']) {
@@ -162,7 +164,7 @@ describe('deployment package', () => {
     expect(byName.dispatcher).toMatchObject({ type: 'timerTrigger', schedule: '*/15 * * * * *' });
     expect(byName.ops).toMatchObject({ type: 'httpTrigger', route: 'ops/{*path}', authLevel: 'function' });
     expect(byName.health).toMatchObject({ type: 'httpTrigger', route: 'health', authLevel: 'anonymous', methods: ['GET'] });
-    const distModules = readdirSync(path.join(app, 'dist'), { recursive: true }).filter((f) => String(f).endsWith('.js'));
+    const distModules = readdirSync(path.join(app, 'dist'), { recursive: true }).filter((f) => String(f).endsWith('.js') && !String(f).startsWith('console'));
     expect(load.modules).toBe(distModules.length);
   });
 
