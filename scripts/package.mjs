@@ -44,10 +44,24 @@ rmSync(appDir, { recursive: true, force: true });
 rmSync(zipPath, { force: true });
 mkdirSync(appDir, { recursive: true });
 
+// The job handlers: every module of handlers/ (shared/jobs/handlerFolder.ts imports them at run time from
+// dist/handlers, by listing the folder), with the same skip rules: no tests, no _private or .hidden files.
+const handlerFiles = [];
+(function walk(dir) {
+  if (!existsSync(dir)) return;
+  for (const name of readdirSync(dir).sort()) {
+    if (name.startsWith('_') || name.startsWith('.') || name === 'node_modules') continue;
+    const full = path.join(dir, name);
+    if (statSync(full).isDirectory()) walk(full);
+    else if (/\.(?:ts|mts|js|mjs)$/.test(name) && !/(?:\.test\.|\.spec\.|\.d\.[mc]?ts$)/.test(name)) handlerFiles.push(path.relative(root, full).split(path.sep).join('/'));
+  }
+})(path.join(root, 'handlers'));
+
 // 1. The modules the app loads: esbuild resolves the import graph (static and dynamic imports) without writing.
 const graph = await build({
   absWorkingDir: root,
-  entryPoints: [entry],
+  entryPoints: [entry, ...handlerFiles],
+  outdir: path.join(outDir, 'graph'), // required for several entry points; nothing is written
   bundle: true,
   write: false,
   metafile: true,
@@ -56,7 +70,7 @@ const graph = await build({
   packages: 'external',
   logLevel: 'error',
 });
-const modules = Object.keys(graph.metafile.inputs).filter((f) => f.endsWith('.ts')).sort();
+const modules = Object.keys(graph.metafile.inputs).filter((f) => /\.[mc]?[jt]s$/.test(f) && !f.startsWith('node_modules/')).sort();
 if (!modules.includes(entry)) throw new Error(`package: ${entry} is not in its own import graph`);
 
 step('import graph');

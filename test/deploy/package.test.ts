@@ -20,7 +20,7 @@ interface Registered {
   name: string;
   trigger: { type: string; [k: string]: unknown };
 }
-let load: { status: number | null; stdout: string; stderr: string; registered: Registered[]; modules: number; stack: string };
+let load: { status: number | null; stdout: string; stderr: string; registered: Registered[]; modules: number; stack: string; handlerTypes: string[] };
 
 const HOST_STANDIN = `
 // What the Functions host's Node worker does for @azure/functions: it answers require('@azure/functions-core').
@@ -59,10 +59,13 @@ const files = [];
 // dist/console holds the ops console's browser files, not Node modules.
 (function walk(d) { for (const e of readdirSync(d, { withFileTypes: true })) { const p = path.join(d, e.name); if (e.isDirectory()) { if (p !== path.join(app, 'dist', 'console')) walk(p); } else if (p.endsWith('.js')) files.push(p); } })(path.join(app, 'dist'));
 for (const f of files) await import(pathToFileURL(f).href);
+// The job handlers load from dist/handlers, as the runtime loads them.
+const { loadHandlerFolder } = await import(pathToFileURL(path.join(app, 'dist/shared/jobs/handlerFolder.js')).href);
+const handlerTypes = (await loadHandlerFolder()).handlers.map((h) => h.type).sort();
 const { parseSettings } = await import(pathToFileURL(path.join(app, 'dist/shared/config/settings.js')).href);
 let stack = '';
 try { parseSettings({ KEEL_STORE_ENGINE: 'sqlserver' }); } catch (err) { stack = err.stack; }
-process.stdout.write('\\n@@' + JSON.stringify({ registered: globalThis.__registered, modules: files.length, stack }) + '\\n');
+process.stdout.write('\\n@@' + JSON.stringify({ registered: globalThis.__registered, modules: files.length, stack, handlerTypes }) + '\\n');
 process.exit(0); // telemetry timers would keep the process alive
 `;
 
@@ -106,7 +109,7 @@ beforeAll(() => {
     },
   });
   const marker = r.stdout.lastIndexOf('\n@@');
-  const parsed = marker >= 0 ? JSON.parse(r.stdout.slice(marker + 3)) : { registered: [], modules: 0, stack: '' };
+  const parsed = marker >= 0 ? JSON.parse(r.stdout.slice(marker + 3)) : { registered: [], modules: 0, stack: '', handlerTypes: [] };
   load = { status: r.status, stdout: r.stdout, stderr: r.stderr, ...parsed };
 }, 600_000);
 
@@ -166,6 +169,14 @@ describe('deployment package', () => {
     expect(byName.health).toMatchObject({ type: 'httpTrigger', route: 'health', authLevel: 'anonymous', methods: ['GET'] });
     const distModules = readdirSync(path.join(app, 'dist'), { recursive: true }).filter((f) => String(f).endsWith('.js') && !String(f).startsWith('console'));
     expect(load.modules).toBe(distModules.length);
+  });
+
+  it('carries the job handlers of handlers/, loaded from dist/handlers as the runtime loads them', async () => {
+    const { loadHandlerFolder } = await import('../../shared/jobs/handlerFolder.js');
+    const fromSources = (await loadHandlerFolder()).handlers.map((h) => h.type).sort();
+    expect(fromSources.length).toBeGreaterThan(0);
+    expect(load.handlerTypes).toEqual(fromSources);
+    expect(zipFiles.map((f) => f.name).filter((n) => n.startsWith('dist/handlers/') && /\.test\./.test(n))).toEqual([]);
   });
 
   it('maps stack traces to the TypeScript sources', () => {
