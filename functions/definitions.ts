@@ -9,6 +9,7 @@ import { maintenance } from './maintenance.js';
 import { scheduler } from './scheduler.js';
 import { ops } from './ops.js';
 import { consoleApi, consoleAssets } from './console.js';
+import { health } from './health.js';
 import { transferTimer } from './transferTimer.js';
 import { transferStage } from './transferStage.js';
 import { transferApply } from './transferApply.js';
@@ -70,6 +71,8 @@ export const definitions: readonly FunctionDefinition[] = [
     authLevel: 'anonymous',
     handler: consoleApi,
   },
+  // Liveness only, without a key: no internals (readiness detail stays behind the key at ops/health).
+  { name: 'health', kind: 'http', route: 'health', methods: ['GET'], authLevel: 'anonymous', handler: health },
 ];
 
 export function queueNameOf(def: QueueDefinition, settings: Settings): string {

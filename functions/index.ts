@@ -1,23 +1,7 @@
-// Azure Functions entry point (package.json "main": dist/functions/index.js): registers every definition of
-// functions/definitions.ts with the host. Settings are parsed here, at startup, so a bad app setting fails the
-// app's indexing with the setting's name instead of failing the first invocation.
-import './setup.js'; // telemetry first
-import { app } from '@azure/functions';
-import { parseSettings } from '../shared/config/settings.js';
-import { definitions, queueNameOf, scheduleOf } from './definitions.js';
-
-const settings = parseSettings(process.env);
-
-for (const def of definitions) {
-  switch (def.kind) {
-    case 'http':
-      app.http(def.name, { route: def.route, methods: def.methods, authLevel: def.authLevel, handler: def.handler });
-      break;
-    case 'queue':
-      app.storageQueue(def.name, { queueName: queueNameOf(def, settings), connection: def.connection, handler: def.handler });
-      break;
-    case 'timer':
-      app.timer(def.name, { schedule: scheduleOf(def, settings), runOnStartup: def.runOnStartup, handler: def.handler });
-      break;
-  }
-}
+// Azure Functions entry point (package.json "main": dist/functions/index.js). Stack traces from the compiled dist/
+// should name the TypeScript lines (both `tsc` and `npm run package` emit source maps), but Node reads the maps only
+// of modules loaded after source maps are switched on, and ESM loads every static import before running any code:
+// so switch them on here, then load the app (functions/app.ts registers the functions) dynamically. The worker
+// awaits this module, top-level await included, before it indexes the functions.
+process.setSourceMapsEnabled(true);
+await import('./app.js');

@@ -1,4 +1,4 @@
-// Keel on Azure: a Flex Consumption function app (Node 20+) running as a user-assigned managed identity,
+// Keel on Azure: a Flex Consumption function app (Node 22 or 24) running as a user-assigned managed identity,
 // identity-only storage, Log Analytics + Application Insights (Entra-only ingestion), Azure SQL with
 // Microsoft Entra-only authentication, Key Vault for the Oracle credentials, role assignments, and alert
 // rules. Deployed by `azd up` (azure.yaml) or `az deployment sub create` (docs/deploy.md).
@@ -10,7 +10,45 @@ targetScope = 'subscription'
 @maxLength(32)
 param environmentName string
 
-@description('Azure region for every resource (must offer Flex Consumption).')
+@description('Azure region for every resource: one that offers Flex Consumption (az functionapp list-flexconsumption-locations).')
+@allowed([
+  'australiaeast'
+  'australiasoutheast'
+  'brazilsouth'
+  'canadacentral'
+  'centralindia'
+  'centralus'
+  'eastasia'
+  'eastus'
+  'eastus2'
+  'francecentral'
+  'germanywestcentral'
+  'italynorth'
+  'japaneast'
+  'koreacentral'
+  'northcentralus'
+  'northeurope'
+  'norwayeast'
+  'southafricanorth'
+  'southcentralus'
+  'southeastasia'
+  'southindia'
+  'spaincentral'
+  'swedencentral'
+  'uaenorth'
+  'uksouth'
+  'ukwest'
+  'westcentralus'
+  'westeurope'
+  'westus'
+  'westus2'
+  'westus3'
+])
+@metadata({
+  azd: {
+    type: 'location'
+  }
+})
 param location string
 
 @description('Resource group to create or update; default rg-<environmentName>.')
@@ -41,8 +79,23 @@ param sqlAdminObjectId string = ''
 ])
 param sqlAdminPrincipalType string = 'User'
 
-@description('Public IPv4 address of the machine that runs migrations and the post-provision script; empty for none.')
+@description('Public IPv4 address of the machine that runs migrations and the post-provision script (SQL firewall; Key Vault when vnetEnabled); empty for none.')
 param clientIpAddress string = ''
+
+@description('Private networking: the app gets outbound VNet integration and reaches Storage, SQL and Key Vault through private endpoints; Storage then refuses public access, SQL admits only clientIpAddress, Key Vault only clientIpAddress and trusted Azure services.')
+param vnetEnabled bool = true
+
+@description('Without a virtual network the app reaches SQL from Azure\'s shared outbound addresses: this opens the SQL firewall to every Azure service (any tenant). Needed, and only allowed to matter, when vnetEnabled is false.')
+param sqlAllowAzureServices bool = false
+
+@description('Address space of the virtual network (vnetEnabled).')
+param vnetAddressPrefix string = '10.60.0.0/16'
+
+@description('Subnet of the app\'s VNet integration (vnetEnabled); /24 leaves room for Flex Consumption scale-out.')
+param vnetAppSubnetPrefix string = '10.60.0.0/24'
+
+@description('Subnet of the private endpoints (vnetEnabled).')
+param vnetEndpointSubnetPrefix string = '10.60.1.0/24'
 
 @description('Database SKU (default General Purpose serverless Gen5, 1 vCore).')
 param sqlDatabaseSku object = {
@@ -55,12 +108,12 @@ param sqlDatabaseSku object = {
 @description('Serverless database: minutes idle before auto-pause (-1: never).')
 param sqlAutoPauseDelayMinutes int = 60
 
-@description('Node.js major version of the function app.')
+@description('Node.js major version of the function app (Keel supports 22 and 24; package.json "engines").')
 @allowed([
-  '20'
   '22'
+  '24'
 ])
-param nodeVersion string = '20'
+param nodeVersion string = '22'
 
 @description('Memory per Flex Consumption instance (MB).')
 @allowed([
@@ -70,10 +123,41 @@ param nodeVersion string = '20'
 ])
 param instanceMemoryMB int = 2048
 
+// Capacity plan (docs/deploy.md, "Capacity"): every instance holds one SQL pool of sqlPoolSize connections, so
+// maximumInstanceCount × sqlPoolSize must stay within the database's concurrent worker limit, less headroom for
+// migrations, maintenance and the portal. The deployment fails when it does not.
 @description('Maximum Flex Consumption instances.')
 @minValue(1)
 @maxValue(1000)
-param maximumInstanceCount int = 40
+param maximumInstanceCount int = 10
+
+@description('SQL connections per instance (KEEL_SQL_POOL_SIZE): the store and the transfer journal share one pool per process.')
+@minValue(1)
+@maxValue(200)
+param sqlPoolSize int = 6
+
+@description('Concurrent workers the database allows (Azure SQL resource limits; 75 for General Purpose serverless Gen5 with 1 max vCore). Raise it with the SKU.')
+@minValue(10)
+param sqlMaxWorkers int = 75
+
+@description('Workers kept free for migrations, the post-provision script, maintenance queries and people.')
+@minValue(0)
+param sqlWorkerHeadroom int = 15
+
+@description('Queue messages one instance fetches per queue function at a time (host.json extensions.queues.batchSize, set as an app setting).')
+@minValue(1)
+@maxValue(32)
+param queueBatchSize int = 8
+
+@description('Fetch the next batch when this many messages of the last are still running (extensions.queues.newBatchThreshold). Per-instance concurrency of one queue function is batchSize + newBatchThreshold.')
+@minValue(0)
+@maxValue(32)
+param queueNewBatchThreshold int = 4
+
+@description('Concurrent HTTP requests per instance before the platform adds one (Flex Consumption perInstanceConcurrency).')
+@minValue(1)
+@maxValue(1000)
+param httpPerInstanceConcurrency int = 16
 
 @description('Log Analytics retention (days).')
 @minValue(30)
@@ -107,16 +191,18 @@ param maintenanceSchedule string = '0 * * * * *'
 @description('Extra app settings merged over the defaults (name → value).')
 param extraAppSettings object = {}
 
-@description('E-mail addresses for alert notifications.')
-param alertEmailAddresses array = []
+@description('E-mail addresses the alerts notify, comma-separated (azd: KEEL_ALERT_EMAILS). This and/or alertActionGroupId is required.')
+param alertEmailAddresses string = ''
 
-@description('How often the alert rules run.')
-@allowed([
-  'PT5M'
-  'PT10M'
-  'PT15M'
-])
-param alertEvaluationFrequency string = 'PT5M'
+@description('Resource id of an existing action group the alerts also notify (azd: KEEL_ALERT_ACTION_GROUP_ID).')
+param alertActionGroupId string = ''
+
+@description('HTTPS webhook the action group calls, e.g. a chat or paging integration (azd: KEEL_ALERT_WEBHOOK_URL); empty for none.')
+@secure()
+param alertWebhookUrl string = ''
+
+@description('Application Insights standard availability test of the anonymous /api/health route, with an alert.')
+param availabilityTestEnabled bool = true
 
 @description('Alert: DLQ growth window.')
 @allowed([
@@ -222,14 +308,17 @@ var names = {
   keyVault: take('kv${replace(prefix, '-', '')}${token}', 24)
   plan: 'plan-${prefix}-${token}'
   functionApp: 'func-${prefix}-${token}'
+  vnet: 'vnet-${prefix}-${token}'
 }
+var alertEmails = filter(map(split(alertEmailAddresses, ','), address => trim(address)), address => !empty(address))
+var alertReceivers = concat(alertEmails, empty(alertActionGroupId) ? [] : [alertActionGroupId])
 var oracleSecretNames = {
   connectString: 'keel-oracle-connect-string'
   user: 'keel-oracle-user'
   password: 'keel-oracle-password'
 }
 
-resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
+resource rg 'Microsoft.Resources/resourceGroups@2025-04-01' = {
   name: names.resourceGroup
   location: location
   tags: tags
@@ -251,6 +340,7 @@ module storage 'modules/storage.bicep' = {
     location: location
     tags: tags
     deploymentContainerName: names.deploymentContainer
+    privateOnly: vnetEnabled
   }
 }
 
@@ -278,6 +368,9 @@ module sql 'modules/sql.bicep' = {
     databaseSku: sqlDatabaseSku
     autoPauseDelayMinutes: sqlAutoPauseDelayMinutes
     clientIpAddress: clientIpAddress
+    allowAzureServices: sqlAllowAzureServices && !vnetEnabled
+    // Checked by the deployment, not the compiler (json() hides the value): false fails the deployment.
+    appCanReachSql: json(string(vnetEnabled || sqlAllowAzureServices))
   }
 }
 
@@ -288,10 +381,33 @@ module keyVault 'modules/keyvault.bicep' = {
     location: location
     tags: tags
     secretNames: oracleSecretNames
+    restrictPublicAccess: vnetEnabled
+    clientIpAddress: clientIpAddress
     oracleConnectString: oracleConnectString
     oracleUser: oracleUser
     oraclePassword: oraclePassword
   }
+}
+
+module network 'modules/network.bicep' = if (vnetEnabled) {
+  scope: rg
+  params: {
+    name: names.vnet
+    location: location
+    tags: tags
+    addressPrefix: vnetAddressPrefix
+    appSubnetPrefix: vnetAppSubnetPrefix
+    endpointSubnetPrefix: vnetEndpointSubnetPrefix
+    storageAccountName: names.storage
+    sqlServerName: names.sqlServer
+    keyVaultName: names.keyVault
+  }
+  // Names are known up front (better what-if); the resources must exist first.
+  dependsOn: [
+    storage
+    sql
+    keyVault
+  ]
 }
 
 module roles 'modules/roles.bicep' = {
@@ -324,8 +440,11 @@ var oracleRefs = toObject(keyVaultReference, entry => entry.key, entry => entry.
 
 var appSettings = union(
   {
-    // Host storage, identity-based (no connection string, shared keys disabled on the account).
-    AzureWebJobsStorage__accountName: storage.outputs.name
+    // Host storage, identity-based (no connection string, shared keys disabled on the account). The service URIs
+    // are the account's own endpoints (right in every cloud); Keel's queue client reads __queueServiceUri too.
+    AzureWebJobsStorage__blobServiceUri: storage.outputs.blobEndpoint
+    AzureWebJobsStorage__queueServiceUri: storage.outputs.queueEndpoint
+    AzureWebJobsStorage__tableServiceUri: storage.outputs.tableEndpoint
     AzureWebJobsStorage__credential: 'managedidentity'
     AzureWebJobsStorage__clientId: identity.outputs.clientId
     // Telemetry: Entra-authenticated ingestion with the same identity.
@@ -336,6 +455,10 @@ var appSettings = union(
     // Job store and transfer source: Azure SQL with Entra auth.
     KEEL_STORE_ENGINE: 'sqlserver'
     KEEL_SQL_CONNECTION: 'Server=tcp:${sql.outputs.serverFqdn},1433;Database=${sql.outputs.databaseName};Authentication=Active Directory Managed Identity;User Id=${identity.outputs.clientId};Encrypt=True;TrustServerCertificate=False'
+    // Capacity plan: the pool per instance, and the queue trigger's batch (host.json values, overridden here).
+    KEEL_SQL_POOL_SIZE: string(sqlPoolSize)
+    AzureFunctionsJobHost__extensions__queues__batchSize: string(queueBatchSize)
+    AzureFunctionsJobHost__extensions__queues__newBatchThreshold: string(queueNewBatchThreshold)
     // Transfer target: Oracle credentials from Key Vault.
     KEEL_ORACLE_CONNECT_STRING: oracleRefs.connectString
     KEEL_ORACLE_USER: oracleRefs.user
@@ -362,6 +485,10 @@ module functionApp 'modules/functionapp.bicep' = {
     nodeVersion: nodeVersion
     instanceMemoryMB: instanceMemoryMB
     maximumInstanceCount: maximumInstanceCount
+    // Checked by the deployment, not the compiler (json() hides the value): false fails the deployment.
+    capacityFitsDatabase: json(string(maximumInstanceCount * sqlPoolSize <= sqlMaxWorkers - sqlWorkerHeadroom))
+    httpPerInstanceConcurrency: httpPerInstanceConcurrency
+    virtualNetworkSubnetId: vnetEnabled ? network!.outputs.appSubnetId : ''
     appSettings: appSettings
     opsAuthClientId: opsAuthClientId
     opsAuthTenantId: tenant().tenantId
@@ -380,8 +507,12 @@ module alerts 'modules/alerts.bicep' = {
     tags: tags
     appInsightsId: monitoring.outputs.appInsightsId
     functionAppName: functionApp.outputs.name
-    alertEmailAddresses: alertEmailAddresses
-    evaluationFrequency: alertEvaluationFrequency
+    alertEmailAddresses: alertEmails
+    existingActionGroupId: alertActionGroupId
+    alertWebhookUrl: alertWebhookUrl
+    alertReceivers: alertReceivers
+    availabilityTestEnabled: availabilityTestEnabled
+    availabilityTestUrl: 'https://${functionApp.outputs.defaultHostName}/api/health'
     dlqGrowthWindow: dlqGrowthWindow
     dlqGrowthThreshold: dlqGrowthThreshold
     deadLetterRateWindow: deadLetterRateWindow
@@ -429,3 +560,4 @@ output KEEL_ORACLE_SECRET_NAMES object = oracleSecretNames
 output APPLICATIONINSIGHTS_NAME string = monitoring.outputs.appInsightsName
 output KEEL_ALERT_RULES array = alerts.outputs.alertRuleNames
 output KEEL_WORKBOOK_ID string = workbook.outputs.id
+output KEEL_VNET_ENABLED bool = vnetEnabled

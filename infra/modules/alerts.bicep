@@ -1,8 +1,11 @@
 // Log alerts (scheduled query rules, KQL over the App Insights tables customMetrics, customEvents and
 // requests) and the action group they notify. The metric and event names are the ones
 // shared/telemetry/names.ts emits — test/telemetry/telemetry.test.ts checks every 'keel.*' name below
-// against that module. Counters arrive as per-interval deltas (sum(value) = count), the queue-lag gauge as
-// its last value, in milliseconds. docs/runbook.md says what each alert means and what to do.
+// against that module. Counters arrive as per-interval deltas (sum(valueSum) = count), the queue-lag gauge as
+// its last value, in milliseconds. The queries read valueSum / valueMax, which both the classic customMetrics
+// schema and the workspace-based one answer (`value` is absent from the latter). Each rule runs as often as its
+// window is long, so consecutive windows neither gap nor overlap. docs/runbook.md says what each alert means and
+// what to do. Receivers are required: e-mail addresses and/or an existing action group, plus an optional webhook.
 
 @description('Prefix for the rule names.')
 param namePrefix string
@@ -19,11 +22,25 @@ param appInsightsId string
 @description('Function app name (requests.cloud_RoleName).')
 param functionAppName string
 
-@description('E-mail addresses the action group notifies; empty for none (add receivers later).')
+@description('E-mail addresses the action group notifies.')
 param alertEmailAddresses array
 
-@description('How often the rules run.')
-param evaluationFrequency string
+@description('Resource id of an existing action group every rule also notifies; empty for none.')
+param existingActionGroupId string
+
+@description('HTTPS webhook the action group calls (common alert schema); empty for none.')
+@secure()
+param alertWebhookUrl string
+
+@description('Who is notified: the e-mail addresses and the existing action group id together. Deployment fails when this is empty, so no alert ever fires into the void.')
+@minLength(1)
+param alertReceivers array
+
+@description('Create an Application Insights standard availability test of availabilityTestUrl, and its alert.')
+param availabilityTestEnabled bool
+
+@description('URL of the anonymous liveness endpoint the availability test calls.')
+param availabilityTestUrl string
 
 @description('DLQ growth: window over which moves to the DLQ are summed, per queue.')
 param dlqGrowthWindow string
@@ -117,7 +134,7 @@ var oneOfOne = {
 
 var unresolvedLookbackMinutes = unresolvedBatchMinutes + unresolvedRecheckMinutes + 60
 
-var rules = [
+var baseRules = [
   {
     key: 'dlq-growth'
     title: 'Keel: dead-letter queue growing'
@@ -130,7 +147,7 @@ var rules = [
         'customMetrics'
         '| where name == "${metricNames.jobsDeadLettered}"'
         '| extend queue = tostring(customDimensions["queue"])'
-        '| summarize moved = sum(value) by queue'
+        '| summarize moved = sum(valueSum) by queue'
       ],
       '\n'
     )
@@ -152,7 +169,7 @@ var rules = [
         'customMetrics'
         '| where name in ("${metricNames.jobsDeadLettered}", "${metricNames.jobsCompleted}")'
         '| extend queue = tostring(customDimensions["queue"])'
-        '| summarize dead = sumif(value, name == "${metricNames.jobsDeadLettered}"), done = sumif(value, name == "${metricNames.jobsCompleted}") by queue'
+        '| summarize dead = sumif(valueSum, name == "${metricNames.jobsDeadLettered}"), done = sumif(valueSum, name == "${metricNames.jobsCompleted}") by queue'
         '| where dead + done >= ${deadLetterRateMinJobs}'
         '| extend deadLetterPercent = 100.0 * dead / (dead + done)'
         '| project queue, deadLetterPercent'
@@ -177,7 +194,7 @@ var rules = [
         'customMetrics'
         '| where name == "${metricNames.zombiesRescued}"'
         '| extend action = tostring(customDimensions["action"])'
-        '| summarize rescued = sum(value) by action'
+        '| summarize rescued = sum(valueSum) by action'
       ],
       '\n'
     )
@@ -207,7 +224,7 @@ var rules = [
         'customMetrics'
         '| where name == "${metricNames.leaseLost}"'
         '| extend queue = tostring(customDimensions["queue"])'
-        '| summarize conflicts = sum(value) by queue'
+        '| summarize conflicts = sum(valueSum) by queue'
       ],
       '\n'
     )
@@ -270,7 +287,7 @@ var rules = [
         'customMetrics'
         '| where name == "${metricNames.queueLag}"'
         '| extend queue = tostring(customDimensions["queue"])'
-        '| summarize lagMinutes = max(value) / 60000.0 by queue'
+        '| summarize lagMinutes = max(valueMax) / 60000.0 by queue'
       ],
       '\n'
     )
@@ -334,6 +351,75 @@ var rules = [
   }
 ]
 
+var availabilityTestName = '${namePrefix}-liveness'
+var availabilityRule = {
+  key: 'liveness'
+  title: 'Keel: liveness probe failing'
+  summary: 'The anonymous /api/health probe failed from 2 or more test locations within 15 minutes.'
+  severity: 1
+  windowSize: 'PT15M'
+  overrideQueryTimeRange: ''
+  query: join(
+    [
+      'availabilityResults'
+      '| where name == "${availabilityTestName}"'
+      '| summarize failedLocations = dcountif(location, success == false)'
+    ],
+    '\n'
+  )
+  measure: 'failedLocations'
+  aggregation: 'Maximum'
+  operator: 'GreaterThanOrEqual'
+  threshold: 2
+  dimensions: []
+}
+var rules = availabilityTestEnabled ? concat(baseRules, [availabilityRule]) : baseRules
+
+// Standard availability test of the anonymous liveness route, from five locations every five minutes.
+resource availabilityTest 'Microsoft.Insights/webtests@2022-06-15' = if (availabilityTestEnabled) {
+  name: availabilityTestName
+  location: location
+  tags: union(tags, { 'hidden-link:${appInsightsId}': 'Resource' })
+  kind: 'standard'
+  properties: {
+    SyntheticMonitorId: availabilityTestName
+    Name: availabilityTestName
+    Description: 'GET /api/health (anonymous liveness) answers 200.'
+    Enabled: true
+    Frequency: 300
+    Timeout: 30
+    Kind: 'standard'
+    RetryEnabled: true
+    Locations: [
+      {
+        Id: 'emea-nl-ams-azr'
+      }
+      {
+        Id: 'emea-gb-db3-azr'
+      }
+      {
+        Id: 'us-va-ash-azr'
+      }
+      {
+        Id: 'us-ca-sjc-azr'
+      }
+      {
+        Id: 'apac-sg-sin-azr'
+      }
+    ]
+    Request: {
+      RequestUrl: availabilityTestUrl
+      HttpVerb: 'GET'
+      ParseDependentRequests: false
+    }
+    ValidationRules: {
+      ExpectedHttpStatusCode: 200
+      SSLCheck: true
+      SSLCertRemainingLifetimeCheck: 7
+    }
+  }
+}
+
 resource actionGroup 'Microsoft.Insights/actionGroups@2023-01-01' = {
   name: '${namePrefix}-alerts'
   location: 'global'
@@ -348,10 +434,19 @@ resource actionGroup 'Microsoft.Insights/actionGroups@2023-01-01' = {
         useCommonAlertSchema: true
       }
     ]
+    webhookReceivers: empty(alertWebhookUrl)
+      ? []
+      : [
+          {
+            name: 'webhook'
+            serviceUri: alertWebhookUrl
+            useCommonAlertSchema: true
+          }
+        ]
   }
 }
 
-resource alertRules 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = [
+resource alertRules 'Microsoft.Insights/scheduledQueryRules@2026-03-01' = [
   for rule in rules: {
     name: '${namePrefix}-${rule.key}'
     location: location
@@ -366,7 +461,7 @@ resource alertRules 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = [
         scopes: [
           appInsightsId
         ]
-        evaluationFrequency: evaluationFrequency
+        evaluationFrequency: rule.windowSize
         windowSize: rule.windowSize
         autoMitigate: true
         criteria: {
@@ -383,9 +478,14 @@ resource alertRules 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = [
           ]
         }
         actions: {
-          actionGroups: [
-            actionGroup.id
-          ]
+          actionGroups: empty(existingActionGroupId)
+            ? [
+                actionGroup.id
+              ]
+            : [
+                actionGroup.id
+                existingActionGroupId
+              ]
           customProperties: {
             runbook: 'docs/runbook.md#${rule.key}'
           }
@@ -398,3 +498,5 @@ resource alertRules 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = [
 
 output actionGroupId string = actionGroup.id
 output alertRuleNames array = [for (rule, i) in rules: alertRules[i].name]
+output availabilityTestName string = availabilityTestEnabled ? availabilityTest.name : ''
+output receiverCount int = length(alertReceivers)

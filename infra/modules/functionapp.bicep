@@ -28,8 +28,8 @@ param deploymentContainerName string
 
 @description('Node.js major version.')
 @allowed([
-  '20'
   '22'
+  '24'
 ])
 param nodeVersion string
 
@@ -46,6 +46,20 @@ param instanceMemoryMB int
 @maxValue(1000)
 param maximumInstanceCount int
 
+@description('True when maximumInstanceCount × the SQL pool per instance fits the database\'s worker limit less headroom (main.bicep computes it). False fails the deployment: lower maximumInstanceCount or sqlPoolSize, or raise sqlMaxWorkers with a bigger database.')
+@allowed([
+  true
+])
+param capacityFitsDatabase bool
+
+@description('Concurrent HTTP requests one instance takes before the platform scales out.')
+@minValue(1)
+@maxValue(1000)
+param httpPerInstanceConcurrency int
+
+@description('Resource id of the subnet for outbound VNet integration (delegated to Microsoft.App/environments); empty for none.')
+param virtualNetworkSubnetId string
+
 @description('App settings (name → value).')
 param appSettings object
 
@@ -55,7 +69,7 @@ param opsAuthClientId string
 @description('Tenant of that app registration.')
 param opsAuthTenantId string
 
-resource plan 'Microsoft.Web/serverfarms@2024-11-01' = {
+resource plan 'Microsoft.Web/serverfarms@2025-03-01' = {
   name: planName
   location: location
   tags: tags
@@ -69,7 +83,7 @@ resource plan 'Microsoft.Web/serverfarms@2024-11-01' = {
   }
 }
 
-resource site 'Microsoft.Web/sites@2024-11-01' = {
+resource site 'Microsoft.Web/sites@2025-03-01' = {
   name: name
   location: location
   tags: union(tags, { 'azd-service-name': azdServiceName })
@@ -83,6 +97,7 @@ resource site 'Microsoft.Web/sites@2024-11-01' = {
   properties: {
     serverFarmId: plan.id
     httpsOnly: true
+    virtualNetworkSubnetId: empty(virtualNetworkSubnetId) ? null : virtualNetworkSubnetId
     keyVaultReferenceIdentity: identityId
     siteConfig: {
       minTlsVersion: '1.2'
@@ -99,8 +114,13 @@ resource site 'Microsoft.Web/sites@2024-11-01' = {
         }
       }
       scaleAndConcurrency: {
-        maximumInstanceCount: maximumInstanceCount
+        maximumInstanceCount: capacityFitsDatabase ? maximumInstanceCount : 1
         instanceMemoryMB: instanceMemoryMB
+        triggers: {
+          http: {
+            perInstanceConcurrency: httpPerInstanceConcurrency
+          }
+        }
       }
       runtime: {
         name: 'node'

@@ -21,6 +21,12 @@ param secretNames {
   password: string
 }
 
+@description('Deny public access except from clientIpAddress (the app reads the vault through its private endpoint).')
+param restrictPublicAccess bool
+
+@description('Public IPv4 address of the deploying machine, admitted when restrictPublicAccess is on (to set the Oracle secrets); empty for none.')
+param clientIpAddress string
+
 @description('Oracle connect string (EZConnect or TNS descriptor); empty to set it later.')
 @secure()
 param oracleConnectString string
@@ -33,7 +39,7 @@ param oracleUser string
 @secure()
 param oraclePassword string
 
-resource vault 'Microsoft.KeyVault/vaults@2024-11-01' = {
+resource vault 'Microsoft.KeyVault/vaults@2026-02-01' = {
   name: name
   location: location
   tags: tags
@@ -50,7 +56,14 @@ resource vault 'Microsoft.KeyVault/vaults@2024-11-01' = {
     publicNetworkAccess: 'Enabled'
     networkAcls: {
       bypass: 'AzureServices'
-      defaultAction: 'Allow'
+      defaultAction: restrictPublicAccess ? 'Deny' : 'Allow'
+      ipRules: restrictPublicAccess && !empty(clientIpAddress)
+        ? [
+            {
+              value: clientIpAddress
+            }
+          ]
+        : []
     }
   }
 

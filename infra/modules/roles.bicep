@@ -48,7 +48,7 @@ resource storage 'Microsoft.Storage/storageAccounts@2025-01-01' existing = {
   name: storageAccountName
 }
 
-resource vault 'Microsoft.KeyVault/vaults@2024-11-01' existing = {
+resource vault 'Microsoft.KeyVault/vaults@2026-02-01' existing = {
   name: keyVaultName
 }
 

@@ -37,9 +37,18 @@ param autoPauseDelayMinutes int
 @description('Public IPv4 address allowed through the server firewall (the machine that runs migrations); empty for none.')
 param clientIpAddress string
 
+@description('Open the firewall to every Azure service (the rule AllowAllWindowsAzureIps admits any tenant\'s Azure resources). Only for deployments without a virtual network; off by default.')
+param allowAzureServices bool
+
+@description('True when the function app has a way in (the virtual network\'s private endpoint, or allowAzureServices). False fails the deployment here, before anything is created that could not work.')
+@allowed([
+  true
+])
+param appCanReachSql bool
+
 var isServerless = contains(string(databaseSku.name), '_S_')
 
-resource sqlServer 'Microsoft.Sql/servers@2023-08-01' = {
+resource sqlServer 'Microsoft.Sql/servers@2025-01-01' = {
   name: serverName
   location: location
   tags: tags
@@ -63,8 +72,9 @@ resource sqlServer 'Microsoft.Sql/servers@2023-08-01' = {
     }
   }
 
-  // Flex Consumption apps without a virtual network reach SQL from Azure's shared outbound addresses.
-  resource allowAzureServices 'firewallRules' = {
+  // Flex Consumption apps without a virtual network reach SQL from Azure's shared outbound addresses, which only
+  // this rule admits; with one they use the private endpoint and the rule stays off.
+  resource azureServicesRule 'firewallRules' = if (allowAzureServices && appCanReachSql) {
     name: 'AllowAllWindowsAzureIps'
     properties: {
       startIpAddress: '0.0.0.0'
@@ -101,6 +111,7 @@ resource sqlServer 'Microsoft.Sql/servers@2023-08-01' = {
   }
 }
 
+output serverId string = sqlServer.id
 output serverName string = sqlServer.name
 output serverFqdn string = sqlServer.properties.fullyQualifiedDomainName
 output databaseName string = sqlServer::database.name

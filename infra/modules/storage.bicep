@@ -16,6 +16,9 @@ param tags object
 @description('Blob container that holds the Flex Consumption deployment package.')
 param deploymentContainerName string
 
+@description('Reachable only through private endpoints (the app reaches it through its virtual network).')
+param privateOnly bool
+
 resource storage 'Microsoft.Storage/storageAccounts@2025-01-01' = {
   name: name
   location: location
@@ -32,10 +35,10 @@ resource storage 'Microsoft.Storage/storageAccounts@2025-01-01' = {
     defaultToOAuthAuthentication: true
     minimumTlsVersion: 'TLS1_2'
     supportsHttpsTrafficOnly: true
-    publicNetworkAccess: 'Enabled'
+    publicNetworkAccess: privateOnly ? 'Disabled' : 'Enabled'
     networkAcls: {
-      bypass: 'AzureServices'
-      defaultAction: 'Allow'
+      bypass: privateOnly ? 'None' : 'AzureServices'
+      defaultAction: privateOnly ? 'Deny' : 'Allow'
     }
   }
 

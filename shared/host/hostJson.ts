@@ -1,5 +1,7 @@
 // Reads the parts of host.json the local host honours, with the Functions host's defaults.
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 
 // "hh:mm:ss" (optionally "d.hh:mm:ss") -> milliseconds.
@@ -69,4 +71,16 @@ export function hostConfigFrom(json: unknown): HostConfig {
 
 export function readHostConfig(file: string): HostConfig {
   return hostConfigFrom(JSON.parse(readFileSync(file, 'utf8')));
+}
+
+// functionTimeout of the app's own host.json, found by walking up from this module (the sources and the compiled
+// dist/ of the repo and of the deployment package all sit below it); null when there is none or it sets none.
+export function appFunctionTimeoutMs(from: string = path.dirname(fileURLToPath(import.meta.url))): number | null {
+  let dir = from;
+  for (let i = 0; i < 5; i++) {
+    const file = path.join(dir, 'host.json');
+    if (existsSync(file)) return readHostConfig(file).functionTimeoutMs;
+    dir = path.dirname(dir);
+  }
+  return null;
 }

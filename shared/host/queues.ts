@@ -56,9 +56,15 @@ export class StorageQueueGateway implements QueueGateway {
     if (conn.connectionString) {
       return new StorageQueueGateway(QueueServiceClient.fromConnectionString(conn.connectionString));
     }
-    const uri = conn.queueServiceUri ?? (conn.accountName ? `https://${conn.accountName}.queue.core.windows.net` : undefined);
+    // The endpoint comes from the settings, never from a guessed public-cloud host name (sovereign clouds and
+    // private endpoints have other ones): infra/main.bicep sets __queueServiceUri from the account's own endpoints.
+    const uri = conn.queueServiceUri;
     if (!uri) {
-      throw new Error('no storage connection: set AzureWebJobsStorage, or AzureWebJobsStorage__queueServiceUri / __accountName for a managed identity');
+      throw new Error(
+        conn.accountName
+          ? 'AzureWebJobsStorage__accountName alone does not say which cloud the account is in: set AzureWebJobsStorage__queueServiceUri to its queue endpoint (https://<account>.queue.<storage suffix>)'
+          : 'no storage connection: set AzureWebJobsStorage, or AzureWebJobsStorage__queueServiceUri for a managed identity',
+      );
     }
     const credential: TokenCredential = conn.clientId ? new ManagedIdentityCredential({ clientId: conn.clientId }) : new DefaultAzureCredential();
     return new StorageQueueGateway(new QueueServiceClient(uri, credential));

@@ -13,6 +13,7 @@ import { parseSettings, type Settings } from '../config/settings.js';
 import { StorageQueueGateway, type QueueGateway } from './queues.js';
 import { createTransferService, type TransferServiceLike } from './transfers.js';
 import { processorTelemetry } from './telemetryHooks.js';
+import { appFunctionTimeoutMs } from './hostJson.js';
 
 export interface Runtime {
   readonly settings: Settings;
@@ -65,7 +66,8 @@ async function openStore(settings: Settings): Promise<JobStore> {
 
 export async function createRuntime(settings: Settings, overrides: RuntimeOverrides = {}): Promise<Runtime> {
   const workerId = settings.KEEL_WORKER_ID ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
-  const registry = overrides.registry ?? new HandlerRegistry();
+  // Handlers' timeoutMs are checked against host.json functionTimeout as they register.
+  const registry = overrides.registry ?? new HandlerRegistry({ functionTimeoutMs: appFunctionTimeoutMs() });
   const schedules: ScheduleDefinition[] = [];
   if (!overrides.registry) {
     const dir = overrides.handlersDir === undefined ? HANDLERS_DIR : overrides.handlersDir;

@@ -23,8 +23,8 @@ export function registerDemoHandlers(registry: HandlerRegistry): HandlerRegistry
       ctx.log.info('echo', { jobId: ctx.jobId, message: payload?.message ?? null });
     })
     .register<DemoPayload>('demo.slow', async (payload, ctx) => {
-      await sleep(Math.min(Math.max(payload?.ms ?? 5000, 0), 10 * 60_000), ctx.signal);
-    }, { timeoutMs: 15 * 60_000 })
+      await sleep(Math.min(Math.max(payload?.ms ?? 5000, 0), 9 * 60_000), ctx.signal);
+    }, { timeoutMs: 9 * 60_000 + 30_000 }) // fits host.json functionTimeout (10 min) less TIMEOUT_MARGIN_MS
     .register<DemoPayload>('demo.flaky', async (payload, ctx) => {
       const failTimes = payload?.failTimes ?? 2;
       if (ctx.attempt <= failTimes) throw new Error(`flaky failure on attempt ${ctx.attempt} of ${failTimes + 1} needed`);

@@ -74,8 +74,20 @@ export class RetryAfterError extends Error {
   }
 }
 
+export interface HandlerRegistryOptions {
+  // host.json functionTimeout in ms (null: unbounded, as in the local host without one). A handler's timeoutMs
+  // must leave TIMEOUT_MARGIN_MS before it: past functionTimeout the Functions host restarts the worker, killing
+  // every other execution on the instance and leaving the job to the zombie rescue.
+  functionTimeoutMs?: number | null;
+}
+
+// Time a timed-out job still needs after its handler is aborted: the move to the DLQ or the retry.
+export const TIMEOUT_MARGIN_MS = 30_000;
+
 export class HandlerRegistry {
   private readonly handlers = new Map<string, RegisteredHandler>();
+
+  constructor(private readonly limits: HandlerRegistryOptions = {}) {}
 
   register<P>(type: string, handler: JobHandler<P>, options: HandlerOptions = {}, source?: string): this {
     if (!type) throw new Error('handler type must be a non-empty string');
@@ -85,11 +97,20 @@ export class HandlerRegistry {
       throw new Error(`a handler for job type "${type}" is already registered${other ? ` (by ${other})` : ''}`);
     }
     checkHandlerOptions(type, options);
+    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const hostLimit = this.limits.functionTimeoutMs;
+    if (hostLimit != null && timeoutMs > hostLimit - TIMEOUT_MARGIN_MS) {
+      throw new Error(
+        `handler "${type}": timeoutMs ${timeoutMs} does not fit host.json functionTimeout (${hostLimit} ms): ` +
+          `the job must time out at least ${TIMEOUT_MARGIN_MS / 1000} s before the host kills the invocation (and every other ` +
+          `execution on the instance with it). Use timeoutMs <= ${Math.max(0, hostLimit - TIMEOUT_MARGIN_MS)} or raise functionTimeout.`,
+      );
+    }
     this.handlers.set(type, {
       type,
       handler: handler as JobHandler<unknown>,
       options: {
-        timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT_MS,
+        timeoutMs,
         backoff: options.backoff ?? DEFAULT_BACKOFF,
         retryOnTimeout: options.retryOnTimeout ?? false,
         ...(options.maxAttempts !== undefined ? { maxAttempts: options.maxAttempts } : {}),

@@ -26,6 +26,7 @@ export interface OpsContext<P, Q, B> {
 export interface OpsResult {
   status?: number; // default 200
   body: unknown;
+  headers?: Record<string, string>; // e.g. Location and Retry-After of a 202
 }
 
 export interface OpsRoute<P = unknown, Q = unknown, B = unknown> {
@@ -163,7 +164,7 @@ export function createOpsHandler(routes: OpsRoute<any, any, any>[], getRuntime: 
       const body = r.body ? parseWith(r.body, await readJsonBody(request, rt.settings.KEEL_OPS_MAX_BODY_BYTES), 'body') : undefined;
       const result = await r.handle({ rt, params, query, body, principal, request, log: context });
       if (r.destructive) context.info(`ops ${r.operationId} by ${principal?.name ?? 'unknown principal'}: ${JSON.stringify(result.body).slice(0, 500)}`);
-      return json(result.status ?? 200, result.body);
+      return json(result.status ?? 200, result.body, result.headers);
     } catch (err) {
       if (err instanceof OpsError) return errorResponse(err);
       if (err instanceof ValidationError) return errorResponse(new OpsError('invalid_request', err.message, err.field));

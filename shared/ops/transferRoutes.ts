@@ -6,7 +6,7 @@ import type { TransferService } from '../transfer/service.js';
 import { BATCH_STATES, type BatchState } from '../transfer/types.js';
 import { isTransferError, type TransferErrorCode } from '../transfer/errors.js';
 import { conflict, invalid, notFound, OpsError } from './errors.js';
-import { route, type OpsRoute } from './router.js';
+import { OPS_PREFIX, route, type OpsRoute } from './router.js';
 import * as s from './schemas.js';
 
 function service(rt: Runtime): TransferService {
@@ -31,6 +31,13 @@ async function mapTransferErrors<T>(fn: () => Promise<T>): Promise<T> {
     }
     throw err;
   }
+}
+
+// A 202 says where to watch the work it started (the Durable Functions status pattern): the batch's status URL,
+// and how long to wait before asking.
+export const BATCH_POLL_SECONDS = 10;
+function accepted(batchId: string, body: unknown) {
+  return { status: 202, body, headers: { location: `${OPS_PREFIX}/transfers/batches/${encodeURIComponent(batchId)}`, 'retry-after': String(BATCH_POLL_SECONDS) } };
 }
 
 function stateOf(value: string | undefined): BatchState | undefined {
@@ -72,7 +79,7 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
       try {
         const batch = await mapTransferErrors(() => svc.createBatch(params.name));
         const posted = await postStage(rt, batch.batchId, log);
-        return { status: 202, body: { started: true, posted, batch } };
+        return accepted(batch.batchId, { started: true, posted, batch });
       } catch (err) {
         if (err instanceof OpsError) throw err;
         if (isTransferError(err, 'nothing_to_transfer')) return { status: 200, body: { started: false, reason: err.code, message: err.message } };
@@ -146,7 +153,7 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
       if (!batch) throw notFound(`batch ${params.id}`);
       if (!batch.retryable) throw conflict(`batch ${params.id} is ${batch.state}: ${batch.nextAction}`, { state: batch.state, status: batch.status });
       const posted = await postStage(rt, params.id, log);
-      return { status: 202, body: { batchId: params.id, posted } };
+      return accepted(params.id, { batchId: params.id, posted });
     },
   }),
   route({

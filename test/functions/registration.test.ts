@@ -26,10 +26,24 @@ describe('Azure registration', () => {
     expect(byName.dispatcher).toMatchObject({ kind: 'timer', options: { schedule: '*/30 * * * * *' } });
     expect(byName.maintenance?.options.schedule).toBe('0 * * * * *');
     expect(byName.ops).toMatchObject({ kind: 'http', options: { route: 'ops/{*path}', authLevel: 'function' } });
+    expect(byName.health).toMatchObject({ kind: 'http', options: { route: 'health', methods: ['GET'], authLevel: 'anonymous' } });
     for (const r of registered) expect(typeof r.options.handler).toBe('function');
     // The host reserves routes starting with "admin".
     for (const d of definitions) if (d.kind === 'http') expect(d.route.startsWith('admin')).toBe(false);
     vi.unstubAllEnvs();
+  });
+});
+
+describe('liveness', () => {
+  it('answers 200 without a key, a runtime or any internals', async () => {
+    const runtime = await import('../../shared/host/runtime.js');
+    runtime.setRuntime(undefined);
+    const { health } = await import('../../functions/health.js');
+    // No KEEL_* setting at all: the probe must not build the runtime (that would need a store).
+    const res = await health();
+    expect(res.status).toBe(200);
+    expect(JSON.parse(String(res.body))).toEqual({ status: 'ok' });
+    expect((res.headers as Record<string, string>)['cache-control']).toBe('no-store');
   });
 });
 

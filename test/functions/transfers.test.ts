@@ -57,7 +57,7 @@ afterAll(async () => {
 
 async function call(method: string, path: string, body?: unknown) {
   const res = await ops(request(method, path, body === undefined ? {} : { body }), context('ops'));
-  return { status: res.status ?? 200, body: jsonOf(res) };
+  return { status: res.status ?? 200, body: jsonOf(res), headers: (res.headers ?? {}) as Record<string, string> };
 }
 
 describe('transfer functions', () => {
@@ -72,6 +72,10 @@ describe('transfer functions', () => {
     expect(started.status).toBe(202);
     const batchId = started.body.batch.batchId as string;
     expect(started.body.batch).toMatchObject({ state: 'extracting', rowCount: 250 });
+    // Like Durable Functions' 202: where to poll, and when.
+    expect(started.headers.location).toBe(`/api/ops/transfers/batches/${batchId}`);
+    expect(started.headers['retry-after']).toBe('10');
+    expect((await call('GET', started.headers.location!.replace('/api/ops/', ''))).body.batchId).toBe(batchId);
     const staged = t.queues.take('keel-transfer-stage');
     expect(staged).toEqual([{ batchId }]);
 
@@ -94,6 +98,7 @@ describe('transfer functions', () => {
     // Nothing new: no batch is created.
     const again = await call('POST', 'transfers/items/start', {});
     expect(again).toMatchObject({ status: 200, body: { started: false, reason: 'nothing_to_transfer' } });
+    expect(again.headers.location).toBeUndefined();
     // Resuming a committed batch is refused; reconciling it returns it as it is.
     expect((await call('POST', `transfers/batches/${batchId}/resume`, {})).status).toBe(409);
     expect((await call('POST', `transfers/batches/${batchId}/reconcile`, {})).body.state).toBe('committed');
