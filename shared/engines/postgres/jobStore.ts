@@ -21,16 +21,22 @@ import { sqlDir } from '../../config/sqlDir.js';
 pg.types.setTypeParser(20, (v) => v);
 
 export const POSTGRES_SQL_DIR = path.join(sqlDir(), 'postgres');
+// The application's role: EXECUTE on the public keel functions only (sql/postgres/roles/keel_executor.sql).
+export const POSTGRES_EXECUTOR_ROLE = 'keel_executor';
+export const POSTGRES_ROLE_SCRIPTS = [path.join(POSTGRES_SQL_DIR, 'roles', 'keel_executor.sql')];
 
 export interface PostgresStoreOptions {
   poolSize?: number;
   migrate?: boolean; // apply sql/postgres migrations at connect (default true)
+  // Connect as the schema owner for the migrations (default: the store's own URL). The store's URL is the application's
+  // login, a member of keel_executor, which may only execute the public functions and so cannot migrate.
+  migrateUrl?: string;
   maxPayloadBytes?: number;
   applicationName?: string;
 }
 
 export async function migratePostgres(pool: pg.Pool) {
-  return migrate(pool, { dir: POSTGRES_SQL_DIR, ledger: 'keel.schema_migrations' });
+  return migrate(pool, { dir: POSTGRES_SQL_DIR, ledger: 'keel.schema_migrations', always: POSTGRES_ROLE_SCRIPTS });
 }
 
 // pg returns jsonb decoded and text[] as arrays already.
@@ -60,7 +66,19 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     // An idle client whose server connection dies must not crash the process; the pool replaces it.
     pool.on('error', () => undefined);
     try {
-      if (opts.migrate ?? true) await migratePostgres(pool);
+      if (opts.migrate ?? true) {
+        if (opts.migrateUrl && opts.migrateUrl !== url) {
+          const owner = new pg.Pool({ connectionString: opts.migrateUrl, max: 1, application_name: 'keel-migrate' });
+          owner.on('error', () => undefined);
+          try {
+            await migratePostgres(owner);
+          } finally {
+            await owner.end();
+          }
+        } else {
+          await migratePostgres(pool);
+        }
+      }
     } catch (err) {
       await pool.end();
       throw err;
