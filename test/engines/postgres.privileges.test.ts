@@ -79,6 +79,18 @@ describe('PostgreSQL least privilege (keel_executor)', () => {
     }
   });
 
+  it('refuses to start, naming the fix, for a login outside keel_executor and for a database without the schema', async () => {
+    await owner.query(`do $$ begin create role keel_outsider_test login password 'outsider'; exception when duplicate_object then null; end $$`);
+    const outsider = new URL(ownerUrl);
+    outsider.username = 'keel_outsider_test';
+    outsider.password = 'outsider';
+    await expect(PostgresJobStore.connect(outsider.toString(), { poolSize: 1, migrate: false }))
+      .rejects.toThrow(/KEEL_PG_URL: login keel_outsider_test may not execute the keel functions; grant it the role: GRANT keel_executor TO keel_outsider_test/);
+    const empty = await createTestDatabase('privileges_empty');
+    await expect(PostgresJobStore.connect(appUrl(empty), { poolSize: 1, migrate: false }))
+      .rejects.toThrow(/KEEL_PG_URL: the keel schema is not installed in this database; run npm run migrate as its owner, or set KEEL_PG_MIGRATE_URL/);
+  });
+
   it('covers functions added by a later migration run without a grant of their own', async () => {
     await owner.query(`create function keel.later_public() returns int language sql as 'select 1'`);
     await owner.query(`create function keel._later_internal() returns int language sql as 'select 2'`);
