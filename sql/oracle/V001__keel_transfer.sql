@@ -260,7 +260,7 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     EXCEPTION
       WHEN DUP_VAL_ON_INDEX THEN
         SELECT STATE, ROW_COUNT, CHECKSUM, FENCED_THROUGH INTO v_cstate, o_row_count, o_checksum, v_fenced
-          FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = p_batch_id FOR UPDATE;
+          FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = p_batch_id FOR UPDATE WAIT 30; -- bounded like the registry lock above (ORA-30006 -> target_busy)
         IF v_cstate = 'COMMITTED' THEN
           o_outcome := 'ALREADY_COMMITTED';
           ROLLBACK;
