@@ -21,7 +21,8 @@ function required(name: string): string {
 }
 
 if (engine === 'postgres') {
-  const pool = new pg.Pool({ connectionString: required('KEEL_PG_URL'), max: 1 });
+  // The owner's URL when the app's own (KEEL_PG_URL) is the least-privilege login (docs/postgres.md).
+  const pool = new pg.Pool({ connectionString: process.env.KEEL_PG_MIGRATE_URL || required('KEEL_PG_URL'), max: 1 });
   try {
     const result = await migratePostgres(pool);
     console.log(`postgres: applied ${result.applied.length} migration(s)${result.applied.length ? `: ${result.applied.join(', ')}` : ''}; ${result.alreadyApplied} already applied`);

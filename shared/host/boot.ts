@@ -18,7 +18,10 @@ import { startLocalHost, type RunningLocalHost } from './localHost.js';
 import { PostgresWakeups } from '../engines/postgres/wakeups.js';
 import { createRuntime, setRuntime, type Runtime } from './runtime.js';
 import { prepareDemoTransfer } from './demoTransfer.js';
-import { withDatabase } from '../engines/postgres/client.js';
+import { ensureExecutorLogin, withDatabase, withLogin } from '../engines/postgres/client.js';
+
+// The local host's application login on its embedded server (loopback only, like the server's admin password).
+const LOCAL_APP_LOGIN = { user: 'keel_app', password: 'keel-app-local' };
 
 export const PROJECT_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
@@ -33,7 +36,7 @@ export interface LocalKeel {
   baseUrl: string;
   opsKey: string;
   dataDir: string;
-  pgUrl: string;
+  pgUrl: string; // the application's login (keel_executor)
   storageConnection: string;
   // The in-process Azurite's connection string (the public development account key), when it runs here.
   azuriteConnection: string | null;
@@ -110,8 +113,12 @@ export async function bootLocal(opts: BootOptions = {}): Promise<LocalKeel> {
       });
       cleanups.push(() => pgServer!.stop());
       await ensureDatabase(pgServer.url, 'keel');
-      env.KEEL_PG_URL = pgServer.urlFor('keel');
-      notes.push(`embedded PostgreSQL ${env.KEEL_PG_URL}, data in ${pgServer.dataDir}`);
+      // As in Azure: migrations run as the schema owner, the app logs in as keel_app, a member of keel_executor,
+      // which may only execute Keel's public functions (sql/postgres/roles/keel_executor.sql).
+      await ensureExecutorLogin(pgServer.url, LOCAL_APP_LOGIN.user, LOCAL_APP_LOGIN.password);
+      env.KEEL_PG_MIGRATE_URL = pgServer.urlFor('keel');
+      env.KEEL_PG_URL = withLogin(pgServer.urlFor('keel'), LOCAL_APP_LOGIN.user, LOCAL_APP_LOGIN.password);
+      notes.push(`embedded PostgreSQL ${env.KEEL_PG_URL} (the app's login: EXECUTE on keel functions only; owner ${env.KEEL_PG_MIGRATE_URL}), data in ${pgServer.dataDir}`);
     }
 
     // Storage queues: a given connection string, or Azurite in-process (data in <data>/azurite).

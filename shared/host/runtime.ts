@@ -49,6 +49,7 @@ async function openStore(settings: Settings): Promise<JobStore> {
     return PostgresJobStore.connect(settings.KEEL_PG_URL!, {
       poolSize: settings.KEEL_PG_POOL_SIZE,
       migrate: settings.KEEL_MIGRATE_ON_START ?? true,
+      ...(settings.KEEL_PG_MIGRATE_URL ? { migrateUrl: settings.KEEL_PG_MIGRATE_URL } : {}),
       maxPayloadBytes: settings.KEEL_MAX_PAYLOAD_BYTES,
     });
   }

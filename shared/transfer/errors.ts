@@ -18,7 +18,8 @@ export type TransferErrorCode =
   | 'target_incompatible'
   | 'unsupported_type'
   | 'attempt_fenced' // the target refused an apply attempt that reconcile had ruled out (nothing applied)
-  | 'stream_stalled'; // no staging data moved for KEEL_TRANSFER_STREAM_STALL_MS (retryable)
+  | 'stream_stalled' // no staging data moved for KEEL_TRANSFER_STREAM_STALL_MS (retryable)
+  | 'target_busy'; // a bounded lock wait on the target ran out; nothing was changed there (retryable)
 
 // Codes that mean "this batch can never succeed as extracted": the batch is marked failed and its window
 // released so that a fresh batch (with a fresh manifest) can cover it.

@@ -132,6 +132,17 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     RETURN FALSE;
   END is_key;
 
+  -- The staging table's columns (KEEL_BATCH_ID aside) as "A","B",... in column order. A loop into a 32,767-byte
+  -- PL/SQL variable, not LISTAGG, whose SQL result is limited to 4,000 bytes (ORA-01489 on wide mappings).
+  FUNCTION staging_columns(p_name IN VARCHAR2) RETURN VARCHAR2 IS
+    v_out VARCHAR2(32767);
+  BEGIN
+    FOR r IN (SELECT COLUMN_NAME FROM USER_TAB_COLUMNS WHERE TABLE_NAME = p_name AND COLUMN_NAME <> 'KEEL_BATCH_ID' ORDER BY COLUMN_ID) LOOP
+      v_out := v_out || CASE WHEN v_out IS NOT NULL THEN ',' END || '"' || r.COLUMN_NAME || '"';
+    END LOOP;
+    RETURN v_out;
+  END staging_columns;
+
   FUNCTION BEGIN_STAGE(p_batch_id IN VARCHAR2, p_transfer IN VARCHAR2, p_expected_count IN NUMBER, p_expected_checksum IN VARCHAR2) RETURN VARCHAR2 IS
     v_state KEEL_TRANSFER_STAGED.STATE%TYPE;
     v_count KEEL_TRANSFER_STAGED.ROW_COUNT%TYPE;
@@ -173,8 +184,7 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     FOR i IN 1 .. v_cols.COUNT LOOP
       v_wanted := v_wanted || CASE WHEN i > 1 THEN ',' END || v_cols(i);
     END LOOP;
-    SELECT LISTAGG('"' || COLUMN_NAME || '"', ',') WITHIN GROUP (ORDER BY COLUMN_ID) INTO v_existing
-      FROM USER_TAB_COLUMNS WHERE TABLE_NAME = v_name AND COLUMN_NAME <> 'KEEL_BATCH_ID';
+    v_existing := staging_columns(v_name);
     IF v_existing = v_wanted THEN
       RETURN;
     END IF;
@@ -194,8 +204,7 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
                         join_names(v_cols, NULL) || ' FROM ' || qualified(p_owner, p_table) || ' WHERE 1 = 0';
     EXCEPTION
       WHEN e_exists THEN
-        SELECT LISTAGG('"' || COLUMN_NAME || '"', ',') WITHIN GROUP (ORDER BY COLUMN_ID) INTO v_existing
-          FROM USER_TAB_COLUMNS WHERE TABLE_NAME = v_name AND COLUMN_NAME <> 'KEEL_BATCH_ID';
+        v_existing := staging_columns(v_name);
         IF v_existing = v_wanted THEN
           RETURN;
         END IF;
@@ -237,7 +246,9 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     END;
     -- Lock the staging registry row: a rival applier (or TRY_CLAIM) waits here until this transaction ends.
     BEGIN
-      SELECT STATE, ROW_COUNT, CHECKSUM INTO v_state, v_count, v_checksum FROM KEEL_TRANSFER_STAGED WHERE BATCH_ID = p_batch_id FOR UPDATE;
+      -- WAIT 30 (ORACLE_LOCK_WAIT_SECONDS in transferTarget.ts): a session left holding the row costs ORA-30006, which
+      -- the client reports as a retryable 'target_busy', instead of a wait as long as the client's call timeout.
+      SELECT STATE, ROW_COUNT, CHECKSUM INTO v_state, v_count, v_checksum FROM KEEL_TRANSFER_STAGED WHERE BATCH_ID = p_batch_id FOR UPDATE WAIT 30;
     EXCEPTION
       WHEN NO_DATA_FOUND THEN
         RAISE_APPLICATION_ERROR(-20002, 'batch ' || p_batch_id || ' is not staged on the target');
@@ -249,7 +260,7 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     EXCEPTION
       WHEN DUP_VAL_ON_INDEX THEN
         SELECT STATE, ROW_COUNT, CHECKSUM, FENCED_THROUGH INTO v_cstate, o_row_count, o_checksum, v_fenced
-          FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = p_batch_id FOR UPDATE;
+          FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = p_batch_id FOR UPDATE WAIT 30; -- bounded like the registry lock above (ORA-30006 -> target_busy)
         IF v_cstate = 'COMMITTED' THEN
           o_outcome := 'ALREADY_COMMITTED';
           ROLLBACK;

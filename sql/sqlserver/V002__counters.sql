@@ -1,21 +1,32 @@
 -- Counters shared by every move: StatsSummary per queue and MetricBuckets per minute x queue x outcome x reason.
--- keel.ApplyCounters is called by a move procedure INSIDE its transaction, after the rows have moved. It reads the
--- caller's temp table #Counters (one row per moved job; created by the caller, so it is visible here) and upserts
--- StatsSummary rows in queue order, then MetricBuckets rows in key order: every caller locks counter rows in the same
--- order, after the job tables, so counter updates of concurrent moves queue up behind each other and never deadlock.
--- The caller's #Counters definition (kept identical in every move procedure):
---   CREATE TABLE #Counters (
---     Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
---     Succeeded int NOT NULL DEFAULT 0, Failed int NOT NULL DEFAULT 0, Retried int NOT NULL DEFAULT 0,
---     Cancelled int NOT NULL DEFAULT 0, Zombie int NOT NULL DEFAULT 0, Resurrected int NOT NULL DEFAULT 0,
---     Outcome varchar(10) NULL,              -- 'succeeded' | 'failed' adds to a metric bucket; NULL adds none
---     Reason varchar(16) NOT NULL DEFAULT '', -- '' for succeeded
---     DurationMs bigint NOT NULL DEFAULT 0);
+-- keel.ApplyCounters is called by a move procedure INSIDE its transaction, after the rows have moved, with the
+-- caller's counter rows (one per moved job) in a keel.CounterRows table variable. It upserts StatsSummary rows in queue
+-- order, then MetricBuckets rows in key order: every caller locks counter rows in the same order, after the job
+-- tables, so counter updates of concurrent moves queue up behind each other and never deadlock.
+--
+-- keel.CounterRows and keel.JobIdList are the one definition of the rows that the move procedures hand to each other
+-- (they used to be temp tables #Counters and #DeadIds re-declared in six procedures, invisible to the model gate).
+-- A table type cannot be altered while procedures use it: change it by a new migration that drops and recreates
+-- the procedures that take it.
 SET ANSI_NULLS ON;
 SET QUOTED_IDENTIFIER ON;
 GO
 
+CREATE TYPE keel.CounterRows AS TABLE (
+  Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+  Succeeded int NOT NULL DEFAULT 0, Failed int NOT NULL DEFAULT 0, Retried int NOT NULL DEFAULT 0,
+  Cancelled int NOT NULL DEFAULT 0, Zombie int NOT NULL DEFAULT 0, Resurrected int NOT NULL DEFAULT 0,
+  Outcome varchar(10) NULL,               -- 'succeeded' | 'failed' adds to a metric bucket; NULL adds none
+  Reason varchar(16) NOT NULL DEFAULT '', -- '' for succeeded
+  DurationMs bigint NOT NULL DEFAULT 0);
+GO
+
+-- Job ids handed to keel.DeadLetter.
+CREATE TYPE keel.JobIdList AS TABLE (Id bigint NOT NULL PRIMARY KEY);
+GO
+
 CREATE OR ALTER PROCEDURE keel.ApplyCounters
+  @Counters keel.CounterRows READONLY
 AS
 BEGIN
   SET XACT_ABORT ON;
@@ -36,7 +47,7 @@ BEGIN
   INSERT @Stats (Queue, Succeeded, Failed, Retried, Cancelled, Zombie, Resurrected)
   SELECT c.Queue, SUM(CONVERT(bigint, c.Succeeded)), SUM(CONVERT(bigint, c.Failed)), SUM(CONVERT(bigint, c.Retried)),
          SUM(CONVERT(bigint, c.Cancelled)), SUM(CONVERT(bigint, c.Zombie)), SUM(CONVERT(bigint, c.Resurrected))
-  FROM #Counters AS c
+  FROM @Counters AS c
   GROUP BY c.Queue
   ORDER BY c.Queue;
 
@@ -65,7 +76,7 @@ BEGIN
     Cnt bigint NOT NULL, Total bigint NOT NULL, Mx bigint NOT NULL);
   INSERT @Buckets (Queue, Outcome, Reason, Cnt, Total, Mx)
   SELECT c.Queue, c.Outcome, c.Reason, COUNT_BIG(*), SUM(c.DurationMs), MAX(c.DurationMs)
-  FROM #Counters AS c
+  FROM @Counters AS c
   WHERE c.Outcome IS NOT NULL
   GROUP BY c.Queue, c.Outcome, c.Reason
   ORDER BY c.Queue, c.Outcome, c.Reason;

@@ -8,15 +8,17 @@ SET QUOTED_IDENTIFIER ON;
 GO
 
 -- DeadLetter: the Hot -> DLQ move shared by Fail, Cancel, Retry (cancel requested) and RescueZombies. Moves the
--- JobsHot rows whose ids are in the caller's #DeadIds (Id bigint PRIMARY KEY) and which are in one of the allowed
--- states (and, when @LeaseId is given, still under that lease). Must run inside the caller's transaction; the
--- caller has created #Counters (see V002) and, for batch callers, already holds the rows (UPDLOCK). Adds to
--- #Counters, per moved job: Failed+1, Cancelled+1 when the reason is 'cancelled', Zombie+1 when it is 'zombie', and a
--- ('failed', reason) metric bucket with the duration since StartedAt (0 when never started). It does NOT apply them:
--- the caller runs keel.ApplyCounters exactly once, after all of its moves, so that StatsSummary and MetricBuckets are
--- always locked after the job tables and in one order (a transaction that applied counters twice would lock
--- MetricBuckets before StatsSummary the second time round, and deadlock against a concurrent move).
+-- JobsHot rows whose ids are in @DeadIds and which are in one of the allowed states (and, when @LeaseId is given,
+-- still under that lease). Must run inside the caller's transaction; batch callers already hold the rows (UPDLOCK).
+-- Returns the counter rows of the moved jobs, in keel.CounterRows' columns (Queue, Failed, Cancelled, Zombie,
+-- Outcome, Reason, DurationMs): Failed 1, Cancelled 1 when the reason is 'cancelled', Zombie 1 when it is 'zombie',
+-- and a ('failed', reason) metric bucket with the duration since StartedAt (0 when never started). The caller takes
+-- them with INSERT @Counters (...) EXEC keel.DeadLetter ... and does NOT apply them here: it runs keel.ApplyCounters
+-- exactly once, after all of its moves, so that StatsSummary and MetricBuckets are always locked after the job
+-- tables and in one order (a transaction that applied counters twice would lock MetricBuckets before StatsSummary
+-- the second time round, and deadlock against a concurrent move). Internal: DENYed to keel_executor (V007).
 CREATE OR ALTER PROCEDURE keel.DeadLetter
+  @DeadIds keel.JobIdList READONLY,
   @LeaseId UNIQUEIDENTIFIER,
   @FromPending BIT,
   @FromFetched BIT,
@@ -47,7 +49,7 @@ BEGIN
   INTO @Moved (Id, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, CreatedAt, StartedAt,
                LastError, WorkerId)
   FROM keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK)
-  INNER JOIN #DeadIds AS d ON d.Id = h.Id
+  INNER JOIN @DeadIds AS d ON d.Id = h.Id
   WHERE (@LeaseId IS NULL OR h.LeaseId = @LeaseId)
     AND (   (h.State = 'pending' AND @FromPending = 1)
          OR (h.State = 'fetched' AND @FromFetched = 1)
@@ -65,7 +67,6 @@ BEGIN
          @Reason, ISNULL(@Error, m.LastError), m.WorkerId
   FROM @Moved AS m;
 
-  INSERT #Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
   SELECT m.Queue, 1, IIF(@Reason = 'cancelled', 1, 0), IIF(@Reason = 'zombie', 1, 0), 'failed', @Reason,
          CASE WHEN m.StartedAt IS NULL OR m.StartedAt > @Now THEN 0 ELSE DATEDIFF_BIG(millisecond, m.StartedAt, @Now) END
   FROM @Moved AS m;
@@ -168,11 +169,7 @@ BEGIN
     Payload nvarchar(max) NOT NULL, Priority int NOT NULL, Attempts int NOT NULL, MaxAttempts int NULL,
     IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL, Tags nvarchar(max) NOT NULL,
     CreatedAt datetime2(3) NOT NULL, StartedAt datetime2(3) NULL, WorkerId nvarchar(200) NULL);
-  CREATE TABLE #Counters (
-    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
-    Succeeded int NOT NULL DEFAULT 0, Failed int NOT NULL DEFAULT 0, Retried int NOT NULL DEFAULT 0,
-    Cancelled int NOT NULL DEFAULT 0, Zombie int NOT NULL DEFAULT 0, Resurrected int NOT NULL DEFAULT 0,
-    Outcome varchar(10) NULL, Reason varchar(16) NOT NULL DEFAULT '', DurationMs bigint NOT NULL DEFAULT 0);
+  DECLARE @Counters keel.CounterRows; -- the one definition: V002
 
   BEGIN TRY
     BEGIN TRANSACTION;
@@ -197,11 +194,11 @@ BEGIN
              m.WorkerId
       FROM @Moved AS m;
 
-      INSERT #Counters (Queue, Succeeded, Outcome, Reason, DurationMs)
+      INSERT @Counters (Queue, Succeeded, Outcome, Reason, DurationMs)
       SELECT m.Queue, 1, 'succeeded', '',
              CASE WHEN m.StartedAt IS NULL OR m.StartedAt > @Now THEN 0 ELSE DATEDIFF_BIG(millisecond, m.StartedAt, @Now) END
       FROM @Moved AS m;
-      EXEC keel.ApplyCounters;
+      EXEC keel.ApplyCounters @Counters = @Counters;
     END;
 
     COMMIT TRANSACTION;
@@ -232,12 +229,8 @@ BEGIN
   SET NOCOUNT ON;
   DECLARE @Now datetime2(3) = SYSUTCDATETIME();
   DECLARE @Queue nvarchar(128), @CancelRequested bit, @Status varchar(10) = 'lease_lost', @Moved int;
-  CREATE TABLE #Counters (
-    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
-    Succeeded int NOT NULL DEFAULT 0, Failed int NOT NULL DEFAULT 0, Retried int NOT NULL DEFAULT 0,
-    Cancelled int NOT NULL DEFAULT 0, Zombie int NOT NULL DEFAULT 0, Resurrected int NOT NULL DEFAULT 0,
-    Outcome varchar(10) NULL, Reason varchar(16) NOT NULL DEFAULT '', DurationMs bigint NOT NULL DEFAULT 0);
-  CREATE TABLE #DeadIds (Id bigint NOT NULL PRIMARY KEY);
+  DECLARE @Counters keel.CounterRows; -- the one definition: V002
+  DECLARE @DeadIds keel.JobIdList;
 
   BEGIN TRY
     BEGIN TRANSACTION;
@@ -248,12 +241,13 @@ BEGIN
 
     IF @Queue IS NOT NULL AND @CancelRequested = 1
     BEGIN
-      INSERT #DeadIds (Id) VALUES (@JobId);
-      EXEC keel.DeadLetter @LeaseId = @LeaseId, @FromPending = 0, @FromFetched = 0, @FromProcessing = 1,
+      INSERT @DeadIds (Id) VALUES (@JobId);
+      INSERT @Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
+      EXEC keel.DeadLetter @DeadIds = @DeadIds, @LeaseId = @LeaseId, @FromPending = 0, @FromFetched = 0, @FromProcessing = 1,
                            @Reason = 'cancelled', @Error = @Error, @MovedCount = @Moved OUTPUT;
       IF @Moved = 1
       BEGIN
-        EXEC keel.ApplyCounters;
+        EXEC keel.ApplyCounters @Counters = @Counters;
         SET @Status = 'ok';
       END;
     END
@@ -265,8 +259,8 @@ BEGIN
       WHERE Id = @JobId AND LeaseId = @LeaseId AND State = 'processing';
       IF @@ROWCOUNT = 1
       BEGIN
-        INSERT #Counters (Queue, Retried) VALUES (@Queue, 1);
-        EXEC keel.ApplyCounters;
+        INSERT @Counters (Queue, Retried) VALUES (@Queue, 1);
+        EXEC keel.ApplyCounters @Counters = @Counters;
         SET @Status = 'ok';
       END;
     END;
@@ -295,21 +289,18 @@ BEGIN
   IF @Reason IS NULL OR @Reason NOT IN ('exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired')
     THROW 50012, N'reason must be one of exhausted, fatal, timeout, cancelled, zombie, expired', 1;
   DECLARE @Moved int = 0;
-  CREATE TABLE #Counters (
-    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
-    Succeeded int NOT NULL DEFAULT 0, Failed int NOT NULL DEFAULT 0, Retried int NOT NULL DEFAULT 0,
-    Cancelled int NOT NULL DEFAULT 0, Zombie int NOT NULL DEFAULT 0, Resurrected int NOT NULL DEFAULT 0,
-    Outcome varchar(10) NULL, Reason varchar(16) NOT NULL DEFAULT '', DurationMs bigint NOT NULL DEFAULT 0);
-  CREATE TABLE #DeadIds (Id bigint NOT NULL PRIMARY KEY);
+  DECLARE @Counters keel.CounterRows; -- the one definition: V002
+  DECLARE @DeadIds keel.JobIdList;
 
   IF @LeaseId IS NOT NULL AND @JobId IS NOT NULL
   BEGIN
-    INSERT #DeadIds (Id) VALUES (@JobId);
+    INSERT @DeadIds (Id) VALUES (@JobId);
     BEGIN TRY
       BEGIN TRANSACTION;
-      EXEC keel.DeadLetter @LeaseId = @LeaseId, @FromPending = 0, @FromFetched = 1, @FromProcessing = 1,
+      INSERT @Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
+      EXEC keel.DeadLetter @DeadIds = @DeadIds, @LeaseId = @LeaseId, @FromPending = 0, @FromFetched = 1, @FromProcessing = 1,
                            @Reason = @Reason, @Error = @Error, @MovedCount = @Moved OUTPUT;
-      IF @Moved > 0 EXEC keel.ApplyCounters;
+      IF @Moved > 0 EXEC keel.ApplyCounters @Counters = @Counters;
       COMMIT TRANSACTION;
     END TRY
     BEGIN CATCH
@@ -332,12 +323,8 @@ BEGIN
   SET XACT_ABORT ON;
   SET NOCOUNT ON;
   DECLARE @State varchar(10), @Status varchar(20) = 'not_found', @Moved int;
-  CREATE TABLE #Counters (
-    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
-    Succeeded int NOT NULL DEFAULT 0, Failed int NOT NULL DEFAULT 0, Retried int NOT NULL DEFAULT 0,
-    Cancelled int NOT NULL DEFAULT 0, Zombie int NOT NULL DEFAULT 0, Resurrected int NOT NULL DEFAULT 0,
-    Outcome varchar(10) NULL, Reason varchar(16) NOT NULL DEFAULT '', DurationMs bigint NOT NULL DEFAULT 0);
-  CREATE TABLE #DeadIds (Id bigint NOT NULL PRIMARY KEY);
+  DECLARE @Counters keel.CounterRows; -- the one definition: V002
+  DECLARE @DeadIds keel.JobIdList;
 
   BEGIN TRY
     BEGIN TRANSACTION;
@@ -351,12 +338,13 @@ BEGIN
     END
     ELSE IF @State IN ('pending', 'fetched')
     BEGIN
-      INSERT #DeadIds (Id) VALUES (@JobId);
-      EXEC keel.DeadLetter @LeaseId = NULL, @FromPending = 1, @FromFetched = 1, @FromProcessing = 0,
+      INSERT @DeadIds (Id) VALUES (@JobId);
+      INSERT @Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
+      EXEC keel.DeadLetter @DeadIds = @DeadIds, @LeaseId = NULL, @FromPending = 1, @FromFetched = 1, @FromProcessing = 0,
                            @Reason = 'cancelled', @Error = N'cancelled by operator', @MovedCount = @Moved OUTPUT;
       IF @Moved > 0
       BEGIN
-        EXEC keel.ApplyCounters;
+        EXEC keel.ApplyCounters @Counters = @Counters;
         SET @Status = 'cancelled';
       END;
     END;

@@ -23,12 +23,8 @@ BEGIN
 
   DECLARE @Now datetime2(3) = SYSUTCDATETIME();
   DECLARE @Released int = 0, @Retried int = 0, @Dead int = 0, @Expired int = 0, @Moved int = 0;
-  CREATE TABLE #Counters (
-    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
-    Succeeded int NOT NULL DEFAULT 0, Failed int NOT NULL DEFAULT 0, Retried int NOT NULL DEFAULT 0,
-    Cancelled int NOT NULL DEFAULT 0, Zombie int NOT NULL DEFAULT 0, Resurrected int NOT NULL DEFAULT 0,
-    Outcome varchar(10) NULL, Reason varchar(16) NOT NULL DEFAULT '', DurationMs bigint NOT NULL DEFAULT 0);
-  CREATE TABLE #DeadIds (Id bigint NOT NULL PRIMARY KEY);
+  DECLARE @Counters keel.CounterRows; -- the one definition: V002
+  DECLARE @DeadIds keel.JobIdList;
   -- A job's limit: its own, else its handler's (by type), else its queue's.
   DECLARE @TypeMax TABLE (Type nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY, MaxAttempts int NOT NULL);
   IF @TypeMaxAttempts IS NOT NULL
@@ -71,7 +67,7 @@ BEGIN
     ORDER BY h.HeartbeatAt, h.Id;
 
     BEGIN TRANSACTION;
-    DELETE FROM #Counters;
+    DELETE FROM @Counters;
     INSERT @Z (Id, Queue, Kind)
     SELECT h.Id, h.Queue,
            CASE WHEN h.CancelRequested = 1 THEN 'c'
@@ -91,7 +87,7 @@ BEGIN
       SET State = 'pending', RunAt = @Now, LeaseId = NULL, WorkerId = NULL, FetchedAt = NULL, LeaseExpiresAt = NULL,
           HeartbeatAt = NULL,
           LastError = N'zombie: no heartbeat since ' + CONVERT(nvarchar(30), h.HeartbeatAt, 126) + N'Z'
-      OUTPUT inserted.Queue, 1 INTO #Counters (Queue, Zombie)
+      OUTPUT inserted.Queue, 1 INTO @Counters (Queue, Zombie)
       FROM keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK)
       INNER JOIN @Z AS z ON z.Id = h.Id AND z.Kind = 'r'
       WHERE h.State = 'processing';
@@ -99,40 +95,43 @@ BEGIN
     END;
     IF EXISTS (SELECT 1 FROM @Z WHERE Kind = 'z')
     BEGIN
-      DELETE FROM #DeadIds;
-      INSERT #DeadIds (Id) SELECT Id FROM @Z WHERE Kind = 'z';
-      EXEC keel.DeadLetter @LeaseId = NULL, @FromPending = 0, @FromFetched = 0, @FromProcessing = 1,
+      DELETE FROM @DeadIds;
+      INSERT @DeadIds (Id) SELECT Id FROM @Z WHERE Kind = 'z';
+      INSERT @Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
+      EXEC keel.DeadLetter @DeadIds = @DeadIds, @LeaseId = NULL, @FromPending = 0, @FromFetched = 0, @FromProcessing = 1,
                            @Reason = 'zombie', @Error = N'zombie: heartbeat timed out', @MovedCount = @Moved OUTPUT;
       SET @Dead += @Moved;
     END;
     IF EXISTS (SELECT 1 FROM @Z WHERE Kind = 'c')
     BEGIN
-      DELETE FROM #DeadIds;
-      INSERT #DeadIds (Id) SELECT Id FROM @Z WHERE Kind = 'c';
-      EXEC keel.DeadLetter @LeaseId = NULL, @FromPending = 0, @FromFetched = 0, @FromProcessing = 1,
+      DELETE FROM @DeadIds;
+      INSERT @DeadIds (Id) SELECT Id FROM @Z WHERE Kind = 'c';
+      INSERT @Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
+      EXEC keel.DeadLetter @DeadIds = @DeadIds, @LeaseId = NULL, @FromPending = 0, @FromFetched = 0, @FromProcessing = 1,
                            @Reason = 'cancelled', @Error = N'cancelled; worker lost before it stopped',
                            @MovedCount = @Moved OUTPUT;
       SET @Dead += @Moved;
     END;
-    IF EXISTS (SELECT 1 FROM #Counters) EXEC keel.ApplyCounters;
-    DELETE FROM #Counters;
+    IF EXISTS (SELECT 1 FROM @Counters) EXEC keel.ApplyCounters @Counters = @Counters;
+    DELETE FROM @Counters;
     COMMIT TRANSACTION;
 
     -- 3. Pending jobs past ExpiresAt: DLQ 'expired' (index order of IX_JobsHot_PendingExpiry).
     BEGIN TRANSACTION;
-    DELETE FROM #DeadIds;
-    INSERT #DeadIds (Id)
+    DELETE FROM @DeadIds;
+    INSERT @DeadIds (Id)
     SELECT TOP (@Limit) h.Id
     FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK)
     WHERE h.State = 'pending' AND h.ExpiresAt IS NOT NULL AND h.ExpiresAt <= @Now
     ORDER BY h.ExpiresAt, h.Id;
     IF @@ROWCOUNT > 0
     BEGIN
-      EXEC keel.DeadLetter @LeaseId = NULL, @FromPending = 1, @FromFetched = 0, @FromProcessing = 0,
+      INSERT @Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
+      EXEC keel.DeadLetter @DeadIds = @DeadIds, @LeaseId = NULL, @FromPending = 1, @FromFetched = 0, @FromProcessing = 0,
                            @Reason = 'expired', @Error = N'expired before it started', @MovedCount = @Moved OUTPUT;
       SET @Expired = @Moved;
-      IF @Moved > 0 EXEC keel.ApplyCounters;
-      DELETE FROM #Counters;
+      IF @Moved > 0 EXEC keel.ApplyCounters @Counters = @Counters;
+      DELETE FROM @Counters;
     END;
     COMMIT TRANSACTION;
   END TRY
@@ -170,11 +169,7 @@ BEGIN
     Payload nvarchar(max) NOT NULL, Priority int NOT NULL, MaxAttempts int NULL,
     IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL, Tags nvarchar(max) NOT NULL,
     CreatedAt datetime2(3) NOT NULL, Error nvarchar(max) NULL);
-  CREATE TABLE #Counters (
-    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
-    Succeeded int NOT NULL DEFAULT 0, Failed int NOT NULL DEFAULT 0, Retried int NOT NULL DEFAULT 0,
-    Cancelled int NOT NULL DEFAULT 0, Zombie int NOT NULL DEFAULT 0, Resurrected int NOT NULL DEFAULT 0,
-    Outcome varchar(10) NULL, Reason varchar(16) NOT NULL DEFAULT '', DurationMs bigint NOT NULL DEFAULT 0);
+  DECLARE @Counters keel.CounterRows; -- the one definition: V002
 
   BEGIN TRY
     BEGIN TRANSACTION;
@@ -226,8 +221,8 @@ BEGIN
              0, m.Error, m.CreatedAt
       FROM @Moved AS m;
 
-      INSERT #Counters (Queue, Resurrected) SELECT m.Queue, 1 FROM @Moved AS m;
-      EXEC keel.ApplyCounters;
+      INSERT @Counters (Queue, Resurrected) SELECT m.Queue, 1 FROM @Moved AS m;
+      EXEC keel.ApplyCounters @Counters = @Counters;
     END;
 
     COMMIT TRANSACTION;

@@ -144,8 +144,11 @@ BEGIN
 END;
 GO
 
--- GetJob(@JobId): the job wherever it is (hot, archive or dlq), as one JobRecord row, or no row. One statement, so
--- a job moving concurrently is seen in exactly one place.
+-- GetJob(@JobId): the job wherever it is (hot, archive or dlq), as one JobRecord row, or no row. One statement,
+-- which under READ_COMMITTED_SNAPSHOT reads one committed snapshot, so a job moving concurrently is seen in exactly
+-- one place. Without RCSI (locking READ COMMITTED) each UNION ALL branch reads at its own moment and a job moving
+-- Hot -> Archive between them is returned twice or not at all: RCSI is required, and the store checks it when it
+-- connects (shared/engines/sqlserver/startupCheck.ts).
 CREATE OR ALTER PROCEDURE keel.GetJob
   @JobId BIGINT
 AS

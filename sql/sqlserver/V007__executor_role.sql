@@ -17,3 +17,12 @@ GO
 -- chain is not applied to sequences. It only lets the role draw job ids (no ALTER, no table access).
 GRANT UPDATE ON OBJECT::keel.JobIdSeq TO keel_executor;
 GO
+
+-- Internal procedures: called only by other keel procedures, never by the application. DENY overrides the schema-wide
+-- GRANT above for the role's members; the calls from inside keel procedures still work, because an ownership chain
+-- (caller and callee both owned by dbo) skips the permission check on the callee. Without this, the app could run
+-- keel.DeadLetter itself and dead-letter any job without holding its lease. Every keel procedure that the TypeScript
+-- code does not call must be listed here (test/engines/parity.test.ts checks it).
+DENY EXECUTE ON OBJECT::keel.DeadLetter TO keel_executor;
+DENY EXECUTE ON OBJECT::keel.ApplyCounters TO keel_executor;
+GO

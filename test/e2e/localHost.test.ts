@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { QueueServiceClient } from '@azure/storage-queue';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase } from '../support/pg.js';
+import { appUrl, createTestDatabase } from '../support/pg.js';
 import { freePort } from '../../shared/engines/postgres/embedded.js';
 import { encodeClientPrincipal } from '../../shared/ops/auth.js';
 
@@ -133,7 +133,8 @@ beforeAll(async () => {
     KEEL_DATA_DIR: dataDir,
     KEEL_HTTP_PORT: String(await freePort()),
     KEEL_AZURITE_PORT: '0',
-    KEEL_PG_URL: url,
+    KEEL_PG_URL: appUrl(url),
+    KEEL_PG_MIGRATE_URL: url,
     KEEL_DEMO_HANDLERS: 'true',
     KEEL_DISPATCH_SCHEDULE: '*/1 * * * * *',
     KEEL_DISPATCH_BUDGET_MS: '800',

@@ -172,3 +172,29 @@ describe('engine parity', () => {
     expect(new Set(sites.map((s) => s.proc))).toEqual(new Set(PROCS));
   });
 });
+
+describe('SQL Server internal procedures', () => {
+  // Every keel procedure is either called by the TypeScript code (the job contract's procedures, or named as
+  // 'keel.<Name>' in shared/) or internal, and every internal one is DENYed to keel_executor (V007), so the schema-wide
+  // EXECUTE cannot reach it. Read from the sources: this fails when a new helper procedure is added without a DENY.
+  function tsSources(dir: string): string[] {
+    return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+      e.isDirectory() ? tsSources(path.join(dir, e.name)) : e.name.endsWith('.ts') ? [readFileSync(path.join(dir, e.name), 'utf8')] : []);
+  }
+  const sqlFiles = () => readdirSync(path.join(root, 'sql', 'sqlserver'))
+    .filter((f) => /^(V\d+|R)__\w+\.sql$/.test(f))
+    .map((f) => stripComments(readFileSync(path.join(root, 'sql', 'sqlserver', f), 'utf8')));
+
+  it('denies keel_executor every procedure that the application does not call, and only those', () => {
+    const text = sqlFiles().join('\n');
+    const declared = new Set([...text.matchAll(/CREATE\s+(?:OR\s+ALTER\s+)?PROC(?:EDURE)?\s+keel\.(\w+)/gi)].map((m) => m[1]!));
+    const called = new Set([
+      ...PROCS.map((p) => pascalCase(p)),
+      ...tsSources(path.join(root, 'shared')).flatMap((src) => [...src.matchAll(/['"`]keel\.([A-Z]\w+)['"`]/g)].map((m) => m[1]!)),
+    ]);
+    const denied = new Set([...text.matchAll(/DENY\s+EXECUTE\s+ON\s+OBJECT::keel\.(\w+)\s+TO\s+keel_executor/gi)].map((m) => m[1]!));
+    const internal = [...declared].filter((p) => !called.has(p)).sort();
+    expect(internal).toEqual(expect.arrayContaining(['ApplyCounters', 'DeadLetter']));
+    expect([...denied].sort()).toEqual(internal);
+  });
+});

@@ -2,7 +2,7 @@
 import pg from 'pg';
 import type { EngineHarness, PillarTable, StatsRow, BucketTotals } from '../contract/harness.js';
 import { PostgresJobStore } from '../../shared/engines/postgres/jobStore.js';
-import { createTestDatabase } from '../support/pg.js';
+import { appUrl, createTestDatabase } from '../support/pg.js';
 
 const TABLE: Record<PillarTable, string> = { hot: 'keel.jobs_hot', archive: 'keel.jobs_archive', dlq: 'keel.jobs_dlq' };
 const FINISHED: Record<'archive' | 'dlq' | 'metrics', [string, string]> = {
@@ -21,14 +21,15 @@ export class PostgresHarness implements EngineHarness {
   async createStore(opts: { poolSize?: number } = {}): Promise<PostgresJobStore> {
     if (!this.url) {
       this.url = await createTestDatabase('contract');
-      const store = await PostgresJobStore.connect(this.url, { poolSize: opts.poolSize ?? 10 });
+      // Migrated as the owner; the store itself logs in as the least-privilege application role.
+      const store = await PostgresJobStore.connect(appUrl(this.url), { poolSize: opts.poolSize ?? 10, migrateUrl: this.url });
       this.admin = new pg.Client({ connectionString: this.url, application_name: 'keel-harness' });
       this.admin.on('error', () => undefined);
       await this.admin.connect();
       this.stores.push(store);
       return store;
     }
-    const store = await PostgresJobStore.connect(this.url, { poolSize: opts.poolSize ?? 10, migrate: false });
+    const store = await PostgresJobStore.connect(appUrl(this.url), { poolSize: opts.poolSize ?? 10, migrate: false });
     this.stores.push(store);
     return store;
   }

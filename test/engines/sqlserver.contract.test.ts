@@ -6,10 +6,10 @@ import { mkdtemp, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { defineJobStoreContract } from '../contract/jobStoreContract.js';
-import { SqlServerHarness, mssqlTestUrl } from './sqlserver.harness.js';
+import { SqlServerHarness, mssqlTestUrl, toUrl } from './sqlserver.harness.js';
 import { parseSqlServerConnection, SqlServerPool } from '../../shared/engines/sqlserver/pool.js';
 import { migrateSqlServer, readSqlServerMigrations, splitBatches } from '../../shared/engines/sqlserver/migrate.js';
-import { SQLSERVER_SQL_DIR } from '../../shared/engines/sqlserver/jobStore.js';
+import { SQLSERVER_SQL_DIR, SqlServerJobStore } from '../../shared/engines/sqlserver/jobStore.js';
 import {
   backoffDelay, isOutcomeUnknown, isRolledBackSqlError, isTransientSqlError, withSqlRetry,
 } from '../../shared/engines/sqlserver/retry.js';
@@ -50,6 +50,45 @@ if (url) {
         }
       } finally {
         await h.close();
+      }
+    });
+  });
+
+  describe('sqlserver least privilege and required settings', () => {
+    it('the application login (keel_executor) cannot execute the internal procedures: no dead-lettering without a lease', async () => {
+      const h = new SqlServerHarness(url);
+      try {
+        const store = await h.createStore({ poolSize: 1 });
+        expect(h.usesExecutorLogin).toBe(true);
+        const job = await store.enqueue({ queue: 'priv', type: 't', payload: {} });
+        const app = SqlServerPool.create(await h.storeConnection(), { max: 1, applicationName: 'keel-priv-test' });
+        try {
+          const pool = await app.get();
+          for (const proc of ['keel.DeadLetter', 'keel.ApplyCounters']) {
+            const err = await pool.request().execute(proc).then(() => null, (e: { number?: number; originalError?: { info?: { number?: number } } }) => e);
+            expect(err, proc).not.toBeNull();
+            expect(err!.number ?? err!.originalError?.info?.number, proc).toBe(229); // EXECUTE permission denied
+          }
+          expect((await store.getJob(job.id))?.location).toBe('hot');
+        } finally {
+          await app.close();
+        }
+      } finally {
+        await h.close();
+      }
+    });
+
+    it('refuses to start on a database without READ_COMMITTED_SNAPSHOT, naming the setting and the fix', async () => {
+      const db = `keel_nrcsi_${Date.now().toString(36)}`;
+      const master = SqlServerPool.create({ ...parseSqlServerConnection(url), database: 'master' }, { max: 1 });
+      try {
+        await (await master.get()).request().batch(`CREATE DATABASE [${db}]`); // SQL Server's default: RCSI OFF
+        const target = { ...parseSqlServerConnection(url), database: db };
+        await expect(SqlServerJobStore.connect(toUrl(target), { poolSize: 1, migrate: true }))
+          .rejects.toThrow(/READ_COMMITTED_SNAPSHOT OFF[\s\S]*ALTER DATABASE \[keel_nrcsi_\w+\] SET READ_COMMITTED_SNAPSHOT ON/);
+      } finally {
+        await (await master.get()).request().batch(`ALTER DATABASE [${db}] SET SINGLE_USER WITH ROLLBACK IMMEDIATE; DROP DATABASE [${db}]`).catch(() => undefined);
+        await master.close();
       }
     });
   });

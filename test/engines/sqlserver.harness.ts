@@ -73,6 +73,8 @@ export class SqlServerHarness implements EngineHarness {
       await admin.request().batch(`CREATE USER [${this.login}] FOR LOGIN [${this.login}]; ALTER ROLE keel_executor ADD MEMBER [${this.login}];`);
       this.storeTarget = { ...base, user: this.login, password, entra: false };
     } catch (err) {
+      // CI (the GitHub workflow) must test as keel_executor: a server that refuses the login fails the run there.
+      if (process.env.CI) throw new Error(`sqlserver harness: could not create the keel_executor login: ${(err as Error).message}`, { cause: err });
       console.warn(`sqlserver harness: running the store as the admin login (could not create a keel_executor login: ${(err as Error).message})`);
       // The login may exist already (CREATE USER or ALTER ROLE failed after it): do not leave it on the server.
       const login = this.login;
@@ -80,6 +82,16 @@ export class SqlServerHarness implements EngineHarness {
       this.login = '';
       this.storeTarget = base;
     }
+  }
+
+  // The store's connection (the keel_executor login), for tests that call procedures directly as the application.
+  async storeConnection(): Promise<SqlServerTarget> {
+    if (!this.admin) await this.setup();
+    return this.storeTarget!;
+  }
+
+  get usesExecutorLogin(): boolean {
+    return this.login !== '';
   }
 
   async createStore(opts: { poolSize?: number } = {}): Promise<SqlServerJobStore> {

@@ -6,6 +6,7 @@ import { maintenance } from '../../functions/maintenance.js';
 import { transferTimer } from '../../functions/transferTimer.js';
 import type { Timer } from '@azure/functions';
 import { context, createTestRuntime, snapshot, RecordingQueues, type TestRuntime } from './support.js';
+import { appUrl } from '../support/pg.js';
 import { dispatchDueJobs } from '../../shared/host/dispatch.js';
 import { createRuntime } from '../../shared/host/runtime.js';
 import { parseSettings } from '../../shared/config/settings.js';
@@ -120,7 +121,7 @@ describe('dispatcher (timer)', () => {
 describe('dispatcher in post mode', () => {
   it('claims due jobs, releases them and posts their ids for the queue-triggered runner', async () => {
     const queues = new RecordingQueues();
-    const settings = parseSettings({ KEEL_PG_URL: t.url, KEEL_DEMO_HANDLERS: 'true', KEEL_DISPATCH_MODE: 'post', KEEL_DISPATCH_QUEUES: 'post-a' });
+    const settings = parseSettings({ KEEL_PG_URL: appUrl(t.url), KEEL_PG_MIGRATE_URL: t.url, KEEL_DEMO_HANDLERS: 'true', KEEL_DISPATCH_MODE: 'post', KEEL_DISPATCH_QUEUES: 'post-a' });
     const rt = await createRuntime(settings, { queues, store: t.rt.store, transfers: null });
     try {
       const ids = [await enqueue('post-a', 'demo.echo'), await enqueue('post-a', 'demo.echo')];

@@ -3,7 +3,7 @@
 // @azure/functions request/context objects.
 import pg from 'pg';
 import type { HttpResponseInit, LogLevel } from '@azure/functions';
-import { createTestDatabase } from '../support/pg.js';
+import { appUrl, createTestDatabase } from '../support/pg.js';
 import { parseSettings } from '../../shared/config/settings.js';
 import { createRuntime, setRuntime, type Runtime, type RuntimeOverrides } from '../../shared/host/runtime.js';
 import type { PoisonEntry, QueueGateway } from '../../shared/host/queues.js';
@@ -58,7 +58,8 @@ export async function createTestRuntime(
 ): Promise<TestRuntime> {
   const url = await createTestDatabase(prefix);
   const env = {
-    KEEL_PG_URL: url,
+    KEEL_PG_URL: appUrl(url),
+    KEEL_PG_MIGRATE_URL: url,
     KEEL_DEMO_HANDLERS: 'true',
     KEEL_HEARTBEAT_MS: '200',
     KEEL_DISPATCH_BUDGET_MS: '3000',

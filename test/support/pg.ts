@@ -2,10 +2,18 @@
 import pg from 'pg';
 import { inject } from 'vitest';
 import { randomBytes } from 'node:crypto';
-import { withDatabase } from '../../shared/engines/postgres/client.js';
+import { withDatabase, withLogin } from '../../shared/engines/postgres/client.js';
 
 export function adminUrl(): string {
   return inject('pgAdminUrl');
+}
+
+// The same database as the application logs in: keel_app_test, a member of keel_executor (globalSetup), which may
+// only execute Keel's public functions. Use it for every store and runtime under test; keep the admin URL (the
+// schema owner) for migrations and for the harness's inspections.
+export function appUrl(databaseUrl: string): string {
+  const login = inject('pgAppLogin');
+  return withLogin(databaseUrl, login.user, login.password);
 }
 
 // Creates an empty database named keel_<prefix>_<random> and returns its URL.

@@ -37,6 +37,45 @@ export function parseOracleUrl(url: string): { user: string; password: string; c
 
 export const ORACLE_CALL_TIMEOUT_MS = 9 * 60_000;
 
+// Row-lock waits are bounded: APPLY_BATCH locks the staging registry row FOR UPDATE WAIT 30 (sql/oracle/V001; keep the
+// two in step) and BEGIN_STAGE's registry insert, which waits on a rival staging's uncommitted row and has no WAIT
+// clause, runs under a call timeout of this plus a margin. Either way a session left holding the row (an orphaned
+// client, a stuck transaction) costs a retryable 'target_busy', not the 9-minute call timeout.
+export const ORACLE_LOCK_WAIT_SECONDS = 30;
+const ORA_LOCK_WAIT_TIMEOUT = 30006; // ORA-30006: resource busy; acquire with WAIT timeout expired
+const NJS_CALL_TIMEOUT = 'NJS-123'; // node-oracledb: call timeout exceeded (thin and thick)
+
+// Oracle 12.2 or later: staging objects are named KEEL_STG_<transfer> and <that>_B, up to 51 characters, and names
+// longer than 30 bytes need 12.2's 128-byte identifiers. LISTAGG ... ON OVERFLOW is 12.2 too.
+export const ORACLE_MIN_VERSION = { major: 12, minor: 2, number: 1202000000 };
+
+// Every session of a Keel pool is set up once, when the pool creates it (node-oracledb calls the pool's
+// sessionCallback for a new session, or when the tag a caller asks for differs from the session's), instead of an
+// ALTER SESSION on every checkout:
+// - the server must be 12.2 or later (ORACLE_MIN_VERSION), else the connection is refused with a message saying so;
+// - canonical decimals use '.' and dates the Gregorian calendar: TO_NUMBER/TO_CHAR follow the session's NLS settings
+//   (every date/time conversion names its format explicitly, so NLS_DATE_FORMAT & co. do not matter); name lists
+//   are sorted and compared byte-wise (key check in prepare, column check in ENSURE_STAGING).
+export const KEEL_SESSION_TAG = 'KEEL_NLS=1';
+export const KEEL_SESSION_SQL = `ALTER SESSION SET NLS_NUMERIC_CHARACTERS = '.,' NLS_CALENDAR = 'GREGORIAN' NLS_SORT = 'BINARY' NLS_COMP = 'BINARY'`;
+
+type SessionConnection = Pick<oracledb.Connection, 'execute'> & { tag?: string; oracleServerVersion?: number; oracleServerVersionString?: string };
+
+export function oracleSessionCallback(conn: SessionConnection, _requestedTag: string, done: (err?: Error) => void): void {
+  const v = conn.oracleServerVersion;
+  if (typeof v === 'number' && v > 0 && v < ORACLE_MIN_VERSION.number) {
+    done(new Error(`Oracle ${conn.oracleServerVersionString ?? v} is not supported as a transfer target: Keel needs ${ORACLE_MIN_VERSION.major}.${ORACLE_MIN_VERSION.minor} or later (staging object names up to 51 characters, LISTAGG ... ON OVERFLOW); see docs/oracle.md`));
+    return;
+  }
+  conn.execute(KEEL_SESSION_SQL).then(
+    () => {
+      conn.tag = KEEL_SESSION_TAG;
+      done();
+    },
+    (err: Error) => done(err),
+  );
+}
+
 export interface OracleCredentials {
   user: string;
   password: string;
@@ -53,6 +92,7 @@ export async function createOraclePool(connection: string | OracleCredentials, c
   return oracledb.createPool({
     ...a, poolMin: 0, poolMax: 4, poolIncrement: 1, poolPingInterval: 30,
     connectTimeout: seconds, transportConnectTimeout: seconds, queueTimeout: connectTimeoutMs, expireTime: 1,
+    sessionCallback: oracleSessionCallback,
   });
 }
 
@@ -75,7 +115,7 @@ export function oracleAccepts(logical: LogicalType, dataType: string, scale: num
     case 'timestamptz':
       return /^TIMESTAMP\(\d\) WITH (LOCAL )?TIME ZONE$/.test(t);
     case 'bytes':
-      return t === 'RAW' || t === 'BLOB';
+      return t === 'RAW'; // not BLOB: see prepare()
     case 'uuid':
       return t === 'RAW' || t === 'VARCHAR2' || t === 'CHAR';
   }
@@ -122,7 +162,7 @@ function toCanonical(ref: string, logical: LogicalType, dataType: string): strin
     case 'timestamptz':
       return `TO_CHAR(SYS_EXTRACT_UTC(${ref}), 'YYYY-MM-DD"T"HH24:MI:SS.FF6') || 'Z'`;
     case 'bytes':
-      return dataType.toUpperCase() === 'BLOB' ? `LOWER(RAWTOHEX(DBMS_LOB.SUBSTR(${ref}, 2000, 1)))` : `LOWER(RAWTOHEX(${ref}))`;
+      return `LOWER(RAWTOHEX(${ref}))`; // RAW only (BLOB columns are refused in prepare)
     case 'uuid':
       return dataType.toUpperCase() === 'RAW'
         ? `REGEXP_REPLACE(LOWER(RAWTOHEX(${ref})), '^(.{8})(.{4})(.{4})(.{4})(.{12})$', '\\1-\\2-\\3-\\4-\\5')`
@@ -155,14 +195,11 @@ export class OracleTransferTarget implements TargetAdapter {
   }
 
   private async conn(): Promise<oracledb.Connection> {
-    const c = await this.pool.getConnection();
+    // The tag makes the pool run oracleSessionCallback (version check, NLS settings) for any session not set up yet.
+    const c = await this.pool.getConnection({ tag: KEEL_SESSION_TAG });
     // A round trip over a dead network must fail inside the function's 10-minute budget (host.json), so reconcile
     // reads the outcome in the same invocation instead of the host killing it; the server decides the transaction.
     c.callTimeout = ORACLE_CALL_TIMEOUT_MS;
-    // Canonical decimals use '.' and dates the Gregorian calendar; TO_NUMBER/TO_CHAR follow the session's NLS
-    // settings (every date/time conversion names its format explicitly, so NLS_DATE_FORMAT & co. do not matter).
-    // Name lists are sorted and compared byte-wise (key check in prepare, column check in ENSURE_STAGING).
-    await c.execute(`ALTER SESSION SET NLS_NUMERIC_CHARACTERS = '.,' NLS_CALENDAR = 'GREGORIAN' NLS_SORT = 'BINARY' NLS_COMP = 'BINARY'`);
     return c;
   }
 
@@ -190,6 +227,11 @@ export class OracleTransferTarget implements TargetAdapter {
       for (const m of mapped) {
         const ty = types.get(m.target);
         if (!ty) throw new TransferError('target_incompatible', `transfer ${this.t.name}: target column ${m.target} does not exist in ${this.t.target.table}`);
+        if (ty.dataType.toUpperCase() === 'BLOB') {
+          // Staging binds every value as text (HEXTORAW of up to 4,000 hex characters in SQL) and reads it back as
+          // text to checksum it: a BLOB value over 2,000 bytes would fail to bind (ORA-01461) or be read back cut.
+          throw new TransferError('target_incompatible', `transfer ${this.t.name}: target column ${m.target} is a BLOB, which the Oracle target does not take: values over 2,000 bytes cannot be staged and verified through text binds. Use a RAW column (up to 2,000 bytes; 32,767 with MAX_STRING_SIZE = EXTENDED) or leave the column out of the mapping (docs/oracle.md)`);
+        }
         if (!oracleAccepts(m.logical, ty.dataType, ty.scale)) {
           throw new TransferError('target_incompatible', `transfer ${this.t.name}: target column ${m.target} (${ty.dataType}) cannot hold source column ${m.source} (${m.type})`);
         }
@@ -200,12 +242,12 @@ export class OracleTransferTarget implements TargetAdapter {
       const keys = [...this.targetKeys()].sort().join(',');
       const key = await c.execute<[number]>(
         `SELECT COUNT(*) FROM (
-           SELECT LISTAGG(cc.column_name, ',') WITHIN GROUP (ORDER BY cc.column_name) AS cols
+           SELECT LISTAGG(cc.column_name, ',' ON OVERFLOW TRUNCATE) WITHIN GROUP (ORDER BY cc.column_name) AS cols
              FROM all_constraints k JOIN all_cons_columns cc ON cc.owner = k.owner AND cc.constraint_name = k.constraint_name AND cc.table_name = k.table_name
             WHERE k.owner = NVL(:owner, USER) AND k.table_name = :tbl AND k.constraint_type IN ('P', 'U') AND k.status = 'ENABLED'
             GROUP BY k.constraint_name
            UNION ALL
-           SELECT LISTAGG(ic.column_name, ',') WITHIN GROUP (ORDER BY ic.column_name)
+           SELECT LISTAGG(ic.column_name, ',' ON OVERFLOW TRUNCATE) WITHIN GROUP (ORDER BY ic.column_name)
              FROM all_indexes i JOIN all_ind_columns ic ON ic.index_owner = i.owner AND ic.index_name = i.index_name
             WHERE i.table_owner = NVL(:owner, USER) AND i.table_name = :tbl AND i.uniqueness = 'UNIQUE' AND i.index_type NOT LIKE 'FUNCTION-BASED%'
             GROUP BY i.owner, i.index_name)
@@ -247,6 +289,7 @@ export class OracleTransferTarget implements TargetAdapter {
     try {
       let opened: string;
       try {
+        c.callTimeout = (ORACLE_LOCK_WAIT_SECONDS + 15) * 1000; // the registry insert may wait on a rival's row
         const r = await c.execute<{ r: string }>(`BEGIN :r := KEEL_TRANSFER.BEGIN_STAGE(:b, :t, :n, :cs); END;`, {
           r: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 20 },
           b: req.batchId,
@@ -255,8 +298,12 @@ export class OracleTransferTarget implements TargetAdapter {
           cs: req.manifest.checksum,
         });
         opened = String((r.outBinds as { r: string }).r);
+        c.callTimeout = ORACLE_CALL_TIMEOUT_MS;
       } catch (err) {
         if (oraNum(err) === ORA_CONFLICT) throw new TransferError('staging_conflict', (err as Error).message, { batchId: req.batchId });
+        if ((err as { code?: unknown }).code === NJS_CALL_TIMEOUT) {
+          throw new TransferError('target_busy', `batch ${req.batchId}: another session has held its staging registry row for over ${ORACLE_LOCK_WAIT_SECONDS} s (a rival or orphaned staging); nothing was staged, run the batch again later`, { batchId: req.batchId });
+        }
         throw err;
       }
       if (opened === 'ALREADY_STAGED') {
@@ -371,6 +418,9 @@ export class OracleTransferTarget implements TargetAdapter {
         if (oraNum(err) === ORA_NOT_STAGED) throw new TransferError('not_staged', (err as Error).message);
         if (oraNum(err) === ORA_CONFLICT) throw new TransferError('staging_conflict', (err as Error).message);
         if (oraNum(err) === ORA_MERGE_COUNT) throw new TransferError('target_incompatible', (err as Error).message);
+        if (oraNum(err) === ORA_LOCK_WAIT_TIMEOUT) {
+          throw new TransferError('target_busy', `batch ${req.batchId}: its staging registry row stayed locked by another session for ${ORACLE_LOCK_WAIT_SECONDS} s (an apply or reconcile still open, or an orphaned session); nothing was applied, run the batch again later`);
+        }
         throw err;
       }
     } finally {

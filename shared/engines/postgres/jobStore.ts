@@ -24,16 +24,43 @@ import { sqlDir } from '../../config/sqlDir.js';
 pg.types.setTypeParser(20, (v) => v);
 
 export const POSTGRES_SQL_DIR = path.join(sqlDir(), 'postgres');
+// The application's role: EXECUTE on the public keel functions only (sql/postgres/roles/keel_executor.sql).
+export const POSTGRES_EXECUTOR_ROLE = 'keel_executor';
+export const POSTGRES_ROLE_SCRIPTS = [path.join(POSTGRES_SQL_DIR, 'roles', 'keel_executor.sql')];
 
 export interface PostgresStoreOptions {
   poolSize?: number;
   migrate?: boolean; // apply sql/postgres migrations at connect (default true)
+  // Connect as the schema owner for the migrations (default: the store's own URL). The store's URL is the application's
+  // login, a member of keel_executor, which may only execute the public functions and so cannot migrate.
+  migrateUrl?: string;
   maxPayloadBytes?: number;
   applicationName?: string;
 }
 
 export async function migratePostgres(pool: pg.Pool) {
-  return migrate(pool, { dir: POSTGRES_SQL_DIR, ledger: 'keel.schema_migrations' });
+  return migrate(pool, { dir: POSTGRES_SQL_DIR, ledger: 'keel.schema_migrations', always: POSTGRES_ROLE_SCRIPTS });
+}
+
+// Fails fast, naming the setting, when the store's login cannot run Keel: the schema is not installed, or the login
+// may not execute the keel functions (not a member of keel_executor, docs/postgres.md).
+export async function assertPostgresReady(pool: pg.Pool): Promise<void> {
+  const { rows } = await pool.query(
+    // From the catalogs (readable by every login) and by oid, so a login without USAGE on keel gets an answer.
+    `select current_user as login, p.oid is not null as installed,
+            coalesce(has_schema_privilege(n.oid, 'usage') and has_function_privilege(p.oid, 'execute'), false) as can_execute
+     from (select 1) as one
+     left join pg_namespace n on n.nspname = 'keel'
+     left join pg_proc p on p.pronamespace = n.oid and p.proname = 'get_job'
+     limit 1`,
+  );
+  const r = rows[0] as { login: string; installed: boolean; can_execute: boolean };
+  if (!r.installed) {
+    throw new Error(`KEEL_PG_URL: the keel schema is not installed in this database; run npm run migrate as its owner, or set KEEL_PG_MIGRATE_URL to the owner's URL so the app migrates at startup (docs/postgres.md)`);
+  }
+  if (!r.can_execute) {
+    throw new Error(`KEEL_PG_URL: login ${r.login} may not execute the keel functions; grant it the role: GRANT keel_executor TO ${r.login}; (docs/postgres.md)`);
+  }
 }
 
 // pg returns jsonb decoded and text[] as arrays already.
@@ -63,7 +90,20 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     // An idle client whose server connection dies must not crash the process; the pool replaces it.
     pool.on('error', () => undefined);
     try {
-      if (opts.migrate ?? true) await migratePostgres(pool);
+      if (opts.migrate ?? true) {
+        if (opts.migrateUrl && opts.migrateUrl !== url) {
+          const owner = new pg.Pool({ connectionString: opts.migrateUrl, max: 1, application_name: 'keel-migrate' });
+          owner.on('error', () => undefined);
+          try {
+            await migratePostgres(owner);
+          } finally {
+            await owner.end();
+          }
+        } else {
+          await migratePostgres(pool);
+        }
+      }
+      await assertPostgresReady(pool);
     } catch (err) {
       await pool.end();
       throw err;

@@ -3,6 +3,8 @@
 // transaction, recorded in a ledger table (<ledger> and <ledger>_repeatable), under an advisory lock so two
 // instances never migrate at once.
 import { createHash } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
 import type pg from 'pg';
 import { pendingMigrations, pendingRepeatables, readMigrationFiles, readRepeatableFiles } from '../migrationFiles.js';
 
@@ -18,6 +20,9 @@ export interface MigrateOptions {
   dir: string; // folder of V<n>__<name>.sql and R__<name>.sql files
   ledger?: string; // ledger table (schema-qualified); default keel.schema_migrations
   lockKey?: number; // advisory lock key; default derived from the ledger name
+  // Scripts run after the pending migrations on every run, in order, each in its own transaction and under the same
+  // lock (grants that must cover whatever any migration created). They must be idempotent.
+  always?: string[];
 }
 
 export interface MigrateResult {
@@ -98,6 +103,18 @@ export async function migrate(pool: pg.Pool, opts: MigrateOptions): Promise<Migr
         throw new Error(`repeatable script ${r.file} failed: ${(err as Error).message}`, { cause: err });
       }
     }
+    for (const file of opts.always ?? []) {
+      try {
+        const sql = (await readFile(file, 'utf8')).replace(/^\uFEFF/, '');
+        await client.query('begin');
+        await client.query(sql);
+        await client.query('commit');
+      } catch (err) {
+        await client.query('rollback').catch(() => undefined);
+        throw new Error(`${path.basename(file)} failed after the migrations: ${(err as Error).message}`, { cause: err });
+      }
+    }
+    // After the repeatables too: CREATE OR REPLACE FUNCTION resets SECURITY DEFINER and SET search_path.
     return { applied, alreadyApplied: migrations.length + repeatables.length - applied.length };
   } finally {
     await client.query('select pg_advisory_unlock($1)', [lockKey]).catch(() => undefined);

@@ -23,6 +23,7 @@ import {
 import { SqlServerPool, sharedSqlServerPool, type PoolOptions } from './pool.js';
 import { isOutcomeUnknown, withSqlRetry, type RetryOptions, type RetryPolicy } from './retry.js';
 import { migrateSqlServer } from './migrate.js';
+import { assertSqlServerReady } from './startupCheck.js';
 
 export const SQLSERVER_SQL_DIR = path.join(sqlDir(), 'sqlserver');
 
@@ -137,6 +138,8 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     try {
       const pool = await pools.get();
       if (opts.migrate) await migrateSqlServerJobs(pool);
+      // Fail fast, naming the setting: READ_COMMITTED_SNAPSHOT, compatibility level, EXECUTE (startupCheck.ts).
+      await assertSqlServerReady(pool);
     } catch (err) {
       if (!opts.shared) await pools.close().catch(() => undefined);
       throw err;

@@ -1,0 +1,348 @@
+// T-SQL model gate: builds a DacFx TSqlModel from every migration (V<n>__*.sql) and logic (R__*.sql) script at the
+// top of a folder, once per target platform (SQL Server 2022 = Sql160, and Azure SQL Database = SqlAzure), and
+// validates it. Unlike the parse gate it resolves names: a column, table, procedure, type or index hint that does
+// not exist is reported. Prints "file:line:column: platform: SQLnnnnn: message" per finding; exits 1 on any error,
+// on any unresolved-reference warning not allowed by name, and when an object the scripts create is missing from the
+// model; exits 0 with a one-line summary otherwise; 2 on bad usage.
+//
+// DacFx traps handled here:
+// - AddObjects only takes object definitions, and silently drops CREATE OR ALTER: the header is rewritten to CREATE
+//   (same length, so columns stay put) and every created object is then looked up in the model by name.
+// - SET statements, IF guards around a CREATE (IF OBJECT_ID(...) IS NULL CREATE TABLE ...; IF ... EXEC (N'CREATE
+//   SCHEMA ...')) and GO separators are not model objects: SET is skipped, guarded CREATEs and EXEC'd literal DDL are
+//   unwrapped, GO splits batches. Any other top-level statement is reported (the model cannot see what it does).
+// - Each statement is added with its file as the source name, padded with the lines and columns that precede it,
+//   so DacFx's line numbers are the file's own.
+// - DacFx needs ICU (InvariantGlobalization=false in the csproj).
+//
+// usage: tsql-model-gate <folder> [--allow <file>]
+//   --allow: lines "SQLnnnnn <text that the message contains>" (# comments) naming deliberate warnings to accept.
+using System.Text;
+using System.Text.RegularExpressions;
+using Microsoft.SqlServer.Dac.Model;
+using Microsoft.SqlServer.TransactSql.ScriptDom;
+
+string? folderArg = null;
+string? allowFile = null;
+for (var i = 0; i < args.Length; i++)
+{
+    if (args[i] == "--allow" && i + 1 < args.Length) allowFile = args[++i];
+    else if (folderArg is null && !args[i].StartsWith("--")) folderArg = args[i];
+    else return Usage();
+}
+if (folderArg is null) return Usage();
+
+var root = Path.GetFullPath(folderArg);
+if (!Directory.Exists(root))
+{
+    Console.Error.WriteLine($"tsql-model-gate: folder not found: {folderArg}");
+    return 2;
+}
+
+var allowed = new List<(string Code, string Text)>();
+if (allowFile is not null)
+{
+    if (!File.Exists(allowFile))
+    {
+        Console.Error.WriteLine($"tsql-model-gate: allow-list not found: {allowFile}");
+        return 2;
+    }
+    foreach (var raw in File.ReadAllLines(allowFile))
+    {
+        var line = raw.Trim();
+        if (line.Length == 0 || line.StartsWith('#')) continue;
+        var sp = line.IndexOf(' ');
+        if (sp < 0) { Console.Error.WriteLine($"tsql-model-gate: allow-list line needs a code and a text: {line}"); return 2; }
+        allowed.Add((line[..sp], line[(sp + 1)..].Trim()));
+    }
+}
+
+// The same files the migration runner applies: V<n>__name.sql and R__name.sql at the top of the folder.
+var scriptName = new Regex(@"^(V\d+|R)__[A-Za-z0-9_]+\.sql$");
+var files = Directory.EnumerateFiles(root, "*.sql", SearchOption.TopDirectoryOnly)
+    .Where(f => scriptName.IsMatch(Path.GetFileName(f)))
+    // Apply order: versioned files by version, then repeatable ones by name (a later CREATE OR ALTER wins).
+    .OrderBy(f => Path.GetFileName(f).StartsWith('R') ? 1 : 0)
+    .ThenBy(f => Path.GetFileName(f).StartsWith('V') ? long.Parse(Regex.Match(Path.GetFileName(f), @"^V(\d+)").Groups[1].Value) : 0)
+    .ThenBy(f => f, StringComparer.Ordinal)
+    .ToList();
+if (files.Count == 0)
+{
+    Console.Error.WriteLine($"tsql-model-gate: no V__*.sql or R__*.sql files in {folderArg}");
+    return 1;
+}
+
+var cwd = Directory.GetCurrentDirectory();
+string Display(string f) => Path.GetRelativePath(cwd, f).Replace('\\', '/');
+
+// One modelling script per object definition, padded with the lines and columns that precede it in its file so
+// that DacFx's positions are the file's own. DacFx keys objects by source name (AddOrUpdateObjects with a name it has
+// seen replaces that name's objects) and wants one statement per batch, so each definition gets its own name,
+// "<file>|<n>"; the "|<n>" is cut off again when a message is printed.
+var sources = new List<(string Source, string Script, List<Created> Creates)>();
+var defined = new Dictionary<string, string>(); // kind:name -> source of its current definition
+var findings = new List<string>();
+foreach (var file in files)
+{
+    var display = Display(file);
+    var text = File.ReadAllText(file).Replace("\r\n", "\n").Replace('\r', '\n');
+    var parser = new TSql160Parser(initialQuotedIdentifiers: true);
+    var fragment = parser.Parse(new StringReader(text), out IList<ParseError> errors);
+    foreach (var e in errors) findings.Add($"{display}:{e.Line}:{e.Column}: parse: {e.Message}");
+    if (errors.Count > 0 || fragment is not TSqlScript script) continue;
+    var pieces = new List<Piece>();
+    foreach (var batch in script.Batches)
+        foreach (var st in batch.Statements)
+            Collect(display, text, st, findings, pieces);
+    var n = 0;
+    foreach (var p in pieces)
+    {
+        // A guarded CREATE (IF SCHEMA_ID(...) IS NULL ...) of something an earlier file made is a no-op when applied;
+        // a CREATE OR ALTER of it replaces the earlier definition. A plain second CREATE stays: DacFx reports it.
+        var key = p.Creates.Select(c => $"{c.Kind}:{c.Name}".ToLowerInvariant()).FirstOrDefault();
+        if (key is not null && defined.TryGetValue(key, out var earlier))
+        {
+            if (p.Guarded) continue;
+            if (p.OrAlter) sources.RemoveAll(x => x.Source == earlier);
+        }
+        if (key is not null) defined[key] = $"{display}|{n + 1}";
+        var before = text[..p.Offset];
+        var line = before.Count(c => c == '\n');
+        var column = p.Offset - (before.LastIndexOf('\n') + 1);
+        sources.Add(($"{display}|{++n}", new string('\n', line) + new string(' ', column) + p.Text, p.Creates));
+    }
+}
+
+if (findings.Count > 0)
+{
+    foreach (var f in findings) Console.WriteLine(f);
+    Console.WriteLine($"tsql-model-gate: {findings.Count} problem(s) before modelling {files.Count} file(s) in {folderArg}");
+    return 1;
+}
+
+var platforms = new[] { SqlServerVersion.Sql160, SqlServerVersion.SqlAzure };
+var problems = 0;
+var summary = new List<string>();
+var accepted = 0;
+foreach (var platform in platforms)
+{
+    using var model = new TSqlModel(platform, new TSqlModelOptions());
+    foreach (var (source, script, _) in sources)
+    {
+        try
+        {
+            model.AddOrUpdateObjects(script, source, new TSqlObjectOptions { AnsiNulls = true, QuotedIdentifier = true });
+        }
+        catch (DacModelException e)
+        {
+            foreach (var m in e.Messages)
+                Console.WriteLine($"{FileOf(source)}: {platform}: {m.Prefix}{m.Number}: {m.Message}");
+            problems += Math.Max(1, e.Messages.Count());
+        }
+    }
+
+    // Every object the scripts create must be in the model (CREATE OR ALTER and unsupported forms drop silently).
+    // (Type classes are read here: DacFx fills them in when the first model is made.)
+    var expected = sources.SelectMany(s => s.Creates).ToList();
+    foreach (var (kindName, name, source, line) in expected)
+    {
+        var kind = KindOf(kindName);
+        var id = new ObjectIdentifier(name.Split('.'));
+        if (model.GetObject(kind, id, DacQueryScopes.UserDefined) is null)
+        {
+            Console.WriteLine($"{source}:{line}:1: {platform}: {kindName} {name} is created here but is not in the model");
+            problems++;
+        }
+    }
+
+    foreach (var e in model.GetModelErrors())
+    {
+        Console.WriteLine($"{FileOf(e.SourceName)}:{e.Line}:{e.Column}: {platform}: {e.Prefix}{e.ErrorCode}: {e.Message}");
+        problems++;
+    }
+
+    var seen = new HashSet<string>();
+    foreach (var m in model.Validate())
+    {
+        if (!seen.Add(m.Message)) continue; // DacFx repeats a message once per reference
+        var where = Locate(model, m.Message);
+        var code = $"{m.Prefix}{m.Number}";
+        var isError = m.MessageType == Microsoft.SqlServer.Dac.DacMessageType.Error;
+        // SQL71502/71501/71562..: unresolved references are warnings in DacFx; they are errors for this gate.
+        var isUnresolved = m.Number is 71501 or 71502 or 71561 or 71562 or 71508;
+        if (!isError && !isUnresolved) continue;
+        if (!isError && allowed.Any(a => a.Code == code && m.Message.Contains(a.Text, StringComparison.Ordinal)))
+        {
+            accepted++;
+            continue;
+        }
+        Console.WriteLine($"{where}: {platform}: {code}: {m.Message}");
+        problems++;
+    }
+
+    var procs = model.GetObjects(DacQueryScopes.UserDefined, Procedure.TypeClass).Count();
+    var tables = model.GetObjects(DacQueryScopes.UserDefined, Table.TypeClass).Count();
+    summary.Add($"{platform}: {tables} table(s), {procs} procedure(s)");
+}
+
+var expected0 = sources.Sum(s => s.Creates.Count);
+if (problems > 0)
+{
+    Console.WriteLine($"tsql-model-gate: {problems} problem(s) in {files.Count} file(s) in {folderArg}");
+    return 1;
+}
+Console.WriteLine($"tsql-model-gate: OK, {files.Count} file(s), {expected0} object(s) per model; {string.Join("; ", summary)}{(accepted > 0 ? $"; {accepted} allowed warning(s)" : "")}");
+return 0;
+
+static int Usage()
+{
+    Console.Error.WriteLine("usage: tsql-model-gate <folder> [--allow <file>]");
+    return 2;
+}
+
+// Adds the model-relevant part of one top-level statement, or a finding when it cannot be modelled.
+static void Collect(string display, string text, TSqlStatement st, List<string> findings, List<Piece> into, bool guarded = false)
+{
+    switch (st)
+    {
+        case SetOnOffStatement:
+        case SetTransactionIsolationLevelStatement:
+            return; // SET ANSI_NULLS / QUOTED_IDENTIFIER / XACT_ABORT ...: session settings, not objects
+        case IfStatement ifs when ifs.ElseStatement is null:
+            // IF <not there yet> CREATE ...: the guard is for re-runs; the model takes the CREATE.
+            Collect(display, text, ifs.ThenStatement, findings, into, guarded: true);
+            return;
+        case BeginEndBlockStatement block:
+            foreach (var inner in block.StatementList.Statements) Collect(display, text, inner, findings, into, guarded);
+            return;
+        case ExecuteStatement exec when LiteralDdl(exec) is string ddl:
+        {
+            // EXEC (N'CREATE SCHEMA keel ...'): the literal goes where the EXEC stood.
+            var parser = new TSql160Parser(initialQuotedIdentifiers: true);
+            var inner = parser.Parse(new StringReader(ddl), out IList<ParseError> errors);
+            var x = errors.Count == 0 && inner is TSqlScript s && s.Batches.Count == 1 && s.Batches[0].Statements.Count == 1
+                ? s.Batches[0].Statements[0] : null;
+            var piece = x is null ? null : Piece.From(display, ddl, x);
+            if (piece is null || ddl.Contains('\n') || ddl.Length > st.FragmentLength)
+            {
+                findings.Add($"{display}:{st.StartLine}:{st.StartColumn}: the EXEC'd literal is not one single-line object definition, so the model cannot check it");
+                return;
+            }
+            into.Add(new Piece(st.StartOffset, piece.Text, piece.Creates.Select(c => c with { Source = display, Line = st.StartLine }).ToList()) { Guarded = guarded });
+            return;
+        }
+    }
+    var p = Piece.From(display, text, st);
+    if (p is null)
+    {
+        var kind = st.GetType().Name.Replace("Statement", "");
+        findings.Add($"{display}:{st.StartLine}:{st.StartColumn}: a top-level {kind} statement is not an object definition, so the model cannot check it (move it into a procedure, or guard a CREATE with IF)");
+        return;
+    }
+    into.Add(p with { Guarded = guarded });
+}
+
+// DacFx's validation messages name objects, not places: "[keel].[P] has an unresolved reference to object
+// [keel].[T].[Col]." The first name is the referencing object (its file and first line come from the model); the
+// line reported is the first code line of that object that mentions the unresolved name's last part.
+static string Locate(TSqlModel model, string message)
+{
+    var names = Regex.Matches(message, @"(\[[^\]]+\](?:\.\[[^\]]+\])*)").Select(m => m.Value).ToList();
+    if (names.Count == 0) return "(model)";
+    var parts = Regex.Matches(names[0], @"\[([^\]]+)\]").Select(m => m.Groups[1].Value).ToArray();
+    var owner = model.GetObjects(DacQueryScopes.UserDefined, Procedure.TypeClass, ScalarFunction.TypeClass, TableValuedFunction.TypeClass, View.TypeClass, Table.TypeClass, TableType.TypeClass)
+        .FirstOrDefault(o => o.Name.Parts.SequenceEqual(parts, StringComparer.OrdinalIgnoreCase));
+    var src = owner?.GetSourceInformation();
+    if (owner is null || src?.SourceName is null) return "(model)";
+    var file = FileOf(src.SourceName);
+    var line = src.StartLine;
+    var target = names.Count > 1 ? Regex.Matches(names[^1], @"\[([^\]]+)\]").Select(m => m.Groups[1].Value).LastOrDefault() : null;
+    if (target is not null && File.Exists(file))
+    {
+        var lines = File.ReadAllLines(file);
+        var span = (owner.GetScript() ?? "").Split('\n').Length;
+        var word = new Regex($@"(?<![\w#@]){Regex.Escape(target)}(?!\w)", RegexOptions.IgnoreCase);
+        for (var i = src.StartLine - 1; i < Math.Min(lines.Length, src.StartLine - 1 + span); i++)
+        {
+            var code = Regex.Replace(lines[i].Split("--")[0], "'[^']*'", "''"); // not in comments or string literals
+            if (word.IsMatch(code)) { line = i + 1; break; }
+        }
+    }
+    return $"{file}:{line}";
+}
+
+static string FileOf(string? source) => source is null ? "(model)" : source.Split('|')[0];
+
+static string? LiteralDdl(ExecuteStatement exec)
+{
+    if (exec.ExecuteSpecification?.ExecutableEntity is ExecutableStringList list
+        && list.Strings.Count == 1 && list.Strings[0] is StringLiteral lit)
+    {
+        return lit.Value;
+    }
+    return null;
+}
+
+static ModelTypeClass KindOf(string kind) => kind switch
+{
+    "Procedure" => Procedure.TypeClass,
+    "ScalarFunction" => ScalarFunction.TypeClass,
+    "TableValuedFunction" => TableValuedFunction.TypeClass,
+    "View" => View.TypeClass,
+    "Table" => Table.TypeClass,
+    "TableType" => TableType.TypeClass,
+    "Sequence" => Sequence.TypeClass,
+    "Schema" => Schema.TypeClass,
+    "Role" => Role.TypeClass,
+    _ => throw new ArgumentException(kind),
+};
+
+record Created(string Kind, string Name, string Source, int Line);
+
+// An object definition's text and its offset in the file. CREATE OR ALTER is rewritten to CREATE padded with blanks,
+// so the text keeps its length and every later line and column stays where it was.
+record Piece(int Offset, string Text, List<Created> Creates)
+{
+    public bool Guarded { get; init; }
+    public bool OrAlter { get; init; }
+
+    public static Piece? From(string source, string text, TSqlStatement st)
+    {
+        var creates = new List<Created>();
+        var name = (SchemaObjectName? n) => n is null ? "" : string.Join('.', new[] { n.SchemaIdentifier?.Value, n.BaseIdentifier?.Value }.Where(x => x is not null));
+        void Add(string kind, string n) => creates.Add(new(kind, n, source, st.StartLine));
+        switch (st)
+        {
+            case CreateOrAlterProcedureStatement p: Add("Procedure", name(p.ProcedureReference.Name)); break;
+            case CreateProcedureStatement p: Add("Procedure", name(p.ProcedureReference.Name)); break;
+            case CreateOrAlterFunctionStatement f: Add(f.ReturnType is ScalarFunctionReturnType ? "ScalarFunction" : "TableValuedFunction", name(f.Name)); break;
+            case CreateFunctionStatement f: Add(f.ReturnType is ScalarFunctionReturnType ? "ScalarFunction" : "TableValuedFunction", name(f.Name)); break;
+            case CreateOrAlterViewStatement v: Add("View", name(v.SchemaObjectName)); break;
+            case CreateViewStatement v: Add("View", name(v.SchemaObjectName)); break;
+            case CreateTableStatement t when !t.SchemaObjectName.BaseIdentifier.Value.StartsWith('#'): Add("Table", name(t.SchemaObjectName)); break;
+            case CreateTypeTableStatement t: Add("TableType", name(t.Name)); break;
+            case CreateSequenceStatement s: Add("Sequence", name(s.Name)); break;
+            case CreateSchemaStatement s: Add("Schema", s.Name.Value); break;
+            case CreateRoleStatement r: Add("Role", r.Name.Value); break;
+            case CreateIndexStatement:
+            case GrantStatement:
+            case DenyStatement:
+            case RevokeStatement:
+            case AlterRoleStatement:
+            case AlterTableStatement:
+                break; // modelled, and checked through Validate (the index's table, the grant's object ...)
+            default:
+                return null;
+        }
+        var body = text.Substring(st.StartOffset, st.FragmentLength);
+        if (st is CreateOrAlterProcedureStatement or CreateOrAlterFunctionStatement or CreateOrAlterViewStatement or CreateOrAlterTriggerStatement)
+        {
+            body = Regex.Replace(body, @"^CREATE(\s+)OR(\s+)ALTER\b",
+                m => "CREATE" + Blank(m.Groups[1].Value) + "  " + Blank(m.Groups[2].Value) + "     ", RegexOptions.IgnoreCase);
+        }
+        var orAlter = st is CreateOrAlterProcedureStatement or CreateOrAlterFunctionStatement or CreateOrAlterViewStatement or CreateOrAlterTriggerStatement;
+        return new Piece(st.StartOffset, body, creates) { OrAlter = orAlter };
+    }
+
+    static string Blank(string ws) => new string(ws.Select(c => c == '\n' ? '\n' : ' ').ToArray());
+}
