@@ -118,6 +118,12 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       );
       await expect(store.enqueue({ queue: '', type: 't' })).rejects.toBeInstanceOf(ValidationError);
       await expect(store.enqueue({ queue: q, type: 't', delayMs: 5, runAt: new Date() })).rejects.toThrow(/runAt/);
+      // Text no engine can store: NUL, lone surrogates (in payload strings and keys, tags, idempotency keys).
+      await expect(store.enqueue({ queue: q, type: 't', payload: { a: ['x\u0000'] } })).rejects.toThrow(/^payload\.a\[0\]: .*NUL/);
+      await expect(store.enqueue({ queue: q, type: 't', payload: { ['k\ud800']: 1 } })).rejects.toThrow(/lone surrogate/);
+      await expect(store.enqueue({ queue: q, type: 't', tags: ['\udc00'] })).rejects.toThrow(/^tags\[0\]: /);
+      await expect(store.enqueue({ queue: q, type: 't', idempotencyKey: 'k\u0000' })).rejects.toThrow(/^idempotencyKey: /);
+      await expect(store.enqueue({ queue: q, type: 't', priority: Infinity })).rejects.toThrow(/priority: .*finite/i);
       expect(await h.countRows('hot', q)).toBe(0);
     });
   });
