@@ -251,7 +251,21 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
         if (!job) throw notFound(`job ${params.id}`);
         throw conflict(`job ${params.id} is no longer hot (it is in ${job.location})`, { job: where(job) });
       }
-      return { body: { id: params.id, result } };
+      if (result === 'cancelled') return { body: { id: params.id, result, outcome: 'dlq_cancelled' } };
+      // Running: the flag is set. A handler running in this process is stopped now; one elsewhere at its next
+      // heartbeat. Either way the job ends in the DLQ as 'cancelled', even if its handler finishes first.
+      const stoppedNow = rt.processor.requestCancel(params.id);
+      return {
+        body: {
+          id: params.id,
+          result,
+          outcome: 'dlq_cancelled',
+          stoppedNow,
+          message: stoppedNow
+            ? 'the handler was running here and has been told to stop; the job ends in the DLQ as cancelled'
+            : `the handler runs on another instance and stops at its next heartbeat (every ${rt.settings.KEEL_HEARTBEAT_MS} ms); the job ends in the DLQ as cancelled, even if it finishes first`,
+        },
+      };
     },
   }),
   route({

@@ -206,6 +206,9 @@ export const out = (() => {
     cancel: z.object({
       id: z.string(),
       result: z.enum(['cancelled', 'cancel_requested']).describe('cancelled: in the DLQ now; cancel_requested: running, its handler is being stopped'),
+      outcome: z.literal('dlq_cancelled').describe('how the job ends, in both cases: in the DLQ with reason cancelled'),
+      stoppedNow: z.boolean().optional().describe('cancel_requested: the handler ran in the instance that answered and was told to stop at once (else: at its next heartbeat)'),
+      message: z.string().optional(),
     }),
     resurrected: z.object({ id: z.string(), resurrected: z.literal(true), posted: z.boolean() }),
     resurrectedMany: z.object({ dryRun: z.boolean(), count: z.number().int(), ids: z.array(z.string()), posted: z.number().int() }),
