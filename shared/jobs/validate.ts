@@ -107,7 +107,7 @@ const NAME_RE = /^[A-Za-z0-9_.:-]+$/;
 const isName = (v: unknown) => typeof v === 'string' && v.length >= 1 && v.length <= 128 && NAME_RE.test(v);
 const intIn = (v: unknown, min: number, max: number) => v === undefined || (Number.isInteger(v) && (v as number) >= min && (v as number) <= max);
 const dateOk = (v: unknown) => v === undefined || (v instanceof Date && !Number.isNaN(v.getTime()));
-const strLen = (v: unknown, max: number) => typeof v === 'string' && v.length >= 1 && v.length <= max;
+const strLen = (v: unknown, max: number) => typeof v === 'string' && v.length >= 1 && v.length <= max && textProblem(v) === null;
 export function plainValid(job: unknown): boolean {
   if (typeof job !== 'object' || job === null || Array.isArray(job) || Object.getPrototypeOf(job) !== Object.prototype) return false;
   const j = job as Record<string, unknown>;
@@ -116,6 +116,7 @@ export function plainValid(job: unknown): boolean {
   if (!intIn(j.priority, -1_000_000, 1_000_000) || !intIn(j.delayMs, 0, 366 * 24 * 3600 * 1000) || !intIn(j.maxAttempts, 1, 1000)) return false;
   if (!dateOk(j.runAt) || !dateOk(j.expiresAt)) return false;
   if (j.delayMs !== undefined && j.runAt !== undefined) return false;
+  if (j.payload !== undefined && jsonTextProblem(j.payload) !== null) return false;
   if (j.idempotencyKey !== undefined && !strLen(j.idempotencyKey, 200)) return false;
   if (j.tags !== undefined) {
     if (!Array.isArray(j.tags) || j.tags.length > 16) return false;
