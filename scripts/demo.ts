@@ -137,10 +137,16 @@ try {
     console.log(`  ${started.status}: ${JSON.stringify(started.json)}`);
   }
 
-  console.log(`
+  if (exitAtEnd) {
+    // The host stops below: its URLs (console, ops API) would answer nothing. Say how to get one that does.
+    console.log(`
+The demo stops the local host now (--exit). To explore the same data in the console or over the ops API, run
+\`npm start -- --demo\` (the transfer "${DEMO_TRANSFER}" is configured only with --demo) and open /api/console/ or see
+docs/operations.md; the ops key stays in ${keel.dataDir}/ops-key.`);
+  } else console.log(`
 Open the console: ${keel.baseUrl}/api/console/   (sign in with the ops key ${keel.opsKey})
   Dead letters: job ${forConsole} (cancelled) waits there; select it, "Resurrect selected…", confirm, and find it archived.
-  Tick "Act as operator" at sign-in for pause/resume, limits, cancel, purge and resurrect by filter.
+  Tick "Act as operator" at sign-in: pause/resume, limits, cancel, purge and resurrect (by id too) need it.
 Explore:
   curl -s -H "x-functions-key: ${keel.opsKey}" ${ops}/stats
   curl -s -H "x-functions-key: ${keel.opsKey}" "${ops}/jobs?location=archive&queue=${queue}"

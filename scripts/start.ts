@@ -1,14 +1,27 @@
 // npm start: the local host. Embedded PostgreSQL (data in .data/pg), Azurite in-process (.data/azurite), HTTP on
 // 7071 with the same routes as Azure, timers on their schedules, queue triggers polling Azurite with the host.json
 // semantics. Settings: local.settings.json "Values" (if present), then the environment.
-//   --demo   also create the demo transfer's two databases and configure the transfer (scripts/demo.ts uses it)
+//   --demo   also create the demo transfer's two databases and configure the transfer `demo_orders` (`npm start -- --demo`;
+//            scripts/demo.ts uses it; the transfer examples in the docs need it)
 import '../functions/setup.js'; // telemetry first (a no-op without APPLICATIONINSIGHTS_CONNECTION_STRING)
-import { bootLocal } from '../shared/host/boot.js';
+import { bootLocal, StartupError } from '../shared/host/boot.js';
 import { encodeClientPrincipal } from '../shared/ops/auth.js';
 
 const demo = process.argv.includes('--demo');
 
-const keel = await bootLocal({ demo });
+const GRACE_MS = 5_000;
+// Ctrl+C during start-up: stop at once (the embedded server, if started, is stopped on exit).
+const early = () => process.exit(130);
+process.on('SIGINT', early);
+process.on('SIGTERM', early);
+const keel = await bootLocal({ demo, shutdownGraceMs: GRACE_MS }).catch((err: Error) => {
+  // A start-up problem is a message, not a stack: what is wrong and what to do.
+  console.error(`\nKeel could not start: ${err.message}`);
+  if (!(err instanceof StartupError) && process.env.KEEL_DEBUG) console.error(err.stack);
+  process.exit(1);
+});
+process.off('SIGINT', early);
+process.off('SIGTERM', early);
 const ops = `${keel.baseUrl}/api/ops`;
 const role = keel.settings.KEEL_OPS_OPERATOR_ROLE;
 console.log(`
@@ -30,13 +43,22 @@ KEEL_READY ${JSON.stringify({ baseUrl: keel.baseUrl, pid: process.pid, azurite: 
 
 let stopping = false;
 async function shutdown(signal: string) {
-  if (stopping) return;
+  if (stopping) {
+    console.log(`${signal} again: stopping now (jobs still running are rescued by maintenance on the next start)`);
+    process.exit(1);
+  }
   stopping = true;
-  console.log(`\n${signal}: stopping (running jobs get a few seconds to finish)...`);
+  console.log(`\n${signal}: stopping; running jobs get ${GRACE_MS / 1000} s to finish, then are released (Ctrl+C again to stop now)...`);
   const force = setTimeout(() => process.exit(1), 30_000);
   force.unref();
-  await keel.stop();
-  process.exit(0);
+  try {
+    await keel.stop();
+    console.log('stopped');
+    process.exit(0);
+  } catch (err) {
+    console.error(`stopping failed: ${(err as Error).message}`);
+    process.exit(1);
+  }
 }
 process.on('SIGINT', () => void shutdown('SIGINT'));
 process.on('SIGTERM', () => void shutdown('SIGTERM'));

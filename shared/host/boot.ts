@@ -3,7 +3,9 @@
 // <data>/ops-key, the runtime, and the local host serving functions/definitions.ts.
 import { existsSync, readFileSync } from 'node:fs';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
+import { spawnSync } from 'node:child_process';
+import os from 'node:os';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -11,7 +13,7 @@ import pg from 'pg';
 import { QueueServiceClient } from '@azure/storage-queue';
 import { definitions } from '../../functions/definitions.js';
 import { parseSettings, type Settings } from '../config/settings.js';
-import { startEmbeddedPostgres, freePort, type EmbeddedServer } from '../engines/postgres/embedded.js';
+import { startEmbeddedPostgres, freePort, EMBEDDED_PASSWORD, EMBEDDED_USER, type EmbeddedServer } from '../engines/postgres/embedded.js';
 import { startAzuriteQueue, type AzuriteQueue } from './azurite.js';
 import { readHostConfig } from './hostJson.js';
 import { startLocalHost, type RunningLocalHost } from './localHost.js';
@@ -29,6 +31,7 @@ export interface BootOptions {
   dataDir?: string; // default KEEL_DATA_DIR or <project>/.data
   port?: number; // default KEEL_HTTP_PORT or 7071 (0: any free port)
   demo?: boolean; // also create the demo transfer's two databases and configure it
+  shutdownGraceMs?: number; // on stop, how long running jobs get to finish before they are released (default 5000)
   log?: (line: string) => void;
 }
 
@@ -86,9 +89,64 @@ async function ensureDatabase(adminUrl: string, name: string): Promise<void> {
   }
 }
 
+// A start-up problem with a plain message for the user (printed without a stack by scripts/start.ts).
+export class StartupError extends Error {
+  override name = 'StartupError';
+}
+
+// Is `url` the embedded server's own URL (the one local.settings.example.json carries for func start)?
+function isEmbeddedUrl(url: string, port: number): boolean {
+  try {
+    const u = new URL(url);
+    return ['127.0.0.1', 'localhost'].includes(u.hostname) && Number(u.port || 5432) === port &&
+      decodeURIComponent(u.username) === EMBEDDED_USER && decodeURIComponent(u.password) === EMBEDDED_PASSWORD;
+  } catch {
+    return false;
+  }
+}
+
+async function checkReachable(url: string, source: string): Promise<void> {
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 5000 });
+  client.on('error', () => undefined);
+  try {
+    await client.connect();
+  } catch (err) {
+    let where = url;
+    try {
+      const u = new URL(url);
+      where = `${u.hostname}:${u.port || 5432}`;
+    } catch {
+      // keep the text
+    }
+    throw new StartupError(
+      `cannot reach PostgreSQL at ${where} (KEEL_PG_URL, from ${source}): ${(err as Error).message}. ` +
+        'npm start runs its own embedded PostgreSQL when KEEL_PG_URL is not set: remove KEEL_PG_URL (local.settings.json is read by ' +
+        'npm start too; its KEEL_PG_URL is meant for func start, pointing at the server npm start runs), or start that server.',
+    );
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
+// The 'postgres' user (root runs the server as it) must reach <data>/pg; a checkout under a private folder
+// (/root/keel) keeps the default data dir out of its reach, so the cluster then lives under the system temp folder.
+async function pgDataDir(dataDir: string, explicit: boolean, notes: string[]): Promise<string> {
+  const wanted = path.join(dataDir, 'pg');
+  if (!(typeof process.getuid === 'function' && process.getuid() === 0) || explicit) return wanted;
+  const uid = spawnSync('id', ['-u', EMBEDDED_USER], { encoding: 'utf8' });
+  const gid = spawnSync('id', ['-g', EMBEDDED_USER], { encoding: 'utf8' });
+  if (uid.status !== 0 || gid.status !== 0) return wanted; // created at start; checked there
+  const probe = spawnSync('/bin/sh', ['-c', 'test -x "$1"', 'sh', dataDir], { uid: Number(uid.stdout), gid: Number(gid.stdout) });
+  if (probe.status === 0) return wanted;
+  const moved = path.join(os.tmpdir(), `keel-pg-${createHash('sha256').update(PROJECT_ROOT).digest('hex').slice(0, 12)}`);
+  notes.push(`embedded PostgreSQL data in ${moved}: the "${EMBEDDED_USER}" user cannot reach ${dataDir} (a private parent folder); set KEEL_DATA_DIR to choose`);
+  return moved;
+}
+
 export async function bootLocal(opts: BootOptions = {}): Promise<LocalKeel> {
   const log = opts.log ?? ((line: string) => console.log(line));
-  const env: Record<string, string | undefined> = { ...localSettingsValues(path.join(PROJECT_ROOT, 'local.settings.json')), ...process.env };
+  const fileValues = localSettingsValues(path.join(PROJECT_ROOT, 'local.settings.json'));
+  const env: Record<string, string | undefined> = { ...fileValues, ...process.env };
   const dataDir = path.resolve(opts.dataDir ?? env.KEEL_DATA_DIR ?? path.join(PROJECT_ROOT, '.data'));
   await mkdir(dataDir, { recursive: true });
   const notes: string[] = [];
@@ -103,13 +161,24 @@ export async function bootLocal(opts: BootOptions = {}): Promise<LocalKeel> {
 
     // PostgreSQL: the given URL, or an embedded server whose data stays in <data>/pg.
     let pgServer: EmbeddedServer | undefined;
+    const wanted = env.KEEL_PG_PORT !== undefined ? Number(env.KEEL_PG_PORT) : 54329;
+    // local.settings.json copied from the example carries the embedded server's own URL (for func start): when
+    // nothing serves it yet, this host is the one to run that server.
+    if (env.KEEL_PG_URL && isEmbeddedUrl(env.KEEL_PG_URL, wanted) && (await portIsFree(wanted))) {
+      notes.push(`KEEL_PG_URL names the embedded server's own URL (port ${wanted}): starting it`);
+      delete env.KEEL_PG_URL;
+    } else if (env.KEEL_PG_URL && (env.KEEL_STORE_ENGINE ?? 'postgres') === 'postgres') {
+      await checkReachable(env.KEEL_PG_URL, process.env.KEEL_PG_URL ? 'the environment' : 'local.settings.json');
+    }
     if (!env.KEEL_PG_URL && (env.KEEL_STORE_ENGINE ?? 'postgres') === 'postgres') {
       // A stable port (54329) when free, so psql and `func start` can point at the same URL across restarts.
-      const wanted = env.KEEL_PG_PORT !== undefined ? Number(env.KEEL_PG_PORT) : 54329;
       pgServer = await startEmbeddedPostgres({
-        dataDir: path.join(dataDir, 'pg'),
+        dataDir: await pgDataDir(dataDir, env.KEEL_DATA_DIR !== undefined || opts.dataDir !== undefined, notes),
         persistent: true,
         port: wanted > 0 && (await portIsFree(wanted)) ? wanted : await freePort(),
+        log: (line) => {
+          if (/orphan|left running/.test(line)) log(line);
+        },
       });
       cleanups.push(() => pgServer!.stop());
       await ensureDatabase(pgServer.url, 'keel');
@@ -166,8 +235,17 @@ export async function bootLocal(opts: BootOptions = {}): Promise<LocalKeel> {
       hostname: env.KEEL_HTTP_HOST ?? '127.0.0.1',
       log,
       ...(wakeups ? { wakeups: { source: wakeups, timer: 'dispatcher' } } : {}),
+    }).catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'EADDRINUSE') {
+        throw new StartupError(`HTTP port ${port} is in use (KEEL_HTTP_PORT): is another npm start or func start running? Stop it, or set KEEL_HTTP_PORT to a free port (0 = any free port).`);
+      }
+      throw err;
     });
     cleanups.push(() => host.stop());
+    // Stopping: the processor first stops claiming and gives running jobs the grace period (then releases them,
+    // rescheduled at once), while the host stops its triggers; the database goes last.
+    const graceMs = opts.shutdownGraceMs ?? 5_000;
+    cleanups.push(() => runtime.processor.shutdown(graceMs));
     await chmod(path.join(dataDir, 'ops-key'), 0o600).catch(() => undefined);
 
     return {

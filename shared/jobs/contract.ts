@@ -62,9 +62,13 @@ export interface LeaseRef {
   leaseId: LeaseId;
 }
 
+// complete/completeMany: 'cancelled' = the job's cancel was requested while it ran, so the move took it to the DLQ
+// as 'cancelled' instead of the archive (the answer the cancel route gave, 'cancel_requested', always ends so).
+export type CompleteResult = OwnerResult | 'cancelled';
+
 export interface OwnerResultById {
   jobId: JobId;
-  status: OwnerResult;
+  status: CompleteResult;
 }
 
 export type CancelResult = 'cancelled' | 'cancel_requested' | 'not_found';
@@ -203,7 +207,7 @@ export interface JobStore {
   start(ref: LeaseRef): Promise<StartResult>;
   startMany(refs: LeaseRef[]): Promise<(StartResult & { jobId: JobId })[]>;
   heartbeat(ref: LeaseRef): Promise<HeartbeatResult>;
-  complete(ref: LeaseRef): Promise<OwnerResult>;
+  complete(ref: LeaseRef): Promise<CompleteResult>;
   completeMany(refs: LeaseRef[]): Promise<OwnerResultById[]>;
   retry(ref: LeaseRef, runAt: Date, error: string): Promise<OwnerResult>;
   fail(ref: LeaseRef, reason: DlqReason, error: string): Promise<OwnerResult>;

@@ -173,6 +173,15 @@ export class JobProcessor {
     return this.running.size;
   }
 
+  // An operator cancelled this job (the store has its cancel_requested flag): when its handler runs in this
+  // process, stop it now instead of at the next heartbeat. Returns whether it was running here.
+  requestCancel(jobId: JobId): boolean {
+    const r = this.running.get(jobId);
+    if (!r) return false;
+    r.abort('cancelled');
+    return true;
+  }
+
   get isStopping(): boolean {
     return this.stopping;
   }
@@ -426,6 +435,8 @@ export class JobProcessor {
           this.leaseLost(job, 'complete');
           return report('lease_lost');
         }
+        // Cancelled while it ran, finished before it saw the request: the move put it in the DLQ as 'cancelled'.
+        if (status === 'cancelled') return report('dead_lettered', 'cancelled');
         return report('succeeded');
       }
       return await this.afterFailure(job, ref, attempt, registered, abortReason, error, report);

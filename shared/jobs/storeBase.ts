@@ -1,7 +1,7 @@
 // The single-job operations every engine serves through its batch procedure (see OPERATION_PROCEDURE):
 // one enqueue is a batch of one, and so are one start and one complete.
 import type {
-  EnqueueRequest, EnqueueResult, JobId, JobStore, LeaseRef, OwnerResult, OwnerResultById, StartResult,
+  CompleteResult, EnqueueRequest, EnqueueResult, JobId, JobStore, LeaseRef, OwnerResultById, StartResult,
 } from './contract.js';
 
 type BatchOnly = Pick<JobStore, 'enqueueMany' | 'startMany' | 'completeMany'>;
@@ -21,7 +21,7 @@ export abstract class BatchBackedJobStore implements BatchOnly {
     return { status: r!.status, attempt: r!.attempt };
   }
 
-  async complete(ref: LeaseRef): Promise<OwnerResult> {
+  async complete(ref: LeaseRef): Promise<CompleteResult> {
     const [r] = await this.completeMany([ref]);
     return r!.status;
   }

@@ -4,8 +4,8 @@ import { OPS_PREFIX, type OpsRoute } from './router.js';
 
 type JsonSchema = Record<string, unknown> & { properties?: Record<string, JsonSchema>; required?: string[] };
 
-function schemaOf(schema: z.ZodType): JsonSchema {
-  const js = z.toJSONSchema(schema, { io: 'input', unrepresentable: 'any' }) as JsonSchema;
+function schemaOf(schema: z.ZodType, io: 'input' | 'output' = 'input'): JsonSchema {
+  const js = z.toJSONSchema(schema, { io, unrepresentable: 'any' }) as JsonSchema;
   delete js.$schema;
   return js;
 }
@@ -45,13 +45,13 @@ export function openApiDocument(routes: OpsRoute<any, any, any>[]): Record<strin
       const n = Number(code);
       responses[code] = {
         description,
-        content: { 'application/json': { schema: n >= 400 ? { $ref: '#/components/schemas/Error' } : {} } },
+        content: { 'application/json': { schema: n >= 400 ? { $ref: '#/components/schemas/Error' } : r.output ? schemaOf(r.output, 'output') : { type: 'object' } } },
       };
     }
     for (const [code, description] of [
       ['400', 'invalid request: the body names the field at fault'],
       ['401', 'missing or wrong function key'],
-      ...(r.body ? [['413', 'request body over KEEL_OPS_MAX_BODY_BYTES']] : []),
+      ...(r.body ? [['413', 'request body over KEEL_OPS_MAX_BODY_BYTES'], ['415', 'a request body that is not sent as application/json']] : []),
     ] as const) {
       responses[code] ??= { description, content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } };
     }
@@ -67,7 +67,8 @@ export function openApiDocument(routes: OpsRoute<any, any, any>[]): Record<strin
         ? { description: 'Destructive: needs the operator role (KEEL_OPS_OPERATOR_ROLE) in the App Service authentication principal.', 'x-keel-destructive': true }
         : {}),
       parameters: [...parametersOf(r.params, 'path'), ...parametersOf(r.query, 'query')],
-      ...(r.body ? { requestBody: { required: true, content: { 'application/json': { schema: schemaOf(r.body) } } } } : {}),
+      // An empty body is read as {}: the body is required only when {} is not a valid one.
+      ...(r.body ? { requestBody: { required: !r.body.safeParse({}).success, content: { 'application/json': { schema: schemaOf(r.body) } } } } : {}),
       responses,
     };
   }

@@ -4,7 +4,7 @@
 import Router from 'find-my-way';
 import type { HttpRequest, HttpResponseInit, InvocationContext } from '@azure/functions';
 import type { z } from 'zod/v4';
-import { ValidationError } from '../jobs/validate.js';
+import { ValidationError, issueMessage } from '../jobs/validate.js';
 import type { Runtime } from '../host/runtime.js';
 import { OpsError, errorResponse, json } from './errors.js';
 import { requireOperator, type ClientPrincipal } from './auth.js';
@@ -12,6 +12,7 @@ import { requireOperator, type ClientPrincipal } from './auth.js';
 export type OpsMethod = 'GET' | 'POST' | 'PATCH' | 'PUT' | 'DELETE';
 export const OPS_METHODS: OpsMethod[] = ['GET', 'POST', 'PATCH', 'PUT', 'DELETE'];
 export const OPS_PREFIX = '/api/ops';
+export const MAX_PATH_PARAM_CHARS = 1024;
 
 export interface OpsContext<P, Q, B> {
   rt: Runtime;
@@ -40,6 +41,7 @@ export interface OpsRoute<P = unknown, Q = unknown, B = unknown> {
   query?: z.ZodType<Q>;
   body?: z.ZodType<B>;
   responses: Record<number, string>;
+  output?: z.ZodType; // the success body's shape, for the OpenAPI document
   handle(ctx: OpsContext<P, Q, B>): Promise<OpsResult>;
 }
 
@@ -86,10 +88,10 @@ function firstIssue(err: z.ZodError, where: 'body' | 'query' | 'path'): OpsError
       if (best.code === 'unrecognized_keys' && best.keys?.[0]) {
         return new OpsError('invalid_request', `unknown field "${best.keys[0]}"`, fieldPath([...issue.path, ...best.path, best.keys[0]]), { in: where });
       }
-      return new OpsError('invalid_request', best.message, fieldPath([...issue.path, ...best.path]), { in: where });
+      return new OpsError('invalid_request', issueMessage(best), fieldPath([...issue.path, ...best.path]), { in: where });
     }
   }
-  return new OpsError('invalid_request', issue.message, fieldPath(issue.path, where), { in: where });
+  return new OpsError('invalid_request', issueMessage(issue), fieldPath(issue.path, where), { in: where });
 }
 
 function parseWith<T>(schema: z.ZodType<T> | undefined, value: unknown, where: 'body' | 'query' | 'path'): T {
@@ -120,6 +122,16 @@ async function readJsonBody(request: HttpRequest, maxBytes: number): Promise<unk
   }
   const text = bytes.toString('utf8').trim();
   if (text === '') return {};
+  // JSON in: a body sent as a form, text or without a type is refused (curl -d sends a form unless told otherwise).
+  const type = (request.headers.get('content-type') ?? '').split(';')[0]!.trim().toLowerCase();
+  if (type !== 'application/json' && !/^application\/[a-z0-9.+-]+\+json$/.test(type)) {
+    throw new OpsError(
+      'unsupported_media_type',
+      `request body must be JSON sent with Content-Type: application/json (got ${type ? `"${type}"` : 'no Content-Type'})`,
+      'content-type',
+      { in: 'header' },
+    );
+  }
   try {
     return JSON.parse(text);
   } catch (err) {
@@ -131,7 +143,9 @@ export type OpsHttpHandler = (request: HttpRequest, context: InvocationContext) 
 
 // Builds the single HTTP handler for every ops route.
 export function createOpsHandler(routes: OpsRoute<any, any, any>[], getRuntime: () => Promise<Runtime>): OpsHttpHandler {
-  const router = Router({ ignoreTrailingSlash: true, caseSensitive: true });
+  // maxParamLength: above every path parameter's own limit (names: 128 characters, maybe percent-encoded), so a
+  // long parameter reaches its schema and gets a 400 naming it instead of a 404 from the router.
+  const router = Router({ ignoreTrailingSlash: true, caseSensitive: true, maxParamLength: MAX_PATH_PARAM_CHARS });
   for (const r of routes) router.on(r.method, OPS_PREFIX + r.path, () => undefined, r);
 
   return async (request, context) => {

@@ -44,6 +44,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     tag: 'health',
     query: s.emptyQuery,
     responses: { 200: 'healthy', 503: 'store or storage unreachable' },
+    output: s.out.health,
     async handle({ rt }) {
       const started = Date.now();
       const [store, storage] = await Promise.all([
@@ -73,6 +74,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     tag: 'stats',
     query: s.emptyQuery,
     responses: { 200: 'per-queue stats and totals' },
+    output: s.out.stats,
     async handle({ rt }) {
       const queues = await rt.store.stats();
       const totals = { pending: 0, fetched: 0, processing: 0, dlq: 0, succeeded: 0, failed: 0, retried: 0, cancelled: 0, zombie: 0, resurrected: 0 };
@@ -88,6 +90,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     tag: 'stats',
     query: s.metricsQuery,
     responses: { 200: 'metric buckets' },
+    output: s.out.metrics,
     async handle({ rt, query }) {
       const buckets = await rt.store.metrics(query.windowMinutes, query.queue);
       return { body: { windowMinutes: query.windowMinutes, queue: query.queue ?? null, buckets } };
@@ -101,6 +104,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     tag: 'queues',
     query: s.emptyQuery,
     responses: { 200: 'queues' },
+    output: s.out.queues,
     async handle({ rt }) {
       return { body: { items: await rt.store.listQueues() } };
     },
@@ -114,6 +118,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     params: s.nameParams,
     query: s.emptyQuery,
     responses: { 200: 'queue', 404: 'no such queue' },
+    output: s.out.queue,
     async handle({ rt, params }) {
       const q = await rt.store.getQueue(params.name);
       if (!q) throw notFound(`queue "${params.name}"`);
@@ -132,10 +137,13 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
       params: s.nameParams,
       query: s.emptyQuery,
       body: s.emptyBody,
-      responses: { 200: 'queue settings after the change', 403: 'operator role missing', 404: 'no such queue' },
+      responses: { 200: 'queue settings after the change (created: the queue had no settings yet and now has them)', 403: 'operator role missing' },
+      output: s.out.queueSettingsChanged,
+      // A queue exists from its first use: an enqueue or a settings change. So a queue can be paused (or limited)
+      // before its first job arrives, e.g. 'default' on a fresh install.
       async handle({ rt, params }) {
-        if (!(await rt.store.getQueue(params.name))) throw notFound(`queue "${params.name}"`);
-        return { body: await rt.store.updateQueue(params.name, { paused: action === 'pause' }) };
+        const created = !(await rt.store.getQueue(params.name));
+        return { body: { ...(await rt.store.updateQueue(params.name, { paused: action === 'pause' })), created } };
       },
     }),
   ),
@@ -149,10 +157,11 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     params: s.nameParams,
     query: s.emptyQuery,
     body: s.queuePatch,
-    responses: { 200: 'queue settings after the change', 400: 'invalid setting', 403: 'operator role missing', 404: 'no such queue' },
+    responses: { 200: 'queue settings after the change (created: the queue had no settings yet and now has them)', 400: 'invalid setting', 403: 'operator role missing' },
+    output: s.out.queueSettingsChanged,
     async handle({ rt, params, body }) {
-      if (!(await rt.store.getQueue(params.name))) throw notFound(`queue "${params.name}"`);
-      return { body: await rt.store.updateQueue(params.name, body as QueueSettingsPatch) };
+      const created = !(await rt.store.getQueue(params.name));
+      return { body: { ...(await rt.store.updateQueue(params.name, body as QueueSettingsPatch)), created } };
     },
   }),
   route({
@@ -168,6 +177,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
       400: 'invalid job: unknown type, payload failing the handler\'s schema, wrong queue (the field is named; nothing is enqueued)',
       413: 'body too large',
     },
+    output: s.out.enqueue,
     async handle({ rt, body, log }) {
       const many = 'jobs' in body;
       const jobs = many ? body.jobs : [body];
@@ -184,6 +194,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     tag: 'jobs',
     query: s.jobSearchQuery,
     responses: { 200: 'a page of jobs; pass nextAfterId as afterId for the next page' },
+    output: s.out.jobPage,
     async handle({ rt, query }) {
       if (query.state && query.location !== 'hot') throw invalid('state', 'state filters hot jobs only (location=hot)');
       if (query.reason && query.location !== 'dlq') throw invalid('reason', 'reason filters DLQ jobs only (location=dlq)');
@@ -214,6 +225,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     params: s.idParams,
     query: s.emptyQuery,
     responses: { 200: 'the job', 404: 'no such job' },
+    output: s.out.job,
     async handle({ rt, params }) {
       const job = await rt.store.getJob(params.id);
       if (!job) throw notFound(`job ${params.id}`);
@@ -231,6 +243,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     query: s.emptyQuery,
     body: s.emptyBody,
     responses: { 200: 'cancelled or cancel_requested', 403: 'operator role missing', 404: 'no such job', 409: 'the job already finished' },
+    output: s.out.cancel,
     async handle({ rt, params }) {
       const result = await rt.store.cancel(params.id);
       if (result === 'not_found') {
@@ -238,19 +251,36 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
         if (!job) throw notFound(`job ${params.id}`);
         throw conflict(`job ${params.id} is no longer hot (it is in ${job.location})`, { job: where(job) });
       }
-      return { body: { id: params.id, result } };
+      if (result === 'cancelled') return { body: { id: params.id, result, outcome: 'dlq_cancelled' } };
+      // Running: the flag is set. A handler running in this process is stopped now; one elsewhere at its next
+      // heartbeat. Either way the job ends in the DLQ as 'cancelled', even if its handler finishes first.
+      const stoppedNow = rt.processor.requestCancel(params.id);
+      return {
+        body: {
+          id: params.id,
+          result,
+          outcome: 'dlq_cancelled',
+          stoppedNow,
+          message: stoppedNow
+            ? 'the handler was running here and has been told to stop; the job ends in the DLQ as cancelled'
+            : `the handler runs on another instance and stops at its next heartbeat (every ${rt.settings.KEEL_HEARTBEAT_MS} ms); the job ends in the DLQ as cancelled, even if it finishes first`,
+        },
+      };
     },
   }),
   route({
     method: 'POST',
     path: '/dlq/:id/resurrect',
     operationId: 'resurrectJob',
-    summary: 'Move one DLQ job back to hot (pending, attempts reset) and post its message',
+    summary: 'Move one DLQ job back to hot (pending, attempts reset) and post its message. Operator only: it runs the job, and its side effects, again',
     tag: 'dlq',
+    // Resurrecting re-runs side effects and can undo an operator's cancel: the same role as the other moves.
+    destructive: true,
     params: s.idParams,
     query: s.emptyQuery,
     body: s.emptyBody,
-    responses: { 200: 'resurrected', 404: 'no such job', 409: 'the job is not in the DLQ' },
+    responses: { 200: 'resurrected', 403: 'operator role missing', 404: 'no such job', 409: 'the job is not in the DLQ' },
+    output: s.out.resurrected,
     async handle({ rt, params, log }) {
       const ids = await rt.store.resurrect([params.id]);
       if (!ids.includes(params.id)) {
@@ -272,6 +302,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     query: s.emptyQuery,
     body: s.resurrectFilterBody,
     responses: { 200: 'ids resurrected (or that would be, on a dry run)', 403: 'operator role missing' },
+    output: s.out.resurrectedMany,
     async handle({ rt, body, log }) {
       if (body.failedAfter && body.failedBefore && body.failedAfter > body.failedBefore) throw invalid('failedAfter', 'must not be after failedBefore');
       const result = await rt.store.resurrectByFilter({
@@ -297,6 +328,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     query: s.emptyQuery,
     body: s.purgeBody,
     responses: { 200: 'rows deleted (or, on a dry run, counted)', 403: 'operator role missing' },
+    output: s.out.purge,
     async handle({ rt, body }) {
       const olderThan = new Date(body.olderThan);
       if (olderThan.getTime() > Date.now()) throw invalid('olderThan', 'must not be in the future');
@@ -347,6 +379,7 @@ export function allRoutes(): OpsRoute<any, any, any>[] {
       tag: 'health',
       query: s.emptyQuery,
       responses: { 200: 'OpenAPI document' },
+      output: s.out.openapi,
       async handle() {
         return { body: openApiDocument(routes) };
       },

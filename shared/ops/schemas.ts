@@ -2,13 +2,32 @@
 // that validate). Objects are strict: an unknown field is a 400 naming that field.
 import { z } from 'zod/v4';
 import { DLQ_REASONS, type DlqReason } from '../jobs/contract.js';
-import { MAX_BATCH } from '../jobs/validate.js';
+import { MAX_BATCH, jsonTextProblem, textProblem } from '../jobs/validate.js';
+
+// Text and JSON a database can store (no NUL, no lone surrogate): a 400 naming the field instead of a database error.
+const text = (min: number, max: number) =>
+  z
+    .string()
+    .min(min)
+    .max(max)
+    .superRefine((v, ctx) => {
+      const m = textProblem(v);
+      if (m) ctx.addIssue({ code: 'custom', message: m });
+    });
+const jsonValue = z.unknown().superRefine((v, ctx) => {
+  const r = jsonTextProblem(v);
+  if (r) ctx.addIssue({ code: 'custom', message: r.message, path: r.path });
+});
 
 export const NAME_PATTERN = /^[A-Za-z0-9_.:-]+$/;
 export const name = z.string().min(1).max(128).regex(NAME_PATTERN, 'letters, digits and _ . : - only');
 export const UUID_PATTERN = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 export const batchId = z.string().regex(UUID_PATTERN, 'must be a batch id (a UUID)');
-export const jobId = z.string().regex(/^[1-9][0-9]{0,18}$/, 'must be a job id (a positive integer)');
+const MAX_JOB_ID = 9223372036854775807n; // bigint: the largest id any engine can hold
+export const jobId = z
+  .string()
+  .regex(/^[1-9][0-9]{0,18}$/, 'must be a job id (a positive integer)')
+  .refine((v) => !/^[0-9]+$/.test(v) || BigInt(v) <= MAX_JOB_ID, `must be a job id (a positive integer up to ${MAX_JOB_ID})`);
 const isoDate = z.iso.datetime({ offset: true }).describe('ISO 8601 date-time');
 const reason = z.enum(DLQ_REASONS as unknown as [DlqReason, ...DlqReason[]]);
 const location = z.enum(['hot', 'archive', 'dlq']);
@@ -27,12 +46,12 @@ const qInt = (min: number, max: number, def: number) =>
 export const enqueueJob = z.strictObject({
   queue: name.optional().describe("job queue (created on first use); default: the handler's queue, else \"default\""),
   type: name.describe('job type: a registered handler'),
-  payload: z.unknown().optional().describe('any JSON value'),
+  payload: jsonValue.optional().describe('any JSON value'),
   priority: z.number().int().min(-1_000_000).max(1_000_000).optional(),
   delayMs: z.number().int().min(0).max(366 * 24 * 3600 * 1000).optional(),
   runAt: isoDate.optional(),
-  tags: z.array(z.string().min(1).max(64)).max(16).optional(),
-  idempotencyKey: z.string().min(1).max(200).optional(),
+  tags: z.array(text(1, 64)).max(16).optional(),
+  idempotencyKey: text(1, 200).optional(),
   maxAttempts: z.number().int().min(1).max(1000).optional(),
   expiresAt: isoDate.optional(),
 });
@@ -46,12 +65,12 @@ export const jobSearchQuery = z.strictObject({
   location: location.default('hot'),
   queue: name.optional(),
   type: name.optional(),
-  tag: z.string().min(1).max(64).optional(),
+  tag: text(1, 64).optional(),
   state: hotState.optional(),
   reason: reason.optional(),
   from: isoDate.optional(),
   to: isoDate.optional(),
-  text: z.string().min(1).max(200).optional(),
+  text: text(1, 200).optional(),
   afterId: jobId.optional(),
   limit: qInt(1, 500, 50),
 });
@@ -96,7 +115,7 @@ export const purgeBody = z.strictObject({
 
 export const batchListQuery = z.strictObject({
   transfer: name.optional(),
-  state: z.string().min(1).max(64).optional(),
+  state: text(1, 64).optional(),
   limit: qInt(1, 500, 50),
   afterId: batchId.optional(),
 });
@@ -111,3 +130,93 @@ export const emptyBody = z.strictObject({});
 export const idParams = z.strictObject({ id: jobId });
 export const nameParams = z.strictObject({ name });
 export const batchParams = z.strictObject({ id: batchId });
+
+// Response shapes, for the OpenAPI document (handlers build these bodies; the schemas describe them).
+const dateTime = z.string().meta({ format: 'date-time' });
+export const out = (() => {
+  const job = z.object({
+    id: z.string().describe('job id (a 64-bit integer as a string)'),
+    location: location,
+    queue: z.string(),
+    type: z.string(),
+    payload: z.unknown(),
+    priority: z.number().int(),
+    state: z.enum(['pending', 'fetched', 'processing', 'succeeded', 'dead']),
+    attempts: z.number().int(),
+    idempotencyKey: z.string().nullable(),
+    tags: z.array(z.string()),
+    createdAt: dateTime,
+    runAt: dateTime.nullable(),
+    startedAt: dateTime.nullable(),
+    finishedAt: dateTime.nullable(),
+    durationMs: z.number().nullable(),
+    reason: reason.nullable(),
+    lastError: z.string().nullable(),
+    cancelRequested: z.boolean(),
+    leaseId: z.string().nullable(),
+    workerId: z.string().nullable(),
+  });
+  const enqueued = z.object({
+    id: z.string(),
+    duplicate: z.boolean().describe('an idempotency key matched a hot job: id is that job'),
+    posted: z.boolean().describe('false: duplicate, delayed beyond the queue message limit, or the post failed (the dispatcher runs it)'),
+  });
+  const queueSettings = z.object({
+    name: z.string(),
+    paused: z.boolean(),
+    maxConcurrency: z.number().int().nullable(),
+    zombieTimeoutSeconds: z.number().int(),
+    zombiePolicy: z.enum(['dlq', 'retry']),
+    maxAttempts: z.number().int(),
+    archiveRetentionSeconds: z.number().int(),
+    dlqRetentionSeconds: z.number().int(),
+    metricsRetentionSeconds: z.number().int(),
+  });
+  const counters = {
+    pending: z.number().int(), fetched: z.number().int(), processing: z.number().int(), dlq: z.number().int(),
+    succeeded: z.number().int(), failed: z.number().int(), retried: z.number().int(), cancelled: z.number().int(),
+    zombie: z.number().int(), resurrected: z.number().int(),
+  };
+  const queueStats = z.object({ queue: z.string(), due: z.number().int(), oldestDueAgeMs: z.number().nullable(), ...counters });
+  return {
+    health: z.object({
+      status: z.enum(['ok', 'degraded']),
+      version: z.string(),
+      engine: z.string(),
+      checks: z.object({ store: z.boolean(), storage: z.boolean() }),
+      transfers: z.string(),
+      workerId: z.string(),
+      elapsedMs: z.number(),
+    }),
+    stats: z.object({ queues: z.array(queueStats), totals: z.object(counters) }),
+    metrics: z.object({
+      windowMinutes: z.number().int(),
+      queue: z.string().nullable(),
+      buckets: z.array(z.object({
+        bucketStart: dateTime, queue: z.string(), outcome: z.enum(['succeeded', 'failed']), reason: z.string(),
+        count: z.number().int(), totalDurationMs: z.number(), maxDurationMs: z.number(),
+      })),
+    }),
+    queues: z.object({ items: z.array(queueSettings) }),
+    queue: queueSettings.extend({ stats: queueStats.nullable() }),
+    queueSettingsChanged: queueSettings.extend({ created: z.boolean().describe('true: the queue had no settings yet (first use)') }),
+    enqueue: z.union([enqueued, z.object({ jobs: z.array(enqueued) })]),
+    job: job,
+    jobPage: z.object({ location: location, items: z.array(job), nextAfterId: z.string().nullable().describe('pass as afterId for the next page') }),
+    cancel: z.object({
+      id: z.string(),
+      result: z.enum(['cancelled', 'cancel_requested']).describe('cancelled: in the DLQ now; cancel_requested: running, its handler is being stopped'),
+      outcome: z.literal('dlq_cancelled').describe('how the job ends, in both cases: in the DLQ with reason cancelled'),
+      stoppedNow: z.boolean().optional().describe('cancel_requested: the handler ran in the instance that answered and was told to stop at once (else: at its next heartbeat)'),
+      message: z.string().optional(),
+    }),
+    resurrected: z.object({ id: z.string(), resurrected: z.literal(true), posted: z.boolean() }),
+    resurrectedMany: z.object({ dryRun: z.boolean(), count: z.number().int(), ids: z.array(z.string()), posted: z.number().int() }),
+    purge: z.object({
+      dryRun: z.boolean(), target: z.enum(['archive', 'dlq', 'metrics']), queue: z.string().nullable(), olderThan: z.string(),
+      matched: z.number().int().optional(), capped: z.boolean().optional(), note: z.string().optional(),
+      deleted: z.number().int().optional(), batches: z.number().int().optional(), mayHaveMore: z.boolean().optional(),
+    }),
+    openapi: z.object({ openapi: z.string(), info: z.object({}).passthrough(), paths: z.record(z.string(), z.unknown()) }).passthrough(),
+  };
+})();

@@ -365,13 +365,30 @@ $$;
 -- Hot -> Archive for every (job id, lease id) still processing under that lease.
 create or replace function keel.complete_many(p_leases jsonb)
 returns table (job_id bigint, status text)
-language sql as $$
+language plpgsql as $$
+declare
+  v_cancelled bigint[];
+begin
+  -- A job whose cancel was requested while it ran goes to the DLQ as 'cancelled' even when its handler finished
+  -- first: the operator was told 'cancel_requested', and that is how such a job ends (as with retry).
+  v_cancelled := array(
+    select h.id from keel.jobs_hot h
+    join (select (e.value->>'jobId')::bigint as id, keel._lease(e.value->>'leaseId') as lease
+          from jsonb_array_elements(p_leases) e) r on h.id = r.id and h.lease_id = r.lease
+    where h.state = 'processing' and h.cancel_requested
+    order by h.id
+    for update of h);
+  if cardinality(v_cancelled) > 0 then
+    perform keel._dead_letter(v_cancelled, null, array['processing'], 'cancelled',
+                              'cancel requested while running; the handler finished before it saw the request');
+  end if;
+  return query
   with req as (
     select (e.value->>'jobId')::bigint as id, keel._lease(e.value->>'leaseId') as lease, e.ordinality as ord
     from jsonb_array_elements(p_leases) with ordinality e
   ), locked as (
     select h.id from keel.jobs_hot h join req r on h.id = r.id and h.lease_id = r.lease
-    where h.state = 'processing'
+    where h.state = 'processing' and not h.cancel_requested
     order by h.id
     for update of h
   ), moved as (
@@ -397,9 +414,10 @@ language sql as $$
           total_duration_ms = b.total_duration_ms + excluded.total_duration_ms,
           max_duration_ms = greatest(b.max_duration_ms, excluded.max_duration_ms)
   )
-  select r.id, case when a.id is null then 'lease_lost' else 'ok' end
+  select r.id, case when a.id is not null then 'ok' when r.id = any(v_cancelled) then 'cancelled' else 'lease_lost' end
   from req r left join archived a on a.id = r.id
-  order by r.ord
+  order by r.ord;
+end
 $$;
 
 -- Hot -> DLQ for the given ids that are in one of p_states (and, when p_lease is given, still under that lease).

@@ -146,7 +146,8 @@ END;
 GO
 
 -- CompleteMany(@Leases JSON [{jobId, leaseId}]): the Hot -> Archive move for every job still processing under its
--- lease; Succeeded+1 and a ('succeeded', '') metric bucket per job. One row per input in input order: JobId, Status.
+-- lease; Succeeded+1 and a ('succeeded', '') metric bucket per job. A job whose cancel was requested goes to the DLQ
+-- as 'cancelled' instead (Status 'cancelled'). One row per input in input order: JobId, Status.
 CREATE OR ALTER PROCEDURE keel.CompleteMany
   @Leases NVARCHAR(MAX)
 AS
@@ -170,9 +171,21 @@ BEGIN
     IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL, Tags nvarchar(max) NOT NULL,
     CreatedAt datetime2(3) NOT NULL, StartedAt datetime2(3) NULL, WorkerId nvarchar(200) NULL);
   DECLARE @Counters keel.CounterRows; -- the one definition: V002
+  DECLARE @DeadIds keel.JobIdList;
+  DECLARE @Cancelled TABLE (Id bigint NOT NULL PRIMARY KEY);
+  DECLARE @Dead int = 0, @Archived int = 0;
 
   BEGIN TRY
     BEGIN TRANSACTION;
+
+    -- A job whose cancel was requested while it ran goes to the DLQ as 'cancelled' even when its handler finished
+    -- first: the operator was told 'cancel_requested', and that is how such a job ends (as with Retry).
+    INSERT @Cancelled (Id)
+    SELECT h.Id
+    FROM keel.JobsHot AS h WITH (UPDLOCK, ROWLOCK, FORCESEEK)
+    INNER JOIN (SELECT DISTINCT JobId, LeaseId FROM @L WHERE JobId IS NOT NULL AND LeaseId IS NOT NULL) AS l
+      ON h.Id = l.JobId AND h.LeaseId = l.LeaseId
+    WHERE h.State = 'processing' AND h.CancelRequested = 1;
 
     DELETE h
     OUTPUT deleted.Id, deleted.Queue, deleted.Type, deleted.Payload, deleted.Priority, deleted.Attempts,
@@ -182,9 +195,10 @@ BEGIN
     FROM keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK)
     INNER JOIN (SELECT DISTINCT JobId, LeaseId FROM @L WHERE JobId IS NOT NULL AND LeaseId IS NOT NULL) AS l
       ON h.Id = l.JobId AND h.LeaseId = l.LeaseId
-    WHERE h.State = 'processing';
+    WHERE h.State = 'processing' AND h.CancelRequested = 0;
+    SET @Archived = @@ROWCOUNT;
 
-    IF @@ROWCOUNT > 0
+    IF @Archived > 0
     BEGIN
       INSERT keel.JobsArchive (Id, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, CreatedAt,
                                StartedAt, FinishedAt, DurationMs, WorkerId)
@@ -198,8 +212,18 @@ BEGIN
       SELECT m.Queue, 1, 'succeeded', '',
              CASE WHEN m.StartedAt IS NULL OR m.StartedAt > @Now THEN 0 ELSE DATEDIFF_BIG(millisecond, m.StartedAt, @Now) END
       FROM @Moved AS m;
-      EXEC keel.ApplyCounters @Counters = @Counters;
     END;
+    IF EXISTS (SELECT 1 FROM @Cancelled)
+    BEGIN
+      INSERT @DeadIds (Id) SELECT Id FROM @Cancelled;
+      INSERT @Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
+      EXEC keel.DeadLetter @DeadIds = @DeadIds, @LeaseId = NULL, @FromPending = 0, @FromFetched = 0, @FromProcessing = 1,
+                           @Reason = 'cancelled',
+                           @Error = N'cancel requested while running; the handler finished before it saw the request',
+                           @MovedCount = @Dead OUTPUT;
+    END;
+    IF @Archived > 0 OR @Dead > 0
+      EXEC keel.ApplyCounters @Counters = @Counters; -- once, after every move
 
     COMMIT TRANSACTION;
   END TRY
@@ -208,9 +232,11 @@ BEGIN
     THROW;
   END CATCH;
 
-  SELECT l.JobIdText AS JobId, IIF(m.Id IS NULL, 'lease_lost', 'ok') AS Status
+  SELECT l.JobIdText AS JobId,
+         CASE WHEN m.Id IS NOT NULL THEN 'ok' WHEN c.Id IS NOT NULL THEN 'cancelled' ELSE 'lease_lost' END AS Status
   FROM @L AS l
   LEFT JOIN @Moved AS m ON m.Id = l.JobId
+  LEFT JOIN @Cancelled AS c ON c.Id = l.JobId
   ORDER BY l.Ord;
 END;
 GO

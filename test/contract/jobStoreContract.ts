@@ -118,6 +118,12 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       );
       await expect(store.enqueue({ queue: '', type: 't' })).rejects.toBeInstanceOf(ValidationError);
       await expect(store.enqueue({ queue: q, type: 't', delayMs: 5, runAt: new Date() })).rejects.toThrow(/runAt/);
+      // Text no engine can store: NUL, lone surrogates (in payload strings and keys, tags, idempotency keys).
+      await expect(store.enqueue({ queue: q, type: 't', payload: { a: ['x\u0000'] } })).rejects.toThrow(/^payload\.a\[0\]: .*NUL/);
+      await expect(store.enqueue({ queue: q, type: 't', payload: { ['k\ud800']: 1 } })).rejects.toThrow(/lone surrogate/);
+      await expect(store.enqueue({ queue: q, type: 't', tags: ['\udc00'] })).rejects.toThrow(/^tags\[0\]: /);
+      await expect(store.enqueue({ queue: q, type: 't', idempotencyKey: 'k\u0000' })).rejects.toThrow(/^idempotencyKey: /);
+      await expect(store.enqueue({ queue: q, type: 't', priority: Infinity })).rejects.toThrow(/priority: .*finite/i);
       expect(await h.countRows('hot', q)).toBe(0);
     });
   });
@@ -337,6 +343,26 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       await store.cancel(job.id);
       expect(await store.retry(ref(job), new Date(), 'failed anyway')).toBe('ok');
       expect((await store.getJob(job.id))!.reason).toBe('cancelled');
+    });
+
+    it('a completion after a cancel request dead-letters the job as cancelled (the cancel answer holds)', async () => {
+      const q = freshQueue('cancel-complete');
+      const cancelled = await startedJob(q);
+      const other = await startedJob(q);
+      expect(await store.cancel(cancelled.id)).toBe('cancel_requested');
+      // The handler finished before it saw the request; one batch holds it and a job nobody cancelled.
+      expect(await store.completeMany([ref(cancelled), ref(other)])).toEqual([
+        { jobId: cancelled.id, status: 'cancelled' },
+        { jobId: other.id, status: 'ok' },
+      ]);
+      expect(await store.getJob(cancelled.id)).toMatchObject({ location: 'dlq', reason: 'cancelled' });
+      expect(await store.getJob(other.id)).toMatchObject({ location: 'archive' });
+      expect(await h.statsRow(q)).toMatchObject({ succeeded: 1, failed: 1, cancelled: 1 });
+      expect(await store.complete(ref(cancelled))).toBe('lease_lost');
+      const single = await startedJob(q);
+      await store.cancel(single.id);
+      expect(await store.complete(ref(single))).toBe('cancelled');
+      expect(await where(single.id)).toEqual(['dlq']);
     });
   });
 

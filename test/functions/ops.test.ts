@@ -141,22 +141,68 @@ describe('ops: jobs', () => {
     const until = Date.now() + 5000;
     while ((await call('GET', `jobs/${job.id}`)).body.state !== 'processing' && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
     const r = await call('POST', `jobs/${job.id}/cancel`, { operator: true });
-    expect(r.body.result).toBe('cancel_requested');
+    // The handler runs in this process: it is stopped at once, and the answer says how the job ends.
+    expect(r.body).toMatchObject({ result: 'cancel_requested', outcome: 'dlq_cancelled', stoppedNow: true });
     expect(await run).toBe('dead_lettered');
     expect((await call('GET', `jobs/${job.id}`)).body).toMatchObject({ location: 'dlq', reason: 'cancelled' });
   });
 
-  it('resurrects by id (posting its message) and answers 409 when the job is not in the DLQ', async () => {
+  it('resurrects by id (operator only, posting its message) and answers 409 when the job is not in the DLQ', async () => {
     const job = await enqueue({ queue: 'ops-res', type: 'demo.fatal' });
     expect(await t.rt.processor.processById(job.id)).toBe('dead_lettered');
     t.queues.clear();
-    const r = await call('POST', `dlq/${job.id}/resurrect`, {});
+    expect((await call('POST', `dlq/${job.id}/resurrect`, {})).status).toBe(403);
+    expect((await call('POST', `dlq/${job.id}/resurrect`, { headers: { 'x-ms-client-principal': READER } })).status).toBe(403);
+    expect((await call('GET', `jobs/${job.id}`)).body.location).toBe('dlq');
+    const r = await call('POST', `dlq/${job.id}/resurrect`, { operator: true });
     expect(r).toMatchObject({ status: 200, body: { id: job.id, resurrected: true, posted: true } });
     expect(t.queues.take('keel-jobs')).toEqual([{ jobId: job.id }]);
     expect((await call('GET', `jobs/${job.id}`)).body).toMatchObject({ location: 'hot', state: 'pending' });
-    const again = await call('POST', `dlq/${job.id}/resurrect`, {});
+    const again = await call('POST', `dlq/${job.id}/resurrect`, { operator: true });
     expect(again.status).toBe(409);
-    expect((await call('POST', 'dlq/888888/resurrect', {})).status).toBe(404);
+    expect((await call('POST', 'dlq/888888/resurrect', { operator: true })).status).toBe(404);
+  });
+
+  it('a job an operator cancelled cannot be resurrected by a mere key holder', async () => {
+    const job = await enqueue({ queue: 'ops-res-cancel', type: 'demo.echo' });
+    expect((await call('POST', `jobs/${job.id}/cancel`, { operator: true })).body.result).toBe('cancelled');
+    const r = await call('POST', `dlq/${job.id}/resurrect`, {});
+    expect(r).toMatchObject({ status: 403, body: { error: 'forbidden' } });
+    expect((await call('GET', `jobs/${job.id}`)).body).toMatchObject({ location: 'dlq', reason: 'cancelled' });
+  });
+
+  it('queue names up to the 128-character limit work on every queue route; pausing a queue before any job exists works', async () => {
+    const long = `q${'x'.repeat(127)}`;
+    await enqueue({ queue: long, type: 'demo.echo' });
+    expect((await call('POST', `queues/${long}/pause`, { operator: true })).body).toMatchObject({ name: long, paused: true });
+    expect((await call('GET', `queues/${long}`)).body).toMatchObject({ name: long, paused: true });
+    const tooLong = await call('GET', `queues/${long}y`);
+    expect(tooLong).toMatchObject({ status: 400, body: { error: 'invalid_request', field: 'name', in: 'path' } });
+    // A queue with no job yet (e.g. 'default' on a fresh install) can be paused, so that nothing enqueued runs.
+    const fresh = await call('POST', 'queues/ops-never-used/pause', { operator: true });
+    expect(fresh).toMatchObject({ status: 200, body: { name: 'ops-never-used', paused: true } });
+    const id = (await enqueue({ queue: 'ops-never-used', type: 'demo.echo' })).id;
+    expect(await t.rt.processor.processById(id)).toBe('not_claimed');
+    expect((await call('POST', 'queues/ops-never-used/resume', { operator: true })).body.paused).toBe(false);
+    t.queues.clear();
+  });
+
+  it('OpenAPI: success responses have schemas; body-less routes do not require a body', async () => {
+    const doc = (await call('GET', 'openapi.json')).body;
+    const getJob = doc.paths['/api/ops/jobs/{id}'].get.responses['200'].content['application/json'].schema;
+    expect(getJob.properties).toHaveProperty('location');
+    expect(doc.paths['/api/ops/jobs'].post.responses['201'].content['application/json'].schema).not.toEqual({});
+    for (const [p, ops] of Object.entries(doc.paths as Record<string, Record<string, { responses: Record<string, { content: Record<string, { schema: object }> }> }>>)) {
+      for (const [m, op] of Object.entries(ops)) {
+        for (const [code, res] of Object.entries(op.responses)) {
+          expect(Object.keys(res.content['application/json']!.schema), `${m} ${p} ${code}`).not.toHaveLength(0);
+        }
+      }
+    }
+    expect(doc.paths['/api/ops/queues/{name}/pause'].post.requestBody.required).toBe(false);
+    expect(doc.paths['/api/ops/jobs/{id}/cancel'].post.requestBody.required).toBe(false);
+    expect(doc.paths['/api/ops/jobs'].post.requestBody.required).toBe(true);
+    expect(doc.paths['/api/ops/dlq/{id}/resurrect'].post['x-keel-destructive']).toBe(true);
   });
 
   it('resurrects by filter: dry run by default changes nothing, then the real run moves at most limit jobs', async () => {
@@ -202,7 +248,10 @@ describe('ops: jobs', () => {
     expect((await call('POST', 'queues/ops-q/resume', { operator: true })).body.paused).toBe(false);
     const patched = await call('PATCH', 'queues/ops-q', { body: { maxConcurrency: 3, zombieTimeoutSeconds: 120 }, operator: true });
     expect(patched.body).toMatchObject({ maxConcurrency: 3, zombieTimeoutSeconds: 120 });
-    expect((await call('PATCH', 'queues/no-such-queue', { body: { maxAttempts: 2 }, operator: true })).status).toBe(404);
+    // Settings may be given before a queue's first job: the queue is created with them.
+    const created = await call('PATCH', 'queues/ops-q-new', { body: { maxAttempts: 2 }, operator: true });
+    expect(created).toMatchObject({ status: 200, body: { name: 'ops-q-new', maxAttempts: 2, created: true } });
+    expect((await call('PATCH', 'queues/ops-q-new', { body: { maxAttempts: 3 }, operator: true })).body.created).toBe(false);
   });
 
   it('stats and metrics reflect processed jobs', async () => {
@@ -257,6 +306,25 @@ describe('ops: bad input changes nothing', () => {
     { name: 'queue change: wrong type', method: 'PATCH', path: 'queues/ops-q', opts: { body: { maxAttempts: 'one' }, operator: true }, status: 400, error: 'invalid_request', field: 'maxAttempts' },
     { name: 'queue change: empty patch', method: 'PATCH', path: 'queues/ops-q', opts: { body: {}, operator: true }, status: 400, error: 'invalid_request' },
     { name: 'cancel without the role', method: 'POST', path: 'jobs/1/cancel', status: 403, error: 'forbidden' },
+    { name: 'NUL in payload', method: 'POST', path: 'jobs', opts: { raw: '{"queue":"bad","type":"demo.echo","payload":{"a":["x\\u0000y"]}}' }, status: 400, error: 'invalid_request', field: 'payload.a[0]' },
+    { name: 'NUL in a payload key', method: 'POST', path: 'jobs', opts: { raw: '{"queue":"bad","type":"demo.echo","payload":{"k\\u0000":1}}' }, status: 400, error: 'invalid_request', field: 'payload.k\u0000' },
+    { name: 'lone surrogate in payload', method: 'POST', path: 'jobs', opts: { raw: '{"queue":"bad","type":"demo.echo","payload":"\\ud800"}' }, status: 400, error: 'invalid_request', field: 'payload' },
+    { name: 'lone surrogate in a batch payload', method: 'POST', path: 'jobs', opts: { raw: '{"jobs":[{"queue":"bad","type":"demo.echo","payload":{"m":"\\udc00x"}}]}' }, status: 400, error: 'invalid_request', field: 'jobs[0].payload.m' },
+    { name: 'NUL in tags', method: 'POST', path: 'jobs', opts: { raw: '{"queue":"bad","type":"demo.echo","tags":["ok","a\\u0000"]}' }, status: 400, error: 'invalid_request', field: 'tags[1]' },
+    { name: 'NUL in idempotencyKey', method: 'POST', path: 'jobs', opts: { raw: '{"queue":"bad","type":"demo.echo","idempotencyKey":"k\\u0000"}' }, status: 400, error: 'invalid_request', field: 'idempotencyKey' },
+    { name: 'lone surrogate in idempotencyKey', method: 'POST', path: 'jobs', opts: { raw: '{"queue":"bad","type":"demo.echo","idempotencyKey":"\\ud83d"}' }, status: 400, error: 'invalid_request', field: 'idempotencyKey' },
+    { name: 'query: NUL in text search', method: 'GET', path: 'jobs?text=a%00b', status: 400, error: 'invalid_request', field: 'text' },
+    { name: 'query: NUL in tag search', method: 'GET', path: 'jobs?tag=%00', status: 400, error: 'invalid_request', field: 'tag' },
+    { name: 'number out of range (1e400)', method: 'POST', path: 'jobs', opts: { raw: '{"queue":"bad","type":"demo.echo","priority":1e400}' }, status: 400, error: 'invalid_request', field: 'priority' },
+    { name: 'path: job id above 2^63-1 (read)', method: 'GET', path: 'jobs/9223372036854775808', status: 400, error: 'invalid_request', field: 'id' },
+    { name: 'path: job id above 2^63-1 (cancel)', method: 'POST', path: 'jobs/9999999999999999999/cancel', opts: { operator: true }, status: 400, error: 'invalid_request', field: 'id' },
+    { name: 'path: job id above 2^63-1 (resurrect)', method: 'POST', path: 'dlq/9223372036854775808/resurrect', opts: { operator: true }, status: 400, error: 'invalid_request', field: 'id' },
+    { name: 'query: afterId above 2^63-1', method: 'GET', path: 'jobs?afterId=9223372036854775808', status: 400, error: 'invalid_request', field: 'afterId' },
+    { name: 'path: queue name over 128 characters', method: 'POST', path: `queues/${'q'.repeat(129)}/pause`, opts: { operator: true }, status: 400, error: 'invalid_request', field: 'name' },
+    { name: 'body sent as a form', method: 'POST', path: 'jobs', opts: { raw: 'queue=a&type=demo.echo', headers: { 'content-type': 'application/x-www-form-urlencoded' } }, status: 415, error: 'unsupported_media_type', field: 'content-type' },
+    { name: 'JSON body sent as text/plain', method: 'POST', path: 'jobs', opts: { raw: '{"queue":"bad","type":"demo.echo"}', headers: { 'content-type': 'text/plain' } }, status: 415, error: 'unsupported_media_type' },
+    { name: 'body without a Content-Type', method: 'POST', path: 'jobs', opts: { raw: '{"queue":"bad","type":"demo.echo"}', headers: { 'content-type': '' } }, status: 415, error: 'unsupported_media_type' },
+    { name: 'resurrect by id without the role', method: 'POST', path: 'dlq/1/resurrect', status: 403, error: 'forbidden' },
     { name: 'purge into the future', method: 'POST', path: 'purge', opts: { body: { target: 'dlq', olderThan: new Date(Date.now() + 3_600_000).toISOString(), dryRun: false }, operator: true }, status: 400, error: 'invalid_request', field: 'olderThan' },
   ];
 
@@ -267,8 +335,20 @@ describe('ops: bad input changes nothing', () => {
     expect(r.status, JSON.stringify(r.body)).toBe(c.status);
     expect(r.body.error).toBe(c.error);
     if (c.field) expect(r.body.field).toBe(c.field);
+    expect(r.body.message).not.toMatch(/expected (\w+), received \1/);
     expect(await snapshot(t.pool)).toEqual(before);
     expect(t.queues.sent.length).toBe(sentBefore);
+  });
+
+  it('an empty body needs no Content-Type; JSON with a charset or a +json type is accepted', async () => {
+    const q = 'ops-ctype';
+    await enqueue({ queue: q, type: 'demo.echo' });
+    expect((await call('POST', `queues/${q}/pause`, { raw: '', headers: { 'content-type': 'text/plain' }, operator: true })).status).toBe(200);
+    const charset = await call('POST', 'jobs', { raw: JSON.stringify({ queue: q, type: 'demo.echo' }), headers: { 'content-type': 'application/json; charset=utf-8' } });
+    expect(charset.status).toBe(201);
+    const plusJson = await call('POST', 'jobs', { raw: JSON.stringify({ queue: q, type: 'demo.echo' }), headers: { 'content-type': 'application/vnd.keel+json' } });
+    expect(plusJson.status).toBe(201);
+    t.queues.clear();
   });
 
   it('the operator header is checked on destructive routes only', async () => {

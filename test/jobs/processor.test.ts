@@ -174,6 +174,52 @@ describe('processor', () => {
     expect(await store.getJob(id)).toMatchObject({ location: 'hot', state: 'pending' });
   });
 
+  it('a cancel stops a handler running in this process at once, not at the next heartbeat', async () => {
+    const queue = q('cancel-now');
+    let started!: () => void;
+    const running = new Promise<void>((r) => (started = r));
+    let aborted: unknown;
+    const reg = new HandlerRegistry().register('t', async (_p, ctx) => {
+      started();
+      // Bounded: without a prompt cancel this would end by itself after 20 s, and succeed.
+      await Promise.race([waitForAbort(ctx.signal), sleep(20_000)]).catch((e) => (aborted = e));
+      if (ctx.signal.aborted) throw ctx.signal.reason;
+    });
+    const p = processor(reg, { heartbeatIntervalMs: 600_000 }); // no heartbeat during this test
+    const { id } = await store.enqueue({ queue, type: 't' });
+    const outcome = runOne(p, queue);
+    await running;
+    expect(p.requestCancel('123456789')).toBe(false); // not running here
+    expect(await store.cancel(id)).toBe('cancel_requested');
+    expect(p.requestCancel(id)).toBe(true);
+    expect(await outcome).toBe('dead_lettered');
+    expect((aborted as JobAbortedError).reason).toBe('cancelled');
+    expect(await store.getJob(id)).toMatchObject({ location: 'dlq', reason: 'cancelled' });
+  });
+
+  it('a handler that finishes after a cancel request ends in the DLQ as cancelled, reported as such', async () => {
+    const queue = q('cancel-late');
+    let started!: () => void;
+    const running = new Promise<void>((r) => (started = r));
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const reg = new HandlerRegistry().register('t', async () => {
+      started();
+      await gate; // ignores its signal: finishes regardless
+    });
+    const outcomes: { outcome: string; reason?: string }[] = [];
+    const p = processor(reg, { heartbeatIntervalMs: 600_000, events: { onOutcome: (e) => outcomes.push({ outcome: e.outcome, reason: e.reason }) } });
+    const { id } = await store.enqueue({ queue, type: 't' });
+    const outcome = runOne(p, queue);
+    await running;
+    expect(await store.cancel(id)).toBe('cancel_requested'); // another instance answered: no local abort
+    release();
+    expect(await outcome).toBe('dead_lettered');
+    expect(outcomes).toEqual([{ outcome: 'dead_lettered', reason: 'cancelled' }]);
+    expect(await store.getJob(id)).toMatchObject({ location: 'dlq', reason: 'cancelled' });
+    expect((await h.statsRow(queue)).succeeded).toBe(0);
+  });
+
   it('on shutdown releases claimed-but-unstarted jobs and interrupts running ones after the grace period', async () => {
     const queue = q('shutdown');
     let started!: () => void;

@@ -21,10 +21,9 @@ let server: EmbeddedServer | undefined;
 export default async function setup(project: TestProject) {
   let adminUrl = process.env.KEEL_PG_URL;
   if (!adminUrl) {
-    server = await startEmbeddedPostgres({
-      dataDir: path.join(os.tmpdir(), `keel-test-pg-${process.pid}-${Date.now()}`, 'data'),
-      fastUnsafe: true,
-    });
+    const dir = path.join(os.tmpdir(), `keel-test-pg-${process.pid}-${Date.now()}`);
+    // The whole folder goes at the end, not just the cluster in it (no empty keel-* folders left behind).
+    server = await startEmbeddedPostgres({ dataDir: path.join(dir, 'data'), removeOnStop: dir, fastUnsafe: true });
     adminUrl = server.url;
   }
   await ensureExecutorLogin(adminUrl, TEST_APP_LOGIN.user, TEST_APP_LOGIN.password);

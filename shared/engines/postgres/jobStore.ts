@@ -164,8 +164,8 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     const rows = valid.length
       ? await this.rows('select job_id, status from keel.complete_many($1::jsonb)', [leasesJson(valid)])
       : [];
-    const ok = new Set(rows.filter((r) => r.status === 'ok').map((r) => String(r.jobId)));
-    return refs.map((ref) => ({ jobId: ref.jobId, status: ok.has(ref.jobId) ? 'ok' : 'lease_lost' }));
+    const status = new Map(rows.map((r) => [String(r.jobId), r.status === 'ok' || r.status === 'cancelled' ? r.status : 'lease_lost'] as const));
+    return refs.map((ref) => ({ jobId: ref.jobId, status: status.get(ref.jobId) ?? 'lease_lost' }));
   }
 
   async retry(ref: LeaseRef, runAt: Date, error: string): Promise<OwnerResult> {

@@ -237,21 +237,22 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
   async completeMany(refs: LeaseRef[]): Promise<OwnerResultById[]> {
     if (refs.length === 0) return [];
     const valid = refs.filter((r) => isJobId(r.jobId) && lease(r.leaseId));
-    const ok = new Set<string>();
+    const done = new Map<string, 'ok' | 'cancelled'>();
     if (valid.length) {
       try {
         const rows = await this.call('complete_many', { Leases: leasesJson(valid) }, 'once');
-        for (const r of rows) if (r.Status === 'ok') ok.add(String(r.JobId));
+        for (const r of rows) if (r.Status === 'ok' || r.Status === 'cancelled') done.set(String(r.JobId), r.Status);
       } catch (err) {
         if (!isOutcomeUnknown(err)) throw err;
         for (const ref of valid) {
           const job = await this.locate(ref.jobId);
-          if (job?.location === 'archive') ok.add(ref.jobId);
+          if (job?.location === 'archive') done.set(ref.jobId, 'ok');
+          else if (job?.location === 'dlq' && job.reason === 'cancelled') done.set(ref.jobId, 'cancelled');
           else if (job?.location === 'hot' && job.leaseId === ref.leaseId.toLowerCase()) throw err; // nothing moved
         }
       }
     }
-    return refs.map((ref) => ({ jobId: ref.jobId, status: ok.has(ref.jobId) ? 'ok' : 'lease_lost' }));
+    return refs.map((ref) => ({ jobId: ref.jobId, status: done.get(ref.jobId) ?? 'lease_lost' }));
   }
 
   // Single-job owner-scoped move with lost-reply resolution: `moved` says from the job's record whether the move

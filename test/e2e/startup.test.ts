@@ -1,0 +1,98 @@
+// Start-up traps of the local host: an unreachable KEEL_PG_URL and a busy HTTP port stop the start with a message
+// naming the setting (not a raw ECONNREFUSED / EADDRINUSE stack); an embedded PostgreSQL orphaned by a kill -9 of
+// its host is reclaimed, and one that a live process owns is named with its PID.
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { afterAll, describe, expect, it } from 'vitest';
+import { bootLocal, StartupError } from '../../shared/host/boot.js';
+import { freePort, startEmbeddedPostgres } from '../../shared/engines/postgres/embedded.js';
+import { createTestDatabase } from '../support/pg.js';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const dirs: string[] = [];
+const tempDir = async (label: string) => {
+  const d = await mkdtemp(path.join(os.tmpdir(), `keel-${label}-`));
+  dirs.push(d);
+  return d;
+};
+
+afterAll(async () => {
+  for (const d of dirs) await rm(d, { recursive: true, force: true });
+});
+
+describe('local host start-up', () => {
+  it('an unreachable KEEL_PG_URL stops the start with a message naming it and the fix', async () => {
+    const port = await freePort();
+    process.env.KEEL_PG_URL = `postgres://someone:secret@127.0.0.1:${port}/keel`;
+    try {
+      const err = await bootLocal({ dataDir: await tempDir('boot-refused'), log: () => undefined }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(StartupError);
+      expect((err as Error).message).toMatch(new RegExp(`cannot reach PostgreSQL at 127\\.0\\.0\\.1:${port} \\(KEEL_PG_URL, from the environment\\).*remove KEEL_PG_URL`));
+    } finally {
+      delete process.env.KEEL_PG_URL;
+    }
+  });
+
+  it('a busy HTTP port stops the start naming the port and KEEL_HTTP_PORT', async () => {
+    const busy = net.createServer();
+    await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', () => resolve()));
+    const port = (busy.address() as net.AddressInfo).port;
+    process.env.KEEL_PG_URL = await createTestDatabase('boot_port');
+    process.env.KEEL_AZURITE_PORT = '0';
+    try {
+      const err = await bootLocal({ dataDir: await tempDir('boot-port'), port, log: () => undefined }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(StartupError);
+      expect((err as Error).message).toMatch(new RegExp(`HTTP port ${port} is in use \\(KEEL_HTTP_PORT\\)`));
+    } finally {
+      delete process.env.KEEL_PG_URL;
+      busy.close();
+    }
+  });
+
+  it('reclaims an embedded PostgreSQL orphaned by kill -9 of its host; names the PID of one a live process owns', async () => {
+    const dataDir = path.join(await tempDir('orphan'), 'pg');
+    const port = await freePort();
+    // A host that starts the server, then is killed with SIGKILL: its server keeps running.
+    const script = `import { startEmbeddedPostgres } from './shared/engines/postgres/embedded.ts';
+await startEmbeddedPostgres({ dataDir: ${JSON.stringify(dataDir)}, port: ${port}, persistent: true, fastUnsafe: true });
+console.log('UP'); setInterval(() => undefined, 1000);`;
+    const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '--eval', script], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout!.on('data', (c: Buffer) => (out += c.toString()));
+    child.stderr!.on('data', (c: Buffer) => (out += c.toString()));
+    const deadline = Date.now() + 90_000;
+    while (!out.includes('UP')) {
+      if (Date.now() > deadline || child.exitCode !== null) throw new Error(`server did not start:\n${out}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const orphanPid = Number((await readFile(path.join(dataDir, 'postmaster.pid'), 'utf8')).split('\n')[0]);
+    child.kill('SIGKILL'); // like kill -9 of npm start: the server it started keeps running
+    await new Promise((r) => child.once('exit', r));
+    await new Promise((r) => setTimeout(r, 300));
+    expect(() => process.kill(orphanPid, 0)).not.toThrow(); // the orphan still runs
+
+    const logs: string[] = [];
+    const server = await startEmbeddedPostgres({ dataDir, persistent: true, fastUnsafe: true, log: (l) => logs.push(l) });
+    try {
+      expect(logs.join('')).toMatch(new RegExp(`left running by an earlier run \\(PID ${orphanPid}`));
+      const c = new pg.Client({ connectionString: server.url });
+      await c.connect();
+      expect((await c.query('select 1 as one')).rows[0].one).toBe(1);
+      await c.end();
+      // Now a live process (this one) owns the server: a second start on the same data dir says who and what to do.
+      const livePid = Number((await readFile(path.join(dataDir, 'postmaster.pid'), 'utf8')).split('\n')[0]);
+      await expect(startEmbeddedPostgres({ dataDir, persistent: true })).rejects.toThrow(
+        new RegExp(`in use by a PostgreSQL server, PID ${livePid}.*kill -INT ${livePid}`),
+      );
+    } finally {
+      await server.stop();
+    }
+    expect(existsSync(path.join(dataDir, 'postmaster.pid'))).toBe(false);
+  }, 180_000);
+});
