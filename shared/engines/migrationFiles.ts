@@ -2,7 +2,9 @@
 // - versioned V<number>__<name>.sql (tables, indexes, data): applied once, in version order; the SHA-256 of each
 //   file's text is recorded, and a file edited after it was applied is refused;
 // - repeatable R__<name>.sql (procedures, functions, packages, grants): written to be re-run (`CREATE OR ALTER`,
-//   `create or replace`), applied after the versioned ones in file-name order whenever their checksum changed.
+//   `create or replace`), applied after the versioned ones in file-name order whenever their checksum changed, and
+//   all of them again whenever a versioned migration was applied in the same run (a table change may have dropped
+//   or invalidated the logic built on it, e.g. a SQL Server table type recreated with the procedures that take it).
 // Engines split the text their own way (PostgreSQL: one script; SQL Server: GO batches; Oracle: "/" blocks).
 import { readdir, readFile } from 'node:fs/promises';
 import { createHash } from 'node:crypto';
@@ -63,9 +65,14 @@ export async function readRepeatableFiles(dir: string): Promise<RepeatableFileTe
   return scripts;
 }
 
-// The repeatable scripts to (re)apply, given the ledger (name -> checksum): new ones and changed ones, in order.
-export function pendingRepeatables<T extends { name: string; checksum: string }>(all: T[], applied: Map<string, string>): T[] {
-  return all.filter((r) => applied.get(r.name) !== r.checksum);
+// The repeatable scripts to (re)apply, given the ledger (name -> checksum): new ones and changed ones, in order;
+// every one of them when `schemaChanged` (a versioned migration was applied in this run).
+export function pendingRepeatables<T extends { name: string; checksum: string }>(
+  all: T[],
+  applied: Map<string, string>,
+  schemaChanged: boolean,
+): T[] {
+  return schemaChanged ? all : all.filter((r) => applied.get(r.name) !== r.checksum);
 }
 
 // The migrations still to apply, given the ledger (version -> checksum). A file edited after it was applied is refused.

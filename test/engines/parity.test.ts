@@ -11,13 +11,16 @@ import { SQLSERVER_PARAMS, assertProcedureParams } from '../../shared/engines/sq
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const PROCS = Object.keys(JOB_PROCEDURES) as JobProcedure[];
 
-// Migration files (V<n>__*.sql at the top of the engine folder) in version order; later definitions win.
+// Migration files at the top of the engine folder in the order the runner applies them (versioned V<n>__*.sql by
+// version, then repeatable R__*.sql by name); later definitions win.
 function migrationTexts(engineDir: string): { file: string; text: string }[] {
   const dir = path.join(root, 'sql', engineDir);
-  return readdirSync(dir)
+  const files = readdirSync(dir);
+  const versioned = files
     .filter((f) => /^V\d+__\w+\.sql$/.test(f))
-    .sort((a, b) => Number(/^V(\d+)/.exec(a)![1]) - Number(/^V(\d+)/.exec(b)![1]))
-    .map((file) => ({ file, text: readFileSync(path.join(dir, file), 'utf8') }));
+    .sort((a, b) => Number(/^V(\d+)/.exec(a)![1]) - Number(/^V(\d+)/.exec(b)![1]));
+  const repeatable = files.filter((f) => /^R__\w+\.sql$/.test(f)).sort();
+  return [...versioned, ...repeatable].map((file) => ({ file, text: readFileSync(path.join(dir, file), 'utf8') }));
 }
 
 // Removes -- line comments and /* */ block comments (good enough for our own migration files).
@@ -175,7 +178,7 @@ describe('engine parity', () => {
 
 describe('SQL Server internal procedures', () => {
   // Every keel procedure is either called by the TypeScript code (the job contract's procedures, or named as
-  // 'keel.<Name>' in shared/) or internal, and every internal one is DENYed to keel_executor (V007), so the schema-wide
+  // 'keel.<Name>' in shared/) or internal, and every internal one is DENYed to keel_executor (R__900), so the schema-wide
   // EXECUTE cannot reach it. Read from the sources: this fails when a new helper procedure is added without a DENY.
   function tsSources(dir: string): string[] {
     return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>

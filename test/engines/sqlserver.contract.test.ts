@@ -8,7 +8,7 @@ import path from 'node:path';
 import { defineJobStoreContract } from '../contract/jobStoreContract.js';
 import { SqlServerHarness, mssqlTestUrl, toUrl } from './sqlserver.harness.js';
 import { parseSqlServerConnection, SqlServerPool } from '../../shared/engines/sqlserver/pool.js';
-import { migrateSqlServer, readSqlServerMigrations, splitBatches } from '../../shared/engines/sqlserver/migrate.js';
+import { migrateSqlServer, readSqlServerMigrations, readSqlServerRepeatables, splitBatches } from '../../shared/engines/sqlserver/migrate.js';
 import { SQLSERVER_SQL_DIR, SqlServerJobStore } from '../../shared/engines/sqlserver/jobStore.js';
 import {
   backoffDelay, isOutcomeUnknown, isRolledBackSqlError, isTransientSqlError, withSqlRetry,
@@ -30,7 +30,7 @@ if (url) {
         const pools = Array.from({ length: 3 }, () =>
           SqlServerPool.create({ ...parseSqlServerConnection(url), database: h.database }, { max: 1, applicationName: 'keel-migrate-test' }));
         try {
-          const files = await readSqlServerMigrations(SQLSERVER_SQL_DIR);
+          const files = [...(await readSqlServerMigrations(SQLSERVER_SQL_DIR)), ...(await readSqlServerRepeatables(SQLSERVER_SQL_DIR))];
           const again = await Promise.all(pools.map(async (p) => migrateSqlServer(await p.get(), { dir: SQLSERVER_SQL_DIR })));
           for (const r of again) expect(r).toEqual({ applied: [], alreadyApplied: files.length });
 
@@ -120,14 +120,19 @@ describe('sqlserver engine (no server needed)', () => {
     expect(() => splitBatches('SELECT 1;\nGO 5\n')).toThrow(/GO <count>/);
   });
 
-  it('reads the SQL Server migrations: V001..V019 are the job engine, admin/ is not a migration', async () => {
+  it('reads the SQL Server migrations: versioned tables, repeatable procedures, admin/ is not a migration', async () => {
     const files = await readSqlServerMigrations(SQLSERVER_SQL_DIR);
+    const logic = await readSqlServerRepeatables(SQLSERVER_SQL_DIR);
     expect(files.length).toBeGreaterThan(0);
-    for (const f of files.filter((m) => m.version < 20)) {
+    expect(logic.map((r) => r.file).at(-1)).toBe('R__900_executor_role.sql'); // grants after every procedure exists
+    for (const f of [...files.filter((m) => m.version < 20), ...logic]) {
       expect(f.batches.length).toBeGreaterThan(0);
       expect(f.batches[0]).toMatch(/SET QUOTED_IDENTIFIER ON/);
     }
-    expect(files.some((f) => f.file.includes('create-identity-user'))).toBe(false);
+    for (const r of logic) {
+      for (const b of r.batches) expect(b).not.toMatch(/^\s*CREATE\s+(TABLE|TYPE|INDEX|SEQUENCE)\b/im); // schema stays versioned
+    }
+    expect([...files, ...logic].some((f) => f.file.includes('create-identity-user'))).toBe(false);
   });
 
   it('retries transient errors only where re-running is harmless', async () => {

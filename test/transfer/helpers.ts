@@ -14,12 +14,14 @@ import { TransferService } from '../../shared/transfer/service.js';
 
 const repo = path.resolve(import.meta.dirname, '../..');
 
-// Only this journal migrations (V020..V039), so these tests do not depend on the job store's files.
+// Only the journal's files (tables V020..V039, functions R__030_transfer_journal*), so these tests do not depend on
+// the job store's files.
 export async function migrateJournal(pool: pg.Pool): Promise<void> {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'keel-transfer-journal-'));
   for (const f of await readdir(path.join(repo, 'sql/postgres'))) {
     const m = /^V(\d+)__/.exec(f);
-    if (m && Number(m[1]) >= 20 && Number(m[1]) <= 39) await copyFile(path.join(repo, 'sql/postgres', f), path.join(dir, f));
+    const journal = (m && Number(m[1]) >= 20 && Number(m[1]) <= 39) || f.startsWith('R__030_transfer_journal');
+    if (journal) await copyFile(path.join(repo, 'sql/postgres', f), path.join(dir, f));
   }
   await migrate(pool, { dir, ledger: 'keel.transfer_test_migrations' });
 }

@@ -168,7 +168,7 @@ describe('no table SQL in the journal modules', () => {
   // Every keel.<name>( call of the PostgreSQL journal is a declared function with as many arguments; no table.
   it('PostgreSQL: only keel.transfer_batch_* function calls, with their declared arity', () => {
     const ts = readFileSync(path.join(repo, 'shared/engines/postgres/transferJournal.ts'), 'utf8');
-    const sqlText = readFileSync(path.join(repo, 'sql/postgres/V020__transfer_journal.sql'), 'utf8');
+    const sqlText = readFileSync(path.join(repo, 'sql/postgres/R__030_transfer_journal_functions.sql'), 'utf8');
     const declared = new Map<string, number>();
     for (const m of sqlText.matchAll(/create or replace function keel\.(\w+)\(([^)]*)\)/g)) declared.set(m[1]!, m[2]!.split(',').filter((x) => x.trim()).length);
     const calls = [...ts.matchAll(/keel\.(\w+)\(([^)]*)\)/g)].map((m) => ({ name: m[1]!, args: m[2]!.split(',').filter((x) => x.trim()).length }));
@@ -178,9 +178,9 @@ describe('no table SQL in the journal modules', () => {
     expect(ts).not.toMatch(/\b(insert into|update keel|delete from|pool\.connect)\b/i);
   });
 
-  it('SQL Server: only stored procedures, each declared in V020 with the parameters passed', () => {
+  it('SQL Server: only stored procedures, each declared in R__070 with the parameters passed', () => {
     const ts = readFileSync(path.join(repo, 'shared/engines/sqlserver/transferJournal.ts'), 'utf8');
-    const tsql = readFileSync(path.join(repo, 'sql/sqlserver/V020__TransferJournal.sql'), 'utf8');
+    const tsql = ['V020__TransferJournal.sql', 'R__070_transfer_journal.sql'].map((f) => readFileSync(path.join(repo, 'sql/sqlserver', f), 'utf8')).join('\n');
     expect(ts).not.toMatch(/\.query\(|\.batch\(|FROM keel\./i);
     const procs = new Map<string, string[]>();
     for (const m of tsql.matchAll(/CREATE OR ALTER PROCEDURE keel\.(\w+)([\s\S]*?)\nAS\n/g)) {

@@ -9,7 +9,7 @@ import oracledb from 'oracledb';
 import { randomBytes } from 'node:crypto';
 import { createOraclePool, OracleTransferTarget } from '../../shared/engines/oracle/transferTarget.js';
 import { migrateOracleTarget, splitOracleBlocks } from '../../shared/engines/oracle/transferMigrate.js';
-import { readMigrationFiles } from '../../shared/engines/migrationFiles.js';
+import { readMigrationFiles, readRepeatableFiles } from '../../shared/engines/migrationFiles.js';
 import { isTransferError } from '../../shared/transfer/errors.js';
 import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
@@ -22,8 +22,10 @@ const URL_ = process.env.KEEL_TEST_ORACLE_URL;
 
 describe('Oracle migration files (no server needed)', () => {
   it('sql/oracle splits into whole PL/SQL units, each keeping its final semicolon', async () => {
-    const [file] = await readMigrationFiles(path.resolve(import.meta.dirname, '../../sql/oracle'));
-    const blocks = splitOracleBlocks(file!.text);
+    const dir = path.resolve(import.meta.dirname, '../../sql/oracle');
+    const files = [...(await readMigrationFiles(dir)), ...(await readRepeatableFiles(dir))];
+    expect(files.map((f) => f.file)).toEqual(['V001__keel_transfer.sql', 'R__010_keel_transfer_package.sql']);
+    const blocks = files.flatMap((f) => splitOracleBlocks(f.text));
     const first = (b: string) => b.split('\n').filter((l) => !l.trim().startsWith('--') && l.trim() !== '')[0]!.trim();
     expect(blocks.map(first)).toEqual(['DECLARE', 'DECLARE', 'CREATE OR REPLACE PACKAGE KEEL_TRANSFER AUTHID CURRENT_USER AS', 'CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS']);
     for (const b of blocks) expect(b.trimEnd().endsWith(';')).toBe(true);

@@ -69,7 +69,7 @@ describe('Oracle target without a server', () => {
   });
 
   it('the target SQL bounds the apply lock wait and builds column lists without LISTAGG', () => {
-    const sql = readFileSync(path.resolve(import.meta.dirname, '../../sql/oracle/V001__keel_transfer.sql'), 'utf8').replace(/--[^\n]*/g, '');
+    const sql = readFileSync(path.resolve(import.meta.dirname, '../../sql/oracle/R__010_keel_transfer_package.sql'), 'utf8').replace(/--[^\n]*/g, '');
     expect(sql).not.toMatch(/LISTAGG/i);
     expect(sql).not.toMatch(/FOR UPDATE\s*;/i); // every row lock waits a bounded time
     expect(sql).toContain(`FOR UPDATE WAIT ${ORACLE_LOCK_WAIT_SECONDS};`);

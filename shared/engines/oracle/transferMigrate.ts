@@ -73,7 +73,7 @@ export async function migrateOracleTarget(conn: oracledb.Connection, dir: string
   const doneRepeatable = new Map<string, string>();
   const repeatableRows = await conn.execute<[string, string]>(`SELECT NAME, CHECKSUM FROM KEEL_TRANSFER_REPEATABLES`, [], { outFormat: oracledb.OUT_FORMAT_ARRAY });
   for (const r of repeatableRows.rows ?? []) doneRepeatable.set(String(r[0]), String(r[1]));
-  for (const { file, name, text, checksum } of pendingRepeatables(await readRepeatableFiles(dir), doneRepeatable)) {
+  for (const { file, name, text, checksum } of pendingRepeatables(await readRepeatableFiles(dir), doneRepeatable, applied.length > 0)) {
     await runBlocks(file, text);
     // Idempotent upsert: a rival instance re-applying the same script at the same time records the same checksum.
     await conn.execute(

@@ -87,7 +87,7 @@ export async function migrate(pool: pg.Pool, opts: MigrateOptions): Promise<Migr
     for (const row of (await client.query(`select name, checksum from ${repeatableLedger}`)).rows) {
       doneRepeatable.set(String(row.name), String(row.checksum));
     }
-    for (const r of pendingRepeatables(repeatables, doneRepeatable)) {
+    for (const r of pendingRepeatables(repeatables, doneRepeatable, applied.length > 0)) {
       try {
         await client.query('begin');
         await client.query(r.text);

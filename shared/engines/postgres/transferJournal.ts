@@ -1,5 +1,5 @@
 // PostgreSQL implementation of the transfer journal. Every read and write is one call of a keel.transfer_batch_*
-// function (sql/postgres/V020__transfer_journal.sql): no table SQL here, so the app role needs only EXECUTE, and
+// function (sql/postgres/R__030_transfer_journal_functions.sql): no table SQL here, so the app role needs only EXECUTE, and
 // every call is one statement in its own implicit transaction through pool.query. No pool client is ever held
 // between statements: a lost connection fails one call (pool.query owns the client's error listener and discards
 // it), and nothing waits on the pool while holding one of its clients.

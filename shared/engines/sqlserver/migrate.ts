@@ -154,7 +154,7 @@ export async function migrateSqlServer(pool: sql.ConnectionPool, opts: SqlServer
     const doneRepeatable = new Map<string, string>();
     const repeatableRows = await session.request().query<{ Name: string; Checksum: string }>('SELECT Name, Checksum FROM keel.SchemaRepeatables');
     for (const r of repeatableRows.recordset) doneRepeatable.set(String(r.Name), String(r.Checksum).trim());
-    for (const r of pendingRepeatables(repeatables, doneRepeatable)) {
+    for (const r of pendingRepeatables(repeatables, doneRepeatable, applied.length > 0)) {
       await applyFile(r.file, r.batches, (req) =>
         req
           .input('Name', sql.NVarChar(200), r.name)

@@ -5,7 +5,7 @@
 //   that moves concurrently (Hot -> Archive) can be returned twice or not at all. Row versioning makes every
 //   statement read one committed snapshot. The READPAST claim hints carry READCOMMITTEDLOCK for this setting.
 // - compatibility level 130 or higher (OPENJSON in the procedures).
-// - the login may EXECUTE the keel procedures (a member of keel_executor: sql/sqlserver/V007, admin/).
+// - the login may EXECUTE the keel procedures (a member of keel_executor: sql/sqlserver/R__900_executor_role.sql, admin/).
 import type sql from 'mssql';
 
 export interface SqlServerDatabaseFacts {

@@ -1,4 +1,4 @@
--- Least privilege for the application (the twin of keel_executor on SQL Server, sql/sqlserver/V007): run by the
+-- Least privilege for the application (the twin of keel_executor on SQL Server, sql/sqlserver/R__900_executor_role.sql): run by the
 -- migration runner after every migration run, as the owner of schema keel, under the migration lock.
 --
 -- The role keel_executor may only EXECUTE Keel's public functions (names not starting with "_"): no table, sequence

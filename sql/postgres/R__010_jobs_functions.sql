@@ -1,47 +1,8 @@
--- Keel job engine procedures (PostgreSQL). One function per contract operation (see shared/jobs/procedures.ts).
+-- Keel job engine functions (PostgreSQL). One function per contract operation (see shared/jobs/procedures.ts).
+-- Repeatable: re-applied whenever this file changes (sql/README.md); tables and types are in the versioned files.
 -- Each call runs in the caller's single implicit transaction: any error rolls the whole move back.
 -- Owner-scoped functions match (job id, lease id, state); zero rows means 'lease_lost', never an error.
 -- Rows are locked in id order everywhere, so batch calls of different workers cannot deadlock on each other.
-
-create type keel.claimed_job as (
-  job_id             bigint,
-  lease_id           uuid,
-  queue              text,
-  type               text,
-  payload            jsonb,
-  priority           integer,
-  attempts           integer,
-  max_attempts       integer,
-  queue_max_attempts integer,
-  idempotency_key    text,
-  tags               text[],
-  run_at             timestamptz,
-  created_at         timestamptz,
-  lease_expires_at   timestamptz
-);
-
-create type keel.job_record as (
-  job_id            bigint,
-  location          text,
-  queue             text,
-  type              text,
-  payload           jsonb,
-  priority          integer,
-  state             text,
-  attempts          integer,
-  idempotency_key   text,
-  tags              text[],
-  created_at        timestamptz,
-  run_at            timestamptz,
-  started_at        timestamptz,
-  finished_at       timestamptz,
-  duration_ms       bigint,
-  reason            text,
-  last_error        text,
-  cancel_requested  boolean,
-  lease_id          uuid,
-  worker_id         text
-);
 
 -- Milliseconds between two instants, never negative.
 create or replace function keel._ms_between(p_from timestamptz, p_to timestamptz)

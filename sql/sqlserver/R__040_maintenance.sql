@@ -23,7 +23,7 @@ BEGIN
 
   DECLARE @Now datetime2(3) = SYSUTCDATETIME();
   DECLARE @Released int = 0, @Retried int = 0, @Dead int = 0, @Expired int = 0, @Moved int = 0;
-  DECLARE @Counters keel.CounterRows; -- the one definition: V002
+  DECLARE @Counters keel.CounterRows; -- the one definition: V002__counter_types.sql
   DECLARE @DeadIds keel.JobIdList;
   -- A job's limit: its own, else its handler's (by type), else its queue's.
   DECLARE @TypeMax TABLE (Type nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY, MaxAttempts int NOT NULL);
@@ -169,7 +169,7 @@ BEGIN
     Payload nvarchar(max) NOT NULL, Priority int NOT NULL, MaxAttempts int NULL,
     IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL, Tags nvarchar(max) NOT NULL,
     CreatedAt datetime2(3) NOT NULL, Error nvarchar(max) NULL);
-  DECLARE @Counters keel.CounterRows; -- the one definition: V002
+  DECLARE @Counters keel.CounterRows; -- the one definition: V002__counter_types.sql
 
   BEGIN TRY
     BEGIN TRANSACTION;

@@ -16,7 +16,7 @@ GO
 -- them with INSERT @Counters (...) EXEC keel.DeadLetter ... and does NOT apply them here: it runs keel.ApplyCounters
 -- exactly once, after all of its moves, so that StatsSummary and MetricBuckets are always locked after the job
 -- tables and in one order (a transaction that applied counters twice would lock MetricBuckets before StatsSummary
--- the second time round, and deadlock against a concurrent move). Internal: DENYed to keel_executor (V007).
+-- the second time round, and deadlock against a concurrent move). Internal: DENYed to keel_executor (R__900_executor_role.sql).
 CREATE OR ALTER PROCEDURE keel.DeadLetter
   @DeadIds keel.JobIdList READONLY,
   @LeaseId UNIQUEIDENTIFIER,
@@ -170,7 +170,7 @@ BEGIN
     Payload nvarchar(max) NOT NULL, Priority int NOT NULL, Attempts int NOT NULL, MaxAttempts int NULL,
     IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL, Tags nvarchar(max) NOT NULL,
     CreatedAt datetime2(3) NOT NULL, StartedAt datetime2(3) NULL, WorkerId nvarchar(200) NULL);
-  DECLARE @Counters keel.CounterRows; -- the one definition: V002
+  DECLARE @Counters keel.CounterRows; -- the one definition: V002__counter_types.sql
   DECLARE @DeadIds keel.JobIdList;
   DECLARE @Cancelled TABLE (Id bigint NOT NULL PRIMARY KEY);
   DECLARE @Dead int = 0, @Archived int = 0;
@@ -255,7 +255,7 @@ BEGIN
   SET NOCOUNT ON;
   DECLARE @Now datetime2(3) = SYSUTCDATETIME();
   DECLARE @Queue nvarchar(128), @CancelRequested bit, @Status varchar(10) = 'lease_lost', @Moved int;
-  DECLARE @Counters keel.CounterRows; -- the one definition: V002
+  DECLARE @Counters keel.CounterRows; -- the one definition: V002__counter_types.sql
   DECLARE @DeadIds keel.JobIdList;
 
   BEGIN TRY
@@ -315,7 +315,7 @@ BEGIN
   IF @Reason IS NULL OR @Reason NOT IN ('exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired')
     THROW 50012, N'reason must be one of exhausted, fatal, timeout, cancelled, zombie, expired', 1;
   DECLARE @Moved int = 0;
-  DECLARE @Counters keel.CounterRows; -- the one definition: V002
+  DECLARE @Counters keel.CounterRows; -- the one definition: V002__counter_types.sql
   DECLARE @DeadIds keel.JobIdList;
 
   IF @LeaseId IS NOT NULL AND @JobId IS NOT NULL
@@ -349,7 +349,7 @@ BEGIN
   SET XACT_ABORT ON;
   SET NOCOUNT ON;
   DECLARE @State varchar(10), @Status varchar(20) = 'not_found', @Moved int;
-  DECLARE @Counters keel.CounterRows; -- the one definition: V002
+  DECLARE @Counters keel.CounterRows; -- the one definition: V002__counter_types.sql
   DECLARE @DeadIds keel.JobIdList;
 
   BEGIN TRY

@@ -1,0 +1,324 @@
+-- Package KEEL_TRANSFER over the tables in V001__keel_transfer.sql. Repeatable (sql/README.md): CREATE OR REPLACE.
+CREATE OR REPLACE PACKAGE KEEL_TRANSFER AUTHID CURRENT_USER AS
+  -- 'NEW' (load rows in this transaction), 'ALREADY_STAGED' (same content), or ORA-20001 (different content).
+  FUNCTION BEGIN_STAGE(p_batch_id IN VARCHAR2, p_transfer IN VARCHAR2, p_expected_count IN NUMBER, p_expected_checksum IN VARCHAR2) RETURN VARCHAR2;
+  PROCEDURE FINISH_STAGE(p_batch_id IN VARCHAR2, p_count IN NUMBER, p_checksum IN VARCHAR2);
+  -- Creates KEEL_STG_<TRANSFER> with the mapped target columns' types (re-creates it while empty if the mapping changed).
+  PROCEDURE ENSURE_STAGING(p_transfer IN VARCHAR2, p_owner IN VARCHAR2, p_table IN VARCHAR2, p_columns IN VARCHAR2, o_staging OUT VARCHAR2);
+  -- One transaction: lock the staging registry row, claim (insert the completion row, or take over a fence that
+  -- ruled out only earlier attempts; ORA-20005 when p_attempt is fenced), MERGE, mark committed, COMMIT.
+  PROCEDURE APPLY_BATCH(p_batch_id IN VARCHAR2, p_transfer IN VARCHAR2, p_owner IN VARCHAR2, p_table IN VARCHAR2, p_staging IN VARCHAR2,
+                        p_columns IN VARCHAR2, p_keys IN VARCHAR2, p_expected_count IN NUMBER, p_expected_checksum IN VARCHAR2,
+                        p_attempt IN NUMBER, o_outcome OUT VARCHAR2, o_row_count OUT NUMBER, o_checksum OUT VARCHAR2);
+  -- Reconcile: 'COMMITTED' | 'NOT_APPLIED' | 'BLOCKED' (an apply still holds the claim after p_wait_seconds).
+  -- NOT_APPLIED commits a fence through p_fence_through (0: probe only, nothing kept): final for those attempts.
+  PROCEDURE TRY_CLAIM(p_batch_id IN VARCHAR2, p_wait_seconds IN NUMBER, p_fence_through IN NUMBER, o_outcome OUT VARCHAR2,
+                      o_row_count OUT NUMBER, o_checksum OUT VARCHAR2, o_staged OUT NUMBER);
+  PROCEDURE PURGE_STAGED(p_batch_id IN VARCHAR2, p_staging IN VARCHAR2);
+END KEEL_TRANSFER;
+/
+
+CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
+  e_busy EXCEPTION;
+  PRAGMA EXCEPTION_INIT(e_busy, -30006); -- resource busy; acquire with WAIT timeout expired
+  e_exists EXCEPTION;
+  PRAGMA EXCEPTION_INIT(e_exists, -955); -- name is already used by an existing object
+
+  TYPE t_names IS TABLE OF VARCHAR2(130) INDEX BY PLS_INTEGER;
+
+  -- Splits a comma-separated list of plain identifiers; each is checked by DBMS_ASSERT and returned quoted.
+  FUNCTION split_names(p_list IN VARCHAR2) RETURN t_names IS
+    v_out t_names;
+    v_pos PLS_INTEGER := 1;
+    v_next PLS_INTEGER;
+    v_item VARCHAR2(130);
+  BEGIN
+    LOOP
+      v_next := INSTR(p_list, ',', v_pos);
+      v_item := CASE WHEN v_next = 0 THEN SUBSTR(p_list, v_pos) ELSE SUBSTR(p_list, v_pos, v_next - v_pos) END;
+      v_out(v_out.COUNT + 1) := DBMS_ASSERT.ENQUOTE_NAME(DBMS_ASSERT.SIMPLE_SQL_NAME(v_item), FALSE);
+      EXIT WHEN v_next = 0;
+      v_pos := v_next + 1;
+    END LOOP;
+    RETURN v_out;
+  END split_names;
+
+  FUNCTION qualified(p_owner IN VARCHAR2, p_table IN VARCHAR2) RETURN VARCHAR2 IS
+  BEGIN
+    IF p_owner IS NULL THEN
+      RETURN DBMS_ASSERT.ENQUOTE_NAME(DBMS_ASSERT.SIMPLE_SQL_NAME(p_table), FALSE);
+    END IF;
+    RETURN DBMS_ASSERT.ENQUOTE_NAME(DBMS_ASSERT.SIMPLE_SQL_NAME(p_owner), FALSE) || '.' ||
+           DBMS_ASSERT.ENQUOTE_NAME(DBMS_ASSERT.SIMPLE_SQL_NAME(p_table), FALSE);
+  END qualified;
+
+  FUNCTION join_names(p_names IN t_names, p_prefix IN VARCHAR2) RETURN VARCHAR2 IS
+    v_out VARCHAR2(32767);
+  BEGIN
+    FOR i IN 1 .. p_names.COUNT LOOP
+      v_out := v_out || CASE WHEN i > 1 THEN ', ' END || p_prefix || p_names(i);
+    END LOOP;
+    RETURN v_out;
+  END join_names;
+
+  FUNCTION is_key(p_name IN VARCHAR2, p_keys IN t_names) RETURN BOOLEAN IS
+  BEGIN
+    FOR i IN 1 .. p_keys.COUNT LOOP
+      IF p_keys(i) = p_name THEN RETURN TRUE; END IF;
+    END LOOP;
+    RETURN FALSE;
+  END is_key;
+
+  -- The staging table's columns (KEEL_BATCH_ID aside) as "A","B",... in column order. A loop into a 32,767-byte
+  -- PL/SQL variable, not LISTAGG, whose SQL result is limited to 4,000 bytes (ORA-01489 on wide mappings).
+  FUNCTION staging_columns(p_name IN VARCHAR2) RETURN VARCHAR2 IS
+    v_out VARCHAR2(32767);
+  BEGIN
+    FOR r IN (SELECT COLUMN_NAME FROM USER_TAB_COLUMNS WHERE TABLE_NAME = p_name AND COLUMN_NAME <> 'KEEL_BATCH_ID' ORDER BY COLUMN_ID) LOOP
+      v_out := v_out || CASE WHEN v_out IS NOT NULL THEN ',' END || '"' || r.COLUMN_NAME || '"';
+    END LOOP;
+    RETURN v_out;
+  END staging_columns;
+
+  FUNCTION BEGIN_STAGE(p_batch_id IN VARCHAR2, p_transfer IN VARCHAR2, p_expected_count IN NUMBER, p_expected_checksum IN VARCHAR2) RETURN VARCHAR2 IS
+    v_state KEEL_TRANSFER_STAGED.STATE%TYPE;
+    v_count KEEL_TRANSFER_STAGED.ROW_COUNT%TYPE;
+    v_checksum KEEL_TRANSFER_STAGED.CHECKSUM%TYPE;
+  BEGIN
+    BEGIN
+      -- A rival staging of the same batch blocks here until ours commits or rolls back.
+      INSERT INTO KEEL_TRANSFER_STAGED (BATCH_ID, TRANSFER_NAME, STATE, EXPECTED_COUNT, EXPECTED_CHECKSUM)
+      VALUES (p_batch_id, p_transfer, 'STAGING', p_expected_count, p_expected_checksum);
+      RETURN 'NEW';
+    EXCEPTION
+      WHEN DUP_VAL_ON_INDEX THEN NULL;
+    END;
+    SELECT STATE, ROW_COUNT, CHECKSUM INTO v_state, v_count, v_checksum FROM KEEL_TRANSFER_STAGED WHERE BATCH_ID = p_batch_id;
+    IF v_state = 'STAGED' AND v_count = p_expected_count AND v_checksum = p_expected_checksum THEN
+      RETURN 'ALREADY_STAGED';
+    END IF;
+    RAISE_APPLICATION_ERROR(-20001, 'batch ' || p_batch_id || ' was staged earlier with different content (' || v_count || ' rows, checksum ' ||
+      v_checksum || '; manifest says ' || p_expected_count || ' rows, checksum ' || p_expected_checksum || ')');
+  END BEGIN_STAGE;
+
+  PROCEDURE FINISH_STAGE(p_batch_id IN VARCHAR2, p_count IN NUMBER, p_checksum IN VARCHAR2) IS
+  BEGIN
+    UPDATE KEEL_TRANSFER_STAGED SET STATE = 'STAGED', ROW_COUNT = p_count, CHECKSUM = p_checksum, STAGED_AT = SYSTIMESTAMP
+     WHERE BATCH_ID = p_batch_id;
+  END FINISH_STAGE;
+
+  PROCEDURE ENSURE_STAGING(p_transfer IN VARCHAR2, p_owner IN VARCHAR2, p_table IN VARCHAR2, p_columns IN VARCHAR2, o_staging OUT VARCHAR2) IS
+    v_name VARCHAR2(128) := 'KEEL_STG_' || UPPER(p_transfer);
+    v_cols t_names := split_names(p_columns);
+    v_existing VARCHAR2(32767);
+    v_wanted VARCHAR2(32767);
+    v_rows NUMBER;
+  BEGIN
+    IF NOT REGEXP_LIKE(p_transfer, '^[a-z][a-z0-9_]{0,39}$') THEN
+      RAISE_APPLICATION_ERROR(-20004, 'transfer name ' || p_transfer || ' is not a plain identifier');
+    END IF;
+    o_staging := v_name;
+    FOR i IN 1 .. v_cols.COUNT LOOP
+      v_wanted := v_wanted || CASE WHEN i > 1 THEN ',' END || v_cols(i);
+    END LOOP;
+    v_existing := staging_columns(v_name);
+    IF v_existing = v_wanted THEN
+      RETURN;
+    END IF;
+    IF v_existing IS NOT NULL THEN
+      EXECUTE IMMEDIATE 'SELECT COUNT(*) FROM ' || DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' WHERE ROWNUM = 1' INTO v_rows;
+      IF v_rows > 0 THEN
+        RAISE_APPLICATION_ERROR(-20004, 'staging table ' || v_name || ' holds rows for another column mapping; apply or purge those batches first');
+      END IF;
+      EXECUTE IMMEDIATE 'DROP TABLE ' || DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' PURGE';
+    END IF;
+    -- One DDL statement creates every column, KEEL_BATCH_ID included: a table is never left without it (the check
+    -- above ignores KEEL_BATCH_ID, so a table created in two steps whose second step failed would never be repaired).
+    -- Two instances preparing the same transfer for the first time race here: the loser gets ORA-00955 and uses the
+    -- winner's table if its columns are the ones wanted.
+    BEGIN
+      EXECUTE IMMEDIATE 'CREATE TABLE ' || DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' AS SELECT CAST(NULL AS VARCHAR2(36)) AS KEEL_BATCH_ID, ' ||
+                        join_names(v_cols, NULL) || ' FROM ' || qualified(p_owner, p_table) || ' WHERE 1 = 0';
+    EXCEPTION
+      WHEN e_exists THEN
+        v_existing := staging_columns(v_name);
+        IF v_existing = v_wanted THEN
+          RETURN;
+        END IF;
+        RAISE_APPLICATION_ERROR(-20004, 'staging table ' || v_name || ' was just created by another session for another column mapping');
+    END;
+    EXECUTE IMMEDIATE 'ALTER TABLE ' || DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' MODIFY (KEEL_BATCH_ID NOT NULL)';
+    EXECUTE IMMEDIATE 'CREATE INDEX ' || DBMS_ASSERT.ENQUOTE_NAME(SUBSTR(v_name, 1, 120) || '_B', FALSE) || ' ON ' ||
+                      DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' (KEEL_BATCH_ID)';
+  END ENSURE_STAGING;
+
+  PROCEDURE APPLY_BATCH(p_batch_id IN VARCHAR2, p_transfer IN VARCHAR2, p_owner IN VARCHAR2, p_table IN VARCHAR2, p_staging IN VARCHAR2,
+                        p_columns IN VARCHAR2, p_keys IN VARCHAR2, p_expected_count IN NUMBER, p_expected_checksum IN VARCHAR2,
+                        p_attempt IN NUMBER, o_outcome OUT VARCHAR2, o_row_count OUT NUMBER, o_checksum OUT VARCHAR2) IS
+    v_cols t_names := split_names(p_columns);
+    v_keys t_names := split_names(p_keys);
+    v_state KEEL_TRANSFER_STAGED.STATE%TYPE;
+    v_count KEEL_TRANSFER_STAGED.ROW_COUNT%TYPE;
+    v_checksum KEEL_TRANSFER_STAGED.CHECKSUM%TYPE;
+    v_on VARCHAR2(32767);
+    v_set VARCHAR2(32767);
+    v_sql VARCHAR2(32767);
+    v_merged NUMBER;
+    v_cstate KEEL_TRANSFER_COMPLETIONS.STATE%TYPE;
+    v_fenced KEEL_TRANSFER_COMPLETIONS.FENCED_THROUGH%TYPE;
+  BEGIN
+    IF p_attempt IS NULL OR p_attempt < 1 THEN
+      RAISE_APPLICATION_ERROR(-20006, 'APPLY_BATCH needs the journal attempt (>= 1)');
+    END IF;
+    -- Already applied: a no-op that says so.
+    BEGIN
+      SELECT STATE, ROW_COUNT, CHECKSUM INTO v_cstate, o_row_count, o_checksum FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = p_batch_id;
+      IF v_cstate = 'COMMITTED' THEN
+        o_outcome := 'ALREADY_COMMITTED';
+        ROLLBACK;
+        RETURN;
+      END IF;
+    EXCEPTION
+      WHEN NO_DATA_FOUND THEN NULL;
+    END;
+    -- Lock the staging registry row: a rival applier (or TRY_CLAIM) waits here until this transaction ends.
+    BEGIN
+      -- WAIT 30 (ORACLE_LOCK_WAIT_SECONDS in transferTarget.ts): a session left holding the row costs ORA-30006, which
+      -- the client reports as a retryable 'target_busy', instead of a wait as long as the client's call timeout.
+      SELECT STATE, ROW_COUNT, CHECKSUM INTO v_state, v_count, v_checksum FROM KEEL_TRANSFER_STAGED WHERE BATCH_ID = p_batch_id FOR UPDATE WAIT 30;
+    EXCEPTION
+      WHEN NO_DATA_FOUND THEN
+        RAISE_APPLICATION_ERROR(-20002, 'batch ' || p_batch_id || ' is not staged on the target');
+    END;
+    -- Claim: insert the completion row; its primary key serializes rivals (the loser learns it here). A fence that
+    -- TRY_CLAIM committed while it held the lock taken above is visible from here on: it is checked under a row lock.
+    BEGIN
+      INSERT INTO KEEL_TRANSFER_COMPLETIONS (BATCH_ID, TRANSFER_NAME, STATE, ATTEMPT) VALUES (p_batch_id, p_transfer, 'CLAIMED', p_attempt);
+    EXCEPTION
+      WHEN DUP_VAL_ON_INDEX THEN
+        SELECT STATE, ROW_COUNT, CHECKSUM, FENCED_THROUGH INTO v_cstate, o_row_count, o_checksum, v_fenced
+          FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = p_batch_id FOR UPDATE WAIT 30; -- bounded like the registry lock above (ORA-30006 -> target_busy)
+        IF v_cstate = 'COMMITTED' THEN
+          o_outcome := 'ALREADY_COMMITTED';
+          ROLLBACK;
+          RETURN;
+        END IF;
+        IF v_fenced >= p_attempt THEN
+          RAISE_APPLICATION_ERROR(-20005, 'attempt ' || p_attempt || ' of batch ' || p_batch_id || ' was ruled out by reconcile (fenced through attempt ' ||
+            v_fenced || '); nothing was applied');
+        END IF;
+        UPDATE KEEL_TRANSFER_COMPLETIONS SET STATE = 'CLAIMED', ATTEMPT = p_attempt, TRANSFER_NAME = p_transfer WHERE BATCH_ID = p_batch_id;
+    END;
+    IF v_state <> 'STAGED' THEN
+      RAISE_APPLICATION_ERROR(-20002, 'batch ' || p_batch_id || ' is not staged on the target');
+    END IF;
+    IF v_count <> p_expected_count OR v_checksum <> p_expected_checksum THEN
+      RAISE_APPLICATION_ERROR(-20001, 'batch ' || p_batch_id || ' staged ' || v_count || ' rows (checksum ' || v_checksum ||
+        ') but the manifest says ' || p_expected_count || ' rows (checksum ' || p_expected_checksum || ')');
+    END IF;
+
+    FOR i IN 1 .. v_keys.COUNT LOOP
+      v_on := v_on || CASE WHEN i > 1 THEN ' AND ' END || 't.' || v_keys(i) || ' = s.' || v_keys(i);
+    END LOOP;
+    FOR i IN 1 .. v_cols.COUNT LOOP
+      IF NOT is_key(v_cols(i), v_keys) THEN
+        v_set := v_set || CASE WHEN v_set IS NOT NULL THEN ', ' END || 't.' || v_cols(i) || ' = s.' || v_cols(i);
+      END IF;
+    END LOOP;
+    v_sql := 'MERGE INTO ' || qualified(p_owner, p_table) || ' t USING (SELECT ' || join_names(v_cols, NULL) || ' FROM ' ||
+             DBMS_ASSERT.ENQUOTE_NAME(DBMS_ASSERT.SIMPLE_SQL_NAME(p_staging), FALSE) || ' WHERE KEEL_BATCH_ID = :b) s ON (' || v_on || ')' ||
+             CASE WHEN v_set IS NOT NULL THEN ' WHEN MATCHED THEN UPDATE SET ' || v_set END ||
+             ' WHEN NOT MATCHED THEN INSERT (' || join_names(v_cols, NULL) || ') VALUES (' || join_names(v_cols, 's.') || ')';
+    EXECUTE IMMEDIATE v_sql USING p_batch_id;
+    v_merged := SQL%ROWCOUNT;
+    IF v_set IS NOT NULL AND v_merged <> v_count THEN
+      RAISE_APPLICATION_ERROR(-20003, 'batch ' || p_batch_id || ' merged ' || v_merged || ' rows but ' || v_count || ' were staged');
+    END IF;
+
+    UPDATE KEEL_TRANSFER_COMPLETIONS SET STATE = 'COMMITTED', ROW_COUNT = v_merged, CHECKSUM = v_checksum, COMMITTED_AT = SYSTIMESTAMP
+     WHERE BATCH_ID = p_batch_id;
+    o_outcome := 'APPLIED';
+    o_row_count := v_merged;
+    o_checksum := v_checksum;
+    COMMIT;
+  EXCEPTION
+    WHEN OTHERS THEN
+      ROLLBACK;
+      RAISE;
+  END APPLY_BATCH;
+
+  PROCEDURE TRY_CLAIM(p_batch_id IN VARCHAR2, p_wait_seconds IN NUMBER, p_fence_through IN NUMBER, o_outcome OUT VARCHAR2,
+                      o_row_count OUT NUMBER, o_checksum OUT VARCHAR2, o_staged OUT NUMBER) IS
+    v_state KEEL_TRANSFER_STAGED.STATE%TYPE;
+    v_cstate KEEL_TRANSFER_COMPLETIONS.STATE%TYPE;
+    v_wait PLS_INTEGER := GREATEST(1, LEAST(60, CEIL(NVL(p_wait_seconds, 1))));
+    v_fence NUMBER := GREATEST(0, NVL(p_fence_through, 0));
+  BEGIN
+    o_staged := 0;
+    BEGIN
+      SELECT STATE, ROW_COUNT, CHECKSUM INTO v_cstate, o_row_count, o_checksum FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = p_batch_id;
+      IF v_cstate = 'COMMITTED' THEN
+        o_outcome := 'COMMITTED';
+        RETURN;
+      END IF;
+    EXCEPTION
+      WHEN NO_DATA_FOUND THEN NULL;
+    END;
+    -- A missing completion row is not proof: take the lock APPLY_BATCH takes first, with a bounded wait.
+    BEGIN
+      EXECUTE IMMEDIATE 'SELECT STATE FROM KEEL_TRANSFER_STAGED WHERE BATCH_ID = :b FOR UPDATE WAIT ' || TO_CHAR(v_wait)
+        INTO v_state USING p_batch_id;
+      o_staged := CASE WHEN v_state = 'STAGED' THEN 1 ELSE 0 END;
+    EXCEPTION
+      WHEN NO_DATA_FOUND THEN
+        o_staged := 0; -- nothing staged: no apply can hold the claim (it locks this row first)
+      WHEN e_busy THEN
+        o_outcome := 'BLOCKED';
+        ROLLBACK;
+        RETURN;
+    END;
+    -- Lock obtained: any apply of this batch has ended; its completion row is visible if it committed. Otherwise the
+    -- verdict is "not applied", made final by the fence committed below (an apply still on its way fails on it).
+    BEGIN
+      EXECUTE IMMEDIATE 'SELECT STATE, ROW_COUNT, CHECKSUM FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = :b FOR UPDATE WAIT ' || TO_CHAR(v_wait)
+        INTO v_cstate, o_row_count, o_checksum USING p_batch_id;
+      IF v_cstate = 'COMMITTED' THEN
+        o_outcome := 'COMMITTED';
+        ROLLBACK;
+        RETURN;
+      END IF;
+      IF v_fence > 0 THEN
+        UPDATE KEEL_TRANSFER_COMPLETIONS SET FENCED_THROUGH = GREATEST(FENCED_THROUGH, v_fence), FENCED_AT = SYSTIMESTAMP WHERE BATCH_ID = p_batch_id;
+      END IF;
+    EXCEPTION
+      WHEN NO_DATA_FOUND THEN
+        IF v_fence > 0 THEN
+          BEGIN
+            INSERT INTO KEEL_TRANSFER_COMPLETIONS (BATCH_ID, TRANSFER_NAME, STATE, FENCED_THROUGH, FENCED_AT)
+            VALUES (p_batch_id, '(reconcile)', 'FENCED', v_fence, SYSTIMESTAMP);
+          EXCEPTION
+            WHEN DUP_VAL_ON_INDEX THEN
+              o_outcome := 'BLOCKED'; -- a rival wrote the row meanwhile: ask again for its outcome
+              ROLLBACK;
+              RETURN;
+          END;
+        END IF;
+      WHEN e_busy THEN
+        o_outcome := 'BLOCKED';
+        ROLLBACK;
+        RETURN;
+    END;
+    o_row_count := NULL;
+    o_checksum := NULL;
+    o_outcome := 'NOT_APPLIED';
+    COMMIT; -- the fence (if any) and the release of the lock, at once
+  END TRY_CLAIM;
+
+  PROCEDURE PURGE_STAGED(p_batch_id IN VARCHAR2, p_staging IN VARCHAR2) IS
+  BEGIN
+    EXECUTE IMMEDIATE 'DELETE FROM ' || DBMS_ASSERT.ENQUOTE_NAME(DBMS_ASSERT.SIMPLE_SQL_NAME(p_staging), FALSE) || ' WHERE KEEL_BATCH_ID = :b'
+      USING p_batch_id;
+    COMMIT;
+  END PURGE_STAGED;
+END KEEL_TRANSFER;
+/

@@ -1,0 +1,182 @@
+-- Transfer journal functions over keel.transfer_batches / transfer_batch_events (V020). Repeatable (sql/README.md).
+-- ---------------------------------------------------------------------------------------------------------------
+-- The application reaches the journal only through these (no table SQL in TypeScript), each
+-- one statement and so one short transaction: a connection lost mid-call leaves either all of it or nothing, and
+-- no client is ever held between statements. SECURITY DEFINER with a pinned search_path: they run with the
+-- owner's table rights, so the app role only needs EXECUTE on them (and USAGE on schema keel).
+-- ---------------------------------------------------------------------------------------------------------------
+
+-- Inserts a batch in state 'extracting' with its 'created' event. outcome:
+--   inserted            the batch (columns of transfer_batches follow)
+--   duplicate_batch_id  a batch with this id exists (conflict_batch_id = it, conflict_state its state)
+--   open_batch_exists   the transfer has an open batch (conflict_batch_id/state name it)
+--   window_taken        a live batch of the transfer shares the window's low or high bound (it is named)
+-- A unique index decides; which one is read from committed rows afterwards, never from error text. ON CONFLICT
+-- waits for a rival's insert to commit or roll back, so the reads below see the row that refused this one.
+
+create or replace function keel.transfer_batch_insert(p_batch_id uuid, p_transfer_name text, p_boundary_kind text,
+  p_boundary_low text, p_boundary_high text, p_schema_hash text, p_schema_columns jsonb)
+returns table (outcome text, conflict_batch_id uuid, conflict_state text, batch keel.transfer_batches)
+language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_row keel.transfer_batches;
+  v_id uuid;
+  v_state text;
+begin
+  -- A refusing row can leave the way between the insert and the read (it failed and released its window):
+  -- then the insert is simply tried again.
+  for i in 1..5 loop
+    insert into keel.transfer_batches (batch_id, transfer_name, state, boundary_kind, boundary_low, boundary_high, schema_hash, schema_columns)
+    values (p_batch_id, p_transfer_name, 'extracting', p_boundary_kind, p_boundary_low, p_boundary_high, p_schema_hash, p_schema_columns)
+    on conflict do nothing
+    returning * into v_row;
+    if v_row.batch_id is not null then
+      insert into keel.transfer_batch_events (batch_id, from_state, to_state, event, detail)
+      values (p_batch_id, null, 'extracting', 'created',
+              jsonb_build_object('low', p_boundary_low, 'high', p_boundary_high, 'schemaHash', p_schema_hash));
+      return query select 'inserted'::text, null::uuid, null::text, v_row;
+      return;
+    end if;
+    select b.state into v_state from keel.transfer_batches b where b.batch_id = p_batch_id;
+    if found then
+      return query select 'duplicate_batch_id'::text, p_batch_id, v_state, null::keel.transfer_batches;
+      return;
+    end if;
+    select b.batch_id, b.state into v_id, v_state from keel.transfer_batches b
+     where b.transfer_name = p_transfer_name and b.state in ('extracting', 'staged', 'applying', 'unresolved')
+     limit 1;
+    if found then
+      return query select 'open_batch_exists'::text, v_id, v_state, null::keel.transfer_batches;
+      return;
+    end if;
+    select b.batch_id, b.state into v_id, v_state from keel.transfer_batches b
+     where b.transfer_name = p_transfer_name and b.state <> 'failed'
+       and (coalesce(b.boundary_low, '') = coalesce(p_boundary_low, '') or b.boundary_high = p_boundary_high)
+     limit 1;
+    if found then
+      return query select 'window_taken'::text, v_id, v_state, null::keel.transfer_batches;
+      return;
+    end if;
+  end loop;
+  raise exception 'transfer %: batch % was refused by a unique index that no committed batch explains (5 tries)', p_transfer_name, p_batch_id
+    using errcode = '40001';
+end $$;
+
+-- Compare-and-set state change with a patch and an event, in one transaction. Returns the updated row, or no
+-- row when the batch is not in one of p_from (someone else moved it). p_patch: a key that is present sets its
+-- column (JSON null clears it), an absent key leaves it: rowCount, checksum, stagedCount, stagedChecksum,
+-- appliedCount, lastError, lastErrorCode, targetLtxid. p_stamp names one of the *_at columns to set to now().
+create or replace function keel.transfer_batch_transition(p_batch_id uuid, p_from text[], p_to text, p_patch jsonb,
+  p_increment_attempts boolean, p_stamp text, p_event text, p_detail jsonb)
+returns setof keel.transfer_batches
+language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_prev text;
+  v_row keel.transfer_batches;
+  p jsonb := coalesce(p_patch, '{}'::jsonb);
+begin
+  if p_stamp is not null and p_stamp not in ('extracted_at', 'staged_at', 'apply_started_at', 'committed_at', 'failed_at') then
+    raise exception 'unknown stamp %', p_stamp using errcode = '22023';
+  end if;
+  select b.state into v_prev from keel.transfer_batches b where b.batch_id = p_batch_id for update;
+  if not found or not (v_prev = any(p_from)) then
+    return;
+  end if;
+  update keel.transfer_batches b set
+      state = p_to,
+      updated_at = now(),
+      row_count = case when p ? 'rowCount' then (p->>'rowCount')::bigint else b.row_count end,
+      checksum = case when p ? 'checksum' then p->>'checksum' else b.checksum end,
+      staged_count = case when p ? 'stagedCount' then (p->>'stagedCount')::bigint else b.staged_count end,
+      staged_checksum = case when p ? 'stagedChecksum' then p->>'stagedChecksum' else b.staged_checksum end,
+      applied_count = case when p ? 'appliedCount' then (p->>'appliedCount')::bigint else b.applied_count end,
+      last_error = case when p ? 'lastError' then p->>'lastError' else b.last_error end,
+      last_error_code = case when p ? 'lastErrorCode' then p->>'lastErrorCode' else b.last_error_code end,
+      target_ltxid = case when p ? 'targetLtxid' then p->>'targetLtxid' else b.target_ltxid end,
+      attempts = b.attempts + case when coalesce(p_increment_attempts, false) then 1 else 0 end,
+      extracted_at = case when p_stamp = 'extracted_at' then now() else b.extracted_at end,
+      staged_at = case when p_stamp = 'staged_at' then now() else b.staged_at end,
+      apply_started_at = case when p_stamp = 'apply_started_at' then now() else b.apply_started_at end,
+      committed_at = case when p_stamp = 'committed_at' then now() else b.committed_at end,
+      failed_at = case when p_stamp = 'failed_at' then now() else b.failed_at end
+    where b.batch_id = p_batch_id
+    returning b.* into v_row;
+  insert into keel.transfer_batch_events (batch_id, from_state, to_state, event, detail)
+  values (p_batch_id, v_prev, p_to, p_event, p_detail);
+  return next v_row;
+end $$;
+
+-- Records an event (and optionally last error / LTXID: keys lastError, lastErrorCode, targetLtxid of p_patch)
+-- without changing the state. Returns false when there is no such batch.
+create or replace function keel.transfer_batch_note(p_batch_id uuid, p_event text, p_detail jsonb, p_patch jsonb)
+returns boolean
+language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_state text;
+  p jsonb := coalesce(p_patch, '{}'::jsonb);
+  v_touch boolean := p ?| array['lastError', 'lastErrorCode', 'targetLtxid'];
+begin
+  update keel.transfer_batches b set
+      last_error = case when p ? 'lastError' then p->>'lastError' else b.last_error end,
+      last_error_code = case when p ? 'lastErrorCode' then p->>'lastErrorCode' else b.last_error_code end,
+      target_ltxid = case when p ? 'targetLtxid' then p->>'targetLtxid' else b.target_ltxid end,
+      updated_at = case when v_touch then now() else b.updated_at end
+    where b.batch_id = p_batch_id
+    returning b.state into v_state;
+  if not found then
+    return false;
+  end if;
+  insert into keel.transfer_batch_events (batch_id, from_state, to_state, event, detail)
+  values (p_batch_id, v_state, v_state, p_event, p_detail);
+  return true;
+end $$;
+
+create or replace function keel.transfer_batch_get(p_batch_id uuid)
+returns setof keel.transfer_batches
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  select b.* from keel.transfer_batches b where b.batch_id = p_batch_id
+$$;
+
+-- The transfer's open batch (if any) and its latest committed batch (if any): zero, one or two rows, told apart
+-- by state.
+create or replace function keel.transfer_batch_last(p_transfer_name text)
+returns setof keel.transfer_batches
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  (select b.* from keel.transfer_batches b
+    where b.transfer_name = p_transfer_name and b.state in ('extracting', 'staged', 'applying', 'unresolved')
+    limit 1)
+  union all
+  (select b.* from keel.transfer_batches b
+    where b.transfer_name = p_transfer_name and b.state = 'committed'
+    order by b.created_at desc, b.batch_id desc
+    limit 1)
+$$;
+
+-- Newest first; p_after_id: keyset pagination (batches created before that one).
+create or replace function keel.transfer_batch_list(p_transfer_name text, p_state text, p_after_id uuid, p_limit integer)
+returns setof keel.transfer_batches
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  select b.* from keel.transfer_batches b
+   where (p_transfer_name is null or b.transfer_name = p_transfer_name)
+     and (p_state is null or b.state = p_state)
+     and (p_after_id is null
+          or (b.created_at, b.batch_id) < (select a.created_at, a.batch_id from keel.transfer_batches a where a.batch_id = p_after_id))
+   order by b.created_at desc, b.batch_id desc
+   limit greatest(1, least(coalesce(p_limit, 100), 1000))
+$$;
+
+create or replace function keel.transfer_batch_events(p_batch_id uuid)
+returns setof keel.transfer_batch_events
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  select e.* from keel.transfer_batch_events e where e.batch_id = p_batch_id order by e.event_id
+$$;
+
+-- Batches in the given states not updated for p_older_than_ms, oldest first.
+create or replace function keel.transfer_batch_stale(p_states text[], p_older_than_ms bigint, p_limit integer)
+returns setof keel.transfer_batches
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  select b.* from keel.transfer_batches b
+   where b.state = any(p_states) and b.updated_at < now() - make_interval(secs => p_older_than_ms / 1000.0)
+   order by b.updated_at
+   limit greatest(1, least(coalesce(p_limit, 20), 1000))
+$$;

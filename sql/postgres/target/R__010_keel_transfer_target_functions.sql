@@ -1,0 +1,271 @@
+-- Target-side transfer functions (stage checks, apply with its fence, reconcile probes) over the tables in V001.
+-- Repeatable (sql/README.md): a signature change drops the old function first.
+
+create or replace function keel_transfer.qualified(p_schema text, p_table text) returns text
+language sql immutable as $$
+  select case when p_schema is null then quote_ident(p_table) else quote_ident(p_schema) || '.' || quote_ident(p_table) end
+$$;
+
+-- Creates (or re-creates while empty) keel_transfer.stg_<transfer> with the mapped target columns' types.
+create or replace function keel_transfer.ensure_staging(p_transfer text, p_target_schema text, p_target_table text, p_columns text[])
+returns text language plpgsql as $$
+declare
+  v_name text := 'stg_' || p_transfer;
+  v_existing text[];
+  v_nonempty boolean;
+  v_cols text;
+begin
+  if p_transfer !~ '^[a-z][a-z0-9_]{0,39}$' then
+    raise exception using errcode = 'KT004', message = format('transfer name %L is not a plain identifier', p_transfer);
+  end if;
+  perform pg_advisory_xact_lock(hashtext('keel_transfer.ensure_staging:' || p_transfer));
+  select array_agg(a.attname::text order by a.attnum) into v_existing
+    from pg_attribute a
+   where a.attrelid = to_regclass(format('keel_transfer.%I', v_name)) and a.attnum > 0 and not a.attisdropped and a.attname <> 'keel_batch_id';
+  if v_existing is not null and v_existing = p_columns then
+    return v_name;
+  end if;
+  if v_existing is not null then
+    execute format('select exists (select 1 from keel_transfer.%I)', v_name) into v_nonempty;
+    if v_nonempty then
+      raise exception using errcode = 'KT004',
+        message = format('staging table keel_transfer.%I holds rows for another column mapping; apply or purge those batches first', v_name);
+    end if;
+    execute format('drop table keel_transfer.%I', v_name);
+  end if;
+  select string_agg(quote_ident(c), ', ' order by o) into v_cols from unnest(p_columns) with ordinality as u(c, o);
+  execute format('create unlogged table keel_transfer.%I as select %s from %s with no data', v_name, v_cols, keel_transfer.qualified(p_target_schema, p_target_table));
+  execute format('alter table keel_transfer.%I add column keel_batch_id uuid not null default (nullif(current_setting(''keel.batch_id'', true), ''''))::uuid', v_name);
+  return v_name;
+end $$;
+
+-- Opens a staging: 'new' (caller loads rows in this transaction), 'already_staged' (same content, nothing to do),
+-- or raises KT001 when an earlier staging of the same batch id holds different content.
+create or replace function keel_transfer.begin_stage(p_batch_id uuid, p_transfer text, p_expected_count bigint, p_expected_checksum text)
+returns text language plpgsql as $$
+#variable_conflict use_column
+declare
+  v_inserted integer;
+  r keel_transfer.staged%rowtype;
+begin
+  insert into keel_transfer.staged (batch_id, transfer_name, state, expected_count, expected_checksum)
+  values (p_batch_id, p_transfer, 'staging', p_expected_count, p_expected_checksum)
+  on conflict (batch_id) do nothing;
+  get diagnostics v_inserted = row_count;
+  if v_inserted = 1 then
+    return 'new';
+  end if;
+  select * into r from keel_transfer.staged s where s.batch_id = p_batch_id;
+  if r.state = 'staged' and r.row_count = p_expected_count and r.checksum = p_expected_checksum then
+    return 'already_staged';
+  end if;
+  raise exception using errcode = 'KT001',
+    message = format('batch %s was staged earlier with different content (%s rows, checksum %s; manifest says %s rows, checksum %s)',
+                     p_batch_id, r.row_count, r.checksum, p_expected_count, p_expected_checksum);
+end $$;
+
+create or replace function keel_transfer.finish_stage(p_batch_id uuid, p_count bigint, p_checksum text)
+returns void language sql as $$
+  update keel_transfer.staged set state = 'staged', row_count = p_count, checksum = p_checksum, staged_at = clock_timestamp()
+   where batch_id = p_batch_id
+$$;
+
+-- Apply: one call, one local transaction (the caller's statement, autocommit).
+--   1. claim the batch id by inserting its completion row (or taking over a fence that ruled out only earlier
+--      attempts): the primary key serializes rivals, a rival waits here and then finds the committed row
+--      ('already_committed'); an attempt that reconcile ruled out (p_attempt <= fenced_through) fails with KT005;
+--   2. merge the staged rows into the business table:
+--      a. fast path, only when the table has a valid, immediate (not deferrable) unique index on exactly the key
+--         columns (looked up after the table is locked in row exclusive mode -- the lock any insert takes -- so the
+--         index cannot be dropped in between) and no row of the table has a value of that index's leading column
+--         within the staged rows' range (one index probe): a plain INSERT .. SELECT of the staged rows in a
+--         sub-transaction. It either inserts every staged row -- then no key of the batch existed, and inserting all
+--         of them is exactly what the merge does -- or it fails with unique_violation (a key appeared meanwhile) and
+--         is rolled back entirely, and then:
+--      b. the merge as before: MERGE (PostgreSQL 15+) or INSERT .. ON CONFLICT (keys) DO UPDATE.
+--      The range probe only chooses the path; correctness rests on the unique index and the fallback. Batches that
+--      touch existing rows pay one range probe and the scan for the staged range, then merge as before.
+--   3. mark the completion row committed with count and checksum.
+drop function if exists keel_transfer.apply_batch(uuid, text, text, text, text, text[], text[], bigint, text);
+create or replace function keel_transfer.apply_batch(
+  p_batch_id uuid, p_transfer text, p_target_schema text, p_target_table text, p_staging_table text,
+  p_columns text[], p_keys text[], p_expected_count bigint, p_expected_checksum text, p_attempt bigint)
+returns table (outcome text, row_count bigint, checksum text)
+language plpgsql as $$
+#variable_conflict use_column
+declare
+  v_inserted integer;
+  v_count bigint;
+  r keel_transfer.staged%rowtype;
+  f keel_transfer.completions%rowtype;
+  v_cols text;
+  v_keys text;
+  v_set text;
+  v_src text;
+  v_on text;
+  v_lead text;
+  v_overlap boolean;
+  v_done boolean := false;
+begin
+  if p_attempt is null or p_attempt < 1 then
+    raise exception using errcode = '22023', message = 'apply_batch needs the journal attempt (>= 1)';
+  end if;
+  -- The claim: a new completion row, or the take-over of a fence that ruled out only earlier attempts. A rival
+  -- holding the row uncommitted (an apply, or a reconcile writing its fence) makes this wait for its outcome.
+  insert into keel_transfer.completions as c (batch_id, transfer_name, state, attempt) values (p_batch_id, p_transfer, 'claimed', p_attempt)
+  on conflict (batch_id) do update set state = 'claimed', attempt = excluded.attempt, transfer_name = excluded.transfer_name
+   where c.state = 'fenced' and c.fenced_through < excluded.attempt;
+  get diagnostics v_inserted = row_count;
+  if v_inserted = 0 then
+    select * into f from keel_transfer.completions c where c.batch_id = p_batch_id;
+    if f.state = 'committed' then
+      return query select 'already_committed'::text, f.row_count, f.checksum;
+      return;
+    end if;
+    raise exception using errcode = 'KT005',
+      message = format('attempt %s of batch %s was ruled out by reconcile (fenced through attempt %s at %s); nothing was applied',
+                       p_attempt, p_batch_id, f.fenced_through, f.fenced_at);
+  end if;
+
+  select * into r from keel_transfer.staged s where s.batch_id = p_batch_id and s.state = 'staged';
+  if not found then
+    raise exception using errcode = 'KT002', message = format('batch %s is not staged on the target', p_batch_id);
+  end if;
+  if r.row_count <> p_expected_count or r.checksum <> p_expected_checksum then
+    raise exception using errcode = 'KT001',
+      message = format('batch %s staged %s rows (checksum %s) but the manifest says %s rows (checksum %s)',
+                       p_batch_id, r.row_count, r.checksum, p_expected_count, p_expected_checksum);
+  end if;
+
+  select string_agg(quote_ident(c), ', ' order by o) into v_cols from unnest(p_columns) with ordinality as u(c, o);
+  select string_agg(quote_ident(c), ', ' order by o) into v_keys from unnest(p_keys) with ordinality as u(c, o);
+  select string_agg(format('%I = excluded.%I', c, c), ', ' order by o) into v_set
+    from unnest(p_columns) with ordinality as u(c, o) where c <> all (p_keys);
+  -- 2a. Fast path (see above).
+  execute format('lock table %s in row exclusive mode', keel_transfer.qualified(p_target_schema, p_target_table));
+  select a.attname::text into v_lead
+    from pg_index i join pg_attribute a on a.attrelid = i.indrelid and a.attnum = i.indkey[0]
+   where i.indrelid = keel_transfer.qualified(p_target_schema, p_target_table)::regclass
+     and i.indisunique and i.indimmediate and i.indisvalid and i.indisready and i.indpred is null and i.indexprs is null
+     and i.indnatts = cardinality(p_keys)
+     and (select array_agg(a2.attname::text order by a2.attname) from pg_attribute a2
+           where a2.attrelid = i.indrelid and a2.attnum = any (i.indkey::int2[]))
+         = (select array_agg(k order by k) from unnest(p_keys) k)
+   limit 1;
+  if v_lead is not null then
+    execute format('select exists (select 1 from %s t where t.%I between (select min(s.%I) from keel_transfer.%I s where s.keel_batch_id = $1)
+                                                              and (select max(s.%I) from keel_transfer.%I s where s.keel_batch_id = $1))',
+                   keel_transfer.qualified(p_target_schema, p_target_table), v_lead, v_lead, p_staging_table, v_lead, p_staging_table)
+      into v_overlap using p_batch_id;
+    if not v_overlap then
+      begin
+        execute format('insert into %s (%s) select %s from keel_transfer.%I where keel_batch_id = $1',
+                       keel_transfer.qualified(p_target_schema, p_target_table), v_cols, v_cols, p_staging_table)
+          using p_batch_id;
+        get diagnostics v_count = row_count;
+        v_done := true;
+      exception when unique_violation then
+        v_done := false; -- a key exists after all (inserted meanwhile): the merge decides
+      end;
+    end if;
+  end if;
+
+  -- 2b. The merge.
+  if not v_done then
+    if current_setting('server_version_num')::int >= 150000 then
+      -- MERGE joins staging and target in bulk (faster than per-row speculative insertion); duplicate keys
+      -- within a batch were refused at staging.
+      select string_agg(format('s.%I', c), ', ' order by o) into v_src from unnest(p_columns) with ordinality as u(c, o);
+      select string_agg(format('t.%I = s.%I', c, c), ' and ' order by o) into v_on from unnest(p_keys) with ordinality as u(c, o);
+      select string_agg(format('%I = s.%I', c, c), ', ' order by o) into v_set
+        from unnest(p_columns) with ordinality as u(c, o) where c <> all (p_keys);
+      execute format('merge into %s as t using (select %s from keel_transfer.%I where keel_batch_id = $1) as s on %s %s when not matched then insert (%s) values (%s)',
+                     keel_transfer.qualified(p_target_schema, p_target_table), v_cols, p_staging_table, v_on,
+                     case when v_set is null then '' else 'when matched then update set ' || v_set end, v_cols, v_src)
+        using p_batch_id;
+    else
+      execute format('insert into %s (%s) select %s from keel_transfer.%I where keel_batch_id = $1 on conflict (%s) do %s',
+                     keel_transfer.qualified(p_target_schema, p_target_table), v_cols, v_cols, p_staging_table, v_keys,
+                     case when v_set is null then 'nothing' else 'update set ' || v_set end)
+        using p_batch_id;
+    end if;
+    get diagnostics v_count = row_count;
+  end if;
+  if v_set is not null and v_count <> r.row_count then
+    raise exception using errcode = 'KT003', message = format('batch %s merged %s rows but %s were staged', p_batch_id, v_count, r.row_count);
+  end if;
+
+  update keel_transfer.completions
+     set state = 'committed', row_count = v_count, checksum = r.checksum, committed_at = clock_timestamp()
+   where batch_id = p_batch_id;
+  return query select 'applied'::text, v_count, r.checksum;
+end $$;
+
+-- Reconcile: read the durable outcome, and make a "not applied" verdict final.
+--   committed   -- a committed completion row: the batch is applied.
+--   blocked     -- the row is held by an open transaction (an apply in progress) beyond p_wait_ms: no verdict.
+--   not_applied -- no committed completion row, and none can appear for attempts <= p_fence_through: the fence
+--                  (state 'fenced', fenced_through = greatest(old, p_fence_through)) is committed with this verdict,
+--                  so an apply of a ruled-out attempt still on its way to the server fails (KT005) when it arrives.
+-- p_fence_through = 0 only probes (nothing can be in flight: the journal never started an apply); no row is kept.
+-- The caller runs this in its own short transaction (autocommit): the fence is durable when the verdict returns.
+drop function if exists keel_transfer.try_claim(uuid, integer);
+create or replace function keel_transfer.try_claim(p_batch_id uuid, p_wait_ms integer, p_fence_through bigint)
+returns table (outcome text, row_count bigint, checksum text, staged boolean)
+language plpgsql as $$
+#variable_conflict use_column
+declare
+  v_staged boolean;
+  v_state text;
+begin
+  if p_fence_through is null or p_fence_through < 0 then
+    raise exception using errcode = '22023', message = 'try_claim needs the attempt to fence (>= 0)';
+  end if;
+  perform set_config('lock_timeout', greatest(p_wait_ms, 1)::text || 'ms', true);
+  begin
+    insert into keel_transfer.completions as c (batch_id, transfer_name, state, fenced_through, fenced_at)
+    values (p_batch_id, '(reconcile)', 'fenced', p_fence_through, clock_timestamp())
+    on conflict (batch_id) do update set fenced_through = greatest(c.fenced_through, excluded.fenced_through), fenced_at = excluded.fenced_at
+     where c.state = 'fenced'
+    returning c.state into v_state;
+    if v_state is not null and p_fence_through = 0 then
+      raise exception using errcode = 'KT009', message = 'probe only; undoing it';
+    end if;
+  exception
+    when sqlstate 'KT009' then
+      null; -- v_state = 'fenced': not applied, nothing kept
+    when lock_not_available then
+      select exists (select 1 from keel_transfer.staged s where s.batch_id = p_batch_id and s.state = 'staged') into v_staged;
+      return query select 'blocked'::text, null::bigint, null::text, v_staged;
+      return;
+  end;
+  -- Read after the row is settled: a staging registry row seen now is the one any later apply would use.
+  select exists (select 1 from keel_transfer.staged s where s.batch_id = p_batch_id and s.state = 'staged') into v_staged;
+  if v_state = 'fenced' then
+    return query select 'not_applied'::text, null::bigint, null::text, v_staged;
+    return;
+  end if;
+  -- The row exists and is not a fence: a committed completion (a 'claimed' row is never visible committed).
+  return query select 'committed'::text, c.row_count, c.checksum, v_staged from keel_transfer.completions c where c.batch_id = p_batch_id;
+end $$;
+
+create or replace function keel_transfer.purge_staged(p_batch_id uuid, p_staging_table text)
+returns bigint language plpgsql as $$
+declare
+  v_count bigint;
+  v_other boolean;
+begin
+  -- Only one batch of a transfer is open at a time, so usually the table holds just this batch: truncate is
+  -- then far cheaper than delete. Rows of any other batch are kept. The lock comes first, so that a staging of
+  -- the next batch cannot slip in between the check and the truncate; the wait for it is bounded.
+  perform set_config('lock_timeout', '5s', true);
+  execute format('lock table keel_transfer.%I in access exclusive mode', p_staging_table);
+  execute format('select exists (select 1 from keel_transfer.%I where keel_batch_id <> $1)', p_staging_table) into v_other using p_batch_id;
+  if not v_other then
+    execute format('truncate keel_transfer.%I', p_staging_table);
+    return -1;
+  end if;
+  execute format('delete from keel_transfer.%I where keel_batch_id = $1', p_staging_table) using p_batch_id;
+  get diagnostics v_count = row_count;
+  return v_count;
+end $$;

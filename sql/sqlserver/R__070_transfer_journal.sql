@@ -1,0 +1,252 @@
+-- Transfer journal procedures over keel.TransferBatches / TransferBatchEvents (V020). Repeatable (sql/README.md).
+SET ANSI_NULLS ON;
+SET QUOTED_IDENTIFIER ON;
+GO
+
+-- Inserts a batch in state 'extracting' with its 'created' event. First result set: Outcome, ConflictBatchId,
+-- ConflictState; Outcome is
+--   inserted            (a second result set holds the batch row)
+--   duplicate_batch_id  a batch with this id exists (named, with its state)
+--   open_batch_exists   the transfer has an open batch (named)
+--   window_taken        a live batch of the transfer shares the window's low or high bound (named)
+-- A unique index refuses the insert (2627 on the key, 2601 on a filtered index); which rule it was is read from the
+-- committed rows afterwards, never from the error text. The refused insert waited for its rival to commit, so the
+-- rival is visible; if it left the way meanwhile (failed, releasing its window), the insert is tried again.
+CREATE OR ALTER PROCEDURE keel.TransferBatchInsert
+  @BatchId uniqueidentifier,
+  @TransferName nvarchar(64),
+  @BoundaryKind varchar(12),
+  @BoundaryLow nvarchar(64),
+  @BoundaryHigh nvarchar(64),
+  @SchemaHash char(64),
+  @SchemaColumns nvarchar(max),
+  @Detail nvarchar(max)
+AS
+BEGIN
+  SET NOCOUNT ON;
+  SET XACT_ABORT ON;
+  DECLARE @Try int = 0;
+  DECLARE @Outcome varchar(24) = NULL;
+  DECLARE @ConflictId uniqueidentifier = NULL;
+  DECLARE @ConflictState varchar(12) = NULL;
+  WHILE @Outcome IS NULL AND @Try < 5
+  BEGIN
+    SET @Try += 1;
+    SELECT @ConflictId = NULL, @ConflictState = NULL;
+    BEGIN TRY
+      BEGIN TRANSACTION;
+      INSERT INTO keel.TransferBatches (BatchId, TransferName, State, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns)
+      VALUES (@BatchId, @TransferName, 'extracting', @BoundaryKind, @BoundaryLow, @BoundaryHigh, @SchemaHash, @SchemaColumns);
+      INSERT INTO keel.TransferBatchEvents (BatchId, FromState, ToState, Event, Detail)
+      VALUES (@BatchId, NULL, 'extracting', 'created', @Detail);
+      COMMIT TRANSACTION;
+      SET @Outcome = 'inserted';
+    END TRY
+    BEGIN CATCH
+      IF XACT_STATE() <> 0 ROLLBACK TRANSACTION;
+      -- A deadlock victim (1205) among racing inserts simply tries again.
+      IF ERROR_NUMBER() = 1205 AND @Try < 5 CONTINUE;
+      IF ERROR_NUMBER() NOT IN (2601, 2627) THROW;
+      SELECT @ConflictState = State FROM keel.TransferBatches WITH (READCOMMITTEDLOCK) WHERE BatchId = @BatchId;
+      IF @ConflictState IS NOT NULL
+        SELECT @Outcome = 'duplicate_batch_id', @ConflictId = @BatchId;
+      ELSE
+      BEGIN
+        SELECT TOP (1) @ConflictId = BatchId, @ConflictState = State
+          FROM keel.TransferBatches WITH (READCOMMITTEDLOCK)
+         WHERE TransferName = @TransferName AND State IN ('extracting', 'staged', 'applying', 'unresolved');
+        IF @ConflictId IS NOT NULL
+          SET @Outcome = 'open_batch_exists';
+        ELSE
+        BEGIN
+          SELECT TOP (1) @ConflictId = BatchId, @ConflictState = State
+            FROM keel.TransferBatches WITH (READCOMMITTEDLOCK)
+           WHERE TransferName = @TransferName AND State <> 'failed'
+             AND (BoundaryHigh = @BoundaryHigh OR BoundaryLow = @BoundaryLow OR (BoundaryLow IS NULL AND @BoundaryLow IS NULL));
+          IF @ConflictId IS NOT NULL SET @Outcome = 'window_taken';
+        END;
+      END;
+    END CATCH;
+  END;
+  IF @Outcome IS NULL
+    THROW 51020, N'keel.TransferBatchInsert: refused by a unique index that no committed batch explains (5 tries)', 1;
+  SELECT @Outcome AS Outcome, @ConflictId AS ConflictBatchId, @ConflictState AS ConflictState;
+  IF @Outcome = 'inserted'
+    SELECT BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
+         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetLtxid,
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
+      FROM keel.TransferBatches WHERE BatchId = @BatchId;
+END;
+GO
+
+-- Compare-and-set state change with a patch and an event, in one transaction. Returns the updated row, or no
+-- row when the batch is not in one of @FromStates (comma-separated).
+CREATE OR ALTER PROCEDURE keel.TransferBatchTransition
+  @BatchId uniqueidentifier,
+  @FromStates varchar(100),
+  @ToState varchar(12),
+  @SetManifest bit = 0, @ManifestRows bigint = NULL, @ManifestChecksum varchar(24) = NULL,
+  @SetStaged bit = 0, @StagedRows bigint = NULL, @StagedChecksum varchar(24) = NULL,
+  @SetApplied bit = 0, @AppliedRows bigint = NULL,
+  @SetLastError bit = 0, @LastError nvarchar(2000) = NULL, @LastErrorCode varchar(64) = NULL,
+  @SetLtxid bit = 0, @TargetLtxid varchar(512) = NULL,
+  @IncrementAttempts bit = 0,
+  @Stamp varchar(20) = NULL,
+  @Event varchar(64),
+  @Detail nvarchar(max) = NULL
+AS
+BEGIN
+  SET NOCOUNT ON;
+  SET XACT_ABORT ON;
+  DECLARE @Prev varchar(12);
+  IF @Stamp IS NOT NULL AND @Stamp NOT IN ('extracted_at', 'staged_at', 'apply_started_at', 'committed_at', 'failed_at')
+    THROW 51021, N'keel.TransferBatchTransition: unknown @Stamp', 1;
+  BEGIN TRANSACTION;
+  SELECT @Prev = State FROM keel.TransferBatches WITH (UPDLOCK, HOLDLOCK) WHERE BatchId = @BatchId;
+  IF @Prev IS NULL OR CHARINDEX(',' + @Prev + ',', ',' + @FromStates + ',') = 0
+  BEGIN
+    ROLLBACK TRANSACTION;
+    RETURN;
+  END;
+  UPDATE keel.TransferBatches
+     SET State = @ToState,
+         UpdatedAt = SYSUTCDATETIME(),
+         ManifestRows = CASE WHEN @SetManifest = 1 THEN @ManifestRows ELSE ManifestRows END,
+         ManifestChecksum = CASE WHEN @SetManifest = 1 THEN @ManifestChecksum ELSE ManifestChecksum END,
+         StagedRows = CASE WHEN @SetStaged = 1 THEN @StagedRows ELSE StagedRows END,
+         StagedChecksum = CASE WHEN @SetStaged = 1 THEN @StagedChecksum ELSE StagedChecksum END,
+         AppliedRows = CASE WHEN @SetApplied = 1 THEN @AppliedRows ELSE AppliedRows END,
+         LastError = CASE WHEN @SetLastError = 1 THEN @LastError ELSE LastError END,
+         LastErrorCode = CASE WHEN @SetLastError = 1 THEN @LastErrorCode ELSE LastErrorCode END,
+         TargetLtxid = CASE WHEN @SetLtxid = 1 THEN @TargetLtxid ELSE TargetLtxid END,
+         Attempts = Attempts + CASE WHEN @IncrementAttempts = 1 THEN 1 ELSE 0 END,
+         ExtractedAt = CASE WHEN @Stamp = 'extracted_at' THEN SYSUTCDATETIME() ELSE ExtractedAt END,
+         StagedAt = CASE WHEN @Stamp = 'staged_at' THEN SYSUTCDATETIME() ELSE StagedAt END,
+         ApplyStartedAt = CASE WHEN @Stamp = 'apply_started_at' THEN SYSUTCDATETIME() ELSE ApplyStartedAt END,
+         CommittedAt = CASE WHEN @Stamp = 'committed_at' THEN SYSUTCDATETIME() ELSE CommittedAt END,
+         FailedAt = CASE WHEN @Stamp = 'failed_at' THEN SYSUTCDATETIME() ELSE FailedAt END
+   WHERE BatchId = @BatchId;
+  INSERT INTO keel.TransferBatchEvents (BatchId, FromState, ToState, Event, Detail)
+  VALUES (@BatchId, @Prev, @ToState, @Event, @Detail);
+  COMMIT TRANSACTION;
+  SELECT BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
+         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetLtxid,
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
+    FROM keel.TransferBatches WHERE BatchId = @BatchId;
+END;
+GO
+
+-- Records an event (and optionally last error / LTXID) without changing the state.
+CREATE OR ALTER PROCEDURE keel.TransferBatchNote
+  @BatchId uniqueidentifier,
+  @Event varchar(64),
+  @Detail nvarchar(max) = NULL,
+  @SetLastError bit = 0, @LastError nvarchar(2000) = NULL, @LastErrorCode varchar(64) = NULL,
+  @SetLtxid bit = 0, @TargetLtxid varchar(512) = NULL
+AS
+BEGIN
+  SET NOCOUNT ON;
+  SET XACT_ABORT ON;
+  DECLARE @State varchar(12);
+  BEGIN TRANSACTION;
+  UPDATE keel.TransferBatches
+     SET @State = State,
+         LastError = CASE WHEN @SetLastError = 1 THEN @LastError ELSE LastError END,
+         LastErrorCode = CASE WHEN @SetLastError = 1 THEN @LastErrorCode ELSE LastErrorCode END,
+         TargetLtxid = CASE WHEN @SetLtxid = 1 THEN @TargetLtxid ELSE TargetLtxid END,
+         UpdatedAt = CASE WHEN @SetLastError = 1 OR @SetLtxid = 1 THEN SYSUTCDATETIME() ELSE UpdatedAt END
+   WHERE BatchId = @BatchId;
+  IF @State IS NOT NULL
+    INSERT INTO keel.TransferBatchEvents (BatchId, FromState, ToState, Event, Detail) VALUES (@BatchId, @State, @State, @Event, @Detail);
+  COMMIT TRANSACTION;
+END;
+GO
+
+-- Reads. The app role (keel_executor) has EXECUTE only: every journal read is one of these procedures.
+CREATE OR ALTER PROCEDURE keel.TransferBatchGet
+  @BatchId uniqueidentifier
+AS
+BEGIN
+  SET NOCOUNT ON;
+  SELECT BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
+         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetLtxid,
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
+    FROM keel.TransferBatches WHERE BatchId = @BatchId;
+END;
+GO
+
+-- Two result sets: the transfer's open batch (zero or one row), then its latest committed batch (zero or one row).
+CREATE OR ALTER PROCEDURE keel.TransferBatchLast
+  @TransferName nvarchar(64)
+AS
+BEGIN
+  SET NOCOUNT ON;
+  SELECT TOP (1) BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
+         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetLtxid,
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
+    FROM keel.TransferBatches
+   WHERE TransferName = @TransferName AND State IN ('extracting', 'staged', 'applying', 'unresolved');
+  SELECT TOP (1) BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
+         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetLtxid,
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
+    FROM keel.TransferBatches
+   WHERE TransferName = @TransferName AND State = 'committed'
+   ORDER BY Seq DESC;
+END;
+GO
+
+-- Newest first; @AfterId: keyset pagination (batches created before that one; an unknown id gives no rows).
+CREATE OR ALTER PROCEDURE keel.TransferBatchList
+  @TransferName nvarchar(64) = NULL,
+  @State varchar(12) = NULL,
+  @AfterId uniqueidentifier = NULL,
+  @Limit int = 100
+AS
+BEGIN
+  SET NOCOUNT ON;
+  DECLARE @AfterSeq bigint = NULL;
+  IF @AfterId IS NOT NULL
+    SELECT @AfterSeq = Seq FROM keel.TransferBatches WHERE BatchId = @AfterId;
+  SET @Limit = CASE WHEN @Limit IS NULL THEN 100 WHEN @Limit < 1 THEN 1 WHEN @Limit > 1000 THEN 1000 ELSE @Limit END;
+  SELECT TOP (@Limit) BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
+         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetLtxid,
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
+    FROM keel.TransferBatches
+   WHERE (@TransferName IS NULL OR TransferName = @TransferName)
+     AND (@State IS NULL OR State = @State)
+     AND (@AfterId IS NULL OR Seq < @AfterSeq)
+   ORDER BY Seq DESC
+  OPTION (RECOMPILE);
+END;
+GO
+
+-- (Not named TransferBatchEvents: a procedure and the table would share one name in schema keel.)
+CREATE OR ALTER PROCEDURE keel.TransferBatchEventList
+  @BatchId uniqueidentifier
+AS
+BEGIN
+  SET NOCOUNT ON;
+  SELECT EventId, BatchId, At, FromState, ToState, Event, Detail
+    FROM keel.TransferBatchEvents WHERE BatchId = @BatchId ORDER BY EventId;
+END;
+GO
+
+-- Batches in one of @States (comma-separated) not updated for @OlderThanMs, oldest first.
+CREATE OR ALTER PROCEDURE keel.TransferBatchStale
+  @States varchar(100),
+  @OlderThanMs bigint,
+  @Limit int = 20
+AS
+BEGIN
+  SET NOCOUNT ON;
+  DECLARE @Ms bigint = CASE WHEN @OlderThanMs IS NULL OR @OlderThanMs < 0 THEN 0 WHEN @OlderThanMs > 2000000000000 THEN 2000000000000 ELSE @OlderThanMs END;
+  DECLARE @Before datetime2(3) = DATEADD(millisecond, -CAST(@Ms % 1000 AS int), DATEADD(second, -CAST(@Ms / 1000 AS int), SYSUTCDATETIME()));
+  SET @Limit = CASE WHEN @Limit IS NULL THEN 20 WHEN @Limit < 1 THEN 1 WHEN @Limit > 1000 THEN 1000 ELSE @Limit END;
+  SELECT TOP (@Limit) BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
+         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetLtxid,
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
+    FROM keel.TransferBatches
+   WHERE CHARINDEX(',' + State + ',', ',' + @States + ',') > 0 AND UpdatedAt < @Before
+   ORDER BY UpdatedAt;
+END;
+GO
