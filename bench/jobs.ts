@@ -4,7 +4,7 @@
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { startEmbeddedPostgres } from '../shared/engines/postgres/embedded.js';
+import { startEmbeddedPostgres } from '../dev/embeddedPostgres.js';
 import { PostgresJobStore } from '../shared/engines/postgres/jobStore.js';
 import type { ClaimOptions, JobStore } from '../shared/jobs/contract.js';
 import { HandlerRegistry } from '../shared/jobs/registry.js';

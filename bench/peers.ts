@@ -15,13 +15,13 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { startEmbeddedPostgres } from '../shared/engines/postgres/embedded.js';
+import { startEmbeddedPostgres } from '../dev/embeddedPostgres.js';
 import { PostgresJobStore } from '../shared/engines/postgres/jobStore.js';
 import { HandlerRegistry } from '../shared/jobs/registry.js';
 import { JobProcessor, Worker } from '../shared/jobs/processor.js';
 import { parseSettings } from '../shared/config/settings.js';
-import { dispatchDueJobs } from '../shared/host/dispatch.js';
-import type { Runtime } from '../shared/host/runtime.js';
+import { dispatchDueJobs } from '../shared/app/dispatch.js';
+import type { Runtime } from '../shared/app/runtime.js';
 import { PostgresWakeups } from '../shared/engines/postgres/wakeups.js';
 
 const CONFIGS = ['keel-batched', 'keel-functions-default', 'graphile-perf', 'graphile-defaults', 'pgboss-batched'] as const;

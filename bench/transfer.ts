@@ -9,7 +9,7 @@ import { spawn } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { startEmbeddedPostgres } from '../shared/engines/postgres/embedded.js';
+import { startEmbeddedPostgres } from '../dev/embeddedPostgres.js';
 import { migrate } from '../shared/engines/postgres/migrate.js';
 import { PostgresTransferJournal } from '../shared/engines/postgres/transferJournal.js';
 import { PostgresTransferSource } from '../shared/engines/postgres/transferSource.js';

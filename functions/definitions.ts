@@ -1,5 +1,5 @@
 // THE list of Keel's functions. functions/index.ts registers it with the Azure Functions host; the local host
-// (shared/host/localHost.ts) serves the same list: HTTP routes, timers on their schedules, queue pollers.
+// (dev/localHost.ts) serves the same list: HTTP routes, timers on their schedules, queue pollers.
 // Queue names and schedules come from app settings (shared/config/settings.ts), resolved at registration.
 import type { HttpHandler, HttpMethod, StorageQueueHandler, TimerHandler } from '@azure/functions';
 import type { Settings } from '../shared/config/settings.js';

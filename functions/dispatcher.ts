@@ -2,8 +2,8 @@
 // time budget (KEEL_DISPATCH_MODE=run), or releases them and posts their ids for the job runner (=post).
 // Bounded by budget and count; a second firing finds nothing it can claim twice.
 import type { InvocationContext, Timer } from '@azure/functions';
-import { getRuntime } from '../shared/host/runtime.js';
-import { dispatchDueJobs } from '../shared/host/dispatch.js';
+import { getRuntime } from '../shared/app/runtime.js';
+import { dispatchDueJobs } from '../shared/app/dispatch.js';
 
 export async function dispatcher(_timer: Timer, context: InvocationContext): Promise<void> {
   const rt = await getRuntime();

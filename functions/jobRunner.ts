@@ -3,9 +3,9 @@
 // A job that exists but cannot be claimed (done, running elsewhere, not yet due, queue paused or at its
 // limit) is acknowledged: the row is the truth and the dispatcher runs it when it can.
 import type { InvocationContext } from '@azure/functions';
-import { getRuntime } from '../shared/host/runtime.js';
-import { jobMessageSchema, parseMessage, poison } from '../shared/host/messages.js';
-import { postJob } from '../shared/host/jobs.js';
+import { getRuntime } from '../shared/app/runtime.js';
+import { jobMessageSchema, parseMessage, poison } from '../shared/app/messages.js';
+import { postJob } from '../shared/app/jobs.js';
 
 export async function jobRunner(message: unknown, context: InvocationContext): Promise<void> {
   const rt = await getRuntime();

@@ -1,6 +1,6 @@
 // HTTP trigger for the whole ops API under /api/ops/...: one route table (shared/ops/routes.ts).
 import type { HttpRequest, HttpResponseInit, InvocationContext } from '@azure/functions';
-import { getRuntime } from '../shared/host/runtime.js';
+import { getRuntime } from '../shared/app/runtime.js';
 import { createOpsHandler } from '../shared/ops/router.js';
 import { allRoutes } from '../shared/ops/routes.js';
 

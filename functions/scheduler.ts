@@ -2,8 +2,8 @@
 // each schedule's missed-tick policy; the store's compare-and-set makes each tick enqueued exactly once, however many
 // instances fire this timer at once.
 import type { InvocationContext, Timer } from '@azure/functions';
-import { getRuntime } from '../shared/host/runtime.js';
-import { runSchedulerPass } from '../shared/host/dispatch.js';
+import { getRuntime } from '../shared/app/runtime.js';
+import { runSchedulerPass } from '../shared/app/dispatch.js';
 
 export async function scheduler(_timer: Timer, context: InvocationContext): Promise<void> {
   const rt = await getRuntime();

@@ -2,10 +2,10 @@
 // The journal's compare-and-set claims the batch: a rival apply of the same id learns it lost, and re-applying a
 // committed batch is a no-op that says so.
 import type { InvocationContext } from '@azure/functions';
-import { getRuntime } from '../shared/host/runtime.js';
-import { parseMessage, poison, transferMessageSchema } from '../shared/host/messages.js';
-import { describeView, isTransferError, postStage } from '../shared/host/transfers.js';
-import { batchTelemetry } from '../shared/host/telemetryHooks.js';
+import { getRuntime } from '../shared/app/runtime.js';
+import { parseMessage, poison, transferMessageSchema } from '../shared/app/messages.js';
+import { describeView, isTransferError, postStage } from '../shared/app/transfers.js';
+import { batchTelemetry } from '../shared/app/telemetryHooks.js';
 
 export async function transferApply(message: unknown, context: InvocationContext): Promise<void> {
   const rt = await getRuntime();

@@ -3,10 +3,10 @@
 // Malformed messages and unknown batch ids go to the poison queue; transient errors are thrown so the host
 // retries the message (visibilityTimeout, then maxDequeueCount -> poison; the transfer timer resumes it).
 import type { InvocationContext } from '@azure/functions';
-import { getRuntime } from '../shared/host/runtime.js';
-import { parseMessage, poison, transferMessageSchema } from '../shared/host/messages.js';
-import { describeView, isTransferError, postApply } from '../shared/host/transfers.js';
-import { batchTelemetry } from '../shared/host/telemetryHooks.js';
+import { getRuntime } from '../shared/app/runtime.js';
+import { parseMessage, poison, transferMessageSchema } from '../shared/app/messages.js';
+import { describeView, isTransferError, postApply } from '../shared/app/transfers.js';
+import { batchTelemetry } from '../shared/app/telemetryHooks.js';
 
 export async function transferStage(message: unknown, context: InvocationContext): Promise<void> {
   const rt = await getRuntime();

@@ -2,8 +2,8 @@
 // re-posts an open, retryable batch nobody has touched for KEEL_TRANSFER_STALE_MS. A second firing finds the
 // open batch and creates nothing (one open batch per transfer is enforced by the journal).
 import type { InvocationContext, Timer } from '@azure/functions';
-import { getRuntime } from '../shared/host/runtime.js';
-import { runTransferSchedule } from '../shared/host/transfers.js';
+import { getRuntime } from '../shared/app/runtime.js';
+import { runTransferSchedule } from '../shared/app/transfers.js';
 
 export async function transferTimer(_timer: Timer, context: InvocationContext): Promise<void> {
   const rt = await getRuntime();

@@ -2,9 +2,9 @@
 // the ops API, so a newcomer sees jobs archived, retried, dead-lettered and resurrected, and a transfer batch
 // committed. The host keeps running afterwards for exploring (Ctrl+C stops it); `--exit` stops it at the end.
 import '../functions/setup.js'; // telemetry first (a no-op without APPLICATIONINSIGHTS_CONNECTION_STRING)
-import { bootLocal } from '../shared/host/boot.js';
+import { bootLocal } from '../dev/boot.js';
 import { encodeClientPrincipal } from '../shared/ops/auth.js';
-import { DEMO_TRANSFER } from '../shared/host/demoTransfer.js';
+import { DEMO_TRANSFER } from '../dev/demoTransfer.js';
 
 const exitAtEnd = process.argv.includes('--exit');
 const quiet = !process.argv.includes('--verbose');

@@ -4,7 +4,7 @@
 //   --demo   also create the demo transfer's two databases and configure the transfer `demo_orders` (`npm start -- --demo`;
 //            scripts/demo.ts uses it; the transfer examples in the docs need it)
 import '../functions/setup.js'; // telemetry first (a no-op without APPLICATIONINSIGHTS_CONNECTION_STRING)
-import { bootLocal, StartupError } from '../shared/host/boot.js';
+import { bootLocal, StartupError } from '../dev/boot.js';
 import { encodeClientPrincipal } from '../shared/ops/auth.js';
 
 const demo = process.argv.includes('--demo');

@@ -201,8 +201,8 @@ export async function runJobEndToEnd(
   const [{ createTestDatabase }, { parseSettings }, { createRuntime }, { enqueueJobs }] = await Promise.all([
     import('./support/pg.js'),
     import('../shared/config/settings.js'),
-    import('../shared/host/runtime.js'),
-    import('../shared/host/jobs.js'),
+    import('../shared/app/runtime.js'),
+    import('../shared/app/jobs.js'),
   ]);
   const url = await createTestDatabase(`kit_${randomBytes(2).toString('hex')}`);
   const env = { KEEL_PG_URL: url, KEEL_PG_POOL_SIZE: '3', ...opts.env };

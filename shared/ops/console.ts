@@ -224,8 +224,10 @@ export async function handleConsoleApi(
     url.searchParams.forEach((v, k) => {
       query[k] = v;
     });
-    // Loaded on use: @azure/functions' classes come through a CommonJS default export (shared/host/azureFunctions.ts).
-    const { HttpRequest: HttpRequestClass } = await import('../host/azureFunctions.js');
+    // Loaded on use: @azure/functions is a CommonJS bundle whose classes Node's ESM loader only exposes on the
+    // default export (the registration test mocks the module without one, so not at module load).
+    const { default: azureFunctions } = await import('@azure/functions');
+    const HttpRequestClass = azureFunctions.HttpRequest;
     const relayed = new HttpRequestClass({
       method: request.method,
       url: `${url.origin}${url.pathname.replace(/\/console-api\/ops(\/.*)?$/, (_m, rest: string | undefined) => `/ops${rest ?? ''}`)}${url.search}`,

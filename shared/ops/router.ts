@@ -5,7 +5,7 @@ import Router from 'find-my-way';
 import type { HttpRequest, HttpResponseInit, InvocationContext } from '@azure/functions';
 import type { z } from 'zod/v4';
 import { ValidationError, issueMessage } from '../jobs/validate.js';
-import type { Runtime } from '../host/runtime.js';
+import type { Runtime } from '../app/runtime.js';
 import { OpsError, errorResponse, json } from './errors.js';
 import { requireOperator, type ClientPrincipal } from './auth.js';
 

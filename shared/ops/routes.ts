@@ -1,7 +1,7 @@
 // The ops route table: every route, its schemas, whether it is destructive, and its handler.
 import type { JobRecord, PurgeTarget, QueueSettingsPatch } from '../jobs/contract.js';
 import type { JobRequest } from '../jobs/typedEnqueue.js';
-import { enqueueAndPost, postJobs } from '../host/jobs.js';
+import { enqueueAndPost, postJobs } from '../app/jobs.js';
 import { conflict, invalid, notFound } from './errors.js';
 import { route, type OpsRoute } from './router.js';
 import * as s from './schemas.js';

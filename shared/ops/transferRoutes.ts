@@ -1,7 +1,7 @@
 // Ops routes for transfers: list configured transfers, start one (creates a batch and posts it to the stage
 // queue), list batches, batch detail with its journal, reconcile one batch or every stale one, resume a batch.
-import type { Runtime } from '../host/runtime.js';
-import { postStage } from '../host/transfers.js';
+import type { Runtime } from '../app/runtime.js';
+import { postStage } from '../app/transfers.js';
 import type { TransferService } from '../transfer/service.js';
 import { BATCH_STATES, type BatchState } from '../transfer/types.js';
 import { isTransferError, type TransferErrorCode } from '../transfer/errors.js';

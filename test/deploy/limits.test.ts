@@ -3,8 +3,8 @@
 import { describe, expect, it } from 'vitest';
 import path from 'node:path';
 import { HandlerRegistry, TIMEOUT_MARGIN_MS } from '../../shared/jobs/registry.js';
-import { appFunctionTimeoutMs, readHostConfig } from '../../shared/host/hostJson.js';
-import { StorageQueueGateway } from '../../shared/host/queues.js';
+import { appFunctionTimeoutMs, readHostConfig } from '../../shared/app/hostJson.js';
+import { StorageQueueGateway } from '../../shared/app/queues.js';
 
 const noop = async () => undefined;
 

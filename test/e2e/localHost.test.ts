@@ -10,7 +10,7 @@ import pg from 'pg';
 import { QueueServiceClient } from '@azure/storage-queue';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { appUrl, createTestDatabase } from '../support/pg.js';
-import { freePort } from '../../shared/engines/postgres/embedded.js';
+import { freePort } from '../../dev/embeddedPostgres.js';
 import { encodeClientPrincipal } from '../../shared/ops/auth.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');

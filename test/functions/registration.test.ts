@@ -36,7 +36,7 @@ describe('Azure registration', () => {
 
 describe('liveness', () => {
   it('answers 200 without a key, a runtime or any internals', async () => {
-    const runtime = await import('../../shared/host/runtime.js');
+    const runtime = await import('../../shared/app/runtime.js');
     runtime.setRuntime(undefined);
     const { health } = await import('../../functions/health.js');
     // No KEEL_* setting at all: the probe must not build the runtime (that would need a store).
@@ -65,7 +65,7 @@ describe('settings', () => {
 
 describe('host.json', () => {
   it('is read with the queue semantics the local host honours', async () => {
-    const { readHostConfig, parseTimeSpan } = await import('../../shared/host/hostJson.js');
+    const { readHostConfig, parseTimeSpan } = await import('../../shared/app/hostJson.js');
     const cfg = readHostConfig(path.resolve(import.meta.dirname, '../../host.json'));
     expect(cfg.routePrefix).toBe('api');
     expect(cfg.queues).toMatchObject({ batchSize: 16, maxDequeueCount: 5, messageEncoding: 'base64', visibilityTimeoutMs: 10_000 });

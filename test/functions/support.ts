@@ -5,9 +5,9 @@ import pg from 'pg';
 import type { HttpResponseInit, LogLevel } from '@azure/functions';
 import { appUrl, createTestDatabase } from '../support/pg.js';
 import { parseSettings } from '../../shared/config/settings.js';
-import { createRuntime, setRuntime, type Runtime, type RuntimeOverrides } from '../../shared/host/runtime.js';
-import type { PoisonEntry, QueueGateway } from '../../shared/host/queues.js';
-import { HttpRequest, InvocationContext } from '../../shared/host/azureFunctions.js';
+import { createRuntime, setRuntime, type Runtime, type RuntimeOverrides } from '../../shared/app/runtime.js';
+import type { PoisonEntry, QueueGateway } from '../../shared/app/queues.js';
+import { HttpRequest, InvocationContext } from '../../dev/azureFunctions.js';
 import { encodeClientPrincipal } from '../../shared/ops/auth.js';
 import type { HandlerRegistry } from '../../shared/jobs/registry.js';
 

@@ -2,7 +2,7 @@
 // unknown types are refused unless KEEL_ALLOW_UNKNOWN_JOB_TYPES; the handler's queue is applied.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ops } from '../../functions/ops.js';
-import { enqueueJobs } from '../../shared/host/jobs.js';
+import { enqueueJobs } from '../../shared/app/jobs.js';
 import { defineHandler, z } from '../../shared/jobs/define.js';
 import { registerHandlers } from '../../shared/jobs/handlerFolder.js';
 import { ValidationError } from '../../shared/jobs/validate.js';

@@ -7,7 +7,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { parseSettings } from '../../shared/config/settings.js';
-import { createRuntime } from '../../shared/host/runtime.js';
+import { createRuntime } from '../../shared/app/runtime.js';
 import { loadHandlerFolder } from '../../shared/jobs/handlerFolder.js';
 import type { JobStore } from '../../shared/jobs/contract.js';
 
@@ -79,7 +79,7 @@ describe('handlers folder', () => {
     // The build exactly as `npm run build` runs it, in the copy (its node_modules link to the project's).
     await run(process.execPath, [path.join(root, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.build.json', '--outDir', outDir], { cwd: project });
     const script = `
-      const { createRuntime } = await import(${JSON.stringify(path.join(outDir, 'shared/host/runtime.js'))});
+      const { createRuntime } = await import(${JSON.stringify(path.join(outDir, 'shared/app/runtime.js'))});
       const { parseSettings } = await import(${JSON.stringify(path.join(outDir, 'shared/config/settings.js'))});
       const rt = await createRuntime(parseSettings({ KEEL_PG_URL: 'postgres://u:p@127.0.0.1:1/none' }), {
         store: { engine: 'none', close: async () => {} }, queues: { send: async () => {}, sendPoison: async () => {}, ping: async () => true }, transfers: null });

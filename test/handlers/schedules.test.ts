@@ -3,8 +3,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ops } from '../../functions/ops.js';
 import { parseSettings } from '../../shared/config/settings.js';
-import { createRuntime, type Runtime, type RuntimeOverrides } from '../../shared/host/runtime.js';
-import { runSchedulerPass } from '../../shared/host/dispatch.js';
+import { createRuntime, type Runtime, type RuntimeOverrides } from '../../shared/app/runtime.js';
+import { runSchedulerPass } from '../../shared/app/dispatch.js';
 import { defineHandler, defineSchedule, z } from '../../shared/jobs/define.js';
 import { registerHandlers } from '../../shared/jobs/handlerFolder.js';
 import { planTicks } from '../../shared/jobs/scheduler.js';
@@ -115,7 +115,7 @@ describe('recurring schedules', () => {
 
   it('pause and resume over the ops API (operator role), kept in the database; paused ticks never run', async () => {
     const rt = await instance([pausable], 'host-pause');
-    const { setRuntime } = await import('../../shared/host/runtime.js');
+    const { setRuntime } = await import('../../shared/app/runtime.js');
     setRuntime(rt);
     const call = async (method: string, path: string, operator = true) => {
       const res = await ops(request(method, path, { operator }), context('ops'));

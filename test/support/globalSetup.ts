@@ -2,7 +2,7 @@
 // Stores under test log in as keel_app_test, a member of keel_executor (EXECUTE on Keel's public functions only, like
 // keel_executor on SQL Server); migrations and harness inspections use the admin login, which owns the schema.
 import type { TestProject } from 'vitest/node';
-import { startEmbeddedPostgres, type EmbeddedServer } from '../../shared/engines/postgres/embedded.js';
+import { startEmbeddedPostgres, type EmbeddedServer } from '../../dev/embeddedPostgres.js';
 import { ensureExecutorLogin } from '../../shared/engines/postgres/client.js';
 import os from 'node:os';
 import path from 'node:path';

@@ -11,14 +11,14 @@ import Router from 'find-my-way';
 import { Cron } from 'croner';
 import type { QueueClient, QueueServiceClient, DequeuedMessageItem } from '@azure/storage-queue';
 import type { HttpResponseInit, HttpResponse as HttpResponseType, LogLevel, Timer } from '@azure/functions';
-import type { FunctionDefinition, HttpDefinition, QueueDefinition, TimerDefinition } from '../../functions/definitions.js';
-import { queueNameOf, scheduleOf } from '../../functions/definitions.js';
-import type { Settings } from '../config/settings.js';
-import { checkFunctionKey } from '../ops/auth.js';
+import type { FunctionDefinition, HttpDefinition, QueueDefinition, TimerDefinition } from '../functions/definitions.js';
+import { queueNameOf, scheduleOf } from '../functions/definitions.js';
+import type { Settings } from '../shared/config/settings.js';
+import { checkFunctionKey } from '../shared/ops/auth.js';
 import { HttpRequest, HttpResponse, InvocationContext } from './azureFunctions.js';
-import type { HostConfig } from './hostJson.js';
-import { poisonQueueName } from './queues.js';
-import type { WakeupSource } from '../jobs/processor.js';
+import type { HostConfig } from '../shared/app/hostJson.js';
+import { poisonQueueName } from '../shared/app/queues.js';
+import type { WakeupSource } from '../shared/jobs/processor.js';
 
 export interface LocalHostOptions {
   definitions: readonly FunctionDefinition[];

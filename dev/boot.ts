@@ -11,21 +11,21 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { QueueServiceClient } from '@azure/storage-queue';
-import { definitions } from '../../functions/definitions.js';
-import { parseSettings, type Settings } from '../config/settings.js';
-import { startEmbeddedPostgres, freePort, EMBEDDED_PASSWORD, EMBEDDED_USER, type EmbeddedServer } from '../engines/postgres/embedded.js';
+import { definitions } from '../functions/definitions.js';
+import { parseSettings, type Settings } from '../shared/config/settings.js';
+import { startEmbeddedPostgres, freePort, EMBEDDED_PASSWORD, EMBEDDED_USER, type EmbeddedServer } from './embeddedPostgres.js';
 import { startAzuriteQueue, type AzuriteQueue } from './azurite.js';
-import { readHostConfig } from './hostJson.js';
+import { readHostConfig } from '../shared/app/hostJson.js';
 import { startLocalHost, type RunningLocalHost } from './localHost.js';
-import { PostgresWakeups } from '../engines/postgres/wakeups.js';
-import { createRuntime, setRuntime, type Runtime } from './runtime.js';
+import { PostgresWakeups } from '../shared/engines/postgres/wakeups.js';
+import { createRuntime, setRuntime, type Runtime } from '../shared/app/runtime.js';
 import { prepareDemoTransfer } from './demoTransfer.js';
-import { ensureExecutorLogin, withDatabase, withLogin } from '../engines/postgres/client.js';
+import { ensureExecutorLogin, withDatabase, withLogin } from '../shared/engines/postgres/client.js';
 
 // The local host's application login on its embedded server (loopback only, like the server's admin password).
 const LOCAL_APP_LOGIN = { user: 'keel_app', password: 'keel-app-local' };
 
-export const PROJECT_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+export const PROJECT_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
 export interface BootOptions {
   dataDir?: string; // default KEEL_DATA_DIR or <project>/.data

@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import type { JobStore } from '../jobs/contract.js';
 import { HandlerRegistry, consoleLogger } from '../jobs/registry.js';
 import { JobProcessor } from '../jobs/processor.js';
-import { registerDemoHandlers } from '../jobs/demoHandlers.js';
+import { registerDemoHandlers } from '../../dev/demoHandlers.js';
 import { HANDLERS_DIR, checkSchedules, loadHandlerFolder, registerHandlers } from '../jobs/handlerFolder.js';
 import type { ScheduleDefinition } from '../jobs/define.js';
 import { PostgresJobStore } from '../engines/postgres/jobStore.js';

@@ -1,5 +1,5 @@
 // Demo job types for `npm start` and the demo script: they show archive, retry, dead-letter and cancel paths.
-import { FatalError, type HandlerRegistry } from './registry.js';
+import { FatalError, type HandlerRegistry } from '../shared/jobs/registry.js';
 
 const sleep = (ms: number, signal: AbortSignal) =>
   new Promise<void>((resolve, reject) => {
