@@ -1,6 +1,7 @@
 // Boots Keel locally: settings (local.settings.json Values, then the environment), embedded PostgreSQL under
 // <data>/pg (kept across restarts), Azurite's queue service in-process under <data>/azurite, the ops key in
-// <data>/ops-key, the runtime, and the local host serving functions/definitions.ts.
+// <data>/ops-key, the runtime, and the local host serving the function definitions it is handed (scripts/start.ts
+// passes functions/definitions.ts: dev/ sits beside the app and never reaches into functions/ itself).
 import { existsSync, readFileSync } from 'node:fs';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { createHash, randomBytes } from 'node:crypto';
@@ -11,7 +12,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { QueueServiceClient } from '@azure/storage-queue';
-import { definitions } from '../functions/definitions.js';
+import type { FunctionDefinition } from '../shared/app/definitions.js';
 import { parseSettings, type Settings } from '../shared/config/settings.js';
 import { startEmbeddedPostgres, freePort, EMBEDDED_PASSWORD, EMBEDDED_USER, type EmbeddedServer } from './embeddedPostgres.js';
 import { startAzuriteQueue, type AzuriteQueue } from './azurite.js';
@@ -24,10 +25,12 @@ import { ensureExecutorLogin, withDatabase, withLogin } from '../shared/engines/
 
 // The local host's application login on its embedded server (loopback only, like the server's admin password).
 const LOCAL_APP_LOGIN = { user: 'keel_app', password: 'keel-app-local' };
+import { registerDemoHandlers } from './demoHandlers.js';
 
 export const PROJECT_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
 export interface BootOptions {
+  definitions: readonly FunctionDefinition[]; // what to serve: functions/definitions.ts
   dataDir?: string; // default KEEL_DATA_DIR or <project>/.data
   port?: number; // default KEEL_HTTP_PORT or 7071 (0: any free port)
   demo?: boolean; // also create the demo transfer's two databases and configure it
@@ -143,7 +146,7 @@ async function pgDataDir(dataDir: string, explicit: boolean, notes: string[]): P
   return moved;
 }
 
-export async function bootLocal(opts: BootOptions = {}): Promise<LocalKeel> {
+export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
   const log = opts.log ?? ((line: string) => console.log(line));
   const fileValues = localSettingsValues(path.join(PROJECT_ROOT, 'local.settings.json'));
   const env: Record<string, string | undefined> = { ...fileValues, ...process.env };
@@ -211,7 +214,8 @@ export async function bootLocal(opts: BootOptions = {}): Promise<LocalKeel> {
     // Library code that reads process.env (transfer configuration, telemetry) sees the same settings.
     for (const [k, v] of Object.entries(env)) if (v !== undefined) process.env[k] = v;
     const settings = parseSettings(env);
-    const runtime = await createRuntime(settings, { env });
+    // The demo job types are dev code: registered here, never by the production runtime.
+    const runtime = await createRuntime(settings, { env, ...(settings.KEEL_DEMO_HANDLERS ? { register: registerDemoHandlers } : {}) });
     cleanups.push(() => runtime.close());
     setRuntime(runtime);
     cleanups.push(async () => setRuntime(undefined));
@@ -226,7 +230,7 @@ export async function bootLocal(opts: BootOptions = {}): Promise<LocalKeel> {
     const hostConfig = readHostConfig(path.join(PROJECT_ROOT, 'host.json'));
     const port = opts.port ?? (env.KEEL_HTTP_PORT !== undefined ? Number(env.KEEL_HTTP_PORT) : 7071);
     const host = await startLocalHost({
-      definitions,
+      definitions: opts.definitions,
       settings,
       hostConfig,
       queueService: QueueServiceClient.fromConnectionString(settings.AzureWebJobsStorage!),

@@ -1,8 +1,8 @@
 // THE list of Keel's functions. functions/index.ts registers it with the Azure Functions host; the local host
-// (dev/localHost.ts) serves the same list: HTTP routes, timers on their schedules, queue pollers.
-// Queue names and schedules come from app settings (shared/config/settings.ts), resolved at registration.
-import type { HttpHandler, HttpMethod, StorageQueueHandler, TimerHandler } from '@azure/functions';
-import type { Settings } from '../shared/config/settings.js';
+// (dev/localHost.ts) is handed the same list by scripts/start.ts, scripts/demo.ts and the tests: HTTP routes,
+// timers on their schedules, queue pollers. Queue names and schedules come from app settings
+// (shared/config/settings.ts), resolved at registration (shared/app/definitions.ts).
+import type { FunctionDefinition } from '../shared/app/definitions.js';
 import { jobRunner } from './jobRunner.js';
 import { dispatcher } from './dispatcher.js';
 import { maintenance } from './maintenance.js';
@@ -13,36 +13,6 @@ import { health } from './health.js';
 import { transferTimer } from './transferTimer.js';
 import { transferStage } from './transferStage.js';
 import { transferApply } from './transferApply.js';
-
-type QueueSetting = 'KEEL_JOBS_QUEUE' | 'KEEL_TRANSFER_STAGE_QUEUE' | 'KEEL_TRANSFER_APPLY_QUEUE';
-type ScheduleSetting = 'KEEL_DISPATCH_SCHEDULE' | 'KEEL_MAINTENANCE_SCHEDULE' | 'KEEL_TRANSFER_SCHEDULE' | 'KEEL_SCHEDULER_SCHEDULE';
-
-export interface HttpDefinition {
-  name: string;
-  kind: 'http';
-  route: string; // below the host's routePrefix ("api")
-  methods: HttpMethod[];
-  authLevel: 'function' | 'anonymous';
-  handler: HttpHandler;
-}
-
-export interface QueueDefinition {
-  name: string;
-  kind: 'queue';
-  queueSetting: QueueSetting;
-  connection: 'AzureWebJobsStorage';
-  handler: StorageQueueHandler;
-}
-
-export interface TimerDefinition {
-  name: string;
-  kind: 'timer';
-  scheduleSetting: ScheduleSetting;
-  runOnStartup: boolean;
-  handler: TimerHandler;
-}
-
-export type FunctionDefinition = HttpDefinition | QueueDefinition | TimerDefinition;
 
 export const definitions: readonly FunctionDefinition[] = [
   { name: 'jobRunner', kind: 'queue', queueSetting: 'KEEL_JOBS_QUEUE', connection: 'AzureWebJobsStorage', handler: jobRunner },
@@ -75,10 +45,4 @@ export const definitions: readonly FunctionDefinition[] = [
   { name: 'health', kind: 'http', route: 'health', methods: ['GET'], authLevel: 'anonymous', handler: health },
 ];
 
-export function queueNameOf(def: QueueDefinition, settings: Settings): string {
-  return settings[def.queueSetting];
-}
-
-export function scheduleOf(def: TimerDefinition, settings: Settings): string {
-  return settings[def.scheduleSetting];
-}
+export { queueNameOf, scheduleOf, type FunctionDefinition, type HttpDefinition, type QueueDefinition, type TimerDefinition } from '../shared/app/definitions.js';

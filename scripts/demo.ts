@@ -3,6 +3,7 @@
 // committed. The host keeps running afterwards for exploring (Ctrl+C stops it); `--exit` stops it at the end.
 import '../functions/setup.js'; // telemetry first (a no-op without APPLICATIONINSIGHTS_CONNECTION_STRING)
 import { bootLocal } from '../dev/boot.js';
+import { definitions } from '../functions/definitions.js';
 import { encodeClientPrincipal } from '../shared/ops/auth.js';
 import { DEMO_TRANSFER } from '../dev/demoTransfer.js';
 
@@ -16,6 +17,7 @@ process.env.KEEL_MAINTENANCE_SCHEDULE ??= '*/3 * * * * *';
 const hostLog: string[] = [];
 let live = !quiet;
 const keel = await bootLocal({
+  definitions,
   demo: true,
   log: (line) => {
     if (live) return console.log(line);

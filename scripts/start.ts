@@ -5,6 +5,7 @@
 //            scripts/demo.ts uses it; the transfer examples in the docs need it)
 import '../functions/setup.js'; // telemetry first (a no-op without APPLICATIONINSIGHTS_CONNECTION_STRING)
 import { bootLocal, StartupError } from '../dev/boot.js';
+import { definitions } from '../functions/definitions.js';
 import { encodeClientPrincipal } from '../shared/ops/auth.js';
 
 const demo = process.argv.includes('--demo');
@@ -14,7 +15,7 @@ const GRACE_MS = 5_000;
 const early = () => process.exit(130);
 process.on('SIGINT', early);
 process.on('SIGTERM', early);
-const keel = await bootLocal({ demo, shutdownGraceMs: GRACE_MS }).catch((err: Error) => {
+const keel = await bootLocal({ definitions, demo, shutdownGraceMs: GRACE_MS }).catch((err: Error) => {
   // A start-up problem is a message, not a stack: what is wrong and what to do.
   console.error(`\nKeel could not start: ${err.message}`);
   if (!(err instanceof StartupError) && process.env.KEEL_DEBUG) console.error(err.stack);

@@ -5,7 +5,6 @@ import { randomBytes } from 'node:crypto';
 import type { JobStore } from '../jobs/contract.js';
 import { HandlerRegistry, consoleLogger } from '../jobs/registry.js';
 import { JobProcessor } from '../jobs/processor.js';
-import { registerDemoHandlers } from '../../dev/demoHandlers.js';
 import { HANDLERS_DIR, checkSchedules, loadHandlerFolder, registerHandlers } from '../jobs/handlerFolder.js';
 import type { ScheduleDefinition } from '../jobs/define.js';
 import { PostgresJobStore } from '../engines/postgres/jobStore.js';
@@ -35,7 +34,7 @@ export interface RuntimeOverrides {
   queues?: QueueGateway;
   transfers?: TransferServiceLike | null;
   env?: Record<string, string | undefined>;
-  // Extra job handlers to register (tests, apps embedding Keel).
+  // Extra job handlers to register (the local host's demo types, tests, apps embedding Keel).
   register?: (registry: HandlerRegistry) => void;
   // The handlers folder to load (default: handlers/ at the repository root, dist/handlers when built);
   // null loads none. Ignored when `registry` is given.
@@ -77,7 +76,6 @@ export async function createRuntime(settings: Settings, overrides: RuntimeOverri
       registerHandlers(registry, folder.handlers);
       schedules.push(...folder.schedules);
     }
-    if (settings.KEEL_DEMO_HANDLERS) registerDemoHandlers(registry);
   }
   overrides.register?.(registry);
   schedules.push(...(overrides.schedules ?? []));

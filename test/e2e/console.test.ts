@@ -157,7 +157,8 @@ if (!haveChromium) {
       delete process.env.WEBSITE_SITE_NAME;
       delete process.env.WEBSITE_AUTH_ENABLED;
       const { bootLocal } = await import('../../dev/boot.js');
-      keel = await bootLocal({ dataDir, port: 0, log: () => undefined });
+      const { definitions } = await import('../../functions/definitions.js');
+      keel = await bootLocal({ definitions, dataDir, port: 0, log: () => undefined });
       base = keel.baseUrl;
 
       // Jobs: some succeed, one dead-letters (fatal), one is cancelled while it waits (DLQ "cancelled": it runs

@@ -11,6 +11,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { bootLocal, StartupError } from '../../dev/boot.js';
+import { definitions } from '../../functions/definitions.js';
 import { freePort, startEmbeddedPostgres } from '../../dev/embeddedPostgres.js';
 import { createTestDatabase } from '../support/pg.js';
 
@@ -31,7 +32,7 @@ describe('local host start-up', () => {
     const port = await freePort();
     process.env.KEEL_PG_URL = `postgres://someone:secret@127.0.0.1:${port}/keel`;
     try {
-      const err = await bootLocal({ dataDir: await tempDir('boot-refused'), log: () => undefined }).catch((e: unknown) => e);
+      const err = await bootLocal({ definitions, dataDir: await tempDir('boot-refused'), log: () => undefined }).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(StartupError);
       expect((err as Error).message).toMatch(new RegExp(`cannot reach PostgreSQL at 127\\.0\\.0\\.1:${port} \\(KEEL_PG_URL, from the environment\\).*remove KEEL_PG_URL`));
     } finally {
@@ -46,7 +47,7 @@ describe('local host start-up', () => {
     process.env.KEEL_PG_URL = await createTestDatabase('boot_port');
     process.env.KEEL_AZURITE_PORT = '0';
     try {
-      const err = await bootLocal({ dataDir: await tempDir('boot-port'), port, log: () => undefined }).catch((e: unknown) => e);
+      const err = await bootLocal({ definitions, dataDir: await tempDir('boot-port'), port, log: () => undefined }).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(StartupError);
       expect((err as Error).message).toMatch(new RegExp(`HTTP port ${port} is in use \\(KEEL_HTTP_PORT\\)`));
     } finally {

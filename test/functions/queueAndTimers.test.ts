@@ -9,6 +9,7 @@ import { context, createTestRuntime, snapshot, RecordingQueues, type TestRuntime
 import { appUrl } from '../support/pg.js';
 import { dispatchDueJobs } from '../../shared/app/dispatch.js';
 import { createRuntime } from '../../shared/app/runtime.js';
+import { registerDemoHandlers } from '../../dev/demoHandlers.js';
 import { parseSettings } from '../../shared/config/settings.js';
 
 let t: TestRuntime;
@@ -122,7 +123,7 @@ describe('dispatcher in post mode', () => {
   it('claims due jobs, releases them and posts their ids for the queue-triggered runner', async () => {
     const queues = new RecordingQueues();
     const settings = parseSettings({ KEEL_PG_URL: appUrl(t.url), KEEL_PG_MIGRATE_URL: t.url, KEEL_DEMO_HANDLERS: 'true', KEEL_DISPATCH_MODE: 'post', KEEL_DISPATCH_QUEUES: 'post-a' });
-    const rt = await createRuntime(settings, { queues, store: t.rt.store, transfers: null });
+    const rt = await createRuntime(settings, { queues, store: t.rt.store, transfers: null, register: registerDemoHandlers });
     try {
       const ids = [await enqueue('post-a', 'demo.echo'), await enqueue('post-a', 'demo.echo')];
       const later = await enqueue('post-a', 'demo.echo', { delayMs: 60_000 });

@@ -5,6 +5,7 @@ import pg from 'pg';
 import type { HttpResponseInit, LogLevel } from '@azure/functions';
 import { appUrl, createTestDatabase } from '../support/pg.js';
 import { parseSettings } from '../../shared/config/settings.js';
+import { registerDemoHandlers } from '../../dev/demoHandlers.js';
 import { createRuntime, setRuntime, type Runtime, type RuntimeOverrides } from '../../shared/app/runtime.js';
 import type { PoisonEntry, QueueGateway } from '../../shared/app/queues.js';
 import { HttpRequest, InvocationContext } from '../../dev/azureFunctions.js';
@@ -70,7 +71,11 @@ export async function createTestRuntime(
   const rt = await createRuntime(settings, {
     queues,
     env,
-    ...(opts.register ? { register: opts.register } : {}),
+    // The demo job types (dev/, registered by the local host) are the tests' sample handlers too.
+    register: (r: HandlerRegistry) => {
+      registerDemoHandlers(r);
+      opts.register?.(r);
+    },
     ...(opts.transfers !== undefined ? { transfers: opts.transfers } : {}),
   });
   setRuntime(rt);

@@ -8,6 +8,7 @@ import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { parseSettings } from '../../shared/config/settings.js';
 import { createRuntime } from '../../shared/app/runtime.js';
+import { registerDemoHandlers } from '../../dev/demoHandlers.js';
 import { loadHandlerFolder } from '../../shared/jobs/handlerFolder.js';
 import type { JobStore } from '../../shared/jobs/contract.js';
 
@@ -29,14 +30,20 @@ afterAll(() => {
 });
 
 describe('handlers folder', () => {
-  it('ships the example handler, registered by the runtime; the demo handlers only when asked for', async () => {
+  it('ships the example handler, registered by the runtime; the demo handlers only when the local host adds them', async () => {
     const rt = await createRuntime(settings, { store: noStore, queues: noQueues, transfers: null });
     expect(rt.registry.types()).toContain('webhook.post');
     expect(rt.registry.get('webhook.post')!.source).toBe(path.join('handlers', 'webhook.ts'));
     expect(rt.registry.types().filter((t) => t.startsWith('demo.'))).toEqual([]);
     await rt.close();
-    const demo = await createRuntime(parseSettings({ ...process.env, KEEL_PG_URL: 'postgres://u:p@127.0.0.1:1/none', KEEL_DEMO_HANDLERS: 'true' }), {
+    // KEEL_DEMO_HANDLERS alone registers nothing in the app: the demo types are dev code (dev/boot.ts adds them).
+    const plain = await createRuntime(parseSettings({ ...process.env, KEEL_PG_URL: 'postgres://u:p@127.0.0.1:1/none', KEEL_DEMO_HANDLERS: 'true' }), {
       store: noStore, queues: noQueues, transfers: null,
+    });
+    expect(plain.registry.types().filter((t) => t.startsWith('demo.'))).toEqual([]);
+    await plain.close();
+    const demo = await createRuntime(parseSettings({ ...process.env, KEEL_PG_URL: 'postgres://u:p@127.0.0.1:1/none', KEEL_DEMO_HANDLERS: 'true' }), {
+      store: noStore, queues: noQueues, transfers: null, register: registerDemoHandlers,
     });
     expect(demo.registry.types()).toEqual(expect.arrayContaining(['demo.echo', 'webhook.post']));
     await demo.close();
