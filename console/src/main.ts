@@ -49,7 +49,7 @@ function identity(): HTMLElement {
         }
         signOut();
         signInMessage = 'Signed out. The key is forgotten in this tab.';
-        render();
+        void render(); // render reports its own failures on the page, like the other calls to it
       },
     },
     'Sign out',

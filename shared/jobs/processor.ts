@@ -218,7 +218,8 @@ export class JobProcessor {
       ? await this.starts.submit({ jobId: jobs[0]!.id, leaseId: jobs[0]!.leaseId }).then((s) => [s])
       : await this.store.startMany(jobs.map((j) => ({ jobId: j.id, leaseId: j.leaseId })));
     return Promise.all(
-      jobs.map((job, i) => {
+      // async: every element is a promise of an outcome (a lost lease resolves at once).
+      jobs.map(async (job, i) => {
         const s = started[i]!;
         if (s.status === 'lease_lost') {
           this.leaseLost(job, 'start');
@@ -387,7 +388,7 @@ export class JobProcessor {
           abort('lease_lost');
         } else if (hb.cancelRequested) abort('cancelled');
       };
-      const timer = setInterval(() => beat().catch((e) => this.log.warn('heartbeat failed', { jobId: job.id, error: String(e) })), this.heartbeatIntervalMs);
+      const timer = setInterval(() => void beat().catch((e) => this.log.warn('heartbeat failed', { jobId: job.id, error: String(e) })), this.heartbeatIntervalMs);
       let timeout: ReturnType<typeof setTimeout> | undefined;
       const ctx: JobContext = {
         jobId: job.id,

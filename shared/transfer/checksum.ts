@@ -133,8 +133,8 @@ function expandExponent(s: string): string {
   const m = /^([+-]?)(\d*)(?:\.(\d*))?[eE]([+-]?\d+)$/.exec(s);
   if (!m) return s;
   const sign = m[1] === '-' ? '-' : '';
-  let digits = (m[2] ?? '') + (m[3] ?? '');
-  let point = (m[2] ?? '').length + Number(m[4]);
+  const digits = (m[2] ?? '') + (m[3] ?? '');
+  const point = (m[2] ?? '').length + Number(m[4]);
   if (point <= 0) return `${sign}0.${'0'.repeat(-point)}${digits}`;
   if (point >= digits.length) return `${sign}${digits}${'0'.repeat(point - digits.length)}`;
   return `${sign}${digits.slice(0, point)}.${digits.slice(point)}`;

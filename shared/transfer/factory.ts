@@ -8,6 +8,7 @@ import { pgTransferPoolConfig, transferTimeouts, type TransferTimeouts } from '.
 import type { Adapters, SourceAdapter, TargetAdapter } from './types.js';
 import { migrate } from '../engines/postgres/migrate.js';
 import { sqlDir } from '../config/sqlDir.js';
+import { poolErrorLogger } from '../engines/poolErrors.js';
 import { PostgresTransferSource } from '../engines/postgres/transferSource.js';
 import { PostgresTransferTarget } from '../engines/postgres/transferTarget.js';
 
@@ -42,7 +43,7 @@ export class AdapterFactory {
     if (!p) {
       // Connect, statement, client read, idle-in-transaction and lock timeouts: shared/transfer/timeouts.ts.
       p = new pg.Pool(pgTransferPoolConfig(connectionString(setting, what, this.env), this.timeouts, this.opts.pgPoolSize ?? 4));
-      p.on('error', () => undefined); // idle-client errors: the next checkout reconnects
+      p.on('error', poolErrorLogger('postgres', `transfer pool ${setting}`));
       this.pgPools.set(setting, p);
     }
     return p;

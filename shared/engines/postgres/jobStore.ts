@@ -1,5 +1,6 @@
 // The PostgreSQL job store: every operation is one call of a keel.* function (sql/postgres/), parameters bound.
 import pg from 'pg';
+import { poolErrorLogger } from '../poolErrors.js';
 import path from 'node:path';
 import type {
   CancelResult, ClaimOptions, ClaimedJob, DlqReason, EnqueueRequest, EnqueueResult, HeartbeatResult, JobId,
@@ -88,7 +89,7 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
       application_name: opts.applicationName ?? 'keel',
     });
     // An idle client whose server connection dies must not crash the process; the pool replaces it.
-    pool.on('error', () => undefined);
+    pool.on('error', poolErrorLogger('postgres', `job store pool (${opts.applicationName ?? 'keel'})`));
     try {
       if (opts.migrate ?? true) {
         if (opts.migrateUrl && opts.migrateUrl !== url) {

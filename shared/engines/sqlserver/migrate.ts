@@ -5,6 +5,7 @@
 // exclusive session applock (sp_getapplock), so two instances never migrate at once. Re-running is a no-op; a file
 // changed after it was applied is an error (add a new migration instead).
 import sql from 'mssql';
+import { poolErrorLogger } from '../poolErrors.js';
 import { pendingMigrations, pendingRepeatables, readMigrationFiles, readRepeatableFiles } from '../migrationFiles.js';
 
 export interface SqlServerMigration {
@@ -92,7 +93,8 @@ export async function migrateSqlServer(pool: sql.ConnectionPool, opts: SqlServer
     requestTimeout: Math.max(base.requestTimeout ?? 0, lockTimeoutMs + 60_000),
     pool: { max: 1, min: 0, idleTimeoutMillis: 3_600_000 },
   });
-  session.on('error', () => undefined);
+  // The migration's own session: a failure also surfaces on the statement that was running.
+  session.on('error', poolErrorLogger('sqlserver', 'migration session', opts.log ?? console.warn));
   await session.connect();
   const applied: string[] = [];
   let locked = false;

@@ -1,0 +1,65 @@
+// Lint gate: type-aware rules for promise misuse, plus import boundaries that encode the layer picture in
+// docs/architecture.md (functions → app composition → jobs/transfer/ops → engines → sql).
+import tseslint from 'typescript-eslint';
+
+const layer = (from, banned, message) => ({
+  files: from,
+  rules: {
+    '@typescript-eslint/no-restricted-imports': [
+      'error',
+      { patterns: banned.map((group) => ({ group: [group], message })) },
+    ],
+  },
+});
+
+export default tseslint.config(
+  { ignores: ['dist/**', 'node_modules/**', '.tools/**', '.tmp/**', '.data/**', 'tools/**/bin/**', 'tools/**/obj/**'] },
+  ...tseslint.configs.recommended,
+  {
+    languageOptions: {
+      parserOptions: {
+        // console/vite.config.ts is in no tsconfig (Vite loads it itself).
+        projectService: { allowDefaultProject: ['console/vite.config.ts'] },
+        tsconfigRootDir: import.meta.dirname,
+      },
+    },
+    rules: {
+      '@typescript-eslint/no-floating-promises': 'error',
+      '@typescript-eslint/no-misused-promises': 'error',
+      '@typescript-eslint/await-thenable': 'error',
+      '@typescript-eslint/no-unused-vars': [
+        'error',
+        { argsIgnorePattern: '^_', varsIgnorePattern: '^_', caughtErrors: 'none' },
+      ],
+      '@typescript-eslint/no-explicit-any': 'off',
+    },
+  },
+  { files: ['**/*.js'], ...tseslint.configs.disableTypeChecked },
+  // dev/ (local host, embedded PostgreSQL, Azurite, demo) sits beside the app and may import anything; nothing
+  // that ships may import it.
+  layer(
+    ['shared/**/*.ts', 'functions/**/*.ts'],
+    ['**/dev/*', '**/dev'],
+    'dev/ is local-only and not part of the build: inject what the app needs instead',
+  ),
+  layer(
+    ['shared/**/*.ts'],
+    ['**/functions/*', '**/dev/*'],
+    'shared/ must not import functions/ or dev/: entry points are injected, not imported upward',
+  ),
+  layer(
+    ['shared/engines/**/*.ts'],
+    ['**/app/*', '**/ops/*', '**/dev/*', '**/functions/*', '**/jobs/processor*', '**/jobs/maintenance*'],
+    'engines sit below jobs/transfer/ops and the composition root: they implement contracts, they do not run them',
+  ),
+  layer(
+    ['shared/jobs/**/*.ts', 'shared/transfer/**/*.ts'],
+    ['**/app/*', '**/ops/*', '**/dev/*', '**/functions/*', '**/engines/*/*', '**/engines/registry*'],
+    'jobs/ and transfer/ depend on contracts, never on a concrete engine or the composition root',
+  ),
+  layer(
+    ['shared/ops/**/*.ts'],
+    ['**/app/*', '**/dev/*', '**/functions/*', '**/engines/*/*', '**/engines/registry*'],
+    'the ops API depends on its OpsContext (shared/ops/context.ts), not on the composition root or an engine',
+  ),
+);
