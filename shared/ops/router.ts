@@ -5,7 +5,7 @@ import Router from 'find-my-way';
 import type { HttpRequest, HttpResponseInit, InvocationContext } from '@azure/functions';
 import type { z } from 'zod/v4';
 import { ValidationError, issueMessage } from '../jobs/validate.js';
-import type { Runtime } from '../app/runtime.js';
+import type { OpsRuntime } from './context.js';
 import { OpsError, errorResponse, json } from './errors.js';
 import { requireOperator, type ClientPrincipal } from './auth.js';
 
@@ -15,7 +15,7 @@ export const OPS_PREFIX = '/api/ops';
 export const MAX_PATH_PARAM_CHARS = 1024;
 
 export interface OpsContext<P, Q, B> {
-  rt: Runtime;
+  rt: OpsRuntime;
   params: P;
   query: Q;
   body: B;
@@ -142,7 +142,7 @@ async function readJsonBody(request: HttpRequest, maxBytes: number): Promise<unk
 export type OpsHttpHandler = (request: HttpRequest, context: InvocationContext) => Promise<HttpResponseInit>;
 
 // Builds the single HTTP handler for every ops route.
-export function createOpsHandler(routes: OpsRoute<any, any, any>[], getRuntime: () => Promise<Runtime>): OpsHttpHandler {
+export function createOpsHandler(routes: OpsRoute<any, any, any>[], getRuntime: () => Promise<OpsRuntime>): OpsHttpHandler {
   // maxParamLength: above every path parameter's own limit (names: 128 characters, maybe percent-encoded), so a
   // long parameter reaches its schema and gets a 400 naming it instead of a 404 from the router.
   const router = Router({ ignoreTrailingSlash: true, caseSensitive: true, maxParamLength: MAX_PATH_PARAM_CHARS });
@@ -164,7 +164,7 @@ export function createOpsHandler(routes: OpsRoute<any, any, any>[], getRuntime: 
         throw new OpsError('not_found', `no ops route ${method} ${path}; see GET ${OPS_PREFIX}/openapi.json`);
       }
       const r = found.store as OpsRoute<unknown, unknown, unknown>;
-      let rt: Runtime;
+      let rt: OpsRuntime;
       try {
         rt = await getRuntime();
       } catch (err) {

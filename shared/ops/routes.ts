@@ -1,7 +1,6 @@
 // The ops route table: every route, its schemas, whether it is destructive, and its handler.
 import type { JobRecord, PurgeTarget, QueueSettingsPatch } from '../jobs/contract.js';
 import type { JobRequest } from '../jobs/typedEnqueue.js';
-import { enqueueAndPost, postJobs } from '../app/jobs.js';
 import { conflict, invalid, notFound } from './errors.js';
 import { route, type OpsRoute } from './router.js';
 import * as s from './schemas.js';
@@ -182,7 +181,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
       const many = 'jobs' in body;
       const jobs = many ? body.jobs : [body];
       // Type, payload schema and queue are checked for every job before any is written (400 naming the field).
-      const results = await enqueueAndPost(rt, jobs.map(toEnqueueRequest), log, { prefix: (i) => (many ? `jobs[${i}]` : '') });
+      const results = await rt.enqueueAndPost(jobs.map(toEnqueueRequest), log, { prefix: (i) => (many ? `jobs[${i}]` : '') });
       return { status: 201, body: many ? { jobs: results } : results[0] };
     },
   }),
@@ -288,7 +287,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
         if (!job) throw notFound(`job ${params.id}`);
         throw conflict(`job ${params.id} is not in the DLQ (it is in ${job.location})`, { job: where(job) });
       }
-      const posted = await postJobs(rt, ids, log);
+      const posted = await rt.postJobs(ids, log);
       return { body: { id: params.id, resurrected: true, posted: posted === 1 } };
     },
   }),
@@ -314,7 +313,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
         limit: body.limit,
         dryRun: body.dryRun,
       });
-      const posted = result.dryRun ? 0 : await postJobs(rt, result.ids, log);
+      const posted = result.dryRun ? 0 : await rt.postJobs(result.ids, log);
       return { body: { dryRun: result.dryRun, count: result.ids.length, ids: result.ids, posted } };
     },
   }),

@@ -1,7 +1,6 @@
 // Ops routes for transfers: list configured transfers, start one (creates a batch and posts it to the stage
 // queue), list batches, batch detail with its journal, reconcile one batch or every stale one, resume a batch.
-import type { Runtime } from '../app/runtime.js';
-import { postStage } from '../app/transfers.js';
+import type { OpsRuntime } from './context.js';
 import type { TransferService } from '../transfer/service.js';
 import { BATCH_STATES, type BatchState } from '../transfer/types.js';
 import { isTransferError, type TransferErrorCode } from '../transfer/errors.js';
@@ -9,7 +8,7 @@ import { conflict, invalid, notFound, OpsError } from './errors.js';
 import { OPS_PREFIX, route, type OpsRoute } from './router.js';
 import * as s from './schemas.js';
 
-function service(rt: Runtime): TransferService {
+function service(rt: OpsRuntime): TransferService {
   if (!rt.transfers) throw new OpsError('not_found', 'no transfers are configured (KEEL_TRANSFERS or KEEL_TRANSFERS_FILE)');
   return rt.transfers;
 }
@@ -78,7 +77,7 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
       const svc = service(rt);
       try {
         const batch = await mapTransferErrors(() => svc.createBatch(params.name));
-        const posted = await postStage(rt, batch.batchId, log);
+        const posted = await rt.postStage(batch.batchId, log);
         return accepted(batch.batchId, { started: true, posted, batch });
       } catch (err) {
         if (err instanceof OpsError) throw err;
@@ -152,7 +151,7 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
       const batch = await service(rt).getBatch(params.id);
       if (!batch) throw notFound(`batch ${params.id}`);
       if (!batch.retryable) throw conflict(`batch ${params.id} is ${batch.state}: ${batch.nextAction}`, { state: batch.state, status: batch.status });
-      const posted = await postStage(rt, params.id, log);
+      const posted = await rt.postStage(params.id, log);
       return accepted(params.id, { batchId: params.id, posted });
     },
   }),

@@ -1,0 +1,29 @@
+// The ops API's view of the Runtime (shared/ops/context.ts): the same store, queues and transfers, with the
+// posting steps bound to this runtime. One per runtime, so every request sees the same object.
+import type { OpsRuntime } from '../ops/context.js';
+import { enqueueAndPost, postJobs } from './jobs.js';
+import type { Runtime } from './runtime.js';
+import { postStage } from './transfers.js';
+
+const views = new WeakMap<Runtime, OpsRuntime>();
+
+export function opsRuntimeOf(rt: Runtime): OpsRuntime {
+  let view = views.get(rt);
+  if (!view) {
+    view = {
+      settings: rt.settings,
+      store: rt.store,
+      registry: rt.registry,
+      schedules: rt.schedules,
+      queues: rt.queues,
+      transfers: rt.transfers,
+      workerId: rt.workerId,
+      processor: rt.processor,
+      enqueueAndPost: (jobs, log, opts) => enqueueAndPost(rt, jobs, log, opts),
+      postJobs: (ids, log) => postJobs(rt, ids, log),
+      postStage: (batchId, log) => postStage(rt, batchId, log),
+    };
+    views.set(rt, view);
+  }
+  return view;
+}

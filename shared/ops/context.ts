@@ -1,0 +1,40 @@
+// What the ops API needs from the running app, as an interface of its own: the ops routes depend on this, not on
+// the composition root (shared/app), so ops/ never imports app/ (docs/architecture.md). shared/app/opsRuntime.ts
+// builds it from the Runtime and functions/ops.ts hands it to the router.
+import type { Settings } from '../config/settings.js';
+import type { EnqueueResult, JobId, JobStore } from '../jobs/contract.js';
+import type { ScheduleDefinition } from '../jobs/define.js';
+import type { HandlerRegistry } from '../jobs/registry.js';
+import type { JobRequest, TypedEnqueueOptions } from '../jobs/typedEnqueue.js';
+import type { TransferService } from '../transfer/service.js';
+
+export interface OpsLogger {
+  info(...args: unknown[]): void;
+  warn(...args: unknown[]): void;
+  error(...args: unknown[]): void;
+}
+
+export interface OpsEnqueued extends EnqueueResult {
+  posted: boolean; // false: duplicate, too far in the future for a queue message, or posting failed
+}
+
+export interface OpsRuntime {
+  readonly settings: Settings;
+  readonly store: JobStore;
+  readonly registry: HandlerRegistry;
+  // Recurring schedules declared by the handlers (and the app).
+  readonly schedules: readonly ScheduleDefinition[];
+  readonly queues: { ping(): Promise<boolean> };
+  // null when no transfer is configured (KEEL_TRANSFERS / KEEL_TRANSFERS_FILE unset).
+  readonly transfers: TransferService | null;
+  readonly workerId: string;
+  // This instance's processor: a cancel stops a handler running here at once (elsewhere at its next heartbeat).
+  readonly processor: { requestCancel(jobId: JobId): boolean };
+  // Check each job against its handler, write the rows, then post their queue messages (a lost message only
+  // delays a job until the dispatcher).
+  enqueueAndPost(jobs: readonly JobRequest[], log: OpsLogger, opts?: Pick<TypedEnqueueOptions, 'prefix'>): Promise<OpsEnqueued[]>;
+  // Post existing jobs' messages; returns how many were posted.
+  postJobs(ids: JobId[], log: OpsLogger): Promise<number>;
+  // Post a batch to the stage queue; false when posting failed (the transfer timer resumes it).
+  postStage(batchId: string, log: OpsLogger): Promise<boolean>;
+}
