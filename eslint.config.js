@@ -2,12 +2,12 @@
 // docs/architecture.md (functions → app composition → jobs/transfer/ops → engines → sql).
 import tseslint from 'typescript-eslint';
 
-const layer = (from, banned, message) => ({
+const layer = (from, banned, message, allowTypeImports = false) => ({
   files: from,
   rules: {
     '@typescript-eslint/no-restricted-imports': [
       'error',
-      { patterns: banned.map((group) => ({ group: [group], message })) },
+      { patterns: banned.map((group) => ({ group: [group], message, allowTypeImports })) },
     ],
   },
 });
@@ -34,7 +34,7 @@ export default tseslint.config(
       '@typescript-eslint/no-explicit-any': 'off',
     },
   },
-  { files: ['**/*.js'], ...tseslint.configs.disableTypeChecked },
+  { files: ['**/*.js', '**/*.mjs'], ...tseslint.configs.disableTypeChecked },
   // dev/ (local host, embedded PostgreSQL, Azurite, demo) sits beside the app and may import anything; nothing
   // that ships may import it.
   layer(
@@ -51,6 +51,8 @@ export default tseslint.config(
     ['shared/engines/**/*.ts'],
     ['**/app/*', '**/ops/*', '**/dev/*', '**/functions/*', '**/jobs/processor*', '**/jobs/maintenance*'],
     'engines sit below jobs/transfer/ops and the composition root: they implement contracts, they do not run them',
+    // An engine may implement a contract the processor declares (WakeupSource): types only.
+    true,
   ),
   layer(
     ['shared/jobs/**/*.ts', 'shared/transfer/**/*.ts'],

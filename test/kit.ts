@@ -193,7 +193,7 @@ const noQueues = {
 // Enqueue (with enqueue's checks), claim, run and finalize one job on a fresh database of the test run's embedded
 // PostgreSQL. Pass `defs` for other handlers the job needs registered (none by default).
 export async function runJobEndToEnd(
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+   
   def: HandlerDefinition<any>,
   job: Omit<JobRequest, 'type'>,
   opts: { defs?: HandlerDefinition<any>[]; env?: Record<string, string>; inspect?: (store: JobStore) => Promise<void> } = {},

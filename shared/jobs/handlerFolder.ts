@@ -59,7 +59,7 @@ export async function loadHandlerFolder(dir: string = HANDLERS_DIR): Promise<Loa
   return loaded;
 }
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
+ 
 export function registerHandlers(registry: HandlerRegistry, handlers: readonly (HandlerDefinition<any> & { source: string })[]): void {
   for (const h of handlers) registry.register(h.type, h.handle, h.options, h.source);
 }

@@ -71,7 +71,7 @@ class Slots {
       cancel: () => {
         const i = this.waiters.indexOf(wake);
         if (i >= 0) this.waiters.splice(i, 1);
-        else ready.then((r) => r()); // woken meanwhile: hand the slot on
+        else void ready.then((r) => r()); // woken meanwhile: hand the slot on (ready never rejects)
       },
     };
   }

@@ -6,7 +6,7 @@ import { from as copyFrom } from 'pg-copy-streams';
 import { once } from 'node:events';
 import { pipeline } from 'node:stream/promises';
 import { Transform } from 'node:stream';
-import { algorithmOf, type CanonicalRow, type LogicalType } from '../../transfer/checksum.js';
+import { algorithmOf, type LogicalType } from '../../transfer/checksum.js';
 import type { TransferConfig } from '../../transfer/config.js';
 import { resolvedNames } from '../../transfer/config.js';
 import { TransferError } from '../../transfer/errors.js';
