@@ -5,7 +5,7 @@ import type { TransferService, BatchView } from '../transfer/service.js';
 import { isTransferError } from '../transfer/errors.js';
 import { loadTransfers } from '../transfer/config.js';
 import type { TransferJournal } from '../transfer/journal.js';
-import { createTransferService as createTransferServiceFromConfig } from '../transfer/factory.js';
+import { createTransferService as createTransferServiceFromConfig } from './transferAdapters.js';
 import { createJournalPool, PostgresTransferJournal } from '../engines/postgres/transferJournal.js';
 import type { Logger } from './jobs.js';
 import type { Runtime } from './runtime.js';

@@ -5,7 +5,7 @@ import { isTransferError } from '../../shared/transfer/errors.js';
 import type { TransferService } from '../../shared/transfer/service.js';
 import pg from 'pg';
 import { createTestDatabase } from '../support/pg.js';
-import { createTransferService } from '../../shared/transfer/factory.js';
+import { createTransferService } from '../../shared/app/transferAdapters.js';
 import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
 
 describe('transfer end to end, PostgreSQL -> PostgreSQL', () => {

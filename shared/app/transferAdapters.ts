@@ -1,11 +1,11 @@
 // Default wiring: adapters per transfer from the configured app settings, with one pool per connection setting.
 import pg from 'pg';
 import path from 'node:path';
-import { connectionString, loadTransfers, type TransferConfig } from './config.js';
-import type { TransferJournal } from './journal.js';
-import { TransferService } from './service.js';
-import { pgTransferPoolConfig, transferTimeouts, type TransferTimeouts } from './timeouts.js';
-import type { Adapters, SourceAdapter, TargetAdapter } from './types.js';
+import { connectionString, loadTransfers, type TransferConfig } from '../transfer/config.js';
+import type { TransferJournal } from '../transfer/journal.js';
+import { TransferService } from '../transfer/service.js';
+import { pgTransferPoolConfig, transferTimeouts, type TransferTimeouts } from '../transfer/timeouts.js';
+import type { Adapters, SourceAdapter, TargetAdapter } from '../transfer/types.js';
 import { migrate } from '../engines/postgres/migrate.js';
 import { sqlDir } from '../config/sqlDir.js';
 import { poolErrorLogger } from '../engines/poolErrors.js';
