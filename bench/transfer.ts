@@ -15,7 +15,7 @@ import { PostgresTransferJournal } from '../shared/engines/postgres/transferJour
 import { PostgresTransferSource } from '../shared/engines/postgres/transferSource.js';
 import { PostgresTransferTarget } from '../shared/engines/postgres/transferTarget.js';
 import { parseTransfers } from '../shared/transfer/config.js';
-import { migratePostgresTarget } from '../shared/app/transferAdapters.js';
+import { migratePostgresTarget } from '../shared/engines/postgres/transferEndpoints.js';
 import { TransferService } from '../shared/transfer/service.js';
 import { mkdtemp, copyFile, readdir } from 'node:fs/promises';
 import { withClient } from '../shared/engines/postgres/client.js';

@@ -7,7 +7,7 @@ import { HandlerRegistry, consoleLogger } from '../jobs/registry.js';
 import { JobProcessor } from '../jobs/processor.js';
 import { HANDLERS_DIR, checkSchedules, loadHandlerFolder, registerHandlers } from '../jobs/handlerFolder.js';
 import type { ScheduleDefinition } from '../jobs/define.js';
-import { PostgresJobStore } from '../engines/postgres/jobStore.js';
+import { engineNamed } from '../engines/registry.js';
 import { parseSettings, type Settings } from '../config/settings.js';
 import { StorageQueueGateway, type QueueGateway } from './queues.js';
 import { createTransferService, type TransferServiceLike } from './transfers.js';
@@ -44,24 +44,9 @@ export interface RuntimeOverrides {
 }
 
 async function openStore(settings: Settings): Promise<JobStore> {
-  if (settings.KEEL_STORE_ENGINE === 'postgres') {
-    return PostgresJobStore.connect(settings.KEEL_PG_URL!, {
-      poolSize: settings.KEEL_PG_POOL_SIZE,
-      migrate: settings.KEEL_MIGRATE_ON_START ?? true,
-      ...(settings.KEEL_PG_MIGRATE_URL ? { migrateUrl: settings.KEEL_PG_MIGRATE_URL } : {}),
-      maxPayloadBytes: settings.KEEL_MAX_PAYLOAD_BYTES,
-    });
-  }
-  // Loaded only when selected, so PostgreSQL deployments never load mssql. In Azure the app's identity may only
-  // EXECUTE the procedures: the schema is installed with `npm run migrate` (docs/sqlserver.md), unless
-  // KEEL_MIGRATE_ON_START=true says this login may run DDL.
-  const { SqlServerJobStore } = await import('../engines/sqlserver/jobStore.js');
-  return SqlServerJobStore.connect(settings.KEEL_SQL_CONNECTION!, {
-    poolSize: settings.KEEL_SQL_POOL_SIZE,
-    shared: true,
-    migrate: settings.KEEL_MIGRATE_ON_START ?? false,
-    maxPayloadBytes: settings.KEEL_MAX_PAYLOAD_BYTES,
-  });
+  const engine = engineNamed(settings.KEEL_STORE_ENGINE);
+  if (!engine.openJobStore) throw new Error(`KEEL_STORE_ENGINE=${engine.name} cannot hold the jobs`);
+  return engine.openJobStore(settings);
 }
 
 export async function createRuntime(settings: Settings, overrides: RuntimeOverrides = {}): Promise<Runtime> {
@@ -118,11 +103,8 @@ export async function createRuntime(settings: Settings, overrides: RuntimeOverri
         await processor.shutdown(5_000).catch(() => undefined);
         if (transfers && overrides.transfers === undefined) await transfers.close().catch(() => undefined);
         if (!overrides.store) await store.close();
-        if (settings.KEEL_STORE_ENGINE === 'sqlserver') {
-          // The store and the journal share the process-wide pool; closing the runtime is closing the process's use.
-          const { closeSharedSqlServerPools } = await import('../engines/sqlserver/pool.js');
-          await closeSharedSqlServerPools();
-        }
+        // Process-wide pools the store and the journal share (SQL Server's): closed with the runtime.
+        await engineNamed(settings.KEEL_STORE_ENGINE).closeShared?.();
       })();
       return closed;
     },

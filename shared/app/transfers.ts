@@ -5,8 +5,8 @@ import type { TransferService, BatchView } from '../transfer/service.js';
 import { isTransferError } from '../transfer/errors.js';
 import { loadTransfers } from '../transfer/config.js';
 import type { TransferJournal } from '../transfer/journal.js';
-import { createTransferService as createTransferServiceFromConfig } from './transferAdapters.js';
-import { createJournalPool, PostgresTransferJournal } from '../engines/postgres/transferJournal.js';
+import { composeTransferService } from './transferAdapters.js';
+import { engineNamed } from '../engines/registry.js';
 import type { Logger } from './jobs.js';
 import type { Runtime } from './runtime.js';
 
@@ -20,30 +20,11 @@ export interface TransferMessage {
 // The batch journal lives in the control database, beside the jobs.
 export async function createTransferService(settings: Settings, env: Record<string, string | undefined>): Promise<TransferService | null> {
   if (loadTransfers(env as NodeJS.ProcessEnv).length === 0) return null;
-  let journal: TransferJournal;
-  if (settings.KEEL_STORE_ENGINE === 'postgres') {
-    const pool = createJournalPool(settings.KEEL_PG_URL!, {
-      max: 4,
-      connectTimeoutMs: settings.KEEL_JOURNAL_CONNECT_TIMEOUT_MS,
-      statementTimeoutMs: settings.KEEL_JOURNAL_STATEMENT_TIMEOUT_MS,
-      idleInTransactionTimeoutMs: settings.KEEL_JOURNAL_IDLE_TX_TIMEOUT_MS,
-    });
-    journal = new PostgresTransferJournal(pool, { ownsPool: true });
-  } else {
-    // Loaded only when selected, so PostgreSQL deployments never load mssql. A process-wide pool of the journal's
-    // own (keyed by application name), so that the journal's timeouts apply to journal calls only.
-    const { SqlServerTransferJournal } = await import('../engines/sqlserver/transferJournal.js');
-    const { sharedSqlServerPool } = await import('../engines/sqlserver/pool.js');
-    journal = new SqlServerTransferJournal(
-      sharedSqlServerPool(settings.KEEL_SQL_CONNECTION!, {
-        max: 4,
-        applicationName: 'keel-transfer-journal',
-        connectTimeoutMs: settings.KEEL_JOURNAL_CONNECT_TIMEOUT_MS,
-        requestTimeoutMs: settings.KEEL_JOURNAL_STATEMENT_TIMEOUT_MS,
-      }),
-    );
-  }
-  const created = createTransferServiceFromConfig(journal, env as NodeJS.ProcessEnv);
+  // The batch journal lives in the control database, beside the jobs: the job store's engine opens it.
+  const control = engineNamed(settings.KEEL_STORE_ENGINE);
+  if (!control.openJournal) throw new Error(`KEEL_STORE_ENGINE=${control.name} cannot hold the transfer journal`);
+  const journal: TransferJournal = await control.openJournal(settings);
+  const created = composeTransferService(journal, env as NodeJS.ProcessEnv);
   if (!created) {
     await journal.close();
     return null;

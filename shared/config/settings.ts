@@ -1,6 +1,7 @@
 // Every app setting Keel reads, parsed once with zod. Azure passes app settings as environment variables
 // (strings); the local host fills the same names. An invalid value fails at startup naming the setting.
 import { z } from 'zod';
+import { engineNamed, enginesWith } from '../engines/registry.js';
 
 const bool = (def: boolean) =>
   z
@@ -63,7 +64,7 @@ export const settingsSchema = z
     AzureWebJobsStorage__queueServiceUri: optionalString,
     AzureWebJobsStorage__accountName: optionalString,
     AzureWebJobsStorage__clientId: optionalString,
-    KEEL_STORE_ENGINE: z.enum(['postgres', 'sqlserver']).optional().default('postgres'),
+    KEEL_STORE_ENGINE: z.enum(enginesWith('jobStore')).optional().default('postgres'),
     KEEL_PG_URL: optionalString.pipe(z.string().url('must be a postgres:// URL').optional()),
     // The schema owner's connection for migrations at startup (KEEL_MIGRATE_ON_START), when KEEL_PG_URL is the
     // application's least-privilege login (a member of keel_executor, which may only execute the keel functions).
@@ -125,11 +126,10 @@ export const settingsSchema = z
     KEEL_OPS_KEY: optionalString,
   })
   .superRefine((s, ctx) => {
-    if (s.KEEL_STORE_ENGINE === 'postgres' && !s.KEEL_PG_URL) {
-      ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['KEEL_PG_URL'], message: 'is required when KEEL_STORE_ENGINE=postgres' });
-    }
-    if (s.KEEL_STORE_ENGINE === 'sqlserver' && !s.KEEL_SQL_CONNECTION) {
-      ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['KEEL_SQL_CONNECTION'], message: 'is required when KEEL_STORE_ENGINE=sqlserver' });
+    // The job store's engine says which setting holds the control database (shared/engines/registry.ts).
+    const setting = engineNamed(s.KEEL_STORE_ENGINE).controlSetting;
+    if (setting && !s[setting as keyof typeof s]) {
+      ctx.addIssue({ code: z.ZodIssueCode.custom, path: [setting], message: `is required when KEEL_STORE_ENGINE=${s.KEEL_STORE_ENGINE}` });
     }
   });
 

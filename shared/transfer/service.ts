@@ -132,7 +132,8 @@ export function toView(b: BatchRecord): BatchView {
 
 // keel-pg2 needs PostgreSQL 14+ on both sides (hash_record_extended); keel-pg1 for older PostgreSQL pairs.
 async function checksumAlgorithmFor(a: Adapters): Promise<ChecksumAlgorithm> {
-  if (a.source.engine !== 'postgres' || a.target.engine !== 'postgres') return 'keel-v1';
+  // Only adapters that can name their server version (PostgreSQL's) take part in the keel-pg checksums.
+  if (!a.source.serverVersionNum || !a.target.serverVersionNum) return 'keel-v1';
   const [s, t] = await Promise.all([a.source.serverVersionNum?.() ?? 0, a.target.serverVersionNum?.() ?? 0]);
   return s >= 140000 && t >= 140000 ? 'keel-pg2' : 'keel-pg1';
 }

@@ -5,7 +5,7 @@ import { isTransferError } from '../../shared/transfer/errors.js';
 import type { TransferService } from '../../shared/transfer/service.js';
 import pg from 'pg';
 import { createTestDatabase } from '../support/pg.js';
-import { createTransferService } from '../../shared/app/transferAdapters.js';
+import { composeTransferService } from '../../shared/app/transferAdapters.js';
 import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
 
 describe('transfer end to end, PostgreSQL -> PostgreSQL', () => {
@@ -101,8 +101,8 @@ describe('transfer end to end, PostgreSQL -> PostgreSQL', () => {
         },
       ]),
     };
-    expect(() => createTransferService(new PostgresTransferJournal(envPools().control), { ...env, WIRED_TGT: undefined })).toThrow(/wired\.target\.connectionSetting: app setting WIRED_TGT is not set/);
-    const wired = createTransferService(new PostgresTransferJournal(envPools().control), env)!;
+    expect(() => composeTransferService(new PostgresTransferJournal(envPools().control), { ...env, WIRED_TGT: undefined })).toThrow(/wired\.target\.connectionSetting: app setting WIRED_TGT is not set/);
+    const wired = composeTransferService(new PostgresTransferJournal(envPools().control), env)!;
     const b = await wired.service.createBatch('wired');
     const v = await wired.service.run(b.batchId);
     expect(v.state).toBe('committed');

@@ -9,7 +9,7 @@ import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJ
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
 import { parseTransfers, type TransferConfig, type TransferInput } from '../../shared/transfer/config.js';
-import { migratePostgresTarget } from '../../shared/app/transferAdapters.js';
+import { migratePostgresTarget } from '../../shared/engines/postgres/transferEndpoints.js';
 import { TransferService } from '../../shared/transfer/service.js';
 
 const repo = path.resolve(import.meta.dirname, '../..');

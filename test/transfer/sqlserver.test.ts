@@ -11,7 +11,7 @@ import { SqlServerTransferJournal } from '../../shared/engines/sqlserver/transfe
 import { mssqlSelectExpr, SqlServerTransferSource } from '../../shared/engines/sqlserver/transferSource.js';
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
 import { parseTransfers } from '../../shared/transfer/config.js';
-import { migratePostgresTarget } from '../../shared/app/transferAdapters.js';
+import { migratePostgresTarget } from '../../shared/engines/postgres/transferEndpoints.js';
 import { isTransferError } from '../../shared/transfer/errors.js';
 import { TransferService } from '../../shared/transfer/service.js';
 import { createTestDatabase } from '../support/pg.js';

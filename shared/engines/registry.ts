@@ -1,0 +1,21 @@
+// THE list of engines. Adding one: its folder under shared/engines/ with an index.ts exporting a descriptor
+// (shared/engines/descriptor.ts), one line here, and its harness in the contract suites (docs/architecture.md).
+import type { EngineCapabilities, EngineDescriptor } from './descriptor.js';
+import { postgres } from './postgres/index.js';
+import { sqlserver } from './sqlserver/index.js';
+import { oracle } from './oracle/index.js';
+
+export const ENGINES: readonly EngineDescriptor[] = [postgres, sqlserver, oracle];
+
+export function engineNamed(name: string): EngineDescriptor {
+  const engine = ENGINES.find((e) => e.name === name);
+  if (!engine) throw new Error(`unknown engine "${name}" (known: ${ENGINES.map((e) => e.name).join(', ')})`);
+  return engine;
+}
+
+// The names of the engines that can do `capability`, for validation messages and enums.
+export function enginesWith(capability: keyof EngineCapabilities): [string, ...string[]] {
+  const names = ENGINES.filter((e) => e.capabilities[capability]).map((e) => e.name);
+  if (names.length === 0) throw new Error(`no engine provides ${capability}`);
+  return names as [string, ...string[]];
+}
