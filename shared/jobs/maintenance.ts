@@ -18,6 +18,34 @@ export interface MaintenanceReport {
   complete: boolean; // false when a step hit maxBatches: more work is left for the next pass
 }
 
+export interface PurgeRun {
+  deleted: number;
+  batches: number;
+  mayHaveMore: boolean; // the budget ran out with the last batch full
+}
+
+// Deletes `target` rows older than `olderThan` (one queue, or every queue when null) in calls of batchSize rows,
+// at most maxBatches calls, so one run stays bounded. The maintenance pass and the ops API's purge both use it.
+export async function purgeInBatches(
+  store: JobStore,
+  target: PurgeTarget,
+  queue: string | null,
+  olderThan: Date,
+  batchSize: number,
+  maxBatches: number,
+): Promise<PurgeRun> {
+  let deleted = 0;
+  let batches = 0;
+  let last = 0;
+  while (batches < maxBatches) {
+    last = await store.purge(target, queue, olderThan, batchSize);
+    batches++;
+    deleted += last;
+    if (last < batchSize) break;
+  }
+  return { deleted, batches, mayHaveMore: batches === 0 ? maxBatches === 0 : last === batchSize };
+}
+
 export async function runMaintenance(store: JobStore, opts: MaintenanceOptions = {}): Promise<MaintenanceReport> {
   const started = Date.now();
   const rescueBatch = opts.rescueBatch ?? 500;
@@ -52,16 +80,10 @@ export async function runMaintenance(store: JobStore, opts: MaintenanceOptions =
     ];
     for (const [target, seconds] of cutoffs) {
       const olderThan = new Date(now.getTime() - seconds * 1000);
-      for (let i = 0; ; i++) {
-        if (i >= maxBatches) {
-          complete = false;
-          break;
-        }
-        const n = await store.purge(target, queue.name, olderThan, purgeBatch);
-        batches++;
-        purged[target] += n;
-        if (n < purgeBatch) break;
-      }
+      const run = await purgeInBatches(store, target, queue.name, olderThan, purgeBatch, maxBatches);
+      batches += run.batches;
+      purged[target] += run.deleted;
+      if (run.mayHaveMore) complete = false;
     }
   }
   return { rescued, purged, batches, durationMs: Date.now() - started, complete };

@@ -1,6 +1,7 @@
 // The ops route table: every route, its schemas, whether it is destructive, and its handler.
 import type { JobRecord, PurgeTarget, QueueSettingsPatch } from '../jobs/contract.js';
 import type { JobRequest } from '../jobs/typedEnqueue.js';
+import { purgeInBatches } from '../jobs/maintenance.js';
 import { conflict, invalid, notFound } from './errors.js';
 import { route, type OpsRoute } from './router.js';
 import * as s from './schemas.js';
@@ -352,17 +353,8 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
         }
         return { body: { dryRun: true, target, queue, olderThan: body.olderThan, matched, capped: matched >= PREVIEW_CAP } };
       }
-      let deleted = 0;
-      let batches = 0;
-      let last = 0;
-      while (batches < body.maxBatches) {
-        last = await rt.store.purge(target, queue, olderThan, body.batchSize);
-        batches++;
-        deleted += last;
-        if (last < body.batchSize) break;
-      }
-      const more = last === body.batchSize;
-      return { body: { dryRun: false, target, queue, olderThan: body.olderThan, deleted, batches, mayHaveMore: more } };
+      const run = await purgeInBatches(rt.store, target, queue, olderThan, body.batchSize, body.maxBatches);
+      return { body: { dryRun: false, target, queue, olderThan: body.olderThan, ...run } };
     },
   }),
 ];
