@@ -94,7 +94,7 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
       if (opts.migrate ?? true) {
         if (opts.migrateUrl && opts.migrateUrl !== url) {
           const owner = new pg.Pool({ connectionString: opts.migrateUrl, max: 1, application_name: 'keel-migrate' });
-          owner.on('error', () => undefined);
+          owner.on('error', poolErrorLogger('postgres', 'migration pool (keel-migrate)'));
           try {
             await migratePostgres(owner);
           } finally {
