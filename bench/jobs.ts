@@ -67,17 +67,26 @@ export async function runJobsBench(opts: JobsBenchOptions): Promise<Record<strin
         return typeof v === 'function' ? v.bind(target) : v;
       },
     });
-    const processors = Array.from({ length: opts.hosts }, (_, i) => new JobProcessor({
-      store: timedStore, registry, workerId: `bench-${i}`, completionBatchMax: 500,
-      events: {
-        onOutcome: (e) => {
-          const t0 = claimedAt.get(e.job.id);
-          if (t0 !== undefined && e.outcome === 'succeeded') latencies.push(performance.now() - t0);
-        },
-      },
-    }));
+    const processors = Array.from(
+      { length: opts.hosts },
+      (_, i) =>
+        new JobProcessor({
+          store: timedStore,
+          registry,
+          workerId: `bench-${i}`,
+          completionBatchMax: 500,
+          events: {
+            onOutcome: (e) => {
+              const t0 = claimedAt.get(e.job.id);
+              if (t0 !== undefined && e.outcome === 'succeeded') latencies.push(performance.now() - t0);
+            },
+          },
+        }),
+    );
     const runStart = performance.now();
-    const results = await Promise.all(processors.map((p) => p.drain({ queues: [queue], budgetMs: 600_000, concurrency: opts.concurrency })));
+    const results = await Promise.all(
+      processors.map((p) => p.drain({ queues: [queue], budgetMs: 600_000, concurrency: opts.concurrency })),
+    );
     const runMs = performance.now() - runStart;
     const processed = results.reduce((n, r) => n + r.processed, 0);
     const exact = await exactness(store, queue);
@@ -86,17 +95,21 @@ export async function runJobsBench(opts: JobsBenchOptions): Promise<Record<strin
     // One job at a time: claim 1, start, complete: the path without batching, for the ratio.
     const single = 'bench-single';
     for (let i = 0; i < opts.singleJobs; i += 1000) {
-      await store.enqueueMany(Array.from({ length: Math.min(1000, opts.singleJobs - i) }, () => ({ queue: single, type: 'noop' })));
+      await store.enqueueMany(
+        Array.from({ length: Math.min(1000, opts.singleJobs - i) }, () => ({ queue: single, type: 'noop' })),
+      );
     }
     const singleStart = performance.now();
-    await Promise.all(Array.from({ length: opts.hosts }, async (_, i) => {
-      for (;;) {
-        const [job] = await store.claimNext({ workerId: `single-${i}`, queues: [single], limit: 1 });
-        if (!job) return;
-        await store.start({ jobId: job.id, leaseId: job.leaseId });
-        await store.complete({ jobId: job.id, leaseId: job.leaseId });
-      }
-    }));
+    await Promise.all(
+      Array.from({ length: opts.hosts }, async (_, i) => {
+        for (;;) {
+          const [job] = await store.claimNext({ workerId: `single-${i}`, queues: [single], limit: 1 });
+          if (!job) return;
+          await store.start({ jobId: job.id, leaseId: job.leaseId });
+          await store.complete({ jobId: job.id, leaseId: job.leaseId });
+        }
+      }),
+    );
     const singleMs = performance.now() - singleStart;
     const singleExact = await exactness(store, single);
     await store.close();
@@ -112,12 +125,16 @@ export async function runJobsBench(opts: JobsBenchOptions): Promise<Record<strin
       endToEndJobsPerSec: Math.round(jobsPerSec),
       claimToCompleteP50Ms: Number(percentile(latencies, 50).toFixed(1)),
       claimToCompleteP99Ms: Number(percentile(latencies, 99).toFixed(1)),
-      exact: exact.archived === opts.jobs && exact.hot === 0 && exact.counted === opts.jobs && exact.bucketed === opts.jobs,
+      exact:
+        exact.archived === opts.jobs && exact.hot === 0 && exact.counted === opts.jobs && exact.bucketed === opts.jobs,
       archiveRows: exact.archived,
       statsSucceeded: exact.counted,
       bucketCount: exact.bucketed,
       oneAtATimeJobsPerSec: Math.round(singlePerSec),
-      oneAtATimeExact: singleExact.archived === opts.singleJobs && singleExact.counted === opts.singleJobs && singleExact.bucketed === opts.singleJobs,
+      oneAtATimeExact:
+        singleExact.archived === opts.singleJobs &&
+        singleExact.counted === opts.singleJobs &&
+        singleExact.bucketed === opts.singleJobs,
       batchedOverOneAtATime: Number((jobsPerSec / singlePerSec).toFixed(2)),
       target: 'at least 5,000 jobs/s',
       meetsTarget: jobsPerSec >= 5000,
@@ -139,8 +156,11 @@ if (isMain) {
     },
   });
   const result = await runJobsBench({
-    jobs: Number(values.jobs), hosts: Number(values.hosts), concurrency: Number(values.concurrency),
-    singleJobs: Number(values.single), durable: !values.fast,
+    jobs: Number(values.jobs),
+    hosts: Number(values.hosts),
+    concurrency: Number(values.concurrency),
+    singleJobs: Number(values.single),
+    durable: !values.fast,
   });
   console.log(JSON.stringify(result, null, 2));
 }

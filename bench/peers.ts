@@ -24,7 +24,13 @@ import { dispatchDueJobs } from '../shared/app/dispatch.js';
 import type { Runtime } from '../shared/app/runtime.js';
 import { PostgresWakeups } from '../shared/engines/postgres/wakeups.js';
 
-const CONFIGS = ['keel-batched', 'keel-functions-default', 'graphile-perf', 'graphile-defaults', 'pgboss-batched'] as const;
+const CONFIGS = [
+  'keel-batched',
+  'keel-functions-default',
+  'graphile-perf',
+  'graphile-defaults',
+  'pgboss-batched',
+] as const;
 type Config = (typeof CONFIGS)[number];
 
 interface RunResult {
@@ -34,7 +40,11 @@ interface RunResult {
 }
 
 const peerVersion = (name: string): string =>
-  (JSON.parse(readFileSync(path.join(process.cwd(), 'node_modules', name, 'package.json'), 'utf8')) as { version: string }).version;
+  (
+    JSON.parse(readFileSync(path.join(process.cwd(), 'node_modules', name, 'package.json'), 'utf8')) as {
+      version: string;
+    }
+  ).version;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const median = (xs: number[]) => {
   const s = [...xs].sort((a, b) => a - b);
@@ -71,7 +81,9 @@ class KeelSide {
   async enqueue(queue: string, n: number, opts: { delayMs?: number } = {}): Promise<number> {
     const t = performance.now();
     for (let i = 0; i < n; i += 20_000) {
-      await this.store.enqueueMany(Array.from({ length: Math.min(20_000, n - i) }, () => ({ queue, type: 'noop', ...opts })));
+      await this.store.enqueueMany(
+        Array.from({ length: Math.min(20_000, n - i) }, () => ({ queue, type: 'noop', ...opts })),
+      );
     }
     return performance.now() - t;
   }
@@ -92,14 +104,22 @@ class KeelSide {
     const before = await this.counts(queue);
     const enqMs = await this.enqueue(queue, n);
     const registry = new HandlerRegistry().register('noop', async () => undefined);
-    const processors = [0, 1].map((i) => new JobProcessor({ store: this.store, registry, workerId: `peers-${i}`, completionBatchMax: 500 }));
+    const processors = [0, 1].map(
+      (i) => new JobProcessor({ store: this.store, registry, workerId: `peers-${i}`, completionBatchMax: 500 }),
+    );
     const t = performance.now();
-    const res = await Promise.all(processors.map((p) => p.drain({ queues: [queue], budgetMs: 600_000, concurrency: 500 })));
+    const res = await Promise.all(
+      processors.map((p) => p.drain({ queues: [queue], budgetMs: 600_000, concurrency: 500 })),
+    );
     const ms = performance.now() - t;
     const processed = res.reduce((a, r) => a + r.processed, 0);
     const after = await this.counts(queue);
-    const exact = processed === n && after.archived - before.archived === n && after.counted - before.counted === n &&
-      after.bucketed - before.bucketed === n && after.hot_due === 0;
+    const exact =
+      processed === n &&
+      after.archived - before.archived === n &&
+      after.counted - before.counted === n &&
+      after.bucketed - before.bucketed === n &&
+      after.hot_due === 0;
     return { enqueuePerSec: (n / enqMs) * 1000, processPerSec: (n / ms) * 1000, exact };
   }
 
@@ -110,7 +130,12 @@ class KeelSide {
     const enqMs = await this.enqueue(queue, n);
     const settings = parseSettings({ KEEL_PG_URL: this.url, KEEL_DISPATCH_QUEUES: queue });
     const registry = new HandlerRegistry().register('noop', async () => undefined);
-    const processor = new JobProcessor({ store: this.store, registry, leaseSeconds: settings.KEEL_LEASE_SECONDS, heartbeatIntervalMs: settings.KEEL_HEARTBEAT_MS });
+    const processor = new JobProcessor({
+      store: this.store,
+      registry,
+      leaseSeconds: settings.KEEL_LEASE_SECONDS,
+      heartbeatIntervalMs: settings.KEEL_HEARTBEAT_MS,
+    });
     const rt = { settings, store: this.store, registry, processor, workerId: processor.workerId } as unknown as Runtime;
     const log = { info: silentLog, warn: silentLog, error: console.error };
     const t = performance.now();
@@ -118,7 +143,10 @@ class KeelSide {
     for (let i = 0; i < 1000 && processed < n; i++) processed += (await dispatchDueJobs(rt, log)).processed;
     const ms = performance.now() - t;
     const after = await this.counts(queue);
-    const exact = processed === n && after.archived - before.archived === n && after.counted - before.counted === n &&
+    const exact =
+      processed === n &&
+      after.archived - before.archived === n &&
+      after.counted - before.counted === n &&
       after.bucketed - before.bucketed === n;
     return {
       enqueuePerSec: (n / enqMs) * 1000,
@@ -133,7 +161,9 @@ class KeelSide {
     const done = new Map<string, () => void>();
     const registry = new HandlerRegistry().register('noop', async () => undefined);
     const processor = new JobProcessor({
-      store: this.store, registry, workerId: 'peers-latency',
+      store: this.store,
+      registry,
+      workerId: 'peers-latency',
       events: { onOutcome: (e) => done.get(e.job.id)?.() },
     });
     const wakeups = new PostgresWakeups(this.url);
@@ -176,14 +206,15 @@ async function graphileRun(url: string, task: string, n: number, preset: 'perf' 
   const admin = new pg.Client({ connectionString: url });
   await admin.connect();
   let handled = 0;
-  const options = preset === 'perf'
-    ? {
-      // https://worker.graphile.org/docs/performance: the configuration behind their published numbers.
-      concurrency: 24,
-      maxPoolSize: 25,
-      preset: { worker: { localQueue: { size: 500 }, completeJobBatchDelay: 0, failJobBatchDelay: 0 } },
-    }
-    : { concurrency: 24 }; // defaults otherwise (as in issue 12's table)
+  const options =
+    preset === 'perf'
+      ? {
+          // https://worker.graphile.org/docs/performance: the configuration behind their published numbers.
+          concurrency: 24,
+          maxPoolSize: 25,
+          preset: { worker: { localQueue: { size: 500 }, completeJobBatchDelay: 0, failJobBatchDelay: 0 } },
+        }
+      : { concurrency: 24 }; // defaults otherwise (as in issue 12's table)
   try {
     const runner = await gw.run({
       connectionString: url,
@@ -198,9 +229,16 @@ async function graphileRun(url: string, task: string, n: number, preset: 'perf' 
       await utils.addJobs(Array.from({ length: n }, () => ({ identifier: task, payload: {} })));
       const t1 = performance.now();
       await waitUntil(async () => handled >= n);
-      await waitUntil(async () => (await admin.query(
-        `select count(*)::int as n from graphile_worker._private_jobs j join graphile_worker._private_tasks t on t.id = j.task_id
-         where t.identifier = $1 and j.run_at <= now()`, [task])).rows[0].n === 0);
+      await waitUntil(
+        async () =>
+          (
+            await admin.query(
+              `select count(*)::int as n from graphile_worker._private_jobs j join graphile_worker._private_tasks t on t.id = j.task_id
+         where t.identifier = $1 and j.run_at <= now()`,
+              [task],
+            )
+          ).rows[0].n === 0,
+      );
       const t2 = performance.now();
       return { enqueuePerSec: (n / (t1 - t0)) * 1000, processPerSec: (n / (t2 - t1)) * 1000 };
     } finally {
@@ -217,7 +255,9 @@ async function graphileDelayed(url: string, task: string, n: number): Promise<vo
   const utils = await gw.makeWorkerUtils({ connectionString: url, logger: new gw.Logger(() => () => undefined) });
   const runAt = new Date(Date.now() + 24 * 3600_000);
   for (let i = 0; i < n; i += 20_000) {
-    await utils.addJobs(Array.from({ length: Math.min(20_000, n - i) }, () => ({ identifier: task, payload: {}, runAt })));
+    await utils.addJobs(
+      Array.from({ length: Math.min(20_000, n - i) }, () => ({ identifier: task, payload: {}, runAt })),
+    );
   }
   await utils.release();
 }
@@ -244,13 +284,26 @@ async function pgbossRun(url: string, queue: string, n: number): Promise<RunResu
       handled += jobs.length;
     });
     await sleep(200);
-    const before = Number((await admin.query(`select count(*) from pgboss.job where name = $1 and state = 'completed'`, [queue])).rows[0].count);
+    const before = Number(
+      (await admin.query(`select count(*) from pgboss.job where name = $1 and state = 'completed'`, [queue])).rows[0]
+        .count,
+    );
     const t0 = performance.now();
-    await boss.insert(queue, Array.from({ length: n }, () => ({ data: {} })));
+    await boss.insert(
+      queue,
+      Array.from({ length: n }, () => ({ data: {} })),
+    );
     const t1 = performance.now();
     await waitUntil(async () => handled >= n);
-    await waitUntil(async () => Number((await admin.query(
-      `select count(*) from pgboss.job where name = $1 and state = 'completed'`, [queue])).rows[0].count) - before >= n);
+    await waitUntil(
+      async () =>
+        Number(
+          (await admin.query(`select count(*) from pgboss.job where name = $1 and state = 'completed'`, [queue]))
+            .rows[0].count,
+        ) -
+          before >=
+        n,
+    );
     const t2 = performance.now();
     return { enqueuePerSec: (n / (t1 - t0)) * 1000, processPerSec: (n / (t2 - t1)) * 1000 };
   } finally {
@@ -264,7 +317,10 @@ async function pgbossDelayed(url: string, queue: string, n: number): Promise<voi
   if (!(await boss.getQueue(queue))) await boss.createQueue(queue, { notify: true });
   const startAfter = new Date(Date.now() + 24 * 3600_000);
   for (let i = 0; i < n; i += 20_000) {
-    await boss.insert(queue, Array.from({ length: Math.min(20_000, n - i) }, () => ({ data: {}, startAfter })));
+    await boss.insert(
+      queue,
+      Array.from({ length: Math.min(20_000, n - i) }, () => ({ data: {}, startAfter })),
+    );
   }
   await boss.stop({ graceful: true, timeout: 5000 } as never);
 }
@@ -286,15 +342,21 @@ async function main() {
   });
   const major = Number(process.versions.node.split('.')[0]);
   if (major < 22) {
-    console.error(`bench:peers needs Node >= 22.18 for graphile-worker 0.18 / pg-boss 12 (this is ${process.version}); see bench/README.md`);
+    console.error(
+      `bench:peers needs Node >= 22.18 for graphile-worker 0.18 / pg-boss 12 (this is ${process.version}); see bench/README.md`,
+    );
     process.exit(2);
   }
   const N = Number(values.jobs);
   const rounds = Number(values.rounds);
   const configs = (values.only ? values.only.split(',') : [...CONFIGS]) as Config[];
-  for (const c of configs) if (!CONFIGS.includes(c)) throw new Error(`unknown config ${c} (known: ${CONFIGS.join(', ')})`);
+  for (const c of configs)
+    if (!CONFIGS.includes(c)) throw new Error(`unknown config ${c} (known: ${CONFIGS.join(', ')})`);
 
-  const server = await startEmbeddedPostgres({ dataDir: path.join(os.tmpdir(), `keel-bench-peers-${process.pid}`, 'data'), fastUnsafe: false });
+  const server = await startEmbeddedPostgres({
+    dataDir: path.join(os.tmpdir(), `keel-bench-peers-${process.pid}`, 'data'),
+    fastUnsafe: false,
+  });
   const url = server.url;
   const keel = await KeelSide.open(url);
   const admin = new pg.Client({ connectionString: url });
@@ -310,7 +372,10 @@ async function main() {
   };
 
   const queueOf = (c: Config) => `peers-${c}`;
-  async function phase(label: string, configs: Config[]): Promise<Record<string, { enqueue: number; process: number; exact?: boolean; runs: number[] }>> {
+  async function phase(
+    label: string,
+    configs: Config[],
+  ): Promise<Record<string, { enqueue: number; process: number; exact?: boolean; runs: number[] }>> {
     const runs: Record<string, RunResult[]> = {};
     for (let r = 0; r < rounds; r++) {
       const order = configs.map((_, i) => configs[(i + r) % configs.length]!);
@@ -323,23 +388,37 @@ async function main() {
         else if (c === 'graphile-defaults') res = await graphileRun(url, queueOf(c), N, 'defaults');
         else res = await pgbossRun(url, queueOf(c), N);
         (runs[c] ??= []).push(res);
-        console.error(`[${label}] round ${r + 1} ${c}: process ${Math.round(res.processPerSec)} jobs/s, enqueue ${Math.round(res.enqueuePerSec)} jobs/s${res.exact === undefined ? '' : `, exact ${res.exact}`}`);
+        console.error(
+          `[${label}] round ${r + 1} ${c}: process ${Math.round(res.processPerSec)} jobs/s, enqueue ${Math.round(res.enqueuePerSec)} jobs/s${res.exact === undefined ? '' : `, exact ${res.exact}`}`,
+        );
       }
     }
-    return Object.fromEntries(Object.entries(runs).map(([c, rs]) => [c, {
-      process: Math.round(median(rs.map((x) => x.processPerSec))),
-      enqueue: Math.round(median(rs.map((x) => x.enqueuePerSec))),
-      ...(rs[0]!.exact === undefined ? {} : { exact: rs.every((x) => x.exact) }),
-      runs: rs.map((x) => Math.round(x.processPerSec)),
-    }]));
+    return Object.fromEntries(
+      Object.entries(runs).map(([c, rs]) => [
+        c,
+        {
+          process: Math.round(median(rs.map((x) => x.processPerSec))),
+          enqueue: Math.round(median(rs.map((x) => x.enqueuePerSec))),
+          ...(rs[0]!.exact === undefined ? {} : { exact: rs.every((x) => x.exact) }),
+          runs: rs.map((x) => Math.round(x.processPerSec)),
+        },
+      ]),
+    );
   }
   function ratios(m: Record<string, { process: number; enqueue: number }>) {
     const get = (c: Config) => m[c]?.process;
     const q = (a?: number, b?: number) => (a && b ? r2(a / b) : null);
-    const bestPeerEnqueue = Math.max(m['graphile-perf']?.enqueue ?? 0, m['graphile-defaults']?.enqueue ?? 0, m['pgboss-batched']?.enqueue ?? 0);
+    const bestPeerEnqueue = Math.max(
+      m['graphile-perf']?.enqueue ?? 0,
+      m['graphile-defaults']?.enqueue ?? 0,
+      m['pgboss-batched']?.enqueue ?? 0,
+    );
     return {
       'keel-batched / graphile-perf (target >= 1.0)': q(get('keel-batched'), get('graphile-perf')),
-      'keel-functions-default / graphile-defaults (target >= 1.0)': q(get('keel-functions-default'), get('graphile-defaults')),
+      'keel-functions-default / graphile-defaults (target >= 1.0)': q(
+        get('keel-functions-default'),
+        get('graphile-defaults'),
+      ),
       'keel-batched / pgboss-batched': q(get('keel-batched'), get('pgboss-batched')),
       'keel enqueue / best peer enqueue (target >= 1.0)': q(m['keel-batched']?.enqueue, bestPeerEnqueue || undefined),
     };
@@ -367,7 +446,9 @@ async function main() {
     const delayed = await phase('200k delayed', scaled);
     out.withDelayed = delayed;
     out.withDelayedRatios = ratios(delayed);
-    out.delayedSlowdown = Object.fromEntries(Object.keys(delayed).map((c) => [c, r2(delayed[c]!.process / base[c]!.process)]));
+    out.delayedSlowdown = Object.fromEntries(
+      Object.keys(delayed).map((c) => [c, r2(delayed[c]!.process / base[c]!.process)]),
+    );
     out.statsMsWithDelayed = await keel.statsTiming(50);
 
     const A = Number(values.archive);
@@ -377,20 +458,27 @@ async function main() {
       `insert into keel.jobs_archive (id, queue, type, payload, priority, attempts, idempotency_key, tags, created_at, started_at, finished_at, duration_ms)
        select nextval('keel.job_id_seq'), 'bulk-' || (g % 8), 'noop', jsonb_build_object('n', g, 'note', 'archived job ' || g), 0, 1,
               null, '{}', now() - interval '1 hour', now() - interval '1 hour', now() - (g % 3600) * interval '1 second', 3
-       from generate_series(1, $1::int) g`, [A]);
+       from generate_series(1, $1::int) g`,
+      [A],
+    );
     await admin.query(
       `insert into keel.jobs_dlq (id, queue, type, payload, priority, attempts, idempotency_key, tags, created_at, failed_at, reason, error)
        select nextval('keel.job_id_seq'), 'bulk-' || (g % 8), 'noop', jsonb_build_object('n', g), 0, 5, null, '{}',
               now() - interval '1 hour', now() - (g % 3600) * interval '1 second', 'exhausted', 'boom ' || g
-       from generate_series(1, $1::int) g`, [L]);
+       from generate_series(1, $1::int) g`,
+      [L],
+    );
     await admin.query('vacuum analyze');
     out.statsMsWithArchiveDlqAndDelayed = await keel.statsTiming(50);
     const big = await phase('1M archive + 200k DLQ + 200k delayed', scaled);
     out.withArchiveDlq = big;
     out.withArchiveDlqRatios = ratios(big);
   }
-  out.hotUpdates = (await admin.query(
-    `select relname, n_tup_upd::int as updates, n_tup_hot_upd::int as hot_updates from pg_stat_user_tables where schemaname = 'keel' and relname = 'jobs_hot'`)).rows[0];
+  out.hotUpdates = (
+    await admin.query(
+      `select relname, n_tup_upd::int as updates, n_tup_hot_upd::int as hot_updates from pg_stat_user_tables where schemaname = 'keel' and relname = 'jobs_hot'`,
+    )
+  ).rows[0];
   console.log(JSON.stringify(out, null, 2));
   await admin.end();
   await keel.store.close();

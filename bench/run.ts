@@ -20,7 +20,13 @@ if (values.only && !['jobs', 'transfer'].includes(values.only)) {
 const results: Record<string, unknown> = {};
 if (!values.only || values.only === 'jobs') {
   console.error(`== jobs benchmark: ${values.jobs} no-op jobs through the processor on embedded PostgreSQL`);
-  results.jobs = await runJobsBench({ jobs: Number(values.jobs), hosts: 2, concurrency: 500, singleJobs: 2000, durable: true });
+  results.jobs = await runJobsBench({
+    jobs: Number(values.jobs),
+    hosts: 2,
+    concurrency: 500,
+    singleJobs: 2000,
+    durable: true,
+  });
 }
 if (!values.only || values.only === 'transfer') {
   console.error(`== transfer benchmark: ${values.rows} rows PostgreSQL -> PostgreSQL`);

@@ -6,11 +6,19 @@ import { parseArgs } from 'node:util';
 import { startEmbeddedPostgres } from '../dev/embeddedPostgres.js';
 import { PostgresJobStore } from '../shared/engines/postgres/jobStore.js';
 
-const { values } = parseArgs({ options: {
-  archive: { type: 'string', default: '1000000' }, dlq: { type: 'string', default: '200000' }, delayed: { type: 'string', default: '200000' },
-} });
-const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
-const server = await startEmbeddedPostgres({ dataDir: path.join(os.tmpdir(), `keel-bench-stats-${process.pid}`, 'data'), fastUnsafe: false });
+const { values } = parseArgs({
+  options: {
+    archive: { type: 'string', default: '1000000' },
+    dlq: { type: 'string', default: '200000' },
+    delayed: { type: 'string', default: '200000' },
+  },
+});
+const pct = (xs: number[], p: number) =>
+  [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
+const server = await startEmbeddedPostgres({
+  dataDir: path.join(os.tmpdir(), `keel-bench-stats-${process.pid}`, 'data'),
+  fastUnsafe: false,
+});
 try {
   const store = await PostgresJobStore.connect(server.url, { poolSize: 4 });
   const time = async () => {
@@ -26,20 +34,31 @@ try {
   await store.pool.query(
     `insert into keel.jobs_archive (id, queue, type, payload, priority, attempts, tags, created_at, started_at, finished_at, duration_ms)
      select nextval('keel.job_id_seq'), 'bulk-' || (g % 8), 'noop', jsonb_build_object('n', g), 0, 1, '{}', now(), now(), now(), 3
-     from generate_series(1, $1::int) g`, [Number(values.archive)]);
+     from generate_series(1, $1::int) g`,
+    [Number(values.archive)],
+  );
   await store.pool.query(
     `insert into keel.jobs_dlq (id, queue, type, payload, priority, attempts, tags, created_at, failed_at, reason, error)
      select nextval('keel.job_id_seq'), 'bulk-' || (g % 8), 'noop', jsonb_build_object('n', g), 0, 5, '{}', now(), now(), 'exhausted', 'boom'
-     from generate_series(1, $1::int) g`, [Number(values.dlq)]);
-  for (let i = 0; i < 20_000; i += 20_000) await store.enqueueMany(Array.from({ length: 20_000 }, () => ({ queue: 'bulk-0', type: 'noop' })));
+     from generate_series(1, $1::int) g`,
+    [Number(values.dlq)],
+  );
+  for (let i = 0; i < 20_000; i += 20_000)
+    await store.enqueueMany(Array.from({ length: 20_000 }, () => ({ queue: 'bulk-0', type: 'noop' })));
   await store.pool.query('vacuum analyze');
   out.archiveDlqAndDueBacklog = await time();
   const D = Number(values.delayed);
-  for (let i = 0; i < D; i += 20_000) await store.enqueueMany(Array.from({ length: Math.min(20_000, D - i) }, () => ({ queue: 'bulk-1', type: 'noop', delayMs: 86_400_000 })));
+  for (let i = 0; i < D; i += 20_000)
+    await store.enqueueMany(
+      Array.from({ length: Math.min(20_000, D - i) }, () => ({ queue: 'bulk-1', type: 'noop', delayMs: 86_400_000 })),
+    );
   await store.pool.query('vacuum analyze');
   out.plusDelayed = await time();
-  out.dlqCountsMatch = (await store.pool.query(
-    `select (select coalesce(sum(n), 0) from keel.dlq_counts)::bigint = (select count(*) from keel.jobs_dlq) as ok`)).rows[0].ok;
+  out.dlqCountsMatch = (
+    await store.pool.query(
+      `select (select coalesce(sum(n), 0) from keel.dlq_counts)::bigint = (select count(*) from keel.jobs_dlq) as ok`,
+    )
+  ).rows[0].ok;
   console.log(JSON.stringify(out, null, 2));
   await store.close();
 } finally {

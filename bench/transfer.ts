@@ -62,7 +62,10 @@ async function keelChild(a: ChildArgs): Promise<Record<string, unknown>> {
   const svc = new TransferService({
     journal: new PostgresTransferJournal(control),
     transfers: [t!],
-    connect: (tc) => ({ source: new PostgresTransferSource(tc, source, { trace }), target: new PostgresTransferTarget(tc, target, { trace }) }),
+    connect: (tc) => ({
+      source: new PostgresTransferSource(tc, source, { trace }),
+      target: new PostgresTransferTarget(tc, target, { trace }),
+    }),
   });
   const phases = { extractMs: 0, stageAndApplyMs: 0 };
   let rows = 0;
@@ -84,15 +87,28 @@ async function keelChild(a: ChildArgs): Promise<Record<string, unknown>> {
   const ms = performance.now() - started;
   await svc.close();
   await Promise.all([source.end(), target.end(), control.end()]);
-  return { rows, batches, ms: Math.round(ms), rowsPerSec: Math.round(rows / (ms / 1000)), extractMs: Math.round(phases.extractMs), stageAndApplyMs: Math.round(phases.stageAndApplyMs), breakdownMs, peakRssMB: Math.round(process.resourceUsage().maxRSS / 1024) };
+  return {
+    rows,
+    batches,
+    ms: Math.round(ms),
+    rowsPerSec: Math.round(rows / (ms / 1000)),
+    extractMs: Math.round(phases.extractMs),
+    stageAndApplyMs: Math.round(phases.stageAndApplyMs),
+    breakdownMs,
+    peakRssMB: Math.round(process.resourceUsage().maxRSS / 1024),
+  };
 }
 
 function runChild(args: ChildArgs): Promise<Record<string, unknown>> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--child', JSON.stringify(args)], {
-      cwd: repo,
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', fileURLToPath(import.meta.url), '--child', JSON.stringify(args)],
+      {
+        cwd: repo,
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
     let out = '';
     child.stdout.on('data', (d) => (out += d));
     child.on('error', reject);
@@ -104,12 +120,21 @@ function runChild(args: ChildArgs): Promise<Record<string, unknown>> {
   });
 }
 
-export async function runTransferBench(opts: { rows: number; batchSizes?: number[]; naiveSample?: number; log?: (s: string) => void }): Promise<Record<string, unknown>> {
+export async function runTransferBench(opts: {
+  rows: number;
+  batchSizes?: number[];
+  naiveSample?: number;
+  log?: (s: string) => void;
+}): Promise<Record<string, unknown>> {
   const log = opts.log ?? ((s: string) => process.stderr.write(`${s}\n`));
   const rows = opts.rows;
-  const server = await startEmbeddedPostgres({ dataDir: path.join(await mkdtemp(path.join(os.tmpdir(), 'keel-bench-transfer-')), 'data'), fastUnsafe: true });
+  const server = await startEmbeddedPostgres({
+    dataDir: path.join(await mkdtemp(path.join(os.tmpdir(), 'keel-bench-transfer-')), 'data'),
+    fastUnsafe: true,
+  });
   try {
-    for (const db of ['bench_source', 'bench_target', 'bench_control']) await withClient(server.url, (c) => c.query(`create database ${db}`));
+    for (const db of ['bench_source', 'bench_target', 'bench_control'])
+      await withClient(server.url, (c) => c.query(`create database ${db}`));
     const sourceUrl = server.urlFor('bench_source');
     const targetUrl = server.urlFor('bench_target');
     const controlUrl = server.urlFor('bench_control');
@@ -134,7 +159,8 @@ export async function runTransferBench(opts: { rows: number; batchSizes?: number
     const dir = await mkdtemp(path.join(os.tmpdir(), 'keel-bench-journal-'));
     for (const f of await readdir(path.join(repo, 'sql/postgres'))) {
       const m = /^V(\d+)__/.exec(f);
-      if (m && Number(m[1]) >= 20 && Number(m[1]) <= 39) await copyFile(path.join(repo, 'sql/postgres', f), path.join(dir, f));
+      if (m && Number(m[1]) >= 20 && Number(m[1]) <= 39)
+        await copyFile(path.join(repo, 'sql/postgres', f), path.join(dir, f));
     }
     await migrate(controlPool, { dir, ledger: 'keel.transfer_bench_migrations' });
     await controlPool.end();
@@ -150,7 +176,10 @@ export async function runTransferBench(opts: { rows: number; batchSizes?: number
       await src.connect();
       await dst.connect();
       const t0 = performance.now();
-      await pipeline(src.query(copyTo('copy public.orders to stdout')), dst.query(copyFrom('copy public.copy_pipe from stdin')));
+      await pipeline(
+        src.query(copyTo('copy public.orders to stdout')),
+        dst.query(copyFrom('copy public.copy_pipe from stdin')),
+      );
       const ms = performance.now() - t0;
       await src.end();
       await dst.end();
@@ -166,15 +195,26 @@ export async function runTransferBench(opts: { rows: number; batchSizes?: number
       await src.connect();
       await dst.connect();
       const t0 = performance.now();
-      const res = await src.query(`select id, customer, amount, placed_at, flag, note from public.orders order by id limit $1`, [sample]);
+      const res = await src.query(
+        `select id, customer, amount, placed_at, flag, note from public.orders order by id limit $1`,
+        [sample],
+      );
       for (const r of res.rows) {
-        await dst.query(`insert into public.naive (id, customer, amount, placed_at, flag, note) values ($1, $2, $3, $4, $5, $6)`, [r.id, r.customer, r.amount, r.placed_at, r.flag, r.note]);
+        await dst.query(
+          `insert into public.naive (id, customer, amount, placed_at, flag, note) values ($1, $2, $3, $4, $5, $6)`,
+          [r.id, r.customer, r.amount, r.placed_at, r.flag, r.note],
+        );
       }
       const ms = performance.now() - t0;
       await src.end();
       await dst.end();
       const rowsPerSec = Math.round(sample / (ms / 1000));
-      return { sampleRows: sample, sampleMs: Math.round(ms), rowsPerSec, extrapolatedMsForAllRows: Math.round((rows / rowsPerSec) * 1000) };
+      return {
+        sampleRows: sample,
+        sampleMs: Math.round(ms),
+        rowsPerSec,
+        extrapolatedMsForAllRows: Math.round((rows / rowsPerSec) * 1000),
+      };
     })();
 
     // 3. Keel, in a child process per batch size (peak RSS measured there).
@@ -182,12 +222,23 @@ export async function runTransferBench(opts: { rows: number; batchSizes?: number
     for (let i = 0; i < batchSizes.length; i++) {
       log(`transfer bench: Keel, batchSize ${batchSizes[i]}`);
       const r = await runChild({ sourceUrl, targetUrl, controlUrl, batchSize: batchSizes[i]!, table: `keel_${i}` });
-      keel.push({ batchSize: batchSizes[i], ...r, vsCopy: Math.round((Number(r.rowsPerSec) / copy.rowsPerSec) * 1000) / 1000 });
+      keel.push({
+        batchSize: batchSizes[i],
+        ...r,
+        vsCopy: Math.round((Number(r.rowsPerSec) / copy.rowsPerSec) * 1000) / 1000,
+      });
     }
-    const verify = await withClient(targetUrl, async (c) =>
-      (await c.query(`select (select count(*) from public.keel_0)::bigint as keel, (select count(*) from public.copy_pipe)::bigint as copy`)).rows[0],
+    const verify = await withClient(
+      targetUrl,
+      async (c) =>
+        (
+          await c.query(
+            `select (select count(*) from public.keel_0)::bigint as keel, (select count(*) from public.copy_pipe)::bigint as copy`,
+          )
+        ).rows[0],
     );
-    if (Number(verify.keel) !== rows || Number(verify.copy) !== rows) throw new Error(`row counts differ: ${JSON.stringify(verify)}`);
+    if (Number(verify.keel) !== rows || Number(verify.copy) !== rows)
+      throw new Error(`row counts differ: ${JSON.stringify(verify)}`);
     const best = keel[0]!;
     const ratio = Number(best.rowsPerSec) / copy.rowsPerSec;
     return {

@@ -13,7 +13,9 @@ export default defineConfig({
   publicDir: false,
   logLevel: 'warn',
   build: {
-    outDir: process.env.KEEL_CONSOLE_OUT_DIR ? path.resolve(process.env.KEEL_CONSOLE_OUT_DIR) : path.resolve(here, '../dist/console'),
+    outDir: process.env.KEEL_CONSOLE_OUT_DIR
+      ? path.resolve(process.env.KEEL_CONSOLE_OUT_DIR)
+      : path.resolve(here, '../dist/console'),
     emptyOutDir: true,
     target: 'es2022',
     assetsInlineLimit: 0,

@@ -29,10 +29,17 @@ export function azuriteConnectionString(host: string, port: number): string {
   return `DefaultEndpointsProtocol=http;AccountName=${DEV_ACCOUNT};AccountKey=${DEV_KEY};QueueEndpoint=http://${host}:${port}/${DEV_ACCOUNT};`;
 }
 
-export async function startAzuriteQueue(opts: { dir?: string; port?: number; host?: string; inMemory?: boolean }): Promise<AzuriteQueue> {
+export async function startAzuriteQueue(opts: {
+  dir?: string;
+  port?: number;
+  host?: string;
+  inMemory?: boolean;
+}): Promise<AzuriteQueue> {
   const host = opts.host ?? '127.0.0.1';
   const QueueServer = (require('azurite/dist/src/queue/QueueServer.js') as { default: QueueServerCtor }).default;
-  const QueueConfiguration = (require('azurite/dist/src/queue/QueueConfiguration.js') as { default: QueueConfigurationCtor }).default;
+  const QueueConfiguration = (
+    require('azurite/dist/src/queue/QueueConfiguration.js') as { default: QueueConfigurationCtor }
+  ).default;
   const inMemory = opts.inMemory ?? !opts.dir;
   const dir = opts.dir ? path.resolve(opts.dir) : path.resolve('.data/azurite');
   if (!inMemory) await mkdir(dir, { recursive: true });

@@ -14,7 +14,13 @@ import pg from 'pg';
 import { QueueServiceClient } from '@azure/storage-queue';
 import type { FunctionDefinition } from '../shared/app/definitions.js';
 import { parseSettings, type Settings } from '../shared/config/settings.js';
-import { startEmbeddedPostgres, freePort, EMBEDDED_PASSWORD, EMBEDDED_USER, type EmbeddedServer } from './embeddedPostgres.js';
+import {
+  startEmbeddedPostgres,
+  freePort,
+  EMBEDDED_PASSWORD,
+  EMBEDDED_USER,
+  type EmbeddedServer,
+} from './embeddedPostgres.js';
 import { startAzuriteQueue, type AzuriteQueue } from './azurite.js';
 import { readHostConfig } from '../shared/app/hostJson.js';
 import { startLocalHost, type RunningLocalHost } from './localHost.js';
@@ -101,8 +107,12 @@ export class StartupError extends Error {
 function isEmbeddedUrl(url: string, port: number): boolean {
   try {
     const u = new URL(url);
-    return ['127.0.0.1', 'localhost'].includes(u.hostname) && Number(u.port || 5432) === port &&
-      decodeURIComponent(u.username) === EMBEDDED_USER && decodeURIComponent(u.password) === EMBEDDED_PASSWORD;
+    return (
+      ['127.0.0.1', 'localhost'].includes(u.hostname) &&
+      Number(u.port || 5432) === port &&
+      decodeURIComponent(u.username) === EMBEDDED_USER &&
+      decodeURIComponent(u.password) === EMBEDDED_PASSWORD
+    );
   } catch {
     return false;
   }
@@ -139,10 +149,18 @@ async function pgDataDir(dataDir: string, explicit: boolean, notes: string[]): P
   const uid = spawnSync('id', ['-u', EMBEDDED_USER], { encoding: 'utf8' });
   const gid = spawnSync('id', ['-g', EMBEDDED_USER], { encoding: 'utf8' });
   if (uid.status !== 0 || gid.status !== 0) return wanted; // created at start; checked there
-  const probe = spawnSync('/bin/sh', ['-c', 'test -x "$1"', 'sh', dataDir], { uid: Number(uid.stdout), gid: Number(gid.stdout) });
+  const probe = spawnSync('/bin/sh', ['-c', 'test -x "$1"', 'sh', dataDir], {
+    uid: Number(uid.stdout),
+    gid: Number(gid.stdout),
+  });
   if (probe.status === 0) return wanted;
-  const moved = path.join(os.tmpdir(), `keel-pg-${createHash('sha256').update(PROJECT_ROOT).digest('hex').slice(0, 12)}`);
-  notes.push(`embedded PostgreSQL data in ${moved}: the "${EMBEDDED_USER}" user cannot reach ${dataDir} (a private parent folder); set KEEL_DATA_DIR to choose`);
+  const moved = path.join(
+    os.tmpdir(),
+    `keel-pg-${createHash('sha256').update(PROJECT_ROOT).digest('hex').slice(0, 12)}`,
+  );
+  notes.push(
+    `embedded PostgreSQL data in ${moved}: the "${EMBEDDED_USER}" user cannot reach ${dataDir} (a private parent folder); set KEEL_DATA_DIR to choose`,
+  );
   return moved;
 }
 
@@ -190,7 +208,9 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
       await ensureExecutorLogin(pgServer.url, LOCAL_APP_LOGIN.user, LOCAL_APP_LOGIN.password);
       env.KEEL_PG_MIGRATE_URL = pgServer.urlFor('keel');
       env.KEEL_PG_URL = withLogin(pgServer.urlFor('keel'), LOCAL_APP_LOGIN.user, LOCAL_APP_LOGIN.password);
-      notes.push(`embedded PostgreSQL ${env.KEEL_PG_URL} (the app's login: EXECUTE on keel functions only; owner ${env.KEEL_PG_MIGRATE_URL}), data in ${pgServer.dataDir}`);
+      notes.push(
+        `embedded PostgreSQL ${env.KEEL_PG_URL} (the app's login: EXECUTE on keel functions only; owner ${env.KEEL_PG_MIGRATE_URL}), data in ${pgServer.dataDir}`,
+      );
     }
 
     // Storage queues: a given connection string, or Azurite in-process (data in <data>/azurite).
@@ -201,7 +221,9 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
       azurite = await startAzuriteQueue({ dir: path.join(dataDir, 'azurite'), port });
       cleanups.push(() => azurite!.stop());
       env.AzureWebJobsStorage = azurite.connectionString;
-      notes.push(`Azurite queue service in-process on port ${azurite.port}, data in ${path.join(dataDir, 'azurite')}${port !== wanted ? ` (port ${wanted} was taken)` : ''}`);
+      notes.push(
+        `Azurite queue service in-process on port ${azurite.port}, data in ${path.join(dataDir, 'azurite')}${port !== wanted ? ` (port ${wanted} was taken)` : ''}`,
+      );
     }
 
     if (opts.demo) {
@@ -215,7 +237,10 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
     for (const [k, v] of Object.entries(env)) if (v !== undefined) process.env[k] = v;
     const settings = parseSettings(env);
     // The demo job types are dev code: registered here, never by the production runtime.
-    const runtime = await createRuntime(settings, { env, ...(settings.KEEL_DEMO_HANDLERS ? { register: registerDemoHandlers } : {}) });
+    const runtime = await createRuntime(settings, {
+      env,
+      ...(settings.KEEL_DEMO_HANDLERS ? { register: registerDemoHandlers } : {}),
+    });
     cleanups.push(() => runtime.close());
     setRuntime(runtime);
     cleanups.push(async () => setRuntime(undefined));
@@ -241,7 +266,9 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
       ...(wakeups ? { wakeups: { source: wakeups, timer: 'dispatcher' } } : {}),
     }).catch((err: NodeJS.ErrnoException) => {
       if (err.code === 'EADDRINUSE') {
-        throw new StartupError(`HTTP port ${port} is in use (KEEL_HTTP_PORT): is another npm start or func start running? Stop it, or set KEEL_HTTP_PORT to a free port (0 = any free port).`);
+        throw new StartupError(
+          `HTTP port ${port} is in use (KEEL_HTTP_PORT): is another npm start or func start running? Stop it, or set KEEL_HTTP_PORT to a free port (0 = any free port).`,
+        );
       }
       throw err;
     });

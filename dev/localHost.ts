@@ -11,7 +11,12 @@ import Router from 'find-my-way';
 import { Cron } from 'croner';
 import type { QueueClient, QueueServiceClient, DequeuedMessageItem } from '@azure/storage-queue';
 import type { HttpResponseInit, HttpResponse as HttpResponseType, LogLevel, Timer } from '@azure/functions';
-import type { FunctionDefinition, HttpDefinition, QueueDefinition, TimerDefinition } from '../shared/app/definitions.js';
+import type {
+  FunctionDefinition,
+  HttpDefinition,
+  QueueDefinition,
+  TimerDefinition,
+} from '../shared/app/definitions.js';
 import { queueNameOf, scheduleOf } from '../shared/app/definitions.js';
 import type { Settings } from '../shared/config/settings.js';
 import { checkFunctionKey } from '../shared/ops/auth.js';
@@ -42,12 +47,18 @@ const HTTP_METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'
 
 function logHandlerFor(name: string, log: (line: string) => void) {
   return (level: LogLevel, ...args: unknown[]) => {
-    const text = args.map((a) => (typeof a === 'string' ? a : a instanceof Error ? (a.stack ?? a.message) : JSON.stringify(a))).join(' ');
+    const text = args
+      .map((a) => (typeof a === 'string' ? a : a instanceof Error ? (a.stack ?? a.message) : JSON.stringify(a)))
+      .join(' ');
     log(`[${new Date().toISOString()}] ${name} ${level}: ${text}`);
   };
 }
 
-function contextFor(name: string, log: (line: string) => void, triggerMetadata?: Record<string, unknown>): InstanceType<typeof InvocationContext> {
+function contextFor(
+  name: string,
+  log: (line: string) => void,
+  triggerMetadata?: Record<string, unknown>,
+): InstanceType<typeof InvocationContext> {
   return new InvocationContext({
     invocationId: randomUUID(),
     functionName: name,
@@ -84,7 +95,8 @@ class HttpLayer implements Stoppable {
       const { path, catchAll } = routerPath(opts.hostConfig.routePrefix, def.route);
       this.router.on(def.methods, path, () => undefined, { def, catchAll });
       // "ops/{*path}" also matches "ops" itself, as in Azure.
-      if (catchAll && path.endsWith('/*')) this.router.on(def.methods, path.slice(0, -2), () => undefined, { def, catchAll });
+      if (catchAll && path.endsWith('/*'))
+        this.router.on(def.methods, path.slice(0, -2), () => undefined, { def, catchAll });
     }
   }
 
@@ -122,17 +134,27 @@ class HttpLayer implements Stoppable {
     const { def, catchAll } = found.store as { def: HttpDefinition; catchAll: string | null };
     if (def.authLevel !== 'anonymous') {
       const header = req.headers['x-functions-key'];
-      const ok = checkFunctionKey(this.opts.opsKey, Array.isArray(header) ? header[0] : header, url.searchParams.get('code'));
+      const ok = checkFunctionKey(
+        this.opts.opsKey,
+        Array.isArray(header) ? header[0] : header,
+        url.searchParams.get('code'),
+      );
       if (!ok) {
         req.resume();
-        return this.send(res, 401, { error: 'unauthorized', message: 'missing or wrong function key (x-functions-key header or code query parameter)' });
+        return this.send(res, 401, {
+          error: 'unauthorized',
+          message: 'missing or wrong function key (x-functions-key header or code query parameter)',
+        });
       }
     }
     const cap = this.opts.maxRequestBytes ?? 32 * 1024 * 1024;
     const declared = Number(req.headers['content-length'] ?? 0);
     if (declared > cap) {
       req.resume();
-      return this.send(res, 413, { error: 'payload_too_large', message: `request body over the host limit of ${cap} bytes` });
+      return this.send(res, 413, {
+        error: 'payload_too_large',
+        message: `request body over the host limit of ${cap} bytes`,
+      });
     }
     const chunks: Buffer[] = [];
     let size = 0;
@@ -142,7 +164,11 @@ class HttpLayer implements Stoppable {
       if (size > cap) tooLarge = true;
       else chunks.push(chunk as Buffer);
     }
-    if (tooLarge) return this.send(res, 413, { error: 'payload_too_large', message: `request body over the host limit of ${cap} bytes` });
+    if (tooLarge)
+      return this.send(res, 413, {
+        error: 'payload_too_large',
+        message: `request body over the host limit of ${cap} bytes`,
+      });
 
     const params: Record<string, string> = {};
     for (const [k, v] of Object.entries(found.params)) {
@@ -151,7 +177,8 @@ class HttpLayer implements Stoppable {
     }
     if (catchAll && !(catchAll in params)) params[catchAll] = '';
     const headers: Record<string, string> = {};
-    for (const [k, v] of Object.entries(req.headers)) if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
+    for (const [k, v] of Object.entries(req.headers))
+      if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
     const query: Record<string, string> = {};
     for (const [k, v] of url.searchParams) query[k] = v;
     const request = new HttpRequest({
@@ -165,13 +192,16 @@ class HttpLayer implements Stoppable {
     const context = contextFor(def.name, this.log);
     const started = Date.now();
     const result = (await def.handler(request, context)) as HttpResponseInit | HttpResponseType | undefined;
-    const response = result instanceof HttpResponse ? result : new HttpResponse((result ?? { status: 204 }) as HttpResponseInit);
+    const response =
+      result instanceof HttpResponse ? result : new HttpResponse((result ?? { status: 204 }) as HttpResponseInit);
     const body = Buffer.from(await response.arrayBuffer());
     const outHeaders: Record<string, string> = {};
     response.headers.forEach((v, k) => (outHeaders[k] = v));
     res.writeHead(response.status, outHeaders);
     res.end(body);
-    this.log(`[${new Date().toISOString()}] ${def.name} http: ${method} ${url.pathname} -> ${response.status} (${Date.now() - started} ms)`);
+    this.log(
+      `[${new Date().toISOString()}] ${def.name} http: ${method} ${url.pathname} -> ${response.status} (${Date.now() - started} ms)`,
+    );
   }
 
   async stop(): Promise<void> {
@@ -318,7 +348,9 @@ class QueuePoller implements Stoppable {
       }
       idleDelay = 100;
       for (const m of messages) {
-        const p = this.process(m).catch((err) => this.log(`queue ${this.queueName}: ${(err as Error).stack ?? String(err)}`));
+        const p = this.process(m).catch((err) =>
+          this.log(`queue ${this.queueName}: ${(err as Error).stack ?? String(err)}`),
+        );
         this.inflight.add(p);
         void p.finally(() => {
           this.inflight.delete(p);
@@ -331,7 +363,8 @@ class QueuePoller implements Stoppable {
   private decode(m: DequeuedMessageItem): { ok: true; value: unknown } | { ok: false; detail: string } {
     let text = m.messageText;
     if (this.opts.hostConfig.queues.messageEncoding === 'base64') {
-      if (!/^[A-Za-z0-9+/]*={0,2}$/.test(text) || text.length % 4 !== 0) return { ok: false, detail: 'message is not base64 (host.json messageEncoding=base64)' };
+      if (!/^[A-Za-z0-9+/]*={0,2}$/.test(text) || text.length % 4 !== 0)
+        return { ok: false, detail: 'message is not base64 (host.json messageEncoding=base64)' };
       text = Buffer.from(text, 'base64').toString('utf8');
     }
     // Like the Functions host: JSON arrives parsed, anything else as a string.
@@ -345,13 +378,16 @@ class QueuePoller implements Stoppable {
   private async toPoison(m: DequeuedMessageItem, popReceipt: string, why: string): Promise<void> {
     await this.poison.sendMessage(m.messageText);
     await this.client.deleteMessage(m.messageId, popReceipt);
-    this.log(`[${new Date().toISOString()}] ${this.def.name} warning: message ${m.messageId} moved to ${poisonQueueName(this.queueName)}: ${why}`);
+    this.log(
+      `[${new Date().toISOString()}] ${this.def.name} warning: message ${m.messageId} moved to ${poisonQueueName(this.queueName)}: ${why}`,
+    );
   }
 
   private async process(m: DequeuedMessageItem): Promise<void> {
     const q = this.opts.hostConfig.queues;
     let popReceipt = m.popReceipt;
-    if (m.dequeueCount > q.maxDequeueCount) return this.toPoison(m, popReceipt, `dequeued ${m.dequeueCount} times (maxDequeueCount ${q.maxDequeueCount})`);
+    if (m.dequeueCount > q.maxDequeueCount)
+      return this.toPoison(m, popReceipt, `dequeued ${m.dequeueCount} times (maxDequeueCount ${q.maxDequeueCount})`);
     const decoded = this.decode(m);
     if (!decoded.ok) return this.toPoison(m, popReceipt, decoded.detail);
     const context = contextFor(this.def.name, this.log, {
@@ -383,7 +419,9 @@ class QueuePoller implements Stoppable {
       await this.client.deleteMessage(m.messageId, popReceipt);
       return;
     }
-    context.error(`function failed (dequeue ${m.dequeueCount} of ${q.maxDequeueCount}): ${(failure as Error).stack ?? String(failure)}`);
+    context.error(
+      `function failed (dequeue ${m.dequeueCount} of ${q.maxDequeueCount}): ${(failure as Error).stack ?? String(failure)}`,
+    );
     if (m.dequeueCount >= q.maxDequeueCount) return this.toPoison(m, popReceipt, `failed ${m.dequeueCount} times`);
     await this.client.updateMessage(m.messageId, popReceipt, m.messageText, Math.ceil(q.visibilityTimeoutMs / 1000));
   }
@@ -420,10 +458,12 @@ export async function startLocalHost(opts: LocalHostOptions): Promise<RunningLoc
     timers.start();
     if (opts.wakeups) {
       const { source, timer } = opts.wakeups;
-      unsubscribe = await source.subscribe([], () => timers.wake(timer)).catch((err: Error) => {
-        log(`wake-ups unavailable (${err.message}); timers and queue polling only`);
-        return undefined;
-      });
+      unsubscribe = await source
+        .subscribe([], () => timers.wake(timer))
+        .catch((err: Error) => {
+          log(`wake-ups unavailable (${err.message}); timers and queue polling only`);
+          return undefined;
+        });
     }
   } catch (err) {
     await httpLayer.stop();
@@ -437,8 +477,16 @@ export async function startLocalHost(opts: LocalHostOptions): Promise<RunningLoc
       kind: 'http',
       detail: `[${d.methods.join(',')}] ${baseUrl}/${opts.hostConfig.routePrefix}/${d.route}`,
     })),
-    ...timerDefs.map((d) => ({ name: d.name, kind: 'timer', detail: `${scheduleOf(d, opts.settings)} (${d.scheduleSetting})` })),
-    ...queueDefs.map((d) => ({ name: d.name, kind: 'queue', detail: `${queueNameOf(d, opts.settings)} (${d.queueSetting})` })),
+    ...timerDefs.map((d) => ({
+      name: d.name,
+      kind: 'timer',
+      detail: `${scheduleOf(d, opts.settings)} (${d.scheduleSetting})`,
+    })),
+    ...queueDefs.map((d) => ({
+      name: d.name,
+      kind: 'queue',
+      detail: `${queueNameOf(d, opts.settings)} (${d.queueSetting})`,
+    })),
   ];
   let stopping: Promise<void> | undefined;
   return {

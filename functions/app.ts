@@ -14,10 +14,18 @@ for (const def of definitions) {
       app.http(def.name, { route: def.route, methods: def.methods, authLevel: def.authLevel, handler: def.handler });
       break;
     case 'queue':
-      app.storageQueue(def.name, { queueName: queueNameOf(def, settings), connection: def.connection, handler: def.handler });
+      app.storageQueue(def.name, {
+        queueName: queueNameOf(def, settings),
+        connection: def.connection,
+        handler: def.handler,
+      });
       break;
     case 'timer':
-      app.timer(def.name, { schedule: scheduleOf(def, settings), runOnStartup: def.runOnStartup, handler: def.handler });
+      app.timer(def.name, {
+        schedule: scheduleOf(def, settings),
+        runOnStartup: def.runOnStartup,
+        handler: def.handler,
+      });
       break;
   }
 }

@@ -15,13 +15,55 @@ import { transferStage } from './transferStage.js';
 import { transferApply } from './transferApply.js';
 
 export const definitions: readonly FunctionDefinition[] = [
-  { name: 'jobRunner', kind: 'queue', queueSetting: 'KEEL_JOBS_QUEUE', connection: 'AzureWebJobsStorage', handler: jobRunner },
-  { name: 'dispatcher', kind: 'timer', scheduleSetting: 'KEEL_DISPATCH_SCHEDULE', runOnStartup: false, handler: dispatcher },
-  { name: 'maintenance', kind: 'timer', scheduleSetting: 'KEEL_MAINTENANCE_SCHEDULE', runOnStartup: false, handler: maintenance },
-  { name: 'scheduler', kind: 'timer', scheduleSetting: 'KEEL_SCHEDULER_SCHEDULE', runOnStartup: false, handler: scheduler },
-  { name: 'transferTimer', kind: 'timer', scheduleSetting: 'KEEL_TRANSFER_SCHEDULE', runOnStartup: false, handler: transferTimer },
-  { name: 'transferStage', kind: 'queue', queueSetting: 'KEEL_TRANSFER_STAGE_QUEUE', connection: 'AzureWebJobsStorage', handler: transferStage },
-  { name: 'transferApply', kind: 'queue', queueSetting: 'KEEL_TRANSFER_APPLY_QUEUE', connection: 'AzureWebJobsStorage', handler: transferApply },
+  {
+    name: 'jobRunner',
+    kind: 'queue',
+    queueSetting: 'KEEL_JOBS_QUEUE',
+    connection: 'AzureWebJobsStorage',
+    handler: jobRunner,
+  },
+  {
+    name: 'dispatcher',
+    kind: 'timer',
+    scheduleSetting: 'KEEL_DISPATCH_SCHEDULE',
+    runOnStartup: false,
+    handler: dispatcher,
+  },
+  {
+    name: 'maintenance',
+    kind: 'timer',
+    scheduleSetting: 'KEEL_MAINTENANCE_SCHEDULE',
+    runOnStartup: false,
+    handler: maintenance,
+  },
+  {
+    name: 'scheduler',
+    kind: 'timer',
+    scheduleSetting: 'KEEL_SCHEDULER_SCHEDULE',
+    runOnStartup: false,
+    handler: scheduler,
+  },
+  {
+    name: 'transferTimer',
+    kind: 'timer',
+    scheduleSetting: 'KEEL_TRANSFER_SCHEDULE',
+    runOnStartup: false,
+    handler: transferTimer,
+  },
+  {
+    name: 'transferStage',
+    kind: 'queue',
+    queueSetting: 'KEEL_TRANSFER_STAGE_QUEUE',
+    connection: 'AzureWebJobsStorage',
+    handler: transferStage,
+  },
+  {
+    name: 'transferApply',
+    kind: 'queue',
+    queueSetting: 'KEEL_TRANSFER_APPLY_QUEUE',
+    connection: 'AzureWebJobsStorage',
+    handler: transferApply,
+  },
   {
     name: 'ops',
     kind: 'http',
@@ -31,7 +73,14 @@ export const definitions: readonly FunctionDefinition[] = [
     handler: ops,
   },
   // The ops console (docs/operations.md): static files, anonymous (they hold no data) ...
-  { name: 'console', kind: 'http', route: 'console/{*path}', methods: ['GET'], authLevel: 'anonymous', handler: consoleAssets },
+  {
+    name: 'console',
+    kind: 'http',
+    route: 'console/{*path}',
+    methods: ['GET'],
+    authLevel: 'anonymous',
+    handler: consoleAssets,
+  },
   // ... and its API: the session, and the ops API for App Service authentication sign-in (refused without it).
   {
     name: 'consoleApi',
@@ -45,4 +94,11 @@ export const definitions: readonly FunctionDefinition[] = [
   { name: 'health', kind: 'http', route: 'health', methods: ['GET'], authLevel: 'anonymous', handler: health },
 ];
 
-export { queueNameOf, scheduleOf, type FunctionDefinition, type HttpDefinition, type QueueDefinition, type TimerDefinition } from '../shared/app/definitions.js';
+export {
+  queueNameOf,
+  scheduleOf,
+  type FunctionDefinition,
+  type HttpDefinition,
+  type QueueDefinition,
+  type TimerDefinition,
+} from '../shared/app/definitions.js';

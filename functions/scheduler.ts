@@ -10,7 +10,9 @@ export async function scheduler(_timer: Timer, context: InvocationContext): Prom
   const report = await runSchedulerPass(rt, context);
   for (const s of report.schedules) {
     if (s.enqueued.length > 0 || s.skipped > 0) {
-      context.info(`schedule ${s.name}: ${s.status}, enqueued ${s.enqueued.length} (ticks ${s.ticks.join(', ')}), missed ${s.missed}, skipped ${s.skipped}`);
+      context.info(
+        `schedule ${s.name}: ${s.status}, enqueued ${s.enqueued.length} (ticks ${s.ticks.join(', ')}), missed ${s.missed}, skipped ${s.skipped}`,
+      );
     }
   }
 }

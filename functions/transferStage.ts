@@ -13,7 +13,15 @@ export async function transferStage(message: unknown, context: InvocationContext
   const queue = rt.settings.KEEL_TRANSFER_STAGE_QUEUE;
   const parsed = parseMessage(transferMessageSchema, message);
   if (!parsed.ok) return poison(rt, queue, context, message, parsed.reason, parsed.detail);
-  if (!rt.transfers) return poison(rt, queue, context, message, 'transfers_not_configured', 'no transfers are configured (KEEL_TRANSFERS)');
+  if (!rt.transfers)
+    return poison(
+      rt,
+      queue,
+      context,
+      message,
+      'transfers_not_configured',
+      'no transfers are configured (KEEL_TRANSFERS)',
+    );
   const { batchId } = parsed.value;
   try {
     const view = await rt.transfers.stage(batchId);

@@ -37,11 +37,19 @@ afterAll(async () => {
 
 describe('webhook.post', () => {
   it('refuses a bad payload as enqueue does, naming the field', () => {
-    expect(() => startHandler(webhook, { url: 'https://evil.example.net/x', body: {} })).toThrow(/^payload\.url: host is not in WEBHOOK_ALLOWED_HOSTS/);
-    expect(() => startHandler(webhook, { url: 'http://example.com/x', body: {} })).toThrow(/^payload\.url: must be an https URL/);
+    expect(() => startHandler(webhook, { url: 'https://evil.example.net/x', body: {} })).toThrow(
+      /^payload\.url: host is not in WEBHOOK_ALLOWED_HOSTS/,
+    );
+    expect(() => startHandler(webhook, { url: 'http://example.com/x', body: {} })).toThrow(
+      /^payload\.url: must be an https URL/,
+    );
     expect(() => startHandler(webhook, { url: 'https://example.com/x' })).toThrow(/^payload\.body/);
-    expect(() => startHandler(webhook, { url: 'https://example.com/x', body: 1, extra: true })).toThrow(/^payload: .*extra/i);
-    expect(() => startHandler(webhook, { url: 'https://example.com/x', body: 1 }, { queue: 'other' })).toThrow(/^queue: .*"webhooks"/);
+    expect(() => startHandler(webhook, { url: 'https://example.com/x', body: 1, extra: true })).toThrow(
+      /^payload: .*extra/i,
+    );
+    expect(() => startHandler(webhook, { url: 'https://example.com/x', body: 1 }, { queue: 'other' })).toThrow(
+      /^queue: .*"webhooks"/,
+    );
   });
 
   it('posts the body with a stable idempotency key and succeeds on 2xx', async () => {
@@ -92,7 +100,11 @@ describe('webhook.post', () => {
     const slow = startHandler(webhook, { url, body: 1 }, { clock, random: () => 0 });
     clock.advance(29_999);
     clock.advance(1); // the handler's 30 s timeout
-    expect(await slow.result).toMatchObject({ outcome: 'retried', delayMs: 1_000, message: 'timed out after 30000 ms' });
+    expect(await slow.result).toMatchObject({
+      outcome: 'retried',
+      delayMs: 1_000,
+      message: 'timed out after 30000 ms',
+    });
     expect(slow.ctx.signal.aborted).toBe(true);
   });
 

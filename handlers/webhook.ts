@@ -10,7 +10,10 @@
 import { defineHandler, FatalError, RetryAfterError, z } from '../shared/jobs/define.js';
 
 export function allowedHosts(env: Record<string, string | undefined> = process.env): string[] {
-  return (env.WEBHOOK_ALLOWED_HOSTS ?? '').split(',').map((h) => h.trim().toLowerCase()).filter(Boolean);
+  return (env.WEBHOOK_ALLOWED_HOSTS ?? '')
+    .split(',')
+    .map((h) => h.trim().toLowerCase())
+    .filter(Boolean);
 }
 
 const isLocal = (host: string) => host === 'localhost' || host === '127.0.0.1' || host === '[::1]';

@@ -29,7 +29,12 @@ const ops = `${keel.baseUrl}/api/ops`;
 const operator = encodeClientPrincipal({ name: 'demo-operator', roles: [keel.settings.KEEL_OPS_OPERATOR_ROLE] });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-async function call(method: string, path: string, body?: unknown, asOperator = false): Promise<{ status: number; json: any }> {
+async function call(
+  method: string,
+  path: string,
+  body?: unknown,
+  asOperator = false,
+): Promise<{ status: number; json: any }> {
   const res = await fetch(`${ops}${path}`, {
     method,
     headers: {
@@ -85,15 +90,25 @@ try {
     // Not due before it expires: maintenance moves it to the DLQ as 'expired'; resurrected below, it runs.
     { queue, type: 'demo.echo', payload: { message: 'late' }, delayMs: 4000, expiresAt: soon, tags: ['expires'] },
     // Cancelled while it waits (below): a dead letter left for you to find and resurrect in the console.
-    { queue, type: 'demo.echo', payload: { message: 'resurrect me in the console' }, delayMs: 3_600_000, tags: ['for-the-console'] },
+    {
+      queue,
+      type: 'demo.echo',
+      payload: { message: 'resurrect me in the console' },
+      delayMs: 3_600_000,
+      tags: ['for-the-console'],
+    },
   ];
   const enq = await call('POST', '/jobs', { jobs });
   if (enq.status !== 201) throw new Error(`enqueue failed: ${JSON.stringify(enq.json)}`);
   const ids = (enq.json.jobs as { id: string }[]).map((j) => j.id);
-  jobs.forEach((j, i) => console.log(`  job ${ids[i]}: ${j.type} ${JSON.stringify(j.payload)}${j.tags ? ` [${j.tags.join(',')}]` : ''}`));
+  jobs.forEach((j, i) =>
+    console.log(`  job ${ids[i]}: ${j.type} ${JSON.stringify(j.payload)}${j.tags ? ` [${j.tags.join(',')}]` : ''}`),
+  );
   const forConsole = ids[ids.length - 1]!;
   const cancelled = await call('POST', `/jobs/${forConsole}/cancel`, {}, true);
-  console.log(`  job ${forConsole} cancelled while it waits (${cancelled.json.result}): it stays in the DLQ for the console`);
+  console.log(
+    `  job ${forConsole} cancelled while it waits (${cancelled.json.result}): it stays in the DLQ for the console`,
+  );
 
   step('Wait for the queue to drain: queue messages run most jobs, the dispatcher the retries and delays');
   await waitFor('the demo jobs to finish', async () => ((await hotCount(queue)) === 0 ? true : null), 90_000);
@@ -102,7 +117,8 @@ try {
 
   step('Dead-lettered jobs (GET /api/ops/jobs?location=dlq)');
   const dlq = await call('GET', `/jobs?location=dlq&queue=${queue}`);
-  for (const j of dlq.json.items) console.log(`  job ${j.id} ${j.type}: ${j.reason} after ${j.attempts} attempt(s): ${j.lastError ?? ''}`);
+  for (const j of dlq.json.items)
+    console.log(`  job ${j.id} ${j.type}: ${j.reason} after ${j.attempts} attempt(s): ${j.lastError ?? ''}`);
 
   step('Resurrect by filter: preview first (dryRun defaults to true), then for real; needs the operator role');
   const denied = await call('POST', '/dlq/resurrect', { queue, reason: 'expired', limit: 10 });
@@ -119,11 +135,15 @@ try {
   stats = (await call('GET', '/stats')).json.queues.find((x: any) => x.queue === queue);
   console.log(`  ${statsLine(stats)}`);
 
-  step(`Start the sample transfer "${DEMO_TRANSFER}" between two local databases (POST /api/ops/transfers/${DEMO_TRANSFER}/start)`);
+  step(
+    `Start the sample transfer "${DEMO_TRANSFER}" between two local databases (POST /api/ops/transfers/${DEMO_TRANSFER}/start)`,
+  );
   const started = await call('POST', `/transfers/${DEMO_TRANSFER}/start`, {});
   if (started.status === 202) {
     const batchId = started.json.batch.batchId as string;
-    console.log(`  batch ${batchId}: window (${started.json.batch.boundary.low ?? '-inf'}, ${started.json.batch.boundary.high}], ${started.json.batch.rowCount} rows in the manifest`);
+    console.log(
+      `  batch ${batchId}: window (${started.json.batch.boundary.low ?? '-inf'}, ${started.json.batch.boundary.high}], ${started.json.batch.rowCount} rows in the manifest`,
+    );
     const batch = await waitFor(
       'the batch to commit',
       async () => {
@@ -145,7 +165,8 @@ try {
 The demo stops the local host now (--exit). To explore the same data in the console or over the ops API, run
 \`npm start -- --demo\` (the transfer "${DEMO_TRANSFER}" is configured only with --demo) and open /api/console/ or see
 docs/operations.md; the ops key stays in ${keel.dataDir}/ops-key.`);
-  } else console.log(`
+  } else
+    console.log(`
 Open the console: ${keel.baseUrl}/api/console/   (sign in with the ops key ${keel.opsKey})
   Dead letters: job ${forConsole} (cancelled) waits there; select it, "Resurrect selected…", confirm, and find it archived.
   Tick "Act as operator" at sign-in: pause/resume, limits, cancel, purge and resurrect (by id too) need it.

@@ -16,7 +16,18 @@
 // Options: --out <dir> (default .tmp/package), --no-zip.
 import { build } from 'esbuild';
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, cpSync, existsSync, linkSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  cpSync,
+  existsSync,
+  linkSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { writeZip } from './lib/zip.mjs';
@@ -53,7 +64,8 @@ const handlerFiles = [];
     if (name.startsWith('_') || name.startsWith('.') || name === 'node_modules') continue;
     const full = path.join(dir, name);
     if (statSync(full).isDirectory()) walk(full);
-    else if (/\.(?:ts|mts|js|mjs)$/.test(name) && !/(?:\.test\.|\.spec\.|\.d\.[mc]?ts$)/.test(name)) handlerFiles.push(path.relative(root, full).split(path.sep).join('/'));
+    else if (/\.(?:ts|mts|js|mjs)$/.test(name) && !/(?:\.test\.|\.spec\.|\.d\.[mc]?ts$)/.test(name))
+      handlerFiles.push(path.relative(root, full).split(path.sep).join('/'));
   }
 })(path.join(root, 'handlers'));
 
@@ -70,7 +82,9 @@ const graph = await build({
   packages: 'external',
   logLevel: 'error',
 });
-const modules = Object.keys(graph.metafile.inputs).filter((f) => /\.[mc]?[jt]s$/.test(f) && !f.startsWith('node_modules/')).sort();
+const modules = Object.keys(graph.metafile.inputs)
+  .filter((f) => /\.[mc]?[jt]s$/.test(f) && !f.startsWith('node_modules/'))
+  .sort();
 if (!modules.includes(entry)) throw new Error(`package: ${entry} is not in its own import graph`);
 
 step('import graph');
@@ -92,20 +106,42 @@ await build({
 });
 
 // The ops console's static files (functions/console.ts serves dist/console), built by Vite into the package.
-execFileSync(process.execPath, [path.join(root, 'node_modules', 'vite', 'bin', 'vite.js'), 'build', '--config', 'console/vite.config.ts', '--logLevel', 'warn'], {
-  cwd: root,
-  stdio: ['ignore', 'inherit', 'inherit'],
-  env: { ...process.env, KEEL_CONSOLE_OUT_DIR: path.join(appDir, 'dist', 'console') },
-});
+execFileSync(
+  process.execPath,
+  [
+    path.join(root, 'node_modules', 'vite', 'bin', 'vite.js'),
+    'build',
+    '--config',
+    'console/vite.config.ts',
+    '--logLevel',
+    'warn',
+  ],
+  {
+    cwd: root,
+    stdio: ['ignore', 'inherit', 'inherit'],
+    env: { ...process.env, KEEL_CONSOLE_OUT_DIR: path.join(appDir, 'dist', 'console') },
+  },
+);
 step('compile');
 
 // 3. host.json, the SQL the engines read (sql/<engine>/…), and a package.json without scripts or devDependencies.
 cpSync(path.join(root, 'host.json'), path.join(appDir, 'host.json'));
-cpSync(path.join(root, 'sql'), path.join(appDir, 'sql'), { recursive: true, filter: (src) => statSync(src).isDirectory() || src.endsWith('.sql') });
+cpSync(path.join(root, 'sql'), path.join(appDir, 'sql'), {
+  recursive: true,
+  filter: (src) => statSync(src).isDirectory() || src.endsWith('.sql'),
+});
 writeFileSync(
   path.join(appDir, 'package.json'),
   JSON.stringify(
-    { name: pkg.name, version: pkg.version, private: true, type: pkg.type, main: pkg.main, engines: pkg.engines, dependencies: pkg.dependencies },
+    {
+      name: pkg.name,
+      version: pkg.version,
+      private: true,
+      type: pkg.type,
+      main: pkg.main,
+      engines: pkg.engines,
+      dependencies: pkg.dependencies,
+    },
     null,
     2,
   ) + '\n',
@@ -122,13 +158,17 @@ writeFileSync(
 // node_modules (nested production packages are listed on their own) and without files nothing loads at run time.
 let listing;
 try {
-  listing = execFileSync(process.platform === 'win32' ? 'npm.cmd' : 'npm', ['ls', '--omit=dev', '--all', '--parseable'], {
-    cwd: root,
-    encoding: 'utf8',
-    stdio: ['ignore', 'pipe', 'pipe'],
-    shell: process.platform === 'win32',
-    maxBuffer: 64 * 1024 * 1024,
-  });
+  listing = execFileSync(
+    process.platform === 'win32' ? 'npm.cmd' : 'npm',
+    ['ls', '--omit=dev', '--all', '--parseable'],
+    {
+      cwd: root,
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+      shell: process.platform === 'win32',
+      maxBuffer: 64 * 1024 * 1024,
+    },
+  );
 } catch (err) {
   throw new Error(`package: \`npm ls --omit=dev\` failed (run \`npm ci\` first):\n${err.stderr || err.message}`);
 }
@@ -171,7 +211,9 @@ for (const dir of prodDirs) {
   // for bundlers); a build/esm or build/esnext that neither "main", "exports" nor "imports" names is never loaded.
   const manifest = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8'));
   const entryPoints = JSON.stringify([manifest.main ?? 'index.js', manifest.exports ?? null, manifest.imports ?? null]);
-  const skipDirs = new Set(['esm', 'esnext'].filter((d) => !entryPoints.includes(`build/${d}`)).map((d) => path.join(dir, 'build', d)));
+  const skipDirs = new Set(
+    ['esm', 'esnext'].filter((d) => !entryPoints.includes(`build/${d}`)).map((d) => path.join(dir, 'build', d)),
+  );
   copyPackage(dir, path.join(appDir, path.relative(root, dir)), skipDirs);
 }
 

@@ -49,7 +49,9 @@ async function shutdown(signal: string) {
     process.exit(1);
   }
   stopping = true;
-  console.log(`\n${signal}: stopping; running jobs get ${GRACE_MS / 1000} s to finish, then are released (Ctrl+C again to stop now)...`);
+  console.log(
+    `\n${signal}: stopping; running jobs get ${GRACE_MS / 1000} s to finish, then are released (Ctrl+C again to stop now)...`,
+  );
   const force = setTimeout(() => process.exit(1), 30_000);
   force.unref();
   try {

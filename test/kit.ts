@@ -96,7 +96,9 @@ function registered(def: HandlerDefinition): { registry: HandlerRegistry; h: Reg
 // Starts one attempt; the payload is checked as enqueue checks it (a ValidationError naming the field is thrown).
 export function startHandler<P>(def: HandlerDefinition<P>, payload: unknown, opts: RunOptions = {}): HandlerRun {
   const { registry, h } = registered(def as HandlerDefinition);
-  const [prepared] = prepareTypedJobs(registry, [{ type: def.type, payload, ...(opts.queue ? { queue: opts.queue } : {}) }]);
+  const [prepared] = prepareTypedJobs(registry, [
+    { type: def.type, payload, ...(opts.queue ? { queue: opts.queue } : {}) },
+  ]);
   const clock = opts.clock;
   const logs: LogLine[] = [];
   const log: JobLogger = {
@@ -172,7 +174,11 @@ export function startHandler<P>(def: HandlerDefinition<P>, payload: unknown, opt
   };
 }
 
-export function runHandler<P>(def: HandlerDefinition<P>, payload: unknown, opts: RunOptions = {}): Promise<HandlerResult> {
+export function runHandler<P>(
+  def: HandlerDefinition<P>,
+  payload: unknown,
+  opts: RunOptions = {},
+): Promise<HandlerResult> {
   return startHandler(def, payload, opts).result;
 }
 
@@ -193,10 +199,13 @@ const noQueues = {
 // Enqueue (with enqueue's checks), claim, run and finalize one job on a fresh database of the test run's embedded
 // PostgreSQL. Pass `defs` for other handlers the job needs registered (none by default).
 export async function runJobEndToEnd(
-   
   def: HandlerDefinition<any>,
   job: Omit<JobRequest, 'type'>,
-  opts: { defs?: HandlerDefinition<any>[]; env?: Record<string, string>; inspect?: (store: JobStore) => Promise<void> } = {},
+  opts: {
+    defs?: HandlerDefinition<any>[];
+    env?: Record<string, string>;
+    inspect?: (store: JobStore) => Promise<void>;
+  } = {},
 ): Promise<EndToEndResult> {
   const [{ createTestDatabase }, { parseSettings }, { createRuntime }, { enqueueJobs }] = await Promise.all([
     import('./support/pg.js'),
@@ -211,7 +220,11 @@ export async function runJobEndToEnd(
     queues: noQueues,
     transfers: null,
     env,
-    register: (r) => registerHandlers(r, [def, ...(opts.defs ?? [])].map((d) => ({ ...d, source: 'test' }))),
+    register: (r) =>
+      registerHandlers(
+        r,
+        [def, ...(opts.defs ?? [])].map((d) => ({ ...d, source: 'test' })),
+      ),
   });
   try {
     const quiet = { info() {}, warn() {}, error() {} };

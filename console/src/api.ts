@@ -15,7 +15,8 @@ export interface Session {
   logoutUrl: string | null;
 }
 
-export type Access = { kind: 'key'; key: string; operator: boolean } | { kind: 'appservice'; name: string | null; roles: string[] };
+export type Access =
+  { kind: 'key'; key: string; operator: boolean } | { kind: 'appservice'; name: string | null; roles: string[] };
 
 export class ApiError extends Error {
   constructor(
@@ -64,20 +65,33 @@ export function currentSession(): Session | null {
 }
 
 export async function loadSession(): Promise<Session> {
-  const res = await fetch(new URL('session', consoleApiBase()), { headers: { accept: 'application/json' }, credentials: 'same-origin' });
+  const res = await fetch(new URL('session', consoleApiBase()), {
+    headers: { accept: 'application/json' },
+    credentials: 'same-origin',
+  });
   if (!res.ok) throw new ApiError(res.status, 'session', `the console API answered ${res.status}`, undefined, null);
   session = (await res.json()) as Session;
   if (session.mode === 'appservice' && session.signedIn && session.principal) {
     access = { kind: 'appservice', name: session.principal.name, roles: session.principal.roles };
   } else {
     const key = sessionStorage.getItem(KEY_ITEM);
-    access = key ? { kind: 'key', key, operator: session.mode === 'caller' && sessionStorage.getItem(OPERATOR_ITEM) === '1' } : null;
+    access = key
+      ? { kind: 'key', key, operator: session.mode === 'caller' && sessionStorage.getItem(OPERATOR_ITEM) === '1' }
+      : null;
   }
   return session;
 }
 
 function principalHeader(role: string): string {
-  const json = JSON.stringify({ auth_typ: 'local', name_typ: 'name', role_typ: 'roles', claims: [{ typ: 'name', val: 'console' }, { typ: 'roles', val: role }] });
+  const json = JSON.stringify({
+    auth_typ: 'local',
+    name_typ: 'name',
+    role_typ: 'roles',
+    claims: [
+      { typ: 'name', val: 'console' },
+      { typ: 'roles', val: role },
+    ],
+  });
   return btoa(String.fromCharCode(...new TextEncoder().encode(json)));
 }
 
@@ -94,7 +108,8 @@ function headersFor(a: Access, hasBody: boolean): Record<string, string> {
 }
 
 async function raw(a: Access, method: string, path: string, body?: unknown): Promise<{ status: number; json: any }> {
-  const url = a.kind === 'key' ? opsBase() + path.replace(/^\//, '') : `${consoleApiBase()}ops/${path.replace(/^\//, '')}`;
+  const url =
+    a.kind === 'key' ? opsBase() + path.replace(/^\//, '') : `${consoleApiBase()}ops/${path.replace(/^\//, '')}`;
   let res: Response;
   try {
     res = await fetch(url, {
@@ -119,7 +134,12 @@ async function raw(a: Access, method: string, path: string, body?: unknown): Pro
 
 // Calls an ops route ("/stats", "/jobs?location=dlq", ...). Resolves with the JSON body on 2xx (and on the
 // documented non-error 503 of /health), rejects with ApiError otherwise.
-export async function api<T = any>(method: string, path: string, body?: unknown, opts: { allow?: number[] } = {}): Promise<T> {
+export async function api<T = any>(
+  method: string,
+  path: string,
+  body?: unknown,
+  opts: { allow?: number[] } = {},
+): Promise<T> {
   if (!access) throw new ApiError(401, 'unauthorized', 'not signed in', undefined, null);
   const { status, json } = await raw(access, method, path, body);
   if ((status >= 200 && status < 300) || opts.allow?.includes(status)) return json as T;
@@ -133,7 +153,8 @@ export async function signInWithKey(key: string, operator: boolean): Promise<voi
   const candidate: Access = { kind: 'key', key, operator };
   const { status, json } = await raw(candidate, 'GET', 'health');
   if (status === 401) throw new ApiError(401, 'unauthorized', 'that key was refused', undefined, json);
-  if (status !== 200 && status !== 503) throw new ApiError(status, json?.error ?? 'error', json?.message ?? `HTTP ${status}`, undefined, json);
+  if (status !== 200 && status !== 503)
+    throw new ApiError(status, json?.error ?? 'error', json?.message ?? `HTTP ${status}`, undefined, json);
   sessionStorage.setItem(KEY_ITEM, key);
   if (operator) sessionStorage.setItem(OPERATOR_ITEM, '1');
   else sessionStorage.removeItem(OPERATOR_ITEM);

@@ -22,7 +22,12 @@ export function slotsOf(buckets: Bucket[], windowMinutes: number, slotMinutes: n
   const end = Math.ceil(now / 60_000) * 60_000;
   const count = Math.ceil(windowMinutes / slotMinutes);
   const first = end - count * slotMs;
-  const out: Slot[] = Array.from({ length: count }, (_, i) => ({ start: first + i * slotMs, succeeded: 0, failed: 0, zombie: 0 }));
+  const out: Slot[] = Array.from({ length: count }, (_, i) => ({
+    start: first + i * slotMs,
+    succeeded: 0,
+    failed: 0,
+    zombie: 0,
+  }));
   for (const b of buckets) {
     const t = new Date(b.bucketStart).getTime();
     const i = Math.floor((t - first) / slotMs);
@@ -46,7 +51,11 @@ export function barChart(slots: Slot[], label: string, windowMinutes: number): H
   const bars: SVGElement[] = [];
   slots.forEach((slot, i) => {
     let base = 0;
-    for (const [key, cls] of [['succeeded', 'ok'], ['failed', 'bad'], ['zombie', 'warn']] as const) {
+    for (const [key, cls] of [
+      ['succeeded', 'ok'],
+      ['failed', 'bad'],
+      ['zombie', 'warn'],
+    ] as const) {
       const v = slot[key];
       if (v <= 0) continue;
       const y0 = y(base);
@@ -54,7 +63,13 @@ export function barChart(slots: Slot[], label: string, windowMinutes: number): H
       bars.push(
         s(
           'rect',
-          { class: `bar ${cls}`, x: (i * bw + 0.5).toFixed(1), y: y1.toFixed(1), width: Math.max(1, bw - 1).toFixed(1), height: Math.max(0.5, y0 - y1).toFixed(1) },
+          {
+            class: `bar ${cls}`,
+            x: (i * bw + 0.5).toFixed(1),
+            y: y1.toFixed(1),
+            width: Math.max(1, bw - 1).toFixed(1),
+            height: Math.max(0.5, y0 - y1).toFixed(1),
+          },
           s('title', null, `${new Date(slot.start).toLocaleString()}: ${v} ${key}`),
         ),
       );
@@ -62,9 +77,10 @@ export function barChart(slots: Slot[], label: string, windowMinutes: number): H
     }
   });
   const first = slots[0]?.start ?? Date.now();
-  const startText = windowMinutes > 60
-    ? new Date(first).toLocaleString([], { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit' })
-    : new Date(first).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+  const startText =
+    windowMinutes > 60
+      ? new Date(first).toLocaleString([], { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit' })
+      : new Date(first).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
   return h(
     'figure',
     { class: 'chart-frame' },
@@ -82,12 +98,20 @@ export function barChart(slots: Slot[], label: string, windowMinutes: number): H
 
 export function legend(slots: Slot[], reasons: Map<string, number>): HTMLElement {
   const sum = (k: keyof Omit<Slot, 'start'>) => slots.reduce((a, x) => a + x[k], 0);
-  const reasonText = [...reasons.entries()].filter(([r]) => r !== 'zombie').map(([r, n]) => `${r} ${n}`).join(', ');
+  const reasonText = [...reasons.entries()]
+    .filter(([r]) => r !== 'zombie')
+    .map(([r, n]) => `${r} ${n}`)
+    .join(', ');
   return h(
     'ul',
     { class: 'legend' },
     h('li', null, h('span', { class: 'swatch ok' }), `succeeded ${sum('succeeded').toLocaleString('en-US')}`),
-    h('li', null, h('span', { class: 'swatch bad' }), `failed ${sum('failed').toLocaleString('en-US')}${reasonText ? ` (${reasonText})` : ''}`),
+    h(
+      'li',
+      null,
+      h('span', { class: 'swatch bad' }),
+      `failed ${sum('failed').toLocaleString('en-US')}${reasonText ? ` (${reasonText})` : ''}`,
+    ),
     h('li', null, h('span', { class: 'swatch warn' }), `zombie ${sum('zombie').toLocaleString('en-US')}`),
   );
 }

@@ -19,7 +19,10 @@ function apply(el: Element, attrs: Attrs | null | undefined): void {
     if (k === 'style') throw new Error('inline styles are not allowed (CSP)');
     if (k.startsWith('on') && typeof v === 'function') {
       el.addEventListener(k.slice(2), v);
-    } else if (k === 'value' && (el instanceof HTMLInputElement || el instanceof HTMLSelectElement || el instanceof HTMLTextAreaElement)) {
+    } else if (
+      k === 'value' &&
+      (el instanceof HTMLInputElement || el instanceof HTMLSelectElement || el instanceof HTMLTextAreaElement)
+    ) {
       el.value = String(v);
     } else if (k === 'checked' && el instanceof HTMLInputElement) {
       el.checked = Boolean(v);
@@ -29,7 +32,11 @@ function apply(el: Element, attrs: Attrs | null | undefined): void {
   }
 }
 
-export function h<K extends keyof HTMLElementTagNameMap>(tag: K, attrs?: Attrs | null, ...children: Child[]): HTMLElementTagNameMap[K] {
+export function h<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  attrs?: Attrs | null,
+  ...children: Child[]
+): HTMLElementTagNameMap[K] {
   const el = document.createElement(tag);
   apply(el, attrs);
   append(el, children);
@@ -53,7 +60,14 @@ export function fmtTime(v: string | null | undefined): string {
   if (!v) return '—';
   const d = new Date(v);
   if (Number.isNaN(d.getTime())) return String(v);
-  return d.toLocaleString(undefined, { year: 'numeric', month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit' });
+  return d.toLocaleString(undefined, {
+    year: 'numeric',
+    month: 'short',
+    day: 'numeric',
+    hour: '2-digit',
+    minute: '2-digit',
+    second: '2-digit',
+  });
 }
 
 export function fmtAge(ms: number | null | undefined): string {

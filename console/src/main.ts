@@ -2,7 +2,17 @@
 // #/transfers/batches/<id>).
 import './style.css';
 import { h, replace } from './dom';
-import { currentAccess, currentSession, isOperatorClaimed, loadSession, setUnauthorizedHandler, signInWithKey, signOut, ApiError, type Session } from './api';
+import {
+  currentAccess,
+  currentSession,
+  isOperatorClaimed,
+  loadSession,
+  setUnauthorizedHandler,
+  signInWithKey,
+  signOut,
+  ApiError,
+  type Session,
+} from './api';
 import { notice, show, showError, type Cleanup } from './ui';
 import { overviewPage } from './pages/overview';
 import { jobsPage, jobPage } from './pages/jobs';
@@ -75,7 +85,13 @@ function layout(): { main: HTMLElement } {
   const main = h('main', { id: 'main', tabindex: -1 });
   replace(
     app,
-    h('header', { class: 'top' }, h('a', { class: 'brand', href: '#/' }, 'Keel', h('span', null, ' console')), nav, identity()),
+    h(
+      'header',
+      { class: 'top' },
+      h('a', { class: 'brand', href: '#/' }, 'Keel', h('span', null, ' console')),
+      nav,
+      identity(),
+    ),
     main,
   );
   return { main };
@@ -85,20 +101,37 @@ function signInPage(s: Session): void {
   const box = notice();
   if (signInMessage) show(box, 'info', signInMessage);
   signInMessage = null;
-  const key = h('input', { type: 'password', name: 'key', id: 'key', autocomplete: 'off', required: true, spellcheck: 'false' });
+  const key = h('input', {
+    type: 'password',
+    name: 'key',
+    id: 'key',
+    autocomplete: 'off',
+    required: true,
+    spellcheck: 'false',
+  });
   const operator = h('input', { type: 'checkbox', name: 'operator', id: 'operator' });
   const submit = h('button', { type: 'submit', class: 'primary' }, 'Sign in');
   const form = h(
     'form',
     { class: 'signin-form' },
-    h('label', { for: 'key', class: 'label' }, s.mode === 'caller' ? 'Ops key (printed by npm start, stored in .data/ops-key)' : 'Function key of the ops function'),
+    h(
+      'label',
+      { for: 'key', class: 'label' },
+      s.mode === 'caller'
+        ? 'Ops key (printed by npm start, stored in .data/ops-key)'
+        : 'Function key of the ops function',
+    ),
     key,
     s.mode === 'caller'
       ? h(
           'label',
           { class: 'check' },
           operator,
-          h('span', null, `Act as operator: send the "${s.operatorRole}" role. The local host has no sign-in and takes the role as given; without it, destructive actions are refused.`),
+          h(
+            'span',
+            null,
+            `Act as operator: send the "${s.operatorRole}" role. The local host has no sign-in and takes the role as given; without it, destructive actions are refused.`,
+          ),
         )
       : null,
     submit,
@@ -109,7 +142,12 @@ function signInPage(s: Session): void {
     signInWithKey(key.value.trim(), operator.checked)
       .then(() => render())
       .catch((err) => {
-        showError(box, err instanceof ApiError && err.status === 401 ? new ApiError(401, 'unauthorized', 'that key was refused; check it and try again', undefined, null) : err);
+        showError(
+          box,
+          err instanceof ApiError && err.status === 401
+            ? new ApiError(401, 'unauthorized', 'that key was refused; check it and try again', undefined, null)
+            : err,
+        );
         submit.disabled = false;
         key.focus();
       });
@@ -119,8 +157,16 @@ function signInPage(s: Session): void {
       ? h(
           'div',
           { class: 'signin-alt' },
-          h('p', null, 'This app is behind App Service authentication: sign in with your organisation account; no key is needed.'),
-          h('a', { class: 'button primary', href: s.loginUrl ?? '/.auth/login/aad' }, 'Sign in with Microsoft Entra ID'),
+          h(
+            'p',
+            null,
+            'This app is behind App Service authentication: sign in with your organisation account; no key is needed.',
+          ),
+          h(
+            'a',
+            { class: 'button primary', href: s.loginUrl ?? '/.auth/login/aad' },
+            'Sign in with Microsoft Entra ID',
+          ),
           h('p', { class: 'hint' }, 'Or use a function key:'),
         )
       : null;
@@ -131,12 +177,20 @@ function signInPage(s: Session): void {
       { id: 'main', class: 'signin', tabindex: -1 },
       h('h1', null, 'Keel console'),
       s.mode === 'untrusted'
-        ? h('p', { class: 'hint' }, 'App Service authentication is not enabled on this app: read with a function key; operator-only actions will be refused (docs/operations.md).')
+        ? h(
+            'p',
+            { class: 'hint' },
+            'App Service authentication is not enabled on this app: read with a function key; operator-only actions will be refused (docs/operations.md).',
+          )
         : null,
       box,
       appService,
       form,
-      h('p', { class: 'hint' }, 'The key stays in this browser tab (session storage) and is sent only as a request header to this app.'),
+      h(
+        'p',
+        { class: 'hint' },
+        'The key stays in this browser tab (session storage) and is sent only as a request header to this app.',
+      ),
     ),
   );
   key.focus();
@@ -162,7 +216,11 @@ async function render(): Promise<void> {
   else if (path === '/transfers') cleanup = transfersPage(main);
   else if ((m = /^\/transfers\/batches\/([0-9a-fA-F-]{36})$/.exec(path))) cleanup = batchPage(main, m[1]!);
   else {
-    replace(main, h('h1', { id: 'page-title', tabindex: -1 }, 'Not found'), h('p', null, 'No such page. ', h('a', { href: '#/' }, 'Back to the overview.')));
+    replace(
+      main,
+      h('h1', { id: 'page-title', tabindex: -1 }, 'Not found'),
+      h('p', null, 'No such page. ', h('a', { href: '#/' }, 'Back to the overview.')),
+    );
   }
   const title = document.getElementById('page-title');
   const label = NAV.find(([href]) => href.slice(1) === path)?.[1];
@@ -203,7 +261,11 @@ loadSession()
         'main',
         { id: 'main', class: 'signin' },
         h('h1', null, 'Keel console'),
-        h('div', { class: 'notice error', role: 'alert' }, `The console could not reach Keel: ${(err as Error).message}. Reload to try again.`),
+        h(
+          'div',
+          { class: 'notice error', role: 'alert' },
+          `The console could not reach Keel: ${(err as Error).message}. Reload to try again.`,
+        ),
       ),
     );
   });

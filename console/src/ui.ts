@@ -11,7 +11,11 @@ export function show(box: HTMLElement, kind: 'ok' | 'error' | 'info', ...message
 }
 
 export function showError(box: HTMLElement, err: unknown): void {
-  show(box, 'error', err instanceof ApiError ? err.describe() : `Unexpected error: ${(err as Error).message ?? String(err)}`);
+  show(
+    box,
+    'error',
+    err instanceof ApiError ? err.describe() : `Unexpected error: ${(err as Error).message ?? String(err)}`,
+  );
 }
 
 export function clear(box: HTMLElement): void {
@@ -19,7 +23,12 @@ export function clear(box: HTMLElement): void {
 }
 
 export function pageHead(title: string, ...extra: Child[]): HTMLElement {
-  return h('div', { class: 'page-head' }, h('h1', { id: 'page-title', tabindex: -1 }, title), h('div', { class: 'page-tools' }, ...extra));
+  return h(
+    'div',
+    { class: 'page-head' },
+    h('h1', { id: 'page-title', tabindex: -1 }, title),
+    h('div', { class: 'page-tools' }, ...extra),
+  );
 }
 
 export function badge(text: string, tone: 'ok' | 'warn' | 'bad' | 'muted' | 'info'): HTMLSpanElement {
@@ -31,7 +40,11 @@ export function empty(text: string): HTMLParagraphElement {
 }
 
 // Runs an action from a button: disables it meanwhile, reports errors in `box`.
-export async function busy<T>(button: HTMLButtonElement | null, box: HTMLElement, fn: () => Promise<T>): Promise<T | undefined> {
+export async function busy<T>(
+  button: HTMLButtonElement | null,
+  box: HTMLElement,
+  fn: () => Promise<T>,
+): Promise<T | undefined> {
   if (button) button.disabled = true;
   try {
     return await fn();
@@ -53,7 +66,11 @@ export function confirmStep(opts: {
   danger?: boolean;
   onConfirm: (button: HTMLButtonElement) => Promise<void>;
 }): void {
-  const confirm = h('button', { type: 'button', class: opts.danger ? 'danger' : 'primary', 'data-test': 'confirm' }, opts.confirmLabel);
+  const confirm = h(
+    'button',
+    { type: 'button', class: opts.danger ? 'danger' : 'primary', 'data-test': 'confirm' },
+    opts.confirmLabel,
+  );
   const cancel = h('button', { type: 'button', class: 'ghost' }, 'Cancel');
   const panel = h(
     'section',
@@ -78,7 +95,11 @@ export function pre(value: unknown): HTMLPreElement {
   return h('pre', { class: 'code', tabindex: 0 }, typeof value === 'string' ? value : JSON.stringify(value, null, 2));
 }
 
-export function table(head: string[], rows: Child[][], opts: { caption?: string; className?: string } = {}): HTMLDivElement {
+export function table(
+  head: string[],
+  rows: Child[][],
+  opts: { caption?: string; className?: string } = {},
+): HTMLDivElement {
   return h(
     'div',
     { class: 'table-wrap', tabindex: 0, role: 'region', 'aria-label': opts.caption ?? head.join(', ') },
@@ -93,11 +114,21 @@ export function table(head: string[], rows: Child[][], opts: { caption?: string;
 }
 
 export function field(label: string, control: HTMLElement, hint?: string): HTMLLabelElement {
-  return h('label', { class: 'field' }, h('span', { class: 'label' }, label), control, hint ? h('span', { class: 'hint' }, hint) : null);
+  return h(
+    'label',
+    { class: 'field' },
+    h('span', { class: 'label' }, label),
+    control,
+    hint ? h('span', { class: 'hint' }, hint) : null,
+  );
 }
 
 export function select(name: string, options: [string, string][], value: string): HTMLSelectElement {
-  return h('select', { name }, ...options.map(([v, t]) => h('option', { value: v, ...(v === value ? { selected: true } : {}) }, t)));
+  return h(
+    'select',
+    { name },
+    ...options.map(([v, t]) => h('option', { value: v, ...(v === value ? { selected: true } : {}) }, t)),
+  );
 }
 
 export function hashParams(): URLSearchParams {

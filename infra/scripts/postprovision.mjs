@@ -50,16 +50,24 @@ if ((process.env.KEEL_SKIP_MIGRATE ?? 'false') !== 'true') {
 try {
   execFileSync('sqlcmd', ['--version'], { stdio: 'ignore' });
 } catch {
-  console.error('sqlcmd (go-sqlcmd) not found: install it, then run infra/sql/post-provision.sql as shown in docs/deploy.md');
+  console.error(
+    'sqlcmd (go-sqlcmd) not found: install it, then run infra/sql/post-provision.sql as shown in docs/deploy.md',
+  );
   process.exit(1);
 }
 
 console.log(`== database user for ${identityName} (role keel_executor)`);
 run('sqlcmd', [
-  '-S', `tcp:${server},1433`,
-  '-d', database,
-  '--authentication-method', 'ActiveDirectoryDefault',
+  '-S',
+  `tcp:${server},1433`,
+  '-d',
+  database,
+  '--authentication-method',
+  'ActiveDirectoryDefault',
   '-b',
-  '-v', `IdentityName=${identityName}`, `IdentityClientId=${identityClientId}`,
-  '-i', path.join(root, 'infra', 'sql', 'post-provision.sql'),
+  '-v',
+  `IdentityName=${identityName}`,
+  `IdentityClientId=${identityClientId}`,
+  '-i',
+  path.join(root, 'infra', 'sql', 'post-provision.sql'),
 ]);

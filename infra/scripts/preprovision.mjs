@@ -8,7 +8,11 @@ import { execFileSync } from 'node:child_process';
 const IPV4 = /^(25[0-5]|2[0-4]\d|1?\d?\d)(\.(25[0-5]|2[0-4]\d|1?\d?\d)){3}$/;
 
 function azd(...args) {
-  return execFileSync('azd', args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], shell: process.platform === 'win32' }).trim();
+  return execFileSync('azd', args, {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'pipe'],
+    shell: process.platform === 'win32',
+  }).trim();
 }
 
 function envValue(name) {
@@ -25,7 +29,9 @@ const actionGroup = envValue('KEEL_ALERT_ACTION_GROUP_ID');
 if (!emails && !actionGroup) {
   console.error('Alerts need a receiver. Set at least one of:');
   console.error('  azd env set KEEL_ALERT_EMAILS "ops@example.com,oncall@example.com"');
-  console.error('  azd env set KEEL_ALERT_ACTION_GROUP_ID "/subscriptions/<id>/resourceGroups/<rg>/providers/microsoft.insights/actionGroups/<name>"');
+  console.error(
+    '  azd env set KEEL_ALERT_ACTION_GROUP_ID "/subscriptions/<id>/resourceGroups/<rg>/providers/microsoft.insights/actionGroups/<name>"',
+  );
   console.error('(optionally also KEEL_ALERT_WEBHOOK_URL), then run azd up again. See docs/deploy.md.');
   process.exit(1);
 }
@@ -53,6 +59,8 @@ if (IPV4.test(ip)) {
   azd('env', 'set', 'KEEL_CLIENT_IP', ip);
   console.log(`KEEL_CLIENT_IP=${ip} (SQL firewall rule AllowDeploymentClient)`);
 } else {
-  console.error("Could not determine this machine's public IPv4 address; set it with: azd env set KEEL_CLIENT_IP <ipv4>");
+  console.error(
+    "Could not determine this machine's public IPv4 address; set it with: azd env set KEEL_CLIENT_IP <ipv4>",
+  );
   console.error('(without it, run the post-provision step from a machine the SQL firewall admits)');
 }

@@ -4,7 +4,7 @@
 import { crc32, deflateRawSync, inflateRawSync } from 'node:zlib';
 
 const DOS_TIME = 0; // 00:00:00
-const DOS_DATE = (2020 - 1980) << 9 | 1 << 5 | 1; // 2020-01-01
+const DOS_DATE = ((2020 - 1980) << 9) | (1 << 5) | 1; // 2020-01-01
 
 /**
  * @param {{ name: string, data: Buffer, mode?: number }[]} entries  name uses forward slashes, no leading slash
@@ -20,7 +20,8 @@ export function writeZip(entries) {
     const deflated = deflateRawSync(data);
     const useDeflate = deflated.length < data.length;
     const body = useDeflate ? deflated : data;
-    if (offset + 30 + nameBuf.length + body.length > 0xffffffff) throw new Error('zip: package larger than 4 GiB (zip64 is not supported)');
+    if (offset + 30 + nameBuf.length + body.length > 0xffffffff)
+      throw new Error('zip: package larger than 4 GiB (zip64 is not supported)');
     const local = Buffer.alloc(30);
     local.writeUInt32LE(0x04034b50, 0);
     local.writeUInt16LE(20, 4); // version needed
@@ -37,7 +38,7 @@ export function writeZip(entries) {
 
     const cen = Buffer.alloc(46);
     cen.writeUInt32LE(0x02014b50, 0);
-    cen.writeUInt16LE(3 << 8 | 20, 4); // made by: Unix, so the permission bits below are honoured
+    cen.writeUInt16LE((3 << 8) | 20, 4); // made by: Unix, so the permission bits below are honoured
     cen.writeUInt16LE(20, 6);
     cen.writeUInt16LE(0x0800, 8);
     cen.writeUInt16LE(useDeflate ? 8 : 0, 10);

@@ -5,7 +5,8 @@ import type { HttpHandler, HttpMethod, StorageQueueHandler, TimerHandler } from 
 import type { Settings } from '../config/settings.js';
 
 type QueueSetting = 'KEEL_JOBS_QUEUE' | 'KEEL_TRANSFER_STAGE_QUEUE' | 'KEEL_TRANSFER_APPLY_QUEUE';
-type ScheduleSetting = 'KEEL_DISPATCH_SCHEDULE' | 'KEEL_MAINTENANCE_SCHEDULE' | 'KEEL_TRANSFER_SCHEDULE' | 'KEEL_SCHEDULER_SCHEDULE';
+type ScheduleSetting =
+  'KEEL_DISPATCH_SCHEDULE' | 'KEEL_MAINTENANCE_SCHEDULE' | 'KEEL_TRANSFER_SCHEDULE' | 'KEEL_SCHEDULER_SCHEDULE';
 
 export interface HttpDefinition {
   name: string;

@@ -24,7 +24,8 @@ export async function dispatchDueJobs(rt: Runtime, log: Logger): Promise<Dispatc
   const started = Date.now();
   const queues = await dispatchQueues(rt);
   const mode = rt.settings.KEEL_DISPATCH_MODE;
-  if (queues.length === 0) return { mode, queues: 0, processed: 0, outcomes: {}, posted: 0, durationMs: Date.now() - started };
+  if (queues.length === 0)
+    return { mode, queues: 0, processed: 0, outcomes: {}, posted: 0, durationMs: Date.now() - started };
   if (mode === 'run') {
     const r = await rt.processor.drain({
       queues,
@@ -32,7 +33,14 @@ export async function dispatchDueJobs(rt: Runtime, log: Logger): Promise<Dispatc
       concurrency: rt.settings.KEEL_DISPATCH_CONCURRENCY,
     });
     const outcomes = Object.fromEntries(Object.entries(r.outcomes).filter(([, n]) => n > 0));
-    return { mode, queues: queues.length, processed: r.processed, outcomes, posted: 0, durationMs: Date.now() - started };
+    return {
+      mode,
+      queues: queues.length,
+      processed: r.processed,
+      outcomes,
+      posted: 0,
+      durationMs: Date.now() - started,
+    };
   }
   // post: claim (which honours pause, global max concurrency and due time), release, and post the ids, so the
   // queue-triggered runner scales out with the storage queue. Claims are short: a crash between claim and release
@@ -48,7 +56,14 @@ export async function dispatchDueJobs(rt: Runtime, log: Logger): Promise<Dispatc
     if ((await rt.store.release({ jobId: job.id, leaseId: job.leaseId })) === 'ok') released.push(job.id);
   }
   const posted = await postJobs(rt, released, log);
-  return { mode, queues: queues.length, processed: 0, outcomes: { released: released.length }, posted, durationMs: Date.now() - started };
+  return {
+    mode,
+    queues: queues.length,
+    processed: 0,
+    outcomes: { released: released.length },
+    posted,
+    durationMs: Date.now() - started,
+  };
 }
 
 export interface MaintenancePassReport {
@@ -75,9 +90,15 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
   let transfers: MaintenancePassReport['transfers'] = 'not configured';
   if (rt.transfers) {
     try {
-      const views = await rt.transfers.reconcileStale(rt.settings.KEEL_TRANSFER_STALE_MS, rt.settings.KEEL_TRANSFER_RECONCILE_LIMIT);
+      const views = await rt.transfers.reconcileStale(
+        rt.settings.KEEL_TRANSFER_STALE_MS,
+        rt.settings.KEEL_TRANSFER_RECONCILE_LIMIT,
+      );
       for (const v of views) reconcileTelemetry(v);
-      transfers = { reconciled: views.length, detail: views.map((v) => ({ batchId: v.batchId, transfer: v.transfer, state: v.state, status: v.status })) };
+      transfers = {
+        reconciled: views.length,
+        detail: views.map((v) => ({ batchId: v.batchId, transfer: v.transfer, state: v.state, status: v.status })),
+      };
     } catch (err) {
       // Job maintenance already ran (and is reported above); a transfer target being down fails this run visibly.
       log.error(`maintenance: reconciling stale transfer batches failed: ${(err as Error).message}`);

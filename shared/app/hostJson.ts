@@ -9,30 +9,35 @@ export function parseTimeSpan(value: string, field: string): number {
   const m = /^(?:(\d+)\.)?(\d{1,2}):(\d{2}):(\d{2})(?:\.(\d{1,3}))?$/.exec(value);
   if (!m) throw new Error(`host.json ${field}: "${value}" is not a time span (hh:mm:ss)`);
   const [, d, h, min, s, ms] = m;
-  return ((Number(d ?? 0) * 24 + Number(h)) * 3600 + Number(min) * 60 + Number(s)) * 1000 + Number((ms ?? '0').padEnd(3, '0'));
+  return (
+    ((Number(d ?? 0) * 24 + Number(h)) * 3600 + Number(min) * 60 + Number(s)) * 1000 +
+    Number((ms ?? '0').padEnd(3, '0'))
+  );
 }
 
-const schema = z.object({
-  version: z.literal('2.0'),
-  functionTimeout: z.string().optional(),
-  extensions: z
-    .object({
-      http: z.object({ routePrefix: z.string().optional() }).passthrough().optional(),
-      queues: z
-        .object({
-          batchSize: z.number().int().min(1).max(32).optional(),
-          newBatchThreshold: z.number().int().min(0).optional(),
-          maxDequeueCount: z.number().int().min(1).optional(),
-          visibilityTimeout: z.string().optional(),
-          maxPollingInterval: z.string().optional(),
-          messageEncoding: z.enum(['base64', 'none']).optional(),
-        })
-        .passthrough()
-        .optional(),
-    })
-    .passthrough()
-    .optional(),
-}).passthrough();
+const schema = z
+  .object({
+    version: z.literal('2.0'),
+    functionTimeout: z.string().optional(),
+    extensions: z
+      .object({
+        http: z.object({ routePrefix: z.string().optional() }).passthrough().optional(),
+        queues: z
+          .object({
+            batchSize: z.number().int().min(1).max(32).optional(),
+            newBatchThreshold: z.number().int().min(0).optional(),
+            maxDequeueCount: z.number().int().min(1).optional(),
+            visibilityTimeout: z.string().optional(),
+            maxPollingInterval: z.string().optional(),
+            messageEncoding: z.enum(['base64', 'none']).optional(),
+          })
+          .passthrough()
+          .optional(),
+      })
+      .passthrough()
+      .optional(),
+  })
+  .passthrough();
 
 export interface HostConfig {
   routePrefix: string;
@@ -62,8 +67,12 @@ export function hostConfigFrom(json: unknown): HostConfig {
       batchSize,
       newBatchThreshold: q.newBatchThreshold ?? Math.floor(batchSize / 2),
       maxDequeueCount: q.maxDequeueCount ?? 5,
-      visibilityTimeoutMs: q.visibilityTimeout ? parseTimeSpan(q.visibilityTimeout, 'extensions.queues.visibilityTimeout') : 0,
-      maxPollingIntervalMs: q.maxPollingInterval ? parseTimeSpan(q.maxPollingInterval, 'extensions.queues.maxPollingInterval') : 60_000,
+      visibilityTimeoutMs: q.visibilityTimeout
+        ? parseTimeSpan(q.visibilityTimeout, 'extensions.queues.visibilityTimeout')
+        : 0,
+      maxPollingIntervalMs: q.maxPollingInterval
+        ? parseTimeSpan(q.maxPollingInterval, 'extensions.queues.maxPollingInterval')
+        : 60_000,
       messageEncoding: q.messageEncoding ?? 'base64',
     },
   };

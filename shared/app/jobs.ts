@@ -28,7 +28,11 @@ function delaySecondsFor(req: EnqueueRequest, now: number): number {
 
 // Enqueue from code (your own functions, handlers starting follow-up jobs): the same checks as the ops API —
 // registered type, payload schema (ValidationError naming the field), the handler's queue and maxAttempts.
-export async function enqueueJobs(rt: Runtime, jobs: JobRequest | JobRequest[], log: Logger = console): Promise<EnqueuedJob[]> {
+export async function enqueueJobs(
+  rt: Runtime,
+  jobs: JobRequest | JobRequest[],
+  log: Logger = console,
+): Promise<EnqueuedJob[]> {
   return enqueueAndPost(rt, Array.isArray(jobs) ? jobs : [jobs], log);
 }
 
@@ -38,21 +42,26 @@ export async function enqueueAndPost(
   log: Logger,
   opts: Pick<TypedEnqueueOptions, 'prefix'> = {},
 ): Promise<EnqueuedJob[]> {
-  const requests = prepareTypedJobs(rt.registry, jobs, { ...opts, allowUnknownTypes: rt.settings.KEEL_ALLOW_UNKNOWN_JOB_TYPES });
+  const requests = prepareTypedJobs(rt.registry, jobs, {
+    ...opts,
+    allowUnknownTypes: rt.settings.KEEL_ALLOW_UNKNOWN_JOB_TYPES,
+  });
   const results = requests.length === 1 ? [await rt.store.enqueue(requests[0]!)] : await rt.store.enqueueMany(requests);
   enqueuedTelemetry(requests.filter((_r, i) => !results[i]!.duplicate));
   const now = Date.now();
   const out: EnqueuedJob[] = [];
   // Bounded fan-out (a batch may hold up to MAX_BATCH jobs): 16 sends at a time.
   for (let i = 0; i < results.length; i += 16) {
-    out.push(...(await Promise.all(
-      results.slice(i, i + 16).map(async (r, k) => {
-        if (r.duplicate) return { ...r, posted: false };
-        const delay = delaySecondsFor(requests[i + k]!, now);
-        if (delay > MAX_VISIBILITY_DELAY_SECONDS) return { ...r, posted: false }; // the dispatcher runs it when due
-        return { ...r, posted: await postJob(rt, r.id, log, delay) };
-      }),
-    )));
+    out.push(
+      ...(await Promise.all(
+        results.slice(i, i + 16).map(async (r, k) => {
+          if (r.duplicate) return { ...r, posted: false };
+          const delay = delaySecondsFor(requests[i + k]!, now);
+          if (delay > MAX_VISIBILITY_DELAY_SECONDS) return { ...r, posted: false }; // the dispatcher runs it when due
+          return { ...r, posted: await postJob(rt, r.id, log, delay) };
+        }),
+      )),
+    );
   }
   return out;
 }
@@ -63,7 +72,9 @@ export async function postJob(rt: Runtime, jobId: JobId, log: Logger, delaySecon
     await rt.queues.send(rt.settings.KEEL_JOBS_QUEUE, { jobId } satisfies JobMessage, { delaySeconds });
     return true;
   } catch (err) {
-    log.warn(`job ${jobId}: posting to queue ${rt.settings.KEEL_JOBS_QUEUE} failed (the dispatcher will pick it up): ${(err as Error).message}`);
+    log.warn(
+      `job ${jobId}: posting to queue ${rt.settings.KEEL_JOBS_QUEUE} failed (the dispatcher will pick it up): ${(err as Error).message}`,
+    );
     return false;
   }
 }

@@ -11,7 +11,14 @@ const jobIdSchema = z.union([
 
 export const jobMessageSchema = z.object({ jobId: jobIdSchema }).strict();
 export const transferMessageSchema = z
-  .object({ batchId: z.string().regex(/^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/, 'must be a batch id (a UUID)') })
+  .object({
+    batchId: z
+      .string()
+      .regex(
+        /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/,
+        'must be a batch id (a UUID)',
+      ),
+  })
   .strict();
 
 export type ParsedMessage<T> = { ok: true; value: T } | { ok: false; reason: 'malformed'; detail: string };
@@ -35,7 +42,11 @@ export function parseMessage<T>(schema: z.ZodType<T, z.ZodTypeDef, unknown>, mes
   const r = schema.safeParse(v.value);
   if (!r.success) {
     const i = r.error.issues[0]!;
-    const where = i.path.length ? i.path.join('.') : i.code === 'unrecognized_keys' ? (i as z.ZodIssue & { keys: string[] }).keys.join(',') : 'message';
+    const where = i.path.length
+      ? i.path.join('.')
+      : i.code === 'unrecognized_keys'
+        ? (i as z.ZodIssue & { keys: string[] }).keys.join(',')
+        : 'message';
     return { ok: false, reason: 'malformed', detail: `${where}: ${i.message}` };
   }
   return { ok: true, value: r.data };
@@ -51,7 +62,8 @@ export async function poison(
   reason: string,
   detail: string,
 ): Promise<void> {
-  const dequeueCount = typeof context.triggerMetadata?.dequeueCount === 'number' ? context.triggerMetadata.dequeueCount : undefined;
+  const dequeueCount =
+    typeof context.triggerMetadata?.dequeueCount === 'number' ? context.triggerMetadata.dequeueCount : undefined;
   context.warn(`poison message on ${queue} (${reason}): ${detail}; moved to ${queue}-poison`);
   await rt.queues.sendPoison(queue, {
     reason,

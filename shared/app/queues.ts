@@ -66,7 +66,9 @@ export class StorageQueueGateway implements QueueGateway {
           : 'no storage connection: set AzureWebJobsStorage, or AzureWebJobsStorage__queueServiceUri for a managed identity',
       );
     }
-    const credential: TokenCredential = conn.clientId ? new ManagedIdentityCredential({ clientId: conn.clientId }) : new DefaultAzureCredential();
+    const credential: TokenCredential = conn.clientId
+      ? new ManagedIdentityCredential({ clientId: conn.clientId })
+      : new DefaultAzureCredential();
     return new StorageQueueGateway(new QueueServiceClient(uri, credential));
   }
 

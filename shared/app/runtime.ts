@@ -66,15 +66,20 @@ export async function createRuntime(settings: Settings, overrides: RuntimeOverri
   schedules.push(...(overrides.schedules ?? []));
   checkSchedules(registry, schedules);
   const store = overrides.store ?? (await openStore(settings));
-  const queues = overrides.queues ?? StorageQueueGateway.fromConnection({
-    connectionString: settings.AzureWebJobsStorage,
-    queueServiceUri: settings.AzureWebJobsStorage__queueServiceUri,
-    accountName: settings.AzureWebJobsStorage__accountName,
-    clientId: settings.AzureWebJobsStorage__clientId,
-  });
+  const queues =
+    overrides.queues ??
+    StorageQueueGateway.fromConnection({
+      connectionString: settings.AzureWebJobsStorage,
+      queueServiceUri: settings.AzureWebJobsStorage__queueServiceUri,
+      accountName: settings.AzureWebJobsStorage__accountName,
+      clientId: settings.AzureWebJobsStorage__clientId,
+    });
   let transfers: TransferServiceLike | null;
   try {
-    transfers = overrides.transfers !== undefined ? overrides.transfers : await createTransferService(settings, overrides.env ?? process.env);
+    transfers =
+      overrides.transfers !== undefined
+        ? overrides.transfers
+        : await createTransferService(settings, overrides.env ?? process.env);
   } catch (err) {
     if (!overrides.store) await store.close().catch(() => undefined);
     throw err;

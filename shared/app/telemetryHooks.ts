@@ -32,14 +32,19 @@ export function enqueuedTelemetry(jobs: { queue: string; type: string }[]): void
   for (const c of counts.values()) telemetry.jobEnqueued({ queue: c.queue, type: c.type }, c.n);
 }
 
-export function maintenanceTelemetry(report: MaintenanceReport | null, durationMs: number, stats: QueueStats[] | null): void {
+export function maintenanceTelemetry(
+  report: MaintenanceReport | null,
+  durationMs: number,
+  stats: QueueStats[] | null,
+): void {
   if (report) telemetry.zombiesRescued(report.rescued);
   telemetry.maintenanceRun({ durationMs, outcome: report ? 'succeeded' : 'failed' });
   for (const q of stats ?? []) telemetry.queueLag({ queue: q.queue, lagMs: q.oldestDueAgeMs });
 }
 
 export function batchTelemetry(view: BatchView, previousState?: string): void {
-  if (view.state !== previousState) telemetry.transferBatchState({ transfer: view.transfer, state: view.state, batchId: view.batchId });
+  if (view.state !== previousState)
+    telemetry.transferBatchState({ transfer: view.transfer, state: view.state, batchId: view.batchId });
   if (view.state === 'committed' && previousState !== 'committed' && view.appliedCount) {
     telemetry.rowsTransferred({ transfer: view.transfer, rows: view.appliedCount });
   }
@@ -47,7 +52,18 @@ export function batchTelemetry(view: BatchView, previousState?: string): void {
 
 export function reconcileTelemetry(view: BatchView): void {
   const outcome: ReconcileOutcome =
-    view.state === 'committed' ? 'committed' : view.state === 'failed' ? 'failed' : view.state === 'unresolved' || view.state === 'applying' ? 'unresolved' : 'not_applied';
+    view.state === 'committed'
+      ? 'committed'
+      : view.state === 'failed'
+        ? 'failed'
+        : view.state === 'unresolved' || view.state === 'applying'
+          ? 'unresolved'
+          : 'not_applied';
   const since = view.applyStartedAt ? Date.now() - Date.parse(view.applyStartedAt) : undefined;
-  telemetry.reconcileOutcome({ transfer: view.transfer, outcome, batchId: view.batchId, ...(outcome === 'unresolved' && since !== undefined ? { unresolvedForMs: since } : {}) });
+  telemetry.reconcileOutcome({
+    transfer: view.transfer,
+    outcome,
+    batchId: view.batchId,
+    ...(outcome === 'unresolved' && since !== undefined ? { unresolvedForMs: since } : {}),
+  });
 }

@@ -29,7 +29,11 @@ export class AdapterFactory {
     if (!e) {
       const descriptor = engineNamed(engine);
       if (!descriptor.transferEndpoints) throw new Error(`engine ${engine} takes no part in transfers`);
-      e = descriptor.transferEndpoints({ env: this.env, timeouts: this.timeouts, ...(this.opts.pgPoolSize ? { poolSize: this.opts.pgPoolSize } : {}) });
+      e = descriptor.transferEndpoints({
+        env: this.env,
+        timeouts: this.timeouts,
+        ...(this.opts.pgPoolSize ? { poolSize: this.opts.pgPoolSize } : {}),
+      });
       this.endpoints.set(engine, e);
       e.catch(() => this.endpoints.delete(engine)); // a failed driver load is retried on the next connect
     }
@@ -56,7 +60,10 @@ export class AdapterFactory {
 // A service over the given journal: transfers from KEEL_TRANSFERS / KEEL_TRANSFERS_FILE (validated now, so bad
 // configuration fails at startup). shared/app/transfers.ts opens the journal from the control engine and calls
 // this; tests call it with a journal of their own.
-export function composeTransferService(journal: TransferJournal, env: NodeJS.ProcessEnv = process.env): { service: TransferService; transfers: TransferConfig[] } | null {
+export function composeTransferService(
+  journal: TransferJournal,
+  env: NodeJS.ProcessEnv = process.env,
+): { service: TransferService; transfers: TransferConfig[] } | null {
   const transfers = loadTransfers(env);
   if (transfers.length === 0) return null;
   for (const t of transfers) {

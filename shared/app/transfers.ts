@@ -18,7 +18,10 @@ export interface TransferMessage {
 
 // Builds the service when transfers are configured (KEEL_TRANSFERS / KEEL_TRANSFERS_FILE); null otherwise.
 // The batch journal lives in the control database, beside the jobs.
-export async function createTransferService(settings: Settings, env: Record<string, string | undefined>): Promise<TransferService | null> {
+export async function createTransferService(
+  settings: Settings,
+  env: Record<string, string | undefined>,
+): Promise<TransferService | null> {
   if (loadTransfers(env as NodeJS.ProcessEnv).length === 0) return null;
   // The batch journal lives in the control database, beside the jobs: the job store's engine opens it.
   const control = engineNamed(settings.KEEL_STORE_ENGINE);
@@ -37,7 +40,9 @@ export async function postStage(rt: Runtime, batchId: string, log: Logger): Prom
     await rt.queues.send(rt.settings.KEEL_TRANSFER_STAGE_QUEUE, { batchId } satisfies TransferMessage);
     return true;
   } catch (err) {
-    log.warn(`batch ${batchId}: posting to ${rt.settings.KEEL_TRANSFER_STAGE_QUEUE} failed (the transfer timer resumes it): ${(err as Error).message}`);
+    log.warn(
+      `batch ${batchId}: posting to ${rt.settings.KEEL_TRANSFER_STAGE_QUEUE} failed (the transfer timer resumes it): ${(err as Error).message}`,
+    );
     return false;
   }
 }
@@ -86,7 +91,11 @@ export async function runTransferSchedule(rt: Runtime, log: Logger): Promise<Tim
         await postStage(rt, open.batchId, log);
         steps.push({ transfer: name, action: 'resumed', batchId: open.batchId });
       } else {
-        steps.push({ transfer: name, action: open ? 'open_batch_busy' : 'nothing_new', ...(open ? { batchId: open.batchId } : {}) });
+        steps.push({
+          transfer: name,
+          action: open ? 'open_batch_busy' : 'nothing_new',
+          ...(open ? { batchId: open.batchId } : {}),
+        });
       }
     } catch (err) {
       log.error(`transfer ${name}: scheduled start failed: ${(err as Error).message}`);

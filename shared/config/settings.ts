@@ -30,7 +30,12 @@ const int = (def: number, min: number, max: number) =>
 const list = z
   .string()
   .optional()
-  .transform((v) => (v ?? '').split(',').map((s) => s.trim()).filter((s) => s.length > 0));
+  .transform((v) =>
+    (v ?? '')
+      .split(',')
+      .map((s) => s.trim())
+      .filter((s) => s.length > 0),
+  );
 
 // Azure Storage queue names: 3-63 chars, lowercase letters, digits and single hyphens.
 const queueName = (def: string) =>
@@ -41,7 +46,10 @@ const queueName = (def: string) =>
     .pipe(
       z
         .string()
-        .regex(/^[a-z0-9](?!.*--)[a-z0-9-]{1,56}[a-z0-9]$/, 'must be a storage queue name (3-58 chars: a-z, 0-9, single hyphens), leaving room for "-poison"'),
+        .regex(
+          /^[a-z0-9](?!.*--)[a-z0-9-]{1,56}[a-z0-9]$/,
+          'must be a storage queue name (3-58 chars: a-z, 0-9, single hyphens), leaving room for "-poison"',
+        ),
     );
 
 // Six-field NCRONTAB (second minute hour day month weekday), as the Functions timer trigger expects.
@@ -50,7 +58,14 @@ const schedule = (def: string) =>
     .string()
     .optional()
     .transform((v) => (v === undefined || v.trim() === '' ? def : v.trim()))
-    .pipe(z.string().refine((s) => s.split(/\s+/).length === 6, 'must be a six-field NCRONTAB expression ("sec min hour day month weekday")'));
+    .pipe(
+      z
+        .string()
+        .refine(
+          (s) => s.split(/\s+/).length === 6,
+          'must be a six-field NCRONTAB expression ("sec min hour day month weekday")',
+        ),
+    );
 
 const optionalString = z
   .string()
@@ -75,7 +90,10 @@ export const settingsSchema = z
     KEEL_SQL_POOL_SIZE: int(10, 1, 200),
     // Apply the schema at startup: default on for PostgreSQL; off for SQL Server, whose app identity should only
     // EXECUTE the procedures (install with `npm run migrate`); turn on where the login may run DDL.
-    KEEL_MIGRATE_ON_START: z.enum(['true', 'false', '1', '0', 'yes', 'no']).optional().transform((v) => (v === undefined ? undefined : ['true', '1', 'yes'].includes(v))),
+    KEEL_MIGRATE_ON_START: z
+      .enum(['true', 'false', '1', '0', 'yes', 'no'])
+      .optional()
+      .transform((v) => (v === undefined ? undefined : ['true', '1', 'yes'].includes(v))),
     // Storage queues (names are also referenced as %KEEL_JOBS_QUEUE% etc. by the triggers).
     KEEL_JOBS_QUEUE: queueName('keel-jobs'),
     KEEL_TRANSFER_STAGE_QUEUE: queueName('keel-transfer-stage'),
@@ -129,7 +147,11 @@ export const settingsSchema = z
     // The job store's engine says which setting holds the control database (shared/engines/registry.ts).
     const setting = engineNamed(s.KEEL_STORE_ENGINE).controlSetting;
     if (setting && !s[setting as keyof typeof s]) {
-      ctx.addIssue({ code: z.ZodIssueCode.custom, path: [setting], message: `is required when KEEL_STORE_ENGINE=${s.KEEL_STORE_ENGINE}` });
+      ctx.addIssue({
+        code: z.ZodIssueCode.custom,
+        path: [setting],
+        message: `is required when KEEL_STORE_ENGINE=${s.KEEL_STORE_ENGINE}`,
+      });
     }
   });
 

@@ -43,7 +43,8 @@ export async function readMigrationFiles(dir: string): Promise<MigrationFileText
   for (const name of await sqlFileNames(dir)) {
     if (REPEATABLE_PATTERN.test(name)) continue;
     const m = FILE_PATTERN.exec(name);
-    if (!m) throw new Error(`migration file ${path.join(dir, name)} must be named V<number>__<name>.sql or R__<name>.sql`);
+    if (!m)
+      throw new Error(`migration file ${path.join(dir, name)} must be named V<number>__<name>.sql or R__<name>.sql`);
     migrations.push({ version: Number(m[1]), name: m[2]!, file: name, ...(await readSqlText(path.join(dir, name))) });
   }
   migrations.sort((a, b) => a.version - b.version);
@@ -76,12 +77,17 @@ export function pendingRepeatables<T extends { name: string; checksum: string }>
 }
 
 // The migrations still to apply, given the ledger (version -> checksum). A file edited after it was applied is refused.
-export function pendingMigrations<T extends { version: number; file: string; checksum: string }>(all: T[], applied: Map<number, string>): T[] {
+export function pendingMigrations<T extends { version: number; file: string; checksum: string }>(
+  all: T[],
+  applied: Map<number, string>,
+): T[] {
   return all.filter((m) => {
     const previous = applied.get(m.version);
     if (previous === undefined) return true;
     if (previous !== m.checksum) {
-      throw new Error(`migration ${m.file} changed after it was applied (checksum differs); add a new migration instead`);
+      throw new Error(
+        `migration ${m.file} changed after it was applied (checksum differs); add a new migration instead`,
+      );
     }
     return false;
   });

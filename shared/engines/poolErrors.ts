@@ -4,9 +4,15 @@
 // an outage: it is logged with what the pool serves, never swallowed.
 export type ConnectionErrorLog = (line: string) => void;
 
-export function poolErrorLogger(engine: string, what: string, log: ConnectionErrorLog = console.warn): (err: unknown) => void {
+export function poolErrorLogger(
+  engine: string,
+  what: string,
+  log: ConnectionErrorLog = console.warn,
+): (err: unknown) => void {
   return (err) => {
     const e = err as { message?: string; code?: string } | undefined;
-    log(`keel ${engine} ${what}: connection error${e?.code ? ` ${e.code}` : ''}: ${e?.message ?? String(err)} (the pool replaces the connection)`);
+    log(
+      `keel ${engine} ${what}: connection error${e?.code ? ` ${e.code}` : ''}: ${e?.message ?? String(err)} (the pool replaces the connection)`,
+    );
   };
 }

@@ -26,7 +26,10 @@ export type HandlerSpec<S extends z.ZodType> = Omit<HandlerOptions, 'payload'> &
   handle: (payload: z.output<S>, ctx: JobContext) => Promise<void>;
 };
 
-export function defineHandler<S extends z.ZodType = z.ZodUnknown>(type: string, spec: HandlerSpec<S>): HandlerDefinition<z.output<S>> {
+export function defineHandler<S extends z.ZodType = z.ZodUnknown>(
+  type: string,
+  spec: HandlerSpec<S>,
+): HandlerDefinition<z.output<S>> {
   const { handle, ...options } = spec;
   if (typeof handle !== 'function') throw new Error(`defineHandler("${type}"): handle must be a function`);
   return Object.freeze({ [HANDLER]: true as const, type, options: options as HandlerOptions, handle });
@@ -81,9 +84,11 @@ export function defineSchedule(name: string, spec: ScheduleSpec): ScheduleDefini
   const missed = spec.missed ?? 'skip';
   if (!MISSED_TICK_POLICIES.includes(missed)) throw bad('missed', `must be one of ${MISSED_TICK_POLICIES.join(', ')}`);
   const maxCatchUp = spec.maxCatchUp ?? 10;
-  if (!Number.isInteger(maxCatchUp) || maxCatchUp < 1 || maxCatchUp > 1000) throw bad('maxCatchUp', 'must be an integer from 1 to 1000');
+  if (!Number.isInteger(maxCatchUp) || maxCatchUp < 1 || maxCatchUp > 1000)
+    throw bad('maxCatchUp', 'must be an integer from 1 to 1000');
   const graceMs = spec.graceMs ?? 60_000;
-  if (!Number.isInteger(graceMs) || graceMs < 0 || graceMs > 24 * 3600_000) throw bad('graceMs', 'must be an integer from 0 to 86400000');
+  if (!Number.isInteger(graceMs) || graceMs < 0 || graceMs > 24 * 3600_000)
+    throw bad('graceMs', 'must be an integer from 0 to 86400000');
   return Object.freeze({
     [SCHEDULE]: true as const,
     name,

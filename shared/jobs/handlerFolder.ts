@@ -5,7 +5,12 @@
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { isHandlerDefinition, isScheduleDefinition, type HandlerDefinition, type ScheduleDefinition } from './define.js';
+import {
+  isHandlerDefinition,
+  isScheduleDefinition,
+  type HandlerDefinition,
+  type ScheduleDefinition,
+} from './define.js';
 import type { HandlerRegistry } from './registry.js';
 
 // handlers/ next to shared/: <repo>/handlers from the sources (tsx, vitest), <repo>/dist/handlers when built.
@@ -53,14 +58,17 @@ export async function loadHandlerFolder(dir: string = HANDLERS_DIR): Promise<Loa
       if (seen.has(value)) continue; // one definition exported under two names (default and named)
       seen.add(value);
       if (isHandlerDefinition(value)) loaded.handlers.push(Object.assign(Object.create(null), value, { source }));
-      else if (isScheduleDefinition(value)) loaded.schedules.push(Object.assign(Object.create(null), value, { source }));
+      else if (isScheduleDefinition(value))
+        loaded.schedules.push(Object.assign(Object.create(null), value, { source }));
     }
   }
   return loaded;
 }
 
- 
-export function registerHandlers(registry: HandlerRegistry, handlers: readonly (HandlerDefinition<any> & { source: string })[]): void {
+export function registerHandlers(
+  registry: HandlerRegistry,
+  handlers: readonly (HandlerDefinition<any> & { source: string })[],
+): void {
   for (const h of handlers) registry.register(h.type, h.handle, h.options, h.source);
 }
 
@@ -82,7 +90,9 @@ export function checkSchedules(registry: HandlerRegistry, schedules: readonly Sc
       }
     }
     if (s.queue && h.options.queue && s.queue !== h.options.queue) {
-      throw new Error(`schedule "${s.name}"${where}: jobs of type "${s.type}" run on queue "${h.options.queue}", not "${s.queue}"`);
+      throw new Error(
+        `schedule "${s.name}"${where}: jobs of type "${s.type}" run on queue "${h.options.queue}", not "${s.queue}"`,
+      );
     }
   }
 }

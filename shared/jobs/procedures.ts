@@ -22,8 +22,16 @@ export const JOB_PROCEDURES = {
   metrics: ['window_minutes', 'queue'],
   list_queues: ['name'],
   update_queue: [
-    'name', 'paused', 'max_concurrency', 'clear_max_concurrency', 'zombie_timeout_seconds', 'zombie_policy',
-    'max_attempts', 'archive_retention_seconds', 'dlq_retention_seconds', 'metrics_retention_seconds',
+    'name',
+    'paused',
+    'max_concurrency',
+    'clear_max_concurrency',
+    'zombie_timeout_seconds',
+    'zombie_policy',
+    'max_attempts',
+    'archive_retention_seconds',
+    'dlq_retention_seconds',
+    'metrics_retention_seconds',
   ],
   get_job: ['job_id'],
   search_jobs: ['location', 'queue', 'type', 'tag', 'state', 'reason', 'from', 'to', 'text', 'after_id', 'limit'],
@@ -68,5 +76,8 @@ export const OPERATION_PROCEDURE: Record<StoreOperation, JobProcedure> = {
 };
 
 export function pascalCase(snake: string): string {
-  return snake.split('_').map((w) => w.charAt(0).toUpperCase() + w.slice(1)).join('');
+  return snake
+    .split('_')
+    .map((w) => w.charAt(0).toUpperCase() + w.slice(1))
+    .join('');
 }

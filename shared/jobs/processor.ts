@@ -4,7 +4,13 @@ import { randomUUID } from 'node:crypto';
 import os from 'node:os';
 import type { ClaimedJob, DlqReason, JobId, JobStore, LeaseRef, OwnerResultById, StartResult } from './contract.js';
 import {
-  FatalError, RetryAfterError, backoffDelayMs, silentLogger, type HandlerRegistry, type JobContext, type JobLogger,
+  FatalError,
+  RetryAfterError,
+  backoffDelayMs,
+  silentLogger,
+  type HandlerRegistry,
+  type JobContext,
+  type JobLogger,
   type RegisteredHandler,
 } from './registry.js';
 
@@ -23,7 +29,13 @@ export class JobAbortedError extends Error {
 
 // Hooks for telemetry and tests; every hook is optional and must not throw.
 export interface ProcessorEvents {
-  onOutcome?(e: { job: ClaimedJob; outcome: JobOutcome; reason?: DlqReason; durationMs: number; attempt: number }): void;
+  onOutcome?(e: {
+    job: ClaimedJob;
+    outcome: JobOutcome;
+    reason?: DlqReason;
+    durationMs: number;
+    attempt: number;
+  }): void;
   onLeaseLost?(e: { job: ClaimedJob; operation: string }): void;
 }
 
@@ -164,9 +176,17 @@ export class JobProcessor {
     this.log = opts.log ?? silentLogger;
     this.events = opts.events ?? {};
     const batchMax = opts.completionBatchMax ?? 200;
-    this.completions = new MicroBatcher((refs) => opts.store.completeMany(refs), (r) => ({ jobId: r.jobId, status: 'lease_lost' }), batchMax);
+    this.completions = new MicroBatcher(
+      (refs) => opts.store.completeMany(refs),
+      (r) => ({ jobId: r.jobId, status: 'lease_lost' }),
+      batchMax,
+    );
     // Single-job starts (the queue-message path: one invocation per job) made in the same turn share one startMany.
-    this.starts = new MicroBatcher((refs) => opts.store.startMany(refs), (r) => ({ jobId: r.jobId, status: 'lease_lost', attempt: 0 }), batchMax);
+    this.starts = new MicroBatcher(
+      (refs) => opts.store.startMany(refs),
+      (r) => ({ jobId: r.jobId, status: 'lease_lost', attempt: 0 }),
+      batchMax,
+    );
   }
 
   get inFlight(): number {
@@ -214,9 +234,10 @@ export class JobProcessor {
       return o;
     };
     if (this.stopping) return Promise.all(jobs.map((job) => this.releaseUnstarted(job).then(done)));
-    const started = jobs.length === 1
-      ? await this.starts.submit({ jobId: jobs[0]!.id, leaseId: jobs[0]!.leaseId }).then((s) => [s])
-      : await this.store.startMany(jobs.map((j) => ({ jobId: j.id, leaseId: j.leaseId })));
+    const started =
+      jobs.length === 1
+        ? await this.starts.submit({ jobId: jobs[0]!.id, leaseId: jobs[0]!.leaseId }).then((s) => [s])
+        : await this.store.startMany(jobs.map((j) => ({ jobId: j.id, leaseId: j.leaseId })));
     return Promise.all(
       // async: every element is a promise of an outcome (a lost lease resolves at once).
       jobs.map(async (job, i) => {
@@ -388,7 +409,10 @@ export class JobProcessor {
           abort('lease_lost');
         } else if (hb.cancelRequested) abort('cancelled');
       };
-      const timer = setInterval(() => void beat().catch((e) => this.log.warn('heartbeat failed', { jobId: job.id, error: String(e) })), this.heartbeatIntervalMs);
+      const timer = setInterval(
+        () => void beat().catch((e) => this.log.warn('heartbeat failed', { jobId: job.id, error: String(e) })),
+        this.heartbeatIntervalMs,
+      );
       let timeout: ReturnType<typeof setTimeout> | undefined;
       const ctx: JobContext = {
         jobId: job.id,
@@ -514,15 +538,27 @@ export function decideAfterFailure(f: {
       return { kind: 'retry', delayMs: 0, message: 'interrupted by worker shutdown' };
     case 'timeout':
       if (options.retryOnTimeout && attemptsLeft) {
-        return { kind: 'retry', delayMs: backoffDelayMs(attempt, options.backoff, f.random), message: `timed out after ${options.timeoutMs} ms` };
+        return {
+          kind: 'retry',
+          delayMs: backoffDelayMs(attempt, options.backoff, f.random),
+          message: `timed out after ${options.timeoutMs} ms`,
+        };
       }
       return { kind: 'dead_letter', reason: 'timeout', message: `timed out after ${options.timeoutMs} ms` };
     default:
       break;
   }
   if (f.error instanceof FatalError) return { kind: 'dead_letter', reason: 'fatal', message };
-  if (!attemptsLeft) return { kind: 'dead_letter', reason: 'exhausted', message: `attempt ${attempt} of ${maxAttempts} failed: ${message}` };
-  const delayMs = f.error instanceof RetryAfterError ? Math.max(0, f.error.retryAfterMs) : backoffDelayMs(attempt, options.backoff, f.random);
+  if (!attemptsLeft)
+    return {
+      kind: 'dead_letter',
+      reason: 'exhausted',
+      message: `attempt ${attempt} of ${maxAttempts} failed: ${message}`,
+    };
+  const delayMs =
+    f.error instanceof RetryAfterError
+      ? Math.max(0, f.error.retryAfterMs)
+      : backoffDelayMs(attempt, options.backoff, f.random);
   return { kind: 'retry', delayMs, message };
 }
 
@@ -582,7 +618,8 @@ export class Worker {
               return resolve('continue');
             }
             // Slots taken: a finishing job (or stop) frees one. Idle: the poll interval or a wake-up (or stop).
-            const t = mode === 'slots' ? undefined : setTimeout(() => resolve('continue'), this.opts.pollIntervalMs ?? 500);
+            const t =
+              mode === 'slots' ? undefined : setTimeout(() => resolve('continue'), this.opts.pollIntervalMs ?? 500);
             this.wake = () => {
               if (t) clearTimeout(t);
               resolve('continue');

@@ -91,7 +91,8 @@ export class HandlerRegistry {
 
   register<P>(type: string, handler: JobHandler<P>, options: HandlerOptions = {}, source?: string): this {
     if (!type) throw new Error('handler type must be a non-empty string');
-    if (!/^[A-Za-z0-9_.:-]{1,128}$/.test(type)) throw new Error(`handler type "${type}": letters, digits and _ . : - only (at most 128)`);
+    if (!/^[A-Za-z0-9_.:-]{1,128}$/.test(type))
+      throw new Error(`handler type "${type}": letters, digits and _ . : - only (at most 128)`);
     if (this.handlers.has(type)) {
       const other = this.handlers.get(type)!.source;
       throw new Error(`a handler for job type "${type}" is already registered${other ? ` (by ${other})` : ''}`);
@@ -144,17 +145,26 @@ export class HandlerRegistry {
   }
 }
 
-const int = (v: unknown, min: number, max: number) => typeof v === 'number' && Number.isInteger(v) && v >= min && v <= max;
+const int = (v: unknown, min: number, max: number) =>
+  typeof v === 'number' && Number.isInteger(v) && v >= min && v <= max;
 
 // Options are checked when a handler is registered, so a bad option fails the app's start naming the type.
 function checkHandlerOptions(type: string, o: HandlerOptions): void {
   const bad = (field: string, why: string) => new Error(`handler "${type}": ${field} ${why}`);
-  if (o.timeoutMs !== undefined && !int(o.timeoutMs, 1, 24 * 3600_000)) throw bad('timeoutMs', 'must be an integer number of milliseconds from 1 to 86400000');
-  if (o.maxAttempts !== undefined && !int(o.maxAttempts, 1, 1000)) throw bad('maxAttempts', 'must be an integer from 1 to 1000');
-  if (o.concurrency !== undefined && !int(o.concurrency, 1, 10_000)) throw bad('concurrency', 'must be an integer from 1 to 10000');
-  if (o.queue !== undefined && !/^[A-Za-z0-9_.:-]{1,128}$/.test(o.queue)) throw bad('queue', 'must be a queue name (letters, digits and _ . : - only)');
+  if (o.timeoutMs !== undefined && !int(o.timeoutMs, 1, 24 * 3600_000))
+    throw bad('timeoutMs', 'must be an integer number of milliseconds from 1 to 86400000');
+  if (o.maxAttempts !== undefined && !int(o.maxAttempts, 1, 1000))
+    throw bad('maxAttempts', 'must be an integer from 1 to 1000');
+  if (o.concurrency !== undefined && !int(o.concurrency, 1, 10_000))
+    throw bad('concurrency', 'must be an integer from 1 to 10000');
+  if (o.queue !== undefined && !/^[A-Za-z0-9_.:-]{1,128}$/.test(o.queue))
+    throw bad('queue', 'must be a queue name (letters, digits and _ . : - only)');
   if (o.backoff !== undefined) {
-    if (!int(o.backoff.baseMs, 0, 24 * 3600_000) || !int(o.backoff.maxMs, 0, 7 * 24 * 3600_000) || o.backoff.maxMs < o.backoff.baseMs) {
+    if (
+      !int(o.backoff.baseMs, 0, 24 * 3600_000) ||
+      !int(o.backoff.maxMs, 0, 7 * 24 * 3600_000) ||
+      o.backoff.maxMs < o.backoff.baseMs
+    ) {
       throw bad('backoff', 'needs integer baseMs <= maxMs (milliseconds)');
     }
   }

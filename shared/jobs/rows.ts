@@ -2,7 +2,16 @@
 // (PostgreSQL job_id, SQL Server JobId); camelKeys() brings both to jobId, and a small codec decodes the values
 // whose wire form differs (JSON payload and tags as text on SQL Server, lease ids upper-case there).
 import type {
-  ClaimedJob, DlqReason, FireResult, FireStatus, JobRecord, MetricBucket, QueueSettings, QueueStats, RescueResult, ScheduleState,
+  ClaimedJob,
+  DlqReason,
+  FireResult,
+  FireStatus,
+  JobRecord,
+  MetricBucket,
+  QueueSettings,
+  QueueStats,
+  RescueResult,
+  ScheduleState,
 } from './contract.js';
 
 export type Row = Record<string, unknown>;
@@ -79,7 +88,7 @@ export function toJobRecord(r: Row, codec: RowCodec): JobRecord {
     startedAt: dateOrNull(r.startedAt),
     finishedAt: dateOrNull(r.finishedAt),
     durationMs: numOrNull(r.durationMs),
-    reason: (textOrNull(r.reason) as DlqReason | null),
+    reason: textOrNull(r.reason) as DlqReason | null,
     lastError: textOrNull(r.lastError),
     cancelRequested: Boolean(r.cancelRequested),
     leaseId: leaseOrNull(r.leaseId),
@@ -141,6 +150,8 @@ export function toScheduleState(r: Record<string, unknown>): ScheduleState {
 
 export function toFireResult(rows: Record<string, unknown>[]): FireResult {
   const status = String(rows[0]?.status ?? 'lost') as FireStatus;
-  const jobs = rows.filter((r) => r.jobId !== null && r.jobId !== undefined).map((r) => ({ id: String(r.jobId), duplicate: Boolean(r.duplicate) }));
+  const jobs = rows
+    .filter((r) => r.jobId !== null && r.jobId !== undefined)
+    .map((r) => ({ id: String(r.jobId), duplicate: Boolean(r.duplicate) }));
   return { status, jobs };
 }

@@ -34,7 +34,11 @@ export interface TickPlan {
 
 // The ticks due in (from, now], from = the later of lastTick and resumedAt. A schedule never fired before starts
 // with its next tick (nothing from the past is run), so it only records the latest due tick as its baseline.
-export function planTicks(def: ScheduleDefinition, state: Pick<ScheduleState, 'lastTick' | 'resumedAt'> | null, now: Date): TickPlan {
+export function planTicks(
+  def: ScheduleDefinition,
+  state: Pick<ScheduleState, 'lastTick' | 'resumedAt'> | null,
+  now: Date,
+): TickPlan {
   const lastTick = state?.lastTick ?? null;
   const resumedAt = state?.resumedAt ?? null;
   const from = Math.max(lastTick?.getTime() ?? -Infinity, resumedAt?.getTime() ?? -Infinity);
@@ -54,7 +58,10 @@ export function planTicks(def: ScheduleDefinition, state: Pick<ScheduleState, 'l
       // First sight (only the latest tick matters), or a long outage (only the latest MAX_TICKS_PER_PASS do: catch-up
       // is bounded).
       const n = Number.isFinite(from) ? MAX_TICKS_PER_PASS : 1;
-      due = c.previousRuns(n, new Date(now.getTime() + 1)).filter((x) => x.getTime() > from).reverse();
+      due = c
+        .previousRuns(n, new Date(now.getTime() + 1))
+        .filter((x) => x.getTime() > from)
+        .reverse();
     }
   } finally {
     c.stop();
@@ -65,7 +72,13 @@ export function planTicks(def: ScheduleDefinition, state: Pick<ScheduleState, 'l
   if (!state || state.lastTick === null) {
     // First sight: start from here. Only a tick that is due right now (within the grace period) runs.
     const current = now.getTime() - latest.getTime() <= def.graceMs ? [latest] : [];
-    return { enqueue: current, advanceTo: latest, onTime: current.length, missed: 0, skipped: due.length - current.length };
+    return {
+      enqueue: current,
+      advanceTo: latest,
+      onTime: current.length,
+      missed: 0,
+      skipped: due.length - current.length,
+    };
   }
   const onTime = due.filter((t) => now.getTime() - t.getTime() <= def.graceMs);
   const missed = due.filter((t) => now.getTime() - t.getTime() > def.graceMs);

@@ -1,7 +1,14 @@
 // The single-job operations every engine serves through its batch procedure (see OPERATION_PROCEDURE):
 // one enqueue is a batch of one, and so are one start and one complete.
 import type {
-  CompleteResult, EnqueueRequest, EnqueueResult, JobId, JobStore, LeaseRef, OwnerResultById, StartResult,
+  CompleteResult,
+  EnqueueRequest,
+  EnqueueResult,
+  JobId,
+  JobStore,
+  LeaseRef,
+  OwnerResultById,
+  StartResult,
 } from './contract.js';
 
 type BatchOnly = Pick<JobStore, 'enqueueMany' | 'startMany' | 'completeMany'>;

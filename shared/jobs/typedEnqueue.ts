@@ -31,7 +31,11 @@ function issuePath(path: readonly PropertyKey[]): string {
   return out;
 }
 
-export function prepareTypedJobs(registry: HandlerRegistry, jobs: readonly JobRequest[], opts: TypedEnqueueOptions = {}): EnqueueRequest[] {
+export function prepareTypedJobs(
+  registry: HandlerRegistry,
+  jobs: readonly JobRequest[],
+  opts: TypedEnqueueOptions = {},
+): EnqueueRequest[] {
   const prefixOf = opts.prefix ?? defaultPrefix;
   return jobs.map((job, i) => {
     const prefix = prefixOf(i, jobs.length);
@@ -49,7 +53,10 @@ export function prepareTypedJobs(registry: HandlerRegistry, jobs: readonly JobRe
     }
     const queue = job.queue ?? h.options.queue ?? DEFAULT_QUEUE;
     if (h.options.queue && queue !== h.options.queue) {
-      throw new ValidationError(field(prefix, 'queue'), `jobs of type "${h.type}" run on queue "${h.options.queue}" (its handler's queue), not "${queue}"`);
+      throw new ValidationError(
+        field(prefix, 'queue'),
+        `jobs of type "${h.type}" run on queue "${h.options.queue}" (its handler's queue), not "${queue}"`,
+      );
     }
     let payload = job.payload;
     if (h.options.payload) {

@@ -16,7 +16,11 @@ export class ValidationError extends Error {
   }
 }
 
-const name = z.string().min(1).max(128).regex(/^[A-Za-z0-9_.:-]+$/, 'letters, digits and _ . : - only');
+const name = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(/^[A-Za-z0-9_.:-]+$/, 'letters, digits and _ . : - only');
 
 // Text a database can store: no NUL (PostgreSQL text and jsonb refuse U+0000) and well-formed UTF-16 (a lone
 // surrogate has no UTF-8 form; jsonb refuses its \uD8xx escape). Returns why not, or null.
@@ -30,7 +34,11 @@ export function textProblem(s: string): string | null {
 // The first string or object key inside a JSON value that textProblem refuses: its path and why. Iterative, so a
 // deeply nested payload cannot overflow the stack.
 export function jsonTextProblem(value: unknown): { path: (string | number)[]; message: string } | null {
-  interface Node { v: unknown; key: string | number | null; parent: Node | null }
+  interface Node {
+    v: unknown;
+    key: string | number | null;
+    parent: Node | null;
+  }
   const pathOf = (n: Node | null, last?: string): (string | number)[] => {
     const out: (string | number)[] = last !== undefined ? [last] : [];
     for (let at = n; at && at.key !== null; at = at.parent) out.unshift(at.key);
@@ -51,7 +59,8 @@ export function jsonTextProblem(value: unknown): { path: (string | number)[]; me
         const km = textProblem(k);
         if (km) return { path: pathOf(node, k), message: `key ${km}` };
       }
-      for (let i = entries.length - 1; i >= 0; i--) stack.push({ v: entries[i]![1], key: entries[i]![0], parent: node });
+      for (let i = entries.length - 1; i >= 0; i--)
+        stack.push({ v: entries[i]![1], key: entries[i]![0], parent: node });
     }
   }
   return null;
@@ -72,9 +81,18 @@ const enqueueSchema = z
     type: name,
     payload: storableJson.optional(),
     priority: z.number().finite().int().min(-1_000_000).max(1_000_000).optional(),
-    delayMs: z.number().finite().int().min(0).max(366 * 24 * 3600 * 1000).optional(),
+    delayMs: z
+      .number()
+      .finite()
+      .int()
+      .min(0)
+      .max(366 * 24 * 3600 * 1000)
+      .optional(),
     runAt: z.date().optional(),
-    tags: z.array(storableText.pipe(z.string().min(1).max(64))).max(16).optional(),
+    tags: z
+      .array(storableText.pipe(z.string().min(1).max(64)))
+      .max(16)
+      .optional(),
     idempotencyKey: storableText.pipe(z.string().min(1).max(200)).optional(),
     maxAttempts: z.number().finite().int().min(1).max(1000).optional(),
     expiresAt: z.date().optional(),
@@ -87,13 +105,19 @@ const enqueueSchema = z
 
 function firstIssue(err: z.ZodError, prefix: string): ValidationError {
   const issue = err.issues[0]!;
-  const path = issue.path.length ? issue.path.map((p, i) => (typeof p === 'number' ? `[${p}]` : i ? `.${String(p)}` : String(p))).join('') : '(root)';
+  const path = issue.path.length
+    ? issue.path.map((p, i) => (typeof p === 'number' ? `[${p}]` : i ? `.${String(p)}` : String(p))).join('')
+    : '(root)';
   return new ValidationError(prefix ? `${prefix}.${path}` : path, issueMessage(issue));
 }
 
 // zod says "expected number, received number" for Infinity/NaN (e.g. JSON's 1e400): say what is wrong.
 export function issueMessage(issue: { code: string; message: string; expected?: unknown; received?: unknown }): string {
-  if (issue.code === 'invalid_type' && issue.expected === 'number' && (issue.received === 'Infinity' || issue.received === 'NaN' || /received number$/.test(issue.message))) {
+  if (
+    issue.code === 'invalid_type' &&
+    issue.expected === 'number' &&
+    (issue.received === 'Infinity' || issue.received === 'NaN' || /received number$/.test(issue.message))
+  ) {
     return 'must be a finite number (this one is out of range)';
   }
   return issue.message;
@@ -102,18 +126,37 @@ export function issueMessage(issue: { code: string; message: string; expected?: 
 // The same rules as enqueueSchema, checked by hand: a 20,000-job batch validates in milliseconds instead of a second.
 // Anything it does not accept goes through the schema, which gives the error message (so the two must agree on what
 // is valid; test/jobs/validate.test.ts compares them).
-const ENQUEUE_KEYS = new Set(['queue', 'type', 'payload', 'priority', 'delayMs', 'runAt', 'tags', 'idempotencyKey', 'maxAttempts', 'expiresAt']);
+const ENQUEUE_KEYS = new Set([
+  'queue',
+  'type',
+  'payload',
+  'priority',
+  'delayMs',
+  'runAt',
+  'tags',
+  'idempotencyKey',
+  'maxAttempts',
+  'expiresAt',
+]);
 const NAME_RE = /^[A-Za-z0-9_.:-]+$/;
 const isName = (v: unknown) => typeof v === 'string' && v.length >= 1 && v.length <= 128 && NAME_RE.test(v);
-const intIn = (v: unknown, min: number, max: number) => v === undefined || (Number.isInteger(v) && (v as number) >= min && (v as number) <= max);
+const intIn = (v: unknown, min: number, max: number) =>
+  v === undefined || (Number.isInteger(v) && (v as number) >= min && (v as number) <= max);
 const dateOk = (v: unknown) => v === undefined || (v instanceof Date && !Number.isNaN(v.getTime()));
-const strLen = (v: unknown, max: number) => typeof v === 'string' && v.length >= 1 && v.length <= max && textProblem(v) === null;
+const strLen = (v: unknown, max: number) =>
+  typeof v === 'string' && v.length >= 1 && v.length <= max && textProblem(v) === null;
 export function plainValid(job: unknown): boolean {
-  if (typeof job !== 'object' || job === null || Array.isArray(job) || Object.getPrototypeOf(job) !== Object.prototype) return false;
+  if (typeof job !== 'object' || job === null || Array.isArray(job) || Object.getPrototypeOf(job) !== Object.prototype)
+    return false;
   const j = job as Record<string, unknown>;
   for (const k of Object.keys(j)) if (!ENQUEUE_KEYS.has(k)) return false;
   if (!isName(j.queue) || !isName(j.type)) return false;
-  if (!intIn(j.priority, -1_000_000, 1_000_000) || !intIn(j.delayMs, 0, 366 * 24 * 3600 * 1000) || !intIn(j.maxAttempts, 1, 1000)) return false;
+  if (
+    !intIn(j.priority, -1_000_000, 1_000_000) ||
+    !intIn(j.delayMs, 0, 366 * 24 * 3600 * 1000) ||
+    !intIn(j.maxAttempts, 1, 1000)
+  )
+    return false;
   if (!dateOk(j.runAt) || !dateOk(j.expiresAt)) return false;
   if (j.delayMs !== undefined && j.runAt !== undefined) return false;
   if (j.payload !== undefined && jsonTextProblem(j.payload) !== null) return false;
@@ -126,9 +169,13 @@ export function plainValid(job: unknown): boolean {
 }
 
 // Returns the JSON document an engine stores for each job; throws ValidationError naming e.g. "jobs[3].payload".
-export function prepareEnqueue(jobs: EnqueueRequest[], maxPayloadBytes = DEFAULT_MAX_PAYLOAD_BYTES): Record<string, unknown>[] {
+export function prepareEnqueue(
+  jobs: EnqueueRequest[],
+  maxPayloadBytes = DEFAULT_MAX_PAYLOAD_BYTES,
+): Record<string, unknown>[] {
   if (!Array.isArray(jobs)) throw new ValidationError('jobs', 'must be an array');
-  if (jobs.length > MAX_BATCH) throw new ValidationError('jobs', `at most ${MAX_BATCH} jobs per batch (got ${jobs.length})`);
+  if (jobs.length > MAX_BATCH)
+    throw new ValidationError('jobs', `at most ${MAX_BATCH} jobs per batch (got ${jobs.length})`);
   return jobs.map((job, i) => {
     const prefix = jobs.length === 1 ? '' : `jobs[${i}]`;
     let j: z.infer<typeof enqueueSchema>;
@@ -142,7 +189,10 @@ export function prepareEnqueue(jobs: EnqueueRequest[], maxPayloadBytes = DEFAULT
     try {
       payloadText = JSON.stringify(j.payload ?? null);
     } catch (err) {
-      throw new ValidationError(prefix ? `${prefix}.payload` : 'payload', `is not JSON-serialisable: ${(err as Error).message}`);
+      throw new ValidationError(
+        prefix ? `${prefix}.payload` : 'payload',
+        `is not JSON-serialisable: ${(err as Error).message}`,
+      );
     }
     const size = Buffer.byteLength(payloadText ?? 'null', 'utf8');
     if (size > maxPayloadBytes) {
@@ -170,7 +220,13 @@ const patchSchema = z
   .object({
     paused: z.boolean().optional(),
     maxConcurrency: z.number().finite().int().min(0).max(100_000).nullable().optional(),
-    zombieTimeoutSeconds: z.number().finite().int().min(1).max(7 * 24 * 3600).optional(),
+    zombieTimeoutSeconds: z
+      .number()
+      .finite()
+      .int()
+      .min(1)
+      .max(7 * 24 * 3600)
+      .optional(),
     zombiePolicy: z.enum(['dlq', 'retry']).optional(),
     maxAttempts: z.number().finite().int().min(1).max(1000).optional(),
     archiveRetentionSeconds: z.number().finite().int().min(60).optional(),
@@ -220,11 +276,13 @@ export function typeMaxAttemptsJson(byType: Readonly<Record<string, number>> | u
 
 const SCHEDULE_NAME = /^[A-Za-z0-9_.:-]{1,100}$/;
 export function assertScheduleName(field: string, value: unknown): string {
-  if (typeof value !== 'string' || !SCHEDULE_NAME.test(value)) throw new ValidationError(field, 'must be a schedule name (1-100 letters, digits and _ . : -)');
+  if (typeof value !== 'string' || !SCHEDULE_NAME.test(value))
+    throw new ValidationError(field, 'must be a schedule name (1-100 letters, digits and _ . : -)');
   return value;
 }
 
 export function assertTick(field: string, value: unknown): Date {
-  if (!(value instanceof Date) || Number.isNaN(value.getTime())) throw new ValidationError(field, 'must be a valid Date');
+  if (!(value instanceof Date) || Number.isNaN(value.getTime()))
+    throw new ValidationError(field, 'must be a valid Date');
   return value;
 }

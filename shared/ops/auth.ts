@@ -58,7 +58,11 @@ export function principalHeaderTrusted(env: NodeJS.ProcessEnv = process.env): bo
 }
 
 // Throws 403 unless the principal carries the operator role.
-export function requireOperator(header: string | null | undefined, role: string, env: NodeJS.ProcessEnv = process.env): ClientPrincipal {
+export function requireOperator(
+  header: string | null | undefined,
+  role: string,
+  env: NodeJS.ProcessEnv = process.env,
+): ClientPrincipal {
   if (!principalHeaderTrusted(env)) {
     throw new OpsError(
       'forbidden',
@@ -69,7 +73,12 @@ export function requireOperator(header: string | null | undefined, role: string,
   }
   const principal = parseClientPrincipal(header);
   if (!principal) {
-    throw new OpsError('forbidden', `this action needs the "${role}" role; no authenticated principal (x-ms-client-principal) on the request`, undefined, { requiredRole: role });
+    throw new OpsError(
+      'forbidden',
+      `this action needs the "${role}" role; no authenticated principal (x-ms-client-principal) on the request`,
+      undefined,
+      { requiredRole: role },
+    );
   }
   if (!principal.roles.includes(role)) {
     throw new OpsError('forbidden', `this action needs the "${role}" role`, undefined, { requiredRole: role });
@@ -79,11 +88,11 @@ export function requireOperator(header: string | null | undefined, role: string,
 
 // Builds the header value App Service authentication would send (tests, the demo, local calls).
 export function encodeClientPrincipal(p: { name?: string; roles: string[]; authType?: string }): string {
-  const claims = [
-    ...(p.name ? [{ typ: 'name', val: p.name }] : []),
-    ...p.roles.map((r) => ({ typ: 'roles', val: r })),
-  ];
-  return Buffer.from(JSON.stringify({ auth_typ: p.authType ?? 'aad', name_typ: 'name', role_typ: 'roles', claims }), 'utf8').toString('base64');
+  const claims = [...(p.name ? [{ typ: 'name', val: p.name }] : []), ...p.roles.map((r) => ({ typ: 'roles', val: r }))];
+  return Buffer.from(
+    JSON.stringify({ auth_typ: p.authType ?? 'aad', name_typ: 'name', role_typ: 'roles', claims }),
+    'utf8',
+  ).toString('base64');
 }
 
 function digest(s: string): Buffer {
@@ -91,7 +100,11 @@ function digest(s: string): Buffer {
 }
 
 // The local host's stand-in for the Functions host key check.
-export function checkFunctionKey(expected: string, headerKey: string | null | undefined, queryCode: string | null | undefined): boolean {
+export function checkFunctionKey(
+  expected: string,
+  headerKey: string | null | undefined,
+  queryCode: string | null | undefined,
+): boolean {
   const given = headerKey ?? queryCode;
   if (!given) return false;
   return timingSafeEqual(digest(given), digest(expected));

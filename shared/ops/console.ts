@@ -68,7 +68,11 @@ export function consoleDir(env: NodeJS.ProcessEnv = process.env): string {
 }
 
 function textPage(status: number, title: string, body: string): HttpResponseInit {
-  const esc = (s: string) => s.replace(/[&<>"]/g, (c) => `&${({ '&': 'amp', '<': 'lt', '>': 'gt', '"': 'quot' } as Record<string, string>)[c]};`);
+  const esc = (s: string) =>
+    s.replace(
+      /[&<>"]/g,
+      (c) => `&${({ '&': 'amp', '<': 'lt', '>': 'gt', '"': 'quot' } as Record<string, string>)[c]};`,
+    );
   return {
     status,
     headers: { ...CONSOLE_HEADERS, 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store' },
@@ -77,11 +81,18 @@ function textPage(status: number, title: string, body: string): HttpResponseInit
 }
 
 // Serves one file of the built console. `tail` is the catch-all segment below /api/console.
-export function serveConsoleAsset(request: HttpRequest, tail: string | undefined, env: NodeJS.ProcessEnv = process.env): HttpResponseInit {
+export function serveConsoleAsset(
+  request: HttpRequest,
+  tail: string | undefined,
+  env: NodeJS.ProcessEnv = process.env,
+): HttpResponseInit {
   const url = new URL(request.url);
   // /api/console -> /api/console/: the built page refers to its assets relative to the folder.
   if ((tail === undefined || tail === '') && !url.pathname.endsWith('/')) {
-    return { status: 308, headers: { ...CONSOLE_HEADERS, location: `${url.pathname}/${url.search}`, 'cache-control': 'no-store' } };
+    return {
+      status: 308,
+      headers: { ...CONSOLE_HEADERS, location: `${url.pathname}/${url.search}`, 'cache-control': 'no-store' },
+    };
   }
   const root = consoleDir(env);
   const rel = tail && tail !== '' ? tail : 'index.html';
@@ -173,7 +184,8 @@ function checkSameOrigin(request: HttpRequest): void {
     throw new OpsError('forbidden', `console API calls must carry the ${CONSOLE_CSRF_HEADER}: 1 header`);
   }
   const site = request.headers.get('sec-fetch-site');
-  if (site && site !== 'same-origin' && site !== 'none') throw new OpsError('forbidden', `cross-site console API call refused (sec-fetch-site: ${site})`);
+  if (site && site !== 'same-origin' && site !== 'none')
+    throw new OpsError('forbidden', `cross-site console API call refused (sec-fetch-site: ${site})`);
   const origin = request.headers.get('origin');
   if (origin) {
     const url = new URL(request.url);
@@ -184,7 +196,8 @@ function checkSameOrigin(request: HttpRequest): void {
     } catch {
       throw new OpsError('forbidden', 'unreadable Origin header');
     }
-    if (originHost !== host) throw new OpsError('forbidden', `cross-origin console API call refused (origin ${origin})`);
+    if (originHost !== host)
+      throw new OpsError('forbidden', `cross-origin console API call refused (origin ${origin})`);
   }
 }
 
@@ -200,7 +213,10 @@ export async function handleConsoleApi(
   const tail = request.params.path ?? '';
   try {
     if (tail === 'session') {
-      if (request.method.toUpperCase() !== 'GET') throw new OpsError('method_not_allowed', `${request.method} is not allowed on session`, undefined, { allow: 'GET' });
+      if (request.method.toUpperCase() !== 'GET')
+        throw new OpsError('method_not_allowed', `${request.method} is not allowed on session`, undefined, {
+          allow: 'GET',
+        });
       return json(200, consoleSession(request, env));
     }
     if (tail !== 'ops' && !tail.startsWith('ops/')) throw new OpsError('not_found', `no console API route ${tail}`);
@@ -212,14 +228,20 @@ export async function handleConsoleApi(
     }
     checkSameOrigin(request);
     const principal = parseClientPrincipal(request.headers.get('x-ms-client-principal'));
-    if (!principal) throw new OpsError('unauthorized', 'not signed in: sign in through App Service authentication (/.auth/login/aad)');
+    if (!principal)
+      throw new OpsError(
+        'unauthorized',
+        'not signed in: sign in through App Service authentication (/.auth/login/aad)',
+      );
     const url = new URL(request.url);
     const opsTail = tail === 'ops' ? '' : tail.slice('ops/'.length);
     const headers: Record<string, string> = {};
     request.headers.forEach((v, k) => {
       headers[k] = v;
     });
-    const body = ['GET', 'HEAD'].includes(request.method.toUpperCase()) ? undefined : new Uint8Array(await request.arrayBuffer());
+    const body = ['GET', 'HEAD'].includes(request.method.toUpperCase())
+      ? undefined
+      : new Uint8Array(await request.arrayBuffer());
     const query: Record<string, string> = {};
     url.searchParams.forEach((v, k) => {
       query[k] = v;

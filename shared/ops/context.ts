@@ -32,7 +32,11 @@ export interface OpsRuntime {
   readonly processor: { requestCancel(jobId: JobId): boolean };
   // Check each job against its handler, write the rows, then post their queue messages (a lost message only
   // delays a job until the dispatcher).
-  enqueueAndPost(jobs: readonly JobRequest[], log: OpsLogger, opts?: Pick<TypedEnqueueOptions, 'prefix'>): Promise<OpsEnqueued[]>;
+  enqueueAndPost(
+    jobs: readonly JobRequest[],
+    log: OpsLogger,
+    opts?: Pick<TypedEnqueueOptions, 'prefix'>,
+  ): Promise<OpsEnqueued[]>;
   // Post existing jobs' messages; returns how many were posted.
   postJobs(ids: JobId[], log: OpsLogger): Promise<number>;
   // Post a batch to the stage queue; false when posting failed (the transfer timer resumes it).

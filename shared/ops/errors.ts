@@ -64,5 +64,9 @@ export function errorResponse(err: OpsError): HttpResponseInit {
   const body: Record<string, unknown> = { error: err.code, message: err.message };
   if (err.field !== undefined) body.field = err.field;
   if (err.extra) Object.assign(body, err.extra);
-  return json(err.status, body, err.code === 'method_not_allowed' && err.extra?.allow ? { allow: String(err.extra.allow) } : {});
+  return json(
+    err.status,
+    body,
+    err.code === 'method_not_allowed' && err.extra?.allow ? { allow: String(err.extra.allow) } : {},
+  );
 }

@@ -32,13 +32,19 @@ export function describeHandler(h: RegisteredHandler): Record<string, unknown> {
   };
 }
 
-const scheduleParams = z.strictObject({ name: z.string().regex(/^[A-Za-z0-9_.:-]{1,100}$/, 'must be a schedule name') });
+const scheduleParams = z.strictObject({
+  name: z.string().regex(/^[A-Za-z0-9_.:-]{1,100}$/, 'must be a schedule name'),
+});
 
-function describeSchedule(def: ScheduleDefinition, state: ScheduleState | undefined, now: Date): Record<string, unknown> {
+function describeSchedule(
+  def: ScheduleDefinition,
+  state: ScheduleState | undefined,
+  now: Date,
+): Record<string, unknown> {
   const paused = state?.paused ?? false;
   return {
     name: def.name,
-    source: 'source' in def ? (def as { source?: string }).source ?? null : null,
+    source: 'source' in def ? ((def as { source?: string }).source ?? null) : null,
     cron: def.cron,
     timeZone: def.timeZone,
     type: def.type,
@@ -60,7 +66,8 @@ export const handlerRoutes: OpsRoute<any, any, any>[] = [
     method: 'GET',
     path: '/handlers',
     operationId: 'listHandlers',
-    summary: 'Registered job types with their options (queue, timeout, attempts, backoff, concurrency) and payload JSON Schema',
+    summary:
+      'Registered job types with their options (queue, timeout, attempts, backoff, concurrency) and payload JSON Schema',
     tag: 'jobs',
     query: s.emptyQuery,
     responses: { 200: 'registered handlers' },
@@ -77,7 +84,8 @@ export const handlerRoutes: OpsRoute<any, any, any>[] = [
     method: 'GET',
     path: '/schedules',
     operationId: 'listSchedules',
-    summary: 'Recurring schedules declared in handlers/: cron, time zone, job, missed-tick policy, state, last and next tick',
+    summary:
+      'Recurring schedules declared in handlers/: cron, time zone, job, missed-tick policy, state, last and next tick',
     tag: 'jobs',
     query: s.emptyQuery,
     responses: { 200: 'schedules (undeclared: state kept in the database for a schedule no longer in the code)' },

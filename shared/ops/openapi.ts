@@ -30,7 +30,11 @@ const ERROR_SCHEMA = {
   type: 'object',
   required: ['error', 'message'],
   properties: {
-    error: { type: 'string', description: 'stable error code: invalid_request, invalid_json, forbidden, not_found, conflict, payload_too_large, ...' },
+    error: {
+      type: 'string',
+      description:
+        'stable error code: invalid_request, invalid_json, forbidden, not_found, conflict, payload_too_large, ...',
+    },
     message: { type: 'string' },
     field: { type: 'string', description: 'the field at fault (400), e.g. "limit" or "jobs[2].type"' },
   },
@@ -45,18 +49,38 @@ export function openApiDocument(routes: OpsRoute<any, any, any>[]): Record<strin
       const n = Number(code);
       responses[code] = {
         description,
-        content: { 'application/json': { schema: n >= 400 ? { $ref: '#/components/schemas/Error' } : r.output ? schemaOf(r.output, 'output') : { type: 'object' } } },
+        content: {
+          'application/json': {
+            schema:
+              n >= 400
+                ? { $ref: '#/components/schemas/Error' }
+                : r.output
+                  ? schemaOf(r.output, 'output')
+                  : { type: 'object' },
+          },
+        },
       };
     }
     for (const [code, description] of [
       ['400', 'invalid request: the body names the field at fault'],
       ['401', 'missing or wrong function key'],
-      ...(r.body ? [['413', 'request body over KEEL_OPS_MAX_BODY_BYTES'], ['415', 'a request body that is not sent as application/json']] : []),
+      ...(r.body
+        ? [
+            ['413', 'request body over KEEL_OPS_MAX_BODY_BYTES'],
+            ['415', 'a request body that is not sent as application/json'],
+          ]
+        : []),
     ] as const) {
-      responses[code] ??= { description, content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } };
+      responses[code] ??= {
+        description,
+        content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
+      };
     }
     if (r.destructive) {
-      responses['403'] ??= { description: 'operator role missing', content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } };
+      responses['403'] ??= {
+        description: 'operator role missing',
+        content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
+      };
     }
     paths[p] ??= {};
     paths[p]![r.method.toLowerCase()] = {
@@ -64,11 +88,22 @@ export function openApiDocument(routes: OpsRoute<any, any, any>[]): Record<strin
       summary: r.summary,
       tags: [r.tag],
       ...(r.destructive
-        ? { description: 'Destructive: needs the operator role (KEEL_OPS_OPERATOR_ROLE) in the App Service authentication principal.', 'x-keel-destructive': true }
+        ? {
+            description:
+              'Destructive: needs the operator role (KEEL_OPS_OPERATOR_ROLE) in the App Service authentication principal.',
+            'x-keel-destructive': true,
+          }
         : {}),
       parameters: [...parametersOf(r.params, 'path'), ...parametersOf(r.query, 'query')],
       // An empty body is read as {}: the body is required only when {} is not a valid one.
-      ...(r.body ? { requestBody: { required: !r.body.safeParse({}).success, content: { 'application/json': { schema: schemaOf(r.body) } } } } : {}),
+      ...(r.body
+        ? {
+            requestBody: {
+              required: !r.body.safeParse({}).success,
+              content: { 'application/json': { schema: schemaOf(r.body) } },
+            },
+          }
+        : {}),
       responses,
     };
   }
@@ -77,7 +112,8 @@ export function openApiDocument(routes: OpsRoute<any, any, any>[]): Record<strin
     info: {
       title: 'Keel ops API',
       version: '0.1.0',
-      description: 'Operate Keel jobs and transfers. Every route needs a function key; destructive ones also the operator role.',
+      description:
+        'Operate Keel jobs and transfers. Every route needs a function key; destructive ones also the operator role.',
     },
     servers: [{ url: '/' }],
     security: [{ functionKeyHeader: [] }, { functionKeyQuery: [] }],

@@ -46,7 +46,9 @@ export interface OpsRoute<P = unknown, Q = unknown, B = unknown> {
 }
 
 // Identity helper that keeps the schema types flowing into handle().
-export function route<P = Record<string, never>, Q = Record<string, never>, B = undefined>(r: OpsRoute<P, Q, B>): OpsRoute<P, Q, B> {
+export function route<P = Record<string, never>, Q = Record<string, never>, B = undefined>(
+  r: OpsRoute<P, Q, B>,
+): OpsRoute<P, Q, B> {
   return r;
 }
 
@@ -86,9 +88,16 @@ function firstIssue(err: z.ZodError, where: 'body' | 'query' | 'path'): OpsError
     }
     if (best) {
       if (best.code === 'unrecognized_keys' && best.keys?.[0]) {
-        return new OpsError('invalid_request', `unknown field "${best.keys[0]}"`, fieldPath([...issue.path, ...best.path, best.keys[0]]), { in: where });
+        return new OpsError(
+          'invalid_request',
+          `unknown field "${best.keys[0]}"`,
+          fieldPath([...issue.path, ...best.path, best.keys[0]]),
+          { in: where },
+        );
       }
-      return new OpsError('invalid_request', issueMessage(best), fieldPath([...issue.path, ...best.path]), { in: where });
+      return new OpsError('invalid_request', issueMessage(best), fieldPath([...issue.path, ...best.path]), {
+        in: where,
+      });
     }
   }
   return new OpsError('invalid_request', issueMessage(issue), fieldPath(issue.path, where), { in: where });
@@ -105,7 +114,8 @@ function queryObject(url: URL): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [k, v] of url.searchParams) {
     if (k === 'code') continue; // the function key, consumed by the host
-    if (k in out) throw new OpsError('invalid_request', `query parameter "${k}" appears more than once`, k, { in: 'query' });
+    if (k in out)
+      throw new OpsError('invalid_request', `query parameter "${k}" appears more than once`, k, { in: 'query' });
     out[k] = v;
   }
   return out;
@@ -114,11 +124,21 @@ function queryObject(url: URL): Record<string, string> {
 async function readJsonBody(request: HttpRequest, maxBytes: number): Promise<unknown> {
   const declared = request.headers.get('content-length');
   if (declared !== null && Number(declared) > maxBytes) {
-    throw new OpsError('payload_too_large', `request body is ${declared} bytes; the limit is ${maxBytes} (KEEL_OPS_MAX_BODY_BYTES)`, undefined, { limit: maxBytes });
+    throw new OpsError(
+      'payload_too_large',
+      `request body is ${declared} bytes; the limit is ${maxBytes} (KEEL_OPS_MAX_BODY_BYTES)`,
+      undefined,
+      { limit: maxBytes },
+    );
   }
   const bytes = Buffer.from(await request.arrayBuffer());
   if (bytes.length > maxBytes) {
-    throw new OpsError('payload_too_large', `request body is ${bytes.length} bytes; the limit is ${maxBytes} (KEEL_OPS_MAX_BODY_BYTES)`, undefined, { limit: maxBytes });
+    throw new OpsError(
+      'payload_too_large',
+      `request body is ${bytes.length} bytes; the limit is ${maxBytes} (KEEL_OPS_MAX_BODY_BYTES)`,
+      undefined,
+      { limit: maxBytes },
+    );
   }
   const text = bytes.toString('utf8').trim();
   if (text === '') return {};
@@ -142,7 +162,10 @@ async function readJsonBody(request: HttpRequest, maxBytes: number): Promise<unk
 export type OpsHttpHandler = (request: HttpRequest, context: InvocationContext) => Promise<HttpResponseInit>;
 
 // Builds the single HTTP handler for every ops route.
-export function createOpsHandler(routes: OpsRoute<any, any, any>[], getRuntime: () => Promise<OpsRuntime>): OpsHttpHandler {
+export function createOpsHandler(
+  routes: OpsRoute<any, any, any>[],
+  getRuntime: () => Promise<OpsRuntime>,
+): OpsHttpHandler {
   // maxParamLength: above every path parameter's own limit (names: 128 characters, maybe percent-encoded), so a
   // long parameter reaches its schema and gets a 400 naming it instead of a 404 from the router.
   const router = Router({ ignoreTrailingSlash: true, caseSensitive: true, maxParamLength: MAX_PATH_PARAM_CHARS });
@@ -159,7 +182,9 @@ export function createOpsHandler(routes: OpsRoute<any, any, any>[], getRuntime: 
       if (!found) {
         const allowed = OPS_METHODS.filter((m) => router.find(m, path) !== null);
         if (allowed.length > 0) {
-          throw new OpsError('method_not_allowed', `${method} is not allowed on ${path}`, undefined, { allow: allowed.join(', ') });
+          throw new OpsError('method_not_allowed', `${method} is not allowed on ${path}`, undefined, {
+            allow: allowed.join(', '),
+          });
         }
         throw new OpsError('not_found', `no ops route ${method} ${path}; see GET ${OPS_PREFIX}/openapi.json`);
       }
@@ -172,12 +197,18 @@ export function createOpsHandler(routes: OpsRoute<any, any, any>[], getRuntime: 
         throw new OpsError('unavailable', `Keel could not start: ${(err as Error).message}`);
       }
       let principal: ClientPrincipal | null = null;
-      if (r.destructive) principal = requireOperator(request.headers.get('x-ms-client-principal'), rt.settings.KEEL_OPS_OPERATOR_ROLE);
+      if (r.destructive)
+        principal = requireOperator(request.headers.get('x-ms-client-principal'), rt.settings.KEEL_OPS_OPERATOR_ROLE);
       const params = parseWith(r.params, { ...found.params }, 'path');
       const query = parseWith(r.query, queryObject(url), 'query');
-      const body = r.body ? parseWith(r.body, await readJsonBody(request, rt.settings.KEEL_OPS_MAX_BODY_BYTES), 'body') : undefined;
+      const body = r.body
+        ? parseWith(r.body, await readJsonBody(request, rt.settings.KEEL_OPS_MAX_BODY_BYTES), 'body')
+        : undefined;
       const result = await r.handle({ rt, params, query, body, principal, request, log: context });
-      if (r.destructive) context.info(`ops ${r.operationId} by ${principal?.name ?? 'unknown principal'}: ${JSON.stringify(result.body).slice(0, 500)}`);
+      if (r.destructive)
+        context.info(
+          `ops ${r.operationId} by ${principal?.name ?? 'unknown principal'}: ${JSON.stringify(result.body).slice(0, 500)}`,
+        );
       return json(result.status ?? 200, result.body, result.headers);
     } catch (err) {
       if (err instanceof OpsError) return errorResponse(err);

@@ -48,7 +48,10 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     async handle({ rt }) {
       const started = Date.now();
       const [store, storage] = await Promise.all([
-        rt.store.listQueues().then(() => true, () => false),
+        rt.store.listQueues().then(
+          () => true,
+          () => false,
+        ),
         rt.queues.ping(),
       ]);
       const ok = store && storage;
@@ -77,7 +80,18 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     output: s.out.stats,
     async handle({ rt }) {
       const queues = await rt.store.stats();
-      const totals = { pending: 0, fetched: 0, processing: 0, dlq: 0, succeeded: 0, failed: 0, retried: 0, cancelled: 0, zombie: 0, resurrected: 0 };
+      const totals = {
+        pending: 0,
+        fetched: 0,
+        processing: 0,
+        dlq: 0,
+        succeeded: 0,
+        failed: 0,
+        retried: 0,
+        cancelled: 0,
+        zombie: 0,
+        resurrected: 0,
+      };
       for (const q of queues) for (const k of Object.keys(totals) as (keyof typeof totals)[]) totals[k] += q[k];
       return { body: { queues, totals } };
     },
@@ -137,7 +151,10 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
       params: s.nameParams,
       query: s.emptyQuery,
       body: s.emptyBody,
-      responses: { 200: 'queue settings after the change (created: the queue had no settings yet and now has them)', 403: 'operator role missing' },
+      responses: {
+        200: 'queue settings after the change (created: the queue had no settings yet and now has them)',
+        403: 'operator role missing',
+      },
       output: s.out.queueSettingsChanged,
       // A queue exists from its first use: an enqueue or a settings change. So a queue can be paused (or limited)
       // before its first job arrives, e.g. 'default' on a fresh install.
@@ -157,7 +174,11 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     params: s.nameParams,
     query: s.emptyQuery,
     body: s.queuePatch,
-    responses: { 200: 'queue settings after the change (created: the queue had no settings yet and now has them)', 400: 'invalid setting', 403: 'operator role missing' },
+    responses: {
+      200: 'queue settings after the change (created: the queue had no settings yet and now has them)',
+      400: 'invalid setting',
+      403: 'operator role missing',
+    },
     output: s.out.queueSettingsChanged,
     async handle({ rt, params, body }) {
       const created = !(await rt.store.getQueue(params.name));
@@ -174,7 +195,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     body: s.enqueueBody,
     responses: {
       201: 'enqueued (duplicate: an idempotency key matched a hot job)',
-      400: 'invalid job: unknown type, payload failing the handler\'s schema, wrong queue (the field is named; nothing is enqueued)',
+      400: "invalid job: unknown type, payload failing the handler's schema, wrong queue (the field is named; nothing is enqueued)",
       413: 'body too large',
     },
     output: s.out.enqueue,
@@ -182,7 +203,9 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
       const many = 'jobs' in body;
       const jobs = many ? body.jobs : [body];
       // Type, payload schema and queue are checked for every job before any is written (400 naming the field).
-      const results = await rt.enqueueAndPost(jobs.map(toEnqueueRequest), log, { prefix: (i) => (many ? `jobs[${i}]` : '') });
+      const results = await rt.enqueueAndPost(jobs.map(toEnqueueRequest), log, {
+        prefix: (i) => (many ? `jobs[${i}]` : ''),
+      });
       return { status: 201, body: many ? { jobs: results } : results[0] };
     },
   }),
@@ -190,14 +213,16 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     method: 'GET',
     path: '/jobs',
     operationId: 'searchJobs',
-    summary: 'Search hot, archive or DLQ jobs by queue, type, tag, state, reason, time range and text; newest first, keyset paging',
+    summary:
+      'Search hot, archive or DLQ jobs by queue, type, tag, state, reason, time range and text; newest first, keyset paging',
     tag: 'jobs',
     query: s.jobSearchQuery,
     responses: { 200: 'a page of jobs; pass nextAfterId as afterId for the next page' },
     output: s.out.jobPage,
     async handle({ rt, query }) {
       if (query.state && query.location !== 'hot') throw invalid('state', 'state filters hot jobs only (location=hot)');
-      if (query.reason && query.location !== 'dlq') throw invalid('reason', 'reason filters DLQ jobs only (location=dlq)');
+      if (query.reason && query.location !== 'dlq')
+        throw invalid('reason', 'reason filters DLQ jobs only (location=dlq)');
       if (query.from && query.to && query.from > query.to) throw invalid('from', 'must not be after "to"');
       const items = await rt.store.searchJobs({
         location: query.location,
@@ -242,7 +267,12 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     params: s.idParams,
     query: s.emptyQuery,
     body: s.emptyBody,
-    responses: { 200: 'cancelled or cancel_requested', 403: 'operator role missing', 404: 'no such job', 409: 'the job already finished' },
+    responses: {
+      200: 'cancelled or cancel_requested',
+      403: 'operator role missing',
+      404: 'no such job',
+      409: 'the job already finished',
+    },
     output: s.out.cancel,
     async handle({ rt, params }) {
       const result = await rt.store.cancel(params.id);
@@ -272,14 +302,20 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     method: 'POST',
     path: '/dlq/:id/resurrect',
     operationId: 'resurrectJob',
-    summary: 'Move one DLQ job back to hot (pending, attempts reset) and post its message. Operator only: it runs the job, and its side effects, again',
+    summary:
+      'Move one DLQ job back to hot (pending, attempts reset) and post its message. Operator only: it runs the job, and its side effects, again',
     tag: 'dlq',
     // Resurrecting re-runs side effects and can undo an operator's cancel: the same role as the other moves.
     destructive: true,
     params: s.idParams,
     query: s.emptyQuery,
     body: s.emptyBody,
-    responses: { 200: 'resurrected', 403: 'operator role missing', 404: 'no such job', 409: 'the job is not in the DLQ' },
+    responses: {
+      200: 'resurrected',
+      403: 'operator role missing',
+      404: 'no such job',
+      409: 'the job is not in the DLQ',
+    },
     output: s.out.resurrected,
     async handle({ rt, params, log }) {
       const ids = await rt.store.resurrect([params.id]);
@@ -296,7 +332,8 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     method: 'POST',
     path: '/dlq/resurrect',
     operationId: 'resurrectByFilter',
-    summary: 'Resurrect DLQ jobs matching a filter, up to a limit. dryRun defaults to true: preview first, then repeat with dryRun=false',
+    summary:
+      'Resurrect DLQ jobs matching a filter, up to a limit. dryRun defaults to true: preview first, then repeat with dryRun=false',
     tag: 'dlq',
     destructive: true,
     query: s.emptyQuery,
@@ -304,7 +341,8 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     responses: { 200: 'ids resurrected (or that would be, on a dry run)', 403: 'operator role missing' },
     output: s.out.resurrectedMany,
     async handle({ rt, body, log }) {
-      if (body.failedAfter && body.failedBefore && body.failedAfter > body.failedBefore) throw invalid('failedAfter', 'must not be after failedBefore');
+      if (body.failedAfter && body.failedBefore && body.failedAfter > body.failedBefore)
+        throw invalid('failedAfter', 'must not be after failedBefore');
       const result = await rt.store.resurrectByFilter({
         ...(body.queue ? { queue: body.queue } : {}),
         ...(body.type ? { type: body.type } : {}),
@@ -322,7 +360,8 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     method: 'POST',
     path: '/purge',
     operationId: 'purge',
-    summary: 'Delete archive rows, DLQ rows or metric buckets older than an instant, in bounded batches. dryRun defaults to true',
+    summary:
+      'Delete archive rows, DLQ rows or metric buckets older than an instant, in bounded batches. dryRun defaults to true',
     tag: 'dlq',
     destructive: true,
     query: s.emptyQuery,
@@ -339,19 +378,34 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
           const windowMinutes = 31 * 24 * 60;
           const buckets = await rt.store.metrics(windowMinutes, body.queue);
           const older = buckets.filter((b) => b.bucketStart < olderThan).length;
-          return { body: { dryRun: true, target, queue, olderThan: body.olderThan, matched: older, note: `counts buckets of the last ${windowMinutes} minutes only` } };
+          return {
+            body: {
+              dryRun: true,
+              target,
+              queue,
+              olderThan: body.olderThan,
+              matched: older,
+              note: `counts buckets of the last ${windowMinutes} minutes only`,
+            },
+          };
         }
         let matched = 0;
         let afterId: string | undefined;
         for (let page = 0; page < PREVIEW_CAP / 500 && matched < PREVIEW_CAP; page++) {
           const items = await rt.store.searchJobs({
-            location: target, to: olderThan, limit: 500, ...(body.queue ? { queue: body.queue } : {}), ...(afterId ? { afterId } : {}),
+            location: target,
+            to: olderThan,
+            limit: 500,
+            ...(body.queue ? { queue: body.queue } : {}),
+            ...(afterId ? { afterId } : {}),
           });
           matched += items.length;
           if (items.length < 500) break;
           afterId = items[items.length - 1]!.id;
         }
-        return { body: { dryRun: true, target, queue, olderThan: body.olderThan, matched, capped: matched >= PREVIEW_CAP } };
+        return {
+          body: { dryRun: true, target, queue, olderThan: body.olderThan, matched, capped: matched >= PREVIEW_CAP },
+        };
       }
       const run = await purgeInBatches(rt.store, target, queue, olderThan, body.batchSize, body.maxBatches);
       return { body: { dryRun: false, target, queue, olderThan: body.olderThan, ...run } };
@@ -378,4 +432,3 @@ export function allRoutes(): OpsRoute<any, any, any>[] {
   );
   return routes;
 }
-

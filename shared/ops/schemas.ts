@@ -27,7 +27,10 @@ const MAX_JOB_ID = 9223372036854775807n; // bigint: the largest id any engine ca
 export const jobId = z
   .string()
   .regex(/^[1-9][0-9]{0,18}$/, 'must be a job id (a positive integer)')
-  .refine((v) => !/^[0-9]+$/.test(v) || BigInt(v) <= MAX_JOB_ID, `must be a job id (a positive integer up to ${MAX_JOB_ID})`);
+  .refine(
+    (v) => !/^[0-9]+$/.test(v) || BigInt(v) <= MAX_JOB_ID,
+    `must be a job id (a positive integer up to ${MAX_JOB_ID})`,
+  );
 const isoDate = z.iso.datetime({ offset: true }).describe('ISO 8601 date-time');
 const reason = z.enum(DLQ_REASONS as unknown as [DlqReason, ...DlqReason[]]);
 const location = z.enum(['hot', 'archive', 'dlq']);
@@ -44,11 +47,16 @@ const qInt = (min: number, max: number, def: number) =>
     .meta({ type: 'integer', minimum: min, maximum: max, description: `integer, default ${def}`, pattern: undefined });
 
 export const enqueueJob = z.strictObject({
-  queue: name.optional().describe("job queue (created on first use); default: the handler's queue, else \"default\""),
+  queue: name.optional().describe('job queue (created on first use); default: the handler\'s queue, else "default"'),
   type: name.describe('job type: a registered handler'),
   payload: jsonValue.optional().describe('any JSON value'),
   priority: z.number().int().min(-1_000_000).max(1_000_000).optional(),
-  delayMs: z.number().int().min(0).max(366 * 24 * 3600 * 1000).optional(),
+  delayMs: z
+    .number()
+    .int()
+    .min(0)
+    .max(366 * 24 * 3600 * 1000)
+    .optional(),
   runAt: isoDate.optional(),
   tags: z.array(text(1, 64)).max(16).optional(),
   idempotencyKey: text(1, 200).optional(),
@@ -56,10 +64,7 @@ export const enqueueJob = z.strictObject({
   expiresAt: isoDate.optional(),
 });
 
-export const enqueueBody = z.union([
-  enqueueJob,
-  z.strictObject({ jobs: z.array(enqueueJob).min(1).max(MAX_BATCH) }),
-]);
+export const enqueueBody = z.union([enqueueJob, z.strictObject({ jobs: z.array(enqueueJob).min(1).max(MAX_BATCH) })]);
 
 export const jobSearchQuery = z.strictObject({
   location: location.default('hot'),
@@ -84,13 +89,40 @@ export const emptyQuery = z.strictObject({});
 
 export const queuePatch = z
   .strictObject({
-    maxConcurrency: z.number().int().min(0).max(100_000).nullable().optional().describe('global limit across hosts; null = unlimited'),
-    zombieTimeoutSeconds: z.number().int().min(1).max(7 * 24 * 3600).optional(),
+    maxConcurrency: z
+      .number()
+      .int()
+      .min(0)
+      .max(100_000)
+      .nullable()
+      .optional()
+      .describe('global limit across hosts; null = unlimited'),
+    zombieTimeoutSeconds: z
+      .number()
+      .int()
+      .min(1)
+      .max(7 * 24 * 3600)
+      .optional(),
     zombiePolicy: z.enum(['dlq', 'retry']).optional(),
     maxAttempts: z.number().int().min(1).max(1000).optional(),
-    archiveRetentionSeconds: z.number().int().min(60).max(10 * 366 * 24 * 3600).optional(),
-    dlqRetentionSeconds: z.number().int().min(60).max(10 * 366 * 24 * 3600).optional(),
-    metricsRetentionSeconds: z.number().int().min(60).max(10 * 366 * 24 * 3600).optional(),
+    archiveRetentionSeconds: z
+      .number()
+      .int()
+      .min(60)
+      .max(10 * 366 * 24 * 3600)
+      .optional(),
+    dlqRetentionSeconds: z
+      .number()
+      .int()
+      .min(60)
+      .max(10 * 366 * 24 * 3600)
+      .optional(),
+    metricsRetentionSeconds: z
+      .number()
+      .int()
+      .min(60)
+      .max(10 * 366 * 24 * 3600)
+      .optional(),
   })
   .refine((p) => Object.keys(p).length > 0, { message: 'give at least one setting to change' });
 
@@ -121,7 +153,12 @@ export const batchListQuery = z.strictObject({
 });
 
 export const reconcileStaleBody = z.strictObject({
-  olderThanMs: z.number().int().min(0).max(30 * 24 * 3600_000).optional(),
+  olderThanMs: z
+    .number()
+    .int()
+    .min(0)
+    .max(30 * 24 * 3600_000)
+    .optional(),
   limit: z.number().int().min(1).max(1000).default(20),
 });
 
@@ -159,7 +196,11 @@ export const out = (() => {
   const enqueued = z.object({
     id: z.string(),
     duplicate: z.boolean().describe('an idempotency key matched a hot job: id is that job'),
-    posted: z.boolean().describe('false: duplicate, delayed beyond the queue message limit, or the post failed (the dispatcher runs it)'),
+    posted: z
+      .boolean()
+      .describe(
+        'false: duplicate, delayed beyond the queue message limit, or the post failed (the dispatcher runs it)',
+      ),
   });
   const queueSettings = z.object({
     name: z.string(),
@@ -173,11 +214,23 @@ export const out = (() => {
     metricsRetentionSeconds: z.number().int(),
   });
   const counters = {
-    pending: z.number().int(), fetched: z.number().int(), processing: z.number().int(), dlq: z.number().int(),
-    succeeded: z.number().int(), failed: z.number().int(), retried: z.number().int(), cancelled: z.number().int(),
-    zombie: z.number().int(), resurrected: z.number().int(),
+    pending: z.number().int(),
+    fetched: z.number().int(),
+    processing: z.number().int(),
+    dlq: z.number().int(),
+    succeeded: z.number().int(),
+    failed: z.number().int(),
+    retried: z.number().int(),
+    cancelled: z.number().int(),
+    zombie: z.number().int(),
+    resurrected: z.number().int(),
   };
-  const queueStats = z.object({ queue: z.string(), due: z.number().int(), oldestDueAgeMs: z.number().nullable(), ...counters });
+  const queueStats = z.object({
+    queue: z.string(),
+    due: z.number().int(),
+    oldestDueAgeMs: z.number().nullable(),
+    ...counters,
+  });
   return {
     health: z.object({
       status: z.enum(['ok', 'degraded']),
@@ -192,31 +245,65 @@ export const out = (() => {
     metrics: z.object({
       windowMinutes: z.number().int(),
       queue: z.string().nullable(),
-      buckets: z.array(z.object({
-        bucketStart: dateTime, queue: z.string(), outcome: z.enum(['succeeded', 'failed']), reason: z.string(),
-        count: z.number().int(), totalDurationMs: z.number(), maxDurationMs: z.number(),
-      })),
+      buckets: z.array(
+        z.object({
+          bucketStart: dateTime,
+          queue: z.string(),
+          outcome: z.enum(['succeeded', 'failed']),
+          reason: z.string(),
+          count: z.number().int(),
+          totalDurationMs: z.number(),
+          maxDurationMs: z.number(),
+        }),
+      ),
     }),
     queues: z.object({ items: z.array(queueSettings) }),
     queue: queueSettings.extend({ stats: queueStats.nullable() }),
-    queueSettingsChanged: queueSettings.extend({ created: z.boolean().describe('true: the queue had no settings yet (first use)') }),
+    queueSettingsChanged: queueSettings.extend({
+      created: z.boolean().describe('true: the queue had no settings yet (first use)'),
+    }),
     enqueue: z.union([enqueued, z.object({ jobs: z.array(enqueued) })]),
     job: job,
-    jobPage: z.object({ location: location, items: z.array(job), nextAfterId: z.string().nullable().describe('pass as afterId for the next page') }),
+    jobPage: z.object({
+      location: location,
+      items: z.array(job),
+      nextAfterId: z.string().nullable().describe('pass as afterId for the next page'),
+    }),
     cancel: z.object({
       id: z.string(),
-      result: z.enum(['cancelled', 'cancel_requested']).describe('cancelled: in the DLQ now; cancel_requested: running, its handler is being stopped'),
+      result: z
+        .enum(['cancelled', 'cancel_requested'])
+        .describe('cancelled: in the DLQ now; cancel_requested: running, its handler is being stopped'),
       outcome: z.literal('dlq_cancelled').describe('how the job ends, in both cases: in the DLQ with reason cancelled'),
-      stoppedNow: z.boolean().optional().describe('cancel_requested: the handler ran in the instance that answered and was told to stop at once (else: at its next heartbeat)'),
+      stoppedNow: z
+        .boolean()
+        .optional()
+        .describe(
+          'cancel_requested: the handler ran in the instance that answered and was told to stop at once (else: at its next heartbeat)',
+        ),
       message: z.string().optional(),
     }),
     resurrected: z.object({ id: z.string(), resurrected: z.literal(true), posted: z.boolean() }),
-    resurrectedMany: z.object({ dryRun: z.boolean(), count: z.number().int(), ids: z.array(z.string()), posted: z.number().int() }),
-    purge: z.object({
-      dryRun: z.boolean(), target: z.enum(['archive', 'dlq', 'metrics']), queue: z.string().nullable(), olderThan: z.string(),
-      matched: z.number().int().optional(), capped: z.boolean().optional(), note: z.string().optional(),
-      deleted: z.number().int().optional(), batches: z.number().int().optional(), mayHaveMore: z.boolean().optional(),
+    resurrectedMany: z.object({
+      dryRun: z.boolean(),
+      count: z.number().int(),
+      ids: z.array(z.string()),
+      posted: z.number().int(),
     }),
-    openapi: z.object({ openapi: z.string(), info: z.object({}).passthrough(), paths: z.record(z.string(), z.unknown()) }).passthrough(),
+    purge: z.object({
+      dryRun: z.boolean(),
+      target: z.enum(['archive', 'dlq', 'metrics']),
+      queue: z.string().nullable(),
+      olderThan: z.string(),
+      matched: z.number().int().optional(),
+      capped: z.boolean().optional(),
+      note: z.string().optional(),
+      deleted: z.number().int().optional(),
+      batches: z.number().int().optional(),
+      mayHaveMore: z.boolean().optional(),
+    }),
+    openapi: z
+      .object({ openapi: z.string(), info: z.object({}).passthrough(), paths: z.record(z.string(), z.unknown()) })
+      .passthrough(),
   };
 })();

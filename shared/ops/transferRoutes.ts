@@ -9,13 +9,23 @@ import { OPS_PREFIX, route, type OpsRoute } from './router.js';
 import * as s from './schemas.js';
 
 function service(rt: OpsRuntime): TransferService {
-  if (!rt.transfers) throw new OpsError('not_found', 'no transfers are configured (KEEL_TRANSFERS or KEEL_TRANSFERS_FILE)');
+  if (!rt.transfers)
+    throw new OpsError('not_found', 'no transfers are configured (KEEL_TRANSFERS or KEEL_TRANSFERS_FILE)');
   return rt.transfers;
 }
 
 const CONFLICT_CODES: ReadonlySet<TransferErrorCode> = new Set<TransferErrorCode>([
-  'open_batch_exists', 'window_taken', 'duplicate_batch_id', 'invalid_state', 'not_staged', 'schema_drift',
-  'staging_conflict', 'duplicate_keys', 'manifest_mismatch', 'target_incompatible', 'unsupported_type',
+  'open_batch_exists',
+  'window_taken',
+  'duplicate_batch_id',
+  'invalid_state',
+  'not_staged',
+  'schema_drift',
+  'staging_conflict',
+  'duplicate_keys',
+  'manifest_mismatch',
+  'target_incompatible',
+  'unsupported_type',
 ]);
 
 // Transfer errors carry a code; map it, never the message, to a status.
@@ -24,8 +34,10 @@ async function mapTransferErrors<T>(fn: () => Promise<T>): Promise<T> {
     return await fn();
   } catch (err) {
     if (isTransferError(err)) {
-      if (err.code === 'unknown_transfer' || err.code === 'unknown_batch') throw new OpsError('not_found', err.message, undefined, { code: err.code });
-      if (CONFLICT_CODES.has(err.code)) throw conflict(err.message, { code: err.code, ...(err.detail ? { detail: err.detail } : {}) });
+      if (err.code === 'unknown_transfer' || err.code === 'unknown_batch')
+        throw new OpsError('not_found', err.message, undefined, { code: err.code });
+      if (CONFLICT_CODES.has(err.code))
+        throw conflict(err.message, { code: err.code, ...(err.detail ? { detail: err.detail } : {}) });
       if (err.code === 'config_invalid') throw new OpsError('unavailable', err.message, undefined, { code: err.code });
     }
     throw err;
@@ -36,12 +48,20 @@ async function mapTransferErrors<T>(fn: () => Promise<T>): Promise<T> {
 // and how long to wait before asking.
 export const BATCH_POLL_SECONDS = 10;
 function accepted(batchId: string, body: unknown) {
-  return { status: 202, body, headers: { location: `${OPS_PREFIX}/transfers/batches/${encodeURIComponent(batchId)}`, 'retry-after': String(BATCH_POLL_SECONDS) } };
+  return {
+    status: 202,
+    body,
+    headers: {
+      location: `${OPS_PREFIX}/transfers/batches/${encodeURIComponent(batchId)}`,
+      'retry-after': String(BATCH_POLL_SECONDS),
+    },
+  };
 }
 
 function stateOf(value: string | undefined): BatchState | undefined {
   if (value === undefined) return undefined;
-  if (!(BATCH_STATES as readonly string[]).includes(value)) throw invalid('state', `must be one of ${BATCH_STATES.join(', ')}`);
+  if (!(BATCH_STATES as readonly string[]).includes(value))
+    throw invalid('state', `must be one of ${BATCH_STATES.join(', ')}`);
   return value as BatchState;
 }
 
@@ -62,7 +82,8 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
     method: 'POST',
     path: '/transfers/:name/start',
     operationId: 'startTransfer',
-    summary: 'Create a batch for the next window of a transfer (manifest recorded first) and post it to the stage queue',
+    summary:
+      'Create a batch for the next window of a transfer (manifest recorded first) and post it to the stage queue',
     tag: 'transfers',
     params: s.nameParams,
     query: s.emptyQuery,
@@ -81,7 +102,8 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
         return accepted(batch.batchId, { started: true, posted, batch });
       } catch (err) {
         if (err instanceof OpsError) throw err;
-        if (isTransferError(err, 'nothing_to_transfer')) return { status: 200, body: { started: false, reason: err.code, message: err.message } };
+        if (isTransferError(err, 'nothing_to_transfer'))
+          return { status: 200, body: { started: false, reason: err.code, message: err.message } };
         throw err;
       }
     },
@@ -126,7 +148,8 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
     method: 'POST',
     path: '/transfers/batches/:id/reconcile',
     operationId: 'reconcileBatch',
-    summary: 'Ask the target now whether the batch committed (every batch not committed or failed; a "not applied" answer is fenced on the target, so it is final)',
+    summary:
+      'Ask the target now whether the batch committed (every batch not committed or failed; a "not applied" answer is fenced on the target, so it is final)',
     tag: 'transfers',
     params: s.batchParams,
     query: s.emptyQuery,
@@ -146,11 +169,19 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
     params: s.batchParams,
     query: s.emptyQuery,
     body: s.emptyBody,
-    responses: { 202: 'queued', 404: 'no such batch', 409: 'the batch is not retryable (committed, failed, or its outcome is unknown)' },
+    responses: {
+      202: 'queued',
+      404: 'no such batch',
+      409: 'the batch is not retryable (committed, failed, or its outcome is unknown)',
+    },
     async handle({ rt, params, log }) {
       const batch = await service(rt).getBatch(params.id);
       if (!batch) throw notFound(`batch ${params.id}`);
-      if (!batch.retryable) throw conflict(`batch ${params.id} is ${batch.state}: ${batch.nextAction}`, { state: batch.state, status: batch.status });
+      if (!batch.retryable)
+        throw conflict(`batch ${params.id} is ${batch.state}: ${batch.nextAction}`, {
+          state: batch.state,
+          status: batch.status,
+        });
       const posted = await rt.postStage(params.id, log);
       return accepted(params.id, { batchId: params.id, posted });
     },
@@ -159,14 +190,17 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
     method: 'POST',
     path: '/transfers/reconcile',
     operationId: 'reconcileStale',
-    summary: 'Reconcile now every batch whose apply outcome is unknown and untouched for olderThanMs (default KEEL_TRANSFER_STALE_MS)',
+    summary:
+      'Reconcile now every batch whose apply outcome is unknown and untouched for olderThanMs (default KEEL_TRANSFER_STALE_MS)',
     tag: 'transfers',
     query: s.emptyQuery,
     body: s.reconcileStaleBody,
     responses: { 200: 'the batches reconciled' },
     async handle({ rt, body }) {
       const svc = service(rt);
-      const items = await mapTransferErrors(() => svc.reconcileStale(body.olderThanMs ?? rt.settings.KEEL_TRANSFER_STALE_MS, body.limit));
+      const items = await mapTransferErrors(() =>
+        svc.reconcileStale(body.olderThanMs ?? rt.settings.KEEL_TRANSFER_STALE_MS, body.limit),
+      );
       return { body: { count: items.length, items } };
     },
   }),

@@ -24,7 +24,9 @@ export const UNKNOWN = 'unknown';
 /** Normalizes one free-form value: string, trimmed, control characters removed, truncated. */
 export function normalizeValue(value: unknown, maxValueLength: number): string {
   if (value === undefined || value === null) return UNKNOWN;
-  const text = String(value).replace(/[\u0000-\u001f\u007f]/g, '').trim();
+  const text = String(value)
+    .replace(/[\u0000-\u001f\u007f]/g, '')
+    .trim();
   if (text.length === 0) return UNKNOWN;
   return text.length > maxValueLength ? text.slice(0, maxValueLength) : text;
 }

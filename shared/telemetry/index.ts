@@ -18,11 +18,7 @@ export {
   type KeelTelemetry,
   type TelemetryOptions,
 } from './facade.js';
-export {
-  DEFAULT_CARDINALITY_LIMITS,
-  DimensionLimiter,
-  type CardinalityLimits,
-} from './cardinality.js';
+export { DEFAULT_CARDINALITY_LIMITS, DimensionLimiter, type CardinalityLimits } from './cardinality.js';
 export {
   flushTelemetry,
   parseAuthenticationString,

@@ -59,9 +59,7 @@ function entraCredential(env: TelemetryEnv): TokenCredential | undefined {
   if (!auth.aad) return undefined;
   const clientId = auth.clientId ?? env.AZURE_CLIENT_ID;
   const identity = require('@azure/identity') as typeof import('@azure/identity');
-  return clientId
-    ? new identity.ManagedIdentityCredential({ clientId })
-    : new identity.ManagedIdentityCredential();
+  return clientId ? new identity.ManagedIdentityCredential({ clientId }) : new identity.ManagedIdentityCredential();
 }
 
 /**
@@ -96,19 +94,23 @@ export function registerDatabaseInstrumentations(options: DatabaseInstrumentatio
   };
   if (options.includePg) {
     add(() => {
-      const { PgInstrumentation } = require('@opentelemetry/instrumentation-pg') as typeof import('@opentelemetry/instrumentation-pg');
+      const { PgInstrumentation } =
+        require('@opentelemetry/instrumentation-pg') as typeof import('@opentelemetry/instrumentation-pg');
       return new PgInstrumentation();
     }, 'pg');
   }
   add(() => {
-    const { TediousInstrumentation } = require('@opentelemetry/instrumentation-tedious') as typeof import('@opentelemetry/instrumentation-tedious');
+    const { TediousInstrumentation } =
+      require('@opentelemetry/instrumentation-tedious') as typeof import('@opentelemetry/instrumentation-tedious');
     return new TediousInstrumentation();
   }, 'tedious');
   add(() => {
-    const { OracleInstrumentation } = require('@opentelemetry/instrumentation-oracledb') as typeof import('@opentelemetry/instrumentation-oracledb');
+    const { OracleInstrumentation } =
+      require('@opentelemetry/instrumentation-oracledb') as typeof import('@opentelemetry/instrumentation-oracledb');
     return new OracleInstrumentation();
   }, 'oracledb');
-  const { registerInstrumentations } = require('@opentelemetry/instrumentation') as typeof import('@opentelemetry/instrumentation');
+  const { registerInstrumentations } =
+    require('@opentelemetry/instrumentation') as typeof import('@opentelemetry/instrumentation');
   const unregister = registerInstrumentations(
     options.tracerProvider ? { instrumentations, tracerProvider: options.tracerProvider } : { instrumentations },
   );

@@ -53,7 +53,17 @@
 import { createHash } from 'node:crypto';
 
 export type LogicalType = 'int' | 'decimal' | 'text' | 'bool' | 'date' | 'timestamp' | 'timestamptz' | 'bytes' | 'uuid';
-export const LOGICAL_TYPES: readonly LogicalType[] = ['int', 'decimal', 'text', 'bool', 'date', 'timestamp', 'timestamptz', 'bytes', 'uuid'];
+export const LOGICAL_TYPES: readonly LogicalType[] = [
+  'int',
+  'decimal',
+  'text',
+  'bool',
+  'date',
+  'timestamp',
+  'timestamptz',
+  'bytes',
+  'uuid',
+];
 export const CHECKSUM_ALGORITHM = 'keel-v1';
 export type ChecksumAlgorithm = 'keel-v1' | 'keel-pg1' | 'keel-pg2';
 export const PG1_PREFIX = 'pg1:';
@@ -110,7 +120,8 @@ function canonicalInt(v: unknown): string {
 }
 
 function integerFromNumber(n: number): string {
-  if (!Number.isSafeInteger(n)) throw new Error(`integer ${n} is outside the exact range of a double; fetch it as a string`);
+  if (!Number.isSafeInteger(n))
+    throw new Error(`integer ${n} is outside the exact range of a double; fetch it as a string`);
   return String(n);
 }
 
@@ -144,8 +155,24 @@ const pad = (n: number, w: number) => String(n).padStart(w, '0');
 
 function dateParts(d: Date, utc: boolean) {
   return utc
-    ? { y: d.getUTCFullYear(), mo: d.getUTCMonth() + 1, da: d.getUTCDate(), h: d.getUTCHours(), mi: d.getUTCMinutes(), s: d.getUTCSeconds(), ms: d.getUTCMilliseconds() }
-    : { y: d.getFullYear(), mo: d.getMonth() + 1, da: d.getDate(), h: d.getHours(), mi: d.getMinutes(), s: d.getSeconds(), ms: d.getMilliseconds() };
+    ? {
+        y: d.getUTCFullYear(),
+        mo: d.getUTCMonth() + 1,
+        da: d.getUTCDate(),
+        h: d.getUTCHours(),
+        mi: d.getUTCMinutes(),
+        s: d.getUTCSeconds(),
+        ms: d.getUTCMilliseconds(),
+      }
+    : {
+        y: d.getFullYear(),
+        mo: d.getMonth() + 1,
+        da: d.getDate(),
+        h: d.getHours(),
+        mi: d.getMinutes(),
+        s: d.getSeconds(),
+        ms: d.getMilliseconds(),
+      };
 }
 
 // Strings are accepted as "YYYY-MM-DD[ T]HH:MM:SS[.fraction][Z|+hh[:mm]]"; the fraction is cut or padded to 6 digits.
@@ -161,7 +188,11 @@ function canonicalTimestamp(v: unknown, withZone: boolean): string {
   const m = TS_RE.exec(s);
   if (!m) throw new Error(`"${s}" is not a timestamp`);
   const frac = (m[7] ?? '').padEnd(6, '0').slice(0, 6);
-  let y = Number(m[1]), mo = Number(m[2]), da = Number(m[3]), h = Number(m[4] ?? 0), mi = Number(m[5] ?? 0);
+  let y = Number(m[1]),
+    mo = Number(m[2]),
+    da = Number(m[3]),
+    h = Number(m[4] ?? 0),
+    mi = Number(m[5] ?? 0);
   const sec = Number(m[6] ?? 0);
   const zone = m[8];
   if (withZone && zone && zone !== 'Z') {
@@ -169,7 +200,11 @@ function canonicalTimestamp(v: unknown, withZone: boolean): string {
     const offset = (zm[1] === '-' ? -1 : 1) * (Number(zm[2]) * 60 + Number(zm[3] ?? 0));
     const d = new Date(Date.UTC(y, mo - 1, da, h, mi, sec) - offset * 60_000);
     const p = dateParts(d, true);
-    y = p.y; mo = p.mo; da = p.da; h = p.h; mi = p.mi;
+    y = p.y;
+    mo = p.mo;
+    da = p.da;
+    h = p.h;
+    mi = p.mi;
     return `${pad(y, 4)}-${pad(mo, 2)}-${pad(da, 2)}T${pad(h, 2)}:${pad(mi, 2)}:${pad(p.s, 2)}.${frac}Z`;
   }
   return `${pad(y, 4)}-${pad(mo, 2)}-${pad(da, 2)}T${pad(h, 2)}:${pad(mi, 2)}:${pad(sec, 2)}.${frac}${withZone ? 'Z' : ''}`;
@@ -195,14 +230,18 @@ function canonicalBool(v: unknown): string {
 function canonicalBytes(v: unknown): string {
   if (Buffer.isBuffer(v)) return v.toString('hex');
   if (v instanceof Uint8Array) return Buffer.from(v).toString('hex');
-  const s = String(v).trim().toLowerCase().replace(/^\\x|^0x/, '');
+  const s = String(v)
+    .trim()
+    .toLowerCase()
+    .replace(/^\\x|^0x/, '');
   if (!/^([0-9a-f]{2})*$/.test(s)) throw new Error(`"${s}" is not hex bytes`);
   return s;
 }
 
 function canonicalUuid(v: unknown): string {
   const s = String(v).trim().toLowerCase();
-  if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(s)) throw new Error(`"${s}" is not a uuid`);
+  if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(s))
+    throw new Error(`"${s}" is not a uuid`);
   return s;
 }
 
@@ -210,14 +249,23 @@ function canonicalUuid(v: unknown): string {
 export function canonicalValue(type: LogicalType, v: unknown): string | null {
   if (v === null || v === undefined) return null;
   switch (type) {
-    case 'int': return canonicalInt(v);
-    case 'decimal': return canonicalDecimal(v);
-    case 'text': return typeof v === 'string' ? v : String(v);
-    case 'bool': return canonicalBool(v);
-    case 'date': return canonicalDate(v);
-    case 'timestamp': return canonicalTimestamp(v, false);
-    case 'timestamptz': return canonicalTimestamp(v, true);
-    case 'bytes': return canonicalBytes(v);
-    case 'uuid': return canonicalUuid(v);
+    case 'int':
+      return canonicalInt(v);
+    case 'decimal':
+      return canonicalDecimal(v);
+    case 'text':
+      return typeof v === 'string' ? v : String(v);
+    case 'bool':
+      return canonicalBool(v);
+    case 'date':
+      return canonicalDate(v);
+    case 'timestamp':
+      return canonicalTimestamp(v, false);
+    case 'timestamptz':
+      return canonicalTimestamp(v, true);
+    case 'bytes':
+      return canonicalBytes(v);
+    case 'uuid':
+      return canonicalUuid(v);
   }
 }

@@ -6,11 +6,18 @@ import { z } from 'zod';
 import { IDENTIFIER_PATTERN, parseQualified, type QualifiedName } from './identifiers.js';
 import { TransferError } from './errors.js';
 
-const identifier = z.string().regex(IDENTIFIER_PATTERN, 'must be a plain identifier (letters, digits, underscore; not starting with a digit)');
+const identifier = z
+  .string()
+  .regex(IDENTIFIER_PATTERN, 'must be a plain identifier (letters, digits, underscore; not starting with a digit)');
 const qualified = z
   .string()
-  .regex(/^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$/, 'must be table or schema.table, plain identifiers only');
-const settingName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be the name of an app setting that holds the connection string');
+  .regex(
+    /^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$/,
+    'must be table or schema.table, plain identifiers only',
+  );
+const settingName = z
+  .string()
+  .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be the name of an app setting that holds the connection string');
 
 const sourceSchema = z
   .object({
@@ -21,8 +28,10 @@ const sourceSchema = z
   })
   .strict()
   .superRefine((s, ctx) => {
-    if (!!s.table === !!s.query) ctx.addIssue({ code: z.ZodIssueCode.custom, message: 'exactly one of table or query is required' });
-    if (s.query && /;\s*\S/.test(s.query)) ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['query'], message: 'must be a single SELECT statement' });
+    if (!!s.table === !!s.query)
+      ctx.addIssue({ code: z.ZodIssueCode.custom, message: 'exactly one of table or query is required' });
+    if (s.query && /;\s*\S/.test(s.query))
+      ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['query'], message: 'must be a single SELECT statement' });
   });
 
 const targetSchema = z
@@ -40,10 +49,18 @@ const targetSchema = z
   .strict()
   .superRefine((t, ctx) => {
     if (!!t.userSetting !== !!t.passwordSetting) {
-      ctx.addIssue({ code: z.ZodIssueCode.custom, path: [t.userSetting ? 'passwordSetting' : 'userSetting'], message: 'userSetting and passwordSetting go together' });
+      ctx.addIssue({
+        code: z.ZodIssueCode.custom,
+        path: [t.userSetting ? 'passwordSetting' : 'userSetting'],
+        message: 'userSetting and passwordSetting go together',
+      });
     }
     if (t.userSetting && t.engine !== 'oracle') {
-      ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['userSetting'], message: 'only for an oracle target (a postgres target takes a URL)' });
+      ctx.addIssue({
+        code: z.ZodIssueCode.custom,
+        path: ['userSetting'],
+        message: 'only for an oracle target (a postgres target takes a URL)',
+      });
     }
   });
 
@@ -61,7 +78,12 @@ const columnSchema = z.object({ source: identifier, target: identifier }).strict
 
 export const transferSchema = z
   .object({
-    name: z.string().regex(/^[a-z][a-z0-9_]{0,39}$/, 'must be lower-case letters, digits and underscores, at most 40, starting with a letter'),
+    name: z
+      .string()
+      .regex(
+        /^[a-z][a-z0-9_]{0,39}$/,
+        'must be lower-case letters, digits and underscores, at most 40, starting with a letter',
+      ),
     source: sourceSchema,
     target: targetSchema,
     keyColumns: z.array(identifier).min(1, 'needs at least one key column'),
@@ -71,24 +93,47 @@ export const transferSchema = z
     chunkSize: z.number().int().min(1).max(100_000).default(5_000),
     reconcileWaitMs: z.number().int().min(0).max(60_000).default(2_000),
     // After schema drift is reviewed: the new schema hash to accept for the next batch.
-    acceptSchemaHash: z.string().regex(/^[0-9a-f]{64}$/).optional(),
+    acceptSchemaHash: z
+      .string()
+      .regex(/^[0-9a-f]{64}$/)
+      .optional(),
   })
   .strict()
   .superRefine((t, ctx) => {
     const sources = new Set<string>();
     const targets = new Set<string>();
     t.columns.forEach((c, i) => {
-      if (sources.has(c.source)) ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['columns', i, 'source'], message: `source column ${c.source} is mapped twice` });
-      if (targets.has(c.target)) ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['columns', i, 'target'], message: `target column ${c.target} is mapped twice` });
+      if (sources.has(c.source))
+        ctx.addIssue({
+          code: z.ZodIssueCode.custom,
+          path: ['columns', i, 'source'],
+          message: `source column ${c.source} is mapped twice`,
+        });
+      if (targets.has(c.target))
+        ctx.addIssue({
+          code: z.ZodIssueCode.custom,
+          path: ['columns', i, 'target'],
+          message: `target column ${c.target} is mapped twice`,
+        });
       sources.add(c.source);
       targets.add(c.target);
     });
     t.keyColumns.forEach((k, i) => {
-      if (!sources.has(k)) ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['keyColumns', i], message: `key column ${k} is not in columns[].source` });
+      if (!sources.has(k))
+        ctx.addIssue({
+          code: z.ZodIssueCode.custom,
+          path: ['keyColumns', i],
+          message: `key column ${k} is not in columns[].source`,
+        });
     });
-    if (new Set(t.keyColumns).size !== t.keyColumns.length) ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['keyColumns'], message: 'key columns repeat' });
+    if (new Set(t.keyColumns).size !== t.keyColumns.length)
+      ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['keyColumns'], message: 'key columns repeat' });
     if (t.boundary.kind === 'rowversion' && t.source.engine !== 'sqlserver')
-      ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['boundary', 'kind'], message: 'rowversion windows need a sqlserver source' });
+      ctx.addIssue({
+        code: z.ZodIssueCode.custom,
+        path: ['boundary', 'kind'],
+        message: 'rowversion windows need a sqlserver source',
+      });
   });
 
 export type TransferConfig = z.output<typeof transferSchema>;
@@ -120,7 +165,11 @@ export function parseTransfers(value: unknown, root = 'KEEL_TRANSFERS'): Transfe
   }
   const names = new Set<string>();
   result.data.forEach((t, i) => {
-    if (names.has(t.name)) throw new TransferError('config_invalid', `invalid transfer configuration: ${root}[${i}].name: "${t.name}" is declared twice`);
+    if (names.has(t.name))
+      throw new TransferError(
+        'config_invalid',
+        `invalid transfer configuration: ${root}[${i}].name: "${t.name}" is declared twice`,
+      );
     names.add(t.name);
   });
   return result.data;
@@ -130,7 +179,11 @@ export function parseTransfers(value: unknown, root = 'KEEL_TRANSFERS'): Transfe
 export function loadTransfers(env: NodeJS.ProcessEnv = process.env): TransferConfig[] {
   const inline = env.KEEL_TRANSFERS;
   const file = env.KEEL_TRANSFERS_FILE;
-  if (inline && file) throw new TransferError('config_invalid', 'invalid transfer configuration: set KEEL_TRANSFERS or KEEL_TRANSFERS_FILE, not both');
+  if (inline && file)
+    throw new TransferError(
+      'config_invalid',
+      'invalid transfer configuration: set KEEL_TRANSFERS or KEEL_TRANSFERS_FILE, not both',
+    );
   let raw: string;
   let root: string;
   if (inline) {
@@ -141,21 +194,36 @@ export function loadTransfers(env: NodeJS.ProcessEnv = process.env): TransferCon
     try {
       raw = readFileSync(file, 'utf8');
     } catch (err) {
-      throw new TransferError('config_invalid', `invalid transfer configuration: KEEL_TRANSFERS_FILE: cannot read ${file}: ${(err as Error).message}`);
+      throw new TransferError(
+        'config_invalid',
+        `invalid transfer configuration: KEEL_TRANSFERS_FILE: cannot read ${file}: ${(err as Error).message}`,
+      );
     }
   } else return [];
   let value: unknown;
   try {
     value = JSON.parse(raw);
   } catch (err) {
-    throw new TransferError('config_invalid', `invalid transfer configuration: ${root}: not valid JSON (${(err as Error).message})`);
+    throw new TransferError(
+      'config_invalid',
+      `invalid transfer configuration: ${root}: not valid JSON (${(err as Error).message})`,
+    );
   }
   return parseTransfers(value, root);
 }
 
 // Connection strings are secrets: configuration names the app setting, the value is read here.
-export function connectionString(setting: string, what: string, env: NodeJS.ProcessEnv = process.env, field = 'connectionSetting'): string {
+export function connectionString(
+  setting: string,
+  what: string,
+  env: NodeJS.ProcessEnv = process.env,
+  field = 'connectionSetting',
+): string {
   const v = env[setting];
-  if (!v) throw new TransferError('config_invalid', `invalid transfer configuration: ${what}.${field}: app setting ${setting} is not set`);
+  if (!v)
+    throw new TransferError(
+      'config_invalid',
+      `invalid transfer configuration: ${what}.${field}: app setting ${setting} is not set`,
+    );
   return v;
 }

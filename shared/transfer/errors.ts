@@ -53,7 +53,13 @@ export function describeError(err: unknown): { code: string; message: string } {
   if (err instanceof Error) {
     const e = err as Error & { code?: unknown; number?: unknown; errorNum?: unknown };
     const code =
-      typeof e.code === 'string' ? e.code : typeof e.number === 'number' ? `E${e.number}` : typeof e.errorNum === 'number' ? `ORA-${e.errorNum}` : 'error';
+      typeof e.code === 'string'
+        ? e.code
+        : typeof e.number === 'number'
+          ? `E${e.number}`
+          : typeof e.errorNum === 'number'
+            ? `ORA-${e.errorNum}`
+            : 'error';
     return { code, message: err.message.slice(0, 2000) };
   }
   return { code: 'error', message: String(err).slice(0, 2000) };

@@ -83,32 +83,62 @@ export interface TransferJournal {
   events(batchId: string): Promise<BatchEvent[]>;
   // Moves the batch to `to` if its state is one of `from` (compare-and-set), applies the patch and records an
   // event, in one transaction. Returns null when the state did not match (someone else moved it).
-  transition(batchId: string, from: readonly BatchState[], to: BatchState, patch: BatchPatch, event: string, detail?: Record<string, unknown>): Promise<BatchRecord | null>;
+  transition(
+    batchId: string,
+    from: readonly BatchState[],
+    to: BatchState,
+    patch: BatchPatch,
+    event: string,
+    detail?: Record<string, unknown>,
+  ): Promise<BatchRecord | null>;
   // Records an event (and optionally last_error) without changing the state.
-  note(batchId: string, event: string, detail?: Record<string, unknown>, patch?: Pick<BatchPatch, 'lastError' | 'lastErrorCode' | 'targetLtxid'>): Promise<void>;
+  note(
+    batchId: string,
+    event: string,
+    detail?: Record<string, unknown>,
+    patch?: Pick<BatchPatch, 'lastError' | 'lastErrorCode' | 'targetLtxid'>,
+  ): Promise<void>;
   // Batches in the given states not updated for olderThanMs, oldest first.
   stale(states: readonly BatchState[], olderThanMs: number, limit: number): Promise<BatchRecord[]>;
   close(): Promise<void>;
 }
 
 // Both engines' insert procedures answer with an outcome; this turns it into the record or the typed refusal.
-export function insertOutcome(b: NewBatch, outcome: string, conflictId: string | null, conflictState: string | null, row: () => BatchRecord): BatchRecord {
+export function insertOutcome(
+  b: NewBatch,
+  outcome: string,
+  conflictId: string | null,
+  conflictState: string | null,
+  row: () => BatchRecord,
+): BatchRecord {
   switch (outcome) {
     case 'inserted':
       return row();
     case 'duplicate_batch_id':
-      throw new TransferError('duplicate_batch_id', `batch id ${b.batchId} already exists (${conflictState}); a new batch needs a new id`, {
-        batchId: b.batchId,
-        state: conflictState,
-      });
+      throw new TransferError(
+        'duplicate_batch_id',
+        `batch id ${b.batchId} already exists (${conflictState}); a new batch needs a new id`,
+        {
+          batchId: b.batchId,
+          state: conflictState,
+        },
+      );
     case 'open_batch_exists':
-      throw new TransferError('open_batch_exists', `transfer ${b.transferName} already has an open batch ${conflictId} (${conflictState}); finish, reconcile or fail it first`, {
-        batchId: conflictId,
-      });
+      throw new TransferError(
+        'open_batch_exists',
+        `transfer ${b.transferName} already has an open batch ${conflictId} (${conflictState}); finish, reconcile or fail it first`,
+        {
+          batchId: conflictId,
+        },
+      );
     case 'window_taken':
-      throw new TransferError('window_taken', `transfer ${b.transferName}: live batch ${conflictId} (${conflictState}) already covers the window (${b.boundaryLow ?? '-inf'}, ${b.boundaryHigh}]`, {
-        batchId: conflictId,
-      });
+      throw new TransferError(
+        'window_taken',
+        `transfer ${b.transferName}: live batch ${conflictId} (${conflictState}) already covers the window (${b.boundaryLow ?? '-inf'}, ${b.boundaryHigh}]`,
+        {
+          batchId: conflictId,
+        },
+      );
     default:
       throw new Error(`journal insert of batch ${b.batchId}: unknown outcome ${outcome}`);
   }

@@ -29,15 +29,27 @@ export function buildSourceSchema(
   for (const name of relevantSourceColumns(t)) {
     const declared = found.get(name);
     if (declared === undefined) {
-      throw new TransferError('schema_drift', `transfer ${t.name}: source column ${name} does not exist in ${t.source.table ?? 'the source query'}`, { column: name });
+      throw new TransferError(
+        'schema_drift',
+        `transfer ${t.name}: source column ${name} does not exist in ${t.source.table ?? 'the source query'}`,
+        { column: name },
+      );
     }
     const logical = toLogical(declared);
     const isBoundaryOnly = name === t.boundary.column && !t.columns.some((c) => c.source === name);
     if (name === t.boundary.column && !boundaryTypeOk(declared, logical)) {
-      throw new TransferError('unsupported_type', `transfer ${t.name}: boundary column ${name} has type ${declared}, which a ${t.boundary.kind} window cannot use`, { column: name });
+      throw new TransferError(
+        'unsupported_type',
+        `transfer ${t.name}: boundary column ${name} has type ${declared}, which a ${t.boundary.kind} window cannot use`,
+        { column: name },
+      );
     }
     if (logical === null && !isBoundaryOnly) {
-      throw new TransferError('unsupported_type', `transfer ${t.name}: source column ${name} has type ${declared}, which transfers do not support`, { column: name });
+      throw new TransferError(
+        'unsupported_type',
+        `transfer ${t.name}: source column ${name} has type ${declared}, which transfers do not support`,
+        { column: name },
+      );
     }
     columns.push({ name, type: declared, logical: logical ?? 'bytes' });
   }
@@ -45,10 +57,17 @@ export function buildSourceSchema(
 }
 
 // The mapped columns only (what is staged and checksummed), in mapping order.
-export function mappedColumns(t: TransferConfig, schema: SourceSchema): { source: string; target: string; logical: LogicalType; type: string }[] {
+export function mappedColumns(
+  t: TransferConfig,
+  schema: SourceSchema,
+): { source: string; target: string; logical: LogicalType; type: string }[] {
   return t.columns.map((c) => {
     const col = schema.columns.find((s) => s.name === c.source);
-    if (!col) throw new TransferError('schema_drift', `transfer ${t.name}: source column ${c.source} is missing from the recorded schema`);
+    if (!col)
+      throw new TransferError(
+        'schema_drift',
+        `transfer ${t.name}: source column ${c.source} is missing from the recorded schema`,
+      );
     return { source: c.source, target: c.target, logical: col.logical, type: col.type };
   });
 }

@@ -6,7 +6,17 @@ import type { TransferConfig } from './config.js';
 import { describeError, isTransferError, TERMINAL_CODES, TransferError } from './errors.js';
 import type { BatchEvent, BatchRecord, TransferJournal } from './journal.js';
 import { describeSchemaDiff } from './schema.js';
-import { FINAL_FENCE, type Adapters, type BatchState, type BatchStatus, type RowFeed, type SchemaColumn, type SourceSchema, type StageRequest, type Window } from './types.js';
+import {
+  FINAL_FENCE,
+  type Adapters,
+  type BatchState,
+  type BatchStatus,
+  type RowFeed,
+  type SchemaColumn,
+  type SourceSchema,
+  type StageRequest,
+  type Window,
+} from './types.js';
 
 export type { TransferConfig } from './config.js';
 export type { TransferJournal } from './journal.js';
@@ -22,9 +32,20 @@ export interface TransferServiceDeps {
 }
 
 // The journal's record as operators see it: counts and checksums as recorded, times as ISO strings.
-export interface BatchView
-  extends Pick<BatchRecord, 'batchId' | 'state' | 'attempts' | 'schemaHash' | 'rowCount' | 'checksum' | 'stagedCount'
-    | 'stagedChecksum' | 'appliedCount' | 'lastError' | 'lastErrorCode'> {
+export interface BatchView extends Pick<
+  BatchRecord,
+  | 'batchId'
+  | 'state'
+  | 'attempts'
+  | 'schemaHash'
+  | 'rowCount'
+  | 'checksum'
+  | 'stagedCount'
+  | 'stagedChecksum'
+  | 'appliedCount'
+  | 'lastError'
+  | 'lastErrorCode'
+> {
   transfer: string;
   status: BatchStatus; // operator view
   nextAction: string;
@@ -81,19 +102,34 @@ export function nextActionFor(b: BatchRecord): { text: string; retryable: boolea
   switch (b.state) {
     case 'extracting':
       return b.rowCount === null
-        ? { text: 'The window is reserved but the manifest is not recorded yet. Run the batch again (same batch id); it records the manifest, stages and applies.', retryable: true }
-        : { text: `Manifest recorded (${b.rowCount} rows); not staged yet${b.lastError ? ` (last error: ${b.lastError})` : ''}. Run the batch again with the same batch id.`, retryable: true };
+        ? {
+            text: 'The window is reserved but the manifest is not recorded yet. Run the batch again (same batch id); it records the manifest, stages and applies.',
+            retryable: true,
+          }
+        : {
+            text: `Manifest recorded (${b.rowCount} rows); not staged yet${b.lastError ? ` (last error: ${b.lastError})` : ''}. Run the batch again with the same batch id.`,
+            retryable: true,
+          };
     case 'staged':
-      return { text: `Staged and verified on the target (${b.stagedCount} rows); not applied${b.lastError ? ` (last error: ${b.lastError})` : ''}. Run the batch again with the same batch id; re-applying is safe.`, retryable: true };
+      return {
+        text: `Staged and verified on the target (${b.stagedCount} rows); not applied${b.lastError ? ` (last error: ${b.lastError})` : ''}. Run the batch again with the same batch id; re-applying is safe.`,
+        retryable: true,
+      };
     case 'applying':
-      return { text: `An apply was started${b.applyStartedAt ? ` at ${b.applyStartedAt.toISOString()}` : ''} and its outcome is not known to the journal yet. Reconcile it before anything else; never create a new batch for this window.`, retryable: false };
+      return {
+        text: `An apply was started${b.applyStartedAt ? ` at ${b.applyStartedAt.toISOString()}` : ''} and its outcome is not known to the journal yet. Reconcile it before anything else; never create a new batch for this window.`,
+        retryable: false,
+      };
     case 'unresolved':
       return {
         text: `The target could not yet say whether the apply committed (${b.lastError ?? 'no detail'}). Reconcile again later (maintenance does this); if it stays unresolved, follow the runbook in docs/transfer.md: find the open transaction holding the claim on batch ${b.batchId} on the target. Do not retry or re-create the batch by hand.`,
         retryable: false,
       };
     case 'committed':
-      return { text: `Nothing to do: committed${b.committedAt ? ` at ${b.committedAt.toISOString()}` : ''} with ${b.appliedCount ?? b.rowCount} rows.`, retryable: false };
+      return {
+        text: `Nothing to do: committed${b.committedAt ? ` at ${b.committedAt.toISOString()}` : ''} with ${b.appliedCount ?? b.rowCount} rows.`,
+        retryable: false,
+      };
     case 'failed':
       return {
         text: `Will not be retried: ${b.lastError ?? 'failed'}. Nothing of it was applied and its window is released. Fix the cause (see last error), then create a new batch for the transfer.`,
@@ -200,7 +236,8 @@ export class TransferService {
   }
 
   private request(b: BatchRecord, t: TransferConfig): StageRequest {
-    if (b.rowCount === null || b.checksum === null) throw new TransferError('invalid_state', `batch ${b.batchId} has no manifest yet`);
+    if (b.rowCount === null || b.checksum === null)
+      throw new TransferError('invalid_state', `batch ${b.batchId} has no manifest yet`);
     return {
       batchId: b.batchId,
       transfer: t.name,
@@ -213,7 +250,14 @@ export class TransferService {
   // apply of it can commit any more: no apply was ever started (attempts = 0), or the target committed the final
   // fence (see release()). It releases the window.
   private async fail(b: BatchRecord, from: readonly BatchState[], err: TransferError): Promise<BatchRecord> {
-    const moved = await this.journal.transition(b.batchId, from, 'failed', { lastError: err.message, lastErrorCode: err.code, stamp: 'failed_at' }, 'failed', { code: err.code, ...(err.detail ?? {}) });
+    const moved = await this.journal.transition(
+      b.batchId,
+      from,
+      'failed',
+      { lastError: err.message, lastErrorCode: err.code, stamp: 'failed_at' },
+      'failed',
+      { code: err.code, ...(err.detail ?? {}) },
+    );
     this.log('transfer.batch.failed', { batchId: b.batchId, transfer: b.transferName, code: err.code });
     // Its staged rows (if a staging committed) are garbage now; removing them is best effort.
     const t = this.transfers.get(b.transferName);
@@ -226,7 +270,12 @@ export class TransferService {
 
   private async noteError(b: BatchRecord, event: string, err: unknown): Promise<void> {
     const d = describeError(err);
-    await this.journal.note(b.batchId, event, { code: d.code, message: d.message }, { lastError: d.message, lastErrorCode: d.code });
+    await this.journal.note(
+      b.batchId,
+      event,
+      { code: d.code, message: d.message },
+      { lastError: d.message, lastErrorCode: d.code },
+    );
     this.log(`transfer.${event}`, { batchId: b.batchId, transfer: b.transferName, code: d.code });
   }
 
@@ -236,7 +285,11 @@ export class TransferService {
     const t = this.transfer(transferName);
     const { open, lastCommitted } = await this.journal.lastForTransfer(t.name);
     if (open) {
-      throw new TransferError('open_batch_exists', `transfer ${t.name} already has an open batch ${open.batchId} (${open.state}); run, reconcile or fail it first`, { batchId: open.batchId });
+      throw new TransferError(
+        'open_batch_exists',
+        `transfer ${t.name} already has an open batch ${open.batchId} (${open.state}); run, reconcile or fail it first`,
+        { batchId: open.batchId },
+      );
     }
     const a = await this.connect(t);
     const schema = await a.source.readSchema();
@@ -249,7 +302,11 @@ export class TransferService {
     }
     await this.prepare(t, a, schema);
     const window = await a.source.nextWindow(lastCommitted?.boundaryHigh ?? null, t.batchSize);
-    if (!window) throw new TransferError('nothing_to_transfer', `transfer ${t.name}: no rows after ${lastCommitted?.boundaryHigh ?? 'the beginning'}`);
+    if (!window)
+      throw new TransferError(
+        'nothing_to_transfer',
+        `transfer ${t.name}: no rows after ${lastCommitted?.boundaryHigh ?? 'the beginning'}`,
+      );
     const rec = await this.journal.insertBatch({
       batchId: this.newId(),
       transferName: t.name,
@@ -274,20 +331,37 @@ export class TransferService {
     try {
       return await this.createBatch(transferName);
     } catch (err) {
-      if (isTransferError(err, 'nothing_to_transfer') || isTransferError(err, 'open_batch_exists') || isTransferError(err, 'window_taken')) return null;
+      if (
+        isTransferError(err, 'nothing_to_transfer') ||
+        isTransferError(err, 'open_batch_exists') ||
+        isTransferError(err, 'window_taken')
+      )
+        return null;
       throw err;
     }
   }
 
-  private async recordManifest(rec: BatchRecord, t: TransferConfig, a: Adapters, schema: SourceSchema): Promise<BatchRecord> {
+  private async recordManifest(
+    rec: BatchRecord,
+    t: TransferConfig,
+    a: Adapters,
+    schema: SourceSchema,
+  ): Promise<BatchRecord> {
     if (rec.rowCount !== null) return rec;
     const w: Window = { kind: rec.boundaryKind, low: rec.boundaryLow, high: rec.boundaryHigh };
     const algorithm = await checksumAlgorithmFor(a);
     const m = await a.source.manifest(w, schema, algorithm);
-    const moved = await this.journal.transition(rec.batchId, ['extracting'], 'extracting', { rowCount: m.rowCount, checksum: m.checksum, stamp: 'extracted_at' }, 'manifest_recorded', {
-      rowCount: m.rowCount,
-      checksum: m.checksum,
-    });
+    const moved = await this.journal.transition(
+      rec.batchId,
+      ['extracting'],
+      'extracting',
+      { rowCount: m.rowCount, checksum: m.checksum, stamp: 'extracted_at' },
+      'manifest_recorded',
+      {
+        rowCount: m.rowCount,
+        checksum: m.checksum,
+      },
+    );
     return moved ?? (await this.load(rec.batchId));
   }
 
@@ -305,10 +379,14 @@ export class TransferService {
     try {
       const schema = await a.source.readSchema();
       if (schema.hash !== b.schemaHash) {
-        throw new TransferError('schema_drift', `batch ${b.batchId}: the source schema changed since extraction (${describeSchemaDiff(b.schemaColumns, schema.columns)})`, {
-          recorded: b.schemaHash,
-          current: schema.hash,
-        });
+        throw new TransferError(
+          'schema_drift',
+          `batch ${b.batchId}: the source schema changed since extraction (${describeSchemaDiff(b.schemaColumns, schema.columns)})`,
+          {
+            recorded: b.schemaHash,
+            current: schema.hash,
+          },
+        );
       }
       await this.prepare(t, a, schema);
       b = await this.recordManifest(b, t, a, schema);
@@ -324,13 +402,20 @@ export class TransferService {
         b.batchId,
         ['extracting'],
         'staged',
-        { stagedCount: res.rowCount, stagedChecksum: res.checksum, stamp: 'staged_at', lastError: null, lastErrorCode: null },
+        {
+          stagedCount: res.rowCount,
+          stagedChecksum: res.checksum,
+          stamp: 'staged_at',
+          lastError: null,
+          lastErrorCode: null,
+        },
         res.outcome,
         { rowCount: res.rowCount, checksum: res.checksum, ms: Date.now() - started },
       );
       return toView(moved ?? (await this.load(batchId)));
     } catch (err) {
-      if (err instanceof TransferError && TERMINAL_CODES.has(err.code)) return toView(await this.release(b, err, ['extracting']));
+      if (err instanceof TransferError && TERMINAL_CODES.has(err.code))
+        return toView(await this.release(b, err, ['extracting']));
       await this.noteError(b, 'stage_error', err);
       throw err;
     }
@@ -344,15 +429,23 @@ export class TransferService {
       if (r.state !== 'staged') return r;
       b = await this.load(batchId);
     }
-    if (b.state === 'extracting') throw new TransferError('invalid_state', `batch ${batchId} is not staged yet; run it (stage + apply)`);
+    if (b.state === 'extracting')
+      throw new TransferError('invalid_state', `batch ${batchId} is not staged yet; run it (stage + apply)`);
     if (b.state !== 'staged') return toView(b);
     const t = this.transfer(b.transferName);
     const a = await this.connect(t);
     const req = this.request(b, t);
     await this.prepare(t, a, req.schema); // target adapters need the column mapping (cached per schema)
-    const claimed = await this.journal.transition(b.batchId, ['staged'], 'applying', { incrementAttempts: true, stamp: 'apply_started_at', targetLtxid: null }, 'apply_started', {
-      attempt: b.attempts + 1,
-    });
+    const claimed = await this.journal.transition(
+      b.batchId,
+      ['staged'],
+      'applying',
+      { incrementAttempts: true, stamp: 'apply_started_at', targetLtxid: null },
+      'apply_started',
+      {
+        attempt: b.attempts + 1,
+      },
+    );
     if (!claimed) return toView(await this.load(batchId)); // someone else moved it
     try {
       const res = await a.target.apply(req, {
@@ -376,7 +469,11 @@ export class TransferService {
     } catch (err) {
       await this.noteError(b, 'apply_error', err);
       const view = await this.reconcile(batchId);
-      if (err instanceof TransferError && TERMINAL_CODES.has(err.code) && (view.state === 'staged' || view.state === 'extracting')) {
+      if (
+        err instanceof TransferError &&
+        TERMINAL_CODES.has(err.code) &&
+        (view.state === 'staged' || view.state === 'extracting')
+      ) {
         return toView(await this.release(await this.load(batchId), err));
       }
       return view;
@@ -438,10 +535,20 @@ export class TransferService {
     } catch (err) {
       const d = describeError(err);
       if (open) {
-        const moved = await this.journal.transition(b.batchId, ['applying', 'unresolved'], 'unresolved', { lastError: `reconcile could not reach a verdict: ${d.message}`, lastErrorCode: d.code }, 'reconcile_error', d);
+        const moved = await this.journal.transition(
+          b.batchId,
+          ['applying', 'unresolved'],
+          'unresolved',
+          { lastError: `reconcile could not reach a verdict: ${d.message}`, lastErrorCode: d.code },
+          'reconcile_error',
+          d,
+        );
         return { rec: moved ?? (await this.load(b.batchId)), verdict: 'error' };
       }
-      await this.journal.note(b.batchId, 'reconcile_error', d, { lastError: `reconcile could not reach a verdict: ${d.message}`, lastErrorCode: d.code });
+      await this.journal.note(b.batchId, 'reconcile_error', d, {
+        lastError: `reconcile could not reach a verdict: ${d.message}`,
+        lastErrorCode: d.code,
+      });
       return { rec: await this.load(b.batchId), verdict: 'error' };
     }
     if (outcome.outcome === 'committed') {
@@ -453,7 +560,9 @@ export class TransferService {
         {
           appliedCount: outcome.rowCount,
           stamp: 'committed_at',
-          lastError: mismatch ? `target completion row checksum ${outcome.checksum} differs from the manifest ${b.checksum}` : null,
+          lastError: mismatch
+            ? `target completion row checksum ${outcome.checksum} differs from the manifest ${b.checksum}`
+            : null,
           lastErrorCode: mismatch ? 'completion_checksum_mismatch' : null,
         },
         'reconciled_committed',
@@ -466,28 +575,56 @@ export class TransferService {
       const to: BatchState = outcome.staged ? 'staged' : 'extracting';
       const detail = { via: outcome.via, staged: outcome.staged, fencedThrough: fenceThrough };
       let moved: BatchRecord | null = null;
-      if (open) moved = await this.journal.transition(b.batchId, ['applying', 'unresolved'], to, {}, 'reconciled_not_applied', detail);
-      else if (b.state === 'staged' && !outcome.staged) moved = await this.journal.transition(b.batchId, ['staged'], 'extracting', {}, 'reconciled_not_applied', detail);
+      if (open)
+        moved = await this.journal.transition(
+          b.batchId,
+          ['applying', 'unresolved'],
+          to,
+          {},
+          'reconciled_not_applied',
+          detail,
+        );
+      else if (b.state === 'staged' && !outcome.staged)
+        moved = await this.journal.transition(
+          b.batchId,
+          ['staged'],
+          'extracting',
+          {},
+          'reconciled_not_applied',
+          detail,
+        );
       // Unchanged state: noted, and marked touched (updated_at), so maintenance asks again only after the stale age.
       else await this.journal.note(b.batchId, 'reconciled_not_applied', detail, { lastError: b.lastError });
       return { rec: moved ?? (await this.load(b.batchId)), verdict: 'not_applied' };
     }
-    const moved = await this.journal.transition(b.batchId, ['applying', 'unresolved', 'staged'], 'unresolved', { lastError: outcome.reason, lastErrorCode: 'claim_blocked' }, 'reconciled_blocked', {
-      reason: outcome.reason,
-    });
+    const moved = await this.journal.transition(
+      b.batchId,
+      ['applying', 'unresolved', 'staged'],
+      'unresolved',
+      { lastError: outcome.reason, lastErrorCode: 'claim_blocked' },
+      'reconciled_blocked',
+      {
+        reason: outcome.reason,
+      },
+    );
     return { rec: moved ?? (await this.load(b.batchId)), verdict: 'blocked' };
   }
 
   // Releases the batch's window (state 'failed'), but only once no apply of it can ever commit: when an apply was
   // started (attempts > 0), the target must first answer "not applied" to a final fence. A committed answer wins
   // (the batch is committed, not failed); no answer leaves the batch as the fence attempt left it.
-  private async release(b: BatchRecord, err: TransferError, from: readonly BatchState[] = ['extracting', 'staged', 'applying', 'unresolved']): Promise<BatchRecord> {
+  private async release(
+    b: BatchRecord,
+    err: TransferError,
+    from: readonly BatchState[] = ['extracting', 'staged', 'applying', 'unresolved'],
+  ): Promise<BatchRecord> {
     if (b.attempts === 0 && b.state === 'extracting') return this.fail(b, from, err);
     const { rec, verdict } = await this.settle(b, true);
     if (verdict !== 'not_applied' && !(verdict === 'skipped' && rec.attempts === 0)) {
       // Not released: the reason is kept in the batch's events (its last error says why the target gave no verdict);
       // running or abandoning it again asks the target again.
-      if (OPEN_STATES.includes(rec.state)) await this.journal.note(rec.batchId, 'release_deferred', { code: err.code, message: err.message, verdict });
+      if (OPEN_STATES.includes(rec.state))
+        await this.journal.note(rec.batchId, 'release_deferred', { code: err.code, message: err.message, verdict });
       return this.load(b.batchId);
     }
     return this.fail(rec, from, err);
@@ -522,7 +659,12 @@ export class TransferService {
   async getBatch(batchId: string): Promise<BatchDetail | null> {
     const b = await this.journal.get(batchId);
     if (!b) return null;
-    return { ...toView(b), schemaColumns: b.schemaColumns, targetLtxid: b.targetLtxid, events: await this.journal.events(batchId) };
+    return {
+      ...toView(b),
+      schemaColumns: b.schemaColumns,
+      targetLtxid: b.targetLtxid,
+      events: await this.journal.events(batchId),
+    };
   }
 
   async listBatches(filter: BatchListFilter): Promise<BatchView[]> {

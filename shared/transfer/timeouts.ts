@@ -44,7 +44,10 @@ export function transferTimeouts(env: NodeJS.ProcessEnv = process.env): Transfer
     if (raw === undefined || raw.trim() === '') continue;
     const n = Number(raw);
     if (!Number.isInteger(n) || n < 1 || n >= FUNCTION_TIMEOUT_MS) {
-      throw new TransferError('config_invalid', `invalid transfer configuration: ${name}: expected whole milliseconds from 1 to ${FUNCTION_TIMEOUT_MS - 1}, got ${JSON.stringify(raw)}`);
+      throw new TransferError(
+        'config_invalid',
+        `invalid transfer configuration: ${name}: expected whole milliseconds from 1 to ${FUNCTION_TIMEOUT_MS - 1}, got ${JSON.stringify(raw)}`,
+      );
     }
     out[key] = n;
   }
@@ -52,13 +55,20 @@ export function transferTimeouts(env: NodeJS.ProcessEnv = process.env): Transfer
     out.queryMs = Math.min(FUNCTION_TIMEOUT_MS - 1, out.statementMs + 15_000);
   }
   if (out.queryMs <= out.statementMs) {
-    throw new TransferError('config_invalid', `invalid transfer configuration: KEEL_TRANSFER_QUERY_TIMEOUT_MS (${out.queryMs}) must exceed KEEL_TRANSFER_STATEMENT_TIMEOUT_MS (${out.statementMs})`);
+    throw new TransferError(
+      'config_invalid',
+      `invalid transfer configuration: KEEL_TRANSFER_QUERY_TIMEOUT_MS (${out.queryMs}) must exceed KEEL_TRANSFER_STATEMENT_TIMEOUT_MS (${out.statementMs})`,
+    );
   }
   return out;
 }
 
 // pg pool settings for a transfer source or target: every timeout above, TCP keepalive, a bounded pool.
-export function pgTransferPoolConfig(connectionString: string, t: TransferTimeouts = DEFAULT_TRANSFER_TIMEOUTS, max = 4): pg.PoolConfig {
+export function pgTransferPoolConfig(
+  connectionString: string,
+  t: TransferTimeouts = DEFAULT_TRANSFER_TIMEOUTS,
+  max = 4,
+): pg.PoolConfig {
   return {
     connectionString,
     max,

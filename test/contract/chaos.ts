@@ -52,26 +52,38 @@ export function defineChaosSuite(makeHarness: () => EngineHarness, opts: ChaosOp
     const ids: string[] = [];
     for (let i = 0; i < opts.jobs; i += 500) {
       const batch = Array.from({ length: Math.min(500, opts.jobs - i) }, (_, k) => ({
-        queue, type: 'chaos', payload: { n: i + k },
+        queue,
+        type: 'chaos',
+        payload: { n: i + k },
       }));
       ids.push(...(await control.enqueueMany(batch)).map((r) => r.id));
     }
 
     const finalized = new Map<string, number>();
-    const registry = new HandlerRegistry().register('chaos', async () => {
-      await sleep(random.next() * 3);
-      const roll = random.next();
-      if (roll < 0.01) throw new FatalError('chaos: fatal');
-      if (roll < 0.09) throw new Error('chaos: transient');
-    }, { backoff: { baseMs: 20, maxMs: 200 } });
+    const registry = new HandlerRegistry().register(
+      'chaos',
+      async () => {
+        await sleep(random.next() * 3);
+        const roll = random.next();
+        if (roll < 0.01) throw new FatalError('chaos: fatal');
+        if (roll < 0.09) throw new Error('chaos: transient');
+      },
+      { backoff: { baseMs: 20, maxMs: 200 } },
+    );
 
-    interface Live { worker: Worker; crash(): void }
+    interface Live {
+      worker: Worker;
+      crash(): void;
+    }
     const live: Live[] = [];
     const startWorker = async () => {
       const base = await h.createStore({ poolSize: 3 });
       const c = crashable(base);
       const processor = new JobProcessor({
-        store: c.store, registry, leaseSeconds: 3, heartbeatIntervalMs: 250,
+        store: c.store,
+        registry,
+        leaseSeconds: 3,
+        heartbeatIntervalMs: 250,
         events: {
           onOutcome: (e) => {
             if (e.outcome === 'succeeded' || e.outcome === 'dead_lettered') {

@@ -30,7 +30,11 @@ export interface EngineHarness {
   // Sum of metric buckets for a queue/outcome (optionally one reason).
   bucketTotals(queue: string, outcome: 'succeeded' | 'failed', reason?: string): Promise<BucketTotals>;
   // Move a hot job's time fields into the past, to make it due, a zombie or expired.
-  backdate(jobId: JobId, field: 'run_at' | 'lease_expires_at' | 'heartbeat_at' | 'expires_at' | 'started_at', secondsAgo: number): Promise<void>;
+  backdate(
+    jobId: JobId,
+    field: 'run_at' | 'lease_expires_at' | 'heartbeat_at' | 'expires_at' | 'started_at',
+    secondsAgo: number,
+  ): Promise<void>;
   // Backdate archive finished_at / dlq failed_at / metric buckets (for purge tests).
   backdateFinished(table: 'archive' | 'dlq' | 'metrics', secondsAgo: number): Promise<void>;
   // Make inserts into the destination table fail (trigger), and undo it.

@@ -55,7 +55,16 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(new Set([one.id, ...many.map((m) => m.id)]).size).toBe(3);
       expect(await h.countRows('hot', q)).toBe(3);
       const rec = await store.getJob(one.id);
-      expect(rec).toMatchObject({ location: 'hot', state: 'pending', queue: q, type: 'a', payload: { x: 1 }, tags: ['t1'], priority: 3, attempts: 0 });
+      expect(rec).toMatchObject({
+        location: 'hot',
+        state: 'pending',
+        queue: q,
+        type: 'a',
+        payload: { x: 1 },
+        tags: ['t1'],
+        priority: 3,
+        attempts: 0,
+      });
     });
 
     it('returns the existing id for a duplicate idempotency key among hot jobs, in batch and single calls', async () => {
@@ -113,16 +122,25 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       const q = freshQueue('bad');
       const big = 'x'.repeat(300 * 1024);
       await expect(store.enqueue({ queue: q, type: 't', payload: { big } })).rejects.toThrow(/payload: is \d+ bytes/);
-      await expect(store.enqueueMany([{ queue: q, type: 't' }, { queue: q, type: 't', priority: 1.5 }])).rejects.toThrow(
-        /jobs\[1\]\.priority/,
-      );
+      await expect(
+        store.enqueueMany([
+          { queue: q, type: 't' },
+          { queue: q, type: 't', priority: 1.5 },
+        ]),
+      ).rejects.toThrow(/jobs\[1\]\.priority/);
       await expect(store.enqueue({ queue: '', type: 't' })).rejects.toBeInstanceOf(ValidationError);
       await expect(store.enqueue({ queue: q, type: 't', delayMs: 5, runAt: new Date() })).rejects.toThrow(/runAt/);
       // Text no engine can store: NUL, lone surrogates (in payload strings and keys, tags, idempotency keys).
-      await expect(store.enqueue({ queue: q, type: 't', payload: { a: ['x\u0000'] } })).rejects.toThrow(/^payload\.a\[0\]: .*NUL/);
-      await expect(store.enqueue({ queue: q, type: 't', payload: { ['k\ud800']: 1 } })).rejects.toThrow(/lone surrogate/);
+      await expect(store.enqueue({ queue: q, type: 't', payload: { a: ['x\u0000'] } })).rejects.toThrow(
+        /^payload\.a\[0\]: .*NUL/,
+      );
+      await expect(store.enqueue({ queue: q, type: 't', payload: { ['k\ud800']: 1 } })).rejects.toThrow(
+        /lone surrogate/,
+      );
       await expect(store.enqueue({ queue: q, type: 't', tags: ['\udc00'] })).rejects.toThrow(/^tags\[0\]: /);
-      await expect(store.enqueue({ queue: q, type: 't', idempotencyKey: 'k\u0000' })).rejects.toThrow(/^idempotencyKey: /);
+      await expect(store.enqueue({ queue: q, type: 't', idempotencyKey: 'k\u0000' })).rejects.toThrow(
+        /^idempotencyKey: /,
+      );
       await expect(store.enqueue({ queue: q, type: 't', priority: Infinity })).rejects.toThrow(/priority: .*finite/i);
       expect(await h.countRows('hot', q)).toBe(0);
     });
@@ -163,7 +181,9 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
 
     it('delayed jobs of higher priority neither block nor get claimed before due jobs of lower priority', async () => {
       const q = freshQueue('delayed-high');
-      await store.enqueueMany(Array.from({ length: 50 }, () => ({ queue: q, type: 't', priority: 50, delayMs: 600_000 })));
+      await store.enqueueMany(
+        Array.from({ length: 50 }, () => ({ queue: q, type: 't', priority: 50, delayMs: 600_000 })),
+      );
       const due = await store.enqueueMany(Array.from({ length: 3 }, () => ({ queue: q, type: 't', priority: 1 })));
       await store.updateQueue(q, { maxConcurrency: 2 });
       const limited = await store.claimNext({ workerId: 'w', queues: [q], limit: 10 });
@@ -448,7 +468,12 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       const job = await startedJob(q, { idempotencyKey: `rk-${q}` });
       await store.fail(ref(job), 'fatal', 'bad');
       expect(await store.resurrect([job.id])).toEqual([job.id]);
-      expect(await store.getJob(job.id)).toMatchObject({ location: 'hot', state: 'pending', attempts: 0, idempotencyKey: `rk-${q}` });
+      expect(await store.getJob(job.id)).toMatchObject({
+        location: 'hot',
+        state: 'pending',
+        attempts: 0,
+        idempotencyKey: `rk-${q}`,
+      });
       expect((await h.statsRow(q)).resurrected).toBe(1);
       expect(await store.resurrect([job.id])).toEqual([]);
       expect((await store.enqueue({ queue: q, type: 't', idempotencyKey: `rk-${q}` })).duplicate).toBe(true);
@@ -620,7 +645,9 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       );
       expect(results.flat().filter((r) => !r.duplicate)).toHaveLength(keys.length);
       expect(await h.countRows('hot', q)).toBe(keys.length);
-      const singles = await Promise.all(Array.from({ length: 20 }, () => store.enqueue({ queue: q, type: 't', idempotencyKey: `${q}-solo` })));
+      const singles = await Promise.all(
+        Array.from({ length: 20 }, () => store.enqueue({ queue: q, type: 't', idempotencyKey: `${q}-solo` })),
+      );
       expect(new Set(singles.map((s) => s.id)).size).toBe(1);
       expect(singles.filter((s) => !s.duplicate)).toHaveLength(1);
     });
@@ -657,8 +684,12 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(s.oldestDueAgeMs).toBeGreaterThanOrEqual(4000);
       const found = await store.searchJobs({ location: 'hot', queue: q, text: 'find-me 100%', limit: 10 });
       expect(found.map((j) => j.id)).toEqual([a.id]);
-      expect((await store.searchJobs({ location: 'hot', queue: q, text: '%', limit: 10 })).map((j) => j.id)).toEqual([a.id]);
-      expect((await store.searchJobs({ location: 'hot', queue: q, tag: 'blue', limit: 10 })).map((j) => j.id)).toEqual([a.id]);
+      expect((await store.searchJobs({ location: 'hot', queue: q, text: '%', limit: 10 })).map((j) => j.id)).toEqual([
+        a.id,
+      ]);
+      expect((await store.searchJobs({ location: 'hot', queue: q, tag: 'blue', limit: 10 })).map((j) => j.id)).toEqual([
+        a.id,
+      ]);
       const page1 = await store.searchJobs({ location: 'hot', queue: q, limit: 1 });
       const page2 = await store.searchJobs({ location: 'hot', queue: q, limit: 1, afterId: page1[0]!.id });
       expect(page1).toHaveLength(1);
@@ -685,7 +716,12 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       const q = freshQueue('sched');
       const t1 = new Date('2031-01-01T00:00:01.000Z');
       const t2 = new Date('2031-01-01T00:00:02.000Z');
-      const job = (tick: Date) => ({ queue: q, type: 'tick', payload: { tick: tick.toISOString() }, idempotencyKey: `schedule:${name}:${tick.toISOString()}` });
+      const job = (tick: Date) => ({
+        queue: q,
+        type: 'tick',
+        payload: { tick: tick.toISOString() },
+        idempotencyKey: `schedule:${name}:${tick.toISOString()}`,
+      });
       expect(await store.listSchedules(name)).toEqual([]);
       const first = await store.fireSchedule(name, null, t1, [job(t1)]);
       expect(first.status).toBe('fired');
@@ -698,7 +734,13 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(racers.filter((r) => r.status === 'fired')).toHaveLength(1);
       expect(await h.countRows('hot', q)).toBe(2);
       const [state] = await store.listSchedules(name);
-      expect(state).toMatchObject({ name, paused: false, lastTick: t2, resumedAt: null, lastJobId: racers.find((r) => r.status === 'fired')!.jobs[0]!.id });
+      expect(state).toMatchObject({
+        name,
+        paused: false,
+        lastTick: t2,
+        resumedAt: null,
+        lastJobId: racers.find((r) => r.status === 'fired')!.jobs[0]!.id,
+      });
       // Advancing without jobs (missed ticks skipped) is allowed.
       const t5 = new Date('2031-01-01T00:00:05.000Z');
       expect(await store.fireSchedule(name, t2, t5, [])).toEqual({ status: 'fired', jobs: [] });

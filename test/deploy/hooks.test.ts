@@ -7,7 +7,11 @@ import path from 'node:path';
 const hook = path.resolve(import.meta.dirname, '../../infra/scripts/preprovision.mjs');
 // No azd on PATH: the hook must decide from the environment alone.
 const run = (env: Record<string, string>) =>
-  spawnSync(process.execPath, [hook], { encoding: 'utf8', env: { PATH: path.dirname(process.execPath), ...env }, timeout: 30_000 });
+  spawnSync(process.execPath, [hook], {
+    encoding: 'utf8',
+    env: { PATH: path.dirname(process.execPath), ...env },
+    timeout: 30_000,
+  });
 
 describe('preprovision hook', () => {
   it('fails when no alert receiver is configured, saying how to set one', () => {
@@ -22,7 +26,10 @@ describe('preprovision hook', () => {
     expect(byMail.status).toBe(0);
     expect(byMail.stdout).toMatch(/alerts notify: ops@example.com/);
     expect(byMail.stdout).toMatch(/KEEL_CLIENT_IP=203\.0\.113\.7/);
-    const byGroup = run({ KEEL_ALERT_ACTION_GROUP_ID: '/subscriptions/x/resourceGroups/y/providers/microsoft.insights/actionGroups/z', KEEL_CLIENT_IP: '203.0.113.7' });
+    const byGroup = run({
+      KEEL_ALERT_ACTION_GROUP_ID: '/subscriptions/x/resourceGroups/y/providers/microsoft.insights/actionGroups/z',
+      KEEL_CLIENT_IP: '203.0.113.7',
+    });
     expect(byGroup.status).toBe(0);
   });
 });

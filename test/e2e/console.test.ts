@@ -31,7 +31,8 @@ if (!haveChromium) {
         throw new Error(`Chromium not found at ${CHROMIUM}: .ci/run installs it (apt-get install -y chromium)`);
       });
     } else {
-      it.skip(`skipped: Chromium not found at ${CHROMIUM} (apt-get install -y chromium, or set KEEL_CHROMIUM)`, () => undefined);
+      it.skip(`skipped: Chromium not found at ${CHROMIUM} (apt-get install -y chromium, or set KEEL_CHROMIUM)`, () =>
+        undefined);
     }
   });
 } else {
@@ -51,20 +52,31 @@ if (!haveChromium) {
     let fatalId: string;
     let batchId: string;
 
-    async function api(method: string, route: string, body?: unknown, operator = false): Promise<{ status: number; json: any }> {
+    async function api(
+      method: string,
+      route: string,
+      body?: unknown,
+      operator = false,
+    ): Promise<{ status: number; json: any }> {
       const res = await fetch(`${base}/api/ops${route}`, {
         method,
         headers: {
           'x-functions-key': KEY,
           'content-type': 'application/json',
-          ...(operator ? { 'x-ms-client-principal': encodeClientPrincipal({ name: 'e2e', roles: ['Keel.Operator'] }) } : {}),
+          ...(operator
+            ? { 'x-ms-client-principal': encodeClientPrincipal({ name: 'e2e', roles: ['Keel.Operator'] }) }
+            : {}),
         },
         ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
       });
       return { status: res.status, json: await res.json() };
     }
 
-    async function until<T>(what: string, probe: () => Promise<T | null | undefined | false>, timeoutMs = 30_000): Promise<T> {
+    async function until<T>(
+      what: string,
+      probe: () => Promise<T | null | undefined | false>,
+      timeoutMs = 30_000,
+    ): Promise<T> {
       const deadline = Date.now() + timeoutMs;
       while (Date.now() < deadline) {
         const v = await probe();
@@ -86,11 +98,15 @@ if (!haveChromium) {
       p.on('pageerror', (err) => consoleErrors.push(`pageerror: ${err.message}`));
       p.on('request', (r) => requestUrls.push(r.url()));
       p.on('response', (r) => {
-        if (r.status() === 401 || r.status() === 403) refusals.push(`${r.status()} ${r.request().method()} ${new URL(r.url()).pathname}`);
+        if (r.status() === 401 || r.status() === 403)
+          refusals.push(`${r.status()} ${r.request().method()} ${new URL(r.url()).pathname}`);
       });
     }
 
-    async function newContext(extraHTTPHeaders?: Record<string, string>, viewport = { width: 1280, height: 900 }): Promise<BrowserContext> {
+    async function newContext(
+      extraHTTPHeaders?: Record<string, string>,
+      viewport = { width: 1280, height: 900 },
+    ): Promise<BrowserContext> {
       const ctx = await browser.newContext({ viewport, ...(extraHTTPHeaders ? { extraHTTPHeaders } : {}) });
       await ctx.route('**/*', (route) => {
         const u = new URL(route.request().url());
@@ -118,19 +134,26 @@ if (!haveChromium) {
       // The console, built exactly as `npm run build:console` does, into a scratch folder the host serves.
       const outDir = path.join(dataDir, 'console');
       const { build } = await import('vite');
-      await build({ configFile: path.join(ROOT, 'console', 'vite.config.ts'), logLevel: 'error', build: { outDir, emptyOutDir: true } });
+      await build({
+        configFile: path.join(ROOT, 'console', 'vite.config.ts'),
+        logLevel: 'error',
+        build: { outDir, emptyOutDir: true },
+      });
       process.env.KEEL_CONSOLE_DIR = outDir;
 
       const url = await createTestDatabase('console');
       const srcUrl = await createTestDatabase('console_src');
       const tgtUrl = await createTestDatabase('console_tgt');
-      const ddl = 'create table public.orders (id bigint primary key, customer text not null, amount numeric(12,2) not null)';
+      const ddl =
+        'create table public.orders (id bigint primary key, customer text not null, amount numeric(12,2) not null)';
       for (const u of [srcUrl, tgtUrl]) {
         const p = new pg.Pool({ connectionString: u, max: 1 });
         pools.push(p);
         await p.query(ddl);
       }
-      await pools[0]!.query(`insert into public.orders select n, 'customer-' || (n % 7), n * 1.5 from generate_series(1, 300) n`);
+      await pools[0]!.query(
+        `insert into public.orders select n, 'customer-' || (n % 7), n * 1.5 from generate_series(1, 300) n`,
+      );
       Object.assign(process.env, {
         KEEL_PG_URL: url,
         KEEL_OPS_KEY: KEY,
@@ -168,10 +191,20 @@ if (!haveChromium) {
           { queue: QUEUE, type: 'demo.echo', payload: { message: 'one' } },
           { queue: QUEUE, type: 'demo.echo', payload: { message: 'two' } },
           { queue: QUEUE, type: 'demo.fatal', payload: { message: 'bad input' }, tags: ['fatal'] },
-          { queue: QUEUE, type: 'demo.echo', payload: { message: 'resurrect-me' }, delayMs: 3_600_000, tags: ['to-cancel'] },
+          {
+            queue: QUEUE,
+            type: 'demo.echo',
+            payload: { message: 'resurrect-me' },
+            delayMs: 3_600_000,
+            tags: ['to-cancel'],
+          },
           { queue: OTHER, type: 'demo.echo', payload: { message: 'other' } },
           // Enough archived jobs on one queue for two pages of 20.
-          ...Array.from({ length: 24 }, (_, i) => ({ queue: OTHER, type: 'demo.echo', payload: { message: `page-${i}` } })),
+          ...Array.from({ length: 24 }, (_, i) => ({
+            queue: OTHER,
+            type: 'demo.echo',
+            payload: { message: `page-${i}` },
+          })),
         ],
       });
       expect(enq.status).toBe(201);
@@ -185,12 +218,27 @@ if (!haveChromium) {
       const started = await api('POST', '/transfers/orders/start', {});
       expect(started.status).toBe(202);
       batchId = started.json.batch.batchId;
-      await until('the batch to commit', async () => (await api('GET', `/transfers/batches/${batchId}`)).json.state === 'committed', 60_000);
+      await until(
+        'the batch to commit',
+        async () => (await api('GET', `/transfers/batches/${batchId}`)).json.state === 'committed',
+        60_000,
+      );
 
-      browser = await (await import('playwright-core')).chromium.launch({
+      browser = await (
+        await import('playwright-core')
+      ).chromium.launch({
         executablePath: CHROMIUM,
         headless: true,
-        args: ['--no-sandbox', '--headless', '--disable-background-networking', '--disable-component-update', '--disable-gpu', '--no-first-run', '--disable-sync', '--disable-quic'],
+        args: [
+          '--no-sandbox',
+          '--headless',
+          '--disable-background-networking',
+          '--disable-component-update',
+          '--disable-gpu',
+          '--no-first-run',
+          '--disable-sync',
+          '--disable-quic',
+        ],
       });
       context = await newContext();
       page = await context.newPage();
@@ -228,13 +276,19 @@ if (!haveChromium) {
       const table = page.locator('table.queues-table');
       await table.waitFor();
       const stats = (await api('GET', '/stats')).json;
-      const rows = await table.locator('tbody tr').evaluateAll((trs) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent?.trim() ?? '')));
+      const rows = await table
+        .locator('tbody tr')
+        .evaluateAll((trs) =>
+          trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent?.trim() ?? '')),
+        );
       expect(rows.map((r) => r[0]).sort()).toEqual((stats.queues as any[]).map((q) => q.queue).sort());
       for (const q of stats.queues as any[]) {
         const r = rows.find((x) => x[0] === q.queue)!;
         // queue, state, pending, due, processing, DLQ, lag, concurrency, attempts, succeeded, failed, retried
         expect([r[2], r[3], r[4], r[5], r[9], r[10], r[11]]).toEqual(
-          [q.pending, q.due, q.fetched + q.processing, q.dlq, q.succeeded, q.failed, q.retried].map((n: number) => n.toLocaleString('en-US')),
+          [q.pending, q.due, q.fetched + q.processing, q.dlq, q.succeeded, q.failed, q.retried].map((n: number) =>
+            n.toLocaleString('en-US'),
+          ),
         );
       }
       expect(await page.locator('[data-total=succeeded]').textContent()).toBe(String(stats.totals.succeeded));
@@ -285,7 +339,10 @@ if (!haveChromium) {
       await page.locator('[data-test=preview-resurrect]').click();
       await page.getByRole('alert').filter({ hasText: 'Refused (403' }).waitFor();
       expect((await api('GET', '/stats')).json.totals.dlq).toBe(dlqBefore);
-      expect(refusals.filter((r) => r.startsWith('403'))).toEqual([`403 POST /api/ops/queues/${QUEUE}/pause`, '403 POST /api/ops/dlq/resurrect']);
+      expect(refusals.filter((r) => r.startsWith('403'))).toEqual([
+        `403 POST /api/ops/queues/${QUEUE}/pause`,
+        '403 POST /api/ops/dlq/resurrect',
+      ]);
     });
 
     it('a dead-lettered job is found by search, previewed, resurrected and then appears archived', async () => {
@@ -311,8 +368,13 @@ if (!haveChromium) {
       await page.goto(`${base}/api/console/#/dlq?queue=${QUEUE}`);
       const groups = page.locator('section[aria-labelledby=groups-h] tbody tr');
       await groups.first().waitFor();
-      const groupRows = await groups.evaluateAll((trs) => trs.map((tr) => [...tr.querySelectorAll('td')].slice(0, 3).map((td) => td.textContent)));
-      expect(groupRows.sort()).toEqual([['cancelled', 'demo.echo', '1'], ['fatal', 'demo.fatal', '1']]);
+      const groupRows = await groups.evaluateAll((trs) =>
+        trs.map((tr) => [...tr.querySelectorAll('td')].slice(0, 3).map((td) => td.textContent)),
+      );
+      expect(groupRows.sort()).toEqual([
+        ['cancelled', 'demo.echo', '1'],
+        ['fatal', 'demo.fatal', '1'],
+      ]);
       await groups.filter({ hasText: 'cancelled' }).getByRole('button', { name: 'Resurrect group…' }).click();
       const preview = page.locator('[data-test=preview-count]');
       await preview.waitFor();
@@ -324,7 +386,10 @@ if (!haveChromium) {
       await page.locator('[data-test=result]').filter({ hasText: 'Resurrected 1 job' }).waitFor();
       await shot(page, 'dlq-resurrected');
 
-      await until('the resurrected job to be archived', async () => (await api('GET', `/jobs/${cancelledId}`)).json.location === 'archive');
+      await until(
+        'the resurrected job to be archived',
+        async () => (await api('GET', `/jobs/${cancelledId}`)).json.location === 'archive',
+      );
       await page.goto(`${base}/api/console/#/jobs?location=archive&text=resurrect-me`);
       const row = page.locator('table.jobs-table tbody tr', { hasText: cancelledId });
       await row.waitFor();
@@ -374,11 +439,15 @@ if (!haveChromium) {
       expect(await page.getByRole('status').textContent()).toContain('40 rows in the manifest');
       await follow.click();
       // The detail refreshes itself every 3 s until the batch is committed or failed.
-      await page.locator('[data-test=state-words]', { hasText: 'Committed on the target' }).waitFor({ timeout: 60_000 });
+      await page
+        .locator('[data-test=state-words]', { hasText: 'Committed on the target' })
+        .waitFor({ timeout: 60_000 });
       const id = page.url().split('/').pop()!;
       const batch = (await api('GET', `/transfers/batches/${id}`)).json;
       expect(batch).toMatchObject({ state: 'committed', appliedCount: 40, boundary: { low: '300', high: '340' } });
-      expect(await page.locator('[data-test=timeline] .ev-name').allTextContents()).toEqual((batch.events as any[]).map((e) => e.event));
+      expect(await page.locator('[data-test=timeline] .ev-name').allTextContents()).toEqual(
+        (batch.events as any[]).map((e) => e.event),
+      );
       await shot(page, 'batch-started');
     });
 
@@ -407,23 +476,34 @@ if (!haveChromium) {
       expect((await api('GET', `/queues/${QUEUE}`)).json.paused).toBe(false);
     });
 
-    it("cancels a waiting job from its detail page, and purges dead letters by age through preview and confirm", async () => {
-      const job = (await api('POST', '/jobs', { queue: QUEUE, type: 'demo.echo', payload: { message: 'cancel-me' }, delayMs: 3_600_000 })).json;
+    it('cancels a waiting job from its detail page, and purges dead letters by age through preview and confirm', async () => {
+      const job = (
+        await api('POST', '/jobs', {
+          queue: QUEUE,
+          type: 'demo.echo',
+          payload: { message: 'cancel-me' },
+          delayMs: 3_600_000,
+        })
+      ).json;
       await page.goto(`${base}/api/console/#/jobs/${job.id}`);
       await page.getByRole('button', { name: 'Cancel job…' }).click();
       await page.locator('[data-test=confirm]').click();
       await page.getByRole('status').filter({ hasText: 'cancelled (now in the DLQ)' }).waitFor();
       expect((await api('GET', `/jobs/${job.id}`)).json).toMatchObject({ location: 'dlq', reason: 'cancelled' });
 
-      const inDlq = ((await api('GET', `/jobs?location=dlq&queue=${QUEUE}`)).json.items as any[]).map((j) => j.id).sort();
+      const inDlq = ((await api('GET', `/jobs?location=dlq&queue=${QUEUE}`)).json.items as any[])
+        .map((j) => j.id)
+        .sort();
       expect(inDlq).toEqual([fatalId, job.id].sort());
       await page.goto(`${base}/api/console/#/dlq?queue=${QUEUE}`);
       await page.locator('section[aria-labelledby=groups-h] tbody tr').first().waitFor();
-      await page.locator('input[name=olderThan]').fill(await page.evaluate(() => {
-        const d = new Date(Date.now() + 60_000); // the input has minutes only: the next minute covers every row
-        const pad = (n: number) => String(n).padStart(2, '0');
-        return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
-      }));
+      await page.locator('input[name=olderThan]').fill(
+        await page.evaluate(() => {
+          const d = new Date(Date.now() + 60_000); // the input has minutes only: the next minute covers every row
+          const pad = (n: number) => String(n).padStart(2, '0');
+          return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
+        }),
+      );
       await page.getByRole('button', { name: 'Preview purge' }).click();
       const confirm = page.locator('.confirm');
       await confirm.waitFor();
@@ -441,7 +521,9 @@ if (!haveChromium) {
       const before = refusals.length;
       try {
         // Stands in for App Service authentication, which sets this header on every request it fronts.
-        const ctx = await newContext({ 'x-ms-client-principal': encodeClientPrincipal({ name: 'alice@contoso.example', roles: [] }) });
+        const ctx = await newContext({
+          'x-ms-client-principal': encodeClientPrincipal({ name: 'alice@contoso.example', roles: [] }),
+        });
         const p = await ctx.newPage();
         watch(p);
         await p.goto(`${base}/api/console/`);
@@ -456,7 +538,9 @@ if (!haveChromium) {
         expect(refusals.slice(before)).toEqual([`403 POST /api/console-api/ops/queues/${QUEUE}/pause`]);
         await ctx.close();
 
-        const op = await newContext({ 'x-ms-client-principal': encodeClientPrincipal({ name: 'bob@contoso.example', roles: ['Keel.Operator'] }) });
+        const op = await newContext({
+          'x-ms-client-principal': encodeClientPrincipal({ name: 'bob@contoso.example', roles: ['Keel.Operator'] }),
+        });
         const p3 = await op.newPage();
         watch(p3);
         await p3.goto(`${base}/api/console/#/queues`);
@@ -477,7 +561,9 @@ if (!haveChromium) {
       expect(requestUrls.length).toBeGreaterThan(20);
       expect(requestUrls.filter((u) => !u.startsWith(base) && !u.startsWith('data:'))).toEqual([]);
       // Chromium logs every 4xx answer to fetch as "Failed to load resource"; those are the refusals above.
-      const unexpected = consoleErrors.filter((e) => !/^error: Failed to load resource: the server responded with a status of (400|401|403)/.test(e));
+      const unexpected = consoleErrors.filter(
+        (e) => !/^error: Failed to load resource: the server responded with a status of (400|401|403)/.test(e),
+      );
       expect(unexpected).toEqual([]);
     });
   });

@@ -47,7 +47,13 @@ const definitions: FunctionDefinition[] = [
       concurrent--;
     },
   },
-  { name: 'tick', kind: 'timer', scheduleSetting: 'KEEL_DISPATCH_SCHEDULE', runOnStartup: false, handler: async () => void ticks++ },
+  {
+    name: 'tick',
+    kind: 'timer',
+    scheduleSetting: 'KEEL_DISPATCH_SCHEDULE',
+    runOnStartup: false,
+    handler: async () => void ticks++,
+  },
 ];
 
 beforeAll(async () => {
@@ -58,7 +64,15 @@ beforeAll(async () => {
     settings,
     hostConfig: hostConfigFrom({
       version: '2.0',
-      extensions: { queues: { batchSize: 4, newBatchThreshold: 0, maxDequeueCount: 3, visibilityTimeout: '00:00:00', maxPollingInterval: '00:00:00.200' } },
+      extensions: {
+        queues: {
+          batchSize: 4,
+          newBatchThreshold: 0,
+          maxDequeueCount: 3,
+          visibilityTimeout: '00:00:00',
+          maxPollingInterval: '00:00:00.200',
+        },
+      },
     }),
     queueService: svc,
     opsKey: 'k'.repeat(32),
@@ -123,18 +137,26 @@ describe('local host wake-ups', () => {
     let overlap = false;
     let wake: () => void = () => undefined;
     let unsubscribed = false;
-    const yearly = parseSettings({ KEEL_PG_URL: 'postgres://unused@127.0.0.1:1/unused', KEEL_DISPATCH_SCHEDULE: '0 0 0 1 1 *' });
+    const yearly = parseSettings({
+      KEEL_PG_URL: 'postgres://unused@127.0.0.1:1/unused',
+      KEEL_DISPATCH_SCHEDULE: '0 0 0 1 1 *',
+    });
     const woken = await startLocalHost({
-      definitions: [{
-        name: 'dispatcher', kind: 'timer', scheduleSetting: 'KEEL_DISPATCH_SCHEDULE', runOnStartup: false,
-        handler: async () => {
-          runs++;
-          overlap ||= running > 0;
-          running++;
-          await new Promise((r) => setTimeout(r, 200));
-          running--;
+      definitions: [
+        {
+          name: 'dispatcher',
+          kind: 'timer',
+          scheduleSetting: 'KEEL_DISPATCH_SCHEDULE',
+          runOnStartup: false,
+          handler: async () => {
+            runs++;
+            overlap ||= running > 0;
+            running++;
+            await new Promise((r) => setTimeout(r, 200));
+            running--;
+          },
         },
-      }],
+      ],
       settings: yearly,
       hostConfig: hostConfigFrom({ version: '2.0' }),
       queueService: svc,

@@ -76,7 +76,11 @@ async function stopHost(h: Host | undefined, signal: NodeJS.Signals = 'SIGTERM')
   }
 }
 
-async function api(method: string, route: string, opts: { body?: unknown; key?: string | null; operator?: boolean; raw?: string } = {}) {
+async function api(
+  method: string,
+  route: string,
+  opts: { body?: unknown; key?: string | null; operator?: boolean; raw?: string } = {},
+) {
   const headers: Record<string, string> = { 'content-type': 'application/json' };
   const key = opts.key === undefined ? opsKey : opts.key;
   if (key !== null) headers['x-functions-key'] = key;
@@ -84,7 +88,11 @@ async function api(method: string, route: string, opts: { body?: unknown; key?: 
   const res = await fetch(`${host.baseUrl}${route}`, {
     method,
     headers,
-    ...(opts.raw !== undefined ? { body: opts.raw } : opts.body !== undefined ? { body: JSON.stringify(opts.body) } : {}),
+    ...(opts.raw !== undefined
+      ? { body: opts.raw }
+      : opts.body !== undefined
+        ? { body: JSON.stringify(opts.body) }
+        : {}),
   });
   const text = await res.text();
   let json: any = null;
@@ -96,7 +104,11 @@ async function api(method: string, route: string, opts: { body?: unknown; key?: 
   return { status: res.status, json };
 }
 
-async function until<T>(what: string, probe: () => Promise<T | null | undefined | false>, timeoutMs = 30_000): Promise<T> {
+async function until<T>(
+  what: string,
+  probe: () => Promise<T | null | undefined | false>,
+  timeoutMs = 30_000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let delay = 50;
   while (Date.now() < deadline) {
@@ -105,7 +117,9 @@ async function until<T>(what: string, probe: () => Promise<T | null | undefined 
     await new Promise((r) => setTimeout(r, delay));
     delay = Math.min(500, delay * 2);
   }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}\nhost output:\n${host.output.slice(-40).join('')}`);
+  throw new Error(
+    `timed out after ${timeoutMs} ms waiting for ${what}\nhost output:\n${host.output.slice(-40).join('')}`,
+  );
 }
 
 // Jobs tables only: the timers legitimately touch nothing else here, but keep the check narrow and exact.
@@ -152,7 +166,10 @@ beforeAll(async () => {
         target: { engine: 'postgres', connectionSetting: 'E2E_TGT', table: 'public.parts' },
         keyColumns: ['id'],
         boundary: { column: 'id', kind: 'key' },
-        columns: [{ source: 'id', target: 'id' }, { source: 'label', target: 'label' }],
+        columns: [
+          { source: 'id', target: 'id' },
+          { source: 'label', target: 'label' },
+        ],
       },
     ]),
   };
@@ -176,7 +193,9 @@ afterAll(async () => {
 
 describe('local host', () => {
   it('HTTP enqueue -> queue message -> processed -> visible in stats', async () => {
-    const r = await api('POST', '/api/ops/jobs', { body: { jobs: [1, 2, 3].map((n) => ({ queue: 'e2e-a', type: 'demo.echo', payload: { n } })) } });
+    const r = await api('POST', '/api/ops/jobs', {
+      body: { jobs: [1, 2, 3].map((n) => ({ queue: 'e2e-a', type: 'demo.echo', payload: { n } })) },
+    });
     expect(r.status).toBe(201);
     expect(r.json.jobs.every((j: { posted: boolean }) => j.posted)).toBe(true);
     const stats = await until('three jobs succeeded', async () => {
@@ -192,7 +211,10 @@ describe('local host', () => {
     const handlers = await api('GET', '/api/ops/handlers');
     const types = handlers.json.items.map((h: { type: string }) => h.type);
     expect(types).toEqual(expect.arrayContaining(['probe.e2e', 'webhook.post', 'demo.echo']));
-    expect(handlers.json.items.find((h: { type: string }) => h.type === 'probe.e2e')).toMatchObject({ queue: 'e2e-probe', source: expect.stringContaining('probe-e2e-') });
+    expect(handlers.json.items.find((h: { type: string }) => h.type === 'probe.e2e')).toMatchObject({
+      queue: 'e2e-probe',
+      source: expect.stringContaining('probe-e2e-'),
+    });
     const bad = await api('POST', '/api/ops/jobs', { body: { type: 'probe.e2e', payload: { n: 'one' } } });
     expect(bad).toMatchObject({ status: 400, json: { field: 'payload.n' } });
     const done = await until('two scheduled jobs archived', async () => {
@@ -213,27 +235,38 @@ describe('local host', () => {
       const r = await api('GET', '/api/ops/jobs?location=hot&tag=schedule:probe-e2e&limit=50');
       return r.json.items.length === 0;
     });
-    const archived = (await api('GET', '/api/ops/jobs?location=archive&tag=schedule:probe-e2e&limit=500')).json.items.length;
+    const archived = (await api('GET', '/api/ops/jobs?location=archive&tag=schedule:probe-e2e&limit=500')).json.items
+      .length;
     await new Promise((r) => setTimeout(r, 2_000));
-    expect((await api('GET', '/api/ops/jobs?location=archive&tag=schedule:probe-e2e&limit=500')).json.items.length).toBe(archived);
+    expect(
+      (await api('GET', '/api/ops/jobs?location=archive&tag=schedule:probe-e2e&limit=500')).json.items.length,
+    ).toBe(archived);
   });
 
   it('enforces the ops key like the Functions host, and the operator role on destructive routes', async () => {
     const before = await jobTables();
     expect((await api('GET', '/api/ops/stats', { key: null })).status).toBe(401);
     expect((await api('GET', '/api/ops/stats', { key: 'wrong-key-wrong-key' })).status).toBe(401);
-    expect((await api('POST', '/api/ops/jobs', { key: null, body: { queue: 'e2e-b', type: 'demo.echo' } })).status).toBe(401);
+    expect(
+      (await api('POST', '/api/ops/jobs', { key: null, body: { queue: 'e2e-b', type: 'demo.echo' } })).status,
+    ).toBe(401);
     const viaCode = await fetch(`${host.baseUrl}/api/ops/health?code=${encodeURIComponent(opsKey)}`);
     expect(viaCode.status).toBe(200);
     expect((await api('GET', '/api/nothing/here')).status).toBe(404);
     expect((await api('GET', '/api/ops/nothing')).json.error).toBe('not_found');
-    const purge = await api('POST', '/api/ops/purge', { body: { target: 'archive', olderThan: new Date().toISOString(), dryRun: false } });
+    const purge = await api('POST', '/api/ops/purge', {
+      body: { target: 'archive', olderThan: new Date().toISOString(), dryRun: false },
+    });
     expect(purge).toMatchObject({ status: 403, json: { error: 'forbidden' } });
     const bad = await api('POST', '/api/ops/jobs', { raw: '{"queue":' });
     expect(bad).toMatchObject({ status: 400, json: { error: 'invalid_json' } });
-    const wrong = await api('POST', '/api/ops/jobs', { body: { queue: 'e2e-b', type: 'demo.echo', maxAttempts: 'three' } });
+    const wrong = await api('POST', '/api/ops/jobs', {
+      body: { queue: 'e2e-b', type: 'demo.echo', maxAttempts: 'three' },
+    });
     expect(wrong).toMatchObject({ status: 400, json: { field: 'maxAttempts' } });
-    const big = await api('POST', '/api/ops/jobs', { body: { queue: 'e2e-b', type: 'demo.echo', payload: 'x'.repeat(400_000) } });
+    const big = await api('POST', '/api/ops/jobs', {
+      body: { queue: 'e2e-b', type: 'demo.echo', payload: 'x'.repeat(400_000) },
+    });
     expect(big.status).toBe(413);
     expect(await jobTables()).toBe(before);
   });
@@ -268,33 +301,53 @@ describe('local host', () => {
     const started = await api('POST', '/api/ops/transfers/parts/start', { body: {} });
     expect(started.status, JSON.stringify(started.json)).toBe(202);
     const batchId = started.json.batch.batchId as string;
-    const detail = await until('the batch to commit', async () => {
-      const d = await api('GET', `/api/ops/transfers/batches/${batchId}`);
-      return d.json.status === 'committed' ? d.json : null;
-    }, 45_000);
+    const detail = await until(
+      'the batch to commit',
+      async () => {
+        const d = await api('GET', `/api/ops/transfers/batches/${batchId}`);
+        return d.json.status === 'committed' ? d.json : null;
+      },
+      45_000,
+    );
     expect(detail).toMatchObject({ state: 'committed', appliedCount: 400, rowCount: 400 });
-    expect(detail.events.map((e: { event: string }) => e.event)).toEqual(expect.arrayContaining(['created', 'manifest_recorded', 'apply_started']));
+    expect(detail.events.map((e: { event: string }) => e.event)).toEqual(
+      expect.arrayContaining(['created', 'manifest_recorded', 'apply_started']),
+    );
     const list = await api('GET', '/api/ops/transfers/batches?transfer=parts');
     expect(list.json.items[0]).toMatchObject({ batchId, status: 'committed' });
   });
 
   it('kill -9 mid-job, restart: maintenance rescues the zombie and the job completes', async () => {
     await api('POST', '/api/ops/jobs', { body: { queue: 'e2e-zombie', type: 'demo.echo' } });
-    const patched = await api('PATCH', '/api/ops/queues/e2e-zombie', { body: { zombieTimeoutSeconds: 2, zombiePolicy: 'retry' }, operator: true });
+    const patched = await api('PATCH', '/api/ops/queues/e2e-zombie', {
+      body: { zombieTimeoutSeconds: 2, zombiePolicy: 'retry' },
+      operator: true,
+    });
     expect(patched.status, JSON.stringify(patched.json)).toBe(200);
-    const slow = await api('POST', '/api/ops/jobs', { body: { queue: 'e2e-zombie', type: 'demo.slow', payload: { ms: 5000 } } });
+    const slow = await api('POST', '/api/ops/jobs', {
+      body: { queue: 'e2e-zombie', type: 'demo.slow', payload: { ms: 5000 } },
+    });
     const id = slow.json.id as string;
-    await until('the slow job to be processing', async () => (await api('GET', `/api/ops/jobs/${id}`)).json.state === 'processing');
+    await until(
+      'the slow job to be processing',
+      async () => (await api('GET', `/api/ops/jobs/${id}`)).json.state === 'processing',
+    );
     await stopHost(host, 'SIGKILL');
     expect((await pool.query('select state from keel.jobs_hot where id = $1', [id])).rows[0]?.state).toBe('processing');
 
     host = await startHost();
-    const done = await until('the rescued job to finish', async () => {
-      const j = await api('GET', `/api/ops/jobs/${id}`);
-      return j.json.location === 'archive' ? j.json : null;
-    }, 45_000);
+    const done = await until(
+      'the rescued job to finish',
+      async () => {
+        const j = await api('GET', `/api/ops/jobs/${id}`);
+        return j.json.location === 'archive' ? j.json : null;
+      },
+      45_000,
+    );
     expect(done.attempts).toBeGreaterThanOrEqual(2);
-    const stats = (await api('GET', '/api/ops/stats')).json.queues.find((q: { queue: string }) => q.queue === 'e2e-zombie');
+    const stats = (await api('GET', '/api/ops/stats')).json.queues.find(
+      (q: { queue: string }) => q.queue === 'e2e-zombie',
+    );
     expect(stats.zombie).toBeGreaterThanOrEqual(1);
     expect(host.output.join('')).toMatch(/maintenance information: maintenance: .*"retried":1/);
   });

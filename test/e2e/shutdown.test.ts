@@ -60,7 +60,9 @@ describe('local host: SIGINT with running jobs', () => {
       };
       const long = [await enqueue(120_000), await enqueue(120_000)];
       const short = await enqueue(1_500);
-      const running = async () => (await pool.query(`select count(*)::int as n from keel.jobs_hot where state = 'processing'`)).rows[0].n as number;
+      const running = async () =>
+        (await pool.query(`select count(*)::int as n from keel.jobs_hot where state = 'processing'`)).rows[0]
+          .n as number;
       while ((await running()) < 3) {
         if (Date.now() > deadline) throw new Error(`jobs did not start:\n${output}`);
         await new Promise((r) => setTimeout(r, 100));
@@ -71,10 +73,18 @@ describe('local host: SIGINT with running jobs', () => {
       expect(code, output).toBe(0);
       expect(output).toMatch(/SIGINT: stopping/);
 
-      const rows = (await pool.query(`select id::text, state, last_error from keel.jobs_hot where queue = 'sigint' order by id`)).rows;
-      expect(rows.filter((r) => r.state === 'processing'), JSON.stringify(rows)).toEqual([]);
+      const rows = (
+        await pool.query(`select id::text, state, last_error from keel.jobs_hot where queue = 'sigint' order by id`)
+      ).rows;
+      expect(
+        rows.filter((r) => r.state === 'processing'),
+        JSON.stringify(rows),
+      ).toEqual([]);
       for (const id of long) {
-        expect(rows.find((r) => r.id === id)).toMatchObject({ state: 'pending', last_error: 'interrupted by worker shutdown' });
+        expect(rows.find((r) => r.id === id)).toMatchObject({
+          state: 'pending',
+          last_error: 'interrupted by worker shutdown',
+        });
       }
       // The short job finished within the grace period.
       expect((await pool.query(`select 1 from keel.jobs_archive where id = $1`, [short])).rowCount).toBe(1);

@@ -32,9 +32,15 @@ describe('local host start-up', () => {
     const port = await freePort();
     process.env.KEEL_PG_URL = `postgres://someone:secret@127.0.0.1:${port}/keel`;
     try {
-      const err = await bootLocal({ definitions, dataDir: await tempDir('boot-refused'), log: () => undefined }).catch((e: unknown) => e);
+      const err = await bootLocal({ definitions, dataDir: await tempDir('boot-refused'), log: () => undefined }).catch(
+        (e: unknown) => e,
+      );
       expect(err).toBeInstanceOf(StartupError);
-      expect((err as Error).message).toMatch(new RegExp(`cannot reach PostgreSQL at 127\\.0\\.0\\.1:${port} \\(KEEL_PG_URL, from the environment\\).*remove KEEL_PG_URL`));
+      expect((err as Error).message).toMatch(
+        new RegExp(
+          `cannot reach PostgreSQL at 127\\.0\\.0\\.1:${port} \\(KEEL_PG_URL, from the environment\\).*remove KEEL_PG_URL`,
+        ),
+      );
     } finally {
       delete process.env.KEEL_PG_URL;
     }
@@ -47,7 +53,12 @@ describe('local host start-up', () => {
     process.env.KEEL_PG_URL = await createTestDatabase('boot_port');
     process.env.KEEL_AZURITE_PORT = '0';
     try {
-      const err = await bootLocal({ definitions, dataDir: await tempDir('boot-port'), port, log: () => undefined }).catch((e: unknown) => e);
+      const err = await bootLocal({
+        definitions,
+        dataDir: await tempDir('boot-port'),
+        port,
+        log: () => undefined,
+      }).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(StartupError);
       expect((err as Error).message).toMatch(new RegExp(`HTTP port ${port} is in use \\(KEEL_HTTP_PORT\\)`));
     } finally {
@@ -63,7 +74,10 @@ describe('local host start-up', () => {
     const script = `import { startEmbeddedPostgres } from './dev/embeddedPostgres.ts';
 await startEmbeddedPostgres({ dataDir: ${JSON.stringify(dataDir)}, port: ${port}, persistent: true, fastUnsafe: true });
 console.log('UP'); setInterval(() => undefined, 1000);`;
-    const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '--eval', script], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '--eval', script], {
+      cwd: ROOT,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     child.stdout!.on('data', (c: Buffer) => (out += c.toString()));
     child.stderr!.on('data', (c: Buffer) => (out += c.toString()));
@@ -79,7 +93,12 @@ console.log('UP'); setInterval(() => undefined, 1000);`;
     expect(() => process.kill(orphanPid, 0)).not.toThrow(); // the orphan still runs
 
     const logs: string[] = [];
-    const server = await startEmbeddedPostgres({ dataDir, persistent: true, fastUnsafe: true, log: (l) => logs.push(l) });
+    const server = await startEmbeddedPostgres({
+      dataDir,
+      persistent: true,
+      fastUnsafe: true,
+      log: (l) => logs.push(l),
+    });
     try {
       expect(logs.join('')).toMatch(new RegExp(`left running by an earlier run \\(PID ${orphanPid}`));
       const c = new pg.Client({ connectionString: server.url });

@@ -61,7 +61,9 @@ export function postgresSignatures(): Map<string, string[]> {
     const src = stripComments(text);
     const re = /create\s+or\s+replace\s+function\s+keel\.(\w+)\s*\(/gi;
     for (let m = re.exec(src); m; m = re.exec(src)) {
-      const params = splitTopLevel(balanced(src, m.index + m[0].length - 1)).map((p) => p.split(/\s+/)[0]!.toLowerCase());
+      const params = splitTopLevel(balanced(src, m.index + m[0].length - 1)).map((p) =>
+        p.split(/\s+/)[0]!.toLowerCase(),
+      );
       found.set(m[1]!.toLowerCase(), params);
     }
   }
@@ -114,7 +116,8 @@ describe('engine parity', () => {
   it('every JobStore operation has a procedure, and every procedure serves an operation', () => {
     const contract = readFileSync(path.join(root, 'shared/jobs/contract.ts'), 'utf8');
     const body = balanced(contract, contract.indexOf('{', contract.indexOf('export interface JobStore')), '{', '}');
-    const operations = [...body.matchAll(/^\s*(?:readonly\s+)?(\w+)\s*[(:]/gm)].map((m) => m[1]!)
+    const operations = [...body.matchAll(/^\s*(?:readonly\s+)?(\w+)\s*[(:]/gm)]
+      .map((m) => m[1]!)
       .filter((op) => op !== 'engine' && op !== 'close');
     expect(operations.length).toBeGreaterThan(10);
     expect(Object.keys(OPERATION_PROCEDURE).sort()).toEqual([...operations].sort());
@@ -129,7 +132,8 @@ describe('engine parity', () => {
       const expected = JOB_PROCEDURES[proc].map((p) => `p_${p}`);
       const got = sigs.get(proc);
       if (!got) problems.push(`keel.${proc} is missing`);
-      else if (got.join(',') !== expected.join(',')) problems.push(`keel.${proc}(${got.join(', ')}) should be (${expected.join(', ')})`);
+      else if (got.join(',') !== expected.join(','))
+        problems.push(`keel.${proc}(${got.join(', ')}) should be (${expected.join(', ')})`);
     }
     expect(problems).toEqual([]);
   });
@@ -142,7 +146,8 @@ describe('engine parity', () => {
       const expected = JOB_PROCEDURES[proc].map(pascalCase);
       const got = sigs.get(name);
       if (!got) problems.push(`keel.${name} is missing`);
-      else if (got.join(',') !== expected.join(',')) problems.push(`keel.${name} @${got.join(', @')} should be @${expected.join(', @')}`);
+      else if (got.join(',') !== expected.join(','))
+        problems.push(`keel.${name} @${got.join(', @')} should be @${expected.join(', @')}`);
     }
     expect(problems).toEqual([]);
   });
@@ -162,7 +167,9 @@ describe('engine parity', () => {
     expect(source.match(/\.input\(/g) ?? []).toHaveLength(1);
     expect(source).not.toMatch(/\.query\(|\.batch\(/);
     // The runtime check refuses a wrong list.
-    expect(() => assertProcedureParams('heartbeat', ['LeaseId', 'JobId'])).toThrow(/keel\.Heartbeat takes \(@JobId, @LeaseId\)/);
+    expect(() => assertProcedureParams('heartbeat', ['LeaseId', 'JobId'])).toThrow(
+      /keel\.Heartbeat takes \(@JobId, @LeaseId\)/,
+    );
   });
 
   it('the PostgreSQL store calls every procedure with as many arguments as it declares', () => {
@@ -170,7 +177,10 @@ describe('engine parity', () => {
     const sites = postgresCallSites(source).filter((s) => (PROCS as string[]).includes(s.proc));
     const problems = sites
       .filter((s) => s.args !== JOB_PROCEDURES[s.proc as JobProcedure].length)
-      .map((s) => `keel.${s.proc}: ${s.args} argument(s) (${s.placeholders} placeholder(s)), declares ${JOB_PROCEDURES[s.proc as JobProcedure].length}`);
+      .map(
+        (s) =>
+          `keel.${s.proc}: ${s.args} argument(s) (${s.placeholders} placeholder(s)), declares ${JOB_PROCEDURES[s.proc as JobProcedure].length}`,
+      );
     expect(problems).toEqual([]);
     expect(new Set(sites.map((s) => s.proc))).toEqual(new Set(PROCS));
   });
@@ -182,20 +192,32 @@ describe('SQL Server internal procedures', () => {
   // EXECUTE cannot reach it. Read from the sources: this fails when a new helper procedure is added without a DENY.
   function tsSources(dir: string): string[] {
     return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
-      e.isDirectory() ? tsSources(path.join(dir, e.name)) : e.name.endsWith('.ts') ? [readFileSync(path.join(dir, e.name), 'utf8')] : []);
+      e.isDirectory()
+        ? tsSources(path.join(dir, e.name))
+        : e.name.endsWith('.ts')
+          ? [readFileSync(path.join(dir, e.name), 'utf8')]
+          : [],
+    );
   }
-  const sqlFiles = () => readdirSync(path.join(root, 'sql', 'sqlserver'))
-    .filter((f) => /^(V\d+|R)__\w+\.sql$/.test(f))
-    .map((f) => stripComments(readFileSync(path.join(root, 'sql', 'sqlserver', f), 'utf8')));
+  const sqlFiles = () =>
+    readdirSync(path.join(root, 'sql', 'sqlserver'))
+      .filter((f) => /^(V\d+|R)__\w+\.sql$/.test(f))
+      .map((f) => stripComments(readFileSync(path.join(root, 'sql', 'sqlserver', f), 'utf8')));
 
   it('denies keel_executor every procedure that the application does not call, and only those', () => {
     const text = sqlFiles().join('\n');
-    const declared = new Set([...text.matchAll(/CREATE\s+(?:OR\s+ALTER\s+)?PROC(?:EDURE)?\s+keel\.(\w+)/gi)].map((m) => m[1]!));
+    const declared = new Set(
+      [...text.matchAll(/CREATE\s+(?:OR\s+ALTER\s+)?PROC(?:EDURE)?\s+keel\.(\w+)/gi)].map((m) => m[1]!),
+    );
     const called = new Set([
       ...PROCS.map((p) => pascalCase(p)),
-      ...tsSources(path.join(root, 'shared')).flatMap((src) => [...src.matchAll(/['"`]keel\.([A-Z]\w+)['"`]/g)].map((m) => m[1]!)),
+      ...tsSources(path.join(root, 'shared')).flatMap((src) =>
+        [...src.matchAll(/['"`]keel\.([A-Z]\w+)['"`]/g)].map((m) => m[1]!),
+      ),
     ]);
-    const denied = new Set([...text.matchAll(/DENY\s+EXECUTE\s+ON\s+OBJECT::keel\.(\w+)\s+TO\s+keel_executor/gi)].map((m) => m[1]!));
+    const denied = new Set(
+      [...text.matchAll(/DENY\s+EXECUTE\s+ON\s+OBJECT::keel\.(\w+)\s+TO\s+keel_executor/gi)].map((m) => m[1]!),
+    );
     const internal = [...declared].filter((p) => !called.has(p)).sort();
     expect(internal).toEqual(expect.arrayContaining(['ApplyCounters', 'DeadLetter']));
     expect([...denied].sort()).toEqual(internal);

@@ -22,7 +22,10 @@ export class PostgresHarness implements EngineHarness {
     if (!this.url) {
       this.url = await createTestDatabase('contract');
       // Migrated as the owner; the store itself logs in as the least-privilege application role.
-      const store = await PostgresJobStore.connect(appUrl(this.url), { poolSize: opts.poolSize ?? 10, migrateUrl: this.url });
+      const store = await PostgresJobStore.connect(appUrl(this.url), {
+        poolSize: opts.poolSize ?? 10,
+        migrateUrl: this.url,
+      });
       this.admin = new pg.Client({ connectionString: this.url, application_name: 'keel-harness' });
       this.admin.on('error', () => undefined);
       await this.admin.connect();
@@ -39,7 +42,9 @@ export class PostgresHarness implements EngineHarness {
   }
 
   async countRows(table: PillarTable, queue?: string): Promise<number> {
-    const rows = await this.q(`select count(*)::int as n from ${TABLE[table]} where $1::text is null or queue = $1`, [queue ?? null]);
+    const rows = await this.q(`select count(*)::int as n from ${TABLE[table]} where $1::text is null or queue = $1`, [
+      queue ?? null,
+    ]);
     return rows[0].n;
   }
 
@@ -51,8 +56,12 @@ export class PostgresHarness implements EngineHarness {
     const [r] = await this.q('select * from keel.stats_summary where queue = $1', [queue]);
     const n = (v: unknown) => Number(v ?? 0);
     return {
-      succeeded: n(r?.succeeded), failed: n(r?.failed), retried: n(r?.retried),
-      cancelled: n(r?.cancelled), zombie: n(r?.zombie), resurrected: n(r?.resurrected),
+      succeeded: n(r?.succeeded),
+      failed: n(r?.failed),
+      retried: n(r?.retried),
+      cancelled: n(r?.cancelled),
+      zombie: n(r?.zombie),
+      resurrected: n(r?.resurrected),
     };
   }
 
@@ -67,7 +76,10 @@ export class PostgresHarness implements EngineHarness {
 
   async backdate(jobId: string, field: string, secondsAgo: number): Promise<void> {
     if (!BACKDATE_FIELDS.has(field)) throw new Error(`cannot backdate ${field}`);
-    await this.q(`update keel.jobs_hot set ${field} = now() - make_interval(secs => $2) where id = $1`, [jobId, secondsAgo]);
+    await this.q(`update keel.jobs_hot set ${field} = now() - make_interval(secs => $2) where id = $1`, [
+      jobId,
+      secondsAgo,
+    ]);
   }
 
   async backdateFinished(table: 'archive' | 'dlq' | 'metrics', secondsAgo: number): Promise<void> {
@@ -78,7 +90,9 @@ export class PostgresHarness implements EngineHarness {
   async breakInserts(table: 'archive' | 'dlq' | 'hot'): Promise<void> {
     await this.q(`create or replace function keel.test_refuse_insert() returns trigger language plpgsql as
       $$ begin raise exception 'test: inserts into % are refused', tg_table_name; end $$`);
-    await this.q(`create trigger test_refuse_insert before insert on keel.jobs_${table} for each row execute function keel.test_refuse_insert()`);
+    await this.q(
+      `create trigger test_refuse_insert before insert on keel.jobs_${table} for each row execute function keel.test_refuse_insert()`,
+    );
   }
 
   async restoreInserts(table: 'archive' | 'dlq' | 'hot'): Promise<void> {

@@ -35,7 +35,9 @@ describe('postgres migrations', () => {
       await writeFile(path.join(dir, 'V001__one.sql'), 'create table public.one (id int);');
       await migrate(pool, { dir, ledger: 'public.test_ledger' });
       await writeFile(path.join(dir, 'V001__one.sql'), 'create table public.one (id bigint);');
-      await expect(migrate(pool, { dir, ledger: 'public.test_ledger' })).rejects.toThrow(/V001__one\.sql changed after it was applied/);
+      await expect(migrate(pool, { dir, ledger: 'public.test_ledger' })).rejects.toThrow(
+        /V001__one\.sql changed after it was applied/,
+      );
       await writeFile(path.join(dir, 'V001__one.sql'), 'create table public.one (id int);');
       await writeFile(path.join(dir, 'V002__bad.sql'), 'create table public.two (id int); select 1/0;');
       await expect(migrate(pool, { dir, ledger: 'public.test_ledger' })).rejects.toThrow(/V002__bad\.sql failed/);
@@ -56,29 +58,58 @@ describe('postgres migrations', () => {
     const answer = async (fn: string) => (await pool.query(`select public.${fn}() as v`)).rows[0].v as number;
     try {
       await writeFile(path.join(dir, 'V001__tables.sql'), 'create table public.t (id int);');
-      await writeFile(path.join(dir, 'R__10_one.sql'), 'create or replace function public.one() returns int language sql as $$ select 1 $$;');
-      await writeFile(path.join(dir, 'R__20_two.sql'), 'create or replace function public.two() returns int language sql as $$ select count(*)::int + 2 from public.t $$;');
-      expect((await migrate(pool, { dir, ledger })).applied).toEqual(['V001__tables.sql', 'R__10_one.sql', 'R__20_two.sql']);
+      await writeFile(
+        path.join(dir, 'R__10_one.sql'),
+        'create or replace function public.one() returns int language sql as $$ select 1 $$;',
+      );
+      await writeFile(
+        path.join(dir, 'R__20_two.sql'),
+        'create or replace function public.two() returns int language sql as $$ select count(*)::int + 2 from public.t $$;',
+      );
+      expect((await migrate(pool, { dir, ledger })).applied).toEqual([
+        'V001__tables.sql',
+        'R__10_one.sql',
+        'R__20_two.sql',
+      ]);
       expect(await migrate(pool, { dir, ledger })).toEqual({ applied: [], alreadyApplied: 3 });
 
-      await writeFile(path.join(dir, 'R__20_two.sql'), 'create or replace function public.two() returns int language sql as $$ select count(*)::int + 20 from public.t $$;');
+      await writeFile(
+        path.join(dir, 'R__20_two.sql'),
+        'create or replace function public.two() returns int language sql as $$ select count(*)::int + 20 from public.t $$;',
+      );
       expect(await migrate(pool, { dir, ledger })).toEqual({ applied: ['R__20_two.sql'], alreadyApplied: 2 });
       expect(await answer('two')).toBe(20);
       expect(await answer('one')).toBe(1);
 
       // A new versioned migration runs before the repeatables, and re-applies all of them: a table change may have
       // dropped what they built (here the function is dropped with the column it reads).
-      await writeFile(path.join(dir, 'V002__more.sql'), 'alter table public.t add column note text; drop function public.one();');
-      await writeFile(path.join(dir, 'R__20_two.sql'), 'create or replace function public.two() returns int language sql as $$ select count(note)::int + 200 from public.t $$;');
-      expect((await migrate(pool, { dir, ledger })).applied).toEqual(['V002__more.sql', 'R__10_one.sql', 'R__20_two.sql']);
+      await writeFile(
+        path.join(dir, 'V002__more.sql'),
+        'alter table public.t add column note text; drop function public.one();',
+      );
+      await writeFile(
+        path.join(dir, 'R__20_two.sql'),
+        'create or replace function public.two() returns int language sql as $$ select count(note)::int + 200 from public.t $$;',
+      );
+      expect((await migrate(pool, { dir, ledger })).applied).toEqual([
+        'V002__more.sql',
+        'R__10_one.sql',
+        'R__20_two.sql',
+      ]);
       expect(await answer('two')).toBe(200);
       expect(await answer('one')).toBe(1);
 
       // A broken logic script changes nothing and stays pending; an edited versioned file is still refused.
-      await writeFile(path.join(dir, 'R__10_one.sql'), 'create or replace function public.one() returns int language sql as $$ select 11 $$; select 1/0;');
+      await writeFile(
+        path.join(dir, 'R__10_one.sql'),
+        'create or replace function public.one() returns int language sql as $$ select 11 $$; select 1/0;',
+      );
       await expect(migrate(pool, { dir, ledger })).rejects.toThrow(/repeatable script R__10_one\.sql failed/);
       expect(await answer('one')).toBe(1);
-      await writeFile(path.join(dir, 'R__10_one.sql'), 'create or replace function public.one() returns int language sql as $$ select 11 $$;');
+      await writeFile(
+        path.join(dir, 'R__10_one.sql'),
+        'create or replace function public.one() returns int language sql as $$ select 11 $$;',
+      );
       expect((await migrate(pool, { dir, ledger })).applied).toEqual(['R__10_one.sql']);
       expect(await answer('one')).toBe(11);
       await writeFile(path.join(dir, 'V001__tables.sql'), 'create table public.t (id bigint);');

@@ -26,7 +26,10 @@ describe('PostgreSQL least privilege (keel_executor)', () => {
   });
 
   const denied = async (sql: string, params: unknown[] = []) => {
-    const err = await app.query(sql, params).then(() => null, (e: Error & { code?: string }) => e);
+    const err = await app.query(sql, params).then(
+      () => null,
+      (e: Error & { code?: string }) => e,
+    );
     expect(err, sql).not.toBeNull();
     expect(err!.code, `${sql}: ${err!.message}`).toBe('42501'); // insufficient_privilege
     return err!;
@@ -43,18 +46,31 @@ describe('PostgreSQL least privilege (keel_executor)', () => {
   });
 
   it('refuses every table, sequence and the migration ledger to the application', async () => {
-    for (const table of ['jobs_hot', 'jobs_archive', 'jobs_dlq', 'stats_summary', 'metric_buckets', 'queues', 'schema_migrations']) {
+    for (const table of [
+      'jobs_hot',
+      'jobs_archive',
+      'jobs_dlq',
+      'stats_summary',
+      'metric_buckets',
+      'queues',
+      'schema_migrations',
+    ]) {
       await denied(`select 1 from keel.${table} limit 1`);
     }
     await denied(`update keel.jobs_hot set state = 'pending'`);
     await denied(`delete from keel.jobs_dlq`);
-    const { rows: seqs } = await owner.query(`select sequence_name from information_schema.sequences where sequence_schema = 'keel'`);
+    const { rows: seqs } = await owner.query(
+      `select sequence_name from information_schema.sequences where sequence_schema = 'keel'`,
+    );
     for (const s of seqs) await denied(`select nextval('keel.${s.sequence_name}')`);
   });
 
   it('refuses the internal functions: a job cannot be dead-lettered without its lease', async () => {
     const job = await store.enqueue({ queue: 'priv', type: 't', payload: {} });
-    const err = await denied(`select keel._dead_letter(array[$1::bigint], null, array['pending'], 'fatal', 'by hand')`, [job.id]);
+    const err = await denied(
+      `select keel._dead_letter(array[$1::bigint], null, array['pending'], 'fatal', 'by hand')`,
+      [job.id],
+    );
     expect(err.message).toMatch(/permission denied for function _dead_letter/);
     expect((await store.getJob(job.id))?.location).toBe('hot');
   });
@@ -71,24 +87,48 @@ describe('PostgreSQL least privilege (keel_executor)', () => {
     const internal = rows.filter((r) => r.name.startsWith('_'));
     const external = rows.filter((r) => !r.name.startsWith('_'));
     expect(internal.map((r) => r.name)).toContain('_dead_letter');
-    expect(external.map((r) => r.name)).toEqual(expect.arrayContaining(['claim_next', 'complete_many', 'get_job', 'enqueue_many']));
-    for (const r of internal) expect({ name: r.name, executable: r.executable, public: r.public_executable }).toEqual({ name: r.name, executable: false, public: false });
+    expect(external.map((r) => r.name)).toEqual(
+      expect.arrayContaining(['claim_next', 'complete_many', 'get_job', 'enqueue_many']),
+    );
+    for (const r of internal)
+      expect({ name: r.name, executable: r.executable, public: r.public_executable }).toEqual({
+        name: r.name,
+        executable: false,
+        public: false,
+      });
     for (const r of external) {
-      expect({ name: r.name, executable: r.executable, public: r.public_executable, definer: r.definer, owner: r.owner, config: r.config })
-        .toEqual({ name: r.name, executable: true, public: false, definer: true, owner: me, config: ['search_path=pg_catalog, pg_temp'] });
+      expect({
+        name: r.name,
+        executable: r.executable,
+        public: r.public_executable,
+        definer: r.definer,
+        owner: r.owner,
+        config: r.config,
+      }).toEqual({
+        name: r.name,
+        executable: true,
+        public: false,
+        definer: true,
+        owner: me,
+        config: ['search_path=pg_catalog, pg_temp'],
+      });
     }
   });
 
   it('refuses to start, naming the fix, for a login outside keel_executor and for a database without the schema', async () => {
-    await owner.query(`do $$ begin create role keel_outsider_test login password 'outsider'; exception when duplicate_object then null; end $$`);
+    await owner.query(
+      `do $$ begin create role keel_outsider_test login password 'outsider'; exception when duplicate_object then null; end $$`,
+    );
     const outsider = new URL(ownerUrl);
     outsider.username = 'keel_outsider_test';
     outsider.password = 'outsider';
-    await expect(PostgresJobStore.connect(outsider.toString(), { poolSize: 1, migrate: false }))
-      .rejects.toThrow(/KEEL_PG_URL: login keel_outsider_test may not execute the keel functions; grant it the role: GRANT keel_executor TO keel_outsider_test/);
+    await expect(PostgresJobStore.connect(outsider.toString(), { poolSize: 1, migrate: false })).rejects.toThrow(
+      /KEEL_PG_URL: login keel_outsider_test may not execute the keel functions; grant it the role: GRANT keel_executor TO keel_outsider_test/,
+    );
     const empty = await createTestDatabase('privileges_empty');
-    await expect(PostgresJobStore.connect(appUrl(empty), { poolSize: 1, migrate: false }))
-      .rejects.toThrow(/KEEL_PG_URL: the keel schema is not installed in this database; run npm run migrate as its owner, or set KEEL_PG_MIGRATE_URL/);
+    await expect(PostgresJobStore.connect(appUrl(empty), { poolSize: 1, migrate: false })).rejects.toThrow(
+      /KEEL_PG_URL: the keel schema is not installed in this database; run npm run migrate as its owner, or set KEEL_PG_MIGRATE_URL/,
+    );
   });
 
   it('covers functions added by a later migration run without a grant of their own', async () => {

@@ -30,7 +30,11 @@ describe('postgres wake-ups', () => {
     await sleep(300);
     expect(woken).toEqual(['a']); // the delayed job notified no one; the due one woke a only
     await store.enqueue({ queue: 'wake-a', type: 't', idempotencyKey: 'wake-k' }); // a duplicate: nothing new is due
-    await store.enqueueMany([{ queue: 'wake-b', type: 't' }, { queue: 'wake-b', type: 't' }, { queue: 'wake-a', type: 't', runAt: new Date(Date.now() - 1000) }]);
+    await store.enqueueMany([
+      { queue: 'wake-b', type: 't' },
+      { queue: 'wake-b', type: 't' },
+      { queue: 'wake-a', type: 't', runAt: new Date(Date.now() - 1000) },
+    ]);
     await sleep(300);
     expect(woken.sort()).toEqual(['a', 'a', 'b']); // one notification per queue per enqueue call
     await offA();

@@ -7,7 +7,12 @@ const url = mssqlTestUrl();
 if (url) {
   describe('chaos: sqlserver', () => {
     defineChaosSuite(() => new SqlServerHarness(url), {
-      jobs: 5000, workers: 8, crashes: 6, connectionKills: 3, chaosMs: 8000, settleMs: 120_000,
+      jobs: 5000,
+      workers: 8,
+      crashes: 6,
+      connectionKills: 3,
+      chaosMs: 8000,
+      settleMs: 120_000,
     });
   }, 240_000);
 } else {

@@ -8,10 +8,19 @@ import path from 'node:path';
 import { defineJobStoreContract } from '../contract/jobStoreContract.js';
 import { SqlServerHarness, mssqlTestUrl, toUrl } from './sqlserver.harness.js';
 import { parseSqlServerConnection, SqlServerPool } from '../../shared/engines/sqlserver/pool.js';
-import { migrateSqlServer, readSqlServerMigrations, readSqlServerRepeatables, splitBatches } from '../../shared/engines/sqlserver/migrate.js';
+import {
+  migrateSqlServer,
+  readSqlServerMigrations,
+  readSqlServerRepeatables,
+  splitBatches,
+} from '../../shared/engines/sqlserver/migrate.js';
 import { SQLSERVER_SQL_DIR, SqlServerJobStore } from '../../shared/engines/sqlserver/jobStore.js';
 import {
-  backoffDelay, isOutcomeUnknown, isRolledBackSqlError, isTransientSqlError, withSqlRetry,
+  backoffDelay,
+  isOutcomeUnknown,
+  isRolledBackSqlError,
+  isTransientSqlError,
+  withSqlRetry,
 } from '../../shared/engines/sqlserver/retry.js';
 
 const url = mssqlTestUrl();
@@ -28,21 +37,40 @@ if (url) {
       try {
         await h.createStore({ poolSize: 1 }); // creates and migrates a fresh database
         const pools = Array.from({ length: 3 }, () =>
-          SqlServerPool.create({ ...parseSqlServerConnection(url), database: h.database }, { max: 1, applicationName: 'keel-migrate-test' }));
+          SqlServerPool.create(
+            { ...parseSqlServerConnection(url), database: h.database },
+            { max: 1, applicationName: 'keel-migrate-test' },
+          ),
+        );
         try {
-          const files = [...(await readSqlServerMigrations(SQLSERVER_SQL_DIR)), ...(await readSqlServerRepeatables(SQLSERVER_SQL_DIR))];
-          const again = await Promise.all(pools.map(async (p) => migrateSqlServer(await p.get(), { dir: SQLSERVER_SQL_DIR })));
+          const files = [
+            ...(await readSqlServerMigrations(SQLSERVER_SQL_DIR)),
+            ...(await readSqlServerRepeatables(SQLSERVER_SQL_DIR)),
+          ];
+          const again = await Promise.all(
+            pools.map(async (p) => migrateSqlServer(await p.get(), { dir: SQLSERVER_SQL_DIR })),
+          );
           for (const r of again) expect(r).toEqual({ applied: [], alreadyApplied: files.length });
 
           const dir = await mkdtemp(path.join(os.tmpdir(), 'keel-mssql-mig-'));
-          await writeFile(path.join(dir, 'V900__one.sql'), 'CREATE TABLE dbo.MigOne (Id int);\nGO\nINSERT dbo.MigOne VALUES (1);\n');
+          await writeFile(
+            path.join(dir, 'V900__one.sql'),
+            'CREATE TABLE dbo.MigOne (Id int);\nGO\nINSERT dbo.MigOne VALUES (1);\n',
+          );
           const first = await Promise.all(pools.map(async (p) => migrateSqlServer(await p.get(), { dir })));
           expect(first.reduce((n, r) => n + r.applied.length, 0)).toBe(1);
           await writeFile(path.join(dir, 'V900__one.sql'), 'CREATE TABLE dbo.MigOne (Id bigint);\n');
-          await expect(migrateSqlServer(await pools[0]!.get(), { dir })).rejects.toThrow(/V900__one\.sql changed after it was applied/);
-          await writeFile(path.join(dir, 'V900__one.sql'), 'CREATE TABLE dbo.MigOne (Id int);\nGO\nINSERT dbo.MigOne VALUES (1);\n');
+          await expect(migrateSqlServer(await pools[0]!.get(), { dir })).rejects.toThrow(
+            /V900__one\.sql changed after it was applied/,
+          );
+          await writeFile(
+            path.join(dir, 'V900__one.sql'),
+            'CREATE TABLE dbo.MigOne (Id int);\nGO\nINSERT dbo.MigOne VALUES (1);\n',
+          );
           await writeFile(path.join(dir, 'V901__bad.sql'), 'CREATE TABLE dbo.MigTwo (Id int);\nGO\nSELECT 1/0;\n');
-          await expect(migrateSqlServer(await pools[0]!.get(), { dir })).rejects.toThrow(/V901__bad\.sql failed in batch 2/);
+          await expect(migrateSqlServer(await pools[0]!.get(), { dir })).rejects.toThrow(
+            /V901__bad\.sql failed in batch 2/,
+          );
           const r = await (await pools[0]!.get()).request().query(`SELECT OBJECT_ID(N'dbo.MigTwo') AS t`);
           expect(r.recordset[0].t).toBeNull();
         } finally {
@@ -65,7 +93,13 @@ if (url) {
         try {
           const pool = await app.get();
           for (const proc of ['keel.DeadLetter', 'keel.ApplyCounters']) {
-            const err = await pool.request().execute(proc).then(() => null, (e: { number?: number; originalError?: { info?: { number?: number } } }) => e);
+            const err = await pool
+              .request()
+              .execute(proc)
+              .then(
+                () => null,
+                (e: { number?: number; originalError?: { info?: { number?: number } } }) => e,
+              );
             expect(err, proc).not.toBeNull();
             expect(err!.number ?? err!.originalError?.info?.number, proc).toBe(229); // EXECUTE permission denied
           }
@@ -84,10 +118,16 @@ if (url) {
       try {
         await (await master.get()).request().batch(`CREATE DATABASE [${db}]`); // SQL Server's default: RCSI OFF
         const target = { ...parseSqlServerConnection(url), database: db };
-        await expect(SqlServerJobStore.connect(toUrl(target), { poolSize: 1, migrate: true }))
-          .rejects.toThrow(/READ_COMMITTED_SNAPSHOT OFF[\s\S]*ALTER DATABASE \[keel_nrcsi_\w+\] SET READ_COMMITTED_SNAPSHOT ON/);
+        await expect(SqlServerJobStore.connect(toUrl(target), { poolSize: 1, migrate: true })).rejects.toThrow(
+          /READ_COMMITTED_SNAPSHOT OFF[\s\S]*ALTER DATABASE \[keel_nrcsi_\w+\] SET READ_COMMITTED_SNAPSHOT ON/,
+        );
       } finally {
-        await (await master.get()).request().batch(`ALTER DATABASE [${db}] SET SINGLE_USER WITH ROLLBACK IMMEDIATE; DROP DATABASE [${db}]`).catch(() => undefined);
+        await (
+          await master.get()
+        )
+          .request()
+          .batch(`ALTER DATABASE [${db}] SET SINGLE_USER WITH ROLLBACK IMMEDIATE; DROP DATABASE [${db}]`)
+          .catch(() => undefined);
         await master.close();
       }
     });
@@ -101,18 +141,38 @@ if (url) {
 describe('sqlserver engine (no server needed)', () => {
   it('parses mssql:// URLs and ADO connection strings, SQL login or Microsoft Entra ID', () => {
     expect(parseSqlServerConnection('mssql://sa:p%40ss@localhost:1433/keel')).toMatchObject({
-      server: 'localhost', port: 1433, database: 'keel', user: 'sa', password: 'p@ss', entra: false,
-      encrypt: true, trustServerCertificate: true,
+      server: 'localhost',
+      port: 1433,
+      database: 'keel',
+      user: 'sa',
+      password: 'p@ss',
+      entra: false,
+      encrypt: true,
+      trustServerCertificate: true,
     });
     expect(parseSqlServerConnection('mssql://db.example.net/keel?clientId=abc')).toMatchObject({
-      server: 'db.example.net', database: 'keel', entra: true, managedIdentityClientId: 'abc', trustServerCertificate: false,
+      server: 'db.example.net',
+      database: 'keel',
+      entra: true,
+      managedIdentityClientId: 'abc',
+      trustServerCertificate: false,
     });
-    expect(parseSqlServerConnection('Server=tcp:srv.database.windows.net,1433;Initial Catalog=keel;Authentication=Active Directory Default;Encrypt=True'))
-      .toMatchObject({ server: 'srv.database.windows.net', port: 1433, database: 'keel', entra: true, encrypt: true });
-    expect(parseSqlServerConnection('Server=localhost,14333;Database=keel;User Id=app;Password=pw'))
-      .toMatchObject({ server: 'localhost', port: 14333, user: 'app', password: 'pw', entra: false });
+    expect(
+      parseSqlServerConnection(
+        'Server=tcp:srv.database.windows.net,1433;Initial Catalog=keel;Authentication=Active Directory Default;Encrypt=True',
+      ),
+    ).toMatchObject({ server: 'srv.database.windows.net', port: 1433, database: 'keel', entra: true, encrypt: true });
+    expect(parseSqlServerConnection('Server=localhost,14333;Database=keel;User Id=app;Password=pw')).toMatchObject({
+      server: 'localhost',
+      port: 14333,
+      user: 'app',
+      password: 'pw',
+      entra: false,
+    });
     expect(() => parseSqlServerConnection('mssql://localhost:1433/')).toThrow(/database is missing/);
-    expect(() => parseSqlServerConnection('Server=x;Database=y;Authentication=Active Directory Password')).toThrow(/not supported/);
+    expect(() => parseSqlServerConnection('Server=x;Database=y;Authentication=Active Directory Password')).toThrow(
+      /not supported/,
+    );
   });
 
   it('splits scripts on GO lines only', () => {

@@ -10,7 +10,11 @@ import { SqlServerJobStore, migrateSqlServerJobs } from '../../shared/engines/sq
 import { parseSqlServerConnection, SqlServerPool, type SqlServerTarget } from '../../shared/engines/sqlserver/pool.js';
 
 const TABLE: Record<PillarTable, string> = { hot: 'keel.JobsHot', archive: 'keel.JobsArchive', dlq: 'keel.JobsDLQ' };
-const TRIGGER_TABLE: Record<'archive' | 'dlq' | 'hot', string> = { hot: 'JobsHot', archive: 'JobsArchive', dlq: 'JobsDLQ' };
+const TRIGGER_TABLE: Record<'archive' | 'dlq' | 'hot', string> = {
+  hot: 'JobsHot',
+  archive: 'JobsArchive',
+  dlq: 'JobsDLQ',
+};
 const FINISHED: Record<'archive' | 'dlq' | 'metrics', [string, string]> = {
   archive: ['keel.JobsArchive', 'FinishedAt'],
   dlq: ['keel.JobsDLQ', 'FailedAt'],
@@ -58,7 +62,9 @@ export class SqlServerHarness implements EngineHarness {
     this.database = `keel_contract_${suffix}`; // [a-z0-9_] only: safe to put in DDL
     await this.master(async (m) => {
       await m.request().batch(`CREATE DATABASE [${this.database}]`);
-      await m.request().batch(`ALTER DATABASE [${this.database}] SET READ_COMMITTED_SNAPSHOT ON WITH ROLLBACK IMMEDIATE`);
+      await m
+        .request()
+        .batch(`ALTER DATABASE [${this.database}] SET READ_COMMITTED_SNAPSHOT ON WITH ROLLBACK IMMEDIATE`);
     });
     this.admin = SqlServerPool.create(this.serverTarget(this.database), { max: 4, applicationName: 'keel-harness' });
     const admin = await this.admin.get();
@@ -69,16 +75,29 @@ export class SqlServerHarness implements EngineHarness {
     try {
       this.login = `keel_app_${suffix}`;
       const password = `Kx9!${randomBytes(12).toString('hex')}`; // hex only after the prefix: safe in a literal
-      await this.master((m) => m.request().batch(`CREATE LOGIN [${this.login}] WITH PASSWORD = N'${password}', CHECK_POLICY = OFF`));
-      await admin.request().batch(`CREATE USER [${this.login}] FOR LOGIN [${this.login}]; ALTER ROLE keel_executor ADD MEMBER [${this.login}];`);
+      await this.master((m) =>
+        m.request().batch(`CREATE LOGIN [${this.login}] WITH PASSWORD = N'${password}', CHECK_POLICY = OFF`),
+      );
+      await admin
+        .request()
+        .batch(
+          `CREATE USER [${this.login}] FOR LOGIN [${this.login}]; ALTER ROLE keel_executor ADD MEMBER [${this.login}];`,
+        );
       this.storeTarget = { ...base, user: this.login, password, entra: false };
     } catch (err) {
       // CI (the GitHub workflow) must test as keel_executor: a server that refuses the login fails the run there.
-      if (process.env.CI) throw new Error(`sqlserver harness: could not create the keel_executor login: ${(err as Error).message}`, { cause: err });
-      console.warn(`sqlserver harness: running the store as the admin login (could not create a keel_executor login: ${(err as Error).message})`);
+      if (process.env.CI)
+        throw new Error(`sqlserver harness: could not create the keel_executor login: ${(err as Error).message}`, {
+          cause: err,
+        });
+      console.warn(
+        `sqlserver harness: running the store as the admin login (could not create a keel_executor login: ${(err as Error).message})`,
+      );
       // The login may exist already (CREATE USER or ALTER ROLE failed after it): do not leave it on the server.
       const login = this.login;
-      await this.master((m) => m.request().batch(`IF SUSER_ID(N'${login}') IS NOT NULL DROP LOGIN [${login}]`)).catch(() => undefined);
+      await this.master((m) => m.request().batch(`IF SUSER_ID(N'${login}') IS NOT NULL DROP LOGIN [${login}]`)).catch(
+        () => undefined,
+      );
       this.login = '';
       this.storeTarget = base;
     }
@@ -96,15 +115,19 @@ export class SqlServerHarness implements EngineHarness {
 
   async createStore(opts: { poolSize?: number } = {}): Promise<SqlServerJobStore> {
     if (!this.admin) await this.setup();
-    const store = await SqlServerJobStore.connect(
-      toUrl(this.storeTarget!),
-      { poolSize: opts.poolSize ?? 10, migrate: false, applicationName: 'keel' },
-    );
+    const store = await SqlServerJobStore.connect(toUrl(this.storeTarget!), {
+      poolSize: opts.poolSize ?? 10,
+      migrate: false,
+      applicationName: 'keel',
+    });
     this.stores.push(store);
     return store;
   }
 
-  private async q<T extends Record<string, unknown>>(text: string, params: Record<string, [Parameters<sql.Request['input']>[1], unknown]> = {}): Promise<T[]> {
+  private async q<T extends Record<string, unknown>>(
+    text: string,
+    params: Record<string, [Parameters<sql.Request['input']>[1], unknown]> = {},
+  ): Promise<T[]> {
     const request = (await this.admin!.get()).request();
     for (const [name, [type, value]] of Object.entries(params)) request.input(name, type, value);
     return (await request.query<T>(text)).recordset ?? [];
@@ -128,8 +151,12 @@ export class SqlServerHarness implements EngineHarness {
     });
     const n = (v: unknown) => Number(v ?? 0);
     return {
-      succeeded: n(r?.Succeeded), failed: n(r?.Failed), retried: n(r?.Retried),
-      cancelled: n(r?.Cancelled), zombie: n(r?.Zombie), resurrected: n(r?.Resurrected),
+      succeeded: n(r?.Succeeded),
+      failed: n(r?.Failed),
+      retried: n(r?.Retried),
+      cancelled: n(r?.Cancelled),
+      zombie: n(r?.Zombie),
+      resurrected: n(r?.Resurrected),
     };
   }
 
@@ -137,7 +164,11 @@ export class SqlServerHarness implements EngineHarness {
     const [r] = await this.q<{ c: string | number; d: string | number }>(
       `SELECT ISNULL(SUM([Count]), 0) AS c, ISNULL(SUM(TotalDurationMs), 0) AS d FROM keel.MetricBuckets
        WHERE Queue = @Queue AND Outcome = @Outcome AND (@Reason IS NULL OR Reason = @Reason)`,
-      { Queue: [sql.NVarChar(128), queue], Outcome: [sql.VarChar(10), outcome], Reason: [sql.VarChar(16), reason ?? null] },
+      {
+        Queue: [sql.NVarChar(128), queue],
+        Outcome: [sql.VarChar(10), outcome],
+        Reason: [sql.VarChar(16), reason ?? null],
+      },
     );
     return { count: Number(r!.c), totalDurationMs: Number(r!.d) };
   }
@@ -210,6 +241,9 @@ export class SqlServerHarness implements EngineHarness {
 // An mssql:// URL for a target (credentials URL-encoded), so the store connects exactly as production code does.
 export function toUrl(t: SqlServerTarget): string {
   const auth = t.user ? `${encodeURIComponent(t.user)}:${encodeURIComponent(t.password ?? '')}@` : '';
-  const q = new URLSearchParams({ encrypt: String(t.encrypt), trustServerCertificate: String(t.trustServerCertificate) });
+  const q = new URLSearchParams({
+    encrypt: String(t.encrypt),
+    trustServerCertificate: String(t.trustServerCertificate),
+  });
   return `mssql://${auth}${t.server.includes(':') ? `[${t.server}]` : t.server}:${t.port}/${encodeURIComponent(t.database)}?${q}`;
 }

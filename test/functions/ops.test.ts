@@ -1,23 +1,37 @@
 // The ops HTTP function invoked directly with @azure/functions HttpRequest/InvocationContext, on a real database.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ops } from '../../functions/ops.js';
-import { context, createTestRuntime, jsonOf, OPERATOR, READER, request, snapshot, type TestRuntime } from './support.js';
+import {
+  context,
+  createTestRuntime,
+  jsonOf,
+  OPERATOR,
+  READER,
+  request,
+  snapshot,
+  type TestRuntime,
+} from './support.js';
 
 let t: TestRuntime;
 
 beforeAll(async () => {
   t = await createTestRuntime('fn_ops', {
-    register: (r) => r.register('test.block', async (_p, ctx) => {
-      // Runs until cancelled (bounded): lets the cancel route meet a running job.
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, 10_000);
-        ctx.signal.addEventListener('abort', () => {
-          clearTimeout(timer);
-          resolve();
-        }, { once: true });
-      });
-      if (ctx.signal.aborted) throw ctx.signal.reason;
-    }),
+    register: (r) =>
+      r.register('test.block', async (_p, ctx) => {
+        // Runs until cancelled (bounded): lets the cancel route meet a running job.
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, 10_000);
+          ctx.signal.addEventListener(
+            'abort',
+            () => {
+              clearTimeout(timer);
+              resolve();
+            },
+            { once: true },
+          );
+        });
+        if (ctx.signal.aborted) throw ctx.signal.reason;
+      }),
   });
 });
 
@@ -56,7 +70,14 @@ describe('ops: reads', () => {
     expect(r.status).toBe(200);
     expect(r.body.openapi).toBe('3.1.0');
     const paths = Object.keys(r.body.paths);
-    for (const p of ['/api/ops/health', '/api/ops/jobs', '/api/ops/jobs/{id}', '/api/ops/dlq/resurrect', '/api/ops/purge', '/api/ops/transfers/batches/{id}']) {
+    for (const p of [
+      '/api/ops/health',
+      '/api/ops/jobs',
+      '/api/ops/jobs/{id}',
+      '/api/ops/dlq/resurrect',
+      '/api/ops/purge',
+      '/api/ops/transfers/batches/{id}',
+    ]) {
       expect(paths).toContain(p);
     }
     const enqueueOp = r.body.paths['/api/ops/jobs'].post;
@@ -75,7 +96,14 @@ describe('ops: jobs', () => {
     expect(t.queues.take('keel-jobs')).toEqual([{ jobId: job.id }]);
     const got = await call('GET', `jobs/${job.id}`);
     expect(got.status).toBe(200);
-    expect(got.body).toMatchObject({ id: job.id, location: 'hot', state: 'pending', queue: 'ops-a', type: 'demo.echo', tags: ['t1'] });
+    expect(got.body).toMatchObject({
+      id: job.id,
+      location: 'hot',
+      state: 'pending',
+      queue: 'ops-a',
+      type: 'demo.echo',
+      tags: ['t1'],
+    });
   });
 
   it('keeps the job durable when posting the message fails, and reports posted=false', async () => {
@@ -91,7 +119,12 @@ describe('ops: jobs', () => {
 
   it('enqueues batches, honours idempotency keys and delays', async () => {
     const r = await call('POST', 'jobs', {
-      body: { jobs: [{ queue: 'ops-c', type: 'demo.echo', idempotencyKey: 'k-1' }, { queue: 'ops-c', type: 'demo.echo', delayMs: 30_000 }] },
+      body: {
+        jobs: [
+          { queue: 'ops-c', type: 'demo.echo', idempotencyKey: 'k-1' },
+          { queue: 'ops-c', type: 'demo.echo', delayMs: 30_000 },
+        ],
+      },
     });
     expect(r.status).toBe(201);
     expect(r.body.jobs).toHaveLength(2);
@@ -104,7 +137,17 @@ describe('ops: jobs', () => {
 
   it('searches hot/archive/DLQ by queue, type, tag and text with keyset paging', async () => {
     const ids: string[] = [];
-    for (let i = 0; i < 5; i++) ids.push((await enqueue({ queue: 'ops-search', type: 'demo.echo', payload: { n: `needle-${i}` }, tags: [i % 2 ? 'odd' : 'even'] })).id);
+    for (let i = 0; i < 5; i++)
+      ids.push(
+        (
+          await enqueue({
+            queue: 'ops-search',
+            type: 'demo.echo',
+            payload: { n: `needle-${i}` },
+            tags: [i % 2 ? 'odd' : 'even'],
+          })
+        ).id,
+      );
     const page1 = await call('GET', 'jobs?location=hot&queue=ops-search&limit=2');
     expect(page1.status).toBe(200);
     expect(page1.body.items.map((j: { id: string }) => j.id)).toEqual([ids[4], ids[3]]);
@@ -114,7 +157,10 @@ describe('ops: jobs', () => {
     expect(odd.body.items).toHaveLength(2);
     const text = await call('GET', 'jobs?queue=ops-search&text=needle-3');
     expect(text.body.items.map((j: { id: string }) => j.id)).toEqual([ids[3]]);
-    const range = await call('GET', `jobs?queue=ops-search&from=${encodeURIComponent(new Date(Date.now() - 60_000).toISOString())}&to=${encodeURIComponent(new Date(Date.now() + 60_000).toISOString())}`);
+    const range = await call(
+      'GET',
+      `jobs?queue=ops-search&from=${encodeURIComponent(new Date(Date.now() - 60_000).toISOString())}&to=${encodeURIComponent(new Date(Date.now() + 60_000).toISOString())}`,
+    );
     expect(range.body.items).toHaveLength(5);
     t.queues.clear();
   });
@@ -123,7 +169,10 @@ describe('ops: jobs', () => {
     const job = await enqueue({ queue: 'ops-cancel', type: 'demo.echo' });
     const denied = await call('POST', `jobs/${job.id}/cancel`, { body: {} });
     expect(denied.status).toBe(403);
-    const reader = await call('POST', `jobs/${job.id}/cancel`, { body: {}, headers: { 'x-ms-client-principal': READER } });
+    const reader = await call('POST', `jobs/${job.id}/cancel`, {
+      body: {},
+      headers: { 'x-ms-client-principal': READER },
+    });
     expect(reader.status).toBe(403);
     expect((await call('GET', `jobs/${job.id}`)).body.location).toBe('hot');
     const ok = await call('POST', `jobs/${job.id}/cancel`, { body: {}, operator: true });
@@ -139,7 +188,8 @@ describe('ops: jobs', () => {
     const job = await enqueue({ queue: 'ops-cancel-run', type: 'test.block' });
     const run = t.rt.processor.processById(job.id);
     const until = Date.now() + 5000;
-    while ((await call('GET', `jobs/${job.id}`)).body.state !== 'processing' && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+    while ((await call('GET', `jobs/${job.id}`)).body.state !== 'processing' && Date.now() < until)
+      await new Promise((r) => setTimeout(r, 20));
     const r = await call('POST', `jobs/${job.id}/cancel`, { operator: true });
     // The handler runs in this process: it is stopped at once, and the answer says how the job ends.
     expect(r.body).toMatchObject({ result: 'cancel_requested', outcome: 'dlq_cancelled', stoppedNow: true });
@@ -152,7 +202,9 @@ describe('ops: jobs', () => {
     expect(await t.rt.processor.processById(job.id)).toBe('dead_lettered');
     t.queues.clear();
     expect((await call('POST', `dlq/${job.id}/resurrect`, {})).status).toBe(403);
-    expect((await call('POST', `dlq/${job.id}/resurrect`, { headers: { 'x-ms-client-principal': READER } })).status).toBe(403);
+    expect(
+      (await call('POST', `dlq/${job.id}/resurrect`, { headers: { 'x-ms-client-principal': READER } })).status,
+    ).toBe(403);
     expect((await call('GET', `jobs/${job.id}`)).body.location).toBe('dlq');
     const r = await call('POST', `dlq/${job.id}/resurrect`, { operator: true });
     expect(r).toMatchObject({ status: 200, body: { id: job.id, resurrected: true, posted: true } });
@@ -174,7 +226,10 @@ describe('ops: jobs', () => {
   it('queue names up to the 128-character limit work on every queue route; pausing a queue before any job exists works', async () => {
     const long = `q${'x'.repeat(127)}`;
     await enqueue({ queue: long, type: 'demo.echo' });
-    expect((await call('POST', `queues/${long}/pause`, { operator: true })).body).toMatchObject({ name: long, paused: true });
+    expect((await call('POST', `queues/${long}/pause`, { operator: true })).body).toMatchObject({
+      name: long,
+      paused: true,
+    });
     expect((await call('GET', `queues/${long}`)).body).toMatchObject({ name: long, paused: true });
     const tooLong = await call('GET', `queues/${long}y`);
     expect(tooLong).toMatchObject({ status: 400, body: { error: 'invalid_request', field: 'name', in: 'path' } });
@@ -192,7 +247,12 @@ describe('ops: jobs', () => {
     const getJob = doc.paths['/api/ops/jobs/{id}'].get.responses['200'].content['application/json'].schema;
     expect(getJob.properties).toHaveProperty('location');
     expect(doc.paths['/api/ops/jobs'].post.responses['201'].content['application/json'].schema).not.toEqual({});
-    for (const [p, ops] of Object.entries(doc.paths as Record<string, Record<string, { responses: Record<string, { content: Record<string, { schema: object }> }> }>>)) {
+    for (const [p, ops] of Object.entries(
+      doc.paths as Record<
+        string,
+        Record<string, { responses: Record<string, { content: Record<string, { schema: object }> }> }>
+      >,
+    )) {
       for (const [m, op] of Object.entries(ops)) {
         for (const [code, res] of Object.entries(op.responses)) {
           expect(Object.keys(res.content['application/json']!.schema), `${m} ${p} ${code}`).not.toHaveLength(0);
@@ -213,12 +273,18 @@ describe('ops: jobs', () => {
       ids.push(j.id);
     }
     const before = await snapshot(t.pool);
-    const preview = await call('POST', 'dlq/resurrect', { body: { queue: 'ops-resf', reason: 'fatal', limit: 2 }, operator: true });
+    const preview = await call('POST', 'dlq/resurrect', {
+      body: { queue: 'ops-resf', reason: 'fatal', limit: 2 },
+      operator: true,
+    });
     expect(preview.status).toBe(200);
     expect(preview.body).toMatchObject({ dryRun: true, count: 2 });
     expect(await snapshot(t.pool)).toEqual(before);
     t.queues.clear();
-    const real = await call('POST', 'dlq/resurrect', { body: { queue: 'ops-resf', reason: 'fatal', limit: 2, dryRun: false }, operator: true });
+    const real = await call('POST', 'dlq/resurrect', {
+      body: { queue: 'ops-resf', reason: 'fatal', limit: 2, dryRun: false },
+      operator: true,
+    });
     expect(real.body).toMatchObject({ dryRun: false, count: 2, posted: 2 });
     expect(real.body.ids.sort()).toEqual(preview.body.ids.sort());
     expect(t.queues.take('keel-jobs')).toHaveLength(2);
@@ -244,14 +310,23 @@ describe('ops: jobs', () => {
     expect(list.body.items.map((q: { name: string }) => q.name)).toContain('ops-q');
     expect((await call('POST', 'queues/ops-q/pause', {})).status).toBe(403);
     expect((await call('POST', 'queues/ops-q/pause', { operator: true })).body.paused).toBe(true);
-    expect((await call('GET', 'queues/ops-q')).body).toMatchObject({ name: 'ops-q', paused: true, stats: { queue: 'ops-q' } });
+    expect((await call('GET', 'queues/ops-q')).body).toMatchObject({
+      name: 'ops-q',
+      paused: true,
+      stats: { queue: 'ops-q' },
+    });
     expect((await call('POST', 'queues/ops-q/resume', { operator: true })).body.paused).toBe(false);
-    const patched = await call('PATCH', 'queues/ops-q', { body: { maxConcurrency: 3, zombieTimeoutSeconds: 120 }, operator: true });
+    const patched = await call('PATCH', 'queues/ops-q', {
+      body: { maxConcurrency: 3, zombieTimeoutSeconds: 120 },
+      operator: true,
+    });
     expect(patched.body).toMatchObject({ maxConcurrency: 3, zombieTimeoutSeconds: 120 });
     // Settings may be given before a queue's first job: the queue is created with them.
     const created = await call('PATCH', 'queues/ops-q-new', { body: { maxAttempts: 2 }, operator: true });
     expect(created).toMatchObject({ status: 200, body: { name: 'ops-q-new', maxAttempts: 2, created: true } });
-    expect((await call('PATCH', 'queues/ops-q-new', { body: { maxAttempts: 3 }, operator: true })).body.created).toBe(false);
+    expect((await call('PATCH', 'queues/ops-q-new', { body: { maxAttempts: 3 }, operator: true })).body.created).toBe(
+      false,
+    );
   });
 
   it('stats and metrics reflect processed jobs', async () => {
@@ -267,65 +342,427 @@ describe('ops: jobs', () => {
 
 describe('ops: bad input changes nothing', () => {
   const big = 'x'.repeat(300 * 1024);
-  const cases: { name: string; method: string; path: string; opts?: Parameters<typeof request>[2]; status: number; error: string; field?: string }[] = [
-    { name: 'malformed JSON', method: 'POST', path: 'jobs', opts: { raw: '{"queue": "a", ' }, status: 400, error: 'invalid_json', field: 'body' },
-    { name: 'JSON that is not an object', method: 'POST', path: 'jobs', opts: { raw: '[1,2]' }, status: 400, error: 'invalid_request' },
-    { name: 'wrong type: priority', method: 'POST', path: 'jobs', opts: { body: { queue: 'bad', type: 'demo.echo', priority: 'high' } }, status: 400, error: 'invalid_request', field: 'priority' },
-    { name: 'wrong type in a batch', method: 'POST', path: 'jobs', opts: { body: { jobs: [{ queue: 'bad', type: 'demo.echo' }, { queue: 'bad', type: 'demo.echo', tags: 'x' }] } }, status: 400, error: 'invalid_request', field: 'jobs[1].tags' },
-    { name: 'missing field', method: 'POST', path: 'jobs', opts: { body: { queue: 'bad' } }, status: 400, error: 'invalid_request', field: 'type' },
-    { name: 'unknown field', method: 'POST', path: 'jobs', opts: { body: { queue: 'bad', type: 'demo.echo', colour: 'red' } }, status: 400, error: 'invalid_request', field: 'colour' },
-    { name: 'delayMs and runAt together', method: 'POST', path: 'jobs', opts: { body: { queue: 'bad', type: 'demo.echo', delayMs: 1, runAt: new Date().toISOString() } }, status: 400, error: 'invalid_request', field: 'runAt' },
-    { name: 'unregistered job type', method: 'POST', path: 'jobs', opts: { body: { queue: 'bad', type: 'no.such.type' } }, status: 400, error: 'invalid_request', field: 'type' },
-    { name: 'bad queue name', method: 'POST', path: 'jobs', opts: { body: { queue: 'has space', type: 'demo.echo' } }, status: 400, error: 'invalid_request', field: 'queue' },
-    { name: 'oversized body (declared)', method: 'POST', path: 'jobs', opts: { body: { queue: 'bad', type: 'demo.echo', payload: big } }, status: 413, error: 'payload_too_large' },
+  const cases: {
+    name: string;
+    method: string;
+    path: string;
+    opts?: Parameters<typeof request>[2];
+    status: number;
+    error: string;
+    field?: string;
+  }[] = [
     {
-      name: 'oversized body (undeclared length)', method: 'POST', path: 'jobs',
-      opts: { raw: JSON.stringify({ queue: 'bad', type: 'demo.echo', payload: big }), headers: { 'content-length': '10' } }, status: 413, error: 'payload_too_large',
+      name: 'malformed JSON',
+      method: 'POST',
+      path: 'jobs',
+      opts: { raw: '{"queue": "a", ' },
+      status: 400,
+      error: 'invalid_json',
+      field: 'body',
     },
-    { name: 'query: limit not a number', method: 'GET', path: 'jobs?limit=lots', status: 400, error: 'invalid_request', field: 'limit' },
-    { name: 'query: limit out of range', method: 'GET', path: 'jobs?limit=100000', status: 400, error: 'invalid_request', field: 'limit' },
-    { name: 'query: unknown location', method: 'GET', path: 'jobs?location=attic', status: 400, error: 'invalid_request', field: 'location' },
-    { name: 'query: bad date', method: 'GET', path: 'jobs?from=yesterday', status: 400, error: 'invalid_request', field: 'from' },
-    { name: 'query: unknown parameter', method: 'GET', path: 'jobs?colour=red', status: 400, error: 'invalid_request', field: 'colour' },
-    { name: 'query: repeated parameter', method: 'GET', path: 'jobs?queue=a&queue=b', status: 400, error: 'invalid_request', field: 'queue' },
-    { name: 'path: job id not a number', method: 'GET', path: 'jobs/abc', status: 400, error: 'invalid_request', field: 'id' },
+    {
+      name: 'JSON that is not an object',
+      method: 'POST',
+      path: 'jobs',
+      opts: { raw: '[1,2]' },
+      status: 400,
+      error: 'invalid_request',
+    },
+    {
+      name: 'wrong type: priority',
+      method: 'POST',
+      path: 'jobs',
+      opts: { body: { queue: 'bad', type: 'demo.echo', priority: 'high' } },
+      status: 400,
+      error: 'invalid_request',
+      field: 'priority',
+    },
+    {
+      name: 'wrong type in a batch',
+      method: 'POST',
+      path: 'jobs',
+      opts: {
+        body: {
+          jobs: [
+            { queue: 'bad', type: 'demo.echo' },
+            { queue: 'bad', type: 'demo.echo', tags: 'x' },
+          ],
+        },
+      },
+      status: 400,
+      error: 'invalid_request',
+      field: 'jobs[1].tags',
+    },
+    {
+      name: 'missing field',
+      method: 'POST',
+      path: 'jobs',
+      opts: { body: { queue: 'bad' } },
+      status: 400,
+      error: 'invalid_request',
+      field: 'type',
+    },
+    {
+      name: 'unknown field',
+      method: 'POST',
+      path: 'jobs',
+      opts: { body: { queue: 'bad', type: 'demo.echo', colour: 'red' } },
+      status: 400,
+      error: 'invalid_request',
+      field: 'colour',
+    },
+    {
+      name: 'delayMs and runAt together',
+      method: 'POST',
+      path: 'jobs',
+      opts: { body: { queue: 'bad', type: 'demo.echo', delayMs: 1, runAt: new Date().toISOString() } },
+      status: 400,
+      error: 'invalid_request',
+      field: 'runAt',
+    },
+    {
+      name: 'unregistered job type',
+      method: 'POST',
+      path: 'jobs',
+      opts: { body: { queue: 'bad', type: 'no.such.type' } },
+      status: 400,
+      error: 'invalid_request',
+      field: 'type',
+    },
+    {
+      name: 'bad queue name',
+      method: 'POST',
+      path: 'jobs',
+      opts: { body: { queue: 'has space', type: 'demo.echo' } },
+      status: 400,
+      error: 'invalid_request',
+      field: 'queue',
+    },
+    {
+      name: 'oversized body (declared)',
+      method: 'POST',
+      path: 'jobs',
+      opts: { body: { queue: 'bad', type: 'demo.echo', payload: big } },
+      status: 413,
+      error: 'payload_too_large',
+    },
+    {
+      name: 'oversized body (undeclared length)',
+      method: 'POST',
+      path: 'jobs',
+      opts: {
+        raw: JSON.stringify({ queue: 'bad', type: 'demo.echo', payload: big }),
+        headers: { 'content-length': '10' },
+      },
+      status: 413,
+      error: 'payload_too_large',
+    },
+    {
+      name: 'query: limit not a number',
+      method: 'GET',
+      path: 'jobs?limit=lots',
+      status: 400,
+      error: 'invalid_request',
+      field: 'limit',
+    },
+    {
+      name: 'query: limit out of range',
+      method: 'GET',
+      path: 'jobs?limit=100000',
+      status: 400,
+      error: 'invalid_request',
+      field: 'limit',
+    },
+    {
+      name: 'query: unknown location',
+      method: 'GET',
+      path: 'jobs?location=attic',
+      status: 400,
+      error: 'invalid_request',
+      field: 'location',
+    },
+    {
+      name: 'query: bad date',
+      method: 'GET',
+      path: 'jobs?from=yesterday',
+      status: 400,
+      error: 'invalid_request',
+      field: 'from',
+    },
+    {
+      name: 'query: unknown parameter',
+      method: 'GET',
+      path: 'jobs?colour=red',
+      status: 400,
+      error: 'invalid_request',
+      field: 'colour',
+    },
+    {
+      name: 'query: repeated parameter',
+      method: 'GET',
+      path: 'jobs?queue=a&queue=b',
+      status: 400,
+      error: 'invalid_request',
+      field: 'queue',
+    },
+    {
+      name: 'path: job id not a number',
+      method: 'GET',
+      path: 'jobs/abc',
+      status: 400,
+      error: 'invalid_request',
+      field: 'id',
+    },
     { name: 'unknown route', method: 'GET', path: 'nothing/here', status: 404, error: 'not_found' },
     { name: 'wrong method', method: 'DELETE', path: 'jobs', status: 405, error: 'method_not_allowed' },
-    { name: 'purge without the operator role', method: 'POST', path: 'purge', opts: { body: { target: 'archive', olderThan: new Date().toISOString(), dryRun: false } }, status: 403, error: 'forbidden' },
     {
-      name: 'purge with another role', method: 'POST', path: 'purge',
-      opts: { body: { target: 'dlq', olderThan: new Date().toISOString(), dryRun: false }, headers: { 'x-ms-client-principal': READER } }, status: 403, error: 'forbidden',
+      name: 'purge without the operator role',
+      method: 'POST',
+      path: 'purge',
+      opts: { body: { target: 'archive', olderThan: new Date().toISOString(), dryRun: false } },
+      status: 403,
+      error: 'forbidden',
     },
     {
-      name: 'purge with a garbled principal', method: 'POST', path: 'purge',
-      opts: { body: { target: 'dlq', olderThan: new Date().toISOString(), dryRun: false }, headers: { 'x-ms-client-principal': '%%%not-base64-json' } }, status: 401, error: 'unauthorized',
+      name: 'purge with another role',
+      method: 'POST',
+      path: 'purge',
+      opts: {
+        body: { target: 'dlq', olderThan: new Date().toISOString(), dryRun: false },
+        headers: { 'x-ms-client-principal': READER },
+      },
+      status: 403,
+      error: 'forbidden',
     },
-    { name: 'resurrect by filter without the role', method: 'POST', path: 'dlq/resurrect', opts: { body: { limit: 10, dryRun: false } }, status: 403, error: 'forbidden' },
-    { name: 'resurrect by filter without a limit', method: 'POST', path: 'dlq/resurrect', opts: { body: { dryRun: false }, operator: true }, status: 400, error: 'invalid_request', field: 'limit' },
-    { name: 'queue change without the role', method: 'PATCH', path: 'queues/ops-q', opts: { body: { maxAttempts: 1 } }, status: 403, error: 'forbidden' },
-    { name: 'queue change: wrong type', method: 'PATCH', path: 'queues/ops-q', opts: { body: { maxAttempts: 'one' }, operator: true }, status: 400, error: 'invalid_request', field: 'maxAttempts' },
-    { name: 'queue change: empty patch', method: 'PATCH', path: 'queues/ops-q', opts: { body: {}, operator: true }, status: 400, error: 'invalid_request' },
+    {
+      name: 'purge with a garbled principal',
+      method: 'POST',
+      path: 'purge',
+      opts: {
+        body: { target: 'dlq', olderThan: new Date().toISOString(), dryRun: false },
+        headers: { 'x-ms-client-principal': '%%%not-base64-json' },
+      },
+      status: 401,
+      error: 'unauthorized',
+    },
+    {
+      name: 'resurrect by filter without the role',
+      method: 'POST',
+      path: 'dlq/resurrect',
+      opts: { body: { limit: 10, dryRun: false } },
+      status: 403,
+      error: 'forbidden',
+    },
+    {
+      name: 'resurrect by filter without a limit',
+      method: 'POST',
+      path: 'dlq/resurrect',
+      opts: { body: { dryRun: false }, operator: true },
+      status: 400,
+      error: 'invalid_request',
+      field: 'limit',
+    },
+    {
+      name: 'queue change without the role',
+      method: 'PATCH',
+      path: 'queues/ops-q',
+      opts: { body: { maxAttempts: 1 } },
+      status: 403,
+      error: 'forbidden',
+    },
+    {
+      name: 'queue change: wrong type',
+      method: 'PATCH',
+      path: 'queues/ops-q',
+      opts: { body: { maxAttempts: 'one' }, operator: true },
+      status: 400,
+      error: 'invalid_request',
+      field: 'maxAttempts',
+    },
+    {
+      name: 'queue change: empty patch',
+      method: 'PATCH',
+      path: 'queues/ops-q',
+      opts: { body: {}, operator: true },
+      status: 400,
+      error: 'invalid_request',
+    },
     { name: 'cancel without the role', method: 'POST', path: 'jobs/1/cancel', status: 403, error: 'forbidden' },
-    { name: 'NUL in payload', method: 'POST', path: 'jobs', opts: { raw: '{"queue":"bad","type":"demo.echo","payload":{"a":["x\\u0000y"]}}' }, status: 400, error: 'invalid_request', field: 'payload.a[0]' },
-    { name: 'NUL in a payload key', method: 'POST', path: 'jobs', opts: { raw: '{"queue":"bad","type":"demo.echo","payload":{"k\\u0000":1}}' }, status: 400, error: 'invalid_request', field: 'payload.k\u0000' },
-    { name: 'lone surrogate in payload', method: 'POST', path: 'jobs', opts: { raw: '{"queue":"bad","type":"demo.echo","payload":"\\ud800"}' }, status: 400, error: 'invalid_request', field: 'payload' },
-    { name: 'lone surrogate in a batch payload', method: 'POST', path: 'jobs', opts: { raw: '{"jobs":[{"queue":"bad","type":"demo.echo","payload":{"m":"\\udc00x"}}]}' }, status: 400, error: 'invalid_request', field: 'jobs[0].payload.m' },
-    { name: 'NUL in tags', method: 'POST', path: 'jobs', opts: { raw: '{"queue":"bad","type":"demo.echo","tags":["ok","a\\u0000"]}' }, status: 400, error: 'invalid_request', field: 'tags[1]' },
-    { name: 'NUL in idempotencyKey', method: 'POST', path: 'jobs', opts: { raw: '{"queue":"bad","type":"demo.echo","idempotencyKey":"k\\u0000"}' }, status: 400, error: 'invalid_request', field: 'idempotencyKey' },
-    { name: 'lone surrogate in idempotencyKey', method: 'POST', path: 'jobs', opts: { raw: '{"queue":"bad","type":"demo.echo","idempotencyKey":"\\ud83d"}' }, status: 400, error: 'invalid_request', field: 'idempotencyKey' },
-    { name: 'query: NUL in text search', method: 'GET', path: 'jobs?text=a%00b', status: 400, error: 'invalid_request', field: 'text' },
-    { name: 'query: NUL in tag search', method: 'GET', path: 'jobs?tag=%00', status: 400, error: 'invalid_request', field: 'tag' },
-    { name: 'number out of range (1e400)', method: 'POST', path: 'jobs', opts: { raw: '{"queue":"bad","type":"demo.echo","priority":1e400}' }, status: 400, error: 'invalid_request', field: 'priority' },
-    { name: 'path: job id above 2^63-1 (read)', method: 'GET', path: 'jobs/9223372036854775808', status: 400, error: 'invalid_request', field: 'id' },
-    { name: 'path: job id above 2^63-1 (cancel)', method: 'POST', path: 'jobs/9999999999999999999/cancel', opts: { operator: true }, status: 400, error: 'invalid_request', field: 'id' },
-    { name: 'path: job id above 2^63-1 (resurrect)', method: 'POST', path: 'dlq/9223372036854775808/resurrect', opts: { operator: true }, status: 400, error: 'invalid_request', field: 'id' },
-    { name: 'query: afterId above 2^63-1', method: 'GET', path: 'jobs?afterId=9223372036854775808', status: 400, error: 'invalid_request', field: 'afterId' },
-    { name: 'path: queue name over 128 characters', method: 'POST', path: `queues/${'q'.repeat(129)}/pause`, opts: { operator: true }, status: 400, error: 'invalid_request', field: 'name' },
-    { name: 'body sent as a form', method: 'POST', path: 'jobs', opts: { raw: 'queue=a&type=demo.echo', headers: { 'content-type': 'application/x-www-form-urlencoded' } }, status: 415, error: 'unsupported_media_type', field: 'content-type' },
-    { name: 'JSON body sent as text/plain', method: 'POST', path: 'jobs', opts: { raw: '{"queue":"bad","type":"demo.echo"}', headers: { 'content-type': 'text/plain' } }, status: 415, error: 'unsupported_media_type' },
-    { name: 'body without a Content-Type', method: 'POST', path: 'jobs', opts: { raw: '{"queue":"bad","type":"demo.echo"}', headers: { 'content-type': '' } }, status: 415, error: 'unsupported_media_type' },
-    { name: 'resurrect by id without the role', method: 'POST', path: 'dlq/1/resurrect', status: 403, error: 'forbidden' },
-    { name: 'purge into the future', method: 'POST', path: 'purge', opts: { body: { target: 'dlq', olderThan: new Date(Date.now() + 3_600_000).toISOString(), dryRun: false }, operator: true }, status: 400, error: 'invalid_request', field: 'olderThan' },
+    {
+      name: 'NUL in payload',
+      method: 'POST',
+      path: 'jobs',
+      opts: { raw: '{"queue":"bad","type":"demo.echo","payload":{"a":["x\\u0000y"]}}' },
+      status: 400,
+      error: 'invalid_request',
+      field: 'payload.a[0]',
+    },
+    {
+      name: 'NUL in a payload key',
+      method: 'POST',
+      path: 'jobs',
+      opts: { raw: '{"queue":"bad","type":"demo.echo","payload":{"k\\u0000":1}}' },
+      status: 400,
+      error: 'invalid_request',
+      field: 'payload.k\u0000',
+    },
+    {
+      name: 'lone surrogate in payload',
+      method: 'POST',
+      path: 'jobs',
+      opts: { raw: '{"queue":"bad","type":"demo.echo","payload":"\\ud800"}' },
+      status: 400,
+      error: 'invalid_request',
+      field: 'payload',
+    },
+    {
+      name: 'lone surrogate in a batch payload',
+      method: 'POST',
+      path: 'jobs',
+      opts: { raw: '{"jobs":[{"queue":"bad","type":"demo.echo","payload":{"m":"\\udc00x"}}]}' },
+      status: 400,
+      error: 'invalid_request',
+      field: 'jobs[0].payload.m',
+    },
+    {
+      name: 'NUL in tags',
+      method: 'POST',
+      path: 'jobs',
+      opts: { raw: '{"queue":"bad","type":"demo.echo","tags":["ok","a\\u0000"]}' },
+      status: 400,
+      error: 'invalid_request',
+      field: 'tags[1]',
+    },
+    {
+      name: 'NUL in idempotencyKey',
+      method: 'POST',
+      path: 'jobs',
+      opts: { raw: '{"queue":"bad","type":"demo.echo","idempotencyKey":"k\\u0000"}' },
+      status: 400,
+      error: 'invalid_request',
+      field: 'idempotencyKey',
+    },
+    {
+      name: 'lone surrogate in idempotencyKey',
+      method: 'POST',
+      path: 'jobs',
+      opts: { raw: '{"queue":"bad","type":"demo.echo","idempotencyKey":"\\ud83d"}' },
+      status: 400,
+      error: 'invalid_request',
+      field: 'idempotencyKey',
+    },
+    {
+      name: 'query: NUL in text search',
+      method: 'GET',
+      path: 'jobs?text=a%00b',
+      status: 400,
+      error: 'invalid_request',
+      field: 'text',
+    },
+    {
+      name: 'query: NUL in tag search',
+      method: 'GET',
+      path: 'jobs?tag=%00',
+      status: 400,
+      error: 'invalid_request',
+      field: 'tag',
+    },
+    {
+      name: 'number out of range (1e400)',
+      method: 'POST',
+      path: 'jobs',
+      opts: { raw: '{"queue":"bad","type":"demo.echo","priority":1e400}' },
+      status: 400,
+      error: 'invalid_request',
+      field: 'priority',
+    },
+    {
+      name: 'path: job id above 2^63-1 (read)',
+      method: 'GET',
+      path: 'jobs/9223372036854775808',
+      status: 400,
+      error: 'invalid_request',
+      field: 'id',
+    },
+    {
+      name: 'path: job id above 2^63-1 (cancel)',
+      method: 'POST',
+      path: 'jobs/9999999999999999999/cancel',
+      opts: { operator: true },
+      status: 400,
+      error: 'invalid_request',
+      field: 'id',
+    },
+    {
+      name: 'path: job id above 2^63-1 (resurrect)',
+      method: 'POST',
+      path: 'dlq/9223372036854775808/resurrect',
+      opts: { operator: true },
+      status: 400,
+      error: 'invalid_request',
+      field: 'id',
+    },
+    {
+      name: 'query: afterId above 2^63-1',
+      method: 'GET',
+      path: 'jobs?afterId=9223372036854775808',
+      status: 400,
+      error: 'invalid_request',
+      field: 'afterId',
+    },
+    {
+      name: 'path: queue name over 128 characters',
+      method: 'POST',
+      path: `queues/${'q'.repeat(129)}/pause`,
+      opts: { operator: true },
+      status: 400,
+      error: 'invalid_request',
+      field: 'name',
+    },
+    {
+      name: 'body sent as a form',
+      method: 'POST',
+      path: 'jobs',
+      opts: { raw: 'queue=a&type=demo.echo', headers: { 'content-type': 'application/x-www-form-urlencoded' } },
+      status: 415,
+      error: 'unsupported_media_type',
+      field: 'content-type',
+    },
+    {
+      name: 'JSON body sent as text/plain',
+      method: 'POST',
+      path: 'jobs',
+      opts: { raw: '{"queue":"bad","type":"demo.echo"}', headers: { 'content-type': 'text/plain' } },
+      status: 415,
+      error: 'unsupported_media_type',
+    },
+    {
+      name: 'body without a Content-Type',
+      method: 'POST',
+      path: 'jobs',
+      opts: { raw: '{"queue":"bad","type":"demo.echo"}', headers: { 'content-type': '' } },
+      status: 415,
+      error: 'unsupported_media_type',
+    },
+    {
+      name: 'resurrect by id without the role',
+      method: 'POST',
+      path: 'dlq/1/resurrect',
+      status: 403,
+      error: 'forbidden',
+    },
+    {
+      name: 'purge into the future',
+      method: 'POST',
+      path: 'purge',
+      opts: {
+        body: { target: 'dlq', olderThan: new Date(Date.now() + 3_600_000).toISOString(), dryRun: false },
+        operator: true,
+      },
+      status: 400,
+      error: 'invalid_request',
+      field: 'olderThan',
+    },
   ];
 
   it.each(cases)('$name -> $status', async (c) => {
@@ -343,10 +780,19 @@ describe('ops: bad input changes nothing', () => {
   it('an empty body needs no Content-Type; JSON with a charset or a +json type is accepted', async () => {
     const q = 'ops-ctype';
     await enqueue({ queue: q, type: 'demo.echo' });
-    expect((await call('POST', `queues/${q}/pause`, { raw: '', headers: { 'content-type': 'text/plain' }, operator: true })).status).toBe(200);
-    const charset = await call('POST', 'jobs', { raw: JSON.stringify({ queue: q, type: 'demo.echo' }), headers: { 'content-type': 'application/json; charset=utf-8' } });
+    expect(
+      (await call('POST', `queues/${q}/pause`, { raw: '', headers: { 'content-type': 'text/plain' }, operator: true }))
+        .status,
+    ).toBe(200);
+    const charset = await call('POST', 'jobs', {
+      raw: JSON.stringify({ queue: q, type: 'demo.echo' }),
+      headers: { 'content-type': 'application/json; charset=utf-8' },
+    });
     expect(charset.status).toBe(201);
-    const plusJson = await call('POST', 'jobs', { raw: JSON.stringify({ queue: q, type: 'demo.echo' }), headers: { 'content-type': 'application/vnd.keel+json' } });
+    const plusJson = await call('POST', 'jobs', {
+      raw: JSON.stringify({ queue: q, type: 'demo.echo' }),
+      headers: { 'content-type': 'application/vnd.keel+json' },
+    });
     expect(plusJson.status).toBe(201);
     t.queues.clear();
   });

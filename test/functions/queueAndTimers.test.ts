@@ -14,7 +14,11 @@ import { parseSettings } from '../../shared/config/settings.js';
 
 let t: TestRuntime;
 
-const timer: Timer = { isPastDue: false, schedule: { adjustForDST: true }, scheduleStatus: { last: '', next: '', lastUpdated: '' } };
+const timer: Timer = {
+  isPastDue: false,
+  schedule: { adjustForDST: true },
+  scheduleStatus: { last: '', next: '', lastUpdated: '' },
+};
 
 beforeAll(async () => {
   t = await createTestRuntime('fn_queue', {
@@ -79,16 +83,22 @@ describe('jobRunner (queue trigger)', () => {
     ['unknown job', { jobId: '987654321' }, 'unknown_job'],
   ];
 
-  it.each(malformed)('%s -> poison queue with a reason, database unchanged, no throw', async (_name, message, reason) => {
-    t.queues.clear();
-    const before = await snapshot(t.pool);
-    const ctx = context('jobRunner', { dequeueCount: 1 });
-    await expect(jobRunner(message, ctx)).resolves.toBeUndefined();
-    expect(await snapshot(t.pool)).toEqual(before);
-    expect(t.queues.poisoned).toHaveLength(1);
-    expect(t.queues.poisoned[0]).toMatchObject({ queue: 'keel-jobs', entry: { reason, functionName: 'jobRunner', dequeueCount: 1 } });
-    expect(ctx.logs.some((l) => l.level === 'warning' && l.text.includes(reason))).toBe(true);
-  });
+  it.each(malformed)(
+    '%s -> poison queue with a reason, database unchanged, no throw',
+    async (_name, message, reason) => {
+      t.queues.clear();
+      const before = await snapshot(t.pool);
+      const ctx = context('jobRunner', { dequeueCount: 1 });
+      await expect(jobRunner(message, ctx)).resolves.toBeUndefined();
+      expect(await snapshot(t.pool)).toEqual(before);
+      expect(t.queues.poisoned).toHaveLength(1);
+      expect(t.queues.poisoned[0]).toMatchObject({
+        queue: 'keel-jobs',
+        entry: { reason, functionName: 'jobRunner', dequeueCount: 1 },
+      });
+      expect(ctx.logs.some((l) => l.level === 'warning' && l.text.includes(reason))).toBe(true);
+    },
+  );
 
   it('throws (so the host retries, then poisons) when even the poison queue is unreachable', async () => {
     t.queues.failSends = true;
@@ -102,7 +112,11 @@ describe('jobRunner (queue trigger)', () => {
 
 describe('dispatcher (timer)', () => {
   it('runs due jobs whose messages were lost, within its budget', async () => {
-    const ids = [await enqueue('disp-a', 'demo.echo'), await enqueue('disp-a', 'demo.echo'), await enqueue('disp-b', 'demo.slow', { payload: { ms: 50 } })];
+    const ids = [
+      await enqueue('disp-a', 'demo.echo'),
+      await enqueue('disp-a', 'demo.echo'),
+      await enqueue('disp-b', 'demo.slow', { payload: { ms: 50 } }),
+    ];
     const ctx = context('dispatcher');
     await dispatcher(timer, ctx);
     for (const id of ids) expect((await t.rt.store.getJob(id))?.location).toBe('archive');
@@ -122,14 +136,30 @@ describe('dispatcher (timer)', () => {
 describe('dispatcher in post mode', () => {
   it('claims due jobs, releases them and posts their ids for the queue-triggered runner', async () => {
     const queues = new RecordingQueues();
-    const settings = parseSettings({ KEEL_PG_URL: appUrl(t.url), KEEL_PG_MIGRATE_URL: t.url, KEEL_DEMO_HANDLERS: 'true', KEEL_DISPATCH_MODE: 'post', KEEL_DISPATCH_QUEUES: 'post-a' });
-    const rt = await createRuntime(settings, { queues, store: t.rt.store, transfers: null, register: registerDemoHandlers });
+    const settings = parseSettings({
+      KEEL_PG_URL: appUrl(t.url),
+      KEEL_PG_MIGRATE_URL: t.url,
+      KEEL_DEMO_HANDLERS: 'true',
+      KEEL_DISPATCH_MODE: 'post',
+      KEEL_DISPATCH_QUEUES: 'post-a',
+    });
+    const rt = await createRuntime(settings, {
+      queues,
+      store: t.rt.store,
+      transfers: null,
+      register: registerDemoHandlers,
+    });
     try {
       const ids = [await enqueue('post-a', 'demo.echo'), await enqueue('post-a', 'demo.echo')];
       const later = await enqueue('post-a', 'demo.echo', { delayMs: 60_000 });
       const r = await dispatchDueJobs(rt, context('dispatcher'));
       expect(r).toMatchObject({ mode: 'post', posted: 2, outcomes: { released: 2 } });
-      expect(queues.take('keel-jobs').map((m) => (m as { jobId: string }).jobId).sort()).toEqual([...ids].sort());
+      expect(
+        queues
+          .take('keel-jobs')
+          .map((m) => (m as { jobId: string }).jobId)
+          .sort(),
+      ).toEqual([...ids].sort());
       for (const id of ids) expect(await t.rt.store.getJob(id)).toMatchObject({ location: 'hot', state: 'pending' });
       expect((await t.rt.store.getJob(later))?.state).toBe('pending');
       // The posted ids are claimable by the runner right away.

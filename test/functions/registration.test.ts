@@ -7,7 +7,8 @@ const registered: { kind: string; name: string; options: Record<string, unknown>
 
 vi.mock('@azure/functions', async (importOriginal) => {
   const real = await importOriginal<typeof import('@azure/functions')>();
-  const record = (kind: string) => (name: string, options: Record<string, unknown>) => registered.push({ kind, name, options });
+  const record = (kind: string) => (name: string, options: Record<string, unknown>) =>
+    registered.push({ kind, name, options });
   return { ...real, app: { http: record('http'), storageQueue: record('storageQueue'), timer: record('timer') } };
 });
 
@@ -20,13 +21,19 @@ describe('Azure registration', () => {
     const { definitions } = await import('../../functions/definitions.js');
     expect(registered.map((r) => r.name).sort()).toEqual(definitions.map((d) => d.name).sort());
     const byName = Object.fromEntries(registered.map((r) => [r.name, r]));
-    expect(byName.jobRunner).toMatchObject({ kind: 'storageQueue', options: { queueName: 'custom-jobs', connection: 'AzureWebJobsStorage' } });
+    expect(byName.jobRunner).toMatchObject({
+      kind: 'storageQueue',
+      options: { queueName: 'custom-jobs', connection: 'AzureWebJobsStorage' },
+    });
     expect(byName.transferStage?.options.queueName).toBe('keel-transfer-stage');
     expect(byName.transferApply?.options.queueName).toBe('keel-transfer-apply');
     expect(byName.dispatcher).toMatchObject({ kind: 'timer', options: { schedule: '*/30 * * * * *' } });
     expect(byName.maintenance?.options.schedule).toBe('0 * * * * *');
     expect(byName.ops).toMatchObject({ kind: 'http', options: { route: 'ops/{*path}', authLevel: 'function' } });
-    expect(byName.health).toMatchObject({ kind: 'http', options: { route: 'health', methods: ['GET'], authLevel: 'anonymous' } });
+    expect(byName.health).toMatchObject({
+      kind: 'http',
+      options: { route: 'health', methods: ['GET'], authLevel: 'anonymous' },
+    });
     for (const r of registered) expect(typeof r.options.handler).toBe('function');
     // The host reserves routes starting with "admin".
     for (const d of definitions) if (d.kind === 'http') expect(d.route.startsWith('admin')).toBe(false);
@@ -52,13 +59,21 @@ describe('settings', () => {
     const { parseSettings } = await import('../../shared/config/settings.js');
     const base = { KEEL_PG_URL: 'postgres://u:p@127.0.0.1:5432/keel' };
     expect(() => parseSettings({})).toThrow(/KEEL_PG_URL/);
-    expect(() => parseSettings({ ...base, KEEL_DISPATCH_BUDGET_MS: 'soon' })).toThrow(/KEEL_DISPATCH_BUDGET_MS: expected an integer/);
+    expect(() => parseSettings({ ...base, KEEL_DISPATCH_BUDGET_MS: 'soon' })).toThrow(
+      /KEEL_DISPATCH_BUDGET_MS: expected an integer/,
+    );
     expect(() => parseSettings({ ...base, KEEL_JOBS_QUEUE: 'Bad_Name' })).toThrow(/KEEL_JOBS_QUEUE/);
-    expect(() => parseSettings({ ...base, KEEL_DISPATCH_SCHEDULE: '* * * * *' })).toThrow(/KEEL_DISPATCH_SCHEDULE: must be a six-field/);
+    expect(() => parseSettings({ ...base, KEEL_DISPATCH_SCHEDULE: '* * * * *' })).toThrow(
+      /KEEL_DISPATCH_SCHEDULE: must be a six-field/,
+    );
     expect(() => parseSettings({ ...base, KEEL_DEMO_HANDLERS: 'maybe' })).toThrow(/KEEL_DEMO_HANDLERS/);
     expect(() => parseSettings({ KEEL_STORE_ENGINE: 'sqlserver' })).toThrow(/KEEL_SQL_CONNECTION/);
     const s = parseSettings(base);
-    expect(s).toMatchObject({ KEEL_OPS_OPERATOR_ROLE: 'Keel.Operator', KEEL_JOBS_QUEUE: 'keel-jobs', KEEL_DEMO_HANDLERS: false });
+    expect(s).toMatchObject({
+      KEEL_OPS_OPERATOR_ROLE: 'Keel.Operator',
+      KEEL_JOBS_QUEUE: 'keel-jobs',
+      KEEL_DEMO_HANDLERS: false,
+    });
     expect(parseSettings({ ...base, KEEL_OPS_OPERATOR_ROLE: 'Ops.Admin' }).KEEL_OPS_OPERATOR_ROLE).toBe('Ops.Admin');
   });
 });
@@ -68,7 +83,12 @@ describe('host.json', () => {
     const { readHostConfig, parseTimeSpan } = await import('../../shared/app/hostJson.js');
     const cfg = readHostConfig(path.resolve(import.meta.dirname, '../../host.json'));
     expect(cfg.routePrefix).toBe('api');
-    expect(cfg.queues).toMatchObject({ batchSize: 16, maxDequeueCount: 5, messageEncoding: 'base64', visibilityTimeoutMs: 10_000 });
+    expect(cfg.queues).toMatchObject({
+      batchSize: 16,
+      maxDequeueCount: 5,
+      messageEncoding: 'base64',
+      visibilityTimeoutMs: 10_000,
+    });
     expect(parseTimeSpan('1.02:03:04', 'x')).toBe(((24 + 2) * 3600 + 3 * 60 + 4) * 1000);
     expect(() => parseTimeSpan('10s', 'x')).toThrow(/time span/);
   });
@@ -76,20 +96,28 @@ describe('host.json', () => {
 
 describe('client principal', () => {
   it('reads roles from the App Service authentication header', async () => {
-    const { parseClientPrincipal, requireOperator, encodeClientPrincipal, checkFunctionKey } = await import('../../shared/ops/auth.js');
+    const { parseClientPrincipal, requireOperator, encodeClientPrincipal, checkFunctionKey } =
+      await import('../../shared/ops/auth.js');
     const header = encodeClientPrincipal({ name: 'ana', roles: ['Keel.Operator', 'Other'] });
     expect(parseClientPrincipal(header)).toEqual({ authType: 'aad', name: 'ana', roles: ['Keel.Operator', 'Other'] });
     expect(requireOperator(header, 'Keel.Operator').name).toBe('ana');
     expect(() => requireOperator(header, 'Keel.Admin')).toThrow(/Keel.Admin/);
     expect(() => requireOperator(undefined, 'Keel.Operator')).toThrow(/no authenticated principal/);
     // In Azure without App Service authentication the header is caller-controlled: never trusted.
-    expect(() => requireOperator(header, 'Keel.Operator', { WEBSITE_SITE_NAME: 'keel-app' })).toThrow(/App Service authentication is not enabled/);
-    expect(requireOperator(header, 'Keel.Operator', { WEBSITE_SITE_NAME: 'keel-app', WEBSITE_AUTH_ENABLED: 'True' }).name).toBe('ana');
+    expect(() => requireOperator(header, 'Keel.Operator', { WEBSITE_SITE_NAME: 'keel-app' })).toThrow(
+      /App Service authentication is not enabled/,
+    );
+    expect(
+      requireOperator(header, 'Keel.Operator', { WEBSITE_SITE_NAME: 'keel-app', WEBSITE_AUTH_ENABLED: 'True' }).name,
+    ).toBe('ana');
     // Entra ID principals name the role claim type in role_typ.
-    const entra = Buffer.from(JSON.stringify({
-      auth_typ: 'aad', role_typ: 'http://schemas.microsoft.com/ws/2008/06/identity/claims/role',
-      claims: [{ typ: 'http://schemas.microsoft.com/ws/2008/06/identity/claims/role', val: 'Keel.Operator' }],
-    })).toString('base64');
+    const entra = Buffer.from(
+      JSON.stringify({
+        auth_typ: 'aad',
+        role_typ: 'http://schemas.microsoft.com/ws/2008/06/identity/claims/role',
+        claims: [{ typ: 'http://schemas.microsoft.com/ws/2008/06/identity/claims/role', val: 'Keel.Operator' }],
+      }),
+    ).toString('base64');
     expect(parseClientPrincipal(entra)?.roles).toEqual(['Keel.Operator']);
     expect(() => parseClientPrincipal('not-json')).toThrow(/x-ms-client-principal/);
     expect(checkFunctionKey('secret-key', 'secret-key', null)).toBe(true);

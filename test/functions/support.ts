@@ -55,7 +55,11 @@ export interface TestRuntime {
 
 export async function createTestRuntime(
   prefix: string,
-  opts: { env?: Record<string, string>; register?: (r: HandlerRegistry) => void; transfers?: RuntimeOverrides['transfers'] } = {},
+  opts: {
+    env?: Record<string, string>;
+    register?: (r: HandlerRegistry) => void;
+    transfers?: RuntimeOverrides['transfers'];
+  } = {},
 ): Promise<TestRuntime> {
   const url = await createTestDatabase(prefix);
   const env = {
@@ -155,13 +159,19 @@ export async function snapshot(pool: pg.Pool): Promise<Record<string, string>> {
   ).rows.map((r) => String(r.t));
   const out: Record<string, string> = {};
   for (const t of tables) {
-    const r = await pool.query(`select count(*)::text || ':' || coalesce(md5(string_agg(x::text, '|' order by x::text)), '') as f from ${t} x`);
+    const r = await pool.query(
+      `select count(*)::text || ':' || coalesce(md5(string_agg(x::text, '|' order by x::text)), '') as f from ${t} x`,
+    );
     out[t] = String(r.rows[0].f);
   }
   return out;
 }
 
-export async function until<T>(what: string, probe: () => Promise<T | null | undefined | false>, timeoutMs = 15_000): Promise<T> {
+export async function until<T>(
+  what: string,
+  probe: () => Promise<T | null | undefined | false>,
+  timeoutMs = 15_000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let delay = 25;
   while (Date.now() < deadline) {

@@ -34,7 +34,10 @@ beforeAll(async () => {
           target: { engine: 'postgres', connectionSetting: 'FN_STARTS_TARGET', table: 'public.items' },
           keyColumns: ['id'],
           boundary: { column: 'id', kind: 'key' },
-          columns: [{ source: 'id', target: 'id' }, { source: 'name', target: 'name' }],
+          columns: [
+            { source: 'id', target: 'id' },
+            { source: 'name', target: 'name' },
+          ],
           batchSize: 1000,
         },
       ]),
@@ -55,18 +58,34 @@ async function call(method: string, path: string, body?: unknown) {
 
 function bounded<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
-  return Promise.race([p, new Promise<never>((_r, reject) => (timer = setTimeout(() => reject(new Error(`${what} did not answer within ${ms} ms`)), ms)))]).finally(() => clearTimeout(timer));
+  return Promise.race([
+    p,
+    new Promise<never>(
+      (_r, reject) => (timer = setTimeout(() => reject(new Error(`${what} did not answer within ${ms} ms`)), ms)),
+    ),
+  ]).finally(() => clearTimeout(timer));
 }
 
 describe('concurrent transfer starts', () => {
   it('20 at once: one 202, nineteen 409 naming the open batch; every route answers afterwards', async () => {
-    const results = await bounded(Promise.all(Array.from({ length: 20 }, () => call('POST', 'transfers/items/start', {}))), 30_000, '20 concurrent starts');
+    const results = await bounded(
+      Promise.all(Array.from({ length: 20 }, () => call('POST', 'transfers/items/start', {}))),
+      30_000,
+      '20 concurrent starts',
+    );
     const statuses = results.map((r) => r.status).sort();
-    expect(statuses, JSON.stringify(results.filter((r) => r.status !== 202 && r.status !== 409).map((r) => r.body))).toEqual([202, ...Array(19).fill(409)]);
+    expect(
+      statuses,
+      JSON.stringify(results.filter((r) => r.status !== 202 && r.status !== 409).map((r) => r.body)),
+    ).toEqual([202, ...Array(19).fill(409)]);
     const created = results.find((r) => r.status === 202)!.body.batch;
     expect(created).toMatchObject({ state: 'extracting', rowCount: 300, boundary: { low: null, high: '300' } });
     for (const r of results.filter((x) => x.status === 409)) {
-      expect(r.body).toMatchObject({ error: 'conflict', code: 'open_batch_exists', detail: { batchId: created.batchId } });
+      expect(r.body).toMatchObject({
+        error: 'conflict',
+        code: 'open_batch_exists',
+        detail: { batchId: created.batchId },
+      });
     }
     // Only one batch exists and exactly one stage message was posted.
     expect(t.queues.take('keel-transfer-stage')).toEqual([{ batchId: created.batchId }]);
@@ -93,7 +112,10 @@ describe('concurrent transfer starts', () => {
     await transferStage({ batchId: created.batchId }, context('transferStage'));
     expect(t.queues.take('keel-transfer-apply')).toEqual([{ batchId: created.batchId }]);
     await transferApply({ batchId: created.batchId }, context('transferApply'));
-    expect((await call('GET', `transfers/batches/${created.batchId}`)).body).toMatchObject({ state: 'committed', appliedCount: 300 });
+    expect((await call('GET', `transfers/batches/${created.batchId}`)).body).toMatchObject({
+      state: 'committed',
+      appliedCount: 300,
+    });
     expect((await target.query(`select count(*)::int as n from public.items`)).rows[0].n).toBe(300);
   });
 });

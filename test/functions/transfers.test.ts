@@ -14,11 +14,18 @@ import { context, createTestRuntime, jsonOf, request, snapshot, type TestRuntime
 let t: TestRuntime;
 let source: pg.Pool;
 let target: pg.Pool;
-const timer: Timer = { isPastDue: false, schedule: { adjustForDST: true }, scheduleStatus: { last: '', next: '', lastUpdated: '' } };
+const timer: Timer = {
+  isPastDue: false,
+  schedule: { adjustForDST: true },
+  scheduleStatus: { last: '', next: '', lastUpdated: '' },
+};
 const TABLE = `create table public.items (id bigint primary key, name text not null, qty integer not null)`;
 
 async function addRows(from: number, to: number) {
-  await source.query(`insert into public.items select n, 'item-' || n, n % 7 from generate_series($1::int, $2::int) n`, [from, to]);
+  await source.query(
+    `insert into public.items select n, 'item-' || n, n % 7 from generate_series($1::int, $2::int) n`,
+    [from, to],
+  );
 }
 
 beforeAll(async () => {
@@ -41,7 +48,11 @@ beforeAll(async () => {
           target: { engine: 'postgres', connectionSetting: 'FN_TR_TARGET', table: 'public.items' },
           keyColumns: ['id'],
           boundary: { column: 'id', kind: 'key' },
-          columns: [{ source: 'id', target: 'id' }, { source: 'name', target: 'name' }, { source: 'qty', target: 'qty' }],
+          columns: [
+            { source: 'id', target: 'id' },
+            { source: 'name', target: 'name' },
+            { source: 'qty', target: 'qty' },
+          ],
           chunkSize: 100,
         },
       ]),
@@ -87,7 +98,9 @@ describe('transfer functions', () => {
     const detail = await call('GET', `transfers/batches/${batchId}`);
     expect(detail.status).toBe(200);
     expect(detail.body).toMatchObject({ batchId, state: 'committed', status: 'committed', appliedCount: 250 });
-    expect(detail.body.events.map((e: { event: string }) => e.event)).toEqual(expect.arrayContaining(['created', 'staged', 'apply_started']));
+    expect(detail.body.events.map((e: { event: string }) => e.event)).toEqual(
+      expect.arrayContaining(['created', 'staged', 'apply_started']),
+    );
     expect(Number((await target.query('select count(*) from public.items')).rows[0].count)).toBe(250);
 
     // A duplicate apply message is a no-op that says so; the batch stays committed.
@@ -117,7 +130,10 @@ describe('transfer functions', () => {
     expect(t.queues.take('keel-transfer-stage')).toEqual([{ batchId: msgs[0]!.batchId }]);
     await transferStage(msgs[0], context('transferStage'));
     await transferApply(t.queues.take('keel-transfer-apply')[0], context('transferApply'));
-    expect((await call('GET', `transfers/batches/${msgs[0]!.batchId}`)).body).toMatchObject({ state: 'committed', appliedCount: 50 });
+    expect((await call('GET', `transfers/batches/${msgs[0]!.batchId}`)).body).toMatchObject({
+      state: 'committed',
+      appliedCount: 50,
+    });
   });
 
   it('maintenance reconciles stale batches and reports them', async () => {
@@ -153,6 +169,9 @@ describe('transfer functions', () => {
     expect((await call('GET', `transfers/batches/${unknown}`)).status).toBe(404);
     expect((await call('POST', `transfers/batches/${unknown}/reconcile`, {})).status).toBe(404);
     expect((await call('GET', 'transfers/batches/nope')).body).toMatchObject({ error: 'invalid_request', field: 'id' });
-    expect((await call('GET', 'transfers/batches?state=bogus')).body).toMatchObject({ error: 'invalid_request', field: 'state' });
+    expect((await call('GET', 'transfers/batches?state=bogus')).body).toMatchObject({
+      error: 'invalid_request',
+      field: 'state',
+    });
   });
 });

@@ -23,7 +23,9 @@ let t: TestRuntime;
 const quiet = { info() {}, warn() {}, error() {} };
 
 beforeAll(async () => {
-  t = await createTestRuntime('typed_enqueue', { register: (r) => registerHandlers(r, [{ ...invoice, source: 'test' }]) });
+  t = await createTestRuntime('typed_enqueue', {
+    register: (r) => registerHandlers(r, [{ ...invoice, source: 'test' }]),
+  });
 });
 afterAll(async () => t?.close());
 
@@ -37,12 +39,19 @@ const good = { invoiceId: 'INV-1', amount: { cents: 1200, currency: 'EUR' } };
 describe('typed payloads at enqueue', () => {
   it('over the ops API: 400 naming the field, nothing enqueued', async () => {
     const before = await snapshot(t.pool);
-    const bad = await call('POST', 'jobs', { body: { type: 'invoice.charge', payload: { ...good, amount: { cents: -5, currency: 'EUR' } } } });
+    const bad = await call('POST', 'jobs', {
+      body: { type: 'invoice.charge', payload: { ...good, amount: { cents: -5, currency: 'EUR' } } },
+    });
     expect(bad.status).toBe(400);
     expect(bad.body).toMatchObject({ error: 'invalid_request', field: 'payload.amount.cents' });
     // In a batch, the first bad job fails the whole request: the good one before it is not written either.
     const batch = await call('POST', 'jobs', {
-      body: { jobs: [{ type: 'invoice.charge', payload: good }, { type: 'invoice.charge', payload: { ...good, invoiceId: 'nope' } }] },
+      body: {
+        jobs: [
+          { type: 'invoice.charge', payload: good },
+          { type: 'invoice.charge', payload: { ...good, invoiceId: 'nope' } },
+        ],
+      },
     });
     expect(batch.status).toBe(400);
     expect(batch.body.field).toBe('jobs[1].payload.invoiceId');
@@ -50,7 +59,9 @@ describe('typed payloads at enqueue', () => {
     expect(unknown.status).toBe(400);
     expect(unknown.body.field).toBe('type');
     expect(unknown.body.message).toMatch(/KEEL_ALLOW_UNKNOWN_JOB_TYPES/);
-    const wrongQueue = await call('POST', 'jobs', { body: { type: 'invoice.charge', queue: 'default', payload: good } });
+    const wrongQueue = await call('POST', 'jobs', {
+      body: { type: 'invoice.charge', queue: 'default', payload: good },
+    });
     expect(wrongQueue.status).toBe(400);
     expect(wrongQueue.body.field).toBe('queue');
     expect(await snapshot(t.pool)).toEqual(before);
@@ -65,12 +76,12 @@ describe('typed payloads at enqueue', () => {
   });
 
   it('from code: enqueueJobs applies the same checks', async () => {
-    await expect(enqueueJobs(t.rt, { type: 'invoice.charge', payload: { ...good, amount: { cents: 1, currency: 'USD' } } }, quiet)).rejects.toThrow(
-      ValidationError,
-    );
-    await expect(enqueueJobs(t.rt, { type: 'invoice.charge', payload: { ...good, amount: { cents: 1, currency: 'USD' } } }, quiet)).rejects.toThrow(
-      /^payload\.amount\.currency: /,
-    );
+    await expect(
+      enqueueJobs(t.rt, { type: 'invoice.charge', payload: { ...good, amount: { cents: 1, currency: 'USD' } } }, quiet),
+    ).rejects.toThrow(ValidationError);
+    await expect(
+      enqueueJobs(t.rt, { type: 'invoice.charge', payload: { ...good, amount: { cents: 1, currency: 'USD' } } }, quiet),
+    ).rejects.toThrow(/^payload\.amount\.currency: /);
     const [r] = await enqueueJobs(t.rt, { type: 'invoice.charge', payload: good }, quiet);
     expect((await t.rt.store.getJob(r!.id))?.queue).toBe('billing');
   });
@@ -79,7 +90,13 @@ describe('typed payloads at enqueue', () => {
     const r = await call('GET', 'handlers');
     expect(r.status).toBe(200);
     const item = r.body.items.find((i: { type: string }) => i.type === 'invoice.charge');
-    expect(item).toMatchObject({ queue: 'billing', maxAttempts: 3, concurrency: null, retryOnTimeout: false, source: 'test' });
+    expect(item).toMatchObject({
+      queue: 'billing',
+      maxAttempts: 3,
+      concurrency: null,
+      retryOnTimeout: false,
+      source: 'test',
+    });
     expect(item.payloadSchema.properties.amount.properties.currency.enum).toEqual(['EUR', 'SEK']);
     expect(r.body.items.map((i: { type: string }) => i.type)).toContain('webhook.post');
     expect(r.body.allowUnknownTypes).toBe(false);

@@ -37,14 +37,25 @@ describe('handlers folder', () => {
     expect(rt.registry.types().filter((t) => t.startsWith('demo.'))).toEqual([]);
     await rt.close();
     // KEEL_DEMO_HANDLERS alone registers nothing in the app: the demo types are dev code (dev/boot.ts adds them).
-    const plain = await createRuntime(parseSettings({ ...process.env, KEEL_PG_URL: 'postgres://u:p@127.0.0.1:1/none', KEEL_DEMO_HANDLERS: 'true' }), {
-      store: noStore, queues: noQueues, transfers: null,
-    });
+    const plain = await createRuntime(
+      parseSettings({ ...process.env, KEEL_PG_URL: 'postgres://u:p@127.0.0.1:1/none', KEEL_DEMO_HANDLERS: 'true' }),
+      {
+        store: noStore,
+        queues: noQueues,
+        transfers: null,
+      },
+    );
     expect(plain.registry.types().filter((t) => t.startsWith('demo.'))).toEqual([]);
     await plain.close();
-    const demo = await createRuntime(parseSettings({ ...process.env, KEEL_PG_URL: 'postgres://u:p@127.0.0.1:1/none', KEEL_DEMO_HANDLERS: 'true' }), {
-      store: noStore, queues: noQueues, transfers: null, register: registerDemoHandlers,
-    });
+    const demo = await createRuntime(
+      parseSettings({ ...process.env, KEEL_PG_URL: 'postgres://u:p@127.0.0.1:1/none', KEEL_DEMO_HANDLERS: 'true' }),
+      {
+        store: noStore,
+        queues: noQueues,
+        transfers: null,
+        register: registerDemoHandlers,
+      },
+    );
     expect(demo.registry.types()).toEqual(expect.arrayContaining(['demo.echo', 'webhook.post']));
     await demo.close();
   });
@@ -53,8 +64,10 @@ describe('handlers folder', () => {
     mkdirSync(path.join(root, '.tmp'), { recursive: true });
     const dir = mkdtempSync(path.join(root, '.tmp', 'hf-'));
     try {
-      const define = (from: string) => path.relative(from, path.join(root, 'shared/jobs/define.js')).split(path.sep).join('/');
-      const file = (type: string, from = dir) => `import { defineHandler } from '${define(from)}';\nexport const h = defineHandler('${type}', { async handle() {} });\nexport default h;\n`;
+      const define = (from: string) =>
+        path.relative(from, path.join(root, 'shared/jobs/define.js')).split(path.sep).join('/');
+      const file = (type: string, from = dir) =>
+        `import { defineHandler } from '${define(from)}';\nexport const h = defineHandler('${type}', { async handle() {} });\nexport default h;\n`;
       writeFileSync(path.join(dir, 'a.ts'), file('t.a'));
       writeFileSync(path.join(dir, 'a.test.ts'), file('t.test'));
       writeFileSync(path.join(dir, '_private.ts'), file('t.private'));
@@ -64,17 +77,28 @@ describe('handlers folder', () => {
       const loaded = await loadHandlerFolder(dir);
       expect(loaded.handlers.map((h) => h.type).sort()).toEqual(['t.a', 't.b']); // default + named export: once
       writeFileSync(path.join(dir, 'c.ts'), file('t.a'));
-      await expect(createRuntime(settings, { store: noStore, queues: noQueues, transfers: null, handlersDir: dir })).rejects.toThrow(
-        /"t.a" is already registered \(by .*a\.ts\)/,
-      );
+      await expect(
+        createRuntime(settings, { store: noStore, queues: noQueues, transfers: null, handlersDir: dir }),
+      ).rejects.toThrow(/"t.a" is already registered \(by .*a\.ts\)/);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
   });
 
   it('a file added to handlers/ is compiled by `npm run build` and registered by the built app', async () => {
-    for (const entry of ['functions', 'shared', 'handlers', 'tsconfig.json', 'tsconfig.build.json', 'package.json', 'host.json']) {
-      cpSync(path.join(root, entry), path.join(project, entry), { recursive: true, filter: (src) => !src.endsWith('.test.ts') });
+    for (const entry of [
+      'functions',
+      'shared',
+      'handlers',
+      'tsconfig.json',
+      'tsconfig.build.json',
+      'package.json',
+      'host.json',
+    ]) {
+      cpSync(path.join(root, entry), path.join(project, entry), {
+        recursive: true,
+        filter: (src) => !src.endsWith('.test.ts'),
+      });
     }
     symlinkSync(path.join(root, 'node_modules'), path.join(project, 'node_modules'), 'dir');
     writeFileSync(
@@ -84,7 +108,11 @@ describe('handlers folder', () => {
         `export const every5 = defineSchedule('probe-${tag}', { cron: '*/5 * * * * *', type: 'probe.${tag}', payload: { n: 1 } });\n`,
     );
     // The build exactly as `npm run build` runs it, in the copy (its node_modules link to the project's).
-    await run(process.execPath, [path.join(root, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.build.json', '--outDir', outDir], { cwd: project });
+    await run(
+      process.execPath,
+      [path.join(root, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.build.json', '--outDir', outDir],
+      { cwd: project },
+    );
     const script = `
       const { createRuntime } = await import(${JSON.stringify(path.join(outDir, 'shared/app/runtime.js'))});
       const { parseSettings } = await import(${JSON.stringify(path.join(outDir, 'shared/config/settings.js'))});

@@ -27,14 +27,22 @@ const quiet = { info() {}, warn() {}, error() {} };
 
 beforeAll(async () => {
   t = await createTestRuntime('handler_options', {
-    register: (r) => registerHandlers(r, [limited, fragile].map((d) => ({ ...d, source: 'test' }))),
+    register: (r) =>
+      registerHandlers(
+        r,
+        [limited, fragile].map((d) => ({ ...d, source: 'test' })),
+      ),
   });
 });
 afterAll(async () => t?.close());
 
 describe('per-type options', () => {
   it('concurrency: at most that many jobs of the type run at once in an instance; the rest wait, then run', async () => {
-    const jobs = await enqueueJobs(t.rt, Array.from({ length: 8 }, (_, i) => ({ type: 'test.limited', payload: i })), quiet);
+    const jobs = await enqueueJobs(
+      t.rt,
+      Array.from({ length: 8 }, (_, i) => ({ type: 'test.limited', payload: i })),
+      quiet,
+    );
     const r = await t.rt.processor.drain({ queues: ['limited'], budgetMs: 20_000, concurrency: 8 });
     expect(r.outcomes.succeeded).toBe(8);
     expect(peak).toBe(2);

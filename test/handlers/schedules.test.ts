@@ -8,7 +8,14 @@ import { runSchedulerPass } from '../../shared/app/dispatch.js';
 import { defineHandler, defineSchedule, z } from '../../shared/jobs/define.js';
 import { registerHandlers } from '../../shared/jobs/handlerFolder.js';
 import { planTicks } from '../../shared/jobs/scheduler.js';
-import { context, createTestRuntime, jsonOf, RecordingQueues, request, type TestRuntime } from '../functions/support.js';
+import {
+  context,
+  createTestRuntime,
+  jsonOf,
+  RecordingQueues,
+  request,
+  type TestRuntime,
+} from '../functions/support.js';
 
 const tick = defineHandler('test.tick', { payload: z.object({ n: z.number() }), queue: 'ticks', async handle() {} });
 const register = (r: Parameters<typeof registerHandlers>[0]) => registerHandlers(r, [{ ...tick, source: 'test' }]);
@@ -16,7 +23,14 @@ const quiet = { info() {}, warn() {}, error() {} };
 
 const everySecond = defineSchedule('every-second', { cron: '* * * * * *', type: 'test.tick', payload: { n: 1 } });
 const minute = (name: string, missed: 'skip' | 'once' | 'catchUp') =>
-  defineSchedule(name, { cron: '0 * * * * *', type: 'test.tick', payload: { n: 2 }, missed, maxCatchUp: 3, graceMs: 5_000 });
+  defineSchedule(name, {
+    cron: '0 * * * * *',
+    type: 'test.tick',
+    payload: { n: 2 },
+    missed,
+    maxCatchUp: 3,
+    graceMs: 5_000,
+  });
 const skip = minute('m-skip', 'skip');
 const once = minute('m-once', 'once');
 const catchUp = minute('m-catchup', 'catchUp');
@@ -35,19 +49,31 @@ afterAll(async () => {
 
 async function instance(schedules: RuntimeOverrides['schedules'], worker: string): Promise<Runtime> {
   const env = { KEEL_PG_URL: t.url, KEEL_WORKER_ID: worker, KEEL_PG_POOL_SIZE: '3' };
-  const rt = await createRuntime(parseSettings(env), { queues: new RecordingQueues(), transfers: null, env, register, schedules });
+  const rt = await createRuntime(parseSettings(env), {
+    queues: new RecordingQueues(),
+    transfers: null,
+    env,
+    register,
+    schedules,
+  });
   others.push(rt);
   return rt;
 }
 
 async function jobsOf(rt: Runtime, name: string) {
   const jobs = await rt.store.searchJobs({ location: 'hot', tag: `schedule:${name}`, limit: 500 });
-  return jobs.map((j) => ({ id: j.id, key: j.idempotencyKey!, tick: j.idempotencyKey!.slice(`schedule:${name}:`.length) })).sort((a, b) => a.tick.localeCompare(b.tick));
+  return jobs
+    .map((j) => ({ id: j.id, key: j.idempotencyKey!, tick: j.idempotencyKey!.slice(`schedule:${name}:`.length) }))
+    .sort((a, b) => a.tick.localeCompare(b.tick));
 }
 
 describe('recurring schedules', () => {
   it('three instances sharing one database, a 1-second schedule for ~10 s: exactly one job per tick, no gaps', async () => {
-    const hosts = [await instance([everySecond], 'host-1'), await instance([everySecond], 'host-2'), await instance([everySecond], 'host-3')];
+    const hosts = [
+      await instance([everySecond], 'host-1'),
+      await instance([everySecond], 'host-2'),
+      await instance([everySecond], 'host-3'),
+    ];
     const until = Date.now() + 10_500;
     let enqueuedByPasses = 0;
     const statuses: string[] = [];
@@ -76,7 +102,17 @@ describe('recurring schedules', () => {
     const next = new Date(state!.lastTick!.getTime() + 1000);
     const key = `schedule:every-second:${next.toISOString()}`;
     const raced = await Promise.all(
-      hosts.map((rt) => rt.store.fireSchedule('every-second', state!.lastTick!, next, [{ queue: 'ticks', type: 'test.tick', payload: { n: 1 }, idempotencyKey: key, tags: ['schedule:every-second'] }])),
+      hosts.map((rt) =>
+        rt.store.fireSchedule('every-second', state!.lastTick!, next, [
+          {
+            queue: 'ticks',
+            type: 'test.tick',
+            payload: { n: 1 },
+            idempotencyKey: key,
+            tags: ['schedule:every-second'],
+          },
+        ]),
+      ),
     );
     expect(raced.map((r) => r.status).sort()).toEqual(['fired', 'lost', 'lost']);
     expect((await jobsOf(hosts[0]!, 'every-second')).filter((j) => j.key === key)).toHaveLength(1);
@@ -96,20 +132,33 @@ describe('recurring schedules', () => {
     expect(r['m-skip']).toMatchObject({ ticks: [], missed: 9, skipped: 9 });
     expect(r['m-once']).toMatchObject({ ticks: ['2031-01-01T12:10:00.000Z'], missed: 9, skipped: 8 });
     expect(r['m-catchup']).toMatchObject({
-      ticks: ['2031-01-01T12:08:00.000Z', '2031-01-01T12:09:00.000Z', '2031-01-01T12:10:00.000Z'], missed: 9, skipped: 6,
+      ticks: ['2031-01-01T12:08:00.000Z', '2031-01-01T12:09:00.000Z', '2031-01-01T12:10:00.000Z'],
+      missed: 9,
+      skipped: 6,
     });
     r = byName(await at('2031-01-01T12:10:45Z')); // a second pass finds nothing new
     for (const n of ['m-skip', 'm-once', 'm-catchup']) expect(r[n]!.status).toBe('idle');
     r = byName(await at('2031-01-01T12:11:02Z')); // back on schedule
     for (const n of ['m-skip', 'm-once', 'm-catchup']) expect(r[n]!.ticks).toEqual(['2031-01-01T12:11:00.000Z']);
-    expect((await jobsOf(rt, 'm-skip')).map((j) => j.tick)).toEqual(['2031-01-01T12:01:00.000Z', '2031-01-01T12:11:00.000Z']);
+    expect((await jobsOf(rt, 'm-skip')).map((j) => j.tick)).toEqual([
+      '2031-01-01T12:01:00.000Z',
+      '2031-01-01T12:11:00.000Z',
+    ]);
     expect((await jobsOf(rt, 'm-once')).length).toBe(3);
     expect((await jobsOf(rt, 'm-catchup')).length).toBe(5);
     const job = await rt.store.getJob((await jobsOf(rt, 'm-once'))[0]!.id);
     expect(job).toMatchObject({ queue: 'ticks', type: 'test.tick', payload: { n: 2 } });
     // Catch-up after a very long outage stays bounded.
-    const plan = planTicks(catchUp, { lastTick: new Date('2031-01-01T12:11:00Z'), resumedAt: null }, new Date('2031-03-01T00:00:30Z'));
-    expect(plan.enqueue.map((d) => d.toISOString())).toEqual(['2031-02-28T23:58:00.000Z', '2031-02-28T23:59:00.000Z', '2031-03-01T00:00:00.000Z']);
+    const plan = planTicks(
+      catchUp,
+      { lastTick: new Date('2031-01-01T12:11:00Z'), resumedAt: null },
+      new Date('2031-03-01T00:00:30Z'),
+    );
+    expect(plan.enqueue.map((d) => d.toISOString())).toEqual([
+      '2031-02-28T23:58:00.000Z',
+      '2031-02-28T23:59:00.000Z',
+      '2031-03-01T00:00:00.000Z',
+    ]);
     expect(plan.advanceTo).toEqual(new Date('2031-03-01T00:00:00Z'));
   });
 
@@ -134,7 +183,11 @@ describe('recurring schedules', () => {
     expect((await runSchedulerPass(other, quiet)).schedules[0]!.status).toBe('paused');
     expect((await jobsOf(rt, 'pausable')).length).toBe(before);
     const listed = await call('GET', 'schedules');
-    expect(listed.body.items.find((i: { name: string }) => i.name === 'pausable')).toMatchObject({ state: 'paused', cron: '* * * * * *', type: 'test.tick' });
+    expect(listed.body.items.find((i: { name: string }) => i.name === 'pausable')).toMatchObject({
+      state: 'paused',
+      cron: '* * * * * *',
+      type: 'test.tick',
+    });
     const resumed = await call('POST', 'schedules/pausable/resume');
     expect(resumed.body).toMatchObject({ state: 'active' });
     const resumedAt = Date.parse(resumed.body.resumedAt);

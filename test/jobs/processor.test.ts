@@ -3,7 +3,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PostgresHarness } from '../engines/postgres.harness.js';
 import type { JobStore } from '../../shared/jobs/contract.js';
-import { FatalError, HandlerRegistry, RetryAfterError, backoffDelayMs, type JobContext } from '../../shared/jobs/registry.js';
+import {
+  FatalError,
+  HandlerRegistry,
+  RetryAfterError,
+  backoffDelayMs,
+  type JobContext,
+} from '../../shared/jobs/registry.js';
 import { JobAbortedError, JobProcessor, Worker, type JobOutcome } from '../../shared/jobs/processor.js';
 import { runMaintenance } from '../../shared/jobs/maintenance.js';
 
@@ -50,9 +56,13 @@ describe('processor', () => {
 
   it('retries with capped exponential backoff, then dead-letters as exhausted', async () => {
     const queue = q('retry');
-    const reg = new HandlerRegistry().register('t', async () => {
-      throw new Error('nope');
-    }, { maxAttempts: 3, backoff: { baseMs: 10_000, maxMs: 15_000 } });
+    const reg = new HandlerRegistry().register(
+      't',
+      async () => {
+        throw new Error('nope');
+      },
+      { maxAttempts: 3, backoff: { baseMs: 10_000, maxMs: 15_000 } },
+    );
     const p = processor(reg);
     const { id } = await store.enqueue({ queue, type: 't' });
     for (let attempt = 1; attempt <= 2; attempt++) {
@@ -110,14 +120,18 @@ describe('processor', () => {
     const queue = q('timeout');
     let reason: unknown;
     const reg = new HandlerRegistry()
-      .register('slow', async (_p, ctx) => {
-        try {
-          await waitForAbort(ctx.signal);
-        } catch (e) {
-          reason = e;
-          throw e;
-        }
-      }, { timeoutMs: 100 })
+      .register(
+        'slow',
+        async (_p, ctx) => {
+          try {
+            await waitForAbort(ctx.signal);
+          } catch (e) {
+            reason = e;
+            throw e;
+          }
+        },
+        { timeoutMs: 100 },
+      )
       .register('slow-retry', async () => sleep(10_000), { timeoutMs: 100, retryOnTimeout: true });
     const a = await store.enqueue({ queue, type: 'slow' });
     const b = await store.enqueue({ queue, type: 'slow-retry' });
@@ -208,7 +222,10 @@ describe('processor', () => {
       await gate; // ignores its signal: finishes regardless
     });
     const outcomes: { outcome: string; reason?: string }[] = [];
-    const p = processor(reg, { heartbeatIntervalMs: 600_000, events: { onOutcome: (e) => outcomes.push({ outcome: e.outcome, reason: e.reason }) } });
+    const p = processor(reg, {
+      heartbeatIntervalMs: 600_000,
+      events: { onOutcome: (e) => outcomes.push({ outcome: e.outcome, reason: e.reason }) },
+    });
     const { id } = await store.enqueue({ queue, type: 't' });
     const outcome = runOne(p, queue);
     await running;
@@ -240,7 +257,11 @@ describe('processor', () => {
     await stopping;
     expect(await runA).toBe('retried');
     expect(await store.getJob(b.id)).toMatchObject({ state: 'pending', attempts: 0 });
-    expect(await store.getJob(a.id)).toMatchObject({ state: 'pending', attempts: 1, lastError: 'interrupted by worker shutdown' });
+    expect(await store.getJob(a.id)).toMatchObject({
+      state: 'pending',
+      attempts: 1,
+      lastError: 'interrupted by worker shutdown',
+    });
   });
 
   it('drains due jobs within a time budget, with completions batched', async () => {

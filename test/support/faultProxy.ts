@@ -38,7 +38,10 @@ class MessageSplitter {
   private body: Buffer[] | null = null;
   private started: boolean;
 
-  constructor(hasStartupPacket: boolean, private readonly keep: Set<number>) {
+  constructor(
+    hasStartupPacket: boolean,
+    private readonly keep: Set<number>,
+  ) {
     this.started = !hasStartupPacket;
   }
 
@@ -103,7 +106,10 @@ export class FaultProxy {
   private generation = 0; // disarm() ends faults that matched but have not fired yet
   port = 0;
 
-  private constructor(private readonly targetHost: string, private readonly targetPort: number) {
+  private constructor(
+    private readonly targetHost: string,
+    private readonly targetPort: number,
+  ) {
     this.server = net.createServer((client) => this.onConnection(client));
   }
 
@@ -163,7 +169,13 @@ export class FaultProxy {
 
     const fromClient = new MessageSplitter(true, new Set([Q, P]));
     const fromServer = new MessageSplitter(false, new Set());
-    let active: { plan: FaultPlan; sql: string; forwarded: number; report: (r: FaultReport) => void; generation: number } | null = null;
+    let active: {
+      plan: FaultPlan;
+      sql: string;
+      forwarded: number;
+      report: (r: FaultReport) => void;
+      generation: number;
+    } | null = null;
     let cut = false;
     let held: Buffer[] | null = null; // delay-request: client bytes held back
     let serverBytes = 0; // cut-after-server-bytes: server->client bytes forwarded after the trigger
@@ -171,7 +183,12 @@ export class FaultProxy {
     const fire = (serverCompleted: boolean) => {
       if (cut || !active || active.generation !== this.generation) return;
       cut = true;
-      active.report({ kind: active.plan.kind, sql: active.sql, forwardedAfterTrigger: active.forwarded, serverCompleted });
+      active.report({
+        kind: active.plan.kind,
+        sql: active.sql,
+        forwardedAfterTrigger: active.forwarded,
+        serverCompleted,
+      });
       kill();
     };
 

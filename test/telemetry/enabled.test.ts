@@ -35,10 +35,27 @@ const certDir = mkdtempSync(path.join(os.tmpdir(), 'keel-telemetry-cert-'));
 function selfSignedCertificate(): { key: Buffer; cert: Buffer } {
   const key = path.join(certDir, 'key.pem');
   const cert = path.join(certDir, 'cert.pem');
-  execFileSync('openssl', [
-    'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', key, '-out', cert,
-    '-days', '1', '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1',
-  ], { stdio: 'ignore' });
+  execFileSync(
+    'openssl',
+    [
+      'req',
+      '-x509',
+      '-newkey',
+      'rsa:2048',
+      '-nodes',
+      '-keyout',
+      key,
+      '-out',
+      cert,
+      '-days',
+      '1',
+      '-subj',
+      '/CN=127.0.0.1',
+      '-addext',
+      'subjectAltName=IP:127.0.0.1',
+    ],
+    { stdio: 'ignore' },
+  );
   return { key: readFileSync(key), cert: readFileSync(cert) };
 }
 
@@ -84,7 +101,10 @@ function metricPoints(name: string): { value: number; props: Record<string, stri
   return received
     .filter((e) => e.data?.baseType === 'MetricData')
     .flatMap((e) => {
-      const base = e.data!.baseData as { metrics: { name: string; value: number }[]; properties?: Record<string, string> };
+      const base = e.data!.baseData as {
+        metrics: { name: string; value: number }[];
+        properties?: Record<string, string>;
+      };
       return base.metrics.filter((m) => m.name === name).map((m) => ({ value: m.value, props: base.properties ?? {} }));
     });
 }
@@ -101,7 +121,12 @@ describe('with a connection string', () => {
     telemetry.jobDeadLettered({ queue: 'mail', type: 'send', reason: 'exhausted', jobId: 'job-1' });
     telemetry.queueLag({ queue: 'mail', lagMs: 42_000 });
     telemetry.maintenanceRun({ durationMs: 5 });
-    telemetry.reconcileOutcome({ transfer: 'orders', outcome: 'unresolved', batchId: 'batch-1', unresolvedForMs: 1_000 });
+    telemetry.reconcileOutcome({
+      transfer: 'orders',
+      outcome: 'unresolved',
+      batchId: 'batch-1',
+      unresolvedForMs: 1_000,
+    });
 
     await flushTelemetry();
     for (let i = 0; i < 50 && !received.some((e) => e.data?.baseType === 'EventData'); i++) {

@@ -7,15 +7,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest
 import { readFileSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import {
-  context,
-  metrics,
-  ROOT_CONTEXT,
-  trace,
-  TraceFlags,
-  type Context,
-  type SpanContext,
-} from '@opentelemetry/api';
+import { context, metrics, ROOT_CONTEXT, trace, TraceFlags, type Context, type SpanContext } from '@opentelemetry/api';
 import { logs } from '@opentelemetry/api-logs';
 import {
   AggregationTemporality,
@@ -32,11 +24,7 @@ import {
   SimpleLogRecordProcessor,
   type ReadableLogRecord,
 } from '@opentelemetry/sdk-logs';
-import {
-  BasicTracerProvider,
-  InMemorySpanExporter,
-  SimpleSpanProcessor,
-} from '@opentelemetry/sdk-trace-base';
+import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import pg from 'pg';
 import {
@@ -137,7 +125,9 @@ describe('telemetry facade (in-memory exporters)', () => {
     expect(points(metric(all, METRICS.jobsCompleted))).toEqual([{ attrs: job, value: 1 }]);
     expect(points(metric(all, METRICS.jobDuration))).toEqual([{ attrs: job, value: 120, count: 1 }]);
     expect(points(metric(all, METRICS.jobsRetried))).toEqual([{ attrs: job, value: 1 }]);
-    expect(points(metric(all, METRICS.jobsDeadLettered))).toEqual([{ attrs: { ...job, reason: 'exhausted' }, value: 1 }]);
+    expect(points(metric(all, METRICS.jobsDeadLettered))).toEqual([
+      { attrs: { ...job, reason: 'exhausted' }, value: 1 },
+    ]);
     expect(points(metric(all, METRICS.leaseLost))).toEqual([{ attrs: { ...job, operation: 'complete' }, value: 1 }]);
     expect(points(metric(all, METRICS.zombiesRescued))).toEqual(
       expect.arrayContaining([
@@ -367,8 +357,16 @@ describe('database dependencies in traces', () => {
         await client.end();
       }
     });
-    const query = spans.getFinishedSpans().find((s) => s.attributes['db.system'] === 'postgresql' || s.attributes['db.system.name'] === 'postgresql');
-    expect(query, spans.getFinishedSpans().map((s) => s.name).join(', ')).toBeDefined();
+    const query = spans
+      .getFinishedSpans()
+      .find((s) => s.attributes['db.system'] === 'postgresql' || s.attributes['db.system.name'] === 'postgresql');
+    expect(
+      query,
+      spans
+        .getFinishedSpans()
+        .map((s) => s.name)
+        .join(', '),
+    ).toBeDefined();
     expect(query!.spanContext().traceId).toBe(invocation.traceId);
     expect(query!.parentSpanContext?.spanId).toBe(invocation.spanId);
   });
@@ -447,7 +445,8 @@ describe('alert rules use the emitted names', () => {
     const known = new Set<string>([...Object.values(METRICS), ...Object.values(EVENTS)]);
     // Every module (the alert rules, the workbook) queries only names Keel emits.
     for (const f of readdirSync(dir).filter((x) => x.endsWith('.bicep'))) {
-      for (const name of namesIn(readFileSync(path.join(dir, f), 'utf8'))) expect(known, `${f} queries unknown name ${name}`).toContain(name);
+      for (const name of namesIn(readFileSync(path.join(dir, f), 'utf8')))
+        expect(known, `${f} queries unknown name ${name}`).toContain(name);
     }
     const used = namesIn(readFileSync(path.join(dir, 'alerts.bicep'), 'utf8'));
     // The alerts of the issue: DLQ growth and rate, zombies, lease-lost spikes, unresolved batches,

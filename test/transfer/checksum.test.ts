@@ -40,19 +40,44 @@ describe('keel-v1 checksum', () => {
     ]);
     const src = new PostgresTransferSource(t!, pool);
     const schema = await src.readSchema();
-    expect(schema.columns.map((c) => c.logical)).toEqual(['int', 'int', 'decimal', 'text', 'text', 'bool', 'date', 'timestamp', 'timestamptz', 'bytes', 'uuid']);
+    expect(schema.columns.map((c) => c.logical)).toEqual([
+      'int',
+      'int',
+      'decimal',
+      'text',
+      'text',
+      'bool',
+      'date',
+      'timestamp',
+      'timestamptz',
+      'bytes',
+      'uuid',
+    ]);
     const w = { kind: 'key' as const, low: null, high: '5' };
     const manifest = await src.manifest(w, schema, 'keel-v1');
     const acc = new ChecksumAccumulator();
     const seen: (string | null)[][] = [];
-    for await (const chunk of src.streamRows(w, schema, 2)) for (const row of chunk) {
-      acc.add(row);
-      seen.push(row);
-    }
+    for await (const chunk of src.streamRows(w, schema, 2))
+      for (const row of chunk) {
+        acc.add(row);
+        seen.push(row);
+      }
     expect(acc.count).toBe(5);
     expect(manifest).toEqual({ rowCount: 5, checksum: acc.checksum });
     // Canonical texts as documented.
-    expect(seen[0]).toEqual(['1', '9223372036854775807', '1.5', 'plain', 'a', 't', '2026-02-03', '2026-02-03T04:05:06.000007', '2026-02-03T02:05:06.500000Z', '00ff10', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11']);
+    expect(seen[0]).toEqual([
+      '1',
+      '9223372036854775807',
+      '1.5',
+      'plain',
+      'a',
+      't',
+      '2026-02-03',
+      '2026-02-03T04:05:06.000007',
+      '2026-02-03T02:05:06.500000Z',
+      '00ff10',
+      'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11',
+    ]);
     expect(seen[1]!.slice(0, 3)).toEqual(['2', '-42', '-0.0001']);
     // Per-row hashes agree too (not just the sum).
     for (const row of seen) {
@@ -66,7 +91,9 @@ describe('keel-v1 checksum', () => {
     await pool.query(`create table public.awkward_wide (
       id bigint primary key, big numeric, amount numeric, label varchar(100), code text, flag boolean,
       day date, at timestamp, at_tz timestamptz, raw bytea, ref uuid)`);
-    await pool.query(`insert into public.awkward_wide select id, big, amount, label, code, flag, day, at, at_tz, raw, ref from public.awkward`);
+    await pool.query(
+      `insert into public.awkward_wide select id, big, amount, label, code, flag, day, at, at_tz, raw, ref from public.awkward`,
+    );
     const mk = (table: string) =>
       parseTransfers([
         {
@@ -89,11 +116,23 @@ describe('keel-v1 checksum', () => {
     }
   });
 
-  it('keel-pg2 sees what the types\' own hashes would miss: sign, 64-bit folding, scale-free numerics, char padding', async () => {
-    const sum = async (type: string, declared: string, logical: Parameters<typeof pgChecksumQuery>[0][number]['type'], value: string) =>
-      (await pool.query(pgChecksumQuery([{ ref: 'v', type: logical, declared }], `(select $1::${type} as v) s`, 'true', 'keel-pg2'), [value])).rows[0].checksum as string;
+  it("keel-pg2 sees what the types' own hashes would miss: sign, 64-bit folding, scale-free numerics, char padding", async () => {
+    const sum = async (
+      type: string,
+      declared: string,
+      logical: Parameters<typeof pgChecksumQuery>[0][number]['type'],
+      value: string,
+    ) =>
+      (
+        await pool.query(
+          pgChecksumQuery([{ ref: 'v', type: logical, declared }], `(select $1::${type} as v) s`, 'true', 'keel-pg2'),
+          [value],
+        )
+      ).rows[0].checksum as string;
     expect(await sum('numeric', 'numeric', 'decimal', '5')).not.toBe(await sum('numeric', 'numeric', 'decimal', '-5'));
-    expect(await sum('numeric(12,2)', 'numeric(12,2)', 'decimal', '1.5')).toBe(await sum('numeric', 'numeric', 'decimal', '1.50000'));
+    expect(await sum('numeric(12,2)', 'numeric(12,2)', 'decimal', '1.5')).toBe(
+      await sum('numeric', 'numeric', 'decimal', '1.50000'),
+    );
     // hashint8 folds the high half onto the low half: 1 and 2^32 collide there, not here.
     expect(await sum('bigint', 'bigint', 'int', '1')).not.toBe(await sum('bigint', 'bigint', 'int', '4294967296'));
     expect(await sum('integer', 'integer', 'int', '7')).toBe(await sum('bigint', 'bigint', 'int', '7'));

@@ -5,7 +5,12 @@ import os from 'node:os';
 import path from 'node:path';
 import { loadTransfers, parseTransfers } from '../../shared/transfer/config.js';
 import { quotePg, quoteOracle, quoteMssql } from '../../shared/transfer/identifiers.js';
-import { DEFAULT_TRANSFER_TIMEOUTS, FUNCTION_TIMEOUT_MS, pgTransferPoolConfig, transferTimeouts } from '../../shared/transfer/timeouts.js';
+import {
+  DEFAULT_TRANSFER_TIMEOUTS,
+  FUNCTION_TIMEOUT_MS,
+  pgTransferPoolConfig,
+  transferTimeouts,
+} from '../../shared/transfer/timeouts.js';
 
 const valid = {
   name: 'orders',
@@ -13,7 +18,10 @@ const valid = {
   target: { engine: 'postgres', connectionSetting: 'TGT_URL', table: 'public.orders' },
   keyColumns: ['id'],
   boundary: { column: 'id', kind: 'key' },
-  columns: [{ source: 'id', target: 'id' }, { source: 'note', target: 'note' }],
+  columns: [
+    { source: 'id', target: 'id' },
+    { source: 'note', target: 'note' },
+  ],
 };
 
 function messageOf(fn: () => unknown): string {
@@ -28,28 +36,52 @@ function messageOf(fn: () => unknown): string {
 describe('transfer configuration', () => {
   it('accepts a valid declaration and fills defaults', () => {
     const [t] = parseTransfers([valid]);
-    expect(t).toMatchObject({ name: 'orders', batchSize: 100_000, chunkSize: 5_000, reconcileWaitMs: 2_000, boundary: { settleMs: 0 } });
+    expect(t).toMatchObject({
+      name: 'orders',
+      batchSize: 100_000,
+      chunkSize: 5_000,
+      reconcileWaitMs: 2_000,
+      boundary: { settleMs: 0 },
+    });
   });
 
   it('names the setting at fault', () => {
     const { keyColumns: _k, ...noKeys } = valid;
-    expect(messageOf(() => loadTransfers({ KEEL_TRANSFERS: JSON.stringify([noKeys]) }))).toMatch(/KEEL_TRANSFERS\[0\]\.keyColumns: Required/);
-    expect(messageOf(() => parseTransfers([{ ...valid, keyColumns: ['id; drop table x'] }]))).toMatch(/KEEL_TRANSFERS\[0\]\.keyColumns\[0\]: must be a plain identifier/);
-    expect(messageOf(() => parseTransfers([{ ...valid, target: { ...valid.target, table: 'a.b.c' } }]))).toMatch(/KEEL_TRANSFERS\[0\]\.target\.table/);
-    expect(messageOf(() => parseTransfers([{ ...valid, keyColumns: ['missing'] }]))).toMatch(/KEEL_TRANSFERS\[0\]\.keyColumns\[0\]: key column missing is not in columns\[\]\.source/);
-    expect(messageOf(() => parseTransfers([{ ...valid, boundary: { column: 'id', kind: 'rowversion' } }]))).toMatch(/boundary\.kind: rowversion windows need a sqlserver source/);
-    expect(messageOf(() => parseTransfers([valid, valid]))).toMatch(/KEEL_TRANSFERS\[1\]\.name: "orders" is declared twice/);
-    expect(messageOf(() => parseTransfers([{ ...valid, source: { ...valid.source, query: 'select 1' } }]))).toMatch(/KEEL_TRANSFERS\[0\]\.source: exactly one of table or query/);
+    expect(messageOf(() => loadTransfers({ KEEL_TRANSFERS: JSON.stringify([noKeys]) }))).toMatch(
+      /KEEL_TRANSFERS\[0\]\.keyColumns: Required/,
+    );
+    expect(messageOf(() => parseTransfers([{ ...valid, keyColumns: ['id; drop table x'] }]))).toMatch(
+      /KEEL_TRANSFERS\[0\]\.keyColumns\[0\]: must be a plain identifier/,
+    );
+    expect(messageOf(() => parseTransfers([{ ...valid, target: { ...valid.target, table: 'a.b.c' } }]))).toMatch(
+      /KEEL_TRANSFERS\[0\]\.target\.table/,
+    );
+    expect(messageOf(() => parseTransfers([{ ...valid, keyColumns: ['missing'] }]))).toMatch(
+      /KEEL_TRANSFERS\[0\]\.keyColumns\[0\]: key column missing is not in columns\[\]\.source/,
+    );
+    expect(messageOf(() => parseTransfers([{ ...valid, boundary: { column: 'id', kind: 'rowversion' } }]))).toMatch(
+      /boundary\.kind: rowversion windows need a sqlserver source/,
+    );
+    expect(messageOf(() => parseTransfers([valid, valid]))).toMatch(
+      /KEEL_TRANSFERS\[1\]\.name: "orders" is declared twice/,
+    );
+    expect(messageOf(() => parseTransfers([{ ...valid, source: { ...valid.source, query: 'select 1' } }]))).toMatch(
+      /KEEL_TRANSFERS\[0\]\.source: exactly one of table or query/,
+    );
     expect(messageOf(() => parseTransfers([{ ...valid, extra: 1 }]))).toMatch(/KEEL_TRANSFERS\[0\]: Unrecognized key/);
     expect(messageOf(() => loadTransfers({ KEEL_TRANSFERS: '[{' }))).toMatch(/KEEL_TRANSFERS: not valid JSON/);
     const oracle = { engine: 'oracle', connectionSetting: 'KEEL_ORACLE_CONNECT_STRING', table: 'KEEL.ORDERS' };
-    expect(messageOf(() => parseTransfers([{ ...valid, target: { ...oracle, userSetting: 'KEEL_ORACLE_USER' } }]))).toMatch(
-      /KEEL_TRANSFERS\[0\]\.target\.passwordSetting: userSetting and passwordSetting go together/,
-    );
-    expect(messageOf(() => parseTransfers([{ ...valid, target: { ...valid.target, userSetting: 'U', passwordSetting: 'P' } }]))).toMatch(
-      /KEEL_TRANSFERS\[0\]\.target\.userSetting: only for an oracle target/,
-    );
-    const [t] = parseTransfers([{ ...valid, target: { ...oracle, userSetting: 'KEEL_ORACLE_USER', passwordSetting: 'KEEL_ORACLE_PASSWORD' } }]);
+    expect(
+      messageOf(() => parseTransfers([{ ...valid, target: { ...oracle, userSetting: 'KEEL_ORACLE_USER' } }])),
+    ).toMatch(/KEEL_TRANSFERS\[0\]\.target\.passwordSetting: userSetting and passwordSetting go together/);
+    expect(
+      messageOf(() =>
+        parseTransfers([{ ...valid, target: { ...valid.target, userSetting: 'U', passwordSetting: 'P' } }]),
+      ),
+    ).toMatch(/KEEL_TRANSFERS\[0\]\.target\.userSetting: only for an oracle target/);
+    const [t] = parseTransfers([
+      { ...valid, target: { ...oracle, userSetting: 'KEEL_ORACLE_USER', passwordSetting: 'KEEL_ORACLE_PASSWORD' } },
+    ]);
     expect(t!.target).toMatchObject({ userSetting: 'KEEL_ORACLE_USER', passwordSetting: 'KEEL_ORACLE_PASSWORD' });
   });
 
@@ -57,7 +89,9 @@ describe('transfer configuration', () => {
     const dir = await mkdtemp(path.join(os.tmpdir(), 'keel-cfg-'));
     const file = path.join(dir, 'transfers.json');
     await writeFile(file, JSON.stringify([{ ...valid, batchSize: 0 }]));
-    expect(messageOf(() => loadTransfers({ KEEL_TRANSFERS_FILE: file }))).toMatch(/KEEL_TRANSFERS_FILE\(.*\)\[0\]\.batchSize/);
+    expect(messageOf(() => loadTransfers({ KEEL_TRANSFERS_FILE: file }))).toMatch(
+      /KEEL_TRANSFERS_FILE\(.*\)\[0\]\.batchSize/,
+    );
     await writeFile(file, JSON.stringify([valid]));
     expect(loadTransfers({ KEEL_TRANSFERS_FILE: file })).toHaveLength(1);
     expect(messageOf(() => loadTransfers({ KEEL_TRANSFERS_FILE: file, KEEL_TRANSFERS: '[]' }))).toMatch(/not both/);
@@ -79,9 +113,17 @@ describe('transfer configuration', () => {
     expect(d.queryMs).toBeGreaterThan(d.statementMs);
     // The client-side read timeout follows the statement timeout unless set.
     expect(transferTimeouts({ KEEL_TRANSFER_STATEMENT_TIMEOUT_MS: '60000' }).queryMs).toBe(75_000);
-    expect(messageOf(() => transferTimeouts({ KEEL_TRANSFER_STALL_TIMEOUT_MS: 'soon' }))).toMatch(/KEEL_TRANSFER_STALL_TIMEOUT_MS/);
-    expect(messageOf(() => transferTimeouts({ KEEL_TRANSFER_STATEMENT_TIMEOUT_MS: String(FUNCTION_TIMEOUT_MS) }))).toMatch(/KEEL_TRANSFER_STATEMENT_TIMEOUT_MS/);
-    expect(messageOf(() => transferTimeouts({ KEEL_TRANSFER_STATEMENT_TIMEOUT_MS: '60000', KEEL_TRANSFER_QUERY_TIMEOUT_MS: '60000' }))).toMatch(/must exceed/);
+    expect(messageOf(() => transferTimeouts({ KEEL_TRANSFER_STALL_TIMEOUT_MS: 'soon' }))).toMatch(
+      /KEEL_TRANSFER_STALL_TIMEOUT_MS/,
+    );
+    expect(
+      messageOf(() => transferTimeouts({ KEEL_TRANSFER_STATEMENT_TIMEOUT_MS: String(FUNCTION_TIMEOUT_MS) })),
+    ).toMatch(/KEEL_TRANSFER_STATEMENT_TIMEOUT_MS/);
+    expect(
+      messageOf(() =>
+        transferTimeouts({ KEEL_TRANSFER_STATEMENT_TIMEOUT_MS: '60000', KEEL_TRANSFER_QUERY_TIMEOUT_MS: '60000' }),
+      ),
+    ).toMatch(/must exceed/);
     const cfg = pgTransferPoolConfig('postgres://h/db', { ...d, lockMs: 1234 });
     expect(cfg).toMatchObject({
       connectionTimeoutMillis: d.connectMs,

@@ -1,6 +1,15 @@
 // End to end PostgreSQL -> PostgreSQL (two separate databases, journal in a third).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertExactlyOnce, insertSourceRows, makeService, ordersTransfer, setupDatabases, TARGET_DDL, ORDERS_DDL, type Env } from './helpers.js';
+import {
+  assertExactlyOnce,
+  insertSourceRows,
+  makeService,
+  ordersTransfer,
+  setupDatabases,
+  TARGET_DDL,
+  ORDERS_DDL,
+  type Env,
+} from './helpers.js';
 import { isTransferError } from '../../shared/transfer/errors.js';
 import type { TransferService } from '../../shared/transfer/service.js';
 import pg from 'pg';
@@ -69,7 +78,13 @@ describe('transfer end to end, PostgreSQL -> PostgreSQL', () => {
     expect((await assertExactlyOnce(env)).target).toBe(2100);
 
     const detail = await svc.getBatch(b1.batchId);
-    expect(detail?.events.map((e) => e.event)).toEqual(['created', 'manifest_recorded', 'staged', 'apply_started', 'applied']);
+    expect(detail?.events.map((e) => e.event)).toEqual([
+      'created',
+      'manifest_recorded',
+      'staged',
+      'apply_started',
+      'applied',
+    ]);
     const list = await svc.listBatches({ transfer: t.name, limit: 2 });
     expect(list).toHaveLength(2);
     const page2 = await svc.listBatches({ transfer: t.name, limit: 10, afterId: list[1]!.batchId });
@@ -97,11 +112,16 @@ describe('transfer end to end, PostgreSQL -> PostgreSQL', () => {
           target: { engine: 'postgres', connectionSetting: 'WIRED_TGT', table: 'public.orders' },
           keyColumns: ['id'],
           boundary: { column: 'id', kind: 'key' },
-          columns: ['id', 'customer', 'amount', 'placed_at', 'flag', 'note', 'payload'].map((c) => ({ source: c, target: c })),
+          columns: ['id', 'customer', 'amount', 'placed_at', 'flag', 'note', 'payload'].map((c) => ({
+            source: c,
+            target: c,
+          })),
         },
       ]),
     };
-    expect(() => composeTransferService(new PostgresTransferJournal(envPools().control), { ...env, WIRED_TGT: undefined })).toThrow(/wired\.target\.connectionSetting: app setting WIRED_TGT is not set/);
+    expect(() =>
+      composeTransferService(new PostgresTransferJournal(envPools().control), { ...env, WIRED_TGT: undefined }),
+    ).toThrow(/wired\.target\.connectionSetting: app setting WIRED_TGT is not set/);
     const wired = composeTransferService(new PostgresTransferJournal(envPools().control), env)!;
     const b = await wired.service.createBatch('wired');
     const v = await wired.service.run(b.batchId);

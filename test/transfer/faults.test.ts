@@ -4,7 +4,21 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FaultProxy, type FaultPlan } from '../support/faultProxy.js';
-import { assertExactlyOnce, crashCounter, createLane, insertSourceRows, laneProblems, laneTransfer, LANE_WRITES_DDL, makeService, ordersTransfer, setupDatabases, TARGET_DDL, ORDERS_DDL, type Env } from './helpers.js';
+import {
+  assertExactlyOnce,
+  crashCounter,
+  createLane,
+  insertSourceRows,
+  laneProblems,
+  laneTransfer,
+  LANE_WRITES_DDL,
+  makeService,
+  ordersTransfer,
+  setupDatabases,
+  TARGET_DDL,
+  ORDERS_DDL,
+  type Env,
+} from './helpers.js';
 import { TransferService, type BatchView } from '../../shared/transfer/service.js';
 import { seededRandom } from '../support/seededRandom.js';
 import { pgTransferPoolConfig, type TransferTimeouts } from '../../shared/transfer/timeouts.js';
@@ -37,12 +51,25 @@ describe('transfer fault injection (TCP proxy between Keel and the target)', () 
     // The server notices a vanished client during a long statement (mid-apply) instead of finishing it, and
     // each merged row costs 0.2 ms so that an apply lasts long enough to be cut in the middle.
     // Test timeouts (shared/transfer/timeouts.ts): a step that would hang ends with an error instead.
-    const T: TransferTimeouts = { connectMs: 5_000, statementMs: 20_000, queryMs: 25_000, idleInTransactionMs: 10_000, lockMs: 10_000, stallMs: 5_000 };
-    proxied = new pg.Pool({ ...pgTransferPoolConfig(proxy.urlFor(env.targetUrl), T, 3), options: '-c client_connection_check_interval=10 -c keel_test.write_delay=0.0002' });
+    const T: TransferTimeouts = {
+      connectMs: 5_000,
+      statementMs: 20_000,
+      queryMs: 25_000,
+      idleInTransactionMs: 10_000,
+      lockMs: 10_000,
+      stallMs: 5_000,
+    };
+    proxied = new pg.Pool({
+      ...pgTransferPoolConfig(proxy.urlFor(env.targetUrl), T, 3),
+      options: '-c client_connection_check_interval=10 -c keel_test.write_delay=0.0002',
+    });
     proxied.on('error', () => undefined);
     // Without the check the server finishes an apply whose client vanished and commits it: the caller saw an
     // error, the outcome is "committed", and only the target can say so.
-    proxiedUnchecked = new pg.Pool({ ...pgTransferPoolConfig(proxy.urlFor(env.targetUrl), T, 3), options: '-c keel_test.write_delay=0.0002' });
+    proxiedUnchecked = new pg.Pool({
+      ...pgTransferPoolConfig(proxy.urlFor(env.targetUrl), T, 3),
+      options: '-c keel_test.write_delay=0.0002',
+    });
     proxiedUnchecked.on('error', () => undefined);
   });
   afterAll(async () => {
@@ -53,8 +80,15 @@ describe('transfer fault injection (TCP proxy between Keel and the target)', () 
   });
 
   // One batch through a fault, then reconcile + retry (same batch id) until it is committed.
-  async function faultedRun(plan: FaultPlan, pool: pg.Pool = proxied): Promise<{ first: BatchView; fired: boolean; final: BatchView; serverCompleted: boolean }> {
-    const svc = makeService(env, [ordersTransfer(NAME, { batchSize: rand(20, 90), chunkSize: rand(7, 40), reconcileWaitMs: rand(1, 150) })], pool);
+  async function faultedRun(
+    plan: FaultPlan,
+    pool: pg.Pool = proxied,
+  ): Promise<{ first: BatchView; fired: boolean; final: BatchView; serverCompleted: boolean }> {
+    const svc = makeService(
+      env,
+      [ordersTransfer(NAME, { batchSize: rand(20, 90), chunkSize: rand(7, 40), reconcileWaitMs: rand(1, 150) })],
+      pool,
+    );
     const created = await svc.createBatch(NAME);
     let fired = false;
     let serverCompleted = false;
@@ -77,7 +111,10 @@ describe('transfer fault injection (TCP proxy between Keel and the target)', () 
     expect(v.state, `batch ${v.batchId}: ${v.lastError}`).toBe('committed');
     expect(v.appliedCount).toBe(created.rowCount);
     expect(v.stagedChecksum).toBe(created.checksum);
-    const c = await env.target.query(`select row_count::int as n, checksum, state from keel_transfer.completions where batch_id = $1`, [v.batchId]);
+    const c = await env.target.query(
+      `select row_count::int as n, checksum, state from keel_transfer.completions where batch_id = $1`,
+      [v.batchId],
+    );
     expect(c.rows).toEqual([{ n: created.rowCount, checksum: created.checksum, state: 'committed' }]);
     covered = Number(v.boundary.high);
     return { first, fired, final: v, serverCompleted };
@@ -92,7 +129,11 @@ describe('transfer fault injection (TCP proxy between Keel and the target)', () 
   it(`(a) cut mid-transfer, ${RUNS} runs`, { timeout: 180_000 }, async () => {
     let fired = 0;
     for (let i = 0; i < RUNS; i++) {
-      const r = await faultedRun({ kind: 'cut-after-bytes', trigger: (sql) => /^copy keel_transfer\./.test(sql), bytes: rand(0, 4000) });
+      const r = await faultedRun({
+        kind: 'cut-after-bytes',
+        trigger: (sql) => /^copy keel_transfer\./.test(sql),
+        bytes: rand(0, 4000),
+      });
       if (r.fired) fired++;
     }
     expect(fired).toBeGreaterThan(RUNS / 2);
@@ -108,13 +149,18 @@ describe('transfer fault injection (TCP proxy between Keel and the target)', () 
         i % 2 === 0 ? proxied : proxiedUnchecked,
       );
       if (r.fired) fired++;
-      const d = await env.control.query(`select event from keel.transfer_batch_events where batch_id = $1 order by event_id`, [r.final.batchId]);
+      const d = await env.control.query(
+        `select event from keel.transfer_batch_events where batch_id = $1 order by event_id`,
+        [r.final.batchId],
+      );
       const events = d.rows.map((x) => x.event as string);
       if (events.includes('reconciled_committed')) outcomes.committedAfterCut++;
       if (events.includes('reconciled_blocked')) outcomes.unresolvedFirst++;
       if (events.includes('reconciled_not_applied')) outcomes.rolledBack++;
       // Never two applies: at most one 'applied' event and the outcome was read, not guessed.
-      expect(events.filter((e) => e === 'applied').length + events.filter((e) => e === 'reconciled_committed').length).toBe(1);
+      expect(
+        events.filter((e) => e === 'applied').length + events.filter((e) => e === 'reconciled_committed').length,
+      ).toBe(1);
     }
     expect(fired).toBeGreaterThanOrEqual(RUNS * 0.7);
     console.log(`mid-apply: ${fired}/${RUNS} cuts landed before the reply; outcomes read by reconcile:`, outcomes);
@@ -123,14 +169,28 @@ describe('transfer fault injection (TCP proxy between Keel and the target)', () 
 
   it(`(c) COMMIT reached the server, reply lost, ${RUNS} runs`, { timeout: 180_000 }, async () => {
     for (let i = 0; i < RUNS; i++) {
-      const r = await faultedRun({ kind: 'drop-reply', trigger: (sql) => sql.includes('keel_transfer.apply_batch'), holdMs: rand(0, 4) });
+      const r = await faultedRun({
+        kind: 'drop-reply',
+        trigger: (sql) => sql.includes('keel_transfer.apply_batch'),
+        holdMs: rand(0, 4),
+      });
       expect(r.fired).toBe(true);
       expect(r.serverCompleted).toBe(true);
       // The caller lost the reply; reconcile read the completion row and the batch was not applied again.
       expect(r.first.state).toBe('committed');
       expect(r.final.attempts).toBe(1);
-      const d = await env.control.query(`select event from keel.transfer_batch_events where batch_id = $1 order by event_id`, [r.final.batchId]);
-      expect(d.rows.map((x) => x.event)).toEqual(['created', 'manifest_recorded', 'staged', 'apply_started', 'apply_error', 'reconciled_committed']);
+      const d = await env.control.query(
+        `select event from keel.transfer_batch_events where batch_id = $1 order by event_id`,
+        [r.final.batchId],
+      );
+      expect(d.rows.map((x) => x.event)).toEqual([
+        'created',
+        'manifest_recorded',
+        'staged',
+        'apply_started',
+        'apply_error',
+        'reconciled_committed',
+      ]);
     }
     await checkTarget();
   });
@@ -145,7 +205,14 @@ describe('staging faults on both sides, and peers that never reply', () => {
   const RUNS = Number(process.env.KEEL_STAGING_FAULT_RUNS ?? 48);
   const rng = seededRandom('transfer staging faults');
   // Short timeouts so that silent peers are found quickly (production defaults: shared/transfer/timeouts.ts).
-  const T: TransferTimeouts = { connectMs: 3_000, statementMs: 3_000, queryMs: 4_000, idleInTransactionMs: 3_000, lockMs: 3_000, stallMs: 1_500 };
+  const T: TransferTimeouts = {
+    connectMs: 3_000,
+    statementMs: 3_000,
+    queryMs: 4_000,
+    idleInTransactionMs: 3_000,
+    lockMs: 3_000,
+    stallMs: 1_500,
+  };
   let env: Env;
   let srcProxy: FaultProxy;
   let tgtProxy: FaultProxy;
@@ -202,13 +269,56 @@ describe('staging faults on both sides, and peers that never reply', () => {
   const COPY_TO = (sql: string) => /^copy \(select/.test(sql);
   const COPY_FROM = (sql: string) => /^copy keel_transfer\./.test(sql);
   const SHAPES: Shape[] = [
-    { name: 'target COPY cut at a random byte', side: 'target', rowPath: false, plan: () => ({ kind: 'cut-after-bytes', trigger: COPY_FROM, bytes: rng.int(0, 12_000) }) },
-    { name: 'target cut while its COPY opens', side: 'target', rowPath: false, plan: () => ({ kind: 'cut-after-ms', trigger: COPY_FROM, delayMs: 0 }) },
-    { name: 'source COPY cut at a random byte', side: 'source', rowPath: false, plan: () => ({ kind: 'cut-after-server-bytes', trigger: COPY_TO, bytes: rng.int(0, 16_000) }) },
-    { name: 'source cut while its COPY opens (target COPY already open)', side: 'source', rowPath: false, plan: () => ({ kind: 'cut-after-ms', trigger: COPY_TO, delayMs: 0 }) },
-    { name: 'source cut while its transaction opens', side: 'source', rowPath: false, plan: () => ({ kind: 'cut-after-ms', trigger: (sql) => /^begin isolation level repeatable read/.test(sql), delayMs: 0 }) },
-    { name: 'row path: source cursor cut at a random byte', side: 'source', rowPath: true, plan: () => ({ kind: 'cut-after-server-bytes', trigger: (sql) => /^fetch forward/.test(sql), bytes: rng.int(0, 9_000) }) },
-    { name: 'row path: target COPY cut at a random byte', side: 'target', rowPath: true, plan: () => ({ kind: 'cut-after-bytes', trigger: COPY_FROM, bytes: rng.int(0, 9_000) }) },
+    {
+      name: 'target COPY cut at a random byte',
+      side: 'target',
+      rowPath: false,
+      plan: () => ({ kind: 'cut-after-bytes', trigger: COPY_FROM, bytes: rng.int(0, 12_000) }),
+    },
+    {
+      name: 'target cut while its COPY opens',
+      side: 'target',
+      rowPath: false,
+      plan: () => ({ kind: 'cut-after-ms', trigger: COPY_FROM, delayMs: 0 }),
+    },
+    {
+      name: 'source COPY cut at a random byte',
+      side: 'source',
+      rowPath: false,
+      plan: () => ({ kind: 'cut-after-server-bytes', trigger: COPY_TO, bytes: rng.int(0, 16_000) }),
+    },
+    {
+      name: 'source cut while its COPY opens (target COPY already open)',
+      side: 'source',
+      rowPath: false,
+      plan: () => ({ kind: 'cut-after-ms', trigger: COPY_TO, delayMs: 0 }),
+    },
+    {
+      name: 'source cut while its transaction opens',
+      side: 'source',
+      rowPath: false,
+      plan: () => ({
+        kind: 'cut-after-ms',
+        trigger: (sql) => /^begin isolation level repeatable read/.test(sql),
+        delayMs: 0,
+      }),
+    },
+    {
+      name: 'row path: source cursor cut at a random byte',
+      side: 'source',
+      rowPath: true,
+      plan: () => ({
+        kind: 'cut-after-server-bytes',
+        trigger: (sql) => /^fetch forward/.test(sql),
+        bytes: rng.int(0, 9_000),
+      }),
+    },
+    {
+      name: 'row path: target COPY cut at a random byte',
+      side: 'target',
+      rowPath: true,
+      plan: () => ({ kind: 'cut-after-bytes', trigger: COPY_FROM, bytes: rng.int(0, 9_000) }),
+    },
   ];
 
   // Runs one batch with the fault armed, then retries (same id) until committed. Returns problems (empty = fine).
@@ -226,7 +336,8 @@ describe('staging faults on both sides, and peers that never reply', () => {
       if (fired) stats.fired!++;
       if (first.state !== 'committed') {
         if (!first.lastError) problems.push(`first run ended ${first.state} without a recorded error`);
-        if (!first.retryable && first.state !== 'unresolved') problems.push(`first run ended ${first.state}, not retryable: ${first.lastError}`);
+        if (!first.retryable && first.state !== 'unresolved')
+          problems.push(`first run ended ${first.state}, not retryable: ${first.lastError}`);
         stats.retried!++;
       }
       let v = first;
@@ -250,62 +361,97 @@ describe('staging faults on both sides, and peers that never reply', () => {
     return problems;
   }
 
-  it(`${RUNS} cuts at random bytes of the staging COPY (both sides), while either COPY opens, and on the row path`, { timeout: 240_000 }, async () => {
-    const crashes = crashCounter();
-    const stats: Record<string, number> = { runs: 0, fired: 0, retried: 0, inconsistent: 0, hangs: 0 };
-    const failures: string[] = [];
-    for (let i = 0; i < RUNS; i++) {
-      const shape = SHAPES[i % SHAPES.length]!;
-      const plan = shape.plan();
-      const p = await faulted(shape, plan, stats);
-      stats.runs!++;
-      const c = await laneProblems(env, table, covered);
-      if (p.length + c.length > 0) {
-        stats.inconsistent!++;
-        failures.push(`run ${i} (${shape.name}, ${JSON.stringify({ ...plan, trigger: undefined })}): ${[...p, ...c].join('; ')}`);
+  it(
+    `${RUNS} cuts at random bytes of the staging COPY (both sides), while either COPY opens, and on the row path`,
+    { timeout: 240_000 },
+    async () => {
+      const crashes = crashCounter();
+      const stats: Record<string, number> = { runs: 0, fired: 0, retried: 0, inconsistent: 0, hangs: 0 };
+      const failures: string[] = [];
+      for (let i = 0; i < RUNS; i++) {
+        const shape = SHAPES[i % SHAPES.length]!;
+        const plan = shape.plan();
+        const p = await faulted(shape, plan, stats);
+        stats.runs!++;
+        const c = await laneProblems(env, table, covered);
+        if (p.length + c.length > 0) {
+          stats.inconsistent!++;
+          failures.push(
+            `run ${i} (${shape.name}, ${JSON.stringify({ ...plan, trigger: undefined })}): ${[...p, ...c].join('; ')}`,
+          );
+        }
       }
-    }
-    crashes.stop();
-    console.log('staging faults:', { ...stats, crashes: crashes.count() });
-    expect(failures).toEqual([]);
-    expect(crashes.count()).toBe(0);
-    expect(stats.fired).toBeGreaterThanOrEqual(RUNS * 0.6); // the cuts landed where they were aimed
-    expect(stats.retried).toBeGreaterThan(RUNS / 3); // and most interrupted the staging
-  });
+      crashes.stop();
+      console.log('staging faults:', { ...stats, crashes: crashes.count() });
+      expect(failures).toEqual([]);
+      expect(crashes.count()).toBe(0);
+      expect(stats.fired).toBeGreaterThanOrEqual(RUNS * 0.6); // the cuts landed where they were aimed
+      expect(stats.retried).toBeGreaterThan(RUNS / 3); // and most interrupted the staging
+    },
+  );
 
-  it('peers that stop replying without a reset: the timeouts end the step with a recorded, retryable error', { timeout: 240_000 }, async () => {
-    const crashes = crashCounter();
-    const stats: Record<string, number> = { runs: 0, fired: 0, retried: 0, inconsistent: 0, hangs: 0 };
-    const silent: Shape[] = [
-      { name: 'source silent mid-COPY', side: 'source', rowPath: false, plan: () => ({ kind: 'blackhole', trigger: COPY_TO }) },
-      { name: 'target silent mid-COPY', side: 'target', rowPath: false, plan: () => ({ kind: 'blackhole', trigger: COPY_FROM }) },
-      { name: 'source silent between cursor fetches', side: 'source', rowPath: true, plan: () => ({ kind: 'blackhole', trigger: (sql) => /^fetch forward/.test(sql) }) },
-      { name: 'target silent after the apply call', side: 'target', rowPath: false, plan: () => ({ kind: 'blackhole', trigger: (sql) => sql.includes('keel_transfer.apply_batch') }) },
-      { name: 'target silent after begin_stage', side: 'target', rowPath: false, plan: () => ({ kind: 'blackhole', trigger: (sql) => sql.includes('keel_transfer.begin_stage') }) },
-    ];
-    const failures: string[] = [];
-    const codes = new Set<string>();
-    for (const shape of silent) {
-      const p = await faulted(shape, shape.plan(), stats);
-      stats.runs!++;
-      const c = await laneProblems(env, table, covered);
-      const last = await env.control.query(
-        `select e.detail->>'code' as code from keel.transfer_batch_events e join keel.transfer_batches b using (batch_id)
+  it(
+    'peers that stop replying without a reset: the timeouts end the step with a recorded, retryable error',
+    { timeout: 240_000 },
+    async () => {
+      const crashes = crashCounter();
+      const stats: Record<string, number> = { runs: 0, fired: 0, retried: 0, inconsistent: 0, hangs: 0 };
+      const silent: Shape[] = [
+        {
+          name: 'source silent mid-COPY',
+          side: 'source',
+          rowPath: false,
+          plan: () => ({ kind: 'blackhole', trigger: COPY_TO }),
+        },
+        {
+          name: 'target silent mid-COPY',
+          side: 'target',
+          rowPath: false,
+          plan: () => ({ kind: 'blackhole', trigger: COPY_FROM }),
+        },
+        {
+          name: 'source silent between cursor fetches',
+          side: 'source',
+          rowPath: true,
+          plan: () => ({ kind: 'blackhole', trigger: (sql) => /^fetch forward/.test(sql) }),
+        },
+        {
+          name: 'target silent after the apply call',
+          side: 'target',
+          rowPath: false,
+          plan: () => ({ kind: 'blackhole', trigger: (sql) => sql.includes('keel_transfer.apply_batch') }),
+        },
+        {
+          name: 'target silent after begin_stage',
+          side: 'target',
+          rowPath: false,
+          plan: () => ({ kind: 'blackhole', trigger: (sql) => sql.includes('keel_transfer.begin_stage') }),
+        },
+      ];
+      const failures: string[] = [];
+      const codes = new Set<string>();
+      for (const shape of silent) {
+        const p = await faulted(shape, shape.plan(), stats);
+        stats.runs!++;
+        const c = await laneProblems(env, table, covered);
+        const last = await env.control.query(
+          `select e.detail->>'code' as code from keel.transfer_batch_events e join keel.transfer_batches b using (batch_id)
           where b.transfer_name = $1 and e.event in ('stage_error', 'apply_error') order by e.event_id desc limit 1`,
-        [table],
-      );
-      if (last.rows[0]?.code) codes.add(last.rows[0].code);
-      if (p.length + c.length > 0) {
-        stats.inconsistent!++;
-        failures.push(`${shape.name}: ${[...p, ...c].join('; ')}`);
+          [table],
+        );
+        if (last.rows[0]?.code) codes.add(last.rows[0].code);
+        if (p.length + c.length > 0) {
+          stats.inconsistent!++;
+          failures.push(`${shape.name}: ${[...p, ...c].join('; ')}`);
+        }
       }
-    }
-    crashes.stop();
-    console.log('silent peers:', { ...stats, crashes: crashes.count(), codes: [...codes] });
-    expect(failures).toEqual([]);
-    expect(crashes.count()).toBe(0);
-    expect(stats.fired).toBe(silent.length);
-    expect(stats.retried).toBe(silent.length); // every silent peer interrupted its step, and the error was recorded
-    expect(codes.has('stream_stalled')).toBe(true);
-  });
+      crashes.stop();
+      console.log('silent peers:', { ...stats, crashes: crashes.count(), codes: [...codes] });
+      expect(failures).toEqual([]);
+      expect(crashes.count()).toBe(0);
+      expect(stats.fired).toBe(silent.length);
+      expect(stats.retried).toBe(silent.length); // every silent peer interrupted its step, and the error was recorded
+      expect(codes.has('stream_stalled')).toBe(true);
+    },
+  );
 });

@@ -49,7 +49,12 @@ export async function setupDatabases(prefix: string): Promise<Env> {
   await migrateJournal(control);
   await migratePostgresTarget(target);
   return {
-    sourceUrl, targetUrl, controlUrl, source, target, control,
+    sourceUrl,
+    targetUrl,
+    controlUrl,
+    source,
+    target,
+    control,
     close: async () => {
       await Promise.all([source.end(), target.end(), control.end()]);
     },
@@ -78,7 +83,12 @@ begin
 end $$;
 create trigger orders_count after insert or update on public.orders for each row execute function public.count_write();`;
 
-export async function insertSourceRows(pool: pg.Pool, from: number, to: number, table = 'public.orders'): Promise<void> {
+export async function insertSourceRows(
+  pool: pg.Pool,
+  from: number,
+  to: number,
+  table = 'public.orders',
+): Promise<void> {
   if (!/^[a-z_][a-z0-9_.]*$/.test(table)) throw new Error(`bad test table name ${table}`);
   await pool.query(
     `insert into ${table} (id, customer, amount, placed_at, flag, note, payload)
@@ -99,7 +109,10 @@ export function ordersTransfer(name: string, overrides: Partial<TransferInput> =
     target: { engine: 'postgres', connectionSetting: 'TEST_TARGET', table: 'public.orders' },
     keyColumns: ['id'],
     boundary: { column: 'id', kind: 'key' },
-    columns: ['id', 'customer', 'amount', 'placed_at', 'flag', 'note', 'payload'].map((c) => ({ source: c, target: c })),
+    columns: ['id', 'customer', 'amount', 'placed_at', 'flag', 'note', 'payload'].map((c) => ({
+      source: c,
+      target: c,
+    })),
     batchSize: 1000,
     chunkSize: 100,
     reconcileWaitMs: 300,
@@ -108,22 +121,37 @@ export function ordersTransfer(name: string, overrides: Partial<TransferInput> =
   return parseTransfers([input])[0]!;
 }
 
-export function makeService(env: { control: pg.Pool; source: pg.Pool; target: pg.Pool }, transfers: TransferConfig[], targetPool?: pg.Pool): TransferService {
+export function makeService(
+  env: { control: pg.Pool; source: pg.Pool; target: pg.Pool },
+  transfers: TransferConfig[],
+  targetPool?: pg.Pool,
+): TransferService {
   return new TransferService({
     journal: new PostgresTransferJournal(env.control),
     transfers,
-    connect: (t) => ({ source: new PostgresTransferSource(t, env.source), target: new PostgresTransferTarget(t, targetPool ?? env.target) }),
+    connect: (t) => ({
+      source: new PostgresTransferSource(t, env.source),
+      target: new PostgresTransferTarget(t, targetPool ?? env.target),
+    }),
   });
 }
 
 // Same content on both sides, every source row exactly once in the target and written once.
-export async function assertExactlyOnce(env: Env, upTo?: number): Promise<{ source: number; target: number; maxWrites: number }> {
+export async function assertExactlyOnce(
+  env: Env,
+  upTo?: number,
+): Promise<{ source: number; target: number; maxWrites: number }> {
   const cols = 'id, customer, amount, placed_at, flag, note, payload';
   const where = upTo === undefined ? '' : ` where id <= ${Math.trunc(upTo)}`;
-  const s = await env.source.query(`select md5(coalesce(string_agg(t::text, '|' order by id), '')) as h, count(*)::int as n from (select ${cols} from public.orders${where}) t`);
-  const t = await env.target.query(`select md5(coalesce(string_agg(t::text, '|' order by id), '')) as h, count(*)::int as n from (select ${cols} from public.orders${where}) t`);
+  const s = await env.source.query(
+    `select md5(coalesce(string_agg(t::text, '|' order by id), '')) as h, count(*)::int as n from (select ${cols} from public.orders${where}) t`,
+  );
+  const t = await env.target.query(
+    `select md5(coalesce(string_agg(t::text, '|' order by id), '')) as h, count(*)::int as n from (select ${cols} from public.orders${where}) t`,
+  );
   const w = await env.target.query(`select coalesce(max(writes), 0)::int as m from public.write_counts`);
-  if (s.rows[0].h !== t.rows[0].h) throw new Error(`target content differs from source (${s.rows[0].n} vs ${t.rows[0].n} rows)`);
+  if (s.rows[0].h !== t.rows[0].h)
+    throw new Error(`target content differs from source (${s.rows[0].n} vs ${t.rows[0].n} rows)`);
   return { source: s.rows[0].n, target: t.rows[0].n, maxWrites: w.rows[0].m };
 }
 
@@ -144,7 +172,9 @@ export async function createLane(env: Env, table: string, rows: number): Promise
   await env.source.query(ddl);
   await insertSourceRows(env.source, 1, rows, `public.${table}`);
   await env.target.query(ddl);
-  await env.target.query(`create trigger ${table}_count after insert or update on public.${table} for each row execute function public.count_lane_write()`);
+  await env.target.query(
+    `create trigger ${table}_count after insert or update on public.${table} for each row execute function public.count_lane_write()`,
+  );
 }
 
 export function laneTransfer(table: string, overrides: Partial<TransferInput> = {}): TransferConfig {
@@ -164,17 +194,28 @@ export async function laneProblems(env: Env, table: string, upTo: number): Promi
   const q = `select md5(coalesce(string_agg(t::text, '|' order by id), '')) as h, count(*)::int as n from (select ${cols} from public.${table} where id <= $1) t`;
   const s = await env.source.query(q, [upTo]);
   const t = await env.target.query(q, [upTo]);
-  if (s.rows[0].h !== t.rows[0].h) problems.push(`target rows differ from the source window (${s.rows[0].n} source rows, ${t.rows[0].n} target rows)`);
-  const w = await env.target.query(`select coalesce(max(writes), 0)::int as m, count(*) filter (where writes > 1)::int as twice from public.lane_writes where tbl = $1`, [table]);
+  if (s.rows[0].h !== t.rows[0].h)
+    problems.push(`target rows differ from the source window (${s.rows[0].n} source rows, ${t.rows[0].n} target rows)`);
+  const w = await env.target.query(
+    `select coalesce(max(writes), 0)::int as m, count(*) filter (where writes > 1)::int as twice from public.lane_writes where tbl = $1`,
+    [table],
+  );
   if (w.rows[0].m > 1) problems.push(`${w.rows[0].twice} keys written more than once (max ${w.rows[0].m})`);
-  const j = await env.control.query(`select batch_id::text as id, state, boundary_low as low, boundary_high as high from keel.transfer_batches where transfer_name = $1`, [table]);
+  const j = await env.control.query(
+    `select batch_id::text as id, state, boundary_low as low, boundary_high as high from keel.transfer_batches where transfer_name = $1`,
+    [table],
+  );
   const ids = j.rows.map((r) => r.id as string);
-  const c = await env.target.query(`select batch_id::text as id, state from keel_transfer.completions where batch_id = any($1::uuid[])`, [ids]);
+  const c = await env.target.query(
+    `select batch_id::text as id, state from keel_transfer.completions where batch_id = any($1::uuid[])`,
+    [ids],
+  );
   const target = new Map<string, string>(c.rows.map((r) => [r.id as string, r.state as string]));
   const windows = new Map<string, number>();
   for (const r of j.rows) {
     const committedOnTarget = target.get(r.id) === 'committed';
-    if ((r.state === 'committed') !== committedOnTarget) problems.push(`batch ${r.id}: journal says ${r.state}, target says ${target.get(r.id) ?? 'no completion row'}`);
+    if ((r.state === 'committed') !== committedOnTarget)
+      problems.push(`batch ${r.id}: journal says ${r.state}, target says ${target.get(r.id) ?? 'no completion row'}`);
     if (committedOnTarget) {
       const key = `${r.low ?? ''}..${r.high}`;
       windows.set(key, (windows.get(key) ?? 0) + 1);

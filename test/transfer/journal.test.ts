@@ -43,22 +43,34 @@ describe('journal refusals', () => {
     const first = await j.insertBatch({ ...base('dup'), batchId: id, boundaryLow: null, boundaryHigh: '10' });
     expect(first).toMatchObject({ batchId: id, state: 'extracting', boundaryHigh: '10', rowCount: null });
     // Same id while it is open: the id is the problem, not the open batch.
-    await expect(j.insertBatch({ ...base('dup'), batchId: id, boundaryLow: '10', boundaryHigh: '20' })).rejects.toSatisfy((e) => codeOf(e) === 'duplicate_batch_id');
+    await expect(
+      j.insertBatch({ ...base('dup'), batchId: id, boundaryLow: '10', boundaryHigh: '20' }),
+    ).rejects.toSatisfy((e) => codeOf(e) === 'duplicate_batch_id');
     // Same id once it is committed, for a free window (the only rule it breaks is the id): still the id.
     await j.transition(id, ['extracting'], 'committed', { appliedCount: 0, stamp: 'committed_at' }, 'test');
-    const err = await j.insertBatch({ ...base('dup'), batchId: id, boundaryLow: '10', boundaryHigh: '20' }).catch((e: unknown) => e);
+    const err = await j
+      .insertBatch({ ...base('dup'), batchId: id, boundaryLow: '10', boundaryHigh: '20' })
+      .catch((e: unknown) => e);
     expect(codeOf(err)).toBe('duplicate_batch_id');
     expect(isTransferError(err) && err.detail).toEqual({ batchId: id, state: 'committed' });
     // Same id under another transfer name: also the id.
-    await expect(j.insertBatch({ ...base('dup_other'), batchId: id, boundaryLow: null, boundaryHigh: '5' })).rejects.toSatisfy((e) => codeOf(e) === 'duplicate_batch_id');
+    await expect(
+      j.insertBatch({ ...base('dup_other'), batchId: id, boundaryLow: null, boundaryHigh: '5' }),
+    ).rejects.toSatisfy((e) => codeOf(e) === 'duplicate_batch_id');
     // A fresh id for a covered window: the window; for the next window: accepted.
-    await expect(j.insertBatch({ ...base('dup'), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '30' })).rejects.toSatisfy((e) => codeOf(e) === 'window_taken');
+    await expect(
+      j.insertBatch({ ...base('dup'), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '30' }),
+    ).rejects.toSatisfy((e) => codeOf(e) === 'window_taken');
     const next = await j.insertBatch({ ...base('dup'), batchId: randomUUID(), boundaryLow: '10', boundaryHigh: '20' });
-    const open = await j.insertBatch({ ...base('dup'), batchId: randomUUID(), boundaryLow: '20', boundaryHigh: '30' }).catch((e: unknown) => e);
+    const open = await j
+      .insertBatch({ ...base('dup'), batchId: randomUUID(), boundaryLow: '20', boundaryHigh: '30' })
+      .catch((e: unknown) => e);
     expect(codeOf(open)).toBe('open_batch_exists');
     expect(isTransferError(open) && open.detail).toEqual({ batchId: next.batchId });
     // Nothing of the refused inserts was recorded.
-    const events = await owner.query(`select count(*)::int as n from keel.transfer_batch_events where batch_id = $1`, [id]);
+    const events = await owner.query(`select count(*)::int as n from keel.transfer_batch_events where batch_id = $1`, [
+      id,
+    ]);
     expect(events.rows[0].n).toBe(2); // created + test
   });
 
@@ -67,11 +79,19 @@ describe('journal refusals', () => {
     try {
       const j = new PostgresTransferJournal(pool);
       const results = await Promise.race([
-        Promise.allSettled(Array.from({ length: 20 }, () => j.insertBatch({ ...base('storm'), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '100' }))),
-        new Promise<never>((_r, reject) => setTimeout(() => reject(new Error('journal inserts hung (pool starvation)')), 20_000)),
+        Promise.allSettled(
+          Array.from({ length: 20 }, () =>
+            j.insertBatch({ ...base('storm'), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '100' }),
+          ),
+        ),
+        new Promise<never>((_r, reject) =>
+          setTimeout(() => reject(new Error('journal inserts hung (pool starvation)')), 20_000),
+        ),
       ]);
       const ok = results.filter((r) => r.status === 'fulfilled');
-      const codes = results.filter((r): r is PromiseRejectedResult => r.status === 'rejected').map((r) => codeOf(r.reason));
+      const codes = results
+        .filter((r): r is PromiseRejectedResult => r.status === 'rejected')
+        .map((r) => codeOf(r.reason));
       expect(ok).toHaveLength(1);
       expect(codes).toEqual(Array(19).fill('open_batch_exists'));
       // The pool is not starved afterwards.
@@ -109,15 +129,45 @@ describe('least privilege: a role that may only EXECUTE keel functions', () => {
     await expect(app.query(`select count(*) from keel.transfer_batch_events`)).rejects.toMatchObject({ code: '42501' });
     const j = new PostgresTransferJournal(app);
     const a = await j.insertBatch({ ...base('lp'), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '50' });
-    const m = await j.transition(a.batchId, ['extracting'], 'extracting', { rowCount: 50, checksum: 'c1', stamp: 'extracted_at' }, 'manifest_recorded', { rowCount: 50 });
+    const m = await j.transition(
+      a.batchId,
+      ['extracting'],
+      'extracting',
+      { rowCount: 50, checksum: 'c1', stamp: 'extracted_at' },
+      'manifest_recorded',
+      { rowCount: 50 },
+    );
     expect(m).toMatchObject({ rowCount: 50, checksum: 'c1', state: 'extracting' });
     expect(m?.extractedAt).toBeInstanceOf(Date);
     expect(await j.transition(a.batchId, ['staged'], 'applying', {}, 'nope')).toBeNull();
-    await j.note(a.batchId, 'ltxid_recorded', { ltxid: 'x' }, { targetLtxid: 'x', lastError: 'boom', lastErrorCode: 'E1' });
-    const s = await j.transition(a.batchId, ['extracting'], 'staged', { stagedCount: 50, stagedChecksum: 'c1', lastError: null, stamp: 'staged_at' }, 'staged');
+    await j.note(
+      a.batchId,
+      'ltxid_recorded',
+      { ltxid: 'x' },
+      { targetLtxid: 'x', lastError: 'boom', lastErrorCode: 'E1' },
+    );
+    const s = await j.transition(
+      a.batchId,
+      ['extracting'],
+      'staged',
+      { stagedCount: 50, stagedChecksum: 'c1', lastError: null, stamp: 'staged_at' },
+      'staged',
+    );
     // lastError cleared by null, lastErrorCode left as it was (absent key), ltxid kept.
-    expect(s).toMatchObject({ state: 'staged', stagedCount: 50, lastError: null, lastErrorCode: 'E1', targetLtxid: 'x' });
-    const ap = await j.transition(a.batchId, ['staged'], 'applying', { incrementAttempts: true, stamp: 'apply_started_at' }, 'apply_started');
+    expect(s).toMatchObject({
+      state: 'staged',
+      stagedCount: 50,
+      lastError: null,
+      lastErrorCode: 'E1',
+      targetLtxid: 'x',
+    });
+    const ap = await j.transition(
+      a.batchId,
+      ['staged'],
+      'applying',
+      { incrementAttempts: true, stamp: 'apply_started_at' },
+      'apply_started',
+    );
     expect(ap?.attempts).toBe(1);
     expect((await j.stale(['applying'], 0, 10)).map((b) => b.batchId)).toContain(a.batchId);
     expect(await j.stale(['applying'], 3_600_000, 10)).toEqual([]);
@@ -145,7 +195,12 @@ describe('least privilege: a role that may only EXECUTE keel functions', () => {
     expect(ev[0]!.detail).toEqual({ low: null, high: '50', schemaHash: 'h'.repeat(64) });
     expect(ev[2]!.detail).toEqual({ ltxid: 'x' });
     // A stamp outside the fixed set is refused by the function too (not only by the TypeScript guard).
-    await expect(app.query(`select * from keel.transfer_batch_transition($1, array['committed'], 'committed', '{}', false, 'created_at', 'x', null)`, [a.batchId])).rejects.toMatchObject({ code: '22023' });
+    await expect(
+      app.query(
+        `select * from keel.transfer_batch_transition($1, array['committed'], 'committed', '{}', false, 'created_at', 'x', null)`,
+        [a.batchId],
+      ),
+    ).rejects.toMatchObject({ code: '22023' });
   });
 
   it('the journal functions are SECURITY DEFINER with a pinned search_path', async () => {
@@ -154,8 +209,14 @@ describe('least privilege: a role that may only EXECUTE keel functions', () => {
         where n.nspname = 'keel' and p.proname like 'transfer_batch_%' order by p.proname`,
     );
     expect(r.rows.map((x) => x.proname)).toEqual([
-      'transfer_batch_events', 'transfer_batch_get', 'transfer_batch_insert', 'transfer_batch_last', 'transfer_batch_list',
-      'transfer_batch_note', 'transfer_batch_stale', 'transfer_batch_transition',
+      'transfer_batch_events',
+      'transfer_batch_get',
+      'transfer_batch_insert',
+      'transfer_batch_last',
+      'transfer_batch_list',
+      'transfer_batch_note',
+      'transfer_batch_stale',
+      'transfer_batch_transition',
     ]);
     for (const row of r.rows) {
       expect(row.prosecdef, row.proname).toBe(true);
@@ -170,8 +231,12 @@ describe('no table SQL in the journal modules', () => {
     const ts = readFileSync(path.join(repo, 'shared/engines/postgres/transferJournal.ts'), 'utf8');
     const sqlText = readFileSync(path.join(repo, 'sql/postgres/R__030_transfer_journal_functions.sql'), 'utf8');
     const declared = new Map<string, number>();
-    for (const m of sqlText.matchAll(/create or replace function keel\.(\w+)\(([^)]*)\)/g)) declared.set(m[1]!, m[2]!.split(',').filter((x) => x.trim()).length);
-    const calls = [...ts.matchAll(/keel\.(\w+)\(([^)]*)\)/g)].map((m) => ({ name: m[1]!, args: m[2]!.split(',').filter((x) => x.trim()).length }));
+    for (const m of sqlText.matchAll(/create or replace function keel\.(\w+)\(([^)]*)\)/g))
+      declared.set(m[1]!, m[2]!.split(',').filter((x) => x.trim()).length);
+    const calls = [...ts.matchAll(/keel\.(\w+)\(([^)]*)\)/g)].map((m) => ({
+      name: m[1]!,
+      args: m[2]!.split(',').filter((x) => x.trim()).length,
+    }));
     expect(calls.length).toBe(8);
     for (const c of calls) expect(declared.get(c.name), c.name).toBe(c.args);
     expect(ts).not.toMatch(/keel\.transfer_batch(es|_events)\b(?!\()/);
@@ -180,11 +245,16 @@ describe('no table SQL in the journal modules', () => {
 
   it('SQL Server: only stored procedures, each declared in R__070 with the parameters passed', () => {
     const ts = readFileSync(path.join(repo, 'shared/engines/sqlserver/transferJournal.ts'), 'utf8');
-    const tsql = ['V020__TransferJournal.sql', 'R__070_transfer_journal.sql'].map((f) => readFileSync(path.join(repo, 'sql/sqlserver', f), 'utf8')).join('\n');
+    const tsql = ['V020__TransferJournal.sql', 'R__070_transfer_journal.sql']
+      .map((f) => readFileSync(path.join(repo, 'sql/sqlserver', f), 'utf8'))
+      .join('\n');
     expect(ts).not.toMatch(/\.query\(|\.batch\(|FROM keel\./i);
     const procs = new Map<string, string[]>();
     for (const m of tsql.matchAll(/CREATE OR ALTER PROCEDURE keel\.(\w+)([\s\S]*?)\nAS\n/g)) {
-      procs.set(m[1]!, [...m[2]!.matchAll(/@(\w+)\s/g)].map((x) => x[1]!));
+      procs.set(
+        m[1]!,
+        [...m[2]!.matchAll(/@(\w+)\s/g)].map((x) => x[1]!),
+      );
     }
     // A procedure cannot share a name with a table of its schema (the CREATE would fail on a real server).
     const tables = [...tsql.matchAll(/CREATE TABLE keel\.(\w+)/g)].map((m) => m[1]!);
@@ -192,7 +262,16 @@ describe('no table SQL in the journal modules', () => {
     for (const t of tables) expect(procs.has(t), `procedure keel.${t} collides with the table`).toBe(false);
     const executed = [...ts.matchAll(/\.execute(?:<[^>]*>)?\('keel\.(\w+)'\)/g)].map((m) => m[1]!);
     expect(new Set(executed)).toEqual(
-      new Set(['TransferBatchInsert', 'TransferBatchTransition', 'TransferBatchNote', 'TransferBatchGet', 'TransferBatchLast', 'TransferBatchList', 'TransferBatchEventList', 'TransferBatchStale']),
+      new Set([
+        'TransferBatchInsert',
+        'TransferBatchTransition',
+        'TransferBatchNote',
+        'TransferBatchGet',
+        'TransferBatchLast',
+        'TransferBatchList',
+        'TransferBatchEventList',
+        'TransferBatchStale',
+      ]),
     );
     for (const name of executed) {
       // The inputs of the method that executes it are parameters of the procedure.
@@ -209,7 +288,9 @@ describe('journal timeouts', () => {
   it('sessions carry the statement and idle-in-transaction timeouts; a lock wait ends at statement_timeout and changes nothing', async () => {
     const pool = createJournalPool(url, { max: 2, statementTimeoutMs: 700, idleInTransactionTimeoutMs: 1500 });
     try {
-      const r = await pool.query(`select current_setting('statement_timeout') as st, current_setting('idle_in_transaction_session_timeout') as it, current_setting('application_name') as app`);
+      const r = await pool.query(
+        `select current_setting('statement_timeout') as st, current_setting('idle_in_transaction_session_timeout') as it, current_setting('application_name') as app`,
+      );
       expect(r.rows[0]).toEqual({ st: '700ms', it: '1500ms', app: 'keel-transfer-journal' });
       const j = new PostgresTransferJournal(pool);
       const b = await j.insertBatch({ ...base('locked'), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '7' });
@@ -218,7 +299,9 @@ describe('journal timeouts', () => {
         await holder.query('begin');
         await holder.query(`select 1 from keel.transfer_batches where batch_id = $1 for update`, [b.batchId]);
         const started = Date.now();
-        await expect(j.transition(b.batchId, ['extracting'], 'staged', {}, 'staged')).rejects.toMatchObject({ code: '57014' });
+        await expect(j.transition(b.batchId, ['extracting'], 'staged', {}, 'staged')).rejects.toMatchObject({
+          code: '57014',
+        });
         expect(Date.now() - started).toBeLessThan(15_000);
       } finally {
         await holder.query('rollback');
@@ -247,7 +330,9 @@ describe('journal timeouts', () => {
       const b = await j.insertBatch({ ...base('silent'), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '3' });
       // The server runs the statement; its reply is swallowed and the connection left open for a minute.
       let fired = false;
-      void proxy.arm({ kind: 'drop-reply', trigger: (s) => s.includes('keel.transfer_batch_get'), holdMs: 60_000 }).then(() => (fired = true));
+      void proxy
+        .arm({ kind: 'drop-reply', trigger: (s) => s.includes('keel.transfer_batch_get'), holdMs: 60_000 })
+        .then(() => (fired = true));
       const started = Date.now();
       await expect(j.get(b.batchId)).rejects.toThrow(/timeout/i);
       expect(Date.now() - started).toBeLessThan(10_000);

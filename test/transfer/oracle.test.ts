@@ -26,8 +26,17 @@ describe('Oracle migration files (no server needed)', () => {
     const files = [...(await readMigrationFiles(dir)), ...(await readRepeatableFiles(dir))];
     expect(files.map((f) => f.file)).toEqual(['V001__keel_transfer.sql', 'R__010_keel_transfer_package.sql']);
     const blocks = files.flatMap((f) => splitOracleBlocks(f.text));
-    const first = (b: string) => b.split('\n').filter((l) => !l.trim().startsWith('--') && l.trim() !== '')[0]!.trim();
-    expect(blocks.map(first)).toEqual(['DECLARE', 'DECLARE', 'CREATE OR REPLACE PACKAGE KEEL_TRANSFER AUTHID CURRENT_USER AS', 'CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS']);
+    const first = (b: string) =>
+      b
+        .split('\n')
+        .filter((l) => !l.trim().startsWith('--') && l.trim() !== '')[0]!
+        .trim();
+    expect(blocks.map(first)).toEqual([
+      'DECLARE',
+      'DECLARE',
+      'CREATE OR REPLACE PACKAGE KEEL_TRANSFER AUTHID CURRENT_USER AS',
+      'CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS',
+    ]);
     for (const b of blocks) expect(b.trimEnd().endsWith(';')).toBe(true);
   });
 });
@@ -75,10 +84,18 @@ suite(title, () => {
       {
         name,
         source: { engine: 'postgres', connectionSetting: 'X', table: 'public.orders' },
-        target: { engine: 'oracle', connectionSetting: 'Y', table, transactionGuard: process.env.KEEL_TEST_ORACLE_TG === '1' },
+        target: {
+          engine: 'oracle',
+          connectionSetting: 'Y',
+          table,
+          transactionGuard: process.env.KEEL_TEST_ORACLE_TG === '1',
+        },
         keyColumns: ['id'],
         boundary: { column: 'id', kind: 'key' },
-        columns: ['id', 'customer', 'amount', 'placed_at', 'flag', 'note', 'payload'].map((c) => ({ source: c, target: c.toUpperCase() })),
+        columns: ['id', 'customer', 'amount', 'placed_at', 'flag', 'note', 'payload'].map((c) => ({
+          source: c,
+          target: c.toUpperCase(),
+        })),
         batchSize: 400,
         chunkSize: 150,
         reconcileWaitMs: 1000,
@@ -103,13 +120,23 @@ suite(title, () => {
       expect(v.state, v.lastError ?? '').toBe('committed');
       n += v.appliedCount ?? 0;
       const detail = (await svc.getBatch(b.batchId))!;
-      const again = await target.apply({ batchId: b.batchId, transfer: t.name, manifest: { rowCount: b.rowCount!, checksum: b.checksum! }, schema: { columns: detail.schemaColumns, hash: detail.schemaHash } }, { attempt: 2 });
+      const again = await target.apply(
+        {
+          batchId: b.batchId,
+          transfer: t.name,
+          manifest: { rowCount: b.rowCount!, checksum: b.checksum! },
+          schema: { columns: detail.schemaColumns, hash: detail.schemaHash },
+        },
+        { attempt: 2 },
+      );
       expect(again.outcome).toBe('already_committed');
     }
     expect(n).toBe(900);
     const c = await pool.getConnection();
     try {
-      const r = await c.execute<[number]>(`SELECT COUNT(*) FROM "${table}"`, [], { outFormat: oracledb.OUT_FORMAT_ARRAY });
+      const r = await c.execute<[number]>(`SELECT COUNT(*) FROM "${table}"`, [], {
+        outFormat: oracledb.OUT_FORMAT_ARRAY,
+      });
       expect(Number(r.rows![0]![0])).toBe(900);
     } finally {
       await c.close();
@@ -122,7 +149,12 @@ suite(title, () => {
     const b = await svc.createBatch(name);
     expect((await svc.stage(b.batchId)).state).toBe('staged');
     const detail = (await svc.getBatch(b.batchId))!;
-    const req = { batchId: b.batchId, transfer: t.name, manifest: { rowCount: b.rowCount!, checksum: b.checksum! }, schema: { columns: detail.schemaColumns, hash: detail.schemaHash } };
+    const req = {
+      batchId: b.batchId,
+      transfer: t.name,
+      manifest: { rowCount: b.rowCount!, checksum: b.checksum! },
+      schema: { columns: detail.schemaColumns, hash: detail.schemaHash },
+    };
     const other = new OracleTransferTarget(t, pool);
     await other.prepare(req.schema);
     const results = await Promise.all([target.apply(req, { attempt: 1 }), other.apply(req, { attempt: 1 })]);
@@ -137,7 +169,12 @@ suite(title, () => {
     const b = await svc.createBatch(name);
     expect((await svc.stage(b.batchId)).state).toBe('staged');
     const detail = (await svc.getBatch(b.batchId))!;
-    const req = { batchId: b.batchId, transfer: t.name, manifest: { rowCount: b.rowCount!, checksum: b.checksum! }, schema: { columns: detail.schemaColumns, hash: detail.schemaHash } };
+    const req = {
+      batchId: b.batchId,
+      transfer: t.name,
+      manifest: { rowCount: b.rowCount!, checksum: b.checksum! },
+      schema: { columns: detail.schemaColumns, hash: detail.schemaHash },
+    };
     expect(await target.reconcile(req, 1000, null, 1)).toMatchObject({ outcome: 'not_applied', staged: true });
     // Attempt 1 arrives after the verdict (a call that was still on its way): refused, nothing applied.
     await expect(target.apply(req, { attempt: 1 })).rejects.toSatisfy((e) => isTransferError(e, 'attempt_fenced'));

@@ -7,14 +7,26 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import type oracledb from 'oracledb';
 import {
-  KEEL_SESSION_SQL, KEEL_SESSION_TAG, OracleTransferTarget, oracleSessionCallback, ORACLE_LOCK_WAIT_SECONDS,
+  KEEL_SESSION_SQL,
+  KEEL_SESSION_TAG,
+  OracleTransferTarget,
+  oracleSessionCallback,
+  ORACLE_LOCK_WAIT_SECONDS,
 } from '../../shared/engines/oracle/transferTarget.js';
 import { TransferError } from '../../shared/transfer/errors.js';
 import type { TransferConfig } from '../../shared/transfer/config.js';
 
 function fakeSession(version: number, versionString: string) {
   const executed: string[] = [];
-  const conn = { tag: '', oracleServerVersion: version, oracleServerVersionString: versionString, execute: async (sql: string) => { executed.push(sql); return {}; } };
+  const conn = {
+    tag: '',
+    oracleServerVersion: version,
+    oracleServerVersionString: versionString,
+    execute: async (sql: string) => {
+      executed.push(sql);
+      return {};
+    },
+  };
   return { conn, executed };
 }
 
@@ -32,7 +44,9 @@ describe('Oracle target without a server', () => {
   it('refuses a server older than 12.2, saying which version is needed', async () => {
     const { conn, executed } = fakeSession(1201000200, '12.1.0.2.0');
     const err = await run(conn as never);
-    expect(err?.message).toMatch(/Oracle 12\.1\.0\.2\.0 is not supported as a transfer target: Keel needs 12\.2 or later/);
+    expect(err?.message).toMatch(
+      /Oracle 12\.1\.0\.2\.0 is not supported as a transfer target: Keel needs 12\.2 or later/,
+    );
     expect(executed).toEqual([]);
   });
 
@@ -46,7 +60,13 @@ describe('Oracle target without a server', () => {
           callTimeout: 0,
           execute: async (sql: string) => {
             executed.push(sql);
-            if (/all_tab_columns/.test(sql)) return { rows: [['ID', 'NUMBER', 0], ['DATA', 'BLOB', null]] };
+            if (/all_tab_columns/.test(sql))
+              return {
+                rows: [
+                  ['ID', 'NUMBER', 0],
+                  ['DATA', 'BLOB', null],
+                ],
+              };
             return { rows: [] };
           },
           close: async () => undefined,
@@ -54,22 +74,42 @@ describe('Oracle target without a server', () => {
       },
     } as unknown as oracledb.Pool;
     const t = {
-      name: 'files', source: { engine: 'postgres', connectionSetting: 'S', table: 'public.files' },
-      target: { engine: 'oracle', connectionSetting: 'T', table: 'FILES' }, keyColumns: ['id'],
-      boundary: { column: 'id', kind: 'key' }, columns: [{ source: 'id', target: 'ID' }, { source: 'data', target: 'DATA' }], chunkSize: 100,
+      name: 'files',
+      source: { engine: 'postgres', connectionSetting: 'S', table: 'public.files' },
+      target: { engine: 'oracle', connectionSetting: 'T', table: 'FILES' },
+      keyColumns: ['id'],
+      boundary: { column: 'id', kind: 'key' },
+      columns: [
+        { source: 'id', target: 'ID' },
+        { source: 'data', target: 'DATA' },
+      ],
+      chunkSize: 100,
     } as unknown as TransferConfig;
     const target = new OracleTransferTarget(t, pool);
-    const schema = { columns: [{ name: 'id', type: 'bigint', logical: 'int', nullable: false }, { name: 'data', type: 'bytea', logical: 'bytes', nullable: true }] };
-    const err = await target.prepare(schema as never).then(() => null, (e: unknown) => e);
+    const schema = {
+      columns: [
+        { name: 'id', type: 'bigint', logical: 'int', nullable: false },
+        { name: 'data', type: 'bytea', logical: 'bytes', nullable: true },
+      ],
+    };
+    const err = await target.prepare(schema as never).then(
+      () => null,
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(TransferError);
     expect((err as TransferError).code).toBe('target_incompatible');
-    expect((err as TransferError).message).toMatch(/target column DATA is a BLOB, which the Oracle target does not take: values over 2,000 bytes/);
+    expect((err as TransferError).message).toMatch(
+      /target column DATA is a BLOB, which the Oracle target does not take: values over 2,000 bytes/,
+    );
     expect(requested).toEqual([{ tag: KEEL_SESSION_TAG }]);
     expect(executed.some((s) => /ALTER SESSION/i.test(s))).toBe(false);
   });
 
   it('the target SQL bounds the apply lock wait and builds column lists without LISTAGG', () => {
-    const sql = readFileSync(path.resolve(import.meta.dirname, '../../sql/oracle/R__010_keel_transfer_package.sql'), 'utf8').replace(/--[^\n]*/g, '');
+    const sql = readFileSync(
+      path.resolve(import.meta.dirname, '../../sql/oracle/R__010_keel_transfer_package.sql'),
+      'utf8',
+    ).replace(/--[^\n]*/g, '');
     expect(sql).not.toMatch(/LISTAGG/i);
     expect(sql).not.toMatch(/FOR UPDATE\s*;/i); // every row lock waits a bounded time
     expect(sql).toContain(`FOR UPDATE WAIT ${ORACLE_LOCK_WAIT_SECONDS};`);

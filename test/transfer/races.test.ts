@@ -2,7 +2,21 @@
 // overlapping windows, and the generic (non-COPY) row path.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
-import { assertExactlyOnce, crashCounter, createLane, insertSourceRows, laneProblems, laneTransfer, LANE_WRITES_DDL, makeService, ordersTransfer, setupDatabases, TARGET_DDL, ORDERS_DDL, type Env } from './helpers.js';
+import {
+  assertExactlyOnce,
+  crashCounter,
+  createLane,
+  insertSourceRows,
+  laneProblems,
+  laneTransfer,
+  LANE_WRITES_DDL,
+  makeService,
+  ordersTransfer,
+  setupDatabases,
+  TARGET_DDL,
+  ORDERS_DDL,
+  type Env,
+} from './helpers.js';
 import { FaultProxy } from '../support/faultProxy.js';
 import { seededRandom } from '../support/seededRandom.js';
 import { pgTransferPoolConfig, type TransferTimeouts } from '../../shared/transfer/timeouts.js';
@@ -14,7 +28,14 @@ import { TransferService } from '../../shared/transfer/service.js';
 import type { SourceAdapter, StageRequest } from '../../shared/transfer/types.js';
 
 // Short timeouts for tests (production defaults: shared/transfer/timeouts.ts), still far above what a healthy step needs.
-const TEST_TIMEOUTS: TransferTimeouts = { connectMs: 5_000, statementMs: 20_000, queryMs: 25_000, idleInTransactionMs: 10_000, lockMs: 10_000, stallMs: 5_000 };
+const TEST_TIMEOUTS: TransferTimeouts = {
+  connectMs: 5_000,
+  statementMs: 20_000,
+  queryMs: 25_000,
+  idleInTransactionMs: 10_000,
+  lockMs: 10_000,
+  stallMs: 5_000,
+};
 
 describe('races, conflicts and drift', () => {
   let env: Env;
@@ -54,7 +75,10 @@ describe('races, conflicts and drift', () => {
       expect(results.every((r) => r.rowCount === created.rowCount && r.checksum === created.checksum)).toBe(true);
       // Through the service (two services, as two hosts would): the journal lets one apply call through,
       // reconcile reads the target's verdict, and the batch ends committed exactly once.
-      const [v1, v2] = await Promise.all([svc.apply(created.batchId), makeService(env, [t], targetB).apply(created.batchId)]);
+      const [v1, v2] = await Promise.all([
+        svc.apply(created.batchId),
+        makeService(env, [t], targetB).apply(created.batchId),
+      ]);
       expect([v1.state, v2.state]).toContain('committed');
       const fin = await svc.reconcile(created.batchId);
       expect(fin.state).toBe('committed');
@@ -73,9 +97,18 @@ describe('races, conflicts and drift', () => {
     // Another session holds the claim (an apply whose transaction is still open).
     const holder = await targetB.connect();
     await holder.query('begin');
-    await holder.query(`insert into keel_transfer.completions (batch_id, transfer_name, state) values ($1, 'held', 'claimed')`, [created.batchId]);
+    await holder.query(
+      `insert into keel_transfer.completions (batch_id, transfer_name, state) values ($1, 'held', 'claimed')`,
+      [created.batchId],
+    );
     const journal = new PostgresTransferJournal(env.control);
-    await journal.transition(created.batchId, ['staged'], 'applying', { incrementAttempts: true, stamp: 'apply_started_at' }, 'apply_started');
+    await journal.transition(
+      created.batchId,
+      ['staged'],
+      'applying',
+      { incrementAttempts: true, stamp: 'apply_started_at' },
+      'apply_started',
+    );
     const v = await svc.reconcile(created.batchId);
     expect(v.state).toBe('unresolved');
     expect(v.status).toBe('unresolved');
@@ -94,7 +127,8 @@ describe('races, conflicts and drift', () => {
 
   it('the fence: a ruled-out attempt is refused on the target; staged batches are asked; abandon never releases a committed window', async () => {
     const t = ordersTransfer('fenced', { batchSize: 40, reconcileWaitMs: 100 });
-    if ((await env.source.query(`select count(*)::int as n from public.orders`)).rows[0].n < 80) await insertSourceRows(env.source, 9001, 9080); // when run alone
+    if ((await env.source.query(`select count(*)::int as n from public.orders`)).rows[0].n < 80)
+      await insertSourceRows(env.source, 9001, 9080); // when run alone
     await env.target.query(`create table public.fenced_target (like public.orders including all)`);
     const tt = { ...t, target: { ...t.target, table: 'public.fenced_target' } };
     const svc = makeService(env, [tt]);
@@ -102,10 +136,21 @@ describe('races, conflicts and drift', () => {
     const b = await svc.createBatch(tt.name);
     expect((await svc.stage(b.batchId)).state).toBe('staged');
     const detail = (await svc.getBatch(b.batchId))!;
-    const req: StageRequest = { batchId: b.batchId, transfer: tt.name, manifest: { rowCount: b.rowCount!, checksum: b.checksum! }, schema: { columns: detail.schemaColumns, hash: detail.schemaHash } };
+    const req: StageRequest = {
+      batchId: b.batchId,
+      transfer: tt.name,
+      manifest: { rowCount: b.rowCount!, checksum: b.checksum! },
+      schema: { columns: detail.schemaColumns, hash: detail.schemaHash },
+    };
     // Attempt 1 is started in the journal, its call is "on its way"; a rival reconcile rules it out first.
     const journal = new PostgresTransferJournal(env.control);
-    await journal.transition(b.batchId, ['staged'], 'applying', { incrementAttempts: true, stamp: 'apply_started_at' }, 'apply_started');
+    await journal.transition(
+      b.batchId,
+      ['staged'],
+      'applying',
+      { incrementAttempts: true, stamp: 'apply_started_at' },
+      'apply_started',
+    );
     const r = await svc.reconcile(b.batchId);
     expect(r.state).toBe('staged');
     // The late call arrives: refused, nothing applied.
@@ -128,16 +173,27 @@ describe('races, conflicts and drift', () => {
     const ab2 = await svc.abandon(b2.batchId, 'test');
     expect(ab2.state).toBe('failed');
     const d2 = (await svc.getBatch(b2.batchId))!;
-    const req2: StageRequest = { ...req, batchId: b2.batchId, manifest: { rowCount: b2.rowCount!, checksum: b2.checksum! } };
-    await expect(target.apply(req2, { attempt: 1_000_000 })).rejects.toSatisfy((e) => isTransferError(e, 'attempt_fenced'));
-    const fence = await env.target.query(`select state, fenced_through::text as f from keel_transfer.completions where batch_id = $1`, [b2.batchId]);
+    const req2: StageRequest = {
+      ...req,
+      batchId: b2.batchId,
+      manifest: { rowCount: b2.rowCount!, checksum: b2.checksum! },
+    };
+    await expect(target.apply(req2, { attempt: 1_000_000 })).rejects.toSatisfy((e) =>
+      isTransferError(e, 'attempt_fenced'),
+    );
+    const fence = await env.target.query(
+      `select state, fenced_through::text as f from keel_transfer.completions where batch_id = $1`,
+      [b2.batchId],
+    );
     expect(fence.rows).toEqual([{ state: 'fenced', f: '2147483647' }]);
     expect(d2.state).toBe('failed');
   });
 
   it('duplicate keys within a batch stop it with a reason and release its window', async () => {
     const src = await env.source.connect();
-    await src.query(`create table public.dups (id bigint, customer text, amount numeric(12,2), placed_at timestamptz, flag boolean, note varchar(200), payload bytea)`);
+    await src.query(
+      `create table public.dups (id bigint, customer text, amount numeric(12,2), placed_at timestamptz, flag boolean, note varchar(200), payload bytea)`,
+    );
     await src.query(`insert into public.dups (id, customer) select n, 'c' from generate_series(1, 30) n`);
     await src.query(`insert into public.dups (id, customer) values (7, 'again')`);
     src.release();
@@ -162,7 +218,9 @@ describe('races, conflicts and drift', () => {
   });
 
   it('a table source without a unique key index is checked for duplicate keys; one with it reports unique keys', async () => {
-    await env.source.query(`create table public.dups_tbl (id bigint, customer text, amount numeric(12,2), placed_at timestamptz, flag boolean, note varchar(200), payload bytea)`);
+    await env.source.query(
+      `create table public.dups_tbl (id bigint, customer text, amount numeric(12,2), placed_at timestamptz, flag boolean, note varchar(200), payload bytea)`,
+    );
     await env.source.query(`create index on public.dups_tbl (id)`); // not unique
     await env.source.query(`insert into public.dups_tbl (id, customer) select n, 'c' from generate_series(1, 20) n`);
     await env.source.query(`insert into public.dups_tbl (id, customer) values (3, 'again')`);
@@ -208,12 +266,19 @@ describe('races, conflicts and drift', () => {
     await env.source.query(`insert into public.mix_src select * from public.orders where id <= 50`);
     await env.target.query(`create table public.mix_new (like public.orders including all)`);
     await env.target.query(`create table public.mix_old (like public.orders including all)`);
-    await env.target.query(`insert into public.mix_old (id, customer) values (10, 'stale'), (40, 'stale'), (1000, 'outside')`);
-    await env.target.query(`create table public.mix_def (id bigint, customer text, amount numeric(12,2), placed_at timestamptz, flag boolean, note varchar(200), payload bytea,
+    await env.target.query(
+      `insert into public.mix_old (id, customer) values (10, 'stale'), (40, 'stale'), (1000, 'outside')`,
+    );
+    await env.target
+      .query(`create table public.mix_def (id bigint, customer text, amount numeric(12,2), placed_at timestamptz, flag boolean, note varchar(200), payload bytea,
                              constraint mix_def_pk primary key (id) deferrable initially deferred)`);
     await env.target.query(`insert into public.mix_def (id, customer) values (25, 'stale')`);
     const cols = 'id, customer, amount, placed_at, flag, note, payload';
-    const expected = (await env.source.query(`select md5(string_agg(t::text, '|' order by id)) as h from (select ${cols} from public.mix_src) t`)).rows[0].h;
+    const expected = (
+      await env.source.query(
+        `select md5(string_agg(t::text, '|' order by id)) as h from (select ${cols} from public.mix_src) t`,
+      )
+    ).rows[0].h;
     for (const table of ['mix_new', 'mix_old', 'mix_def']) {
       const t = ordersTransfer(table, {
         source: { engine: 'postgres', connectionSetting: 'X', table: 'public.mix_src' },
@@ -225,7 +290,11 @@ describe('races, conflicts and drift', () => {
       const v = await svc.run(b.batchId);
       expect(v.state).toBe('committed');
       expect(v.appliedCount).toBe(50);
-      const got = (await env.target.query(`select md5(string_agg(t::text, '|' order by id)) as h from (select ${cols} from public.${table} where id <= 50) t`)).rows[0].h;
+      const got = (
+        await env.target.query(
+          `select md5(string_agg(t::text, '|' order by id)) as h from (select ${cols} from public.${table} where id <= 50) t`,
+        )
+      ).rows[0].h;
       expect(got).toBe(expected);
     }
     expect(Number((await env.target.query(`select count(*) from public.mix_old`)).rows[0].count)).toBe(51); // 'outside' kept
@@ -242,7 +311,9 @@ describe('races, conflicts and drift', () => {
         if coalesce(current_setting('keel_test.no_gate', true), '') <> 'on' then perform pg_advisory_xact_lock(4242); end if;
         return null;
       end $$`);
-    await env.target.query(`create trigger gap_gate before insert on public.gap_tgt for each statement execute function public.gap_gate()`);
+    await env.target.query(
+      `create trigger gap_gate before insert on public.gap_tgt for each statement execute function public.gap_gate()`,
+    );
     const t = ordersTransfer('gap_tgt', {
       source: { engine: 'postgres', connectionSetting: 'X', table: 'public.gap_src' },
       target: { engine: 'postgres', connectionSetting: 'Y', table: 'public.gap_tgt' },
@@ -259,7 +330,9 @@ describe('races, conflicts and drift', () => {
       // Wait until the applier is parked on the gate, i.e. past its probe and inside the fast-path INSERT.
       const deadline = Date.now() + 10_000;
       for (;;) {
-        const { rows } = await env.target.query(`select count(*)::int as n from pg_locks where locktype = 'advisory' and objid = 4242 and not granted`);
+        const { rows } = await env.target.query(
+          `select count(*)::int as n from pg_locks where locktype = 'advisory' and objid = 4242 and not granted`,
+        );
         if (rows[0].n > 0) break;
         if (Date.now() > deadline) throw new Error('the applier never reached the gate');
         await new Promise((r) => setTimeout(r, 20));
@@ -279,8 +352,16 @@ describe('races, conflicts and drift', () => {
       holder.release();
     }
     const cols = 'id, customer, amount, placed_at, flag, note, payload';
-    const src = (await env.source.query(`select md5(string_agg(t::text, '|' order by id)) as h from (select ${cols} from public.gap_src) t`)).rows[0].h;
-    const tgt = (await env.target.query(`select md5(string_agg(t::text, '|' order by id)) as h from (select ${cols} from public.gap_tgt) t`)).rows[0].h;
+    const src = (
+      await env.source.query(
+        `select md5(string_agg(t::text, '|' order by id)) as h from (select ${cols} from public.gap_src) t`,
+      )
+    ).rows[0].h;
+    const tgt = (
+      await env.target.query(
+        `select md5(string_agg(t::text, '|' order by id)) as h from (select ${cols} from public.gap_tgt) t`,
+      )
+    ).rows[0].h;
     expect(tgt).toBe(src); // key 15 was merged (updated to the batch's content), every other key inserted once
   });
 
@@ -295,11 +376,17 @@ describe('races, conflicts and drift', () => {
     const schema = { columns: detail.schemaColumns, hash: detail.schemaHash };
     const w = { kind: 'key' as const, low: detail.boundary.low, high: detail.boundary.high };
     // Same id, same content: idempotent.
-    const same = await target.stage({ batchId: b.batchId, transfer: t.name, manifest: { rowCount: b.rowCount!, checksum: b.checksum! }, schema }, { kind: 'rows', rows: source.streamRows(w, schema, 10) });
+    const same = await target.stage(
+      { batchId: b.batchId, transfer: t.name, manifest: { rowCount: b.rowCount!, checksum: b.checksum! }, schema },
+      { kind: 'rows', rows: source.streamRows(w, schema, 10) },
+    );
     expect(same.outcome).toBe('already_staged');
     // Same id, different content.
     await expect(
-      target.stage({ batchId: b.batchId, transfer: t.name, manifest: { rowCount: b.rowCount! - 1, checksum: '12345' }, schema }, { kind: 'rows', rows: source.streamRows(w, schema, 10) }),
+      target.stage(
+        { batchId: b.batchId, transfer: t.name, manifest: { rowCount: b.rowCount! - 1, checksum: '12345' }, schema },
+        { kind: 'rows', rows: source.streamRows(w, schema, 10) },
+      ),
     ).rejects.toSatisfy((e) => isTransferError(e, 'staging_conflict'));
     expect((await svc.run(b.batchId)).state).toBe('committed');
   });
@@ -312,7 +399,9 @@ describe('races, conflicts and drift', () => {
     const v = await svc.run(b.batchId);
     expect(v.state).toBe('failed');
     expect(v.lastErrorCode).toBe('manifest_mismatch');
-    const staged = await env.target.query(`select count(*)::int as n from keel_transfer.staged where batch_id = $1`, [b.batchId]);
+    const staged = await env.target.query(`select count(*)::int as n from keel_transfer.staged where batch_id = $1`, [
+      b.batchId,
+    ]);
     expect(staged.rows[0].n).toBe(0);
     const again = await svc.createBatch(t.name);
     expect(again.boundary).toEqual(b.boundary);
@@ -323,7 +412,11 @@ describe('races, conflicts and drift', () => {
     await env.source.query(`create table public.drift (like public.orders including all)`);
     await env.target.query(`create table public.drift (like public.orders including all)`);
     await env.source.query(`insert into public.drift select * from public.orders where id <= 100`);
-    const base = { source: { engine: 'postgres' as const, connectionSetting: 'X', table: 'public.drift' }, target: { engine: 'postgres' as const, connectionSetting: 'Y', table: 'public.drift' }, batchSize: 60 };
+    const base = {
+      source: { engine: 'postgres' as const, connectionSetting: 'X', table: 'public.drift' },
+      target: { engine: 'postgres' as const, connectionSetting: 'Y', table: 'public.drift' },
+      batchSize: 60,
+    };
     const t = ordersTransfer('drift', base);
     const svc = makeService(env, [t]);
     const b1 = await svc.createBatch(t.name);
@@ -349,23 +442,52 @@ describe('races, conflicts and drift', () => {
   it('the journal refuses a second batch for an already-covered window', async () => {
     const journal = new PostgresTransferJournal(env.control);
     const base = { transferName: 'windows', boundaryKind: 'key' as const, schemaHash: 'h', schemaColumns: [] };
-    const first = await journal.insertBatch({ ...base, batchId: '00000000-0000-4000-8000-000000000001', boundaryLow: null, boundaryHigh: '10' });
+    const first = await journal.insertBatch({
+      ...base,
+      batchId: '00000000-0000-4000-8000-000000000001',
+      boundaryLow: null,
+      boundaryHigh: '10',
+    });
     await journal.transition(first.batchId, ['extracting'], 'committed', {}, 'test');
-    await expect(journal.insertBatch({ ...base, batchId: '00000000-0000-4000-8000-000000000002', boundaryLow: null, boundaryHigh: '20' })).rejects.toSatisfy((e) =>
-      isTransferError(e, 'window_taken'),
-    );
-    await expect(journal.insertBatch({ ...base, batchId: '00000000-0000-4000-8000-000000000003', boundaryLow: '5', boundaryHigh: '10' })).rejects.toSatisfy((e) =>
-      isTransferError(e, 'window_taken'),
-    );
-    await journal.insertBatch({ ...base, batchId: '00000000-0000-4000-8000-000000000004', boundaryLow: '10', boundaryHigh: '20' });
-    await expect(journal.insertBatch({ ...base, batchId: '00000000-0000-4000-8000-000000000005', boundaryLow: '20', boundaryHigh: '30' })).rejects.toSatisfy((e) =>
-      isTransferError(e, 'open_batch_exists'),
-    );
+    await expect(
+      journal.insertBatch({
+        ...base,
+        batchId: '00000000-0000-4000-8000-000000000002',
+        boundaryLow: null,
+        boundaryHigh: '20',
+      }),
+    ).rejects.toSatisfy((e) => isTransferError(e, 'window_taken'));
+    await expect(
+      journal.insertBatch({
+        ...base,
+        batchId: '00000000-0000-4000-8000-000000000003',
+        boundaryLow: '5',
+        boundaryHigh: '10',
+      }),
+    ).rejects.toSatisfy((e) => isTransferError(e, 'window_taken'));
+    await journal.insertBatch({
+      ...base,
+      batchId: '00000000-0000-4000-8000-000000000004',
+      boundaryLow: '10',
+      boundaryHigh: '20',
+    });
+    await expect(
+      journal.insertBatch({
+        ...base,
+        batchId: '00000000-0000-4000-8000-000000000005',
+        boundaryLow: '20',
+        boundaryHigh: '30',
+      }),
+    ).rejects.toSatisfy((e) => isTransferError(e, 'open_batch_exists'));
   });
 
   it('the generic row path (no COPY passthrough) stages the same content', async () => {
     await env.target.query(`create table public.generic_target (like public.orders including all)`);
-    const t = ordersTransfer('generic', { batchSize: 500, chunkSize: 33, target: { engine: 'postgres', connectionSetting: 'Y', table: 'public.generic_target' } });
+    const t = ordersTransfer('generic', {
+      batchSize: 500,
+      chunkSize: 33,
+      target: { engine: 'postgres', connectionSetting: 'Y', table: 'public.generic_target' },
+    });
     const svc2 = new TransferService({
       journal: new PostgresTransferJournal(env.control),
       transfers: [t],
@@ -393,7 +515,9 @@ describe('races, conflicts and drift', () => {
       `select (select count(*) from public.generic_target)::int as n,
               (select md5(string_agg(t::text, '|' order by id)) from public.generic_target t) as h`,
     );
-    const src = await env.source.query(`select count(*)::int as n, md5(string_agg(t::text, '|' order by id)) as h from public.orders t`);
+    const src = await env.source.query(
+      `select count(*)::int as n, md5(string_agg(t::text, '|' order by id)) as h from public.orders t`,
+    );
     expect(cmp.rows[0]).toEqual(src.rows[0]);
   });
 });
@@ -422,7 +546,10 @@ describe('a slow apply and a concurrent reconcile from another process: the fenc
       await createLane(env, table, ROWS_PER_LANE);
       const proxy = await FaultProxy.start(u.hostname, Number(u.port));
       // Process A's target connections: through the proxy, every merged row costs 2 ms (a slow apply).
-      const pool = new pg.Pool({ ...pgTransferPoolConfig(proxy.urlFor(env.targetUrl), TEST_TIMEOUTS, 3), options: '-c keel_test.write_delay=0.002' });
+      const pool = new pg.Pool({
+        ...pgTransferPoolConfig(proxy.urlFor(env.targetUrl), TEST_TIMEOUTS, 3),
+        options: '-c keel_test.write_delay=0.002',
+      });
       pool.on('error', () => undefined);
       lanes.push({ table, proxy, pool });
     }
@@ -435,90 +562,112 @@ describe('a slow apply and a concurrent reconcile from another process: the fenc
     await env?.close();
   });
 
-  it(`${RUNS} runs in ${LANES} concurrent lanes: target rows exactly once, one completion per committed window, journal = target`, { timeout: 240_000 }, async () => {
-    const crashes = crashCounter();
-    const stats = { runs: 0, inconsistent: 0, hangs: 0, fencedApplies: 0, reconciledNotApplied: 0, blocked: 0, abandoned: 0, committedLate: 0 };
-    const failures: string[] = [];
-    // Every random choice is drawn up front, in a fixed order, so that KEEL_TEST_SEED replays the same plans.
-    type Run = { d1: number; d2: number; duplicateDelivery: boolean; abandonWhenOpen: boolean };
-    const perLane = Math.ceil(RUNS / LANES);
-    const drawn = lanes.map(() => ({
-      batchSize: rng.int(20, 60),
-      reconcileWaitMs: rng.int(30, 300),
-      runs: Array.from({ length: perLane }, (): Run => ({ d1: rng.int(50, 1500), d2: rng.int(50, 1500), duplicateDelivery: rng.next() < 0.3, abandonWhenOpen: rng.next() < 0.5 })),
-    }));
-    async function lane(l: (typeof lanes)[number], d: (typeof drawn)[number]) {
-      const t = laneTransfer(l.table, { batchSize: d.batchSize, reconcileWaitMs: d.reconcileWaitMs });
-      let covered = 0;
-      for (let i = 0; i < d.runs.length; i++) {
-        const { d1, d2, duplicateDelivery, abandonWhenOpen } = d.runs[i]!;
-        const plan = `lane ${l.table} run ${i}: apply held ${d1} ms, rival ${duplicateDelivery ? 'run' : 'reconcile'} after ${d2} ms, ${abandonWhenOpen ? 'abandon' : 'retry'}`;
-        const a = makeService(env, [t], l.pool); // process A (apply through the proxy)
-        const b = makeService(env, [t]); // process B (direct)
-        const work = (async () => {
-          const created = await a.createBatch(t.name);
-          expect((await a.stage(created.batchId)).state).toBe('staged');
-          // The fault's report is not needed here: the outcome is read from the journal and the target below.
-          void l.proxy.arm({ kind: 'delay-request', trigger: (sql) => sql.includes('keel_transfer.apply_batch'), delayMs: d1 });
-          const [va] = await Promise.all([
-            a.apply(created.batchId),
-            sleep(d2).then(() => (duplicateDelivery ? b.run(created.batchId) : b.reconcile(created.batchId))),
-          ]);
-          l.proxy.disarm();
-          if (va.lastErrorCode === 'attempt_fenced') stats.fencedApplies++;
-          // Follow nextAction until the window is committed: reconcile what is open, then retry or abandon.
-          let id = created.batchId;
-          for (let step = 0; step < 200; step++) {
-            const v = (await b.getBatch(id))!;
-            if (v.state === 'committed') break;
-            if (v.state === 'applying' || v.state === 'unresolved') {
-              await b.reconcile(id);
-              await sleep(20);
-            } else if (v.state === 'staged' || v.state === 'extracting') {
-              if (abandonWhenOpen && id === created.batchId) {
-                const x = await b.abandon(id, 'test: follow the runbook');
-                if (x.state === 'failed') {
-                  stats.abandoned++;
-                  id = (await b.createBatch(t.name)).batchId; // the same window, a new batch
-                }
-              } else await b.run(id);
-            } else if (v.state === 'failed') {
-              throw new Error(`${plan}: batch ${id} failed: ${v.lastError}`);
+  it(
+    `${RUNS} runs in ${LANES} concurrent lanes: target rows exactly once, one completion per committed window, journal = target`,
+    { timeout: 240_000 },
+    async () => {
+      const crashes = crashCounter();
+      const stats = {
+        runs: 0,
+        inconsistent: 0,
+        hangs: 0,
+        fencedApplies: 0,
+        reconciledNotApplied: 0,
+        blocked: 0,
+        abandoned: 0,
+        committedLate: 0,
+      };
+      const failures: string[] = [];
+      // Every random choice is drawn up front, in a fixed order, so that KEEL_TEST_SEED replays the same plans.
+      type Run = { d1: number; d2: number; duplicateDelivery: boolean; abandonWhenOpen: boolean };
+      const perLane = Math.ceil(RUNS / LANES);
+      const drawn = lanes.map(() => ({
+        batchSize: rng.int(20, 60),
+        reconcileWaitMs: rng.int(30, 300),
+        runs: Array.from({ length: perLane }, (): Run => ({
+          d1: rng.int(50, 1500),
+          d2: rng.int(50, 1500),
+          duplicateDelivery: rng.next() < 0.3,
+          abandonWhenOpen: rng.next() < 0.5,
+        })),
+      }));
+      async function lane(l: (typeof lanes)[number], d: (typeof drawn)[number]) {
+        const t = laneTransfer(l.table, { batchSize: d.batchSize, reconcileWaitMs: d.reconcileWaitMs });
+        let covered = 0;
+        for (let i = 0; i < d.runs.length; i++) {
+          const { d1, d2, duplicateDelivery, abandonWhenOpen } = d.runs[i]!;
+          const plan = `lane ${l.table} run ${i}: apply held ${d1} ms, rival ${duplicateDelivery ? 'run' : 'reconcile'} after ${d2} ms, ${abandonWhenOpen ? 'abandon' : 'retry'}`;
+          const a = makeService(env, [t], l.pool); // process A (apply through the proxy)
+          const b = makeService(env, [t]); // process B (direct)
+          const work = (async () => {
+            const created = await a.createBatch(t.name);
+            expect((await a.stage(created.batchId)).state).toBe('staged');
+            // The fault's report is not needed here: the outcome is read from the journal and the target below.
+            void l.proxy.arm({
+              kind: 'delay-request',
+              trigger: (sql) => sql.includes('keel_transfer.apply_batch'),
+              delayMs: d1,
+            });
+            const [va] = await Promise.all([
+              a.apply(created.batchId),
+              sleep(d2).then(() => (duplicateDelivery ? b.run(created.batchId) : b.reconcile(created.batchId))),
+            ]);
+            l.proxy.disarm();
+            if (va.lastErrorCode === 'attempt_fenced') stats.fencedApplies++;
+            // Follow nextAction until the window is committed: reconcile what is open, then retry or abandon.
+            let id = created.batchId;
+            for (let step = 0; step < 200; step++) {
+              const v = (await b.getBatch(id))!;
+              if (v.state === 'committed') break;
+              if (v.state === 'applying' || v.state === 'unresolved') {
+                await b.reconcile(id);
+                await sleep(20);
+              } else if (v.state === 'staged' || v.state === 'extracting') {
+                if (abandonWhenOpen && id === created.batchId) {
+                  const x = await b.abandon(id, 'test: follow the runbook');
+                  if (x.state === 'failed') {
+                    stats.abandoned++;
+                    id = (await b.createBatch(t.name)).batchId; // the same window, a new batch
+                  }
+                } else await b.run(id);
+              } else if (v.state === 'failed') {
+                throw new Error(`${plan}: batch ${id} failed: ${v.lastError}`);
+              }
             }
+            const events = (await b.getBatch(created.batchId))!.events.map((e) => e.event);
+            if (events.includes('reconciled_not_applied')) stats.reconciledNotApplied++;
+            if (events.includes('reconciled_blocked')) stats.blocked++;
+            if (events.includes('reconciled_committed')) stats.committedLate++;
+            const fin = (await b.getBatch(id))!;
+            expect(fin.state, `${plan}: ${fin.lastError}`).toBe('committed');
+            covered = Number(fin.boundary.high);
+          })();
+          const hang = sleep(60_000).then(() => 'hang' as const);
+          const res = await Promise.race([work.then(() => 'done' as const), hang]);
+          stats.runs++;
+          if (res === 'hang') {
+            stats.hangs++;
+            failures.push(`${plan}: no end within 60 s`);
+            return;
           }
-          const events = (await b.getBatch(created.batchId))!.events.map((e) => e.event);
-          if (events.includes('reconciled_not_applied')) stats.reconciledNotApplied++;
-          if (events.includes('reconciled_blocked')) stats.blocked++;
-          if (events.includes('reconciled_committed')) stats.committedLate++;
-          const fin = (await b.getBatch(id))!;
-          expect(fin.state, `${plan}: ${fin.lastError}`).toBe('committed');
-          covered = Number(fin.boundary.high);
-        })();
-        const hang = sleep(60_000).then(() => 'hang' as const);
-        const res = await Promise.race([work.then(() => 'done' as const), hang]);
-        stats.runs++;
-        if (res === 'hang') {
-          stats.hangs++;
-          failures.push(`${plan}: no end within 60 s`);
-          return;
+          const problems = await laneProblems(env, l.table, covered);
+          if (problems.length > 0) {
+            stats.inconsistent++;
+            failures.push(`${plan}: ${problems.join('; ')}`);
+          }
+          await a.close().catch(() => undefined);
+          await b.close().catch(() => undefined);
         }
-        const problems = await laneProblems(env, l.table, covered);
-        if (problems.length > 0) {
-          stats.inconsistent++;
-          failures.push(`${plan}: ${problems.join('; ')}`);
-        }
-        await a.close().catch(() => undefined);
-        await b.close().catch(() => undefined);
       }
-    }
-    await Promise.all(lanes.map((l, i) => lane(l, drawn[i]!)));
-    crashes.stop();
-    console.log('fence races:', { ...stats, crashes: crashes.count() });
-    expect(failures).toEqual([]);
-    expect(stats.runs).toBeGreaterThanOrEqual(RUNS);
-    expect(crashes.count()).toBe(0);
-    // The shapes this test exists for were met: the rival ruled an in-flight apply out, and the late apply was refused.
-    expect(stats.reconciledNotApplied).toBeGreaterThan(0);
-    expect(stats.fencedApplies).toBeGreaterThan(0);
-  });
+      await Promise.all(lanes.map((l, i) => lane(l, drawn[i]!)));
+      crashes.stop();
+      console.log('fence races:', { ...stats, crashes: crashes.count() });
+      expect(failures).toEqual([]);
+      expect(stats.runs).toBeGreaterThanOrEqual(RUNS);
+      expect(crashes.count()).toBe(0);
+      // The shapes this test exists for were met: the rival ruled an in-flight apply out, and the late apply was refused.
+      expect(stats.reconciledNotApplied).toBeGreaterThan(0);
+      expect(stats.fencedApplies).toBeGreaterThan(0);
+    },
+  );
 });

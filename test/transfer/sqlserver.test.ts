@@ -26,7 +26,9 @@ describe('SQL Server source SQL text (no server needed)', () => {
   });
 });
 const suite = URL_ ? describe : describe.skip;
-const title = URL_ ? 'SQL Server transfer journal and source' : 'SQL Server transfer journal and source (skipped: KEEL_TEST_MSSQL_URL is not set)';
+const title = URL_
+  ? 'SQL Server transfer journal and source'
+  : 'SQL Server transfer journal and source (skipped: KEEL_TEST_MSSQL_URL is not set)';
 
 suite(title, () => {
   let pool: SqlServerPool;
@@ -36,10 +38,14 @@ suite(title, () => {
   beforeAll(async () => {
     pool = sharedSqlServerPool(URL_!);
     await migrateSqlServer(await pool.get(), { dir: path.resolve(import.meta.dirname, '../../sql/sqlserver') });
-    await (await pool.request()).query(`CREATE TABLE dbo.${table} (
+    await (
+      await pool.request()
+    ).query(`CREATE TABLE dbo.${table} (
       id bigint NOT NULL PRIMARY KEY, customer nvarchar(100) NULL, amount decimal(12,2) NULL, placed_at datetime2(6) NULL,
       placed_tz datetimeoffset(6) NULL, flag bit NULL, ref uniqueidentifier NULL, raw varbinary(16) NULL, rv rowversion NOT NULL)`);
-    await (await pool.request()).query(`INSERT INTO dbo.${table} (id, customer, amount, placed_at, placed_tz, flag, ref, raw)
+    await (
+      await pool.request()
+    ).query(`INSERT INTO dbo.${table} (id, customer, amount, placed_at, placed_tz, flag, ref, raw)
       SELECT n, CONCAT(N'customer ', n, CASE WHEN n % 10 = 0 THEN N' ✓ "quoted", (x)' ELSE N'' END), CAST(n * 1.25 AS decimal(12,2)),
              DATEADD(microsecond, n, CAST('2026-01-01T00:00:00' AS datetime2(6))), TODATETIMEOFFSET(DATEADD(second, n, CAST('2026-01-01T00:00:00' AS datetime2(6))), '+02:00'),
              n % 2, NEWID(), CAST(n AS varbinary(16))
@@ -47,7 +53,9 @@ suite(title, () => {
     const url = await createTestDatabase('tr_mssql_tgt');
     target = new pg.Pool({ connectionString: url, max: 3 });
     await migratePostgresTarget(target);
-    await target.query(`create table public.orders (id bigint primary key, customer text, amount numeric(12,2), placed_at timestamp(6), placed_tz timestamptz, flag boolean, ref uuid, raw bytea)`);
+    await target.query(
+      `create table public.orders (id bigint primary key, customer text, amount numeric(12,2), placed_at timestamp(6), placed_tz timestamptz, flag boolean, ref uuid, raw bytea)`,
+    );
   });
   afterAll(async () => {
     await (await pool?.request())?.query(`DROP TABLE IF EXISTS dbo.${table}`).catch(() => undefined);
@@ -58,28 +66,51 @@ suite(title, () => {
   it('journal: windows, one open batch, transitions and events', async () => {
     const j = new SqlServerTransferJournal(pool);
     const name = `j_${randomBytes(3).toString('hex')}`;
-    const base = { transferName: name, boundaryKind: 'key' as const, schemaHash: 'a'.repeat(64), schemaColumns: [{ name: 'id', type: 'bigint', logical: 'int' as const }] };
+    const base = {
+      transferName: name,
+      boundaryKind: 'key' as const,
+      schemaHash: 'a'.repeat(64),
+      schemaColumns: [{ name: 'id', type: 'bigint', logical: 'int' as const }],
+    };
     const b1 = await j.insertBatch({ ...base, batchId: randomUUID(), boundaryLow: null, boundaryHigh: '10' });
     expect(b1.state).toBe('extracting');
-    await expect(j.insertBatch({ ...base, batchId: randomUUID(), boundaryLow: '10', boundaryHigh: '20' })).rejects.toSatisfy((e) => isTransferError(e, 'open_batch_exists'));
+    await expect(
+      j.insertBatch({ ...base, batchId: randomUUID(), boundaryLow: '10', boundaryHigh: '20' }),
+    ).rejects.toSatisfy((e) => isTransferError(e, 'open_batch_exists'));
     // 2627 on the key is a duplicate id, not a taken window (issue 11, item 4).
-    await expect(j.insertBatch({ ...base, batchId: b1.batchId.toUpperCase(), boundaryLow: '10', boundaryHigh: '20' })).rejects.toSatisfy((e) => isTransferError(e, 'duplicate_batch_id'));
-    const m = await j.transition(b1.batchId, ['extracting'], 'extracting', { rowCount: 10, checksum: '123', stamp: 'extracted_at' }, 'manifest_recorded');
+    await expect(
+      j.insertBatch({ ...base, batchId: b1.batchId.toUpperCase(), boundaryLow: '10', boundaryHigh: '20' }),
+    ).rejects.toSatisfy((e) => isTransferError(e, 'duplicate_batch_id'));
+    const m = await j.transition(
+      b1.batchId,
+      ['extracting'],
+      'extracting',
+      { rowCount: 10, checksum: '123', stamp: 'extracted_at' },
+      'manifest_recorded',
+    );
     expect(m?.rowCount).toBe(10);
     expect(await j.transition(b1.batchId, ['staged'], 'applying', {}, 'nope')).toBeNull();
     await j.transition(b1.batchId, ['extracting'], 'committed', { appliedCount: 10, stamp: 'committed_at' }, 'applied');
-    await expect(j.insertBatch({ ...base, batchId: randomUUID(), boundaryLow: null, boundaryHigh: '30' })).rejects.toSatisfy((e) => isTransferError(e, 'window_taken'));
+    await expect(
+      j.insertBatch({ ...base, batchId: randomUUID(), boundaryLow: null, boundaryHigh: '30' }),
+    ).rejects.toSatisfy((e) => isTransferError(e, 'window_taken'));
     await j.note(b1.batchId, 'purge_error', { x: 1 }, { lastError: 'boom', lastErrorCode: 'E1' });
     const ev = await j.events(b1.batchId);
     expect(ev.map((e) => e.event)).toEqual(['created', 'manifest_recorded', 'applied', 'purge_error']);
     const { lastCommitted } = await j.lastForTransfer(name);
     expect(lastCommitted?.batchId).toBe(b1.batchId);
     expect((await j.list({ transfer: name, limit: 5 })).length).toBe(1);
-    await expect(j.insertBatch({ ...base, batchId: b1.batchId, boundaryLow: '10', boundaryHigh: '20' })).rejects.toSatisfy((e) => isTransferError(e, 'duplicate_batch_id'));
+    await expect(
+      j.insertBatch({ ...base, batchId: b1.batchId, boundaryLow: '10', boundaryHigh: '20' }),
+    ).rejects.toSatisfy((e) => isTransferError(e, 'duplicate_batch_id'));
     const b2 = await j.insertBatch({ ...base, batchId: randomUUID(), boundaryLow: '10', boundaryHigh: '20' });
     expect((await j.lastForTransfer(name)).open?.batchId).toBe(b2.batchId);
-    expect((await j.list({ transfer: name, limit: 5, afterId: b2.batchId })).map((x) => x.batchId)).toEqual([b1.batchId]);
-    expect((await j.list({ transfer: name, state: 'committed', limit: 5 })).map((x) => x.batchId)).toEqual([b1.batchId]);
+    expect((await j.list({ transfer: name, limit: 5, afterId: b2.batchId })).map((x) => x.batchId)).toEqual([
+      b1.batchId,
+    ]);
+    expect((await j.list({ transfer: name, state: 'committed', limit: 5 })).map((x) => x.batchId)).toEqual([
+      b1.batchId,
+    ]);
     expect((await j.stale(['extracting'], 0, 1000)).map((x) => x.batchId)).toContain(b2.batchId);
     expect((await j.stale(['extracting'], 3_600_000, 1000)).map((x) => x.batchId)).not.toContain(b2.batchId);
     expect(await j.get(randomUUID())).toBeNull();
@@ -93,7 +124,10 @@ suite(title, () => {
         target: { engine: 'postgres', connectionSetting: 'Y', table: 'public.orders' },
         keyColumns: ['id'],
         boundary: { column: 'rv', kind: 'rowversion' },
-        columns: ['id', 'customer', 'amount', 'placed_at', 'placed_tz', 'flag', 'ref', 'raw'].map((c) => ({ source: c, target: c })),
+        columns: ['id', 'customer', 'amount', 'placed_at', 'placed_tz', 'flag', 'ref', 'raw'].map((c) => ({
+          source: c,
+          target: c,
+        })),
         batchSize: 500,
         chunkSize: 97,
       },
@@ -101,7 +135,10 @@ suite(title, () => {
     const svc = new TransferService({
       journal: new SqlServerTransferJournal(pool),
       transfers: [t!],
-      connect: (tc) => ({ source: new SqlServerTransferSource(tc, pool), target: new PostgresTransferTarget(tc, target) }),
+      connect: (tc) => ({
+        source: new SqlServerTransferSource(tc, pool),
+        target: new PostgresTransferTarget(tc, target),
+      }),
     });
     let batches = 0;
     for (;;) {
@@ -127,15 +164,23 @@ suite(title, () => {
     const src = `keel_ts_${randomBytes(4).toString('hex')}`;
     // Every value has a 7th fraction digit (100 ns ticks) and the offsets are negative: the window's high bound must
     // be rounded up to the microsecond and computed in UTC, or rows are left behind for good.
-    await (await pool.request()).query(`CREATE TABLE dbo.${src} (id bigint NOT NULL PRIMARY KEY, price money NULL, ts datetime2(7) NOT NULL, tz datetimeoffset(7) NOT NULL)`);
+    await (
+      await pool.request()
+    ).query(
+      `CREATE TABLE dbo.${src} (id bigint NOT NULL PRIMARY KEY, price money NULL, ts datetime2(7) NOT NULL, tz datetimeoffset(7) NOT NULL)`,
+    );
     try {
-      await (await pool.request()).query(`INSERT INTO dbo.${src} (id, price, ts, tz)
+      await (
+        await pool.request()
+      ).query(`INSERT INTO dbo.${src} (id, price, ts, tz)
         SELECT n, CAST(n AS money) + 0.1234, DATEADD(nanosecond, 123456700, DATEADD(second, n, CAST('2020-01-01T00:00:00' AS datetime2(7)))),
                TODATETIMEOFFSET(DATEADD(nanosecond, 123456700, DATEADD(second, n, CAST('2020-01-01T00:00:00' AS datetime2(7)))), '-05:00')
           FROM (SELECT TOP (45) ROW_NUMBER() OVER (ORDER BY (SELECT NULL)) AS n FROM sys.all_objects) s`);
       for (const column of ['ts', 'tz']) {
         const dst = `ts_${column}_${randomBytes(3).toString('hex')}`;
-        await target.query(`create table public.${dst} (id bigint primary key, price numeric(19,4), ts timestamp(6), tz timestamptz)`);
+        await target.query(
+          `create table public.${dst} (id bigint primary key, price numeric(19,4), ts timestamp(6), tz timestamptz)`,
+        );
         const [t] = parseTransfers([
           {
             name: `mssql_${column}_${randomBytes(3).toString('hex')}`,
@@ -151,15 +196,25 @@ suite(title, () => {
         const svc = new TransferService({
           journal: new SqlServerTransferJournal(pool),
           transfers: [t!],
-          connect: (tc) => ({ source: new SqlServerTransferSource(tc, pool), target: new PostgresTransferTarget(tc, target) }),
+          connect: (tc) => ({
+            source: new SqlServerTransferSource(tc, pool),
+            target: new PostgresTransferTarget(tc, target),
+          }),
         });
         for (let i = 0; i < 20; i++) {
           const b = await svc.tryCreateBatch(t!.name);
           if (!b) break;
           expect((await svc.run(b.batchId)).state).toBe('committed');
         }
-        const r = await target.query(`select count(*)::int as n, sum(price)::text as s, min(ts)::text as ts, min(tz at time zone 'UTC')::text as tz from public.${dst}`);
-        expect(r.rows[0]).toEqual({ n: 45, s: '1040.5530', ts: '2020-01-01 00:00:01.123456', tz: '2020-01-01 05:00:01.123456' });
+        const r = await target.query(
+          `select count(*)::int as n, sum(price)::text as s, min(ts)::text as ts, min(tz at time zone 'UTC')::text as tz from public.${dst}`,
+        );
+        expect(r.rows[0]).toEqual({
+          n: 45,
+          s: '1040.5530',
+          ts: '2020-01-01 00:00:01.123456',
+          tz: '2020-01-01 05:00:01.123456',
+        });
       }
     } finally {
       await (await pool.request()).query(`DROP TABLE IF EXISTS dbo.${src}`).catch(() => undefined);

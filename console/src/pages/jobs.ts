@@ -2,14 +2,35 @@
 // job's detail with cancel (hot) and resurrect (DLQ).
 import { h, replace, fmtNum, fmtTime, isoToLocal, localToIso } from '../dom';
 import { api, q } from '../api';
-import { badge, busy, clear, confirmStep, empty, field, go, hashParams, kv, notice, pageHead, pre, select, show, showError, table, type Cleanup } from '../ui';
+import {
+  badge,
+  busy,
+  clear,
+  confirmStep,
+  empty,
+  field,
+  go,
+  hashParams,
+  kv,
+  notice,
+  pageHead,
+  pre,
+  select,
+  show,
+  showError,
+  table,
+  type Cleanup,
+} from '../ui';
 
 const REASONS = ['exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired'];
 
 export function stateBadge(job: any): HTMLElement {
   if (job.location === 'archive') return badge('succeeded', 'ok');
   if (job.location === 'dlq') return badge(`DLQ · ${job.reason ?? 'dead'}`, 'bad');
-  return badge(job.cancelRequested ? `${job.state} · cancel requested` : job.state, job.state === 'processing' ? 'info' : 'muted');
+  return badge(
+    job.cancelRequested ? `${job.state} · cancel requested` : job.state,
+    job.state === 'processing' ? 'info' : 'muted',
+  );
 }
 
 export function jobsPage(main: HTMLElement): Cleanup {
@@ -17,13 +38,44 @@ export function jobsPage(main: HTMLElement): Cleanup {
   const location = p.get('location') ?? 'hot';
   const box = notice();
   const results = h('div', { class: 'results' }, h('p', { class: 'loading' }, 'Searching…'));
-  const locationSel = select('location', [['hot', 'Hot (pending, running)'], ['archive', 'Archive (succeeded)'], ['dlq', 'Dead letters']], location);
-  const input = (name: string, attrs: Record<string, string> = {}) => h('input', { name, value: p.get(name) ?? '', ...attrs });
-  const state = select('state', [['', 'any'], ['pending', 'pending'], ['fetched', 'fetched'], ['processing', 'processing']], p.get('state') ?? '');
-  const reason = select('reason', [['', 'any'], ...REASONS.map((r) => [r, r] as [string, string])], p.get('reason') ?? '');
+  const locationSel = select(
+    'location',
+    [
+      ['hot', 'Hot (pending, running)'],
+      ['archive', 'Archive (succeeded)'],
+      ['dlq', 'Dead letters'],
+    ],
+    location,
+  );
+  const input = (name: string, attrs: Record<string, string> = {}) =>
+    h('input', { name, value: p.get(name) ?? '', ...attrs });
+  const state = select(
+    'state',
+    [
+      ['', 'any'],
+      ['pending', 'pending'],
+      ['fetched', 'fetched'],
+      ['processing', 'processing'],
+    ],
+    p.get('state') ?? '',
+  );
+  const reason = select(
+    'reason',
+    [['', 'any'], ...REASONS.map((r) => [r, r] as [string, string])],
+    p.get('reason') ?? '',
+  );
   const from = h('input', { type: 'datetime-local', name: 'from', value: isoToLocal(p.get('from')) });
   const to = h('input', { type: 'datetime-local', name: 'to', value: isoToLocal(p.get('to')) });
-  const limit = select('limit', [['20', '20'], ['50', '50'], ['100', '100'], ['500', '500']], p.get('limit') ?? '50');
+  const limit = select(
+    'limit',
+    [
+      ['20', '20'],
+      ['50', '50'],
+      ['100', '100'],
+      ['500', '500'],
+    ],
+    p.get('limit') ?? '50',
+  );
   const stateField = field('State', state, 'hot only');
   const reasonField = field('Reason', reason, 'DLQ only');
   const sync = () => {
@@ -68,7 +120,8 @@ export function jobsPage(main: HTMLElement): Cleanup {
   replace(main, pageHead('Jobs'), form, box, results);
 
   const search: Record<string, string | undefined> = {};
-  for (const k of ['location', 'queue', 'type', 'tag', 'state', 'reason', 'from', 'to', 'text', 'limit', 'afterId']) search[k] = p.get(k) ?? undefined;
+  for (const k of ['location', 'queue', 'type', 'tag', 'state', 'reason', 'from', 'to', 'text', 'limit', 'afterId'])
+    search[k] = p.get(k) ?? undefined;
   search.location = location;
   const pageStack = (p.get('pages') ?? '').split(',').filter(Boolean); // afterIds of the earlier pages
 
@@ -88,7 +141,11 @@ export function jobsPage(main: HTMLElement): Cleanup {
                 type: 'button',
                 onclick: () => {
                   const prev = pageStack.slice(0, -1);
-                  go('/jobs', { ...search, afterId: pageStack[pageStack.length - 1] === '-' ? undefined : pageStack[pageStack.length - 1], pages: prev.join(',') || undefined });
+                  go('/jobs', {
+                    ...search,
+                    afterId: pageStack[pageStack.length - 1] === '-' ? undefined : pageStack[pageStack.length - 1],
+                    pages: prev.join(',') || undefined,
+                  });
                 },
               },
               '← Newer',
@@ -98,7 +155,15 @@ export function jobsPage(main: HTMLElement): Cleanup {
         r.nextAfterId
           ? h(
               'button',
-              { type: 'button', onclick: () => go('/jobs', { ...search, afterId: r.nextAfterId, pages: [...pageStack, search.afterId ?? '-'].join(',') }) },
+              {
+                type: 'button',
+                onclick: () =>
+                  go('/jobs', {
+                    ...search,
+                    afterId: r.nextAfterId,
+                    pages: [...pageStack, search.afterId ?? '-'].join(','),
+                  }),
+              },
               'Older →',
             )
           : null,
@@ -108,7 +173,16 @@ export function jobsPage(main: HTMLElement): Cleanup {
         items.length === 0
           ? empty(`No jobs match these filters in ${where}.`)
           : table(
-              ['id', 'queue', 'type', 'state', 'attempts', location === 'hot' ? 'created' : location === 'archive' ? 'finished' : 'failed', 'tags', 'last error'],
+              [
+                'id',
+                'queue',
+                'type',
+                'state',
+                'attempts',
+                location === 'hot' ? 'created' : location === 'archive' ? 'finished' : 'failed',
+                'tags',
+                'last error',
+              ],
               items.map((j) => [
                 h('a', { href: `#/jobs/${j.id}` }, j.id),
                 j.queue,
@@ -135,7 +209,13 @@ export function jobPage(main: HTMLElement, id: string): Cleanup {
   const box = notice();
   const body = h('div', null, h('p', { class: 'loading' }, 'Loading…'));
   const actions = h('div', { class: 'confirm-host' });
-  replace(main, pageHead(`Job ${id}`, h('a', { href: '#/jobs', class: 'button ghost' }, '← Search')), box, actions, body);
+  replace(
+    main,
+    pageHead(`Job ${id}`, h('a', { href: '#/jobs', class: 'button ghost' }, '← Search')),
+    box,
+    actions,
+    body,
+  );
 
   async function load(): Promise<void> {
     try {
@@ -143,49 +223,80 @@ export function jobPage(main: HTMLElement, id: string): Cleanup {
       const buttons: HTMLElement[] = [];
       if (j.location === 'hot') {
         buttons.push(
-          h('button', {
-            type: 'button',
-            class: 'danger',
-            onclick: () =>
-              confirmStep({
-                host: actions,
-                title: `Cancel job ${id}?`,
-                preview: [h('p', null, j.state === 'pending' ? 'It is pending: it moves to the DLQ as "cancelled" at once.' : 'It is running: it is asked to stop, then dead-lettered as "cancelled".'), h('p', { class: 'hint' }, 'Needs the operator role.')],
-                confirmLabel: 'Cancel the job',
-                danger: true,
-                onConfirm: async (b) => {
-                  await busy(b, box, async () => {
-                    const r = await api('POST', `jobs/${id}/cancel`, {});
-                    clear(actions);
-                    show(box, 'ok', `Job ${id}: ${r.result === 'cancelled' ? 'cancelled (now in the DLQ)' : 'cancel requested; the worker stops it'}.`);
-                    await load();
-                  });
-                },
-              }),
-          }, 'Cancel job…'),
+          h(
+            'button',
+            {
+              type: 'button',
+              class: 'danger',
+              onclick: () =>
+                confirmStep({
+                  host: actions,
+                  title: `Cancel job ${id}?`,
+                  preview: [
+                    h(
+                      'p',
+                      null,
+                      j.state === 'pending'
+                        ? 'It is pending: it moves to the DLQ as "cancelled" at once.'
+                        : 'It is running: it is asked to stop, then dead-lettered as "cancelled".',
+                    ),
+                    h('p', { class: 'hint' }, 'Needs the operator role.'),
+                  ],
+                  confirmLabel: 'Cancel the job',
+                  danger: true,
+                  onConfirm: async (b) => {
+                    await busy(b, box, async () => {
+                      const r = await api('POST', `jobs/${id}/cancel`, {});
+                      clear(actions);
+                      show(
+                        box,
+                        'ok',
+                        `Job ${id}: ${r.result === 'cancelled' ? 'cancelled (now in the DLQ)' : 'cancel requested; the worker stops it'}.`,
+                      );
+                      await load();
+                    });
+                  },
+                }),
+            },
+            'Cancel job…',
+          ),
         );
       }
       if (j.location === 'dlq') {
         buttons.push(
-          h('button', {
-            type: 'button',
-            class: 'primary',
-            onclick: () =>
-              confirmStep({
-                host: actions,
-                title: `Resurrect job ${id}?`,
-                preview: [h('p', null, `Back to hot on queue "${j.queue}": pending, attempts reset, idempotency key kept; its message is posted.`)],
-                confirmLabel: 'Resurrect',
-                onConfirm: async (b) => {
-                  await busy(b, box, async () => {
-                    const r = await api('POST', `dlq/${id}/resurrect`, {});
-                    clear(actions);
-                    show(box, 'ok', `Job ${id} resurrected${r.posted ? '' : ' (message not posted: the dispatcher runs it)'}.`);
-                    await load();
-                  });
-                },
-              }),
-          }, 'Resurrect…'),
+          h(
+            'button',
+            {
+              type: 'button',
+              class: 'primary',
+              onclick: () =>
+                confirmStep({
+                  host: actions,
+                  title: `Resurrect job ${id}?`,
+                  preview: [
+                    h(
+                      'p',
+                      null,
+                      `Back to hot on queue "${j.queue}": pending, attempts reset, idempotency key kept; its message is posted.`,
+                    ),
+                  ],
+                  confirmLabel: 'Resurrect',
+                  onConfirm: async (b) => {
+                    await busy(b, box, async () => {
+                      const r = await api('POST', `dlq/${id}/resurrect`, {});
+                      clear(actions);
+                      show(
+                        box,
+                        'ok',
+                        `Job ${id} resurrected${r.posted ? '' : ' (message not posted: the dispatcher runs it)'}.`,
+                      );
+                      await load();
+                    });
+                  },
+                }),
+            },
+            'Resurrect…',
+          ),
         );
       }
       replace(
@@ -213,7 +324,12 @@ export function jobPage(main: HTMLElement, id: string): Cleanup {
             ['Cancel requested', j.cancelRequested ? 'yes' : 'no'],
           ]),
         ),
-        h('section', { class: 'card' }, h('h2', null, 'Last error'), j.lastError ? pre(j.lastError) : empty('No error recorded.')),
+        h(
+          'section',
+          { class: 'card' },
+          h('h2', null, 'Last error'),
+          j.lastError ? pre(j.lastError) : empty('No error recorded.'),
+        ),
         h('section', { class: 'card' }, h('h2', null, 'Payload'), pre(j.payload ?? null)),
       );
     } catch (err) {

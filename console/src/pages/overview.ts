@@ -74,9 +74,25 @@ export function overviewPage(main: HTMLElement): Cleanup {
       h(
         'ul',
         { class: 'checks' },
-        h('li', null, 'Store ', health.checks?.store ? badge('reachable', 'ok') : badge('unreachable', 'bad'), ` ${health.engine ?? ''}`),
-        h('li', null, 'Storage queues ', health.checks?.storage ? badge('reachable', 'ok') : badge('unreachable', 'bad')),
-        h('li', null, 'Transfers ', badge(health.transfers ?? 'unknown', health.transfers === 'configured' ? 'info' : 'muted')),
+        h(
+          'li',
+          null,
+          'Store ',
+          health.checks?.store ? badge('reachable', 'ok') : badge('unreachable', 'bad'),
+          ` ${health.engine ?? ''}`,
+        ),
+        h(
+          'li',
+          null,
+          'Storage queues ',
+          health.checks?.storage ? badge('reachable', 'ok') : badge('unreachable', 'bad'),
+        ),
+        h(
+          'li',
+          null,
+          'Transfers ',
+          badge(health.transfers ?? 'unknown', health.transfers === 'configured' ? 'info' : 'muted'),
+        ),
         h('li', { class: 'muted' }, `worker ${health.workerId ?? '—'} · v${health.version ?? '?'}`),
       ),
     );
@@ -123,10 +139,27 @@ export function overviewPage(main: HTMLElement): Cleanup {
       { class: 'card', 'aria-labelledby': 'queues-h' },
       h('h2', { id: 'queues-h' }, 'Queues'),
       rows.length
-        ? table(['queue', 'state', 'pending', 'due', 'processing', 'DLQ', 'lag', 'concurrency', 'attempts', 'succeeded', 'failed', 'retried'], rows, {
-            caption: 'Counters are exact: they move in the same transaction as the jobs.',
-            className: 'queues-table',
-          })
+        ? table(
+            [
+              'queue',
+              'state',
+              'pending',
+              'due',
+              'processing',
+              'DLQ',
+              'lag',
+              'concurrency',
+              'attempts',
+              'succeeded',
+              'failed',
+              'retried',
+            ],
+            rows,
+            {
+              caption: 'Counters are exact: they move in the same transaction as the jobs.',
+              className: 'queues-table',
+            },
+          )
         : empty('No queues yet: a queue appears with its first job (POST /api/ops/jobs, or npm run demo).'),
     );
     const slotMinutes = windowMinutes <= 60 ? 1 : 15;
@@ -136,11 +169,20 @@ export function overviewPage(main: HTMLElement): Cleanup {
     const label = `${windowMinutes === 60 ? 'Last hour' : 'Last day'}, per ${slotMinutes} min`;
     replace(
       chartBox,
-      h('div', { class: 'card-head' }, h('h2', { id: 'chart-h' }, `Outcomes — ${label}`), h('div', { class: 'segs', role: 'group', 'aria-label': 'Chart window' }, hour, day)),
+      h(
+        'div',
+        { class: 'card-head' },
+        h('h2', { id: 'chart-h' }, `Outcomes — ${label}`),
+        h('div', { class: 'segs', role: 'group', 'aria-label': 'Chart window' }, hour, day),
+      ),
       buckets.length === 0
         ? empty(`No job finished in the ${windowMinutes === 60 ? 'last hour' : 'last day'}.`)
         : [barChart(slots, `Jobs succeeded, failed and zombie, ${label}`, windowMinutes), legend(slots, reasons)],
-      h('p', { class: 'hint' }, `From the per-minute metric buckets (GET /api/ops/metrics). Retries are counted per queue (table above), not bucketed. ${fmtTime(new Date().toISOString())}`),
+      h(
+        'p',
+        { class: 'hint' },
+        `From the per-minute metric buckets (GET /api/ops/metrics). Retries are counted per queue (table above), not bucketed. ${fmtTime(new Date().toISOString())}`,
+      ),
     );
     replace(body, h('div', { class: 'grid-2' }, healthCard, totals), chartBox, queuesCard);
   }

@@ -2,7 +2,20 @@
 // validation messages shown next to the form.
 import { h, replace, fmtNum, fmtSeconds, fmtAge } from '../dom';
 import { api, ApiError } from '../api';
-import { badge, busy, clear, empty, field, notice, pageHead, select, show, showError, table, type Cleanup } from '../ui';
+import {
+  badge,
+  busy,
+  clear,
+  empty,
+  field,
+  notice,
+  pageHead,
+  select,
+  show,
+  showError,
+  table,
+  type Cleanup,
+} from '../ui';
 
 const NUMERIC: [string, string, string][] = [
   ['maxAttempts', 'Max attempts', '1–1000'],
@@ -19,14 +32,26 @@ export function queuesPage(main: HTMLElement): Cleanup {
   replace(main, pageHead('Queues'), box, editor, list);
 
   function edit(qs: any): void {
-    const conc = h('input', { name: 'maxConcurrency', inputmode: 'numeric', value: qs.maxConcurrency === null ? '' : String(qs.maxConcurrency), placeholder: 'unlimited' });
+    const conc = h('input', {
+      name: 'maxConcurrency',
+      inputmode: 'numeric',
+      value: qs.maxConcurrency === null ? '' : String(qs.maxConcurrency),
+      placeholder: 'unlimited',
+    });
     const inputs = new Map<string, HTMLInputElement>();
     const fields = NUMERIC.map(([k, label, hint]) => {
       const i = h('input', { name: k, inputmode: 'numeric', value: String(qs[k]) });
       inputs.set(k, i);
       return field(label, i, hint);
     });
-    const policy = select('zombiePolicy', [['retry', 'retry (while attempts remain)'], ['dlq', 'dead-letter at once']], qs.zombiePolicy);
+    const policy = select(
+      'zombiePolicy',
+      [
+        ['retry', 'retry (while attempts remain)'],
+        ['dlq', 'dead-letter at once'],
+      ],
+      qs.zombiePolicy,
+    );
     const formBox = notice();
     const save = h('button', { type: 'submit', class: 'primary' }, 'Save');
     const form = h(
@@ -35,7 +60,12 @@ export function queuesPage(main: HTMLElement): Cleanup {
       field('Max concurrency', conc, 'across all hosts; empty = unlimited'),
       ...fields,
       field('Zombie policy', policy),
-      h('div', { class: 'actions' }, save, h('button', { type: 'button', class: 'ghost', onclick: () => clear(editor) }, 'Close')),
+      h(
+        'div',
+        { class: 'actions' },
+        save,
+        h('button', { type: 'button', class: 'ghost', onclick: () => clear(editor) }, 'Close'),
+      ),
     );
     form.addEventListener('submit', (ev) => {
       ev.preventDefault();
@@ -54,12 +84,23 @@ export function queuesPage(main: HTMLElement): Cleanup {
           void updated;
           await load();
         } catch (err) {
-          if (err instanceof ApiError && err.field) form.querySelector(`[name="${CSS.escape(err.field)}"]`)?.setAttribute('aria-invalid', 'true');
+          if (err instanceof ApiError && err.field)
+            form.querySelector(`[name="${CSS.escape(err.field)}"]`)?.setAttribute('aria-invalid', 'true');
           throw err;
         }
       });
     });
-    replace(editor, h('section', { class: 'confirm', 'aria-label': `Edit ${qs.name}` }, h('h3', null, `Limits of "${qs.name}"`), formBox, form, h('p', { class: 'hint' }, 'Changing limits needs the operator role.')));
+    replace(
+      editor,
+      h(
+        'section',
+        { class: 'confirm', 'aria-label': `Edit ${qs.name}` },
+        h('h3', null, `Limits of "${qs.name}"`),
+        formBox,
+        form,
+        h('p', { class: 'hint' }, 'Changing limits needs the operator role.'),
+      ),
+    );
     conc.focus();
   }
 
@@ -73,7 +114,18 @@ export function queuesPage(main: HTMLElement): Cleanup {
         items.length === 0
           ? empty('No queues yet: a queue is created with its first job.')
           : table(
-              ['queue', 'state', 'pending', 'DLQ', 'lag', 'concurrency', 'attempts', 'zombie', 'retention (archive / DLQ / metrics)', ''],
+              [
+                'queue',
+                'state',
+                'pending',
+                'DLQ',
+                'lag',
+                'concurrency',
+                'attempts',
+                'zombie',
+                'retention (archive / DLQ / metrics)',
+                '',
+              ],
               items.map((qs) => {
                 const st = byName.get(qs.name);
                 const toggle = h(
@@ -81,12 +133,22 @@ export function queuesPage(main: HTMLElement): Cleanup {
                   { type: 'button', class: qs.paused ? 'primary small' : 'small', 'data-test': `toggle-${qs.name}` },
                   qs.paused ? 'Resume' : 'Pause',
                 );
-                toggle.addEventListener('click', () =>
-                  void busy(toggle, box, async () => {
-                    const r = await api('POST', `queues/${encodeURIComponent(qs.name)}/${qs.paused ? 'resume' : 'pause'}`, {});
-                    show(box, 'ok', `Queue "${qs.name}" ${r.paused ? 'paused: no new claims until resumed' : 'resumed'}.`);
-                    await load();
-                  }),
+                toggle.addEventListener(
+                  'click',
+                  () =>
+                    void busy(toggle, box, async () => {
+                      const r = await api(
+                        'POST',
+                        `queues/${encodeURIComponent(qs.name)}/${qs.paused ? 'resume' : 'pause'}`,
+                        {},
+                      );
+                      show(
+                        box,
+                        'ok',
+                        `Queue "${qs.name}" ${r.paused ? 'paused: no new claims until resumed' : 'resumed'}.`,
+                      );
+                      await load();
+                    }),
                 );
                 return [
                   qs.name,
@@ -98,7 +160,12 @@ export function queuesPage(main: HTMLElement): Cleanup {
                   fmtNum(qs.maxAttempts),
                   `${fmtSeconds(qs.zombieTimeoutSeconds)}, then ${qs.zombiePolicy}`,
                   `${fmtSeconds(qs.archiveRetentionSeconds)} / ${fmtSeconds(qs.dlqRetentionSeconds)} / ${fmtSeconds(qs.metricsRetentionSeconds)}`,
-                  h('div', { class: 'row-actions' }, toggle, h('button', { type: 'button', class: 'small ghost', onclick: () => edit(qs) }, 'Limits…')),
+                  h(
+                    'div',
+                    { class: 'row-actions' },
+                    toggle,
+                    h('button', { type: 'button', class: 'small ghost', onclick: () => edit(qs) }, 'Limits…'),
+                  ),
                 ];
               }),
               { caption: 'Pause, resume and limit changes need the operator role.', className: 'queues-table' },

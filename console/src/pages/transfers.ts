@@ -2,7 +2,24 @@
 // batch's detail with its journal events as a timeline (resume, reconcile).
 import { h, replace, fmtNum, fmtTime } from '../dom';
 import { api, q } from '../api';
-import { badge, busy, clear, empty, field, go, hashParams, kv, notice, pageHead, pre, select, show, showError, table, type Cleanup } from '../ui';
+import {
+  badge,
+  busy,
+  clear,
+  empty,
+  field,
+  go,
+  hashParams,
+  kv,
+  notice,
+  pageHead,
+  pre,
+  select,
+  show,
+  showError,
+  table,
+  type Cleanup,
+} from '../ui';
 
 const STATES = ['extracting', 'staged', 'applying', 'committed', 'failed', 'unresolved'];
 
@@ -16,7 +33,10 @@ export const STATE_WORDS: Record<string, string> = {
 };
 
 export function statusBadge(b: any): HTMLElement {
-  return badge(b.status, b.status === 'committed' ? 'ok' : b.status === 'unresolved' ? 'warn' : b.state === 'failed' ? 'bad' : 'info');
+  return badge(
+    b.status,
+    b.status === 'committed' ? 'ok' : b.status === 'unresolved' ? 'warn' : b.state === 'failed' ? 'bad' : 'info',
+  );
 }
 
 export function transfersPage(main: HTMLElement): Cleanup {
@@ -24,32 +44,63 @@ export function transfersPage(main: HTMLElement): Cleanup {
   const box = notice();
   const transfersBox = h('div', null, h('p', { class: 'loading' }, 'Loading…'));
   const batchesBox = h('div', null, h('p', { class: 'loading' }, 'Loading…'));
-  const state = select('state', [['', 'any state'], ...STATES.map((s) => [s, s] as [string, string])], p.get('state') ?? '');
+  const state = select(
+    'state',
+    [['', 'any state'], ...STATES.map((s) => [s, s] as [string, string])],
+    p.get('state') ?? '',
+  );
   const transferSel = select('transfer', [['', 'all transfers']], p.get('transfer') ?? '');
-  const onFilter = () => go('/transfers', { state: state.value || undefined, transfer: transferSel.value || undefined });
+  const onFilter = () =>
+    go('/transfers', { state: state.value || undefined, transfer: transferSel.value || undefined });
   state.addEventListener('change', onFilter);
   transferSel.addEventListener('change', onFilter);
   const reconcileAll = h('button', { type: 'button', class: 'small' }, 'Reconcile stale batches');
-  reconcileAll.addEventListener('click', () =>
-    void busy(reconcileAll, box, async () => {
-      const r = await api('POST', 'transfers/reconcile', {});
-      show(box, 'ok', r.count === 0 ? 'No stale in-flight batch to reconcile.' : `Reconciled ${r.count} batch${r.count === 1 ? '' : 'es'}: ${(r.items as any[]).map((b) => `${b.batchId.slice(0, 8)} ${b.state}`).join(', ')}.`);
-      await loadBatches();
-    }),
+  reconcileAll.addEventListener(
+    'click',
+    () =>
+      void busy(reconcileAll, box, async () => {
+        const r = await api('POST', 'transfers/reconcile', {});
+        show(
+          box,
+          'ok',
+          r.count === 0
+            ? 'No stale in-flight batch to reconcile.'
+            : `Reconciled ${r.count} batch${r.count === 1 ? '' : 'es'}: ${(r.items as any[]).map((b) => `${b.batchId.slice(0, 8)} ${b.state}`).join(', ')}.`,
+        );
+        await loadBatches();
+      }),
   );
   replace(
     main,
     pageHead('Transfers', reconcileAll),
     box,
-    h('section', { class: 'card', 'aria-labelledby': 'tr-h' }, h('h2', { id: 'tr-h' }, 'Configured transfers'), transfersBox),
-    h('section', { class: 'card', 'aria-labelledby': 'b-h' }, h('div', { class: 'card-head' }, h('h2', { id: 'b-h' }, 'Batches'), h('div', { class: 'inline-fields' }, field('Transfer', transferSel), field('State', state))), batchesBox),
+    h(
+      'section',
+      { class: 'card', 'aria-labelledby': 'tr-h' },
+      h('h2', { id: 'tr-h' }, 'Configured transfers'),
+      transfersBox,
+    ),
+    h(
+      'section',
+      { class: 'card', 'aria-labelledby': 'b-h' },
+      h(
+        'div',
+        { class: 'card-head' },
+        h('h2', { id: 'b-h' }, 'Batches'),
+        h('div', { class: 'inline-fields' }, field('Transfer', transferSel), field('State', state)),
+      ),
+      batchesBox,
+    ),
   );
 
   async function loadTransfers(): Promise<void> {
     try {
       const r = await api('GET', 'transfers');
       const items = r.items as any[];
-      for (const t of items) transferSel.append(h('option', { value: t.name, ...(t.name === p.get('transfer') ? { selected: true } : {}) }, t.name));
+      for (const t of items)
+        transferSel.append(
+          h('option', { value: t.name, ...(t.name === p.get('transfer') ? { selected: true } : {}) }, t.name),
+        );
       replace(
         transfersBox,
         !r.configured || items.length === 0
@@ -57,16 +108,28 @@ export function transfersPage(main: HTMLElement): Cleanup {
           : table(
               ['transfer', 'source', 'target', 'boundary', 'batch size', ''],
               items.map((t) => {
-                const start = h('button', { type: 'button', class: 'primary small', 'data-test': `start-${t.name}` }, 'Start batch');
-                start.addEventListener('click', () =>
-                  void busy(start, box, async () => {
-                    const s = await api('POST', `transfers/${encodeURIComponent(t.name)}/start`, {});
-                    if (!s.started) show(box, 'info', `Transfer "${t.name}": nothing new to transfer (${s.message}).`);
-                    else {
-                      show(box, 'ok', `Batch ${s.batch.batchId} created for "${t.name}" (${fmtNum(s.batch.rowCount)} rows in the manifest)${s.posted ? ' and queued for staging' : '; its message was not posted: resume it'}. `, h('a', { href: `#/transfers/batches/${s.batch.batchId}` }, 'Follow it →'));
-                      await loadBatches();
-                    }
-                  }),
+                const start = h(
+                  'button',
+                  { type: 'button', class: 'primary small', 'data-test': `start-${t.name}` },
+                  'Start batch',
+                );
+                start.addEventListener(
+                  'click',
+                  () =>
+                    void busy(start, box, async () => {
+                      const s = await api('POST', `transfers/${encodeURIComponent(t.name)}/start`, {});
+                      if (!s.started)
+                        show(box, 'info', `Transfer "${t.name}": nothing new to transfer (${s.message}).`);
+                      else {
+                        show(
+                          box,
+                          'ok',
+                          `Batch ${s.batch.batchId} created for "${t.name}" (${fmtNum(s.batch.rowCount)} rows in the manifest)${s.posted ? ' and queued for staging' : '; its message was not posted: resume it'}. `,
+                          h('a', { href: `#/transfers/batches/${s.batch.batchId}` }, 'Follow it →'),
+                        );
+                        await loadBatches();
+                      }
+                    }),
                 );
                 return [
                   t.name,
@@ -87,7 +150,10 @@ export function transfersPage(main: HTMLElement): Cleanup {
 
   async function loadBatches(): Promise<void> {
     try {
-      const r = await api('GET', `transfers/batches${q({ transfer: p.get('transfer'), state: p.get('state'), afterId: p.get('afterId'), limit: 20 })}`);
+      const r = await api(
+        'GET',
+        `transfers/batches${q({ transfer: p.get('transfer'), state: p.get('state'), afterId: p.get('afterId'), limit: 20 })}`,
+      );
       const items = r.items as any[];
       replace(
         batchesBox,
@@ -106,7 +172,25 @@ export function transfersPage(main: HTMLElement): Cleanup {
               ]),
               { className: 'batches-table' },
             ),
-        r.nextAfterId ? h('div', { class: 'pager' }, h('button', { type: 'button', onclick: () => go('/transfers', { state: p.get('state') ?? undefined, transfer: p.get('transfer') ?? undefined, afterId: r.nextAfterId }) }, 'Older →')) : null,
+        r.nextAfterId
+          ? h(
+              'div',
+              { class: 'pager' },
+              h(
+                'button',
+                {
+                  type: 'button',
+                  onclick: () =>
+                    go('/transfers', {
+                      state: p.get('state') ?? undefined,
+                      transfer: p.get('transfer') ?? undefined,
+                      afterId: r.nextAfterId,
+                    }),
+                },
+                'Older →',
+              ),
+            )
+          : null,
       );
     } catch (err) {
       replace(batchesBox);
@@ -124,28 +208,46 @@ export function batchPage(main: HTMLElement, id: string): Cleanup {
   const body = h('div', null, h('p', { class: 'loading' }, 'Loading…'));
   let timer: number | undefined;
   let stopped = false;
-  replace(main, pageHead(`Batch ${id.slice(0, 8)}`, h('a', { href: '#/transfers', class: 'button ghost' }, '← Transfers')), box, body);
+  replace(
+    main,
+    pageHead(`Batch ${id.slice(0, 8)}`, h('a', { href: '#/transfers', class: 'button ghost' }, '← Transfers')),
+    box,
+    body,
+  );
 
   async function load(): Promise<void> {
     window.clearTimeout(timer);
     try {
       const b = await api('GET', `transfers/batches/${id}`);
       if (stopped) return;
-      const resume = h('button', { type: 'button', class: 'primary', disabled: !b.retryable, title: b.retryable ? '' : 'Only a retryable batch is resumed' }, 'Resume');
-      const reconcile = h('button', { type: 'button' }, 'Reconcile now');
-      resume.addEventListener('click', () =>
-        void busy(resume, box, async () => {
-          const r = await api('POST', `transfers/batches/${id}/resume`, {});
-          show(box, 'ok', `Batch queued again for staging and apply${r.posted ? '' : ' (message not posted)'}.`);
-          await load();
-        }),
+      const resume = h(
+        'button',
+        {
+          type: 'button',
+          class: 'primary',
+          disabled: !b.retryable,
+          title: b.retryable ? '' : 'Only a retryable batch is resumed',
+        },
+        'Resume',
       );
-      reconcile.addEventListener('click', () =>
-        void busy(reconcile, box, async () => {
-          const r = await api('POST', `transfers/batches/${id}/reconcile`, {});
-          show(box, 'ok', `Reconciled: ${STATE_WORDS[r.state] ?? r.state}.`);
-          await load();
-        }),
+      const reconcile = h('button', { type: 'button' }, 'Reconcile now');
+      resume.addEventListener(
+        'click',
+        () =>
+          void busy(resume, box, async () => {
+            const r = await api('POST', `transfers/batches/${id}/resume`, {});
+            show(box, 'ok', `Batch queued again for staging and apply${r.posted ? '' : ' (message not posted)'}.`);
+            await load();
+          }),
+      );
+      reconcile.addEventListener(
+        'click',
+        () =>
+          void busy(reconcile, box, async () => {
+            const r = await api('POST', `transfers/batches/${id}/reconcile`, {});
+            show(box, 'ok', `Reconciled: ${STATE_WORDS[r.state] ?? r.state}.`);
+            await load();
+          }),
       );
       const events = b.events as any[];
       replace(
@@ -153,7 +255,13 @@ export function batchPage(main: HTMLElement, id: string): Cleanup {
         h(
           'section',
           { class: `card state-card ${b.status}` },
-          h('p', { class: 'state-line' }, statusBadge(b), ' ', h('strong', { 'data-test': 'state-words' }, STATE_WORDS[b.state] ?? b.state)),
+          h(
+            'p',
+            { class: 'state-line' },
+            statusBadge(b),
+            ' ',
+            h('strong', { 'data-test': 'state-words' }, STATE_WORDS[b.state] ?? b.state),
+          ),
           h('p', { class: 'next-action' }, h('span', { class: 'label' }, 'Next action: '), b.nextAction),
           h('div', { class: 'actions' }, resume, reconcile),
         ),
@@ -194,15 +302,25 @@ export function batchPage(main: HTMLElement, id: string): Cleanup {
                       'li',
                       { class: `ev ${e.toState ?? ''}` },
                       h('time', { datetime: e.at }, fmtTime(e.at)),
-                      h('div', null, h('strong', { class: 'ev-name' }, e.event), e.fromState || e.toState ? h('span', { class: 'muted' }, ` ${e.fromState ?? '·'} → ${e.toState ?? '·'}`) : null),
-                      e.detail && Object.keys(e.detail).length ? h('details', null, h('summary', null, 'detail'), pre(e.detail)) : null,
+                      h(
+                        'div',
+                        null,
+                        h('strong', { class: 'ev-name' }, e.event),
+                        e.fromState || e.toState
+                          ? h('span', { class: 'muted' }, ` ${e.fromState ?? '·'} → ${e.toState ?? '·'}`)
+                          : null,
+                      ),
+                      e.detail && Object.keys(e.detail).length
+                        ? h('details', null, h('summary', null, 'detail'), pre(e.detail))
+                        : null,
                     ),
                   ),
                 ),
           ),
         ),
       );
-      if (b.state !== 'committed' && b.state !== 'failed' && !stopped) timer = window.setTimeout(() => void load(), 3000);
+      if (b.state !== 'committed' && b.state !== 'failed' && !stopped)
+        timer = window.setTimeout(() => void load(), 3000);
     } catch (err) {
       if (!stopped) showError(box, err);
     }

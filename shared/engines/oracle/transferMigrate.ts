@@ -29,12 +29,16 @@ function isOnlyComments(text: string): boolean {
 
 export async function migrateOracleTarget(conn: oracledb.Connection, dir: string): Promise<string[]> {
   try {
-    await conn.execute(`CREATE TABLE KEEL_TRANSFER_MIGRATIONS (VERSION NUMBER(10) PRIMARY KEY, NAME VARCHAR2(200) NOT NULL, CHECKSUM VARCHAR2(64) NOT NULL, APPLIED_AT TIMESTAMP DEFAULT SYSTIMESTAMP NOT NULL)`);
+    await conn.execute(
+      `CREATE TABLE KEEL_TRANSFER_MIGRATIONS (VERSION NUMBER(10) PRIMARY KEY, NAME VARCHAR2(200) NOT NULL, CHECKSUM VARCHAR2(64) NOT NULL, APPLIED_AT TIMESTAMP DEFAULT SYSTIMESTAMP NOT NULL)`,
+    );
   } catch (err) {
     if ((err as { errorNum?: number }).errorNum !== 955) throw err;
   }
   const done = new Map<number, string>();
-  const rows = await conn.execute<[number, string]>(`SELECT VERSION, CHECKSUM FROM KEEL_TRANSFER_MIGRATIONS`, [], { outFormat: oracledb.OUT_FORMAT_ARRAY });
+  const rows = await conn.execute<[number, string]>(`SELECT VERSION, CHECKSUM FROM KEEL_TRANSFER_MIGRATIONS`, [], {
+    outFormat: oracledb.OUT_FORMAT_ARRAY,
+  });
   for (const r of rows.rows ?? []) done.set(Number(r[0]), String(r[1]));
   const applied: string[] = [];
   const runBlocks = async (file: string, text: string) => {
@@ -42,38 +46,70 @@ export async function migrateOracleTarget(conn: oracledb.Connection, dir: string
       try {
         await conn.execute(block);
       } catch (err) {
-        throw new Error(`Oracle migration ${file} failed: ${(err as Error).message}\n--- block ---\n${block.slice(0, 400)}`, { cause: err });
+        throw new Error(
+          `Oracle migration ${file} failed: ${(err as Error).message}\n--- block ---\n${block.slice(0, 400)}`,
+          { cause: err },
+        );
       }
     }
     // CREATE PACKAGE succeeds with compilation errors (ORA-24344 is a warning in thin mode): check validity.
-    const invalid = await conn.execute<[string, string]>(`SELECT OBJECT_NAME, OBJECT_TYPE FROM USER_OBJECTS WHERE OBJECT_NAME = 'KEEL_TRANSFER' AND STATUS <> 'VALID'`, [], { outFormat: oracledb.OUT_FORMAT_ARRAY });
+    const invalid = await conn.execute<[string, string]>(
+      `SELECT OBJECT_NAME, OBJECT_TYPE FROM USER_OBJECTS WHERE OBJECT_NAME = 'KEEL_TRANSFER' AND STATUS <> 'VALID'`,
+      [],
+      { outFormat: oracledb.OUT_FORMAT_ARRAY },
+    );
     if ((invalid.rows ?? []).length > 0) {
-      const errs = await conn.execute<[string, number, string]>(`SELECT NAME, LINE, TEXT FROM USER_ERRORS WHERE NAME = 'KEEL_TRANSFER' ORDER BY SEQUENCE`, [], { outFormat: oracledb.OUT_FORMAT_ARRAY });
-      throw new Error(`Oracle migration ${file}: KEEL_TRANSFER is invalid: ${(errs.rows ?? []).map((e) => `line ${e[1]}: ${e[2]}`).join('; ')}`);
+      const errs = await conn.execute<[string, number, string]>(
+        `SELECT NAME, LINE, TEXT FROM USER_ERRORS WHERE NAME = 'KEEL_TRANSFER' ORDER BY SEQUENCE`,
+        [],
+        { outFormat: oracledb.OUT_FORMAT_ARRAY },
+      );
+      throw new Error(
+        `Oracle migration ${file}: KEEL_TRANSFER is invalid: ${(errs.rows ?? []).map((e) => `line ${e[1]}: ${e[2]}`).join('; ')}`,
+      );
     }
   };
   for (const { file, name, text, checksum, version } of pendingMigrations(await readMigrationFiles(dir), done)) {
     await runBlocks(file, text);
     try {
-      await conn.execute(`INSERT INTO KEEL_TRANSFER_MIGRATIONS (VERSION, NAME, CHECKSUM) VALUES (:v, :n, :c)`, { v: version, n: name, c: checksum }, { autoCommit: true });
+      await conn.execute(
+        `INSERT INTO KEEL_TRANSFER_MIGRATIONS (VERSION, NAME, CHECKSUM) VALUES (:v, :n, :c)`,
+        { v: version, n: name, c: checksum },
+        { autoCommit: true },
+      );
     } catch (err) {
       // ORA-00001: another instance applied the same (idempotent) file at the same time and recorded it first.
       if ((err as { errorNum?: number }).errorNum !== 1) throw err;
-      const rival = await conn.execute<[string]>(`SELECT CHECKSUM FROM KEEL_TRANSFER_MIGRATIONS WHERE VERSION = :v`, { v: version }, { outFormat: oracledb.OUT_FORMAT_ARRAY });
-      if (String(rival.rows?.[0]?.[0]) !== checksum) throw new Error(`Oracle migration ${file} was recorded by another instance with a different checksum`);
+      const rival = await conn.execute<[string]>(
+        `SELECT CHECKSUM FROM KEEL_TRANSFER_MIGRATIONS WHERE VERSION = :v`,
+        { v: version },
+        { outFormat: oracledb.OUT_FORMAT_ARRAY },
+      );
+      if (String(rival.rows?.[0]?.[0]) !== checksum)
+        throw new Error(`Oracle migration ${file} was recorded by another instance with a different checksum`);
       continue;
     }
     applied.push(file);
   }
   try {
-    await conn.execute(`CREATE TABLE KEEL_TRANSFER_REPEATABLES (NAME VARCHAR2(200) PRIMARY KEY, CHECKSUM VARCHAR2(64) NOT NULL, APPLIED_AT TIMESTAMP DEFAULT SYSTIMESTAMP NOT NULL)`);
+    await conn.execute(
+      `CREATE TABLE KEEL_TRANSFER_REPEATABLES (NAME VARCHAR2(200) PRIMARY KEY, CHECKSUM VARCHAR2(64) NOT NULL, APPLIED_AT TIMESTAMP DEFAULT SYSTIMESTAMP NOT NULL)`,
+    );
   } catch (err) {
     if ((err as { errorNum?: number }).errorNum !== 955) throw err;
   }
   const doneRepeatable = new Map<string, string>();
-  const repeatableRows = await conn.execute<[string, string]>(`SELECT NAME, CHECKSUM FROM KEEL_TRANSFER_REPEATABLES`, [], { outFormat: oracledb.OUT_FORMAT_ARRAY });
+  const repeatableRows = await conn.execute<[string, string]>(
+    `SELECT NAME, CHECKSUM FROM KEEL_TRANSFER_REPEATABLES`,
+    [],
+    { outFormat: oracledb.OUT_FORMAT_ARRAY },
+  );
   for (const r of repeatableRows.rows ?? []) doneRepeatable.set(String(r[0]), String(r[1]));
-  for (const { file, name, text, checksum } of pendingRepeatables(await readRepeatableFiles(dir), doneRepeatable, applied.length > 0)) {
+  for (const { file, name, text, checksum } of pendingRepeatables(
+    await readRepeatableFiles(dir),
+    doneRepeatable,
+    applied.length > 0,
+  )) {
     await runBlocks(file, text);
     // Idempotent upsert: a rival instance re-applying the same script at the same time records the same checksum.
     await conn.execute(

@@ -6,13 +6,28 @@
 // recorded before the apply) when the service has COMMIT_OUTCOME, then KEEL_TRANSFER.TRY_CLAIM.
 // NOT RUN HERE: exercised by test/transfer/oracle.test.ts when KEEL_TEST_ORACLE_URL is set.
 import oracledb from 'oracledb';
-import { algorithmOf, ChecksumAccumulator, canonicalValue, type CanonicalRow, type LogicalType } from '../../transfer/checksum.js';
+import {
+  algorithmOf,
+  ChecksumAccumulator,
+  canonicalValue,
+  type CanonicalRow,
+  type LogicalType,
+} from '../../transfer/checksum.js';
 import type { TransferConfig } from '../../transfer/config.js';
 import { resolvedNames } from '../../transfer/config.js';
 import { TransferError } from '../../transfer/errors.js';
 import { quoteOracle } from '../../transfer/identifiers.js';
 import { mappedColumns } from '../../transfer/schema.js';
-import type { ApplyContext, ApplyResult, ReconcileOutcome, RowFeed, SourceSchema, StageRequest, StageResult, TargetAdapter } from '../../transfer/types.js';
+import type {
+  ApplyContext,
+  ApplyResult,
+  ReconcileOutcome,
+  RowFeed,
+  SourceSchema,
+  StageRequest,
+  StageResult,
+  TargetAdapter,
+} from '../../transfer/types.js';
 
 // Application error numbers raised by sql/oracle/V001 (RAISE_APPLICATION_ERROR), read from err.errorNum.
 const ORA_CONFLICT = 20001;
@@ -31,8 +46,15 @@ export function parseOracleUrl(url: string): { user: string; password: string; c
   const u = new URL(url);
   if (u.protocol !== 'oracle:') throw new Error('Oracle connection: expected oracle://user:password@host:port/service');
   const service = decodeURIComponent(u.pathname.replace(/^\//, ''));
-  if (!u.hostname || !service || !u.username) throw new Error('Oracle connection: user, host and service are required (oracle://user:password@host:port/service)');
-  return { user: decodeURIComponent(u.username), password: decodeURIComponent(u.password), connectString: `${u.hostname}:${u.port || '1521'}/${service}` };
+  if (!u.hostname || !service || !u.username)
+    throw new Error(
+      'Oracle connection: user, host and service are required (oracle://user:password@host:port/service)',
+    );
+  return {
+    user: decodeURIComponent(u.username),
+    password: decodeURIComponent(u.password),
+    connectString: `${u.hostname}:${u.port || '1521'}/${service}`,
+  };
 }
 
 export const ORACLE_CALL_TIMEOUT_MS = 9 * 60_000;
@@ -59,12 +81,24 @@ export const ORACLE_MIN_VERSION = { major: 12, minor: 2, number: 1202000000 };
 export const KEEL_SESSION_TAG = 'KEEL_NLS=1';
 export const KEEL_SESSION_SQL = `ALTER SESSION SET NLS_NUMERIC_CHARACTERS = '.,' NLS_CALENDAR = 'GREGORIAN' NLS_SORT = 'BINARY' NLS_COMP = 'BINARY'`;
 
-type SessionConnection = Pick<oracledb.Connection, 'execute'> & { tag?: string; oracleServerVersion?: number; oracleServerVersionString?: string };
+type SessionConnection = Pick<oracledb.Connection, 'execute'> & {
+  tag?: string;
+  oracleServerVersion?: number;
+  oracleServerVersionString?: string;
+};
 
-export function oracleSessionCallback(conn: SessionConnection, _requestedTag: string, done: (err?: Error) => void): void {
+export function oracleSessionCallback(
+  conn: SessionConnection,
+  _requestedTag: string,
+  done: (err?: Error) => void,
+): void {
   const v = conn.oracleServerVersion;
   if (typeof v === 'number' && v > 0 && v < ORACLE_MIN_VERSION.number) {
-    done(new Error(`Oracle ${conn.oracleServerVersionString ?? v} is not supported as a transfer target: Keel needs ${ORACLE_MIN_VERSION.major}.${ORACLE_MIN_VERSION.minor} or later (staging object names up to 51 characters, LISTAGG ... ON OVERFLOW); see docs/oracle.md`));
+    done(
+      new Error(
+        `Oracle ${conn.oracleServerVersionString ?? v} is not supported as a transfer target: Keel needs ${ORACLE_MIN_VERSION.major}.${ORACLE_MIN_VERSION.minor} or later (staging object names up to 51 characters, LISTAGG ... ON OVERFLOW); see docs/oracle.md`,
+      ),
+    );
     return;
   }
   conn.execute(KEEL_SESSION_SQL).then(
@@ -86,12 +120,22 @@ export interface OracleCredentials {
 // connectTimeoutMs: opening a connection (thin mode connectTimeout / transportConnectTimeout, in seconds) and waiting
 // for a pooled one (queueTimeout). Statements are bounded by ORACLE_CALL_TIMEOUT_MS (callTimeout); expireTime sends
 // keepalive probes so a dead peer is noticed between calls.
-export async function createOraclePool(connection: string | OracleCredentials, connectTimeoutMs = 15_000): Promise<oracledb.Pool> {
+export async function createOraclePool(
+  connection: string | OracleCredentials,
+  connectTimeoutMs = 15_000,
+): Promise<oracledb.Pool> {
   const a = typeof connection === 'string' ? parseOracleUrl(connection) : connection;
   const seconds = Math.max(1, Math.ceil(connectTimeoutMs / 1000));
   return oracledb.createPool({
-    ...a, poolMin: 0, poolMax: 4, poolIncrement: 1, poolPingInterval: 30,
-    connectTimeout: seconds, transportConnectTimeout: seconds, queueTimeout: connectTimeoutMs, expireTime: 1,
+    ...a,
+    poolMin: 0,
+    poolMax: 4,
+    poolIncrement: 1,
+    poolPingInterval: 30,
+    connectTimeout: seconds,
+    transportConnectTimeout: seconds,
+    queueTimeout: connectTimeoutMs,
+    expireTime: 1,
     sessionCallback: oracleSessionCallback,
   });
 }
@@ -129,7 +173,9 @@ function fromCanonical(bind: string, logical: LogicalType, dataType: string): st
       return `TO_NUMBER(${bind})`;
     case 'bool':
       // 23ai BOOLEAN columns take TRUE/FALSE; NUMBER(1) columns 1/0.
-      return dataType.toUpperCase() === 'BOOLEAN' ? `CASE ${bind} WHEN 't' THEN TRUE WHEN 'f' THEN FALSE END` : `CASE ${bind} WHEN 't' THEN 1 WHEN 'f' THEN 0 END`;
+      return dataType.toUpperCase() === 'BOOLEAN'
+        ? `CASE ${bind} WHEN 't' THEN TRUE WHEN 'f' THEN FALSE END`
+        : `CASE ${bind} WHEN 't' THEN 1 WHEN 'f' THEN 0 END`;
     case 'date':
       return `TO_DATE(${bind}, 'YYYY-MM-DD')`;
     case 'timestamp':
@@ -187,7 +233,10 @@ export class OracleTransferTarget implements TargetAdapter {
   private readonly table: string;
   private columns: TargetColumn[] | null = null;
 
-  constructor(private readonly t: TransferConfig, private readonly pool: oracledb.Pool) {
+  constructor(
+    private readonly t: TransferConfig,
+    private readonly pool: oracledb.Pool,
+  ) {
     const n = resolvedNames(t).targetTable;
     this.owner = n.schema;
     this.table = n.name;
@@ -221,19 +270,35 @@ export class OracleTransferTarget implements TargetAdapter {
         { owner: this.owner, tbl: this.table },
         { outFormat: oracledb.OUT_FORMAT_ARRAY },
       );
-      const types = new Map<string, { dataType: string; scale: number | null }>((res.rows ?? []).map((r) => [r[0], { dataType: r[1], scale: r[2] }]));
-      if (types.size === 0) throw new TransferError('target_incompatible', `transfer ${this.t.name}: target table ${this.t.target.table} does not exist (Oracle names are case-sensitive here: they are quoted)`);
+      const types = new Map<string, { dataType: string; scale: number | null }>(
+        (res.rows ?? []).map((r) => [r[0], { dataType: r[1], scale: r[2] }]),
+      );
+      if (types.size === 0)
+        throw new TransferError(
+          'target_incompatible',
+          `transfer ${this.t.name}: target table ${this.t.target.table} does not exist (Oracle names are case-sensitive here: they are quoted)`,
+        );
       const cols: TargetColumn[] = [];
       for (const m of mapped) {
         const ty = types.get(m.target);
-        if (!ty) throw new TransferError('target_incompatible', `transfer ${this.t.name}: target column ${m.target} does not exist in ${this.t.target.table}`);
+        if (!ty)
+          throw new TransferError(
+            'target_incompatible',
+            `transfer ${this.t.name}: target column ${m.target} does not exist in ${this.t.target.table}`,
+          );
         if (ty.dataType.toUpperCase() === 'BLOB') {
           // Staging binds every value as text (HEXTORAW of up to 4,000 hex characters in SQL) and reads it back as
           // text to checksum it: a BLOB value over 2,000 bytes would fail to bind (ORA-01461) or be read back cut.
-          throw new TransferError('target_incompatible', `transfer ${this.t.name}: target column ${m.target} is a BLOB, which the Oracle target does not take: values over 2,000 bytes cannot be staged and verified through text binds. Use a RAW column (up to 2,000 bytes; 32,767 with MAX_STRING_SIZE = EXTENDED) or leave the column out of the mapping (docs/oracle.md)`);
+          throw new TransferError(
+            'target_incompatible',
+            `transfer ${this.t.name}: target column ${m.target} is a BLOB, which the Oracle target does not take: values over 2,000 bytes cannot be staged and verified through text binds. Use a RAW column (up to 2,000 bytes; 32,767 with MAX_STRING_SIZE = EXTENDED) or leave the column out of the mapping (docs/oracle.md)`,
+          );
         }
         if (!oracleAccepts(m.logical, ty.dataType, ty.scale)) {
-          throw new TransferError('target_incompatible', `transfer ${this.t.name}: target column ${m.target} (${ty.dataType}) cannot hold source column ${m.source} (${m.type})`);
+          throw new TransferError(
+            'target_incompatible',
+            `transfer ${this.t.name}: target column ${m.target} (${ty.dataType}) cannot hold source column ${m.source} (${m.type})`,
+          );
         }
         cols.push({ source: m.source, target: m.target, logical: m.logical, dataType: ty.dataType });
       }
@@ -256,7 +321,10 @@ export class OracleTransferTarget implements TargetAdapter {
         { outFormat: oracledb.OUT_FORMAT_ARRAY },
       );
       if (Number(key.rows?.[0]?.[0] ?? 0) === 0) {
-        throw new TransferError('target_incompatible', `transfer ${this.t.name}: target table ${this.t.target.table} needs a primary key, unique constraint or unique index on exactly (${this.targetKeys().join(', ')})`);
+        throw new TransferError(
+          'target_incompatible',
+          `transfer ${this.t.name}: target table ${this.t.target.table} needs a primary key, unique constraint or unique index on exactly (${this.targetKeys().join(', ')})`,
+        );
       }
       try {
         await c.execute(`BEGIN KEEL_TRANSFER.ENSURE_STAGING(:transfer, :owner, :tbl, :cols, :stg); END;`, {
@@ -283,7 +351,8 @@ export class OracleTransferTarget implements TargetAdapter {
 
   async stage(req: StageRequest, feed: RowFeed): Promise<StageResult> {
     if (feed.kind !== 'rows') throw new Error('the Oracle target takes canonical rows');
-    if (algorithmOf(req.manifest.checksum) !== 'keel-v1') throw new Error(`the Oracle target verifies keel-v1 checksums only`);
+    if (algorithmOf(req.manifest.checksum) !== 'keel-v1')
+      throw new Error(`the Oracle target verifies keel-v1 checksums only`);
     const cols = this.cols();
     const c = await this.conn();
     try {
@@ -300,9 +369,14 @@ export class OracleTransferTarget implements TargetAdapter {
         opened = String((r.outBinds as { r: string }).r);
         c.callTimeout = ORACLE_CALL_TIMEOUT_MS;
       } catch (err) {
-        if (oraNum(err) === ORA_CONFLICT) throw new TransferError('staging_conflict', (err as Error).message, { batchId: req.batchId });
+        if (oraNum(err) === ORA_CONFLICT)
+          throw new TransferError('staging_conflict', (err as Error).message, { batchId: req.batchId });
         if ((err as { code?: unknown }).code === NJS_CALL_TIMEOUT) {
-          throw new TransferError('target_busy', `batch ${req.batchId}: another session has held its staging registry row for over ${ORACLE_LOCK_WAIT_SECONDS} s (a rival or orphaned staging); nothing was staged, run the batch again later`, { batchId: req.batchId });
+          throw new TransferError(
+            'target_busy',
+            `batch ${req.batchId}: another session has held its staging registry row for over ${ORACLE_LOCK_WAIT_SECONDS} s (a rival or orphaned staging); nothing was staged, run the batch again later`,
+            { batchId: req.batchId },
+          );
         }
         throw err;
       }
@@ -323,7 +397,10 @@ export class OracleTransferTarget implements TargetAdapter {
             const v = row[i] ?? null;
             if (v === '' && (cols[i]!.logical === 'text' || cols[i]!.logical === 'bytes')) {
               // Oracle stores '' and an empty RAW (HEXTORAW('')) as NULL.
-              throw new TransferError('unsupported_type', `batch ${req.batchId}: column ${cols[i]!.source} holds an empty ${cols[i]!.logical === 'text' ? 'string' : 'binary value'}, which Oracle stores as NULL; the batch cannot be staged unchanged`);
+              throw new TransferError(
+                'unsupported_type',
+                `batch ${req.batchId}: column ${cols[i]!.source} holds an empty ${cols[i]!.logical === 'text' ? 'string' : 'binary value'}, which Oracle stores as NULL; the batch cannot be staged unchanged`,
+              );
             }
             if (v !== null) maxSizes[i] = Math.max(maxSizes[i]!, Buffer.byteLength(v, 'utf8'));
             out.push(v);
@@ -332,7 +409,10 @@ export class OracleTransferTarget implements TargetAdapter {
         });
         await c.executeMany(insert, binds, {
           autoCommit: false,
-          bindDefs: [{ type: oracledb.STRING, maxSize: 36 }, ...maxSizes.map((m) => ({ type: oracledb.STRING, maxSize: m }))],
+          bindDefs: [
+            { type: oracledb.STRING, maxSize: 36 },
+            ...maxSizes.map((m) => ({ type: oracledb.STRING, maxSize: m })),
+          ],
         });
       }
 
@@ -344,7 +424,11 @@ export class OracleTransferTarget implements TargetAdapter {
       );
       if ((dup.rows ?? []).length > 0) {
         const found = (dup.rows ?? []).map((r) => `(${r[0]})`);
-        throw new TransferError('duplicate_keys', `batch ${req.batchId}: duplicate keys within the batch (${found.join(', ')})`, { keys: found });
+        throw new TransferError(
+          'duplicate_keys',
+          `batch ${req.batchId}: duplicate keys within the batch (${found.join(', ')})`,
+          { keys: found },
+        );
       }
 
       // Read the staged rows back as canonical text and checksum them exactly like the source did.
@@ -352,7 +436,12 @@ export class OracleTransferTarget implements TargetAdapter {
       const rs = await c.execute<CanonicalRow>(
         `SELECT ${cols.map((x) => toCanonical(quoteOracle(x.target), x.logical, x.dataType)).join(', ')} FROM ${this.stagingRef()} WHERE KEEL_BATCH_ID = :b`,
         { b: req.batchId },
-        { outFormat: oracledb.OUT_FORMAT_ARRAY, resultSet: true, fetchArraySize: 1000, fetchTypeHandler: () => ({ type: oracledb.STRING }) },
+        {
+          outFormat: oracledb.OUT_FORMAT_ARRAY,
+          resultSet: true,
+          fetchArraySize: 1000,
+          fetchTypeHandler: () => ({ type: oracledb.STRING }),
+        },
       );
       const resultSet = rs.resultSet!;
       try {
@@ -371,7 +460,11 @@ export class OracleTransferTarget implements TargetAdapter {
           { stagedCount: acc.count, stagedChecksum: acc.checksum },
         );
       }
-      await c.execute(`BEGIN KEEL_TRANSFER.FINISH_STAGE(:b, :n, :cs); END;`, { b: req.batchId, n: acc.count, cs: acc.checksum });
+      await c.execute(`BEGIN KEEL_TRANSFER.FINISH_STAGE(:b, :n, :cs); END;`, {
+        b: req.batchId,
+        n: acc.count,
+        cs: acc.checksum,
+      });
       await c.commit();
       return { outcome: 'staged', rowCount: acc.count, checksum: acc.checksum };
     } catch (err) {
@@ -412,14 +505,22 @@ export class OracleTransferTarget implements TargetAdapter {
           { autoCommit: false }, // APPLY_BATCH commits (or rolls back) its own single transaction
         );
         const o = r.outBinds as { outcome: string; rows: number; checksum: string };
-        return { outcome: o.outcome === 'APPLIED' ? 'applied' : 'already_committed', rowCount: Number(o.rows), checksum: String(o.checksum) };
+        return {
+          outcome: o.outcome === 'APPLIED' ? 'applied' : 'already_committed',
+          rowCount: Number(o.rows),
+          checksum: String(o.checksum),
+        };
       } catch (err) {
-        if (oraNum(err) === ORA_FENCED) throw new TransferError('attempt_fenced', (err as Error).message, { attempt: ctx.attempt });
+        if (oraNum(err) === ORA_FENCED)
+          throw new TransferError('attempt_fenced', (err as Error).message, { attempt: ctx.attempt });
         if (oraNum(err) === ORA_NOT_STAGED) throw new TransferError('not_staged', (err as Error).message);
         if (oraNum(err) === ORA_CONFLICT) throw new TransferError('staging_conflict', (err as Error).message);
         if (oraNum(err) === ORA_MERGE_COUNT) throw new TransferError('target_incompatible', (err as Error).message);
         if (oraNum(err) === ORA_LOCK_WAIT_TIMEOUT) {
-          throw new TransferError('target_busy', `batch ${req.batchId}: its staging registry row stayed locked by another session for ${ORACLE_LOCK_WAIT_SECONDS} s (an apply or reconcile still open, or an orphaned session); nothing was applied, run the batch again later`);
+          throw new TransferError(
+            'target_busy',
+            `batch ${req.batchId}: its staging registry row stayed locked by another session for ${ORACLE_LOCK_WAIT_SECONDS} s (an apply or reconcile still open, or an orphaned session); nothing was applied, run the batch again later`,
+          );
         }
         throw err;
       }
@@ -428,7 +529,12 @@ export class OracleTransferTarget implements TargetAdapter {
     }
   }
 
-  async reconcile(req: StageRequest, waitMs: number, ltxid: string | null, fenceThrough: number): Promise<ReconcileOutcome> {
+  async reconcile(
+    req: StageRequest,
+    waitMs: number,
+    ltxid: string | null,
+    fenceThrough: number,
+  ): Promise<ReconcileOutcome> {
     const c = await this.conn();
     try {
       if (this.t.target.transactionGuard && ltxid) {
@@ -441,28 +547,46 @@ export class OracleTransferTarget implements TargetAdapter {
           );
           const committed = Number((r.outBinds as { committed: number }).committed) === 1;
           if (committed) {
-            const row = await c.execute<[number, string]>(`SELECT ROW_COUNT, CHECKSUM FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = :b`, { b: req.batchId }, { outFormat: oracledb.OUT_FORMAT_ARRAY });
+            const row = await c.execute<[number, string]>(
+              `SELECT ROW_COUNT, CHECKSUM FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = :b`,
+              { b: req.batchId },
+              { outFormat: oracledb.OUT_FORMAT_ARRAY },
+            );
             const first = row.rows?.[0];
-            if (first) return { outcome: 'committed', rowCount: Number(first[0]), checksum: String(first[1]), via: 'transaction_guard' };
+            if (first)
+              return {
+                outcome: 'committed',
+                rowCount: Number(first[0]),
+                checksum: String(first[1]),
+                via: 'transaction_guard',
+              };
           }
         } catch {
           // e.g. the original session is still active (the server knows more than we do): fall through to the claim.
         }
       }
       // Not committed (or no Transaction Guard): TRY_CLAIM, which commits the fence with a "not applied" verdict.
-      const r = await c.execute(`BEGIN KEEL_TRANSFER.TRY_CLAIM(:b, :wait, :fence, :outcome, :rows, :checksum, :staged); END;`, {
-        b: req.batchId,
-        wait: Math.max(1, Math.ceil(waitMs / 1000)),
-        fence: fenceThrough,
-        outcome: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 20 },
-        rows: { dir: oracledb.BIND_OUT, type: oracledb.NUMBER },
-        checksum: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 24 },
-        staged: { dir: oracledb.BIND_OUT, type: oracledb.NUMBER },
-      });
+      const r = await c.execute(
+        `BEGIN KEEL_TRANSFER.TRY_CLAIM(:b, :wait, :fence, :outcome, :rows, :checksum, :staged); END;`,
+        {
+          b: req.batchId,
+          wait: Math.max(1, Math.ceil(waitMs / 1000)),
+          fence: fenceThrough,
+          outcome: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 20 },
+          rows: { dir: oracledb.BIND_OUT, type: oracledb.NUMBER },
+          checksum: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 24 },
+          staged: { dir: oracledb.BIND_OUT, type: oracledb.NUMBER },
+        },
+      );
       const o = r.outBinds as { outcome: string; rows: number | null; checksum: string | null; staged: number };
-      if (o.outcome === 'COMMITTED') return { outcome: 'committed', rowCount: Number(o.rows), checksum: String(o.checksum), via: 'completion_row' };
-      if (o.outcome === 'NOT_APPLIED') return { outcome: 'not_applied', staged: Number(o.staged) === 1, via: 'claim_obtained' };
-      return { outcome: 'blocked', reason: `the claim on batch ${req.batchId} is held by an open transaction on the target (waited ${Math.max(1, Math.ceil(waitMs / 1000))} s)` };
+      if (o.outcome === 'COMMITTED')
+        return { outcome: 'committed', rowCount: Number(o.rows), checksum: String(o.checksum), via: 'completion_row' };
+      if (o.outcome === 'NOT_APPLIED')
+        return { outcome: 'not_applied', staged: Number(o.staged) === 1, via: 'claim_obtained' };
+      return {
+        outcome: 'blocked',
+        reason: `the claim on batch ${req.batchId} is held by an open transaction on the target (waited ${Math.max(1, Math.ceil(waitMs / 1000))} s)`,
+      };
     } finally {
       await c.close().catch(() => undefined);
     }

@@ -3,19 +3,57 @@ import pg from 'pg';
 import { poolErrorLogger } from '../poolErrors.js';
 import path from 'node:path';
 import type {
-  CancelResult, ClaimOptions, ClaimedJob, DlqReason, EnqueueRequest, EnqueueResult, HeartbeatResult, JobId,
-  JobRecord, JobSearch, JobStore, LeaseRef, MetricBucket, OwnerResult, OwnerResultById, PurgeTarget, QueueSettings,
-  QueueSettingsPatch, QueueStats, RescueResult, ResurrectFilter, ResurrectResult, StartResult,
-  FireResult, ScheduleState,
+  CancelResult,
+  ClaimOptions,
+  ClaimedJob,
+  DlqReason,
+  EnqueueRequest,
+  EnqueueResult,
+  HeartbeatResult,
+  JobId,
+  JobRecord,
+  JobSearch,
+  JobStore,
+  LeaseRef,
+  MetricBucket,
+  OwnerResult,
+  OwnerResultById,
+  PurgeTarget,
+  QueueSettings,
+  QueueSettingsPatch,
+  QueueStats,
+  RescueResult,
+  ResurrectFilter,
+  ResurrectResult,
+  StartResult,
+  FireResult,
+  ScheduleState,
 } from '../../jobs/contract.js';
 import { BatchBackedJobStore } from '../../jobs/storeBase.js';
 import {
-  camelKeys, toClaimedJob, toJobRecord, toMetricBucket, toQueueSettings, toQueueStats, toRescueResult, type Row, type RowCodec,
-  toFireResult, toScheduleState,
+  camelKeys,
+  toClaimedJob,
+  toJobRecord,
+  toMetricBucket,
+  toQueueSettings,
+  toQueueStats,
+  toRescueResult,
+  type Row,
+  type RowCodec,
+  toFireResult,
+  toScheduleState,
 } from '../../jobs/rows.js';
 import { DLQ_REASONS } from '../../jobs/contract.js';
 import {
-  DEFAULT_MAX_PAYLOAD_BYTES, ValidationError, assertJobId, assertPositiveInt, isJobId, prepareEnqueue, typeMaxAttemptsJson, assertScheduleName, assertTick,
+  DEFAULT_MAX_PAYLOAD_BYTES,
+  ValidationError,
+  assertJobId,
+  assertPositiveInt,
+  isJobId,
+  prepareEnqueue,
+  typeMaxAttemptsJson,
+  assertScheduleName,
+  assertTick,
   validateQueuePatch,
 } from '../../jobs/validate.js';
 import { migrate } from './migrate.js';
@@ -57,10 +95,14 @@ export async function assertPostgresReady(pool: pg.Pool): Promise<void> {
   );
   const r = rows[0] as { login: string; installed: boolean; can_execute: boolean };
   if (!r.installed) {
-    throw new Error(`KEEL_PG_URL: the keel schema is not installed in this database; run npm run migrate as its owner, or set KEEL_PG_MIGRATE_URL to the owner's URL so the app migrates at startup (docs/postgres.md)`);
+    throw new Error(
+      `KEEL_PG_URL: the keel schema is not installed in this database; run npm run migrate as its owner, or set KEEL_PG_MIGRATE_URL to the owner's URL so the app migrates at startup (docs/postgres.md)`,
+    );
   }
   if (!r.can_execute) {
-    throw new Error(`KEEL_PG_URL: login ${r.login} may not execute the keel functions; grant it the role: GRANT keel_executor TO ${r.login}; (docs/postgres.md)`);
+    throw new Error(
+      `KEEL_PG_URL: login ${r.login} may not execute the keel functions; grant it the role: GRANT keel_executor TO ${r.login}; (docs/postgres.md)`,
+    );
   }
 }
 
@@ -120,14 +162,19 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   async enqueueMany(jobs: EnqueueRequest[]): Promise<EnqueueResult[]> {
     const docs = prepareEnqueue(jobs, this.maxPayloadBytes);
     if (docs.length === 0) return [];
-    const rows = await this.rows('select ord, job_id, duplicate from keel.enqueue_many($1::jsonb)', [JSON.stringify(docs)]);
+    const rows = await this.rows('select ord, job_id, duplicate from keel.enqueue_many($1::jsonb)', [
+      JSON.stringify(docs),
+    ]);
     return rows.map((r) => ({ id: String(r.jobId), duplicate: Boolean(r.duplicate) }));
   }
 
   async claimNext(opts: ClaimOptions): Promise<ClaimedJob[]> {
     assertPositiveInt('limit', opts.limit, 10_000);
     const rows = await this.rows('select * from keel.claim_next($1, $2::text[], $3, $4)', [
-      opts.workerId, opts.queues, opts.limit, opts.leaseSeconds ?? 60,
+      opts.workerId,
+      opts.queues,
+      opts.limit,
+      opts.leaseSeconds ?? 60,
     ]);
     return rows.map((r) => toClaimedJob(r, PG_CODEC));
   }
@@ -155,7 +202,10 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
 
   async heartbeat(ref: LeaseRef): Promise<HeartbeatResult> {
     if (!isJobId(ref.jobId)) return { status: 'lease_lost', cancelRequested: false };
-    const [r] = await this.rows('select status, cancel_requested from keel.heartbeat($1, $2)', [ref.jobId, ref.leaseId]);
+    const [r] = await this.rows('select status, cancel_requested from keel.heartbeat($1, $2)', [
+      ref.jobId,
+      ref.leaseId,
+    ]);
     return { status: r!.status as OwnerResult, cancelRequested: Boolean(r!.cancelRequested) };
   }
 
@@ -165,7 +215,11 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     const rows = valid.length
       ? await this.rows('select job_id, status from keel.complete_many($1::jsonb)', [leasesJson(valid)])
       : [];
-    const status = new Map(rows.map((r) => [String(r.jobId), r.status === 'ok' || r.status === 'cancelled' ? r.status : 'lease_lost'] as const));
+    const status = new Map(
+      rows.map(
+        (r) => [String(r.jobId), r.status === 'ok' || r.status === 'cancelled' ? r.status : 'lease_lost'] as const,
+      ),
+    );
     return refs.map((ref) => ({ jobId: ref.jobId, status: status.get(ref.jobId) ?? 'lease_lost' }));
   }
 
@@ -215,14 +269,20 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     }
     const dryRun = filter.dryRun ?? true;
     const rows = await this.rows('select job_id from keel.resurrect_by_filter($1, $2, $3, $4, $5, $6, $7)', [
-      filter.queue ?? null, filter.type ?? null, filter.reason ?? null, filter.failedAfter ?? null,
-      filter.failedBefore ?? null, filter.limit, dryRun,
+      filter.queue ?? null,
+      filter.type ?? null,
+      filter.reason ?? null,
+      filter.failedAfter ?? null,
+      filter.failedBefore ?? null,
+      filter.limit,
+      dryRun,
     ]);
     return { ids: rows.map((r) => String(r.jobId)), dryRun };
   }
 
   async purge(target: PurgeTarget, queue: string | null, olderThan: Date, batchSize: number): Promise<number> {
-    if (!['archive', 'dlq', 'metrics'].includes(target)) throw new ValidationError('target', 'must be archive, dlq or metrics');
+    if (!['archive', 'dlq', 'metrics'].includes(target))
+      throw new ValidationError('target', 'must be archive, dlq or metrics');
     assertPositiveInt('batchSize', batchSize);
     const [r] = await this.rows('select keel.purge($1, $2, $3, $4) as deleted', [target, queue, olderThan, batchSize]);
     return num(r!.deleted);
@@ -249,8 +309,15 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   async updateQueue(name: string, patch: QueueSettingsPatch): Promise<QueueSettings> {
     const p = validateQueuePatch(name, patch);
     const rows = await this.rows('select * from keel.update_queue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)', [
-      name, p.paused ?? null, p.maxConcurrency ?? null, p.maxConcurrency === null, p.zombieTimeoutSeconds ?? null,
-      p.zombiePolicy ?? null, p.maxAttempts ?? null, p.archiveRetentionSeconds ?? null, p.dlqRetentionSeconds ?? null,
+      name,
+      p.paused ?? null,
+      p.maxConcurrency ?? null,
+      p.maxConcurrency === null,
+      p.zombieTimeoutSeconds ?? null,
+      p.zombiePolicy ?? null,
+      p.maxAttempts ?? null,
+      p.archiveRetentionSeconds ?? null,
+      p.dlqRetentionSeconds ?? null,
       p.metricsRetentionSeconds ?? null,
     ]);
     return toQueueSettings(rows[0]!);
@@ -272,7 +339,12 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     if (expectedTick !== null) assertTick('expectedTick', expectedTick);
     assertTick('tick', tick);
     const docs = jobs.length ? prepareEnqueue(jobs, this.maxPayloadBytes) : [];
-    const rows = await this.rows('select * from keel.fire_schedule($1, $2, $3, $4::jsonb)', [name, expectedTick, tick, JSON.stringify(docs)]);
+    const rows = await this.rows('select * from keel.fire_schedule($1, $2, $3, $4::jsonb)', [
+      name,
+      expectedTick,
+      tick,
+      JSON.stringify(docs),
+    ]);
     return toFireResult(rows);
   }
 
@@ -286,8 +358,17 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     assertPositiveInt('limit', s.limit, 1000);
     if (s.afterId !== undefined) assertJobId('afterId', s.afterId);
     const rows = await this.rows('select * from keel.search_jobs($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)', [
-      s.location, s.queue ?? null, s.type ?? null, s.tag ?? null, s.state ?? null, s.reason ?? null, s.from ?? null,
-      s.to ?? null, s.text ?? null, s.afterId ?? null, s.limit,
+      s.location,
+      s.queue ?? null,
+      s.type ?? null,
+      s.tag ?? null,
+      s.state ?? null,
+      s.reason ?? null,
+      s.from ?? null,
+      s.to ?? null,
+      s.text ?? null,
+      s.afterId ?? null,
+      s.limit,
     ]);
     return rows.map((r) => toJobRecord(r, PG_CODEC));
   }

@@ -33,7 +33,13 @@ export interface MigrateResult {
 const IDENTIFIER = /^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$/;
 
 export async function readMigrations(dir: string): Promise<MigrationFile[]> {
-  return (await readMigrationFiles(dir)).map((m) => ({ version: m.version, name: m.name, file: m.file, sql: m.text, checksum: m.checksum }));
+  return (await readMigrationFiles(dir)).map((m) => ({
+    version: m.version,
+    name: m.name,
+    file: m.file,
+    sql: m.text,
+    checksum: m.checksum,
+  }));
 }
 
 function lockKeyFor(ledger: string): number {
@@ -75,7 +81,11 @@ export async function migrate(pool: pg.Pool, opts: MigrateOptions): Promise<Migr
       try {
         await client.query('begin');
         await client.query(m.sql);
-        await client.query(`insert into ${ledger} (version, name, checksum) values ($1, $2, $3)`, [m.version, m.name, m.checksum]);
+        await client.query(`insert into ${ledger} (version, name, checksum) values ($1, $2, $3)`, [
+          m.version,
+          m.name,
+          m.checksum,
+        ]);
         await client.query('commit');
         applied.push(m.file);
       } catch (err) {
@@ -111,7 +121,9 @@ export async function migrate(pool: pg.Pool, opts: MigrateOptions): Promise<Migr
         await client.query('commit');
       } catch (err) {
         await client.query('rollback').catch(() => undefined);
-        throw new Error(`${path.basename(file)} failed after the migrations: ${(err as Error).message}`, { cause: err });
+        throw new Error(`${path.basename(file)} failed after the migrations: ${(err as Error).message}`, {
+          cause: err,
+        });
       }
     }
     // After the repeatables too: CREATE OR REPLACE FUNCTION resets SECURITY DEFINER and SET search_path.

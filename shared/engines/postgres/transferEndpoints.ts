@@ -29,7 +29,13 @@ export class PostgresTransferEndpoints implements TransferEndpoints {
     let p = this.pools.get(setting);
     if (!p) {
       // Connect, statement, client read, idle-in-transaction and lock timeouts: shared/transfer/timeouts.ts.
-      p = new pg.Pool(pgTransferPoolConfig(connectionString(setting, what, this.opts.env), this.opts.timeouts, this.opts.poolSize ?? 4));
+      p = new pg.Pool(
+        pgTransferPoolConfig(
+          connectionString(setting, what, this.opts.env),
+          this.opts.timeouts,
+          this.opts.poolSize ?? 4,
+        ),
+      );
       p.on('error', poolErrorLogger('postgres', `transfer pool ${setting}`));
       this.pools.set(setting, p);
     }

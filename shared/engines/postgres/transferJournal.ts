@@ -4,7 +4,15 @@
 // between statements: a lost connection fails one call (pool.query owns the client's error listener and discards
 // it), and nothing waits on the pool while holding one of its clients.
 import pg from 'pg';
-import { insertOutcome, type BatchEvent, type BatchFilter, type BatchPatch, type BatchRecord, type NewBatch, type TransferJournal } from '../../transfer/journal.js';
+import {
+  insertOutcome,
+  type BatchEvent,
+  type BatchFilter,
+  type BatchPatch,
+  type BatchRecord,
+  type NewBatch,
+  type TransferJournal,
+} from '../../transfer/journal.js';
 import type { BatchState, SchemaColumn } from '../../transfer/types.js';
 
 const STAMPS = new Set(['extracted_at', 'staged_at', 'apply_started_at', 'committed_at', 'failed_at']);
@@ -22,7 +30,9 @@ export function rowToBatch(r: Record<string, unknown>): BatchRecord {
     boundaryLow: (r.boundary_low as string | null) ?? null,
     boundaryHigh: String(r.boundary_high),
     schemaHash: String(r.schema_hash),
-    schemaColumns: (typeof r.schema_columns === 'string' ? JSON.parse(r.schema_columns) : r.schema_columns) as SchemaColumn[],
+    schemaColumns: (typeof r.schema_columns === 'string'
+      ? JSON.parse(r.schema_columns)
+      : r.schema_columns) as SchemaColumn[],
     rowCount: num(r.row_count),
     checksum: (r.checksum as string | null) ?? null,
     stagedCount: num(r.staged_count),
@@ -87,35 +97,81 @@ export function createJournalPool(
 }
 
 // Only defined keys of the patch reach the function (an absent key leaves its column as it is).
-function patchJson(patch: Partial<Pick<BatchPatch, 'rowCount' | 'checksum' | 'stagedCount' | 'stagedChecksum' | 'appliedCount' | 'lastError' | 'lastErrorCode' | 'targetLtxid'>>): string {
+function patchJson(
+  patch: Partial<
+    Pick<
+      BatchPatch,
+      | 'rowCount'
+      | 'checksum'
+      | 'stagedCount'
+      | 'stagedChecksum'
+      | 'appliedCount'
+      | 'lastError'
+      | 'lastErrorCode'
+      | 'targetLtxid'
+    >
+  >,
+): string {
   const out: Record<string, unknown> = {};
-  for (const k of ['rowCount', 'checksum', 'stagedCount', 'stagedChecksum', 'appliedCount', 'lastError', 'lastErrorCode', 'targetLtxid'] as const) {
+  for (const k of [
+    'rowCount',
+    'checksum',
+    'stagedCount',
+    'stagedChecksum',
+    'appliedCount',
+    'lastError',
+    'lastErrorCode',
+    'targetLtxid',
+  ] as const) {
     if (patch[k] !== undefined) out[k] = patch[k];
   }
   return JSON.stringify(out);
 }
 
 export class PostgresTransferJournal implements TransferJournal {
-  constructor(private readonly pool: pg.Pool, private readonly opts: { ownsPool?: boolean } = {}) {
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly opts: { ownsPool?: boolean } = {},
+  ) {
     // A pool made elsewhere without an error listener would crash the process when an idle client dies.
-    if (pool.listenerCount('error') === 0) pool.on('error', (err) => defaultLog('keel-transfer-journal: idle control-database connection lost (the pool replaces it)', err));
+    if (pool.listenerCount('error') === 0)
+      pool.on('error', (err) =>
+        defaultLog('keel-transfer-journal: idle control-database connection lost (the pool replaces it)', err),
+      );
   }
 
   async insertBatch(b: NewBatch): Promise<BatchRecord> {
     const res = await this.pool.query(
       `select r.outcome, r.conflict_batch_id::text as conflict_batch_id, r.conflict_state, (r.batch).*
          from keel.transfer_batch_insert($1, $2, $3, $4, $5, $6, $7::jsonb) r`,
-      [b.batchId, b.transferName, b.boundaryKind, b.boundaryLow, b.boundaryHigh, b.schemaHash, JSON.stringify(b.schemaColumns)],
+      [
+        b.batchId,
+        b.transferName,
+        b.boundaryKind,
+        b.boundaryLow,
+        b.boundaryHigh,
+        b.schemaHash,
+        JSON.stringify(b.schemaColumns),
+      ],
     );
     const r = res.rows[0] as Record<string, unknown> | undefined;
     if (!r) throw new Error(`keel.transfer_batch_insert returned no row for batch ${b.batchId}`);
-    return insertOutcome(b, String(r.outcome), r.conflict_batch_id as string | null, r.conflict_state as string | null, () => rowToBatch(r));
+    return insertOutcome(
+      b,
+      String(r.outcome),
+      r.conflict_batch_id as string | null,
+      r.conflict_state as string | null,
+      () => rowToBatch(r),
+    );
   }
 
   async lastForTransfer(transferName: string) {
     const res = await this.pool.query(`select * from keel.transfer_batch_last($1)`, [transferName]);
     const rows = res.rows.map(rowToBatch);
-    return { open: rows.find((x) => OPEN.includes(x.state)) ?? null, lastCommitted: rows.find((x) => x.state === 'committed') ?? null };
+    return {
+      open: rows.find((x) => OPEN.includes(x.state)) ?? null,
+      lastCommitted: rows.find((x) => x.state === 'committed') ?? null,
+    };
   }
 
   async get(batchId: string): Promise<BatchRecord | null> {
@@ -146,23 +202,43 @@ export class PostgresTransferJournal implements TransferJournal {
     }));
   }
 
-  async transition(batchId: string, from: readonly BatchState[], to: BatchState, patch: BatchPatch, event: string, detail?: Record<string, unknown>) {
+  async transition(
+    batchId: string,
+    from: readonly BatchState[],
+    to: BatchState,
+    patch: BatchPatch,
+    event: string,
+    detail?: Record<string, unknown>,
+  ) {
     if (patch.stamp && !STAMPS.has(patch.stamp)) throw new Error(`unknown stamp ${patch.stamp}`);
-    const res = await this.pool.query(`select * from keel.transfer_batch_transition($1, $2, $3, $4::jsonb, $5, $6, $7, $8::jsonb)`, [
-      batchId,
-      [...from],
-      to,
-      patchJson(patch),
-      !!patch.incrementAttempts,
-      patch.stamp ?? null,
-      event,
-      JSON.stringify(detail ?? null),
-    ]);
+    const res = await this.pool.query(
+      `select * from keel.transfer_batch_transition($1, $2, $3, $4::jsonb, $5, $6, $7, $8::jsonb)`,
+      [
+        batchId,
+        [...from],
+        to,
+        patchJson(patch),
+        !!patch.incrementAttempts,
+        patch.stamp ?? null,
+        event,
+        JSON.stringify(detail ?? null),
+      ],
+    );
     return res.rows[0] ? rowToBatch(res.rows[0]) : null;
   }
 
-  async note(batchId: string, event: string, detail?: Record<string, unknown>, patch?: Pick<BatchPatch, 'lastError' | 'lastErrorCode' | 'targetLtxid'>) {
-    await this.pool.query(`select keel.transfer_batch_note($1, $2, $3::jsonb, $4::jsonb)`, [batchId, event, JSON.stringify(detail ?? null), patchJson(patch ?? {})]);
+  async note(
+    batchId: string,
+    event: string,
+    detail?: Record<string, unknown>,
+    patch?: Pick<BatchPatch, 'lastError' | 'lastErrorCode' | 'targetLtxid'>,
+  ) {
+    await this.pool.query(`select keel.transfer_batch_note($1, $2, $3::jsonb, $4::jsonb)`, [
+      batchId,
+      event,
+      JSON.stringify(detail ?? null),
+      patchJson(patch ?? {}),
+    ]);
   }
 
   async stale(states: readonly BatchState[], olderThanMs: number, limit: number): Promise<BatchRecord[]> {

@@ -40,12 +40,19 @@ export class PostgresTransferSource implements SourceAdapter {
     } else {
       const probe = await this.pool.query({ text: `select * from ${this.from} limit 0`, rowMode: 'array' });
       const oids = probe.fields.map((f) => f.dataTypeID);
-      const types = await this.pool.query(`select o::int as oid, format_type(o, null) as type from unnest($1::oid[]) as o`, [oids]);
+      const types = await this.pool.query(
+        `select o::int as oid, format_type(o, null) as type from unnest($1::oid[]) as o`,
+        [oids],
+      );
       const byOid = new Map<number, string>(types.rows.map((r) => [Number(r.oid), String(r.type)]));
       for (const f of probe.fields) found.set(f.name, byOid.get(f.dataTypeID) ?? `oid ${f.dataTypeID}`);
     }
     return buildSourceSchema(this.t, found, pgLogicalType, (_declared, logical) =>
-      this.t.boundary.kind === 'key' ? logical === 'int' : this.t.boundary.kind === 'timestamp' ? logical === 'timestamp' || logical === 'timestamptz' : false,
+      this.t.boundary.kind === 'key'
+        ? logical === 'int'
+        : this.t.boundary.kind === 'timestamp'
+          ? logical === 'timestamp' || logical === 'timestamptz'
+          : false,
     );
   }
 
@@ -87,7 +94,10 @@ export class PostgresTransferSource implements SourceAdapter {
     params.push(maxRows);
     // A key window on a single unique integer key: (low, min(first + maxRows - 1, last)] holds at most maxRows rows
     // and is found from the two ends of the index, without walking maxRows entries.
-    const uniqueIntegerKey = this.t.boundary.kind === 'key' && this.t.keyColumns.length === 1 && this.t.keyColumns[0] === this.t.boundary.column;
+    const uniqueIntegerKey =
+      this.t.boundary.kind === 'key' &&
+      this.t.keyColumns.length === 1 &&
+      this.t.keyColumns[0] === this.t.boundary.column;
     const res = uniqueIntegerKey
       ? await this.pool.query(
           `select (least(min(${b}) + ($${params.length}::bigint - 1), max(${b})))::text as high from ${this.from} where ${conds.join(' and ')}`,
@@ -103,7 +113,11 @@ export class PostgresTransferSource implements SourceAdapter {
   }
 
   async manifest(w: Window, schema: SourceSchema, algorithm: ChecksumAlgorithm): Promise<Manifest> {
-    const cols = mappedColumns(this.t, schema).map((c) => ({ ref: quotePg(c.source), type: c.logical, declared: c.type }));
+    const cols = mappedColumns(this.t, schema).map((c) => ({
+      ref: quotePg(c.source),
+      type: c.logical,
+      declared: c.type,
+    }));
     const pred = this.windowPredicate(w, schema, 1);
     const client = await this.pool.connect();
     const onError = () => undefined; // a connection lost mid-statement also surfaces as an 'error' event
@@ -136,9 +150,15 @@ export class PostgresTransferSource implements SourceAdapter {
     let failed: Error | undefined;
     try {
       await client.query('begin isolation level repeatable read read only');
-      await client.query({ text: `declare keel_cur no scroll cursor for select ${cols.join(', ')} from ${this.from} where ${pred.sql}`, values: pred.params });
+      await client.query({
+        text: `declare keel_cur no scroll cursor for select ${cols.join(', ')} from ${this.from} where ${pred.sql}`,
+        values: pred.params,
+      });
       for (;;) {
-        const res = await client.query({ text: `fetch forward ${Math.trunc(chunkSize)} from keel_cur`, rowMode: 'array' });
+        const res = await client.query({
+          text: `fetch forward ${Math.trunc(chunkSize)} from keel_cur`,
+          rowMode: 'array',
+        });
         if (res.rows.length === 0) break;
         yield res.rows as CanonicalRow[];
       }
@@ -196,7 +216,9 @@ export class PostgresTransferSource implements SourceAdapter {
         : false;
       const lowPred = w.low === null ? '' : `${b} > current_setting('keel.w_low')::${cast} and `;
       const stream = client.query(
-        copyTo(`copy (select ${cols.join(', ')} from ${this.from} where ${lowPred}${b} <= current_setting('keel.w_high')::${cast}) to stdout${format === 'binary' ? ' (format binary)' : ''}`),
+        copyTo(
+          `copy (select ${cols.join(', ')} from ${this.from} where ${lowPred}${b} <= current_setting('keel.w_high')::${cast}) to stdout${format === 'binary' ? ' (format binary)' : ''}`,
+        ),
       );
       // Listened to from the first moment: the caller attaches its own handling later (a lost connection in between
       // must not raise an unhandled 'error').

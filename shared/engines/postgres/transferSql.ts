@@ -5,7 +5,8 @@ export function pgLogicalType(formatted: string): LogicalType | null {
   const t = formatted.toLowerCase();
   if (t === 'smallint' || t === 'integer' || t === 'bigint') return 'int';
   if (t === 'numeric' || t.startsWith('numeric(')) return 'decimal';
-  if (t === 'text' || t.startsWith('character varying') || t === 'character' || t.startsWith('character(')) return 'text';
+  if (t === 'text' || t.startsWith('character varying') || t === 'character' || t.startsWith('character('))
+    return 'text';
   if (t === 'boolean') return 'bool';
   if (t === 'date') return 'date';
   if (/^timestamp(\(\d\))? without time zone$/.test(t)) return 'timestamp';
@@ -55,7 +56,9 @@ export function pg2Field(ref: string, type: LogicalType, declared?: string): str
     case 'decimal':
       return `numeric_send(trim_scale(${ref}))`;
     case 'text':
-      return declared !== undefined && /^character(\(\d+\))?$/i.test(declared) ? `(textin(bpcharout(${ref})) collate "C")` : `((${ref})::text collate "C")`;
+      return declared !== undefined && /^character(\(\d+\))?$/i.test(declared)
+        ? `(textin(bpcharout(${ref})) collate "C")`
+        : `((${ref})::text collate "C")`;
     case 'date':
       return `date_send(${ref})`;
     case 'timestamp':
@@ -69,23 +72,33 @@ export function pg2Field(ref: string, type: LogicalType, declared?: string): str
   }
 }
 
-export function pgChecksumQuery(cols: { ref: string; type: LogicalType; declared?: string }[], from: string, where: string, algorithm: ChecksumAlgorithm = 'keel-v1'): string {
+export function pgChecksumQuery(
+  cols: { ref: string; type: LogicalType; declared?: string }[],
+  from: string,
+  where: string,
+  algorithm: ChecksumAlgorithm = 'keel-v1',
+): string {
   const rowHash =
     algorithm === 'keel-pg2'
       ? `hash_record_extended(row(${cols.map((c) => pg2Field(c.ref, c.type, c.declared)).join(', ')}), 0)`
       : algorithm === 'keel-pg1'
         ? `hashtextextended(row(${cols.map((c) => (c.type === 'decimal' ? `trim_scale(${c.ref})` : c.ref)).join(', ')})::text, 0)`
         : `('x' || left(md5(row(${cols.map((c) => pgCanonical(c.ref, c.type)).join(', ')})::text), 16))::bit(64)::bigint`;
-  const prefix = algorithm === 'keel-pg2' ? `'${PG2_PREFIX}' || ` : algorithm === 'keel-pg1' ? `'${PG1_PREFIX}' || ` : '';
+  const prefix =
+    algorithm === 'keel-pg2' ? `'${PG2_PREFIX}' || ` : algorithm === 'keel-pg1' ? `'${PG1_PREFIX}' || ` : '';
   return `select count(*)::text as n, ${prefix}(mod(mod(coalesce(sum(${rowHash}), 0), ${TWO_64}) + ${TWO_64}, ${TWO_64}))::text as checksum
             from ${from} where ${where}`;
 }
 
 export function pgCastFor(type: LogicalType): string {
   switch (type) {
-    case 'int': return 'bigint';
-    case 'timestamp': return 'timestamp';
-    case 'timestamptz': return 'timestamptz';
-    default: throw new Error(`${type} cannot be a boundary`);
+    case 'int':
+      return 'bigint';
+    case 'timestamp':
+      return 'timestamp';
+    case 'timestamptz':
+      return 'timestamptz';
+    default:
+      throw new Error(`${type} cannot be a boundary`);
   }
 }

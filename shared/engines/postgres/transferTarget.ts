@@ -12,7 +12,17 @@ import { resolvedNames } from '../../transfer/config.js';
 import { TransferError } from '../../transfer/errors.js';
 import { quotePg } from '../../transfer/identifiers.js';
 import { mappedColumns } from '../../transfer/schema.js';
-import type { ApplyContext, ApplyResult, CopyOutStream, ReconcileOutcome, RowFeed, SourceSchema, StageRequest, StageResult, TargetAdapter } from '../../transfer/types.js';
+import type {
+  ApplyContext,
+  ApplyResult,
+  CopyOutStream,
+  ReconcileOutcome,
+  RowFeed,
+  SourceSchema,
+  StageRequest,
+  StageResult,
+  TargetAdapter,
+} from '../../transfer/types.js';
 import { DEFAULT_TRANSFER_TIMEOUTS } from '../../transfer/timeouts.js';
 import { PG_CHECKSUM_SETTINGS_SQL, pgChecksumQuery, pgLogicalType } from './transferSql.js';
 import { serverVersionNum } from './client.js';
@@ -51,7 +61,16 @@ function stallGuard(ms: number, batchId: string) {
   const touch = () => {
     if (stopped) return;
     clearTimeout(timer);
-    timer = setTimeout(() => fail(new TransferError('stream_stalled', `batch ${batchId}: no staging data moved for ${ms} ms (source or target stopped answering)`)), ms);
+    timer = setTimeout(
+      () =>
+        fail(
+          new TransferError(
+            'stream_stalled',
+            `batch ${batchId}: no staging data moved for ${ms} ms (source or target stopped answering)`,
+          ),
+        ),
+      ms,
+    );
   };
   return {
     failed,
@@ -87,13 +106,24 @@ export class PostgresTransferTarget implements TargetAdapter {
     const mapped = mappedColumns(this.t, schema);
     const qualified = this.qualifiedTarget();
     const types = await this.loadTargetTypes();
-    if (types.size === 0) throw new TransferError('target_incompatible', `transfer ${this.t.name}: target table ${this.t.target.table} does not exist`);
+    if (types.size === 0)
+      throw new TransferError(
+        'target_incompatible',
+        `transfer ${this.t.name}: target table ${this.t.target.table} does not exist`,
+      );
     for (const c of mapped) {
       const declared = types.get(c.target);
-      if (!declared) throw new TransferError('target_incompatible', `transfer ${this.t.name}: target column ${c.target} does not exist in ${this.t.target.table}`);
+      if (!declared)
+        throw new TransferError(
+          'target_incompatible',
+          `transfer ${this.t.name}: target column ${c.target} does not exist in ${this.t.target.table}`,
+        );
       const logical = pgLogicalType(declared);
       if (logical !== c.logical) {
-        throw new TransferError('target_incompatible', `transfer ${this.t.name}: target column ${c.target} (${declared}) cannot hold source column ${c.source} (${c.type})`);
+        throw new TransferError(
+          'target_incompatible',
+          `transfer ${this.t.name}: target column ${c.target} (${declared}) cannot hold source column ${c.source} (${c.type})`,
+        );
       }
     }
     const keys = this.targetKeys();
@@ -105,10 +135,18 @@ export class PostgresTransferTarget implements TargetAdapter {
       [qualified, keys],
     );
     if (idx.rowCount === 0) {
-      throw new TransferError('target_incompatible', `transfer ${this.t.name}: target table ${this.t.target.table} needs a unique index or primary key on exactly (${keys.join(', ')})`);
+      throw new TransferError(
+        'target_incompatible',
+        `transfer ${this.t.name}: target table ${this.t.target.table} needs a unique index or primary key on exactly (${keys.join(', ')})`,
+      );
     }
     try {
-      await this.pool.query(`select keel_transfer.ensure_staging($1, $2, $3, $4::text[])`, [this.t.name, this.targetSchema, this.targetTable, mapped.map((c) => c.target)]);
+      await this.pool.query(`select keel_transfer.ensure_staging($1, $2, $3, $4::text[])`, [
+        this.t.name,
+        this.targetSchema,
+        this.targetTable,
+        mapped.map((c) => c.target),
+      ]);
     } catch (err) {
       if (pgCode(err) === KT_STAGING_SHAPE) throw new TransferError('target_incompatible', (err as Error).message);
       throw err;
@@ -155,9 +193,17 @@ export class PostgresTransferTarget implements TargetAdapter {
       await client.query(`select set_config('keel.batch_id', $1, true)`, [req.batchId]);
       let opened: string;
       try {
-        opened = (await client.query(`select keel_transfer.begin_stage($1, $2, $3, $4) as r`, [req.batchId, req.transfer, req.manifest.rowCount, req.manifest.checksum])).rows[0].r;
+        opened = (
+          await client.query(`select keel_transfer.begin_stage($1, $2, $3, $4) as r`, [
+            req.batchId,
+            req.transfer,
+            req.manifest.rowCount,
+            req.manifest.checksum,
+          ])
+        ).rows[0].r;
       } catch (err) {
-        if (pgCode(err) === KT_CONFLICT) throw new TransferError('staging_conflict', (err as Error).message, { batchId: req.batchId });
+        if (pgCode(err) === KT_CONFLICT)
+          throw new TransferError('staging_conflict', (err as Error).message, { batchId: req.batchId });
         throw err;
       }
       if (opened === 'already_staged') {
@@ -174,7 +220,9 @@ export class PostgresTransferTarget implements TargetAdapter {
       };
       // Binary COPY when every column has the same declared type on both sides (no text formatting or
       // parsing); text otherwise, which converts between compatible types (e.g. integer -> bigint).
-      const binary = feed.kind === 'pgcopy' && mapped.every((c) => this.targetTypes.get(c.target)?.toLowerCase() === c.type.toLowerCase());
+      const binary =
+        feed.kind === 'pgcopy' &&
+        mapped.every((c) => this.targetTypes.get(c.target)?.toLowerCase() === c.type.toLowerCase());
       const sink = client.query(copyFrom(`copy ${stg} (${columnList}) from stdin${binary ? ' (format binary)' : ''}`));
       copyOpen = true;
       stall.touch();
@@ -193,9 +241,14 @@ export class PostgresTransferTarget implements TargetAdapter {
         opening = feed.open(binary ? 'binary' : 'text');
         src = await Promise.race([opening, sinkFailed, stall.failed]);
         src.stream.on('error', noop); // the pipeline below reports it; never unhandled
-        keysProvenUnique = src.keysUnique === true && mapped.filter((c) => keyTargets.has(c.target)).every((c) => c.logical === 'int');
+        keysProvenUnique =
+          src.keysUnique === true && mapped.filter((c) => keyTargets.has(c.target)).every((c) => c.logical === 'int');
         stall.touch();
-        const moved = pipeline(src.stream, new Transform({ transform: (chunk, _enc, cb) => (stall.touch(), cb(null, chunk)) }), sink);
+        const moved = pipeline(
+          src.stream,
+          new Transform({ transform: (chunk, _enc, cb) => (stall.touch(), cb(null, chunk)) }),
+          sink,
+        );
         moved.catch(noop);
         await Promise.race([moved, stall.failed]);
         copyOpen = false;
@@ -242,16 +295,27 @@ export class PostgresTransferTarget implements TargetAdapter {
                 set_config('work_mem', '32MB', true)`,
       );
       const keyRefs = this.targetKeys().map(quotePg);
-      const dup = keysProvenUnique ? { rowCount: 0, rows: [] as { k: string }[] } : await client.query(
-        `select ${keyRefs.map((k) => `${k}::text`).join(` || ', ' || `)} as k from ${stg} where keel_batch_id = $1 group by ${keyRefs.join(', ')} having count(*) > 1 limit 3`,
-        [req.batchId],
-      );
+      const dup = keysProvenUnique
+        ? { rowCount: 0, rows: [] as { k: string }[] }
+        : await client.query(
+            `select ${keyRefs.map((k) => `${k}::text`).join(` || ', ' || `)} as k from ${stg} where keel_batch_id = $1 group by ${keyRefs.join(', ')} having count(*) > 1 limit 3`,
+            [req.batchId],
+          );
       if ((dup.rowCount ?? 0) > 0) {
-        throw new TransferError('duplicate_keys', `batch ${req.batchId}: duplicate keys within the batch (${dup.rows.map((r) => `(${r.k})`).join(', ')})`, { keys: dup.rows.map((r) => r.k) });
+        throw new TransferError(
+          'duplicate_keys',
+          `batch ${req.batchId}: duplicate keys within the batch (${dup.rows.map((r) => `(${r.k})`).join(', ')})`,
+          { keys: dup.rows.map((r) => r.k) },
+        );
       }
       lap('stage.duplicateCheck');
       const sums = await client.query(
-        pgChecksumQuery(mapped.map((c) => ({ ref: quotePg(c.target), type: c.logical, declared: this.targetTypes.get(c.target) })), stg, 'keel_batch_id = $1', algorithmOf(req.manifest.checksum)),
+        pgChecksumQuery(
+          mapped.map((c) => ({ ref: quotePg(c.target), type: c.logical, declared: this.targetTypes.get(c.target) })),
+          stg,
+          'keel_batch_id = $1',
+          algorithmOf(req.manifest.checksum),
+        ),
         [req.batchId],
       );
       const rowCount = Number(sums.rows[0].n);
@@ -296,13 +360,25 @@ export class PostgresTransferTarget implements TargetAdapter {
     try {
       const res = await this.pool.query(
         `select outcome, row_count::text as row_count, checksum from keel_transfer.apply_batch($1, $2, $3, $4, $5, $6::text[], $7::text[], $8, $9, $10)`,
-        [req.batchId, req.transfer, this.targetSchema, this.targetTable, this.stagingTable, mapped.map((c) => c.target), this.targetKeys(), req.manifest.rowCount, req.manifest.checksum, ctx.attempt],
+        [
+          req.batchId,
+          req.transfer,
+          this.targetSchema,
+          this.targetTable,
+          this.stagingTable,
+          mapped.map((c) => c.target),
+          this.targetKeys(),
+          req.manifest.rowCount,
+          req.manifest.checksum,
+          ctx.attempt,
+        ],
       );
       const r = res.rows[0];
       this.opts.trace?.('apply', performance.now() - started);
       return { outcome: r.outcome, rowCount: Number(r.row_count), checksum: String(r.checksum) };
     } catch (err) {
-      if (pgCode(err) === KT_FENCED) throw new TransferError('attempt_fenced', (err as Error).message, { attempt: ctx.attempt });
+      if (pgCode(err) === KT_FENCED)
+        throw new TransferError('attempt_fenced', (err as Error).message, { attempt: ctx.attempt });
       if (pgCode(err) === KT_NOT_STAGED) throw new TransferError('not_staged', (err as Error).message);
       if (pgCode(err) === KT_CONFLICT) throw new TransferError('staging_conflict', (err as Error).message);
       if (pgCode(err) === KT_MERGE_COUNT) throw new TransferError('target_incompatible', (err as Error).message);
@@ -310,12 +386,30 @@ export class PostgresTransferTarget implements TargetAdapter {
     }
   }
 
-  async reconcile(req: StageRequest, waitMs: number, _ltxid: string | null, fenceThrough: number): Promise<ReconcileOutcome> {
-    const res = await this.pool.query(`select outcome, row_count::text as row_count, checksum, staged from keel_transfer.try_claim($1, $2, $3)`, [req.batchId, waitMs, fenceThrough]);
+  async reconcile(
+    req: StageRequest,
+    waitMs: number,
+    _ltxid: string | null,
+    fenceThrough: number,
+  ): Promise<ReconcileOutcome> {
+    const res = await this.pool.query(
+      `select outcome, row_count::text as row_count, checksum, staged from keel_transfer.try_claim($1, $2, $3)`,
+      [req.batchId, waitMs, fenceThrough],
+    );
     const r = res.rows[0];
-    if (r.outcome === 'committed') return { outcome: 'committed', rowCount: Number(r.row_count), checksum: String(r.checksum), via: 'completion_row' };
-    if (r.outcome === 'not_applied') return { outcome: 'not_applied', staged: Boolean(r.staged), via: 'claim_obtained' };
-    return { outcome: 'blocked', reason: `the claim on batch ${req.batchId} is held by an open transaction on the target (waited ${waitMs} ms)` };
+    if (r.outcome === 'committed')
+      return {
+        outcome: 'committed',
+        rowCount: Number(r.row_count),
+        checksum: String(r.checksum),
+        via: 'completion_row',
+      };
+    if (r.outcome === 'not_applied')
+      return { outcome: 'not_applied', staged: Boolean(r.staged), via: 'claim_obtained' };
+    return {
+      outcome: 'blocked',
+      reason: `the claim on batch ${req.batchId} is held by an open transaction on the target (waited ${waitMs} ms)`,
+    };
   }
 
   async purgeStaged(batchId: string): Promise<void> {

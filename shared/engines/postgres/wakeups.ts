@@ -41,7 +41,13 @@ export class PostgresWakeups implements WakeupSource {
       const wait = this.retryMs;
       this.retryMs = Math.min(this.retryMs * 2, 10_000);
       // Whatever was notified while we were away is found by the next poll; wake everyone once on reconnect too.
-      setTimeout(() => void this.ensure().then(() => this.wakeAll()).catch(() => undefined), wait).unref();
+      setTimeout(
+        () =>
+          void this.ensure()
+            .then(() => this.wakeAll())
+            .catch(() => undefined),
+        wait,
+      ).unref();
     };
     client.on('error', lost);
     client.on('end', lost);

@@ -20,7 +20,10 @@ export const sqlserver: EngineDescriptor = {
   // A process-wide pool of the journal's own (keyed by application name), so that the journal's timeouts apply to
   // journal calls only.
   async openJournal(settings) {
-    const [{ SqlServerTransferJournal }, { sharedSqlServerPool }] = await Promise.all([import('./transferJournal.js'), import('./pool.js')]);
+    const [{ SqlServerTransferJournal }, { sharedSqlServerPool }] = await Promise.all([
+      import('./transferJournal.js'),
+      import('./pool.js'),
+    ]);
     return new SqlServerTransferJournal(
       sharedSqlServerPool(settings.KEEL_SQL_CONNECTION!, {
         max: 4,
@@ -49,7 +52,10 @@ export const sqlserver: EngineDescriptor = {
     return {
       async source(t) {
         // Shared per process with the rest of the SQL Server code (closed with the shared pools, closeShared).
-        const pool = createMssqlPool(connectionString(t.source.connectionSetting, `${t.name}.source`, opts.env), opts.timeouts);
+        const pool = createMssqlPool(
+          connectionString(t.source.connectionSetting, `${t.name}.source`, opts.env),
+          opts.timeouts,
+        );
         return new SqlServerTransferSource(t, pool);
       },
       async close() {},

@@ -4,20 +4,57 @@ import sql from 'mssql';
 import path from 'node:path';
 import { sqlDir } from '../../config/sqlDir.js';
 import type {
-  CancelResult, ClaimOptions, ClaimedJob, DlqReason, EnqueueRequest, EnqueueResult, HeartbeatResult, JobId,
-  JobRecord, JobSearch, JobStore, LeaseRef, MetricBucket, OwnerResult, OwnerResultById, PurgeTarget, QueueSettings,
-  QueueSettingsPatch, QueueStats, RescueResult, ResurrectFilter, ResurrectResult, StartResult,
-  FireResult, ScheduleState,
+  CancelResult,
+  ClaimOptions,
+  ClaimedJob,
+  DlqReason,
+  EnqueueRequest,
+  EnqueueResult,
+  HeartbeatResult,
+  JobId,
+  JobRecord,
+  JobSearch,
+  JobStore,
+  LeaseRef,
+  MetricBucket,
+  OwnerResult,
+  OwnerResultById,
+  PurgeTarget,
+  QueueSettings,
+  QueueSettingsPatch,
+  QueueStats,
+  RescueResult,
+  ResurrectFilter,
+  ResurrectResult,
+  StartResult,
+  FireResult,
+  ScheduleState,
 } from '../../jobs/contract.js';
 import { BatchBackedJobStore } from '../../jobs/storeBase.js';
 import {
-  camelKeys, toClaimedJob, toJobRecord, toMetricBucket, toQueueSettings, toQueueStats, toRescueResult, type RowCodec,
-  toFireResult, toScheduleState,
+  camelKeys,
+  toClaimedJob,
+  toJobRecord,
+  toMetricBucket,
+  toQueueSettings,
+  toQueueStats,
+  toRescueResult,
+  type RowCodec,
+  toFireResult,
+  toScheduleState,
 } from '../../jobs/rows.js';
 import { DLQ_REASONS } from '../../jobs/contract.js';
 import { JOB_PROCEDURES, pascalCase, type JobProcedure } from '../../jobs/procedures.js';
 import {
-  DEFAULT_MAX_PAYLOAD_BYTES, ValidationError, assertJobId, assertPositiveInt, isJobId, prepareEnqueue, typeMaxAttemptsJson, assertScheduleName, assertTick,
+  DEFAULT_MAX_PAYLOAD_BYTES,
+  ValidationError,
+  assertJobId,
+  assertPositiveInt,
+  isJobId,
+  prepareEnqueue,
+  typeMaxAttemptsJson,
+  assertScheduleName,
+  assertTick,
   validateQueuePatch,
 } from '../../jobs/validate.js';
 import { SqlServerPool, sharedSqlServerPool, type PoolOptions } from './pool.js';
@@ -56,8 +93,13 @@ export const SQLSERVER_PARAMS: ParamTypes = {
   rescue_zombies: { Limit: sql.Int, TypeMaxAttempts: sql.NVarChar(MAX) },
   resurrect: { JobIds: sql.NVarChar(MAX) },
   resurrect_by_filter: {
-    Queue: sql.NVarChar(128), Type: sql.NVarChar(256), Reason: sql.VarChar(16), FailedAfter: sql.DateTime2(3),
-    FailedBefore: sql.DateTime2(3), Limit: sql.Int, DryRun: sql.Bit,
+    Queue: sql.NVarChar(128),
+    Type: sql.NVarChar(256),
+    Reason: sql.VarChar(16),
+    FailedAfter: sql.DateTime2(3),
+    FailedBefore: sql.DateTime2(3),
+    Limit: sql.Int,
+    DryRun: sql.Bit,
   },
   purge: { Target: sql.VarChar(10), Queue: sql.NVarChar(128), OlderThan: sql.DateTime2(3), BatchSize: sql.Int },
   stats: {},
@@ -65,17 +107,37 @@ export const SQLSERVER_PARAMS: ParamTypes = {
   list_queues: { Name: sql.NVarChar(128) },
   list_schedules: { Name: sql.NVarChar(100) },
   set_schedule_paused: { Name: sql.NVarChar(100), Paused: sql.Bit },
-  fire_schedule: { Name: sql.NVarChar(100), ExpectedTick: sql.DateTime2(3), Tick: sql.DateTime2(3), Jobs: sql.NVarChar(MAX) },
+  fire_schedule: {
+    Name: sql.NVarChar(100),
+    ExpectedTick: sql.DateTime2(3),
+    Tick: sql.DateTime2(3),
+    Jobs: sql.NVarChar(MAX),
+  },
   update_queue: {
-    Name: sql.NVarChar(128), Paused: sql.Bit, MaxConcurrency: sql.Int, ClearMaxConcurrency: sql.Bit,
-    ZombieTimeoutSeconds: sql.Int, ZombiePolicy: sql.VarChar(8), MaxAttempts: sql.Int, ArchiveRetentionSeconds: sql.Int,
-    DlqRetentionSeconds: sql.Int, MetricsRetentionSeconds: sql.Int,
+    Name: sql.NVarChar(128),
+    Paused: sql.Bit,
+    MaxConcurrency: sql.Int,
+    ClearMaxConcurrency: sql.Bit,
+    ZombieTimeoutSeconds: sql.Int,
+    ZombiePolicy: sql.VarChar(8),
+    MaxAttempts: sql.Int,
+    ArchiveRetentionSeconds: sql.Int,
+    DlqRetentionSeconds: sql.Int,
+    MetricsRetentionSeconds: sql.Int,
   },
   get_job: { JobId: sql.BigInt },
   search_jobs: {
-    Location: sql.VarChar(10), Queue: sql.NVarChar(128), Type: sql.NVarChar(256), Tag: sql.NVarChar(64),
-    State: sql.VarChar(10), Reason: sql.VarChar(16), From: sql.DateTime2(3), To: sql.DateTime2(3),
-    Text: sql.NVarChar(400), AfterId: sql.BigInt, Limit: sql.Int,
+    Location: sql.VarChar(10),
+    Queue: sql.NVarChar(128),
+    Type: sql.NVarChar(256),
+    Tag: sql.NVarChar(64),
+    State: sql.VarChar(10),
+    Reason: sql.VarChar(16),
+    From: sql.DateTime2(3),
+    To: sql.DateTime2(3),
+    Text: sql.NVarChar(400),
+    AfterId: sql.BigInt,
+    Limit: sql.Int,
   },
 };
 
@@ -87,7 +149,9 @@ export function sqlServerProcedureName(proc: JobProcedure): string {
 export function assertProcedureParams(proc: JobProcedure, names: readonly string[]): void {
   const expected = JOB_PROCEDURES[proc].map(pascalCase);
   if (names.length !== expected.length || names.some((n, i) => n !== expected[i])) {
-    throw new Error(`${sqlServerProcedureName(proc)} takes (${expected.map((n) => '@' + n).join(', ')}), got (${names.map((n) => '@' + n).join(', ')})`);
+    throw new Error(
+      `${sqlServerProcedureName(proc)} takes (${expected.map((n) => '@' + n).join(', ')}), got (${names.map((n) => '@' + n).join(', ')})`,
+    );
   }
 }
 
@@ -144,13 +208,21 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
       if (!opts.shared) await pools.close().catch(() => undefined);
       throw err;
     }
-    return new SqlServerJobStore(pools, opts.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES, opts.retry ?? {}, !opts.shared);
+    return new SqlServerJobStore(
+      pools,
+      opts.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES,
+      opts.retry ?? {},
+      !opts.shared,
+    );
   }
 
   // Runs keel.<Proc> with typed parameters; `params` must name exactly the procedure's parameters, in order.
   async call<P extends JobProcedure>(proc: P, params: ProcedureParams<P>, policy: RetryPolicy): Promise<Row[]> {
     const entries = Object.entries(params as Record<string, unknown>);
-    assertProcedureParams(proc, entries.map(([name]) => name));
+    assertProcedureParams(
+      proc,
+      entries.map(([name]) => name),
+    );
     const types = SQLSERVER_PARAMS[proc] as Record<string, ParamType>;
     return withSqlRetry(
       policy,
@@ -183,7 +255,12 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     if (opts.queues.length === 0) return [];
     const rows = await this.call(
       'claim_next',
-      { WorkerId: opts.workerId, Queues: JSON.stringify(opts.queues), Limit: opts.limit, LeaseSeconds: opts.leaseSeconds ?? 60 },
+      {
+        WorkerId: opts.workerId,
+        Queues: JSON.stringify(opts.queues),
+        Limit: opts.limit,
+        LeaseSeconds: opts.leaseSeconds ?? 60,
+      },
       'once',
     );
     return rows.map(claimed);
@@ -191,7 +268,11 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
 
   async claimById(jobId: JobId, workerId: string, leaseSeconds = 60): Promise<ClaimedJob | null> {
     if (!isJobId(jobId)) return null;
-    const rows = await this.call('claim_by_id', { JobId: jobId, WorkerId: workerId, LeaseSeconds: leaseSeconds }, 'once');
+    const rows = await this.call(
+      'claim_by_id',
+      { JobId: jobId, WorkerId: workerId, LeaseSeconds: leaseSeconds },
+      'once',
+    );
     return rows[0] ? claimed(rows[0]) : null;
   }
 
@@ -280,7 +361,8 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     return this.ownerMove(
       ref,
       (leaseId) => this.call('retry', { JobId: ref.jobId, LeaseId: leaseId, RunAt: runAt, Error: error }, 'once'),
-      (job) => (job?.location === 'hot' && job.state === 'pending') || (job?.location === 'dlq' && job.reason === 'cancelled'),
+      (job) =>
+        (job?.location === 'hot' && job.state === 'pending') || (job?.location === 'dlq' && job.reason === 'cancelled'),
       (job) => job.state === 'processing',
     );
   }
@@ -342,8 +424,12 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     const rows = await this.call(
       'resurrect_by_filter',
       {
-        Queue: filter.queue ?? null, Type: filter.type ?? null, Reason: filter.reason ?? null,
-        FailedAfter: filter.failedAfter ?? null, FailedBefore: filter.failedBefore ?? null, Limit: filter.limit,
+        Queue: filter.queue ?? null,
+        Type: filter.type ?? null,
+        Reason: filter.reason ?? null,
+        FailedAfter: filter.failedAfter ?? null,
+        FailedBefore: filter.failedBefore ?? null,
+        Limit: filter.limit,
         DryRun: dryRun,
       },
       dryRun ? 'safe' : 'once',
@@ -352,9 +438,14 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async purge(target: PurgeTarget, queue: string | null, olderThan: Date, batchSize: number): Promise<number> {
-    if (!['archive', 'dlq', 'metrics'].includes(target)) throw new ValidationError('target', 'must be archive, dlq or metrics');
+    if (!['archive', 'dlq', 'metrics'].includes(target))
+      throw new ValidationError('target', 'must be archive, dlq or metrics');
     assertPositiveInt('batchSize', batchSize);
-    const [r] = await this.call('purge', { Target: target, Queue: queue, OlderThan: olderThan, BatchSize: batchSize }, 'safe');
+    const [r] = await this.call(
+      'purge',
+      { Target: target, Queue: queue, OlderThan: olderThan, BatchSize: batchSize },
+      'safe',
+    );
     return num(r!.Deleted);
   }
 
@@ -371,7 +462,9 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
 
   async listSchedules(name?: string): Promise<ScheduleState[]> {
     if (name !== undefined) assertScheduleName('name', name);
-    return (await this.call('list_schedules', { Name: name ?? null }, 'safe')).map((r) => toScheduleState(camelKeys(r)));
+    return (await this.call('list_schedules', { Name: name ?? null }, 'safe')).map((r) =>
+      toScheduleState(camelKeys(r)),
+    );
   }
 
   async setSchedulePaused(name: string, paused: boolean): Promise<ScheduleState> {
@@ -387,7 +480,11 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     assertTick('tick', tick);
     const docs = jobs.length ? prepareEnqueue(jobs, this.maxPayloadBytes) : [];
     // Safe to repeat after a lost reply: the compare-and-set makes a second run 'lost', enqueuing nothing.
-    const rows = await this.call('fire_schedule', { Name: name, ExpectedTick: expectedTick, Tick: tick, Jobs: JSON.stringify(docs) }, 'safe');
+    const rows = await this.call(
+      'fire_schedule',
+      { Name: name, ExpectedTick: expectedTick, Tick: tick, Jobs: JSON.stringify(docs) },
+      'safe',
+    );
     return toFireResult(rows.map(camelKeys));
   }
 
@@ -406,10 +503,15 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     const rows = await this.call(
       'update_queue',
       {
-        Name: name, Paused: p.paused ?? null, MaxConcurrency: p.maxConcurrency ?? null,
-        ClearMaxConcurrency: p.maxConcurrency === null, ZombieTimeoutSeconds: p.zombieTimeoutSeconds ?? null,
-        ZombiePolicy: p.zombiePolicy ?? null, MaxAttempts: p.maxAttempts ?? null,
-        ArchiveRetentionSeconds: p.archiveRetentionSeconds ?? null, DlqRetentionSeconds: p.dlqRetentionSeconds ?? null,
+        Name: name,
+        Paused: p.paused ?? null,
+        MaxConcurrency: p.maxConcurrency ?? null,
+        ClearMaxConcurrency: p.maxConcurrency === null,
+        ZombieTimeoutSeconds: p.zombieTimeoutSeconds ?? null,
+        ZombiePolicy: p.zombiePolicy ?? null,
+        MaxAttempts: p.maxAttempts ?? null,
+        ArchiveRetentionSeconds: p.archiveRetentionSeconds ?? null,
+        DlqRetentionSeconds: p.dlqRetentionSeconds ?? null,
         MetricsRetentionSeconds: p.metricsRetentionSeconds ?? null,
       },
       'safe',
@@ -429,8 +531,16 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     const rows = await this.call(
       'search_jobs',
       {
-        Location: s.location, Queue: s.queue ?? null, Type: s.type ?? null, Tag: s.tag ?? null, State: s.state ?? null,
-        Reason: s.reason ?? null, From: s.from ?? null, To: s.to ?? null, Text: s.text ?? null, AfterId: s.afterId ?? null,
+        Location: s.location,
+        Queue: s.queue ?? null,
+        Type: s.type ?? null,
+        Tag: s.tag ?? null,
+        State: s.state ?? null,
+        Reason: s.reason ?? null,
+        From: s.from ?? null,
+        To: s.to ?? null,
+        Text: s.text ?? null,
+        AfterId: s.afterId ?? null,
         Limit: s.limit,
       },
       'safe',

@@ -55,12 +55,21 @@ export interface SqlServerRepeatable {
 }
 
 export async function readSqlServerRepeatables(dir: string): Promise<SqlServerRepeatable[]> {
-  return (await readRepeatableFiles(dir)).map((r) => ({ name: r.name, file: r.file, batches: splitBatches(r.text), checksum: r.checksum }));
+  return (await readRepeatableFiles(dir)).map((r) => ({
+    name: r.name,
+    file: r.file,
+    batches: splitBatches(r.text),
+    checksum: r.checksum,
+  }));
 }
 
 export async function readSqlServerMigrations(dir: string): Promise<SqlServerMigration[]> {
   return (await readMigrationFiles(dir)).map((m) => ({
-    version: m.version, name: m.name, file: m.file, batches: splitBatches(m.text), checksum: m.checksum,
+    version: m.version,
+    name: m.name,
+    file: m.file,
+    batches: splitBatches(m.text),
+    checksum: m.checksum,
   }));
 }
 
@@ -82,7 +91,10 @@ IF OBJECT_ID(N'keel.SchemaRepeatables', N'U') IS NULL
 
 // Applies the pending migrations of opts.dir. `pool` supplies the connection settings; the run uses its own
 // one-connection pool so that the session applock, the ledger reads and every migration share one session.
-export async function migrateSqlServer(pool: sql.ConnectionPool, opts: SqlServerMigrateOptions): Promise<SqlServerMigrateResult> {
+export async function migrateSqlServer(
+  pool: sql.ConnectionPool,
+  opts: SqlServerMigrateOptions,
+): Promise<SqlServerMigrateResult> {
   const migrations = await readSqlServerMigrations(opts.dir);
   const repeatables = await readSqlServerRepeatables(opts.dir);
   const resource = opts.lockResource ?? 'keel:migrate';
@@ -116,14 +128,20 @@ export async function migrateSqlServer(pool: sql.ConnectionPool, opts: SqlServer
 
     await session.request().batch(LEDGER_DDL);
     const done = new Map<number, string>();
-    const rows = await session.request().query<{ Version: number; Checksum: string }>('SELECT Version, Checksum FROM keel.SchemaMigrations');
+    const rows = await session
+      .request()
+      .query<{ Version: number; Checksum: string }>('SELECT Version, Checksum FROM keel.SchemaMigrations');
     for (const r of rows.recordset) done.set(Number(r.Version), String(r.Checksum).trim());
 
     // One file, one transaction: its batches and its ledger row commit together or not at all.
     const applyFile = async (file: string, batches: string[], record: (req: sql.Request) => Promise<unknown>) => {
       // Still the session that holds the lock? (A dropped connection releases a session applock.)
-      const still = await session.request().input('Resource', sql.NVarChar(255), resource)
-        .query<{ mode: string; spid: number }>(`SELECT APPLOCK_MODE('public', @Resource, 'Session') AS mode, @@SPID AS spid`);
+      const still = await session
+        .request()
+        .input('Resource', sql.NVarChar(255), resource)
+        .query<{ mode: string; spid: number }>(
+          `SELECT APPLOCK_MODE('public', @Resource, 'Session') AS mode, @@SPID AS spid`,
+        );
       if (still.recordset[0]?.spid !== spid || still.recordset[0]?.mode !== 'Exclusive') {
         throw new Error('lost the migration session (and its lock); run the migration again');
       }
@@ -154,7 +172,9 @@ export async function migrateSqlServer(pool: sql.ConnectionPool, opts: SqlServer
       );
     }
     const doneRepeatable = new Map<string, string>();
-    const repeatableRows = await session.request().query<{ Name: string; Checksum: string }>('SELECT Name, Checksum FROM keel.SchemaRepeatables');
+    const repeatableRows = await session
+      .request()
+      .query<{ Name: string; Checksum: string }>('SELECT Name, Checksum FROM keel.SchemaRepeatables');
     for (const r of repeatableRows.recordset) doneRepeatable.set(String(r.Name), String(r.Checksum).trim());
     for (const r of pendingRepeatables(repeatables, doneRepeatable, applied.length > 0)) {
       await applyFile(r.file, r.batches, (req) =>
@@ -170,7 +190,9 @@ export async function migrateSqlServer(pool: sql.ConnectionPool, opts: SqlServer
     return { applied, alreadyApplied: migrations.length + repeatables.length - applied.length };
   } finally {
     if (locked) {
-      await session.request().input('Resource', sql.NVarChar(255), resource)
+      await session
+        .request()
+        .input('Resource', sql.NVarChar(255), resource)
         .query(`EXEC sys.sp_releaseapplock @Resource = @Resource, @LockOwner = 'Session', @DbPrincipal = 'public'`)
         .catch(() => undefined);
     }

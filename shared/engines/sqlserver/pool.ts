@@ -90,8 +90,13 @@ export function parseSqlServerConnection(connection: string): SqlServerTarget {
   if (!database) throw new Error('SQL Server connection string: Database is missing');
   const authentication = (get('authentication') ?? '').toLowerCase();
   const entra = authentication.startsWith('active directory');
-  if (entra && !['active directory default', 'active directory managed identity', 'active directory msi'].includes(authentication)) {
-    throw new Error(`SQL Server connection string: Authentication=${get('authentication')} is not supported; use Active Directory Default or Active Directory Managed Identity`);
+  if (
+    entra &&
+    !['active directory default', 'active directory managed identity', 'active directory msi'].includes(authentication)
+  ) {
+    throw new Error(
+      `SQL Server connection string: Authentication=${get('authentication')} is not supported; use Active Directory Default or Active Directory Managed Identity`,
+    );
   }
   const user = get('user id', 'uid', 'user');
   return {
@@ -184,7 +189,9 @@ export class SqlServerPool {
       config.authentication = authentication as sql.config['authentication'];
       const credential =
         opts.credential ??
-        new DefaultAzureCredential(target.managedIdentityClientId ? { managedIdentityClientId: target.managedIdentityClientId } : {});
+        new DefaultAzureCredential(
+          target.managedIdentityClientId ? { managedIdentityClientId: target.managedIdentityClientId } : {},
+        );
       token = new EntraToken(credential, (t) => {
         authentication.options.token = t;
       });
@@ -195,7 +202,11 @@ export class SqlServerPool {
     const pool = new sql.ConnectionPool(config);
     // An idle connection that dies must not crash the process; the pool replaces it. Logged, never swallowed.
     const where = `${opts.applicationName ?? 'keel'} pool (${target.server}:${target.port}/${target.database})`;
-    pool.on('error', opts.onError ?? ((err: Error) => console.warn(`${where}: connection error, the pool replaces the connection: ${err.message}`)));
+    pool.on(
+      'error',
+      opts.onError ??
+        ((err: Error) => console.warn(`${where}: connection error, the pool replaces the connection: ${err.message}`)),
+    );
     return new SqlServerPool(pool, token);
   }
 

@@ -26,8 +26,18 @@ export const ROLLED_BACK_ERROR_NUMBERS: ReadonlySet<number> = new Set([1205]);
 // ECLOSE is what tedious hands the in-flight request when the connection closes under it ("Connection closed before
 // request completed.", e.g. the server KILLed the session); mssql keeps that code on its RequestError.
 const TRANSIENT_CODES: ReadonlySet<string> = new Set([
-  'ETIMEOUT', 'ESOCKET', 'ECONNCLOSED', 'ECONNRESET', 'ECONNREFUSED', 'ENOTOPEN', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND',
-  'EAI_AGAIN', 'EINSTLOOKUP', 'ECLOSE',
+  'ETIMEOUT',
+  'ESOCKET',
+  'ECONNCLOSED',
+  'ECONNRESET',
+  'ECONNREFUSED',
+  'ENOTOPEN',
+  'ETIMEDOUT',
+  'EPIPE',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EINSTLOOKUP',
+  'ECLOSE',
 ]);
 
 export type RetryPolicy = 'safe' | 'once';

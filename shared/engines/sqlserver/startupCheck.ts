@@ -27,7 +27,9 @@ export function sqlServerSettingProblems(f: SqlServerDatabaseFacts): string[] {
     );
   }
   if (f.compatibilityLevel < 130) {
-    problems.push(`database ${f.database} is at compatibility level ${f.compatibilityLevel}: Keel needs 130 or higher (OPENJSON)`);
+    problems.push(
+      `database ${f.database} is at compatibility level ${f.compatibilityLevel}: Keel needs 130 or higher (OPENJSON)`,
+    );
   }
   if (!f.canExecute) {
     problems.push(

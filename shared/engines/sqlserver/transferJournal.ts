@@ -3,7 +3,15 @@
 // call one request on the pool (no connection is held between calls; XACT_ABORT rolls a cut call back).
 // NOT RUN HERE: exercised by test/transfer/sqlserver.test.ts when KEEL_TEST_MSSQL_URL is set.
 import sql from 'mssql';
-import { insertOutcome, type BatchEvent, type BatchFilter, type BatchPatch, type BatchRecord, type NewBatch, type TransferJournal } from '../../transfer/journal.js';
+import {
+  insertOutcome,
+  type BatchEvent,
+  type BatchFilter,
+  type BatchPatch,
+  type BatchRecord,
+  type NewBatch,
+  type TransferJournal,
+} from '../../transfer/journal.js';
 import type { BatchState, SchemaColumn } from '../../transfer/types.js';
 import type { SqlServerPool } from './pool.js';
 
@@ -50,7 +58,11 @@ export class SqlServerTransferJournal implements TransferJournal {
     req.input('BoundaryHigh', sql.NVarChar(64), b.boundaryHigh);
     req.input('SchemaHash', sql.Char(64), b.schemaHash);
     req.input('SchemaColumns', sql.NVarChar(sql.MAX), JSON.stringify(b.schemaColumns));
-    req.input('Detail', sql.NVarChar(sql.MAX), JSON.stringify({ low: b.boundaryLow, high: b.boundaryHigh, schemaHash: b.schemaHash }));
+    req.input(
+      'Detail',
+      sql.NVarChar(sql.MAX),
+      JSON.stringify({ low: b.boundaryLow, high: b.boundaryHigh, schemaHash: b.schemaHash }),
+    );
     const res = await req.execute('keel.TransferBatchInsert');
     const sets = res.recordsets as unknown as Record<string, unknown>[][];
     const o = sets[0]?.[0];
@@ -106,7 +118,14 @@ export class SqlServerTransferJournal implements TransferJournal {
     }));
   }
 
-  async transition(batchId: string, from: readonly BatchState[], to: BatchState, patch: BatchPatch, event: string, detail?: Record<string, unknown>) {
+  async transition(
+    batchId: string,
+    from: readonly BatchState[],
+    to: BatchState,
+    patch: BatchPatch,
+    event: string,
+    detail?: Record<string, unknown>,
+  ) {
     const req = await this.pool.request();
     req.input('BatchId', sql.UniqueIdentifier, batchId);
     req.input('FromStates', sql.VarChar(100), from.join(','));
@@ -135,7 +154,12 @@ export class SqlServerTransferJournal implements TransferJournal {
     return r ? toRecord(r) : null;
   }
 
-  async note(batchId: string, event: string, detail?: Record<string, unknown>, patch?: Pick<BatchPatch, 'lastError' | 'lastErrorCode' | 'targetLtxid'>) {
+  async note(
+    batchId: string,
+    event: string,
+    detail?: Record<string, unknown>,
+    patch?: Pick<BatchPatch, 'lastError' | 'lastErrorCode' | 'targetLtxid'>,
+  ) {
     const req = await this.pool.request();
     req.input('BatchId', sql.UniqueIdentifier, batchId);
     req.input('Event', sql.VarChar(64), event);

@@ -4,7 +4,13 @@
 // exact strings for decimals and date/time types; shared/transfer/checksum.ts normalizes them).
 // NOT RUN HERE: exercised by test/transfer/sqlserver.test.ts when KEEL_TEST_MSSQL_URL is set.
 import sql from 'mssql';
-import { ChecksumAccumulator, canonicalValue, type CanonicalRow, type ChecksumAlgorithm, type LogicalType } from '../../transfer/checksum.js';
+import {
+  ChecksumAccumulator,
+  canonicalValue,
+  type CanonicalRow,
+  type ChecksumAlgorithm,
+  type LogicalType,
+} from '../../transfer/checksum.js';
 import type { TransferConfig } from '../../transfer/config.js';
 import { resolvedNames } from '../../transfer/config.js';
 import { qualifiedMssql, quoteMssql } from '../../transfer/identifiers.js';
@@ -16,8 +22,15 @@ import { DEFAULT_TRANSFER_TIMEOUTS, type TransferTimeouts } from '../../transfer
 // The transfer's own pool (application name keel-transfer): connect timeout, and the request timeout as the
 // statement timeout (tedious fails a request that has not completed in time, streaming ones included, and cancels it
 // on the server). SQL Server has no idle-in-transaction timeout; the source reads run without an explicit transaction.
-export function createMssqlPool(connection: string, timeouts: TransferTimeouts = DEFAULT_TRANSFER_TIMEOUTS): SqlServerPool {
-  return sharedSqlServerPool(connection, { applicationName: 'keel-transfer', connectTimeoutMs: timeouts.connectMs, requestTimeoutMs: timeouts.statementMs });
+export function createMssqlPool(
+  connection: string,
+  timeouts: TransferTimeouts = DEFAULT_TRANSFER_TIMEOUTS,
+): SqlServerPool {
+  return sharedSqlServerPool(connection, {
+    applicationName: 'keel-transfer',
+    connectTimeoutMs: timeouts.connectMs,
+    requestTimeoutMs: timeouts.statementMs,
+  });
 }
 
 export function mssqlLogicalType(declared: string): LogicalType | null {
@@ -42,7 +55,9 @@ export function mssqlSelectExpr(ref: string, type: LogicalType, declared = ''): 
     case 'decimal':
       // Exact digits, not a JavaScript double. money/smallmoney need style 2 (four decimals): the default style 0
       // rounds them to two decimals, and that rounded text would be staged and checksummed on both sides alike.
-      return /^(small)?money$/i.test(declared.trim()) ? `CONVERT(varchar(64), ${ref}, 2)` : `CONVERT(varchar(64), ${ref})`;
+      return /^(small)?money$/i.test(declared.trim())
+        ? `CONVERT(varchar(64), ${ref}, 2)`
+        : `CONVERT(varchar(64), ${ref})`;
     case 'date':
       return `CONVERT(char(10), ${ref}, 23)`;
     case 'timestamp':
@@ -61,7 +76,10 @@ export class SqlServerTransferSource implements SourceAdapter {
   private readonly from: string;
   private boundaryDeclared: string | null = null; // declared type of the boundary column (from readSchema)
 
-  constructor(private readonly t: TransferConfig, private readonly pool: SqlServerPool) {
+  constructor(
+    private readonly t: TransferConfig,
+    private readonly pool: SqlServerPool,
+  ) {
     const names = resolvedNames(t);
     this.from = names.sourceTable ? qualifiedMssql(names.sourceTable) : `(${t.source.query}) AS keel_src`;
   }
@@ -75,7 +93,11 @@ export class SqlServerTransferSource implements SourceAdapter {
     const found = new Map<string, string>();
     for (const r of res.recordset) found.set(r.name, r.system_type_name);
     const schema = buildSourceSchema(this.t, found, mssqlLogicalType, (declared, logical) =>
-      this.t.boundary.kind === 'rowversion' ? isRowversion(declared) : this.t.boundary.kind === 'key' ? logical === 'int' : logical === 'timestamp' || logical === 'timestamptz',
+      this.t.boundary.kind === 'rowversion'
+        ? isRowversion(declared)
+        : this.t.boundary.kind === 'key'
+          ? logical === 'int'
+          : logical === 'timestamp' || logical === 'timestamptz',
     );
     this.boundaryDeclared = found.get(this.t.boundary.column) ?? null;
     return schema;
@@ -134,7 +156,9 @@ export class SqlServerTransferSource implements SourceAdapter {
       // 100 ns ticks (and datetime converts to .xxx3333): the high bound is rounded UP to the microsecond (+900 ns,
       // then the canonical text cuts to six digits), so the newest row is inside the window. Cutting it down instead
       // would leave that row outside (low, high] and every later window would end at the same high: never sent.
-      const utc = /^datetimeoffset/i.test(this.boundaryDeclared ?? '') ? `CONVERT(datetime2(7), SWITCHOFFSET(MAX(b), '+00:00'))` : `CONVERT(datetime2(7), MAX(b))`;
+      const utc = /^datetimeoffset/i.test(this.boundaryDeclared ?? '')
+        ? `CONVERT(datetime2(7), SWITCHOFFSET(MAX(b), '+00:00'))`
+        : `CONVERT(datetime2(7), MAX(b))`;
       highExpr = `CONVERT(varchar(27), DATEADD(nanosecond, 900, ${utc}), 126)`;
     }
     const res = await req.query<{ high: string | null }>(
@@ -142,11 +166,16 @@ export class SqlServerTransferSource implements SourceAdapter {
     );
     const high = res.recordset[0]?.high ?? null;
     if (high === null) return null;
-    return { kind: this.t.boundary.kind, low, high: this.t.boundary.kind === 'timestamp' ? canonicalValue('timestamp', high)! : high };
+    return {
+      kind: this.t.boundary.kind,
+      low,
+      high: this.t.boundary.kind === 'timestamp' ? canonicalValue('timestamp', high)! : high,
+    };
   }
 
   async manifest(w: Window, schema: SourceSchema, algorithm: ChecksumAlgorithm): Promise<Manifest> {
-    if (algorithm !== 'keel-v1') throw new Error(`a SQL Server source computes keel-v1 checksums only, not ${algorithm}`);
+    if (algorithm !== 'keel-v1')
+      throw new Error(`a SQL Server source computes keel-v1 checksums only, not ${algorithm}`);
     const acc = new ChecksumAccumulator();
     for await (const chunk of this.streamRows(w, schema, 5000)) for (const row of chunk) acc.add(row);
     return { rowCount: acc.count, checksum: acc.checksum };
