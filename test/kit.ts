@@ -10,7 +10,13 @@ import { randomBytes } from 'node:crypto';
 import type { DlqReason, JobRecord, JobStore } from '../shared/jobs/contract.js';
 import type { HandlerDefinition } from '../shared/jobs/define.js';
 import { HandlerRegistry, type JobContext, type JobLogger, type RegisteredHandler } from '../shared/jobs/registry.js';
-import { JobAbortedError, decideAfterFailure, type AbortReason, type JobOutcome } from '../shared/jobs/processor.js';
+import {
+  AttemptAbort,
+  JobAbortedError,
+  decideAfterFailure,
+  type AbortReason,
+  type JobOutcome,
+} from '../shared/jobs/processor.js';
 import { prepareTypedJobs, type JobRequest } from '../shared/jobs/typedEnqueue.js';
 import { registerHandlers } from '../shared/jobs/handlerFolder.js';
 
@@ -106,18 +112,8 @@ export function startHandler<P>(def: HandlerDefinition<P>, payload: unknown, opt
     warn: (message, fields) => logs.push({ level: 'warn', message, ...(fields ? { fields } : {}) }),
     error: (message, fields) => logs.push({ level: 'error', message, ...(fields ? { fields } : {}) }),
   };
-  const controller = new AbortController();
-  let abortReason: AbortReason | undefined;
-  let rejectAbort: (e: unknown) => void = () => undefined;
-  const aborted = new Promise<never>((_, reject) => (rejectAbort = reject));
-  aborted.catch(() => undefined);
-  const abort = (reason: AbortReason) => {
-    if (abortReason) return;
-    abortReason = reason;
-    const err = new JobAbortedError(reason);
-    controller.abort(err);
-    rejectAbort(err);
-  };
+  const attemptAbort = new AttemptAbort();
+  const { abort, aborted } = attemptAbort;
   let heartbeats = 0;
   const attempt = opts.attempt ?? 1;
   const ctx: JobContext = {
@@ -126,7 +122,7 @@ export function startHandler<P>(def: HandlerDefinition<P>, payload: unknown, opt
     idempotencyKey: opts.idempotencyKey === undefined ? 'test-idempotency-key' : opts.idempotencyKey,
     queue: prepared!.queue,
     type: def.type,
-    signal: controller.signal,
+    signal: attemptAbort.signal,
     log,
     heartbeat: async () => {
       heartbeats++;
@@ -142,8 +138,8 @@ export function startHandler<P>(def: HandlerDefinition<P>, payload: unknown, opt
     let error: unknown;
     try {
       await Promise.race([Promise.resolve().then(() => h.handler(prepared!.payload, ctx)), aborted]);
-      if (!abortReason) return { outcome: 'succeeded' };
-      error = new JobAbortedError(abortReason);
+      if (!attemptAbort.reason) return { outcome: 'succeeded' };
+      error = new JobAbortedError(attemptAbort.reason);
     } catch (err) {
       error = err;
     } finally {
@@ -153,7 +149,7 @@ export function startHandler<P>(def: HandlerDefinition<P>, payload: unknown, opt
       attempt,
       maxAttempts: opts.maxAttempts ?? prepared!.maxAttempts ?? 5,
       options: h.options,
-      abortReason,
+      abortReason: attemptAbort.reason,
       error,
       ...(opts.random ? { random: opts.random } : {}),
     });

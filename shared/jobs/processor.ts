@@ -27,6 +27,36 @@ export class JobAbortedError extends Error {
   }
 }
 
+// One attempt's abort switch: the handler's signal, a promise that rejects when it fires (raced against the handler,
+// so a handler that ignores its signal cannot hold the worker) and the first reason given. Shared with the handler
+// test kit (test/kit.ts), so a handler under test is aborted exactly as the processor aborts it.
+export class AttemptAbort {
+  private readonly controller = new AbortController();
+  private rejectAborted: (e: unknown) => void = () => undefined;
+  private firstReason: AbortReason | undefined;
+  readonly aborted = new Promise<never>((_, reject) => (this.rejectAborted = reject));
+
+  constructor() {
+    this.aborted.catch(() => undefined); // raced, not always awaited
+  }
+
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  get reason(): AbortReason | undefined {
+    return this.firstReason;
+  }
+
+  readonly abort = (reason: AbortReason): void => {
+    if (this.firstReason) return;
+    this.firstReason = reason;
+    const err = new JobAbortedError(reason);
+    this.controller.abort(err);
+    this.rejectAborted(err);
+  };
+}
+
 // Hooks for telemetry and tests; every hook is optional and must not throw.
 export interface ProcessorEvents {
   onOutcome?(e: {
@@ -389,18 +419,8 @@ export class JobProcessor {
         const msg = `no handler is registered for job type "${job.type}" (registered: ${this.registry.types().join(', ') || 'none'})`;
         return report(await this.deadLetter(job, ref, 'fatal', msg), 'fatal');
       }
-      const controller = new AbortController();
-      let abortReason: AbortReason | undefined;
-      let rejectAbort: (e: unknown) => void = () => undefined;
-      const aborted = new Promise<never>((_, reject) => (rejectAbort = reject));
-      aborted.catch(() => undefined);
-      const abort = (reason: AbortReason) => {
-        if (abortReason) return;
-        abortReason = reason;
-        const err = new JobAbortedError(reason);
-        controller.abort(err);
-        rejectAbort(err);
-      };
+      const attemptAbort = new AttemptAbort();
+      const { abort, aborted } = attemptAbort;
       this.running.set(job.id, { abort, done });
       const beat = async () => {
         const hb = await this.store.heartbeat(ref);
@@ -420,7 +440,7 @@ export class JobProcessor {
         idempotencyKey: job.idempotencyKey,
         queue: job.queue,
         type: job.type,
-        signal: controller.signal,
+        signal: attemptAbort.signal,
         log: this.log,
         heartbeat: beat,
       };
@@ -445,8 +465,8 @@ export class JobProcessor {
         }
         timeout = setTimeout(() => abort('timeout'), registered.options.timeoutMs);
         await Promise.race([Promise.resolve().then(() => registered.handler(payload, ctx)), aborted]);
-        succeeded = !abortReason;
-        if (abortReason) error = new JobAbortedError(abortReason);
+        succeeded = !attemptAbort.reason;
+        if (attemptAbort.reason) error = new JobAbortedError(attemptAbort.reason);
       } catch (err) {
         error = err;
       } finally {
@@ -464,7 +484,7 @@ export class JobProcessor {
         if (status === 'cancelled') return report('dead_lettered', 'cancelled');
         return report('succeeded');
       }
-      return await this.afterFailure(job, ref, attempt, registered, abortReason, error, report);
+      return await this.afterFailure(job, ref, attempt, registered, attemptAbort.reason, error, report);
     } finally {
       this.running.delete(job.id);
       finished(undefined);
