@@ -15,10 +15,13 @@ import { PostgresTransferJournal } from '../shared/engines/postgres/transferJour
 import { PostgresTransferSource } from '../shared/engines/postgres/transferSource.js';
 import { PostgresTransferTarget } from '../shared/engines/postgres/transferTarget.js';
 import { parseTransfers } from '../shared/transfer/config.js';
+import { transferEngineRules } from '../shared/engines/registry.js';
 import { migratePostgresTarget } from '../shared/engines/postgres/transferEndpoints.js';
 import { TransferService } from '../shared/transfer/service.js';
 import { mkdtemp, copyFile, readdir } from 'node:fs/promises';
 import { withClient } from '../shared/engines/postgres/client.js';
+
+const TRANSFER_RULES = transferEngineRules();
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, '..');
@@ -44,17 +47,20 @@ async function keelChild(a: ChildArgs): Promise<Record<string, unknown>> {
   const source = new pg.Pool({ connectionString: a.sourceUrl, max: 2 });
   const target = new pg.Pool({ connectionString: a.targetUrl, max: 2 });
   const control = new pg.Pool({ connectionString: a.controlUrl, max: 2 });
-  const [t] = parseTransfers([
-    {
-      name: `bench_${a.table}`,
-      source: { engine: 'postgres', connectionSetting: 'BENCH_SOURCE', table: 'public.orders' },
-      target: { engine: 'postgres', connectionSetting: 'BENCH_TARGET', table: `public.${a.table}` },
-      keyColumns: ['id'],
-      boundary: { column: 'id', kind: 'key' },
-      columns: ['id', 'customer', 'amount', 'placed_at', 'flag', 'note'].map((c) => ({ source: c, target: c })),
-      batchSize: a.batchSize,
-    },
-  ]);
+  const [t] = parseTransfers(
+    [
+      {
+        name: `bench_${a.table}`,
+        source: { engine: 'postgres', connectionSetting: 'BENCH_SOURCE', table: 'public.orders' },
+        target: { engine: 'postgres', connectionSetting: 'BENCH_TARGET', table: `public.${a.table}` },
+        keyColumns: ['id'],
+        boundary: { column: 'id', kind: 'key' },
+        columns: ['id', 'customer', 'amount', 'placed_at', 'flag', 'note'].map((c) => ({ source: c, target: c })),
+        batchSize: a.batchSize,
+      },
+    ],
+    TRANSFER_RULES,
+  );
   const breakdownMs: Record<string, number> = {};
   const trace = (phase: string, ms: number) => {
     breakdownMs[phase] = Math.round((breakdownMs[phase] ?? 0) + ms);

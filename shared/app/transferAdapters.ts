@@ -7,7 +7,7 @@ import { TransferService } from '../transfer/service.js';
 import { transferTimeouts, type TransferTimeouts } from '../transfer/timeouts.js';
 import type { Adapters } from '../transfer/types.js';
 import type { TransferEndpoints } from '../engines/descriptor.js';
-import { engineNamed } from '../engines/registry.js';
+import { engineNamed, transferEngineRules } from '../engines/registry.js';
 
 export interface AdapterFactoryOptions {
   env?: NodeJS.ProcessEnv;
@@ -64,7 +64,7 @@ export function composeTransferService(
   journal: TransferJournal,
   env: NodeJS.ProcessEnv = process.env,
 ): { service: TransferService; transfers: TransferConfig[] } | null {
-  const transfers = loadTransfers(env);
+  const transfers = loadTransfers(transferEngineRules(), env);
   if (transfers.length === 0) return null;
   for (const t of transfers) {
     connectionString(t.source.connectionSetting, `${t.name}.source`, env);

@@ -6,7 +6,7 @@ import { isTransferError } from '../transfer/errors.js';
 import { loadTransfers } from '../transfer/config.js';
 import type { TransferJournal } from '../transfer/journal.js';
 import { composeTransferService } from './transferAdapters.js';
-import { engineNamed } from '../engines/registry.js';
+import { engineNamed, transferEngineRules } from '../engines/registry.js';
 import type { Logger } from './jobs.js';
 import type { Runtime } from './runtime.js';
 
@@ -22,7 +22,7 @@ export async function createTransferService(
   settings: Settings,
   env: Record<string, string | undefined>,
 ): Promise<TransferService | null> {
-  if (loadTransfers(env as NodeJS.ProcessEnv).length === 0) return null;
+  if (loadTransfers(transferEngineRules(), env as NodeJS.ProcessEnv).length === 0) return null;
   // The batch journal lives in the control database, beside the jobs: the job store's engine opens it.
   const control = engineNamed(settings.KEEL_STORE_ENGINE);
   if (!control.openJournal) throw new Error(`KEEL_STORE_ENGINE=${control.name} cannot hold the transfer journal`);

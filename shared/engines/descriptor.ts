@@ -5,7 +5,7 @@
 // mssql or oracledb). docs/architecture.md lists the steps to add an engine.
 import type { Settings } from '../config/settings.js';
 import type { JobStore } from '../jobs/contract.js';
-import type { TransferConfig } from '../transfer/config.js';
+import type { TransferConfig, TransferSourceRules, TransferTargetRules } from '../transfer/config.js';
 import type { TransferJournal } from '../transfer/journal.js';
 import type { TransferTimeouts } from '../transfer/timeouts.js';
 import type { SourceAdapter, TargetAdapter } from '../transfer/types.js';
@@ -48,6 +48,10 @@ export interface EngineDescriptor {
   // `npm run migrate`: the versioned schema and logic scripts of the control database.
   migrateControl?(connection: string, log: (line: string) => void): Promise<ControlMigrateResult>;
   transferEndpoints?(opts: TransferEndpointOptions): Promise<TransferEndpoints>;
+  // What a transfer's configuration may ask of this engine as a source / as a target (checked at startup by
+  // shared/transfer/config.ts); required with the transferSource / transferTarget capability.
+  readonly transferSourceRules?: TransferSourceRules;
+  readonly transferTargetRules?: TransferTargetRules;
   // Process-wide resources (shared pools) released when the runtime closes.
   closeShared?(): Promise<void>;
 }

@@ -1,5 +1,6 @@
 // THE list of engines. Adding one: its folder under shared/engines/ with an index.ts exporting a descriptor
 // (shared/engines/descriptor.ts), one line here, and its harness in the contract suites (docs/architecture.md).
+import type { TransferEngineRules } from '../transfer/config.js';
 import type { EngineCapabilities, EngineDescriptor } from './descriptor.js';
 import { postgres } from './postgres/index.js';
 import { sqlserver } from './sqlserver/index.js';
@@ -18,4 +19,23 @@ export function enginesWith(capability: keyof EngineCapabilities): [string, ...s
   const names = ENGINES.filter((e) => e.capabilities[capability]).map((e) => e.name);
   if (names.length === 0) throw new Error(`no engine provides ${capability}`);
   return names as [string, ...string[]];
+}
+
+// The transfer configuration's engine rules (shared/transfer/config.ts), from the descriptors.
+export function transferEngineRules(engines: readonly EngineDescriptor[] = ENGINES): TransferEngineRules {
+  const sources: Record<string, NonNullable<EngineDescriptor['transferSourceRules']>> = {};
+  const targets: Record<string, NonNullable<EngineDescriptor['transferTargetRules']>> = {};
+  for (const e of engines) {
+    if (e.capabilities.transferSource) {
+      if (!e.transferSourceRules)
+        throw new Error(`engine ${e.name} is a transfer source but declares no transferSourceRules`);
+      sources[e.name] = e.transferSourceRules;
+    }
+    if (e.capabilities.transferTarget) {
+      if (!e.transferTargetRules)
+        throw new Error(`engine ${e.name} is a transfer target but declares no transferTargetRules`);
+      targets[e.name] = e.transferTargetRules;
+    }
+  }
+  return { sources, targets };
 }

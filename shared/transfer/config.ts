@@ -5,6 +5,21 @@ import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { IDENTIFIER_PATTERN, parseQualified, type QualifiedName } from './identifiers.js';
 import { TransferError } from './errors.js';
+import type { BoundaryKind } from './types.js';
+
+// What the configuration check needs to know of the engines, declared by each engine's descriptor
+// (shared/engines/descriptor.ts) and gathered by the composition root (transferEngineRules() in
+// shared/engines/registry.ts): no engine is named here.
+export interface TransferSourceRules {
+  boundaryKinds: readonly BoundaryKind[]; // the window kinds this source can read
+}
+export interface TransferTargetRules {
+  credentialSettings: boolean; // takes userSetting/passwordSetting beside a connect string (else one URL)
+}
+export interface TransferEngineRules {
+  sources: Readonly<Record<string, TransferSourceRules>>;
+  targets: Readonly<Record<string, TransferTargetRules>>;
+}
 
 const identifier = z
   .string()
@@ -21,7 +36,7 @@ const settingName = z
 
 const sourceSchema = z
   .object({
-    engine: z.enum(['postgres', 'sqlserver']),
+    engine: z.string(), // one of TransferEngineRules.sources (checked with the rules below)
     connectionSetting: settingName,
     table: qualified.optional(),
     query: z.string().min(1).optional(),
@@ -36,13 +51,13 @@ const sourceSchema = z
 
 const targetSchema = z
   .object({
-    engine: z.enum(['postgres', 'oracle']),
+    engine: z.string(), // one of TransferEngineRules.targets (checked with the rules below)
     connectionSetting: settingName,
     table: qualified,
     // Oracle only: the service has COMMIT_OUTCOME enabled, so reconcile also asks Transaction Guard.
     transactionGuard: z.boolean().default(false),
-    // Oracle only, both or neither: credentials in their own app settings (Key Vault references in Azure); then
-    // connectionSetting holds the connect string alone (host:port/service), not an oracle:// URL.
+    // Targets with credentialSettings only (Oracle), both or neither: credentials in their own app settings (Key
+    // Vault references in Azure); then connectionSetting holds the connect string alone (host:port/service).
     userSetting: settingName.optional(),
     passwordSetting: settingName.optional(),
   })
@@ -53,13 +68,6 @@ const targetSchema = z
         code: z.ZodIssueCode.custom,
         path: [t.userSetting ? 'passwordSetting' : 'userSetting'],
         message: 'userSetting and passwordSetting go together',
-      });
-    }
-    if (t.userSetting && t.engine !== 'oracle') {
-      ctx.addIssue({
-        code: z.ZodIssueCode.custom,
-        path: ['userSetting'],
-        message: 'only for an oracle target (a postgres target takes a URL)',
       });
     }
   });
@@ -128,13 +136,43 @@ export const transferSchema = z
     });
     if (new Set(t.keyColumns).size !== t.keyColumns.length)
       ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['keyColumns'], message: 'key columns repeat' });
-    if (t.boundary.kind === 'rowversion' && t.source.engine !== 'sqlserver')
-      ctx.addIssue({
-        code: z.ZodIssueCode.custom,
-        path: ['boundary', 'kind'],
-        message: 'rowversion windows need a sqlserver source',
-      });
   });
+
+// The engine-specific rules, from the engines' own declarations.
+function checkEngines(t: z.output<typeof transferSchema>, rules: TransferEngineRules, ctx: z.RefinementCtx): void {
+  const issue = (path: (string | number)[], message: string) =>
+    ctx.addIssue({ code: z.ZodIssueCode.custom, path, message });
+  const source = rules.sources[t.source.engine];
+  const target = rules.targets[t.target.engine];
+  if (!Object.hasOwn(rules.sources, t.source.engine) || !source)
+    issue(
+      ['source', 'engine'],
+      `must be one of ${Object.keys(rules.sources).join(', ')} (the transfer source engines)`,
+    );
+  else if (!source.boundaryKinds.includes(t.boundary.kind)) {
+    const able = Object.keys(rules.sources).filter((e) => rules.sources[e]!.boundaryKinds.includes(t.boundary.kind));
+    issue(
+      ['boundary', 'kind'],
+      `${t.boundary.kind} windows need a ${able.join(' or ') || 'different'} source (a ${t.source.engine} source reads ${source.boundaryKinds.join(', ')})`,
+    );
+  }
+  if (!Object.hasOwn(rules.targets, t.target.engine) || !target)
+    issue(
+      ['target', 'engine'],
+      `must be one of ${Object.keys(rules.targets).join(', ')} (the transfer target engines)`,
+    );
+  else if (t.target.userSetting && !target.credentialSettings) {
+    const able = Object.keys(rules.targets).filter((e) => rules.targets[e]!.credentialSettings);
+    issue(
+      ['target', 'userSetting'],
+      `only for a target that takes credential settings (${able.join(', ')}); a ${t.target.engine} target takes its credentials in connectionSetting`,
+    );
+  }
+}
+
+function transfersSchema(rules: TransferEngineRules) {
+  return z.array(transferSchema.superRefine((t, ctx) => checkEngines(t, rules, ctx)));
+}
 
 export type TransferConfig = z.output<typeof transferSchema>;
 export type TransferInput = z.input<typeof transferSchema>;
@@ -157,8 +195,8 @@ function formatPath(root: string, path: (string | number)[]): string {
   return out;
 }
 
-export function parseTransfers(value: unknown, root = 'KEEL_TRANSFERS'): TransferConfig[] {
-  const result = z.array(transferSchema).safeParse(value);
+export function parseTransfers(value: unknown, rules: TransferEngineRules, root = 'KEEL_TRANSFERS'): TransferConfig[] {
+  const result = transfersSchema(rules).safeParse(value);
   if (!result.success) {
     const lines = result.error.issues.map((i) => `${formatPath(root, i.path)}: ${i.message}`);
     throw new TransferError('config_invalid', `invalid transfer configuration: ${lines.join('; ')}`, { issues: lines });
@@ -176,7 +214,7 @@ export function parseTransfers(value: unknown, root = 'KEEL_TRANSFERS'): Transfe
 }
 
 // Reads KEEL_TRANSFERS (JSON) or KEEL_TRANSFERS_FILE (path to JSON). Neither set: no transfers.
-export function loadTransfers(env: NodeJS.ProcessEnv = process.env): TransferConfig[] {
+export function loadTransfers(rules: TransferEngineRules, env: NodeJS.ProcessEnv = process.env): TransferConfig[] {
   const inline = env.KEEL_TRANSFERS;
   const file = env.KEEL_TRANSFERS_FILE;
   if (inline && file)
@@ -209,7 +247,7 @@ export function loadTransfers(env: NodeJS.ProcessEnv = process.env): TransferCon
       `invalid transfer configuration: ${root}: not valid JSON (${(err as Error).message})`,
     );
   }
-  return parseTransfers(value, root);
+  return parseTransfers(value, rules, root);
 }
 
 // Connection strings are secrets: configuration names the app setting, the value is read here.

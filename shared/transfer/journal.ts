@@ -20,7 +20,7 @@ export interface BatchRecord {
   appliedCount: number | null;
   lastError: string | null;
   lastErrorCode: string | null;
-  targetLtxid: string | null;
+  targetReconcileToken: string | null;
   createdAt: Date;
   updatedAt: Date;
   extractedAt: Date | null;
@@ -59,7 +59,7 @@ export interface BatchPatch {
   appliedCount?: number | null;
   lastError?: string | null;
   lastErrorCode?: string | null;
-  targetLtxid?: string | null;
+  targetReconcileToken?: string | null;
   incrementAttempts?: boolean;
   stamp?: 'extracted_at' | 'staged_at' | 'apply_started_at' | 'committed_at' | 'failed_at';
 }
@@ -96,7 +96,7 @@ export interface TransferJournal {
     batchId: string,
     event: string,
     detail?: Record<string, unknown>,
-    patch?: Pick<BatchPatch, 'lastError' | 'lastErrorCode' | 'targetLtxid'>,
+    patch?: Pick<BatchPatch, 'lastError' | 'lastErrorCode' | 'targetReconcileToken'>,
   ): Promise<void>;
   // Batches in the given states not updated for olderThanMs, oldest first.
   stale(states: readonly BatchState[], olderThanMs: number, limit: number): Promise<BatchRecord[]>;

@@ -61,7 +61,7 @@ export interface BatchView extends Pick<
 
 export interface BatchDetail extends BatchView {
   schemaColumns: SchemaColumn[];
-  targetLtxid: string | null;
+  targetReconcileToken: string | null;
   events: BatchEvent[];
 }
 
@@ -166,12 +166,25 @@ export function toView(b: BatchRecord): BatchView {
   };
 }
 
-// keel-pg2 needs PostgreSQL 14+ on both sides (hash_record_extended); keel-pg1 for older PostgreSQL pairs.
-async function checksumAlgorithmFor(a: Adapters): Promise<ChecksumAlgorithm> {
-  // Only adapters that can name their server version (PostgreSQL's) take part in the keel-pg checksums.
-  if (!a.source.serverVersionNum || !a.target.serverVersionNum) return 'keel-v1';
-  const [s, t] = await Promise.all([a.source.serverVersionNum?.() ?? 0, a.target.serverVersionNum?.() ?? 0]);
-  return s >= 140000 && t >= 140000 ? 'keel-pg2' : 'keel-pg1';
+// The source's most preferred checksum that the target can verify too (every engine computes keel-v1).
+export async function negotiateChecksum(a: Adapters): Promise<ChecksumAlgorithm> {
+  const [s, t] = await Promise.all([a.source.checksumAlgorithms(), a.target.checksumAlgorithms()]);
+  const common = s.find((x) => t.includes(x));
+  if (!common)
+    throw new TransferError(
+      'target_incompatible',
+      `no checksum both sides compute: the ${a.source.engine} source computes ${s.join(', ')}, the ${a.target.engine} target ${t.join(', ')}`,
+    );
+  return common;
+}
+
+// The source's native bulk stream when the target reads the same format; canonical rows otherwise.
+export function negotiateFeed(a: Adapters, w: Window, schema: SourceSchema, chunkSize: number): RowFeed {
+  const format = a.source.bulkFormat;
+  const bulkOut = a.source.bulkOut?.bind(a.source);
+  if (format !== undefined && bulkOut && format === a.target.bulkFormat)
+    return { kind: 'bulk', format, open: (encoding) => bulkOut(w, schema, encoding) };
+  return { kind: 'rows', rows: a.source.streamRows(w, schema, chunkSize) };
 }
 
 export class TransferService {
@@ -349,7 +362,7 @@ export class TransferService {
   ): Promise<BatchRecord> {
     if (rec.rowCount !== null) return rec;
     const w: Window = { kind: rec.boundaryKind, low: rec.boundaryLow, high: rec.boundaryHigh };
-    const algorithm = await checksumAlgorithmFor(a);
+    const algorithm = await negotiateChecksum(a);
     const m = await a.source.manifest(w, schema, algorithm);
     const moved = await this.journal.transition(
       rec.batchId,
@@ -392,10 +405,7 @@ export class TransferService {
       b = await this.recordManifest(b, t, a, schema);
       const req = this.request(b, t);
       const w: Window = { kind: b.boundaryKind, low: b.boundaryLow, high: b.boundaryHigh };
-      const feed: RowFeed =
-        a.source.copyOut && a.target.acceptsPgCopy
-          ? { kind: 'pgcopy', open: (format) => a.source.copyOut!(w, req.schema, format) }
-          : { kind: 'rows', rows: a.source.streamRows(w, req.schema, t.chunkSize) };
+      const feed = negotiateFeed(a, w, req.schema, t.chunkSize);
       const started = Date.now();
       const res = await a.target.stage(req, feed);
       const moved = await this.journal.transition(
@@ -440,7 +450,7 @@ export class TransferService {
       b.batchId,
       ['staged'],
       'applying',
-      { incrementAttempts: true, stamp: 'apply_started_at', targetLtxid: null },
+      { incrementAttempts: true, stamp: 'apply_started_at', targetReconcileToken: null },
       'apply_started',
       {
         attempt: b.attempts + 1,
@@ -450,8 +460,14 @@ export class TransferService {
     try {
       const res = await a.target.apply(req, {
         attempt: claimed.attempts, // fenced on the target: an attempt that reconcile ruled out fails instead of committing
-        onLtxid: async (ltxid) => {
-          await this.journal.note(b.batchId, 'ltxid_recorded', { ltxid }, { targetLtxid: ltxid });
+        // Durable before the target may act on it: reconcile of this attempt reads it back from the journal.
+        onReconcileToken: async (token) => {
+          await this.journal.note(
+            b.batchId,
+            'reconcile_token_recorded',
+            { token, attempt: claimed.attempts },
+            { targetReconcileToken: token },
+          );
         },
       });
       // The target's own answer is authoritative whenever it arrives, whatever a concurrent reconcile wrote meanwhile.
@@ -508,7 +524,7 @@ export class TransferService {
     }
   }
 
-  // Reads the durable outcome from the target (completion row; Oracle: also Transaction Guard) for every batch that
+  // Reads the durable outcome from the target (its completion row, and whatever the reconcile token lets it ask) for every batch that
   // is not committed or failed -- 'staged' too: an apply the journal no longer expects may still have committed. A
   // missing completion row is not proof: the target adapter takes the claim itself with a bounded wait, and when
   // it obtains it, commits a fence with the verdict so that no apply of an attempt so far (<= attempts) can commit
@@ -531,7 +547,7 @@ export class TransferService {
     let a: Adapters;
     try {
       a = await this.connect(t);
-      outcome = await a.target.reconcile(this.request(b, t), t.reconcileWaitMs, b.targetLtxid, fenceThrough);
+      outcome = await a.target.reconcile(this.request(b, t), t.reconcileWaitMs, fenceThrough, b.targetReconcileToken);
     } catch (err) {
       const d = describeError(err);
       if (open) {
@@ -662,7 +678,7 @@ export class TransferService {
     return {
       ...toView(b),
       schemaColumns: b.schemaColumns,
-      targetLtxid: b.targetLtxid,
+      targetReconcileToken: b.targetReconcileToken,
       events: await this.journal.events(batchId),
     };
   }

@@ -32,19 +32,25 @@ export interface Manifest {
   checksum: string;
 }
 
+// What the service negotiates between a source and a target without knowing their engines (docs/architecture.md):
+// - checksum algorithms: each side lists what it can compute (its preference first; 'keel-v1' always); the service
+//   takes the source's first choice that the target also lists;
+// - a bulk stream format: a source with `bulkFormat` and `bulkOut` hands its native stream to a target whose
+//   `bulkFormat` is the same string (e.g. 'postgres-copy'); otherwise rows travel as canonical text.
 export interface SourceAdapter {
-  readonly engine: 'postgres' | 'sqlserver';
+  readonly engine: string; // the registry's name, for messages
   readSchema(): Promise<SourceSchema>;
   // The next window after `low` holding at most about maxRows rows; null when there is nothing new.
   nextWindow(low: string | null, maxRows: number): Promise<Window | null>;
-  // algorithm: see shared/transfer/checksum.ts ('keel-v1' everywhere; 'keel-pg1'/'keel-pg2' only PostgreSQL -> PostgreSQL).
+  // algorithm: one of checksumAlgorithms() (shared/transfer/checksum.ts).
   manifest(w: Window, schema: SourceSchema, algorithm: ChecksumAlgorithm): Promise<Manifest>;
-  // PostgreSQL only: server_version_num (picks keel-pg2 when both sides are 14 or later).
-  serverVersionNum?(): Promise<number>;
+  // The checksum algorithms this source can compute for a manifest, preferred first ('keel-v1' always among them).
+  checksumAlgorithms(): Promise<readonly ChecksumAlgorithm[]>;
   // Rows of the window as canonical text in mapping order, in chunks of at most chunkSize, with backpressure.
   streamRows(w: Window, schema: SourceSchema, chunkSize: number): AsyncIterable<CanonicalRow[]>;
-  // PostgreSQL only: COPY text of the mapped columns (fast path into a PostgreSQL target).
-  copyOut?(w: Window, schema: SourceSchema, format: 'text' | 'binary'): Promise<CopyOutStream>;
+  // The source's native bulk stream of the mapped columns, for a target that reads the same bulkFormat.
+  readonly bulkFormat?: string;
+  bulkOut?(w: Window, schema: SourceSchema, encoding: BulkEncoding): Promise<BulkStream>;
   close(): Promise<void>;
 }
 
@@ -55,7 +61,9 @@ export interface StageRequest {
   schema: SourceSchema;
 }
 
-export interface CopyOutStream {
+export type BulkEncoding = 'text' | 'binary';
+
+export interface BulkStream {
   stream: Readable;
   release: (err?: Error) => Promise<void>;
   // true only when the rows come from a source table that, in the very snapshot the COPY reads, has a valid unique
@@ -65,7 +73,7 @@ export interface CopyOutStream {
 
 export type RowFeed =
   | { kind: 'rows'; rows: AsyncIterable<CanonicalRow[]> }
-  | { kind: 'pgcopy'; open: (format: 'text' | 'binary') => Promise<CopyOutStream> };
+  | { kind: 'bulk'; format: string; open: (encoding: BulkEncoding) => Promise<BulkStream> };
 
 export interface StageResult {
   outcome: 'staged' | 'already_staged';
@@ -79,37 +87,46 @@ export interface ApplyResult {
   checksum: string;
 }
 
+// via: how the target knew ('completion_row', 'claim_obtained', or an engine's own way), for the batch's events.
 export type ReconcileOutcome =
-  | { outcome: 'committed'; rowCount: number; checksum: string; via: 'completion_row' | 'transaction_guard' }
-  | { outcome: 'not_applied'; staged: boolean; via: 'claim_obtained' | 'transaction_guard' }
+  | { outcome: 'committed'; rowCount: number; checksum: string; via: string }
+  | { outcome: 'not_applied'; staged: boolean; via: string }
   | { outcome: 'blocked'; reason: string };
 
 export interface ApplyContext {
   // The journal's attempt number of this apply (>= 1, incremented durably before the call). The target refuses an
   // attempt that reconcile has fenced (ruled out), so a "not applied" verdict stays true (docs/transfer.md).
   attempt: number;
-  // Called with the Oracle logical transaction id just before the apply call, so the journal can keep it.
-  onLtxid?: (ltxidHex: string) => Promise<void>;
+  // A target may hand the service an opaque reconcile token before the apply call (Oracle with Transaction Guard:
+  // the logical transaction id). The service records it in the journal unchanged before it resolves, and passes
+  // it back to reconcile.
+  onReconcileToken?: (token: string) => Promise<void>;
 }
 
 // The fence that rules out every attempt, for good: abandon writes it before it releases a batch's window.
 export const FINAL_FENCE = 2147483647;
 
 export interface TargetAdapter {
-  readonly engine: 'postgres' | 'oracle';
+  readonly engine: string; // the registry's name, for messages
   // Checks the target table and mapped columns against the source schema, creates the staging table if needed.
   prepare(schema: SourceSchema): Promise<void>;
   stage(req: StageRequest, feed: RowFeed): Promise<StageResult>;
   // Fails with TransferError 'attempt_fenced' when reconcile ruled this attempt out (nothing applied).
   apply(req: StageRequest, ctx: ApplyContext): Promise<ApplyResult>;
-  // Reads the durable outcome. ltxid: Oracle Transaction Guard id recorded before the apply (hex), if any.
-  // fenceThrough: the highest attempt the journal has started (0: none). A 'not_applied' verdict is final for every
-  // attempt <= fenceThrough: the target commits a fence with it, and a late apply of such an attempt fails.
-  reconcile(req: StageRequest, waitMs: number, ltxid: string | null, fenceThrough: number): Promise<ReconcileOutcome>;
+  // Reads the durable outcome. fenceThrough: the highest attempt the journal has started (0: none). A 'not_applied'
+  // verdict is final for every attempt <= fenceThrough: the target commits a fence with it, and a late apply of such
+  // an attempt fails. reconcileToken: what this target handed onReconcileToken for the latest attempt, or null.
+  reconcile(
+    req: StageRequest,
+    waitMs: number,
+    fenceThrough: number,
+    reconcileToken: string | null,
+  ): Promise<ReconcileOutcome>;
   purgeStaged(batchId: string): Promise<void>;
-  readonly acceptsPgCopy: boolean;
-  // PostgreSQL only: server_version_num (picks keel-pg2 when both sides are 14 or later).
-  serverVersionNum?(): Promise<number>;
+  // The checksum algorithms this target can verify staged rows with, preferred first ('keel-v1' always among them).
+  checksumAlgorithms(): Promise<readonly ChecksumAlgorithm[]>;
+  // The bulk stream format stage() accepts besides canonical rows (a 'bulk' feed of exactly this format), if any.
+  readonly bulkFormat?: string;
   close(): Promise<void>;
 }
 

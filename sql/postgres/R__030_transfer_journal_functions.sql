@@ -65,7 +65,7 @@ end $$;
 -- Compare-and-set state change with a patch and an event, in one transaction. Returns the updated row, or no
 -- row when the batch is not in one of p_from (someone else moved it). p_patch: a key that is present sets its
 -- column (JSON null clears it), an absent key leaves it: rowCount, checksum, stagedCount, stagedChecksum,
--- appliedCount, lastError, lastErrorCode, targetLtxid. p_stamp names one of the *_at columns to set to now().
+-- appliedCount, lastError, lastErrorCode, targetReconcileToken. p_stamp names one of the *_at columns to set to now().
 create or replace function keel.transfer_batch_transition(p_batch_id uuid, p_from text[], p_to text, p_patch jsonb,
   p_increment_attempts boolean, p_stamp text, p_event text, p_detail jsonb)
 returns setof keel.transfer_batches
@@ -92,7 +92,7 @@ begin
       applied_count = case when p ? 'appliedCount' then (p->>'appliedCount')::bigint else b.applied_count end,
       last_error = case when p ? 'lastError' then p->>'lastError' else b.last_error end,
       last_error_code = case when p ? 'lastErrorCode' then p->>'lastErrorCode' else b.last_error_code end,
-      target_ltxid = case when p ? 'targetLtxid' then p->>'targetLtxid' else b.target_ltxid end,
+      target_reconcile_token = case when p ? 'targetReconcileToken' then p->>'targetReconcileToken' else b.target_reconcile_token end,
       attempts = b.attempts + case when coalesce(p_increment_attempts, false) then 1 else 0 end,
       extracted_at = case when p_stamp = 'extracted_at' then now() else b.extracted_at end,
       staged_at = case when p_stamp = 'staged_at' then now() else b.staged_at end,
@@ -106,7 +106,7 @@ begin
   return next v_row;
 end $$;
 
--- Records an event (and optionally last error / LTXID: keys lastError, lastErrorCode, targetLtxid of p_patch)
+-- Records an event (and optionally last error / reconcile token: keys lastError, lastErrorCode, targetReconcileToken of p_patch)
 -- without changing the state. Returns false when there is no such batch.
 create or replace function keel.transfer_batch_note(p_batch_id uuid, p_event text, p_detail jsonb, p_patch jsonb)
 returns boolean
@@ -114,12 +114,12 @@ language plpgsql volatile security definer set search_path = pg_catalog, pg_temp
 declare
   v_state text;
   p jsonb := coalesce(p_patch, '{}'::jsonb);
-  v_touch boolean := p ?| array['lastError', 'lastErrorCode', 'targetLtxid'];
+  v_touch boolean := p ?| array['lastError', 'lastErrorCode', 'targetReconcileToken'];
 begin
   update keel.transfer_batches b set
       last_error = case when p ? 'lastError' then p->>'lastError' else b.last_error end,
       last_error_code = case when p ? 'lastErrorCode' then p->>'lastErrorCode' else b.last_error_code end,
-      target_ltxid = case when p ? 'targetLtxid' then p->>'targetLtxid' else b.target_ltxid end,
+      target_reconcile_token = case when p ? 'targetReconcileToken' then p->>'targetReconcileToken' else b.target_reconcile_token end,
       updated_at = case when v_touch then now() else b.updated_at end
     where b.batch_id = p_batch_id
     returning b.state into v_state;

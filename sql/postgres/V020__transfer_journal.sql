@@ -20,7 +20,7 @@ create table if not exists keel.transfer_batches (
   applied_count     bigint,
   last_error        text,
   last_error_code   text,
-  target_ltxid      text,
+  target_reconcile_token text, -- opaque, from the target adapter (docs/transfer.md)
   created_at        timestamptz not null default now(),
   updated_at        timestamptz not null default now(),
   extracted_at      timestamptz,

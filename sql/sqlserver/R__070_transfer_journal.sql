@@ -73,7 +73,7 @@ BEGIN
   SELECT @Outcome AS Outcome, @ConflictId AS ConflictBatchId, @ConflictState AS ConflictState;
   IF @Outcome = 'inserted'
     SELECT BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
-         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetLtxid,
+         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetReconcileToken,
          CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
       FROM keel.TransferBatches WHERE BatchId = @BatchId;
 END;
@@ -89,7 +89,7 @@ CREATE OR ALTER PROCEDURE keel.TransferBatchTransition
   @SetStaged bit = 0, @StagedRows bigint = NULL, @StagedChecksum varchar(24) = NULL,
   @SetApplied bit = 0, @AppliedRows bigint = NULL,
   @SetLastError bit = 0, @LastError nvarchar(2000) = NULL, @LastErrorCode varchar(64) = NULL,
-  @SetLtxid bit = 0, @TargetLtxid varchar(512) = NULL,
+  @SetReconcileToken bit = 0, @TargetReconcileToken varchar(512) = NULL,
   @IncrementAttempts bit = 0,
   @Stamp varchar(20) = NULL,
   @Event varchar(64),
@@ -118,7 +118,7 @@ BEGIN
          AppliedRows = CASE WHEN @SetApplied = 1 THEN @AppliedRows ELSE AppliedRows END,
          LastError = CASE WHEN @SetLastError = 1 THEN @LastError ELSE LastError END,
          LastErrorCode = CASE WHEN @SetLastError = 1 THEN @LastErrorCode ELSE LastErrorCode END,
-         TargetLtxid = CASE WHEN @SetLtxid = 1 THEN @TargetLtxid ELSE TargetLtxid END,
+         TargetReconcileToken = CASE WHEN @SetReconcileToken = 1 THEN @TargetReconcileToken ELSE TargetReconcileToken END,
          Attempts = Attempts + CASE WHEN @IncrementAttempts = 1 THEN 1 ELSE 0 END,
          ExtractedAt = CASE WHEN @Stamp = 'extracted_at' THEN SYSUTCDATETIME() ELSE ExtractedAt END,
          StagedAt = CASE WHEN @Stamp = 'staged_at' THEN SYSUTCDATETIME() ELSE StagedAt END,
@@ -130,19 +130,19 @@ BEGIN
   VALUES (@BatchId, @Prev, @ToState, @Event, @Detail);
   COMMIT TRANSACTION;
   SELECT BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
-         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetLtxid,
+         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetReconcileToken,
          CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
     FROM keel.TransferBatches WHERE BatchId = @BatchId;
 END;
 GO
 
--- Records an event (and optionally last error / LTXID) without changing the state.
+-- Records an event (and optionally last error / reconcile token) without changing the state.
 CREATE OR ALTER PROCEDURE keel.TransferBatchNote
   @BatchId uniqueidentifier,
   @Event varchar(64),
   @Detail nvarchar(max) = NULL,
   @SetLastError bit = 0, @LastError nvarchar(2000) = NULL, @LastErrorCode varchar(64) = NULL,
-  @SetLtxid bit = 0, @TargetLtxid varchar(512) = NULL
+  @SetReconcileToken bit = 0, @TargetReconcileToken varchar(512) = NULL
 AS
 BEGIN
   SET NOCOUNT ON;
@@ -153,8 +153,8 @@ BEGIN
      SET @State = State,
          LastError = CASE WHEN @SetLastError = 1 THEN @LastError ELSE LastError END,
          LastErrorCode = CASE WHEN @SetLastError = 1 THEN @LastErrorCode ELSE LastErrorCode END,
-         TargetLtxid = CASE WHEN @SetLtxid = 1 THEN @TargetLtxid ELSE TargetLtxid END,
-         UpdatedAt = CASE WHEN @SetLastError = 1 OR @SetLtxid = 1 THEN SYSUTCDATETIME() ELSE UpdatedAt END
+         TargetReconcileToken = CASE WHEN @SetReconcileToken = 1 THEN @TargetReconcileToken ELSE TargetReconcileToken END,
+         UpdatedAt = CASE WHEN @SetLastError = 1 OR @SetReconcileToken = 1 THEN SYSUTCDATETIME() ELSE UpdatedAt END
    WHERE BatchId = @BatchId;
   IF @State IS NOT NULL
     INSERT INTO keel.TransferBatchEvents (BatchId, FromState, ToState, Event, Detail) VALUES (@BatchId, @State, @State, @Event, @Detail);
@@ -169,7 +169,7 @@ AS
 BEGIN
   SET NOCOUNT ON;
   SELECT BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
-         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetLtxid,
+         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetReconcileToken,
          CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
     FROM keel.TransferBatches WHERE BatchId = @BatchId;
 END;
@@ -182,12 +182,12 @@ AS
 BEGIN
   SET NOCOUNT ON;
   SELECT TOP (1) BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
-         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetLtxid,
+         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetReconcileToken,
          CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
     FROM keel.TransferBatches
    WHERE TransferName = @TransferName AND State IN ('extracting', 'staged', 'applying', 'unresolved');
   SELECT TOP (1) BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
-         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetLtxid,
+         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetReconcileToken,
          CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
     FROM keel.TransferBatches
    WHERE TransferName = @TransferName AND State = 'committed'
@@ -209,7 +209,7 @@ BEGIN
     SELECT @AfterSeq = Seq FROM keel.TransferBatches WHERE BatchId = @AfterId;
   SET @Limit = CASE WHEN @Limit IS NULL THEN 100 WHEN @Limit < 1 THEN 1 WHEN @Limit > 1000 THEN 1000 ELSE @Limit END;
   SELECT TOP (@Limit) BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
-         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetLtxid,
+         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetReconcileToken,
          CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
     FROM keel.TransferBatches
    WHERE (@TransferName IS NULL OR TransferName = @TransferName)
@@ -243,7 +243,7 @@ BEGIN
   DECLARE @Before datetime2(3) = DATEADD(millisecond, -CAST(@Ms % 1000 AS int), DATEADD(second, -CAST(@Ms / 1000 AS int), SYSUTCDATETIME()));
   SET @Limit = CASE WHEN @Limit IS NULL THEN 20 WHEN @Limit < 1 THEN 1 WHEN @Limit > 1000 THEN 1000 ELSE @Limit END;
   SELECT TOP (@Limit) BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
-         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetLtxid,
+         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetReconcileToken,
          CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
     FROM keel.TransferBatches
    WHERE CHARINDEX(',' + State + ',', ',' + @States + ',') > 0 AND UpdatedAt < @Before

@@ -29,7 +29,7 @@ CREATE TABLE keel.TransferBatches (
   AppliedRows       bigint NULL,
   LastError         nvarchar(2000) NULL,
   LastErrorCode     varchar(64) NULL,
-  TargetLtxid       varchar(512) NULL,
+  TargetReconcileToken varchar(512) NULL, -- opaque, from the target adapter (docs/transfer.md)
   CreatedAt         datetime2(3) NOT NULL CONSTRAINT DF_TransferBatches_CreatedAt DEFAULT (SYSUTCDATETIME()),
   UpdatedAt         datetime2(3) NOT NULL CONSTRAINT DF_TransferBatches_UpdatedAt DEFAULT (SYSUTCDATETIME()),
   ExtractedAt       datetime2(3) NULL,

@@ -7,6 +7,9 @@ import { ChecksumAccumulator, canonicalValue, rowEncoding } from '../../shared/t
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
 import { pgChecksumQuery } from '../../shared/engines/postgres/transferSql.js';
 import { parseTransfers } from '../../shared/transfer/config.js';
+import { transferEngineRules } from '../../shared/engines/registry.js';
+
+const TRANSFER_RULES = transferEngineRules();
 
 describe('keel-v1 checksum', () => {
   let pool: pg.Pool;
@@ -28,16 +31,19 @@ describe('keel-v1 checksum', () => {
 
   it('PostgreSQL SQL and TypeScript compute the same value', async () => {
     const cols = ['id', 'big', 'amount', 'label', 'code', 'flag', 'day', 'at', 'at_tz', 'raw', 'ref'];
-    const [t] = parseTransfers([
-      {
-        name: 'awkward',
-        source: { engine: 'postgres', connectionSetting: 'X', table: 'public.awkward' },
-        target: { engine: 'postgres', connectionSetting: 'Y', table: 'public.awkward' },
-        keyColumns: ['id'],
-        boundary: { column: 'id', kind: 'key' },
-        columns: cols.map((c) => ({ source: c, target: c })),
-      },
-    ]);
+    const [t] = parseTransfers(
+      [
+        {
+          name: 'awkward',
+          source: { engine: 'postgres', connectionSetting: 'X', table: 'public.awkward' },
+          target: { engine: 'postgres', connectionSetting: 'Y', table: 'public.awkward' },
+          keyColumns: ['id'],
+          boundary: { column: 'id', kind: 'key' },
+          columns: cols.map((c) => ({ source: c, target: c })),
+        },
+      ],
+      TRANSFER_RULES,
+    );
     const src = new PostgresTransferSource(t!, pool);
     const schema = await src.readSchema();
     expect(schema.columns.map((c) => c.logical)).toEqual([
@@ -95,16 +101,19 @@ describe('keel-v1 checksum', () => {
       `insert into public.awkward_wide select id, big, amount, label, code, flag, day, at, at_tz, raw, ref from public.awkward`,
     );
     const mk = (table: string) =>
-      parseTransfers([
-        {
-          name: 'awk',
-          source: { engine: 'postgres', connectionSetting: 'X', table },
-          target: { engine: 'postgres', connectionSetting: 'Y', table: 'public.awkward' },
-          keyColumns: ['id'],
-          boundary: { column: 'id', kind: 'key' },
-          columns: cols.filter((c) => c !== 'big').map((c) => ({ source: c, target: c })), // bigint vs numeric: different logical types
-        },
-      ])[0]!;
+      parseTransfers(
+        [
+          {
+            name: 'awk',
+            source: { engine: 'postgres', connectionSetting: 'X', table },
+            target: { engine: 'postgres', connectionSetting: 'Y', table: 'public.awkward' },
+            keyColumns: ['id'],
+            boundary: { column: 'id', kind: 'key' },
+            columns: cols.filter((c) => c !== 'big').map((c) => ({ source: c, target: c })), // bigint vs numeric: different logical types
+          },
+        ],
+        TRANSFER_RULES,
+      )[0]!;
     const w = { kind: 'key' as const, low: null, high: '5' };
     for (const algorithm of ['keel-pg1', 'keel-pg2'] as const) {
       const narrow = new PostgresTransferSource(mk('public.awkward'), pool);

@@ -4,6 +4,8 @@ import { mkdtemp, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { loadTransfers, parseTransfers } from '../../shared/transfer/config.js';
+import { transferEngineRules } from '../../shared/engines/registry.js';
+import type { EngineDescriptor } from '../../shared/engines/descriptor.js';
 import { quotePg, quoteOracle, quoteMssql } from '../../shared/transfer/identifiers.js';
 import {
   DEFAULT_TRANSFER_TIMEOUTS,
@@ -11,6 +13,8 @@ import {
   pgTransferPoolConfig,
   transferTimeouts,
 } from '../../shared/transfer/timeouts.js';
+
+const TRANSFER_RULES = transferEngineRules();
 
 const valid = {
   name: 'orders',
@@ -35,7 +39,7 @@ function messageOf(fn: () => unknown): string {
 
 describe('transfer configuration', () => {
   it('accepts a valid declaration and fills defaults', () => {
-    const [t] = parseTransfers([valid]);
+    const [t] = parseTransfers([valid], TRANSFER_RULES);
     expect(t).toMatchObject({
       name: 'orders',
       batchSize: 100_000,
@@ -47,55 +51,109 @@ describe('transfer configuration', () => {
 
   it('names the setting at fault', () => {
     const { keyColumns: _k, ...noKeys } = valid;
-    expect(messageOf(() => loadTransfers({ KEEL_TRANSFERS: JSON.stringify([noKeys]) }))).toMatch(
+    expect(messageOf(() => loadTransfers(TRANSFER_RULES, { KEEL_TRANSFERS: JSON.stringify([noKeys]) }))).toMatch(
       /KEEL_TRANSFERS\[0\]\.keyColumns: Required/,
     );
-    expect(messageOf(() => parseTransfers([{ ...valid, keyColumns: ['id; drop table x'] }]))).toMatch(
+    expect(messageOf(() => parseTransfers([{ ...valid, keyColumns: ['id; drop table x'] }], TRANSFER_RULES))).toMatch(
       /KEEL_TRANSFERS\[0\]\.keyColumns\[0\]: must be a plain identifier/,
     );
-    expect(messageOf(() => parseTransfers([{ ...valid, target: { ...valid.target, table: 'a.b.c' } }]))).toMatch(
-      /KEEL_TRANSFERS\[0\]\.target\.table/,
-    );
-    expect(messageOf(() => parseTransfers([{ ...valid, keyColumns: ['missing'] }]))).toMatch(
+    expect(
+      messageOf(() => parseTransfers([{ ...valid, target: { ...valid.target, table: 'a.b.c' } }], TRANSFER_RULES)),
+    ).toMatch(/KEEL_TRANSFERS\[0\]\.target\.table/);
+    expect(messageOf(() => parseTransfers([{ ...valid, keyColumns: ['missing'] }], TRANSFER_RULES))).toMatch(
       /KEEL_TRANSFERS\[0\]\.keyColumns\[0\]: key column missing is not in columns\[\]\.source/,
     );
-    expect(messageOf(() => parseTransfers([{ ...valid, boundary: { column: 'id', kind: 'rowversion' } }]))).toMatch(
-      /boundary\.kind: rowversion windows need a sqlserver source/,
-    );
-    expect(messageOf(() => parseTransfers([valid, valid]))).toMatch(
+    expect(
+      messageOf(() => parseTransfers([{ ...valid, boundary: { column: 'id', kind: 'rowversion' } }], TRANSFER_RULES)),
+    ).toMatch(/boundary\.kind: rowversion windows need a sqlserver source/);
+    expect(messageOf(() => parseTransfers([valid, valid], TRANSFER_RULES))).toMatch(
       /KEEL_TRANSFERS\[1\]\.name: "orders" is declared twice/,
     );
-    expect(messageOf(() => parseTransfers([{ ...valid, source: { ...valid.source, query: 'select 1' } }]))).toMatch(
-      /KEEL_TRANSFERS\[0\]\.source: exactly one of table or query/,
+    expect(
+      messageOf(() => parseTransfers([{ ...valid, source: { ...valid.source, query: 'select 1' } }], TRANSFER_RULES)),
+    ).toMatch(/KEEL_TRANSFERS\[0\]\.source: exactly one of table or query/);
+    expect(messageOf(() => parseTransfers([{ ...valid, extra: 1 }], TRANSFER_RULES))).toMatch(
+      /KEEL_TRANSFERS\[0\]: Unrecognized key/,
     );
-    expect(messageOf(() => parseTransfers([{ ...valid, extra: 1 }]))).toMatch(/KEEL_TRANSFERS\[0\]: Unrecognized key/);
-    expect(messageOf(() => loadTransfers({ KEEL_TRANSFERS: '[{' }))).toMatch(/KEEL_TRANSFERS: not valid JSON/);
+    expect(messageOf(() => loadTransfers(TRANSFER_RULES, { KEEL_TRANSFERS: '[{' }))).toMatch(
+      /KEEL_TRANSFERS: not valid JSON/,
+    );
     const oracle = { engine: 'oracle', connectionSetting: 'KEEL_ORACLE_CONNECT_STRING', table: 'KEEL.ORDERS' };
     expect(
-      messageOf(() => parseTransfers([{ ...valid, target: { ...oracle, userSetting: 'KEEL_ORACLE_USER' } }])),
+      messageOf(() =>
+        parseTransfers([{ ...valid, target: { ...oracle, userSetting: 'KEEL_ORACLE_USER' } }], TRANSFER_RULES),
+      ),
     ).toMatch(/KEEL_TRANSFERS\[0\]\.target\.passwordSetting: userSetting and passwordSetting go together/);
     expect(
       messageOf(() =>
-        parseTransfers([{ ...valid, target: { ...valid.target, userSetting: 'U', passwordSetting: 'P' } }]),
+        parseTransfers(
+          [{ ...valid, target: { ...valid.target, userSetting: 'U', passwordSetting: 'P' } }],
+          TRANSFER_RULES,
+        ),
       ),
-    ).toMatch(/KEEL_TRANSFERS\[0\]\.target\.userSetting: only for an oracle target/);
-    const [t] = parseTransfers([
-      { ...valid, target: { ...oracle, userSetting: 'KEEL_ORACLE_USER', passwordSetting: 'KEEL_ORACLE_PASSWORD' } },
-    ]);
+    ).toMatch(/KEEL_TRANSFERS\[0\]\.target\.userSetting: only for a target that takes credential settings \(oracle\)/);
+    const [t] = parseTransfers(
+      [{ ...valid, target: { ...oracle, userSetting: 'KEEL_ORACLE_USER', passwordSetting: 'KEEL_ORACLE_PASSWORD' } }],
+      TRANSFER_RULES,
+    );
     expect(t!.target).toMatchObject({ userSetting: 'KEEL_ORACLE_USER', passwordSetting: 'KEEL_ORACLE_PASSWORD' });
+  });
+
+  it("engine rules come from the engines' descriptors, not from names in the configuration code", () => {
+    expect(
+      messageOf(() => parseTransfers([{ ...valid, source: { ...valid.source, engine: 'oracle' } }], TRANSFER_RULES)),
+    ).toMatch(/KEEL_TRANSFERS\[0\]\.source\.engine: must be one of postgres, sqlserver/);
+    expect(
+      messageOf(() => parseTransfers([{ ...valid, target: { ...valid.target, engine: 'sqlserver' } }], TRANSFER_RULES)),
+    ).toMatch(/KEEL_TRANSFERS\[0\]\.target\.engine: must be one of postgres, oracle/);
+    // A new engine declares its rules on its descriptor; the same configuration check then applies them.
+    const made = (name: string, rules: Partial<EngineDescriptor>): EngineDescriptor => ({
+      name,
+      capabilities: { jobStore: false, journal: false, transferSource: true, transferTarget: true },
+      transferSourceRules: { boundaryKinds: ['key'] },
+      transferTargetRules: { credentialSettings: false },
+      ...rules,
+    });
+    const rules = transferEngineRules([
+      made('alpha', { transferSourceRules: { boundaryKinds: ['key', 'rowversion'] } }),
+      made('beta', { transferTargetRules: { credentialSettings: true } }),
+    ]);
+    const alpha = {
+      ...valid,
+      source: { ...valid.source, engine: 'alpha' },
+      target: { ...valid.target, engine: 'beta' },
+    };
+    expect(parseTransfers([{ ...alpha, boundary: { column: 'id', kind: 'rowversion' } }], rules)).toHaveLength(1);
+    expect(
+      messageOf(() =>
+        parseTransfers(
+          [{ ...alpha, source: { ...alpha.source, engine: 'beta' }, boundary: { column: 'id', kind: 'rowversion' } }],
+          rules,
+        ),
+      ),
+    ).toMatch(/boundary\.kind: rowversion windows need a alpha source/);
+    expect(
+      parseTransfers([{ ...alpha, target: { ...alpha.target, userSetting: 'U', passwordSetting: 'P' } }], rules)[0]!
+        .target,
+    ).toMatchObject({ userSetting: 'U' });
+    expect(() => transferEngineRules([made('gamma', { transferTargetRules: undefined })])).toThrow(
+      /gamma is a transfer target but declares no transferTargetRules/,
+    );
   });
 
   it('reads KEEL_TRANSFERS_FILE and refuses both settings at once', async () => {
     const dir = await mkdtemp(path.join(os.tmpdir(), 'keel-cfg-'));
     const file = path.join(dir, 'transfers.json');
     await writeFile(file, JSON.stringify([{ ...valid, batchSize: 0 }]));
-    expect(messageOf(() => loadTransfers({ KEEL_TRANSFERS_FILE: file }))).toMatch(
+    expect(messageOf(() => loadTransfers(TRANSFER_RULES, { KEEL_TRANSFERS_FILE: file }))).toMatch(
       /KEEL_TRANSFERS_FILE\(.*\)\[0\]\.batchSize/,
     );
     await writeFile(file, JSON.stringify([valid]));
-    expect(loadTransfers({ KEEL_TRANSFERS_FILE: file })).toHaveLength(1);
-    expect(messageOf(() => loadTransfers({ KEEL_TRANSFERS_FILE: file, KEEL_TRANSFERS: '[]' }))).toMatch(/not both/);
-    expect(loadTransfers({})).toEqual([]);
+    expect(loadTransfers(TRANSFER_RULES, { KEEL_TRANSFERS_FILE: file })).toHaveLength(1);
+    expect(messageOf(() => loadTransfers(TRANSFER_RULES, { KEEL_TRANSFERS_FILE: file, KEEL_TRANSFERS: '[]' }))).toMatch(
+      /not both/,
+    );
+    expect(loadTransfers(TRANSFER_RULES, {})).toEqual([]);
   });
 
   it('quotes only validated identifiers', () => {

@@ -256,6 +256,7 @@ describe('staging faults on both sides, and peers that never reply', () => {
               readSchema: () => s.readSchema(),
               nextWindow: (low, max) => s.nextWindow(low, max),
               manifest: (w, schema, algorithm) => s.manifest(w, schema, algorithm),
+              checksumAlgorithms: () => s.checksumAlgorithms(),
               streamRows: (w, schema, n) => s.streamRows(w, schema, n),
               close: () => s.close(),
             }

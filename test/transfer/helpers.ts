@@ -9,8 +9,11 @@ import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJ
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
 import { parseTransfers, type TransferConfig, type TransferInput } from '../../shared/transfer/config.js';
+import { transferEngineRules } from '../../shared/engines/registry.js';
 import { migratePostgresTarget } from '../../shared/engines/postgres/transferEndpoints.js';
 import { TransferService } from '../../shared/transfer/service.js';
+
+const TRANSFER_RULES = transferEngineRules();
 
 const repo = path.resolve(import.meta.dirname, '../..');
 
@@ -118,7 +121,7 @@ export function ordersTransfer(name: string, overrides: Partial<TransferInput> =
     reconcileWaitMs: 300,
     ...overrides,
   };
-  return parseTransfers([input])[0]!;
+  return parseTransfers([input], TRANSFER_RULES)[0]!;
 }
 
 export function makeService(

@@ -142,9 +142,9 @@ describe('least privilege: a role that may only EXECUTE keel functions', () => {
     expect(await j.transition(a.batchId, ['staged'], 'applying', {}, 'nope')).toBeNull();
     await j.note(
       a.batchId,
-      'ltxid_recorded',
-      { ltxid: 'x' },
-      { targetLtxid: 'x', lastError: 'boom', lastErrorCode: 'E1' },
+      'reconcile_token_recorded',
+      { token: 'x' },
+      { targetReconcileToken: 'x', lastError: 'boom', lastErrorCode: 'E1' },
     );
     const s = await j.transition(
       a.batchId,
@@ -153,13 +153,13 @@ describe('least privilege: a role that may only EXECUTE keel functions', () => {
       { stagedCount: 50, stagedChecksum: 'c1', lastError: null, stamp: 'staged_at' },
       'staged',
     );
-    // lastError cleared by null, lastErrorCode left as it was (absent key), ltxid kept.
+    // lastError cleared by null, lastErrorCode left as it was (absent key), token kept.
     expect(s).toMatchObject({
       state: 'staged',
       stagedCount: 50,
       lastError: null,
       lastErrorCode: 'E1',
-      targetLtxid: 'x',
+      targetReconcileToken: 'x',
     });
     const ap = await j.transition(
       a.batchId,
@@ -187,13 +187,13 @@ describe('least privilege: a role that may only EXECUTE keel functions', () => {
     expect(ev.map((e) => [e.event, e.fromState, e.toState])).toEqual([
       ['created', null, 'extracting'],
       ['manifest_recorded', 'extracting', 'extracting'],
-      ['ltxid_recorded', 'extracting', 'extracting'],
+      ['reconcile_token_recorded', 'extracting', 'extracting'],
       ['staged', 'extracting', 'staged'],
       ['apply_started', 'staged', 'applying'],
       ['applied', 'applying', 'committed'],
     ]);
     expect(ev[0]!.detail).toEqual({ low: null, high: '50', schemaHash: 'h'.repeat(64) });
-    expect(ev[2]!.detail).toEqual({ ltxid: 'x' });
+    expect(ev[2]!.detail).toEqual({ token: 'x' });
     // A stamp outside the fixed set is refused by the function too (not only by the TypeScript guard).
     await expect(
       app.query(

@@ -14,9 +14,12 @@ import { isTransferError } from '../../shared/transfer/errors.js';
 import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
 import { parseTransfers } from '../../shared/transfer/config.js';
+import { transferEngineRules } from '../../shared/engines/registry.js';
 import { TransferService } from '../../shared/transfer/service.js';
 import { createTestDatabase } from '../support/pg.js';
 import { insertSourceRows, migrateJournal, ORDERS_DDL } from './helpers.js';
+
+const TRANSFER_RULES = transferEngineRules();
 
 const URL_ = process.env.KEEL_TEST_ORACLE_URL;
 
@@ -80,27 +83,30 @@ suite(title, () => {
   });
 
   function service() {
-    const [t] = parseTransfers([
-      {
-        name,
-        source: { engine: 'postgres', connectionSetting: 'X', table: 'public.orders' },
-        target: {
-          engine: 'oracle',
-          connectionSetting: 'Y',
-          table,
-          transactionGuard: process.env.KEEL_TEST_ORACLE_TG === '1',
+    const [t] = parseTransfers(
+      [
+        {
+          name,
+          source: { engine: 'postgres', connectionSetting: 'X', table: 'public.orders' },
+          target: {
+            engine: 'oracle',
+            connectionSetting: 'Y',
+            table,
+            transactionGuard: process.env.KEEL_TEST_ORACLE_TG === '1',
+          },
+          keyColumns: ['id'],
+          boundary: { column: 'id', kind: 'key' },
+          columns: ['id', 'customer', 'amount', 'placed_at', 'flag', 'note', 'payload'].map((c) => ({
+            source: c,
+            target: c.toUpperCase(),
+          })),
+          batchSize: 400,
+          chunkSize: 150,
+          reconcileWaitMs: 1000,
         },
-        keyColumns: ['id'],
-        boundary: { column: 'id', kind: 'key' },
-        columns: ['id', 'customer', 'amount', 'placed_at', 'flag', 'note', 'payload'].map((c) => ({
-          source: c,
-          target: c.toUpperCase(),
-        })),
-        batchSize: 400,
-        chunkSize: 150,
-        reconcileWaitMs: 1000,
-      },
-    ]);
+      ],
+      TRANSFER_RULES,
+    );
     const target = new OracleTransferTarget(t!, pool);
     const svc = new TransferService({
       journal: new PostgresTransferJournal(control),
@@ -159,7 +165,7 @@ suite(title, () => {
     await other.prepare(req.schema);
     const results = await Promise.all([target.apply(req, { attempt: 1 }), other.apply(req, { attempt: 1 })]);
     expect(results.map((r) => r.outcome).sort()).toEqual(['already_committed', 'applied']);
-    const rec = await target.reconcile(req, 1000, null, 1);
+    const rec = await target.reconcile(req, 1000, 1, null);
     expect(rec).toMatchObject({ outcome: 'committed', rowCount: b.rowCount });
   });
 
@@ -175,13 +181,13 @@ suite(title, () => {
       manifest: { rowCount: b.rowCount!, checksum: b.checksum! },
       schema: { columns: detail.schemaColumns, hash: detail.schemaHash },
     };
-    expect(await target.reconcile(req, 1000, null, 1)).toMatchObject({ outcome: 'not_applied', staged: true });
+    expect(await target.reconcile(req, 1000, 1, null)).toMatchObject({ outcome: 'not_applied', staged: true });
     // Attempt 1 arrives after the verdict (a call that was still on its way): refused, nothing applied.
     await expect(target.apply(req, { attempt: 1 })).rejects.toSatisfy((e) => isTransferError(e, 'attempt_fenced'));
-    expect(await target.reconcile(req, 1000, null, 1)).toMatchObject({ outcome: 'not_applied' });
+    expect(await target.reconcile(req, 1000, 1, null)).toMatchObject({ outcome: 'not_applied' });
     // The retry is attempt 2: it takes the fence over and commits.
     expect((await target.apply(req, { attempt: 2 })).outcome).toBe('applied');
-    expect(await target.reconcile(req, 1000, null, 2)).toMatchObject({ outcome: 'committed', rowCount: b.rowCount });
+    expect(await target.reconcile(req, 1000, 2, null)).toMatchObject({ outcome: 'committed', rowCount: b.rowCount });
   });
 
   it('a target table without a key on the mapped key columns is refused at prepare', async () => {

@@ -232,7 +232,7 @@ describe('races, conflicts and drift', () => {
     const source = new PostgresTransferSource(t, env.source);
     const schema = await source.readSchema();
     const w = { kind: 'key' as const, low: null, high: '20' };
-    const probe = await source.copyOut(w, schema, 'text');
+    const probe = await source.bulkOut(w, schema, 'text');
     expect(probe.keysUnique).toBe(false);
     probe.stream.resume();
     await probe.release(new Error('probe only'));
@@ -246,7 +246,7 @@ describe('races, conflicts and drift', () => {
     await env.source.query(`delete from public.dups_tbl where customer = 'again'`);
     await env.source.query(`alter table public.dups_tbl alter column id set not null`);
     await env.source.query(`create unique index on public.dups_tbl (id)`);
-    const unique = await source.copyOut(w, schema, 'text');
+    const unique = await source.bulkOut(w, schema, 'text');
     expect(unique.keysUnique).toBe(true);
     unique.stream.resume();
     await unique.release(new Error('probe only'));
@@ -255,7 +255,7 @@ describe('races, conflicts and drift', () => {
     expect(Number((await env.target.query(`select count(*) from public.dups_tbl_target`)).rows[0].count)).toBe(20);
     // Inheritance children are read too and are not covered by the parent's index: not provably unique.
     await env.source.query(`create table public.dups_tbl_child () inherits (public.dups_tbl)`);
-    const inherited = await source.copyOut(w, schema, 'text');
+    const inherited = await source.bulkOut(w, schema, 'text');
     expect(inherited.keysUnique).toBe(false);
     inherited.stream.resume();
     await inherited.release(new Error('probe only'));
@@ -493,12 +493,13 @@ describe('races, conflicts and drift', () => {
       transfers: [t],
       connect: (tc) => {
         const s = new PostgresTransferSource(tc, env.source);
-        // Everything but copyOut: the service then streams canonical rows through the target's row path.
+        // Everything but bulkOut: the service then streams canonical rows through the target's row path.
         const noCopy: SourceAdapter = {
           engine: 'postgres',
           readSchema: () => s.readSchema(),
           nextWindow: (low, max) => s.nextWindow(low, max),
           manifest: (w, schema, algorithm) => s.manifest(w, schema, algorithm),
+          checksumAlgorithms: () => s.checksumAlgorithms(),
           streamRows: (w, schema, n) => s.streamRows(w, schema, n),
           close: () => s.close(),
         };

@@ -11,10 +11,13 @@ import { SqlServerTransferJournal } from '../../shared/engines/sqlserver/transfe
 import { mssqlSelectExpr, SqlServerTransferSource } from '../../shared/engines/sqlserver/transferSource.js';
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
 import { parseTransfers } from '../../shared/transfer/config.js';
+import { transferEngineRules } from '../../shared/engines/registry.js';
 import { migratePostgresTarget } from '../../shared/engines/postgres/transferEndpoints.js';
 import { isTransferError } from '../../shared/transfer/errors.js';
 import { TransferService } from '../../shared/transfer/service.js';
 import { createTestDatabase } from '../support/pg.js';
+
+const TRANSFER_RULES = transferEngineRules();
 
 const URL_ = process.env.KEEL_TEST_MSSQL_URL;
 
@@ -117,21 +120,24 @@ suite(title, () => {
   });
 
   it('SQL Server -> PostgreSQL with rowversion windows', async () => {
-    const [t] = parseTransfers([
-      {
-        name: `mssql_${randomBytes(3).toString('hex')}`,
-        source: { engine: 'sqlserver', connectionSetting: 'X', table: `dbo.${table}` },
-        target: { engine: 'postgres', connectionSetting: 'Y', table: 'public.orders' },
-        keyColumns: ['id'],
-        boundary: { column: 'rv', kind: 'rowversion' },
-        columns: ['id', 'customer', 'amount', 'placed_at', 'placed_tz', 'flag', 'ref', 'raw'].map((c) => ({
-          source: c,
-          target: c,
-        })),
-        batchSize: 500,
-        chunkSize: 97,
-      },
-    ]);
+    const [t] = parseTransfers(
+      [
+        {
+          name: `mssql_${randomBytes(3).toString('hex')}`,
+          source: { engine: 'sqlserver', connectionSetting: 'X', table: `dbo.${table}` },
+          target: { engine: 'postgres', connectionSetting: 'Y', table: 'public.orders' },
+          keyColumns: ['id'],
+          boundary: { column: 'rv', kind: 'rowversion' },
+          columns: ['id', 'customer', 'amount', 'placed_at', 'placed_tz', 'flag', 'ref', 'raw'].map((c) => ({
+            source: c,
+            target: c,
+          })),
+          batchSize: 500,
+          chunkSize: 97,
+        },
+      ],
+      TRANSFER_RULES,
+    );
     const svc = new TransferService({
       journal: new SqlServerTransferJournal(pool),
       transfers: [t!],
@@ -181,18 +187,21 @@ suite(title, () => {
         await target.query(
           `create table public.${dst} (id bigint primary key, price numeric(19,4), ts timestamp(6), tz timestamptz)`,
         );
-        const [t] = parseTransfers([
-          {
-            name: `mssql_${column}_${randomBytes(3).toString('hex')}`,
-            source: { engine: 'sqlserver', connectionSetting: 'X', table: `dbo.${src}` },
-            target: { engine: 'postgres', connectionSetting: 'Y', table: `public.${dst}` },
-            keyColumns: ['id'],
-            boundary: { column, kind: 'timestamp', settleMs: 0 },
-            columns: ['id', 'price', 'ts', 'tz'].map((c) => ({ source: c, target: c })),
-            batchSize: 10,
-            chunkSize: 4,
-          },
-        ]);
+        const [t] = parseTransfers(
+          [
+            {
+              name: `mssql_${column}_${randomBytes(3).toString('hex')}`,
+              source: { engine: 'sqlserver', connectionSetting: 'X', table: `dbo.${src}` },
+              target: { engine: 'postgres', connectionSetting: 'Y', table: `public.${dst}` },
+              keyColumns: ['id'],
+              boundary: { column, kind: 'timestamp', settleMs: 0 },
+              columns: ['id', 'price', 'ts', 'tz'].map((c) => ({ source: c, target: c })),
+              batchSize: 10,
+              chunkSize: 4,
+            },
+          ],
+          TRANSFER_RULES,
+        );
         const svc = new TransferService({
           journal: new SqlServerTransferJournal(pool),
           transfers: [t!],

@@ -284,7 +284,7 @@ export function batchPage(main: HTMLElement, id: string): Cleanup {
               ['Checksum (manifest)', h('span', { class: 'mono' }, b.checksum ?? '—')],
               ['Checksum (staged)', h('span', { class: 'mono' }, b.stagedChecksum ?? '—')],
               ['Schema hash', h('span', { class: 'mono' }, b.schemaHash ?? '—')],
-              ['Target transaction', h('span', { class: 'mono' }, b.targetLtxid ?? '—')],
+              ['Reconcile token', h('span', { class: 'mono' }, b.targetReconcileToken ?? '—')],
               ['Last error', b.lastError ? `${b.lastErrorCode ? `[${b.lastErrorCode}] ` : ''}${b.lastError}` : '—'],
             ]),
           ),

@@ -11,6 +11,7 @@ import {
   ChecksumAccumulator,
   canonicalValue,
   type CanonicalRow,
+  type ChecksumAlgorithm,
   type LogicalType,
 } from '../../transfer/checksum.js';
 import type { TransferConfig } from '../../transfer/config.js';
@@ -226,8 +227,7 @@ interface TargetColumn {
 }
 
 export class OracleTransferTarget implements TargetAdapter {
-  readonly engine = 'oracle' as const;
-  readonly acceptsPgCopy = false;
+  readonly engine = 'oracle';
   readonly stagingTable: string;
   private readonly owner: string | null;
   private readonly table: string;
@@ -482,7 +482,8 @@ export class OracleTransferTarget implements TargetAdapter {
       if (this.t.target.transactionGuard) {
         // node-oracledb >= 6.9 exposes the logical transaction id; keep it durable before the call.
         const ltxid = (c as unknown as { ltxid?: Buffer | Uint8Array }).ltxid;
-        if (ltxid && ltxid.length > 0) await ctx.onLtxid?.(Buffer.from(ltxid).toString('hex'));
+        // It is the reconcile token: the journal keeps it and reconcile gets it back.
+        if (ltxid && ltxid.length > 0) await ctx.onReconcileToken?.(Buffer.from(ltxid).toString('hex'));
       }
       try {
         const r = await c.execute(
@@ -532,9 +533,10 @@ export class OracleTransferTarget implements TargetAdapter {
   async reconcile(
     req: StageRequest,
     waitMs: number,
-    ltxid: string | null,
     fenceThrough: number,
+    reconcileToken: string | null, // the LTXID (hex) handed out by apply, when Transaction Guard is on
   ): Promise<ReconcileOutcome> {
+    const ltxid = reconcileToken;
     const c = await this.conn();
     try {
       if (this.t.target.transactionGuard && ltxid) {
@@ -599,6 +601,11 @@ export class OracleTransferTarget implements TargetAdapter {
     } finally {
       await c.close().catch(() => undefined);
     }
+  }
+
+  // Staging and verification compute keel-v1 only.
+  async checksumAlgorithms(): Promise<readonly ChecksumAlgorithm[]> {
+    return ['keel-v1'];
   }
 
   async close(): Promise<void> {

@@ -1,5 +1,6 @@
 // Small PostgreSQL helpers shared by the local host, tests and benchmarks.
 import pg from 'pg';
+import type { ChecksumAlgorithm } from '../../transfer/checksum.js';
 
 // The same server URL with another database.
 export function withDatabase(url: string, database: string): string {
@@ -30,6 +31,16 @@ export function serverVersionNum(pool: pg.Pool): Promise<number> {
   }
   return v;
 }
+
+// The checksums a PostgreSQL transfer source or target computes, preferred first: keel-pg2 needs PostgreSQL 14 or
+// later (hash_record_extended), keel-pg1 any version, keel-v1 is what every engine computes. The service takes the
+// source's first choice the target also lists, so a PostgreSQL pair uses keel-pg2 when both are 14 or later.
+export async function pgChecksumAlgorithms(pool: pg.Pool): Promise<readonly ChecksumAlgorithm[]> {
+  return (await serverVersionNum(pool)) >= 140000 ? ['keel-pg2', 'keel-pg1', 'keel-v1'] : ['keel-pg1', 'keel-v1'];
+}
+
+// The bulk stream format PostgreSQL sources produce and PostgreSQL targets read: COPY text or binary.
+export const PG_COPY_FORMAT = 'postgres-copy';
 
 // The same server URL with another login.
 export function withLogin(url: string, user: string, password: string): string {

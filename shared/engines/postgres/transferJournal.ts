@@ -40,7 +40,7 @@ export function rowToBatch(r: Record<string, unknown>): BatchRecord {
     appliedCount: num(r.applied_count),
     lastError: (r.last_error as string | null) ?? null,
     lastErrorCode: (r.last_error_code as string | null) ?? null,
-    targetLtxid: (r.target_ltxid as string | null) ?? null,
+    targetReconcileToken: (r.target_reconcile_token as string | null) ?? null,
     createdAt: r.created_at as Date,
     updatedAt: r.updated_at as Date,
     extractedAt: (r.extracted_at as Date | null) ?? null,
@@ -108,7 +108,7 @@ function patchJson(
       | 'appliedCount'
       | 'lastError'
       | 'lastErrorCode'
-      | 'targetLtxid'
+      | 'targetReconcileToken'
     >
   >,
 ): string {
@@ -121,7 +121,7 @@ function patchJson(
     'appliedCount',
     'lastError',
     'lastErrorCode',
-    'targetLtxid',
+    'targetReconcileToken',
   ] as const) {
     if (patch[k] !== undefined) out[k] = patch[k];
   }
@@ -231,7 +231,7 @@ export class PostgresTransferJournal implements TransferJournal {
     batchId: string,
     event: string,
     detail?: Record<string, unknown>,
-    patch?: Pick<BatchPatch, 'lastError' | 'lastErrorCode' | 'targetLtxid'>,
+    patch?: Pick<BatchPatch, 'lastError' | 'lastErrorCode' | 'targetReconcileToken'>,
   ) {
     await this.pool.query(`select keel.transfer_batch_note($1, $2, $3::jsonb, $4::jsonb)`, [
       batchId,

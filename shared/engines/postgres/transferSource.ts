@@ -7,14 +7,15 @@ import type { TransferConfig } from '../../transfer/config.js';
 import { resolvedNames } from '../../transfer/config.js';
 import { qualifiedPg, quotePg } from '../../transfer/identifiers.js';
 import { buildSourceSchema, mappedColumns } from '../../transfer/schema.js';
-import type { CopyOutStream, Manifest, SourceAdapter, SourceSchema, Window } from '../../transfer/types.js';
+import type { BulkEncoding, BulkStream, Manifest, SourceAdapter, SourceSchema, Window } from '../../transfer/types.js';
 import { PG_CHECKSUM_SETTINGS_SQL, pgCanonical, pgCastFor, pgChecksumQuery, pgLogicalType } from './transferSql.js';
-import { serverVersionNum } from './client.js';
+import { PG_COPY_FORMAT, pgChecksumAlgorithms } from './client.js';
 
 const noop = () => undefined;
 
 export class PostgresTransferSource implements SourceAdapter {
-  readonly engine = 'postgres' as const;
+  readonly engine = 'postgres';
+  readonly bulkFormat = PG_COPY_FORMAT;
   private readonly from: string;
 
   constructor(
@@ -175,7 +176,7 @@ export class PostgresTransferSource implements SourceAdapter {
     }
   }
 
-  async copyOut(w: Window, schema: SourceSchema, format: 'text' | 'binary'): Promise<CopyOutStream> {
+  async bulkOut(w: Window, schema: SourceSchema, format: BulkEncoding): Promise<BulkStream> {
     const cols = mappedColumns(this.t, schema).map((c) => quotePg(c.source));
     const b = quotePg(this.t.boundary.column);
     const cast = pgCastFor(this.boundaryType(schema));
@@ -258,8 +259,8 @@ export class PostgresTransferSource implements SourceAdapter {
     }
   }
 
-  serverVersionNum(): Promise<number> {
-    return serverVersionNum(this.pool);
+  checksumAlgorithms() {
+    return pgChecksumAlgorithms(this.pool);
   }
 
   async close(): Promise<void> {

@@ -15,7 +15,7 @@ import { mappedColumns } from '../../transfer/schema.js';
 import type {
   ApplyContext,
   ApplyResult,
-  CopyOutStream,
+  BulkStream,
   ReconcileOutcome,
   RowFeed,
   SourceSchema,
@@ -25,7 +25,7 @@ import type {
 } from '../../transfer/types.js';
 import { DEFAULT_TRANSFER_TIMEOUTS } from '../../transfer/timeouts.js';
 import { PG_CHECKSUM_SETTINGS_SQL, pgChecksumQuery, pgLogicalType } from './transferSql.js';
-import { serverVersionNum } from './client.js';
+import { PG_COPY_FORMAT, pgChecksumAlgorithms } from './client.js';
 
 // SQLSTATEs raised by sql/postgres/target/V001 (structured codes, never message text).
 const KT_CONFLICT = 'KT001';
@@ -83,8 +83,8 @@ function stallGuard(ms: number, batchId: string) {
 }
 
 export class PostgresTransferTarget implements TargetAdapter {
-  readonly engine = 'postgres' as const;
-  readonly acceptsPgCopy = true;
+  readonly engine = 'postgres';
+  readonly bulkFormat = PG_COPY_FORMAT;
   readonly stagingTable: string;
   private readonly targetSchema: string | null;
   private readonly targetTable: string;
@@ -184,8 +184,8 @@ export class PostgresTransferTarget implements TargetAdapter {
     client.on('error', onError); // a connection lost mid-statement also surfaces as an 'error' event
     let broken: Error | undefined; // set: the client is destroyed on release instead of going back to the pool
     let copyOpen = false; // a COPY FROM STDIN is open: a rollback would queue behind it forever (only destroy ends it)
-    let opening: Promise<CopyOutStream> | undefined; // the source's COPY, while it opens
-    let src: CopyOutStream | undefined;
+    let opening: Promise<BulkStream> | undefined; // the source's COPY, while it opens
+    let src: BulkStream | undefined;
     const stall = stallGuard(this.opts.stallMs ?? DEFAULT_TRANSFER_TIMEOUTS.stallMs, req.batchId);
     try {
       await client.query('begin');
@@ -221,7 +221,7 @@ export class PostgresTransferTarget implements TargetAdapter {
       // Binary COPY when every column has the same declared type on both sides (no text formatting or
       // parsing); text otherwise, which converts between compatible types (e.g. integer -> bigint).
       const binary =
-        feed.kind === 'pgcopy' &&
+        feed.kind === 'bulk' &&
         mapped.every((c) => this.targetTypes.get(c.target)?.toLowerCase() === c.type.toLowerCase());
       const sink = client.query(copyFrom(`copy ${stg} (${columnList}) from stdin${binary ? ' (format binary)' : ''}`));
       copyOpen = true;
@@ -237,7 +237,7 @@ export class PostgresTransferTarget implements TargetAdapter {
       // columns are integers (equal on the target exactly when equal on the source; the staged values are proven
       // equal to the source's by the checksum below, which is then compared before anything is declared staged).
       let keysProvenUnique = false;
-      if (feed.kind === 'pgcopy') {
+      if (feed.kind === 'bulk') {
         opening = feed.open(binary ? 'binary' : 'text');
         src = await Promise.race([opening, sinkFailed, stall.failed]);
         src.stream.on('error', noop); // the pipeline below reports it; never unhandled
@@ -389,8 +389,8 @@ export class PostgresTransferTarget implements TargetAdapter {
   async reconcile(
     req: StageRequest,
     waitMs: number,
-    _ltxid: string | null,
     fenceThrough: number,
+    _reconcileToken: string | null, // this target hands out none: its completion row and fence are the whole answer
   ): Promise<ReconcileOutcome> {
     const res = await this.pool.query(
       `select outcome, row_count::text as row_count, checksum, staged from keel_transfer.try_claim($1, $2, $3)`,
@@ -418,8 +418,8 @@ export class PostgresTransferTarget implements TargetAdapter {
     this.opts.trace?.('purge', performance.now() - started);
   }
 
-  serverVersionNum(): Promise<number> {
-    return serverVersionNum(this.pool);
+  checksumAlgorithms() {
+    return pgChecksumAlgorithms(this.pool);
   }
 
   async close(): Promise<void> {

@@ -72,7 +72,7 @@ export function mssqlSelectExpr(ref: string, type: LogicalType, declared = ''): 
 }
 
 export class SqlServerTransferSource implements SourceAdapter {
-  readonly engine = 'sqlserver' as const;
+  readonly engine = 'sqlserver';
   private readonly from: string;
   private boundaryDeclared: string | null = null; // declared type of the boundary column (from readSchema)
 
@@ -171,6 +171,11 @@ export class SqlServerTransferSource implements SourceAdapter {
       low,
       high: this.t.boundary.kind === 'timestamp' ? canonicalValue('timestamp', high)! : high,
     };
+  }
+
+  // The manifest is computed in TypeScript from the streamed rows: keel-v1 only.
+  async checksumAlgorithms(): Promise<readonly ChecksumAlgorithm[]> {
+    return ['keel-v1'];
   }
 
   async manifest(w: Window, schema: SourceSchema, algorithm: ChecksumAlgorithm): Promise<Manifest> {
