@@ -1,0 +1,213 @@
+// The TransferJournal contract, written once and run per engine (test/engines/<engine>.transferJournal.test.ts):
+// refusals told apart, the compare-and-set state machine with its patch rules and events, attempt numbering under
+// concurrent starts, the reconcile token kept unchanged, and concurrent inserts for one window on a small pool.
+import { randomBytes, randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { isTransferError } from '../../shared/transfer/errors.js';
+import type { NewBatch, TransferJournal } from '../../shared/transfer/journal.js';
+import type { JournalHarness } from './transferHarness.js';
+
+const codeOf = (e: unknown) => (isTransferError(e) ? e.code : `not a transfer error: ${String(e)}`);
+
+export function defineTransferJournalContract(makeHarness: () => JournalHarness): void {
+  let h: JournalHarness;
+  let j: TransferJournal;
+  // Transfers of one run share the harness's database: every test uses names of its own.
+  const unique = (prefix: string) => `${prefix}_${randomBytes(4).toString('hex')}`;
+  const base = (name: string): Omit<NewBatch, 'batchId' | 'boundaryLow' | 'boundaryHigh'> => ({
+    transferName: name,
+    boundaryKind: 'key',
+    schemaHash: 'h'.repeat(64),
+    schemaColumns: [{ name: 'id', type: 'bigint', logical: 'int' }],
+  });
+
+  beforeAll(async () => {
+    h = makeHarness();
+    j = await h.openJournal();
+  });
+  afterAll(async () => {
+    await j?.close();
+    await h?.close();
+  });
+
+  it('refusals say which rule refused: duplicate_batch_id, window_taken, open_batch_exists', async () => {
+    const name = unique('dup');
+    const id = randomUUID();
+    const first = await j.insertBatch({ ...base(name), batchId: id, boundaryLow: null, boundaryHigh: '10' });
+    expect(first).toMatchObject({ batchId: id, state: 'extracting', attempts: 0, boundaryHigh: '10', rowCount: null });
+    // Same id while it is open: the id is the problem, not the open batch (also in another letter case).
+    for (const same of [id, id.toUpperCase()])
+      await expect(
+        j.insertBatch({ ...base(name), batchId: same, boundaryLow: '10', boundaryHigh: '20' }),
+      ).rejects.toSatisfy((e) => codeOf(e) === 'duplicate_batch_id');
+    // Same id once committed, for a free window: still the id, with the state it has.
+    await j.transition(id, ['extracting'], 'committed', { appliedCount: 0, stamp: 'committed_at' }, 'test');
+    const err = await j
+      .insertBatch({ ...base(name), batchId: id, boundaryLow: '10', boundaryHigh: '20' })
+      .catch((e: unknown) => e);
+    expect(codeOf(err)).toBe('duplicate_batch_id');
+    expect(isTransferError(err) && err.detail).toEqual({ batchId: id, state: 'committed' });
+    // Same id under another transfer: also the id.
+    await expect(
+      j.insertBatch({ ...base(unique('dup_other')), batchId: id, boundaryLow: null, boundaryHigh: '5' }),
+    ).rejects.toSatisfy((e) => codeOf(e) === 'duplicate_batch_id');
+    // A fresh id for a covered window: the window; for the next window: accepted; another while it is open: refused.
+    const taken = await j
+      .insertBatch({ ...base(name), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '30' })
+      .catch((e: unknown) => e);
+    expect(codeOf(taken)).toBe('window_taken');
+    const next = await j.insertBatch({ ...base(name), batchId: randomUUID(), boundaryLow: '10', boundaryHigh: '20' });
+    const open = await j
+      .insertBatch({ ...base(name), batchId: randomUUID(), boundaryLow: '20', boundaryHigh: '30' })
+      .catch((e: unknown) => e);
+    expect(codeOf(open)).toBe('open_batch_exists');
+    expect(isTransferError(open) && open.detail).toEqual({ batchId: next.batchId });
+    // Nothing of the refused inserts was recorded.
+    expect((await j.events(id)).map((e) => e.event)).toEqual(['created', 'test']);
+    expect((await j.list({ transfer: name, limit: 10 })).map((b) => b.batchId)).toEqual([next.batchId, id]);
+    // A failed batch releases its window: a new batch may cover it.
+    await j.transition(next.batchId, ['extracting'], 'failed', { stamp: 'failed_at' }, 'failed');
+    const again = await j.insertBatch({ ...base(name), batchId: randomUUID(), boundaryLow: '10', boundaryHigh: '20' });
+    expect(again.state).toBe('extracting');
+  });
+
+  it('the state machine: compare-and-set transitions, patch rules, stamps, events, reads', async () => {
+    const name = unique('sm');
+    const a = await j.insertBatch({ ...base(name), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '50' });
+    const m = await j.transition(
+      a.batchId,
+      ['extracting'],
+      'extracting',
+      { rowCount: 50, checksum: 'c1', stamp: 'extracted_at' },
+      'manifest_recorded',
+      { rowCount: 50 },
+    );
+    expect(m).toMatchObject({ rowCount: 50, checksum: 'c1', state: 'extracting' });
+    expect(m?.extractedAt).toBeInstanceOf(Date);
+    // A state that does not match moves nothing and records nothing.
+    expect(await j.transition(a.batchId, ['staged'], 'applying', {}, 'nope')).toBeNull();
+    await j.note(a.batchId, 'stage_error', { code: 'E1' }, { lastError: 'boom', lastErrorCode: 'E1' });
+    expect(await j.get(a.batchId)).toMatchObject({ state: 'extracting', lastError: 'boom', lastErrorCode: 'E1' });
+    const s = await j.transition(
+      a.batchId,
+      ['extracting'],
+      'staged',
+      { stagedCount: 50, stagedChecksum: 'c1', lastError: null, stamp: 'staged_at' },
+      'staged',
+    );
+    // null clears a column; an absent key leaves it as it was.
+    expect(s).toMatchObject({ state: 'staged', stagedCount: 50, stagedChecksum: 'c1', lastError: null });
+    expect(s?.lastErrorCode).toBe('E1');
+    expect(s?.stagedAt).toBeInstanceOf(Date);
+    const ap = await j.transition(
+      a.batchId,
+      ['staged'],
+      'applying',
+      { incrementAttempts: true, stamp: 'apply_started_at' },
+      'apply_started',
+      { attempt: 1 },
+    );
+    expect(ap).toMatchObject({ state: 'applying', attempts: 1 });
+    expect(ap?.applyStartedAt).toBeInstanceOf(Date);
+    expect((await j.stale(['applying'], 0, 1000)).map((b) => b.batchId)).toContain(a.batchId);
+    expect((await j.stale(['applying'], 3_600_000, 1000)).map((b) => b.batchId)).not.toContain(a.batchId);
+    const done = await j.transition(
+      a.batchId,
+      ['applying'],
+      'committed',
+      { appliedCount: 50, stamp: 'committed_at' },
+      'applied',
+    );
+    expect(done).toMatchObject({ state: 'committed', appliedCount: 50, attempts: 1 });
+    expect(done?.committedAt).toBeInstanceOf(Date);
+    const b = await j.insertBatch({ ...base(name), batchId: randomUUID(), boundaryLow: '50', boundaryHigh: '90' });
+    const last = await j.lastForTransfer(name);
+    expect(last.open?.batchId).toBe(b.batchId);
+    expect(last.lastCommitted).toMatchObject({ batchId: a.batchId, appliedCount: 50, boundaryHigh: '50' });
+    expect((await j.list({ transfer: name, limit: 1 })).map((x) => x.batchId)).toEqual([b.batchId]);
+    expect((await j.list({ transfer: name, limit: 5, afterId: b.batchId })).map((x) => x.batchId)).toEqual([a.batchId]);
+    expect((await j.list({ transfer: name, state: 'committed', limit: 5 })).map((x) => x.batchId)).toEqual([a.batchId]);
+    expect(await j.get(randomUUID())).toBeNull();
+    const ev = await j.events(a.batchId);
+    expect(ev.map((e) => [e.event, e.fromState, e.toState])).toEqual([
+      ['created', null, 'extracting'],
+      ['manifest_recorded', 'extracting', 'extracting'],
+      ['stage_error', 'extracting', 'extracting'],
+      ['staged', 'extracting', 'staged'],
+      ['apply_started', 'staged', 'applying'],
+      ['applied', 'applying', 'committed'],
+    ]);
+    expect(ev[0]!.detail).toEqual({ low: null, high: '50', schemaHash: 'h'.repeat(64) });
+    expect(ev[1]!.detail).toEqual({ rowCount: 50 });
+    expect(ev[4]!.detail).toEqual({ attempt: 1 });
+  });
+
+  it('the reconcile token is kept unchanged until the next apply starts, and then cleared', async () => {
+    const name = unique('tok');
+    const a = await j.insertBatch({ ...base(name), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '5' });
+    await j.transition(a.batchId, ['extracting'], 'staged', { rowCount: 5, checksum: 'c', stagedCount: 5 }, 'staged');
+    await j.transition(a.batchId, ['staged'], 'applying', { incrementAttempts: true }, 'apply_started');
+    // Opaque: any text the target hands out (Oracle's is a long hex string) comes back exactly.
+    const token = `${'0a'.repeat(120)}:Zz-_/+=`;
+    await j.note(a.batchId, 'reconcile_token_recorded', { token }, { targetReconcileToken: token });
+    expect((await j.get(a.batchId))?.targetReconcileToken).toBe(token);
+    const back = await j.transition(a.batchId, ['applying'], 'staged', {}, 'reconciled_not_applied');
+    expect(back?.targetReconcileToken).toBe(token);
+    const again = await j.transition(
+      a.batchId,
+      ['staged'],
+      'applying',
+      { incrementAttempts: true, targetReconcileToken: null },
+      'apply_started',
+    );
+    expect(again).toMatchObject({ attempts: 2, targetReconcileToken: null });
+    expect((await j.events(a.batchId)).find((e) => e.event === 'reconcile_token_recorded')?.detail).toEqual({ token });
+  });
+
+  it('concurrent starts of one apply: exactly one compare-and-set wins, and attempts count each start once', async () => {
+    const name = unique('cas');
+    const a = await j.insertBatch({ ...base(name), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '5' });
+    await j.transition(a.batchId, ['extracting'], 'staged', { rowCount: 5, checksum: 'c', stagedCount: 5 }, 'staged');
+    for (let round = 1; round <= 3; round++) {
+      const results = await Promise.all(
+        Array.from({ length: 8 }, () =>
+          j.transition(a.batchId, ['staged'], 'applying', { incrementAttempts: true }, 'apply_started'),
+        ),
+      );
+      const winners = results.filter((r) => r !== null);
+      expect(winners).toHaveLength(1);
+      expect(winners[0]!.attempts).toBe(round);
+      // Reconcile's "not applied" moves it back; the next start is a new attempt.
+      expect(await j.transition(a.batchId, ['applying'], 'staged', {}, 'reconciled_not_applied')).not.toBeNull();
+    }
+    const starts = (await j.events(a.batchId)).filter((e) => e.event === 'apply_started');
+    expect(starts).toHaveLength(3);
+  });
+
+  it('20 concurrent inserts for one window on a 4-connection journal: one batch, 19 open_batch_exists, no hang', async () => {
+    const small = await h.openJournal({ poolSize: 4 });
+    try {
+      const name = unique('storm');
+      const results = await Promise.race([
+        Promise.allSettled(
+          Array.from({ length: 20 }, () =>
+            small.insertBatch({ ...base(name), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '100' }),
+          ),
+        ),
+        new Promise<never>((_r, reject) =>
+          setTimeout(() => reject(new Error('journal inserts hung (pool starvation)')), 30_000),
+        ),
+      ]);
+      const ok = results.filter((r) => r.status === 'fulfilled');
+      const codes = results
+        .filter((r): r is PromiseRejectedResult => r.status === 'rejected')
+        .map((r) => codeOf(r.reason));
+      expect(ok).toHaveLength(1);
+      expect(codes).toEqual(Array(19).fill('open_batch_exists'));
+      // The pool is not starved afterwards.
+      expect((await small.lastForTransfer(name)).open?.state).toBe('extracting');
+    } finally {
+      await small.close();
+    }
+  });
+}

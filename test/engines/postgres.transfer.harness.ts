@@ -1,0 +1,184 @@
+// The transfer harnesses for PostgreSQL (test/contract/transferHarness.ts): journal, source and target, each in a
+// fresh database on the run's embedded server.
+import pg from 'pg';
+import { randomBytes } from 'node:crypto';
+import { createJournalPool, PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
+import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
+import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
+import { migratePostgresTarget } from '../../shared/engines/postgres/transferEndpoints.js';
+import type { TransferConfig } from '../../shared/transfer/config.js';
+import type { JournalHarness, SourceHarness, TargetHarness } from '../contract/transferHarness.js';
+import { createTestDatabase } from '../support/pg.js';
+import { migrateJournal, ORDERS_DDL } from '../transfer/helpers.js';
+
+const TABLE_NAME = /^[a-z_][a-z0-9_]*$/;
+
+function pool(url: string, max: number, applicationName = 'keel-harness'): pg.Pool {
+  const p = new pg.Pool({ connectionString: url, max, application_name: applicationName });
+  p.on('error', () => undefined); // a session the tests end on purpose
+  return p;
+}
+
+export class PostgresJournalHarness implements JournalHarness {
+  readonly engine = 'postgres';
+  private url: Promise<string> | undefined;
+
+  private database(): Promise<string> {
+    this.url ??= (async () => {
+      const url = await createTestDatabase('tj');
+      const owner = pool(url, 1);
+      try {
+        await migrateJournal(owner);
+      } finally {
+        await owner.end();
+      }
+      return url;
+    })();
+    return this.url;
+  }
+
+  async openJournal(opts: { poolSize?: number } = {}): Promise<PostgresTransferJournal> {
+    return new PostgresTransferJournal(createJournalPool(await this.database(), { max: opts.poolSize ?? 8 }), {
+      ownsPool: true,
+    });
+  }
+
+  async close(): Promise<void> {}
+}
+
+export class PostgresSourceHarness implements SourceHarness {
+  readonly engine = 'postgres';
+  private db: pg.Pool | undefined;
+  private url = '';
+
+  private async admin(): Promise<pg.Pool> {
+    if (!this.db) {
+      this.url = await createTestDatabase('ts');
+      this.db = pool(this.url, 4);
+    }
+    return this.db;
+  }
+
+  async createTable() {
+    const db = await this.admin();
+    const table = `src_${randomBytes(4).toString('hex')}`;
+    await db.query(
+      `create table public.${table} (id bigint primary key, customer text, amount numeric(12,2), flag boolean)`,
+    );
+    return {
+      source: { engine: 'postgres', connectionSetting: 'TEST_SOURCE', table: `public.${table}` },
+      table,
+    };
+  }
+
+  async insertRows(table: string, from: number, to: number): Promise<void> {
+    if (!TABLE_NAME.test(table)) throw new Error(`bad table ${table}`);
+    await (
+      await this.admin()
+    ).query(
+      `insert into public.${table} (id, customer, amount, flag)
+       select n, 'customer ' || n, case when n % 7 = 0 then null else round(n * 1.25, 2) end, n % 2 = 0
+         from generate_series($1::bigint, $2::bigint) as n`,
+      [from, to],
+    );
+  }
+
+  async updateRow(table: string, id: number): Promise<void> {
+    if (!TABLE_NAME.test(table)) throw new Error(`bad table ${table}`);
+    await (
+      await this.admin()
+    ).query(`update public.${table} set customer = customer || ' (changed)' where id = $1`, [id]);
+  }
+
+  async openSource(t: TransferConfig): Promise<PostgresTransferSource> {
+    await this.admin();
+    return new PostgresTransferSource(t, pool(this.url, 3), { ownsPool: true });
+  }
+
+  async close(): Promise<void> {
+    await this.db?.end();
+  }
+}
+
+export class PostgresTargetHarness implements TargetHarness {
+  readonly engine = 'postgres';
+  private db: pg.Pool | undefined;
+  private url = '';
+  private readonly holders = new Set<pg.PoolClient>();
+
+  private async admin(): Promise<pg.Pool> {
+    if (!this.db) {
+      this.url = await createTestDatabase('tt');
+      this.db = pool(this.url, 6);
+      await migratePostgresTarget(this.db);
+    }
+    return this.db;
+  }
+
+  async createTable() {
+    const db = await this.admin();
+    const table = `tgt_${randomBytes(4).toString('hex')}`;
+    await db.query(ORDERS_DDL.replace('public.orders', `public.${table}`));
+    return {
+      target: { engine: 'postgres', connectionSetting: 'TEST_TARGET', table: `public.${table}` },
+      column: (source: string) => source,
+    };
+  }
+
+  async openTarget(t: TransferConfig): Promise<PostgresTransferTarget> {
+    await this.admin();
+    // Its own pool, named so that cutApplies can find its sessions.
+    return new PostgresTransferTarget(t, pool(this.url, 3, 'keel-contract-target'), { ownsPool: true });
+  }
+
+  async countRows(t: TransferConfig): Promise<number> {
+    const table = t.target.table;
+    if (!/^public\.[a-z_][a-z0-9_]*$/.test(table)) throw new Error(`bad table ${table}`);
+    return (await (await this.admin()).query(`select count(*)::int as n from ${table}`)).rows[0].n;
+  }
+
+  async completion(batchId: string) {
+    const r = await (
+      await this.admin()
+    ).query(`select state, fenced_through::int as f from keel_transfer.completions where batch_id = $1`, [batchId]);
+    return r.rows[0] ? { state: r.rows[0].state, fencedThrough: r.rows[0].f } : null;
+  }
+
+  // The completion row's primary key serializes apply and reconcile: an uncommitted 'claimed' row is what an open
+  // apply holds.
+  async holdClaim(batchId: string, transfer: string) {
+    const holder = await (await this.admin()).connect();
+    this.holders.add(holder);
+    await holder.query('begin');
+    await holder.query(
+      `insert into keel_transfer.completions (batch_id, transfer_name, state) values ($1, $2, 'claimed')`,
+      [batchId, transfer],
+    );
+    return {
+      release: async () => {
+        if (!this.holders.delete(holder)) return;
+        await holder.query('rollback').catch(() => undefined);
+        holder.release();
+      },
+    };
+  }
+
+  async cutApplies(): Promise<void> {
+    await (
+      await this.admin()
+    ).query(
+      `select pg_terminate_backend(pid) from pg_stat_activity
+        where datname = current_database() and application_name = 'keel-contract-target'
+          and query like '%keel_transfer.apply_batch%' and state = 'active'`,
+    );
+  }
+
+  async close(): Promise<void> {
+    for (const h of this.holders) {
+      await h.query('rollback').catch(() => undefined);
+      h.release();
+    }
+    this.holders.clear();
+    await this.db?.end();
+  }
+}
