@@ -188,7 +188,7 @@ export function defineTargetAdapterContract(makeHarness: () => TargetHarness): v
     const t = await transfer(150);
     const p1 = await service(t);
     const p2 = await service(t);
-    for (let round = 0; round < 4; round++) {
+    for (let round = 0; round < 10; round++) {
       const b = await p1.svc.createBatch(t.name);
       expect((await p1.svc.stage(b.batchId)).state).toBe('staged');
       const req = await request(p1.svc, b);
@@ -201,7 +201,7 @@ export function defineTargetAdapterContract(makeHarness: () => TargetHarness): v
       expect([v1.state, v2.state]).toContain('committed');
       expect((await p1.svc.reconcile(b.batchId)).state).toBe('committed');
     }
-    await expectExactlyOnce(t, 600);
+    await expectExactlyOnce(t, 1500);
   });
 
   it('reconcile verdicts and the fence: "not applied" is final for the attempts so far; abandon fences every attempt', async () => {
@@ -256,6 +256,9 @@ export function defineTargetAdapterContract(makeHarness: () => TargetHarness): v
       const v = await svc.reconcile(b.batchId);
       expect(v).toMatchObject({ state: 'unresolved', status: 'unresolved', lastErrorCode: 'claim_blocked' });
       expect(v.nextAction).toMatch(/Reconcile again later/);
+      // Maintenance asks again and gets the same answer.
+      const stale = await svc.reconcileStale(0, 100);
+      expect(stale.find((x) => x.batchId === b.batchId)?.state).toBe('unresolved');
     } finally {
       await held.release();
     }

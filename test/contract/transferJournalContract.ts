@@ -2,7 +2,7 @@
 // refusals told apart, the compare-and-set state machine with its patch rules and events, attempt numbering under
 // concurrent starts, the reconcile token kept unchanged, and concurrent inserts for one window on a small pool.
 import { randomBytes, randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { isTransferError } from '../../shared/transfer/errors.js';
 import type { NewBatch, TransferJournal } from '../../shared/transfer/journal.js';
 import type { JournalHarness } from './transferHarness.js';

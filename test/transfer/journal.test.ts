@@ -1,6 +1,7 @@
-// The transfer journal on PostgreSQL: refusals told apart (duplicate id, open batch, covered window), concurrent
-// inserts on a small pool, a least-privilege role that may only EXECUTE the keel functions, and the journal
-// connection's timeouts (lock wait, a server that never replies, a server that never accepts the login).
+// The transfer journal on PostgreSQL, beyond the contract every journal meets (test/contract/transferJournalContract.ts,
+// run by test/engines/postgres.transferJournal.test.ts): a least-privilege role that may only EXECUTE the keel
+// functions, and the journal connection's timeouts (lock wait, a server that never replies, a server that never
+// accepts the login).
 import { randomBytes, randomUUID } from 'node:crypto';
 import net from 'node:net';
 import { readFileSync } from 'node:fs';
@@ -8,7 +9,6 @@ import path from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createJournalPool, PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
-import { isTransferError } from '../../shared/transfer/errors.js';
 import type { NewBatch } from '../../shared/transfer/journal.js';
 import { FaultProxy } from '../support/faultProxy.js';
 import { createTestDatabase } from '../support/pg.js';
@@ -21,7 +21,6 @@ const base = (name: string): Omit<NewBatch, 'batchId' | 'boundaryLow' | 'boundar
   schemaHash: 'h'.repeat(64),
   schemaColumns: [{ name: 'id', type: 'bigint', logical: 'int' }],
 });
-const codeOf = (e: unknown) => (isTransferError(e) ? e.code : `not a transfer error: ${String(e)}`);
 
 let url: string;
 let owner: pg.Pool;
@@ -34,72 +33,6 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await owner?.end();
-});
-
-describe('journal refusals', () => {
-  it('a duplicate batch id is reported as such, not as a taken window or an open batch', async () => {
-    const j = new PostgresTransferJournal(owner);
-    const id = randomUUID();
-    const first = await j.insertBatch({ ...base('dup'), batchId: id, boundaryLow: null, boundaryHigh: '10' });
-    expect(first).toMatchObject({ batchId: id, state: 'extracting', boundaryHigh: '10', rowCount: null });
-    // Same id while it is open: the id is the problem, not the open batch.
-    await expect(
-      j.insertBatch({ ...base('dup'), batchId: id, boundaryLow: '10', boundaryHigh: '20' }),
-    ).rejects.toSatisfy((e) => codeOf(e) === 'duplicate_batch_id');
-    // Same id once it is committed, for a free window (the only rule it breaks is the id): still the id.
-    await j.transition(id, ['extracting'], 'committed', { appliedCount: 0, stamp: 'committed_at' }, 'test');
-    const err = await j
-      .insertBatch({ ...base('dup'), batchId: id, boundaryLow: '10', boundaryHigh: '20' })
-      .catch((e: unknown) => e);
-    expect(codeOf(err)).toBe('duplicate_batch_id');
-    expect(isTransferError(err) && err.detail).toEqual({ batchId: id, state: 'committed' });
-    // Same id under another transfer name: also the id.
-    await expect(
-      j.insertBatch({ ...base('dup_other'), batchId: id, boundaryLow: null, boundaryHigh: '5' }),
-    ).rejects.toSatisfy((e) => codeOf(e) === 'duplicate_batch_id');
-    // A fresh id for a covered window: the window; for the next window: accepted.
-    await expect(
-      j.insertBatch({ ...base('dup'), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '30' }),
-    ).rejects.toSatisfy((e) => codeOf(e) === 'window_taken');
-    const next = await j.insertBatch({ ...base('dup'), batchId: randomUUID(), boundaryLow: '10', boundaryHigh: '20' });
-    const open = await j
-      .insertBatch({ ...base('dup'), batchId: randomUUID(), boundaryLow: '20', boundaryHigh: '30' })
-      .catch((e: unknown) => e);
-    expect(codeOf(open)).toBe('open_batch_exists');
-    expect(isTransferError(open) && open.detail).toEqual({ batchId: next.batchId });
-    // Nothing of the refused inserts was recorded.
-    const events = await owner.query(`select count(*)::int as n from keel.transfer_batch_events where batch_id = $1`, [
-      id,
-    ]);
-    expect(events.rows[0].n).toBe(2); // created + test
-  });
-
-  it('20 concurrent inserts for one window on a 4-connection pool: one batch, 19 open_batch_exists, no hang', async () => {
-    const pool = createJournalPool(url, { max: 4 });
-    try {
-      const j = new PostgresTransferJournal(pool);
-      const results = await Promise.race([
-        Promise.allSettled(
-          Array.from({ length: 20 }, () =>
-            j.insertBatch({ ...base('storm'), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '100' }),
-          ),
-        ),
-        new Promise<never>((_r, reject) =>
-          setTimeout(() => reject(new Error('journal inserts hung (pool starvation)')), 20_000),
-        ),
-      ]);
-      const ok = results.filter((r) => r.status === 'fulfilled');
-      const codes = results
-        .filter((r): r is PromiseRejectedResult => r.status === 'rejected')
-        .map((r) => codeOf(r.reason));
-      expect(ok).toHaveLength(1);
-      expect(codes).toEqual(Array(19).fill('open_batch_exists'));
-      // The pool is not starved afterwards.
-      expect((await j.lastForTransfer('storm')).open?.state).toBe('extracting');
-    } finally {
-      await pool.end();
-    }
-  });
 });
 
 describe('least privilege: a role that may only EXECUTE keel functions', () => {

@@ -1,5 +1,6 @@
-// Oracle target: KEEL_TRANSFER objects migrated on a real server, PostgreSQL -> Oracle end to end, two appliers
-// racing, and reconcile through TRY_CLAIM (and Transaction Guard when the service has COMMIT_OUTCOME).
+// Oracle target, beyond the target adapter contract every target meets (test/contract/targetAdapterContract.ts, run
+// by test/engines/oracle.targetAdapter.test.ts): how sql/oracle splits into PL/SQL units, and a target table without
+// a key refused at prepare.
 // Runs when KEEL_TEST_ORACLE_URL (oracle://user:password@host:1521/service) is set, e.g. CI's gvenzl/oracle-free
 // service container; skipped otherwise.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -11,13 +12,11 @@ import { createOraclePool, OracleTransferTarget } from '../../shared/engines/ora
 import { migrateOracleTarget, splitOracleBlocks } from '../../shared/engines/oracle/transferMigrate.js';
 import { readMigrationFiles, readRepeatableFiles } from '../../shared/engines/migrationFiles.js';
 import { isTransferError } from '../../shared/transfer/errors.js';
-import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
 import { parseTransfers } from '../../shared/transfer/config.js';
 import { transferEngineRules } from '../../shared/engines/registry.js';
-import { TransferService } from '../../shared/transfer/service.js';
 import { createTestDatabase } from '../support/pg.js';
-import { insertSourceRows, migrateJournal, ORDERS_DDL } from './helpers.js';
+import { insertSourceRows, ORDERS_DDL } from './helpers.js';
 
 const TRANSFER_RULES = transferEngineRules();
 
@@ -49,7 +48,6 @@ const title = URL_ ? 'Oracle transfer target' : 'Oracle transfer target (skipped
 suite(title, () => {
   let pool: oracledb.Pool;
   let source: pg.Pool;
-  let control: pg.Pool;
   const table = `KEEL_T_${randomBytes(4).toString('hex').toUpperCase()}`;
   const name = `ora_${randomBytes(3).toString('hex')}`;
 
@@ -64,11 +62,9 @@ suite(title, () => {
       await c.close();
     }
     source = new pg.Pool({ connectionString: await createTestDatabase('tr_ora_src'), max: 3 });
-    control = new pg.Pool({ connectionString: await createTestDatabase('tr_ora_ctl'), max: 3 });
-    await migrateJournal(control);
     await source.query(ORDERS_DDL);
     // Oracle stores '' as NULL, so the source has no empty strings here (the adapter refuses them explicitly).
-    await insertSourceRows(source, 1, 900);
+    await insertSourceRows(source, 1, 10);
   });
   afterAll(async () => {
     const c = await pool?.getConnection();
@@ -79,10 +75,9 @@ suite(title, () => {
     }
     await pool?.close(0);
     await source?.end();
-    await control?.end();
   });
 
-  function service() {
+  function transfer() {
     const [t] = parseTransfers(
       [
         {
@@ -107,91 +102,11 @@ suite(title, () => {
       ],
       TRANSFER_RULES,
     );
-    const target = new OracleTransferTarget(t!, pool);
-    const svc = new TransferService({
-      journal: new PostgresTransferJournal(control),
-      transfers: [t!],
-      connect: (tc) => ({ source: new PostgresTransferSource(tc, source), target }),
-    });
-    return { t: t!, svc, target };
+    return t!;
   }
 
-  it('PostgreSQL -> Oracle end to end; re-apply is a no-op', async () => {
-    const { svc, target, t } = service();
-    let n = 0;
-    for (;;) {
-      const b = await svc.tryCreateBatch(name);
-      if (!b) break;
-      const v = await svc.run(b.batchId);
-      expect(v.state, v.lastError ?? '').toBe('committed');
-      n += v.appliedCount ?? 0;
-      const detail = (await svc.getBatch(b.batchId))!;
-      const again = await target.apply(
-        {
-          batchId: b.batchId,
-          transfer: t.name,
-          manifest: { rowCount: b.rowCount!, checksum: b.checksum! },
-          schema: { columns: detail.schemaColumns, hash: detail.schemaHash },
-        },
-        { attempt: 2 },
-      );
-      expect(again.outcome).toBe('already_committed');
-    }
-    expect(n).toBe(900);
-    const c = await pool.getConnection();
-    try {
-      const r = await c.execute<[number]>(`SELECT COUNT(*) FROM "${table}"`, [], {
-        outFormat: oracledb.OUT_FORMAT_ARRAY,
-      });
-      expect(Number(r.rows![0]![0])).toBe(900);
-    } finally {
-      await c.close();
-    }
-  });
-
-  it('two appliers race: exactly one applies; reconcile reads the outcome', async () => {
-    await insertSourceRows(source, 901, 1200);
-    const { svc, target, t } = service();
-    const b = await svc.createBatch(name);
-    expect((await svc.stage(b.batchId)).state).toBe('staged');
-    const detail = (await svc.getBatch(b.batchId))!;
-    const req = {
-      batchId: b.batchId,
-      transfer: t.name,
-      manifest: { rowCount: b.rowCount!, checksum: b.checksum! },
-      schema: { columns: detail.schemaColumns, hash: detail.schemaHash },
-    };
-    const other = new OracleTransferTarget(t, pool);
-    await other.prepare(req.schema);
-    const results = await Promise.all([target.apply(req, { attempt: 1 }), other.apply(req, { attempt: 1 })]);
-    expect(results.map((r) => r.outcome).sort()).toEqual(['already_committed', 'applied']);
-    const rec = await target.reconcile(req, 1000, 1, null);
-    expect(rec).toMatchObject({ outcome: 'committed', rowCount: b.rowCount });
-  });
-
-  it('a "not applied" verdict is final: TRY_CLAIM fences the attempts so far, a later attempt may still apply', async () => {
-    await insertSourceRows(source, 1201, 1300);
-    const { svc, target, t } = service();
-    const b = await svc.createBatch(name);
-    expect((await svc.stage(b.batchId)).state).toBe('staged');
-    const detail = (await svc.getBatch(b.batchId))!;
-    const req = {
-      batchId: b.batchId,
-      transfer: t.name,
-      manifest: { rowCount: b.rowCount!, checksum: b.checksum! },
-      schema: { columns: detail.schemaColumns, hash: detail.schemaHash },
-    };
-    expect(await target.reconcile(req, 1000, 1, null)).toMatchObject({ outcome: 'not_applied', staged: true });
-    // Attempt 1 arrives after the verdict (a call that was still on its way): refused, nothing applied.
-    await expect(target.apply(req, { attempt: 1 })).rejects.toSatisfy((e) => isTransferError(e, 'attempt_fenced'));
-    expect(await target.reconcile(req, 1000, 1, null)).toMatchObject({ outcome: 'not_applied' });
-    // The retry is attempt 2: it takes the fence over and commits.
-    expect((await target.apply(req, { attempt: 2 })).outcome).toBe('applied');
-    expect(await target.reconcile(req, 1000, 2, null)).toMatchObject({ outcome: 'committed', rowCount: b.rowCount });
-  });
-
   it('a target table without a key on the mapped key columns is refused at prepare', async () => {
-    const { t } = service();
+    const t = transfer();
     const loose = `KEEL_T_${randomBytes(4).toString('hex').toUpperCase()}`;
     const c = await pool.getConnection();
     try {

@@ -1,9 +1,10 @@
-// Two appliers racing on one batch, an apply held open during reconcile, staging conflicts, schema drift,
-// overlapping windows, and the generic (non-COPY) row path.
+// PostgreSQL -> PostgreSQL through the service: duplicate keys, the source's unique-key proof, the merge path,
+// restaging across the COPY and row paths, schema drift, overlapping windows, the generic (non-COPY) row path, and
+// a slow apply against a concurrent reconcile in many lanes. Racing appliers, an apply held open and the fence are in
+// the target adapter contract (test/contract/targetAdapterContract.ts), run on every target engine.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import {
-  assertExactlyOnce,
   crashCounter,
   createLane,
   insertSourceRows,
@@ -25,7 +26,7 @@ import { PostgresTransferSource } from '../../shared/engines/postgres/transferSo
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
 import { isTransferError } from '../../shared/transfer/errors.js';
 import { TransferService } from '../../shared/transfer/service.js';
-import type { SourceAdapter, StageRequest } from '../../shared/transfer/types.js';
+import type { SourceAdapter } from '../../shared/transfer/types.js';
 
 // Short timeouts for tests (production defaults: shared/transfer/timeouts.ts), still far above what a healthy step needs.
 const TEST_TIMEOUTS: TransferTimeouts = {
@@ -45,148 +46,13 @@ describe('races, conflicts and drift', () => {
     env = await setupDatabases('tr_races');
     await env.source.query(ORDERS_DDL);
     await env.target.query(TARGET_DDL);
+    // The source rows the tests below take their windows from.
+    await insertSourceRows(env.source, 1, 3100);
     targetB = new pg.Pool({ connectionString: env.targetUrl, max: 2 });
   });
   afterAll(async () => {
     await targetB?.end();
     await env?.close();
-  });
-
-  it('two appliers race on one batch: exactly one applies, the other learns it (20 rounds)', async () => {
-    await env.source.query('truncate public.orders');
-    await insertSourceRows(env.source, 1, 20 * 150);
-    const t = ordersTransfer('race', { batchSize: 150 });
-    const svc = makeService(env, [t]);
-    const a = new PostgresTransferTarget(t, env.target);
-    const b = new PostgresTransferTarget(t, targetB);
-    for (let round = 0; round < 20; round++) {
-      const created = await svc.createBatch(t.name);
-      const staged = await svc.stage(created.batchId);
-      expect(staged.state).toBe('staged');
-      const req: StageRequest = {
-        batchId: created.batchId,
-        transfer: t.name,
-        manifest: { rowCount: created.rowCount!, checksum: created.checksum! },
-        schema: { columns: (await svc.getBatch(created.batchId))!.schemaColumns, hash: created.schemaHash },
-      };
-      // Straight at the target procedure, both at once: the completion row's key serializes them.
-      const results = await Promise.all([a.apply(req, { attempt: 1 }), b.apply(req, { attempt: 1 })]);
-      expect(results.map((r) => r.outcome).sort()).toEqual(['already_committed', 'applied']);
-      expect(results.every((r) => r.rowCount === created.rowCount && r.checksum === created.checksum)).toBe(true);
-      // Through the service (two services, as two hosts would): the journal lets one apply call through,
-      // reconcile reads the target's verdict, and the batch ends committed exactly once.
-      const [v1, v2] = await Promise.all([
-        svc.apply(created.batchId),
-        makeService(env, [t], targetB).apply(created.batchId),
-      ]);
-      expect([v1.state, v2.state]).toContain('committed');
-      const fin = await svc.reconcile(created.batchId);
-      expect(fin.state).toBe('committed');
-    }
-    const r = await assertExactlyOnce(env);
-    expect(r).toEqual({ source: 3000, target: 3000, maxWrites: 1 });
-  });
-
-  it('an apply still open on the target makes the batch unresolved, never guessed', async () => {
-    const t = ordersTransfer('held', { batchSize: 50, reconcileWaitMs: 100 });
-    await insertSourceRows(env.source, 3001, 3100);
-    const svc = makeService(env, [t]);
-    // Windows of this transfer start after what 'race' already moved: pretend by committing nothing yet.
-    const created = await svc.createBatch(t.name);
-    await svc.stage(created.batchId);
-    // Another session holds the claim (an apply whose transaction is still open).
-    const holder = await targetB.connect();
-    await holder.query('begin');
-    await holder.query(
-      `insert into keel_transfer.completions (batch_id, transfer_name, state) values ($1, 'held', 'claimed')`,
-      [created.batchId],
-    );
-    const journal = new PostgresTransferJournal(env.control);
-    await journal.transition(
-      created.batchId,
-      ['staged'],
-      'applying',
-      { incrementAttempts: true, stamp: 'apply_started_at' },
-      'apply_started',
-    );
-    const v = await svc.reconcile(created.batchId);
-    expect(v.state).toBe('unresolved');
-    expect(v.status).toBe('unresolved');
-    expect(v.lastErrorCode).toBe('claim_blocked');
-    expect(v.nextAction).toMatch(/Reconcile again later/);
-    expect((await svc.reconcileStale(0, 10)).map((x) => x.state)).toEqual(['unresolved']);
-    // The open transaction rolls back: reconcile now obtains the claim, so nothing was applied; retry commits.
-    await holder.query('rollback');
-    holder.release();
-    const after = await svc.reconcile(created.batchId);
-    expect(after.state).toBe('staged');
-    const done = await svc.run(created.batchId);
-    expect(done.state).toBe('committed');
-    expect(done.attempts).toBe(2);
-  });
-
-  it('the fence: a ruled-out attempt is refused on the target; staged batches are asked; abandon never releases a committed window', async () => {
-    const t = ordersTransfer('fenced', { batchSize: 40, reconcileWaitMs: 100 });
-    if ((await env.source.query(`select count(*)::int as n from public.orders`)).rows[0].n < 80)
-      await insertSourceRows(env.source, 9001, 9080); // when run alone
-    await env.target.query(`create table public.fenced_target (like public.orders including all)`);
-    const tt = { ...t, target: { ...t.target, table: 'public.fenced_target' } };
-    const svc = makeService(env, [tt]);
-    const target = new PostgresTransferTarget(tt, env.target);
-    const b = await svc.createBatch(tt.name);
-    expect((await svc.stage(b.batchId)).state).toBe('staged');
-    const detail = (await svc.getBatch(b.batchId))!;
-    const req: StageRequest = {
-      batchId: b.batchId,
-      transfer: tt.name,
-      manifest: { rowCount: b.rowCount!, checksum: b.checksum! },
-      schema: { columns: detail.schemaColumns, hash: detail.schemaHash },
-    };
-    // Attempt 1 is started in the journal, its call is "on its way"; a rival reconcile rules it out first.
-    const journal = new PostgresTransferJournal(env.control);
-    await journal.transition(
-      b.batchId,
-      ['staged'],
-      'applying',
-      { incrementAttempts: true, stamp: 'apply_started_at' },
-      'apply_started',
-    );
-    const r = await svc.reconcile(b.batchId);
-    expect(r.state).toBe('staged');
-    // The late call arrives: refused, nothing applied.
-    await expect(target.apply(req, { attempt: 1 })).rejects.toSatisfy((e) => isTransferError(e, 'attempt_fenced'));
-    expect((await env.target.query(`select count(*)::int as n from public.fenced_target`)).rows[0].n).toBe(0);
-    // A later attempt (what the journal hands out next) takes the fence over and commits -- here behind the journal's
-    // back, as a process whose reply never got recorded would.
-    expect((await target.apply(req, { attempt: 2 })).outcome).toBe('applied');
-    // The journal says staged, the target committed: reconcile asks the target for staged batches too ...
-    const seen = await svc.getBatch(b.batchId);
-    expect(seen!.state).toBe('staged');
-    // ... and abandon asks it under the final fence: committed wins, the window is not released.
-    const ab = await svc.abandon(b.batchId, 'test');
-    expect(ab.state).toBe('committed');
-    expect(ab.appliedCount).toBe(b.rowCount);
-    expect((await svc.getBatch(b.batchId))!.events.map((e) => e.event)).toContain('reconciled_committed');
-    // Abandon of a batch that was not applied: final fence, failed, and no attempt can commit it afterwards.
-    const b2 = await svc.createBatch(tt.name);
-    expect((await svc.stage(b2.batchId)).state).toBe('staged');
-    const ab2 = await svc.abandon(b2.batchId, 'test');
-    expect(ab2.state).toBe('failed');
-    const d2 = (await svc.getBatch(b2.batchId))!;
-    const req2: StageRequest = {
-      ...req,
-      batchId: b2.batchId,
-      manifest: { rowCount: b2.rowCount!, checksum: b2.checksum! },
-    };
-    await expect(target.apply(req2, { attempt: 1_000_000 })).rejects.toSatisfy((e) =>
-      isTransferError(e, 'attempt_fenced'),
-    );
-    const fence = await env.target.query(
-      `select state, fenced_through::text as f from keel_transfer.completions where batch_id = $1`,
-      [b2.batchId],
-    );
-    expect(fence.rows).toEqual([{ state: 'fenced', f: '2147483647' }]);
-    expect(d2.state).toBe('failed');
   });
 
   it('duplicate keys within a batch stop it with a reason and release its window', async () => {
