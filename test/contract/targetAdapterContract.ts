@@ -192,6 +192,7 @@ export function defineTargetAdapterContract(makeHarness: () => TargetHarness): v
       const b = await p1.svc.createBatch(t.name);
       expect((await p1.svc.stage(b.batchId)).state).toBe('staged');
       const req = await request(p1.svc, b);
+      if (round === 0) await p2.target.prepare(req.schema); // p1's target was prepared by its service
       // Straight at the target, both at once: the target serializes them.
       const results = await Promise.all([p1.target.apply(req, { attempt: 1 }), p2.target.apply(req, { attempt: 1 })]);
       expect(results.map((r) => r.outcome).sort()).toEqual(['already_committed', 'applied']);
