@@ -173,6 +173,8 @@ export class PostgresTransferTarget implements TargetAdapter {
   }
 
   async stage(req: StageRequest, feed: RowFeed): Promise<StageResult> {
+    if (feed.kind === 'bulk' && feed.format !== this.bulkFormat)
+      throw new Error(`the PostgreSQL target reads ${this.bulkFormat} bulk streams, not ${feed.format}`);
     const mapped = mappedColumns(this.t, req.schema);
     const stg = `keel_transfer.${quotePg(this.stagingTable)}`;
     if (this.targetTypes.size === 0) await this.loadTargetTypes();
