@@ -15,6 +15,7 @@ export interface TransferSourceRules {
 }
 export interface TransferTargetRules {
   credentialSettings: boolean; // takes userSetting/passwordSetting beside a connect string (else one URL)
+  transactionGuard: boolean; // takes transactionGuard: true (reconcile may ask Transaction Guard)
 }
 export interface TransferEngineRules {
   sources: Readonly<Record<string, TransferSourceRules>>;
@@ -54,7 +55,8 @@ const targetSchema = z
     engine: z.string(), // one of TransferEngineRules.targets (checked with the rules below)
     connectionSetting: settingName,
     table: qualified,
-    // Oracle only: the service has COMMIT_OUTCOME enabled, so reconcile also asks Transaction Guard.
+    // Targets with the transactionGuard rule only (Oracle): the service has COMMIT_OUTCOME enabled, so reconcile
+    // also asks Transaction Guard.
     transactionGuard: z.boolean().default(false),
     // Targets with credentialSettings only (Oracle), both or neither: credentials in their own app settings (Key
     // Vault references in Azure); then connectionSetting holds the connect string alone (host:port/service).
@@ -166,6 +168,13 @@ function checkEngines(t: z.output<typeof transferSchema>, rules: TransferEngineR
     issue(
       ['target', 'userSetting'],
       `only for a target that takes credential settings (${able.join(', ')}); a ${t.target.engine} target takes its credentials in connectionSetting`,
+    );
+  }
+  if (target && t.target.transactionGuard && !target.transactionGuard) {
+    const able = Object.keys(rules.targets).filter((e) => rules.targets[e]!.transactionGuard);
+    issue(
+      ['target', 'transactionGuard'],
+      `only for a target with Transaction Guard (${able.join(', ')}); a ${t.target.engine} target reconciles from its completion row`,
     );
   }
 }

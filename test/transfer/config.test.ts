@@ -111,12 +111,12 @@ describe('transfer configuration', () => {
       name,
       capabilities: { jobStore: false, journal: false, transferSource: true, transferTarget: true },
       transferSourceRules: { boundaryKinds: ['key'] },
-      transferTargetRules: { credentialSettings: false },
+      transferTargetRules: { credentialSettings: false, transactionGuard: false },
       ...rules,
     });
     const rules = transferEngineRules([
       made('alpha', { transferSourceRules: { boundaryKinds: ['key', 'rowversion'] } }),
-      made('beta', { transferTargetRules: { credentialSettings: true } }),
+      made('beta', { transferTargetRules: { credentialSettings: true, transactionGuard: false } }),
     ]);
     const alpha = {
       ...valid,
@@ -136,6 +136,14 @@ describe('transfer configuration', () => {
       parseTransfers([{ ...alpha, target: { ...alpha.target, userSetting: 'U', passwordSetting: 'P' } }], rules)[0]!
         .target,
     ).toMatchObject({ userSetting: 'U' });
+    expect(
+      messageOf(() => parseTransfers([{ ...alpha, target: { ...alpha.target, transactionGuard: true } }], rules)),
+    ).toMatch(/target\.transactionGuard: only for a target with Transaction Guard \(\); a beta target/);
+    expect(
+      messageOf(() =>
+        parseTransfers([{ ...valid, target: { ...valid.target, transactionGuard: true } }], TRANSFER_RULES),
+      ),
+    ).toMatch(/target\.transactionGuard: only for a target with Transaction Guard \(oracle\)/);
     expect(() => transferEngineRules([made('gamma', { transferTargetRules: undefined })])).toThrow(
       /gamma is a transfer target but declares no transferTargetRules/,
     );

@@ -4,7 +4,7 @@ import type { EngineDescriptor } from '../descriptor.js';
 export const oracle: EngineDescriptor = {
   name: 'oracle',
   capabilities: { jobStore: false, journal: false, transferSource: false, transferTarget: true },
-  transferTargetRules: { credentialSettings: true },
+  transferTargetRules: { credentialSettings: true, transactionGuard: true },
   async transferEndpoints(opts) {
     const { OracleTransferEndpoints } = await import('./transferEndpoints.js');
     return new OracleTransferEndpoints(opts);

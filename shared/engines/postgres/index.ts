@@ -5,7 +5,7 @@ export const postgres: EngineDescriptor = {
   name: 'postgres',
   capabilities: { jobStore: true, journal: true, transferSource: true, transferTarget: true },
   transferSourceRules: { boundaryKinds: ['key', 'timestamp'] },
-  transferTargetRules: { credentialSettings: false },
+  transferTargetRules: { credentialSettings: false, transactionGuard: false },
   controlSetting: 'KEEL_PG_URL',
   // The owner's URL when the app's own (KEEL_PG_URL) is the least-privilege login (docs/postgres.md).
   migrateSetting: 'KEEL_PG_MIGRATE_URL',
