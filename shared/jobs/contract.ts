@@ -111,14 +111,20 @@ export interface QueueSettings {
 
 export type QueueSettingsPatch = Partial<Omit<QueueSettings, 'name'>>;
 
+// Cheap at any table size (issue 12): pending, fetched, processing, dlq and the totals are counters kept exact in the
+// transaction of every change; oldestDueAgeMs is the first entry of the pending run_at index; due counts at most
+// STATS_DUE_COUNT_CAP index entries (docs/operations.md).
 export interface QueueStats {
   queue: string;
   pending: number;
+  // Pending jobs whose runAt has come. Exact (dueExact true) when fewer than STATS_DUE_COUNT_CAP pending jobs of the
+  // queue are due or fewer than that many are not yet due; otherwise due is STATS_DUE_COUNT_CAP, meaning "at least".
   due: number;
+  dueExact: boolean;
   fetched: number;
   processing: number;
   dlq: number;
-  oldestDueAgeMs: number | null; // queue lag
+  oldestDueAgeMs: number | null; // queue lag: age of the oldest due pending job
   succeeded: number;
   failed: number;
   retried: number;
@@ -126,6 +132,8 @@ export interface QueueStats {
   zombie: number;
   resurrected: number;
 }
+
+export const STATS_DUE_COUNT_CAP = 1000;
 
 export interface MetricBucket {
   bucketStart: Date;
@@ -171,7 +179,22 @@ export interface JobSearch {
   to?: Date;
   text?: string; // substring of payload text or last error
   afterId?: JobId; // keyset paging: ids lower than this (newest first)
+  // Archive and DLQ text searches examine at most this many rows per call (the next ids below afterId; default
+  // TEXT_SEARCH_SCAN_ROWS, at most TEXT_SEARCH_SCAN_ROWS_MAX), so they cost the same at any table size. Allowed
+  // only on those searches.
+  scanRows?: number;
   limit: number;
+}
+
+export const TEXT_SEARCH_SCAN_ROWS = 20_000;
+export const TEXT_SEARCH_SCAN_ROWS_MAX = 100_000;
+
+export interface JobPage {
+  items: JobRecord[]; // newest first, at most limit
+  // Pass as afterId for the next page; null when nothing is left below. A page that stopped at its scan bound has a
+  // nextAfterId even with fewer items than limit (or none): more may match further down.
+  nextAfterId: JobId | null;
+  scanBounded: boolean; // this page stopped at scanRows examined rows
 }
 
 // A recurring schedule's shared state (the definition itself lives in code: handlers/, defineSchedule).
@@ -231,6 +254,6 @@ export interface JobStore {
   listSchedules(name?: string): Promise<ScheduleState[]>;
   setSchedulePaused(name: string, paused: boolean): Promise<ScheduleState>;
   fireSchedule(name: string, expectedTick: Date | null, tick: Date, jobs: EnqueueRequest[]): Promise<FireResult>;
-  searchJobs(search: JobSearch): Promise<JobRecord[]>;
+  searchJobs(search: JobSearch): Promise<JobPage>;
   close(): Promise<void>;
 }

@@ -6,13 +6,17 @@ import type {
   DlqReason,
   FireResult,
   FireStatus,
+  JobPage,
   JobRecord,
+  JobSearch,
   MetricBucket,
   QueueSettings,
   QueueStats,
   RescueResult,
   ScheduleState,
 } from './contract.js';
+import { TEXT_SEARCH_SCAN_ROWS, TEXT_SEARCH_SCAN_ROWS_MAX } from './contract.js';
+import { assertPositiveInt, ValidationError } from './validate.js';
 
 export type Row = Record<string, unknown>;
 
@@ -101,6 +105,7 @@ export function toQueueStats(r: Row): QueueStats {
     queue: String(r.queue),
     pending: num(r.pending),
     due: num(r.due),
+    dueExact: Boolean(r.dueExact),
     fetched: num(r.fetched),
     processing: num(r.processing),
     dlq: num(r.dlq),
@@ -154,4 +159,25 @@ export function toFireResult(rows: Record<string, unknown>[]): FireResult {
     .filter((r) => r.jobId !== null && r.jobId !== undefined)
     .map((r) => ({ id: String(r.jobId), duplicate: Boolean(r.duplicate) }));
   return { status, jobs };
+}
+
+// The scan bound of a search (JobSearch.scanRows): archive and DLQ text searches always have one; others none.
+export function searchScanRows(s: JobSearch): number | null {
+  const bounded = s.location !== 'hot' && s.text !== undefined;
+  if (s.scanRows !== undefined) {
+    if (!bounded) throw new ValidationError('scanRows', 'applies to archive and DLQ text searches only');
+    assertPositiveInt('scanRows', s.scanRows, TEXT_SEARCH_SCAN_ROWS_MAX);
+    return s.scanRows;
+  }
+  return bounded ? TEXT_SEARCH_SCAN_ROWS : null;
+}
+
+// search_jobs rows to a page: a trailing 'scan_bound' row carries the lowest id the bounded scan examined.
+export function toJobPage(rows: Row[], limit: number, toRecord: (r: Row) => JobRecord): JobPage {
+  const last = rows.length > 0 ? camelKeys(rows[rows.length - 1]!) : undefined;
+  const bound = last?.location === 'scan_bound';
+  const floor = bound ? String(last.jobId) : null;
+  const items = (bound ? rows.slice(0, -1) : rows).map(toRecord);
+  if (items.length === limit) return { items, nextAfterId: items[items.length - 1]!.id, scanBounded: false };
+  return { items, nextAfterId: floor, scanBounded: floor !== null };
 }

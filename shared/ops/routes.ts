@@ -217,14 +217,19 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
       'Search hot, archive or DLQ jobs by queue, type, tag, state, reason, time range and text; newest first, keyset paging',
     tag: 'jobs',
     query: s.jobSearchQuery,
-    responses: { 200: 'a page of jobs; pass nextAfterId as afterId for the next page' },
+    responses: {
+      200: 'a page of jobs; pass nextAfterId as afterId for the next page (scanBounded: the archive/DLQ text search examined scanRows rows and stopped; more may match below nextAfterId)',
+      400: 'a filter outside its bounds (the field is named), e.g. scanRows above 100,000 or on a search without text',
+    },
     output: s.out.jobPage,
     async handle({ rt, query }) {
       if (query.state && query.location !== 'hot') throw invalid('state', 'state filters hot jobs only (location=hot)');
       if (query.reason && query.location !== 'dlq')
         throw invalid('reason', 'reason filters DLQ jobs only (location=dlq)');
       if (query.from && query.to && query.from > query.to) throw invalid('from', 'must not be after "to"');
-      const items = await rt.store.searchJobs({
+      if (query.scanRows !== undefined && (query.location === 'hot' || !query.text))
+        throw invalid('scanRows', 'bounds archive and DLQ text searches only (location=archive|dlq with text)');
+      const page = await rt.store.searchJobs({
         location: query.location,
         ...(query.queue ? { queue: query.queue } : {}),
         ...(query.type ? { type: query.type } : {}),
@@ -235,10 +240,10 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
         ...(query.to ? { to: new Date(query.to) } : {}),
         ...(query.text ? { text: query.text } : {}),
         ...(query.afterId ? { afterId: query.afterId } : {}),
+        ...(query.scanRows !== undefined ? { scanRows: query.scanRows } : {}),
         limit: query.limit,
       });
-      const nextAfterId = items.length === query.limit ? (items[items.length - 1]?.id ?? null) : null;
-      return { body: { location: query.location, items, nextAfterId } };
+      return { body: { location: query.location, ...page } };
     },
   }),
   route({
@@ -392,7 +397,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
         let matched = 0;
         let afterId: string | undefined;
         for (let page = 0; page < PREVIEW_CAP / 500 && matched < PREVIEW_CAP; page++) {
-          const items = await rt.store.searchJobs({
+          const { items } = await rt.store.searchJobs({
             location: target,
             to: olderThan,
             limit: 500,

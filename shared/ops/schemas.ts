@@ -1,7 +1,7 @@
 // Request schemas of the ops API (zod v4 API, so the OpenAPI document is generated from the same schemas
 // that validate). Objects are strict: an unknown field is a 400 naming that field.
 import { z } from 'zod/v4';
-import { DLQ_REASONS, type DlqReason } from '../jobs/contract.js';
+import { DLQ_REASONS, TEXT_SEARCH_SCAN_ROWS, TEXT_SEARCH_SCAN_ROWS_MAX, type DlqReason } from '../jobs/contract.js';
 import { MAX_BATCH, jsonTextProblem, textProblem } from '../jobs/validate.js';
 
 // Text and JSON a database can store (no NUL, no lone surrogate): a 400 naming the field instead of a database error.
@@ -77,6 +77,19 @@ export const jobSearchQuery = z.strictObject({
   to: isoDate.optional(),
   text: text(1, 200).optional(),
   afterId: jobId.optional(),
+  scanRows: z
+    .string()
+    .regex(/^-?\d+$/, 'must be an integer')
+    .transform(Number)
+    .pipe(z.number().int().min(1).max(TEXT_SEARCH_SCAN_ROWS_MAX))
+    .optional()
+    .meta({
+      type: 'integer',
+      minimum: 1,
+      maximum: TEXT_SEARCH_SCAN_ROWS_MAX,
+      pattern: undefined,
+      description: `archive/DLQ text searches only: rows examined per call, the next ids below afterId (default ${TEXT_SEARCH_SCAN_ROWS}); continue from nextAfterId`,
+    }),
   limit: qInt(1, 500, 50),
 });
 
@@ -227,7 +240,8 @@ export const out = (() => {
   };
   const queueStats = z.object({
     queue: z.string(),
-    due: z.number().int(),
+    due: z.number().int().describe('pending jobs that are due; at least this many when dueExact is false'),
+    dueExact: z.boolean().describe('false when both the due and the not-yet-due pending jobs number 1,000 or more'),
     oldestDueAgeMs: z.number().nullable(),
     ...counters,
   });
@@ -267,7 +281,10 @@ export const out = (() => {
     jobPage: z.object({
       location: location,
       items: z.array(job),
-      nextAfterId: z.string().nullable().describe('pass as afterId for the next page'),
+      nextAfterId: z.string().nullable().describe('pass as afterId for the next page; null: nothing left below'),
+      scanBounded: z
+        .boolean()
+        .describe('the archive/DLQ text search stopped after scanRows rows: more may match below nextAfterId'),
     }),
     cancel: z.object({
       id: z.string(),

@@ -678,37 +678,65 @@ $$;
 
 -- ---------------------------------------------------------------------------------------------------------------
 -- Reads.
+-- Every field is a maintained counter or a bounded index read (issue 12), whatever the size of the three pillars:
+--   pending, fetched, processing: keel.hot_counts (statement triggers on jobs_hot, V003), summed over 16 slots;
+--   dlq: keel.dlq_counts (statement triggers on jobs_dlq, V001); succeeded ... resurrected: keel.stats_summary;
+--   oldest_due_age_ms: the first entry of jobs_hot_pending_run_at, when it is due;
+--   due: exact when the queue has at most 1,000 due or at most 1,000 not-yet-due pending rows (it counts the smaller
+--   side of jobs_hot_pending_run_at up to 1,000, the other side is pending minus it). Past that due is 1,000 and
+--   due_exact false: "at least 1,000".
+drop function if exists keel.stats();
 create or replace function keel.stats()
-returns table (queue text, pending bigint, due bigint, fetched bigint, processing bigint, dlq bigint,
-               oldest_due_age_ms bigint, succeeded bigint, failed bigint, retried bigint, cancelled bigint,
-               zombie bigint, resurrected bigint)
+returns table (queue text, pending bigint, due bigint, due_exact boolean, fetched bigint, processing bigint,
+               dlq bigint, oldest_due_age_ms bigint, succeeded bigint, failed bigint, retried bigint,
+               cancelled bigint, zombie bigint, resurrected bigint)
 language sql stable as $$
-  with hot as (
-    select h.queue,
-           count(*) filter (where h.state = 'pending') as pending,
-           count(*) filter (where h.state = 'pending' and h.run_at <= now()) as due,
-           count(*) filter (where h.state = 'fetched') as fetched,
-           count(*) filter (where h.state = 'processing') as processing,
-           min(h.run_at) filter (where h.state = 'pending' and h.run_at <= now()) as oldest_due
-    from keel.jobs_hot h group by h.queue
-  ), dead as (
-    select c.queue, c.n from keel.dlq_counts c  -- kept by the jobs_dlq triggers (V001): no scan of the DLQ
+  with counts as (
+    select c.queue, sum(c.pending)::bigint as pending, sum(c.fetched)::bigint as fetched,
+           sum(c.processing)::bigint as processing
+    from keel.hot_counts c group by c.queue
   ), names as (
     select q.name from keel.queues q
     union select s.queue from keel.stats_summary s
-    union select hot.queue from hot
+    union select c.queue from counts c where c.pending <> 0 or c.fetched <> 0 or c.processing <> 0
+  ), hot as (
+    select n.name, coalesce(c.pending, 0) as pending, coalesce(c.fetched, 0) as fetched,
+           coalesce(c.processing, 0) as processing, oldest.run_at as oldest_run_at, d.n as due_seen
+    from names n
+    left join counts c on c.queue = n.name
+    left join lateral (
+      select h.run_at from keel.jobs_hot h where h.queue = n.name and h.state = 'pending'
+      order by h.run_at limit 1
+    ) oldest on true
+    left join lateral (
+      select count(*) as n from (
+        select 1 from keel.jobs_hot h
+        where h.queue = n.name and h.state = 'pending' and h.run_at <= now() limit 1000
+      ) x
+    ) d on oldest.run_at <= now()
+  ), sides as (
+    select hot.*,
+           case when coalesce(hot.due_seen, 0) < 1000 then null else (
+             select count(*) from (
+               select 1 from keel.jobs_hot h
+               where h.queue = hot.name and h.state = 'pending' and h.run_at > now() limit 1000
+             ) y)
+           end as not_due_seen
+    from hot
   )
-  select n.name,
-         coalesce(hot.pending, 0), coalesce(hot.due, 0), coalesce(hot.fetched, 0), coalesce(hot.processing, 0),
-         coalesce(dead.n, 0),
-         case when hot.oldest_due is null then null else keel._ms_between(hot.oldest_due, now()) end,
+  select d.name, d.pending,
+         case when coalesce(d.due_seen, 0) < 1000 then coalesce(d.due_seen, 0)
+              when d.not_due_seen < 1000 then d.pending - d.not_due_seen
+              else 1000 end,
+         coalesce(d.due_seen, 0) < 1000 or d.not_due_seen < 1000,
+         d.fetched, d.processing, coalesce(dead.n, 0),
+         case when d.oldest_run_at <= now() then keel._ms_between(d.oldest_run_at, now()) end,
          coalesce(s.succeeded, 0), coalesce(s.failed, 0), coalesce(s.retried, 0), coalesce(s.cancelled, 0),
          coalesce(s.zombie, 0), coalesce(s.resurrected, 0)
-  from names n
-  left join hot on hot.queue = n.name
-  left join dead on dead.queue = n.name
-  left join keel.stats_summary s on s.queue = n.name
-  order by n.name
+  from sides d
+  left join keel.dlq_counts dead on dead.queue = d.name
+  left join keel.stats_summary s on s.queue = d.name
+  order by d.name
 $$;
 
 create or replace function keel.metrics(p_window_minutes integer, p_queue text)
@@ -784,16 +812,46 @@ language sql stable as $$
 $$;
 
 -- Newest first with keyset paging on id. text matches a substring of the payload or the last error.
+-- p_scan_rows bounds the work (issue 12): only the next p_scan_rows ids below p_after_id are examined (a backward
+-- range of the primary key). When more rows lie below that range, a last marker row (location 'scan_bound', job_id
+-- the lowest id examined) follows the matches: pass it as p_after_id to continue. The store sets it for archive and
+-- DLQ text searches (JobSearch.scanRows).
+drop function if exists keel.search_jobs(text, text, text, text, text, text, timestamptz, timestamptz, text, bigint, integer);
 create or replace function keel.search_jobs(p_location text, p_queue text, p_type text, p_tag text, p_state text,
                                             p_reason text, p_from timestamptz, p_to timestamptz, p_text text,
-                                            p_after_id bigint, p_limit integer)
+                                            p_after_id bigint, p_scan_rows integer, p_limit integer)
 returns setof keel.job_record
 language plpgsql stable as $$
 declare
   v_like text := case when p_text is null then null
                       else '%' || replace(replace(replace(p_text, '\', '\\'), '%', '\%'), '_', '\_') || '%' end;
   v_limit integer := least(greatest(coalesce(p_limit, 50), 1), 1000);
+  v_floor bigint;
+  v_seen integer := 0;
+  v_marker keel.job_record;
 begin
+  -- Id bounds as plain ranges (never "param is null or ..."), so each is an index condition on the primary key.
+  if p_scan_rows is not null then
+    if p_scan_rows < 1 then
+      raise exception 'scan_rows must be a positive integer' using errcode = '22023';
+    end if;
+    if p_location = 'hot' then
+      select min(x.id), count(*) into v_floor, v_seen from (
+        select h.id from keel.jobs_hot h where h.id < coalesce(p_after_id, 9223372036854775807) order by h.id desc limit p_scan_rows
+      ) x;
+    elsif p_location = 'archive' then
+      select min(x.id), count(*) into v_floor, v_seen from (
+        select a.id from keel.jobs_archive a where a.id < coalesce(p_after_id, 9223372036854775807) order by a.id desc limit p_scan_rows
+      ) x;
+    elsif p_location = 'dlq' then
+      select min(x.id), count(*) into v_floor, v_seen from (
+        select d.id from keel.jobs_dlq d where d.id < coalesce(p_after_id, 9223372036854775807) order by d.id desc limit p_scan_rows
+      ) x;
+    end if;
+    if v_seen < p_scan_rows then
+      v_floor := null; -- the range reaches the lowest id: nothing below it to continue with
+    end if;
+  end if;
   if p_location = 'hot' then
     return query
     select (keel._hot_record(h)).* from keel.jobs_hot h
@@ -801,7 +859,7 @@ begin
       and (p_tag is null or h.tags @> array[p_tag]) and (p_state is null or h.state = p_state)
       and (p_from is null or h.created_at >= p_from) and (p_to is null or h.created_at < p_to)
       and (v_like is null or h.payload::text ilike v_like or coalesce(h.last_error, '') ilike v_like)
-      and (p_after_id is null or h.id < p_after_id)
+      and h.id < coalesce(p_after_id, 9223372036854775807) and h.id >= coalesce(v_floor, 0)
     order by h.id desc limit v_limit;
   elsif p_location = 'archive' then
     return query
@@ -810,7 +868,7 @@ begin
       and (p_tag is null or a.tags @> array[p_tag])
       and (p_from is null or a.finished_at >= p_from) and (p_to is null or a.finished_at < p_to)
       and (v_like is null or a.payload::text ilike v_like)
-      and (p_after_id is null or a.id < p_after_id)
+      and a.id < coalesce(p_after_id, 9223372036854775807) and a.id >= coalesce(v_floor, 0)
     order by a.id desc limit v_limit;
   elsif p_location = 'dlq' then
     return query
@@ -819,10 +877,15 @@ begin
       and (p_tag is null or d.tags @> array[p_tag]) and (p_reason is null or d.reason = p_reason)
       and (p_from is null or d.failed_at >= p_from) and (p_to is null or d.failed_at < p_to)
       and (v_like is null or d.payload::text ilike v_like or coalesce(d.error, '') ilike v_like)
-      and (p_after_id is null or d.id < p_after_id)
+      and d.id < coalesce(p_after_id, 9223372036854775807) and d.id >= coalesce(v_floor, 0)
     order by d.id desc limit v_limit;
   else
     raise exception 'location must be hot, archive or dlq (got %)', coalesce(p_location, 'null') using errcode = '22023';
+  end if;
+  if v_floor is not null then
+    v_marker.job_id := v_floor;
+    v_marker.location := 'scan_bound';
+    return next v_marker;
   end if;
 end
 $$;

@@ -145,5 +145,16 @@ export function defineChaosSuite(makeHarness: () => EngineHarness, opts: ChaosOp
     expect(dlq).toBeGreaterThan(0); // fatal handler errors guarantee some
     expect(stats.retried).toBeGreaterThan(0);
     expect(stats.zombie).toBeGreaterThan(0); // crashed workers' jobs were rescued
+    // The maintained read counters survived killed sessions and rolled-back moves too.
+    const read = (await control.stats()).find((s) => s.queue === queue);
+    expect(read).toMatchObject({
+      pending: 0,
+      due: 0,
+      dueExact: true,
+      fetched: 0,
+      processing: 0,
+      dlq,
+      succeeded: archive,
+    });
   });
 }

@@ -13,6 +13,15 @@ export interface StatsRow {
   resurrected: number;
 }
 
+// What stats() must equal, counted from the rows themselves (every row read).
+export interface HotTruth {
+  pending: number;
+  due: number;
+  fetched: number;
+  processing: number;
+  dlq: number;
+}
+
 export interface BucketTotals {
   count: number;
   totalDurationMs: number;
@@ -27,6 +36,8 @@ export interface EngineHarness {
   // Ids present in a pillar (for exactly-one-place checks).
   ids(table: PillarTable): Promise<JobId[]>;
   statsRow(queue: string): Promise<StatsRow>;
+  // Pending, due, fetched, processing (hot) and DLQ rows of a queue, counted from the tables.
+  hotTruth(queue: string): Promise<HotTruth>;
   // Sum of metric buckets for a queue/outcome (optionally one reason).
   bucketTotals(queue: string, outcome: 'succeeded' | 'failed', reason?: string): Promise<BucketTotals>;
   // Move a hot job's time fields into the past, to make it due, a zombie or expired.

@@ -1,5 +1,6 @@
 // The job store contract suite: written once, run against every engine through its EngineHarness.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { STATS_DUE_COUNT_CAP, TEXT_SEARCH_SCAN_ROWS_MAX } from '../../shared/jobs/contract.js';
 import type { ClaimedJob, JobStore, LeaseRef } from '../../shared/jobs/contract.js';
 import { ValidationError } from '../../shared/jobs/validate.js';
 import type { EngineHarness, PillarTable } from './harness.js';
@@ -654,6 +655,92 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
   });
 
   describe('reads', () => {
+    it('stats keeps pending, due, fetched, processing and dlq exact through every transition', async () => {
+      const q = freshQueue('counted');
+      const exact = async (step: string) => {
+        const s = (await store.stats()).find((x) => x.queue === q);
+        const truth = await h.hotTruth(q);
+        const read = s
+          ? { pending: s.pending, due: s.due, fetched: s.fetched, processing: s.processing, dlq: s.dlq }
+          : { pending: 0, due: 0, fetched: 0, processing: 0, dlq: 0 };
+        expect({ step, ...read }).toEqual({ step, ...truth });
+        if (s) expect(s.dueExact).toBe(true);
+      };
+      const later = new Date(Date.now() + 3600_000);
+      await store.enqueueMany([
+        ...Array.from({ length: 8 }, () => ({ queue: q, type: 't' })),
+        { queue: q, type: 't', runAt: later },
+      ]);
+      await exact('enqueue');
+      const claimed = await store.claimNext({ workerId: 'w', queues: [q], limit: 6 });
+      expect(claimed).toHaveLength(6);
+      await exact('claim');
+      const [a, b, c, d, e, f] = claimed as [ClaimedJob, ...ClaimedJob[]];
+      expect(await store.startMany([a, b!, c!, d!].map(ref))).toHaveLength(4);
+      await exact('start');
+      expect(await store.heartbeat(ref(a))).toMatchObject({ status: 'ok' });
+      await exact('heartbeat');
+      expect(await store.completeMany([ref(a)])).toEqual([{ jobId: a.id, status: 'ok' }]);
+      await exact('complete');
+      expect(await store.retry(ref(b!), later, 'again')).toBe('ok');
+      await exact('retry');
+      expect(await store.fail(ref(c!), 'fatal', 'boom')).toBe('ok');
+      await exact('fail');
+      expect(await store.release(ref(e!))).toBe('ok');
+      await exact('release');
+      expect(await store.cancel(f!.id)).toBe('cancelled');
+      await exact('cancel (fetched)');
+      expect(await store.cancel(d!.id)).toBe('cancel_requested');
+      await exact('cancel requested (processing)');
+      const pendingOne = (await store.searchJobs({ location: 'hot', queue: q, state: 'pending', limit: 1 })).items[0]!;
+      expect(await store.cancel(pendingOne.id)).toBe('cancelled');
+      await exact('cancel (pending)');
+      const byId = (await store.searchJobs({ location: 'hot', queue: q, state: 'pending', limit: 1 })).items[0]!;
+      const claimedById = await store.claimById(byId.id, 'w');
+      await exact('claim by id');
+      expect((await store.start(ref(claimedById!))).status).toBe('ok');
+      const fetchedOne = await claimOne(q);
+      await exact('start');
+      await h.backdate(d!.id, 'heartbeat_at', 3600); // cancel requested: dead-lettered as cancelled
+      await h.backdate(byId.id, 'heartbeat_at', 3600); // zombie: back to pending (retry policy)
+      await h.backdate(fetchedOne.id, 'lease_expires_at', 60); // fetched, lease gone: released
+      const expiring = await store.enqueue({ queue: q, type: 't', expiresAt: new Date(Date.now() + 60_000) });
+      await h.backdate(expiring.id, 'expires_at', 1);
+      await exact('before rescue');
+      const rescued = await store.rescueZombies(100);
+      for (const moved of Object.values(rescued)) expect(moved).toBeGreaterThanOrEqual(1); // other queues' too
+      await exact('rescue, release, expire');
+      expect(await store.resurrect([c!.id])).toEqual([c!.id]);
+      await exact('resurrect');
+      await h.backdateFinished('dlq', 10 * 24 * 3600);
+      while ((await store.purge('dlq', q, new Date(Date.now() - 24 * 3600_000), 100)) > 0);
+      await exact('purge');
+    });
+
+    it('stats counts due jobs exactly while either side of now is small, and says "at least" past that', async () => {
+      const q = freshQueue('due-cap');
+      const later = new Date(Date.now() + 3600_000);
+      const enqueue = (n: number, runAt?: Date) =>
+        store.enqueueMany(Array.from({ length: n }, () => ({ queue: q, type: 't', ...(runAt ? { runAt } : {}) })));
+      const read = async () => (await store.stats()).find((x) => x.queue === q)!;
+      await enqueue(STATS_DUE_COUNT_CAP + 5);
+      await enqueue(3, later);
+      expect(await read()).toMatchObject({
+        pending: STATS_DUE_COUNT_CAP + 8,
+        due: STATS_DUE_COUNT_CAP + 5,
+        dueExact: true,
+      });
+      await enqueue(STATS_DUE_COUNT_CAP, later);
+      expect(await read()).toMatchObject({
+        pending: 2 * STATS_DUE_COUNT_CAP + 8,
+        due: STATS_DUE_COUNT_CAP,
+        dueExact: false,
+      });
+      const s = await read();
+      expect(s.oldestDueAgeMs).not.toBeNull();
+      expect(s.oldestDueAgeMs!).toBeGreaterThanOrEqual(0);
+    });
+
     it('stats counts the DLQ exactly through dead-lettering, resurrect and purge', async () => {
       const q = freshQueue('dlq-count');
       const dlqOf = async () => (await store.stats()).find((x) => x.queue === q)?.dlq ?? 0;
@@ -683,18 +770,17 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(s).toMatchObject({ pending: 2, due: 2, fetched: 0, processing: 0, dlq: 0 });
       expect(s.oldestDueAgeMs).toBeGreaterThanOrEqual(4000);
       const found = await store.searchJobs({ location: 'hot', queue: q, text: 'find-me 100%', limit: 10 });
-      expect(found.map((j) => j.id)).toEqual([a.id]);
-      expect((await store.searchJobs({ location: 'hot', queue: q, text: '%', limit: 10 })).map((j) => j.id)).toEqual([
-        a.id,
-      ]);
-      expect((await store.searchJobs({ location: 'hot', queue: q, tag: 'blue', limit: 10 })).map((j) => j.id)).toEqual([
-        a.id,
-      ]);
+      expect(found).toEqual({ items: [expect.objectContaining({ id: a.id })], nextAfterId: null, scanBounded: false });
+      const ids = async (s: Parameters<JobStore['searchJobs']>[0]) =>
+        (await store.searchJobs(s)).items.map((j) => j.id);
+      expect(await ids({ location: 'hot', queue: q, text: '%', limit: 10 })).toEqual([a.id]);
+      expect(await ids({ location: 'hot', queue: q, tag: 'blue', limit: 10 })).toEqual([a.id]);
       const page1 = await store.searchJobs({ location: 'hot', queue: q, limit: 1 });
-      const page2 = await store.searchJobs({ location: 'hot', queue: q, limit: 1, afterId: page1[0]!.id });
-      expect(page1).toHaveLength(1);
-      expect(page2).toHaveLength(1);
-      expect(page2[0]!.id).not.toBe(page1[0]!.id);
+      expect(page1.items).toHaveLength(1);
+      expect(page1.nextAfterId).toBe(page1.items[0]!.id);
+      const page2 = await store.searchJobs({ location: 'hot', queue: q, limit: 1, afterId: page1.nextAfterId! });
+      expect(page2.items).toHaveLength(1);
+      expect(page2.items[0]!.id).not.toBe(page1.items[0]!.id);
       const qs = await store.getQueue(q);
       expect(qs).toMatchObject({ name: q, paused: false, maxConcurrency: null, zombiePolicy: 'retry', maxAttempts: 5 });
       expect((await store.listQueues()).some((x) => x.name === q)).toBe(true);
@@ -707,6 +793,78 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       const m = await store.metrics(5, q);
       expect(m).toHaveLength(1);
       expect(m[0]).toMatchObject({ queue: q, outcome: 'succeeded', reason: '', count: 1 });
+    });
+  });
+
+  describe('bounded text search', () => {
+    it('archive and DLQ text searches examine at most scanRows rows per call and say where to continue', async () => {
+      const q = freshQueue('scan');
+      const enqueued = await store.enqueueMany(
+        Array.from({ length: 30 }, (_, i) => ({
+          queue: q,
+          type: 't',
+          payload: { note: i === 3 || i === 25 ? 'Needle' : 'hay' },
+        })),
+      );
+      const claimed = await store.claimNext({ workerId: 'w', queues: [q], limit: 30 });
+      await store.startMany(claimed.map(ref));
+      await store.completeMany(claimed.map(ref));
+      const needles = [enqueued[25]!.id, enqueued[3]!.id];
+      const top = String(BigInt(enqueued[29]!.id) + 1n);
+      const archived = (await h.ids('archive')).map(BigInt);
+
+      const first = await store.searchJobs({
+        location: 'archive',
+        text: 'needle',
+        scanRows: 10,
+        afterId: top,
+        limit: 5,
+      });
+      expect(first.scanBounded).toBe(true);
+      const floor = BigInt(first.nextAfterId!);
+      // Exactly scanRows archive rows lie in [nextAfterId, afterId): that is all this call examined.
+      expect(archived.filter((id) => id >= floor && id < BigInt(top))).toHaveLength(10);
+      expect(first.items.map((j) => j.id)).toEqual(needles.filter((id) => BigInt(id) >= floor));
+
+      const found: string[] = [...first.items.map((j) => j.id)];
+      let page = first;
+      for (let calls = 0; page.nextAfterId !== null && calls < 1000; calls++) {
+        page = await store.searchJobs({
+          location: 'archive',
+          queue: q,
+          text: 'needle',
+          scanRows: 10,
+          afterId: page.nextAfterId,
+          limit: 5,
+        });
+        expect(page.items.length).toBeLessThanOrEqual(5);
+        found.push(...page.items.map((j) => j.id));
+      }
+      expect(page).toMatchObject({ nextAfterId: null, scanBounded: false });
+      expect(found).toEqual(needles);
+
+      // A full page continues from its last item, bounded or not.
+      const full = await store.searchJobs({ location: 'archive', queue: q, text: 'hay', afterId: top, limit: 3 });
+      expect(full).toMatchObject({ scanBounded: false, nextAfterId: full.items[2]!.id });
+      expect(full.items).toHaveLength(3);
+    });
+
+    it('DLQ text search matches the error too; scanRows out of bounds or off archive/DLQ text is refused, naming it', async () => {
+      const q = freshQueue('scan-dlq');
+      const job = await startedJob(q);
+      expect(await store.fail(ref(job), 'fatal', 'Upstream said NO-SUCH-ACCOUNT')).toBe('ok');
+      const page = await store.searchJobs({ location: 'dlq', queue: q, text: 'no-such-account', limit: 10 });
+      expect(page.items.map((j) => j.id)).toEqual([job.id]);
+      expect(page.scanBounded).toBe(false);
+      for (const bad of [
+        { location: 'hot' as const, text: 'x', scanRows: 10 },
+        { location: 'archive' as const, scanRows: 10 },
+        { location: 'dlq' as const, text: 'x', scanRows: 0 },
+        { location: 'dlq' as const, text: 'x', scanRows: TEXT_SEARCH_SCAN_ROWS_MAX + 1 },
+      ]) {
+        await expect(store.searchJobs({ ...bad, limit: 10 })).rejects.toThrow(ValidationError);
+        await expect(store.searchJobs({ ...bad, limit: 10 })).rejects.toThrow(/scanRows/);
+      }
     });
   });
 

@@ -1,6 +1,6 @@
 // EngineHarness for PostgreSQL: a fresh database per store on the run's embedded server.
 import pg from 'pg';
-import type { EngineHarness, PillarTable, StatsRow, BucketTotals } from '../contract/harness.js';
+import type { EngineHarness, PillarTable, StatsRow, BucketTotals, HotTruth } from '../contract/harness.js';
 import { PostgresJobStore } from '../../shared/engines/postgres/jobStore.js';
 import { appUrl, createTestDatabase } from '../support/pg.js';
 
@@ -50,6 +50,19 @@ export class PostgresHarness implements EngineHarness {
 
   async ids(table: PillarTable): Promise<string[]> {
     return (await this.q(`select id from ${TABLE[table]} order by id`)).map((r) => String(r.id));
+  }
+
+  async hotTruth(queue: string): Promise<HotTruth> {
+    const [r] = await this.q(
+      `select count(*) filter (where state = 'pending')::int as pending,
+              count(*) filter (where state = 'pending' and run_at <= now())::int as due,
+              count(*) filter (where state = 'fetched')::int as fetched,
+              count(*) filter (where state = 'processing')::int as processing,
+              (select count(*) from keel.jobs_dlq d where d.queue = $1)::int as dlq
+       from keel.jobs_hot where queue = $1`,
+      [queue],
+    );
+    return { pending: r.pending, due: r.due, fetched: r.fetched, processing: r.processing, dlq: r.dlq };
   }
 
   async statsRow(queue: string): Promise<StatsRow> {

@@ -5,7 +5,7 @@
 // keel), so the contract suite also proves that the procedures need no table rights.
 import sql from 'mssql';
 import { randomBytes } from 'node:crypto';
-import type { EngineHarness, PillarTable, StatsRow, BucketTotals } from '../contract/harness.js';
+import type { EngineHarness, PillarTable, StatsRow, BucketTotals, HotTruth } from '../contract/harness.js';
 import { SqlServerJobStore, migrateSqlServerJobs } from '../../shared/engines/sqlserver/jobStore.js';
 import { parseSqlServerConnection, SqlServerPool, type SqlServerTarget } from '../../shared/engines/sqlserver/pool.js';
 
@@ -143,6 +143,25 @@ export class SqlServerHarness implements EngineHarness {
 
   async ids(table: PillarTable): Promise<string[]> {
     return (await this.q<{ Id: string }>(`SELECT Id FROM ${TABLE[table]} ORDER BY Id`)).map((r) => String(r.Id));
+  }
+
+  async hotTruth(queue: string): Promise<HotTruth> {
+    const [r] = await this.q<Record<string, unknown>>(
+      `SELECT SUM(IIF(State = 'pending', 1, 0)) AS Pending,
+              SUM(IIF(State = 'pending' AND RunAt <= SYSUTCDATETIME(), 1, 0)) AS Due,
+              SUM(IIF(State = 'fetched', 1, 0)) AS Fetched, SUM(IIF(State = 'processing', 1, 0)) AS Processing,
+              (SELECT COUNT(*) FROM keel.JobsDLQ AS d WHERE d.Queue = @Queue) AS Dlq
+       FROM keel.JobsHot WHERE Queue = @Queue`,
+      { Queue: [sql.NVarChar(128), queue] },
+    );
+    const n = (v: unknown) => Number(v ?? 0);
+    return {
+      pending: n(r?.Pending),
+      due: n(r?.Due),
+      fetched: n(r?.Fetched),
+      processing: n(r?.Processing),
+      dlq: n(r?.Dlq),
+    };
   }
 
   async statsRow(queue: string): Promise<StatsRow> {

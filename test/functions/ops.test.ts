@@ -165,6 +165,33 @@ describe('ops: jobs', () => {
     t.queues.clear();
   });
 
+  it('bounds archive text searches by rows examined, answering where to continue', async () => {
+    const jobs = await t.rt.store.enqueueMany(
+      Array.from({ length: 6 }, (_, i) => ({ queue: 'ops-scan', type: 'demo.echo', payload: { n: `pin-${i}` } })),
+    );
+    const claimed = await t.rt.store.claimNext({ workerId: 'w', queues: ['ops-scan'], limit: 6 });
+    const refs = claimed.map((j) => ({ jobId: j.id, leaseId: j.leaseId }));
+    await t.rt.store.startMany(refs);
+    await t.rt.store.completeMany(refs);
+    const after = String(BigInt(jobs[5]!.id) + 1n);
+    const first = await call('GET', `jobs?location=archive&queue=ops-scan&text=pin-1&scanRows=2&afterId=${after}`);
+    expect(first.status).toBe(200);
+    expect(first.body).toMatchObject({ items: [], scanBounded: true, nextAfterId: jobs[4]!.id });
+    let page = first.body;
+    const found: string[] = [];
+    while (page.nextAfterId) {
+      const r = await call(
+        'GET',
+        `jobs?location=archive&queue=ops-scan&text=pin-1&scanRows=2&afterId=${page.nextAfterId}`,
+      );
+      expect(r.status).toBe(200);
+      found.push(...r.body.items.map((j: { id: string }) => j.id));
+      page = r.body;
+    }
+    expect(found).toEqual([jobs[1]!.id]);
+    t.queues.clear();
+  });
+
   it('cancel needs the operator role; pending -> DLQ cancelled; finished -> 409; unknown -> 404', async () => {
     const job = await enqueue({ queue: 'ops-cancel', type: 'demo.echo' });
     const denied = await call('POST', `jobs/${job.id}/cancel`, { body: {} });
@@ -392,6 +419,30 @@ describe('ops: bad input changes nothing', () => {
       status: 400,
       error: 'invalid_request',
       field: 'jobs[1].tags',
+    },
+    {
+      name: 'scanRows above its maximum',
+      method: 'GET',
+      path: 'jobs?location=archive&text=x&scanRows=100001',
+      status: 400,
+      error: 'invalid_request',
+      field: 'scanRows',
+    },
+    {
+      name: 'scanRows on a hot search',
+      method: 'GET',
+      path: 'jobs?location=hot&text=x&scanRows=10',
+      status: 400,
+      error: 'invalid_request',
+      field: 'scanRows',
+    },
+    {
+      name: 'scanRows without text',
+      method: 'GET',
+      path: 'jobs?location=dlq&scanRows=10',
+      status: 400,
+      error: 'invalid_request',
+      field: 'scanRows',
     },
     {
       name: 'missing field',

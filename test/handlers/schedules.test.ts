@@ -61,7 +61,7 @@ async function instance(schedules: RuntimeOverrides['schedules'], worker: string
 }
 
 async function jobsOf(rt: Runtime, name: string) {
-  const jobs = await rt.store.searchJobs({ location: 'hot', tag: `schedule:${name}`, limit: 500 });
+  const { items: jobs } = await rt.store.searchJobs({ location: 'hot', tag: `schedule:${name}`, limit: 500 });
   return jobs
     .map((j) => ({ id: j.id, key: j.idempotencyKey!, tick: j.idempotencyKey!.slice(`schedule:${name}:`.length) }))
     .sort((a, b) => a.tick.localeCompare(b.tick));

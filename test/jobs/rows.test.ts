@@ -83,7 +83,10 @@ describe('job result rows', () => {
   });
 
   it('keeps a null queue lag null and counts as numbers', () => {
-    const s = toQueueStats(camelKeys({ Queue: 'q', Pending: '3', Due: 1, OldestDueAgeMs: null, Succeeded: '10' }));
-    expect(s).toMatchObject({ queue: 'q', pending: 3, due: 1, oldestDueAgeMs: null, succeeded: 10, failed: 0 });
+    const s = toQueueStats(
+      camelKeys({ Queue: 'q', Pending: '3', Due: 1, DueExact: 1, OldestDueAgeMs: null, Succeeded: '10' }),
+    );
+    expect(s).toMatchObject({ queue: 'q', pending: 3, due: 1, dueExact: true, oldestDueAgeMs: null, succeeded: 10 });
+    expect(toQueueStats(camelKeys({ Queue: 'q', Due: 1000, DueExact: false })).dueExact).toBe(false);
   });
 });

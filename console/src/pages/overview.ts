@@ -123,7 +123,7 @@ export function overviewPage(main: HTMLElement): Cleanup {
         h('a', { href: `#/jobs?queue=${encodeURIComponent(q.queue)}` }, q.queue),
         st?.paused ? badge('paused', 'warn') : badge('running', 'ok'),
         fmtNum(q.pending),
-        fmtNum(q.due),
+        q.dueExact ? fmtNum(q.due) : `≥ ${fmtNum(q.due)}`,
         fmtNum(q.fetched + q.processing),
         q.dlq > 0 ? h('a', { href: `#/dlq?queue=${encodeURIComponent(q.queue)}` }, fmtNum(q.dlq)) : '0',
         fmtAge(q.oldestDueAgeMs),

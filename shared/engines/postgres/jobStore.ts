@@ -11,6 +11,7 @@ import type {
   EnqueueResult,
   HeartbeatResult,
   JobId,
+  JobPage,
   JobRecord,
   JobSearch,
   JobStore,
@@ -34,6 +35,8 @@ import {
   camelKeys,
   toClaimedJob,
   toJobRecord,
+  toJobPage,
+  searchScanRows,
   toMetricBucket,
   toQueueSettings,
   toQueueStats,
@@ -354,10 +357,11 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     return rows[0] ? toJobRecord(rows[0], PG_CODEC) : null;
   }
 
-  async searchJobs(s: JobSearch): Promise<JobRecord[]> {
+  async searchJobs(s: JobSearch): Promise<JobPage> {
     assertPositiveInt('limit', s.limit, 1000);
     if (s.afterId !== undefined) assertJobId('afterId', s.afterId);
-    const rows = await this.rows('select * from keel.search_jobs($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)', [
+    const scanRows = searchScanRows(s);
+    const rows = await this.rows('select * from keel.search_jobs($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)', [
       s.location,
       s.queue ?? null,
       s.type ?? null,
@@ -368,9 +372,10 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
       s.to ?? null,
       s.text ?? null,
       s.afterId ?? null,
+      scanRows,
       s.limit,
     ]);
-    return rows.map((r) => toJobRecord(r, PG_CODEC));
+    return toJobPage(rows, s.limit, (r) => toJobRecord(r, PG_CODEC));
   }
 
   async close(): Promise<void> {

@@ -12,6 +12,7 @@ import type {
   EnqueueResult,
   HeartbeatResult,
   JobId,
+  JobPage,
   JobRecord,
   JobSearch,
   JobStore,
@@ -35,6 +36,8 @@ import {
   camelKeys,
   toClaimedJob,
   toJobRecord,
+  toJobPage,
+  searchScanRows,
   toMetricBucket,
   toQueueSettings,
   toQueueStats,
@@ -137,6 +140,7 @@ export const SQLSERVER_PARAMS: ParamTypes = {
     To: sql.DateTime2(3),
     Text: sql.NVarChar(400),
     AfterId: sql.BigInt,
+    ScanRows: sql.Int,
     Limit: sql.Int,
   },
 };
@@ -525,9 +529,10 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     return rows[0] ? jobRecord(rows[0]) : null;
   }
 
-  async searchJobs(s: JobSearch): Promise<JobRecord[]> {
+  async searchJobs(s: JobSearch): Promise<JobPage> {
     assertPositiveInt('limit', s.limit, 1000);
     if (s.afterId !== undefined) assertJobId('afterId', s.afterId);
+    const scanRows = searchScanRows(s);
     const rows = await this.call(
       'search_jobs',
       {
@@ -541,11 +546,12 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
         To: s.to ?? null,
         Text: s.text ?? null,
         AfterId: s.afterId ?? null,
+        ScanRows: scanRows,
         Limit: s.limit,
       },
       'safe',
     );
-    return rows.map(jobRecord);
+    return toJobPage(rows, s.limit, jobRecord);
   }
 
   async close(): Promise<void> {
