@@ -3,46 +3,66 @@ SET ANSI_NULLS ON;
 SET QUOTED_IDENTIFIER ON;
 GO
 
--- Stats: one row per queue known to Queues, StatsSummary or JobsHot (name order): hot counts per state, due pending
--- jobs and the age of the oldest due one (queue lag), DLQ size, and the StatsSummary counters.
+-- Stats: one row per queue known to Queues, StatsSummary or HotCounts (name order). Every field is a maintained
+-- counter or a bounded index read (issue 12), whatever the size of the three pillars:
+--   Pending, Fetched, Processing: keel.HotCounts (trigger on JobsHot), summed over 16 slots; Dlq: keel.DlqCounts
+--   (trigger on JobsDLQ); Succeeded ... Resurrected: keel.StatsSummary;
+--   OldestDueAgeMs: the first entry of IX_JobsHot_PendingRunAt, when it is due;
+--   Due: exact when fewer than 1,000 pending rows of the queue are due or fewer than 1,000 are not yet due (it counts
+--   at most 1,000 entries of one side of IX_JobsHot_PendingRunAt; the other is Pending minus it). Past that Due is
+--   1,000 and DueExact 0: "at least 1,000". The twin of keel.stats() on PostgreSQL.
 CREATE OR ALTER PROCEDURE keel.Stats
 AS
 BEGIN
   SET NOCOUNT ON;
   DECLARE @Now datetime2(3) = SYSUTCDATETIME();
+  DECLARE @Cap int = 1000;
 
-  WITH hot AS (
-    SELECT h.Queue,
-           SUM(IIF(h.State = 'pending', 1, 0)) AS Pending,
-           SUM(IIF(h.State = 'pending' AND h.RunAt <= @Now, 1, 0)) AS Due,
-           SUM(IIF(h.State = 'fetched', 1, 0)) AS Fetched,
-           SUM(IIF(h.State = 'processing', 1, 0)) AS Processing,
-           MIN(IIF(h.State = 'pending' AND h.RunAt <= @Now, h.RunAt, NULL)) AS OldestDue
-    FROM keel.JobsHot AS h
-    GROUP BY h.Queue
-  ), dead AS (
-    SELECT d.Queue, COUNT_BIG(*) AS N FROM keel.JobsDLQ AS d GROUP BY d.Queue
+  DECLARE @Q TABLE (
+    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY,
+    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL,
+    OldestRunAt datetime2(3) NULL, DueSeen bigint NULL, NotDueSeen bigint NULL);
+  WITH counts AS (
+    SELECT c.Queue, SUM(c.Pending) AS Pending, SUM(c.Fetched) AS Fetched, SUM(c.Processing) AS Processing
+    FROM keel.HotCounts AS c GROUP BY c.Queue
   ), names AS (
     SELECT q.Name FROM keel.Queues AS q
     UNION SELECT s.Queue FROM keel.StatsSummary AS s
-    UNION SELECT hot.Queue FROM hot
+    UNION SELECT c.Queue FROM counts AS c WHERE c.Pending <> 0 OR c.Fetched <> 0 OR c.Processing <> 0
   )
-  SELECT n.Name AS Queue,
-         CONVERT(bigint, ISNULL(hot.Pending, 0)) AS Pending,
-         CONVERT(bigint, ISNULL(hot.Due, 0)) AS Due,
-         CONVERT(bigint, ISNULL(hot.Fetched, 0)) AS Fetched,
-         CONVERT(bigint, ISNULL(hot.Processing, 0)) AS Processing,
-         ISNULL(dead.N, 0) AS Dlq,
-         CASE WHEN hot.OldestDue IS NULL THEN NULL
-              WHEN hot.OldestDue > @Now THEN CONVERT(bigint, 0)
-              ELSE DATEDIFF_BIG(millisecond, hot.OldestDue, @Now) END AS OldestDueAgeMs,
+  INSERT @Q (Queue, Pending, Fetched, Processing, OldestRunAt)
+  SELECT n.Name, ISNULL(c.Pending, 0), ISNULL(c.Fetched, 0), ISNULL(c.Processing, 0),
+         (SELECT TOP (1) h.RunAt FROM keel.JobsHot AS h WITH (INDEX(IX_JobsHot_PendingRunAt))
+          WHERE h.Queue = n.Name AND h.State = 'pending' ORDER BY h.RunAt)
+  FROM names AS n
+  LEFT JOIN counts AS c ON c.Queue = n.Name;
+
+  UPDATE q
+  SET DueSeen = (SELECT COUNT_BIG(*) FROM (
+                   SELECT TOP (@Cap) h.Id FROM keel.JobsHot AS h WITH (INDEX(IX_JobsHot_PendingRunAt))
+                   WHERE h.Queue = q.Queue AND h.State = 'pending' AND h.RunAt <= @Now) AS x)
+  FROM @Q AS q
+  WHERE q.OldestRunAt <= @Now;
+  UPDATE q
+  SET NotDueSeen = (SELECT COUNT_BIG(*) FROM (
+                      SELECT TOP (@Cap) h.Id FROM keel.JobsHot AS h WITH (INDEX(IX_JobsHot_PendingRunAt))
+                      WHERE h.Queue = q.Queue AND h.State = 'pending' AND h.RunAt > @Now) AS y)
+  FROM @Q AS q
+  WHERE q.DueSeen >= @Cap;
+
+  SELECT q.Queue, q.Pending,
+         CASE WHEN ISNULL(q.DueSeen, 0) < @Cap THEN ISNULL(q.DueSeen, 0)
+              WHEN q.NotDueSeen < @Cap THEN q.Pending - q.NotDueSeen
+              ELSE CONVERT(bigint, @Cap) END AS Due,
+         CONVERT(bit, IIF(ISNULL(q.DueSeen, 0) < @Cap OR q.NotDueSeen < @Cap, 1, 0)) AS DueExact,
+         q.Fetched, q.Processing, ISNULL(dead.N, 0) AS Dlq,
+         CASE WHEN q.OldestRunAt <= @Now THEN DATEDIFF_BIG(millisecond, q.OldestRunAt, @Now) END AS OldestDueAgeMs,
          ISNULL(s.Succeeded, 0) AS Succeeded, ISNULL(s.Failed, 0) AS Failed, ISNULL(s.Retried, 0) AS Retried,
          ISNULL(s.Cancelled, 0) AS Cancelled, ISNULL(s.Zombie, 0) AS Zombie, ISNULL(s.Resurrected, 0) AS Resurrected
-  FROM names AS n
-  LEFT JOIN hot ON hot.Queue = n.Name
-  LEFT JOIN dead ON dead.Queue = n.Name
-  LEFT JOIN keel.StatsSummary AS s ON s.Queue = n.Name
-  ORDER BY n.Name;
+  FROM @Q AS q
+  LEFT JOIN keel.DlqCounts AS dead ON dead.Queue = q.Queue
+  LEFT JOIN keel.StatsSummary AS s ON s.Queue = q.Queue
+  ORDER BY q.Queue;
 END;
 GO
 
@@ -173,6 +193,10 @@ GO
 -- SearchJobs(...): newest first (Id descending) with keyset paging (@AfterId: ids below it), at most @Limit rows
 -- (1..1000, default 50). @From/@To bound CreatedAt (hot), FinishedAt (archive) or FailedAt (dlq), [from, to).
 -- @Text is a case-insensitive substring of the payload text or the last error; @Tag an exact tag.
+-- @ScanRows bounds the work (issue 12): only the next @ScanRows ids below @AfterId are examined (a backward range of
+-- the clustered key). When more rows lie below that range, a last marker row (Location 'scan_bound', JobId the lowest
+-- id examined) follows the matches: pass it as @AfterId to continue. The store sets it for archive and DLQ text
+-- searches (JobSearch.scanRows). The twin of keel.search_jobs on PostgreSQL.
 CREATE OR ALTER PROCEDURE keel.SearchJobs
   @Location VARCHAR(10),
   @Queue NVARCHAR(128),
@@ -184,6 +208,7 @@ CREATE OR ALTER PROCEDURE keel.SearchJobs
   @To DATETIME2(3),
   @Text NVARCHAR(400),
   @AfterId BIGINT,
+  @ScanRows INT,
   @Limit INT
 AS
 BEGIN
@@ -193,9 +218,27 @@ BEGIN
   IF @Top > 1000 SET @Top = 1000;
   DECLARE @Like nvarchar(900) = CASE WHEN @Text IS NULL THEN NULL
     ELSE N'%' + REPLACE(REPLACE(REPLACE(REPLACE(@Text, N'\', N'\\'), N'%', N'\%'), N'_', N'\_'), N'[', N'\[') + N'%' END;
+  DECLARE @Below bigint = ISNULL(@AfterId, 9223372036854775807);
+  DECLARE @Floor bigint = NULL, @Seen int = 0;
+  IF @ScanRows IS NOT NULL
+  BEGIN
+    IF @ScanRows < 1
+      THROW 50042, N'SearchJobs: @ScanRows must be a positive integer', 1;
+    IF @Location = 'hot'
+      SELECT @Floor = MIN(x.Id), @Seen = COUNT(*)
+      FROM (SELECT TOP (@ScanRows) h.Id FROM keel.JobsHot AS h WHERE h.Id < @Below ORDER BY h.Id DESC) AS x;
+    ELSE IF @Location = 'archive'
+      SELECT @Floor = MIN(x.Id), @Seen = COUNT(*)
+      FROM (SELECT TOP (@ScanRows) a.Id FROM keel.JobsArchive AS a WHERE a.Id < @Below ORDER BY a.Id DESC) AS x;
+    ELSE IF @Location = 'dlq'
+      SELECT @Floor = MIN(x.Id), @Seen = COUNT(*)
+      FROM (SELECT TOP (@ScanRows) d.Id FROM keel.JobsDLQ AS d WHERE d.Id < @Below ORDER BY d.Id DESC) AS x;
+    IF @Seen < @ScanRows SET @Floor = NULL; -- the range reaches the lowest id: nothing below it to continue with
+  END;
+  DECLARE @Min bigint = ISNULL(@Floor, 0);
 
   IF @Location = 'hot'
-    SELECT TOP (@Top) h.Id AS JobId, 'hot' AS Location, h.Queue, h.Type, h.Payload, h.Priority,
+    SELECT u.* FROM (SELECT * FROM (SELECT TOP (@Top) h.Id AS JobId, 'hot' AS Location, h.Queue, h.Type, h.Payload, h.Priority,
            CONVERT(varchar(10), h.State) AS State, h.Attempts, h.IdempotencyKey, h.Tags, h.CreatedAt, h.RunAt, h.StartedAt,
            CONVERT(datetime2(3), NULL) AS FinishedAt, CONVERT(bigint, NULL) AS DurationMs,
            CONVERT(varchar(16), NULL) AS Reason, h.LastError, h.CancelRequested, h.LeaseId, h.WorkerId
@@ -207,11 +250,16 @@ BEGIN
       AND (@From IS NULL OR h.CreatedAt >= @From) AND (@To IS NULL OR h.CreatedAt < @To)
       AND (@Like IS NULL OR h.Payload COLLATE Latin1_General_100_CI_AS LIKE @Like ESCAPE N'\'
            OR ISNULL(h.LastError, N'') COLLATE Latin1_General_100_CI_AS LIKE @Like ESCAPE N'\')
-      AND (@AfterId IS NULL OR h.Id < @AfterId)
-    ORDER BY h.Id DESC
+      AND h.Id < @Below AND h.Id >= @Min
+    ORDER BY h.Id DESC) AS found
+    UNION ALL
+    SELECT @Floor, 'scan_bound', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+           NULL, NULL, NULL, NULL
+    WHERE @Floor IS NOT NULL) AS u
+    ORDER BY u.JobId DESC, IIF(u.Location = 'scan_bound', 1, 0)
     OPTION (RECOMPILE);
   ELSE IF @Location = 'archive'
-    SELECT TOP (@Top) a.Id AS JobId, 'archive' AS Location, a.Queue, a.Type, a.Payload, a.Priority,
+    SELECT u.* FROM (SELECT * FROM (SELECT TOP (@Top) a.Id AS JobId, 'archive' AS Location, a.Queue, a.Type, a.Payload, a.Priority,
            CONVERT(varchar(10), 'succeeded') AS State, a.Attempts, a.IdempotencyKey, a.Tags, a.CreatedAt,
            CONVERT(datetime2(3), NULL) AS RunAt, a.StartedAt, a.FinishedAt, a.DurationMs,
            CONVERT(varchar(16), NULL) AS Reason, CONVERT(nvarchar(max), NULL) AS LastError,
@@ -222,11 +270,16 @@ BEGIN
                                    WHERE t.[value] COLLATE Latin1_General_100_BIN2 = @Tag))
       AND (@From IS NULL OR a.FinishedAt >= @From) AND (@To IS NULL OR a.FinishedAt < @To)
       AND (@Like IS NULL OR a.Payload COLLATE Latin1_General_100_CI_AS LIKE @Like ESCAPE N'\')
-      AND (@AfterId IS NULL OR a.Id < @AfterId)
-    ORDER BY a.Id DESC
+      AND a.Id < @Below AND a.Id >= @Min
+    ORDER BY a.Id DESC) AS found
+    UNION ALL
+    SELECT @Floor, 'scan_bound', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+           NULL, NULL, NULL, NULL
+    WHERE @Floor IS NOT NULL) AS u
+    ORDER BY u.JobId DESC, IIF(u.Location = 'scan_bound', 1, 0)
     OPTION (RECOMPILE);
   ELSE IF @Location = 'dlq'
-    SELECT TOP (@Top) d.Id AS JobId, 'dlq' AS Location, d.Queue, d.Type, d.Payload, d.Priority,
+    SELECT u.* FROM (SELECT * FROM (SELECT TOP (@Top) d.Id AS JobId, 'dlq' AS Location, d.Queue, d.Type, d.Payload, d.Priority,
            CONVERT(varchar(10), 'dead') AS State, d.Attempts, d.IdempotencyKey, d.Tags, d.CreatedAt,
            CONVERT(datetime2(3), NULL) AS RunAt, d.StartedAt, d.FailedAt AS FinishedAt, d.DurationMs, d.Reason,
            d.Error AS LastError, CONVERT(bit, 0) AS CancelRequested, CONVERT(uniqueidentifier, NULL) AS LeaseId,
@@ -239,8 +292,13 @@ BEGIN
       AND (@From IS NULL OR d.FailedAt >= @From) AND (@To IS NULL OR d.FailedAt < @To)
       AND (@Like IS NULL OR d.Payload COLLATE Latin1_General_100_CI_AS LIKE @Like ESCAPE N'\'
            OR ISNULL(d.Error, N'') COLLATE Latin1_General_100_CI_AS LIKE @Like ESCAPE N'\')
-      AND (@AfterId IS NULL OR d.Id < @AfterId)
-    ORDER BY d.Id DESC
+      AND d.Id < @Below AND d.Id >= @Min
+    ORDER BY d.Id DESC) AS found
+    UNION ALL
+    SELECT @Floor, 'scan_bound', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+           NULL, NULL, NULL, NULL
+    WHERE @Floor IS NOT NULL) AS u
+    ORDER BY u.JobId DESC, IIF(u.Location = 'scan_bound', 1, 0)
     OPTION (RECOMPILE);
   ELSE
     THROW 50041, N'SearchJobs: @Location must be hot, archive or dlq', 1;

@@ -250,7 +250,7 @@ static string Locate(TSqlModel model, string message)
     var names = Regex.Matches(message, @"(\[[^\]]+\](?:\.\[[^\]]+\])*)").Select(m => m.Value).ToList();
     if (names.Count == 0) return "(model)";
     var parts = Regex.Matches(names[0], @"\[([^\]]+)\]").Select(m => m.Groups[1].Value).ToArray();
-    var owner = model.GetObjects(DacQueryScopes.UserDefined, Procedure.TypeClass, ScalarFunction.TypeClass, TableValuedFunction.TypeClass, View.TypeClass, Table.TypeClass, TableType.TypeClass)
+    var owner = model.GetObjects(DacQueryScopes.UserDefined, Procedure.TypeClass, ScalarFunction.TypeClass, TableValuedFunction.TypeClass, View.TypeClass, Table.TypeClass, TableType.TypeClass, DmlTrigger.TypeClass)
         .FirstOrDefault(o => o.Name.Parts.SequenceEqual(parts, StringComparer.OrdinalIgnoreCase));
     var src = owner?.GetSourceInformation();
     if (owner is null || src?.SourceName is null) return "(model)";
@@ -294,6 +294,7 @@ static ModelTypeClass KindOf(string kind) => kind switch
     "Sequence" => Sequence.TypeClass,
     "Schema" => Schema.TypeClass,
     "Role" => Role.TypeClass,
+    "DmlTrigger" => DmlTrigger.TypeClass,
     _ => throw new ArgumentException(kind),
 };
 
@@ -324,6 +325,8 @@ record Piece(int Offset, string Text, List<Created> Creates)
             case CreateSequenceStatement s: Add("Sequence", name(s.Name)); break;
             case CreateSchemaStatement s: Add("Schema", s.Name.Value); break;
             case CreateRoleStatement r: Add("Role", r.Name.Value); break;
+            case CreateOrAlterTriggerStatement t: Add("DmlTrigger", name(t.Name)); break;
+            case CreateTriggerStatement t: Add("DmlTrigger", name(t.Name)); break;
             case CreateIndexStatement:
             case GrantStatement:
             case DenyStatement:

@@ -1,0 +1,70 @@
+-- The triggers that keep keel.HotCounts and keel.DlqCounts (V003__read_counters.sql) exact: one per table, for every
+-- insert, update and delete, in the transaction of the statement. Repeatable (sql/README.md). The twin of the
+-- statement triggers in sql/postgres/V003__read_counters.sql and V001 (dlq_counts).
+-- A trigger's own row counts do not reach the caller: SET NOCOUNT ON, and the statement's @@ROWCOUNT is its own.
+SET ANSI_NULLS ON;
+SET QUOTED_IDENTIFIER ON;
+GO
+
+CREATE OR ALTER TRIGGER keel.JobsHot_Counted ON keel.JobsHot
+AFTER INSERT, UPDATE, DELETE
+AS
+BEGIN
+  SET NOCOUNT ON;
+  -- One statement's net change per queue; rows whose state did not change (heartbeats, cancel requests) cancel out.
+  DECLARE @Delta TABLE (
+    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY,
+    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL);
+  INSERT @Delta (Queue, Pending, Fetched, Processing)
+  SELECT c.Queue, SUM(c.Pending), SUM(c.Fetched), SUM(c.Processing)
+  FROM (
+    SELECT i.Queue, IIF(i.State = 'pending', 1, 0) AS Pending, IIF(i.State = 'fetched', 1, 0) AS Fetched,
+           IIF(i.State = 'processing', 1, 0) AS Processing
+    FROM inserted AS i
+    UNION ALL
+    SELECT d.Queue, -IIF(d.State = 'pending', 1, 0), -IIF(d.State = 'fetched', 1, 0), -IIF(d.State = 'processing', 1, 0)
+    FROM deleted AS d
+  ) AS c
+  GROUP BY c.Queue
+  HAVING SUM(c.Pending) <> 0 OR SUM(c.Fetched) <> 0 OR SUM(c.Processing) <> 0;
+  IF NOT EXISTS (SELECT 1 FROM @Delta) RETURN;
+
+  DECLARE @Slot smallint = @@SPID % 16;
+  -- UPDLOCK + SERIALIZABLE: a missing (queue, slot) row's key range stays locked until it is inserted.
+  UPDATE c WITH (UPDLOCK, SERIALIZABLE)
+  SET Pending = c.Pending + d.Pending, Fetched = c.Fetched + d.Fetched, Processing = c.Processing + d.Processing
+  FROM keel.HotCounts AS c
+  INNER JOIN @Delta AS d ON d.Queue = c.Queue AND c.Slot = @Slot;
+  INSERT keel.HotCounts (Queue, Slot, Pending, Fetched, Processing)
+  SELECT d.Queue, @Slot, d.Pending, d.Fetched, d.Processing
+  FROM @Delta AS d
+  WHERE NOT EXISTS (SELECT 1 FROM keel.HotCounts AS c WITH (UPDLOCK, SERIALIZABLE)
+                    WHERE c.Queue = d.Queue AND c.Slot = @Slot);
+END;
+GO
+
+CREATE OR ALTER TRIGGER keel.JobsDLQ_Counted ON keel.JobsDLQ
+AFTER INSERT, DELETE
+AS
+BEGIN
+  SET NOCOUNT ON;
+  DECLARE @Delta TABLE (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY, N bigint NOT NULL);
+  INSERT @Delta (Queue, N)
+  SELECT c.Queue, SUM(c.N)
+  FROM (SELECT i.Queue, CONVERT(bigint, 1) AS N FROM inserted AS i
+        UNION ALL
+        SELECT d.Queue, CONVERT(bigint, -1) FROM deleted AS d) AS c
+  GROUP BY c.Queue
+  HAVING SUM(c.N) <> 0;
+  IF NOT EXISTS (SELECT 1 FROM @Delta) RETURN;
+
+  UPDATE c WITH (UPDLOCK, SERIALIZABLE)
+  SET N = c.N + d.N
+  FROM keel.DlqCounts AS c
+  INNER JOIN @Delta AS d ON d.Queue = c.Queue;
+  INSERT keel.DlqCounts (Queue, N)
+  SELECT d.Queue, d.N
+  FROM @Delta AS d
+  WHERE NOT EXISTS (SELECT 1 FROM keel.DlqCounts AS c WITH (UPDLOCK, SERIALIZABLE) WHERE c.Queue = d.Queue);
+END;
+GO
