@@ -86,6 +86,10 @@ describe('ops: reads', () => {
     expect(r.body.paths['/api/ops/jobs'].get.parameters.map((p: { name: string }) => p.name)).toEqual(
       expect.arrayContaining(['location', 'queue', 'type', 'tag', 'from', 'to', 'text', 'afterId', 'limit']),
     );
+    const scanRows = r.body.paths['/api/ops/jobs'].get.parameters.find((p: { name: string }) => p.name === 'scanRows');
+    expect(scanRows.schema).toMatchObject({ type: 'integer', minimum: 1, maximum: 100_000 });
+    const page = r.body.paths['/api/ops/jobs'].get.responses['200'].content['application/json'].schema;
+    expect(Object.keys(page.properties)).toEqual(expect.arrayContaining(['items', 'nextAfterId', 'scanBounded']));
   });
 });
 

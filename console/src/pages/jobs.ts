@@ -151,7 +151,13 @@ export function jobsPage(main: HTMLElement): Cleanup {
               '← Newer',
             )
           : null,
-        h('span', { class: 'muted' }, `${items.length} job${items.length === 1 ? '' : 's'} on this page`),
+        h(
+          'span',
+          { class: 'muted' },
+          `${items.length} job${items.length === 1 ? '' : 's'} on this page` +
+            // A bounded archive/DLQ text search stops after a fixed number of rows: "Older" searches further down.
+            (r.scanBounded ? ' (text search stopped at its row bound; Older → searches further)' : ''),
+        ),
         r.nextAfterId
           ? h(
               'button',
@@ -171,7 +177,11 @@ export function jobsPage(main: HTMLElement): Cleanup {
       replace(
         results,
         items.length === 0
-          ? empty(`No jobs match these filters in ${where}.`)
+          ? empty(
+              r.scanBounded
+                ? `No match in the part of ${where} searched so far; Older → searches further.`
+                : `No jobs match these filters in ${where}.`,
+            )
           : table(
               [
                 'id',
