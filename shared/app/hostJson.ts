@@ -21,7 +21,7 @@ const schema = z
     functionTimeout: z.string().optional(),
     extensions: z
       .object({
-        http: z.object({ routePrefix: z.string().optional() }).passthrough().optional(),
+        http: z.object({ routePrefix: z.string().optional() }).loose().optional(),
         queues: z
           .object({
             batchSize: z.number().int().min(1).max(32).optional(),
@@ -31,13 +31,13 @@ const schema = z
             maxPollingInterval: z.string().optional(),
             messageEncoding: z.enum(['base64', 'none']).optional(),
           })
-          .passthrough()
+          .loose()
           .optional(),
       })
-      .passthrough()
+      .loose()
       .optional(),
   })
-  .passthrough();
+  .loose();
 
 export interface HostConfig {
   routePrefix: string;

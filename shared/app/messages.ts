@@ -3,23 +3,14 @@
 import { z } from 'zod';
 import type { InvocationContext } from '@azure/functions';
 import type { Runtime } from './runtime.js';
+import { batchId, jobId } from '../jobs/validate.js';
 
-const jobIdSchema = z.union([
-  z.string().regex(/^[1-9][0-9]{0,18}$/, 'must be a positive integer'),
-  z.number().int().positive().max(Number.MAX_SAFE_INTEGER).transform(String),
-]);
+// A job id arrives as text (what Keel posts) or as a number (a hand-posted message); either way it is checked
+// against the job domain's id schema (shared/jobs/validate.ts), as the ops API checks it.
+const jobIdSchema = z.union([jobId, z.number().int().positive().max(Number.MAX_SAFE_INTEGER).transform(String)]);
 
-export const jobMessageSchema = z.object({ jobId: jobIdSchema }).strict();
-export const transferMessageSchema = z
-  .object({
-    batchId: z
-      .string()
-      .regex(
-        /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/,
-        'must be a batch id (a UUID)',
-      ),
-  })
-  .strict();
+export const jobMessageSchema = z.strictObject({ jobId: jobIdSchema });
+export const transferMessageSchema = z.strictObject({ batchId });
 
 export type ParsedMessage<T> = { ok: true; value: T } | { ok: false; reason: 'malformed'; detail: string };
 
@@ -36,17 +27,13 @@ function asValue(message: unknown): { ok: true; value: unknown } | { ok: false; 
   return { ok: true, value: message };
 }
 
-export function parseMessage<T>(schema: z.ZodType<T, z.ZodTypeDef, unknown>, message: unknown): ParsedMessage<T> {
+export function parseMessage<T>(schema: z.ZodType<T>, message: unknown): ParsedMessage<T> {
   const v = asValue(message);
   if (!v.ok) return { ok: false, reason: 'malformed', detail: v.detail };
   const r = schema.safeParse(v.value);
   if (!r.success) {
     const i = r.error.issues[0]!;
-    const where = i.path.length
-      ? i.path.join('.')
-      : i.code === 'unrecognized_keys'
-        ? (i as z.ZodIssue & { keys: string[] }).keys.join(',')
-        : 'message';
+    const where = i.path.length ? i.path.join('.') : i.code === 'unrecognized_keys' ? i.keys.join(',') : 'message';
     return { ok: false, reason: 'malformed', detail: `${where}: ${i.message}` };
   }
   return { ok: true, value: r.data };

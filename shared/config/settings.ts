@@ -2,6 +2,7 @@
 // (strings); the local host fills the same names. An invalid value fails at startup naming the setting.
 import { z } from 'zod';
 import { engineNamed, enginesWith } from '../engines/registry.js';
+import { LIMITS } from '../jobs/validate.js';
 
 const bool = (def: boolean) =>
   z
@@ -16,12 +17,12 @@ const int = (def: number, min: number, max: number) =>
     .transform((v, ctx) => {
       if (v === undefined || v.trim() === '') return def;
       if (!/^-?\d+$/.test(v.trim())) {
-        ctx.addIssue({ code: z.ZodIssueCode.custom, message: `expected an integer, got "${v}"` });
+        ctx.addIssue({ code: 'custom', message: `expected an integer, got "${v}"` });
         return z.NEVER;
       }
       const n = Number(v);
       if (n < min || n > max) {
-        ctx.addIssue({ code: z.ZodIssueCode.custom, message: `must be between ${min} and ${max}, got ${n}` });
+        ctx.addIssue({ code: 'custom', message: `must be between ${min} and ${max}, got ${n}` });
         return z.NEVER;
       }
       return n;
@@ -85,7 +86,7 @@ export const settingsSchema = z
     // application's least-privilege login (a member of keel_executor, which may only execute the keel functions).
     KEEL_PG_MIGRATE_URL: optionalString.pipe(z.string().url('must be a postgres:// URL').optional()),
     KEEL_PG_POOL_SIZE: int(10, 1, 200),
-    KEEL_MAX_PAYLOAD_BYTES: int(256 * 1024, 1024, 16 * 1024 * 1024),
+    KEEL_MAX_PAYLOAD_BYTES: int(LIMITS.payloadBytes, 1024, 16 * 1024 * 1024),
     KEEL_SQL_CONNECTION: optionalString,
     KEEL_SQL_POOL_SIZE: int(10, 1, 200),
     // Apply the schema at startup: default on for PostgreSQL; off for SQL Server, whose app identity should only
@@ -121,8 +122,8 @@ export const settingsSchema = z
     // Off: such jobs are refused at enqueue (400 naming "type") instead of being dead-lettered later.
     KEEL_ALLOW_UNKNOWN_JOB_TYPES: bool(false),
     // Maintenance.
-    KEEL_MAINT_RESCUE_BATCH: int(500, 1, 10_000),
-    KEEL_MAINT_PURGE_BATCH: int(1000, 1, 100_000),
+    KEEL_MAINT_RESCUE_BATCH: int(500, 1, LIMITS.rescueJobs),
+    KEEL_MAINT_PURGE_BATCH: int(1000, 1, LIMITS.purgeBatchRows),
     KEEL_MAINT_MAX_BATCHES: int(20, 1, 1000),
     KEEL_TRANSFER_STALE_MS: int(600_000, 1000, 7 * 24 * 3600_000),
     KEEL_TRANSFER_RECONCILE_LIMIT: int(20, 1, 1000),
@@ -148,7 +149,7 @@ export const settingsSchema = z
     const setting = engineNamed(s.KEEL_STORE_ENGINE).controlSetting;
     if (setting && !s[setting as keyof typeof s]) {
       ctx.addIssue({
-        code: z.ZodIssueCode.custom,
+        code: 'custom',
         path: [setting],
         message: `is required when KEEL_STORE_ENGINE=${s.KEEL_STORE_ENGINE}`,
       });

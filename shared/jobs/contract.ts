@@ -4,16 +4,19 @@
 export type JobId = string; // bigint in the database; strings keep 64-bit ids exact in JavaScript
 export type LeaseId = string; // uuid minted by each claim
 
-export type HotState = 'pending' | 'fetched' | 'processing';
-export type DlqReason = 'exhausted' | 'fatal' | 'timeout' | 'cancelled' | 'zombie' | 'expired';
-export const DLQ_REASONS: readonly DlqReason[] = ['exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired'];
-export type ZombiePolicy = 'dlq' | 'retry';
-export type JobLocation = 'hot' | 'archive' | 'dlq';
+export const HOT_STATES = ['pending', 'fetched', 'processing'] as const;
+export type HotState = (typeof HOT_STATES)[number];
+export const DLQ_REASONS = ['exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired'] as const;
+export type DlqReason = (typeof DLQ_REASONS)[number];
+export const ZOMBIE_POLICIES = ['dlq', 'retry'] as const;
+export type ZombiePolicy = (typeof ZOMBIE_POLICIES)[number];
+export const JOB_LOCATIONS = ['hot', 'archive', 'dlq'] as const;
+export type JobLocation = (typeof JOB_LOCATIONS)[number];
 
 export interface EnqueueRequest {
   queue: string;
   type: string;
-  payload?: unknown; // any JSON value; serialized size is limited (see limits.ts)
+  payload?: unknown; // any JSON value; serialized size is limited (LIMITS.payloadBytes in validate.ts, KEEL_MAX_PAYLOAD_BYTES)
   priority?: number; // higher runs first; default 0
   delayMs?: number; // mutually exclusive with runAt
   runAt?: Date;
@@ -95,7 +98,8 @@ export interface ResurrectResult {
   dryRun: boolean;
 }
 
-export type PurgeTarget = 'archive' | 'dlq' | 'metrics';
+export const PURGE_TARGETS = ['archive', 'dlq', 'metrics'] as const;
+export type PurgeTarget = (typeof PURGE_TARGETS)[number];
 
 export interface QueueSettings {
   name: string;

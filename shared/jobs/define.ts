@@ -1,9 +1,10 @@
 // What code in handlers/ uses: defineHandler and defineSchedule. A file in handlers/ exports their results (any
 // export name); the app loads every such file at start (shared/jobs/handlerFolder.ts) in Azure, under `npm start`
 // and in tests, so adding a handler is: add a file, export the definition, deploy. See docs/jobs.md.
-import { z } from 'zod/v4';
+import { z } from 'zod';
 import { Cron } from 'croner';
 import type { HandlerOptions, JobContext } from './registry.js';
+import { LIMITS, scheduleName } from './validate.js';
 
 export { z };
 export { FatalError, RetryAfterError } from './registry.js';
@@ -20,7 +21,7 @@ export interface HandlerDefinition<P = unknown> {
 }
 
 export type HandlerSpec<S extends z.ZodType> = Omit<HandlerOptions, 'payload'> & {
-  // A zod (v4) schema for the payload: enqueue refuses a payload that fails it (400 naming the field), and the
+  // A zod schema for the payload: enqueue refuses a payload that fails it (400 naming the field), and the
   // handler gets the parsed value (defaults applied, transforms run).
   payload?: S;
   handle: (payload: z.output<S>, ctx: JobContext) => Promise<void>;
@@ -69,7 +70,8 @@ export interface ScheduleDefinition extends Required<Omit<ScheduleSpec, 'payload
 
 export function defineSchedule(name: string, spec: ScheduleSpec): ScheduleDefinition {
   const bad = (field: string, why: string) => new Error(`schedule "${name}": ${field} ${why}`);
-  if (!/^[A-Za-z0-9_.:-]{1,100}$/.test(name)) throw bad('name', 'must be 1-100 letters, digits and _ . : -');
+  if (!scheduleName.safeParse(name).success)
+    throw bad('name', `must be 1-${LIMITS.scheduleNameLength} letters, digits and _ . : -`);
   const timeZone = spec.timeZone ?? 'UTC';
   try {
     Intl.DateTimeFormat('en', { timeZone });

@@ -1,6 +1,7 @@
 // Handlers by job type, with their options. A handler gets (payload, ctx) and runs outside any transaction.
-import type { z } from 'zod/v4';
+import type { z } from 'zod';
 import type { JobId } from './contract.js';
+import { LIMITS, jobName } from './validate.js';
 
 export interface JobLogger {
   info(message: string, fields?: Record<string, unknown>): void;
@@ -91,8 +92,8 @@ export class HandlerRegistry {
 
   register<P>(type: string, handler: JobHandler<P>, options: HandlerOptions = {}, source?: string): this {
     if (!type) throw new Error('handler type must be a non-empty string');
-    if (!/^[A-Za-z0-9_.:-]{1,128}$/.test(type))
-      throw new Error(`handler type "${type}": letters, digits and _ . : - only (at most 128)`);
+    if (!jobName.safeParse(type).success)
+      throw new Error(`handler type "${type}": letters, digits and _ . : - only (at most ${LIMITS.nameLength})`);
     if (this.handlers.has(type)) {
       const other = this.handlers.get(type)!.source;
       throw new Error(`a handler for job type "${type}" is already registered${other ? ` (by ${other})` : ''}`);
@@ -153,11 +154,11 @@ function checkHandlerOptions(type: string, o: HandlerOptions): void {
   const bad = (field: string, why: string) => new Error(`handler "${type}": ${field} ${why}`);
   if (o.timeoutMs !== undefined && !int(o.timeoutMs, 1, 24 * 3600_000))
     throw bad('timeoutMs', 'must be an integer number of milliseconds from 1 to 86400000');
-  if (o.maxAttempts !== undefined && !int(o.maxAttempts, 1, 1000))
-    throw bad('maxAttempts', 'must be an integer from 1 to 1000');
+  if (o.maxAttempts !== undefined && !int(o.maxAttempts, 1, LIMITS.maxAttempts))
+    throw bad('maxAttempts', `must be an integer from 1 to ${LIMITS.maxAttempts}`);
   if (o.concurrency !== undefined && !int(o.concurrency, 1, 10_000))
     throw bad('concurrency', 'must be an integer from 1 to 10000');
-  if (o.queue !== undefined && !/^[A-Za-z0-9_.:-]{1,128}$/.test(o.queue))
+  if (o.queue !== undefined && !jobName.safeParse(o.queue).success)
     throw bad('queue', 'must be a queue name (letters, digits and _ . : - only)');
   if (o.backoff !== undefined) {
     if (
@@ -169,7 +170,7 @@ function checkHandlerOptions(type: string, o: HandlerOptions): void {
     }
   }
   if (o.payload !== undefined && typeof (o.payload as { safeParse?: unknown }).safeParse !== 'function') {
-    throw bad('payload', "must be a zod schema (import { z } from 'zod/v4')");
+    throw bad('payload', "must be a zod schema (import { z } from '../shared/jobs/define.js')");
   }
 }
 

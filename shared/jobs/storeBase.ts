@@ -1,5 +1,6 @@
-// The single-job operations every engine serves through its batch procedure (see OPERATION_PROCEDURE):
-// one enqueue is a batch of one, and so are one start and one complete.
+// What every engine's job store shares: the contract's argument checks, applied once at the boundary, and the
+// single-job operations served through the batch procedure (see OPERATION_PROCEDURE): one enqueue is a batch of
+// one, and so are one start and one complete.
 import type {
   CompleteResult,
   EnqueueRequest,
@@ -10,10 +11,33 @@ import type {
   OwnerResultById,
   StartResult,
 } from './contract.js';
+import { STORE_ARGUMENT_CHECKS, type StoreOperation } from './validate.js';
 
 type BatchOnly = Pick<JobStore, 'enqueueMany' | 'startMany' | 'completeMany'>;
+type AnyMethod = (...args: unknown[]) => Promise<unknown>;
+type AnyCheck = (...args: unknown[]) => { answer: unknown } | undefined;
 
 export abstract class BatchBackedJobStore implements BatchOnly {
+  constructor() {
+    // Every operation with a check runs it before the engine's own method, so both engines refuse the same bad
+    // input with the same ValidationError (and answer an id that can name no job the same way) from one table,
+    // instead of a copy of the checks in each engine. The engine methods are found on the subclass prototype.
+    const self = this as unknown as Record<StoreOperation, AnyMethod>;
+    for (const op of Object.keys(STORE_ARGUMENT_CHECKS) as StoreOperation[]) {
+      const check = STORE_ARGUMENT_CHECKS[op] as AnyCheck | null;
+      const method = self[op];
+      if (!check || typeof method !== 'function') continue;
+      Object.defineProperty(this, op, {
+        configurable: true,
+        writable: true,
+        value: async (...args: unknown[]) => {
+          const early = check(...args);
+          return early ? early.answer : method.apply(this, args);
+        },
+      });
+    }
+  }
+
   abstract enqueueMany(jobs: EnqueueRequest[]): Promise<EnqueueResult[]>;
   abstract startMany(refs: LeaseRef[]): Promise<(StartResult & { jobId: JobId })[]>;
   abstract completeMany(refs: LeaseRef[]): Promise<OwnerResultById[]>;

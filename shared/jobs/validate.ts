@@ -1,10 +1,50 @@
-// Validation shared by every engine: bad input is refused before it reaches a database, naming the field at fault.
+// The job domain's one validation module: every limit (LIMITS), the zod schemas built from them, and the argument
+// checks of the JobStore contract (STORE_ARGUMENT_CHECKS, applied once for every engine by storeBase.ts). Bad input
+// is refused before it reaches a database, naming the field at fault. The ops API's request schemas, the queue
+// messages and the handler definitions build on the same schemas.
 import { z } from 'zod';
-import type { EnqueueRequest, QueueSettingsPatch } from './contract.js';
+import {
+  DLQ_REASONS,
+  HOT_STATES,
+  JOB_LOCATIONS,
+  PURGE_TARGETS,
+  ZOMBIE_POLICIES,
+  type EnqueueRequest,
+  type JobStore,
+  type LeaseRef,
+  type QueueSettingsPatch,
+} from './contract.js';
 
-export const DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024;
-// Jobs per enqueueMany call (the ops API's batch body takes as many): one procedure call, one transaction.
-export const MAX_BATCH = 20_000;
+// Every limit on what the job domain accepts, defined once: the stores' argument checks, the ops API's request
+// schemas (shared/ops/schemas.ts), the queue messages and the handler definitions read them from here.
+const DAY_SECONDS = 24 * 3600;
+export const LIMITS = {
+  nameLength: 128, // queue and job type names
+  scheduleNameLength: 100,
+  batchJobs: 20_000, // jobs per enqueueMany call (and per ops API batch body): one procedure call, one transaction
+  payloadBytes: 256 * 1024, // serialized payload, the default of KEEL_MAX_PAYLOAD_BYTES
+  priority: 1_000_000, // from -priority to +priority
+  delayMs: 366 * DAY_SECONDS * 1000,
+  tags: 16,
+  tagLength: 64,
+  idempotencyKeyLength: 200,
+  maxAttempts: 1000,
+  maxConcurrency: 100_000,
+  zombieTimeoutSeconds: 7 * DAY_SECONDS,
+  // Retention settings are int columns on SQL Server; ten years keeps them far inside its range.
+  minRetentionSeconds: 60,
+  maxRetentionSeconds: 10 * 366 * DAY_SECONDS,
+  claimJobs: 10_000, // jobs per claimNext call
+  rescueJobs: 10_000, // jobs per rescueZombies call (KEEL_MAINT_RESCUE_BATCH)
+  resurrectJobs: 1000, // jobs per resurrectByFilter call
+  purgeBatchRows: 10_000, // rows per purge call: one short transaction (KEEL_MAINT_PURGE_BATCH)
+  searchJobs: 500, // jobs per searchJobs page
+  searchTextLength: 200,
+  metricsWindowMinutes: 7 * 24 * 60,
+} as const;
+
+export const DEFAULT_MAX_PAYLOAD_BYTES = LIMITS.payloadBytes;
+export const MAX_BATCH = LIMITS.batchJobs;
 
 export class ValidationError extends Error {
   constructor(
@@ -16,11 +56,11 @@ export class ValidationError extends Error {
   }
 }
 
-const name = z
-  .string()
-  .min(1)
-  .max(128)
-  .regex(/^[A-Za-z0-9_.:-]+$/, 'letters, digits and _ . : - only');
+export const NAME_PATTERN = /^[A-Za-z0-9_.:-]+$/;
+const NAME_CHARS = 'letters, digits and _ . : - only';
+// A queue or job type name.
+export const jobName = z.string().min(1).max(LIMITS.nameLength).regex(NAME_PATTERN, NAME_CHARS);
+export const scheduleName = z.string().min(1).max(LIMITS.scheduleNameLength).regex(NAME_PATTERN, NAME_CHARS);
 
 // Text a database can store: no NUL (PostgreSQL text and jsonb refuse U+0000) and well-formed UTF-16 (a lone
 // surrogate has no UTF-8 form; jsonb refuses its \uD8xx escape). Returns why not, or null.
@@ -66,42 +106,85 @@ export function jsonTextProblem(value: unknown): { path: (string | number)[]; me
   return null;
 }
 
-const storableText = z.string().superRefine((v, ctx) => {
-  const m = textProblem(v);
-  if (m) ctx.addIssue({ code: 'custom', message: m });
-});
-const storableJson = z.unknown().superRefine((v, ctx) => {
+// Text and JSON a database can store (no NUL, no lone surrogate).
+export const storableText = (min: number, max: number) =>
+  z
+    .string()
+    .min(min)
+    .max(max)
+    .superRefine((v, ctx) => {
+      const m = textProblem(v);
+      if (m) ctx.addIssue({ code: 'custom', message: m });
+    });
+export const storableJson = z.unknown().superRefine((v, ctx) => {
   const r = jsonTextProblem(v);
   if (r) ctx.addIssue({ code: 'custom', message: r.message, path: r.path });
 });
 
+const JOB_ID = /^[1-9][0-9]{0,18}$/;
+const MAX_BIGINT = 9223372036854775807n; // the largest id any engine can hold
+// A positive 64-bit id as a decimal string: anything else can name no job in any engine.
+export function isJobId(value: unknown): value is string {
+  return typeof value === 'string' && JOB_ID.test(value) && BigInt(value) <= MAX_BIGINT;
+}
+export const jobId = z
+  .string()
+  .regex(JOB_ID, 'must be a job id (a positive integer)')
+  .refine(
+    (v) => !JOB_ID.test(v) || BigInt(v) <= MAX_BIGINT,
+    `must be a job id (a positive integer up to ${MAX_BIGINT})`,
+  );
+
+export const UUID_PATTERN = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
+export const batchId = z.string().regex(UUID_PATTERN, 'must be a batch id (a UUID)');
+// A lease id is a UUID minted by a claim: anything else can hold no lease (and SQL Server's uniqueidentifier
+// conversion ignores characters after the 36th, so '<a real lease>junk' must never reach it).
+export function isLeaseRef(ref: LeaseRef): boolean {
+  return isJobId(ref.jobId) && typeof ref.leaseId === 'string' && UUID_PATTERN.test(ref.leaseId);
+}
+
+export const dlqReason = z.enum(DLQ_REASONS);
+export const jobLocation = z.enum(JOB_LOCATIONS);
+export const hotState = z.enum(HOT_STATES);
+export const purgeTarget = z.enum(PURGE_TARGETS);
+export const zombiePolicy = z.enum(ZOMBIE_POLICIES);
+
+const int = (min: number, max: number) => z.number().int().min(min).max(max);
+
+// The fields of one job to enqueue, except its dates (Date in the store, ISO text in the ops API) and whether a
+// queue is required (the ops API falls back to the handler's queue).
+export const enqueueFields = {
+  queue: jobName,
+  type: jobName,
+  payload: storableJson.optional(),
+  priority: int(-LIMITS.priority, LIMITS.priority).optional(),
+  delayMs: int(0, LIMITS.delayMs).optional(),
+  tags: z.array(storableText(1, LIMITS.tagLength)).max(LIMITS.tags).optional(),
+  idempotencyKey: storableText(1, LIMITS.idempotencyKeyLength).optional(),
+  maxAttempts: int(1, LIMITS.maxAttempts).optional(),
+};
+export const NOT_BOTH_DELAY_AND_RUN_AT = {
+  message: 'give delayMs or runAt, not both',
+  path: ['runAt'],
+};
+
 const enqueueSchema = z
-  .object({
-    queue: name,
-    type: name,
-    payload: storableJson.optional(),
-    priority: z.number().finite().int().min(-1_000_000).max(1_000_000).optional(),
-    delayMs: z
-      .number()
-      .finite()
-      .int()
-      .min(0)
-      .max(366 * 24 * 3600 * 1000)
-      .optional(),
-    runAt: z.date().optional(),
-    tags: z
-      .array(storableText.pipe(z.string().min(1).max(64)))
-      .max(16)
-      .optional(),
-    idempotencyKey: storableText.pipe(z.string().min(1).max(200)).optional(),
-    maxAttempts: z.number().finite().int().min(1).max(1000).optional(),
-    expiresAt: z.date().optional(),
-  })
-  .strict()
-  .refine((j) => !(j.delayMs !== undefined && j.runAt !== undefined), {
-    message: 'give delayMs or runAt, not both',
-    path: ['runAt'],
-  });
+  .strictObject({ ...enqueueFields, runAt: z.date().optional(), expiresAt: z.date().optional() })
+  .refine((j) => !(j.delayMs !== undefined && j.runAt !== undefined), NOT_BOTH_DELAY_AND_RUN_AT);
+
+// The settings a queue patch may change (the ops API adds descriptions and "at least one").
+const retentionSeconds = int(LIMITS.minRetentionSeconds, LIMITS.maxRetentionSeconds);
+export const queuePatchFields = {
+  paused: z.boolean().optional(),
+  maxConcurrency: int(0, LIMITS.maxConcurrency).nullable().optional(),
+  zombieTimeoutSeconds: int(1, LIMITS.zombieTimeoutSeconds).optional(),
+  zombiePolicy: zombiePolicy.optional(),
+  maxAttempts: int(1, LIMITS.maxAttempts).optional(),
+  archiveRetentionSeconds: retentionSeconds.optional(),
+  dlqRetentionSeconds: retentionSeconds.optional(),
+  metricsRetentionSeconds: retentionSeconds.optional(),
+};
+const patchSchema = z.strictObject(queuePatchFields);
 
 function firstIssue(err: z.ZodError, prefix: string): ValidationError {
   const issue = err.issues[0]!;
@@ -116,7 +199,7 @@ export function issueMessage(issue: { code: string; message: string; expected?: 
   if (
     issue.code === 'invalid_type' &&
     issue.expected === 'number' &&
-    (issue.received === 'Infinity' || issue.received === 'NaN' || /received number$/.test(issue.message))
+    (issue.received === 'Infinity' || issue.received === 'NaN' || /received (number|Infinity|NaN)$/.test(issue.message))
   ) {
     return 'must be a finite number (this one is out of range)';
   }
@@ -126,20 +209,9 @@ export function issueMessage(issue: { code: string; message: string; expected?: 
 // The same rules as enqueueSchema, checked by hand: a 20,000-job batch validates in milliseconds instead of a second.
 // Anything it does not accept goes through the schema, which gives the error message (so the two must agree on what
 // is valid; test/jobs/validate.test.ts compares them).
-const ENQUEUE_KEYS = new Set([
-  'queue',
-  'type',
-  'payload',
-  'priority',
-  'delayMs',
-  'runAt',
-  'tags',
-  'idempotencyKey',
-  'maxAttempts',
-  'expiresAt',
-]);
-const NAME_RE = /^[A-Za-z0-9_.:-]+$/;
-const isName = (v: unknown) => typeof v === 'string' && v.length >= 1 && v.length <= 128 && NAME_RE.test(v);
+const ENQUEUE_KEYS = new Set([...Object.keys(enqueueFields), 'runAt', 'expiresAt']);
+const isName = (v: unknown) =>
+  typeof v === 'string' && v.length >= 1 && v.length <= LIMITS.nameLength && NAME_PATTERN.test(v);
 const intIn = (v: unknown, min: number, max: number) =>
   v === undefined || (Number.isInteger(v) && (v as number) >= min && (v as number) <= max);
 const dateOk = (v: unknown) => v === undefined || (v instanceof Date && !Number.isNaN(v.getTime()));
@@ -152,22 +224,21 @@ export function plainValid(job: unknown): boolean {
   for (const k of Object.keys(j)) if (!ENQUEUE_KEYS.has(k)) return false;
   if (!isName(j.queue) || !isName(j.type)) return false;
   if (
-    !intIn(j.priority, -1_000_000, 1_000_000) ||
-    !intIn(j.delayMs, 0, 366 * 24 * 3600 * 1000) ||
-    !intIn(j.maxAttempts, 1, 1000)
+    !intIn(j.priority, -LIMITS.priority, LIMITS.priority) ||
+    !intIn(j.delayMs, 0, LIMITS.delayMs) ||
+    !intIn(j.maxAttempts, 1, LIMITS.maxAttempts)
   )
     return false;
   if (!dateOk(j.runAt) || !dateOk(j.expiresAt)) return false;
   if (j.delayMs !== undefined && j.runAt !== undefined) return false;
   if (j.payload !== undefined && jsonTextProblem(j.payload) !== null) return false;
-  if (j.idempotencyKey !== undefined && !strLen(j.idempotencyKey, 200)) return false;
+  if (j.idempotencyKey !== undefined && !strLen(j.idempotencyKey, LIMITS.idempotencyKeyLength)) return false;
   if (j.tags !== undefined) {
-    if (!Array.isArray(j.tags) || j.tags.length > 16) return false;
-    for (const t of j.tags) if (!strLen(t, 64)) return false;
+    if (!Array.isArray(j.tags) || j.tags.length > LIMITS.tags) return false;
+    for (const t of j.tags) if (!strLen(t, LIMITS.tagLength)) return false;
   }
   return true;
 }
-
 // Returns the JSON document an engine stores for each job; throws ValidationError naming e.g. "jobs[3].payload".
 export function prepareEnqueue(
   jobs: EnqueueRequest[],
@@ -216,44 +287,18 @@ export function prepareEnqueue(
   });
 }
 
-const patchSchema = z
-  .object({
-    paused: z.boolean().optional(),
-    maxConcurrency: z.number().finite().int().min(0).max(100_000).nullable().optional(),
-    zombieTimeoutSeconds: z
-      .number()
-      .finite()
-      .int()
-      .min(1)
-      .max(7 * 24 * 3600)
-      .optional(),
-    zombiePolicy: z.enum(['dlq', 'retry']).optional(),
-    maxAttempts: z.number().finite().int().min(1).max(1000).optional(),
-    archiveRetentionSeconds: z.number().finite().int().min(60).optional(),
-    dlqRetentionSeconds: z.number().finite().int().min(60).optional(),
-    metricsRetentionSeconds: z.number().finite().int().min(60).optional(),
-  })
-  .strict();
-
 export function validateQueuePatch(queue: string, patch: QueueSettingsPatch): QueueSettingsPatch {
-  const n = name.safeParse(queue);
+  const n = jobName.safeParse(queue);
   if (!n.success) throw firstIssue(n.error, 'name');
   const parsed = patchSchema.safeParse(patch);
   if (!parsed.success) throw firstIssue(parsed.error, '');
   return parsed.data;
 }
 
-export function assertPositiveInt(field: string, value: number, max = 100_000): void {
+export function assertPositiveInt(field: string, value: number, max: number): void {
   if (!Number.isInteger(value) || value < 1 || value > max) {
     throw new ValidationError(field, `must be an integer from 1 to ${max} (got ${value})`);
   }
-}
-
-const JOB_ID = /^[1-9][0-9]{0,18}$/;
-const MAX_BIGINT = 9223372036854775807n;
-// A positive 64-bit id as a decimal string: anything else can name no job in any engine.
-export function isJobId(value: unknown): value is string {
-  return typeof value === 'string' && JOB_ID.test(value) && BigInt(value) <= MAX_BIGINT;
 }
 
 export function assertJobId(field: string, value: unknown): string {
@@ -261,24 +306,36 @@ export function assertJobId(field: string, value: unknown): string {
   return value;
 }
 
-// The handlers' per-type max attempts as the JSON object the rescue procedures take (null when there are none).
-export function typeMaxAttemptsJson(byType: Readonly<Record<string, number>> | undefined): string | null {
-  if (!byType) return null;
-  const entries = Object.entries(byType);
-  if (entries.length === 0) return null;
-  for (const [type, n] of entries) {
-    const t = name.safeParse(type);
-    if (!t.success) throw new ValidationError(`maxAttemptsByType.${type}`, 'is not a valid job type');
-    assertPositiveInt(`maxAttemptsByType.${type}`, n, 1000);
-  }
-  return JSON.stringify(Object.fromEntries(entries));
+function assertOneOf<T extends string>(field: string, value: unknown, allowed: readonly T[]): void {
+  if (!allowed.includes(value as T)) throw new ValidationError(field, `must be one of ${allowed.join(', ')}`);
 }
 
-const SCHEDULE_NAME = /^[A-Za-z0-9_.:-]{1,100}$/;
+function assertName(field: string, value: unknown): void {
+  const n = jobName.safeParse(value);
+  if (!n.success) throw firstIssue(n.error, field);
+}
+
+// The handlers' per-type max attempts, checked: each a job type and an attempt count.
+function assertTypeMaxAttempts(byType: Readonly<Record<string, number>> | undefined): void {
+  for (const [type, n] of Object.entries(byType ?? {})) {
+    if (!jobName.safeParse(type).success)
+      throw new ValidationError(`maxAttemptsByType.${type}`, 'is not a valid job type');
+    assertPositiveInt(`maxAttemptsByType.${type}`, n, LIMITS.maxAttempts);
+  }
+}
+
+// The handlers' per-type max attempts as the JSON object the rescue procedures take (null when there are none).
+export function typeMaxAttemptsJson(byType: Readonly<Record<string, number>> | undefined): string | null {
+  return byType && Object.keys(byType).length > 0 ? JSON.stringify(byType) : null;
+}
+
 export function assertScheduleName(field: string, value: unknown): string {
-  if (typeof value !== 'string' || !SCHEDULE_NAME.test(value))
-    throw new ValidationError(field, 'must be a schedule name (1-100 letters, digits and _ . : -)');
-  return value;
+  if (!scheduleName.safeParse(value).success)
+    throw new ValidationError(
+      field,
+      `must be a schedule name (1-${LIMITS.scheduleNameLength} letters, digits and _ . : -)`,
+    );
+  return value as string;
 }
 
 export function assertTick(field: string, value: unknown): Date {
@@ -286,3 +343,103 @@ export function assertTick(field: string, value: unknown): Date {
     throw new ValidationError(field, 'must be a valid Date');
   return value;
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// The JobStore contract's argument checks, one per operation, applied to every engine's store at the contract
+// boundary (storeBase.ts) before the engine's own code runs. A check throws ValidationError naming the argument at
+// fault, or returns { answer } when the arguments can name no job (an id that is no job id, a lease that is no
+// UUID): the operation's not-found answer, without a round trip. Enqueued jobs are checked by prepareEnqueue, which
+// the stores call with their own payload limit (KEEL_MAX_PAYLOAD_BYTES).
+export type StoreOperation = Exclude<keyof JobStore, 'engine' | 'close'>;
+type Method<Op extends StoreOperation> = JobStore[Op] extends (...args: infer A) => Promise<infer R>
+  ? { args: A; answer: R }
+  : never;
+export type ArgumentCheck<Op extends StoreOperation> = (
+  ...args: Method<Op>['args']
+) => { answer: Method<Op>['answer'] } | undefined;
+
+const leaseLost = (ref: LeaseRef) => (isLeaseRef(ref) ? undefined : { answer: 'lease_lost' as const });
+
+export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> | null } = {
+  enqueue: null,
+  enqueueMany: null,
+  claimNext: (opts) => {
+    assertPositiveInt('limit', opts.limit, LIMITS.claimJobs);
+    return undefined;
+  },
+  claimById: (id) => (isJobId(id) ? undefined : { answer: null }),
+  start: null, // startMany per ref: a ref that can hold no lease is lease_lost (isLeaseRef)
+  startMany: null,
+  heartbeat: (ref) => (isLeaseRef(ref) ? undefined : { answer: { status: 'lease_lost', cancelRequested: false } }),
+  complete: null, // completeMany per ref, as startMany
+  completeMany: null,
+  retry: (ref, runAt) => {
+    assertTick('runAt', runAt);
+    return leaseLost(ref);
+  },
+  fail: (ref, reason) => {
+    assertOneOf('reason', reason, DLQ_REASONS);
+    return leaseLost(ref);
+  },
+  release: leaseLost,
+  cancel: (id) => (isJobId(id) ? undefined : { answer: 'not_found' }),
+  rescueZombies: (limit, byType) => {
+    assertPositiveInt('limit', limit, LIMITS.rescueJobs);
+    assertTypeMaxAttempts(byType);
+    return undefined;
+  },
+  resurrect: (ids) => {
+    if (!Array.isArray(ids)) throw new ValidationError('jobIds', 'must be an array');
+    ids.forEach((id, i) => assertJobId(`jobIds[${i}]`, id));
+    return undefined;
+  },
+  resurrectByFilter: (filter) => {
+    assertPositiveInt('limit', filter.limit, LIMITS.resurrectJobs);
+    if (filter.reason !== undefined) assertOneOf('reason', filter.reason, DLQ_REASONS);
+    if (filter.queue !== undefined) assertName('queue', filter.queue);
+    if (filter.type !== undefined) assertName('type', filter.type);
+    if (filter.failedAfter !== undefined) assertTick('failedAfter', filter.failedAfter);
+    if (filter.failedBefore !== undefined) assertTick('failedBefore', filter.failedBefore);
+    return undefined;
+  },
+  purge: (target, queue, olderThan, batchSize) => {
+    assertOneOf('target', target, PURGE_TARGETS);
+    if (queue !== null) assertName('queue', queue);
+    assertTick('olderThan', olderThan);
+    assertPositiveInt('batchSize', batchSize, LIMITS.purgeBatchRows);
+    return undefined;
+  },
+  stats: null,
+  metrics: (windowMinutes, queue) => {
+    assertPositiveInt('windowMinutes', windowMinutes, LIMITS.metricsWindowMinutes);
+    if (queue !== undefined) assertName('queue', queue);
+    return undefined;
+  },
+  getQueue: null,
+  listQueues: null,
+  updateQueue: (name, patch) => {
+    validateQueuePatch(name, patch);
+    return undefined;
+  },
+  getJob: (id) => (isJobId(id) ? undefined : { answer: null }),
+  searchJobs: (search) => {
+    assertOneOf('location', search.location, JOB_LOCATIONS);
+    assertPositiveInt('limit', search.limit, LIMITS.searchJobs);
+    if (search.afterId !== undefined) assertJobId('afterId', search.afterId);
+    return undefined;
+  },
+  listSchedules: (name) => {
+    if (name !== undefined) assertScheduleName('name', name);
+    return undefined;
+  },
+  setSchedulePaused: (name) => {
+    assertScheduleName('name', name);
+    return undefined;
+  },
+  fireSchedule: (name, expectedTick, tick) => {
+    assertScheduleName('name', name);
+    if (expectedTick !== null) assertTick('expectedTick', expectedTick);
+    assertTick('tick', tick);
+    return undefined;
+  },
+};

@@ -1,5 +1,5 @@
 // Ops routes for what handlers/ declares: job types with their options and payload schema, and recurring schedules.
-import { z } from 'zod/v4';
+import { z } from 'zod';
 import type { RegisteredHandler } from '../jobs/registry.js';
 import type { ScheduleState } from '../jobs/contract.js';
 import type { ScheduleDefinition } from '../jobs/define.js';
@@ -7,6 +7,7 @@ import { nextTick } from '../jobs/scheduler.js';
 import { notFound } from './errors.js';
 import { route, type OpsRoute } from './router.js';
 import * as s from './schemas.js';
+import { scheduleName } from '../jobs/validate.js';
 
 function payloadSchema(h: RegisteredHandler): unknown {
   if (!h.options.payload) return null;
@@ -33,7 +34,7 @@ export function describeHandler(h: RegisteredHandler): Record<string, unknown> {
 }
 
 const scheduleParams = z.strictObject({
-  name: z.string().regex(/^[A-Za-z0-9_.:-]{1,100}$/, 'must be a schedule name'),
+  name: scheduleName,
 });
 
 function describeSchedule(

@@ -1,5 +1,5 @@
 // The OpenAPI 3.1 document, generated from the route table and the same zod schemas that validate requests.
-import { z } from 'zod/v4';
+import { z } from 'zod';
 import { OPS_PREFIX, type OpsRoute } from './router.js';
 
 type JsonSchema = Record<string, unknown> & { properties?: Record<string, JsonSchema>; required?: string[] };

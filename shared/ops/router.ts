@@ -3,7 +3,7 @@
 // (route `ops/{*path}`) serves all of it, so Azure and the local host route identically.
 import Router from 'find-my-way';
 import type { HttpRequest, HttpResponseInit, InvocationContext } from '@azure/functions';
-import type { z } from 'zod/v4';
+import type { z } from 'zod';
 import { ValidationError, issueMessage } from '../jobs/validate.js';
 import type { OpsRuntime } from './context.js';
 import { OpsError, errorResponse, json } from './errors.js';

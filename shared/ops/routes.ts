@@ -2,6 +2,7 @@
 import type { JobRecord, PurgeTarget, QueueSettingsPatch } from '../jobs/contract.js';
 import type { JobRequest } from '../jobs/typedEnqueue.js';
 import { purgeInBatches } from '../jobs/maintenance.js';
+import { LIMITS } from '../jobs/validate.js';
 import { conflict, invalid, notFound } from './errors.js';
 import { route, type OpsRoute } from './router.js';
 import * as s from './schemas.js';
@@ -11,7 +12,7 @@ import { handlerRoutes } from './handlerRoutes.js';
 
 const VERSION = '0.1.0';
 
-type EnqueueJobInput = import('zod/v4').output<typeof s.enqueueJob>;
+type EnqueueJobInput = import('zod').output<typeof s.enqueueJob>;
 
 function toEnqueueRequest(j: EnqueueJobInput): JobRequest {
   return {
@@ -380,7 +381,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
       const queue = body.queue ?? null;
       if (body.dryRun) {
         if (target === 'metrics') {
-          const windowMinutes = 31 * 24 * 60;
+          const windowMinutes = LIMITS.metricsWindowMinutes;
           const buckets = await rt.store.metrics(windowMinutes, body.queue);
           const older = buckets.filter((b) => b.bucketStart < olderThan).length;
           return {
@@ -396,16 +397,16 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
         }
         let matched = 0;
         let afterId: string | undefined;
-        for (let page = 0; page < PREVIEW_CAP / 500 && matched < PREVIEW_CAP; page++) {
+        for (let page = 0; page < PREVIEW_CAP / LIMITS.searchJobs && matched < PREVIEW_CAP; page++) {
           const { items } = await rt.store.searchJobs({
             location: target,
             to: olderThan,
-            limit: 500,
+            limit: LIMITS.searchJobs,
             ...(body.queue ? { queue: body.queue } : {}),
             ...(afterId ? { afterId } : {}),
           });
           matched += items.length;
-          if (items.length < 500) break;
+          if (items.length < LIMITS.searchJobs) break;
           afterId = items[items.length - 1]!.id;
         }
         return {

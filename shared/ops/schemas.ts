@@ -1,40 +1,29 @@
-// Request schemas of the ops API (zod v4 API, so the OpenAPI document is generated from the same schemas
-// that validate). Objects are strict: an unknown field is a 400 naming that field.
-import { z } from 'zod/v4';
-import { DLQ_REASONS, TEXT_SEARCH_SCAN_ROWS, TEXT_SEARCH_SCAN_ROWS_MAX, type DlqReason } from '../jobs/contract.js';
-import { MAX_BATCH, jsonTextProblem, textProblem } from '../jobs/validate.js';
+// Request schemas of the ops API, built from the job domain's schemas and limits (shared/jobs/validate.ts), so the
+// API and the store accept the same values; the OpenAPI document is generated from the same schemas that validate.
+// Objects are strict: an unknown field is a 400 naming that field.
+import { z } from 'zod';
+import { TEXT_SEARCH_SCAN_ROWS, TEXT_SEARCH_SCAN_ROWS_MAX } from '../jobs/contract.js';
+import {
+  LIMITS,
+  NOT_BOTH_DELAY_AND_RUN_AT,
+  batchId,
+  dlqReason,
+  enqueueFields,
+  hotState,
+  jobId,
+  jobLocation,
+  jobName,
+  purgeTarget,
+  queuePatchFields,
+  storableText,
+  zombiePolicy,
+} from '../jobs/validate.js';
 
-// Text and JSON a database can store (no NUL, no lone surrogate): a 400 naming the field instead of a database error.
-const text = (min: number, max: number) =>
-  z
-    .string()
-    .min(min)
-    .max(max)
-    .superRefine((v, ctx) => {
-      const m = textProblem(v);
-      if (m) ctx.addIssue({ code: 'custom', message: m });
-    });
-const jsonValue = z.unknown().superRefine((v, ctx) => {
-  const r = jsonTextProblem(v);
-  if (r) ctx.addIssue({ code: 'custom', message: r.message, path: r.path });
-});
-
-export const NAME_PATTERN = /^[A-Za-z0-9_.:-]+$/;
-export const name = z.string().min(1).max(128).regex(NAME_PATTERN, 'letters, digits and _ . : - only');
-export const UUID_PATTERN = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
-export const batchId = z.string().regex(UUID_PATTERN, 'must be a batch id (a UUID)');
-const MAX_JOB_ID = 9223372036854775807n; // bigint: the largest id any engine can hold
-export const jobId = z
-  .string()
-  .regex(/^[1-9][0-9]{0,18}$/, 'must be a job id (a positive integer)')
-  .refine(
-    (v) => !/^[0-9]+$/.test(v) || BigInt(v) <= MAX_JOB_ID,
-    `must be a job id (a positive integer up to ${MAX_JOB_ID})`,
-  );
+export { batchId, jobId };
+export const name = jobName;
 const isoDate = z.iso.datetime({ offset: true }).describe('ISO 8601 date-time');
-const reason = z.enum(DLQ_REASONS as unknown as [DlqReason, ...DlqReason[]]);
-const location = z.enum(['hot', 'archive', 'dlq']);
-const hotState = z.enum(['pending', 'fetched', 'processing']);
+const reason = dlqReason;
+const location = jobLocation;
 
 // Query strings arrive as text: integers are parsed from their decimal text only (documented as integers).
 const qInt = (min: number, max: number, def: number) =>
@@ -46,36 +35,32 @@ const qInt = (min: number, max: number, def: number) =>
     .default(def)
     .meta({ type: 'integer', minimum: min, maximum: max, description: `integer, default ${def}`, pattern: undefined });
 
-export const enqueueJob = z.strictObject({
-  queue: name.optional().describe('job queue (created on first use); default: the handler\'s queue, else "default"'),
-  type: name.describe('job type: a registered handler'),
-  payload: jsonValue.optional().describe('any JSON value'),
-  priority: z.number().int().min(-1_000_000).max(1_000_000).optional(),
-  delayMs: z
-    .number()
-    .int()
-    .min(0)
-    .max(366 * 24 * 3600 * 1000)
-    .optional(),
-  runAt: isoDate.optional(),
-  tags: z.array(text(1, 64)).max(16).optional(),
-  idempotencyKey: text(1, 200).optional(),
-  maxAttempts: z.number().int().min(1).max(1000).optional(),
-  expiresAt: isoDate.optional(),
-});
+export const enqueueJob = z
+  .strictObject({
+    ...enqueueFields,
+    queue: name.optional().describe('job queue (created on first use); default: the handler\'s queue, else "default"'),
+    type: name.describe('job type: a registered handler'),
+    payload: enqueueFields.payload.describe('any JSON value'),
+    runAt: isoDate.optional(),
+    expiresAt: isoDate.optional(),
+  })
+  .refine((j) => !(j.delayMs !== undefined && j.runAt !== undefined), NOT_BOTH_DELAY_AND_RUN_AT);
 
-export const enqueueBody = z.union([enqueueJob, z.strictObject({ jobs: z.array(enqueueJob).min(1).max(MAX_BATCH) })]);
+export const enqueueBody = z.union([
+  enqueueJob,
+  z.strictObject({ jobs: z.array(enqueueJob).min(1).max(LIMITS.batchJobs) }),
+]);
 
 export const jobSearchQuery = z.strictObject({
   location: location.default('hot'),
   queue: name.optional(),
   type: name.optional(),
-  tag: text(1, 64).optional(),
+  tag: storableText(1, LIMITS.tagLength).optional(),
   state: hotState.optional(),
   reason: reason.optional(),
   from: isoDate.optional(),
   to: isoDate.optional(),
-  text: text(1, 200).optional(),
+  text: storableText(1, LIMITS.searchTextLength).optional(),
   afterId: jobId.optional(),
   scanRows: z
     .string()
@@ -90,52 +75,22 @@ export const jobSearchQuery = z.strictObject({
       pattern: undefined,
       description: `archive/DLQ text searches only: rows examined per call, the next ids below afterId (default ${TEXT_SEARCH_SCAN_ROWS}); continue from nextAfterId`,
     }),
-  limit: qInt(1, 500, 50),
+  limit: qInt(1, LIMITS.searchJobs, 50),
 });
 
 export const metricsQuery = z.strictObject({
-  windowMinutes: qInt(1, 7 * 24 * 60, 60),
+  windowMinutes: qInt(1, LIMITS.metricsWindowMinutes, 60),
   queue: name.optional(),
 });
 
 export const emptyQuery = z.strictObject({});
 
+// Pausing has its own routes (POST /queues/{name}/pause, /resume).
+const { paused: _paused, ...patchable } = queuePatchFields;
 export const queuePatch = z
   .strictObject({
-    maxConcurrency: z
-      .number()
-      .int()
-      .min(0)
-      .max(100_000)
-      .nullable()
-      .optional()
-      .describe('global limit across hosts; null = unlimited'),
-    zombieTimeoutSeconds: z
-      .number()
-      .int()
-      .min(1)
-      .max(7 * 24 * 3600)
-      .optional(),
-    zombiePolicy: z.enum(['dlq', 'retry']).optional(),
-    maxAttempts: z.number().int().min(1).max(1000).optional(),
-    archiveRetentionSeconds: z
-      .number()
-      .int()
-      .min(60)
-      .max(10 * 366 * 24 * 3600)
-      .optional(),
-    dlqRetentionSeconds: z
-      .number()
-      .int()
-      .min(60)
-      .max(10 * 366 * 24 * 3600)
-      .optional(),
-    metricsRetentionSeconds: z
-      .number()
-      .int()
-      .min(60)
-      .max(10 * 366 * 24 * 3600)
-      .optional(),
+    ...patchable,
+    maxConcurrency: patchable.maxConcurrency.describe('global limit across hosts; null = unlimited'),
   })
   .refine((p) => Object.keys(p).length > 0, { message: 'give at least one setting to change' });
 
@@ -145,22 +100,22 @@ export const resurrectFilterBody = z.strictObject({
   reason: reason.optional(),
   failedAfter: isoDate.optional(),
   failedBefore: isoDate.optional(),
-  limit: z.number().int().min(1).max(1000).describe('most jobs to resurrect in this call'),
+  limit: z.number().int().min(1).max(LIMITS.resurrectJobs).describe('most jobs to resurrect in this call'),
   dryRun: z.boolean().default(true).describe('true (default): only list what would be resurrected'),
 });
 
 export const purgeBody = z.strictObject({
-  target: z.enum(['archive', 'dlq', 'metrics']),
+  target: purgeTarget,
   queue: name.optional().describe('only this queue (default: every queue)'),
   olderThan: isoDate.describe('delete rows finished/failed/bucketed before this instant'),
-  batchSize: z.number().int().min(1).max(10_000).default(1000),
+  batchSize: z.number().int().min(1).max(LIMITS.purgeBatchRows).default(1000),
   maxBatches: z.number().int().min(1).max(100).default(10),
   dryRun: z.boolean().default(true).describe('true (default): count what would be deleted (archive/dlq, up to 10,000)'),
 });
 
 export const batchListQuery = z.strictObject({
   transfer: name.optional(),
-  state: text(1, 64).optional(),
+  state: storableText(1, 64).optional(),
   limit: qInt(1, 500, 50),
   afterId: batchId.optional(),
 });
@@ -191,7 +146,7 @@ export const out = (() => {
     type: z.string(),
     payload: z.unknown(),
     priority: z.number().int(),
-    state: z.enum(['pending', 'fetched', 'processing', 'succeeded', 'dead']),
+    state: z.enum([...hotState.options, 'succeeded', 'dead']),
     attempts: z.number().int(),
     idempotencyKey: z.string().nullable(),
     tags: z.array(z.string()),
@@ -220,7 +175,7 @@ export const out = (() => {
     paused: z.boolean(),
     maxConcurrency: z.number().int().nullable(),
     zombieTimeoutSeconds: z.number().int(),
-    zombiePolicy: z.enum(['dlq', 'retry']),
+    zombiePolicy: zombiePolicy,
     maxAttempts: z.number().int(),
     archiveRetentionSeconds: z.number().int(),
     dlqRetentionSeconds: z.number().int(),
@@ -309,7 +264,7 @@ export const out = (() => {
     }),
     purge: z.object({
       dryRun: z.boolean(),
-      target: z.enum(['archive', 'dlq', 'metrics']),
+      target: purgeTarget,
       queue: z.string().nullable(),
       olderThan: z.string(),
       matched: z.number().int().optional(),
@@ -319,8 +274,6 @@ export const out = (() => {
       batches: z.number().int().optional(),
       mayHaveMore: z.boolean().optional(),
     }),
-    openapi: z
-      .object({ openapi: z.string(), info: z.object({}).passthrough(), paths: z.record(z.string(), z.unknown()) })
-      .passthrough(),
+    openapi: z.looseObject({ openapi: z.string(), info: z.looseObject({}), paths: z.record(z.string(), z.unknown()) }),
   };
 })();

@@ -44,10 +44,9 @@ const sourceSchema = z
   })
   .strict()
   .superRefine((s, ctx) => {
-    if (!!s.table === !!s.query)
-      ctx.addIssue({ code: z.ZodIssueCode.custom, message: 'exactly one of table or query is required' });
+    if (!!s.table === !!s.query) ctx.addIssue({ code: 'custom', message: 'exactly one of table or query is required' });
     if (s.query && /;\s*\S/.test(s.query))
-      ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['query'], message: 'must be a single SELECT statement' });
+      ctx.addIssue({ code: 'custom', path: ['query'], message: 'must be a single SELECT statement' });
   });
 
 const targetSchema = z
@@ -67,7 +66,7 @@ const targetSchema = z
   .superRefine((t, ctx) => {
     if (!!t.userSetting !== !!t.passwordSetting) {
       ctx.addIssue({
-        code: z.ZodIssueCode.custom,
+        code: 'custom',
         path: [t.userSetting ? 'passwordSetting' : 'userSetting'],
         message: 'userSetting and passwordSetting go together',
       });
@@ -115,13 +114,13 @@ export const transferSchema = z
     t.columns.forEach((c, i) => {
       if (sources.has(c.source))
         ctx.addIssue({
-          code: z.ZodIssueCode.custom,
+          code: 'custom',
           path: ['columns', i, 'source'],
           message: `source column ${c.source} is mapped twice`,
         });
       if (targets.has(c.target))
         ctx.addIssue({
-          code: z.ZodIssueCode.custom,
+          code: 'custom',
           path: ['columns', i, 'target'],
           message: `target column ${c.target} is mapped twice`,
         });
@@ -131,19 +130,18 @@ export const transferSchema = z
     t.keyColumns.forEach((k, i) => {
       if (!sources.has(k))
         ctx.addIssue({
-          code: z.ZodIssueCode.custom,
+          code: 'custom',
           path: ['keyColumns', i],
           message: `key column ${k} is not in columns[].source`,
         });
     });
     if (new Set(t.keyColumns).size !== t.keyColumns.length)
-      ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['keyColumns'], message: 'key columns repeat' });
+      ctx.addIssue({ code: 'custom', path: ['keyColumns'], message: 'key columns repeat' });
   });
 
 // The engine-specific rules, from the engines' own declarations.
 function checkEngines(t: z.output<typeof transferSchema>, rules: TransferEngineRules, ctx: z.RefinementCtx): void {
-  const issue = (path: (string | number)[], message: string) =>
-    ctx.addIssue({ code: z.ZodIssueCode.custom, path, message });
+  const issue = (path: (string | number)[], message: string) => ctx.addIssue({ code: 'custom', path, message });
   const source = rules.sources[t.source.engine];
   const target = rules.targets[t.target.engine];
   if (!Object.hasOwn(rules.sources, t.source.engine) || !source)
@@ -198,14 +196,17 @@ export function resolvedNames(t: TransferConfig): ResolvedNames {
   };
 }
 
-function formatPath(root: string, path: (string | number)[]): string {
+function formatPath(root: string, path: readonly PropertyKey[]): string {
   let out = root;
-  for (const p of path) out += typeof p === 'number' ? `[${p}]` : `.${p}`;
+  for (const p of path) out += typeof p === 'number' ? `[${p}]` : `.${String(p)}`;
   return out;
 }
 
 export function parseTransfers(value: unknown, rules: TransferEngineRules, root = 'KEEL_TRANSFERS'): TransferConfig[] {
-  const result = transfersSchema(rules).safeParse(value);
+  // A missing field says so ("Required"), rather than zod's "expected string, received undefined".
+  const result = transfersSchema(rules).safeParse(value, {
+    error: (issue) => (issue.code === 'invalid_type' && issue.input === undefined ? 'Required' : undefined),
+  });
   if (!result.success) {
     const lines = result.error.issues.map((i) => `${formatPath(root, i.path)}: ${i.message}`);
     throw new TransferError('config_invalid', `invalid transfer configuration: ${lines.join('; ')}`, { issues: lines });

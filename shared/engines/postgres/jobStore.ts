@@ -46,19 +46,7 @@ import {
   toFireResult,
   toScheduleState,
 } from '../../jobs/rows.js';
-import { DLQ_REASONS } from '../../jobs/contract.js';
-import {
-  DEFAULT_MAX_PAYLOAD_BYTES,
-  ValidationError,
-  assertJobId,
-  assertPositiveInt,
-  isJobId,
-  prepareEnqueue,
-  typeMaxAttemptsJson,
-  assertScheduleName,
-  assertTick,
-  validateQueuePatch,
-} from '../../jobs/validate.js';
+import { DEFAULT_MAX_PAYLOAD_BYTES, isLeaseRef, prepareEnqueue, typeMaxAttemptsJson } from '../../jobs/validate.js';
 import { migrate } from './migrate.js';
 import { sqlDir } from '../../config/sqlDir.js';
 
@@ -172,7 +160,6 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async claimNext(opts: ClaimOptions): Promise<ClaimedJob[]> {
-    assertPositiveInt('limit', opts.limit, 10_000);
     const rows = await this.rows('select * from keel.claim_next($1, $2::text[], $3, $4)', [
       opts.workerId,
       opts.queues,
@@ -183,14 +170,13 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async claimById(jobId: JobId, workerId: string, leaseSeconds = 60): Promise<ClaimedJob | null> {
-    if (!isJobId(jobId)) return null;
     const rows = await this.rows('select * from keel.claim_by_id($1, $2, $3)', [jobId, workerId, leaseSeconds]);
     return rows[0] ? toClaimedJob(rows[0], PG_CODEC) : null;
   }
 
   async startMany(refs: LeaseRef[]): Promise<(StartResult & { jobId: JobId })[]> {
     if (refs.length === 0) return [];
-    const valid = refs.filter((r) => isJobId(r.jobId));
+    const valid = refs.filter(isLeaseRef);
     const rows = valid.length
       ? await this.rows('select job_id, status, attempt from keel.start_many($1::jsonb)', [leasesJson(valid)])
       : [];
@@ -204,7 +190,6 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async heartbeat(ref: LeaseRef): Promise<HeartbeatResult> {
-    if (!isJobId(ref.jobId)) return { status: 'lease_lost', cancelRequested: false };
     const [r] = await this.rows('select status, cancel_requested from keel.heartbeat($1, $2)', [
       ref.jobId,
       ref.leaseId,
@@ -214,7 +199,7 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
 
   async completeMany(refs: LeaseRef[]): Promise<OwnerResultById[]> {
     if (refs.length === 0) return [];
-    const valid = refs.filter((r) => isJobId(r.jobId));
+    const valid = refs.filter(isLeaseRef);
     const rows = valid.length
       ? await this.rows('select job_id, status from keel.complete_many($1::jsonb)', [leasesJson(valid)])
       : [];
@@ -227,49 +212,38 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async retry(ref: LeaseRef, runAt: Date, error: string): Promise<OwnerResult> {
-    if (!isJobId(ref.jobId)) return 'lease_lost';
     const [r] = await this.rows('select keel.retry($1, $2, $3, $4) as status', [ref.jobId, ref.leaseId, runAt, error]);
     return r!.status as OwnerResult;
   }
 
   async fail(ref: LeaseRef, reason: DlqReason, error: string): Promise<OwnerResult> {
-    if (!DLQ_REASONS.includes(reason)) throw new ValidationError('reason', `must be one of ${DLQ_REASONS.join(', ')}`);
-    if (!isJobId(ref.jobId)) return 'lease_lost';
     const [r] = await this.rows('select keel.fail($1, $2, $3, $4) as status', [ref.jobId, ref.leaseId, reason, error]);
     return r!.status as OwnerResult;
   }
 
   async release(ref: LeaseRef): Promise<OwnerResult> {
-    if (!isJobId(ref.jobId)) return 'lease_lost';
     const [r] = await this.rows('select keel.release($1, $2) as status', [ref.jobId, ref.leaseId]);
     return r!.status as OwnerResult;
   }
 
   async cancel(jobId: JobId): Promise<CancelResult> {
-    if (!isJobId(jobId)) return 'not_found';
     const [r] = await this.rows('select keel.cancel($1) as status', [jobId]);
     return r!.status as CancelResult;
   }
 
   async rescueZombies(limit: number, maxAttemptsByType?: Readonly<Record<string, number>>): Promise<RescueResult> {
-    assertPositiveInt('limit', limit);
     const byType = typeMaxAttemptsJson(maxAttemptsByType);
     const [r] = await this.rows('select * from keel.rescue_zombies($1, $2::jsonb)', [limit, byType]);
     return toRescueResult(r!);
   }
 
   async resurrect(jobIds: JobId[]): Promise<JobId[]> {
-    const ids = jobIds.map((id, i) => assertJobId(`jobIds[${i}]`, id));
-    if (ids.length === 0) return [];
-    const rows = await this.rows('select job_id from keel.resurrect($1::bigint[])', [ids]);
+    if (jobIds.length === 0) return [];
+    const rows = await this.rows('select job_id from keel.resurrect($1::bigint[])', [jobIds]);
     return rows.map((r) => String(r.jobId));
   }
 
   async resurrectByFilter(filter: ResurrectFilter): Promise<ResurrectResult> {
-    assertPositiveInt('limit', filter.limit, 10_000);
-    if (filter.reason !== undefined && !DLQ_REASONS.includes(filter.reason)) {
-      throw new ValidationError('reason', `must be one of ${DLQ_REASONS.join(', ')}`);
-    }
     const dryRun = filter.dryRun ?? true;
     const rows = await this.rows('select job_id from keel.resurrect_by_filter($1, $2, $3, $4, $5, $6, $7)', [
       filter.queue ?? null,
@@ -284,9 +258,6 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async purge(target: PurgeTarget, queue: string | null, olderThan: Date, batchSize: number): Promise<number> {
-    if (!['archive', 'dlq', 'metrics'].includes(target))
-      throw new ValidationError('target', 'must be archive, dlq or metrics');
-    assertPositiveInt('batchSize', batchSize);
     const [r] = await this.rows('select keel.purge($1, $2, $3, $4) as deleted', [target, queue, olderThan, batchSize]);
     return num(r!.deleted);
   }
@@ -296,7 +267,6 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async metrics(windowMinutes: number, queue?: string): Promise<MetricBucket[]> {
-    assertPositiveInt('windowMinutes', windowMinutes, 60 * 24 * 31);
     return (await this.rows('select * from keel.metrics($1, $2)', [windowMinutes, queue ?? null])).map(toMetricBucket);
   }
 
@@ -310,7 +280,7 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async updateQueue(name: string, patch: QueueSettingsPatch): Promise<QueueSettings> {
-    const p = validateQueuePatch(name, patch);
+    const p = patch;
     const rows = await this.rows('select * from keel.update_queue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)', [
       name,
       p.paused ?? null,
@@ -327,20 +297,15 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async listSchedules(name?: string): Promise<ScheduleState[]> {
-    if (name !== undefined) assertScheduleName('name', name);
     return (await this.rows('select * from keel.list_schedules($1)', [name ?? null])).map(toScheduleState);
   }
 
   async setSchedulePaused(name: string, paused: boolean): Promise<ScheduleState> {
-    assertScheduleName('name', name);
     const [r] = await this.rows('select * from keel.set_schedule_paused($1, $2)', [name, paused === true]);
     return toScheduleState(r!);
   }
 
   async fireSchedule(name: string, expectedTick: Date | null, tick: Date, jobs: EnqueueRequest[]): Promise<FireResult> {
-    assertScheduleName('name', name);
-    if (expectedTick !== null) assertTick('expectedTick', expectedTick);
-    assertTick('tick', tick);
     const docs = jobs.length ? prepareEnqueue(jobs, this.maxPayloadBytes) : [];
     const rows = await this.rows('select * from keel.fire_schedule($1, $2, $3, $4::jsonb)', [
       name,
@@ -352,14 +317,11 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async getJob(jobId: JobId): Promise<JobRecord | null> {
-    if (!isJobId(jobId)) return null;
     const rows = await this.rows('select * from keel.get_job($1)', [jobId]);
     return rows[0] ? toJobRecord(rows[0], PG_CODEC) : null;
   }
 
   async searchJobs(s: JobSearch): Promise<JobPage> {
-    assertPositiveInt('limit', s.limit, 1000);
-    if (s.afterId !== undefined) assertJobId('afterId', s.afterId);
     const scanRows = searchScanRows(s);
     const rows = await this.rows('select * from keel.search_jobs($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)', [
       s.location,

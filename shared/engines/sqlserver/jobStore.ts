@@ -46,20 +46,8 @@ import {
   toFireResult,
   toScheduleState,
 } from '../../jobs/rows.js';
-import { DLQ_REASONS } from '../../jobs/contract.js';
 import { JOB_PROCEDURES, pascalCase, type JobProcedure } from '../../jobs/procedures.js';
-import {
-  DEFAULT_MAX_PAYLOAD_BYTES,
-  ValidationError,
-  assertJobId,
-  assertPositiveInt,
-  isJobId,
-  prepareEnqueue,
-  typeMaxAttemptsJson,
-  assertScheduleName,
-  assertTick,
-  validateQueuePatch,
-} from '../../jobs/validate.js';
+import { DEFAULT_MAX_PAYLOAD_BYTES, isLeaseRef, prepareEnqueue, typeMaxAttemptsJson } from '../../jobs/validate.js';
 import { SqlServerPool, sharedSqlServerPool, type PoolOptions } from './pool.js';
 import { isOutcomeUnknown, withSqlRetry, type RetryOptions, type RetryPolicy } from './retry.js';
 import { migrateSqlServer } from './migrate.js';
@@ -162,8 +150,6 @@ export function assertProcedureParams(proc: JobProcedure, names: readonly string
 // ---------------------------------------------------------------------------------------------------------------
 type Row = Record<string, unknown>;
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-const lease = (id: string): string | null => (UUID.test(id) ? id : null);
 const num = (v: unknown): number => (v === null || v === undefined ? 0 : Number(v));
 const json = (v: unknown): unknown => (v === null || v === undefined ? null : JSON.parse(String(v)));
 const tags = (v: unknown): string[] => (v === null || v === undefined ? [] : (JSON.parse(String(v)) as string[]));
@@ -255,7 +241,6 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async claimNext(opts: ClaimOptions): Promise<ClaimedJob[]> {
-    assertPositiveInt('limit', opts.limit, 10_000);
     if (opts.queues.length === 0) return [];
     const rows = await this.call(
       'claim_next',
@@ -271,7 +256,6 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async claimById(jobId: JobId, workerId: string, leaseSeconds = 60): Promise<ClaimedJob | null> {
-    if (!isJobId(jobId)) return null;
     const rows = await this.call(
       'claim_by_id',
       { JobId: jobId, WorkerId: workerId, LeaseSeconds: leaseSeconds },
@@ -282,10 +266,8 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
 
   async startMany(refs: LeaseRef[]): Promise<(StartResult & { jobId: JobId })[]> {
     if (refs.length === 0) return [];
-    // A malformed lease id is 'lease_lost' without a round trip, as in every other owner-scoped call. (Left to the
-    // server it would mostly be too: TRY_CONVERT gives NULL. But a string to uniqueidentifier conversion ignores
-    // characters after the 36th, so '<the real lease>junk' would match the real lease and start the job.)
-    const valid = refs.filter((r) => isJobId(r.jobId) && lease(r.leaseId));
+    // A malformed lease id is 'lease_lost' without a round trip, as in every other owner-scoped call (isLeaseRef).
+    const valid = refs.filter(isLeaseRef);
     let byId = new Map<string, Row>();
     if (valid.length) {
       try {
@@ -313,15 +295,13 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async heartbeat(ref: LeaseRef): Promise<HeartbeatResult> {
-    const leaseId = lease(ref.leaseId);
-    if (!isJobId(ref.jobId) || !leaseId) return { status: 'lease_lost', cancelRequested: false };
-    const [r] = await this.call('heartbeat', { JobId: ref.jobId, LeaseId: leaseId }, 'safe');
+    const [r] = await this.call('heartbeat', { JobId: ref.jobId, LeaseId: ref.leaseId }, 'safe');
     return { status: r!.Status as OwnerResult, cancelRequested: Boolean(r!.CancelRequested) };
   }
 
   async completeMany(refs: LeaseRef[]): Promise<OwnerResultById[]> {
     if (refs.length === 0) return [];
-    const valid = refs.filter((r) => isJobId(r.jobId) && lease(r.leaseId));
+    const valid = refs.filter(isLeaseRef);
     const done = new Map<string, 'ok' | 'cancelled'>();
     if (valid.length) {
       try {
@@ -348,8 +328,7 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     moved: (job: JobRecord | null) => boolean,
     unchanged: (job: JobRecord) => boolean,
   ): Promise<OwnerResult> {
-    const leaseId = lease(ref.leaseId);
-    if (!isJobId(ref.jobId) || !leaseId) return 'lease_lost';
+    const leaseId = ref.leaseId;
     try {
       const [r] = await run(leaseId);
       return r!.Status as OwnerResult;
@@ -372,7 +351,6 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async fail(ref: LeaseRef, reason: DlqReason, error: string): Promise<OwnerResult> {
-    if (!DLQ_REASONS.includes(reason)) throw new ValidationError('reason', `must be one of ${DLQ_REASONS.join(', ')}`);
     return this.ownerMove(
       ref,
       (leaseId) => this.call('fail', { JobId: ref.jobId, LeaseId: leaseId, Reason: reason, Error: error }, 'once'),
@@ -391,7 +369,6 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async cancel(jobId: JobId): Promise<CancelResult> {
-    if (!isJobId(jobId)) return 'not_found';
     try {
       const [r] = await this.call('cancel', { JobId: jobId }, 'once');
       return r!.Status as CancelResult;
@@ -405,7 +382,6 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async rescueZombies(limit: number, maxAttemptsByType?: Readonly<Record<string, number>>): Promise<RescueResult> {
-    assertPositiveInt('limit', limit);
     const byType = typeMaxAttemptsJson(maxAttemptsByType);
     // A bounded, idempotent sweep: running it again after a lost reply only sweeps again.
     const [r] = await this.call('rescue_zombies', { Limit: limit, TypeMaxAttempts: byType }, 'safe');
@@ -413,17 +389,12 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async resurrect(jobIds: JobId[]): Promise<JobId[]> {
-    const ids = jobIds.map((id, i) => assertJobId(`jobIds[${i}]`, id));
-    if (ids.length === 0) return [];
-    const rows = await this.call('resurrect', { JobIds: JSON.stringify(ids) }, 'once');
+    if (jobIds.length === 0) return [];
+    const rows = await this.call('resurrect', { JobIds: JSON.stringify(jobIds) }, 'once');
     return rows.map((r) => String(r.JobId));
   }
 
   async resurrectByFilter(filter: ResurrectFilter): Promise<ResurrectResult> {
-    assertPositiveInt('limit', filter.limit, 10_000);
-    if (filter.reason !== undefined && !DLQ_REASONS.includes(filter.reason)) {
-      throw new ValidationError('reason', `must be one of ${DLQ_REASONS.join(', ')}`);
-    }
     const dryRun = filter.dryRun ?? true;
     const rows = await this.call(
       'resurrect_by_filter',
@@ -442,9 +413,6 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async purge(target: PurgeTarget, queue: string | null, olderThan: Date, batchSize: number): Promise<number> {
-    if (!['archive', 'dlq', 'metrics'].includes(target))
-      throw new ValidationError('target', 'must be archive, dlq or metrics');
-    assertPositiveInt('batchSize', batchSize);
     const [r] = await this.call(
       'purge',
       { Target: target, Queue: queue, OlderThan: olderThan, BatchSize: batchSize },
@@ -459,29 +427,23 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async metrics(windowMinutes: number, queue?: string): Promise<MetricBucket[]> {
-    assertPositiveInt('windowMinutes', windowMinutes, 60 * 24 * 31);
     const rows = await this.call('metrics', { WindowMinutes: windowMinutes, Queue: queue ?? null }, 'safe');
     return rows.map((r) => toMetricBucket(camelKeys(r)));
   }
 
   async listSchedules(name?: string): Promise<ScheduleState[]> {
-    if (name !== undefined) assertScheduleName('name', name);
     return (await this.call('list_schedules', { Name: name ?? null }, 'safe')).map((r) =>
       toScheduleState(camelKeys(r)),
     );
   }
 
   async setSchedulePaused(name: string, paused: boolean): Promise<ScheduleState> {
-    assertScheduleName('name', name);
     // Absolute: setting it twice is setting it once (a second resume does not move resumedAt: it was not paused).
     const [r] = await this.call('set_schedule_paused', { Name: name, Paused: paused === true }, 'safe');
     return toScheduleState(camelKeys(r!));
   }
 
   async fireSchedule(name: string, expectedTick: Date | null, tick: Date, jobs: EnqueueRequest[]): Promise<FireResult> {
-    assertScheduleName('name', name);
-    if (expectedTick !== null) assertTick('expectedTick', expectedTick);
-    assertTick('tick', tick);
     const docs = jobs.length ? prepareEnqueue(jobs, this.maxPayloadBytes) : [];
     // Safe to repeat after a lost reply: the compare-and-set makes a second run 'lost', enqueuing nothing.
     const rows = await this.call(
@@ -502,7 +464,7 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async updateQueue(name: string, patch: QueueSettingsPatch): Promise<QueueSettings> {
-    const p = validateQueuePatch(name, patch);
+    const p = patch;
     // Absolute values: applying them twice is applying them once.
     const rows = await this.call(
       'update_queue',
@@ -524,14 +486,11 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async getJob(jobId: JobId): Promise<JobRecord | null> {
-    if (!isJobId(jobId)) return null;
     const rows = await this.call('get_job', { JobId: jobId }, 'safe');
     return rows[0] ? jobRecord(rows[0]) : null;
   }
 
   async searchJobs(s: JobSearch): Promise<JobPage> {
-    assertPositiveInt('limit', s.limit, 1000);
-    if (s.afterId !== undefined) assertJobId('afterId', s.afterId);
     const scanRows = searchScanRows(s);
     const rows = await this.call(
       'search_jobs',
