@@ -59,6 +59,44 @@ export default tseslint.config(
     ['**/app/*', '**/ops/*', '**/dev/*', '**/functions/*', '**/engines/*/*', '**/engines/registry*'],
     'jobs/ and transfer/ depend on contracts, never on a concrete engine or the composition root',
   ),
+  // Telemetry is a leaf every layer may use: besides itself it reads only the domain's closed sets (the job and
+  // transfer enums), and those two modules import nothing at run time, so no layer reaches another through it.
+  {
+    files: ['shared/telemetry/**/*.ts'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              // One group, so the two exceptions (!) apply to the patterns before them.
+              group: [
+                '**/app/*',
+                '**/ops/*',
+                '**/dev/*',
+                '**/functions/*',
+                '**/engines/*',
+                '**/engines/*/*',
+                '**/config/*',
+                '**/jobs/*',
+                '!**/jobs/contract*',
+                '**/transfer/*',
+                '!**/transfer/types*',
+              ],
+              message:
+                'telemetry is a leaf: it may import only the domain constants in shared/jobs/contract.ts and shared/transfer/types.ts',
+            },
+          ],
+        },
+      ],
+    },
+  },
+  layer(
+    ['shared/jobs/contract.ts', 'shared/transfer/types.ts'],
+    ['**'],
+    'the domain constants telemetry imports must import nothing at run time (types only), so telemetry stays a leaf',
+    true,
+  ),
   layer(
     ['shared/ops/**/*.ts'],
     ['**/app/*', '**/dev/*', '**/functions/*', '**/engines/*/*', '**/engines/registry*'],

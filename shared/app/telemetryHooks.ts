@@ -1,6 +1,6 @@
 // Feeds Keel's telemetry facade from the runtime: processor outcomes and lease losses, enqueues, maintenance
 // passes, queue lag, and transfer batch states. Every facade call is a no-op when telemetry is off.
-import { telemetry, LEASE_OPERATIONS, type LeaseOperation, type ReconcileOutcome } from '../telemetry/index.js';
+import { telemetry, LEASE_OPERATIONS, type LeaseOperation, type ReconcileResult } from '../telemetry/index.js';
 import type { ProcessorEvents } from '../jobs/processor.js';
 import type { MaintenanceReport } from '../jobs/maintenance.js';
 import type { QueueStats } from '../jobs/contract.js';
@@ -51,7 +51,7 @@ export function batchTelemetry(view: BatchView, previousState?: string): void {
 }
 
 export function reconcileTelemetry(view: BatchView): void {
-  const outcome: ReconcileOutcome =
+  const outcome: ReconcileResult =
     view.state === 'committed'
       ? 'committed'
       : view.state === 'failed'

@@ -10,6 +10,9 @@ export const DLQ_REASONS = ['exhausted', 'fatal', 'timeout', 'cancelled', 'zombi
 export type DlqReason = (typeof DLQ_REASONS)[number];
 export const ZOMBIE_POLICIES = ['dlq', 'retry'] as const;
 export type ZombiePolicy = (typeof ZOMBIE_POLICIES)[number];
+// How the processor ended one attempt of a job (telemetry's handler outcome).
+export const JOB_OUTCOMES = ['succeeded', 'retried', 'dead_lettered', 'lease_lost', 'released'] as const;
+export type JobOutcome = (typeof JOB_OUTCOMES)[number];
 export const JOB_LOCATIONS = ['hot', 'archive', 'dlq'] as const;
 export type JobLocation = (typeof JOB_LOCATIONS)[number];
 

@@ -2,7 +2,17 @@
 // retry or dead-letter it. Every store call is fenced by the claim's lease; 'lease_lost' ends our interest in the job.
 import { randomUUID } from 'node:crypto';
 import os from 'node:os';
-import type { ClaimedJob, DlqReason, JobId, JobStore, LeaseRef, OwnerResultById, StartResult } from './contract.js';
+import {
+  JOB_OUTCOMES,
+  type ClaimedJob,
+  type DlqReason,
+  type JobId,
+  type JobOutcome,
+  type JobStore,
+  type LeaseRef,
+  type OwnerResultById,
+  type StartResult,
+} from './contract.js';
 import {
   FatalError,
   RetryAfterError,
@@ -14,8 +24,7 @@ import {
   type RegisteredHandler,
 } from './registry.js';
 
-export type JobOutcome = 'succeeded' | 'retried' | 'dead_lettered' | 'lease_lost' | 'released';
-export const JOB_OUTCOMES: readonly JobOutcome[] = ['succeeded', 'retried', 'dead_lettered', 'lease_lost', 'released'];
+export { JOB_OUTCOMES, type JobOutcome };
 
 export type AbortReason = 'cancelled' | 'timeout' | 'lease_lost' | 'shutdown';
 

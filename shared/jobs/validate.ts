@@ -188,10 +188,9 @@ const patchSchema = z.strictObject(queuePatchFields);
 
 function firstIssue(err: z.ZodError, prefix: string): ValidationError {
   const issue = err.issues[0]!;
-  const path = issue.path.length
-    ? issue.path.map((p, i) => (typeof p === 'number' ? `[${p}]` : i ? `.${String(p)}` : String(p))).join('')
-    : '(root)';
-  return new ValidationError(prefix ? `${prefix}.${path}` : path, issueMessage(issue));
+  const path = issue.path.map((p, i) => (typeof p === 'number' ? `[${p}]` : i ? `.${String(p)}` : String(p))).join('');
+  const field = prefix && path ? `${prefix}${path.startsWith('[') ? '' : '.'}${path}` : prefix || path || '(root)';
+  return new ValidationError(field, issueMessage(issue));
 }
 
 // zod says "expected number, received number" for Infinity/NaN (e.g. JSON's 1e400): say what is wrong.

@@ -28,14 +28,14 @@ import {
   INSTRUMENTATION_SCOPE,
   LEASE_OPERATIONS,
   METRICS,
-  RECONCILE_OUTCOMES,
+  RECONCILE_RESULTS,
   RUN_OUTCOMES,
   type BatchState,
   type DeadLetterReason,
   type EventName,
   type HandlerOutcome,
   type LeaseOperation,
-  type ReconcileOutcome,
+  type ReconcileResult,
   type RunOutcome,
 } from './names.js';
 import {
@@ -81,7 +81,7 @@ export interface KeelTelemetry {
    */
   reconcileOutcome(dims: {
     transfer: string;
-    outcome: ReconcileOutcome;
+    outcome: ReconcileResult;
     batchId: string;
     unresolvedForMs?: number;
   }): void;
@@ -293,7 +293,7 @@ export function createTelemetry(options: TelemetryOptions = {}): KeelTelemetry {
       if (k !== undefined) m.rowsTransferred.add(k, { [DIM.transfer]: transfer(d.transfer) });
     },
     reconcileOutcome(d) {
-      const outcome = closedSet(RECONCILE_OUTCOMES, d.outcome);
+      const outcome = closedSet(RECONCILE_RESULTS, d.outcome);
       m.reconcileOutcomes.add(1, { [DIM.transfer]: transfer(d.transfer), [DIM.outcome]: outcome });
       // Both leave the batch unresolved: blocked by an open apply, or no verdict could be reached.
       if (outcome === 'unresolved' || outcome === 'failed') unresolvedEvent('reconcile', d, outcome);

@@ -70,27 +70,16 @@ export const DIM = {
 /** Value used for anything outside a closed set or beyond the distinct-value cap. */
 export const OTHER = 'other';
 
-export const DEAD_LETTER_REASONS = ['exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired'] as const;
-export type DeadLetterReason = (typeof DEAD_LETTER_REASONS)[number];
+// The closed sets that are domain values are the domain's own (telemetry imports them, never redeclares them):
+// contract.ts and transfer/types.ts import nothing at run time, so telemetry stays a leaf every layer may use.
+export { DLQ_REASONS as DEAD_LETTER_REASONS, type DlqReason as DeadLetterReason } from '../jobs/contract.js';
+/** How a handler call ended: the job processor's JobOutcome. */
+export { JOB_OUTCOMES as HANDLER_OUTCOMES, type JobOutcome as HandlerOutcome } from '../jobs/contract.js';
+export { BATCH_STATES, type BatchState } from '../transfer/types.js';
+export { RECONCILE_RESULTS, type ReconcileResult } from '../transfer/types.js';
 
 export const LEASE_OPERATIONS = ['start', 'heartbeat', 'complete', 'retry', 'fail', 'release'] as const;
 export type LeaseOperation = (typeof LEASE_OPERATIONS)[number];
-
-/** How a handler call ended; the same values as the job processor's JobOutcome. */
-export const HANDLER_OUTCOMES = ['succeeded', 'retried', 'dead_lettered', 'lease_lost', 'released'] as const;
-export type HandlerOutcome = (typeof HANDLER_OUTCOMES)[number];
-
-export const BATCH_STATES = ['extracting', 'staged', 'applying', 'committed', 'failed', 'unresolved'] as const;
-export type BatchState = (typeof BATCH_STATES)[number];
-
-/**
- * committed: the target's completion row says committed (acknowledge).
- * not_applied: reconcile took the claim itself, nothing was applied (the batch may be retried, same id).
- * unresolved: an apply still holds the claim, or the outcome cannot be read (operator runbook).
- * failed: reconciliation itself failed (connection, permissions); retried by the next maintenance run.
- */
-export const RECONCILE_OUTCOMES = ['committed', 'not_applied', 'unresolved', 'failed'] as const;
-export type ReconcileOutcome = (typeof RECONCILE_OUTCOMES)[number];
 
 export const ZOMBIE_ACTIONS = ['retried', 'dead_lettered', 'released'] as const;
 export type ZombieAction = (typeof ZOMBIE_ACTIONS)[number];

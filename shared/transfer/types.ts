@@ -93,6 +93,18 @@ export type ReconcileOutcome =
   | { outcome: 'not_applied'; staged: boolean; via: string }
   | { outcome: 'blocked'; reason: string };
 
+/**
+ * What one reconciliation pass concluded about a batch, as reported (telemetry's keel.transfer.reconcile):
+ * committed: the target's completion row says committed (acknowledge).
+ * not_applied: reconcile took the claim itself, nothing was applied (the batch may be retried, same id).
+ * unresolved: an apply still holds the claim (ReconcileOutcome 'blocked'), or the outcome cannot be read (runbook).
+ * failed: reconciliation itself failed (connection, permissions); retried by the next maintenance run.
+ */
+export const RECONCILE_RESULTS = ['committed', 'not_applied', 'unresolved', 'failed'] as const satisfies readonly (
+  Exclude<ReconcileOutcome['outcome'], 'blocked'> | 'unresolved' | 'failed'
+)[];
+export type ReconcileResult = (typeof RECONCILE_RESULTS)[number];
+
 export interface ApplyContext {
   // The journal's attempt number of this apply (>= 1, incremented durably before the call). The target refuses an
   // attempt that reconcile has fenced (ruled out), so a "not applied" verdict stays true (docs/transfer.md).

@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { STATS_DUE_COUNT_CAP, TEXT_SEARCH_SCAN_ROWS_MAX } from '../../shared/jobs/contract.js';
 import type { ClaimedJob, JobStore, LeaseRef } from '../../shared/jobs/contract.js';
-import { ValidationError } from '../../shared/jobs/validate.js';
+import { LIMITS, ValidationError } from '../../shared/jobs/validate.js';
 import type { EngineHarness, PillarTable } from './harness.js';
 import { seededRandom } from '../support/seededRandom.js';
 
@@ -284,6 +284,140 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect((await store.start(ref(second))).status).toBe('ok');
       expect(await store.complete(ref(first))).toBe('lease_lost');
       expect(await store.complete(ref(second))).toBe('ok');
+    });
+  });
+
+  describe('argument checks (one table for every engine: STORE_ARGUMENT_CHECKS)', () => {
+    // Every engine must refuse these with exactly this ValidationError, before touching the database.
+    const now = new Date();
+    const invalid = new Date('nope');
+    const lease = { jobId: '1', leaseId: STALE_LEASE };
+    const refused: [string, (s: JobStore) => Promise<unknown>, string][] = [
+      [
+        'claimNext limit 0',
+        (s) => s.claimNext({ workerId: 'w', queues: ['q'], limit: 0 }),
+        'limit: must be an integer from 1 to 10000 (got 0)',
+      ],
+      [
+        'claimNext limit too high',
+        (s) => s.claimNext({ workerId: 'w', queues: ['q'], limit: LIMITS.claimJobs + 1 }),
+        `limit: must be an integer from 1 to ${LIMITS.claimJobs} (got ${LIMITS.claimJobs + 1})`,
+      ],
+      ['retry at an invalid date', (s) => s.retry(lease, invalid, 'x'), 'runAt: must be a valid Date'],
+      [
+        'fail with an unknown reason',
+        (s) => s.fail(lease, 'nonsense' as never, 'x'),
+        'reason: must be one of exhausted, fatal, timeout, cancelled, zombie, expired',
+      ],
+      [
+        'rescue limit 1.5',
+        (s) => s.rescueZombies(1.5),
+        `limit: must be an integer from 1 to ${LIMITS.rescueJobs} (got 1.5)`,
+      ],
+      [
+        'rescue with a bad type',
+        (s) => s.rescueZombies(10, { 'bad type': 1 }),
+        'maxAttemptsByType.bad type: is not a valid job type',
+      ],
+      [
+        'resurrect a non-id',
+        (s) => s.resurrect(['1', 'x']),
+        'jobIds[1]: must be a job id (a positive integer as a string)',
+      ],
+      [
+        'resurrectByFilter limit',
+        (s) => s.resurrectByFilter({ limit: LIMITS.resurrectJobs + 1 }),
+        `limit: must be an integer from 1 to ${LIMITS.resurrectJobs} (got ${LIMITS.resurrectJobs + 1})`,
+      ],
+      [
+        'resurrectByFilter reason',
+        (s) => s.resurrectByFilter({ limit: 1, reason: 'gone' as never }),
+        'reason: must be one of exhausted, fatal, timeout, cancelled, zombie, expired',
+      ],
+      [
+        'resurrectByFilter queue',
+        (s) => s.resurrectByFilter({ limit: 1, queue: 'a b' }),
+        'queue: letters, digits and _ . : - only',
+      ],
+      [
+        'resurrectByFilter date',
+        (s) => s.resurrectByFilter({ limit: 1, failedAfter: invalid }),
+        'failedAfter: must be a valid Date',
+      ],
+      ['purge target', (s) => s.purge('hot' as never, null, now, 10), 'target: must be one of archive, dlq, metrics'],
+      [
+        'purge batch size',
+        (s) => s.purge('dlq', null, now, LIMITS.purgeBatchRows + 1),
+        `batchSize: must be an integer from 1 to ${LIMITS.purgeBatchRows} (got ${LIMITS.purgeBatchRows + 1})`,
+      ],
+      ['purge cutoff', (s) => s.purge('dlq', null, invalid, 10), 'olderThan: must be a valid Date'],
+      [
+        'metrics window',
+        (s) => s.metrics(LIMITS.metricsWindowMinutes + 1),
+        `windowMinutes: must be an integer from 1 to ${LIMITS.metricsWindowMinutes} (got ${LIMITS.metricsWindowMinutes + 1})`,
+      ],
+      [
+        'updateQueue retention',
+        (s) => s.updateQueue('q', { dlqRetentionSeconds: LIMITS.maxRetentionSeconds + 1 }),
+        `dlqRetentionSeconds: Too big: expected number to be <=${LIMITS.maxRetentionSeconds}`,
+      ],
+      ['updateQueue name', (s) => s.updateQueue('a b', { maxAttempts: 2 }), 'name: letters, digits and _ . : - only'],
+      [
+        'searchJobs limit',
+        (s) => s.searchJobs({ location: 'hot', limit: LIMITS.searchJobs + 1 }),
+        `limit: must be an integer from 1 to ${LIMITS.searchJobs} (got ${LIMITS.searchJobs + 1})`,
+      ],
+      [
+        'searchJobs location',
+        (s) => s.searchJobs({ location: 'attic' as never, limit: 1 }),
+        'location: must be one of hot, archive, dlq',
+      ],
+      [
+        'searchJobs afterId',
+        (s) => s.searchJobs({ location: 'hot', limit: 1, afterId: '0' }),
+        'afterId: must be a job id (a positive integer as a string)',
+      ],
+      [
+        'listSchedules name',
+        (s) => s.listSchedules('bad name!'),
+        'name: must be a schedule name (1-100 letters, digits and _ . : -)',
+      ],
+      ['fireSchedule tick', (s) => s.fireSchedule('sched', null, invalid, []), 'tick: must be a valid Date'],
+    ];
+    it.each(refused)('refuses %s with the same ValidationError', async (_name, call, message) => {
+      const err = await call(store).then(
+        () => null,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(ValidationError);
+      expect((err as Error).message).toBe(message);
+    });
+
+    it('answers ids and leases that can name no job without an error: not found, lease_lost', async () => {
+      const q = freshQueue('noid');
+      await store.enqueue({ queue: q, type: 't' });
+      const job = await claimOne(q);
+      const malformed = [
+        { jobId: job.id, leaseId: `${job.leaseId}junk` },
+        { jobId: job.id, leaseId: 'garbage' },
+        { jobId: '0', leaseId: job.leaseId },
+        { jobId: '99999999999999999999', leaseId: job.leaseId },
+      ];
+      for (const bad of malformed) {
+        expect(await store.startMany([bad])).toEqual([{ jobId: bad.jobId, status: 'lease_lost', attempt: 0 }]);
+        expect(await store.heartbeat(bad)).toEqual({ status: 'lease_lost', cancelRequested: false });
+        expect(await store.retry(bad, new Date(), 'x')).toBe('lease_lost');
+        expect(await store.fail(bad, 'fatal', 'x')).toBe('lease_lost');
+        expect(await store.release(bad)).toBe('lease_lost');
+        expect(await store.completeMany([bad])).toEqual([{ jobId: bad.jobId, status: 'lease_lost' }]);
+      }
+      for (const id of ['0', 'x', '99999999999999999999', ' 1']) {
+        expect(await store.getJob(id)).toBeNull();
+        expect(await store.claimById(id, 'w')).toBeNull();
+        expect(await store.cancel(id)).toBe('not_found');
+      }
+      // The job was untouched by all of it: still fetched under its lease.
+      expect(await store.getJob(job.id)).toMatchObject({ location: 'hot', state: 'fetched', leaseId: job.leaseId });
     });
   });
 
