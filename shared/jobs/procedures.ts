@@ -1,6 +1,7 @@
 // The database procedure behind each JobStore operation, with its parameters in call order.
 // Engines name them by convention: PostgreSQL keel.<snake_name>(p_<param>), SQL Server keel.<PascalName> @<PascalParam>.
-// The parity test reads sql/<engine>/ and checks every engine declares exactly these parameters.
+// Each engine's store calls through a typed table derived from this one (POSTGRES_FUNCTIONS, SQLSERVER_PARAMS);
+// test/engines/parity.test.ts compares those tables with what the engines declare.
 import type { JobStore } from './contract.js';
 
 export const JOB_PROCEDURES = {

@@ -1,12 +1,21 @@
-// Engine parity: every engine declares exactly the procedures of JOB_PROCEDURES with exactly these parameters in
-// this order, every JobStore operation maps to a procedure, and each engine's TypeScript store passes the same
-// parameters. Read from the sources (no database needed).
-import { describe, expect, it } from 'vitest';
+// Engine parity, compared as data. JOB_PROCEDURES (shared/jobs/procedures.ts) names every procedure and its
+// parameters; each engine's store calls through its own typed table derived from it (POSTGRES_FUNCTIONS,
+// SQLSERVER_PARAMS). This test compares those tables with what the engines really declare: the functions of a
+// migrated PostgreSQL database, read from its catalog (pg_proc), and the SQL Server procedures declared in
+// sql/sqlserver (parsed from the T-SQL, as no SQL Server runs here; npm run check:sql-model builds the full model).
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import sql from 'mssql';
 import { readFileSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { JOB_PROCEDURES, OPERATION_PROCEDURE, pascalCase, type JobProcedure } from '../../shared/jobs/procedures.js';
+import { STORE_ARGUMENT_CHECKS } from '../../shared/jobs/validate.js';
 import { SQLSERVER_PARAMS, assertProcedureParams } from '../../shared/engines/sqlserver/jobStore.js';
+import { POSTGRES_FUNCTIONS, postgresCall } from '../../shared/engines/postgres/procedures.js';
+import { migratePostgres } from '../../shared/engines/postgres/jobStore.js';
+import { poolErrorLogger } from '../../shared/engines/poolErrors.js';
+import { createTestDatabase } from '../support/pg.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const PROCS = Object.keys(JOB_PROCEDURES) as JobProcedure[];
@@ -45,31 +54,6 @@ function splitTopLevel(text: string): string[] {
   return items.map((s) => s.trim()).filter((s) => s.length > 0);
 }
 
-// Text between the '(' at `open` and its matching ')'.
-function balanced(text: string, open: number, openCh = '(', closeCh = ')'): string {
-  let depth = 0;
-  for (let i = open; i < text.length; i++) {
-    if (text[i] === openCh) depth++;
-    else if (text[i] === closeCh && --depth === 0) return text.slice(open + 1, i);
-  }
-  throw new Error(`unbalanced ${openCh} at ${open}`);
-}
-
-export function postgresSignatures(): Map<string, string[]> {
-  const found = new Map<string, string[]>();
-  for (const { text } of migrationTexts('postgres')) {
-    const src = stripComments(text);
-    const re = /create\s+or\s+replace\s+function\s+keel\.(\w+)\s*\(/gi;
-    for (let m = re.exec(src); m; m = re.exec(src)) {
-      const params = splitTopLevel(balanced(src, m.index + m[0].length - 1)).map((p) =>
-        p.split(/\s+/)[0]!.toLowerCase(),
-      );
-      found.set(m[1]!.toLowerCase(), params);
-    }
-  }
-  return found;
-}
-
 export function sqlServerSignatures(): Map<string, string[]> {
   const found = new Map<string, string[]>();
   for (const { text } of migrationTexts('sqlserver')) {
@@ -85,104 +69,176 @@ export function sqlServerSignatures(): Map<string, string[]> {
   return found;
 }
 
-// this.call('<proc>', { Key: value, ... }, ...) call sites of the SQL Server store, with their object keys in order.
-export function sqlServerCallSites(source: string): { proc: string; keys: string[] }[] {
-  const sites: { proc: string; keys: string[] }[] = [];
-  const re = /this\.call\(\s*'(\w+)'\s*,\s*\{/g;
-  for (let m = re.exec(source); m; m = re.exec(source)) {
-    const body = balanced(source, m.index + m[0].length - 1, '{', '}');
-    const keys = splitTopLevel(body).map((item) => {
-      const key = /^([A-Za-z_]\w*)\s*:/.exec(item);
-      if (!key) throw new Error(`this.call('${m![1]}', …): cannot read the key of "${item}"`);
-      return key[1]!;
-    });
-    sites.push({ proc: m[1]!, keys });
-  }
-  return sites;
+// The T-SQL declaration of an mssql parameter type, as sql/sqlserver writes it (e.g. NVARCHAR(MAX), DATETIME2(3)).
+type MssqlType = { declaration?: string } | { type: { declaration?: string }; length?: number; scale?: number };
+function tsqlDeclaration(t: MssqlType): string {
+  if (!('type' in t)) return String(t.declaration).toUpperCase();
+  const size = t.length !== undefined ? (t.length === sql.MAX ? 'MAX' : String(t.length)) : String(t.scale);
+  return `${String(t.type.declaration).toUpperCase()}(${size})`;
 }
 
-// keel.<name>(args) calls of the PostgreSQL store with their argument count.
-export function postgresCallSites(source: string): { proc: string; args: number; placeholders: number }[] {
-  const sites: { proc: string; args: number; placeholders: number }[] = [];
-  const re = /keel\.(\w+)\(/g;
-  for (let m = re.exec(source); m; m = re.exec(source)) {
-    const inner = balanced(source, m.index + m[0].length - 1);
-    sites.push({ proc: m[1]!, args: splitTopLevel(inner).length, placeholders: (inner.match(/\$\d+/g) ?? []).length });
+// @Name TYPE[(size)] of each parameter, as declared (keywords and sizes upper-cased, spaces dropped).
+function sqlServerParameterTypes(): Map<string, Map<string, string>> {
+  const found = new Map<string, Map<string, string>>();
+  for (const { text } of migrationTexts('sqlserver')) {
+    const src = stripComments(text);
+    const re = /create\s+or\s+alter\s+proc(?:edure)?\s+keel\.(\w+)([\s\S]*?)(?<![@\w])AS\b/gi;
+    for (let m = re.exec(src); m; m = re.exec(src)) {
+      const types = new Map<string, string>();
+      for (const p of splitTopLevel(m[2]!.trim())) {
+        const d = /^@(\w+)\s+(\w+(?:\s*\([^)]*\))?)/.exec(p);
+        if (d) types.set(d[1]!, d[2]!.replace(/\s+/g, '').toUpperCase());
+      }
+      found.set(m[1]!, types);
+    }
   }
-  return sites;
+  return found;
 }
+
+// The keel functions of a migrated database: input parameter names and types in order, and what each returns.
+interface CatalogFunction {
+  name: string;
+  overloads: number;
+  argNames: string[];
+  argTypes: string[];
+  returnsSet: boolean;
+  returnType: string;
+}
+async function catalogFunctions(pool: pg.Pool): Promise<Map<string, CatalogFunction>> {
+  const { rows } = await pool.query<CatalogFunction>(
+    `select p.proname as name,
+            count(*) over (partition by p.proname)::int as overloads,
+            coalesce((p.proargnames)[1:p.pronargs], '{}') as "argNames",
+            array(select format_type(a.t, null) from unnest(p.proargtypes::oid[]) with ordinality a(t, i) order by a.i)
+              as "argTypes",
+            p.proretset as "returnsSet",
+            format_type(p.prorettype, null) as "returnType"
+       from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+      where n.nspname = 'keel'`,
+  );
+  return new Map(rows.map((r) => [r.name, r]));
+}
+
+// format_type's names for the types POSTGRES_FUNCTIONS uses.
+const CATALOG_TYPE: Record<string, string> = {
+  bigint: 'bigint',
+  'bigint[]': 'bigint[]',
+  boolean: 'boolean',
+  integer: 'integer',
+  jsonb: 'jsonb',
+  text: 'text',
+  'text[]': 'text[]',
+  timestamptz: 'timestamp with time zone',
+};
 
 describe('engine parity', () => {
-  it('every JobStore operation has a procedure, and every procedure serves an operation', () => {
-    const contract = readFileSync(path.join(root, 'shared/jobs/contract.ts'), 'utf8');
-    const body = balanced(contract, contract.indexOf('{', contract.indexOf('export interface JobStore')), '{', '}');
-    const operations = [...body.matchAll(/^\s*(?:readonly\s+)?(\w+)\s*[(:]/gm)]
-      .map((m) => m[1]!)
-      .filter((op) => op !== 'engine' && op !== 'close');
-    expect(operations.length).toBeGreaterThan(10);
-    expect(Object.keys(OPERATION_PROCEDURE).sort()).toEqual([...operations].sort());
-    for (const proc of Object.values(OPERATION_PROCEDURE)) expect(PROCS).toContain(proc);
+  it('every JobStore operation has a procedure and an argument check entry, and every procedure serves one', () => {
+    // OPERATION_PROCEDURE and STORE_ARGUMENT_CHECKS are typed Record<StoreOperation, …>: the compiler makes each
+    // cover every operation of the JobStore interface; here both cover the same ones, and every procedure is used.
+    expect(Object.keys(STORE_ARGUMENT_CHECKS).sort()).toEqual(Object.keys(OPERATION_PROCEDURE).sort());
     expect(new Set(Object.values(OPERATION_PROCEDURE))).toEqual(new Set(PROCS));
   });
 
-  it('sql/postgres declares every procedure with exactly its parameters (p_<name>), in order', () => {
-    const sigs = postgresSignatures();
-    const problems: string[] = [];
-    for (const proc of PROCS) {
-      const expected = JOB_PROCEDURES[proc].map((p) => `p_${p}`);
-      const got = sigs.get(proc);
-      if (!got) problems.push(`keel.${proc} is missing`);
-      else if (got.join(',') !== expected.join(','))
-        problems.push(`keel.${proc}(${got.join(', ')}) should be (${expected.join(', ')})`);
-    }
-    expect(problems).toEqual([]);
-  });
+  describe('PostgreSQL: POSTGRES_FUNCTIONS against the functions of a migrated database (pg_proc)', () => {
+    let pool: pg.Pool;
+    let catalog: Map<string, CatalogFunction>;
+    beforeAll(async () => {
+      pool = new pg.Pool({ connectionString: await createTestDatabase('parity'), max: 1 });
+      pool.on('error', poolErrorLogger('postgres', 'parity test pool'));
+      await migratePostgres(pool);
+      catalog = await catalogFunctions(pool);
+    });
+    afterAll(async () => {
+      await pool?.end();
+    });
 
-  it('sql/sqlserver declares every procedure as keel.<Pascal> with exactly its parameters (@<Pascal>), in order', () => {
-    const sigs = sqlServerSignatures();
-    const problems: string[] = [];
-    for (const proc of PROCS) {
-      const name = pascalCase(proc);
-      const expected = JOB_PROCEDURES[proc].map(pascalCase);
-      const got = sigs.get(name);
-      if (!got) problems.push(`keel.${name} is missing`);
-      else if (got.join(',') !== expected.join(','))
-        problems.push(`keel.${name} @${got.join(', @')} should be @${expected.join(', @')}`);
-    }
-    expect(problems).toEqual([]);
-  });
+    it('the table has exactly the procedures and parameters of JOB_PROCEDURES, in order', () => {
+      expect(Object.keys(POSTGRES_FUNCTIONS).sort()).toEqual([...PROCS].sort());
+      for (const proc of PROCS)
+        expect(Object.keys(POSTGRES_FUNCTIONS[proc].params), proc).toEqual(JOB_PROCEDURES[proc]);
+    });
 
-  it('the SQL Server store passes exactly the procedure parameters, by name and in order', () => {
-    for (const proc of PROCS) {
-      expect(Object.keys(SQLSERVER_PARAMS[proc]), proc).toEqual(JOB_PROCEDURES[proc].map(pascalCase));
-    }
-    const source = readFileSync(path.join(root, 'shared/engines/sqlserver/jobStore.ts'), 'utf8');
-    const sites = sqlServerCallSites(source);
-    for (const { proc, keys } of sites) {
-      expect(PROCS, `this.call('${proc}')`).toContain(proc);
-      expect(keys, `this.call('${proc}', …)`).toEqual(JOB_PROCEDURES[proc as JobProcedure].map(pascalCase));
-    }
-    expect(new Set(sites.map((s) => s.proc))).toEqual(new Set(PROCS));
-    // Parameters reach the driver only through call(): one request.input, driven by SQLSERVER_PARAMS.
-    expect(source.match(/\.input\(/g) ?? []).toHaveLength(1);
-    expect(source).not.toMatch(/\.query\(|\.batch\(/);
-    // The runtime check refuses a wrong list.
-    expect(() => assertProcedureParams('heartbeat', ['LeaseId', 'JobId'])).toThrow(
-      /keel\.Heartbeat takes \(@JobId, @LeaseId\)/,
-    );
-  });
+    it('the database declares each function once, with exactly those parameter names and types, returning that', () => {
+      const problems: string[] = [];
+      for (const proc of PROCS) {
+        const want = POSTGRES_FUNCTIONS[proc];
+        const got = catalog.get(proc);
+        if (!got) {
+          problems.push(`keel.${proc} is missing`);
+          continue;
+        }
+        const wantNames = Object.keys(want.params).map((n) => `p_${n}`);
+        const wantTypes = Object.values(want.params).map((t) => CATALOG_TYPE[t]);
+        if (got.overloads !== 1) problems.push(`keel.${proc} has ${got.overloads} overloads`);
+        if (got.argNames.join(',') !== wantNames.join(','))
+          problems.push(`keel.${proc}(${got.argNames.join(', ')}) should be (${wantNames.join(', ')})`);
+        if (got.argTypes.join(',') !== wantTypes.join(','))
+          problems.push(`keel.${proc} takes (${got.argTypes.join(', ')}), the table says (${wantTypes.join(', ')})`);
+        if (want.returns === 'rows' ? !got.returnsSet : got.returnsSet || got.returnType !== CATALOG_TYPE[want.returns])
+          problems.push(
+            `keel.${proc} returns ${got.returnsSet ? 'a set' : got.returnType}, the table says ${want.returns}`,
+          );
+      }
+      expect(problems).toEqual([]);
+    });
 
-  it('the PostgreSQL store calls every procedure with as many arguments as it declares', () => {
-    const source = readFileSync(path.join(root, 'shared/engines/postgres/jobStore.ts'), 'utf8');
-    const sites = postgresCallSites(source).filter((s) => (PROCS as string[]).includes(s.proc));
-    const problems = sites
-      .filter((s) => s.args !== JOB_PROCEDURES[s.proc as JobProcedure].length)
-      .map(
-        (s) =>
-          `keel.${s.proc}: ${s.args} argument(s) (${s.placeholders} placeholder(s)), declares ${JOB_PROCEDURES[s.proc as JobProcedure].length}`,
+    it('a call binds every value as a parameter, by name, and refuses a wrong parameter list', async () => {
+      const call = postgresCall('heartbeat', { job_id: '1', lease_id: 'x' });
+      expect(call).toEqual({
+        text: 'select * from keel.heartbeat(p_job_id => $1::bigint, p_lease_id => $2::text)',
+        values: ['1', 'x'],
+      });
+      expect(postgresCall('cancel', { job_id: '7' }).text).toBe('select keel.cancel(p_job_id => $1::bigint) as result');
+      expect(() => postgresCall('heartbeat', { job_id: '1', lease: 'x' } as never)).toThrow(
+        /keel\.heartbeat takes \(job_id, lease_id\), got \(job_id, lease\)/,
       );
-    expect(problems).toEqual([]);
-    expect(new Set(sites.map((s) => s.proc))).toEqual(new Set(PROCS));
+      // The statement really runs against the migrated function (named notation is checked by PostgreSQL).
+      const stats = postgresCall('stats', {});
+      await expect(pool.query(stats.text, stats.values)).resolves.toMatchObject({ rowCount: 0 });
+      const cancel = postgresCall('cancel', { job_id: '123456789' });
+      expect((await pool.query(cancel.text, cancel.values)).rows).toEqual([{ result: 'not_found' }]);
+    });
+  });
+
+  describe('SQL Server: SQLSERVER_PARAMS against the procedures declared in sql/sqlserver', () => {
+    it('the table has exactly the procedures and parameters of JOB_PROCEDURES (PascalCase), in order', () => {
+      expect(Object.keys(SQLSERVER_PARAMS).sort()).toEqual([...PROCS].sort());
+      for (const proc of PROCS) {
+        expect(Object.keys(SQLSERVER_PARAMS[proc]), proc).toEqual(JOB_PROCEDURES[proc].map(pascalCase));
+      }
+      // The store's call() refuses a wrong list at run time as well.
+      expect(() => assertProcedureParams('heartbeat', ['LeaseId', 'JobId'])).toThrow(
+        /keel\.Heartbeat takes \(@JobId, @LeaseId\)/,
+      );
+    });
+
+    it('sql/sqlserver declares every procedure as keel.<Pascal> with exactly its parameters (@<Pascal>), in order', () => {
+      const sigs = sqlServerSignatures();
+      const problems: string[] = [];
+      for (const proc of PROCS) {
+        const name = pascalCase(proc);
+        const expected = JOB_PROCEDURES[proc].map(pascalCase);
+        const got = sigs.get(name);
+        if (!got) problems.push(`keel.${name} is missing`);
+        else if (got.join(',') !== expected.join(','))
+          problems.push(`keel.${name} @${got.join(', @')} should be @${expected.join(', @')}`);
+      }
+      expect(problems).toEqual([]);
+    });
+
+    it('the store binds each parameter with the type the procedure declares', () => {
+      const declared = sqlServerParameterTypes();
+      const problems: string[] = [];
+      for (const proc of PROCS) {
+        const types = declared.get(pascalCase(proc)) ?? new Map<string, string>();
+        for (const [param, type] of Object.entries(SQLSERVER_PARAMS[proc] as Record<string, MssqlType>)) {
+          const bound = tsqlDeclaration(type);
+          if (types.get(param) !== bound)
+            problems.push(`keel.${pascalCase(proc)} @${param} is ${types.get(param)}, bound as ${bound}`);
+        }
+      }
+      expect(problems).toEqual([]);
+    });
   });
 });
 

@@ -48,6 +48,8 @@ import {
 } from '../../jobs/rows.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, isLeaseRef, prepareEnqueue, typeMaxAttemptsJson } from '../../jobs/validate.js';
 import { migrate } from './migrate.js';
+import { postgresCall, type PostgresArgs } from './procedures.js';
+import type { JobProcedure } from '../../jobs/procedures.js';
 import { sqlDir } from '../../config/sqlDir.js';
 
 // bigint (int8) as string, never a lossy number; numeric counts we convert explicitly.
@@ -145,41 +147,39 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     return new PostgresJobStore(pool, opts.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES);
   }
 
-  // Result rows with camelCase keys (job_id -> jobId), for the shared mappers in shared/jobs/rows.ts.
-  private async rows(sql: string, params: unknown[]): Promise<Row[]> {
-    return (await this.pool.query(sql, params)).rows.map(camelKeys);
+  // Runs keel.<proc> with exactly its parameters (POSTGRES_FUNCTIONS); result rows with camelCase keys
+  // (job_id -> jobId), for the shared mappers in shared/jobs/rows.ts.
+  private async call<P extends JobProcedure>(proc: P, args: PostgresArgs<P>): Promise<Row[]> {
+    const { text, values } = postgresCall(proc, args);
+    return (await this.pool.query(text, values)).rows.map(camelKeys);
   }
 
   async enqueueMany(jobs: EnqueueRequest[]): Promise<EnqueueResult[]> {
     const docs = prepareEnqueue(jobs, this.maxPayloadBytes);
     if (docs.length === 0) return [];
-    const rows = await this.rows('select ord, job_id, duplicate from keel.enqueue_many($1::jsonb)', [
-      JSON.stringify(docs),
-    ]);
+    const rows = await this.call('enqueue_many', { jobs: JSON.stringify(docs) });
     return rows.map((r) => ({ id: String(r.jobId), duplicate: Boolean(r.duplicate) }));
   }
 
   async claimNext(opts: ClaimOptions): Promise<ClaimedJob[]> {
-    const rows = await this.rows('select * from keel.claim_next($1, $2::text[], $3, $4)', [
-      opts.workerId,
-      opts.queues,
-      opts.limit,
-      opts.leaseSeconds ?? 60,
-    ]);
+    const rows = await this.call('claim_next', {
+      worker_id: opts.workerId,
+      queues: opts.queues,
+      limit: opts.limit,
+      lease_seconds: opts.leaseSeconds ?? 60,
+    });
     return rows.map((r) => toClaimedJob(r, PG_CODEC));
   }
 
   async claimById(jobId: JobId, workerId: string, leaseSeconds = 60): Promise<ClaimedJob | null> {
-    const rows = await this.rows('select * from keel.claim_by_id($1, $2, $3)', [jobId, workerId, leaseSeconds]);
+    const rows = await this.call('claim_by_id', { job_id: jobId, worker_id: workerId, lease_seconds: leaseSeconds });
     return rows[0] ? toClaimedJob(rows[0], PG_CODEC) : null;
   }
 
   async startMany(refs: LeaseRef[]): Promise<(StartResult & { jobId: JobId })[]> {
     if (refs.length === 0) return [];
     const valid = refs.filter(isLeaseRef);
-    const rows = valid.length
-      ? await this.rows('select job_id, status, attempt from keel.start_many($1::jsonb)', [leasesJson(valid)])
-      : [];
+    const rows = valid.length ? await this.call('start_many', { leases: leasesJson(valid) }) : [];
     const byId = new Map(rows.map((r) => [String(r.jobId), r]));
     return refs.map((ref) => {
       const r = byId.get(ref.jobId);
@@ -190,19 +190,14 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async heartbeat(ref: LeaseRef): Promise<HeartbeatResult> {
-    const [r] = await this.rows('select status, cancel_requested from keel.heartbeat($1, $2)', [
-      ref.jobId,
-      ref.leaseId,
-    ]);
+    const [r] = await this.call('heartbeat', { job_id: ref.jobId, lease_id: ref.leaseId });
     return { status: r!.status as OwnerResult, cancelRequested: Boolean(r!.cancelRequested) };
   }
 
   async completeMany(refs: LeaseRef[]): Promise<OwnerResultById[]> {
     if (refs.length === 0) return [];
     const valid = refs.filter(isLeaseRef);
-    const rows = valid.length
-      ? await this.rows('select job_id, status from keel.complete_many($1::jsonb)', [leasesJson(valid)])
-      : [];
+    const rows = valid.length ? await this.call('complete_many', { leases: leasesJson(valid) }) : [];
     const status = new Map(
       rows.map(
         (r) => [String(r.jobId), r.status === 'ok' || r.status === 'cancelled' ? r.status : 'lease_lost'] as const,
@@ -212,131 +207,129 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async retry(ref: LeaseRef, runAt: Date, error: string): Promise<OwnerResult> {
-    const [r] = await this.rows('select keel.retry($1, $2, $3, $4) as status', [ref.jobId, ref.leaseId, runAt, error]);
-    return r!.status as OwnerResult;
+    const [r] = await this.call('retry', { job_id: ref.jobId, lease_id: ref.leaseId, run_at: runAt, error });
+    return r!.result as OwnerResult;
   }
 
   async fail(ref: LeaseRef, reason: DlqReason, error: string): Promise<OwnerResult> {
-    const [r] = await this.rows('select keel.fail($1, $2, $3, $4) as status', [ref.jobId, ref.leaseId, reason, error]);
-    return r!.status as OwnerResult;
+    const [r] = await this.call('fail', { job_id: ref.jobId, lease_id: ref.leaseId, reason, error });
+    return r!.result as OwnerResult;
   }
 
   async release(ref: LeaseRef): Promise<OwnerResult> {
-    const [r] = await this.rows('select keel.release($1, $2) as status', [ref.jobId, ref.leaseId]);
-    return r!.status as OwnerResult;
+    const [r] = await this.call('release', { job_id: ref.jobId, lease_id: ref.leaseId });
+    return r!.result as OwnerResult;
   }
 
   async cancel(jobId: JobId): Promise<CancelResult> {
-    const [r] = await this.rows('select keel.cancel($1) as status', [jobId]);
-    return r!.status as CancelResult;
+    const [r] = await this.call('cancel', { job_id: jobId });
+    return r!.result as CancelResult;
   }
 
   async rescueZombies(limit: number, maxAttemptsByType?: Readonly<Record<string, number>>): Promise<RescueResult> {
     const byType = typeMaxAttemptsJson(maxAttemptsByType);
-    const [r] = await this.rows('select * from keel.rescue_zombies($1, $2::jsonb)', [limit, byType]);
+    const [r] = await this.call('rescue_zombies', { limit, type_max_attempts: byType });
     return toRescueResult(r!);
   }
 
   async resurrect(jobIds: JobId[]): Promise<JobId[]> {
     if (jobIds.length === 0) return [];
-    const rows = await this.rows('select job_id from keel.resurrect($1::bigint[])', [jobIds]);
+    const rows = await this.call('resurrect', { job_ids: jobIds });
     return rows.map((r) => String(r.jobId));
   }
 
   async resurrectByFilter(filter: ResurrectFilter): Promise<ResurrectResult> {
     const dryRun = filter.dryRun ?? true;
-    const rows = await this.rows('select job_id from keel.resurrect_by_filter($1, $2, $3, $4, $5, $6, $7)', [
-      filter.queue ?? null,
-      filter.type ?? null,
-      filter.reason ?? null,
-      filter.failedAfter ?? null,
-      filter.failedBefore ?? null,
-      filter.limit,
-      dryRun,
-    ]);
+    const rows = await this.call('resurrect_by_filter', {
+      queue: filter.queue ?? null,
+      type: filter.type ?? null,
+      reason: filter.reason ?? null,
+      failed_after: filter.failedAfter ?? null,
+      failed_before: filter.failedBefore ?? null,
+      limit: filter.limit,
+      dry_run: dryRun,
+    });
     return { ids: rows.map((r) => String(r.jobId)), dryRun };
   }
 
   async purge(target: PurgeTarget, queue: string | null, olderThan: Date, batchSize: number): Promise<number> {
-    const [r] = await this.rows('select keel.purge($1, $2, $3, $4) as deleted', [target, queue, olderThan, batchSize]);
-    return num(r!.deleted);
+    const [r] = await this.call('purge', { target, queue, older_than: olderThan, batch_size: batchSize });
+    return num(r!.result);
   }
 
   async stats(): Promise<QueueStats[]> {
-    return (await this.rows('select * from keel.stats()', [])).map(toQueueStats);
+    return (await this.call('stats', {})).map(toQueueStats);
   }
 
   async metrics(windowMinutes: number, queue?: string): Promise<MetricBucket[]> {
-    return (await this.rows('select * from keel.metrics($1, $2)', [windowMinutes, queue ?? null])).map(toMetricBucket);
+    return (await this.call('metrics', { window_minutes: windowMinutes, queue: queue ?? null })).map(toMetricBucket);
   }
 
   async getQueue(name: string): Promise<QueueSettings | null> {
-    const rows = await this.rows('select * from keel.list_queues($1)', [name]);
+    const rows = await this.call('list_queues', { name });
     return rows[0] ? toQueueSettings(rows[0]) : null;
   }
 
   async listQueues(): Promise<QueueSettings[]> {
-    return (await this.rows('select * from keel.list_queues(null)', [])).map(toQueueSettings);
+    return (await this.call('list_queues', { name: null })).map(toQueueSettings);
   }
 
   async updateQueue(name: string, patch: QueueSettingsPatch): Promise<QueueSettings> {
-    const p = patch;
-    const rows = await this.rows('select * from keel.update_queue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)', [
+    const rows = await this.call('update_queue', {
       name,
-      p.paused ?? null,
-      p.maxConcurrency ?? null,
-      p.maxConcurrency === null,
-      p.zombieTimeoutSeconds ?? null,
-      p.zombiePolicy ?? null,
-      p.maxAttempts ?? null,
-      p.archiveRetentionSeconds ?? null,
-      p.dlqRetentionSeconds ?? null,
-      p.metricsRetentionSeconds ?? null,
-    ]);
+      paused: patch.paused ?? null,
+      max_concurrency: patch.maxConcurrency ?? null,
+      clear_max_concurrency: patch.maxConcurrency === null,
+      zombie_timeout_seconds: patch.zombieTimeoutSeconds ?? null,
+      zombie_policy: patch.zombiePolicy ?? null,
+      max_attempts: patch.maxAttempts ?? null,
+      archive_retention_seconds: patch.archiveRetentionSeconds ?? null,
+      dlq_retention_seconds: patch.dlqRetentionSeconds ?? null,
+      metrics_retention_seconds: patch.metricsRetentionSeconds ?? null,
+    });
     return toQueueSettings(rows[0]!);
   }
 
   async listSchedules(name?: string): Promise<ScheduleState[]> {
-    return (await this.rows('select * from keel.list_schedules($1)', [name ?? null])).map(toScheduleState);
+    return (await this.call('list_schedules', { name: name ?? null })).map(toScheduleState);
   }
 
   async setSchedulePaused(name: string, paused: boolean): Promise<ScheduleState> {
-    const [r] = await this.rows('select * from keel.set_schedule_paused($1, $2)', [name, paused === true]);
+    const [r] = await this.call('set_schedule_paused', { name, paused: paused === true });
     return toScheduleState(r!);
   }
 
   async fireSchedule(name: string, expectedTick: Date | null, tick: Date, jobs: EnqueueRequest[]): Promise<FireResult> {
     const docs = jobs.length ? prepareEnqueue(jobs, this.maxPayloadBytes) : [];
-    const rows = await this.rows('select * from keel.fire_schedule($1, $2, $3, $4::jsonb)', [
+    const rows = await this.call('fire_schedule', {
       name,
-      expectedTick,
+      expected_tick: expectedTick,
       tick,
-      JSON.stringify(docs),
-    ]);
+      jobs: JSON.stringify(docs),
+    });
     return toFireResult(rows);
   }
 
   async getJob(jobId: JobId): Promise<JobRecord | null> {
-    const rows = await this.rows('select * from keel.get_job($1)', [jobId]);
+    const rows = await this.call('get_job', { job_id: jobId });
     return rows[0] ? toJobRecord(rows[0], PG_CODEC) : null;
   }
 
   async searchJobs(s: JobSearch): Promise<JobPage> {
-    const scanRows = searchScanRows(s);
-    const rows = await this.rows('select * from keel.search_jobs($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)', [
-      s.location,
-      s.queue ?? null,
-      s.type ?? null,
-      s.tag ?? null,
-      s.state ?? null,
-      s.reason ?? null,
-      s.from ?? null,
-      s.to ?? null,
-      s.text ?? null,
-      s.afterId ?? null,
-      scanRows,
-      s.limit,
-    ]);
+    const rows = await this.call('search_jobs', {
+      location: s.location,
+      queue: s.queue ?? null,
+      type: s.type ?? null,
+      tag: s.tag ?? null,
+      state: s.state ?? null,
+      reason: s.reason ?? null,
+      from: s.from ?? null,
+      to: s.to ?? null,
+      text: s.text ?? null,
+      after_id: s.afterId ?? null,
+      scan_rows: searchScanRows(s),
+      limit: s.limit,
+    });
     return toJobPage(rows, s.limit, (r) => toJobRecord(r, PG_CODEC));
   }
 

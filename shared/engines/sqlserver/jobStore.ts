@@ -322,20 +322,20 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
 
   // Single-job owner-scoped move with lost-reply resolution: `moved` says from the job's record whether the move
   // happened; a job still held under our lease in its old state means nothing happened (the error is re-thrown).
+  // A ref that can hold no lease never gets here: the contract boundary answers it (STORE_ARGUMENT_CHECKS).
   private async ownerMove(
     ref: LeaseRef,
     run: (leaseId: string) => Promise<Row[]>,
     moved: (job: JobRecord | null) => boolean,
     unchanged: (job: JobRecord) => boolean,
   ): Promise<OwnerResult> {
-    const leaseId = ref.leaseId;
     try {
-      const [r] = await run(leaseId);
+      const [r] = await run(ref.leaseId);
       return r!.Status as OwnerResult;
     } catch (err) {
       if (!isOutcomeUnknown(err)) throw err;
       const job = await this.locate(ref.jobId);
-      if (job?.location === 'hot' && job.leaseId === leaseId.toLowerCase() && unchanged(job)) throw err;
+      if (job?.location === 'hot' && job.leaseId === ref.leaseId.toLowerCase() && unchanged(job)) throw err;
       return moved(job) ? 'ok' : 'lease_lost';
     }
   }
@@ -464,21 +464,20 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async updateQueue(name: string, patch: QueueSettingsPatch): Promise<QueueSettings> {
-    const p = patch;
     // Absolute values: applying them twice is applying them once.
     const rows = await this.call(
       'update_queue',
       {
         Name: name,
-        Paused: p.paused ?? null,
-        MaxConcurrency: p.maxConcurrency ?? null,
-        ClearMaxConcurrency: p.maxConcurrency === null,
-        ZombieTimeoutSeconds: p.zombieTimeoutSeconds ?? null,
-        ZombiePolicy: p.zombiePolicy ?? null,
-        MaxAttempts: p.maxAttempts ?? null,
-        ArchiveRetentionSeconds: p.archiveRetentionSeconds ?? null,
-        DlqRetentionSeconds: p.dlqRetentionSeconds ?? null,
-        MetricsRetentionSeconds: p.metricsRetentionSeconds ?? null,
+        Paused: patch.paused ?? null,
+        MaxConcurrency: patch.maxConcurrency ?? null,
+        ClearMaxConcurrency: patch.maxConcurrency === null,
+        ZombieTimeoutSeconds: patch.zombieTimeoutSeconds ?? null,
+        ZombiePolicy: patch.zombiePolicy ?? null,
+        MaxAttempts: patch.maxAttempts ?? null,
+        ArchiveRetentionSeconds: patch.archiveRetentionSeconds ?? null,
+        DlqRetentionSeconds: patch.dlqRetentionSeconds ?? null,
+        MetricsRetentionSeconds: patch.metricsRetentionSeconds ?? null,
       },
       'safe',
     );

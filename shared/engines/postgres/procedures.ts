@@ -1,0 +1,114 @@
+// The PostgreSQL side of JOB_PROCEDURES (shared/jobs/procedures.ts): per procedure, the SQL type of each parameter
+// of keel.<snake_name>(p_<param>, ...), in declaration order, and what the function returns (a set of rows, or one
+// value of a type). The store calls the functions only through postgresCall(), which builds the statement from this
+// table; test/engines/parity.test.ts compares the table with the functions in a migrated database (pg_proc).
+import type { JOB_PROCEDURES, JobProcedure } from '../../jobs/procedures.js';
+
+export type PgType = 'bigint' | 'bigint[]' | 'boolean' | 'integer' | 'jsonb' | 'text' | 'text[]' | 'timestamptz';
+type ParamName<P extends JobProcedure> = (typeof JOB_PROCEDURES)[P][number];
+
+export interface PgFunction<P extends JobProcedure> {
+  params: { [K in ParamName<P>]: PgType };
+  returns: 'rows' | PgType; // 'rows': returns table / setof; otherwise a single value of that type
+}
+
+export const POSTGRES_FUNCTIONS: { [P in JobProcedure]: PgFunction<P> } = {
+  enqueue_many: { params: { jobs: 'jsonb' }, returns: 'rows' },
+  claim_next: {
+    params: { worker_id: 'text', queues: 'text[]', limit: 'integer', lease_seconds: 'integer' },
+    returns: 'rows',
+  },
+  claim_by_id: { params: { job_id: 'bigint', worker_id: 'text', lease_seconds: 'integer' }, returns: 'rows' },
+  start_many: { params: { leases: 'jsonb' }, returns: 'rows' },
+  heartbeat: { params: { job_id: 'bigint', lease_id: 'text' }, returns: 'rows' },
+  complete_many: { params: { leases: 'jsonb' }, returns: 'rows' },
+  retry: { params: { job_id: 'bigint', lease_id: 'text', run_at: 'timestamptz', error: 'text' }, returns: 'text' },
+  fail: { params: { job_id: 'bigint', lease_id: 'text', reason: 'text', error: 'text' }, returns: 'text' },
+  release: { params: { job_id: 'bigint', lease_id: 'text' }, returns: 'text' },
+  cancel: { params: { job_id: 'bigint' }, returns: 'text' },
+  rescue_zombies: { params: { limit: 'integer', type_max_attempts: 'jsonb' }, returns: 'rows' },
+  resurrect: { params: { job_ids: 'bigint[]' }, returns: 'rows' },
+  resurrect_by_filter: {
+    params: {
+      queue: 'text',
+      type: 'text',
+      reason: 'text',
+      failed_after: 'timestamptz',
+      failed_before: 'timestamptz',
+      limit: 'integer',
+      dry_run: 'boolean',
+    },
+    returns: 'rows',
+  },
+  purge: {
+    params: { target: 'text', queue: 'text', older_than: 'timestamptz', batch_size: 'integer' },
+    returns: 'bigint',
+  },
+  stats: { params: {}, returns: 'rows' },
+  metrics: { params: { window_minutes: 'integer', queue: 'text' }, returns: 'rows' },
+  list_queues: { params: { name: 'text' }, returns: 'rows' },
+  update_queue: {
+    params: {
+      name: 'text',
+      paused: 'boolean',
+      max_concurrency: 'integer',
+      clear_max_concurrency: 'boolean',
+      zombie_timeout_seconds: 'integer',
+      zombie_policy: 'text',
+      max_attempts: 'integer',
+      archive_retention_seconds: 'integer',
+      dlq_retention_seconds: 'integer',
+      metrics_retention_seconds: 'integer',
+    },
+    returns: 'rows',
+  },
+  get_job: { params: { job_id: 'bigint' }, returns: 'rows' },
+  search_jobs: {
+    params: {
+      location: 'text',
+      queue: 'text',
+      type: 'text',
+      tag: 'text',
+      state: 'text',
+      reason: 'text',
+      from: 'timestamptz',
+      to: 'timestamptz',
+      text: 'text',
+      after_id: 'bigint',
+      scan_rows: 'integer',
+      limit: 'integer',
+    },
+    returns: 'rows',
+  },
+  list_schedules: { params: { name: 'text' }, returns: 'rows' },
+  set_schedule_paused: { params: { name: 'text', paused: 'boolean' }, returns: 'rows' },
+  fire_schedule: {
+    params: { name: 'text', expected_tick: 'timestamptz', tick: 'timestamptz', jobs: 'jsonb' },
+    returns: 'rows',
+  },
+};
+
+// The arguments of one call: exactly the procedure's parameters (by their JOB_PROCEDURES names).
+export type PostgresArgs<P extends JobProcedure> = { [K in ParamName<P>]: unknown };
+
+// The statement and its bound values for keel.<proc>: named notation (p_<param> => $n::type), so PostgreSQL itself
+// refuses a parameter the table misnames, and every value travels as a parameter. A function returning one value
+// is read as a one-row result with that value in column `result`.
+export function postgresCall<P extends JobProcedure>(
+  proc: P,
+  args: PostgresArgs<P>,
+): { text: string; values: unknown[] } {
+  const fn = POSTGRES_FUNCTIONS[proc] as PgFunction<JobProcedure>;
+  const names = Object.keys(fn.params);
+  const given = Object.keys(args as Record<string, unknown>);
+  if (given.length !== names.length || given.some((n) => !names.includes(n))) {
+    throw new Error(`keel.${proc} takes (${names.join(', ')}), got (${given.join(', ')})`);
+  }
+  const types = fn.params as Record<string, PgType>;
+  const list = names.map((n, i) => `p_${n} => $${i + 1}::${types[n]}`).join(', ');
+  const call = `keel.${proc}(${list})`;
+  return {
+    text: fn.returns === 'rows' ? `select * from ${call}` : `select ${call} as result`,
+    values: names.map((n) => (args as Record<string, unknown>)[n] ?? null),
+  };
+}
