@@ -28,6 +28,7 @@ import {
   INSTRUMENTATION_SCOPE,
   LEASE_OPERATIONS,
   METRICS,
+  POOL_ROLES,
   RECONCILE_RESULTS,
   RUN_OUTCOMES,
   type BatchState,
@@ -35,6 +36,7 @@ import {
   type EventName,
   type HandlerOutcome,
   type LeaseOperation,
+  type PoolRole,
   type ReconcileResult,
   type RunOutcome,
 } from './names.js';
@@ -87,6 +89,8 @@ export interface KeelTelemetry {
   }): void;
   /** One maintenance timer run finished (outcome defaults to succeeded). */
   maintenanceRun(dims: { durationMs: number; outcome?: RunOutcome }): void;
+  /** A database pool reported a connection error it recovers from (the `error` event of shared/engines/poolErrors.ts). */
+  poolError(dims: { engine: string; role: PoolRole }): void;
 }
 
 export interface TelemetryOptions {
@@ -117,6 +121,7 @@ interface Instruments {
   reconcileOutcomes: Counter;
   maintenanceRuns: Counter;
   maintenanceDuration: Histogram;
+  poolErrors: Counter;
 }
 
 function createInstruments(meter: Meter): Instruments {
@@ -138,6 +143,11 @@ function createInstruments(meter: Meter): Instruments {
     reconcileOutcomes: counter(METRICS.reconcileOutcomes, 'Transfer batch reconciliation outcomes', '{batch}'),
     maintenanceRuns: counter(METRICS.maintenanceRuns, 'Maintenance timer runs', '{run}'),
     maintenanceDuration: histogram(METRICS.maintenanceDuration, 'Maintenance timer run time'),
+    poolErrors: counter(
+      METRICS.poolErrors,
+      'Database pool connection errors (the pool replaced the connection)',
+      '{error}',
+    ),
   };
 }
 
@@ -303,6 +313,12 @@ export function createTelemetry(options: TelemetryOptions = {}): KeelTelemetry {
       m.maintenanceRuns.add(1, attrs);
       const ms = measure(d.durationMs);
       if (ms !== undefined) m.maintenanceDuration.record(ms, attrs);
+    },
+    poolError(d) {
+      m.poolErrors.add(1, {
+        [DIM.engine]: limiter.admit(DIM.engine, d.engine),
+        [DIM.role]: closedSet(POOL_ROLES, d.role),
+      });
     },
   });
 }

@@ -72,4 +72,5 @@ export const telemetry: KeelTelemetry = {
   rowsTransferred: (dims) => active().rowsTransferred(dims),
   reconcileOutcome: (dims) => active().reconcileOutcome(dims),
   maintenanceRun: (dims) => active().maintenanceRun(dims),
+  poolError: (dims) => active().poolError(dims),
 };

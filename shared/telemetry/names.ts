@@ -35,6 +35,8 @@ export const METRICS = {
   maintenanceRuns: 'keel.maintenance.runs',
   /** histogram (ms); dims outcome. Maintenance timer run time. */
   maintenanceDuration: 'keel.maintenance.duration',
+  /** counter; dims engine, role. Connection errors a database pool recovered from (a pooled connection died). */
+  poolErrors: 'keel.db.pool_errors',
 } as const;
 
 export type MetricName = (typeof METRICS)[keyof typeof METRICS];
@@ -65,6 +67,8 @@ export const DIM = {
   action: 'action',
   transfer: 'transfer',
   state: 'state',
+  engine: 'engine',
+  role: 'role',
 } as const;
 
 /** Value used for anything outside a closed set or beyond the distinct-value cap. */
@@ -80,6 +84,10 @@ export { RECONCILE_RESULTS, type ReconcileResult } from '../transfer/types.js';
 
 export const LEASE_OPERATIONS = ['start', 'heartbeat', 'complete', 'retry', 'fail', 'release'] as const;
 export type LeaseOperation = (typeof LEASE_OPERATIONS)[number];
+
+/** What a database pool serves: the control database (jobs, journal), a migration run, or a transfer endpoint. */
+export const POOL_ROLES = ['control', 'migration', 'transfer'] as const;
+export type PoolRole = (typeof POOL_ROLES)[number];
 
 export const ZOMBIE_ACTIONS = ['retried', 'dead_lettered', 'released'] as const;
 export type ZombieAction = (typeof ZOMBIE_ACTIONS)[number];

@@ -144,7 +144,7 @@ describe('engine parity', () => {
     let catalog: Map<string, CatalogFunction>;
     beforeAll(async () => {
       pool = new pg.Pool({ connectionString: await createTestDatabase('parity'), max: 1 });
-      pool.on('error', poolErrorLogger('postgres', 'parity test pool'));
+      pool.on('error', poolErrorLogger('postgres', 'migration', 'parity test pool'));
       await migratePostgres(pool);
       catalog = await catalogFunctions(pool);
     });

@@ -1,5 +1,6 @@
 // EngineHarness for PostgreSQL: a fresh database per store on the run's embedded server.
 import pg from 'pg';
+import { poolErrorLogger } from '../../shared/engines/poolErrors.js';
 import type { EngineHarness, PillarTable, StatsRow, BucketTotals, HotTruth } from '../contract/harness.js';
 import { PostgresJobStore } from '../../shared/engines/postgres/jobStore.js';
 import { appUrl, createTestDatabase } from '../support/pg.js';
@@ -27,7 +28,7 @@ export class PostgresHarness implements EngineHarness {
         migrateUrl: this.url,
       });
       this.admin = new pg.Client({ connectionString: this.url, application_name: 'keel-harness' });
-      this.admin.on('error', () => undefined);
+      this.admin.on('error', poolErrorLogger('postgres', 'control', 'contract harness admin client'));
       await this.admin.connect();
       this.stores.push(store);
       return store;

@@ -44,6 +44,7 @@ import {
   type TelemetryOptions,
 } from '../../shared/telemetry/index.js';
 import { adminUrl } from '../support/pg.js';
+import { poolErrorLogger } from '../../shared/engines/poolErrors.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repoRoot = path.resolve(here, '..', '..');
@@ -118,6 +119,9 @@ describe('telemetry facade (in-memory exporters)', () => {
     t.rowsTransferred({ transfer: 'orders', rows: 1_000 });
     t.reconcileOutcome({ transfer: 'orders', outcome: 'committed', batchId: 'b-1' });
     t.maintenanceRun({ durationMs: 250 });
+    t.poolError({ engine: 'postgres', role: 'control' });
+    t.poolError({ engine: 'postgres', role: 'control' });
+    t.poolError({ engine: 'sqlserver', role: 'transfer' });
 
     const all = await h.collect();
     const job = { queue: 'email', type: 'send' };
@@ -151,6 +155,13 @@ describe('telemetry facade (in-memory exporters)', () => {
     expect(points(metric(all, METRICS.maintenanceDuration))).toEqual([
       { attrs: { outcome: 'succeeded' }, value: 250, count: 1 },
     ]);
+    expect(points(metric(all, METRICS.poolErrors))).toEqual(
+      expect.arrayContaining([
+        { attrs: { engine: 'postgres', role: 'control' }, value: 2 },
+        { attrs: { engine: 'sqlserver', role: 'transfer' }, value: 1 },
+      ]),
+    );
+    expect(points(metric(all, METRICS.poolErrors))).toHaveLength(2);
     expect(metric(all, METRICS.handlerDuration).descriptor.unit).toBe('ms');
     expect(metric(all, METRICS.queueLag).descriptor.unit).toBe('ms');
 
@@ -275,6 +286,7 @@ describe('telemetry facade (in-memory exporters)', () => {
     loose.handlerDuration!({ queue: 'q', type: 't', outcome: 'succeeded', durationMs: -1 });
     loose.jobEnqueued!({ queue: 'q', type: 't' }, -3);
     loose.rowsTransferred!({ transfer: 'x', rows: 'many' });
+    loose.poolError!({ engine: 'postgres', role: 'a pool named by its URL' });
     expect(() => loose.jobCompleted!(undefined)).not.toThrow();
     expect(() => loose.queueLag!(null)).not.toThrow();
 
@@ -285,6 +297,7 @@ describe('telemetry facade (in-memory exporters)', () => {
       { attrs: { queue: 'q', type: 't', outcome: OTHER }, value: 5, count: 1 },
     ]);
     expect(points(metric(all, METRICS.transferBatches))[0]?.attrs.state).toBe(OTHER);
+    expect(points(metric(all, METRICS.poolErrors))).toEqual([{ attrs: { engine: 'postgres', role: OTHER }, value: 1 }]);
     expect(all.find((m) => m.descriptor.name === METRICS.jobsEnqueued)?.dataPoints ?? []).toHaveLength(0);
     expect(all.find((m) => m.descriptor.name === METRICS.rowsTransferred)?.dataPoints ?? []).toHaveLength(0);
   });
@@ -323,6 +336,48 @@ describe('telemetry facade (in-memory exporters)', () => {
     bindTelemetry();
     await meterProvider.shutdown();
     h = harness();
+  });
+});
+
+describe('pool error events', () => {
+  it('a pooled connection that dies while idle is logged with what the pool serves and counted by engine and role', async () => {
+    const metricExporter = new InMemoryMetricExporter(AggregationTemporality.DELTA);
+    const reader = new PeriodicExportingMetricReader({ exporter: metricExporter, exportIntervalMillis: 3_600_000 });
+    const meterProvider = new MeterProvider({ readers: [reader] });
+    bindTelemetry({ meterProvider });
+    const lines: string[] = [];
+    const pool = new pg.Pool({ connectionString: adminUrl(), max: 1 });
+    pool.on(
+      'error',
+      poolErrorLogger('postgres', 'control', 'test pool (idle kill)', (l) => lines.push(l)),
+    );
+    const other = new pg.Client({ connectionString: adminUrl() });
+    other.on('error', poolErrorLogger('postgres', 'control', 'test client'));
+    try {
+      const client = await pool.connect();
+      const pid = (await client.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]!.pid;
+      client.release(); // idle in the pool now
+      const errored = new Promise<void>((resolve) => pool.once('error', () => resolve()));
+      await other.connect();
+      await other.query('select pg_terminate_backend($1)', [pid]);
+      await errored;
+      expect(lines).toEqual([
+        expect.stringMatching(
+          /^keel postgres test pool \(idle kill\): connection error .*the pool replaces the connection/,
+        ),
+      ]);
+      await reader.forceFlush();
+      const counted = metricExporter
+        .getMetrics()
+        .flatMap((rm) => rm.scopeMetrics.flatMap((sm) => sm.metrics))
+        .filter((m) => m.descriptor.name === METRICS.poolErrors);
+      expect(counted.flatMap((m) => points(m))).toEqual([{ attrs: { engine: 'postgres', role: 'control' }, value: 1 }]);
+    } finally {
+      bindTelemetry();
+      await other.end();
+      await pool.end();
+      await meterProvider.shutdown();
+    }
   });
 });
 

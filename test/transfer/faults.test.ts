@@ -2,6 +2,7 @@
 // (b) mid-apply, (c) after the apply's COMMIT reached the server but before its reply reached Keel. After each,
 // reconcile + retry must leave every source row in the target exactly once and the journal right.
 import pg from 'pg';
+import { poolErrorLogger } from '../../shared/engines/poolErrors.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FaultProxy, type FaultPlan } from '../support/faultProxy.js';
 import {
@@ -63,14 +64,14 @@ describe('transfer fault injection (TCP proxy between Keel and the target)', () 
       ...pgTransferPoolConfig(proxy.urlFor(env.targetUrl), T, 3),
       options: '-c client_connection_check_interval=10 -c keel_test.write_delay=0.0002',
     });
-    proxied.on('error', () => undefined);
+    proxied.on('error', poolErrorLogger('postgres', 'transfer', 'test target pool (through the fault proxy)'));
     // Without the check the server finishes an apply whose client vanished and commits it: the caller saw an
     // error, the outcome is "committed", and only the target can say so.
     proxiedUnchecked = new pg.Pool({
       ...pgTransferPoolConfig(proxy.urlFor(env.targetUrl), T, 3),
       options: '-c keel_test.write_delay=0.0002',
     });
-    proxiedUnchecked.on('error', () => undefined);
+    proxiedUnchecked.on('error', poolErrorLogger('postgres', 'transfer', 'test target pool (unchecked, fault proxy)'));
   });
   afterAll(async () => {
     await proxied?.end();
@@ -232,8 +233,8 @@ describe('staging faults on both sides, and peers that never reply', () => {
     tgtProxy = await FaultProxy.start(t.hostname, Number(t.port));
     srcPool = new pg.Pool(pgTransferPoolConfig(srcProxy.urlFor(env.sourceUrl), T, 3));
     tgtPool = new pg.Pool(pgTransferPoolConfig(tgtProxy.urlFor(env.targetUrl), T, 3));
-    srcPool.on('error', () => undefined);
-    tgtPool.on('error', () => undefined);
+    srcPool.on('error', poolErrorLogger('postgres', 'transfer', 'test source pool (fault proxy)'));
+    tgtPool.on('error', poolErrorLogger('postgres', 'transfer', 'test target pool (fault proxy)'));
   });
   afterAll(async () => {
     await srcPool?.end().catch(() => undefined);

@@ -1,5 +1,6 @@
 // Shared setup for the transfer tests: source, target and control databases on the run's PostgreSQL server.
 import pg from 'pg';
+import { poolErrorLogger } from '../../shared/engines/poolErrors.js';
 import path from 'node:path';
 import { mkdtemp, copyFile, readdir } from 'node:fs/promises';
 import os from 'node:os';
@@ -48,7 +49,7 @@ export async function setupDatabases(prefix: string): Promise<Env> {
   const source = new pg.Pool({ connectionString: sourceUrl, max: 4 });
   const target = new pg.Pool({ connectionString: targetUrl, max: 4 });
   const control = new pg.Pool({ connectionString: controlUrl, max: 4 });
-  for (const p of [source, target, control]) p.on('error', () => undefined);
+  for (const p of [source, target, control]) p.on('error', poolErrorLogger('postgres', 'transfer', 'test pool'));
   await migrateJournal(control);
   await migratePostgresTarget(target);
   return {

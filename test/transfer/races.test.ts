@@ -3,6 +3,7 @@
 // a slow apply against a concurrent reconcile in many lanes. Racing appliers, an apply held open and the fence are in
 // the target adapter contract (test/contract/targetAdapterContract.ts), run on every target engine.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { poolErrorLogger } from '../../shared/engines/poolErrors.js';
 import pg from 'pg';
 import {
   crashCounter,
@@ -417,7 +418,7 @@ describe('a slow apply and a concurrent reconcile from another process: the fenc
         ...pgTransferPoolConfig(proxy.urlFor(env.targetUrl), TEST_TIMEOUTS, 3),
         options: '-c keel_test.write_delay=0.002',
       });
-      pool.on('error', () => undefined);
+      pool.on('error', poolErrorLogger('postgres', 'transfer', `test target pool (slow lane ${table})`));
       lanes.push({ table, proxy, pool });
     }
   });

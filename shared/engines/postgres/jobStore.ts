@@ -124,12 +124,12 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
       application_name: opts.applicationName ?? 'keel',
     });
     // An idle client whose server connection dies must not crash the process; the pool replaces it.
-    pool.on('error', poolErrorLogger('postgres', `job store pool (${opts.applicationName ?? 'keel'})`));
+    pool.on('error', poolErrorLogger('postgres', 'control', `job store pool (${opts.applicationName ?? 'keel'})`));
     try {
       if (opts.migrate ?? true) {
         if (opts.migrateUrl && opts.migrateUrl !== url) {
           const owner = new pg.Pool({ connectionString: opts.migrateUrl, max: 1, application_name: 'keel-migrate' });
-          owner.on('error', poolErrorLogger('postgres', 'migration pool (keel-migrate)'));
+          owner.on('error', poolErrorLogger('postgres', 'migration', 'migration pool (keel-migrate)'));
           try {
             await migratePostgres(owner);
           } finally {

@@ -36,7 +36,7 @@ export class PostgresTransferEndpoints implements TransferEndpoints {
           this.opts.poolSize ?? 4,
         ),
       );
-      p.on('error', poolErrorLogger('postgres', `transfer pool ${setting}`));
+      p.on('error', poolErrorLogger('postgres', 'transfer', `transfer pool ${setting}`));
       this.pools.set(setting, p);
     }
     return p;

@@ -14,6 +14,7 @@ import {
   type TransferJournal,
 } from '../../transfer/journal.js';
 import type { BatchState, SchemaColumn } from '../../transfer/types.js';
+import { countPoolError } from '../poolErrors.js';
 
 const STAMPS = new Set(['extracted_at', 'staged_at', 'apply_started_at', 'committed_at', 'failed_at']);
 const OPEN: readonly BatchState[] = ['extracting', 'staged', 'applying', 'unresolved'];
@@ -92,7 +93,10 @@ export function createJournalPool(
     ...(opts.options ? { options: opts.options } : {}),
   });
   const log = opts.log ?? defaultLog;
-  pool.on('error', (err) => log(`${app}: idle control-database connection lost (the pool replaces it)`, err));
+  pool.on('error', (err) => {
+    countPoolError('postgres', 'control');
+    log(`${app}: idle control-database connection lost (the pool replaces it)`, err);
+  });
   return pool;
 }
 
@@ -135,9 +139,10 @@ export class PostgresTransferJournal implements TransferJournal {
   ) {
     // A pool made elsewhere without an error listener would crash the process when an idle client dies.
     if (pool.listenerCount('error') === 0)
-      pool.on('error', (err) =>
-        defaultLog('keel-transfer-journal: idle control-database connection lost (the pool replaces it)', err),
-      );
+      pool.on('error', (err) => {
+        countPoolError('postgres', 'control');
+        defaultLog('keel-transfer-journal: idle control-database connection lost (the pool replaces it)', err);
+      });
   }
 
   async insertBatch(b: NewBatch): Promise<BatchRecord> {

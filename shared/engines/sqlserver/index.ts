@@ -40,7 +40,7 @@ export const sqlserver: EngineDescriptor = {
       import('./migrate.js'),
       import('./jobStore.js'),
     ]);
-    const pool = SqlServerPool.create(connection, { max: 1, applicationName: 'keel-migrate' });
+    const pool = SqlServerPool.create(connection, { max: 1, applicationName: 'keel-migrate', role: 'migration' });
     try {
       return await migrateSqlServer(await pool.get(), { dir: SQLSERVER_SQL_DIR, log });
     } finally {

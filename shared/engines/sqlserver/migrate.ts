@@ -106,7 +106,7 @@ export async function migrateSqlServer(
     pool: { max: 1, min: 0, idleTimeoutMillis: 3_600_000 },
   });
   // The migration's own session: a failure also surfaces on the statement that was running.
-  session.on('error', poolErrorLogger('sqlserver', 'migration session', opts.log ?? console.warn));
+  session.on('error', poolErrorLogger('sqlserver', 'migration', 'migration session', opts.log ?? console.warn));
   await session.connect();
   const applied: string[] = [];
   let locked = false;

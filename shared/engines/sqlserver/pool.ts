@@ -6,6 +6,8 @@
 // a valid token (open connections stay logged in; a token only matters at login).
 import sql from 'mssql';
 import { DefaultAzureCredential, type AccessToken, type TokenCredential } from '@azure/identity';
+import type { PoolRole } from '../../telemetry/index.js';
+import { countPoolError } from '../poolErrors.js';
 
 export const AZURE_SQL_SCOPE = 'https://database.windows.net/.default';
 const REFRESH_MARGIN_MS = 5 * 60_000; // refresh a token this long before it expires
@@ -29,6 +31,7 @@ export interface PoolOptions {
   connectTimeoutMs?: number; // default 15 s
   credential?: TokenCredential; // overrides DefaultAzureCredential (tests, custom chains)
   onError?: (err: Error) => void; // connection errors the pool recovers from (default: logged with the pool's name)
+  role?: PoolRole; // what the pool serves, for the keel.db.pool_errors counter (default 'control')
 }
 
 const truthy = (v: string | null | undefined, def: boolean) =>
@@ -202,11 +205,13 @@ export class SqlServerPool {
     const pool = new sql.ConnectionPool(config);
     // An idle connection that dies must not crash the process; the pool replaces it. Logged, never swallowed.
     const where = `${opts.applicationName ?? 'keel'} pool (${target.server}:${target.port}/${target.database})`;
-    pool.on(
-      'error',
+    const report =
       opts.onError ??
-        ((err: Error) => console.warn(`${where}: connection error, the pool replaces the connection: ${err.message}`)),
-    );
+      ((err: Error) => console.warn(`${where}: connection error, the pool replaces the connection: ${err.message}`));
+    pool.on('error', (err: Error) => {
+      countPoolError('sqlserver', opts.role ?? 'control');
+      report(err);
+    });
     return new SqlServerPool(pool, token);
   }
 

@@ -28,6 +28,7 @@ export function createMssqlPool(
 ): SqlServerPool {
   return sharedSqlServerPool(connection, {
     applicationName: 'keel-transfer',
+    role: 'transfer',
     connectTimeoutMs: timeouts.connectMs,
     requestTimeoutMs: timeouts.statementMs,
   });
