@@ -309,6 +309,11 @@ function assertOneOf<T extends string>(field: string, value: unknown, allowed: r
   if (!allowed.includes(value as T)) throw new ValidationError(field, `must be one of ${allowed.join(', ')}`);
 }
 
+function assertText(field: string, value: unknown, max: number): void {
+  const t = storableText(1, max).safeParse(value);
+  if (!t.success) throw firstIssue(t.error, field);
+}
+
 function assertName(field: string, value: unknown): void {
   const n = jobName.safeParse(value);
   if (!n.success) throw firstIssue(n.error, field);
@@ -414,7 +419,8 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
     if (queue !== undefined) assertName('queue', queue);
     return undefined;
   },
-  getQueue: null,
+  // A name no queue can have names none (and is never cut to a column's length to match another).
+  getQueue: (name) => (jobName.safeParse(name).success ? undefined : { answer: null }),
   listQueues: null,
   updateQueue: (name, patch) => {
     validateQueuePatch(name, patch);
@@ -425,6 +431,15 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
     assertOneOf('location', search.location, JOB_LOCATIONS);
     assertPositiveInt('limit', search.limit, LIMITS.searchJobs);
     if (search.afterId !== undefined) assertJobId('afterId', search.afterId);
+    if (search.queue !== undefined) assertName('queue', search.queue);
+    if (search.type !== undefined) assertName('type', search.type);
+    if (search.state !== undefined) assertOneOf('state', search.state, HOT_STATES);
+    if (search.reason !== undefined) assertOneOf('reason', search.reason, DLQ_REASONS);
+    if (search.from !== undefined) assertTick('from', search.from);
+    if (search.to !== undefined) assertTick('to', search.to);
+    // Longer text would be cut to the engine's parameter size and match something else.
+    if (search.tag !== undefined) assertText('tag', search.tag, LIMITS.tagLength);
+    if (search.text !== undefined) assertText('text', search.text, LIMITS.searchTextLength);
     return undefined;
   },
   listSchedules: (name) => {

@@ -378,6 +378,21 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
         'afterId: must be a job id (a positive integer as a string)',
       ],
       [
+        'searchJobs tag longer than a tag can be',
+        (s) => s.searchJobs({ location: 'hot', limit: 1, tag: 'x'.repeat(LIMITS.tagLength + 1) }),
+        `tag: Too big: expected string to have <=${LIMITS.tagLength} characters`,
+      ],
+      [
+        'searchJobs text',
+        (s) => s.searchJobs({ location: 'dlq', limit: 1, text: 'a\u0000b' }),
+        'text: must not contain the NUL character (\\u0000)',
+      ],
+      [
+        'searchJobs state',
+        (s) => s.searchJobs({ location: 'hot', limit: 1, state: 'done' as never }),
+        'state: must be one of pending, fetched, processing',
+      ],
+      [
         'listSchedules name',
         (s) => s.listSchedules('bad name!'),
         'name: must be a schedule name (1-100 letters, digits and _ . : -)',
@@ -411,6 +426,8 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
         expect(await store.release(bad)).toBe('lease_lost');
         expect(await store.completeMany([bad])).toEqual([{ jobId: bad.jobId, status: 'lease_lost' }]);
       }
+      expect(await store.getQueue('q'.repeat(LIMITS.nameLength + 1))).toBeNull();
+      expect(await store.getQueue('a b')).toBeNull();
       for (const id of ['0', 'x', '99999999999999999999', ' 1']) {
         expect(await store.getJob(id)).toBeNull();
         expect(await store.claimById(id, 'w')).toBeNull();
