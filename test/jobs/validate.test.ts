@@ -1,6 +1,23 @@
-// The hand-written fast check of enqueue requests must accept exactly what the schema accepts.
+// The hand-written fast check of enqueue requests must accept exactly what the schema accepts, and the ops API's
+// schemas exactly what the store accepts.
 import { describe, expect, it } from 'vitest';
-import { MAX_BATCH, ValidationError, plainValid, prepareEnqueue } from '../../shared/jobs/validate.js';
+import {
+  LIMITS,
+  MAX_BATCH,
+  ValidationError,
+  plainValid,
+  prepareEnqueue,
+  validateQueuePatch,
+} from '../../shared/jobs/validate.js';
+import {
+  enqueueBody,
+  enqueueJob,
+  jobSearchQuery,
+  metricsQuery,
+  purgeBody,
+  queuePatch,
+  resurrectFilterBody,
+} from '../../shared/ops/schemas.js';
 
 const base = { queue: 'q', type: 't' };
 const cases: Record<string, unknown>[] = [
@@ -59,5 +76,77 @@ describe('enqueue validation', () => {
     expect(MAX_BATCH).toBe(20_000);
     expect(prepareEnqueue(Array.from({ length: MAX_BATCH }, () => base))).toHaveLength(MAX_BATCH);
     expect(() => prepareEnqueue(Array.from({ length: MAX_BATCH + 1 }, () => base))).toThrow(/at most 20000 jobs/);
+  });
+});
+
+// The ops API builds its request schemas from the same module: on every value the two forms share, it accepts
+// exactly what the store accepts (dates travel as ISO text over HTTP; a queue is optional there only).
+describe('the ops API and the store accept the same values', () => {
+  const accepts = (f: () => unknown) => {
+    try {
+      f();
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  const overHttp = (job: Record<string, unknown>) =>
+    Object.fromEntries(Object.entries(job).map(([k, v]) => [k, v instanceof Date ? String(v.toJSON()) : v]));
+
+  it('enqueue: every case with a queue and no text date is accepted by both or refused by both', () => {
+    const shared = cases.filter((c) => 'queue' in c && typeof c.runAt !== 'string');
+    expect(shared.length).toBeGreaterThan(20);
+    for (const c of shared) {
+      const store = accepts(() => prepareEnqueue([c as never]));
+      const api = enqueueJob.safeParse(overHttp(c)).success;
+      expect({ case: c, api }).toEqual({ case: c, api: store });
+    }
+  });
+
+  it('queue settings: both take each bound and refuse one past it', () => {
+    const patches: Record<string, unknown>[] = [
+      { maxConcurrency: null },
+      { maxConcurrency: LIMITS.maxConcurrency },
+      { maxConcurrency: LIMITS.maxConcurrency + 1 },
+      { maxConcurrency: -1 },
+      { zombieTimeoutSeconds: LIMITS.zombieTimeoutSeconds },
+      { zombieTimeoutSeconds: LIMITS.zombieTimeoutSeconds + 1 },
+      { zombieTimeoutSeconds: 0 },
+      { maxAttempts: LIMITS.maxAttempts },
+      { maxAttempts: LIMITS.maxAttempts + 1 },
+      { zombiePolicy: 'retry' },
+      { zombiePolicy: 'sometimes' },
+      ...(['archiveRetentionSeconds', 'dlqRetentionSeconds', 'metricsRetentionSeconds'] as const).flatMap((k) => [
+        { [k]: LIMITS.minRetentionSeconds },
+        { [k]: LIMITS.minRetentionSeconds - 1 },
+        { [k]: LIMITS.maxRetentionSeconds },
+        { [k]: LIMITS.maxRetentionSeconds + 1 },
+        { [k]: 1.5 },
+      ]),
+      { unknown: 1 },
+    ];
+    let refused = 0;
+    for (const p of patches) {
+      const store = accepts(() => validateQueuePatch('q', p as never));
+      const api = queuePatch.safeParse(p).success;
+      expect({ patch: p, api }).toEqual({ patch: p, api: store });
+      if (!store) refused++;
+    }
+    expect(refused).toBeGreaterThan(10);
+  });
+
+  it('the limits the API states are the store limits', () => {
+    const pageOf = (limit: number) => jobSearchQuery.safeParse({ limit: String(limit) }).success;
+    expect([pageOf(LIMITS.searchJobs), pageOf(LIMITS.searchJobs + 1)]).toEqual([true, false]);
+    const batchOf = (n: number) =>
+      enqueueBody.safeParse({ jobs: Array.from({ length: n }, () => ({ queue: 'q', type: 't' })) }).success;
+    expect([batchOf(LIMITS.batchJobs), batchOf(LIMITS.batchJobs + 1)]).toEqual([true, false]);
+    const purgeOf = (batchSize: number) =>
+      purgeBody.safeParse({ target: 'dlq', olderThan: '2026-01-01T00:00:00Z', batchSize }).success;
+    expect([purgeOf(LIMITS.purgeBatchRows), purgeOf(LIMITS.purgeBatchRows + 1)]).toEqual([true, false]);
+    const resurrectOf = (limit: number) => resurrectFilterBody.safeParse({ limit }).success;
+    expect([resurrectOf(LIMITS.resurrectJobs), resurrectOf(LIMITS.resurrectJobs + 1)]).toEqual([true, false]);
+    const windowOf = (m: number) => metricsQuery.safeParse({ windowMinutes: String(m) }).success;
+    expect([windowOf(LIMITS.metricsWindowMinutes), windowOf(LIMITS.metricsWindowMinutes + 1)]).toEqual([true, false]);
   });
 });
