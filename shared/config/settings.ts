@@ -81,10 +81,10 @@ export const settingsSchema = z
     AzureWebJobsStorage__accountName: optionalString,
     AzureWebJobsStorage__clientId: optionalString,
     KEEL_STORE_ENGINE: z.enum(enginesWith('jobStore')).optional().default('postgres'),
-    KEEL_PG_URL: optionalString.pipe(z.string().url('must be a postgres:// URL').optional()),
+    KEEL_PG_URL: optionalString.pipe(z.url('must be a postgres:// URL').optional()),
     // The schema owner's connection for migrations at startup (KEEL_MIGRATE_ON_START), when KEEL_PG_URL is the
     // application's least-privilege login (a member of keel_executor, which may only execute the keel functions).
-    KEEL_PG_MIGRATE_URL: optionalString.pipe(z.string().url('must be a postgres:// URL').optional()),
+    KEEL_PG_MIGRATE_URL: optionalString.pipe(z.url('must be a postgres:// URL').optional()),
     KEEL_PG_POOL_SIZE: int(10, 1, 200),
     KEEL_MAX_PAYLOAD_BYTES: int(LIMITS.payloadBytes, 1024, 16 * 1024 * 1024),
     KEEL_SQL_CONNECTION: optionalString,
