@@ -12,7 +12,6 @@ import { fileURLToPath } from 'node:url';
 import { JOB_PROCEDURES, OPERATION_PROCEDURE, pascalCase, type JobProcedure } from '../../shared/jobs/procedures.js';
 import { STORE_ARGUMENT_CHECKS } from '../../shared/jobs/validate.js';
 import { SQLSERVER_PARAMS, assertProcedureParams } from '../../shared/engines/sqlserver/jobStore.js';
-import { SQLSERVER_JOURNAL_PROCEDURES } from '../../shared/engines/sqlserver/transferJournal.js';
 import { POSTGRES_FUNCTIONS, postgresCall } from '../../shared/engines/postgres/procedures.js';
 import { migratePostgres } from '../../shared/engines/postgres/jobStore.js';
 import { poolErrorLogger } from '../../shared/engines/poolErrors.js';
@@ -244,10 +243,18 @@ describe('engine parity', () => {
 });
 
 describe('SQL Server internal procedures', () => {
-  // Every keel procedure is either called by the application (the job contract's procedures, JOB_PROCEDURES, and the
-  // transfer journal's, SQLSERVER_JOURNAL_PROCEDURES) or internal, and every internal one is DENYed to
-  // keel_executor (R__900), so the schema-wide EXECUTE cannot reach it. This fails when a new helper procedure is
-  // added without a DENY, or when the application starts calling a procedure it denies.
+  // Every keel procedure is either called by the TypeScript code (the job contract's procedures, or named as
+  // 'keel.<Name>' in shared/) or internal, and every internal one is DENYed to keel_executor (R__900), so the schema-wide
+  // EXECUTE cannot reach it. Read from the sources: this fails when a new helper procedure is added without a DENY.
+  function tsSources(dir: string): string[] {
+    return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+      e.isDirectory()
+        ? tsSources(path.join(dir, e.name))
+        : e.name.endsWith('.ts')
+          ? [readFileSync(path.join(dir, e.name), 'utf8')]
+          : [],
+    );
+  }
   const sqlFiles = () =>
     readdirSync(path.join(root, 'sql', 'sqlserver'))
       .filter((f) => /^(V\d+|R)__\w+\.sql$/.test(f))
@@ -258,8 +265,12 @@ describe('SQL Server internal procedures', () => {
     const declared = new Set(
       [...text.matchAll(/CREATE\s+(?:OR\s+ALTER\s+)?PROC(?:EDURE)?\s+keel\.(\w+)/gi)].map((m) => m[1]!),
     );
-    const called = new Set<string>([...PROCS.map((p) => pascalCase(p)), ...SQLSERVER_JOURNAL_PROCEDURES]);
-    for (const p of called) expect(declared, `keel.${p} is called but not declared`).toContain(p);
+    const called = new Set([
+      ...PROCS.map((p) => pascalCase(p)),
+      ...tsSources(path.join(root, 'shared')).flatMap((src) =>
+        [...src.matchAll(/['"`]keel\.([A-Z]\w+)['"`]/g)].map((m) => m[1]!),
+      ),
+    ]);
     const denied = new Set(
       [...text.matchAll(/DENY\s+EXECUTE\s+ON\s+OBJECT::keel\.(\w+)\s+TO\s+keel_executor/gi)].map((m) => m[1]!),
     );
