@@ -35,7 +35,7 @@ function toRecord(r: Record<string, unknown>): BatchRecord {
     appliedCount: num(r.AppliedRows),
     lastError: (r.LastError as string | null) ?? null,
     lastErrorCode: (r.LastErrorCode as string | null) ?? null,
-    targetLtxid: (r.TargetLtxid as string | null) ?? null,
+    targetReconcileToken: (r.TargetReconcileToken as string | null) ?? null,
     createdAt: r.CreatedAt as Date,
     updatedAt: r.UpdatedAt as Date,
     extractedAt: (r.ExtractedAt as Date | null) ?? null,
@@ -143,8 +143,8 @@ export class SqlServerTransferJournal implements TransferJournal {
     req.input('SetLastError', sql.Bit, patch.lastError !== undefined || patch.lastErrorCode !== undefined);
     req.input('LastError', sql.NVarChar(2000), patch.lastError?.slice(0, 2000) ?? null);
     req.input('LastErrorCode', sql.VarChar(64), patch.lastErrorCode ?? null);
-    req.input('SetLtxid', sql.Bit, patch.targetLtxid !== undefined);
-    req.input('TargetLtxid', sql.VarChar(512), patch.targetLtxid ?? null);
+    req.input('SetReconcileToken', sql.Bit, patch.targetReconcileToken !== undefined);
+    req.input('TargetReconcileToken', sql.VarChar(512), patch.targetReconcileToken ?? null);
     req.input('IncrementAttempts', sql.Bit, !!patch.incrementAttempts);
     req.input('Stamp', sql.VarChar(20), patch.stamp ?? null);
     req.input('Event', sql.VarChar(64), event);
@@ -158,7 +158,7 @@ export class SqlServerTransferJournal implements TransferJournal {
     batchId: string,
     event: string,
     detail?: Record<string, unknown>,
-    patch?: Pick<BatchPatch, 'lastError' | 'lastErrorCode' | 'targetLtxid'>,
+    patch?: Pick<BatchPatch, 'lastError' | 'lastErrorCode' | 'targetReconcileToken'>,
   ) {
     const req = await this.pool.request();
     req.input('BatchId', sql.UniqueIdentifier, batchId);
@@ -167,8 +167,8 @@ export class SqlServerTransferJournal implements TransferJournal {
     req.input('SetLastError', sql.Bit, patch?.lastError !== undefined || patch?.lastErrorCode !== undefined);
     req.input('LastError', sql.NVarChar(2000), patch?.lastError?.slice(0, 2000) ?? null);
     req.input('LastErrorCode', sql.VarChar(64), patch?.lastErrorCode ?? null);
-    req.input('SetLtxid', sql.Bit, patch?.targetLtxid !== undefined);
-    req.input('TargetLtxid', sql.VarChar(512), patch?.targetLtxid ?? null);
+    req.input('SetReconcileToken', sql.Bit, patch?.targetReconcileToken !== undefined);
+    req.input('TargetReconcileToken', sql.VarChar(512), patch?.targetReconcileToken ?? null);
     await req.execute('keel.TransferBatchNote');
   }
 
