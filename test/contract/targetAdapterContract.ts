@@ -5,6 +5,7 @@
 // is PostgreSQL's, both on the run's embedded server, so the target is the only engine that varies.
 import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
+import { poolErrorLogger } from '../../shared/engines/poolErrors.js';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
@@ -31,7 +32,7 @@ export function defineTargetAdapterContract(makeHarness: () => TargetHarness): v
     h = makeHarness();
     source = new pg.Pool({ connectionString: await createTestDatabase('tc_src'), max: 4 });
     control = new pg.Pool({ connectionString: await createTestDatabase('tc_ctl'), max: 8 });
-    for (const p of [source, control]) p.on('error', () => undefined);
+    for (const p of [source, control]) p.on('error', poolErrorLogger('postgres', 'transfer', 'target contract pool'));
     await migrateJournal(control);
     await source.query(ORDERS_DDL);
     // Oracle stores '' as NULL, so the contract's rows hold no empty strings.

@@ -1,6 +1,7 @@
 // The transfer harnesses for PostgreSQL (test/contract/transferHarness.ts): journal, source and target, each in a
 // fresh database on the run's embedded server.
 import pg from 'pg';
+import { poolErrorLogger } from '../../shared/engines/poolErrors.js';
 import { randomBytes } from 'node:crypto';
 import { createJournalPool, PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
@@ -15,7 +16,8 @@ const TABLE_NAME = /^[a-z_][a-z0-9_]*$/;
 
 function pool(url: string, max: number, applicationName = 'keel-harness'): pg.Pool {
   const p = new pg.Pool({ connectionString: url, max, application_name: applicationName });
-  p.on('error', () => undefined); // a session the tests end on purpose
+  // A session the tests end on purpose still says so in the log (and is counted), like any pool's.
+  p.on('error', poolErrorLogger('postgres', 'transfer', `harness pool (${applicationName})`));
   return p;
 }
 
