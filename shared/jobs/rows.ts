@@ -15,8 +15,7 @@ import type {
   RescueResult,
   ScheduleState,
 } from './contract.js';
-import { TEXT_SEARCH_SCAN_ROWS, TEXT_SEARCH_SCAN_ROWS_MAX } from './contract.js';
-import { assertPositiveInt, ValidationError } from './validate.js';
+import { TEXT_SEARCH_SCAN_ROWS } from './contract.js';
 
 export type Row = Record<string, unknown>;
 
@@ -162,14 +161,10 @@ export function toFireResult(rows: Record<string, unknown>[]): FireResult {
 }
 
 // The scan bound of a search (JobSearch.scanRows): archive and DLQ text searches always have one; others none.
+// The given bound was checked at the contract boundary (STORE_ARGUMENT_CHECKS.searchJobs).
 export function searchScanRows(s: JobSearch): number | null {
   const bounded = s.location !== 'hot' && s.text !== undefined;
-  if (s.scanRows !== undefined) {
-    if (!bounded) throw new ValidationError('scanRows', 'applies to archive and DLQ text searches only');
-    assertPositiveInt('scanRows', s.scanRows, TEXT_SEARCH_SCAN_ROWS_MAX);
-    return s.scanRows;
-  }
-  return bounded ? TEXT_SEARCH_SCAN_ROWS : null;
+  return s.scanRows ?? (bounded ? TEXT_SEARCH_SCAN_ROWS : null);
 }
 
 // search_jobs rows to a page: a trailing 'scan_bound' row carries the lowest id the bounded scan examined.

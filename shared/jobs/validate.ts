@@ -8,6 +8,7 @@ import {
   HOT_STATES,
   JOB_LOCATIONS,
   PURGE_TARGETS,
+  TEXT_SEARCH_SCAN_ROWS_MAX,
   ZOMBIE_POLICIES,
   type EnqueueRequest,
   type JobStore,
@@ -440,6 +441,12 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
     // Longer text would be cut to the engine's parameter size and match something else.
     if (search.tag !== undefined) assertText('tag', search.tag, LIMITS.tagLength);
     if (search.text !== undefined) assertText('text', search.text, LIMITS.searchTextLength);
+    if (search.scanRows !== undefined) {
+      // Only archive and DLQ text searches scan a bounded number of rows (rows.ts: searchScanRows).
+      if (search.location === 'hot' || search.text === undefined)
+        throw new ValidationError('scanRows', 'applies to archive and DLQ text searches only');
+      assertPositiveInt('scanRows', search.scanRows, TEXT_SEARCH_SCAN_ROWS_MAX);
+    }
     return undefined;
   },
   listSchedules: (name) => {
