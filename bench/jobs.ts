@@ -1,5 +1,5 @@
 // Job engine benchmark on the embedded PostgreSQL: end-to-end jobs/s for a no-op handler through the real processor
-// (batch enqueue, batch claim, startMany, completeMany), with claim-to-complete latency, side by side with the
+// (batch enqueue, batch claimAndStart, completeMany), with claim-to-complete latency, side by side with the
 // one-job-at-a-time path in the same run. Exactness is checked: archive rows, counters and buckets equal the job count.
 import os from 'node:os';
 import path from 'node:path';
@@ -55,9 +55,9 @@ export async function runJobsBench(opts: JobsBenchOptions): Promise<Record<strin
     const latencies: number[] = [];
     const timedStore: JobStore = new Proxy(store, {
       get(target, prop, receiver) {
-        if (prop === 'claimNext') {
+        if (prop === 'claimAndStart') {
           return async (o: ClaimOptions) => {
-            const jobs = await target.claimNext(o);
+            const jobs = await target.claimAndStart(o);
             const t = performance.now();
             for (const j of jobs) claimedAt.set(j.id, t);
             return jobs;
@@ -92,7 +92,7 @@ export async function runJobsBench(opts: JobsBenchOptions): Promise<Record<strin
     const exact = await exactness(store, queue);
     latencies.sort((a, b) => a - b);
 
-    // One job at a time: claim 1, start, complete: the path without batching, for the ratio.
+    // One job at a time: claim and start 1, complete: the path without batching, for the ratio.
     const single = 'bench-single';
     for (let i = 0; i < opts.singleJobs; i += 1000) {
       await store.enqueueMany(
@@ -103,9 +103,8 @@ export async function runJobsBench(opts: JobsBenchOptions): Promise<Record<strin
     await Promise.all(
       Array.from({ length: opts.hosts }, async (_, i) => {
         for (;;) {
-          const [job] = await store.claimNext({ workerId: `single-${i}`, queues: [single], limit: 1 });
+          const [job] = await store.claimAndStart({ workerId: `single-${i}`, queues: [single], limit: 1 });
           if (!job) return;
-          await store.start({ jobId: job.id, leaseId: job.leaseId });
           await store.complete({ jobId: job.id, leaseId: job.leaseId });
         }
       }),

@@ -51,6 +51,11 @@ export interface ClaimedJob {
   leaseExpiresAt: Date;
 }
 
+// A job claimed and started in one step (claimAndStart): already 'processing' under its lease, this attempt counted.
+export interface StartedJob extends ClaimedJob {
+  attempt: number; // the attempt now running (1-based): attempts + 1
+}
+
 export type OwnerResult = 'ok' | 'lease_lost';
 
 export interface StartResult {
@@ -225,7 +230,7 @@ export interface ClaimOptions {
   workerId: string;
   queues: string[];
   limit: number;
-  leaseSeconds?: number; // fetched lease; default 60
+  leaseSeconds?: number; // fetched lease; default 60 (a started job is kept by its heartbeats instead)
 }
 
 export interface JobStore {
@@ -234,6 +239,9 @@ export interface JobStore {
   enqueueMany(jobs: EnqueueRequest[]): Promise<EnqueueResult[]>;
   claimNext(opts: ClaimOptions): Promise<ClaimedJob[]>;
   claimById(jobId: JobId, workerId: string, leaseSeconds?: number): Promise<ClaimedJob | null>;
+  // claimNext and start in one statement: the same jobs claimNext would pick (priority, due time, pause,
+  // maxConcurrency, expiry), returned already processing. For callers that run what they claim at once.
+  claimAndStart(opts: ClaimOptions): Promise<StartedJob[]>;
   start(ref: LeaseRef): Promise<StartResult>;
   startMany(refs: LeaseRef[]): Promise<(StartResult & { jobId: JobId })[]>;
   heartbeat(ref: LeaseRef): Promise<HeartbeatResult>;

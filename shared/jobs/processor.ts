@@ -12,6 +12,7 @@ import {
   type LeaseRef,
   type OwnerResultById,
   type StartResult,
+  type StartedJob,
 } from './contract.js';
 import {
   FatalError,
@@ -205,6 +206,7 @@ export class JobProcessor {
   private readonly running = new Map<JobId, Running>();
   private readonly typeSlots = new Map<string, Slots>();
   private stopping = false;
+  private shutdownAborting = false; // the grace period is over: abort whatever still starts
 
   constructor(opts: ProcessorOptions) {
     this.store = opts.store;
@@ -245,10 +247,10 @@ export class JobProcessor {
     return this.stopping;
   }
 
-  // Claim up to `limit` due jobs under this processor's worker id and lease length.
-  async claim(queues: string[], limit: number): Promise<ClaimedJob[]> {
+  // Claim and start up to `limit` due jobs under this processor's worker id (one statement; see runSlots).
+  async claimAndStart(queues: string[], limit: number): Promise<StartedJob[]> {
     if (this.stopping || limit < 1) return [];
-    return this.store.claimNext({ workerId: this.workerId, queues, limit, leaseSeconds: this.leaseSeconds });
+    return this.store.claimAndStart({ workerId: this.workerId, queues, limit, leaseSeconds: this.leaseSeconds });
   }
 
   // Claim one job by id (queue-message path) and run it.
@@ -290,9 +292,24 @@ export class JobProcessor {
     );
   }
 
+  // Run jobs claimAndStart already started (processing under their leases, attempt counted). They run even when a
+  // shutdown began during the claim: there is no un-start, and shutdown() aborts them like any running job.
+  async runStarted(jobs: StartedJob[], onJobDone?: (outcome: JobOutcome) => void): Promise<JobOutcome[]> {
+    return Promise.all(
+      jobs.map((job) =>
+        this.execute(job, job.attempt).then((o) => {
+          if (onJobDone) this.safe(() => onJobDone(o));
+          return o;
+        }),
+      ),
+    );
+  }
+
   // Claims and runs jobs, keeping at most `concurrency` JOBS (not batches) in flight. Once jobs are running it claims
   // again only when at least `claimBatch` slots are free (default a quarter of the concurrency), so a busy loop
-  // claims, starts and completes in batches instead of one round trip per job.
+  // claims and completes in batches instead of one round trip per job. Claims start the jobs in the same statement
+  // (claimAndStart): what this loop claims it runs at once, so the separate 'fetched' step would only cost a row
+  // version and a round trip per job. (processById keeps claim + start: its claim may come back as not_claimed.)
   async runSlots(opts: {
     queues: string[];
     concurrency: number;
@@ -317,16 +334,16 @@ export class JobProcessor {
       const free = concurrency - running;
       let idle = false;
       if (free >= (running === 0 ? 1 : claimBatch)) {
-        let jobs: ClaimedJob[] = [];
+        let jobs: StartedJob[] = [];
         try {
-          jobs = await this.claim(opts.queues, free);
+          jobs = await this.claimAndStart(opts.queues, free);
         } catch (err) {
           this.log.error('claim failed', { error: String(err) });
         }
         if (jobs.length > 0) {
           running += jobs.length;
           let unreported = jobs.length;
-          const p: Promise<void> = this.runBatch(jobs, (o) => {
+          const p: Promise<void> = this.runStarted(jobs, (o) => {
             unreported--;
             running--;
             opts.onOutcome?.(o);
@@ -386,6 +403,7 @@ export class JobProcessor {
     const all = () => Promise.allSettled([...this.running.values()].map((r) => r.done));
     const finished = await Promise.race([all().then(() => true), sleep(graceMs).then(() => false)]);
     if (!finished) {
+      this.shutdownAborting = true;
       for (const r of this.running.values()) r.abort('shutdown');
       await all();
     }
@@ -431,6 +449,7 @@ export class JobProcessor {
       const attemptAbort = new AttemptAbort();
       const { abort, aborted } = attemptAbort;
       this.running.set(job.id, { abort, done });
+      if (this.shutdownAborting) abort('shutdown'); // started by a claim that was in flight when the grace ran out
       const beat = async () => {
         const hb = await this.store.heartbeat(ref);
         if (hb.status === 'lease_lost') {
@@ -473,7 +492,8 @@ export class JobProcessor {
           }
         }
         timeout = setTimeout(() => abort('timeout'), registered.options.timeoutMs);
-        await Promise.race([Promise.resolve().then(() => registered.handler(payload, ctx)), aborted]);
+        if (!attemptAbort.reason)
+          await Promise.race([Promise.resolve().then(() => registered.handler(payload, ctx)), aborted]);
         succeeded = !attemptAbort.reason;
         if (attemptAbort.reason) error = new JobAbortedError(attemptAbort.reason);
       } catch (err) {

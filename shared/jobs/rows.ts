@@ -3,6 +3,7 @@
 // whose wire form differs (JSON payload and tags as text on SQL Server, lease ids upper-case there).
 import type {
   ClaimedJob,
+  StartedJob,
   DlqReason,
   FireResult,
   FireStatus,
@@ -58,6 +59,10 @@ export function toClaimedJob(r: Row, codec: RowCodec): ClaimedJob {
     createdAt: date(r.createdAt),
     leaseExpiresAt: date(r.leaseExpiresAt),
   };
+}
+
+export function toStartedJob(r: Row, codec: RowCodec): StartedJob {
+  return { ...toClaimedJob(r, codec), attempt: num(r.attempt) };
 }
 
 export function toQueueSettings(r: Row): QueueSettings {

@@ -291,6 +291,127 @@ BEGIN
 END;
 GO
 
+-- ClaimAndStart(@WorkerId, @Queues JSON array of names, @Limit, @LeaseSeconds): ClaimNext and StartMany in one
+-- transaction: the jobs ClaimNext would choose (same order, pause, MaxConcurrency, expiry, same index walk per queue
+-- and priority level), set straight to State 'processing' under a new lease with Attempts + 1, StartedAt and
+-- HeartbeatAt = now. Columns as ClaimNext (Attempts = before this attempt) plus Attempt, the attempt now running.
+-- The picked rows are collected first and only the best @Limit across queues are updated, so nothing has to be
+-- handed back (a started row would have to be un-started); the other picked rows stay update-locked until commit,
+-- as ClaimNext's excess rows do.
+CREATE OR ALTER PROCEDURE keel.ClaimAndStart
+  @WorkerId NVARCHAR(200),
+  @Queues NVARCHAR(MAX),
+  @Limit INT,
+  @LeaseSeconds INT
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  DECLARE @Now datetime2(3) = SYSUTCDATETIME();
+  DECLARE @LeaseUntil datetime2(3) = DATEADD(second, ISNULL(@LeaseSeconds, 60), @Now);
+
+  DECLARE @Started TABLE (
+    Id bigint NOT NULL PRIMARY KEY, LeaseId uniqueidentifier NOT NULL,
+    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL, Type nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Payload nvarchar(max) NOT NULL, Priority int NOT NULL, Attempts int NOT NULL, MaxAttempts int NULL,
+    IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL, Tags nvarchar(max) NOT NULL,
+    RunAt datetime2(3) NOT NULL, CreatedAt datetime2(3) NOT NULL, LeaseExpiresAt datetime2(3) NOT NULL);
+  DECLARE @Q TABLE (
+    Name nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY,
+    Limited bit NOT NULL, Slots int NULL, QueueMaxAttempts int NOT NULL);
+  DECLARE @Pick TABLE (Id bigint NOT NULL PRIMARY KEY, Priority int NOT NULL, RunAt datetime2(3) NOT NULL);
+
+  IF @Limit IS NOT NULL AND @Limit >= 1 AND @Queues IS NOT NULL AND ISJSON(@Queues) = 1
+  BEGIN
+    -- Settings read without locks; queues without a settings row count as unlimited and unpaused.
+    INSERT @Q (Name, Limited, QueueMaxAttempts)
+    SELECT n.Name, IIF(s.MaxConcurrency IS NULL, 0, 1), ISNULL(s.MaxAttempts, 5)
+    FROM (SELECT DISTINCT CONVERT(nvarchar(128), j.[value]) COLLATE Latin1_General_100_BIN2 AS Name
+          FROM OPENJSON(@Queues) AS j WHERE j.[type] = 1) AS n
+    LEFT JOIN keel.Queues AS s ON s.Name = n.Name
+    WHERE ISNULL(s.Paused, 0) = 0;
+
+    BEGIN TRY
+      BEGIN TRANSACTION;
+
+      -- Limited queues: lock each settings row in name order, then count what runs now (as ClaimNext).
+      DECLARE @Name nvarchar(128) = (SELECT MIN(Name) FROM @Q WHERE Limited = 1);
+      DECLARE @Max int, @Paused bit, @Running int, @Take int;
+      WHILE @Name IS NOT NULL
+      BEGIN
+        SELECT @Max = NULL, @Paused = NULL;
+        SELECT @Max = s.MaxConcurrency, @Paused = s.Paused
+        FROM keel.Queues AS s WITH (UPDLOCK, ROWLOCK)
+        WHERE s.Name = @Name;
+        IF @Paused = 1
+          UPDATE @Q SET Slots = 0 WHERE Name = @Name;
+        ELSE IF @Max IS NULL
+          UPDATE @Q SET Limited = 0 WHERE Name = @Name; -- made unlimited meanwhile
+        ELSE
+        BEGIN
+          SELECT @Running = COUNT(*) FROM keel.JobsHot AS h
+          WHERE h.Queue = @Name AND h.State IN ('fetched', 'processing');
+          UPDATE @Q SET Slots = IIF(@Max > @Running, @Max - @Running, 0) WHERE Name = @Name;
+        END;
+        SET @Name = (SELECT MIN(Name) FROM @Q WHERE Limited = 1 AND Name > @Name);
+      END;
+
+      -- Every queue with room, one at a time in name order, one priority level at a time through
+      -- IX_JobsHot_PendingDue in index order (ClaimNext explains why): TOP stops after @Take rows, and only the rows
+      -- picked get update-locked.
+      DECLARE @Prio int;
+      UPDATE @Q SET Slots = @Limit WHERE Limited = 0;
+      SET @Name = (SELECT MIN(Name) FROM @Q WHERE Slots > 0);
+      WHILE @Name IS NOT NULL
+      BEGIN
+        SELECT @Take = IIF(Slots < @Limit, Slots, @Limit) FROM @Q WHERE Name = @Name;
+        SET @Prio = (SELECT MAX(h.Priority) FROM keel.JobsHot AS h WITH (INDEX(IX_JobsHot_PendingDue))
+                     WHERE h.Queue = @Name AND h.State = 'pending');
+        WHILE @Prio IS NOT NULL AND @Take > 0
+        BEGIN
+          INSERT @Pick (Id, Priority, RunAt)
+          SELECT TOP (@Take) h.Id, h.Priority, h.RunAt
+          FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK, INDEX(IX_JobsHot_PendingDue))
+          WHERE h.Queue = @Name AND h.State = 'pending' AND h.Priority = @Prio AND h.RunAt <= @Now
+            AND (h.ExpiresAt IS NULL OR h.ExpiresAt > @Now)
+          ORDER BY h.RunAt, h.Id;
+          SET @Take = @Take - @@ROWCOUNT;
+
+          SET @Prio = (SELECT MAX(h.Priority) FROM keel.JobsHot AS h WITH (INDEX(IX_JobsHot_PendingDue))
+                       WHERE h.Queue = @Name AND h.State = 'pending' AND h.Priority < @Prio);
+        END;
+        SET @Name = (SELECT MIN(Name) FROM @Q WHERE Slots > 0 AND Name > @Name);
+      END;
+
+      -- The best @Limit picked rows across queues, claimed and started by key.
+      UPDATE h
+      SET State = 'processing', LeaseId = NEWID(), WorkerId = @WorkerId, FetchedAt = @Now, LeaseExpiresAt = @LeaseUntil,
+          Attempts = h.Attempts + 1, StartedAt = @Now, HeartbeatAt = @Now
+      OUTPUT inserted.Id, inserted.LeaseId, inserted.Queue, inserted.Type, inserted.Payload, inserted.Priority,
+             inserted.Attempts, inserted.MaxAttempts, inserted.IdempotencyKey, inserted.Tags, inserted.RunAt,
+             inserted.CreatedAt, inserted.LeaseExpiresAt
+      INTO @Started (Id, LeaseId, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, RunAt,
+                     CreatedAt, LeaseExpiresAt)
+      FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK, FORCESEEK)
+      INNER JOIN (SELECT TOP (@Limit) p.Id FROM @Pick AS p ORDER BY p.Priority DESC, p.RunAt, p.Id) AS b ON b.Id = h.Id
+      WHERE h.State = 'pending';
+
+      COMMIT TRANSACTION;
+    END TRY
+    BEGIN CATCH
+      IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
+      THROW;
+    END CATCH;
+  END;
+
+  SELECT c.Id AS JobId, c.LeaseId, c.Queue, c.Type, c.Payload, c.Priority, c.Attempts - 1 AS Attempts, c.MaxAttempts,
+         q.QueueMaxAttempts, c.IdempotencyKey, c.Tags, c.RunAt, c.CreatedAt, c.LeaseExpiresAt, c.Attempts AS Attempt
+  FROM @Started AS c
+  INNER JOIN @Q AS q ON q.Name = c.Queue
+  ORDER BY c.Priority DESC, c.RunAt, c.Id;
+END;
+GO
+
 -- ClaimById(@JobId, @WorkerId, @LeaseSeconds): claims one job by id when it is pending and due, its queue is not
 -- paused and (for a limited queue, locked first) has a free slot; a row another session holds is skipped (READPAST).
 -- Returns the claimed job (same columns as ClaimNext) or no row.

@@ -249,6 +249,134 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
     });
   });
 
+  describe('claim and start', () => {
+    it('returns jobs already processing under a new lease, the attempt counted, and they finish like started jobs', async () => {
+      const q = freshQueue('cas');
+      const { id } = await store.enqueue({ queue: q, type: 't', payload: { n: 7 }, tags: ['x'] });
+      const before = Date.now();
+      const [job, ...more] = await store.claimAndStart({ workerId: 'w-cas', queues: [q], limit: 5 });
+      expect(more).toEqual([]);
+      expect(job).toMatchObject({ id, queue: q, type: 't', payload: { n: 7 }, tags: ['x'], attempts: 0, attempt: 1 });
+      expect(job!.leaseId).toMatch(/^[0-9a-f-]{36}$/);
+      const rec = (await store.getJob(id))!;
+      expect(rec).toMatchObject({ location: 'hot', state: 'processing', attempts: 1, leaseId: job!.leaseId });
+      expect(rec.workerId).toBe('w-cas');
+      expect(rec.startedAt!.getTime()).toBeGreaterThanOrEqual(before - 5_000);
+      expect(await store.claimAndStart({ workerId: 'w2', queues: [q], limit: 5 })).toEqual([]);
+      expect(await store.claimNext({ workerId: 'w2', queues: [q], limit: 5 })).toEqual([]);
+      expect(await store.heartbeat(ref(job!))).toEqual({ status: 'ok', cancelRequested: false });
+      // A retried job comes back as its next attempt.
+      expect(await store.retry(ref(job!), new Date(), 'again')).toBe('ok');
+      const [second] = await store.claimAndStart({ workerId: 'w-cas', queues: [q], limit: 5 });
+      expect(second).toMatchObject({ id, attempts: 1, attempt: 2 });
+      expect(second!.leaseId).not.toBe(job!.leaseId);
+      expect(await store.complete(ref(second!))).toBe('ok');
+      expect(await where(id)).toEqual(['archive']);
+      expect(await h.statsRow(q)).toMatchObject({ succeeded: 1, retried: 1 });
+      expect((await h.bucketTotals(q, 'succeeded')).count).toBe(1);
+      expect(await store.searchJobs({ location: 'archive', queue: q, limit: 5 })).toMatchObject([{ attempts: 2 }]);
+    });
+
+    it('is fenced by its lease: stale leases change nothing, and a started job cannot be started or released again', async () => {
+      const q = freshQueue('cas-fence');
+      await store.enqueue({ queue: q, type: 't' });
+      const [job] = await store.claimAndStart({ workerId: 'w', queues: [q], limit: 1 });
+      const stale = { jobId: job!.id, leaseId: STALE_LEASE };
+      expect(await store.start(ref(job!))).toEqual({ status: 'lease_lost', attempt: 0 });
+      expect(await store.release(ref(job!))).toBe('lease_lost');
+      expect(await store.heartbeat(stale)).toEqual({ status: 'lease_lost', cancelRequested: false });
+      expect(await store.complete(stale)).toBe('lease_lost');
+      expect(await store.retry(stale, new Date(), 'x')).toBe('lease_lost');
+      expect(await store.fail(stale, 'fatal', 'x')).toBe('lease_lost');
+      expect(await store.getJob(job!.id)).toMatchObject({ location: 'hot', state: 'processing', attempts: 1 });
+      expect(await h.statsRow(q)).toMatchObject({ succeeded: 0, failed: 0, retried: 0 });
+      expect(await store.fail(ref(job!), 'fatal', 'boom')).toBe('ok');
+      expect(await store.getJob(job!.id)).toMatchObject({ location: 'dlq', reason: 'fatal', attempts: 1 });
+    });
+
+    it('chooses as claimNext does: priority, then due time across queues; delayed and expired jobs are never started', async () => {
+      const a = freshQueue('cas-a');
+      const b = freshQueue('cas-b');
+      const a0 = await store.enqueue({ queue: a, type: 't', priority: 0 });
+      const b5 = await store.enqueue({ queue: b, type: 't', priority: 5 });
+      const b0 = await store.enqueue({ queue: b, type: 't', priority: 0 });
+      const a5 = await store.enqueue({ queue: a, type: 't', priority: 5 });
+      const a9 = await store.enqueue({ queue: a, type: 't', priority: 9 });
+      const delayed = await store.enqueue({ queue: a, type: 't', priority: 100, delayMs: 60_000 });
+      const expired = await store.enqueue({ queue: b, type: 't', priority: 50, expiresAt: new Date(Date.now() + 60_000) });
+      await h.backdate(expired.id, 'expires_at', 1);
+      await h.backdate(b5.id, 'run_at', 30);
+      await h.backdate(a5.id, 'run_at', 20);
+      await h.backdate(b0.id, 'run_at', 40);
+      await h.backdate(a0.id, 'run_at', 10);
+      const first = await store.claimAndStart({ workerId: 'w', queues: [a, b], limit: 3 });
+      expect(first.map((c) => c.id)).toEqual([a9.id, b5.id, a5.id]);
+      const rest = await store.claimAndStart({ workerId: 'w', queues: [b, a, b], limit: 10 });
+      expect(rest.map((c) => c.id)).toEqual([b0.id, a0.id]);
+      expect(await store.getJob(delayed.id)).toMatchObject({ state: 'pending', attempts: 0 });
+      expect(await store.getJob(expired.id)).toMatchObject({ state: 'pending', attempts: 0 });
+      expect(await store.claimAndStart({ workerId: 'w', queues: [a, b], limit: 10 })).toEqual([]);
+      expect((await store.rescueZombies(100)).expired).toBeGreaterThanOrEqual(1);
+      expect(await store.getJob(expired.id)).toMatchObject({ location: 'dlq', reason: 'expired', attempts: 0 });
+    });
+
+    it('gives nothing from a paused queue and takes at most the free slots of a limited one, fetched jobs included', async () => {
+      const q = freshQueue('cas-limit');
+      await store.enqueueMany(Array.from({ length: 12 }, () => ({ queue: q, type: 't' })));
+      await store.updateQueue(q, { paused: true });
+      expect(await store.claimAndStart({ workerId: 'w', queues: [q], limit: 5 })).toEqual([]);
+      await store.updateQueue(q, { paused: false, maxConcurrency: 4 });
+      const fetched = await claimOne(q); // holds a slot while merely fetched
+      const results = await Promise.all(
+        Array.from({ length: 5 }, (_, i) => store.claimAndStart({ workerId: `w${i}`, queues: [q], limit: 3 })),
+      );
+      expect(results.flat()).toHaveLength(3);
+      expect((await store.stats()).find((s) => s.queue === q)).toMatchObject({ fetched: 1, processing: 3 });
+      expect(await store.claimAndStart({ workerId: 'w', queues: [q], limit: 3 })).toEqual([]);
+      expect(await store.release(ref(fetched))).toBe('ok');
+      expect(await store.claimAndStart({ workerId: 'w', queues: [q], limit: 3 })).toHaveLength(1);
+      await store.updateQueue(q, { maxConcurrency: null });
+      expect(await store.claimAndStart({ workerId: 'w', queues: [q], limit: 5 })).toHaveLength(5);
+    });
+
+    it('never hands one job to two concurrent claimers, whichever claim they use', async () => {
+      const q = freshQueue('cas-skip');
+      await store.enqueueMany(Array.from({ length: 60 }, () => ({ queue: q, type: 't' })));
+      const results = await Promise.all(
+        Array.from({ length: 8 }, (_, i) =>
+          i % 2
+            ? store.claimAndStart({ workerId: `w${i}`, queues: [q], limit: 10 })
+            : store.claimNext({ workerId: `w${i}`, queues: [q], limit: 10 }),
+        ),
+      );
+      const ids = results.flat().map((j) => j.id);
+      expect(new Set(ids).size).toBe(ids.length);
+      expect(ids.length).toBe(60);
+    });
+
+    it('a started job is rescued by its heartbeat, not its claim lease; max attempts and cancel requests hold', async () => {
+      const q = freshQueue('cas-zombie');
+      await store.updateQueue(q, { zombieTimeoutSeconds: 30, zombiePolicy: 'retry', maxAttempts: 2 });
+      const { id } = await store.enqueue({ queue: q, type: 't' });
+      const [first] = await store.claimAndStart({ workerId: 'w', queues: [q], limit: 1, leaseSeconds: 1 });
+      await h.backdate(id, 'lease_expires_at', 5); // a claim lease long gone does not matter to a running job
+      expect((await store.rescueZombies(100)).releasedFetched).toBe(0);
+      expect(await store.getJob(id)).toMatchObject({ state: 'processing', attempts: 1 });
+      await h.backdate(id, 'heartbeat_at', 31);
+      expect((await store.rescueZombies(100)).retried).toBeGreaterThanOrEqual(1);
+      expect(await store.getJob(id)).toMatchObject({ state: 'pending', attempts: 1 });
+      expect(await store.heartbeat(ref(first!))).toMatchObject({ status: 'lease_lost' });
+      const [second] = await store.claimAndStart({ workerId: 'w', queues: [q], limit: 1 });
+      expect(second).toMatchObject({ id, attempt: 2, queueMaxAttempts: 2 });
+      expect(await store.cancel(id)).toBe('cancel_requested');
+      expect(await store.heartbeat(ref(second!))).toEqual({ status: 'ok', cancelRequested: true });
+      await h.backdate(id, 'heartbeat_at', 31); // its worker died before it stopped: cancelled, attempts used up
+      expect((await store.rescueZombies(100)).deadLettered).toBeGreaterThanOrEqual(1);
+      expect(await store.getJob(id)).toMatchObject({ location: 'dlq', reason: 'cancelled', attempts: 2 });
+      expect(await h.statsRow(q)).toMatchObject({ zombie: 1, cancelled: 1, failed: 1 });
+    });
+  });
+
   describe('lease fencing', () => {
     it('reports lease_lost for every owner-scoped call with a stale lease, changing nothing', async () => {
       const q = freshQueue('fence');

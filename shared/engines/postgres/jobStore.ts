@@ -27,6 +27,7 @@ import type {
   ResurrectFilter,
   ResurrectResult,
   StartResult,
+  StartedJob,
   FireResult,
   ScheduleState,
 } from '../../jobs/contract.js';
@@ -34,6 +35,7 @@ import { BatchBackedJobStore } from '../../jobs/storeBase.js';
 import {
   camelKeys,
   toClaimedJob,
+  toStartedJob,
   toJobRecord,
   toJobPage,
   searchScanRows,
@@ -169,6 +171,16 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
       lease_seconds: opts.leaseSeconds ?? 60,
     });
     return rows.map((r) => toClaimedJob(r, PG_CODEC));
+  }
+
+  async claimAndStart(opts: ClaimOptions): Promise<StartedJob[]> {
+    const rows = await this.call('claim_and_start', {
+      worker_id: opts.workerId,
+      queues: opts.queues,
+      limit: opts.limit,
+      lease_seconds: opts.leaseSeconds ?? 60,
+    });
+    return rows.map((r) => toStartedJob(r, PG_CODEC));
   }
 
   async claimById(jobId: JobId, workerId: string, leaseSeconds = 60): Promise<ClaimedJob | null> {

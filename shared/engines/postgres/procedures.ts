@@ -19,6 +19,10 @@ export const POSTGRES_FUNCTIONS: { [P in JobProcedure]: PgFunction<P> } = {
     returns: 'rows',
   },
   claim_by_id: { params: { job_id: 'bigint', worker_id: 'text', lease_seconds: 'integer' }, returns: 'rows' },
+  claim_and_start: {
+    params: { worker_id: 'text', queues: 'text[]', limit: 'integer', lease_seconds: 'integer' },
+    returns: 'rows',
+  },
   start_many: { params: { leases: 'jsonb' }, returns: 'rows' },
   heartbeat: { params: { job_id: 'bigint', lease_id: 'text' }, returns: 'rows' },
   complete_many: { params: { leases: 'jsonb' }, returns: 'rows' },

@@ -28,6 +28,7 @@ import type {
   ResurrectFilter,
   ResurrectResult,
   StartResult,
+  StartedJob,
   FireResult,
   ScheduleState,
 } from '../../jobs/contract.js';
@@ -35,6 +36,7 @@ import { BatchBackedJobStore } from '../../jobs/storeBase.js';
 import {
   camelKeys,
   toClaimedJob,
+  toStartedJob,
   toJobRecord,
   toJobPage,
   searchScanRows,
@@ -74,6 +76,7 @@ export const SQLSERVER_PARAMS: ParamTypes = {
   enqueue_many: { Jobs: sql.NVarChar(MAX) },
   claim_next: { WorkerId: sql.NVarChar(200), Queues: sql.NVarChar(MAX), Limit: sql.Int, LeaseSeconds: sql.Int },
   claim_by_id: { JobId: sql.BigInt, WorkerId: sql.NVarChar(200), LeaseSeconds: sql.Int },
+  claim_and_start: { WorkerId: sql.NVarChar(200), Queues: sql.NVarChar(MAX), Limit: sql.Int, LeaseSeconds: sql.Int },
   start_many: { Leases: sql.NVarChar(MAX) },
   heartbeat: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier },
   complete_many: { Leases: sql.NVarChar(MAX) },
@@ -157,6 +160,7 @@ const tags = (v: unknown): string[] => (v === null || v === undefined ? [] : (JS
 // JSON payload and tags travel as nvarchar text; everything else is mapped as for every engine (shared/jobs/rows.ts).
 const MSSQL_CODEC: RowCodec = { payload: json, tags };
 const claimed = (row: Row): ClaimedJob => toClaimedJob(camelKeys(row), MSSQL_CODEC);
+const started = (row: Row): StartedJob => toStartedJob(camelKeys(row), MSSQL_CODEC);
 const queueSettings = (row: Row): QueueSettings => toQueueSettings(camelKeys(row));
 const jobRecord = (row: Row): JobRecord => toJobRecord(camelKeys(row), MSSQL_CODEC);
 
@@ -253,6 +257,23 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
       'once',
     );
     return rows.map(claimed);
+  }
+
+  // 'once', as claimNext: a lost reply leaves the jobs processing under leases nobody holds; no heartbeat comes, so
+  // zombie rescue takes them back after the queue's heartbeat timeout (that attempt counted).
+  async claimAndStart(opts: ClaimOptions): Promise<StartedJob[]> {
+    if (opts.queues.length === 0) return [];
+    const rows = await this.call(
+      'claim_and_start',
+      {
+        WorkerId: opts.workerId,
+        Queues: JSON.stringify(opts.queues),
+        Limit: opts.limit,
+        LeaseSeconds: opts.leaseSeconds ?? 60,
+      },
+      'once',
+    );
+    return rows.map(started);
   }
 
   async claimById(jobId: JobId, workerId: string, leaseSeconds = 60): Promise<ClaimedJob | null> {
