@@ -206,7 +206,6 @@ export class JobProcessor {
   private readonly running = new Map<JobId, Running>();
   private readonly typeSlots = new Map<string, Slots>();
   private stopping = false;
-  private shutdownAborting = false; // the grace period is over: abort whatever still starts
 
   constructor(opts: ProcessorOptions) {
     this.store = opts.store;
@@ -292,8 +291,8 @@ export class JobProcessor {
     );
   }
 
-  // Run jobs claimAndStart already started (processing under their leases, attempt counted). They run even when a
-  // shutdown began during the claim: there is no un-start, and shutdown() aborts them like any running job.
+  // Run jobs claimAndStart already started (processing under their leases, attempt counted). There is no un-start:
+  // jobs whose claim was in flight when shutdown began are handed back as interrupted (execute), handler not run.
   async runStarted(jobs: StartedJob[], onJobDone?: (outcome: JobOutcome) => void): Promise<JobOutcome[]> {
     return Promise.all(
       jobs.map((job) =>
@@ -403,7 +402,6 @@ export class JobProcessor {
     const all = () => Promise.allSettled([...this.running.values()].map((r) => r.done));
     const finished = await Promise.race([all().then(() => true), sleep(graceMs).then(() => false)]);
     if (!finished) {
-      this.shutdownAborting = true;
       for (const r of this.running.values()) r.abort('shutdown');
       await all();
     }
@@ -449,7 +447,8 @@ export class JobProcessor {
       const attemptAbort = new AttemptAbort();
       const { abort, aborted } = attemptAbort;
       this.running.set(job.id, { abort, done });
-      if (this.shutdownAborting) abort('shutdown'); // started by a claim that was in flight when the grace ran out
+      // Started by a claim that was in flight when shutdown began: hand it back (retry now) instead of running it.
+      if (this.stopping) abort('shutdown');
       const beat = async () => {
         const hb = await this.store.heartbeat(ref);
         if (hb.status === 'lease_lost') {

@@ -303,7 +303,12 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       const a5 = await store.enqueue({ queue: a, type: 't', priority: 5 });
       const a9 = await store.enqueue({ queue: a, type: 't', priority: 9 });
       const delayed = await store.enqueue({ queue: a, type: 't', priority: 100, delayMs: 60_000 });
-      const expired = await store.enqueue({ queue: b, type: 't', priority: 50, expiresAt: new Date(Date.now() + 60_000) });
+      const expired = await store.enqueue({
+        queue: b,
+        type: 't',
+        priority: 50,
+        expiresAt: new Date(Date.now() + 60_000),
+      });
       await h.backdate(expired.id, 'expires_at', 1);
       await h.backdate(b5.id, 'run_at', 30);
       await h.backdate(a5.id, 'run_at', 20);

@@ -264,6 +264,46 @@ describe('processor', () => {
     });
   });
 
+  it('a job started by a claim still in flight when shutdown began is handed back without running its handler', async () => {
+    const queue = q('shutdown-claim');
+    let handled = 0;
+    const reg = new HandlerRegistry().register('t', async () => void handled++);
+    let claimEntered!: () => void;
+    const entered = new Promise<void>((r) => (claimEntered = r));
+    let letClaimReturn!: () => void;
+    const gate = new Promise<void>((r) => (letClaimReturn = r));
+    // The claim commits (the job is processing) and its reply is held back until shutdown has begun.
+    const slowStore = new Proxy(store, {
+      get(target, prop, receiver) {
+        if (prop === 'claimAndStart') {
+          return async (o: Parameters<JobStore['claimAndStart']>[0]) => {
+            const jobs = await target.claimAndStart(o);
+            if (jobs.length) claimEntered();
+            await gate;
+            return jobs;
+          };
+        }
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    });
+    const p = processor(reg, { store: slowStore });
+    const { id } = await store.enqueue({ queue, type: 't' });
+    const draining = p.drain({ queues: [queue], budgetMs: 10_000, concurrency: 4 });
+    await entered;
+    expect(await store.getJob(id)).toMatchObject({ state: 'processing', attempts: 1 });
+    await p.shutdown(20);
+    letClaimReturn();
+    const res = await draining;
+    expect(handled).toBe(0);
+    expect(res.outcomes.retried).toBe(1);
+    expect(await store.getJob(id)).toMatchObject({
+      state: 'pending',
+      attempts: 1,
+      lastError: 'interrupted by worker shutdown',
+    });
+  });
+
   it('drains due jobs within a time budget, with completions batched', async () => {
     const queue = q('drain');
     const reg = new HandlerRegistry().register('t', async () => undefined);
