@@ -115,30 +115,40 @@ $$;
 -- ---------------------------------------------------------------------------------------------------------------
 -- Claims. Queues with a max_concurrency are serialised by locking their settings row (queues before jobs_hot),
 -- so the count of fetched+processing jobs is exact across every host.
+-- The best p_limit of the candidate ids (already locked by _pick_due), in claim order. Only a claim over several
+-- queues can have more candidates than its limit.
+create or replace function keel._claim_best(p_ids bigint[], p_limit integer)
+returns bigint[]
+language sql stable as $$
+  select case when cardinality(p_ids) <= p_limit then p_ids
+              else array(select h.id from keel.jobs_hot h where h.id = any(p_ids)
+                         order by h.priority desc, h.run_at, h.id limit p_limit) end
+$$;
+
+-- The claim's update takes its rows by `id = any(array)`: a primary-key probe per id. (Joined to a CTE of the ids
+-- instead, the planner hash-joined a sequential scan of jobs_hot: every claim read the whole hot table.)
 create or replace function keel._claim_rows(p_ids bigint[], p_worker_id text, p_lease_seconds integer, p_limit integer)
 returns setof keel.claimed_job
-language sql as $$
-  with chosen as (
-    select h.id from keel.jobs_hot h
-    where h.id = any(p_ids)
-    order by h.priority desc, h.run_at, h.id
-    limit p_limit
-  ), upd as (
+language plpgsql as $$
+declare
+  v_ids bigint[] := keel._claim_best(p_ids, p_limit);
+begin
+  return query
+  with upd as (
     update keel.jobs_hot h
     set state = 'fetched',
         lease_id = gen_random_uuid(),
         worker_id = p_worker_id,
         fetched_at = now(),
         lease_expires_at = now() + make_interval(secs => p_lease_seconds)
-    from chosen c
-    where h.id = c.id
+    where h.id = any(v_ids)
     returning h.*
   )
   select u.id, u.lease_id, u.queue, u.type, u.payload, u.priority, u.attempts, u.max_attempts,
-         coalesce((select q.max_attempts from keel.queues q where q.name = u.queue), 5),
-         u.idempotency_key, u.tags, u.run_at, u.created_at, u.lease_expires_at
-  from upd u
-  order by u.priority desc, u.run_at, u.id
+         coalesce(s.max_attempts, 5), u.idempotency_key, u.tags, u.run_at, u.created_at, u.lease_expires_at
+  from upd u left join keel.queues s on s.name = u.queue
+  order by u.priority desc, u.run_at, u.id;
+end
 $$;
 
 -- Up to p_limit due pending ids of the given queues in claim order (priority desc, run_at, id), locked skip-locked.
@@ -256,18 +266,13 @@ returns table (job_id bigint, lease_id uuid, queue text, type text, payload json
 language plpgsql as $$
 #variable_conflict use_column
 declare
-  v_candidates bigint[] := keel._claim_candidates(p_queues, p_limit);
+  v_ids bigint[] := keel._claim_best(keel._claim_candidates(p_queues, p_limit), p_limit);
 begin
-  if cardinality(v_candidates) = 0 then
+  if cardinality(v_ids) = 0 then
     return;
   end if;
   return query
-  with chosen as (
-    select h.id from keel.jobs_hot h
-    where h.id = any(v_candidates)
-    order by h.priority desc, h.run_at, h.id
-    limit p_limit
-  ), upd as (
+  with upd as (
     update keel.jobs_hot h
     set state = 'processing',
         lease_id = gen_random_uuid(),
@@ -277,14 +282,13 @@ begin
         attempts = h.attempts + 1,
         started_at = now(),
         heartbeat_at = now()
-    from chosen c
-    where h.id = c.id
+    where h.id = any(v_ids)
     returning h.*
   )
   select u.id, u.lease_id, u.queue, u.type, u.payload, u.priority, u.attempts - 1, u.max_attempts,
-         coalesce((select s.max_attempts from keel.queues s where s.name = u.queue), 5),
-         u.idempotency_key, u.tags, u.run_at, u.created_at, u.lease_expires_at, u.attempts
-  from upd u
+         coalesce(s.max_attempts, 5), u.idempotency_key, u.tags, u.run_at, u.created_at, u.lease_expires_at,
+         u.attempts
+  from upd u left join keel.queues s on s.name = u.queue
   order by u.priority desc, u.run_at, u.id;
 end
 $$;

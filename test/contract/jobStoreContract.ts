@@ -344,6 +344,24 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(await store.claimAndStart({ workerId: 'w', queues: [q], limit: 5 })).toHaveLength(5);
     });
 
+    it('over a limited and an unlimited queue keeps the best jobs of both within the limit, with either claim', async () => {
+      for (const claim of ['claimNext', 'claimAndStart'] as const) {
+        const open = freshQueue('cas-open');
+        const limited = freshQueue('cas-lim');
+        await store.updateQueue(limited, { maxConcurrency: 5 });
+        const o1 = await store.enqueue({ queue: open, type: 't', priority: 1 });
+        const o3 = await store.enqueue({ queue: open, type: 't', priority: 3 });
+        const l2 = await store.enqueue({ queue: limited, type: 't', priority: 2 });
+        const l4 = await store.enqueue({ queue: limited, type: 't', priority: 4 });
+        const first = await store[claim]({ workerId: 'w', queues: [open, limited], limit: 3 });
+        expect(first.map((j) => j.id)).toEqual([l4.id, o3.id, l2.id]);
+        // The job left out is untouched: still pending, no lease, no attempt.
+        expect(await store.getJob(o1.id)).toMatchObject({ state: 'pending', attempts: 0, leaseId: null });
+        const rest = await store[claim]({ workerId: 'w', queues: [open, limited], limit: 3 });
+        expect(rest.map((j) => j.id)).toEqual([o1.id]);
+      }
+    });
+
     it('never hands one job to two concurrent claimers, whichever claim they use', async () => {
       const q = freshQueue('cas-skip');
       await store.enqueueMany(Array.from({ length: 60 }, () => ({ queue: q, type: 't' })));
