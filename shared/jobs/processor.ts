@@ -293,10 +293,14 @@ export class JobProcessor {
 
   // Run jobs claimAndStart already started (processing under their leases, attempt counted). There is no un-start:
   // jobs whose claim was in flight when shutdown began are handed back as interrupted (execute), handler not run.
-  async runStarted(jobs: StartedJob[], onJobDone?: (outcome: JobOutcome) => void): Promise<JobOutcome[]> {
+  async runStarted(
+    jobs: StartedJob[],
+    onJobDone?: (outcome: JobOutcome) => void,
+    onHandlerDone?: () => void,
+  ): Promise<JobOutcome[]> {
     return Promise.all(
       jobs.map((job) =>
-        this.execute(job, job.attempt).then((o) => {
+        this.execute(job, job.attempt, onHandlerDone).then((o) => {
           if (onJobDone) this.safe(() => onJobDone(o));
           return o;
         }),
@@ -304,9 +308,11 @@ export class JobProcessor {
     );
   }
 
-  // Claims and runs jobs, keeping at most `concurrency` JOBS (not batches) in flight. Once jobs are running it claims
-  // again only when at least `claimBatch` slots are free (default a quarter of the concurrency), so a busy loop
-  // claims and completes in batches instead of one round trip per job. Claims start the jobs in the same statement
+  // Claims and runs jobs, keeping at most `concurrency` handlers (jobs, not batches) running. Once jobs are running it
+  // claims again only when at least `claimBatch` slots are free (default a quarter of the concurrency), so a busy loop
+  // claims and completes in batches instead of one round trip per job. A slot is free once its handler has finished:
+  // the next claim overlaps the previous jobs' completion (their round trip and commit), with at most
+  // 2 x `concurrency` jobs held in all (running or being finalized). Claims start the jobs in the same statement
   // (claimAndStart): what this loop claims it runs at once, so the separate 'fetched' step would only cost a row
   // version and a round trip per job. (processById keeps claim + start: its claim may come back as not_claimed.)
   async runSlots(opts: {
@@ -321,7 +327,8 @@ export class JobProcessor {
     const concurrency = Math.max(1, Math.floor(opts.concurrency));
     const claimBatch = Math.max(1, Math.min(concurrency, opts.claimBatch ?? Math.ceil(concurrency / 4)));
     const batches = new Set<Promise<void>>();
-    let running = 0;
+    let running = 0; // handlers running
+    let held = 0; // jobs claimed and not yet finalized: running, or being completed/retried/dead-lettered
     let signal: () => void = () => undefined;
     let changed = new Promise<void>((r) => (signal = r));
     const notify = () => {
@@ -330,9 +337,9 @@ export class JobProcessor {
       s();
     };
     while (!opts.shouldStop()) {
-      const free = concurrency - running;
+      const free = Math.min(concurrency - running, 2 * concurrency - held);
       let idle = false;
-      if (free >= (running === 0 ? 1 : claimBatch)) {
+      if (free >= (held === 0 ? 1 : claimBatch)) {
         let jobs: StartedJob[] = [];
         try {
           jobs = await this.claimAndStart(opts.queues, free);
@@ -341,24 +348,37 @@ export class JobProcessor {
         }
         if (jobs.length > 0) {
           running += jobs.length;
+          held += jobs.length;
           let unreported = jobs.length;
-          const p: Promise<void> = this.runStarted(jobs, (o) => {
-            unreported--;
-            running--;
-            opts.onOutcome?.(o);
-            notify();
-          })
+          let handlersRunning = jobs.length;
+          const p: Promise<void> = this.runStarted(
+            jobs,
+            (o) => {
+              unreported--;
+              held--;
+              opts.onOutcome?.(o);
+              notify();
+            },
+            () => {
+              handlersRunning--;
+              running--;
+              notify();
+            },
+          )
             .then(() => undefined)
             .catch((err) => this.log.error('batch failed', { error: String(err) }))
             .finally(() => {
-              running -= unreported; // a batch that failed as a whole gives its slots back too
+              // a batch that failed as a whole gives its slots back too
+              running -= handlersRunning;
+              handlersRunning = 0;
+              held -= unreported;
               unreported = 0;
               batches.delete(p);
               notify();
             });
           batches.add(p);
           if (jobs.length === free) continue; // there may be more due: claim again as soon as slots free up
-        } else if (running === 0 && opts.stopWhenIdle) break;
+        } else if (held === 0 && opts.stopWhenIdle) break;
         idle = true; // fewer due jobs than free slots
       }
       // 'slots': wait for a running job to finish. 'idle': nothing (more) is due; wait for the poll or a wake-up.
@@ -388,8 +408,12 @@ export class JobProcessor {
       },
       idleWait: async (mode, jobFinished) => {
         // Slots taken: wake when a job finishes. Nothing due while jobs run: poll again within 50 ms.
+        // The timer is cleared when a job finishes first, so no wait outlives drain().
         const left = Math.max(0, deadline - Date.now());
-        await (mode === 'slots' ? Promise.race([jobFinished, sleep(left)]) : sleep(Math.min(50, left)));
+        let timer: ReturnType<typeof setTimeout> | undefined;
+        const timeUp = new Promise<void>((r) => (timer = setTimeout(r, mode === 'slots' ? left : Math.min(50, left))));
+        await (mode === 'slots' ? Promise.race([jobFinished, timeUp]) : timeUp);
+        clearTimeout(timer);
         return 'continue';
       },
     });
@@ -429,7 +453,14 @@ export class JobProcessor {
     }
   }
 
-  private async execute(job: ClaimedJob, attempt: number): Promise<JobOutcome> {
+  // onHandlerDone fires once, as soon as the handler is no longer running (before the job is finalized).
+  private async execute(job: ClaimedJob, attempt: number, onHandlerDone?: () => void): Promise<JobOutcome> {
+    let handlerDone = false;
+    const handlerFinished = () => {
+      if (handlerDone || !onHandlerDone) return;
+      handlerDone = true;
+      this.safe(onHandlerDone);
+    };
     const startedAt = Date.now();
     const ref: LeaseRef = { jobId: job.id, leaseId: job.leaseId };
     const registered = this.registry.get(job.type);
@@ -501,6 +532,7 @@ export class JobProcessor {
         releaseSlot?.();
         clearInterval(timer);
         clearTimeout(timeout);
+        handlerFinished();
       }
       if (succeeded) {
         const { status } = await this.completions.submit(ref);
@@ -516,6 +548,7 @@ export class JobProcessor {
     } finally {
       this.running.delete(job.id);
       finished(undefined);
+      handlerFinished();
     }
   }
 

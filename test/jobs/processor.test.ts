@@ -304,6 +304,54 @@ describe('processor', () => {
     });
   });
 
+  it('claims again while finished jobs are being completed, holding at most twice its concurrency', async () => {
+    const queue = q('overlap');
+    let runningNow = 0;
+    let maxRunning = 0;
+    const reg = new HandlerRegistry().register('t', async () => {
+      maxRunning = Math.max(maxRunning, ++runningNow);
+      await sleep(5);
+      runningNow--;
+    });
+    let openGate!: () => void;
+    const gate = new Promise<void>((r) => (openGate = r));
+    let claimed = 0;
+    // Completions wait at the gate: slots freed by finished handlers are claimed again, up to 2 x concurrency held.
+    const gatedStore = new Proxy(store, {
+      get(target, prop, receiver) {
+        if (prop === 'completeMany')
+          return async (refs: Parameters<JobStore['completeMany']>[0]) => {
+            await gate;
+            return target.completeMany(refs);
+          };
+        if (prop === 'claimAndStart')
+          return async (o: Parameters<JobStore['claimAndStart']>[0]) => {
+            const jobs = await target.claimAndStart(o);
+            claimed += jobs.length;
+            return jobs;
+          };
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    });
+    await store.enqueueMany(Array.from({ length: 10 }, () => ({ queue, type: 't' })));
+    const draining = processor(reg, { store: gatedStore }).drain({
+      queues: [queue],
+      budgetMs: 20_000,
+      concurrency: 2,
+      claimBatch: 1,
+    });
+    for (let i = 0; i < 200 && claimed < 4; i++) await sleep(10);
+    await sleep(100); // room for a (wrong) fifth claim
+    expect(claimed).toBe(4);
+    expect((await store.stats()).find((s) => s.queue === queue)).toMatchObject({ processing: 4, pending: 6 });
+    openGate();
+    const res = await draining;
+    expect(res.outcomes.succeeded).toBe(10);
+    expect(maxRunning).toBeLessThanOrEqual(2);
+    expect(await h.countRows('archive', queue)).toBe(10);
+  });
+
   it('drains due jobs within a time budget, with completions batched', async () => {
     const queue = q('drain');
     const reg = new HandlerRegistry().register('t', async () => undefined);
