@@ -26,12 +26,22 @@ export interface RowCodec {
 }
 
 // snake_case or PascalCase keys -> camelCase keys.
+// Column names are a small fixed set; converting each once keeps a 500-row claim from running a regex per cell.
+const camelNames = new Map<string, string>();
+
+function camelName(k: string): string {
+  let name = camelNames.get(k);
+  if (name === undefined) {
+    const camel = k.includes('_') ? k.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase()) : k;
+    name = camel.charAt(0).toLowerCase() + camel.slice(1);
+    if (camelNames.size < 1000) camelNames.set(k, name);
+  }
+  return name;
+}
+
 export function camelKeys(row: Row): Row {
   const out: Row = {};
-  for (const [k, v] of Object.entries(row)) {
-    const camel = k.includes('_') ? k.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase()) : k;
-    out[camel.charAt(0).toLowerCase() + camel.slice(1)] = v;
-  }
+  for (const k of Object.keys(row)) out[camelName(k)] = row[k];
   return out;
 }
 
