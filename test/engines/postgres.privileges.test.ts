@@ -86,7 +86,9 @@ describe('PostgreSQL least privilege (keel_executor)', () => {
     const me = (await owner.query('select current_user as u')).rows[0].u;
     const internal = rows.filter((r) => r.name.startsWith('_'));
     const external = rows.filter((r) => !r.name.startsWith('_'));
-    expect(internal.map((r) => r.name)).toEqual(expect.arrayContaining(['_dead_letter', '_claim_candidates', '_claim_best']));
+    expect(internal.map((r) => r.name)).toEqual(
+      expect.arrayContaining(['_dead_letter', '_claim_candidates', '_claim_best']),
+    );
     expect(external.map((r) => r.name)).toEqual(
       expect.arrayContaining(['claim_next', 'claim_and_start', 'complete_many', 'get_job', 'enqueue_many']),
     );
