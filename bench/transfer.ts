@@ -10,7 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startEmbeddedPostgres } from '../dev/embeddedPostgres.js';
-import { migrate } from '../shared/engines/postgres/migrate.js';
+import { migrateJournal } from '../test/support/journalMigrations.js';
 import { PostgresTransferJournal } from '../shared/engines/postgres/transferJournal.js';
 import { PostgresTransferSource } from '../shared/engines/postgres/transferSource.js';
 import { PostgresTransferTarget } from '../shared/engines/postgres/transferTarget.js';
@@ -18,7 +18,7 @@ import { parseTransfers } from '../shared/transfer/config.js';
 import { transferEngineRules } from '../shared/engines/registry.js';
 import { migratePostgresTarget } from '../shared/engines/postgres/transferEndpoints.js';
 import { TransferService } from '../shared/transfer/service.js';
-import { mkdtemp, copyFile, readdir } from 'node:fs/promises';
+import { mkdtemp } from 'node:fs/promises';
 import { withClient } from '../shared/engines/postgres/client.js';
 
 const TRANSFER_RULES = transferEngineRules();
@@ -162,13 +162,7 @@ export async function runTransferBench(opts: {
       for (let i = 0; i < batchSizes.length; i++) await c.query(TABLE_DDL(`public.keel_${i}`));
     });
     const controlPool = new pg.Pool({ connectionString: controlUrl, max: 1 });
-    const dir = await mkdtemp(path.join(os.tmpdir(), 'keel-bench-journal-'));
-    for (const f of await readdir(path.join(repo, 'sql/postgres'))) {
-      const m = /^V(\d+)__/.exec(f);
-      if (m && Number(m[1]) >= 20 && Number(m[1]) <= 39)
-        await copyFile(path.join(repo, 'sql/postgres', f), path.join(dir, f));
-    }
-    await migrate(controlPool, { dir, ledger: 'keel.transfer_bench_migrations' });
+    await migrateJournal(controlPool, 'keel.transfer_bench_migrations');
     await controlPool.end();
     const targetPool = new pg.Pool({ connectionString: targetUrl, max: 1 });
     await migratePostgresTarget(targetPool);

@@ -1,11 +1,8 @@
 // Shared setup for the transfer tests: source, target and control databases on the run's PostgreSQL server.
 import pg from 'pg';
 import { poolErrorLogger } from '../../shared/engines/poolErrors.js';
-import path from 'node:path';
-import { mkdtemp, copyFile, readdir } from 'node:fs/promises';
-import os from 'node:os';
 import { createTestDatabase } from '../support/pg.js';
-import { migrate } from '../../shared/engines/postgres/migrate.js';
+import { migrateJournal } from '../support/journalMigrations.js';
 import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
@@ -16,19 +13,7 @@ import { TransferService } from '../../shared/transfer/service.js';
 
 const TRANSFER_RULES = transferEngineRules();
 
-const repo = path.resolve(import.meta.dirname, '../..');
-
-// Only the journal's files (tables V020..V039, functions R__030_transfer_journal*), so these tests do not depend on
-// the job store's files.
-export async function migrateJournal(pool: pg.Pool): Promise<void> {
-  const dir = await mkdtemp(path.join(os.tmpdir(), 'keel-transfer-journal-'));
-  for (const f of await readdir(path.join(repo, 'sql/postgres'))) {
-    const m = /^V(\d+)__/.exec(f);
-    const journal = (m && Number(m[1]) >= 20 && Number(m[1]) <= 39) || f.startsWith('R__030_transfer_journal');
-    if (journal) await copyFile(path.join(repo, 'sql/postgres', f), path.join(dir, f));
-  }
-  await migrate(pool, { dir, ledger: 'keel.transfer_test_migrations' });
-}
+export { migrateJournal };
 
 export interface Env {
   sourceUrl: string;
