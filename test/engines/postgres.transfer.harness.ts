@@ -21,31 +21,52 @@ function pool(url: string, max: number, applicationName = 'keel-harness'): pg.Po
   return p;
 }
 
+// The journal is opened as the app is in Azure: a login that may only EXECUTE the keel functions (no table access),
+// like the SQL Server harness's keel_executor login, so every contract case also proves the grants suffice.
 export class PostgresJournalHarness implements JournalHarness {
   readonly engine = 'postgres';
-  private url: Promise<string> | undefined;
+  private readonly role = `keel_tj_app_${randomBytes(3).toString('hex')}`;
+  private url: Promise<{ owner: string; app: string }> | undefined;
 
-  private database(): Promise<string> {
+  private database(): Promise<{ owner: string; app: string }> {
     this.url ??= (async () => {
       const url = await createTestDatabase('tj');
       const owner = pool(url, 1);
       try {
         await migrateJournal(owner);
+        const db = new URL(url).pathname.slice(1);
+        // Names built from [a-z0-9_] only (createTestDatabase, randomBytes hex).
+        await owner.query(`create role ${this.role} login password 'app'`);
+        await owner.query(`revoke all on database ${db} from public`);
+        await owner.query(`grant connect on database ${db} to ${this.role}`);
+        await owner.query(`grant usage on schema keel to ${this.role}`);
+        await owner.query(`grant execute on all functions in schema keel to ${this.role}`);
       } finally {
         await owner.end();
       }
-      return url;
+      const app = new URL(url);
+      app.username = this.role;
+      app.password = 'app';
+      return { owner: url, app: app.toString() };
     })();
     return this.url;
   }
 
   async openJournal(opts: { poolSize?: number } = {}): Promise<PostgresTransferJournal> {
-    return new PostgresTransferJournal(createJournalPool(await this.database(), { max: opts.poolSize ?? 8 }), {
-      ownsPool: true,
-    });
+    const { app } = await this.database();
+    return new PostgresTransferJournal(createJournalPool(app, { max: opts.poolSize ?? 8 }), { ownsPool: true });
   }
 
-  async close(): Promise<void> {}
+  async close(): Promise<void> {
+    if (!this.url) return;
+    const owner = pool((await this.url).owner, 1);
+    try {
+      await owner.query(`drop owned by ${this.role}`);
+      await owner.query(`drop role if exists ${this.role}`);
+    } finally {
+      await owner.end();
+    }
+  }
 }
 
 export class PostgresSourceHarness implements SourceHarness {

@@ -57,76 +57,14 @@ describe('least privilege: a role that may only EXECUTE keel functions', () => {
     await owner.query(`drop role if exists ${role}`).catch(() => undefined);
   });
 
-  it('has no table access, and every journal operation works through the functions', async () => {
+  // Every journal operation through this kind of login is the contract suite's job: its PostgreSQL harness opens
+  // the journal as an EXECUTE-only role (test/engines/postgres.transfer.harness.ts). Here: what the role may not do.
+  it('has no table access, and the functions work for it', async () => {
     await expect(app.query(`select count(*) from keel.transfer_batches`)).rejects.toMatchObject({ code: '42501' });
     await expect(app.query(`select count(*) from keel.transfer_batch_events`)).rejects.toMatchObject({ code: '42501' });
     const j = new PostgresTransferJournal(app);
     const a = await j.insertBatch({ ...base('lp'), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '50' });
-    const m = await j.transition(
-      a.batchId,
-      ['extracting'],
-      'extracting',
-      { rowCount: 50, checksum: 'c1', stamp: 'extracted_at' },
-      'manifest_recorded',
-      { rowCount: 50 },
-    );
-    expect(m).toMatchObject({ rowCount: 50, checksum: 'c1', state: 'extracting' });
-    expect(m?.extractedAt).toBeInstanceOf(Date);
-    expect(await j.transition(a.batchId, ['staged'], 'applying', {}, 'nope')).toBeNull();
-    await j.note(
-      a.batchId,
-      'reconcile_token_recorded',
-      { token: 'x' },
-      { targetReconcileToken: 'x', lastError: 'boom', lastErrorCode: 'E1' },
-    );
-    const s = await j.transition(
-      a.batchId,
-      ['extracting'],
-      'staged',
-      { stagedCount: 50, stagedChecksum: 'c1', lastError: null, stamp: 'staged_at' },
-      'staged',
-    );
-    // lastError cleared by null, lastErrorCode left as it was (absent key), token kept.
-    expect(s).toMatchObject({
-      state: 'staged',
-      stagedCount: 50,
-      lastError: null,
-      lastErrorCode: 'E1',
-      targetReconcileToken: 'x',
-    });
-    const ap = await j.transition(
-      a.batchId,
-      ['staged'],
-      'applying',
-      { incrementAttempts: true, stamp: 'apply_started_at' },
-      'apply_started',
-    );
-    expect(ap?.attempts).toBe(1);
-    expect((await j.stale(['applying'], 0, 10)).map((b) => b.batchId)).toContain(a.batchId);
-    expect(await j.stale(['applying'], 3_600_000, 10)).toEqual([]);
-    await j.transition(a.batchId, ['applying'], 'committed', { appliedCount: 50, stamp: 'committed_at' }, 'applied');
-    const b = await j.insertBatch({ ...base('lp'), batchId: randomUUID(), boundaryLow: '50', boundaryHigh: '90' });
-    const last = await j.lastForTransfer('lp');
-    expect(last.open?.batchId).toBe(b.batchId);
-    expect(last.lastCommitted?.batchId).toBe(a.batchId);
-    expect(last.lastCommitted?.appliedCount).toBe(50);
-    const page1 = await j.list({ transfer: 'lp', limit: 1 });
-    expect(page1.map((x) => x.batchId)).toEqual([b.batchId]);
-    expect((await j.list({ transfer: 'lp', limit: 5, afterId: b.batchId })).map((x) => x.batchId)).toEqual([a.batchId]);
-    expect((await j.list({ state: 'committed', transfer: 'lp', limit: 5 })).map((x) => x.batchId)).toEqual([a.batchId]);
-    expect((await j.get(a.batchId))?.state).toBe('committed');
-    expect(await j.get(randomUUID())).toBeNull();
-    const ev = await j.events(a.batchId);
-    expect(ev.map((e) => [e.event, e.fromState, e.toState])).toEqual([
-      ['created', null, 'extracting'],
-      ['manifest_recorded', 'extracting', 'extracting'],
-      ['reconcile_token_recorded', 'extracting', 'extracting'],
-      ['staged', 'extracting', 'staged'],
-      ['apply_started', 'staged', 'applying'],
-      ['applied', 'applying', 'committed'],
-    ]);
-    expect(ev[0]!.detail).toEqual({ low: null, high: '50', schemaHash: 'h'.repeat(64) });
-    expect(ev[2]!.detail).toEqual({ token: 'x' });
+    expect(await j.get(a.batchId)).toMatchObject({ batchId: a.batchId, state: 'extracting' });
     // A stamp outside the fixed set is refused by the function too (not only by the TypeScript guard).
     await expect(
       app.query(
