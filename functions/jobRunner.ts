@@ -21,8 +21,9 @@ export async function jobRunner(message: unknown, context: InvocationContext): P
     return;
   }
   context.info(`job ${jobId}: ${outcome}`);
-  if (outcome === 'retried') {
-    // Post the next attempt's message for when it is due; the dispatcher covers it if this is lost.
+  if (outcome === 'retried' || outcome === 'released') {
+    // Post the next attempt's message for when it is due (a job handed back by shutdown is due now); the dispatcher
+    // covers it if this is lost.
     const job = await rt.store.getJob(jobId);
     if (job?.location === 'hot' && job.state === 'pending' && job.runAt) {
       await postJob(rt, jobId, context, Math.max(0, (job.runAt.getTime() - Date.now()) / 1000));

@@ -85,7 +85,7 @@ describe('webhook.post', () => {
     expect(await runHandler(webhook, { url, body: 1 })).toMatchObject({ outcome: 'dead_lettered', reason: 'fatal' });
   });
 
-  it('stops the request when the job is cancelled, and retries after a timeout (fake clock)', async () => {
+  it('stops the request when the job is cancelled or the worker shuts down, and retries after a timeout (fake clock)', async () => {
     answer = () => undefined; // never answers
     const seen = received.length;
     const before = closedEarly.length;
@@ -95,6 +95,12 @@ describe('webhook.post', () => {
     expect(await cancelled.result).toMatchObject({ outcome: 'dead_lettered', reason: 'cancelled' });
     await waitFor(() => closedEarly.length > before); // fetch got the signal: the connection was dropped
     expect(closedEarly.at(-1)).toBe(true);
+
+    // A worker shutdown hands the job back (its attempt given back by the store), not a retry.
+    const stopped = startHandler(webhook, { url, body: 1 }, { attempt: 8 });
+    await waitFor(() => received.length > seen + 1);
+    stopped.abort('shutdown');
+    expect(await stopped.result).toMatchObject({ outcome: 'released', message: 'interrupted by worker shutdown' });
 
     const clock = new FakeClock();
     const slow = startHandler(webhook, { url, body: 1 }, { clock, random: () => 0 });

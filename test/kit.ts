@@ -70,7 +70,7 @@ export interface RunOptions {
 }
 
 export interface HandlerResult {
-  outcome: Exclude<JobOutcome, 'released'>;
+  outcome: JobOutcome; // 'released': interrupted by shutdown, handed back with its attempt given back
   reason?: DlqReason; // when dead-lettered
   message?: string; // the error recorded on the job
   delayMs?: number; // when retried: the backoff (or Retry-After) delay
@@ -155,6 +155,7 @@ export function startHandler<P>(def: HandlerDefinition<P>, payload: unknown, opt
     });
     if (d.kind === 'lease_lost') return { outcome: 'lease_lost', error };
     if (d.kind === 'dead_letter') return { outcome: 'dead_lettered', reason: d.reason, message: d.message, error };
+    if (d.kind === 'interrupt') return { outcome: 'released', message: d.message, error };
     const now = clock ? clock.now() : Date.now();
     return { outcome: 'retried', delayMs: d.delayMs, retryAt: new Date(now + d.delayMs), message: d.message, error };
   })();

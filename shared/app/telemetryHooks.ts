@@ -12,6 +12,7 @@ export const processorTelemetry: ProcessorEvents = {
     if (outcome === 'succeeded') telemetry.jobCompleted({ ...dims, durationMs });
     else if (outcome === 'retried') telemetry.jobRetried(dims);
     else if (outcome === 'dead_lettered' && reason) telemetry.jobDeadLettered({ ...dims, reason, jobId: job.id });
+    // 'released': the handler never ran, or shutdown cut it short (its time would measure the grace period).
     if (outcome !== 'released') telemetry.handlerDuration({ ...dims, outcome, durationMs });
   },
   onLeaseLost({ job, operation }) {

@@ -250,6 +250,9 @@ export interface JobStore {
   retry(ref: LeaseRef, runAt: Date, error: string): Promise<OwnerResult>;
   fail(ref: LeaseRef, reason: DlqReason, error: string): Promise<OwnerResult>;
   release(ref: LeaseRef): Promise<OwnerResult>;
+  // A started job handed back by a graceful shutdown: pending now, its attempt given back (not a failure, not a
+  // retry); dead-lettered as 'cancelled' instead when its cancel was requested.
+  interrupt(ref: LeaseRef, error: string): Promise<OwnerResult>;
   cancel(jobId: JobId): Promise<CancelResult>;
   // maxAttemptsByType: the handlers' own limits ({type: n}); a rescued job's limit is its own, else its type's, else
   // its queue's — the same rule the processor applies (HandlerRegistry.maxAttemptsByType()).

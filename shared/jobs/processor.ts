@@ -291,8 +291,8 @@ export class JobProcessor {
     );
   }
 
-  // Run jobs claimAndStart already started (processing under their leases, attempt counted). There is no un-start:
-  // jobs whose claim was in flight when shutdown began are handed back as interrupted (execute), handler not run.
+  // Run jobs claimAndStart already started (processing under their leases, attempt counted). Jobs whose claim was in
+  // flight when shutdown began are handed back as interrupted (execute), handler not run, their attempt given back.
   async runStarted(
     jobs: StartedJob[],
     onJobDone?: (outcome: JobOutcome) => void,
@@ -478,7 +478,7 @@ export class JobProcessor {
       const attemptAbort = new AttemptAbort();
       const { abort, aborted } = attemptAbort;
       this.running.set(job.id, { abort, done });
-      // Started by a claim that was in flight when shutdown began: hand it back (retry now) instead of running it.
+      // Started by a claim that was in flight when shutdown began: hand it back (interrupt) instead of running it.
       if (this.stopping) abort('shutdown');
       const beat = async () => {
         const hb = await this.store.heartbeat(ref);
@@ -570,6 +570,8 @@ export class JobProcessor {
         return report(await this.deadLetter(job, ref, d.reason, d.message), d.reason);
       case 'retry':
         return report(await this.retryAt(job, ref, new Date(Date.now() + d.delayMs), d.message));
+      case 'interrupt':
+        return report(await this.interrupt(job, ref, d.message));
     }
   }
 
@@ -590,12 +592,25 @@ export class JobProcessor {
     }
     return 'retried';
   }
+
+  // Shutdown hands the job back due now with its attempt given back; or the store dead-letters it as 'cancelled'
+  // when a cancel was requested, as retry does.
+  private async interrupt(job: ClaimedJob, ref: LeaseRef, error: string): Promise<JobOutcome> {
+    const status = await this.store.interrupt(ref, error.slice(0, 4000));
+    if (status === 'lease_lost') {
+      this.leaseLost(job, 'interrupt');
+      return 'lease_lost';
+    }
+    return 'released';
+  }
 }
 
 export type FailureDecision =
   | { kind: 'lease_lost' }
   | { kind: 'dead_letter'; reason: DlqReason; message: string }
-  | { kind: 'retry'; delayMs: number; message: string };
+  | { kind: 'retry'; delayMs: number; message: string }
+  // Not a failure: the worker is stopping. The job goes back due now and the attempt does not count (store.interrupt).
+  | { kind: 'interrupt'; message: string };
 
 // What a failed attempt leads to: the processor's rule, shared with the handler test kit (test/kit.ts).
 // `random` feeds the backoff jitter.
@@ -616,7 +631,7 @@ export function decideAfterFailure(f: {
     case 'cancelled':
       return { kind: 'dead_letter', reason: 'cancelled', message: 'cancelled while running' };
     case 'shutdown':
-      return { kind: 'retry', delayMs: 0, message: 'interrupted by worker shutdown' };
+      return { kind: 'interrupt', message: 'interrupted by worker shutdown' };
     case 'timeout':
       if (options.retryOnTimeout && attemptsLeft) {
         return {

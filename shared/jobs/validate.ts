@@ -391,6 +391,7 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
     return leaseLost(ref);
   },
   release: leaseLost,
+  interrupt: leaseLost,
   cancel: (id) => (isJobId(id) ? undefined : { answer: 'not_found' }),
   rescueZombies: (limit, byType) => {
     assertPositiveInt('limit', limit, LIMITS.rescueJobs);

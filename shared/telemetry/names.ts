@@ -82,7 +82,7 @@ export { JOB_OUTCOMES as HANDLER_OUTCOMES, type JobOutcome as HandlerOutcome } f
 export { BATCH_STATES, type BatchState } from '../transfer/types.js';
 export { RECONCILE_RESULTS, type ReconcileResult } from '../transfer/types.js';
 
-export const LEASE_OPERATIONS = ['start', 'heartbeat', 'complete', 'retry', 'fail', 'release'] as const;
+export const LEASE_OPERATIONS = ['start', 'heartbeat', 'complete', 'retry', 'fail', 'release', 'interrupt'] as const;
 export type LeaseOperation = (typeof LEASE_OPERATIONS)[number];
 
 /** What a database pool serves: the control database (jobs, journal), a migration run, or a transfer endpoint. */

@@ -536,6 +536,35 @@ begin
 end
 $$;
 
+-- A running job handed back by its worker's graceful shutdown: back to pending now, and the attempt that start
+-- counted is given back, since the handler did not fail (a crash, found by zombie rescue, still uses it). Not a
+-- retry: stats_summary.retried is left alone. A job whose cancel was requested goes to the DLQ as cancelled, as
+-- with retry.
+create or replace function keel.interrupt(p_job_id bigint, p_lease_id text, p_error text)
+returns text
+language plpgsql as $$
+declare
+  v_lease  uuid := keel._lease(p_lease_id);
+  v_cancel boolean;
+begin
+  select h.cancel_requested into v_cancel from keel.jobs_hot h
+  where h.id = p_job_id and h.lease_id = v_lease and h.state = 'processing'
+  for update;
+  if not found then
+    return 'lease_lost';
+  end if;
+  if v_cancel then
+    perform keel._dead_letter(array[p_job_id], v_lease, array['processing'], 'cancelled', coalesce(p_error, 'cancelled'));
+    return 'ok';
+  end if;
+  update keel.jobs_hot h
+  set state = 'pending', run_at = now(), attempts = greatest(h.attempts - 1, 0), lease_id = null, worker_id = null,
+      fetched_at = null, lease_expires_at = null, heartbeat_at = null, last_error = p_error
+  where h.id = p_job_id;
+  return 'ok';
+end
+$$;
+
 -- pending/fetched -> DLQ cancelled at once; processing -> cancel requested (the heartbeat tells the handler).
 create or replace function keel.cancel(p_job_id bigint)
 returns text

@@ -302,6 +302,63 @@ BEGIN
 END;
 GO
 
+-- Interrupt(@JobId, @LeaseId, @Error): a running job handed back by its worker's graceful shutdown. Processing under
+-- that lease -> pending now, lease cleared, LastError = @Error, and the attempt Start counted is given back
+-- (Attempts - 1, never below 0): the handler did not fail (a crash, found by RescueZombies, still uses it). Not a
+-- retry: Retried is not counted. A job whose cancel was requested goes to the DLQ as 'cancelled' instead, as with
+-- Retry. Returns Status.
+CREATE OR ALTER PROCEDURE keel.Interrupt
+  @JobId BIGINT,
+  @LeaseId UNIQUEIDENTIFIER,
+  @Error NVARCHAR(MAX)
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  DECLARE @Now datetime2(3) = SYSUTCDATETIME();
+  DECLARE @Queue nvarchar(128), @CancelRequested bit, @Status varchar(10) = 'lease_lost', @Moved int;
+  DECLARE @Counters keel.CounterRows; -- the one definition: V002__counter_types.sql
+  DECLARE @DeadIds keel.JobIdList;
+
+  BEGIN TRY
+    BEGIN TRANSACTION;
+
+    SELECT @Queue = h.Queue, @CancelRequested = h.CancelRequested
+    FROM keel.JobsHot AS h WITH (UPDLOCK, ROWLOCK)
+    WHERE h.Id = @JobId AND h.LeaseId = @LeaseId AND h.State = 'processing';
+
+    IF @Queue IS NOT NULL AND @CancelRequested = 1
+    BEGIN
+      INSERT @DeadIds (Id) VALUES (@JobId);
+      INSERT @Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
+      EXEC keel.DeadLetter @DeadIds = @DeadIds, @LeaseId = @LeaseId, @FromPending = 0, @FromFetched = 0, @FromProcessing = 1,
+                           @Reason = 'cancelled', @Error = @Error, @MovedCount = @Moved OUTPUT;
+      IF @Moved = 1
+      BEGIN
+        EXEC keel.ApplyCounters @Counters = @Counters;
+        SET @Status = 'ok';
+      END;
+    END
+    ELSE IF @Queue IS NOT NULL
+    BEGIN
+      UPDATE keel.JobsHot WITH (ROWLOCK)
+      SET State = 'pending', RunAt = @Now, Attempts = IIF(Attempts > 0, Attempts - 1, 0), LeaseId = NULL,
+          WorkerId = NULL, FetchedAt = NULL, LeaseExpiresAt = NULL, HeartbeatAt = NULL, LastError = @Error
+      WHERE Id = @JobId AND LeaseId = @LeaseId AND State = 'processing';
+      IF @@ROWCOUNT = 1 SET @Status = 'ok';
+    END;
+
+    COMMIT TRANSACTION;
+  END TRY
+  BEGIN CATCH
+    IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
+    THROW;
+  END CATCH;
+
+  SELECT @Status AS Status;
+END;
+GO
+
 -- Fail(@JobId, @LeaseId, @Reason, @Error): fetched or processing under that lease -> DLQ with the reason.
 CREATE OR ALTER PROCEDURE keel.Fail
   @JobId BIGINT,

@@ -287,6 +287,7 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(await store.heartbeat(stale)).toEqual({ status: 'lease_lost', cancelRequested: false });
       expect(await store.complete(stale)).toBe('lease_lost');
       expect(await store.retry(stale, new Date(), 'x')).toBe('lease_lost');
+      expect(await store.interrupt(stale, 'x')).toBe('lease_lost');
       expect(await store.fail(stale, 'fatal', 'x')).toBe('lease_lost');
       expect(await store.getJob(job!.id)).toMatchObject({ location: 'hot', state: 'processing', attempts: 1 });
       expect(await h.statsRow(q)).toMatchObject({ succeeded: 0, failed: 0, retried: 0 });
@@ -409,6 +410,9 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(await store.start(stale)).toEqual({ status: 'lease_lost', attempt: 0 });
       expect(await store.release(stale)).toBe('lease_lost');
       expect(await store.release({ jobId: job.id, leaseId: 'garbage' })).toBe('lease_lost');
+      // Its own lease, but only fetched: interrupt hands back started jobs only (a fetched one is released).
+      expect(await store.interrupt(ref(job), 'x')).toBe('lease_lost');
+      expect(await store.getJob(job.id)).toMatchObject({ state: 'fetched', attempts: 0, lastError: null });
       expect((await store.start(ref(job))).status).toBe('ok');
       expect(await store.heartbeat(stale)).toEqual({ status: 'lease_lost', cancelRequested: false });
       expect(await store.complete(stale)).toBe('lease_lost');
@@ -417,9 +421,10 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
         { jobId: '999999999', status: 'lease_lost' },
       ]);
       expect(await store.retry(stale, new Date(), 'x')).toBe('lease_lost');
+      expect(await store.interrupt(stale, 'x')).toBe('lease_lost');
       expect(await store.fail(stale, 'fatal', 'x')).toBe('lease_lost');
       expect(await where(job.id)).toEqual(['hot']);
-      expect((await store.getJob(job.id))!.state).toBe('processing');
+      expect(await store.getJob(job.id)).toMatchObject({ state: 'processing', attempts: 1 });
       expect(await h.statsRow(q)).toMatchObject({ succeeded: 0, failed: 0, retried: 0 });
     });
 
@@ -575,6 +580,7 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
         expect(await store.retry(bad, new Date(), 'x')).toBe('lease_lost');
         expect(await store.fail(bad, 'fatal', 'x')).toBe('lease_lost');
         expect(await store.release(bad)).toBe('lease_lost');
+        expect(await store.interrupt(bad, 'x')).toBe('lease_lost');
         expect(await store.completeMany([bad])).toEqual([{ jobId: bad.jobId, status: 'lease_lost' }]);
       }
       expect(await store.getQueue('q'.repeat(LIMITS.nameLength + 1))).toBeNull();
@@ -666,6 +672,85 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       await store.cancel(job.id);
       expect(await store.retry(ref(job), new Date(), 'failed anyway')).toBe('ok');
       expect((await store.getJob(job.id))!.reason).toBe('cancelled');
+    });
+
+    it('interrupt hands a started job back due now with its attempt given back, and is not a retry', async () => {
+      const q = freshQueue('interrupt');
+      const { id } = await store.enqueue({ queue: q, type: 't' });
+      const [first] = await store.claimAndStart({ workerId: 'w', queues: [q], limit: 1 });
+      expect(first).toMatchObject({ id, attempt: 1 });
+      const before = Date.now();
+      expect(await store.interrupt(ref(first!), 'interrupted by worker shutdown')).toBe('ok');
+      const rec = (await store.getJob(id))!;
+      expect(rec).toMatchObject({
+        location: 'hot',
+        state: 'pending',
+        attempts: 0,
+        lastError: 'interrupted by worker shutdown',
+        leaseId: null,
+        workerId: null,
+      });
+      expect(rec.runAt!.getTime()).toBeLessThanOrEqual(Date.now() + 1000);
+      expect(rec.runAt!.getTime()).toBeGreaterThanOrEqual(before - 5_000);
+      // Its lease is gone: a second interrupt (or any owner call) under it changes nothing.
+      expect(await store.interrupt(ref(first!), 'again')).toBe('lease_lost');
+      expect(await store.heartbeat(ref(first!))).toMatchObject({ status: 'lease_lost' });
+      // Due at once, and the same attempt runs again: however often it is interrupted.
+      const [second] = await store.claimAndStart({ workerId: 'w', queues: [q], limit: 1 });
+      expect(second).toMatchObject({ id, attempts: 0, attempt: 1 });
+      expect(await store.interrupt(ref(second!), 'interrupted by worker shutdown')).toBe('ok');
+      const third = await claimOne(q); // the two-step path: claim, start
+      expect(third.attempts).toBe(0);
+      expect(await store.start(ref(third))).toEqual({ status: 'ok', attempt: 1 });
+      // Attempts before the interrupted one stay counted: only the interrupted one is given back.
+      expect(await store.retry(ref(third), new Date(), 'transient')).toBe('ok');
+      const [fourth] = await store.claimAndStart({ workerId: 'w', queues: [q], limit: 1 });
+      expect(fourth).toMatchObject({ id, attempt: 2 });
+      expect(await store.interrupt(ref(fourth!), 'interrupted by worker shutdown')).toBe('ok');
+      expect(await store.getJob(id)).toMatchObject({ state: 'pending', attempts: 1 });
+      const [fifth] = await store.claimAndStart({ workerId: 'w', queues: [q], limit: 1 });
+      expect(fifth).toMatchObject({ id, attempt: 2 });
+      expect(await store.complete(ref(fifth!))).toBe('ok');
+      expect(await store.getJob(id)).toMatchObject({ location: 'archive', attempts: 2 });
+      // Three interrupts, one retry: only the retry is counted as one; nothing failed.
+      expect(await h.statsRow(q)).toMatchObject({ succeeded: 1, retried: 1, failed: 0, zombie: 0 });
+    });
+
+    it('interrupt refuses a job that is not processing under the lease: pending, fetched, or another lease', async () => {
+      const q = freshQueue('interrupt-fence');
+      const pending = await store.enqueue({ queue: q, type: 't' });
+      expect(await store.interrupt({ jobId: pending.id, leaseId: STALE_LEASE }, 'x')).toBe('lease_lost');
+      const fetched = await claimOne(q);
+      expect(await store.interrupt(ref(fetched), 'x')).toBe('lease_lost');
+      expect(await store.interrupt({ jobId: fetched.id, leaseId: STALE_LEASE }, 'x')).toBe('lease_lost');
+      expect(await store.getJob(fetched.id)).toMatchObject({
+        state: 'fetched',
+        attempts: 0,
+        leaseId: fetched.leaseId,
+        lastError: null,
+      });
+      expect((await store.start(ref(fetched))).attempt).toBe(1);
+      expect(await store.interrupt({ jobId: fetched.id, leaseId: STALE_LEASE }, 'x')).toBe('lease_lost');
+      expect(await store.getJob(fetched.id)).toMatchObject({ state: 'processing', attempts: 1, lastError: null });
+      expect(await store.interrupt(ref(fetched), 'x')).toBe('ok');
+      expect(await h.statsRow(q)).toMatchObject({ succeeded: 0, failed: 0, retried: 0 });
+    });
+
+    it('an interrupt after a cancel request dead-letters the job as cancelled, counted as such', async () => {
+      const q = freshQueue('cancel-interrupt');
+      const job = await startedJob(q);
+      expect(await store.cancel(job.id)).toBe('cancel_requested');
+      expect(await store.interrupt(ref(job), 'interrupted by worker shutdown')).toBe('ok');
+      expect(await store.getJob(job.id)).toMatchObject({
+        location: 'dlq',
+        reason: 'cancelled',
+        attempts: 1,
+        lastError: 'interrupted by worker shutdown',
+      });
+      expect(await h.statsRow(q)).toMatchObject({ failed: 1, cancelled: 1, retried: 0 });
+      expect((await h.bucketTotals(q, 'failed', 'cancelled')).count).toBe(1);
+      expect(await store.interrupt(ref(job), 'x')).toBe('lease_lost');
+      expect((await store.stats()).find((s) => s.queue === q)).toMatchObject({ processing: 0, pending: 0, dlq: 1 });
     });
 
     it('a completion after a cancel request dead-letters the job as cancelled (the cancel answer holds)', async () => {
@@ -990,6 +1075,11 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       await exact('fail');
       expect(await store.release(ref(e!))).toBe('ok');
       await exact('release');
+      const [g] = await store.claimAndStart({ workerId: 'w', queues: [q], limit: 1 });
+      await exact('claim and start');
+      expect(await store.interrupt(ref(g!), 'interrupted by worker shutdown')).toBe('ok');
+      await exact('interrupt');
+      expect(await h.statsRow(q)).toMatchObject({ retried: 1 }); // b's retry only
       expect(await store.cancel(f!.id)).toBe('cancelled');
       await exact('cancel (fetched)');
       expect(await store.cancel(d!.id)).toBe('cancel_requested');

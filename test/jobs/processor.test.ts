@@ -1,5 +1,5 @@
 // The processor over the real PostgreSQL engine: success, retry with backoff, fatal, timeout, cancel, unknown type,
-// lost lease and shutdown.
+// lost lease and shutdown (interrupted jobs handed back with their attempt given back).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PostgresHarness } from '../engines/postgres.harness.js';
 import type { JobStore } from '../../shared/jobs/contract.js';
@@ -255,13 +255,55 @@ describe('processor', () => {
     const stopping = p.shutdown(100);
     expect(await p.runClaimed(jobB!)).toBe('released');
     await stopping;
-    expect(await runA).toBe('retried');
+    expect(await runA).toBe('released');
     expect(await store.getJob(b.id)).toMatchObject({ state: 'pending', attempts: 0 });
+    // Interrupted, not failed: the attempt start counted is given back, and no retry is counted.
     expect(await store.getJob(a.id)).toMatchObject({
       state: 'pending',
-      attempts: 1,
+      attempts: 0,
       lastError: 'interrupted by worker shutdown',
     });
+    expect(await h.statsRow(queue)).toMatchObject({ retried: 0, failed: 0 });
+  });
+
+  it('a job interrupted by shutdown on its last attempt runs that attempt again, never a further one', async () => {
+    const queue = q('shutdown-last');
+    const seen: number[] = [];
+    let started: () => void = () => undefined;
+    const reg = new HandlerRegistry().register(
+      't',
+      async (_p, ctx) => {
+        seen.push(ctx.attempt);
+        if (seen.length <= 2) {
+          started();
+          await waitForAbort(ctx.signal); // held until the shutdown's grace period ends
+        }
+      },
+      { maxAttempts: 1 },
+    );
+    const outcomes: { outcome: string; attempt: number }[] = [];
+    const events = { onOutcome: (e: { outcome: string; attempt: number }) => outcomes.push(e) };
+    const { id } = await store.enqueue({ queue, type: 't' });
+    // Two workers in turn are stopped while the job runs; each hands it back.
+    for (let stop = 1; stop <= 2; stop++) {
+      const running = new Promise<void>((r) => (started = r));
+      const p = processor(reg, { events });
+      const draining = p.drain({ queues: [queue], budgetMs: 10_000, concurrency: 1 });
+      await running;
+      await p.shutdown(20);
+      expect((await draining).outcomes.released).toBe(1);
+      expect(await store.getJob(id)).toMatchObject({
+        state: 'pending',
+        attempts: 0,
+        lastError: 'interrupted by worker shutdown',
+      });
+    }
+    const res = await processor(reg, { events }).drain({ queues: [queue], budgetMs: 10_000, concurrency: 1 });
+    expect(res.outcomes.succeeded).toBe(1);
+    expect(seen).toEqual([1, 1, 1]);
+    expect(outcomes.map((o) => `${o.outcome}@${o.attempt}`)).toEqual(['released@1', 'released@1', 'succeeded@1']);
+    expect(await store.getJob(id)).toMatchObject({ location: 'archive', attempts: 1 });
+    expect(await h.statsRow(queue)).toMatchObject({ succeeded: 1, retried: 0, failed: 0 });
   });
 
   it('a job started by a claim still in flight when shutdown began is handed back without running its handler', async () => {
@@ -296,12 +338,16 @@ describe('processor', () => {
     letClaimReturn();
     const res = await draining;
     expect(handled).toBe(0);
-    expect(res.outcomes.retried).toBe(1);
+    expect(res.outcomes.released).toBe(1);
+    expect(res.outcomes.retried).toBe(0);
+    // claimAndStart counted the attempt; the hand-back gives it back, so the run that never happened costs nothing.
     expect(await store.getJob(id)).toMatchObject({
       state: 'pending',
-      attempts: 1,
+      attempts: 0,
       lastError: 'interrupted by worker shutdown',
     });
+    const [again] = await store.claimAndStart({ workerId: 'w', queues: [queue], limit: 1 });
+    expect(again).toMatchObject({ id, attempt: 1 });
   });
 
   it('claims again while finished jobs are being completed, holding at most twice its concurrency', async () => {

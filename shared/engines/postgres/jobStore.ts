@@ -233,6 +233,11 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     return r!.result as OwnerResult;
   }
 
+  async interrupt(ref: LeaseRef, error: string): Promise<OwnerResult> {
+    const [r] = await this.call('interrupt', { job_id: ref.jobId, lease_id: ref.leaseId, error });
+    return r!.result as OwnerResult;
+  }
+
   async cancel(jobId: JobId): Promise<CancelResult> {
     const [r] = await this.call('cancel', { job_id: jobId });
     return r!.result as CancelResult;

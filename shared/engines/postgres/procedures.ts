@@ -29,6 +29,7 @@ export const POSTGRES_FUNCTIONS: { [P in JobProcedure]: PgFunction<P> } = {
   retry: { params: { job_id: 'bigint', lease_id: 'text', run_at: 'timestamptz', error: 'text' }, returns: 'text' },
   fail: { params: { job_id: 'bigint', lease_id: 'text', reason: 'text', error: 'text' }, returns: 'text' },
   release: { params: { job_id: 'bigint', lease_id: 'text' }, returns: 'text' },
+  interrupt: { params: { job_id: 'bigint', lease_id: 'text', error: 'text' }, returns: 'text' },
   cancel: { params: { job_id: 'bigint' }, returns: 'text' },
   rescue_zombies: { params: { limit: 'integer', type_max_attempts: 'jsonb' }, returns: 'rows' },
   resurrect: { params: { job_ids: 'bigint[]' }, returns: 'rows' },

@@ -83,6 +83,7 @@ export const SQLSERVER_PARAMS: ParamTypes = {
   retry: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier, RunAt: sql.DateTime2(3), Error: sql.NVarChar(MAX) },
   fail: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier, Reason: sql.VarChar(16), Error: sql.NVarChar(MAX) },
   release: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier },
+  interrupt: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier, Error: sql.NVarChar(MAX) },
   cancel: { JobId: sql.BigInt },
   rescue_zombies: { Limit: sql.Int, TypeMaxAttempts: sql.NVarChar(MAX) },
   resurrect: { JobIds: sql.NVarChar(MAX) },
@@ -386,6 +387,16 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
       (leaseId) => this.call('release', { JobId: ref.jobId, LeaseId: leaseId }, 'once'),
       (job) => job?.location === 'hot' && job.state === 'pending',
       (job) => job.state === 'fetched',
+    );
+  }
+
+  async interrupt(ref: LeaseRef, error: string): Promise<OwnerResult> {
+    return this.ownerMove(
+      ref,
+      (leaseId) => this.call('interrupt', { JobId: ref.jobId, LeaseId: leaseId, Error: error }, 'once'),
+      (job) =>
+        (job?.location === 'hot' && job.state === 'pending') || (job?.location === 'dlq' && job.reason === 'cancelled'),
+      (job) => job.state === 'processing',
     );
   }
 
