@@ -623,6 +623,43 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect((await h.bucketTotals(q, 'succeeded')).count).toBe(25);
     });
 
+    it('completeMany and startMany answer a mixed batch per job, in input order, moving only the owned jobs', async () => {
+      const q = freshQueue('mixed');
+      const a = await startedJob(q);
+      const b = await startedJob(q);
+      const c = await startedJob(q);
+      await store.enqueueMany([
+        { queue: q, type: 't' },
+        { queue: q, type: 't' },
+      ]);
+      const fetched = await claimOne(q);
+      const other = await claimOne(q);
+      const foreign = '00000000-0000-4000-8000-000000000000';
+      // startMany: only a fetched job under its own lease starts; a started job or a foreign lease does not.
+      expect(await store.startMany([ref(a), ref(fetched), { jobId: other.id, leaseId: foreign }])).toEqual([
+        { jobId: a.id, status: 'lease_lost', attempt: 0 },
+        { jobId: fetched.id, status: 'ok', attempt: 1 },
+        { jobId: other.id, status: 'lease_lost', attempt: 0 },
+      ]);
+      const unknown = { jobId: '999999999', leaseId: a.leaseId };
+      expect(
+        await store.completeMany([{ jobId: c.id, leaseId: foreign }, ref(b), unknown, ref(other), ref(a)]),
+      ).toEqual([
+        { jobId: c.id, status: 'lease_lost' },
+        { jobId: b.id, status: 'ok' },
+        { jobId: '999999999', status: 'lease_lost' },
+        { jobId: other.id, status: 'lease_lost' }, // fetched, never started
+        { jobId: a.id, status: 'ok' },
+      ]);
+      expect(await where(a.id)).toEqual(['archive']);
+      expect(await where(b.id)).toEqual(['archive']);
+      expect(await store.getJob(c.id)).toMatchObject({ location: 'hot', state: 'processing' });
+      expect(await store.getJob(other.id)).toMatchObject({ location: 'hot', state: 'fetched' });
+      expect(await store.getJob(fetched.id)).toMatchObject({ location: 'hot', state: 'processing', attempts: 1 });
+      expect((await h.statsRow(q)).succeeded).toBe(2);
+      expect((await h.bucketTotals(q, 'succeeded')).count).toBe(2);
+    });
+
     it('fail moves hot -> DLQ with the reason, error, counters and a failed bucket', async () => {
       const q = freshQueue('fail');
       const job = await startedJob(q);
