@@ -113,7 +113,7 @@ export function startHandler<P>(def: HandlerDefinition<P>, payload: unknown, opt
     error: (message, fields) => logs.push({ level: 'error', message, ...(fields ? { fields } : {}) }),
   };
   const attemptAbort = new AttemptAbort();
-  const { abort, aborted } = attemptAbort;
+  const { abort } = attemptAbort;
   let heartbeats = 0;
   const attempt = opts.attempt ?? 1;
   const ctx: JobContext = {
@@ -137,7 +137,7 @@ export function startHandler<P>(def: HandlerDefinition<P>, payload: unknown, opt
   const result = (async (): Promise<HandlerResult> => {
     let error: unknown;
     try {
-      await Promise.race([Promise.resolve().then(() => h.handler(prepared!.payload, ctx)), aborted]);
+      await attemptAbort.race(Promise.resolve().then(() => h.handler(prepared!.payload, ctx)));
       if (!attemptAbort.reason) return { outcome: 'succeeded' };
       error = new JobAbortedError(attemptAbort.reason);
     } catch (err) {
