@@ -16,6 +16,14 @@ returns uuid language sql immutable as $$
   select case when p_lease ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' then p_lease::uuid end
 $$;
 
+-- The lease a batch claim mints for one of its jobs: a fresh random seed per claim statement, hashed with the job id.
+-- Unique per job and claim, and as unguessable as the seed; gen_random_uuid() per row cost ~4 us a job (a strong
+-- random draw each), a quarter of the claim's update.
+create or replace function keel._lease_of(p_seed text, p_job_id bigint)
+returns uuid language sql immutable as $$
+  select md5(p_seed || ':' || p_job_id::text)::uuid
+$$;
+
 -- ---------------------------------------------------------------------------------------------------------------
 -- enqueue_many(jobs): jobs is a JSON array of {queue, type, payload, priority, runAt, delayMs, tags, idempotencyKey,
 -- maxAttempts, expiresAt}. Returns one row per input, in input order: the job id and whether it was a duplicate of
@@ -131,13 +139,14 @@ create or replace function keel._claim_rows(p_ids bigint[], p_worker_id text, p_
 returns setof keel.claimed_job
 language plpgsql as $$
 declare
-  v_ids bigint[] := keel._claim_best(p_ids, p_limit);
+  v_ids  bigint[] := keel._claim_best(p_ids, p_limit);
+  v_seed text := gen_random_uuid()::text;
 begin
   return query
   with upd as (
     update keel.jobs_hot h
     set state = 'fetched',
-        lease_id = gen_random_uuid(),
+        lease_id = keel._lease_of(v_seed, h.id),
         worker_id = p_worker_id,
         fetched_at = now(),
         lease_expires_at = now() + make_interval(secs => p_lease_seconds)
@@ -270,7 +279,8 @@ returns table (job_id bigint, lease_id uuid, queue text, type text, payload json
 language plpgsql as $$
 #variable_conflict use_column
 declare
-  v_ids bigint[] := keel._claim_best(keel._claim_candidates(p_queues, p_limit), p_limit);
+  v_ids  bigint[] := keel._claim_best(keel._claim_candidates(p_queues, p_limit), p_limit);
+  v_seed text := gen_random_uuid()::text;
 begin
   if cardinality(v_ids) = 0 then
     return;
@@ -279,7 +289,7 @@ begin
   with upd as (
     update keel.jobs_hot h
     set state = 'processing',
-        lease_id = gen_random_uuid(),
+        lease_id = keel._lease_of(v_seed, h.id),
         worker_id = p_worker_id,
         fetched_at = now(),
         lease_expires_at = now() + make_interval(secs => p_lease_seconds),
