@@ -156,8 +156,10 @@ class Slots {
 }
 
 interface Running {
+  jobId: JobId;
   abort(reason: AbortReason): void;
-  done: Promise<unknown>;
+  beat(): Promise<void>;
+  nextBeatAt: number; // the processor's one heartbeat timer beats the job once this time has passed
 }
 
 // Collects owner-scoped calls made in one event-loop turn into one batch store call (completeMany, startMany):
@@ -230,6 +232,8 @@ export class JobProcessor {
   private readonly completions: MicroBatcher<OwnerResultById>;
   private readonly starts: MicroBatcher<StartResult & { jobId: JobId }>;
   private readonly running = new Map<JobId, Running>();
+  private readonly idleWaiters: (() => void)[] = []; // shutdown waiting for the running handlers to be gone
+  private beatTimer: ReturnType<typeof setInterval> | undefined;
   private readonly typeSlots = new Map<string, Slots>();
   private stopping = false;
 
@@ -449,7 +453,8 @@ export class JobProcessor {
   // Stop taking work: wait up to graceMs for running handlers, then abort the rest with reason 'shutdown'.
   async shutdown(graceMs = 10_000): Promise<void> {
     this.stopping = true;
-    const all = () => Promise.allSettled([...this.running.values()].map((r) => r.done));
+    const all = () =>
+      this.running.size === 0 ? Promise.resolve() : new Promise<void>((r) => this.idleWaiters.push(r));
     const finished = await Promise.race([all().then(() => true), sleep(graceMs).then(() => false)]);
     if (!finished) {
       for (const r of this.running.values()) r.abort('shutdown');
@@ -479,44 +484,70 @@ export class JobProcessor {
     }
   }
 
+  // One timer beats every running job whose heartbeat is due (a timer per job cost as much as the rest of a no-op
+  // job's bookkeeping). It ticks at a quarter of the interval, so a beat comes at most 1.25 intervals apart.
+  private scheduleBeats(): void {
+    if (this.beatTimer) return;
+    const tick = Math.max(5, Math.floor(this.heartbeatIntervalMs / 4));
+    this.beatTimer = setInterval(() => {
+      const now = Date.now();
+      for (const r of this.running.values()) {
+        if (now < r.nextBeatAt) continue;
+        r.nextBeatAt = now + this.heartbeatIntervalMs;
+        r.beat().catch((e: unknown) => this.log.warn('heartbeat failed', { jobId: r.jobId, error: String(e) }));
+      }
+    }, tick);
+  }
+
+  private finishedRunning(jobId: JobId): void {
+    this.running.delete(jobId);
+    if (this.running.size > 0) return;
+    if (this.beatTimer) clearInterval(this.beatTimer);
+    this.beatTimer = undefined;
+    for (const wake of this.idleWaiters.splice(0)) wake();
+  }
+
+  private report(
+    job: ClaimedJob,
+    attempt: number,
+    startedAt: number,
+    outcome: JobOutcome,
+    reason?: DlqReason,
+  ): JobOutcome {
+    const onOutcome = this.events.onOutcome;
+    if (onOutcome)
+      this.safe(() =>
+        onOutcome.call(this.events, { job, outcome, reason, durationMs: Date.now() - startedAt, attempt }),
+      );
+    return outcome;
+  }
+
   // onHandlerDone fires once, as soon as the handler is no longer running (before the job is finalized).
   private async execute(job: ClaimedJob, attempt: number, onHandlerDone?: () => void): Promise<JobOutcome> {
-    let handlerDone = false;
-    const handlerFinished = () => {
-      if (handlerDone || !onHandlerDone) return;
-      handlerDone = true;
-      this.safe(onHandlerDone);
-    };
     const startedAt = Date.now();
     const ref: LeaseRef = { jobId: job.id, leaseId: job.leaseId };
     const registered = this.registry.get(job.type);
-    let finished: (v: unknown) => void = () => undefined;
-    const done = new Promise((r) => (finished = r));
-    const report = (outcome: JobOutcome, reason?: DlqReason) => {
-      this.safe(() => this.events.onOutcome?.({ job, outcome, reason, durationMs: Date.now() - startedAt, attempt }));
-      return outcome;
+    if (!registered) {
+      if (onHandlerDone) this.safe(onHandlerDone);
+      const msg = `no handler is registered for job type "${job.type}" (registered: ${this.registry.types().join(', ') || 'none'})`;
+      return this.report(job, attempt, startedAt, await this.deadLetter(job, ref, 'fatal', msg), 'fatal');
+    }
+    const attemptAbort = new AttemptAbort();
+    const { abort } = attemptAbort;
+    const beat = async () => {
+      const hb = await this.store.heartbeat(ref);
+      if (hb.status === 'lease_lost') {
+        this.leaseLost(job, 'heartbeat');
+        abort('lease_lost');
+      } else if (hb.cancelRequested) abort('cancelled');
     };
+    const entry: Running = { jobId: job.id, abort, beat, nextBeatAt: startedAt + this.heartbeatIntervalMs };
+    this.running.set(job.id, entry);
+    this.scheduleBeats();
+    let handlerRunning = true;
     try {
-      if (!registered) {
-        const msg = `no handler is registered for job type "${job.type}" (registered: ${this.registry.types().join(', ') || 'none'})`;
-        return report(await this.deadLetter(job, ref, 'fatal', msg), 'fatal');
-      }
-      const attemptAbort = new AttemptAbort();
-      const { abort } = attemptAbort;
-      this.running.set(job.id, { abort, done });
       // Started by a claim that was in flight when shutdown began: hand it back (interrupt) instead of running it.
       if (this.stopping) abort('shutdown');
-      const beat = async () => {
-        const hb = await this.store.heartbeat(ref);
-        if (hb.status === 'lease_lost') {
-          this.leaseLost(job, 'heartbeat');
-          abort('lease_lost');
-        } else if (hb.cancelRequested) abort('cancelled');
-      };
-      const timer = setInterval(
-        () => void beat().catch((e) => this.log.warn('heartbeat failed', { jobId: job.id, error: String(e) })),
-        this.heartbeatIntervalMs,
-      );
       let timeout: ReturnType<typeof setTimeout> | undefined;
       const ctx: JobContext = {
         jobId: job.id,
@@ -525,7 +556,7 @@ export class JobProcessor {
         queue: job.queue,
         type: job.type,
         get signal() {
-          return attemptAbort.signal;
+          return attemptAbort.signal; // made on first use
         },
         log: this.log,
         heartbeat: beat,
@@ -558,25 +589,26 @@ export class JobProcessor {
         error = err;
       } finally {
         releaseSlot?.();
-        clearInterval(timer);
         clearTimeout(timeout);
-        handlerFinished();
+        entry.nextBeatAt = Infinity; // no heartbeats while the job is finalized
+        handlerRunning = false;
+        if (onHandlerDone) this.safe(onHandlerDone);
       }
       if (succeeded) {
         const { status } = await this.completions.submit(ref);
         if (status === 'lease_lost') {
           this.leaseLost(job, 'complete');
-          return report('lease_lost');
+          return this.report(job, attempt, startedAt, 'lease_lost');
         }
         // Cancelled while it ran, finished before it saw the request: the move put it in the DLQ as 'cancelled'.
-        if (status === 'cancelled') return report('dead_lettered', 'cancelled');
-        return report('succeeded');
+        if (status === 'cancelled') return this.report(job, attempt, startedAt, 'dead_lettered', 'cancelled');
+        return this.report(job, attempt, startedAt, 'succeeded');
       }
+      const report = (o: JobOutcome, reason?: DlqReason) => this.report(job, attempt, startedAt, o, reason);
       return await this.afterFailure(job, ref, attempt, registered, attemptAbort.reason, error, report);
     } finally {
-      this.running.delete(job.id);
-      finished(undefined);
-      handlerFinished();
+      this.finishedRunning(job.id); // shutdown waits for this: the job's outcome is written
+      if (handlerRunning && onHandlerDone) this.safe(onHandlerDone);
     }
   }
 

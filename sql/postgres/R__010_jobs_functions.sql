@@ -343,52 +343,35 @@ $$;
 
 -- ---------------------------------------------------------------------------------------------------------------
 -- Owner-scoped transitions inside the hot table.
--- The (job id, lease id) pairs of p_leases in input order, whether each job is in p_state under that lease, and its
--- cancel flag; the owned rows are locked, in id order. One primary-key probe per pair: a join of the pairs against
--- jobs_hot could be planned as a hash join over a scan of the whole table (stale statistics on a busy table).
-create or replace function keel._lock_owned(p_leases jsonb, p_state text)
-returns table (ord bigint, job_id bigint, owned boolean, cancel_requested boolean)
-language plpgsql as $$
-begin
-  return query
-  with req as materialized (
-    select e.ordinality as ord, (e.value->>'jobId')::bigint as id, keel._lease(e.value->>'leaseId') as lease
-    from jsonb_array_elements(p_leases) with ordinality e
-  ), locked as materialized (
-    select r.id, r.lease, x.cancel_requested
-    from (select distinct q.id, q.lease from req q where q.id is not null and q.lease is not null order by q.id) r
-    cross join lateral (
-      select h.cancel_requested from keel.jobs_hot h
-      where h.id = r.id and h.lease_id = r.lease and h.state = p_state
-      for update of h) x
-  )
-  select r.ord, r.id, l.id is not null, coalesce(l.cancel_requested, false)
-  from req r left join locked l on l.id = r.id and l.lease = r.lease
-  order by r.ord;
-end
-$$;
-
+-- start_many(leases) and complete_many(leases): leases is a JSON array of {jobId, leaseId} (the store sends only
+-- well-formed pairs; a malformed one is an error, 22P02). Each returns one row per job it moved; a pair it does not
+-- answer was not owned (lease_lost). The pairs meet jobs_hot by primary-key probes, locked in id order (one order for
+-- every mover, so completions, rescues and operators never deadlock): a lateral probe per pair, sequential scans off,
+-- because with jobs_hot's statistics stale (the usual case for a queue table) the planner joined the pairs against a
+-- scan of the whole table.
+drop function if exists keel._lock_owned(jsonb, text);
 create or replace function keel.start_many(p_leases jsonb)
 returns table (job_id bigint, status text, attempt integer)
-language plpgsql as $$
+language plpgsql
+set enable_seqscan = off as $$
 #variable_conflict use_column
-declare
-  v_ids    bigint[];
-  v_owned  boolean[];
 begin
-  select array_agg(o.job_id order by o.ord), array_agg(o.owned order by o.ord) into v_ids, v_owned
-  from keel._lock_owned(p_leases, 'fetched') o;
   return query
-  with upd as (
+  with locked as (
+    select l.id
+    from (select r."jobId" as id, r."leaseId" as lease from jsonb_to_recordset(p_leases) as r("jobId" bigint, "leaseId" uuid)
+          order by 1) r
+    cross join lateral (
+      select h.id from keel.jobs_hot h
+      where h.id = r.id and h.lease_id = r.lease and h.state = 'fetched'
+      for update of h) l
+  ), upd as (
     update keel.jobs_hot h
     set state = 'processing', attempts = h.attempts + 1, started_at = now(), heartbeat_at = now()
-    where h.id = any(array(select u.id from unnest(v_ids, v_owned) u(id, owned) where u.owned))
+    where h.id = any(array(select l.id from locked l))
     returning h.id, h.attempts
   )
-  select r.id, case when r.owned then 'ok' else 'lease_lost' end, coalesce(u.attempts, 0)
-  from unnest(v_ids, v_owned) with ordinality r(id, owned, ord)
-  left join upd u on u.id = r.id and r.owned
-  order by r.ord;
+  select u.id, 'ok'::text, u.attempts from upd u;
 end
 $$;
 
@@ -427,21 +410,22 @@ $$;
 -- Hot -> Archive for every (job id, lease id) still processing under that lease.
 create or replace function keel.complete_many(p_leases jsonb)
 returns table (job_id bigint, status text)
-language plpgsql as $$
+language plpgsql
+set enable_seqscan = off as $$
 #variable_conflict use_column
 declare
-  v_ids        bigint[];
-  v_owned      boolean[];
-  v_cancel     boolean[];
   v_ok         bigint[];
   v_cancelled  bigint[];
 begin
-  select array_agg(o.job_id order by o.ord), array_agg(o.owned order by o.ord),
-         array_agg(o.cancel_requested order by o.ord)
-  into v_ids, v_owned, v_cancel
-  from keel._lock_owned(p_leases, 'processing') o;
-  v_ok := array(select distinct u.id from unnest(v_ids, v_owned, v_cancel) u(id, owned, c) where u.owned and not u.c);
-  v_cancelled := array(select distinct u.id from unnest(v_ids, v_owned, v_cancel) u(id, owned, c) where u.owned and u.c);
+  select coalesce(array_agg(l.id) filter (where not l.cancel_requested), '{}'),
+         coalesce(array_agg(l.id) filter (where l.cancel_requested), '{}')
+  into v_ok, v_cancelled
+  from (select r."jobId" as id, r."leaseId" as lease from jsonb_to_recordset(p_leases) as r("jobId" bigint, "leaseId" uuid)
+        order by 1) r
+  cross join lateral (
+    select h.id, h.cancel_requested from keel.jobs_hot h
+    where h.id = r.id and h.lease_id = r.lease and h.state = 'processing'
+    for update of h) l;
   -- A job whose cancel was requested while it ran goes to the DLQ as 'cancelled' even when its handler finished
   -- first: the operator was told 'cancel_requested', and that is how such a job ends (as with retry).
   if cardinality(v_cancelled) > 0 then
@@ -474,9 +458,9 @@ begin
           max_duration_ms = greatest(b.max_duration_ms, excluded.max_duration_ms);
   end if;
   return query
-  select r.id, case when r.owned and not r.c then 'ok' when r.owned then 'cancelled' else 'lease_lost' end
-  from unnest(v_ids, v_owned, v_cancel) with ordinality r(id, owned, c, ord)
-  order by r.ord;
+  select u.id, 'ok'::text from unnest(v_ok) u(id)
+  union all
+  select u.id, 'cancelled'::text from unnest(v_cancelled) u(id);
 end
 $$;
 
