@@ -47,7 +47,8 @@ export function camelKeys(row: Row): Row {
 
 const num = (v: unknown): number => (v === null || v === undefined ? 0 : Number(v));
 const numOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
-const date = (v: unknown): Date => (v instanceof Date ? v : new Date(String(v)));
+// A Date (the drivers' parse), epoch milliseconds (PostgreSQL's claim_and_start) or a date string.
+const date = (v: unknown): Date => (v instanceof Date ? v : typeof v === 'number' ? new Date(v) : new Date(String(v)));
 const dateOrNull = (v: unknown): Date | null => (v === null || v === undefined ? null : date(v));
 const textOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : String(v));
 const leaseOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : String(v).toLowerCase());
@@ -72,7 +73,9 @@ export function toClaimedJob(r: Row, codec: RowCodec): ClaimedJob {
 }
 
 export function toStartedJob(r: Row, codec: RowCodec): StartedJob {
-  return { ...toClaimedJob(r, codec), attempt: num(r.attempt) };
+  const job = toClaimedJob(r, codec) as StartedJob; // one object per row, not a copy
+  job.attempt = num(r.attempt);
+  return job;
 }
 
 export function toQueueSettings(r: Row): QueueSettings {

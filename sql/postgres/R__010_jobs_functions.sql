@@ -24,6 +24,11 @@ returns uuid language sql immutable as $$
   select md5(p_seed || ':' || p_job_id::text)::uuid
 $$;
 
+create or replace function keel._epoch_ms(p_at timestamptz)
+returns double precision language sql immutable as $$
+  select extract(epoch from p_at)::double precision * 1000
+$$;
+
 -- ---------------------------------------------------------------------------------------------------------------
 -- enqueue_many(jobs): jobs is a JSON array of {queue, type, payload, priority, runAt, delayMs, tags, idempotencyKey,
 -- maxAttempts, expiresAt}. Returns one row per input, in input order: the job id and whether it was a duplicate of
@@ -271,11 +276,14 @@ $$;
 -- Claim and start in one update: pending -> processing under a new lease, attempts + 1, started_at and heartbeat_at
 -- now; the same choice as claim_next (priority, due time, pause, max_concurrency, expiry). One row version and one
 -- round trip fewer per job than claim_next + start_many. attempts is the count before this attempt, as claim_next
--- returns it; attempt is the one now running.
+-- returns it; attempt is the one now running. The times are epoch milliseconds: formatting three timestamptz per
+-- row (and parsing them in the client) cost more than the rest of the row (~3.5 us a job on the server).
+drop function if exists keel.claim_and_start(text, text[], integer, integer);
 create or replace function keel.claim_and_start(p_worker_id text, p_queues text[], p_limit integer, p_lease_seconds integer)
 returns table (job_id bigint, lease_id uuid, queue text, type text, payload jsonb, priority integer, attempts integer,
                max_attempts integer, queue_max_attempts integer, idempotency_key text, tags text[],
-               run_at timestamptz, created_at timestamptz, lease_expires_at timestamptz, attempt integer)
+               run_at double precision, created_at double precision, lease_expires_at double precision,
+               attempt integer)
 language plpgsql as $$
 #variable_conflict use_column
 declare
@@ -300,8 +308,8 @@ begin
     returning h.*
   )
   select u.id, u.lease_id, u.queue, u.type, u.payload, u.priority, u.attempts - 1, u.max_attempts,
-         coalesce(s.max_attempts, 5), u.idempotency_key, u.tags, u.run_at, u.created_at, u.lease_expires_at,
-         u.attempts
+         coalesce(s.max_attempts, 5), u.idempotency_key, u.tags, keel._epoch_ms(u.run_at), keel._epoch_ms(u.created_at),
+         keel._epoch_ms(u.lease_expires_at), u.attempts
   from upd u left join keel.queues s on s.name = u.queue
   order by u.priority desc, u.run_at, u.id;
 end

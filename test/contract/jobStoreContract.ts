@@ -262,6 +262,11 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(rec).toMatchObject({ location: 'hot', state: 'processing', attempts: 1, leaseId: job!.leaseId });
       expect(rec.workerId).toBe('w-cas');
       expect(rec.startedAt!.getTime()).toBeGreaterThanOrEqual(before - 5_000);
+      // The claim's times are the row's, whatever form the engine sends them in.
+      expect(job!.runAt.getTime()).toBe(rec.runAt!.getTime());
+      expect(job!.createdAt.getTime()).toBe(rec.createdAt.getTime());
+      expect(job!.leaseExpiresAt.getTime()).toBeGreaterThan(before + 50_000); // default lease 60 s
+      expect(job!.leaseExpiresAt.getTime()).toBeLessThan(Date.now() + 70_000);
       expect(await store.claimAndStart({ workerId: 'w2', queues: [q], limit: 5 })).toEqual([]);
       expect(await store.claimNext({ workerId: 'w2', queues: [q], limit: 5 })).toEqual([]);
       expect(await store.heartbeat(ref(job!))).toEqual({ status: 'ok', cancelRequested: false });
