@@ -5,7 +5,7 @@
 //   npm run bench:peers                          N = 20,000, 3 rounds: enqueue + process, idle latency
 //   npm run bench:peers -- --scaling             then again with 200k delayed jobs present, then with 1M archive +
 //                                                200k DLQ rows (stats() timing), ratios against the first phase
-//   --jobs N  --rounds R  --only keel-batched,graphile-perf,...  --latency-samples S
+//   --jobs N  --rounds R  --warmup W (unrecorded rounds first, default 1)  --only keel-batched,...  --latency-samples S
 //   --scaling-only a,b    the configs the scaling phases run (default keel-batched,graphile-perf: bounded run time)
 //
 // The peers are devDependencies used only here; their newest versions need Node >= 22.18 (the project runs on 20):
@@ -331,6 +331,7 @@ async function main() {
     options: {
       jobs: { type: 'string', default: '20000' },
       rounds: { type: 'string', default: '3' },
+      warmup: { type: 'string', default: '1' },
       only: { type: 'string' },
       scaling: { type: 'boolean', default: false },
       'scaling-only': { type: 'string', default: 'keel-batched,graphile-perf' },
@@ -367,18 +368,22 @@ async function main() {
     peers: { 'graphile-worker': peerVersion('graphile-worker'), 'pg-boss': peerVersion('pg-boss') },
     jobs: N,
     rounds,
+    warmupRounds: Number(values.warmup),
     cpus: os.cpus().length,
     loadavg: os.loadavg().map(r2),
   };
 
   const queueOf = (c: Config) => `peers-${c}`;
+  // warmupRounds: rounds run first and not recorded (every config once each, same N), so no system's median carries
+  // its JIT compilation, its connections' first plans or a first-ever table.
   async function phase(
     label: string,
     configs: Config[],
+    warmupRounds = 0,
   ): Promise<Record<string, { enqueue: number; process: number; exact?: boolean; runs: number[] }>> {
     const runs: Record<string, RunResult[]> = {};
-    for (let r = 0; r < rounds; r++) {
-      const order = configs.map((_, i) => configs[(i + r) % configs.length]!);
+    for (let r = -warmupRounds; r < rounds; r++) {
+      const order = configs.map((_, i) => configs[(((i + r) % configs.length) + configs.length) % configs.length]!);
       for (const c of order) {
         await admin.query('checkpoint');
         let res: RunResult;
@@ -387,9 +392,9 @@ async function main() {
         else if (c === 'graphile-perf') res = await graphileRun(url, queueOf(c), N, 'perf');
         else if (c === 'graphile-defaults') res = await graphileRun(url, queueOf(c), N, 'defaults');
         else res = await pgbossRun(url, queueOf(c), N);
-        (runs[c] ??= []).push(res);
+        if (r >= 0) (runs[c] ??= []).push(res);
         console.error(
-          `[${label}] round ${r + 1} ${c}: process ${Math.round(res.processPerSec)} jobs/s, enqueue ${Math.round(res.enqueuePerSec)} jobs/s${res.exact === undefined ? '' : `, exact ${res.exact}`}`,
+          `[${label}] ${r < 0 ? 'warm-up' : `round ${r + 1}`} ${c}: process ${Math.round(res.processPerSec)} jobs/s, enqueue ${Math.round(res.enqueuePerSec)} jobs/s${res.exact === undefined ? '' : `, exact ${res.exact}`}`,
         );
       }
     }
@@ -424,7 +429,7 @@ async function main() {
     };
   }
 
-  const base = await phase('baseline', configs);
+  const base = await phase('baseline', configs, Number(values.warmup));
   out.baseline = base;
   out.baselineRatios = ratios(base);
   if (configs.includes('keel-batched')) {
