@@ -47,6 +47,8 @@ declare
   v_new      bigint[];
   v_left     integer;
   v_pass     integer := 0;
+  v_fresh    bigint;
+  v_inserted bigint;
 begin
   if p_jobs is null or jsonb_typeof(p_jobs) <> 'array' then
     raise exception 'jobs must be a JSON array' using errcode = '22023';
@@ -74,23 +76,34 @@ begin
     -- A fresh id for every job that has none yet; insert those jobs.
     v_new := array(select case when u.id is null then nextval('keel.job_id_seq') end
                    from unnest(v_ids) with ordinality as u(id, o) order by u.o);
-    insert into keel.jobs_hot as h (id, queue, type, payload, priority, run_at, max_attempts, idempotency_key, tags, expires_at)
-    select u.new_id,
-           u.j->>'queue',
-           u.j->>'type',
-           coalesce(u.j->'payload', 'null'::jsonb),
-           coalesce((u.j->>'priority')::integer, 0),
-           coalesce((u.j->>'runAt')::timestamptz, now() + coalesce((u.j->>'delayMs')::bigint, 0) * interval '1 millisecond'),
-           (u.j->>'maxAttempts')::integer,
-           u.j->>'idempotencyKey',
-           case when coalesce(jsonb_array_length(u.j->'tags'), 0) = 0 then '{}'::text[]
-                else array(select jsonb_array_elements_text(u.j->'tags')) end,
-           (u.j->>'expiresAt')::timestamptz
-    from unnest(v_docs, v_new) with ordinality as u(j, new_id, o)
-    where u.new_id is not null
-    order by u.j->>'idempotencyKey' nulls first, u.o
-    on conflict (idempotency_key) where idempotency_key is not null do nothing;
+    v_fresh := (select count(*) from unnest(v_new) as x(id) where x.id is not null);
+    with inserted as (
+      insert into keel.jobs_hot as h (id, queue, type, payload, priority, run_at, max_attempts, idempotency_key, tags, expires_at)
+      select u.new_id,
+             u.j->>'queue',
+             u.j->>'type',
+             coalesce(u.j->'payload', 'null'::jsonb),
+             coalesce((u.j->>'priority')::integer, 0),
+             coalesce((u.j->>'runAt')::timestamptz, now() + coalesce((u.j->>'delayMs')::bigint, 0) * interval '1 millisecond'),
+             (u.j->>'maxAttempts')::integer,
+             u.j->>'idempotencyKey',
+             case when coalesce(jsonb_array_length(u.j->'tags'), 0) = 0 then '{}'::text[]
+                  else array(select jsonb_array_elements_text(u.j->'tags')) end,
+             (u.j->>'expiresAt')::timestamptz
+      from unnest(v_docs, v_new) with ordinality as u(j, new_id, o)
+      where u.new_id is not null
+      order by u.j->>'idempotencyKey' nulls first, u.o
+      on conflict (idempotency_key) where idempotency_key is not null do nothing
+      returning 1
+    )
+    select count(*) into v_inserted from inserted;
 
+    -- Every fresh id went in (only an idempotency key can conflict): each job that had none has its fresh id.
+    if v_inserted = v_fresh then
+      v_ids := array(select coalesce(u.id, u.new_id) from unnest(v_ids, v_new) with ordinality as u(id, new_id, o)
+                     order by u.o);
+      exit;
+    end if;
     -- Ours if the fresh id is in the table now (ids come from the sequence; nobody else sees them before we
     -- commit); otherwise a duplicate of the hot job holding the key. This statement sees rows committed by
     -- concurrent enqueues and our own inserts.
