@@ -241,9 +241,75 @@ BEGIN
 END;
 GO
 
--- Retry(@JobId, @LeaseId, @RunAt, @Error): processing under that lease -> pending at @RunAt (now when NULL), lease
--- cleared, LastError = @Error, Retried+1 (the attempt was already counted by Start). A job whose cancel was
--- requested goes to the DLQ as 'cancelled' instead: the operator's cancel wins over the handler's retry.
+-- HandBack: the body Retry and Interrupt share. Processing under that lease -> pending at @RunAt (now when NULL),
+-- lease cleared, LastError = @Error. A retry counts Retried+1 (the attempt was already counted by Start); an
+-- interruption (@Interrupted = 1) gives the attempt back instead. A job whose cancel was requested goes to the DLQ
+-- as 'cancelled': the operator's cancel wins over the handler's retry. @Status: 'ok' or 'lease_lost'.
+CREATE OR ALTER PROCEDURE keel.HandBack
+  @JobId BIGINT,
+  @LeaseId UNIQUEIDENTIFIER,
+  @RunAt DATETIME2(3),
+  @Error NVARCHAR(MAX),
+  @Interrupted BIT,
+  @Status VARCHAR(10) OUTPUT
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  DECLARE @Now datetime2(3) = SYSUTCDATETIME();
+  DECLARE @Queue nvarchar(128), @CancelRequested bit, @Moved int;
+  DECLARE @Counters keel.CounterRows; -- the one definition: V002__counter_types.sql
+  DECLARE @DeadIds keel.JobIdList;
+  SET @Status = 'lease_lost';
+
+  BEGIN TRY
+    BEGIN TRANSACTION;
+
+    SELECT @Queue = h.Queue, @CancelRequested = h.CancelRequested
+    FROM keel.JobsHot AS h WITH (UPDLOCK, ROWLOCK)
+    WHERE h.Id = @JobId AND h.LeaseId = @LeaseId AND h.State = 'processing';
+
+    IF @Queue IS NOT NULL AND @CancelRequested = 1
+    BEGIN
+      INSERT @DeadIds (Id) VALUES (@JobId);
+      INSERT @Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
+      EXEC keel.DeadLetter @DeadIds = @DeadIds, @LeaseId = @LeaseId, @FromPending = 0, @FromFetched = 0, @FromProcessing = 1,
+                           @Reason = 'cancelled', @Error = @Error, @MovedCount = @Moved OUTPUT;
+      IF @Moved = 1
+      BEGIN
+        EXEC keel.ApplyCounters @Counters = @Counters;
+        SET @Status = 'ok';
+      END;
+    END
+    ELSE IF @Queue IS NOT NULL
+    BEGIN
+      UPDATE keel.JobsHot WITH (ROWLOCK)
+      SET State = 'pending', RunAt = ISNULL(@RunAt, @Now),
+          Attempts = IIF(@Interrupted = 1 AND Attempts > 0, Attempts - 1, Attempts), LeaseId = NULL,
+          WorkerId = NULL, FetchedAt = NULL, LeaseExpiresAt = NULL, HeartbeatAt = NULL, LastError = @Error
+      WHERE Id = @JobId AND LeaseId = @LeaseId AND State = 'processing';
+      IF @@ROWCOUNT = 1
+      BEGIN
+        IF @Interrupted = 0
+        BEGIN
+          INSERT @Counters (Queue, Retried) VALUES (@Queue, 1);
+          EXEC keel.ApplyCounters @Counters = @Counters;
+        END;
+        SET @Status = 'ok';
+      END;
+    END;
+
+    COMMIT TRANSACTION;
+  END TRY
+  BEGIN CATCH
+    IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
+    THROW;
+  END CATCH;
+END;
+GO
+
+-- Retry(@JobId, @LeaseId, @RunAt, @Error): processing under that lease -> pending at @RunAt (now when NULL),
+-- Retried+1, or the DLQ as 'cancelled' after a cancel request (HandBack). Returns Status.
 CREATE OR ALTER PROCEDURE keel.Retry
   @JobId BIGINT,
   @LeaseId UNIQUEIDENTIFIER,
@@ -253,60 +319,17 @@ AS
 BEGIN
   SET XACT_ABORT ON;
   SET NOCOUNT ON;
-  DECLARE @Now datetime2(3) = SYSUTCDATETIME();
-  DECLARE @Queue nvarchar(128), @CancelRequested bit, @Status varchar(10) = 'lease_lost', @Moved int;
-  DECLARE @Counters keel.CounterRows; -- the one definition: V002__counter_types.sql
-  DECLARE @DeadIds keel.JobIdList;
-
-  BEGIN TRY
-    BEGIN TRANSACTION;
-
-    SELECT @Queue = h.Queue, @CancelRequested = h.CancelRequested
-    FROM keel.JobsHot AS h WITH (UPDLOCK, ROWLOCK)
-    WHERE h.Id = @JobId AND h.LeaseId = @LeaseId AND h.State = 'processing';
-
-    IF @Queue IS NOT NULL AND @CancelRequested = 1
-    BEGIN
-      INSERT @DeadIds (Id) VALUES (@JobId);
-      INSERT @Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
-      EXEC keel.DeadLetter @DeadIds = @DeadIds, @LeaseId = @LeaseId, @FromPending = 0, @FromFetched = 0, @FromProcessing = 1,
-                           @Reason = 'cancelled', @Error = @Error, @MovedCount = @Moved OUTPUT;
-      IF @Moved = 1
-      BEGIN
-        EXEC keel.ApplyCounters @Counters = @Counters;
-        SET @Status = 'ok';
-      END;
-    END
-    ELSE IF @Queue IS NOT NULL
-    BEGIN
-      UPDATE keel.JobsHot WITH (ROWLOCK)
-      SET State = 'pending', RunAt = ISNULL(@RunAt, @Now), LeaseId = NULL, WorkerId = NULL, FetchedAt = NULL,
-          LeaseExpiresAt = NULL, HeartbeatAt = NULL, LastError = @Error
-      WHERE Id = @JobId AND LeaseId = @LeaseId AND State = 'processing';
-      IF @@ROWCOUNT = 1
-      BEGIN
-        INSERT @Counters (Queue, Retried) VALUES (@Queue, 1);
-        EXEC keel.ApplyCounters @Counters = @Counters;
-        SET @Status = 'ok';
-      END;
-    END;
-
-    COMMIT TRANSACTION;
-  END TRY
-  BEGIN CATCH
-    IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
-    THROW;
-  END CATCH;
-
+  DECLARE @Status varchar(10);
+  EXEC keel.HandBack @JobId = @JobId, @LeaseId = @LeaseId, @RunAt = @RunAt, @Error = @Error, @Interrupted = 0,
+                     @Status = @Status OUTPUT;
   SELECT @Status AS Status;
 END;
 GO
 
 -- Interrupt(@JobId, @LeaseId, @Error): a running job handed back by its worker's graceful shutdown. Processing under
--- that lease -> pending now, lease cleared, LastError = @Error, and the attempt Start counted is given back
--- (Attempts - 1, never below 0): the handler did not fail (a crash, found by RescueZombies, still uses it). Not a
--- retry: Retried is not counted. A job whose cancel was requested goes to the DLQ as 'cancelled' instead, as with
--- Retry. Returns Status.
+-- that lease -> pending now, and the attempt Start counted is given back (Attempts - 1, never below 0): the handler
+-- did not fail (a crash, found by RescueZombies, still uses it). Not a retry: Retried is not counted. A job whose
+-- cancel was requested goes to the DLQ as 'cancelled' instead, as with Retry (HandBack). Returns Status.
 CREATE OR ALTER PROCEDURE keel.Interrupt
   @JobId BIGINT,
   @LeaseId UNIQUEIDENTIFIER,
@@ -315,46 +338,9 @@ AS
 BEGIN
   SET XACT_ABORT ON;
   SET NOCOUNT ON;
-  DECLARE @Now datetime2(3) = SYSUTCDATETIME();
-  DECLARE @Queue nvarchar(128), @CancelRequested bit, @Status varchar(10) = 'lease_lost', @Moved int;
-  DECLARE @Counters keel.CounterRows; -- the one definition: V002__counter_types.sql
-  DECLARE @DeadIds keel.JobIdList;
-
-  BEGIN TRY
-    BEGIN TRANSACTION;
-
-    SELECT @Queue = h.Queue, @CancelRequested = h.CancelRequested
-    FROM keel.JobsHot AS h WITH (UPDLOCK, ROWLOCK)
-    WHERE h.Id = @JobId AND h.LeaseId = @LeaseId AND h.State = 'processing';
-
-    IF @Queue IS NOT NULL AND @CancelRequested = 1
-    BEGIN
-      INSERT @DeadIds (Id) VALUES (@JobId);
-      INSERT @Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
-      EXEC keel.DeadLetter @DeadIds = @DeadIds, @LeaseId = @LeaseId, @FromPending = 0, @FromFetched = 0, @FromProcessing = 1,
-                           @Reason = 'cancelled', @Error = @Error, @MovedCount = @Moved OUTPUT;
-      IF @Moved = 1
-      BEGIN
-        EXEC keel.ApplyCounters @Counters = @Counters;
-        SET @Status = 'ok';
-      END;
-    END
-    ELSE IF @Queue IS NOT NULL
-    BEGIN
-      UPDATE keel.JobsHot WITH (ROWLOCK)
-      SET State = 'pending', RunAt = @Now, Attempts = IIF(Attempts > 0, Attempts - 1, 0), LeaseId = NULL,
-          WorkerId = NULL, FetchedAt = NULL, LeaseExpiresAt = NULL, HeartbeatAt = NULL, LastError = @Error
-      WHERE Id = @JobId AND LeaseId = @LeaseId AND State = 'processing';
-      IF @@ROWCOUNT = 1 SET @Status = 'ok';
-    END;
-
-    COMMIT TRANSACTION;
-  END TRY
-  BEGIN CATCH
-    IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
-    THROW;
-  END CATCH;
-
+  DECLARE @Status varchar(10);
+  EXEC keel.HandBack @JobId = @JobId, @LeaseId = @LeaseId, @RunAt = NULL, @Error = @Error, @Interrupted = 1,
+                     @Status = @Status OUTPUT;
   SELECT @Status AS Status;
 END;
 GO

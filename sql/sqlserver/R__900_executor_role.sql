@@ -25,4 +25,5 @@ GO
 -- code does not call must be listed here (test/engines/parity.test.ts checks it).
 DENY EXECUTE ON OBJECT::keel.DeadLetter TO keel_executor;
 DENY EXECUTE ON OBJECT::keel.ApplyCounters TO keel_executor;
+DENY EXECUTE ON OBJECT::keel.HandBack TO keel_executor;
 GO
