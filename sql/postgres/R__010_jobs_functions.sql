@@ -24,8 +24,9 @@ returns uuid language sql immutable as $$
   select md5(p_seed || ':' || p_job_id::text)::uuid
 $$;
 
+-- stable, as extract(… from timestamptz) is: a wrapper declared immutable around it is not inlined.
 create or replace function keel._epoch_ms(p_at timestamptz)
-returns double precision language sql immutable as $$
+returns double precision language sql stable as $$
   select extract(epoch from p_at)::double precision * 1000
 $$;
 
@@ -262,7 +263,8 @@ begin
     order by s.name
     for update of s
   loop
-    select count(*) into v_running from keel.jobs_hot h where h.queue = q.name and h.state in ('fetched', 'processing');
+    -- keel.hot_counts (V004): exact as of the last commit, and no other claim of this queue is uncommitted (the row lock).
+    select coalesce(sum(c.fetched + c.processing), 0) into v_running from keel.hot_counts c where c.queue = q.name;
     v_cap := least(p_limit, q.max_concurrency - v_running);
     if v_cap > 0 then
       v_candidates := v_candidates || keel._pick_due(array[q.name], v_cap);
@@ -337,7 +339,11 @@ declare
   v_running  integer;
   v_id       bigint;
 begin
-  select h.queue into v_queue from keel.jobs_hot h where h.id = p_job_id and h.state = 'pending';
+  -- By id alone (OFFSET 0 keeps the state test out of the probe): `state = 'pending'` inside would let the planner walk
+  -- a pending partial index whole whenever the statistics say few jobs are pending.
+  select x.queue into v_queue
+  from (select h.queue, h.state from keel.jobs_hot h where h.id = p_job_id offset 0) x
+  where x.state = 'pending';
   if not found then
     return;
   end if;
@@ -347,14 +353,15 @@ begin
   end if;
   if found and v_settings.max_concurrency is not null then
     perform 1 from keel.queues s where s.name = v_queue for update;
-    select count(*) into v_running from keel.jobs_hot h where h.queue = v_queue and h.state in ('fetched', 'processing');
+    select coalesce(sum(c.fetched + c.processing), 0) into v_running from keel.hot_counts c where c.queue = v_queue;
     if v_running >= v_settings.max_concurrency then
       return;
     end if;
   end if;
-  select h.id into v_id from keel.jobs_hot h
-  where h.id = p_job_id and h.state = 'pending' and h.run_at <= now() and (h.expires_at is null or h.expires_at > now())
-  for update skip locked;
+  select x.id into v_id
+  from (select h.id, h.state, h.run_at, h.expires_at from keel.jobs_hot h where h.id = p_job_id
+        for update skip locked offset 0) x
+  where x.state = 'pending' and x.run_at <= now() and (x.expires_at is null or x.expires_at > now());
   if v_id is null then
     return;
   end if;
@@ -367,9 +374,12 @@ $$;
 -- start_many(leases) and complete_many(leases): leases is a JSON array of {jobId, leaseId} (the store sends only
 -- well-formed pairs; a malformed one is an error, 22P02). Each returns one row per job it moved; a pair it does not
 -- answer was not owned (lease_lost). The pairs meet jobs_hot by primary-key probes, locked in id order (one order for
--- every mover, so completions, rescues and operators never deadlock): a lateral probe per pair, sequential scans off,
--- because with jobs_hot's statistics stale (the usual case for a queue table) the planner joined the pairs against a
--- scan of the whole table.
+-- every mover, so completions, rescues and operators never deadlock): a lateral probe per pair by id alone, sequential
+-- scans off. Joined, the planner hash-joined the pairs against a scan of the whole table when jobs_hot's statistics
+-- were stale (the usual case for a queue table); with the state tested inside the probe, it walked a partial index
+-- of running jobs once per pair (103 us a job; that index is gone since V004). So the probe is by id alone, fenced
+-- with OFFSET 0 so the planner cannot push the state test back into it, and the lease and state are tested on the
+-- locked row: a pair whose job is no longer the caller's is locked until commit and left alone.
 drop function if exists keel._lock_owned(jsonb, text);
 create or replace function keel.start_many(p_leases jsonb)
 returns table (job_id bigint, status text, attempt integer)
@@ -383,9 +393,9 @@ begin
     from (select r."jobId" as id, r."leaseId" as lease from jsonb_to_recordset(p_leases) as r("jobId" bigint, "leaseId" uuid)
           order by 1) r
     cross join lateral (
-      select h.id from keel.jobs_hot h
-      where h.id = r.id and h.lease_id = r.lease and h.state = 'fetched'
-      for update of h) l
+      select h.id, h.lease_id, h.state from keel.jobs_hot h where h.id = r.id
+      for update of h offset 0) l
+    where l.lease_id = r.lease and l.state = 'fetched'
   ), upd as (
     update keel.jobs_hot h
     set state = 'processing', attempts = h.attempts + 1, started_at = now(), heartbeat_at = now()
@@ -444,9 +454,9 @@ begin
   from (select r."jobId" as id, r."leaseId" as lease from jsonb_to_recordset(p_leases) as r("jobId" bigint, "leaseId" uuid)
         order by 1) r
   cross join lateral (
-    select h.id, h.cancel_requested from keel.jobs_hot h
-    where h.id = r.id and h.lease_id = r.lease and h.state = 'processing'
-    for update of h) l;
+    select h.id, h.lease_id, h.state, h.cancel_requested from keel.jobs_hot h where h.id = r.id
+    for update of h offset 0) l
+  where l.lease_id = r.lease and l.state = 'processing';
   -- A job whose cancel was requested while it ran goes to the DLQ as 'cancelled' even when its handler finished
   -- first: the operator was told 'cancel_requested', and that is how such a job ends (as with retry).
   if cardinality(v_cancelled) > 0 then
