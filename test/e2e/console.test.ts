@@ -469,11 +469,12 @@ if (!haveChromium) {
 
       await page.locator(`[data-test="toggle-${QUEUE}"]`).click();
       await page.getByRole('status').filter({ hasText: 'paused' }).waitFor();
-      expect((await api('GET', `/queues/${QUEUE}`)).json.paused).toBe(true);
+      // The status line can show before a second read sees the write (CI saw it once): wait for the API to agree.
+      await expect.poll(async () => (await api('GET', `/queues/${QUEUE}`)).json.paused, { timeout: 5_000 }).toBe(true);
       await shot(page, 'queues');
       await page.locator(`[data-test="toggle-${QUEUE}"]`, { hasText: 'Resume' }).click();
       await page.getByRole('status').filter({ hasText: 'resumed' }).waitFor();
-      expect((await api('GET', `/queues/${QUEUE}`)).json.paused).toBe(false);
+      await expect.poll(async () => (await api('GET', `/queues/${QUEUE}`)).json.paused, { timeout: 5_000 }).toBe(false);
     });
 
     it('cancels a waiting job from its detail page, and purges dead letters by age through preview and confirm', async () => {
