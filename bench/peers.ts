@@ -23,6 +23,7 @@ import { parseSettings } from '../shared/config/settings.js';
 import { dispatchDueJobs } from '../shared/app/dispatch.js';
 import type { Runtime } from '../shared/app/runtime.js';
 import { PostgresWakeups } from '../shared/engines/postgres/wakeups.js';
+import { GRAPHILE_OPTIONS, drainKeelBatched } from './shapes.js';
 
 const CONFIGS = [
   'keel-batched',
@@ -99,20 +100,13 @@ class KeelSide {
     return rows[0] as { archived: number; hot_due: number; counted: number; bucketed: number };
   }
 
-  // 2 processors x 500 jobs in flight (bench/jobs.ts settings), as two hosts would run.
+  // 2 processors x 500 jobs in flight (bench/shapes.ts).
   async batched(queue: string, n: number): Promise<RunResult> {
     const before = await this.counts(queue);
     const enqMs = await this.enqueue(queue, n);
-    const registry = new HandlerRegistry().register('noop', async () => undefined);
-    const processors = [0, 1].map(
-      (i) => new JobProcessor({ store: this.store, registry, workerId: `peers-${i}`, completionBatchMax: 500 }),
-    );
     const t = performance.now();
-    const res = await Promise.all(
-      processors.map((p) => p.drain({ queues: [queue], budgetMs: 600_000, concurrency: 500 })),
-    );
+    const processed = await drainKeelBatched(this.store, queue, 'peers');
     const ms = performance.now() - t;
-    const processed = res.reduce((a, r) => a + r.processed, 0);
     const after = await this.counts(queue);
     const exact =
       processed === n &&
@@ -206,15 +200,7 @@ async function graphileRun(url: string, task: string, n: number, preset: 'perf' 
   const admin = new pg.Client({ connectionString: url });
   await admin.connect();
   let handled = 0;
-  const options =
-    preset === 'perf'
-      ? {
-          // https://worker.graphile.org/docs/performance: the configuration behind their published numbers.
-          concurrency: 24,
-          maxPoolSize: 25,
-          preset: { worker: { localQueue: { size: 500 }, completeJobBatchDelay: 0, failJobBatchDelay: 0 } },
-        }
-      : { concurrency: 24 }; // defaults otherwise (as in issue 12's table)
+  const options = GRAPHILE_OPTIONS[preset];
   try {
     const runner = await gw.run({
       connectionString: url,

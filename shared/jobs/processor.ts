@@ -350,7 +350,13 @@ export class JobProcessor {
     concurrency: number;
     claimBatch?: number;
     shouldStop: () => boolean;
-    idleWait: (mode: 'idle' | 'slots', jobFinished: Promise<void>) => Promise<'stop' | 'continue'>;
+    // jobFinished: a job's handler or finalization ended. allFinalized(): resolves once no claimed job is left running
+    // or being finalized (at once when none is); called only by a wait that needs it, so no waiter is left behind.
+    idleWait: (
+      mode: 'idle' | 'slots',
+      jobFinished: Promise<void>,
+      allFinalized: () => Promise<void>,
+    ) => Promise<'stop' | 'continue'>;
     onOutcome?: (o: JobOutcome) => void;
     stopWhenIdle?: boolean;
   }): Promise<void> {
@@ -365,7 +371,10 @@ export class JobProcessor {
       const s = signal;
       changed = new Promise<void>((r) => (signal = r));
       s();
+      if (held === 0) for (const r of finalizedWaiters.splice(0)) r();
     };
+    const finalizedWaiters: (() => void)[] = [];
+    const allFinalized = () => (held === 0 ? Promise.resolve() : new Promise<void>((r) => finalizedWaiters.push(r)));
     while (!opts.shouldStop()) {
       const free = Math.min(concurrency - running, 2 * concurrency - held);
       let idle = false;
@@ -412,7 +421,7 @@ export class JobProcessor {
         idle = true; // fewer due jobs than free slots
       }
       // 'slots': wait for a running job to finish. 'idle': nothing (more) is due; wait for the poll or a wake-up.
-      if ((await opts.idleWait(idle ? 'idle' : 'slots', changed)) === 'stop') break;
+      if ((await opts.idleWait(idle ? 'idle' : 'slots', changed, allFinalized)) === 'stop') break;
     }
     await Promise.allSettled([...batches]);
   }
@@ -436,13 +445,14 @@ export class JobProcessor {
         outcomes[o]++;
         processed++;
       },
-      idleWait: async (mode, jobFinished) => {
-        // Slots taken: wake when a job finishes. Nothing due while jobs run: poll again within 50 ms.
+      idleWait: async (mode, jobFinished, allFinalized) => {
+        // Slots taken: wake when a job finishes. Nothing due while jobs run: poll again within 50 ms, or as soon as
+        // the last claimed job is finalized, so the drain ends when its work is committed, not up to 50 ms after.
         // The timer is cleared when a job finishes first, so no wait outlives drain().
         const left = Math.max(0, deadline - Date.now());
         let timer: ReturnType<typeof setTimeout> | undefined;
         const timeUp = new Promise<void>((r) => (timer = setTimeout(r, mode === 'slots' ? left : Math.min(50, left))));
-        await (mode === 'slots' ? Promise.race([jobFinished, timeUp]) : timeUp);
+        await Promise.race([mode === 'slots' ? jobFinished : allFinalized(), timeUp]);
         clearTimeout(timer);
         return 'continue';
       },

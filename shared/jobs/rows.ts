@@ -45,6 +45,17 @@ export function camelKeys(row: Row): Row {
   return out;
 }
 
+// Rows a driver returned as arrays of values (pg's rowMode 'array'), as objects with camelCase keys: one object per
+// row instead of the driver's own plus camelKeys' copy of it.
+export function camelRows(columns: readonly string[], rows: readonly (readonly unknown[])[]): Row[] {
+  const keys = columns.map(camelName);
+  return rows.map((values) => {
+    const row: Row = {};
+    for (let i = 0; i < keys.length; i++) row[keys[i]!] = values[i];
+    return row;
+  });
+}
+
 const num = (v: unknown): number => (v === null || v === undefined ? 0 : Number(v));
 const numOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
 // A Date (the drivers' parse), epoch milliseconds (PostgreSQL's claim_and_start) or a date string.

@@ -126,7 +126,8 @@ const JOB_ID = /^[1-9][0-9]{0,18}$/;
 const MAX_BIGINT = 9223372036854775807n; // the largest id any engine can hold
 // A positive 64-bit id as a decimal string: anything else can name no job in any engine.
 export function isJobId(value: unknown): value is string {
-  return typeof value === 'string' && JOB_ID.test(value) && BigInt(value) <= MAX_BIGINT;
+  // Fewer than 19 digits always fit a bigint; only a 19-digit id needs the comparison (and its BigInt).
+  return typeof value === 'string' && JOB_ID.test(value) && (value.length < 19 || BigInt(value) <= MAX_BIGINT);
 }
 export const jobId = z
   .string()

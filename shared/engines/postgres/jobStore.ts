@@ -33,7 +33,7 @@ import type {
 } from '../../jobs/contract.js';
 import { BatchBackedJobStore } from '../../jobs/storeBase.js';
 import {
-  camelKeys,
+  camelRows,
   toClaimedJob,
   toStartedJob,
   toJobRecord,
@@ -105,8 +105,9 @@ export async function assertPostgresReady(pool: pg.Pool): Promise<void> {
 const PG_CODEC: RowCodec = { payload: (v) => v, tags: (v) => (v as string[] | null) ?? [] };
 const num = (v: unknown): number => (v === null || v === undefined ? 0 : Number(v));
 
+// Only well-formed refs come here (isLeaseRef: digits and a UUID), so the JSON is written without an escaping pass.
 function leasesJson(refs: LeaseRef[]): string {
-  return JSON.stringify(refs.map((r) => ({ jobId: r.jobId, leaseId: r.leaseId })));
+  return `[${refs.map((r) => `{"jobId":${r.jobId},"leaseId":"${r.leaseId}"}`).join(',')}]`;
 }
 
 export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
@@ -153,7 +154,11 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   // (job_id -> jobId), for the shared mappers in shared/jobs/rows.ts.
   private async call<P extends JobProcedure>(proc: P, args: PostgresArgs<P>): Promise<Row[]> {
     const { text, values } = postgresCall(proc, args);
-    return (await this.pool.query(text, values)).rows.map(camelKeys);
+    const result = await this.pool.query<unknown[]>({ text, values, rowMode: 'array' });
+    return camelRows(
+      result.fields.map((f) => f.name),
+      result.rows,
+    );
   }
 
   async enqueueMany(jobs: EnqueueRequest[]): Promise<EnqueueResult[]> {
@@ -209,13 +214,14 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   async completeMany(refs: LeaseRef[]): Promise<OwnerResultById[]> {
     if (refs.length === 0) return [];
     const valid = refs.filter(isLeaseRef);
-    const rows = valid.length ? await this.call('complete_many', { leases: leasesJson(valid) }) : [];
-    const status = new Map(
-      rows.map(
-        (r) => [String(r.jobId), r.status === 'ok' || r.status === 'cancelled' ? r.status : 'lease_lost'] as const,
-      ),
-    );
-    return refs.map((ref) => ({ jobId: ref.jobId, status: status.get(ref.jobId) ?? 'lease_lost' }));
+    // One row: the ids archived and the ids dead-lettered as cancelled; any other job was not owned (lease_lost).
+    const [moved] = valid.length ? await this.call('complete_many', { leases: leasesJson(valid) }) : [];
+    const ok = new Set(moved?.ok as string[] | undefined);
+    const cancelled = new Set(moved?.cancelled as string[] | undefined);
+    return refs.map((ref) => ({
+      jobId: ref.jobId,
+      status: ok.has(ref.jobId) ? 'ok' : cancelled.has(ref.jobId) ? 'cancelled' : 'lease_lost',
+    }));
   }
 
   async retry(ref: LeaseRef, runAt: Date, error: string): Promise<OwnerResult> {
