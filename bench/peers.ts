@@ -3,8 +3,9 @@
 // medians of the rounds, ratios computed from this one run. See bench/README.md for the method and results.
 //
 //   npm run bench:peers                          N = 20,000, 3 rounds: enqueue + process, idle latency
-//   npm run bench:peers -- --scaling             then again with 200k delayed jobs present, then with 1M archive +
-//                                                200k DLQ rows (stats() timing), ratios against the first phase
+//   npm run bench:peers -- --scaling             then again with 200k delayed jobs in each system's queue (and, in the
+//                                                same rounds, on a twin queue without them: the slowdown), then with
+//                                                1M archive + 200k DLQ rows (stats() timing)
 //   --jobs N  --rounds R  --warmup W (unrecorded rounds first, default 1)  --only keel-batched,...  --latency-samples S
 //   --scaling-only a,b    the configs the scaling phases run (default keel-batched,graphile-perf: bounded run time)
 //
@@ -360,27 +361,34 @@ async function main() {
   };
 
   const queueOf = (c: Config) => `peers-${c}`;
+  // One configuration on one queue, reported under key (the config's name, unless it runs on another queue).
+  interface Entry {
+    key: string;
+    config: Config;
+    queue: string;
+  }
+  const entry = (config: Config, queue = queueOf(config), key: string = config): Entry => ({ key, config, queue });
   // warmupRounds: rounds run first and not recorded (every config once each, same N), so no system's median carries
   // its JIT compilation, its connections' first plans or a first-ever table.
   async function phase(
     label: string,
-    configs: Config[],
+    entries: Entry[],
     warmupRounds = 0,
   ): Promise<Record<string, { enqueue: number; process: number; exact?: boolean; runs: number[] }>> {
     const runs: Record<string, RunResult[]> = {};
     for (let r = -warmupRounds; r < rounds; r++) {
-      const order = configs.map((_, i) => configs[(((i + r) % configs.length) + configs.length) % configs.length]!);
-      for (const c of order) {
+      const order = entries.map((_, i) => entries[(((i + r) % entries.length) + entries.length) % entries.length]!);
+      for (const { key, config: c, queue } of order) {
         await admin.query('checkpoint');
         let res: RunResult;
-        if (c === 'keel-batched') res = await keel.batched(queueOf(c), N);
-        else if (c === 'keel-functions-default') res = await keel.functionsDefault(queueOf(c), N);
-        else if (c === 'graphile-perf') res = await graphileRun(url, queueOf(c), N, 'perf');
-        else if (c === 'graphile-defaults') res = await graphileRun(url, queueOf(c), N, 'defaults');
-        else res = await pgbossRun(url, queueOf(c), N);
-        if (r >= 0) (runs[c] ??= []).push(res);
+        if (c === 'keel-batched') res = await keel.batched(queue, N);
+        else if (c === 'keel-functions-default') res = await keel.functionsDefault(queue, N);
+        else if (c === 'graphile-perf') res = await graphileRun(url, queue, N, 'perf');
+        else if (c === 'graphile-defaults') res = await graphileRun(url, queue, N, 'defaults');
+        else res = await pgbossRun(url, queue, N);
+        if (r >= 0) (runs[key] ??= []).push(res);
         console.error(
-          `[${label}] ${r < 0 ? 'warm-up' : `round ${r + 1}`} ${c}: process ${Math.round(res.processPerSec)} jobs/s, enqueue ${Math.round(res.enqueuePerSec)} jobs/s${res.exact === undefined ? '' : `, exact ${res.exact}`}`,
+          `[${label}] ${r < 0 ? 'warm-up' : `round ${r + 1}`} ${key}: process ${Math.round(res.processPerSec)} jobs/s, enqueue ${Math.round(res.enqueuePerSec)} jobs/s${res.exact === undefined ? '' : `, exact ${res.exact}`}`,
         );
       }
     }
@@ -415,7 +423,11 @@ async function main() {
     };
   }
 
-  const base = await phase('baseline', configs, Number(values.warmup));
+  const base = await phase(
+    'baseline',
+    configs.map((c) => entry(c)),
+    Number(values.warmup),
+  );
   out.baseline = base;
   out.baselineRatios = ratios(base);
   if (configs.includes('keel-batched')) {
@@ -434,11 +446,20 @@ async function main() {
       else await pgbossDelayed(url, queueOf(c), D);
     }
     await admin.query('vacuum analyze');
-    const delayed = await phase('200k delayed', scaled);
+    // Each config also runs, interleaved in the same rounds, on a queue of its own with no delayed jobs: the slowdown
+    // is measured against that twin, seconds apart, so the machine's drift between phases does not count as one.
+    const clean = (c: Config) => `${c}:no-delayed-queue`;
+    const delayed = await phase(
+      '200k delayed',
+      scaled.flatMap((c) => [entry(c), entry(c, `${queueOf(c)}-clean`, clean(c))]),
+    );
     out.withDelayed = delayed;
     out.withDelayedRatios = ratios(delayed);
     out.delayedSlowdown = Object.fromEntries(
-      Object.keys(delayed).map((c) => [c, r2(delayed[c]!.process / base[c]!.process)]),
+      scaled.map((c) => [c, r2(delayed[c]!.process / delayed[clean(c)]!.process)]),
+    );
+    out.delayedSlowdownAcrossPhases = Object.fromEntries(
+      scaled.map((c) => [c, r2(delayed[c]!.process / base[c]!.process)]),
     );
     out.statsMsWithDelayed = await keel.statsTiming(50);
 
@@ -461,7 +482,10 @@ async function main() {
     );
     await admin.query('vacuum analyze');
     out.statsMsWithArchiveDlqAndDelayed = await keel.statsTiming(50);
-    const big = await phase('1M archive + 200k DLQ + 200k delayed', scaled);
+    const big = await phase(
+      '1M archive + 200k DLQ + 200k delayed',
+      scaled.map((c) => entry(c)),
+    );
     out.withArchiveDlq = big;
     out.withArchiveDlqRatios = ratios(big);
   }
