@@ -32,11 +32,13 @@ $$;
 
 -- ---------------------------------------------------------------------------------------------------------------
 -- enqueue_many(jobs): jobs is a JSON array of {queue, type, payload, priority, runAt, delayMs, tags, idempotencyKey,
--- maxAttempts, expiresAt}. Returns one row per input, in input order: the job id and whether it was a duplicate of
--- a hot job with the same idempotency key. Rows are inserted in idempotency-key order, so concurrent batches that
--- share keys wait on each other in one order and never deadlock; ON CONFLICT DO NOTHING never raises for them.
+-- maxAttempts, expiresAt}. Returns one row of two arrays parallel to the input: each job's id and whether it was a
+-- duplicate of a hot job with the same idempotency key (20,000 result rows cost the client more than the arrays).
+-- Rows are inserted in idempotency-key order, so concurrent batches that share keys wait on each other in one order
+-- and never deadlock; ON CONFLICT DO NOTHING never raises for them.
+drop function if exists keel.enqueue_many(jsonb);
 create or replace function keel.enqueue_many(p_jobs jsonb)
-returns table (ord integer, job_id bigint, duplicate boolean)
+returns table (job_ids bigint[], duplicates boolean[])
 language plpgsql as $$
 #variable_conflict use_column
 declare
@@ -65,10 +67,11 @@ begin
   v_ids := array_fill(null::bigint, array[v_n]);
   v_dups := array_fill(false, array[v_n]);
 
+  -- The batch's distinct queues first, then one settings probe each (not one per job).
   insert into keel.queues (name)
-  select distinct d->>'queue'
-  from unnest(v_docs) as d
-  where not exists (select 1 from keel.queues q where q.name = d->>'queue')
+  select n.name
+  from (select distinct d->>'queue' as name from unnest(v_docs) as d) n
+  where not exists (select 1 from keel.queues q where q.name = n.name)
   order by 1
   on conflict (name) do nothing;
 
@@ -132,10 +135,7 @@ begin
         where not u.dup
           and coalesce((d->>'runAt')::timestamptz <= now(), coalesce((d->>'delayMs')::bigint, 0) = 0)) q;
 
-  return query
-  select (u.o - 1)::integer, u.id, u.dup
-  from unnest(v_ids, v_dups) with ordinality as u(id, dup, o)
-  order by u.o;
+  return query select v_ids, v_dups;
 end
 $$;
 

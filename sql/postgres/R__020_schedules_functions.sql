@@ -63,9 +63,7 @@ begin
     return query select 'fired'::text, null::bigint, null::boolean;
     return;
   end if;
-  select array_agg(e.job_id order by e.ord), array_agg(e.duplicate order by e.ord)
-  into v_ids, v_dups
-  from keel.enqueue_many(p_jobs) e;
+  select e.job_ids, e.duplicates into v_ids, v_dups from keel.enqueue_many(p_jobs) e;
   update keel.schedules s set last_job_id = v_ids[cardinality(v_ids)] where s.name = p_name;
   return query select 'fired'::text, u.id, u.dup from unnest(v_ids, v_dups) with ordinality as u(id, dup, n) order by u.n;
 end

@@ -118,4 +118,40 @@ describe('postgres migrations', () => {
       await pool.end();
     }
   });
+
+  it('commits the repeatables with the scripts run after them (the grants), or neither', async () => {
+    const url = await createTestDatabase('migrate_always');
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'keel-mig-'));
+    const grants = path.join(await mkdtemp(path.join(os.tmpdir(), 'keel-mig-always-')), 'grants.sql');
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
+    const ledger = 'public.always_ledger';
+    const answer = async () => (await pool.query(`select public.f() as v`)).rows[0].v as number;
+    try {
+      await writeFile(
+        path.join(dir, 'R__10_f.sql'),
+        'create or replace function public.f() returns int language sql as $$ select 1 $$;',
+      );
+      await writeFile(grants, `comment on function public.f() is 'granted';`);
+      await migrate(pool, { dir, ledger, always: [grants] });
+      expect(await answer()).toBe(1);
+      // The function is dropped and re-created (a changed signature), and the script after it fails: the new
+      // function must not stay without what that script gives it.
+      await writeFile(
+        path.join(dir, 'R__10_f.sql'),
+        'drop function public.f(); create function public.f() returns int language sql as $$ select 2 $$;',
+      );
+      await writeFile(grants, `comment on function public.f() is 'granted'; select 1/0;`);
+      await expect(migrate(pool, { dir, ledger, always: [grants] })).rejects.toThrow(/grants\.sql .*failed/);
+      expect(await answer()).toBe(1);
+      const comment = async () =>
+        (await pool.query(`select obj_description('public.f()'::regprocedure) as c`)).rows[0].c as string | null;
+      expect(await comment()).toBe('granted');
+      await writeFile(grants, `comment on function public.f() is 'granted';`);
+      expect((await migrate(pool, { dir, ledger, always: [grants] })).applied).toEqual(['R__10_f.sql']);
+      expect(await answer()).toBe(2);
+      expect(await comment()).toBe('granted');
+    } finally {
+      await pool.end();
+    }
+  });
 });

@@ -164,8 +164,11 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   async enqueueMany(jobs: EnqueueRequest[]): Promise<EnqueueResult[]> {
     const docs = prepareEnqueue(jobs, this.maxPayloadBytes);
     if (docs.length === 0) return [];
-    const rows = await this.call('enqueue_many', { jobs: JSON.stringify(docs) });
-    return rows.map((r) => ({ id: String(r.jobId), duplicate: Boolean(r.duplicate) }));
+    // One row of two arrays parallel to the input: the ids and whether each was a duplicate.
+    const [r] = await this.call('enqueue_many', { jobs: JSON.stringify(docs) });
+    const ids = r!.jobIds as string[];
+    const duplicates = r!.duplicates as boolean[];
+    return ids.map((id, i) => ({ id, duplicate: duplicates[i] === true }));
   }
 
   async claimNext(opts: ClaimOptions): Promise<ClaimedJob[]> {

@@ -1,7 +1,7 @@
-// Migrations for PostgreSQL: versioned files V<number>__<name>.sql applied once in order, then repeatable logic
-// scripts R__<name>.sql (functions, grants) re-applied whenever their checksum changed; each file in its own
-// transaction, recorded in a ledger table (<ledger> and <ledger>_repeatable), under an advisory lock so two
-// instances never migrate at once.
+// Migrations for PostgreSQL: versioned files V<number>__<name>.sql applied once in order, each in its own transaction,
+// then repeatable logic scripts R__<name>.sql (functions, grants) re-applied whenever their checksum changed, together
+// with the always-run scripts in one transaction; recorded in a ledger table (<ledger> and <ledger>_repeatable), under
+// an advisory lock so two instances never migrate at once.
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -20,8 +20,8 @@ export interface MigrateOptions {
   dir: string; // folder of V<n>__<name>.sql and R__<name>.sql files
   ledger?: string; // ledger table (schema-qualified); default keel.schema_migrations
   lockKey?: number; // advisory lock key; default derived from the ledger name
-  // Scripts run after the pending migrations on every run, in order, each in its own transaction and under the same
-  // lock (grants that must cover whatever any migration created). They must be idempotent.
+  // Scripts run after the pending migrations on every run, in order, in the repeatables' transaction and under the
+  // same lock (grants that must cover whatever any migration created). They must be idempotent.
   always?: string[];
 }
 
@@ -97,34 +97,31 @@ export async function migrate(pool: pg.Pool, opts: MigrateOptions): Promise<Migr
     for (const row of (await client.query(`select name, checksum from ${repeatableLedger}`)).rows) {
       doneRepeatable.set(String(row.name), String(row.checksum));
     }
-    for (const r of pendingRepeatables(repeatables, doneRepeatable, applied.length > 0)) {
-      try {
-        await client.query('begin');
+    // The repeatables and the scripts that run after them (the roles script) commit together: CREATE OR REPLACE
+    // FUNCTION resets SECURITY DEFINER and SET search_path, and a dropped and re-created function loses its grants,
+    // which only the roles script puts back. Committed apart, a running app would meet functions it may not execute
+    // (or that run without their owner's rights) between the two commits.
+    await client.query('begin');
+    let current = '';
+    try {
+      for (const r of pendingRepeatables(repeatables, doneRepeatable, applied.length > 0)) {
+        current = `repeatable script ${r.file}`;
         await client.query(r.text);
         await client.query(
           `insert into ${repeatableLedger} (name, checksum) values ($1, $2)
            on conflict (name) do update set checksum = excluded.checksum, applied_at = now()`,
           [r.name, r.checksum],
         );
-        await client.query('commit');
         applied.push(r.file);
-      } catch (err) {
-        await client.query('rollback').catch(() => undefined);
-        throw new Error(`repeatable script ${r.file} failed: ${(err as Error).message}`, { cause: err });
       }
-    }
-    for (const file of opts.always ?? []) {
-      try {
-        const sql = (await readFile(file, 'utf8')).replace(/^\uFEFF/, '');
-        await client.query('begin');
-        await client.query(sql);
-        await client.query('commit');
-      } catch (err) {
-        await client.query('rollback').catch(() => undefined);
-        throw new Error(`${path.basename(file)} failed after the migrations: ${(err as Error).message}`, {
-          cause: err,
-        });
+      for (const file of opts.always ?? []) {
+        current = `${path.basename(file)} (run after the migrations)`;
+        await client.query((await readFile(file, 'utf8')).replace(/^\uFEFF/, ''));
       }
+      await client.query('commit');
+    } catch (err) {
+      await client.query('rollback').catch(() => undefined);
+      throw new Error(`${current} failed: ${(err as Error).message}`, { cause: err });
     }
     // After the repeatables too: CREATE OR REPLACE FUNCTION resets SECURITY DEFINER and SET search_path.
     return { applied, alreadyApplied: migrations.length + repeatables.length - applied.length };
