@@ -496,7 +496,7 @@ begin
     perform keel._bury(v_cancelled, 'cancelled', 'cancel requested while running; the handler finished before it saw the request');
   end if;
   return query
-  select v_ok, coalesce(array(select c.id from unnest(v_cancelled) c order by c.id), '{}');
+  select v_ok, coalesce(array(select c.id from unnest(v_cancelled) c), '{}'); -- v_cancelled is in id order already
 end
 $$;
 

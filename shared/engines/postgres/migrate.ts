@@ -123,7 +123,6 @@ export async function migrate(pool: pg.Pool, opts: MigrateOptions): Promise<Migr
       await client.query('rollback').catch(() => undefined);
       throw new Error(`${current} failed: ${(err as Error).message}`, { cause: err });
     }
-    // After the repeatables too: CREATE OR REPLACE FUNCTION resets SECURITY DEFINER and SET search_path.
     return { applied, alreadyApplied: migrations.length + repeatables.length - applied.length };
   } finally {
     await client.query('select pg_advisory_unlock($1)', [lockKey]).catch(() => undefined);
