@@ -2,7 +2,14 @@
 -- Repeatable: re-applied whenever this file changes (sql/README.md); tables and types are in the versioned files.
 -- Each call runs in the caller's single implicit transaction: any error rolls the whole move back.
 -- Owner-scoped functions match (job id, lease id, state); zero rows means 'lease_lost', never an error.
--- Rows are locked in id order everywhere, so batch calls of different workers cannot deadlock on each other.
+-- Every transaction takes its locks in the one order of sql/README.md ("Lock order"): queue settings rows by name,
+-- job rows by id (claims skip locked rows instead of waiting), then the counters, each counter table at most once
+-- per transaction (keel._tally), so two movers can never wait for each other in a cycle.
+-- No function sets a planner option (enable_*): a disabled plan node costs ~1e10, far past jit_above_cost, and a
+-- stock server (jit = on) then JIT-compiles every statement of the function on every call (issue 22). The plans are
+-- right by construction instead: primary-key probes through LATERAL subqueries (a nested loop in the outer order)
+-- and `id = any(array(select ...))` (an array whose length the planner cannot know: probed per element, never a
+-- scan of the table, whatever the statistics say). test/engines/postgres.plans.test.ts checks every hot-path plan.
 
 -- Milliseconds between two instants, never negative.
 create or replace function keel._ms_between(p_from timestamptz, p_to timestamptz)
@@ -148,17 +155,17 @@ create or replace function keel._claim_best(p_ids bigint[], p_limit integer)
 returns bigint[]
 language sql stable as $$
   select case when cardinality(p_ids) <= p_limit then p_ids
-              else array(select h.id from keel.jobs_hot h where h.id = any(p_ids)
+              else array(select h.id from keel.jobs_hot h where h.id = any(array(select unnest(p_ids)))
                          order by h.priority desc, h.run_at, h.id limit p_limit) end
 $$;
 
--- The claim's update takes its rows by `id = any(array)` from jobs_hot_pkey, with sequential scans off: a claim of
--- 500 ids was planned as a scan of the whole hot table whenever the statistics knew the backlog (3 ms of a 6 ms
--- update at 20,000 rows, and growing with the backlog); joined to a CTE of the ids, as a hash join of that scan.
+-- The claim's update finds its rows by `id = any(array(select unnest(...)))`: a probe of jobs_hot_pkey per id. With
+-- the ids as a plain array parameter the planner knows their count and, once the statistics know the backlog,
+-- answers a 500-id claim with a scan of the whole hot table (3 ms of a 6 ms update at 20,000 rows, growing with the
+-- backlog); an array built by a subquery has a length it cannot know, so it probes by key.
 create or replace function keel._claim_rows(p_ids bigint[], p_worker_id text, p_lease_seconds integer, p_limit integer)
 returns setof keel.claimed_job
-language plpgsql
-set enable_seqscan = off as $$
+language plpgsql as $$
 declare
   v_ids  bigint[] := keel._claim_best(p_ids, p_limit);
   v_seed text := gen_random_uuid()::text;
@@ -171,7 +178,7 @@ begin
         worker_id = p_worker_id,
         fetched_at = now(),
         lease_expires_at = now() + make_interval(secs => p_lease_seconds)
-    where h.id = any(v_ids)
+    where h.id = any(array(select unnest(v_ids)))
     returning h.*
   )
   select u.id, u.lease_id, u.queue, u.type, u.payload, u.priority, u.attempts, u.max_attempts,
@@ -186,13 +193,11 @@ $$;
 -- (highest first, found with one index probe per queue) only the due rows of that level are read, so neither the
 -- pending backlog nor delayed jobs (of any priority) make a claim slower. Within a level, each queue contributes its
 -- oldest due rows and the level keeps the oldest across queues, so no queue starves another of equal priority.
--- enable_sort = off: with jobs_hot's statistics stale (a backlog enqueued since the last analyze, the usual case
--- for a queue) the planner answered the level probe from jobs_hot_pending_run_at and sorted every pending row of
--- the queue (4-7 ms per claim at 30k pending); without a sort only jobs_hot_pending_due's order answers it.
+-- jobs_hot_pending_due is the only index of pending rows by queue (V006 dropped jobs_hot_pending_run_at, which the
+-- planner chose with stale statistics and then sorted every due row of the queue: 4-7 ms a claim at 30k pending).
 create or replace function keel._pick_due(p_queues text[], p_limit integer)
 returns bigint[]
-language plpgsql
-set enable_sort = off as $$
+language plpgsql as $$
 declare
   v_ids   bigint[] := '{}';
   v_need  integer := p_limit;
@@ -301,9 +306,7 @@ returns table (job_id bigint, lease_id uuid, queue text, type text, payload json
                max_attempts integer, queue_max_attempts integer, idempotency_key text, tags text[],
                run_at double precision, created_at double precision, lease_expires_at double precision,
                attempt integer)
--- Sequential scans off, as in _claim_rows: the update probes jobs_hot_pkey for its ids.
-language plpgsql
-set enable_seqscan = off as $$
+language plpgsql as $$
 #variable_conflict use_column
 declare
   v_ids  bigint[] := keel._claim_best(keel._claim_candidates(p_queues, p_limit), p_limit);
@@ -323,7 +326,7 @@ begin
         attempts = h.attempts + 1,
         started_at = now(),
         heartbeat_at = now()
-    where h.id = any(v_ids)
+    where h.id = any(array(select unnest(v_ids))) -- probed by key, as in _claim_rows
     returning h.*
   )
   select u.id, u.lease_id, u.queue, u.type, u.payload, u.priority, u.attempts - 1, u.max_attempts,
@@ -376,34 +379,38 @@ $$;
 -- ---------------------------------------------------------------------------------------------------------------
 -- Owner-scoped transitions inside the hot table.
 -- start_many(leases) and complete_many(leases): leases is a JSON array of {jobId, leaseId} (the store sends only
--- well-formed pairs; a malformed one is an error, 22P02). Each returns one row per job it moved; a pair it does not
--- answer was not owned (lease_lost). The pairs meet jobs_hot by primary-key probes, locked in id order (one order for
--- every mover, so completions, rescues and operators never deadlock): a lateral probe per pair by id alone, sequential
--- scans off. Joined, the planner hash-joined the pairs against a scan of the whole table when jobs_hot's statistics
--- were stale (the usual case for a queue table); with the state tested inside the probe, it walked a partial index
--- of running jobs once per pair (103 us a job; that index is gone since V004). So the probe is by id alone, fenced
--- with OFFSET 0 so the planner cannot push the state test back into it, and the lease and state are tested on the
--- locked row: a pair whose job is no longer the caller's is locked until commit and left alone.
+-- well-formed pairs; a malformed one is an error, 22P02). Each answers only the jobs it moved; a pair it does not
+-- answer was not owned (lease_lost). The pairs are sorted by id and each is a LATERAL probe of jobs_hot by id alone:
+-- a nested loop in the pairs' order whatever the statistics say, so rows are locked in id order, as every mover
+-- locks them. Joined instead, the planner hash-joined the pairs against a scan of the whole table when jobs_hot's
+-- statistics were stale (the usual case for a queue table), locking in no particular order; with the state tested
+-- inside the probe, it walked a partial index of running jobs once per pair (103 us a job; gone since V004). So the
+-- probe is by id alone, fenced with OFFSET 0 so the planner cannot push the state test into it, and the lease and
+-- state are tested on the locked row: a pair whose job is no longer the caller's is locked until commit and left alone.
 drop function if exists keel._lock_owned(jsonb, text);
-create or replace function keel.start_many(p_leases jsonb)
-returns table (job_id bigint, status text, attempt integer)
-language plpgsql
-set enable_seqscan = off as $$
-#variable_conflict use_column
-begin
-  return query
-  with locked as (
+create or replace function keel._lock_owned(p_leases jsonb, p_state text)
+returns bigint[]
+language sql as $$
+  select array(
     select l.id
     from (select r."jobId" as id, r."leaseId" as lease from jsonb_to_recordset(p_leases) as r("jobId" bigint, "leaseId" uuid)
           order by 1) r
     cross join lateral (
       select h.id, h.lease_id, h.state from keel.jobs_hot h where h.id = r.id
       for update of h offset 0) l
-    where l.lease_id = r.lease and l.state = 'fetched'
-  ), upd as (
+    where l.lease_id = r.lease and l.state = p_state)
+$$;
+
+create or replace function keel.start_many(p_leases jsonb)
+returns table (job_id bigint, status text, attempt integer)
+language plpgsql as $$
+#variable_conflict use_column
+begin
+  return query
+  with upd as (
     update keel.jobs_hot h
     set state = 'processing', attempts = h.attempts + 1, started_at = now(), heartbeat_at = now()
-    where h.id = any(array(select l.id from locked l))
+    where h.id = any(array(select unnest(keel._lock_owned(p_leases, 'fetched')))) -- probed by key, as in _claim_rows
     returning h.id, h.attempts
   )
   select u.id, 'ok'::text, u.attempts from upd u;
@@ -440,32 +447,80 @@ $$;
 
 -- ---------------------------------------------------------------------------------------------------------------
 -- The final moves. Delete from the source first, capturing exactly the deleted rows; insert those rows at the
--- destination; update stats_summary and metric_buckets; all in the caller's one transaction.
+-- destination; then count them (keel._tally): stats_summary and metric_buckets once each, last; all in the caller's
+-- one transaction.
+
+-- Counts what one transaction did, once, after all of its moves: one upsert of stats_summary, then one of
+-- metric_buckets, each in queue order, so any two transactions meet those rows in the same order (sql/README.md, Lock
+-- order). p_queues, p_outcomes and p_durations are parallel: outcome 'succeeded', a DLQ reason ('exhausted', 'fatal',
+-- 'timeout', 'cancelled', 'zombie', 'expired'; counted as failed), 'retried', 'zombie_retried' (a zombie handed back
+-- to pending: counted as zombie, no bucket) or 'resurrected'. Durations (ms, null for none) feed the buckets.
+create or replace function keel._tally(p_queues text[], p_outcomes text[], p_durations bigint[])
+returns void
+language plpgsql as $$
+begin
+  if coalesce(cardinality(p_queues), 0) = 0 then
+    return;
+  end if;
+  insert into keel.stats_summary as s (queue, succeeded, failed, retried, cancelled, zombie, resurrected)
+  select t.queue,
+         count(*) filter (where t.outcome = 'succeeded'),
+         count(*) filter (where t.outcome in ('exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired')),
+         count(*) filter (where t.outcome = 'retried'),
+         count(*) filter (where t.outcome = 'cancelled'),
+         count(*) filter (where t.outcome in ('zombie', 'zombie_retried')),
+         count(*) filter (where t.outcome = 'resurrected')
+  from unnest(p_queues, p_outcomes) as t(queue, outcome)
+  group by t.queue order by t.queue
+  on conflict (queue) do update
+    set succeeded = s.succeeded + excluded.succeeded,
+        failed = s.failed + excluded.failed,
+        retried = s.retried + excluded.retried,
+        cancelled = s.cancelled + excluded.cancelled,
+        zombie = s.zombie + excluded.zombie,
+        resurrected = s.resurrected + excluded.resurrected,
+        updated_at = now();
+  insert into keel.metric_buckets as b (bucket_start, queue, outcome, reason, count, total_duration_ms, max_duration_ms)
+  select date_trunc('minute', now()), t.queue, t.bucket, t.reason, count(*), coalesce(sum(t.duration_ms), 0),
+         coalesce(max(t.duration_ms), 0)
+  from (select u.queue, u.duration_ms,
+               case when u.outcome = 'succeeded' then 'succeeded' else 'failed' end as bucket,
+               case when u.outcome = 'succeeded' then '' else u.outcome end as reason
+        from unnest(p_queues, p_outcomes, p_durations) as u(queue, outcome, duration_ms)
+        where u.outcome in ('succeeded', 'exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired')) t
+  group by t.queue, t.bucket, t.reason order by t.queue, t.bucket, t.reason
+  on conflict (bucket_start, queue, outcome, reason) do update
+    set count = b.count + excluded.count,
+        total_duration_ms = b.total_duration_ms + excluded.total_duration_ms,
+        max_duration_ms = greatest(b.max_duration_ms, excluded.max_duration_ms);
+end
+$$;
 
 -- Hot -> Archive for every (job id, lease id) still processing under that lease. One row: the ids archived (ok) and
 -- the ids dead-lettered as cancelled; a pair in neither was not owned (lease_lost). Arrays, not a row per job: 500
 -- result rows cost more to send and to read than the move's own bookkeeping.
--- One statement locks, checks and deletes (no lock-then-move pass): a nested loop over the pairs sorted by id, each a
--- primary-key probe (no seq, bitmap, hash or merge plan, whatever the statistics say), so rows are locked and deleted
--- in id order, as every multi-row mover locks them, and two movers never deadlock. A row locked by another mover is
--- waited for and its lease and state tested again on the version that mover left.
+-- The owned rows are locked first, in id order (keel._lock_owned), then deleted by key, archived, and counted.
 drop function if exists keel.complete_many(jsonb);
 create or replace function keel.complete_many(p_leases jsonb)
 returns table (ok bigint[], cancelled bigint[])
-language plpgsql
-set enable_seqscan = off set enable_bitmapscan = off set enable_hashjoin = off set enable_mergejoin = off as $$
+language plpgsql as $$
 #variable_conflict use_column
 declare
+  v_ids        bigint[] := keel._lock_owned(p_leases, 'processing');
   v_ok         bigint[];
   v_cancelled  keel.jobs_hot[];
+  v_t          keel.tally;
+  v_dead       keel.tally;
 begin
+  if cardinality(v_ids) = 0 then
+    return query select '{}'::bigint[], '{}'::bigint[];
+    return;
+  end if;
   -- A job whose cancel was requested while it ran goes to the DLQ as 'cancelled' even when its handler finished
   -- first: the operator was told 'cancel_requested', and that is how such a job ends (as with retry).
   with moved as (
     delete from keel.jobs_hot h
-    using (select r."jobId" as id, r."leaseId" as lease from jsonb_to_recordset(p_leases) as r("jobId" bigint, "leaseId" uuid)
-           order by 1) p
-    where h.id = p.id and h.state = 'processing' and h.lease_id = p.lease
+    where h.id = any(array(select unnest(v_ids))) -- probed by key (see _claim_rows); locked already
     returning h.*
   ), archived as (
     insert into keel.jobs_archive (id, queue, type, payload, priority, attempts, max_attempts, idempotency_key, tags,
@@ -475,35 +530,28 @@ begin
     from moved m
     where not m.cancel_requested
     returning id, queue, duration_ms
-  ), counted as (
-    insert into keel.stats_summary as s (queue, succeeded)
-    select a.queue, count(*) from archived a group by a.queue order by a.queue
-    on conflict (queue) do update set succeeded = s.succeeded + excluded.succeeded, updated_at = now()
-  ), bucketed as (
-    insert into keel.metric_buckets as b (bucket_start, queue, outcome, reason, count, total_duration_ms, max_duration_ms)
-    select date_trunc('minute', now()), a.queue, 'succeeded', '', count(*), sum(a.duration_ms), max(a.duration_ms)
-    from archived a group by a.queue order by a.queue
-    on conflict (bucket_start, queue, outcome, reason) do update
-      set count = b.count + excluded.count,
-          total_duration_ms = b.total_duration_ms + excluded.total_duration_ms,
-          max_duration_ms = greatest(b.max_duration_ms, excluded.max_duration_ms)
   )
-  select coalesce(array_agg(m.id) filter (where not m.cancel_requested), '{}'),
-         array_agg(row(m.*)::keel.jobs_hot order by m.id) filter (where m.cancel_requested)
-  into v_ok, v_cancelled
-  from moved m;
+  select a.ok, a.queues, a.outcomes, a.durations,
+         (select array_agg(row(m.*)::keel.jobs_hot order by m.id) from moved m where m.cancel_requested)
+  into v_ok, v_t.queues, v_t.outcomes, v_t.durations, v_cancelled
+  from (select coalesce(array_agg(a.id order by a.id), '{}') as ok, array_agg(a.queue) as queues,
+               array_agg('succeeded'::text) as outcomes, array_agg(a.duration_ms) as durations
+        from archived a) a;
   if v_cancelled is not null then
-    perform keel._bury(v_cancelled, 'cancelled', 'cancel requested while running; the handler finished before it saw the request');
+    v_dead := keel._bury(v_cancelled, 'cancelled', 'cancel requested while running; the handler finished before it saw the request');
+    v_t := row(v_t.queues || v_dead.queues, v_t.outcomes || v_dead.outcomes, v_t.durations || v_dead.durations);
   end if;
+  perform keel._tally(v_t.queues, v_t.outcomes, v_t.durations);
   return query
   select v_ok, coalesce(array(select c.id from unnest(v_cancelled) c), '{}'); -- v_cancelled is in id order already
 end
 $$;
 
--- Puts hot rows their caller has just deleted into the DLQ with reason and error (the row's last error if none),
--- and counts them in stats_summary and metric_buckets. Returns their ids.
+-- Puts hot rows their caller has just deleted into the DLQ with reason and error (the row's last error if none).
+-- Returns what to count (keel._tally); the caller counts once, after all of its moves.
+drop function if exists keel._bury(keel.jobs_hot[], text, text);
 create or replace function keel._bury(p_rows keel.jobs_hot[], p_reason text, p_error text)
-returns setof bigint
+returns keel.tally
 language sql as $$
   with dead as (
     insert into keel.jobs_dlq (id, queue, type, payload, priority, attempts, max_attempts, idempotency_key, tags,
@@ -513,45 +561,30 @@ language sql as $$
            case when m.started_at is null then null else keel._ms_between(m.started_at, now()) end,
            p_reason, coalesce(p_error, m.last_error), m.worker_id
     from unnest(p_rows) m
-    returning id, queue, coalesce(duration_ms, 0) as duration_ms
-  ), counted as (
-    insert into keel.stats_summary as s (queue, failed, cancelled, zombie)
-    select d.queue, count(*),
-           case when p_reason = 'cancelled' then count(*) else 0 end,
-           case when p_reason = 'zombie' then count(*) else 0 end
-    from dead d group by d.queue order by d.queue
-    on conflict (queue) do update
-      set failed = s.failed + excluded.failed,
-          cancelled = s.cancelled + excluded.cancelled,
-          zombie = s.zombie + excluded.zombie,
-          updated_at = now()
-  ), bucketed as (
-    insert into keel.metric_buckets as b (bucket_start, queue, outcome, reason, count, total_duration_ms, max_duration_ms)
-    select date_trunc('minute', now()), d.queue, 'failed', p_reason, count(*), sum(d.duration_ms), max(d.duration_ms)
-    from dead d group by d.queue order by d.queue
-    on conflict (bucket_start, queue, outcome, reason) do update
-      set count = b.count + excluded.count,
-          total_duration_ms = b.total_duration_ms + excluded.total_duration_ms,
-          max_duration_ms = greatest(b.max_duration_ms, excluded.max_duration_ms)
+    returning queue, coalesce(duration_ms, 0) as duration_ms
   )
-  select d.id from dead d
+  select row(coalesce(array_agg(d.queue), '{}'), coalesce(array_agg(p_reason), '{}'),
+             coalesce(array_agg(d.duration_ms), '{}'))::keel.tally
+  from dead d
 $$;
 
--- Hot -> DLQ for the given ids that are in one of p_states (and, when p_lease is given, still under that lease).
--- Shared by fail, cancel and zombie/expiry rescue. Returns the ids it moved.
+-- Hot -> DLQ for the given ids that are in one of p_states (and, when p_lease is given, still under that lease),
+-- locked in id order. Shared by fail, cancel, retry, interrupt and rescue. Returns what to count (keel._tally);
+-- cardinality(queues) is how many it moved.
+drop function if exists keel._dead_letter(bigint[], uuid, text[], text, text);
 create or replace function keel._dead_letter(p_ids bigint[], p_lease uuid, p_states text[], p_reason text, p_error text)
-returns setof bigint
+returns keel.tally
 language sql as $$
   with locked as (
     select h.id from keel.jobs_hot h
-    where h.id = any(p_ids) and h.state = any(p_states) and (p_lease is null or h.lease_id = p_lease)
+    where h.id = any(array(select unnest(p_ids))) and h.state = any(p_states) and (p_lease is null or h.lease_id = p_lease)
     order by h.id
     for update of h
   ), moved as (
-    delete from keel.jobs_hot h using locked l where h.id = l.id
+    delete from keel.jobs_hot h where h.id = any(array(select l.id from locked l))
     returning h.*
   )
-  select keel._bury((select array_agg(row(m.*)::keel.jobs_hot order by m.id) from moved m), p_reason, p_error)
+  select keel._bury(coalesce((select array_agg(row(m.*)::keel.jobs_hot order by m.id) from moved m), '{}'), p_reason, p_error)
 $$;
 
 create or replace function keel.fail(p_job_id bigint, p_lease_id text, p_reason text, p_error text)
@@ -559,6 +592,7 @@ returns text
 language plpgsql as $$
 declare
   v_lease uuid := keel._lease(p_lease_id);
+  v_t     keel.tally;
 begin
   if p_reason is null or p_reason not in ('exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired') then
     raise exception 'reason must be one of exhausted, fatal, timeout, cancelled, zombie, expired (got %)', coalesce(p_reason, 'null')
@@ -567,9 +601,11 @@ begin
   if v_lease is null then
     return 'lease_lost';
   end if;
-  if (select count(*) from keel._dead_letter(array[p_job_id], v_lease, array['fetched', 'processing'], p_reason, p_error)) = 0 then
+  v_t := keel._dead_letter(array[p_job_id], v_lease, array['fetched', 'processing'], p_reason, p_error);
+  if cardinality(v_t.queues) = 0 then
     return 'lease_lost';
   end if;
+  perform keel._tally(v_t.queues, v_t.outcomes, v_t.durations);
   return 'ok';
 end
 $$;
@@ -582,6 +618,7 @@ language plpgsql as $$
 declare
   v_lease  uuid := keel._lease(p_lease_id);
   v_row    record;
+  v_t      keel.tally;
 begin
   select h.queue, h.cancel_requested into v_row from keel.jobs_hot h
   where h.id = p_job_id and h.lease_id = v_lease and h.state = 'processing'
@@ -590,15 +627,15 @@ begin
     return 'lease_lost';
   end if;
   if v_row.cancel_requested then
-    perform keel._dead_letter(array[p_job_id], v_lease, array['processing'], 'cancelled', coalesce(p_error, 'cancelled'));
-    return 'ok';
+    v_t := keel._dead_letter(array[p_job_id], v_lease, array['processing'], 'cancelled', coalesce(p_error, 'cancelled'));
+  else
+    update keel.jobs_hot h
+    set state = 'pending', run_at = coalesce(p_run_at, now()), lease_id = null, worker_id = null, fetched_at = null,
+        lease_expires_at = null, heartbeat_at = null, last_error = p_error
+    where h.id = p_job_id;
+    v_t := row(array[v_row.queue], array['retried'], array[null::bigint]);
   end if;
-  update keel.jobs_hot h
-  set state = 'pending', run_at = coalesce(p_run_at, now()), lease_id = null, worker_id = null, fetched_at = null,
-      lease_expires_at = null, heartbeat_at = null, last_error = p_error
-  where h.id = p_job_id;
-  insert into keel.stats_summary as s (queue, retried) values (v_row.queue, 1)
-  on conflict (queue) do update set retried = s.retried + 1, updated_at = now();
+  perform keel._tally(v_t.queues, v_t.outcomes, v_t.durations);
   return 'ok';
 end
 $$;
@@ -613,6 +650,7 @@ language plpgsql as $$
 declare
   v_lease  uuid := keel._lease(p_lease_id);
   v_cancel boolean;
+  v_t      keel.tally;
 begin
   select h.cancel_requested into v_cancel from keel.jobs_hot h
   where h.id = p_job_id and h.lease_id = v_lease and h.state = 'processing'
@@ -621,7 +659,8 @@ begin
     return 'lease_lost';
   end if;
   if v_cancel then
-    perform keel._dead_letter(array[p_job_id], v_lease, array['processing'], 'cancelled', coalesce(p_error, 'cancelled'));
+    v_t := keel._dead_letter(array[p_job_id], v_lease, array['processing'], 'cancelled', coalesce(p_error, 'cancelled'));
+    perform keel._tally(v_t.queues, v_t.outcomes, v_t.durations);
     return 'ok';
   end if;
   update keel.jobs_hot h
@@ -638,6 +677,7 @@ returns text
 language plpgsql as $$
 declare
   v_state text;
+  v_t     keel.tally;
 begin
   select h.state into v_state from keel.jobs_hot h where h.id = p_job_id for update;
   if not found then
@@ -647,8 +687,44 @@ begin
     update keel.jobs_hot h set cancel_requested = true where h.id = p_job_id;
     return 'cancel_requested';
   end if;
-  perform keel._dead_letter(array[p_job_id], null, array['pending', 'fetched'], 'cancelled', 'cancelled by operator');
+  v_t := keel._dead_letter(array[p_job_id], null, array['pending', 'fetched'], 'cancelled', 'cancelled by operator');
+  perform keel._tally(v_t.queues, v_t.outcomes, v_t.durations);
   return 'cancelled';
+end
+$$;
+
+-- Counter rows of backends that have exited go to slot 0 (V006: each live backend writes only its own slot, its
+-- pid). Rows another transaction holds are skipped, and a new backend that reuses a pid just keeps adding to its
+-- row. Bounded: one row per queue and backend that wrote since the last fold.
+create or replace function keel._fold_counters()
+returns void
+language plpgsql as $$
+begin
+  with gone as (
+    delete from keel.hot_counts c
+    where (c.queue, c.slot) in (
+      select x.queue, x.slot from keel.hot_counts x
+      where x.slot <> 0 and not exists (select 1 from pg_stat_activity a where a.pid = x.slot)
+      for update skip locked)
+    returning c.queue, c.pending, c.fetched, c.processing
+  )
+  insert into keel.hot_counts as c (queue, slot, pending, fetched, processing)
+  select g.queue, 0, sum(g.pending), sum(g.fetched), sum(g.processing) from gone g group by g.queue order by g.queue
+  on conflict (queue, slot) do update
+    set pending = c.pending + excluded.pending,
+        fetched = c.fetched + excluded.fetched,
+        processing = c.processing + excluded.processing;
+  with gone as (
+    delete from keel.dlq_counts c
+    where (c.queue, c.slot) in (
+      select x.queue, x.slot from keel.dlq_counts x
+      where x.slot <> 0 and not exists (select 1 from pg_stat_activity a where a.pid = x.slot)
+      for update skip locked)
+    returning c.queue, c.n
+  )
+  insert into keel.dlq_counts as c (queue, slot, n)
+  select g.queue, 0, sum(g.n) from gone g group by g.queue order by g.queue
+  on conflict (queue, slot) do update set n = c.n + excluded.n;
 end
 $$;
 
@@ -657,6 +733,8 @@ $$;
 --   processing past the queue's heartbeat timeout -> DLQ zombie (policy dlq or attempts exhausted), DLQ cancelled
 --   (cancel requested), or pending (policy retry);
 --   pending past expires_at -> DLQ expired.
+-- Every row it takes it locks skip-locked (a row another mover holds is left for the next pass); everything is
+-- counted once at the end. Then the counter rows of exited backends are folded (keel._fold_counters).
 create or replace function keel.rescue_zombies(p_limit integer, p_type_max_attempts jsonb default null)
 returns table (released_fetched integer, retried integer, dead_lettered integer, expired integer)
 language plpgsql as $$
@@ -669,6 +747,8 @@ declare
   v_zombie_ids bigint[];
   v_cancel_ids bigint[];
   v_ids       bigint[];
+  v_t         keel.tally := row('{}', '{}', '{}');
+  v_moved     keel.tally;
 begin
   with c as (
     select h.id from keel.jobs_hot h
@@ -704,19 +784,23 @@ begin
       set state = 'pending', run_at = now(), lease_id = null, worker_id = null, fetched_at = null,
           lease_expires_at = null, heartbeat_at = null,
           last_error = 'zombie: no heartbeat since ' || to_char(h.heartbeat_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
-      where h.id = any(v_retry_ids)
+      where h.id = any(array(select unnest(v_retry_ids)))
       returning h.queue
     )
-    insert into keel.stats_summary as s (queue, zombie)
-    select u.queue, count(*) from upd u group by u.queue order by u.queue
-    on conflict (queue) do update set zombie = s.zombie + excluded.zombie, updated_at = now();
-    v_retried := cardinality(v_retry_ids);
+    select array_agg(u.queue), array_agg('zombie_retried'::text), array_agg(null::bigint)
+    into v_moved.queues, v_moved.outcomes, v_moved.durations from upd u;
+    v_t := row(v_t.queues || v_moved.queues, v_t.outcomes || v_moved.outcomes, v_t.durations || v_moved.durations);
+    v_retried := cardinality(v_moved.queues);
   end if;
   if v_zombie_ids is not null then
-    v_dead := v_dead + (select count(*) from keel._dead_letter(v_zombie_ids, null, array['processing'], 'zombie', 'zombie: heartbeat timed out'));
+    v_moved := keel._dead_letter(v_zombie_ids, null, array['processing'], 'zombie', 'zombie: heartbeat timed out');
+    v_t := row(v_t.queues || v_moved.queues, v_t.outcomes || v_moved.outcomes, v_t.durations || v_moved.durations);
+    v_dead := v_dead + cardinality(v_moved.queues);
   end if;
   if v_cancel_ids is not null then
-    v_dead := v_dead + (select count(*) from keel._dead_letter(v_cancel_ids, null, array['processing'], 'cancelled', 'cancelled; worker lost before it stopped'));
+    v_moved := keel._dead_letter(v_cancel_ids, null, array['processing'], 'cancelled', 'cancelled; worker lost before it stopped');
+    v_t := row(v_t.queues || v_moved.queues, v_t.outcomes || v_moved.outcomes, v_t.durations || v_moved.durations);
+    v_dead := v_dead + cardinality(v_moved.queues);
   end if;
 
   v_ids := array(
@@ -725,9 +809,13 @@ begin
     order by h.id limit p_limit
     for update of h skip locked);
   if cardinality(v_ids) > 0 then
-    v_expired := (select count(*) from keel._dead_letter(v_ids, null, array['pending'], 'expired', 'expired before it started'));
+    v_moved := keel._dead_letter(v_ids, null, array['pending'], 'expired', 'expired before it started');
+    v_t := row(v_t.queues || v_moved.queues, v_t.outcomes || v_moved.outcomes, v_t.durations || v_moved.durations);
+    v_expired := cardinality(v_moved.queues);
   end if;
 
+  perform keel._tally(v_t.queues, v_t.outcomes, v_t.durations);
+  perform keel._fold_counters();
   return query select v_released, v_retried, v_dead, v_expired;
 end
 $$;
@@ -754,6 +842,7 @@ language sql as $$
     select m.id, m.queue, m.type, m.payload, m.priority, 'pending', now(), 0, m.max_attempts,
            m.idempotency_key, m.tags, m.created_at, m.error
     from moved m
+    order by m.idempotency_key nulls first, m.id -- keys in key order, as enqueue_many inserts them
     returning id, queue
   ), counted as (
     insert into keel.stats_summary as s (queue, resurrected)
@@ -836,12 +925,15 @@ $$;
 -- ---------------------------------------------------------------------------------------------------------------
 -- Reads.
 -- Every field is a maintained counter or a bounded index read (issue 12), whatever the size of the three pillars:
---   pending, fetched, processing: keel.hot_counts (statement triggers on jobs_hot, V003), summed over 16 slots;
---   dlq: keel.dlq_counts (statement triggers on jobs_dlq, V001); succeeded ... resurrected: keel.stats_summary;
---   oldest_due_age_ms: the first entry of jobs_hot_pending_run_at, when it is due;
---   due: exact when the queue has at most 1,000 due or at most 1,000 not-yet-due pending rows (it counts the smaller
---   side of jobs_hot_pending_run_at up to 1,000, the other side is pending minus it). Past that due is 1,000 and
---   due_exact false: "at least 1,000".
+--   pending, fetched, processing: keel.hot_counts (statement triggers on jobs_hot, V003), summed over its slots;
+--   dlq: keel.dlq_counts (statement triggers on jobs_dlq), summed over its slots; succeeded ... resurrected:
+--   keel.stats_summary;
+--   the queue's pending priority levels, highest first, at most 64: a loose index scan of jobs_hot_pending_due (one
+--   probe a level);
+--   oldest_due_age_ms: the oldest of the levels' first entries, when it is due;
+--   due: exact when the queue has at most 1,000 due or at most 1,000 not-yet-due pending rows in each level (it
+--   counts the smaller side up to 1,000 a level, the other side is pending minus it), and at most 64 levels. Past
+--   that due is at least 1,000 (or what the first 64 levels hold) and due_exact false.
 drop function if exists keel.stats();
 create or replace function keel.stats()
 returns table (queue text, pending bigint, due bigint, due_exact boolean, fetched bigint, processing bigint,
@@ -852,46 +944,73 @@ language sql stable as $$
     select c.queue, sum(c.pending)::bigint as pending, sum(c.fetched)::bigint as fetched,
            sum(c.processing)::bigint as processing
     from keel.hot_counts c group by c.queue
+  ), dead as (
+    select c.queue, sum(c.n)::bigint as n from keel.dlq_counts c group by c.queue
   ), names as (
     select q.name from keel.queues q
     union select s.queue from keel.stats_summary s
     union select c.queue from counts c where c.pending <> 0 or c.fetched <> 0 or c.processing <> 0
-  ), hot as (
-    select n.name, coalesce(c.pending, 0) as pending, coalesce(c.fetched, 0) as fetched,
-           coalesce(c.processing, 0) as processing, oldest.run_at as oldest_run_at, d.n as due_seen
+  ), levels as (
+    select n.name, l.priority, l.k
     from names n
-    left join counts c on c.queue = n.name
-    left join lateral (
-      select h.run_at from keel.jobs_hot h where h.queue = n.name and h.state = 'pending'
-      order by h.run_at limit 1
-    ) oldest on true
-    left join lateral (
+    cross join lateral (
+      with recursive lv(priority, k) as (
+        (select h.priority, 1 from keel.jobs_hot h
+         where h.queue = n.name and h.state = 'pending'
+         order by h.priority desc limit 1)
+        union all
+        select (select h.priority from keel.jobs_hot h
+                where h.queue = n.name and h.state = 'pending' and h.priority < lv.priority
+                order by h.priority desc limit 1), lv.k + 1
+        from lv where lv.priority is not null and lv.k < 64
+      )
+      select lv.priority, lv.k from lv where lv.priority is not null
+    ) l
+  ), per_queue as (
+    select v.name, min(o.run_at) as oldest_run_at, sum(d.n) as due_seen, max(v.k) as levels
+    from levels v
+    cross join lateral (
+      select h.run_at from keel.jobs_hot h
+      where h.queue = v.name and h.state = 'pending' and h.priority = v.priority
+      order by h.run_at limit 1) o
+    cross join lateral (
       select count(*) as n from (
         select 1 from keel.jobs_hot h
-        where h.queue = n.name and h.state = 'pending' and h.run_at <= now() limit 1000
-      ) x
-    ) d on oldest.run_at <= now()
+        where h.queue = v.name and h.state = 'pending' and h.priority = v.priority and h.run_at <= now() limit 1000
+      ) x) d
+    group by v.name
+  ), hot as (
+    select n.name, coalesce(c.pending, 0) as pending, coalesce(c.fetched, 0) as fetched,
+           coalesce(c.processing, 0) as processing, p.oldest_run_at, coalesce(p.due_seen, 0) as due_seen,
+           coalesce(p.levels, 0) as levels
+    from names n
+    left join counts c on c.queue = n.name
+    left join per_queue p on p.name = n.name
   ), sides as (
     select hot.*,
-           case when coalesce(hot.due_seen, 0) < 1000 then null else (
-             select count(*) from (
-               select 1 from keel.jobs_hot h
-               where h.queue = hot.name and h.state = 'pending' and h.run_at > now() limit 1000
-             ) y)
+           case when hot.due_seen < 1000 then null else (
+             select sum(y.n) from levels v
+             cross join lateral (
+               select count(*) as n from (
+                 select 1 from keel.jobs_hot h
+                 where h.queue = v.name and h.state = 'pending' and h.priority = v.priority and h.run_at > now()
+                 limit 1000
+               ) z) y
+             where v.name = hot.name)
            end as not_due_seen
     from hot
   )
   select d.name, d.pending,
-         case when coalesce(d.due_seen, 0) < 1000 then coalesce(d.due_seen, 0)
+         case when d.due_seen < 1000 then d.due_seen
               when d.not_due_seen < 1000 then d.pending - d.not_due_seen
               else 1000 end,
-         coalesce(d.due_seen, 0) < 1000 or d.not_due_seen < 1000,
+         d.levels < 64 and (d.due_seen < 1000 or d.not_due_seen < 1000),
          d.fetched, d.processing, coalesce(dead.n, 0),
          case when d.oldest_run_at <= now() then keel._ms_between(d.oldest_run_at, now()) end,
          coalesce(s.succeeded, 0), coalesce(s.failed, 0), coalesce(s.retried, 0), coalesce(s.cancelled, 0),
          coalesce(s.zombie, 0), coalesce(s.resurrected, 0)
   from sides d
-  left join keel.dlq_counts dead on dead.queue = d.name
+  left join dead on dead.queue = d.name
   left join keel.stats_summary s on s.queue = d.name
   order by d.name
 $$;
