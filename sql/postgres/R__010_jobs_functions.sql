@@ -925,94 +925,102 @@ $$;
 -- ---------------------------------------------------------------------------------------------------------------
 -- Reads.
 -- Every field is a maintained counter or a bounded index read (issue 12), whatever the size of the three pillars:
---   pending, fetched, processing: keel.hot_counts (statement triggers on jobs_hot, V003), summed over its slots;
---   dlq: keel.dlq_counts (statement triggers on jobs_dlq), summed over its slots; succeeded ... resurrected:
---   keel.stats_summary;
---   the queue's pending priority levels, highest first, at most 64: a loose index scan of jobs_hot_pending_due (one
---   probe a level);
---   oldest_due_age_ms: the oldest of the levels' first entries, when it is due;
---   due: exact when the queue has at most 1,000 due or at most 1,000 not-yet-due pending rows in each level (it
---   counts the smaller side up to 1,000 a level, the other side is pending minus it), and at most 64 levels. Past
---   that due is at least 1,000 (or what the first 64 levels hold) and due_exact false.
+--   pending, fetched, processing: keel.hot_counts (statement triggers on jobs_hot), summed over its slots;
+--   dlq: keel.dlq_counts (statement triggers on jobs_dlq), summed over its slots;
+--   succeeded ... resurrected: keel.stats_summary;
+--   oldest_due_age_ms and due: read from jobs_hot_pending_due one pending priority level at a time, highest first,
+--   at most 64 levels a queue (one probe finds the next level). oldest_due_age_ms is the oldest of the levels' first
+--   entries, when it is due. due is exact when each level has at most 1,000 due or at most 1,000 not-yet-due pending
+--   rows (it counts the smaller side up to 1,000 a level; the other side is pending minus it) and the queue has at
+--   most 64 levels; past that due is at least 1,000 (or what the first 64 levels hold) and due_exact false.
+-- One small statement per queue and level, not one statement over all of them: with the small tables unanalysed the
+-- planner estimated ~1,500 queues and the one statement past jit_above_cost (postgres.plans.test.ts).
 drop function if exists keel.stats();
 create or replace function keel.stats()
 returns table (queue text, pending bigint, due bigint, due_exact boolean, fetched bigint, processing bigint,
                dlq bigint, oldest_due_age_ms bigint, succeeded bigint, failed bigint, retried bigint,
                cancelled bigint, zombie bigint, resurrected bigint)
-language sql stable as $$
-  with counts as (
-    select c.queue, sum(c.pending)::bigint as pending, sum(c.fetched)::bigint as fetched,
-           sum(c.processing)::bigint as processing
-    from keel.hot_counts c group by c.queue
-  ), dead as (
-    select c.queue, sum(c.n)::bigint as n from keel.dlq_counts c group by c.queue
-  ), names as (
-    select q.name from keel.queues q
-    union select s.queue from keel.stats_summary s
-    union select c.queue from counts c where c.pending <> 0 or c.fetched <> 0 or c.processing <> 0
-  ), levels as (
-    select n.name, l.priority, l.k
-    from names n
-    cross join lateral (
-      with recursive lv(priority, k) as (
-        (select h.priority, 1 from keel.jobs_hot h
-         where h.queue = n.name and h.state = 'pending'
-         order by h.priority desc limit 1)
-        union all
-        select (select h.priority from keel.jobs_hot h
-                where h.queue = n.name and h.state = 'pending' and h.priority < lv.priority
-                order by h.priority desc limit 1), lv.k + 1
-        from lv where lv.priority is not null and lv.k < 64
-      )
-      select lv.priority, lv.k from lv where lv.priority is not null
-    ) l
-  ), per_queue as (
-    select v.name, min(o.run_at) as oldest_run_at, sum(d.n) as due_seen, max(v.k) as levels
-    from levels v
-    cross join lateral (
-      select h.run_at from keel.jobs_hot h
-      where h.queue = v.name and h.state = 'pending' and h.priority = v.priority
-      order by h.run_at limit 1) o
-    cross join lateral (
-      select count(*) as n from (
-        select 1 from keel.jobs_hot h
-        where h.queue = v.name and h.state = 'pending' and h.priority = v.priority and h.run_at <= now() limit 1000
-      ) x) d
-    group by v.name
-  ), hot as (
+language plpgsql stable as $$
+#variable_conflict use_column
+declare
+  r         record;
+  v_levels  integer[];
+  v_level   integer;
+  v_oldest  timestamptz;
+  v_due     bigint;
+  v_not_due bigint;
+  v_capped  boolean;
+begin
+  for r in
+    with counts as (
+      select c.queue, sum(c.pending)::bigint as pending, sum(c.fetched)::bigint as fetched,
+             sum(c.processing)::bigint as processing
+      from keel.hot_counts c group by c.queue
+    ), dead as (
+      select c.queue, sum(c.n)::bigint as n from keel.dlq_counts c group by c.queue
+    ), names as (
+      select q.name from keel.queues q
+      union select s.queue from keel.stats_summary s
+      union select c.queue from counts c where c.pending <> 0 or c.fetched <> 0 or c.processing <> 0
+    )
     select n.name, coalesce(c.pending, 0) as pending, coalesce(c.fetched, 0) as fetched,
-           coalesce(c.processing, 0) as processing, p.oldest_run_at, coalesce(p.due_seen, 0) as due_seen,
-           coalesce(p.levels, 0) as levels
+           coalesce(c.processing, 0) as processing, coalesce(d.n, 0) as dlq,
+           coalesce(s.succeeded, 0) as succeeded, coalesce(s.failed, 0) as failed, coalesce(s.retried, 0) as retried,
+           coalesce(s.cancelled, 0) as cancelled, coalesce(s.zombie, 0) as zombie,
+           coalesce(s.resurrected, 0) as resurrected
     from names n
     left join counts c on c.queue = n.name
-    left join per_queue p on p.name = n.name
-  ), sides as (
-    select hot.*,
-           case when hot.due_seen < 1000 then null else (
-             select sum(y.n) from levels v
-             cross join lateral (
-               select count(*) as n from (
-                 select 1 from keel.jobs_hot h
-                 where h.queue = v.name and h.state = 'pending' and h.priority = v.priority and h.run_at > now()
-                 limit 1000
-               ) z) y
-             where v.name = hot.name)
-           end as not_due_seen
-    from hot
-  )
-  select d.name, d.pending,
-         case when d.due_seen < 1000 then d.due_seen
-              when d.not_due_seen < 1000 then d.pending - d.not_due_seen
-              else 1000 end,
-         d.levels < 64 and (d.due_seen < 1000 or d.not_due_seen < 1000),
-         d.fetched, d.processing, coalesce(dead.n, 0),
-         case when d.oldest_run_at <= now() then keel._ms_between(d.oldest_run_at, now()) end,
-         coalesce(s.succeeded, 0), coalesce(s.failed, 0), coalesce(s.retried, 0), coalesce(s.cancelled, 0),
-         coalesce(s.zombie, 0), coalesce(s.resurrected, 0)
-  from sides d
-  left join dead on dead.queue = d.name
-  left join keel.stats_summary s on s.queue = d.name
-  order by d.name
+    left join dead d on d.queue = n.name
+    left join keel.stats_summary s on s.queue = n.name
+    order by n.name
+  loop
+    v_levels := '{}';
+    v_oldest := null;
+    v_due := 0;
+    v_not_due := null;
+    v_level := (select h.priority from keel.jobs_hot h where h.queue = r.name and h.state = 'pending'
+                order by h.priority desc limit 1);
+    while v_level is not null and cardinality(v_levels) < 64 loop
+      v_levels := v_levels || v_level;
+      v_oldest := least(v_oldest, (select h.run_at from keel.jobs_hot h
+                                   where h.queue = r.name and h.state = 'pending' and h.priority = v_level
+                                   order by h.run_at limit 1));
+      v_due := v_due + (select count(*) from (
+                          select 1 from keel.jobs_hot h
+                          where h.queue = r.name and h.state = 'pending' and h.priority = v_level and h.run_at <= now()
+                          limit 1000) x);
+      v_level := (select h.priority from keel.jobs_hot h
+                  where h.queue = r.name and h.state = 'pending' and h.priority < v_level
+                  order by h.priority desc limit 1);
+    end loop;
+    v_capped := v_level is not null; -- levels past the 64th were not read
+    if v_due >= 1000 then
+      v_not_due := 0;
+      foreach v_level in array v_levels loop
+        v_not_due := v_not_due + (select count(*) from (
+                                    select 1 from keel.jobs_hot h
+                                    where h.queue = r.name and h.state = 'pending' and h.priority = v_level
+                                      and h.run_at > now()
+                                    limit 1000) x);
+      end loop;
+    end if;
+    queue := r.name;
+    pending := r.pending;
+    due := case when v_due < 1000 then v_due when v_not_due < 1000 then r.pending - v_not_due else 1000 end;
+    due_exact := not v_capped and (v_due < 1000 or v_not_due < 1000);
+    fetched := r.fetched;
+    processing := r.processing;
+    dlq := r.dlq;
+    oldest_due_age_ms := case when v_oldest <= now() then keel._ms_between(v_oldest, now()) end;
+    succeeded := r.succeeded;
+    failed := r.failed;
+    retried := r.retried;
+    cancelled := r.cancelled;
+    zombie := r.zombie;
+    resurrected := r.resurrected;
+    return next;
+  end loop;
+end
 $$;
 
 create or replace function keel.metrics(p_window_minutes integer, p_queue text)
