@@ -1,0 +1,81 @@
+// PostgreSQL read counters per backend (V006): each backend writes only its own slot (its pid), so no two sessions
+// ever wait for one counter row; zombie rescue folds the rows of exited backends into slot 0, and the sums stay exact.
+// And stats() reading jobs_hot_pending_due one priority level at a time.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { PostgresHarness } from './postgres.harness.js';
+import type { PostgresJobStore } from '../../shared/engines/postgres/jobStore.js';
+
+describe('postgres read counters per backend', () => {
+  const h = new PostgresHarness();
+  let store: PostgresJobStore;
+  let admin: pg.Client;
+
+  beforeAll(async () => {
+    store = await h.createStore({ poolSize: 4 });
+    admin = new pg.Client({ connectionString: h.url });
+    admin.on('error', () => undefined);
+    await admin.connect();
+  });
+  afterAll(async () => {
+    await admin?.end();
+    await h.close();
+  });
+
+  const slotsOf = async (queue: string) =>
+    (await admin.query('select slot from keel.hot_counts where queue = $1 order by slot', [queue])).rows.map(
+      (r) => r.slot as number,
+    );
+
+  it('every backend counts in a slot of its own; rescue folds the slots of exited backends into slot 0, sums unchanged', async () => {
+    const queue = `slots-${Date.now()}`;
+    // Three short-lived stores: three pools whose backends exit when the stores close.
+    const pids = new Set<number>();
+    for (let i = 0; i < 3; i++) {
+      const s = await h.createStore({ poolSize: 1 });
+      await s.enqueueMany(Array.from({ length: 5 }, () => ({ queue, type: 't' })));
+      const jobs = await s.claimAndStart({ workerId: `w${i}`, queues: [queue], limit: 2, leaseSeconds: 60 });
+      expect(jobs).toHaveLength(2);
+      await s.completeMany(jobs.slice(0, 1).map((j) => ({ jobId: j.id, leaseId: j.leaseId })));
+      await s.close();
+    }
+    for (const slot of await slotsOf(queue)) pids.add(slot);
+    expect(pids.size).toBe(3);
+    expect(pids.has(0)).toBe(false);
+    const truth = await h.hotTruth(queue);
+    expect(truth).toMatchObject({ pending: 9, processing: 3 });
+
+    // The backends are gone once pg_stat_activity no longer lists them.
+    for (let i = 0; i < 50; i++) {
+      const { rows } = await admin.query('select count(*)::int as n from pg_stat_activity where pid = any($1)', [
+        [...pids],
+      ]);
+      if (rows[0].n === 0) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    await store.rescueZombies(100);
+    expect(await slotsOf(queue)).toEqual([0]);
+    const stats = (await store.stats()).find((s) => s.queue === queue)!;
+    expect(stats).toMatchObject({ pending: truth.pending, fetched: truth.fetched, processing: truth.processing });
+  });
+
+  it('stats reads due and the oldest due job across priority levels, and says inexact past 64 levels', async () => {
+    const queue = `levels-${Date.now()}`;
+    const hourAgo = new Date(Date.now() - 3600_000);
+    const later = new Date(Date.now() + 3600_000);
+    await store.enqueueMany([
+      { queue, type: 't', priority: 5 },
+      { queue, type: 't', priority: 1, runAt: hourAgo },
+      { queue, type: 't', priority: -3, runAt: later },
+      { queue, type: 't', priority: -3 },
+    ]);
+    let s = (await store.stats()).find((x) => x.queue === queue)!;
+    expect(s).toMatchObject({ pending: 4, due: 3, dueExact: true });
+    expect(s.oldestDueAgeMs!).toBeGreaterThanOrEqual(3_500_000);
+
+    const many = `levels-many-${Date.now()}`;
+    await store.enqueueMany(Array.from({ length: 70 }, (_, i) => ({ queue: many, type: 't', priority: i })));
+    s = (await store.stats()).find((x) => x.queue === many)!;
+    expect(s).toMatchObject({ pending: 70, due: 64, dueExact: false });
+  });
+});
