@@ -85,8 +85,12 @@ BEGIN
               WHERE i.Queue > @Q AND NOT EXISTS (SELECT 1 FROM keel.Queues AS q WHERE q.Name = i.Queue));
   END;
 
+  -- A transaction of its own, or the caller's (FireSchedule runs this through INSERT ... EXEC, where a ROLLBACK here
+  -- would raise error 3915 instead of re-raising the real error, a deadlock's 1205 included; XACT_ABORT has doomed
+  -- the caller's transaction, and the caller rolls it back).
+  DECLARE @OwnTran bit = IIF(@@TRANCOUNT = 0, 1, 0);
   BEGIN TRY
-    BEGIN TRANSACTION;
+    IF @OwnTran = 1 BEGIN TRANSACTION;
 
     -- Idempotency keys: one exclusive transaction-owned applock per key (named by the key's SHA-256), taken in
     -- resource-name order. Every writer of a hot idempotency key (EnqueueMany, Resurrect) takes these locks first,
@@ -142,10 +146,10 @@ BEGIN
     FROM @In
     WHERE Insert_ = 1;
 
-    COMMIT TRANSACTION;
+    IF @OwnTran = 1 COMMIT TRANSACTION;
   END TRY
   BEGIN CATCH
-    IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
+    IF @OwnTran = 1 AND @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
     THROW;
   END CATCH;
 

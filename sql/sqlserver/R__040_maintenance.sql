@@ -11,9 +11,10 @@ GO
 --     otherwise (policy 'retry') -> pending, Zombie+1                                       -> Retried
 --   pending past ExpiresAt -> DLQ 'expired'                                                 -> Expired
 -- Returns one row: ReleasedFetched, Retried, DeadLettered, Expired.
--- Lock order, in each of the three transactions: candidates are found without locks; the job rows are locked by
--- key with READPAST (a row another session holds is left to the next sweep, never waited for); then the updates and
--- Hot -> DLQ moves of exactly those rows; keel.ApplyCounters once, last.
+-- Lock order, in each of the three transactions: the job rows, READPAST (a row another session holds is left to the
+-- next sweep, never waited for: step 1 reads and locks in one statement, steps 2 and 3 find candidates without locks
+-- and then lock exactly those by key); then the updates and Hot -> DLQ moves of exactly those rows;
+-- keel.ApplyCounters once, last.
 CREATE OR ALTER PROCEDURE keel.RescueZombies
   @Limit INT,
   @TypeMaxAttempts nvarchar(max) = NULL -- {"<job type>": <max attempts>}: the handlers' own limits
