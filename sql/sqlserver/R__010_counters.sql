@@ -1,8 +1,31 @@
 -- keel.ApplyCounters over the table types in V002__counter_types.sql. Repeatable (sql/README.md).
+--
+-- The one lock order every job transaction follows (docs/sqlserver.md, "Lock order"):
+--   1. Queues rows, by name;   2. job rows by id (claims skip locked rows, READPAST, instead of waiting);
+--   3. destination inserts of exactly the captured rows (archive, DLQ, hot);
+--   4. counters last, each counter table written at most once per transaction, its rows in queue order (then slot),
+--      tables in the order HotCounts -> DlqCounts -> StatsSummary -> MetricBuckets.
+-- A transaction never waits for a job row after it has written a counter row. keel.ApplyCounters is step 4 for every
+-- transaction with more than one counted statement.
+--
+-- #KeelCountDeltas: the read-counter deltas a transaction has made so far. The triggers on JobsHot and JobsDLQ
+-- (R__015_read_counters.sql) append to it instead of writing HotCounts / DlqCounts whenever it exists in the session,
+-- which is when a keel procedure created it before its transaction:
+--   CREATE TABLE #KeelCountDeltas (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+--     Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL);
+-- (a temp table because a trigger cannot see its caller's table variables; it is dropped when the procedure that
+-- created it returns, error or not, and its rows roll back with the transaction). Without it (one-statement
+-- procedures, a DBA's ad-hoc DML) the triggers write the counters at the end of their statement, which is then the
+-- last thing, and the only counted one, of its transaction.
 SET ANSI_NULLS ON;
 SET QUOTED_IDENTIFIER ON;
 GO
 
+-- ApplyCounters(@Counters): step 4 of the lock order, called once, inside the transaction, after every job row of
+-- the transaction has been locked, moved and inserted. Applies and empties #KeelCountDeltas (which the caller must
+-- have created: otherwise the triggers would already have written the read counters mid-transaction), then adds
+-- @Counters (one row per moved job) to StatsSummary and MetricBuckets. Each table's rows are upserted one at a time
+-- in key order (queue, then slot / outcome / reason), so the order does not depend on a plan.
 CREATE OR ALTER PROCEDURE keel.ApplyCounters
   @Counters keel.CounterRows READONLY
 AS
@@ -11,17 +34,74 @@ BEGIN
   SET NOCOUNT ON;
   IF @@TRANCOUNT = 0
     THROW 50010, N'keel.ApplyCounters must run inside the transaction of the move it counts', 1;
+  IF OBJECT_ID(N'tempdb..#KeelCountDeltas') IS NULL
+    THROW 50013, N'keel.ApplyCounters: the calling procedure must create #KeelCountDeltas before its transaction', 1;
 
   DECLARE @Now datetime2(3) = SYSUTCDATETIME();
   DECLARE @Epoch datetime2(3) = '2000-01-01T00:00:00';
   DECLARE @Bucket datetime2(3) = DATEADD(minute, DATEDIFF(minute, @Epoch, @Now), @Epoch); -- @Now truncated to the minute
+  DECLARE @Slot smallint = @@SPID % 16; -- this session's HotCounts slot, as the trigger's
+  DECLARE @I int, @N int, @Q nvarchar(128);
 
+  -- Step 4a: HotCounts, one row per queue (this session's slot), in queue order.
+  -- IDENTITY values of INSERT ... SELECT ... ORDER BY follow the ORDER BY: Seq is the lock order.
+  DECLARE @Hot TABLE (
+    Seq int IDENTITY(1, 1) PRIMARY KEY,
+    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL);
+  INSERT @Hot (Queue, Pending, Fetched, Processing)
+  SELECT d.Queue, SUM(d.Pending), SUM(d.Fetched), SUM(d.Processing)
+  FROM #KeelCountDeltas AS d
+  GROUP BY d.Queue
+  HAVING SUM(d.Pending) <> 0 OR SUM(d.Fetched) <> 0 OR SUM(d.Processing) <> 0
+  ORDER BY d.Queue;
+
+  DECLARE @Pe bigint, @Fe bigint, @Pr bigint;
+  SELECT @I = 1, @N = (SELECT COUNT(*) FROM @Hot);
+  WHILE @I <= @N
+  BEGIN
+    SELECT @Q = Queue, @Pe = Pending, @Fe = Fetched, @Pr = Processing FROM @Hot WHERE Seq = @I;
+    -- UPDLOCK + SERIALIZABLE: a missing (queue, slot) row's key range stays locked until it is inserted.
+    UPDATE keel.HotCounts WITH (UPDLOCK, SERIALIZABLE)
+    SET Pending = Pending + @Pe, Fetched = Fetched + @Fe, Processing = Processing + @Pr
+    WHERE Queue = @Q AND Slot = @Slot;
+    IF @@ROWCOUNT = 0
+      INSERT keel.HotCounts (Queue, Slot, Pending, Fetched, Processing) VALUES (@Q, @Slot, @Pe, @Fe, @Pr);
+    SET @I += 1;
+  END;
+
+  -- Step 4b: DlqCounts, one row per queue, in queue order.
+  DECLARE @Dlq TABLE (
+    Seq int IDENTITY(1, 1) PRIMARY KEY,
+    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    N bigint NOT NULL);
+  INSERT @Dlq (Queue, N)
+  SELECT d.Queue, SUM(d.Dlq)
+  FROM #KeelCountDeltas AS d
+  GROUP BY d.Queue
+  HAVING SUM(d.Dlq) <> 0
+  ORDER BY d.Queue;
+
+  DECLARE @Dn bigint;
+  SELECT @I = 1, @N = (SELECT COUNT(*) FROM @Dlq);
+  WHILE @I <= @N
+  BEGIN
+    SELECT @Q = Queue, @Dn = N FROM @Dlq WHERE Seq = @I;
+    UPDATE keel.DlqCounts WITH (UPDLOCK, SERIALIZABLE) SET N = N + @Dn WHERE Queue = @Q;
+    IF @@ROWCOUNT = 0
+      INSERT keel.DlqCounts (Queue, N) VALUES (@Q, @Dn);
+    SET @I += 1;
+  END;
+
+  -- Applied: a later transaction of the same procedure (RescueZombies runs three) starts from nothing.
+  DELETE FROM #KeelCountDeltas;
+
+  -- Step 4c: StatsSummary, one row per queue, in queue order.
   DECLARE @Stats TABLE (
     Seq int IDENTITY(1, 1) PRIMARY KEY,
     Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
     Succeeded bigint NOT NULL, Failed bigint NOT NULL, Retried bigint NOT NULL,
     Cancelled bigint NOT NULL, Zombie bigint NOT NULL, Resurrected bigint NOT NULL);
-  -- IDENTITY values of INSERT ... SELECT ... ORDER BY follow the ORDER BY: Seq is the lock order.
   INSERT @Stats (Queue, Succeeded, Failed, Retried, Cancelled, Zombie, Resurrected)
   SELECT c.Queue, SUM(CONVERT(bigint, c.Succeeded)), SUM(CONVERT(bigint, c.Failed)), SUM(CONVERT(bigint, c.Retried)),
          SUM(CONVERT(bigint, c.Cancelled)), SUM(CONVERT(bigint, c.Zombie)), SUM(CONVERT(bigint, c.Resurrected))
@@ -29,8 +109,8 @@ BEGIN
   GROUP BY c.Queue
   ORDER BY c.Queue;
 
-  DECLARE @I int = 1, @N int = (SELECT COUNT(*) FROM @Stats);
-  DECLARE @Q nvarchar(128), @S bigint, @F bigint, @R bigint, @C bigint, @Z bigint, @Rs bigint;
+  DECLARE @S bigint, @F bigint, @R bigint, @C bigint, @Z bigint, @Rs bigint;
+  SELECT @I = 1, @N = (SELECT COUNT(*) FROM @Stats);
   WHILE @I <= @N
   BEGIN
     SELECT @Q = Queue, @S = Succeeded, @F = Failed, @R = Retried, @C = Cancelled, @Z = Zombie, @Rs = Resurrected
@@ -47,6 +127,7 @@ BEGIN
     SET @I += 1;
   END;
 
+  -- Step 4d: MetricBuckets of this minute, in key order (queue, outcome, reason).
   DECLARE @Buckets TABLE (
     Seq int IDENTITY(1, 1) PRIMARY KEY,
     Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,

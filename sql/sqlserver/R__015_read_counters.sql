@@ -2,6 +2,13 @@
 -- insert, update and delete, in the transaction of the statement. Repeatable (sql/README.md). The twin of the
 -- statement triggers in sql/postgres/V003__read_counters.sql and V001 (dlq_counts).
 -- A trigger's own row counts do not reach the caller: SET NOCOUNT ON, and the statement's @@ROWCOUNT is its own.
+--
+-- Lock order (R__010_counters.sql, docs/sqlserver.md): counters come last in a transaction, each counter table
+-- written once. A trigger runs at the end of its statement, which is not the end of a transaction that has more
+-- statements to run, so when the session has #KeelCountDeltas (created by the keel procedure running the
+-- transaction) a trigger only appends its statement's net change there and keel.ApplyCounters writes the counters
+-- once, after every job row of the transaction. Without it (a one-statement procedure, ad-hoc DML) the trigger
+-- writes the counters itself: the statement is the transaction's only counted one, and nothing follows it.
 SET ANSI_NULLS ON;
 SET QUOTED_IDENTIFIER ON;
 GO
@@ -29,16 +36,25 @@ BEGIN
   HAVING SUM(c.Pending) <> 0 OR SUM(c.Fetched) <> 0 OR SUM(c.Processing) <> 0;
   IF NOT EXISTS (SELECT 1 FROM @Delta) RETURN;
 
+  IF OBJECT_ID(N'tempdb..#KeelCountDeltas') IS NOT NULL
+  BEGIN
+    -- Deferred: keel.ApplyCounters writes HotCounts once, last in the transaction.
+    INSERT #KeelCountDeltas (Queue, Pending, Fetched, Processing, Dlq)
+    SELECT d.Queue, d.Pending, d.Fetched, d.Processing, 0 FROM @Delta AS d;
+    RETURN;
+  END;
+
   DECLARE @Slot smallint = @@SPID % 16;
-  -- UPDLOCK + SERIALIZABLE: a missing (queue, slot) row's key range stays locked until it is inserted.
-  UPDATE c WITH (UPDLOCK, SERIALIZABLE)
+  -- UPDLOCK + SERIALIZABLE: a missing (queue, slot) row's key range stays locked until it is inserted. FORCESEEK:
+  -- under SERIALIZABLE every range the plan reads stays locked, and a scan would lock every queue's and slot's row.
+  UPDATE c WITH (UPDLOCK, SERIALIZABLE, FORCESEEK)
   SET Pending = c.Pending + d.Pending, Fetched = c.Fetched + d.Fetched, Processing = c.Processing + d.Processing
   FROM keel.HotCounts AS c
   INNER JOIN @Delta AS d ON d.Queue = c.Queue AND c.Slot = @Slot;
   INSERT keel.HotCounts (Queue, Slot, Pending, Fetched, Processing)
   SELECT d.Queue, @Slot, d.Pending, d.Fetched, d.Processing
   FROM @Delta AS d
-  WHERE NOT EXISTS (SELECT 1 FROM keel.HotCounts AS c WITH (UPDLOCK, SERIALIZABLE)
+  WHERE NOT EXISTS (SELECT 1 FROM keel.HotCounts AS c WITH (UPDLOCK, SERIALIZABLE, FORCESEEK)
                     WHERE c.Queue = d.Queue AND c.Slot = @Slot);
 END;
 GO
@@ -58,13 +74,21 @@ BEGIN
   HAVING SUM(c.N) <> 0;
   IF NOT EXISTS (SELECT 1 FROM @Delta) RETURN;
 
-  UPDATE c WITH (UPDLOCK, SERIALIZABLE)
+  IF OBJECT_ID(N'tempdb..#KeelCountDeltas') IS NOT NULL
+  BEGIN
+    -- Deferred: keel.ApplyCounters writes DlqCounts once, after HotCounts, last in the transaction.
+    INSERT #KeelCountDeltas (Queue, Pending, Fetched, Processing, Dlq)
+    SELECT d.Queue, 0, 0, 0, d.N FROM @Delta AS d;
+    RETURN;
+  END;
+
+  UPDATE c WITH (UPDLOCK, SERIALIZABLE, FORCESEEK)
   SET N = c.N + d.N
   FROM keel.DlqCounts AS c
   INNER JOIN @Delta AS d ON d.Queue = c.Queue;
   INSERT keel.DlqCounts (Queue, N)
   SELECT d.Queue, d.N
   FROM @Delta AS d
-  WHERE NOT EXISTS (SELECT 1 FROM keel.DlqCounts AS c WITH (UPDLOCK, SERIALIZABLE) WHERE c.Queue = d.Queue);
+  WHERE NOT EXISTS (SELECT 1 FROM keel.DlqCounts AS c WITH (UPDLOCK, SERIALIZABLE, FORCESEEK) WHERE c.Queue = d.Queue);
 END;
 GO

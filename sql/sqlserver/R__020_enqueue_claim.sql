@@ -73,8 +73,9 @@ BEGIN
     RETURN;
   END;
 
-  -- Queue settings rows, created on first use (default settings), each in its own short autocommitted statement
-  -- before the job transaction, in name order. Queues is first in the table order, so this is safe.
+  -- Queue settings rows, created on first use (default settings), in name order, before the job transaction: each
+  -- in its own short autocommitted statement, or, under FireSchedule, inside its transaction (after the Schedules
+  -- row). Queues rows are step 1 of the lock order (R__010_counters.sql), so either way this is safe.
   DECLARE @Q nvarchar(128) = (SELECT MIN(i.Queue) FROM @In AS i WHERE NOT EXISTS (SELECT 1 FROM keel.Queues AS q WHERE q.Name = i.Queue));
   WHILE @Q IS NOT NULL
   BEGIN
@@ -84,8 +85,12 @@ BEGIN
               WHERE i.Queue > @Q AND NOT EXISTS (SELECT 1 FROM keel.Queues AS q WHERE q.Name = i.Queue));
   END;
 
+  -- A transaction of its own, or the caller's (FireSchedule runs this through INSERT ... EXEC, where a ROLLBACK here
+  -- would raise error 3915 instead of re-raising the real error, a deadlock's 1205 included; XACT_ABORT has doomed
+  -- the caller's transaction, and the caller rolls it back).
+  DECLARE @OwnTran bit = IIF(@@TRANCOUNT = 0, 1, 0);
   BEGIN TRY
-    BEGIN TRANSACTION;
+    IF @OwnTran = 1 BEGIN TRANSACTION;
 
     -- Idempotency keys: one exclusive transaction-owned applock per key (named by the key's SHA-256), taken in
     -- resource-name order. Every writer of a hot idempotency key (EnqueueMany, Resurrect) takes these locks first,
@@ -132,6 +137,8 @@ BEGIN
     INNER JOIN @In AS f ON f.IdempotencyKey = d.IdempotencyKey AND f.Insert_ = 1
     WHERE d.Insert_ = 0 AND d.Duplicate = 0 AND d.IdempotencyKey IS NOT NULL;
 
+    -- The transaction's one counted statement, and its last: the JobsHot trigger writes HotCounts at its end (lock
+    -- order step 4, R__010_counters.sql). New ids and keys: nothing here waits for another transaction's job row.
     INSERT keel.JobsHot (Id, Queue, Type, Payload, Priority, State, RunAt, Attempts, MaxAttempts, IdempotencyKey, Tags,
                          CancelRequested, ExpiresAt, CreatedAt)
     SELECT Id, Queue, Type, Payload, Priority, 'pending', RunAt, 0, MaxAttempts, IdempotencyKey, Tags,
@@ -139,10 +146,10 @@ BEGIN
     FROM @In
     WHERE Insert_ = 1;
 
-    COMMIT TRANSACTION;
+    IF @OwnTran = 1 COMMIT TRANSACTION;
   END TRY
   BEGIN CATCH
-    IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
+    IF @OwnTran = 1 AND @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
     THROW;
   END CATCH;
 
@@ -156,6 +163,9 @@ GO
 -- nothing. A queue with MaxConcurrency is serialised by locking its Queues row (name order, before any JobsHot row)
 -- and contributes at most MaxConcurrency - (fetched + processing) jobs, counted across every host. Each claimed job
 -- gets a new lease: State 'fetched', LeaseId NEWID(), LeaseExpiresAt.
+-- Lock order (R__010_counters.sql): limited queues' Queues rows by name; job rows READPAST (a claim skips a locked row,
+-- it never waits for one); HotCounts once at the end (keel.ApplyCounters), although one UPDATE per queue and priority
+-- level (and the hand-back) each fire the JobsHot trigger.
 CREATE OR ALTER PROCEDURE keel.ClaimNext
   @WorkerId NVARCHAR(200),
   @Queues NVARCHAR(MAX),
@@ -177,6 +187,7 @@ BEGIN
   DECLARE @Q TABLE (
     Name nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY,
     Limited bit NOT NULL, Slots int NULL, QueueMaxAttempts int NOT NULL);
+  DECLARE @Counters keel.CounterRows; -- stays empty: a claim adds to no StatsSummary or MetricBuckets row
 
   IF @Limit IS NOT NULL AND @Limit >= 1 AND @Queues IS NOT NULL AND ISJSON(@Queues) = 1
   BEGIN
@@ -187,6 +198,10 @@ BEGIN
           FROM OPENJSON(@Queues) AS j WHERE j.[type] = 1) AS n
     LEFT JOIN keel.Queues AS s ON s.Name = n.Name
     WHERE ISNULL(s.Paused, 0) = 0;
+
+    -- The triggers' read-counter deltas, applied once by keel.ApplyCounters (R__010_counters.sql).
+    CREATE TABLE #KeelCountDeltas (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+      Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL);
 
     BEGIN TRY
       BEGIN TRANSACTION;
@@ -275,6 +290,7 @@ BEGIN
         DELETE c FROM @Claimed AS c INNER JOIN @Excess AS e ON e.Id = c.Id;
       END;
 
+      EXEC keel.ApplyCounters @Counters = @Counters; -- HotCounts, once, last
       COMMIT TRANSACTION;
     END TRY
     BEGIN CATCH
@@ -298,6 +314,8 @@ GO
 -- The picked rows are collected first and only the best @Limit across queues are updated, so nothing has to be
 -- handed back (a started row would have to be un-started); the other picked rows stay update-locked until commit,
 -- as ClaimNext's excess rows do.
+-- Lock order (R__010_counters.sql): limited queues' Queues rows by name; job rows READPAST (never waited for); one
+-- UPDATE, the transaction's only counted statement and its last, so the JobsHot trigger writes HotCounts at the end.
 CREATE OR ALTER PROCEDURE keel.ClaimAndStart
   @WorkerId NVARCHAR(200),
   @Queues NVARCHAR(MAX),
@@ -415,6 +433,8 @@ GO
 -- ClaimById(@JobId, @WorkerId, @LeaseSeconds): claims one job by id when it is pending and due, its queue is not
 -- paused and (for a limited queue, locked first) has a free slot; a row another session holds is skipped (READPAST).
 -- Returns the claimed job (same columns as ClaimNext) or no row.
+-- Lock order (R__010_counters.sql): the Queues row (limited queue); the job row READPAST; one UPDATE, last, whose
+-- trigger writes HotCounts.
 CREATE OR ALTER PROCEDURE keel.ClaimById
   @JobId BIGINT,
   @WorkerId NVARCHAR(200),

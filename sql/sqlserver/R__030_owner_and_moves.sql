@@ -1,8 +1,11 @@
 -- Owner-scoped transitions and the final moves (Hot -> Archive, Hot -> DLQ).
 -- Owner-scoped statements match (Id, LeaseId, State); zero rows means 'lease_lost' in the result, never an error.
 -- Move pattern: SET XACT_ABORT ON; one short transaction; DELETE ... OUTPUT deleted.* INTO @Moved first (the captured
--- row is authoritative); INSERT the captured rows at the destination; StatsSummary and MetricBuckets in the same
--- transaction (keel.ApplyCounters); COMMIT; any error rolls everything back and is re-raised.
+-- row is authoritative); INSERT the captured rows at the destination; the counters last, once (keel.ApplyCounters:
+-- HotCounts, DlqCounts, StatsSummary, MetricBuckets); COMMIT; any error rolls everything back and is re-raised.
+-- Lock order: R__010_counters.sql and docs/sqlserver.md ("Lock order"). A procedure with more than one counted
+-- statement creates #KeelCountDeltas before its transaction, so the triggers leave the read counters to
+-- keel.ApplyCounters; a batch locks its job rows first, in ascending id order (see CompleteMany).
 SET ANSI_NULLS ON;
 SET QUOTED_IDENTIFIER ON;
 GO
@@ -10,6 +13,7 @@ GO
 -- DeadLetter: the Hot -> DLQ move shared by Fail, Cancel, Retry (cancel requested) and RescueZombies. Moves the
 -- JobsHot rows whose ids are in @DeadIds and which are in one of the allowed states (and, when @LeaseId is given,
 -- still under that lease). Must run inside the caller's transaction; batch callers already hold the rows (UPDLOCK).
+-- The delete is driven by @DeadIds (clustered on Id): rows in ascending id order (CompleteMany explains why).
 -- Returns the counter rows of the moved jobs, in keel.CounterRows' columns (Queue, Failed, Cancelled, Zombie,
 -- Outcome, Reason, DurationMs): Failed 1, Cancelled 1 when the reason is 'cancelled', Zombie 1 when it is 'zombie',
 -- and a ('failed', reason) metric bucket with the duration since StartedAt (0 when never started). The caller takes
@@ -34,6 +38,9 @@ BEGIN
     THROW 50011, N'keel.DeadLetter must run inside the transaction of its caller', 1;
   IF @Reason IS NULL OR @Reason NOT IN ('exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired')
     THROW 50012, N'reason must be one of exhausted, fatal, timeout, cancelled, zombie, expired', 1;
+  -- Two counted statements (hot delete, DLQ insert): the caller defers the read counters to its keel.ApplyCounters.
+  IF OBJECT_ID(N'tempdb..#KeelCountDeltas') IS NULL
+    THROW 50014, N'keel.DeadLetter: the calling procedure must create #KeelCountDeltas before its transaction', 1;
 
   DECLARE @Now datetime2(3) = SYSUTCDATETIME();
   DECLARE @Moved TABLE (
@@ -75,6 +82,8 @@ GO
 
 -- StartMany(@Leases JSON [{jobId, leaseId}]): fetched -> processing for every job still under that lease; Attempts+1,
 -- StartedAt and HeartbeatAt = now. One row per input in input order: JobId, Status ok|lease_lost, Attempt (0 if lost).
+-- Lock order: one UPDATE driven by @Ids in ascending id order (CompleteMany explains the plan), the only counted
+-- statement of its autocommit transaction, so the JobsHot trigger writes HotCounts last.
 CREATE OR ALTER PROCEDURE keel.StartMany
   @Leases NVARCHAR(MAX)
 AS
@@ -91,13 +100,16 @@ BEGIN
   FROM OPENJSON(@Leases) AS j
   CROSS APPLY OPENJSON(j.[value]) WITH (jobId nvarchar(40) '$.jobId', leaseId nvarchar(64) '$.leaseId') AS v;
 
+  DECLARE @Ids TABLE (Id bigint NOT NULL, LeaseId uniqueidentifier NOT NULL, PRIMARY KEY (Id, LeaseId));
+  INSERT @Ids (Id, LeaseId)
+  SELECT DISTINCT JobId, LeaseId FROM @L WHERE JobId IS NOT NULL AND LeaseId IS NOT NULL;
+
   DECLARE @Started TABLE (Id bigint NOT NULL PRIMARY KEY, Attempts int NOT NULL);
   UPDATE h
   SET State = 'processing', Attempts = h.Attempts + 1, StartedAt = @Now, HeartbeatAt = @Now
   OUTPUT inserted.Id, inserted.Attempts INTO @Started (Id, Attempts)
-  FROM keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK)
-  INNER JOIN (SELECT DISTINCT JobId, LeaseId FROM @L WHERE JobId IS NOT NULL AND LeaseId IS NOT NULL) AS l
-    ON h.Id = l.JobId AND h.LeaseId = l.LeaseId
+  FROM @Ids AS i
+  INNER JOIN keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK) ON h.Id = i.Id AND h.LeaseId = i.LeaseId
   WHERE h.State = 'fetched';
 
   SELECT l.JobIdText AS JobId,
@@ -148,6 +160,16 @@ GO
 -- CompleteMany(@Leases JSON [{jobId, leaseId}]): the Hot -> Archive move for every job still processing under its
 -- lease; Succeeded+1 and a ('succeeded', '') metric bucket per job. A job whose cancel was requested goes to the DLQ
 -- as 'cancelled' instead (Status 'cancelled'). One row per input in input order: JobId, Status.
+--
+-- Lock order: (2) the job rows, locked first by one SELECT in ascending id order; (3) the hot deletes and the
+-- archive / DLQ inserts of exactly those rows; (4) keel.ApplyCounters once. Why the SELECT locks in id order:
+-- it reads @Ids (clustered on Id, LeaseId) and JobsHot WITH FORCESEEK, whose only seekable predicate is the join on
+-- Id, so the plan is a nested loop with @Ids as its outer input; it inserts into a table variable, so the plan is
+-- serial; and @Ids is read in key order (an unordered scan in allocation order is only considered above 64 pages,
+-- and 10,000 (id, lease) pairs are about 45). Each JobsHot row is therefore U-locked in ascending id order and
+-- kept until commit (UPDLOCK). The ORDER BY of a set-based UPDATE/DELETE would not do this: SQL Server does not
+-- promise an order in which a DML statement visits its rows. Two batches sharing rows (a lease lost to another
+-- worker in between) thus wait for each other in one direction only.
 CREATE OR ALTER PROCEDURE keel.CompleteMany
   @Leases NVARCHAR(MAX)
 AS
@@ -164,6 +186,11 @@ BEGIN
   FROM OPENJSON(@Leases) AS j
   CROSS APPLY OPENJSON(j.[value]) WITH (jobId nvarchar(40) '$.jobId', leaseId nvarchar(64) '$.leaseId') AS v;
 
+  DECLARE @Ids TABLE (Id bigint NOT NULL, LeaseId uniqueidentifier NOT NULL, PRIMARY KEY (Id, LeaseId));
+  INSERT @Ids (Id, LeaseId)
+  SELECT DISTINCT JobId, LeaseId FROM @L WHERE JobId IS NOT NULL AND LeaseId IS NOT NULL;
+
+  DECLARE @Locked TABLE (Id bigint NOT NULL PRIMARY KEY, CancelRequested bit NOT NULL);
   DECLARE @Moved TABLE (
     Id bigint NOT NULL PRIMARY KEY,
     Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL, Type nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL,
@@ -175,27 +202,33 @@ BEGIN
   DECLARE @Cancelled TABLE (Id bigint NOT NULL PRIMARY KEY);
   DECLARE @Dead int = 0, @Archived int = 0;
 
+  -- The triggers' read-counter deltas, applied once by keel.ApplyCounters (R__010_counters.sql).
+  CREATE TABLE #KeelCountDeltas (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL);
+
   BEGIN TRY
     BEGIN TRANSACTION;
 
+    -- Every job still processing under its lease, locked in ascending id order (see above) until commit, so the
+    -- decision below and the moves see the same rows.
+    INSERT @Locked (Id, CancelRequested)
+    SELECT h.Id, h.CancelRequested
+    FROM @Ids AS i
+    INNER JOIN keel.JobsHot AS h WITH (UPDLOCK, ROWLOCK, FORCESEEK) ON h.Id = i.Id AND h.LeaseId = i.LeaseId
+    WHERE h.State = 'processing';
+
     -- A job whose cancel was requested while it ran goes to the DLQ as 'cancelled' even when its handler finished
     -- first: the operator was told 'cancel_requested', and that is how such a job ends (as with Retry).
-    INSERT @Cancelled (Id)
-    SELECT h.Id
-    FROM keel.JobsHot AS h WITH (UPDLOCK, ROWLOCK, FORCESEEK)
-    INNER JOIN (SELECT DISTINCT JobId, LeaseId FROM @L WHERE JobId IS NOT NULL AND LeaseId IS NOT NULL) AS l
-      ON h.Id = l.JobId AND h.LeaseId = l.LeaseId
-    WHERE h.State = 'processing' AND h.CancelRequested = 1;
+    INSERT @Cancelled (Id) SELECT Id FROM @Locked WHERE CancelRequested = 1;
 
     DELETE h
     OUTPUT deleted.Id, deleted.Queue, deleted.Type, deleted.Payload, deleted.Priority, deleted.Attempts,
            deleted.MaxAttempts, deleted.IdempotencyKey, deleted.Tags, deleted.CreatedAt, deleted.StartedAt, deleted.WorkerId
     INTO @Moved (Id, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, CreatedAt, StartedAt,
                  WorkerId)
-    FROM keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK)
-    INNER JOIN (SELECT DISTINCT JobId, LeaseId FROM @L WHERE JobId IS NOT NULL AND LeaseId IS NOT NULL) AS l
-      ON h.Id = l.JobId AND h.LeaseId = l.LeaseId
-    WHERE h.State = 'processing' AND h.CancelRequested = 0;
+    FROM @Locked AS k
+    INNER JOIN keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK) ON h.Id = k.Id
+    WHERE k.CancelRequested = 0 AND h.State = 'processing';
     SET @Archived = @@ROWCOUNT;
 
     IF @Archived > 0
@@ -222,8 +255,7 @@ BEGIN
                            @Error = N'cancel requested while running; the handler finished before it saw the request',
                            @MovedCount = @Dead OUTPUT;
     END;
-    IF @Archived > 0 OR @Dead > 0
-      EXEC keel.ApplyCounters @Counters = @Counters; -- once, after every move
+    EXEC keel.ApplyCounters @Counters = @Counters; -- once, after every move: HotCounts, DlqCounts, StatsSummary, buckets
 
     COMMIT TRANSACTION;
   END TRY
@@ -245,6 +277,7 @@ GO
 -- lease cleared, LastError = @Error. A retry counts Retried+1 (the attempt was already counted by Start); an
 -- interruption (@Interrupted = 1) gives the attempt back instead. A job whose cancel was requested goes to the DLQ
 -- as 'cancelled': the operator's cancel wins over the handler's retry. @Status: 'ok' or 'lease_lost'.
+-- Lock order: the job row (UPDLOCK); the hot update, or the Hot -> DLQ move; keel.ApplyCounters once, last.
 CREATE OR ALTER PROCEDURE keel.HandBack
   @JobId BIGINT,
   @LeaseId UNIQUEIDENTIFIER,
@@ -262,6 +295,10 @@ BEGIN
   DECLARE @DeadIds keel.JobIdList;
   SET @Status = 'lease_lost';
 
+  -- The triggers' read-counter deltas, applied once by keel.ApplyCounters (R__010_counters.sql).
+  CREATE TABLE #KeelCountDeltas (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL);
+
   BEGIN TRY
     BEGIN TRANSACTION;
 
@@ -275,11 +312,7 @@ BEGIN
       INSERT @Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
       EXEC keel.DeadLetter @DeadIds = @DeadIds, @LeaseId = @LeaseId, @FromPending = 0, @FromFetched = 0, @FromProcessing = 1,
                            @Reason = 'cancelled', @Error = @Error, @MovedCount = @Moved OUTPUT;
-      IF @Moved = 1
-      BEGIN
-        EXEC keel.ApplyCounters @Counters = @Counters;
-        SET @Status = 'ok';
-      END;
+      IF @Moved = 1 SET @Status = 'ok';
     END
     ELSE IF @Queue IS NOT NULL
     BEGIN
@@ -290,14 +323,12 @@ BEGIN
       WHERE Id = @JobId AND LeaseId = @LeaseId AND State = 'processing';
       IF @@ROWCOUNT = 1
       BEGIN
-        IF @Interrupted = 0
-        BEGIN
-          INSERT @Counters (Queue, Retried) VALUES (@Queue, 1);
-          EXEC keel.ApplyCounters @Counters = @Counters;
-        END;
+        IF @Interrupted = 0 INSERT @Counters (Queue, Retried) VALUES (@Queue, 1);
         SET @Status = 'ok';
       END;
     END;
+    -- Once, last, on every path: an interruption still changes HotCounts (processing -> pending).
+    EXEC keel.ApplyCounters @Counters = @Counters;
 
     COMMIT TRANSACTION;
   END TRY
@@ -346,6 +377,7 @@ END;
 GO
 
 -- Fail(@JobId, @LeaseId, @Reason, @Error): fetched or processing under that lease -> DLQ with the reason.
+-- Lock order: the job row (the delete); the DLQ insert; keel.ApplyCounters once, last.
 CREATE OR ALTER PROCEDURE keel.Fail
   @JobId BIGINT,
   @LeaseId UNIQUEIDENTIFIER,
@@ -364,12 +396,15 @@ BEGIN
   IF @LeaseId IS NOT NULL AND @JobId IS NOT NULL
   BEGIN
     INSERT @DeadIds (Id) VALUES (@JobId);
+    -- The triggers' read-counter deltas, applied once by keel.ApplyCounters (R__010_counters.sql).
+    CREATE TABLE #KeelCountDeltas (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+      Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL);
     BEGIN TRY
       BEGIN TRANSACTION;
       INSERT @Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
       EXEC keel.DeadLetter @DeadIds = @DeadIds, @LeaseId = @LeaseId, @FromPending = 0, @FromFetched = 1, @FromProcessing = 1,
                            @Reason = @Reason, @Error = @Error, @MovedCount = @Moved OUTPUT;
-      IF @Moved > 0 EXEC keel.ApplyCounters @Counters = @Counters;
+      EXEC keel.ApplyCounters @Counters = @Counters; -- once, last
       COMMIT TRANSACTION;
     END TRY
     BEGIN CATCH
@@ -385,6 +420,7 @@ GO
 -- Cancel(@JobId): pending or fetched -> DLQ 'cancelled' at once ('cancelled'); processing -> CancelRequested = 1
 -- ('cancel_requested'; the next heartbeat tells the handler); not in the hot table -> 'not_found'.
 -- The row is locked first, so the decision and the action see the same state.
+-- Lock order: the job row (UPDLOCK); the flag update or the Hot -> DLQ move; keel.ApplyCounters once, last.
 CREATE OR ALTER PROCEDURE keel.Cancel
   @JobId BIGINT
 AS
@@ -394,6 +430,9 @@ BEGIN
   DECLARE @State varchar(10), @Status varchar(20) = 'not_found', @Moved int;
   DECLARE @Counters keel.CounterRows; -- the one definition: V002__counter_types.sql
   DECLARE @DeadIds keel.JobIdList;
+  -- The triggers' read-counter deltas, applied once by keel.ApplyCounters (R__010_counters.sql).
+  CREATE TABLE #KeelCountDeltas (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL);
 
   BEGIN TRY
     BEGIN TRANSACTION;
@@ -411,12 +450,9 @@ BEGIN
       INSERT @Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
       EXEC keel.DeadLetter @DeadIds = @DeadIds, @LeaseId = NULL, @FromPending = 1, @FromFetched = 1, @FromProcessing = 0,
                            @Reason = 'cancelled', @Error = N'cancelled by operator', @MovedCount = @Moved OUTPUT;
-      IF @Moved > 0
-      BEGIN
-        EXEC keel.ApplyCounters @Counters = @Counters;
-        SET @Status = 'cancelled';
-      END;
+      IF @Moved > 0 SET @Status = 'cancelled';
     END;
+    EXEC keel.ApplyCounters @Counters = @Counters; -- once, last
 
     COMMIT TRANSACTION;
   END TRY

@@ -11,6 +11,10 @@ GO
 --     otherwise (policy 'retry') -> pending, Zombie+1                                       -> Retried
 --   pending past ExpiresAt -> DLQ 'expired'                                                 -> Expired
 -- Returns one row: ReleasedFetched, Retried, DeadLettered, Expired.
+-- Lock order, in each of the three transactions: the job rows, READPAST (a row another session holds is left to the
+-- next sweep, never waited for: step 1 reads and locks in one statement, steps 2 and 3 find candidates without locks
+-- and then lock exactly those by key); then the updates and Hot -> DLQ moves of exactly those rows;
+-- keel.ApplyCounters once, last.
 CREATE OR ALTER PROCEDURE keel.RescueZombies
   @Limit INT,
   @TypeMaxAttempts nvarchar(max) = NULL -- {"<job type>": <max attempts>}: the handlers' own limits
@@ -38,6 +42,9 @@ BEGIN
   END;
   DECLARE @Z TABLE (Id bigint NOT NULL PRIMARY KEY, Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
                     Kind char(1) NOT NULL); -- c = cancelled, z = zombie to DLQ, r = back to pending
+  -- The triggers' read-counter deltas, applied once per transaction by keel.ApplyCounters (R__010_counters.sql).
+  CREATE TABLE #KeelCountDeltas (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL);
 
   BEGIN TRY
     -- 1. Fetched jobs whose lease ran out: back to pending. Index order of IX_JobsHot_FetchedLease (LeaseExpiresAt,
@@ -50,6 +57,7 @@ BEGIN
       ORDER BY h.LeaseExpiresAt, h.Id)
     UPDATE c SET State = 'pending', LeaseId = NULL, WorkerId = NULL, FetchedAt = NULL, LeaseExpiresAt = NULL;
     SET @Released = @@ROWCOUNT;
+    EXEC keel.ApplyCounters @Counters = @Counters; -- HotCounts, last
     COMMIT TRANSACTION;
 
     -- 2. Processing jobs without a heartbeat for longer than their queue's zombie timeout.
@@ -112,27 +120,38 @@ BEGIN
                            @MovedCount = @Moved OUTPUT;
       SET @Dead += @Moved;
     END;
-    IF EXISTS (SELECT 1 FROM @Counters) EXEC keel.ApplyCounters @Counters = @Counters;
+    EXEC keel.ApplyCounters @Counters = @Counters; -- once, last: HotCounts, DlqCounts, StatsSummary, buckets
     DELETE FROM @Counters;
     COMMIT TRANSACTION;
 
-    -- 3. Pending jobs past ExpiresAt: DLQ 'expired' (index order of IX_JobsHot_PendingExpiry).
+    -- 3. Pending jobs past ExpiresAt: DLQ 'expired'. As in step 2, candidates first without locks (index order of
+    --    IX_JobsHot_PendingExpiry), then exactly those rows locked by clustered key, READPAST, and re-checked. Taking
+    --    the update locks in the covering index itself would hold that index's keys while the move then waits for
+    --    the clustered row; a claimer (or Cancel) holding the clustered row and about to update that index would
+    --    wait for us: a deadlock.
+    DECLARE @Expiring TABLE (Id bigint NOT NULL PRIMARY KEY);
+    INSERT @Expiring (Id)
+    SELECT TOP (@Limit) h.Id
+    FROM keel.JobsHot AS h
+    WHERE h.State = 'pending' AND h.ExpiresAt IS NOT NULL AND h.ExpiresAt <= @Now
+    ORDER BY h.ExpiresAt, h.Id;
+
     BEGIN TRANSACTION;
     DELETE FROM @DeadIds;
     INSERT @DeadIds (Id)
-    SELECT TOP (@Limit) h.Id
-    FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK)
-    WHERE h.State = 'pending' AND h.ExpiresAt IS NOT NULL AND h.ExpiresAt <= @Now
-    ORDER BY h.ExpiresAt, h.Id;
+    SELECT h.Id
+    FROM @Expiring AS e
+    INNER JOIN keel.JobsHot AS h WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK, FORCESEEK) ON h.Id = e.Id
+    WHERE h.State = 'pending' AND h.ExpiresAt IS NOT NULL AND h.ExpiresAt <= @Now;
     IF @@ROWCOUNT > 0
     BEGIN
       INSERT @Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
       EXEC keel.DeadLetter @DeadIds = @DeadIds, @LeaseId = NULL, @FromPending = 1, @FromFetched = 0, @FromProcessing = 0,
                            @Reason = 'expired', @Error = N'expired before it started', @MovedCount = @Moved OUTPUT;
       SET @Expired = @Moved;
-      IF @Moved > 0 EXEC keel.ApplyCounters @Counters = @Counters;
-      DELETE FROM @Counters;
     END;
+    EXEC keel.ApplyCounters @Counters = @Counters; -- once, last
+    DELETE FROM @Counters;
     COMMIT TRANSACTION;
   END TRY
   BEGIN CATCH
@@ -150,6 +169,11 @@ GO
 -- before the DLQ rows are deleted, so a concurrent enqueue of the same key cannot slip in between;
 -- the DLQ rows are deleted first (DELETE ... OUTPUT INTO), so two concurrent resurrects yield one hot job.
 -- Returns JobId per resurrected job, in id order.
+-- Lock order: the idempotency keys' applocks (in resource-name order, before any table lock, as EnqueueMany); the
+-- DLQ rows by id (the delete is driven by @Cand, clustered on Id: ascending id order, as CompleteMany explains);
+-- the hot insert of exactly the deleted rows; keel.ApplyCounters once, last: HotCounts, then DlqCounts, then
+-- StatsSummary. (The triggers used to write DlqCounts at the end of the delete and HotCounts at the end of the
+-- insert, the reverse of every Hot -> DLQ move: a deadlock with a concurrent Fail of the same queue.)
 CREATE OR ALTER PROCEDURE keel.Resurrect
   @JobIds NVARCHAR(MAX)
 AS
@@ -170,6 +194,10 @@ BEGIN
     IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL, Tags nvarchar(max) NOT NULL,
     CreatedAt datetime2(3) NOT NULL, Error nvarchar(max) NULL);
   DECLARE @Counters keel.CounterRows; -- the one definition: V002__counter_types.sql
+
+  -- The triggers' read-counter deltas, applied once by keel.ApplyCounters (R__010_counters.sql).
+  CREATE TABLE #KeelCountDeltas (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL);
 
   BEGIN TRY
     BEGIN TRANSACTION;
@@ -222,8 +250,8 @@ BEGIN
       FROM @Moved AS m;
 
       INSERT @Counters (Queue, Resurrected) SELECT m.Queue, 1 FROM @Moved AS m;
-      EXEC keel.ApplyCounters @Counters = @Counters;
     END;
+    EXEC keel.ApplyCounters @Counters = @Counters; -- once, last
 
     COMMIT TRANSACTION;
   END TRY
@@ -279,6 +307,9 @@ GO
 
 -- Purge(@Target 'archive'|'dlq'|'metrics', @Queue NULL = all, @OlderThan, @BatchSize): one batch of retention,
 -- oldest first; archive by FinishedAt, dlq by FailedAt, metric buckets by BucketStart. Returns Deleted.
+-- Lock order: each target is one DELETE in its own autocommit transaction, READPAST (a locked row is left to the
+-- next batch); the DLQ delete's trigger writes DlqCounts at its end, last. DLQ rows are locked by clustered key (see
+-- there); archive rows and metric buckets have no other deleter, and the moves only insert new keys.
 CREATE OR ALTER PROCEDURE keel.Purge
   @Target VARCHAR(10),
   @Queue NVARCHAR(128),
@@ -306,12 +337,19 @@ BEGIN
   END
   ELSE IF @Target = 'dlq'
   BEGIN
-    WITH c AS (
-      SELECT TOP (@BatchSize) d.Id FROM keel.JobsDLQ AS d WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK)
-      WHERE d.FailedAt < @OlderThan AND (@Queue IS NULL OR d.Queue = @Queue)
-      ORDER BY d.FailedAt)
-    DELETE FROM c
+    -- Candidates without locks, then exactly those rows deleted by clustered key, READPAST, re-checked. Update locks
+    -- taken in the covering index (FailedAt, Id) would be held while the delete waits for a clustered row that a
+    -- Resurrect holds, and that Resurrect's delete then needs the same index keys: a deadlock.
+    DECLARE @Old TABLE (Id bigint NOT NULL PRIMARY KEY);
+    INSERT @Old (Id)
+    SELECT TOP (@BatchSize) d.Id FROM keel.JobsDLQ AS d
+    WHERE d.FailedAt < @OlderThan AND (@Queue IS NULL OR d.Queue = @Queue)
+    ORDER BY d.FailedAt
     OPTION (RECOMPILE); -- with @Queue given, seek (Queue, time) instead of scanning every queue's old rows
+    DELETE d
+    FROM @Old AS o
+    INNER JOIN keel.JobsDLQ AS d WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK, FORCESEEK) ON d.Id = o.Id
+    WHERE d.FailedAt < @OlderThan;
     SET @Deleted = @@ROWCOUNT;
   END
   ELSE IF @Target = 'metrics'
