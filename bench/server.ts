@@ -158,20 +158,28 @@ export async function openBenchServer(opts: OpenOptions): Promise<BenchServer> {
       await adminQuery(adminUrl, `drop role if exists keel_executor`).catch(() => undefined);
     }
   };
-  // Ctrl-C / SIGTERM on an external server: drop the databases before exiting (the embedded server is stopped by
-  // dev/embeddedPostgres.ts's exit handler and its data dir is temporary).
+  // Once, whoever asks first (the bench's finally or a signal); everyone else waits for the same cleanup.
+  let closed: Promise<void> | undefined;
+  const close = () => {
+    closed ??= (async () => {
+      await dropAll();
+      await embedded?.stop(); // an external server is left running
+    })();
+    return closed;
+  };
+  // Ctrl-C / SIGTERM: clean up before exiting (dev/embeddedPostgres.ts's own handler defers to this one; it would
+  // only kill the embedded server and leave its data dir, and an external server's databases, behind).
   const onSignal = (signal: NodeJS.Signals) => {
     const code = signal === 'SIGINT' ? 130 : 143;
-    const timer = setTimeout(() => process.exit(code), 10_000);
-    timer.unref();
-    void dropAll().finally(() => process.exit(code));
+    setTimeout(() => process.exit(code), 15_000).unref();
+    void close().finally(() => process.exit(code));
   };
-  if (!embedded) {
-    process.once('SIGINT', onSignal);
-    process.once('SIGTERM', onSignal);
-  }
-  const info = await serverInfo(kind, adminUrl);
-  let closed: Promise<void> | undefined;
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  const info = await serverInfo(kind, adminUrl).catch(async (err: unknown) => {
+    await close();
+    throw err;
+  });
   return {
     kind,
     adminUrl,
@@ -182,14 +190,10 @@ export async function openBenchServer(opts: OpenOptions): Promise<BenchServer> {
       created.push(name);
       return withDatabase(adminUrl, name);
     },
-    close() {
-      closed ??= (async () => {
-        await dropAll();
-        process.off('SIGINT', onSignal);
-        process.off('SIGTERM', onSignal);
-        await embedded?.stop();
-      })();
-      return closed;
+    async close() {
+      await close();
+      process.off('SIGINT', onSignal);
+      process.off('SIGTERM', onSignal);
     },
   };
 }

@@ -29,6 +29,7 @@ interface ChildArgs {
   pollMs: number;
   deadlineMs: number;
 }
+const CHILD_ARGS_ENV = 'KEEL_BENCH_WORKER_ARGS';
 type ToChild = { type: 'go' } | { type: 'stop' };
 type FromChild =
   { type: 'ready' } | { type: 'progress'; succeeded: number; other: number } | { type: 'failed'; message: string };
@@ -135,7 +136,11 @@ async function runOnce(
       deadlineMs: opts.timeoutMs + 60_000,
     };
     // fork: the same Node and the same loader flags (tsx when run through it), with an IPC channel.
-    const c = fork(self, ['--child', JSON.stringify(args)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    // The arguments (with the server URL, which may hold a password) go by environment, not on the command line.
+    const c = fork(self, ['--child'], {
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      env: { ...process.env, [CHILD_ARGS_ENV]: JSON.stringify(args) },
+    });
     children.push(c);
     exited.push(
       new Promise<void>((resolve) =>
@@ -290,7 +295,7 @@ async function main(): Promise<void> {
 }
 
 if (process.argv[2] === '--child') {
-  await child(JSON.parse(process.argv[3]!) as ChildArgs);
+  await child(JSON.parse(process.env[CHILD_ARGS_ENV] ?? '') as ChildArgs);
 } else {
   await main();
   process.exit(0);
