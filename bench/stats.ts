@@ -74,10 +74,14 @@ try {
   out.searchArchiveUnbounded = await unbounded('archive');
   out.searchDlqUnbounded = await unbounded('dlq');
   // Continuing deep in the table costs the same as the first page (a primary-key range, not a filter).
-  const deep = await store.searchJobs({ location: 'archive', text: 'no-such-text', limit: 50, afterId: '500000' });
-  out.searchArchiveDeepPage = await timeOf(10, () =>
-    store.searchJobs({ location: 'archive', text: 'no-such-text', limit: 50, afterId: deep.nextAfterId! }),
-  );
+  // Half-way into the archive rows (their ids come first from the sequence), whatever --archive is.
+  const middle = String(Math.max(1, Math.floor(Number(values.archive) / 2)));
+  const deep = await store.searchJobs({ location: 'archive', text: 'no-such-text', limit: 50, afterId: middle });
+  out.searchArchiveDeepPage = deep.nextAfterId
+    ? await timeOf(10, () =>
+        store.searchJobs({ location: 'archive', text: 'no-such-text', limit: 50, afterId: deep.nextAfterId! }),
+      )
+    : null; // the first page already reached the end
   out.hotCountsMatch = (
     await store.pool.query(
       `select (select coalesce(sum(pending + fetched + processing), 0) from keel.hot_counts)::bigint
