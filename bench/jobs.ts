@@ -1,21 +1,21 @@
-// Job engine benchmark on the embedded PostgreSQL: end-to-end jobs/s for a no-op handler through the real processor
+// Job engine benchmark on the embedded PostgreSQL (or the server --pg-url / KEEL_BENCH_PG_URL names): end-to-end jobs/s for a no-op handler through the real processor
 // (batch enqueue, batch claimAndStart, completeMany), with claim-to-complete latency, side by side with the
 // one-job-at-a-time path in the same run. Exactness is checked: archive rows, counters and buckets equal the job count.
-import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { startEmbeddedPostgres } from '../dev/embeddedPostgres.js';
 import { PostgresJobStore } from '../shared/engines/postgres/jobStore.js';
 import type { ClaimOptions, JobStore } from '../shared/jobs/contract.js';
 import { HandlerRegistry } from '../shared/jobs/registry.js';
 import { JobProcessor } from '../shared/jobs/processor.js';
+import { PG_URL_OPTION, benchPgUrl, describeServer, openBenchServer } from './server.js';
 
 export interface JobsBenchOptions {
   jobs: number;
   hosts: number; // concurrent processors, as separate Functions hosts would be
   concurrency: number; // jobs in flight per host
   singleJobs: number; // jobs for the one-at-a-time comparison
-  durable: boolean; // fsync + synchronous_commit on (as npm start runs); false = test-cluster settings
+  durable: boolean; // embedded: fsync + synchronous_commit on (as npm start runs); false = test-cluster settings
+  pgUrl?: string; // an external server (bench/server.ts), run as it is configured; absent: the embedded one
 }
 
 function percentile(sorted: number[], p: number): number {
@@ -35,12 +35,11 @@ async function exactness(store: PostgresJobStore, queue: string) {
 }
 
 export async function runJobsBench(opts: JobsBenchOptions): Promise<Record<string, unknown>> {
-  const server = await startEmbeddedPostgres({
-    dataDir: path.join(os.tmpdir(), `keel-bench-jobs-${process.pid}`, 'data'),
-    fastUnsafe: !opts.durable,
-  });
+  const server = await openBenchServer({ label: 'jobs', pgUrl: opts.pgUrl, fastUnsafe: !opts.durable });
+  console.error(describeServer(server.info));
   try {
-    const store = await PostgresJobStore.connect(server.url, { poolSize: opts.hosts * 3 + 2 });
+    const url = await server.createDatabase('jobs');
+    const store = await PostgresJobStore.connect(url, { poolSize: opts.hosts * 3 + 2 });
     const registry = new HandlerRegistry().register('noop', async () => undefined);
 
     // Batched path through the real processor.
@@ -116,7 +115,8 @@ export async function runJobsBench(opts: JobsBenchOptions): Promise<Record<strin
     const jobsPerSec = (processed / runMs) * 1000;
     const singlePerSec = (opts.singleJobs / singleMs) * 1000;
     return {
-      settings: opts.durable ? 'durable (fsync on, synchronous_commit on)' : 'test cluster (fsync off)',
+      server: server.info,
+      settings: `fsync ${server.info.fsync}, synchronous_commit ${server.info.synchronousCommit}`,
       jobs: opts.jobs,
       hosts: opts.hosts,
       concurrencyPerHost: opts.concurrency,
@@ -139,7 +139,7 @@ export async function runJobsBench(opts: JobsBenchOptions): Promise<Record<strin
       meetsTarget: jobsPerSec >= 5000,
     };
   } finally {
-    await server.stop();
+    await server.close();
   }
 }
 
@@ -152,6 +152,7 @@ if (isMain) {
       concurrency: { type: 'string', default: '500' },
       single: { type: 'string', default: '2000' },
       fast: { type: 'boolean', default: false },
+      ...PG_URL_OPTION,
     },
   });
   const result = await runJobsBench({
@@ -160,6 +161,7 @@ if (isMain) {
     concurrency: Number(values.concurrency),
     singleJobs: Number(values.single),
     durable: !values.fast,
+    pgUrl: benchPgUrl(values),
   });
   console.log(JSON.stringify(result, null, 2));
 }

@@ -1,5 +1,5 @@
-// npm run bench:peers — Keel against graphile-worker and pg-boss on one embedded PostgreSQL (fsync on, as npm start
-// runs it), same N, same no-op handler, interleaved per round (every config once per round, the order rotating),
+// npm run bench:peers — Keel against graphile-worker and pg-boss on one PostgreSQL (the embedded one, fsync on, as npm
+// start runs it; or the server --pg-url / KEEL_BENCH_PG_URL names, bench/server.ts), same N, same no-op handler, interleaved per round (every config once per round, the order rotating),
 // medians of the rounds, ratios computed from this one run. See bench/README.md for the method and results.
 //
 //   npm run bench:peers                          N = 20,000, 3 rounds: enqueue + process, idle latency
@@ -8,6 +8,7 @@
 //                                                1M archive + 200k DLQ rows (stats() timing)
 //   --jobs N  --rounds R  --warmup W (unrecorded rounds first, default 1)  --only keel-batched,...  --latency-samples S
 //   --scaling-only a,b    the configs the scaling phases run (default keel-batched,graphile-perf: bounded run time)
+//   --pg-url URL          an admin URL of a running server to use instead of the embedded one (or KEEL_BENCH_PG_URL)
 //
 // The peers are devDependencies used only here; their newest versions need Node >= 22.18 (the project runs on 20):
 // run this file with Node 22 (see bench/README.md: `.tools/package/bin/node`).
@@ -16,7 +17,6 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { startEmbeddedPostgres } from '../dev/embeddedPostgres.js';
 import { PostgresJobStore } from '../shared/engines/postgres/jobStore.js';
 import { HandlerRegistry } from '../shared/jobs/registry.js';
 import { JobProcessor, Worker } from '../shared/jobs/processor.js';
@@ -25,6 +25,7 @@ import { dispatchDueJobs } from '../shared/app/dispatch.js';
 import type { Runtime } from '../shared/app/runtime.js';
 import { PostgresWakeups } from '../shared/engines/postgres/wakeups.js';
 import { GRAPHILE_OPTIONS, drainKeelBatched } from './shapes.js';
+import { PG_URL_OPTION, benchPgUrl, describeServer, openBenchServer } from './server.js';
 
 const CONFIGS = [
   'keel-batched',
@@ -326,6 +327,7 @@ async function main() {
       delayed: { type: 'string', default: '200000' },
       archive: { type: 'string', default: '1000000' },
       dlq: { type: 'string', default: '200000' },
+      ...PG_URL_OPTION,
     },
   });
   const major = Number(process.versions.node.split('.')[0]);
@@ -341,163 +343,166 @@ async function main() {
   for (const c of configs)
     if (!CONFIGS.includes(c)) throw new Error(`unknown config ${c} (known: ${CONFIGS.join(', ')})`);
 
-  const server = await startEmbeddedPostgres({
-    dataDir: path.join(os.tmpdir(), `keel-bench-peers-${process.pid}`, 'data'),
-    fastUnsafe: false,
-  });
-  const url = server.url;
-  const keel = await KeelSide.open(url);
-  const admin = new pg.Client({ connectionString: url });
-  await admin.connect();
-  const out: Record<string, unknown> = {
-    node: process.version,
-    postgres: (await admin.query('show server_version')).rows[0].server_version,
-    peers: { 'graphile-worker': peerVersion('graphile-worker'), 'pg-boss': peerVersion('pg-boss') },
-    jobs: N,
-    rounds,
-    warmupRounds: Number(values.warmup),
-    cpus: os.cpus().length,
-    loadavg: os.loadavg().map(r2),
-  };
-
-  const queueOf = (c: Config) => `peers-${c}`;
-  // One configuration on one queue, reported under key (the config's name, unless it runs on another queue).
-  interface Entry {
-    key: string;
-    config: Config;
-    queue: string;
-  }
-  const entry = (config: Config, queue = queueOf(config), key: string = config): Entry => ({ key, config, queue });
-  // warmupRounds: rounds run first and not recorded (every config once each, same N), so no system's median carries
-  // its JIT compilation, its connections' first plans or a first-ever table.
-  async function phase(
-    label: string,
-    entries: Entry[],
-    warmupRounds = 0,
-  ): Promise<Record<string, { enqueue: number; process: number; exact?: boolean; runs: number[] }>> {
-    const runs: Record<string, RunResult[]> = {};
-    for (let r = -warmupRounds; r < rounds; r++) {
-      const order = entries.map((_, i) => entries[(((i + r) % entries.length) + entries.length) % entries.length]!);
-      for (const { key, config: c, queue } of order) {
-        await admin.query('checkpoint');
-        let res: RunResult;
-        if (c === 'keel-batched') res = await keel.batched(queue, N);
-        else if (c === 'keel-functions-default') res = await keel.functionsDefault(queue, N);
-        else if (c === 'graphile-perf') res = await graphileRun(url, queue, N, 'perf');
-        else if (c === 'graphile-defaults') res = await graphileRun(url, queue, N, 'defaults');
-        else res = await pgbossRun(url, queue, N);
-        if (r >= 0) (runs[key] ??= []).push(res);
-        console.error(
-          `[${label}] ${r < 0 ? 'warm-up' : `round ${r + 1}`} ${key}: process ${Math.round(res.processPerSec)} jobs/s, enqueue ${Math.round(res.enqueuePerSec)} jobs/s${res.exact === undefined ? '' : `, exact ${res.exact}`}`,
-        );
-      }
-    }
-    return Object.fromEntries(
-      Object.entries(runs).map(([c, rs]) => [
-        c,
-        {
-          process: Math.round(median(rs.map((x) => x.processPerSec))),
-          enqueue: Math.round(median(rs.map((x) => x.enqueuePerSec))),
-          ...(rs[0]!.exact === undefined ? {} : { exact: rs.every((x) => x.exact) }),
-          runs: rs.map((x) => Math.round(x.processPerSec)),
-        },
-      ]),
-    );
-  }
-  function ratios(m: Record<string, { process: number; enqueue: number }>) {
-    const get = (c: Config) => m[c]?.process;
-    const q = (a?: number, b?: number) => (a && b ? r2(a / b) : null);
-    const bestPeerEnqueue = Math.max(
-      m['graphile-perf']?.enqueue ?? 0,
-      m['graphile-defaults']?.enqueue ?? 0,
-      m['pgboss-batched']?.enqueue ?? 0,
-    );
-    return {
-      'keel-batched / graphile-perf (target >= 1.0)': q(get('keel-batched'), get('graphile-perf')),
-      'keel-functions-default / graphile-defaults (target >= 1.0)': q(
-        get('keel-functions-default'),
-        get('graphile-defaults'),
-      ),
-      'keel-batched / pgboss-batched': q(get('keel-batched'), get('pgboss-batched')),
-      'keel enqueue / best peer enqueue (target >= 1.0)': q(m['keel-batched']?.enqueue, bestPeerEnqueue || undefined),
+  // Embedded: fsync and synchronous_commit on, as npm start runs it. External: as that server is configured.
+  const server = await openBenchServer({ label: 'peers', pgUrl: benchPgUrl(values), fastUnsafe: false });
+  console.error(describeServer(server.info));
+  try {
+    const url = await server.createDatabase('peers');
+    const keel = await KeelSide.open(url);
+    const admin = new pg.Client({ connectionString: url });
+    await admin.connect();
+    const out: Record<string, unknown> = {
+      server: server.info,
+      node: process.version,
+      postgres: (await admin.query('show server_version')).rows[0].server_version,
+      peers: { 'graphile-worker': peerVersion('graphile-worker'), 'pg-boss': peerVersion('pg-boss') },
+      jobs: N,
+      rounds,
+      warmupRounds: Number(values.warmup),
+      cpus: os.cpus().length,
+      loadavg: os.loadavg().map(r2),
     };
-  }
 
-  const base = await phase(
-    'baseline',
-    configs.map((c) => entry(c)),
-    Number(values.warmup),
-  );
-  out.baseline = base;
-  out.baselineRatios = ratios(base);
-  if (configs.includes('keel-batched')) {
-    out.idleLatencyMs = await keel.latency('peers-latency', Number(values['latency-samples']));
-    out.statsMsEmpty = await keel.statsTiming(50);
-  }
-  console.error(JSON.stringify(out, null, 2));
-
-  if (values.scaling) {
-    const D = Number(values.delayed);
-    const scaled = values['scaling-only'].split(',').filter((c) => configs.includes(c as Config)) as Config[];
-    console.error(`== scaling (${scaled.join(', ')}): ${D} delayed jobs in each system's queue`);
-    for (const c of scaled) {
-      if (c.startsWith('keel')) await keel.enqueue(queueOf(c), D, { delayMs: 24 * 3600_000 });
-      else if (c.startsWith('graphile')) await graphileDelayed(url, queueOf(c), D);
-      else await pgbossDelayed(url, queueOf(c), D);
+    const queueOf = (c: Config) => `peers-${c}`;
+    // One configuration on one queue, reported under key (the config's name, unless it runs on another queue).
+    interface Entry {
+      key: string;
+      config: Config;
+      queue: string;
     }
-    await admin.query('vacuum analyze');
-    // Each config also runs, interleaved in the same rounds, on a queue of its own with no delayed jobs: the slowdown
-    // is measured against that twin, seconds apart, so the machine's drift between phases does not count as one.
-    const clean = (c: Config) => `${c}:no-delayed-queue`;
-    const delayed = await phase(
-      '200k delayed',
-      scaled.flatMap((c) => [entry(c), entry(c, `${queueOf(c)}-clean`, clean(c))]),
-    );
-    out.withDelayed = delayed;
-    out.withDelayedRatios = ratios(delayed);
-    out.delayedSlowdown = Object.fromEntries(
-      scaled.map((c) => [c, r2(delayed[c]!.process / delayed[clean(c)]!.process)]),
-    );
-    out.delayedSlowdownAcrossPhases = Object.fromEntries(
-      scaled.map((c) => [c, r2(delayed[c]!.process / base[c]!.process)]),
-    );
-    out.statsMsWithDelayed = await keel.statsTiming(50);
+    const entry = (config: Config, queue = queueOf(config), key: string = config): Entry => ({ key, config, queue });
+    // warmupRounds: rounds run first and not recorded (every config once each, same N), so no system's median carries
+    // its JIT compilation, its connections' first plans or a first-ever table.
+    async function phase(
+      label: string,
+      entries: Entry[],
+      warmupRounds = 0,
+    ): Promise<Record<string, { enqueue: number; process: number; exact?: boolean; runs: number[] }>> {
+      const runs: Record<string, RunResult[]> = {};
+      for (let r = -warmupRounds; r < rounds; r++) {
+        const order = entries.map((_, i) => entries[(((i + r) % entries.length) + entries.length) % entries.length]!);
+        for (const { key, config: c, queue } of order) {
+          await admin.query('checkpoint');
+          let res: RunResult;
+          if (c === 'keel-batched') res = await keel.batched(queue, N);
+          else if (c === 'keel-functions-default') res = await keel.functionsDefault(queue, N);
+          else if (c === 'graphile-perf') res = await graphileRun(url, queue, N, 'perf');
+          else if (c === 'graphile-defaults') res = await graphileRun(url, queue, N, 'defaults');
+          else res = await pgbossRun(url, queue, N);
+          if (r >= 0) (runs[key] ??= []).push(res);
+          console.error(
+            `[${label}] ${r < 0 ? 'warm-up' : `round ${r + 1}`} ${key}: process ${Math.round(res.processPerSec)} jobs/s, enqueue ${Math.round(res.enqueuePerSec)} jobs/s${res.exact === undefined ? '' : `, exact ${res.exact}`}`,
+          );
+        }
+      }
+      return Object.fromEntries(
+        Object.entries(runs).map(([c, rs]) => [
+          c,
+          {
+            process: Math.round(median(rs.map((x) => x.processPerSec))),
+            enqueue: Math.round(median(rs.map((x) => x.enqueuePerSec))),
+            ...(rs[0]!.exact === undefined ? {} : { exact: rs.every((x) => x.exact) }),
+            runs: rs.map((x) => Math.round(x.processPerSec)),
+          },
+        ]),
+      );
+    }
+    function ratios(m: Record<string, { process: number; enqueue: number }>) {
+      const get = (c: Config) => m[c]?.process;
+      const q = (a?: number, b?: number) => (a && b ? r2(a / b) : null);
+      const bestPeerEnqueue = Math.max(
+        m['graphile-perf']?.enqueue ?? 0,
+        m['graphile-defaults']?.enqueue ?? 0,
+        m['pgboss-batched']?.enqueue ?? 0,
+      );
+      return {
+        'keel-batched / graphile-perf (target >= 1.0)': q(get('keel-batched'), get('graphile-perf')),
+        'keel-functions-default / graphile-defaults (target >= 1.0)': q(
+          get('keel-functions-default'),
+          get('graphile-defaults'),
+        ),
+        'keel-batched / pgboss-batched': q(get('keel-batched'), get('pgboss-batched')),
+        'keel enqueue / best peer enqueue (target >= 1.0)': q(m['keel-batched']?.enqueue, bestPeerEnqueue || undefined),
+      };
+    }
 
-    const A = Number(values.archive);
-    const L = Number(values.dlq);
-    console.error(`== scaling: ${A} archive + ${L} DLQ rows`);
-    await admin.query(
-      `insert into keel.jobs_archive (id, queue, type, payload, priority, attempts, idempotency_key, tags, created_at, started_at, finished_at, duration_ms)
+    const base = await phase(
+      'baseline',
+      configs.map((c) => entry(c)),
+      Number(values.warmup),
+    );
+    out.baseline = base;
+    out.baselineRatios = ratios(base);
+    if (configs.includes('keel-batched')) {
+      out.idleLatencyMs = await keel.latency('peers-latency', Number(values['latency-samples']));
+      out.statsMsEmpty = await keel.statsTiming(50);
+    }
+    console.error(JSON.stringify(out, null, 2));
+
+    if (values.scaling) {
+      const D = Number(values.delayed);
+      const scaled = values['scaling-only'].split(',').filter((c) => configs.includes(c as Config)) as Config[];
+      console.error(`== scaling (${scaled.join(', ')}): ${D} delayed jobs in each system's queue`);
+      for (const c of scaled) {
+        if (c.startsWith('keel')) await keel.enqueue(queueOf(c), D, { delayMs: 24 * 3600_000 });
+        else if (c.startsWith('graphile')) await graphileDelayed(url, queueOf(c), D);
+        else await pgbossDelayed(url, queueOf(c), D);
+      }
+      await admin.query('vacuum analyze');
+      // Each config also runs, interleaved in the same rounds, on a queue of its own with no delayed jobs: the slowdown
+      // is measured against that twin, seconds apart, so the machine's drift between phases does not count as one.
+      const clean = (c: Config) => `${c}:no-delayed-queue`;
+      const delayed = await phase(
+        '200k delayed',
+        scaled.flatMap((c) => [entry(c), entry(c, `${queueOf(c)}-clean`, clean(c))]),
+      );
+      out.withDelayed = delayed;
+      out.withDelayedRatios = ratios(delayed);
+      out.delayedSlowdown = Object.fromEntries(
+        scaled.map((c) => [c, r2(delayed[c]!.process / delayed[clean(c)]!.process)]),
+      );
+      out.delayedSlowdownAcrossPhases = Object.fromEntries(
+        scaled.map((c) => [c, r2(delayed[c]!.process / base[c]!.process)]),
+      );
+      out.statsMsWithDelayed = await keel.statsTiming(50);
+
+      const A = Number(values.archive);
+      const L = Number(values.dlq);
+      console.error(`== scaling: ${A} archive + ${L} DLQ rows`);
+      await admin.query(
+        `insert into keel.jobs_archive (id, queue, type, payload, priority, attempts, idempotency_key, tags, created_at, started_at, finished_at, duration_ms)
        select nextval('keel.job_id_seq'), 'bulk-' || (g % 8), 'noop', jsonb_build_object('n', g, 'note', 'archived job ' || g), 0, 1,
               null, '{}', now() - interval '1 hour', now() - interval '1 hour', now() - (g % 3600) * interval '1 second', 3
        from generate_series(1, $1::int) g`,
-      [A],
-    );
-    await admin.query(
-      `insert into keel.jobs_dlq (id, queue, type, payload, priority, attempts, idempotency_key, tags, created_at, failed_at, reason, error)
+        [A],
+      );
+      await admin.query(
+        `insert into keel.jobs_dlq (id, queue, type, payload, priority, attempts, idempotency_key, tags, created_at, failed_at, reason, error)
        select nextval('keel.job_id_seq'), 'bulk-' || (g % 8), 'noop', jsonb_build_object('n', g), 0, 5, null, '{}',
               now() - interval '1 hour', now() - (g % 3600) * interval '1 second', 'exhausted', 'boom ' || g
        from generate_series(1, $1::int) g`,
-      [L],
-    );
-    await admin.query('vacuum analyze');
-    out.statsMsWithArchiveDlqAndDelayed = await keel.statsTiming(50);
-    const big = await phase(
-      '1M archive + 200k DLQ + 200k delayed',
-      scaled.map((c) => entry(c)),
-    );
-    out.withArchiveDlq = big;
-    out.withArchiveDlqRatios = ratios(big);
+        [L],
+      );
+      await admin.query('vacuum analyze');
+      out.statsMsWithArchiveDlqAndDelayed = await keel.statsTiming(50);
+      const big = await phase(
+        '1M archive + 200k DLQ + 200k delayed',
+        scaled.map((c) => entry(c)),
+      );
+      out.withArchiveDlq = big;
+      out.withArchiveDlqRatios = ratios(big);
+    }
+    out.hotUpdates = (
+      await admin.query(
+        `select relname, n_tup_upd::int as updates, n_tup_hot_upd::int as hot_updates from pg_stat_user_tables where schemaname = 'keel' and relname = 'jobs_hot'`,
+      )
+    ).rows[0];
+    console.log(JSON.stringify(out, null, 2));
+    await admin.end();
+    await keel.store.close();
+  } finally {
+    await server.close();
   }
-  out.hotUpdates = (
-    await admin.query(
-      `select relname, n_tup_upd::int as updates, n_tup_hot_upd::int as hot_updates from pg_stat_user_tables where schemaname = 'keel' and relname = 'jobs_hot'`,
-    )
-  ).rows[0];
-  console.log(JSON.stringify(out, null, 2));
-  await admin.end();
-  await keel.store.close();
-  await server.stop();
 }
 
 await main();

@@ -1,42 +1,57 @@
 // npm run bench:profile — where a batched job's time goes, Keel against graphile-worker's performance preset, on one
-// embedded PostgreSQL with pg_stat_statements (track = all, so statements inside the keel functions count too).
+// embedded PostgreSQL with pg_stat_statements (track = all, so statements inside the keel functions count too), or on
+// the server --pg-url / KEEL_BENCH_PG_URL names (bench/server.ts): there the statements are listed only when that
+// server preloads pg_stat_statements (with its own track setting), and the CPU only when it runs on this machine.
 // Per configuration and round: jobs/s, CPU µs per job of the Node process and of every PostgreSQL process (from
 // /proc, Linux only), and the statements' server execution µs per job, largest first. Same shapes as bench/peers.ts
 // (bench/shapes.ts). With --sequential: one connection's claim -> complete loop and that backend's CPU per job.
 //
 //   npm run bench:profile -- --jobs 20000 --rounds 3 --top 12
 //   npm run bench:profile -- --sequential --rounds 5
+//   npm run bench:profile -- --pg-url postgres://postgres@127.0.0.1:5432/postgres
 import { readFileSync, readdirSync } from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { startEmbeddedPostgres } from '../dev/embeddedPostgres.js';
 import { PostgresJobStore } from '../shared/engines/postgres/jobStore.js';
 import { GRAPHILE_OPTIONS, drainKeelBatched } from './shapes.js';
+import {
+  PG_URL_OPTION,
+  benchPgUrl,
+  describeServer,
+  localPostmaster,
+  openBenchServer,
+  statementsAvailable,
+  type BenchServer,
+} from './server.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const CLOCK_TICKS = 100; // USER_HZ on Linux
 
-// CPU seconds of the PostgreSQL processes by kind (client backends, autovacuum, WAL writer, checkpointer, ...), from
-// /proc: the backends' command lines are rewritten to "postgres: <kind>" (the bench's server is the only one running);
-// 'exited' is what processes that ended meanwhile used (graphile-worker's pool closes its connections at stop).
-function postgresCpuSeconds(): Record<string, number> {
+// CPU seconds of the bench server's processes by kind (client backends, autovacuum, WAL writer, checkpointer, ...),
+// from /proc: the postmaster and its children (other servers on the machine are not counted); process titles are
+// "postgres: [<cluster_name>: ]<kind>" ("postgres: <user> <db> <host>(<port>) ..." for backends); 'exited' is what
+// processes that ended meanwhile used (graphile-worker's pool closes its connections at stop).
+function postgresCpuSeconds(postmaster: { pid: number; clusterName: string }): Record<string, number> {
   const byKind: Record<string, number> = {};
+  const titlePrefix = postmaster.clusterName ? `postgres: ${postmaster.clusterName}: ` : 'postgres: ';
   for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
     try {
-      const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ').trim();
-      if (!cmd.startsWith('postgres:') && !/\/postgres( |$)/.test(cmd)) continue;
-      const kind = !cmd.startsWith('postgres:')
-        ? 'postmaster'
-        : / \d+\.\d+\.\d+\.\d+\(\d+\)/.test(cmd)
-          ? 'backends'
-          : cmd.replace(/^postgres: /, '').replace(/ .*$/, '');
       const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
       const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const isPostmaster = Number(pid) === postmaster.pid;
+      if (!isPostmaster && Number(fields[1]) !== postmaster.pid) continue;
+      const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ').trim();
+      const kind = isPostmaster
+        ? 'postmaster'
+        : / \d+\.\d+\.\d+\.\d+\(\d+\)|\[local\]/.test(cmd)
+          ? 'backends'
+          : cmd
+              .replace(titlePrefix, '')
+              .replace(/^postgres: /, '')
+              .replace(/ .*$/, '');
       byKind[kind] = (byKind[kind] ?? 0) + (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
       // The postmaster reaps the backends: their CPU, once they have exited, is its children's time.
-      if (kind === 'postmaster') byKind.exited = (Number(fields[13]) + Number(fields[14])) / CLOCK_TICKS;
+      if (isPostmaster) byKind.exited = (Number(fields[13]) + Number(fields[14])) / CLOCK_TICKS;
     } catch {
       // the process ended while it was read
     }
@@ -47,36 +62,45 @@ function postgresCpuSeconds(): Record<string, number> {
 interface Sample {
   jobsPerSec: number;
   nodeUsPerJob: number;
-  pgUsPerJob: number;
-  pgUsPerJobByKind: Record<string, number>;
+  pgUsPerJob: number | null; // null: the server is not on this machine (no /proc to read)
+  pgUsPerJobByKind: Record<string, number> | null;
 }
 
-async function measure(admin: pg.Client, n: number, run: () => Promise<void>): Promise<Sample> {
+// What can be observed of the server: its processes (when local) and pg_stat_statements (when loaded).
+interface Probes {
+  postmaster: { pid: number; clusterName: string } | null;
+  statements: boolean;
+}
+
+async function measure(admin: pg.Client, probes: Probes, n: number, run: () => Promise<void>): Promise<Sample> {
   await admin.query('checkpoint');
-  await admin.query('select pg_stat_statements_reset()');
-  const pg0 = postgresCpuSeconds();
+  if (probes.statements) await admin.query('select pg_stat_statements_reset()');
+  const pg0 = probes.postmaster ? postgresCpuSeconds(probes.postmaster) : {};
   const node0 = process.cpuUsage();
   const t = performance.now();
   await run();
   const ms = performance.now() - t;
   const node = process.cpuUsage(node0);
   await sleep(300); // closed connections' backends exit and are reaped (their CPU moves to 'exited')
-  const pg1 = postgresCpuSeconds();
+  const pg1 = probes.postmaster ? postgresCpuSeconds(probes.postmaster) : null;
   const usPerJob = (s: number) => Math.round(((s * 1e6) / n) * 10) / 10;
-  const byKind = Object.fromEntries(
-    Object.entries(pg1)
-      .map(([k, v]) => [k, usPerJob(v - (pg0[k] ?? 0))] as const)
-      .filter(([, v]) => v > 0),
-  );
+  const byKind = pg1
+    ? Object.fromEntries(
+        Object.entries(pg1)
+          .map(([k, v]) => [k, usPerJob(v - (pg0[k] ?? 0))] as const)
+          .filter(([, v]) => v > 0),
+      )
+    : null;
   return {
     jobsPerSec: Math.round((n / ms) * 1000),
     nodeUsPerJob: Math.round(((node.user + node.system) / n) * 10) / 10,
-    pgUsPerJob: Math.round(Object.values(byKind).reduce((a, b) => a + b, 0) * 10) / 10,
+    pgUsPerJob: byKind ? Math.round(Object.values(byKind).reduce((a, b) => a + b, 0) * 10) / 10 : null,
     pgUsPerJobByKind: byKind,
   };
 }
 
-async function topStatements(admin: pg.Client, n: number, top: number) {
+async function topStatements(admin: pg.Client, probes: Probes, n: number, top: number) {
+  if (!probes.statements) return null;
   const { rows } = await admin.query(
     `select left(regexp_replace(query, '\\s+', ' ', 'g'), 90) as query, calls::int, toplevel,
             round((total_exec_time * 1000 / $1)::numeric, 2)::float as us_per_job
@@ -132,26 +156,47 @@ async function main() {
       top: { type: 'string', default: '12' },
       only: { type: 'string', default: 'keel-batched,graphile-perf' },
       sequential: { type: 'boolean', default: false },
+      ...PG_URL_OPTION,
     },
   });
   const N = Number(values.jobs);
   const rounds = Number(values.rounds);
   const configs = values.only.split(',');
-  const dataDir = path.join(os.tmpdir(), `keel-bench-profile-${process.pid}`, 'data');
-  let server = await startEmbeddedPostgres({ dataDir, fastUnsafe: false, persistent: true });
-  {
-    const c = new pg.Client({ connectionString: server.url });
-    await c.connect();
-    await c.query(`alter system set shared_preload_libraries = pg_stat_statements`);
-    await c.query(`alter system set pg_stat_statements.track = 'all'`);
-    await c.end();
-    await server.stop();
-    server = await startEmbeddedPostgres({ dataDir, port: server.port, fastUnsafe: false, persistent: true });
+  const server = await openBenchServer({
+    label: 'profile',
+    pgUrl: benchPgUrl(values),
+    fastUnsafe: false,
+    statements: true,
+  });
+  console.error(describeServer(server.info));
+  try {
+    await profile(server, values, N, rounds, configs);
+  } finally {
+    await server.close();
   }
-  const admin = new pg.Client({ connectionString: server.url });
+}
+
+async function profile(
+  server: BenchServer,
+  values: { top: string; sequential: boolean },
+  N: number,
+  rounds: number,
+  configs: string[],
+) {
+  const url = await server.createDatabase('profile');
+  const probes: Probes = { postmaster: await localPostmaster(url), statements: await statementsAvailable(url) };
+  if (values.sequential && !probes.postmaster)
+    throw new Error('--sequential reads the backend CPU from /proc: the server must run on this machine');
+  if (!probes.statements)
+    console.error('== pg_stat_statements is not loaded on this server: no per-statement figures (statements: null)');
+  if (!probes.postmaster) console.error('== the server is not on this machine: no PostgreSQL CPU figures');
+  const admin = new pg.Client({ connectionString: url, connectionTimeoutMillis: 10_000 });
+  admin.on('error', (err) => console.error(`admin connection: ${err.message}`));
   await admin.connect();
-  await admin.query('create extension if not exists pg_stat_statements');
-  const store = await PostgresJobStore.connect(server.url, { poolSize: values.sequential ? 1 : 12 });
+  const statementsTrack = probes.statements
+    ? (await admin.query(`select current_setting('pg_stat_statements.track') as t`)).rows[0].t
+    : null;
+  const store = await PostgresJobStore.connect(url, { poolSize: values.sequential ? 1 : 12 });
 
   if (values.sequential) {
     const runs = [];
@@ -164,6 +209,7 @@ async function main() {
     console.log(
       JSON.stringify(
         {
+          server: server.info,
           runs,
           median: {
             claimUsPerJob: median(runs.map((x) => x.claimUsPerJob)),
@@ -178,19 +224,19 @@ async function main() {
   } else {
     const keelBatched = async (queue: string) => {
       await store.enqueueMany(Array.from({ length: N }, () => ({ queue, type: 'noop' })));
-      return measure(admin, N, async () => {
+      return measure(admin, probes, N, async () => {
         await drainKeelBatched(store, queue, 'profile');
       });
     };
     const gw = await import('graphile-worker');
     const logger = new gw.Logger(() => () => undefined);
-    const utils = await gw.makeWorkerUtils({ connectionString: server.url, logger });
+    const utils = await gw.makeWorkerUtils({ connectionString: url, logger });
     const graphilePerf = async (task: string) => {
       await utils.addJobs(Array.from({ length: N }, () => ({ identifier: task, payload: {} })));
       let handled = 0;
-      return measure(admin, N, async () => {
+      return measure(admin, probes, N, async () => {
         const runner = await gw.run({
-          connectionString: server.url,
+          connectionString: url,
           logger,
           noHandleSignals: true,
           taskList: { [task]: async () => void handled++ },
@@ -214,17 +260,16 @@ async function main() {
       for (const c of r % 2 ? configs : [...configs].reverse()) {
         const sample =
           c === 'keel-batched' ? await keelBatched('profile-keel') : await graphilePerf('profile_graphile');
-        const statements = await topStatements(admin, N, Number(values.top));
+        const statements = await topStatements(admin, probes, N, Number(values.top));
         console.error(`${r < 0 ? 'warm-up' : `round ${r + 1}`} ${c}: ${JSON.stringify(sample)}`);
         if (r >= 0) (out[c] ??= []).push({ ...sample, statements });
       }
     }
-    console.log(JSON.stringify(out, null, 2));
+    console.log(JSON.stringify({ server: server.info, statementsTrack, ...out }, null, 2));
     await utils.release();
   }
   await admin.end();
   await store.close();
-  await server.stop();
 }
 
 await main();

@@ -2,29 +2,26 @@
 // 200k delayed jobs; p50/p95 of 50 calls each. Then archive/DLQ text search at that size: the bounded search the
 // store runs (scanRows default and maximum) against the unbounded one (keel.search_jobs without a scan bound), for a
 // text that matches nothing (the worst case: the whole range is read). `npx tsx bench/stats.ts [--archive N]
-// [--dlq N] [--delayed N]`.
-import os from 'node:os';
-import path from 'node:path';
+// [--dlq N] [--delayed N] [--pg-url URL]` (a running server instead of the embedded one; or KEEL_BENCH_PG_URL).
 import { parseArgs } from 'node:util';
-import { startEmbeddedPostgres } from '../dev/embeddedPostgres.js';
 import { PostgresJobStore } from '../shared/engines/postgres/jobStore.js';
 import { TEXT_SEARCH_SCAN_ROWS_MAX } from '../shared/jobs/contract.js';
+import { PG_URL_OPTION, benchPgUrl, describeServer, openBenchServer } from './server.js';
 
 const { values } = parseArgs({
   options: {
     archive: { type: 'string', default: '1000000' },
     dlq: { type: 'string', default: '200000' },
     delayed: { type: 'string', default: '200000' },
+    ...PG_URL_OPTION,
   },
 });
 const pct = (xs: number[], p: number) =>
   [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
-const server = await startEmbeddedPostgres({
-  dataDir: path.join(os.tmpdir(), `keel-bench-stats-${process.pid}`, 'data'),
-  fastUnsafe: false,
-});
+const server = await openBenchServer({ label: 'stats', pgUrl: benchPgUrl(values), fastUnsafe: false });
+console.error(describeServer(server.info));
 try {
-  const store = await PostgresJobStore.connect(server.url, { poolSize: 4 });
+  const store = await PostgresJobStore.connect(await server.createDatabase('stats'), { poolSize: 4 });
   const timeOf = async (calls: number, run: () => Promise<unknown>) => {
     const xs: number[] = [];
     for (let i = 0; i < calls; i++) {
@@ -35,7 +32,7 @@ try {
     return { p50: Math.round(pct(xs, 50) * 100) / 100, p95: Math.round(pct(xs, 95) * 100) / 100 };
   };
   const time = () => timeOf(50, () => store.stats());
-  const out: Record<string, unknown> = { empty: await time() };
+  const out: Record<string, unknown> = { server: server.info, empty: await time() };
   await store.pool.query(
     `insert into keel.jobs_archive (id, queue, type, payload, priority, attempts, tags, created_at, started_at, finished_at, duration_ms)
      select nextval('keel.job_id_seq'), 'bulk-' || (g % 8), 'noop', jsonb_build_object('n', g), 0, 1, '{}', now(), now(), now(), 3
@@ -77,10 +74,14 @@ try {
   out.searchArchiveUnbounded = await unbounded('archive');
   out.searchDlqUnbounded = await unbounded('dlq');
   // Continuing deep in the table costs the same as the first page (a primary-key range, not a filter).
-  const deep = await store.searchJobs({ location: 'archive', text: 'no-such-text', limit: 50, afterId: '500000' });
-  out.searchArchiveDeepPage = await timeOf(10, () =>
-    store.searchJobs({ location: 'archive', text: 'no-such-text', limit: 50, afterId: deep.nextAfterId! }),
-  );
+  // Half-way into the archive rows (their ids come first from the sequence), whatever --archive is.
+  const middle = String(Math.max(1, Math.floor(Number(values.archive) / 2)));
+  const deep = await store.searchJobs({ location: 'archive', text: 'no-such-text', limit: 50, afterId: middle });
+  out.searchArchiveDeepPage = deep.nextAfterId
+    ? await timeOf(10, () =>
+        store.searchJobs({ location: 'archive', text: 'no-such-text', limit: 50, afterId: deep.nextAfterId! }),
+      )
+    : null; // the first page already reached the end
   out.hotCountsMatch = (
     await store.pool.query(
       `select (select coalesce(sum(pending + fetched + processing), 0) from keel.hot_counts)::bigint
@@ -95,5 +96,5 @@ try {
   console.log(JSON.stringify(out, null, 2));
   await store.close();
 } finally {
-  await server.stop();
+  await server.close();
 }

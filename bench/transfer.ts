@@ -2,6 +2,7 @@
 // manifest, stage with verification, apply, purge), measured in the same run as the machine's physical limit
 // (COPY ... TO STDOUT piped into COPY ... FROM STDIN) and a naive row-by-row insert (on a sample, extrapolated).
 // Keel runs in a child process so its peak RSS is its own. Usage: npx tsx bench/transfer.ts --rows 1000000
+// [--pg-url URL] (a running server to use instead of the embedded one; or KEEL_BENCH_PG_URL)
 import pg from 'pg';
 import { to as copyTo, from as copyFrom } from 'pg-copy-streams';
 import { pipeline } from 'node:stream/promises';
@@ -9,7 +10,7 @@ import { spawn } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { startEmbeddedPostgres } from '../dev/embeddedPostgres.js';
+import { benchPgUrl, describeServer, openBenchServer } from './server.js';
 import { migrateJournal } from '../test/support/journalMigrations.js';
 import { PostgresTransferJournal } from '../shared/engines/postgres/transferJournal.js';
 import { PostgresTransferSource } from '../shared/engines/postgres/transferSource.js';
@@ -18,7 +19,6 @@ import { parseTransfers } from '../shared/transfer/config.js';
 import { transferEngineRules } from '../shared/engines/registry.js';
 import { migratePostgresTarget } from '../shared/engines/postgres/transferEndpoints.js';
 import { TransferService } from '../shared/transfer/service.js';
-import { mkdtemp } from 'node:fs/promises';
 import { withClient } from '../shared/engines/postgres/client.js';
 
 const TRANSFER_RULES = transferEngineRules();
@@ -130,20 +130,17 @@ export async function runTransferBench(opts: {
   rows: number;
   batchSizes?: number[];
   naiveSample?: number;
+  pgUrl?: string; // an external server (bench/server.ts); absent: the embedded one, fsync off
   log?: (s: string) => void;
 }): Promise<Record<string, unknown>> {
   const log = opts.log ?? ((s: string) => process.stderr.write(`${s}\n`));
   const rows = opts.rows;
-  const server = await startEmbeddedPostgres({
-    dataDir: path.join(await mkdtemp(path.join(os.tmpdir(), 'keel-bench-transfer-')), 'data'),
-    fastUnsafe: true,
-  });
+  const server = await openBenchServer({ label: 'transfer', pgUrl: opts.pgUrl, fastUnsafe: true });
+  log(describeServer(server.info));
   try {
-    for (const db of ['bench_source', 'bench_target', 'bench_control'])
-      await withClient(server.url, (c) => c.query(`create database ${db}`));
-    const sourceUrl = server.urlFor('bench_source');
-    const targetUrl = server.urlFor('bench_target');
-    const controlUrl = server.urlFor('bench_control');
+    const sourceUrl = await server.createDatabase('transfer_source');
+    const targetUrl = await server.createDatabase('transfer_target');
+    const controlUrl = await server.createDatabase('transfer_control');
     log(`transfer bench: generating ${rows} source rows`);
     await withClient(sourceUrl, async (c) => {
       await c.query(TABLE_DDL('public.orders'));
@@ -245,7 +242,7 @@ export async function runTransferBench(opts: {
       benchmark: 'transfer pg->pg',
       rows,
       machine: { cpus: os.cpus().length, node: process.version },
-      server: 'embedded PostgreSQL, fsync off (same server, separate databases)',
+      server: { ...server.info, layout: 'source, target and control: separate databases on this one server' },
       copyPipe: copy,
       naiveRowByRow: naive,
       keel,
@@ -255,7 +252,7 @@ export async function runTransferBench(opts: {
       target: { keelVsCopyAtLeast: 0.4, peakRssUnderMB: 300 },
     };
   } finally {
-    await server.stop();
+    await server.close();
   }
 }
 
@@ -275,7 +272,8 @@ if (isMain) {
   } else {
     const i = argv.indexOf('--rows');
     const rows = i >= 0 ? Number(argv[i + 1]) : 1_000_000;
-    runTransferBench({ rows })
+    const u = argv.indexOf('--pg-url');
+    runTransferBench({ rows, pgUrl: benchPgUrl({ 'pg-url': u >= 0 ? argv[u + 1] : undefined }) })
       .then((r) => {
         process.stdout.write(`${JSON.stringify(r, null, 2)}\n`);
         process.exit(0);
