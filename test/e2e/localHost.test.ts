@@ -2,7 +2,7 @@
 // job runner -> stats; the host's key check; poison messages; a transfer over HTTP; kill -9 mid-job, restart,
 // maintenance rescues the zombie.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -30,8 +30,10 @@ let host: Host;
 let opsKey: string;
 let pool: pg.Pool;
 let source: pg.Pool;
-// A handler and a 1-second schedule dropped into handlers/ before `npm start`: nothing else is edited.
-const PROBE = path.join(ROOT, 'handlers', `probe-e2e-${process.pid}.ts`);
+// A handler and a 1-second schedule in a handlers folder of their own (KEEL_HANDLERS_DIR), before `npm start`:
+// nothing else is edited, and the real handlers/ is neither read nor written.
+const PROBE_DIR = path.join(ROOT, '.tmp', `e2e-handlers-${process.pid}`);
+const PROBE = path.join(PROBE_DIR, 'probe-e2e.ts');
 
 async function startHost(): Promise<Host> {
   const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/start.ts'], {
@@ -173,6 +175,8 @@ beforeAll(async () => {
       },
     ]),
   };
+  await mkdir(PROBE_DIR, { recursive: true });
+  env.KEEL_HANDLERS_DIR = PROBE_DIR;
   await writeFile(
     PROBE,
     `import { defineHandler, defineSchedule, z } from '../shared/jobs/define.js';\n` +
@@ -184,7 +188,7 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  await rm(PROBE, { force: true });
+  await rm(PROBE_DIR, { recursive: true, force: true });
   await stopHost(host);
   await pool?.end();
   await source?.end();
@@ -207,10 +211,11 @@ describe('local host', () => {
     expect(host.output.join('')).toMatch(/jobRunner information: job \d+: succeeded/);
   });
 
-  it('registers a handler and a schedule added to handlers/: listed, validated at enqueue, ticks enqueued and run', async () => {
+  it('registers a handler and a schedule added to the handlers folder: listed, validated at enqueue, ticks enqueued and run', async () => {
     const handlers = await api('GET', '/api/ops/handlers');
     const types = handlers.json.items.map((h: { type: string }) => h.type);
-    expect(types).toEqual(expect.arrayContaining(['probe.e2e', 'webhook.post', 'demo.echo']));
+    expect(types).toEqual(expect.arrayContaining(['probe.e2e', 'demo.echo']));
+    expect(types.filter((t: string) => !t.startsWith('demo.'))).toEqual(['probe.e2e']); // that folder only
     expect(handlers.json.items.find((h: { type: string }) => h.type === 'probe.e2e')).toMatchObject({
       queue: 'e2e-probe',
       source: expect.stringContaining('probe-e2e-'),
