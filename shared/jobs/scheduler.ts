@@ -6,7 +6,7 @@ import { Cron } from 'croner';
 import type { EnqueueRequest, FireStatus, JobId, JobStore, ScheduleState } from './contract.js';
 import type { ScheduleDefinition } from './define.js';
 import type { HandlerRegistry } from './registry.js';
-import { prepareTypedJobs } from './typedEnqueue.js';
+import { DEFAULT_QUEUE, prepareTypedJobs } from './typedEnqueue.js';
 
 // How many ticks one pass looks back at most: bounds a pass after a long outage (catch-up is bounded separately).
 export const MAX_TICKS_PER_PASS = 100;
@@ -89,6 +89,11 @@ export function planTicks(
     missed: missed.length,
     skipped: missed.length - fromMissed.length,
   };
+}
+
+// The queue a schedule's jobs go to: its own, else its handler's, else "default" (what enqueue applies).
+export function scheduleQueue(def: ScheduleDefinition, registry: HandlerRegistry): string {
+  return def.queue ?? registry.get(def.type)?.options.queue ?? DEFAULT_QUEUE;
 }
 
 export function scheduleKey(def: ScheduleDefinition, tick: Date): string {

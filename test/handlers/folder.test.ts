@@ -86,7 +86,22 @@ describe('handlers folder', () => {
       writeFileSync(path.join(dir, 'c.ts'), file('t.a'));
       await expect(
         createRuntime(settings, { store: noStore, queues: noQueues, transfers: null, handlersDir: dir }),
-      ).rejects.toThrow(/"t.a" is already registered \(by .*a\.ts\)/);
+      ).rejects.toThrow(/c\.ts declares job type "t\.a", which is already registered by .*a\.ts/);
+      rmSync(path.join(dir, 'c.ts'));
+      // A definition made but not exported is reported naming the file, not silently left out.
+      writeFileSync(
+        path.join(dir, 'd.ts'),
+        `import { defineHandler, defineSchedule } from '${define(dir)}';\n` +
+          `const forgot = defineHandler('t.d', { async handle() {} });\n` +
+          `const alsoForgot = defineSchedule('d-nightly', { cron: '0 0 2 * * *', type: 't.d' });\n` +
+          `void forgot; void alsoForgot;\n`,
+      );
+      const err = await loadHandlerFolder(dir).then(
+        () => null,
+        (e: Error) => e,
+      );
+      expect(err?.message).toMatch(/d\.ts defines handler "t\.d" but does not export it/);
+      expect(err?.message).toMatch(/d\.ts defines schedule "d-nightly" but does not export it/);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -208,6 +208,7 @@ describe('recurring schedules', () => {
       state: 'paused',
       cron: '* * * * * *',
       type: 'test.tick',
+      queue: 'ticks', // the schedule names none: its handler's queue, where its jobs go (before: null)
     });
     const resumed = await call('POST', 'schedules/pausable/resume');
     expect(resumed.body).toMatchObject({ state: 'active' });
