@@ -179,7 +179,7 @@ beforeAll(async () => {
   env.KEEL_HANDLERS_DIR = PROBE_DIR;
   await writeFile(
     PROBE,
-    `import { defineHandler, defineSchedule, z } from '../shared/jobs/define.js';\n` +
+    `import { defineHandler, defineSchedule, z } from '../../shared/jobs/define.js';\n` +
       `export const probe = defineHandler('probe.e2e', { payload: z.object({ n: z.number() }), queue: 'e2e-probe', async handle() {} });\n` +
       `export const everySecond = defineSchedule('probe-e2e', { cron: '* * * * * *', type: 'probe.e2e', payload: { n: 1 } });\n`,
   );
@@ -218,8 +218,14 @@ describe('local host', () => {
     expect(types.filter((t: string) => !t.startsWith('demo.'))).toEqual(['probe.e2e']); // that folder only
     expect(handlers.json.items.find((h: { type: string }) => h.type === 'probe.e2e')).toMatchObject({
       queue: 'e2e-probe',
-      source: expect.stringContaining('probe-e2e-'),
+      source: path.join(path.basename(PROBE_DIR), 'probe-e2e.ts'),
     });
+    // npm start lists what it loaded, with the folder, each handler's queue and file, each schedule's job and queue.
+    const banner = host.output.join('');
+    expect(banner).toContain(`Handlers (from ${path.relative(ROOT, PROBE_DIR)}/):`);
+    expect(banner).toMatch(/\n {2}probe\.e2e +queue e2e-probe +e2e-handlers-\d+\/probe-e2e\.ts\n/);
+    expect(banner).toMatch(/\n {2}demo\.echo +queue default +\(demo, dev\/\)\n/);
+    expect(banner).toMatch(/Schedules:\n {2}probe-e2e +\* \* \* \* \* \* UTC +-> probe\.e2e \(queue e2e-probe\)/);
     const bad = await api('POST', '/api/ops/jobs', { body: { type: 'probe.e2e', payload: { n: 'one' } } });
     expect(bad).toMatchObject({ status: 400, json: { field: 'payload.n' } });
     const done = await until('two scheduled jobs archived', async () => {
@@ -230,7 +236,8 @@ describe('local host', () => {
     expect(new Set(keys).size).toBe(keys.length);
     const schedules = await api('GET', '/api/ops/schedules');
     const item = schedules.json.items.find((x: { name: string }) => x.name === 'probe-e2e');
-    expect(item).toMatchObject({ state: 'active', type: 'probe.e2e', cron: '* * * * * *' });
+    // Its queue is its handler's (the schedule names none): shown as such, not null.
+    expect(item).toMatchObject({ state: 'active', type: 'probe.e2e', cron: '* * * * * *', queue: 'e2e-probe' });
     expect(Date.parse(item.nextTick)).toBeGreaterThan(Date.parse(item.lastTick));
     // Pause it (operator role): no more ticks, so the tests below see a quiet job store.
     expect((await api('POST', '/api/ops/schedules/probe-e2e/pause')).status).toBe(403);
