@@ -1,10 +1,10 @@
-// A user's own handlers and schedules cannot break the project's tests: a copy of the tree gets a handler and a
-// schedule in its handlers/ (as a user adds them, following docs/jobs.md), then the command the docs give for
-// handler tests, `npx vitest run handlers/` (which runs test/handlers/ too), runs in that copy and must pass. Before,
+// A user's own handlers and schedules cannot break the project's tests: a copy of the tree gets docs/jobs.md's
+// walk-through files in its handlers/ (a handler, its helper, its unit test, a schedule) and a nightly schedule, then
+// the command the docs give for handler tests, `npx vitest run handlers/` (which runs test/handlers/ too), runs in that copy and must pass. Before,
 // those tests loaded the real handlers/ folder, and one schedule there failed the pause test ('idle' instead of
 // 'paused'): the project's suites now load test/fixtures/handlers (KEEL_HANDLERS_DIR, vitest.config.ts).
 import { spawn } from 'node:child_process';
-import { cpSync, mkdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -16,7 +16,7 @@ const copy = path.join(root, '.tmp', `isolation-${process.pid}`);
 afterAll(() => rmSync(copy, { recursive: true, force: true }));
 
 describe('test isolation from handlers/', () => {
-  it("a handler and a schedule added to handlers/ leave the project's handler suites green", async () => {
+  it("docs/jobs.md's handler, its test and schedules added to handlers/ leave the project's handler suites green", async () => {
     mkdirSync(copy, { recursive: true });
     for (const entry of ['functions', 'shared', 'handlers', 'dev', 'test', 'sql', 'host.json', 'package.json']) {
       cpSync(path.join(root, entry), path.join(copy, entry), { recursive: true });
@@ -25,26 +25,23 @@ describe('test isolation from handlers/', () => {
       cpSync(path.join(root, file), path.join(copy, file));
     symlinkSync(path.join(root, 'node_modules'), path.join(copy, 'node_modules'), 'dir');
     rmSync(path.join(copy, 'test', 'handlers', 'isolation.test.ts')); // this file, which would run itself again
+    // The handler, its private helper, its unit test and its schedule exactly as docs/jobs.md gives them (each
+    // block names its file on its first line), and a nightly schedule beside them.
+    const docs = readFileSync(path.join(root, 'docs', 'jobs.md'), 'utf8');
+    const files = [...docs.matchAll(/```ts\n\/\/ (handlers\/[\w./-]+\.ts)\n([\s\S]*?)```/g)].map((m) => m[1]!);
+    expect(files).toEqual([
+      'handlers/_mailer.ts',
+      'handlers/invoiceSend.ts',
+      'handlers/invoiceSend.test.ts',
+      'handlers/invoiceSchedules.ts',
+    ]);
+    for (const m of docs.matchAll(/```ts\n(\/\/ (handlers\/[\w./-]+\.ts)\n[\s\S]*?)```/g))
+      writeFileSync(path.join(copy, m[2]!), m[1]!);
     writeFileSync(
-      path.join(copy, 'handlers', 'invoiceSend.ts'),
-      `import { defineHandler, defineSchedule, z } from '../shared/jobs/define.js';\n` +
-        `export const invoiceSend = defineHandler('invoice.send', {\n` +
-        `  payload: z.object({ invoiceId: z.string() }), maxAttempts: 3, timeoutMs: 10_000, async handle() {},\n` +
-        `});\n` +
-        `export const invoiceReminders = defineSchedule('invoice-reminders', {\n` +
-        `  cron: '*/10 * * * * *', type: 'invoice.send', payload: { invoiceId: 'INV-1' },\n` +
-        `});\n` +
+      path.join(copy, 'handlers', 'nightly.ts'),
+      `import { defineSchedule } from '../shared/jobs/define.js';\n` +
         `export const nightly = defineSchedule('invoice-nightly', {\n` +
-        `  cron: '0 0 2 * * *', type: 'invoice.send', payload: { invoiceId: 'INV-2' },\n` +
-        `});\n`,
-    );
-    writeFileSync(
-      path.join(copy, 'handlers', 'invoiceSend.test.ts'),
-      `import { expect, it } from 'vitest';\n` +
-        `import { runHandler } from '../test/kit.js';\n` +
-        `import { invoiceSend } from './invoiceSend.js';\n` +
-        `it('invoice.send succeeds', async () => {\n` +
-        `  expect(await runHandler(invoiceSend, { invoiceId: 'INV-1' })).toEqual({ outcome: 'succeeded' });\n` +
+        `  cron: '0 0 2 * * *', type: 'invoice.send', payload: { invoiceId: 'INV-2', email: 'a@example.com' },\n` +
         `});\n`,
     );
     // The copy's run uses this run's PostgreSQL server (its globalSetup then starts none) and its own vitest.config.ts.
