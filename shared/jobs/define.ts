@@ -1,6 +1,7 @@
 // What code in handlers/ uses: defineHandler and defineSchedule. A file in handlers/ exports their results (any
-// export name); the app loads every such file at start (shared/jobs/handlerFolder.ts) in Azure, under `npm start`
-// and in tests, so adding a handler is: add a file, export the definition, deploy. See docs/jobs.md.
+// export name); the app loads every such file at start (shared/jobs/handlerFolder.ts) in Azure and under
+// `npm start`, so adding a handler is: add a file, export the definition, deploy. See docs/jobs.md. (The project's
+// own tests load test/fixtures/handlers instead: KEEL_HANDLERS_DIR.)
 import { z } from 'zod';
 import { Cron } from 'croner';
 import type { HandlerOptions, JobContext } from './registry.js';
