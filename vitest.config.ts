@@ -1,9 +1,16 @@
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
+
+const root = path.dirname(fileURLToPath(import.meta.url));
 
 export default defineConfig({
   test: {
     include: ['test/**/*.test.ts', 'handlers/**/*.test.ts'],
     globalSetup: ['test/support/globalSetup.ts'],
+    // Every runtime a test builds (and every `npm start` a test spawns) loads this fixture folder, never the real
+    // handlers/: a user's own handlers and schedules cannot turn the project's suite red (test/handlers/isolation.test.ts).
+    env: { KEEL_HANDLERS_DIR: path.join(root, 'test', 'fixtures', 'handlers') },
     testTimeout: 60_000,
     hookTimeout: 120_000,
     pool: 'forks',

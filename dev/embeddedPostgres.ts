@@ -315,7 +315,15 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<Embe
       'unix_socket_directories=',
       ...(opts.fastUnsafe ? ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off'] : []),
     ],
-    { ...(user ?? {}), env: { ...process.env, LC_MESSAGES: 'C' }, stdio: ['ignore', 'pipe', 'pipe'] },
+    // detached: its own process group, so a terminal's Ctrl+C (SIGINT to the whole foreground group) does not
+    // reach it: the host lets running jobs finish or hands them back first, and stops the server itself, last.
+    // (The 'exit' handler above still stops it when the host exits any other way.)
+    {
+      ...(user ?? {}),
+      env: { ...process.env, LC_MESSAGES: 'C' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
+    },
   );
   running.add(child);
   const exited = new Promise<void>((resolve) => child.once('close', () => resolve()));

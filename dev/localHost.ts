@@ -45,8 +45,12 @@ type Stoppable = { stop(): Promise<void> };
 
 const HTTP_METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'] as const;
 
+// As the Functions host at its default level (Information): debug and trace lines are dropped, unless KEEL_DEBUG is set.
+const QUIET_LEVELS: readonly LogLevel[] = ['debug', 'trace'];
+
 function logHandlerFor(name: string, log: (line: string) => void) {
   return (level: LogLevel, ...args: unknown[]) => {
+    if (QUIET_LEVELS.includes(level) && !process.env.KEEL_DEBUG) return;
     const text = args
       .map((a) => (typeof a === 'string' ? a : a instanceof Error ? (a.stack ?? a.message) : JSON.stringify(a)))
       .join(' ');

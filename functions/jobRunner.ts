@@ -1,7 +1,8 @@
 // Queue trigger: message {"jobId": "..."} -> claim that job by id -> run it -> finalize (archive, retry or DLQ).
 // Malformed messages and ids of jobs that do not exist go to the poison queue with the reason.
 // A job that exists but cannot be claimed (done, running elsewhere, not yet due, queue paused or at its
-// limit) is acknowledged: the row is the truth and the dispatcher runs it when it can.
+// limit) is acknowledged: the row is the truth and the dispatcher runs it when it can. Only a pending job is logged
+// at information level; one the dispatcher already ran (the usual case under npm start) at debug.
 import type { InvocationContext } from '@azure/functions';
 import { getRuntime } from '../shared/app/runtime.js';
 import { jobMessageSchema, parseMessage, poison } from '../shared/app/messages.js';
@@ -17,7 +18,18 @@ export async function jobRunner(message: unknown, context: InvocationContext): P
   if (outcome === 'not_claimed') {
     const job = await rt.store.getJob(jobId);
     if (!job) return poison(rt, queue, context, message, 'unknown_job', `job ${jobId} does not exist`);
-    context.info(`job ${jobId} not claimed (${job.location}, ${job.state}); acknowledged`);
+    if (job.location === 'hot' && job.state === 'pending') {
+      // Really not claimed: not due yet, or its queue is paused or at its limit. The row is the truth.
+      context.info(
+        `job ${jobId} is pending but cannot run now (not due yet, or its queue is paused or at its limit); the dispatcher runs it when it can`,
+      );
+    } else {
+      // The usual case, not a problem: the dispatcher (woken by the enqueue) ran the job before its message came,
+      // or another instance is running it. Debug level: one line per job would read like an error.
+      context.debug(
+        `job ${jobId} already ${job.location === 'hot' ? `${job.state} by another worker` : `finished (${job.location})`}; message acknowledged`,
+      );
+    }
     return;
   }
   context.info(`job ${jobId}: ${outcome}`);

@@ -188,6 +188,13 @@ if (exitAtEnd || process.exitCode) {
   console.log('\nThe local host keeps running (Ctrl+C to stop).');
   if (quiet) console.log('Host log from here on:');
   live = true;
-  process.on('SIGINT', () => void keel.stop().then(() => process.exit(0)));
-  process.on('SIGTERM', () => void keel.stop().then(() => process.exit(0)));
+  // One Ctrl+C may arrive twice (the terminal's process group, and npm forwarding it): stop once.
+  let stopping = false;
+  const stop = () => {
+    if (stopping) return;
+    stopping = true;
+    void keel.stop().then(() => process.exit(0));
+  };
+  process.on('SIGINT', stop);
+  process.on('SIGTERM', stop);
 }

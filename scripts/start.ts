@@ -7,6 +7,9 @@ import '../functions/setup.js'; // telemetry first (a no-op without APPLICATIONI
 import { bootLocal, StartupError } from '../dev/boot.js';
 import { definitions } from '../functions/definitions.js';
 import { encodeClientPrincipal } from '../shared/ops/auth.js';
+import { configuredHandlersDir } from '../shared/jobs/handlerFolder.js';
+import { scheduleQueue } from '../shared/jobs/scheduler.js';
+import path from 'node:path';
 
 const demo = process.argv.includes('--demo');
 
@@ -25,12 +28,31 @@ process.off('SIGINT', early);
 process.off('SIGTERM', early);
 const ops = `${keel.baseUrl}/api/ops`;
 const role = keel.settings.KEEL_OPS_OPERATOR_ROLE;
+// What was loaded, so a handler or schedule that is missing (not in the folder, not exported) shows at once.
+const { registry, schedules } = keel.runtime;
+const handlersDir = path.relative(process.cwd(), configuredHandlersDir()) || '.';
+const handlerLines = registry
+  .all()
+  .map(
+    (h) => `  ${h.type.padEnd(20)} queue ${(h.options.queue ?? 'default').padEnd(12)} ${h.source ?? '(demo, dev/)'}`,
+  );
+const scheduleLines = schedules.map(
+  (d) =>
+    `  ${d.name.padEnd(20)} ${`${d.cron} ${d.timeZone}`.padEnd(28)} -> ${d.type} (queue ${scheduleQueue(d, registry)})` +
+    `${'source' in d ? `  ${String((d as { source: unknown }).source)}` : ''}`,
+);
 console.log(`
 Keel local host is running.
   ${keel.notes.join('\n  ')}
 
 Functions:
 ${keel.host.functions.map((f) => `  ${f.name.padEnd(14)} ${f.kind.padEnd(6)} ${f.detail}`).join('\n')}
+
+Handlers (from ${handlersDir}/):
+${handlerLines.join('\n') || '  none'}
+
+Schedules:
+${scheduleLines.join('\n') || '  none'}
 
 Console:   ${keel.baseUrl}/api/console/   (sign in with the ops key below; docs/operations.md)
 Ops API:   ${ops}/health   (OpenAPI: ${ops}/openapi.json)
@@ -42,13 +64,18 @@ Operator:  destructive routes also need x-ms-client-principal with role "${role}
 KEEL_READY ${JSON.stringify({ baseUrl: keel.baseUrl, pid: process.pid, azurite: keel.azuriteConnection })}
 `);
 
-let stopping = false;
+// One Ctrl+C can arrive more than once: the terminal signals the whole foreground process group (npm, its shell,
+// node) and npm forwards the signal to its script as well. A repeat within DUPLICATE_SIGNAL_MS is that same
+// keypress and is ignored; one later is a second Ctrl+C, and stops at once.
+const DUPLICATE_SIGNAL_MS = 1_000;
+let stoppingSince: number | undefined;
 async function shutdown(signal: string) {
-  if (stopping) {
+  if (stoppingSince !== undefined) {
+    if (Date.now() - stoppingSince < DUPLICATE_SIGNAL_MS) return;
     console.log(`${signal} again: stopping now (jobs still running are rescued by maintenance on the next start)`);
     process.exit(1);
   }
-  stopping = true;
+  stoppingSince = Date.now();
   console.log(
     `\n${signal}: stopping; running jobs get ${GRACE_MS / 1000} s to finish, then are released (Ctrl+C again to stop now)...`,
   );

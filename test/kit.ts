@@ -14,11 +14,15 @@ import {
   AttemptAbort,
   JobAbortedError,
   decideAfterFailure,
+  effectiveMaxAttempts,
   type AbortReason,
   type JobOutcome,
 } from '../shared/jobs/processor.js';
 import { prepareTypedJobs, type JobRequest } from '../shared/jobs/typedEnqueue.js';
 import { registerHandlers } from '../shared/jobs/handlerFolder.js';
+
+// A queue's max_attempts when nobody configured it (the queues table's default).
+export const DEFAULT_QUEUE_MAX_ATTEMPTS = 5;
 
 export class FakeClock {
   private t: number;
@@ -61,7 +65,8 @@ export class FakeClock {
 
 export interface RunOptions {
   attempt?: number; // the attempt now running, 1-based (default 1)
-  maxAttempts?: number; // default: the handler's, else 5 (the queues' default)
+  maxAttempts?: number; // the job's own max attempts (enqueue's maxAttempts); default none, so the handler's applies
+  queueMaxAttempts?: number; // the queue's max_attempts, used when neither the job nor the handler sets one (default 5)
   idempotencyKey?: string | null; // default a fixed test key
   jobId?: string; // default '1'
   queue?: string; // default: the handler's queue, else 'default'
@@ -103,7 +108,12 @@ function registered(def: HandlerDefinition): { registry: HandlerRegistry; h: Reg
 export function startHandler<P>(def: HandlerDefinition<P>, payload: unknown, opts: RunOptions = {}): HandlerRun {
   const { registry, h } = registered(def as HandlerDefinition);
   const [prepared] = prepareTypedJobs(registry, [
-    { type: def.type, payload, ...(opts.queue ? { queue: opts.queue } : {}) },
+    {
+      type: def.type,
+      payload,
+      ...(opts.queue ? { queue: opts.queue } : {}),
+      ...(opts.maxAttempts !== undefined ? { maxAttempts: opts.maxAttempts } : {}),
+    },
   ]);
   const clock = opts.clock;
   const logs: LogLine[] = [];
@@ -147,7 +157,12 @@ export function startHandler<P>(def: HandlerDefinition<P>, payload: unknown, opt
     }
     const d = decideAfterFailure({
       attempt,
-      maxAttempts: opts.maxAttempts ?? prepared!.maxAttempts ?? 5,
+      // The processor's rule, from the same inputs: the job's own limit, else the handler's, else the queue's.
+      maxAttempts: effectiveMaxAttempts(
+        prepared!.maxAttempts,
+        h.options,
+        opts.queueMaxAttempts ?? DEFAULT_QUEUE_MAX_ATTEMPTS,
+      ),
       options: h.options,
       abortReason: attemptAbort.reason,
       error,

@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import type { JobStore } from '../jobs/contract.js';
 import { HandlerRegistry, consoleLogger } from '../jobs/registry.js';
 import { JobProcessor } from '../jobs/processor.js';
-import { HANDLERS_DIR, checkSchedules, loadHandlerFolder, registerHandlers } from '../jobs/handlerFolder.js';
+import { checkSchedules, configuredHandlersDir, loadHandlerFolder, registerHandlers } from '../jobs/handlerFolder.js';
 import type { ScheduleDefinition } from '../jobs/define.js';
 import { engineNamed } from '../engines/registry.js';
 import { parseSettings, type Settings } from '../config/settings.js';
@@ -36,8 +36,8 @@ export interface RuntimeOverrides {
   env?: Record<string, string | undefined>;
   // Extra job handlers to register (the local host's demo types, tests, apps embedding Keel).
   register?: (registry: HandlerRegistry) => void;
-  // The handlers folder to load (default: handlers/ at the repository root, dist/handlers when built);
-  // null loads none. Ignored when `registry` is given.
+  // The handlers folder to load (default: KEEL_HANDLERS_DIR, else handlers/ at the repository root, dist/handlers
+  // when built); null loads none. Ignored when `registry` is given.
   handlersDir?: string | null;
   // Extra recurring schedules (tests, apps embedding Keel).
   schedules?: readonly ScheduleDefinition[];
@@ -55,7 +55,7 @@ export async function createRuntime(settings: Settings, overrides: RuntimeOverri
   const registry = overrides.registry ?? new HandlerRegistry({ functionTimeoutMs: appFunctionTimeoutMs() });
   const schedules: ScheduleDefinition[] = [];
   if (!overrides.registry) {
-    const dir = overrides.handlersDir === undefined ? HANDLERS_DIR : overrides.handlersDir;
+    const dir = overrides.handlersDir === undefined ? configuredHandlersDir() : overrides.handlersDir;
     if (dir !== null) {
       const folder = await loadHandlerFolder(dir);
       registerHandlers(registry, folder.handlers);

@@ -1,6 +1,7 @@
 // What code in handlers/ uses: defineHandler and defineSchedule. A file in handlers/ exports their results (any
-// export name); the app loads every such file at start (shared/jobs/handlerFolder.ts) in Azure, under `npm start`
-// and in tests, so adding a handler is: add a file, export the definition, deploy. See docs/jobs.md.
+// export name); the app loads every such file at start (shared/jobs/handlerFolder.ts) in Azure and under
+// `npm start`, so adding a handler is: add a file, export the definition, deploy. See docs/jobs.md. (The project's
+// own tests load test/fixtures/handlers instead: KEEL_HANDLERS_DIR.)
 import { z } from 'zod';
 import { Cron } from 'croner';
 import type { HandlerOptions, JobContext } from './registry.js';
@@ -27,13 +28,33 @@ export type HandlerSpec<S extends z.ZodType> = Omit<HandlerOptions, 'payload'> &
   handle: (payload: z.output<S>, ctx: JobContext) => Promise<void>;
 };
 
+// Who wants to hear of each definition as it is made: the handlers folder, while it imports a file, to tell a file
+// that defines a handler or schedule but does not export it. Kept on globalThis (under a registered symbol) so two
+// copies of this module (sources and dist/, or a test runner's) report to the same listeners.
+type DefinitionListener = (definition: HandlerDefinition<any> | ScheduleDefinition) => void;
+const LISTENERS = Symbol.for('keel.definition-listeners');
+function listeners(): Set<DefinitionListener> {
+  const g = globalThis as { [LISTENERS]?: Set<DefinitionListener> };
+  return (g[LISTENERS] ??= new Set());
+}
+function made<D extends HandlerDefinition<any> | ScheduleDefinition>(definition: D): D {
+  for (const l of listeners()) l(definition);
+  return definition;
+}
+
+// Calls `listener` with every definition made until the returned function is called.
+export function onDefinition(listener: DefinitionListener): () => void {
+  listeners().add(listener);
+  return () => listeners().delete(listener);
+}
+
 export function defineHandler<S extends z.ZodType = z.ZodUnknown>(
   type: string,
   spec: HandlerSpec<S>,
 ): HandlerDefinition<z.output<S>> {
   const { handle, ...options } = spec;
   if (typeof handle !== 'function') throw new Error(`defineHandler("${type}"): handle must be a function`);
-  return Object.freeze({ [HANDLER]: true as const, type, options: options as HandlerOptions, handle });
+  return made(Object.freeze({ [HANDLER]: true as const, type, options: options as HandlerOptions, handle }));
 }
 
 export function isHandlerDefinition(v: unknown): v is HandlerDefinition {
@@ -91,19 +112,21 @@ export function defineSchedule(name: string, spec: ScheduleSpec): ScheduleDefini
   const graceMs = spec.graceMs ?? 60_000;
   if (!Number.isInteger(graceMs) || graceMs < 0 || graceMs > 24 * 3600_000)
     throw bad('graceMs', 'must be an integer from 0 to 86400000');
-  return Object.freeze({
-    [SCHEDULE]: true as const,
-    name,
-    cron: spec.cron,
-    timeZone,
-    type: spec.type,
-    payload: spec.payload ?? null,
-    queue: spec.queue,
-    priority: spec.priority ?? 0,
-    missed,
-    maxCatchUp,
-    graceMs,
-  });
+  return made(
+    Object.freeze({
+      [SCHEDULE]: true as const,
+      name,
+      cron: spec.cron,
+      timeZone,
+      type: spec.type,
+      payload: spec.payload ?? null,
+      queue: spec.queue,
+      priority: spec.priority ?? 0,
+      missed,
+      maxCatchUp,
+      graceMs,
+    }),
+  );
 }
 
 export function isScheduleDefinition(v: unknown): v is ScheduleDefinition {

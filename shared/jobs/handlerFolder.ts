@@ -8,6 +8,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import {
   isHandlerDefinition,
   isScheduleDefinition,
+  onDefinition,
   type HandlerDefinition,
   type ScheduleDefinition,
 } from './define.js';
@@ -15,6 +16,14 @@ import type { HandlerRegistry } from './registry.js';
 
 // handlers/ next to shared/: <repo>/handlers from the sources (tsx, vitest), <repo>/dist/handlers when built.
 export const HANDLERS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../handlers');
+
+// The folder a runtime loads: KEEL_HANDLERS_DIR when set (relative to the working directory), else HANDLERS_DIR.
+// The project's own test run points it at test/fixtures/handlers (vitest.config.ts), so the handlers and schedules
+// a user adds to handlers/ can never change what the project's tests see.
+export function configuredHandlersDir(env: Record<string, string | undefined> = process.env): string {
+  const dir = env.KEEL_HANDLERS_DIR?.trim();
+  return dir ? path.resolve(dir) : HANDLERS_DIR;
+}
 
 export interface LoadedHandlers {
   dir: string;
@@ -44,23 +53,40 @@ export async function loadHandlerFolder(dir: string = HANDLERS_DIR): Promise<Loa
   // Built output next to stale sources (or the reverse) must not load one handler twice: prefer .js when both exist.
   const js = new Set(files.filter((f) => /\.m?js$/.test(f)).map((f) => f.replace(/\.m?js$/, '')));
   files = files.filter((f) => !(/\.m?ts$/.test(f) && js.has(f.replace(/\.m?ts$/, ''))));
+  // Definitions made while a file was imported (by it, or by a module it imports first), to catch a forgotten
+  // `export`: such a handler would never be registered, and its jobs refused at enqueue as an unknown type.
+  const madeBy = new Map<unknown, string>();
+  const exported = new Set<unknown>();
   for (const file of files) {
     const source = path.relative(path.dirname(dir), file);
     let mod: Record<string, unknown>;
+    const stopListening = onDefinition((d) => madeBy.set(d, source));
     try {
       mod = (await import(pathToFileURL(file).href)) as Record<string, unknown>;
     } catch (err) {
       throw new Error(`loading ${source} failed: ${(err as Error).message}`, { cause: err });
+    } finally {
+      stopListening();
     }
     loaded.files.push(source);
-    const seen = new Set<unknown>();
     for (const value of Object.values(mod)) {
-      if (seen.has(value)) continue; // one definition exported under two names (default and named)
-      seen.add(value);
+      if (exported.has(value)) continue; // one definition exported under two names (default and named), or by two files
       if (isHandlerDefinition(value)) loaded.handlers.push(Object.assign(Object.create(null), value, { source }));
       else if (isScheduleDefinition(value))
         loaded.schedules.push(Object.assign(Object.create(null), value, { source }));
+      exported.add(value);
     }
+  }
+  const forgotten = [...madeBy].filter(([d]) => !exported.has(d));
+  if (forgotten.length > 0) {
+    const what = forgotten.map(([d, source]) =>
+      isHandlerDefinition(d)
+        ? `${source} defines handler "${d.type}" but does not export it`
+        : `${source} defines schedule "${(d as ScheduleDefinition).name}" but does not export it`,
+    );
+    throw new Error(
+      `${what.join('; ')}: only exported definitions are registered (write \`export const ... = define...(...)\`)`,
+    );
   }
   return loaded;
 }

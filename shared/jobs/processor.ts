@@ -631,7 +631,7 @@ export class JobProcessor {
     error: unknown,
     report: (o: JobOutcome, reason?: DlqReason) => JobOutcome,
   ): Promise<JobOutcome> {
-    const maxAttempts = job.maxAttempts ?? registered.options.maxAttempts ?? job.queueMaxAttempts;
+    const maxAttempts = effectiveMaxAttempts(job.maxAttempts, registered.options, job.queueMaxAttempts);
     const d = decideAfterFailure({ attempt, maxAttempts, options: registered.options, abortReason, error });
     switch (d.kind) {
       case 'lease_lost':
@@ -673,6 +673,16 @@ export class JobProcessor {
     }
     return 'released';
   }
+}
+
+// A job's attempt limit: its own, else its handler's, else its queue's. The processor, zombie rescue (in SQL, with
+// HandlerRegistry.maxAttemptsByType()) and the handler test kit all apply this rule.
+export function effectiveMaxAttempts(
+  jobMaxAttempts: number | null | undefined,
+  options: Pick<RegisteredHandler['options'], 'maxAttempts'>,
+  queueMaxAttempts: number,
+): number {
+  return jobMaxAttempts ?? options.maxAttempts ?? queueMaxAttempts;
 }
 
 export type FailureDecision =

@@ -95,8 +95,11 @@ export class HandlerRegistry {
     if (!jobName.safeParse(type).success)
       throw new Error(`handler type "${type}": letters, digits and _ . : - only (at most ${LIMITS.nameLength})`);
     if (this.handlers.has(type)) {
-      const other = this.handlers.get(type)!.source;
-      throw new Error(`a handler for job type "${type}" is already registered${other ? ` (by ${other})` : ''}`);
+      const first = this.handlers.get(type)!.source;
+      throw new Error(
+        `${source ?? 'a handler'} declares job type "${type}", which is already registered` +
+          `${first ? ` by ${first}` : ''}: each job type has one handler (rename the type in ${source ?? 'the new handler'})`,
+      );
     }
     checkHandlerOptions(type, options);
     const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;

@@ -6,7 +6,7 @@ import { Cron } from 'croner';
 import type { EnqueueRequest, FireStatus, JobId, JobStore, ScheduleState } from './contract.js';
 import type { ScheduleDefinition } from './define.js';
 import type { HandlerRegistry } from './registry.js';
-import { prepareTypedJobs } from './typedEnqueue.js';
+import { DEFAULT_QUEUE, prepareTypedJobs } from './typedEnqueue.js';
 
 // How many ticks one pass looks back at most: bounds a pass after a long outage (catch-up is bounded separately).
 export const MAX_TICKS_PER_PASS = 100;
@@ -32,8 +32,10 @@ export interface TickPlan {
   skipped: number; // missed ticks not enqueued under the policy
 }
 
-// The ticks due in (from, now], from = the later of lastTick and resumedAt. A schedule never fired before starts
-// with its next tick (nothing from the past is run), so it only records the latest due tick as its baseline.
+// The ticks due in (from, now], from = the later of lastTick and resumedAt. A schedule seen for the first time (no
+// last tick, never resumed) starts with its next tick: nothing from before it existed runs, not even a tick a
+// second old (the grace period is for ticks of a schedule that already runs), so the first pass only records the
+// latest past tick as its baseline.
 export function planTicks(
   def: ScheduleDefinition,
   state: Pick<ScheduleState, 'lastTick' | 'resumedAt'> | null,
@@ -69,16 +71,9 @@ export function planTicks(
   const empty: TickPlan = { enqueue: [], advanceTo: null, onTime: 0, missed: 0, skipped: 0 };
   if (due.length === 0) return empty;
   const latest = due[due.length - 1]!;
-  if (!state || state.lastTick === null) {
-    // First sight: start from here. Only a tick that is due right now (within the grace period) runs.
-    const current = now.getTime() - latest.getTime() <= def.graceMs ? [latest] : [];
-    return {
-      enqueue: current,
-      advanceTo: latest,
-      onTime: current.length,
-      missed: 0,
-      skipped: due.length - current.length,
-    };
+  if (!Number.isFinite(from)) {
+    // First sight: the baseline only. The first job is the next tick's, on a later pass.
+    return { enqueue: [], advanceTo: latest, onTime: 0, missed: 0, skipped: 0 };
   }
   const onTime = due.filter((t) => now.getTime() - t.getTime() <= def.graceMs);
   const missed = due.filter((t) => now.getTime() - t.getTime() > def.graceMs);
@@ -94,6 +89,11 @@ export function planTicks(
     missed: missed.length,
     skipped: missed.length - fromMissed.length,
   };
+}
+
+// The queue a schedule's jobs go to: its own, else its handler's, else "default" (what enqueue applies).
+export function scheduleQueue(def: ScheduleDefinition, registry: HandlerRegistry): string {
+  return def.queue ?? registry.get(def.type)?.options.queue ?? DEFAULT_QUEUE;
 }
 
 export function scheduleKey(def: ScheduleDefinition, tick: Date): string {

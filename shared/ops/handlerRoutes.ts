@@ -1,9 +1,9 @@
 // Ops routes for what handlers/ declares: job types with their options and payload schema, and recurring schedules.
 import { z } from 'zod';
-import type { RegisteredHandler } from '../jobs/registry.js';
+import type { HandlerRegistry, RegisteredHandler } from '../jobs/registry.js';
 import type { ScheduleState } from '../jobs/contract.js';
 import type { ScheduleDefinition } from '../jobs/define.js';
-import { nextTick } from '../jobs/scheduler.js';
+import { nextTick, scheduleQueue } from '../jobs/scheduler.js';
 import { notFound } from './errors.js';
 import { route, type OpsRoute } from './router.js';
 import * as s from './schemas.js';
@@ -41,6 +41,7 @@ function describeSchedule(
   def: ScheduleDefinition,
   state: ScheduleState | undefined,
   now: Date,
+  registry: HandlerRegistry,
 ): Record<string, unknown> {
   const paused = state?.paused ?? false;
   return {
@@ -49,7 +50,7 @@ function describeSchedule(
     cron: def.cron,
     timeZone: def.timeZone,
     type: def.type,
-    queue: def.queue ?? null,
+    queue: scheduleQueue(def, registry), // where its jobs go: its own queue, else its handler's, else "default"
     payload: def.payload,
     missed: def.missed,
     maxCatchUp: def.maxCatchUp,
@@ -93,7 +94,7 @@ export const handlerRoutes: OpsRoute<any, any, any>[] = [
     async handle({ rt }) {
       const now = new Date();
       const states = new Map((await rt.store.listSchedules()).map((x) => [x.name, x]));
-      const items = rt.schedules.map((d) => describeSchedule(d, states.get(d.name), now));
+      const items = rt.schedules.map((d) => describeSchedule(d, states.get(d.name), now, rt.registry));
       const declared = new Set(rt.schedules.map((d) => d.name));
       const undeclared = [...states.values()]
         .filter((x) => !declared.has(x.name))
@@ -120,7 +121,7 @@ export const handlerRoutes: OpsRoute<any, any, any>[] = [
         const def = rt.schedules.find((d) => d.name === params.name);
         if (!def) throw notFound(`schedule "${params.name}"`);
         const state = await rt.store.setSchedulePaused(def.name, action === 'pause');
-        return { body: describeSchedule(def, state, new Date()) };
+        return { body: describeSchedule(def, state, new Date(), rt.registry) };
       },
     }),
   ),

@@ -2,7 +2,7 @@
 // job runner -> stats; the host's key check; poison messages; a transfer over HTTP; kill -9 mid-job, restart,
 // maintenance rescues the zombie.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -30,8 +30,10 @@ let host: Host;
 let opsKey: string;
 let pool: pg.Pool;
 let source: pg.Pool;
-// A handler and a 1-second schedule dropped into handlers/ before `npm start`: nothing else is edited.
-const PROBE = path.join(ROOT, 'handlers', `probe-e2e-${process.pid}.ts`);
+// A handler and a 1-second schedule in a handlers folder of their own (KEEL_HANDLERS_DIR), before `npm start`:
+// nothing else is edited, and the real handlers/ is neither read nor written.
+const PROBE_DIR = path.join(ROOT, '.tmp', `e2e-handlers-${process.pid}`);
+const PROBE = path.join(PROBE_DIR, 'probe-e2e.ts');
 
 async function startHost(): Promise<Host> {
   const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/start.ts'], {
@@ -173,9 +175,11 @@ beforeAll(async () => {
       },
     ]),
   };
+  await mkdir(PROBE_DIR, { recursive: true });
+  env.KEEL_HANDLERS_DIR = PROBE_DIR;
   await writeFile(
     PROBE,
-    `import { defineHandler, defineSchedule, z } from '../shared/jobs/define.js';\n` +
+    `import { defineHandler, defineSchedule, z } from '../../shared/jobs/define.js';\n` +
       `export const probe = defineHandler('probe.e2e', { payload: z.object({ n: z.number() }), queue: 'e2e-probe', async handle() {} });\n` +
       `export const everySecond = defineSchedule('probe-e2e', { cron: '* * * * * *', type: 'probe.e2e', payload: { n: 1 } });\n`,
   );
@@ -184,7 +188,7 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  await rm(PROBE, { force: true });
+  await rm(PROBE_DIR, { recursive: true, force: true });
   await stopHost(host);
   await pool?.end();
   await source?.end();
@@ -207,14 +211,21 @@ describe('local host', () => {
     expect(host.output.join('')).toMatch(/jobRunner information: job \d+: succeeded/);
   });
 
-  it('registers a handler and a schedule added to handlers/: listed, validated at enqueue, ticks enqueued and run', async () => {
+  it('registers a handler and a schedule added to the handlers folder: listed, validated at enqueue, ticks enqueued and run', async () => {
     const handlers = await api('GET', '/api/ops/handlers');
     const types = handlers.json.items.map((h: { type: string }) => h.type);
-    expect(types).toEqual(expect.arrayContaining(['probe.e2e', 'webhook.post', 'demo.echo']));
+    expect(types).toEqual(expect.arrayContaining(['probe.e2e', 'demo.echo']));
+    expect(types.filter((t: string) => !t.startsWith('demo.'))).toEqual(['probe.e2e']); // that folder only
     expect(handlers.json.items.find((h: { type: string }) => h.type === 'probe.e2e')).toMatchObject({
       queue: 'e2e-probe',
-      source: expect.stringContaining('probe-e2e-'),
+      source: path.join(path.basename(PROBE_DIR), 'probe-e2e.ts'),
     });
+    // npm start lists what it loaded, with the folder, each handler's queue and file, each schedule's job and queue.
+    const banner = host.output.join('');
+    expect(banner).toContain(`Handlers (from ${path.relative(ROOT, PROBE_DIR)}/):`);
+    expect(banner).toMatch(/\n {2}probe\.e2e +queue e2e-probe +e2e-handlers-\d+\/probe-e2e\.ts\n/);
+    expect(banner).toMatch(/\n {2}demo\.echo +queue default +\(demo, dev\/\)\n/);
+    expect(banner).toMatch(/Schedules:\n {2}probe-e2e +\* \* \* \* \* \* UTC +-> probe\.e2e \(queue e2e-probe\)/);
     const bad = await api('POST', '/api/ops/jobs', { body: { type: 'probe.e2e', payload: { n: 'one' } } });
     expect(bad).toMatchObject({ status: 400, json: { field: 'payload.n' } });
     const done = await until('two scheduled jobs archived', async () => {
@@ -225,7 +236,8 @@ describe('local host', () => {
     expect(new Set(keys).size).toBe(keys.length);
     const schedules = await api('GET', '/api/ops/schedules');
     const item = schedules.json.items.find((x: { name: string }) => x.name === 'probe-e2e');
-    expect(item).toMatchObject({ state: 'active', type: 'probe.e2e', cron: '* * * * * *' });
+    // Its queue is its handler's (the schedule names none): shown as such, not null.
+    expect(item).toMatchObject({ state: 'active', type: 'probe.e2e', cron: '* * * * * *', queue: 'e2e-probe' });
     expect(Date.parse(item.nextTick)).toBeGreaterThan(Date.parse(item.lastTick));
     // Pause it (operator role): no more ticks, so the tests below see a quiet job store.
     expect((await api('POST', '/api/ops/schedules/probe-e2e/pause')).status).toBe(403);

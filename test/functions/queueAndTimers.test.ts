@@ -92,7 +92,21 @@ describe('jobRunner (queue trigger)', () => {
     await jobRunner({ jobId: id }, ctx);
     expect(await snapshot(t.pool)).toEqual(before);
     expect(t.queues.poisoned).toHaveLength(0);
-    expect(ctx.logs.some((l) => l.text.includes('not claimed'))).toBe(true);
+    // Acknowledged quietly: a debug line, nothing that reads like an error at information level or above.
+    expect(ctx.logs).toEqual([{ level: 'debug', text: `job ${id} already finished (archive); message acknowledged` }]);
+  });
+
+  it('a message for a job that is pending but not due is acknowledged with an information line saying why', async () => {
+    const id = await enqueue('run-later', 'demo.echo', { delayMs: 60_000 });
+    const ctx = context('jobRunner');
+    await jobRunner({ jobId: id }, ctx);
+    expect(ctx.logs).toEqual([
+      {
+        level: 'information',
+        text: `job ${id} is pending but cannot run now (not due yet, or its queue is paused or at its limit); the dispatcher runs it when it can`,
+      },
+    ]);
+    expect(t.queues.poisoned).toHaveLength(0);
   });
 
   const malformed: [string, unknown, string][] = [

@@ -98,7 +98,7 @@ describe('typed payloads at enqueue', () => {
       source: 'test',
     });
     expect(item.payloadSchema.properties.amount.properties.currency.enum).toEqual(['EUR', 'SEK']);
-    expect(r.body.items.map((i: { type: string }) => i.type)).toContain('webhook.post');
+    expect(r.body.items.map((i: { type: string }) => i.type)).toContain('fixture.echo');
     expect(r.body.allowUnknownTypes).toBe(false);
   });
 });

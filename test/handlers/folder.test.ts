@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { parseSettings } from '../../shared/config/settings.js';
 import { createRuntime } from '../../shared/app/runtime.js';
 import { registerDemoHandlers } from '../../dev/demoHandlers.js';
-import { loadHandlerFolder } from '../../shared/jobs/handlerFolder.js';
+import { HANDLERS_DIR, configuredHandlersDir, loadHandlerFolder } from '../../shared/jobs/handlerFolder.js';
 import type { JobStore } from '../../shared/jobs/contract.js';
 
 const run = promisify(execFile);
@@ -30,11 +30,18 @@ afterAll(() => {
 });
 
 describe('handlers folder', () => {
-  it('ships the example handler, registered by the runtime; the demo handlers only when the local host adds them', async () => {
+  it('loads the configured folder (KEEL_HANDLERS_DIR, else handlers/); the demo handlers only when the local host adds them', async () => {
+    expect(HANDLERS_DIR).toBe(path.join(root, 'handlers'));
+    expect(configuredHandlersDir({})).toBe(HANDLERS_DIR);
+    expect(configuredHandlersDir({ KEEL_HANDLERS_DIR: 'test/fixtures/handlers' })).toBe(
+      path.resolve('test/fixtures/handlers'),
+    );
+    // The test run's own setting (vitest.config.ts): the fixture folder, not the user's handlers/.
+    expect(process.env.KEEL_HANDLERS_DIR).toBe(path.join(root, 'test', 'fixtures', 'handlers'));
     const rt = await createRuntime(settings, { store: noStore, queues: noQueues, transfers: null });
-    expect(rt.registry.types()).toContain('webhook.post');
-    expect(rt.registry.get('webhook.post')!.source).toBe(path.join('handlers', 'webhook.ts'));
-    expect(rt.registry.types().filter((t) => t.startsWith('demo.'))).toEqual([]);
+    expect(rt.registry.types()).toEqual(['fixture.echo']);
+    expect(rt.registry.get('fixture.echo')!.source).toBe(path.join('handlers', 'fixtureEcho.ts'));
+    expect(rt.schedules).toEqual([]);
     await rt.close();
     // KEEL_DEMO_HANDLERS alone registers nothing in the app: the demo types are dev code (dev/boot.ts adds them).
     const plain = await createRuntime(
@@ -56,7 +63,7 @@ describe('handlers folder', () => {
         register: registerDemoHandlers,
       },
     );
-    expect(demo.registry.types()).toEqual(expect.arrayContaining(['demo.echo', 'webhook.post']));
+    expect(demo.registry.types()).toEqual(expect.arrayContaining(['demo.echo', 'fixture.echo']));
     await demo.close();
   });
 
@@ -79,28 +86,41 @@ describe('handlers folder', () => {
       writeFileSync(path.join(dir, 'c.ts'), file('t.a'));
       await expect(
         createRuntime(settings, { store: noStore, queues: noQueues, transfers: null, handlersDir: dir }),
-      ).rejects.toThrow(/"t.a" is already registered \(by .*a\.ts\)/);
+      ).rejects.toThrow(/c\.ts declares job type "t\.a", which is already registered by .*a\.ts/);
+      rmSync(path.join(dir, 'c.ts'));
+      // A definition made but not exported is reported naming the file, not silently left out.
+      writeFileSync(
+        path.join(dir, 'd.ts'),
+        `import { defineHandler, defineSchedule } from '${define(dir)}';\n` +
+          `const forgot = defineHandler('t.d', { async handle() {} });\n` +
+          `const alsoForgot = defineSchedule('d-nightly', { cron: '0 0 2 * * *', type: 't.d' });\n` +
+          `void forgot; void alsoForgot;\n`,
+      );
+      const err = await loadHandlerFolder(dir).then(
+        () => null,
+        (e: Error) => e,
+      );
+      expect(err?.message).toMatch(/d\.ts defines handler "t\.d" but does not export it/);
+      expect(err?.message).toMatch(/d\.ts defines schedule "d-nightly" but does not export it/);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
   });
 
   it('a file added to handlers/ is compiled by `npm run build` and registered by the built app', async () => {
-    for (const entry of [
-      'functions',
-      'shared',
-      'handlers',
-      'tsconfig.json',
-      'tsconfig.build.json',
-      'package.json',
-      'host.json',
-    ]) {
+    // The copy's handlers/ holds the probe and a test next to it, not the user's own handlers.
+    for (const entry of ['functions', 'shared', 'tsconfig.json', 'tsconfig.build.json', 'package.json', 'host.json']) {
       cpSync(path.join(root, entry), path.join(project, entry), {
         recursive: true,
         filter: (src) => !src.endsWith('.test.ts'),
       });
     }
     symlinkSync(path.join(root, 'node_modules'), path.join(project, 'node_modules'), 'dir');
+    mkdirSync(path.join(project, 'handlers'));
+    writeFileSync(
+      path.join(project, 'handlers', `probe-${tag}.test.ts`),
+      `import { it } from 'vitest';\nit('is a test, not a handler', () => undefined);\n`,
+    );
     writeFileSync(
       probeFile,
       `import { defineHandler, defineSchedule, z } from '../shared/jobs/define.js';\n` +
@@ -121,15 +141,20 @@ describe('handlers folder', () => {
       console.log(JSON.stringify({ types: rt.registry.types(), queue: rt.registry.get('probe.${tag}')?.options.queue,
         schedules: rt.schedules.map((s) => s.name), source: rt.registry.get('probe.${tag}')?.source }));
       await rt.close();`;
-    const { stdout } = await run(process.execPath, ['--input-type=module', '-e', script], { cwd: project });
+    // The built app's default folder (dist/handlers), not the test run's fixture setting.
+    const { KEEL_HANDLERS_DIR: _fixture, ...appEnv } = process.env;
+    const { stdout } = await run(process.execPath, ['--input-type=module', '-e', script], {
+      cwd: project,
+      env: appEnv,
+    });
     const built = JSON.parse(stdout.trim().split('\n').at(-1)!);
-    expect(built.types).toEqual(expect.arrayContaining([`probe.${tag}`, 'webhook.post']));
+    expect(built.types).toEqual([`probe.${tag}`]);
     expect(built.queue).toBe('probes');
     expect(built.schedules).toContain(`probe-${tag}`);
     expect(built.source).toBe(path.join('handlers', `probe-${tag}.js`));
     // Tests are not compiled into the app.
     const { existsSync } = await import('node:fs');
-    expect(existsSync(path.join(outDir, 'handlers', 'webhook.test.js'))).toBe(false);
+    expect(existsSync(path.join(outDir, 'handlers', `probe-${tag}.test.js`))).toBe(false);
     // And the source tree (tsx: npm start, vitest) registers the same file.
     const fromSource = await loadHandlerFolder(path.join(project, 'handlers'));
     expect(fromSource.handlers.map((h) => h.type)).toContain(`probe.${tag}`);

@@ -162,6 +162,27 @@ describe('recurring schedules', () => {
     expect(plan.advanceTo).toEqual(new Date('2031-03-01T00:00:00Z'));
   });
 
+  it('a new schedule starts with its next tick: a tick from before it existed never runs, even within the grace period', async () => {
+    const def = minute('m-new', 'catchUp'); // grace 5 s; the policy does not matter on first sight
+    // Pure rule: first sight 2 s after 12:00 (within the grace period) records 12:00 as the baseline, runs nothing.
+    const plan = planTicks(def, null, new Date('2031-01-01T12:00:02Z'));
+    expect(plan).toMatchObject({ enqueue: [], advanceTo: new Date('2031-01-01T12:00:00Z') });
+    const everySecondNew = defineSchedule('every-second-new', {
+      cron: '* * * * * *',
+      type: 'test.tick',
+      payload: { n: 4 },
+    });
+    expect(planTicks(everySecondNew, null, new Date('2031-01-01T12:00:00.500Z')).enqueue).toEqual([]);
+    // Through the scheduler and the store: the first pass enqueues nothing, the next tick is the first job.
+    const rt = await instance([def], 'host-new-schedule');
+    const first = await runSchedulerPass(rt, quiet, new Date('2031-01-01T12:00:02Z'));
+    expect(first.schedules[0]).toMatchObject({ name: 'm-new', status: 'fired', ticks: [] });
+    expect(await jobsOf(rt, 'm-new')).toEqual([]);
+    const next = await runSchedulerPass(rt, quiet, new Date('2031-01-01T12:01:01Z'));
+    expect(next.schedules[0]!.ticks).toEqual(['2031-01-01T12:01:00.000Z']);
+    expect((await jobsOf(rt, 'm-new')).map((j) => j.tick)).toEqual(['2031-01-01T12:01:00.000Z']);
+  });
+
   it('pause and resume over the ops API (operator role), kept in the database; paused ticks never run', async () => {
     const rt = await instance([pausable], 'host-pause');
     const { setRuntime } = await import('../../shared/app/runtime.js');
@@ -187,6 +208,7 @@ describe('recurring schedules', () => {
       state: 'paused',
       cron: '* * * * * *',
       type: 'test.tick',
+      queue: 'ticks', // the schedule names none: its handler's queue, where its jobs go (before: null)
     });
     const resumed = await call('POST', 'schedules/pausable/resume');
     expect(resumed.body).toMatchObject({ state: 'active' });
