@@ -1,7 +1,7 @@
 // npm run pg:stock: a throwaway cluster of the machine's own PostgreSQL (Debian's `postgresql` package, default
 // postgresql.conf, jit on) for development and benchmarks. Prints the admin URL and the server log's path, runs until
 // Ctrl+C or SIGTERM, then stops the server and removes its folder. (npm does not pass on a SIGTERM sent to npm alone:
-// signal the process group, as Ctrl+C, timeout(1) and service managers do, or run `npx tsx scripts/pgStock.ts`.)
+// signal the process group, as Ctrl+C, timeout(1) and service managers do.)
 import { startStockPostgres } from '../dev/stockPostgres.js';
 
 const server = await startStockPostgres().catch((err: Error) => {
