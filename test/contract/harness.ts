@@ -53,5 +53,8 @@ export interface EngineHarness {
   restoreInserts(table: 'archive' | 'dlq' | 'hot'): Promise<void>;
   // Terminate every server session of the store's database except the harness's own (a crash of all workers).
   killStoreConnections(): Promise<void>;
+  // Engines that can count them: the deadlocks in the store's database since it was created, one description per
+  // finding (empty: none). Call it after the stores under test are closed, so their sessions' counters are final.
+  deadlocks?(): Promise<string[]>;
   close(): Promise<void>;
 }

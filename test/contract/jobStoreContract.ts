@@ -41,6 +41,10 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
   });
   afterAll(async () => {
     await h?.close();
+    // Every test above, the races included, on engines that count deadlocks: none may have happened.
+    const deadlocks = (await h?.deadlocks?.()) ?? [];
+    if (deadlocks.length)
+      throw new Error(`${h.engine}: deadlocks during the job store contract:\n${deadlocks.join('\n')}`);
   });
 
   describe('enqueue', () => {

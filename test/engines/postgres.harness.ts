@@ -1,9 +1,10 @@
-// EngineHarness for PostgreSQL: a fresh database per store on the run's embedded server.
+// EngineHarness for PostgreSQL: a fresh database per store on the run's server (test/support/globalSetup.ts).
 import pg from 'pg';
 import { poolErrorLogger } from '../../shared/engines/poolErrors.js';
 import type { EngineHarness, PillarTable, StatsRow, BucketTotals, HotTruth } from '../contract/harness.js';
 import { PostgresJobStore } from '../../shared/engines/postgres/jobStore.js';
 import { appUrl, createTestDatabase } from '../support/pg.js';
+import { databaseOf, watchDeadlocks, type DeadlockWatch } from '../support/deadlocks.js';
 
 const TABLE: Record<PillarTable, string> = { hot: 'keel.jobs_hot', archive: 'keel.jobs_archive', dlq: 'keel.jobs_dlq' };
 const FINISHED: Record<'archive' | 'dlq' | 'metrics', [string, string]> = {
@@ -17,11 +18,14 @@ export class PostgresHarness implements EngineHarness {
   readonly engine = 'postgres';
   private admin: pg.Client | undefined;
   private stores: PostgresJobStore[] = [];
+  private deadlockWatch: DeadlockWatch | undefined;
   url = '';
 
   async createStore(opts: { poolSize?: number } = {}): Promise<PostgresJobStore> {
     if (!this.url) {
       this.url = await createTestDatabase('contract');
+      // The harness's own inspection client runs none of Keel's moves: the deadlock check need not wait for it.
+      this.deadlockWatch = await watchDeadlocks([databaseOf(this.url)], { ignoreApplicationNames: ['keel-harness'] });
       // Migrated as the owner; the store itself logs in as the least-privilege application role.
       const store = await PostgresJobStore.connect(appUrl(this.url), {
         poolSize: opts.poolSize ?? 10,
@@ -118,6 +122,10 @@ export class PostgresHarness implements EngineHarness {
       `select pg_terminate_backend(pid) from pg_stat_activity
        where datname = current_database() and pid <> pg_backend_pid() and application_name = 'keel'`,
     );
+  }
+
+  async deadlocks(): Promise<string[]> {
+    return (await this.deadlockWatch?.findings()) ?? [];
   }
 
   async close(): Promise<void> {

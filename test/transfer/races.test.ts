@@ -21,6 +21,7 @@ import {
 } from './helpers.js';
 import { FaultProxy } from '../support/faultProxy.js';
 import { seededRandom } from '../support/seededRandom.js';
+import { databaseOf, watchDeadlocks, type DeadlockWatch } from '../support/deadlocks.js';
 import { pgTransferPoolConfig, type TransferTimeouts } from '../../shared/transfer/timeouts.js';
 import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
@@ -42,9 +43,11 @@ const TEST_TIMEOUTS: TransferTimeouts = {
 describe('races, conflicts and drift', () => {
   let env: Env;
   let targetB: pg.Pool;
+  let deadlocks: DeadlockWatch | undefined;
 
   beforeAll(async () => {
     env = await setupDatabases('tr_races');
+    deadlocks = await watchDeadlocks([env.sourceUrl, env.targetUrl, env.controlUrl].map(databaseOf));
     await env.source.query(ORDERS_DDL);
     await env.target.query(TARGET_DDL);
     // The source rows the tests below take their windows from.
@@ -54,6 +57,7 @@ describe('races, conflicts and drift', () => {
   afterAll(async () => {
     await targetB?.end();
     await env?.close();
+    await deadlocks?.assertNone(); // none of the races above may deadlock
   });
 
   it('duplicate keys within a batch stop it with a reason and release its window', async () => {
@@ -403,9 +407,11 @@ describe('a slow apply and a concurrent reconcile from another process: the fenc
   let env: Env;
   const lanes: { table: string; proxy: FaultProxy; pool: pg.Pool }[] = [];
   const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  let deadlocks: DeadlockWatch | undefined;
 
   beforeAll(async () => {
     env = await setupDatabases('tr_fence');
+    deadlocks = await watchDeadlocks([env.sourceUrl, env.targetUrl, env.controlUrl].map(databaseOf));
     await env.source.query(ORDERS_DDL);
     await env.target.query(LANE_WRITES_DDL);
     const u = new URL(env.targetUrl);
@@ -428,6 +434,7 @@ describe('a slow apply and a concurrent reconcile from another process: the fenc
       await l.proxy.close();
     }
     await env?.close();
+    await deadlocks?.assertNone(); // a slow apply against a reconcile waits on the fence, never deadlocks
   });
 
   it(
