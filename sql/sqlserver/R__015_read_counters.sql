@@ -18,7 +18,11 @@ AFTER INSERT, UPDATE, DELETE
 AS
 BEGIN
   SET NOCOUNT ON;
-  -- One statement's net change per queue; rows whose state did not change (heartbeats, cancel requests) cancel out.
+  -- An UPDATE that sets neither State nor Queue (a heartbeat, a cancel request) changes no counter: return before
+  -- building @Delta. (UPDATE(col) is true for every column of an INSERT; a DELETE has no inserted rows.)
+  IF NOT (UPDATE(State) OR UPDATE(Queue)) AND EXISTS (SELECT 1 FROM inserted) AND EXISTS (SELECT 1 FROM deleted)
+    RETURN;
+  -- One statement's net change per queue; rows whose state did not change cancel out.
   DECLARE @Delta TABLE (
     Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY,
     Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL);

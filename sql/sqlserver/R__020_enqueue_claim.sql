@@ -32,7 +32,12 @@ BEGIN
     ExpiresAt      datetime2(3) NULL,
     Id             bigint NULL,
     Duplicate      bit NOT NULL DEFAULT (0),
-    Insert_        bit NOT NULL DEFAULT (0));
+    Insert_        bit NOT NULL DEFAULT (0),
+    -- The statements below join @In to itself on the key, and the Queues loop looks for each queue in it. A table
+    -- variable has no statistics and its plan is cached with the row count of the call that compiled it (one job,
+    -- often): without these indexes a 20,000-job batch could run those joins as a full scan of @In per row.
+    INDEX IX_In_Key (IdempotencyKey, Ord),
+    INDEX IX_In_Queue (Queue));
 
   INSERT @In (Ord, Queue, Type, Payload, Priority, RunAt, MaxAttempts, IdempotencyKey, Tags, ExpiresAt)
   SELECT CONVERT(int, j.[key]),
@@ -116,12 +121,14 @@ BEGIN
       ON h.IdempotencyKey = i.IdempotencyKey AND h.IdempotencyKey IS NOT NULL
     WHERE i.IdempotencyKey IS NOT NULL;
 
-    -- Rows to insert: every job without a key, and the first occurrence of each free key.
+    -- Rows to insert: every job without a key, and the first occurrence of each free key (the first row of each key
+    -- in IX_In_Key order).
     UPDATE i SET Insert_ = 1
     FROM @In AS i
-    WHERE i.Duplicate = 0
-      AND (i.IdempotencyKey IS NULL
-           OR i.Ord = (SELECT MIN(f.Ord) FROM @In AS f WHERE f.IdempotencyKey = i.IdempotencyKey));
+    LEFT JOIN (SELECT f.IdempotencyKey, MIN(f.Ord) AS FirstOrd
+               FROM @In AS f WHERE f.IdempotencyKey IS NOT NULL GROUP BY f.IdempotencyKey) AS k
+      ON k.IdempotencyKey = i.IdempotencyKey
+    WHERE i.Duplicate = 0 AND (i.IdempotencyKey IS NULL OR k.FirstOrd = i.Ord);
 
     -- New ids in input order.
     DECLARE @NewIds TABLE (Ord int NOT NULL PRIMARY KEY, Id bigint NOT NULL);

@@ -22,6 +22,8 @@ AS
 BEGIN
   SET XACT_ABORT ON;
   SET NOCOUNT ON;
+  -- Should a deadlock happen anyway, the sweep (retried on its next run) is the victim, not a worker's move.
+  SET DEADLOCK_PRIORITY LOW;
   IF @Limit IS NULL OR @Limit < 1
     THROW 50030, N'RescueZombies: @Limit must be a positive integer', 1;
 
@@ -186,7 +188,8 @@ BEGIN
 
   DECLARE @Cand TABLE (Id bigint NOT NULL PRIMARY KEY,
                        IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL,
-                       Eligible bit NOT NULL DEFAULT (1));
+                       Eligible bit NOT NULL DEFAULT (1),
+                       INDEX IX_Cand_Key (IdempotencyKey, Id)); -- the newest-of-a-key check joins @Cand to itself
   DECLARE @Moved TABLE (
     Id bigint NOT NULL PRIMARY KEY,
     Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL, Type nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL,
@@ -319,6 +322,7 @@ AS
 BEGIN
   SET XACT_ABORT ON;
   SET NOCOUNT ON;
+  SET DEADLOCK_PRIORITY LOW; -- as RescueZombies: a retention batch yields to the workers
   IF @BatchSize IS NULL OR @BatchSize < 1
     THROW 50033, N'Purge: @BatchSize must be a positive integer', 1;
   IF @OlderThan IS NULL

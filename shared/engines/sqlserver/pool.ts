@@ -178,6 +178,10 @@ export class SqlServerPool {
       connectionTimeout: opts.connectTimeoutMs ?? 15_000,
       requestTimeout: opts.requestTimeoutMs ?? 30_000,
       pool: { max: opts.max ?? 10, min: 0, idleTimeoutMillis: 30_000 },
+      // mssql's default (true) runs `SELECT 1` on every pool acquire: a second round trip for every procedure call.
+      // 'socket' checks the connection state and the socket instead; a connection that dies anyway fails its request
+      // with ESOCKET / ECONNCLOSED, which retry.ts handles, and the pool 'error' handler below replaces it.
+      validateConnection: 'socket',
       options: {
         encrypt: target.encrypt,
         trustServerCertificate: target.trustServerCertificate,

@@ -48,14 +48,23 @@ interface ErrorShape {
   name?: unknown;
   originalError?: unknown;
   cause?: unknown;
+  precedingErrors?: unknown;
 }
 
-function errorNumber(err: unknown): number | undefined {
+// Every server error number a request reported. mssql throws the LAST error of a request and keeps the earlier ones
+// in `precedingErrors` (node_modules/mssql/lib/tedious/request.js): a deadlock's 1205 can be followed by 3915
+// (ROLLBACK inside INSERT ... EXEC), 266 or 3998, which alone would hide that the server rolled the request back.
+function errorNumbers(err: unknown, seen: Set<unknown> = new Set()): number[] {
   const e = err as ErrorShape | null;
-  if (!e || typeof e !== 'object') return undefined;
-  if (typeof e.number === 'number') return e.number;
-  const inner = (e.originalError ?? e.cause) as ErrorShape | undefined;
-  return inner && inner !== e ? errorNumber(inner) : undefined;
+  if (!e || typeof e !== 'object' || seen.has(e)) return [];
+  seen.add(e);
+  const numbers: number[] = [];
+  if (typeof e.number === 'number') numbers.push(e.number);
+  else numbers.push(...errorNumbers(e.originalError ?? e.cause, seen));
+  if (Array.isArray(e.precedingErrors)) {
+    for (const preceding of e.precedingErrors) numbers.push(...errorNumbers(preceding, seen));
+  }
+  return numbers;
 }
 
 function errorCode(err: unknown): string | undefined {
@@ -67,15 +76,14 @@ function errorCode(err: unknown): string | undefined {
 }
 
 export function isTransientSqlError(err: unknown): boolean {
-  const n = errorNumber(err);
-  if (n !== undefined && TRANSIENT_ERROR_NUMBERS.has(n)) return true;
+  if (errorNumbers(err).some((n) => TRANSIENT_ERROR_NUMBERS.has(n))) return true;
   return errorCode(err) !== undefined;
 }
 
-// The request certainly did not commit anything (the server rolled it back and told us so).
+// The request certainly did not commit anything (the server rolled it back and told us so): a 1205 anywhere in
+// the request's errors, the last one or an earlier one.
 export function isRolledBackSqlError(err: unknown): boolean {
-  const n = errorNumber(err);
-  return n !== undefined && ROLLED_BACK_ERROR_NUMBERS.has(n);
+  return errorNumbers(err).some((n) => ROLLED_BACK_ERROR_NUMBERS.has(n));
 }
 
 // A connection-level failure: the reply to an in-flight request may be lost, its outcome is unknown.

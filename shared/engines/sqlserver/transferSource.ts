@@ -48,6 +48,27 @@ export function mssqlLogicalType(declared: string): LogicalType | null {
   return null; // rowversion/timestamp: usable as a boundary only
 }
 
+// How the data reads of a window see the source (review F9). Under SQL Server's default locking READ COMMITTED a
+// scan takes shared locks row by row: it waits behind every writer's uncommitted row, and while the stream is paused
+// for backpressure it keeps blocking the writer of its current row. With READ_COMMITTED_SNAPSHOT ON the same reads
+// use row versions and never block. Without it, a database with ALLOW_SNAPSHOT_ISOLATION ON lets each data read run
+// as its own SNAPSHOT statement (one consistent, non-blocking view of the window). Otherwise the reads fall back to
+// locking READ COMMITTED (docs/sqlserver.md, "Transfer source").
+export type SourceReadIsolation = 'read-committed-snapshot' | 'snapshot' | 'locking';
+
+export function sourceReadIsolation(db: { rcsi: boolean | number; snapshotState: number }): SourceReadIsolation {
+  if (db.rcsi === true || db.rcsi === 1) return 'read-committed-snapshot';
+  // sys.databases.snapshot_isolation_state: 0 OFF, 1 ON, 2 turning off, 3 turning on (only 1 accepts SNAPSHOT).
+  return db.snapshotState === 1 ? 'snapshot' : 'locking';
+}
+
+// The batch text of a data read at that isolation. The request has parameters, so mssql sends it through
+// sp_executesql, and a SET TRANSACTION ISOLATION LEVEL inside it lasts only to the end of that call (as in a
+// procedure): the pooled connection keeps its own level, also when the read is cancelled half way.
+export function readAtIsolation(isolation: SourceReadIsolation, select: string): string {
+  return isolation === 'snapshot' ? `SET TRANSACTION ISOLATION LEVEL SNAPSHOT;\n${select}` : select;
+}
+
 const isRowversion = (declared: string) => /^(rowversion|timestamp)$/i.test(declared.trim());
 
 // The select expression that returns a value the canonicalizer can read exactly.
@@ -76,6 +97,7 @@ export class SqlServerTransferSource implements SourceAdapter {
   readonly engine = 'sqlserver';
   private readonly from: string;
   private boundaryDeclared: string | null = null; // declared type of the boundary column (from readSchema)
+  private isolation: SourceReadIsolation | null = null; // how data reads see the source (from readSchema)
 
   constructor(
     private readonly t: TransferConfig,
@@ -101,7 +123,20 @@ export class SqlServerTransferSource implements SourceAdapter {
           : logical === 'timestamp' || logical === 'timestamptz',
     );
     this.boundaryDeclared = found.get(this.t.boundary.column) ?? null;
+    this.isolation = await this.readIsolation();
     return schema;
+  }
+
+  // The current database's row-versioning settings (sys.databases is readable by every user for its own database).
+  async readIsolation(): Promise<SourceReadIsolation> {
+    const res = await (
+      await this.pool.request()
+    ).query<{ rcsi: boolean; snapshotState: number }>(
+      `SELECT is_read_committed_snapshot_on AS rcsi, CONVERT(int, snapshot_isolation_state) AS snapshotState
+       FROM sys.databases WHERE database_id = DB_ID()`,
+    );
+    const row = res.recordset[0];
+    return row ? sourceReadIsolation(row) : 'locking';
   }
 
   // Boundary values travel as bigint (key, rowversion read as a big-endian 8-byte integer) or text (timestamps).
@@ -194,7 +229,14 @@ export class SqlServerTransferSource implements SourceAdapter {
     req.stream = true;
     req.arrayRowMode = true;
     const where = this.windowPredicate(req, w);
-    const text = `SELECT ${cols.map((c) => mssqlSelectExpr(quoteMssql(c.source), c.logical, c.type)).join(', ')} FROM ${this.from} WHERE ${where}`;
+    // nextWindow stays at the session's READ COMMITTED: under locking it waits for a row in flight below
+    // MIN_ACTIVE_ROWVERSION() instead of fixing a high bound past a row it cannot see yet. This read of a fixed window
+    // may use SNAPSHOT.
+    this.isolation ??= await this.readIsolation();
+    const text = readAtIsolation(
+      this.isolation,
+      `SELECT ${cols.map((c) => mssqlSelectExpr(quoteMssql(c.source), c.logical, c.type)).join(', ')} FROM ${this.from} WHERE ${where}`,
+    );
 
     const ready: CanonicalRow[][] = [];
     let current: CanonicalRow[] = [];
