@@ -3,6 +3,7 @@ import type { JobRecord, PurgeTarget, QueueSettingsPatch } from '../jobs/contrac
 import type { JobRequest } from '../jobs/typedEnqueue.js';
 import { purgeInBatches } from '../jobs/maintenance.js';
 import { LIMITS } from '../jobs/validate.js';
+import { TEXT_SEARCH_SCAN_ROWS_MAX } from '../jobs/contract.js';
 import { conflict, invalid, notFound } from './errors.js';
 import { route, type OpsRoute } from './router.js';
 import * as s from './schemas.js';
@@ -35,6 +36,28 @@ function where(job: JobRecord): Record<string, unknown> {
 }
 
 const PREVIEW_CAP = 10_000;
+// A purge preview reads at most this many bounded search calls (each examines TEXT_SEARCH_SCAN_ROWS_MAX rows).
+const PREVIEW_CALLS = 20;
+
+// Characters of a payload's JSON text shown in list and search results, and of a last error.
+export const PAYLOAD_PREVIEW_CHARS = 200;
+export const LAST_ERROR_PREVIEW_CHARS = 1000;
+
+// A job as list and search results show it: the payload's size and first characters instead of the payload.
+export function jobSummary(job: JobRecord): Record<string, unknown> {
+  const { payload, lastError, ...rest } = job;
+  const text = payload === undefined ? 'null' : JSON.stringify(payload);
+  return {
+    ...rest,
+    payloadBytes: Buffer.byteLength(text, 'utf8'),
+    payloadPreview: text.length > PAYLOAD_PREVIEW_CHARS ? text.slice(0, PAYLOAD_PREVIEW_CHARS) : text,
+    payloadTruncated: text.length > PAYLOAD_PREVIEW_CHARS,
+    lastError:
+      lastError !== null && lastError.length > LAST_ERROR_PREVIEW_CHARS
+        ? `${lastError.slice(0, LAST_ERROR_PREVIEW_CHARS)}…`
+        : lastError,
+  };
+}
 
 export const jobRoutes: OpsRoute<any, any, any>[] = [
   route({
@@ -221,13 +244,13 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     path: '/jobs',
     operationId: 'searchJobs',
     summary:
-      'Search hot, archive or DLQ jobs by queue, type, tag, state, reason, time range and text; newest first, keyset paging',
+      'Search hot, archive or DLQ jobs by queue, type, tag, state, reason, time range and text; newest first, keyset paging; payload previews (the full payload: GET /jobs/{id})',
     tag: 'jobs',
     role: 'reader',
     query: s.jobSearchQuery,
     responses: {
-      200: 'a page of jobs; pass nextAfterId as afterId for the next page (scanBounded: the archive/DLQ text search examined scanRows rows and stopped; more may match below nextAfterId)',
-      400: 'a filter outside its bounds (the field is named), e.g. scanRows above 100,000 or on a search without text',
+      200: 'a page of jobs with payload previews; pass nextAfterId as afterId for the next page (scanBounded: the archive/DLQ search examined scanRows rows and stopped; more may match below nextAfterId)',
+      400: 'a filter outside its bounds (the field is named), e.g. scanRows above 100,000 or on a hot search',
     },
     output: s.out.jobPage,
     async handle({ rt, query }) {
@@ -235,8 +258,8 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
       if (query.reason && query.location !== 'dlq')
         throw invalid('reason', 'reason filters DLQ jobs only (location=dlq)');
       if (query.from && query.to && query.from > query.to) throw invalid('from', 'must not be after "to"');
-      if (query.scanRows !== undefined && (query.location === 'hot' || !query.text))
-        throw invalid('scanRows', 'bounds archive and DLQ text searches only (location=archive|dlq with text)');
+      if (query.scanRows !== undefined && query.location === 'hot')
+        throw invalid('scanRows', 'bounds archive and DLQ searches only (location=archive|dlq)');
       const page = await rt.store.searchJobs({
         location: query.location,
         ...(query.queue ? { queue: query.queue } : {}),
@@ -251,7 +274,9 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
         ...(query.scanRows !== undefined ? { scanRows: query.scanRows } : {}),
         limit: query.limit,
       });
-      return { body: { location: query.location, ...page } };
+      // Previews only: a page of full payloads (500 x up to KEEL_MAX_PAYLOAD_BYTES) could exhaust the instance
+      // (review F7). The full payload is on GET /jobs/{id}.
+      return { body: { location: query.location, ...page, items: page.items.map(jobSummary) } };
     },
   }),
   route({
@@ -403,22 +428,37 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
             },
           };
         }
+        // Counted through bounded searches (a COUNT in SQL would read no payloads; it needs a store procedure).
         let matched = 0;
-        let afterId: string | undefined;
-        for (let page = 0; page < PREVIEW_CAP / LIMITS.searchJobs && matched < PREVIEW_CAP; page++) {
-          const { items } = await rt.store.searchJobs({
+        let afterId: string | null = null;
+        let calls = 0;
+        do {
+          const page = await rt.store.searchJobs({
             location: target,
             to: olderThan,
             limit: LIMITS.searchJobs,
+            scanRows: TEXT_SEARCH_SCAN_ROWS_MAX,
             ...(body.queue ? { queue: body.queue } : {}),
             ...(afterId ? { afterId } : {}),
           });
-          matched += items.length;
-          if (items.length < LIMITS.searchJobs) break;
-          afterId = items[items.length - 1]!.id;
-        }
+          matched += page.items.length;
+          afterId = page.nextAfterId;
+          calls++;
+        } while (afterId !== null && matched < PREVIEW_CAP && calls < PREVIEW_CALLS);
         return {
-          body: { dryRun: true, target, queue, olderThan: body.olderThan, matched, capped: matched >= PREVIEW_CAP },
+          body: {
+            dryRun: true,
+            target,
+            queue,
+            olderThan: body.olderThan,
+            matched,
+            capped: afterId !== null,
+            ...(afterId !== null
+              ? {
+                  note: `counted up to ${PREVIEW_CAP} rows or ${PREVIEW_CALLS * TEXT_SEARCH_SCAN_ROWS_MAX} examined rows; more may match`,
+                }
+              : {}),
+          },
         };
       }
       const run = await purgeInBatches(rt.store, target, queue, olderThan, body.batchSize, body.maxBatches);

@@ -268,3 +268,49 @@ describe('cross-site writes (F4)', () => {
     expect(refused.logs.some((l) => l.level === 'warning' && l.text.includes('"status":403'))).toBe(true);
   });
 });
+
+describe('bounded reads (F7)', () => {
+  it('search returns payload previews; the whole payload only on the job detail route', async () => {
+    const big = { blob: 'x'.repeat(200_000), note: 'é' };
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const r = await call('key', 'POST', 'jobs', {
+        body: { queue: 'acl-big', type: 'demo.echo', payload: big, delayMs: 3_600_000 },
+      });
+      expect(r.status).toBe(201);
+      ids.push(r.body.id);
+    }
+    t.queues.clear();
+    const res = await ops(request('GET', 'jobs?queue=acl-big&limit=500'), context('ops'));
+    const page = jsonOf(res);
+    // Three 200 kB payloads, one small page.
+    expect(JSON.stringify(page).length).toBeLessThan(5_000);
+    expect(page.items).toHaveLength(3);
+    for (const item of page.items) {
+      expect(item).not.toHaveProperty('payload');
+      expect(item).toMatchObject({
+        payloadBytes: Buffer.byteLength(JSON.stringify(big)),
+        payloadTruncated: true,
+      });
+      expect(item.payloadPreview).toBe(JSON.stringify(big).slice(0, 200));
+    }
+    const detail = await call('key', 'GET', `jobs/${ids[0]}`);
+    expect(detail.body.payload).toEqual(big);
+    const small = await call('key', 'POST', 'jobs', { body: { queue: 'acl-small', type: 'demo.echo', payload: [1] } });
+    t.queues.clear();
+    expect((await call('key', 'GET', 'jobs?queue=acl-small')).body.items[0]).toMatchObject({
+      id: small.body.id,
+      payloadPreview: '[1]',
+      payloadBytes: 3,
+      payloadTruncated: false,
+    });
+  });
+
+  it('archive and DLQ searches are bounded without text too; hot searches take no bound', async () => {
+    const r = await call('key', 'GET', 'jobs?location=dlq&type=acl-none&scanRows=10');
+    expect(r.status).toBe(200);
+    expect(r.body.items).toEqual([]);
+    const hot = await call('key', 'GET', 'jobs?location=hot&scanRows=10');
+    expect(hot).toMatchObject({ status: 400, body: { field: 'scanRows' } });
+  });
+});
