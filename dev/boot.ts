@@ -233,6 +233,9 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
     }
 
     env.KEEL_DEMO_HANDLERS ??= 'true';
+    // The local host has no sign-in: the caller states its roles in x-ms-client-principal (refused where a hosting
+    // environment is detected; shared/ops/auth.ts).
+    env.KEEL_TRUST_CLIENT_PRINCIPAL ??= 'local';
     // Library code that reads process.env (transfer configuration, telemetry) sees the same settings.
     for (const [k, v] of Object.entries(env)) if (v !== undefined) process.env[k] = v;
     const settings = parseSettings(env);

@@ -19,7 +19,8 @@ import type {
 } from '../shared/app/definitions.js';
 import { queueNameOf, scheduleOf } from '../shared/app/definitions.js';
 import type { Settings } from '../shared/config/settings.js';
-import { checkFunctionKey } from '../shared/ops/auth.js';
+import { existsSync } from 'node:fs';
+import { checkFunctionKey, principalTrustWarning } from '../shared/ops/auth.js';
 import { HttpRequest, HttpResponse, InvocationContext } from './azureFunctions.js';
 import type { HostConfig } from '../shared/app/hostJson.js';
 import { poisonQueueName } from '../shared/app/queues.js';
@@ -445,8 +446,30 @@ export interface RunningLocalHost {
   stop(): Promise<void>;
 }
 
+const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
+
+// The local host believes the caller's x-ms-client-principal only with KEEL_TRUST_CLIENT_PRINCIPAL=local (dev/boot.ts
+// sets it for npm start), never where a hosting environment is detected (principalTrustWarning throws), and not
+// inside a container that listens beyond loopback: there the port is published and any key holder could claim
+// the operator role. A dev container listening on 127.0.0.1 is fine.
+export function checkLocalPrincipalTrust(
+  hostname: string,
+  env: NodeJS.ProcessEnv = process.env,
+  inContainer: boolean = existsSync('/.dockerenv') || existsSync('/run/.containerenv'),
+): string | null {
+  const warning = principalTrustWarning(env);
+  if ((env.KEEL_TRUST_CLIENT_PRINCIPAL ?? '').trim() === 'local' && inContainer && !LOOPBACK.has(hostname)) {
+    throw new Error(
+      `KEEL_TRUST_CLIENT_PRINCIPAL=local is refused in a container listening on ${hostname} (KEEL_HTTP_HOST): listen on 127.0.0.1, or remove the setting`,
+    );
+  }
+  return warning;
+}
+
 export async function startLocalHost(opts: LocalHostOptions): Promise<RunningLocalHost> {
   const log = opts.log ?? ((line: string) => console.log(line));
+  const trustWarning = checkLocalPrincipalTrust(opts.hostname ?? '127.0.0.1');
+  if (trustWarning) log(trustWarning);
   const httpDefs = opts.definitions.filter((d): d is HttpDefinition => d.kind === 'http');
   const timerDefs = opts.definitions.filter((d): d is TimerDefinition => d.kind === 'timer');
   const queueDefs = opts.definitions.filter((d): d is QueueDefinition => d.kind === 'queue');

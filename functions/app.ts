@@ -4,9 +4,19 @@
 import './setup.js'; // telemetry first
 import { app } from '@azure/functions';
 import { parseSettings } from '../shared/config/settings.js';
+import { principalTrustWarning } from '../shared/ops/auth.js';
 import { definitions, queueNameOf, scheduleOf } from './definitions.js';
 
 const settings = parseSettings(process.env);
+// Under the Functions host (Azure, a container, func start) the principal header is believed only behind App
+// Service authentication: KEEL_TRUST_CLIENT_PRINCIPAL is the local host's (dev/) and fails the start here.
+if (settings.KEEL_TRUST_CLIENT_PRINCIPAL !== undefined) {
+  throw new Error(
+    'KEEL_TRUST_CLIENT_PRINCIPAL is for the local host (npm start) only and is refused under the Azure Functions host: remove it; in Azure enable App Service authentication (docs/operations.md)',
+  );
+}
+const trustWarning = principalTrustWarning(process.env);
+if (trustWarning) console.warn(trustWarning);
 
 for (const def of definitions) {
   switch (def.kind) {

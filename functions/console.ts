@@ -2,12 +2,12 @@
 // (session; the ops API for a browser signed in through App Service authentication) under /api/console-api.
 import type { HttpRequest, HttpResponseInit, InvocationContext } from '@azure/functions';
 import { handleConsoleApi, serveConsoleAsset } from '../shared/ops/console.js';
-import { ops } from './ops.js';
+import { opsForConsole } from './ops.js';
 
 export async function consoleAssets(request: HttpRequest, _context: InvocationContext): Promise<HttpResponseInit> {
   return serveConsoleAsset(request, request.params.path);
 }
 
 export function consoleApi(request: HttpRequest, context: InvocationContext): Promise<HttpResponseInit> {
-  return handleConsoleApi(request, context, ops);
+  return handleConsoleApi(request, context, opsForConsole);
 }

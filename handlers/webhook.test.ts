@@ -78,6 +78,19 @@ describe('webhook.post', () => {
     expect(last).toMatchObject({ outcome: 'dead_lettered', reason: 'exhausted' });
   });
 
+  it('follows no redirect past the host allowlist and takes no transport header from the payload', async () => {
+    const elsewhere = received.length;
+    answer = (_req, res) => res.writeHead(307, { location: 'http://10.60.1.4:8080/internal' }).end();
+    const r = await runHandler(webhook, { url, body: 1 });
+    expect(r).toMatchObject({ outcome: 'dead_lettered', reason: 'fatal' });
+    expect((r as { message: string }).message).toMatch(/307 \(a redirect\): not followed/);
+    expect(received.length).toBe(elsewhere + 1); // the allowed host only
+    for (const name of ['Host', 'content-length', 'Transfer-Encoding', 'connection', 'Idempotency-Key'])
+      expect(() => startHandler(webhook, { url, body: 1, headers: { [name]: 'x' } })).toThrow(
+        new RegExp(`payload\\.headers.*set by the handler or the transport`),
+      );
+  });
+
   it('honours Retry-After on 429 and dead-letters a 4xx at once', async () => {
     answer = (_req, res) => res.writeHead(429, { 'retry-after': '7' }).end();
     expect(await runHandler(webhook, { url, body: 1 })).toMatchObject({ outcome: 'retried', delayMs: 7_000 });

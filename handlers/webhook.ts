@@ -6,7 +6,8 @@
 // - per-type options: its queue, a timeout, attempts, backoff, concurrency;
 // - idempotency: the same `Idempotency-Key` on every attempt, so the receiver can drop a repeat delivery;
 // - `ctx.signal` passed to fetch, so cancel, timeout and shutdown stop the request;
-// - FatalError for answers that will never succeed, RetryAfterError for a 429/503 with Retry-After.
+// - FatalError for answers that will never succeed, RetryAfterError for a 429/503 with Retry-After;
+// - no redirects followed and no transport headers from the payload: the host allowlist holds for every request.
 import { defineHandler, FatalError, RetryAfterError, z } from '../shared/jobs/define.js';
 
 export function allowedHosts(env: Record<string, string | undefined> = process.env): string[] {
@@ -18,6 +19,15 @@ export function allowedHosts(env: Record<string, string | undefined> = process.e
 
 const isLocal = (host: string) => host === 'localhost' || host === '127.0.0.1' || host === '[::1]';
 
+const RESERVED_HEADERS = new Set([
+  'host',
+  'content-length',
+  'transfer-encoding',
+  'connection',
+  'content-type',
+  'idempotency-key',
+]);
+
 export const webhookPayload = z.strictObject({
   url: z
     .url({ protocol: /^https?$/ })
@@ -28,7 +38,14 @@ export const webhookPayload = z.strictObject({
     }, 'must be an https URL')
     .refine((u) => allowedHosts().includes(new URL(u).host.toLowerCase()), 'host is not in WEBHOOK_ALLOWED_HOSTS'),
   body: z.json(),
-  headers: z.record(z.string().regex(/^[A-Za-z0-9-]{1,64}$/), z.string().max(1024)).optional(),
+  // Headers the transport owns (or that would redirect the request to another virtual host) are refused.
+  headers: z
+    .record(z.string().regex(/^[A-Za-z0-9-]{1,64}$/), z.string().max(1024))
+    .refine(
+      (h) => Object.keys(h).every((name) => !RESERVED_HEADERS.has(name.toLowerCase())),
+      `must not set ${[...RESERVED_HEADERS].join(', ')}: set by the handler or the transport`,
+    )
+    .optional(),
 });
 
 export type WebhookPayload = z.output<typeof webhookPayload>;
@@ -59,8 +76,13 @@ export const webhook = defineHandler('webhook.post', {
       },
       body: JSON.stringify(payload.body),
       signal: ctx.signal,
+      // The allowlist checks the first URL only: a redirect could lead anywhere (into the VNet, for one).
+      redirect: 'manual',
     });
     await response.body?.cancel();
+    if (response.status >= 300 && response.status < 400) {
+      throw new FatalError(`webhook answered ${response.status} (a redirect): not followed; post to the final URL`);
+    }
     if (response.ok) {
       ctx.log.info('webhook delivered', { jobId: ctx.jobId, attempt: ctx.attempt, status: response.status });
       return;

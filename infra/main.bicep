@@ -179,7 +179,19 @@ param oraclePassword string = ''
 @description('Client id of the Entra app registration for App Service authentication in front of the ops API (its app roles include the operator role). Empty: authentication is not configured and operator-only ops routes refuse every call.')
 param opsAuthClientId string = ''
 
-@description('App role (Easy Auth / Entra app role) that may call destructive ops endpoints.')
+@description('Entra group object ids (comma-separated) whose members may sign in to the ops API and console at all (App Service authentication authorization policy). With opsAuthClientId set, this or opsAllowedApplicationIds must name someone: otherwise every principal of the tenant gets in (review F1) and the deployment fails.')
+param opsAllowedGroupIds string = ''
+
+@description('Client (application) ids (comma-separated) of the callers allowed to get tokens for the ops API: the console\'s own registration and any producer service. Empty: any application of the tenant.')
+param opsAllowedApplicationIds string = ''
+
+@description('App role (Entra app role) for the reader level: every read route on the console path.')
+param opsReaderRole string = 'Keel.Reader'
+
+@description('App role for the producer level: enqueue (POST /jobs) without a function key.')
+param opsProducerRole string = 'Keel.Producer'
+
+@description('App role for the operator level: every destructive route and every transfer write.')
 param opsOperatorRole string = 'Keel.Operator'
 
 @description('Dispatcher timer (six-field NCRONTAB).')
@@ -464,6 +476,8 @@ var appSettings = union(
     KEEL_ORACLE_USER: oracleRefs.user
     KEEL_ORACLE_PASSWORD: oracleRefs.password
     // Ops API and timers.
+    KEEL_OPS_READER_ROLE: opsReaderRole
+    KEEL_OPS_PRODUCER_ROLE: opsProducerRole
     KEEL_OPS_OPERATOR_ROLE: opsOperatorRole
     KEEL_DISPATCH_SCHEDULE: dispatchSchedule
     KEEL_MAINTENANCE_SCHEDULE: maintenanceSchedule
@@ -492,6 +506,10 @@ module functionApp 'modules/functionapp.bicep' = {
     appSettings: appSettings
     opsAuthClientId: opsAuthClientId
     opsAuthTenantId: tenant().tenantId
+    opsAllowedGroupIds: filter(map(split(opsAllowedGroupIds, ','), id => trim(id)), id => !empty(id))
+    opsAllowedApplicationIds: filter(map(split(opsAllowedApplicationIds, ','), id => trim(id)), id => !empty(id))
+    // Checked by the deployment, not the compiler (json() hides the value): false fails the deployment.
+    opsAuthorizationPolicyGiven: json(string(empty(opsAuthClientId) || !empty(trim(opsAllowedGroupIds)) || !empty(trim(opsAllowedApplicationIds))))
   }
   // The app must not start before it may read its storage, secrets and telemetry endpoint.
   dependsOn: [

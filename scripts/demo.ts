@@ -138,7 +138,7 @@ try {
   step(
     `Start the sample transfer "${DEMO_TRANSFER}" between two local databases (POST /api/ops/transfers/${DEMO_TRANSFER}/start)`,
   );
-  const started = await call('POST', `/transfers/${DEMO_TRANSFER}/start`, {});
+  const started = await call('POST', `/transfers/${DEMO_TRANSFER}/start`, {}, true);
   if (started.status === 202) {
     const batchId = started.json.batch.batchId as string;
     console.log(

@@ -10,6 +10,7 @@ export interface Session {
   mode: PrincipalMode;
   signedIn: boolean;
   principal: { name: string | null; roles: string[] } | null;
+  level: 'reader' | 'producer' | 'operator' | null; // the signed-in principal's level (appservice)
   operatorRole: string;
   loginUrl: string | null;
   logoutUrl: string | null;
@@ -95,9 +96,10 @@ function principalHeader(role: string): string {
   return btoa(String.fromCharCode(...new TextEncoder().encode(json)));
 }
 
-function headersFor(a: Access, hasBody: boolean): Record<string, string> {
+function headersFor(a: Access, method: string): Record<string, string> {
   const headers: Record<string, string> = { accept: 'application/json' };
-  if (hasBody) headers['content-type'] = 'application/json';
+  // The API refuses a write without this type even when it has no body (a cross-site form cannot send it).
+  if (method !== 'GET') headers['content-type'] = 'application/json';
   if (a.kind === 'key') {
     headers['x-functions-key'] = a.key;
     if (a.operator && session) headers['x-ms-client-principal'] = principalHeader(session.operatorRole);
@@ -114,7 +116,7 @@ async function raw(a: Access, method: string, path: string, body?: unknown): Pro
   try {
     res = await fetch(url, {
       method,
-      headers: headersFor(a, body !== undefined),
+      headers: headersFor(a, method),
       credentials: 'same-origin',
       cache: 'no-store',
       ...(body !== undefined ? { body: JSON.stringify(body) } : {}),

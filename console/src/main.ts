@@ -45,7 +45,7 @@ function identity(): HTMLElement {
   const op = isOperatorClaimed();
   const who =
     a.kind === 'appservice'
-      ? `${a.name ?? 'signed in'}${op ? ` · ${s.operatorRole}` : ' · read-only'}`
+      ? `${a.name ?? 'signed in'} · ${s.level ?? 'no Keel role: every page is refused'}`
       : `ops key${op ? ` · sends ${s.operatorRole}` : ' · no operator role'}`;
   const out = h(
     'button',

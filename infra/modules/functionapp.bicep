@@ -69,6 +69,18 @@ param opsAuthClientId string
 @description('Tenant of that app registration.')
 param opsAuthTenantId string
 
+@description('Entra group object ids whose members may authenticate at all (the authorization policy).')
+param opsAllowedGroupIds array = []
+
+@description('Client ids of the applications whose tokens are accepted (the console registration, producer services).')
+param opsAllowedApplicationIds array = []
+
+@description('True when App Service authentication is off, or when it names the groups or applications allowed (main.bicep computes it). False fails the deployment: authentication without an authorization policy lets every member, guest and workload identity of the tenant in (review F1).')
+@allowed([
+  true
+])
+param opsAuthorizationPolicyGiven bool
+
 resource plan 'Microsoft.Web/serverfarms@2025-03-01' = {
   name: planName
   location: location
@@ -136,8 +148,9 @@ resource site 'Microsoft.Web/sites@2025-03-01' = {
 
   // App Service authentication: validates Entra tokens and sets x-ms-client-principal (with the caller's app
   // roles) on every request, stripping any the caller sent. Anonymous callers still pass through to the function
-  // key check, so readers need only a key; destructive routes need a token carrying the operator role.
-  resource auth 'config' = if (!empty(opsAuthClientId)) {
+  // key check, so key holders keep the reader and producer levels; every role level is checked by Keel itself
+  // (docs/operations.md). The authorization policy admits only the named groups and applications.
+  resource auth 'config' = if (!empty(opsAuthClientId) && opsAuthorizationPolicyGiven) {
     name: 'authsettingsV2'
     properties: {
       platform: {
@@ -159,6 +172,12 @@ resource site 'Microsoft.Web/sites@2025-03-01' = {
               'api://${opsAuthClientId}'
               opsAuthClientId
             ]
+            defaultAuthorizationPolicy: {
+              allowedApplications: opsAllowedApplicationIds
+              allowedPrincipals: {
+                groups: opsAllowedGroupIds
+              }
+            }
           }
         }
       }

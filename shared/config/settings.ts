@@ -68,6 +68,12 @@ const schedule = (def: string) =>
         ),
     );
 
+const roleName = (def: string) =>
+  z
+    .string()
+    .optional()
+    .transform((v) => (v === undefined || v.trim() === '' ? def : v.trim()));
+
 const optionalString = z
   .string()
   .optional()
@@ -136,10 +142,16 @@ export const settingsSchema = z
     // Transfers started by the timer: names from the transfer config, or "*" for all of them. Empty: none.
     KEEL_SCHEDULED_TRANSFERS: list,
     // Ops API.
-    KEEL_OPS_OPERATOR_ROLE: z
-      .string()
-      .optional()
-      .transform((v) => (v === undefined || v.trim() === '' ? 'Keel.Operator' : v.trim())),
+    // Role names (app roles of the Entra app registration) for the three ops levels (docs/operations.md).
+    KEEL_OPS_READER_ROLE: roleName('Keel.Reader'),
+    KEEL_OPS_PRODUCER_ROLE: roleName('Keel.Producer'),
+    KEEL_OPS_OPERATOR_ROLE: roleName('Keel.Operator'),
+    // "local": the local host (npm start) and the tests take x-ms-client-principal as the caller sends it. Refused
+    // wherever a hosting environment is detected (shared/ops/auth.ts).
+    KEEL_TRUST_CLIENT_PRINCIPAL: z.preprocess(
+      (v) => (typeof v === 'string' && v.trim() === '' ? undefined : v),
+      z.enum(['local']).optional(),
+    ),
     KEEL_OPS_MAX_BODY_BYTES: int(256 * 1024, 1024, 64 * 1024 * 1024),
     // Set by the local host only: the key its HTTP layer requires (Azure enforces function keys itself).
     KEEL_OPS_KEY: optionalString,

@@ -191,9 +191,9 @@ export interface JobSearch {
   to?: Date;
   text?: string; // substring of payload text or last error
   afterId?: JobId; // keyset paging: ids lower than this (newest first)
-  // Archive and DLQ text searches examine at most this many rows per call (the next ids below afterId; default
-  // TEXT_SEARCH_SCAN_ROWS, at most TEXT_SEARCH_SCAN_ROWS_MAX), so they cost the same at any table size. Allowed
-  // only on those searches.
+  // Archive and DLQ searches (with or without text) examine at most this many rows per call (the next ids below
+  // afterId; default TEXT_SEARCH_SCAN_ROWS, at most TEXT_SEARCH_SCAN_ROWS_MAX), so they cost the same at any table
+  // size. Allowed only on those searches.
   scanRows?: number;
   limit: number;
 }

@@ -189,11 +189,11 @@ export function toFireResult(rows: Record<string, unknown>[]): FireResult {
   return { status, jobs };
 }
 
-// The scan bound of a search (JobSearch.scanRows): archive and DLQ text searches always have one; others none.
+// The scan bound of a search (JobSearch.scanRows): archive and DLQ searches always have one, with or without text
+// (a type or queue filter that matches nothing would otherwise walk the whole table); hot searches none.
 // The given bound was checked at the contract boundary (STORE_ARGUMENT_CHECKS.searchJobs).
 export function searchScanRows(s: JobSearch): number | null {
-  const bounded = s.location !== 'hot' && s.text !== undefined;
-  return s.scanRows ?? (bounded ? TEXT_SEARCH_SCAN_ROWS : null);
+  return s.scanRows ?? (s.location !== 'hot' ? TEXT_SEARCH_SCAN_ROWS : null);
 }
 
 // search_jobs rows to a page: a trailing 'scan_bound' row carries the lowest id the bounded scan examined.

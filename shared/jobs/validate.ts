@@ -448,9 +448,8 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
     if (search.tag !== undefined) assertText('tag', search.tag, LIMITS.tagLength);
     if (search.text !== undefined) assertText('text', search.text, LIMITS.searchTextLength);
     if (search.scanRows !== undefined) {
-      // Only archive and DLQ text searches scan a bounded number of rows (rows.ts: searchScanRows).
-      if (search.location === 'hot' || search.text === undefined)
-        throw new ValidationError('scanRows', 'applies to archive and DLQ text searches only');
+      // Only archive and DLQ searches scan a bounded number of rows (rows.ts: searchScanRows).
+      if (search.location === 'hot') throw new ValidationError('scanRows', 'applies to archive and DLQ searches only');
       assertPositiveInt('scanRows', search.scanRows, TEXT_SEARCH_SCAN_ROWS_MAX);
     }
     return undefined;

@@ -1,11 +1,14 @@
 // Ops authorization.
-// - Keys: in Azure every ops route is `authLevel: 'function'`, so the Functions host rejects calls without a
+// - Keys: in Azure the `ops` function is `authLevel: 'function'`, so the Functions host rejects calls without a
 //   function (or host) key before our code runs. The local host enforces its own ops key the same way
-//   (`x-functions-key` header or `code` query parameter): checkFunctionKey below.
-// - Roles: destructive routes also need the operator role, read from the App Service authentication
-//   principal (`x-ms-client-principal`: base64 JSON with `claims: [{typ, val}]`). App Service authentication
-//   overwrites this header on every request it fronts; without it enabled the header is caller-controlled,
-//   which is why the docs require it in Azure (docs/operations.md).
+//   (`x-functions-key` header): checkFunctionKey below. The console's own path (/api/console-api) has no key.
+// - Roles: every route needs one of three levels, reader < producer < operator (authorize below). The roles come
+//   from the App Service authentication principal (`x-ms-client-principal`: base64 JSON with
+//   `claims: [{typ, val}]`). A function key on /api/ops grants reader and producer by itself (what a key granted
+//   before roles existed); the operator level always needs the role.
+// - Fail closed: the principal header is believed only when App Service authentication fronts the app (it
+//   overwrites the header on every request), or on the local host with KEEL_TRUST_CLIENT_PRINCIPAL=local, which
+//   is refused wherever a hosting environment is detected. Otherwise it is ignored.
 import { timingSafeEqual, createHash } from 'node:crypto';
 import { OpsError } from './errors.js';
 
@@ -49,41 +52,123 @@ export function parseClientPrincipal(header: string | null | undefined): ClientP
   return { authType: typeof raw.auth_typ === 'string' ? raw.auth_typ : null, name, roles };
 }
 
-// In Azure (WEBSITE_SITE_NAME is set by App Service) the principal header can only be trusted when App Service
-// authentication fronts the app (WEBSITE_AUTH_ENABLED=True): otherwise any key holder could forge the operator
-// role. Outside Azure (the local host, tests) the header is taken as given.
-export function principalHeaderTrusted(env: NodeJS.ProcessEnv = process.env): boolean {
-  if (!env.WEBSITE_SITE_NAME) return true;
-  return (env.WEBSITE_AUTH_ENABLED ?? '').toLowerCase() === 'true';
+export type PrincipalMode = 'caller' | 'appservice' | 'untrusted';
+
+// A start-up error: the principal trust settings contradict the environment.
+export class PrincipalTrustError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'PrincipalTrustError';
+  }
 }
 
-// Throws 403 unless the principal carries the operator role.
-export function requireOperator(
+// Environment variables that say the app runs hosted, not on a developer's machine: App Service / Functions
+// (WEBSITE_*), the Functions container images (AzureWebJobsScriptRoot), Azure Container Apps, Kubernetes, Cloud Run
+// and ECS. Under any of them a caller-stated principal would let a key holder (or, under `func start`, which
+// enforces no keys, anyone) claim the operator role.
+export const HOSTING_MARKERS = [
+  'WEBSITE_SITE_NAME',
+  'WEBSITE_INSTANCE_ID',
+  'AzureWebJobsScriptRoot',
+  'CONTAINER_APP_NAME',
+  'KUBERNETES_SERVICE_HOST',
+  'K_SERVICE',
+  'ECS_CONTAINER_METADATA_URI',
+  'ECS_CONTAINER_METADATA_URI_V4',
+] as const;
+
+export function hostingMarkers(env: NodeJS.ProcessEnv = process.env): string[] {
+  return HOSTING_MARKERS.filter((k) => (env[k] ?? '').trim() !== '');
+}
+
+function localTrustSetting(env: NodeJS.ProcessEnv): boolean {
+  const v = (env.KEEL_TRUST_CLIENT_PRINCIPAL ?? '').trim();
+  if (v === '') return false;
+  if (v !== 'local') throw new PrincipalTrustError(`KEEL_TRUST_CLIENT_PRINCIPAL must be "local" or unset (got "${v}")`);
+  const markers = hostingMarkers(env);
+  if (markers.length > 0)
+    throw new PrincipalTrustError(
+      `KEEL_TRUST_CLIENT_PRINCIPAL=local is for the local host only and is refused here: a hosting environment is detected (${markers.join(', ')}). Remove the setting; in Azure enable App Service authentication (docs/operations.md)`,
+    );
+  return true;
+}
+
+// Who vouches for x-ms-client-principal: App Service authentication ('appservice': App Service sets
+// WEBSITE_SITE_NAME, and WEBSITE_AUTH_ENABLED=True when authentication fronts the app), the caller on the local host
+// ('caller': KEEL_TRUST_CLIENT_PRINCIPAL=local), or nobody ('untrusted': the header is ignored). Throws
+// PrincipalTrustError when the local setting is given where it is refused.
+export function principalMode(env: NodeJS.ProcessEnv = process.env): PrincipalMode {
+  const local = localTrustSetting(env);
+  if (env.WEBSITE_SITE_NAME && (env.WEBSITE_AUTH_ENABLED ?? '').toLowerCase() === 'true') return 'appservice';
+  return local ? 'caller' : 'untrusted';
+}
+
+// For start-up: throws PrincipalTrustError on a refused setting; otherwise a warning line, or null when App Service
+// authentication vouches for the principal.
+export function principalTrustWarning(env: NodeJS.ProcessEnv = process.env): string | null {
+  const mode = principalMode(env);
+  if (mode === 'appservice') return null;
+  if (mode === 'caller')
+    return 'ops: x-ms-client-principal is taken as the caller sends it (KEEL_TRUST_CLIENT_PRINCIPAL=local): any caller with the ops key can claim any role. For the local host only';
+  return 'ops: x-ms-client-principal is ignored (no App Service authentication, WEBSITE_AUTH_ENABLED is not True): function keys reach the reader and producer routes, every operator route is refused (docs/operations.md)';
+}
+
+// The three levels, lowest first: each grants the ones below it.
+export const OPS_ROLES = ['reader', 'producer', 'operator'] as const;
+export type OpsRole = (typeof OPS_ROLES)[number];
+
+// The app role names that stand for each level (settings KEEL_OPS_READER_ROLE, _PRODUCER_ROLE, _OPERATOR_ROLE).
+export type RoleNames = Record<OpsRole, string>;
+
+export const DEFAULT_ROLE_NAMES: RoleNames = {
+  reader: 'Keel.Reader',
+  producer: 'Keel.Producer',
+  operator: 'Keel.Operator',
+};
+
+// How the call reached the ops routes: with a function key (/api/ops), or through the console's key-less path
+// (/api/console-api/ops, App Service authentication only).
+export type OpsChannel = 'key' | 'console';
+
+// The highest level the caller holds (null: none).
+export function grantedLevel(principal: ClientPrincipal | null, names: RoleNames, channel: OpsChannel): OpsRole | null {
+  let rank = channel === 'key' ? OPS_ROLES.indexOf('producer') : -1;
+  if (principal) {
+    for (const [i, level] of OPS_ROLES.entries()) if (principal.roles.includes(names[level])) rank = Math.max(rank, i);
+  }
+  return rank >= 0 ? OPS_ROLES[rank]! : null;
+}
+
+// Throws 403 unless the caller holds `required` (or a higher level); returns the principal it believed, if any.
+// An unreadable header is a 401 only where the header is believed.
+export function authorize(
   header: string | null | undefined,
-  role: string,
+  required: OpsRole,
+  names: RoleNames,
+  channel: OpsChannel,
   env: NodeJS.ProcessEnv = process.env,
-): ClientPrincipal {
-  if (!principalHeaderTrusted(env)) {
+): ClientPrincipal | null {
+  const mode = principalMode(env);
+  const principal = mode === 'untrusted' ? null : parseClientPrincipal(header);
+  const level = grantedLevel(principal, names, channel);
+  if (level !== null && OPS_ROLES.indexOf(level) >= OPS_ROLES.indexOf(required)) return principal;
+  const role = names[required];
+  const extra = { requiredRole: role, requiredLevel: required };
+  if (mode === 'untrusted')
     throw new OpsError(
       'forbidden',
       `this action needs the "${role}" role, which cannot be verified: App Service authentication is not enabled on this app (docs/operations.md)`,
       undefined,
-      { requiredRole: role },
+      extra,
     );
-  }
-  const principal = parseClientPrincipal(header);
-  if (!principal) {
+  if (!principal)
     throw new OpsError(
       'forbidden',
       `this action needs the "${role}" role; no authenticated principal (x-ms-client-principal) on the request`,
       undefined,
-      { requiredRole: role },
+      extra,
     );
-  }
-  if (!principal.roles.includes(role)) {
-    throw new OpsError('forbidden', `this action needs the "${role}" role`, undefined, { requiredRole: role });
-  }
-  return principal;
+  throw new OpsError('forbidden', `this action needs the "${role}" role (or a higher one)`, undefined, extra);
 }
 
 // Builds the header value App Service authentication would send (tests, the demo, local calls).

@@ -3,14 +3,29 @@
 // - GET  /api/console/{*path}           the built assets (anonymous: they hold no data), with a strict CSP.
 // - GET  /api/console-api/session       how this browser may sign in: the ops key, or App Service authentication.
 // - ANY  /api/console-api/ops/{*path}   the ops API for a browser signed in through App Service authentication
-//                                       (Easy Auth): no function key, the same route table, the same operator-role
-//                                       check. Refused unless App Service authentication fronts the app.
+//                                       (Easy Auth): no function key, the same route table and role checks, the
+//                                       principal's roles only. Refused unless App Service authentication fronts
+//                                       the app.
 // With the key (locally, or in Azure without App Service authentication) the console calls /api/ops directly.
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { HttpRequest, HttpResponseInit, InvocationContext } from '@azure/functions';
-import { parseClientPrincipal, type ClientPrincipal } from './auth.js';
+import {
+  DEFAULT_ROLE_NAMES,
+  grantedLevel,
+  parseClientPrincipal,
+  principalMode,
+  PrincipalTrustError,
+  type ClientPrincipal,
+  type OpsChannel,
+  type OpsRole,
+  type PrincipalMode,
+  type RoleNames,
+} from './auth.js';
+import { refuseCrossSite } from './router.js';
+
+export { principalMode, type PrincipalMode };
 import { OpsError, errorResponse, json } from './errors.js';
 
 export const CONSOLE_CSP = [
@@ -134,27 +149,25 @@ export function serveConsoleAsset(
   };
 }
 
-export type PrincipalMode = 'caller' | 'appservice' | 'untrusted';
-
-// Who vouches for x-ms-client-principal here: App Service authentication ('appservice'), nobody in Azure
-// ('untrusted': operator-only calls are refused), or the caller itself on the local host ('caller').
-export function principalMode(env: NodeJS.ProcessEnv = process.env): PrincipalMode {
-  if ((env.WEBSITE_AUTH_ENABLED ?? '').toLowerCase() === 'true') return 'appservice';
-  return env.WEBSITE_SITE_NAME ? 'untrusted' : 'caller';
-}
-
 export interface ConsoleSession {
   mode: PrincipalMode;
   signedIn: boolean; // App Service authentication vouched for a principal on this request
   principal: { name: string | null; roles: string[] } | null;
+  // The level the signed-in principal holds on the console path (null: none, every call is refused).
+  level: OpsRole | null;
   operatorRole: string;
   loginUrl: string | null;
   logoutUrl: string | null;
 }
 
-function operatorRole(env: NodeJS.ProcessEnv): string {
-  const r = env.KEEL_OPS_OPERATOR_ROLE?.trim();
-  return r ? r : 'Keel.Operator';
+// The settings' role names (shared/config/settings.ts parses the same names with the same defaults).
+export function roleNamesOf(env: NodeJS.ProcessEnv): RoleNames {
+  const pick = (v: string | undefined, def: string) => (v?.trim() ? v.trim() : def);
+  return {
+    reader: pick(env.KEEL_OPS_READER_ROLE, DEFAULT_ROLE_NAMES.reader),
+    producer: pick(env.KEEL_OPS_PRODUCER_ROLE, DEFAULT_ROLE_NAMES.producer),
+    operator: pick(env.KEEL_OPS_OPERATOR_ROLE, DEFAULT_ROLE_NAMES.operator),
+  };
 }
 
 export function consoleSession(request: HttpRequest, env: NodeJS.ProcessEnv = process.env): ConsoleSession {
@@ -167,41 +180,32 @@ export function consoleSession(request: HttpRequest, env: NodeJS.ProcessEnv = pr
       principal = null;
     }
   }
+  const names = roleNamesOf(env);
   return {
     mode,
     signedIn: principal !== null,
     principal: principal ? { name: principal.name, roles: principal.roles } : null,
-    operatorRole: operatorRole(env),
+    level: principal ? grantedLevel(principal, names, 'console') : null,
+    operatorRole: names.operator,
     loginUrl: mode === 'appservice' ? '/.auth/login/aad?post_login_redirect_uri=/api/console/' : null,
     logoutUrl: mode === 'appservice' ? '/.auth/logout?post_logout_redirect_uri=/api/console/' : null,
   };
 }
 
-// Same-origin checks for the cookie-authenticated proxy: the custom header, and Origin / Sec-Fetch-Site when
-// the browser sends them.
+// Same-origin checks for the cookie-authenticated proxy, on reads too: the custom header, and Origin /
+// Sec-Fetch-Site when the browser sends them.
 function checkSameOrigin(request: HttpRequest): void {
   if (request.headers.get(CONSOLE_CSRF_HEADER) !== '1') {
     throw new OpsError('forbidden', `console API calls must carry the ${CONSOLE_CSRF_HEADER}: 1 header`);
   }
-  const site = request.headers.get('sec-fetch-site');
-  if (site && site !== 'same-origin' && site !== 'none')
-    throw new OpsError('forbidden', `cross-site console API call refused (sec-fetch-site: ${site})`);
-  const origin = request.headers.get('origin');
-  if (origin) {
-    const url = new URL(request.url);
-    const host = request.headers.get('x-forwarded-host') ?? request.headers.get('host') ?? url.host;
-    let originHost: string;
-    try {
-      originHost = new URL(origin).host;
-    } catch {
-      throw new OpsError('forbidden', 'unreadable Origin header');
-    }
-    if (originHost !== host)
-      throw new OpsError('forbidden', `cross-origin console API call refused (origin ${origin})`);
-  }
+  refuseCrossSite(request);
 }
 
-export type OpsInvoker = (request: HttpRequest, context: InvocationContext) => Promise<HttpResponseInit>;
+export type OpsInvoker = (
+  request: HttpRequest,
+  context: InvocationContext,
+  channel: OpsChannel,
+) => Promise<HttpResponseInit>;
 
 // /api/console-api/{*path}: `session`, or `ops/<ops route>` relayed to the ops handler for a signed-in principal.
 export async function handleConsoleApi(
@@ -258,10 +262,15 @@ export async function handleConsoleApi(
       params: { path: opsTail },
       ...(body && body.length > 0 ? { body: { bytes: body } } : {}),
     });
-    context.info(`console: ${request.method} ops/${opsTail} for ${principal.name ?? 'an unnamed principal'}`);
-    return await ops(relayed, context);
+    // The role every route declares is checked by the ops handler, on the console channel: no key, so the
+    // principal's own roles are all there is.
+    return await ops(relayed, context, 'console');
   } catch (err) {
     if (err instanceof OpsError) return errorResponse(err);
+    if (err instanceof PrincipalTrustError) {
+      context.error(`console API: ${err.message}`);
+      return errorResponse(new OpsError('unavailable', 'the console API is misconfigured; see the function logs'));
+    }
     context.error(`console API ${tail} failed: ${(err as Error).stack ?? String(err)}`);
     return errorResponse(new OpsError('internal_error', 'internal error; see the function logs'));
   }

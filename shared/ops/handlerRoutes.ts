@@ -71,6 +71,7 @@ export const handlerRoutes: OpsRoute<any, any, any>[] = [
     summary:
       'Registered job types with their options (queue, timeout, attempts, backoff, concurrency) and payload JSON Schema',
     tag: 'jobs',
+    role: 'reader',
     query: s.emptyQuery,
     responses: { 200: 'registered handlers' },
     async handle({ rt }) {
@@ -89,6 +90,7 @@ export const handlerRoutes: OpsRoute<any, any, any>[] = [
     summary:
       'Recurring schedules declared in handlers/: cron, time zone, job, missed-tick policy, state, last and next tick',
     tag: 'jobs',
+    role: 'reader',
     query: s.emptyQuery,
     responses: { 200: 'schedules (undeclared: state kept in the database for a schedule no longer in the code)' },
     async handle({ rt }) {
@@ -112,7 +114,7 @@ export const handlerRoutes: OpsRoute<any, any, any>[] = [
           ? 'Pause a schedule: no ticks are enqueued until resumed (kept in the database, for every instance)'
           : 'Resume a schedule: ticks that passed while paused are not run; the next tick is',
       tag: 'jobs',
-      destructive: true,
+      role: 'operator',
       params: scheduleParams,
       query: s.emptyQuery,
       body: s.emptyBody,

@@ -1,6 +1,7 @@
 // The OpenAPI 3.1 document, generated from the route table and the same zod schemas that validate requests.
 import { z } from 'zod';
 import { OPS_PREFIX, type OpsRoute } from './router.js';
+import type { OpsRole } from './auth.js';
 
 type JsonSchema = Record<string, unknown> & { properties?: Record<string, JsonSchema>; required?: string[] };
 
@@ -25,6 +26,14 @@ function parametersOf(schema: z.ZodType | undefined, where: 'path' | 'query'): u
     };
   });
 }
+
+const ROLE_TEXT: Record<OpsRole, string> = {
+  reader: 'Needs the reader role (KEEL_OPS_READER_ROLE) or higher; a function key on /api/ops grants it by itself.',
+  producer:
+    'Needs the producer role (KEEL_OPS_PRODUCER_ROLE) or the operator role; a function key on /api/ops grants it by itself.',
+  operator:
+    'Needs the operator role (KEEL_OPS_OPERATOR_ROLE) in the App Service authentication principal, with or without a key.',
+};
 
 const ERROR_SCHEMA = {
   type: 'object',
@@ -76,24 +85,18 @@ export function openApiDocument(routes: OpsRoute<any, any, any>[]): Record<strin
         content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
       };
     }
-    if (r.destructive) {
-      responses['403'] ??= {
-        description: 'operator role missing',
-        content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
-      };
-    }
+    responses['403'] ??= {
+      description: `the ${r.role} role (or a higher one) missing, or a cross-site write`,
+      content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
+    };
     paths[p] ??= {};
     paths[p]![r.method.toLowerCase()] = {
       operationId: r.operationId,
       summary: r.summary,
       tags: [r.tag],
-      ...(r.destructive
-        ? {
-            description:
-              'Destructive: needs the operator role (KEEL_OPS_OPERATOR_ROLE) in the App Service authentication principal.',
-            'x-keel-destructive': true,
-          }
-        : {}),
+      description: ROLE_TEXT[r.role],
+      'x-keel-role': r.role,
+      ...(r.role === 'operator' ? { 'x-keel-destructive': true } : {}),
       parameters: [...parametersOf(r.params, 'path'), ...parametersOf(r.query, 'query')],
       // An empty body is read as {}: the body is required only when {} is not a valid one.
       ...(r.body
@@ -113,7 +116,7 @@ export function openApiDocument(routes: OpsRoute<any, any, any>[]): Record<strin
       title: 'Keel ops API',
       version: '0.1.0',
       description:
-        'Operate Keel jobs and transfers. Every route needs a function key; destructive ones also the operator role.',
+        'Operate Keel jobs and transfers. Every route needs a function key and a role level (x-keel-role): reader, producer or operator (docs/operations.md).',
     },
     servers: [{ url: '/' }],
     security: [{ functionKeyHeader: [] }, { functionKeyQuery: [] }],

@@ -1,13 +1,21 @@
-// The ops API's edge: route table -> handler, with body size limits, JSON parsing, zod validation (400 naming
-// the field), the operator-role check for destructive routes, and error mapping. One Azure HTTP function
-// (route `ops/{*path}`) serves all of it, so Azure and the local host route identically.
+// The ops API's edge: route table -> handler, with the role check every route declares (before the body is read),
+// cross-site refusal and JSON-only bodies for every write, body size limits, zod validation (400 naming the
+// field), and error mapping. One Azure HTTP function (route `ops/{*path}`) serves all of it, so Azure and the local
+// host route identically; the console's key-less path relays into the same handler (channel 'console').
 import Router from 'find-my-way';
 import type { HttpRequest, HttpResponseInit, InvocationContext } from '@azure/functions';
 import type { z } from 'zod';
 import { ValidationError, issueMessage } from '../jobs/validate.js';
 import type { OpsRuntime } from './context.js';
 import { OpsError, errorResponse, json } from './errors.js';
-import { requireOperator, type ClientPrincipal } from './auth.js';
+import {
+  authorize,
+  PrincipalTrustError,
+  type ClientPrincipal,
+  type OpsChannel,
+  type OpsRole,
+  type RoleNames,
+} from './auth.js';
 
 export type OpsMethod = 'GET' | 'POST' | 'PATCH' | 'PUT' | 'DELETE';
 export const OPS_METHODS: OpsMethod[] = ['GET', 'POST', 'PATCH', 'PUT', 'DELETE'];
@@ -36,7 +44,9 @@ export interface OpsRoute<P = unknown, Q = unknown, B = unknown> {
   operationId: string;
   summary: string;
   tag: string;
-  destructive?: boolean; // needs the operator role
+  // The lowest level that may call it (docs/operations.md, the role table): reader for reads, producer for
+  // enqueue, operator for anything that moves, deletes or re-runs work. Required: a route without one cannot exist.
+  role: OpsRole;
   params?: z.ZodType<P>;
   query?: z.ZodType<Q>;
   body?: z.ZodType<B>;
@@ -142,16 +152,6 @@ async function readJsonBody(request: HttpRequest, maxBytes: number): Promise<unk
   }
   const text = bytes.toString('utf8').trim();
   if (text === '') return {};
-  // JSON in: a body sent as a form, text or without a type is refused (curl -d sends a form unless told otherwise).
-  const type = (request.headers.get('content-type') ?? '').split(';')[0]!.trim().toLowerCase();
-  if (type !== 'application/json' && !/^application\/[a-z0-9.+-]+\+json$/.test(type)) {
-    throw new OpsError(
-      'unsupported_media_type',
-      `request body must be JSON sent with Content-Type: application/json (got ${type ? `"${type}"` : 'no Content-Type'})`,
-      'content-type',
-      { in: 'header' },
-    );
-  }
   try {
     return JSON.parse(text);
   } catch (err) {
@@ -159,7 +159,70 @@ async function readJsonBody(request: HttpRequest, maxBytes: number): Promise<unk
   }
 }
 
-export type OpsHttpHandler = (request: HttpRequest, context: InvocationContext) => Promise<HttpResponseInit>;
+// JSON in, for every write, even an empty one: a cross-site HTML form can only send a form or text type, and a
+// cross-site fetch that sets application/json needs a CORS preflight this app never grants (review F4). curl -d
+// sends a form unless told otherwise.
+function requireJsonContentType(request: HttpRequest): void {
+  const type = (request.headers.get('content-type') ?? '').split(';')[0]!.trim().toLowerCase();
+  if (type !== 'application/json' && !/^application\/[a-z0-9.+-]+\+json$/.test(type)) {
+    throw new OpsError(
+      'unsupported_media_type',
+      `every ${request.method.toUpperCase()} must be sent with Content-Type: application/json, even without a body (got ${type ? `"${type}"` : 'no Content-Type'})`,
+      'content-type',
+      { in: 'header' },
+    );
+  }
+}
+
+// Refuses a write a browser marks as coming from another site: Sec-Fetch-Site other than same-origin or none (a
+// typed URL, a bookmark, curl), or an Origin whose host is not this app's. Non-browser clients send neither.
+export function refuseCrossSite(request: HttpRequest): void {
+  const site = request.headers.get('sec-fetch-site');
+  if (site && site !== 'same-origin' && site !== 'none')
+    throw new OpsError('forbidden', `cross-site call refused (sec-fetch-site: ${site})`);
+  const origin = request.headers.get('origin');
+  if (origin) {
+    const host = request.headers.get('x-forwarded-host') ?? request.headers.get('host') ?? new URL(request.url).host;
+    let originHost: string;
+    try {
+      originHost = new URL(origin).host;
+    } catch {
+      throw new OpsError('forbidden', 'cross-origin call refused (unreadable Origin header)');
+    }
+    if (originHost === '' || originHost !== host) throw new OpsError('forbidden', 'cross-origin call refused');
+  }
+}
+
+function roleNames(settings: OpsRuntime['settings']): RoleNames {
+  return {
+    reader: settings.KEEL_OPS_READER_ROLE,
+    producer: settings.KEEL_OPS_PRODUCER_ROLE,
+    operator: settings.KEEL_OPS_OPERATOR_ROLE,
+  };
+}
+
+// One record per write, JSON-encoded (a name with quotes or newlines cannot forge another line).
+function auditLine(
+  r: OpsRoute<unknown, unknown, unknown>,
+  channel: OpsChannel,
+  principal: ClientPrincipal | null,
+  status: number,
+  params: unknown,
+): string {
+  return `ops audit ${JSON.stringify({
+    operation: r.operationId,
+    channel,
+    principal: principal ? { name: principal.name, authType: principal.authType } : null,
+    params,
+    status,
+  })}`;
+}
+
+export type OpsHttpHandler = (
+  request: HttpRequest,
+  context: InvocationContext,
+  channel?: OpsChannel,
+) => Promise<HttpResponseInit>;
 
 // Builds the single HTTP handler for every ops route.
 export function createOpsHandler(
@@ -171,7 +234,7 @@ export function createOpsHandler(
   const router = Router({ ignoreTrailingSlash: true, caseSensitive: true, maxParamLength: MAX_PATH_PARAM_CHARS });
   for (const r of routes) router.on(r.method, OPS_PREFIX + r.path, () => undefined, r);
 
-  return async (request, context) => {
+  return async (request, context, channel = 'key') => {
     const url = new URL(request.url);
     const method = request.method.toUpperCase() as OpsMethod;
     // Azure hands us the catch-all segment; the local host routes /api/ops/* the same way.
@@ -189,29 +252,45 @@ export function createOpsHandler(
         throw new OpsError('not_found', `no ops route ${method} ${path}; see GET ${OPS_PREFIX}/openapi.json`);
       }
       const r = found.store as OpsRoute<unknown, unknown, unknown>;
+      // Writes: refused from another site, and JSON only, before anything else (a refused call costs nothing).
+      if (method !== 'GET') {
+        refuseCrossSite(request);
+        requireJsonContentType(request);
+      }
       let rt: OpsRuntime;
       try {
         rt = await getRuntime();
       } catch (err) {
+        // The cause (host names, logins, setting values) stays in the log: callers get a generic 503.
         context.error(`ops: the runtime could not start: ${(err as Error).message}`);
-        throw new OpsError('unavailable', `Keel could not start: ${(err as Error).message}`);
+        throw new OpsError('unavailable', 'Keel could not start; see the function logs');
       }
-      let principal: ClientPrincipal | null = null;
-      if (r.destructive)
-        principal = requireOperator(request.headers.get('x-ms-client-principal'), rt.settings.KEEL_OPS_OPERATOR_ROLE);
+      const principal: ClientPrincipal | null = authorize(
+        request.headers.get('x-ms-client-principal'),
+        r.role,
+        roleNames(rt.settings),
+        channel,
+      );
       const params = parseWith(r.params, { ...found.params }, 'path');
       const query = parseWith(r.query, queryObject(url), 'query');
       const body = r.body
         ? parseWith(r.body, await readJsonBody(request, rt.settings.KEEL_OPS_MAX_BODY_BYTES), 'body')
         : undefined;
       const result = await r.handle({ rt, params, query, body, principal, request, log: context });
-      if (r.destructive)
-        context.info(
-          `ops ${r.operationId} by ${principal?.name ?? 'unknown principal'}: ${JSON.stringify(result.body).slice(0, 500)}`,
-        );
+      if (method !== 'GET') context.info(auditLine(r, channel, principal, result.status ?? 200, params));
       return json(result.status ?? 200, result.body, result.headers);
     } catch (err) {
-      if (err instanceof OpsError) return errorResponse(err);
+      if (err instanceof OpsError) {
+        if (err.status === 401 || err.status === 403)
+          context.warn(
+            `ops refused ${JSON.stringify({ method, path, channel, status: err.status, reason: err.message })}`,
+          );
+        return errorResponse(err);
+      }
+      if (err instanceof PrincipalTrustError) {
+        context.error(`ops: ${err.message}`);
+        return errorResponse(new OpsError('unavailable', 'the ops API is misconfigured; see the function logs'));
+      }
       if (err instanceof ValidationError) return errorResponse(new OpsError('invalid_request', err.message, err.field));
       context.error(`ops ${method} ${path} failed: ${(err as Error).stack ?? String(err)}`);
       return errorResponse(new OpsError('internal_error', 'internal error; see the function logs'));

@@ -3,6 +3,7 @@ import type { JobRecord, PurgeTarget, QueueSettingsPatch } from '../jobs/contrac
 import type { JobRequest } from '../jobs/typedEnqueue.js';
 import { purgeInBatches } from '../jobs/maintenance.js';
 import { LIMITS } from '../jobs/validate.js';
+import { TEXT_SEARCH_SCAN_ROWS_MAX } from '../jobs/contract.js';
 import { conflict, invalid, notFound } from './errors.js';
 import { route, type OpsRoute } from './router.js';
 import * as s from './schemas.js';
@@ -35,6 +36,28 @@ function where(job: JobRecord): Record<string, unknown> {
 }
 
 const PREVIEW_CAP = 10_000;
+// A purge preview reads at most this many bounded search calls (each examines TEXT_SEARCH_SCAN_ROWS_MAX rows).
+const PREVIEW_CALLS = 20;
+
+// Characters of a payload's JSON text shown in list and search results, and of a last error.
+export const PAYLOAD_PREVIEW_CHARS = 200;
+export const LAST_ERROR_PREVIEW_CHARS = 1000;
+
+// A job as list and search results show it: the payload's size and first characters instead of the payload.
+export function jobSummary(job: JobRecord): Record<string, unknown> {
+  const { payload, lastError, ...rest } = job;
+  const text = payload === undefined ? 'null' : JSON.stringify(payload);
+  return {
+    ...rest,
+    payloadBytes: Buffer.byteLength(text, 'utf8'),
+    payloadPreview: text.length > PAYLOAD_PREVIEW_CHARS ? text.slice(0, PAYLOAD_PREVIEW_CHARS) : text,
+    payloadTruncated: text.length > PAYLOAD_PREVIEW_CHARS,
+    lastError:
+      lastError !== null && lastError.length > LAST_ERROR_PREVIEW_CHARS
+        ? `${lastError.slice(0, LAST_ERROR_PREVIEW_CHARS)}…`
+        : lastError,
+  };
+}
 
 export const jobRoutes: OpsRoute<any, any, any>[] = [
   route({
@@ -43,6 +66,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     operationId: 'health',
     summary: 'Liveness of the store and the storage queues',
     tag: 'health',
+    role: 'reader',
     query: s.emptyQuery,
     responses: { 200: 'healthy', 503: 'store or storage unreachable' },
     output: s.out.health,
@@ -76,6 +100,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     operationId: 'stats',
     summary: 'Per-queue counters and lag',
     tag: 'stats',
+    role: 'reader',
     query: s.emptyQuery,
     responses: { 200: 'per-queue stats and totals' },
     output: s.out.stats,
@@ -103,6 +128,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     operationId: 'metrics',
     summary: 'Per-minute metric buckets (count, total and max duration) by queue, outcome and reason',
     tag: 'stats',
+    role: 'reader',
     query: s.metricsQuery,
     responses: { 200: 'metric buckets' },
     output: s.out.metrics,
@@ -117,6 +143,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     operationId: 'listQueues',
     summary: 'Queue settings',
     tag: 'queues',
+    role: 'reader',
     query: s.emptyQuery,
     responses: { 200: 'queues' },
     output: s.out.queues,
@@ -130,6 +157,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     operationId: 'getQueue',
     summary: 'One queue: settings and stats',
     tag: 'queues',
+    role: 'reader',
     params: s.nameParams,
     query: s.emptyQuery,
     responses: { 200: 'queue', 404: 'no such queue' },
@@ -148,7 +176,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
       operationId: `${action}Queue`,
       summary: action === 'pause' ? 'Pause a queue: no new claims until resumed' : 'Resume a paused queue',
       tag: 'queues',
-      destructive: true,
+      role: 'operator',
       params: s.nameParams,
       query: s.emptyQuery,
       body: s.emptyBody,
@@ -171,7 +199,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     operationId: 'updateQueue',
     summary: 'Change queue limits: max concurrency, attempts, zombie timeout and policy, retention',
     tag: 'queues',
-    destructive: true,
+    role: 'operator',
     params: s.nameParams,
     query: s.emptyQuery,
     body: s.queuePatch,
@@ -192,6 +220,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     operationId: 'enqueue',
     summary: 'Enqueue one job, or {"jobs": [...]} (up to 500): the row is written, then its message posted',
     tag: 'jobs',
+    role: 'producer',
     query: s.emptyQuery,
     body: s.enqueueBody,
     responses: {
@@ -215,12 +244,13 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     path: '/jobs',
     operationId: 'searchJobs',
     summary:
-      'Search hot, archive or DLQ jobs by queue, type, tag, state, reason, time range and text; newest first, keyset paging',
+      'Search hot, archive or DLQ jobs by queue, type, tag, state, reason, time range and text; newest first, keyset paging; payload previews (the full payload: GET /jobs/{id})',
     tag: 'jobs',
+    role: 'reader',
     query: s.jobSearchQuery,
     responses: {
-      200: 'a page of jobs; pass nextAfterId as afterId for the next page (scanBounded: the archive/DLQ text search examined scanRows rows and stopped; more may match below nextAfterId)',
-      400: 'a filter outside its bounds (the field is named), e.g. scanRows above 100,000 or on a search without text',
+      200: 'a page of jobs with payload previews; pass nextAfterId as afterId for the next page (scanBounded: the archive/DLQ search examined scanRows rows and stopped; more may match below nextAfterId)',
+      400: 'a filter outside its bounds (the field is named), e.g. scanRows above 100,000 or on a hot search',
     },
     output: s.out.jobPage,
     async handle({ rt, query }) {
@@ -228,8 +258,8 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
       if (query.reason && query.location !== 'dlq')
         throw invalid('reason', 'reason filters DLQ jobs only (location=dlq)');
       if (query.from && query.to && query.from > query.to) throw invalid('from', 'must not be after "to"');
-      if (query.scanRows !== undefined && (query.location === 'hot' || !query.text))
-        throw invalid('scanRows', 'bounds archive and DLQ text searches only (location=archive|dlq with text)');
+      if (query.scanRows !== undefined && query.location === 'hot')
+        throw invalid('scanRows', 'bounds archive and DLQ searches only (location=archive|dlq)');
       const page = await rt.store.searchJobs({
         location: query.location,
         ...(query.queue ? { queue: query.queue } : {}),
@@ -244,7 +274,9 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
         ...(query.scanRows !== undefined ? { scanRows: query.scanRows } : {}),
         limit: query.limit,
       });
-      return { body: { location: query.location, ...page } };
+      // Previews only: a page of full payloads (500 x up to KEEL_MAX_PAYLOAD_BYTES) could exhaust the instance
+      // (review F7). The full payload is on GET /jobs/{id}.
+      return { body: { location: query.location, ...page, items: page.items.map(jobSummary) } };
     },
   }),
   route({
@@ -253,6 +285,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     operationId: 'getJob',
     summary: 'One job wherever it is (hot, archive or DLQ)',
     tag: 'jobs',
+    role: 'reader',
     params: s.idParams,
     query: s.emptyQuery,
     responses: { 200: 'the job', 404: 'no such job' },
@@ -269,7 +302,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     operationId: 'cancelJob',
     summary: 'Cancel a hot job: pending jobs go to the DLQ (cancelled) at once, running ones are asked to stop',
     tag: 'jobs',
-    destructive: true,
+    role: 'operator',
     params: s.idParams,
     query: s.emptyQuery,
     body: s.emptyBody,
@@ -311,8 +344,8 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     summary:
       'Move one DLQ job back to hot (pending, attempts reset) and post its message. Operator only: it runs the job, and its side effects, again',
     tag: 'dlq',
+    role: 'operator',
     // Resurrecting re-runs side effects and can undo an operator's cancel: the same role as the other moves.
-    destructive: true,
     params: s.idParams,
     query: s.emptyQuery,
     body: s.emptyBody,
@@ -341,7 +374,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     summary:
       'Resurrect DLQ jobs matching a filter, up to a limit. dryRun defaults to true: preview first, then repeat with dryRun=false',
     tag: 'dlq',
-    destructive: true,
+    role: 'operator',
     query: s.emptyQuery,
     body: s.resurrectFilterBody,
     responses: { 200: 'ids resurrected (or that would be, on a dry run)', 403: 'operator role missing' },
@@ -369,7 +402,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     summary:
       'Delete archive rows, DLQ rows or metric buckets older than an instant, in bounded batches. dryRun defaults to true',
     tag: 'dlq',
-    destructive: true,
+    role: 'operator',
     query: s.emptyQuery,
     body: s.purgeBody,
     responses: { 200: 'rows deleted (or, on a dry run, counted)', 403: 'operator role missing' },
@@ -395,22 +428,37 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
             },
           };
         }
+        // Counted through bounded searches (a COUNT in SQL would read no payloads; it needs a store procedure).
         let matched = 0;
-        let afterId: string | undefined;
-        for (let page = 0; page < PREVIEW_CAP / LIMITS.searchJobs && matched < PREVIEW_CAP; page++) {
-          const { items } = await rt.store.searchJobs({
+        let afterId: string | null = null;
+        let calls = 0;
+        do {
+          const page = await rt.store.searchJobs({
             location: target,
             to: olderThan,
             limit: LIMITS.searchJobs,
+            scanRows: TEXT_SEARCH_SCAN_ROWS_MAX,
             ...(body.queue ? { queue: body.queue } : {}),
             ...(afterId ? { afterId } : {}),
           });
-          matched += items.length;
-          if (items.length < LIMITS.searchJobs) break;
-          afterId = items[items.length - 1]!.id;
-        }
+          matched += page.items.length;
+          afterId = page.nextAfterId;
+          calls++;
+        } while (afterId !== null && matched < PREVIEW_CAP && calls < PREVIEW_CALLS);
         return {
-          body: { dryRun: true, target, queue, olderThan: body.olderThan, matched, capped: matched >= PREVIEW_CAP },
+          body: {
+            dryRun: true,
+            target,
+            queue,
+            olderThan: body.olderThan,
+            matched,
+            capped: afterId !== null,
+            ...(afterId !== null
+              ? {
+                  note: `counted up to ${PREVIEW_CAP} rows or ${PREVIEW_CALLS * TEXT_SEARCH_SCAN_ROWS_MAX} examined rows; more may match`,
+                }
+              : {}),
+          },
         };
       }
       const run = await purgeInBatches(rt.store, target, queue, olderThan, body.batchSize, body.maxBatches);
@@ -428,6 +476,7 @@ export function allRoutes(): OpsRoute<any, any, any>[] {
       operationId: 'openapi',
       summary: 'This API as an OpenAPI 3.1 document',
       tag: 'health',
+      role: 'reader',
       query: s.emptyQuery,
       responses: { 200: 'OpenAPI document' },
       output: s.out.openapi,

@@ -73,7 +73,7 @@ export const jobSearchQuery = z.strictObject({
       minimum: 1,
       maximum: TEXT_SEARCH_SCAN_ROWS_MAX,
       pattern: undefined,
-      description: `archive/DLQ text searches only: rows examined per call, the next ids below afterId (default ${TEXT_SEARCH_SCAN_ROWS}); continue from nextAfterId`,
+      description: `archive/DLQ searches only: rows examined per call, the next ids below afterId (default ${TEXT_SEARCH_SCAN_ROWS}); continue from nextAfterId`,
     }),
   limit: qInt(1, LIMITS.searchJobs, 50),
 });
@@ -235,11 +235,18 @@ export const out = (() => {
     job: job,
     jobPage: z.object({
       location: location,
-      items: z.array(job),
+      items: z.array(
+        job.omit({ payload: true }).extend({
+          payloadBytes: z.number().int().describe("size of the payload's JSON text in bytes"),
+          payloadPreview: z.string().describe("the payload's JSON text, cut to its first 200 characters"),
+          payloadTruncated: z.boolean().describe('the preview is cut: GET /jobs/{id} has the whole payload'),
+          lastError: z.string().nullable().describe('cut to 1,000 characters (the whole text: GET /jobs/{id})'),
+        }),
+      ),
       nextAfterId: z.string().nullable().describe('pass as afterId for the next page; null: nothing left below'),
       scanBounded: z
         .boolean()
-        .describe('the archive/DLQ text search stopped after scanRows rows: more may match below nextAfterId'),
+        .describe('the archive/DLQ search stopped after scanRows rows: more may match below nextAfterId'),
     }),
     cancel: z.object({
       id: z.string(),

@@ -72,6 +72,7 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
     operationId: 'listTransfers',
     summary: 'Configured transfers',
     tag: 'transfers',
+    role: 'reader',
     query: s.emptyQuery,
     responses: { 200: 'transfers (empty when none is configured)' },
     async handle({ rt }) {
@@ -85,6 +86,7 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
     summary:
       'Create a batch for the next window of a transfer (manifest recorded first) and post it to the stage queue',
     tag: 'transfers',
+    role: 'operator',
     params: s.nameParams,
     query: s.emptyQuery,
     body: s.emptyBody,
@@ -114,6 +116,7 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
     operationId: 'listBatches',
     summary: 'Batches, newest first, with their status (incomplete, committed, unresolved) and next action',
     tag: 'transfers',
+    role: 'reader',
     query: s.batchListQuery,
     responses: { 200: 'a page of batches; pass nextAfterId as afterId for the next page' },
     async handle({ rt, query }) {
@@ -135,6 +138,7 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
     operationId: 'getBatch',
     summary: 'One batch with its journal events',
     tag: 'transfers',
+    role: 'reader',
     params: s.batchParams,
     query: s.emptyQuery,
     responses: { 200: 'the batch and its journal', 404: 'no such batch' },
@@ -151,6 +155,7 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
     summary:
       'Ask the target now whether the batch committed (every batch not committed or failed; a "not applied" answer is fenced on the target, so it is final)',
     tag: 'transfers',
+    role: 'operator',
     params: s.batchParams,
     query: s.emptyQuery,
     body: s.emptyBody,
@@ -166,6 +171,7 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
     operationId: 'resumeBatch',
     summary: 'Post a retryable batch (same id) to the stage queue again: stage if needed, then apply',
     tag: 'transfers',
+    role: 'operator',
     params: s.batchParams,
     query: s.emptyQuery,
     body: s.emptyBody,
@@ -193,6 +199,7 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
     summary:
       'Reconcile now every batch whose apply outcome is unknown and untouched for olderThanMs (default KEEL_TRANSFER_STALE_MS)',
     tag: 'transfers',
+    role: 'operator',
     query: s.emptyQuery,
     body: s.reconcileStaleBody,
     responses: { 200: 'the batches reconciled' },

@@ -215,7 +215,7 @@ if (!haveChromium) {
       await until('the jobs to finish', async () => (await hot(QUEUE)) === 0 && (await hot(OTHER)) === 0);
       expect((await api('GET', `/jobs/${fatalId}`)).json.location).toBe('dlq');
 
-      const started = await api('POST', '/transfers/orders/start', {});
+      const started = await api('POST', '/transfers/orders/start', {}, true);
       expect(started.status).toBe(202);
       batchId = started.json.batch.batchId;
       await until(
@@ -516,19 +516,22 @@ if (!haveChromium) {
       await shot(page, 'dlq-purged');
     });
 
-    it('behind App Service authentication: signing in is enough (no key), and the operator role is still enforced', async () => {
+    it('behind App Service authentication: no key, the reader role to read, and the operator role still enforced', async () => {
       process.env.WEBSITE_SITE_NAME = 'keel-console-e2e';
       process.env.WEBSITE_AUTH_ENABLED = 'True';
+      // Azure: the local host's trust setting would be refused here (a hosting environment), so it is not set.
+      const localTrust = process.env.KEEL_TRUST_CLIENT_PRINCIPAL;
+      delete process.env.KEEL_TRUST_CLIENT_PRINCIPAL;
       const before = refusals.length;
       try {
         // Stands in for App Service authentication, which sets this header on every request it fronts.
         const ctx = await newContext({
-          'x-ms-client-principal': encodeClientPrincipal({ name: 'alice@contoso.example', roles: [] }),
+          'x-ms-client-principal': encodeClientPrincipal({ name: 'alice@contoso.example', roles: ['Keel.Reader'] }),
         });
         const p = await ctx.newPage();
         watch(p);
         await p.goto(`${base}/api/console/`);
-        await p.locator('[data-test=identity]').filter({ hasText: 'alice@contoso.example · read-only' }).waitFor();
+        await p.locator('[data-test=identity]').filter({ hasText: 'alice@contoso.example · reader' }).waitFor();
         expect(await p.locator('#key').count()).toBe(0);
         await p.locator('table.queues-table').waitFor();
         await shot(p, 'overview-entra');
@@ -551,9 +554,22 @@ if (!haveChromium) {
         await p3.locator(`[data-test="toggle-${QUEUE}"]`, { hasText: 'Resume' }).click();
         await p3.getByRole('status').filter({ hasText: 'resumed' }).waitFor();
         await op.close();
+
+        // Review F1: any tenant principal gets signed in; without a Keel role it reads nothing.
+        const tenant = await newContext({
+          'x-ms-client-principal': encodeClientPrincipal({ name: 'carol@contoso.example', roles: [] }),
+        });
+        const p4 = await tenant.newPage();
+        watch(p4);
+        await p4.goto(`${base}/api/console/#/jobs?location=archive`);
+        await p4.locator('[data-test=identity]').filter({ hasText: 'carol@contoso.example · no Keel role' }).waitFor();
+        await p4.getByRole('alert').filter({ hasText: 'Refused (403' }).first().waitFor();
+        expect(await p4.locator('table.jobs-table').count()).toBe(0);
+        await tenant.close();
       } finally {
         delete process.env.WEBSITE_SITE_NAME;
         delete process.env.WEBSITE_AUTH_ENABLED;
+        if (localTrust !== undefined) process.env.KEEL_TRUST_CLIENT_PRINCIPAL = localTrust;
       }
     });
 

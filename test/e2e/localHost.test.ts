@@ -310,7 +310,7 @@ describe('local host', () => {
   });
 
   it('a transfer started over HTTP commits, and its batch detail says so', async () => {
-    const started = await api('POST', '/api/ops/transfers/parts/start', { body: {} });
+    const started = await api('POST', '/api/ops/transfers/parts/start', { body: {}, operator: true });
     expect(started.status, JSON.stringify(started.json)).toBe(202);
     const batchId = started.json.batch.batchId as string;
     const detail = await until(

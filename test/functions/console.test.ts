@@ -112,10 +112,13 @@ describe('console: static files', () => {
 
 describe('console: session and access modes', () => {
   it('locally the key is the way in and the caller states its role', () => {
-    expect(principalMode({})).toBe('caller');
+    const LOCAL = { KEEL_TRUST_CLIENT_PRINCIPAL: 'local' };
+    expect(principalMode(LOCAL)).toBe('caller');
+    // Without the local setting nobody vouches for the header (fail closed).
+    expect(principalMode({})).toBe('untrusted');
     const s = consoleSession(
       req('GET', 'http://h/api/console-api/session', { headers: { 'x-ms-client-principal': ALICE } }),
-      {},
+      LOCAL,
     );
     expect(s).toMatchObject({
       mode: 'caller',
@@ -158,8 +161,10 @@ describe('console: session and access modes', () => {
 
 describe('console: the ops API for App Service authentication sign-in', () => {
   const relayed: HttpRequest[] = [];
-  const fakeOps = async (r: HttpRequest): Promise<HttpResponseInit> => {
+  const channels: string[] = [];
+  const fakeOps = async (r: HttpRequest, _c: unknown, channel: string): Promise<HttpResponseInit> => {
     relayed.push(r);
+    channels.push(channel);
     return { status: 200, jsonBody: { ok: true } };
   };
   const call = (
@@ -234,6 +239,8 @@ describe('console: the ops API for App Service authentication sign-in', () => {
     expect(new URL(out.url).search).toBe('?x=1');
     expect(out.headers.get('x-ms-client-principal')).toBe(ALICE);
     expect(await out.json()).toEqual({ limit: 5 });
+    // The console channel: no key, so only the principal's own roles count (the router checks them).
+    expect(channels.pop()).toBe('console');
   });
 
   it('serves the session and refuses unknown console routes', async () => {

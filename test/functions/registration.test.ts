@@ -17,6 +17,7 @@ describe('Azure registration', () => {
     vi.stubEnv('KEEL_PG_URL', 'postgres://u:p@127.0.0.1:5432/keel');
     vi.stubEnv('KEEL_JOBS_QUEUE', 'custom-jobs');
     vi.stubEnv('KEEL_DISPATCH_SCHEDULE', '*/30 * * * * *');
+    vi.stubEnv('KEEL_TRUST_CLIENT_PRINCIPAL', '');
     await import('../../functions/index.js');
     const { definitions } = await import('../../functions/definitions.js');
     expect(registered.map((r) => r.name).sort()).toEqual(definitions.map((d) => d.name).sort());
@@ -37,6 +38,16 @@ describe('Azure registration', () => {
     for (const r of registered) expect(typeof r.options.handler).toBe('function');
     // The host reserves routes starting with "admin".
     for (const d of definitions) if (d.kind === 'http') expect(d.route.startsWith('admin')).toBe(false);
+    vi.unstubAllEnvs();
+  });
+});
+
+describe('fail closed under the Functions host', () => {
+  it('refuses to start with the local principal setting, whatever the environment says', async () => {
+    vi.resetModules();
+    vi.stubEnv('KEEL_PG_URL', 'postgres://u:p@127.0.0.1:5432/keel');
+    vi.stubEnv('KEEL_TRUST_CLIENT_PRINCIPAL', 'local');
+    await expect(import('../../functions/app.js')).rejects.toThrow(/KEEL_TRUST_CLIENT_PRINCIPAL .*refused/);
     vi.unstubAllEnvs();
   });
 });
@@ -75,6 +86,7 @@ describe('settings', () => {
       KEEL_DEMO_HANDLERS: false,
     });
     expect(parseSettings({ ...base, KEEL_OPS_OPERATOR_ROLE: 'Ops.Admin' }).KEEL_OPS_OPERATOR_ROLE).toBe('Ops.Admin');
+    expect(s).toMatchObject({ KEEL_OPS_READER_ROLE: 'Keel.Reader', KEEL_OPS_PRODUCER_ROLE: 'Keel.Producer' });
   });
 });
 
@@ -96,19 +108,25 @@ describe('host.json', () => {
 
 describe('client principal', () => {
   it('reads roles from the App Service authentication header', async () => {
-    const { parseClientPrincipal, requireOperator, encodeClientPrincipal, checkFunctionKey } =
+    const { parseClientPrincipal, authorize, encodeClientPrincipal, checkFunctionKey, DEFAULT_ROLE_NAMES } =
       await import('../../shared/ops/auth.js');
+    const names = DEFAULT_ROLE_NAMES;
+    const LOCAL = { KEEL_TRUST_CLIENT_PRINCIPAL: 'local' };
     const header = encodeClientPrincipal({ name: 'ana', roles: ['Keel.Operator', 'Other'] });
     expect(parseClientPrincipal(header)).toEqual({ authType: 'aad', name: 'ana', roles: ['Keel.Operator', 'Other'] });
-    expect(requireOperator(header, 'Keel.Operator').name).toBe('ana');
-    expect(() => requireOperator(header, 'Keel.Admin')).toThrow(/Keel.Admin/);
-    expect(() => requireOperator(undefined, 'Keel.Operator')).toThrow(/no authenticated principal/);
-    // In Azure without App Service authentication the header is caller-controlled: never trusted.
-    expect(() => requireOperator(header, 'Keel.Operator', { WEBSITE_SITE_NAME: 'keel-app' })).toThrow(
-      /App Service authentication is not enabled/,
+    expect(authorize(header, 'operator', names, 'key', LOCAL)?.name).toBe('ana');
+    expect(() => authorize(header, 'operator', { ...names, operator: 'Keel.Admin' }, 'key', LOCAL)).toThrow(
+      /Keel.Admin/,
     );
+    expect(() => authorize(undefined, 'operator', names, 'key', LOCAL)).toThrow(/no authenticated principal/);
+    // Without App Service authentication and without the local setting the header is caller-controlled: ignored.
+    for (const env of [{}, { WEBSITE_SITE_NAME: 'keel-app' }, { WEBSITE_AUTH_ENABLED: 'True' }])
+      expect(() => authorize(header, 'operator', names, 'key', env)).toThrow(
+        /App Service authentication is not enabled/,
+      );
     expect(
-      requireOperator(header, 'Keel.Operator', { WEBSITE_SITE_NAME: 'keel-app', WEBSITE_AUTH_ENABLED: 'True' }).name,
+      authorize(header, 'operator', names, 'key', { WEBSITE_SITE_NAME: 'keel-app', WEBSITE_AUTH_ENABLED: 'True' })
+        ?.name,
     ).toBe('ana');
     // Entra ID principals name the role claim type in role_typ.
     const entra = Buffer.from(

@@ -137,6 +137,8 @@ export function request(
     method,
     url: url.toString(),
     headers: {
+      // Every write is sent as JSON, even without a body (the API refuses it otherwise, as the console sends it).
+      ...(method.toUpperCase() !== 'GET' ? { 'content-type': 'application/json' } : {}),
       ...(bytes ? { 'content-type': 'application/json', 'content-length': String(bytes.length) } : {}),
       ...(opts.operator ? { 'x-ms-client-principal': OPERATOR } : {}),
       ...opts.headers,

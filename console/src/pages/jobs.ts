@@ -191,6 +191,7 @@ export function jobsPage(main: HTMLElement): Cleanup {
                 'attempts',
                 location === 'hot' ? 'created' : location === 'archive' ? 'finished' : 'failed',
                 'tags',
+                'payload',
                 'last error',
               ],
               items.map((j) => [
@@ -201,6 +202,12 @@ export function jobsPage(main: HTMLElement): Cleanup {
                 fmtNum(j.attempts),
                 fmtTime(location === 'hot' ? j.createdAt : j.finishedAt),
                 j.tags?.length ? j.tags.join(', ') : '—',
+                // Searches return a preview (size and first characters); the job page shows the whole payload.
+                h(
+                  'span',
+                  { class: 'clip', title: `${fmtNum(j.payloadBytes)} bytes` },
+                  `${j.payloadPreview}${j.payloadTruncated ? '…' : ''}`,
+                ),
                 j.lastError ? h('span', { class: 'clip', title: j.lastError }, j.lastError) : '—',
               ]),
               { caption: `Newest first in ${where}`, className: 'jobs-table' },
