@@ -10,15 +10,17 @@ export default defineConfig({
     globalSetup: ['test/support/globalSetup.ts'],
     // Every runtime a test builds (and every `npm start` a test spawns) loads this fixture folder, never the real
     // handlers/: a user's own handlers and schedules cannot turn the project's suite red (test/handlers/isolation.test.ts).
-    env: { KEEL_HANDLERS_DIR: path.join(root, 'test', 'fixtures', 'handlers') },
+    // The tests also stand in for the local host, which states its caller's roles in x-ms-client-principal
+    // (shared/ops/auth.ts); tests of the hosted modes remove KEEL_TRUST_CLIENT_PRINCIPAL.
+    env: {
+      KEEL_HANDLERS_DIR: path.join(root, 'test', 'fixtures', 'handlers'),
+      KEEL_TRUST_CLIENT_PRINCIPAL: 'local',
+    },
     testTimeout: 60_000,
     hookTimeout: 120_000,
     pool: 'forks',
     fileParallelism: true,
     maxWorkers: 2,
     reporters: ['default'],
-    // The tests stand in for the local host, which states its caller's roles in x-ms-client-principal
-    // (shared/ops/auth.ts); tests of the hosted modes remove it.
-    env: { KEEL_TRUST_CLIENT_PRINCIPAL: 'local' },
   },
 });
