@@ -164,7 +164,10 @@ export class OracleSession {
     this.gone = true;
     const closing = this.c.close({ drop: opts.drop }).catch(() => undefined);
     let timer: NodeJS.Timeout | undefined;
-    await Promise.race([closing, new Promise<void>((resolve) => (timer = setTimeout(resolve, ORACLE_WATCHDOG_GRACE_MS)))]);
+    await Promise.race([
+      closing,
+      new Promise<void>((resolve) => (timer = setTimeout(resolve, ORACLE_WATCHDOG_GRACE_MS))),
+    ]);
     clearTimeout(timer);
   }
 
@@ -348,48 +351,39 @@ interface TargetColumn {
   nullable: boolean;
 }
 
-// Which column of a row a data error is about: Oracle names it in ORA-12899 and ORA-01400 ("OWNER"."TABLE"."COL");
-// otherwise the first value that breaks what ALL_TAB_COLUMNS says the column holds.
-function suspectColumn(errorNum: number, message: string, row: CanonicalRow, cols: TargetColumn[]): number {
-  const quoted = [...message.matchAll(/"([^"]+)"/g)].map((m) => m[1]);
-  const named = quoted.length > 0 ? cols.findIndex((c) => c.target === quoted.at(-1)) : -1;
-  if (named >= 0) return named;
-  return cols.findIndex((c, i) => {
-    const v = row[i] ?? null;
-    switch (errorNum) {
-      case 1400:
-      case 1407:
-        return v === null && !c.nullable;
-      case 12899:
-      case 1401:
-        if (v === null || c.logical !== 'text') return false;
-        return c.charUsed === 'C' && c.charLength
-          ? [...v].length > c.charLength
-          : c.dataLength !== null && Buffer.byteLength(v, 'utf8') > c.dataLength;
-      case 1438:
-      case 1426: {
-        if (v === null || (c.logical !== 'int' && c.logical !== 'decimal')) return false;
-        if (c.precision === null) return c.logical === 'int' || errorNum === 1426;
-        const digits = v.replace(/^-/, '').split('.')[0]!.replace(/^0+/, '').length;
-        return digits > c.precision - (c.scale ?? 0);
-      }
-      case 1722:
-        return (
-          v !== null && (c.logical === 'int' || c.logical === 'decimal') && !/^-?\d+(\.\d+)?(e[-+]?\d+)?$/i.test(v)
-        );
-      case 1461:
-      case 997:
-        return v !== null && Buffer.byteLength(v, 'utf8') > 4000;
-      case 2290:
-        return false;
-      default: {
-        // date and time conversions: a year outside 1..9999, or a day inside the 1582 Julian-Gregorian gap
-        if (v === null || !['date', 'timestamp', 'timestamptz'].includes(c.logical)) return false;
-        const m = /^(\d{4})-(\d{2})-(\d{2})/.exec(v);
-        return !m || m[1] === '0000' || (m[1] === '1582' && m[2] === '10' && Number(m[3]) >= 5 && Number(m[3]) <= 14);
-      }
+// Whether a value explains a data error in its column, from what ALL_TAB_COLUMNS says the column holds.
+function explains(errorNum: number, c: TargetColumn, v: string | null): boolean {
+  switch (errorNum) {
+    case 1400:
+    case 1407:
+      return v === null && !c.nullable;
+    case 12899:
+    case 1401:
+      if (v === null || c.logical !== 'text') return false;
+      return c.charUsed === 'C' && c.charLength
+        ? [...v].length > c.charLength
+        : c.dataLength !== null && Buffer.byteLength(v, 'utf8') > c.dataLength;
+    case 1438:
+    case 1426: {
+      if (v === null || (c.logical !== 'int' && c.logical !== 'decimal')) return false;
+      if (c.precision === null) return false;
+      const digits = v.replace(/^-/, '').split('.')[0]!.replace(/^0+/, '').length;
+      return digits > c.precision - (c.scale ?? 0);
     }
-  });
+    case 1722:
+      return v !== null && (c.logical === 'int' || c.logical === 'decimal') && !/^-?\d+(\.\d+)?(e[-+]?\d+)?$/i.test(v);
+    case 1461:
+    case 997:
+      return v !== null && Buffer.byteLength(v, 'utf8') > 4000;
+    case 2290:
+      return false;
+    default: {
+      // date and time conversions: not a date, year 0 (or BC), or a day inside the 1582 Julian-Gregorian gap
+      if (v === null || !['date', 'timestamp', 'timestamptz'].includes(c.logical)) return false;
+      const m = /^(\d{4})-(\d{2})-(\d{2})/.exec(v);
+      return !m || m[1] === '0000' || (m[1] === '1582' && m[2] === '10' && Number(m[3]) >= 5 && Number(m[3]) <= 14);
+    }
+  }
 }
 
 // A deterministic data error (ORA_DATA_ERRORS) as the terminal 'unsupported_type', with the column and the row's
@@ -407,17 +401,28 @@ export function dataError(
   const what = num === undefined ? undefined : ORA_DATA_ERRORS.get(num);
   if (num === undefined || what === undefined) return null;
   const message = String((err as { message?: unknown }).message ?? err);
+  // Oracle names the column in ORA-12899, ORA-01400 and ORA-01407 ("OWNER"."TABLE"."COL"); otherwise the first value
+  // that explains the error names it.
+  const quoted = [...message.matchAll(/"([^"]+)"/g)].map((m) => m[1]);
+  const named = quoted.length > 0 ? cols.findIndex((c) => c.target === quoted.at(-1)) : -1;
+  const culprit = (r: CanonicalRow): number =>
+    named >= 0
+      ? explains(num, cols[named]!, r[named] ?? null)
+        ? named
+        : -1
+      : cols.findIndex((c, i) => explains(num, c, r[i] ?? null));
   let row = rowOffset !== null ? (rows[rowOffset] ?? null) : null;
-  let col = row ? suspectColumn(num, message, row, cols) : -1;
+  let col = row ? culprit(row) : -1;
   if (!row) {
     for (const r of rows) {
-      col = suspectColumn(num, message, r, cols);
+      col = culprit(r);
       if (col >= 0) {
         row = r;
         break;
       }
     }
   }
+  if (col < 0) col = named;
   const column = col >= 0 ? cols[col]!.source : null;
   const key = row
     ? keyColumns
@@ -537,7 +542,7 @@ export class OracleTransferTarget implements TargetAdapter {
       const keys = [...this.targetKeys()].sort().join(',');
       const key = await s.run('prepare', (c) =>
         c.execute<[number]>(
-        `SELECT COUNT(*) FROM (
+          `SELECT COUNT(*) FROM (
            SELECT LISTAGG(cc.column_name, ',' ON OVERFLOW TRUNCATE) WITHIN GROUP (ORDER BY cc.column_name) AS cols
              FROM all_constraints k JOIN all_cons_columns cc ON cc.owner = k.owner AND cc.constraint_name = k.constraint_name AND cc.table_name = k.table_name
             WHERE k.owner = NVL(:owner, USER) AND k.table_name = :tbl AND k.constraint_type IN ('P', 'U') AND k.status = 'ENABLED'
@@ -728,10 +733,12 @@ export class OracleTransferTarget implements TargetAdapter {
       return { outcome: 'staged', rowCount: acc.count, checksum: acc.checksum };
     } catch (err) {
       // A session whose rollback did not go through is dropped: its transaction must not reach another caller.
-      const rolledBack = await s.run('rollback', (c) => c.rollback()).then(
-        () => true,
-        () => false,
-      );
+      const rolledBack = await s
+        .run('rollback', (c) => c.rollback())
+        .then(
+          () => true,
+          () => false,
+        );
       await s.release({ drop: !rolledBack });
       throw err;
     }
