@@ -2,8 +2,10 @@
 // travels as its canonical text and is converted by an explicit SQL function), one transaction per staging,
 // verified against the manifest (count, duplicate keys, keel-v1 checksum over the staged rows read back as
 // canonical text) before it commits. Apply: KEEL_TRANSFER.APPLY_BATCH (sql/oracle), which commits itself; never
-// autocommit, never direct-path. Reconcile: Transaction Guard (DBMS_APP_CONT.GET_LTXID_OUTCOME with the LTXID
-// recorded before the apply) when the service has COMMIT_OUTCOME, then KEEL_TRANSFER.TRY_CLAIM.
+// autocommit, never direct-path; the apply's session is dropped after any error. Reconcile: KEEL_TRANSFER.TRY_CLAIM
+// (the completion row, and a fence committed with a "not applied" verdict), preceded by Transaction Guard
+// (DBMS_APP_CONT.GET_LTXID_OUTCOME with the LTXID recorded before the apply) only when that apply lost its connection.
+// Every call runs under a watchdog (OracleSession), since thin mode's callTimeout does not bound a silent peer.
 // NOT RUN HERE: exercised by test/transfer/oracle.test.ts when KEEL_TEST_ORACLE_URL is set.
 import oracledb from 'oracledb';
 import {
@@ -204,6 +206,7 @@ type SessionConnection = Pick<oracledb.Connection, 'execute'> & {
   tag?: string;
   oracleServerVersion?: number;
   oracleServerVersionString?: string;
+  maxIdentifierLength?: number;
 };
 
 export function oracleSessionCallback(
@@ -216,6 +219,17 @@ export function oracleSessionCallback(
     done(
       new Error(
         `Oracle ${conn.oracleServerVersionString ?? v} is not supported as a transfer target: Keel needs ${ORACLE_MIN_VERSION.major}.${ORACLE_MIN_VERSION.minor} or later (staging object names up to 51 characters, LISTAGG ... ON OVERFLOW); see docs/oracle.md`,
+      ),
+    );
+    return;
+  }
+  // A 12.2+ server running with COMPATIBLE below 12.2 still has 30-byte identifiers (KEEL_STG_<name>_B would fail
+  // with ORA-00972); thin mode reads the limit from the logon (AUTH_MAX_IDEN_LENGTH).
+  const idLength = conn.maxIdentifierLength;
+  if (typeof idLength === 'number' && idLength > 0 && idLength < 128) {
+    done(
+      new Error(
+        `Oracle ${conn.oracleServerVersionString ?? v ?? ''} allows identifiers of ${idLength} bytes (COMPATIBLE below 12.2): Keel needs 128 (staging object names up to 51 characters); see docs/oracle.md`,
       ),
     );
     return;
@@ -486,10 +500,20 @@ export class OracleTransferTarget implements TargetAdapter {
     const mapped = mappedColumns(this.t, schema);
     const s = await this.session();
     try {
-      type Row = [string, string, number | null, number | null, number | null, number | null, string | null, string];
+      type Row = [
+        string,
+        string,
+        number | null,
+        number | null,
+        number | null,
+        number | null,
+        string | null,
+        string,
+        string | null,
+      ];
       const res = await s.run('prepare', (c) =>
         c.execute<Row>(
-          `SELECT column_name, data_type, data_scale, data_precision, data_length, char_length, char_used, nullable FROM all_tab_columns WHERE owner = NVL(:owner, USER) AND table_name = :tbl`,
+          `SELECT column_name, data_type, data_scale, data_precision, data_length, char_length, char_used, nullable, default_on_null FROM all_tab_columns WHERE owner = NVL(:owner, USER) AND table_name = :tbl`,
           { owner: this.owner, tbl: this.table },
           { outFormat: oracledb.OUT_FORMAT_ARRAY },
         ),
@@ -516,6 +540,13 @@ export class OracleTransferTarget implements TargetAdapter {
           throw new TransferError(
             'target_incompatible',
             `transfer ${this.t.name}: target column ${m.target} is a BLOB, which the Oracle target does not take: values over 2,000 bytes cannot be staged and verified through text binds. Use a RAW column (values up to 2,000 bytes; about 16 KB with MAX_STRING_SIZE = EXTENDED, since bytes travel as hex) or leave the column out of the mapping (docs/oracle.md)`,
+          );
+        }
+        if (row[8] === 'YES') {
+          // The MERGE would turn a verified NULL into the column's default, after verification.
+          throw new TransferError(
+            'target_incompatible',
+            `transfer ${this.t.name}: target column ${m.target} is declared DEFAULT ON NULL, which would store its default where the source holds NULL (after the batch was verified); drop that clause or leave the column out of the mapping`,
           );
         }
         if (!oracleAccepts(m.logical, ty.dataType, ty.scale)) {
