@@ -181,7 +181,7 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     v_checksum KEEL_TRANSFER_STAGED.CHECKSUM%TYPE;
     v_on VARCHAR2(32767);
     v_set VARCHAR2(32767);
-    v_sql VARCHAR2(32767);
+    v_sql CLOB; -- the MERGE names every column four times: wide mappings pass 32,767 bytes (ORA-06502 in a VARCHAR2)
     v_merged NUMBER;
     v_cstate KEEL_TRANSFER_COMPLETIONS.STATE%TYPE;
     v_fenced KEEL_TRANSFER_COMPLETIONS.FENCED_THROUGH%TYPE;
@@ -244,7 +244,7 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
         v_set := v_set || CASE WHEN v_set IS NOT NULL THEN ', ' END || 't.' || v_cols(i) || ' = s.' || v_cols(i);
       END IF;
     END LOOP;
-    v_sql := 'MERGE INTO ' || qualified(p_owner, p_table) || ' t USING (SELECT ' || join_names(v_cols, NULL) || ' FROM ' ||
+    v_sql := TO_CLOB('MERGE INTO ') || qualified(p_owner, p_table) || ' t USING (SELECT ' || join_names(v_cols, NULL) || ' FROM ' ||
              DBMS_ASSERT.ENQUOTE_NAME(DBMS_ASSERT.SIMPLE_SQL_NAME(p_staging), FALSE) || ' WHERE KEEL_BATCH_ID = :b) s ON (' || v_on || ')' ||
              CASE WHEN v_set IS NOT NULL THEN ' WHEN MATCHED THEN UPDATE SET ' || v_set END ||
              ' WHEN NOT MATCHED THEN INSERT (' || join_names(v_cols, NULL) || ') VALUES (' || join_names(v_cols, 's.') || ')';

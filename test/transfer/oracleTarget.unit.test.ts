@@ -16,7 +16,7 @@ import {
 } from '../../shared/engines/oracle/transferTarget.js';
 import { TransferError } from '../../shared/transfer/errors.js';
 import type { TransferConfig } from '../../shared/transfer/config.js';
-import { FakeOracle } from './oracleFake.js';
+import { FakeOracle, oraError } from './oracleFake.js';
 
 function fakeSession(version: number, versionString: string) {
   const executed: string[] = [];
@@ -62,7 +62,7 @@ describe('Oracle target without a server', () => {
     );
   });
 
-  it('refuses a DEFAULT ON NULL target column, which would replace a verified NULL after verification', async () => {
+  it('refuses a DEFAULT ON NULL target column (it would replace a verified NULL) and a name DBMS_ASSERT refuses', async () => {
     const fake = new FakeOracle();
     fake.columns = [
       ['ID', 'NUMBER', 0, 19, 22, 0, null, 'N', 'NO'],
@@ -91,6 +91,13 @@ describe('Oracle target without a server', () => {
     expect((err as TransferError).code).toBe('target_incompatible');
     expect((err as TransferError).message).toMatch(/target column NOTE is declared DEFAULT ON NULL/);
     expect(fake.callsOf('ENSURE_STAGING')).toEqual([]);
+
+    // A name DBMS_ASSERT refuses (ORA-44003) can never pass: target_incompatible, not a retried error.
+    fake.columns = fake.columns.map((r) => [...r.slice(0, 8), 'NO']);
+    fake.failNext.set('ENSURE_STAGING', oraError(44003, 'invalid SQL name'));
+    const named = await new OracleTransferTarget(t, fake.pool).prepare(schema as never).catch((e: unknown) => e);
+    expect((named as TransferError).code).toBe('target_incompatible');
+    expect((named as TransferError).message).toMatch(/not a simple Oracle SQL name .*ORA-44003/);
   });
 
   it('checks out connections with the session tag and runs no ALTER SESSION itself', async () => {
@@ -173,5 +180,16 @@ describe('Oracle target without a server', () => {
     expect(body.indexOf('FROM USER_INDEXES', created)).toBeGreaterThan(created);
     expect(body.indexOf("COLUMN_NAME = 'KEEL_BATCH_ID'", created)).toBeGreaterThan(created);
     expect(body).toMatch(/WHEN e_ddl_busy OR e_exists THEN NULL/);
+  });
+
+  it('APPLY_BATCH builds its MERGE in a CLOB, so wide mappings do not overflow 32,767 bytes', () => {
+    const sql = readFileSync(
+      path.resolve(import.meta.dirname, '../../sql/oracle/R__010_keel_transfer_package.sql'),
+      'utf8',
+    );
+    const body = /PROCEDURE APPLY_BATCH[\s\S]*?END APPLY_BATCH;/.exec(sql.slice(sql.indexOf('PACKAGE BODY')))![0];
+    expect(body).toMatch(/\bv_sql CLOB;/);
+    // The first operand is a CLOB, so the whole concatenation is one (a VARCHAR2-only expression stops at 32,767).
+    expect(body).toMatch(/v_sql := TO_CLOB\('MERGE INTO '\) \|\|/);
   });
 });

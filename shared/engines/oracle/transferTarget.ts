@@ -38,6 +38,7 @@ const ORA_NOT_STAGED = 20002;
 const ORA_MERGE_COUNT = 20003;
 const ORA_STAGING_SHAPE = 20004;
 const ORA_FENCED = 20005;
+const ORA_INVALID_SQL_NAME = 44003; // DBMS_ASSERT.SIMPLE_SQL_NAME: invalid SQL name
 
 // err.errorNum, or the ORA-nnnnn at the start of the message: thin mode's executeMany batch errors carry only the
 // message (and the row in `offset`).
@@ -606,6 +607,13 @@ export class OracleTransferTarget implements TargetAdapter {
         );
       } catch (err) {
         if (oraNum(err) === ORA_STAGING_SHAPE) throw new TransferError('target_incompatible', (err as Error).message);
+        // DBMS_ASSERT.SIMPLE_SQL_NAME refuses a name Keel's pattern allows (e.g. one starting with '_'): no retry
+        // can change that.
+        if (oraNum(err) === ORA_INVALID_SQL_NAME)
+          throw new TransferError(
+            'target_incompatible',
+            `transfer ${this.t.name}: a mapped column or table name is not a simple Oracle SQL name (DBMS_ASSERT, ORA-44003): ${(err as Error).message}`,
+          );
         throw err;
       }
       this.columns = cols;
