@@ -355,6 +355,56 @@ describe('Oracle deterministic data errors are terminal, naming the column and t
   });
 });
 
+describe('Oracle staging with a source that stops answering', () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('ends with the retryable stream_stalled after stallMs without rows, rolls back and tells the source to stop', async () => {
+    vi.useFakeTimers();
+    const fake = new FakeOracle();
+    fake.columns = ITEMS_COLUMNS;
+    const target = new OracleTransferTarget(oracleTransfer('items', false), fake.pool, { stallMs: 5_000 });
+    await target.prepare(ITEMS_SCHEMA as never);
+    let stopped = false;
+    const rows: AsyncIterator<(string | null)[][]> = {
+      next: (() => {
+        let first = true;
+        return () => {
+          if (!first) return new Promise<never>(() => undefined); // the source's next chunk never comes
+          first = false;
+          return Promise.resolve({ done: false, value: [['1', 'a', null, null]] });
+        };
+      })(),
+      return: () => {
+        stopped = true;
+        return new Promise<never>(() => undefined); // a stalled source does not answer this either
+      },
+    };
+    const staging = target
+      .stage(
+        {
+          batchId: 'b1',
+          transfer: 'items',
+          manifest: { rowCount: 2, checksum: 'keel-v1:x' } as never,
+          schema: ITEMS_SCHEMA as never,
+        },
+        { kind: 'rows', rows: { [Symbol.asyncIterator]: () => rows } },
+      )
+      .catch((e: unknown) => e);
+    await vi.advanceTimersByTimeAsync(4_999);
+    expect(fake.callsOf('staging insert')).toHaveLength(1);
+    expect(fake.callsOf('rollback')).toEqual([]);
+    await vi.advanceTimersByTimeAsync(1);
+    const err = await staging;
+    expect(isTransferError(err, 'stream_stalled')).toBe(true);
+    expect(stopped).toBe(true);
+    expect(fake.callsOf('rollback')).toHaveLength(1);
+    expect(fake.registry.has('b1')).toBe(false);
+    expect(fake.released.at(-1)).toEqual({ session: 1, drop: false }); // rolled back, so back to the pool
+  });
+});
+
 describe('the service with the Oracle target (journal and source on PostgreSQL)', () => {
   let control: pg.Pool;
   let source: pg.Pool;

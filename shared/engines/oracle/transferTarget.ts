@@ -20,6 +20,7 @@ import type { TransferConfig } from '../../transfer/config.js';
 import { resolvedNames } from '../../transfer/config.js';
 import { TransferError } from '../../transfer/errors.js';
 import { quoteOracle } from '../../transfer/identifiers.js';
+import { DEFAULT_TRANSFER_TIMEOUTS } from '../../transfer/timeouts.js';
 import { mappedColumns } from '../../transfer/schema.js';
 import type {
   ApplyContext,
@@ -458,6 +459,28 @@ export function dataError(
   );
 }
 
+// The source's next chunk, or the retryable 'stream_stalled' after ms without one.
+async function nextWithin<T>(source: AsyncIterator<T>, ms: number, batchId: string): Promise<IteratorResult<T>> {
+  let timer: NodeJS.Timeout | undefined;
+  const stalled = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () =>
+        reject(
+          new TransferError(
+            'stream_stalled',
+            `batch ${batchId}: no staging data moved for ${ms} ms (the source stopped answering)`,
+          ),
+        ),
+      ms,
+    );
+  });
+  try {
+    return await Promise.race([source.next(), stalled]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 export class OracleTransferTarget implements TargetAdapter {
   readonly engine = 'oracle';
   readonly stagingTable: string;
@@ -465,10 +488,14 @@ export class OracleTransferTarget implements TargetAdapter {
   private readonly table: string;
   private columns: TargetColumn[] | null = null;
 
+  private readonly stallMs: number;
+
   constructor(
     private readonly t: TransferConfig,
     private readonly pool: oracledb.Pool,
+    opts: { stallMs?: number } = {},
   ) {
+    this.stallMs = opts.stallMs ?? DEFAULT_TRANSFER_TIMEOUTS.stallMs;
     const n = resolvedNames(t).targetTable;
     this.owner = n.schema;
     this.table = n.name;
@@ -669,47 +696,61 @@ export class OracleTransferTarget implements TargetAdapter {
       const insert = `INSERT INTO ${this.stagingRef()} (KEEL_BATCH_ID, ${cols.map((x) => quoteOracle(x.target)).join(', ')}) VALUES (:1, ${cols
         .map((x, i) => fromCanonical(`:${i + 2}`, x.logical, x.dataType))
         .join(', ')})`;
-      for await (const chunk of feed.rows) {
-        if (chunk.length === 0) continue;
-        const maxSizes = cols.map(() => 1);
-        const values: CanonicalRow[] = [];
-        const binds = chunk.map((row) => {
-          const out: (string | null)[] = [req.batchId];
-          for (let i = 0; i < cols.length; i++) {
-            const v = row[i] ?? null;
-            if (v === '' && (cols[i]!.logical === 'text' || cols[i]!.logical === 'bytes')) {
-              // Oracle stores '' and an empty RAW (HEXTORAW('')) as NULL.
-              throw new TransferError(
-                'unsupported_type',
-                `batch ${req.batchId}: column ${cols[i]!.source} holds an empty ${cols[i]!.logical === 'text' ? 'string' : 'binary value'}, which Oracle stores as NULL; the batch cannot be staged unchanged`,
-              );
+      // Like the PostgreSQL target: no rows from the source for stallMs ends the staging with the retryable
+      // 'stream_stalled' (KEEL_TRANSFER_STALL_TIMEOUT_MS), instead of an open staging transaction waiting on it.
+      const source = feed.rows[Symbol.asyncIterator]();
+      try {
+        for (;;) {
+          const next = await nextWithin(source, this.stallMs, req.batchId);
+          if (next.done) break;
+          const chunk = next.value;
+          if (chunk.length === 0) continue;
+          const maxSizes = cols.map(() => 1);
+          const values: CanonicalRow[] = [];
+          const binds = chunk.map((row) => {
+            const out: (string | null)[] = [req.batchId];
+            for (let i = 0; i < cols.length; i++) {
+              const v = row[i] ?? null;
+              if (v === '' && (cols[i]!.logical === 'text' || cols[i]!.logical === 'bytes')) {
+                // Oracle stores '' and an empty RAW (HEXTORAW('')) as NULL.
+                throw new TransferError(
+                  'unsupported_type',
+                  `batch ${req.batchId}: column ${cols[i]!.source} holds an empty ${cols[i]!.logical === 'text' ? 'string' : 'binary value'}, which Oracle stores as NULL; the batch cannot be staged unchanged`,
+                );
+              }
+              if (v !== null) maxSizes[i] = Math.max(maxSizes[i]!, Buffer.byteLength(v, 'utf8'));
+              out.push(v);
             }
-            if (v !== null) maxSizes[i] = Math.max(maxSizes[i]!, Buffer.byteLength(v, 'utf8'));
-            out.push(v);
+            values.push(out.slice(1));
+            return out;
+          });
+          let res: oracledb.Results<unknown>;
+          try {
+            res = await s.run('staging insert', (c) =>
+              c.executeMany(insert, binds, {
+                autoCommit: false,
+                batchErrors: true, // a row's error comes back with its offset, so the error can name the row
+                bindDefs: [
+                  { type: oracledb.STRING, maxSize: 36 },
+                  ...maxSizes.map((m) => ({ type: oracledb.STRING, maxSize: m })),
+                ],
+              }),
+            );
+          } catch (err) {
+            throw dataError(req.batchId, err, null, values, cols, this.t.keyColumns) ?? err;
           }
-          values.push(out.slice(1));
-          return out;
-        });
-        let res: oracledb.Results<unknown>;
-        try {
-          res = await s.run('staging insert', (c) =>
-            c.executeMany(insert, binds, {
-              autoCommit: false,
-              batchErrors: true, // a row's error comes back with its offset, so the error can name the row
-              bindDefs: [
-                { type: oracledb.STRING, maxSize: 36 },
-                ...maxSizes.map((m) => ({ type: oracledb.STRING, maxSize: m })),
-              ],
-            }),
-          );
-        } catch (err) {
-          throw dataError(req.batchId, err, null, values, cols, this.t.keyColumns) ?? err;
+          const rowError = res.batchErrors?.[0];
+          if (rowError) {
+            const offset = typeof rowError.offset === 'number' ? rowError.offset : null;
+            throw dataError(req.batchId, rowError, offset, values, cols, this.t.keyColumns) ?? rowError;
+          }
         }
-        const rowError = res.batchErrors?.[0];
-        if (rowError) {
-          const offset = typeof rowError.offset === 'number' ? rowError.offset : null;
-          throw dataError(req.batchId, rowError, offset, values, cols, this.t.keyColumns) ?? rowError;
-        }
+      } catch (err) {
+        // The source is told to stop (releasing its cursor), like for-await does; not awaited when it stalled, since
+        // it would never answer.
+        const stop = source.return?.()?.catch(() => undefined);
+        if (stop && !(err instanceof TransferError && err.code === 'stream_stalled')) await stop;
+        throw err;
       }
 
       const keys = this.targetKeys().map(quoteOracle);
