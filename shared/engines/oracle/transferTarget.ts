@@ -826,6 +826,7 @@ export class OracleTransferTarget implements TargetAdapter {
 
   async apply(req: StageRequest, ctx: ApplyContext): Promise<ApplyResult> {
     const cols = this.cols();
+    this.outcomeUnknown.delete(req.batchId); // whatever an earlier attempt left: this attempt has its own token
     const s = await this.session();
     let ltxid: string | null = null;
     let applied = false;
