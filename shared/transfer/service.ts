@@ -591,12 +591,14 @@ export class TransferService {
       const to: BatchState = outcome.staged ? 'staged' : 'extracting';
       const detail = { via: outcome.via, staged: outcome.staged, fencedThrough: fenceThrough };
       let moved: BatchRecord | null = null;
+      // The verdict is final for every attempt so far, so their reconcile token is spent: cleared, so that no later
+      // reconcile asks the target about it again (an Oracle LTXID can be consumed by a later, unrelated commit).
       if (open)
         moved = await this.journal.transition(
           b.batchId,
           ['applying', 'unresolved'],
           to,
-          {},
+          { targetReconcileToken: null },
           'reconciled_not_applied',
           detail,
         );
@@ -605,7 +607,7 @@ export class TransferService {
           b.batchId,
           ['staged'],
           'extracting',
-          {},
+          { targetReconcileToken: null },
           'reconciled_not_applied',
           detail,
         );

@@ -23,6 +23,10 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
   PRAGMA EXCEPTION_INIT(e_busy, -30006); -- resource busy; acquire with WAIT timeout expired
   e_exists EXCEPTION;
   PRAGMA EXCEPTION_INIT(e_exists, -955); -- name is already used by an existing object
+  e_ddl_busy EXCEPTION;
+  PRAGMA EXCEPTION_INIT(e_ddl_busy, -54); -- resource busy and acquire with NOWAIT specified (DDL_LOCK_TIMEOUT 0)
+  e_already_not_null EXCEPTION;
+  PRAGMA EXCEPTION_INIT(e_already_not_null, -1442); -- column to be modified to NOT NULL is already NOT NULL
 
   TYPE t_names IS TABLE OF VARCHAR2(130) INDEX BY PLS_INTEGER;
 
@@ -109,10 +113,12 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
 
   PROCEDURE ENSURE_STAGING(p_transfer IN VARCHAR2, p_owner IN VARCHAR2, p_table IN VARCHAR2, p_columns IN VARCHAR2, o_staging OUT VARCHAR2) IS
     v_name VARCHAR2(128) := 'KEEL_STG_' || UPPER(p_transfer);
+    v_index VARCHAR2(128) := SUBSTR('KEEL_STG_' || UPPER(p_transfer), 1, 120) || '_B';
     v_cols t_names := split_names(p_columns);
     v_existing VARCHAR2(32767);
     v_wanted VARCHAR2(32767);
     v_rows NUMBER;
+    v_nullable USER_TAB_COLUMNS.NULLABLE%TYPE;
   BEGIN
     IF NOT REGEXP_LIKE(p_transfer, '^[a-z][a-z0-9_]{0,39}$') THEN
       RAISE_APPLICATION_ERROR(-20004, 'transfer name ' || p_transfer || ' is not a plain identifier');
@@ -122,34 +128,47 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
       v_wanted := v_wanted || CASE WHEN i > 1 THEN ',' END || v_cols(i);
     END LOOP;
     v_existing := staging_columns(v_name);
-    IF v_existing = v_wanted THEN
-      RETURN;
-    END IF;
-    IF v_existing IS NOT NULL THEN
-      EXECUTE IMMEDIATE 'SELECT COUNT(*) FROM ' || DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' WHERE ROWNUM = 1' INTO v_rows;
-      IF v_rows > 0 THEN
-        RAISE_APPLICATION_ERROR(-20004, 'staging table ' || v_name || ' holds rows for another column mapping; apply or purge those batches first');
-      END IF;
-      EXECUTE IMMEDIATE 'DROP TABLE ' || DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' PURGE';
-    END IF;
-    -- One DDL statement creates every column, KEEL_BATCH_ID included: a table is never left without it (the check
-    -- above ignores KEEL_BATCH_ID, so a table created in two steps whose second step failed would never be repaired).
-    -- Two instances preparing the same transfer for the first time race here: the loser gets ORA-00955 and uses the
-    -- winner's table if its columns are the ones wanted.
-    BEGIN
-      EXECUTE IMMEDIATE 'CREATE TABLE ' || DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' AS SELECT CAST(NULL AS VARCHAR2(36)) AS KEEL_BATCH_ID, ' ||
-                        join_names(v_cols, NULL) || ' FROM ' || qualified(p_owner, p_table) || ' WHERE 1 = 0';
-    EXCEPTION
-      WHEN e_exists THEN
-        v_existing := staging_columns(v_name);
-        IF v_existing = v_wanted THEN
-          RETURN;
+    IF v_existing IS NULL OR v_existing <> v_wanted THEN
+      IF v_existing IS NOT NULL THEN
+        EXECUTE IMMEDIATE 'SELECT COUNT(*) FROM ' || DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' WHERE ROWNUM = 1' INTO v_rows;
+        IF v_rows > 0 THEN
+          RAISE_APPLICATION_ERROR(-20004, 'staging table ' || v_name || ' holds rows for another column mapping; apply or purge those batches first');
         END IF;
-        RAISE_APPLICATION_ERROR(-20004, 'staging table ' || v_name || ' was just created by another session for another column mapping');
-    END;
-    EXECUTE IMMEDIATE 'ALTER TABLE ' || DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' MODIFY (KEEL_BATCH_ID NOT NULL)';
-    EXECUTE IMMEDIATE 'CREATE INDEX ' || DBMS_ASSERT.ENQUOTE_NAME(SUBSTR(v_name, 1, 120) || '_B', FALSE) || ' ON ' ||
-                      DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' (KEEL_BATCH_ID)';
+        EXECUTE IMMEDIATE 'DROP TABLE ' || DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' PURGE';
+      END IF;
+      -- One DDL statement creates every column, KEEL_BATCH_ID and its NOT NULL included (a CTAS column list takes
+      -- constraints without types). Two instances preparing the same transfer for the first time race here: the
+      -- loser gets ORA-00955 and uses the winner's table if its columns are the ones wanted.
+      BEGIN
+        EXECUTE IMMEDIATE 'CREATE TABLE ' || DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' (KEEL_BATCH_ID NOT NULL, ' || join_names(v_cols, NULL) ||
+                          ') AS SELECT CAST(NULL AS VARCHAR2(36)), ' || join_names(v_cols, NULL) || ' FROM ' || qualified(p_owner, p_table) || ' WHERE 1 = 0';
+      EXCEPTION
+        WHEN e_exists THEN
+          IF NVL(staging_columns(v_name), '-') <> v_wanted THEN
+            RAISE_APPLICATION_ERROR(-20004, 'staging table ' || v_name || ' was just created by another session for another column mapping');
+          END IF;
+      END;
+    END IF;
+    -- Checked on every call, not only after a CREATE: the loser of the race above may already be staging (its open
+    -- INSERT holds a TM lock) when the winner gets here, so this DDL can fail with ORA-00054; it is then left to
+    -- the next call (the index is for speed, the NOT NULL a guard; neither decides anything).
+    SELECT NULLABLE INTO v_nullable FROM USER_TAB_COLUMNS WHERE TABLE_NAME = v_name AND COLUMN_NAME = 'KEEL_BATCH_ID';
+    IF v_nullable = 'Y' THEN
+      BEGIN
+        EXECUTE IMMEDIATE 'ALTER TABLE ' || DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' MODIFY (KEEL_BATCH_ID NOT NULL)';
+      EXCEPTION
+        WHEN e_ddl_busy OR e_already_not_null THEN NULL;
+      END;
+    END IF;
+    SELECT COUNT(*) INTO v_rows FROM USER_INDEXES WHERE TABLE_NAME = v_name AND INDEX_NAME = v_index;
+    IF v_rows = 0 THEN
+      BEGIN
+        EXECUTE IMMEDIATE 'CREATE INDEX ' || DBMS_ASSERT.ENQUOTE_NAME(v_index, FALSE) || ' ON ' ||
+                          DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' (KEEL_BATCH_ID)';
+      EXCEPTION
+        WHEN e_ddl_busy OR e_exists THEN NULL; -- busy: the next call; exists: a rival created it meanwhile
+      END;
+    END IF;
   END ENSURE_STAGING;
 
   PROCEDURE APPLY_BATCH(p_batch_id IN VARCHAR2, p_transfer IN VARCHAR2, p_owner IN VARCHAR2, p_table IN VARCHAR2, p_staging IN VARCHAR2,
@@ -162,7 +181,7 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     v_checksum KEEL_TRANSFER_STAGED.CHECKSUM%TYPE;
     v_on VARCHAR2(32767);
     v_set VARCHAR2(32767);
-    v_sql VARCHAR2(32767);
+    v_sql CLOB; -- the MERGE names every column four times: wide mappings pass 32,767 bytes (ORA-06502 in a VARCHAR2)
     v_merged NUMBER;
     v_cstate KEEL_TRANSFER_COMPLETIONS.STATE%TYPE;
     v_fenced KEEL_TRANSFER_COMPLETIONS.FENCED_THROUGH%TYPE;
@@ -225,7 +244,7 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
         v_set := v_set || CASE WHEN v_set IS NOT NULL THEN ', ' END || 't.' || v_cols(i) || ' = s.' || v_cols(i);
       END IF;
     END LOOP;
-    v_sql := 'MERGE INTO ' || qualified(p_owner, p_table) || ' t USING (SELECT ' || join_names(v_cols, NULL) || ' FROM ' ||
+    v_sql := TO_CLOB('MERGE INTO ') || qualified(p_owner, p_table) || ' t USING (SELECT ' || join_names(v_cols, NULL) || ' FROM ' ||
              DBMS_ASSERT.ENQUOTE_NAME(DBMS_ASSERT.SIMPLE_SQL_NAME(p_staging), FALSE) || ' WHERE KEEL_BATCH_ID = :b) s ON (' || v_on || ')' ||
              CASE WHEN v_set IS NOT NULL THEN ' WHEN MATCHED THEN UPDATE SET ' || v_set END ||
              ' WHEN NOT MATCHED THEN INSERT (' || join_names(v_cols, NULL) || ') VALUES (' || join_names(v_cols, 's.') || ')';

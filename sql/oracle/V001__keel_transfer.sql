@@ -1,8 +1,9 @@
 -- Keel transfer objects on an Oracle TARGET, in the schema Keel connects as. Applied by
 -- shared/engines/oracle/transferMigrate.ts: blocks are separated by lines holding only "/"; each block is run as
 -- one statement. Table DDL is idempotent (ORA-00955 "name is already used" is ignored); the package is
--- CREATE OR REPLACE. The Keel user needs SELECT/INSERT/UPDATE on the target tables, CREATE TABLE, CREATE PROCEDURE,
--- and for Transaction Guard EXECUTE on DBMS_APP_CONT (GRANT EXECUTE ON DBMS_APP_CONT TO <keel user>).
+-- CREATE OR REPLACE. The Keel user needs SELECT/INSERT/UPDATE on the target tables, CREATE SESSION, CREATE TABLE,
+-- CREATE PROCEDURE, a quota on its default tablespace (without one CREATE TABLE succeeds and the first insert fails
+-- with ORA-01950), and for Transaction Guard EXECUTE on DBMS_APP_CONT; the exact statements are in docs/oracle.md.
 -- KEEL_TRANSFER is AUTHID CURRENT_USER and Keel connects as the schema owner: a definer's-rights package runs with
 -- the owner's DIRECT grants only (roles are disabled), so the CREATE TABLE of ENSURE_STAGING and the MERGE into a
 -- table of another schema would fail with ORA-01031/ORA-00942 for a user whose privileges come from a role (e.g.

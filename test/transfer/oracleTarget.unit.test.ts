@@ -1,7 +1,8 @@
 // Oracle target pieces that need no server (the real-server suite is test/transfer/oracle.test.ts, run where
-// KEEL_TEST_ORACLE_URL is set): the pool's session callback (version floor, NLS once per session instead of on every
-// checkout), BLOB target columns refused before anything is staged, and the SQL's bounded waits and LISTAGG-free
-// staging check.
+// KEEL_TEST_ORACLE_URL is set): the pool's session callback (version floor, identifier length, NLS once per session
+// instead of on every checkout), BLOB and DEFAULT ON NULL target columns refused before anything is staged, and the
+// SQL's bounded waits, LISTAGG-free staging check and self-repairing staging table. Reconcile and data errors:
+// test/transfer/oracleReconcile.test.ts.
 import { describe, expect, it } from 'vitest';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -15,6 +16,7 @@ import {
 } from '../../shared/engines/oracle/transferTarget.js';
 import { TransferError } from '../../shared/transfer/errors.js';
 import type { TransferConfig } from '../../shared/transfer/config.js';
+import { FakeOracle, oraError } from './oracleFake.js';
 
 function fakeSession(version: number, versionString: string) {
   const executed: string[] = [];
@@ -48,6 +50,54 @@ describe('Oracle target without a server', () => {
       /Oracle 12\.1\.0\.2\.0 is not supported as a transfer target: Keel needs 12\.2 or later/,
     );
     expect(executed).toEqual([]);
+  });
+
+  it('refuses a server whose identifiers are limited to 30 bytes (COMPATIBLE below 12.2)', async () => {
+    const { conn, executed } = fakeSession(1903000000, '19.3.0.0.0');
+    const err = await run({ ...conn, maxIdentifierLength: 30 } as never);
+    expect(err?.message).toMatch(/allows identifiers of 30 bytes \(COMPATIBLE below 12\.2\): Keel needs 128/);
+    expect(executed).toEqual([]);
+    expect(await run({ ...fakeSession(1903000000, '19.3.0.0.0').conn, maxIdentifierLength: 128 } as never)).toBe(
+      undefined,
+    );
+  });
+
+  it('refuses a DEFAULT ON NULL target column (it would replace a verified NULL) and a name DBMS_ASSERT refuses', async () => {
+    const fake = new FakeOracle();
+    fake.columns = [
+      ['ID', 'NUMBER', 0, 19, 22, 0, null, 'N', 'NO'],
+      ['NOTE', 'VARCHAR2', null, null, 100, 100, 'B', 'Y', 'YES'],
+    ];
+    const t = {
+      name: 'notes',
+      source: { engine: 'postgres', connectionSetting: 'S', table: 'public.notes' },
+      target: { engine: 'oracle', connectionSetting: 'T', table: 'NOTES' },
+      keyColumns: ['id'],
+      boundary: { column: 'id', kind: 'key' },
+      columns: [
+        { source: 'id', target: 'ID' },
+        { source: 'note', target: 'NOTE' },
+      ],
+      chunkSize: 100,
+    } as unknown as TransferConfig;
+    const schema = {
+      columns: [
+        { name: 'id', type: 'bigint', logical: 'int', nullable: false },
+        { name: 'note', type: 'text', logical: 'text', nullable: true },
+      ],
+    };
+    const err = await new OracleTransferTarget(t, fake.pool).prepare(schema as never).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(TransferError);
+    expect((err as TransferError).code).toBe('target_incompatible');
+    expect((err as TransferError).message).toMatch(/target column NOTE is declared DEFAULT ON NULL/);
+    expect(fake.callsOf('ENSURE_STAGING')).toEqual([]);
+
+    // A name DBMS_ASSERT refuses (ORA-44003) can never pass: target_incompatible, not a retried error.
+    fake.columns = fake.columns.map((r) => [...r.slice(0, 8), 'NO']);
+    fake.failNext.set('ENSURE_STAGING', oraError(44003, 'invalid SQL name'));
+    const named = await new OracleTransferTarget(t, fake.pool).prepare(schema as never).catch((e: unknown) => e);
+    expect((named as TransferError).code).toBe('target_incompatible');
+    expect((named as TransferError).message).toMatch(/not a simple Oracle SQL name .*ORA-44003/);
   });
 
   it('checks out connections with the session tag and runs no ALTER SESSION itself', async () => {
@@ -113,5 +163,33 @@ describe('Oracle target without a server', () => {
     expect(sql).not.toMatch(/LISTAGG/i);
     expect(sql).not.toMatch(/FOR UPDATE\s*;/i); // every row lock waits a bounded time
     expect(sql).toContain(`FOR UPDATE WAIT ${ORACLE_LOCK_WAIT_SECONDS};`);
+  });
+
+  it('ENSURE_STAGING creates KEEL_BATCH_ID NOT NULL in the CTAS itself, and checks index and NOT NULL on every call', () => {
+    const sql = readFileSync(
+      path.resolve(import.meta.dirname, '../../sql/oracle/R__010_keel_transfer_package.sql'),
+      'utf8',
+    ).replace(/--[^\n]*/g, '');
+    const body = /PROCEDURE ENSURE_STAGING[\s\S]*?END ENSURE_STAGING;/.exec(sql.slice(sql.indexOf('PACKAGE BODY')))![0];
+    // One statement creates the column with its constraint (a racing loser never sees the table without it).
+    expect(body).toMatch(/'CREATE TABLE ' \|\| [^;]*' \(KEEL_BATCH_ID NOT NULL, '/);
+    // The early return of the old fast path skipped the repair: the repair now follows the creation branch, which
+    // has no RETURN, so an existing table whose index a raced DDL left out (ORA-00054) is repaired on the next call.
+    expect(body).not.toMatch(/\bRETURN\s*;/);
+    const created = body.indexOf("'CREATE TABLE '");
+    expect(body.indexOf('FROM USER_INDEXES', created)).toBeGreaterThan(created);
+    expect(body.indexOf("COLUMN_NAME = 'KEEL_BATCH_ID'", created)).toBeGreaterThan(created);
+    expect(body).toMatch(/WHEN e_ddl_busy OR e_exists THEN NULL/);
+  });
+
+  it('APPLY_BATCH builds its MERGE in a CLOB, so wide mappings do not overflow 32,767 bytes', () => {
+    const sql = readFileSync(
+      path.resolve(import.meta.dirname, '../../sql/oracle/R__010_keel_transfer_package.sql'),
+      'utf8',
+    );
+    const body = /PROCEDURE APPLY_BATCH[\s\S]*?END APPLY_BATCH;/.exec(sql.slice(sql.indexOf('PACKAGE BODY')))![0];
+    expect(body).toMatch(/\bv_sql CLOB;/);
+    // The first operand is a CLOB, so the whole concatenation is one (a VARCHAR2-only expression stops at 32,767).
+    expect(body).toMatch(/v_sql := TO_CLOB\('MERGE INTO '\) \|\|/);
   });
 });

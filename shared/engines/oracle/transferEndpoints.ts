@@ -59,7 +59,7 @@ export class OracleTransferEndpoints implements TransferEndpoints {
       }
       await m;
     }
-    return new OracleTransferTarget(t, await pool);
+    return new OracleTransferTarget(t, await pool, { stallMs: this.opts.timeouts.stallMs });
   }
 
   async close(): Promise<void> {

@@ -2,8 +2,10 @@
 // travels as its canonical text and is converted by an explicit SQL function), one transaction per staging,
 // verified against the manifest (count, duplicate keys, keel-v1 checksum over the staged rows read back as
 // canonical text) before it commits. Apply: KEEL_TRANSFER.APPLY_BATCH (sql/oracle), which commits itself; never
-// autocommit, never direct-path. Reconcile: Transaction Guard (DBMS_APP_CONT.GET_LTXID_OUTCOME with the LTXID
-// recorded before the apply) when the service has COMMIT_OUTCOME, then KEEL_TRANSFER.TRY_CLAIM.
+// autocommit, never direct-path; the apply's session is dropped after any error. Reconcile: KEEL_TRANSFER.TRY_CLAIM
+// (the completion row, and a fence committed with a "not applied" verdict), preceded by Transaction Guard
+// (DBMS_APP_CONT.GET_LTXID_OUTCOME with the LTXID recorded before the apply) only when that apply lost its connection.
+// Every call runs under a watchdog (OracleSession), since thin mode's callTimeout does not bound a silent peer.
 // NOT RUN HERE: exercised by test/transfer/oracle.test.ts when KEEL_TEST_ORACLE_URL is set.
 import oracledb from 'oracledb';
 import {
@@ -18,6 +20,7 @@ import type { TransferConfig } from '../../transfer/config.js';
 import { resolvedNames } from '../../transfer/config.js';
 import { TransferError } from '../../transfer/errors.js';
 import { quoteOracle } from '../../transfer/identifiers.js';
+import { DEFAULT_TRANSFER_TIMEOUTS } from '../../transfer/timeouts.js';
 import { mappedColumns } from '../../transfer/schema.js';
 import type {
   ApplyContext,
@@ -36,10 +39,51 @@ const ORA_NOT_STAGED = 20002;
 const ORA_MERGE_COUNT = 20003;
 const ORA_STAGING_SHAPE = 20004;
 const ORA_FENCED = 20005;
+const ORA_INVALID_SQL_NAME = 44003; // DBMS_ASSERT.SIMPLE_SQL_NAME: invalid SQL name
 
-function oraNum(err: unknown): number | undefined {
+// err.errorNum, or the ORA-nnnnn at the start of the message: thin mode's executeMany batch errors carry only the
+// message (and the row in `offset`).
+export function oraNum(err: unknown): number | undefined {
   const n = (err as { errorNum?: unknown } | null)?.errorNum;
-  return typeof n === 'number' ? n : undefined;
+  if (typeof n === 'number') return n;
+  const m = /^ORA-(\d{5})/.exec(String((err as { message?: unknown } | null)?.message ?? ''));
+  return m ? Number(m[1]) : undefined;
+}
+
+// Oracle errors a value of the batch causes, and causes again on every retry (the source window is re-read and
+// holds the same value): the batch is refused as a whole with the terminal 'unsupported_type', naming the column
+// and the row's key, instead of being staged again and again (docs/oracle.md, "Data types").
+export const ORA_DATA_ERRORS: ReadonlyMap<number, string> = new Map([
+  [1400, 'NULL into a NOT NULL column'],
+  [1407, 'NULL into a NOT NULL column'],
+  [1401, 'value too large for the column'],
+  [12899, 'value too large for the column (NLS_LENGTH_SEMANTICS BYTE counts bytes, not characters)'],
+  [1438, "value larger than the column's precision"],
+  [1426, 'numeric overflow'],
+  [1722, 'not a number (e.g. NaN)'],
+  [1461, 'value over the bind limit (4,000 bytes, 32,767 with MAX_STRING_SIZE = EXTENDED; hex doubles binary)'],
+  [997, 'value over the bind limit (4,000 bytes, 32,767 with MAX_STRING_SIZE = EXTENDED; hex doubles binary)'],
+  [1839, 'date not valid for the month (or inside the 1582 Julian-Gregorian gap)'],
+  [1841, 'year outside -4713..9999'],
+  [1847, 'day of month out of range'],
+  [1843, 'not a valid month'],
+  [1850, 'hour out of range'],
+  [1851, 'minute out of range'],
+  [1852, 'second out of range'],
+  [1858, 'non-numeric character in a date'],
+  [1861, 'literal does not match the date format'],
+  [1830, 'date format ends before the input'],
+  [2290, 'check constraint violated'],
+]);
+
+// The call's outcome is unknown because the connection is gone (the node-oracledb Transaction Guard guide: "Check
+// error.isRecoverable ... If not, do not proceed with Transaction Guard"): lost contact, end of file, a connection
+// closed under the call, or the watchdog below.
+const CONNECTION_LOST_CODES = new Set(['NJS-500', 'NJS-501', 'NJS-503', 'NJS-521']);
+export function isConnectionLost(err: unknown): boolean {
+  const e = err as { isRecoverable?: unknown; code?: unknown } | null;
+  if (e?.isRecoverable === true) return true;
+  return typeof e?.code === 'string' && (CONNECTION_LOST_CODES.has(e.code) || e.code === ORACLE_CALL_ABANDONED);
 }
 
 // oracle://user:password@host:1521/service  ->  pool attributes for thin mode.
@@ -59,6 +103,84 @@ export function parseOracleUrl(url: string): { user: string; password: string; c
 }
 
 export const ORACLE_CALL_TIMEOUT_MS = 9 * 60_000;
+
+// Thin mode's callTimeout only sends a break marker and keeps waiting for the reply (oracle/node-oracledb#1626):
+// over a path that drops packets without a reset (a dead NAT flow, a vanished VM) the call ends only when TCP gives
+// up, 11 to 16 minutes later, past the function's 10-minute budget; RECV_TIMEOUT is parsed but not applied by thin
+// 6.10, and expireTime only sets keepalive. So every call also runs under a watchdog this much longer than its
+// callTimeout (the break gets its chance first): when it fires, the call is abandoned (its promise settles on its
+// own), the connection is dropped from the pool in the background, and the caller gets an error that counts as a
+// lost connection (ORACLE_CALL_ABANDONED, isRecoverable).
+export const ORACLE_WATCHDOG_GRACE_MS = 15_000;
+export const ORACLE_CALL_ABANDONED = 'KEEL-ORA-ABANDONED';
+
+function abandonedError(what: string, ms: number): Error {
+  return Object.assign(
+    new Error(
+      `Oracle ${what}: no reply within ${Math.round(ms / 1000)} s (call timeout plus ${ORACLE_WATCHDOG_GRACE_MS / 1000} s); the connection was abandoned and is dropped from the pool, the outcome on the server is unknown`,
+    ),
+    { code: ORACLE_CALL_ABANDONED, isRecoverable: true },
+  );
+}
+
+// One checked-out connection under the watchdog. release() returns it to the pool, or drops it; a session whose
+// call was abandoned is never used again.
+export class OracleSession {
+  private gone = false;
+  private callTimeoutMs: number;
+
+  constructor(
+    readonly c: oracledb.Connection,
+    callTimeoutMs: number,
+  ) {
+    this.callTimeoutMs = callTimeoutMs;
+    c.callTimeout = callTimeoutMs;
+  }
+
+  setCallTimeout(ms: number): void {
+    this.callTimeoutMs = ms;
+    this.c.callTimeout = ms;
+  }
+
+  async run<T>(what: string, call: (c: oracledb.Connection) => Promise<T>): Promise<T> {
+    const limit = this.callTimeoutMs + ORACLE_WATCHDOG_GRACE_MS;
+    if (this.gone) throw abandonedError(what, limit);
+    const pending = call(this.c);
+    let timer: NodeJS.Timeout | undefined;
+    const watchdog = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        this.drop();
+        reject(abandonedError(what, limit));
+      }, limit);
+    });
+    try {
+      return await Promise.race([pending, watchdog]);
+    } finally {
+      clearTimeout(timer);
+      pending.catch(() => undefined); // an abandoned call's late error has nobody to go to
+    }
+  }
+
+  // Closing can hang on a silent peer like any call (rollback, logoff): it is bounded the same way and left to
+  // finish in the background.
+  async release(opts: { drop: boolean }): Promise<void> {
+    if (this.gone) return;
+    this.gone = true;
+    const closing = this.c.close({ drop: opts.drop }).catch(() => undefined);
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      closing,
+      new Promise<void>((resolve) => (timer = setTimeout(resolve, ORACLE_WATCHDOG_GRACE_MS))),
+    ]);
+    clearTimeout(timer);
+  }
+
+  private drop(): void {
+    if (this.gone) return;
+    this.gone = true;
+    this.c.close({ drop: true }).catch(() => undefined);
+  }
+}
 
 // Row-lock waits are bounded: APPLY_BATCH locks the staging registry row FOR UPDATE WAIT 30 (sql/oracle/V001; keep the
 // two in step) and BEGIN_STAGE's registry insert, which waits on a rival staging's uncommitted row and has no WAIT
@@ -86,6 +208,7 @@ type SessionConnection = Pick<oracledb.Connection, 'execute'> & {
   tag?: string;
   oracleServerVersion?: number;
   oracleServerVersionString?: string;
+  maxIdentifierLength?: number;
 };
 
 export function oracleSessionCallback(
@@ -98,6 +221,17 @@ export function oracleSessionCallback(
     done(
       new Error(
         `Oracle ${conn.oracleServerVersionString ?? v} is not supported as a transfer target: Keel needs ${ORACLE_MIN_VERSION.major}.${ORACLE_MIN_VERSION.minor} or later (staging object names up to 51 characters, LISTAGG ... ON OVERFLOW); see docs/oracle.md`,
+      ),
+    );
+    return;
+  }
+  // A 12.2+ server running with COMPATIBLE below 12.2 still has 30-byte identifiers (KEEL_STG_<name>_B would fail
+  // with ORA-00972); thin mode reads the limit from the logon (AUTH_MAX_IDEN_LENGTH).
+  const idLength = conn.maxIdentifierLength;
+  if (typeof idLength === 'number' && idLength > 0 && idLength < 128) {
+    done(
+      new Error(
+        `Oracle ${conn.oracleServerVersionString ?? v ?? ''} allows identifiers of ${idLength} bytes (COMPATIBLE below 12.2): Keel needs 128 (staging object names up to 51 characters); see docs/oracle.md`,
       ),
     );
     return;
@@ -224,6 +358,127 @@ interface TargetColumn {
   target: string;
   logical: LogicalType;
   dataType: string;
+  // From ALL_TAB_COLUMNS, to name the column a data error is about (unknown: null).
+  precision: number | null;
+  scale: number | null;
+  dataLength: number | null; // bytes
+  charLength: number | null; // characters, when charUsed is 'C'
+  charUsed: string | null;
+  nullable: boolean;
+}
+
+// Whether a value explains a data error in its column, from what ALL_TAB_COLUMNS says the column holds.
+function explains(errorNum: number, c: TargetColumn, v: string | null): boolean {
+  switch (errorNum) {
+    case 1400:
+    case 1407:
+      return v === null && !c.nullable;
+    case 12899:
+    case 1401:
+      if (v === null || c.logical !== 'text') return false;
+      return c.charUsed === 'C' && c.charLength
+        ? [...v].length > c.charLength
+        : c.dataLength !== null && Buffer.byteLength(v, 'utf8') > c.dataLength;
+    case 1438:
+    case 1426: {
+      if (v === null || (c.logical !== 'int' && c.logical !== 'decimal')) return false;
+      if (c.precision === null) return false;
+      const digits = v.replace(/^-/, '').split('.')[0]!.replace(/^0+/, '').length;
+      return digits > c.precision - (c.scale ?? 0);
+    }
+    case 1722:
+      return v !== null && (c.logical === 'int' || c.logical === 'decimal') && !/^-?\d+(\.\d+)?(e[-+]?\d+)?$/i.test(v);
+    case 1461:
+    case 997:
+      return v !== null && Buffer.byteLength(v, 'utf8') > 4000;
+    case 2290:
+      return false;
+    default: {
+      // date and time conversions: not a date, year 0 (or BC), or a day inside the 1582 Julian-Gregorian gap
+      if (v === null || !['date', 'timestamp', 'timestamptz'].includes(c.logical)) return false;
+      const m = /^(\d{4})-(\d{2})-(\d{2})/.exec(v);
+      return !m || m[1] === '0000' || (m[1] === '1582' && m[2] === '10' && Number(m[3]) >= 5 && Number(m[3]) <= 14);
+    }
+  }
+}
+
+// A deterministic data error (ORA_DATA_ERRORS) as the terminal 'unsupported_type', with the column and the row's
+// key where they can be told (rowOffset: the row of `rows` that failed, from executeMany's batch errors; null:
+// look for the first row a value of which explains the error). Anything else: null (the caller rethrows it).
+export function dataError(
+  batchId: string,
+  err: unknown,
+  rowOffset: number | null,
+  rows: readonly CanonicalRow[],
+  cols: TargetColumn[],
+  keyColumns: readonly string[],
+): TransferError | null {
+  const num = oraNum(err);
+  const what = num === undefined ? undefined : ORA_DATA_ERRORS.get(num);
+  if (num === undefined || what === undefined) return null;
+  const message = String((err as { message?: unknown }).message ?? err);
+  // Oracle names the column in ORA-12899, ORA-01400 and ORA-01407 ("OWNER"."TABLE"."COL"); otherwise the first value
+  // that explains the error names it.
+  const quoted = [...message.matchAll(/"([^"]+)"/g)].map((m) => m[1]);
+  const named = quoted.length > 0 ? cols.findIndex((c) => c.target === quoted.at(-1)) : -1;
+  const culprit = (r: CanonicalRow): number =>
+    named >= 0
+      ? explains(num, cols[named]!, r[named] ?? null)
+        ? named
+        : -1
+      : cols.findIndex((c, i) => explains(num, c, r[i] ?? null));
+  let row = rowOffset !== null ? (rows[rowOffset] ?? null) : null;
+  let col = row ? culprit(row) : -1;
+  if (!row) {
+    for (const r of rows) {
+      col = culprit(r);
+      if (col >= 0) {
+        row = r;
+        break;
+      }
+    }
+  }
+  if (col < 0) col = named;
+  const column = col >= 0 ? cols[col]!.source : null;
+  const key = row
+    ? keyColumns
+        .map((k) => {
+          const i = cols.findIndex((c) => c.source === k);
+          return `${k}=${i >= 0 ? (row[i] ?? 'NULL') : '?'}`;
+        })
+        .join(', ')
+    : null;
+  const where = [
+    column ? `column ${column} (${cols[col]!.target})` : 'a column Oracle did not name',
+    key ? `row with key ${key}` : 'a row Oracle did not name',
+  ].join(', ');
+  return new TransferError(
+    'unsupported_type',
+    `batch ${batchId}: ORA-${String(num).padStart(5, '0')} (${what}) at ${where}: ${message.split('\n')[0]}. The same value fails on every retry, so the batch is refused; change the target column or the source value`,
+    { errorNum: num, column, key },
+  );
+}
+
+// The source's next chunk, or the retryable 'stream_stalled' after ms without one.
+async function nextWithin<T>(source: AsyncIterator<T>, ms: number, batchId: string): Promise<IteratorResult<T>> {
+  let timer: NodeJS.Timeout | undefined;
+  const stalled = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () =>
+        reject(
+          new TransferError(
+            'stream_stalled',
+            `batch ${batchId}: no staging data moved for ${ms} ms (the source stopped answering)`,
+          ),
+        ),
+      ms,
+    );
+  });
+  try {
+    return await Promise.race([source.next(), stalled]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 export class OracleTransferTarget implements TargetAdapter {
@@ -233,23 +488,31 @@ export class OracleTransferTarget implements TargetAdapter {
   private readonly table: string;
   private columns: TargetColumn[] | null = null;
 
+  private readonly stallMs: number;
+
   constructor(
     private readonly t: TransferConfig,
     private readonly pool: oracledb.Pool,
+    opts: { stallMs?: number } = {},
   ) {
+    this.stallMs = opts.stallMs ?? DEFAULT_TRANSFER_TIMEOUTS.stallMs;
     const n = resolvedNames(t).targetTable;
     this.owner = n.schema;
     this.table = n.name;
     this.stagingTable = `KEEL_STG_${t.name.toUpperCase()}`;
   }
 
-  private async conn(): Promise<oracledb.Connection> {
+  // Last apply of a batch in this process whose connection was lost (batchId -> the LTXID recorded for it): the
+  // only case in which reconcile asks Transaction Guard (see reconcile()).
+  private readonly outcomeUnknown = new Map<string, string>();
+
+  private async session(callTimeoutMs = ORACLE_CALL_TIMEOUT_MS): Promise<OracleSession> {
     // The tag makes the pool run oracleSessionCallback (version check, NLS settings) for any session not set up yet.
+    // The checkout itself is bounded by queueTimeout, connectTimeout and poolPingTimeout (createOraclePool).
     const c = await this.pool.getConnection({ tag: KEEL_SESSION_TAG });
     // A round trip over a dead network must fail inside the function's 10-minute budget (host.json), so reconcile
     // reads the outcome in the same invocation instead of the host killing it; the server decides the transaction.
-    c.callTimeout = ORACLE_CALL_TIMEOUT_MS;
-    return c;
+    return new OracleSession(c, callTimeoutMs);
   }
 
   private targetKeys(): string[] {
@@ -263,16 +526,27 @@ export class OracleTransferTarget implements TargetAdapter {
 
   async prepare(schema: SourceSchema): Promise<void> {
     const mapped = mappedColumns(this.t, schema);
-    const c = await this.conn();
+    const s = await this.session();
     try {
-      const res = await c.execute<[string, string, number | null]>(
-        `SELECT column_name, data_type, data_scale FROM all_tab_columns WHERE owner = NVL(:owner, USER) AND table_name = :tbl`,
-        { owner: this.owner, tbl: this.table },
-        { outFormat: oracledb.OUT_FORMAT_ARRAY },
+      type Row = [
+        string,
+        string,
+        number | null,
+        number | null,
+        number | null,
+        number | null,
+        string | null,
+        string,
+        string | null,
+      ];
+      const res = await s.run('prepare', (c) =>
+        c.execute<Row>(
+          `SELECT column_name, data_type, data_scale, data_precision, data_length, char_length, char_used, nullable, default_on_null FROM all_tab_columns WHERE owner = NVL(:owner, USER) AND table_name = :tbl`,
+          { owner: this.owner, tbl: this.table },
+          { outFormat: oracledb.OUT_FORMAT_ARRAY },
+        ),
       );
-      const types = new Map<string, { dataType: string; scale: number | null }>(
-        (res.rows ?? []).map((r) => [r[0], { dataType: r[1], scale: r[2] }]),
-      );
+      const types = new Map((res.rows ?? []).map((r) => [r[0], r] as const));
       if (types.size === 0)
         throw new TransferError(
           'target_incompatible',
@@ -280,18 +554,27 @@ export class OracleTransferTarget implements TargetAdapter {
         );
       const cols: TargetColumn[] = [];
       for (const m of mapped) {
-        const ty = types.get(m.target);
-        if (!ty)
+        const row = types.get(m.target);
+        if (!row)
           throw new TransferError(
             'target_incompatible',
             `transfer ${this.t.name}: target column ${m.target} does not exist in ${this.t.target.table}`,
           );
+        const ty = { dataType: row[1], scale: row[2] ?? null };
         if (ty.dataType.toUpperCase() === 'BLOB') {
-          // Staging binds every value as text (HEXTORAW of up to 4,000 hex characters in SQL) and reads it back as
-          // text to checksum it: a BLOB value over 2,000 bytes would fail to bind (ORA-01461) or be read back cut.
+          // Staging binds every value as hex text (HEXTORAW of at most 4,000 characters in SQL, 32,767 with
+          // MAX_STRING_SIZE = EXTENDED) and reads it back as hex text to checksum it: a BLOB value over 2,000 bytes
+          // (16,383 with EXTENDED) would fail to bind (ORA-01461) or be read back cut.
           throw new TransferError(
             'target_incompatible',
-            `transfer ${this.t.name}: target column ${m.target} is a BLOB, which the Oracle target does not take: values over 2,000 bytes cannot be staged and verified through text binds. Use a RAW column (up to 2,000 bytes; 32,767 with MAX_STRING_SIZE = EXTENDED) or leave the column out of the mapping (docs/oracle.md)`,
+            `transfer ${this.t.name}: target column ${m.target} is a BLOB, which the Oracle target does not take: values over 2,000 bytes cannot be staged and verified through text binds. Use a RAW column (values up to 2,000 bytes; about 16 KB with MAX_STRING_SIZE = EXTENDED, since bytes travel as hex) or leave the column out of the mapping (docs/oracle.md)`,
+          );
+        }
+        if (row[8] === 'YES') {
+          // The MERGE would turn a verified NULL into the column's default, after verification.
+          throw new TransferError(
+            'target_incompatible',
+            `transfer ${this.t.name}: target column ${m.target} is declared DEFAULT ON NULL, which would store its default where the source holds NULL (after the batch was verified); drop that clause or leave the column out of the mapping`,
           );
         }
         if (!oracleAccepts(m.logical, ty.dataType, ty.scale)) {
@@ -300,13 +583,25 @@ export class OracleTransferTarget implements TargetAdapter {
             `transfer ${this.t.name}: target column ${m.target} (${ty.dataType}) cannot hold source column ${m.source} (${m.type})`,
           );
         }
-        cols.push({ source: m.source, target: m.target, logical: m.logical, dataType: ty.dataType });
+        cols.push({
+          source: m.source,
+          target: m.target,
+          logical: m.logical,
+          dataType: ty.dataType,
+          scale: ty.scale,
+          precision: row[3] ?? null,
+          dataLength: row[4] ?? null,
+          charLength: row[5] ?? null,
+          charUsed: row[6] ?? null,
+          nullable: row[7] !== 'N',
+        });
       }
       // Like the PostgreSQL target: the MERGE's ON columns must be a key of the target table (an enabled primary
       // key or unique constraint, or a unique non-function-based index on exactly those columns).
       const keys = [...this.targetKeys()].sort().join(',');
-      const key = await c.execute<[number]>(
-        `SELECT COUNT(*) FROM (
+      const key = await s.run('prepare', (c) =>
+        c.execute<[number]>(
+          `SELECT COUNT(*) FROM (
            SELECT LISTAGG(cc.column_name, ',' ON OVERFLOW TRUNCATE) WITHIN GROUP (ORDER BY cc.column_name) AS cols
              FROM all_constraints k JOIN all_cons_columns cc ON cc.owner = k.owner AND cc.constraint_name = k.constraint_name AND cc.table_name = k.table_name
             WHERE k.owner = NVL(:owner, USER) AND k.table_name = :tbl AND k.constraint_type IN ('P', 'U') AND k.status = 'ENABLED'
@@ -317,8 +612,9 @@ export class OracleTransferTarget implements TargetAdapter {
             WHERE i.table_owner = NVL(:owner, USER) AND i.table_name = :tbl AND i.uniqueness = 'UNIQUE' AND i.index_type NOT LIKE 'FUNCTION-BASED%'
             GROUP BY i.owner, i.index_name)
           WHERE cols = :keys`,
-        { owner: this.owner, tbl: this.table, keys },
-        { outFormat: oracledb.OUT_FORMAT_ARRAY },
+          { owner: this.owner, tbl: this.table, keys },
+          { outFormat: oracledb.OUT_FORMAT_ARRAY },
+        ),
       );
       if (Number(key.rows?.[0]?.[0] ?? 0) === 0) {
         throw new TransferError(
@@ -327,20 +623,29 @@ export class OracleTransferTarget implements TargetAdapter {
         );
       }
       try {
-        await c.execute(`BEGIN KEEL_TRANSFER.ENSURE_STAGING(:transfer, :owner, :tbl, :cols, :stg); END;`, {
-          transfer: this.t.name,
-          owner: this.owner,
-          tbl: this.table,
-          cols: cols.map((x) => x.target).join(','),
-          stg: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 128 },
-        });
+        await s.run('ENSURE_STAGING', (c) =>
+          c.execute(`BEGIN KEEL_TRANSFER.ENSURE_STAGING(:transfer, :owner, :tbl, :cols, :stg); END;`, {
+            transfer: this.t.name,
+            owner: this.owner,
+            tbl: this.table,
+            cols: cols.map((x) => x.target).join(','),
+            stg: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 128 },
+          }),
+        );
       } catch (err) {
         if (oraNum(err) === ORA_STAGING_SHAPE) throw new TransferError('target_incompatible', (err as Error).message);
+        // DBMS_ASSERT.SIMPLE_SQL_NAME refuses a name Keel's pattern allows (e.g. one starting with '_'): no retry
+        // can change that.
+        if (oraNum(err) === ORA_INVALID_SQL_NAME)
+          throw new TransferError(
+            'target_incompatible',
+            `transfer ${this.t.name}: a mapped column or table name is not a simple Oracle SQL name (DBMS_ASSERT, ORA-44003): ${(err as Error).message}`,
+          );
         throw err;
       }
       this.columns = cols;
     } finally {
-      await c.close();
+      await s.release({ drop: false }); // reads and DDL only: nothing open (an abandoned session drops itself)
     }
   }
 
@@ -354,20 +659,23 @@ export class OracleTransferTarget implements TargetAdapter {
     if (algorithmOf(req.manifest.checksum) !== 'keel-v1')
       throw new Error(`the Oracle target verifies keel-v1 checksums only`);
     const cols = this.cols();
-    const c = await this.conn();
+    // The registry insert may wait on a rival's (or an orphaned session's) uncommitted row: BEGIN_STAGE alone runs
+    // under this shorter call timeout.
+    const s = await this.session((ORACLE_LOCK_WAIT_SECONDS + 15) * 1000);
     try {
       let opened: string;
       try {
-        c.callTimeout = (ORACLE_LOCK_WAIT_SECONDS + 15) * 1000; // the registry insert may wait on a rival's row
-        const r = await c.execute<{ r: string }>(`BEGIN :r := KEEL_TRANSFER.BEGIN_STAGE(:b, :t, :n, :cs); END;`, {
-          r: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 20 },
-          b: req.batchId,
-          t: req.transfer,
-          n: req.manifest.rowCount,
-          cs: req.manifest.checksum,
-        });
+        const r = await s.run('BEGIN_STAGE', (c) =>
+          c.execute<{ r: string }>(`BEGIN :r := KEEL_TRANSFER.BEGIN_STAGE(:b, :t, :n, :cs); END;`, {
+            r: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 20 },
+            b: req.batchId,
+            t: req.transfer,
+            n: req.manifest.rowCount,
+            cs: req.manifest.checksum,
+          }),
+        );
         opened = String((r.outBinds as { r: string }).r);
-        c.callTimeout = ORACLE_CALL_TIMEOUT_MS;
+        s.setCallTimeout(ORACLE_CALL_TIMEOUT_MS);
       } catch (err) {
         if (oraNum(err) === ORA_CONFLICT)
           throw new TransferError('staging_conflict', (err as Error).message, { batchId: req.batchId });
@@ -381,46 +689,77 @@ export class OracleTransferTarget implements TargetAdapter {
         throw err;
       }
       if (opened === 'ALREADY_STAGED') {
-        await c.commit();
+        await s.run('commit', (c) => c.commit());
         return { outcome: 'already_staged', rowCount: req.manifest.rowCount, checksum: req.manifest.checksum };
       }
 
       const insert = `INSERT INTO ${this.stagingRef()} (KEEL_BATCH_ID, ${cols.map((x) => quoteOracle(x.target)).join(', ')}) VALUES (:1, ${cols
         .map((x, i) => fromCanonical(`:${i + 2}`, x.logical, x.dataType))
         .join(', ')})`;
-      for await (const chunk of feed.rows) {
-        if (chunk.length === 0) continue;
-        const maxSizes = cols.map(() => 1);
-        const binds = chunk.map((row) => {
-          const out: (string | null)[] = [req.batchId];
-          for (let i = 0; i < cols.length; i++) {
-            const v = row[i] ?? null;
-            if (v === '' && (cols[i]!.logical === 'text' || cols[i]!.logical === 'bytes')) {
-              // Oracle stores '' and an empty RAW (HEXTORAW('')) as NULL.
-              throw new TransferError(
-                'unsupported_type',
-                `batch ${req.batchId}: column ${cols[i]!.source} holds an empty ${cols[i]!.logical === 'text' ? 'string' : 'binary value'}, which Oracle stores as NULL; the batch cannot be staged unchanged`,
-              );
+      // Like the PostgreSQL target: no rows from the source for stallMs ends the staging with the retryable
+      // 'stream_stalled' (KEEL_TRANSFER_STALL_TIMEOUT_MS), instead of an open staging transaction waiting on it.
+      const source = feed.rows[Symbol.asyncIterator]();
+      try {
+        for (;;) {
+          const next = await nextWithin(source, this.stallMs, req.batchId);
+          if (next.done) break;
+          const chunk = next.value;
+          if (chunk.length === 0) continue;
+          const maxSizes = cols.map(() => 1);
+          const values: CanonicalRow[] = [];
+          const binds = chunk.map((row) => {
+            const out: (string | null)[] = [req.batchId];
+            for (let i = 0; i < cols.length; i++) {
+              const v = row[i] ?? null;
+              if (v === '' && (cols[i]!.logical === 'text' || cols[i]!.logical === 'bytes')) {
+                // Oracle stores '' and an empty RAW (HEXTORAW('')) as NULL.
+                throw new TransferError(
+                  'unsupported_type',
+                  `batch ${req.batchId}: column ${cols[i]!.source} holds an empty ${cols[i]!.logical === 'text' ? 'string' : 'binary value'}, which Oracle stores as NULL; the batch cannot be staged unchanged`,
+                );
+              }
+              if (v !== null) maxSizes[i] = Math.max(maxSizes[i]!, Buffer.byteLength(v, 'utf8'));
+              out.push(v);
             }
-            if (v !== null) maxSizes[i] = Math.max(maxSizes[i]!, Buffer.byteLength(v, 'utf8'));
-            out.push(v);
+            values.push(out.slice(1));
+            return out;
+          });
+          let res: oracledb.Results<unknown>;
+          try {
+            res = await s.run('staging insert', (c) =>
+              c.executeMany(insert, binds, {
+                autoCommit: false,
+                batchErrors: true, // a row's error comes back with its offset, so the error can name the row
+                bindDefs: [
+                  { type: oracledb.STRING, maxSize: 36 },
+                  ...maxSizes.map((m) => ({ type: oracledb.STRING, maxSize: m })),
+                ],
+              }),
+            );
+          } catch (err) {
+            throw dataError(req.batchId, err, null, values, cols, this.t.keyColumns) ?? err;
           }
-          return out;
-        });
-        await c.executeMany(insert, binds, {
-          autoCommit: false,
-          bindDefs: [
-            { type: oracledb.STRING, maxSize: 36 },
-            ...maxSizes.map((m) => ({ type: oracledb.STRING, maxSize: m })),
-          ],
-        });
+          const rowError = res.batchErrors?.[0];
+          if (rowError) {
+            const offset = typeof rowError.offset === 'number' ? rowError.offset : null;
+            throw dataError(req.batchId, rowError, offset, values, cols, this.t.keyColumns) ?? rowError;
+          }
+        }
+      } catch (err) {
+        // The source is told to stop (releasing its cursor), like for-await does; not awaited when it stalled, since
+        // it would never answer.
+        const stop = source.return?.()?.catch(() => undefined);
+        if (stop && !(err instanceof TransferError && err.code === 'stream_stalled')) await stop;
+        throw err;
       }
 
       const keys = this.targetKeys().map(quoteOracle);
-      const dup = await c.execute<[string]>(
-        `SELECT ${keys.map((k) => `TO_CHAR(${k})`).join(` || ', ' || `)} FROM ${this.stagingRef()} WHERE KEEL_BATCH_ID = :b GROUP BY ${keys.join(', ')} HAVING COUNT(*) > 1 FETCH FIRST 3 ROWS ONLY`,
-        { b: req.batchId },
-        { outFormat: oracledb.OUT_FORMAT_ARRAY },
+      const dup = await s.run('duplicate check', (c) =>
+        c.execute<[string]>(
+          `SELECT ${keys.map((k) => `TO_CHAR(${k})`).join(` || ', ' || `)} FROM ${this.stagingRef()} WHERE KEEL_BATCH_ID = :b GROUP BY ${keys.join(', ')} HAVING COUNT(*) > 1 FETCH FIRST 3 ROWS ONLY`,
+          { b: req.batchId },
+          { outFormat: oracledb.OUT_FORMAT_ARRAY },
+        ),
       );
       if ((dup.rows ?? []).length > 0) {
         const found = (dup.rows ?? []).map((r) => `(${r[0]})`);
@@ -433,25 +772,27 @@ export class OracleTransferTarget implements TargetAdapter {
 
       // Read the staged rows back as canonical text and checksum them exactly like the source did.
       const acc = new ChecksumAccumulator();
-      const rs = await c.execute<CanonicalRow>(
-        `SELECT ${cols.map((x) => toCanonical(quoteOracle(x.target), x.logical, x.dataType)).join(', ')} FROM ${this.stagingRef()} WHERE KEEL_BATCH_ID = :b`,
-        { b: req.batchId },
-        {
-          outFormat: oracledb.OUT_FORMAT_ARRAY,
-          resultSet: true,
-          fetchArraySize: 1000,
-          fetchTypeHandler: () => ({ type: oracledb.STRING }),
-        },
+      const rs = await s.run('staging readback', (c) =>
+        c.execute<CanonicalRow>(
+          `SELECT ${cols.map((x) => toCanonical(quoteOracle(x.target), x.logical, x.dataType)).join(', ')} FROM ${this.stagingRef()} WHERE KEEL_BATCH_ID = :b`,
+          { b: req.batchId },
+          {
+            outFormat: oracledb.OUT_FORMAT_ARRAY,
+            resultSet: true,
+            fetchArraySize: 1000,
+            fetchTypeHandler: () => ({ type: oracledb.STRING }),
+          },
+        ),
       );
       const resultSet = rs.resultSet!;
       try {
         for (;;) {
-          const rows = await resultSet.getRows(1000);
+          const rows = await s.run('staging readback', () => resultSet.getRows(1000));
           if (rows.length === 0) break;
           for (const row of rows) acc.add(row.map((v, i) => canonicalValue(cols[i]!.logical, v)));
         }
       } finally {
-        await resultSet.close();
+        await s.run('staging readback', () => resultSet.close()).catch(() => undefined);
       }
       if (acc.count !== req.manifest.rowCount || acc.checksum !== req.manifest.checksum) {
         throw new TransferError(
@@ -460,58 +801,79 @@ export class OracleTransferTarget implements TargetAdapter {
           { stagedCount: acc.count, stagedChecksum: acc.checksum },
         );
       }
-      await c.execute(`BEGIN KEEL_TRANSFER.FINISH_STAGE(:b, :n, :cs); END;`, {
-        b: req.batchId,
-        n: acc.count,
-        cs: acc.checksum,
-      });
-      await c.commit();
+      await s.run('FINISH_STAGE', (c) =>
+        c.execute(`BEGIN KEEL_TRANSFER.FINISH_STAGE(:b, :n, :cs); END;`, {
+          b: req.batchId,
+          n: acc.count,
+          cs: acc.checksum,
+        }),
+      );
+      await s.run('commit', (c) => c.commit());
+      await s.release({ drop: false });
       return { outcome: 'staged', rowCount: acc.count, checksum: acc.checksum };
     } catch (err) {
-      await c.rollback().catch(() => undefined);
+      // A session whose rollback did not go through is dropped: its transaction must not reach another caller.
+      const rolledBack = await s
+        .run('rollback', (c) => c.rollback())
+        .then(
+          () => true,
+          () => false,
+        );
+      await s.release({ drop: !rolledBack });
       throw err;
-    } finally {
-      await c.close().catch(() => undefined);
     }
   }
 
   async apply(req: StageRequest, ctx: ApplyContext): Promise<ApplyResult> {
     const cols = this.cols();
-    const c = await this.conn();
+    this.outcomeUnknown.delete(req.batchId); // whatever an earlier attempt left: this attempt has its own token
+    const s = await this.session();
+    let ltxid: string | null = null;
+    let applied = false;
     try {
       if (this.t.target.transactionGuard) {
         // node-oracledb >= 6.9 exposes the logical transaction id; keep it durable before the call.
-        const ltxid = (c as unknown as { ltxid?: Buffer | Uint8Array }).ltxid;
+        const raw = (s.c as unknown as { ltxid?: Buffer | Uint8Array }).ltxid;
         // It is the reconcile token: the journal keeps it and reconcile gets it back.
-        if (ltxid && ltxid.length > 0) await ctx.onReconcileToken?.(Buffer.from(ltxid).toString('hex'));
+        if (raw && raw.length > 0) {
+          ltxid = Buffer.from(raw).toString('hex');
+          await ctx.onReconcileToken?.(ltxid);
+        }
       }
       try {
-        const r = await c.execute(
-          `BEGIN KEEL_TRANSFER.APPLY_BATCH(:b, :t, :owner, :tbl, :stg, :cols, :keys, :n, :cs, :attempt, :outcome, :rows, :checksum); END;`,
-          {
-            b: req.batchId,
-            t: req.transfer,
-            owner: this.owner,
-            tbl: this.table,
-            stg: this.stagingTable,
-            cols: cols.map((x) => x.target).join(','),
-            keys: this.targetKeys().join(','),
-            n: req.manifest.rowCount,
-            cs: req.manifest.checksum,
-            attempt: ctx.attempt,
-            outcome: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 20 },
-            rows: { dir: oracledb.BIND_OUT, type: oracledb.NUMBER },
-            checksum: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 24 },
-          },
-          { autoCommit: false }, // APPLY_BATCH commits (or rolls back) its own single transaction
+        const r = await s.run('APPLY_BATCH', (c) =>
+          c.execute(
+            `BEGIN KEEL_TRANSFER.APPLY_BATCH(:b, :t, :owner, :tbl, :stg, :cols, :keys, :n, :cs, :attempt, :o_outcome, :o_rows, :o_checksum); END;`,
+            {
+              b: req.batchId,
+              t: req.transfer,
+              owner: this.owner,
+              tbl: this.table,
+              stg: this.stagingTable,
+              cols: cols.map((x) => x.target).join(','),
+              keys: this.targetKeys().join(','),
+              n: req.manifest.rowCount,
+              cs: req.manifest.checksum,
+              attempt: ctx.attempt,
+              o_outcome: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 20 },
+              o_rows: { dir: oracledb.BIND_OUT, type: oracledb.NUMBER },
+              o_checksum: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 24 },
+            },
+            { autoCommit: false }, // APPLY_BATCH commits (or rolls back) its own single transaction
+          ),
         );
-        const o = r.outBinds as { outcome: string; rows: number; checksum: string };
+        applied = true;
+        const o = r.outBinds as { o_outcome: string; o_rows: number; o_checksum: string };
         return {
-          outcome: o.outcome === 'APPLIED' ? 'applied' : 'already_committed',
-          rowCount: Number(o.rows),
-          checksum: String(o.checksum),
+          outcome: o.o_outcome === 'APPLIED' ? 'applied' : 'already_committed',
+          rowCount: Number(o.o_rows),
+          checksum: String(o.o_checksum),
         };
       } catch (err) {
+        // Only a lost connection leaves the outcome unknown; any other error came back from the server, after
+        // APPLY_BATCH rolled back.
+        if (ltxid !== null && isConnectionLost(err)) this.outcomeUnknown.set(req.batchId, ltxid);
+        else this.outcomeUnknown.delete(req.batchId);
         if (oraNum(err) === ORA_FENCED)
           throw new TransferError('attempt_fenced', (err as Error).message, { attempt: ctx.attempt });
         if (oraNum(err) === ORA_NOT_STAGED) throw new TransferError('not_staged', (err as Error).message);
@@ -523,83 +885,132 @@ export class OracleTransferTarget implements TargetAdapter {
             `batch ${req.batchId}: its staging registry row stayed locked by another session for ${ORACLE_LOCK_WAIT_SECONDS} s (an apply or reconcile still open, or an orphaned session); nothing was applied, run the batch again later`,
           );
         }
-        throw err;
+        throw dataError(req.batchId, err, null, [], cols, this.t.keyColumns) ?? err;
       }
     } finally {
-      await c.close().catch(() => undefined);
+      // After any error the session is dropped, never returned to the pool. With Transaction Guard its LTXID is
+      // this batch's reconcile token, and an LTXID survives a rollback: the session's next commit (another
+      // transfer's staging, or reconcile's own fence on this LIFO pool) would consume it, and Transaction Guard
+      // would later answer "committed" for an apply that never committed. Asking about it while the session lives
+      // would also block the session's next commit.
+      await s.release({ drop: !applied });
     }
   }
 
+  // The completion row and the fence decide (TRY_CLAIM). Transaction Guard is asked first only when the apply of
+  // this batch in this process lost its connection after recording the LTXID (node-oracledb's guide: only after a
+  // recoverable error): that session is dropped, so the question is about an unavailable session, as
+  // DBMS_APP_CONT requires, and it is asked at most once. Its "committed" counts only with a COMMITTED completion
+  // row (a FENCED row has no count or checksum and means "not applied"); an error from it is reported, never
+  // taken as a verdict, and the next reconcile decides by the completion row and the fence.
   async reconcile(
     req: StageRequest,
     waitMs: number,
     fenceThrough: number,
     reconcileToken: string | null, // the LTXID (hex) handed out by apply, when Transaction Guard is on
   ): Promise<ReconcileOutcome> {
-    const ltxid = reconcileToken;
-    const c = await this.conn();
+    const askGuard =
+      this.t.target.transactionGuard === true &&
+      reconcileToken !== null &&
+      this.outcomeUnknown.get(req.batchId) === reconcileToken;
+    this.outcomeUnknown.delete(req.batchId);
+    const waitSeconds = Math.max(1, Math.ceil(waitMs / 1000));
+    // TRY_CLAIM waits at most twice waitSeconds (two row locks, each capped at 60 s in SQL).
+    const s = await this.session((2 * Math.min(60, waitSeconds) + 30) * 1000);
+    let ok = false;
     try {
-      if (this.t.target.transactionGuard && ltxid) {
-        // Transaction Guard: the outcome of the recorded logical transaction; asking also blocks it from
-        // committing later, so "not committed" is final for that transaction.
+      if (askGuard) {
+        let committed: boolean;
         try {
-          const r = await c.execute(
-            `DECLARE c BOOLEAN; u BOOLEAN; BEGIN DBMS_APP_CONT.GET_LTXID_OUTCOME(HEXTORAW(:l), c, u); :committed := CASE WHEN c THEN 1 ELSE 0 END; END;`,
-            { l: ltxid, committed: { dir: oracledb.BIND_OUT, type: oracledb.NUMBER } },
+          const r = await s.run('GET_LTXID_OUTCOME', (c) =>
+            c.execute(
+              `DECLARE c BOOLEAN; u BOOLEAN; BEGIN DBMS_APP_CONT.GET_LTXID_OUTCOME(HEXTORAW(:l), c, u); :o_committed := CASE WHEN c THEN 1 ELSE 0 END; END;`,
+              { l: reconcileToken, o_committed: { dir: oracledb.BIND_OUT, type: oracledb.NUMBER } },
+            ),
           );
-          const committed = Number((r.outBinds as { committed: number }).committed) === 1;
-          if (committed) {
-            const row = await c.execute<[number, string]>(
-              `SELECT ROW_COUNT, CHECKSUM FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = :b`,
+          committed = Number((r.outBinds as { o_committed: number }).o_committed) === 1;
+        } catch (err) {
+          const e = err as { code?: unknown; errorNum?: unknown; message?: unknown };
+          throw Object.assign(
+            new Error(
+              `batch ${req.batchId}: Transaction Guard could not tell the outcome of the apply whose connection was lost (${String(e.message)}); no verdict taken, the next reconcile decides by the completion row and the fence`,
+              { cause: err },
+            ),
+            { code: e.code, errorNum: e.errorNum },
+          );
+        }
+        if (committed) {
+          const row = await s.run('completion row', (c) =>
+            c.execute<[number, string]>(
+              `SELECT ROW_COUNT, CHECKSUM FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = :b AND STATE = 'COMMITTED'`,
               { b: req.batchId },
               { outFormat: oracledb.OUT_FORMAT_ARRAY },
-            );
-            const first = row.rows?.[0];
-            if (first)
-              return {
-                outcome: 'committed',
-                rowCount: Number(first[0]),
-                checksum: String(first[1]),
-                via: 'transaction_guard',
-              };
+            ),
+          );
+          const first = row.rows?.[0];
+          if (first) {
+            ok = true;
+            return {
+              outcome: 'committed',
+              rowCount: Number(first[0]),
+              checksum: String(first[1]),
+              via: 'transaction_guard',
+            };
           }
-        } catch {
-          // e.g. the original session is still active (the server knows more than we do): fall through to the claim.
+          // "Committed" without a COMMITTED completion row: APPLY_BATCH writes that row in the transaction the LTXID
+          // names, so something else consumed the LTXID; the claim below decides.
         }
       }
       // Not committed (or no Transaction Guard): TRY_CLAIM, which commits the fence with a "not applied" verdict.
-      const r = await c.execute(
-        `BEGIN KEEL_TRANSFER.TRY_CLAIM(:b, :wait, :fence, :outcome, :rows, :checksum, :staged); END;`,
-        {
-          b: req.batchId,
-          wait: Math.max(1, Math.ceil(waitMs / 1000)),
-          fence: fenceThrough,
-          outcome: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 20 },
-          rows: { dir: oracledb.BIND_OUT, type: oracledb.NUMBER },
-          checksum: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 24 },
-          staged: { dir: oracledb.BIND_OUT, type: oracledb.NUMBER },
-        },
+      const r = await s.run('TRY_CLAIM', (c) =>
+        c.execute(
+          `BEGIN KEEL_TRANSFER.TRY_CLAIM(:b, :wait, :fence, :o_outcome, :o_rows, :o_checksum, :o_staged); END;`,
+          {
+            b: req.batchId,
+            wait: waitSeconds,
+            fence: fenceThrough,
+            o_outcome: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 20 },
+            o_rows: { dir: oracledb.BIND_OUT, type: oracledb.NUMBER },
+            o_checksum: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 24 },
+            o_staged: { dir: oracledb.BIND_OUT, type: oracledb.NUMBER },
+          },
+        ),
       );
-      const o = r.outBinds as { outcome: string; rows: number | null; checksum: string | null; staged: number };
-      if (o.outcome === 'COMMITTED')
-        return { outcome: 'committed', rowCount: Number(o.rows), checksum: String(o.checksum), via: 'completion_row' };
-      if (o.outcome === 'NOT_APPLIED')
-        return { outcome: 'not_applied', staged: Number(o.staged) === 1, via: 'claim_obtained' };
+      ok = true;
+      const o = r.outBinds as {
+        o_outcome: string;
+        o_rows: number | null;
+        o_checksum: string | null;
+        o_staged: number;
+      };
+      if (o.o_outcome === 'COMMITTED')
+        return {
+          outcome: 'committed',
+          rowCount: Number(o.o_rows),
+          checksum: String(o.o_checksum),
+          via: 'completion_row',
+        };
+      if (o.o_outcome === 'NOT_APPLIED')
+        return { outcome: 'not_applied', staged: Number(o.o_staged) === 1, via: 'claim_obtained' };
       return {
         outcome: 'blocked',
-        reason: `the claim on batch ${req.batchId} is held by an open transaction on the target (waited ${Math.max(1, Math.ceil(waitMs / 1000))} s)`,
+        reason: `the claim on batch ${req.batchId} is held by an open transaction on the target (waited ${waitSeconds} s)`,
       };
     } finally {
-      await c.close().catch(() => undefined);
+      await s.release({ drop: !ok });
     }
   }
 
   async purgeStaged(batchId: string): Promise<void> {
-    const c = await this.conn();
+    const s = await this.session();
+    let ok = false;
     try {
-      await c.execute(`BEGIN KEEL_TRANSFER.PURGE_STAGED(:b, :stg); END;`, { b: batchId, stg: this.stagingTable });
+      await s.run('PURGE_STAGED', (c) =>
+        c.execute(`BEGIN KEEL_TRANSFER.PURGE_STAGED(:b, :stg); END;`, { b: batchId, stg: this.stagingTable }),
+      );
+      ok = true;
     } finally {
-      await c.close().catch(() => undefined);
+      await s.release({ drop: !ok });
     }
   }
 

@@ -1,0 +1,273 @@
+// A model of the Oracle server and node-oracledb thin pool that the Oracle target talks to, for the tests that need
+// no server (test/transfer/oracleReconcile.test.ts). It keeps only what the reconcile path depends on, as Oracle and
+// thin mode document it:
+// - the pool is LIFO (node_modules/oracledb/lib/thin/pool.js: _freeConnectionList.pop()/push()), and close() returns
+//   a session to it unless { drop: true };
+// - each session has a logical transaction id (LTXID) that its next COMMIT consumes, whichever transaction that is,
+//   and that survives a rollback (Oracle RAC guide, Transaction Guard: "The LTXID persists on commit, and is reused
+//   following a rollback");
+// - DBMS_APP_CONT.GET_LTXID_OUTCOME answers "committed" for a consumed LTXID; otherwise it blocks the LTXID (its
+//   commit then fails) and answers "not committed"; asked on the session that owns the LTXID it raises ORA-14906;
+// - KEEL_TRANSFER's procedures (sql/oracle/R__010) as far as their committed rows go: the registry row, the
+//   completion row (CLAIMED/COMMITTED/FENCED), the staged rows. Row locks are not modelled (each test is sequential).
+// SQL is recognised by the procedure or table it names; anything else fails the test.
+import type oracledb from 'oracledb';
+
+type Completion = { state: 'COMMITTED' | 'FENCED'; rows: number | null; checksum: string | null; fenced: number };
+type Registry = { state: 'STAGED'; count: number; checksum: string };
+
+export function oraError(num: number, text: string): Error {
+  return Object.assign(new Error(`ORA-${String(num).padStart(5, '0')}: ${text}`), {
+    errorNum: num,
+    isRecoverable: false,
+  });
+}
+
+export class FakeSession {
+  readonly id: number;
+  private commits = 0;
+  callTimeout = 0;
+  closed = false;
+  closedWith: { drop: boolean } | null = null;
+  tag = '';
+  // the uncommitted work of the open transaction
+  private pending: { registry?: [string, Registry]; rows: string[][]; ops: (() => void)[] } = { rows: [], ops: [] };
+
+  constructor(
+    private readonly server: FakeOracle,
+    id: number,
+  ) {
+    this.id = id;
+  }
+
+  get ltxid(): Buffer {
+    return Buffer.from(`${String(this.id).padStart(8, '0')}:${String(this.commits).padStart(8, '0')}`);
+  }
+  private get ltxidHex(): string {
+    return this.ltxid.toString('hex');
+  }
+
+  private commitNow(): void {
+    const l = this.ltxidHex;
+    if (this.server.ltxids.get(l) === 'blocked') {
+      this.rollbackNow();
+      throw oraError(14950, 'the logical transaction was blocked by GET_LTXID_OUTCOME');
+    }
+    this.server.ltxids.set(l, 'committed');
+    this.commits++;
+    if (this.pending.registry) this.server.registry.set(...this.pending.registry);
+    for (const op of this.pending.ops) op();
+    this.server.stagedRows.push(...this.pending.rows);
+    this.pending = { rows: [], ops: [] };
+  }
+  private rollbackNow(): void {
+    this.pending = { rows: [], ops: [] };
+  }
+
+  private async enter(op: string): Promise<void> {
+    if (this.closed) throw new Error(`NJS-003: invalid or closed connection (session ${this.id}, ${op})`);
+    this.server.calls.push({ session: this.id, op });
+    const hang = this.server.hang.get(op);
+    if (hang) {
+      this.server.hang.delete(op);
+      await new Promise<never>(() => undefined); // a silent peer: no reply, no error, ever
+    }
+    const fail = this.server.failNext.get(op);
+    if (fail) {
+      this.server.failNext.delete(op);
+      this.rollbackNow();
+      throw fail;
+    }
+  }
+
+  async execute(sql: string, binds: Record<string, unknown> = {}): Promise<oracledb.Result<unknown>> {
+    const b = binds as Record<string, string | number | null>;
+    const s = this.server;
+    if (/all_tab_columns/.test(sql)) {
+      await this.enter('columns');
+      return { rows: s.columns };
+    }
+    if (/LISTAGG/.test(sql)) {
+      await this.enter('key check');
+      return { rows: [[1]] };
+    }
+    if (/ENSURE_STAGING/.test(sql)) {
+      await this.enter('ENSURE_STAGING');
+      return { outBinds: { stg: 'KEEL_STG_X' } };
+    }
+    if (/BEGIN_STAGE/.test(sql)) {
+      await this.enter('BEGIN_STAGE');
+      const id = String(b.b);
+      if (s.registry.has(id)) return { outBinds: { r: 'ALREADY_STAGED' } };
+      this.pending.registry = [id, { state: 'STAGED', count: Number(b.n), checksum: String(b.cs) }];
+      return { outBinds: { r: 'NEW' } };
+    }
+    if (/HAVING COUNT\(\*\) > 1/.test(sql)) return { rows: [] };
+    if (/FROM "KEEL_STG_/.test(sql) && /^SELECT/.test(sql)) {
+      const rows = this.pending.rows.filter((r) => r[0] === b.b).map((r) => r.slice(1));
+      let served = false;
+      return {
+        resultSet: {
+          getRows: async () => {
+            if (served) return [];
+            served = true;
+            return rows;
+          },
+          close: async () => undefined,
+        },
+      } as unknown as oracledb.Result<unknown>;
+    }
+    if (/FINISH_STAGE/.test(sql)) {
+      await this.enter('FINISH_STAGE');
+      const reg = this.pending.registry!;
+      reg[1] = { state: 'STAGED', count: Number(b.n), checksum: String(b.cs) };
+      return {};
+    }
+    if (/APPLY_BATCH/.test(sql)) {
+      await this.enter('APPLY_BATCH');
+      const id = String(b.b);
+      const reg = s.registry.get(id);
+      if (!reg) throw oraError(20002, `batch ${id} is not staged on the target`);
+      const done = s.completions.get(id);
+      if (done?.state === 'COMMITTED')
+        return { outBinds: { o_outcome: 'ALREADY_COMMITTED', o_rows: done.rows, o_checksum: done.checksum } };
+      if (done && done.fenced >= Number(b.attempt))
+        throw oraError(20005, `attempt ${b.attempt} of batch ${id} was ruled out by reconcile`);
+      const rows = s.stagedRows.filter((r) => r[0] === id);
+      this.pending.ops.push(() => {
+        s.completions.set(id, {
+          state: 'COMMITTED',
+          rows: rows.length,
+          checksum: reg.checksum,
+          fenced: done?.fenced ?? 0,
+        });
+        for (const r of rows) s.applied.set(r[1]!, r.slice(1));
+      });
+      this.commitNow();
+      if (s.loseReplyOfApply) {
+        // committed on the server, and the reply never arrived: the driver reports a lost connection
+        s.loseReplyOfApply = false;
+        this.closed = true;
+        throw Object.assign(new Error('NJS-500: connection to the Oracle Database was broken'), {
+          code: 'NJS-500',
+          isRecoverable: true,
+        });
+      }
+      return { outBinds: { o_outcome: 'APPLIED', o_rows: rows.length, o_checksum: reg.checksum } };
+    }
+    if (/GET_LTXID_OUTCOME/.test(sql)) {
+      await this.enter('GET_LTXID_OUTCOME');
+      const l = String(b.l);
+      if (l === this.ltxidHex)
+        throw oraError(14906, 'Executing GET_LTXID_OUTCOME is not permitted on the current session');
+      if (s.ltxids.get(l) === 'committed') return { outBinds: { o_committed: 1 } };
+      s.ltxids.set(l, 'blocked');
+      return { outBinds: { o_committed: 0 } };
+    }
+    if (/FROM KEEL_TRANSFER_COMPLETIONS/.test(sql)) {
+      await this.enter('completion row');
+      const c = s.completions.get(String(b.b));
+      const onlyCommitted = /STATE = 'COMMITTED'/.test(sql);
+      return { rows: c && (!onlyCommitted || c.state === 'COMMITTED') ? [[c.rows, c.checksum]] : [] };
+    }
+    if (/TRY_CLAIM/.test(sql)) {
+      await this.enter('TRY_CLAIM');
+      const id = String(b.b);
+      const c = s.completions.get(id);
+      if (c?.state === 'COMMITTED')
+        return { outBinds: { o_outcome: 'COMMITTED', o_rows: c.rows, o_checksum: c.checksum, o_staged: 1 } };
+      const fence = Number(b.fence);
+      if (fence > 0) {
+        this.pending.ops.push(() =>
+          s.completions.set(id, {
+            state: c?.state ?? 'FENCED',
+            rows: c?.rows ?? null,
+            checksum: c?.checksum ?? null,
+            fenced: Math.max(c?.fenced ?? 0, fence),
+          }),
+        );
+      }
+      this.commitNow(); // the fence, and the release of the lock
+      return {
+        outBinds: { o_outcome: 'NOT_APPLIED', o_rows: null, o_checksum: null, o_staged: s.registry.has(id) ? 1 : 0 },
+      };
+    }
+    if (/PURGE_STAGED/.test(sql)) {
+      await this.enter('PURGE_STAGED');
+      s.stagedRows = s.stagedRows.filter((r) => r[0] !== b.b);
+      return {};
+    }
+    throw new Error(`the fake Oracle does not know this statement: ${sql.slice(0, 120)}`);
+  }
+
+  async executeMany(
+    _sql: string,
+    rows: (string | null)[][],
+    _options: oracledb.ExecuteManyOptions,
+  ): Promise<oracledb.Results<unknown>> {
+    await this.enter('staging insert');
+    const errors = this.server.rowErrors.splice(0);
+    const failed = new Set(errors.map((e) => e.offset));
+    rows.forEach((r, i) => {
+      if (!failed.has(i)) this.pending.rows.push(r as string[]);
+    });
+    return (errors.length > 0 ? { batchErrors: errors } : {}) as unknown as oracledb.Results<unknown>;
+  }
+
+  async commit(): Promise<void> {
+    await this.enter('commit');
+    this.commitNow();
+  }
+
+  async rollback(): Promise<void> {
+    await this.enter('rollback');
+    this.rollbackNow();
+  }
+
+  async close(opts?: { drop?: boolean }): Promise<void> {
+    if (this.closed) throw new Error('NJS-003: invalid or closed connection');
+    this.rollbackNow(); // thin close() rolls back an open transaction
+    const drop = opts?.drop === true;
+    this.closedWith = { drop };
+    this.server.released.push({ session: this.id, drop });
+    if (drop) this.closed = true;
+    else this.server.free.push(this);
+  }
+}
+
+export class FakeOracle {
+  // ALL_TAB_COLUMNS rows: column_name, data_type, data_scale, data_precision, data_length, char_length, char_used,
+  // nullable
+  columns: unknown[][] = [];
+  registry = new Map<string, Registry>();
+  completions = new Map<string, Completion>();
+  stagedRows: string[][] = []; // [batchId, ...canonical values]
+  applied = new Map<string, string[]>(); // target table rows by key
+  ltxids = new Map<string, 'committed' | 'blocked'>();
+  free: FakeSession[] = [];
+  sessions: FakeSession[] = [];
+  calls: { session: number; op: string }[] = [];
+  released: { session: number; drop: boolean }[] = [];
+  failNext = new Map<string, Error>(); // op -> the error its next call raises (after rolling back)
+  hang = new Map<string, true>(); // op -> its next call never replies
+  rowErrors: { message: string; offset: number }[] = []; // batch errors of the next executeMany
+  loseReplyOfApply = false; // the next APPLY_BATCH commits and its reply is lost
+
+  readonly pool = {
+    getConnection: async () => {
+      const s = this.free.pop() ?? new FakeSession(this, this.sessions.length + 1);
+      if (!this.sessions.includes(s)) this.sessions.push(s);
+      return s;
+    },
+    close: async () => undefined,
+  } as unknown as oracledb.Pool;
+
+  // What poolTimeout does to idle sessions (60 s by default): they are closed.
+  expireIdle(): void {
+    for (const s of this.free.splice(0)) s.closed = true;
+  }
+
+  callsOf(op: string): { session: number; op: string }[] {
+    return this.calls.filter((c) => c.op === op);
+  }
+}
