@@ -189,3 +189,124 @@ describe('local host wake-ups', () => {
     expect(unsubscribed).toBe(true);
   });
 });
+
+// Azure runs a timer function as a singleton across the app's instances (the lock is in the storage account) and never
+// overlapping itself; two local hosts of one app, on the same storage, do the same.
+describe('timers across local instances', () => {
+  it('two instances never run the same timer at once, on schedule or woken, and both can run it', async () => {
+    const everySecond = parseSettings({
+      KEEL_PG_URL: 'postgres://unused@127.0.0.1:1/singleton',
+      KEEL_DISPATCH_SCHEDULE: '* * * * * *',
+    });
+    let running = 0;
+    let overlaps = 0;
+    const runsBy: Record<string, number> = { a: 0, b: 0 };
+    const wakes: Record<string, () => void> = {};
+    const start = (instance: 'a' | 'b') =>
+      startLocalHost({
+        definitions: [
+          {
+            name: 'dispatcher',
+            kind: 'timer',
+            scheduleSetting: 'KEEL_DISPATCH_SCHEDULE',
+            runOnStartup: true,
+            // Longer than the schedule's interval: every firing meets a run in progress somewhere.
+            handler: async () => {
+              runsBy[instance]!++;
+              if (running > 0) overlaps++;
+              running++;
+              await new Promise((r) => setTimeout(r, 1300));
+              running--;
+            },
+          },
+        ],
+        settings: everySecond,
+        hostConfig: hostConfigFrom({ version: '2.0' }),
+        queueService: svc,
+        opsKey: 'k'.repeat(32),
+        port: 0,
+        log: () => undefined,
+        wakeups: {
+          timer: 'dispatcher',
+          source: {
+            async subscribe(_queues, onWake) {
+              wakes[instance] = onWake;
+              return async () => undefined;
+            },
+          },
+        },
+      });
+    const a = await start('a');
+    const b = await start('b');
+    try {
+      const deadline = Date.now() + 8000;
+      while (Date.now() < deadline) {
+        wakes.a?.();
+        wakes.b?.();
+        await new Promise((r) => setTimeout(r, 150));
+      }
+    } finally {
+      await Promise.all([a.stop(), b.stop()]);
+    }
+    expect(overlaps).toBe(0);
+    // About one run per 1.3 s across both instances, with the lock passing between them (each release lets the next
+    // firing anywhere take it).
+    expect(runsBy.a! + runsBy.b!).toBeGreaterThanOrEqual(3);
+    expect(running).toBe(0);
+  }, 30_000);
+
+  it('a single instance never overlaps a timer with itself: schedule, start-up run and wake-ups share one gate', async () => {
+    const everySecond = parseSettings({
+      KEEL_PG_URL: 'postgres://unused@127.0.0.1:1/gate',
+      KEEL_DISPATCH_SCHEDULE: '* * * * * *',
+    });
+    let running = 0;
+    let overlaps = 0;
+    let runs = 0;
+    let wake: () => void = () => undefined;
+    const one = await startLocalHost({
+      definitions: [
+        {
+          name: 'dispatcher',
+          kind: 'timer',
+          scheduleSetting: 'KEEL_DISPATCH_SCHEDULE',
+          runOnStartup: true,
+          handler: async () => {
+            runs++;
+            if (running > 0) overlaps++;
+            running++;
+            await new Promise((r) => setTimeout(r, 700));
+            running--;
+          },
+        },
+      ],
+      settings: everySecond,
+      hostConfig: hostConfigFrom({ version: '2.0' }),
+      queueService: svc,
+      opsKey: 'k'.repeat(32),
+      port: 0,
+      log: () => undefined,
+      timerLocks: false, // the in-instance gate alone
+      wakeups: {
+        timer: 'dispatcher',
+        source: {
+          async subscribe(_queues, onWake) {
+            wake = onWake;
+            return async () => undefined;
+          },
+        },
+      },
+    });
+    try {
+      const deadline = Date.now() + 4000;
+      while (Date.now() < deadline) {
+        wake();
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    } finally {
+      await one.stop();
+    }
+    expect(overlaps).toBe(0);
+    expect(runs).toBeGreaterThanOrEqual(3);
+  }, 20_000);
+});
