@@ -26,7 +26,13 @@ import { HttpRequest, HttpResponse, InvocationContext } from './azureFunctions.j
 import type { HostConfig } from '../shared/app/hostJson.js';
 import { poisonQueueName } from '../shared/app/queues.js';
 import type { WakeupSource } from '../shared/jobs/processor.js';
-import { QueueTimerLock, timerLockQueueName, type TimerLock, type TimerLockHandle } from './timerLock.js';
+import {
+  QueueTimerLock,
+  timerLockQueueName,
+  type ScheduleStatus,
+  type TimerLock,
+  type TimerLockHandle,
+} from './timerLock.js';
 
 export interface LocalHostOptions {
   definitions: readonly FunctionDefinition[];
@@ -46,6 +52,14 @@ export interface LocalHostOptions {
   // the jobs queue, which every local instance of one app shares. false: no cross-instance lock (one instance only).
   hostId?: string;
   timerLocks?: false;
+}
+
+// The interval between a schedule's next two occurrences (useMonitor's default depends on it).
+function scheduleIntervalMs(schedule: string): number {
+  const probe = new Cron(schedule, { paused: true });
+  const [a, b] = probe.nextRuns(2);
+  probe.stop();
+  return a && b ? b.getTime() - a.getTime() : Infinity;
 }
 
 export function localHostId(opts: Pick<LocalHostOptions, 'hostId' | 'settings'>): string {
@@ -260,13 +274,16 @@ class TimerLayer implements Stoppable {
       const lock = this.lockFor(def);
       let last: Date | null = null;
       let lockTrouble = false;
-      const invoke = async (job: Cron | null) => {
+      // useMonitor as Azure defaults it: on for schedules of a minute or more, off for shorter ones.
+      const monitored = lock !== null && scheduleIntervalMs(schedule) >= 60_000;
+      const invoke = async (job: Cron | null, status: ScheduleStatus | null) => {
         const now = new Date();
         const timer: Timer = {
-          isPastDue: false,
+          // Monitored: the occurrence the status says was due is over a second late (missed while no instance ran).
+          isPastDue: monitored && status !== null && now.getTime() - Date.parse(status.next) > 1000,
           schedule: { adjustForDST: true },
           scheduleStatus: {
-            last: (last ?? now).toISOString(),
+            last: status?.last ?? (last ?? now).toISOString(),
             next: (job?.nextRun() ?? now).toISOString(),
             lastUpdated: now.toISOString(),
           },
@@ -289,7 +306,7 @@ class TimerLayer implements Stoppable {
           return current;
         }
         const p = (async () => {
-          let handle: TimerLockHandle | null = { release: async () => undefined };
+          let handle: TimerLockHandle | null = { status: null, release: async () => undefined };
           if (lock) {
             handle = await lock.tryAcquire().catch((err: Error) => {
               if (!lockTrouble) this.log(`timer ${def.name}: storage lock unavailable, firing skipped: ${err.message}`);
@@ -299,10 +316,14 @@ class TimerLayer implements Stoppable {
             if (handle) lockTrouble = false;
           }
           if (!handle) return; // another instance runs this timer (or storage is down)
+          const ranAt = new Date();
           try {
-            await invoke(job);
+            await invoke(job, handle.status);
           } finally {
-            await handle.release();
+            const next = job?.nextRun();
+            await handle.release(
+              monitored && next ? { last: ranAt.toISOString(), next: next.toISOString() } : undefined,
+            );
           }
         })();
         current = p;
@@ -325,6 +346,15 @@ class TimerLayer implements Stoppable {
       this.jobs.push(job);
       this.fireNow.set(def.name, () => void run(job, true));
       if (def.runOnStartup) void run(job, false);
+      // useMonitor: an occurrence missed while no instance ran (the recorded next is past) runs once now, past due.
+      if (monitored && lock) {
+        lock
+          .peekStatus()
+          .then((status) => {
+            if (status && Date.parse(status.next) < Date.now()) void run(job, false);
+          })
+          .catch(() => undefined); // storage down: the schedule goes on; the lock reports it at the next firing
+      }
     }
   }
 

@@ -4,17 +4,38 @@
 // token message). Holding the lock = holding the token invisible: receive it with a lease-long visibility timeout,
 // renew it while the function runs, make it visible again when it ends. An instance that dies holding it loses it
 // when the visibility timeout passes, as a blob lease expires. Only the instance whose create made the queue posts
-// the token, so racing instances cannot post two.
+// the token, so racing instances cannot post two. The token's text carries useMonitor's schedule status.
 import { createHash } from 'node:crypto';
 import type { QueueClient, QueueServiceClient } from '@azure/storage-queue';
 
+// useMonitor's schedule status, kept with the lock as Azure keeps it in the storage account: the last run and the
+// occurrence due next (ISO dates).
+export interface ScheduleStatus {
+  last: string;
+  next: string;
+}
+
 export interface TimerLockHandle {
-  release(): Promise<void>;
+  // The status the last holder left (null: none yet).
+  status: ScheduleStatus | null;
+  // Gives the lock back, with the new status when the timer is monitored.
+  release(status?: ScheduleStatus): Promise<void>;
 }
 
 export interface TimerLock {
   // null: another instance holds it (this firing is skipped, as on an Azure instance that is not the timer's primary).
   tryAcquire(): Promise<TimerLockHandle | null>;
+  // The status without taking the lock (the start-up check for a missed occurrence).
+  peekStatus(): Promise<ScheduleStatus | null>;
+}
+
+function parseStatus(text: string): ScheduleStatus | null {
+  try {
+    const v = JSON.parse(text) as Partial<ScheduleStatus>;
+    return typeof v.last === 'string' && typeof v.next === 'string' ? { last: v.last, next: v.next } : null;
+  } catch {
+    return null; // the token as first posted
+  }
 }
 
 const LEASE_SECONDS = 15;
@@ -55,6 +76,7 @@ export class QueueTimerLock implements TimerLock {
     const token = got.receivedMessageItems[0];
     if (!token) return null;
     let popReceipt = token.popReceipt;
+    let text = token.messageText;
     let renewing = Promise.resolve();
     const renew = setInterval(() => {
       renewing = this.queue
@@ -67,15 +89,24 @@ export class QueueTimerLock implements TimerLock {
     renew.unref();
     let released: Promise<void> | undefined;
     return {
-      release: () => {
+      status: parseStatus(text),
+      release: (status?: ScheduleStatus) => {
         released ??= (async () => {
           clearInterval(renew);
           await renewing;
+          if (status) text = JSON.stringify(status);
           // Visible again at once: the next firing on any instance may take it.
-          await this.queue.updateMessage(token.messageId, popReceipt, undefined, 0).catch(() => undefined);
+          await this.queue.updateMessage(token.messageId, popReceipt, text, 0).catch(() => undefined);
         })();
         return released;
       },
     };
+  }
+
+  async peekStatus(): Promise<ScheduleStatus | null> {
+    await this.ensure();
+    const peeked = await this.queue.peekMessages({ numberOfMessages: 1 });
+    const token = peeked.peekedMessageItems[0];
+    return token ? parseStatus(token.messageText) : null;
   }
 }

@@ -3,7 +3,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { QueueServiceClient } from '@azure/storage-queue';
 import { startAzuriteQueue, type AzuriteQueue } from '../../dev/azurite.js';
-import { startLocalHost, type RunningLocalHost } from '../../dev/localHost.js';
+import { localHostId, startLocalHost, type RunningLocalHost } from '../../dev/localHost.js';
+import { timerLockQueueName } from '../../dev/timerLock.js';
 import { hostConfigFrom } from '../../shared/app/hostJson.js';
 import { parseSettings } from '../../shared/config/settings.js';
 import { encodeMessage } from '../../shared/app/queues.js';
@@ -309,4 +310,58 @@ describe('timers across local instances', () => {
     expect(overlaps).toBe(0);
     expect(runs).toBeGreaterThanOrEqual(3);
   }, 20_000);
+});
+
+describe('useMonitor on the local host', () => {
+  it('an hourly timer whose occurrence was missed while no instance ran fires once at start, past due', async () => {
+    const hourly = parseSettings({
+      KEEL_PG_URL: 'postgres://unused@127.0.0.1:1/monitor',
+      KEEL_MAINTENANCE_SCHEDULE: '0 0 * * * *',
+    });
+    const calls: { isPastDue: boolean; last: string }[] = [];
+    const start = (runOnStartup: boolean) =>
+      startLocalHost({
+        definitions: [
+          {
+            name: 'maintenance',
+            kind: 'timer',
+            scheduleSetting: 'KEEL_MAINTENANCE_SCHEDULE',
+            runOnStartup,
+            handler: async (timer) => {
+              calls.push({ isPastDue: timer.isPastDue, last: timer.scheduleStatus.last });
+            },
+          },
+        ],
+        settings: hourly,
+        hostConfig: hostConfigFrom({ version: '2.0' }),
+        queueService: svc,
+        opsKey: 'k'.repeat(32),
+        port: 0,
+        log: () => undefined,
+      });
+    // First instance: runs at start-up (not past due) and records the status: next = the coming hour.
+    const first = await start(true);
+    await until('the start-up run', async () => calls.length === 1, 5000);
+    await first.stop();
+    expect(calls[0]!.isPastDue).toBe(false);
+    // Nothing ran at the recorded next occurrence (the app was down): make it an hour ago.
+    const lock = svc.getQueueClient(timerLockQueueName(localHostId({ settings: hourly }), 'maintenance'));
+    const token = (await lock.receiveMessages({ numberOfMessages: 1, visibilityTimeout: 5 })).receivedMessageItems[0]!;
+    const status = JSON.parse(token.messageText) as { last: string; next: string };
+    expect(Date.parse(status.next)).toBeGreaterThan(Date.now());
+    const missed = { last: status.last, next: new Date(Date.now() - 3600_000).toISOString() };
+    await lock.updateMessage(token.messageId, token.popReceipt, JSON.stringify(missed), 0);
+    // The next instance fires it once at start, past due; its status then says the coming hour again.
+    const second = await start(false);
+    try {
+      await until('the past-due run', async () => calls.length === 2, 5000);
+      await new Promise((r) => setTimeout(r, 500));
+      expect(calls).toHaveLength(2);
+      expect(calls[1]).toEqual({ isPastDue: true, last: status.last });
+    } finally {
+      await second.stop();
+    }
+    const peeked = (await lock.peekMessages({ numberOfMessages: 1 })).peekedMessageItems[0]!;
+    expect(Date.parse((JSON.parse(peeked.messageText) as { next: string }).next)).toBeGreaterThan(Date.now());
+  }, 30_000);
 });
