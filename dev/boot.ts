@@ -88,7 +88,8 @@ async function opsKeyFor(dataDir: string, given: string | undefined): Promise<st
 }
 
 async function ensureDatabase(adminUrl: string, name: string): Promise<void> {
-  const client = new pg.Client({ connectionString: adminUrl });
+  const client = new pg.Client({ connectionString: adminUrl, connectionTimeoutMillis: 10_000 });
+  client.on('error', () => undefined); // a connection lost here fails the query below, which reports it
   await client.connect();
   try {
     const r = await client.query('select 1 from pg_database where datname = $1', [name]);

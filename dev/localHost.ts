@@ -1,7 +1,8 @@
 // The local host: runs the function definitions without Azure Functions Core Tools.
 // - HTTP on one port with the same routes (routePrefix from host.json), function keys enforced like Azure
 //   (`x-functions-key` header or `code` query) for authLevel 'function'.
-// - Timers on their NCRONTAB schedules (croner; six fields with seconds), never overlapping themselves.
+// - Timers on their NCRONTAB schedules (croner; six fields with seconds), each a singleton across the app's local
+//   instances (a lock in the shared storage, like Azure's) and never overlapping itself.
 // - Queue triggers polling Azure Storage (Azurite) with host.json semantics: batchSize and newBatchThreshold for
 //   concurrency, base64 message encoding, a failed message becomes visible again after visibilityTimeout, and
 //   after maxDequeueCount attempts it is moved to `<queue>-poison`.
@@ -25,6 +26,13 @@ import { HttpRequest, HttpResponse, InvocationContext } from './azureFunctions.j
 import type { HostConfig } from '../shared/app/hostJson.js';
 import { poisonQueueName } from '../shared/app/queues.js';
 import type { WakeupSource } from '../shared/jobs/processor.js';
+import {
+  QueueTimerLock,
+  timerLockQueueName,
+  type ScheduleStatus,
+  type TimerLock,
+  type TimerLockHandle,
+} from './timerLock.js';
 
 export interface LocalHostOptions {
   definitions: readonly FunctionDefinition[];
@@ -40,6 +48,24 @@ export interface LocalHostOptions {
   // once instead of at its next scheduled firing, so enqueue -> run does not wait for the timer or the queue poll.
   // The schedule stays as the fallback.
   wakeups?: { source: WakeupSource; timer: string };
+  // The app's identity for the timers' singleton locks (Azure: the host id). Default: the job store's connection and
+  // the jobs queue, which every local instance of one app shares. false: no cross-instance lock (one instance only).
+  hostId?: string;
+  timerLocks?: false;
+}
+
+// The interval between a schedule's next two occurrences (useMonitor's default depends on it).
+function scheduleIntervalMs(schedule: string): number {
+  const probe = new Cron(schedule, { paused: true });
+  const [a, b] = probe.nextRuns(2);
+  probe.stop();
+  return a && b ? b.getTime() - a.getTime() : Infinity;
+}
+
+export function localHostId(opts: Pick<LocalHostOptions, 'hostId' | 'settings'>): string {
+  if (opts.hostId) return opts.hostId;
+  const s = opts.settings;
+  return [s.KEEL_STORE_ENGINE, s.KEEL_PG_URL ?? s.KEEL_SQL_CONNECTION ?? '', s.KEEL_JOBS_QUEUE].join('|');
 }
 
 type Stoppable = { stop(): Promise<void> };
@@ -220,10 +246,16 @@ class HttpLayer implements Stoppable {
   }
 }
 
+// Timers as Azure runs them: each timer function is a singleton across the app's instances (TimerLock: the lock lives
+// in the storage account the instances share) and never overlaps itself on one instance. A scheduled firing that comes
+// while the timer is still running is skipped (Azure schedules the next occurrence after the run ends); a wake-up
+// during a run makes one more run afterwards. A firing on an instance that does not get the lock is skipped: the
+// instance holding it runs the timer.
 class TimerLayer implements Stoppable {
   private readonly jobs: Cron[] = [];
   private readonly running = new Set<Promise<void>>();
   private readonly fireNow = new Map<string, () => void>();
+  private stopped = false;
 
   constructor(
     private readonly defs: TimerDefinition[],
@@ -231,56 +263,98 @@ class TimerLayer implements Stoppable {
     private readonly log: (line: string) => void,
   ) {}
 
+  private lockFor(def: TimerDefinition): TimerLock | null {
+    if (this.opts.timerLocks === false) return null;
+    return new QueueTimerLock(this.opts.queueService, timerLockQueueName(localHostId(this.opts), def.name));
+  }
+
   start(): void {
     for (const def of this.defs) {
       const schedule = scheduleOf(def, this.opts.settings);
+      const lock = this.lockFor(def);
       let last: Date | null = null;
-      const fire = (job: Cron | null) => {
+      let lockTrouble = false;
+      // useMonitor as Azure defaults it: on for schedules of a minute or more, off for shorter ones.
+      const monitored = lock !== null && scheduleIntervalMs(schedule) >= 60_000;
+      const invoke = async (job: Cron | null, status: ScheduleStatus | null) => {
         const now = new Date();
         const timer: Timer = {
-          isPastDue: false,
+          // Monitored: the occurrence the status says was due is over a second late (missed while no instance ran).
+          isPastDue: monitored && status !== null && now.getTime() - Date.parse(status.next) > 1000,
           schedule: { adjustForDST: true },
           scheduleStatus: {
-            last: (last ?? now).toISOString(),
+            last: status?.last ?? (last ?? now).toISOString(),
             next: (job?.nextRun() ?? now).toISOString(),
             lastUpdated: now.toISOString(),
           },
         };
         last = now;
         const context = contextFor(def.name, this.log);
-        const p = (async () => {
-          try {
-            await def.handler(timer, context);
-          } catch (err) {
-            context.error(`timer function failed: ${(err as Error).stack ?? String(err)}`);
-          }
-        })();
-        this.running.add(p);
-        return p.finally(() => this.running.delete(p));
+        try {
+          await def.handler(timer, context);
+        } catch (err) {
+          context.error(`timer function failed: ${(err as Error).stack ?? String(err)}`);
+        }
       };
-      // protect: a run still going when the next is due is skipped, like the Functions timer's singleton lock.
-      const job = new Cron(schedule, { protect: true, name: def.name }, async (self: Cron) => {
-        await fire(self);
-      });
-      this.jobs.push(job);
-      // A wake-up runs it now; one arriving during a run makes one more run afterwards (never two at once).
+      // One run at a time on this instance, and only with the app-wide lock.
       let current: Promise<void> | null = null;
       let again = false;
-      const wake = () => {
+      const run = (job: Cron | null, wake: boolean): Promise<void> => {
+        if (this.stopped) return Promise.resolve();
         if (current) {
-          again = true;
-          return;
+          if (wake) again = true;
+          return current;
         }
-        current = fire(job).finally(() => {
+        const p = (async () => {
+          let handle: TimerLockHandle | null = { status: null, release: async () => undefined };
+          if (lock) {
+            handle = await lock.tryAcquire().catch((err: Error) => {
+              if (!lockTrouble) this.log(`timer ${def.name}: storage lock unavailable, firing skipped: ${err.message}`);
+              lockTrouble = true;
+              return null;
+            });
+            if (handle) lockTrouble = false;
+          }
+          if (!handle) return; // another instance runs this timer (or storage is down)
+          const ranAt = new Date();
+          try {
+            await invoke(job, handle.status);
+          } finally {
+            const next = job?.nextRun();
+            await handle.release(
+              monitored && next ? { last: ranAt.toISOString(), next: next.toISOString() } : undefined,
+            );
+          }
+        })();
+        current = p;
+        this.running.add(p);
+        void p.finally(() => {
+          this.running.delete(p);
           current = null;
           if (again) {
             again = false;
-            wake();
+            void run(job, true);
           }
         });
+        return p;
       };
-      this.fireNow.set(def.name, wake);
-      if (def.runOnStartup) void fire(job);
+      // protect: croner itself never starts a firing while the previous one's callback is still running. Unnamed: croner
+      // keeps named jobs in one process-wide registry, and two instances in one process (tests) name the same timers.
+      const job = new Cron(schedule, { protect: true }, async (self: Cron) => {
+        await run(self, false);
+      });
+      this.jobs.push(job);
+      this.fireNow.set(def.name, () => void run(job, true));
+      if (def.runOnStartup) void run(job, false);
+      // useMonitor: an occurrence missed while no instance ran (the recorded next is past) runs once now, past due.
+      if (monitored && lock) {
+        lock
+          .peekStatus()
+          .then((status) => {
+            if (status && Date.parse(status.next) < Date.now()) void run(job, false);
+          })
+          .catch(() => undefined); // storage down: the schedule goes on; the lock reports it at the next firing
+      }
     }
   }
 
@@ -289,6 +363,7 @@ class TimerLayer implements Stoppable {
   }
 
   async stop(): Promise<void> {
+    this.stopped = true;
     this.fireNow.clear();
     for (const j of this.jobs) j.stop();
     await Promise.allSettled([...this.running]);

@@ -6,6 +6,8 @@ import { app } from '@azure/functions';
 import { parseSettings } from '../shared/config/settings.js';
 import { principalTrustWarning } from '../shared/ops/auth.js';
 import { definitions, queueNameOf, scheduleOf } from './definitions.js';
+import { installGracefulShutdown } from '../shared/app/shutdown.js';
+import { flushTelemetry } from '../shared/telemetry/index.js';
 
 const settings = parseSettings(process.env);
 // Under the Functions host (Azure, a container, func start) the principal header is believed only behind App
@@ -39,3 +41,10 @@ for (const def of definitions) {
       break;
   }
 }
+
+// Scale-in, redeploys and restarts: the host's appTerminate (and a container's SIGTERM) stop the job processors within
+// KEEL_SHUTDOWN_GRACE_MS, handing running jobs back with their attempt given back, then flush telemetry.
+installGracefulShutdown(
+  { appTerminate: (handler) => app.hook.appTerminate(handler), process },
+  { graceMs: settings.KEEL_SHUTDOWN_GRACE_MS, log: (line) => console.log(line), after: flushTelemetry },
+);

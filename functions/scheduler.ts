@@ -1,6 +1,6 @@
 // Timer: recurring jobs. Enqueues the due ticks of every schedule declared in handlers/ (defineSchedule), applying
-// each schedule's missed-tick policy; the store's compare-and-set makes each tick enqueued exactly once, however many
-// instances fire this timer at once.
+// each schedule's missed-tick policy. Azure runs a timer on one instance at a time (a lock in the storage account);
+// the store's compare-and-set makes each tick enqueued exactly once even where two passes do meet.
 import type { InvocationContext, Timer } from '@azure/functions';
 import { getRuntime } from '../shared/app/runtime.js';
 import { runSchedulerPass } from '../shared/app/dispatch.js';

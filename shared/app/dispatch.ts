@@ -108,6 +108,17 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
   return { jobs, transfers };
 }
 
+// A pass that rescued, purged and reconciled nothing and left no work for the next one: the usual pass of an idle
+// app, logged at debug (like the Functions host at its default level, the local host drops it) instead of one line
+// at information every pass.
+export function maintenanceDidNothing(report: MaintenancePassReport): boolean {
+  const { jobs, transfers } = report;
+  const counts = [...Object.values(jobs.rescued), ...Object.values(jobs.purged)];
+  return (
+    jobs.complete && counts.every((n) => n === 0) && (transfers === 'not configured' || transfers.reconciled === 0)
+  );
+}
+
 export interface SchedulerPassReport {
   schedules: SchedulePassItem[];
   enqueued: number;

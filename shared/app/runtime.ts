@@ -13,6 +13,7 @@ import { StorageQueueGateway, type QueueGateway } from './queues.js';
 import { createTransferService, type TransferServiceLike } from './transfers.js';
 import { processorTelemetry } from './telemetryHooks.js';
 import { appFunctionTimeoutMs } from './hostJson.js';
+import { registerLiveProcessor } from './shutdown.js';
 
 export interface Runtime {
   readonly settings: Settings;
@@ -93,6 +94,8 @@ export async function createRuntime(settings: Settings, overrides: RuntimeOverri
     log: consoleLogger,
     events: processorTelemetry,
   });
+  // The app's graceful stop (appTerminate, SIGTERM: shared/app/shutdown.ts) stops every live processor.
+  const forgetProcessor = registerLiveProcessor(processor);
   let closed: Promise<void> | undefined;
   return {
     settings,
@@ -106,6 +109,7 @@ export async function createRuntime(settings: Settings, overrides: RuntimeOverri
     close() {
       closed ??= (async () => {
         await processor.shutdown(5_000).catch(() => undefined);
+        forgetProcessor();
         if (transfers && overrides.transfers === undefined) await transfers.close().catch(() => undefined);
         if (!overrides.store) await store.close();
         // Process-wide pools the store and the journal share (SQL Server's): closed with the runtime.

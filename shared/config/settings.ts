@@ -123,6 +123,10 @@ export const settingsSchema = z
     KEEL_WORKER_ID: optionalString,
     KEEL_LEASE_SECONDS: int(60, 5, 3600),
     KEEL_HEARTBEAT_MS: int(10_000, 200, 600_000),
+    // Graceful stop under the Functions host (appTerminate, SIGTERM): how long running handlers get before they are
+    // aborted with reason 'shutdown' and handed back. The host kills the worker 5 s after asking it to terminate
+    // (WorkerTerminate's grace period), so the default and the cap leave room for the hand-back writes.
+    KEEL_SHUTDOWN_GRACE_MS: int(3_000, 0, 4_000),
     KEEL_DEMO_HANDLERS: bool(false),
     // Accept enqueues of job types this app has no handler for (a producer-only app; another app runs them).
     // Off: such jobs are refused at enqueue (400 naming "type") instead of being dead-lettered later.

@@ -124,17 +124,6 @@ export function registerDatabaseInstrumentations(options: DatabaseInstrumentatio
   return unregister;
 }
 
-function registerFlushOnShutdown(ai: typeof AppInsights): void {
-  try {
-    const functions = require('@azure/functions') as typeof import('@azure/functions');
-    functions.app.hook.appTerminate(async () => {
-      await ai.flushAzureMonitor();
-    });
-  } catch (err) {
-    diag.debug('keel telemetry: no appTerminate hook', err);
-  }
-}
-
 /**
  * Sets up Application Insights once per process. Idempotent: later calls return the first result.
  * Never throws; a setup failure is logged and leaves telemetry disabled.
@@ -163,7 +152,6 @@ export function initTelemetryOnce(env: TelemetryEnv, hooks: InitHooks = {}): Tel
       },
     });
     unregisterDatabaseInstrumentations = registerDatabaseInstrumentations();
-    registerFlushOnShutdown(ai);
     state = { enabled: true };
     hooks.onEnabled?.();
   } catch (err) {
@@ -173,7 +161,11 @@ export function initTelemetryOnce(env: TelemetryEnv, hooks: InitHooks = {}): Tel
   return state;
 }
 
-/** Sends whatever is buffered (no-op when disabled). */
+/**
+ * Sends whatever is buffered (no-op when disabled). Under the Functions host the app's appTerminate hook calls it
+ * after the job processors have stopped (shared/app/shutdown.ts), so the hand-backs' events are sent too: one hook,
+ * in that order, instead of a flush of its own that would run before them.
+ */
 export async function flushTelemetry(): Promise<void> {
   if (!state?.enabled) return;
   const ai = require('applicationinsights') as typeof AppInsights;

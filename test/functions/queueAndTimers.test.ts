@@ -251,6 +251,12 @@ describe('maintenance (timer)', () => {
     const report = JSON.parse(line.slice('maintenance: '.length));
     expect(report.jobs.purged.archive).toBeGreaterThanOrEqual(1);
     expect(report.transfers).toBe('not configured');
+    // A pass that did something is reported at information; the next one, with nothing left, only at debug.
+    expect(ctx.logs.find((l) => l.text.startsWith('maintenance:'))!.level).toBe('information');
+    const idle = context('maintenance');
+    await maintenance(timer, idle);
+    expect(idle.logs.filter((l) => l.text.startsWith('maintenance:')).map((l) => l.level)).toEqual(['debug']);
+    expect(idle.logs.filter((l) => l.level !== 'debug' && l.level !== 'trace')).toEqual([]);
   });
 });
 

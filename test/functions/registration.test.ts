@@ -4,12 +4,21 @@ import { describe, expect, it, vi } from 'vitest';
 import path from 'node:path';
 
 const registered: { kind: string; name: string; options: Record<string, unknown> }[] = [];
+const terminateHooks: unknown[] = [];
 
 vi.mock('@azure/functions', async (importOriginal) => {
   const real = await importOriginal<typeof import('@azure/functions')>();
   const record = (kind: string) => (name: string, options: Record<string, unknown>) =>
     registered.push({ kind, name, options });
-  return { ...real, app: { http: record('http'), storageQueue: record('storageQueue'), timer: record('timer') } };
+  return {
+    ...real,
+    app: {
+      http: record('http'),
+      storageQueue: record('storageQueue'),
+      timer: record('timer'),
+      hook: { appTerminate: (handler: unknown) => terminateHooks.push(handler) },
+    },
+  };
 });
 
 describe('Azure registration', () => {
@@ -18,9 +27,15 @@ describe('Azure registration', () => {
     vi.stubEnv('KEEL_JOBS_QUEUE', 'custom-jobs');
     vi.stubEnv('KEEL_DISPATCH_SCHEDULE', '*/30 * * * * *');
     vi.stubEnv('KEEL_TRUST_CLIENT_PRINCIPAL', '');
+    const sigtermBefore = process.listeners('SIGTERM');
     await import('../../functions/index.js');
     const { definitions } = await import('../../functions/definitions.js');
     expect(registered.map((r) => r.name).sort()).toEqual(definitions.map((d) => d.name).sort());
+    // Graceful scale-in: one appTerminate hook (processors, then telemetry) and a SIGTERM listener doing the same.
+    expect(terminateHooks).toHaveLength(1);
+    const added = process.listeners('SIGTERM').filter((l) => !sigtermBefore.includes(l));
+    expect(added).toHaveLength(1);
+    for (const l of added) process.off('SIGTERM', l);
     const byName = Object.fromEntries(registered.map((r) => [r.name, r]));
     expect(byName.jobRunner).toMatchObject({
       kind: 'storageQueue',
