@@ -476,7 +476,7 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async fireSchedule(name: string, expectedTick: Date | null, tick: Date, jobs: EnqueueRequest[]): Promise<FireResult> {
-    const docs = jobs.length ? prepareEnqueue(jobs, this.maxPayloadBytes) : [];
+    const docs = jobs.length ? prepareEnqueue(jobs, this.maxPayloadBytes, { scheduleKeys: true }) : [];
     // Safe to repeat after a lost reply: the compare-and-set makes a second run 'lost', enqueuing nothing.
     const rows = await this.call(
       'fire_schedule',

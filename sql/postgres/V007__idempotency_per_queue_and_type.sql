@@ -1,0 +1,8 @@
+-- Idempotency keys are unique per (queue, type, key) among hot jobs (issue 25), no longer across the whole table: a
+-- producer's key can no longer collide with (or squat) another queue's or another job type's key. Existing rows
+-- migrate as they are: keys unique across the table are unique within each (queue, type) too, so the new index
+-- builds over them without a change. Inserts (enqueue_many, resurrect) take the key rows in (queue, type, key) order
+-- (sql/README.md, "Lock order").
+create unique index jobs_hot_idempotency_scope on keel.jobs_hot (queue, type, idempotency_key)
+  where idempotency_key is not null;
+drop index keel.jobs_hot_idempotency_key;
