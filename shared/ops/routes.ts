@@ -234,7 +234,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     body: s.enqueueBody,
     responses: {
       201: 'enqueued (duplicate: a hot job of the same queue and type held the idempotency key, with the same payload)',
-      400: "invalid job: unknown type, payload failing the handler's schema, wrong queue, a key starting with \"schedule:\" (reserved for the scheduler) (the field is named; nothing is enqueued)",
+      400: 'invalid job: unknown type, payload failing the handler\'s schema, wrong queue, a key starting with "schedule:" (reserved for the scheduler) (the field is named; nothing is enqueued)',
       409: 'an idempotency key is held by a hot job of the same queue and type with another payload (the key and field are named; nothing is enqueued)',
       413: 'body too large',
     },

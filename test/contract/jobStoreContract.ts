@@ -1,6 +1,10 @@
 // The job store contract suite: written once, run against every engine through its EngineHarness.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { IdempotencyConflictError, STATS_DUE_COUNT_CAP, TEXT_SEARCH_SCAN_ROWS_MAX } from '../../shared/jobs/contract.js';
+import {
+  IdempotencyConflictError,
+  STATS_DUE_COUNT_CAP,
+  TEXT_SEARCH_SCAN_ROWS_MAX,
+} from '../../shared/jobs/contract.js';
 import type { ClaimedJob, JobStore, LeaseRef } from '../../shared/jobs/contract.js';
 import { LIMITS, ValidationError } from '../../shared/jobs/validate.js';
 import type { EngineHarness, PillarTable } from './harness.js';
@@ -93,7 +97,12 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       const q = freshQueue('idem-scope');
       const key = `order-${q}`;
       // An attacker enqueues the key first, on its own queue and under another type of the victim's queue.
-      const squatA = await store.enqueue({ queue: `${q}-attacker`, type: 'charge', payload: { to: 'x' }, idempotencyKey: key });
+      const squatA = await store.enqueue({
+        queue: `${q}-attacker`,
+        type: 'charge',
+        payload: { to: 'x' },
+        idempotencyKey: key,
+      });
       const squatB = await store.enqueue({ queue: q, type: 'refund', payload: { to: 'x' }, idempotencyKey: key });
       const real = await store.enqueue({ queue: q, type: 'charge', payload: { to: 'y' }, idempotencyKey: key });
       expect(real.duplicate).toBe(false);
@@ -105,7 +114,12 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       const q = freshQueue('idem-conflict');
       const key = `charge-${q}`;
       // A predictable producer key taken first with the attacker's payload.
-      const squat = await store.enqueue({ queue: q, type: 'charge', payload: { amount: 1, to: 'attacker' }, idempotencyKey: key });
+      const squat = await store.enqueue({
+        queue: q,
+        type: 'charge',
+        payload: { amount: 1, to: 'attacker' },
+        idempotencyKey: key,
+      });
       const err = await store
         .enqueueMany([
           { queue: q, type: 'charge', payload: { other: true } },
@@ -140,7 +154,12 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
     it('reserves "schedule:" keys for the scheduler: enqueue and enqueueMany refuse them', async () => {
       const q = freshQueue('idem-reserved');
       await expect(
-        store.enqueue({ queue: q, type: 't', idempotencyKey: 'schedule:nightly:2031-01-01T00:00:00.000Z', delayMs: 1000 }),
+        store.enqueue({
+          queue: q,
+          type: 't',
+          idempotencyKey: 'schedule:nightly:2031-01-01T00:00:00.000Z',
+          delayMs: 1000,
+        }),
       ).rejects.toThrow(/^idempotencyKey: keys starting with "schedule:" are reserved/);
       await expect(
         store.enqueueMany([

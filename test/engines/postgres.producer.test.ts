@@ -68,7 +68,9 @@ describe('PostgreSQL producers: keel.enqueue_many in the caller transaction, rol
     const queue = 'orders-rollback';
     await producer.query('begin');
     await producer.query('insert into public.orders (id, amount) values (1, 100)');
-    const { rows } = await producer.query(ENQUEUE, [JSON.stringify([{ queue, type: 'charge', payload: { order: 1 } }])]);
+    const { rows } = await producer.query(ENQUEUE, [
+      JSON.stringify([{ queue, type: 'charge', payload: { order: 1 } }]),
+    ]);
     expect(rows[0].job_ids).toHaveLength(1);
     await producer.query('rollback');
     await settle();
@@ -139,8 +141,14 @@ describe('PostgreSQL producers: keel.enqueue_many in the caller transaction, rol
       [[{ ...ok, tags: ['a', 7] }], /^jobs\[0\]\.tags: /],
       [[{ ...ok, tags: Array.from({ length: 17 }, (_, i) => `t${i}`) }], /^jobs\[0\]\.tags: /],
       [[{ ...ok, idempotencyKey: 'k'.repeat(201) }], /^jobs\[0\]\.idempotencyKey: /],
-      [[{ ...ok, idempotencyKey: 'schedule:nightly:2031-01-01T00:00:00.000Z' }], /^jobs\[0\]\.idempotencyKey: keys starting with "schedule:" are reserved/],
-      [[{ ...ok, payload: { big: 'x'.repeat(300 * 1024) } }], /^jobs\[0\]\.payload: is \d+ bytes of JSON; the limit is 262144/],
+      [
+        [{ ...ok, idempotencyKey: 'schedule:nightly:2031-01-01T00:00:00.000Z' }],
+        /^jobs\[0\]\.idempotencyKey: keys starting with "schedule:" are reserved/,
+      ],
+      [
+        [{ ...ok, payload: { big: 'x'.repeat(300 * 1024) } }],
+        /^jobs\[0\]\.payload: is \d+ bytes of JSON; the limit is 262144/,
+      ],
       [[{ ...ok, colour: 'red' }], /^jobs\[0\]\.colour: is not a job field/],
       [[ok, 'not a job'], /^jobs\[1\]: must be a JSON object/],
     ];

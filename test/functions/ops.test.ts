@@ -140,7 +140,12 @@ describe('ops: jobs', () => {
   });
 
   it('answers 409 naming the key when a hot job holds it with another payload, and enqueues nothing', async () => {
-    const held = await enqueue({ queue: 'ops-idem', type: 'demo.echo', payload: { message: 'a' }, idempotencyKey: 'pay-7' });
+    const held = await enqueue({
+      queue: 'ops-idem',
+      type: 'demo.echo',
+      payload: { message: 'a' },
+      idempotencyKey: 'pay-7',
+    });
     t.queues.clear();
     const one = await call('POST', 'jobs', {
       body: { queue: 'ops-idem', type: 'demo.echo', payload: { message: 'b' }, idempotencyKey: 'pay-7' },
