@@ -53,9 +53,9 @@ $$;
 
 -- The app's own session: its login is a member of keel_executor (or the schema owner, current_user inside the
 -- SECURITY DEFINER entry points). The app has checked every job by these same rules in TypeScript one step before
--- the call (prepareEnqueue, shared/jobs/validate.ts), and it may call fire_schedule and every other operation
--- anyway, so _enqueue checks the jobs of every other session (producers, keel_producer) and spares the app's
--- 20,000-job batches a second pass (a third of the enqueue's time).
+-- the call (prepareEnqueue, shared/jobs/validate.ts), and it may call every other operation anyway, so _enqueue
+-- checks the fields of every other session's jobs (producers, keel_producer) and spares the app's 20,000-job batches
+-- a second pass (a third of the enqueue's time); the reserved "schedule:" keys it refuses to every session.
 -- The payload limit: keel.max_payload_bytes (a role's or the database's setting: ALTER ROLE ... SET), else 256 KiB
 -- (KEEL_MAX_PAYLOAD_BYTES' default), never more than 16 MiB (its bound). Measured on jsonb's text, whose separators
 -- carry a space. The app's own login (a member of keel_executor) has measured each payload's compact JSON against
@@ -181,6 +181,13 @@ begin
   v_docs := array(select e.j from jsonb_array_elements(p_jobs) with ordinality as e(j, o) order by e.o);
   if not keel._app_session() then
     v_problem := keel._jobs_problem(v_docs, p_scheduler);
+  elsif not p_scheduler then
+    -- The scheduler's keys are refused to every caller of enqueue_many, the app included.
+    v_problem := (select format('jobs[%s].idempotencyKey: keys starting with "schedule:" are reserved for the scheduler',
+                                u.o - 1)
+                  from unnest(v_docs) with ordinality as u(d, o)
+                  where starts_with(u.d->>'idempotencyKey', 'schedule:')
+                  order by u.o limit 1);
   end if;
   if v_problem is not null then
     raise exception '%', v_problem using errcode = '22023';

@@ -188,6 +188,29 @@ describe('PostgreSQL producers: keel.enqueue_many in the caller transaction, rol
     expect(await hotCount(queue)).toBe(2);
   });
 
+  it('refuses "schedule:" keys to the app\'s own login too: only fire_schedule writes them', async () => {
+    const app = new pg.Client({ connectionString: appUrl(ownerUrl), connectionTimeoutMillis: 10_000 });
+    app.on('error', () => undefined);
+    await app.connect();
+    try {
+      const jobs = [
+        { queue: 'orders-reserved', type: 'charge' },
+        { queue: 'orders-reserved', type: 'charge', idempotencyKey: 'schedule:nightly:2031-01-01T00:00:00.000Z' },
+      ];
+      await expect(app.query(ENQUEUE, [JSON.stringify(jobs)])).rejects.toMatchObject({
+        code: '22023',
+        message: expect.stringMatching(/^jobs\[1\]\.idempotencyKey: keys starting with "schedule:" are reserved/),
+      });
+      const fired = await app.query(`select status from keel.fire_schedule('nightly', null, now(), $1::jsonb)`, [
+        JSON.stringify([jobs[1]]),
+      ]);
+      expect(fired.rows[0].status).toBe('fired');
+      expect(await hotCount('orders-reserved')).toBe(1);
+    } finally {
+      await app.end();
+    }
+  });
+
   it('answers a key held with another payload with 23505 naming the key (the SQL form of the 409)', async () => {
     const queue = 'orders-conflict';
     const job = (payload: unknown) => JSON.stringify([{ queue, type: 'charge', payload, idempotencyKey: 'charge-9' }]);
