@@ -24,14 +24,42 @@ export interface EnqueueRequest {
   delayMs?: number; // mutually exclusive with runAt
   runAt?: Date;
   tags?: string[];
-  idempotencyKey?: string; // unique among hot jobs
+  // Unique among hot jobs of the same queue and type. Enqueued again with the same payload: a duplicate (the held
+  // job's id); with another payload: IdempotencyConflictError, nothing enqueued. "schedule:..." is the scheduler's.
+  idempotencyKey?: string;
   maxAttempts?: number; // overrides the queue's max_attempts
   expiresAt?: Date; // not started by then -> DLQ 'expired'
 }
 
 export interface EnqueueResult {
   id: JobId;
-  duplicate: boolean; // true: a hot job with the same idempotency key existed; id is that job's
+  // true: a hot job of the same queue and type held the idempotency key, with the same payload; id is that job's
+  duplicate: boolean;
+}
+
+// Keys reserved for the scheduler's jobs (schedule:<name>:<tick>): only fireSchedule may enqueue them.
+export const SCHEDULE_KEY_PREFIX = 'schedule:';
+
+// A job's idempotency key is held by a hot job of its queue and type with another payload (or, for fireSchedule, by
+// a job the schedule did not enqueue): a conflict, never a silent duplicate. The whole batch was refused.
+export class IdempotencyConflictError extends Error {
+  constructor(
+    readonly index: number, // the job's place in the batch
+    readonly queue: string,
+    readonly type: string,
+    readonly idempotencyKey: string,
+  ) {
+    super(
+      `idempotency key "${idempotencyKey}" is already held by a hot job of queue "${queue}" and type "${type}" ` +
+        'with another payload',
+    );
+    this.name = 'IdempotencyConflictError';
+  }
+
+  // The field at fault, as ValidationError names it: "idempotencyKey" for one job, "jobs[i].idempotencyKey" in a batch.
+  field(count: number): string {
+    return count === 1 ? 'idempotencyKey' : `jobs[${this.index}].idempotencyKey`;
+  }
 }
 
 export interface ClaimedJob {
@@ -235,6 +263,8 @@ export interface ClaimOptions {
 
 export interface JobStore {
   readonly engine: string;
+  // Both throw IdempotencyConflictError (nothing enqueued) when a key is held with another payload, and refuse keys
+  // starting with SCHEDULE_KEY_PREFIX (ValidationError).
   enqueue(job: EnqueueRequest): Promise<EnqueueResult>;
   enqueueMany(jobs: EnqueueRequest[]): Promise<EnqueueResult[]>;
   claimNext(opts: ClaimOptions): Promise<ClaimedJob[]>;
@@ -269,6 +299,8 @@ export interface JobStore {
   getJob(jobId: JobId): Promise<JobRecord | null>;
   // Recurring schedules: state by name (all when name is omitted); pause/resume; and the compare-and-set that moves
   // lastTick from expectedTick to tick and enqueues the tick's jobs in one transaction (exactly once per tick).
+  // Its jobs may carry "schedule:" keys; a key held by a job the schedule did not enqueue is an
+  // IdempotencyConflictError and the tick is not recorded.
   listSchedules(name?: string): Promise<ScheduleState[]>;
   setSchedulePaused(name: string, paused: boolean): Promise<ScheduleState>;
   fireSchedule(name: string, expectedTick: Date | null, tick: Date, jobs: EnqueueRequest[]): Promise<FireResult>;

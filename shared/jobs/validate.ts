@@ -10,6 +10,7 @@ import {
   PURGE_TARGETS,
   TEXT_SEARCH_SCAN_ROWS_MAX,
   ZOMBIE_POLICIES,
+  SCHEDULE_KEY_PREFIX,
   type EnqueueRequest,
   type JobStore,
   type LeaseRef,
@@ -240,10 +241,14 @@ export function plainValid(job: unknown): boolean {
   }
   return true;
 }
+export const RESERVED_KEY_MESSAGE = `keys starting with "${SCHEDULE_KEY_PREFIX}" are reserved for the scheduler`;
+
 // Returns the JSON document an engine stores for each job; throws ValidationError naming e.g. "jobs[3].payload".
+// Keys starting with "schedule:" are refused unless scheduleKeys (fireSchedule, the scheduler's own jobs).
 export function prepareEnqueue(
   jobs: EnqueueRequest[],
   maxPayloadBytes = DEFAULT_MAX_PAYLOAD_BYTES,
+  opts: { scheduleKeys?: boolean } = {},
 ): Record<string, unknown>[] {
   if (!Array.isArray(jobs)) throw new ValidationError('jobs', 'must be an array');
   if (jobs.length > MAX_BATCH)
@@ -257,6 +262,8 @@ export function prepareEnqueue(
       if (!parsed.success) throw firstIssue(parsed.error, prefix);
       j = parsed.data;
     }
+    if (!opts.scheduleKeys && j.idempotencyKey?.startsWith(SCHEDULE_KEY_PREFIX))
+      throw new ValidationError(prefix ? `${prefix}.idempotencyKey` : 'idempotencyKey', RESERVED_KEY_MESSAGE);
     let payloadText: string | undefined;
     try {
       payloadText = JSON.stringify(j.payload ?? null);

@@ -6,6 +6,7 @@ import Router from 'find-my-way';
 import type { HttpRequest, HttpResponseInit, InvocationContext } from '@azure/functions';
 import type { z } from 'zod';
 import { ValidationError, issueMessage } from '../jobs/validate.js';
+import { IdempotencyConflictError } from '../jobs/contract.js';
 import type { OpsRuntime } from './context.js';
 import { OpsError, errorResponse, json } from './errors.js';
 import {
@@ -292,6 +293,14 @@ export function createOpsHandler(
         return errorResponse(new OpsError('unavailable', 'the ops API is misconfigured; see the function logs'));
       }
       if (err instanceof ValidationError) return errorResponse(new OpsError('invalid_request', err.message, err.field));
+      if (err instanceof IdempotencyConflictError)
+        return errorResponse(
+          new OpsError('conflict', err.message, `jobs[${err.index}].idempotencyKey`, {
+            idempotencyKey: err.idempotencyKey,
+            queue: err.queue,
+            type: err.type,
+          }),
+        );
       context.error(`ops ${method} ${path} failed: ${(err as Error).stack ?? String(err)}`);
       return errorResponse(new OpsError('internal_error', 'internal error; see the function logs'));
     }

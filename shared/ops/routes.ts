@@ -3,8 +3,8 @@ import type { JobRecord, PurgeTarget, QueueSettingsPatch } from '../jobs/contrac
 import type { JobRequest } from '../jobs/typedEnqueue.js';
 import { purgeInBatches } from '../jobs/maintenance.js';
 import { LIMITS } from '../jobs/validate.js';
-import { TEXT_SEARCH_SCAN_ROWS_MAX } from '../jobs/contract.js';
-import { conflict, invalid, notFound } from './errors.js';
+import { IdempotencyConflictError, TEXT_SEARCH_SCAN_ROWS_MAX } from '../jobs/contract.js';
+import { OpsError, conflict, invalid, notFound } from './errors.js';
 import { route, type OpsRoute } from './router.js';
 import * as s from './schemas.js';
 import { transferRoutes } from './transferRoutes.js';
@@ -28,6 +28,15 @@ function toEnqueueRequest(j: EnqueueJobInput): JobRequest {
     ...(j.maxAttempts !== undefined ? { maxAttempts: j.maxAttempts } : {}),
     ...(j.expiresAt !== undefined ? { expiresAt: new Date(j.expiresAt) } : {}),
   };
+}
+
+// 409 naming the key and the field; not the holder's id (the caller may not be the one who enqueued it).
+export function idempotencyConflict(err: IdempotencyConflictError, count: number): OpsError {
+  return new OpsError('conflict', err.message, err.field(count), {
+    idempotencyKey: err.idempotencyKey,
+    queue: err.queue,
+    type: err.type,
+  });
 }
 
 // Describes where a job is, for 409 bodies after a lost race.
@@ -224,8 +233,9 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     query: s.emptyQuery,
     body: s.enqueueBody,
     responses: {
-      201: 'enqueued (duplicate: an idempotency key matched a hot job)',
-      400: "invalid job: unknown type, payload failing the handler's schema, wrong queue (the field is named; nothing is enqueued)",
+      201: 'enqueued (duplicate: a hot job of the same queue and type held the idempotency key, with the same payload)',
+      400: 'invalid job: unknown type, payload failing the handler\'s schema, wrong queue, a key starting with "schedule:" (reserved for the scheduler) (the field is named; nothing is enqueued)',
+      409: 'an idempotency key is held by a hot job of the same queue and type with another payload (the key and field are named; nothing is enqueued)',
       413: 'body too large',
     },
     output: s.out.enqueue,
@@ -233,9 +243,12 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
       const many = 'jobs' in body;
       const jobs = many ? body.jobs : [body];
       // Type, payload schema and queue are checked for every job before any is written (400 naming the field).
-      const results = await rt.enqueueAndPost(jobs.map(toEnqueueRequest), log, {
-        prefix: (i) => (many ? `jobs[${i}]` : ''),
-      });
+      const results = await rt
+        .enqueueAndPost(jobs.map(toEnqueueRequest), log, { prefix: (i) => (many ? `jobs[${i}]` : '') })
+        .catch((err: unknown) => {
+          if (err instanceof IdempotencyConflictError) throw idempotencyConflict(err, many ? jobs.length : 1);
+          throw err;
+        });
       return { status: 201, body: many ? { jobs: results } : results[0] };
     },
   }),

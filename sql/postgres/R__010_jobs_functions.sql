@@ -38,20 +38,124 @@ returns double precision language sql stable as $$
 $$;
 
 -- ---------------------------------------------------------------------------------------------------------------
--- enqueue_many(jobs): jobs is a JSON array of {queue, type, payload, priority, runAt, delayMs, tags, idempotencyKey,
--- maxAttempts, expiresAt}. Returns one row of two arrays parallel to the input: each job's id and whether it was a
--- duplicate of a hot job with the same idempotency key (20,000 result rows cost the client more than the arrays).
--- Rows are inserted in idempotency-key order, so concurrent batches that share keys wait on each other in one order
--- and never deadlock; ON CONFLICT DO NOTHING never raises for them.
+-- enqueue_many(jobs): the versioned SQL entry point for producers (docs/jobs.md, "Producing jobs from another
+-- application"; the role keel_producer may execute it and nothing else). jobs is a JSON array of {queue, type,
+-- payload, priority, runAt, delayMs, tags, idempotencyKey, maxAttempts, expiresAt}. Returns one row of two arrays
+-- parallel to the input: each job's id and whether it was a duplicate of a hot job with the same (queue, type,
+-- idempotency key) and the same payload (20,000 result rows cost the client more than the arrays). A plain function:
+-- no COMMIT or ROLLBACK of its own, so it runs inside the caller's transaction, and its wake-ups (pg_notify) are
+-- delivered only when that transaction commits. It validates every job as the HTTP API does (shared/jobs/validate.ts)
+-- and refuses the batch with SQLSTATE 22023 naming the field ("jobs[3].priority: ..."); a key held by a hot job with
+-- another payload refuses it with 23505 (constraint jobs_hot_idempotency_scope, the detail a JSON object naming the
+-- job, queue, type and key). Keys starting "schedule:" are the scheduler's (fire_schedule) and refused here.
+-- Rows are inserted in (idempotency key, queue, type) order, the index's, so concurrent batches that share keys wait on each
+-- other in one order and never deadlock; ON CONFLICT DO NOTHING never raises for them.
+
+-- The app's own session: its login is a member of keel_executor (or the schema owner, current_user inside the
+-- SECURITY DEFINER entry points). The app has checked every job by these same rules in TypeScript one step before
+-- the call (prepareEnqueue, shared/jobs/validate.ts), and it may call every other operation anyway, so _enqueue
+-- checks the fields of every other session's jobs (producers, keel_producer) and spares the app's 20,000-job batches
+-- a second pass (a third of the enqueue's time); the reserved "schedule:" keys it refuses to every session.
+-- The payload limit: keel.max_payload_bytes (a role's or the database's setting: ALTER ROLE ... SET), else 256 KiB
+-- (KEEL_MAX_PAYLOAD_BYTES' default), never more than 16 MiB (its bound). Measured on jsonb's text, whose separators
+-- carry a space. The app's own login (a member of keel_executor) has measured each payload's compact JSON against
+-- KEEL_MAX_PAYLOAD_BYTES before the call (shared/jobs/validate.ts): it gets the bound, so the two measures never
+-- disagree about its jobs; so does the schema owner (current_user here, inside the SECURITY DEFINER entry points).
+create or replace function keel._app_session()
+returns boolean language sql stable as $$
+  select session_user = current_user or pg_has_role(session_user, 'keel_executor', 'member')
+$$;
+
+create or replace function keel._max_payload_bytes()
+returns bigint language sql stable as $$
+  select case when keel._app_session() then 16777216
+              else least(16777216, greatest(1024, coalesce(
+                     case when current_setting('keel.max_payload_bytes', true) ~ '^[0-9]{1,9}$'
+                          then current_setting('keel.max_payload_bytes', true)::bigint end, 262144))) end
+$$;
+
+-- What is wrong with one job document, as "field: message", or null: the rules of shared/jobs/validate.ts
+-- (enqueueFields, LIMITS). One expression without subqueries, so the planner inlines it into the batch's one pass.
+-- Names are matched by '+' with their length tested apart: a bounded repeat ({1,128}) is compiled into 128 copies
+-- of the class and doubled the cost of a 20,000-job enqueue.
+create or replace function keel._job_problem(d jsonb, p_scheduler boolean, p_max_payload bigint)
+returns text language sql stable as $$
+  select case
+    when jsonb_typeof(d) is distinct from 'object' then '(job): must be a JSON object'
+    when d - '{queue,type,payload,priority,runAt,delayMs,tags,idempotencyKey,maxAttempts,expiresAt}'::text[] <> '{}'::jsonb
+      then '(field): is not a job field'
+    when jsonb_typeof(d->'queue') is distinct from 'string' or char_length(d->>'queue') > 128
+         or not (d->>'queue') ~ '^[A-Za-z0-9_.:-]+$'
+      then 'queue: must be a name of 1-128 letters, digits and _ . : -'
+    when jsonb_typeof(d->'type') is distinct from 'string' or char_length(d->>'type') > 128
+         or not (d->>'type') ~ '^[A-Za-z0-9_.:-]+$'
+      then 'type: must be a name of 1-128 letters, digits and _ . : -'
+    when d ? 'priority' and (jsonb_typeof(d->'priority') <> 'number' or (d->>'priority')::numeric % 1 <> 0
+                             or abs((d->>'priority')::numeric) > 1000000)
+      then 'priority: must be an integer from -1000000 to 1000000'
+    when d ? 'delayMs' and (jsonb_typeof(d->'delayMs') <> 'number' or (d->>'delayMs')::numeric % 1 <> 0
+                            or (d->>'delayMs')::numeric not between 0 and 31622400000)
+      then 'delayMs: must be an integer from 0 to 31622400000 (366 days)'
+    when d ? 'maxAttempts' and (jsonb_typeof(d->'maxAttempts') <> 'number' or (d->>'maxAttempts')::numeric % 1 <> 0
+                                or (d->>'maxAttempts')::numeric not between 1 and 1000)
+      then 'maxAttempts: must be an integer from 1 to 1000'
+    when d ? 'runAt' and (jsonb_typeof(d->'runAt') <> 'string' or not (d->>'runAt') ~
+           '^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?(Z|z|[+-][0-9]{2}(:?[0-9]{2})?)$')
+      then 'runAt: must be an ISO 8601 date and time with its offset (Z or +hh:mm)'
+    when d ? 'expiresAt' and (jsonb_typeof(d->'expiresAt') <> 'string' or not (d->>'expiresAt') ~
+           '^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?(Z|z|[+-][0-9]{2}(:?[0-9]{2})?)$')
+      then 'expiresAt: must be an ISO 8601 date and time with its offset (Z or +hh:mm)'
+    when d ? 'runAt' and d ? 'delayMs' then 'runAt: give delayMs or runAt, not both'
+    when d ? 'tags' and (jsonb_typeof(d->'tags') <> 'array' or jsonb_array_length(d->'tags') > 16
+                         or jsonb_path_exists(d->'tags', '$[*] ? (@.type() != "string" || !(@ like_regex "^.{1,64}$" flag "s"))'))
+      then 'tags: must be an array of at most 16 strings of 1-64 characters'
+    when d ? 'idempotencyKey' and (jsonb_typeof(d->'idempotencyKey') <> 'string'
+                                   or char_length(d->>'idempotencyKey') not between 1 and 200)
+      then 'idempotencyKey: must be a string of 1-200 characters'
+    when not p_scheduler and starts_with(d->>'idempotencyKey', 'schedule:')
+      then 'idempotencyKey: keys starting with "schedule:" are reserved for the scheduler'
+    when d ? 'payload' and octet_length((d->'payload')::text) > p_max_payload
+      then format('payload: is %s bytes of JSON; the limit is %s bytes (keel.max_payload_bytes)',
+                  octet_length((d->'payload')::text), p_max_payload)
+  end
+$$;
+
+-- The batch's first invalid job as 'jobs[i].field: message' (i from 0, as the API names it), or null.
+create or replace function keel._jobs_problem(p_docs jsonb[], p_scheduler boolean)
+returns text language plpgsql stable as $$
+declare
+  v_max    bigint := keel._max_payload_bytes();
+  v_at     bigint;
+  v_doc    jsonb;
+  v_msg    text;
+begin
+  select u.o, u.d, keel._job_problem(u.d, p_scheduler, v_max) into v_at, v_doc, v_msg
+  from unnest(p_docs) with ordinality as u(d, o)
+  where keel._job_problem(u.d, p_scheduler, v_max) is not null
+  order by u.o limit 1;
+  if v_msg is null then
+    return null;
+  end if;
+  if v_msg like '(field):%' then
+    v_msg := (select min(k) from jsonb_object_keys(v_doc) k
+              where k <> all('{queue,type,payload,priority,runAt,delayMs,tags,idempotencyKey,maxAttempts,expiresAt}'))
+             || ': is not a job field (queue, type, payload, priority, runAt, delayMs, tags, idempotencyKey, maxAttempts, expiresAt)';
+  elsif v_msg like '(job):%' then
+    return format('jobs[%s]: must be a JSON object', v_at - 1);
+  end if;
+  return format('jobs[%s].%s', v_at - 1, v_msg);
+end
+$$;
+
+-- The enqueue behind enqueue_many (p_scheduler false) and fire_schedule (true: keys "schedule:..." allowed).
 drop function if exists keel.enqueue_many(jsonb);
-create or replace function keel.enqueue_many(p_jobs jsonb)
+create or replace function keel._enqueue(p_jobs jsonb, p_scheduler boolean)
 returns table (job_ids bigint[], duplicates boolean[])
 language plpgsql as $$
 #variable_conflict use_column
 declare
   v_n        integer;
   v_docs     jsonb[];
-  v_keys     text[];
   v_ids      bigint[];
   v_dups     boolean[];
   v_new      bigint[];
@@ -59,6 +163,8 @@ declare
   v_pass     integer := 0;
   v_fresh    bigint;
   v_inserted bigint;
+  v_problem  text;
+  v_clash    integer;
 begin
   if p_jobs is null or jsonb_typeof(p_jobs) <> 'array' then
     raise exception 'jobs must be a JSON array' using errcode = '22023';
@@ -67,10 +173,25 @@ begin
   if v_n = 0 then
     return;
   end if;
+  if v_n > 20000 then
+    raise exception 'jobs: at most 20000 jobs per batch (got %)', v_n using errcode = '22023';
+  end if;
   -- Whole-array passes over parallel arrays in input order, and index probes per job: no per-element access into
   -- p_jobs or the arrays and no join whose plan could go quadratic, so a 20,000-job batch costs 20,000 x a job.
   v_docs := array(select e.j from jsonb_array_elements(p_jobs) with ordinality as e(j, o) order by e.o);
-  v_keys := array(select d->>'idempotencyKey' from unnest(v_docs) with ordinality as u(d, o) order by u.o);
+  if not keel._app_session() then
+    v_problem := keel._jobs_problem(v_docs, p_scheduler);
+  elsif not p_scheduler then
+    -- The scheduler's keys are refused to every caller of enqueue_many, the app included.
+    v_problem := (select format('jobs[%s].idempotencyKey: keys starting with "schedule:" are reserved for the scheduler',
+                                u.o - 1)
+                  from unnest(v_docs) with ordinality as u(d, o)
+                  where starts_with(u.d->>'idempotencyKey', 'schedule:')
+                  order by u.o limit 1);
+  end if;
+  if v_problem is not null then
+    raise exception '%', v_problem using errcode = '22023';
+  end if;
   v_ids := array_fill(null::bigint, array[v_n]);
   v_dups := array_fill(false, array[v_n]);
 
@@ -103,8 +224,8 @@ begin
              (u.j->>'expiresAt')::timestamptz
       from unnest(v_docs, v_new) with ordinality as u(j, new_id, o)
       where u.new_id is not null
-      order by u.j->>'idempotencyKey' nulls first, u.o
-      on conflict (idempotency_key) where idempotency_key is not null do nothing
+      order by u.j->>'idempotencyKey' nulls first, u.j->>'queue', u.j->>'type', u.o
+      on conflict (idempotency_key, queue, type) where idempotency_key is not null do nothing
       returning 1
     )
     select count(*) into v_inserted from inserted;
@@ -116,17 +237,31 @@ begin
       exit;
     end if;
     -- Ours if the fresh id is in the table now (ids come from the sequence; nobody else sees them before we
-    -- commit); otherwise a duplicate of the hot job holding the key. This statement sees rows committed by
+    -- commit); otherwise a duplicate of the hot job holding the key in the job's queue and type, when its payload is
+    -- the same: another payload is a conflict, never a silent success. This statement sees rows committed by
     -- concurrent enqueues and our own inserts.
-    select array_agg(r.id order by r.o), array_agg(r.dup order by r.o), count(*) filter (where r.id is null)
-    into v_ids, v_dups, v_left
+    select array_agg(r.id order by r.o), array_agg(r.dup order by r.o), count(*) filter (where r.id is null),
+           min(r.o) filter (where r.clash)
+    into v_ids, v_dups, v_left, v_clash
     from (
-      select u.o, coalesce(u.id, m.id, d.id) as id, u.dup or (u.id is null and m.id is null and d.id is not null) as dup
-      from unnest(v_ids, v_dups, v_new, v_keys) with ordinality as u(id, dup, new_id, k, o)
+      select u.o, coalesce(u.id, m.id, d.id) as id, u.dup or (u.id is null and m.id is null and d.id is not null) as dup,
+             u.id is null and m.id is null and d.payload is distinct from coalesce(u.j->'payload', 'null'::jsonb)
+               and d.id is not null as clash
+      from unnest(v_ids, v_dups, v_new, v_docs) with ordinality as u(id, dup, new_id, j, o)
       left join lateral (select h.id from keel.jobs_hot h where h.id = u.new_id) m on true
-      left join lateral (select h.id from keel.jobs_hot h where u.id is null and m.id is null and h.idempotency_key = u.k) d on true
+      left join lateral (select h.id, h.payload from keel.jobs_hot h
+                         where u.id is null and m.id is null and h.queue = u.j->>'queue' and h.type = u.j->>'type'
+                           and h.idempotency_key = u.j->>'idempotencyKey') d on true
     ) r;
 
+    if v_clash is not null then
+      raise exception 'jobs[%].idempotencyKey: "%" is held by a hot job of queue "%" and type "%" with another payload',
+          v_clash - 1, v_docs[v_clash]->>'idempotencyKey', v_docs[v_clash]->>'queue', v_docs[v_clash]->>'type'
+        using errcode = '23505', constraint = 'jobs_hot_idempotency_scope',
+              detail = jsonb_build_object('index', v_clash - 1, 'queue', v_docs[v_clash]->>'queue',
+                                          'type', v_docs[v_clash]->>'type',
+                                          'idempotencyKey', v_docs[v_clash]->>'idempotencyKey')::text;
+    end if;
     exit when v_left = 0;
     -- The key's holder left the hot table between our insert and our lookup: insert again.
     if v_pass >= 5 then
@@ -144,6 +279,12 @@ begin
 
   return query select v_ids, v_dups;
 end
+$$;
+
+create or replace function keel.enqueue_many(p_jobs jsonb)
+returns table (job_ids bigint[], duplicates boolean[])
+language sql as $$
+  select e.job_ids, e.duplicates from keel._enqueue(p_jobs, false) e
 $$;
 
 -- ---------------------------------------------------------------------------------------------------------------
@@ -822,7 +963,7 @@ $$;
 
 -- ---------------------------------------------------------------------------------------------------------------
 -- DLQ -> Hot. Deleting from the DLQ first means two concurrent resurrects of one job yield exactly one hot job.
--- Attempts reset, idempotency key kept; a job whose key is held by a hot job now stays in the DLQ.
+-- Attempts reset, idempotency key kept; a job whose key is held by a hot job of its queue and type stays in the DLQ.
 create or replace function keel.resurrect(p_job_ids bigint[])
 returns table (job_id bigint)
 language sql as $$
@@ -830,7 +971,8 @@ language sql as $$
     select d.id from keel.jobs_dlq d
     where d.id = any(p_job_ids)
       and (d.idempotency_key is null
-           or not exists (select 1 from keel.jobs_hot h where h.idempotency_key = d.idempotency_key))
+           or not exists (select 1 from keel.jobs_hot h
+                          where h.queue = d.queue and h.type = d.type and h.idempotency_key = d.idempotency_key))
     order by d.id
     for update of d
   ), moved as (
@@ -842,7 +984,7 @@ language sql as $$
     select m.id, m.queue, m.type, m.payload, m.priority, 'pending', now(), 0, m.max_attempts,
            m.idempotency_key, m.tags, m.created_at, m.error
     from moved m
-    order by m.idempotency_key nulls first, m.id -- keys in key order, as enqueue_many inserts them
+    order by m.idempotency_key nulls first, m.queue, m.type, m.id -- key order, as enqueue_many inserts them
     returning id, queue
   ), counted as (
     insert into keel.stats_summary as s (queue, resurrected)

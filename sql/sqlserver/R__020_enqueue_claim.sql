@@ -3,13 +3,18 @@ SET ANSI_NULLS ON;
 SET QUOTED_IDENTIFIER ON;
 GO
 
--- EnqueueMany(@Jobs): @Jobs is a JSON array of {queue, type, payload, priority, runAt, delayMs, tags, idempotencyKey,
--- maxAttempts, expiresAt} (runAt/expiresAt ISO 8601, 'Z' or an offset). Returns one row per input in input order:
--- Ord, JobId, Duplicate (1 = a hot job with the same idempotency key exists; JobId is that job's; a key repeated
--- inside one batch yields the first occurrence's job). Idempotency keys are serialised by per-key applocks taken
--- in one global order (see below), so concurrent batches sharing keys never error, never deadlock and never retry.
-CREATE OR ALTER PROCEDURE keel.EnqueueMany
-  @Jobs NVARCHAR(MAX)
+-- EnqueueJobs(@Jobs, @Scheduler): the enqueue behind keel.EnqueueMany (@Scheduler = 0) and keel.FireSchedule (1:
+-- idempotency keys starting "schedule:" allowed; EnqueueMany refuses them with 50026). Internal (DENY, R__900).
+-- @Jobs is a JSON array of {queue, type, payload, priority, runAt, delayMs, tags, idempotencyKey, maxAttempts,
+-- expiresAt} (runAt/expiresAt ISO 8601, 'Z' or an offset). Returns one row per input in input order: Ord, JobId,
+-- Duplicate (1 = a hot job of the same queue and type holds the idempotency key, with the same payload text; JobId
+-- is that job's; a key repeated inside one batch yields the first occurrence's job). A key held with another payload
+-- refuses the whole batch with error 50025, its message ending in a JSON object naming the job (index, queue, type,
+-- idempotencyKey). Keys are unique per (Queue, Type, IdempotencyKey) (V005) and serialised by per-key applocks
+-- taken in one global order (see below), so concurrent batches sharing keys never deadlock and never retry.
+CREATE OR ALTER PROCEDURE keel.EnqueueJobs
+  @Jobs NVARCHAR(MAX),
+  @Scheduler BIT
 AS
 BEGIN
   SET XACT_ABORT ON;
@@ -28,15 +33,18 @@ BEGIN
     RunAt          datetime2(3) NOT NULL,
     MaxAttempts    int NULL,
     IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL,
+    -- The key's scope, "queue/type/key" ('/' is in no queue or type name): the one column the self-joins match on.
+    ScopeKey       nvarchar(786) COLLATE Latin1_General_100_BIN2 NULL,
     Tags           nvarchar(max) NOT NULL,
     ExpiresAt      datetime2(3) NULL,
     Id             bigint NULL,
     Duplicate      bit NOT NULL DEFAULT (0),
+    Clash          bit NOT NULL DEFAULT (0), -- the key is held with another payload
     Insert_        bit NOT NULL DEFAULT (0),
     -- The statements below join @In to itself on the key, and the Queues loop looks for each queue in it. A table
     -- variable has no statistics and its plan is cached with the row count of the call that compiled it (one job,
     -- often): without these indexes a 20,000-job batch could run those joins as a full scan of @In per row.
-    INDEX IX_In_Key (IdempotencyKey, Ord),
+    INDEX IX_In_Key (ScopeKey, Ord),
     INDEX IX_In_Queue (Queue));
 
   INSERT @In (Ord, Queue, Type, Payload, Priority, RunAt, MaxAttempts, IdempotencyKey, Tags, ExpiresAt)
@@ -78,6 +86,15 @@ BEGIN
     RETURN;
   END;
 
+  DECLARE @Msg nvarchar(2048);
+  IF ISNULL(@Scheduler, 0) = 0 AND EXISTS (SELECT 1 FROM @In WHERE IdempotencyKey LIKE N'schedule:%')
+  BEGIN
+    SET @Msg = CONCAT(N'jobs[', (SELECT MIN(Ord) FROM @In WHERE IdempotencyKey LIKE N'schedule:%'),
+                      N'].idempotencyKey: keys starting with "schedule:" are reserved for the scheduler');
+    THROW 50026, @Msg, 1;
+  END;
+  UPDATE @In SET ScopeKey = Queue + N'/' + Type + N'/' + IdempotencyKey WHERE IdempotencyKey IS NOT NULL;
+
   -- Queue settings rows, created on first use (default settings), in name order, before the job transaction: each
   -- in its own short autocommitted statement, or, under FireSchedule, inside its transaction (after the Schedules
   -- row). Queues rows are step 1 of the lock order (R__010_counters.sql), so either way this is safe.
@@ -103,8 +120,8 @@ BEGIN
     DECLARE @Keys TABLE (
       Res nvarchar(255) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY);
     INSERT @Keys (Res)
-    SELECT DISTINCT N'keel.idem:' + CONVERT(nvarchar(64), HASHBYTES('SHA2_256', IdempotencyKey), 2)
-    FROM @In WHERE IdempotencyKey IS NOT NULL;
+    SELECT DISTINCT N'keel.idem:' + CONVERT(nvarchar(64), HASHBYTES('SHA2_256', ScopeKey), 2)
+    FROM @In WHERE ScopeKey IS NOT NULL;
 
     DECLARE @Res nvarchar(255) = (SELECT MIN(Res) FROM @Keys), @Rc int;
     WHILE @Res IS NOT NULL
@@ -114,21 +131,23 @@ BEGIN
       SET @Res = (SELECT MIN(Res) FROM @Keys WHERE Res > @Res);
     END;
 
-    -- Keys held by a hot job (latest committed state: READCOMMITTEDLOCK waits for a move in flight).
-    UPDATE i SET Id = h.Id, Duplicate = 1
+    -- Keys held by a hot job of the same queue and type (latest committed state: READCOMMITTEDLOCK waits for a move
+    -- in flight). Another payload (compared as text, byte for byte) is a clash.
+    UPDATE i SET Id = h.Id, Duplicate = 1,
+                 Clash = IIF(h.Payload COLLATE Latin1_General_100_BIN2 = i.Payload COLLATE Latin1_General_100_BIN2, 0, 1)
     FROM @In AS i
     INNER JOIN keel.JobsHot AS h WITH (READCOMMITTEDLOCK)
-      ON h.IdempotencyKey = i.IdempotencyKey AND h.IdempotencyKey IS NOT NULL
+      ON h.Queue = i.Queue AND h.Type = i.Type AND h.IdempotencyKey = i.IdempotencyKey AND h.IdempotencyKey IS NOT NULL
     WHERE i.IdempotencyKey IS NOT NULL;
 
     -- Rows to insert: every job without a key, and the first occurrence of each free key (the first row of each key
     -- in IX_In_Key order).
     UPDATE i SET Insert_ = 1
     FROM @In AS i
-    LEFT JOIN (SELECT f.IdempotencyKey, MIN(f.Ord) AS FirstOrd
-               FROM @In AS f WHERE f.IdempotencyKey IS NOT NULL GROUP BY f.IdempotencyKey) AS k
-      ON k.IdempotencyKey = i.IdempotencyKey
-    WHERE i.Duplicate = 0 AND (i.IdempotencyKey IS NULL OR k.FirstOrd = i.Ord);
+    LEFT JOIN (SELECT f.ScopeKey, MIN(f.Ord) AS FirstOrd
+               FROM @In AS f WHERE f.ScopeKey IS NOT NULL GROUP BY f.ScopeKey) AS k
+      ON k.ScopeKey = i.ScopeKey
+    WHERE i.Duplicate = 0 AND (i.ScopeKey IS NULL OR k.FirstOrd = i.Ord);
 
     -- New ids in input order.
     DECLARE @NewIds TABLE (Ord int NOT NULL PRIMARY KEY, Id bigint NOT NULL);
@@ -139,10 +158,23 @@ BEGIN
     UPDATE i SET Id = n.Id FROM @In AS i INNER JOIN @NewIds AS n ON n.Ord = i.Ord;
 
     -- Later repeats of a key inside this batch are duplicates of its first occurrence.
-    UPDATE d SET Id = f.Id, Duplicate = 1
+    UPDATE d SET Id = f.Id, Duplicate = 1,
+                 Clash = IIF(f.Payload COLLATE Latin1_General_100_BIN2 = d.Payload COLLATE Latin1_General_100_BIN2, 0, 1)
     FROM @In AS d
-    INNER JOIN @In AS f ON f.IdempotencyKey = d.IdempotencyKey AND f.Insert_ = 1
-    WHERE d.Insert_ = 0 AND d.Duplicate = 0 AND d.IdempotencyKey IS NOT NULL;
+    INNER JOIN @In AS f ON f.ScopeKey = d.ScopeKey AND f.Insert_ = 1
+    WHERE d.Insert_ = 0 AND d.Duplicate = 0 AND d.ScopeKey IS NOT NULL;
+
+    -- A key held with another payload refuses the batch: a conflict, never a silent duplicate.
+    IF EXISTS (SELECT 1 FROM @In WHERE Clash = 1)
+    BEGIN
+      SET @Msg = (SELECT TOP (1) CONCAT(N'jobs[', c.Ord, N'].idempotencyKey: held by a hot job of the same queue and type ',
+                                        N'with another payload ',
+                                        (SELECT c.Ord AS [index], c.Queue AS queue, c.Type AS type,
+                                                c.IdempotencyKey AS idempotencyKey
+                                         FOR JSON PATH, WITHOUT_ARRAY_WRAPPER))
+                  FROM @In AS c WHERE c.Clash = 1 ORDER BY c.Ord);
+      THROW 50025, @Msg, 1;
+    END;
 
     -- The transaction's one counted statement, and its last: the JobsHot trigger writes HotCounts at its end (lock
     -- order step 4, R__010_counters.sql). New ids and keys: nothing here waits for another transaction's job row.
@@ -161,6 +193,20 @@ BEGIN
   END CATCH;
 
   SELECT Ord, Id AS JobId, Duplicate FROM @In ORDER BY Ord;
+END;
+GO
+
+-- EnqueueMany(@Jobs): the versioned SQL entry point for producers (docs/jobs.md, "Producing jobs from another
+-- application"; the role keel_producer may execute it and nothing else): keel.EnqueueJobs without scheduler keys.
+-- Safe inside the caller's transaction: it commits nothing of its own there (EnqueueJobs only begins and commits a
+-- transaction when @@TRANCOUNT is 0), and an error dooms the caller's transaction (XACT_ABORT) for it to roll back.
+-- Workers find the jobs at the dispatcher's next poll after the caller commits (docs/sqlserver.md).
+CREATE OR ALTER PROCEDURE keel.EnqueueMany
+  @Jobs NVARCHAR(MAX)
+AS
+BEGIN
+  SET NOCOUNT ON;
+  EXEC keel.EnqueueJobs @Jobs = @Jobs, @Scheduler = 0;
 END;
 GO
 

@@ -166,8 +166,8 @@ END;
 GO
 
 -- Resurrect(@JobIds JSON array of ids): the DLQ -> Hot move. Attempts reset to 0, RunAt now, IdempotencyKey kept,
--- LastError = the DLQ error, Resurrected+1 per job. A job whose key is held by a hot job stays in the DLQ (as does
--- all but the newest of several DLQ jobs sharing one key). Keys are locked with the per-key applocks of EnqueueMany
+-- LastError = the DLQ error, Resurrected+1 per job. A job whose key is held by a hot job of its queue and type stays
+-- in the DLQ (as does all but the newest of several DLQ jobs sharing one key there). Keys are locked with the per-key applocks of EnqueueMany
 -- before the DLQ rows are deleted, so a concurrent enqueue of the same key cannot slip in between;
 -- the DLQ rows are deleted first (DELETE ... OUTPUT INTO), so two concurrent resurrects yield one hot job.
 -- Returns JobId per resurrected job, in id order.
@@ -186,10 +186,14 @@ BEGIN
   IF @JobIds IS NULL OR ISJSON(@JobIds) = 0
     THROW 50031, N'Resurrect: @JobIds must be a JSON array of job ids', 1;
 
+  -- ScopeKey: "queue/type/key", the key's scope (V005) as EnqueueJobs builds it, for the applocks and the self-join.
   DECLARE @Cand TABLE (Id bigint NOT NULL PRIMARY KEY,
+                       Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+                       Type nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL,
                        IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL,
+                       ScopeKey nvarchar(786) COLLATE Latin1_General_100_BIN2 NULL,
                        Eligible bit NOT NULL DEFAULT (1),
-                       INDEX IX_Cand_Key (IdempotencyKey, Id)); -- the newest-of-a-key check joins @Cand to itself
+                       INDEX IX_Cand_Key (ScopeKey, Id)); -- the newest-of-a-key check joins @Cand to itself
   DECLARE @Moved TABLE (
     Id bigint NOT NULL PRIMARY KEY,
     Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL, Type nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL,
@@ -205,22 +209,22 @@ BEGIN
   BEGIN TRY
     BEGIN TRANSACTION;
 
-    INSERT @Cand (Id, IdempotencyKey)
-    SELECT d.Id, d.IdempotencyKey
+    INSERT @Cand (Id, Queue, Type, IdempotencyKey, ScopeKey)
+    SELECT d.Id, d.Queue, d.Type, d.IdempotencyKey, d.Queue + N'/' + d.Type + N'/' + d.IdempotencyKey
     FROM keel.JobsDLQ AS d
     WHERE d.Id IN (SELECT TRY_CONVERT(bigint, j.[value]) FROM OPENJSON(@JobIds) AS j);
 
-    -- Several DLQ rows with one key: only the newest may come back.
+    -- Several DLQ rows with one key in one queue and type: only the newest may come back.
     UPDATE c SET Eligible = 0
     FROM @Cand AS c
-    WHERE c.IdempotencyKey IS NOT NULL
-      AND EXISTS (SELECT 1 FROM @Cand AS n WHERE n.IdempotencyKey = c.IdempotencyKey AND n.Id > c.Id);
+    WHERE c.ScopeKey IS NOT NULL
+      AND EXISTS (SELECT 1 FROM @Cand AS n WHERE n.ScopeKey = c.ScopeKey AND n.Id > c.Id);
 
     -- The same per-key applocks as EnqueueMany, in the same order, before any table lock of this transaction.
     DECLARE @Keys TABLE (Res nvarchar(255) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY);
     INSERT @Keys (Res)
-    SELECT DISTINCT N'keel.idem:' + CONVERT(nvarchar(64), HASHBYTES('SHA2_256', IdempotencyKey), 2)
-    FROM @Cand WHERE Eligible = 1 AND IdempotencyKey IS NOT NULL;
+    SELECT DISTINCT N'keel.idem:' + CONVERT(nvarchar(64), HASHBYTES('SHA2_256', ScopeKey), 2)
+    FROM @Cand WHERE Eligible = 1 AND ScopeKey IS NOT NULL;
     DECLARE @Res nvarchar(255) = (SELECT MIN(Res) FROM @Keys), @Rc int;
     WHILE @Res IS NOT NULL
     BEGIN
@@ -229,12 +233,13 @@ BEGIN
       SET @Res = (SELECT MIN(Res) FROM @Keys WHERE Res > @Res);
     END;
 
-    -- A key now held by a hot job keeps its DLQ job where it is.
+    -- A key now held by a hot job of the same queue and type keeps its DLQ job where it is.
     UPDATE c SET Eligible = 0
     FROM @Cand AS c
     WHERE c.Eligible = 1 AND c.IdempotencyKey IS NOT NULL
       AND EXISTS (SELECT 1 FROM keel.JobsHot AS h WITH (READCOMMITTEDLOCK)
-                  WHERE h.IdempotencyKey = c.IdempotencyKey AND h.IdempotencyKey IS NOT NULL);
+                  WHERE h.Queue = c.Queue AND h.Type = c.Type AND h.IdempotencyKey = c.IdempotencyKey
+                    AND h.IdempotencyKey IS NOT NULL);
 
     DELETE d
     OUTPUT deleted.Id, deleted.Queue, deleted.Type, deleted.Payload, deleted.Priority, deleted.MaxAttempts,

@@ -52,7 +52,10 @@ GO
 -- FireSchedule(@Name, @ExpectedTick, @Tick, @Jobs): if the schedule is not paused and its LastTick is still
 -- @ExpectedTick, move it to @Tick and enqueue @Jobs (an EnqueueMany array; may be empty) in the same transaction.
 -- Returns Status 'fired' with one row per job (JobId, Duplicate), or one row with Status 'lost' (another instance
--- moved LastTick first) or 'paused'.
+-- moved LastTick first) or 'paused'. Only here may a job carry a key starting "schedule:" (EnqueueMany refuses them),
+-- and a tick is never counted as fired on a job that is not the schedule's: a hot job holding the tick's key with
+-- another payload (EnqueueJobs: 50025), another priority or tags, or delayed past now without having run (a
+-- squatter's job from before keys were reserved, V005) refuses the tick with 50025; nothing is recorded.
 CREATE OR ALTER PROCEDURE keel.FireSchedule
   @Name NVARCHAR(100),
   @ExpectedTick DATETIME2(3),
@@ -85,7 +88,31 @@ BEGIN
       IF @Jobs IS NOT NULL AND ISJSON(@Jobs) = 1 AND EXISTS (SELECT 1 FROM OPENJSON(@Jobs))
       BEGIN
         INSERT @Enqueued (Ord, JobId, Duplicate)
-        EXEC keel.EnqueueMany @Jobs = @Jobs;
+        EXEC keel.EnqueueJobs @Jobs = @Jobs, @Scheduler = 1;
+        DECLARE @Foreign int = (
+          SELECT MIN(e.Ord)
+          FROM @Enqueued AS e
+          INNER JOIN keel.JobsHot AS h ON h.Id = e.JobId
+          INNER JOIN (SELECT CONVERT(int, j.[key]) AS Ord, ISNULL(v.priority, 0) AS Priority, ISNULL(v.tags, N'[]') AS Tags
+                      FROM OPENJSON(@Jobs) AS j
+                      CROSS APPLY OPENJSON(j.[value]) WITH (priority int '$.priority', tags nvarchar(max) '$.tags' AS JSON) AS v) AS r
+            ON r.Ord = e.Ord
+          WHERE e.Duplicate = 1
+            AND ((h.Attempts = 0 AND h.RunAt > SYSUTCDATETIME()) OR h.Priority <> r.Priority
+                 OR h.Tags COLLATE Latin1_General_100_BIN2 <> r.Tags COLLATE Latin1_General_100_BIN2));
+        IF @Foreign IS NOT NULL
+        BEGIN
+          DECLARE @Msg nvarchar(2048) = (
+            SELECT CONCAT(N'jobs[', @Foreign, N'].idempotencyKey: held by a hot job that schedule ', @Name,
+                          N' did not enqueue ',
+                          (SELECT @Foreign AS [index], v.queue, v.type, v.idempotencyKey
+                           FOR JSON PATH, WITHOUT_ARRAY_WRAPPER))
+            FROM OPENJSON(@Jobs) AS j
+            CROSS APPLY OPENJSON(j.[value]) WITH (queue nvarchar(128) '$.queue', type nvarchar(256) '$.type',
+                                                  idempotencyKey nvarchar(400) '$.idempotencyKey') AS v
+            WHERE j.[key] = CONVERT(nvarchar(10), @Foreign));
+          THROW 50025, @Msg, 1;
+        END;
         UPDATE keel.Schedules
         SET LastJobId = (SELECT TOP (1) e.JobId FROM @Enqueued AS e ORDER BY e.Ord DESC)
         WHERE Name = @Name;

@@ -26,4 +26,18 @@ GO
 DENY EXECUTE ON OBJECT::keel.DeadLetter TO keel_executor;
 DENY EXECUTE ON OBJECT::keel.ApplyCounters TO keel_executor;
 DENY EXECUTE ON OBJECT::keel.HandBack TO keel_executor;
+DENY EXECUTE ON OBJECT::keel.EnqueueJobs TO keel_executor; -- EnqueueMany's body: with @Scheduler = 1 it takes "schedule:" keys
+GO
+
+-- The enqueue-only role (issue 25), the twin of sql/postgres/roles/keel_producer.sql: a producer in another application
+-- may execute keel.EnqueueMany and nothing else (no schema-wide grant: every other procedure, table and view is closed
+-- to it). EnqueueMany reaches EnqueueJobs, the tables and the sequence through the ownership chain (all owned by
+-- dbo); the sequence grant is the one keel_executor has, for the same reason. A producer's user:
+-- CREATE USER [billing-app] FROM EXTERNAL PROVIDER; ALTER ROLE keel_producer ADD MEMBER [billing-app];
+IF DATABASE_PRINCIPAL_ID(N'keel_producer') IS NULL
+  CREATE ROLE keel_producer AUTHORIZATION dbo;
+GO
+
+GRANT EXECUTE ON OBJECT::keel.EnqueueMany TO keel_producer;
+GRANT UPDATE ON OBJECT::keel.JobIdSeq TO keel_producer;
 GO

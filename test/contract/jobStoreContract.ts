@@ -1,6 +1,10 @@
 // The job store contract suite: written once, run against every engine through its EngineHarness.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { STATS_DUE_COUNT_CAP, TEXT_SEARCH_SCAN_ROWS_MAX } from '../../shared/jobs/contract.js';
+import {
+  IdempotencyConflictError,
+  STATS_DUE_COUNT_CAP,
+  TEXT_SEARCH_SCAN_ROWS_MAX,
+} from '../../shared/jobs/contract.js';
 import type { ClaimedJob, JobStore, LeaseRef } from '../../shared/jobs/contract.js';
 import { LIMITS, ValidationError } from '../../shared/jobs/validate.js';
 import type { EngineHarness, PillarTable } from './harness.js';
@@ -89,13 +93,91 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(await h.countRows('hot', q)).toBe(2);
     });
 
+    it('scopes idempotency keys to (queue, type): the same key in another queue or type is another job', async () => {
+      const q = freshQueue('idem-scope');
+      const key = `order-${q}`;
+      // An attacker enqueues the key first, on its own queue and under another type of the victim's queue.
+      const squatA = await store.enqueue({
+        queue: `${q}-attacker`,
+        type: 'charge',
+        payload: { to: 'x' },
+        idempotencyKey: key,
+      });
+      const squatB = await store.enqueue({ queue: q, type: 'refund', payload: { to: 'x' }, idempotencyKey: key });
+      const real = await store.enqueue({ queue: q, type: 'charge', payload: { to: 'y' }, idempotencyKey: key });
+      expect(real.duplicate).toBe(false);
+      expect(new Set([squatA.id, squatB.id, real.id]).size).toBe(3);
+      expect(await store.getJob(real.id)).toMatchObject({ queue: q, type: 'charge', payload: { to: 'y' } });
+    });
+
+    it('refuses a key held with another payload as a conflict (nothing enqueued), and counts the same payload as a duplicate', async () => {
+      const q = freshQueue('idem-conflict');
+      const key = `charge-${q}`;
+      // A predictable producer key taken first with the attacker's payload.
+      const squat = await store.enqueue({
+        queue: q,
+        type: 'charge',
+        payload: { amount: 1, to: 'attacker' },
+        idempotencyKey: key,
+      });
+      const err = await store
+        .enqueueMany([
+          { queue: q, type: 'charge', payload: { other: true } },
+          { queue: q, type: 'charge', payload: { amount: 1, to: 'merchant' }, idempotencyKey: key },
+        ])
+        .then(
+          () => null,
+          (e: unknown) => e,
+        );
+      expect(err).toBeInstanceOf(IdempotencyConflictError);
+      expect(err).toMatchObject({ index: 1, queue: q, type: 'charge', idempotencyKey: key });
+      expect((err as IdempotencyConflictError).field(2)).toBe('jobs[1].idempotencyKey');
+      // The whole batch was refused: only the squatter's job is there.
+      expect(await h.countRows('hot', q)).toBe(1);
+      await expect(
+        store.enqueue({ queue: q, type: 'charge', payload: { amount: 1, to: 'merchant' }, idempotencyKey: key }),
+      ).rejects.toThrow(IdempotencyConflictError);
+      // The same payload is a true duplicate.
+      expect(
+        await store.enqueue({ queue: q, type: 'charge', payload: { amount: 1, to: 'attacker' }, idempotencyKey: key }),
+      ).toEqual({ id: squat.id, duplicate: true });
+      // Inside one batch too: a key repeated with another payload is a conflict.
+      await expect(
+        store.enqueueMany([
+          { queue: q, type: 'charge', payload: 1, idempotencyKey: `${key}-b` },
+          { queue: q, type: 'charge', payload: 2, idempotencyKey: `${key}-b` },
+        ]),
+      ).rejects.toMatchObject({ name: 'IdempotencyConflictError', index: 1 });
+      expect(await h.countRows('hot', q)).toBe(1);
+    });
+
+    it('reserves "schedule:" keys for the scheduler: enqueue and enqueueMany refuse them', async () => {
+      const q = freshQueue('idem-reserved');
+      await expect(
+        store.enqueue({
+          queue: q,
+          type: 't',
+          idempotencyKey: 'schedule:nightly:2031-01-01T00:00:00.000Z',
+          delayMs: 1000,
+        }),
+      ).rejects.toThrow(/^idempotencyKey: keys starting with "schedule:" are reserved/);
+      await expect(
+        store.enqueueMany([
+          { queue: q, type: 't' },
+          { queue: q, type: 't', idempotencyKey: 'schedule:x' },
+        ]),
+      ).rejects.toThrow(/^jobs\[1\]\.idempotencyKey: keys starting with "schedule:"/);
+      expect(await h.countRows('hot', q)).toBe(0);
+    });
+
     it('takes a batch of 20,000 jobs in one call with the idempotency guarantees, and refuses 20,001', async () => {
       const q = freshQueue('big-batch');
       const held = await store.enqueue({ queue: q, type: 't', idempotencyKey: `${q}-held` });
       const jobs = Array.from({ length: 20_000 }, (_, i) => ({
         queue: q,
         type: 't',
-        payload: { i },
+        // a repeated key comes with its first job's payload (another payload would be a conflict)
+        ...(i === 5 ? {} : { payload: { i: i % 10 === 9 ? i - 1 : i } }),
         // every 10th job repeats the key of the job before it; job 5 reuses the key of a job already hot
         idempotencyKey: i === 5 ? `${q}-held` : `${q}-${i % 10 === 9 ? i - 1 : i}`,
       }));
@@ -910,7 +992,20 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       });
       expect((await h.statsRow(q)).resurrected).toBe(1);
       expect(await store.resurrect([job.id])).toEqual([]);
-      expect((await store.enqueue({ queue: q, type: 't', idempotencyKey: `rk-${q}` })).duplicate).toBe(true);
+      expect(
+        (await store.enqueue({ queue: q, type: 't', payload: { n: 1 }, idempotencyKey: `rk-${q}` })).duplicate,
+      ).toBe(true);
+    });
+
+    it("checks a resurrected job's key within its own queue and type only", async () => {
+      const q = freshQueue('res-scope');
+      const job = await startedJob(q, { idempotencyKey: `scoped-${q}` });
+      await store.fail(ref(job), 'fatal', 'bad');
+      // The same key held in another queue and under another type of this queue: neither is this job's.
+      await store.enqueue({ queue: `${q}-other`, type: 't', idempotencyKey: `scoped-${q}` });
+      await store.enqueue({ queue: q, type: 'u', idempotencyKey: `scoped-${q}` });
+      expect(await store.resurrect([job.id])).toEqual([job.id]);
+      expect(await where(job.id)).toEqual(['hot']);
     });
 
     it('leaves a job in the DLQ when a hot job now holds its idempotency key', async () => {
@@ -1364,6 +1459,42 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect((await store.listSchedules()).some((x) => x.name === name)).toBe(true);
       await expect(store.fireSchedule(name, t6, t5, [])).rejects.toThrow();
       await expect(store.listSchedules('bad name!')).rejects.toThrow(/name/);
+    });
+
+    it("never counts a job it did not enqueue as a tick's job: the tick is refused and stays unfired", async () => {
+      const name = `squat-${freshQueue('s')}`.slice(0, 100);
+      const q = freshQueue('sched-squat');
+      const t1 = new Date('2031-02-01T00:00:01.000Z');
+      const t2 = new Date('2031-02-01T00:00:02.000Z');
+      const t3 = new Date('2031-02-01T00:00:03.000Z');
+      const key = (tick: Date) => `schedule:${name}:${tick.toISOString()}`;
+      const job = (tick: Date) => ({ queue: q, type: 'tick', payload: { n: 1 }, idempotencyKey: key(tick) });
+      // A job holding the next tick's key, delayed a year and never run (the attack of issue 25, as a row planted
+      // before keys were reserved), and one holding the tick after with another payload.
+      const planted = await store.fireSchedule(name, null, t1, [
+        { ...job(t2), delayMs: 365 * 24 * 3600 * 1000 },
+        { ...job(t3), payload: { n: 2 } },
+      ]);
+      expect(planted.status).toBe('fired');
+      const refused = await store.fireSchedule(name, t1, t2, [job(t2)]).then(
+        () => null,
+        (e: unknown) => e,
+      );
+      expect(refused).toBeInstanceOf(IdempotencyConflictError);
+      expect(refused).toMatchObject({ index: 0, idempotencyKey: key(t2) });
+      const [afterDelayed] = await store.listSchedules(name);
+      expect(afterDelayed!.lastTick).toEqual(t1); // not recorded as fired
+      await expect(store.fireSchedule(name, t1, t3, [job(t2), job(t3)])).rejects.toMatchObject({
+        name: 'IdempotencyConflictError',
+      });
+      expect((await store.listSchedules(name))[0]!.lastTick).toEqual(t1);
+      expect(await h.countRows('hot', q)).toBe(2);
+      // Once the planted jobs are gone, the ticks fire.
+      await store.cancel(planted.jobs[0]!.id);
+      await store.cancel(planted.jobs[1]!.id);
+      const fired = await store.fireSchedule(name, t1, t3, [job(t2), job(t3)]);
+      expect(fired.status).toBe('fired');
+      expect(fired.jobs.map((j) => j.duplicate)).toEqual([false, false]);
     });
   });
 }

@@ -229,11 +229,11 @@ GO
       ]);
     });
 
-    it('EnqueueMany joining @In to itself on the key without an index (review F4)', async () => {
+    it('EnqueueJobs (EnqueueMany) joining @In to itself on the key without an index (review F4)', async () => {
       const r020 = (await scripts()).find((s) => s.file === 'R__020_enqueue_claim.sql')!.text;
-      const bad = broken(r020, 'keel.EnqueueMany', '    INDEX IX_In_Key (IdempotencyKey, Ord),\n', '');
+      const bad = broken(r020, 'keel.EnqueueJobs', '    INDEX IX_In_Key (ScopeKey, Ord),\n', '');
       expect(messages(checkLockOrder([{ file: 'bad.sql', text: bad }]))).toEqual([
-        'keel.EnqueueMany: joins @in to itself on idempotencykey, which neither its primary key nor an index of it ' +
+        'keel.EnqueueJobs: joins @in to itself on scopekey, which neither its primary key nor an index of it ' +
           'leads with (a plan cached for a small table variable would scan it once per row)',
       ]);
     });

@@ -104,6 +104,39 @@ describe.skipIf(!hasDotnet)(
       }
     }, 900_000);
 
+    it('takes CREATE INDEX ... WITH (DROP_EXISTING = ON) in a later migration as the index redefined, and checks the new definition', async () => {
+      const dir = await mkdtemp(path.join(os.tmpdir(), 'keel-tsql-model-'));
+      const redefine = (columns: string, dropExisting: boolean) =>
+        [
+          'SET ANSI_NULLS ON;',
+          'SET QUOTED_IDENTIFIER ON;',
+          'GO',
+          `CREATE NONCLUSTERED INDEX IX_Items_Name ON app.Items (${columns})${dropExisting ? ' WITH (DROP_EXISTING = ON)' : ''};`,
+          'GO',
+          '',
+        ].join('\n');
+      try {
+        await writeFile(path.join(dir, 'V001__schema.sql'), SCHEMA);
+        await writeFile(path.join(dir, 'R__procs.sql'), procs('Name', 'app.Touch', 'IX_Items_Name'));
+        await writeFile(path.join(dir, 'V002__index.sql'), redefine('Name, Id', true));
+        const redefined = gate(dir);
+        expect(redefined.out).toMatch(/tsql-model-gate: OK, 3 file\(s\)/);
+        expect(redefined.code).toBe(0);
+        // Without DROP_EXISTING the second CREATE is a second index of one name, as SQL Server would refuse it.
+        await writeFile(path.join(dir, 'V002__index.sql'), redefine('Name, Id', false));
+        const twice = gate(dir);
+        expect(twice.code).toBe(1);
+        expect(twice.out).toMatch(/SQL71508: .*IX_Items_Name/);
+        // The redefinition itself is modelled: a column the table lacks fails.
+        await writeFile(path.join(dir, 'V002__index.sql'), redefine('Name, Nmae', true));
+        const wrong = gate(dir);
+        expect(wrong.code).toBe(1);
+        expect(wrong.out).toMatch(/\[Nmae\]/);
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
+    }, 900_000);
+
     it("passes the repository's sql/sqlserver with only the allow-listed warnings", () => {
       const r = gate('sql/sqlserver', '--allow', 'sql/sqlserver/model-gate.allow');
       expect(r.out).toMatch(/tsql-model-gate: OK, \d+ file\(s\)/);

@@ -139,6 +139,55 @@ describe('ops: jobs', () => {
     t.queues.clear();
   });
 
+  it('answers 409 naming the key when a hot job holds it with another payload, and enqueues nothing', async () => {
+    const held = await enqueue({
+      queue: 'ops-idem',
+      type: 'demo.echo',
+      payload: { message: 'a' },
+      idempotencyKey: 'pay-7',
+    });
+    t.queues.clear();
+    const one = await call('POST', 'jobs', {
+      body: { queue: 'ops-idem', type: 'demo.echo', payload: { message: 'b' }, idempotencyKey: 'pay-7' },
+    });
+    expect(one.status).toBe(409);
+    expect(one.body).toMatchObject({
+      error: 'conflict',
+      field: 'idempotencyKey',
+      idempotencyKey: 'pay-7',
+      queue: 'ops-idem',
+      type: 'demo.echo',
+    });
+    expect(one.body.message).toMatch(/"pay-7" is already held/);
+    expect(JSON.stringify(one.body)).not.toContain(held.id); // the holder is not revealed
+    const batch = await call('POST', 'jobs', {
+      body: {
+        jobs: [
+          { queue: 'ops-idem', type: 'demo.echo', payload: { message: 'c' } },
+          { queue: 'ops-idem', type: 'demo.echo', payload: { message: 'b' }, idempotencyKey: 'pay-7' },
+        ],
+      },
+    });
+    expect(batch.status).toBe(409);
+    expect(batch.body).toMatchObject({ error: 'conflict', field: 'jobs[1].idempotencyKey', idempotencyKey: 'pay-7' });
+    const page = await call('GET', 'jobs?location=hot&queue=ops-idem&limit=10');
+    expect(page.body.items.map((j: { id: string }) => j.id)).toEqual([held.id]);
+    expect(t.queues.take('keel-jobs')).toEqual([]);
+    // The same payload is a duplicate, as before.
+    expect(
+      await enqueue({ queue: 'ops-idem', type: 'demo.echo', payload: { message: 'a' }, idempotencyKey: 'pay-7' }),
+    ).toMatchObject({ id: held.id, duplicate: true });
+  });
+
+  it('refuses keys starting with "schedule:" (reserved for the scheduler) with 400 naming the field', async () => {
+    const r = await call('POST', 'jobs', {
+      body: { queue: 'ops-idem', type: 'demo.echo', idempotencyKey: 'schedule:nightly:2031-01-01T00:00:00.000Z' },
+    });
+    expect(r.status).toBe(400);
+    expect(r.body).toMatchObject({ error: 'invalid_request', field: 'idempotencyKey' });
+    expect(r.body.message).toMatch(/reserved for the scheduler/);
+  });
+
   it('searches hot/archive/DLQ by queue, type, tag and text with keyset paging', async () => {
     const ids: string[] = [];
     for (let i = 0; i < 5; i++)

@@ -80,6 +80,7 @@ string Display(string f) => Path.GetRelativePath(cwd, f).Replace('\\', '/');
 // seen replaces that name's objects) and wants one statement per batch, so each definition gets its own name,
 // "<file>|<n>"; the "|<n>" is cut off again when a message is printed.
 var sources = new List<(string Source, string Script, List<Created> Creates)>();
+var indexDefined = new Dictionary<string, string>(); // "table.index" -> the source that defines it now
 var defined = new Dictionary<string, string>(); // kind:name -> source of its current definition
 var findings = new List<string>();
 foreach (var file in files)
@@ -106,6 +107,13 @@ foreach (var file in files)
             if (p.OrAlter) sources.RemoveAll(x => x.Source == earlier);
         }
         if (key is not null) defined[key] = $"{display}|{n + 1}";
+        // CREATE INDEX ... WITH (DROP_EXISTING = ON) in a later migration redefines an index an earlier file made:
+        // the model takes the new definition only.
+        if (p.IndexKey is not null)
+        {
+            if (p.DropExisting && indexDefined.TryGetValue(p.IndexKey, out var replaced)) sources.RemoveAll(x => x.Source == replaced);
+            indexDefined[p.IndexKey] = $"{display}|{n + 1}";
+        }
         var before = text[..p.Offset];
         var line = before.Count(c => c == '\n');
         var column = p.Offset - (before.LastIndexOf('\n') + 1);
@@ -322,6 +330,8 @@ record Piece(int Offset, string Text, List<Created> Creates)
 {
     public bool Guarded { get; init; }
     public bool OrAlter { get; init; }
+    public string? IndexKey { get; init; } // CREATE INDEX: "table.index", lower case
+    public bool DropExisting { get; init; } // ... WITH (DROP_EXISTING = ON)
 
     public static Piece? From(string source, string text, TSqlStatement st)
     {
@@ -360,7 +370,13 @@ record Piece(int Offset, string Text, List<Created> Creates)
                 m => "CREATE" + Blank(m.Groups[1].Value) + "  " + Blank(m.Groups[2].Value) + "     ", RegexOptions.IgnoreCase);
         }
         var orAlter = st is CreateOrAlterProcedureStatement or CreateOrAlterFunctionStatement or CreateOrAlterViewStatement or CreateOrAlterTriggerStatement;
-        return new Piece(st.StartOffset, body, creates) { OrAlter = orAlter };
+        var index = st as CreateIndexStatement;
+        return new Piece(st.StartOffset, body, creates)
+        {
+            OrAlter = orAlter,
+            IndexKey = index is null ? null : $"{name(index.OnName)}.{index.Name.Value}".ToLowerInvariant(),
+            DropExisting = index?.IndexOptions.Any(o => o is IndexStateOption { OptionKind: IndexOptionKind.DropExisting, OptionState: OptionState.On }) ?? false,
+        };
     }
 
     static string Blank(string ws) => new string(ws.Select(c => c == '\n' ? '\n' : ' ').ToArray());

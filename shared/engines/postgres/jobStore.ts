@@ -32,6 +32,7 @@ import type {
   ScheduleState,
 } from '../../jobs/contract.js';
 import { BatchBackedJobStore } from '../../jobs/storeBase.js';
+import { IdempotencyConflictError } from '../../jobs/contract.js';
 import {
   camelRows,
   toClaimedJob,
@@ -60,7 +61,24 @@ pg.types.setTypeParser(20, (v) => v);
 export const POSTGRES_SQL_DIR = path.join(sqlDir(), 'postgres');
 // The application's role: EXECUTE on the public keel functions only (sql/postgres/roles/keel_executor.sql).
 export const POSTGRES_EXECUTOR_ROLE = 'keel_executor';
-export const POSTGRES_ROLE_SCRIPTS = [path.join(POSTGRES_SQL_DIR, 'roles', 'keel_executor.sql')];
+// Then the producers' role: EXECUTE on enqueue_many only (roles/keel_producer.sql).
+export const POSTGRES_ROLE_SCRIPTS = [
+  path.join(POSTGRES_SQL_DIR, 'roles', 'keel_executor.sql'),
+  path.join(POSTGRES_SQL_DIR, 'roles', 'keel_producer.sql'),
+];
+
+// enqueue_many and fire_schedule refuse a key held with another payload with 23505 on this constraint, the detail a
+// JSON object naming the job (R__010_jobs_functions.sql): the contract's IdempotencyConflictError.
+function idempotencyConflict(err: unknown): unknown {
+  const e = err as { code?: string; constraint?: string; detail?: string };
+  if (e?.code !== '23505' || e.constraint !== 'jobs_hot_idempotency_scope' || !e.detail) return err;
+  try {
+    const d = JSON.parse(e.detail) as { index: number; queue: string; type: string; idempotencyKey: string };
+    return new IdempotencyConflictError(d.index, d.queue, d.type, d.idempotencyKey);
+  } catch {
+    return err;
+  }
+}
 
 export interface PostgresStoreOptions {
   poolSize?: number;
@@ -165,7 +183,9 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     const docs = prepareEnqueue(jobs, this.maxPayloadBytes);
     if (docs.length === 0) return [];
     // One row of two arrays parallel to the input: the ids and whether each was a duplicate.
-    const [r] = await this.call('enqueue_many', { jobs: JSON.stringify(docs) });
+    const [r] = await this.call('enqueue_many', { jobs: JSON.stringify(docs) }).catch((err: unknown) => {
+      throw idempotencyConflict(err);
+    });
     const ids = r!.jobIds as string[];
     const duplicates = r!.duplicates as boolean[];
     return ids.map((id, i) => ({ id, duplicate: duplicates[i] === true }));
@@ -326,12 +346,14 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async fireSchedule(name: string, expectedTick: Date | null, tick: Date, jobs: EnqueueRequest[]): Promise<FireResult> {
-    const docs = jobs.length ? prepareEnqueue(jobs, this.maxPayloadBytes) : [];
+    const docs = jobs.length ? prepareEnqueue(jobs, this.maxPayloadBytes, { scheduleKeys: true }) : [];
     const rows = await this.call('fire_schedule', {
       name,
       expected_tick: expectedTick,
       tick,
       jobs: JSON.stringify(docs),
+    }).catch((err: unknown) => {
+      throw idempotencyConflict(err);
     });
     return toFireResult(rows);
   }

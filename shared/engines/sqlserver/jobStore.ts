@@ -33,6 +33,7 @@ import type {
   ScheduleState,
 } from '../../jobs/contract.js';
 import { BatchBackedJobStore } from '../../jobs/storeBase.js';
+import { IdempotencyConflictError } from '../../jobs/contract.js';
 import {
   camelKeys,
   toClaimedJob,
@@ -179,6 +180,26 @@ export interface SqlServerStoreOptions extends PoolOptions {
   retry?: RetryOptions;
 }
 
+// EnqueueJobs and FireSchedule refuse a key held with another payload (or by a job the schedule did not enqueue)
+// with error 50025, the message ending in a JSON object naming the job: the contract's IdempotencyConflictError.
+const IDEMPOTENCY_CONFLICT = 50025;
+function idempotencyConflict(err: unknown): unknown {
+  const e = err as { number?: number; message?: string };
+  const at = e?.number === IDEMPOTENCY_CONFLICT ? (e.message?.indexOf('{"index":') ?? -1) : -1;
+  if (at < 0) return err;
+  try {
+    const d = JSON.parse(e.message!.slice(at)) as {
+      index: number;
+      queue: string;
+      type: string;
+      idempotencyKey: string;
+    };
+    return new IdempotencyConflictError(d.index, d.queue, d.type, d.idempotencyKey);
+  } catch {
+    return err;
+  }
+}
+
 export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
   readonly engine = 'sqlserver';
 
@@ -241,7 +262,9 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     if (docs.length === 0) return [];
     // Safe to re-run only when every job carries an idempotency key: a second run finds the first run's jobs.
     const policy: RetryPolicy = docs.every((d) => typeof d.idempotencyKey === 'string') ? 'safe' : 'once';
-    const rows = await this.call('enqueue_many', { Jobs: JSON.stringify(docs) }, policy);
+    const rows = await this.call('enqueue_many', { Jobs: JSON.stringify(docs) }, policy).catch((err: unknown) => {
+      throw idempotencyConflict(err);
+    });
     return rows.map((r) => ({ id: String(r.JobId), duplicate: Boolean(r.Duplicate) }));
   }
 
@@ -476,13 +499,15 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async fireSchedule(name: string, expectedTick: Date | null, tick: Date, jobs: EnqueueRequest[]): Promise<FireResult> {
-    const docs = jobs.length ? prepareEnqueue(jobs, this.maxPayloadBytes) : [];
+    const docs = jobs.length ? prepareEnqueue(jobs, this.maxPayloadBytes, { scheduleKeys: true }) : [];
     // Safe to repeat after a lost reply: the compare-and-set makes a second run 'lost', enqueuing nothing.
     const rows = await this.call(
       'fire_schedule',
       { Name: name, ExpectedTick: expectedTick, Tick: tick, Jobs: JSON.stringify(docs) },
       'safe',
-    );
+    ).catch((err: unknown) => {
+      throw idempotencyConflict(err);
+    });
     return toFireResult(rows.map(camelKeys));
   }
 
