@@ -154,13 +154,21 @@ class KeelSide {
   // Idle worker (npm start's shape: Worker + LISTEN/NOTIFY wake-ups): enqueue one job, time until its completion
   // is committed. Sequential samples.
   async latency(queue: string, samples: number): Promise<{ p50: number; p99: number; max: number }> {
+    // A woken worker can finish the job before enqueueMany's answer reaches us: completions are kept until claimed.
     const done = new Map<string, () => void>();
+    const finishedEarly = new Set<string>();
     const registry = new HandlerRegistry().register('noop', async () => undefined);
     const processor = new JobProcessor({
       store: this.store,
       registry,
       workerId: 'peers-latency',
-      events: { onOutcome: (e) => done.get(e.job.id)?.() },
+      events: {
+        onOutcome: (e) => {
+          const resolve = done.get(e.job.id);
+          if (resolve) resolve();
+          else finishedEarly.add(e.job.id);
+        },
+      },
     });
     const wakeups = new PostgresWakeups(this.url);
     const worker = new Worker(processor, { queues: [queue], concurrency: 50, pollIntervalMs: 500, wakeups });
@@ -172,8 +180,10 @@ class KeelSide {
       let resolve!: () => void;
       const finished = new Promise<void>((r) => (resolve = r));
       const [r] = await this.store.enqueueMany([{ queue, type: 'noop' }]);
-      done.set(r!.id, resolve);
+      if (finishedEarly.delete(r!.id)) resolve();
+      else done.set(r!.id, resolve);
       await finished;
+      done.delete(r!.id);
       xs.push(performance.now() - t);
       await sleep(20);
     }
@@ -350,6 +360,7 @@ async function main() {
     const url = await server.createDatabase('peers');
     const keel = await KeelSide.open(url);
     const admin = new pg.Client({ connectionString: url });
+    admin.on('error', (err) => console.error(`bench: admin connection: ${err.message}`)); // e.g. the cleanup's drop
     await admin.connect();
     const out: Record<string, unknown> = {
       server: server.info,
