@@ -4,7 +4,7 @@
 // can let running jobs finish or release them, and (b) always runs the binaries from inside node_modules, which the
 // 'postgres' user cannot reach when root runs Keel from a private directory (/root/keel): initdb failed with a
 // spawn EACCES. Here, as root, the binaries are copied once to a cache directory that user can read.
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess, type SpawnOptions } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { chmod, chown, cp, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
@@ -168,31 +168,43 @@ export function bestLocale(): string {
   return ['en_US.UTF-8', 'C.UTF-8', 'en_US.utf8', 'C.utf8'].find((l) => have.has(l)) ?? 'C';
 }
 
-function run(file: string, args: string[], user: PostgresUser | null, log?: (line: string) => void): Promise<void> {
+// Runs one of the server's binaries to completion (initdb, pg_ctl): its output goes to `log` as it comes, and the
+// last lines of it into the error when it fails. Shared with dev/stockPostgres.ts. `label` names the command in errors.
+export function runServerCommand(
+  file: string,
+  args: string[],
+  options: SpawnOptions,
+  log?: (line: string) => void,
+  label = path.basename(file),
+): Promise<void> {
   return new Promise((resolve, reject) => {
     let output = '';
     const child = spawn(file, args, {
-      ...(user ?? {}),
+      ...options,
       env: { ...process.env, LC_MESSAGES: 'C' },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     const collect = (chunk: Buffer) => {
-      output += chunk.toString();
+      output = (output + chunk.toString()).slice(-4000);
       log?.(chunk.toString());
     };
     child.stdout!.on('data', collect);
     child.stderr!.on('data', collect);
-    child.once('error', (err) => reject(new Error(`${path.basename(file)} could not be started: ${err.message}`)));
+    child.once('error', (err) => reject(new Error(`${label} could not be started: ${err.message}`)));
     child.once('close', (code, signal) => {
       if (code === 0) resolve();
       else
         reject(
           new Error(
-            `${path.basename(file)} failed (${signal ?? `exit ${code}`}): ${output.trim().split('\n').slice(-5).join(' | ')}`,
+            `${label} failed (${signal ?? `exit ${code}`}): ${output.trim().split('\n').slice(-5).join(' | ') || 'no output'}`,
           ),
         );
     });
   });
+}
+
+function run(file: string, args: string[], user: PostgresUser | null, log?: (line: string) => void): Promise<void> {
+  return runServerCommand(file, args, { ...(user ?? {}) }, log);
 }
 
 // ---------------------------------------------------------------------------------------------------------------

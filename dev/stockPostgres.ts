@@ -5,7 +5,7 @@
 // login has a random password over scram-sha-256, as on a packaged server (no trust).
 // As root, initdb and the server run as the 'postgres' user (runuser), in a folder of their own under os.tmpdir():
 // the repository may live in a private directory (/root, mode 700) that user cannot reach.
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, readdirSync, rmSync } from 'node:fs';
 import { chmod, chown, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -14,7 +14,7 @@ import path from 'node:path';
 import pg from 'pg';
 // Importing dev/embeddedPostgres.ts also installs its signal handlers: SIGINT/SIGTERM/SIGHUP become process.exit()
 // when the process has no handler of its own, and the 'exit' handler below then stops the clusters still running.
-import { bestLocale, freePort, reachableAs } from './embeddedPostgres.js';
+import { bestLocale, freePort, reachableAs, runServerCommand } from './embeddedPostgres.js';
 
 export interface StockServer {
   url: string; // the admin login on the 'postgres' database, over 127.0.0.1
@@ -79,31 +79,14 @@ function asServerUser(user: ServerUser | null, file: string, args: string[]): [s
 
 function run(user: ServerUser | null, cwd: string, file: string, args: string[], log?: (line: string) => void) {
   const [cmd, argv] = asServerUser(user, file, args);
-  return new Promise<void>((resolve, reject) => {
-    let output = '';
-    const child = spawn(cmd, argv, {
-      cwd, // a folder the server's user can open (the caller's may be private)
-      env: { ...process.env, LC_MESSAGES: 'C' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-      timeout: COMMAND_TIMEOUT_MS,
-    });
-    const collect = (chunk: Buffer) => {
-      output = (output + chunk.toString()).slice(-4000);
-      log?.(chunk.toString());
-    };
-    child.stdout!.on('data', collect);
-    child.stderr!.on('data', collect);
-    child.once('error', (err) => reject(new Error(`${path.basename(file)} could not be started: ${err.message}`)));
-    child.once('close', (code, signal) => {
-      if (code === 0) resolve();
-      else
-        reject(
-          new Error(
-            `${path.basename(file)} ${args.at(-1)} failed (${signal ?? `exit ${code}`}): ${output.trim().split('\n').slice(-5).join(' | ') || 'no output'}`,
-          ),
-        );
-    });
-  });
+  // cwd: a folder the server's user can open (the caller's may be private)
+  return runServerCommand(
+    cmd,
+    argv,
+    { cwd, timeout: COMMAND_TIMEOUT_MS },
+    log,
+    `${path.basename(file)} ${args.at(-1)}`,
+  );
 }
 
 // Clusters still running are stopped when the process exits (synchronously: 'exit' allows nothing else).
