@@ -339,7 +339,8 @@ export class JobProcessor {
   }
 
   // Claims and runs jobs, keeping at most `concurrency` handlers (jobs, not batches) running. Once jobs are running it
-  // claims again only when at least `claimBatch` slots are free (default a quarter of the concurrency), so a busy loop
+  // claims again only when at least `claimBatch` slots are free (default half the concurrency: claims of a quarter made
+  // six Worker processes on one queue slower than one, bench:workers run 56), so a busy loop
   // claims and completes in batches instead of one round trip per job. A slot is free once its handler has finished:
   // the next claim overlaps the previous jobs' completion (their round trip and commit), with at most
   // 2 x `concurrency` jobs held in all (running or being finalized). Claims start the jobs in the same statement
@@ -361,7 +362,7 @@ export class JobProcessor {
     stopWhenIdle?: boolean;
   }): Promise<void> {
     const concurrency = Math.max(1, Math.floor(opts.concurrency));
-    const claimBatch = Math.max(1, Math.min(concurrency, opts.claimBatch ?? Math.ceil(concurrency / 4)));
+    const claimBatch = Math.max(1, Math.min(concurrency, opts.claimBatch ?? Math.ceil(concurrency / 2)));
     const batches = new Set<Promise<void>>();
     let running = 0; // handlers running
     let held = 0; // jobs claimed and not yet finalized: running, or being completed/retried/dead-lettered
