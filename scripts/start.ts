@@ -56,7 +56,7 @@ ${scheduleLines.join('\n') || '  none'}
 
 Console:   ${keel.baseUrl}/api/console/   (sign in with the ops key below; docs/operations.md)
 Ops API:   ${ops}/health   (OpenAPI: ${ops}/openapi.json)
-Ops key:   ${keel.opsKey}   (stored in ${keel.dataDir}/ops-key; send it as x-functions-key or ?code=)
+Ops key:   ${keel.opsKey}   (stored in ${keel.dataDir}/ops-key; send it in the x-functions-key header: a key in a URL ends up in logs)
 Operator:  destructive routes also need x-ms-client-principal with role "${role}", e.g.
            -H "x-ms-client-principal: ${encodeClientPrincipal({ name: 'local-operator', roles: [role] })}"
 
