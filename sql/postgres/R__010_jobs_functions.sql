@@ -596,11 +596,12 @@ $$;
 -- order). p_queues, p_outcomes and p_durations are parallel: outcome 'succeeded', a DLQ reason ('exhausted', 'fatal',
 -- 'timeout', 'cancelled', 'zombie', 'expired'; counted as failed), 'retried', 'zombie_retried' (a zombie handed back
 -- to pending: counted as zombie, no bucket) or 'resurrected'. Durations (ms, null for none) feed the buckets.
-create or replace function keel._tally(p_queues text[], p_outcomes text[], p_durations bigint[])
+drop function if exists keel._tally(text[], text[], bigint[]);
+create or replace function keel._tally(p keel.tally)
 returns void
 language plpgsql as $$
 begin
-  if coalesce(cardinality(p_queues), 0) = 0 then
+  if coalesce(cardinality(p.queues), 0) = 0 then
     return;
   end if;
   insert into keel.stats_summary as s (queue, succeeded, failed, retried, cancelled, zombie, resurrected)
@@ -611,7 +612,7 @@ begin
          count(*) filter (where t.outcome = 'cancelled'),
          count(*) filter (where t.outcome in ('zombie', 'zombie_retried')),
          count(*) filter (where t.outcome = 'resurrected')
-  from unnest(p_queues, p_outcomes) as t(queue, outcome)
+  from unnest(p.queues, p.outcomes) as t(queue, outcome)
   group by t.queue order by t.queue
   on conflict (queue) do update
     set succeeded = s.succeeded + excluded.succeeded,
@@ -627,7 +628,7 @@ begin
   from (select u.queue, u.duration_ms,
                case when u.outcome = 'succeeded' then 'succeeded' else 'failed' end as bucket,
                case when u.outcome = 'succeeded' then '' else u.outcome end as reason
-        from unnest(p_queues, p_outcomes, p_durations) as u(queue, outcome, duration_ms)
+        from unnest(p.queues, p.outcomes, p.durations) as u(queue, outcome, duration_ms)
         where u.outcome in ('succeeded', 'exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired')) t
   group by t.queue, t.bucket, t.reason order by t.queue, t.bucket, t.reason
   on conflict (bucket_start, queue, outcome, reason) do update
@@ -635,6 +636,13 @@ begin
         total_duration_ms = b.total_duration_ms + excluded.total_duration_ms,
         max_duration_ms = greatest(b.max_duration_ms, excluded.max_duration_ms);
 end
+$$;
+
+-- The moves of two statements of one transaction as one tally: a caller with several moves counts them once, at its end.
+create or replace function keel._tally_plus(a keel.tally, b keel.tally)
+returns keel.tally
+language sql immutable as $$
+  select row(a.queues || b.queues, a.outcomes || b.outcomes, a.durations || b.durations)::keel.tally
 $$;
 
 -- Hot -> Archive for every (job id, lease id) still processing under that lease. One row: the ids archived (ok) and
@@ -680,9 +688,9 @@ begin
         from archived a) a;
   if v_cancelled is not null then
     v_dead := keel._bury(v_cancelled, 'cancelled', 'cancel requested while running; the handler finished before it saw the request');
-    v_t := row(v_t.queues || v_dead.queues, v_t.outcomes || v_dead.outcomes, v_t.durations || v_dead.durations);
+    v_t := keel._tally_plus(v_t, v_dead);
   end if;
-  perform keel._tally(v_t.queues, v_t.outcomes, v_t.durations);
+  perform keel._tally(v_t);
   return query
   select v_ok, coalesce(array(select c.id from unnest(v_cancelled) c), '{}'); -- v_cancelled is in id order already
 end
@@ -746,7 +754,7 @@ begin
   if cardinality(v_t.queues) = 0 then
     return 'lease_lost';
   end if;
-  perform keel._tally(v_t.queues, v_t.outcomes, v_t.durations);
+  perform keel._tally(v_t);
   return 'ok';
 end
 $$;
@@ -776,7 +784,7 @@ begin
     where h.id = p_job_id;
     v_t := row(array[v_row.queue], array['retried'], array[null::bigint]);
   end if;
-  perform keel._tally(v_t.queues, v_t.outcomes, v_t.durations);
+  perform keel._tally(v_t);
   return 'ok';
 end
 $$;
@@ -801,7 +809,7 @@ begin
   end if;
   if v_cancel then
     v_t := keel._dead_letter(array[p_job_id], v_lease, array['processing'], 'cancelled', coalesce(p_error, 'cancelled'));
-    perform keel._tally(v_t.queues, v_t.outcomes, v_t.durations);
+    perform keel._tally(v_t);
     return 'ok';
   end if;
   update keel.jobs_hot h
@@ -829,7 +837,7 @@ begin
     return 'cancel_requested';
   end if;
   v_t := keel._dead_letter(array[p_job_id], null, array['pending', 'fetched'], 'cancelled', 'cancelled by operator');
-  perform keel._tally(v_t.queues, v_t.outcomes, v_t.durations);
+  perform keel._tally(v_t);
   return 'cancelled';
 end
 $$;
@@ -930,17 +938,17 @@ begin
     )
     select array_agg(u.queue), array_agg('zombie_retried'::text), array_agg(null::bigint)
     into v_moved.queues, v_moved.outcomes, v_moved.durations from upd u;
-    v_t := row(v_t.queues || v_moved.queues, v_t.outcomes || v_moved.outcomes, v_t.durations || v_moved.durations);
+    v_t := keel._tally_plus(v_t, v_moved);
     v_retried := cardinality(v_moved.queues);
   end if;
   if v_zombie_ids is not null then
     v_moved := keel._dead_letter(v_zombie_ids, null, array['processing'], 'zombie', 'zombie: heartbeat timed out');
-    v_t := row(v_t.queues || v_moved.queues, v_t.outcomes || v_moved.outcomes, v_t.durations || v_moved.durations);
+    v_t := keel._tally_plus(v_t, v_moved);
     v_dead := v_dead + cardinality(v_moved.queues);
   end if;
   if v_cancel_ids is not null then
     v_moved := keel._dead_letter(v_cancel_ids, null, array['processing'], 'cancelled', 'cancelled; worker lost before it stopped');
-    v_t := row(v_t.queues || v_moved.queues, v_t.outcomes || v_moved.outcomes, v_t.durations || v_moved.durations);
+    v_t := keel._tally_plus(v_t, v_moved);
     v_dead := v_dead + cardinality(v_moved.queues);
   end if;
 
@@ -951,11 +959,11 @@ begin
     for update of h skip locked);
   if cardinality(v_ids) > 0 then
     v_moved := keel._dead_letter(v_ids, null, array['pending'], 'expired', 'expired before it started');
-    v_t := row(v_t.queues || v_moved.queues, v_t.outcomes || v_moved.outcomes, v_t.durations || v_moved.durations);
+    v_t := keel._tally_plus(v_t, v_moved);
     v_expired := cardinality(v_moved.queues);
   end if;
 
-  perform keel._tally(v_t.queues, v_t.outcomes, v_t.durations);
+  perform keel._tally(v_t);
   perform keel._fold_counters();
   return query select v_released, v_retried, v_dead, v_expired;
 end
