@@ -10,7 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import { startEmbeddedPostgres, type EmbeddedServer } from '../dev/embeddedPostgres.js';
-import { withDatabase } from '../shared/engines/postgres/client.js';
+import { withClient, withDatabase } from '../shared/engines/postgres/client.js';
 
 export const PG_URL_ENV = 'KEEL_BENCH_PG_URL';
 // Spread into each bench's parseArgs options.
@@ -59,10 +59,8 @@ export function describeServer(info: BenchServerInfo): string {
   );
 }
 
-const CONNECT_TIMEOUT_MS = 10_000;
-
 async function serverInfo(kind: BenchServerInfo['kind'], url: string): Promise<BenchServerInfo> {
-  return withAdmin(url, async (c) => {
+  return withClient(url, async (c) => {
     const { rows } = await c.query(
       `select version() as version, current_setting('jit') as jit, pg_jit_available() as jit_available,
               current_setting('fsync') as fsync, current_setting('synchronous_commit') as synchronous_commit`,
@@ -86,19 +84,7 @@ async function serverInfo(kind: BenchServerInfo['kind'], url: string): Promise<B
   });
 }
 
-// One short-lived connection with a connect timeout, always closed.
-async function withAdmin<T>(url: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
-  const c = new pg.Client({ connectionString: url, connectionTimeoutMillis: CONNECT_TIMEOUT_MS });
-  c.on('error', () => undefined); // a dropped connection fails the pending query instead
-  await c.connect();
-  try {
-    return await fn(c);
-  } finally {
-    await c.end().catch(() => undefined);
-  }
-}
-
-const adminQuery = (url: string, text: string): Promise<pg.QueryResult> => withAdmin(url, (c) => c.query(text));
+const adminQuery = (url: string, text: string): Promise<pg.QueryResult> => withClient(url, (c) => c.query(text));
 
 export interface OpenOptions {
   label: string; // names the embedded data dir and the databases
@@ -212,7 +198,7 @@ export async function statementsAvailable(url: string): Promise<boolean> {
 // The server's processes on this machine, for CPU accounting from /proc: the postmaster (the parent of a backend of
 // ours) and its cluster_name, which Debian's servers put in every process title. null when the server is not local.
 export async function localPostmaster(url: string): Promise<{ pid: number; clusterName: string } | null> {
-  return withAdmin(url, async (c) => {
+  return withClient(url, async (c) => {
     const { rows } = await c.query(`select pg_backend_pid() as pid, current_setting('cluster_name') as cluster_name`);
     try {
       // Read while this backend is alive: its parent is the postmaster.

@@ -4,6 +4,7 @@
 import pg from 'pg';
 import { inject } from 'vitest';
 import { open, stat } from 'node:fs/promises';
+import { withClient } from '../../shared/engines/postgres/client.js';
 import { adminUrl } from './pg.js';
 
 export interface DeadlockWatch {
@@ -30,20 +31,8 @@ export function databaseOf(url: string): string {
   return decodeURIComponent(new URL(url).pathname.slice(1));
 }
 
-async function withAdmin<T>(fn: (client: pg.Client) => Promise<T>): Promise<T> {
-  const client = new pg.Client({
-    connectionString: adminUrl(),
-    connectionTimeoutMillis: 10_000,
-    statement_timeout: 10_000,
-    application_name: 'keel-deadlock-watch',
-  });
-  client.on('error', () => undefined); // the query's rejection reports it
-  await client.connect();
-  try {
-    return await fn(client);
-  } finally {
-    await client.end();
-  }
+function withAdmin<T>(fn: (client: pg.Client) => Promise<T>): Promise<T> {
+  return withClient(adminUrl(), fn, { statement_timeout: 10_000, application_name: 'keel-deadlock-watch' });
 }
 
 async function readCounters(client: pg.Client, databases: string[], ignore: string[]) {

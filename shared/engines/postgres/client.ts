@@ -9,14 +9,20 @@ export function withDatabase(url: string, database: string): string {
   return u.toString();
 }
 
-// One short-lived connection for setup work, always closed.
-export async function withClient<T>(url: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
-  const c = new pg.Client({ connectionString: url });
+// One short-lived connection for setup work, always closed. It connects within 10 s (config may say otherwise), and a
+// connection the server drops fails the pending query instead of raising an unhandled 'error' event.
+export async function withClient<T>(
+  url: string,
+  fn: (c: pg.Client) => Promise<T>,
+  config: Omit<pg.ClientConfig, 'connectionString'> = {},
+): Promise<T> {
+  const c = new pg.Client({ connectionTimeoutMillis: 10_000, ...config, connectionString: url });
+  c.on('error', () => undefined);
   await c.connect();
   try {
     return await fn(c);
   } finally {
-    await c.end();
+    await c.end().catch(() => undefined);
   }
 }
 
