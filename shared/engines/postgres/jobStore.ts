@@ -139,10 +139,18 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   static async connect(url: string, opts: PostgresStoreOptions = {}): Promise<PostgresJobStore> {
+    // Every call is bounded: a connect that gets no answer fails in 10 s; the server cancels a statement after 60 s
+    // (every job function is an index-bounded move or read, a 20,000-job enqueue under a second); a server or network
+    // that goes silent fails the call 5 s after that, and the pool drops that connection. A call that fails so is
+    // like a lost connection: a move either committed or rolled back, and the lease fencing decides what happens next.
     const pool = new pg.Pool({
       connectionString: url,
       max: opts.poolSize ?? 10,
       application_name: opts.applicationName ?? 'keel',
+      connectionTimeoutMillis: 10_000,
+      statement_timeout: 60_000,
+      query_timeout: 65_000,
+      keepAlive: true,
     });
     // An idle client whose server connection dies must not crash the process; the pool replaces it.
     pool.on('error', poolErrorLogger('postgres', 'control', `job store pool (${opts.applicationName ?? 'keel'})`));

@@ -56,6 +56,9 @@ export async function migrate(pool: pg.Pool, opts: MigrateOptions): Promise<Migr
   const client = await pool.connect();
   const applied: string[] = [];
   try {
+    // A migration (an index on a large table) and the wait for another runner's lock may take longer than the
+    // statement_timeout of the pool it runs on (the job store's): none for this session, restored in finally.
+    await client.query('set statement_timeout = 0');
     // Session-level lock: held across the per-migration transactions, released in finally.
     await client.query('select pg_advisory_lock($1)', [lockKey]);
     const schema = ledger.includes('.') ? ledger.split('.')[0]! : 'public';
@@ -126,6 +129,7 @@ export async function migrate(pool: pg.Pool, opts: MigrateOptions): Promise<Migr
     return { applied, alreadyApplied: migrations.length + repeatables.length - applied.length };
   } finally {
     await client.query('select pg_advisory_unlock($1)', [lockKey]).catch(() => undefined);
+    await client.query('reset statement_timeout').catch(() => undefined);
     client.release();
   }
 }
