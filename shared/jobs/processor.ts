@@ -13,6 +13,7 @@ import {
   type OwnerResultById,
   type StartResult,
   type StartedJob,
+  type WakeupSource,
 } from './contract.js';
 import {
   FatalError,
@@ -25,7 +26,7 @@ import {
   type RegisteredHandler,
 } from './registry.js';
 
-export { JOB_OUTCOMES, type JobOutcome };
+export { JOB_OUTCOMES, type JobOutcome, type WakeupSource };
 
 export type AbortReason = 'cancelled' | 'timeout' | 'lease_lost' | 'shutdown';
 
@@ -741,10 +742,6 @@ export function decideAfterFailure(f: {
 
 // A long-running worker (npm start, tests): keeps up to `concurrency` jobs running. It polls every pollIntervalMs
 // when idle, and wakes at once when `wakeups` (e.g. PostgreSQL LISTEN/NOTIFY on enqueue) says jobs arrived.
-export interface WakeupSource {
-  // Calls onWake whenever jobs of one of these queues may have become due; returns an unsubscribe.
-  subscribe(queues: string[], onWake: () => void): Promise<() => Promise<void>>;
-}
 
 export class Worker {
   private loop: Promise<void> | undefined;
