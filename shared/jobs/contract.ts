@@ -151,7 +151,7 @@ export interface QueueSettings {
 
 export type QueueSettingsPatch = Partial<Omit<QueueSettings, 'name'>>;
 
-// Cheap at any table size (issue 12): pending, fetched, processing, dlq and the totals are counters kept exact in the
+// Cheap at any table size (a stats read must not scan a table, whatever its size): pending, fetched, processing, dlq and the totals are counters kept exact in the
 // transaction of every change; oldestDueAgeMs is the first entry of the pending run_at index; due counts at most
 // STATS_DUE_COUNT_CAP index entries (docs/operations.md).
 export interface QueueStats {

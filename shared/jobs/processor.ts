@@ -25,6 +25,7 @@ import {
   type JobLogger,
   type RegisteredHandler,
 } from './registry.js';
+import { LIMITS } from './validate.js';
 
 export { JOB_OUTCOMES, type JobOutcome, type WakeupSource };
 
@@ -648,7 +649,7 @@ export class JobProcessor {
   }
 
   private async deadLetter(job: ClaimedJob, ref: LeaseRef, reason: DlqReason, error: string): Promise<JobOutcome> {
-    const status = await this.store.fail(ref, reason, error.slice(0, 4000));
+    const status = await this.store.fail(ref, reason, error.slice(0, LIMITS.lastErrorChars));
     if (status === 'lease_lost') {
       this.leaseLost(job, 'fail');
       return 'lease_lost';
@@ -657,7 +658,7 @@ export class JobProcessor {
   }
 
   private async retryAt(job: ClaimedJob, ref: LeaseRef, runAt: Date, error: string): Promise<JobOutcome> {
-    const status = await this.store.retry(ref, runAt, error.slice(0, 4000));
+    const status = await this.store.retry(ref, runAt, error.slice(0, LIMITS.lastErrorChars));
     if (status === 'lease_lost') {
       this.leaseLost(job, 'retry');
       return 'lease_lost';
@@ -668,7 +669,7 @@ export class JobProcessor {
   // Shutdown hands the job back due now with its attempt given back; or the store dead-letters it as 'cancelled'
   // when a cancel was requested, as retry does.
   private async interrupt(job: ClaimedJob, ref: LeaseRef, error: string): Promise<JobOutcome> {
-    const status = await this.store.interrupt(ref, error.slice(0, 4000));
+    const status = await this.store.interrupt(ref, error.slice(0, LIMITS.lastErrorChars));
     if (status === 'lease_lost') {
       this.leaseLost(job, 'interrupt');
       return 'lease_lost';
