@@ -24,7 +24,7 @@ const ENGINES = ban(
   'the domain depends on contracts, never on a concrete engine or the registry: the composition root picks the engine',
 );
 const RUNNERS = ban(
-  ['**/jobs/processor*', '**/jobs/maintenance*'],
+  ['**/jobs/processor*', '**/jobs/producer*', '**/jobs/executor*', '**/jobs/completer*', '**/jobs/maintenance*'],
   'engines implement the domain contracts (shared/jobs/contract.ts); they do not run them',
 );
 // shared/config/settings.ts reads the engine registry (the job store engines, their control settings), so below the

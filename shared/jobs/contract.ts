@@ -254,7 +254,7 @@ export interface FireResult {
   jobs: EnqueueResult[];
 }
 
-// What tells a long-running Worker (shared/jobs/processor.ts) that jobs arrived, so it claims at once instead of at
+// What tells a long-running Worker (shared/jobs/producer.ts) that jobs arrived, so it claims at once instead of at
 // its next poll; an engine may provide one (PostgreSQL: LISTEN/NOTIFY on enqueue, engines/postgres/wakeups.ts).
 export interface WakeupSource {
   // Calls onWake whenever jobs of one of these queues may have become due; returns an unsubscribe.

@@ -47,6 +47,8 @@ const CASES: [string, string, boolean][] = [
   ['shared/engines/postgres/x.ts', `import type { LocalHost } from '../../../dev/localHost.js';`, false],
   ['shared/engines/postgres/x.ts', `import type { JobProcessor } from '../../jobs/processor.js';`, false],
   ['shared/engines/postgres/x.ts', `import { purgeInBatches } from '../../jobs/maintenance.js';`, false],
+  ['shared/engines/postgres/x.ts', `import { runAttempt } from '../../jobs/executor.js';`, false],
+  ['shared/engines/postgres/x.ts', `import { Worker } from '../../jobs/producer.js';`, false],
   ['shared/engines/postgres/x.ts', `import { parseSettings } from '../../config/settings.js';`, false],
   ['shared/engines/postgres/x.ts', `import type { Settings } from '../../config/settings.js';`, true],
   ['shared/engines/postgres/x.ts', `import type { WakeupSource } from '../../jobs/contract.js';`, true],
