@@ -46,3 +46,27 @@ describe.each(ENGINES.map((e) => [e.name, e] as const))('engine %s follows the s
     expect([...urls].filter((u) => !new RegExp(`^\\s+${u}:`, 'm').test(ci))).toEqual([]);
   });
 });
+
+// "None of them branches on an engine's name" (shared/engines/descriptor.ts): outside shared/engines/, shipped code
+// names no engine but in the two places that must (the default engine, and the folder that marks the SQL root).
+describe('no engine name outside the engine folders', () => {
+  it('shipped code outside shared/engines/ names an engine only as the default store and the SQL root marker', () => {
+    const names = ENGINES.map((e) => e.name).join('|');
+    const literal = new RegExp(`(['"\`])(${names})\\1`, 'g');
+    const found: string[] = [];
+    for (const dir of ['functions', 'shared', 'handlers']) {
+      for (const f of readdirSync(path.join(root, dir), { recursive: true, encoding: 'utf8' })) {
+        const file = path.join(dir, f);
+        if (!file.endsWith('.ts') || file.endsWith('.test.ts') || file.startsWith('shared/engines/')) continue;
+        for (const line of read(file).split('\n')) {
+          if (literal.test(line)) found.push(`${file}: ${line.trim()}`);
+          literal.lastIndex = 0;
+        }
+      }
+    }
+    expect(found).toEqual([
+      "shared/config/settings.ts: KEEL_STORE_ENGINE: z.enum(enginesWith('jobStore')).optional().default('postgres'),",
+      "shared/config/sqlDir.ts: if (existsSync(path.join(candidate, 'postgres'))) return candidate;",
+    ]);
+  });
+});
