@@ -502,8 +502,10 @@ export class TransferService {
     }
   }
 
-  // What the queue step calls: stage (if needed) and apply, reconciling after any failure. Never throws for
-  // transfer-level problems: the view's status/retryable/nextAction say what happened and what to do.
+  // Stage (if needed) and apply in one call, reconciling after any failure: for callers that run a batch in one go
+  // (the tests, scripts). The queue steps call stage and apply separately (functions/transferStage.ts,
+  // transferApply.ts). Never throws for transfer-level problems: the view's status/retryable/nextAction say what
+  // happened and what to do.
   async run(batchId: string): Promise<BatchView> {
     let view: BatchView;
     try {
