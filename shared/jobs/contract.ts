@@ -151,7 +151,7 @@ export interface QueueSettings {
 
 export type QueueSettingsPatch = Partial<Omit<QueueSettings, 'name'>>;
 
-// Cheap at any table size (issue 12): pending, fetched, processing, dlq and the totals are counters kept exact in the
+// Cheap at any table size (a stats read must not scan a table, whatever its size): pending, fetched, processing, dlq and the totals are counters kept exact in the
 // transaction of every change; oldestDueAgeMs is the first entry of the pending run_at index; due counts at most
 // STATS_DUE_COUNT_CAP index entries (docs/operations.md).
 export interface QueueStats {
@@ -252,6 +252,13 @@ export type FireStatus = 'fired' | 'lost' | 'paused';
 export interface FireResult {
   status: FireStatus; // lost: another instance moved lastTick first; nothing was enqueued
   jobs: EnqueueResult[];
+}
+
+// What tells a long-running Worker (shared/jobs/producer.ts) that jobs arrived, so it claims at once instead of at
+// its next poll; an engine may provide one (PostgreSQL: LISTEN/NOTIFY on enqueue, engines/postgres/wakeups.ts).
+export interface WakeupSource {
+  // Calls onWake whenever jobs of one of these queues may have become due; returns an unsubscribe.
+  subscribe(queues: string[], onWake: () => void): Promise<() => Promise<void>>;
 }
 
 export interface ClaimOptions {

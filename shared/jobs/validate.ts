@@ -25,6 +25,7 @@ export const LIMITS = {
   scheduleNameLength: 100,
   batchJobs: 20_000, // jobs per enqueueMany call (and per ops API batch body): one procedure call, one transaction
   payloadBytes: 256 * 1024, // serialized payload, the default of KEEL_MAX_PAYLOAD_BYTES
+  maxPayloadBytesSetting: 16 * 1024 * 1024, // the most KEEL_MAX_PAYLOAD_BYTES may allow
   priority: 1_000_000, // from -priority to +priority
   delayMs: 366 * DAY_SECONDS * 1000,
   tags: 16,
@@ -43,6 +44,7 @@ export const LIMITS = {
   searchJobs: 500, // jobs per searchJobs page
   searchTextLength: 200,
   metricsWindowMinutes: 7 * 24 * 60,
+  lastErrorChars: 4000, // of a failed attempt's error, as the processor stores it (retry, fail, interrupt)
 } as const;
 
 export const DEFAULT_MAX_PAYLOAD_BYTES = LIMITS.payloadBytes;

@@ -21,6 +21,9 @@ export {
 export { DEFAULT_CARDINALITY_LIMITS, DimensionLimiter, type CardinalityLimits } from './cardinality.js';
 export {
   flushTelemetry,
+  instrumentDriver,
+  instrumentedDrivers,
+  type InstrumentedDriver,
   parseAuthenticationString,
   registerDatabaseInstrumentations,
   type DatabaseInstrumentationOptions,

@@ -1074,7 +1074,7 @@ $$;
 
 -- ---------------------------------------------------------------------------------------------------------------
 -- Reads.
--- Every field is a maintained counter or a bounded index read (issue 12), whatever the size of the three pillars:
+-- Every field is a maintained counter or a bounded index read (never a table scan), whatever the size of the three pillars:
 --   pending, fetched, processing: keel.hot_counts (statement triggers on jobs_hot), summed over its slots;
 --   dlq: keel.dlq_counts (statement triggers on jobs_dlq), summed over its slots;
 --   succeeded ... resurrected: keel.stats_summary;
@@ -1246,7 +1246,7 @@ language sql stable as $$
 $$;
 
 -- Newest first with keyset paging on id. text matches a substring of the payload or the last error.
--- p_scan_rows bounds the work (issue 12): only the next p_scan_rows ids below p_after_id are examined (a backward
+-- p_scan_rows bounds the work (a search never scans a whole table): only the next p_scan_rows ids below p_after_id are examined (a backward
 -- range of the primary key). When more rows lie below that range, a last marker row (location 'scan_bound', job_id
 -- the lowest id examined) follows the matches: pass it as p_after_id to continue. The store sets it for archive and
 -- DLQ text searches (JobSearch.scanRows).

@@ -4,7 +4,7 @@ SET QUOTED_IDENTIFIER ON;
 GO
 
 -- Stats: one row per queue known to Queues, StatsSummary or HotCounts (name order). Every field is a maintained
--- counter or a bounded index read (issue 12), whatever the size of the three pillars:
+-- counter or a bounded index read (never a table scan), whatever the size of the three pillars:
 --   Pending, Fetched, Processing: keel.HotCounts (trigger on JobsHot), summed over 16 slots; Dlq: keel.DlqCounts
 --   (trigger on JobsDLQ); Succeeded ... Resurrected: keel.StatsSummary;
 --   OldestDueAgeMs: the first entry of IX_JobsHot_PendingRunAt, when it is due;
@@ -193,7 +193,7 @@ GO
 -- SearchJobs(...): newest first (Id descending) with keyset paging (@AfterId: ids below it), at most @Limit rows
 -- (1..1000, default 50). @From/@To bound CreatedAt (hot), FinishedAt (archive) or FailedAt (dlq), [from, to).
 -- @Text is a case-insensitive substring of the payload text or the last error; @Tag an exact tag.
--- @ScanRows bounds the work (issue 12): only the next @ScanRows ids below @AfterId are examined (a backward range of
+-- @ScanRows bounds the work (a search never scans a whole table): only the next @ScanRows ids below @AfterId are examined (a backward range of
 -- the clustered key). When more rows lie below that range, a last marker row (Location 'scan_bound', JobId the lowest
 -- id examined) follows the matches: pass it as @AfterId to continue. The store sets it for archive and DLQ text
 -- searches (JobSearch.scanRows). The twin of keel.search_jobs on PostgreSQL.
