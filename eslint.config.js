@@ -13,7 +13,18 @@ const layer = (from, banned, message, allowTypeImports = false) => ({
 });
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', '.tools/**', '.tmp/**', '.data/**', 'tools/**/bin/**', 'tools/**/obj/**'] },
+  {
+    ignores: [
+      'dist/**',
+      'packages/*/dist/**',
+      'node_modules/**',
+      '.tools/**',
+      '.tmp/**',
+      '.data/**',
+      'tools/**/bin/**',
+      'tools/**/obj/**',
+    ],
+  },
   ...tseslint.configs.recommended,
   {
     languageOptions: {
@@ -101,5 +112,12 @@ export default tseslint.config(
     ['shared/ops/**/*.ts'],
     ['**/app/*', '**/dev/*', '**/functions/*', '**/engines/*/*', '**/engines/registry*'],
     'the ops API depends on its OpsContext (shared/ops/context.ts), not on the composition root or an engine',
+  ),
+  // The client package is built and published on its own (packages/client): its sources import only each other, zod
+  // and Node. Keel imports its rules (shared/jobs/validate.ts, typedEnqueue.ts), never the other way round.
+  layer(
+    ['packages/client/src/**/*.ts'],
+    ['../*', '../**', '@azure/functions', '@azure/functions/*'],
+    'packages/client is published standalone: import only its own modules (./x.js), zod and Node built-ins',
   ),
 );

@@ -109,7 +109,16 @@ describe('handlers folder', () => {
 
   it('a file added to handlers/ is compiled by `npm run build` and registered by the built app', async () => {
     // The copy's handlers/ holds the probe and a test next to it, not the user's own handlers.
-    for (const entry of ['functions', 'shared', 'tsconfig.json', 'tsconfig.build.json', 'package.json', 'host.json']) {
+    // packages/client: the enqueue rules the app imports from the client package.
+    for (const entry of [
+      'functions',
+      'shared',
+      'packages',
+      'tsconfig.json',
+      'tsconfig.build.json',
+      'package.json',
+      'host.json',
+    ]) {
       cpSync(path.join(root, entry), path.join(project, entry), {
         recursive: true,
         filter: (src) => !src.endsWith('.test.ts'),
