@@ -120,4 +120,56 @@ export default tseslint.config(
     ['../*', '../**', '@azure/functions', '@azure/functions/*'],
     'packages/client is published standalone: import only its own modules (./x.js), zod and Node built-ins',
   ),
+  // Handlers (users' jobs) see the app through one module, shared/handlerApi.ts, so moving a module behind it never
+  // breaks a handler; their tests add the test kit (test/kit.ts). One group each, so the exceptions (!) apply.
+  {
+    files: ['handlers/**/*.ts'],
+    ignores: ['handlers/**/*.test.ts'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              group: [
+                '**/shared/*',
+                '**/shared/**',
+                '!**/shared/handlerApi*',
+                '**/dev/*',
+                '**/functions/*',
+                '**/test/*',
+              ],
+              message: "handlers import the app only through '../shared/handlerApi.js' (docs/jobs.md)",
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    files: ['handlers/**/*.test.ts'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              group: [
+                '**/shared/*',
+                '**/shared/**',
+                '!**/shared/handlerApi*',
+                '**/dev/*',
+                '**/functions/*',
+                '**/test/*',
+                '**/test/**',
+                '!**/test/kit*',
+              ],
+              message:
+                "handler tests import the app through '../shared/handlerApi.js' and the test kit '../test/kit.js'",
+            },
+          ],
+        },
+      ],
+    },
+  },
 );

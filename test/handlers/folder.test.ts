@@ -132,7 +132,7 @@ describe('handlers folder', () => {
     );
     writeFileSync(
       probeFile,
-      `import { defineHandler, defineSchedule, z } from '../shared/jobs/define.js';\n` +
+      `import { defineHandler, defineSchedule, z } from '../shared/handlerApi.js';\n` +
         `export const probe = defineHandler('probe.${tag}', { payload: z.object({ n: z.number() }), queue: 'probes', async handle() {} });\n` +
         `export const every5 = defineSchedule('probe-${tag}', { cron: '*/5 * * * * *', type: 'probe.${tag}', payload: { n: 1 } });\n`,
     );
