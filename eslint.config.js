@@ -66,7 +66,18 @@ const SPECIFIC = [
 const DOMAIN_BANS = [DEV, FUNCTIONS, ROOT, OPS, ENGINES, SETTINGS];
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', '.tools/**', '.tmp/**', '.data/**', 'tools/**/bin/**', 'tools/**/obj/**'] },
+  {
+    ignores: [
+      'dist/**',
+      'packages/*/dist/**',
+      'node_modules/**',
+      '.tools/**',
+      '.tmp/**',
+      '.data/**',
+      'tools/**/bin/**',
+      'tools/**/obj/**',
+    ],
+  },
   ...tseslint.configs.recommended,
   {
     languageOptions: {
@@ -90,17 +101,37 @@ export default tseslint.config(
   { files: ['**/*.js', '**/*.mjs'], ...tseslint.configs.disableTypeChecked },
   // functions/: thin entry points over the composition root.
   boundary(['functions/**/*.ts'], [DEV]),
-  // handlers/ (users' jobs, shipped): the handler API and, to enqueue from code, enqueueJobs and getRuntime
-  // (docs/jobs.md). Their tests may use the test kit.
+  // handlers/ (users' jobs, shipped) see the app through one module, shared/handlerApi.ts, so moving a module behind
+  // it never breaks a handler (docs/jobs.md); their tests add the test kit (test/kit.ts). One group each, so the
+  // exceptions (!) apply to the patterns before them.
   boundary(
     ['handlers/**/*.ts'],
     [
       ban(
-        String.raw`^(?!(\.\./)+shared/(jobs/define|app/jobs|app/runtime)\.js$)(\.\./)+(shared|functions|dev|test|bench|scripts|console)(/|$)`,
-        'handlers/ may import only shared/jobs/define.ts (defineHandler, defineSchedule, z, the errors) and, to enqueue, shared/app/jobs.ts and shared/app/runtime.ts',
+        ['**/shared/*', '**/shared/**', '!**/shared/handlerApi*', '**/dev/*', '**/dev', '**/functions/*', '**/test/*'],
+        "handlers import the app only through '../shared/handlerApi.js' (docs/jobs.md)",
       ),
     ],
     { ignores: ['handlers/**/*.test.ts'] },
+  ),
+  boundary(
+    ['handlers/**/*.test.ts'],
+    [
+      ban(
+        [
+          '**/shared/*',
+          '**/shared/**',
+          '!**/shared/handlerApi*',
+          '**/dev/*',
+          '**/dev',
+          '**/functions/*',
+          '**/test/*',
+          '**/test/**',
+          '!**/test/kit*',
+        ],
+        "handler tests import the app through '../shared/handlerApi.js' and the test kit '../test/kit.js'",
+      ),
+    ],
   ),
   // The composition root (shared/app) and shared/ files outside the folders below.
   boundary(['shared/**/*.ts'], [DEV, FUNCTIONS], { ignores: SPECIFIC }),
@@ -148,6 +179,17 @@ export default tseslint.config(
           '!**/transfer/types*',
         ],
         'telemetry is a leaf: it may import only the domain constants in shared/jobs/contract.ts and shared/transfer/types.ts',
+      ),
+    ],
+  ),
+  // The client package is built and published on its own (packages/client): its sources import only each other, zod
+  // and Node. Keel imports its rules (shared/jobs/validate.ts, typedEnqueue.ts), never the other way round.
+  boundary(
+    ['packages/client/src/**/*.ts'],
+    [
+      ban(
+        ['../*', '../**', '@azure/functions', '@azure/functions/*'],
+        'packages/client is published standalone: import only its own modules (./x.js), zod and Node built-ins',
       ),
     ],
   ),

@@ -91,6 +91,8 @@ export interface KeelTelemetry {
   maintenanceRun(dims: { durationMs: number; outcome?: RunOutcome }): void;
   /** A database pool reported a connection error it recovers from (the `error` event of shared/engines/poolErrors.ts). */
   poolError(dims: { engine: string; role: PoolRole }): void;
+  /** One schedule failed in a scheduler pass (the pass went on with the others). */
+  scheduleFailed(dims: { schedule: string }): void;
 }
 
 export interface TelemetryOptions {
@@ -122,6 +124,7 @@ interface Instruments {
   maintenanceRuns: Counter;
   maintenanceDuration: Histogram;
   poolErrors: Counter;
+  scheduleFailures: Counter;
 }
 
 function createInstruments(meter: Meter): Instruments {
@@ -148,6 +151,7 @@ function createInstruments(meter: Meter): Instruments {
       'Database pool connection errors (the pool replaced the connection)',
       '{error}',
     ),
+    scheduleFailures: counter(METRICS.scheduleFailures, 'Schedules that failed in a scheduler pass', '{schedule}'),
   };
 }
 
@@ -319,6 +323,10 @@ export function createTelemetry(options: TelemetryOptions = {}): KeelTelemetry {
         [DIM.engine]: limiter.admit(DIM.engine, d.engine),
         [DIM.role]: closedSet(POOL_ROLES, d.role),
       });
+    },
+    scheduleFailed(d) {
+      // Schedule names are declared in code (handlers/), a small set; the limiter still caps them.
+      m.scheduleFailures.add(1, { [DIM.schedule]: limiter.admit(DIM.schedule, d.schedule) });
     },
   });
 }

@@ -76,4 +76,5 @@ export const telemetry: KeelTelemetry = {
   reconcileOutcome: (dims) => active().reconcileOutcome(dims),
   maintenanceRun: (dims) => active().maintenanceRun(dims),
   poolError: (dims) => active().poolError(dims),
+  scheduleFailed: (dims) => active().scheduleFailed(dims),
 };
