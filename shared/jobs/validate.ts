@@ -43,6 +43,8 @@ export const LIMITS = {
   searchJobs: 500, // jobs per searchJobs page
   searchTextLength: 200,
   metricsWindowMinutes: 7 * 24 * 60,
+  countCap: 1_000_000, // rows one bounded count reads at most (countJobs): past it the count says "at least"
+  dlqGroups: 500, // groups per dlqGroups page
 } as const;
 
 export const DEFAULT_MAX_PAYLOAD_BYTES = LIMITS.payloadBytes;
@@ -461,6 +463,25 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
     }
     return undefined;
   },
+  countJobs: (c) => {
+    assertOneOf('location', c.location, JOB_LOCATIONS);
+    assertPositiveInt('cap', c.cap, LIMITS.countCap);
+    if (c.queue !== undefined) assertName('queue', c.queue);
+    if (c.type !== undefined) assertName('type', c.type);
+    if (c.tag !== undefined) assertText('tag', c.tag, LIMITS.tagLength);
+    if (c.state !== undefined) assertOneOf('state', c.state, HOT_STATES);
+    if (c.reason !== undefined) assertOneOf('reason', c.reason, DLQ_REASONS);
+    if (c.from !== undefined) assertTick('from', c.from);
+    if (c.to !== undefined) assertTick('to', c.to);
+    return undefined;
+  },
+  dlqGroups: (queue, offset, limit) => {
+    if (queue !== null) assertName('queue', queue);
+    if (!Number.isInteger(offset) || offset < 0) throw new ValidationError('offset', 'must be a non-negative integer');
+    assertPositiveInt('limit', limit, LIMITS.dlqGroups);
+    return undefined;
+  },
+  listWorkers: null,
   listSchedules: (name) => {
     if (name !== undefined) assertScheduleName('name', name);
     return undefined;
