@@ -369,11 +369,11 @@ if (!haveChromium) {
       const groups = page.locator('section[aria-labelledby=groups-h] tbody tr');
       await groups.first().waitFor();
       const groupRows = await groups.evaluateAll((trs) =>
-        trs.map((tr) => [...tr.querySelectorAll('td')].slice(0, 3).map((td) => td.textContent)),
+        trs.map((tr) => [...tr.querySelectorAll('td')].slice(0, 4).map((td) => td.textContent)),
       );
       expect(groupRows.sort()).toEqual([
-        ['cancelled', 'demo.echo', '1'],
-        ['fatal', 'demo.fatal', '1'],
+        ['cancelled', 'demo.echo', QUEUE, '1'],
+        ['fatal', 'demo.fatal', QUEUE, '1'],
       ]);
       await groups.filter({ hasText: 'cancelled' }).getByRole('button', { name: 'Resurrect group…' }).click();
       const preview = page.locator('[data-test=preview-count]');
@@ -410,6 +410,102 @@ if (!haveChromium) {
       await page.getByRole('button', { name: '← Newer' }).click();
       await page.locator('.pager', { hasText: '20 jobs on this page' }).waitFor();
       expect(await rowsOf().locator('td:first-child').allTextContents()).toEqual(first);
+    });
+
+    it('resurrect by filter acts on exactly the previewed set: a job dead-lettered between preview and confirm is reported, not resurrected', async () => {
+      const RACE = 'console-race';
+      const made = await api('POST', '/jobs', {
+        jobs: [0, 1, 2].map((i) => ({ queue: RACE, type: 'demo.echo', payload: { i }, delayMs: 3_600_000 })),
+      });
+      const ids = (made.json.jobs as { id: string }[]).map((j) => j.id);
+      const pre = await api('POST', '/jobs/cancel', { ids, dryRun: false }, true);
+      expect(pre.json.count).toBe(3);
+      await page.goto(`${base}/api/console/#/dlq?queue=${RACE}`);
+      await page.locator('table.groups-table caption', { hasText: '3 dead letters in 1 group' }).waitFor();
+      await page.locator('select[name=reason]').selectOption('cancelled');
+      await page.locator('[data-test=preview-resurrect]').click();
+      const preview = page.locator('[data-test=preview-count]');
+      await preview.waitFor();
+      expect(await preview.textContent()).toContain('3 jobs match');
+
+      // Between preview and confirm: a fourth job is dead-lettered with the same reason, and one previewed job is
+      // resurrected by someone else.
+      const late = (await api('POST', '/jobs', { queue: RACE, type: 'demo.echo', delayMs: 3_600_000 })).json.id;
+      expect((await api('POST', `/jobs/${late}/cancel`, {}, true)).json.result).toBe('cancelled');
+      expect((await api('POST', `/dlq/${ids[0]}/resurrect`, {}, true)).status).toBe(200);
+
+      await page.locator('[data-test=confirm]').click();
+      const result = page.locator('[data-test=result]');
+      await result.filter({ hasText: 'Resurrected 2 jobs of the 3 previewed' }).waitFor();
+      expect(await page.locator(`[data-test=skipped] li[data-id="${ids[0]}"]`).textContent()).toContain(
+        'no longer in the DLQ',
+      );
+      expect(await page.locator('[data-test=arrived]').textContent()).toContain(late);
+      await shot(page, 'dlq-preview-race');
+      expect((await api('GET', `/jobs/${late}`)).json.location).toBe('dlq'); // never acted on
+      for (const id of ids.slice(1)) expect((await api('GET', `/jobs/${id}`)).json.location).not.toBe('dlq');
+    });
+
+    it('cancels hot jobs by filter and by selection through a preview bound to its ids', async () => {
+      const CQ = 'console-cancel';
+      const made = await api('POST', '/jobs', {
+        jobs: [0, 1].map((i) => ({ queue: CQ, type: 'demo.echo', payload: { i }, delayMs: 3_600_000 })),
+      });
+      const ids = (made.json.jobs as { id: string }[]).map((j) => j.id);
+      await page.goto(`${base}/api/console/#/jobs?location=hot&queue=${CQ}`);
+      await page.locator('[data-test=cancel-matching]').click();
+      await page.locator('[data-test=preview-count]', { hasText: '2 hot jobs match' }).waitFor();
+      const late = (await api('POST', '/jobs', { queue: CQ, type: 'demo.echo', delayMs: 3_600_000 })).json.id;
+      await page.locator('[data-test=confirm]').click();
+      await page.locator('[data-test=result]', { hasText: 'Cancelled 2 of the 2 previewed jobs' }).waitFor();
+      expect(await page.locator('[data-test=arrived]').textContent()).toContain(late);
+      for (const id of ids) expect((await api('GET', `/jobs/${id}`)).json.location).toBe('dlq');
+      expect((await api('GET', `/jobs/${late}`)).json.location).toBe('hot');
+
+      await page.goto(`${base}/api/console/#/jobs?location=hot&queue=${CQ}&type=demo.echo`);
+      await page.getByRole('checkbox', { name: `Select job ${late}` }).check();
+      await page.locator('[data-test=cancel-selected]').click();
+      await page.locator('[data-test=preview-count]', { hasText: '1 of the 1 selected job is hot' }).waitFor();
+      await page.locator('[data-test=confirm]').click();
+      await page.locator('[data-test=result]', { hasText: 'Cancelled 1 of the 1 previewed job' }).waitFor();
+      expect((await api('GET', `/jobs/${late}`)).json).toMatchObject({ location: 'dlq', reason: 'cancelled' });
+    });
+
+    it('dead letters: groups counted in SQL past the old 500-row window, and the list paged', async () => {
+      const MANY = 'console-many';
+      const made = await api('POST', '/jobs', {
+        jobs: Array.from({ length: 55 }, (_, i) => ({
+          queue: MANY,
+          type: 'demo.echo',
+          payload: { i },
+          delayMs: 3_600_000,
+        })),
+      });
+      const ids = (made.json.jobs as { id: string }[]).map((j) => j.id);
+      expect((await api('POST', '/jobs/cancel', { ids, dryRun: false }, true)).json.count).toBe(55);
+      await page.goto(`${base}/api/console/#/dlq?queue=${MANY}`);
+      const row = page.locator('table.groups-table tbody tr');
+      await row.first().waitFor();
+      expect(await row.first().locator('td').allTextContents()).toEqual(
+        expect.arrayContaining(['cancelled', 'demo.echo', MANY, '55']),
+      );
+      const list = page.locator('section[aria-labelledby=list-h] table.jobs-table tbody tr');
+      await page.locator('section[aria-labelledby=list-h] .pager', { hasText: '50 on this page' }).waitFor();
+      const first = await list.locator('td:nth-child(2)').allTextContents();
+      await page.locator('section[aria-labelledby=list-h]').getByRole('button', { name: 'Older →' }).click();
+      await page.locator('section[aria-labelledby=list-h] .pager', { hasText: '5 on this page' }).waitFor();
+      const second = await list.locator('td:nth-child(2)').allTextContents();
+      expect(new Set([...first, ...second])).toEqual(new Set(ids));
+      await page.locator('section[aria-labelledby=list-h]').getByRole('button', { name: '← Newer' }).click();
+      await page.locator('section[aria-labelledby=list-h] .pager', { hasText: '50 on this page' }).waitFor();
+      await shot(page, 'dlq-paged');
+      const purge = await api(
+        'POST',
+        '/purge',
+        { target: 'dlq', queue: MANY, olderThan: new Date().toISOString(), dryRun: false },
+        true,
+      );
+      expect(purge.json.deleted).toBe(55);
     });
 
     it("a transfer batch's detail shows its state, next action and journal timeline", async () => {
