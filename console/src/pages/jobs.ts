@@ -9,6 +9,7 @@ import {
   busy,
   clear,
   confirmStep,
+  copyable,
   empty,
   field,
   go,
@@ -485,7 +486,7 @@ export function jobPage(main: HTMLElement, id: string): Cleanup {
           h('h2', null, 'Last error'),
           j.lastError ? pre(j.lastError) : empty('No error recorded.'),
         ),
-        h('section', { class: 'card' }, h('h2', null, 'Payload'), pre(j.payload ?? null)),
+        h('section', { class: 'card' }, h('h2', null, 'Payload'), copyable(j.payload ?? null, 'payload')),
       );
     } catch (err) {
       replace(body);
