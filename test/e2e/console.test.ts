@@ -713,6 +713,10 @@ if (!haveChromium) {
       expect(await staleRow.locator('td:nth-child(2)').textContent()).toContain('stale');
       const lagRow = page.locator('table.queues-table tbody tr', { hasText: LAGGING });
       expect(await lagRow.locator('td:nth-child(2)').textContent()).toContain('lag');
+      await page.goto(`${base}/api/console/#/queues`);
+      const onQueues = page.locator('table.queues-table tbody tr', { hasText: LAGGING });
+      await onQueues.locator('[data-kind=queue_lag]').waitFor();
+      expect(await onQueues.locator('[data-kind=queue_lag]').getAttribute('title')).toContain(`queue ${LAGGING}`);
       const w = (await api('GET', '/warnings')).json;
       expect(w.thresholds).toEqual({ staleHeartbeatMs: 60_000, queueLagMs: 3000, dlqPer15Min: 10 });
       await shot(page, 'overview-warnings');
@@ -779,6 +783,7 @@ if (!haveChromium) {
       await p2.goto(`${base}/api/console/`);
       await p2.evaluate((k) => sessionStorage.setItem('keel.console.key', k), KEY);
       await p2.goto(`${base}/api/console/#/queues`);
+      await p2.reload(); // a hash change alone does not reload: the page reads the key at load
       for (const name of [QUEUE, OTHER]) {
         const b = p2.locator(`[data-test="limits-${name}"]`);
         await b.waitFor();

@@ -169,8 +169,24 @@ export function queuesPage(main: HTMLElement): Cleanup {
 
   async function load(): Promise<void> {
     try {
-      const [queues, stats] = await Promise.all([api('GET', 'queues'), api('GET', 'stats')]);
+      const [queues, stats, warnings] = await Promise.all([
+        api('GET', 'queues'),
+        api('GET', 'stats'),
+        api('GET', 'warnings'),
+      ]);
       const byName = new Map((stats.queues as any[]).map((s) => [s.queue, s]));
+      // The overview's warnings, per queue: the message on hover.
+      const warned = new Map<string, HTMLElement[]>();
+      for (const w of warnings.items as any[])
+        for (const qn of w.queue ? [w.queue] : (w.queues ?? []))
+          warned.set(qn, [
+            ...(warned.get(qn) ?? []),
+            h(
+              'span',
+              { title: w.message, 'data-kind': w.kind },
+              badge(w.kind === 'stale_heartbeat' ? 'stale' : w.kind === 'queue_lag' ? 'lag' : 'DLQ growing', 'bad'),
+            ),
+          ]);
       const items = queues.items as any[];
       replace(
         list,
@@ -215,7 +231,12 @@ export function queuesPage(main: HTMLElement): Cleanup {
                 );
                 return [
                   qs.name,
-                  qs.paused ? badge('paused', 'warn') : badge('running', 'ok'),
+                  h(
+                    'span',
+                    { class: 'badges' },
+                    qs.paused ? badge('paused', 'warn') : badge('running', 'ok'),
+                    ...(warned.get(qs.name) ?? []),
+                  ),
                   fmtNum(st?.pending ?? 0),
                   fmtNum(st?.dlq ?? 0),
                   fmtAge(st?.oldestDueAgeMs ?? null),
