@@ -164,6 +164,12 @@ export const settingsSchema = z
       z.enum(['local']).optional(),
     ),
     KEEL_OPS_MAX_BODY_BYTES: int(256 * 1024, 1024, 64 * 1024 * 1024),
+    // Warnings on the console's overview (GET /warnings): a worker whose oldest held job showed no sign of life
+    // (heartbeat, start or claim) for this long; a queue whose oldest due job has waited this long; a queue that
+    // dead-lettered at least this many jobs in the last 15 minutes.
+    KEEL_WARN_STALE_HEARTBEAT_MS: int(60_000, 1000, 24 * 3600_000),
+    KEEL_WARN_QUEUE_LAG_MS: int(300_000, 1000, 7 * 24 * 3600_000),
+    KEEL_WARN_DLQ_PER_15_MIN: int(10, 1, 1_000_000),
     // Set by the local host only: the key its HTTP layer requires (Azure enforces function keys itself).
     KEEL_OPS_KEY: optionalString,
   })

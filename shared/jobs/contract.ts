@@ -226,6 +226,53 @@ export interface JobSearch {
   limit: number;
 }
 
+// A bounded count (JobStore.countJobs): the search filters without text or paging, and the most rows to count.
+export interface JobCount {
+  location: JobLocation;
+  queue?: string;
+  type?: string;
+  tag?: string;
+  state?: HotState;
+  reason?: DlqReason;
+  from?: Date;
+  to?: Date;
+  cap: number;
+}
+
+// matched is exact when exact is true, else a lower bound ("at least matched"); asOf is the store's clock.
+export interface CountResult {
+  matched: number;
+  exact: boolean;
+  asOf: Date;
+}
+
+// One group of dead letters (reason x type x queue), counted in SQL; totals over all groups of the read.
+export interface DlqGroup {
+  reason: DlqReason;
+  type: string;
+  queue: string;
+  jobs: number;
+  newestFailedAt: Date;
+}
+
+export interface DlqGroupPage {
+  groups: DlqGroup[];
+  totalGroups: number;
+  totalJobs: number;
+}
+
+// A worker as the hot rows' leases show it: the jobs it holds and its oldest and newest sign of life.
+export interface WorkerLeases {
+  workerId: string;
+  jobsHeld: number;
+  processing: number;
+  queues: string[];
+  oldestHeartbeatAt: Date | null;
+  newestHeartbeatAt: Date | null;
+  earliestLeaseExpiresAt: Date | null;
+  asOf: Date;
+}
+
 export const TEXT_SEARCH_SCAN_ROWS = 20_000;
 export const TEXT_SEARCH_SCAN_ROWS_MAX = 100_000;
 
@@ -312,5 +359,10 @@ export interface JobStore {
   setSchedulePaused(name: string, paused: boolean): Promise<ScheduleState>;
   fireSchedule(name: string, expectedTick: Date | null, tick: Date, jobs: EnqueueRequest[]): Promise<FireResult>;
   searchJobs(search: JobSearch): Promise<JobPage>;
+  // Console reads: a bounded count for previews, dead letters grouped (a page of groups, largest first), and the
+  // workers holding leases on hot jobs.
+  countJobs(count: JobCount): Promise<CountResult>;
+  dlqGroups(queue: string | null, offset: number, limit: number): Promise<DlqGroupPage>;
+  listWorkers(): Promise<WorkerLeases[]>;
   close(): Promise<void>;
 }

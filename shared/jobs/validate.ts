@@ -257,6 +257,25 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
     }
     return undefined;
   },
+  countJobs: (c) => {
+    assertOneOf('location', c.location, JOB_LOCATIONS);
+    assertPositiveInt('cap', c.cap, LIMITS.countCap);
+    if (c.queue !== undefined) assertName('queue', c.queue);
+    if (c.type !== undefined) assertName('type', c.type);
+    if (c.tag !== undefined) assertText('tag', c.tag, LIMITS.tagLength);
+    if (c.state !== undefined) assertOneOf('state', c.state, HOT_STATES);
+    if (c.reason !== undefined) assertOneOf('reason', c.reason, DLQ_REASONS);
+    if (c.from !== undefined) assertTick('from', c.from);
+    if (c.to !== undefined) assertTick('to', c.to);
+    return undefined;
+  },
+  dlqGroups: (queue, offset, limit) => {
+    if (queue !== null) assertName('queue', queue);
+    if (!Number.isInteger(offset) || offset < 0) throw new ValidationError('offset', 'must be a non-negative integer');
+    assertPositiveInt('limit', limit, LIMITS.dlqGroups);
+    return undefined;
+  },
+  listWorkers: null,
   listSchedules: (name) => {
     if (name !== undefined) assertScheduleName('name', name);
     return undefined;

@@ -1323,3 +1323,82 @@ begin
   end if;
 end
 $$;
+
+-- ---------------------------------------------------------------------------------------------------------------
+-- Console reads (issue 30): exact counts for previews, dead letters grouped in SQL, and the lease holders.
+
+-- How many jobs match a filter, counted in SQL and bounded: at most p_cap + 1 rows are read, so matched is exact
+-- when exact is true and "at least matched" otherwise. The filters mean what they mean in search_jobs (p_from/p_to
+-- bound created_at, finished_at or failed_at); as_of is the transaction's instant, the bound a purge preview keeps.
+create or replace function keel.count_jobs(p_location text, p_queue text, p_type text, p_tag text, p_state text,
+                                           p_reason text, p_from timestamptz, p_to timestamptz, p_cap integer)
+returns table (matched bigint, exact boolean, as_of timestamptz)
+language plpgsql stable as $$
+declare
+  v_cap integer := least(greatest(coalesce(p_cap, 10000), 1), 1000000);
+  v_n bigint;
+begin
+  if p_location = 'hot' then
+    select count(*) into v_n from (
+      select 1 from keel.jobs_hot h
+      where (p_queue is null or h.queue = p_queue) and (p_type is null or h.type = p_type)
+        and (p_tag is null or h.tags @> array[p_tag]) and (p_state is null or h.state = p_state)
+        and (p_from is null or h.created_at >= p_from) and (p_to is null or h.created_at < p_to)
+      limit v_cap + 1) x;
+  elsif p_location = 'archive' then
+    select count(*) into v_n from (
+      select 1 from keel.jobs_archive a
+      where (p_queue is null or a.queue = p_queue) and (p_type is null or a.type = p_type)
+        and (p_tag is null or a.tags @> array[p_tag])
+        and (p_from is null or a.finished_at >= p_from) and (p_to is null or a.finished_at < p_to)
+      limit v_cap + 1) x;
+  elsif p_location = 'dlq' then
+    select count(*) into v_n from (
+      select 1 from keel.jobs_dlq d
+      where (p_queue is null or d.queue = p_queue) and (p_type is null or d.type = p_type)
+        and (p_tag is null or d.tags @> array[p_tag]) and (p_reason is null or d.reason = p_reason)
+        and (p_from is null or d.failed_at >= p_from) and (p_to is null or d.failed_at < p_to)
+      limit v_cap + 1) x;
+  else
+    raise exception 'location must be hot, archive or dlq (got %)', coalesce(p_location, 'null') using errcode = '22023';
+  end if;
+  return query select least(v_n, v_cap::bigint), v_n <= v_cap, now();
+end
+$$;
+
+-- Dead letters grouped by reason, type and queue, counted in SQL over the whole DLQ (or one queue), largest group
+-- first, a page of p_limit groups from p_offset. Every row carries the number of groups and of dead letters, so a
+-- page says what it is part of. Reads every DLQ row of the queue once: the console asks when the page is shown.
+create or replace function keel.dlq_groups(p_queue text, p_offset integer, p_limit integer)
+returns table (reason text, type text, queue text, jobs bigint, newest_failed_at timestamptz, total_groups bigint,
+               total_jobs bigint)
+language sql stable as $$
+  with g as (
+    select d.reason, d.type, d.queue, count(*) as jobs, max(d.failed_at) as newest_failed_at
+    from keel.jobs_dlq d
+    where p_queue is null or d.queue = p_queue
+    group by d.reason, d.type, d.queue
+  )
+  select g.reason, g.type, g.queue, g.jobs, g.newest_failed_at, count(*) over (), sum(g.jobs) over ()
+  from g
+  order by g.jobs desc, g.reason, g.type, g.queue
+  offset greatest(coalesce(p_offset, 0), 0)
+  limit least(greatest(coalesce(p_limit, 50), 1), 500)
+$$;
+
+-- The lease holders: per worker id, the hot jobs it holds (fetched or processing), its oldest sign of life (the
+-- heartbeat, else the start, else the claim) and its earliest lease expiry. Bounded by what is in flight.
+create or replace function keel.list_workers()
+returns table (worker_id text, jobs_held bigint, processing bigint, queues text, oldest_heartbeat_at timestamptz,
+               newest_heartbeat_at timestamptz, earliest_lease_expires_at timestamptz, as_of timestamptz)
+language sql stable as $$
+  select h.worker_id, count(*), count(*) filter (where h.state = 'processing'),
+         string_agg(distinct h.queue, ',' order by h.queue),
+         min(coalesce(h.heartbeat_at, h.started_at, h.fetched_at)),
+         max(coalesce(h.heartbeat_at, h.started_at, h.fetched_at)),
+         min(h.lease_expires_at), now()
+  from keel.jobs_hot h
+  where h.state in ('fetched', 'processing') and h.worker_id is not null
+  group by h.worker_id
+  order by min(coalesce(h.heartbeat_at, h.started_at, h.fetched_at)), h.worker_id
+$$;

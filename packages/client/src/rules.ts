@@ -37,6 +37,8 @@ export const LIMITS = {
   searchTextLength: 200,
   metricsWindowMinutes: 7 * 24 * 60,
   lastErrorChars: 4000, // of a failed attempt's error, as the processor stores it (retry, fail, interrupt)
+  countCap: 1_000_000, // rows one bounded count reads at most (countJobs): past it the count says "at least"
+  dlqGroups: 500, // groups per dlqGroups page
 } as const;
 
 export const DEFAULT_MAX_PAYLOAD_BYTES = LIMITS.payloadBytes;

@@ -30,6 +30,10 @@ import type {
   StartedJob,
   FireResult,
   ScheduleState,
+  JobCount,
+  CountResult,
+  DlqGroupPage,
+  WorkerLeases,
 } from '../../jobs/contract.js';
 import { BatchBackedJobStore } from '../../jobs/storeBase.js';
 import { IdempotencyConflictError } from '../../jobs/contract.js';
@@ -48,6 +52,9 @@ import {
   type RowCodec,
   toFireResult,
   toScheduleState,
+  toCountResult,
+  toDlqGroupPage,
+  toWorkerLeases,
 } from '../../jobs/rows.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, isLeaseRef, prepareEnqueue, typeMaxAttemptsJson } from '../../jobs/validate.js';
 import { migrate } from './migrate.js';
@@ -387,6 +394,29 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
       limit: s.limit,
     });
     return toJobPage(rows, s.limit, (r) => toJobRecord(r, PG_CODEC));
+  }
+
+  async countJobs(c: JobCount): Promise<CountResult> {
+    const [r] = await this.call('count_jobs', {
+      location: c.location,
+      queue: c.queue ?? null,
+      type: c.type ?? null,
+      tag: c.tag ?? null,
+      state: c.state ?? null,
+      reason: c.reason ?? null,
+      from: c.from ?? null,
+      to: c.to ?? null,
+      cap: c.cap,
+    });
+    return toCountResult(r!);
+  }
+
+  async dlqGroups(queue: string | null, offset: number, limit: number): Promise<DlqGroupPage> {
+    return toDlqGroupPage(await this.call('dlq_groups', { queue, offset, limit }));
+  }
+
+  async listWorkers(): Promise<WorkerLeases[]> {
+    return (await this.call('list_workers', {})).map(toWorkerLeases);
   }
 
   async close(): Promise<void> {

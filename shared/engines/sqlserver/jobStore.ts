@@ -31,6 +31,10 @@ import type {
   StartedJob,
   FireResult,
   ScheduleState,
+  JobCount,
+  CountResult,
+  DlqGroupPage,
+  WorkerLeases,
 } from '../../jobs/contract.js';
 import { BatchBackedJobStore } from '../../jobs/storeBase.js';
 import { IdempotencyConflictError } from '../../jobs/contract.js';
@@ -48,6 +52,9 @@ import {
   type RowCodec,
   toFireResult,
   toScheduleState,
+  toCountResult,
+  toDlqGroupPage,
+  toWorkerLeases,
 } from '../../jobs/rows.js';
 import { JOB_PROCEDURES, pascalCase, type JobProcedure } from '../../jobs/procedures.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, isLeaseRef, prepareEnqueue, typeMaxAttemptsJson } from '../../jobs/validate.js';
@@ -101,6 +108,19 @@ export const SQLSERVER_PARAMS: ParamTypes = {
   stats: {},
   metrics: { WindowMinutes: sql.Int, Queue: sql.NVarChar(128) },
   list_queues: { Name: sql.NVarChar(128) },
+  count_jobs: {
+    Location: sql.VarChar(10),
+    Queue: sql.NVarChar(128),
+    Type: sql.NVarChar(256),
+    Tag: sql.NVarChar(64),
+    State: sql.VarChar(10),
+    Reason: sql.VarChar(16),
+    From: sql.DateTime2(3),
+    To: sql.DateTime2(3),
+    Cap: sql.Int,
+  },
+  dlq_groups: { Queue: sql.NVarChar(128), Offset: sql.Int, Limit: sql.Int },
+  list_workers: {},
   list_schedules: { Name: sql.NVarChar(100) },
   set_schedule_paused: { Name: sql.NVarChar(100), Paused: sql.Bit },
   fire_schedule: {
@@ -567,6 +587,34 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
       'safe',
     );
     return toJobPage(rows, s.limit, jobRecord);
+  }
+
+  async countJobs(c: JobCount): Promise<CountResult> {
+    const [r] = await this.call(
+      'count_jobs',
+      {
+        Location: c.location,
+        Queue: c.queue ?? null,
+        Type: c.type ?? null,
+        Tag: c.tag ?? null,
+        State: c.state ?? null,
+        Reason: c.reason ?? null,
+        From: c.from ?? null,
+        To: c.to ?? null,
+        Cap: c.cap,
+      },
+      'safe',
+    );
+    return toCountResult(camelKeys(r!));
+  }
+
+  async dlqGroups(queue: string | null, offset: number, limit: number): Promise<DlqGroupPage> {
+    const rows = await this.call('dlq_groups', { Queue: queue, Offset: offset, Limit: limit }, 'safe');
+    return toDlqGroupPage(rows.map(camelKeys));
+  }
+
+  async listWorkers(): Promise<WorkerLeases[]> {
+    return (await this.call('list_workers', {}, 'safe')).map((r) => toWorkerLeases(camelKeys(r)));
   }
 
   async close(): Promise<void> {
