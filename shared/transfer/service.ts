@@ -4,6 +4,7 @@ import { randomUUID } from 'node:crypto';
 import type { ChecksumAlgorithm } from './checksum.js';
 import type { TransferConfig } from './config.js';
 import { describeError, isTransferError, TERMINAL_CODES, TransferError } from './errors.js';
+import { withValuePolicies } from './policies.js';
 import type { BatchEvent, BatchRecord, TransferJournal } from './journal.js';
 import { describeSchemaDiff } from './schema.js';
 import {
@@ -228,7 +229,8 @@ export class TransferService {
   private async connect(t: TransferConfig): Promise<Adapters> {
     let p = this.adapters.get(t.name);
     if (!p) {
-      p = Promise.resolve(this.connectFn(t));
+      // Declared value policies convert the source's rows before both checksums (policies.ts).
+      p = Promise.resolve(this.connectFn(t)).then((a) => ({ ...a, source: withValuePolicies(t, a.source) }));
       this.adapters.set(t.name, p);
       p.catch(() => this.adapters.delete(t.name));
     }
