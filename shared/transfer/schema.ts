@@ -26,7 +26,7 @@ export function buildSourceSchema(
   toLogical: (declared: string) => LogicalType | null,
   boundaryTypeOk: (declared: string, logical: LogicalType | null) => boolean,
   // The engine's reading of a declared type's bounds, and which columns may be NULL (absent: not known).
-  facets?: (declared: string, logical: LogicalType) => TypeFacets,
+  facets?: (declared: string, logical: LogicalType, name: string) => TypeFacets,
   nullable?: Map<string, boolean>,
 ): SourceSchema {
   const columns: SchemaColumn[] = [];
@@ -58,7 +58,7 @@ export function buildSourceSchema(
     const col: SchemaColumn = { name, type: declared, logical: logical ?? 'bytes' };
     const n = nullable?.get(name);
     if (n !== undefined) col.nullable = n;
-    if (facets && logical !== null) col.facets = facets(declared, logical);
+    if (facets && logical !== null) col.facets = facets(declared, logical, name);
     columns.push(col);
   }
   checkPolicies(t, columns);

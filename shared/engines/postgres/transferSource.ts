@@ -41,6 +41,7 @@ export class PostgresTransferSource implements SourceAdapter {
   async readSchema(): Promise<SourceSchema> {
     const found = new Map<string, string>();
     const nullable = new Map<string, boolean>(); // a table's columns only (a query's result is not known)
+    const bounded = new Map<string, string>(); // a query's columns: the type with its modifier, e.g. numeric(12,2)
     const names = resolvedNames(this.t);
     if (names.sourceTable) {
       const res = await this.pool.query(
@@ -54,13 +55,16 @@ export class PostgresTransferSource implements SourceAdapter {
       }
     } else {
       const probe = await this.pool.query({ text: `select * from ${this.from} limit 0`, rowMode: 'array' });
-      const oids = probe.fields.map((f) => f.dataTypeID);
+      // The recorded type (and so the schema hash) stays the bare type name; the bounds come from the type modifier.
       const types = await this.pool.query(
-        `select o::int as oid, format_type(o, null) as type from unnest($1::oid[]) as o`,
-        [oids],
+        `select format_type(o, null) as type, format_type(o, nullif(m, -1)) as bounded
+           from unnest($1::oid[], $2::int[]) with ordinality as u(o, m, i) order by i`,
+        [probe.fields.map((f) => f.dataTypeID), probe.fields.map((f) => f.dataTypeModifier)],
       );
-      const byOid = new Map<number, string>(types.rows.map((r) => [Number(r.oid), String(r.type)]));
-      for (const f of probe.fields) found.set(f.name, byOid.get(f.dataTypeID) ?? `oid ${f.dataTypeID}`);
+      probe.fields.forEach((f, i) => {
+        found.set(f.name, String(types.rows[i]?.type ?? `oid ${f.dataTypeID}`));
+        bounded.set(f.name, String(types.rows[i]?.bounded ?? ''));
+      });
     }
     return buildSourceSchema(
       this.t,
@@ -72,7 +76,7 @@ export class PostgresTransferSource implements SourceAdapter {
           : this.t.boundary.kind === 'timestamp'
             ? logical === 'timestamp' || logical === 'timestamptz'
             : false,
-      pgFacets,
+      (declared, logical, name) => pgFacets(bounded.get(name) || declared, logical),
       nullable,
     );
   }
