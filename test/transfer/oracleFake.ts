@@ -271,7 +271,8 @@ export class FakeOracle {
 
   // What a staged row holds, as the readback returns it, for the target columns the staging INSERT names and
   // `columns` describes (others are kept as bound): Oracle's '' (and an empty RAW/BLOB) is NULL; CHAR(n)/NCHAR(n) pad
-  // to n; a DATE keeps whole seconds (read back with '.000000'); TIMESTAMP(n) keeps n fraction digits; RAW/BLOB take
+  // to n; a DATE keeps whole seconds (read back with '.000000'); TIMESTAMP(n) keeps n fraction digits; NVARCHAR2/NCHAR
+  // take only DB_TYPE_NVARCHAR binds and CLOB/NCLOB only DB_TYPE_CLOB/DB_TYPE_NCLOB; RAW/BLOB take
   // only Buffers bound as DB_TYPE_RAW/DB_TYPE_BLOB and BINARY_DOUBLE only numbers bound as DB_TYPE_BINARY_DOUBLE
   // (node-oracledb's NJS-011 otherwise), and come back as a Buffer and a number.
   storage(sql: string, bindDefs: { type?: unknown }[]): (row: unknown[]) => unknown[] {
@@ -299,6 +300,14 @@ export class FakeOracle {
             throw mismatch(name, v);
           return v;
         }
+        // N columns take national-character binds, LOB columns temporary LOBs (a long string is not a LONG)
+        const textDef: unknown = {
+          NVARCHAR2: oracledbTypes.DB_TYPE_NVARCHAR,
+          NCHAR: oracledbTypes.DB_TYPE_NVARCHAR,
+          CLOB: oracledbTypes.DB_TYPE_CLOB,
+          NCLOB: oracledbTypes.DB_TYPE_NCLOB,
+        }[t];
+        if (textDef !== undefined && def !== textDef) throw mismatch(name, v);
         if (v === null || v === '') return null;
         if (typeof v !== 'string') throw mismatch(name, v);
         if (t === 'CHAR' || t === 'NCHAR') return v.padEnd(charLength, ' ');

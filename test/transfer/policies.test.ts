@@ -341,6 +341,39 @@ describe('value policies end to end', () => {
     await svc.close();
   });
 
+  it('Oracle model: text goes to NVARCHAR2 as national characters and to CLOB as a LOB, any length, unchanged', async () => {
+    await env.source.query(`create table public.texts (id bigint primary key, n varchar(10), c text);
+      insert into public.texts values (1, '😀 ok', repeat('€', 40000)), (2, null, 'short')`);
+    const fake = new FakeOracle();
+    fake.columns = [
+      ['ID', 'NUMBER', 0, 19, 22, 0, null, 'N'],
+      ['N', 'NVARCHAR2', null, null, 40, 20, 'C', 'Y'],
+      ['C', 'CLOB', null, null, 4000, 0, null, 'Y'],
+    ];
+    const t = parseTransfers(
+      [
+        {
+          name: 'texts',
+          source: { engine: 'postgres', connectionSetting: 'S', table: 'public.texts' },
+          target: { engine: 'oracle', connectionSetting: 'T', table: 'TEXTS' },
+          keyColumns: ['id'],
+          boundary: { column: 'id', kind: 'key' },
+          columns: [
+            { source: 'id', target: 'ID' },
+            { source: 'n', target: 'N' },
+            { source: 'c', target: 'C' },
+          ],
+        },
+      ],
+      RULES,
+    )[0]!;
+    const svc = service(t, (tc) => new OracleTransferTarget(tc, fake.pool));
+    const v = await svc.run((await svc.createBatch(t.name)).batchId);
+    expect(v.state).toBe('committed');
+    expect(fake.applied.get('1')).toEqual(['1', '😀 ok', '€'.repeat(40000)]);
+    await svc.close();
+  });
+
   it('F8: infinity and BC dates are refused with the column named before staging (canonical rows); keel-pg2 keeps them', async () => {
     const t = parseTransfers(
       [

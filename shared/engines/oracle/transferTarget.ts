@@ -342,16 +342,42 @@ function fromCanonical(bind: string, logical: LogicalType, dataType: string): st
   }
 }
 
-// How a staged value travels in executeMany: text (bound as a string of at most the chunk's longest value), bytes as
-// a Buffer (RAW: up to 32,767 bytes with MAX_STRING_SIZE = EXTENDED, else 2,000; BLOB: any size, a temporary LOB),
-// a double as a number (exact; no decimal text parsed by the server).
-export type OracleBindKind = 'string' | 'raw' | 'blob' | 'double';
+// How a staged value travels in executeMany: text as a string of at most the chunk's longest value (national
+// character set for NVARCHAR2/NCHAR, so a non-Unicode database character set does not convert it on the way; a
+// temporary LOB for CLOB/NCLOB, so a value over 4,000/32,767 bytes is not sent as a LONG), bytes as a Buffer (RAW: up
+// to 32,767 bytes with MAX_STRING_SIZE = EXTENDED, else 2,000; BLOB: any size, a temporary LOB), a double as a number
+// (exact; no decimal text parsed by the server).
+export type OracleBindKind = 'string' | 'nstring' | 'clob' | 'nclob' | 'raw' | 'blob' | 'double';
 
 export function oracleBindKind(logical: LogicalType, dataType: string): OracleBindKind {
   const t = dataType.toUpperCase();
   if (logical === 'bytes') return t === 'BLOB' ? 'blob' : 'raw';
   if (logical === 'float' && t === 'BINARY_DOUBLE') return 'double';
+  if (logical === 'text') {
+    if (t === 'NVARCHAR2' || t === 'NCHAR') return 'nstring';
+    if (t === 'CLOB') return 'clob';
+    if (t === 'NCLOB') return 'nclob';
+  }
   return 'string';
+}
+
+function bindDef(kind: OracleBindKind, maxSize: number): { type: oracledb.DbType | number; maxSize?: number } {
+  switch (kind) {
+    case 'raw':
+      return { type: oracledb.DB_TYPE_RAW, maxSize };
+    case 'blob':
+      return { type: oracledb.DB_TYPE_BLOB };
+    case 'double':
+      return { type: oracledb.DB_TYPE_BINARY_DOUBLE };
+    case 'clob':
+      return { type: oracledb.DB_TYPE_CLOB };
+    case 'nclob':
+      return { type: oracledb.DB_TYPE_NCLOB };
+    case 'nstring':
+      return { type: oracledb.DB_TYPE_NVARCHAR, maxSize };
+    case 'string':
+      return { type: oracledb.STRING, maxSize };
+  }
 }
 
 export function oracleBindValue(kind: OracleBindKind, v: string | null): string | Buffer | number | null {
@@ -814,15 +840,7 @@ export class OracleTransferTarget implements TargetAdapter {
                 batchErrors: true, // a row's error comes back with its offset, so the error can name the row
                 bindDefs: [
                   { type: oracledb.STRING, maxSize: 36 },
-                  ...cols.map((col, i) =>
-                    col.bind === 'raw'
-                      ? { type: oracledb.DB_TYPE_RAW, maxSize: maxSizes[i]! }
-                      : col.bind === 'blob'
-                        ? { type: oracledb.DB_TYPE_BLOB }
-                        : col.bind === 'double'
-                          ? { type: oracledb.DB_TYPE_BINARY_DOUBLE }
-                          : { type: oracledb.STRING, maxSize: maxSizes[i]! },
-                  ),
+                  ...cols.map((col, i) => bindDef(col.bind ?? 'string', maxSizes[i]!)),
                 ],
               }),
             );
