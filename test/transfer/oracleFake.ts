@@ -291,8 +291,9 @@ export class FakeOracle {
         const def = bindDefs[i]?.type;
         const t = type.toUpperCase();
         if (t === 'RAW' || t === 'BLOB') {
-          const want = t === 'RAW' ? oracledbTypes.DB_TYPE_RAW : oracledbTypes.DB_TYPE_BLOB;
-          if ((v !== null && !Buffer.isBuffer(v)) || def !== want) throw mismatch(name, v);
+          // a BLOB also takes a RAW bind (the INSERT converts it)
+          const ok = def === oracledbTypes.DB_TYPE_RAW || (t === 'BLOB' && def === oracledbTypes.DB_TYPE_BLOB);
+          if ((v !== null && !Buffer.isBuffer(v)) || !ok) throw mismatch(name, v);
           return v === null || (v as Buffer).length === 0 ? null : v;
         }
         if (t === 'BINARY_DOUBLE') {
@@ -301,13 +302,14 @@ export class FakeOracle {
           return v;
         }
         // N columns take national-character binds, LOB columns temporary LOBs (a long string is not a LONG)
-        const textDef: unknown = {
-          NVARCHAR2: oracledbTypes.DB_TYPE_NVARCHAR,
-          NCHAR: oracledbTypes.DB_TYPE_NVARCHAR,
-          CLOB: oracledbTypes.DB_TYPE_CLOB,
-          NCLOB: oracledbTypes.DB_TYPE_NCLOB,
+        // (or a VARCHAR2/NVARCHAR2 bind for a CLOB/NCLOB, which the INSERT converts)
+        const textDefs: unknown[] | undefined = {
+          NVARCHAR2: [oracledbTypes.DB_TYPE_NVARCHAR],
+          NCHAR: [oracledbTypes.DB_TYPE_NVARCHAR],
+          CLOB: [oracledbTypes.DB_TYPE_CLOB, oracledbTypes.DB_TYPE_VARCHAR],
+          NCLOB: [oracledbTypes.DB_TYPE_NCLOB, oracledbTypes.DB_TYPE_NVARCHAR],
         }[t];
-        if (textDef !== undefined && def !== textDef) throw mismatch(name, v);
+        if (textDefs !== undefined && !textDefs.includes(def)) throw mismatch(name, v);
         if (v === null || v === '') return null;
         if (typeof v !== 'string') throw mismatch(name, v);
         if (t === 'CHAR' || t === 'NCHAR') return v.padEnd(charLength, ' ');

@@ -6,7 +6,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
 import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
-import { OracleTransferTarget } from '../../shared/engines/oracle/transferTarget.js';
+import oracledb from 'oracledb';
+import { bindDef, OracleTransferTarget } from '../../shared/engines/oracle/transferTarget.js';
 import { ChecksumAccumulator, canonicalFloat, type CanonicalRow } from '../../shared/transfer/checksum.js';
 import { parseTransfers, type TransferConfig, type TransferInput } from '../../shared/transfer/config.js';
 import { isTransferError, type TransferError } from '../../shared/transfer/errors.js';
@@ -371,6 +372,11 @@ describe('value policies end to end', () => {
     const v = await svc.run((await svc.createBatch(t.name)).batchId);
     expect(v.state).toBe('committed');
     expect(fake.applied.get('1')).toEqual(['1', '😀 ok', '€'.repeat(40000)]);
+    // a chunk of short values binds as VARCHAR2/RAW (no LOB round trips), a longer one as a LOB
+    expect(bindDef('clob', 4000).type).toBe(oracledb.DB_TYPE_VARCHAR);
+    expect(bindDef('clob', 4001).type).toBe(oracledb.DB_TYPE_CLOB);
+    expect(bindDef('blob', 2000).type).toBe(oracledb.DB_TYPE_RAW);
+    expect(bindDef('blob', 2001).type).toBe(oracledb.DB_TYPE_BLOB);
     await svc.close();
   });
 
