@@ -8,7 +8,7 @@
 //                (JavaScript's Number#toString digits, PostgreSQL's float8out), without exponent; NaN and
 //                infinities have no canonical text and are refused. Only through a declared `float` policy
 //                (shared/transfer/policies.ts): a float source column is refused otherwise.
-//   text         the string itself (hashed as UTF-8)
+//   text         the string itself (hashed as UTF-8); a fixed-width char(n) value with its blank padding, as stored
 //   bool         "t" or "f"
 //   date         YYYY-MM-DD
 //   timestamp    YYYY-MM-DDTHH:MM:SS.ffffff            (always six fraction digits, no zone)
