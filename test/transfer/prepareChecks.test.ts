@@ -7,7 +7,7 @@ import { PostgresTransferSource } from '../../shared/engines/postgres/transferSo
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
 import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
 import { OracleTransferTarget } from '../../shared/engines/oracle/transferTarget.js';
-import { mssqlFacets } from '../../shared/engines/sqlserver/transferSource.js';
+import { mssqlFacets, mssqlLogicalType } from '../../shared/engines/sqlserver/transferSource.js';
 import { parseTransfers, type TransferConfig } from '../../shared/transfer/config.js';
 import { isTransferError } from '../../shared/transfer/errors.js';
 import { TransferService } from '../../shared/transfer/service.js';
@@ -180,6 +180,31 @@ describe('prepare checks each mapped column against the target', () => {
     expect(await oraclePrepare(table, column)).toBeNull();
   });
 
+  it('PostgreSQL target: "empty": "null" into a NOT NULL column is refused, naming the column and the policy', async () => {
+    await env.target.query(`drop table if exists public.s_ok`);
+    await env.target.query(`create table public.s_ok (id bigint primary key, v varchar(10) not null)`);
+    const t = parseTransfers(
+      [
+        {
+          name: 'pp_empty',
+          source: { engine: 'postgres', connectionSetting: 'S', table: 'public.s_ok' },
+          target: { engine: 'postgres', connectionSetting: 'T', table: 'public.s_ok' },
+          keyColumns: ['id'],
+          boundary: { column: 'id', kind: 'key' },
+          columns: [
+            { source: 'id', target: 'id' },
+            { source: 'v', target: 'v', empty: 'null' },
+          ],
+        },
+      ],
+      RULES,
+    )[0]!;
+    const schema = await new PostgresTransferSource(t, env.source).readSchema();
+    await expect(new PostgresTransferTarget(t, env.target).prepare(schema)).rejects.toThrow(
+      /transfer pp_empty: target column v .*: the column is NOT NULL and the declared "empty": "null" turns an empty value into NULL/,
+    );
+  });
+
   it('reads SQL Server type bounds (UTF-8 worst case, money, datetime ticks)', () => {
     expect(mssqlFacets('nvarchar(40)', 'text')).toEqual({ maxChars: 40, maxBytes: 120, fixed: false });
     expect(mssqlFacets('varchar(max)', 'text')).toEqual({ maxChars: null, maxBytes: null, fixed: false });
@@ -190,6 +215,8 @@ describe('prepare checks each mapped column against the target', () => {
     expect(mssqlFacets('datetime', 'timestamp')).toEqual({ fraction: 7 });
     expect(mssqlFacets('datetime2(3)', 'timestamp')).toEqual({ fraction: 3 });
     expect(mssqlFacets('varbinary(50)', 'bytes')).toEqual({ maxBytes: 50 });
+    // float and real have a logical type, usable only through a declared float policy
+    expect(['float', 'real', 'float(24)'].map(mssqlLogicalType)).toEqual(['float', 'float', 'float']);
   });
 });
 
@@ -204,6 +231,42 @@ describe('a value the PostgreSQL target refuses fails the batch once (terminal)'
   });
   afterAll(async () => {
     await env?.close();
+  });
+
+  it('a NULL into NOT NULL from a query source (nullability unknown to prepare) fails the batch once', async () => {
+    await env.source.query(`create table public.maybe (id bigint primary key, v text);
+      insert into public.maybe values (1, 'a'), (2, null)`);
+    await env.target.query(`create table public.maybe (id bigint primary key, v text not null)`);
+    const t = parseTransfers(
+      [
+        {
+          name: 'maybe',
+          source: { engine: 'postgres', connectionSetting: 'S', query: 'select id, v from public.maybe' },
+          target: { engine: 'postgres', connectionSetting: 'T', table: 'public.maybe' },
+          keyColumns: ['id'],
+          boundary: { column: 'id', kind: 'key' },
+          columns: [
+            { source: 'id', target: 'id' },
+            { source: 'v', target: 'v' },
+          ],
+          reconcileWaitMs: 300,
+        },
+      ],
+      RULES,
+    )[0]!;
+    const svc = new TransferService({
+      journal: new PostgresTransferJournal(env.control),
+      transfers: [t],
+      connect: (tc) => ({
+        source: new PostgresTransferSource(tc, env.source),
+        target: new PostgresTransferTarget(tc, env.target),
+      }),
+    });
+    const v = await svc.run((await svc.createBatch(t.name)).batchId);
+    expect(v.state).toBe('failed');
+    expect(v.lastErrorCode).toBe('unsupported_type');
+    expect(v.lastError).toMatch(/SQLSTATE 23502 .*at column v/);
+    await svc.close();
   });
 
   it('a CHECK violation at apply is unsupported_type, the window released, not retried', async () => {
