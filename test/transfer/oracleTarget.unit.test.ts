@@ -13,7 +13,9 @@ import {
   OracleTransferTarget,
   oracleSessionCallback,
   ORACLE_LOCK_WAIT_SECONDS,
+  toCanonical,
 } from '../../shared/engines/oracle/transferTarget.js';
+import type { LogicalType } from '../../shared/transfer/checksum.js';
 import { TransferError } from '../../shared/transfer/errors.js';
 import type { TransferConfig } from '../../shared/transfer/config.js';
 import { FakeOracle, oraError } from './oracleFake.js';
@@ -152,6 +154,30 @@ describe('Oracle target without a server', () => {
     expect((err as TransferError).message).toMatch(/target table FILES needs a primary key/);
     expect(requested).toEqual([{ tag: KEEL_SESSION_TAG }]);
     expect(executed.some((s) => /ALTER SESSION/i.test(s))).toBe(false);
+  });
+
+  it("reads back NULL as NULL: every readback that appends a suffix with || guards NULL first (Oracle's NULL || 'Z' is 'Z')", () => {
+    const cases: [LogicalType, string][] = [
+      ['int', 'NUMBER'],
+      ['decimal', 'NUMBER'],
+      ['float', 'BINARY_DOUBLE'],
+      ['float', 'NUMBER'],
+      ['text', 'VARCHAR2'],
+      ['text', 'CHAR'],
+      ['bool', 'NUMBER'],
+      ['bool', 'BOOLEAN'],
+      ['date', 'DATE'],
+      ['timestamp', 'TIMESTAMP(6)'],
+      ['timestamp', 'DATE'],
+      ['timestamptz', 'TIMESTAMP(6) WITH TIME ZONE'],
+      ['bytes', 'RAW'],
+      ['bytes', 'BLOB'],
+      ['uuid', 'RAW'],
+      ['uuid', 'VARCHAR2'],
+    ];
+    const suffixed = cases.map(([l, d]) => toCanonical('"C"', l, d)).filter((sql) => sql.includes('||'));
+    expect(suffixed.length).toBe(2); // DATE for a timestamp, and timestamptz
+    for (const sql of suffixed) expect(sql).toMatch(/^CASE WHEN "C" IS NOT NULL THEN .* END$/);
   });
 
   it('the target SQL bounds the apply lock wait and builds column lists without LISTAGG', () => {

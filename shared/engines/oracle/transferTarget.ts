@@ -391,7 +391,7 @@ export function oracleBindValue(kind: OracleBindKind, v: string | null): string 
 }
 
 // SQL that reads a staged column back as canonical text (normalized once more by canonicalValue).
-function toCanonical(ref: string, logical: LogicalType, dataType: string): string {
+export function toCanonical(ref: string, logical: LogicalType, dataType: string): string {
   switch (logical) {
     case 'int':
     case 'decimal':
@@ -405,11 +405,12 @@ function toCanonical(ref: string, logical: LogicalType, dataType: string): strin
     case 'date':
       return `TO_CHAR(${ref}, 'YYYY-MM-DD')`;
     case 'timestamp':
+      // (Oracle's || treats NULL as '': a suffix is added only to a value, or NULL would read back as '.000000')
       return dataType.toUpperCase() === 'DATE'
-        ? `TO_CHAR(${ref}, 'YYYY-MM-DD"T"HH24:MI:SS') || '.000000'`
+        ? `CASE WHEN ${ref} IS NOT NULL THEN TO_CHAR(${ref}, 'YYYY-MM-DD"T"HH24:MI:SS') || '.000000' END`
         : `TO_CHAR(${ref}, 'YYYY-MM-DD"T"HH24:MI:SS.FF6')`;
     case 'timestamptz':
-      return `TO_CHAR(SYS_EXTRACT_UTC(${ref}), 'YYYY-MM-DD"T"HH24:MI:SS.FF6') || 'Z'`;
+      return `CASE WHEN ${ref} IS NOT NULL THEN TO_CHAR(SYS_EXTRACT_UTC(${ref}), 'YYYY-MM-DD"T"HH24:MI:SS.FF6') || 'Z' END`;
     case 'bytes':
       return ref; // RAW or BLOB, fetched as a Buffer and written as hex in JavaScript (no 4,000-character limit)
     case 'uuid':
