@@ -6,6 +6,7 @@ import type { TransferConfig } from './config.js';
 import { describeError, isTransferError, TERMINAL_CODES, TransferError } from './errors.js';
 import type { BatchEvent, BatchPatch, BatchRecord, TransferJournal } from './journal.js';
 import { journalMove, OPEN_STATES, RECONCILABLE, type MoveName } from './lifecycle.js';
+import { withValuePolicies } from './policies.js';
 import { describeSchemaDiff } from './schema.js';
 import {
   FINAL_FENCE,
@@ -225,7 +226,8 @@ export class TransferService {
   private async connect(t: TransferConfig): Promise<Adapters> {
     let p = this.adapters.get(t.name);
     if (!p) {
-      p = Promise.resolve(this.connectFn(t));
+      // Declared value policies convert the source's rows before both checksums (policies.ts).
+      p = Promise.resolve(this.connectFn(t)).then((a) => ({ ...a, source: withValuePolicies(t, a.source) }));
       this.adapters.set(t.name, p);
       p.catch(() => this.adapters.delete(t.name));
     }
