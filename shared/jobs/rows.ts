@@ -17,6 +17,7 @@ import type {
   ScheduleState,
 } from './contract.js';
 import { TEXT_SEARCH_SCAN_ROWS } from './contract.js';
+import type { JobProgress } from './progress.js';
 
 export type Row = Record<string, unknown>;
 
@@ -125,6 +126,8 @@ export function toJobRecord(r: Row, codec: RowCodec): JobRecord {
     cancelRequested: Boolean(r.cancelRequested),
     leaseId: leaseOrNull(r.leaseId),
     workerId: textOrNull(r.workerId),
+    progress: r.progress === null || r.progress === undefined ? null : (codec.payload(r.progress) as JobProgress),
+    ...(r.result === null || r.result === undefined ? {} : { result: codec.payload(r.result) }),
   };
 }
 

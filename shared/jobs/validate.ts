@@ -388,8 +388,9 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
   start: null, // startMany per ref: a ref that can hold no lease is lease_lost (isLeaseRef)
   startMany: null,
   heartbeat: (ref) => (isLeaseRef(ref) ? undefined : { answer: { status: 'lease_lost', cancelRequested: false } }),
-  complete: null, // completeMany per ref, as startMany
+  complete: null, // completeMany per ref, as startMany; a resultJson that is not JSON is refused by the database
   completeMany: null,
+  reportProgress: leaseLost, // the progress itself was normalized by normalizeProgress (shared/jobs/progress.ts)
   retry: (ref, runAt) => {
     assertTick('runAt', runAt);
     return leaseLost(ref);

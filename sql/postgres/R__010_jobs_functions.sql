@@ -466,7 +466,8 @@ begin
         lease_expires_at = now() + make_interval(secs => p_lease_seconds),
         attempts = h.attempts + 1,
         started_at = now(),
-        heartbeat_at = now()
+        heartbeat_at = now(),
+        progress = null -- a new attempt: the last one's progress no longer says how far this one is
     where h.id = any(array(select unnest(v_ids))) -- probed by key, as in _claim_rows
     returning h.*
   )
@@ -550,7 +551,7 @@ begin
   return query
   with upd as (
     update keel.jobs_hot h
-    set state = 'processing', attempts = h.attempts + 1, started_at = now(), heartbeat_at = now()
+    set state = 'processing', attempts = h.attempts + 1, started_at = now(), heartbeat_at = now(), progress = null
     where h.id = any(array(select unnest(keel._lock_owned(p_leases, 'fetched')))) -- probed by key, as in _claim_rows
     returning h.id, h.attempts
   )
@@ -572,6 +573,19 @@ begin
   else
     return query select 'ok'::text, v_cancel;
   end if;
+end
+$$;
+
+-- report_progress: the running attempt's latest progress ({fraction, done, total, note}, checked by the app:
+-- shared/jobs/progress.ts), under its lease. A HOT update like a heartbeat (progress is in no index); the app throttles
+-- it (KEEL_PROGRESS_INTERVAL_MS). 'lease_lost' when the job is no longer this attempt's.
+create or replace function keel.report_progress(p_job_id bigint, p_lease_id text, p_progress jsonb)
+returns text
+language plpgsql as $$
+begin
+  update keel.jobs_hot h set progress = p_progress
+  where h.id = p_job_id and h.lease_id = keel._lease(p_lease_id) and h.state = 'processing';
+  return case when found then 'ok' else 'lease_lost' end;
 end
 $$;
 
@@ -649,8 +663,10 @@ $$;
 -- the ids dead-lettered as cancelled; a pair in neither was not owned (lease_lost). Arrays, not a row per job: 500
 -- result rows cost more to send and to read than the move's own bookkeeping.
 -- The owned rows are locked first, in id order (keel._lock_owned), then deleted by key, archived, and counted.
+-- p_results: null, or a JSON object of the handlers' results by job id ({"123": <value>}); a job absent from it
+-- archives with result null. Jobs without a result pay nothing for the column.
 drop function if exists keel.complete_many(jsonb);
-create or replace function keel.complete_many(p_leases jsonb)
+create or replace function keel.complete_many(p_leases jsonb, p_results jsonb default null)
 returns table (ok bigint[], cancelled bigint[])
 language plpgsql as $$
 #variable_conflict use_column
@@ -673,9 +689,10 @@ begin
     returning h.*
   ), archived as (
     insert into keel.jobs_archive (id, queue, type, payload, priority, attempts, max_attempts, idempotency_key, tags,
-                                   created_at, started_at, finished_at, duration_ms, worker_id)
+                                   created_at, started_at, finished_at, duration_ms, worker_id, result)
     select m.id, m.queue, m.type, m.payload, m.priority, m.attempts, m.max_attempts, m.idempotency_key, m.tags,
-           m.created_at, m.started_at, now(), keel._ms_between(coalesce(m.started_at, now()), now()), m.worker_id
+           m.created_at, m.started_at, now(), keel._ms_between(coalesce(m.started_at, now()), now()), m.worker_id,
+           case when p_results is not null then p_results -> m.id::text end
     from moved m
     where not m.cancel_requested
     returning id, queue, duration_ms
@@ -1218,21 +1235,25 @@ create or replace function keel._hot_record(h keel.jobs_hot)
 returns keel.job_record language sql stable as $$
   select row(h.id, 'hot', h.queue, h.type, h.payload, h.priority, h.state, h.attempts, h.idempotency_key, h.tags,
              h.created_at, h.run_at, h.started_at, null::timestamptz, null::bigint, null::text, h.last_error,
-             h.cancel_requested, h.lease_id, h.worker_id)::keel.job_record
+             h.cancel_requested, h.lease_id, h.worker_id, h.progress, null::jsonb)::keel.job_record
 $$;
 
-create or replace function keel._archive_record(a keel.jobs_archive)
+-- p_with_result: get_job returns what the handler returned; searches leave it out (a page of 1,000 would carry up
+-- to 1,000 results of up to KEEL_MAX_RESULT_BYTES each).
+drop function if exists keel._archive_record(keel.jobs_archive);
+create or replace function keel._archive_record(a keel.jobs_archive, p_with_result boolean)
 returns keel.job_record language sql stable as $$
   select row(a.id, 'archive', a.queue, a.type, a.payload, a.priority, 'succeeded', a.attempts, a.idempotency_key,
              a.tags, a.created_at, null::timestamptz, a.started_at, a.finished_at, a.duration_ms, null::text,
-             null::text, false, null::uuid, a.worker_id)::keel.job_record
+             null::text, false, null::uuid, a.worker_id, null::jsonb,
+             case when p_with_result then a.result end)::keel.job_record
 $$;
 
 create or replace function keel._dlq_record(d keel.jobs_dlq)
 returns keel.job_record language sql stable as $$
   select row(d.id, 'dlq', d.queue, d.type, d.payload, d.priority, 'dead', d.attempts, d.idempotency_key, d.tags,
              d.created_at, null::timestamptz, d.started_at, d.failed_at, d.duration_ms, d.reason, d.error, false,
-             null::uuid, d.worker_id)::keel.job_record
+             null::uuid, d.worker_id, null::jsonb, null::jsonb)::keel.job_record
 $$;
 
 create or replace function keel.get_job(p_job_id bigint)
@@ -1240,7 +1261,7 @@ returns setof keel.job_record
 language sql stable as $$
   select (keel._hot_record(h)).* from keel.jobs_hot h where h.id = p_job_id
   union all
-  select (keel._archive_record(a)).* from keel.jobs_archive a where a.id = p_job_id
+  select (keel._archive_record(a, true)).* from keel.jobs_archive a where a.id = p_job_id
   union all
   select (keel._dlq_record(d)).* from keel.jobs_dlq d where d.id = p_job_id
 $$;
@@ -1297,7 +1318,7 @@ begin
     order by h.id desc limit v_limit;
   elsif p_location = 'archive' then
     return query
-    select (keel._archive_record(a)).* from keel.jobs_archive a
+    select (keel._archive_record(a, false)).* from keel.jobs_archive a
     where (p_queue is null or a.queue = p_queue) and (p_type is null or a.type = p_type)
       and (p_tag is null or a.tags @> array[p_tag])
       and (p_from is null or a.finished_at >= p_from) and (p_to is null or a.finished_at < p_to)

@@ -106,7 +106,7 @@ BEGIN
 
   DECLARE @Started TABLE (Id bigint NOT NULL PRIMARY KEY, Attempts int NOT NULL);
   UPDATE h
-  SET State = 'processing', Attempts = h.Attempts + 1, StartedAt = @Now, HeartbeatAt = @Now
+  SET State = 'processing', Attempts = h.Attempts + 1, StartedAt = @Now, HeartbeatAt = @Now, Progress = NULL
   OUTPUT inserted.Id, inserted.Attempts INTO @Started (Id, Attempts)
   FROM @Ids AS i
   INNER JOIN keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK) ON h.Id = i.Id AND h.LeaseId = i.LeaseId
@@ -142,6 +142,26 @@ BEGIN
 END;
 GO
 
+-- ReportProgress(@JobId, @LeaseId, @Progress JSON): the running attempt's latest progress ({fraction, done, total,
+-- note}, checked by the app: shared/jobs/progress.ts), under its lease. Returns Result 'ok' or 'lease_lost'. The twin
+-- of keel.report_progress on PostgreSQL.
+CREATE OR ALTER PROCEDURE keel.ReportProgress
+  @JobId BIGINT,
+  @LeaseId UNIQUEIDENTIFIER,
+  @Progress NVARCHAR(MAX)
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  IF @Progress IS NOT NULL AND ISJSON(@Progress) = 0
+    THROW 50024, N'ReportProgress: @Progress must be JSON', 1;
+  UPDATE keel.JobsHot WITH (ROWLOCK)
+  SET Progress = @Progress
+  WHERE Id = @JobId AND LeaseId = @LeaseId AND State = 'processing';
+  SELECT IIF(@@ROWCOUNT = 0, 'lease_lost', 'ok') AS Result;
+END;
+GO
+
 -- Release(@JobId, @LeaseId): fetched under that lease -> pending, lease cleared, no attempt used. Returns Status.
 CREATE OR ALTER PROCEDURE keel.Release
   @JobId BIGINT,
@@ -171,7 +191,8 @@ GO
 -- promise an order in which a DML statement visits its rows. Two batches sharing rows (a lease lost to another
 -- worker in between) thus wait for each other in one direction only.
 CREATE OR ALTER PROCEDURE keel.CompleteMany
-  @Leases NVARCHAR(MAX)
+  @Leases NVARCHAR(MAX),
+  @Results NVARCHAR(MAX) = NULL
 AS
 BEGIN
   SET XACT_ABORT ON;
@@ -189,6 +210,17 @@ BEGIN
   DECLARE @Ids TABLE (Id bigint NOT NULL, LeaseId uniqueidentifier NOT NULL, PRIMARY KEY (Id, LeaseId));
   INSERT @Ids (Id, LeaseId)
   SELECT DISTINCT JobId, LeaseId FROM @L WHERE JobId IS NOT NULL AND LeaseId IS NOT NULL;
+
+  -- @Results: NULL, or a JSON object of the handlers' results by job id ({"123": <value>}); a job absent from it
+  -- archives with Result NULL. Read before the transaction, like @Leases.
+  IF @Results IS NOT NULL AND ISJSON(@Results) = 0
+    THROW 50023, N'CompleteMany: @Results must be a JSON object of results by job id', 1;
+  DECLARE @R TABLE (Id bigint NOT NULL PRIMARY KEY, Result nvarchar(max) NOT NULL);
+  IF @Results IS NOT NULL
+    INSERT @R (Id, Result)
+    SELECT TRY_CONVERT(bigint, r.[key]), r.[value]
+    FROM OPENJSON(@Results) AS r
+    WHERE TRY_CONVERT(bigint, r.[key]) IS NOT NULL AND r.[type] <> 0; -- type 0: a JSON null, stored as NULL
 
   DECLARE @Locked TABLE (Id bigint NOT NULL PRIMARY KEY, CancelRequested bit NOT NULL);
   DECLARE @Moved TABLE (
@@ -234,12 +266,13 @@ BEGIN
     IF @Archived > 0
     BEGIN
       INSERT keel.JobsArchive (Id, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, CreatedAt,
-                               StartedAt, FinishedAt, DurationMs, WorkerId)
+                               StartedAt, FinishedAt, DurationMs, WorkerId, Result)
       SELECT m.Id, m.Queue, m.Type, m.Payload, m.Priority, m.Attempts, m.MaxAttempts, m.IdempotencyKey, m.Tags,
              m.CreatedAt, m.StartedAt, @Now,
              CASE WHEN m.StartedAt IS NULL OR m.StartedAt > @Now THEN 0 ELSE DATEDIFF_BIG(millisecond, m.StartedAt, @Now) END,
-             m.WorkerId
-      FROM @Moved AS m;
+             m.WorkerId, r.Result
+      FROM @Moved AS m
+      LEFT JOIN @R AS r ON r.Id = m.Id;
 
       INSERT @Counters (Queue, Succeeded, Outcome, Reason, DurationMs)
       SELECT m.Queue, 1, 'succeeded', '',

@@ -7,6 +7,7 @@ import {
 } from '../../shared/jobs/contract.js';
 import type { ClaimedJob, JobStore, LeaseRef } from '../../shared/jobs/contract.js';
 import { LIMITS, ValidationError } from '../../shared/jobs/validate.js';
+import { normalizeProgress, resultJson } from '../../shared/jobs/progress.js';
 import type { EngineHarness, PillarTable } from './harness.js';
 import { seededRandom } from '../support/seededRandom.js';
 
@@ -899,6 +900,88 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       await store.cancel(single.id);
       expect(await store.complete(ref(single))).toBe('cancelled');
       expect(await where(single.id)).toEqual(['dlq']);
+    });
+  });
+
+  describe('results and progress', () => {
+    it('stores what each job of a completion batch returned on its archive row; getJob returns it, searches do not', async () => {
+      const q = freshQueue('results');
+      await store.enqueueMany(Array.from({ length: 4 }, (_, i) => ({ queue: q, type: 't', payload: { i } })));
+      const jobs = await store.claimAndStart({ workerId: 'w', queues: [q], limit: 4 });
+      expect(jobs).toHaveLength(4);
+      const results = [{ rows: 3, names: ['a', 'é'] }, 'done', 42];
+      const res = await store.completeMany(
+        jobs.map((j, i) => ({ ...ref(j), ...(i < 3 ? { resultJson: resultJson(results[i], 1024) } : {}) })),
+      );
+      expect(res.map((r) => r.status)).toEqual(['ok', 'ok', 'ok', 'ok']);
+      for (let i = 0; i < 4; i++) {
+        const rec = await store.getJob(jobs[i]!.id);
+        expect(rec!.location).toBe('archive');
+        if (i < 3) expect(rec!.result).toEqual(results[i]);
+        else expect(rec!.result).toBeUndefined();
+      }
+      const page = await store.searchJobs({ location: 'archive', queue: q, limit: 10 });
+      expect(page.items).toHaveLength(4);
+      expect(page.items.every((r) => r.result === undefined)).toBe(true);
+      // A result refused by the database (not JSON) refuses the whole batch: nothing moved.
+      const q2 = freshQueue('results-bad');
+      await store.enqueue({ queue: q2, type: 't' });
+      const [bad] = await store.claimAndStart({ workerId: 'w', queues: [q2], limit: 1 });
+      await expect(store.completeMany([{ ...ref(bad!), resultJson: '{not json' }])).rejects.toThrow();
+      expect(await where(bad!.id)).toEqual(['hot']);
+      expect(await store.complete({ ...ref(bad!), resultJson: '"fine"' })).toBe('ok');
+      expect((await store.getJob(bad!.id))!.result).toBe('fine');
+    });
+
+    it('a cancelled completion keeps no result; a stale lease stores none', async () => {
+      const q = freshQueue('results-cancel');
+      const job = await startedJob(q);
+      expect(await store.cancel(job.id)).toBe('cancel_requested');
+      expect(await store.complete({ ...ref(job), resultJson: '{"x":1}' })).toBe('cancelled');
+      const rec = await store.getJob(job.id);
+      expect(rec).toMatchObject({ location: 'dlq', reason: 'cancelled' });
+      expect(rec!.result).toBeUndefined();
+      expect(await store.complete({ ...ref(job), resultJson: '{"x":1}' })).toBe('lease_lost');
+    });
+
+    it('reports progress under the lease, shows it on the hot job, and clears it when the next attempt starts', async () => {
+      const q = freshQueue('progress');
+      const job = await startedJob(q);
+      const p1 = normalizeProgress({ done: 40, total: 100, note: 'rows copied' });
+      expect(await store.reportProgress(ref(job), p1)).toBe('ok');
+      expect((await store.getJob(job.id))!.progress).toEqual({
+        fraction: 0.4,
+        done: 40,
+        total: 100,
+        note: 'rows copied',
+      });
+      const inList = (await store.searchJobs({ location: 'hot', queue: q, limit: 5 })).items[0]!;
+      expect(inList.progress).toEqual(p1);
+      expect(await store.reportProgress({ ...ref(job), leaseId: STALE_LEASE }, normalizeProgress(0.9))).toBe(
+        'lease_lost',
+      );
+      expect(await store.reportProgress({ jobId: 'nope', leaseId: job.leaseId }, normalizeProgress(0.9))).toBe(
+        'lease_lost',
+      );
+      expect((await store.getJob(job.id))!.progress!.fraction).toBe(0.4);
+      // The attempt ends in a retry: its progress stays visible while the job waits, and the next start clears it.
+      expect(await store.retry(ref(job), new Date(Date.now() - 1000), 'again')).toBe('ok');
+      expect((await store.getJob(job.id))!.progress!.fraction).toBe(0.4);
+      expect(await store.reportProgress(ref(job), normalizeProgress(0.5))).toBe('lease_lost'); // pending now
+      const [again] = await store.claimAndStart({ workerId: 'w', queues: [q], limit: 1 });
+      expect(again!.id).toBe(job.id);
+      expect((await store.getJob(job.id))!.progress).toBeNull();
+      expect(await store.reportProgress(ref(again!), normalizeProgress(1))).toBe('ok');
+      expect(await store.complete(ref(again!))).toBe('ok');
+      const archived = await store.getJob(job.id);
+      expect(archived!.progress).toBeNull();
+      // A fetched job (claimNext, not yet started) takes no progress; start clears what an earlier attempt left.
+      const q3 = freshQueue('progress-fetched');
+      await store.enqueue({ queue: q3, type: 't' });
+      const fetched = await claimOne(q3);
+      expect(await store.reportProgress(ref(fetched), normalizeProgress(0.1))).toBe('lease_lost');
+      expect((await store.start(ref(fetched))).status).toBe('ok');
+      expect(await store.reportProgress(ref(fetched), normalizeProgress(0.1))).toBe('ok');
     });
   });
 
