@@ -160,6 +160,23 @@ export const out = (() => {
     cancelRequested: z.boolean(),
     leaseId: z.string().nullable(),
     workerId: z.string().nullable(),
+    progress: z
+      .object({
+        fraction: z.number().nullable().describe('0..1; derived from done/total when only those were reported'),
+        done: z.number().nullable(),
+        total: z.number().nullable(),
+        note: z.string().nullable(),
+      })
+      .nullable()
+      .describe(
+        'hot jobs: the latest ctx.progress() of the running attempt (kept while a retry waits; null once the next attempt starts)',
+      ),
+    result: z
+      .unknown()
+      .optional()
+      .describe(
+        'archived jobs: the JSON value the handler returned (absent when it returned nothing); GET /jobs/{id} only',
+      ),
   });
   const enqueued = z.object({
     id: z.string(),
@@ -236,7 +253,7 @@ export const out = (() => {
     jobPage: z.object({
       location: location,
       items: z.array(
-        job.omit({ payload: true }).extend({
+        job.omit({ payload: true, result: true }).extend({
           payloadBytes: z.number().int().describe("size of the payload's JSON text in bytes"),
           payloadPreview: z.string().describe("the payload's JSON text, cut to its first 200 characters"),
           payloadTruncated: z.boolean().describe('the preview is cut: GET /jobs/{id} has the whole payload'),

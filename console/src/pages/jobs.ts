@@ -1,6 +1,6 @@
 // Jobs: search hot, archive and DLQ (queue, type, tag, state, reason, time range, text) with keyset paging; a
 // job's detail with cancel (hot) and resurrect (DLQ).
-import { h, replace, fmtNum, fmtTime, isoToLocal, localToIso } from '../dom';
+import { h, replace, fmtNum, fmtTime, isoToLocal, localToIso, type Child } from '../dom';
 import { api, q } from '../api';
 import {
   badge,
@@ -222,6 +222,23 @@ export function jobsPage(main: HTMLElement): Cleanup {
   return () => undefined;
 }
 
+// A running job's latest ctx.progress(): a bar when a fraction is known, the count and the note beside it.
+function progressView(
+  p: { fraction: number | null; done: number | null; total: number | null; note: string | null } | null,
+) {
+  if (!p) return '—';
+  const parts: string[] = [];
+  if (p.fraction !== null) parts.push(`${Math.round(p.fraction * 1000) / 10}%`);
+  if (p.done !== null) parts.push(p.total !== null ? `${fmtNum(p.done)} of ${fmtNum(p.total)}` : fmtNum(p.done));
+  if (p.note) parts.push(p.note);
+  return h(
+    'span',
+    { class: 'progress' },
+    p.fraction !== null ? h('progress', { max: 1, value: p.fraction, 'aria-label': 'progress' }) : '',
+    ` ${parts.join(' · ')}`,
+  );
+}
+
 export function jobPage(main: HTMLElement, id: string): Cleanup {
   const box = notice();
   const body = h('div', null, h('p', { class: 'loading' }, 'Loading…'));
@@ -339,8 +356,19 @@ export function jobPage(main: HTMLElement, id: string): Cleanup {
             ['Lease', j.leaseId ?? '—'],
             ['Worker', j.workerId ?? '—'],
             ['Cancel requested', j.cancelRequested ? 'yes' : 'no'],
+            ...(j.location === 'hot' ? [['Progress', progressView(j.progress)] as [string, Child]] : []),
           ]),
         ),
+        ...(j.location === 'archive'
+          ? [
+              h(
+                'section',
+                { class: 'card' },
+                h('h2', null, 'Result'),
+                j.result !== undefined ? pre(j.result) : empty('The handler returned nothing.'),
+              ),
+            ]
+          : []),
         h(
           'section',
           { class: 'card' },
