@@ -10,6 +10,7 @@ import {
   type JobOutcome,
   type JobStore,
   type LeaseRef,
+  type CompleteRef,
   type OwnerResultById,
   type StartResult,
   type StartedJob,
@@ -24,6 +25,13 @@ import {
   type JobLogger,
   type RegisteredHandler,
 } from './registry.js';
+import {
+  DEFAULT_MAX_RESULT_BYTES,
+  normalizeProgress,
+  resultJson,
+  type JobProgress,
+  type ProgressInput,
+} from './progress.js';
 
 export { JOB_OUTCOMES, type JobOutcome };
 
@@ -114,6 +122,8 @@ export interface ProcessorOptions {
   log?: JobLogger;
   events?: ProcessorEvents;
   completionBatchMax?: number; // successes finalised together through completeMany (default 200)
+  progressIntervalMs?: number; // ctx.progress() writes at most this often per job (default 1 s; the latest value wins)
+  maxResultBytes?: number; // a handler's result over this is refused (default DEFAULT_MAX_RESULT_BYTES, 64 KiB)
 }
 
 // A per-type concurrency limit inside one processor: waiters are served in arrival order.
@@ -164,17 +174,17 @@ interface Running {
 
 // Collects owner-scoped calls made in one event-loop turn into one batch store call (completeMany, startMany):
 // batching under load, no delay when idle.
-class MicroBatcher<R extends { jobId: JobId }> {
-  private pending: { ref: LeaseRef; resolve: (r: R) => void; reject: (e: unknown) => void }[] = [];
+class MicroBatcher<R extends { jobId: JobId }, Ref extends LeaseRef = LeaseRef> {
+  private pending: { ref: Ref; resolve: (r: R) => void; reject: (e: unknown) => void }[] = [];
   private scheduled = false;
 
   constructor(
-    private readonly call: (refs: LeaseRef[]) => Promise<R[]>,
-    private readonly lost: (ref: LeaseRef) => R,
+    private readonly call: (refs: Ref[]) => Promise<R[]>,
+    private readonly lost: (ref: Ref) => R,
     private readonly max: number,
   ) {}
 
-  submit(ref: LeaseRef): Promise<R> {
+  submit(ref: Ref): Promise<R> {
     return new Promise((resolve, reject) => {
       this.pending.push({ ref, resolve, reject });
       if (this.pending.length >= this.max) void this.flush();
@@ -221,6 +231,16 @@ function parsePayload(registered: RegisteredHandler, payload: unknown): unknown 
   throw new FatalError(`payload${path}: ${issue.message} (the payload does not match the handler's schema)`);
 }
 
+// A handler's return value as the JSON to store; a value that cannot be stored fails the attempt as fatal. Shared
+// with the handler test kit (test/kit.ts).
+export function resultOf(value: unknown, maxBytes: number): string | undefined {
+  try {
+    return resultJson(value, maxBytes);
+  } catch (err) {
+    throw new FatalError(`the handler's ${(err as Error).message}`);
+  }
+}
+
 export class JobProcessor {
   readonly workerId: string;
   private readonly store: JobStore;
@@ -229,7 +249,9 @@ export class JobProcessor {
   private readonly heartbeatIntervalMs: number;
   private readonly log: JobLogger;
   private readonly events: ProcessorEvents;
-  private readonly completions: MicroBatcher<OwnerResultById>;
+  private readonly completions: MicroBatcher<OwnerResultById, CompleteRef>;
+  private readonly progressIntervalMs: number;
+  private readonly maxResultBytes: number;
   private readonly starts: MicroBatcher<StartResult & { jobId: JobId }>;
   private readonly running = new Map<JobId, Running>();
   private readonly idleWaiters: (() => void)[] = []; // shutdown waiting for the running handlers to be gone
@@ -245,6 +267,8 @@ export class JobProcessor {
     this.heartbeatIntervalMs = opts.heartbeatIntervalMs ?? 10_000;
     this.log = opts.log ?? silentLogger;
     this.events = opts.events ?? {};
+    this.progressIntervalMs = opts.progressIntervalMs ?? 1_000;
+    this.maxResultBytes = opts.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES;
     const batchMax = opts.completionBatchMax ?? 200;
     this.completions = new MicroBatcher(
       (refs) => opts.store.completeMany(refs),
@@ -553,6 +577,7 @@ export class JobProcessor {
       } else if (hb.cancelRequested) abort('cancelled');
     };
     const entry: Running = { jobId: job.id, abort, beat, nextBeatAt: startedAt + this.heartbeatIntervalMs };
+    const progress = this.progressReporter(job, ref, abort);
     this.running.set(job.id, entry);
     this.scheduleBeats();
     let handlerRunning = true;
@@ -571,9 +596,11 @@ export class JobProcessor {
         },
         log: this.log,
         heartbeat: beat,
+        progress: progress.report,
       };
       let error: unknown;
       let succeeded = false;
+      let resultText: string | undefined;
       let releaseSlot: (() => void) | undefined;
       try {
         const payload = parsePayload(registered, job.payload);
@@ -593,20 +620,27 @@ export class JobProcessor {
         }
         timeout = setTimeout(() => abort('timeout'), registered.options.timeoutMs);
         // A handler that throws at once lands in the catch below, as a rejection does.
-        if (!attemptAbort.reason) await attemptAbort.race(Promise.resolve(registered.handler(payload, ctx)));
-        succeeded = !attemptAbort.reason;
+        let returned: unknown;
+        if (!attemptAbort.reason) returned = await attemptAbort.race(Promise.resolve(registered.handler(payload, ctx)));
         if (attemptAbort.reason) error = new JobAbortedError(attemptAbort.reason);
+        // What it returned, as stored JSON; a value JSON cannot carry, or one over the limit, fails the job as
+        // fatal (running it again would return the same).
+        else resultText = resultOf(returned, this.maxResultBytes);
+        succeeded = !attemptAbort.reason;
       } catch (err) {
         error = err;
       } finally {
         releaseSlot?.();
         clearTimeout(timeout);
+        progress.stop(); // a progress write still throttled is dropped: the job's outcome says more
         entry.nextBeatAt = Infinity; // no heartbeats while the job is finalized
         handlerRunning = false;
         if (onHandlerDone) this.safe(onHandlerDone);
       }
       if (succeeded) {
-        const { status } = await this.completions.submit(ref);
+        const { status } = await this.completions.submit(
+          resultText === undefined ? ref : { ...ref, resultJson: resultText },
+        );
         if (status === 'lease_lost') {
           this.leaseLost(job, 'complete');
           return this.report(job, attempt, startedAt, 'lease_lost');
@@ -621,6 +655,49 @@ export class JobProcessor {
       this.finishedRunning(job.id); // shutdown waits for this: the job's outcome is written
       if (handlerRunning && onHandlerDone) this.safe(onHandlerDone);
     }
+  }
+
+  // ctx.progress for one attempt: checks the value at once (a ValidationError for the handler), writes it under the
+  // lease at most once per progressIntervalMs, the latest value winning (a trailing write when calls come faster).
+  // A write that finds the lease gone aborts the attempt as a heartbeat would; other write errors are logged.
+  private progressReporter(job: ClaimedJob, ref: LeaseRef, abort: (reason: AbortReason) => void) {
+    let lastWriteAt = -Infinity;
+    let pending: JobProgress | undefined;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let stopped = false;
+    const write = (value: JobProgress) => {
+      lastWriteAt = Date.now();
+      this.store.reportProgress(ref, value).then(
+        (status) => {
+          if (status === 'lease_lost' && !stopped) {
+            this.leaseLost(job, 'progress');
+            abort('lease_lost');
+          }
+        },
+        (e: unknown) => this.log.warn('progress write failed', { jobId: job.id, error: String(e) }),
+      );
+    };
+    const flush = () => {
+      timer = undefined;
+      if (stopped || pending === undefined) return;
+      const value = pending;
+      pending = undefined;
+      write(value);
+    };
+    return {
+      report: (input: ProgressInput): void => {
+        const value = normalizeProgress(input);
+        if (stopped) return;
+        const wait = lastWriteAt + this.progressIntervalMs - Date.now();
+        if (wait <= 0 && timer === undefined) return write(value);
+        pending = value;
+        timer ??= setTimeout(flush, Math.max(0, wait));
+      },
+      stop: () => {
+        stopped = true;
+        clearTimeout(timer);
+      },
+    };
   }
 
   private async afterFailure(
