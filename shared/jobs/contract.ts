@@ -1,5 +1,6 @@
 // The job store contract: the one interface every engine (PostgreSQL, SQL Server) implements.
 import type { JobProgress } from './progress.js';
+import type { JobLogLine } from './jobLog.js';
 // Every owner-scoped call takes (jobId, leaseId); a stale lease is reported as 'lease_lost', never thrown.
 
 export type JobId = string; // bigint in the database; strings keep 64-bit ids exact in JavaScript
@@ -216,6 +217,7 @@ export interface JobRecord {
   progress: JobProgress | null; // hot jobs: the running (or last) attempt's latest ctx.progress()
   // archived jobs: what the handler returned (undefined: returned nothing). getJob only: searches leave it out.
   result?: unknown;
+  logs?: JobLogLine[]; // the job's own ctx.log lines, oldest first (newest KEEL_JOB_LOG_LINES); getJob only
 }
 
 export interface JobSearch {
@@ -289,6 +291,9 @@ export interface JobStore {
   completeMany(refs: CompleteRef[]): Promise<OwnerResultById[]>;
   // The running attempt's progress, under its lease (the processor throttles it: KEEL_PROGRESS_INTERVAL_MS).
   reportProgress(ref: LeaseRef, progress: JobProgress): Promise<OwnerResult>;
+  // Lines of the job's own log (ctx.log) appended under the lease, fetched or processing; the job keeps its newest
+  // maxLines lines across attempts, and every move carries them.
+  appendJobLog(ref: LeaseRef, lines: JobLogLine[], maxLines: number): Promise<OwnerResult>;
   retry(ref: LeaseRef, runAt: Date, error: string): Promise<OwnerResult>;
   fail(ref: LeaseRef, reason: DlqReason, error: string): Promise<OwnerResult>;
   release(ref: LeaseRef): Promise<OwnerResult>;

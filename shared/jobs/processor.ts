@@ -25,6 +25,7 @@ import {
   type JobLogger,
   type RegisteredHandler,
 } from './registry.js';
+import { AttemptLog, DEFAULT_JOB_LOG_LINES } from './jobLog.js';
 import {
   DEFAULT_MAX_RESULT_BYTES,
   normalizeProgress,
@@ -124,6 +125,7 @@ export interface ProcessorOptions {
   completionBatchMax?: number; // successes finalised together through completeMany (default 200)
   progressIntervalMs?: number; // ctx.progress() writes at most this often per job (default 1 s; the latest value wins)
   maxResultBytes?: number; // a handler's result over this is refused (default DEFAULT_MAX_RESULT_BYTES, 64 KiB)
+  jobLogLines?: number; // ctx.log lines kept with each job (default 100; 0: the process log only)
 }
 
 // A per-type concurrency limit inside one processor: waiters are served in arrival order.
@@ -252,6 +254,7 @@ export class JobProcessor {
   private readonly completions: MicroBatcher<OwnerResultById, CompleteRef>;
   private readonly progressIntervalMs: number;
   private readonly maxResultBytes: number;
+  private readonly jobLogLines: number;
   private readonly starts: MicroBatcher<StartResult & { jobId: JobId }>;
   private readonly running = new Map<JobId, Running>();
   private readonly idleWaiters: (() => void)[] = []; // shutdown waiting for the running handlers to be gone
@@ -269,6 +272,7 @@ export class JobProcessor {
     this.events = opts.events ?? {};
     this.progressIntervalMs = opts.progressIntervalMs ?? 1_000;
     this.maxResultBytes = opts.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES;
+    this.jobLogLines = opts.jobLogLines ?? DEFAULT_JOB_LOG_LINES;
     const batchMax = opts.completionBatchMax ?? 200;
     this.completions = new MicroBatcher(
       (refs) => opts.store.completeMany(refs),
@@ -577,7 +581,10 @@ export class JobProcessor {
       } else if (hb.cancelRequested) abort('cancelled');
     };
     const entry: Running = { jobId: job.id, abort, beat, nextBeatAt: startedAt + this.heartbeatIntervalMs };
-    const progress = this.progressReporter(job, ref, abort);
+    // ctx.progress and ctx.log's job log, made on first use: a job that uses neither costs nothing more.
+    let progress: ReturnType<JobProcessor['progressReporter']> | undefined;
+    let jobLog: ReturnType<JobProcessor['jobLog']> | undefined;
+    const jobLogOf = () => (jobLog ??= this.jobLog(job, ref, attempt, abort));
     this.running.set(job.id, entry);
     this.scheduleBeats();
     let handlerRunning = true;
@@ -594,9 +601,11 @@ export class JobProcessor {
         get signal() {
           return attemptAbort.signal; // made on first use
         },
-        log: this.log,
+        get log() {
+          return jobLogOf().logger();
+        },
         heartbeat: beat,
-        progress: progress.report,
+        progress: (input) => (progress ??= this.progressReporter(job, ref, abort)).report(input),
       };
       let error: unknown;
       let succeeded = false;
@@ -632,11 +641,13 @@ export class JobProcessor {
       } finally {
         releaseSlot?.();
         clearTimeout(timeout);
-        progress.stop(); // a progress write still throttled is dropped: the job's outcome says more
+        progress?.stop(); // a progress write still throttled is dropped: the job's outcome says more
         entry.nextBeatAt = Infinity; // no heartbeats while the job is finalized
         handlerRunning = false;
         if (onHandlerDone) this.safe(onHandlerDone);
       }
+      // The attempt's last log lines reach the job before its final move carries them to the archive or the DLQ.
+      if (jobLog) await jobLog.flush();
       if (succeeded) {
         const { status } = await this.completions.submit(
           resultText === undefined ? ref : { ...ref, resultJson: resultText },
@@ -696,6 +707,49 @@ export class JobProcessor {
       stop: () => {
         stopped = true;
         clearTimeout(timer);
+      },
+    };
+  }
+
+  // ctx.log for one attempt (AttemptLog, shared/jobs/jobLog.ts) and the writes of its lines to the job: appended
+  // under the lease at most once per progressIntervalMs while the handler runs, and once more, awaited, before the
+  // final move. A write that finds the lease gone aborts the attempt; other write errors are logged (the lines then
+  // stay in the process log only).
+  private jobLog(job: ClaimedJob, ref: LeaseRef, attempt: number, abort: (reason: AbortReason) => void) {
+    let log: AttemptLog | undefined;
+    let writing: Promise<void> = Promise.resolve();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let lastWriteAt = -Infinity;
+    const write = (): Promise<void> => {
+      timer = undefined;
+      const lines = log?.take() ?? [];
+      if (lines.length === 0) return writing;
+      lastWriteAt = Date.now();
+      writing = writing.then(() =>
+        this.store.appendJobLog(ref, lines, this.jobLogLines).then(
+          (status) => {
+            if (status === 'lease_lost') {
+              this.leaseLost(job, 'log');
+              abort('lease_lost');
+            }
+          },
+          (e: unknown) => this.log.warn('job log write failed', { jobId: job.id, error: String(e) }),
+        ),
+      );
+      return writing;
+    };
+    const soon = () => {
+      timer ??= setTimeout(write, Math.max(0, lastWriteAt + this.progressIntervalMs - Date.now()));
+    };
+    return {
+      logger: (): JobLogger => {
+        if (this.jobLogLines <= 0) return this.log;
+        log ??= new AttemptLog(this.log, job.id, attempt, this.jobLogLines, soon);
+        return log;
+      },
+      flush: (): Promise<void> => {
+        clearTimeout(timer);
+        return write();
       },
     };
   }

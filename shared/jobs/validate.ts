@@ -3,6 +3,7 @@
 // is refused before it reaches a database, naming the field at fault. The ops API's request schemas, the queue
 // messages and the handler definitions build on the same schemas.
 import { z } from 'zod';
+import { JOB_LOG_LINES_LIMIT } from './jobLog.js';
 import {
   DLQ_REASONS,
   HOT_STATES,
@@ -391,6 +392,11 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
   complete: null, // completeMany per ref, as startMany; a resultJson that is not JSON is refused by the database
   completeMany: null,
   reportProgress: leaseLost, // the progress itself was normalized by normalizeProgress (shared/jobs/progress.ts)
+  appendJobLog: (ref, lines, maxLines) => {
+    if (!Array.isArray(lines)) throw new ValidationError('lines', 'must be an array of job log lines');
+    assertPositiveInt('maxLines', maxLines, JOB_LOG_LINES_LIMIT);
+    return leaseLost(ref);
+  },
   retry: (ref, runAt) => {
     assertTick('runAt', runAt);
     return leaseLost(ref);

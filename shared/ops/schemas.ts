@@ -177,6 +177,18 @@ export const out = (() => {
       .describe(
         'archived jobs: the JSON value the handler returned (absent when it returned nothing); GET /jobs/{id} only',
       ),
+    logs: z
+      .array(
+        z.object({
+          attempt: z.number().int(),
+          at: dateTime,
+          level: z.enum(['info', 'warn', 'error']),
+          message: z.string(),
+          fields: z.record(z.string(), z.unknown()).optional(),
+        }),
+      )
+      .optional()
+      .describe("the job's own ctx.log lines, oldest first (its newest KEEL_JOB_LOG_LINES); GET /jobs/{id} only"),
   });
   const enqueued = z.object({
     id: z.string(),
@@ -253,7 +265,7 @@ export const out = (() => {
     jobPage: z.object({
       location: location,
       items: z.array(
-        job.omit({ payload: true, result: true }).extend({
+        job.omit({ payload: true, result: true, logs: true }).extend({
           payloadBytes: z.number().int().describe("size of the payload's JSON text in bytes"),
           payloadPreview: z.string().describe("the payload's JSON text, cut to its first 200 characters"),
           payloadTruncated: z.boolean().describe('the preview is cut: GET /jobs/{id} has the whole payload'),

@@ -8,6 +8,7 @@ import {
 import type { ClaimedJob, JobStore, LeaseRef } from '../../shared/jobs/contract.js';
 import { LIMITS, ValidationError } from '../../shared/jobs/validate.js';
 import { normalizeProgress, resultJson } from '../../shared/jobs/progress.js';
+import { jobLogLine } from '../../shared/jobs/jobLog.js';
 import type { EngineHarness, PillarTable } from './harness.js';
 import { seededRandom } from '../support/seededRandom.js';
 
@@ -982,6 +983,61 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(await store.reportProgress(ref(fetched), normalizeProgress(0.1))).toBe('lease_lost');
       expect((await store.start(ref(fetched))).status).toBe('ok');
       expect(await store.reportProgress(ref(fetched), normalizeProgress(0.1))).toBe('ok');
+    });
+  });
+
+  describe('job logs', () => {
+    const lines = (attempt: number, ...messages: string[]) =>
+      messages.map((m) => jobLogLine(attempt, 'info', m, { m }, new Date('2030-01-01T00:00:00Z')));
+
+    it('appends lines under the lease, keeps the newest maxLines, and every move carries them', async () => {
+      const q = freshQueue('joblog');
+      const job = await startedJob(q);
+      expect(await store.appendJobLog(ref(job), lines(1, 'a', 'b', 'c'), 4)).toBe('ok');
+      expect(await store.appendJobLog(ref(job), lines(1, 'd', 'e'), 4)).toBe('ok');
+      const hot = await store.getJob(job.id);
+      expect(hot!.logs!.map((l) => l.message)).toEqual(['b', 'c', 'd', 'e']);
+      expect(hot!.logs![0]).toEqual({
+        attempt: 1,
+        at: '2030-01-01T00:00:00.000Z',
+        level: 'info',
+        message: 'b',
+        fields: { m: 'b' },
+      });
+      // Lists leave logs out; the job itself has them.
+      expect((await store.searchJobs({ location: 'hot', queue: q, limit: 5 })).items[0]!.logs).toBeUndefined();
+      // Fenced: a stale lease, a job that is not running, nothing appended.
+      expect(await store.appendJobLog({ ...ref(job), leaseId: STALE_LEASE }, lines(1, 'x'), 4)).toBe('lease_lost');
+      // Hot -> DLQ carries them ...
+      expect(await store.fail(ref(job), 'fatal', 'boom')).toBe('ok');
+      expect(await store.appendJobLog(ref(job), lines(1, 'late'), 4)).toBe('lease_lost');
+      expect((await store.getJob(job.id))!.logs!.map((l) => l.message)).toEqual(['b', 'c', 'd', 'e']);
+      expect((await store.searchJobs({ location: 'dlq', queue: q, limit: 5 })).items[0]!.logs).toBeUndefined();
+      // ... DLQ -> hot keeps them, and the next attempt adds its own ...
+      expect(await store.resurrect([job.id])).toEqual([job.id]);
+      const [again] = await store.claimAndStart({ workerId: 'w', queues: [q], limit: 1 });
+      expect(await store.appendJobLog(ref(again!), lines(1, 'f'), 4)).toBe('ok');
+      // ... and hot -> archive too.
+      expect(await store.complete(ref(again!))).toBe('ok');
+      const archived = await store.getJob(job.id);
+      expect(archived!.location).toBe('archive');
+      expect(archived!.logs!.map((l) => l.message)).toEqual(['c', 'd', 'e', 'f']);
+      expect((await store.searchJobs({ location: 'archive', queue: q, limit: 5 })).items[0]!.logs).toBeUndefined();
+    });
+
+    it('takes lines from a fetched job, refuses bad arguments by name, and a job that logged nothing has no log', async () => {
+      const q = freshQueue('joblog-args');
+      await store.enqueue({ queue: q, type: 't' });
+      const fetched = await claimOne(q);
+      expect(await store.appendJobLog(ref(fetched), lines(1, 'claimed'), 10)).toBe('ok');
+      await expect(store.appendJobLog(ref(fetched), lines(1, 'x'), 0)).rejects.toMatchObject({ field: 'maxLines' });
+      await expect(store.appendJobLog(ref(fetched), 'x' as never, 10)).rejects.toMatchObject({ field: 'lines' });
+      expect(await store.appendJobLog({ jobId: 'nope', leaseId: fetched.leaseId }, lines(1, 'x'), 10)).toBe(
+        'lease_lost',
+      );
+      const quiet = await startedJob(freshQueue('joblog-quiet'));
+      expect(await store.complete(ref(quiet))).toBe('ok');
+      expect((await store.getJob(quiet.id))!.logs).toBeUndefined();
     });
   });
 

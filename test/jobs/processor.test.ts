@@ -116,6 +116,58 @@ describe('processor', () => {
     expect(await outcome).toBe('succeeded');
   });
 
+  it("keeps the job's own ctx.log lines with it through retries and the archive, newest KEEL_JOB_LOG_LINES", async () => {
+    const queue = q('joblog');
+    const processLines: string[] = [];
+    const processLog = {
+      info: (m: string) => processLines.push(m),
+      warn: (m: string) => processLines.push(m),
+      error: (m: string) => processLines.push(m),
+    };
+    const reg = new HandlerRegistry().register(
+      't',
+      async (_payload, ctx) => {
+        for (let i = 1; i <= 3; i++) ctx.log.info(`attempt ${ctx.attempt} line ${i}`, { i });
+        if (ctx.attempt === 1) {
+          ctx.log.error('giving up on this attempt');
+          throw new Error('first attempt fails');
+        }
+        ctx.log.warn('done');
+      },
+      { backoff: { baseMs: 1, maxMs: 1 } },
+    );
+    const p = processor(reg, { jobLogLines: 6, log: processLog, progressIntervalMs: 20 });
+    const { id } = await store.enqueue({ queue, type: 't' });
+    expect(await runOne(p, queue)).toBe('retried');
+    const afterRetry = (await store.getJob(id))!.logs!;
+    expect(afterRetry.map((l) => `${l.attempt} ${l.level} ${l.message}`)).toEqual([
+      '1 info attempt 1 line 1',
+      '1 info attempt 1 line 2',
+      '1 info attempt 1 line 3',
+      '1 error giving up on this attempt',
+    ]);
+    expect(afterRetry[0]!.fields).toEqual({ i: 1 });
+    await sleep(5);
+    expect(await runOne(p, queue)).toBe('succeeded');
+    const archived = (await store.getJob(id))!;
+    expect(archived.location).toBe('archive');
+    expect(archived.logs!.map((l) => `${l.attempt} ${l.message}`)).toEqual([
+      '1 attempt 1 line 3',
+      '1 giving up on this attempt',
+      '2 attempt 2 line 1',
+      '2 attempt 2 line 2',
+      '2 attempt 2 line 3',
+      '2 done',
+    ]);
+    // Every line also went to the process log.
+    expect(processLines.filter((l) => l.startsWith('attempt'))).toHaveLength(6);
+    // Off (0): the process log only.
+    const off = processor(reg, { jobLogLines: 0, log: processLog });
+    const other = await store.enqueue({ queue, type: 't' });
+    expect(await runOne(off, queue)).toBe('retried');
+    expect((await store.getJob(other.id))!.logs).toBeUndefined();
+  });
+
   it('retries with capped exponential backoff, then dead-letters as exhausted', async () => {
     const queue = q('retry');
     const reg = new HandlerRegistry().register(

@@ -222,6 +222,23 @@ export function jobsPage(main: HTMLElement): Cleanup {
   return () => undefined;
 }
 
+// The job's own ctx.log lines, per attempt, oldest first (as stored: its newest KEEL_JOB_LOG_LINES).
+function jobLogView(
+  lines: { attempt: number; at: string; level: string; message: string; fields?: unknown }[] | undefined,
+) {
+  if (!lines?.length) return empty('The handler logged nothing through ctx.log.');
+  return table(
+    ['Attempt', 'Time', 'Level', 'Message'],
+    lines.map((l) => [
+      String(l.attempt),
+      fmtTime(l.at),
+      l.level,
+      l.fields === undefined ? l.message : `${l.message} ${JSON.stringify(l.fields)}`,
+    ]),
+    { caption: 'Job log', className: 'job-log' },
+  );
+}
+
 // A running job's latest ctx.progress(): a bar when a fraction is known, the count and the note beside it.
 function progressView(
   p: { fraction: number | null; done: number | null; total: number | null; note: string | null } | null,
@@ -376,6 +393,7 @@ export function jobPage(main: HTMLElement, id: string): Cleanup {
           j.lastError ? pre(j.lastError) : empty('No error recorded.'),
         ),
         h('section', { class: 'card' }, h('h2', null, 'Payload'), pre(j.payload ?? null)),
+        h('section', { class: 'card' }, h('h2', null, 'Job log'), jobLogView(j.logs)),
       );
     } catch (err) {
       replace(body);

@@ -52,6 +52,7 @@ import {
 } from '../../jobs/rows.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, isLeaseRef, prepareEnqueue, typeMaxAttemptsJson } from '../../jobs/validate.js';
 import { resultsByIdJson, type JobProgress } from '../../jobs/progress.js';
+import type { JobLogLine } from '../../jobs/jobLog.js';
 import { migrate } from './migrate.js';
 import { postgresCall, type PostgresArgs } from './procedures.js';
 import type { JobProcedure } from '../../jobs/procedures.js';
@@ -257,6 +258,16 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
       jobId: ref.jobId,
       status: ok.has(ref.jobId) ? 'ok' : cancelled.has(ref.jobId) ? 'cancelled' : 'lease_lost',
     }));
+  }
+
+  async appendJobLog(ref: LeaseRef, lines: JobLogLine[], maxLines: number): Promise<OwnerResult> {
+    const [r] = await this.call('append_job_log', {
+      job_id: ref.jobId,
+      lease_id: ref.leaseId,
+      lines: JSON.stringify(lines),
+      max_lines: maxLines,
+    });
+    return r!.result as OwnerResult;
   }
 
   async reportProgress(ref: LeaseRef, progress: JobProgress): Promise<OwnerResult> {

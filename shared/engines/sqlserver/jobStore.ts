@@ -53,6 +53,7 @@ import {
 import { JOB_PROCEDURES, pascalCase, type JobProcedure } from '../../jobs/procedures.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, isLeaseRef, prepareEnqueue, typeMaxAttemptsJson } from '../../jobs/validate.js';
 import { resultsByIdJson, type JobProgress } from '../../jobs/progress.js';
+import type { JobLogLine } from '../../jobs/jobLog.js';
 import { SqlServerPool, sharedSqlServerPool, type PoolOptions } from './pool.js';
 import { isOutcomeUnknown, withSqlRetry, type RetryOptions, type RetryPolicy } from './retry.js';
 import { migrateSqlServer } from './migrate.js';
@@ -84,6 +85,7 @@ export const SQLSERVER_PARAMS: ParamTypes = {
   heartbeat: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier },
   complete_many: { Leases: sql.NVarChar(MAX), Results: sql.NVarChar(MAX) },
   report_progress: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier, Progress: sql.NVarChar(MAX) },
+  append_job_log: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier, Lines: sql.NVarChar(MAX), MaxLines: sql.Int },
   retry: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier, RunAt: sql.DateTime2(3), Error: sql.NVarChar(MAX) },
   fail: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier, Reason: sql.VarChar(16), Error: sql.NVarChar(MAX) },
   release: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier },
@@ -352,6 +354,15 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
       'report_progress',
       { JobId: ref.jobId, LeaseId: ref.leaseId, Progress: JSON.stringify(progress) },
       'safe', // idempotent: writing the same progress twice is the same as once
+    );
+    return r!.Result as OwnerResult;
+  }
+
+  async appendJobLog(ref: LeaseRef, lines: JobLogLine[], maxLines: number): Promise<OwnerResult> {
+    const [r] = await this.call(
+      'append_job_log',
+      { JobId: ref.jobId, LeaseId: ref.leaseId, Lines: JSON.stringify(lines), MaxLines: maxLines },
+      'once', // an append whose reply was lost may have happened: never sent twice
     );
     return r!.Result as OwnerResult;
   }
