@@ -739,7 +739,7 @@ export class JobProcessor {
       return writing;
     };
     const soon = () => {
-      timer ??= setTimeout(write, Math.max(0, lastWriteAt + this.progressIntervalMs - Date.now()));
+      timer ??= setTimeout(() => void write(), Math.max(0, lastWriteAt + this.progressIntervalMs - Date.now()));
     };
     return {
       logger: (): JobLogger => {
