@@ -9,6 +9,8 @@
 import { z } from 'zod';
 import { engineNamed, enginesWith } from '../engines/registry.js';
 import { LIMITS } from '../jobs/validate.js';
+import { DEFAULT_MAX_RESULT_BYTES, MAX_RESULT_BYTES_LIMIT } from '../jobs/progress.js';
+import { DEFAULT_JOB_LOG_LINES, JOB_LOG_LINES_LIMIT } from '../jobs/jobLog.js';
 
 const bool = (def: boolean) =>
   z
@@ -130,6 +132,12 @@ export const settingsSchema = z
     KEEL_WORKER_ID: optionalString,
     KEEL_LEASE_SECONDS: int(60, 5, 3600),
     KEEL_HEARTBEAT_MS: int(10_000, 200, 600_000),
+    // ctx.progress() writes at most this often per running job (the latest value wins); results over the limit fail
+    // the job as fatal (shared/jobs/progress.ts).
+    KEEL_PROGRESS_INTERVAL_MS: int(1_000, 100, 600_000),
+    KEEL_MAX_RESULT_BYTES: int(DEFAULT_MAX_RESULT_BYTES, 1, MAX_RESULT_BYTES_LIMIT),
+    // ctx.log lines kept with each job across its attempts, newest first out (0: the process log only).
+    KEEL_JOB_LOG_LINES: int(DEFAULT_JOB_LOG_LINES, 0, JOB_LOG_LINES_LIMIT),
     // Graceful stop under the Functions host (appTerminate, SIGTERM): how long running handlers get before they are
     // aborted with reason 'shutdown' and handed back. The host kills the worker 5 s after asking it to terminate
     // (WorkerTerminate's grace period), so the default and the cap leave room for the hand-back writes.

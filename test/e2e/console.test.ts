@@ -805,6 +805,36 @@ if (!haveChromium) {
       await phone.close();
     });
 
+    it("a job's page shows what it returned and logged once archived, and its progress while it runs", async () => {
+      const done = (await api('POST', '/jobs', { queue: QUEUE, type: 'demo.echo', payload: { message: 'shown' } }))
+        .json;
+      await until(
+        'the echo job to be archived',
+        async () => (await api('GET', `/jobs/${done.id}`)).json.location === 'archive',
+      );
+      await page.goto(`${base}/api/console/#/jobs/${done.id}`);
+      const result = page.locator('section.card').filter({ has: page.getByRole('heading', { name: 'Result' }) });
+      expect(JSON.parse((await result.locator('pre').textContent())!)).toEqual({ echoed: 'shown' });
+      const log = page.locator('table.job-log');
+      await log.waitFor();
+      expect(await log.locator('tbody tr').count()).toBe(1);
+      expect(await log.locator('tbody tr td').nth(3).textContent()).toBe('echo {"message":"shown"}');
+
+      const slow = (await api('POST', '/jobs', { queue: QUEUE, type: 'demo.slow', payload: { ms: 8000 } })).json;
+      await until(
+        'the slow job to report progress',
+        async () => ((await api('GET', `/jobs/${slow.id}`)).json.progress?.done ?? 0) >= 2,
+        15_000,
+      );
+      await page.goto(`${base}/api/console/#/jobs/${slow.id}`);
+      const bar = page.locator('progress[aria-label=progress]');
+      await bar.waitFor();
+      expect(Number(await bar.getAttribute('value'))).toBeGreaterThanOrEqual(0.2);
+      expect(await page.locator('.progress').textContent()).toMatch(/\d+ of 10 · step \d+ of 10/);
+      await shot(page, 'job-progress');
+      expect((await api('POST', `/jobs/${slow.id}/cancel`, {}, true)).json.result).toBe('cancel_requested');
+    });
+
     it('behind App Service authentication: no key, the reader role to read, and the operator role still enforced', async () => {
       process.env.WEBSITE_SITE_NAME = 'keel-console-e2e';
       process.env.WEBSITE_AUTH_ENABLED = 'True';
