@@ -1,8 +1,11 @@
 // What the timers do, kept out of functions/ so the functions stay thin and tests can call it directly.
 import { runMaintenance, type MaintenanceReport } from '../jobs/maintenance.js';
-import { runSchedules, type SchedulePassItem } from '../jobs/scheduler.js';
+import { Cron } from 'croner';
+import { runSchedules, type ScheduleMemory, type SchedulePassItem } from '../jobs/scheduler.js';
+import type { ScheduleDefinition } from '../jobs/define.js';
+import type { JobId } from '../jobs/contract.js';
 import type { JobOutcome } from '../jobs/processor.js';
-import { postJobs, type Logger } from './jobs.js';
+import { postJob, postJobs, type Logger } from './jobs.js';
 import type { Runtime } from './runtime.js';
 import { maintenanceTelemetry, reconcileTelemetry } from './telemetryHooks.js';
 
@@ -15,9 +18,32 @@ export interface DispatchResult {
   durationMs: number;
 }
 
+// The probe: one store call (stats: per queue, how many pending jobs are due, from the counters and an index seek per
+// priority level) names the queues with work due now; with none, the tick ends there, so an idle tick costs the
+// database that one call. Only queues with due jobs are claimed from (the claim itself skips a paused queue or one at
+// its concurrency limit), and a queue created a moment ago is seen at once.
 async function dispatchQueues(rt: Runtime): Promise<string[]> {
-  if (rt.settings.KEEL_DISPATCH_QUEUES.length > 0) return rt.settings.KEEL_DISPATCH_QUEUES;
-  return (await rt.store.listQueues()).filter((q) => !q.paused).map((q) => q.name);
+  const only = rt.settings.KEEL_DISPATCH_QUEUES;
+  const due = (await rt.store.stats()).filter((q) => q.due > 0).map((q) => q.queue);
+  return only.length > 0 ? due.filter((q) => only.includes(q)) : due;
+}
+
+// Jobs the dispatcher retried or handed back are pending again, due at their next attempt: post each one's message
+// delayed to then, so the queue runner starts it on time instead of the dispatcher's next tick (a minute later by
+// default). One read per job, and only for jobs that ran.
+async function postRescheduled(rt: Runtime, ids: JobId[], log: Logger): Promise<number> {
+  let posted = 0;
+  for (let i = 0; i < ids.length; i += 16) {
+    const ok = await Promise.all(
+      ids.slice(i, i + 16).map(async (id) => {
+        const job = await rt.store.getJob(id).catch(() => null);
+        if (job?.location !== 'hot' || job.state !== 'pending' || !job.runAt) return false;
+        return postJob(rt, id, log, Math.max(0, (job.runAt.getTime() - Date.now()) / 1000));
+      }),
+    );
+    posted += ok.filter(Boolean).length;
+  }
+  return posted;
 }
 
 export async function dispatchDueJobs(rt: Runtime, log: Logger): Promise<DispatchResult> {
@@ -33,12 +59,13 @@ export async function dispatchDueJobs(rt: Runtime, log: Logger): Promise<Dispatc
       concurrency: rt.settings.KEEL_DISPATCH_CONCURRENCY,
     });
     const outcomes = Object.fromEntries(Object.entries(r.outcomes).filter(([, n]) => n > 0));
+    const posted = r.rescheduled.length > 0 ? await postRescheduled(rt, r.rescheduled, log) : 0;
     return {
       mode,
       queues: queues.length,
       processed: r.processed,
       outcomes,
-      posted: 0,
+      posted,
       durationMs: Date.now() - started,
     };
   }
@@ -125,10 +152,51 @@ export interface SchedulerPassReport {
   posted: number;
 }
 
+const scheduleMemories = new WeakMap<Runtime, ScheduleMemory>();
+const warnedFine = new WeakSet<Runtime>();
+
+// The shortest gap between two firings of a six-field cron, over its next few firings (ms; Infinity if it never fires).
+export function shortestGapMs(cron: Cron, from: Date = new Date()): number {
+  const runs = cron.nextRuns(8, from);
+  let gap = Infinity;
+  for (let i = 1; i < runs.length; i++) gap = Math.min(gap, runs[i]!.getTime() - runs[i - 1]!.getTime());
+  return gap;
+}
+
+// Schedules that tick more often than the scheduler timer fires (KEEL_SCHEDULER_SCHEDULE, a minute by default): their
+// ticks are enqueued late, several at a pass, or missed past their grace period. Named once per runtime.
+export function schedulesFinerThanTimer(rt: Runtime): ScheduleDefinition[] {
+  const timer = new Cron(rt.settings.KEEL_SCHEDULER_SCHEDULE, { paused: true, mode: '6-part' });
+  try {
+    const timerGap = shortestGapMs(timer);
+    return rt.schedules.filter((def) => {
+      const c = new Cron(def.cron, { paused: true, timezone: def.timeZone, mode: '6-part' });
+      try {
+        return shortestGapMs(c) < timerGap;
+      } finally {
+        c.stop();
+      }
+    });
+  } finally {
+    timer.stop();
+  }
+}
+
 // The scheduler timer: enqueue the due ticks of every recurring schedule (exactly once across instances), then post
-// the new jobs' messages so the queue runner starts them at once (the dispatcher covers a lost message).
+// the new jobs' messages so the queue runner starts them at once (the dispatcher covers a lost message). What it last
+// saw of each schedule is kept per runtime, so a pass with no tick due makes no database call.
 export async function runSchedulerPass(rt: Runtime, log: Logger, now: Date = new Date()): Promise<SchedulerPassReport> {
-  const schedules = await runSchedules(rt.store, rt.registry, rt.schedules, now);
+  if (!warnedFine.has(rt)) {
+    warnedFine.add(rt);
+    const fine = schedulesFinerThanTimer(rt);
+    if (fine.length > 0)
+      log.warn(
+        `schedules ${fine.map((d) => d.name).join(', ')} tick more often than the scheduler timer fires (KEEL_SCHEDULER_SCHEDULE=${rt.settings.KEEL_SCHEDULER_SCHEDULE}): their ticks are enqueued late or missed; set KEEL_SCHEDULER_SCHEDULE to fire as often as the finest schedule (e.g. "* * * * * *")`,
+      );
+  }
+  let memory = scheduleMemories.get(rt);
+  if (!memory) scheduleMemories.set(rt, (memory = new Map()));
+  const schedules = await runSchedules(rt.store, rt.registry, rt.schedules, now, memory);
   const ids = schedules.flatMap((s) => s.enqueued);
   const posted = ids.length ? await postJobs(rt, ids, log) : 0;
   return { schedules, enqueued: ids.length, posted };
