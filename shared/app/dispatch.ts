@@ -98,8 +98,13 @@ export interface MaintenancePassReport {
   transfers: { reconciled: number; detail: unknown } | 'not configured';
 }
 
+// When this runtime last ran the retention purges, and whether that run left more behind.
+const lastPurges = new WeakMap<Runtime, { at: number; more: boolean }>();
+
 export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<MaintenancePassReport> {
   const started = Date.now();
+  const last = lastPurges.get(rt);
+  const purge = !last || last.more || started - last.at >= rt.settings.KEEL_MAINT_PURGE_INTERVAL_MS;
   let jobs: MaintenanceReport;
   try {
     jobs = await runMaintenance(rt.store, {
@@ -107,11 +112,13 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
       purgeBatch: rt.settings.KEEL_MAINT_PURGE_BATCH,
       maxBatches: rt.settings.KEEL_MAINT_MAX_BATCHES,
       maxAttemptsByType: rt.registry.maxAttemptsByType(),
+      purge,
     });
   } catch (err) {
     maintenanceTelemetry(null, Date.now() - started, null);
     throw err;
   }
+  if (purge) lastPurges.set(rt, { at: started, more: !jobs.complete });
   const stats = await rt.store.stats().catch(() => null);
   maintenanceTelemetry(jobs, Date.now() - started, stats);
   let transfers: MaintenancePassReport['transfers'] = 'not configured';

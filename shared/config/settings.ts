@@ -147,6 +147,9 @@ export const settingsSchema = z
     KEEL_MAINT_RESCUE_BATCH: int(500, 1, LIMITS.rescueJobs),
     KEEL_MAINT_PURGE_BATCH: int(1000, 1, LIMITS.purgeBatchRows),
     KEEL_MAINT_MAX_BATCHES: int(20, 1, 1000),
+    // Retention purges (three calls per queue) run at most this often per instance, not every pass: retention is
+    // counted in days, and an idle pass is then two calls (rescue, stats). A purge that left more runs again next pass.
+    KEEL_MAINT_PURGE_INTERVAL_MS: int(3_600_000, 0, 24 * 3_600_000),
     KEEL_TRANSFER_STALE_MS: int(600_000, 1000, 7 * 24 * 3600_000),
     KEEL_TRANSFER_RECONCILE_LIMIT: int(20, 1, 1000),
     // Transfer journal (control database) connections: connect, per-statement and idle-in-transaction limits

@@ -7,7 +7,7 @@ import { transferTimer } from '../../functions/transferTimer.js';
 import type { Timer } from '@azure/functions';
 import { context, createTestRuntime, snapshot, RecordingQueues, type TestRuntime } from './support.js';
 import { appUrl } from '../support/pg.js';
-import { dispatchDueJobs } from '../../shared/app/dispatch.js';
+import { dispatchDueJobs, maintenanceDidNothing, runMaintenancePass } from '../../shared/app/dispatch.js';
 import { createRuntime, setRuntime } from '../../shared/app/runtime.js';
 import { registerDemoHandlers } from '../../dev/demoHandlers.js';
 import { parseSettings } from '../../shared/config/settings.js';
@@ -22,7 +22,8 @@ const timer: Timer = {
 
 beforeAll(async () => {
   t = await createTestRuntime('fn_queue', {
-    env: { KEEL_DISPATCH_QUEUES: '' },
+    // Purges every pass here (the default is at most hourly: tested below with a runtime of its own).
+    env: { KEEL_DISPATCH_QUEUES: '', KEEL_MAINT_PURGE_INTERVAL_MS: '0' },
     register: (r) => r.register('test.once', async () => undefined, { maxAttempts: 1 }),
   });
 });
@@ -293,6 +294,43 @@ describe('maintenance (timer)', () => {
     await maintenance(timer, idle);
     expect(idle.logs.filter((l) => l.text.startsWith('maintenance:')).map((l) => l.level)).toEqual(['debug']);
     expect(idle.logs.filter((l) => l.level !== 'debug' && l.level !== 'trace')).toEqual([]);
+  });
+});
+
+describe('maintenance at its default purge interval', () => {
+  it('purges at its first pass, then only rescues (and reads stats) until the interval has passed', async () => {
+    const calls: string[] = [];
+    const store = new Proxy(t.rt.store, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        if (typeof v !== 'function') return v;
+        return (...args: unknown[]) => {
+          calls.push(String(prop));
+          return (v as (...a: unknown[]) => unknown).apply(target, args);
+        };
+      },
+    });
+    const settings = parseSettings({ KEEL_PG_URL: appUrl(t.url), KEEL_DEMO_HANDLERS: 'true' });
+    expect(settings.KEEL_MAINT_PURGE_INTERVAL_MS).toBe(3_600_000);
+    const rt = await createRuntime(settings, {
+      queues: new RecordingQueues(),
+      store,
+      transfers: null,
+      register: registerDemoHandlers,
+    });
+    try {
+      const queues = (await t.rt.store.listQueues()).length;
+      const first = await runMaintenancePass(rt, context('maintenance'));
+      expect(first.jobs.purgeRan).toBe(true);
+      expect(calls.filter((c) => c === 'purge')).toHaveLength(3 * queues);
+      calls.length = 0;
+      const second = await runMaintenancePass(rt, context('maintenance'));
+      expect(second.jobs.purgeRan).toBe(false);
+      expect(maintenanceDidNothing(second)).toBe(true);
+      expect(calls).toEqual(['rescueZombies', 'stats']);
+    } finally {
+      await rt.close();
+    }
   });
 });
 
