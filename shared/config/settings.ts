@@ -114,8 +114,9 @@ export const settingsSchema = z
     // Timers. Minute granularity by default, so an idle app costs one cheap probe per timer a minute (docs/deploy.md,
     // "What it costs"): due work arrives by queue message (enqueue, retries and schedule ticks post one, delayed to
     // when the job is due); the dispatcher is the backstop for a lost message, a job due more than 7 days out, a queue
-    // resumed or under its concurrency limit again, at most one tick late.
-    KEEL_DISPATCH_SCHEDULE: schedule('30 * * * * *'),
+    // resumed or under its concurrency limit again, at most one tick late. All three on the same second: firings that
+    // coincide share one billed activity period (at least 1 s each on Flex Consumption).
+    KEEL_DISPATCH_SCHEDULE: schedule('0 * * * * *'),
     KEEL_MAINTENANCE_SCHEDULE: schedule('0 * * * * *'),
     KEEL_TRANSFER_SCHEDULE: schedule('0 0 * * * *'),
     // Recurring jobs (defineSchedule in handlers/): how often the scheduler looks for due ticks. Every minute by
