@@ -69,9 +69,27 @@ export async function dispatchDueJobs(rt: Runtime, log: Logger): Promise<Dispatc
       durationMs: Date.now() - started,
     };
   }
-  // post: claim (which honours pause, global max concurrency and due time), release, and post the ids, so the
-  // queue-triggered runner scales out with the storage queue. Claims are short: a crash between claim and release
-  // leaves fetched rows that zombie rescue returns to pending when their lease expires.
+  const { released, posted } = await postDueJobs(rt, queues, log);
+  return {
+    mode,
+    queues: queues.length,
+    processed: 0,
+    outcomes: { released },
+    posted,
+    durationMs: Date.now() - started,
+  };
+}
+
+// Post the messages of jobs due now in `queues`, at most KEEL_DISPATCH_POST_LIMIT: claim (which honours pause, global
+// max concurrency and due time), release, and post the ids, so the queue-triggered runner scales out with the storage
+// queue. The dispatcher's post mode, and a queue resumed or given more concurrency over the ops API (its due jobs'
+// messages were acknowledged while it could not run them). Claims are short: a crash between claim and release
+// leaves fetched rows that zombie rescue returns to pending when their lease expires.
+export async function postDueJobs(
+  rt: Runtime,
+  queues: string[],
+  log: Logger,
+): Promise<{ released: number; posted: number }> {
   const claimed = await rt.store.claimNext({
     workerId: rt.workerId,
     queues,
@@ -82,15 +100,7 @@ export async function dispatchDueJobs(rt: Runtime, log: Logger): Promise<Dispatc
   for (const job of claimed) {
     if ((await rt.store.release({ jobId: job.id, leaseId: job.leaseId })) === 'ok') released.push(job.id);
   }
-  const posted = await postJobs(rt, released, log);
-  return {
-    mode,
-    queues: queues.length,
-    processed: 0,
-    outcomes: { released: released.length },
-    posted,
-    durationMs: Date.now() - started,
-  };
+  return { released: released.length, posted: await postJobs(rt, released, log) };
 }
 
 export interface MaintenancePassReport {

@@ -113,8 +113,8 @@ export const settingsSchema = z
     KEEL_TRANSFER_APPLY_QUEUE: queueName('keel-transfer-apply'),
     // Timers. Minute granularity by default, so an idle app costs one cheap probe per timer a minute (docs/deploy.md,
     // "What it costs"): due work arrives by queue message (enqueue, retries and schedule ticks post one, delayed to
-    // when the job is due); the dispatcher is the backstop for a lost message, a job due more than 7 days out, a queue
-    // resumed or under its concurrency limit again, at most one tick late. All three on the same second: firings that
+    // when the job is due); the dispatcher is the backstop for a lost message, a job due more than 7 days out, a job
+    // its queue's concurrency limit held back, at most one tick late. All three on the same second: firings that
     // coincide share one billed activity period (at least 1 s each on Flex Consumption).
     KEEL_DISPATCH_SCHEDULE: schedule('0 * * * * *'),
     KEEL_MAINTENANCE_SCHEDULE: schedule('0 * * * * *'),
