@@ -113,13 +113,19 @@ export const settingsSchema = z
     KEEL_JOBS_QUEUE: queueName('keel-jobs'),
     KEEL_TRANSFER_STAGE_QUEUE: queueName('keel-transfer-stage'),
     KEEL_TRANSFER_APPLY_QUEUE: queueName('keel-transfer-apply'),
-    // Timers.
-    KEEL_DISPATCH_SCHEDULE: schedule('*/15 * * * * *'),
+    // Timers. Minute granularity by default, so an idle app costs one cheap probe per timer a minute (docs/deploy.md,
+    // "What it costs"): due work arrives by queue message (enqueue, retries and schedule ticks post one, delayed to
+    // when the job is due); the dispatcher is the backstop for a lost message, a job due more than 7 days out, a job
+    // its queue's concurrency limit held back, at most one tick late. All three on the same second: firings that
+    // coincide share one billed activity period (at least 1 s each on Flex Consumption).
+    KEEL_DISPATCH_SCHEDULE: schedule('0 * * * * *'),
     KEEL_MAINTENANCE_SCHEDULE: schedule('0 * * * * *'),
     KEEL_TRANSFER_SCHEDULE: schedule('0 0 * * * *'),
-    // Recurring jobs (defineSchedule in handlers/): how often the scheduler looks for due ticks. Every second by
-    // default, so second-level schedules run on time; a pass with no schedules declared does not touch the database.
-    KEEL_SCHEDULER_SCHEDULE: schedule('* * * * * *'),
+    // Recurring jobs (defineSchedule in handlers/): how often the scheduler looks for due ticks. Every minute by
+    // default, on the minute, so minute-or-coarser schedules run on time. Schedules finer than a minute need this as
+    // fine as they are (e.g. "* * * * * *"; the scheduler warns otherwise). A pass with no tick due by what it last
+    // saw makes no database call; with no schedules declared it never does.
+    KEEL_SCHEDULER_SCHEDULE: schedule('0 * * * * *'),
     // Dispatcher: which job queues it drains (empty = every queue the store knows), how long, how wide.
     KEEL_DISPATCH_QUEUES: list,
     KEEL_DISPATCH_MODE: z.enum(['run', 'post']).optional().default('run'),
@@ -150,6 +156,9 @@ export const settingsSchema = z
     KEEL_MAINT_RESCUE_BATCH: int(500, 1, LIMITS.rescueJobs),
     KEEL_MAINT_PURGE_BATCH: int(1000, 1, LIMITS.purgeBatchRows),
     KEEL_MAINT_MAX_BATCHES: int(20, 1, 1000),
+    // Retention purges (three calls per queue) run at most this often per instance, not every pass: retention is
+    // counted in days, and an idle pass is then two calls (rescue, stats). A purge that left more runs again next pass.
+    KEEL_MAINT_PURGE_INTERVAL_MS: int(3_600_000, 0, 24 * 3_600_000),
     KEEL_TRANSFER_STALE_MS: int(600_000, 1000, 7 * 24 * 3600_000),
     KEEL_TRANSFER_RECONCILE_LIMIT: int(20, 1, 1000),
     // Transfer journal (control database) connections: connect, per-statement and idle-in-transaction limits

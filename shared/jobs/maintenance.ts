@@ -8,6 +8,7 @@ export interface MaintenanceOptions {
   maxBatches?: number; // per step, so one pass stays bounded (default 20)
   now?: Date;
   maxAttemptsByType?: Readonly<Record<string, number>>; // the handlers' own limits (HandlerRegistry.maxAttemptsByType())
+  purge?: boolean; // run the retention purges (default true); false: zombie rescue only
 }
 
 export interface MaintenanceReport {
@@ -16,6 +17,7 @@ export interface MaintenanceReport {
   batches: number;
   durationMs: number;
   complete: boolean; // false when a step hit maxBatches: more work is left for the next pass
+  purgeRan: boolean; // false: the purges were not due this pass (MaintenanceOptions.purge)
 }
 
 export interface PurgeRun {
@@ -72,7 +74,8 @@ export async function runMaintenance(store: JobStore, opts: MaintenanceOptions =
     if (moved < rescueBatch) break;
   }
 
-  for (const queue of await store.listQueues()) {
+  const purgeRan = opts.purge ?? true;
+  for (const queue of purgeRan ? await store.listQueues() : []) {
     const cutoffs: [PurgeTarget, number][] = [
       ['archive', queue.archiveRetentionSeconds],
       ['dlq', queue.dlqRetentionSeconds],
@@ -86,5 +89,5 @@ export async function runMaintenance(store: JobStore, opts: MaintenanceOptions =
       if (run.mayHaveMore) complete = false;
     }
   }
-  return { rescued, purged, batches, durationMs: Date.now() - started, complete };
+  return { rescued, purged, batches, durationMs: Date.now() - started, complete, purgeRan };
 }

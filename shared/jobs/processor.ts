@@ -171,13 +171,13 @@ export class JobProcessor {
   // flight when shutdown began are handed back as interrupted (execute), handler not run, their attempt given back.
   async runStarted(
     jobs: StartedJob[],
-    onJobDone?: (outcome: JobOutcome) => void,
+    onJobDone?: (outcome: JobOutcome, jobId: JobId) => void,
     onHandlerDone?: () => void,
   ): Promise<JobOutcome[]> {
     return Promise.all(
       jobs.map((job) =>
         this.execute(job, job.attempt, onHandlerDone).then((o) => {
-          if (onJobDone) this.safe(() => onJobDone(o));
+          if (onJobDone) this.safe(() => onJobDone(o, job.id));
           return o;
         }),
       ),
@@ -194,9 +194,11 @@ export class JobProcessor {
   async drain(opts: { queues: string[]; budgetMs: number; concurrency: number; claimBatch?: number }): Promise<{
     processed: number;
     outcomes: Record<JobOutcome, number>;
+    rescheduled: JobId[];
   }> {
     const deadline = Date.now() + opts.budgetMs;
     const outcomes = Object.fromEntries(JOB_OUTCOMES.map((o) => [o, 0])) as Record<JobOutcome, number>;
+    const rescheduled: JobId[] = [];
     let processed = 0;
     await this.runSlots({
       queues: opts.queues,
@@ -204,9 +206,10 @@ export class JobProcessor {
       claimBatch: opts.claimBatch,
       shouldStop: () => this.stopping || Date.now() >= deadline,
       stopWhenIdle: true,
-      onOutcome: (o) => {
+      onOutcome: (o, jobId) => {
         outcomes[o]++;
         processed++;
+        if (o === 'retried' || o === 'released') rescheduled.push(jobId);
       },
       idleWait: async (mode, jobFinished, allFinalized) => {
         // Slots taken: wake when a job finishes. Nothing due while jobs run: poll again within 50 ms, or as soon as
@@ -220,7 +223,7 @@ export class JobProcessor {
         return 'continue';
       },
     });
-    return { processed, outcomes };
+    return { processed, outcomes, rescheduled };
   }
 
   // Stop taking work: wait up to graceMs for running handlers, then abort the rest with reason 'shutdown'.

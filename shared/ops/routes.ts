@@ -233,9 +233,12 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
       output: s.out.queueSettingsChanged,
       // A queue exists from its first use: an enqueue or a settings change. So a queue can be paused (or limited)
       // before its first job arrives, e.g. 'default' on a fresh install.
-      async handle({ rt, params }) {
+      async handle({ rt, params, log }) {
         const created = !(await rt.store.getQueue(params.name));
-        return { body: { ...(await rt.store.updateQueue(params.name, { paused: action === 'pause' })), created } };
+        const settings = await rt.store.updateQueue(params.name, { paused: action === 'pause' });
+        // Its due jobs' messages were acknowledged while it was paused: post them now, not at the dispatcher's tick.
+        if (action === 'resume') await rt.postDue([params.name], log);
+        return { body: { ...settings, created } };
       },
     }),
   ),
@@ -255,9 +258,13 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
       403: 'operator role missing',
     },
     output: s.out.queueSettingsChanged,
-    async handle({ rt, params, body }) {
-      const created = !(await rt.store.getQueue(params.name));
-      return { body: { ...(await rt.store.updateQueue(params.name, body as QueueSettingsPatch)), created } };
+    async handle({ rt, params, body, log }) {
+      const before = await rt.store.getQueue(params.name);
+      const settings = await rt.store.updateQueue(params.name, body as QueueSettingsPatch);
+      // More room than before: jobs held back by the limit may run now; post their messages.
+      const limit = (q: { maxConcurrency: number | null } | null) => q?.maxConcurrency ?? Infinity;
+      if (!settings.paused && limit(settings) > limit(before)) await rt.postDue([params.name], log);
+      return { body: { ...settings, created: !before } };
     },
   }),
   route({
