@@ -11,6 +11,7 @@ import type {
 import type { JobRequest } from '../jobs/typedEnqueue.js';
 import { purgeInBatches } from '../jobs/maintenance.js';
 import { LIMITS } from '../jobs/validate.js';
+import { DEFAULT_MAX_ATTEMPTS, jobTimeline } from '../jobs/attempts.js';
 import { IdempotencyConflictError } from '../jobs/contract.js';
 import { OpsError, conflict, invalid, notFound } from './errors.js';
 import { route, type OpsRoute } from './router.js';
@@ -350,7 +351,13 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     async handle({ rt, params }) {
       const job = await rt.store.getJob(params.id);
       if (!job) throw notFound(`job ${params.id}`);
-      return { body: job };
+      // "attempt n of max": the job's own limit, else its handler's, else its queue's (as zombie rescue decides).
+      const attemptLimit =
+        job.maxAttempts ??
+        rt.registry.maxAttemptsByType()[job.type] ??
+        (await rt.store.getQueue(job.queue))?.maxAttempts ??
+        DEFAULT_MAX_ATTEMPTS;
+      return { body: { ...job, timeline: jobTimeline(job), attemptLimit } };
     },
   }),
   route({

@@ -589,6 +589,39 @@ begin
 end
 $$;
 
+-- The job's log column holds two kinds of entry: ctx.log lines ({attempt, at, level, message, fields}) and, one per
+-- attempt that ended without success, {kind: 'attempt', attempt, worker, startedAt, endedAt, outcome, error},
+-- appended by the move that ended it (retry, fail, interrupt, zombie rescue, a cancelled completion) in its own
+-- statement: no extra round trip, and nothing on a successful completion (the archive row itself is that attempt).
+-- Each kind is bounded on its own: the newest p_max_lines log lines (KEEL_JOB_LOG_LINES, from the app) and the newest
+-- 100 attempt entries, so a chatty handler never pushes its own failed attempts out.
+create or replace function keel._iso_ms(p_at timestamptz)
+returns text language sql stable as $$
+  select to_char(p_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+$$;
+
+-- p_max_lines null: the log lines are left as they are (they were bounded when appended).
+create or replace function keel._job_log_keep(p_logs jsonb, p_max_lines integer)
+returns jsonb language sql stable as $$
+  select coalesce(jsonb_agg(x.line order by x.n), '[]'::jsonb)
+  from (select e.line, e.n, (e.line ->> 'kind') is not distinct from 'attempt' as is_attempt,
+               row_number() over (partition by (e.line ->> 'kind') is not distinct from 'attempt' order by e.n desc) as r
+        from jsonb_array_elements(coalesce(p_logs, '[]'::jsonb)) with ordinality as e(line, n)) x
+  where x.r <= case when x.is_attempt then 100 else coalesce(p_max_lines, 2147483647) end
+$$;
+
+-- p_logs with one attempt entry appended (the error cut to 2,000 characters), attempt entries bounded.
+create or replace function keel._with_attempt(p_logs jsonb, p_attempt integer, p_worker text, p_started timestamptz,
+                                              p_outcome text, p_error text)
+returns jsonb language sql stable as $$
+  select keel._job_log_keep(
+    coalesce(p_logs, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+      'kind', 'attempt', 'attempt', p_attempt, 'worker', p_worker, 'startedAt', keel._iso_ms(p_started),
+      'endedAt', keel._iso_ms(now()), 'outcome', p_outcome,
+      'error', case when length(p_error) > 2000 then left(p_error, 2000) || '…' else p_error end)),
+    null)
+$$;
+
 -- append_job_log: a running attempt's ctx.log lines (JSON array of {attempt, at, level, message, fields}, checked
 -- and cut by the app: shared/jobs/jobLog.ts) appended to the job's log under the lease, keeping the newest
 -- p_max_lines. A HOT update (logs is in no index). 'lease_lost' when the job is no longer this attempt's.
@@ -603,10 +636,7 @@ begin
     raise exception 'lines must be a JSON array' using errcode = '22023';
   end if;
   update keel.jobs_hot h
-  set logs = (select coalesce(jsonb_agg(l.line order by l.n), '[]'::jsonb)
-              from (select x.line, x.n from jsonb_array_elements(coalesce(h.logs, '[]'::jsonb) || p_lines)
-                                              with ordinality as x(line, n)
-                    order by x.n desc limit p_max_lines) l)
+  set logs = keel._job_log_keep(coalesce(h.logs, '[]'::jsonb) || p_lines, p_max_lines)
   where h.id = p_job_id and h.lease_id = keel._lease(p_lease_id) and h.state in ('fetched', 'processing');
   return case when found then 'ok' else 'lease_lost' end;
 end
@@ -748,7 +778,11 @@ language sql as $$
     select m.id, m.queue, m.type, m.payload, m.priority, m.attempts, m.max_attempts, m.idempotency_key, m.tags,
            m.created_at, m.started_at, now(),
            case when m.started_at is null then null else keel._ms_between(m.started_at, now()) end,
-           p_reason, coalesce(p_error, m.last_error), m.worker_id, m.logs
+           p_reason, coalesce(p_error, m.last_error), m.worker_id,
+           -- a running attempt ends here: recorded with the job (a pending or fetched one never started)
+           case when m.state = 'processing'
+                then keel._with_attempt(m.logs, m.attempts, m.worker_id, m.started_at, p_reason, coalesce(p_error, m.last_error))
+                else m.logs end
     from unnest(p_rows) m
     returning queue, coalesce(duration_ms, 0) as duration_ms
   )
@@ -820,7 +854,8 @@ begin
   else
     update keel.jobs_hot h
     set state = 'pending', run_at = coalesce(p_run_at, now()), lease_id = null, worker_id = null, fetched_at = null,
-        lease_expires_at = null, heartbeat_at = null, last_error = p_error
+        lease_expires_at = null, heartbeat_at = null, last_error = p_error,
+        logs = keel._with_attempt(h.logs, h.attempts, h.worker_id, h.started_at, 'retried', p_error)
     where h.id = p_job_id;
     v_t := row(array[v_row.queue], array['retried'], array[null::bigint]);
   end if;
@@ -854,7 +889,8 @@ begin
   end if;
   update keel.jobs_hot h
   set state = 'pending', run_at = now(), attempts = greatest(h.attempts - 1, 0), lease_id = null, worker_id = null,
-      fetched_at = null, lease_expires_at = null, heartbeat_at = null, last_error = p_error
+      fetched_at = null, lease_expires_at = null, heartbeat_at = null, last_error = p_error,
+      logs = keel._with_attempt(h.logs, h.attempts, h.worker_id, h.started_at, 'interrupted', p_error)
   where h.id = p_job_id;
   return 'ok';
 end
@@ -972,7 +1008,9 @@ begin
       update keel.jobs_hot h
       set state = 'pending', run_at = now(), lease_id = null, worker_id = null, fetched_at = null,
           lease_expires_at = null, heartbeat_at = null,
-          last_error = 'zombie: no heartbeat since ' || to_char(h.heartbeat_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+          last_error = 'zombie: no heartbeat since ' || to_char(h.heartbeat_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+          logs = keel._with_attempt(h.logs, h.attempts, h.worker_id, h.started_at, 'zombie',
+                   'zombie: no heartbeat since ' || to_char(h.heartbeat_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))
       where h.id = any(array(select unnest(v_retry_ids)))
       returning h.queue
     )
@@ -1263,7 +1301,7 @@ returns keel.job_record language sql stable as $$
   select row(h.id, 'hot', h.queue, h.type, h.payload, h.priority, h.state, h.attempts, h.idempotency_key, h.tags,
              h.created_at, h.run_at, h.started_at, null::timestamptz, null::bigint, null::text, h.last_error,
              h.cancel_requested, h.lease_id, h.worker_id, h.progress, null::jsonb,
-             case when p_full then h.logs end)::keel.job_record
+             case when p_full then h.logs end, h.max_attempts, h.lease_expires_at, h.heartbeat_at)::keel.job_record
 $$;
 
 drop function if exists keel._archive_record(keel.jobs_archive);
@@ -1272,7 +1310,8 @@ returns keel.job_record language sql stable as $$
   select row(a.id, 'archive', a.queue, a.type, a.payload, a.priority, 'succeeded', a.attempts, a.idempotency_key,
              a.tags, a.created_at, null::timestamptz, a.started_at, a.finished_at, a.duration_ms, null::text,
              null::text, false, null::uuid, a.worker_id, null::jsonb,
-             case when p_full then a.result end, case when p_full then a.logs end)::keel.job_record
+             case when p_full then a.result end, case when p_full then a.logs end, a.max_attempts, null::timestamptz,
+             null::timestamptz)::keel.job_record
 $$;
 
 drop function if exists keel._dlq_record(keel.jobs_dlq);
@@ -1280,7 +1319,8 @@ create or replace function keel._dlq_record(d keel.jobs_dlq, p_full boolean)
 returns keel.job_record language sql stable as $$
   select row(d.id, 'dlq', d.queue, d.type, d.payload, d.priority, 'dead', d.attempts, d.idempotency_key, d.tags,
              d.created_at, null::timestamptz, d.started_at, d.failed_at, d.duration_ms, d.reason, d.error, false,
-             null::uuid, d.worker_id, null::jsonb, null::jsonb, case when p_full then d.logs end)::keel.job_record
+             null::uuid, d.worker_id, null::jsonb, null::jsonb, case when p_full then d.logs end, d.max_attempts,
+             null::timestamptz, null::timestamptz)::keel.job_record
 $$;
 
 create or replace function keel.get_job(p_job_id bigint)

@@ -177,17 +177,18 @@ BEGIN
   SELECT h.Id AS JobId, 'hot' AS Location, h.Queue, h.Type, h.Payload, h.Priority, CONVERT(varchar(10), h.State) AS State,
          h.Attempts, h.IdempotencyKey, h.Tags, h.CreatedAt, h.RunAt, h.StartedAt, CONVERT(datetime2(3), NULL) AS FinishedAt,
          CONVERT(bigint, NULL) AS DurationMs, CONVERT(varchar(16), NULL) AS Reason, h.LastError, h.CancelRequested,
-         h.LeaseId, h.WorkerId, h.Progress, CONVERT(nvarchar(max), NULL) AS Result, h.Logs
+         h.LeaseId, h.WorkerId, h.Progress, CONVERT(nvarchar(max), NULL) AS Result, h.Logs, h.MaxAttempts,
+         h.LeaseExpiresAt, h.HeartbeatAt
   FROM keel.JobsHot AS h WHERE h.Id = @JobId
   UNION ALL
   SELECT a.Id, 'archive', a.Queue, a.Type, a.Payload, a.Priority, 'succeeded', a.Attempts, a.IdempotencyKey, a.Tags,
          a.CreatedAt, NULL, a.StartedAt, a.FinishedAt, a.DurationMs, NULL, NULL, CONVERT(bit, 0), NULL, a.WorkerId,
-         NULL, a.Result, a.Logs
+         NULL, a.Result, a.Logs, a.MaxAttempts, NULL, NULL
   FROM keel.JobsArchive AS a WHERE a.Id = @JobId
   UNION ALL
   SELECT d.Id, 'dlq', d.Queue, d.Type, d.Payload, d.Priority, 'dead', d.Attempts, d.IdempotencyKey, d.Tags,
          d.CreatedAt, NULL, d.StartedAt, d.FailedAt, d.DurationMs, d.Reason, d.Error, CONVERT(bit, 0), NULL, d.WorkerId,
-         NULL, NULL, d.Logs
+         NULL, NULL, d.Logs, d.MaxAttempts, NULL, NULL
   FROM keel.JobsDLQ AS d WHERE d.Id = @JobId;
 END;
 GO
