@@ -835,6 +835,68 @@ if (!haveChromium) {
       expect((await api('POST', `/jobs/${slow.id}/cancel`, {}, true)).json.result).toBe('cancel_requested');
     });
 
+    it("a job's page lists every attempt: two failed ones and the success, and a running job's attempt, lease expiry and heartbeat age, then its zombie end", async () => {
+      const dd = (p: Page, label: string) =>
+        p.locator('dl.kv dt', { hasText: new RegExp(`^${label}$`) }).locator('+ dd');
+      // Fails twice, then succeeds: "No error recorded" and "Attempts 1" were all the page used to say.
+      const flaky = (await api('POST', '/jobs', { queue: QUEUE, type: 'demo.flaky', payload: { failTimes: 2 } })).json;
+      await until(
+        'the flaky job to succeed on its third attempt',
+        async () => (await api('GET', `/jobs/${flaky.id}`)).json.location === 'archive',
+      );
+      await page.goto(`${base}/api/console/#/jobs/${flaky.id}`);
+      const attempts = page.locator('table.attempts tbody tr');
+      await attempts.first().waitFor();
+      expect(await attempts.count()).toBe(3);
+      const rows = await Promise.all([0, 1, 2].map(async (i) => attempts.nth(i).locator('td').allTextContents()));
+      // Its limit is its queue's (an earlier test changed it): the API's attemptLimit, which the page shows.
+      const limit = (await api('GET', `/jobs/${flaky.id}`)).json.attemptLimit;
+      expect(limit).toBe((await api('GET', `/queues/${QUEUE}`)).json.maxAttempts);
+      expect(rows.map((r) => [r[0], r[5]])).toEqual([
+        [`1 of ${limit}`, 'retried'],
+        [`2 of ${limit}`, 'retried'],
+        [`3 of ${limit}`, 'succeeded'],
+      ]);
+      expect(rows[0]![6]).toContain('flaky failure on attempt 1 of 3 needed');
+      expect(rows[1]![6]).toContain('flaky failure on attempt 2 of 3 needed');
+      expect(rows[2]![6]).toBe('—');
+      for (const r of rows) expect(r[1]).not.toBe('—'); // the worker of each attempt
+      expect(await dd(page, 'Attempts').textContent()).toBe(`3 of ${limit} used`);
+      await shot(page, 'job-attempts');
+
+      // A running job held by a worker whose last heartbeat was two minutes ago, its lease an hour ahead.
+      const RUNNING = 'console-running';
+      expect((await api('PATCH', `/queues/${RUNNING}`, { zombieTimeoutSeconds: 86_400 }, true)).status).toBe(200);
+      const held = (await api('POST', '/jobs', { queue: RUNNING, type: 'demo.echo', delayMs: 3_600_000 })).json.id;
+      await owner.query(
+        `update keel.jobs_hot set state = 'processing', worker_id = 'worker-attempts', lease_id = gen_random_uuid(),
+                attempts = 1, fetched_at = now() - interval '3 minutes', started_at = now() - interval '3 minutes',
+                heartbeat_at = now() - interval '2 minutes', lease_expires_at = now() + interval '1 hour'
+         where id = $1`,
+        [held],
+      );
+      await page.goto(`${base}/api/console/#/jobs/${held}`);
+      await page.locator('table.attempts').waitFor();
+      expect(await dd(page, 'Attempts').textContent()).toBe('attempt 1 of 5');
+      expect(await dd(page, 'Last heartbeat').textContent()).toMatch(/\((2|3) min ago\)$/);
+      expect(await dd(page, 'Lease expires').textContent()).toMatch(/\(in (59|60) min\)$/);
+      const running = await page.locator('table.attempts tbody tr').allTextContents();
+      expect(running).toHaveLength(1);
+      expect(running[0]).toContain('worker-attempts');
+      expect(running[0]).toContain('running');
+      await shot(page, 'job-running');
+
+      // Rescue finds it dead: the DLQ row keeps the attempt, ended as a zombie.
+      await api('PATCH', `/queues/${RUNNING}`, { zombieTimeoutSeconds: 60, zombiePolicy: 'dlq' }, true);
+      await until('the job to be rescued', async () => (await api('GET', `/jobs/${held}`)).json.location === 'dlq');
+      await page.reload();
+      const dead = page.locator('table.attempts tbody tr');
+      await dead.first().waitFor();
+      const cells = await dead.first().locator('td').allTextContents();
+      expect([cells[0], cells[1], cells[5]]).toEqual(['1 of 5', 'worker-attempts', 'zombie']);
+      expect(cells[6]).toBe('zombie: heartbeat timed out');
+    });
+
     it('behind App Service authentication: no key, the reader role to read, and the operator role still enforced', async () => {
       process.env.WEBSITE_SITE_NAME = 'keel-console-e2e';
       process.env.WEBSITE_AUTH_ENABLED = 'True';

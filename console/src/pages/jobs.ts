@@ -1,7 +1,7 @@
 // Jobs: search hot, archive and DLQ (queue, type, tag, state, reason, time range, text) with keyset paging; hot
 // jobs cancelled by selection or by filter (preview, then exactly the previewed ids); a job's detail with cancel
 // (hot) and resurrect (DLQ).
-import { h, replace, fmtNum, fmtTime, isoToLocal, localToIso, type Child } from '../dom';
+import { h, replace, fmtAge, fmtNum, fmtTime, isoToLocal, localToIso, type Child } from '../dom';
 import { api, q } from '../api';
 import { arrivedList, countText, idLinks } from '../bulk';
 import {
@@ -378,6 +378,55 @@ function jobLogView(
   );
 }
 
+type Attempt = {
+  attempt: number;
+  worker: string | null;
+  startedAt: string | null;
+  endedAt: string | null;
+  outcome: string;
+  error: string | null;
+};
+const OUTCOME_TONE: Record<string, 'ok' | 'warn' | 'bad' | 'muted' | 'info'> = {
+  succeeded: 'ok',
+  running: 'info',
+  retried: 'warn',
+  interrupted: 'muted',
+};
+
+// Every attempt, oldest first (GET /jobs/{id} timeline): the recorded failed ones, then the success or the one running.
+function attemptsView(timeline: Attempt[] | undefined, limit: number, attempts: number) {
+  if (!timeline?.length)
+    return empty(
+      attempts > 0
+        ? `${fmtNum(attempts)} attempt${attempts === 1 ? '' : 's'} used; none recorded (before attempt history was kept).`
+        : 'Not started yet.',
+    );
+  return table(
+    ['Attempt', 'Worker', 'Started', 'Ended', 'Took', 'Outcome', 'Error'],
+    timeline.map((a) => {
+      const took =
+        a.startedAt && a.endedAt ? fmtAge(new Date(a.endedAt).getTime() - new Date(a.startedAt).getTime()) : '—';
+      return [
+        `${a.attempt} of ${limit}`,
+        a.worker ?? '—',
+        fmtTime(a.startedAt),
+        a.endedAt ? fmtTime(a.endedAt) : 'running',
+        took,
+        badge(a.outcome, OUTCOME_TONE[a.outcome] ?? 'bad'),
+        a.error ? h('span', { class: 'clip', title: a.error }, a.error) : '—',
+      ];
+    }),
+    { caption: 'Attempts, oldest first', className: 'attempts' },
+  );
+}
+
+// How long ago (a past instant) or how far ahead (a future one), beside the time itself.
+function relTime(iso: string | null | undefined): string {
+  if (!iso) return '—';
+  const ms = new Date(iso).getTime() - Date.now();
+  return `${fmtTime(iso)} (${ms >= 0 ? `in ${fmtAge(ms)}` : `${fmtAge(-ms)} ago`})`;
+}
+
 // A running job's latest ctx.progress(): a bar when a fraction is known, the count and the note beside it.
 function progressView(
   p: { fraction: number | null; done: number | null; total: number | null; note: string | null } | null,
@@ -499,7 +548,12 @@ export function jobPage(main: HTMLElement, id: string): Cleanup {
             ['Where', stateBadge(j)],
             ['Queue', h('a', { href: `#/jobs?queue=${encodeURIComponent(j.queue)}&location=${j.location}` }, j.queue)],
             ['Type', j.type],
-            ['Attempts', fmtNum(j.attempts)],
+            [
+              'Attempts',
+              j.location === 'hot' && j.state === 'processing'
+                ? `attempt ${fmtNum(j.attempts)} of ${fmtNum(j.attemptLimit)}`
+                : `${fmtNum(j.attempts)} of ${fmtNum(j.attemptLimit)} used`,
+            ],
             ['Priority', String(j.priority)],
             ['Tags', j.tags?.length ? j.tags.join(', ') : '—'],
             ['Idempotency key', j.idempotencyKey ?? '—'],
@@ -510,6 +564,12 @@ export function jobPage(main: HTMLElement, id: string): Cleanup {
             ['Duration', j.durationMs === null ? '—' : `${fmtNum(j.durationMs)} ms`],
             ['DLQ reason', j.reason ?? '—'],
             ['Lease', j.leaseId ?? '—'],
+            ...(j.location === 'hot' && j.leaseExpiresAt
+              ? [['Lease expires', relTime(j.leaseExpiresAt)] as [string, Child]]
+              : []),
+            ...(j.location === 'hot' && j.state === 'processing'
+              ? [['Last heartbeat', j.heartbeatAt ? relTime(j.heartbeatAt) : 'none yet'] as [string, Child]]
+              : []),
             ['Worker', j.workerId ?? '—'],
             ['Cancel requested', j.cancelRequested ? 'yes' : 'no'],
             ...(j.location === 'hot' ? [['Progress', progressView(j.progress)] as [string, Child]] : []),
@@ -525,6 +585,12 @@ export function jobPage(main: HTMLElement, id: string): Cleanup {
               ),
             ]
           : []),
+        h(
+          'section',
+          { class: 'card' },
+          h('h2', null, 'Attempts'),
+          attemptsView(j.timeline, j.attemptLimit, j.attempts),
+        ),
         h(
           'section',
           { class: 'card' },
