@@ -237,7 +237,10 @@ export interface JobSearch {
   from?: Date; // created (hot) / finished (archive) / failed (dlq) at or after
   to?: Date;
   text?: string; // substring of payload text or last error
-  afterId?: JobId; // keyset paging: ids lower than this (newest first)
+  priority?: number; // exactly this priority
+  idempotencyKey?: string; // exactly this key: the jobs that share it (per queue and type)
+  order?: 'newest' | 'oldest'; // by id; default newest first
+  afterId?: JobId; // keyset paging: ids past this one in the chosen order (lower when newest first)
   // Archive and DLQ searches (with or without text) examine at most this many rows per call (the next ids below
   // afterId; default TEXT_SEARCH_SCAN_ROWS, at most TEXT_SEARCH_SCAN_ROWS_MAX), so they cost the same at any table
   // size. Allowed only on those searches.

@@ -302,7 +302,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     path: '/jobs',
     operationId: 'searchJobs',
     summary:
-      'Search hot, archive or DLQ jobs by queue, type, tag, state, reason, time range and text; newest first, keyset paging; payload previews (the full payload: GET /jobs/{id})',
+      'Search hot, archive or DLQ jobs by queue, type, tag, state, reason, priority, idempotency key, time range and text; newest or oldest first, keyset paging; payload previews (the full payload: GET /jobs/{id})',
     tag: 'jobs',
     role: 'reader',
     query: s.jobSearchQuery,
@@ -328,6 +328,9 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
         ...(query.from ? { from: new Date(query.from) } : {}),
         ...(query.to ? { to: new Date(query.to) } : {}),
         ...(query.text ? { text: query.text } : {}),
+        ...(query.priority !== undefined ? { priority: query.priority } : {}),
+        ...(query.idempotencyKey ? { idempotencyKey: query.idempotencyKey } : {}),
+        ...(query.order === 'oldest' ? { order: 'oldest' as const } : {}),
         ...(query.afterId ? { afterId: query.afterId } : {}),
         ...(query.scanRows !== undefined ? { scanRows: query.scanRows } : {}),
         limit: query.limit,

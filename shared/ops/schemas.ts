@@ -61,6 +61,25 @@ export const jobSearchQuery = z.strictObject({
   from: isoDate.optional(),
   to: isoDate.optional(),
   text: storableText(1, LIMITS.searchTextLength).optional(),
+  priority: z
+    .string()
+    .regex(/^-?\d+$/, 'must be an integer')
+    .transform(Number)
+    .pipe(z.number().int().min(-1_000_000).max(1_000_000))
+    .optional()
+    .meta({
+      type: 'integer',
+      minimum: -1_000_000,
+      maximum: 1_000_000,
+      pattern: undefined,
+      description: 'exactly this priority',
+    }),
+  idempotencyKey: storableText(1, 200)
+    .optional()
+    .describe(
+      "exactly this idempotency key: a job's siblings (keys are unique per queue and type among hot jobs only)",
+    ),
+  order: z.enum(['newest', 'oldest']).default('newest').describe('by id: newest (default) or oldest first'),
   afterId: jobId.optional(),
   scanRows: z
     .string()

@@ -1333,79 +1333,148 @@ language sql stable as $$
   select (keel._dlq_record(d, true)).* from keel.jobs_dlq d where d.id = p_job_id
 $$;
 
--- Newest first with keyset paging on id. text matches a substring of the payload or the last error.
--- p_scan_rows bounds the work (a search never scans a whole table): only the next p_scan_rows ids below p_after_id are examined (a backward
--- range of the primary key). When more rows lie below that range, a last marker row (location 'scan_bound', job_id
--- the lowest id examined) follows the matches: pass it as p_after_id to continue. The store sets it for archive and
--- DLQ text searches (JobSearch.scanRows).
+-- Newest first (p_oldest: oldest first) with keyset paging on id. text matches a substring of the payload or the
+-- last error; p_priority an exact priority; p_idempotency_key an exact key (a job's siblings).
+-- p_scan_rows bounds the work (a search never scans a whole table): only the next p_scan_rows ids past p_after_id,
+-- in the chosen order, are examined (a range of the primary key). When more rows lie past that range, a last marker
+-- row (location 'scan_bound', job_id the last id examined) follows the matches: pass it as p_after_id to continue.
+-- The store sets it for archive and DLQ searches (JobSearch.scanRows).
 drop function if exists keel.search_jobs(text, text, text, text, text, text, timestamptz, timestamptz, text, bigint, integer);
+drop function if exists keel.search_jobs(text, text, text, text, text, text, timestamptz, timestamptz, text, bigint, integer, integer);
 create or replace function keel.search_jobs(p_location text, p_queue text, p_type text, p_tag text, p_state text,
                                             p_reason text, p_from timestamptz, p_to timestamptz, p_text text,
-                                            p_after_id bigint, p_scan_rows integer, p_limit integer)
+                                            p_after_id bigint, p_scan_rows integer, p_limit integer,
+                                            p_priority integer, p_idempotency_key text, p_oldest boolean)
 returns setof keel.job_record
 language plpgsql stable as $$
 declare
   v_like text := case when p_text is null then null
                       else '%' || replace(replace(replace(p_text, '\', '\\'), '%', '\%'), '_', '\_') || '%' end;
   v_limit integer := least(greatest(coalesce(p_limit, 50), 1), 1000);
-  v_floor bigint;
+  v_asc boolean := coalesce(p_oldest, false);
+  -- The id range examined, [v_lo, v_hi]: below p_after_id newest first, above it oldest first; narrowed to the
+  -- scanned range when p_scan_rows is set. Plain ranges (never "param is null or ..."): index conditions on the key.
+  v_lo bigint := case when v_asc then coalesce(p_after_id, -1) + 1 else 0 end;
+  v_hi bigint := case when v_asc then 9223372036854775807 else coalesce(p_after_id, 9223372036854775807) - 1 end;
+  v_edge bigint;
   v_seen integer := 0;
   v_marker keel.job_record;
 begin
-  -- Id bounds as plain ranges (never "param is null or ..."), so each is an index condition on the primary key.
   if p_scan_rows is not null then
     if p_scan_rows < 1 then
       raise exception 'scan_rows must be a positive integer' using errcode = '22023';
     end if;
     if p_location = 'hot' then
-      select min(x.id), count(*) into v_floor, v_seen from (
-        select h.id from keel.jobs_hot h where h.id < coalesce(p_after_id, 9223372036854775807) order by h.id desc limit p_scan_rows
-      ) x;
+      if v_asc then
+        select max(x.id), count(*) into v_edge, v_seen from (
+          select h.id from keel.jobs_hot h where h.id >= v_lo order by h.id limit p_scan_rows) x;
+      else
+        select min(x.id), count(*) into v_edge, v_seen from (
+          select h.id from keel.jobs_hot h where h.id <= v_hi order by h.id desc limit p_scan_rows) x;
+      end if;
     elsif p_location = 'archive' then
-      select min(x.id), count(*) into v_floor, v_seen from (
-        select a.id from keel.jobs_archive a where a.id < coalesce(p_after_id, 9223372036854775807) order by a.id desc limit p_scan_rows
-      ) x;
+      if v_asc then
+        select max(x.id), count(*) into v_edge, v_seen from (
+          select a.id from keel.jobs_archive a where a.id >= v_lo order by a.id limit p_scan_rows) x;
+      else
+        select min(x.id), count(*) into v_edge, v_seen from (
+          select a.id from keel.jobs_archive a where a.id <= v_hi order by a.id desc limit p_scan_rows) x;
+      end if;
     elsif p_location = 'dlq' then
-      select min(x.id), count(*) into v_floor, v_seen from (
-        select d.id from keel.jobs_dlq d where d.id < coalesce(p_after_id, 9223372036854775807) order by d.id desc limit p_scan_rows
-      ) x;
+      if v_asc then
+        select max(x.id), count(*) into v_edge, v_seen from (
+          select d.id from keel.jobs_dlq d where d.id >= v_lo order by d.id limit p_scan_rows) x;
+      else
+        select min(x.id), count(*) into v_edge, v_seen from (
+          select d.id from keel.jobs_dlq d where d.id <= v_hi order by d.id desc limit p_scan_rows) x;
+      end if;
     end if;
     if v_seen < p_scan_rows then
-      v_floor := null; -- the range reaches the lowest id: nothing below it to continue with
+      v_edge := null; -- the range reaches the end of the table: nothing past it to continue with
+    elsif v_asc then
+      v_hi := v_edge;
+    else
+      v_lo := v_edge;
     end if;
   end if;
   if p_location = 'hot' then
-    return query
-    select (keel._hot_record(h, false)).* from keel.jobs_hot h
-    where (p_queue is null or h.queue = p_queue) and (p_type is null or h.type = p_type)
-      and (p_tag is null or h.tags @> array[p_tag]) and (p_state is null or h.state = p_state)
-      and (p_from is null or h.created_at >= p_from) and (p_to is null or h.created_at < p_to)
-      and (v_like is null or h.payload::text ilike v_like or coalesce(h.last_error, '') ilike v_like)
-      and h.id < coalesce(p_after_id, 9223372036854775807) and h.id >= coalesce(v_floor, 0)
-    order by h.id desc limit v_limit;
+    -- One statement per direction: each an ordered walk of the primary key that stops at the limit.
+    if v_asc then
+      return query
+      select (keel._hot_record(h, false)).* from keel.jobs_hot h
+      where (p_queue is null or h.queue = p_queue) and (p_type is null or h.type = p_type)
+        and (p_tag is null or h.tags @> array[p_tag]) and (p_state is null or h.state = p_state)
+        and (p_priority is null or h.priority = p_priority)
+        and (p_idempotency_key is null or h.idempotency_key = p_idempotency_key)
+        and (p_from is null or h.created_at >= p_from) and (p_to is null or h.created_at < p_to)
+        and (v_like is null or h.payload::text ilike v_like or coalesce(h.last_error, '') ilike v_like)
+        and h.id between v_lo and v_hi
+      order by h.id limit v_limit;
+    else
+      return query
+      select (keel._hot_record(h, false)).* from keel.jobs_hot h
+      where (p_queue is null or h.queue = p_queue) and (p_type is null or h.type = p_type)
+        and (p_tag is null or h.tags @> array[p_tag]) and (p_state is null or h.state = p_state)
+        and (p_priority is null or h.priority = p_priority)
+        and (p_idempotency_key is null or h.idempotency_key = p_idempotency_key)
+        and (p_from is null or h.created_at >= p_from) and (p_to is null or h.created_at < p_to)
+        and (v_like is null or h.payload::text ilike v_like or coalesce(h.last_error, '') ilike v_like)
+        and h.id between v_lo and v_hi
+      order by h.id desc limit v_limit;
+    end if;
   elsif p_location = 'archive' then
-    return query
-    select (keel._archive_record(a, false)).* from keel.jobs_archive a
-    where (p_queue is null or a.queue = p_queue) and (p_type is null or a.type = p_type)
-      and (p_tag is null or a.tags @> array[p_tag])
-      and (p_from is null or a.finished_at >= p_from) and (p_to is null or a.finished_at < p_to)
-      and (v_like is null or a.payload::text ilike v_like)
-      and a.id < coalesce(p_after_id, 9223372036854775807) and a.id >= coalesce(v_floor, 0)
-    order by a.id desc limit v_limit;
+    if v_asc then
+      return query
+      select (keel._archive_record(a, false)).* from keel.jobs_archive a
+      where (p_queue is null or a.queue = p_queue) and (p_type is null or a.type = p_type)
+        and (p_tag is null or a.tags @> array[p_tag])
+        and (p_priority is null or a.priority = p_priority)
+        and (p_idempotency_key is null or a.idempotency_key = p_idempotency_key)
+        and (p_from is null or a.finished_at >= p_from) and (p_to is null or a.finished_at < p_to)
+        and (v_like is null or a.payload::text ilike v_like)
+        and a.id between v_lo and v_hi
+      order by a.id limit v_limit;
+    else
+      return query
+      select (keel._archive_record(a, false)).* from keel.jobs_archive a
+      where (p_queue is null or a.queue = p_queue) and (p_type is null or a.type = p_type)
+        and (p_tag is null or a.tags @> array[p_tag])
+        and (p_priority is null or a.priority = p_priority)
+        and (p_idempotency_key is null or a.idempotency_key = p_idempotency_key)
+        and (p_from is null or a.finished_at >= p_from) and (p_to is null or a.finished_at < p_to)
+        and (v_like is null or a.payload::text ilike v_like)
+        and a.id between v_lo and v_hi
+      order by a.id desc limit v_limit;
+    end if;
   elsif p_location = 'dlq' then
-    return query
-    select (keel._dlq_record(d, false)).* from keel.jobs_dlq d
-    where (p_queue is null or d.queue = p_queue) and (p_type is null or d.type = p_type)
-      and (p_tag is null or d.tags @> array[p_tag]) and (p_reason is null or d.reason = p_reason)
-      and (p_from is null or d.failed_at >= p_from) and (p_to is null or d.failed_at < p_to)
-      and (v_like is null or d.payload::text ilike v_like or coalesce(d.error, '') ilike v_like)
-      and d.id < coalesce(p_after_id, 9223372036854775807) and d.id >= coalesce(v_floor, 0)
-    order by d.id desc limit v_limit;
+    if v_asc then
+      return query
+      select (keel._dlq_record(d, false)).* from keel.jobs_dlq d
+      where (p_queue is null or d.queue = p_queue) and (p_type is null or d.type = p_type)
+        and (p_tag is null or d.tags @> array[p_tag]) and (p_reason is null or d.reason = p_reason)
+        and (p_priority is null or d.priority = p_priority)
+        and (p_idempotency_key is null or d.idempotency_key = p_idempotency_key)
+        and (p_from is null or d.failed_at >= p_from) and (p_to is null or d.failed_at < p_to)
+        and (v_like is null or d.payload::text ilike v_like or coalesce(d.error, '') ilike v_like)
+        and d.id between v_lo and v_hi
+      order by d.id limit v_limit;
+    else
+      return query
+      select (keel._dlq_record(d, false)).* from keel.jobs_dlq d
+      where (p_queue is null or d.queue = p_queue) and (p_type is null or d.type = p_type)
+        and (p_tag is null or d.tags @> array[p_tag]) and (p_reason is null or d.reason = p_reason)
+        and (p_priority is null or d.priority = p_priority)
+        and (p_idempotency_key is null or d.idempotency_key = p_idempotency_key)
+        and (p_from is null or d.failed_at >= p_from) and (p_to is null or d.failed_at < p_to)
+        and (v_like is null or d.payload::text ilike v_like or coalesce(d.error, '') ilike v_like)
+        and d.id between v_lo and v_hi
+      order by d.id desc limit v_limit;
+    end if;
   else
     raise exception 'location must be hot, archive or dlq (got %)', coalesce(p_location, 'null') using errcode = '22023';
   end if;
-  if v_floor is not null then
-    v_marker.job_id := v_floor;
+  if v_edge is not null then
+    v_marker.job_id := v_edge;
     v_marker.location := 'scan_bound';
     return next v_marker;
   end if;

@@ -1737,6 +1737,80 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(full.items).toHaveLength(3);
     });
 
+    it("searches by exact priority and idempotency key (a job's siblings), newest or oldest first, paged and bounded either way", async () => {
+      const q = freshQueue('search-order');
+      const ids: string[] = [];
+      for (let n = 0; n < 5; n++)
+        ids.push((await store.enqueue({ queue: q, type: 't', payload: { n }, priority: n % 2 })).id);
+      const kq = freshQueue('search-key');
+      const a = await store.enqueue({ queue: kq, type: 'a', idempotencyKey: 'order-7' });
+      const b = await store.enqueue({ queue: kq, type: 'b', idempotencyKey: 'order-7' }); // another type: a sibling
+      await store.enqueue({ queue: kq, type: 'a', idempotencyKey: 'order-8' });
+      const idsOf = (p: { items: { id: string }[] }) => p.items.map((j) => j.id);
+
+      expect(idsOf(await store.searchJobs({ location: 'hot', queue: q, priority: 1, limit: 10 }))).toEqual([
+        ids[3],
+        ids[1],
+      ]);
+      expect(
+        idsOf(await store.searchJobs({ location: 'hot', queue: q, priority: 0, order: 'oldest', limit: 10 })),
+      ).toEqual([ids[0], ids[2], ids[4]]);
+      expect(idsOf(await store.searchJobs({ location: 'hot', idempotencyKey: 'order-7', limit: 10 }))).toEqual([
+        b.id,
+        a.id,
+      ]);
+      // Oldest first, paged: afterId is the last id of the page, the next page continues above it.
+      const first = await store.searchJobs({ location: 'hot', queue: q, order: 'oldest', limit: 2 });
+      expect(idsOf(first)).toEqual([ids[0], ids[1]]);
+      expect(first.nextAfterId).toBe(ids[1]);
+      const second = await store.searchJobs({
+        location: 'hot',
+        queue: q,
+        order: 'oldest',
+        afterId: first.nextAfterId!,
+        limit: 2,
+      });
+      expect(idsOf(second)).toEqual([ids[2], ids[3]]);
+      const newest = await store.searchJobs({ location: 'hot', queue: q, limit: 2 });
+      expect(idsOf(newest)).toEqual([ids[4], ids[3]]);
+
+      // Archive, oldest first with a scan bound: the marker is the highest id examined, and the walk goes on above it.
+      for (const id of [...ids, a.id, b.id]) {
+        const job = await store.claimById(id, 'w');
+        expect((await store.start(ref(job!))).status).toBe('ok');
+        expect(await store.complete(ref(job!))).toBe('ok');
+      }
+      const seen: string[] = [];
+      let after: string | undefined;
+      for (let guard = 0; guard < 50; guard++) {
+        const page = await store.searchJobs({
+          location: 'archive',
+          queue: q,
+          order: 'oldest',
+          scanRows: 2,
+          limit: 10,
+          ...(after ? { afterId: after } : {}),
+        });
+        seen.push(...idsOf(page));
+        if (!page.nextAfterId) break;
+        after = page.nextAfterId;
+      }
+      // Every archived job of the queue, oldest first, each once (other tests' rows may lie between).
+      expect(seen).toEqual(ids);
+      expect(
+        idsOf(await store.searchJobs({ location: 'archive', idempotencyKey: 'order-7', order: 'oldest', limit: 10 })),
+      ).toEqual([a.id, b.id]);
+      await expect(store.searchJobs({ location: 'hot', priority: 1.5, limit: 5 })).rejects.toMatchObject({
+        field: 'priority',
+      });
+      await expect(store.searchJobs({ location: 'hot', order: 'sideways' as never, limit: 5 })).rejects.toMatchObject({
+        field: 'order',
+      });
+      await expect(store.searchJobs({ location: 'hot', idempotencyKey: '', limit: 5 })).rejects.toMatchObject({
+        field: 'idempotencyKey',
+      });
+    });
+
     it('DLQ text search matches the error too; scanRows out of bounds or on a hot search is refused, naming it', async () => {
       const q = freshQueue('scan-dlq');
       const job = await startedJob(q);

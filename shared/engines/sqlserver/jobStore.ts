@@ -160,6 +160,9 @@ export const SQLSERVER_PARAMS: ParamTypes = {
     AfterId: sql.BigInt,
     ScanRows: sql.Int,
     Limit: sql.Int,
+    Priority: sql.Int,
+    IdempotencyKey: sql.NVarChar(400),
+    Oldest: sql.Bit,
   },
 };
 
@@ -610,6 +613,9 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
         AfterId: s.afterId ?? null,
         ScanRows: scanRows,
         Limit: s.limit,
+        Priority: s.priority ?? null,
+        IdempotencyKey: s.idempotencyKey ?? null,
+        Oldest: s.order === 'oldest',
       },
       'safe',
     );
