@@ -897,6 +897,86 @@ if (!haveChromium) {
       expect(cells[6]).toBe('zombie: heartbeat timed out');
     });
 
+    it("jobs list: open a job by id, filter by priority, oldest first, and a job's idempotency key links to its siblings", async () => {
+      const SMALL = 'console-smaller';
+      const SIB = 'console-sibling';
+      const later = 3_600_000; // delayed: they stay hot, pending, for the whole test
+      const made = (
+        await api('POST', '/jobs', {
+          jobs: [
+            { queue: SMALL, type: 'demo.echo', payload: { n: 1 }, priority: 0, delayMs: later },
+            { queue: SMALL, type: 'demo.echo', payload: { n: 2 }, priority: 5, delayMs: later },
+            {
+              queue: SMALL,
+              type: 'demo.echo',
+              payload: { n: 3 },
+              priority: 5,
+              delayMs: later,
+              idempotencyKey: 'sib-1',
+            },
+            { queue: SIB, type: 'demo.echo', payload: { n: 4 }, delayMs: later, idempotencyKey: 'sib-1' },
+            { queue: SIB, type: 'demo.echo', payload: { n: 5 }, delayMs: later, idempotencyKey: 'sib-2' },
+          ],
+        })
+      ).json.jobs.map((j: { id: string }) => j.id) as string[];
+      // The list re-renders after each navigation: wait until it shows exactly these rows.
+      const expectRows = async (ids: (string | undefined)[]) => {
+        const want = JSON.stringify(ids);
+        let got = '';
+        await until(
+          `rows ${want}`,
+          async () => {
+            got = JSON.stringify(await page.locator('table.jobs-table tbody tr td a').allTextContents());
+            return got === want;
+          },
+          10_000,
+        ).catch(() => {
+          throw new Error(`expected rows ${want}, saw ${got}`);
+        });
+      };
+
+      // The id lookup: straight to the job; anything but digits is refused in words.
+      await page.goto(`${base}/api/console/#/jobs`);
+      await page.getByLabel('Job id').fill('12ab');
+      await page.getByRole('button', { name: 'Open' }).click();
+      await page.locator('.notice', { hasText: 'A job id is a whole number' }).waitFor();
+      await page.getByLabel('Job id').fill(made[1]!);
+      await page.getByRole('button', { name: 'Open' }).click();
+      await page.waitForURL(new RegExp(`#/jobs/${made[1]}$`));
+      await page.getByRole('heading', { name: `Job ${made[1]}` }).waitFor();
+
+      // Priority 5 of the queue, newest first, then oldest first.
+      await page.goto(`${base}/api/console/#/jobs`);
+      const form = page.locator('form.filters');
+      await form.locator('input[name=queue]').fill(SMALL);
+      await form.locator('input[name=priority]').fill('5');
+      await form.getByRole('button', { name: 'Search' }).click();
+      await page.waitForURL(/priority=5/);
+      await expectRows([made[2], made[1]]);
+      await page.locator('form.filters select[name=order]').selectOption('oldest');
+      await page.locator('form.filters').getByRole('button', { name: 'Search' }).click();
+      await page.waitForURL(/order=oldest/);
+      await page.locator('table.jobs-table caption', { hasText: 'Oldest first' }).waitFor();
+      await expectRows([made[1], made[2]]);
+      // The whole queue, oldest first, two a page: "Newer →" walks up.
+      await page.goto(`${base}/api/console/#/jobs?location=hot&queue=${SMALL}&order=oldest&limit=20`);
+      await expectRows([made[0], made[1], made[2]]);
+      // A priority outside the API's bounds: its message, naming the field.
+      await page.goto(`${base}/api/console/#/jobs?location=hot&priority=9999999`);
+      await page.locator('.notice', { hasText: 'priority' }).waitFor();
+
+      // The key on a job's page links to the jobs sharing it, here in two queues.
+      await page.goto(`${base}/api/console/#/jobs/${made[2]}`);
+      const keyLinks = page.locator('.key-links');
+      await keyLinks.waitFor();
+      expect(await keyLinks.locator('a').first().textContent()).toBe('sib-1');
+      await keyLinks.locator('a').first().click();
+      await page.waitForURL(/idempotencyKey=sib-1/);
+      await expectRows([made[3], made[2]]);
+      expect(await page.locator('form.filters input[name=idempotencyKey]').inputValue()).toBe('sib-1');
+      await shot(page, 'jobs-siblings');
+    });
+
     it('behind App Service authentication: no key, the reader role to read, and the operator role still enforced', async () => {
       process.env.WEBSITE_SITE_NAME = 'keel-console-e2e';
       process.env.WEBSITE_AUTH_ENABLED = 'True';
