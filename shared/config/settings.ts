@@ -157,6 +157,8 @@ export const settingsSchema = z
       z.enum(['local']).optional(),
     ),
     KEEL_OPS_MAX_BODY_BYTES: int(256 * 1024, 1024, 64 * 1024 * 1024),
+    // The ops audit trail (keel.ops_audit): rows older than this many days are deleted by the maintenance pass.
+    KEEL_OPS_AUDIT_RETENTION_DAYS: int(365, 1, 36_500),
     // Set by the local host only: the key its HTTP layer requires (Azure enforces function keys itself).
     KEEL_OPS_KEY: optionalString,
   })
