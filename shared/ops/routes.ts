@@ -10,6 +10,7 @@ import * as s from './schemas.js';
 import { transferRoutes } from './transferRoutes.js';
 import { openApiDocument } from './openapi.js';
 import { handlerRoutes } from './handlerRoutes.js';
+import { auditRoutes } from './auditRoutes.js';
 
 const VERSION = '0.1.0';
 
@@ -481,7 +482,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
 ];
 
 export function allRoutes(): OpsRoute<any, any, any>[] {
-  const routes: OpsRoute<any, any, any>[] = [...jobRoutes, ...handlerRoutes, ...transferRoutes];
+  const routes: OpsRoute<any, any, any>[] = [...jobRoutes, ...handlerRoutes, ...transferRoutes, ...auditRoutes];
   routes.push(
     route({
       method: 'GET',

@@ -75,6 +75,7 @@ const EXPECTED_ROLES: Record<string, string> = {
   resumeBatch: 'operator',
   reconcileStale: 'operator',
   openapi: 'reader',
+  searchAudit: 'operator', // names every caller: not for readers
 };
 
 describe('the route table', () => {
@@ -258,14 +259,21 @@ describe('cross-site writes (F4)', () => {
     expect(ok.status).toBe(200);
     const line = ok.logs.find((l) => l.text.startsWith('ops audit '))!;
     expect(JSON.parse(line.text.slice('ops audit '.length))).toMatchObject({
-      operation: 'resumeQueue',
+      action: 'resumeQueue',
       channel: 'key',
-      principal: { name: 'has Keel.Operator' },
-      params: { name: 'acl-audit' },
+      principalName: 'has Keel.Operator',
+      target: 'queue:acl-audit',
+      outcome: 'ok',
       status: 200,
     });
     const refused = await call('console', 'GET', 'stats', { principal: TENANT });
-    expect(refused.logs.some((l) => l.level === 'warning' && l.text.includes('"status":403'))).toBe(true);
+    const warning = refused.logs.find((l) => l.level === 'warning' && l.text.startsWith('ops audit '))!;
+    expect(JSON.parse(warning.text.slice('ops audit '.length))).toMatchObject({
+      action: 'stats',
+      outcome: 'refused',
+      status: 403,
+      authMethod: 'local',
+    });
   });
 });
 
