@@ -1,5 +1,5 @@
 // Keel ops console: layout, sign-in and the hash router (#/, #/jobs, #/jobs/<id>, #/dlq, #/queues, #/transfers,
-// #/transfers/batches/<id>).
+// #/transfers/batches/<id>, #/audit).
 import './style.css';
 import { h, replace } from './dom';
 import {
@@ -19,6 +19,7 @@ import { jobsPage, jobPage } from './pages/jobs';
 import { dlqPage } from './pages/dlq';
 import { queuesPage } from './pages/queues';
 import { transfersPage, batchPage } from './pages/transfers';
+import { auditPage } from './pages/audit';
 
 const app = document.getElementById('app')!;
 let cleanup: Cleanup | null = null;
@@ -30,6 +31,7 @@ const NAV: [string, string][] = [
   ['#/dlq', 'Dead letters'],
   ['#/queues', 'Queues'],
   ['#/transfers', 'Transfers'],
+  ['#/audit', 'Audit'],
 ];
 
 function routePath(): string {
@@ -215,6 +217,7 @@ async function render(): Promise<void> {
   else if (path === '/queues') cleanup = queuesPage(main);
   else if (path === '/transfers') cleanup = transfersPage(main);
   else if ((m = /^\/transfers\/batches\/([0-9a-fA-F-]{36})$/.exec(path))) cleanup = batchPage(main, m[1]!);
+  else if (path === '/audit') cleanup = auditPage(main);
   else {
     replace(
       main,

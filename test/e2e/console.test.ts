@@ -23,6 +23,7 @@ const haveChromium = existsSync(CHROMIUM);
 const QUEUE = 'console-e2e';
 const OTHER = 'console-other';
 const KEY = 'console-e2e-key-0123456789abcdef';
+const TEST_CLIENT = '192.0.2.1';
 
 if (!haveChromium) {
   describe('ops console in Chromium', () => {
@@ -48,6 +49,7 @@ if (!haveChromium) {
     const consoleErrors: string[] = [];
     const refusals: string[] = []; // 401/403 responses the browser saw (each deliberate)
     const requestUrls: string[] = [];
+    const browserWrites: string[] = []; // every non-GET ops call the browser made: "<status> <method> <path>"
     let cancelledId: string;
     let fatalId: string;
     let batchId: string;
@@ -63,6 +65,8 @@ if (!haveChromium) {
         headers: {
           'x-functions-key': KEY,
           'content-type': 'application/json',
+          // Marks the test's own calls in the audit trail (the browser's carry no forwarded address locally).
+          'x-forwarded-for': TEST_CLIENT,
           ...(operator
             ? { 'x-ms-client-principal': encodeClientPrincipal({ name: 'e2e', roles: ['Keel.Operator'] }) }
             : {}),
@@ -100,6 +104,9 @@ if (!haveChromium) {
       p.on('response', (r) => {
         if (r.status() === 401 || r.status() === 403)
           refusals.push(`${r.status()} ${r.request().method()} ${new URL(r.url()).pathname}`);
+        const u = new URL(r.url());
+        if (r.request().method() !== 'GET' && /^\/api\/(ops|console-api\/ops)\//.test(u.pathname))
+          browserWrites.push(`${r.status()} ${r.request().method()} ${u.pathname}`);
       });
     }
 
@@ -571,6 +578,75 @@ if (!haveChromium) {
         delete process.env.WEBSITE_AUTH_ENABLED;
         if (localTrust !== undefined) process.env.KEEL_TRUST_CLIENT_PRINCIPAL = localTrust;
       }
+    });
+
+    it('the audit page and GET /audit show every write of this run exactly once, with the right actor', async () => {
+      const all: any[] = [];
+      let beforeId: string | null = null;
+      do {
+        const r = await api('GET', `/audit?limit=500${beforeId ? `&beforeId=${beforeId}` : ''}`, undefined, true);
+        expect(r.status).toBe(200);
+        all.push(...r.json.items);
+        beforeId = r.json.nextBeforeId;
+      } while (beforeId);
+      // The browser's writes (no forwarded address locally): one record each, with the status the browser saw.
+      const fromBrowser = all.filter((a) => a.httpMethod !== 'GET' && a.clientIp === null);
+      expect(fromBrowser.map((a) => a.status).sort()).toEqual(browserWrites.map((w) => Number(w.split(' ')[0])).sort());
+      expect(fromBrowser.length).toBeGreaterThan(8);
+      const one = (match: (a: any) => boolean, what: string) => {
+        const found = all.filter(match);
+        expect(found, what).toHaveLength(1);
+        return found[0];
+      };
+      // Behind App Service authentication (console channel): alice refused, bob paused and resumed.
+      expect(
+        one((a) => a.principalName === 'alice@contoso.example' && a.action === 'pauseQueue', 'alice refused pause'),
+      ).toMatchObject({ outcome: 'refused', status: 403, role: 'reader', channel: 'console', authMethod: 'principal' });
+      for (const action of ['pauseQueue', 'resumeQueue'])
+        expect(
+          one((a) => a.principalName === 'bob@contoso.example' && a.action === action, `bob ${action}`),
+        ).toMatchObject({ outcome: 'ok', status: 200, role: 'operator', target: `queue:${QUEUE}`, channel: 'console' });
+      // carol, signed in with no Keel role: her reads were refused and recorded.
+      const carol = all.filter((a) => a.principalName === 'carol@contoso.example');
+      expect(carol.length).toBeGreaterThan(0);
+      for (const a of carol) expect(a).toMatchObject({ outcome: 'refused', status: 403, role: null });
+      // The key-holder without the operator role: the two refusals of the browser.
+      const keyRefusals = all.filter((a) => a.clientIp === null && a.authMethod === 'key' && a.outcome === 'refused');
+      expect(keyRefusals.map((a) => a.action).sort()).toEqual(['pauseQueue', 'resurrectByFilter']);
+      // As operator through the key (the console's local operator principal): the resurrect, the cancel, the purge.
+      const resurrect = all.filter(
+        (a) => a.action === 'resurrectByFilter' && a.outcome === 'ok' && a.clientIp === null,
+      );
+      expect(resurrect.map((a) => a.affected).sort()).toEqual([0, 1]); // the preview (a dry run) and the real one
+      expect(one((a) => a.action === 'cancelJob' && a.clientIp === null, 'cancel')).toMatchObject({
+        outcome: 'ok',
+        principalName: 'console',
+        authMethod: 'local',
+        affected: 1,
+      });
+      expect(
+        all
+          .filter((a) => a.action === 'purge' && a.clientIp === null)
+          .map((a) => a.affected)
+          .sort(),
+      ).toEqual([0, 2]);
+      expect(one((a) => a.action === 'startTransfer' && a.clientIp === null, 'start')).toMatchObject({
+        outcome: 'ok',
+        target: 'transfer:orders',
+      });
+
+      // The page lists them; filtered to one target, newest first.
+      await page.goto(`${base}/api/console/#/audit?target=queue:${QUEUE}`);
+      const rows = page.locator('table.audit-table tbody tr');
+      await rows.first().waitFor();
+      const apiRows = (await api('GET', `/audit?target=queue:${QUEUE}&limit=50`, undefined, true)).json.items as any[];
+      expect(await rows.count()).toBe(apiRows.length);
+      expect(await rows.first().textContent()).toContain(apiRows[0].action);
+      expect(await page.locator('table.audit-table').textContent()).toContain('bob@contoso.example');
+      await shot(page, 'audit');
+      // A filter the API refuses shows its message naming the field.
+      await page.goto(`${base}/api/console/#/audit?action=drop%20table`);
+      await page.getByRole('alert').filter({ hasText: 'action' }).waitFor();
     });
 
     it('no request left localhost, and the console logged no errors beyond the deliberate refusals', () => {
