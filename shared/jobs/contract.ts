@@ -360,6 +360,8 @@ export interface JobStore {
   resurrectByFilter(filter: ResurrectFilter): Promise<ResurrectResult>;
   // One batch of rows older than the cutoff (queue: one queue's rows, null: all); returns rows deleted.
   purge(target: PurgeTarget, queue: string | null, olderThan: Date, batchSize: number): Promise<number>;
+  // How many rows purge would delete with that cutoff, counted in SQL up to cap (no row is read into the app).
+  countPurgeable(target: PurgeTarget, queue: string | null, olderThan: Date, cap: number): Promise<number>;
   stats(): Promise<QueueStats[]>;
   metrics(windowMinutes: number, queue?: string): Promise<MetricBucket[]>;
   getQueue(name: string): Promise<QueueSettings | null>;

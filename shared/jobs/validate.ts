@@ -42,6 +42,7 @@ export const LIMITS = {
   claimJobs: 10_000, // jobs per claimNext call
   rescueJobs: 10_000, // jobs per rescueZombies call (KEEL_MAINT_RESCUE_BATCH)
   resurrectJobs: 1000, // jobs per resurrectByFilter call
+  purgeCountCap: 1_000_000, // rows a purge preview counts at most (index-only, in SQL)
   purgeBatchRows: 10_000, // rows per purge call: one short transaction (KEEL_MAINT_PURGE_BATCH)
   searchJobs: 500, // jobs per searchJobs page
   searchTextLength: 200,
@@ -430,6 +431,13 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
     if (queue !== null) assertName('queue', queue);
     assertTick('olderThan', olderThan);
     assertPositiveInt('batchSize', batchSize, LIMITS.purgeBatchRows);
+    return undefined;
+  },
+  countPurgeable: (target, queue, olderThan, cap) => {
+    assertOneOf('target', target, PURGE_TARGETS);
+    if (queue !== null) assertName('queue', queue);
+    assertTick('olderThan', olderThan);
+    assertPositiveInt('cap', cap, LIMITS.purgeCountCap);
     return undefined;
   },
   stats: null,

@@ -3,7 +3,7 @@ import type { JobRecord, PurgeTarget, QueueSettingsPatch } from '../jobs/contrac
 import type { JobRequest } from '../jobs/typedEnqueue.js';
 import { purgeInBatches } from '../jobs/maintenance.js';
 import { LIMITS } from '../jobs/validate.js';
-import { IdempotencyConflictError, TEXT_SEARCH_SCAN_ROWS_MAX } from '../jobs/contract.js';
+import { IdempotencyConflictError } from '../jobs/contract.js';
 import { OpsError, conflict, invalid, notFound } from './errors.js';
 import { route, type OpsRoute } from './router.js';
 import * as s from './schemas.js';
@@ -45,9 +45,12 @@ function where(job: JobRecord): Record<string, unknown> {
   return { id: job.id, location: job.location, state: job.state };
 }
 
-const PREVIEW_CAP = 10_000;
-// A purge preview reads at most this many bounded search calls (each examines TEXT_SEARCH_SCAN_ROWS_MAX rows).
-const PREVIEW_CALLS = 20;
+// The retention settings and the rows each one purges.
+const RETENTIONS = [
+  ['archiveRetentionSeconds', 'archive'],
+  ['dlqRetentionSeconds', 'dlq'],
+  ['metricsRetentionSeconds', 'metrics'],
+] as const satisfies readonly (readonly [keyof QueueSettingsPatch, PurgeTarget])[];
 
 // Characters of a payload's JSON text shown in list and search results, and of a last error.
 export const PAYLOAD_PREVIEW_CHARS = 200;
@@ -217,11 +220,39 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
       200: 'queue settings after the change (created: the queue had no settings yet and now has them)',
       400: 'invalid setting',
       403: 'operator role missing',
+      409: 'a lowered retention would make the next maintenance pass delete rows: the body\'s preview counts them per target; repeat with "confirmPurge": true',
     },
     output: s.out.queueSettingsChanged,
     async handle({ rt, params, body }) {
-      const created = !(await rt.store.getQueue(params.name));
-      return { body: { ...(await rt.store.updateQueue(params.name, body as QueueSettingsPatch)), created } };
+      const { confirmPurge, ...patch } = body as QueueSettingsPatch & { confirmPurge?: boolean };
+      const current = await rt.store.getQueue(params.name);
+      if (current && !confirmPurge) {
+        // Lowering a retention deletes, at the next maintenance pass, every row older than the new one: show how
+        // many first (counted in SQL), and change nothing until the caller confirms.
+        const preview: Record<string, { from: number; to: number; wouldPurge: number; capped: boolean }> = {};
+        let total = 0;
+        for (const [field, target] of RETENTIONS) {
+          const to = patch[field];
+          if (to === undefined || to >= current[field]) continue;
+          const cutoff = new Date(Date.now() - to * 1000);
+          const n = await rt.store.countPurgeable(target, params.name, cutoff, LIMITS.purgeCountCap);
+          preview[target] = { from: current[field], to, wouldPurge: n, capped: n >= LIMITS.purgeCountCap };
+          total += n;
+        }
+        if (total > 0)
+          throw new OpsError(
+            'conflict',
+            `lowering the retention makes the next maintenance pass delete ${Object.entries(preview)
+              .filter(([, p]) => p.wouldPurge > 0)
+              .map(([t, p]) => `${p.wouldPurge}${p.capped ? '+' : ''} ${t} rows`)
+              .join(
+                ', ',
+              )} of queue "${params.name}"; nothing was changed. Repeat with "confirmPurge": true to go ahead`,
+            'confirmPurge',
+            { preview },
+          );
+      }
+      return { body: { ...(await rt.store.updateQueue(params.name, patch)), created: !current } };
     },
   }),
   route({
@@ -427,38 +458,9 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
       const target = body.target as PurgeTarget;
       const queue = body.queue ?? null;
       if (body.dryRun) {
-        if (target === 'metrics') {
-          const windowMinutes = LIMITS.metricsWindowMinutes;
-          const buckets = await rt.store.metrics(windowMinutes, body.queue);
-          const older = buckets.filter((b) => b.bucketStart < olderThan).length;
-          return {
-            body: {
-              dryRun: true,
-              target,
-              queue,
-              olderThan: body.olderThan,
-              matched: older,
-              note: `counts buckets of the last ${windowMinutes} minutes only`,
-            },
-          };
-        }
-        // Counted through bounded searches (a COUNT in SQL would read no payloads; it needs a store procedure).
-        let matched = 0;
-        let afterId: string | null = null;
-        let calls = 0;
-        do {
-          const page = await rt.store.searchJobs({
-            location: target,
-            to: olderThan,
-            limit: LIMITS.searchJobs,
-            scanRows: TEXT_SEARCH_SCAN_ROWS_MAX,
-            ...(body.queue ? { queue: body.queue } : {}),
-            ...(afterId ? { afterId } : {}),
-          });
-          matched += page.items.length;
-          afterId = page.nextAfterId;
-          calls++;
-        } while (afterId !== null && matched < PREVIEW_CAP && calls < PREVIEW_CALLS);
+        // Counted in SQL on the time indexes (keel.purge_count), up to a cap: no row is read into this process.
+        const matched = await rt.store.countPurgeable(target, queue, olderThan, LIMITS.purgeCountCap);
+        const capped = matched >= LIMITS.purgeCountCap;
         return {
           body: {
             dryRun: true,
@@ -466,12 +468,8 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
             queue,
             olderThan: body.olderThan,
             matched,
-            capped: afterId !== null,
-            ...(afterId !== null
-              ? {
-                  note: `counted up to ${PREVIEW_CAP} rows or ${PREVIEW_CALLS * TEXT_SEARCH_SCAN_ROWS_MAX} examined rows; more may match`,
-                }
-              : {}),
+            capped,
+            ...(capped ? { note: `counted up to ${LIMITS.purgeCountCap} rows; more may match` } : {}),
           },
         };
       }

@@ -98,8 +98,14 @@ export const queuePatch = z
   .strictObject({
     ...patchable,
     maxConcurrency: patchable.maxConcurrency.describe('global limit across hosts; null = unlimited'),
+    confirmPurge: z
+      .boolean()
+      .optional()
+      .describe(
+        'true: lower a retention even though the next maintenance pass then deletes rows (without it such a change is refused with 409 and a preview of the counts)',
+      ),
   })
-  .refine((p) => Object.keys(p).length > 0, { message: 'give at least one setting to change' });
+  .refine((p) => Object.keys(p).some((k) => k !== 'confirmPurge'), { message: 'give at least one setting to change' });
 
 export const resurrectFilterBody = z.strictObject({
   queue: name.optional(),

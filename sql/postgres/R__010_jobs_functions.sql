@@ -1072,6 +1072,42 @@ begin
 end
 $$;
 
+-- purge_count(target, queue, older_than, cap): how many rows purge would delete with that cutoff (queue null: every
+-- queue), counted in the time indexes without reading a row, up to cap (the ops API's purge preview).
+create or replace function keel.purge_count(p_target text, p_queue text, p_older_than timestamptz, p_cap integer)
+returns bigint
+language plpgsql stable as $$
+declare
+  v_n bigint;
+begin
+  if p_cap is null or p_cap < 1 then
+    raise exception 'cap must be a positive integer' using errcode = '22023';
+  end if;
+  if p_older_than is null then
+    raise exception 'older_than is required' using errcode = '22004';
+  end if;
+  -- One statement per case, so each plans on its own index ((queue, time) or (time)).
+  if p_target = 'archive' and p_queue is null then
+    select count(*) into v_n from (select 1 from keel.jobs_archive a where a.finished_at < p_older_than limit p_cap) c;
+  elsif p_target = 'archive' then
+    select count(*) into v_n from (select 1 from keel.jobs_archive a
+                                   where a.queue = p_queue and a.finished_at < p_older_than limit p_cap) c;
+  elsif p_target = 'dlq' and p_queue is null then
+    select count(*) into v_n from (select 1 from keel.jobs_dlq d where d.failed_at < p_older_than limit p_cap) c;
+  elsif p_target = 'dlq' then
+    select count(*) into v_n from (select 1 from keel.jobs_dlq d
+                                   where d.queue = p_queue and d.failed_at < p_older_than limit p_cap) c;
+  elsif p_target = 'metrics' then
+    select count(*) into v_n from (select 1 from keel.metric_buckets b
+                                   where b.bucket_start < p_older_than and (p_queue is null or b.queue = p_queue)
+                                   limit p_cap) c;
+  else
+    raise exception 'target must be archive, dlq or metrics (got %)', coalesce(p_target, 'null') using errcode = '22023';
+  end if;
+  return v_n;
+end
+$$;
+
 -- ---------------------------------------------------------------------------------------------------------------
 -- Reads.
 -- Every field is a maintained counter or a bounded index read (issue 12), whatever the size of the three pillars:

@@ -1055,9 +1055,19 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       }
       const cutoff = new Date(Date.now() - 3600_000);
       expect(await store.purge('archive', q, cutoff, 100)).toBe(0);
+      expect(await store.countPurgeable('archive', q, cutoff, 100)).toBe(0);
       await h.backdateFinished('archive', 7200);
       await h.backdateFinished('dlq', 7200);
       await h.backdateFinished('metrics', 7200);
+      // The preview counts exactly what the purge deletes, up to its cap, and deletes nothing.
+      expect(await store.countPurgeable('archive', q, cutoff, 100)).toBe(3);
+      expect(await store.countPurgeable('archive', q, cutoff, 2)).toBe(2);
+      expect(await store.countPurgeable('dlq', q, cutoff, 100)).toBe(2);
+      expect(await store.countPurgeable('metrics', q, cutoff, 100)).toBeGreaterThanOrEqual(2);
+      expect(await store.countPurgeable('archive', null, cutoff, 1_000_000)).toBeGreaterThanOrEqual(3);
+      expect(await h.countRows('archive', q)).toBe(3);
+      await expect(store.countPurgeable('archive', q, cutoff, 0)).rejects.toThrow(/cap/);
+      await expect(store.countPurgeable('hot' as never, q, cutoff, 10)).rejects.toThrow(/target/);
       expect(await store.purge('archive', q, cutoff, 2)).toBe(2);
       expect(await store.purge('archive', q, cutoff, 2)).toBe(1);
       expect(await store.purge('archive', q, cutoff, 2)).toBe(0);

@@ -49,10 +49,14 @@ if (!haveChromium) {
     const consoleErrors: string[] = [];
     const refusals: string[] = []; // 401/403 responses the browser saw (each deliberate)
     const requestUrls: string[] = [];
-    const browserWrites: string[] = []; // every non-GET ops call the browser made: "<status> <method> <path>"
+    // Every non-GET ops call the browser made ("<method> <path>", at the request), and the answers it saw ("<status>
+    // <method> <path>"; a context closed right after a click may lose the last answer's event, never the request's).
+    const browserWrites: string[] = [];
+    const browserAnswers: string[] = [];
     let cancelledId: string;
     let fatalId: string;
     let batchId: string;
+    let keelUrl: string; // the owner's URL of Keel's database
 
     async function api(
       method: string,
@@ -100,13 +104,18 @@ if (!haveChromium) {
         if (m.type() === 'error' || m.type() === 'warning') consoleErrors.push(`${m.type()}: ${m.text()}`);
       });
       p.on('pageerror', (err) => consoleErrors.push(`pageerror: ${err.message}`));
-      p.on('request', (r) => requestUrls.push(r.url()));
+      p.on('request', (r) => {
+        requestUrls.push(r.url());
+        const u = new URL(r.url());
+        if (r.method() !== 'GET' && /^\/api\/(ops|console-api\/ops)\//.test(u.pathname))
+          browserWrites.push(`${r.method()} ${u.pathname}`);
+      });
       p.on('response', (r) => {
         if (r.status() === 401 || r.status() === 403)
           refusals.push(`${r.status()} ${r.request().method()} ${new URL(r.url()).pathname}`);
         const u = new URL(r.url());
         if (r.request().method() !== 'GET' && /^\/api\/(ops|console-api\/ops)\//.test(u.pathname))
-          browserWrites.push(`${r.status()} ${r.request().method()} ${u.pathname}`);
+          browserAnswers.push(`${r.status()} ${r.request().method()} ${u.pathname}`);
       });
     }
 
@@ -149,6 +158,7 @@ if (!haveChromium) {
       process.env.KEEL_CONSOLE_DIR = outDir;
 
       const url = await createTestDatabase('console');
+      keelUrl = url;
       const srcUrl = await createTestDatabase('console_src');
       const tgtUrl = await createTestDatabase('console_tgt');
       const ddl =
@@ -482,6 +492,35 @@ if (!haveChromium) {
       await page.locator(`[data-test="toggle-${QUEUE}"]`, { hasText: 'Resume' }).click();
       await page.getByRole('status').filter({ hasText: 'resumed' }).waitFor();
       await expect.poll(async () => (await api('GET', `/queues/${QUEUE}`)).json.paused, { timeout: 5_000 }).toBe(false);
+
+      // Lowering a retention that would purge rows: the API's preview, then an explicit confirm.
+      const owner = new pg.Client({ connectionString: keelUrl });
+      await owner.connect();
+      try {
+        await owner.query(
+          `update keel.jobs_archive set finished_at = finished_at - interval '2 hours' where queue = $1`,
+          [OTHER],
+        );
+      } finally {
+        await owner.end();
+      }
+      const archived = (await api('GET', `/jobs?location=archive&queue=${OTHER}&limit=500`)).json.items.length;
+      expect(archived).toBeGreaterThan(0);
+      const before = (await api('GET', `/queues/${OTHER}`)).json.archiveRetentionSeconds;
+      await page
+        .locator('table.queues-table tbody tr', { hasText: OTHER })
+        .getByRole('button', { name: 'Limits…' })
+        .click();
+      await page.locator('input[name=archiveRetentionSeconds]').fill('3600');
+      await page.getByRole('button', { name: 'Save' }).click();
+      const preview = page.locator('[data-test=retention-preview]');
+      await preview.waitFor();
+      expect(await preview.textContent()).toContain(`deletes ${archived} rows`);
+      expect((await api('GET', `/queues/${OTHER}`)).json.archiveRetentionSeconds).toBe(before); // nothing changed yet
+      await shot(page, 'queues-retention-preview');
+      await page.locator('[data-test=confirm]').click();
+      await page.getByRole('status').filter({ hasText: 'saved: archiveRetentionSeconds' }).waitFor();
+      expect((await api('GET', `/queues/${OTHER}`)).json.archiveRetentionSeconds).toBe(3600);
     });
 
     it('cancels a waiting job from its detail page, and purges dead letters by age through preview and confirm', async () => {
@@ -591,7 +630,13 @@ if (!haveChromium) {
       } while (beforeId);
       // The browser's writes (no forwarded address locally): one record each, with the status the browser saw.
       const fromBrowser = all.filter((a) => a.httpMethod !== 'GET' && a.clientIp === null);
-      expect(fromBrowser.map((a) => a.status).sort()).toEqual(browserWrites.map((w) => Number(w.split(' ')[0])).sort());
+      expect(fromBrowser.map((a) => a.httpMethod).sort()).toEqual(browserWrites.map((w) => w.split(' ')[0]).sort());
+      const recorded = fromBrowser.map((a) => a.status as number);
+      for (const answer of browserAnswers) {
+        const status = Number(answer.split(' ')[0]);
+        expect(recorded, answer).toContain(status);
+        recorded.splice(recorded.indexOf(status), 1);
+      }
       expect(fromBrowser.length).toBeGreaterThan(8);
       const one = (match: (a: any) => boolean, what: string) => {
         const found = all.filter(match);
@@ -655,7 +700,7 @@ if (!haveChromium) {
       expect(requestUrls.filter((u) => !u.startsWith(base) && !u.startsWith('data:'))).toEqual([]);
       // Chromium logs every 4xx answer to fetch as "Failed to load resource"; those are the refusals above.
       const unexpected = consoleErrors.filter(
-        (e) => !/^error: Failed to load resource: the server responded with a status of (400|401|403)/.test(e),
+        (e) => !/^error: Failed to load resource: the server responded with a status of (400|401|403|409)/.test(e),
       );
       expect(unexpected).toEqual([]);
     });

@@ -379,12 +379,57 @@ describe('ops: jobs', () => {
     const olderThan = new Date(Date.now() + 1000);
     await new Promise((r) => setTimeout(r, 1100));
     const body = { target: 'archive', queue: 'ops-purge', olderThan: olderThan.toISOString(), batchSize: 10 };
+    // The preview counts in SQL: no job row is read into the app (the old preview paged through searches).
+    const searches = vi.spyOn(t.rt.store, 'searchJobs');
     const preview = await call('POST', 'purge', { body, operator: true });
-    expect(preview.body).toMatchObject({ dryRun: true, matched: 1 });
+    expect(preview.body).toMatchObject({ dryRun: true, matched: 1, capped: false });
+    expect(searches).not.toHaveBeenCalled();
+    searches.mockRestore();
     expect((await call('GET', `jobs/${j.id}`)).body.location).toBe('archive');
     const real = await call('POST', 'purge', { body: { ...body, dryRun: false }, operator: true });
     expect(real.body).toMatchObject({ dryRun: false, deleted: 1, mayHaveMore: false });
     expect((await call('GET', `jobs/${j.id}`)).status).toBe(404);
+  });
+
+  it('lowering a retention that would purge rows is refused with a preview until confirmed', async () => {
+    const j = await enqueue({ queue: 'ops-retention', type: 'demo.echo' });
+    expect(await t.rt.processor.processById(j.id)).toBe('succeeded');
+    await t.pool.query(
+      `update keel.jobs_archive set finished_at = finished_at - interval '2 hours' where queue = 'ops-retention'`,
+    );
+    const before = (await call('GET', 'queues/ops-retention')).body;
+    const refused = await call('PATCH', 'queues/ops-retention', {
+      body: { archiveRetentionSeconds: 3600, dlqRetentionSeconds: 3600, maxAttempts: 9 },
+      operator: true,
+    });
+    expect(refused.status).toBe(409);
+    expect(refused.body).toMatchObject({
+      field: 'confirmPurge',
+      preview: {
+        archive: { from: before.archiveRetentionSeconds, to: 3600, wouldPurge: 1, capped: false },
+        dlq: { wouldPurge: 0 },
+      },
+    });
+    expect(refused.body.message).toMatch(/1 archive rows/);
+    // Nothing changed, not even the other settings of the same call.
+    expect((await call('GET', 'queues/ops-retention')).body).toMatchObject({
+      archiveRetentionSeconds: before.archiveRetentionSeconds,
+      maxAttempts: before.maxAttempts,
+    });
+    // Raising a retention, or lowering one that purges nothing, needs no confirmation.
+    expect(
+      (await call('PATCH', 'queues/ops-retention', { body: { dlqRetentionSeconds: 3600 }, operator: true })).status,
+    ).toBe(200);
+    const confirmed = await call('PATCH', 'queues/ops-retention', {
+      body: { archiveRetentionSeconds: 3600, confirmPurge: true },
+      operator: true,
+    });
+    expect(confirmed.status).toBe(200);
+    expect(confirmed.body).toMatchObject({ archiveRetentionSeconds: 3600 });
+    expect(confirmed.body).not.toHaveProperty('confirmPurge');
+    expect(
+      (await call('PATCH', 'queues/ops-retention', { body: { confirmPurge: true }, operator: true })).body.field,
+    ).toBe('body');
   });
 
   it('queues: list, detail, pause/resume and limits (operator only)', async () => {

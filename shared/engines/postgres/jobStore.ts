@@ -337,6 +337,11 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     return num(r!.result);
   }
 
+  async countPurgeable(target: PurgeTarget, queue: string | null, olderThan: Date, cap: number): Promise<number> {
+    const [r] = await this.call('purge_count', { target, queue, older_than: olderThan, cap });
+    return num(r!.result);
+  }
+
   async stats(): Promise<QueueStats[]> {
     return (await this.call('stats', {})).map(toQueueStats);
   }

@@ -49,6 +49,10 @@ export const POSTGRES_FUNCTIONS: { [P in JobProcedure]: PgFunction<P> } = {
     params: { target: 'text', queue: 'text', older_than: 'timestamptz', batch_size: 'integer' },
     returns: 'bigint',
   },
+  purge_count: {
+    params: { target: 'text', queue: 'text', older_than: 'timestamptz', cap: 'integer' },
+    returns: 'bigint',
+  },
   stats: { params: {}, returns: 'rows' },
   metrics: { params: { window_minutes: 'integer', queue: 'text' }, returns: 'rows' },
   list_queues: { params: { name: 'text' }, returns: 'rows' },

@@ -100,6 +100,7 @@ export const SQLSERVER_PARAMS: ParamTypes = {
     DryRun: sql.Bit,
   },
   purge: { Target: sql.VarChar(10), Queue: sql.NVarChar(128), OlderThan: sql.DateTime2(3), BatchSize: sql.Int },
+  purge_count: { Target: sql.VarChar(10), Queue: sql.NVarChar(128), OlderThan: sql.DateTime2(3), Cap: sql.Int },
   stats: {},
   metrics: { WindowMinutes: sql.Int, Queue: sql.NVarChar(128) },
   list_queues: { Name: sql.NVarChar(128) },
@@ -515,6 +516,15 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
       'safe',
     );
     return num(r!.Deleted);
+  }
+
+  async countPurgeable(target: PurgeTarget, queue: string | null, olderThan: Date, cap: number): Promise<number> {
+    const [r] = await this.call(
+      'purge_count',
+      { Target: target, Queue: queue, OlderThan: olderThan, Cap: cap },
+      'safe',
+    );
+    return num(r!.Result);
   }
 
   async stats(): Promise<QueueStats[]> {
