@@ -6,7 +6,7 @@ import { ops, opsForConsole } from '../../functions/ops.js';
 import { handleConsoleApi } from '../../shared/ops/console.js';
 import { allRoutes } from '../../shared/ops/routes.js';
 import { OPS_ROLES, encodeClientPrincipal, type OpsChannel } from '../../shared/ops/auth.js';
-import { context, createTestRuntime, jsonOf, request, type TestRuntime } from './support.js';
+import { auditRows, context, createTestRuntime, jsonOf, lastAuditId, request, type TestRuntime } from './support.js';
 
 let t: TestRuntime;
 
@@ -89,13 +89,26 @@ describe('the route table', () => {
     expect(Object.fromEntries(routes.map((r) => [r.operationId, r.role]))).toEqual(EXPECTED_ROLES);
   });
 
-  it('refuses every route on the console path to a principal one level short, before any work', async () => {
+  it('refuses every route on the console path to a principal one level short, before any work, and records each refusal once', async () => {
     for (const r of allRoutes()) {
       const below = OPS_ROLES.indexOf(r.role) - 1;
       const principal = below < 0 ? TENANT : as([`Keel.${below === 0 ? 'Reader' : 'Producer'}`]);
+      const before = await lastAuditId(t.pool);
       const res = await call('console', r.method, concrete(r.path), { principal, body: {} });
       expect(res.status, `${r.method} ${r.path}: ${JSON.stringify(res.body)}`).toBe(403);
       expect(res.body.requiredLevel).toBe(r.role);
+      const rows = await auditRows(t.pool, before);
+      expect(rows, `${r.method} ${r.path}`).toHaveLength(1);
+      expect(rows[0], `${r.method} ${r.path}`).toMatchObject({
+        action: r.operationId,
+        http_method: r.method,
+        channel: 'console',
+        outcome: 'refused',
+        status: 403,
+        required_role: r.role,
+        role: below < 0 ? null : OPS_ROLES[below],
+        principal_name: below < 0 ? 'has no role' : `has Keel.${below === 0 ? 'Reader' : 'Producer'}`,
+      });
     }
     expect(t.queues.sent).toEqual([]);
   });
