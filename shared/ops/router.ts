@@ -218,7 +218,8 @@ function roleNames(settings: OpsRuntime['settings']): RoleNames {
 // calls, queue posts and the transfer journal (another database), so no single transaction holds them all, while
 // "no record, no action" holds for every route the same way. A record left 'started' (the process died mid-action,
 // or the finishing write failed after the action) says the action was attempted with its outcome unknown; it is
-// never rewritten afterwards. Each record is also logged as one JSON line, unsampled ("ops audit {...}").
+// never rewritten afterwards. Each record is also logged as one JSON line ("ops audit {...}"); that trace is subject
+// to Application Insights sampling (host.json), the database row is the record.
 
 // Kinds of the path parameter's resource, named by the segment before it.
 const TARGET_KIND: Record<string, string> = {
