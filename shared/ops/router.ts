@@ -368,10 +368,13 @@ function auditLog(
   else context.info(line);
 }
 
+// refused: the console's front door (shared/ops/console.ts) already turned the call away; the handler records that
+// refusal against the route the call named and answers with it, so every refusal is recorded here.
 export type OpsHttpHandler = (
   request: HttpRequest,
   context: InvocationContext,
   channel?: OpsChannel,
+  refused?: OpsError,
 ) => Promise<HttpResponseInit>;
 
 // Builds the single HTTP handler for every ops route.
@@ -384,7 +387,7 @@ export function createOpsHandler(
   const router = Router({ ignoreTrailingSlash: true, caseSensitive: true, maxParamLength: MAX_PATH_PARAM_CHARS });
   for (const r of routes) router.on(r.method, OPS_PREFIX + r.path, () => undefined, r);
 
-  return async (request, context, channel = 'key') => {
+  return async (request, context, channel = 'key', refused) => {
     const url = new URL(request.url);
     const method = request.method.toUpperCase() as OpsMethod;
     // Azure hands us the catch-all segment; the local host routes /api/ops/* the same way.
@@ -397,6 +400,7 @@ export function createOpsHandler(
     try {
       const found = OPS_METHODS.includes(method) ? router.find(method, path) : null;
       if (!found) {
+        if (refused) throw refused; // a refused caller learns nothing of the route table
         const allowed = OPS_METHODS.filter((m) => router.find(m, path) !== null);
         if (allowed.length > 0) {
           throw new OpsError('method_not_allowed', `${method} is not allowed on ${path}`, undefined, {
@@ -411,6 +415,7 @@ export function createOpsHandler(
       } catch (err) {
         // The cause (host names, logins, setting values) stays in the log: callers get a generic 503.
         context.error(`ops: the runtime could not start: ${(err as Error).message}`);
+        if (refused) throw refused;
         throw new OpsError('unavailable', 'Keel could not start; see the function logs');
       }
       const names = roleNames(rt.settings);
@@ -433,6 +438,7 @@ export function createOpsHandler(
       const believed = believedPrincipal(header);
       call.mode = believed.mode;
       call.principal = believed.principal;
+      if (refused) throw refused;
       if (method !== 'GET') {
         refuseCrossSite(request);
         requireJsonContentType(request);

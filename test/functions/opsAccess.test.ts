@@ -226,6 +226,55 @@ describe('/api/ops with a function key', () => {
   });
 });
 
+describe('the console front door', () => {
+  it('records its refusals (no console header: a cross-site form post) against the route, and hides the route table', async () => {
+    vi.stubEnv('WEBSITE_SITE_NAME', 'keel-app');
+    vi.stubEnv('WEBSITE_AUTH_ENABLED', 'True');
+    vi.stubEnv('KEEL_TRUST_CLIENT_PRINCIPAL', '');
+    try {
+      const env = { WEBSITE_SITE_NAME: 'keel-app', WEBSITE_AUTH_ENABLED: 'True' };
+      const { HttpRequest } = await import('../../dev/azureFunctions.js');
+      const post = (path: string, headers: Record<string, string>) =>
+        handleConsoleApi(
+          new HttpRequest({
+            method: 'POST',
+            url: `http://app.example/api/console-api/ops/${path}`,
+            headers: { host: 'app.example', 'content-type': 'text/plain', ...headers },
+            params: { path: `ops/${path}` },
+            body: { string: 'x=1' },
+          }),
+          context('consoleApi'),
+          opsForConsole,
+          env,
+        );
+      const before = await lastAuditId(t.pool);
+      // The operator's session cookie rides along (App Service sets the principal), but the page cannot send the
+      // console header.
+      const forged = await post('queues/acl-front/pause', { 'x-ms-client-principal': OPERATOR });
+      expect(forged.status).toBe(403);
+      const rows = await auditRows(t.pool, before);
+      expect(rows).toHaveLength(1);
+      expect(rows[0]).toMatchObject({
+        action: 'pauseQueue',
+        target: 'queue:acl-front',
+        channel: 'console',
+        auth_method: 'principal',
+        principal_name: 'has Keel.Operator',
+        outcome: 'refused',
+        status: 403,
+      });
+      expect(String(rows[0]!.reason)).toMatch(/x-keel-console/);
+      // A refused caller gets the refusal, not a 404 that would map the routes; nothing is recorded for no route.
+      const probe = await post('no/such/route', {});
+      expect(probe.status).toBe(403);
+      expect(await auditRows(t.pool, before)).toHaveLength(1);
+      expect((await call('key', 'GET', 'queues/acl-front')).status).toBe(404);
+    } finally {
+      vi.unstubAllEnvs();
+    }
+  });
+});
+
 describe('cross-site writes (F4)', () => {
   it("refuses the attacker page's form post and foreign-origin writes, and changes nothing", async () => {
     // <form method="POST" action=".../api/ops/queues/payments/pause?code=KEY"> auto-submitted, the operator's
