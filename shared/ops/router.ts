@@ -22,6 +22,7 @@ import {
 } from './auth.js';
 import { AUDIT_TEXT_LIMITS, type AuditAuthMethod, type AuditEntry } from '../jobs/contract.js';
 import { createHash } from 'node:crypto';
+import { telemetry } from '../telemetry/index.js';
 
 export type OpsMethod = 'GET' | 'POST' | 'PATCH' | 'PUT' | 'DELETE';
 export const OPS_METHODS: OpsMethod[] = ['GET', 'POST', 'PATCH', 'PUT', 'DELETE'];
@@ -218,8 +219,8 @@ function roleNames(settings: OpsRuntime['settings']): RoleNames {
 // calls, queue posts and the transfer journal (another database), so no single transaction holds them all, while
 // "no record, no action" holds for every route the same way. A record left 'started' (the process died mid-action,
 // or the finishing write failed after the action) says the action was attempted with its outcome unknown; it is
-// never rewritten afterwards. Each record is also logged as one JSON line ("ops audit {...}"); that trace is subject
-// to Application Insights sampling (host.json), the database row is the record.
+// never rewritten afterwards. Each record is also logged as one JSON line ("ops audit {...}"; a trace, sampled by
+// the host like every trace) and sent as a `keel.ops.audit` customEvent; the database row is the record.
 
 // Kinds of the path parameter's resource, named by the segment before it.
 const TARGET_KIND: Record<string, string> = {
@@ -361,11 +362,14 @@ function auditLog(
   context: InvocationContext,
   entry: AuditEntry,
   id: string | null,
-  extra: Record<string, unknown> = {},
+  extra: Record<string, string | number | boolean | null> = {},
 ): void {
-  const line = `ops audit ${JSON.stringify({ id, ...entry, ...extra })}`;
+  const record = { id, ...entry, ...extra };
+  const line = `ops audit ${JSON.stringify(record)}`;
   if (entry.outcome === 'refused') context.warn(line);
   else context.info(line);
+  // The same record as a customEvent, sent by this worker's own exporter (not the host's sampled traces).
+  telemetry.opsAudit(record);
 }
 
 // refused: the console's front door (shared/ops/console.ts) already turned the call away; the handler records that

@@ -73,4 +73,5 @@ export const telemetry: KeelTelemetry = {
   reconcileOutcome: (dims) => active().reconcileOutcome(dims),
   maintenanceRun: (dims) => active().maintenanceRun(dims),
   poolError: (dims) => active().poolError(dims),
+  opsAudit: (record) => active().opsAudit(record),
 };

@@ -47,6 +47,8 @@ export const EVENTS = {
   jobDeadLettered: 'keel.job.dead_lettered',
   /** One per observation of a batch whose outcome is unknown: transfer, batchId, source, outcome?, unresolvedForMs?. */
   batchUnresolved: 'keel.transfer.batch_unresolved',
+  /** One per ops audit record (a write's outcome, or a refusal): the record's fields (docs/operations.md). */
+  opsAudit: 'keel.ops.audit',
 } as const;
 
 export type EventName = (typeof EVENTS)[keyof typeof EVENTS];
