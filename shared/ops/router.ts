@@ -242,6 +242,7 @@ function auditText(v: unknown, max: number): string | null {
   if (t.length > max) t = `${t.slice(0, max - 1)}…`;
   return t.replace(LONE_SURROGATE, '\uFFFD');
 }
+
 // What the call was about: the path parameter's resource (queue:emails, job:42, batch:<id>, transfer:orders), or
 // the queue(s) a body names (enqueue, resurrect by filter, purge).
 function auditTarget(
