@@ -151,7 +151,7 @@ export interface QueueSettings {
 
 export type QueueSettingsPatch = Partial<Omit<QueueSettings, 'name'>>;
 
-// Cheap at any table size (issue 12): pending, fetched, processing, dlq and the totals are counters kept exact in the
+// Cheap at any table size (a stats read must not scan a table, whatever its size): pending, fetched, processing, dlq and the totals are counters kept exact in the
 // transaction of every change; oldestDueAgeMs is the first entry of the pending run_at index; due counts at most
 // STATS_DUE_COUNT_CAP index entries (docs/operations.md).
 export interface QueueStats {
@@ -226,6 +226,53 @@ export interface JobSearch {
   limit: number;
 }
 
+// A bounded count (JobStore.countJobs): the search filters without text or paging, and the most rows to count.
+export interface JobCount {
+  location: JobLocation;
+  queue?: string;
+  type?: string;
+  tag?: string;
+  state?: HotState;
+  reason?: DlqReason;
+  from?: Date;
+  to?: Date;
+  cap: number;
+}
+
+// matched is exact when exact is true, else a lower bound ("at least matched"); asOf is the store's clock.
+export interface CountResult {
+  matched: number;
+  exact: boolean;
+  asOf: Date;
+}
+
+// One group of dead letters (reason x type x queue), counted in SQL; totals over all groups of the read.
+export interface DlqGroup {
+  reason: DlqReason;
+  type: string;
+  queue: string;
+  jobs: number;
+  newestFailedAt: Date;
+}
+
+export interface DlqGroupPage {
+  groups: DlqGroup[];
+  totalGroups: number;
+  totalJobs: number;
+}
+
+// A worker as the hot rows' leases show it: the jobs it holds and its oldest and newest sign of life.
+export interface WorkerLeases {
+  workerId: string;
+  jobsHeld: number;
+  processing: number;
+  queues: string[];
+  oldestHeartbeatAt: Date | null;
+  newestHeartbeatAt: Date | null;
+  earliestLeaseExpiresAt: Date | null;
+  asOf: Date;
+}
+
 export const TEXT_SEARCH_SCAN_ROWS = 20_000;
 export const TEXT_SEARCH_SCAN_ROWS_MAX = 100_000;
 
@@ -252,6 +299,13 @@ export type FireStatus = 'fired' | 'lost' | 'paused';
 export interface FireResult {
   status: FireStatus; // lost: another instance moved lastTick first; nothing was enqueued
   jobs: EnqueueResult[];
+}
+
+// What tells a long-running Worker (shared/jobs/producer.ts) that jobs arrived, so it claims at once instead of at
+// its next poll; an engine may provide one (PostgreSQL: LISTEN/NOTIFY on enqueue, engines/postgres/wakeups.ts).
+export interface WakeupSource {
+  // Calls onWake whenever jobs of one of these queues may have become due; returns an unsubscribe.
+  subscribe(queues: string[], onWake: () => void): Promise<() => Promise<void>>;
 }
 
 export interface ClaimOptions {
@@ -360,8 +414,6 @@ export interface JobStore {
   resurrectByFilter(filter: ResurrectFilter): Promise<ResurrectResult>;
   // One batch of rows older than the cutoff (queue: one queue's rows, null: all); returns rows deleted.
   purge(target: PurgeTarget, queue: string | null, olderThan: Date, batchSize: number): Promise<number>;
-  // How many rows purge would delete with that cutoff, counted in SQL up to cap (no row is read into the app).
-  countPurgeable(target: PurgeTarget, queue: string | null, olderThan: Date, cap: number): Promise<number>;
   stats(): Promise<QueueStats[]>;
   metrics(windowMinutes: number, queue?: string): Promise<MetricBucket[]>;
   getQueue(name: string): Promise<QueueSettings | null>;
@@ -388,5 +440,10 @@ export interface JobStore {
   ): Promise<boolean>;
   searchAudit(search: AuditSearch): Promise<AuditPage>;
   purgeAudit(olderThan: Date, batchSize: number): Promise<number>;
+  // Console reads: a bounded count for previews, dead letters grouped (a page of groups, largest first), and the
+  // workers holding leases on hot jobs.
+  countJobs(count: JobCount): Promise<CountResult>;
+  dlqGroups(queue: string | null, offset: number, limit: number): Promise<DlqGroupPage>;
+  listWorkers(): Promise<WorkerLeases[]>;
   close(): Promise<void>;
 }

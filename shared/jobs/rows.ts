@@ -17,6 +17,9 @@ import type {
   QueueStats,
   RescueResult,
   ScheduleState,
+  CountResult,
+  DlqGroupPage,
+  WorkerLeases,
 } from './contract.js';
 import { TEXT_SEARCH_SCAN_ROWS } from './contract.js';
 
@@ -243,5 +246,37 @@ function toAuditRecord(r: Row): AuditRecord {
     requestId: textOrNull(r.requestId),
     clientIp: textOrNull(r.clientIp),
     finishedAt: dateOrNull(r.finishedAt),
+  };
+}
+
+export function toCountResult(r: Row): CountResult {
+  return { matched: num(r.matched), exact: Boolean(r.exact), asOf: dateOrNull(r.asOf)! };
+}
+
+// No rows: an empty DLQ (or queue), so no groups; otherwise each row carries the totals of the whole read.
+export function toDlqGroupPage(rows: Row[]): DlqGroupPage {
+  return {
+    groups: rows.map((r) => ({
+      reason: String(r.reason) as DlqReason,
+      type: String(r.type),
+      queue: String(r.queue),
+      jobs: num(r.jobs),
+      newestFailedAt: dateOrNull(r.newestFailedAt)!,
+    })),
+    totalGroups: num(rows[0]?.totalGroups),
+    totalJobs: num(rows[0]?.totalJobs),
+  };
+}
+
+export function toWorkerLeases(r: Row): WorkerLeases {
+  return {
+    workerId: String(r.workerId),
+    jobsHeld: num(r.jobsHeld),
+    processing: num(r.processing),
+    queues: r.queues === null || r.queues === undefined ? [] : String(r.queues).split(','),
+    oldestHeartbeatAt: dateOrNull(r.oldestHeartbeatAt),
+    newestHeartbeatAt: dateOrNull(r.newestHeartbeatAt),
+    earliestLeaseExpiresAt: dateOrNull(r.earliestLeaseExpiresAt),
+    asOf: dateOrNull(r.asOf)!,
   };
 }

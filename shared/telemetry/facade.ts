@@ -96,6 +96,8 @@ export interface KeelTelemetry {
    * event with its fields, text cut to 200 characters (the summary to 2,000). Null fields are left out.
    */
   opsAudit(record: Readonly<Record<string, string | number | boolean | null>>): void;
+  /** One schedule failed in a scheduler pass (the pass went on with the others). */
+  scheduleFailed(dims: { schedule: string }): void;
 }
 
 export interface TelemetryOptions {
@@ -127,6 +129,7 @@ interface Instruments {
   maintenanceRuns: Counter;
   maintenanceDuration: Histogram;
   poolErrors: Counter;
+  scheduleFailures: Counter;
 }
 
 function createInstruments(meter: Meter): Instruments {
@@ -153,6 +156,7 @@ function createInstruments(meter: Meter): Instruments {
       'Database pool connection errors (the pool replaced the connection)',
       '{error}',
     ),
+    scheduleFailures: counter(METRICS.scheduleFailures, 'Schedules that failed in a scheduler pass', '{schedule}'),
   };
 }
 
@@ -332,6 +336,10 @@ export function createTelemetry(options: TelemetryOptions = {}): KeelTelemetry {
         [DIM.engine]: limiter.admit(DIM.engine, d.engine),
         [DIM.role]: closedSet(POOL_ROLES, d.role),
       });
+    },
+    scheduleFailed(d) {
+      // Schedule names are declared in code (handlers/), a small set; the limiter still caps them.
+      m.scheduleFailures.add(1, { [DIM.schedule]: limiter.admit(DIM.schedule, d.schedule) });
     },
   });
 }

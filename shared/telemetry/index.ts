@@ -21,6 +21,9 @@ export {
 export { DEFAULT_CARDINALITY_LIMITS, DimensionLimiter, type CardinalityLimits } from './cardinality.js';
 export {
   flushTelemetry,
+  instrumentDriver,
+  instrumentedDrivers,
+  type InstrumentedDriver,
   parseAuthenticationString,
   registerDatabaseInstrumentations,
   type DatabaseInstrumentationOptions,
@@ -74,4 +77,5 @@ export const telemetry: KeelTelemetry = {
   maintenanceRun: (dims) => active().maintenanceRun(dims),
   poolError: (dims) => active().poolError(dims),
   opsAudit: (record) => active().opsAudit(record),
+  scheduleFailed: (dims) => active().scheduleFailed(dims),
 };

@@ -1072,45 +1072,9 @@ begin
 end
 $$;
 
--- purge_count(target, queue, older_than, cap): how many rows purge would delete with that cutoff (queue null: every
--- queue), counted in the time indexes without reading a row, up to cap (the ops API's purge preview).
-create or replace function keel.purge_count(p_target text, p_queue text, p_older_than timestamptz, p_cap integer)
-returns bigint
-language plpgsql stable as $$
-declare
-  v_n bigint;
-begin
-  if p_cap is null or p_cap < 1 then
-    raise exception 'cap must be a positive integer' using errcode = '22023';
-  end if;
-  if p_older_than is null then
-    raise exception 'older_than is required' using errcode = '22004';
-  end if;
-  -- One statement per case, so each plans on its own index ((queue, time) or (time)).
-  if p_target = 'archive' and p_queue is null then
-    select count(*) into v_n from (select 1 from keel.jobs_archive a where a.finished_at < p_older_than limit p_cap) c;
-  elsif p_target = 'archive' then
-    select count(*) into v_n from (select 1 from keel.jobs_archive a
-                                   where a.queue = p_queue and a.finished_at < p_older_than limit p_cap) c;
-  elsif p_target = 'dlq' and p_queue is null then
-    select count(*) into v_n from (select 1 from keel.jobs_dlq d where d.failed_at < p_older_than limit p_cap) c;
-  elsif p_target = 'dlq' then
-    select count(*) into v_n from (select 1 from keel.jobs_dlq d
-                                   where d.queue = p_queue and d.failed_at < p_older_than limit p_cap) c;
-  elsif p_target = 'metrics' then
-    select count(*) into v_n from (select 1 from keel.metric_buckets b
-                                   where b.bucket_start < p_older_than and (p_queue is null or b.queue = p_queue)
-                                   limit p_cap) c;
-  else
-    raise exception 'target must be archive, dlq or metrics (got %)', coalesce(p_target, 'null') using errcode = '22023';
-  end if;
-  return v_n;
-end
-$$;
-
 -- ---------------------------------------------------------------------------------------------------------------
 -- Reads.
--- Every field is a maintained counter or a bounded index read (issue 12), whatever the size of the three pillars:
+-- Every field is a maintained counter or a bounded index read (never a table scan), whatever the size of the three pillars:
 --   pending, fetched, processing: keel.hot_counts (statement triggers on jobs_hot), summed over its slots;
 --   dlq: keel.dlq_counts (statement triggers on jobs_dlq), summed over its slots;
 --   succeeded ... resurrected: keel.stats_summary;
@@ -1282,7 +1246,7 @@ language sql stable as $$
 $$;
 
 -- Newest first with keyset paging on id. text matches a substring of the payload or the last error.
--- p_scan_rows bounds the work (issue 12): only the next p_scan_rows ids below p_after_id are examined (a backward
+-- p_scan_rows bounds the work (a search never scans a whole table): only the next p_scan_rows ids below p_after_id are examined (a backward
 -- range of the primary key). When more rows lie below that range, a last marker row (location 'scan_bound', job_id
 -- the lowest id examined) follows the matches: pass it as p_after_id to continue. The store sets it for archive and
 -- DLQ text searches (JobSearch.scanRows).
@@ -1358,4 +1322,83 @@ begin
     return next v_marker;
   end if;
 end
+$$;
+
+-- ---------------------------------------------------------------------------------------------------------------
+-- Console reads (issue 30): exact counts for previews, dead letters grouped in SQL, and the lease holders.
+
+-- How many jobs match a filter, counted in SQL and bounded: at most p_cap + 1 rows are read, so matched is exact
+-- when exact is true and "at least matched" otherwise. The filters mean what they mean in search_jobs (p_from/p_to
+-- bound created_at, finished_at or failed_at); as_of is the transaction's instant, the bound a purge preview keeps.
+create or replace function keel.count_jobs(p_location text, p_queue text, p_type text, p_tag text, p_state text,
+                                           p_reason text, p_from timestamptz, p_to timestamptz, p_cap integer)
+returns table (matched bigint, exact boolean, as_of timestamptz)
+language plpgsql stable as $$
+declare
+  v_cap integer := least(greatest(coalesce(p_cap, 10000), 1), 1000000);
+  v_n bigint;
+begin
+  if p_location = 'hot' then
+    select count(*) into v_n from (
+      select 1 from keel.jobs_hot h
+      where (p_queue is null or h.queue = p_queue) and (p_type is null or h.type = p_type)
+        and (p_tag is null or h.tags @> array[p_tag]) and (p_state is null or h.state = p_state)
+        and (p_from is null or h.created_at >= p_from) and (p_to is null or h.created_at < p_to)
+      limit v_cap + 1) x;
+  elsif p_location = 'archive' then
+    select count(*) into v_n from (
+      select 1 from keel.jobs_archive a
+      where (p_queue is null or a.queue = p_queue) and (p_type is null or a.type = p_type)
+        and (p_tag is null or a.tags @> array[p_tag])
+        and (p_from is null or a.finished_at >= p_from) and (p_to is null or a.finished_at < p_to)
+      limit v_cap + 1) x;
+  elsif p_location = 'dlq' then
+    select count(*) into v_n from (
+      select 1 from keel.jobs_dlq d
+      where (p_queue is null or d.queue = p_queue) and (p_type is null or d.type = p_type)
+        and (p_tag is null or d.tags @> array[p_tag]) and (p_reason is null or d.reason = p_reason)
+        and (p_from is null or d.failed_at >= p_from) and (p_to is null or d.failed_at < p_to)
+      limit v_cap + 1) x;
+  else
+    raise exception 'location must be hot, archive or dlq (got %)', coalesce(p_location, 'null') using errcode = '22023';
+  end if;
+  return query select least(v_n, v_cap::bigint), v_n <= v_cap, now();
+end
+$$;
+
+-- Dead letters grouped by reason, type and queue, counted in SQL over the whole DLQ (or one queue), largest group
+-- first, a page of p_limit groups from p_offset. Every row carries the number of groups and of dead letters, so a
+-- page says what it is part of. Reads every DLQ row of the queue once: the console asks when the page is shown.
+create or replace function keel.dlq_groups(p_queue text, p_offset integer, p_limit integer)
+returns table (reason text, type text, queue text, jobs bigint, newest_failed_at timestamptz, total_groups bigint,
+               total_jobs bigint)
+language sql stable as $$
+  with g as (
+    select d.reason, d.type, d.queue, count(*) as jobs, max(d.failed_at) as newest_failed_at
+    from keel.jobs_dlq d
+    where p_queue is null or d.queue = p_queue
+    group by d.reason, d.type, d.queue
+  )
+  select g.reason, g.type, g.queue, g.jobs, g.newest_failed_at, count(*) over (), sum(g.jobs) over ()
+  from g
+  order by g.jobs desc, g.reason, g.type, g.queue
+  offset greatest(coalesce(p_offset, 0), 0)
+  limit least(greatest(coalesce(p_limit, 50), 1), 500)
+$$;
+
+-- The lease holders: per worker id, the hot jobs it holds (fetched or processing), its oldest sign of life (the
+-- heartbeat, else the start, else the claim) and its earliest lease expiry. Bounded by what is in flight.
+create or replace function keel.list_workers()
+returns table (worker_id text, jobs_held bigint, processing bigint, queues text, oldest_heartbeat_at timestamptz,
+               newest_heartbeat_at timestamptz, earliest_lease_expires_at timestamptz, as_of timestamptz)
+language sql stable as $$
+  select h.worker_id, count(*), count(*) filter (where h.state = 'processing'),
+         string_agg(distinct h.queue, ',' order by h.queue),
+         min(coalesce(h.heartbeat_at, h.started_at, h.fetched_at)),
+         max(coalesce(h.heartbeat_at, h.started_at, h.fetched_at)),
+         min(h.lease_expires_at), now()
+  from keel.jobs_hot h
+  where h.state in ('fetched', 'processing') and h.worker_id is not null
+  group by h.worker_id
+  order by min(coalesce(h.heartbeat_at, h.started_at, h.fetched_at)), h.worker_id
 $$;

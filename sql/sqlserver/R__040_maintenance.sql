@@ -377,36 +377,3 @@ BEGIN
   SELECT @Deleted AS Deleted;
 END;
 GO
-
--- PurgeCount(@Target, @Queue, @OlderThan, @Cap): how many rows Purge would delete with that cutoff (@Queue NULL: every
--- queue), counted in the time indexes without reading a row, up to @Cap (the ops API's purge preview). Result.
-CREATE OR ALTER PROCEDURE keel.PurgeCount
-  @Target VARCHAR(10),
-  @Queue NVARCHAR(128),
-  @OlderThan DATETIME2(3),
-  @Cap INT
-AS
-BEGIN
-  SET NOCOUNT ON;
-  IF @Cap IS NULL OR @Cap < 1
-    THROW 50038, N'PurgeCount: @Cap must be a positive integer', 1;
-  IF @OlderThan IS NULL
-    THROW 50039, N'PurgeCount: @OlderThan is required', 1;
-  DECLARE @N bigint;
-  IF @Target = 'archive'
-    SELECT @N = COUNT_BIG(*) FROM (SELECT TOP (@Cap) a.Id FROM keel.JobsArchive AS a
-                                   WHERE a.FinishedAt < @OlderThan AND (@Queue IS NULL OR a.Queue = @Queue)) AS c
-    OPTION (RECOMPILE); -- with @Queue given, seek (Queue, time)
-  ELSE IF @Target = 'dlq'
-    SELECT @N = COUNT_BIG(*) FROM (SELECT TOP (@Cap) d.Id FROM keel.JobsDLQ AS d
-                                   WHERE d.FailedAt < @OlderThan AND (@Queue IS NULL OR d.Queue = @Queue)) AS c
-    OPTION (RECOMPILE);
-  ELSE IF @Target = 'metrics'
-    SELECT @N = COUNT_BIG(*) FROM (SELECT TOP (@Cap) b.BucketStart FROM keel.MetricBuckets AS b
-                                   WHERE b.BucketStart < @OlderThan AND (@Queue IS NULL OR b.Queue = @Queue)) AS c
-    OPTION (RECOMPILE);
-  ELSE
-    THROW 50043, N'PurgeCount: @Target must be archive, dlq or metrics', 1;
-  SELECT @N AS Result;
-END;
-GO

@@ -1,12 +1,15 @@
-// Jobs: search hot, archive and DLQ (queue, type, tag, state, reason, time range, text) with keyset paging; a
-// job's detail with cancel (hot) and resurrect (DLQ).
+// Jobs: search hot, archive and DLQ (queue, type, tag, state, reason, time range, text) with keyset paging; hot
+// jobs cancelled by selection or by filter (preview, then exactly the previewed ids); a job's detail with cancel
+// (hot) and resurrect (DLQ).
 import { h, replace, fmtNum, fmtTime, isoToLocal, localToIso } from '../dom';
 import { api, q } from '../api';
+import { arrivedList, countText, idLinks } from '../bulk';
 import {
   badge,
   busy,
   clear,
   confirmStep,
+  copyable,
   empty,
   field,
   go,
@@ -117,7 +120,8 @@ export function jobsPage(main: HTMLElement): Cleanup {
       limit: val('limit'),
     });
   });
-  replace(main, pageHead('Jobs'), form, box, results);
+  const confirmHost = h('div', { class: 'confirm-host' });
+  replace(main, pageHead('Jobs'), form, box, confirmHost, results);
 
   const search: Record<string, string | undefined> = {};
   for (const k of ['location', 'queue', 'type', 'tag', 'state', 'reason', 'from', 'to', 'text', 'limit', 'afterId'])
@@ -174,8 +178,12 @@ export function jobsPage(main: HTMLElement): Cleanup {
             )
           : null,
       );
+      const hot = location === 'hot';
+      const boxes = new Map<string, HTMLInputElement>();
+      const bulk = hot && items.length ? cancelTools(items, boxes) : null;
       replace(
         results,
+        bulk,
         items.length === 0
           ? empty(
               r.scanBounded
@@ -184,6 +192,7 @@ export function jobsPage(main: HTMLElement): Cleanup {
             )
           : table(
               [
+                ...(hot ? [''] : []),
                 'id',
                 'queue',
                 'type',
@@ -195,6 +204,7 @@ export function jobsPage(main: HTMLElement): Cleanup {
                 'last error',
               ],
               items.map((j) => [
+                ...(hot ? [checkbox(j.id)] : []),
                 h('a', { href: `#/jobs/${j.id}` }, j.id),
                 j.queue,
                 j.type,
@@ -210,15 +220,144 @@ export function jobsPage(main: HTMLElement): Cleanup {
                 ),
                 j.lastError ? h('span', { class: 'clip', title: j.lastError }, j.lastError) : '—',
               ]),
-              { caption: `Newest first in ${where}`, className: 'jobs-table' },
+              { caption: `Newest first in ${where}`, className: hot ? 'jobs-table selectable' : 'jobs-table' },
             ),
         pager,
       );
+      function checkbox(id: string): HTMLInputElement {
+        const cb = h('input', { type: 'checkbox', 'aria-label': `Select job ${id}`, value: id });
+        boxes.set(id, cb);
+        return cb;
+      }
     } catch (err) {
       replace(results);
       showError(box, err);
     }
   })();
+
+  // Cancel by selection (the ticked rows) or by filter (every hot job the search's queue, type, tag and state
+  // match): a preview lists the ids, and the confirm cancels exactly those, reporting per id.
+  function cancelTools(items: any[], boxes: Map<string, HTMLInputElement>): HTMLElement {
+    const count = h('span', { class: 'muted', 'aria-live': 'polite' }, '0 selected');
+    const sel = h(
+      'button',
+      { type: 'button', class: 'danger', disabled: true, 'data-test': 'cancel-selected' },
+      'Cancel selected…',
+    );
+    const all = h('input', { type: 'checkbox', 'aria-label': 'Select all shown' });
+    const update = () => {
+      const n = [...boxes.values()].filter((b) => b.checked).length;
+      count.textContent = `${n} selected`;
+      sel.disabled = n === 0;
+    };
+    queueMicrotask(() => {
+      for (const b of boxes.values()) b.addEventListener('change', update);
+    });
+    all.addEventListener('change', () => {
+      for (const b of boxes.values()) b.checked = all.checked;
+      update();
+    });
+    const filter = {
+      ...(search.queue ? { queue: search.queue } : {}),
+      ...(search.type ? { type: search.type } : {}),
+      ...(search.tag ? { tag: search.tag } : {}),
+      ...(search.state ? { state: search.state } : {}),
+    };
+    const byFilter = h(
+      'button',
+      { type: 'button', class: 'danger', 'data-test': 'cancel-matching' },
+      'Cancel all matching…',
+    );
+    byFilter.disabled = Object.keys(filter).length === 0 || Boolean(search.text || search.from || search.to);
+    byFilter.title = byFilter.disabled
+      ? 'Filter by queue, type, tag or state (no text or time range) to cancel by filter'
+      : 'Preview every hot job these filters match';
+    sel.addEventListener('click', () => {
+      const ids = items.filter((j) => boxes.get(j.id)?.checked).map((j) => j.id as string);
+      void preview(sel, { ids }, `${ids.length} selected`);
+    });
+    byFilter.addEventListener('click', () => void preview(byFilter, { ...filter, limit: 500 }, 'matching'));
+    return h(
+      'div',
+      { class: 'pager bulk' },
+      h('label', { class: 'check inline' }, all, h('span', null, 'all shown')),
+      count,
+      sel,
+      byFilter,
+    );
+  }
+
+  async function preview(btn: HTMLButtonElement, body: Record<string, unknown>, what: string): Promise<void> {
+    await busy(btn, box, async () => {
+      const p = await api('POST', 'jobs/cancel', { ...body, dryRun: true });
+      clear(box);
+      if (p.count === 0) {
+        clear(confirmHost);
+        show(box, 'info', 'None of these jobs is hot any more: nothing to cancel.');
+        return;
+      }
+      const running = (p.rows as any[]).filter((r) => r.outcome === 'would_request_cancel').length;
+      const total = countText(p.matched, p.count);
+      confirmStep({
+        host: confirmHost,
+        title: `Cancel ${p.count} hot job${p.count === 1 ? '' : 's'}?`,
+        preview: [
+          h(
+            'p',
+            { 'data-test': 'preview-count' },
+            body.ids
+              ? `${p.count} of the ${what} job${p.count === 1 ? ' is' : 's are'} hot. `
+              : `${total} hot job${total === '1' ? ' matches' : 's match'}; the newest ${fmtNum(p.count)} are listed and cancelled. `,
+            `Pending ones go to the DLQ as "cancelled" at once${running ? `; ${running} running one${running === 1 ? ' is' : 's are'} asked to stop` : ''}.`,
+          ),
+          h('p', { class: 'sample' }, 'Ids: ', ...idLinks(p.ids)),
+          h(
+            'p',
+            { class: 'hint' },
+            'The confirm acts on exactly these ids: a job that arrives meanwhile is reported, not cancelled.',
+          ),
+        ],
+        confirmLabel: `Cancel ${p.count}`,
+        danger: true,
+        onConfirm: async (b) => {
+          await busy(b, box, async () => {
+            const r = await api('POST', 'jobs/cancel', {
+              ...(body.ids ? {} : body),
+              ids: p.ids,
+              limit: p.ids.length,
+              dryRun: false,
+            });
+            clear(confirmHost);
+            const left = (r.rows as any[]).filter((x) => x.outcome === 'not_hot' || x.outcome === 'gone');
+            show(
+              box,
+              left.length || r.arrivedAfterPreview?.count ? 'info' : 'ok',
+              h(
+                'span',
+                { 'data-test': 'result' },
+                `Cancelled ${r.count} of the ${p.ids.length} previewed job${p.ids.length === 1 ? '' : 's'}.`,
+              ),
+              left.length
+                ? h(
+                    'ul',
+                    { class: 'sample', 'data-test': 'skipped' },
+                    ...left.map((x) =>
+                      h(
+                        'li',
+                        null,
+                        h('a', { href: `#/jobs/${x.id}` }, x.id),
+                        `: ${x.outcome === 'gone' ? 'gone' : `no longer hot (now ${x.location})`}`,
+                      ),
+                    ),
+                  )
+                : null,
+              arrivedList(r.arrivedAfterPreview, 'cancelled'),
+            );
+          });
+        },
+      });
+    });
+  }
   return () => undefined;
 }
 
@@ -347,7 +486,7 @@ export function jobPage(main: HTMLElement, id: string): Cleanup {
           h('h2', null, 'Last error'),
           j.lastError ? pre(j.lastError) : empty('No error recorded.'),
         ),
-        h('section', { class: 'card' }, h('h2', null, 'Payload'), pre(j.payload ?? null)),
+        h('section', { class: 'card' }, h('h2', null, 'Payload'), copyable(j.payload ?? null, 'payload')),
       );
     } catch (err) {
       replace(body);

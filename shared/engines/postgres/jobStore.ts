@@ -30,6 +30,10 @@ import type {
   StartedJob,
   FireResult,
   ScheduleState,
+  JobCount,
+  CountResult,
+  DlqGroupPage,
+  WorkerLeases,
 } from '../../jobs/contract.js';
 import { BatchBackedJobStore } from '../../jobs/storeBase.js';
 import { AUDIT_SCAN_ROWS_DEFAULT, IdempotencyConflictError } from '../../jobs/contract.js';
@@ -50,6 +54,9 @@ import {
   toFireResult,
   toScheduleState,
   toAuditPage,
+  toCountResult,
+  toDlqGroupPage,
+  toWorkerLeases,
 } from '../../jobs/rows.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, isLeaseRef, prepareEnqueue, typeMaxAttemptsJson } from '../../jobs/validate.js';
 import { migrate } from './migrate.js';
@@ -337,11 +344,6 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     return num(r!.result);
   }
 
-  async countPurgeable(target: PurgeTarget, queue: string | null, olderThan: Date, cap: number): Promise<number> {
-    const [r] = await this.call('purge_count', { target, queue, older_than: olderThan, cap });
-    return num(r!.result);
-  }
-
   async stats(): Promise<QueueStats[]> {
     return (await this.call('stats', {})).map(toQueueStats);
   }
@@ -454,6 +456,29 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   async purgeAudit(olderThan: Date, batchSize: number): Promise<number> {
     const [r] = await this.call('purge_audit', { older_than: olderThan, batch_size: batchSize });
     return num(r!.result);
+  }
+
+  async countJobs(c: JobCount): Promise<CountResult> {
+    const [r] = await this.call('count_jobs', {
+      location: c.location,
+      queue: c.queue ?? null,
+      type: c.type ?? null,
+      tag: c.tag ?? null,
+      state: c.state ?? null,
+      reason: c.reason ?? null,
+      from: c.from ?? null,
+      to: c.to ?? null,
+      cap: c.cap,
+    });
+    return toCountResult(r!);
+  }
+
+  async dlqGroups(queue: string | null, offset: number, limit: number): Promise<DlqGroupPage> {
+    return toDlqGroupPage(await this.call('dlq_groups', { queue, offset, limit }));
+  }
+
+  async listWorkers(): Promise<WorkerLeases[]> {
+    return (await this.call('list_workers', {})).map(toWorkerLeases);
   }
 
   async close(): Promise<void> {

@@ -49,10 +49,6 @@ export const POSTGRES_FUNCTIONS: { [P in JobProcedure]: PgFunction<P> } = {
     params: { target: 'text', queue: 'text', older_than: 'timestamptz', batch_size: 'integer' },
     returns: 'bigint',
   },
-  purge_count: {
-    params: { target: 'text', queue: 'text', older_than: 'timestamptz', cap: 'integer' },
-    returns: 'bigint',
-  },
   stats: { params: {}, returns: 'rows' },
   metrics: { params: { window_minutes: 'integer', queue: 'text' }, returns: 'rows' },
   list_queues: { params: { name: 'text' }, returns: 'rows' },
@@ -89,6 +85,22 @@ export const POSTGRES_FUNCTIONS: { [P in JobProcedure]: PgFunction<P> } = {
     },
     returns: 'rows',
   },
+  count_jobs: {
+    params: {
+      location: 'text',
+      queue: 'text',
+      type: 'text',
+      tag: 'text',
+      state: 'text',
+      reason: 'text',
+      from: 'timestamptz',
+      to: 'timestamptz',
+      cap: 'integer',
+    },
+    returns: 'rows',
+  },
+  dlq_groups: { params: { queue: 'text', offset: 'integer', limit: 'integer' }, returns: 'rows' },
+  list_workers: { params: {}, returns: 'rows' },
   list_schedules: { params: { name: 'text' }, returns: 'rows' },
   set_schedule_paused: { params: { name: 'text', paused: 'boolean' }, returns: 'rows' },
   fire_schedule: {

@@ -31,6 +31,10 @@ import type {
   StartedJob,
   FireResult,
   ScheduleState,
+  JobCount,
+  CountResult,
+  DlqGroupPage,
+  WorkerLeases,
 } from '../../jobs/contract.js';
 import { BatchBackedJobStore } from '../../jobs/storeBase.js';
 import { AUDIT_SCAN_ROWS_DEFAULT, IdempotencyConflictError } from '../../jobs/contract.js';
@@ -50,6 +54,9 @@ import {
   toFireResult,
   toScheduleState,
   toAuditPage,
+  toCountResult,
+  toDlqGroupPage,
+  toWorkerLeases,
 } from '../../jobs/rows.js';
 import { JOB_PROCEDURES, pascalCase, type JobProcedure } from '../../jobs/procedures.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, isLeaseRef, prepareEnqueue, typeMaxAttemptsJson } from '../../jobs/validate.js';
@@ -100,10 +107,22 @@ export const SQLSERVER_PARAMS: ParamTypes = {
     DryRun: sql.Bit,
   },
   purge: { Target: sql.VarChar(10), Queue: sql.NVarChar(128), OlderThan: sql.DateTime2(3), BatchSize: sql.Int },
-  purge_count: { Target: sql.VarChar(10), Queue: sql.NVarChar(128), OlderThan: sql.DateTime2(3), Cap: sql.Int },
   stats: {},
   metrics: { WindowMinutes: sql.Int, Queue: sql.NVarChar(128) },
   list_queues: { Name: sql.NVarChar(128) },
+  count_jobs: {
+    Location: sql.VarChar(10),
+    Queue: sql.NVarChar(128),
+    Type: sql.NVarChar(256),
+    Tag: sql.NVarChar(64),
+    State: sql.VarChar(10),
+    Reason: sql.VarChar(16),
+    From: sql.DateTime2(3),
+    To: sql.DateTime2(3),
+    Cap: sql.Int,
+  },
+  dlq_groups: { Queue: sql.NVarChar(128), Offset: sql.Int, Limit: sql.Int },
+  list_workers: {},
   list_schedules: { Name: sql.NVarChar(100) },
   set_schedule_paused: { Name: sql.NVarChar(100), Paused: sql.Bit },
   fire_schedule: {
@@ -518,15 +537,6 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     return num(r!.Deleted);
   }
 
-  async countPurgeable(target: PurgeTarget, queue: string | null, olderThan: Date, cap: number): Promise<number> {
-    const [r] = await this.call(
-      'purge_count',
-      { Target: target, Queue: queue, OlderThan: olderThan, Cap: cap },
-      'safe',
-    );
-    return num(r!.Result);
-  }
-
   async stats(): Promise<QueueStats[]> {
     const rows = await this.call('stats', {}, 'safe');
     return rows.map((r) => toQueueStats(camelKeys(r)));
@@ -687,6 +697,34 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
   async purgeAudit(olderThan: Date, batchSize: number): Promise<number> {
     const [r] = await this.call('purge_audit', { OlderThan: olderThan, BatchSize: batchSize }, 'safe');
     return num(r!.Result);
+  }
+
+  async countJobs(c: JobCount): Promise<CountResult> {
+    const [r] = await this.call(
+      'count_jobs',
+      {
+        Location: c.location,
+        Queue: c.queue ?? null,
+        Type: c.type ?? null,
+        Tag: c.tag ?? null,
+        State: c.state ?? null,
+        Reason: c.reason ?? null,
+        From: c.from ?? null,
+        To: c.to ?? null,
+        Cap: c.cap,
+      },
+      'safe',
+    );
+    return toCountResult(camelKeys(r!));
+  }
+
+  async dlqGroups(queue: string | null, offset: number, limit: number): Promise<DlqGroupPage> {
+    const rows = await this.call('dlq_groups', { Queue: queue, Offset: offset, Limit: limit }, 'safe');
+    return toDlqGroupPage(rows.map(camelKeys));
+  }
+
+  async listWorkers(): Promise<WorkerLeases[]> {
+    return (await this.call('list_workers', {}, 'safe')).map((r) => toWorkerLeases(camelKeys(r)));
   }
 
   async close(): Promise<void> {
