@@ -41,6 +41,8 @@ export interface BootOptions {
   port?: number; // default KEEL_HTTP_PORT or 7071 (0: any free port)
   demo?: boolean; // also create the demo transfer's two databases and configure it
   shutdownGraceMs?: number; // on stop, how long running jobs get to finish before they are released (default 5000)
+  // false: no LISTEN/NOTIFY wake-ups of the dispatcher, as in Azure (bench/cost.ts measures the app as Azure runs it).
+  wakeups?: boolean;
   log?: (line: string) => void;
 }
 
@@ -251,7 +253,7 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
 
     // Enqueued jobs wake the dispatcher at once (LISTEN/NOTIFY); on SQL Server the timer and queue polling remain.
     let wakeups: PostgresWakeups | undefined;
-    if (settings.KEEL_STORE_ENGINE === 'postgres' && settings.KEEL_PG_URL) {
+    if (opts.wakeups !== false && settings.KEEL_STORE_ENGINE === 'postgres' && settings.KEEL_PG_URL) {
       const source = new PostgresWakeups(settings.KEEL_PG_URL);
       wakeups = source;
       cleanups.push(() => source.close());

@@ -3,11 +3,17 @@
 // nothing to do logs at debug.
 import type { InvocationContext, Timer } from '@azure/functions';
 import { getRuntime } from '../shared/app/runtime.js';
-import { maintenanceDidNothing, runMaintenancePass } from '../shared/app/dispatch.js';
+import { dispatchDueJobs, maintenanceDidNothing, runMaintenancePass } from '../shared/app/dispatch.js';
 
 export async function maintenance(_timer: Timer, context: InvocationContext): Promise<void> {
   const rt = await getRuntime();
   const report = await runMaintenancePass(rt, context);
+  // Rescued zombies are pending again with no queue message: dispatch now rather than at the dispatcher's next tick.
+  const { releasedFetched, retried } = report.jobs.rescued;
+  if (releasedFetched + retried > 0) {
+    const dispatched = await dispatchDueJobs(rt, context);
+    context.info(`maintenance: dispatched rescued jobs: ${JSON.stringify(dispatched)}`);
+  }
   // An idle pass at debug: one information line every pass would bury the passes that did something.
   if (maintenanceDidNothing(report)) context.debug(`maintenance: ${JSON.stringify(report)}`);
   else context.info(`maintenance: ${JSON.stringify(report)}`);

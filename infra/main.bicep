@@ -195,7 +195,7 @@ param opsProducerRole string = 'Keel.Producer'
 param opsOperatorRole string = 'Keel.Operator'
 
 @description('Dispatcher timer (six-field NCRONTAB).')
-param dispatchSchedule string = '*/15 * * * * *'
+param dispatchSchedule string = '0 * * * * *'
 
 @description('Maintenance timer (six-field NCRONTAB).')
 param maintenanceSchedule string = '0 * * * * *'

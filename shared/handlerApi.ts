@@ -16,6 +16,7 @@ export type {
 } from './jobs/define.js';
 export { FatalError, RetryAfterError } from './jobs/registry.js';
 export type { JobContext, BackoffOptions, JobLogger } from './jobs/registry.js';
+export type { JobProgress, ProgressInput } from './jobs/progress.js';
 export { ValidationError } from './jobs/validate.js';
 export { IdempotencyConflictError } from './jobs/contract.js';
 export type { JobRequest } from './jobs/typedEnqueue.js';

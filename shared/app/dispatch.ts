@@ -1,8 +1,11 @@
 // What the timers do, kept out of functions/ so the functions stay thin and tests can call it directly.
 import { runMaintenance, type MaintenanceReport } from '../jobs/maintenance.js';
-import { runSchedules, type SchedulePassItem } from '../jobs/scheduler.js';
+import { Cron } from 'croner';
+import { runSchedules, type ScheduleMemory, type SchedulePassItem } from '../jobs/scheduler.js';
+import type { ScheduleDefinition } from '../jobs/define.js';
+import type { JobId } from '../jobs/contract.js';
 import type { JobOutcome } from '../jobs/processor.js';
-import { postJobs, type Logger } from './jobs.js';
+import { postJob, postJobs, type Logger } from './jobs.js';
 import type { Runtime } from './runtime.js';
 import { maintenanceTelemetry, reconcileTelemetry, scheduleFailedTelemetry } from './telemetryHooks.js';
 
@@ -15,9 +18,32 @@ export interface DispatchResult {
   durationMs: number;
 }
 
+// The probe: one store call (stats: per queue, how many pending jobs are due, from the counters and an index seek per
+// priority level) names the queues with work due now; with none, the tick ends there, so an idle tick costs the
+// database that one call. Only queues with due jobs are claimed from (the claim itself skips a paused queue or one at
+// its concurrency limit), and a queue created a moment ago is seen at once.
 async function dispatchQueues(rt: Runtime): Promise<string[]> {
-  if (rt.settings.KEEL_DISPATCH_QUEUES.length > 0) return rt.settings.KEEL_DISPATCH_QUEUES;
-  return (await rt.store.listQueues()).filter((q) => !q.paused).map((q) => q.name);
+  const only = rt.settings.KEEL_DISPATCH_QUEUES;
+  const due = (await rt.store.stats()).filter((q) => q.due > 0).map((q) => q.queue);
+  return only.length > 0 ? due.filter((q) => only.includes(q)) : due;
+}
+
+// Jobs the dispatcher retried or handed back are pending again, due at their next attempt: post each one's message
+// delayed to then, so the queue runner starts it on time instead of the dispatcher's next tick (a minute later by
+// default). One read per job, and only for jobs that ran.
+async function postRescheduled(rt: Runtime, ids: JobId[], log: Logger): Promise<number> {
+  let posted = 0;
+  for (let i = 0; i < ids.length; i += 16) {
+    const ok = await Promise.all(
+      ids.slice(i, i + 16).map(async (id) => {
+        const job = await rt.store.getJob(id).catch(() => null);
+        if (job?.location !== 'hot' || job.state !== 'pending' || !job.runAt) return false;
+        return postJob(rt, id, log, Math.max(0, (job.runAt.getTime() - Date.now()) / 1000));
+      }),
+    );
+    posted += ok.filter(Boolean).length;
+  }
+  return posted;
 }
 
 export async function dispatchDueJobs(rt: Runtime, log: Logger): Promise<DispatchResult> {
@@ -33,18 +59,37 @@ export async function dispatchDueJobs(rt: Runtime, log: Logger): Promise<Dispatc
       concurrency: rt.settings.KEEL_DISPATCH_CONCURRENCY,
     });
     const outcomes = Object.fromEntries(Object.entries(r.outcomes).filter(([, n]) => n > 0));
+    const posted = r.rescheduled.length > 0 ? await postRescheduled(rt, r.rescheduled, log) : 0;
     return {
       mode,
       queues: queues.length,
       processed: r.processed,
       outcomes,
-      posted: 0,
+      posted,
       durationMs: Date.now() - started,
     };
   }
-  // post: claim (which honours pause, global max concurrency and due time), release, and post the ids, so the
-  // queue-triggered runner scales out with the storage queue. Claims are short: a crash between claim and release
-  // leaves fetched rows that zombie rescue returns to pending when their lease expires.
+  const { released, posted } = await postDueJobs(rt, queues, log);
+  return {
+    mode,
+    queues: queues.length,
+    processed: 0,
+    outcomes: { released },
+    posted,
+    durationMs: Date.now() - started,
+  };
+}
+
+// Post the messages of jobs due now in `queues`, at most KEEL_DISPATCH_POST_LIMIT: claim (which honours pause, global
+// max concurrency and due time), release, and post the ids, so the queue-triggered runner scales out with the storage
+// queue. The dispatcher's post mode, and a queue resumed or given more concurrency over the ops API (its due jobs'
+// messages were acknowledged while it could not run them). Claims are short: a crash between claim and release
+// leaves fetched rows that zombie rescue returns to pending when their lease expires.
+export async function postDueJobs(
+  rt: Runtime,
+  queues: string[],
+  log: Logger,
+): Promise<{ released: number; posted: number }> {
   const claimed = await rt.store.claimNext({
     workerId: rt.workerId,
     queues,
@@ -55,15 +100,7 @@ export async function dispatchDueJobs(rt: Runtime, log: Logger): Promise<Dispatc
   for (const job of claimed) {
     if ((await rt.store.release({ jobId: job.id, leaseId: job.leaseId })) === 'ok') released.push(job.id);
   }
-  const posted = await postJobs(rt, released, log);
-  return {
-    mode,
-    queues: queues.length,
-    processed: 0,
-    outcomes: { released: released.length },
-    posted,
-    durationMs: Date.now() - started,
-  };
+  return { released: released.length, posted: await postJobs(rt, released, log) };
 }
 
 export interface MaintenancePassReport {
@@ -71,8 +108,13 @@ export interface MaintenancePassReport {
   transfers: { reconciled: number; detail: unknown } | 'not configured';
 }
 
+// When this runtime last ran the retention purges, and whether that run left more behind.
+const lastPurges = new WeakMap<Runtime, { at: number; more: boolean }>();
+
 export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<MaintenancePassReport> {
   const started = Date.now();
+  const last = lastPurges.get(rt);
+  const purge = !last || last.more || started - last.at >= rt.settings.KEEL_MAINT_PURGE_INTERVAL_MS;
   let jobs: MaintenanceReport;
   try {
     jobs = await runMaintenance(rt.store, {
@@ -81,11 +123,13 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
       maxBatches: rt.settings.KEEL_MAINT_MAX_BATCHES,
       maxAttemptsByType: rt.registry.maxAttemptsByType(),
       auditRetentionDays: rt.settings.KEEL_OPS_AUDIT_RETENTION_DAYS,
+      purge,
     });
   } catch (err) {
     maintenanceTelemetry(null, Date.now() - started, null);
     throw err;
   }
+  if (purge) lastPurges.set(rt, { at: started, more: !jobs.complete });
   const stats = await rt.store.stats().catch(() => null);
   maintenanceTelemetry(jobs, Date.now() - started, stats);
   let transfers: MaintenancePassReport['transfers'] = 'not configured';
@@ -126,10 +170,51 @@ export interface SchedulerPassReport {
   posted: number;
 }
 
+const scheduleMemories = new WeakMap<Runtime, ScheduleMemory>();
+const warnedFine = new WeakSet<Runtime>();
+
+// The shortest gap between two firings of a six-field cron, over its next few firings (ms; Infinity if it never fires).
+export function shortestGapMs(cron: Cron, from: Date = new Date()): number {
+  const runs = cron.nextRuns(8, from);
+  let gap = Infinity;
+  for (let i = 1; i < runs.length; i++) gap = Math.min(gap, runs[i]!.getTime() - runs[i - 1]!.getTime());
+  return gap;
+}
+
+// Schedules that tick more often than the scheduler timer fires (KEEL_SCHEDULER_SCHEDULE, a minute by default): their
+// ticks are enqueued late, several at a pass, or missed past their grace period. Named once per runtime.
+export function schedulesFinerThanTimer(rt: Runtime): ScheduleDefinition[] {
+  const timer = new Cron(rt.settings.KEEL_SCHEDULER_SCHEDULE, { paused: true, mode: '6-part' });
+  try {
+    const timerGap = shortestGapMs(timer);
+    return rt.schedules.filter((def) => {
+      const c = new Cron(def.cron, { paused: true, timezone: def.timeZone, mode: '6-part' });
+      try {
+        return shortestGapMs(c) < timerGap;
+      } finally {
+        c.stop();
+      }
+    });
+  } finally {
+    timer.stop();
+  }
+}
+
 // The scheduler timer: enqueue the due ticks of every recurring schedule (exactly once across instances), then post
-// the new jobs' messages so the queue runner starts them at once (the dispatcher covers a lost message).
+// the new jobs' messages so the queue runner starts them at once (the dispatcher covers a lost message). What it last
+// saw of each schedule is kept per runtime, so a pass with no tick due makes no database call.
 export async function runSchedulerPass(rt: Runtime, log: Logger, now: Date = new Date()): Promise<SchedulerPassReport> {
-  const schedules = await runSchedules(rt.store, rt.registry, rt.schedules, now);
+  if (!warnedFine.has(rt)) {
+    warnedFine.add(rt);
+    const fine = schedulesFinerThanTimer(rt);
+    if (fine.length > 0)
+      log.warn(
+        `schedules ${fine.map((d) => d.name).join(', ')} tick more often than the scheduler timer fires (KEEL_SCHEDULER_SCHEDULE=${rt.settings.KEEL_SCHEDULER_SCHEDULE}): their ticks are enqueued late or missed; set KEEL_SCHEDULER_SCHEDULE to fire as often as the finest schedule (e.g. "* * * * * *")`,
+      );
+  }
+  let memory = scheduleMemories.get(rt);
+  if (!memory) scheduleMemories.set(rt, (memory = new Map()));
+  const schedules = await runSchedules(rt.store, rt.registry, rt.schedules, now, memory);
   for (const s of schedules) {
     if (s.status !== 'failed') continue;
     // The other schedules of the pass ran; this one is tried again next pass (its last tick did not move).

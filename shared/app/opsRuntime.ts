@@ -1,6 +1,7 @@
 // The ops API's view of the Runtime (shared/ops/context.ts): the same store, queues and transfers, with the
 // posting steps bound to this runtime. One per runtime, so every request sees the same object.
 import type { OpsRuntime } from '../ops/context.js';
+import { postDueJobs } from './dispatch.js';
 import { enqueueAndPost, postJobs } from './jobs.js';
 import type { Runtime } from './runtime.js';
 import { postStage } from './transfers.js';
@@ -21,6 +22,7 @@ export function opsRuntimeOf(rt: Runtime): OpsRuntime {
       processor: rt.processor,
       enqueueAndPost: (jobs, log, opts) => enqueueAndPost(rt, jobs, log, opts),
       postJobs: (ids, log) => postJobs(rt, ids, log),
+      postDue: async (queues, log) => (await postDueJobs(rt, queues, log)).posted,
       postStage: (batchId, log) => postStage(rt, batchId, log),
     };
     views.set(rt, view);

@@ -9,6 +9,8 @@
 import { z } from 'zod';
 import { engineNamed, enginesWith } from '../engines/registry.js';
 import { LIMITS } from '../jobs/validate.js';
+import { DEFAULT_MAX_RESULT_BYTES, MAX_RESULT_BYTES_LIMIT } from '../jobs/progress.js';
+import { DEFAULT_JOB_LOG_LINES, JOB_LOG_LINES_LIMIT } from '../jobs/jobLog.js';
 
 const bool = (def: boolean) =>
   z
@@ -111,13 +113,19 @@ export const settingsSchema = z
     KEEL_JOBS_QUEUE: queueName('keel-jobs'),
     KEEL_TRANSFER_STAGE_QUEUE: queueName('keel-transfer-stage'),
     KEEL_TRANSFER_APPLY_QUEUE: queueName('keel-transfer-apply'),
-    // Timers.
-    KEEL_DISPATCH_SCHEDULE: schedule('*/15 * * * * *'),
+    // Timers. Minute granularity by default, so an idle app costs one cheap probe per timer a minute (docs/deploy.md,
+    // "What it costs"): due work arrives by queue message (enqueue, retries and schedule ticks post one, delayed to
+    // when the job is due); the dispatcher is the backstop for a lost message, a job due more than 7 days out, a job
+    // its queue's concurrency limit held back, at most one tick late. All three on the same second: firings that
+    // coincide share one billed activity period (at least 1 s each on Flex Consumption).
+    KEEL_DISPATCH_SCHEDULE: schedule('0 * * * * *'),
     KEEL_MAINTENANCE_SCHEDULE: schedule('0 * * * * *'),
     KEEL_TRANSFER_SCHEDULE: schedule('0 0 * * * *'),
-    // Recurring jobs (defineSchedule in handlers/): how often the scheduler looks for due ticks. Every second by
-    // default, so second-level schedules run on time; a pass with no schedules declared does not touch the database.
-    KEEL_SCHEDULER_SCHEDULE: schedule('* * * * * *'),
+    // Recurring jobs (defineSchedule in handlers/): how often the scheduler looks for due ticks. Every minute by
+    // default, on the minute, so minute-or-coarser schedules run on time. Schedules finer than a minute need this as
+    // fine as they are (e.g. "* * * * * *"; the scheduler warns otherwise). A pass with no tick due by what it last
+    // saw makes no database call; with no schedules declared it never does.
+    KEEL_SCHEDULER_SCHEDULE: schedule('0 * * * * *'),
     // Dispatcher: which job queues it drains (empty = every queue the store knows), how long, how wide.
     KEEL_DISPATCH_QUEUES: list,
     KEEL_DISPATCH_MODE: z.enum(['run', 'post']).optional().default('run'),
@@ -130,6 +138,12 @@ export const settingsSchema = z
     KEEL_WORKER_ID: optionalString,
     KEEL_LEASE_SECONDS: int(60, 5, 3600),
     KEEL_HEARTBEAT_MS: int(10_000, 200, 600_000),
+    // ctx.progress() writes at most this often per running job (the latest value wins); results over the limit fail
+    // the job as fatal (shared/jobs/progress.ts).
+    KEEL_PROGRESS_INTERVAL_MS: int(1_000, 100, 600_000),
+    KEEL_MAX_RESULT_BYTES: int(DEFAULT_MAX_RESULT_BYTES, 1, MAX_RESULT_BYTES_LIMIT),
+    // ctx.log lines kept with each job across its attempts, newest first out (0: the process log only).
+    KEEL_JOB_LOG_LINES: int(DEFAULT_JOB_LOG_LINES, 0, JOB_LOG_LINES_LIMIT),
     // Graceful stop under the Functions host (appTerminate, SIGTERM): how long running handlers get before they are
     // aborted with reason 'shutdown' and handed back. The host kills the worker 5 s after asking it to terminate
     // (WorkerTerminate's grace period), so the default and the cap leave room for the hand-back writes.
@@ -142,6 +156,9 @@ export const settingsSchema = z
     KEEL_MAINT_RESCUE_BATCH: int(500, 1, LIMITS.rescueJobs),
     KEEL_MAINT_PURGE_BATCH: int(1000, 1, LIMITS.purgeBatchRows),
     KEEL_MAINT_MAX_BATCHES: int(20, 1, 1000),
+    // Retention purges (three calls per queue) run at most this often per instance, not every pass: retention is
+    // counted in days, and an idle pass is then two calls (rescue, stats). A purge that left more runs again next pass.
+    KEEL_MAINT_PURGE_INTERVAL_MS: int(3_600_000, 0, 24 * 3_600_000),
     KEEL_TRANSFER_STALE_MS: int(600_000, 1000, 7 * 24 * 3600_000),
     KEEL_TRANSFER_RECONCILE_LIMIT: int(20, 1, 1000),
     // Transfer journal (control database) connections: connect, per-statement and idle-in-transaction limits

@@ -1,22 +1,31 @@
 // Writing a finished attempt's outcome (River: internal/jobcompleter): every move out of 'processing' goes through
 // one path, fenced by the claim's lease, with 'lease_lost' meaning someone else owns the job now. Successes made in
 // one event-loop turn are completed together through completeMany (MicroBatcher).
-import type { ClaimedJob, CompleteResult, DlqReason, JobId, JobOutcome, JobStore, LeaseRef } from './contract.js';
+import type {
+  ClaimedJob,
+  CompleteRef,
+  CompleteResult,
+  DlqReason,
+  JobId,
+  JobOutcome,
+  JobStore,
+  LeaseRef,
+} from './contract.js';
 import { LIMITS } from './validate.js';
 
 // Collects owner-scoped calls made in one event-loop turn into one batch store call (completeMany, startMany):
 // batching under load, no delay when idle.
-export class MicroBatcher<R extends { jobId: JobId }> {
-  private pending: { ref: LeaseRef; resolve: (r: R) => void; reject: (e: unknown) => void }[] = [];
+export class MicroBatcher<R extends { jobId: JobId }, Ref extends LeaseRef = LeaseRef> {
+  private pending: { ref: Ref; resolve: (r: R) => void; reject: (e: unknown) => void }[] = [];
   private scheduled = false;
 
   constructor(
-    private readonly call: (refs: LeaseRef[]) => Promise<R[]>,
-    private readonly lost: (ref: LeaseRef) => R,
+    private readonly call: (refs: Ref[]) => Promise<R[]>,
+    private readonly lost: (ref: Ref) => R,
     private readonly max: number,
   ) {}
 
-  submit(ref: LeaseRef): Promise<R> {
+  submit(ref: Ref): Promise<R> {
     return new Promise((resolve, reject) => {
       this.pending.push({ ref, resolve, reject });
       if (this.pending.length >= this.max) void this.flush();
@@ -47,7 +56,9 @@ export class MicroBatcher<R extends { jobId: JobId }> {
 
 // Where a job goes from 'processing' (or, for 'release', from 'fetched': claimed, never started).
 export type Finalization =
-  | { op: 'complete' } // archived; or dead-lettered as 'cancelled' when a cancel was requested while it ran
+  // archived, with what the handler returned (JSON); or dead-lettered as 'cancelled' when a cancel was requested
+  // while it ran
+  | { op: 'complete'; resultJson?: string }
   | { op: 'fail'; reason: DlqReason; error: string } // dead-lettered
   | { op: 'retry'; runAt: Date; error: string } // pending again, due at runAt
   // Shutdown hands the job back due now with its attempt given back; or the store dead-letters it as 'cancelled'
@@ -64,7 +75,7 @@ const OUTCOME: Record<Finalization['op'], JobOutcome> = {
 };
 
 export class Completer {
-  private readonly completions: MicroBatcher<{ jobId: JobId; status: CompleteResult }>;
+  private readonly completions: MicroBatcher<{ jobId: JobId; status: CompleteResult }, CompleteRef>;
 
   constructor(
     private readonly store: JobStore,
@@ -96,7 +107,8 @@ export class Completer {
   private async move(ref: LeaseRef, f: Finalization): Promise<CompleteResult> {
     switch (f.op) {
       case 'complete':
-        return (await this.completions.submit(ref)).status;
+        return (await this.completions.submit(f.resultJson === undefined ? ref : { ...ref, resultJson: f.resultJson }))
+          .status;
       case 'fail':
         return this.store.fail(ref, f.reason, f.error.slice(0, LIMITS.lastErrorChars));
       case 'retry':

@@ -1,4 +1,6 @@
 // The job store contract: the one interface every engine (PostgreSQL, SQL Server) implements.
+import type { JobProgress } from './progress.js';
+import type { JobLogLine } from './jobLog.js';
 // Every owner-scoped call takes (jobId, leaseId); a stale lease is reported as 'lease_lost', never thrown.
 
 export type JobId = string; // bigint in the database; strings keep 64-bit ids exact in JavaScript
@@ -99,6 +101,12 @@ export interface HeartbeatResult {
 export interface LeaseRef {
   jobId: JobId;
   leaseId: LeaseId;
+}
+
+// A completion: the lease, and the JSON text of what the handler returned (resultJson in shared/jobs/progress.ts),
+// stored on the archive row by the same move; absent when it returned nothing.
+export interface CompleteRef extends LeaseRef {
+  resultJson?: string;
 }
 
 // complete/completeMany: 'cancelled' = the job's cancel was requested while it ran, so the move took it to the DLQ
@@ -206,6 +214,10 @@ export interface JobRecord {
   cancelRequested: boolean;
   leaseId: LeaseId | null;
   workerId: string | null;
+  progress: JobProgress | null; // hot jobs: the running (or last) attempt's latest ctx.progress()
+  // archived jobs: what the handler returned (undefined: returned nothing). getJob only: searches leave it out.
+  result?: unknown;
+  logs?: JobLogLine[]; // the job's own ctx.log lines, oldest first (newest KEEL_JOB_LOG_LINES); getJob only
 }
 
 export interface JobSearch {
@@ -398,8 +410,13 @@ export interface JobStore {
   start(ref: LeaseRef): Promise<StartResult>;
   startMany(refs: LeaseRef[]): Promise<(StartResult & { jobId: JobId })[]>;
   heartbeat(ref: LeaseRef): Promise<HeartbeatResult>;
-  complete(ref: LeaseRef): Promise<CompleteResult>;
-  completeMany(refs: LeaseRef[]): Promise<OwnerResultById[]>;
+  complete(ref: CompleteRef): Promise<CompleteResult>;
+  completeMany(refs: CompleteRef[]): Promise<OwnerResultById[]>;
+  // The running attempt's progress, under its lease (the processor throttles it: KEEL_PROGRESS_INTERVAL_MS).
+  reportProgress(ref: LeaseRef, progress: JobProgress): Promise<OwnerResult>;
+  // Lines of the job's own log (ctx.log) appended under the lease, fetched or processing; the job keeps its newest
+  // maxLines lines across attempts, and every move carries them.
+  appendJobLog(ref: LeaseRef, lines: JobLogLine[], maxLines: number): Promise<OwnerResult>;
   retry(ref: LeaseRef, runAt: Date, error: string): Promise<OwnerResult>;
   fail(ref: LeaseRef, reason: DlqReason, error: string): Promise<OwnerResult>;
   release(ref: LeaseRef): Promise<OwnerResult>;

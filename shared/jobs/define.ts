@@ -24,14 +24,14 @@ export interface HandlerDefinition<
   readonly [HANDLER]: true;
   readonly type: T;
   readonly options: Omit<HandlerOptions, 'payload'> & { readonly payload?: S };
-  readonly handle: (payload: P, ctx: JobContext) => Promise<void>;
+  readonly handle: (payload: P, ctx: JobContext) => Promise<unknown>;
 }
 
 export type HandlerSpec<S extends z.ZodType> = Omit<HandlerOptions, 'payload'> & {
   // A zod schema for the payload: enqueue refuses a payload that fails it (400 naming the field), and the
   // handler gets the parsed value (defaults applied, transforms run).
   payload?: S;
-  handle: (payload: z.output<S>, ctx: JobContext) => Promise<void>;
+  handle: (payload: z.output<S>, ctx: JobContext) => Promise<unknown>;
 };
 
 // Who wants to hear of each definition as it is made: the handlers folder, while it imports a file, to tell a file

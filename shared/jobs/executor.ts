@@ -4,6 +4,17 @@
 // job afterwards is the processor's (shared/jobs/processor.ts) and the completer's (completer.ts).
 import type { ClaimedJob, JobId } from './contract.js';
 import { FatalError, type JobContext, type JobLogger, type RegisteredHandler } from './registry.js';
+import { resultJson, type ProgressInput } from './progress.js';
+
+// A handler's return value as the JSON to store; a value that cannot be stored fails the attempt as fatal (running
+// it again would return the same). Shared with the handler test kit (test/kit.ts).
+export function resultOf(value: unknown, maxBytes: number): string | undefined {
+  try {
+    return resultJson(value, maxBytes);
+  } catch (err) {
+    throw new FatalError(`the handler's ${(err as Error).message}`);
+  }
+}
 
 export type AbortReason = 'cancelled' | 'timeout' | 'lease_lost' | 'shutdown';
 
@@ -125,7 +136,8 @@ function parsePayload(registered: RegisteredHandler, payload: unknown): unknown 
 
 // How an attempt's handler ended: it returned (and was not aborted meanwhile), or `error` (thrown, or the
 // JobAbortedError of the abort's reason).
-export type AttemptResult = { ok: true } | { ok: false; error: unknown };
+// resultJson: what it returned, as stored JSON (absent for nothing).
+export type AttemptResult = { ok: true; resultJson?: string } | { ok: false; error: unknown };
 
 // Runs the handler once under `abort`: parse the payload, wait for a slot of the type's limit (the job heartbeats
 // meanwhile; a cancel, lost lease or shutdown ends the wait), then the handler, raced against the abort and the
@@ -136,7 +148,9 @@ export async function runAttempt(a: {
   attempt: number;
   abort: AttemptAbort;
   heartbeat: () => Promise<void>;
-  log: JobLogger;
+  log: () => JobLogger; // ctx.log, asked for on first use (the processor's job log is made then)
+  progress: (input: ProgressInput) => void; // ctx.progress
+  maxResultBytes: number;
   typeLimit: TypeConcurrencyLimit | undefined;
 }): Promise<AttemptResult> {
   const { registered, job, abort: attemptAbort } = a;
@@ -149,8 +163,11 @@ export async function runAttempt(a: {
     get signal() {
       return attemptAbort.signal; // made on first use
     },
-    log: a.log,
+    get log() {
+      return a.log();
+    },
     heartbeat: a.heartbeat,
+    progress: a.progress,
   };
   let timeout: ReturnType<typeof setTimeout> | undefined;
   let releaseSlot: (() => void) | undefined;
@@ -167,9 +184,11 @@ export async function runAttempt(a: {
     }
     timeout = setTimeout(() => attemptAbort.abort('timeout'), registered.options.timeoutMs);
     // A handler that throws at once lands in the catch below, as a rejection does.
-    if (!attemptAbort.reason) await attemptAbort.race(Promise.resolve(registered.handler(payload, ctx)));
+    let returned: unknown;
+    if (!attemptAbort.reason) returned = await attemptAbort.race(Promise.resolve(registered.handler(payload, ctx)));
     if (attemptAbort.reason) return { ok: false, error: new JobAbortedError(attemptAbort.reason) };
-    return { ok: true };
+    const text = resultOf(returned, a.maxResultBytes); // a FatalError when it cannot be stored: caught below
+    return text === undefined ? { ok: true } : { ok: true, resultJson: text };
   } catch (err) {
     return { ok: false, error: err };
   } finally {

@@ -9,6 +9,7 @@ export interface MaintenanceOptions {
   now?: Date;
   maxAttemptsByType?: Readonly<Record<string, number>>; // the handlers' own limits (HandlerRegistry.maxAttemptsByType())
   auditRetentionDays?: number; // ops audit rows older than this are deleted (default 365, KEEL_OPS_AUDIT_RETENTION_DAYS)
+  purge?: boolean; // run the retention purges (default true); false: zombie rescue only
 }
 
 export const DEFAULT_AUDIT_RETENTION_DAYS = 365;
@@ -20,6 +21,7 @@ export interface MaintenanceReport {
   batches: number;
   durationMs: number;
   complete: boolean; // false when a step hit maxBatches: more work is left for the next pass
+  purgeRan: boolean; // false: the purges were not due this pass (MaintenanceOptions.purge)
 }
 
 export interface PurgeRun {
@@ -76,7 +78,8 @@ export async function runMaintenance(store: JobStore, opts: MaintenanceOptions =
     if (moved < rescueBatch) break;
   }
 
-  for (const queue of await store.listQueues()) {
+  const purgeRan = opts.purge ?? true;
+  for (const queue of purgeRan ? await store.listQueues() : []) {
     const cutoffs: [PurgeTarget, number][] = [
       ['archive', queue.archiveRetentionSeconds],
       ['dlq', queue.dlqRetentionSeconds],
@@ -91,10 +94,10 @@ export async function runMaintenance(store: JobStore, opts: MaintenanceOptions =
     }
   }
 
-  // The ops audit trail: one retention for the whole table (the audit is not per queue).
+  // The ops audit trail: one retention for the whole table (the audit is not per queue); with the other purges.
   const auditCutoff = new Date(now.getTime() - (opts.auditRetentionDays ?? DEFAULT_AUDIT_RETENTION_DAYS) * 86_400_000);
   let auditPurged = 0;
-  for (let i = 0; ; i++) {
+  for (let i = 0; purgeRan; i++) {
     if (i >= maxBatches) {
       complete = false;
       break;
@@ -104,5 +107,5 @@ export async function runMaintenance(store: JobStore, opts: MaintenanceOptions =
     auditPurged += n;
     if (n < purgeBatch) break;
   }
-  return { rescued, purged, auditPurged, batches, durationMs: Date.now() - started, complete };
+  return { rescued, purged, auditPurged, batches, durationMs: Date.now() - started, complete, purgeRan };
 }

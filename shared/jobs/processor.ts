@@ -11,11 +11,14 @@ import {
   type JobId,
   type JobOutcome,
   type JobStore,
+  type LeaseRef,
   type StartResult,
   type StartedJob,
   type WakeupSource,
 } from './contract.js';
 import { Completer, MicroBatcher, type Finalization } from './completer.js';
+import { AttemptLog, DEFAULT_JOB_LOG_LINES } from './jobLog.js';
+import { DEFAULT_MAX_RESULT_BYTES, normalizeProgress, type JobProgress, type ProgressInput } from './progress.js';
 import { AttemptAbort, RunningJobs, TypeConcurrencyLimit, runAttempt, type AbortReason } from './executor.js';
 import { decideAfterFailure, effectiveMaxAttempts } from './failure.js';
 import { runClaimLoop, type ClaimLoopOptions } from './producer.js';
@@ -23,7 +26,7 @@ import { silentLogger, type HandlerRegistry, type JobLogger, type RegisteredHand
 
 // The processor's public surface, whatever part of it declares a name (importers use this module).
 export { JOB_OUTCOMES, type JobOutcome, type WakeupSource };
-export { AttemptAbort, JobAbortedError, type AbortReason } from './executor.js';
+export { AttemptAbort, JobAbortedError, resultOf, type AbortReason } from './executor.js';
 export { decideAfterFailure, effectiveMaxAttempts, type FailureDecision } from './failure.js';
 export { Worker } from './producer.js';
 
@@ -48,6 +51,9 @@ export interface ProcessorOptions {
   log?: JobLogger;
   events?: ProcessorEvents;
   completionBatchMax?: number; // successes finalised together through completeMany (default 200)
+  progressIntervalMs?: number; // ctx.progress() and ctx.log's job log write at most this often per job (default 1 s)
+  maxResultBytes?: number; // a handler's result over this is refused (default DEFAULT_MAX_RESULT_BYTES, 64 KiB)
+  jobLogLines?: number; // ctx.log lines kept with each job (default 100; 0: the process log only)
 }
 
 export function defaultWorkerId(): string {
@@ -68,6 +74,9 @@ export class JobProcessor {
   private readonly starts: MicroBatcher<StartResult & { jobId: JobId }>;
   private readonly running: RunningJobs;
   private readonly typeLimits = new Map<string, TypeConcurrencyLimit>();
+  private readonly progressIntervalMs: number;
+  private readonly maxResultBytes: number;
+  private readonly jobLogLines: number;
   private stopping = false;
 
   constructor(opts: ProcessorOptions) {
@@ -78,6 +87,9 @@ export class JobProcessor {
     this.heartbeatIntervalMs = opts.heartbeatIntervalMs ?? 10_000;
     this.log = opts.log ?? silentLogger;
     this.events = opts.events ?? {};
+    this.progressIntervalMs = opts.progressIntervalMs ?? 1_000;
+    this.maxResultBytes = opts.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES;
+    this.jobLogLines = opts.jobLogLines ?? DEFAULT_JOB_LOG_LINES;
     this.running = new RunningJobs(this.heartbeatIntervalMs, this.log);
     const batchMax = opts.completionBatchMax ?? 200;
     this.completer = new Completer(opts.store, batchMax, (job, op) => this.leaseLost(job, op));
@@ -159,13 +171,13 @@ export class JobProcessor {
   // flight when shutdown began are handed back as interrupted (execute), handler not run, their attempt given back.
   async runStarted(
     jobs: StartedJob[],
-    onJobDone?: (outcome: JobOutcome) => void,
+    onJobDone?: (outcome: JobOutcome, jobId: JobId) => void,
     onHandlerDone?: () => void,
   ): Promise<JobOutcome[]> {
     return Promise.all(
       jobs.map((job) =>
         this.execute(job, job.attempt, onHandlerDone).then((o) => {
-          if (onJobDone) this.safe(() => onJobDone(o));
+          if (onJobDone) this.safe(() => onJobDone(o, job.id));
           return o;
         }),
       ),
@@ -182,9 +194,11 @@ export class JobProcessor {
   async drain(opts: { queues: string[]; budgetMs: number; concurrency: number; claimBatch?: number }): Promise<{
     processed: number;
     outcomes: Record<JobOutcome, number>;
+    rescheduled: JobId[];
   }> {
     const deadline = Date.now() + opts.budgetMs;
     const outcomes = Object.fromEntries(JOB_OUTCOMES.map((o) => [o, 0])) as Record<JobOutcome, number>;
+    const rescheduled: JobId[] = [];
     let processed = 0;
     await this.runSlots({
       queues: opts.queues,
@@ -192,9 +206,10 @@ export class JobProcessor {
       claimBatch: opts.claimBatch,
       shouldStop: () => this.stopping || Date.now() >= deadline,
       stopWhenIdle: true,
-      onOutcome: (o) => {
+      onOutcome: (o, jobId) => {
         outcomes[o]++;
         processed++;
+        if (o === 'retried' || o === 'released') rescheduled.push(jobId);
       },
       idleWait: async (mode, jobFinished, allFinalized) => {
         // Slots taken: wake when a job finishes. Nothing due while jobs run: poll again within 50 ms, or as soon as
@@ -208,7 +223,7 @@ export class JobProcessor {
         return 'continue';
       },
     });
-    return { processed, outcomes };
+    return { processed, outcomes, rescheduled };
   }
 
   // Stop taking work: wait up to graceMs for running handlers, then abort the rest with reason 'shutdown'.
@@ -287,6 +302,10 @@ export class JobProcessor {
       beat: heartbeat,
       nextBeatAt: startedAt + this.heartbeatIntervalMs,
     });
+    // ctx.progress and ctx.log's job log, made on first use: a job that uses neither costs nothing more.
+    const ref: LeaseRef = { jobId: job.id, leaseId: job.leaseId };
+    let progress: ReturnType<JobProcessor['progressReporter']> | undefined;
+    let jobLog: ReturnType<JobProcessor['jobLog']> | undefined;
     let handlerRunning = true;
     try {
       // Started by a claim that was in flight when shutdown began: hand it back (interrupt) instead of running it.
@@ -297,13 +316,18 @@ export class JobProcessor {
         attempt,
         abort: attemptAbort,
         heartbeat,
-        log: this.log,
+        log: () => (jobLog ??= this.jobLog(job, ref, attempt, abort)).logger(),
+        progress: (input) => (progress ??= this.progressReporter(job, ref, abort)).report(input),
+        maxResultBytes: this.maxResultBytes,
         typeLimit: this.typeLimit(job.type, registered),
       });
       entry.nextBeatAt = Infinity; // no heartbeats while the job is finalized
+      progress?.stop(); // a progress write still throttled is dropped: the job's outcome says more
       handlerRunning = false;
       if (onHandlerDone) this.safe(onHandlerDone);
-      if (result.ok) return await finalize({ op: 'complete' });
+      // The attempt's last log lines reach the job before its final move carries them to the archive or the DLQ.
+      if (jobLog) await jobLog.flush();
+      if (result.ok) return await finalize({ op: 'complete', resultJson: result.resultJson });
       const next = this.afterFailure(job, attempt, registered, attemptAbort.reason, result.error);
       // A lost lease: someone else owns the job now, touch nothing.
       if (!next) return this.report(job, attempt, startedAt, 'lease_lost');
@@ -312,6 +336,92 @@ export class JobProcessor {
       this.running.delete(job.id); // shutdown waits for this: the job's outcome is written
       if (handlerRunning && onHandlerDone) this.safe(onHandlerDone);
     }
+  }
+
+  // ctx.progress for one attempt: checks the value at once (a ValidationError for the handler), writes it under the
+  // lease at most once per progressIntervalMs, the latest value winning (a trailing write when calls come faster).
+  // A write that finds the lease gone aborts the attempt as a heartbeat would; other write errors are logged.
+  private progressReporter(job: ClaimedJob, ref: LeaseRef, abort: (reason: AbortReason) => void) {
+    let lastWriteAt = -Infinity;
+    let pending: JobProgress | undefined;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let stopped = false;
+    const write = (value: JobProgress) => {
+      lastWriteAt = Date.now();
+      this.store.reportProgress(ref, value).then(
+        (status) => {
+          if (status === 'lease_lost' && !stopped) {
+            this.leaseLost(job, 'progress');
+            abort('lease_lost');
+          }
+        },
+        (e: unknown) => this.log.warn('progress write failed', { jobId: job.id, error: String(e) }),
+      );
+    };
+    const flush = () => {
+      timer = undefined;
+      if (stopped || pending === undefined) return;
+      const value = pending;
+      pending = undefined;
+      write(value);
+    };
+    return {
+      report: (input: ProgressInput): void => {
+        const value = normalizeProgress(input);
+        if (stopped) return;
+        const wait = lastWriteAt + this.progressIntervalMs - Date.now();
+        if (wait <= 0 && timer === undefined) return write(value);
+        pending = value;
+        timer ??= setTimeout(flush, Math.max(0, wait));
+      },
+      stop: () => {
+        stopped = true;
+        clearTimeout(timer);
+      },
+    };
+  }
+
+  // ctx.log for one attempt (AttemptLog, shared/jobs/jobLog.ts) and the writes of its lines to the job: appended
+  // under the lease at most once per progressIntervalMs while the handler runs, and once more, awaited, before the
+  // final move. A write that finds the lease gone aborts the attempt; other write errors are logged (the lines then
+  // stay in the process log only).
+  private jobLog(job: ClaimedJob, ref: LeaseRef, attempt: number, abort: (reason: AbortReason) => void) {
+    let log: AttemptLog | undefined;
+    let writing: Promise<void> = Promise.resolve();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let lastWriteAt = -Infinity;
+    const write = (): Promise<void> => {
+      timer = undefined;
+      const lines = log?.take() ?? [];
+      if (lines.length === 0) return writing;
+      lastWriteAt = Date.now();
+      writing = writing.then(() =>
+        this.store.appendJobLog(ref, lines, this.jobLogLines).then(
+          (status) => {
+            if (status === 'lease_lost') {
+              this.leaseLost(job, 'log');
+              abort('lease_lost');
+            }
+          },
+          (e: unknown) => this.log.warn('job log write failed', { jobId: job.id, error: String(e) }),
+        ),
+      );
+      return writing;
+    };
+    const soon = () => {
+      timer ??= setTimeout(() => void write(), Math.max(0, lastWriteAt + this.progressIntervalMs - Date.now()));
+    };
+    return {
+      logger: (): JobLogger => {
+        if (this.jobLogLines <= 0) return this.log;
+        log ??= new AttemptLog(this.log, job.id, attempt, this.jobLogLines, soon);
+        return log;
+      },
+      flush: (): Promise<void> => {
+        clearTimeout(timer);
+        return write();
+      },
+    };
   }
 
   // Where a failed attempt goes (decideAfterFailure), as a finalization; null when the lease is lost.

@@ -1,7 +1,7 @@
 // The claim loop (River: producer.go): claims due jobs (claim and start in one statement) while slots are free, hands
 // them to the processor to run, and waits (for a slot, a poll or a wake-up) when it may not claim. Worker runs it for
 // as long as it lives; JobProcessor.drain for a time budget (the timer dispatcher).
-import type { JobOutcome, StartedJob, WakeupSource } from './contract.js';
+import type { JobId, JobOutcome, StartedJob, WakeupSource } from './contract.js';
 import type { JobLogger } from './registry.js';
 
 // What the claim loop needs of the processor.
@@ -10,7 +10,7 @@ export interface ClaimLoopRunner {
   // onJobDone once per job as its outcome is written; onHandlerDone once per job as its handler ends (before that).
   runStarted(
     jobs: StartedJob[],
-    onJobDone?: (outcome: JobOutcome) => void,
+    onJobDone?: (outcome: JobOutcome, jobId: JobId) => void,
     onHandlerDone?: () => void,
   ): Promise<JobOutcome[]>;
 }
@@ -27,7 +27,7 @@ export interface ClaimLoopOptions {
     jobFinished: Promise<void>,
     allFinalized: () => Promise<void>,
   ) => Promise<'stop' | 'continue'>;
-  onOutcome?: (o: JobOutcome) => void;
+  onOutcome?: (o: JobOutcome, jobId: JobId) => void;
   stopWhenIdle?: boolean;
 }
 
@@ -123,9 +123,9 @@ export async function runClaimLoop(runner: ClaimLoopRunner, log: JobLogger, opts
         const p: Promise<void> = runner
           .runStarted(
             jobs,
-            (o) => {
+            (o, jobId) => {
               batch.finalized();
-              opts.onOutcome?.(o);
+              opts.onOutcome?.(o, jobId);
             },
             batch.handlerDone,
           )

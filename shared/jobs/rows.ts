@@ -22,6 +22,8 @@ import type {
   WorkerLeases,
 } from './contract.js';
 import { TEXT_SEARCH_SCAN_ROWS } from './contract.js';
+import type { JobProgress } from './progress.js';
+import type { JobLogLine } from './jobLog.js';
 
 export type Row = Record<string, unknown>;
 
@@ -130,6 +132,9 @@ export function toJobRecord(r: Row, codec: RowCodec): JobRecord {
     cancelRequested: Boolean(r.cancelRequested),
     leaseId: leaseOrNull(r.leaseId),
     workerId: textOrNull(r.workerId),
+    progress: r.progress === null || r.progress === undefined ? null : (codec.payload(r.progress) as JobProgress),
+    ...(r.result === null || r.result === undefined ? {} : { result: codec.payload(r.result) }),
+    ...(r.logs === null || r.logs === undefined ? {} : { logs: codec.payload(r.logs) as JobLogLine[] }),
   };
 }
 

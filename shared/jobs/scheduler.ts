@@ -1,7 +1,8 @@
-// Recurring jobs: on every pass (the scheduler timer, on every instance) each schedule declared in handlers/ works
-// out which ticks are due since the last one handled, applies its missed-tick policy, and enqueues them through the
-// store's compare-and-set (fireSchedule): one instance wins each step, so each tick is enqueued exactly once across
-// any number of instances. Each job also carries the idempotency key schedule:<name>:<tick>.
+// Recurring jobs: on every pass (the scheduler timer: a singleton in Azure, yet two passes may still meet during a
+// lock hand-over or a manual run) each schedule declared in handlers/ works out which ticks are due since the last one
+// handled, applies its missed-tick policy, and enqueues them through the store's compare-and-set (fireSchedule): one
+// pass wins each step, so each tick is enqueued exactly once across any number of instances. Each job also carries
+// the idempotency key schedule:<name>:<tick>.
 import { Cron } from 'croner';
 import type { EnqueueRequest, FireStatus, JobId, JobStore, ScheduleState } from './contract.js';
 import type { ScheduleDefinition } from './define.js';
@@ -112,22 +113,44 @@ export interface SchedulePassItem {
   skipped: number;
 }
 
+// What a process last read or wrote of each schedule's state: lets a pass with no tick due skip the database. Safe
+// while stale: another pass only moves lastTick forward, a resume only moves resumedAt forward and a pause only stops
+// ticks, so a tick not due by the remembered state is not due by the stored one either. A remembered pause is asked
+// again every pass (a resume can make ticks due).
+export type ScheduleMemory = Map<string, Pick<ScheduleState, 'paused' | 'lastTick' | 'resumedAt'>>;
+
+// True when, by `memory`, no schedule has a tick due at `now`: the pass needs no database call.
+export function nothingDue(schedules: readonly ScheduleDefinition[], memory: ScheduleMemory, now: Date): boolean {
+  return schedules.every((def) => {
+    const state = memory.get(def.name);
+    return state !== undefined && !state.paused && planTicks(def, state, now).advanceTo === null;
+  });
+}
+
 // One pass over every schedule. `now` is injectable for tests (a fake clock); the store's own clock is not used to
-// decide ticks, only to stamp updates.
+// decide ticks, only to stamp updates. With `memory` (kept by the caller across passes), a pass with nothing due by
+// it makes no database call at all, so a minute timer over hourly schedules costs the database nothing between ticks.
 export async function runSchedules(
   store: JobStore,
   registry: HandlerRegistry,
   schedules: readonly ScheduleDefinition[],
   now: Date = new Date(),
+  memory?: ScheduleMemory,
 ): Promise<SchedulePassItem[]> {
   if (schedules.length === 0) return [];
+  if (memory && nothingDue(schedules, memory, now)) {
+    return schedules.map((def) => ({ name: def.name, status: 'idle', enqueued: [], ticks: [], missed: 0, skipped: 0 }));
+  }
   const states = new Map((await store.listSchedules()).map((s) => [s.name, s]));
+  if (memory) for (const [name, s] of states) memory.set(name, s);
   const out: SchedulePassItem[] = [];
   for (const def of schedules) {
     try {
-      out.push(await runSchedule(store, registry, def, states.get(def.name) ?? null, now));
+      out.push(await runSchedule(store, registry, def, states.get(def.name) ?? null, now, memory));
     } catch (err) {
-      // One schedule's failure (a payload its handler's schema now refuses, a store error) must not stop the others.
+      // One schedule's failure (a payload its handler's schema now refuses, a store error) must not stop the others;
+      // the next pass reads its state again.
+      memory?.delete(def.name);
       const error = err instanceof Error ? err.message : String(err);
       out.push({ name: def.name, status: 'failed', error, enqueued: [], ticks: [], missed: 0, skipped: 0 });
     }
@@ -141,6 +164,7 @@ async function runSchedule(
   def: ScheduleDefinition,
   state: ScheduleState | null,
   now: Date,
+  memory: ScheduleMemory | undefined,
 ): Promise<SchedulePassItem> {
   if (state?.paused) return { name: def.name, status: 'paused', enqueued: [], ticks: [], missed: 0, skipped: 0 };
   const plan = planTicks(def, state, now);
@@ -157,6 +181,10 @@ async function runSchedule(
     })),
   );
   const r = await store.fireSchedule(def.name, state?.lastTick ?? null, plan.advanceTo, jobs);
+  // Fired: this pass moved lastTick. Lost (another pass moved it, maybe less far) or paused: ask again next pass.
+  if (memory && r.status === 'fired')
+    memory.set(def.name, { paused: false, lastTick: plan.advanceTo, resumedAt: state?.resumedAt ?? null });
+  else memory?.delete(def.name);
   return {
     name: def.name,
     status: r.status,

@@ -5,6 +5,7 @@
 // schemas, prepareEnqueue) live in the client package (packages/client/src/rules.ts), which producers in other
 // applications use too; they are re-exported here, so the app has one validation module.
 import { z } from 'zod';
+import { JOB_LOG_LINES_LIMIT } from './jobLog.js';
 import {
   firstIssue,
   int,
@@ -189,8 +190,14 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
   start: null, // startMany per ref: a ref that can hold no lease is lease_lost (isLeaseRef)
   startMany: null,
   heartbeat: (ref) => (isLeaseRef(ref) ? undefined : { answer: { status: 'lease_lost', cancelRequested: false } }),
-  complete: null, // completeMany per ref, as startMany
+  complete: null, // completeMany per ref, as startMany; a resultJson that is not JSON is refused by the database
   completeMany: null,
+  reportProgress: leaseLost, // the progress itself was normalized by normalizeProgress (shared/jobs/progress.ts)
+  appendJobLog: (ref, lines, maxLines) => {
+    if (!Array.isArray(lines)) throw new ValidationError('lines', 'must be an array of job log lines');
+    assertPositiveInt('maxLines', maxLines, JOB_LOG_LINES_LIMIT);
+    return leaseLost(ref);
+  },
   retry: (ref, runAt) => {
     assertTick('runAt', runAt);
     return leaseLost(ref);

@@ -39,6 +39,9 @@ export interface OpsRuntime {
   ): Promise<OpsEnqueued[]>;
   // Post existing jobs' messages; returns how many were posted.
   postJobs(ids: JobId[], log: OpsLogger): Promise<number>;
+  // Post the messages of the jobs due now in these queues (at most KEEL_DISPATCH_POST_LIMIT), for a queue that can run
+  // more than before (resumed, concurrency raised): they start now instead of at the dispatcher's next tick.
+  postDue(queues: string[], log: OpsLogger): Promise<number>;
   // Post a batch to the stage queue; false when posting failed (the transfer timer resumes it).
   postStage(batchId: string, log: OpsLogger): Promise<boolean>;
 }

@@ -240,9 +240,12 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
       output: s.out.queueSettingsChanged,
       // A queue exists from its first use: an enqueue or a settings change. So a queue can be paused (or limited)
       // before its first job arrives, e.g. 'default' on a fresh install.
-      async handle({ rt, params }) {
+      async handle({ rt, params, log }) {
         const created = !(await rt.store.getQueue(params.name));
-        return { body: { ...(await rt.store.updateQueue(params.name, { paused: action === 'pause' })), created } };
+        const settings = await rt.store.updateQueue(params.name, { paused: action === 'pause' });
+        // Its due jobs' messages were acknowledged while it was paused: post them now, not at the dispatcher's tick.
+        if (action === 'resume') await rt.postDue([params.name], log);
+        return { body: { ...settings, created } };
       },
     }),
   ),
@@ -263,7 +266,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
       409: 'a lowered retention would make the next maintenance pass delete rows: the body\'s preview counts them per target; repeat with "confirmPurge": true',
     },
     output: s.out.queueSettingsChanged,
-    async handle({ rt, params, body }) {
+    async handle({ rt, params, body, log }) {
       const { confirmPurge, ...patch } = body as QueueSettingsPatch & { confirmPurge?: boolean };
       const current = await rt.store.getQueue(params.name);
       if (current && !confirmPurge) {
@@ -307,7 +310,11 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
             { preview },
           );
       }
-      return { body: { ...(await rt.store.updateQueue(params.name, patch)), created: !current } };
+      const settings = await rt.store.updateQueue(params.name, patch);
+      // More room than before: jobs held back by the limit may run now; post their messages.
+      const limit = (q: { maxConcurrency: number | null } | null) => q?.maxConcurrency ?? Infinity;
+      if (!settings.paused && limit(settings) > limit(current)) await rt.postDue([params.name], log);
+      return { body: { ...settings, created: !current } };
     },
   }),
   route({

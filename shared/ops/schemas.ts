@@ -207,6 +207,35 @@ export const out = (() => {
     cancelRequested: z.boolean(),
     leaseId: z.string().nullable(),
     workerId: z.string().nullable(),
+    progress: z
+      .object({
+        fraction: z.number().nullable().describe('0..1; derived from done/total when only those were reported'),
+        done: z.number().nullable(),
+        total: z.number().nullable(),
+        note: z.string().nullable(),
+      })
+      .nullable()
+      .describe(
+        'hot jobs: the latest ctx.progress() of the running attempt (kept while a retry waits; null once the next attempt starts)',
+      ),
+    result: z
+      .unknown()
+      .optional()
+      .describe(
+        'archived jobs: the JSON value the handler returned (absent when it returned nothing); GET /jobs/{id} only',
+      ),
+    logs: z
+      .array(
+        z.object({
+          attempt: z.number().int(),
+          at: dateTime,
+          level: z.enum(['info', 'warn', 'error']),
+          message: z.string(),
+          fields: z.record(z.string(), z.unknown()).optional(),
+        }),
+      )
+      .optional()
+      .describe("the job's own ctx.log lines, oldest first (its newest KEEL_JOB_LOG_LINES); GET /jobs/{id} only"),
   });
   const enqueued = z.object({
     id: z.string(),
@@ -283,7 +312,7 @@ export const out = (() => {
     jobPage: z.object({
       location: location,
       items: z.array(
-        job.omit({ payload: true }).extend({
+        job.omit({ payload: true, result: true, logs: true }).extend({
           payloadBytes: z.number().int().describe("size of the payload's JSON text in bytes"),
           payloadPreview: z.string().describe("the payload's JSON text, cut to its first 200 characters"),
           payloadTruncated: z.boolean().describe('the preview is cut: GET /jobs/{id} has the whole payload'),

@@ -466,7 +466,8 @@ begin
         lease_expires_at = now() + make_interval(secs => p_lease_seconds),
         attempts = h.attempts + 1,
         started_at = now(),
-        heartbeat_at = now()
+        heartbeat_at = now(),
+        progress = null -- a new attempt: the last one's progress no longer says how far this one is
     where h.id = any(array(select unnest(v_ids))) -- probed by key, as in _claim_rows
     returning h.*
   )
@@ -550,7 +551,7 @@ begin
   return query
   with upd as (
     update keel.jobs_hot h
-    set state = 'processing', attempts = h.attempts + 1, started_at = now(), heartbeat_at = now()
+    set state = 'processing', attempts = h.attempts + 1, started_at = now(), heartbeat_at = now(), progress = null
     where h.id = any(array(select unnest(keel._lock_owned(p_leases, 'fetched')))) -- probed by key, as in _claim_rows
     returning h.id, h.attempts
   )
@@ -572,6 +573,42 @@ begin
   else
     return query select 'ok'::text, v_cancel;
   end if;
+end
+$$;
+
+-- report_progress: the running attempt's latest progress ({fraction, done, total, note}, checked by the app:
+-- shared/jobs/progress.ts), under its lease. A HOT update like a heartbeat (progress is in no index); the app throttles
+-- it (KEEL_PROGRESS_INTERVAL_MS). 'lease_lost' when the job is no longer this attempt's.
+create or replace function keel.report_progress(p_job_id bigint, p_lease_id text, p_progress jsonb)
+returns text
+language plpgsql as $$
+begin
+  update keel.jobs_hot h set progress = p_progress
+  where h.id = p_job_id and h.lease_id = keel._lease(p_lease_id) and h.state = 'processing';
+  return case when found then 'ok' else 'lease_lost' end;
+end
+$$;
+
+-- append_job_log: a running attempt's ctx.log lines (JSON array of {attempt, at, level, message, fields}, checked
+-- and cut by the app: shared/jobs/jobLog.ts) appended to the job's log under the lease, keeping the newest
+-- p_max_lines. A HOT update (logs is in no index). 'lease_lost' when the job is no longer this attempt's.
+create or replace function keel.append_job_log(p_job_id bigint, p_lease_id text, p_lines jsonb, p_max_lines integer)
+returns text
+language plpgsql as $$
+begin
+  if p_max_lines is null or p_max_lines < 1 then
+    raise exception 'max_lines must be a positive integer' using errcode = '22023';
+  end if;
+  if jsonb_typeof(p_lines) is distinct from 'array' then
+    raise exception 'lines must be a JSON array' using errcode = '22023';
+  end if;
+  update keel.jobs_hot h
+  set logs = (select coalesce(jsonb_agg(l.line order by l.n), '[]'::jsonb)
+              from (select x.line, x.n from jsonb_array_elements(coalesce(h.logs, '[]'::jsonb) || p_lines)
+                                              with ordinality as x(line, n)
+                    order by x.n desc limit p_max_lines) l)
+  where h.id = p_job_id and h.lease_id = keel._lease(p_lease_id) and h.state in ('fetched', 'processing');
+  return case when found then 'ok' else 'lease_lost' end;
 end
 $$;
 
@@ -649,8 +686,10 @@ $$;
 -- the ids dead-lettered as cancelled; a pair in neither was not owned (lease_lost). Arrays, not a row per job: 500
 -- result rows cost more to send and to read than the move's own bookkeeping.
 -- The owned rows are locked first, in id order (keel._lock_owned), then deleted by key, archived, and counted.
+-- p_results: null, or a JSON object of the handlers' results by job id ({"123": <value>}); a job absent from it
+-- archives with result null. Jobs without a result pay nothing for the column.
 drop function if exists keel.complete_many(jsonb);
-create or replace function keel.complete_many(p_leases jsonb)
+create or replace function keel.complete_many(p_leases jsonb, p_results jsonb default null)
 returns table (ok bigint[], cancelled bigint[])
 language plpgsql as $$
 #variable_conflict use_column
@@ -673,9 +712,10 @@ begin
     returning h.*
   ), archived as (
     insert into keel.jobs_archive (id, queue, type, payload, priority, attempts, max_attempts, idempotency_key, tags,
-                                   created_at, started_at, finished_at, duration_ms, worker_id)
+                                   created_at, started_at, finished_at, duration_ms, worker_id, result, logs)
     select m.id, m.queue, m.type, m.payload, m.priority, m.attempts, m.max_attempts, m.idempotency_key, m.tags,
-           m.created_at, m.started_at, now(), keel._ms_between(coalesce(m.started_at, now()), now()), m.worker_id
+           m.created_at, m.started_at, now(), keel._ms_between(coalesce(m.started_at, now()), now()), m.worker_id,
+           case when p_results is not null then p_results -> m.id::text end, m.logs
     from moved m
     where not m.cancel_requested
     returning id, queue, duration_ms
@@ -704,11 +744,11 @@ returns keel.tally
 language sql as $$
   with dead as (
     insert into keel.jobs_dlq (id, queue, type, payload, priority, attempts, max_attempts, idempotency_key, tags,
-                               created_at, started_at, failed_at, duration_ms, reason, error, worker_id)
+                               created_at, started_at, failed_at, duration_ms, reason, error, worker_id, logs)
     select m.id, m.queue, m.type, m.payload, m.priority, m.attempts, m.max_attempts, m.idempotency_key, m.tags,
            m.created_at, m.started_at, now(),
            case when m.started_at is null then null else keel._ms_between(m.started_at, now()) end,
-           p_reason, coalesce(p_error, m.last_error), m.worker_id
+           p_reason, coalesce(p_error, m.last_error), m.worker_id, m.logs
     from unnest(p_rows) m
     returning queue, coalesce(duration_ms, 0) as duration_ms
   )
@@ -988,9 +1028,9 @@ language sql as $$
     returning d.*
   ), revived as (
     insert into keel.jobs_hot (id, queue, type, payload, priority, state, run_at, attempts, max_attempts,
-                               idempotency_key, tags, created_at, last_error)
+                               idempotency_key, tags, created_at, last_error, logs)
     select m.id, m.queue, m.type, m.payload, m.priority, 'pending', now(), 0, m.max_attempts,
-           m.idempotency_key, m.tags, m.created_at, m.error
+           m.idempotency_key, m.tags, m.created_at, m.error, m.logs
     from moved m
     order by m.idempotency_key nulls first, m.queue, m.type, m.id -- key order, as enqueue_many inserts them
     returning id, queue
@@ -1214,35 +1254,43 @@ language sql as $$
   returning *
 $$;
 
-create or replace function keel._hot_record(h keel.jobs_hot)
+-- A job as get_job and search_jobs return it. p_full: get_job's whole record, with the result and the job's log;
+-- searches leave both out (a page of 1,000 would carry up to 1,000 results of KEEL_MAX_RESULT_BYTES and logs of
+-- KEEL_JOB_LOG_LINES lines each).
+drop function if exists keel._hot_record(keel.jobs_hot);
+create or replace function keel._hot_record(h keel.jobs_hot, p_full boolean)
 returns keel.job_record language sql stable as $$
   select row(h.id, 'hot', h.queue, h.type, h.payload, h.priority, h.state, h.attempts, h.idempotency_key, h.tags,
              h.created_at, h.run_at, h.started_at, null::timestamptz, null::bigint, null::text, h.last_error,
-             h.cancel_requested, h.lease_id, h.worker_id)::keel.job_record
+             h.cancel_requested, h.lease_id, h.worker_id, h.progress, null::jsonb,
+             case when p_full then h.logs end)::keel.job_record
 $$;
 
-create or replace function keel._archive_record(a keel.jobs_archive)
+drop function if exists keel._archive_record(keel.jobs_archive);
+create or replace function keel._archive_record(a keel.jobs_archive, p_full boolean)
 returns keel.job_record language sql stable as $$
   select row(a.id, 'archive', a.queue, a.type, a.payload, a.priority, 'succeeded', a.attempts, a.idempotency_key,
              a.tags, a.created_at, null::timestamptz, a.started_at, a.finished_at, a.duration_ms, null::text,
-             null::text, false, null::uuid, a.worker_id)::keel.job_record
+             null::text, false, null::uuid, a.worker_id, null::jsonb,
+             case when p_full then a.result end, case when p_full then a.logs end)::keel.job_record
 $$;
 
-create or replace function keel._dlq_record(d keel.jobs_dlq)
+drop function if exists keel._dlq_record(keel.jobs_dlq);
+create or replace function keel._dlq_record(d keel.jobs_dlq, p_full boolean)
 returns keel.job_record language sql stable as $$
   select row(d.id, 'dlq', d.queue, d.type, d.payload, d.priority, 'dead', d.attempts, d.idempotency_key, d.tags,
              d.created_at, null::timestamptz, d.started_at, d.failed_at, d.duration_ms, d.reason, d.error, false,
-             null::uuid, d.worker_id)::keel.job_record
+             null::uuid, d.worker_id, null::jsonb, null::jsonb, case when p_full then d.logs end)::keel.job_record
 $$;
 
 create or replace function keel.get_job(p_job_id bigint)
 returns setof keel.job_record
 language sql stable as $$
-  select (keel._hot_record(h)).* from keel.jobs_hot h where h.id = p_job_id
+  select (keel._hot_record(h, true)).* from keel.jobs_hot h where h.id = p_job_id
   union all
-  select (keel._archive_record(a)).* from keel.jobs_archive a where a.id = p_job_id
+  select (keel._archive_record(a, true)).* from keel.jobs_archive a where a.id = p_job_id
   union all
-  select (keel._dlq_record(d)).* from keel.jobs_dlq d where d.id = p_job_id
+  select (keel._dlq_record(d, true)).* from keel.jobs_dlq d where d.id = p_job_id
 $$;
 
 -- Newest first with keyset paging on id. text matches a substring of the payload or the last error.
@@ -1288,7 +1336,7 @@ begin
   end if;
   if p_location = 'hot' then
     return query
-    select (keel._hot_record(h)).* from keel.jobs_hot h
+    select (keel._hot_record(h, false)).* from keel.jobs_hot h
     where (p_queue is null or h.queue = p_queue) and (p_type is null or h.type = p_type)
       and (p_tag is null or h.tags @> array[p_tag]) and (p_state is null or h.state = p_state)
       and (p_from is null or h.created_at >= p_from) and (p_to is null or h.created_at < p_to)
@@ -1297,7 +1345,7 @@ begin
     order by h.id desc limit v_limit;
   elsif p_location = 'archive' then
     return query
-    select (keel._archive_record(a)).* from keel.jobs_archive a
+    select (keel._archive_record(a, false)).* from keel.jobs_archive a
     where (p_queue is null or a.queue = p_queue) and (p_type is null or a.type = p_type)
       and (p_tag is null or a.tags @> array[p_tag])
       and (p_from is null or a.finished_at >= p_from) and (p_to is null or a.finished_at < p_to)
@@ -1306,7 +1354,7 @@ begin
     order by a.id desc limit v_limit;
   elsif p_location = 'dlq' then
     return query
-    select (keel._dlq_record(d)).* from keel.jobs_dlq d
+    select (keel._dlq_record(d, false)).* from keel.jobs_dlq d
     where (p_queue is null or d.queue = p_queue) and (p_type is null or d.type = p_type)
       and (p_tag is null or d.tags @> array[p_tag]) and (p_reason is null or d.reason = p_reason)
       and (p_from is null or d.failed_at >= p_from) and (p_to is null or d.failed_at < p_to)

@@ -177,15 +177,17 @@ BEGIN
   SELECT h.Id AS JobId, 'hot' AS Location, h.Queue, h.Type, h.Payload, h.Priority, CONVERT(varchar(10), h.State) AS State,
          h.Attempts, h.IdempotencyKey, h.Tags, h.CreatedAt, h.RunAt, h.StartedAt, CONVERT(datetime2(3), NULL) AS FinishedAt,
          CONVERT(bigint, NULL) AS DurationMs, CONVERT(varchar(16), NULL) AS Reason, h.LastError, h.CancelRequested,
-         h.LeaseId, h.WorkerId
+         h.LeaseId, h.WorkerId, h.Progress, CONVERT(nvarchar(max), NULL) AS Result, h.Logs
   FROM keel.JobsHot AS h WHERE h.Id = @JobId
   UNION ALL
   SELECT a.Id, 'archive', a.Queue, a.Type, a.Payload, a.Priority, 'succeeded', a.Attempts, a.IdempotencyKey, a.Tags,
-         a.CreatedAt, NULL, a.StartedAt, a.FinishedAt, a.DurationMs, NULL, NULL, CONVERT(bit, 0), NULL, a.WorkerId
+         a.CreatedAt, NULL, a.StartedAt, a.FinishedAt, a.DurationMs, NULL, NULL, CONVERT(bit, 0), NULL, a.WorkerId,
+         NULL, a.Result, a.Logs
   FROM keel.JobsArchive AS a WHERE a.Id = @JobId
   UNION ALL
   SELECT d.Id, 'dlq', d.Queue, d.Type, d.Payload, d.Priority, 'dead', d.Attempts, d.IdempotencyKey, d.Tags,
-         d.CreatedAt, NULL, d.StartedAt, d.FailedAt, d.DurationMs, d.Reason, d.Error, CONVERT(bit, 0), NULL, d.WorkerId
+         d.CreatedAt, NULL, d.StartedAt, d.FailedAt, d.DurationMs, d.Reason, d.Error, CONVERT(bit, 0), NULL, d.WorkerId,
+         NULL, NULL, d.Logs
   FROM keel.JobsDLQ AS d WHERE d.Id = @JobId;
 END;
 GO
@@ -241,7 +243,8 @@ BEGIN
     SELECT u.* FROM (SELECT * FROM (SELECT TOP (@Top) h.Id AS JobId, 'hot' AS Location, h.Queue, h.Type, h.Payload, h.Priority,
            CONVERT(varchar(10), h.State) AS State, h.Attempts, h.IdempotencyKey, h.Tags, h.CreatedAt, h.RunAt, h.StartedAt,
            CONVERT(datetime2(3), NULL) AS FinishedAt, CONVERT(bigint, NULL) AS DurationMs,
-           CONVERT(varchar(16), NULL) AS Reason, h.LastError, h.CancelRequested, h.LeaseId, h.WorkerId
+           CONVERT(varchar(16), NULL) AS Reason, h.LastError, h.CancelRequested, h.LeaseId, h.WorkerId, h.Progress,
+           CONVERT(nvarchar(max), NULL) AS Result, CONVERT(nvarchar(max), NULL) AS Logs
     FROM keel.JobsHot AS h
     WHERE (@Queue IS NULL OR h.Queue = @Queue) AND (@Type IS NULL OR h.Type = @Type)
       AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(h.Tags) AS t
@@ -254,7 +257,7 @@ BEGIN
     ORDER BY h.Id DESC) AS found
     UNION ALL
     SELECT @Floor, 'scan_bound', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-           NULL, NULL, NULL, NULL
+           NULL, NULL, NULL, NULL, NULL, NULL, NULL
     WHERE @Floor IS NOT NULL) AS u
     ORDER BY u.JobId DESC, IIF(u.Location = 'scan_bound', 1, 0)
     OPTION (RECOMPILE);
@@ -263,7 +266,9 @@ BEGIN
            CONVERT(varchar(10), 'succeeded') AS State, a.Attempts, a.IdempotencyKey, a.Tags, a.CreatedAt,
            CONVERT(datetime2(3), NULL) AS RunAt, a.StartedAt, a.FinishedAt, a.DurationMs,
            CONVERT(varchar(16), NULL) AS Reason, CONVERT(nvarchar(max), NULL) AS LastError,
-           CONVERT(bit, 0) AS CancelRequested, CONVERT(uniqueidentifier, NULL) AS LeaseId, a.WorkerId
+           CONVERT(bit, 0) AS CancelRequested, CONVERT(uniqueidentifier, NULL) AS LeaseId, a.WorkerId,
+           CONVERT(nvarchar(max), NULL) AS Progress, CONVERT(nvarchar(max), NULL) AS Result, -- lists: no results
+           CONVERT(nvarchar(max), NULL) AS Logs -- nor logs (GetJob has both)
     FROM keel.JobsArchive AS a
     WHERE (@Queue IS NULL OR a.Queue = @Queue) AND (@Type IS NULL OR a.Type = @Type)
       AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(a.Tags) AS t
@@ -274,7 +279,7 @@ BEGIN
     ORDER BY a.Id DESC) AS found
     UNION ALL
     SELECT @Floor, 'scan_bound', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-           NULL, NULL, NULL, NULL
+           NULL, NULL, NULL, NULL, NULL, NULL, NULL
     WHERE @Floor IS NOT NULL) AS u
     ORDER BY u.JobId DESC, IIF(u.Location = 'scan_bound', 1, 0)
     OPTION (RECOMPILE);
@@ -283,7 +288,8 @@ BEGIN
            CONVERT(varchar(10), 'dead') AS State, d.Attempts, d.IdempotencyKey, d.Tags, d.CreatedAt,
            CONVERT(datetime2(3), NULL) AS RunAt, d.StartedAt, d.FailedAt AS FinishedAt, d.DurationMs, d.Reason,
            d.Error AS LastError, CONVERT(bit, 0) AS CancelRequested, CONVERT(uniqueidentifier, NULL) AS LeaseId,
-           d.WorkerId
+           d.WorkerId, CONVERT(nvarchar(max), NULL) AS Progress, CONVERT(nvarchar(max), NULL) AS Result,
+           CONVERT(nvarchar(max), NULL) AS Logs
     FROM keel.JobsDLQ AS d
     WHERE (@Queue IS NULL OR d.Queue = @Queue) AND (@Type IS NULL OR d.Type = @Type)
       AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(d.Tags) AS t
@@ -296,7 +302,7 @@ BEGIN
     ORDER BY d.Id DESC) AS found
     UNION ALL
     SELECT @Floor, 'scan_bound', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-           NULL, NULL, NULL, NULL
+           NULL, NULL, NULL, NULL, NULL, NULL, NULL
     WHERE @Floor IS NOT NULL) AS u
     ORDER BY u.JobId DESC, IIF(u.Location = 'scan_bound', 1, 0)
     OPTION (RECOMPILE);

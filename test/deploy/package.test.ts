@@ -214,7 +214,7 @@ describe('deployment package', () => {
       queueName: 'keel-jobs',
       connection: 'AzureWebJobsStorage',
     });
-    expect(byName.dispatcher).toMatchObject({ type: 'timerTrigger', schedule: '*/15 * * * * *' });
+    expect(byName.dispatcher).toMatchObject({ type: 'timerTrigger', schedule: '0 * * * * *' });
     expect(byName.ops).toMatchObject({ type: 'httpTrigger', route: 'ops/{*path}', authLevel: 'function' });
     expect(byName.health).toMatchObject({
       type: 'httpTrigger',

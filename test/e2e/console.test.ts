@@ -630,7 +630,9 @@ if (!haveChromium) {
       }
       const archived = 3;
       const before = (await api('GET', `/queues/${RETAIN}`)).json.archiveRetentionSeconds;
+      // The page is already on #/queues: reload it so it lists the new queue.
       await page.goto(`${base}/api/console/#/queues`);
+      await page.reload();
       await page
         .locator('table.queues-table tbody tr', { hasText: RETAIN })
         .getByRole('button', { name: 'Limits…' })
@@ -858,6 +860,36 @@ if (!haveChromium) {
       const lineHeight = await dateCell.evaluate((td) => parseFloat(getComputedStyle(td).lineHeight) || 20);
       expect((await dateCell.boundingBox())!.height).toBeLessThan(lineHeight * 2 + 14);
       await phone.close();
+    });
+
+    it("a job's page shows what it returned and logged once archived, and its progress while it runs", async () => {
+      const done = (await api('POST', '/jobs', { queue: QUEUE, type: 'demo.echo', payload: { message: 'shown' } }))
+        .json;
+      await until(
+        'the echo job to be archived',
+        async () => (await api('GET', `/jobs/${done.id}`)).json.location === 'archive',
+      );
+      await page.goto(`${base}/api/console/#/jobs/${done.id}`);
+      const result = page.locator('section.card').filter({ has: page.getByRole('heading', { name: 'Result' }) });
+      expect(JSON.parse((await result.locator('pre').textContent())!)).toEqual({ echoed: 'shown' });
+      const log = page.locator('table.job-log');
+      await log.waitFor();
+      expect(await log.locator('tbody tr').count()).toBe(1);
+      expect(await log.locator('tbody tr td').nth(3).textContent()).toBe('echo {"message":"shown"}');
+
+      const slow = (await api('POST', '/jobs', { queue: QUEUE, type: 'demo.slow', payload: { ms: 8000 } })).json;
+      await until(
+        'the slow job to report progress',
+        async () => ((await api('GET', `/jobs/${slow.id}`)).json.progress?.done ?? 0) >= 2,
+        15_000,
+      );
+      await page.goto(`${base}/api/console/#/jobs/${slow.id}`);
+      const bar = page.locator('progress[aria-label=progress]');
+      await bar.waitFor();
+      expect(Number(await bar.getAttribute('value'))).toBeGreaterThanOrEqual(0.2);
+      expect(await page.locator('.progress').textContent()).toMatch(/\d+ of 10 · step \d+ of 10/);
+      await shot(page, 'job-progress');
+      expect((await api('POST', `/jobs/${slow.id}/cancel`, {}, true)).json.result).toBe('cancel_requested');
     });
 
     it('behind App Service authentication: no key, the reader role to read, and the operator role still enforced', async () => {

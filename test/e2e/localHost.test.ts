@@ -154,6 +154,8 @@ beforeAll(async () => {
     KEEL_DEMO_HANDLERS: 'true',
     KEEL_DISPATCH_SCHEDULE: '*/1 * * * * *',
     KEEL_DISPATCH_BUDGET_MS: '800',
+    // The probe schedule ticks every second: the scheduler timer must fire as often (its default is a minute).
+    KEEL_SCHEDULER_SCHEDULE: '* * * * * *',
     // The dispatcher drains only the zombie test's queue: the other queues' jobs must travel by queue message.
     KEEL_DISPATCH_QUEUES: 'e2e-zombie',
     KEEL_MAINTENANCE_SCHEDULE: '*/1 * * * * *',

@@ -525,6 +525,29 @@ describe('ops: jobs', () => {
     );
   });
 
+  it('resuming a queue, or raising its limit, posts the messages of its due jobs (acknowledged while they could not run)', async () => {
+    await call('POST', 'queues/ops-wake/pause', { operator: true });
+    const due = [
+      (await t.rt.store.enqueue({ queue: 'ops-wake', type: 'demo.echo' })).id,
+      (await t.rt.store.enqueue({ queue: 'ops-wake', type: 'demo.echo' })).id,
+    ];
+    const later = (await t.rt.store.enqueue({ queue: 'ops-wake', type: 'demo.echo', delayMs: 600_000 })).id;
+    t.queues.clear();
+    expect((await call('POST', 'queues/ops-wake/resume', { operator: true })).body.paused).toBe(false);
+    const ids = (t.queues.take('keel-jobs') as { jobId: string }[]).map((m) => m.jobId).sort();
+    expect(ids).toEqual([...due].sort()); // not the one due in 10 minutes
+    for (const id of [...due, later]) expect(await t.rt.store.getJob(id)).toMatchObject({ state: 'pending' });
+    // A limit of 1 with one job running: the other waits. Raising the limit posts it; lowering it posts nothing.
+    await call('PATCH', 'queues/ops-wake', { body: { maxConcurrency: 1 }, operator: true });
+    const [running] = await t.rt.store.claimNext({ workerId: 'w', queues: ['ops-wake'], limit: 1 });
+    expect(running).toBeDefined();
+    t.queues.clear();
+    await call('PATCH', 'queues/ops-wake', { body: { maxConcurrency: 1, zombieTimeoutSeconds: 300 }, operator: true });
+    expect(t.queues.take('keel-jobs')).toEqual([]);
+    await call('PATCH', 'queues/ops-wake', { body: { maxConcurrency: 2 }, operator: true });
+    expect(t.queues.take('keel-jobs')).toEqual([{ jobId: due.find((id) => id !== running!.id) }]);
+  });
+
   it('stats and metrics reflect processed jobs', async () => {
     const j = await enqueue({ queue: 'ops-stats', type: 'demo.echo' });
     await t.rt.processor.processById(j.id);

@@ -7,7 +7,7 @@ import { transferTimer } from '../../functions/transferTimer.js';
 import type { Timer } from '@azure/functions';
 import { context, createTestRuntime, snapshot, RecordingQueues, type TestRuntime } from './support.js';
 import { appUrl } from '../support/pg.js';
-import { dispatchDueJobs } from '../../shared/app/dispatch.js';
+import { dispatchDueJobs, maintenanceDidNothing, runMaintenancePass } from '../../shared/app/dispatch.js';
 import { createRuntime, setRuntime } from '../../shared/app/runtime.js';
 import { registerDemoHandlers } from '../../dev/demoHandlers.js';
 import { parseSettings } from '../../shared/config/settings.js';
@@ -22,7 +22,8 @@ const timer: Timer = {
 
 beforeAll(async () => {
   t = await createTestRuntime('fn_queue', {
-    env: { KEEL_DISPATCH_QUEUES: '' },
+    // Purges every pass here (the default is at most hourly: tested below with a runtime of its own).
+    env: { KEEL_DISPATCH_QUEUES: '', KEEL_MAINT_PURGE_INTERVAL_MS: '0' },
     register: (r) => r.register('test.once', async () => undefined, { maxAttempts: 1 }),
   });
 });
@@ -161,6 +162,41 @@ describe('dispatcher (timer)', () => {
     expect(ctx.logs.some((l) => l.text.includes('"processed"'))).toBe(true);
   });
 
+  it('posts the message of a job it retried, delayed to its next attempt, so the queue runner starts it on time', async () => {
+    const id = await enqueue('disp-r', 'demo.flaky', { payload: { failTimes: 1 } });
+    t.queues.clear();
+    await dispatcher(timer, context('dispatcher'));
+    const job = await t.rt.store.getJob(id);
+    expect(job).toMatchObject({ location: 'hot', state: 'pending', attempts: 1 });
+    const posted = t.queues.sent.filter((m) => m.queue === 'keel-jobs');
+    expect(posted.map((m) => m.message)).toEqual([{ jobId: id }]);
+    const dueIn = (job!.runAt!.getTime() - Date.now()) / 1000;
+    expect(posted[0]!.delaySeconds).toBeGreaterThan(0);
+    expect(Math.abs(posted[0]!.delaySeconds - dueIn)).toBeLessThan(2);
+    t.queues.clear();
+  });
+
+  it('an idle tick makes one database call: the due-work probe, no claim', async () => {
+    await dispatcher(timer, context('dispatcher')); // whatever earlier tests left due is run first
+    const calls: string[] = [];
+    const store = t.rt.store;
+    const counting = new Proxy(store, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        if (typeof v !== 'function') return v;
+        return (...args: unknown[]) => {
+          calls.push(String(prop));
+          return (v as (...a: unknown[]) => unknown).apply(target, args);
+        };
+      },
+    });
+    const later = await enqueue('disp-idle', 'demo.echo', { delayMs: 60_000 });
+    const r = await dispatchDueJobs({ ...t.rt, store: counting }, context('dispatcher'));
+    expect(r).toMatchObject({ queues: 0, processed: 0, posted: 0 });
+    expect(calls).toEqual(['stats']);
+    expect((await store.getJob(later))?.state).toBe('pending');
+  });
+
   it('leaves jobs that are not due yet, and a second firing finds nothing to do', async () => {
     const later = await enqueue('disp-c', 'demo.echo', { delayMs: 60_000 });
     await dispatcher(timer, context('dispatcher'));
@@ -218,15 +254,16 @@ describe('maintenance (timer)', () => {
     expect(claimed?.id).toBe(id);
     expect((await t.rt.store.start({ jobId: id, leaseId: claimed!.leaseId })).status).toBe('ok');
     await t.pool.query(`update keel.jobs_hot set heartbeat_at = now() - interval '1 hour' where id = $1`, [id]);
-    await Promise.all([maintenance(timer, context('maintenance')), maintenance(timer, context('maintenance'))]);
-    const job = await t.rt.store.getJob(id);
-    expect(job).toMatchObject({ location: 'hot', state: 'pending' });
+    const ctxs = [context('maintenance'), context('maintenance')];
+    await Promise.all(ctxs.map((c) => maintenance(timer, c)));
     const stats = (await t.rt.store.stats()).find((q) => q.queue === 'maint-a');
     expect(stats?.zombie).toBe(1);
+    // The rescued job had no queue message: the pass that rescued it dispatched it at once, not the next dispatcher
+    // tick (a minute away by default).
+    expect((await t.rt.store.getJob(id))?.location).toBe('archive');
+    expect(ctxs.flatMap((c) => c.logs).some((l) => l.text.includes('dispatched rescued jobs'))).toBe(true);
     // The dead worker's lease is fenced off: its late completion is refused.
     expect(await t.rt.store.complete({ jobId: id, leaseId: claimed!.leaseId })).toBe('lease_lost');
-    await dispatcher(timer, context('dispatcher'));
-    expect((await t.rt.store.getJob(id))?.location).toBe('archive');
   });
 
   it("rescues a zombie under its handler's maxAttempts, not the queue's", async () => {
@@ -257,6 +294,43 @@ describe('maintenance (timer)', () => {
     await maintenance(timer, idle);
     expect(idle.logs.filter((l) => l.text.startsWith('maintenance:')).map((l) => l.level)).toEqual(['debug']);
     expect(idle.logs.filter((l) => l.level !== 'debug' && l.level !== 'trace')).toEqual([]);
+  });
+});
+
+describe('maintenance at its default purge interval', () => {
+  it('purges at its first pass, then only rescues (and reads stats) until the interval has passed', async () => {
+    const calls: string[] = [];
+    const store = new Proxy(t.rt.store, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        if (typeof v !== 'function') return v;
+        return (...args: unknown[]) => {
+          calls.push(String(prop));
+          return (v as (...a: unknown[]) => unknown).apply(target, args);
+        };
+      },
+    });
+    const settings = parseSettings({ KEEL_PG_URL: appUrl(t.url), KEEL_DEMO_HANDLERS: 'true' });
+    expect(settings.KEEL_MAINT_PURGE_INTERVAL_MS).toBe(3_600_000);
+    const rt = await createRuntime(settings, {
+      queues: new RecordingQueues(),
+      store,
+      transfers: null,
+      register: registerDemoHandlers,
+    });
+    try {
+      const queues = (await t.rt.store.listQueues()).length;
+      const first = await runMaintenancePass(rt, context('maintenance'));
+      expect(first.jobs.purgeRan).toBe(true);
+      expect(calls.filter((c) => c === 'purge')).toHaveLength(3 * queues);
+      calls.length = 0;
+      const second = await runMaintenancePass(rt, context('maintenance'));
+      expect(second.jobs.purgeRan).toBe(false);
+      expect(maintenanceDidNothing(second)).toBe(true);
+      expect(calls).toEqual(['rescueZombies', 'stats']);
+    } finally {
+      await rt.close();
+    }
   });
 });
 

@@ -44,6 +44,7 @@ describe('test isolation from handlers/', () => {
       'handlers/invoiceSend.ts',
       'handlers/invoiceSend.test.ts',
       'handlers/invoiceSchedules.ts',
+      'handlers/reportBuild.ts',
     ]);
     for (const m of docs.matchAll(/```ts\n(\/\/ (handlers\/[\w./-]+\.ts)\n[\s\S]*?)```/g))
       writeFileSync(path.join(copy, m[2]!), m[1]!);

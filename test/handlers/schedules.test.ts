@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ops } from '../../functions/ops.js';
 import { parseSettings } from '../../shared/config/settings.js';
 import { createRuntime, type Runtime, type RuntimeOverrides } from '../../shared/app/runtime.js';
-import { runSchedulerPass } from '../../shared/app/dispatch.js';
+import { runSchedulerPass, schedulesFinerThanTimer } from '../../shared/app/dispatch.js';
 import { defineHandler, defineSchedule, z } from '../../shared/jobs/define.js';
 import { registerHandlers } from '../../shared/jobs/handlerFolder.js';
 import { planTicks } from '../../shared/jobs/scheduler.js';
@@ -130,6 +130,78 @@ describe('recurring schedules', () => {
     expect(raced.map((r) => r.status).sort()).toEqual(['fired', 'lost', 'lost']);
     expect((await jobsOf(hosts[0]!, 'every-second')).filter((j) => j.key === key)).toHaveLength(1);
   }, 60_000);
+
+  it('minute timers on three instances over a minute schedule: one job per tick, and no database call between ticks', async () => {
+    const def = defineSchedule('every-minute', { cron: '0 * * * * *', type: 'test.tick', payload: { n: 5 } });
+    const calls: string[][] = [[], [], []];
+    // Each instance's store counts its calls; the wrapped runtime is kept, as the scheduler's memory is per runtime.
+    const hosts = await Promise.all(
+      ['m-1', 'm-2', 'm-3'].map(async (w, i) => {
+        const rt = await instance([def], w);
+        const store = new Proxy(rt.store, {
+          get(target, prop, receiver) {
+            const v = Reflect.get(target, prop, receiver) as unknown;
+            if (typeof v !== 'function') return v;
+            return (...args: unknown[]) => {
+              calls[i]!.push(String(prop));
+              return (v as (...a: unknown[]) => unknown).apply(target, args);
+            };
+          },
+        });
+        return { ...rt, store };
+      }),
+    );
+    const base = Date.parse('2032-05-01T08:00:00Z');
+    let enqueued = 0;
+    // Twelve minutes. At each minute all three timers fire within 300 ms of each other (Azure runs one at a time; they
+    // meet here on purpose, as during a lock hand-over), then each fires again at :30 with nothing due.
+    for (let m = 0; m < 12; m++) {
+      const passes = await Promise.all(
+        hosts.map((rt, i) => runSchedulerPass(rt, quiet, new Date(base + m * 60_000 + 100 * i + 50))),
+      );
+      enqueued += passes.reduce((n, p) => n + p.enqueued, 0);
+      // :30: the pass that fired remembers the tick it wrote and asks nothing; one that lost the race does not know
+      // how far the winner moved, so it reads the state once. :45: nobody asks anything.
+      for (const second of [30, 45]) {
+        const before = calls.map((c) => c.length);
+        for (const [i, rt] of hosts.entries()) {
+          const r = await runSchedulerPass(rt, quiet, new Date(base + m * 60_000 + second * 1000 + i));
+          expect(r.schedules.map((x) => x.status)).toEqual(['idle']);
+        }
+        const made = calls.flatMap((c, i) => c.slice(before[i]));
+        if (second === 30) expect(made.every((c) => c === 'listSchedules')).toBe(true);
+        else expect(made).toEqual([]);
+        if (second === 30) expect(made.length).toBeLessThanOrEqual(2);
+      }
+    }
+    const jobs = await jobsOf(hosts[0]!, 'every-minute');
+    // The first minute is the baseline (a new schedule starts with its next tick): ticks 08:01 .. 08:11, once each.
+    expect(jobs.map((j) => j.tick)).toEqual(
+      Array.from({ length: 11 }, (_, k) => new Date(base + (k + 1) * 60_000).toISOString()),
+    );
+    expect(enqueued).toBe(11);
+    // Passes that meet at a tick read the state (listSchedules) and race the compare-and-set; nothing else is called.
+    expect(new Set(calls.flat())).toEqual(new Set(['listSchedules', 'fireSchedule', 'searchJobs']));
+  }, 60_000);
+
+  it('the scheduler names schedules finer than its timer (KEEL_SCHEDULER_SCHEDULE, a minute by default)', async () => {
+    const hourly = defineSchedule('hourly-fine-check', { cron: '0 0 * * * *', type: 'test.tick', payload: { n: 6 } });
+    const fast = defineSchedule('fast-fine-check', { cron: '*/10 * * * * *', type: 'test.tick', payload: { n: 7 } });
+    const rt = await instance([fast, hourly], 'host-fine');
+    expect(schedulesFinerThanTimer(rt).map((d) => d.name)).toEqual(['fast-fine-check']);
+    const warned: string[] = [];
+    const log = { ...quiet, warn: (m: unknown) => void warned.push(String(m)) };
+    await runSchedulerPass(rt, log, new Date('2033-01-01T00:00:00Z'));
+    await runSchedulerPass(rt, log, new Date('2033-01-01T00:01:00Z'));
+    expect(warned).toHaveLength(1); // once per runtime
+    expect(warned[0]).toMatch(/fast-fine-check .*KEEL_SCHEDULER_SCHEDULE=0 \* \* \* \* \*/);
+    const fine = await createRuntime(
+      parseSettings({ KEEL_PG_URL: t.url, KEEL_PG_POOL_SIZE: '2', KEEL_SCHEDULER_SCHEDULE: '* * * * * *' }),
+      { queues: new RecordingQueues(), transfers: null, register, schedules: [fast, hourly] },
+    );
+    others.push(fine);
+    expect(schedulesFinerThanTimer(fine)).toEqual([]);
+  });
 
   it('missed ticks after an outage: skip runs none, once runs the latest, catchUp runs the latest maxCatchUp', async () => {
     const rt = await instance([skip, once, catchUp], 'host-fake-clock');

@@ -46,11 +46,11 @@ function fakeRunner(due: number) {
       }
       return Promise.all(
         jobs.map(
-          () =>
+          (j) =>
             new Promise<JobOutcome>((resolve) => {
               handlers.push(() => onHandlerDone?.());
               finals.push(() => {
-                onJobDone?.('succeeded');
+                onJobDone?.('succeeded', j.id);
                 resolve('succeeded');
               });
             }),

@@ -1,7 +1,7 @@
 // Jobs: search hot, archive and DLQ (queue, type, tag, state, reason, time range, text) with keyset paging; hot
 // jobs cancelled by selection or by filter (preview, then exactly the previewed ids); a job's detail with cancel
 // (hot) and resurrect (DLQ).
-import { h, replace, fmtNum, fmtTime, isoToLocal, localToIso } from '../dom';
+import { h, replace, fmtNum, fmtTime, isoToLocal, localToIso, type Child } from '../dom';
 import { api, q } from '../api';
 import { arrivedList, countText, idLinks } from '../bulk';
 import {
@@ -361,6 +361,40 @@ export function jobsPage(main: HTMLElement): Cleanup {
   return () => undefined;
 }
 
+// The job's own ctx.log lines, per attempt, oldest first (as stored: its newest KEEL_JOB_LOG_LINES).
+function jobLogView(
+  lines: { attempt: number; at: string; level: string; message: string; fields?: unknown }[] | undefined,
+) {
+  if (!lines?.length) return empty('The handler logged nothing through ctx.log.');
+  return table(
+    ['Attempt', 'Time', 'Level', 'Message'],
+    lines.map((l) => [
+      String(l.attempt),
+      fmtTime(l.at),
+      l.level,
+      l.fields === undefined ? l.message : `${l.message} ${JSON.stringify(l.fields)}`,
+    ]),
+    { caption: 'Job log', className: 'job-log' },
+  );
+}
+
+// A running job's latest ctx.progress(): a bar when a fraction is known, the count and the note beside it.
+function progressView(
+  p: { fraction: number | null; done: number | null; total: number | null; note: string | null } | null,
+) {
+  if (!p) return '—';
+  const parts: string[] = [];
+  if (p.fraction !== null) parts.push(`${Math.round(p.fraction * 1000) / 10}%`);
+  if (p.done !== null) parts.push(p.total !== null ? `${fmtNum(p.done)} of ${fmtNum(p.total)}` : fmtNum(p.done));
+  if (p.note) parts.push(p.note);
+  return h(
+    'span',
+    { class: 'progress' },
+    p.fraction !== null ? h('progress', { max: 1, value: p.fraction, 'aria-label': 'progress' }) : '',
+    ` ${parts.join(' · ')}`,
+  );
+}
+
 export function jobPage(main: HTMLElement, id: string): Cleanup {
   const box = notice();
   const body = h('div', null, h('p', { class: 'loading' }, 'Loading…'));
@@ -478,8 +512,19 @@ export function jobPage(main: HTMLElement, id: string): Cleanup {
             ['Lease', j.leaseId ?? '—'],
             ['Worker', j.workerId ?? '—'],
             ['Cancel requested', j.cancelRequested ? 'yes' : 'no'],
+            ...(j.location === 'hot' ? [['Progress', progressView(j.progress)] as [string, Child]] : []),
           ]),
         ),
+        ...(j.location === 'archive'
+          ? [
+              h(
+                'section',
+                { class: 'card' },
+                h('h2', null, 'Result'),
+                j.result !== undefined ? pre(j.result) : empty('The handler returned nothing.'),
+              ),
+            ]
+          : []),
         h(
           'section',
           { class: 'card' },
@@ -487,6 +532,7 @@ export function jobPage(main: HTMLElement, id: string): Cleanup {
           j.lastError ? pre(j.lastError) : empty('No error recorded.'),
         ),
         h('section', { class: 'card' }, h('h2', null, 'Payload'), copyable(j.payload ?? null, 'payload')),
+        h('section', { class: 'card' }, h('h2', null, 'Job log'), jobLogView(j.logs)),
       );
     } catch (err) {
       replace(body);

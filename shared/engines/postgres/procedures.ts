@@ -25,7 +25,12 @@ export const POSTGRES_FUNCTIONS: { [P in JobProcedure]: PgFunction<P> } = {
   },
   start_many: { params: { leases: 'jsonb' }, returns: 'rows' },
   heartbeat: { params: { job_id: 'bigint', lease_id: 'text' }, returns: 'rows' },
-  complete_many: { params: { leases: 'jsonb' }, returns: 'rows' },
+  complete_many: { params: { leases: 'jsonb', results: 'jsonb' }, returns: 'rows' },
+  report_progress: { params: { job_id: 'bigint', lease_id: 'text', progress: 'jsonb' }, returns: 'text' },
+  append_job_log: {
+    params: { job_id: 'bigint', lease_id: 'text', lines: 'jsonb', max_lines: 'integer' },
+    returns: 'text',
+  },
   retry: { params: { job_id: 'bigint', lease_id: 'text', run_at: 'timestamptz', error: 'text' }, returns: 'text' },
   fail: { params: { job_id: 'bigint', lease_id: 'text', reason: 'text', error: 'text' }, returns: 'text' },
   release: { params: { job_id: 'bigint', lease_id: 'text' }, returns: 'text' },

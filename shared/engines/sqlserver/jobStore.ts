@@ -4,6 +4,7 @@ import sql from 'mssql';
 import path from 'node:path';
 import { sqlDir } from '../../config/sqlDir.js';
 import type {
+  CompleteRef,
   CancelResult,
   ClaimOptions,
   ClaimedJob,
@@ -60,6 +61,8 @@ import {
 } from '../../jobs/rows.js';
 import { JOB_PROCEDURES, pascalCase, type JobProcedure } from '../../jobs/procedures.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, isLeaseRef, prepareEnqueue, typeMaxAttemptsJson } from '../../jobs/validate.js';
+import { resultsByIdJson, type JobProgress } from '../../jobs/progress.js';
+import type { JobLogLine } from '../../jobs/jobLog.js';
 import { SqlServerPool, sharedSqlServerPool, type PoolOptions } from './pool.js';
 import { isOutcomeUnknown, withSqlRetry, type RetryOptions, type RetryPolicy } from './retry.js';
 import { migrateSqlServer } from './migrate.js';
@@ -89,7 +92,9 @@ export const SQLSERVER_PARAMS: ParamTypes = {
   claim_and_start: { WorkerId: sql.NVarChar(200), Queues: sql.NVarChar(MAX), Limit: sql.Int, LeaseSeconds: sql.Int },
   start_many: { Leases: sql.NVarChar(MAX) },
   heartbeat: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier },
-  complete_many: { Leases: sql.NVarChar(MAX) },
+  complete_many: { Leases: sql.NVarChar(MAX), Results: sql.NVarChar(MAX) },
+  report_progress: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier, Progress: sql.NVarChar(MAX) },
+  append_job_log: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier, Lines: sql.NVarChar(MAX), MaxLines: sql.Int },
   retry: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier, RunAt: sql.DateTime2(3), Error: sql.NVarChar(MAX) },
   fail: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier, Reason: sql.VarChar(16), Error: sql.NVarChar(MAX) },
   release: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier },
@@ -405,13 +410,35 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     return { status: r!.Status as OwnerResult, cancelRequested: Boolean(r!.CancelRequested) };
   }
 
-  async completeMany(refs: LeaseRef[]): Promise<OwnerResultById[]> {
+  async reportProgress(ref: LeaseRef, progress: JobProgress): Promise<OwnerResult> {
+    const [r] = await this.call(
+      'report_progress',
+      { JobId: ref.jobId, LeaseId: ref.leaseId, Progress: JSON.stringify(progress) },
+      'safe', // idempotent: writing the same progress twice is the same as once
+    );
+    return r!.Result as OwnerResult;
+  }
+
+  async appendJobLog(ref: LeaseRef, lines: JobLogLine[], maxLines: number): Promise<OwnerResult> {
+    const [r] = await this.call(
+      'append_job_log',
+      { JobId: ref.jobId, LeaseId: ref.leaseId, Lines: JSON.stringify(lines), MaxLines: maxLines },
+      'once', // an append whose reply was lost may have happened: never sent twice
+    );
+    return r!.Result as OwnerResult;
+  }
+
+  async completeMany(refs: CompleteRef[]): Promise<OwnerResultById[]> {
     if (refs.length === 0) return [];
     const valid = refs.filter(isLeaseRef);
     const done = new Map<string, 'ok' | 'cancelled'>();
     if (valid.length) {
       try {
-        const rows = await this.call('complete_many', { Leases: leasesJson(valid) }, 'once');
+        const rows = await this.call(
+          'complete_many',
+          { Leases: leasesJson(valid), Results: resultsByIdJson(valid) },
+          'once',
+        );
         for (const r of rows) if (r.Status === 'ok' || r.Status === 'cancelled') done.set(String(r.JobId), r.Status);
       } catch (err) {
         if (!isOutcomeUnknown(err)) throw err;
