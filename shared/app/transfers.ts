@@ -1,7 +1,7 @@
 // Transfer plumbing for the functions: building the service from settings, and the queue steps
 // (stage queue -> apply queue), each claiming the batch by id through the journal's state machine.
 import type { Settings } from '../config/settings.js';
-import type { TransferService, BatchView } from '../transfer/service.js';
+import { lastProgressAt, type TransferService, type BatchView } from '../transfer/service.js';
 import { isTransferError } from '../transfer/errors.js';
 import { loadTransfers } from '../transfer/config.js';
 import type { TransferJournal } from '../transfer/journal.js';
@@ -14,6 +14,8 @@ export type TransferServiceLike = TransferService;
 
 export interface TransferMessage {
   batchId: string;
+  retry?: number; // the n-th delayed re-post in a row (see scheduleRetry)
+  afterAttempt?: number; // the batch's apply attempts when this was posted: a later attempt makes it moot
 }
 
 // Builds the service when transfers are configured (KEEL_TRANSFERS / KEEL_TRANSFERS_FILE); null otherwise.
@@ -51,6 +53,72 @@ export async function postApply(rt: Runtime, batchId: string): Promise<void> {
   await rt.queues.send(rt.settings.KEEL_TRANSFER_APPLY_QUEUE, { batchId } satisfies TransferMessage);
 }
 
+// The delay before the n-th retry in a row (n >= 1): base * 2^(n-1), capped.
+export function retryDelayMs(settings: Settings, n: number): number {
+  const exp = Math.min(30, Math.max(0, n - 1));
+  return Math.min(settings.KEEL_TRANSFER_RETRY_MAX_MS, settings.KEEL_TRANSFER_RETRY_BASE_MS * 2 ** exp);
+}
+
+export type RetryDecision =
+  { action: 'posted'; retry: number; delayMs: number } | { action: 'limit' | 'not_retryable' };
+
+// A stage or apply step left the batch open and retryable (a failure that is not terminal): the step posts the
+// batch again to the queue its state needs (staged -> apply, extracting -> stage), invisible for the backoff.
+// `retry` counts the re-posts in a row before this one; at KEEL_TRANSFER_RETRY_LIMIT the chain ends and the
+// transfer timer or maintenance restarts it (resumeStalled). A failed post throws: the host then redelivers the
+// message that led here, which is the same retry a little sooner.
+export async function scheduleRetry(rt: Runtime, view: BatchView, retry: number, log: Logger): Promise<RetryDecision> {
+  if (!view.retryable || (view.state !== 'staged' && view.state !== 'extracting')) return { action: 'not_retryable' };
+  const n = retry + 1;
+  if (n > rt.settings.KEEL_TRANSFER_RETRY_LIMIT) {
+    log.warn(
+      `batch ${view.batchId} (${view.transfer}): ${retry} retries in a row failed; the transfer timer or maintenance resumes it after KEEL_TRANSFER_STALE_MS`,
+    );
+    return { action: 'limit' };
+  }
+  const delayMs = retryDelayMs(rt.settings, n);
+  const queue = view.state === 'staged' ? rt.settings.KEEL_TRANSFER_APPLY_QUEUE : rt.settings.KEEL_TRANSFER_STAGE_QUEUE;
+  await rt.queues.send(
+    queue,
+    { batchId: view.batchId, retry: n, afterAttempt: view.attempts } satisfies TransferMessage,
+    {
+      delaySeconds: Math.ceil(delayMs / 1000),
+    },
+  );
+  log.warn(`batch ${view.batchId} (${view.transfer}): retry ${n} posted to ${queue} in ${Math.ceil(delayMs / 1000)} s`);
+  return { action: 'posted', retry: n, delayMs };
+}
+
+// True when an open, retryable batch has made no progress (lastProgressAt: never moved by reconcile) for
+// KEEL_TRANSFER_STALE_MS: its retry chain ended or its message was lost.
+export function isStalled(rt: Runtime, view: BatchView, now = Date.now()): boolean {
+  return (
+    view.retryable &&
+    (view.state === 'staged' || view.state === 'extracting') &&
+    now - lastProgressAt(view) > rt.settings.KEEL_TRANSFER_STALE_MS
+  );
+}
+
+// Re-posts a stalled batch: a staged one straight to the apply queue, tagged with its attempts so that a retry
+// message still on its way and this one apply it once between them; an extracting one to the stage queue.
+export async function resumeStalled(rt: Runtime, view: BatchView, log: Logger): Promise<boolean> {
+  if (view.state === 'staged') {
+    try {
+      await rt.queues.send(rt.settings.KEEL_TRANSFER_APPLY_QUEUE, {
+        batchId: view.batchId,
+        afterAttempt: view.attempts,
+      } satisfies TransferMessage);
+      return true;
+    } catch (err) {
+      log.warn(
+        `batch ${view.batchId}: posting to ${rt.settings.KEEL_TRANSFER_APPLY_QUEUE} failed: ${(err as Error).message}`,
+      );
+      return false;
+    }
+  }
+  return postStage(rt, view.batchId, log);
+}
+
 export function describeView(v: BatchView): string {
   return `batch ${v.batchId} (${v.transfer}): ${v.state}/${v.status}${v.lastError ? `, last error: ${v.lastError}` : ''}`;
 }
@@ -71,8 +139,9 @@ export interface TimerStep {
   detail?: string;
 }
 
-// One pass of the transfer timer: a new batch per scheduled transfer, or, when a retryable batch is open and
-// untouched for KEEL_TRANSFER_STALE_MS (its queue message was lost or poisoned), that batch re-posted.
+// One pass of the transfer timer: a new batch per scheduled transfer, or, when a retryable batch is open and has
+// made no progress for KEEL_TRANSFER_STALE_MS (its retry chain ended, its message was lost or poisoned), that batch
+// re-posted. "Progress" is read from the batch's step stamps, which reconcile never moves (updated_at it does).
 export async function runTransferSchedule(rt: Runtime, log: Logger): Promise<TimerStep[]> {
   const service = rt.transfers;
   if (!service) return [];
@@ -87,8 +156,8 @@ export async function runTransferSchedule(rt: Runtime, log: Logger): Promise<Tim
       }
       const recent = await service.listBatches({ transfer: name, limit: 5 });
       const open = recent.find((b) => b.status !== 'committed' && b.state !== 'failed');
-      if (open && open.retryable && Date.now() - Date.parse(open.updatedAt) > rt.settings.KEEL_TRANSFER_STALE_MS) {
-        await postStage(rt, open.batchId, log);
+      if (open && isStalled(rt, open)) {
+        await resumeStalled(rt, open, log);
         steps.push({ transfer: name, action: 'resumed', batchId: open.batchId });
       } else {
         steps.push({

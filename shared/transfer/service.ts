@@ -53,6 +53,7 @@ export interface BatchView extends Pick<
   boundary: { kind: string; low: string | null; high: string };
   createdAt: string;
   updatedAt: string;
+  extractedAt: string | null;
   stagedAt: string | null;
   applyStartedAt: string | null;
   committedAt: string | null;
@@ -159,11 +160,21 @@ export function toView(b: BatchRecord): BatchView {
     lastErrorCode: b.lastErrorCode,
     createdAt: b.createdAt.toISOString(),
     updatedAt: b.updatedAt.toISOString(),
+    extractedAt: iso(b.extractedAt),
     stagedAt: iso(b.stagedAt),
     applyStartedAt: iso(b.applyStartedAt),
     committedAt: iso(b.committedAt),
     failedAt: iso(b.failedAt),
   };
+}
+
+// When an open batch last made progress: the stamps only its own steps set (created, manifest recorded, staged,
+// apply started). Reconcile and notes refresh updated_at but never these, so a batch that maintenance keeps
+// reconciling still shows how long it has been stuck.
+export function lastProgressAt(v: BatchView): number {
+  return Math.max(
+    ...[v.createdAt, v.extractedAt, v.stagedAt, v.applyStartedAt].filter((x): x is string => !!x).map(Date.parse),
+  );
 }
 
 // The source's most preferred checksum that the target can verify too (every engine computes keel-v1).
