@@ -1,11 +1,12 @@
 // Queue trigger: {"batchId"} -> apply that staged batch in one target transaction, reconciling after any error.
 // The journal's compare-and-set claims the batch: a rival apply of the same id learns it lost, and re-applying a
 // committed batch is a no-op that says so. A failure that is not terminal leaves the batch staged: the step posts
-// it again with backoff (scheduleRetry); a retry message whose batch was applied again since is dropped.
+// it again with backoff (scheduleRetry); a retry message whose batch was applied again since is dropped. A commit
+// of a full window creates and posts the next batch at once (continueCatchUp).
 import type { InvocationContext } from '@azure/functions';
 import { getRuntime } from '../shared/app/runtime.js';
 import { parseMessage, poison, transferMessageSchema } from '../shared/app/messages.js';
-import { describeView, isTransferError, postStage, scheduleRetry } from '../shared/app/transfers.js';
+import { continueCatchUp, describeView, isTransferError, postStage, scheduleRetry } from '../shared/app/transfers.js';
 import { batchTelemetry } from '../shared/app/telemetryHooks.js';
 
 export async function transferApply(message: unknown, context: InvocationContext): Promise<void> {
@@ -22,7 +23,7 @@ export async function transferApply(message: unknown, context: InvocationContext
       'transfers_not_configured',
       'no transfers are configured (KEEL_TRANSFERS)',
     );
-  const { batchId, retry = 0, afterAttempt } = parsed.value;
+  const { batchId, retry = 0, afterAttempt, chainRows } = parsed.value;
   try {
     const before = await rt.transfers.getBatch(batchId);
     if (before && afterAttempt !== undefined && before.attempts > afterAttempt) {
@@ -34,10 +35,12 @@ export async function transferApply(message: unknown, context: InvocationContext
     const view = await rt.transfers.apply(batchId);
     batchTelemetry(view, before?.state);
     const line = `apply: ${describeView(view)}`;
-    if (view.status === 'committed') context.info(line);
-    else {
+    if (view.status === 'committed') {
+      context.info(line);
+      if (before?.state !== 'committed') await continueCatchUp(rt, view, chainRows ?? 0, context);
+    } else {
       context.warn(`${line}; next: ${view.nextAction}`);
-      await scheduleRetry(rt, view, retry, context);
+      await scheduleRetry(rt, view, retry, context, chainRows);
     }
   } catch (err) {
     if (isTransferError(err, 'unknown_batch') || isTransferError(err, 'unknown_transfer')) {
@@ -46,7 +49,7 @@ export async function transferApply(message: unknown, context: InvocationContext
     if (isTransferError(err, 'invalid_state')) {
       // Not staged yet (e.g. reconcile found nothing applied and nothing staged): back to the stage step.
       context.warn(`apply: batch ${batchId}: ${err.message}; re-posting to the stage queue`);
-      await postStage(rt, batchId, context);
+      await postStage(rt, batchId, context, chainRows === undefined ? {} : { chainRows });
       return;
     }
     throw err;

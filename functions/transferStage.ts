@@ -24,13 +24,14 @@ export async function transferStage(message: unknown, context: InvocationContext
       'transfers_not_configured',
       'no transfers are configured (KEEL_TRANSFERS)',
     );
-  const { batchId, retry = 0 } = parsed.value;
+  const { batchId, retry = 0, chainRows } = parsed.value;
+  const chain = chainRows === undefined ? {} : { chainRows };
   try {
     const view = await rt.transfers.stage(batchId);
     batchTelemetry(view);
     context.info(`stage: ${describeView(view)}`);
-    if (view.state === 'staged') await postApply(rt, batchId);
-    else if (view.status !== 'committed') await scheduleRetry(rt, view, retry, context);
+    if (view.state === 'staged') await postApply(rt, batchId, chain);
+    else if (view.status !== 'committed') await scheduleRetry(rt, view, retry, context, chainRows);
   } catch (err) {
     if (isTransferError(err, 'unknown_batch') || isTransferError(err, 'unknown_transfer')) {
       return poison(rt, queue, context, message, err.code, err.message);
@@ -39,7 +40,7 @@ export async function transferStage(message: unknown, context: InvocationContext
     if (!view) throw err;
     batchTelemetry(view);
     context.warn(`stage: ${describeView(view)}: ${(err as Error).message}`);
-    const decision = await scheduleRetry(rt, view, retry, context);
+    const decision = await scheduleRetry(rt, view, retry, context, chainRows);
     if (decision.action === 'not_retryable' && view.status !== 'committed' && view.state !== 'failed') throw err;
   }
 }

@@ -17,6 +17,8 @@ export const transferMessageSchema = z.strictObject({
   batchId,
   retry: z.number().int().min(0).max(1000).optional(),
   afterAttempt: z.number().int().min(0).optional(),
+  // Rows committed so far by the catch-up chain this batch belongs to (KEEL_TRANSFER_CATCHUP_ROWS).
+  chainRows: z.number().int().min(0).optional(),
 });
 
 export type ParsedMessage<T> = { ok: true; value: T } | { ok: false; reason: 'malformed'; detail: string };

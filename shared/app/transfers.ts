@@ -16,6 +16,7 @@ export interface TransferMessage {
   batchId: string;
   retry?: number; // the n-th delayed re-post in a row (see scheduleRetry)
   afterAttempt?: number; // the batch's apply attempts when this was posted: a later attempt makes it moot
+  chainRows?: number; // rows committed by the catch-up chain before this batch
 }
 
 // Builds the service when transfers are configured (KEEL_TRANSFERS / KEEL_TRANSFERS_FILE); null otherwise.
@@ -37,9 +38,14 @@ export async function createTransferService(
   return created.service;
 }
 
-export async function postStage(rt: Runtime, batchId: string, log: Logger): Promise<boolean> {
+export async function postStage(
+  rt: Runtime,
+  batchId: string,
+  log: Logger,
+  extra: Omit<TransferMessage, 'batchId'> = {},
+): Promise<boolean> {
   try {
-    await rt.queues.send(rt.settings.KEEL_TRANSFER_STAGE_QUEUE, { batchId } satisfies TransferMessage);
+    await rt.queues.send(rt.settings.KEEL_TRANSFER_STAGE_QUEUE, { batchId, ...extra } satisfies TransferMessage);
     return true;
   } catch (err) {
     log.warn(
@@ -49,8 +55,53 @@ export async function postStage(rt: Runtime, batchId: string, log: Logger): Prom
   }
 }
 
-export async function postApply(rt: Runtime, batchId: string): Promise<void> {
-  await rt.queues.send(rt.settings.KEEL_TRANSFER_APPLY_QUEUE, { batchId } satisfies TransferMessage);
+export async function postApply(
+  rt: Runtime,
+  batchId: string,
+  extra: Omit<TransferMessage, 'batchId'> = {},
+): Promise<void> {
+  await rt.queues.send(rt.settings.KEEL_TRANSFER_APPLY_QUEUE, { batchId, ...extra } satisfies TransferMessage);
+}
+
+export type CatchUpStep =
+  | { action: 'next'; batchId: string; chainRows: number }
+  | { action: 'window_not_full' | 'budget_spent' | 'off' | 'nothing_new' | 'paused' }
+  | { action: 'error'; detail: string };
+
+// Catch-up: a commit whose window was full (at least batchSize rows) means the source probably has more, so the
+// next batch is created and posted at once instead of at the next timer tick, until the chain has committed
+// KEEL_TRANSFER_CATCHUP_ROWS rows (the timer's next tick starts a new chain). Only the step that moved the batch
+// to committed continues the chain, so a duplicate apply message does not start a second one.
+export async function continueCatchUp(
+  rt: Runtime,
+  view: BatchView,
+  chainRows: number,
+  log: Logger,
+): Promise<CatchUpStep> {
+  const service = rt.transfers;
+  const budget = rt.settings.KEEL_TRANSFER_CATCHUP_ROWS;
+  if (!service || budget === 0) return { action: 'off' };
+  const t = service.listTransfers().find((x) => x.name === view.transfer);
+  const rows = view.rowCount ?? 0;
+  if (!t || rows < t.batchSize) return { action: 'window_not_full' };
+  const total = chainRows + rows;
+  if (total >= budget) {
+    log.info(
+      `transfer ${view.transfer}: catch-up chain committed ${total} rows (KEEL_TRANSFER_CATCHUP_ROWS ${budget}); the next timer tick continues`,
+    );
+    return { action: 'budget_spent' };
+  }
+  try {
+    const next = await service.tryCreateBatch(view.transfer);
+    if (!next) return { action: 'nothing_new' };
+    await postStage(rt, next.batchId, log, { chainRows: total });
+    log.info(`transfer ${view.transfer}: catch-up: batch ${next.batchId} created after ${total} rows in this chain`);
+    return { action: 'next', batchId: next.batchId, chainRows: total };
+  } catch (err) {
+    // The batch that led here is committed; the next timer tick tries again (and reports the cause).
+    log.error(`transfer ${view.transfer}: catch-up could not create the next batch: ${(err as Error).message}`);
+    return { action: 'error', detail: (err as Error).message };
+  }
 }
 
 // The delay before the n-th retry in a row (n >= 1): base * 2^(n-1), capped.
@@ -67,7 +118,13 @@ export type RetryDecision =
 // `retry` counts the re-posts in a row before this one; at KEEL_TRANSFER_RETRY_LIMIT the chain ends and the
 // transfer timer or maintenance restarts it (resumeStalled). A failed post throws: the host then redelivers the
 // message that led here, which is the same retry a little sooner.
-export async function scheduleRetry(rt: Runtime, view: BatchView, retry: number, log: Logger): Promise<RetryDecision> {
+export async function scheduleRetry(
+  rt: Runtime,
+  view: BatchView,
+  retry: number,
+  log: Logger,
+  chainRows?: number,
+): Promise<RetryDecision> {
   if (!view.retryable || (view.state !== 'staged' && view.state !== 'extracting')) return { action: 'not_retryable' };
   const n = retry + 1;
   if (n > rt.settings.KEEL_TRANSFER_RETRY_LIMIT) {
