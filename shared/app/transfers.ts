@@ -135,13 +135,9 @@ export async function scheduleRetry(
   }
   const delayMs = retryDelayMs(rt.settings, n);
   const queue = view.state === 'staged' ? rt.settings.KEEL_TRANSFER_APPLY_QUEUE : rt.settings.KEEL_TRANSFER_STAGE_QUEUE;
-  await rt.queues.send(
-    queue,
-    { batchId: view.batchId, retry: n, afterAttempt: view.attempts } satisfies TransferMessage,
-    {
-      delaySeconds: Math.ceil(delayMs / 1000),
-    },
-  );
+  const message: TransferMessage = { batchId: view.batchId, retry: n, afterAttempt: view.attempts };
+  if (chainRows !== undefined) message.chainRows = chainRows; // a catch-up chain goes on after the retry
+  await rt.queues.send(queue, message, { delaySeconds: Math.ceil(delayMs / 1000) });
   log.warn(`batch ${view.batchId} (${view.transfer}): retry ${n} posted to ${queue} in ${Math.ceil(delayMs / 1000)} s`);
   return { action: 'posted', retry: n, delayMs };
 }
