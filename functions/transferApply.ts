@@ -6,7 +6,14 @@
 import type { InvocationContext } from '@azure/functions';
 import { getRuntime } from '../shared/app/runtime.js';
 import { parseMessage, poison, transferMessageSchema } from '../shared/app/messages.js';
-import { continueCatchUp, describeView, isTransferError, postStage, scheduleRetry } from '../shared/app/transfers.js';
+import {
+  continueCatchUp,
+  describeView,
+  isTransferError,
+  postStage,
+  scheduleRetry,
+  pausedFor,
+} from '../shared/app/transfers.js';
 import { batchTelemetry } from '../shared/app/telemetryHooks.js';
 
 export async function transferApply(message: unknown, context: InvocationContext): Promise<void> {
@@ -25,6 +32,13 @@ export async function transferApply(message: unknown, context: InvocationContext
     );
   const { batchId, retry = 0, afterAttempt, chainRows } = parsed.value;
   try {
+    const paused = await pausedFor(rt, batchId);
+    if (paused) {
+      context.info(
+        `apply: batch ${batchId}: transfer ${paused} is paused; left as it is (resuming the transfer posts it again)`,
+      );
+      return;
+    }
     const before = await rt.transfers.getBatch(batchId);
     if (before && afterAttempt !== undefined && before.attempts > afterAttempt) {
       context.info(

@@ -7,7 +7,7 @@
 import type { InvocationContext } from '@azure/functions';
 import { getRuntime } from '../shared/app/runtime.js';
 import { parseMessage, poison, transferMessageSchema } from '../shared/app/messages.js';
-import { describeView, isTransferError, postApply, scheduleRetry } from '../shared/app/transfers.js';
+import { describeView, isTransferError, postApply, scheduleRetry, pausedFor } from '../shared/app/transfers.js';
 import { batchTelemetry } from '../shared/app/telemetryHooks.js';
 
 export async function transferStage(message: unknown, context: InvocationContext): Promise<void> {
@@ -27,6 +27,13 @@ export async function transferStage(message: unknown, context: InvocationContext
   const { batchId, retry = 0, chainRows } = parsed.value;
   const chain = chainRows === undefined ? {} : { chainRows };
   try {
+    const paused = await pausedFor(rt, batchId);
+    if (paused) {
+      context.info(
+        `stage: batch ${batchId}: transfer ${paused} is paused; left as it is (resuming the transfer posts it again)`,
+      );
+      return;
+    }
     const view = await rt.transfers.stage(batchId);
     batchTelemetry(view);
     context.info(`stage: ${describeView(view)}`);

@@ -100,7 +100,8 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
         reconcileTelemetry(v);
         // Known not applied and stuck (its retry chain ended or its message was lost): post it again now rather
         // than at the next transfer timer tick.
-        if (isStalled(rt, v) && (await resumeStalled(rt, v, log))) resumed.add(v.batchId);
+        if (isStalled(rt, v) && !(await rt.transfers.isPaused(v.transfer)) && (await resumeStalled(rt, v, log)))
+          resumed.add(v.batchId);
       }
       transfers = {
         reconciled: views.length,

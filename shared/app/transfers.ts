@@ -1,6 +1,7 @@
 // Transfer plumbing for the functions: building the service from settings, and the queue steps
 // (stage queue -> apply queue), each claiming the batch by id through the journal's state machine.
 import type { Settings } from '../config/settings.js';
+import { Cron } from 'croner';
 import { lastProgressAt, type TransferService, type BatchView } from '../transfer/service.js';
 import { isTransferError } from '../transfer/errors.js';
 import { loadTransfers } from '../transfer/config.js';
@@ -187,44 +188,76 @@ export function scheduledTransfers(rt: Runtime): string[] {
 
 export interface TimerStep {
   transfer: string;
-  action: 'created' | 'resumed' | 'nothing_new' | 'open_batch_busy' | 'error';
+  action: 'created' | 'resumed' | 'nothing_new' | 'open_batch_busy' | 'paused' | 'not_due' | 'error';
   batchId?: string;
   detail?: string;
 }
 
-// One pass of the transfer timer: a new batch per scheduled transfer, or, when a retryable batch is open and has
-// made no progress for KEEL_TRANSFER_STALE_MS (its retry chain ended, its message was lost or poisoned), that batch
-// re-posted. "Progress" is read from the batch's step stamps, which reconcile never moves (updated_at it does).
-export async function runTransferSchedule(rt: Runtime, log: Logger): Promise<TimerStep[]> {
+// A transfer with its own schedule is due when its cron has an occurrence after its newest batch was created (or
+// it has none) and not after now. The transfer timer must fire at least as often as the finest schedule.
+export function scheduleDue(cron: string, lastCreatedAt: string | undefined, now: Date): boolean {
+  if (!lastCreatedAt) return true;
+  const next = new Cron(cron, { paused: true, mode: '6-part', timezone: 'UTC' }).nextRun(new Date(lastCreatedAt));
+  return next !== null && next.getTime() <= now.getTime();
+}
+
+// One pass of the transfer timer, per scheduled transfer that is not paused: when a retryable batch is open and
+// has made no progress for KEEL_TRANSFER_STALE_MS (its retry chain ended, its message was lost or poisoned), that
+// batch is re-posted ("progress" is read from the batch's step stamps, which reconcile never moves; updated_at it
+// does); when none is open and the transfer's schedule is due (its own cron, or every tick), a new batch is
+// created and posted (catch-up then goes on from its commit).
+export async function runTransferSchedule(rt: Runtime, log: Logger, now: Date = new Date()): Promise<TimerStep[]> {
   const service = rt.transfers;
   if (!service) return [];
   const steps: TimerStep[] = [];
+  const schedules = new Map(service.listTransfers().map((t) => [t.name, t.schedule]));
+  let paused: Set<string>;
+  try {
+    paused = await service.pausedTransfers();
+  } catch (err) {
+    log.error(`transfer timer: reading the transfer controls failed: ${(err as Error).message}`);
+    return scheduledTransfers(rt).map((transfer) => ({ transfer, action: 'error', detail: (err as Error).message }));
+  }
   for (const name of scheduledTransfers(rt)) {
+    if (paused.has(name)) {
+      steps.push({ transfer: name, action: 'paused' });
+      continue;
+    }
     try {
+      const recent = await service.listBatches({ transfer: name, limit: 5 });
+      const open = recent.find((b) => b.status !== 'committed' && b.state !== 'failed');
+      if (open) {
+        if (isStalled(rt, open, now.getTime())) {
+          await resumeStalled(rt, open, log);
+          steps.push({ transfer: name, action: 'resumed', batchId: open.batchId });
+        } else steps.push({ transfer: name, action: 'open_batch_busy', batchId: open.batchId });
+        continue;
+      }
+      const cron = schedules.get(name);
+      if (cron && !scheduleDue(cron, recent[0]?.createdAt, now)) {
+        steps.push({ transfer: name, action: 'not_due' });
+        continue;
+      }
       const created = await service.tryCreateBatch(name);
       if (created) {
         await postStage(rt, created.batchId, log);
         steps.push({ transfer: name, action: 'created', batchId: created.batchId });
-        continue;
-      }
-      const recent = await service.listBatches({ transfer: name, limit: 5 });
-      const open = recent.find((b) => b.status !== 'committed' && b.state !== 'failed');
-      if (open && isStalled(rt, open)) {
-        await resumeStalled(rt, open, log);
-        steps.push({ transfer: name, action: 'resumed', batchId: open.batchId });
-      } else {
-        steps.push({
-          transfer: name,
-          action: open ? 'open_batch_busy' : 'nothing_new',
-          ...(open ? { batchId: open.batchId } : {}),
-        });
-      }
+      } else steps.push({ transfer: name, action: 'nothing_new' });
     } catch (err) {
       log.error(`transfer ${name}: scheduled start failed: ${(err as Error).message}`);
       steps.push({ transfer: name, action: 'error', detail: (err as Error).message });
     }
   }
   return steps;
+}
+
+// The queue steps leave a paused transfer's batch where it is (resuming the transfer re-posts it).
+export async function pausedFor(rt: Runtime, batchId: string): Promise<string | null> {
+  const service = rt.transfers;
+  if (!service) return null;
+  const b = await service.getBatch(batchId);
+  if (!b || !(await service.isPaused(b.transfer))) return null;
+  return b.transfer;
 }
 
 export { isTransferError };

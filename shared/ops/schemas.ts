@@ -132,6 +132,10 @@ export const reconcileStaleBody = z.strictObject({
 
 export const emptyBody = z.strictObject({});
 
+export const pauseTransferBody = z.strictObject({
+  reason: z.string().trim().min(1).max(2000).optional(),
+});
+
 export const idParams = z.strictObject({ id: jobId });
 export const nameParams = z.strictObject({ name });
 export const batchParams = z.strictObject({ id: batchId });

@@ -1,5 +1,6 @@
 // Ops routes for transfers: list configured transfers, start one (creates a batch and posts it to the stage
-// queue), list batches, batch detail with its journal, reconcile one batch or every stale one, resume a batch.
+// queue), pause and resume one, list batches, batch detail with its journal, reconcile one batch or every stale
+// one, resume a batch.
 import type { OpsRuntime } from './context.js';
 import type { TransferService } from '../transfer/service.js';
 import { BATCH_STATES, type BatchState } from '../transfer/types.js';
@@ -26,6 +27,7 @@ const CONFLICT_CODES: ReadonlySet<TransferErrorCode> = new Set<TransferErrorCode
   'manifest_mismatch',
   'target_incompatible',
   'unsupported_type',
+  'transfer_paused',
 ]);
 
 // Transfer errors carry a code; map it, never the message, to a status.
@@ -74,9 +76,61 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
     tag: 'transfers',
     role: 'reader',
     query: s.emptyQuery,
-    responses: { 200: 'transfers (empty when none is configured)' },
+    responses: {
+      200: 'transfers (empty when none is configured), each with its pause control, open batch, last commit and secondsSinceCommit',
+    },
     async handle({ rt }) {
-      return { body: { configured: rt.transfers !== null, items: rt.transfers ? rt.transfers.listTransfers() : [] } };
+      if (!rt.transfers) return { body: { configured: false, items: [] } };
+      const states = new Map((await rt.transfers.transferStates()).map((x) => [x.name, x]));
+      const items = rt.transfers.listTransfers().map((t) => ({ ...t, ...states.get(t.name) }));
+      return { body: { configured: true, items } };
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/transfers/:name/pause',
+    operationId: 'pauseTransfer',
+    summary:
+      'Pause a transfer: no new batch (timer, catch-up, start) and its queue steps leave its open batch as it is, until resumed',
+    tag: 'transfers',
+    role: 'operator',
+    params: s.nameParams,
+    query: s.emptyQuery,
+    body: s.pauseTransferBody,
+    responses: { 200: 'paused (persisted in the journal)', 404: 'no such transfer' },
+    async handle({ rt, params, body, principal }) {
+      const svc = service(rt);
+      const c = await mapTransferErrors(() =>
+        svc.pauseTransfer(params.name, body.reason ?? null, principal?.name ?? null),
+      );
+      return { body: { transfer: c.transferName, paused: c.paused, reason: c.reason, changedBy: c.changedBy } };
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/transfers/:name/resume',
+    operationId: 'resumeTransfer',
+    summary: 'Resume a paused transfer; its open retryable batch (if any) is posted to the stage queue again',
+    tag: 'transfers',
+    role: 'operator',
+    params: s.nameParams,
+    query: s.emptyQuery,
+    body: s.emptyBody,
+    responses: { 200: 'resumed', 404: 'no such transfer' },
+    async handle({ rt, params, principal, log }) {
+      const svc = service(rt);
+      const c = await mapTransferErrors(() => svc.resumeTransfer(params.name, principal?.name ?? null));
+      const recent = await svc.listBatches({ transfer: c.transferName, limit: 5 });
+      const open = recent.find((b) => b.status !== 'committed' && b.state !== 'failed');
+      const posted = open?.retryable ? await rt.postStage(open.batchId, log) : false;
+      return {
+        body: {
+          transfer: c.transferName,
+          paused: c.paused,
+          changedBy: c.changedBy,
+          ...(open ? { openBatch: { batchId: open.batchId, state: open.state, posted } } : {}),
+        },
+      };
     },
   }),
   route({

@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import type { ChecksumAlgorithm } from './checksum.js';
 import type { TransferConfig } from './config.js';
 import { describeError, isTransferError, TERMINAL_CODES, TransferError } from './errors.js';
-import type { BatchEvent, BatchRecord, TransferJournal } from './journal.js';
+import type { BatchEvent, BatchRecord, TransferControl, TransferJournal } from './journal.js';
 import { describeSchemaDiff } from './schema.js';
 import {
   FINAL_FENCE,
@@ -75,6 +75,20 @@ export interface TransferSummary {
   columns: { source: string; target: string }[];
   batchSize: number;
   chunkSize: number;
+  schedule: string | null; // own NCRONTAB; null = every tick of KEEL_TRANSFER_SCHEDULE
+}
+
+// A transfer as operators watch it: its pause control, its open batch and how fresh its target is.
+export interface TransferState {
+  name: string;
+  paused: boolean;
+  pausedReason: string | null;
+  changedBy: string | null;
+  changedAt: string | null;
+  openBatch: { batchId: string; state: BatchState; status: BatchStatus; retryable: boolean } | null;
+  lastCommitted: { batchId: string; high: string; rows: number | null; committedAt: string | null } | null;
+  // Seconds since the last committed batch committed (null: never committed). The freshness gauge.
+  secondsSinceCommit: number | null;
 }
 
 export interface BatchListFilter {
@@ -227,7 +241,70 @@ export class TransferService {
       columns: t.columns.map((c) => ({ ...c })),
       batchSize: t.batchSize,
       chunkSize: t.chunkSize,
+      schedule: t.schedule ?? null,
     }));
+  }
+
+  // Operator action: no new batch for this transfer (timer, catch-up, start) and its queue steps leave its open
+  // batch where it is, until resumeTransfer. Persisted in the journal; an apply already running finishes.
+  async pauseTransfer(name: string, reason: string | null, by: string | null): Promise<TransferControl> {
+    const t = this.transfer(name);
+    const c = await this.journal.setPaused(t.name, true, reason, by);
+    this.log('transfer.paused', { transfer: t.name, by, reason });
+    return c;
+  }
+
+  async resumeTransfer(name: string, by: string | null): Promise<TransferControl> {
+    const t = this.transfer(name);
+    const c = await this.journal.setPaused(t.name, false, null, by);
+    this.log('transfer.resumed', { transfer: t.name, by });
+    return c;
+  }
+
+  async pausedTransfers(): Promise<Set<string>> {
+    return new Set((await this.journal.controls()).filter((c) => c.paused).map((c) => c.transferName));
+  }
+
+  async isPaused(name: string): Promise<boolean> {
+    return (await this.journal.controls()).some((c) => c.transferName === name && c.paused);
+  }
+
+  // Every configured transfer with its control, open batch and last commit (one journal read per transfer).
+  async transferStates(now = Date.now()): Promise<TransferState[]> {
+    const controls = new Map((await this.journal.controls()).map((c) => [c.transferName, c]));
+    const out: TransferState[] = [];
+    for (const t of this.transfers.values()) {
+      const c = controls.get(t.name);
+      const { open, lastCommitted: last } = await this.journal.lastForTransfer(t.name);
+      const openView = open ? toView(open) : null;
+      out.push({
+        name: t.name,
+        paused: c?.paused ?? false,
+        pausedReason: c?.paused ? c.reason : null,
+        changedBy: c?.changedBy ?? null,
+        changedAt: c ? c.changedAt.toISOString() : null,
+        openBatch: openView
+          ? {
+              batchId: openView.batchId,
+              state: openView.state,
+              status: openView.status,
+              retryable: openView.retryable,
+            }
+          : null,
+        lastCommitted: last
+          ? {
+              batchId: last.batchId,
+              high: last.boundaryHigh,
+              rows: last.appliedCount,
+              committedAt: iso(last.committedAt),
+            }
+          : null,
+        secondsSinceCommit: last?.committedAt
+          ? Math.max(0, Math.round((now - last.committedAt.getTime()) / 1000))
+          : null,
+      });
+    }
+    return out;
   }
 
   private transfer(name: string): TransferConfig {
@@ -307,6 +384,8 @@ export class TransferService {
   // checksum), all in the journal before any row moves. Throws 'nothing_to_transfer' when there are no new rows.
   async createBatch(transferName: string): Promise<BatchView> {
     const t = this.transfer(transferName);
+    if (await this.isPaused(t.name))
+      throw new TransferError('transfer_paused', `transfer ${t.name} is paused; resume it first`);
     const { open, lastCommitted } = await this.journal.lastForTransfer(t.name);
     if (open) {
       throw new TransferError(
@@ -358,7 +437,8 @@ export class TransferService {
       if (
         isTransferError(err, 'nothing_to_transfer') ||
         isTransferError(err, 'open_batch_exists') ||
-        isTransferError(err, 'window_taken')
+        isTransferError(err, 'window_taken') ||
+        isTransferError(err, 'transfer_paused')
       )
         return null;
       throw err;

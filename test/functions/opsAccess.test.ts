@@ -69,6 +69,8 @@ const EXPECTED_ROLES: Record<string, string> = {
   resumeSchedule: 'operator',
   listTransfers: 'reader',
   startTransfer: 'operator',
+  pauseTransfer: 'operator',
+  resumeTransfer: 'operator',
   listBatches: 'reader',
   getBatch: 'reader',
   reconcileBatch: 'operator',

@@ -1,4 +1,4 @@
-// Transfers: configured transfers (start), batches (state in operator words, status, next action), and a
+// Transfers: configured transfers (start, pause/resume, schedule, freshness), batches (state in operator words, status, next action), and a
 // batch's detail with its journal events as a timeline (resume, reconcile).
 import { h, replace, fmtNum, fmtTime } from '../dom';
 import { api, q } from '../api';
@@ -37,6 +37,56 @@ export function statusBadge(b: any): HTMLElement {
     b.status,
     b.status === 'committed' ? 'ok' : b.status === 'unresolved' ? 'warn' : b.state === 'failed' ? 'bad' : 'info',
   );
+}
+
+// Age of the last committed window, the freshness the alert watches (transfer-freshness, docs/transfer.md).
+export function ageWords(seconds: number | null | undefined): string {
+  if (seconds === null || seconds === undefined) return 'never';
+  if (seconds < 90) return `${seconds} s ago`;
+  if (seconds < 5400) return `${Math.round(seconds / 60)} min ago`;
+  if (seconds < 172800) return `${Math.round(seconds / 3600)} h ago`;
+  return `${Math.round(seconds / 86400)} days ago`;
+}
+
+function freshness(t: any): HTMLElement | string {
+  if (!t.lastCommitted) return 'never';
+  return h(
+    'span',
+    { title: `up to ${t.boundary.column} ${t.lastCommitted.high}`, 'data-test': `fresh-${t.name}` },
+    ageWords(t.secondsSinceCommit),
+  );
+}
+
+// Pause / resume one transfer (operator role): persisted in the journal; the timer, catch-up and the queue steps
+// honour it.
+function pauseButton(t: any, box: HTMLElement, reload: () => Promise<void>): HTMLElement {
+  const b = h(
+    'button',
+    { type: 'button', class: 'small', 'data-test': `${t.paused ? 'resume' : 'pause'}-${t.name}` },
+    t.paused ? 'Resume' : 'Pause',
+  );
+  b.addEventListener(
+    'click',
+    () =>
+      void busy(b, box, async () => {
+        const name = encodeURIComponent(t.name);
+        if (t.paused) {
+          const r = await api('POST', `transfers/${name}/resume`, {});
+          show(
+            box,
+            'ok',
+            `Transfer "${t.name}" resumed${r.openBatch ? `; its open batch ${r.openBatch.batchId.slice(0, 8)} was ${r.openBatch.posted ? 'queued again' : 'not queued (not retryable)'}` : ''}.`,
+          );
+        } else {
+          const reason = window.prompt(`Pause transfer "${t.name}": reason (optional)`);
+          if (reason === null) return;
+          await api('POST', `transfers/${name}/pause`, reason.trim() ? { reason: reason.trim() } : {});
+          show(box, 'ok', `Transfer "${t.name}" paused: no new batch, and its open batch stays where it is.`);
+        }
+        await reload();
+      }),
+  );
+  return b;
 }
 
 export function transfersPage(main: HTMLElement): Cleanup {
@@ -106,8 +156,13 @@ export function transfersPage(main: HTMLElement): Cleanup {
         !r.configured || items.length === 0
           ? empty('No transfers are configured (KEEL_TRANSFERS or KEEL_TRANSFERS_FILE; npm run demo configures one).')
           : table(
-              ['transfer', 'source', 'target', 'boundary', 'batch size', ''],
+              ['transfer', 'source', 'target', 'boundary', 'batch size', 'schedule', 'running', 'last commit', ''],
               items.map((t) => {
+                const toggle = pauseButton(t, box, async () => {
+                  replace(transfersBox, h('p', { class: 'loading' }, 'Loading…'));
+                  transferSel.replaceChildren(h('option', { value: '' }, 'all transfers'));
+                  await loadTransfers();
+                });
                 const start = h(
                   'button',
                   { type: 'button', class: 'primary small', 'data-test': `start-${t.name}` },
@@ -137,7 +192,17 @@ export function transfersPage(main: HTMLElement): Cleanup {
                   `${t.target.engine} ${t.target.table}`,
                   `${t.boundary.column} (${t.boundary.kind})`,
                   fmtNum(t.batchSize),
-                  start,
+                  t.schedule ?? 'every timer tick',
+                  t.paused
+                    ? h(
+                        'span',
+                        { title: t.pausedReason ?? '' },
+                        badge('paused', 'warn'),
+                        t.changedBy ? ` by ${t.changedBy}` : '',
+                      )
+                    : badge('running', 'ok'),
+                  freshness(t),
+                  h('div', { class: 'actions' }, start, toggle),
                 ];
               }),
             ),
