@@ -132,6 +132,12 @@ export const reconcileStaleBody = z.strictObject({
 
 export const emptyBody = z.strictObject({});
 
+// Abandon: the reason is recorded on the batch; preview answers what would happen and changes nothing.
+export const abandonBatchBody = z.strictObject({
+  reason: z.string().trim().min(1, 'say why the batch is abandoned').max(500),
+  preview: z.boolean().default(false),
+});
+
 export const pauseTransferBody = z.strictObject({
   reason: z.string().trim().min(1).max(2000).optional(),
 });

@@ -1,8 +1,8 @@
 // Ops routes for transfers: list configured transfers, start one (creates a batch and posts it to the stage
 // queue), pause and resume one, list batches, batch detail with its journal, reconcile one batch or every stale
-// one, resume a batch.
+// one, resume or abandon a batch.
 import type { OpsRuntime } from './context.js';
-import type { TransferService } from '../transfer/service.js';
+import { OPEN_STATES, type TransferService } from '../transfer/service.js';
 import { BATCH_STATES, type BatchState } from '../transfer/types.js';
 import { isTransferError, type TransferErrorCode } from '../transfer/errors.js';
 import { conflict, invalid, notFound, OpsError } from './errors.js';
@@ -244,6 +244,52 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
         });
       const posted = await rt.postStage(params.id, log);
       return accepted(params.id, { batchId: params.id, posted });
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/transfers/batches/:id/abandon',
+    operationId: 'abandonBatch',
+    summary:
+      'Give up an open batch and release its window, only once the target proves it not applied under the final fence (preview: what would happen, nothing changed)',
+    tag: 'transfers',
+    role: 'operator',
+    params: s.batchParams,
+    query: s.emptyQuery,
+    body: s.abandonBatchBody,
+    responses: {
+      200: 'abandoned (failed, window released), or the preview',
+      404: 'no such batch',
+      409: 'not abandoned: the batch is not open, or the target said committed, blocked, or gave no answer',
+    },
+    async handle({ rt, params, body, principal }) {
+      const svc = service(rt);
+      const before = await svc.getBatch(params.id);
+      if (!before) throw notFound(`batch ${params.id}`);
+      const open = OPEN_STATES.includes(before.state);
+      if (body.preview) {
+        return {
+          body: {
+            preview: true,
+            abandonable: open,
+            batch: before,
+            effect: !open
+              ? `Nothing to abandon: the batch is ${before.state}.`
+              : before.attempts === 0 && before.state === 'extracting'
+                ? `No apply was ever started: the batch fails at once and its window (${before.boundary.low ?? '-inf'}, ${before.boundary.high}] is released for a new batch.`
+                : `The target is asked for the outcome under the final fence (no apply of this batch id can commit afterwards). Only a "not applied" answer fails the batch and releases its window (${before.boundary.low ?? '-inf'}, ${before.boundary.high}]; "committed" records it committed; "blocked" or no answer leaves it open.`,
+          },
+        };
+      }
+      if (!open) throw conflict(`batch ${params.id} is ${before.state}: nothing to abandon`, { state: before.state });
+      const by = principal?.name ? ` (${principal.name})` : '';
+      const after = await mapTransferErrors(() => svc.abandon(params.id, `${body.reason}${by}`));
+      if (after.state !== 'failed')
+        throw conflict(
+          `batch ${params.id} was not abandoned: it is ${after.state} after asking the target (${after.lastError ?? 'no detail'}). ${after.nextAction}`,
+          { state: after.state, status: after.status },
+        );
+      return { body: { abandoned: true, batch: after } };
     },
   }),
   route({

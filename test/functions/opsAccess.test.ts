@@ -75,6 +75,7 @@ const EXPECTED_ROLES: Record<string, string> = {
   getBatch: 'reader',
   reconcileBatch: 'operator',
   resumeBatch: 'operator',
+  abandonBatch: 'operator',
   reconcileStale: 'operator',
   openapi: 'reader',
 };

@@ -1,5 +1,5 @@
 // Transfers: configured transfers (start, pause/resume, schedule, freshness), batches (state in operator words, status, next action), and a
-// batch's detail with its journal events as a timeline (resume, reconcile).
+// batch's detail with its journal events as a timeline (resume, reconcile, abandon).
 import { h, replace, fmtNum, fmtTime } from '../dom';
 import { api, q } from '../api';
 import {
@@ -296,6 +296,33 @@ export function batchPage(main: HTMLElement, id: string): Cleanup {
         'Resume',
       );
       const reconcile = h('button', { type: 'button' }, 'Reconcile now');
+      const open = !['committed', 'failed'].includes(b.state);
+      const abandon = h(
+        'button',
+        {
+          type: 'button',
+          class: 'danger',
+          disabled: !open,
+          title: open ? '' : 'Only an open batch can be abandoned',
+          'data-test': 'abandon',
+        },
+        'Abandon…',
+      );
+      // Preview first (what the abandon would do, nothing changed), then a confirm, then the abandon itself.
+      abandon.addEventListener(
+        'click',
+        () =>
+          void busy(abandon, box, async () => {
+            const reason = window.prompt(`Abandon batch ${id.slice(0, 8)}: why? (recorded on the batch)`);
+            if (!reason || !reason.trim()) return;
+            const p = await api('POST', `transfers/batches/${id}/abandon`, { reason: reason.trim(), preview: true });
+            if (!p.abandonable) return show(box, 'info', p.effect);
+            if (!window.confirm(`${p.effect}\n\nAbandon it?`)) return;
+            await api('POST', `transfers/batches/${id}/abandon`, { reason: reason.trim() });
+            show(box, 'ok', 'Batch abandoned: failed, its window released. Start a new batch to cover it.');
+            await load();
+          }),
+      );
       resume.addEventListener(
         'click',
         () =>
@@ -328,7 +355,7 @@ export function batchPage(main: HTMLElement, id: string): Cleanup {
             h('strong', { 'data-test': 'state-words' }, STATE_WORDS[b.state] ?? b.state),
           ),
           h('p', { class: 'next-action' }, h('span', { class: 'label' }, 'Next action: '), b.nextAction),
-          h('div', { class: 'actions' }, resume, reconcile),
+          h('div', { class: 'actions' }, resume, reconcile, abandon),
         ),
         h(
           'div',
