@@ -3,6 +3,8 @@
 import type { Settings } from '../config/settings.js';
 import { Cron } from 'croner';
 import { lastProgressAt, type TransferService, type BatchView } from '../transfer/service.js';
+import { describeError } from '../transfer/errors.js';
+import { telemetry } from '../telemetry/index.js';
 import { isTransferError } from '../transfer/errors.js';
 import { loadTransfers } from '../transfer/config.js';
 import type { TransferJournal } from '../transfer/journal.js';
@@ -80,11 +82,19 @@ export async function continueCatchUp(
   log: Logger,
 ): Promise<CatchUpStep> {
   const service = rt.transfers;
-  const budget = rt.settings.KEEL_TRANSFER_CATCHUP_ROWS;
-  if (!service || budget === 0) return { action: 'off' };
+  if (!service) return { action: 'off' };
   const t = service.listTransfers().find((x) => x.name === view.transfer);
   const rows = view.rowCount ?? 0;
-  if (!t || rows < t.batchSize) return { action: 'window_not_full' };
+  const full = !!t && rows >= t.batchSize;
+  // A window that was not full: the target has caught up with the source as of now. A full one: more is waiting,
+  // and the target is as fresh as this commit.
+  telemetry.transferFreshness({
+    transfer: view.transfer,
+    behindSince: full ? Date.parse(view.committedAt ?? new Date().toISOString()) : null,
+  });
+  const budget = rt.settings.KEEL_TRANSFER_CATCHUP_ROWS;
+  if (budget === 0) return { action: 'off' };
+  if (!full) return { action: 'window_not_full' };
   const total = chainRows + rows;
   if (total >= budget) {
     log.info(
@@ -101,6 +111,12 @@ export async function continueCatchUp(
   } catch (err) {
     // The batch that led here is committed; the next timer tick tries again (and reports the cause).
     log.error(`transfer ${view.transfer}: catch-up could not create the next batch: ${(err as Error).message}`);
+    telemetry.transferStartFailed({
+      transfer: view.transfer,
+      source: 'catchup',
+      code: describeError(err).code,
+      message: (err as Error).message,
+    });
     return { action: 'error', detail: (err as Error).message };
   }
 }
@@ -246,9 +262,41 @@ export async function runTransferSchedule(rt: Runtime, log: Logger, now: Date = 
     } catch (err) {
       log.error(`transfer ${name}: scheduled start failed: ${(err as Error).message}`);
       steps.push({ transfer: name, action: 'error', detail: (err as Error).message });
+      telemetry.transferStartFailed({
+        transfer: name,
+        source: 'timer',
+        code: describeError(err).code,
+        message: (err as Error).message,
+      });
     }
   }
+  await reportFreshness(service, steps, now, log);
   return steps;
+}
+
+// The freshness gauge after a timer pass: caught up when the pass found nothing new; otherwise behind since the
+// transfer's last commit (never committed: since this process first saw it behind). Paused transfers are left out.
+const firstBehind = new Map<string, number>();
+
+async function reportFreshness(service: TransferService, steps: TimerStep[], now: Date, log: Logger): Promise<void> {
+  try {
+    const states = new Map((await service.transferStates(now.getTime())).map((x) => [x.name, x]));
+    for (const step of steps) {
+      if (step.action === 'paused') continue;
+      if (step.action === 'nothing_new') {
+        telemetry.transferFreshness({ transfer: step.transfer, behindSince: null });
+        continue;
+      }
+      const committedAt = states.get(step.transfer)?.lastCommitted?.committedAt;
+      if (!committedAt && !firstBehind.has(step.transfer)) firstBehind.set(step.transfer, now.getTime());
+      telemetry.transferFreshness({
+        transfer: step.transfer,
+        behindSince: committedAt ? Date.parse(committedAt) : firstBehind.get(step.transfer)!,
+      });
+    }
+  } catch (err) {
+    log.warn(`transfer timer: freshness not reported: ${(err as Error).message}`);
+  }
 }
 
 // The queue steps leave a paused transfer's batch where it is (resuming the transfer re-posts it).

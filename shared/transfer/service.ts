@@ -359,7 +359,8 @@ export class TransferService {
       'failed',
       { code: err.code, ...(err.detail ?? {}) },
     );
-    this.log('transfer.batch.failed', { batchId: b.batchId, transfer: b.transferName, code: err.code });
+    // Once per batch: only the call that moved it to failed reports it.
+    if (moved) this.log('transfer.batch.failed', { batchId: b.batchId, transfer: b.transferName, code: err.code });
     // Its staged rows (if a staging committed) are garbage now; removing them is best effort.
     const t = this.transfers.get(b.transferName);
     if (moved && t) {
