@@ -6,6 +6,7 @@ import { postJobs, type Logger } from './jobs.js';
 import type { Runtime } from './runtime.js';
 import { maintenanceTelemetry, reconcileTelemetry } from './telemetryHooks.js';
 import { isStalled, resumeStalled } from './transfers.js';
+import { baseTransferName } from '../transfer/service.js';
 
 export interface DispatchResult {
   mode: 'run' | 'post';
@@ -100,7 +101,11 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
         reconcileTelemetry(v);
         // Known not applied and stuck (its retry chain ended or its message was lost): post it again now rather
         // than at the next transfer timer tick.
-        if (isStalled(rt, v) && !(await rt.transfers.isPaused(v.transfer)) && (await resumeStalled(rt, v, log)))
+        if (
+          isStalled(rt, v) &&
+          !(await rt.transfers.isPaused(baseTransferName(v.transfer))) &&
+          (await resumeStalled(rt, v, log))
+        )
           resumed.add(v.batchId);
       }
       transfers = {

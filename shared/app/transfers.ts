@@ -2,7 +2,7 @@
 // (stage queue -> apply queue), each claiming the batch by id through the journal's state machine.
 import type { Settings } from '../config/settings.js';
 import { Cron } from 'croner';
-import { lastProgressAt, type TransferService, type BatchView } from '../transfer/service.js';
+import { baseTransferName, lastProgressAt, type TransferService, type BatchView } from '../transfer/service.js';
 import { describeError } from '../transfer/errors.js';
 import { telemetry } from '../telemetry/index.js';
 import { isTransferError } from '../transfer/errors.js';
@@ -84,8 +84,9 @@ export async function continueCatchUp(
   const service = rt.transfers;
   if (!service) return { action: 'off' };
   const t = service.listTransfers().find((x) => x.name === view.transfer);
+  if (!t) return { action: 'off' }; // a replay batch (its own chain): no catch-up, no freshness
   const rows = view.rowCount ?? 0;
-  const full = !!t && rows >= t.batchSize;
+  const full = rows >= t.batchSize;
   // A window that was not full: the target has caught up with the source as of now. A full one: more is waiting,
   // and the target is as fresh as this commit.
   telemetry.transferFreshness({
@@ -304,8 +305,9 @@ export async function pausedFor(rt: Runtime, batchId: string): Promise<string | 
   const service = rt.transfers;
   if (!service) return null;
   const b = await service.getBatch(batchId);
-  if (!b || !(await service.isPaused(b.transfer))) return null;
-  return b.transfer;
+  if (!b) return null;
+  const name = baseTransferName(b.transfer); // a replay batch pauses with its transfer
+  return (await service.isPaused(name)) ? name : null;
 }
 
 export { isTransferError };

@@ -138,6 +138,14 @@ export const abandonBatchBody = z.strictObject({
   preview: z.boolean().default(false),
 });
 
+// Replay: a range of committed windows (low: a committed batch's low bound, null = from the beginning; high: a
+// committed batch's high bound), sent again; preview answers the plan and changes nothing.
+export const replayBody = z.strictObject({
+  low: z.string().min(1).max(64).nullable(),
+  high: z.string().min(1).max(64),
+  preview: z.boolean().default(false),
+});
+
 export const pauseTransferBody = z.strictObject({
   reason: z.string().trim().min(1).max(2000).optional(),
 });

@@ -1,6 +1,6 @@
 // Ops routes for transfers: list configured transfers, start one (creates a batch and posts it to the stage
 // queue), pause and resume one, list batches, batch detail with its journal, reconcile one batch or every stale
-// one, resume or abandon a batch.
+// one, resume or abandon a batch, replay a committed range.
 import type { OpsRuntime } from './context.js';
 import { OPEN_STATES, type TransferService } from '../transfer/service.js';
 import { BATCH_STATES, type BatchState } from '../transfer/types.js';
@@ -160,6 +160,39 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
         if (err instanceof OpsError) throw err;
         if (isTransferError(err, 'nothing_to_transfer'))
           return { status: 200, body: { started: false, reason: err.code, message: err.message } };
+        throw err;
+      }
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/transfers/:name/replay',
+    operationId: 'replayTransfer',
+    summary:
+      'Send a range of committed windows again from the source as it is now, as one new batch (preview: the covered batches and rows, nothing changed)',
+    tag: 'transfers',
+    role: 'operator',
+    params: s.nameParams,
+    query: s.emptyQuery,
+    body: s.replayBody,
+    responses: {
+      200: 'the preview',
+      202: 'replay batch created and queued',
+      400: 'low or high is not a bound of the committed windows, or the range is larger than batchSize',
+      404: 'no such transfer',
+      409: 'the transfer is paused, or the source schema drifted',
+    },
+    async handle({ rt, params, body, log }) {
+      const svc = service(rt);
+      try {
+        const { plan, batch } = await mapTransferErrors(() =>
+          svc.replay(params.name, body.low, body.high, body.preview),
+        );
+        if (!batch) return { body: { preview: true, plan } };
+        const posted = await rt.postStage(batch.batchId, log);
+        return accepted(batch.batchId, { started: true, posted, plan, batch });
+      } catch (err) {
+        if (isTransferError(err, 'invalid_range')) throw invalid(String(err.detail?.field ?? 'high'), err.message);
         throw err;
       }
     },

@@ -106,6 +106,21 @@ const NOT_COMMITTED: readonly BatchState[] = ['extracting', 'staged', 'applying'
 type Verdict = 'committed' | 'not_applied' | 'blocked' | 'error' | 'skipped';
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
 
+// Replay batches are journalled under "<transfer>@replay-<ms>": a chain of their own, so the committed windows they
+// cover again do not collide with the transfer's window ledger (its unique bounds, its one open batch).
+export const REPLAY_MARK = '@replay-';
+export function baseTransferName(journalName: string): string {
+  const i = journalName.indexOf(REPLAY_MARK);
+  return i < 0 ? journalName : journalName.slice(0, i);
+}
+
+export interface ReplayPlan {
+  transfer: string;
+  window: { kind: string; low: string | null; high: string };
+  batches: { batchId: string; low: string | null; high: string; rows: number | null }[];
+  rows: number; // rows the covered batches committed
+}
+
 export function statusOf(state: BatchState): BatchStatus {
   if (state === 'committed') return 'committed';
   // An apply that was started and not reconciled has an unknown outcome: that is 'unresolved' to an operator.
@@ -362,7 +377,7 @@ export class TransferService {
     // Once per batch: only the call that moved it to failed reports it.
     if (moved) this.log('transfer.batch.failed', { batchId: b.batchId, transfer: b.transferName, code: err.code });
     // Its staged rows (if a staging committed) are garbage now; removing them is best effort.
-    const t = this.transfers.get(b.transferName);
+    const t = this.transfers.get(baseTransferName(b.transferName));
     if (moved && t) {
       const a = await this.connect(t).catch(() => null);
       if (a) await this.purge(a, b);
@@ -430,6 +445,85 @@ export class TransferService {
     }
   }
 
+  // Operator action: send a range of committed windows again, from the source as it is now (e.g. after the target
+  // table was truncated or a mapping fixed). The range must start at a committed batch's low bound and end at one's
+  // high bound, and hold at most batchSize committed rows. The replay is one new batch (its own id, manifest, staging
+  // and completion row, so every guarantee of a batch holds) in a chain of its own (REPLAY_MARK); the target merges
+  // by key, so rows already there are updated. preview: the plan only, nothing written.
+  async replay(
+    transferName: string,
+    low: string | null,
+    high: string,
+    preview: boolean,
+  ): Promise<{ plan: ReplayPlan; batch: BatchView | null }> {
+    const t = this.transfer(transferName);
+    const committed = (await this.journal.list({ transfer: t.name, state: 'committed', limit: 1000 })).reverse();
+    const first = committed.findIndex((b) => b.boundaryLow === low);
+    if (first < 0)
+      throw new TransferError(
+        'invalid_range',
+        `transfer ${t.name}: no committed batch starts at ${low ?? 'the beginning'} (among its last 1000 committed batches)`,
+        { field: 'low' },
+      );
+    const last = committed.findIndex((b, i) => i >= first && b.boundaryHigh === high);
+    if (last < 0)
+      throw new TransferError(
+        'invalid_range',
+        `transfer ${t.name}: no committed batch after ${low ?? 'the beginning'} ends at ${high}`,
+        {
+          field: 'high',
+        },
+      );
+    const covered = committed.slice(first, last + 1);
+    const rows = covered.reduce((n, b) => n + (b.appliedCount ?? b.rowCount ?? 0), 0);
+    if (rows > t.batchSize)
+      throw new TransferError(
+        'invalid_range',
+        `transfer ${t.name}: the range holds ${rows} committed rows, more than batchSize ${t.batchSize}; replay it in parts`,
+        { field: 'high' },
+      );
+    const plan: ReplayPlan = {
+      transfer: t.name,
+      window: { kind: covered[0]!.boundaryKind, low, high },
+      batches: covered.map((b) => ({
+        batchId: b.batchId,
+        low: b.boundaryLow,
+        high: b.boundaryHigh,
+        rows: b.appliedCount,
+      })),
+      rows,
+    };
+    if (preview) return { plan, batch: null };
+    if (await this.isPaused(t.name))
+      throw new TransferError('transfer_paused', `transfer ${t.name} is paused; resume it first`);
+    const a = await this.connect(t);
+    const schema = await a.source.readSchema();
+    const recorded = covered[covered.length - 1]!;
+    if (schema.hash !== recorded.schemaHash && schema.hash !== t.acceptSchemaHash)
+      throw new TransferError(
+        'schema_drift',
+        `transfer ${t.name}: the source schema no longer matches the one the range was committed with (${describeSchemaDiff(recorded.schemaColumns, schema.columns)})`,
+        { recorded: recorded.schemaHash, current: schema.hash },
+      );
+    await this.prepare(t, a, schema);
+    const rec = await this.journal.insertBatch({
+      batchId: this.newId(),
+      transferName: `${t.name}${REPLAY_MARK}${Date.now()}`,
+      boundaryKind: recorded.boundaryKind,
+      boundaryLow: low,
+      boundaryHigh: high,
+      schemaHash: schema.hash,
+      schemaColumns: schema.columns,
+    });
+    this.log('transfer.batch.replay', { batchId: rec.batchId, transfer: t.name, low, high });
+    try {
+      return { plan, batch: toView(await this.recordManifest(rec, t, a, schema)) };
+    } catch (err) {
+      await this.noteError(rec, 'manifest_error', err);
+      return { plan, batch: toView(await this.load(rec.batchId)) };
+    }
+  }
+
   // Like createBatch, but null instead of 'nothing_to_transfer' / 'open_batch_exists' (for schedules).
   async tryCreateBatch(transferName: string): Promise<BatchView | null> {
     try {
@@ -479,7 +573,7 @@ export class TransferService {
       b = await this.load(batchId);
     }
     if (b.state !== 'extracting') return toView(b);
-    const t = this.transfer(b.transferName);
+    const t = this.transfer(baseTransferName(b.transferName));
     const a = await this.connect(t);
     try {
       const schema = await a.source.readSchema();
@@ -534,7 +628,7 @@ export class TransferService {
     if (b.state === 'extracting')
       throw new TransferError('invalid_state', `batch ${batchId} is not staged yet; run it (stage + apply)`);
     if (b.state !== 'staged') return toView(b);
-    const t = this.transfer(b.transferName);
+    const t = this.transfer(baseTransferName(b.transferName));
     const a = await this.connect(t);
     const req = this.request(b, t);
     await this.prepare(t, a, req.schema); // target adapters need the column mapping (cached per schema)
@@ -632,7 +726,7 @@ export class TransferService {
     if (b.rowCount === null || b.checksum === null) return { rec: b, verdict: 'skipped' };
     // 'extracting' after attempts: reconcile found the staging gone; an apply of those attempts is fenced already.
     if (b.state === 'extracting' && b.attempts === 0 && !final) return { rec: b, verdict: 'skipped' };
-    const t = this.transfer(b.transferName);
+    const t = this.transfer(baseTransferName(b.transferName));
     const fenceThrough = final ? FINAL_FENCE : b.attempts;
     const open = b.state === 'applying' || b.state === 'unresolved';
     let outcome;

@@ -71,6 +71,7 @@ const EXPECTED_ROLES: Record<string, string> = {
   startTransfer: 'operator',
   pauseTransfer: 'operator',
   resumeTransfer: 'operator',
+  replayTransfer: 'operator',
   listBatches: 'reader',
   getBatch: 'reader',
   reconcileBatch: 'operator',

@@ -89,6 +89,37 @@ function pauseButton(t: any, box: HTMLElement, reload: () => Promise<void>): HTM
   return b;
 }
 
+// Replay a committed range (operator role): bounds asked, the plan previewed (batches and rows covered), confirmed.
+function replayButton(t: any, box: HTMLElement): HTMLElement {
+  const b = h('button', { type: 'button', class: 'small', 'data-test': `replay-${t.name}` }, 'Replay…');
+  b.addEventListener(
+    'click',
+    () =>
+      void busy(b, box, async () => {
+        const lowText = window.prompt(
+          `Replay "${t.name}": low bound (a committed batch's low; empty = from the beginning)`,
+        );
+        if (lowText === null) return;
+        const high = window.prompt(`Replay "${t.name}": high bound (a committed batch's high)`);
+        if (!high || !high.trim()) return;
+        const range = { low: lowText.trim() === '' ? null : lowText.trim(), high: high.trim() };
+        const p = await api('POST', `transfers/${encodeURIComponent(t.name)}/replay`, { ...range, preview: true });
+        const ok = window.confirm(
+          `Send (${range.low ?? '−∞'}, ${range.high}] again from the source as it is now: ${p.plan.batches.length} committed batch(es), ${fmtNum(p.plan.rows)} rows, as one new batch. Go on?`,
+        );
+        if (!ok) return;
+        const r = await api('POST', `transfers/${encodeURIComponent(t.name)}/replay`, range);
+        show(
+          box,
+          'ok',
+          `Replay batch ${r.batch.batchId} created (${fmtNum(r.batch.rowCount)} rows in the manifest)${r.posted ? ' and queued' : '; its message was not posted: resume it'}. `,
+          h('a', { href: `#/transfers/batches/${r.batch.batchId}` }, 'Follow it →'),
+        );
+      }),
+  );
+  return b;
+}
+
 export function transfersPage(main: HTMLElement): Cleanup {
   const p = hashParams();
   const box = notice();
@@ -202,7 +233,7 @@ export function transfersPage(main: HTMLElement): Cleanup {
                       )
                     : badge('running', 'ok'),
                   freshness(t),
-                  h('div', { class: 'actions' }, start, toggle),
+                  h('div', { class: 'actions' }, start, toggle, replayButton(t, box)),
                 ];
               }),
             ),
