@@ -6,7 +6,7 @@ const root = path.dirname(fileURLToPath(import.meta.url));
 
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts', 'handlers/**/*.test.ts'],
+    include: ['test/**/*.test.ts', 'handlers/**/*.test.ts', 'packages/*/test/**/*.test.ts'],
     globalSetup: ['test/support/globalSetup.ts'],
     // Every runtime a test builds (and every `npm start` a test spawns) loads this fixture folder, never the real
     // handlers/: a user's own handlers and schedules cannot turn the project's suite red (test/handlers/isolation.test.ts).

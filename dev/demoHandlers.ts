@@ -24,12 +24,18 @@ export interface DemoPayload {
 export function registerDemoHandlers(registry: HandlerRegistry): HandlerRegistry {
   return registry
     .register<DemoPayload>('demo.echo', async (payload, ctx) => {
-      ctx.log.info('echo', { jobId: ctx.jobId, message: payload?.message ?? null });
+      ctx.log.info('echo', { message: payload?.message ?? null }); // kept with the job: its page shows the log
+      return { echoed: payload?.message ?? null }; // stored with the archived job: its page shows the result
     })
     .register<DemoPayload>(
       'demo.slow',
       async (payload, ctx) => {
-        await sleep(Math.min(Math.max(payload?.ms ?? 5000, 0), 9 * 60_000), ctx.signal);
+        // Works in ten steps, reporting each: the console shows a running demo.slow job's progress.
+        const total = Math.min(Math.max(payload?.ms ?? 5000, 0), 9 * 60_000);
+        for (let step = 1; step <= 10; step++) {
+          await sleep(total / 10, ctx.signal);
+          ctx.progress({ done: step, total: 10, note: `step ${step} of 10` });
+        }
       },
       { timeoutMs: 9 * 60_000 + 30_000 },
     ) // fits host.json functionTimeout (10 min) less TIMEOUT_MARGIN_MS

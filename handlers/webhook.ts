@@ -8,7 +8,7 @@
 // - `ctx.signal` passed to fetch, so cancel, timeout and shutdown stop the request;
 // - FatalError for answers that will never succeed, RetryAfterError for a 429/503 with Retry-After;
 // - no redirects followed and no transport headers from the payload: the host allowlist holds for every request.
-import { defineHandler, FatalError, RetryAfterError, z } from '../shared/jobs/define.js';
+import { defineHandler, FatalError, RetryAfterError, z } from '../shared/handlerApi.js';
 
 export function allowedHosts(env: Record<string, string | undefined> = process.env): string[] {
   return (env.WEBHOOK_ALLOWED_HOSTS ?? '')

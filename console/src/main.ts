@@ -1,5 +1,5 @@
-// Keel ops console: layout, sign-in and the hash router (#/, #/jobs, #/jobs/<id>, #/dlq, #/queues, #/transfers,
-// #/transfers/batches/<id>).
+// Keel ops console: layout, sign-in and the hash router (#/, #/jobs, #/jobs/<id>, #/dlq, #/queues, #/schedules,
+// #/workers, #/transfers, #/transfers/batches/<id>).
 import './style.css';
 import { h, replace } from './dom';
 import {
@@ -18,6 +18,8 @@ import { overviewPage } from './pages/overview';
 import { jobsPage, jobPage } from './pages/jobs';
 import { dlqPage } from './pages/dlq';
 import { queuesPage } from './pages/queues';
+import { schedulesPage } from './pages/schedules';
+import { workersPage } from './pages/workers';
 import { transfersPage, batchPage } from './pages/transfers';
 
 const app = document.getElementById('app')!;
@@ -29,6 +31,8 @@ const NAV: [string, string][] = [
   ['#/jobs', 'Jobs'],
   ['#/dlq', 'Dead letters'],
   ['#/queues', 'Queues'],
+  ['#/schedules', 'Schedules'],
+  ['#/workers', 'Workers'],
   ['#/transfers', 'Transfers'],
 ];
 
@@ -213,6 +217,8 @@ async function render(): Promise<void> {
   else if ((m = /^\/jobs\/([0-9]+)$/.exec(path))) cleanup = jobPage(main, m[1]!);
   else if (path === '/dlq') cleanup = dlqPage(main);
   else if (path === '/queues') cleanup = queuesPage(main);
+  else if (path === '/schedules') cleanup = schedulesPage(main);
+  else if (path === '/workers') cleanup = workersPage(main);
   else if (path === '/transfers') cleanup = transfersPage(main);
   else if ((m = /^\/transfers\/batches\/([0-9a-fA-F-]{36})$/.exec(path))) cleanup = batchPage(main, m[1]!);
   else {

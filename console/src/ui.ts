@@ -79,12 +79,44 @@ export function confirmStep(opts: {
     ...opts.preview,
     h('div', { class: 'actions' }, confirm, cancel),
   );
+  // Closing the panel gives focus back to what opened it (when that is still on the page).
+  const opener = document.activeElement instanceof HTMLElement ? document.activeElement : null;
   confirm.addEventListener('click', () => void opts.onConfirm(confirm));
   cancel.addEventListener('click', () => {
     opts.host.replaceChildren();
+    if (opener?.isConnected) opener.focus();
   });
   replace(opts.host, panel);
   confirm.focus();
+}
+
+// What identifies a control across a re-render that builds new elements: its tag, id, name, data-test, link
+// target, label and text.
+function focusKey(el: Element): string {
+  return [
+    el.tagName,
+    el.id,
+    el.getAttribute('name'),
+    el.getAttribute('data-test'),
+    el.getAttribute('href'),
+    el.getAttribute('aria-label'),
+    el.textContent?.trim().slice(0, 80),
+  ].join('\u0000');
+}
+
+// Runs a re-render of `root` and puts keyboard focus back on the matching control, so a periodic refresh does not
+// throw the keyboard user back to the top of the page.
+export function keepFocus(root: HTMLElement, render: () => void): void {
+  const active = document.activeElement;
+  const key = active && active !== document.body && root.contains(active) ? focusKey(active) : null;
+  render();
+  if (!key || document.activeElement === active) return;
+  // Moving an element (detach, re-append) drops its focus too: the same element first, else its rebuilt twin.
+  const match =
+    active instanceof HTMLElement && active.isConnected && root.contains(active)
+      ? active
+      : [...root.querySelectorAll('a, button, input, select, textarea, [tabindex]')].find((el) => focusKey(el) === key);
+  if (match instanceof HTMLElement) match.focus({ preventScroll: true });
 }
 
 export function kv(rows: [string, Child][]): HTMLDListElement {
@@ -93,6 +125,36 @@ export function kv(rows: [string, Child][]): HTMLDListElement {
 
 export function pre(value: unknown): HTMLPreElement {
   return h('pre', { class: 'code', tabindex: 0 }, typeof value === 'string' ? value : JSON.stringify(value, null, 2));
+}
+
+// A block of text with a "Copy" button: the clipboard when the browser allows it, else the text is selected for
+// Ctrl+C. The button says which happened.
+export function copyable(value: unknown, what: string): HTMLDivElement {
+  const block = pre(value);
+  const status = h('span', { class: 'muted', 'aria-live': 'polite' });
+  const button = h('button', { type: 'button', class: 'small ghost', 'data-test': 'copy' }, `Copy ${what}`);
+  button.addEventListener('click', () => {
+    const text = block.textContent ?? '';
+    const selectIt = () => {
+      const range = document.createRange();
+      range.selectNodeContents(block);
+      const sel = window.getSelection();
+      sel?.removeAllRanges();
+      sel?.addRange(range);
+      status.textContent = 'selected: press Ctrl+C';
+    };
+    if (!navigator.clipboard) {
+      selectIt();
+      return;
+    }
+    navigator.clipboard.writeText(text).then(
+      () => {
+        status.textContent = 'copied';
+      },
+      () => selectIt(),
+    );
+  });
+  return h('div', null, h('div', { class: 'copy-row' }, status, ' ', button), block);
 }
 
 export function table(

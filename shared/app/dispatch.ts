@@ -4,7 +4,7 @@ import { runSchedules, type SchedulePassItem } from '../jobs/scheduler.js';
 import type { JobOutcome } from '../jobs/processor.js';
 import { postJobs, type Logger } from './jobs.js';
 import type { Runtime } from './runtime.js';
-import { maintenanceTelemetry, reconcileTelemetry } from './telemetryHooks.js';
+import { maintenanceTelemetry, reconcileTelemetry, scheduleFailedTelemetry } from './telemetryHooks.js';
 import { isStalled, resumeStalled } from './transfers.js';
 import { baseTransferName } from '../transfer/service.js';
 
@@ -148,6 +148,12 @@ export interface SchedulerPassReport {
 // the new jobs' messages so the queue runner starts them at once (the dispatcher covers a lost message).
 export async function runSchedulerPass(rt: Runtime, log: Logger, now: Date = new Date()): Promise<SchedulerPassReport> {
   const schedules = await runSchedules(rt.store, rt.registry, rt.schedules, now);
+  for (const s of schedules) {
+    if (s.status !== 'failed') continue;
+    // The other schedules of the pass ran; this one is tried again next pass (its last tick did not move).
+    log.error(`schedule ${s.name} failed in this pass (the other schedules ran; retried next pass): ${s.error}`);
+    scheduleFailedTelemetry(s.name);
+  }
   const ids = schedules.flatMap((s) => s.enqueued);
   const posted = ids.length ? await postJobs(rt, ids, log) : 0;
   return { schedules, enqueued: ids.length, posted };

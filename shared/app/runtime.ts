@@ -91,6 +91,9 @@ export async function createRuntime(settings: Settings, overrides: RuntimeOverri
     workerId,
     leaseSeconds: settings.KEEL_LEASE_SECONDS,
     heartbeatIntervalMs: settings.KEEL_HEARTBEAT_MS,
+    progressIntervalMs: settings.KEEL_PROGRESS_INTERVAL_MS,
+    maxResultBytes: settings.KEEL_MAX_RESULT_BYTES,
+    jobLogLines: settings.KEEL_JOB_LOG_LINES,
     log: consoleLogger,
     events: processorTelemetry,
   });

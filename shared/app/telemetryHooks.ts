@@ -43,6 +43,10 @@ export function maintenanceTelemetry(
   for (const q of stats ?? []) telemetry.queueLag({ queue: q.queue, lagMs: q.oldestDueAgeMs });
 }
 
+export function scheduleFailedTelemetry(schedule: string): void {
+  telemetry.scheduleFailed({ schedule });
+}
+
 export function batchTelemetry(view: BatchView, previousState?: string): void {
   if (view.state !== previousState)
     telemetry.transferBatchState({ transfer: view.transfer, state: view.state, batchId: view.batchId });

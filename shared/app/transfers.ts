@@ -271,7 +271,7 @@ export async function runTransferSchedule(rt: Runtime, log: Logger, now: Date = 
       });
     }
   }
-  await reportFreshness(service, steps, now, log);
+  if (steps.length > 0) await reportFreshness(service, steps, now, log);
   return steps;
 }
 

@@ -1,8 +1,16 @@
-// Every app setting Keel reads, parsed once with zod. Azure passes app settings as environment variables
-// (strings); the local host fills the same names. An invalid value fails at startup naming the setting.
+// The job runtime's app settings, parsed once with zod. Azure passes app settings as environment variables
+// (strings); the local host fills the same names. An invalid value fails at startup naming the setting. Not every
+// setting is here: the transfers' (KEEL_TRANSFERS and the connection settings it names, KEEL_TRANSFER_*_TIMEOUT_MS,
+// KEEL_TRANSFER_MIGRATE_ORACLE) are read by shared/transfer/config.ts, timeouts.ts and the engines' transfer
+// endpoints; KEEL_CONSOLE_DIR and (again) the ops role names by shared/ops/console.ts; the telemetry's by
+// shared/telemetry/init.ts; KEEL_HANDLERS_DIR by shared/jobs/handlerFolder.ts; KEEL_SQL_DIR by shared/config/sqlDir.ts.
+// It reads the engine registry (job store engines and their control settings): below the composition root, import
+// its Settings type only (eslint.config.js).
 import { z } from 'zod';
 import { engineNamed, enginesWith } from '../engines/registry.js';
 import { LIMITS } from '../jobs/validate.js';
+import { DEFAULT_MAX_RESULT_BYTES, MAX_RESULT_BYTES_LIMIT } from '../jobs/progress.js';
+import { DEFAULT_JOB_LOG_LINES, JOB_LOG_LINES_LIMIT } from '../jobs/jobLog.js';
 
 const bool = (def: boolean) =>
   z
@@ -92,7 +100,7 @@ export const settingsSchema = z
     // application's least-privilege login (a member of keel_executor, which may only execute the keel functions).
     KEEL_PG_MIGRATE_URL: optionalString.pipe(z.url('must be a postgres:// URL').optional()),
     KEEL_PG_POOL_SIZE: int(10, 1, 200),
-    KEEL_MAX_PAYLOAD_BYTES: int(LIMITS.payloadBytes, 1024, 16 * 1024 * 1024),
+    KEEL_MAX_PAYLOAD_BYTES: int(LIMITS.payloadBytes, 1024, LIMITS.maxPayloadBytesSetting),
     KEEL_SQL_CONNECTION: optionalString,
     KEEL_SQL_POOL_SIZE: int(10, 1, 200),
     // Apply the schema at startup: default on for PostgreSQL; off for SQL Server, whose app identity should only
@@ -116,13 +124,20 @@ export const settingsSchema = z
     KEEL_DISPATCH_QUEUES: list,
     KEEL_DISPATCH_MODE: z.enum(['run', 'post']).optional().default('run'),
     KEEL_DISPATCH_BUDGET_MS: int(10_000, 100, 540_000),
-    // Jobs whose handlers run at once per dispatcher invocation (counted in jobs); claims come in batches of a quarter of it.
+    // Jobs whose handlers run at once per dispatcher invocation (counted in jobs); claims come in batches of half of it
+    // (JobProcessor.drain).
     KEEL_DISPATCH_CONCURRENCY: int(32, 1, 1000),
     KEEL_DISPATCH_POST_LIMIT: int(256, 1, 10_000),
     // Job processing.
     KEEL_WORKER_ID: optionalString,
     KEEL_LEASE_SECONDS: int(60, 5, 3600),
     KEEL_HEARTBEAT_MS: int(10_000, 200, 600_000),
+    // ctx.progress() writes at most this often per running job (the latest value wins); results over the limit fail
+    // the job as fatal (shared/jobs/progress.ts).
+    KEEL_PROGRESS_INTERVAL_MS: int(1_000, 100, 600_000),
+    KEEL_MAX_RESULT_BYTES: int(DEFAULT_MAX_RESULT_BYTES, 1, MAX_RESULT_BYTES_LIMIT),
+    // ctx.log lines kept with each job across its attempts, newest first out (0: the process log only).
+    KEEL_JOB_LOG_LINES: int(DEFAULT_JOB_LOG_LINES, 0, JOB_LOG_LINES_LIMIT),
     // Graceful stop under the Functions host (appTerminate, SIGTERM): how long running handlers get before they are
     // aborted with reason 'shutdown' and handed back. The host kills the worker 5 s after asking it to terminate
     // (WorkerTerminate's grace period), so the default and the cap leave room for the hand-back writes.
@@ -165,6 +180,12 @@ export const settingsSchema = z
       z.enum(['local']).optional(),
     ),
     KEEL_OPS_MAX_BODY_BYTES: int(256 * 1024, 1024, 64 * 1024 * 1024),
+    // Warnings on the console's overview (GET /warnings): a worker whose oldest held job showed no sign of life
+    // (heartbeat, start or claim) for this long; a queue whose oldest due job has waited this long; a queue that
+    // dead-lettered at least this many jobs in the last 15 minutes.
+    KEEL_WARN_STALE_HEARTBEAT_MS: int(60_000, 1000, 24 * 3600_000),
+    KEEL_WARN_QUEUE_LAG_MS: int(300_000, 1000, 7 * 24 * 3600_000),
+    KEEL_WARN_DLQ_PER_15_MIN: int(10, 1, 1_000_000),
     // Set by the local host only: the key its HTTP layer requires (Azure enforces function keys itself).
     KEEL_OPS_KEY: optionalString,
   })

@@ -1,11 +1,13 @@
 // What an engine provides, declared once per engine (River's driver interface is the model). The composition
 // root (shared/app), scripts/migrate.ts and the settings check look an engine up in shared/engines/registry.ts
 // and call these factories; none of them branches on an engine's name. Every factory loads the engine's driver
-// on first use, so a deployment loads only the drivers of the engines it configured (PostgreSQL never loads
-// mssql or oracledb). docs/architecture.md lists the steps to add an engine.
+// on first use, and the registry instruments that driver for telemetry just before (never earlier), so a deployment
+// loads only the drivers of the engines it configured (PostgreSQL never loads mssql, tedious or oracledb;
+// test/telemetry/drivers.test.ts). docs/architecture.md lists the steps to add an engine.
 import type { Settings } from '../config/settings.js';
 import type { JobStore } from '../jobs/contract.js';
 import type { TransferConfig, TransferSourceRules, TransferTargetRules } from '../transfer/config.js';
+import type { InstrumentedDriver } from '../telemetry/index.js';
 import type { TransferJournal } from '../transfer/journal.js';
 import type { TransferTimeouts } from '../transfer/timeouts.js';
 import type { SourceAdapter, TargetAdapter } from '../transfer/types.js';
@@ -39,6 +41,8 @@ export interface TransferEndpoints {
 export interface EngineDescriptor {
   readonly name: string;
   readonly capabilities: EngineCapabilities;
+  // The database driver its factories load: instrumented (when telemetry is on) before the first factory call.
+  readonly telemetryDriver: InstrumentedDriver;
   // The app setting holding the control database's connection when this engine holds the jobs.
   readonly controlSetting?: keyof Settings & string;
   // The setting `npm run migrate` prefers over controlSetting when set (a schema owner's login).

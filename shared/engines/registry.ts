@@ -1,12 +1,30 @@
 // THE list of engines. Adding one: its folder under shared/engines/ with an index.ts exporting a descriptor
-// (shared/engines/descriptor.ts), one line here, and its harness in the contract suites (docs/architecture.md).
+// (shared/engines/descriptor.ts), one line here, and the other steps in docs/architecture.md ("Adding an engine").
+import { instrumentDriver } from '../telemetry/index.js';
 import type { TransferEngineRules } from '../transfer/config.js';
 import type { EngineCapabilities, EngineDescriptor } from './descriptor.js';
 import { postgres } from './postgres/index.js';
 import { sqlserver } from './sqlserver/index.js';
 import { oracle } from './oracle/index.js';
 
-export const ENGINES: readonly EngineDescriptor[] = [postgres, sqlserver, oracle];
+const FACTORIES = ['openJobStore', 'openJournal', 'migrateControl', 'transferEndpoints', 'closeShared'] as const;
+
+// Each factory instruments the engine's driver (when telemetry is on) before it loads the driver: only the engines a
+// deployment uses have their driver loaded, and the instrumentation is in place by then.
+function instrumented(engine: EngineDescriptor): EngineDescriptor {
+  const wrapped: Record<string, unknown> = { ...engine };
+  for (const name of FACTORIES) {
+    const factory = engine[name] as ((...args: unknown[]) => Promise<unknown>) | undefined;
+    if (!factory) continue;
+    wrapped[name] = (...args: unknown[]) => {
+      instrumentDriver(engine.telemetryDriver);
+      return factory.apply(engine, args);
+    };
+  }
+  return wrapped as unknown as EngineDescriptor;
+}
+
+export const ENGINES: readonly EngineDescriptor[] = [postgres, sqlserver, oracle].map(instrumented);
 
 export function engineNamed(name: string): EngineDescriptor {
   const engine = ENGINES.find((e) => e.name === name);

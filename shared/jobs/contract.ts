@@ -1,4 +1,6 @@
 // The job store contract: the one interface every engine (PostgreSQL, SQL Server) implements.
+import type { JobProgress } from './progress.js';
+import type { JobLogLine } from './jobLog.js';
 // Every owner-scoped call takes (jobId, leaseId); a stale lease is reported as 'lease_lost', never thrown.
 
 export type JobId = string; // bigint in the database; strings keep 64-bit ids exact in JavaScript
@@ -101,6 +103,12 @@ export interface LeaseRef {
   leaseId: LeaseId;
 }
 
+// A completion: the lease, and the JSON text of what the handler returned (resultJson in shared/jobs/progress.ts),
+// stored on the archive row by the same move; absent when it returned nothing.
+export interface CompleteRef extends LeaseRef {
+  resultJson?: string;
+}
+
 // complete/completeMany: 'cancelled' = the job's cancel was requested while it ran, so the move took it to the DLQ
 // as 'cancelled' instead of the archive (the answer the cancel route gave, 'cancel_requested', always ends so).
 export type CompleteResult = OwnerResult | 'cancelled';
@@ -151,7 +159,7 @@ export interface QueueSettings {
 
 export type QueueSettingsPatch = Partial<Omit<QueueSettings, 'name'>>;
 
-// Cheap at any table size (issue 12): pending, fetched, processing, dlq and the totals are counters kept exact in the
+// Cheap at any table size (a stats read must not scan a table, whatever its size): pending, fetched, processing, dlq and the totals are counters kept exact in the
 // transaction of every change; oldestDueAgeMs is the first entry of the pending run_at index; due counts at most
 // STATS_DUE_COUNT_CAP index entries (docs/operations.md).
 export interface QueueStats {
@@ -206,6 +214,10 @@ export interface JobRecord {
   cancelRequested: boolean;
   leaseId: LeaseId | null;
   workerId: string | null;
+  progress: JobProgress | null; // hot jobs: the running (or last) attempt's latest ctx.progress()
+  // archived jobs: what the handler returned (undefined: returned nothing). getJob only: searches leave it out.
+  result?: unknown;
+  logs?: JobLogLine[]; // the job's own ctx.log lines, oldest first (newest KEEL_JOB_LOG_LINES); getJob only
 }
 
 export interface JobSearch {
@@ -224,6 +236,53 @@ export interface JobSearch {
   // size. Allowed only on those searches.
   scanRows?: number;
   limit: number;
+}
+
+// A bounded count (JobStore.countJobs): the search filters without text or paging, and the most rows to count.
+export interface JobCount {
+  location: JobLocation;
+  queue?: string;
+  type?: string;
+  tag?: string;
+  state?: HotState;
+  reason?: DlqReason;
+  from?: Date;
+  to?: Date;
+  cap: number;
+}
+
+// matched is exact when exact is true, else a lower bound ("at least matched"); asOf is the store's clock.
+export interface CountResult {
+  matched: number;
+  exact: boolean;
+  asOf: Date;
+}
+
+// One group of dead letters (reason x type x queue), counted in SQL; totals over all groups of the read.
+export interface DlqGroup {
+  reason: DlqReason;
+  type: string;
+  queue: string;
+  jobs: number;
+  newestFailedAt: Date;
+}
+
+export interface DlqGroupPage {
+  groups: DlqGroup[];
+  totalGroups: number;
+  totalJobs: number;
+}
+
+// A worker as the hot rows' leases show it: the jobs it holds and its oldest and newest sign of life.
+export interface WorkerLeases {
+  workerId: string;
+  jobsHeld: number;
+  processing: number;
+  queues: string[];
+  oldestHeartbeatAt: Date | null;
+  newestHeartbeatAt: Date | null;
+  earliestLeaseExpiresAt: Date | null;
+  asOf: Date;
 }
 
 export const TEXT_SEARCH_SCAN_ROWS = 20_000;
@@ -254,6 +313,13 @@ export interface FireResult {
   jobs: EnqueueResult[];
 }
 
+// What tells a long-running Worker (shared/jobs/producer.ts) that jobs arrived, so it claims at once instead of at
+// its next poll; an engine may provide one (PostgreSQL: LISTEN/NOTIFY on enqueue, engines/postgres/wakeups.ts).
+export interface WakeupSource {
+  // Calls onWake whenever jobs of one of these queues may have become due; returns an unsubscribe.
+  subscribe(queues: string[], onWake: () => void): Promise<() => Promise<void>>;
+}
+
 export interface ClaimOptions {
   workerId: string;
   queues: string[];
@@ -275,8 +341,13 @@ export interface JobStore {
   start(ref: LeaseRef): Promise<StartResult>;
   startMany(refs: LeaseRef[]): Promise<(StartResult & { jobId: JobId })[]>;
   heartbeat(ref: LeaseRef): Promise<HeartbeatResult>;
-  complete(ref: LeaseRef): Promise<CompleteResult>;
-  completeMany(refs: LeaseRef[]): Promise<OwnerResultById[]>;
+  complete(ref: CompleteRef): Promise<CompleteResult>;
+  completeMany(refs: CompleteRef[]): Promise<OwnerResultById[]>;
+  // The running attempt's progress, under its lease (the processor throttles it: KEEL_PROGRESS_INTERVAL_MS).
+  reportProgress(ref: LeaseRef, progress: JobProgress): Promise<OwnerResult>;
+  // Lines of the job's own log (ctx.log) appended under the lease, fetched or processing; the job keeps its newest
+  // maxLines lines across attempts, and every move carries them.
+  appendJobLog(ref: LeaseRef, lines: JobLogLine[], maxLines: number): Promise<OwnerResult>;
   retry(ref: LeaseRef, runAt: Date, error: string): Promise<OwnerResult>;
   fail(ref: LeaseRef, reason: DlqReason, error: string): Promise<OwnerResult>;
   release(ref: LeaseRef): Promise<OwnerResult>;
@@ -305,5 +376,10 @@ export interface JobStore {
   setSchedulePaused(name: string, paused: boolean): Promise<ScheduleState>;
   fireSchedule(name: string, expectedTick: Date | null, tick: Date, jobs: EnqueueRequest[]): Promise<FireResult>;
   searchJobs(search: JobSearch): Promise<JobPage>;
+  // Console reads: a bounded count for previews, dead letters grouped (a page of groups, largest first), and the
+  // workers holding leases on hot jobs.
+  countJobs(count: JobCount): Promise<CountResult>;
+  dlqGroups(queue: string | null, offset: number, limit: number): Promise<DlqGroupPage>;
+  listWorkers(): Promise<WorkerLeases[]>;
   close(): Promise<void>;
 }

@@ -14,18 +14,24 @@ export type { JobContext, BackoffOptions } from './registry.js';
 const HANDLER = Symbol.for('keel.handler-definition');
 const SCHEDULE = Symbol.for('keel.schedule-definition');
 
-export interface HandlerDefinition<P = unknown> {
+// T and S keep the type name and the payload schema's own types, so a producer can derive a typed client from the
+// definitions (@keel/client's jobTypesFrom).
+export interface HandlerDefinition<
+  P = unknown,
+  T extends string = string,
+  S extends z.ZodType | undefined = z.ZodType | undefined,
+> {
   readonly [HANDLER]: true;
-  readonly type: string;
-  readonly options: HandlerOptions;
-  readonly handle: (payload: P, ctx: JobContext) => Promise<void>;
+  readonly type: T;
+  readonly options: Omit<HandlerOptions, 'payload'> & { readonly payload?: S };
+  readonly handle: (payload: P, ctx: JobContext) => Promise<unknown>;
 }
 
 export type HandlerSpec<S extends z.ZodType> = Omit<HandlerOptions, 'payload'> & {
   // A zod schema for the payload: enqueue refuses a payload that fails it (400 naming the field), and the
   // handler gets the parsed value (defaults applied, transforms run).
   payload?: S;
-  handle: (payload: z.output<S>, ctx: JobContext) => Promise<void>;
+  handle: (payload: z.output<S>, ctx: JobContext) => Promise<unknown>;
 };
 
 // Who wants to hear of each definition as it is made: the handlers folder, while it imports a file, to tell a file
@@ -48,13 +54,20 @@ export function onDefinition(listener: DefinitionListener): () => void {
   return () => listeners().delete(listener);
 }
 
-export function defineHandler<S extends z.ZodType = z.ZodUnknown>(
-  type: string,
+export function defineHandler<const T extends string, S extends z.ZodType = z.ZodUnknown>(
+  type: T,
   spec: HandlerSpec<S>,
-): HandlerDefinition<z.output<S>> {
+): HandlerDefinition<z.output<S>, T, S> {
   const { handle, ...options } = spec;
   if (typeof handle !== 'function') throw new Error(`defineHandler("${type}"): handle must be a function`);
-  return made(Object.freeze({ [HANDLER]: true as const, type, options: options as HandlerOptions, handle }));
+  return made(
+    Object.freeze({
+      [HANDLER]: true as const,
+      type,
+      options: options as HandlerDefinition<z.output<S>, T, S>['options'],
+      handle,
+    }),
+  );
 }
 
 export function isHandlerDefinition(v: unknown): v is HandlerDefinition {

@@ -1,4 +1,5 @@
 // Handlers by job type, with their options. A handler gets (payload, ctx) and runs outside any transaction.
+import type { ProgressInput } from './progress.js';
 import type { z } from 'zod';
 import type { JobId } from './contract.js';
 import { LIMITS, jobName } from './validate.js';
@@ -26,9 +27,13 @@ export interface JobContext {
   signal: AbortSignal; // aborts on cancel, timeout, lost lease or shutdown; signal.reason says which
   log: JobLogger;
   heartbeat(): Promise<void>; // extra heartbeat for long synchronous stretches; the processor also beats on a timer
+  // How far this attempt is: 0.4, or {done, total, note}. Checked at once (a ValidationError names the field), stored
+  // on the hot job at most once a second (the latest value wins) and shown by GET /jobs/{id} and the console.
+  progress(progress: ProgressInput): void;
 }
 
-export type JobHandler<P = unknown> = (payload: P, ctx: JobContext) => Promise<void>;
+// What the handler returns (JSON, at most KEEL_MAX_RESULT_BYTES) is stored with the archived job: GET /jobs/{id}.
+export type JobHandler<P = unknown> = (payload: P, ctx: JobContext) => Promise<unknown>;
 
 export interface BackoffOptions {
   baseMs: number; // first retry delay

@@ -15,8 +15,13 @@ import type {
   QueueStats,
   RescueResult,
   ScheduleState,
+  CountResult,
+  DlqGroupPage,
+  WorkerLeases,
 } from './contract.js';
 import { TEXT_SEARCH_SCAN_ROWS } from './contract.js';
+import type { JobProgress } from './progress.js';
+import type { JobLogLine } from './jobLog.js';
 
 export type Row = Record<string, unknown>;
 
@@ -125,6 +130,9 @@ export function toJobRecord(r: Row, codec: RowCodec): JobRecord {
     cancelRequested: Boolean(r.cancelRequested),
     leaseId: leaseOrNull(r.leaseId),
     workerId: textOrNull(r.workerId),
+    progress: r.progress === null || r.progress === undefined ? null : (codec.payload(r.progress) as JobProgress),
+    ...(r.result === null || r.result === undefined ? {} : { result: codec.payload(r.result) }),
+    ...(r.logs === null || r.logs === undefined ? {} : { logs: codec.payload(r.logs) as JobLogLine[] }),
   };
 }
 
@@ -204,4 +212,36 @@ export function toJobPage(rows: Row[], limit: number, toRecord: (r: Row) => JobR
   const items = (bound ? rows.slice(0, -1) : rows).map(toRecord);
   if (items.length === limit) return { items, nextAfterId: items[items.length - 1]!.id, scanBounded: false };
   return { items, nextAfterId: floor, scanBounded: floor !== null };
+}
+
+export function toCountResult(r: Row): CountResult {
+  return { matched: num(r.matched), exact: Boolean(r.exact), asOf: dateOrNull(r.asOf)! };
+}
+
+// No rows: an empty DLQ (or queue), so no groups; otherwise each row carries the totals of the whole read.
+export function toDlqGroupPage(rows: Row[]): DlqGroupPage {
+  return {
+    groups: rows.map((r) => ({
+      reason: String(r.reason) as DlqReason,
+      type: String(r.type),
+      queue: String(r.queue),
+      jobs: num(r.jobs),
+      newestFailedAt: dateOrNull(r.newestFailedAt)!,
+    })),
+    totalGroups: num(rows[0]?.totalGroups),
+    totalJobs: num(rows[0]?.totalJobs),
+  };
+}
+
+export function toWorkerLeases(r: Row): WorkerLeases {
+  return {
+    workerId: String(r.workerId),
+    jobsHeld: num(r.jobsHeld),
+    processing: num(r.processing),
+    queues: r.queues === null || r.queues === undefined ? [] : String(r.queues).split(','),
+    oldestHeartbeatAt: dateOrNull(r.oldestHeartbeatAt),
+    newestHeartbeatAt: dateOrNull(r.newestHeartbeatAt),
+    earliestLeaseExpiresAt: dateOrNull(r.earliestLeaseExpiresAt),
+    asOf: dateOrNull(r.asOf)!,
+  };
 }

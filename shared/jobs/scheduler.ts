@@ -102,7 +102,10 @@ export function scheduleKey(def: ScheduleDefinition, tick: Date): string {
 
 export interface SchedulePassItem {
   name: string;
-  status: FireStatus | 'idle';
+  // failed: this schedule threw (error says why); nothing of it was enqueued, its last tick is unchanged, and the
+  // next pass tries it again. The other schedules of the pass are not affected.
+  status: FireStatus | 'idle' | 'failed';
+  error?: string;
   enqueued: JobId[];
   ticks: string[];
   missed: number;
@@ -121,36 +124,45 @@ export async function runSchedules(
   const states = new Map((await store.listSchedules()).map((s) => [s.name, s]));
   const out: SchedulePassItem[] = [];
   for (const def of schedules) {
-    const state = states.get(def.name) ?? null;
-    if (state?.paused) {
-      out.push({ name: def.name, status: 'paused', enqueued: [], ticks: [], missed: 0, skipped: 0 });
-      continue;
+    try {
+      out.push(await runSchedule(store, registry, def, states.get(def.name) ?? null, now));
+    } catch (err) {
+      // One schedule's failure (a payload its handler's schema now refuses, a store error) must not stop the others.
+      const error = err instanceof Error ? err.message : String(err);
+      out.push({ name: def.name, status: 'failed', error, enqueued: [], ticks: [], missed: 0, skipped: 0 });
     }
-    const plan = planTicks(def, state, now);
-    if (!plan.advanceTo) {
-      out.push({ name: def.name, status: 'idle', enqueued: [], ticks: [], missed: 0, skipped: 0 });
-      continue;
-    }
-    const jobs: EnqueueRequest[] = prepareTypedJobs(
-      registry,
-      plan.enqueue.map((tick) => ({
-        type: def.type,
-        ...(def.queue ? { queue: def.queue } : {}),
-        payload: def.payload,
-        priority: def.priority,
-        tags: [`schedule:${def.name}`],
-        idempotencyKey: scheduleKey(def, tick),
-      })),
-    );
-    const r = await store.fireSchedule(def.name, state?.lastTick ?? null, plan.advanceTo, jobs);
-    out.push({
-      name: def.name,
-      status: r.status,
-      enqueued: r.status === 'fired' ? r.jobs.filter((j) => !j.duplicate).map((j) => j.id) : [],
-      ticks: r.status === 'fired' ? plan.enqueue.map((t) => t.toISOString()) : [],
-      missed: plan.missed,
-      skipped: plan.skipped,
-    });
   }
   return out;
+}
+
+async function runSchedule(
+  store: JobStore,
+  registry: HandlerRegistry,
+  def: ScheduleDefinition,
+  state: ScheduleState | null,
+  now: Date,
+): Promise<SchedulePassItem> {
+  if (state?.paused) return { name: def.name, status: 'paused', enqueued: [], ticks: [], missed: 0, skipped: 0 };
+  const plan = planTicks(def, state, now);
+  if (!plan.advanceTo) return { name: def.name, status: 'idle', enqueued: [], ticks: [], missed: 0, skipped: 0 };
+  const jobs: EnqueueRequest[] = prepareTypedJobs(
+    registry,
+    plan.enqueue.map((tick) => ({
+      type: def.type,
+      ...(def.queue ? { queue: def.queue } : {}),
+      payload: def.payload,
+      priority: def.priority,
+      tags: [`schedule:${def.name}`],
+      idempotencyKey: scheduleKey(def, tick),
+    })),
+  );
+  const r = await store.fireSchedule(def.name, state?.lastTick ?? null, plan.advanceTo, jobs);
+  return {
+    name: def.name,
+    status: r.status,
+    enqueued: r.status === 'fired' ? r.jobs.filter((j) => !j.duplicate).map((j) => j.id) : [],
+    ticks: r.status === 'fired' ? plan.enqueue.map((t) => t.toISOString()) : [],
+    missed: plan.missed,
+    skipped: plan.skipped,
+  };
 }

@@ -1,8 +1,21 @@
 // The job domain's one validation module: every limit (LIMITS), the zod schemas built from them, and the argument
 // checks of the JobStore contract (STORE_ARGUMENT_CHECKS, applied once for every engine by storeBase.ts). Bad input
 // is refused before it reaches a database, naming the field at fault. The ops API's request schemas, the queue
-// messages and the handler definitions build on the same schemas.
+// messages and the handler definitions build on the same schemas. The rules of a job to enqueue (LIMITS, the field
+// schemas, prepareEnqueue) live in the client package (packages/client/src/rules.ts), which producers in other
+// applications use too; they are re-exported here, so the app has one validation module.
 import { z } from 'zod';
+import { JOB_LOG_LINES_LIMIT } from './jobLog.js';
+import {
+  firstIssue,
+  int,
+  jobName,
+  LIMITS,
+  NAME_CHARS,
+  NAME_PATTERN,
+  storableText,
+  ValidationError,
+} from '../../packages/client/src/rules.js';
 import {
   DLQ_REASONS,
   HOT_STATES,
@@ -10,118 +23,31 @@ import {
   PURGE_TARGETS,
   TEXT_SEARCH_SCAN_ROWS_MAX,
   ZOMBIE_POLICIES,
-  SCHEDULE_KEY_PREFIX,
-  type EnqueueRequest,
   type JobStore,
   type LeaseRef,
   type QueueSettingsPatch,
 } from './contract.js';
 
-// Every limit on what the job domain accepts, defined once: the stores' argument checks, the ops API's request
-// schemas (shared/ops/schemas.ts), the queue messages and the handler definitions read them from here.
-const DAY_SECONDS = 24 * 3600;
-export const LIMITS = {
-  nameLength: 128, // queue and job type names
-  scheduleNameLength: 100,
-  batchJobs: 20_000, // jobs per enqueueMany call (and per ops API batch body): one procedure call, one transaction
-  payloadBytes: 256 * 1024, // serialized payload, the default of KEEL_MAX_PAYLOAD_BYTES
-  priority: 1_000_000, // from -priority to +priority
-  delayMs: 366 * DAY_SECONDS * 1000,
-  tags: 16,
-  tagLength: 64,
-  idempotencyKeyLength: 200,
-  maxAttempts: 1000,
-  maxConcurrency: 100_000,
-  zombieTimeoutSeconds: 7 * DAY_SECONDS,
-  // Retention settings are int columns on SQL Server; ten years keeps them far inside its range.
-  minRetentionSeconds: 60,
-  maxRetentionSeconds: 10 * 366 * DAY_SECONDS,
-  claimJobs: 10_000, // jobs per claimNext call
-  rescueJobs: 10_000, // jobs per rescueZombies call (KEEL_MAINT_RESCUE_BATCH)
-  resurrectJobs: 1000, // jobs per resurrectByFilter call
-  purgeBatchRows: 10_000, // rows per purge call: one short transaction (KEEL_MAINT_PURGE_BATCH)
-  searchJobs: 500, // jobs per searchJobs page
-  searchTextLength: 200,
-  metricsWindowMinutes: 7 * 24 * 60,
-} as const;
+export {
+  DEFAULT_MAX_PAYLOAD_BYTES,
+  enqueueFields,
+  issueMessage,
+  jobName,
+  jsonTextProblem,
+  LIMITS,
+  MAX_BATCH,
+  NAME_PATTERN,
+  NOT_BOTH_DELAY_AND_RUN_AT,
+  plainValid,
+  prepareEnqueue,
+  RESERVED_KEY_MESSAGE,
+  storableJson,
+  storableText,
+  textProblem,
+  ValidationError,
+} from '../../packages/client/src/rules.js';
 
-export const DEFAULT_MAX_PAYLOAD_BYTES = LIMITS.payloadBytes;
-export const MAX_BATCH = LIMITS.batchJobs;
-
-export class ValidationError extends Error {
-  constructor(
-    readonly field: string,
-    message: string,
-  ) {
-    super(`${field}: ${message}`);
-    this.name = 'ValidationError';
-  }
-}
-
-export const NAME_PATTERN = /^[A-Za-z0-9_.:-]+$/;
-const NAME_CHARS = 'letters, digits and _ . : - only';
-// A queue or job type name.
-export const jobName = z.string().min(1).max(LIMITS.nameLength).regex(NAME_PATTERN, NAME_CHARS);
 export const scheduleName = z.string().min(1).max(LIMITS.scheduleNameLength).regex(NAME_PATTERN, NAME_CHARS);
-
-// Text a database can store: no NUL (PostgreSQL text and jsonb refuse U+0000) and well-formed UTF-16 (a lone
-// surrogate has no UTF-8 form; jsonb refuses its \uD8xx escape). Returns why not, or null.
-const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
-export function textProblem(s: string): string | null {
-  if (s.includes('\u0000')) return 'must not contain the NUL character (\\u0000)';
-  if (LONE_SURROGATE.test(s)) return 'must be well-formed Unicode (it contains a lone surrogate)';
-  return null;
-}
-
-// The first string or object key inside a JSON value that textProblem refuses: its path and why. Iterative, so a
-// deeply nested payload cannot overflow the stack.
-export function jsonTextProblem(value: unknown): { path: (string | number)[]; message: string } | null {
-  interface Node {
-    v: unknown;
-    key: string | number | null;
-    parent: Node | null;
-  }
-  const pathOf = (n: Node | null, last?: string): (string | number)[] => {
-    const out: (string | number)[] = last !== undefined ? [last] : [];
-    for (let at = n; at && at.key !== null; at = at.parent) out.unshift(at.key);
-    return out;
-  };
-  const stack: Node[] = [{ v: value, key: null, parent: null }];
-  while (stack.length > 0) {
-    const node = stack.pop()!;
-    const v = node.v;
-    if (typeof v === 'string') {
-      const m = textProblem(v);
-      if (m) return { path: pathOf(node), message: m };
-    } else if (Array.isArray(v)) {
-      for (let i = v.length - 1; i >= 0; i--) stack.push({ v: v[i], key: i, parent: node });
-    } else if (v !== null && typeof v === 'object') {
-      const entries = Object.entries(v);
-      for (const [k] of entries) {
-        const km = textProblem(k);
-        if (km) return { path: pathOf(node, k), message: `key ${km}` };
-      }
-      for (let i = entries.length - 1; i >= 0; i--)
-        stack.push({ v: entries[i]![1], key: entries[i]![0], parent: node });
-    }
-  }
-  return null;
-}
-
-// Text and JSON a database can store (no NUL, no lone surrogate).
-export const storableText = (min: number, max: number) =>
-  z
-    .string()
-    .min(min)
-    .max(max)
-    .superRefine((v, ctx) => {
-      const m = textProblem(v);
-      if (m) ctx.addIssue({ code: 'custom', message: m });
-    });
-export const storableJson = z.unknown().superRefine((v, ctx) => {
-  const r = jsonTextProblem(v);
-  if (r) ctx.addIssue({ code: 'custom', message: r.message, path: r.path });
-});
 
 const JOB_ID = /^[1-9][0-9]{0,18}$/;
 const MAX_BIGINT = 9223372036854775807n; // the largest id any engine can hold
@@ -152,29 +78,6 @@ export const hotState = z.enum(HOT_STATES);
 export const purgeTarget = z.enum(PURGE_TARGETS);
 export const zombiePolicy = z.enum(ZOMBIE_POLICIES);
 
-const int = (min: number, max: number) => z.number().int().min(min).max(max);
-
-// The fields of one job to enqueue, except its dates (Date in the store, ISO text in the ops API) and whether a
-// queue is required (the ops API falls back to the handler's queue).
-export const enqueueFields = {
-  queue: jobName,
-  type: jobName,
-  payload: storableJson.optional(),
-  priority: int(-LIMITS.priority, LIMITS.priority).optional(),
-  delayMs: int(0, LIMITS.delayMs).optional(),
-  tags: z.array(storableText(1, LIMITS.tagLength)).max(LIMITS.tags).optional(),
-  idempotencyKey: storableText(1, LIMITS.idempotencyKeyLength).optional(),
-  maxAttempts: int(1, LIMITS.maxAttempts).optional(),
-};
-export const NOT_BOTH_DELAY_AND_RUN_AT = {
-  message: 'give delayMs or runAt, not both',
-  path: ['runAt'],
-};
-
-const enqueueSchema = z
-  .strictObject({ ...enqueueFields, runAt: z.date().optional(), expiresAt: z.date().optional() })
-  .refine((j) => !(j.delayMs !== undefined && j.runAt !== undefined), NOT_BOTH_DELAY_AND_RUN_AT);
-
 // The settings a queue patch may change (the ops API adds descriptions and "at least one").
 const retentionSeconds = int(LIMITS.minRetentionSeconds, LIMITS.maxRetentionSeconds);
 export const queuePatchFields = {
@@ -188,112 +91,6 @@ export const queuePatchFields = {
   metricsRetentionSeconds: retentionSeconds.optional(),
 };
 const patchSchema = z.strictObject(queuePatchFields);
-
-function firstIssue(err: z.ZodError, prefix: string): ValidationError {
-  const issue = err.issues[0]!;
-  const path = issue.path.map((p, i) => (typeof p === 'number' ? `[${p}]` : i ? `.${String(p)}` : String(p))).join('');
-  const field = prefix && path ? `${prefix}${path.startsWith('[') ? '' : '.'}${path}` : prefix || path || '(root)';
-  return new ValidationError(field, issueMessage(issue));
-}
-
-// zod says "expected number, received number" for Infinity/NaN (e.g. JSON's 1e400): say what is wrong.
-export function issueMessage(issue: { code: string; message: string; expected?: unknown; received?: unknown }): string {
-  if (
-    issue.code === 'invalid_type' &&
-    issue.expected === 'number' &&
-    (issue.received === 'Infinity' || issue.received === 'NaN' || /received (number|Infinity|NaN)$/.test(issue.message))
-  ) {
-    return 'must be a finite number (this one is out of range)';
-  }
-  return issue.message;
-}
-
-// The same rules as enqueueSchema, checked by hand: a 20,000-job batch validates in milliseconds instead of a second.
-// Anything it does not accept goes through the schema, which gives the error message (so the two must agree on what
-// is valid; test/jobs/validate.test.ts compares them).
-const ENQUEUE_KEYS = new Set([...Object.keys(enqueueFields), 'runAt', 'expiresAt']);
-const isName = (v: unknown) =>
-  typeof v === 'string' && v.length >= 1 && v.length <= LIMITS.nameLength && NAME_PATTERN.test(v);
-const intIn = (v: unknown, min: number, max: number) =>
-  v === undefined || (Number.isInteger(v) && (v as number) >= min && (v as number) <= max);
-const dateOk = (v: unknown) => v === undefined || (v instanceof Date && !Number.isNaN(v.getTime()));
-const strLen = (v: unknown, max: number) =>
-  typeof v === 'string' && v.length >= 1 && v.length <= max && textProblem(v) === null;
-export function plainValid(job: unknown): boolean {
-  if (typeof job !== 'object' || job === null || Array.isArray(job) || Object.getPrototypeOf(job) !== Object.prototype)
-    return false;
-  const j = job as Record<string, unknown>;
-  for (const k of Object.keys(j)) if (!ENQUEUE_KEYS.has(k)) return false;
-  if (!isName(j.queue) || !isName(j.type)) return false;
-  if (
-    !intIn(j.priority, -LIMITS.priority, LIMITS.priority) ||
-    !intIn(j.delayMs, 0, LIMITS.delayMs) ||
-    !intIn(j.maxAttempts, 1, LIMITS.maxAttempts)
-  )
-    return false;
-  if (!dateOk(j.runAt) || !dateOk(j.expiresAt)) return false;
-  if (j.delayMs !== undefined && j.runAt !== undefined) return false;
-  if (j.payload !== undefined && jsonTextProblem(j.payload) !== null) return false;
-  if (j.idempotencyKey !== undefined && !strLen(j.idempotencyKey, LIMITS.idempotencyKeyLength)) return false;
-  if (j.tags !== undefined) {
-    if (!Array.isArray(j.tags) || j.tags.length > LIMITS.tags) return false;
-    for (const t of j.tags) if (!strLen(t, LIMITS.tagLength)) return false;
-  }
-  return true;
-}
-export const RESERVED_KEY_MESSAGE = `keys starting with "${SCHEDULE_KEY_PREFIX}" are reserved for the scheduler`;
-
-// Returns the JSON document an engine stores for each job; throws ValidationError naming e.g. "jobs[3].payload".
-// Keys starting with "schedule:" are refused unless scheduleKeys (fireSchedule, the scheduler's own jobs).
-export function prepareEnqueue(
-  jobs: EnqueueRequest[],
-  maxPayloadBytes = DEFAULT_MAX_PAYLOAD_BYTES,
-  opts: { scheduleKeys?: boolean } = {},
-): Record<string, unknown>[] {
-  if (!Array.isArray(jobs)) throw new ValidationError('jobs', 'must be an array');
-  if (jobs.length > MAX_BATCH)
-    throw new ValidationError('jobs', `at most ${MAX_BATCH} jobs per batch (got ${jobs.length})`);
-  return jobs.map((job, i) => {
-    const prefix = jobs.length === 1 ? '' : `jobs[${i}]`;
-    let j: z.infer<typeof enqueueSchema>;
-    if (plainValid(job)) j = job as z.infer<typeof enqueueSchema>;
-    else {
-      const parsed = enqueueSchema.safeParse(job);
-      if (!parsed.success) throw firstIssue(parsed.error, prefix);
-      j = parsed.data;
-    }
-    if (!opts.scheduleKeys && j.idempotencyKey?.startsWith(SCHEDULE_KEY_PREFIX))
-      throw new ValidationError(prefix ? `${prefix}.idempotencyKey` : 'idempotencyKey', RESERVED_KEY_MESSAGE);
-    let payloadText: string | undefined;
-    try {
-      payloadText = JSON.stringify(j.payload ?? null);
-    } catch (err) {
-      throw new ValidationError(
-        prefix ? `${prefix}.payload` : 'payload',
-        `is not JSON-serialisable: ${(err as Error).message}`,
-      );
-    }
-    const size = Buffer.byteLength(payloadText ?? 'null', 'utf8');
-    if (size > maxPayloadBytes) {
-      throw new ValidationError(
-        prefix ? `${prefix}.payload` : 'payload',
-        `is ${size} bytes of JSON; the limit is ${maxPayloadBytes} bytes (KEEL_MAX_PAYLOAD_BYTES)`,
-      );
-    }
-    return {
-      queue: j.queue,
-      type: j.type,
-      payload: j.payload ?? null,
-      priority: j.priority ?? 0,
-      ...(j.runAt ? { runAt: j.runAt.toISOString() } : {}),
-      ...(j.delayMs !== undefined ? { delayMs: j.delayMs } : {}),
-      tags: j.tags ?? [],
-      ...(j.idempotencyKey !== undefined ? { idempotencyKey: j.idempotencyKey } : {}),
-      ...(j.maxAttempts !== undefined ? { maxAttempts: j.maxAttempts } : {}),
-      ...(j.expiresAt ? { expiresAt: j.expiresAt.toISOString() } : {}),
-    };
-  });
-}
 
 export function validateQueuePatch(queue: string, patch: QueueSettingsPatch): QueueSettingsPatch {
   const n = jobName.safeParse(queue);
@@ -388,8 +185,14 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
   start: null, // startMany per ref: a ref that can hold no lease is lease_lost (isLeaseRef)
   startMany: null,
   heartbeat: (ref) => (isLeaseRef(ref) ? undefined : { answer: { status: 'lease_lost', cancelRequested: false } }),
-  complete: null, // completeMany per ref, as startMany
+  complete: null, // completeMany per ref, as startMany; a resultJson that is not JSON is refused by the database
   completeMany: null,
+  reportProgress: leaseLost, // the progress itself was normalized by normalizeProgress (shared/jobs/progress.ts)
+  appendJobLog: (ref, lines, maxLines) => {
+    if (!Array.isArray(lines)) throw new ValidationError('lines', 'must be an array of job log lines');
+    assertPositiveInt('maxLines', maxLines, JOB_LOG_LINES_LIMIT);
+    return leaseLost(ref);
+  },
   retry: (ref, runAt) => {
     assertTick('runAt', runAt);
     return leaseLost(ref);
@@ -461,6 +264,25 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
     }
     return undefined;
   },
+  countJobs: (c) => {
+    assertOneOf('location', c.location, JOB_LOCATIONS);
+    assertPositiveInt('cap', c.cap, LIMITS.countCap);
+    if (c.queue !== undefined) assertName('queue', c.queue);
+    if (c.type !== undefined) assertName('type', c.type);
+    if (c.tag !== undefined) assertText('tag', c.tag, LIMITS.tagLength);
+    if (c.state !== undefined) assertOneOf('state', c.state, HOT_STATES);
+    if (c.reason !== undefined) assertOneOf('reason', c.reason, DLQ_REASONS);
+    if (c.from !== undefined) assertTick('from', c.from);
+    if (c.to !== undefined) assertTick('to', c.to);
+    return undefined;
+  },
+  dlqGroups: (queue, offset, limit) => {
+    if (queue !== null) assertName('queue', queue);
+    if (!Number.isInteger(offset) || offset < 0) throw new ValidationError('offset', 'must be a non-negative integer');
+    assertPositiveInt('limit', limit, LIMITS.dlqGroups);
+    return undefined;
+  },
+  listWorkers: null,
   listSchedules: (name) => {
     if (name !== undefined) assertScheduleName('name', name);
     return undefined;

@@ -1,15 +1,24 @@
 // The ops route table: every route, its schemas, whether it is destructive, and its handler.
-import type { JobRecord, PurgeTarget, QueueSettingsPatch } from '../jobs/contract.js';
+import type {
+  DlqReason,
+  HotState,
+  JobCount,
+  JobRecord,
+  JobStore,
+  PurgeTarget,
+  QueueSettingsPatch,
+} from '../jobs/contract.js';
 import type { JobRequest } from '../jobs/typedEnqueue.js';
 import { purgeInBatches } from '../jobs/maintenance.js';
 import { LIMITS } from '../jobs/validate.js';
-import { IdempotencyConflictError, TEXT_SEARCH_SCAN_ROWS_MAX } from '../jobs/contract.js';
+import { IdempotencyConflictError } from '../jobs/contract.js';
 import { OpsError, conflict, invalid, notFound } from './errors.js';
 import { route, type OpsRoute } from './router.js';
 import * as s from './schemas.js';
 import { transferRoutes } from './transferRoutes.js';
 import { openApiDocument } from './openapi.js';
 import { handlerRoutes } from './handlerRoutes.js';
+import { watchRoutes } from './watchRoutes.js';
 
 const VERSION = '0.1.0';
 
@@ -44,9 +53,37 @@ function where(job: JobRecord): Record<string, unknown> {
   return { id: job.id, location: job.location, state: job.state };
 }
 
-const PREVIEW_CAP = 10_000;
-// A purge preview reads at most this many bounded search calls (each examines TEXT_SEARCH_SCAN_ROWS_MAX rows).
-const PREVIEW_CALLS = 20;
+// Previews count in SQL up to this many rows (keel.count_jobs); past it they say "at least".
+export const PREVIEW_COUNT_CAP = 100_000;
+
+function dlqCount(f: {
+  queue?: string;
+  type?: string;
+  reason?: DlqReason;
+  failedAfter?: Date;
+  failedBefore?: Date;
+}): Omit<JobCount, 'cap'> {
+  return {
+    location: 'dlq',
+    ...(f.queue ? { queue: f.queue } : {}),
+    ...(f.type ? { type: f.type } : {}),
+    ...(f.reason ? { reason: f.reason } : {}),
+    ...(f.failedAfter ? { from: f.failedAfter } : {}),
+    ...(f.failedBefore ? { to: f.failedBefore } : {}),
+  };
+}
+
+// Why a previewed id was not acted on: where the job is now (another location, another state, or gone).
+async function whereNow(
+  store: JobStore,
+  id: string,
+): Promise<{ id: string; why: 'not_in_dlq' | 'gone' | 'key_held'; location: string | null; state: string | null }> {
+  const job = await store.getJob(id);
+  if (!job) return { id, why: 'gone', location: null, state: null };
+  // Still in the DLQ after a resurrect: its idempotency key is held by a hot job of its queue and type.
+  if (job.location === 'dlq') return { id, why: 'key_held', location: 'dlq', state: job.state };
+  return { id, why: 'not_in_dlq', location: job.location, state: job.state };
+}
 
 // Characters of a payload's JSON text shown in list and search results, and of a last error.
 export const PAYLOAD_PREVIEW_CHARS = 200;
@@ -385,27 +422,179 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     path: '/dlq/resurrect',
     operationId: 'resurrectByFilter',
     summary:
-      'Resurrect DLQ jobs matching a filter, up to a limit. dryRun defaults to true: preview first, then repeat with dryRun=false',
+      'Resurrect DLQ jobs: preview a filter (dryRun=true, the default: the ids, up to limit, and an exact or "at least" count), then confirm with the preview\'s ids (dryRun=false, ids): exactly those are resurrected, and the answer says per id what changed meanwhile',
     tag: 'dlq',
     role: 'operator',
     query: s.emptyQuery,
     body: s.resurrectFilterBody,
-    responses: { 200: 'ids resurrected (or that would be, on a dry run)', 403: 'operator role missing' },
+    responses: {
+      200: 'ids resurrected (or that would be, on a dry run); previewed ids skipped, and matches that arrived after the preview (not resurrected)',
+      400: 'dryRun=false without ids, or a filter outside its bounds (the field is named)',
+      403: 'operator role missing',
+    },
     output: s.out.resurrectedMany,
     async handle({ rt, body, log }) {
       if (body.failedAfter && body.failedBefore && body.failedAfter > body.failedBefore)
         throw invalid('failedAfter', 'must not be after failedBefore');
-      const result = await rt.store.resurrectByFilter({
+      const filter = {
         ...(body.queue ? { queue: body.queue } : {}),
         ...(body.type ? { type: body.type } : {}),
-        ...(body.reason ? { reason: body.reason as never } : {}),
+        ...(body.reason ? { reason: body.reason as DlqReason } : {}),
         ...(body.failedAfter ? { failedAfter: new Date(body.failedAfter) } : {}),
         ...(body.failedBefore ? { failedBefore: new Date(body.failedBefore) } : {}),
-        limit: body.limit,
-        dryRun: body.dryRun,
-      });
-      const posted = result.dryRun ? 0 : await rt.postJobs(result.ids, log);
-      return { body: { dryRun: result.dryRun, count: result.ids.length, ids: result.ids, posted } };
+      };
+      const filtered = Object.keys(filter).length > 0;
+      if (body.dryRun) {
+        if (body.ids) {
+          // A selection's preview: which of these ids are in the DLQ now.
+          const found = await Promise.all(body.ids.map((id: string) => rt.store.getJob(id)));
+          const ids = found.filter((j): j is JobRecord => j?.location === 'dlq').map((j) => j.id);
+          return { body: { dryRun: true, count: ids.length, ids, posted: 0 } };
+        }
+        const preview = await rt.store.resurrectByFilter({ ...filter, limit: body.limit, dryRun: true });
+        const matched = await rt.store.countJobs({ ...dlqCount(filter), cap: PREVIEW_COUNT_CAP });
+        return {
+          body: {
+            dryRun: true,
+            count: preview.ids.length,
+            ids: preview.ids,
+            posted: 0,
+            matched: { count: matched.matched, exact: matched.exact },
+          },
+        };
+      }
+      if (!body.ids)
+        throw invalid(
+          'ids',
+          "a resurrect acts on exactly what was previewed: send the preview's ids (POST with dryRun=true lists them)",
+        );
+      const ids = await rt.store.resurrect(body.ids);
+      const moved = new Set(ids);
+      const skipped = await Promise.all(
+        body.ids.filter((id: string) => !moved.has(id)).map((id: string) => whereNow(rt.store, id)),
+      );
+      // Matches of the filter now that the preview did not list: reported, never acted on.
+      let arrivedAfterPreview: { count: number; exact: boolean; ids: string[] } | undefined;
+      if (filtered) {
+        const previewed = new Set<string>(body.ids);
+        const now = await rt.store.resurrectByFilter({ ...filter, limit: LIMITS.resurrectJobs, dryRun: true });
+        const fresh = now.ids.filter((id) => !previewed.has(id));
+        arrivedAfterPreview = {
+          count: fresh.length,
+          exact: now.ids.length < LIMITS.resurrectJobs,
+          ids: fresh.slice(0, 50),
+        };
+      }
+      const posted = await rt.postJobs(ids, log);
+      return {
+        body: {
+          dryRun: false,
+          count: ids.length,
+          ids,
+          posted,
+          skipped,
+          ...(arrivedAfterPreview ? { arrivedAfterPreview } : {}),
+        },
+      };
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/jobs/cancel',
+    operationId: 'cancelMany',
+    summary:
+      'Cancel hot jobs by filter or selection: preview (dryRun=true, the default: the ids, up to limit, and an exact or "at least" count), then confirm with the preview\'s ids (dryRun=false, ids): exactly those are cancelled, and the answer says per id what happened',
+    tag: 'jobs',
+    role: 'operator',
+    query: s.emptyQuery,
+    body: s.cancelManyBody,
+    responses: {
+      200: 'per id: would be / was cancelled (pending) or asked to stop (running), or not hot any more',
+      400: 'dryRun=false without ids (the field is named)',
+      403: 'operator role missing',
+    },
+    output: s.out.cancelledMany,
+    async handle({ rt, body }) {
+      const filter = {
+        ...(body.queue ? { queue: body.queue } : {}),
+        ...(body.type ? { type: body.type } : {}),
+        ...(body.tag ? { tag: body.tag } : {}),
+        ...(body.state ? { state: body.state as HotState } : {}),
+      };
+      const filtered = Object.keys(filter).length > 0;
+      if (body.dryRun) {
+        if (body.ids) {
+          const rows = await Promise.all(
+            body.ids.map(async (id: string) => {
+              const j = await rt.store.getJob(id);
+              if (!j) return { id, outcome: 'gone' as const, location: null, state: null };
+              if (j.location !== 'hot')
+                return { id, outcome: 'not_hot' as const, location: j.location, state: j.state };
+              return {
+                id,
+                outcome: j.state === 'processing' ? ('would_request_cancel' as const) : ('would_cancel' as const),
+                location: j.location,
+                state: j.state,
+              };
+            }),
+          );
+          const ids = rows.filter((r) => r.outcome.startsWith('would')).map((r) => r.id);
+          return { body: { dryRun: true, count: ids.length, ids, rows } };
+        }
+        const page = await rt.store.searchJobs({
+          location: 'hot',
+          ...filter,
+          limit: Math.min(body.limit, LIMITS.searchJobs),
+        });
+        const matched = await rt.store.countJobs({ location: 'hot', ...filter, cap: PREVIEW_COUNT_CAP });
+        const rows = page.items.map((j) => ({
+          id: j.id,
+          outcome: j.state === 'processing' ? ('would_request_cancel' as const) : ('would_cancel' as const),
+          location: j.location,
+          state: j.state,
+        }));
+        return {
+          body: {
+            dryRun: true,
+            count: rows.length,
+            ids: rows.map((r) => r.id),
+            rows,
+            matched: { count: matched.matched, exact: matched.exact },
+          },
+        };
+      }
+      if (!body.ids)
+        throw invalid(
+          'ids',
+          "a cancel acts on exactly what was previewed: send the preview's ids (POST with dryRun=true lists them)",
+        );
+      const rows = [];
+      for (const id of body.ids as string[]) {
+        const result = await rt.store.cancel(id);
+        if (result === 'not_found') {
+          const now = await whereNow(rt.store, id);
+          rows.push({
+            id,
+            outcome: now.why === 'gone' ? ('gone' as const) : ('not_hot' as const),
+            location: now.location,
+            state: now.state,
+          });
+          continue;
+        }
+        if (result === 'cancel_requested') rt.processor.requestCancel(id);
+        rows.push({ id, outcome: result, location: result === 'cancelled' ? 'dlq' : 'hot', state: null });
+      }
+      let arrivedAfterPreview: { count: number; exact: boolean; ids: string[] } | undefined;
+      if (filtered) {
+        const previewed = new Set<string>(body.ids);
+        const page = await rt.store.searchJobs({ location: 'hot', ...filter, limit: LIMITS.searchJobs });
+        const fresh = page.items.map((j) => j.id).filter((id) => !previewed.has(id));
+        arrivedAfterPreview = { count: fresh.length, exact: page.nextAfterId === null, ids: fresh.slice(0, 50) };
+      }
+      const ids = rows.filter((r) => r.outcome === 'cancelled' || r.outcome === 'cancel_requested').map((r) => r.id);
+      return {
+        body: { dryRun: false, count: ids.length, ids, rows, ...(arrivedAfterPreview ? { arrivedAfterPreview } : {}) },
+      };
     },
   }),
   route({
@@ -441,47 +630,49 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
             },
           };
         }
-        // Counted through bounded searches (a COUNT in SQL would read no payloads; it needs a store procedure).
-        let matched = 0;
-        let afterId: string | null = null;
-        let calls = 0;
-        do {
-          const page = await rt.store.searchJobs({
-            location: target,
-            to: olderThan,
-            limit: LIMITS.searchJobs,
-            scanRows: TEXT_SEARCH_SCAN_ROWS_MAX,
-            ...(body.queue ? { queue: body.queue } : {}),
-            ...(afterId ? { afterId } : {}),
-          });
-          matched += page.items.length;
-          afterId = page.nextAfterId;
-          calls++;
-        } while (afterId !== null && matched < PREVIEW_CAP && calls < PREVIEW_CALLS);
+        // Counted in SQL, bounded: exact up to PREVIEW_COUNT_CAP rows, else "at least".
+        const counted = await rt.store.countJobs({
+          location: target,
+          to: olderThan,
+          cap: PREVIEW_COUNT_CAP,
+          ...(body.queue ? { queue: body.queue } : {}),
+        });
         return {
           body: {
             dryRun: true,
             target,
             queue,
             olderThan: body.olderThan,
-            matched,
-            capped: afterId !== null,
-            ...(afterId !== null
-              ? {
-                  note: `counted up to ${PREVIEW_CAP} rows or ${PREVIEW_CALLS * TEXT_SEARCH_SCAN_ROWS_MAX} examined rows; more may match`,
-                }
-              : {}),
+            matched: counted.matched,
+            capped: !counted.exact,
+            asOf: counted.asOf.toISOString(),
+            ...(counted.exact ? {} : { note: `counted up to ${PREVIEW_COUNT_CAP} rows; more match` }),
           },
         };
       }
+      // The set a purge deletes can only shrink after its preview: it is bound by olderThan, which is not in the
+      // future, and rows enter the archive and the DLQ stamped with the time they enter.
       const run = await purgeInBatches(rt.store, target, queue, olderThan, body.batchSize, body.maxBatches);
-      return { body: { dryRun: false, target, queue, olderThan: body.olderThan, ...run } };
+      const leftMeanwhile =
+        body.previewMatched !== undefined && !run.mayHaveMore
+          ? Math.max(0, body.previewMatched - run.deleted)
+          : undefined;
+      return {
+        body: {
+          dryRun: false,
+          target,
+          queue,
+          olderThan: body.olderThan,
+          ...run,
+          ...(leftMeanwhile !== undefined ? { leftMeanwhile } : {}),
+        },
+      };
     },
   }),
 ];
 
 export function allRoutes(): OpsRoute<any, any, any>[] {
-  const routes: OpsRoute<any, any, any>[] = [...jobRoutes, ...handlerRoutes, ...transferRoutes];
+  const routes: OpsRoute<any, any, any>[] = [...jobRoutes, ...watchRoutes, ...handlerRoutes, ...transferRoutes];
   routes.push(
     route({
       method: 'GET',

@@ -94,6 +94,12 @@ export const queuePatch = z
   })
   .refine((p) => Object.keys(p).length > 0, { message: 'give at least one setting to change' });
 
+const previewIds = z
+  .array(jobId)
+  .min(1)
+  .max(LIMITS.resurrectJobs)
+  .refine((ids) => new Set(ids).size === ids.length, 'must not repeat an id');
+
 export const resurrectFilterBody = z.strictObject({
   queue: name.optional(),
   type: name.optional(),
@@ -102,6 +108,25 @@ export const resurrectFilterBody = z.strictObject({
   failedBefore: isoDate.optional(),
   limit: z.number().int().min(1).max(LIMITS.resurrectJobs).describe('most jobs to resurrect in this call'),
   dryRun: z.boolean().default(true).describe('true (default): only list what would be resurrected'),
+  ids: previewIds
+    .optional()
+    .describe(
+      "required with dryRun=false: the preview's ids (or a selection). Exactly these are resurrected, those still in the DLQ; the filter only reports matches that arrived after the preview",
+    ),
+});
+
+export const cancelManyBody = z.strictObject({
+  queue: name.optional(),
+  type: name.optional(),
+  tag: storableText(1, LIMITS.tagLength).optional(),
+  state: hotState.optional(),
+  ids: previewIds
+    .optional()
+    .describe(
+      "a selection to preview, or (dryRun=false, required) the preview's ids: exactly these are cancelled, those still hot",
+    ),
+  limit: z.number().int().min(1).max(LIMITS.resurrectJobs).default(100).describe('most jobs a filter preview lists'),
+  dryRun: z.boolean().default(true).describe('true (default): only list what would be cancelled'),
 });
 
 export const purgeBody = z.strictObject({
@@ -110,7 +135,16 @@ export const purgeBody = z.strictObject({
   olderThan: isoDate.describe('delete rows finished/failed/bucketed before this instant'),
   batchSize: z.number().int().min(1).max(LIMITS.purgeBatchRows).default(1000),
   maxBatches: z.number().int().min(1).max(100).default(10),
-  dryRun: z.boolean().default(true).describe('true (default): count what would be deleted (archive/dlq, up to 10,000)'),
+  dryRun: z
+    .boolean()
+    .default(true)
+    .describe('true (default): count what would be deleted (archive/dlq: exact up to 100,000, else "at least")'),
+  previewMatched: z
+    .number()
+    .int()
+    .min(0)
+    .optional()
+    .describe("dryRun=false: the preview's count, so the answer says how many previewed rows left meanwhile"),
 });
 
 export const batchListQuery = z.strictObject({
@@ -178,6 +212,35 @@ export const out = (() => {
     cancelRequested: z.boolean(),
     leaseId: z.string().nullable(),
     workerId: z.string().nullable(),
+    progress: z
+      .object({
+        fraction: z.number().nullable().describe('0..1; derived from done/total when only those were reported'),
+        done: z.number().nullable(),
+        total: z.number().nullable(),
+        note: z.string().nullable(),
+      })
+      .nullable()
+      .describe(
+        'hot jobs: the latest ctx.progress() of the running attempt (kept while a retry waits; null once the next attempt starts)',
+      ),
+    result: z
+      .unknown()
+      .optional()
+      .describe(
+        'archived jobs: the JSON value the handler returned (absent when it returned nothing); GET /jobs/{id} only',
+      ),
+    logs: z
+      .array(
+        z.object({
+          attempt: z.number().int(),
+          at: dateTime,
+          level: z.enum(['info', 'warn', 'error']),
+          message: z.string(),
+          fields: z.record(z.string(), z.unknown()).optional(),
+        }),
+      )
+      .optional()
+      .describe("the job's own ctx.log lines, oldest first (its newest KEEL_JOB_LOG_LINES); GET /jobs/{id} only"),
   });
   const enqueued = z.object({
     id: z.string(),
@@ -254,7 +317,7 @@ export const out = (() => {
     jobPage: z.object({
       location: location,
       items: z.array(
-        job.omit({ payload: true }).extend({
+        job.omit({ payload: true, result: true, logs: true }).extend({
           payloadBytes: z.number().int().describe("size of the payload's JSON text in bytes"),
           payloadPreview: z.string().describe("the payload's JSON text, cut to its first 200 characters"),
           payloadTruncated: z.boolean().describe('the preview is cut: GET /jobs/{id} has the whole payload'),
@@ -286,6 +349,42 @@ export const out = (() => {
       count: z.number().int(),
       ids: z.array(z.string()),
       posted: z.number().int(),
+      matched: z
+        .object({ count: z.number().int(), exact: z.boolean() })
+        .optional()
+        .describe('dry run with a filter: every DLQ job the filter matches (exact, or at least count)'),
+      skipped: z
+        .array(
+          z.object({
+            id: z.string(),
+            why: z.enum(['not_in_dlq', 'gone', 'key_held']),
+            location: z.string().nullable(),
+            state: z.string().nullable(),
+          }),
+        )
+        .optional()
+        .describe('confirm: previewed ids not resurrected, and where each is now (what changed since the preview)'),
+      arrivedAfterPreview: z
+        .object({ count: z.number().int(), exact: z.boolean(), ids: z.array(z.string()) })
+        .optional()
+        .describe('confirm with a filter: DLQ jobs matching it now that the preview did not list (not resurrected)'),
+    }),
+    cancelledMany: z.object({
+      dryRun: z.boolean(),
+      count: z.number().int(),
+      ids: z.array(z.string()),
+      matched: z.object({ count: z.number().int(), exact: z.boolean() }).optional(),
+      rows: z.array(
+        z.object({
+          id: z.string(),
+          outcome: z.enum(['would_cancel', 'would_request_cancel', 'cancelled', 'cancel_requested', 'not_hot', 'gone']),
+          location: z.string().nullable(),
+          state: z.string().nullable(),
+        }),
+      ),
+      arrivedAfterPreview: z
+        .object({ count: z.number().int(), exact: z.boolean(), ids: z.array(z.string()) })
+        .optional(),
     }),
     purge: z.object({
       dryRun: z.boolean(),
@@ -293,8 +392,14 @@ export const out = (() => {
       queue: z.string().nullable(),
       olderThan: z.string(),
       matched: z.number().int().optional(),
-      capped: z.boolean().optional(),
+      capped: z.boolean().optional().describe('matched is a lower bound: the count stopped there'),
+      asOf: z.string().optional().describe("the store's clock when the preview counted"),
       note: z.string().optional(),
+      leftMeanwhile: z
+        .number()
+        .int()
+        .optional()
+        .describe('previewed rows no longer there at the confirm (resurrected or purged meanwhile)'),
       deleted: z.number().int().optional(),
       batches: z.number().int().optional(),
       mayHaveMore: z.boolean().optional(),

@@ -100,6 +100,8 @@ export interface KeelTelemetry {
   maintenanceRun(dims: { durationMs: number; outcome?: RunOutcome }): void;
   /** A database pool reported a connection error it recovers from (the `error` event of shared/engines/poolErrors.ts). */
   poolError(dims: { engine: string; role: PoolRole }): void;
+  /** One schedule failed in a scheduler pass (the pass went on with the others). */
+  scheduleFailed(dims: { schedule: string }): void;
 }
 
 export interface TelemetryOptions {
@@ -131,6 +133,7 @@ interface Instruments {
   maintenanceRuns: Counter;
   maintenanceDuration: Histogram;
   poolErrors: Counter;
+  scheduleFailures: Counter;
 }
 
 function createInstruments(meter: Meter): Instruments {
@@ -157,6 +160,7 @@ function createInstruments(meter: Meter): Instruments {
       'Database pool connection errors (the pool replaced the connection)',
       '{error}',
     ),
+    scheduleFailures: counter(METRICS.scheduleFailures, 'Schedules that failed in a scheduler pass', '{schedule}'),
   };
 }
 
@@ -367,6 +371,10 @@ export function createTelemetry(options: TelemetryOptions = {}): KeelTelemetry {
         [DIM.engine]: limiter.admit(DIM.engine, d.engine),
         [DIM.role]: closedSet(POOL_ROLES, d.role),
       });
+    },
+    scheduleFailed(d) {
+      // Schedule names are declared in code (handlers/), a small set; the limiter still caps them.
+      m.scheduleFailures.add(1, { [DIM.schedule]: limiter.admit(DIM.schedule, d.schedule) });
     },
   });
 }

@@ -21,6 +21,9 @@ export {
 export { DEFAULT_CARDINALITY_LIMITS, DimensionLimiter, type CardinalityLimits } from './cardinality.js';
 export {
   flushTelemetry,
+  instrumentDriver,
+  instrumentedDrivers,
+  type InstrumentedDriver,
   parseAuthenticationString,
   registerDatabaseInstrumentations,
   type DatabaseInstrumentationOptions,
@@ -76,4 +79,5 @@ export const telemetry: KeelTelemetry = {
   transferFreshness: (dims) => active().transferFreshness(dims),
   maintenanceRun: (dims) => active().maintenanceRun(dims),
   poolError: (dims) => active().poolError(dims),
+  scheduleFailed: (dims) => active().scheduleFailed(dims),
 };

@@ -4,8 +4,10 @@
 // tracer, meter and logger providers with the Azure Monitor exporters, the Azure Functions pre-invocation
 // hook (so spans and events created inside a function run join the invocation's operation), and the
 // built-in instrumentations: http, Azure SDK (storage queues), and PostgreSQL (`pg`). Keel adds the
-// OpenTelemetry instrumentations for `tedious` (the driver under `mssql`) and `oracledb`, so calls to all
-// three databases appear as dependencies correlated with the invocation.
+// OpenTelemetry instrumentations for `tedious` (the driver under `mssql`) and `oracledb`, each only when an engine
+// that uses it is first opened (instrumentDriver, called by shared/engines/registry.ts), so calls to every
+// configured database appear as dependencies correlated with the invocation, and a deployment loads no driver of an
+// engine it does not use (test/telemetry/drivers.test.ts).
 //
 // Without one (local runs, tests): nothing is loaded, nothing is registered, no network is touched; the
 // facade stays bound to the OpenTelemetry API's no-op providers and every call is a valid no-op.
@@ -39,7 +41,6 @@ export interface InitHooks {
 }
 
 let state: TelemetryState | undefined;
-let unregisterDatabaseInstrumentations: (() => void) | undefined;
 
 /** The auth part of the exporter options, from APPLICATIONINSIGHTS_AUTHENTICATION_STRING. */
 export function parseAuthenticationString(value: string | undefined): { aad: boolean; clientId?: string } {
@@ -64,64 +65,90 @@ function entraCredential(env: TelemetryEnv): TokenCredential | undefined {
 
 /**
  * Keel is ESM; the drivers are CommonJS. OpenTelemetry's instrumentations patch a driver when it passes
- * through `require`, which an ESM `import` of the package does not do. Requiring each driver once, after
- * the instrumentations are registered, patches the shared CommonJS module instance (`pg` Client,
- * `tedious` Connection, the `oracledb` trace handler), so it works whether the engines imported their
- * driver before or after `initTelemetry` ran. `mssql` uses `tedious` underneath.
+ * through `require`, which an ESM `import` of the package does not do. Requiring the driver once, after
+ * its instrumentation is registered, patches the shared CommonJS module instance (`pg` Client,
+ * `tedious` Connection, the `oracledb` trace handler), so it works whether the engine imported its
+ * driver before or after. `mssql` uses `tedious` underneath. An engine names its driver here
+ * (EngineDescriptor.telemetryDriver); a new driver adds its instrumentation to this table.
  */
-const DRIVERS = ['pg', 'tedious', 'oracledb'] as const;
-
-export interface DatabaseInstrumentationOptions {
-  /** Defaults to the global tracer provider (the one useAzureMonitor installs). */
-  tracerProvider?: TracerProvider;
-  /** Also register the `pg` instrumentation (useAzureMonitor already does; tests without it need it). */
-  includePg?: boolean;
-}
-
-/**
- * Registers the database driver instrumentations that the Azure Monitor distro does not bundle
- * (`tedious`, `oracledb`; optionally `pg`) and patches the already-loaded drivers. Returns a function that
- * unregisters them. Spans are children of the active context, i.e. of the function invocation.
- */
-export function registerDatabaseInstrumentations(options: DatabaseInstrumentationOptions = {}): () => void {
-  const instrumentations: Instrumentation[] = [];
-  const add = (load: () => Instrumentation, name: string) => {
-    try {
-      instrumentations.push(load());
-    } catch (err) {
-      diag.warn(`keel telemetry: ${name} instrumentation unavailable`, err);
-    }
-  };
-  if (options.includePg) {
-    add(() => {
-      const { PgInstrumentation } =
-        require('@opentelemetry/instrumentation-pg') as typeof import('@opentelemetry/instrumentation-pg');
-      return new PgInstrumentation();
-    }, 'pg');
-  }
-  add(() => {
+const INSTRUMENTATIONS = {
+  pg: () => {
+    const { PgInstrumentation } =
+      require('@opentelemetry/instrumentation-pg') as typeof import('@opentelemetry/instrumentation-pg');
+    return new PgInstrumentation();
+  },
+  tedious: () => {
     const { TediousInstrumentation } =
       require('@opentelemetry/instrumentation-tedious') as typeof import('@opentelemetry/instrumentation-tedious');
     return new TediousInstrumentation();
-  }, 'tedious');
-  add(() => {
+  },
+  oracledb: () => {
     const { OracleInstrumentation } =
       require('@opentelemetry/instrumentation-oracledb') as typeof import('@opentelemetry/instrumentation-oracledb');
     return new OracleInstrumentation();
-  }, 'oracledb');
+  },
+} satisfies Record<string, () => Instrumentation>;
+
+export type InstrumentedDriver = keyof typeof INSTRUMENTATIONS;
+
+// useAzureMonitor registers these itself (instrumentationOptions below): the driver is only required to patch it.
+const BUILT_IN: ReadonlySet<InstrumentedDriver> = new Set(['pg']);
+
+// The drivers instrumented since telemetry was enabled, each with its unregister function.
+const instrumented = new Map<InstrumentedDriver, () => void>();
+
+export interface DatabaseInstrumentationOptions {
+  /** The drivers to instrument (and require, which patches them). */
+  drivers: readonly InstrumentedDriver[];
+  /** Defaults to the global tracer provider (the one useAzureMonitor installs). */
+  tracerProvider?: TracerProvider;
+}
+
+/**
+ * Registers the instrumentations of `drivers` and patches those drivers, loading them. Returns a function that
+ * unregisters them. Spans are children of the active context, i.e. of the function invocation.
+ */
+export function registerDatabaseInstrumentations(options: DatabaseInstrumentationOptions): () => void {
+  const instrumentations: Instrumentation[] = [];
+  for (const name of options.drivers) {
+    try {
+      instrumentations.push(INSTRUMENTATIONS[name]());
+    } catch (err) {
+      diag.warn(`keel telemetry: ${name} instrumentation unavailable`, err);
+    }
+  }
   const { registerInstrumentations } =
     require('@opentelemetry/instrumentation') as typeof import('@opentelemetry/instrumentation');
   const unregister = registerInstrumentations(
     options.tracerProvider ? { instrumentations, tracerProvider: options.tracerProvider } : { instrumentations },
   );
-  for (const name of DRIVERS) {
-    try {
-      require(name);
-    } catch {
-      // driver not installed in this deployment: nothing to instrument
-    }
-  }
+  for (const name of options.drivers) requireDriver(name);
   return unregister;
+}
+
+function requireDriver(name: InstrumentedDriver): void {
+  try {
+    require(name);
+  } catch {
+    // driver not installed in this deployment: nothing to instrument
+  }
+}
+
+/**
+ * Instruments one database driver if telemetry is enabled, once per process: called by the engine registry before
+ * an engine's factory first loads its driver. A no-op with telemetry off.
+ */
+export function instrumentDriver(driver: InstrumentedDriver): void {
+  if (!state?.enabled || instrumented.has(driver)) return;
+  if (BUILT_IN.has(driver)) {
+    requireDriver(driver);
+    instrumented.set(driver, () => undefined);
+  } else instrumented.set(driver, registerDatabaseInstrumentations({ drivers: [driver] }));
+}
+
+/** The drivers instrumented so far (tests). */
+export function instrumentedDrivers(): InstrumentedDriver[] {
+  return [...instrumented.keys()];
 }
 
 /**
@@ -151,7 +178,6 @@ export function initTelemetryOnce(env: TelemetryEnv, hooks: InitHooks = {}): Tel
         redis4: { enabled: false },
       },
     });
-    unregisterDatabaseInstrumentations = registerDatabaseInstrumentations();
     state = { enabled: true };
     hooks.onEnabled?.();
   } catch (err) {
@@ -176,8 +202,8 @@ export async function flushTelemetry(): Promise<void> {
 export async function shutdownTelemetry(): Promise<void> {
   const wasEnabled = state?.enabled === true;
   state = undefined;
-  unregisterDatabaseInstrumentations?.();
-  unregisterDatabaseInstrumentations = undefined;
+  for (const unregister of instrumented.values()) unregister();
+  instrumented.clear();
   if (!wasEnabled) return;
   const ai = require('applicationinsights') as typeof AppInsights;
   await ai.flushAzureMonitor();

@@ -42,6 +42,8 @@ export const METRICS = {
   transferFreshness: 'keel.transfer.freshness',
   /** counter; dims engine, role. Connection errors a database pool recovered from (a pooled connection died). */
   poolErrors: 'keel.db.pool_errors',
+  /** counter; dims schedule. Scheduler passes in which one schedule failed (the others of the pass still ran). */
+  scheduleFailures: 'keel.schedules.failed',
 } as const;
 
 export type MetricName = (typeof METRICS)[keyof typeof METRICS];
@@ -78,6 +80,7 @@ export const DIM = {
   state: 'state',
   engine: 'engine',
   role: 'role',
+  schedule: 'schedule',
 } as const;
 
 /** Value used for anything outside a closed set or beyond the distinct-value cap. */

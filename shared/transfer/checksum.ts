@@ -4,7 +4,11 @@
 //
 //   int          optional '-', digits, no leading zeros               e.g. "-42", "0"
 //   decimal      like int, then '.' and the fraction without trailing zeros; no '.' when the fraction is 0
-//   text         the string itself (hashed as UTF-8)
+//   float        a binary double written like decimal: the shortest decimal that reads back as the same double
+//                (JavaScript's Number#toString digits, PostgreSQL's float8out), without exponent; NaN and
+//                infinities have no canonical text and are refused. Only through a declared `float` policy
+//                (shared/transfer/policies.ts): a float source column is refused otherwise.
+//   text         the string itself (hashed as UTF-8); a fixed-width char(n) value with its blank padding, as stored
 //   bool         "t" or "f"
 //   date         YYYY-MM-DD
 //   timestamp    YYYY-MM-DDTHH:MM:SS.ffffff            (always six fraction digits, no zone)
@@ -52,10 +56,12 @@
 // canonical strings through `ChecksumAccumulator`. test/transfer/checksum.test.ts proves the two agree.
 import { createHash } from 'node:crypto';
 
-export type LogicalType = 'int' | 'decimal' | 'text' | 'bool' | 'date' | 'timestamp' | 'timestamptz' | 'bytes' | 'uuid';
+export type LogicalType =
+  'int' | 'decimal' | 'float' | 'text' | 'bool' | 'date' | 'timestamp' | 'timestamptz' | 'bytes' | 'uuid';
 export const LOGICAL_TYPES: readonly LogicalType[] = [
   'int',
   'decimal',
+  'float',
   'text',
   'bool',
   'date',
@@ -138,6 +144,20 @@ export function canonicalDecimal(v: unknown): string {
   const body = frac ? `${intPart}.${frac}` : intPart;
   const zero = /^0(\.0*)?$/.test(body);
   return zero ? '0' : `${m[1] === '-' ? '-' : ''}${body}`;
+}
+
+// A double's canonical text (see "float" above). Strings are a driver's or server's shortest text, e.g. "1e-07".
+export function canonicalFloat(v: unknown): string {
+  if (typeof v === 'number') {
+    if (!Number.isFinite(v)) throw new Error(`float ${v} is not finite`);
+    return canonicalDecimal(String(v));
+  }
+  const s = String(v).trim();
+  if (/^[+-]?(nan|inf(inity)?)$/i.test(s)) throw new Error(`float ${s} is not finite`);
+  const n = Number(s);
+  if (!Number.isFinite(n)) throw new Error(`"${s}" is not a float`);
+  // Shortest digits of the double the text denotes, so "0.10000000000000001" and "0.1" agree.
+  return canonicalDecimal(String(n));
 }
 
 function expandExponent(s: string): string {
@@ -253,6 +273,8 @@ export function canonicalValue(type: LogicalType, v: unknown): string | null {
       return canonicalInt(v);
     case 'decimal':
       return canonicalDecimal(v);
+    case 'float':
+      return canonicalFloat(v);
     case 'text':
       return typeof v === 'string' ? v : String(v);
     case 'bool':

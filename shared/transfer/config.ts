@@ -94,7 +94,46 @@ const boundarySchema = z
   })
   .strict();
 
-const columnSchema = z.object({ source: identifier, target: identifier }).strict();
+// Declared value policies (shared/transfer/policies.ts, docs/transfer.md "Value policies"): the conversions a user
+// accepts for one column. Without one, a value the target cannot hold unchanged is refused.
+const columnSchema = z
+  .object({
+    source: identifier,
+    target: identifier,
+    // text or binary column: an empty value ('' or zero bytes) is staged as NULL ('refuse', the default: the batch
+    // is refused, since Oracle would store NULL for it).
+    empty: z.enum(['refuse', 'null']).optional(),
+    // float/real column: 'double' keeps the exact double (Oracle BINARY_DOUBLE, PostgreSQL double precision);
+    // { decimal: [p, s] } rounds it half away from zero to s digits, refusing a value over p digits.
+    float: z
+      .union([
+        z.literal('double'),
+        z
+          .object({
+            decimal: z.tuple([z.number().int().min(1).max(38), z.number().int().min(0).max(38)]),
+          })
+          .strict(),
+      ])
+      .optional(),
+    // timestamp column (no zone): 'seconds' cuts the fraction of a second, so an Oracle DATE column can hold it.
+    datetime: z.literal('seconds').optional(),
+  })
+  .strict()
+  .superRefine((c, ctx) => {
+    if (typeof c.float === 'object' && c.float.decimal[1] > c.float.decimal[0])
+      ctx.addIssue({
+        code: 'custom',
+        path: ['float', 'decimal'],
+        message: `[${c.float.decimal.join(', ')}] is not a decimal(p, s): the scale s must not exceed the precision p`,
+      });
+    const declared = (['empty', 'float', 'datetime'] as const).filter((k) => c[k] !== undefined && c[k] !== 'refuse');
+    if (declared.length > 1)
+      ctx.addIssue({
+        code: 'custom',
+        path: [declared[1]!],
+        message: `column ${c.source} declares both ${declared.join(' and ')}; a column takes at most one value policy`,
+      });
+  });
 
 export const transferSchema = z
   .object({
@@ -155,6 +194,17 @@ export const transferSchema = z
     });
     if (new Set(t.keyColumns).size !== t.keyColumns.length)
       ctx.addIssue({ code: 'custom', path: ['keyColumns'], message: 'key columns repeat' });
+    // A policy changes values; a key changed on its way would merge onto another row (or be NULL).
+    t.columns.forEach((c, i) => {
+      if (!t.keyColumns.includes(c.source)) return;
+      for (const k of ['empty', 'float', 'datetime'] as const)
+        if (c[k] !== undefined && c[k] !== 'refuse')
+          ctx.addIssue({
+            code: 'custom',
+            path: ['columns', i, k],
+            message: `key column ${c.source} cannot take a value policy (a converted key could match another row)`,
+          });
+    });
   });
 
 // The engine-specific rules, from the engines' own declarations.
@@ -226,7 +276,15 @@ export function parseTransfers(value: unknown, rules: TransferEngineRules, root 
     error: (issue) => (issue.code === 'invalid_type' && issue.input === undefined ? 'Required' : undefined),
   });
   if (!result.success) {
-    const lines = result.error.issues.map((i) => `${formatPath(root, i.path)}: ${i.message}`);
+    // An issue inside a column mapping also names the transfer and the column (the path has only indexes).
+    const about = (path: readonly PropertyKey[]): string => {
+      const t = Array.isArray(value) && typeof path[0] === 'number' ? (value[path[0]] as unknown) : undefined;
+      const name = (t as { name?: unknown } | undefined)?.name;
+      if (typeof name !== 'string' || path[1] !== 'columns' || typeof path[2] !== 'number') return '';
+      const col = ((t as { columns?: unknown }).columns as { source?: unknown }[] | undefined)?.[path[2]]?.source;
+      return ` (transfer ${name}${typeof col === 'string' ? `, column ${col}` : ''})`;
+    };
+    const lines = result.error.issues.map((i) => `${formatPath(root, i.path)}${about(i.path)}: ${i.message}`);
     throw new TransferError('config_invalid', `invalid transfer configuration: ${lines.join('; ')}`, { issues: lines });
   }
   const names = new Set<string>();

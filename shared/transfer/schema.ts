@@ -4,7 +4,8 @@ import { createHash } from 'node:crypto';
 import type { LogicalType } from './checksum.js';
 import type { TransferConfig } from './config.js';
 import { TransferError } from './errors.js';
-import type { SchemaColumn, SourceSchema } from './types.js';
+import { checkPolicies, columnPolicy, stagedLogical, type ColumnPolicy } from './policies.js';
+import type { SchemaColumn, SourceSchema, TypeFacets } from './types.js';
 
 export function relevantSourceColumns(t: TransferConfig): string[] {
   const cols = t.columns.map((c) => c.source);
@@ -24,6 +25,9 @@ export function buildSourceSchema(
   found: Map<string, string>,
   toLogical: (declared: string) => LogicalType | null,
   boundaryTypeOk: (declared: string, logical: LogicalType | null) => boolean,
+  // The engine's reading of a declared type's bounds, and which columns may be NULL (absent: not known).
+  facets?: (declared: string, logical: LogicalType, name: string) => TypeFacets,
+  nullable?: Map<string, boolean>,
 ): SourceSchema {
   const columns: SchemaColumn[] = [];
   for (const name of relevantSourceColumns(t)) {
@@ -51,16 +55,31 @@ export function buildSourceSchema(
         { column: name },
       );
     }
-    columns.push({ name, type: declared, logical: logical ?? 'bytes' });
+    const col: SchemaColumn = { name, type: declared, logical: logical ?? 'bytes' };
+    const n = nullable?.get(name);
+    if (n !== undefined) col.nullable = n;
+    if (facets && logical !== null) col.facets = facets(declared, logical, name);
+    columns.push(col);
   }
+  checkPolicies(t, columns);
   return { columns, hash: hashSchema(columns) };
 }
 
+// A mapped column: logical is the source's type (what the source reads), staged what travels after the column's
+// declared policy (what the target stores and both checksums cover).
+export interface MappedColumn {
+  source: string;
+  target: string;
+  logical: LogicalType;
+  type: string;
+  staged: LogicalType;
+  policy: ColumnPolicy | null;
+  nullable: boolean | undefined;
+  facets: TypeFacets | undefined;
+}
+
 // The mapped columns only (what is staged and checksummed), in mapping order.
-export function mappedColumns(
-  t: TransferConfig,
-  schema: SourceSchema,
-): { source: string; target: string; logical: LogicalType; type: string }[] {
+export function mappedColumns(t: TransferConfig, schema: SourceSchema): MappedColumn[] {
   return t.columns.map((c) => {
     const col = schema.columns.find((s) => s.name === c.source);
     if (!col)
@@ -68,7 +87,17 @@ export function mappedColumns(
         'schema_drift',
         `transfer ${t.name}: source column ${c.source} is missing from the recorded schema`,
       );
-    return { source: c.source, target: c.target, logical: col.logical, type: col.type };
+    const policy = columnPolicy(c);
+    return {
+      source: c.source,
+      target: c.target,
+      logical: col.logical,
+      type: col.type,
+      staged: stagedLogical(col.logical, policy),
+      policy,
+      nullable: col.nullable,
+      facets: col.facets,
+    };
   });
 }
 
@@ -83,4 +112,103 @@ export function describeSchemaDiff(recorded: SchemaColumn[], current: SchemaColu
   }
   for (const c of current) if (!rec.has(c.name)) diffs.push(`${c.name} added`);
   return diffs.length ? diffs.join(', ') : 'column order or type mapping changed';
+}
+
+// What a target column can hold, as the target engine reads it from its catalog (absent/null: unbounded or not
+// known, not checked).
+export interface TargetColumnFacets {
+  declared: string; // for messages, e.g. "VARCHAR2(10 BYTE)", "numeric(12,2)"
+  nullable: boolean;
+  maxChars?: number | null;
+  maxBytes?: number | null;
+  fixed?: boolean; // blank-padded to maxChars (Oracle CHAR/NCHAR, PostgreSQL character(n))
+  intBits?: number; // PostgreSQL smallint/integer/bigint
+  precision?: number | null; // decimal digits in all (Oracle NUMBER(P[,S]), PostgreSQL numeric(P,S))
+  scale?: number | null;
+  fraction?: number; // fraction-of-second digits the column keeps
+}
+
+const INT_DIGITS: Record<number, number> = { 8: 3, 16: 5, 32: 10, 64: 19 };
+
+// prepare's check of one mapped column against its target column, before anything is staged: lengths, precision and
+// scale, fraction digits and nullability of what the source (after the column's policy) can hold. A value that
+// would fail (or be cut or rounded) in the target is refused here, naming the column, instead of at staging.
+export function checkColumnFits(t: TransferConfig, m: MappedColumn, target: TargetColumnFacets): void {
+  const src = { ...(m.facets ?? {}) };
+  const policy = m.policy?.kind;
+  if (m.policy?.kind === 'float_decimal') Object.assign(src, { precision: m.policy.precision, scale: m.policy.scale });
+  if (policy === 'datetime_seconds') src.fraction = 0;
+  const refuse = (why: string): never => {
+    throw new TransferError(
+      'target_incompatible',
+      `transfer ${t.name}: target column ${m.target} (${target.declared}) cannot hold every value of source column ${m.source} (${m.type}): ${why}`,
+      { column: m.source },
+    );
+  };
+  if (!target.nullable && (m.nullable === true || policy === 'empty_to_null'))
+    refuse(
+      policy === 'empty_to_null'
+        ? 'the column is NOT NULL and the declared "empty": "null" turns an empty value into NULL'
+        : 'the column is NOT NULL and the source column allows NULL',
+    );
+  switch (m.staged) {
+    case 'text':
+      if (target.fixed) {
+        // Fixed width pads to its length: only a source padded to the same length reads back as it was sent (F9).
+        if (m.facets !== undefined && !(m.facets.fixed && m.facets.maxChars === target.maxChars))
+          refuse(
+            `a fixed-width column pads values to ${target.maxChars ?? '?'} characters, so only a fixed-width source of the same length reads back unchanged; map it to a variable-width column (VARCHAR2, varchar)`,
+          );
+        return;
+      }
+      if (
+        target.maxChars != null &&
+        src.maxChars !== undefined &&
+        (src.maxChars === null || src.maxChars > target.maxChars)
+      )
+        refuse(`the source allows ${src.maxChars ?? 'unbounded'} characters, the target ${target.maxChars}`);
+      if (
+        target.maxBytes != null &&
+        src.maxBytes !== undefined &&
+        (src.maxBytes === null || src.maxBytes > target.maxBytes)
+      )
+        refuse(
+          `the source allows ${src.maxBytes ?? 'unbounded'} bytes of UTF-8, the target ${target.maxBytes} bytes (with character length semantics, e.g. VARCHAR2(n CHAR), it counts characters)`,
+        );
+      return;
+    case 'int':
+      if (src.intBits === undefined) return;
+      if (target.intBits !== undefined && src.intBits > target.intBits)
+        refuse(`a ${src.intBits}-bit integer does not fit a ${target.intBits}-bit one`);
+      if (target.precision != null && INT_DIGITS[src.intBits]! > target.precision)
+        refuse(`a ${src.intBits}-bit integer has up to ${INT_DIGITS[src.intBits]} digits`);
+      return;
+    case 'decimal':
+      if (target.precision == null || src.precision === undefined) return;
+      if (src.precision == null) refuse('the source decimal is unconstrained');
+      if ((target.scale ?? 0) < (src.scale ?? 0))
+        refuse(`${src.scale} digits after the point would be rounded to ${target.scale ?? 0}`);
+      if (target.precision - (target.scale ?? 0) < src.precision! - (src.scale ?? 0))
+        refuse(
+          `up to ${src.precision! - (src.scale ?? 0)} digits before the point, the target ${target.precision - (target.scale ?? 0)}`,
+        );
+      return;
+    case 'timestamp':
+    case 'timestamptz':
+      if (target.fraction !== undefined && src.fraction !== undefined && Math.min(6, src.fraction) > target.fraction)
+        refuse(
+          `${Math.min(6, src.fraction)} fraction digits would be rounded to ${target.fraction}${m.staged === 'timestamp' ? ' (declare "datetime": "seconds" to cut them, for an Oracle DATE)' : ''}`,
+        );
+      return;
+    case 'bytes':
+      if (
+        target.maxBytes != null &&
+        src.maxBytes !== undefined &&
+        (src.maxBytes === null || src.maxBytes > target.maxBytes)
+      )
+        refuse(`the source allows ${src.maxBytes ?? 'unbounded'} bytes, the target ${target.maxBytes}`);
+      return;
+    default:
+      return;
+  }
 }

@@ -4,7 +4,9 @@ import { randomUUID } from 'node:crypto';
 import type { ChecksumAlgorithm } from './checksum.js';
 import type { TransferConfig } from './config.js';
 import { describeError, isTransferError, TERMINAL_CODES, TransferError } from './errors.js';
-import type { BatchEvent, BatchRecord, TransferControl, TransferJournal } from './journal.js';
+import type { BatchEvent, BatchPatch, BatchRecord, TransferControl, TransferJournal } from './journal.js';
+import { journalMove, OPEN_STATES, RECONCILABLE, type MoveName } from './lifecycle.js';
+import { withValuePolicies } from './policies.js';
 import { describeSchemaDiff } from './schema.js';
 import {
   FINAL_FENCE,
@@ -97,10 +99,6 @@ export interface BatchListFilter {
   limit: number;
   afterId?: string;
 }
-
-const OPEN_STATES: readonly BatchState[] = ['extracting', 'staged', 'applying', 'unresolved'];
-// A committed completion on the target always wins: the journal takes it from any state but 'committed'.
-const NOT_COMMITTED: readonly BatchState[] = ['extracting', 'staged', 'applying', 'unresolved', 'failed'];
 
 // What the target said when reconcile asked it ('skipped': nothing to ask; 'error': no answer).
 type Verdict = 'committed' | 'not_applied' | 'blocked' | 'error' | 'skipped';
@@ -331,7 +329,8 @@ export class TransferService {
   private async connect(t: TransferConfig): Promise<Adapters> {
     let p = this.adapters.get(t.name);
     if (!p) {
-      p = Promise.resolve(this.connectFn(t));
+      // Declared value policies convert the source's rows before both checksums (policies.ts).
+      p = Promise.resolve(this.connectFn(t)).then((a) => ({ ...a, source: withValuePolicies(t, a.source) }));
       this.adapters.set(t.name, p);
       p.catch(() => this.adapters.delete(t.name));
     }
@@ -362,18 +361,33 @@ export class TransferService {
     };
   }
 
+  // One move of the state table (lifecycle.ts) through the journal's compare-and-set. null: the batch was in none of
+  // the move's `from` states (someone else moved it).
+  private move(
+    batchId: string,
+    m: {
+      move: MoveName;
+      to?: BatchState;
+      event?: string;
+      from?: readonly BatchState[];
+      set: BatchPatch;
+      detail?: Record<string, unknown>;
+    },
+  ): Promise<BatchRecord | null> {
+    const { from, to, event } = journalMove(m.move, m);
+    return this.journal.transition(batchId, from, to, m.set, event, m.detail);
+  }
+
   // A terminal problem: the batch can never succeed as extracted. Only called when nothing of it is applied and no
   // apply of it can commit any more: no apply was ever started (attempts = 0), or the target committed the final
   // fence (see release()). It releases the window.
   private async fail(b: BatchRecord, from: readonly BatchState[], err: TransferError): Promise<BatchRecord> {
-    const moved = await this.journal.transition(
-      b.batchId,
+    const moved = await this.move(b.batchId, {
+      move: 'fail',
       from,
-      'failed',
-      { lastError: err.message, lastErrorCode: err.code, stamp: 'failed_at' },
-      'failed',
-      { code: err.code, ...(err.detail ?? {}) },
-    );
+      set: { lastError: err.message, lastErrorCode: err.code, stamp: 'failed_at' },
+      detail: { code: err.code, ...(err.detail ?? {}) },
+    });
     // Once per batch: only the call that moved it to failed reports it.
     if (moved) this.log('transfer.batch.failed', { batchId: b.batchId, transfer: b.transferName, code: err.code });
     // Its staged rows (if a staging committed) are garbage now; removing them is best effort.
@@ -550,17 +564,11 @@ export class TransferService {
     const w: Window = { kind: rec.boundaryKind, low: rec.boundaryLow, high: rec.boundaryHigh };
     const algorithm = await negotiateChecksum(a);
     const m = await a.source.manifest(w, schema, algorithm);
-    const moved = await this.journal.transition(
-      rec.batchId,
-      ['extracting'],
-      'extracting',
-      { rowCount: m.rowCount, checksum: m.checksum, stamp: 'extracted_at' },
-      'manifest_recorded',
-      {
-        rowCount: m.rowCount,
-        checksum: m.checksum,
-      },
-    );
+    const moved = await this.move(rec.batchId, {
+      move: 'record_manifest',
+      set: { rowCount: m.rowCount, checksum: m.checksum, stamp: 'extracted_at' },
+      detail: { rowCount: m.rowCount, checksum: m.checksum },
+    });
     return moved ?? (await this.load(rec.batchId));
   }
 
@@ -594,20 +602,18 @@ export class TransferService {
       const feed = negotiateFeed(a, w, req.schema, t.chunkSize);
       const started = Date.now();
       const res = await a.target.stage(req, feed);
-      const moved = await this.journal.transition(
-        b.batchId,
-        ['extracting'],
-        'staged',
-        {
+      const moved = await this.move(b.batchId, {
+        move: 'stage',
+        event: res.outcome,
+        set: {
           stagedCount: res.rowCount,
           stagedChecksum: res.checksum,
           stamp: 'staged_at',
           lastError: null,
           lastErrorCode: null,
         },
-        res.outcome,
-        { rowCount: res.rowCount, checksum: res.checksum, ms: Date.now() - started },
-      );
+        detail: { rowCount: res.rowCount, checksum: res.checksum, ms: Date.now() - started },
+      });
       return toView(moved ?? (await this.load(batchId)));
     } catch (err) {
       if (err instanceof TransferError && TERMINAL_CODES.has(err.code))
@@ -632,16 +638,11 @@ export class TransferService {
     const a = await this.connect(t);
     const req = this.request(b, t);
     await this.prepare(t, a, req.schema); // target adapters need the column mapping (cached per schema)
-    const claimed = await this.journal.transition(
-      b.batchId,
-      ['staged'],
-      'applying',
-      { incrementAttempts: true, stamp: 'apply_started_at', targetReconcileToken: null },
-      'apply_started',
-      {
-        attempt: b.attempts + 1,
-      },
-    );
+    const claimed = await this.move(b.batchId, {
+      move: 'start_apply',
+      set: { incrementAttempts: true, stamp: 'apply_started_at', targetReconcileToken: null },
+      detail: { attempt: b.attempts + 1 },
+    });
     if (!claimed) return toView(await this.load(batchId)); // someone else moved it
     try {
       const res = await a.target.apply(req, {
@@ -657,14 +658,12 @@ export class TransferService {
         },
       });
       // The target's own answer is authoritative whenever it arrives, whatever a concurrent reconcile wrote meanwhile.
-      const done = await this.journal.transition(
-        b.batchId,
-        NOT_COMMITTED,
-        'committed',
-        { appliedCount: res.rowCount, stamp: 'committed_at', lastError: null, lastErrorCode: null },
-        res.outcome,
-        { rowCount: res.rowCount, checksum: res.checksum },
-      );
+      const done = await this.move(b.batchId, {
+        move: 'commit',
+        event: res.outcome,
+        set: { appliedCount: res.rowCount, stamp: 'committed_at', lastError: null, lastErrorCode: null },
+        detail: { rowCount: res.rowCount, checksum: res.checksum },
+      });
       this.log('transfer.batch.committed', { batchId, transfer: t.name, outcome: res.outcome, rows: res.rowCount });
       await this.purge(a, b);
       return toView(done ?? (await this.load(batchId)));
@@ -691,8 +690,10 @@ export class TransferService {
     }
   }
 
-  // What the queue step calls: stage (if needed) and apply, reconciling after any failure. Never throws for
-  // transfer-level problems: the view's status/retryable/nextAction say what happened and what to do.
+  // Stage (if needed) and apply in one call, reconciling after any failure: for callers that run a batch in one go
+  // (the tests, scripts). The queue steps call stage and apply separately (functions/transferStage.ts,
+  // transferApply.ts). Never throws for transfer-level problems: the view's status/retryable/nextAction say what
+  // happened and what to do.
   async run(batchId: string): Promise<BatchView> {
     let view: BatchView;
     try {
@@ -737,14 +738,11 @@ export class TransferService {
     } catch (err) {
       const d = describeError(err);
       if (open) {
-        const moved = await this.journal.transition(
-          b.batchId,
-          ['applying', 'unresolved'],
-          'unresolved',
-          { lastError: `reconcile could not reach a verdict: ${d.message}`, lastErrorCode: d.code },
-          'reconcile_error',
-          d,
-        );
+        const moved = await this.move(b.batchId, {
+          move: 'reconcile_error',
+          set: { lastError: `reconcile could not reach a verdict: ${d.message}`, lastErrorCode: d.code },
+          detail: d,
+        });
         return { rec: moved ?? (await this.load(b.batchId)), verdict: 'error' };
       }
       await this.journal.note(b.batchId, 'reconcile_error', d, {
@@ -755,11 +753,10 @@ export class TransferService {
     }
     if (outcome.outcome === 'committed') {
       const mismatch = outcome.checksum !== b.checksum;
-      const moved = await this.journal.transition(
-        b.batchId,
-        NOT_COMMITTED,
-        'committed',
-        {
+      const moved = await this.move(b.batchId, {
+        move: 'commit',
+        event: 'reconciled_committed',
+        set: {
           appliedCount: outcome.rowCount,
           stamp: 'committed_at',
           lastError: mismatch
@@ -767,9 +764,8 @@ export class TransferService {
             : null,
           lastErrorCode: mismatch ? 'completion_checksum_mismatch' : null,
         },
-        'reconciled_committed',
-        { via: outcome.via, rowCount: outcome.rowCount, checksum: outcome.checksum, from: b.state },
-      );
+        detail: { via: outcome.via, rowCount: outcome.rowCount, checksum: outcome.checksum, from: b.state },
+      });
       await this.purge(a, b);
       return { rec: moved ?? (await this.load(b.batchId)), verdict: 'committed' };
     }
@@ -780,37 +776,18 @@ export class TransferService {
       // The verdict is final for every attempt so far, so their reconcile token is spent: cleared, so that no later
       // reconcile asks the target about it again (an Oracle LTXID can be consumed by a later, unrelated commit).
       if (open)
-        moved = await this.journal.transition(
-          b.batchId,
-          ['applying', 'unresolved'],
-          to,
-          { targetReconcileToken: null },
-          'reconciled_not_applied',
-          detail,
-        );
+        moved = await this.move(b.batchId, { move: 'not_applied', to, set: { targetReconcileToken: null }, detail });
       else if (b.state === 'staged' && !outcome.staged)
-        moved = await this.journal.transition(
-          b.batchId,
-          ['staged'],
-          'extracting',
-          { targetReconcileToken: null },
-          'reconciled_not_applied',
-          detail,
-        );
+        moved = await this.move(b.batchId, { move: 'staging_gone', set: { targetReconcileToken: null }, detail });
       // Unchanged state: noted, and marked touched (updated_at), so maintenance asks again only after the stale age.
       else await this.journal.note(b.batchId, 'reconciled_not_applied', detail, { lastError: b.lastError });
       return { rec: moved ?? (await this.load(b.batchId)), verdict: 'not_applied' };
     }
-    const moved = await this.journal.transition(
-      b.batchId,
-      ['applying', 'unresolved', 'staged'],
-      'unresolved',
-      { lastError: outcome.reason, lastErrorCode: 'claim_blocked' },
-      'reconciled_blocked',
-      {
-        reason: outcome.reason,
-      },
-    );
+    const moved = await this.move(b.batchId, {
+      move: 'blocked',
+      set: { lastError: outcome.reason, lastErrorCode: 'claim_blocked' },
+      detail: { reason: outcome.reason },
+    });
     return { rec: moved ?? (await this.load(b.batchId)), verdict: 'blocked' };
   }
 
@@ -820,7 +797,7 @@ export class TransferService {
   private async release(
     b: BatchRecord,
     err: TransferError,
-    from: readonly BatchState[] = ['extracting', 'staged', 'applying', 'unresolved'],
+    from: readonly BatchState[] = OPEN_STATES,
   ): Promise<BatchRecord> {
     if (b.attempts === 0 && b.state === 'extracting') return this.fail(b, from, err);
     const { rec, verdict } = await this.settle(b, true);
@@ -838,7 +815,7 @@ export class TransferService {
   async reconcileStale(olderThanMs: number, limit: number): Promise<BatchView[]> {
     // 'staged' too: a batch whose apply committed after a reconcile had moved it back (only possible for an attempt
     // the journal had not yet started when that reconcile fenced) is found and recorded committed here.
-    const stale = await this.journal.stale(['applying', 'unresolved', 'staged'], olderThanMs, limit);
+    const stale = await this.journal.stale(RECONCILABLE, olderThanMs, limit);
     const out: BatchView[] = [];
     for (const b of stale) {
       try {
@@ -890,4 +867,4 @@ export class TransferService {
   }
 }
 
-export { OPEN_STATES };
+export { OPEN_STATES } from './lifecycle.js';

@@ -20,6 +20,21 @@ export interface SchemaColumn {
   name: string;
   type: string; // the engine's type as declared, e.g. "numeric(12,2)", "nvarchar(40)"
   logical: LogicalType;
+  // What the source declares beyond the type name, for prepare's checks against the target column (absent: not
+  // known, not checked). Not part of the schema hash.
+  nullable?: boolean;
+  facets?: TypeFacets;
+}
+
+// The bounds of a declared source type (null: unbounded), as the source engine reports them.
+export interface TypeFacets {
+  maxChars?: number | null; // text: characters at most
+  maxBytes?: number | null; // text: UTF-8 bytes at most; bytes: bytes at most
+  fixed?: boolean; // text: fixed width, blank-padded to maxChars (char(n))
+  intBits?: number; // int: two's complement bits (tinyint: 8, unsigned, 0..255)
+  precision?: number | null; // decimal: digits in all
+  scale?: number | null; // decimal: digits after the point
+  fraction?: number; // timestamp, timestamptz: fraction-of-second digits (canonical text keeps at most 6)
 }
 
 export interface SourceSchema {

@@ -466,7 +466,8 @@ begin
         lease_expires_at = now() + make_interval(secs => p_lease_seconds),
         attempts = h.attempts + 1,
         started_at = now(),
-        heartbeat_at = now()
+        heartbeat_at = now(),
+        progress = null -- a new attempt: the last one's progress no longer says how far this one is
     where h.id = any(array(select unnest(v_ids))) -- probed by key, as in _claim_rows
     returning h.*
   )
@@ -550,7 +551,7 @@ begin
   return query
   with upd as (
     update keel.jobs_hot h
-    set state = 'processing', attempts = h.attempts + 1, started_at = now(), heartbeat_at = now()
+    set state = 'processing', attempts = h.attempts + 1, started_at = now(), heartbeat_at = now(), progress = null
     where h.id = any(array(select unnest(keel._lock_owned(p_leases, 'fetched')))) -- probed by key, as in _claim_rows
     returning h.id, h.attempts
   )
@@ -572,6 +573,42 @@ begin
   else
     return query select 'ok'::text, v_cancel;
   end if;
+end
+$$;
+
+-- report_progress: the running attempt's latest progress ({fraction, done, total, note}, checked by the app:
+-- shared/jobs/progress.ts), under its lease. A HOT update like a heartbeat (progress is in no index); the app throttles
+-- it (KEEL_PROGRESS_INTERVAL_MS). 'lease_lost' when the job is no longer this attempt's.
+create or replace function keel.report_progress(p_job_id bigint, p_lease_id text, p_progress jsonb)
+returns text
+language plpgsql as $$
+begin
+  update keel.jobs_hot h set progress = p_progress
+  where h.id = p_job_id and h.lease_id = keel._lease(p_lease_id) and h.state = 'processing';
+  return case when found then 'ok' else 'lease_lost' end;
+end
+$$;
+
+-- append_job_log: a running attempt's ctx.log lines (JSON array of {attempt, at, level, message, fields}, checked
+-- and cut by the app: shared/jobs/jobLog.ts) appended to the job's log under the lease, keeping the newest
+-- p_max_lines. A HOT update (logs is in no index). 'lease_lost' when the job is no longer this attempt's.
+create or replace function keel.append_job_log(p_job_id bigint, p_lease_id text, p_lines jsonb, p_max_lines integer)
+returns text
+language plpgsql as $$
+begin
+  if p_max_lines is null or p_max_lines < 1 then
+    raise exception 'max_lines must be a positive integer' using errcode = '22023';
+  end if;
+  if jsonb_typeof(p_lines) is distinct from 'array' then
+    raise exception 'lines must be a JSON array' using errcode = '22023';
+  end if;
+  update keel.jobs_hot h
+  set logs = (select coalesce(jsonb_agg(l.line order by l.n), '[]'::jsonb)
+              from (select x.line, x.n from jsonb_array_elements(coalesce(h.logs, '[]'::jsonb) || p_lines)
+                                              with ordinality as x(line, n)
+                    order by x.n desc limit p_max_lines) l)
+  where h.id = p_job_id and h.lease_id = keel._lease(p_lease_id) and h.state in ('fetched', 'processing');
+  return case when found then 'ok' else 'lease_lost' end;
 end
 $$;
 
@@ -649,8 +686,10 @@ $$;
 -- the ids dead-lettered as cancelled; a pair in neither was not owned (lease_lost). Arrays, not a row per job: 500
 -- result rows cost more to send and to read than the move's own bookkeeping.
 -- The owned rows are locked first, in id order (keel._lock_owned), then deleted by key, archived, and counted.
+-- p_results: null, or a JSON object of the handlers' results by job id ({"123": <value>}); a job absent from it
+-- archives with result null. Jobs without a result pay nothing for the column.
 drop function if exists keel.complete_many(jsonb);
-create or replace function keel.complete_many(p_leases jsonb)
+create or replace function keel.complete_many(p_leases jsonb, p_results jsonb default null)
 returns table (ok bigint[], cancelled bigint[])
 language plpgsql as $$
 #variable_conflict use_column
@@ -673,9 +712,10 @@ begin
     returning h.*
   ), archived as (
     insert into keel.jobs_archive (id, queue, type, payload, priority, attempts, max_attempts, idempotency_key, tags,
-                                   created_at, started_at, finished_at, duration_ms, worker_id)
+                                   created_at, started_at, finished_at, duration_ms, worker_id, result, logs)
     select m.id, m.queue, m.type, m.payload, m.priority, m.attempts, m.max_attempts, m.idempotency_key, m.tags,
-           m.created_at, m.started_at, now(), keel._ms_between(coalesce(m.started_at, now()), now()), m.worker_id
+           m.created_at, m.started_at, now(), keel._ms_between(coalesce(m.started_at, now()), now()), m.worker_id,
+           case when p_results is not null then p_results -> m.id::text end, m.logs
     from moved m
     where not m.cancel_requested
     returning id, queue, duration_ms
@@ -704,11 +744,11 @@ returns keel.tally
 language sql as $$
   with dead as (
     insert into keel.jobs_dlq (id, queue, type, payload, priority, attempts, max_attempts, idempotency_key, tags,
-                               created_at, started_at, failed_at, duration_ms, reason, error, worker_id)
+                               created_at, started_at, failed_at, duration_ms, reason, error, worker_id, logs)
     select m.id, m.queue, m.type, m.payload, m.priority, m.attempts, m.max_attempts, m.idempotency_key, m.tags,
            m.created_at, m.started_at, now(),
            case when m.started_at is null then null else keel._ms_between(m.started_at, now()) end,
-           p_reason, coalesce(p_error, m.last_error), m.worker_id
+           p_reason, coalesce(p_error, m.last_error), m.worker_id, m.logs
     from unnest(p_rows) m
     returning queue, coalesce(duration_ms, 0) as duration_ms
   )
@@ -988,9 +1028,9 @@ language sql as $$
     returning d.*
   ), revived as (
     insert into keel.jobs_hot (id, queue, type, payload, priority, state, run_at, attempts, max_attempts,
-                               idempotency_key, tags, created_at, last_error)
+                               idempotency_key, tags, created_at, last_error, logs)
     select m.id, m.queue, m.type, m.payload, m.priority, 'pending', now(), 0, m.max_attempts,
-           m.idempotency_key, m.tags, m.created_at, m.error
+           m.idempotency_key, m.tags, m.created_at, m.error, m.logs
     from moved m
     order by m.idempotency_key nulls first, m.queue, m.type, m.id -- key order, as enqueue_many inserts them
     returning id, queue
@@ -1074,7 +1114,7 @@ $$;
 
 -- ---------------------------------------------------------------------------------------------------------------
 -- Reads.
--- Every field is a maintained counter or a bounded index read (issue 12), whatever the size of the three pillars:
+-- Every field is a maintained counter or a bounded index read (never a table scan), whatever the size of the three pillars:
 --   pending, fetched, processing: keel.hot_counts (statement triggers on jobs_hot), summed over its slots;
 --   dlq: keel.dlq_counts (statement triggers on jobs_dlq), summed over its slots;
 --   succeeded ... resurrected: keel.stats_summary;
@@ -1214,39 +1254,47 @@ language sql as $$
   returning *
 $$;
 
-create or replace function keel._hot_record(h keel.jobs_hot)
+-- A job as get_job and search_jobs return it. p_full: get_job's whole record, with the result and the job's log;
+-- searches leave both out (a page of 1,000 would carry up to 1,000 results of KEEL_MAX_RESULT_BYTES and logs of
+-- KEEL_JOB_LOG_LINES lines each).
+drop function if exists keel._hot_record(keel.jobs_hot);
+create or replace function keel._hot_record(h keel.jobs_hot, p_full boolean)
 returns keel.job_record language sql stable as $$
   select row(h.id, 'hot', h.queue, h.type, h.payload, h.priority, h.state, h.attempts, h.idempotency_key, h.tags,
              h.created_at, h.run_at, h.started_at, null::timestamptz, null::bigint, null::text, h.last_error,
-             h.cancel_requested, h.lease_id, h.worker_id)::keel.job_record
+             h.cancel_requested, h.lease_id, h.worker_id, h.progress, null::jsonb,
+             case when p_full then h.logs end)::keel.job_record
 $$;
 
-create or replace function keel._archive_record(a keel.jobs_archive)
+drop function if exists keel._archive_record(keel.jobs_archive);
+create or replace function keel._archive_record(a keel.jobs_archive, p_full boolean)
 returns keel.job_record language sql stable as $$
   select row(a.id, 'archive', a.queue, a.type, a.payload, a.priority, 'succeeded', a.attempts, a.idempotency_key,
              a.tags, a.created_at, null::timestamptz, a.started_at, a.finished_at, a.duration_ms, null::text,
-             null::text, false, null::uuid, a.worker_id)::keel.job_record
+             null::text, false, null::uuid, a.worker_id, null::jsonb,
+             case when p_full then a.result end, case when p_full then a.logs end)::keel.job_record
 $$;
 
-create or replace function keel._dlq_record(d keel.jobs_dlq)
+drop function if exists keel._dlq_record(keel.jobs_dlq);
+create or replace function keel._dlq_record(d keel.jobs_dlq, p_full boolean)
 returns keel.job_record language sql stable as $$
   select row(d.id, 'dlq', d.queue, d.type, d.payload, d.priority, 'dead', d.attempts, d.idempotency_key, d.tags,
              d.created_at, null::timestamptz, d.started_at, d.failed_at, d.duration_ms, d.reason, d.error, false,
-             null::uuid, d.worker_id)::keel.job_record
+             null::uuid, d.worker_id, null::jsonb, null::jsonb, case when p_full then d.logs end)::keel.job_record
 $$;
 
 create or replace function keel.get_job(p_job_id bigint)
 returns setof keel.job_record
 language sql stable as $$
-  select (keel._hot_record(h)).* from keel.jobs_hot h where h.id = p_job_id
+  select (keel._hot_record(h, true)).* from keel.jobs_hot h where h.id = p_job_id
   union all
-  select (keel._archive_record(a)).* from keel.jobs_archive a where a.id = p_job_id
+  select (keel._archive_record(a, true)).* from keel.jobs_archive a where a.id = p_job_id
   union all
-  select (keel._dlq_record(d)).* from keel.jobs_dlq d where d.id = p_job_id
+  select (keel._dlq_record(d, true)).* from keel.jobs_dlq d where d.id = p_job_id
 $$;
 
 -- Newest first with keyset paging on id. text matches a substring of the payload or the last error.
--- p_scan_rows bounds the work (issue 12): only the next p_scan_rows ids below p_after_id are examined (a backward
+-- p_scan_rows bounds the work (a search never scans a whole table): only the next p_scan_rows ids below p_after_id are examined (a backward
 -- range of the primary key). When more rows lie below that range, a last marker row (location 'scan_bound', job_id
 -- the lowest id examined) follows the matches: pass it as p_after_id to continue. The store sets it for archive and
 -- DLQ text searches (JobSearch.scanRows).
@@ -1288,7 +1336,7 @@ begin
   end if;
   if p_location = 'hot' then
     return query
-    select (keel._hot_record(h)).* from keel.jobs_hot h
+    select (keel._hot_record(h, false)).* from keel.jobs_hot h
     where (p_queue is null or h.queue = p_queue) and (p_type is null or h.type = p_type)
       and (p_tag is null or h.tags @> array[p_tag]) and (p_state is null or h.state = p_state)
       and (p_from is null or h.created_at >= p_from) and (p_to is null or h.created_at < p_to)
@@ -1297,7 +1345,7 @@ begin
     order by h.id desc limit v_limit;
   elsif p_location = 'archive' then
     return query
-    select (keel._archive_record(a)).* from keel.jobs_archive a
+    select (keel._archive_record(a, false)).* from keel.jobs_archive a
     where (p_queue is null or a.queue = p_queue) and (p_type is null or a.type = p_type)
       and (p_tag is null or a.tags @> array[p_tag])
       and (p_from is null or a.finished_at >= p_from) and (p_to is null or a.finished_at < p_to)
@@ -1306,7 +1354,7 @@ begin
     order by a.id desc limit v_limit;
   elsif p_location = 'dlq' then
     return query
-    select (keel._dlq_record(d)).* from keel.jobs_dlq d
+    select (keel._dlq_record(d, false)).* from keel.jobs_dlq d
     where (p_queue is null or d.queue = p_queue) and (p_type is null or d.type = p_type)
       and (p_tag is null or d.tags @> array[p_tag]) and (p_reason is null or d.reason = p_reason)
       and (p_from is null or d.failed_at >= p_from) and (p_to is null or d.failed_at < p_to)
@@ -1322,4 +1370,83 @@ begin
     return next v_marker;
   end if;
 end
+$$;
+
+-- ---------------------------------------------------------------------------------------------------------------
+-- Console reads (issue 30): exact counts for previews, dead letters grouped in SQL, and the lease holders.
+
+-- How many jobs match a filter, counted in SQL and bounded: at most p_cap + 1 rows are read, so matched is exact
+-- when exact is true and "at least matched" otherwise. The filters mean what they mean in search_jobs (p_from/p_to
+-- bound created_at, finished_at or failed_at); as_of is the transaction's instant, the bound a purge preview keeps.
+create or replace function keel.count_jobs(p_location text, p_queue text, p_type text, p_tag text, p_state text,
+                                           p_reason text, p_from timestamptz, p_to timestamptz, p_cap integer)
+returns table (matched bigint, exact boolean, as_of timestamptz)
+language plpgsql stable as $$
+declare
+  v_cap integer := least(greatest(coalesce(p_cap, 10000), 1), 1000000);
+  v_n bigint;
+begin
+  if p_location = 'hot' then
+    select count(*) into v_n from (
+      select 1 from keel.jobs_hot h
+      where (p_queue is null or h.queue = p_queue) and (p_type is null or h.type = p_type)
+        and (p_tag is null or h.tags @> array[p_tag]) and (p_state is null or h.state = p_state)
+        and (p_from is null or h.created_at >= p_from) and (p_to is null or h.created_at < p_to)
+      limit v_cap + 1) x;
+  elsif p_location = 'archive' then
+    select count(*) into v_n from (
+      select 1 from keel.jobs_archive a
+      where (p_queue is null or a.queue = p_queue) and (p_type is null or a.type = p_type)
+        and (p_tag is null or a.tags @> array[p_tag])
+        and (p_from is null or a.finished_at >= p_from) and (p_to is null or a.finished_at < p_to)
+      limit v_cap + 1) x;
+  elsif p_location = 'dlq' then
+    select count(*) into v_n from (
+      select 1 from keel.jobs_dlq d
+      where (p_queue is null or d.queue = p_queue) and (p_type is null or d.type = p_type)
+        and (p_tag is null or d.tags @> array[p_tag]) and (p_reason is null or d.reason = p_reason)
+        and (p_from is null or d.failed_at >= p_from) and (p_to is null or d.failed_at < p_to)
+      limit v_cap + 1) x;
+  else
+    raise exception 'location must be hot, archive or dlq (got %)', coalesce(p_location, 'null') using errcode = '22023';
+  end if;
+  return query select least(v_n, v_cap::bigint), v_n <= v_cap, now();
+end
+$$;
+
+-- Dead letters grouped by reason, type and queue, counted in SQL over the whole DLQ (or one queue), largest group
+-- first, a page of p_limit groups from p_offset. Every row carries the number of groups and of dead letters, so a
+-- page says what it is part of. Reads every DLQ row of the queue once: the console asks when the page is shown.
+create or replace function keel.dlq_groups(p_queue text, p_offset integer, p_limit integer)
+returns table (reason text, type text, queue text, jobs bigint, newest_failed_at timestamptz, total_groups bigint,
+               total_jobs bigint)
+language sql stable as $$
+  with g as (
+    select d.reason, d.type, d.queue, count(*) as jobs, max(d.failed_at) as newest_failed_at
+    from keel.jobs_dlq d
+    where p_queue is null or d.queue = p_queue
+    group by d.reason, d.type, d.queue
+  )
+  select g.reason, g.type, g.queue, g.jobs, g.newest_failed_at, count(*) over (), sum(g.jobs) over ()
+  from g
+  order by g.jobs desc, g.reason, g.type, g.queue
+  offset greatest(coalesce(p_offset, 0), 0)
+  limit least(greatest(coalesce(p_limit, 50), 1), 500)
+$$;
+
+-- The lease holders: per worker id, the hot jobs it holds (fetched or processing), its oldest sign of life (the
+-- heartbeat, else the start, else the claim) and its earliest lease expiry. Bounded by what is in flight.
+create or replace function keel.list_workers()
+returns table (worker_id text, jobs_held bigint, processing bigint, queues text, oldest_heartbeat_at timestamptz,
+               newest_heartbeat_at timestamptz, earliest_lease_expires_at timestamptz, as_of timestamptz)
+language sql stable as $$
+  select h.worker_id, count(*), count(*) filter (where h.state = 'processing'),
+         string_agg(distinct h.queue, ',' order by h.queue),
+         min(coalesce(h.heartbeat_at, h.started_at, h.fetched_at)),
+         max(coalesce(h.heartbeat_at, h.started_at, h.fetched_at)),
+         min(h.lease_expires_at), now()
+  from keel.jobs_hot h
+  where h.state in ('fetched', 'processing') and h.worker_id is not null
+  group by h.worker_id
+  order by min(coalesce(h.heartbeat_at, h.started_at, h.fetched_at)), h.worker_id
 $$;

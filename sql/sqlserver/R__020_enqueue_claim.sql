@@ -457,7 +457,7 @@ BEGIN
       -- The best @Limit picked rows across queues, claimed and started by key.
       UPDATE h
       SET State = 'processing', LeaseId = NEWID(), WorkerId = @WorkerId, FetchedAt = @Now, LeaseExpiresAt = @LeaseUntil,
-          Attempts = h.Attempts + 1, StartedAt = @Now, HeartbeatAt = @Now
+          Attempts = h.Attempts + 1, StartedAt = @Now, HeartbeatAt = @Now, Progress = NULL
       OUTPUT inserted.Id, inserted.LeaseId, inserted.Queue, inserted.Type, inserted.Payload, inserted.Priority,
              inserted.Attempts, inserted.MaxAttempts, inserted.IdempotencyKey, inserted.Tags, inserted.RunAt,
              inserted.CreatedAt, inserted.LeaseExpiresAt

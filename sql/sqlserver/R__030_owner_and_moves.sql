@@ -48,13 +48,15 @@ BEGIN
     Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL, Type nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL,
     Payload nvarchar(max) NOT NULL, Priority int NOT NULL, Attempts int NOT NULL, MaxAttempts int NULL,
     IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL, Tags nvarchar(max) NOT NULL,
-    CreatedAt datetime2(3) NOT NULL, StartedAt datetime2(3) NULL, LastError nvarchar(max) NULL, WorkerId nvarchar(200) NULL);
+    CreatedAt datetime2(3) NOT NULL, StartedAt datetime2(3) NULL, LastError nvarchar(max) NULL, WorkerId nvarchar(200) NULL,
+    Logs nvarchar(max) NULL);
 
   DELETE h
   OUTPUT deleted.Id, deleted.Queue, deleted.Type, deleted.Payload, deleted.Priority, deleted.Attempts, deleted.MaxAttempts,
-         deleted.IdempotencyKey, deleted.Tags, deleted.CreatedAt, deleted.StartedAt, deleted.LastError, deleted.WorkerId
+         deleted.IdempotencyKey, deleted.Tags, deleted.CreatedAt, deleted.StartedAt, deleted.LastError, deleted.WorkerId,
+         deleted.Logs
   INTO @Moved (Id, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, CreatedAt, StartedAt,
-               LastError, WorkerId)
+               LastError, WorkerId, Logs)
   FROM keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK)
   INNER JOIN @DeadIds AS d ON d.Id = h.Id
   WHERE (@LeaseId IS NULL OR h.LeaseId = @LeaseId)
@@ -65,13 +67,13 @@ BEGIN
   IF @MovedCount = 0 RETURN;
 
   INSERT keel.JobsDLQ (Id, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, CreatedAt,
-                       StartedAt, FailedAt, DurationMs, Reason, Error, WorkerId)
+                       StartedAt, FailedAt, DurationMs, Reason, Error, WorkerId, Logs)
   SELECT m.Id, m.Queue, m.Type, m.Payload, m.Priority, m.Attempts, m.MaxAttempts, m.IdempotencyKey, m.Tags, m.CreatedAt,
          m.StartedAt, @Now,
          CASE WHEN m.StartedAt IS NULL THEN NULL
               WHEN m.StartedAt > @Now THEN 0
               ELSE DATEDIFF_BIG(millisecond, m.StartedAt, @Now) END,
-         @Reason, ISNULL(@Error, m.LastError), m.WorkerId
+         @Reason, ISNULL(@Error, m.LastError), m.WorkerId, m.Logs
   FROM @Moved AS m;
 
   SELECT m.Queue, 1, IIF(@Reason = 'cancelled', 1, 0), IIF(@Reason = 'zombie', 1, 0), 'failed', @Reason,
@@ -106,7 +108,7 @@ BEGIN
 
   DECLARE @Started TABLE (Id bigint NOT NULL PRIMARY KEY, Attempts int NOT NULL);
   UPDATE h
-  SET State = 'processing', Attempts = h.Attempts + 1, StartedAt = @Now, HeartbeatAt = @Now
+  SET State = 'processing', Attempts = h.Attempts + 1, StartedAt = @Now, HeartbeatAt = @Now, Progress = NULL
   OUTPUT inserted.Id, inserted.Attempts INTO @Started (Id, Attempts)
   FROM @Ids AS i
   INNER JOIN keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK) ON h.Id = i.Id AND h.LeaseId = i.LeaseId
@@ -142,6 +144,72 @@ BEGIN
 END;
 GO
 
+-- ReportProgress(@JobId, @LeaseId, @Progress JSON): the running attempt's latest progress ({fraction, done, total,
+-- note}, checked by the app: shared/jobs/progress.ts), under its lease. Returns Result 'ok' or 'lease_lost'. The twin
+-- of keel.report_progress on PostgreSQL.
+CREATE OR ALTER PROCEDURE keel.ReportProgress
+  @JobId BIGINT,
+  @LeaseId UNIQUEIDENTIFIER,
+  @Progress NVARCHAR(MAX)
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  IF @Progress IS NOT NULL AND ISJSON(@Progress) = 0
+    THROW 50024, N'ReportProgress: @Progress must be JSON', 1;
+  UPDATE keel.JobsHot WITH (ROWLOCK)
+  SET Progress = @Progress
+  WHERE Id = @JobId AND LeaseId = @LeaseId AND State = 'processing';
+  SELECT IIF(@@ROWCOUNT = 0, 'lease_lost', 'ok') AS Result;
+END;
+GO
+
+-- AppendJobLog(@JobId, @LeaseId, @Lines JSON array, @MaxLines): a running attempt's ctx.log lines ({attempt, at,
+-- level, message, fields}, checked and cut by the app: shared/jobs/jobLog.ts) appended to the job's Logs under the
+-- lease (fetched or processing), keeping the newest @MaxLines. Returns Result 'ok' or 'lease_lost'. The twin of
+-- keel.append_job_log on PostgreSQL. Lock order: the one job row (UPDLOCK), nothing else.
+CREATE OR ALTER PROCEDURE keel.AppendJobLog
+  @JobId BIGINT,
+  @LeaseId UNIQUEIDENTIFIER,
+  @Lines NVARCHAR(MAX),
+  @MaxLines INT
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  IF @MaxLines IS NULL OR @MaxLines < 1
+    THROW 50025, N'AppendJobLog: @MaxLines must be a positive integer', 1;
+  IF @Lines IS NULL OR ISJSON(@Lines) = 0 OR LEFT(LTRIM(@Lines), 1) <> N'['
+    THROW 50026, N'AppendJobLog: @Lines must be a JSON array', 1;
+  DECLARE @Existing nvarchar(max), @Found int, @Merged nvarchar(max);
+  BEGIN TRANSACTION;
+  SELECT @Existing = h.Logs
+  FROM keel.JobsHot AS h WITH (UPDLOCK, ROWLOCK)
+  WHERE h.Id = @JobId AND h.LeaseId = @LeaseId AND h.State IN ('fetched', 'processing');
+  SET @Found = @@ROWCOUNT;
+  IF @Found = 0
+  BEGIN
+    COMMIT TRANSACTION;
+    SELECT 'lease_lost' AS Result;
+    RETURN;
+  END;
+  -- Old lines first, then the new ones, each in array order; the newest @MaxLines kept.
+  WITH Lines AS (
+    SELECT 0 AS Part, CONVERT(int, e.[key]) AS Ord, e.[value] AS Line FROM OPENJSON(ISNULL(@Existing, N'[]')) AS e
+    UNION ALL
+    SELECT 1, CONVERT(int, n.[key]), n.[value] FROM OPENJSON(@Lines) AS n
+  ), Numbered AS (
+    SELECT Part, Ord, Line, ROW_NUMBER() OVER (ORDER BY Part DESC, Ord DESC) AS FromNewest FROM Lines
+  )
+  SELECT @Merged = N'[' + ISNULL(STRING_AGG(CONVERT(nvarchar(max), Line), N',') WITHIN GROUP (ORDER BY Part, Ord), N'') + N']'
+  FROM Numbered
+  WHERE FromNewest <= @MaxLines;
+  UPDATE keel.JobsHot WITH (ROWLOCK) SET Logs = @Merged WHERE Id = @JobId;
+  COMMIT TRANSACTION;
+  SELECT 'ok' AS Result;
+END;
+GO
+
 -- Release(@JobId, @LeaseId): fetched under that lease -> pending, lease cleared, no attempt used. Returns Status.
 CREATE OR ALTER PROCEDURE keel.Release
   @JobId BIGINT,
@@ -171,7 +239,8 @@ GO
 -- promise an order in which a DML statement visits its rows. Two batches sharing rows (a lease lost to another
 -- worker in between) thus wait for each other in one direction only.
 CREATE OR ALTER PROCEDURE keel.CompleteMany
-  @Leases NVARCHAR(MAX)
+  @Leases NVARCHAR(MAX),
+  @Results NVARCHAR(MAX) = NULL
 AS
 BEGIN
   SET XACT_ABORT ON;
@@ -190,13 +259,24 @@ BEGIN
   INSERT @Ids (Id, LeaseId)
   SELECT DISTINCT JobId, LeaseId FROM @L WHERE JobId IS NOT NULL AND LeaseId IS NOT NULL;
 
+  -- @Results: NULL, or a JSON object of the handlers' results by job id ({"123": <value>}); a job absent from it
+  -- archives with Result NULL. Read before the transaction, like @Leases.
+  IF @Results IS NOT NULL AND ISJSON(@Results) = 0
+    THROW 50023, N'CompleteMany: @Results must be a JSON object of results by job id', 1;
+  DECLARE @R TABLE (Id bigint NOT NULL PRIMARY KEY, Result nvarchar(max) NOT NULL);
+  IF @Results IS NOT NULL
+    INSERT @R (Id, Result)
+    SELECT TRY_CONVERT(bigint, r.[key]), r.[value]
+    FROM OPENJSON(@Results) AS r
+    WHERE TRY_CONVERT(bigint, r.[key]) IS NOT NULL AND r.[type] <> 0; -- type 0: a JSON null, stored as NULL
+
   DECLARE @Locked TABLE (Id bigint NOT NULL PRIMARY KEY, CancelRequested bit NOT NULL);
   DECLARE @Moved TABLE (
     Id bigint NOT NULL PRIMARY KEY,
     Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL, Type nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL,
     Payload nvarchar(max) NOT NULL, Priority int NOT NULL, Attempts int NOT NULL, MaxAttempts int NULL,
     IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL, Tags nvarchar(max) NOT NULL,
-    CreatedAt datetime2(3) NOT NULL, StartedAt datetime2(3) NULL, WorkerId nvarchar(200) NULL);
+    CreatedAt datetime2(3) NOT NULL, StartedAt datetime2(3) NULL, WorkerId nvarchar(200) NULL, Logs nvarchar(max) NULL);
   DECLARE @Counters keel.CounterRows; -- the one definition: V002__counter_types.sql
   DECLARE @DeadIds keel.JobIdList;
   DECLARE @Cancelled TABLE (Id bigint NOT NULL PRIMARY KEY);
@@ -223,9 +303,10 @@ BEGIN
 
     DELETE h
     OUTPUT deleted.Id, deleted.Queue, deleted.Type, deleted.Payload, deleted.Priority, deleted.Attempts,
-           deleted.MaxAttempts, deleted.IdempotencyKey, deleted.Tags, deleted.CreatedAt, deleted.StartedAt, deleted.WorkerId
+           deleted.MaxAttempts, deleted.IdempotencyKey, deleted.Tags, deleted.CreatedAt, deleted.StartedAt, deleted.WorkerId,
+           deleted.Logs
     INTO @Moved (Id, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, CreatedAt, StartedAt,
-                 WorkerId)
+                 WorkerId, Logs)
     FROM @Locked AS k
     INNER JOIN keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK) ON h.Id = k.Id
     WHERE k.CancelRequested = 0 AND h.State = 'processing';
@@ -234,12 +315,13 @@ BEGIN
     IF @Archived > 0
     BEGIN
       INSERT keel.JobsArchive (Id, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, CreatedAt,
-                               StartedAt, FinishedAt, DurationMs, WorkerId)
+                               StartedAt, FinishedAt, DurationMs, WorkerId, Result, Logs)
       SELECT m.Id, m.Queue, m.Type, m.Payload, m.Priority, m.Attempts, m.MaxAttempts, m.IdempotencyKey, m.Tags,
              m.CreatedAt, m.StartedAt, @Now,
              CASE WHEN m.StartedAt IS NULL OR m.StartedAt > @Now THEN 0 ELSE DATEDIFF_BIG(millisecond, m.StartedAt, @Now) END,
-             m.WorkerId
-      FROM @Moved AS m;
+             m.WorkerId, r.Result, m.Logs
+      FROM @Moved AS m
+      LEFT JOIN @R AS r ON r.Id = m.Id;
 
       INSERT @Counters (Queue, Succeeded, Outcome, Reason, DurationMs)
       SELECT m.Queue, 1, 'succeeded', '',

@@ -199,7 +199,7 @@ BEGIN
     Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL, Type nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL,
     Payload nvarchar(max) NOT NULL, Priority int NOT NULL, MaxAttempts int NULL,
     IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL, Tags nvarchar(max) NOT NULL,
-    CreatedAt datetime2(3) NOT NULL, Error nvarchar(max) NULL);
+    CreatedAt datetime2(3) NOT NULL, Error nvarchar(max) NULL, Logs nvarchar(max) NULL);
   DECLARE @Counters keel.CounterRows; -- the one definition: V002__counter_types.sql
 
   -- The triggers' read-counter deltas, applied once by keel.ApplyCounters (R__010_counters.sql).
@@ -243,8 +243,8 @@ BEGIN
 
     DELETE d
     OUTPUT deleted.Id, deleted.Queue, deleted.Type, deleted.Payload, deleted.Priority, deleted.MaxAttempts,
-           deleted.IdempotencyKey, deleted.Tags, deleted.CreatedAt, deleted.Error
-    INTO @Moved (Id, Queue, Type, Payload, Priority, MaxAttempts, IdempotencyKey, Tags, CreatedAt, Error)
+           deleted.IdempotencyKey, deleted.Tags, deleted.CreatedAt, deleted.Error, deleted.Logs
+    INTO @Moved (Id, Queue, Type, Payload, Priority, MaxAttempts, IdempotencyKey, Tags, CreatedAt, Error, Logs)
     FROM keel.JobsDLQ AS d WITH (ROWLOCK, FORCESEEK)
     INNER JOIN @Cand AS c ON c.Id = d.Id
     WHERE c.Eligible = 1;
@@ -252,9 +252,9 @@ BEGIN
     IF @@ROWCOUNT > 0
     BEGIN
       INSERT keel.JobsHot (Id, Queue, Type, Payload, Priority, State, RunAt, Attempts, MaxAttempts, IdempotencyKey, Tags,
-                           CancelRequested, LastError, CreatedAt)
+                           CancelRequested, LastError, CreatedAt, Logs)
       SELECT m.Id, m.Queue, m.Type, m.Payload, m.Priority, 'pending', @Now, 0, m.MaxAttempts, m.IdempotencyKey, m.Tags,
-             0, m.Error, m.CreatedAt
+             0, m.Error, m.CreatedAt, m.Logs
       FROM @Moved AS m;
 
       INSERT @Counters (Queue, Resurrected) SELECT m.Queue, 1 FROM @Moved AS m;

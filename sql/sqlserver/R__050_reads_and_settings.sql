@@ -4,7 +4,7 @@ SET QUOTED_IDENTIFIER ON;
 GO
 
 -- Stats: one row per queue known to Queues, StatsSummary or HotCounts (name order). Every field is a maintained
--- counter or a bounded index read (issue 12), whatever the size of the three pillars:
+-- counter or a bounded index read (never a table scan), whatever the size of the three pillars:
 --   Pending, Fetched, Processing: keel.HotCounts (trigger on JobsHot), summed over 16 slots; Dlq: keel.DlqCounts
 --   (trigger on JobsDLQ); Succeeded ... Resurrected: keel.StatsSummary;
 --   OldestDueAgeMs: the first entry of IX_JobsHot_PendingRunAt, when it is due;
@@ -177,15 +177,17 @@ BEGIN
   SELECT h.Id AS JobId, 'hot' AS Location, h.Queue, h.Type, h.Payload, h.Priority, CONVERT(varchar(10), h.State) AS State,
          h.Attempts, h.IdempotencyKey, h.Tags, h.CreatedAt, h.RunAt, h.StartedAt, CONVERT(datetime2(3), NULL) AS FinishedAt,
          CONVERT(bigint, NULL) AS DurationMs, CONVERT(varchar(16), NULL) AS Reason, h.LastError, h.CancelRequested,
-         h.LeaseId, h.WorkerId
+         h.LeaseId, h.WorkerId, h.Progress, CONVERT(nvarchar(max), NULL) AS Result, h.Logs
   FROM keel.JobsHot AS h WHERE h.Id = @JobId
   UNION ALL
   SELECT a.Id, 'archive', a.Queue, a.Type, a.Payload, a.Priority, 'succeeded', a.Attempts, a.IdempotencyKey, a.Tags,
-         a.CreatedAt, NULL, a.StartedAt, a.FinishedAt, a.DurationMs, NULL, NULL, CONVERT(bit, 0), NULL, a.WorkerId
+         a.CreatedAt, NULL, a.StartedAt, a.FinishedAt, a.DurationMs, NULL, NULL, CONVERT(bit, 0), NULL, a.WorkerId,
+         NULL, a.Result, a.Logs
   FROM keel.JobsArchive AS a WHERE a.Id = @JobId
   UNION ALL
   SELECT d.Id, 'dlq', d.Queue, d.Type, d.Payload, d.Priority, 'dead', d.Attempts, d.IdempotencyKey, d.Tags,
-         d.CreatedAt, NULL, d.StartedAt, d.FailedAt, d.DurationMs, d.Reason, d.Error, CONVERT(bit, 0), NULL, d.WorkerId
+         d.CreatedAt, NULL, d.StartedAt, d.FailedAt, d.DurationMs, d.Reason, d.Error, CONVERT(bit, 0), NULL, d.WorkerId,
+         NULL, NULL, d.Logs
   FROM keel.JobsDLQ AS d WHERE d.Id = @JobId;
 END;
 GO
@@ -193,7 +195,7 @@ GO
 -- SearchJobs(...): newest first (Id descending) with keyset paging (@AfterId: ids below it), at most @Limit rows
 -- (1..1000, default 50). @From/@To bound CreatedAt (hot), FinishedAt (archive) or FailedAt (dlq), [from, to).
 -- @Text is a case-insensitive substring of the payload text or the last error; @Tag an exact tag.
--- @ScanRows bounds the work (issue 12): only the next @ScanRows ids below @AfterId are examined (a backward range of
+-- @ScanRows bounds the work (a search never scans a whole table): only the next @ScanRows ids below @AfterId are examined (a backward range of
 -- the clustered key). When more rows lie below that range, a last marker row (Location 'scan_bound', JobId the lowest
 -- id examined) follows the matches: pass it as @AfterId to continue. The store sets it for archive and DLQ text
 -- searches (JobSearch.scanRows). The twin of keel.search_jobs on PostgreSQL.
@@ -241,7 +243,8 @@ BEGIN
     SELECT u.* FROM (SELECT * FROM (SELECT TOP (@Top) h.Id AS JobId, 'hot' AS Location, h.Queue, h.Type, h.Payload, h.Priority,
            CONVERT(varchar(10), h.State) AS State, h.Attempts, h.IdempotencyKey, h.Tags, h.CreatedAt, h.RunAt, h.StartedAt,
            CONVERT(datetime2(3), NULL) AS FinishedAt, CONVERT(bigint, NULL) AS DurationMs,
-           CONVERT(varchar(16), NULL) AS Reason, h.LastError, h.CancelRequested, h.LeaseId, h.WorkerId
+           CONVERT(varchar(16), NULL) AS Reason, h.LastError, h.CancelRequested, h.LeaseId, h.WorkerId, h.Progress,
+           CONVERT(nvarchar(max), NULL) AS Result, CONVERT(nvarchar(max), NULL) AS Logs
     FROM keel.JobsHot AS h
     WHERE (@Queue IS NULL OR h.Queue = @Queue) AND (@Type IS NULL OR h.Type = @Type)
       AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(h.Tags) AS t
@@ -254,7 +257,7 @@ BEGIN
     ORDER BY h.Id DESC) AS found
     UNION ALL
     SELECT @Floor, 'scan_bound', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-           NULL, NULL, NULL, NULL
+           NULL, NULL, NULL, NULL, NULL, NULL, NULL
     WHERE @Floor IS NOT NULL) AS u
     ORDER BY u.JobId DESC, IIF(u.Location = 'scan_bound', 1, 0)
     OPTION (RECOMPILE);
@@ -263,7 +266,9 @@ BEGIN
            CONVERT(varchar(10), 'succeeded') AS State, a.Attempts, a.IdempotencyKey, a.Tags, a.CreatedAt,
            CONVERT(datetime2(3), NULL) AS RunAt, a.StartedAt, a.FinishedAt, a.DurationMs,
            CONVERT(varchar(16), NULL) AS Reason, CONVERT(nvarchar(max), NULL) AS LastError,
-           CONVERT(bit, 0) AS CancelRequested, CONVERT(uniqueidentifier, NULL) AS LeaseId, a.WorkerId
+           CONVERT(bit, 0) AS CancelRequested, CONVERT(uniqueidentifier, NULL) AS LeaseId, a.WorkerId,
+           CONVERT(nvarchar(max), NULL) AS Progress, CONVERT(nvarchar(max), NULL) AS Result, -- lists: no results
+           CONVERT(nvarchar(max), NULL) AS Logs -- nor logs (GetJob has both)
     FROM keel.JobsArchive AS a
     WHERE (@Queue IS NULL OR a.Queue = @Queue) AND (@Type IS NULL OR a.Type = @Type)
       AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(a.Tags) AS t
@@ -274,7 +279,7 @@ BEGIN
     ORDER BY a.Id DESC) AS found
     UNION ALL
     SELECT @Floor, 'scan_bound', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-           NULL, NULL, NULL, NULL
+           NULL, NULL, NULL, NULL, NULL, NULL, NULL
     WHERE @Floor IS NOT NULL) AS u
     ORDER BY u.JobId DESC, IIF(u.Location = 'scan_bound', 1, 0)
     OPTION (RECOMPILE);
@@ -283,7 +288,8 @@ BEGIN
            CONVERT(varchar(10), 'dead') AS State, d.Attempts, d.IdempotencyKey, d.Tags, d.CreatedAt,
            CONVERT(datetime2(3), NULL) AS RunAt, d.StartedAt, d.FailedAt AS FinishedAt, d.DurationMs, d.Reason,
            d.Error AS LastError, CONVERT(bit, 0) AS CancelRequested, CONVERT(uniqueidentifier, NULL) AS LeaseId,
-           d.WorkerId
+           d.WorkerId, CONVERT(nvarchar(max), NULL) AS Progress, CONVERT(nvarchar(max), NULL) AS Result,
+           CONVERT(nvarchar(max), NULL) AS Logs
     FROM keel.JobsDLQ AS d
     WHERE (@Queue IS NULL OR d.Queue = @Queue) AND (@Type IS NULL OR d.Type = @Type)
       AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(d.Tags) AS t
@@ -296,11 +302,126 @@ BEGIN
     ORDER BY d.Id DESC) AS found
     UNION ALL
     SELECT @Floor, 'scan_bound', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-           NULL, NULL, NULL, NULL
+           NULL, NULL, NULL, NULL, NULL, NULL, NULL
     WHERE @Floor IS NOT NULL) AS u
     ORDER BY u.JobId DESC, IIF(u.Location = 'scan_bound', 1, 0)
     OPTION (RECOMPILE);
   ELSE
     THROW 50041, N'SearchJobs: @Location must be hot, archive or dlq', 1;
+END;
+GO
+
+-- Console reads (issue 30): exact counts for previews, dead letters grouped in SQL, and the lease holders.
+
+-- CountJobs(...): how many jobs match a filter, counted and bounded: at most @Cap + 1 rows are read, so Matched is
+-- exact when Exact = 1 and "at least Matched" otherwise. The filters mean what they mean in SearchJobs (@From/@To
+-- bound CreatedAt, FinishedAt or FailedAt); AsOf is the server's clock, the bound a purge preview keeps.
+-- The twin of keel.count_jobs on PostgreSQL.
+CREATE OR ALTER PROCEDURE keel.CountJobs
+  @Location VARCHAR(10),
+  @Queue NVARCHAR(128),
+  @Type NVARCHAR(256),
+  @Tag NVARCHAR(64),
+  @State VARCHAR(10),
+  @Reason VARCHAR(16),
+  @From DATETIME2(3),
+  @To DATETIME2(3),
+  @Cap INT
+AS
+BEGIN
+  SET NOCOUNT ON;
+  DECLARE @Top int = ISNULL(@Cap, 10000);
+  IF @Top < 1 SET @Top = 1;
+  IF @Top > 1000000 SET @Top = 1000000;
+  DECLARE @N bigint = 0;
+  IF @Location = 'hot'
+    SELECT @N = COUNT_BIG(*) FROM (
+      SELECT TOP (@Top + 1) h.Id FROM keel.JobsHot AS h
+      WHERE (@Queue IS NULL OR h.Queue = @Queue) AND (@Type IS NULL OR h.Type = @Type)
+        AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(h.Tags) AS t
+                                     WHERE t.[value] COLLATE Latin1_General_100_BIN2 = @Tag))
+        AND (@State IS NULL OR h.State = @State)
+        AND (@From IS NULL OR h.CreatedAt >= @From) AND (@To IS NULL OR h.CreatedAt < @To)) AS x
+    OPTION (RECOMPILE);
+  ELSE IF @Location = 'archive'
+    SELECT @N = COUNT_BIG(*) FROM (
+      SELECT TOP (@Top + 1) a.Id FROM keel.JobsArchive AS a
+      WHERE (@Queue IS NULL OR a.Queue = @Queue) AND (@Type IS NULL OR a.Type = @Type)
+        AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(a.Tags) AS t
+                                     WHERE t.[value] COLLATE Latin1_General_100_BIN2 = @Tag))
+        AND (@From IS NULL OR a.FinishedAt >= @From) AND (@To IS NULL OR a.FinishedAt < @To)) AS x
+    OPTION (RECOMPILE);
+  ELSE IF @Location = 'dlq'
+    SELECT @N = COUNT_BIG(*) FROM (
+      SELECT TOP (@Top + 1) d.Id FROM keel.JobsDLQ AS d
+      WHERE (@Queue IS NULL OR d.Queue = @Queue) AND (@Type IS NULL OR d.Type = @Type)
+        AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(d.Tags) AS t
+                                     WHERE t.[value] COLLATE Latin1_General_100_BIN2 = @Tag))
+        AND (@Reason IS NULL OR d.Reason = @Reason)
+        AND (@From IS NULL OR d.FailedAt >= @From) AND (@To IS NULL OR d.FailedAt < @To)) AS x
+    OPTION (RECOMPILE);
+  ELSE
+    THROW 50043, N'CountJobs: @Location must be hot, archive or dlq', 1;
+  SELECT CASE WHEN @N > @Top THEN CONVERT(bigint, @Top) ELSE @N END AS Matched,
+         CONVERT(bit, CASE WHEN @N <= @Top THEN 1 ELSE 0 END) AS Exact,
+         CONVERT(datetime2(3), SYSUTCDATETIME()) AS AsOf;
+END;
+GO
+
+-- DlqGroups(@Queue NULL = all, @Offset, @Limit): dead letters grouped by reason, type and queue, counted over the
+-- whole DLQ (or one queue), largest group first, a page of @Limit (1..500) groups from @Offset. Every row carries the
+-- number of groups and of dead letters. The twin of keel.dlq_groups on PostgreSQL.
+CREATE OR ALTER PROCEDURE keel.DlqGroups
+  @Queue NVARCHAR(128),
+  @Offset INT,
+  @Limit INT
+AS
+BEGIN
+  SET NOCOUNT ON;
+  DECLARE @Skip int = ISNULL(@Offset, 0);
+  IF @Skip < 0 SET @Skip = 0;
+  DECLARE @Take int = ISNULL(@Limit, 50);
+  IF @Take < 1 SET @Take = 1;
+  IF @Take > 500 SET @Take = 500;
+  WITH g AS (
+    SELECT d.Reason, d.Type, d.Queue, COUNT_BIG(*) AS Jobs, MAX(d.FailedAt) AS NewestFailedAt
+    FROM keel.JobsDLQ AS d
+    WHERE (@Queue IS NULL OR d.Queue = @Queue)
+    GROUP BY d.Reason, d.Type, d.Queue)
+  SELECT g.Reason, g.Type, g.Queue, g.Jobs, g.NewestFailedAt,
+         COUNT_BIG(*) OVER () AS TotalGroups, SUM(g.Jobs) OVER () AS TotalJobs
+  FROM g
+  ORDER BY g.Jobs DESC, g.Reason, g.Type, g.Queue
+  OFFSET @Skip ROWS FETCH NEXT @Take ROWS ONLY
+  OPTION (RECOMPILE);
+END;
+GO
+
+-- ListWorkers: the lease holders. Per WorkerId, the hot jobs it holds (fetched or processing), its oldest and newest
+-- sign of life (the heartbeat, else the start, else the claim) and its earliest lease expiry. Bounded by what is in
+-- flight. The twin of keel.list_workers on PostgreSQL.
+CREATE OR ALTER PROCEDURE keel.ListWorkers
+AS
+BEGIN
+  SET NOCOUNT ON;
+  WITH held AS (
+    SELECT h.WorkerId, h.Queue, h.State, COALESCE(h.HeartbeatAt, h.StartedAt, h.FetchedAt) AS SeenAt, h.LeaseExpiresAt
+    FROM keel.JobsHot AS h
+    WHERE h.State IN ('fetched', 'processing') AND h.WorkerId IS NOT NULL),
+  byQueue AS (
+    SELECT b.WorkerId, b.Queue FROM held AS b GROUP BY b.WorkerId, b.Queue),
+  w AS (
+    SELECT x.WorkerId, COUNT_BIG(*) AS JobsHeld,
+           SUM(CASE WHEN x.State = 'processing' THEN CONVERT(bigint, 1) ELSE CONVERT(bigint, 0) END) AS Processing,
+           MIN(x.SeenAt) AS OldestHeartbeatAt, MAX(x.SeenAt) AS NewestHeartbeatAt,
+           MIN(x.LeaseExpiresAt) AS EarliestLeaseExpiresAt
+    FROM held AS x GROUP BY x.WorkerId)
+  SELECT w.WorkerId, w.JobsHeld, w.Processing,
+         (SELECT STRING_AGG(CONVERT(nvarchar(max), q.Queue), N',') WITHIN GROUP (ORDER BY q.Queue)
+          FROM byQueue AS q WHERE q.WorkerId = w.WorkerId) AS Queues,
+         w.OldestHeartbeatAt, w.NewestHeartbeatAt, w.EarliestLeaseExpiresAt,
+         CONVERT(datetime2(3), SYSUTCDATETIME()) AS AsOf
+  FROM w
+  ORDER BY w.OldestHeartbeatAt, w.WorkerId;
 END;
 GO

@@ -7,6 +7,8 @@ import {
 } from '../../shared/jobs/contract.js';
 import type { ClaimedJob, JobStore, LeaseRef } from '../../shared/jobs/contract.js';
 import { LIMITS, ValidationError } from '../../shared/jobs/validate.js';
+import { normalizeProgress, resultJson } from '../../shared/jobs/progress.js';
+import { jobLogLine } from '../../shared/jobs/jobLog.js';
 import type { EngineHarness, PillarTable } from './harness.js';
 import { seededRandom } from '../support/seededRandom.js';
 
@@ -902,6 +904,143 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
     });
   });
 
+  describe('results and progress', () => {
+    it('stores what each job of a completion batch returned on its archive row; getJob returns it, searches do not', async () => {
+      const q = freshQueue('results');
+      await store.enqueueMany(Array.from({ length: 4 }, (_, i) => ({ queue: q, type: 't', payload: { i } })));
+      const jobs = await store.claimAndStart({ workerId: 'w', queues: [q], limit: 4 });
+      expect(jobs).toHaveLength(4);
+      const results = [{ rows: 3, names: ['a', 'é'] }, 'done', 42];
+      const res = await store.completeMany(
+        jobs.map((j, i) => ({ ...ref(j), ...(i < 3 ? { resultJson: resultJson(results[i], 1024) } : {}) })),
+      );
+      expect(res.map((r) => r.status)).toEqual(['ok', 'ok', 'ok', 'ok']);
+      for (let i = 0; i < 4; i++) {
+        const rec = await store.getJob(jobs[i]!.id);
+        expect(rec!.location).toBe('archive');
+        if (i < 3) expect(rec!.result).toEqual(results[i]);
+        else expect(rec!.result).toBeUndefined();
+      }
+      const page = await store.searchJobs({ location: 'archive', queue: q, limit: 10 });
+      expect(page.items).toHaveLength(4);
+      expect(page.items.every((r) => r.result === undefined)).toBe(true);
+      // A result refused by the database (not JSON) refuses the whole batch: nothing moved.
+      const q2 = freshQueue('results-bad');
+      await store.enqueue({ queue: q2, type: 't' });
+      const [bad] = await store.claimAndStart({ workerId: 'w', queues: [q2], limit: 1 });
+      await expect(store.completeMany([{ ...ref(bad!), resultJson: '{not json' }])).rejects.toThrow();
+      expect(await where(bad!.id)).toEqual(['hot']);
+      expect(await store.complete({ ...ref(bad!), resultJson: '"fine"' })).toBe('ok');
+      expect((await store.getJob(bad!.id))!.result).toBe('fine');
+    });
+
+    it('a cancelled completion keeps no result; a stale lease stores none', async () => {
+      const q = freshQueue('results-cancel');
+      const job = await startedJob(q);
+      expect(await store.cancel(job.id)).toBe('cancel_requested');
+      expect(await store.complete({ ...ref(job), resultJson: '{"x":1}' })).toBe('cancelled');
+      const rec = await store.getJob(job.id);
+      expect(rec).toMatchObject({ location: 'dlq', reason: 'cancelled' });
+      expect(rec!.result).toBeUndefined();
+      expect(await store.complete({ ...ref(job), resultJson: '{"x":1}' })).toBe('lease_lost');
+    });
+
+    it('reports progress under the lease, shows it on the hot job, and clears it when the next attempt starts', async () => {
+      const q = freshQueue('progress');
+      const job = await startedJob(q);
+      const p1 = normalizeProgress({ done: 40, total: 100, note: 'rows copied' });
+      expect(await store.reportProgress(ref(job), p1)).toBe('ok');
+      expect((await store.getJob(job.id))!.progress).toEqual({
+        fraction: 0.4,
+        done: 40,
+        total: 100,
+        note: 'rows copied',
+      });
+      const inList = (await store.searchJobs({ location: 'hot', queue: q, limit: 5 })).items[0]!;
+      expect(inList.progress).toEqual(p1);
+      expect(await store.reportProgress({ ...ref(job), leaseId: STALE_LEASE }, normalizeProgress(0.9))).toBe(
+        'lease_lost',
+      );
+      expect(await store.reportProgress({ jobId: 'nope', leaseId: job.leaseId }, normalizeProgress(0.9))).toBe(
+        'lease_lost',
+      );
+      expect((await store.getJob(job.id))!.progress!.fraction).toBe(0.4);
+      // The attempt ends in a retry: its progress stays visible while the job waits, and the next start clears it.
+      expect(await store.retry(ref(job), new Date(Date.now() - 1000), 'again')).toBe('ok');
+      expect((await store.getJob(job.id))!.progress!.fraction).toBe(0.4);
+      expect(await store.reportProgress(ref(job), normalizeProgress(0.5))).toBe('lease_lost'); // pending now
+      const [again] = await store.claimAndStart({ workerId: 'w', queues: [q], limit: 1 });
+      expect(again!.id).toBe(job.id);
+      expect((await store.getJob(job.id))!.progress).toBeNull();
+      expect(await store.reportProgress(ref(again!), normalizeProgress(1))).toBe('ok');
+      expect(await store.complete(ref(again!))).toBe('ok');
+      const archived = await store.getJob(job.id);
+      expect(archived!.progress).toBeNull();
+      // A fetched job (claimNext, not yet started) takes no progress; start clears what an earlier attempt left.
+      const q3 = freshQueue('progress-fetched');
+      await store.enqueue({ queue: q3, type: 't' });
+      const fetched = await claimOne(q3);
+      expect(await store.reportProgress(ref(fetched), normalizeProgress(0.1))).toBe('lease_lost');
+      expect((await store.start(ref(fetched))).status).toBe('ok');
+      expect(await store.reportProgress(ref(fetched), normalizeProgress(0.1))).toBe('ok');
+    });
+  });
+
+  describe('job logs', () => {
+    const lines = (attempt: number, ...messages: string[]) =>
+      messages.map((m) => jobLogLine(attempt, 'info', m, { m }, new Date('2030-01-01T00:00:00Z')));
+
+    it('appends lines under the lease, keeps the newest maxLines, and every move carries them', async () => {
+      const q = freshQueue('joblog');
+      const job = await startedJob(q);
+      expect(await store.appendJobLog(ref(job), lines(1, 'a', 'b', 'c'), 4)).toBe('ok');
+      expect(await store.appendJobLog(ref(job), lines(1, 'd', 'e'), 4)).toBe('ok');
+      const hot = await store.getJob(job.id);
+      expect(hot!.logs!.map((l) => l.message)).toEqual(['b', 'c', 'd', 'e']);
+      expect(hot!.logs![0]).toEqual({
+        attempt: 1,
+        at: '2030-01-01T00:00:00.000Z',
+        level: 'info',
+        message: 'b',
+        fields: { m: 'b' },
+      });
+      // Lists leave logs out; the job itself has them.
+      expect((await store.searchJobs({ location: 'hot', queue: q, limit: 5 })).items[0]!.logs).toBeUndefined();
+      // Fenced: a stale lease, a job that is not running, nothing appended.
+      expect(await store.appendJobLog({ ...ref(job), leaseId: STALE_LEASE }, lines(1, 'x'), 4)).toBe('lease_lost');
+      // Hot -> DLQ carries them ...
+      expect(await store.fail(ref(job), 'fatal', 'boom')).toBe('ok');
+      expect(await store.appendJobLog(ref(job), lines(1, 'late'), 4)).toBe('lease_lost');
+      expect((await store.getJob(job.id))!.logs!.map((l) => l.message)).toEqual(['b', 'c', 'd', 'e']);
+      expect((await store.searchJobs({ location: 'dlq', queue: q, limit: 5 })).items[0]!.logs).toBeUndefined();
+      // ... DLQ -> hot keeps them, and the next attempt adds its own ...
+      expect(await store.resurrect([job.id])).toEqual([job.id]);
+      const [again] = await store.claimAndStart({ workerId: 'w', queues: [q], limit: 1 });
+      expect(await store.appendJobLog(ref(again!), lines(1, 'f'), 4)).toBe('ok');
+      // ... and hot -> archive too.
+      expect(await store.complete(ref(again!))).toBe('ok');
+      const archived = await store.getJob(job.id);
+      expect(archived!.location).toBe('archive');
+      expect(archived!.logs!.map((l) => l.message)).toEqual(['c', 'd', 'e', 'f']);
+      expect((await store.searchJobs({ location: 'archive', queue: q, limit: 5 })).items[0]!.logs).toBeUndefined();
+    });
+
+    it('takes lines from a fetched job, refuses bad arguments by name, and a job that logged nothing has no log', async () => {
+      const q = freshQueue('joblog-args');
+      await store.enqueue({ queue: q, type: 't' });
+      const fetched = await claimOne(q);
+      expect(await store.appendJobLog(ref(fetched), lines(1, 'claimed'), 10)).toBe('ok');
+      await expect(store.appendJobLog(ref(fetched), lines(1, 'x'), 0)).rejects.toMatchObject({ field: 'maxLines' });
+      await expect(store.appendJobLog(ref(fetched), 'x' as never, 10)).rejects.toMatchObject({ field: 'lines' });
+      expect(await store.appendJobLog({ jobId: 'nope', leaseId: fetched.leaseId }, lines(1, 'x'), 10)).toBe(
+        'lease_lost',
+      );
+      const quiet = await startedJob(freshQueue('joblog-quiet'));
+      expect(await store.complete(ref(quiet))).toBe('ok');
+      expect((await store.getJob(quiet.id))!.logs).toBeUndefined();
+    });
+  });
+
   describe('zombies and expiry', () => {
     it('returns fetched jobs past their lease to pending, without using an attempt', async () => {
       const q = freshQueue('zf');
@@ -1031,6 +1170,55 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(done.ids.sort()).toEqual(preview.ids.sort());
       expect(await h.countRows('dlq', q)).toBe(2);
       expect(await h.countRows('hot', q)).toBe(2);
+    });
+
+    it('counts matches exactly up to a cap and "at least" past it; groups dead letters by reason, type and queue', async () => {
+      const q = freshQueue('cnt');
+      for (let i = 0; i < 5; i++) {
+        const j = await startedJob(q);
+        await store.fail(ref(j), i < 3 ? 'timeout' : 'fatal', 'x');
+      }
+      await store.enqueue({ queue: q, type: 'u', runAt: new Date(Date.now() + 3_600_000) });
+      expect(await store.countJobs({ location: 'dlq', queue: q, cap: 10 })).toMatchObject({ matched: 5, exact: true });
+      expect(await store.countJobs({ location: 'dlq', queue: q, reason: 'timeout', cap: 10 })).toMatchObject({
+        matched: 3,
+        exact: true,
+      });
+      expect(await store.countJobs({ location: 'dlq', queue: q, cap: 4 })).toMatchObject({ matched: 4, exact: false });
+      expect(await store.countJobs({ location: 'dlq', queue: q, cap: 5 })).toMatchObject({ matched: 5, exact: true });
+      expect(await store.countJobs({ location: 'hot', queue: q, state: 'pending', cap: 10 })).toMatchObject({
+        matched: 1,
+        exact: true,
+      });
+      const past = await store.countJobs({ location: 'dlq', queue: q, to: new Date(Date.now() - 3_600_000), cap: 10 });
+      expect(past).toMatchObject({ matched: 0, exact: true });
+      expect(Math.abs(past.asOf.getTime() - Date.now())).toBeLessThan(60_000);
+
+      const page = await store.dlqGroups(q, 0, 10);
+      expect(page).toMatchObject({ totalGroups: 2, totalJobs: 5 });
+      expect(page.groups.map((g) => [g.reason, g.type, g.queue, g.jobs])).toEqual([
+        ['timeout', 't', q, 3],
+        ['fatal', 't', q, 2],
+      ]);
+      const second = await store.dlqGroups(q, 1, 1);
+      expect(second.groups.map((g) => g.reason)).toEqual(['fatal']);
+      expect(second.totalGroups).toBe(2);
+      expect(await store.dlqGroups(`${q}-none`, 0, 10)).toEqual({ groups: [], totalGroups: 0, totalJobs: 0 });
+    });
+
+    it('lists the workers holding leases, with jobs held and their oldest sign of life', async () => {
+      const q = freshQueue('wrk');
+      const worker = `w-${q}`;
+      await store.enqueueMany([0, 1, 2].map(() => ({ queue: q, type: 't' })));
+      const claimed = await store.claimNext({ workerId: worker, queues: [q], limit: 3 });
+      expect(claimed).toHaveLength(3);
+      await store.start(ref(claimed[0]!));
+      const mine = (await store.listWorkers()).find((w) => w.workerId === worker)!;
+      expect(mine).toMatchObject({ jobsHeld: 3, processing: 1, queues: [q] });
+      expect(mine.oldestHeartbeatAt).toBeInstanceOf(Date);
+      expect(mine.oldestHeartbeatAt!.getTime()).toBeLessThanOrEqual(mine.newestHeartbeatAt!.getTime());
+      expect(mine.earliestLeaseExpiresAt!.getTime()).toBeGreaterThan(mine.asOf.getTime());
+      for (const j of claimed) await store.cancel(j.id);
     });
 
     it('two concurrent resurrects of one job produce exactly one hot job', async () => {

@@ -5,7 +5,7 @@
 // the role (nothing changes); App Service authentication mode (no key, role still enforced); no request leaves
 // localhost; no console errors. Screenshots of every page go to .tmp/console/.
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -23,6 +23,11 @@ const haveChromium = existsSync(CHROMIUM);
 const QUEUE = 'console-e2e';
 const OTHER = 'console-other';
 const KEY = 'console-e2e-key-0123456789abcdef';
+const STALE = 'console-stale';
+const LAGGING = 'console-lag';
+// A handlers folder of the test's own (KEEL_HANDLERS_DIR) with one schedule, ticking at 03:00 Paris time: it makes
+// no job while the tests run, so every count stays still.
+const PROBE_DIR = path.join(ROOT, '.tmp', `console-e2e-handlers-${process.pid}`);
 
 if (!haveChromium) {
   describe('ops console in Chromium', () => {
@@ -51,6 +56,7 @@ if (!haveChromium) {
     let cancelledId: string;
     let fatalId: string;
     let batchId: string;
+    let owner: pg.Pool; // the job store's database, to stage a worker that stopped heartbeating
 
     async function api(
       method: string,
@@ -142,6 +148,7 @@ if (!haveChromium) {
       process.env.KEEL_CONSOLE_DIR = outDir;
 
       const url = await createTestDatabase('console');
+      owner = new pg.Pool({ connectionString: url, max: 1 });
       const srcUrl = await createTestDatabase('console_src');
       const tgtUrl = await createTestDatabase('console_tgt');
       const ddl =
@@ -176,6 +183,18 @@ if (!haveChromium) {
             chunkSize: 100,
           },
         ]),
+      });
+      await mkdir(PROBE_DIR, { recursive: true });
+      await writeFile(
+        path.join(PROBE_DIR, 'nightly.ts'),
+        `import { defineHandler, defineSchedule } from '../../shared/jobs/define.js';\n` +
+          `export const tick = defineHandler('console.tick', { queue: 'console-sched', async handle() {} });\n` +
+          `export const nightly = defineSchedule('console-nightly', { cron: '0 0 3 * * *', timeZone: 'Europe/Paris', type: 'console.tick', missed: 'once' });\n`,
+      );
+      Object.assign(process.env, {
+        KEEL_HANDLERS_DIR: PROBE_DIR,
+        KEEL_WARN_STALE_HEARTBEAT_MS: '60000',
+        KEEL_WARN_QUEUE_LAG_MS: '3000',
       });
       delete process.env.WEBSITE_SITE_NAME;
       delete process.env.WEBSITE_AUTH_ENABLED;
@@ -249,7 +268,9 @@ if (!haveChromium) {
       await browser?.close();
       await keel?.stop();
       for (const p of pools) await p.end();
+      await owner?.end();
       if (dataDir) await rm(dataDir, { recursive: true, force: true });
+      await rm(PROBE_DIR, { recursive: true, force: true });
     });
 
     it('serves the console with a strict CSP; a wrong key is refused, the right one signs in and never goes into a URL', async () => {
@@ -369,11 +390,11 @@ if (!haveChromium) {
       const groups = page.locator('section[aria-labelledby=groups-h] tbody tr');
       await groups.first().waitFor();
       const groupRows = await groups.evaluateAll((trs) =>
-        trs.map((tr) => [...tr.querySelectorAll('td')].slice(0, 3).map((td) => td.textContent)),
+        trs.map((tr) => [...tr.querySelectorAll('td')].slice(0, 4).map((td) => td.textContent)),
       );
       expect(groupRows.sort()).toEqual([
-        ['cancelled', 'demo.echo', '1'],
-        ['fatal', 'demo.fatal', '1'],
+        ['cancelled', 'demo.echo', QUEUE, '1'],
+        ['fatal', 'demo.fatal', QUEUE, '1'],
       ]);
       await groups.filter({ hasText: 'cancelled' }).getByRole('button', { name: 'Resurrect group…' }).click();
       const preview = page.locator('[data-test=preview-count]');
@@ -410,6 +431,102 @@ if (!haveChromium) {
       await page.getByRole('button', { name: '← Newer' }).click();
       await page.locator('.pager', { hasText: '20 jobs on this page' }).waitFor();
       expect(await rowsOf().locator('td:first-child').allTextContents()).toEqual(first);
+    });
+
+    it('resurrect by filter acts on exactly the previewed set: a job dead-lettered between preview and confirm is reported, not resurrected', async () => {
+      const RACE = 'console-race';
+      const made = await api('POST', '/jobs', {
+        jobs: [0, 1, 2].map((i) => ({ queue: RACE, type: 'demo.echo', payload: { i }, delayMs: 3_600_000 })),
+      });
+      const ids = (made.json.jobs as { id: string }[]).map((j) => j.id);
+      const pre = await api('POST', '/jobs/cancel', { ids, dryRun: false }, true);
+      expect(pre.json.count).toBe(3);
+      await page.goto(`${base}/api/console/#/dlq?queue=${RACE}`);
+      await page.locator('table.groups-table caption', { hasText: '3 dead letters in 1 group' }).waitFor();
+      await page.locator('select[name=reason]').selectOption('cancelled');
+      await page.locator('[data-test=preview-resurrect]').click();
+      const preview = page.locator('[data-test=preview-count]');
+      await preview.waitFor();
+      expect(await preview.textContent()).toContain('3 jobs match');
+
+      // Between preview and confirm: a fourth job is dead-lettered with the same reason, and one previewed job is
+      // resurrected by someone else.
+      const late = (await api('POST', '/jobs', { queue: RACE, type: 'demo.echo', delayMs: 3_600_000 })).json.id;
+      expect((await api('POST', `/jobs/${late}/cancel`, {}, true)).json.result).toBe('cancelled');
+      expect((await api('POST', `/dlq/${ids[0]}/resurrect`, {}, true)).status).toBe(200);
+
+      await page.locator('[data-test=confirm]').click();
+      const result = page.locator('[data-test=result]');
+      await result.filter({ hasText: 'Resurrected 2 jobs of the 3 previewed' }).waitFor();
+      expect(await page.locator(`[data-test=skipped] li[data-id="${ids[0]}"]`).textContent()).toContain(
+        'no longer in the DLQ',
+      );
+      expect(await page.locator('[data-test=arrived]').textContent()).toContain(late);
+      await shot(page, 'dlq-preview-race');
+      expect((await api('GET', `/jobs/${late}`)).json.location).toBe('dlq'); // never acted on
+      for (const id of ids.slice(1)) expect((await api('GET', `/jobs/${id}`)).json.location).not.toBe('dlq');
+    });
+
+    it('cancels hot jobs by filter and by selection through a preview bound to its ids', async () => {
+      const CQ = 'console-cancel';
+      const made = await api('POST', '/jobs', {
+        jobs: [0, 1].map((i) => ({ queue: CQ, type: 'demo.echo', payload: { i }, delayMs: 3_600_000 })),
+      });
+      const ids = (made.json.jobs as { id: string }[]).map((j) => j.id);
+      await page.goto(`${base}/api/console/#/jobs?location=hot&queue=${CQ}`);
+      await page.locator('[data-test=cancel-matching]').click();
+      await page.locator('[data-test=preview-count]', { hasText: '2 hot jobs match' }).waitFor();
+      const late = (await api('POST', '/jobs', { queue: CQ, type: 'demo.echo', delayMs: 3_600_000 })).json.id;
+      await page.locator('[data-test=confirm]').click();
+      await page.locator('[data-test=result]', { hasText: 'Cancelled 2 of the 2 previewed jobs' }).waitFor();
+      expect(await page.locator('[data-test=arrived]').textContent()).toContain(late);
+      for (const id of ids) expect((await api('GET', `/jobs/${id}`)).json.location).toBe('dlq');
+      expect((await api('GET', `/jobs/${late}`)).json.location).toBe('hot');
+
+      await page.goto(`${base}/api/console/#/jobs?location=hot&queue=${CQ}&type=demo.echo`);
+      await page.getByRole('checkbox', { name: `Select job ${late}` }).check();
+      await page.locator('[data-test=cancel-selected]').click();
+      await page.locator('[data-test=preview-count]', { hasText: '1 of the 1 selected job is hot' }).waitFor();
+      await page.locator('[data-test=confirm]').click();
+      await page.locator('[data-test=result]', { hasText: 'Cancelled 1 of the 1 previewed job' }).waitFor();
+      expect((await api('GET', `/jobs/${late}`)).json).toMatchObject({ location: 'dlq', reason: 'cancelled' });
+    });
+
+    it('dead letters: groups counted in SQL past the old 500-row window, and the list paged', async () => {
+      const MANY = 'console-many';
+      const made = await api('POST', '/jobs', {
+        jobs: Array.from({ length: 55 }, (_, i) => ({
+          queue: MANY,
+          type: 'demo.echo',
+          payload: { i },
+          delayMs: 3_600_000,
+        })),
+      });
+      const ids = (made.json.jobs as { id: string }[]).map((j) => j.id);
+      expect((await api('POST', '/jobs/cancel', { ids, dryRun: false }, true)).json.count).toBe(55);
+      await page.goto(`${base}/api/console/#/dlq?queue=${MANY}`);
+      const row = page.locator('table.groups-table tbody tr');
+      await row.first().waitFor();
+      expect(await row.first().locator('td').allTextContents()).toEqual(
+        expect.arrayContaining(['cancelled', 'demo.echo', MANY, '55']),
+      );
+      const list = page.locator('section[aria-labelledby=list-h] table.jobs-table tbody tr');
+      await page.locator('section[aria-labelledby=list-h] .pager', { hasText: '50 on this page' }).waitFor();
+      const first = await list.locator('td:nth-child(2)').allTextContents();
+      await page.locator('section[aria-labelledby=list-h]').getByRole('button', { name: 'Older →' }).click();
+      await page.locator('section[aria-labelledby=list-h] .pager', { hasText: '5 on this page' }).waitFor();
+      const second = await list.locator('td:nth-child(2)').allTextContents();
+      expect(new Set([...first, ...second])).toEqual(new Set(ids));
+      await page.locator('section[aria-labelledby=list-h]').getByRole('button', { name: '← Newer' }).click();
+      await page.locator('section[aria-labelledby=list-h] .pager', { hasText: '50 on this page' }).waitFor();
+      await shot(page, 'dlq-paged');
+      const purge = await api(
+        'POST',
+        '/purge',
+        { target: 'dlq', queue: MANY, olderThan: new Date().toISOString(), dryRun: false },
+        true,
+      );
+      expect(purge.json.deleted).toBe(55);
     });
 
     it("a transfer batch's detail shows its state, next action and journal timeline", async () => {
@@ -514,6 +631,208 @@ if (!haveChromium) {
       await page.getByRole('status').filter({ hasText: 'Deleted 2 dead letters' }).waitFor();
       expect((await api('GET', `/jobs?location=dlq&queue=${QUEUE}`)).json.items).toEqual([]);
       await shot(page, 'dlq-purged');
+    });
+
+    it('schedules: cron, time zone, missed-tick policy, next tick in local time, the jobs it made, pause and resume', async () => {
+      const api0 = (await api('GET', '/schedules')).json.items.find((x: any) => x.name === 'console-nightly');
+      expect(api0).toMatchObject({ state: 'active', timeZone: 'Europe/Paris', missed: 'once' });
+      await page.goto(`${base}/api/console/#/schedules`);
+      const row = page.locator('table.schedules-table tbody tr', { hasText: 'console-nightly' });
+      await row.waitFor();
+      const cells = await row.locator('td').allTextContents();
+      expect(cells.slice(0, 6)).toEqual([
+        'console-nightly',
+        '0 0 3 * * *',
+        'Europe/Paris',
+        'console.tick → console-sched',
+        'once: one job for the latest',
+        'active',
+      ]);
+      // The next tick is the API's instant, shown in the browser's local time (the UTC instant on hover).
+      const next = row.locator('td:nth-child(7) time');
+      expect(await next.getAttribute('datetime')).toBe(api0.nextTick);
+      expect(await next.textContent()).toBe(
+        await page.evaluate(
+          (iso) =>
+            new Date(iso).toLocaleString(undefined, {
+              year: 'numeric',
+              month: 'short',
+              day: 'numeric',
+              hour: '2-digit',
+              minute: '2-digit',
+              second: '2-digit',
+            }),
+          api0.nextTick,
+        ),
+      );
+      const made = await row
+        .locator('[data-test="made-console-nightly"] a')
+        .evaluateAll((as) => as.map((a) => a.getAttribute('href')));
+      expect(made).toEqual(['hot', 'archive', 'dlq'].map((l) => `#/jobs?location=${l}&tag=schedule%3Aconsole-nightly`));
+      await shot(page, 'schedules');
+      await page.locator('[data-test="toggle-schedule-console-nightly"]').click();
+      await page.getByRole('status').filter({ hasText: 'Schedule "console-nightly" paused' }).waitFor();
+      await row.locator('td', { hasText: 'paused' }).first().waitFor();
+      expect((await api('GET', '/schedules')).json.items[0]).toMatchObject({ state: 'paused', nextTick: null });
+      await page.locator('[data-test="toggle-schedule-console-nightly"]', { hasText: 'Resume' }).click();
+      await page.getByRole('status').filter({ hasText: 'resumed' }).waitFor();
+      expect((await api('GET', '/schedules')).json.items[0].state).toBe('active');
+    });
+
+    it('workers and warnings: a worker whose heartbeat stopped is flagged stale, and a lagging queue, on the overview', async () => {
+      // A job held by a worker that stopped heartbeating 10 minutes ago; the queue's zombie timeout (a day) keeps
+      // rescue away, as a long timeout would in production.
+      expect((await api('PATCH', `/queues/${STALE}`, { zombieTimeoutSeconds: 86_400 }, true)).status).toBe(200);
+      const held = (await api('POST', '/jobs', { queue: STALE, type: 'demo.echo', delayMs: 3_600_000 })).json.id;
+      await owner.query(
+        `update keel.jobs_hot set state = 'processing', worker_id = 'ghost-worker-1', lease_id = gen_random_uuid(),
+                attempts = 1, fetched_at = now() - interval '10 minutes', started_at = now() - interval '10 minutes',
+                heartbeat_at = now() - interval '10 minutes', lease_expires_at = now() + interval '1 hour'
+         where id = $1`,
+        [held],
+      );
+      // A paused queue with a due job: its lag passes KEEL_WARN_QUEUE_LAG_MS (3 s here).
+      await api('POST', `/queues/${LAGGING}/pause`, {}, true);
+      await api('POST', '/jobs', { queue: LAGGING, type: 'demo.echo' });
+
+      await page.goto(`${base}/api/console/#/workers`);
+      const ghost = page.locator('table.workers-table tbody tr', { hasText: 'ghost-worker-1' });
+      await ghost.waitFor();
+      const cells = await ghost.locator('td').allTextContents();
+      expect(cells[1]).toBe('1');
+      expect(cells[3]).toBe(STALE);
+      expect(cells[4]).toMatch(/^1\d min ago$|^10 min ago$/);
+      expect(cells[7]).toBe('stale heartbeat');
+      await shot(page, 'workers');
+
+      await page.goto(`${base}/api/console/#/`);
+      const warnings = page.locator('[data-test=warnings]');
+      await warnings.locator('li[data-kind=stale_heartbeat]', { hasText: 'ghost-worker-1' }).waitFor();
+      await warnings.locator('li[data-kind=queue_lag]', { hasText: LAGGING }).waitFor({ timeout: 15_000 });
+      const staleRow = page.locator('table.queues-table tbody tr', { hasText: STALE });
+      expect(await staleRow.locator('td:nth-child(2)').textContent()).toContain('stale');
+      const lagRow = page.locator('table.queues-table tbody tr', { hasText: LAGGING });
+      expect(await lagRow.locator('td:nth-child(2)').textContent()).toContain('lag');
+      await page.goto(`${base}/api/console/#/queues`);
+      const onQueues = page.locator('table.queues-table tbody tr', { hasText: LAGGING });
+      await onQueues.locator('[data-kind=queue_lag]').waitFor();
+      expect(await onQueues.locator('[data-kind=queue_lag]').getAttribute('title')).toContain(`queue ${LAGGING}`);
+      const w = (await api('GET', '/warnings')).json;
+      expect(w.thresholds).toEqual({ staleHeartbeatMs: 60_000, queueLagMs: 3000, dlqPer15Min: 10 });
+      await shot(page, 'overview-warnings');
+
+      // Clean up: the ghost's job dead-letters through rescue, the lagging queue drains.
+      await api('PATCH', `/queues/${STALE}`, { zombieTimeoutSeconds: 60, zombiePolicy: 'dlq' }, true);
+      await api('POST', `/queues/${LAGGING}/resume`, {}, true);
+      await until(
+        'the stale job to be rescued',
+        async () => (await api('GET', `/jobs/${held}`)).json.location === 'dlq',
+      );
+      await until('the lagging queue to drain', async () => (await hot(LAGGING)) === 0);
+    });
+
+    it('smaller points: focus kept across refreshes and returned after a panel, all-time labels, a confirm before lowering retention, a payload copy button, and every queue action reachable at 390 px', async () => {
+      // The overview refreshes every 5 s by rebuilding itself: the focused control keeps the focus.
+      await page.goto(`${base}/api/console/#/`);
+      await page.locator('table.queues-table').waitFor();
+      expect(await page.locator('.totals dt').allTextContents()).toContain('succeeded (all time)');
+      const before = await page.locator('.updated').textContent();
+      await page.getByRole('button', { name: 'Last day' }).focus();
+      await expect.poll(async () => page.locator('.updated').textContent(), { timeout: 12_000 }).not.toBe(before);
+      expect(await page.evaluate(() => document.activeElement?.textContent)).toBe('Last day');
+
+      // Closing a panel gives the focus back to what opened it.
+      await page.goto(`${base}/api/console/#/queues`);
+      await page.locator(`[data-test="limits-${QUEUE}"]`).click();
+      await page.getByRole('button', { name: 'Close' }).click();
+      expect(await page.evaluate(() => document.activeElement?.getAttribute('data-test'))).toBe(`limits-${QUEUE}`);
+
+      // Lowering a retention asks first; nothing changes until confirmed.
+      const was = (await api('GET', `/queues/${QUEUE}`)).json.dlqRetentionSeconds;
+      await page.locator(`[data-test="limits-${QUEUE}"]`).click();
+      await page.locator('input[name=dlqRetentionSeconds]').fill('3600');
+      await page.getByRole('button', { name: 'Save' }).click();
+      await page.locator('[data-test=retention-warning]', { hasText: 'DLQ retention' }).waitFor();
+      expect((await api('GET', `/queues/${QUEUE}`)).json.dlqRetentionSeconds).toBe(was);
+      await page.locator('[data-test=confirm-retention]').click();
+      await page.getByRole('status').filter({ hasText: 'saved: dlqRetentionSeconds' }).waitFor();
+      expect((await api('GET', `/queues/${QUEUE}`)).json.dlqRetentionSeconds).toBe(3600);
+      // Raising it back needs no confirm.
+      await page.locator(`[data-test="limits-${QUEUE}"]`).click();
+      await page.locator('input[name=dlqRetentionSeconds]').fill(String(was));
+      await page.getByRole('button', { name: 'Save' }).click();
+      await expect
+        .poll(async () => (await api('GET', `/queues/${QUEUE}`)).json.dlqRetentionSeconds, { timeout: 5_000 })
+        .toBe(was);
+      expect(await page.locator('[data-test=retention-warning]').count()).toBe(0);
+
+      // Copy a payload.
+      await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: base });
+      const archived = (await api('GET', `/jobs?location=archive&queue=${OTHER}&limit=1`)).json.items[0];
+      await page.goto(`${base}/api/console/#/jobs/${archived.id}`);
+      await page.locator('[data-test=copy]').click();
+      await page.locator('.copy-row', { hasText: 'copied' }).waitFor();
+      expect(JSON.parse(await page.evaluate(() => navigator.clipboard.readText()))).toEqual(
+        (await api('GET', `/jobs/${archived.id}`)).json.payload,
+      );
+
+      // 390 px: the queue actions stay on screen (the table scrolls under them) and dates keep to one line.
+      const phone = await newContext(undefined, { width: 390, height: 844 });
+      const p2 = await phone.newPage();
+      watch(p2);
+      await p2.goto(`${base}/api/console/`);
+      await p2.evaluate((k) => sessionStorage.setItem('keel.console.key', k), KEY);
+      await p2.goto(`${base}/api/console/#/queues`);
+      await p2.reload(); // a hash change alone does not reload: the page reads the key at load
+      for (const name of [QUEUE, OTHER]) {
+        const b = p2.locator(`[data-test="limits-${name}"]`);
+        await b.waitFor();
+        const box = (await b.boundingBox())!;
+        expect(box.x + box.width).toBeLessThanOrEqual(390);
+        const hit = await p2.evaluate(
+          ([x, y]) => document.elementFromPoint(x!, y!)?.getAttribute('data-test'),
+          [box.x + box.width / 2, box.y + box.height / 2],
+        );
+        expect(hit).toBe(`limits-${name}`);
+      }
+      expect(await p2.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+      await shot(p2, 'queues-phone');
+      await p2.goto(`${base}/api/console/#/jobs?location=archive&queue=${OTHER}&limit=20`);
+      const dateCell = p2.locator('table.jobs-table tbody tr:first-child td:nth-child(6)');
+      await dateCell.waitFor();
+      const lineHeight = await dateCell.evaluate((td) => parseFloat(getComputedStyle(td).lineHeight) || 20);
+      expect((await dateCell.boundingBox())!.height).toBeLessThan(lineHeight * 2 + 14);
+      await phone.close();
+    });
+
+    it("a job's page shows what it returned and logged once archived, and its progress while it runs", async () => {
+      const done = (await api('POST', '/jobs', { queue: QUEUE, type: 'demo.echo', payload: { message: 'shown' } }))
+        .json;
+      await until(
+        'the echo job to be archived',
+        async () => (await api('GET', `/jobs/${done.id}`)).json.location === 'archive',
+      );
+      await page.goto(`${base}/api/console/#/jobs/${done.id}`);
+      const result = page.locator('section.card').filter({ has: page.getByRole('heading', { name: 'Result' }) });
+      expect(JSON.parse((await result.locator('pre').textContent())!)).toEqual({ echoed: 'shown' });
+      const log = page.locator('table.job-log');
+      await log.waitFor();
+      expect(await log.locator('tbody tr').count()).toBe(1);
+      expect(await log.locator('tbody tr td').nth(3).textContent()).toBe('echo {"message":"shown"}');
+
+      const slow = (await api('POST', '/jobs', { queue: QUEUE, type: 'demo.slow', payload: { ms: 8000 } })).json;
+      await until(
+        'the slow job to report progress',
+        async () => ((await api('GET', `/jobs/${slow.id}`)).json.progress?.done ?? 0) >= 2,
+        15_000,
+      );
+      await page.goto(`${base}/api/console/#/jobs/${slow.id}`);
+      const bar = page.locator('progress[aria-label=progress]');
+      await bar.waitFor();
+      expect(Number(await bar.getAttribute('value'))).toBeGreaterThanOrEqual(0.2);
+      expect(await page.locator('.progress').textContent()).toMatch(/\d+ of 10 · step \d+ of 10/);
+      await shot(page, 'job-progress');
+      expect((await api('POST', `/jobs/${slow.id}/cancel`, {}, true)).json.result).toBe('cancel_requested');
     });
 
     it('behind App Service authentication: no key, the reader role to read, and the operator role still enforced', async () => {

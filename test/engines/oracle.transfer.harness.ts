@@ -56,8 +56,8 @@ export class OracleTargetHarness implements TargetHarness {
   async createTable() {
     const table = `KEEL_T_${randomBytes(4).toString('hex').toUpperCase()}`;
     await this.withConnection((c) =>
-      c.execute(`CREATE TABLE "${table}" ("ID" NUMBER(19) PRIMARY KEY, "CUSTOMER" VARCHAR2(200), "AMOUNT" NUMBER(12,2),
-        "PLACED_AT" TIMESTAMP(6) WITH TIME ZONE, "FLAG" NUMBER(1), "NOTE" VARCHAR2(200), "PAYLOAD" RAW(16))`),
+      c.execute(`CREATE TABLE "${table}" ("ID" NUMBER(19) PRIMARY KEY, "CUSTOMER" CLOB, "AMOUNT" NUMBER(12,2),
+        "PLACED_AT" TIMESTAMP(6) WITH TIME ZONE, "FLAG" NUMBER(1), "NOTE" VARCHAR2(200 CHAR), "PAYLOAD" BLOB)`),
     );
     this.tables.push(table);
     return {

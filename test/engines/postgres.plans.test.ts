@@ -142,6 +142,15 @@ describe('postgres plans: no JIT, no disabled node, at a 20k backlog', () => {
         queue,
       ]),
     );
+    // The console's reads (issue 30): a preview's bounded count at its real cap, the lease holders, the DLQ groups.
+    await run('count_jobs (hot)', () =>
+      q(`select * from keel.count_jobs('hot', $1, null, null, 'pending', null, null, null, 100000)`, [queue]),
+    );
+    await run('count_jobs (dlq)', () =>
+      q(`select * from keel.count_jobs('dlq', $1, null, null, null, 'fatal', null, now(), 100000)`, [queue]),
+    );
+    await run('list_workers', () => q(`select * from keel.list_workers()`));
+    await run('dlq_groups', () => q(`select * from keel.dlq_groups($1, 0, 50)`, [queue]));
     return out;
   }
 

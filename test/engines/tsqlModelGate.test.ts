@@ -137,6 +137,36 @@ describe.skipIf(!hasDotnet)(
       }
     }, 900_000);
 
+    it('takes ALTER TABLE ... ADD <columns> in a later migration as part of the table: procedures may use them, a missing table fails', async () => {
+      const dir = await mkdtemp(path.join(os.tmpdir(), 'keel-tsql-model-'));
+      const addColumn = (table: string) =>
+        [
+          'SET ANSI_NULLS ON;',
+          'SET QUOTED_IDENTIFIER ON;',
+          'GO',
+          `ALTER TABLE ${table} ADD Note nvarchar(max) NULL CONSTRAINT CK_Items_Note CHECK (Note IS NULL OR ISJSON(Note) = 1);`,
+          'GO',
+          '',
+        ].join('\n');
+      try {
+        await writeFile(path.join(dir, 'V001__schema.sql'), SCHEMA);
+        await writeFile(path.join(dir, 'V002__note.sql'), addColumn('app.Items'));
+        // The procedure writes the added column: it resolves only because the addition is modelled.
+        await writeFile(path.join(dir, 'R__procs.sql'), procs('Note', 'app.Touch', 'IX_Items_Name'));
+        const added = gate(dir);
+        expect(added.out).toMatch(/tsql-model-gate: OK, 3 file\(s\)/);
+        expect(added.code).toBe(0);
+        await writeFile(path.join(dir, 'V002__note.sql'), addColumn('app.Itmes'));
+        const missing = gate(dir);
+        expect(missing.code).toBe(1);
+        expect(missing.out).toMatch(
+          /V002__note\.sql:4:1: ALTER TABLE app\.Itmes ADD \.\.\.: no script creates table app\.Itmes/,
+        );
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
+    }, 900_000);
+
     it("passes the repository's sql/sqlserver with only the allow-listed warnings", () => {
       const r = gate('sql/sqlserver', '--allow', 'sql/sqlserver/model-gate.allow');
       expect(r.out).toMatch(/tsql-model-gate: OK, \d+ file\(s\)/);

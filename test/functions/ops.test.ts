@@ -345,7 +345,7 @@ describe('ops: jobs', () => {
     expect(doc.paths['/api/ops/dlq/{id}/resurrect'].post['x-keel-destructive']).toBe(true);
   });
 
-  it('resurrects by filter: dry run by default changes nothing, then the real run moves at most limit jobs', async () => {
+  it('resurrects by filter: the dry run previews ids and an exact count; the confirm acts on exactly those ids', async () => {
     const ids: string[] = [];
     for (let i = 0; i < 3; i++) {
       const j = await enqueue({ queue: 'ops-resf', type: 'demo.fatal' });
@@ -353,21 +353,89 @@ describe('ops: jobs', () => {
       ids.push(j.id);
     }
     const before = await snapshot(t.pool);
-    const preview = await call('POST', 'dlq/resurrect', {
-      body: { queue: 'ops-resf', reason: 'fatal', limit: 2 },
-      operator: true,
-    });
+    const filter = { queue: 'ops-resf', reason: 'fatal', limit: 2 };
+    const preview = await call('POST', 'dlq/resurrect', { body: filter, operator: true });
     expect(preview.status).toBe(200);
-    expect(preview.body).toMatchObject({ dryRun: true, count: 2 });
+    // The ids are the first 2 (limit); the count is of every match, not capped at the limit.
+    expect(preview.body).toMatchObject({ dryRun: true, count: 2, matched: { count: 3, exact: true } });
     expect(await snapshot(t.pool)).toEqual(before);
+
+    // A confirm without the preview's ids is refused, naming the field.
+    const bare = await call('POST', 'dlq/resurrect', { body: { ...filter, dryRun: false }, operator: true });
+    expect(bare).toMatchObject({ status: 400, body: { field: 'ids' } });
+
+    // Between preview and confirm: one previewed job is resurrected elsewhere, and a new one dead-letters.
+    const [gone, kept] = preview.body.ids as string[];
+    await t.rt.store.resurrect([gone!]);
+    const late = await enqueue({ queue: 'ops-resf', type: 'demo.fatal' });
+    await t.rt.processor.processById(late.id);
     t.queues.clear();
     const real = await call('POST', 'dlq/resurrect', {
-      body: { queue: 'ops-resf', reason: 'fatal', limit: 2, dryRun: false },
+      body: { ...filter, dryRun: false, ids: preview.body.ids },
       operator: true,
     });
-    expect(real.body).toMatchObject({ dryRun: false, count: 2, posted: 2 });
-    expect(real.body.ids.sort()).toEqual(preview.body.ids.sort());
-    expect(t.queues.take('keel-jobs')).toHaveLength(2);
+    expect(real.body).toMatchObject({
+      dryRun: false,
+      count: 1,
+      ids: [kept],
+      posted: 1,
+      skipped: [{ id: gone, why: 'not_in_dlq', location: 'hot' }],
+    });
+    // The late job and the third match were never previewed: reported, not resurrected.
+    const third = ids.find((id) => !(preview.body.ids as string[]).includes(id))!;
+    expect(real.body.arrivedAfterPreview).toMatchObject({ exact: true, count: 2 });
+    expect((real.body.arrivedAfterPreview.ids as string[]).sort()).toEqual([third, late.id].sort());
+    expect((await call('GET', `jobs/${late.id}`)).body.location).toBe('dlq');
+    expect(t.queues.take('keel-jobs')).toHaveLength(1);
+  });
+
+  it('cancels by filter or selection: preview, then exactly the previewed ids, each reported', async () => {
+    const a = await enqueue({ queue: 'ops-cm', type: 'demo.echo', delayMs: 3_600_000 });
+    const b = await enqueue({ queue: 'ops-cm', type: 'demo.echo', delayMs: 3_600_000 });
+    const preview = await call('POST', 'jobs/cancel', { body: { queue: 'ops-cm' }, operator: true });
+    expect(preview.body).toMatchObject({ dryRun: true, count: 2, matched: { count: 2, exact: true } });
+    expect((preview.body.rows as any[]).map((r) => r.outcome)).toEqual(['would_cancel', 'would_cancel']);
+    expect((await call('GET', `jobs/${a.id}`)).body.location).toBe('hot');
+    const late = await enqueue({ queue: 'ops-cm', type: 'demo.echo', delayMs: 3_600_000 });
+    await t.rt.store.cancel(b.id); // cancelled meanwhile by someone else
+    const real = await call('POST', 'jobs/cancel', {
+      body: { queue: 'ops-cm', dryRun: false, ids: preview.body.ids },
+      operator: true,
+    });
+    expect(real.body).toMatchObject({ dryRun: false, count: 1, ids: [a.id] });
+    expect(real.body.rows).toEqual(
+      expect.arrayContaining([
+        { id: a.id, outcome: 'cancelled', location: 'dlq', state: null },
+        { id: b.id, outcome: 'not_hot', location: 'dlq', state: 'dead' },
+      ]),
+    );
+    expect(real.body.arrivedAfterPreview).toEqual({ count: 1, exact: true, ids: [late.id] });
+    expect((await call('GET', `jobs/${late.id}`)).body.location).toBe('hot');
+    const bare = await call('POST', 'jobs/cancel', { body: { queue: 'ops-cm', dryRun: false }, operator: true });
+    expect(bare).toMatchObject({ status: 400, body: { field: 'ids' } });
+    expect((await call('POST', 'jobs/cancel', { body: { ids: [late.id], dryRun: false } })).status).toBe(403);
+  });
+
+  it('groups dead letters in SQL by reason, type and queue, paged, with totals', async () => {
+    for (const [queue, type] of [
+      ['ops-grp-a', 'demo.fatal'],
+      ['ops-grp-a', 'demo.fatal'],
+      ['ops-grp-b', 'demo.fatal'],
+    ] as const) {
+      const j = await enqueue({ queue, type });
+      await t.rt.processor.processById(j.id);
+    }
+    const all = await call('GET', 'dlq/groups?queue=ops-grp-a');
+    expect(all.body).toMatchObject({ totalGroups: 1, totalJobs: 2 });
+    expect(all.body.items).toEqual([
+      expect.objectContaining({ reason: 'fatal', type: 'demo.fatal', queue: 'ops-grp-a', jobs: 2 }),
+    ]);
+    const every = await call('GET', 'dlq/groups?limit=1');
+    expect(every.body.items).toHaveLength(1);
+    const second = await call('GET', 'dlq/groups?limit=1&offset=1');
+    expect(second.body.totalGroups).toBe(every.body.totalGroups);
+    expect(second.body.items[0]).not.toEqual(every.body.items[0]);
+    expect((await call('GET', 'dlq/groups?limit=0')).body).toMatchObject({ field: 'limit' });
   });
 
   it('purges by filter: dry run counts, the real run deletes in bounded batches', async () => {

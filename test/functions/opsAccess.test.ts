@@ -62,7 +62,11 @@ const EXPECTED_ROLES: Record<string, string> = {
   cancelJob: 'operator',
   resurrectJob: 'operator',
   resurrectByFilter: 'operator',
+  cancelMany: 'operator',
   purge: 'operator',
+  dlqGroups: 'reader',
+  listWorkers: 'reader',
+  warnings: 'reader',
   listHandlers: 'reader',
   listSchedules: 'reader',
   pauseSchedule: 'operator',
@@ -177,6 +181,48 @@ describe('the console path (no key): the principal roles only', () => {
     } finally {
       vi.unstubAllEnvs();
     }
+  });
+});
+
+describe('a workload identity (managed identity or service principal) with the producer app role', () => {
+  // What App Service authentication sends for an app-only Entra token (no user, no name claim): the token's claims,
+  // one per role under "roles", and role_typ naming the long role claim type. Some configurations carry the roles
+  // under that long type instead; both are roles.
+  const appOnly = (roleTyp: string, roles: string[]) =>
+    Buffer.from(
+      JSON.stringify({
+        auth_typ: 'aad',
+        name_typ: 'http://schemas.xmlsoap.org/ws/2005/05/identity/claims/name',
+        role_typ: 'http://schemas.microsoft.com/ws/2008/06/identity/claims/role',
+        claims: [
+          { typ: 'aud', val: 'api://keel-app' },
+          { typ: 'appid', val: '7f0c1a52-0000-4000-8000-000000000001' },
+          { typ: 'idtyp', val: 'app' },
+          { typ: 'http://schemas.microsoft.com/identity/claims/objectidentifier', val: 'mi-object-id' },
+          ...roles.map((val) => ({ typ: roleTyp, val })),
+        ],
+      }),
+    ).toString('base64');
+
+  it('is a producer on the key-less path: it enqueues and reads, and every operator route refuses it', async () => {
+    for (const typ of ['roles', 'http://schemas.microsoft.com/ws/2008/06/identity/claims/role']) {
+      const principal = appOnly(typ, ['Keel.Producer']);
+      const r = await call('console', 'POST', 'jobs', { principal, body: { type: 'demo.echo', payload: { n: 1 } } });
+      expect(r.status, JSON.stringify(r.body)).toBe(201);
+      expect((await call('console', 'GET', `jobs/${r.body.id}`, { principal })).status).toBe(200);
+      for (const route of allRoutes().filter((x) => x.role === 'operator')) {
+        const res = await call('console', route.method, concrete(route.path), { principal, body: {} });
+        expect(res.status, `${route.method} ${route.path}`).toBe(403);
+        expect(res.body.requiredLevel).toBe('operator');
+      }
+    }
+    // Without the role the same identity is refused the enqueue, naming the role it needs.
+    const none = await call('console', 'POST', 'jobs', {
+      principal: appOnly('roles', []),
+      body: { type: 'demo.echo', payload: { n: 1 } },
+    });
+    expect(none.status).toBe(403);
+    expect(none.body.requiredRole).toBe('Keel.Producer');
   });
 });
 

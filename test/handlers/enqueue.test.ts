@@ -3,6 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ops } from '../../functions/ops.js';
 import { enqueueJobs } from '../../shared/app/jobs.js';
+import { setRuntime } from '../../shared/app/runtime.js';
 import { defineHandler, z } from '../../shared/jobs/define.js';
 import { registerHandlers } from '../../shared/jobs/handlerFolder.js';
 import { ValidationError } from '../../shared/jobs/validate.js';
@@ -112,5 +113,27 @@ describe('unknown types allowed explicitly', () => {
     } finally {
       await other.close();
     }
+  });
+});
+
+describe('the handler API (shared/handlerApi.ts)', () => {
+  it('enqueue() from a handler module uses the running app with its checks; the errors are the ones it exports', async () => {
+    const api = await import('../../shared/handlerApi.js');
+    // The app's runtime, as getRuntime() finds it in Azure (the test above closed another one, which unset it).
+    setRuntime(t.rt);
+    const [r] = await api.enqueue({ type: 'invoice.charge', payload: good, idempotencyKey: 'api-1' }, quiet);
+    expect(r).toMatchObject({ duplicate: false, posted: true });
+    expect(await t.rt.store.getJob(r!.id)).toMatchObject({ queue: 'billing', payload: { ...good, note: 'none' } });
+    const bad = await api
+      .enqueue({ type: 'invoice.charge', payload: { ...good, invoiceId: 'x' } }, quiet)
+      .catch((e) => e);
+    expect(bad).toBeInstanceOf(api.ValidationError);
+    expect(bad).toMatchObject({ field: 'payload.invoiceId' });
+    const taken = await api
+      .enqueue({ type: 'invoice.charge', payload: { ...good, note: 'other' }, idempotencyKey: 'api-1' }, quiet)
+      .catch((e) => e);
+    expect(taken).toBeInstanceOf(api.IdempotencyConflictError);
+    // The definitions it exports are the ones the app registers.
+    expect(api.defineHandler).toBe(defineHandler);
   });
 });

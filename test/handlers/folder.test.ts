@@ -109,7 +109,16 @@ describe('handlers folder', () => {
 
   it('a file added to handlers/ is compiled by `npm run build` and registered by the built app', async () => {
     // The copy's handlers/ holds the probe and a test next to it, not the user's own handlers.
-    for (const entry of ['functions', 'shared', 'tsconfig.json', 'tsconfig.build.json', 'package.json', 'host.json']) {
+    // packages/client: the enqueue rules the app imports from the client package.
+    for (const entry of [
+      'functions',
+      'shared',
+      'packages',
+      'tsconfig.json',
+      'tsconfig.build.json',
+      'package.json',
+      'host.json',
+    ]) {
       cpSync(path.join(root, entry), path.join(project, entry), {
         recursive: true,
         filter: (src) => !src.endsWith('.test.ts'),
@@ -123,7 +132,7 @@ describe('handlers folder', () => {
     );
     writeFileSync(
       probeFile,
-      `import { defineHandler, defineSchedule, z } from '../shared/jobs/define.js';\n` +
+      `import { defineHandler, defineSchedule, z } from '../shared/handlerApi.js';\n` +
         `export const probe = defineHandler('probe.${tag}', { payload: z.object({ n: z.number() }), queue: 'probes', async handle() {} });\n` +
         `export const every5 = defineSchedule('probe-${tag}', { cron: '*/5 * * * * *', type: 'probe.${tag}', payload: { n: 1 } });\n`,
     );

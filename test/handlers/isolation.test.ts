@@ -18,7 +18,17 @@ afterAll(() => rmSync(copy, { recursive: true, force: true }));
 describe('test isolation from handlers/', () => {
   it("docs/jobs.md's handler, its test and schedules added to handlers/ leave the project's handler suites green", async () => {
     mkdirSync(copy, { recursive: true });
-    for (const entry of ['functions', 'shared', 'handlers', 'dev', 'test', 'sql', 'host.json', 'package.json']) {
+    for (const entry of [
+      'functions',
+      'shared',
+      'packages',
+      'handlers',
+      'dev',
+      'test',
+      'sql',
+      'host.json',
+      'package.json',
+    ]) {
       cpSync(path.join(root, entry), path.join(copy, entry), { recursive: true });
     }
     for (const file of ['tsconfig.json', 'tsconfig.build.json', 'vitest.config.ts'])
@@ -34,12 +44,13 @@ describe('test isolation from handlers/', () => {
       'handlers/invoiceSend.ts',
       'handlers/invoiceSend.test.ts',
       'handlers/invoiceSchedules.ts',
+      'handlers/reportBuild.ts',
     ]);
     for (const m of docs.matchAll(/```ts\n(\/\/ (handlers\/[\w./-]+\.ts)\n[\s\S]*?)```/g))
       writeFileSync(path.join(copy, m[2]!), m[1]!);
     writeFileSync(
       path.join(copy, 'handlers', 'nightly.ts'),
-      `import { defineSchedule } from '../shared/jobs/define.js';\n` +
+      `import { defineSchedule } from '../shared/handlerApi.js';\n` +
         `export const nightly = defineSchedule('invoice-nightly', {\n` +
         `  cron: '0 0 2 * * *', type: 'invoice.send', payload: { invoiceId: 'INV-2', email: 'a@example.com' },\n` +
         `});\n`,

@@ -1,6 +1,6 @@
 // Recurring jobs: exactly one job per tick across three instances sharing one database; missed-tick policies after an
 // outage (fake clock); pause and resume kept in the database and served by the ops API (operator role).
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ops } from '../../functions/ops.js';
 import { parseSettings } from '../../shared/config/settings.js';
 import { createRuntime, type Runtime, type RuntimeOverrides } from '../../shared/app/runtime.js';
@@ -8,6 +8,7 @@ import { runSchedulerPass } from '../../shared/app/dispatch.js';
 import { defineHandler, defineSchedule, z } from '../../shared/jobs/define.js';
 import { registerHandlers } from '../../shared/jobs/handlerFolder.js';
 import { planTicks } from '../../shared/jobs/scheduler.js';
+import { telemetry } from '../../shared/telemetry/index.js';
 import {
   context,
   createTestRuntime,
@@ -18,7 +19,19 @@ import {
 } from '../functions/support.js';
 
 const tick = defineHandler('test.tick', { payload: z.object({ n: z.number() }), queue: 'ticks', async handle() {} });
-const register = (r: Parameters<typeof registerHandlers>[0]) => registerHandlers(r, [{ ...tick, source: 'test' }]);
+// A schema that reads the environment at enqueue, as the example webhook's host allowlist does: a schedule's payload
+// that passed at start can be refused on a later pass.
+let refuseFragile = false;
+const fragileTick = defineHandler('test.fragile', {
+  payload: z.object({ n: z.number().refine(() => !refuseFragile, 'refused by the handler now') }),
+  queue: 'ticks',
+  async handle() {},
+});
+const register = (r: Parameters<typeof registerHandlers>[0]) =>
+  registerHandlers(r, [
+    { ...tick, source: 'test' },
+    { ...fragileTick, source: 'test' },
+  ]);
 const quiet = { info() {}, warn() {}, error() {} };
 
 const everySecond = defineSchedule('every-second', { cron: '* * * * * *', type: 'test.tick', payload: { n: 1 } });
@@ -181,6 +194,44 @@ describe('recurring schedules', () => {
     const next = await runSchedulerPass(rt, quiet, new Date('2031-01-01T12:01:01Z'));
     expect(next.schedules[0]!.ticks).toEqual(['2031-01-01T12:01:00.000Z']);
     expect((await jobsOf(rt, 'm-new')).map((j) => j.tick)).toEqual(['2031-01-01T12:01:00.000Z']);
+  });
+
+  it('one failing schedule does not stop the others of the pass: logged and counted with its name, retried next pass', async () => {
+    const fragile = defineSchedule('m-fragile', { cron: '0 * * * * *', type: 'test.fragile', payload: { n: 5 } });
+    const steady = defineSchedule('m-steady', { cron: '0 * * * * *', type: 'test.tick', payload: { n: 6 } });
+    const rt = await instance([fragile, steady], 'host-failing');
+    const errors: string[] = [];
+    const log = { ...quiet, error: (...args: unknown[]) => errors.push(args.map(String).join(' ')) };
+    const counted = vi.spyOn(telemetry, 'scheduleFailed');
+    try {
+      await runSchedulerPass(rt, log, new Date('2031-01-01T12:00:30Z')); // baselines
+      refuseFragile = true;
+      const r = await runSchedulerPass(rt, log, new Date('2031-01-01T12:01:01Z'));
+      const byName = Object.fromEntries(r.schedules.map((s) => [s.name, s]));
+      // The failing schedule comes first in the pass; the one after it still fired.
+      expect(byName['m-fragile']).toMatchObject({ status: 'failed', enqueued: [] });
+      expect(byName['m-fragile']!.error).toMatch(/payload\.n.*refused by the handler now/);
+      expect(byName['m-steady']).toMatchObject({ status: 'fired', ticks: ['2031-01-01T12:01:00.000Z'] });
+      expect(r.enqueued).toBe(1);
+      expect((await jobsOf(rt, 'm-steady')).map((j) => j.tick)).toEqual(['2031-01-01T12:01:00.000Z']);
+      expect(await jobsOf(rt, 'm-fragile')).toEqual([]);
+      expect(errors).toHaveLength(1);
+      expect(errors[0]).toMatch(/^schedule m-fragile failed in this pass .*refused by the handler now/);
+      expect(counted).toHaveBeenCalledExactlyOnceWith({ schedule: 'm-fragile' });
+      // Its last tick did not move: once the handler accepts it again, the next pass fires the tick it missed.
+      const [state] = await rt.store.listSchedules('m-fragile');
+      expect(state!.lastTick!.toISOString()).toBe('2031-01-01T12:00:00.000Z');
+      refuseFragile = false;
+      const again = await runSchedulerPass(rt, log, new Date('2031-01-01T12:01:02Z'));
+      expect(again.schedules.find((s) => s.name === 'm-fragile')).toMatchObject({
+        status: 'fired',
+        ticks: ['2031-01-01T12:01:00.000Z'],
+      });
+      expect(errors).toHaveLength(1);
+    } finally {
+      refuseFragile = false;
+      counted.mockRestore();
+    }
   });
 
   it('pause and resume over the ops API (operator role), kept in the database; paused ticks never run', async () => {

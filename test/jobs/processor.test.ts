@@ -54,6 +54,120 @@ describe('processor', () => {
     expect((await store.getJob(id))!.location).toBe('archive');
   });
 
+  it("stores the handler's result with the archived job; an unstorable result dead-letters it as fatal", async () => {
+    const queue = q('result');
+    const reg = new HandlerRegistry()
+      .register('ok', async (payload: unknown) => ({ echoed: payload, rows: 3 }))
+      .register('nothing', async () => undefined)
+      .register('big', async () => 'x'.repeat(300))
+      .register('cyclic', async () => {
+        const o: Record<string, unknown> = {};
+        o.o = o;
+        return o;
+      });
+    const p = processor(reg, { maxResultBytes: 200 });
+    const ok = await store.enqueue({ queue, type: 'ok', payload: { a: 1 } });
+    expect(await runOne(p, queue)).toBe('succeeded');
+    expect((await store.getJob(ok.id))!.result).toEqual({ echoed: { a: 1 }, rows: 3 });
+    const none = await store.enqueue({ queue, type: 'nothing' });
+    expect(await runOne(p, queue)).toBe('succeeded');
+    expect((await store.getJob(none.id))!.result).toBeUndefined();
+    const big = await store.enqueue({ queue, type: 'big' });
+    expect(await runOne(p, queue)).toBe('dead_lettered');
+    expect(await store.getJob(big.id)).toMatchObject({
+      location: 'dlq',
+      reason: 'fatal',
+      lastError: expect.stringMatching(
+        /result: is 302 bytes of JSON; the limit is 200 bytes \(KEEL_MAX_RESULT_BYTES\)/,
+      ),
+    });
+    const cyclic = await store.enqueue({ queue, type: 'cyclic' });
+    expect(await runOne(p, queue)).toBe('dead_lettered');
+    expect((await store.getJob(cyclic.id))!.lastError).toMatch(/result: is not JSON/);
+  });
+
+  it('writes ctx.progress under the lease at most once per interval, the latest value winning; bad progress throws in the handler', async () => {
+    const queue = q('progress');
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let refused: unknown;
+    const reg = new HandlerRegistry().register('t', async (_payload, ctx) => {
+      ctx.progress(0.1); // written at once
+      ctx.progress({ done: 2, total: 10 }); // throttled ...
+      ctx.progress({ done: 5, total: 10, note: 'half' }); // ... and replaced: the trailing write carries this one
+      try {
+        ctx.progress({ done: 11, total: 10 });
+      } catch (err) {
+        refused = err;
+      }
+      await gate;
+    });
+    const p = processor(reg, { progressIntervalMs: 150 });
+    const { id } = await store.enqueue({ queue, type: 't' });
+    const [job] = await store.claimNext({ workerId: p.workerId, queues: [queue], limit: 1 });
+    const outcome = p.runClaimed(job!);
+    const progressNow = async () => (await store.getJob(id))!.progress;
+    for (let i = 0; i < 50 && (await progressNow())?.fraction !== 0.1; i++) await sleep(10);
+    expect(await progressNow()).toEqual({ fraction: 0.1, done: null, total: null, note: null });
+    await sleep(300);
+    expect(await progressNow()).toEqual({ fraction: 0.5, done: 5, total: 10, note: 'half' });
+    expect(String(refused)).toMatch(/progress.done: must not exceed progress.total/);
+    release();
+    expect(await outcome).toBe('succeeded');
+  });
+
+  it("keeps the job's own ctx.log lines with it through retries and the archive, newest KEEL_JOB_LOG_LINES", async () => {
+    const queue = q('joblog');
+    const processLines: string[] = [];
+    const processLog = {
+      info: (m: string) => processLines.push(m),
+      warn: (m: string) => processLines.push(m),
+      error: (m: string) => processLines.push(m),
+    };
+    const reg = new HandlerRegistry().register(
+      't',
+      async (_payload, ctx) => {
+        for (let i = 1; i <= 3; i++) ctx.log.info(`attempt ${ctx.attempt} line ${i}`, { i });
+        if (ctx.attempt === 1) {
+          ctx.log.error('giving up on this attempt');
+          throw new Error('first attempt fails');
+        }
+        ctx.log.warn('done');
+      },
+      { backoff: { baseMs: 1, maxMs: 1 } },
+    );
+    const p = processor(reg, { jobLogLines: 6, log: processLog, progressIntervalMs: 20 });
+    const { id } = await store.enqueue({ queue, type: 't' });
+    expect(await runOne(p, queue)).toBe('retried');
+    const afterRetry = (await store.getJob(id))!.logs!;
+    expect(afterRetry.map((l) => `${l.attempt} ${l.level} ${l.message}`)).toEqual([
+      '1 info attempt 1 line 1',
+      '1 info attempt 1 line 2',
+      '1 info attempt 1 line 3',
+      '1 error giving up on this attempt',
+    ]);
+    expect(afterRetry[0]!.fields).toEqual({ i: 1 });
+    await sleep(5);
+    expect(await runOne(p, queue)).toBe('succeeded');
+    const archived = (await store.getJob(id))!;
+    expect(archived.location).toBe('archive');
+    expect(archived.logs!.map((l) => `${l.attempt} ${l.message}`)).toEqual([
+      '1 attempt 1 line 3',
+      '1 giving up on this attempt',
+      '2 attempt 2 line 1',
+      '2 attempt 2 line 2',
+      '2 attempt 2 line 3',
+      '2 done',
+    ]);
+    // Every line also went to the process log.
+    expect(processLines.filter((l) => l.startsWith('attempt'))).toHaveLength(6);
+    // Off (0): the process log only.
+    const off = processor(reg, { jobLogLines: 0, log: processLog });
+    const other = await store.enqueue({ queue, type: 't' });
+    expect(await runOne(off, queue)).toBe('retried');
+    expect((await store.getJob(other.id))!.logs).toBeUndefined();
+  });
+
   it('retries with capped exponential backoff, then dead-letters as exhausted', async () => {
     const queue = q('retry');
     const reg = new HandlerRegistry().register(

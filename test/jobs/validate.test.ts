@@ -150,3 +150,15 @@ describe('the ops API and the store accept the same values', () => {
     expect([windowOf(LIMITS.metricsWindowMinutes), windowOf(LIMITS.metricsWindowMinutes + 1)]).toEqual([true, false]);
   });
 });
+
+describe('the client package owns the enqueue rules', () => {
+  it('is the module Keel validates with: the same ValidationError class and the same reserved key prefix', async () => {
+    const client = await import('../../packages/client/src/index.js');
+    const { SCHEDULE_KEY_PREFIX } = await import('../../shared/jobs/contract.js');
+    // contract.ts may import nothing at run time (telemetry reads it), so it keeps its own copy of the prefix.
+    expect(client.SCHEDULE_KEY_PREFIX).toBe(SCHEDULE_KEY_PREFIX);
+    expect(client.ValidationError).toBe(ValidationError);
+    expect(client.prepareEnqueue).toBe(prepareEnqueue);
+    expect(client.LIMITS).toBe(LIMITS);
+  });
+});

@@ -424,7 +424,7 @@ describe('database dependencies in traces', () => {
 
   beforeAll(() => {
     context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
-    unregister = registerDatabaseInstrumentations({ tracerProvider, includePg: true });
+    unregister = registerDatabaseInstrumentations({ tracerProvider, drivers: ['pg', 'tedious', 'oracledb'] });
   });
   afterAll(async () => {
     unregister?.();

@@ -110,6 +110,7 @@ describe('transfer configuration', () => {
     const made = (name: string, rules: Partial<EngineDescriptor>): EngineDescriptor => ({
       name,
       capabilities: { jobStore: false, journal: false, transferSource: true, transferTarget: true },
+      telemetryDriver: 'pg',
       transferSourceRules: { boundaryKinds: ['key'] },
       transferTargetRules: { credentialSettings: false, transactionGuard: false },
       ...rules,

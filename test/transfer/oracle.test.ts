@@ -56,8 +56,8 @@ suite(title, () => {
     const c = await pool.getConnection();
     try {
       await migrateOracleTarget(c, path.resolve(import.meta.dirname, '../../sql/oracle'));
-      await c.execute(`CREATE TABLE "${table}" ("ID" NUMBER(19) PRIMARY KEY, "CUSTOMER" VARCHAR2(200), "AMOUNT" NUMBER(12,2),
-        "PLACED_AT" TIMESTAMP(6) WITH TIME ZONE, "FLAG" NUMBER(1), "NOTE" VARCHAR2(200), "PAYLOAD" RAW(16))`);
+      await c.execute(`CREATE TABLE "${table}" ("ID" NUMBER(19) PRIMARY KEY, "CUSTOMER" CLOB, "AMOUNT" NUMBER(12,2),
+        "PLACED_AT" TIMESTAMP(6) WITH TIME ZONE, "FLAG" NUMBER(1), "NOTE" VARCHAR2(200 CHAR), "PAYLOAD" BLOB)`);
     } finally {
       await c.close();
     }
@@ -110,8 +110,8 @@ suite(title, () => {
     const loose = `KEEL_T_${randomBytes(4).toString('hex').toUpperCase()}`;
     const c = await pool.getConnection();
     try {
-      await c.execute(`CREATE TABLE "${loose}" ("ID" NUMBER(19), "CUSTOMER" VARCHAR2(200), "AMOUNT" NUMBER(12,2),
-        "PLACED_AT" TIMESTAMP(6) WITH TIME ZONE, "FLAG" NUMBER(1), "NOTE" VARCHAR2(200), "PAYLOAD" RAW(16))`);
+      await c.execute(`CREATE TABLE "${loose}" ("ID" NUMBER(19), "CUSTOMER" CLOB, "AMOUNT" NUMBER(12,2),
+        "PLACED_AT" TIMESTAMP(6) WITH TIME ZONE, "FLAG" NUMBER(1), "NOTE" VARCHAR2(200 CHAR), "PAYLOAD" BLOB)`);
       const detail = await new PostgresTransferSource(t, source).readSchema();
       const target = new OracleTransferTarget({ ...t, target: { ...t.target, table: loose } }, pool);
       await expect(target.prepare(detail)).rejects.toSatisfy((e) => isTransferError(e, 'target_incompatible'));

@@ -12,6 +12,7 @@
 //   completion row (CLAIMED/COMMITTED/FENCED), the staged rows. Row locks are not modelled (each test is sequential).
 // SQL is recognised by the procedure or table it names; anything else fails the test.
 import type oracledb from 'oracledb';
+import oracledbTypes from 'oracledb';
 
 type Completion = { state: 'COMMITTED' | 'FENCED'; rows: number | null; checksum: string | null; fenced: number };
 type Registry = { state: 'STAGED'; count: number; checksum: string };
@@ -201,15 +202,16 @@ export class FakeSession {
   }
 
   async executeMany(
-    _sql: string,
+    sql: string,
     rows: (string | null)[][],
-    _options: oracledb.ExecuteManyOptions,
+    options: oracledb.ExecuteManyOptions,
   ): Promise<oracledb.Results<unknown>> {
     await this.enter('staging insert');
     const errors = this.server.rowErrors.splice(0);
     const failed = new Set(errors.map((e) => e.offset));
+    const store = this.server.storage(sql, (options.bindDefs ?? []) as { type?: unknown }[]);
     rows.forEach((r, i) => {
-      if (!failed.has(i)) this.pending.rows.push(r as string[]);
+      if (!failed.has(i)) this.pending.rows.push(store(r) as string[]);
     });
     return (errors.length > 0 ? { batchErrors: errors } : {}) as unknown as oracledb.Results<unknown>;
   }
@@ -265,6 +267,60 @@ export class FakeOracle {
   // What poolTimeout does to idle sessions (60 s by default): they are closed.
   expireIdle(): void {
     for (const s of this.free.splice(0)) s.closed = true;
+  }
+
+  // What a staged row holds, as the readback returns it, for the target columns the staging INSERT names and
+  // `columns` describes (others are kept as bound): Oracle's '' (and an empty RAW/BLOB) is NULL; CHAR(n)/NCHAR(n) pad
+  // to n; a DATE keeps whole seconds (read back with '.000000'); TIMESTAMP(n) keeps n fraction digits; NVARCHAR2/NCHAR
+  // take only DB_TYPE_NVARCHAR binds and CLOB/NCLOB only DB_TYPE_CLOB/DB_TYPE_NCLOB; RAW/BLOB take
+  // only Buffers bound as DB_TYPE_RAW/DB_TYPE_BLOB and BINARY_DOUBLE only numbers bound as DB_TYPE_BINARY_DOUBLE
+  // (node-oracledb's NJS-011 otherwise), and come back as a Buffer and a number.
+  storage(sql: string, bindDefs: { type?: unknown }[]): (row: unknown[]) => unknown[] {
+    const list = /\(KEEL_BATCH_ID, (.*?)\) VALUES/.exec(sql)?.[1] ?? '';
+    const names = [...list.matchAll(/"([^"]+)"/g)].map((m) => m[1]!);
+    const metas = names.map((n) => this.columns.find((c) => c[0] === n));
+    const mismatch = (col: string, v: unknown) =>
+      Object.assign(new Error(`NJS-011: encountered bind value and type mismatch (${col}: ${typeof v})`), {
+        code: 'NJS-011',
+      });
+    return (row) =>
+      row.map((v, i) => {
+        const meta = i === 0 ? undefined : metas[i - 1];
+        if (!meta) return v;
+        const [name, type, scale, , , charLength] = meta as [string, string, number | null, unknown, unknown, number];
+        const def = bindDefs[i]?.type;
+        const t = type.toUpperCase();
+        if (t === 'RAW' || t === 'BLOB') {
+          // a BLOB also takes a RAW bind (the INSERT converts it)
+          const ok = def === oracledbTypes.DB_TYPE_RAW || (t === 'BLOB' && def === oracledbTypes.DB_TYPE_BLOB);
+          if ((v !== null && !Buffer.isBuffer(v)) || !ok) throw mismatch(name, v);
+          return v === null || (v as Buffer).length === 0 ? null : v;
+        }
+        if (t === 'BINARY_DOUBLE') {
+          if ((v !== null && typeof v !== 'number') || def !== oracledbTypes.DB_TYPE_BINARY_DOUBLE)
+            throw mismatch(name, v);
+          return v;
+        }
+        // N columns take national-character binds, LOB columns temporary LOBs (a long string is not a LONG)
+        // (or a VARCHAR2/NVARCHAR2 bind for a CLOB/NCLOB, which the INSERT converts)
+        const textDefs: unknown[] | undefined = {
+          NVARCHAR2: [oracledbTypes.DB_TYPE_NVARCHAR],
+          NCHAR: [oracledbTypes.DB_TYPE_NVARCHAR],
+          CLOB: [oracledbTypes.DB_TYPE_CLOB, oracledbTypes.DB_TYPE_VARCHAR],
+          NCLOB: [oracledbTypes.DB_TYPE_NCLOB, oracledbTypes.DB_TYPE_NVARCHAR],
+        }[t];
+        if (textDefs !== undefined && !textDefs.includes(def)) throw mismatch(name, v);
+        if (v === null || v === '') return null;
+        if (typeof v !== 'string') throw mismatch(name, v);
+        if (t === 'CHAR' || t === 'NCHAR') return v.padEnd(charLength, ' ');
+        if (t === 'DATE') return v.length > 10 ? `${v.slice(0, 19)}.000000` : v;
+        const ts = /^TIMESTAMP\((\d)\)$/.exec(t);
+        if (ts) {
+          const keep = Number(ts[1] ?? scale ?? 6);
+          return `${v.slice(0, 20 + keep)}${'0'.repeat(6 - keep)}`;
+        }
+        return v;
+      });
   }
 
   callsOf(op: string): { session: number; op: string }[] {

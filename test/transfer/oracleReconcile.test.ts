@@ -53,8 +53,8 @@ function oracleTransfer(name: string, transactionGuard: boolean): TransferConfig
 // ALL_TAB_COLUMNS of the target: column_name, data_type, data_scale, data_precision, data_length, char_length,
 // char_used, nullable.
 const ITEMS_COLUMNS = [
-  ['ID', 'NUMBER', 0, 10, 22, 0, null, 'N'],
-  ['NAME', 'VARCHAR2', null, null, 10, 10, 'B', 'N'],
+  ['ID', 'NUMBER', 0, 19, 22, 0, null, 'N'],
+  ['NAME', 'VARCHAR2', null, null, 40, 10, 'C', 'N'],
   ['AMOUNT', 'NUMBER', 2, 6, 22, 0, null, 'Y'],
   ['BORN', 'DATE', null, null, 7, 0, null, 'Y'],
 ];
@@ -62,7 +62,7 @@ const ITEMS_SCHEMA = {
   hash: 'h',
   columns: [
     { name: 'id', type: 'bigint', logical: 'int' as const, nullable: false },
-    { name: 'name', type: 'text', logical: 'text' as const, nullable: true },
+    { name: 'name', type: 'text', logical: 'text' as const, nullable: false },
     { name: 'amount', type: 'numeric', logical: 'decimal' as const, nullable: true },
     { name: 'born', type: 'date', logical: 'date' as const, nullable: true },
   ],
@@ -242,18 +242,21 @@ describe('Oracle reconcile with Transaction Guard (model of the server and the L
 });
 
 describe('Oracle deterministic data errors are terminal, naming the column and the row key', () => {
-  const cols = ITEMS_COLUMNS.map((r, i) => ({
-    source: ITEMS_SCHEMA.columns[i]!.name,
-    target: r[0] as string,
-    logical: ITEMS_SCHEMA.columns[i]!.logical,
-    dataType: r[1] as string,
-    scale: r[2] as number | null,
-    precision: r[3] as number | null,
-    dataLength: r[4] as number | null,
-    charLength: r[5] as number | null,
-    charUsed: r[6] as string | null,
-    nullable: r[7] !== 'N',
-  }));
+  // NAME with byte length semantics here, as ORA-12899 reports it
+  const cols = ITEMS_COLUMNS.map((r) => (r[0] === 'NAME' ? ['NAME', 'VARCHAR2', null, null, 10, 10, 'B', 'N'] : r)).map(
+    (r, i) => ({
+      source: ITEMS_SCHEMA.columns[i]!.name,
+      target: r[0] as string,
+      logical: ITEMS_SCHEMA.columns[i]!.logical,
+      dataType: r[1] as string,
+      scale: r[2] as number | null,
+      precision: r[3] as number | null,
+      dataLength: r[4] as number | null,
+      charLength: r[5] as number | null,
+      charUsed: r[6] as string | null,
+      nullable: r[7] !== 'N',
+    }),
+  );
   const ok = ['1', 'a', '1.5', '2024-01-01'];
   // Per error: the row that causes it (second of two), the message Oracle gives, and the column it must name.
   const cases: [number, (string | null)[], string, string][] = [
@@ -415,7 +418,7 @@ describe('the service with the Oracle target (journal and source on PostgreSQL)'
     for (const p of [control, source]) p.on('error', poolErrorLogger('postgres', 'transfer', 'test pool'));
     await migrateJournal(control);
     await source.query(
-      `create table public.items (id bigint primary key, name text not null, amount numeric(6,2), born date)`,
+      `create table public.items (id bigint primary key, name varchar(10) not null, amount numeric(6,2), born date)`,
     );
     await source.query(
       `insert into public.items select n, 'n' || n, n * 1.25, date '2024-01-01' + n::int from generate_series(1, 20) n`,

@@ -1,6 +1,6 @@
 // Oracle target pieces that need no server (the real-server suite is test/transfer/oracle.test.ts, run where
 // KEEL_TEST_ORACLE_URL is set): the pool's session callback (version floor, identifier length, NLS once per session
-// instead of on every checkout), BLOB and DEFAULT ON NULL target columns refused before anything is staged, and the
+// instead of on every checkout), DEFAULT ON NULL target columns refused before anything is staged, and the
 // SQL's bounded waits, LISTAGG-free staging check and self-repairing staging table. Reconcile and data errors:
 // test/transfer/oracleReconcile.test.ts.
 import { describe, expect, it } from 'vitest';
@@ -13,7 +13,9 @@ import {
   OracleTransferTarget,
   oracleSessionCallback,
   ORACLE_LOCK_WAIT_SECONDS,
+  toCanonical,
 } from '../../shared/engines/oracle/transferTarget.js';
+import type { LogicalType } from '../../shared/transfer/checksum.js';
 import { TransferError } from '../../shared/transfer/errors.js';
 import type { TransferConfig } from '../../shared/transfer/config.js';
 import { FakeOracle, oraError } from './oracleFake.js';
@@ -148,11 +150,34 @@ describe('Oracle target without a server', () => {
     );
     expect(err).toBeInstanceOf(TransferError);
     expect((err as TransferError).code).toBe('target_incompatible');
-    expect((err as TransferError).message).toMatch(
-      /target column DATA is a BLOB, which the Oracle target does not take: values over 2,000 bytes/,
-    );
+    // A BLOB column is taken (bytes travel as Buffers); this pool knows no key, so prepare stops at the key check.
+    expect((err as TransferError).message).toMatch(/target table FILES needs a primary key/);
     expect(requested).toEqual([{ tag: KEEL_SESSION_TAG }]);
     expect(executed.some((s) => /ALTER SESSION/i.test(s))).toBe(false);
+  });
+
+  it("reads back NULL as NULL: every readback that appends a suffix with || guards NULL first (Oracle's NULL || 'Z' is 'Z')", () => {
+    const cases: [LogicalType, string][] = [
+      ['int', 'NUMBER'],
+      ['decimal', 'NUMBER'],
+      ['float', 'BINARY_DOUBLE'],
+      ['float', 'NUMBER'],
+      ['text', 'VARCHAR2'],
+      ['text', 'CHAR'],
+      ['bool', 'NUMBER'],
+      ['bool', 'BOOLEAN'],
+      ['date', 'DATE'],
+      ['timestamp', 'TIMESTAMP(6)'],
+      ['timestamp', 'DATE'],
+      ['timestamptz', 'TIMESTAMP(6) WITH TIME ZONE'],
+      ['bytes', 'RAW'],
+      ['bytes', 'BLOB'],
+      ['uuid', 'RAW'],
+      ['uuid', 'VARCHAR2'],
+    ];
+    const suffixed = cases.map(([l, d]) => toCanonical('"C"', l, d)).filter((sql) => sql.includes('||'));
+    expect(suffixed.length).toBe(2); // DATE for a timestamp, and timestamptz
+    for (const sql of suffixed) expect(sql).toMatch(/^CASE WHEN "C" IS NOT NULL THEN .* END$/);
   });
 
   it('the target SQL bounds the apply lock wait and builds column lists without LISTAGG', () => {

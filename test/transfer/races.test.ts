@@ -90,7 +90,7 @@ describe('races, conflicts and drift', () => {
 
   it('a table source without a unique key index is checked for duplicate keys; one with it reports unique keys', async () => {
     await env.source.query(
-      `create table public.dups_tbl (id bigint, customer text, amount numeric(12,2), placed_at timestamptz, flag boolean, note varchar(200), payload bytea)`,
+      `create table public.dups_tbl (id bigint not null, customer text, amount numeric(12,2), placed_at timestamptz, flag boolean, note varchar(200), payload bytea)`,
     );
     await env.source.query(`create index on public.dups_tbl (id)`); // not unique
     await env.source.query(`insert into public.dups_tbl (id, customer) select n, 'c' from generate_series(1, 20) n`);
@@ -293,11 +293,11 @@ describe('races, conflicts and drift', () => {
     const b1 = await svc.createBatch(t.name);
     expect((await svc.run(b1.batchId)).state).toBe('committed');
     const b2 = await svc.createBatch(t.name);
-    await env.source.query(`alter table public.drift alter column note type varchar(300)`);
+    await env.source.query(`alter table public.drift alter column note type varchar(150)`);
     const v = await svc.run(b2.batchId);
     expect(v.state).toBe('failed');
     expect(v.lastErrorCode).toBe('schema_drift');
-    expect(v.lastError).toMatch(/note: character varying\(200\) -> character varying\(300\)/);
+    expect(v.lastError).toMatch(/note: character varying\(200\) -> character varying\(150\)/);
     let hash = '';
     await expect(svc.createBatch(t.name)).rejects.toSatisfy((e) => {
       if (!isTransferError(e, 'schema_drift')) return false;

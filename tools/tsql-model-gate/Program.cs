@@ -121,6 +121,19 @@ foreach (var file in files)
     }
 }
 
+foreach (var (where, line, table, columns) in TableAdditions.Seen)
+{
+    var i = sources.FindIndex(x => x.Creates.Any(c => c.Kind == "Table" && string.Equals(c.Name, table, StringComparison.OrdinalIgnoreCase)));
+    var close = i < 0 ? -1 : sources[i].Script.LastIndexOf(')');
+    if (close < 0)
+    {
+        findings.Add($"{where}:{line}:1: ALTER TABLE {table} ADD ...: no script creates table {table}");
+        continue;
+    }
+    var created = sources[i];
+    sources[i] = (created.Source, created.Script[..close] + ",\n  " + string.Join(",\n  ", columns) + "\n" + created.Script[close..], created.Creates);
+}
+
 var createdTables = sources.SelectMany(s => s.Creates).Where(c => c.Kind == "Table").Select(c => c.Name).ToHashSet(StringComparer.OrdinalIgnoreCase);
 foreach (var (where, line, table) in TableOptions.Seen)
     if (!createdTables.Contains(table)) findings.Add($"{where}:{line}:1: ALTER TABLE {table} SET (...): no script creates table {table}");
@@ -226,6 +239,16 @@ static void Collect(string display, string text, TSqlStatement st, List<string> 
             // its table must still be one the scripts create (checked once every file is read).
             TableOptions.Seen.Add((display, st.StartLine, string.Join('.', new[] { options.SchemaObjectName.SchemaIdentifier?.Value, options.SchemaObjectName.BaseIdentifier.Value }.Where(x => x is not null))));
             return;
+        case AlterTableAddTableElementStatement add when add.Definition.ColumnDefinitions.Count > 0
+                                                        && add.Definition.TableConstraints.Count == 0
+                                                        && add.Definition.Indexes.Count == 0:
+            // ALTER TABLE t ADD <columns> (a later migration's new columns): DacFx models a table only as its CREATE
+            // TABLE, so the columns are spliced into the script that creates t once every file is read: the model
+            // sees each table as it is after every migration ran.
+            TableAdditions.Seen.Add((display, st.StartLine,
+                string.Join('.', new[] { add.SchemaObjectName.SchemaIdentifier?.Value, add.SchemaObjectName.BaseIdentifier.Value }.Where(x => x is not null)),
+                add.Definition.ColumnDefinitions.Select(c => text.Substring(c.StartOffset, c.FragmentLength)).ToList()));
+            return;
         case IfStatement ifs when ifs.ElseStatement is null:
             // IF <not there yet> CREATE ...: the guard is for re-runs; the model takes the CREATE.
             Collect(display, text, ifs.ThenStatement, findings, into, guarded: true);
@@ -317,6 +340,12 @@ static ModelTypeClass KindOf(string kind) => kind switch
 };
 
 record Created(string Kind, string Name, string Source, int Line);
+
+// ALTER TABLE ... ADD <columns> statements seen: (file, line, table, each column's definition text).
+static class TableAdditions
+{
+    public static readonly List<(string Display, int Line, string Table, List<string> Columns)> Seen = new();
+}
 
 // ALTER TABLE ... SET (...) statements seen: (file, line, table).
 static class TableOptions

@@ -1,6 +1,8 @@
-// Dead letters: grouped by reason and type; resurrect by selection or by filter and purge by age, always as a
-// preview (count and sample) followed by a confirm, with the result shown.
+// Dead letters: grouped in SQL by reason, type and queue (paged), the list paged newest first; resurrect by
+// selection or by filter and purge by age, always as a preview (an exact or "at least" count and the ids) followed
+// by a confirm that acts on exactly the previewed set and reports what changed meanwhile.
 import { h, replace, fmtNum, fmtTime, localToIso, isoToLocal } from '../dom';
+import { arrivedList, countText, skippedList } from '../bulk';
 import { api, q, ApiError } from '../api';
 import {
   busy,
@@ -20,7 +22,8 @@ import {
 } from '../ui';
 
 const REASONS = ['exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired'];
-const SCAN = 500;
+const GROUPS_PAGE = 20;
+const LIST_PAGE = 50;
 
 interface Filter {
   queue?: string;
@@ -101,6 +104,8 @@ export function dlqPage(main: HTMLElement): Cleanup {
         clear(confirmHost);
         return;
       }
+      const total = countText(preview.matched, preview.count);
+      const all = preview.matched?.exact && preview.matched.count === preview.count;
       confirmStep({
         host: confirmHost,
         title: `Resurrect ${preview.count} dead letter${preview.count === 1 ? '' : 's'}?`,
@@ -108,31 +113,46 @@ export function dlqPage(main: HTMLElement): Cleanup {
           h(
             'p',
             { 'data-test': 'preview-count' },
-            `${preview.count} job${preview.count === 1 ? '' : 's'} match${preview.count === 1 ? 'es' : ''} ${describe(f)}. They go back to hot (pending, attempts reset) and their messages are posted.`,
+            `${total} job${total === '1' ? ' matches' : 's match'} ${describe(f)}. ` +
+              (all
+                ? `${preview.count === 1 ? 'It goes' : 'They go'} back to hot (pending, attempts reset) and ${preview.count === 1 ? 'its message is' : 'their messages are'} posted.`
+                : `The ${fmtNum(preview.count)} listed here (oldest failure first, up to the limit) go back to hot; the rest stay.`),
           ),
           sampleList(preview.ids),
+          h(
+            'p',
+            { class: 'hint' },
+            'The confirm acts on exactly these ids: a job that arrives meanwhile is reported, not resurrected.',
+          ),
         ],
         confirmLabel: `Resurrect ${preview.count}`,
         onConfirm: async (b) => {
           await busy(b, box, async () => {
-            const r = await api('POST', 'dlq/resurrect', { ...f, dryRun: false });
+            const r = await api('POST', 'dlq/resurrect', { ...f, dryRun: false, ids: preview.ids });
             clear(confirmHost);
-            show(
-              box,
-              'ok',
-              h(
-                'span',
-                { 'data-test': 'result' },
-                `Resurrected ${r.count} job${r.count === 1 ? '' : 's'} (${r.posted} message${r.posted === 1 ? '' : 's'} posted): `,
-              ),
-              sampleList(r.ids),
-            );
-            await loadGroups();
+            reportResurrect(r, preview.ids.length);
+            await refresh();
           });
         },
       });
     });
   });
+
+  function reportResurrect(r: any, previewed: number): void {
+    const changed = (r.skipped?.length ?? 0) > 0 || (r.arrivedAfterPreview?.count ?? 0) > 0;
+    show(
+      box,
+      changed ? 'info' : 'ok',
+      h(
+        'span',
+        { 'data-test': 'result' },
+        `Resurrected ${r.count} job${r.count === 1 ? '' : 's'} of the ${previewed} previewed (${r.posted} message${r.posted === 1 ? '' : 's'} posted): `,
+      ),
+      sampleList(r.ids),
+      skippedList(r.skipped ?? []),
+      arrivedList(r.arrivedAfterPreview, 'resurrected'),
+    );
+  }
 
   // Purge by age.
   const pQueue = h('input', { name: 'queue', value: queue, placeholder: 'every queue', autocomplete: 'off' });
@@ -173,12 +193,12 @@ export function dlqPage(main: HTMLElement): Cleanup {
       }
       confirmStep({
         host: confirmHost,
-        title: `Delete ${preview.matched}${preview.capped ? '+' : ''} dead letters for good?`,
+        title: `Delete ${preview.capped ? '≥ ' : ''}${fmtNum(preview.matched)} dead letter${preview.matched === 1 && !preview.capped ? '' : 's'} for good?`,
         preview: [
           h(
             'p',
             null,
-            `${preview.matched}${preview.capped ? ' or more' : ''} DLQ jobs${qn ? ` of queue "${qn}"` : ''} failed before ${fmtTime(olderThan)}. Purged rows cannot be resurrected.`,
+            `${preview.capped ? 'At least ' : ''}${fmtNum(preview.matched)} DLQ job${preview.matched === 1 && !preview.capped ? '' : 's'}${qn ? ` of queue "${qn}"` : ''} failed before ${fmtTime(olderThan)}. Purged rows cannot be resurrected. Dead letters that fail after this preview are not in the set: it can only shrink.`,
           ),
           sampleList((sample.items as any[]).map((j) => j.id)),
         ],
@@ -191,14 +211,18 @@ export function dlqPage(main: HTMLElement): Cleanup {
               olderThan,
               ...(qn ? { queue: qn } : {}),
               dryRun: false,
+              ...(preview.capped ? {} : { previewMatched: preview.matched }),
             });
             clear(confirmHost);
             show(
               box,
               'ok',
-              `Deleted ${r.deleted} dead letter${r.deleted === 1 ? '' : 's'} in ${r.batches} batch${r.batches === 1 ? '' : 'es'}${r.mayHaveMore ? '; more may remain: purge again' : ''}.`,
+              `Deleted ${r.deleted} dead letter${r.deleted === 1 ? '' : 's'} in ${r.batches} batch${r.batches === 1 ? '' : 'es'}${r.mayHaveMore ? '; more may remain: purge again' : ''}.` +
+                (r.leftMeanwhile
+                  ? ` ${r.leftMeanwhile} previewed row${r.leftMeanwhile === 1 ? ' had' : 's had'} left meanwhile (resurrected or purged).`
+                  : ''),
             );
-            await loadGroups();
+            await refresh();
           });
         },
       });
@@ -213,13 +237,13 @@ export function dlqPage(main: HTMLElement): Cleanup {
     h(
       'section',
       { class: 'card', 'aria-labelledby': 'groups-h' },
-      h('h2', { id: 'groups-h' }, 'By reason and type'),
+      h('h2', { id: 'groups-h' }, 'By reason, type and queue'),
       groupsBox,
     ),
     h(
       'section',
       { class: 'card', 'aria-labelledby': 'list-h' },
-      h('h2', { id: 'list-h' }, 'Newest dead letters'),
+      h('h2', { id: 'list-h' }, 'Dead letters, newest first'),
       listBox,
     ),
     h(
@@ -229,7 +253,7 @@ export function dlqPage(main: HTMLElement): Cleanup {
       h(
         'p',
         { class: 'hint' },
-        'Preview first; the confirm resurrects what the same filter matches then (operator role).',
+        'Preview first; the confirm resurrects exactly the previewed jobs and reports any that changed or arrived meanwhile (operator role).',
       ),
       filterForm,
     ),
@@ -264,10 +288,18 @@ export function dlqPage(main: HTMLElement): Cleanup {
     filterForm.requestSubmit();
   }
 
+  let groupOffset = 0;
+  const listStack: (string | undefined)[] = []; // afterIds of the earlier list pages
+  let listAfter: string | undefined;
+
+  async function refresh(): Promise<void> {
+    await Promise.all([loadGroups(), loadList()]);
+  }
+
   async function loadGroups(): Promise<void> {
     try {
       const [page, stats] = await Promise.all([
-        api('GET', `jobs${q({ location: 'dlq', queue: queue || undefined, limit: SCAN })}`),
+        api('GET', `dlq/groups${q({ queue: queue || undefined, offset: groupOffset, limit: GROUPS_PAGE })}`),
         api('GET', 'stats'),
       ]);
       const queues = (stats.queues as any[]).map((x) => x.queue as string);
@@ -276,75 +308,136 @@ export function dlqPage(main: HTMLElement): Cleanup {
         h('option', { value: '' }, 'all queues'),
         ...queues.map((n) => h('option', { value: n, ...(n === queue ? { selected: true } : {}) }, n)),
       );
-      const total = (stats.queues as any[]).filter((x) => !queue || x.queue === queue).reduce((a, x) => a + x.dlq, 0);
       const items = page.items as any[];
-      const groups = new Map<
-        string,
-        { reason: string; type: string; count: number; newest: string; queues: Set<string> }
-      >();
-      for (const j of items) {
-        const k = `${j.reason}\u0000${j.type}`;
-        const g = groups.get(k) ?? {
-          reason: j.reason ?? 'unknown',
-          type: j.type,
-          count: 0,
-          newest: j.finishedAt,
-          queues: new Set<string>(),
-        };
-        g.count++;
-        g.queues.add(j.queue);
-        if (j.finishedAt > g.newest) g.newest = j.finishedAt;
-        groups.set(k, g);
+      if (items.length === 0 && groupOffset > 0) {
+        groupOffset = 0;
+        await loadGroups();
+        return;
       }
-      const sorted = [...groups.values()].sort((a, b) => b.count - a.count);
+      const pager = h(
+        'div',
+        { class: 'pager' },
+        groupOffset > 0
+          ? h(
+              'button',
+              {
+                type: 'button',
+                onclick: () => {
+                  groupOffset = Math.max(0, groupOffset - GROUPS_PAGE);
+                  void loadGroups();
+                },
+              },
+              '← Larger groups',
+            )
+          : null,
+        h(
+          'span',
+          { class: 'muted', 'data-test': 'groups-range' },
+          items.length
+            ? `groups ${fmtNum(groupOffset + 1)}–${fmtNum(groupOffset + items.length)} of ${fmtNum(page.totalGroups)}`
+            : '',
+        ),
+        groupOffset + items.length < page.totalGroups
+          ? h(
+              'button',
+              {
+                type: 'button',
+                onclick: () => {
+                  groupOffset += GROUPS_PAGE;
+                  void loadGroups();
+                },
+              },
+              'Smaller groups →',
+            )
+          : null,
+      );
       replace(
         groupsBox,
-        sorted.length === 0
+        items.length === 0
           ? empty(
               queue ? `No dead letters on queue "${queue}".` : 'No dead letters. Jobs that fail for good land here.',
             )
           : [
               table(
-                ['reason', 'type', 'jobs', 'queues', 'newest failure', ''],
-                sorted.map((g) => [
+                ['reason', 'type', 'queue', 'jobs', 'newest failure', ''],
+                items.map((g) => [
                   g.reason,
                   g.type,
-                  fmtNum(g.count),
-                  [...g.queues].join(', '),
-                  fmtTime(g.newest),
+                  g.queue,
+                  fmtNum(g.jobs),
+                  fmtTime(g.newestFailedAt),
                   h(
                     'button',
                     {
                       type: 'button',
                       class: 'small',
-                      onclick: () =>
-                        useGroup({
-                          queue: queue || (g.queues.size === 1 ? [...g.queues][0] : undefined),
-                          type: g.type,
-                          reason: g.reason,
-                        }),
+                      onclick: () => useGroup({ queue: g.queue, type: g.type, reason: g.reason }),
                     },
                     'Resurrect group…',
                   ),
                 ]),
                 {
-                  caption: page.nextAfterId
-                    ? `Grouped over the newest ${items.length} of ${fmtNum(total)} dead letters`
-                    : `${fmtNum(items.length)} dead letter${items.length === 1 ? '' : 's'}`,
+                  caption: `${fmtNum(page.totalJobs)} dead letter${page.totalJobs === 1 ? '' : 's'} in ${fmtNum(page.totalGroups)} group${page.totalGroups === 1 ? '' : 's'}, counted exactly`,
+                  className: 'groups-table',
                 },
               ),
+              pager,
             ],
       );
-      renderList(items.slice(0, 50));
     } catch (err) {
       replace(groupsBox);
       showError(box, err);
     }
   }
 
-  function renderList(items: any[]): void {
+  async function loadList(): Promise<void> {
+    try {
+      const page = await api(
+        'GET',
+        `jobs${q({ location: 'dlq', queue: queue || undefined, limit: LIST_PAGE, afterId: listAfter })}`,
+      );
+      renderList(page.items as any[], page.nextAfterId as string | null);
+    } catch (err) {
+      replace(listBox);
+      showError(box, err);
+    }
+  }
+
+  function renderList(items: any[], nextAfterId: string | null): void {
+    const pager = h(
+      'div',
+      { class: 'pager' },
+      listStack.length
+        ? h(
+            'button',
+            {
+              type: 'button',
+              onclick: () => {
+                listAfter = listStack.pop();
+                void loadList();
+              },
+            },
+            '← Newer',
+          )
+        : null,
+      h('span', { class: 'muted' }, `${items.length} on this page`),
+      nextAfterId
+        ? h(
+            'button',
+            {
+              type: 'button',
+              onclick: () => {
+                listStack.push(listAfter);
+                listAfter = nextAfterId;
+                void loadList();
+              },
+            },
+            'Older →',
+          )
+        : null,
+    );
     if (items.length === 0) {
-      replace(listBox, empty('Nothing to select.'));
+      replace(listBox, empty('Nothing to select.'), listStack.length ? pager : null);
       return;
     }
     const boxes = new Map<string, HTMLInputElement>();
@@ -399,24 +492,11 @@ export function dlqPage(main: HTMLElement): Cleanup {
         confirmLabel: `Resurrect ${chosen.length}`,
         onConfirm: async (b) => {
           await busy(b, box, async () => {
-            const done: string[] = [];
-            const failed: string[] = [];
-            for (const j of chosen) {
-              try {
-                await api('POST', `dlq/${j.id}/resurrect`, {});
-                done.push(j.id);
-              } catch (err) {
-                failed.push(`${j.id}: ${err instanceof ApiError ? err.describe() : String(err)}`);
-              }
-            }
+            const ids = chosen.map((j) => j.id as string);
+            const r = await api('POST', 'dlq/resurrect', { ids, limit: ids.length, dryRun: false });
             clear(confirmHost);
-            show(
-              box,
-              failed.length ? 'error' : 'ok',
-              h('span', { 'data-test': 'result' }, `Resurrected ${done.length} of ${chosen.length}.`),
-              failed.length ? h('ul', null, ...failed.map((f) => h('li', null, f))) : sampleList(done),
-            );
-            await loadGroups();
+            reportResurrect(r, ids.length);
+            await refresh();
           });
         },
       });
@@ -431,12 +511,13 @@ export function dlqPage(main: HTMLElement): Cleanup {
         resurrectSel,
       ),
       table(['', 'id', 'queue', 'type', 'reason', 'attempts', 'failed', 'last error'], rows, {
-        caption: `The newest ${items.length}`,
+        caption: listStack.length ? `${items.length} older dead letters` : `The newest ${items.length}`,
         className: 'jobs-table',
       }),
+      pager,
     );
   }
 
-  void loadGroups();
+  void refresh();
   return () => undefined;
 }

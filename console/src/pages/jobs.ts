@@ -1,12 +1,15 @@
-// Jobs: search hot, archive and DLQ (queue, type, tag, state, reason, time range, text) with keyset paging; a
-// job's detail with cancel (hot) and resurrect (DLQ).
-import { h, replace, fmtNum, fmtTime, isoToLocal, localToIso } from '../dom';
+// Jobs: search hot, archive and DLQ (queue, type, tag, state, reason, time range, text) with keyset paging; hot
+// jobs cancelled by selection or by filter (preview, then exactly the previewed ids); a job's detail with cancel
+// (hot) and resurrect (DLQ).
+import { h, replace, fmtNum, fmtTime, isoToLocal, localToIso, type Child } from '../dom';
 import { api, q } from '../api';
+import { arrivedList, countText, idLinks } from '../bulk';
 import {
   badge,
   busy,
   clear,
   confirmStep,
+  copyable,
   empty,
   field,
   go,
@@ -117,7 +120,8 @@ export function jobsPage(main: HTMLElement): Cleanup {
       limit: val('limit'),
     });
   });
-  replace(main, pageHead('Jobs'), form, box, results);
+  const confirmHost = h('div', { class: 'confirm-host' });
+  replace(main, pageHead('Jobs'), form, box, confirmHost, results);
 
   const search: Record<string, string | undefined> = {};
   for (const k of ['location', 'queue', 'type', 'tag', 'state', 'reason', 'from', 'to', 'text', 'limit', 'afterId'])
@@ -174,8 +178,12 @@ export function jobsPage(main: HTMLElement): Cleanup {
             )
           : null,
       );
+      const hot = location === 'hot';
+      const boxes = new Map<string, HTMLInputElement>();
+      const bulk = hot && items.length ? cancelTools(items, boxes) : null;
       replace(
         results,
+        bulk,
         items.length === 0
           ? empty(
               r.scanBounded
@@ -184,6 +192,7 @@ export function jobsPage(main: HTMLElement): Cleanup {
             )
           : table(
               [
+                ...(hot ? [''] : []),
                 'id',
                 'queue',
                 'type',
@@ -195,6 +204,7 @@ export function jobsPage(main: HTMLElement): Cleanup {
                 'last error',
               ],
               items.map((j) => [
+                ...(hot ? [checkbox(j.id)] : []),
                 h('a', { href: `#/jobs/${j.id}` }, j.id),
                 j.queue,
                 j.type,
@@ -210,16 +220,179 @@ export function jobsPage(main: HTMLElement): Cleanup {
                 ),
                 j.lastError ? h('span', { class: 'clip', title: j.lastError }, j.lastError) : '—',
               ]),
-              { caption: `Newest first in ${where}`, className: 'jobs-table' },
+              { caption: `Newest first in ${where}`, className: hot ? 'jobs-table selectable' : 'jobs-table' },
             ),
         pager,
       );
+      function checkbox(id: string): HTMLInputElement {
+        const cb = h('input', { type: 'checkbox', 'aria-label': `Select job ${id}`, value: id });
+        boxes.set(id, cb);
+        return cb;
+      }
     } catch (err) {
       replace(results);
       showError(box, err);
     }
   })();
+
+  // Cancel by selection (the ticked rows) or by filter (every hot job the search's queue, type, tag and state
+  // match): a preview lists the ids, and the confirm cancels exactly those, reporting per id.
+  function cancelTools(items: any[], boxes: Map<string, HTMLInputElement>): HTMLElement {
+    const count = h('span', { class: 'muted', 'aria-live': 'polite' }, '0 selected');
+    const sel = h(
+      'button',
+      { type: 'button', class: 'danger', disabled: true, 'data-test': 'cancel-selected' },
+      'Cancel selected…',
+    );
+    const all = h('input', { type: 'checkbox', 'aria-label': 'Select all shown' });
+    const update = () => {
+      const n = [...boxes.values()].filter((b) => b.checked).length;
+      count.textContent = `${n} selected`;
+      sel.disabled = n === 0;
+    };
+    queueMicrotask(() => {
+      for (const b of boxes.values()) b.addEventListener('change', update);
+    });
+    all.addEventListener('change', () => {
+      for (const b of boxes.values()) b.checked = all.checked;
+      update();
+    });
+    const filter = {
+      ...(search.queue ? { queue: search.queue } : {}),
+      ...(search.type ? { type: search.type } : {}),
+      ...(search.tag ? { tag: search.tag } : {}),
+      ...(search.state ? { state: search.state } : {}),
+    };
+    const byFilter = h(
+      'button',
+      { type: 'button', class: 'danger', 'data-test': 'cancel-matching' },
+      'Cancel all matching…',
+    );
+    byFilter.disabled = Object.keys(filter).length === 0 || Boolean(search.text || search.from || search.to);
+    byFilter.title = byFilter.disabled
+      ? 'Filter by queue, type, tag or state (no text or time range) to cancel by filter'
+      : 'Preview every hot job these filters match';
+    sel.addEventListener('click', () => {
+      const ids = items.filter((j) => boxes.get(j.id)?.checked).map((j) => j.id as string);
+      void preview(sel, { ids }, `${ids.length} selected`);
+    });
+    byFilter.addEventListener('click', () => void preview(byFilter, { ...filter, limit: 500 }, 'matching'));
+    return h(
+      'div',
+      { class: 'pager bulk' },
+      h('label', { class: 'check inline' }, all, h('span', null, 'all shown')),
+      count,
+      sel,
+      byFilter,
+    );
+  }
+
+  async function preview(btn: HTMLButtonElement, body: Record<string, unknown>, what: string): Promise<void> {
+    await busy(btn, box, async () => {
+      const p = await api('POST', 'jobs/cancel', { ...body, dryRun: true });
+      clear(box);
+      if (p.count === 0) {
+        clear(confirmHost);
+        show(box, 'info', 'None of these jobs is hot any more: nothing to cancel.');
+        return;
+      }
+      const running = (p.rows as any[]).filter((r) => r.outcome === 'would_request_cancel').length;
+      const total = countText(p.matched, p.count);
+      confirmStep({
+        host: confirmHost,
+        title: `Cancel ${p.count} hot job${p.count === 1 ? '' : 's'}?`,
+        preview: [
+          h(
+            'p',
+            { 'data-test': 'preview-count' },
+            body.ids
+              ? `${p.count} of the ${what} job${p.count === 1 ? ' is' : 's are'} hot. `
+              : `${total} hot job${total === '1' ? ' matches' : 's match'}; the newest ${fmtNum(p.count)} are listed and cancelled. `,
+            `Pending ones go to the DLQ as "cancelled" at once${running ? `; ${running} running one${running === 1 ? ' is' : 's are'} asked to stop` : ''}.`,
+          ),
+          h('p', { class: 'sample' }, 'Ids: ', ...idLinks(p.ids)),
+          h(
+            'p',
+            { class: 'hint' },
+            'The confirm acts on exactly these ids: a job that arrives meanwhile is reported, not cancelled.',
+          ),
+        ],
+        confirmLabel: `Cancel ${p.count}`,
+        danger: true,
+        onConfirm: async (b) => {
+          await busy(b, box, async () => {
+            const r = await api('POST', 'jobs/cancel', {
+              ...(body.ids ? {} : body),
+              ids: p.ids,
+              limit: p.ids.length,
+              dryRun: false,
+            });
+            clear(confirmHost);
+            const left = (r.rows as any[]).filter((x) => x.outcome === 'not_hot' || x.outcome === 'gone');
+            show(
+              box,
+              left.length || r.arrivedAfterPreview?.count ? 'info' : 'ok',
+              h(
+                'span',
+                { 'data-test': 'result' },
+                `Cancelled ${r.count} of the ${p.ids.length} previewed job${p.ids.length === 1 ? '' : 's'}.`,
+              ),
+              left.length
+                ? h(
+                    'ul',
+                    { class: 'sample', 'data-test': 'skipped' },
+                    ...left.map((x) =>
+                      h(
+                        'li',
+                        null,
+                        h('a', { href: `#/jobs/${x.id}` }, x.id),
+                        `: ${x.outcome === 'gone' ? 'gone' : `no longer hot (now ${x.location})`}`,
+                      ),
+                    ),
+                  )
+                : null,
+              arrivedList(r.arrivedAfterPreview, 'cancelled'),
+            );
+          });
+        },
+      });
+    });
+  }
   return () => undefined;
+}
+
+// The job's own ctx.log lines, per attempt, oldest first (as stored: its newest KEEL_JOB_LOG_LINES).
+function jobLogView(
+  lines: { attempt: number; at: string; level: string; message: string; fields?: unknown }[] | undefined,
+) {
+  if (!lines?.length) return empty('The handler logged nothing through ctx.log.');
+  return table(
+    ['Attempt', 'Time', 'Level', 'Message'],
+    lines.map((l) => [
+      String(l.attempt),
+      fmtTime(l.at),
+      l.level,
+      l.fields === undefined ? l.message : `${l.message} ${JSON.stringify(l.fields)}`,
+    ]),
+    { caption: 'Job log', className: 'job-log' },
+  );
+}
+
+// A running job's latest ctx.progress(): a bar when a fraction is known, the count and the note beside it.
+function progressView(
+  p: { fraction: number | null; done: number | null; total: number | null; note: string | null } | null,
+) {
+  if (!p) return '—';
+  const parts: string[] = [];
+  if (p.fraction !== null) parts.push(`${Math.round(p.fraction * 1000) / 10}%`);
+  if (p.done !== null) parts.push(p.total !== null ? `${fmtNum(p.done)} of ${fmtNum(p.total)}` : fmtNum(p.done));
+  if (p.note) parts.push(p.note);
+  return h(
+    'span',
+    { class: 'progress' },
+    p.fraction !== null ? h('progress', { max: 1, value: p.fraction, 'aria-label': 'progress' }) : '',
+    ` ${parts.join(' · ')}`,
+  );
 }
 
 export function jobPage(main: HTMLElement, id: string): Cleanup {
@@ -339,15 +512,27 @@ export function jobPage(main: HTMLElement, id: string): Cleanup {
             ['Lease', j.leaseId ?? '—'],
             ['Worker', j.workerId ?? '—'],
             ['Cancel requested', j.cancelRequested ? 'yes' : 'no'],
+            ...(j.location === 'hot' ? [['Progress', progressView(j.progress)] as [string, Child]] : []),
           ]),
         ),
+        ...(j.location === 'archive'
+          ? [
+              h(
+                'section',
+                { class: 'card' },
+                h('h2', null, 'Result'),
+                j.result !== undefined ? pre(j.result) : empty('The handler returned nothing.'),
+              ),
+            ]
+          : []),
         h(
           'section',
           { class: 'card' },
           h('h2', null, 'Last error'),
           j.lastError ? pre(j.lastError) : empty('No error recorded.'),
         ),
-        h('section', { class: 'card' }, h('h2', null, 'Payload'), pre(j.payload ?? null)),
+        h('section', { class: 'card' }, h('h2', null, 'Payload'), copyable(j.payload ?? null, 'payload')),
+        h('section', { class: 'card' }, h('h2', null, 'Job log'), jobLogView(j.logs)),
       );
     } catch (err) {
       replace(body);

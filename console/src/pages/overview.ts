@@ -2,7 +2,7 @@
 // of the last hour or day as a chart, refreshed every 5 s while "Live" is on.
 import { h, replace, fmtAge, fmtNum, fmtTime } from '../dom';
 import { api } from '../api';
-import { badge, empty, notice, pageHead, showError, clear, table, type Cleanup } from '../ui';
+import { badge, empty, notice, pageHead, showError, clear, keepFocus, table, type Cleanup } from '../ui';
 import { barChart, legend, slotsOf, type Bucket } from '../chart';
 
 const REFRESH_MS = 5000;
@@ -46,15 +46,17 @@ export function overviewPage(main: HTMLElement): Cleanup {
       return;
     }
     try {
-      const [health, stats, queues, metrics] = await Promise.all([
+      const [health, stats, queues, metrics, warnings] = await Promise.all([
         api('GET', 'health', undefined, { allow: [503] }),
         api('GET', 'stats'),
         api('GET', 'queues'),
         api('GET', `metrics?windowMinutes=${windowMinutes}`),
+        api('GET', 'warnings'),
       ]);
       if (stopped) return;
       clear(box);
-      render(health, stats, queues.items, metrics.buckets as Bucket[]);
+      // A refresh rebuilds the page: the control that had keyboard focus gets it back.
+      keepFocus(main, () => render(health, stats, queues.items, metrics.buckets as Bucket[], warnings));
       updated.textContent = `updated ${new Date().toLocaleTimeString()}`;
     } catch (err) {
       if (!stopped) showError(box, err);
@@ -64,9 +66,47 @@ export function overviewPage(main: HTMLElement): Cleanup {
     }
   }
 
-  function render(health: any, stats: any, settings: any[], buckets: Bucket[]): void {
+  function render(health: any, stats: any, settings: any[], buckets: Bucket[], warnings: any): void {
     const byName = new Map(settings.map((q) => [q.name, q]));
     const t = stats.totals;
+    const warned = new Map<string, string[]>(); // queue -> its warnings' kinds
+    for (const w of warnings.items as any[])
+      for (const qn of w.queue ? [w.queue] : (w.queues ?? [])) warned.set(qn, [...(warned.get(qn) ?? []), w.kind]);
+    const th = warnings.thresholds;
+    const warningsCard = (warnings.items as any[]).length
+      ? h(
+          'section',
+          { class: 'card warnings', 'aria-labelledby': 'warn-h', 'data-test': 'warnings' },
+          h('h2', { id: 'warn-h' }, `Needs a look (${(warnings.items as any[]).length})`),
+          h(
+            'ul',
+            null,
+            ...(warnings.items as any[]).map((w) =>
+              h(
+                'li',
+                { 'data-kind': w.kind },
+                badge(
+                  w.kind === 'stale_heartbeat' ? 'stale heartbeat' : w.kind === 'queue_lag' ? 'lag' : 'DLQ growing',
+                  'bad',
+                ),
+                ' ',
+                w.message,
+                ' ',
+                w.kind === 'stale_heartbeat'
+                  ? h('a', { href: '#/workers' }, 'Workers →')
+                  : w.kind === 'dlq_growing'
+                    ? h('a', { href: `#/dlq?queue=${encodeURIComponent(w.queue)}` }, 'Dead letters →')
+                    : h('a', { href: `#/jobs?queue=${encodeURIComponent(w.queue)}` }, 'Jobs →'),
+              ),
+            ),
+          ),
+          h(
+            'p',
+            { class: 'hint' },
+            `Bounds (settings): heartbeat ${fmtAge(th.staleHeartbeatMs)} (KEEL_WARN_STALE_HEARTBEAT_MS), lag ${fmtAge(th.queueLagMs)} (KEEL_WARN_QUEUE_LAG_MS), ${fmtNum(th.dlqPer15Min)} dead letters in 15 min (KEEL_WARN_DLQ_PER_15_MIN).`,
+          ),
+        )
+      : null;
     const healthCard = h(
       'section',
       { class: 'card health', 'aria-label': 'Health' },
@@ -100,6 +140,7 @@ export function overviewPage(main: HTMLElement): Cleanup {
       'section',
       { class: 'card totals', 'aria-label': 'Totals' },
       h('h2', null, 'All queues'),
+      h('p', { class: 'hint' }, 'Now: pending, processing, in DLQ. All time (since install, never purged): the rest.'),
       h(
         'dl',
         { class: 'figures' },
@@ -114,14 +155,28 @@ export function overviewPage(main: HTMLElement): Cleanup {
             ['zombie', t.zombie],
             ['resurrected', t.resurrected],
           ] as [string, number][]
-        ).map(([k, v]) => h('div', null, h('dt', null, k), h('dd', { 'data-total': k }, fmtNum(v)))),
+        ).map(([k, v]) =>
+          h(
+            'div',
+            null,
+            h('dt', null, ['pending', 'processing', 'in DLQ'].includes(k) ? k : `${k} (all time)`),
+            h('dd', { 'data-total': k }, fmtNum(v)),
+          ),
+        ),
       ),
     );
     const rows = (stats.queues as any[]).map((q) => {
       const st = byName.get(q.queue);
       return [
         h('a', { href: `#/jobs?queue=${encodeURIComponent(q.queue)}` }, q.queue),
-        st?.paused ? badge('paused', 'warn') : badge('running', 'ok'),
+        h(
+          'span',
+          { class: 'badges' },
+          st?.paused ? badge('paused', 'warn') : badge('running', 'ok'),
+          ...(warned.get(q.queue) ?? []).map((k) =>
+            badge(k === 'stale_heartbeat' ? 'stale' : k === 'queue_lag' ? 'lag' : 'DLQ growing', 'bad'),
+          ),
+        ),
         fmtNum(q.pending),
         q.dueExact ? fmtNum(q.due) : `≥ ${fmtNum(q.due)}`,
         fmtNum(q.fetched + q.processing),
@@ -150,13 +205,14 @@ export function overviewPage(main: HTMLElement): Cleanup {
               'lag',
               'concurrency',
               'attempts',
-              'succeeded',
-              'failed',
-              'retried',
+              'succeeded (all time)',
+              'failed (all time)',
+              'retried (all time)',
             ],
             rows,
             {
-              caption: 'Counters are exact: they move in the same transaction as the jobs.',
+              caption:
+                'Counters are exact: they move in the same transaction as the jobs. Succeeded, failed and retried count since install; a purge does not lower them.',
               className: 'queues-table',
             },
           )
@@ -184,7 +240,7 @@ export function overviewPage(main: HTMLElement): Cleanup {
         `From the per-minute metric buckets (GET /api/ops/metrics). Retries are counted per queue (table above), not bucketed. ${fmtTime(new Date().toISOString())}`,
       ),
     );
-    replace(body, h('div', { class: 'grid-2' }, healthCard, totals), chartBox, queuesCard);
+    replace(body, warningsCard, h('div', { class: 'grid-2' }, healthCard, totals), chartBox, queuesCard);
   }
 
   const onVisible = () => {

@@ -31,7 +31,14 @@ export function queuesPage(main: HTMLElement): Cleanup {
   const editor = h('div', { class: 'confirm-host' });
   replace(main, pageHead('Queues'), box, editor, list);
 
+  const RETENTION: [string, string][] = [
+    ['archiveRetentionSeconds', 'archive'],
+    ['dlqRetentionSeconds', 'DLQ'],
+    ['metricsRetentionSeconds', 'metrics'],
+  ];
+
   function edit(qs: any): void {
+    let retentionConfirmed = false;
     const conc = h('input', {
       name: 'maxConcurrency',
       inputmode: 'numeric',
@@ -64,7 +71,18 @@ export function queuesPage(main: HTMLElement): Cleanup {
         'div',
         { class: 'actions' },
         save,
-        h('button', { type: 'button', class: 'ghost', onclick: () => clear(editor) }, 'Close'),
+        h(
+          'button',
+          {
+            type: 'button',
+            class: 'ghost',
+            onclick: () => {
+              clear(editor);
+              refocus(`limits-${qs.name}`);
+            },
+          },
+          'Close',
+        ),
       ),
     );
     form.addEventListener('submit', (ev) => {
@@ -75,6 +93,45 @@ export function queuesPage(main: HTMLElement): Cleanup {
       if (c !== qs.maxConcurrency) patch.maxConcurrency = c;
       for (const [k, i] of inputs) if (String(num(i.value)) !== String(qs[k])) patch[k] = num(i.value);
       if (policy.value !== qs.zombiePolicy) patch.zombiePolicy = policy.value;
+      // Lowering a retention deletes rows at the next maintenance pass, for good: ask first.
+      const lowered = RETENTION.filter(([k]) => typeof patch[k] === 'number' && (patch[k] as number) < Number(qs[k]));
+      if (lowered.length && !retentionConfirmed) {
+        const yes = h(
+          'button',
+          { type: 'button', class: 'danger', 'data-test': 'confirm-retention' },
+          'Lower retention and save',
+        );
+        const back = h('button', { type: 'button', class: 'ghost' }, 'Back');
+        yes.addEventListener('click', () => {
+          retentionConfirmed = true;
+          form.requestSubmit();
+        });
+        back.addEventListener('click', () => {
+          clear(formBox);
+          save.focus();
+        });
+        replace(
+          formBox,
+          h(
+            'div',
+            { class: 'notice info', role: 'group', 'aria-label': 'Confirm lower retention' },
+            h(
+              'p',
+              { 'data-test': 'retention-warning' },
+              lowered
+                .map(
+                  ([k, what]) =>
+                    `${what} retention ${fmtSeconds(Number(qs[k]))} → ${fmtSeconds(patch[k] as number)}: ${what === 'metrics' ? 'buckets' : 'rows'} older than ${fmtSeconds(patch[k] as number)} are deleted at the next maintenance pass, for good.`,
+                )
+                .join(' '),
+            ),
+            h('div', { class: 'actions' }, yes, back),
+          ),
+        );
+        yes.focus();
+        return;
+      }
+      retentionConfirmed = false;
       void busy(save, formBox, async () => {
         for (const i of form.querySelectorAll('[aria-invalid]')) i.removeAttribute('aria-invalid');
         try {
@@ -83,6 +140,7 @@ export function queuesPage(main: HTMLElement): Cleanup {
           show(box, 'ok', `Queue "${qs.name}" saved: ${Object.keys(patch).join(', ') || 'nothing changed'}.`);
           void updated;
           await load();
+          refocus(`limits-${qs.name}`);
         } catch (err) {
           if (err instanceof ApiError && err.field)
             form.querySelector(`[name="${CSS.escape(err.field)}"]`)?.setAttribute('aria-invalid', 'true');
@@ -104,10 +162,31 @@ export function queuesPage(main: HTMLElement): Cleanup {
     conc.focus();
   }
 
+  // Closing the editor gives focus back to the queue's "Limits…" button (rebuilt by a reload).
+  function refocus(test: string): void {
+    list.querySelector<HTMLElement>(`[data-test="${CSS.escape(test)}"]`)?.focus();
+  }
+
   async function load(): Promise<void> {
     try {
-      const [queues, stats] = await Promise.all([api('GET', 'queues'), api('GET', 'stats')]);
+      const [queues, stats, warnings] = await Promise.all([
+        api('GET', 'queues'),
+        api('GET', 'stats'),
+        api('GET', 'warnings'),
+      ]);
       const byName = new Map((stats.queues as any[]).map((s) => [s.queue, s]));
+      // The overview's warnings, per queue: the message on hover.
+      const warned = new Map<string, HTMLElement[]>();
+      for (const w of warnings.items as any[])
+        for (const qn of w.queue ? [w.queue] : (w.queues ?? []))
+          warned.set(qn, [
+            ...(warned.get(qn) ?? []),
+            h(
+              'span',
+              { title: w.message, 'data-kind': w.kind },
+              badge(w.kind === 'stale_heartbeat' ? 'stale' : w.kind === 'queue_lag' ? 'lag' : 'DLQ growing', 'bad'),
+            ),
+          ]);
       const items = queues.items as any[];
       replace(
         list,
@@ -152,7 +231,12 @@ export function queuesPage(main: HTMLElement): Cleanup {
                 );
                 return [
                   qs.name,
-                  qs.paused ? badge('paused', 'warn') : badge('running', 'ok'),
+                  h(
+                    'span',
+                    { class: 'badges' },
+                    qs.paused ? badge('paused', 'warn') : badge('running', 'ok'),
+                    ...(warned.get(qs.name) ?? []),
+                  ),
                   fmtNum(st?.pending ?? 0),
                   fmtNum(st?.dlq ?? 0),
                   fmtAge(st?.oldestDueAgeMs ?? null),
@@ -164,11 +248,23 @@ export function queuesPage(main: HTMLElement): Cleanup {
                     'div',
                     { class: 'row-actions' },
                     toggle,
-                    h('button', { type: 'button', class: 'small ghost', onclick: () => edit(qs) }, 'Limits…'),
+                    h(
+                      'button',
+                      {
+                        type: 'button',
+                        class: 'small ghost',
+                        'data-test': `limits-${qs.name}`,
+                        onclick: () => edit(qs),
+                      },
+                      'Limits…',
+                    ),
                   ),
                 ];
               }),
-              { caption: 'Pause, resume and limit changes need the operator role.', className: 'queues-table' },
+              {
+                caption: 'Pause, resume and limit changes need the operator role.',
+                className: 'queues-table with-actions',
+              },
             ),
       );
     } catch (err) {

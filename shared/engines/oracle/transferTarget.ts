@@ -21,7 +21,8 @@ import { resolvedNames } from '../../transfer/config.js';
 import { TransferError } from '../../transfer/errors.js';
 import { quoteOracle } from '../../transfer/identifiers.js';
 import { DEFAULT_TRANSFER_TIMEOUTS } from '../../transfer/timeouts.js';
-import { mappedColumns } from '../../transfer/schema.js';
+import { checkColumnFits, mappedColumns, type TargetColumnFacets } from '../../transfer/schema.js';
+import type { ColumnPolicy } from '../../transfer/policies.js';
 import type {
   ApplyContext,
   ApplyResult,
@@ -275,14 +276,23 @@ export async function createOraclePool(
   });
 }
 
-// Oracle column types that can hold a source column of each logical type.
-export function oracleAccepts(logical: LogicalType, dataType: string, scale: number | null): boolean {
+// Oracle column types that can hold a staged column of each logical type (after its declared policy).
+export function oracleAccepts(
+  logical: LogicalType,
+  dataType: string,
+  scale: number | null,
+  policy: ColumnPolicy | null = null,
+  precision: number | null = null,
+): boolean {
   const t = dataType.toUpperCase();
   switch (logical) {
     case 'int':
       return t === 'NUMBER' && (scale === 0 || scale === null);
     case 'decimal':
       return t === 'NUMBER';
+    case 'float':
+      // the exact double: BINARY_DOUBLE, or an unconstrained NUMBER (its shortest decimal text, exactly)
+      return t === 'BINARY_DOUBLE' || (t === 'NUMBER' && scale === null && precision === null);
     case 'text':
       return ['VARCHAR2', 'NVARCHAR2', 'CHAR', 'NCHAR', 'CLOB', 'NCLOB'].includes(t);
     case 'bool':
@@ -290,22 +300,25 @@ export function oracleAccepts(logical: LogicalType, dataType: string, scale: num
     case 'date':
       return t === 'DATE';
     case 'timestamp':
-      return /^TIMESTAMP\(\d\)$/.test(t);
+      // DATE holds whole seconds: only for a column that declared "datetime": "seconds"
+      return /^TIMESTAMP\(\d\)$/.test(t) || (t === 'DATE' && policy?.kind === 'datetime_seconds');
     case 'timestamptz':
       return /^TIMESTAMP\(\d\) WITH (LOCAL )?TIME ZONE$/.test(t);
     case 'bytes':
-      return t === 'RAW'; // not BLOB: see prepare()
+      return t === 'RAW' || t === 'BLOB'; // bound and read back as Buffers
     case 'uuid':
       return t === 'RAW' || t === 'VARCHAR2' || t === 'CHAR';
   }
 }
 
-// SQL that turns the canonical text bind into the column's value.
+// SQL that turns the bind into the column's value: canonical text, except bytes (a Buffer) and doubles (a number).
 function fromCanonical(bind: string, logical: LogicalType, dataType: string): string {
   switch (logical) {
     case 'int':
     case 'decimal':
       return `TO_NUMBER(${bind})`;
+    case 'float':
+      return dataType.toUpperCase() === 'BINARY_DOUBLE' ? bind : `TO_NUMBER(${bind})`;
     case 'bool':
       // 23ai BOOLEAN columns take TRUE/FALSE; NUMBER(1) columns 1/0.
       return dataType.toUpperCase() === 'BOOLEAN'
@@ -314,11 +327,14 @@ function fromCanonical(bind: string, logical: LogicalType, dataType: string): st
     case 'date':
       return `TO_DATE(${bind}, 'YYYY-MM-DD')`;
     case 'timestamp':
-      return `TO_TIMESTAMP(${bind}, 'YYYY-MM-DD"T"HH24:MI:SS.FF6')`;
+      // a DATE column (declared "datetime": "seconds"): the policy already cut the fraction to .000000
+      return dataType.toUpperCase() === 'DATE'
+        ? `TO_DATE(SUBSTR(${bind}, 1, 19), 'YYYY-MM-DD"T"HH24:MI:SS')`
+        : `TO_TIMESTAMP(${bind}, 'YYYY-MM-DD"T"HH24:MI:SS.FF6')`;
     case 'timestamptz':
       return `FROM_TZ(TO_TIMESTAMP(RTRIM(${bind}, 'Z'), 'YYYY-MM-DD"T"HH24:MI:SS.FF6'), 'UTC')`;
     case 'bytes':
-      return `HEXTORAW(${bind})`;
+      return bind;
     case 'uuid':
       return dataType.toUpperCase() === 'RAW' ? `HEXTORAW(REPLACE(${bind}, '-', ''))` : bind;
     case 'text':
@@ -326,12 +342,62 @@ function fromCanonical(bind: string, logical: LogicalType, dataType: string): st
   }
 }
 
+// How a staged value travels in executeMany: text as a string of at most the chunk's longest value (national
+// character set for NVARCHAR2/NCHAR, so a non-Unicode database character set does not convert it on the way; a
+// temporary LOB for CLOB/NCLOB, so a value over 4,000/32,767 bytes is not sent as a LONG), bytes as a Buffer (RAW: up
+// to 32,767 bytes with MAX_STRING_SIZE = EXTENDED, else 2,000; BLOB: any size, a temporary LOB), a double as a number
+// (exact; no decimal text parsed by the server).
+export type OracleBindKind = 'string' | 'nstring' | 'clob' | 'nclob' | 'raw' | 'blob' | 'double';
+
+export function oracleBindKind(logical: LogicalType, dataType: string): OracleBindKind {
+  const t = dataType.toUpperCase();
+  if (logical === 'bytes') return t === 'BLOB' ? 'blob' : 'raw';
+  if (logical === 'float' && t === 'BINARY_DOUBLE') return 'double';
+  if (logical === 'text') {
+    if (t === 'NVARCHAR2' || t === 'NCHAR') return 'nstring';
+    if (t === 'CLOB') return 'clob';
+    if (t === 'NCLOB') return 'nclob';
+  }
+  return 'string';
+}
+
+// A LOB bind costs thin mode two round trips per value (create a temporary LOB, write it): a chunk whose values all
+// fit the SQL limits of every server (RAW 2,000 bytes, VARCHAR2 4,000, NVARCHAR2 2,000 characters) binds them as
+// RAW/VARCHAR2/NVARCHAR2 instead, which the INSERT converts to the LOB column.
+export function bindDef(kind: OracleBindKind, maxSize: number): { type: oracledb.DbType | number; maxSize?: number } {
+  switch (kind) {
+    case 'raw':
+      return { type: oracledb.DB_TYPE_RAW, maxSize };
+    case 'blob':
+      return maxSize <= 2000 ? { type: oracledb.DB_TYPE_RAW, maxSize } : { type: oracledb.DB_TYPE_BLOB };
+    case 'double':
+      return { type: oracledb.DB_TYPE_BINARY_DOUBLE };
+    case 'clob':
+      return maxSize <= 4000 ? { type: oracledb.STRING, maxSize } : { type: oracledb.DB_TYPE_CLOB };
+    case 'nclob':
+      return maxSize <= 2000 ? { type: oracledb.DB_TYPE_NVARCHAR, maxSize } : { type: oracledb.DB_TYPE_NCLOB };
+    case 'nstring':
+      return { type: oracledb.DB_TYPE_NVARCHAR, maxSize };
+    case 'string':
+      return { type: oracledb.STRING, maxSize };
+  }
+}
+
+export function oracleBindValue(kind: OracleBindKind, v: string | null): string | Buffer | number | null {
+  if (v === null) return null;
+  if (kind === 'raw' || kind === 'blob') return Buffer.from(v, 'hex');
+  if (kind === 'double') return Number(v);
+  return v;
+}
+
 // SQL that reads a staged column back as canonical text (normalized once more by canonicalValue).
-function toCanonical(ref: string, logical: LogicalType, dataType: string): string {
+export function toCanonical(ref: string, logical: LogicalType, dataType: string): string {
   switch (logical) {
     case 'int':
     case 'decimal':
       return `TO_CHAR(${ref}, 'TM9')`;
+    case 'float':
+      return dataType.toUpperCase() === 'BINARY_DOUBLE' ? ref : `TO_CHAR(${ref}, 'TM9')`; // a double: read as a number
     case 'bool':
       return dataType.toUpperCase() === 'BOOLEAN'
         ? `CASE WHEN ${ref} THEN 't' WHEN NOT ${ref} THEN 'f' END`
@@ -339,24 +405,66 @@ function toCanonical(ref: string, logical: LogicalType, dataType: string): strin
     case 'date':
       return `TO_CHAR(${ref}, 'YYYY-MM-DD')`;
     case 'timestamp':
-      return `TO_CHAR(${ref}, 'YYYY-MM-DD"T"HH24:MI:SS.FF6')`;
+      // (Oracle's || treats NULL as '': a suffix is added only to a value, or NULL would read back as '.000000')
+      return dataType.toUpperCase() === 'DATE'
+        ? `CASE WHEN ${ref} IS NOT NULL THEN TO_CHAR(${ref}, 'YYYY-MM-DD"T"HH24:MI:SS') || '.000000' END`
+        : `TO_CHAR(${ref}, 'YYYY-MM-DD"T"HH24:MI:SS.FF6')`;
     case 'timestamptz':
-      return `TO_CHAR(SYS_EXTRACT_UTC(${ref}), 'YYYY-MM-DD"T"HH24:MI:SS.FF6') || 'Z'`;
+      return `CASE WHEN ${ref} IS NOT NULL THEN TO_CHAR(SYS_EXTRACT_UTC(${ref}), 'YYYY-MM-DD"T"HH24:MI:SS.FF6') || 'Z' END`;
     case 'bytes':
-      return `LOWER(RAWTOHEX(${ref}))`; // RAW only (BLOB columns are refused in prepare)
+      return ref; // RAW or BLOB, fetched as a Buffer and written as hex in JavaScript (no 4,000-character limit)
     case 'uuid':
       return dataType.toUpperCase() === 'RAW'
         ? `REGEXP_REPLACE(LOWER(RAWTOHEX(${ref})), '^(.{8})(.{4})(.{4})(.{4})(.{12})$', '\\1-\\2-\\3-\\4-\\5')`
         : `LOWER(${ref})`;
     case 'text':
+      // CHAR(n)/NCHAR(n) come back blank-padded, like a fixed-width source sends them (prepare admits only those)
       return ref;
   }
+}
+
+// What an ALL_TAB_COLUMNS row (column_name, data_type, data_scale, data_precision, data_length, char_length,
+// char_used, nullable) says the column holds, for prepare's checks (shared/transfer/schema.ts checkColumnFits).
+export function oracleColumnFacets(row: readonly unknown[]): TargetColumnFacets {
+  const [, dataType, scale, precision, dataLength, charLength, charUsed, nullable] = row as [
+    string,
+    string,
+    number | null,
+    number | null,
+    number | null,
+    number | null,
+    string | null,
+    string,
+  ];
+  const t = dataType.toUpperCase();
+  const f: TargetColumnFacets = { declared: t, nullable: nullable !== 'N' };
+  if (['VARCHAR2', 'NVARCHAR2', 'CHAR', 'NCHAR'].includes(t)) {
+    const chars = charUsed === 'C' || t.startsWith('N');
+    f.declared = `${t}(${chars ? `${charLength} CHAR` : `${dataLength} BYTE`})`;
+    if (chars) f.maxChars = charLength;
+    else f.maxBytes = dataLength;
+    f.fixed = t === 'CHAR' || t === 'NCHAR';
+    if (f.fixed) f.maxChars = charLength; // padded to CHAR_LENGTH characters (to that many bytes with BYTE)
+  } else if (t === 'NUMBER') {
+    // NUMBER(*,S) has no DATA_PRECISION: 38 digits
+    f.precision = precision ?? (scale !== null ? 38 : null);
+    f.scale = scale;
+    f.declared = precision === null && scale === null ? 'NUMBER' : `NUMBER(${precision ?? '*'},${scale ?? 0})`;
+  } else if (/^TIMESTAMP/.test(t)) f.fraction = scale ?? 6;
+  else if (t === 'DATE') f.fraction = 0;
+  else if (t === 'RAW') {
+    f.maxBytes = dataLength;
+    f.declared = `RAW(${dataLength})`;
+  }
+  return f;
 }
 
 interface TargetColumn {
   source: string;
   target: string;
-  logical: LogicalType;
+  logical: LogicalType; // what is staged (after the column's declared policy)
+  policy?: ColumnPolicy | null;
+  bind?: OracleBindKind; // absent: 'string'
   dataType: string;
   // From ALL_TAB_COLUMNS, to name the column a data error is about (unknown: null).
   precision: number | null;
@@ -561,15 +669,6 @@ export class OracleTransferTarget implements TargetAdapter {
             `transfer ${this.t.name}: target column ${m.target} does not exist in ${this.t.target.table}`,
           );
         const ty = { dataType: row[1], scale: row[2] ?? null };
-        if (ty.dataType.toUpperCase() === 'BLOB') {
-          // Staging binds every value as hex text (HEXTORAW of at most 4,000 characters in SQL, 32,767 with
-          // MAX_STRING_SIZE = EXTENDED) and reads it back as hex text to checksum it: a BLOB value over 2,000 bytes
-          // (16,383 with EXTENDED) would fail to bind (ORA-01461) or be read back cut.
-          throw new TransferError(
-            'target_incompatible',
-            `transfer ${this.t.name}: target column ${m.target} is a BLOB, which the Oracle target does not take: values over 2,000 bytes cannot be staged and verified through text binds. Use a RAW column (values up to 2,000 bytes; about 16 KB with MAX_STRING_SIZE = EXTENDED, since bytes travel as hex) or leave the column out of the mapping (docs/oracle.md)`,
-          );
-        }
         if (row[8] === 'YES') {
           // The MERGE would turn a verified NULL into the column's default, after verification.
           throw new TransferError(
@@ -577,16 +676,24 @@ export class OracleTransferTarget implements TargetAdapter {
             `transfer ${this.t.name}: target column ${m.target} is declared DEFAULT ON NULL, which would store its default where the source holds NULL (after the batch was verified); drop that clause or leave the column out of the mapping`,
           );
         }
-        if (!oracleAccepts(m.logical, ty.dataType, ty.scale)) {
+        if (!oracleAccepts(m.staged, ty.dataType, ty.scale, m.policy, row[3] ?? null)) {
           throw new TransferError(
             'target_incompatible',
-            `transfer ${this.t.name}: target column ${m.target} (${ty.dataType}) cannot hold source column ${m.source} (${m.type})`,
+            `transfer ${this.t.name}: target column ${m.target} (${ty.dataType}) cannot hold source column ${m.source} (${m.type})${
+              m.logical === 'timestamp' && ty.dataType.toUpperCase() === 'DATE'
+                ? '; a DATE holds whole seconds: declare "datetime": "seconds" in the mapping to cut the fraction'
+                : ''
+            }`,
+            { column: m.source },
           );
         }
+        checkColumnFits(this.t, m, oracleColumnFacets(row));
         cols.push({
           source: m.source,
           target: m.target,
-          logical: m.logical,
+          logical: m.staged,
+          policy: m.policy,
+          bind: oracleBindKind(m.staged, ty.dataType),
           dataType: ty.dataType,
           scale: ty.scale,
           precision: row[3] ?? null,
@@ -708,20 +815,25 @@ export class OracleTransferTarget implements TargetAdapter {
           const maxSizes = cols.map(() => 1);
           const values: CanonicalRow[] = [];
           const binds = chunk.map((row) => {
-            const out: (string | null)[] = [req.batchId];
+            const out: (string | Buffer | number | null)[] = [req.batchId];
             for (let i = 0; i < cols.length; i++) {
               const v = row[i] ?? null;
-              if (v === '' && (cols[i]!.logical === 'text' || cols[i]!.logical === 'bytes')) {
-                // Oracle stores '' and an empty RAW (HEXTORAW('')) as NULL.
+              const col = cols[i]!;
+              if (v === '' && (col.logical === 'text' || col.logical === 'bytes')) {
+                // Oracle stores '' and an empty RAW or BLOB bind as NULL. (A column that declared "empty": "null"
+                // never gets here: the policy made it NULL before both checksums.)
                 throw new TransferError(
                   'unsupported_type',
-                  `batch ${req.batchId}: column ${cols[i]!.source} holds an empty ${cols[i]!.logical === 'text' ? 'string' : 'binary value'}, which Oracle stores as NULL; the batch cannot be staged unchanged`,
+                  `batch ${req.batchId}: column ${col.source} holds an empty ${col.logical === 'text' ? 'string' : 'binary value'}, which Oracle stores as NULL; the batch cannot be staged unchanged (declare "empty": "null" in the column's mapping to accept NULL)`,
+                  { column: col.source },
                 );
               }
-              if (v !== null) maxSizes[i] = Math.max(maxSizes[i]!, Buffer.byteLength(v, 'utf8'));
-              out.push(v);
+              const b = oracleBindValue(col.bind ?? 'string', v);
+              if (typeof b === 'string') maxSizes[i] = Math.max(maxSizes[i]!, Buffer.byteLength(b, 'utf8'));
+              else if (Buffer.isBuffer(b)) maxSizes[i] = Math.max(maxSizes[i]!, b.length);
+              out.push(b);
             }
-            values.push(out.slice(1));
+            values.push(row.slice(0, cols.length));
             return out;
           });
           let res: oracledb.Results<unknown>;
@@ -732,7 +844,7 @@ export class OracleTransferTarget implements TargetAdapter {
                 batchErrors: true, // a row's error comes back with its offset, so the error can name the row
                 bindDefs: [
                   { type: oracledb.STRING, maxSize: 36 },
-                  ...maxSizes.map((m) => ({ type: oracledb.STRING, maxSize: m })),
+                  ...cols.map((col, i) => bindDef(col.bind ?? 'string', maxSizes[i]!)),
                 ],
               }),
             );
@@ -780,7 +892,13 @@ export class OracleTransferTarget implements TargetAdapter {
             outFormat: oracledb.OUT_FORMAT_ARRAY,
             resultSet: true,
             fetchArraySize: 1000,
-            fetchTypeHandler: () => ({ type: oracledb.STRING }),
+            // Text, except bytes (Buffers, hexed below) and doubles (numbers, written shortest below).
+            fetchTypeHandler: (meta: oracledb.Metadata<unknown>) =>
+              meta.dbType === oracledb.DB_TYPE_RAW || meta.dbType === oracledb.DB_TYPE_BLOB
+                ? { type: oracledb.BUFFER }
+                : meta.dbType === oracledb.DB_TYPE_BINARY_DOUBLE
+                  ? undefined
+                  : { type: oracledb.STRING },
           },
         ),
       );

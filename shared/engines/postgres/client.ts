@@ -1,4 +1,6 @@
-// Small PostgreSQL helpers shared by the local host, tests and benchmarks.
+// Small PostgreSQL helpers. Shipped and used by the transfer endpoints: serverVersionNum, pgChecksumAlgorithms,
+// PG_COPY_FORMAT. The connection helpers (withDatabase, withClient, withLogin, ensureExecutorLogin) serve the local
+// host, tests and benchmarks (and scripts).
 import pg from 'pg';
 import type { ChecksumAlgorithm } from '../../transfer/checksum.js';
 

@@ -4,6 +4,7 @@ import type { EngineDescriptor } from '../descriptor.js';
 export const postgres: EngineDescriptor = {
   name: 'postgres',
   capabilities: { jobStore: true, journal: true, transferSource: true, transferTarget: true },
+  telemetryDriver: 'pg',
   transferSourceRules: { boundaryKinds: ['key', 'timestamp'] },
   transferTargetRules: { credentialSettings: false, transactionGuard: false },
   controlSetting: 'KEEL_PG_URL',

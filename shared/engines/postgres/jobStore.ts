@@ -3,6 +3,7 @@ import pg from 'pg';
 import { poolErrorLogger } from '../poolErrors.js';
 import path from 'node:path';
 import type {
+  CompleteRef,
   CancelResult,
   ClaimOptions,
   ClaimedJob,
@@ -30,6 +31,10 @@ import type {
   StartedJob,
   FireResult,
   ScheduleState,
+  JobCount,
+  CountResult,
+  DlqGroupPage,
+  WorkerLeases,
 } from '../../jobs/contract.js';
 import { BatchBackedJobStore } from '../../jobs/storeBase.js';
 import { IdempotencyConflictError } from '../../jobs/contract.js';
@@ -48,8 +53,13 @@ import {
   type RowCodec,
   toFireResult,
   toScheduleState,
+  toCountResult,
+  toDlqGroupPage,
+  toWorkerLeases,
 } from '../../jobs/rows.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, isLeaseRef, prepareEnqueue, typeMaxAttemptsJson } from '../../jobs/validate.js';
+import { resultsByIdJson, type JobProgress } from '../../jobs/progress.js';
+import type { JobLogLine } from '../../jobs/jobLog.js';
 import { migrate } from './migrate.js';
 import { postgresCall, type PostgresArgs } from './procedures.js';
 import type { JobProcedure } from '../../jobs/procedures.js';
@@ -242,17 +252,38 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     return { status: r!.status as OwnerResult, cancelRequested: Boolean(r!.cancelRequested) };
   }
 
-  async completeMany(refs: LeaseRef[]): Promise<OwnerResultById[]> {
+  async completeMany(refs: CompleteRef[]): Promise<OwnerResultById[]> {
     if (refs.length === 0) return [];
     const valid = refs.filter(isLeaseRef);
     // One row: the ids archived and the ids dead-lettered as cancelled; any other job was not owned (lease_lost).
-    const [moved] = valid.length ? await this.call('complete_many', { leases: leasesJson(valid) }) : [];
+    const [moved] = valid.length
+      ? await this.call('complete_many', { leases: leasesJson(valid), results: resultsByIdJson(valid) })
+      : [];
     const ok = new Set(moved?.ok as string[] | undefined);
     const cancelled = new Set(moved?.cancelled as string[] | undefined);
     return refs.map((ref) => ({
       jobId: ref.jobId,
       status: ok.has(ref.jobId) ? 'ok' : cancelled.has(ref.jobId) ? 'cancelled' : 'lease_lost',
     }));
+  }
+
+  async appendJobLog(ref: LeaseRef, lines: JobLogLine[], maxLines: number): Promise<OwnerResult> {
+    const [r] = await this.call('append_job_log', {
+      job_id: ref.jobId,
+      lease_id: ref.leaseId,
+      lines: JSON.stringify(lines),
+      max_lines: maxLines,
+    });
+    return r!.result as OwnerResult;
+  }
+
+  async reportProgress(ref: LeaseRef, progress: JobProgress): Promise<OwnerResult> {
+    const [r] = await this.call('report_progress', {
+      job_id: ref.jobId,
+      lease_id: ref.leaseId,
+      progress: JSON.stringify(progress),
+    });
+    return r!.result as OwnerResult;
   }
 
   async retry(ref: LeaseRef, runAt: Date, error: string): Promise<OwnerResult> {
@@ -387,6 +418,29 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
       limit: s.limit,
     });
     return toJobPage(rows, s.limit, (r) => toJobRecord(r, PG_CODEC));
+  }
+
+  async countJobs(c: JobCount): Promise<CountResult> {
+    const [r] = await this.call('count_jobs', {
+      location: c.location,
+      queue: c.queue ?? null,
+      type: c.type ?? null,
+      tag: c.tag ?? null,
+      state: c.state ?? null,
+      reason: c.reason ?? null,
+      from: c.from ?? null,
+      to: c.to ?? null,
+      cap: c.cap,
+    });
+    return toCountResult(r!);
+  }
+
+  async dlqGroups(queue: string | null, offset: number, limit: number): Promise<DlqGroupPage> {
+    return toDlqGroupPage(await this.call('dlq_groups', { queue, offset, limit }));
+  }
+
+  async listWorkers(): Promise<WorkerLeases[]> {
+    return (await this.call('list_workers', {})).map(toWorkerLeases);
   }
 
   async close(): Promise<void> {

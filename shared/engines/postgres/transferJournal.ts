@@ -15,10 +15,10 @@ import {
   type TransferJournal,
 } from '../../transfer/journal.js';
 import type { BatchState, SchemaColumn } from '../../transfer/types.js';
+import { OPEN_STATES } from '../../transfer/lifecycle.js';
 import { countPoolError } from '../poolErrors.js';
 
 const STAMPS = new Set(['extracted_at', 'staged_at', 'apply_started_at', 'committed_at', 'failed_at']);
-const OPEN: readonly BatchState[] = ['extracting', 'staged', 'applying', 'unresolved'];
 
 const num = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
 
@@ -185,7 +185,7 @@ export class PostgresTransferJournal implements TransferJournal {
     const res = await this.pool.query(`select * from keel.transfer_batch_last($1)`, [transferName]);
     const rows = res.rows.map(rowToBatch);
     return {
-      open: rows.find((x) => OPEN.includes(x.state)) ?? null,
+      open: rows.find((x) => OPEN_STATES.includes(x.state)) ?? null,
       lastCommitted: rows.find((x) => x.state === 'committed') ?? null,
     };
   }

@@ -8,7 +8,17 @@ import { resolvedNames } from '../../transfer/config.js';
 import { qualifiedPg, quotePg } from '../../transfer/identifiers.js';
 import { buildSourceSchema, mappedColumns } from '../../transfer/schema.js';
 import type { BulkEncoding, BulkStream, Manifest, SourceAdapter, SourceSchema, Window } from '../../transfer/types.js';
-import { PG_CHECKSUM_SETTINGS_SQL, pgCanonical, pgCastFor, pgChecksumQuery, pgLogicalType } from './transferSql.js';
+import { TransferError } from '../../transfer/errors.js';
+import {
+  PG_CHECKSUM_SETTINGS_SQL,
+  PG_OUT_OF_RANGE_MARK,
+  pgCanonical,
+  pgCastFor,
+  pgChecksumQuery,
+  pgFacets,
+  pgLogicalType,
+  pgTemporalOutOfRange,
+} from './transferSql.js';
 import { PG_COPY_FORMAT, pgChecksumAlgorithms } from './client.js';
 
 const noop = () => undefined;
@@ -30,30 +40,44 @@ export class PostgresTransferSource implements SourceAdapter {
 
   async readSchema(): Promise<SourceSchema> {
     const found = new Map<string, string>();
+    const nullable = new Map<string, boolean>(); // a table's columns only (a query's result is not known)
+    const bounded = new Map<string, string>(); // a query's columns: the type with its modifier, e.g. numeric(12,2)
     const names = resolvedNames(this.t);
     if (names.sourceTable) {
       const res = await this.pool.query(
-        `select a.attname::text as name, format_type(a.atttypid, a.atttypmod) as type
+        `select a.attname::text as name, format_type(a.atttypid, a.atttypmod) as type, not a.attnotnull as nullable
            from pg_attribute a where a.attrelid = to_regclass($1) and a.attnum > 0 and not a.attisdropped`,
         [qualifiedPg(names.sourceTable)],
       );
-      for (const r of res.rows) found.set(r.name, r.type);
+      for (const r of res.rows) {
+        found.set(r.name, r.type);
+        nullable.set(r.name, Boolean(r.nullable));
+      }
     } else {
       const probe = await this.pool.query({ text: `select * from ${this.from} limit 0`, rowMode: 'array' });
-      const oids = probe.fields.map((f) => f.dataTypeID);
+      // The recorded type (and so the schema hash) stays the bare type name; the bounds come from the type modifier.
       const types = await this.pool.query(
-        `select o::int as oid, format_type(o, null) as type from unnest($1::oid[]) as o`,
-        [oids],
+        `select format_type(o, null) as type, format_type(o, nullif(m, -1)) as bounded
+           from unnest($1::oid[], $2::int[]) with ordinality as u(o, m, i) order by i`,
+        [probe.fields.map((f) => f.dataTypeID), probe.fields.map((f) => f.dataTypeModifier)],
       );
-      const byOid = new Map<number, string>(types.rows.map((r) => [Number(r.oid), String(r.type)]));
-      for (const f of probe.fields) found.set(f.name, byOid.get(f.dataTypeID) ?? `oid ${f.dataTypeID}`);
+      probe.fields.forEach((f, i) => {
+        found.set(f.name, String(types.rows[i]?.type ?? `oid ${f.dataTypeID}`));
+        bounded.set(f.name, String(types.rows[i]?.bounded ?? ''));
+      });
     }
-    return buildSourceSchema(this.t, found, pgLogicalType, (_declared, logical) =>
-      this.t.boundary.kind === 'key'
-        ? logical === 'int'
-        : this.t.boundary.kind === 'timestamp'
-          ? logical === 'timestamp' || logical === 'timestamptz'
-          : false,
+    return buildSourceSchema(
+      this.t,
+      found,
+      pgLogicalType,
+      (_declared, logical) =>
+        this.t.boundary.kind === 'key'
+          ? logical === 'int'
+          : this.t.boundary.kind === 'timestamp'
+            ? logical === 'timestamp' || logical === 'timestamptz'
+            : false,
+      (declared, logical, name) => pgFacets(bounded.get(name) || declared, logical),
+      nullable,
     );
   }
 
@@ -115,11 +139,25 @@ export class PostgresTransferSource implements SourceAdapter {
 
   async manifest(w: Window, schema: SourceSchema, algorithm: ChecksumAlgorithm): Promise<Manifest> {
     const cols = mappedColumns(this.t, schema).map((c) => ({
+      name: c.source,
       ref: quotePg(c.source),
       type: c.logical,
       declared: c.type,
     }));
     const pred = this.windowPredicate(w, schema, 1);
+    // keel-v1 is the canonical text (what a target other than PostgreSQL stores): a date/time value it cannot carry
+    // is refused here, before anything is staged, naming the column and a row (keel-pg1/pg2 keep such values exact).
+    const temporal =
+      algorithm === 'keel-v1'
+        ? cols.filter(
+            (c): c is typeof c & { type: 'date' | 'timestamp' | 'timestamptz' } =>
+              c.type === 'date' || c.type === 'timestamp' || c.type === 'timestamptz',
+          )
+        : [];
+    const keyText = `row(${this.t.keyColumns.map(quotePg).join(', ')})::text`;
+    const checks = temporal.map(
+      (c, i) => `min(${keyText}) filter (where ${pgTemporalOutOfRange(c.ref, c.type)}) as bad${i}`,
+    );
     const client = await this.pool.connect();
     const onError = () => undefined; // a connection lost mid-statement also surfaces as an 'error' event
     client.on('error', onError);
@@ -129,9 +167,13 @@ export class PostgresTransferSource implements SourceAdapter {
       const started = performance.now();
       await client.query('begin read only');
       await client.query(PG_CHECKSUM_SETTINGS_SQL);
-      const res = await client.query(pgChecksumQuery(cols, this.from, pred.sql, algorithm), pred.params);
+      const res = await client.query(pgChecksumQuery(cols, this.from, pred.sql, algorithm, checks), pred.params);
       await client.query('commit');
       this.opts.trace?.('extract.manifest', performance.now() - started);
+      temporal.forEach((c, i) => {
+        const key = res.rows[0][`bad${i}`] as string | null;
+        if (key !== null) throw this.outOfRange(c.name, c.declared, key);
+      });
       return { rowCount: Number(res.rows[0].n), checksum: String(res.rows[0].checksum) };
     } catch (err) {
       failed = err as Error; // the connection is destroyed: the server ends the read-only transaction
@@ -142,8 +184,22 @@ export class PostgresTransferSource implements SourceAdapter {
     }
   }
 
+  private outOfRange(column: string, declared: string, key: string): TransferError {
+    return new TransferError(
+      'unsupported_type',
+      `transfer ${this.t.name}: source column ${column} (${declared}) holds a value outside years 1..9999 or an infinity (row with key ${key}), which canonical rows (and Oracle) cannot hold; the batch is refused before staging. Exclude or convert it in source.query`,
+      { column, key },
+    );
+  }
+
   async *streamRows(w: Window, schema: SourceSchema, chunkSize: number): AsyncIterable<CanonicalRow[]> {
-    const cols = mappedColumns(this.t, schema).map((c) => pgCanonical(quotePg(c.source), c.logical));
+    const mapped = mappedColumns(this.t, schema);
+    const cols = mapped.map((c) => pgCanonical(quotePg(c.source), c.logical, c.type));
+    // Columns whose canonical text may carry the out-of-range mark (transferSql.ts), checked row by row below.
+    const temporal = mapped.flatMap((c, i) =>
+      c.logical === 'date' || c.logical === 'timestamp' || c.logical === 'timestamptz' ? [i] : [],
+    );
+    const keys = this.t.keyColumns.map((k) => mapped.findIndex((c) => c.source === k));
     const pred = this.windowPredicate(w, schema, 1);
     const client = await this.pool.connect();
     const onError = () => undefined; // a connection lost mid-statement also surfaces as an 'error' event
@@ -151,6 +207,8 @@ export class PostgresTransferSource implements SourceAdapter {
     let failed: Error | undefined;
     try {
       await client.query('begin isolation level repeatable read read only');
+      // Shortest exact text of a double (PostgreSQL 12+); the float policy normalizes it once more.
+      await client.query(`select set_config('extra_float_digits', '1', true)`);
       await client.query({
         text: `declare keel_cur no scroll cursor for select ${cols.join(', ')} from ${this.from} where ${pred.sql}`,
         values: pred.params,
@@ -161,7 +219,14 @@ export class PostgresTransferSource implements SourceAdapter {
           rowMode: 'array',
         });
         if (res.rows.length === 0) break;
-        yield res.rows as CanonicalRow[];
+        const rows = res.rows as CanonicalRow[];
+        for (const i of temporal)
+          for (const row of rows) {
+            const v = row[i];
+            if (v != null && v.startsWith(PG_OUT_OF_RANGE_MARK))
+              throw this.outOfRange(mapped[i]!.source, mapped[i]!.type, `(${keys.map((k) => row[k] ?? '').join(',')})`);
+          }
+        yield rows;
       }
       await client.query('commit');
     } catch (err) {

@@ -1,10 +1,12 @@
 // PostgreSQL side of the keel-v1 checksum (shared/transfer/checksum.ts) and the type mapping for transfers.
 import { PG1_PREFIX, PG2_PREFIX, type ChecksumAlgorithm, type LogicalType } from '../../transfer/checksum.js';
+import type { TypeFacets } from '../../transfer/types.js';
 
 export function pgLogicalType(formatted: string): LogicalType | null {
   const t = formatted.toLowerCase();
   if (t === 'smallint' || t === 'integer' || t === 'bigint') return 'int';
   if (t === 'numeric' || t.startsWith('numeric(')) return 'decimal';
+  if (t === 'double precision' || t === 'real') return 'float'; // only through a declared float policy
   if (t === 'text' || t.startsWith('character varying') || t === 'character' || t.startsWith('character('))
     return 'text';
   if (t === 'boolean') return 'bool';
@@ -16,23 +18,71 @@ export function pgLogicalType(formatted: string): LogicalType | null {
   return null;
 }
 
-// Canonical text of one (already quoted) column reference; NULL stays NULL.
-export function pgCanonical(ref: string, type: LogicalType): string {
-  switch (type) {
+const isFixedChar = (declared: string | undefined) => declared !== undefined && /^character(\(\d+\))?$/i.test(declared);
+
+// The bounds of a declared PostgreSQL type (format_type's text), for prepare's checks on the target.
+export function pgFacets(declared: string, logical: LogicalType): TypeFacets {
+  const t = declared.toLowerCase();
+  const n = /\((\d+)(?:,(\d+))?\)/.exec(t);
+  switch (logical) {
+    case 'text': {
+      const chars = n ? Number(n[1]) : t === 'character' ? 1 : null;
+      return { maxChars: chars, maxBytes: chars === null ? null : 4 * chars, fixed: isFixedChar(declared) };
+    }
     case 'int':
+      return { intBits: t === 'smallint' ? 16 : t === 'integer' ? 32 : 64 };
+    case 'decimal':
+      return n ? { precision: Number(n[1]), scale: Number(n[2] ?? 0) } : { precision: null, scale: null };
+    case 'timestamp':
+    case 'timestamptz':
+      return { fraction: n ? Number(n[1]) : 6 };
+    case 'bytes':
+      return { maxBytes: null };
+    default:
+      return {};
+  }
+}
+
+// A date or time value the canonical text cannot carry: +-infinity, a BC date, a year after 9999 (review F8). Such a
+// value has no canonical form (YYYY-MM-DD...), and to_char would print NULL for infinity and drop the era of a BC
+// date, with both checksums agreeing on the changed value.
+export function pgTemporalOutOfRange(ref: string, type: 'date' | 'timestamp' | 'timestamptz'): string {
+  const v = type === 'timestamptz' ? `((${ref}) at time zone 'UTC')` : `(${ref})`;
+  const lit = type === 'date' ? 'date' : 'timestamp';
+  return `not (isfinite(${v}) and ${v} >= ${lit} '0001-01-01' and ${v} < ${lit} '10000-01-01')`;
+}
+
+// Marks an out-of-range date/time value in canonical rows: "!" then the value as PostgreSQL prints it. No canonical
+// text starts with "!", so the source refuses the row (transferSource.ts) and no target could parse it.
+export const PG_OUT_OF_RANGE_MARK = '!';
+
+function temporal(ref: string, type: 'date' | 'timestamp' | 'timestamptz', formatted: string): string {
+  return `(case when ${pgTemporalOutOfRange(ref, type)} then '${PG_OUT_OF_RANGE_MARK}' || (${ref})::text else ${formatted} end)`;
+}
+
+// Canonical text of one (already quoted) column reference; NULL stays NULL. `declared`: the column's declared type
+// on the side that runs the query; a character(n) value keeps its blank padding (as Oracle CHAR(n) and SQL Server
+// char(n) return it, and as keel-pg2 hashes it), so a fixed-width column checksums alike on every engine (review F9).
+export function pgCanonical(ref: string, type: LogicalType, declared?: string): string {
+  switch (type) {
     case 'text':
+      return isFixedChar(declared) ? `textin(bpcharout(${ref}))` : `(${ref})::text`;
+    case 'int':
     case 'uuid':
       return `(${ref})::text`;
     case 'decimal':
       return `trim_scale(${ref})::text`;
+    case 'float':
+      // shortest text of the double (extra_float_digits > 0, PostgreSQL 12+), written without exponent
+      return `trim_scale((${ref})::text::numeric)::text`;
     case 'bool':
       return `(case when ${ref} then 't' when not ${ref} then 'f' end)`;
     case 'date':
-      return `to_char(${ref}, 'YYYY-MM-DD')`;
+      return temporal(ref, type, `to_char(${ref}, 'YYYY-MM-DD')`);
     case 'timestamp':
-      return `to_char(${ref}, 'YYYY-MM-DD"T"HH24:MI:SS.US')`;
+      return temporal(ref, type, `to_char(${ref}, 'YYYY-MM-DD"T"HH24:MI:SS.US')`);
     case 'timestamptz':
-      return `to_char((${ref}) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
+      return temporal(ref, type, `to_char((${ref}) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`);
     case 'bytes':
       return `encode(${ref}, 'hex')`;
   }
@@ -45,7 +95,7 @@ const TWO_64 = '18446744073709551616';
 // as uint64 modulo 2^64 (decimal text). See shared/transfer/checksum.ts for the definition.
 // keel-pg1 prints typed values: the session must run with these settings (transaction-local).
 export const PG_CHECKSUM_SETTINGS_SQL = `select set_config('timezone', 'UTC', true), set_config('datestyle', 'ISO, YMD', true),
-  set_config('bytea_output', 'hex', true), set_config('intervalstyle', 'postgres', true)`;
+  set_config('bytea_output', 'hex', true), set_config('intervalstyle', 'postgres', true), set_config('extra_float_digits', '1', true)`;
 
 // keel-pg2 field of one column (see shared/transfer/checksum.ts): hashed by its exact value with full 64-bit strength.
 // `declared` is the column's declared type on the side that runs the query (character(n) keeps its padding).
@@ -55,10 +105,10 @@ export function pg2Field(ref: string, type: LogicalType, declared?: string): str
       return `int8send((${ref})::bigint)`;
     case 'decimal':
       return `numeric_send(trim_scale(${ref}))`;
+    case 'float':
+      return `numeric_send(trim_scale((${ref})::text::numeric))`;
     case 'text':
-      return declared !== undefined && /^character(\(\d+\))?$/i.test(declared)
-        ? `(textin(bpcharout(${ref})) collate "C")`
-        : `((${ref})::text collate "C")`;
+      return isFixedChar(declared) ? `(textin(bpcharout(${ref})) collate "C")` : `((${ref})::text collate "C")`;
     case 'date':
       return `date_send(${ref})`;
     case 'timestamp':
@@ -77,16 +127,18 @@ export function pgChecksumQuery(
   from: string,
   where: string,
   algorithm: ChecksumAlgorithm = 'keel-v1',
+  extra: string[] = [], // more select expressions over the same rows
 ): string {
   const rowHash =
     algorithm === 'keel-pg2'
       ? `hash_record_extended(row(${cols.map((c) => pg2Field(c.ref, c.type, c.declared)).join(', ')}), 0)`
       : algorithm === 'keel-pg1'
         ? `hashtextextended(row(${cols.map((c) => (c.type === 'decimal' ? `trim_scale(${c.ref})` : c.ref)).join(', ')})::text, 0)`
-        : `('x' || left(md5(row(${cols.map((c) => pgCanonical(c.ref, c.type)).join(', ')})::text), 16))::bit(64)::bigint`;
+        : `('x' || left(md5(row(${cols.map((c) => pgCanonical(c.ref, c.type, c.declared)).join(', ')})::text), 16))::bit(64)::bigint`;
   const prefix =
     algorithm === 'keel-pg2' ? `'${PG2_PREFIX}' || ` : algorithm === 'keel-pg1' ? `'${PG1_PREFIX}' || ` : '';
-  return `select count(*)::text as n, ${prefix}(mod(mod(coalesce(sum(${rowHash}), 0), ${TWO_64}) + ${TWO_64}, ${TWO_64}))::text as checksum
+  const more = extra.length ? `, ${extra.join(', ')}` : '';
+  return `select count(*)::text as n${more}, ${prefix}(mod(mod(coalesce(sum(${rowHash}), 0), ${TWO_64}) + ${TWO_64}, ${TWO_64}))::text as checksum
             from ${from} where ${where}`;
 }
 

@@ -11,7 +11,7 @@ import type { TransferConfig } from '../../transfer/config.js';
 import { resolvedNames } from '../../transfer/config.js';
 import { TransferError } from '../../transfer/errors.js';
 import { quotePg } from '../../transfer/identifiers.js';
-import { mappedColumns } from '../../transfer/schema.js';
+import { checkColumnFits, mappedColumns } from '../../transfer/schema.js';
 import type {
   ApplyContext,
   ApplyResult,
@@ -24,7 +24,7 @@ import type {
   TargetAdapter,
 } from '../../transfer/types.js';
 import { DEFAULT_TRANSFER_TIMEOUTS } from '../../transfer/timeouts.js';
-import { PG_CHECKSUM_SETTINGS_SQL, pgChecksumQuery, pgLogicalType } from './transferSql.js';
+import { PG_CHECKSUM_SETTINGS_SQL, pgChecksumQuery, pgFacets, pgLogicalType } from './transferSql.js';
 import { PG_COPY_FORMAT, pgChecksumAlgorithms } from './client.js';
 
 // SQLSTATEs raised by sql/postgres/target/V001 (structured codes, never message text).
@@ -37,6 +37,22 @@ const KT_FENCED = 'KT005';
 function pgCode(err: unknown): string | undefined {
   const c = (err as { code?: unknown } | null)?.code;
   return typeof c === 'string' ? c : undefined;
+}
+
+// A value of the batch that the target refuses, and refuses again on every retry (the window is re-read with the
+// same value): data exceptions (class 22: too long, out of range, bad date), NOT NULL and CHECK violations. The batch
+// is refused with the terminal 'unsupported_type', with what the server says of the column and line, instead of
+// being staged again and again (issue 23). A foreign key (23503) stays retryable: its parent row may arrive later.
+export function pgDataError(batchId: string, err: unknown): TransferError | null {
+  const code = pgCode(err);
+  if (code === undefined || !(code.startsWith('22') || code === '23502' || code === '23514')) return null;
+  const e = err as { message?: string; where?: string; column?: string };
+  const column = e.column ?? /column (\w+)/.exec(e.where ?? '')?.[1] ?? null;
+  return new TransferError(
+    'unsupported_type',
+    `batch ${batchId}: SQLSTATE ${code} (${e.message ?? String(err)})${column ? ` at column ${column}` : ''}${e.where ? ` [${e.where.split('\n')[0]}]` : ''}. The same value fails on every retry, so the batch is refused; change the target column or the source value`,
+    { sqlstate: code, column },
+  );
 }
 
 // COPY text format: backslash, tab, newline and carriage return escaped; NULL is \N.
@@ -89,6 +105,7 @@ export class PostgresTransferTarget implements TargetAdapter {
   private readonly targetSchema: string | null;
   private readonly targetTable: string;
   private targetTypes = new Map<string, string>(); // target column -> declared type (from prepare)
+  private targetNotNull = new Set<string>(); // target columns declared NOT NULL (from prepare)
 
   constructor(
     private readonly t: TransferConfig,
@@ -119,12 +136,20 @@ export class PostgresTransferTarget implements TargetAdapter {
           `transfer ${this.t.name}: target column ${c.target} does not exist in ${this.t.target.table}`,
         );
       const logical = pgLogicalType(declared);
-      if (logical !== c.logical) {
+      // A double goes into double precision only (real would round it); c.staged: after the column's policy.
+      if (logical !== c.staged || (c.staged === 'float' && declared.toLowerCase() !== 'double precision')) {
         throw new TransferError(
           'target_incompatible',
-          `transfer ${this.t.name}: target column ${c.target} (${declared}) cannot hold source column ${c.source} (${c.type})`,
+          `transfer ${this.t.name}: target column ${c.target} (${declared}) cannot hold source column ${c.source} (${c.type}${c.policy ? `, declared ${c.policy.kind.replace(/_/g, ' ')}` : ''})`,
         );
       }
+      const f = pgFacets(declared, logical);
+      checkColumnFits(this.t, c, {
+        declared,
+        nullable: !this.targetNotNull.has(c.target),
+        ...f,
+        ...(logical === 'text' ? { maxBytes: null } : {}), // PostgreSQL lengths count characters
+      });
     }
     const keys = this.targetKeys();
     const idx = await this.pool.query(
@@ -160,11 +185,12 @@ export class PostgresTransferTarget implements TargetAdapter {
   // Declared types of the target table's columns (binary COPY decision, keel-pg2 fields of character(n) columns).
   private async loadTargetTypes(): Promise<Map<string, string>> {
     const res = await this.pool.query(
-      `select a.attname::text as name, format_type(a.atttypid, a.atttypmod) as type
+      `select a.attname::text as name, format_type(a.atttypid, a.atttypmod) as type, a.attnotnull as notnull
          from pg_attribute a where a.attrelid = to_regclass($1) and a.attnum > 0 and not a.attisdropped`,
       [this.qualifiedTarget()],
     );
     this.targetTypes = new Map<string, string>(res.rows.map((r) => [r.name, r.type]));
+    this.targetNotNull = new Set<string>(res.rows.filter((r) => r.notnull).map((r) => r.name as string));
     return this.targetTypes;
   }
 
@@ -259,7 +285,7 @@ export class PostgresTransferTarget implements TargetAdapter {
         opening = undefined;
         await s.release();
       } else {
-        const types = mapped.map((c) => c.logical);
+        const types = mapped.map((c) => c.staged);
         const rows = feed.rows[Symbol.asyncIterator]();
         try {
           for (;;) {
@@ -313,7 +339,7 @@ export class PostgresTransferTarget implements TargetAdapter {
       lap('stage.duplicateCheck');
       const sums = await client.query(
         pgChecksumQuery(
-          mapped.map((c) => ({ ref: quotePg(c.target), type: c.logical, declared: this.targetTypes.get(c.target) })),
+          mapped.map((c) => ({ ref: quotePg(c.target), type: c.staged, declared: this.targetTypes.get(c.target) })),
           stg,
           'keel_batch_id = $1',
           algorithmOf(req.manifest.checksum),
@@ -349,7 +375,7 @@ export class PostgresTransferTarget implements TargetAdapter {
           broken = e;
         });
       }
-      throw err;
+      throw pgDataError(req.batchId, err) ?? err;
     } finally {
       if (!broken && !lost) client.off('error', onError);
       client.release(broken ?? lost);
@@ -384,7 +410,7 @@ export class PostgresTransferTarget implements TargetAdapter {
       if (pgCode(err) === KT_NOT_STAGED) throw new TransferError('not_staged', (err as Error).message);
       if (pgCode(err) === KT_CONFLICT) throw new TransferError('staging_conflict', (err as Error).message);
       if (pgCode(err) === KT_MERGE_COUNT) throw new TransferError('target_incompatible', (err as Error).message);
-      throw err;
+      throw pgDataError(req.batchId, err) ?? err;
     }
   }
 

@@ -2,7 +2,7 @@
 // of every queue that got a due job, at commit. One dedicated connection per subscriber; when it drops, it is
 // re-opened with backoff, and the worker's polling covers the gap (polling is always the fallback).
 import pg from 'pg';
-import type { WakeupSource } from '../../jobs/processor.js';
+import type { WakeupSource } from '../../jobs/contract.js';
 
 export const WAKEUP_CHANNEL = 'keel_jobs';
 

@@ -5,6 +5,7 @@ import type { EngineDescriptor } from '../descriptor.js';
 export const sqlserver: EngineDescriptor = {
   name: 'sqlserver',
   capabilities: { jobStore: true, journal: true, transferSource: true, transferTarget: false },
+  telemetryDriver: 'tedious',
   transferSourceRules: { boundaryKinds: ['key', 'timestamp', 'rowversion'] },
   controlSetting: 'KEEL_SQL_CONNECTION',
   // In Azure the app's identity may only EXECUTE the procedures: the schema is installed with `npm run migrate`

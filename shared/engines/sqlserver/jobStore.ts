@@ -4,6 +4,7 @@ import sql from 'mssql';
 import path from 'node:path';
 import { sqlDir } from '../../config/sqlDir.js';
 import type {
+  CompleteRef,
   CancelResult,
   ClaimOptions,
   ClaimedJob,
@@ -31,6 +32,10 @@ import type {
   StartedJob,
   FireResult,
   ScheduleState,
+  JobCount,
+  CountResult,
+  DlqGroupPage,
+  WorkerLeases,
 } from '../../jobs/contract.js';
 import { BatchBackedJobStore } from '../../jobs/storeBase.js';
 import { IdempotencyConflictError } from '../../jobs/contract.js';
@@ -48,9 +53,14 @@ import {
   type RowCodec,
   toFireResult,
   toScheduleState,
+  toCountResult,
+  toDlqGroupPage,
+  toWorkerLeases,
 } from '../../jobs/rows.js';
 import { JOB_PROCEDURES, pascalCase, type JobProcedure } from '../../jobs/procedures.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, isLeaseRef, prepareEnqueue, typeMaxAttemptsJson } from '../../jobs/validate.js';
+import { resultsByIdJson, type JobProgress } from '../../jobs/progress.js';
+import type { JobLogLine } from '../../jobs/jobLog.js';
 import { SqlServerPool, sharedSqlServerPool, type PoolOptions } from './pool.js';
 import { isOutcomeUnknown, withSqlRetry, type RetryOptions, type RetryPolicy } from './retry.js';
 import { migrateSqlServer } from './migrate.js';
@@ -80,7 +90,9 @@ export const SQLSERVER_PARAMS: ParamTypes = {
   claim_and_start: { WorkerId: sql.NVarChar(200), Queues: sql.NVarChar(MAX), Limit: sql.Int, LeaseSeconds: sql.Int },
   start_many: { Leases: sql.NVarChar(MAX) },
   heartbeat: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier },
-  complete_many: { Leases: sql.NVarChar(MAX) },
+  complete_many: { Leases: sql.NVarChar(MAX), Results: sql.NVarChar(MAX) },
+  report_progress: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier, Progress: sql.NVarChar(MAX) },
+  append_job_log: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier, Lines: sql.NVarChar(MAX), MaxLines: sql.Int },
   retry: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier, RunAt: sql.DateTime2(3), Error: sql.NVarChar(MAX) },
   fail: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier, Reason: sql.VarChar(16), Error: sql.NVarChar(MAX) },
   release: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier },
@@ -101,6 +113,19 @@ export const SQLSERVER_PARAMS: ParamTypes = {
   stats: {},
   metrics: { WindowMinutes: sql.Int, Queue: sql.NVarChar(128) },
   list_queues: { Name: sql.NVarChar(128) },
+  count_jobs: {
+    Location: sql.VarChar(10),
+    Queue: sql.NVarChar(128),
+    Type: sql.NVarChar(256),
+    Tag: sql.NVarChar(64),
+    State: sql.VarChar(10),
+    Reason: sql.VarChar(16),
+    From: sql.DateTime2(3),
+    To: sql.DateTime2(3),
+    Cap: sql.Int,
+  },
+  dlq_groups: { Queue: sql.NVarChar(128), Offset: sql.Int, Limit: sql.Int },
+  list_workers: {},
   list_schedules: { Name: sql.NVarChar(100) },
   set_schedule_paused: { Name: sql.NVarChar(100), Paused: sql.Bit },
   fire_schedule: {
@@ -344,13 +369,35 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     return { status: r!.Status as OwnerResult, cancelRequested: Boolean(r!.CancelRequested) };
   }
 
-  async completeMany(refs: LeaseRef[]): Promise<OwnerResultById[]> {
+  async reportProgress(ref: LeaseRef, progress: JobProgress): Promise<OwnerResult> {
+    const [r] = await this.call(
+      'report_progress',
+      { JobId: ref.jobId, LeaseId: ref.leaseId, Progress: JSON.stringify(progress) },
+      'safe', // idempotent: writing the same progress twice is the same as once
+    );
+    return r!.Result as OwnerResult;
+  }
+
+  async appendJobLog(ref: LeaseRef, lines: JobLogLine[], maxLines: number): Promise<OwnerResult> {
+    const [r] = await this.call(
+      'append_job_log',
+      { JobId: ref.jobId, LeaseId: ref.leaseId, Lines: JSON.stringify(lines), MaxLines: maxLines },
+      'once', // an append whose reply was lost may have happened: never sent twice
+    );
+    return r!.Result as OwnerResult;
+  }
+
+  async completeMany(refs: CompleteRef[]): Promise<OwnerResultById[]> {
     if (refs.length === 0) return [];
     const valid = refs.filter(isLeaseRef);
     const done = new Map<string, 'ok' | 'cancelled'>();
     if (valid.length) {
       try {
-        const rows = await this.call('complete_many', { Leases: leasesJson(valid) }, 'once');
+        const rows = await this.call(
+          'complete_many',
+          { Leases: leasesJson(valid), Results: resultsByIdJson(valid) },
+          'once',
+        );
         for (const r of rows) if (r.Status === 'ok' || r.Status === 'cancelled') done.set(String(r.JobId), r.Status);
       } catch (err) {
         if (!isOutcomeUnknown(err)) throw err;
@@ -567,6 +614,34 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
       'safe',
     );
     return toJobPage(rows, s.limit, jobRecord);
+  }
+
+  async countJobs(c: JobCount): Promise<CountResult> {
+    const [r] = await this.call(
+      'count_jobs',
+      {
+        Location: c.location,
+        Queue: c.queue ?? null,
+        Type: c.type ?? null,
+        Tag: c.tag ?? null,
+        State: c.state ?? null,
+        Reason: c.reason ?? null,
+        From: c.from ?? null,
+        To: c.to ?? null,
+        Cap: c.cap,
+      },
+      'safe',
+    );
+    return toCountResult(camelKeys(r!));
+  }
+
+  async dlqGroups(queue: string | null, offset: number, limit: number): Promise<DlqGroupPage> {
+    const rows = await this.call('dlq_groups', { Queue: queue, Offset: offset, Limit: limit }, 'safe');
+    return toDlqGroupPage(rows.map(camelKeys));
+  }
+
+  async listWorkers(): Promise<WorkerLeases[]> {
+    return (await this.call('list_workers', {}, 'safe')).map((r) => toWorkerLeases(camelKeys(r)));
   }
 
   async close(): Promise<void> {

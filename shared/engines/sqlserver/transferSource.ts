@@ -15,7 +15,7 @@ import type { TransferConfig } from '../../transfer/config.js';
 import { resolvedNames } from '../../transfer/config.js';
 import { qualifiedMssql, quoteMssql } from '../../transfer/identifiers.js';
 import { buildSourceSchema, mappedColumns } from '../../transfer/schema.js';
-import type { Manifest, SourceAdapter, SourceSchema, Window } from '../../transfer/types.js';
+import type { Manifest, SourceAdapter, SourceSchema, TypeFacets, Window } from '../../transfer/types.js';
 import { sharedSqlServerPool, type SqlServerPool } from './pool.js';
 import { DEFAULT_TRANSFER_TIMEOUTS, type TransferTimeouts } from '../../transfer/timeouts.js';
 
@@ -38,6 +38,7 @@ export function mssqlLogicalType(declared: string): LogicalType | null {
   const t = declared.toLowerCase().replace(/\(.*$/, '').trim();
   if (['tinyint', 'smallint', 'int', 'bigint'].includes(t)) return 'int';
   if (['decimal', 'numeric', 'money', 'smallmoney'].includes(t)) return 'decimal';
+  if (t === 'float' || t === 'real') return 'float'; // only through a declared float policy
   if (['char', 'varchar', 'nchar', 'nvarchar'].includes(t)) return 'text';
   if (t === 'bit') return 'bool';
   if (t === 'date') return 'date';
@@ -46,6 +47,36 @@ export function mssqlLogicalType(declared: string): LogicalType | null {
   if (['binary', 'varbinary'].includes(t)) return 'bytes';
   if (t === 'uniqueidentifier') return 'uuid';
   return null; // rowversion/timestamp: usable as a boundary only
+}
+
+// The bounds of a declared SQL Server type (system_type_name), for prepare's checks on the target. UTF-8 bytes at most:
+// char/varchar(n) hold n bytes of their code page, each at most 3 bytes in UTF-8 (n with a _UTF8 collation, which
+// this does not see); nchar/nvarchar(n) hold n UTF-16 code units, each at most 3 bytes in UTF-8. char(n) and nchar(n)
+// arrive blank-padded to n (the driver returns them as stored), and stay padded in canonical text.
+export function mssqlFacets(declared: string, logical: LogicalType): TypeFacets {
+  const t = declared.toLowerCase().trim();
+  const base = t.replace(/\(.*$/, '').trim();
+  const n = /\((max|\d+)(?:,\s*(\d+))?\)/.exec(t);
+  const len = n && n[1] !== 'max' ? Number(n[1]) : null;
+  switch (logical) {
+    case 'text':
+      return { maxChars: len, maxBytes: len === null ? null : 3 * len, fixed: base === 'char' || base === 'nchar' };
+    case 'int':
+      return { intBits: base === 'tinyint' ? 8 : base === 'smallint' ? 16 : base === 'int' ? 32 : 64 };
+    case 'decimal':
+      if (base === 'money') return { precision: 19, scale: 4 };
+      if (base === 'smallmoney') return { precision: 10, scale: 4 };
+      return { precision: len ?? 18, scale: n?.[2] !== undefined ? Number(n[2]) : 0 };
+    case 'timestamp':
+      // datetime's 1/300 s ticks read as .xxx3333 (datetime2(7)); smalldatetime has whole minutes
+      return { fraction: base === 'smalldatetime' ? 0 : base === 'datetime' ? 7 : (len ?? 7) };
+    case 'timestamptz':
+      return { fraction: len ?? 7 };
+    case 'bytes':
+      return { maxBytes: len };
+    default:
+      return {};
+  }
 }
 
 // How the data reads of a window see the source (review F9). Under SQL Server's default locking READ COMMITTED a
@@ -110,17 +141,27 @@ export class SqlServerTransferSource implements SourceAdapter {
   async readSchema(): Promise<SourceSchema> {
     const req = await this.pool.request();
     req.input('tsql', sql.NVarChar(sql.MAX), `SELECT * FROM ${this.from}`);
-    const res = await req.query<{ name: string; system_type_name: string }>(
-      `SELECT name, system_type_name FROM sys.dm_exec_describe_first_result_set(@tsql, NULL, 0) WHERE is_hidden = 0 ORDER BY column_ordinal`,
+    const res = await req.query<{ name: string; system_type_name: string; is_nullable: boolean | null }>(
+      `SELECT name, system_type_name, is_nullable FROM sys.dm_exec_describe_first_result_set(@tsql, NULL, 0) WHERE is_hidden = 0 ORDER BY column_ordinal`,
     );
     const found = new Map<string, string>();
-    for (const r of res.recordset) found.set(r.name, r.system_type_name);
-    const schema = buildSourceSchema(this.t, found, mssqlLogicalType, (declared, logical) =>
-      this.t.boundary.kind === 'rowversion'
-        ? isRowversion(declared)
-        : this.t.boundary.kind === 'key'
-          ? logical === 'int'
-          : logical === 'timestamp' || logical === 'timestamptz',
+    const nullable = new Map<string, boolean>();
+    for (const r of res.recordset) {
+      found.set(r.name, r.system_type_name);
+      if (r.is_nullable !== null && r.is_nullable !== undefined) nullable.set(r.name, Boolean(r.is_nullable));
+    }
+    const schema = buildSourceSchema(
+      this.t,
+      found,
+      mssqlLogicalType,
+      (declared, logical) =>
+        this.t.boundary.kind === 'rowversion'
+          ? isRowversion(declared)
+          : this.t.boundary.kind === 'key'
+            ? logical === 'int'
+            : logical === 'timestamp' || logical === 'timestamptz',
+      mssqlFacets,
+      nullable,
     );
     this.boundaryDeclared = found.get(this.t.boundary.column) ?? null;
     this.isolation = await this.readIsolation();

@@ -1,0 +1,32 @@
+// @keel/client: enqueue Keel jobs from another application — over the HTTP API (function key or Entra token) or
+// inside the producer's own PostgreSQL transaction — typed by a job type map. See README.md.
+export {
+  KeelHttpClient,
+  type CallOptions,
+  type EnqueuedJob,
+  type HttpClientOptions,
+  type TokenCredentialLike,
+  type TokenSource,
+} from './http.js';
+export {
+  enqueueInTransaction,
+  encodeJobMessage,
+  type PgQueryable,
+  type QueueSender,
+  type TransactionalEnqueueOptions,
+  type TransactionalEnqueueResult,
+} from './pg.js';
+export {
+  jobTypes,
+  jobTypesFrom,
+  DEFAULT_QUEUE,
+  type HandlerLike,
+  type JobInput,
+  type JobOptions,
+  type JobTypeMap,
+  type JobTypeSpec,
+  type JobTypesOf,
+  type PayloadOf,
+} from './jobTypes.js';
+export { IdempotencyConflictError, KeelApiError, KeelUnavailableError } from './errors.js';
+export { LIMITS, SCHEDULE_KEY_PREFIX, ValidationError, prepareEnqueue, type EnqueueJob } from './rules.js';

@@ -1,0 +1,263 @@
+// Executing one attempt of a started job (River: internal/jobexecutor): the handler's context, its payload parsed by
+// the handler's schema, the wait for a slot under the type's concurrency limit, the timeout, and the abort switch
+// raced against the handler. Heartbeats: the running jobs and the one timer that beats them. What happens to the
+// job afterwards is the processor's (shared/jobs/processor.ts) and the completer's (completer.ts).
+import type { ClaimedJob, JobId } from './contract.js';
+import { FatalError, type JobContext, type JobLogger, type RegisteredHandler } from './registry.js';
+import { resultJson, type ProgressInput } from './progress.js';
+
+// A handler's return value as the JSON to store; a value that cannot be stored fails the attempt as fatal (running
+// it again would return the same). Shared with the handler test kit (test/kit.ts).
+export function resultOf(value: unknown, maxBytes: number): string | undefined {
+  try {
+    return resultJson(value, maxBytes);
+  } catch (err) {
+    throw new FatalError(`the handler's ${(err as Error).message}`);
+  }
+}
+
+export type AbortReason = 'cancelled' | 'timeout' | 'lease_lost' | 'shutdown';
+
+// The error a handler's signal aborts with; `reason` says why.
+export class JobAbortedError extends Error {
+  constructor(readonly reason: AbortReason) {
+    super(`job aborted: ${reason}`);
+    this.name = 'JobAbortedError';
+  }
+}
+
+// One attempt's abort switch: the handler's signal, a promise that rejects when it fires (raced against the handler,
+// so a handler that ignores its signal cannot hold the worker) and the first reason given. Shared with the handler
+// test kit (test/kit.ts), so a handler under test is aborted exactly as the processor aborts it.
+// The AbortController and the promise are made only when something asks for them: most handlers never read their
+// signal, and at thousands of jobs a second they were the processor's main cost (bench/README.md).
+export class AttemptAbort {
+  private controller: AbortController | undefined;
+  private rejectAborted: ((e: unknown) => void) | undefined;
+  private rejectRace: ((e: unknown) => void) | undefined;
+  private abortedPromise: Promise<never> | undefined;
+  private firstReason: AbortReason | undefined;
+  private error: JobAbortedError | undefined;
+
+  get signal(): AbortSignal {
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.error) this.controller.abort(this.error);
+    }
+    return this.controller.signal;
+  }
+
+  // Rejects with the JobAbortedError once abort() is called.
+  get aborted(): Promise<never> {
+    if (!this.abortedPromise) {
+      this.abortedPromise = this.error
+        ? Promise.reject(this.error)
+        : new Promise<never>((_, reject) => (this.rejectAborted = reject));
+      this.abortedPromise.catch(() => undefined); // raced, not always awaited
+    }
+    return this.abortedPromise;
+  }
+
+  get reason(): AbortReason | undefined {
+    return this.firstReason;
+  }
+
+  // Settles with the task, or rejects with the JobAbortedError as soon as the attempt is aborted (one promise, where
+  // Promise.race with `aborted` takes three). For the attempt's one handler call.
+  race<T>(task: Promise<T>): Promise<T> {
+    if (this.error) return Promise.reject(this.error);
+    return new Promise<T>((resolve, reject) => {
+      this.rejectRace = reject;
+      task.then(resolve, reject);
+    });
+  }
+
+  readonly abort = (reason: AbortReason): void => {
+    if (this.firstReason) return;
+    this.firstReason = reason;
+    const err = (this.error = new JobAbortedError(reason));
+    this.controller?.abort(err);
+    this.rejectAborted?.(err);
+    this.rejectRace?.(err);
+  };
+}
+
+// A job type's concurrency limit inside one processor (HandlerOptions.concurrency): waiters are served in arrival
+// order.
+export class TypeConcurrencyLimit {
+  private active = 0;
+  private readonly waiters: (() => void)[] = [];
+
+  constructor(private readonly limit: number) {}
+
+  // Resolves with a release function once a slot is free; `cancel` withdraws a waiter that no longer needs one.
+  acquire(): { ready: Promise<() => void>; cancel: () => void } {
+    let done = false;
+    const free = () => {
+      if (done) return;
+      done = true;
+      this.active--;
+      this.waiters.shift()?.();
+    };
+    if (this.active < this.limit) {
+      this.active++;
+      return { ready: Promise.resolve(free), cancel: () => undefined };
+    }
+    let wake!: () => void;
+    const ready = new Promise<() => void>((resolve) => {
+      wake = () => {
+        this.active++;
+        resolve(free);
+      };
+      this.waiters.push(wake);
+    });
+    return {
+      ready,
+      cancel: () => {
+        const i = this.waiters.indexOf(wake);
+        if (i >= 0) this.waiters.splice(i, 1);
+        else void ready.then((r) => r()); // woken meanwhile: hand the slot on (ready never rejects)
+      },
+    };
+  }
+}
+
+// A handler with a payload schema gets the parsed payload. Enqueue already checked it; a row written around that
+// check (straight through the store, or before the schema changed) fails here as 'fatal', naming the field.
+function parsePayload(registered: RegisteredHandler, payload: unknown): unknown {
+  const schema = registered.options.payload;
+  if (!schema) return payload;
+  const r = schema.safeParse(payload);
+  if (r.success) return r.data;
+  const issue = r.error.issues[0]!;
+  const path = issue.path.map((p) => (typeof p === 'number' ? `[${p}]` : `.${String(p)}`)).join('');
+  throw new FatalError(`payload${path}: ${issue.message} (the payload does not match the handler's schema)`);
+}
+
+// How an attempt's handler ended: it returned (and was not aborted meanwhile), or `error` (thrown, or the
+// JobAbortedError of the abort's reason).
+// resultJson: what it returned, as stored JSON (absent for nothing).
+export type AttemptResult = { ok: true; resultJson?: string } | { ok: false; error: unknown };
+
+// Runs the handler once under `abort`: parse the payload, wait for a slot of the type's limit (the job heartbeats
+// meanwhile; a cancel, lost lease or shutdown ends the wait), then the handler, raced against the abort and the
+// type's timeout, which starts when the slot is given. The slot and the timer are released before it returns.
+export async function runAttempt(a: {
+  registered: RegisteredHandler;
+  job: ClaimedJob;
+  attempt: number;
+  abort: AttemptAbort;
+  heartbeat: () => Promise<void>;
+  log: () => JobLogger; // ctx.log, asked for on first use (the processor's job log is made then)
+  progress: (input: ProgressInput) => void; // ctx.progress
+  maxResultBytes: number;
+  typeLimit: TypeConcurrencyLimit | undefined;
+}): Promise<AttemptResult> {
+  const { registered, job, abort: attemptAbort } = a;
+  const ctx: JobContext = {
+    jobId: job.id,
+    attempt: a.attempt,
+    idempotencyKey: job.idempotencyKey,
+    queue: job.queue,
+    type: job.type,
+    get signal() {
+      return attemptAbort.signal; // made on first use
+    },
+    get log() {
+      return a.log();
+    },
+    heartbeat: a.heartbeat,
+    progress: a.progress,
+  };
+  let timeout: ReturnType<typeof setTimeout> | undefined;
+  let releaseSlot: (() => void) | undefined;
+  try {
+    const payload = parsePayload(registered, job.payload);
+    if (a.typeLimit) {
+      const wait = a.typeLimit.acquire();
+      try {
+        releaseSlot = await Promise.race([wait.ready, attemptAbort.aborted]);
+      } catch (err) {
+        wait.cancel();
+        throw err;
+      }
+    }
+    timeout = setTimeout(() => attemptAbort.abort('timeout'), registered.options.timeoutMs);
+    // A handler that throws at once lands in the catch below, as a rejection does.
+    let returned: unknown;
+    if (!attemptAbort.reason) returned = await attemptAbort.race(Promise.resolve(registered.handler(payload, ctx)));
+    if (attemptAbort.reason) return { ok: false, error: new JobAbortedError(attemptAbort.reason) };
+    const text = resultOf(returned, a.maxResultBytes); // a FatalError when it cannot be stored: caught below
+    return text === undefined ? { ok: true } : { ok: true, resultJson: text };
+  } catch (err) {
+    return { ok: false, error: err };
+  } finally {
+    releaseSlot?.();
+    clearTimeout(timeout);
+  }
+}
+
+export interface RunningJob {
+  jobId: JobId;
+  abort(reason: AbortReason): void;
+  beat(): Promise<void>;
+  nextBeatAt: number; // the one heartbeat timer beats the job once this time has passed; Infinity: no more beats
+}
+
+// The jobs running in one processor, from start until their outcome is written, and the one timer that beats them
+// (a timer per job cost as much as the rest of a no-op job's bookkeeping). It ticks at a quarter of the interval,
+// so a beat comes at most 1.25 intervals apart, and stops when no job is left.
+export class RunningJobs {
+  private readonly jobs = new Map<JobId, RunningJob>();
+  private readonly emptyWaiters: (() => void)[] = [];
+  private beatTimer: ReturnType<typeof setInterval> | undefined;
+
+  constructor(
+    private readonly heartbeatIntervalMs: number,
+    private readonly log: JobLogger,
+  ) {}
+
+  get size(): number {
+    return this.jobs.size;
+  }
+
+  get(jobId: JobId): RunningJob | undefined {
+    return this.jobs.get(jobId);
+  }
+
+  values(): IterableIterator<RunningJob> {
+    return this.jobs.values();
+  }
+
+  add(job: RunningJob): RunningJob {
+    this.jobs.set(job.jobId, job);
+    this.scheduleBeats();
+    return job;
+  }
+
+  delete(jobId: JobId): void {
+    this.jobs.delete(jobId);
+    if (this.jobs.size > 0) return;
+    if (this.beatTimer) clearInterval(this.beatTimer);
+    this.beatTimer = undefined;
+    for (const wake of this.emptyWaiters.splice(0)) wake();
+  }
+
+  // Resolves once no job is running (at once when none is).
+  whenEmpty(): Promise<void> {
+    return this.jobs.size === 0 ? Promise.resolve() : new Promise<void>((r) => this.emptyWaiters.push(r));
+  }
+
+  private scheduleBeats(): void {
+    if (this.beatTimer) return;
+    const tick = Math.max(5, Math.floor(this.heartbeatIntervalMs / 4));
+    this.beatTimer = setInterval(() => {
+      const now = Date.now();
+      for (const r of this.jobs.values()) {
+        if (now < r.nextBeatAt) continue;
+        r.nextBeatAt = now + this.heartbeatIntervalMs;
+        r.beat().catch((e: unknown) => this.log.warn('heartbeat failed', { jobId: r.jobId, error: String(e) }));
+      }
+    }, tick);
+  }
+}

@@ -1,0 +1,228 @@
+// The claim loop (River: producer.go): claims due jobs (claim and start in one statement) while slots are free, hands
+// them to the processor to run, and waits (for a slot, a poll or a wake-up) when it may not claim. Worker runs it for
+// as long as it lives; JobProcessor.drain for a time budget (the timer dispatcher).
+import type { JobOutcome, StartedJob, WakeupSource } from './contract.js';
+import type { JobLogger } from './registry.js';
+
+// What the claim loop needs of the processor.
+export interface ClaimLoopRunner {
+  claimAndStart(queues: string[], limit: number): Promise<StartedJob[]>;
+  // onJobDone once per job as its outcome is written; onHandlerDone once per job as its handler ends (before that).
+  runStarted(
+    jobs: StartedJob[],
+    onJobDone?: (outcome: JobOutcome) => void,
+    onHandlerDone?: () => void,
+  ): Promise<JobOutcome[]>;
+}
+
+export interface ClaimLoopOptions {
+  queues: string[];
+  concurrency: number;
+  claimBatch?: number;
+  shouldStop: () => boolean;
+  // jobFinished: a job's handler or finalization ended. allFinalized(): resolves once no claimed job is left running
+  // or being finalized (at once when none is); called only by a wait that needs it, so no waiter is left behind.
+  idleWait: (
+    mode: 'idle' | 'slots',
+    jobFinished: Promise<void>,
+    allFinalized: () => Promise<void>,
+  ) => Promise<'stop' | 'continue'>;
+  onOutcome?: (o: JobOutcome) => void;
+  stopWhenIdle?: boolean;
+}
+
+// The loop's count of claimed jobs: handlers running, and jobs held (claimed and not yet finalized: running, or
+// being completed, retried or dead-lettered). Each change wakes `changed`, and the last finalization the waiters of
+// allFinalized().
+export class Inflight {
+  private running = 0;
+  private held = 0;
+  private signal: () => void = () => undefined;
+  private changedPromise = new Promise<void>((r) => (this.signal = r));
+  private readonly finalizedWaiters: (() => void)[] = [];
+
+  get heldCount(): number {
+    return this.held;
+  }
+
+  // Settles at the next change of the counts.
+  get changed(): Promise<void> {
+    return this.changedPromise;
+  }
+
+  // Slots free to claim into: a running handler takes one of `concurrency`, and at most 2 x `concurrency` jobs are
+  // held (the next claim overlaps the previous jobs' completion).
+  free(concurrency: number): number {
+    return Math.min(concurrency - this.running, 2 * concurrency - this.held);
+  }
+
+  readonly allFinalized = (): Promise<void> =>
+    this.held === 0 ? Promise.resolve() : new Promise<void>((r) => this.finalizedWaiters.push(r));
+
+  // A claimed batch of n jobs. Each job reports its handler's end and its finalization once; giveBack() returns what a
+  // batch that failed as a whole never reported.
+  claimed(n: number): { handlerDone(): void; finalized(): void; giveBack(): void } {
+    this.running += n;
+    this.held += n;
+    let handlersRunning = n;
+    let unreported = n;
+    return {
+      handlerDone: () => {
+        handlersRunning--;
+        this.running--;
+        this.notify();
+      },
+      finalized: () => {
+        unreported--;
+        this.held--;
+        this.notify();
+      },
+      giveBack: () => {
+        this.running -= handlersRunning;
+        handlersRunning = 0;
+        this.held -= unreported;
+        unreported = 0;
+        this.notify();
+      },
+    };
+  }
+
+  private notify(): void {
+    const s = this.signal;
+    this.changedPromise = new Promise<void>((r) => (this.signal = r));
+    s();
+    if (this.held === 0) for (const r of this.finalizedWaiters.splice(0)) r();
+  }
+}
+
+// Claims and runs jobs, keeping at most `concurrency` handlers (jobs, not batches) running. Once jobs are running it
+// claims again only when at least `claimBatch` slots are free (default half the concurrency: claims of a quarter made
+// six Worker processes on one queue slower than one, bench:workers run 56), so a busy loop claims and completes in
+// batches instead of one round trip per job. A slot is free once its handler has finished: the next claim overlaps
+// the previous jobs' completion (their round trip and commit), with at most 2 x `concurrency` jobs held in all
+// (running or being finalized). Claims start the jobs in the same statement (claimAndStart): what this loop claims it
+// runs at once, so the separate 'fetched' step would only cost a row version and a round trip per job.
+// (processById keeps claim + start: its claim may come back as not_claimed.)
+export async function runClaimLoop(runner: ClaimLoopRunner, log: JobLogger, opts: ClaimLoopOptions): Promise<void> {
+  const concurrency = Math.max(1, Math.floor(opts.concurrency));
+  const claimBatch = Math.max(1, Math.min(concurrency, opts.claimBatch ?? Math.ceil(concurrency / 2)));
+  const batches = new Set<Promise<void>>();
+  const inflight = new Inflight();
+  while (!opts.shouldStop()) {
+    const free = inflight.free(concurrency);
+    let idle = false;
+    if (free >= (inflight.heldCount === 0 ? 1 : claimBatch)) {
+      let jobs: StartedJob[] = [];
+      try {
+        jobs = await runner.claimAndStart(opts.queues, free);
+      } catch (err) {
+        log.error('claim failed', { error: String(err) });
+      }
+      if (jobs.length > 0) {
+        const batch = inflight.claimed(jobs.length);
+        const p: Promise<void> = runner
+          .runStarted(
+            jobs,
+            (o) => {
+              batch.finalized();
+              opts.onOutcome?.(o);
+            },
+            batch.handlerDone,
+          )
+          .then(() => undefined)
+          .catch((err) => log.error('batch failed', { error: String(err) }))
+          .finally(() => {
+            batches.delete(p);
+            batch.giveBack(); // a batch that failed as a whole gives its slots back too
+          });
+        batches.add(p);
+        if (jobs.length === free) continue; // there may be more due: claim again as soon as slots free up
+      } else if (inflight.heldCount === 0 && opts.stopWhenIdle) break;
+      idle = true; // fewer due jobs than free slots
+    }
+    // 'slots': wait for a running job to finish. 'idle': nothing (more) is due; wait for the poll or a wake-up.
+    if ((await opts.idleWait(idle ? 'idle' : 'slots', inflight.changed, inflight.allFinalized)) === 'stop') break;
+  }
+  await Promise.allSettled([...batches]);
+}
+
+// What the long-running Worker drives: the processor's claim loop and its graceful stop.
+export interface WorkerProcessor {
+  runSlots(opts: ClaimLoopOptions): Promise<void>;
+  shutdown(graceMs?: number): Promise<void>;
+}
+
+// A long-running worker (npm start, tests): keeps up to `concurrency` jobs running. It polls every pollIntervalMs
+// when idle, and wakes at once when `wakeups` (e.g. PostgreSQL LISTEN/NOTIFY on enqueue) says jobs arrived.
+export class Worker<P extends WorkerProcessor = WorkerProcessor> {
+  private loop: Promise<void> | undefined;
+  private stopped = false;
+  private wake: (() => void) | undefined;
+  private wokenWhileBusy = false; // a wake-up that arrived while the loop was claiming: do not sleep on it
+  private unsubscribe: (() => Promise<void>) | undefined;
+
+  constructor(
+    readonly processor: P,
+    private readonly opts: {
+      queues: string[];
+      concurrency: number;
+      claimBatch?: number;
+      pollIntervalMs?: number;
+      log?: JobLogger;
+      wakeups?: WakeupSource;
+    },
+  ) {}
+
+  start(): void {
+    if (this.loop) return;
+    this.loop = this.run();
+  }
+
+  private async run(): Promise<void> {
+    if (this.opts.wakeups) {
+      try {
+        this.unsubscribe = await this.opts.wakeups.subscribe(this.opts.queues, () => {
+          if (this.wake) this.wake();
+          else this.wokenWhileBusy = true;
+        });
+      } catch (err) {
+        this.opts.log?.warn('wake-up subscription failed; polling only', { error: String(err) });
+      }
+    }
+    try {
+      await this.processor.runSlots({
+        queues: this.opts.queues,
+        concurrency: this.opts.concurrency,
+        claimBatch: this.opts.claimBatch,
+        shouldStop: () => this.stopped,
+        idleWait: (mode, jobFinished) =>
+          new Promise<'stop' | 'continue'>((resolve) => {
+            if (this.stopped) return resolve('stop');
+            if (mode === 'idle' && this.wokenWhileBusy) {
+              this.wokenWhileBusy = false;
+              return resolve('continue');
+            }
+            // Slots taken: a finishing job (or stop) frees one. Idle: the poll interval or a wake-up (or stop).
+            const t =
+              mode === 'slots' ? undefined : setTimeout(() => resolve('continue'), this.opts.pollIntervalMs ?? 500);
+            this.wake = () => {
+              if (t) clearTimeout(t);
+              resolve('continue');
+            };
+            if (mode === 'slots') void jobFinished.then(() => this.wake?.());
+          }).finally(() => {
+            this.wake = undefined;
+          }),
+      });
+    } finally {
+      await this.unsubscribe?.().catch(() => undefined);
+    }
+  }
+
+  async stop(graceMs = 10_000): Promise<void> {
+    this.stopped = true;
+    this.wake?.();
+    await this.processor.shutdown(graceMs);
+    await this.loop;
+  }
+}

@@ -1,0 +1,223 @@
+// The processor's parts without a database: the claim loop's slot accounting (producer.ts) over a fake runner, and
+// the completer's one finalization path (completer.ts) over a fake store. test/jobs/processor.test.ts runs the whole
+// processor on PostgreSQL.
+import { describe, expect, it } from 'vitest';
+import type { ClaimedJob, JobOutcome, JobStore, LeaseRef, StartedJob } from '../../shared/jobs/contract.js';
+import { Completer } from '../../shared/jobs/completer.js';
+import { Inflight, runClaimLoop, type ClaimLoopRunner } from '../../shared/jobs/producer.js';
+import { silentLogger } from '../../shared/jobs/registry.js';
+import { LIMITS } from '../../shared/jobs/validate.js';
+
+const job = (id: number): StartedJob => ({
+  id: String(id),
+  leaseId: `lease-${id}`,
+  queue: 'q',
+  type: 't',
+  payload: null,
+  priority: 0,
+  attempts: 0,
+  maxAttempts: null,
+  queueMaxAttempts: 5,
+  idempotencyKey: null,
+  tags: [],
+  runAt: new Date(0),
+  createdAt: new Date(0),
+  leaseExpiresAt: new Date(0),
+  attempt: 1,
+});
+
+// A runner whose jobs finish when the test says: `finishHandler` ends a handler, `finalize` writes its outcome.
+function fakeRunner(due: number) {
+  let next = 1;
+  const claims: number[] = [];
+  const handlers: (() => void)[] = [];
+  const finals: (() => void)[] = [];
+  let failNextBatch = false;
+  const runner: ClaimLoopRunner = {
+    async claimAndStart(_queues, limit) {
+      claims.push(limit);
+      const n = Math.min(limit, due - (next - 1));
+      return Array.from({ length: n }, () => job(next++));
+    },
+    runStarted(jobs, onJobDone, onHandlerDone) {
+      if (failNextBatch) {
+        failNextBatch = false;
+        return Promise.reject(new Error('batch failed as a whole'));
+      }
+      return Promise.all(
+        jobs.map(
+          () =>
+            new Promise<JobOutcome>((resolve) => {
+              handlers.push(() => onHandlerDone?.());
+              finals.push(() => {
+                onJobDone?.('succeeded');
+                resolve('succeeded');
+              });
+            }),
+        ),
+      );
+    },
+  };
+  return {
+    runner,
+    claims,
+    finishHandlers: () => handlers.splice(0).forEach((f) => f()),
+    finalizeAll: () => finals.splice(0).forEach((f) => f()),
+    failNextBatch: () => (failNextBatch = true),
+  };
+}
+
+describe('claim loop (producer.ts)', () => {
+  it('counts jobs, not batches: claims only the free slots, holds at most 2 x concurrency, and claims again once a batch of slots is free', async () => {
+    const fake = fakeRunner(100);
+    let stop = false;
+    const waits: ('idle' | 'slots')[] = [];
+    const loop = runClaimLoop(fake.runner, silentLogger, {
+      queues: ['q'],
+      concurrency: 4,
+      shouldStop: () => stop,
+      idleWait: async (mode, jobFinished) => {
+        waits.push(mode);
+        await jobFinished;
+        return 'continue';
+      },
+    });
+    await new Promise((r) => setImmediate(r));
+    expect(fake.claims).toEqual([4]); // four running: no free slot
+    fake.finishHandlers(); // handlers done, outcomes not yet written: 4 held, 0 running
+    await new Promise((r) => setImmediate(r));
+    expect(fake.claims).toEqual([4, 4]); // the next claim overlaps the previous batch's completion
+    fake.finishHandlers(); // 8 held: the cap of 2 x concurrency, so no claim
+    await new Promise((r) => setImmediate(r));
+    expect(fake.claims).toEqual([4, 4]);
+    fake.finalizeAll();
+    await new Promise((r) => setImmediate(r));
+    expect(fake.claims).toEqual([4, 4, 4]);
+    expect(waits.every((w) => w === 'slots')).toBe(true);
+    stop = true;
+    fake.finishHandlers();
+    fake.finalizeAll();
+    await loop;
+  });
+
+  it('a batch that fails as a whole gives its slots back, and stopWhenIdle ends the loop once nothing is held', async () => {
+    const fake = fakeRunner(3);
+    fake.failNextBatch();
+    const outcomes: JobOutcome[] = [];
+    const loop = runClaimLoop(fake.runner, silentLogger, {
+      queues: ['q'],
+      concurrency: 2,
+      shouldStop: () => false,
+      stopWhenIdle: true,
+      onOutcome: (o) => outcomes.push(o),
+      idleWait: async (_mode, jobFinished) => {
+        await jobFinished;
+        return 'continue';
+      },
+    });
+    await new Promise((r) => setImmediate(r));
+    await new Promise((r) => setImmediate(r));
+    expect(fake.claims.slice(0, 2)).toEqual([2, 2]); // the failed batch's two slots came back
+    fake.finishHandlers();
+    fake.finalizeAll();
+    await loop;
+    expect(outcomes).toEqual(['succeeded']); // job 3; jobs 1 and 2 went with the failed batch
+  });
+
+  it('Inflight: allFinalized resolves once every claimed job is finalized', async () => {
+    const inflight = new Inflight();
+    await inflight.allFinalized(); // none held: at once
+    const batch = inflight.claimed(2);
+    expect(inflight.free(2)).toBe(0);
+    let settled = false;
+    void inflight.allFinalized().then(() => (settled = true));
+    batch.handlerDone();
+    batch.finalized();
+    await Promise.resolve();
+    expect(settled).toBe(false);
+    batch.giveBack(); // the rest of the batch (one job, its handler still counted as running)
+    await Promise.resolve();
+    expect(settled).toBe(true);
+    expect(inflight.free(2)).toBe(2);
+  });
+});
+
+describe('completer (completer.ts): one path for every finalization', () => {
+  const ref = (j: ClaimedJob): LeaseRef => ({ jobId: j.id, leaseId: j.leaseId });
+  function fakeStore(status: 'ok' | 'lease_lost' | 'cancelled') {
+    const calls: unknown[][] = [];
+    const owner = status === 'cancelled' ? 'ok' : status;
+    const store = {
+      async completeMany(refs: LeaseRef[]) {
+        calls.push(['completeMany', refs]);
+        return refs.map((r) => ({ jobId: r.jobId, status }));
+      },
+      async fail(...a: unknown[]) {
+        calls.push(['fail', ...a]);
+        return owner;
+      },
+      async retry(...a: unknown[]) {
+        calls.push(['retry', ...a]);
+        return owner;
+      },
+      async interrupt(...a: unknown[]) {
+        calls.push(['interrupt', ...a]);
+        return owner;
+      },
+      async release(...a: unknown[]) {
+        calls.push(['release', ...a]);
+        return owner;
+      },
+    } as unknown as JobStore;
+    return { store, calls };
+  }
+
+  it('maps each move to its outcome, cuts the error to LIMITS.lastErrorChars, and batches completions made in one turn', async () => {
+    const { store, calls } = fakeStore('ok');
+    const lost: string[] = [];
+    const c = new Completer(store, 200, (_j, op) => lost.push(op));
+    const long = 'x'.repeat(LIMITS.lastErrorChars + 10);
+    const runAt = new Date(1000);
+    const [j1, j2] = [job(1), job(2)];
+    expect(await Promise.all([c.finalize(j1, { op: 'complete' }), c.finalize(j2, { op: 'complete' })])).toEqual([
+      { outcome: 'succeeded' },
+      { outcome: 'succeeded' },
+    ]);
+    expect(await c.finalize(j1, { op: 'fail', reason: 'fatal', error: long })).toEqual({
+      outcome: 'dead_lettered',
+      reason: 'fatal',
+    });
+    expect(await c.finalize(j1, { op: 'retry', runAt, error: long })).toEqual({ outcome: 'retried' });
+    expect(await c.finalize(j1, { op: 'interrupt', error: 'stopping' })).toEqual({ outcome: 'released' });
+    expect(await c.finalize(j1, { op: 'release' })).toEqual({ outcome: 'released' });
+    const cut = long.slice(0, LIMITS.lastErrorChars);
+    expect(calls).toEqual([
+      ['completeMany', [ref(j1), ref(j2)]],
+      ['fail', ref(j1), 'fatal', cut],
+      ['retry', ref(j1), runAt, cut],
+      ['interrupt', ref(j1), 'stopping'],
+      ['release', ref(j1)],
+    ]);
+    expect(lost).toEqual([]);
+  });
+
+  it("a lost lease is reported with the move's name; a fail keeps its reason; a cancelled completion is dead-lettered", async () => {
+    const { store } = fakeStore('lease_lost');
+    const lost: string[] = [];
+    const c = new Completer(store, 200, (_j, op) => lost.push(op));
+    expect(await c.finalize(job(1), { op: 'complete' })).toEqual({ outcome: 'lease_lost' });
+    expect(await c.finalize(job(1), { op: 'fail', reason: 'exhausted', error: 'e' })).toEqual({
+      outcome: 'lease_lost',
+      reason: 'exhausted',
+    });
+    expect(await c.finalize(job(1), { op: 'retry', runAt: new Date(), error: 'e' })).toEqual({
+      outcome: 'lease_lost',
+    });
+    expect(lost).toEqual(['complete', 'fail', 'retry']);
+    const cancelled = new Completer(fakeStore('cancelled').store, 200, () => undefined);
+    expect(await cancelled.finalize(job(1), { op: 'complete' })).toEqual({
+      outcome: 'dead_lettered',
+      reason: 'cancelled',
+    });
+  });
+});

@@ -1,0 +1,74 @@
+import { describe, expect, it } from 'vitest';
+import { PROGRESS_NOTE_MAX_CHARS, normalizeProgress, resultJson, resultsByIdJson } from '../../shared/jobs/progress.js';
+
+describe('normalizeProgress', () => {
+  it('takes a fraction, a count of a total (deriving the fraction) and a note', () => {
+    expect(normalizeProgress(0.25)).toEqual({ fraction: 0.25, done: null, total: null, note: null });
+    expect(normalizeProgress({ done: 3, total: 12 })).toEqual({ fraction: 0.25, done: 3, total: 12, note: null });
+    expect(normalizeProgress({ done: 0, total: 0 })).toEqual({ fraction: 1, done: 0, total: 0, note: null });
+    expect(normalizeProgress({ done: 7 })).toEqual({ fraction: null, done: 7, total: null, note: null });
+    expect(normalizeProgress({ note: 'warming up' })).toEqual({
+      fraction: null,
+      done: null,
+      total: null,
+      note: 'warming up',
+    });
+    expect(normalizeProgress({ fraction: 0.5, done: 1, total: 10 }).fraction).toBe(0.5); // given wins over derived
+  });
+
+  it('refuses what is not progress, naming the field', () => {
+    const field = (input: unknown) => {
+      try {
+        normalizeProgress(input as never);
+      } catch (err) {
+        return (err as { field?: string }).field;
+      }
+      return 'accepted';
+    };
+    expect(field(1.5)).toBe('progress.fraction');
+    expect(field(-0.1)).toBe('progress.fraction');
+    expect(field(Number.NaN)).toBe('progress.fraction');
+    expect(field({ done: 5, total: 4 })).toBe('progress.done');
+    expect(field({ total: Infinity })).toBe('progress.total');
+    expect(field({ note: 'x'.repeat(PROGRESS_NOTE_MAX_CHARS + 1) })).toBe('progress.note');
+    expect(field({ note: 3 })).toBe('progress.note');
+    expect(field({ percent: 50 })).toBe('progress.percent');
+    expect(field({})).toBe('progress');
+    expect(field(null)).toBe('progress');
+    expect(field([0.5])).toBe('progress');
+    expect(field('0.5')).toBe('progress');
+  });
+});
+
+describe('resultJson', () => {
+  it('stores JSON values, and nothing for undefined or null', () => {
+    expect(resultJson({ a: [1, 'x'] }, 100)).toBe('{"a":[1,"x"]}');
+    expect(resultJson('ok', 100)).toBe('"ok"');
+    expect(resultJson(0, 100)).toBe('0');
+    expect(resultJson(undefined, 100)).toBeUndefined();
+    expect(resultJson(null, 100)).toBeUndefined();
+  });
+
+  it('refuses values JSON cannot carry and results over the limit, naming the limit', () => {
+    const cyclic: Record<string, unknown> = {};
+    cyclic.self = cyclic;
+    expect(() => resultJson(cyclic, 100)).toThrow(/^result: is not JSON/);
+    expect(() => resultJson(10n, 100)).toThrow(/^result: is not JSON/);
+    expect(() => resultJson(() => 1, 100)).toThrow(/^result: is not JSON \(a function\)/);
+    expect(() => resultJson('é'.repeat(60), 100)).toThrow(
+      /is 122 bytes of JSON; the limit is 100 bytes \(KEEL_MAX_RESULT_BYTES\)/,
+    );
+  });
+});
+
+describe('resultsByIdJson', () => {
+  it('is null for a batch without results, else an object of the results by job id', () => {
+    expect(resultsByIdJson([{ jobId: '1' }, { jobId: '2' }])).toBeNull();
+    const text = resultsByIdJson([
+      { jobId: '1', resultJson: '{"a":1}' },
+      { jobId: '2' },
+      { jobId: '3', resultJson: '"x"' },
+    ]);
+    expect(JSON.parse(text!)).toEqual({ 1: { a: 1 }, 3: 'x' });
+  });
+});
