@@ -8,6 +8,8 @@ import type { JobOutcome } from '../jobs/processor.js';
 import { postJob, postJobs, type Logger } from './jobs.js';
 import type { Runtime } from './runtime.js';
 import { maintenanceTelemetry, reconcileTelemetry, scheduleFailedTelemetry } from './telemetryHooks.js';
+import { isStalled, resumeStalled } from './transfers.js';
+import { baseTransferName } from '../transfer/service.js';
 
 export interface DispatchResult {
   mode: 'run' | 'post';
@@ -139,10 +141,27 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
         rt.settings.KEEL_TRANSFER_STALE_MS,
         rt.settings.KEEL_TRANSFER_RECONCILE_LIMIT,
       );
-      for (const v of views) reconcileTelemetry(v);
+      const resumed = new Set<string>();
+      for (const v of views) {
+        reconcileTelemetry(v);
+        // Known not applied and stuck (its retry chain ended or its message was lost): post it again now rather
+        // than at the next transfer timer tick.
+        if (
+          isStalled(rt, v) &&
+          !(await rt.transfers.isPaused(baseTransferName(v.transfer))) &&
+          (await resumeStalled(rt, v, log))
+        )
+          resumed.add(v.batchId);
+      }
       transfers = {
         reconciled: views.length,
-        detail: views.map((v) => ({ batchId: v.batchId, transfer: v.transfer, state: v.state, status: v.status })),
+        detail: views.map((v) => ({
+          batchId: v.batchId,
+          transfer: v.transfer,
+          state: v.state,
+          status: v.status,
+          ...(resumed.has(v.batchId) ? { resumed: true } : {}),
+        })),
       };
     } catch (err) {
       // Job maintenance already ran (and is reported above); a transfer target being down fails this run visibly.

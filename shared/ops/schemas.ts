@@ -179,6 +179,24 @@ export const reconcileStaleBody = z.strictObject({
 
 export const emptyBody = z.strictObject({});
 
+// Abandon: the reason is recorded on the batch; preview answers what would happen and changes nothing.
+export const abandonBatchBody = z.strictObject({
+  reason: z.string().trim().min(1, 'say why the batch is abandoned').max(500),
+  preview: z.boolean().default(false),
+});
+
+// Replay: a range of committed windows (low: a committed batch's low bound, null = from the beginning; high: a
+// committed batch's high bound), sent again; preview answers the plan and changes nothing.
+export const replayBody = z.strictObject({
+  low: z.string().min(1).max(64).nullable(),
+  high: z.string().min(1).max(64),
+  preview: z.boolean().default(false),
+});
+
+export const pauseTransferBody = z.strictObject({
+  reason: z.string().trim().min(1).max(2000).optional(),
+});
+
 export const idParams = z.strictObject({ id: jobId });
 export const nameParams = z.strictObject({ name });
 export const batchParams = z.strictObject({ id: batchId });

@@ -87,6 +87,15 @@ export interface KeelTelemetry {
     batchId: string;
     unresolvedForMs?: number;
   }): void;
+  /** A batch failed (window released): a `keel.transfer.batch_failed` event. */
+  transferBatchFailed(dims: { transfer: string; batchId: string; code: string }): void;
+  /** The timer or catch-up could not create a transfer's next batch: a `keel.transfer.start_failed` event. */
+  transferStartFailed(dims: { transfer: string; source: 'timer' | 'catchup'; code: string; message: string }): void;
+  /**
+   * The transfer's target is behind since `behindSince` (epoch ms; its last commit, or its first batch), or caught
+   * up (null). Reported as the `keel.transfer.freshness` gauge, in seconds, growing until the next report.
+   */
+  transferFreshness(dims: { transfer: string; behindSince: number | null }): void;
   /** One maintenance timer run finished (outcome defaults to succeeded). */
   maintenanceRun(dims: { durationMs: number; outcome?: RunOutcome }): void;
   /** A database pool reported a connection error it recovers from (the `error` event of shared/engines/poolErrors.ts). */
@@ -106,7 +115,7 @@ export interface TelemetryOptions {
   /** Defaults to the global LoggerProvider of @opentelemetry/api-logs at the time of creation. */
   loggerProvider?: LoggerProvider;
   limits?: Partial<CardinalityLimits>;
-  /** A queue-lag value not refreshed for this long stops being reported (default 15 minutes). */
+  /** A queue-lag or transfer-freshness value not refreshed for this long stops being reported (default 15 minutes). */
   queueLagTtlMs?: number;
   /** Clock for the queue-lag TTL (tests). */
   now?: () => number;
@@ -241,6 +250,26 @@ export function createTelemetry(options: TelemetryOptions = {}): KeelTelemetry {
       }
     });
 
+  // Freshness: per transfer, since when its target is behind (null: caught up), observed at each collection until
+  // it is not refreshed for the TTL (another instance may have reported a commit since; the alert takes the latest).
+  const behind = new Map<string, { since: number | null; at: number }>();
+  meter
+    .createObservableGauge(METRICS.transferFreshness, {
+      description: 'Seconds the transfer target has been behind its source (0: caught up)',
+      unit: 's',
+      valueType: ValueType.DOUBLE,
+    })
+    .addCallback((result: ObservableResult) => {
+      const t = now();
+      for (const [name, { since, at }] of behind) {
+        if (t - at > ttl) {
+          behind.delete(name);
+          continue;
+        }
+        result.observe(since === null ? 0 : Math.max(0, Math.round((t - since) / 1000)), { [DIM.transfer]: name });
+      }
+    });
+
   const unresolvedEvent = (
     source: 'reconcile' | 'state',
     d: { transfer: string; batchId: string; unresolvedForMs?: number },
@@ -316,6 +345,25 @@ export function createTelemetry(options: TelemetryOptions = {}): KeelTelemetry {
       m.reconcileOutcomes.add(1, { [DIM.transfer]: transfer(d.transfer), [DIM.outcome]: outcome });
       // Both leave the batch unresolved: blocked by an open apply, or no verdict could be reached.
       if (outcome === 'unresolved' || outcome === 'failed') unresolvedEvent('reconcile', d, outcome);
+    },
+    transferBatchFailed(d) {
+      emitEvent(EVENTS.batchFailed, {
+        [DIM.transfer]: transfer(d.transfer),
+        batchId: text(d.batchId),
+        code: text(d.code),
+      });
+    },
+    transferStartFailed(d) {
+      emitEvent(EVENTS.startFailed, {
+        [DIM.transfer]: transfer(d.transfer),
+        source: d.source === 'catchup' ? 'catchup' : 'timer',
+        code: text(d.code),
+        message: text(d.message),
+      });
+    },
+    transferFreshness(d) {
+      const since = d.behindSince === null ? null : measure(d.behindSince);
+      behind.set(transfer(d.transfer), { since: since ?? null, at: now() });
     },
     maintenanceRun(d) {
       const attrs = { [DIM.outcome]: closedSet(RUN_OUTCOMES, d.outcome ?? 'succeeded') };

@@ -348,6 +348,42 @@ describe('telemetry facade (in-memory exporters)', () => {
     expect(points(metric(await h.collect(), METRICS.queueLag))).toEqual([{ attrs: { queue: 'b' }, value: 50 }]);
   });
 
+  it('transfer freshness: seconds behind since the last commit, growing between reports, 0 when caught up, dropped when stale', async () => {
+    let now = 10_000_000;
+    h = harness({ now: () => now, queueLagTtlMs: 600_000 });
+    h.t.transferFreshness({ transfer: 'orders', behindSince: now - 120_000 });
+    h.t.transferFreshness({ transfer: 'lines', behindSince: null });
+    expect(points(metric(await h.collect(), METRICS.transferFreshness))).toEqual(
+      expect.arrayContaining([
+        { attrs: { transfer: 'orders' }, value: 120 },
+        { attrs: { transfer: 'lines' }, value: 0 },
+      ]),
+    );
+    now += 300_000; // no new report: orders is 5 minutes further behind
+    expect(points(metric(await h.collect(), METRICS.transferFreshness))).toEqual(
+      expect.arrayContaining([{ attrs: { transfer: 'orders' }, value: 420 }]),
+    );
+    now += 400_000; // both reports older than the TTL
+    const stale = (await h.collect()).find((m) => m.descriptor.name === METRICS.transferFreshness);
+    expect(stale?.dataPoints ?? []).toHaveLength(0);
+  });
+
+  it('failed batches and failed scheduled starts are events with the transfer and the code', async () => {
+    h = harness();
+    h.t.transferBatchFailed({ transfer: 'orders', batchId: 'b-1', code: 'schema_drift' });
+    h.t.transferStartFailed({ transfer: 'orders', source: 'timer', code: 'schema_drift', message: 'drifted' });
+    expect(h.events().map((e) => e.attributes)).toEqual([
+      { [CUSTOM_EVENT_NAME_ATTRIBUTE]: EVENTS.batchFailed, transfer: 'orders', batchId: 'b-1', code: 'schema_drift' },
+      {
+        [CUSTOM_EVENT_NAME_ATTRIBUTE]: EVENTS.startFailed,
+        transfer: 'orders',
+        source: 'timer',
+        code: 'schema_drift',
+        message: 'drifted',
+      },
+    ]);
+  });
+
   it('the process-wide facade can be bound to injected providers', async () => {
     const metricExporter = new InMemoryMetricExporter(AggregationTemporality.DELTA);
     const reader = new PeriodicExportingMetricReader({ exporter: metricExporter, exportIntervalMillis: 3_600_000 });
@@ -532,8 +568,9 @@ describe('alert rules use the emitted names', () => {
         expect(known, `${f} queries unknown name ${name}`).toContain(name);
     }
     const used = namesIn(readFileSync(path.join(dir, 'alerts.bicep'), 'utf8'));
-    // The alerts of the issue: DLQ growth and rate, zombies, lease-lost spikes, unresolved batches,
-    // queue lag, maintenance not running (function failures come from the host's requests table).
+    // The alerts of the issue: DLQ growth and rate, zombies, lease-lost spikes, unresolved batches, failed batches,
+    // failed scheduled transfer starts, transfer freshness, queue lag, maintenance not running (function failures
+    // come from the host's requests table).
     expect([...used].sort()).toEqual(
       [
         METRICS.jobsDeadLettered,
@@ -541,6 +578,9 @@ describe('alert rules use the emitted names', () => {
         METRICS.zombiesRescued,
         METRICS.leaseLost,
         EVENTS.batchUnresolved,
+        EVENTS.batchFailed,
+        EVENTS.startFailed,
+        METRICS.transferFreshness,
         METRICS.queueLag,
         METRICS.maintenanceRuns,
       ].sort(),
