@@ -124,6 +124,7 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
       purgeBatch: rt.settings.KEEL_MAINT_PURGE_BATCH,
       maxBatches: rt.settings.KEEL_MAINT_MAX_BATCHES,
       maxAttemptsByType: rt.registry.maxAttemptsByType(),
+      auditRetentionDays: rt.settings.KEEL_OPS_AUDIT_RETENTION_DAYS,
       purge,
     });
   } catch (err) {
@@ -176,7 +177,7 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
 // at information every pass.
 export function maintenanceDidNothing(report: MaintenancePassReport): boolean {
   const { jobs, transfers } = report;
-  const counts = [...Object.values(jobs.rescued), ...Object.values(jobs.purged)];
+  const counts = [...Object.values(jobs.rescued), ...Object.values(jobs.purged), jobs.auditPurged];
   return (
     jobs.complete && counts.every((n) => n === 0) && (transfers === 'not configured' || transfers.reconciled === 0)
   );

@@ -189,6 +189,8 @@ export const settingsSchema = z
       z.enum(['local']).optional(),
     ),
     KEEL_OPS_MAX_BODY_BYTES: int(256 * 1024, 1024, 64 * 1024 * 1024),
+    // The ops audit trail (keel.ops_audit): rows older than this many days are deleted by the maintenance pass.
+    KEEL_OPS_AUDIT_RETENTION_DAYS: int(365, 1, 36_500),
     // Warnings on the console's overview (GET /warnings): a worker whose oldest held job showed no sign of life
     // (heartbeat, start or claim) for this long; a queue whose oldest due job has waited this long; a queue that
     // dead-lettered at least this many jobs in the last 15 minutes.

@@ -100,6 +100,11 @@ export interface KeelTelemetry {
   maintenanceRun(dims: { durationMs: number; outcome?: RunOutcome }): void;
   /** A database pool reported a connection error it recovers from (the `error` event of shared/engines/poolErrors.ts). */
   poolError(dims: { engine: string; role: PoolRole }): void;
+  /**
+   * One ops audit record (the database row is the record; this is its copy in App Insights): a `keel.ops.audit`
+   * event with its fields, text cut to 200 characters (the summary to 2,000). Null fields are left out.
+   */
+  opsAudit(record: Readonly<Record<string, string | number | boolean | null>>): void;
   /** One schedule failed in a scheduler pass (the pass went on with the others). */
   scheduleFailed(dims: { schedule: string }): void;
 }
@@ -365,6 +370,14 @@ export function createTelemetry(options: TelemetryOptions = {}): KeelTelemetry {
       m.maintenanceRuns.add(1, attrs);
       const ms = measure(d.durationMs);
       if (ms !== undefined) m.maintenanceDuration.record(ms, attrs);
+    },
+    opsAudit(record) {
+      const attributes: Attributes = {};
+      for (const [k, v] of Object.entries(record)) {
+        if (v === null || v === undefined) continue;
+        attributes[k] = typeof v === 'string' ? normalizeValue(v, k === 'summary' ? 2000 : 200) : v;
+      }
+      emitEvent(EVENTS.opsAudit, attributes);
     },
     poolError(d) {
       m.poolErrors.add(1, {

@@ -79,5 +79,6 @@ export const telemetry: KeelTelemetry = {
   transferFreshness: (dims) => active().transferFreshness(dims),
   maintenanceRun: (dims) => active().maintenanceRun(dims),
   poolError: (dims) => active().poolError(dims),
+  opsAudit: (record) => active().opsAudit(record),
   scheduleFailed: (dims) => active().scheduleFailed(dims),
 };

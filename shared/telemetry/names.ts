@@ -54,6 +54,8 @@ export const EVENTS = {
   jobDeadLettered: 'keel.job.dead_lettered',
   /** One per observation of a batch whose outcome is unknown: transfer, batchId, source, outcome?, unresolvedForMs?. */
   batchUnresolved: 'keel.transfer.batch_unresolved',
+  /** One per ops audit record (a write's outcome, or a refusal): the record's fields (docs/operations.md). */
+  opsAudit: 'keel.ops.audit',
   /** One per batch that failed (terminal error or abandon; its window released): transfer, batchId, code. */
   batchFailed: 'keel.transfer.batch_failed',
   /** One per failed scheduled start (timer or catch-up could not create a batch, e.g. schema drift): transfer, source, code, message. */

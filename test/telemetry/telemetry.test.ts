@@ -170,6 +170,34 @@ describe('telemetry facade (in-memory exporters)', () => {
     for (const m of all) for (const p of points(m)) expect(Object.keys(p.attrs)).not.toContain('batchId');
   });
 
+  it('sends each ops audit record as a keel.ops.audit event: nulls left out, text bounded, no forged lines', async () => {
+    h = harness();
+    h.t.opsAudit({
+      id: '7',
+      action: 'cancelJob',
+      principalName: 'ada\n{"forged":true}',
+      target: 'job:42',
+      outcome: 'ok',
+      status: 200,
+      affected: 1,
+      reason: null,
+      summary: 'x'.repeat(5000),
+    });
+    const [event] = h.events().map((e) => e.attributes);
+    expect(event).toMatchObject({
+      [CUSTOM_EVENT_NAME_ATTRIBUTE]: EVENTS.opsAudit,
+      id: '7',
+      action: 'cancelJob',
+      principalName: 'ada{"forged":true}',
+      target: 'job:42',
+      outcome: 'ok',
+      status: 200,
+      affected: 1,
+    });
+    expect(event).not.toHaveProperty('reason');
+    expect(String(event!.summary)).toHaveLength(2000);
+  });
+
   it('sends a custom event with the id for each DLQ move and each unresolved batch', async () => {
     h = harness();
     h.t.jobDeadLettered({ queue: 'email', type: 'send', reason: 'zombie', jobId: 'job-42' });
