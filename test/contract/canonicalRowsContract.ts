@@ -216,6 +216,33 @@ export const DATA_CASES: DataCase[] = [
     },
   },
   {
+    title:
+      "T2: a numeric 'NaN' (PostgreSQL only): the twin keeps it, Oracle refuses it terminally (ORA-01722), naming the column and the row",
+    columns: [
+      {
+        name: 'amt',
+        logical: 'decimal',
+        source: { postgres: 'numeric(12,2)' },
+        target: { postgres: 'numeric(12,2)', oracle: 'NUMBER(12,2)' },
+      },
+    ],
+    rows: {
+      postgres: [
+        ['1', '1.50'],
+        ['2', 'NaN'],
+      ],
+    },
+    expect: {
+      postgres: {
+        committed: [
+          ['1', '1.5'],
+          ['2', 'NaN'],
+        ],
+      },
+      oracle: { batch: 'unsupported_type', message: /ORA-01722 .*column amt \(AMT\), row with key id=2/ },
+    },
+  },
+  {
     title: 'T3: timestamp infinity is refused before staging, naming the column and the row',
     columns: [
       {
