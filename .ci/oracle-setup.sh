@@ -4,14 +4,19 @@
 # - user keel: exactly the grants of docs/oracle.md "Required settings and grants", QUOTA 2G ON users;
 # - service keel_tg with COMMIT_OUTCOME = TRUE (Transaction Guard), for the KEEL_TEST_ORACLE_TG=1 run;
 # then checks what it made (the privileges and roles, the quota, the service's commit outcome, a login through it).
-# Usage: .ci/oracle-setup.sh <container id>; ORACLE_PASSWORD (SYS) and KEEL_ORACLE_PASSWORD in the environment.
+# Usage: .ci/oracle-setup.sh <container id>; KEEL_ORACLE_PASSWORD (keel's password) in the environment.
 set -euo pipefail
 container=$1
-: "${ORACLE_PASSWORD:?ORACLE_PASSWORD (SYS) is not set}" "${KEEL_ORACLE_PASSWORD:?KEEL_ORACLE_PASSWORD is not set}"
+: "${KEEL_ORACLE_PASSWORD:?KEEL_ORACLE_PASSWORD is not set}"
 
 # sqlplus in the container; $1: the connect string, the script on stdin.
 sqlplus_in() { docker exec -i "$container" sqlplus -s -L "$1"; }
-as_sys() { sqlplus_in "sys/${ORACLE_PASSWORD}@//localhost:1521/${1:-FREEPDB1} as sysdba"; }
+# As SYS through the container's own OS login (no password file needed), in container $1 (default FREEPDB1); any SQL
+# error fails the script.
+as_sys() {
+  { printf '%s\n' 'WHENEVER SQLERROR EXIT FAILURE' "ALTER SESSION SET CONTAINER = ${1:-FREEPDB1};"; cat; } |
+    sqlplus_in '/ as sysdba'
+}
 
 echo "== Oracle: user keel (least privilege, QUOTA 2G ON users) and service keel_tg (COMMIT_OUTCOME = TRUE)"
 as_sys <<SQL
@@ -32,7 +37,7 @@ END;
 EXIT
 SQL
 # The listener learns a new service at its next registration (up to a minute); ask for it now (from the root).
-printf 'ALTER SYSTEM REGISTER;\nEXIT\n' | as_sys FREE || true
+printf 'ALTER SYSTEM REGISTER;\nEXIT\n' | as_sys 'CDB$ROOT' || true
 
 echo "== Oracle: what the setup made"
 report=$(as_sys <<'SQL'
