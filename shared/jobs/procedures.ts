@@ -59,6 +59,29 @@ export const JOB_PROCEDURES = {
   list_schedules: ['name'],
   set_schedule_paused: ['name', 'paused'],
   fire_schedule: ['name', 'expected_tick', 'tick', 'jobs'],
+  record_audit: [
+    'principal_id',
+    'principal_name',
+    'tenant_id',
+    'app_id',
+    'auth_method',
+    'channel',
+    'role',
+    'required_role',
+    'http_method',
+    'action',
+    'target',
+    'summary',
+    'outcome',
+    'status',
+    'reason',
+    'affected',
+    'request_id',
+    'client_ip',
+  ],
+  finish_audit: ['id', 'outcome', 'status', 'reason', 'affected'],
+  search_audit: ['from', 'to', 'principal', 'action', 'target', 'outcome', 'before_id', 'scan_rows', 'limit'],
+  purge_audit: ['older_than', 'batch_size'],
 } as const satisfies Record<string, readonly string[]>;
 
 export type JobProcedure = keyof typeof JOB_PROCEDURES;
@@ -101,6 +124,10 @@ export const OPERATION_PROCEDURE: Record<StoreOperation, JobProcedure> = {
   listSchedules: 'list_schedules',
   setSchedulePaused: 'set_schedule_paused',
   fireSchedule: 'fire_schedule',
+  recordAudit: 'record_audit',
+  finishAudit: 'finish_audit',
+  searchAudit: 'search_audit',
+  purgeAudit: 'purge_audit',
 };
 
 export function pascalCase(snake: string): string {

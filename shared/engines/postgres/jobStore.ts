@@ -37,7 +37,8 @@ import type {
   WorkerLeases,
 } from '../../jobs/contract.js';
 import { BatchBackedJobStore } from '../../jobs/storeBase.js';
-import { IdempotencyConflictError } from '../../jobs/contract.js';
+import { AUDIT_SCAN_ROWS_DEFAULT, IdempotencyConflictError } from '../../jobs/contract.js';
+import type { AuditEntry, AuditPage, AuditSearch } from '../../jobs/contract.js';
 import {
   camelRows,
   toClaimedJob,
@@ -53,6 +54,7 @@ import {
   type RowCodec,
   toFireResult,
   toScheduleState,
+  toAuditPage,
   toCountResult,
   toDlqGroupPage,
   toWorkerLeases,
@@ -88,6 +90,30 @@ function idempotencyConflict(err: unknown): unknown {
   } catch {
     return err;
   }
+}
+
+// record_audit's arguments from an entry (the same names, snake_case).
+function auditArgs(e: AuditEntry): PostgresArgs<'record_audit'> {
+  return {
+    principal_id: e.principalId,
+    principal_name: e.principalName,
+    tenant_id: e.tenantId,
+    app_id: e.appId,
+    auth_method: e.authMethod,
+    channel: e.channel,
+    role: e.role,
+    required_role: e.requiredRole,
+    http_method: e.httpMethod,
+    action: e.action,
+    target: e.target,
+    summary: e.summary,
+    outcome: e.outcome,
+    status: e.status,
+    reason: e.reason,
+    affected: e.affected,
+    request_id: e.requestId,
+    client_ip: e.clientIp,
+  };
 }
 
 export interface PostgresStoreOptions {
@@ -418,6 +444,42 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
       limit: s.limit,
     });
     return toJobPage(rows, s.limit, (r) => toJobRecord(r, PG_CODEC));
+  }
+
+  async recordAudit(e: AuditEntry): Promise<string> {
+    const [r] = await this.call('record_audit', auditArgs(e));
+    return String(r!.result);
+  }
+
+  async finishAudit(
+    id: string,
+    outcome: 'ok' | 'failed',
+    status: number | null,
+    reason: string | null,
+    affected: number | null,
+  ): Promise<boolean> {
+    const [r] = await this.call('finish_audit', { id, outcome, status, reason, affected });
+    return r!.result === true;
+  }
+
+  async searchAudit(s: AuditSearch): Promise<AuditPage> {
+    const rows = await this.call('search_audit', {
+      from: s.from ?? null,
+      to: s.to ?? null,
+      principal: s.principal ?? null,
+      action: s.action ?? null,
+      target: s.target ?? null,
+      outcome: s.outcome ?? null,
+      before_id: s.beforeId ?? null,
+      scan_rows: s.scanRows ?? AUDIT_SCAN_ROWS_DEFAULT,
+      limit: s.limit,
+    });
+    return toAuditPage(rows, s.limit);
+  }
+
+  async purgeAudit(olderThan: Date, batchSize: number): Promise<number> {
+    const [r] = await this.call('purge_audit', { older_than: olderThan, batch_size: batchSize });
+    return num(r!.result);
   }
 
   async countJobs(c: JobCount): Promise<CountResult> {

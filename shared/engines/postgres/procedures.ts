@@ -112,6 +112,48 @@ export const POSTGRES_FUNCTIONS: { [P in JobProcedure]: PgFunction<P> } = {
     params: { name: 'text', expected_tick: 'timestamptz', tick: 'timestamptz', jobs: 'jsonb' },
     returns: 'rows',
   },
+  record_audit: {
+    params: {
+      principal_id: 'text',
+      principal_name: 'text',
+      tenant_id: 'text',
+      app_id: 'text',
+      auth_method: 'text',
+      channel: 'text',
+      role: 'text',
+      required_role: 'text',
+      http_method: 'text',
+      action: 'text',
+      target: 'text',
+      summary: 'text',
+      outcome: 'text',
+      status: 'integer',
+      reason: 'text',
+      affected: 'bigint',
+      request_id: 'text',
+      client_ip: 'text',
+    },
+    returns: 'bigint',
+  },
+  finish_audit: {
+    params: { id: 'bigint', outcome: 'text', status: 'integer', reason: 'text', affected: 'bigint' },
+    returns: 'boolean',
+  },
+  search_audit: {
+    params: {
+      from: 'timestamptz',
+      to: 'timestamptz',
+      principal: 'text',
+      action: 'text',
+      target: 'text',
+      outcome: 'text',
+      before_id: 'bigint',
+      scan_rows: 'integer',
+      limit: 'integer',
+    },
+    returns: 'rows',
+  },
+  purge_audit: { params: { older_than: 'timestamptz', batch_size: 'integer' }, returns: 'bigint' },
 };
 
 // The arguments of one call: exactly the procedure's parameters (by their JOB_PROCEDURES names).

@@ -38,7 +38,8 @@ import type {
   WorkerLeases,
 } from '../../jobs/contract.js';
 import { BatchBackedJobStore } from '../../jobs/storeBase.js';
-import { IdempotencyConflictError } from '../../jobs/contract.js';
+import { AUDIT_SCAN_ROWS_DEFAULT, IdempotencyConflictError } from '../../jobs/contract.js';
+import type { AuditEntry, AuditPage, AuditSearch } from '../../jobs/contract.js';
 import {
   camelKeys,
   toClaimedJob,
@@ -53,6 +54,7 @@ import {
   type RowCodec,
   toFireResult,
   toScheduleState,
+  toAuditPage,
   toCountResult,
   toDlqGroupPage,
   toWorkerLeases,
@@ -161,6 +163,45 @@ export const SQLSERVER_PARAMS: ParamTypes = {
     ScanRows: sql.Int,
     Limit: sql.Int,
   },
+  record_audit: {
+    PrincipalId: sql.NVarChar(128),
+    PrincipalName: sql.NVarChar(256),
+    TenantId: sql.NVarChar(64),
+    AppId: sql.NVarChar(64),
+    AuthMethod: sql.VarChar(10),
+    Channel: sql.VarChar(8),
+    Role: sql.VarChar(10),
+    RequiredRole: sql.VarChar(10),
+    HttpMethod: sql.VarChar(8),
+    Action: sql.NVarChar(64),
+    Target: sql.NVarChar(400),
+    Summary: sql.NVarChar(2000),
+    Outcome: sql.VarChar(8),
+    Status: sql.Int,
+    Reason: sql.NVarChar(1000),
+    Affected: sql.BigInt,
+    RequestId: sql.NVarChar(128),
+    ClientIp: sql.NVarChar(64),
+  },
+  finish_audit: {
+    Id: sql.BigInt,
+    Outcome: sql.VarChar(8),
+    Status: sql.Int,
+    Reason: sql.NVarChar(1000),
+    Affected: sql.BigInt,
+  },
+  search_audit: {
+    From: sql.DateTime2(3),
+    To: sql.DateTime2(3),
+    Principal: sql.NVarChar(256),
+    Action: sql.NVarChar(64),
+    Target: sql.NVarChar(400),
+    Outcome: sql.VarChar(8),
+    BeforeId: sql.BigInt,
+    ScanRows: sql.Int,
+    Limit: sql.Int,
+  },
+  purge_audit: { OlderThan: sql.DateTime2(3), BatchSize: sql.Int },
 };
 
 export function sqlServerProcedureName(proc: JobProcedure): string {
@@ -614,6 +655,75 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
       'safe',
     );
     return toJobPage(rows, s.limit, jobRecord);
+  }
+
+  // Not retried: a retry after a lost reply would add a second row for one call.
+  async recordAudit(e: AuditEntry): Promise<string> {
+    const [r] = await this.call(
+      'record_audit',
+      {
+        PrincipalId: e.principalId,
+        PrincipalName: e.principalName,
+        TenantId: e.tenantId,
+        AppId: e.appId,
+        AuthMethod: e.authMethod,
+        Channel: e.channel,
+        Role: e.role,
+        RequiredRole: e.requiredRole,
+        HttpMethod: e.httpMethod,
+        Action: e.action,
+        Target: e.target,
+        Summary: e.summary,
+        Outcome: e.outcome,
+        Status: e.status,
+        Reason: e.reason,
+        Affected: e.affected,
+        RequestId: e.requestId,
+        ClientIp: e.clientIp,
+      },
+      'once',
+    );
+    return String(r!.Result);
+  }
+
+  // Safe to repeat: only a started row changes, once.
+  async finishAudit(
+    id: string,
+    outcome: 'ok' | 'failed',
+    status: number | null,
+    reason: string | null,
+    affected: number | null,
+  ): Promise<boolean> {
+    const [r] = await this.call(
+      'finish_audit',
+      { Id: id, Outcome: outcome, Status: status, Reason: reason, Affected: affected },
+      'safe',
+    );
+    return r!.Result === true || r!.Result === 1;
+  }
+
+  async searchAudit(s: AuditSearch): Promise<AuditPage> {
+    const rows = await this.call(
+      'search_audit',
+      {
+        From: s.from ?? null,
+        To: s.to ?? null,
+        Principal: s.principal ?? null,
+        Action: s.action ?? null,
+        Target: s.target ?? null,
+        Outcome: s.outcome ?? null,
+        BeforeId: s.beforeId ?? null,
+        ScanRows: s.scanRows ?? AUDIT_SCAN_ROWS_DEFAULT,
+        Limit: s.limit,
+      },
+      'safe',
+    );
+    return toAuditPage(rows, s.limit);
+  }
+
+  async purgeAudit(olderThan: Date, batchSize: number): Promise<number> {
+    const [r] = await this.call('purge_audit', { OlderThan: olderThan, BatchSize: batchSize }, 'safe');
+    return num(r!.Result);
   }
 
   async countJobs(c: JobCount): Promise<CountResult> {
