@@ -4,8 +4,7 @@ import { jobRunner } from '../../functions/jobRunner.js';
 import { dispatcher } from '../../functions/dispatcher.js';
 import { maintenance } from '../../functions/maintenance.js';
 import { transferTimer } from '../../functions/transferTimer.js';
-import type { Timer } from '@azure/functions';
-import { context, createTestRuntime, snapshot, RecordingQueues, type TestRuntime } from './support.js';
+import { context, createTestRuntime, snapshot, RecordingQueues, timer, type TestRuntime } from './support.js';
 import { appUrl } from '../support/pg.js';
 import { dispatchDueJobs, maintenanceDidNothing, runMaintenancePass } from '../../shared/app/dispatch.js';
 import { createRuntime, setRuntime } from '../../shared/app/runtime.js';
@@ -13,12 +12,6 @@ import { registerDemoHandlers } from '../../dev/demoHandlers.js';
 import { parseSettings } from '../../shared/config/settings.js';
 
 let t: TestRuntime;
-
-const timer: Timer = {
-  isPastDue: false,
-  schedule: { adjustForDST: true },
-  scheduleStatus: { last: '', next: '', lastUpdated: '' },
-};
 
 beforeAll(async () => {
   t = await createTestRuntime('fn_queue', {
