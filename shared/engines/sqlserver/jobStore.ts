@@ -83,6 +83,17 @@ export type ProcedureParams<P extends JobProcedure> = { [K in ParamNames<P>]: un
 type ParamTypes = { [P in JobProcedure]: { [K in ParamNames<P>]: ParamType } };
 
 const MAX = sql.MAX;
+// The parameters of JOB_FILTER_PARAMS (SearchJobs and CountJobs).
+const JOB_FILTER = {
+  Location: sql.VarChar(10),
+  Queue: sql.NVarChar(128),
+  Type: sql.NVarChar(256),
+  Tag: sql.NVarChar(64),
+  State: sql.VarChar(10),
+  Reason: sql.VarChar(16),
+  From: sql.DateTime2(3),
+  To: sql.DateTime2(3),
+};
 export const SQLSERVER_PARAMS: ParamTypes = {
   enqueue_many: { Jobs: sql.NVarChar(MAX) },
   claim_next: { WorkerId: sql.NVarChar(200), Queues: sql.NVarChar(MAX), Limit: sql.Int, LeaseSeconds: sql.Int },
@@ -113,17 +124,7 @@ export const SQLSERVER_PARAMS: ParamTypes = {
   stats: {},
   metrics: { WindowMinutes: sql.Int, Queue: sql.NVarChar(128) },
   list_queues: { Name: sql.NVarChar(128) },
-  count_jobs: {
-    Location: sql.VarChar(10),
-    Queue: sql.NVarChar(128),
-    Type: sql.NVarChar(256),
-    Tag: sql.NVarChar(64),
-    State: sql.VarChar(10),
-    Reason: sql.VarChar(16),
-    From: sql.DateTime2(3),
-    To: sql.DateTime2(3),
-    Cap: sql.Int,
-  },
+  count_jobs: { ...JOB_FILTER, Cap: sql.Int },
   dlq_groups: { Queue: sql.NVarChar(128), Offset: sql.Int, Limit: sql.Int },
   list_workers: {},
   list_schedules: { Name: sql.NVarChar(100) },
@@ -148,14 +149,7 @@ export const SQLSERVER_PARAMS: ParamTypes = {
   },
   get_job: { JobId: sql.BigInt },
   search_jobs: {
-    Location: sql.VarChar(10),
-    Queue: sql.NVarChar(128),
-    Type: sql.NVarChar(256),
-    Tag: sql.NVarChar(64),
-    State: sql.VarChar(10),
-    Reason: sql.VarChar(16),
-    From: sql.DateTime2(3),
-    To: sql.DateTime2(3),
+    ...JOB_FILTER,
     Text: sql.NVarChar(400),
     AfterId: sql.BigInt,
     ScanRows: sql.Int,
