@@ -33,6 +33,7 @@ import type {
   FireResult,
   ScheduleState,
   JobCount,
+  JobFilter,
   CountResult,
   DlqGroupPage,
   WorkerLeases,
@@ -173,6 +174,18 @@ export function assertProcedureParams(proc: JobProcedure, names: readonly string
 
 // ---------------------------------------------------------------------------------------------------------------
 type Row = Record<string, unknown>;
+
+// The arguments of JOB_FILTER_PARAMS (SearchJobs and CountJobs).
+const filterArgs = (f: JobFilter) => ({
+  Location: f.location,
+  Queue: f.queue ?? null,
+  Type: f.type ?? null,
+  Tag: f.tag ?? null,
+  State: f.state ?? null,
+  Reason: f.reason ?? null,
+  From: f.from ?? null,
+  To: f.to ?? null,
+});
 
 const num = (v: unknown): number => (v === null || v === undefined ? 0 : Number(v));
 const json = (v: unknown): unknown => (v === null || v === undefined ? null : JSON.parse(String(v)));
@@ -592,14 +605,7 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     const rows = await this.call(
       'search_jobs',
       {
-        Location: s.location,
-        Queue: s.queue ?? null,
-        Type: s.type ?? null,
-        Tag: s.tag ?? null,
-        State: s.state ?? null,
-        Reason: s.reason ?? null,
-        From: s.from ?? null,
-        To: s.to ?? null,
+        ...filterArgs(s),
         Text: s.text ?? null,
         AfterId: s.afterId ?? null,
         ScanRows: scanRows,
@@ -611,21 +617,7 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async countJobs(c: JobCount): Promise<CountResult> {
-    const [r] = await this.call(
-      'count_jobs',
-      {
-        Location: c.location,
-        Queue: c.queue ?? null,
-        Type: c.type ?? null,
-        Tag: c.tag ?? null,
-        State: c.state ?? null,
-        Reason: c.reason ?? null,
-        From: c.from ?? null,
-        To: c.to ?? null,
-        Cap: c.cap,
-      },
-      'safe',
-    );
+    const [r] = await this.call('count_jobs', { ...filterArgs(c), Cap: c.cap }, 'safe');
     return toCountResult(camelKeys(r!));
   }
 
