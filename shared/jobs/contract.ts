@@ -220,7 +220,8 @@ export interface JobRecord {
   logs?: JobLogLine[]; // the job's own ctx.log lines, oldest first (newest KEEL_JOB_LOG_LINES); getJob only
 }
 
-export interface JobSearch {
+// What a search and a bounded count filter on.
+export interface JobFilter {
   location: JobLocation;
   queue?: string;
   type?: string;
@@ -229,6 +230,9 @@ export interface JobSearch {
   reason?: DlqReason;
   from?: Date; // created (hot) / finished (archive) / failed (dlq) at or after
   to?: Date;
+}
+
+export interface JobSearch extends JobFilter {
   text?: string; // substring of payload text or last error
   afterId?: JobId; // keyset paging: ids lower than this (newest first)
   // Archive and DLQ searches (with or without text) examine at most this many rows per call (the next ids below
@@ -239,15 +243,7 @@ export interface JobSearch {
 }
 
 // A bounded count (JobStore.countJobs): the search filters without text or paging, and the most rows to count.
-export interface JobCount {
-  location: JobLocation;
-  queue?: string;
-  type?: string;
-  tag?: string;
-  state?: HotState;
-  reason?: DlqReason;
-  from?: Date;
-  to?: Date;
+export interface JobCount extends JobFilter {
   cap: number;
 }
 

@@ -4,6 +4,9 @@
 // test/engines/parity.test.ts compares those tables with what the engines declare.
 import type { JobStore } from './contract.js';
 
+// The filter a search and a bounded count share (JobFilter), in call order.
+const JOB_FILTER_PARAMS = ['location', 'queue', 'type', 'tag', 'state', 'reason', 'from', 'to'] as const;
+
 export const JOB_PROCEDURES = {
   enqueue_many: ['jobs'],
   claim_next: ['worker_id', 'queues', 'limit', 'lease_seconds'],
@@ -39,21 +42,8 @@ export const JOB_PROCEDURES = {
     'metrics_retention_seconds',
   ],
   get_job: ['job_id'],
-  search_jobs: [
-    'location',
-    'queue',
-    'type',
-    'tag',
-    'state',
-    'reason',
-    'from',
-    'to',
-    'text',
-    'after_id',
-    'scan_rows',
-    'limit',
-  ],
-  count_jobs: ['location', 'queue', 'type', 'tag', 'state', 'reason', 'from', 'to', 'cap'],
+  search_jobs: [...JOB_FILTER_PARAMS, 'text', 'after_id', 'scan_rows', 'limit'],
+  count_jobs: [...JOB_FILTER_PARAMS, 'cap'],
   dlq_groups: ['queue', 'offset', 'limit'],
   list_workers: [],
   list_schedules: ['name'],

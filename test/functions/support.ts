@@ -2,7 +2,7 @@
 // recorder for queue posts (the storage queue is the host's business; here we check what was posted), and the
 // @azure/functions request/context objects.
 import pg from 'pg';
-import type { HttpResponseInit, LogLevel } from '@azure/functions';
+import type { HttpResponseInit, LogLevel, Timer } from '@azure/functions';
 import { appUrl, createTestDatabase } from '../support/pg.js';
 import { parseSettings } from '../../shared/config/settings.js';
 import { registerDemoHandlers } from '../../dev/demoHandlers.js';
@@ -148,6 +148,13 @@ export function request(
     ...(bytes ? { body: { bytes } } : {}),
   });
 }
+
+// What the host passes a timer trigger on an ordinary (not past-due) tick.
+export const timer: Timer = {
+  isPastDue: false,
+  schedule: { adjustForDST: true },
+  scheduleStatus: { last: '', next: '', lastUpdated: '' },
+};
 
 export function jsonOf(res: HttpResponseInit): any {
   return res.jsonBody;

@@ -2,78 +2,35 @@
 // the fence rules: a batch is failed and its window released only when the target says "not applied" under the
 // final fence, after which no apply of that batch id can commit; a batch whose apply did commit on the target (the
 // journal lost the reply) is recorded committed and the abandon is refused.
-import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ops } from '../../functions/ops.js';
+import { describe, expect, it } from 'vitest';
 import { transferStage } from '../../functions/transferStage.js';
 import { transferApply } from '../../functions/transferApply.js';
-import { createTestDatabase } from '../support/pg.js';
-import { context, createTestRuntime, jsonOf, READER, request, snapshot, type TestRuntime } from './support.js';
+import { context, READER, snapshot } from './support.js';
+import { useItemsTransfer } from './itemsTransfer.js';
 
-let t: TestRuntime;
-let source: pg.Pool;
-let target: pg.Pool;
-
-beforeAll(async () => {
-  const srcUrl = await createTestDatabase('fn_abandon_src');
-  const tgtUrl = await createTestDatabase('fn_abandon_tgt');
-  source = new pg.Pool({ connectionString: srcUrl, max: 2 });
-  target = new pg.Pool({ connectionString: tgtUrl, max: 2 });
-  await source.query(`create table public.items (id bigint primary key, name text not null)`);
-  await target.query(`create table public.items (id bigint primary key, name text not null)`);
-  await source.query(`insert into public.items select n, 'item-' || n from generate_series(1, 40) n`);
-  t = await createTestRuntime('fn_abandon', {
-    env: {
-      FN_AB_SOURCE: srcUrl,
-      FN_AB_TARGET: tgtUrl,
-      KEEL_TRANSFER_CATCHUP_ROWS: '0',
-      KEEL_TRANSFERS: JSON.stringify([
-        {
-          name: 'items',
-          source: { engine: 'postgres', connectionSetting: 'FN_AB_SOURCE', table: 'public.items' },
-          target: { engine: 'postgres', connectionSetting: 'FN_AB_TARGET', table: 'public.items' },
-          keyColumns: ['id'],
-          boundary: { column: 'id', kind: 'key' },
-          columns: [
-            { source: 'id', target: 'id' },
-            { source: 'name', target: 'name' },
-          ],
-          batchSize: 20,
-        },
-      ]),
-    },
-  });
+const fx = useItemsTransfer({
+  label: 'fn_abandon',
+  rows: 40,
+  batchSize: 20,
+  env: { KEEL_TRANSFER_CATCHUP_ROWS: '0' },
 });
-
-afterAll(async () => {
-  await t?.close();
-  await source?.end();
-  await target?.end();
-});
-
-async function call(method: string, path: string, body?: unknown, headers?: Record<string, string>) {
-  const res = await ops(
-    request(method, path, { ...(body === undefined ? {} : { body }), ...(headers ? { headers } : { operator: true }) }),
-    context('ops'),
-  );
-  return { status: res.status ?? 200, body: jsonOf(res) };
-}
-const count = async () => (await target.query(`select count(*)::int as n from public.items`)).rows[0].n;
+const { call } = fx;
+const count = async () => (await fx.target.query(`select count(*)::int as n from public.items`)).rows[0].n;
 
 describe('abandon a batch', () => {
   it('preview changes nothing; the operator role and a reason are required', async () => {
     const started = await call('POST', 'transfers/items/start', {});
     const id = started.body.batch.batchId as string;
-    await transferStage(t.queues.take('keel-transfer-stage')[0], context('transferStage'));
-    t.queues.clear();
-    const before = await snapshot(t.pool);
+    await transferStage(fx.t.queues.take('keel-transfer-stage')[0], context('transferStage'));
+    fx.t.queues.clear();
+    const before = await snapshot(fx.t.pool);
     const preview = await call('POST', `transfers/batches/${id}/abandon`, { reason: 'wrong mapping', preview: true });
     expect(preview).toMatchObject({
       status: 200,
       body: { preview: true, abandonable: true, batch: { batchId: id, state: 'staged' } },
     });
     expect(preview.body.effect).toContain('final fence');
-    expect(await snapshot(t.pool)).toEqual(before);
+    expect(await snapshot(fx.t.pool)).toEqual(before);
     const asReader = await call(
       'POST',
       `transfers/batches/${id}/abandon`,
@@ -85,7 +42,7 @@ describe('abandon a batch', () => {
       error: 'invalid_request',
       field: 'reason',
     });
-    expect(await snapshot(t.pool)).toEqual(before);
+    expect(await snapshot(fx.t.pool)).toEqual(before);
   });
 
   it('a staged batch: the target says not applied under the final fence -> failed, window released, a late apply cannot commit', async () => {
@@ -101,8 +58,8 @@ describe('abandon a batch', () => {
     // The window is free: a new batch covers it and commits.
     const again = await call('POST', 'transfers/items/start', {});
     expect(again.body.batch.boundary).toMatchObject({ low: null, high: '20' });
-    await transferStage(t.queues.take('keel-transfer-stage')[0], context('transferStage'));
-    await transferApply(t.queues.take('keel-transfer-apply')[0], context('transferApply'));
+    await transferStage(fx.t.queues.take('keel-transfer-stage')[0], context('transferStage'));
+    await transferApply(fx.t.queues.take('keel-transfer-apply')[0], context('transferApply'));
     expect(await count()).toBe(20);
     // A committed batch: nothing to abandon.
     const done = await call('POST', `transfers/batches/${again.body.batch.batchId}/abandon`, { reason: 'x' });
@@ -112,11 +69,11 @@ describe('abandon a batch', () => {
   it('an apply that committed on the target while the journal lost the reply is never abandoned: recorded committed, 409', async () => {
     const started = await call('POST', 'transfers/items/start', {});
     const id = started.body.batch.batchId as string;
-    await transferStage(t.queues.take('keel-transfer-stage')[0], context('transferStage'));
-    await transferApply(t.queues.take('keel-transfer-apply')[0], context('transferApply'));
+    await transferStage(fx.t.queues.take('keel-transfer-stage')[0], context('transferStage'));
+    await transferApply(fx.t.queues.take('keel-transfer-apply')[0], context('transferApply'));
     expect(await count()).toBe(40);
     // The journal as a lost reply leaves it: 'applying', outcome unknown.
-    await t.pool.query(
+    await fx.t.pool.query(
       `select * from keel.transfer_batch_transition($1, array['committed'], 'applying', '{}'::jsonb, false, null, 'test_lost_reply', null)`,
       [id],
     );

@@ -2,67 +2,24 @@
 // once, so a backlog is transferred through the queue steps alone after one timer tick; a chain stops at
 // KEEL_TRANSFER_CATCHUP_ROWS and the next tick continues it. The queue is the recorder of test/functions/support.ts,
 // pumped in order (first in, first out) as the host would deliver it.
-import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Timer } from '@azure/functions';
+import { describe, expect, it } from 'vitest';
 import { transferStage } from '../../functions/transferStage.js';
 import { transferApply } from '../../functions/transferApply.js';
 import { transferTimer } from '../../functions/transferTimer.js';
-import { createTestDatabase } from '../support/pg.js';
-import { context, createTestRuntime, type TestRuntime } from './support.js';
+import { context, timer } from './support.js';
+import { useItemsTransfer } from './itemsTransfer.js';
 
-let t: TestRuntime;
-let source: pg.Pool;
-let target: pg.Pool;
-const timer: Timer = {
-  isPastDue: false,
-  schedule: { adjustForDST: true },
-  scheduleStatus: { last: '', next: '', lastUpdated: '' },
-};
-const TABLE = `create table public.items (id bigint primary key, name text not null)`;
-
-beforeAll(async () => {
-  const srcUrl = await createTestDatabase('fn_catchup_src');
-  const tgtUrl = await createTestDatabase('fn_catchup_tgt');
-  source = new pg.Pool({ connectionString: srcUrl, max: 2 });
-  target = new pg.Pool({ connectionString: tgtUrl, max: 2 });
-  await source.query(TABLE);
-  await target.query(TABLE);
-  t = await createTestRuntime('fn_catchup', {
-    env: {
-      FN_CU_SOURCE: srcUrl,
-      FN_CU_TARGET: tgtUrl,
-      KEEL_SCHEDULED_TRANSFERS: '*',
-      KEEL_TRANSFER_CATCHUP_ROWS: '200',
-      KEEL_TRANSFERS: JSON.stringify([
-        {
-          name: 'items',
-          source: { engine: 'postgres', connectionSetting: 'FN_CU_SOURCE', table: 'public.items' },
-          target: { engine: 'postgres', connectionSetting: 'FN_CU_TARGET', table: 'public.items' },
-          keyColumns: ['id'],
-          boundary: { column: 'id', kind: 'key' },
-          columns: [
-            { source: 'id', target: 'id' },
-            { source: 'name', target: 'name' },
-          ],
-          batchSize: 10,
-        },
-      ]),
-    },
-  });
-});
-
-afterAll(async () => {
-  await t?.close();
-  await source?.end();
-  await target?.end();
+const fx = useItemsTransfer({
+  label: 'fn_catchup',
+  batchSize: 10,
+  env: { KEEL_SCHEDULED_TRANSFERS: '*', KEEL_TRANSFER_CATCHUP_ROWS: '200' },
 });
 
 // Delivers every posted message, oldest first, until the queues are empty; returns how many were delivered.
 async function pump(): Promise<number> {
   let n = 0;
   for (;;) {
-    const m = t.queues.sent.shift() as { queue: string; message: unknown; delaySeconds: number } | undefined;
+    const m = fx.t.queues.sent.shift() as { queue: string; message: unknown; delaySeconds: number } | undefined;
     if (!m) return n;
     expect(m.delaySeconds).toBe(0); // nothing here waits for a retry
     n++;
@@ -73,26 +30,26 @@ async function pump(): Promise<number> {
 }
 
 async function committed(): Promise<{ batches: number; rows: number }> {
-  const list = await t.rt.transfers!.listBatches({ transfer: 'items', limit: 1000 });
+  const list = await fx.t.rt.transfers!.listBatches({ transfer: 'items', limit: 1000 });
   const done = list.filter((b) => b.state === 'committed');
   return { batches: done.length, rows: done.reduce((s, b) => s + (b.appliedCount ?? 0), 0) };
 }
-const targetRows = async () => (await target.query(`select count(*)::int as n from public.items`)).rows[0].n;
+const targetRows = async () => (await fx.target.query(`select count(*)::int as n from public.items`)).rows[0].n;
 
 describe('catch-up', () => {
   it('one timer tick, then the queue steps alone move the whole backlog (155 rows, batchSize 10)', async () => {
-    await source.query(`insert into public.items select n, 'item-' || n from generate_series(1, 155) n`);
+    await fx.source.query(`insert into public.items select n, 'item-' || n from generate_series(1, 155) n`);
     await transferTimer(timer, context('transferTimer'));
     const delivered = await pump();
     expect(await targetRows()).toBe(155);
     // 16 batches (15 full, one of 5 rows that ends the chain), each a stage and an apply message.
     expect(await committed()).toEqual({ batches: 16, rows: 155 });
     expect(delivered).toBe(32);
-    expect(await t.rt.transfers!.listBatches({ transfer: 'items', state: 'extracting', limit: 5 })).toEqual([]);
+    expect(await fx.t.rt.transfers!.listBatches({ transfer: 'items', state: 'extracting', limit: 5 })).toEqual([]);
   });
 
   it('a chain stops at KEEL_TRANSFER_CATCHUP_ROWS; the next tick continues', async () => {
-    await source.query(`insert into public.items select n, 'item-' || n from generate_series(156, 455) n`);
+    await fx.source.query(`insert into public.items select n, 'item-' || n from generate_series(156, 455) n`);
     await transferTimer(timer, context('transferTimer'));
     await pump();
     // The chain commits full windows until 200 rows are committed, then waits for the timer.
@@ -104,14 +61,14 @@ describe('catch-up', () => {
   });
 
   it('a duplicate apply message of a committed batch does not start a second chain', async () => {
-    await source.query(`insert into public.items select n, 'item-' || n from generate_series(456, 475) n`);
+    await fx.source.query(`insert into public.items select n, 'item-' || n from generate_series(456, 475) n`);
     await transferTimer(timer, context('transferTimer'));
-    const first = t.queues.sent[0]!.message as { batchId: string };
+    const first = fx.t.queues.sent[0]!.message as { batchId: string };
     await pump();
     expect(await targetRows()).toBe(475);
     const before = await committed();
     await transferApply({ batchId: first.batchId }, context('transferApply'));
-    expect(t.queues.sent).toEqual([]);
+    expect(fx.t.queues.sent).toEqual([]);
     expect(await committed()).toEqual(before);
   });
 });

@@ -1,93 +1,29 @@
 // Per-transfer pause/resume (persisted in the journal, through the ops API with the operator role) and per-transfer
 // schedules (issue 26, item 3): the timer, catch-up and the queue steps honour a pause; resuming re-posts the open
 // batch; a transfer with its own NCRONTAB is started only when it is due.
-import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Timer } from '@azure/functions';
-import { ops } from '../../functions/ops.js';
+import { describe, expect, it } from 'vitest';
 import { transferStage } from '../../functions/transferStage.js';
 import { transferApply } from '../../functions/transferApply.js';
 import { transferTimer } from '../../functions/transferTimer.js';
 import { runTransferSchedule, scheduleDue } from '../../shared/app/transfers.js';
-import { createTestDatabase } from '../support/pg.js';
-import { context, createTestRuntime, jsonOf, READER, request, type TestRuntime } from './support.js';
+import { context, READER, timer } from './support.js';
+import { ITEMS_DDL, useItemsTransfer } from './itemsTransfer.js';
 
-let t: TestRuntime;
-let source: pg.Pool;
-let target: pg.Pool;
-const timer: Timer = {
-  isPastDue: false,
-  schedule: { adjustForDST: true },
-  scheduleStatus: { last: '', next: '', lastUpdated: '' },
-};
+const fx = useItemsTransfer({
+  label: 'fn_ctl',
+  targetDdl: [ITEMS_DDL, `create table public.items_nightly (id bigint primary key, name text not null)`],
+  batchSize: 10,
+  env: { KEEL_SCHEDULED_TRANSFERS: '*' },
+  moreTransfers: (items) => [
+    { ...items, name: 'nightly', target: { ...items.target, table: 'public.items_nightly' }, schedule: '0 0 3 * * *' },
+  ],
+});
+const { call, pump } = fx;
 const cols = [
   { source: 'id', target: 'id' },
   { source: 'name', target: 'name' },
 ];
-
-beforeAll(async () => {
-  const srcUrl = await createTestDatabase('fn_ctl_src');
-  const tgtUrl = await createTestDatabase('fn_ctl_tgt');
-  source = new pg.Pool({ connectionString: srcUrl, max: 2 });
-  target = new pg.Pool({ connectionString: tgtUrl, max: 2 });
-  await source.query(`create table public.items (id bigint primary key, name text not null)`);
-  for (const tbl of ['items', 'items_nightly'])
-    await target.query(`create table public.${tbl} (id bigint primary key, name text not null)`);
-  t = await createTestRuntime('fn_ctl', {
-    env: {
-      FN_CTL_SOURCE: srcUrl,
-      FN_CTL_TARGET: tgtUrl,
-      KEEL_SCHEDULED_TRANSFERS: '*',
-      KEEL_TRANSFERS: JSON.stringify([
-        {
-          name: 'items',
-          source: { engine: 'postgres', connectionSetting: 'FN_CTL_SOURCE', table: 'public.items' },
-          target: { engine: 'postgres', connectionSetting: 'FN_CTL_TARGET', table: 'public.items' },
-          keyColumns: ['id'],
-          boundary: { column: 'id', kind: 'key' },
-          columns: cols,
-          batchSize: 10,
-        },
-        {
-          name: 'nightly',
-          source: { engine: 'postgres', connectionSetting: 'FN_CTL_SOURCE', table: 'public.items' },
-          target: { engine: 'postgres', connectionSetting: 'FN_CTL_TARGET', table: 'public.items_nightly' },
-          keyColumns: ['id'],
-          boundary: { column: 'id', kind: 'key' },
-          columns: cols,
-          schedule: '0 0 3 * * *',
-        },
-      ]),
-    },
-  });
-});
-
-afterAll(async () => {
-  await t?.close();
-  await source?.end();
-  await target?.end();
-});
-
-async function call(method: string, path: string, body?: unknown, headers?: Record<string, string>) {
-  const res = await ops(
-    request(method, path, {
-      ...(body === undefined ? {} : { body }),
-      ...(headers ? { headers } : { operator: true }),
-    }),
-    context('ops'),
-  );
-  return { status: res.status ?? 200, body: jsonOf(res) };
-}
-
-async function pump(): Promise<void> {
-  for (;;) {
-    const m = t.queues.sent.shift() as { queue: string; message: unknown } | undefined;
-    if (!m) return;
-    if (m.queue === 'keel-transfer-stage') await transferStage(m.message, context('transferStage'));
-    else await transferApply(m.message, context('transferApply'));
-  }
-}
-const count = async (tbl: string) => (await target.query(`select count(*)::int as n from public.${tbl}`)).rows[0].n;
+const count = async (tbl: string) => (await fx.target.query(`select count(*)::int as n from public.${tbl}`)).rows[0].n;
 const stateOf = async (name: string) =>
   (await call('GET', 'transfers')).body.items.find((x: { name: string }) => x.name === name);
 
@@ -113,26 +49,26 @@ describe('pause and resume', () => {
   });
 
   it('a paused transfer: the timer creates nothing, start is refused, a queued batch is left where it is', async () => {
-    await source.query(`insert into public.items select n, 'item-' || n from generate_series(1, 25) n`);
-    t.queues.clear();
+    await fx.source.query(`insert into public.items select n, 'item-' || n from generate_series(1, 25) n`);
+    fx.t.queues.clear();
     // The batch was queued before the pause (resumed, then paused again while its message waits).
     await call('POST', 'transfers/items/resume', {});
     const started = await call('POST', 'transfers/items/start', {});
     expect(started.status).toBe(202);
     const batchId = started.body.batch.batchId as string;
     await call('POST', 'transfers/items/pause', {});
-    const steps = await runTransferSchedule(t.rt, context('transferTimer'), new Date());
+    const steps = await runTransferSchedule(fx.t.rt, context('transferTimer'), new Date());
     expect(steps.find((s) => s.transfer === 'items')).toEqual({ transfer: 'items', action: 'paused' });
     expect((await call('POST', 'transfers/items/start', {})).body).toMatchObject({ code: 'transfer_paused' });
     // The stage message arrives: nothing moves.
     // (The timer pass started the never-run transfer 'nightly': its message is set aside for later.)
-    const all = t.queues.sent.splice(0);
+    const all = fx.t.queues.sent.splice(0);
     const msgs = all.filter((m) => (m.message as { batchId: string }).batchId === batchId);
     expect(msgs.map((m) => m.message)).toEqual([{ batchId }]);
     const nightly = all.filter((m) => (m.message as { batchId: string }).batchId !== batchId);
     expect(nightly).toHaveLength(1);
     await transferStage(msgs[0]!.message, context('transferStage'));
-    expect(t.queues.sent).toEqual([]);
+    expect(fx.t.queues.sent).toEqual([]);
     expect((await call('GET', `transfers/batches/${batchId}`)).body.state).toBe('extracting');
     expect(await count('items')).toBe(0);
 
@@ -142,7 +78,7 @@ describe('pause and resume', () => {
       status: 200,
       body: { paused: false, openBatch: { batchId, state: 'extracting', posted: true } },
     });
-    t.queues.sent.push(...nightly);
+    fx.t.queues.sent.push(...nightly);
     await pump();
     expect(await count('items')).toBe(25);
     expect(await count('items_nightly')).toBe(25);
@@ -153,16 +89,16 @@ describe('pause and resume', () => {
   });
 
   it('a pause stops a catch-up chain at its next step; resume goes on from there', async () => {
-    await source.query(`insert into public.items select n, 'item-' || n from generate_series(26, 55) n`);
+    await fx.source.query(`insert into public.items select n, 'item-' || n from generate_series(26, 55) n`);
     await transferTimer(timer, context('transferTimer'));
     // Stage, then apply: the full window commits and catch-up posts the next batch.
     for (let i = 0; i < 2; i++) {
-      const m = t.queues.sent.shift()!;
+      const m = fx.t.queues.sent.shift()!;
       if (m.queue === 'keel-transfer-stage') await transferStage(m.message, context('transferStage'));
       else await transferApply(m.message, context('transferApply'));
     }
     expect(await count('items')).toBe(35);
-    const next = t.queues.sent.map((m) => m.message as { batchId: string });
+    const next = fx.t.queues.sent.map((m) => m.message as { batchId: string });
     expect(next).toHaveLength(1);
     await call('POST', 'transfers/items/pause', { reason: 'hold' });
     await pump(); // its stage step leaves it as it is
@@ -185,11 +121,11 @@ describe('per-transfer schedule', () => {
   });
 
   it('the timer starts a scheduled transfer when due and not at the ticks in between', async () => {
-    t.queues.clear();
+    fx.t.queues.clear();
     // 'nightly' ran (first pass, never run before: due at once); new rows, but its next 03:00 has not come: not
     // due, while the transfer without a schedule of its own runs at every tick.
-    await source.query(`insert into public.items select n, 'item-' || n from generate_series(56, 60) n`);
-    const s2 = await runTransferSchedule(t.rt, context('transferTimer'), new Date());
+    await fx.source.query(`insert into public.items select n, 'item-' || n from generate_series(56, 60) n`);
+    const s2 = await runTransferSchedule(fx.t.rt, context('transferTimer'), new Date());
     expect(s2.find((s) => s.transfer === 'nightly')).toEqual({ transfer: 'nightly', action: 'not_due' });
     expect(s2.find((s) => s.transfer === 'items')).toMatchObject({ action: 'created' });
     await pump();
@@ -197,7 +133,7 @@ describe('per-transfer schedule', () => {
     const next3 = new Date();
     next3.setUTCDate(next3.getUTCDate() + 1);
     next3.setUTCHours(3, 0, 0, 0);
-    const s3 = await runTransferSchedule(t.rt, context('transferTimer'), next3);
+    const s3 = await runTransferSchedule(fx.t.rt, context('transferTimer'), next3);
     expect(s3.find((s) => s.transfer === 'nightly')).toMatchObject({ action: 'created' });
     await pump();
     expect(await count('items_nightly')).toBe(60);

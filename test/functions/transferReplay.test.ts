@@ -2,87 +2,30 @@
 // row changed, POST /transfers/{name}/replay sends the committed windows (10, 20] again, from the source as it is
 // now, as one new batch with every guarantee of a batch; preview first, nothing changed; misaligned or too large
 // ranges are refused naming the field; the transfer's own window chain goes on untouched.
-import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ops } from '../../functions/ops.js';
-import { transferStage } from '../../functions/transferStage.js';
-import { transferApply } from '../../functions/transferApply.js';
-import { createTestDatabase } from '../support/pg.js';
-import { context, createTestRuntime, jsonOf, READER, request, snapshot, type TestRuntime } from './support.js';
+import { describe, expect, it } from 'vitest';
+import { READER, snapshot } from './support.js';
+import { useItemsTransfer } from './itemsTransfer.js';
 
-let t: TestRuntime;
-let source: pg.Pool;
-let target: pg.Pool;
-
-beforeAll(async () => {
-  const srcUrl = await createTestDatabase('fn_replay_src');
-  const tgtUrl = await createTestDatabase('fn_replay_tgt');
-  source = new pg.Pool({ connectionString: srcUrl, max: 2 });
-  target = new pg.Pool({ connectionString: tgtUrl, max: 2 });
-  await source.query(`create table public.items (id bigint primary key, name text not null)`);
-  await target.query(`create table public.items (id bigint primary key, name text not null)`);
-  await source.query(`insert into public.items select n, 'item-' || n from generate_series(1, 30) n`);
-  t = await createTestRuntime('fn_replay', {
-    env: {
-      FN_RP_SOURCE: srcUrl,
-      FN_RP_TARGET: tgtUrl,
-      KEEL_TRANSFERS: JSON.stringify([
-        {
-          name: 'items',
-          source: { engine: 'postgres', connectionSetting: 'FN_RP_SOURCE', table: 'public.items' },
-          target: { engine: 'postgres', connectionSetting: 'FN_RP_TARGET', table: 'public.items' },
-          keyColumns: ['id'],
-          boundary: { column: 'id', kind: 'key' },
-          columns: [
-            { source: 'id', target: 'id' },
-            { source: 'name', target: 'name' },
-          ],
-          batchSize: 10,
-        },
-      ]),
-    },
-  });
-});
-
-afterAll(async () => {
-  await t?.close();
-  await source?.end();
-  await target?.end();
-});
-
-async function call(method: string, path: string, body?: unknown, headers?: Record<string, string>) {
-  const res = await ops(
-    request(method, path, { ...(body === undefined ? {} : { body }), ...(headers ? { headers } : { operator: true }) }),
-    context('ops'),
-  );
-  return { status: res.status ?? 200, body: jsonOf(res) };
-}
-async function pump(): Promise<void> {
-  for (;;) {
-    const m = t.queues.sent.shift();
-    if (!m) return;
-    if (m.queue === 'keel-transfer-stage') await transferStage(m.message, context('transferStage'));
-    else await transferApply(m.message, context('transferApply'));
-  }
-}
+const fx = useItemsTransfer({ label: 'fn_replay', rows: 30, batchSize: 10 });
+const { call, pump } = fx;
 
 describe('replay a committed range', () => {
   it('preview, refusals naming the field, then the range is sent again and the chain goes on', async () => {
     await call('POST', 'transfers/items/start', {});
     await pump(); // catch-up: (,10], (10,20], (20,30]
-    expect((await target.query(`select count(*)::int as n from public.items`)).rows[0].n).toBe(30);
-    await target.query(`delete from public.items where id between 11 and 20`);
-    await source.query(`update public.items set name = 'renamed' where id = 15`);
+    expect((await fx.target.query(`select count(*)::int as n from public.items`)).rows[0].n).toBe(30);
+    await fx.target.query(`delete from public.items where id between 11 and 20`);
+    await fx.source.query(`update public.items set name = 'renamed' where id = 15`);
 
-    const before = await snapshot(t.pool);
+    const before = await snapshot(fx.t.pool);
     const preview = await call('POST', 'transfers/items/replay', { low: '10', high: '20', preview: true });
     expect(preview).toMatchObject({
       status: 200,
       body: { preview: true, plan: { transfer: 'items', window: { low: '10', high: '20' }, rows: 10 } },
     });
     expect(preview.body.plan.batches).toHaveLength(1);
-    expect(await snapshot(t.pool)).toEqual(before);
-    expect(t.queues.sent).toEqual([]);
+    expect(await snapshot(fx.t.pool)).toEqual(before);
+    expect(fx.t.queues.sent).toEqual([]);
 
     expect((await call('POST', 'transfers/items/replay', { low: '10', high: '15' })).body).toMatchObject({
       error: 'invalid_request',
@@ -100,7 +43,7 @@ describe('replay a committed range', () => {
       (await call('POST', 'transfers/items/replay', { low: '10', high: '20' }, { 'x-ms-client-principal': READER }))
         .status,
     ).toBe(403);
-    expect(await snapshot(t.pool)).toEqual(before);
+    expect(await snapshot(fx.t.pool)).toEqual(before);
 
     const r = await call('POST', 'transfers/items/replay', { low: '10', high: '20' });
     expect(r.status).toBe(202);
@@ -111,7 +54,7 @@ describe('replay a committed range', () => {
       state: 'committed',
       appliedCount: 10,
     });
-    const rows = await target.query(
+    const rows = await fx.target.query(
       `select count(*)::int as n, max(name) filter (where id = 15) as n15 from public.items`,
     );
     expect(rows.rows[0]).toEqual({ n: 30, n15: 'renamed' });
@@ -122,11 +65,11 @@ describe('replay a committed range', () => {
     await pump();
 
     // The transfer's own chain is untouched: the next window starts after 30.
-    await source.query(`insert into public.items select n, 'item-' || n from generate_series(31, 35) n`);
+    await fx.source.query(`insert into public.items select n, 'item-' || n from generate_series(31, 35) n`);
     const next = await call('POST', 'transfers/items/start', {});
     expect(next.body.batch.boundary).toMatchObject({ low: '30', high: '35' });
     await pump();
-    expect((await target.query(`select count(*)::int as n from public.items`)).rows[0].n).toBe(35);
+    expect((await fx.target.query(`select count(*)::int as n from public.items`)).rows[0].n).toBe(35);
     const items = (await call('GET', 'transfers')).body.items;
     expect(items[0].lastCommitted).toMatchObject({ high: '35' });
   });

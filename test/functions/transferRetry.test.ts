@@ -4,71 +4,33 @@
 // refreshing its updated_at. The functions are called through their real entry points in production order:
 // timer -> stage -> apply, maintenance every pass; the queue is the recorder of test/functions/support.ts, and a
 // delayed message is delivered only once its delay has passed.
-import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Timer } from '@azure/functions';
+import { describe, expect, it } from 'vitest';
 import { transferStage } from '../../functions/transferStage.js';
 import { transferApply } from '../../functions/transferApply.js';
 import { transferTimer } from '../../functions/transferTimer.js';
 import { maintenance } from '../../functions/maintenance.js';
-import { createTestDatabase } from '../support/pg.js';
-import { context, createTestRuntime, type TestRuntime } from './support.js';
+import { context, timer } from './support.js';
+import { useItemsTransfer } from './itemsTransfer.js';
 
-let t: TestRuntime;
-let source: pg.Pool;
-let target: pg.Pool;
-const timer: Timer = {
-  isPastDue: false,
-  schedule: { adjustForDST: true },
-  scheduleStatus: { last: '', next: '', lastUpdated: '' },
-};
 const BASE_MS = 1000;
 const MAX_MS = 4000;
 const STALE_MS = 1000;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-beforeAll(async () => {
-  const srcUrl = await createTestDatabase('fn_retry_src');
-  const tgtUrl = await createTestDatabase('fn_retry_tgt');
-  source = new pg.Pool({ connectionString: srcUrl, max: 2 });
-  target = new pg.Pool({ connectionString: tgtUrl, max: 2 });
-  await source.query(
-    `create table public.items (id bigint primary key, parent_id bigint not null, name text not null)`,
-  );
-  await target.query(`create table public.parents (id bigint primary key)`);
-  await target.query(
+const fx = useItemsTransfer({
+  label: 'fn_retry',
+  sourceDdl: [`create table public.items (id bigint primary key, parent_id bigint not null, name text not null)`],
+  targetDdl: [
+    `create table public.parents (id bigint primary key)`,
     `create table public.items (id bigint primary key, parent_id bigint not null references public.parents(id), name text not null)`,
-  );
-  t = await createTestRuntime('fn_retry', {
-    env: {
-      FN_RETRY_SOURCE: srcUrl,
-      FN_RETRY_TARGET: tgtUrl,
-      KEEL_SCHEDULED_TRANSFERS: '*',
-      KEEL_TRANSFER_STALE_MS: String(STALE_MS),
-      KEEL_TRANSFER_RETRY_BASE_MS: String(BASE_MS),
-      KEEL_TRANSFER_RETRY_MAX_MS: String(MAX_MS),
-      KEEL_TRANSFERS: JSON.stringify([
-        {
-          name: 'items',
-          source: { engine: 'postgres', connectionSetting: 'FN_RETRY_SOURCE', table: 'public.items' },
-          target: { engine: 'postgres', connectionSetting: 'FN_RETRY_TARGET', table: 'public.items' },
-          keyColumns: ['id'],
-          boundary: { column: 'id', kind: 'key' },
-          columns: [
-            { source: 'id', target: 'id' },
-            { source: 'parent_id', target: 'parent_id' },
-            { source: 'name', target: 'name' },
-          ],
-        },
-      ]),
-    },
-  });
-});
-
-afterAll(async () => {
-  await t?.close();
-  await source?.end();
-  await target?.end();
+  ],
+  columns: ['id', 'parent_id', 'name'],
+  env: {
+    KEEL_SCHEDULED_TRANSFERS: '*',
+    KEEL_TRANSFER_STALE_MS: String(STALE_MS),
+    KEEL_TRANSFER_RETRY_BASE_MS: String(BASE_MS),
+    KEEL_TRANSFER_RETRY_MAX_MS: String(MAX_MS),
+  },
 });
 
 type Sent = {
@@ -77,20 +39,20 @@ type Sent = {
   delaySeconds: number;
 };
 function takeAll(): Sent[] {
-  return t.queues.sent.splice(0) as Sent[];
+  return fx.t.queues.sent.splice(0) as Sent[];
 }
 async function deliver(m: Sent): Promise<void> {
   if (m.queue === 'keel-transfer-stage') await transferStage(m.message, context('transferStage'));
   else await transferApply(m.message, context('transferApply'));
 }
 async function batch(id: string) {
-  return (await t.rt.transfers!.getBatch(id))!;
+  return (await fx.t.rt.transfers!.getBatch(id))!;
 }
 
 describe('retries of a failed apply', () => {
   it('the apply step retries a foreign-key failure with backoff; committed within the backoff once the parent exists', async () => {
-    await source.query(`insert into public.items select n, 1 + n % 5, 'item-' || n from generate_series(1, 50) n`);
-    await target.query(`insert into public.parents values (1), (2), (3), (4)`); // parent 5 is missing
+    await fx.source.query(`insert into public.items select n, 1 + n % 5, 'item-' || n from generate_series(1, 50) n`);
+    await fx.target.query(`insert into public.parents values (1), (2), (3), (4)`); // parent 5 is missing
 
     await transferTimer(timer, context('transferTimer'));
     const [created] = takeAll();
@@ -139,19 +101,19 @@ describe('retries of a failed apply', () => {
     expect(takeAll()).toEqual([]);
 
     // The fault clears; the pending retry commits the batch when its delay has passed.
-    await target.query(`insert into public.parents values (5)`);
+    await fx.target.query(`insert into public.parents values (5)`);
     const cleared = Date.now();
     await sleep(retry2!.delaySeconds * 1000);
     await deliver(retry2!);
     const done = await batch(batchId);
     expect(done).toMatchObject({ state: 'committed', appliedCount: 50, attempts: 3 });
     expect(Date.parse(done.committedAt!) - cleared).toBeLessThan(MAX_MS + 1000);
-    expect((await target.query(`select count(*)::int as n from public.items`)).rows[0].n).toBe(50);
+    expect((await fx.target.query(`select count(*)::int as n from public.items`)).rows[0].n).toBe(50);
     expect(takeAll()).toEqual([]);
   });
 
   it('a lost retry message: maintenance and the timer resume the batch by its last progress, not updated_at', async () => {
-    await source.query(`insert into public.items select n, 6, 'item-' || n from generate_series(51, 60) n`);
+    await fx.source.query(`insert into public.items select n, 6, 'item-' || n from generate_series(51, 60) n`);
     await transferTimer(timer, context('transferTimer'));
     const [created] = takeAll();
     const batchId = created!.message.batchId;
@@ -160,7 +122,7 @@ describe('retries of a failed apply', () => {
     expect(await batch(batchId)).toMatchObject({ state: 'staged', attempts: 1, lastErrorCode: '23503' });
     expect(takeAll()).toHaveLength(1); // the retry message, lost here
 
-    await target.query(`insert into public.parents values (6)`);
+    await fx.target.query(`insert into public.parents values (6)`);
     // Maintenance runs every pass and refreshes updated_at each time it reconciles; under the old rule (untouched
     // for KEEL_TRANSFER_STALE_MS) the timer would never see the batch as stale.
     await sleep(STALE_MS + 100);

@@ -32,6 +32,7 @@ import type {
   FireResult,
   ScheduleState,
   JobCount,
+  JobFilter,
   CountResult,
   DlqGroupPage,
   WorkerLeases,
@@ -156,6 +157,18 @@ export async function assertPostgresReady(pool: pg.Pool): Promise<void> {
 }
 
 // pg returns jsonb decoded and text[] as arrays already.
+// The arguments of JOB_FILTER_PARAMS (search_jobs and count_jobs).
+const filterArgs = (f: JobFilter) => ({
+  location: f.location,
+  queue: f.queue ?? null,
+  type: f.type ?? null,
+  tag: f.tag ?? null,
+  state: f.state ?? null,
+  reason: f.reason ?? null,
+  from: f.from ?? null,
+  to: f.to ?? null,
+});
+
 const PG_CODEC: RowCodec = { payload: (v) => v, tags: (v) => (v as string[] | null) ?? [] };
 const num = (v: unknown): number => (v === null || v === undefined ? 0 : Number(v));
 
@@ -430,14 +443,7 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
 
   async searchJobs(s: JobSearch): Promise<JobPage> {
     const rows = await this.call('search_jobs', {
-      location: s.location,
-      queue: s.queue ?? null,
-      type: s.type ?? null,
-      tag: s.tag ?? null,
-      state: s.state ?? null,
-      reason: s.reason ?? null,
-      from: s.from ?? null,
-      to: s.to ?? null,
+      ...filterArgs(s),
       text: s.text ?? null,
       after_id: s.afterId ?? null,
       scan_rows: searchScanRows(s),
@@ -483,17 +489,7 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async countJobs(c: JobCount): Promise<CountResult> {
-    const [r] = await this.call('count_jobs', {
-      location: c.location,
-      queue: c.queue ?? null,
-      type: c.type ?? null,
-      tag: c.tag ?? null,
-      state: c.state ?? null,
-      reason: c.reason ?? null,
-      from: c.from ?? null,
-      to: c.to ?? null,
-      cap: c.cap,
-    });
+    const [r] = await this.call('count_jobs', { ...filterArgs(c), cap: c.cap });
     return toCountResult(r!);
   }
 

@@ -12,6 +12,18 @@ export interface PgFunction<P extends JobProcedure> {
   returns: 'rows' | PgType; // 'rows': returns table / setof; otherwise a single value of that type
 }
 
+// The parameters of JOB_FILTER_PARAMS (search_jobs and count_jobs).
+const JOB_FILTER = {
+  location: 'text',
+  queue: 'text',
+  type: 'text',
+  tag: 'text',
+  state: 'text',
+  reason: 'text',
+  from: 'timestamptz',
+  to: 'timestamptz',
+} as const;
+
 export const POSTGRES_FUNCTIONS: { [P in JobProcedure]: PgFunction<P> } = {
   enqueue_many: { params: { jobs: 'jsonb' }, returns: 'rows' },
   claim_next: {
@@ -75,14 +87,7 @@ export const POSTGRES_FUNCTIONS: { [P in JobProcedure]: PgFunction<P> } = {
   get_job: { params: { job_id: 'bigint' }, returns: 'rows' },
   search_jobs: {
     params: {
-      location: 'text',
-      queue: 'text',
-      type: 'text',
-      tag: 'text',
-      state: 'text',
-      reason: 'text',
-      from: 'timestamptz',
-      to: 'timestamptz',
+      ...JOB_FILTER,
       text: 'text',
       after_id: 'bigint',
       scan_rows: 'integer',
@@ -91,17 +96,7 @@ export const POSTGRES_FUNCTIONS: { [P in JobProcedure]: PgFunction<P> } = {
     returns: 'rows',
   },
   count_jobs: {
-    params: {
-      location: 'text',
-      queue: 'text',
-      type: 'text',
-      tag: 'text',
-      state: 'text',
-      reason: 'text',
-      from: 'timestamptz',
-      to: 'timestamptz',
-      cap: 'integer',
-    },
+    params: { ...JOB_FILTER, cap: 'integer' },
     returns: 'rows',
   },
   dlq_groups: { params: { queue: 'text', offset: 'integer', limit: 'integer' }, returns: 'rows' },

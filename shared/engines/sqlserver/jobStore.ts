@@ -33,6 +33,7 @@ import type {
   FireResult,
   ScheduleState,
   JobCount,
+  JobFilter,
   CountResult,
   DlqGroupPage,
   WorkerLeases,
@@ -85,6 +86,17 @@ export type ProcedureParams<P extends JobProcedure> = { [K in ParamNames<P>]: un
 type ParamTypes = { [P in JobProcedure]: { [K in ParamNames<P>]: ParamType } };
 
 const MAX = sql.MAX;
+// The parameters of JOB_FILTER_PARAMS (SearchJobs and CountJobs).
+const JOB_FILTER = {
+  Location: sql.VarChar(10),
+  Queue: sql.NVarChar(128),
+  Type: sql.NVarChar(256),
+  Tag: sql.NVarChar(64),
+  State: sql.VarChar(10),
+  Reason: sql.VarChar(16),
+  From: sql.DateTime2(3),
+  To: sql.DateTime2(3),
+};
 export const SQLSERVER_PARAMS: ParamTypes = {
   enqueue_many: { Jobs: sql.NVarChar(MAX) },
   claim_next: { WorkerId: sql.NVarChar(200), Queues: sql.NVarChar(MAX), Limit: sql.Int, LeaseSeconds: sql.Int },
@@ -115,17 +127,7 @@ export const SQLSERVER_PARAMS: ParamTypes = {
   stats: {},
   metrics: { WindowMinutes: sql.Int, Queue: sql.NVarChar(128) },
   list_queues: { Name: sql.NVarChar(128) },
-  count_jobs: {
-    Location: sql.VarChar(10),
-    Queue: sql.NVarChar(128),
-    Type: sql.NVarChar(256),
-    Tag: sql.NVarChar(64),
-    State: sql.VarChar(10),
-    Reason: sql.VarChar(16),
-    From: sql.DateTime2(3),
-    To: sql.DateTime2(3),
-    Cap: sql.Int,
-  },
+  count_jobs: { ...JOB_FILTER, Cap: sql.Int },
   dlq_groups: { Queue: sql.NVarChar(128), Offset: sql.Int, Limit: sql.Int },
   list_workers: {},
   list_schedules: { Name: sql.NVarChar(100) },
@@ -150,14 +152,7 @@ export const SQLSERVER_PARAMS: ParamTypes = {
   },
   get_job: { JobId: sql.BigInt },
   search_jobs: {
-    Location: sql.VarChar(10),
-    Queue: sql.NVarChar(128),
-    Type: sql.NVarChar(256),
-    Tag: sql.NVarChar(64),
-    State: sql.VarChar(10),
-    Reason: sql.VarChar(16),
-    From: sql.DateTime2(3),
-    To: sql.DateTime2(3),
+    ...JOB_FILTER,
     Text: sql.NVarChar(400),
     AfterId: sql.BigInt,
     ScanRows: sql.Int,
@@ -220,6 +215,18 @@ export function assertProcedureParams(proc: JobProcedure, names: readonly string
 
 // ---------------------------------------------------------------------------------------------------------------
 type Row = Record<string, unknown>;
+
+// The arguments of JOB_FILTER_PARAMS (SearchJobs and CountJobs).
+const filterArgs = (f: JobFilter) => ({
+  Location: f.location,
+  Queue: f.queue ?? null,
+  Type: f.type ?? null,
+  Tag: f.tag ?? null,
+  State: f.state ?? null,
+  Reason: f.reason ?? null,
+  From: f.from ?? null,
+  To: f.to ?? null,
+});
 
 const num = (v: unknown): number => (v === null || v === undefined ? 0 : Number(v));
 const json = (v: unknown): unknown => (v === null || v === undefined ? null : JSON.parse(String(v)));
@@ -639,14 +646,7 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     const rows = await this.call(
       'search_jobs',
       {
-        Location: s.location,
-        Queue: s.queue ?? null,
-        Type: s.type ?? null,
-        Tag: s.tag ?? null,
-        State: s.state ?? null,
-        Reason: s.reason ?? null,
-        From: s.from ?? null,
-        To: s.to ?? null,
+        ...filterArgs(s),
         Text: s.text ?? null,
         AfterId: s.afterId ?? null,
         ScanRows: scanRows,
@@ -727,21 +727,7 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async countJobs(c: JobCount): Promise<CountResult> {
-    const [r] = await this.call(
-      'count_jobs',
-      {
-        Location: c.location,
-        Queue: c.queue ?? null,
-        Type: c.type ?? null,
-        Tag: c.tag ?? null,
-        State: c.state ?? null,
-        Reason: c.reason ?? null,
-        From: c.from ?? null,
-        To: c.to ?? null,
-        Cap: c.cap,
-      },
-      'safe',
-    );
+    const [r] = await this.call('count_jobs', { ...filterArgs(c), Cap: c.cap }, 'safe');
     return toCountResult(camelKeys(r!));
   }
 
