@@ -6,6 +6,7 @@ import { opsRuntimeOf } from '../shared/app/opsRuntime.js';
 import { createOpsHandler } from '../shared/ops/router.js';
 import { allRoutes } from '../shared/ops/routes.js';
 import type { OpsChannel } from '../shared/ops/auth.js';
+import type { OpsError } from '../shared/ops/errors.js';
 
 const handle = createOpsHandler(allRoutes(), async () => opsRuntimeOf(await getRuntime()));
 
@@ -14,10 +15,13 @@ export function ops(request: HttpRequest, context: InvocationContext): Promise<H
 }
 
 // The same routes for /api/console-api/ops (shared/ops/console.ts): no key, the principal's roles only.
+// `refused`: the console's front door turned the call away (no same-origin header, not signed in): the ops handler
+// records the refusal against the route and answers with it.
 export function opsForConsole(
   request: HttpRequest,
   context: InvocationContext,
   channel: OpsChannel,
+  refused?: OpsError,
 ): Promise<HttpResponseInit> {
-  return handle(request, context, channel);
+  return handle(request, context, channel, refused);
 }

@@ -1,10 +1,19 @@
 // Queue trigger: {"batchId"} -> apply that staged batch in one target transaction, reconciling after any error.
 // The journal's compare-and-set claims the batch: a rival apply of the same id learns it lost, and re-applying a
-// committed batch is a no-op that says so.
+// committed batch is a no-op that says so. A failure that is not terminal leaves the batch staged: the step posts
+// it again with backoff (scheduleRetry); a retry message whose batch was applied again since is dropped. A commit
+// of a full window creates and posts the next batch at once (continueCatchUp).
 import type { InvocationContext } from '@azure/functions';
 import { getRuntime } from '../shared/app/runtime.js';
 import { parseMessage, poison, transferMessageSchema } from '../shared/app/messages.js';
-import { describeView, isTransferError, postStage } from '../shared/app/transfers.js';
+import {
+  continueCatchUp,
+  describeView,
+  isTransferError,
+  postStage,
+  scheduleRetry,
+  pausedFor,
+} from '../shared/app/transfers.js';
 import { batchTelemetry } from '../shared/app/telemetryHooks.js';
 
 export async function transferApply(message: unknown, context: InvocationContext): Promise<void> {
@@ -21,14 +30,32 @@ export async function transferApply(message: unknown, context: InvocationContext
       'transfers_not_configured',
       'no transfers are configured (KEEL_TRANSFERS)',
     );
-  const { batchId } = parsed.value;
+  const { batchId, retry = 0, afterAttempt, chainRows } = parsed.value;
   try {
+    const paused = await pausedFor(rt, batchId);
+    if (paused) {
+      context.info(
+        `apply: batch ${batchId}: transfer ${paused} is paused; left as it is (resuming the transfer posts it again)`,
+      );
+      return;
+    }
     const before = await rt.transfers.getBatch(batchId);
+    if (before && afterAttempt !== undefined && before.attempts > afterAttempt) {
+      context.info(
+        `apply: batch ${batchId}: attempt ${before.attempts} ran after this retry was posted (after attempt ${afterAttempt}); dropped`,
+      );
+      return;
+    }
     const view = await rt.transfers.apply(batchId);
     batchTelemetry(view, before?.state);
     const line = `apply: ${describeView(view)}`;
-    if (view.status === 'committed') context.info(line);
-    else context.warn(`${line}; next: ${view.nextAction}`);
+    if (view.status === 'committed') {
+      context.info(line);
+      if (before?.state !== 'committed') await continueCatchUp(rt, view, chainRows ?? 0, context);
+    } else {
+      context.warn(`${line}; next: ${view.nextAction}`);
+      await scheduleRetry(rt, view, retry, context, chainRows);
+    }
   } catch (err) {
     if (isTransferError(err, 'unknown_batch') || isTransferError(err, 'unknown_transfer')) {
       return poison(rt, queue, context, message, err.code, err.message);
@@ -36,7 +63,7 @@ export async function transferApply(message: unknown, context: InvocationContext
     if (isTransferError(err, 'invalid_state')) {
       // Not staged yet (e.g. reconcile found nothing applied and nothing staged): back to the stage step.
       context.warn(`apply: batch ${batchId}: ${err.message}; re-posting to the stage queue`);
-      await postStage(rt, batchId, context);
+      await postStage(rt, batchId, context, chainRows === undefined ? {} : { chainRows });
       return;
     }
     throw err;

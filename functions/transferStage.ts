@@ -1,11 +1,13 @@
 // Queue trigger: {"batchId"} -> extract + stage that batch (claimed by id through the journal's state machine),
 // then post it to the apply queue. A batch already staged goes straight on; a committed or failed one is done.
-// Malformed messages and unknown batch ids go to the poison queue; transient errors are thrown so the host
-// retries the message (visibilityTimeout, then maxDequeueCount -> poison; the transfer timer resumes it).
+// Malformed messages and unknown batch ids go to the poison queue. A failure that is not terminal leaves the batch
+// extracting: the step posts it again with backoff (scheduleRetry); when that post fails, or the journal cannot be
+// read, the error is thrown so the host retries the message (visibilityTimeout, maxDequeueCount -> poison; the
+// transfer timer resumes it).
 import type { InvocationContext } from '@azure/functions';
 import { getRuntime } from '../shared/app/runtime.js';
 import { parseMessage, poison, transferMessageSchema } from '../shared/app/messages.js';
-import { describeView, isTransferError, postApply } from '../shared/app/transfers.js';
+import { describeView, isTransferError, postApply, scheduleRetry, pausedFor } from '../shared/app/transfers.js';
 import { batchTelemetry } from '../shared/app/telemetryHooks.js';
 
 export async function transferStage(message: unknown, context: InvocationContext): Promise<void> {
@@ -22,16 +24,30 @@ export async function transferStage(message: unknown, context: InvocationContext
       'transfers_not_configured',
       'no transfers are configured (KEEL_TRANSFERS)',
     );
-  const { batchId } = parsed.value;
+  const { batchId, retry = 0, chainRows } = parsed.value;
+  const chain = chainRows === undefined ? {} : { chainRows };
   try {
+    const paused = await pausedFor(rt, batchId);
+    if (paused) {
+      context.info(
+        `stage: batch ${batchId}: transfer ${paused} is paused; left as it is (resuming the transfer posts it again)`,
+      );
+      return;
+    }
     const view = await rt.transfers.stage(batchId);
     batchTelemetry(view);
     context.info(`stage: ${describeView(view)}`);
-    if (view.state === 'staged') await postApply(rt, batchId);
+    if (view.state === 'staged') await postApply(rt, batchId, chain);
+    else if (view.status !== 'committed') await scheduleRetry(rt, view, retry, context, chainRows);
   } catch (err) {
     if (isTransferError(err, 'unknown_batch') || isTransferError(err, 'unknown_transfer')) {
       return poison(rt, queue, context, message, err.code, err.message);
     }
-    throw err;
+    const view = await rt.transfers.getBatch(batchId).catch(() => null);
+    if (!view) throw err;
+    batchTelemetry(view);
+    context.warn(`stage: ${describeView(view)}: ${(err as Error).message}`);
+    const decision = await scheduleRetry(rt, view, retry, context, chainRows);
+    if (decision.action === 'not_retryable' && view.status !== 'committed' && view.state !== 'failed') throw err;
   }
 }

@@ -276,6 +276,12 @@ param unresolvedBatchMinutes int = 30
 @description('Alert: a batch reported unresolved within this many minutes is still unresolved.')
 param unresolvedRecheckMinutes int = 15
 
+@description('Alert: a transfer whose target has been behind its source for longer than this many minutes (keep it above the longest per-transfer schedule interval).')
+param transferFreshnessMinutes int = 180
+
+@description('Alert: how far back the latest transfer freshness report is looked for (at least one transfer timer interval).')
+param transferFreshnessLookbackMinutes int = 120
+
 @description('Alert: queue lag above this many minutes.')
 param queueLagMinutes int = 10
 
@@ -542,6 +548,8 @@ module alerts 'modules/alerts.bicep' = {
     leaseLostThreshold: leaseLostThreshold
     unresolvedBatchMinutes: unresolvedBatchMinutes
     unresolvedRecheckMinutes: unresolvedRecheckMinutes
+    transferFreshnessMinutes: transferFreshnessMinutes
+    transferFreshnessLookbackMinutes: transferFreshnessLookbackMinutes
     queueLagMinutes: queueLagMinutes
     queueLagWindow: queueLagWindow
     maintenanceStaleMinutes: maintenanceStaleMinutes

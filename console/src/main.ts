@@ -1,5 +1,5 @@
 // Keel ops console: layout, sign-in and the hash router (#/, #/jobs, #/jobs/<id>, #/dlq, #/queues, #/schedules,
-// #/workers, #/transfers, #/transfers/batches/<id>).
+// #/workers, #/transfers, #/transfers/batches/<id>, #/audit).
 import './style.css';
 import { h, replace } from './dom';
 import {
@@ -21,6 +21,7 @@ import { queuesPage } from './pages/queues';
 import { schedulesPage } from './pages/schedules';
 import { workersPage } from './pages/workers';
 import { transfersPage, batchPage } from './pages/transfers';
+import { auditPage } from './pages/audit';
 
 const app = document.getElementById('app')!;
 let cleanup: Cleanup | null = null;
@@ -34,6 +35,7 @@ const NAV: [string, string][] = [
   ['#/schedules', 'Schedules'],
   ['#/workers', 'Workers'],
   ['#/transfers', 'Transfers'],
+  ['#/audit', 'Audit'],
 ];
 
 function routePath(): string {
@@ -221,6 +223,7 @@ async function render(): Promise<void> {
   else if (path === '/workers') cleanup = workersPage(main);
   else if (path === '/transfers') cleanup = transfersPage(main);
   else if ((m = /^\/transfers\/batches\/([0-9a-fA-F-]{36})$/.exec(path))) cleanup = batchPage(main, m[1]!);
+  else if (path === '/audit') cleanup = auditPage(main);
   else {
     replace(
       main,

@@ -85,6 +85,15 @@ param unresolvedBatchMinutes int
 @maxValue(240)
 param unresolvedRecheckMinutes int
 
+@description('Transfer freshness: alert when a transfer target has been behind its source for longer than this many minutes.')
+@minValue(5)
+param transferFreshnessMinutes int
+
+@description('Transfer freshness: the latest report within this many minutes counts (the timer reports at each tick, commits in between).')
+@minValue(5)
+@maxValue(2880)
+param transferFreshnessLookbackMinutes int
+
 @description('Queue lag: alert when the oldest due pending job of a queue is older than this many minutes.')
 @minValue(1)
 param queueLagMinutes int
@@ -112,10 +121,23 @@ var metricNames = {
   zombiesRescued: 'keel.jobs.zombies_rescued'
   queueLag: 'keel.queue.lag'
   maintenanceRuns: 'keel.maintenance.runs'
+  transferFreshness: 'keel.transfer.freshness'
 }
 var eventNames = {
   batchUnresolved: 'keel.transfer.batch_unresolved'
+  batchFailed: 'keel.transfer.batch_failed'
+  startFailed: 'keel.transfer.start_failed'
 }
+
+var transferDim = [
+  {
+    name: 'transfer'
+    operator: 'Include'
+    values: [
+      '*'
+    ]
+  }
+]
 
 var queueDim = [
   {
@@ -274,6 +296,75 @@ var baseRules = [
         ]
       }
     ]
+  }
+  {
+    key: 'transfer-batch-failed'
+    title: 'Keel: transfer batch failed'
+    summary: 'A transfer batch failed (terminal error or abandoned; its window was released): read its lastErrorCode and follow docs/runbook.md.'
+    severity: 2
+    windowSize: 'PT15M'
+    overrideQueryTimeRange: ''
+    query: join(
+      [
+        'customEvents'
+        '| where name == "${eventNames.batchFailed}"'
+        '| extend transfer = tostring(customDimensions["transfer"])'
+        '| summarize failed = count() by transfer'
+      ],
+      '\n'
+    )
+    measure: 'failed'
+    aggregation: 'Total'
+    operator: 'GreaterThan'
+    threshold: 0
+    dimensions: transferDim
+  }
+  {
+    key: 'transfer-start-failed'
+    title: 'Keel: scheduled transfer start failing'
+    summary: 'The transfer timer or catch-up could not create a batch (e.g. schema drift): the transfer is not advancing. Follow docs/runbook.md.'
+    severity: 2
+    windowSize: 'PT15M'
+    overrideQueryTimeRange: 'P2D'
+    query: join(
+      [
+        'customEvents'
+        '| where timestamp > ago(${transferFreshnessLookbackMinutes}m)'
+        '| where name == "${eventNames.startFailed}"'
+        '| extend transfer = tostring(customDimensions["transfer"])'
+        '| summarize failures = count() by transfer'
+      ],
+      '\n'
+    )
+    measure: 'failures'
+    aggregation: 'Total'
+    operator: 'GreaterThan'
+    threshold: 0
+    dimensions: transferDim
+  }
+  {
+    key: 'transfer-freshness'
+    title: 'Keel: transfer target behind its source'
+    summary: 'A transfer target has been behind its source for more than ${transferFreshnessMinutes} minutes (no commit while the source has new rows).'
+    severity: 2
+    windowSize: 'PT15M'
+    overrideQueryTimeRange: 'P2D'
+    query: join(
+      [
+        'customMetrics'
+        '| where timestamp > ago(${transferFreshnessLookbackMinutes}m)'
+        '| where name == "${metricNames.transferFreshness}"'
+        '| extend transfer = tostring(customDimensions["transfer"])'
+        '| summarize arg_max(timestamp, valueMax) by transfer'
+        '| project transfer, behindMinutes = valueMax / 60.0'
+      ],
+      '\n'
+    )
+    measure: 'behindMinutes'
+    aggregation: 'Maximum'
+    operator: 'GreaterThan'
+    threshold: transferFreshnessMinutes
+    dimensions: transferDim
   }
   {
     key: 'queue-lag'

@@ -29,10 +29,13 @@ var m = {
   batches: 'keel.transfer.batches'
   rows: 'keel.transfer.rows'
   maintenance: 'keel.maintenance.runs'
+  freshness: 'keel.transfer.freshness'
 }
 var e = {
   deadLettered: 'keel.job.dead_lettered'
   unresolved: 'keel.transfer.batch_unresolved'
+  failed: 'keel.transfer.batch_failed'
+  startFailed: 'keel.transfer.start_failed'
 }
 
 var ai = 'microsoft.insights/components'
@@ -171,6 +174,39 @@ var tiles = [
         '| extend transfer = tostring(customDimensions["transfer"]), batchId = tostring(customDimensions["batchId"])'
         '| summarize firstSeen = min(timestamp), lastSeen = max(timestamp), observations = count() by transfer, batchId'
         '| order by lastSeen desc'
+      ],
+      '\n'
+    )
+  }
+  {
+    name: 'freshness'
+    title: 'Transfer freshness: minutes behind the source, latest report (docs/runbook.md#transfer-freshness)'
+    visualization: 'table'
+    width: '50'
+    query: join(
+      [
+        'customMetrics'
+        '| where name == "${m.freshness}"'
+        '| extend transfer = tostring(customDimensions["transfer"])'
+        '| summarize arg_max(timestamp, valueMax) by transfer'
+        '| project transfer, behindMinutes = round(valueMax / 60.0, 1), reportedAt = timestamp'
+        '| order by behindMinutes desc'
+      ],
+      '\n'
+    )
+  }
+  {
+    name: 'transfer-failures'
+    title: 'Failed batches and failing scheduled starts (docs/runbook.md#transfer-batch-failed)'
+    visualization: 'table'
+    width: '50'
+    query: join(
+      [
+        'customEvents'
+        '| where name in ("${e.failed}", "${e.startFailed}")'
+        '| extend transfer = tostring(customDimensions["transfer"]), code = tostring(customDimensions["code"]), kind = iff(name == "${e.failed}", "batch failed", "start failed")'
+        '| summarize events = count(), last = max(timestamp), lastBatch = take_anyif(tostring(customDimensions["batchId"]), name == "${e.failed}") by transfer, kind, code'
+        '| order by last desc'
       ],
       '\n'
     )

@@ -8,6 +8,8 @@ import type { JobOutcome } from '../jobs/processor.js';
 import { postJob, postJobs, type Logger } from './jobs.js';
 import type { Runtime } from './runtime.js';
 import { maintenanceTelemetry, reconcileTelemetry, scheduleFailedTelemetry } from './telemetryHooks.js';
+import { isStalled, resumeStalled } from './transfers.js';
+import { baseTransferName } from '../transfer/service.js';
 
 export interface DispatchResult {
   mode: 'run' | 'post';
@@ -122,6 +124,7 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
       purgeBatch: rt.settings.KEEL_MAINT_PURGE_BATCH,
       maxBatches: rt.settings.KEEL_MAINT_MAX_BATCHES,
       maxAttemptsByType: rt.registry.maxAttemptsByType(),
+      auditRetentionDays: rt.settings.KEEL_OPS_AUDIT_RETENTION_DAYS,
       purge,
     });
   } catch (err) {
@@ -138,10 +141,27 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
         rt.settings.KEEL_TRANSFER_STALE_MS,
         rt.settings.KEEL_TRANSFER_RECONCILE_LIMIT,
       );
-      for (const v of views) reconcileTelemetry(v);
+      const resumed = new Set<string>();
+      for (const v of views) {
+        reconcileTelemetry(v);
+        // Known not applied and stuck (its retry chain ended or its message was lost): post it again now rather
+        // than at the next transfer timer tick.
+        if (
+          isStalled(rt, v) &&
+          !(await rt.transfers.isPaused(baseTransferName(v.transfer))) &&
+          (await resumeStalled(rt, v, log))
+        )
+          resumed.add(v.batchId);
+      }
       transfers = {
         reconciled: views.length,
-        detail: views.map((v) => ({ batchId: v.batchId, transfer: v.transfer, state: v.state, status: v.status })),
+        detail: views.map((v) => ({
+          batchId: v.batchId,
+          transfer: v.transfer,
+          state: v.state,
+          status: v.status,
+          ...(resumed.has(v.batchId) ? { resumed: true } : {}),
+        })),
       };
     } catch (err) {
       // Job maintenance already ran (and is reported above); a transfer target being down fails this run visibly.
@@ -157,7 +177,7 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
 // at information every pass.
 export function maintenanceDidNothing(report: MaintenancePassReport): boolean {
   const { jobs, transfers } = report;
-  const counts = [...Object.values(jobs.rescued), ...Object.values(jobs.purged)];
+  const counts = [...Object.values(jobs.rescued), ...Object.values(jobs.purged), jobs.auditPurged];
   return (
     jobs.complete && counts.every((n) => n === 0) && (transfers === 'not configured' || transfers.reconciled === 0)
   );

@@ -10,7 +10,16 @@ import { batchId, jobId } from '../jobs/validate.js';
 const jobIdSchema = z.union([jobId, z.number().int().positive().max(Number.MAX_SAFE_INTEGER).transform(String)]);
 
 export const jobMessageSchema = z.strictObject({ jobId: jobIdSchema });
-export const transferMessageSchema = z.strictObject({ batchId });
+// retry: how many delayed re-posts of this step came before this one (a retry chain ends at
+// KEEL_TRANSFER_RETRY_LIMIT); afterAttempt: the apply attempt that failed before this re-post, so a chain whose
+// batch was retried by someone else since (a higher attempt count) stops instead of doubling the retries.
+export const transferMessageSchema = z.strictObject({
+  batchId,
+  retry: z.number().int().min(0).max(1000).optional(),
+  afterAttempt: z.number().int().min(0).optional(),
+  // Rows committed so far by the catch-up chain this batch belongs to (KEEL_TRANSFER_CATCHUP_ROWS).
+  chainRows: z.number().int().min(0).optional(),
+});
 
 export type ParsedMessage<T> = { ok: true; value: T } | { ok: false; reason: 'malformed'; detail: string };
 

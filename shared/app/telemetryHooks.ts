@@ -72,3 +72,13 @@ export function reconcileTelemetry(view: BatchView): void {
     ...(outcome === 'unresolved' && since !== undefined ? { unresolvedForMs: since } : {}),
   });
 }
+
+// The transfer service's log hook: a batch that failed (terminal error or abandon) is an event an alert reads.
+export function transferServiceLog(event: string, data: Record<string, unknown>): void {
+  if (event === 'transfer.batch.failed')
+    telemetry.transferBatchFailed({
+      transfer: String(data.transfer),
+      batchId: String(data.batchId),
+      code: String(data.code),
+    });
+}

@@ -8,6 +8,7 @@ import { transferTimeouts, type TransferTimeouts } from '../transfer/timeouts.js
 import type { Adapters } from '../transfer/types.js';
 import type { TransferEndpoints } from '../engines/descriptor.js';
 import { engineNamed, transferEngineRules } from '../engines/registry.js';
+import { transferServiceLog } from './telemetryHooks.js';
 
 export interface AdapterFactoryOptions {
   env?: NodeJS.ProcessEnv;
@@ -71,6 +72,12 @@ export function composeTransferService(
     connectionString(t.target.connectionSetting, `${t.name}.target`, env);
   }
   const factory = new AdapterFactory({ env });
-  const service = new TransferService({ journal, transfers, connect: factory.connect, onClose: () => factory.close() });
+  const service = new TransferService({
+    journal,
+    transfers,
+    connect: factory.connect,
+    onClose: () => factory.close(),
+    log: transferServiceLog,
+  });
   return { service, transfers };
 }

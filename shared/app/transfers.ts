@@ -1,7 +1,10 @@
 // Transfer plumbing for the functions: building the service from settings, and the queue steps
 // (stage queue -> apply queue), each claiming the batch by id through the journal's state machine.
 import type { Settings } from '../config/settings.js';
-import type { TransferService, BatchView } from '../transfer/service.js';
+import { Cron } from 'croner';
+import { baseTransferName, lastProgressAt, type TransferService, type BatchView } from '../transfer/service.js';
+import { describeError } from '../transfer/errors.js';
+import { telemetry } from '../telemetry/index.js';
 import { isTransferError } from '../transfer/errors.js';
 import { loadTransfers } from '../transfer/config.js';
 import type { TransferJournal } from '../transfer/journal.js';
@@ -14,6 +17,9 @@ export type TransferServiceLike = TransferService;
 
 export interface TransferMessage {
   batchId: string;
+  retry?: number; // the n-th delayed re-post in a row (see scheduleRetry)
+  afterAttempt?: number; // the batch's apply attempts when this was posted: a later attempt makes it moot
+  chainRows?: number; // rows committed by the catch-up chain before this batch
 }
 
 // Builds the service when transfers are configured (KEEL_TRANSFERS / KEEL_TRANSFERS_FILE); null otherwise.
@@ -35,9 +41,14 @@ export async function createTransferService(
   return created.service;
 }
 
-export async function postStage(rt: Runtime, batchId: string, log: Logger): Promise<boolean> {
+export async function postStage(
+  rt: Runtime,
+  batchId: string,
+  log: Logger,
+  extra: Omit<TransferMessage, 'batchId'> = {},
+): Promise<boolean> {
   try {
-    await rt.queues.send(rt.settings.KEEL_TRANSFER_STAGE_QUEUE, { batchId } satisfies TransferMessage);
+    await rt.queues.send(rt.settings.KEEL_TRANSFER_STAGE_QUEUE, { batchId, ...extra } satisfies TransferMessage);
     return true;
   } catch (err) {
     log.warn(
@@ -47,8 +58,136 @@ export async function postStage(rt: Runtime, batchId: string, log: Logger): Prom
   }
 }
 
-export async function postApply(rt: Runtime, batchId: string): Promise<void> {
-  await rt.queues.send(rt.settings.KEEL_TRANSFER_APPLY_QUEUE, { batchId } satisfies TransferMessage);
+export async function postApply(
+  rt: Runtime,
+  batchId: string,
+  extra: Omit<TransferMessage, 'batchId'> = {},
+): Promise<void> {
+  await rt.queues.send(rt.settings.KEEL_TRANSFER_APPLY_QUEUE, { batchId, ...extra } satisfies TransferMessage);
+}
+
+export type CatchUpStep =
+  | { action: 'next'; batchId: string; chainRows: number }
+  | { action: 'window_not_full' | 'budget_spent' | 'off' | 'nothing_new' | 'paused' }
+  | { action: 'error'; detail: string };
+
+// Catch-up: a commit whose window was full (at least batchSize rows) means the source probably has more, so the
+// next batch is created and posted at once instead of at the next timer tick, until the chain has committed
+// KEEL_TRANSFER_CATCHUP_ROWS rows (the timer's next tick starts a new chain). Only the step that moved the batch
+// to committed continues the chain, so a duplicate apply message does not start a second one.
+export async function continueCatchUp(
+  rt: Runtime,
+  view: BatchView,
+  chainRows: number,
+  log: Logger,
+): Promise<CatchUpStep> {
+  const service = rt.transfers;
+  if (!service) return { action: 'off' };
+  const t = service.listTransfers().find((x) => x.name === view.transfer);
+  if (!t) return { action: 'off' }; // a replay batch (its own chain): no catch-up, no freshness
+  const rows = view.rowCount ?? 0;
+  const full = rows >= t.batchSize;
+  // A window that was not full: the target has caught up with the source as of now. A full one: more is waiting,
+  // and the target is as fresh as this commit.
+  telemetry.transferFreshness({
+    transfer: view.transfer,
+    behindSince: full ? Date.parse(view.committedAt ?? new Date().toISOString()) : null,
+  });
+  const budget = rt.settings.KEEL_TRANSFER_CATCHUP_ROWS;
+  if (budget === 0) return { action: 'off' };
+  if (!full) return { action: 'window_not_full' };
+  const total = chainRows + rows;
+  if (total >= budget) {
+    log.info(
+      `transfer ${view.transfer}: catch-up chain committed ${total} rows (KEEL_TRANSFER_CATCHUP_ROWS ${budget}); the next timer tick continues`,
+    );
+    return { action: 'budget_spent' };
+  }
+  try {
+    const next = await service.tryCreateBatch(view.transfer);
+    if (!next) return { action: 'nothing_new' };
+    await postStage(rt, next.batchId, log, { chainRows: total });
+    log.info(`transfer ${view.transfer}: catch-up: batch ${next.batchId} created after ${total} rows in this chain`);
+    return { action: 'next', batchId: next.batchId, chainRows: total };
+  } catch (err) {
+    // The batch that led here is committed; the next timer tick tries again (and reports the cause).
+    log.error(`transfer ${view.transfer}: catch-up could not create the next batch: ${(err as Error).message}`);
+    telemetry.transferStartFailed({
+      transfer: view.transfer,
+      source: 'catchup',
+      code: describeError(err).code,
+      message: (err as Error).message,
+    });
+    return { action: 'error', detail: (err as Error).message };
+  }
+}
+
+// The delay before the n-th retry in a row (n >= 1): base * 2^(n-1), capped.
+export function retryDelayMs(settings: Settings, n: number): number {
+  const exp = Math.min(30, Math.max(0, n - 1));
+  return Math.min(settings.KEEL_TRANSFER_RETRY_MAX_MS, settings.KEEL_TRANSFER_RETRY_BASE_MS * 2 ** exp);
+}
+
+export type RetryDecision =
+  { action: 'posted'; retry: number; delayMs: number } | { action: 'limit' | 'not_retryable' };
+
+// A stage or apply step left the batch open and retryable (a failure that is not terminal): the step posts the
+// batch again to the queue its state needs (staged -> apply, extracting -> stage), invisible for the backoff.
+// `retry` counts the re-posts in a row before this one; at KEEL_TRANSFER_RETRY_LIMIT the chain ends and the
+// transfer timer or maintenance restarts it (resumeStalled). A failed post throws: the host then redelivers the
+// message that led here, which is the same retry a little sooner.
+export async function scheduleRetry(
+  rt: Runtime,
+  view: BatchView,
+  retry: number,
+  log: Logger,
+  chainRows?: number,
+): Promise<RetryDecision> {
+  if (!view.retryable || (view.state !== 'staged' && view.state !== 'extracting')) return { action: 'not_retryable' };
+  const n = retry + 1;
+  if (n > rt.settings.KEEL_TRANSFER_RETRY_LIMIT) {
+    log.warn(
+      `batch ${view.batchId} (${view.transfer}): ${retry} retries in a row failed; the transfer timer or maintenance resumes it after KEEL_TRANSFER_STALE_MS`,
+    );
+    return { action: 'limit' };
+  }
+  const delayMs = retryDelayMs(rt.settings, n);
+  const queue = view.state === 'staged' ? rt.settings.KEEL_TRANSFER_APPLY_QUEUE : rt.settings.KEEL_TRANSFER_STAGE_QUEUE;
+  const message: TransferMessage = { batchId: view.batchId, retry: n, afterAttempt: view.attempts };
+  if (chainRows !== undefined) message.chainRows = chainRows; // a catch-up chain goes on after the retry
+  await rt.queues.send(queue, message, { delaySeconds: Math.ceil(delayMs / 1000) });
+  log.warn(`batch ${view.batchId} (${view.transfer}): retry ${n} posted to ${queue} in ${Math.ceil(delayMs / 1000)} s`);
+  return { action: 'posted', retry: n, delayMs };
+}
+
+// True when an open, retryable batch has made no progress (lastProgressAt: never moved by reconcile) for
+// KEEL_TRANSFER_STALE_MS: its retry chain ended or its message was lost.
+export function isStalled(rt: Runtime, view: BatchView, now = Date.now()): boolean {
+  return (
+    view.retryable &&
+    (view.state === 'staged' || view.state === 'extracting') &&
+    now - lastProgressAt(view) > rt.settings.KEEL_TRANSFER_STALE_MS
+  );
+}
+
+// Re-posts a stalled batch: a staged one straight to the apply queue, tagged with its attempts so that a retry
+// message still on its way and this one apply it once between them; an extracting one to the stage queue.
+export async function resumeStalled(rt: Runtime, view: BatchView, log: Logger): Promise<boolean> {
+  if (view.state === 'staged') {
+    try {
+      await rt.queues.send(rt.settings.KEEL_TRANSFER_APPLY_QUEUE, {
+        batchId: view.batchId,
+        afterAttempt: view.attempts,
+      } satisfies TransferMessage);
+      return true;
+    } catch (err) {
+      log.warn(
+        `batch ${view.batchId}: posting to ${rt.settings.KEEL_TRANSFER_APPLY_QUEUE} failed: ${(err as Error).message}`,
+      );
+      return false;
+    }
+  }
+  return postStage(rt, view.batchId, log);
 }
 
 export function describeView(v: BatchView): string {
@@ -66,43 +205,109 @@ export function scheduledTransfers(rt: Runtime): string[] {
 
 export interface TimerStep {
   transfer: string;
-  action: 'created' | 'resumed' | 'nothing_new' | 'open_batch_busy' | 'error';
+  action: 'created' | 'resumed' | 'nothing_new' | 'open_batch_busy' | 'paused' | 'not_due' | 'error';
   batchId?: string;
   detail?: string;
 }
 
-// One pass of the transfer timer: a new batch per scheduled transfer, or, when a retryable batch is open and
-// untouched for KEEL_TRANSFER_STALE_MS (its queue message was lost or poisoned), that batch re-posted.
-export async function runTransferSchedule(rt: Runtime, log: Logger): Promise<TimerStep[]> {
+// A transfer with its own schedule is due when its cron has an occurrence after its newest batch was created (or
+// it has none) and not after now. The transfer timer must fire at least as often as the finest schedule.
+export function scheduleDue(cron: string, lastCreatedAt: string | undefined, now: Date): boolean {
+  if (!lastCreatedAt) return true;
+  const next = new Cron(cron, { paused: true, mode: '6-part', timezone: 'UTC' }).nextRun(new Date(lastCreatedAt));
+  return next !== null && next.getTime() <= now.getTime();
+}
+
+// One pass of the transfer timer, per scheduled transfer that is not paused: when a retryable batch is open and
+// has made no progress for KEEL_TRANSFER_STALE_MS (its retry chain ended, its message was lost or poisoned), that
+// batch is re-posted ("progress" is read from the batch's step stamps, which reconcile never moves; updated_at it
+// does); when none is open and the transfer's schedule is due (its own cron, or every tick), a new batch is
+// created and posted (catch-up then goes on from its commit).
+export async function runTransferSchedule(rt: Runtime, log: Logger, now: Date = new Date()): Promise<TimerStep[]> {
   const service = rt.transfers;
   if (!service) return [];
   const steps: TimerStep[] = [];
+  const schedules = new Map(service.listTransfers().map((t) => [t.name, t.schedule]));
+  let paused: Set<string>;
+  try {
+    paused = await service.pausedTransfers();
+  } catch (err) {
+    log.error(`transfer timer: reading the transfer controls failed: ${(err as Error).message}`);
+    return scheduledTransfers(rt).map((transfer) => ({ transfer, action: 'error', detail: (err as Error).message }));
+  }
   for (const name of scheduledTransfers(rt)) {
+    if (paused.has(name)) {
+      steps.push({ transfer: name, action: 'paused' });
+      continue;
+    }
     try {
+      const recent = await service.listBatches({ transfer: name, limit: 5 });
+      const open = recent.find((b) => b.status !== 'committed' && b.state !== 'failed');
+      if (open) {
+        if (isStalled(rt, open, now.getTime())) {
+          await resumeStalled(rt, open, log);
+          steps.push({ transfer: name, action: 'resumed', batchId: open.batchId });
+        } else steps.push({ transfer: name, action: 'open_batch_busy', batchId: open.batchId });
+        continue;
+      }
+      const cron = schedules.get(name);
+      if (cron && !scheduleDue(cron, recent[0]?.createdAt, now)) {
+        steps.push({ transfer: name, action: 'not_due' });
+        continue;
+      }
       const created = await service.tryCreateBatch(name);
       if (created) {
         await postStage(rt, created.batchId, log);
         steps.push({ transfer: name, action: 'created', batchId: created.batchId });
-        continue;
-      }
-      const recent = await service.listBatches({ transfer: name, limit: 5 });
-      const open = recent.find((b) => b.status !== 'committed' && b.state !== 'failed');
-      if (open && open.retryable && Date.now() - Date.parse(open.updatedAt) > rt.settings.KEEL_TRANSFER_STALE_MS) {
-        await postStage(rt, open.batchId, log);
-        steps.push({ transfer: name, action: 'resumed', batchId: open.batchId });
-      } else {
-        steps.push({
-          transfer: name,
-          action: open ? 'open_batch_busy' : 'nothing_new',
-          ...(open ? { batchId: open.batchId } : {}),
-        });
-      }
+      } else steps.push({ transfer: name, action: 'nothing_new' });
     } catch (err) {
       log.error(`transfer ${name}: scheduled start failed: ${(err as Error).message}`);
       steps.push({ transfer: name, action: 'error', detail: (err as Error).message });
+      telemetry.transferStartFailed({
+        transfer: name,
+        source: 'timer',
+        code: describeError(err).code,
+        message: (err as Error).message,
+      });
     }
   }
+  if (steps.length > 0) await reportFreshness(service, steps, now, log);
   return steps;
+}
+
+// The freshness gauge after a timer pass: caught up when the pass found nothing new; otherwise behind since the
+// transfer's last commit (never committed: since this process first saw it behind). Paused transfers are left out.
+const firstBehind = new Map<string, number>();
+
+async function reportFreshness(service: TransferService, steps: TimerStep[], now: Date, log: Logger): Promise<void> {
+  try {
+    const states = new Map((await service.transferStates(now.getTime())).map((x) => [x.name, x]));
+    for (const step of steps) {
+      if (step.action === 'paused') continue;
+      if (step.action === 'nothing_new') {
+        telemetry.transferFreshness({ transfer: step.transfer, behindSince: null });
+        continue;
+      }
+      const committedAt = states.get(step.transfer)?.lastCommitted?.committedAt;
+      if (!committedAt && !firstBehind.has(step.transfer)) firstBehind.set(step.transfer, now.getTime());
+      telemetry.transferFreshness({
+        transfer: step.transfer,
+        behindSince: committedAt ? Date.parse(committedAt) : firstBehind.get(step.transfer)!,
+      });
+    }
+  } catch (err) {
+    log.warn(`transfer timer: freshness not reported: ${(err as Error).message}`);
+  }
+}
+
+// The queue steps leave a paused transfer's batch where it is (resuming the transfer re-posts it).
+export async function pausedFor(rt: Runtime, batchId: string): Promise<string | null> {
+  const service = rt.transfers;
+  if (!service) return null;
+  const b = await service.getBatch(batchId);
+  if (!b) return null;
+  const name = baseTransferName(b.transfer); // a replay batch pauses with its transfer
+  return (await service.isPaused(name)) ? name : null;
 }
 
 export { isTransferError };

@@ -161,6 +161,14 @@ export const settingsSchema = z
     KEEL_MAINT_PURGE_INTERVAL_MS: int(3_600_000, 0, 24 * 3_600_000),
     KEEL_TRANSFER_STALE_MS: int(600_000, 1000, 7 * 24 * 3600_000),
     KEEL_TRANSFER_RECONCILE_LIMIT: int(20, 1, 1000),
+    // Retries of a failed stage or apply step (docs/transfer.md, "Retries"): the step re-posts itself with a delay
+    // of base * 2^(n-1), capped at max, up to limit times in a row; the transfer timer restarts a chain that ended.
+    KEEL_TRANSFER_RETRY_BASE_MS: int(30_000, 1000, 3600_000),
+    KEEL_TRANSFER_RETRY_MAX_MS: int(900_000, 1000, 7 * 24 * 3600_000),
+    KEEL_TRANSFER_RETRY_LIMIT: int(10, 0, 1000),
+    // Catch-up: after a commit whose window was full, the apply step creates and posts the next batch at once, until
+    // the chain (started by a timer tick or a start) has committed this many rows; 0 turns catch-up off.
+    KEEL_TRANSFER_CATCHUP_ROWS: int(5_000_000, 0, 1_000_000_000),
     // Transfer journal (control database) connections: connect, per-statement and idle-in-transaction limits
     // (PostgreSQL; on SQL Server the first two are the pool's connection and request timeouts). Bounded well
     // inside the Functions 10-minute timeout so a dead control database fails a step instead of hanging it.
@@ -181,6 +189,8 @@ export const settingsSchema = z
       z.enum(['local']).optional(),
     ),
     KEEL_OPS_MAX_BODY_BYTES: int(256 * 1024, 1024, 64 * 1024 * 1024),
+    // The ops audit trail (keel.ops_audit): rows older than this many days are deleted by the maintenance pass.
+    KEEL_OPS_AUDIT_RETENTION_DAYS: int(365, 1, 36_500),
     // Warnings on the console's overview (GET /warnings): a worker whose oldest held job showed no sign of life
     // (heartbeat, start or claim) for this long; a queue whose oldest due job has waited this long; a queue that
     // dead-lettered at least this many jobs in the last 15 minutes.

@@ -227,7 +227,8 @@ export interface JobRecord {
   heartbeatAt: Date | null; // hot jobs: the running attempt's last heartbeat
 }
 
-export interface JobSearch {
+// What a search and a bounded count filter on.
+export interface JobFilter {
   location: JobLocation;
   queue?: string;
   type?: string;
@@ -236,6 +237,9 @@ export interface JobSearch {
   reason?: DlqReason;
   from?: Date; // created (hot) / finished (archive) / failed (dlq) at or after
   to?: Date;
+}
+
+export interface JobSearch extends JobFilter {
   text?: string; // substring of payload text or last error
   priority?: number; // exactly this priority
   idempotencyKey?: string; // exactly this key: the jobs that share it (per queue and type)
@@ -249,15 +253,7 @@ export interface JobSearch {
 }
 
 // A bounded count (JobStore.countJobs): the search filters without text or paging, and the most rows to count.
-export interface JobCount {
-  location: JobLocation;
-  queue?: string;
-  type?: string;
-  tag?: string;
-  state?: HotState;
-  reason?: DlqReason;
-  from?: Date;
-  to?: Date;
+export interface JobCount extends JobFilter {
   cap: number;
 }
 
@@ -337,6 +333,75 @@ export interface ClaimOptions {
   leaseSeconds?: number; // fetched lease; default 60 (a started job is kept by its heartbeats instead)
 }
 
+// The ops audit trail (issue 24; sql/<engine>/V030): one record per write of the ops API and per refused call.
+export const AUDIT_AUTH_METHODS = ['key', 'principal', 'local', 'none'] as const;
+export type AuditAuthMethod = (typeof AUDIT_AUTH_METHODS)[number];
+export const AUDIT_OUTCOMES = ['started', 'ok', 'refused', 'failed'] as const;
+export type AuditOutcome = (typeof AUDIT_OUTCOMES)[number];
+export type AuditLevel = 'reader' | 'producer' | 'operator';
+
+// Column widths (both engines): the ops router truncates to these, so a long name or reason cannot fail the insert.
+export const AUDIT_TEXT_LIMITS = {
+  principalId: 128,
+  principalName: 256,
+  tenantId: 64,
+  appId: 64,
+  action: 64,
+  target: 400,
+  summary: 2000,
+  reason: 1000,
+  requestId: 128,
+  clientIp: 64,
+} as const;
+
+export interface AuditEntry {
+  principalId: string | null;
+  principalName: string | null;
+  tenantId: string | null;
+  appId: string | null;
+  authMethod: AuditAuthMethod;
+  channel: 'key' | 'console';
+  role: AuditLevel | null; // the highest level the caller held
+  requiredRole: AuditLevel;
+  httpMethod: string;
+  action: string;
+  target: string | null;
+  summary: string | null;
+  outcome: 'started' | 'refused'; // 'started': finished by finishAudit
+  status: number | null;
+  reason: string | null;
+  affected: number | null;
+  requestId: string | null;
+  clientIp: string | null;
+}
+
+export interface AuditRecord extends Omit<AuditEntry, 'outcome'> {
+  id: string;
+  at: Date;
+  outcome: AuditOutcome;
+  finishedAt: Date | null;
+}
+
+export interface AuditSearch {
+  from?: Date;
+  to?: Date;
+  principal?: string; // object id or name
+  action?: string;
+  target?: string;
+  outcome?: AuditOutcome;
+  beforeId?: string;
+  scanRows?: number; // rows examined at most (default AUDIT_SCAN_ROWS_DEFAULT, up to TEXT_SEARCH_SCAN_ROWS_MAX)
+  limit: number;
+}
+
+export const AUDIT_SCAN_ROWS_DEFAULT = 10_000;
+
+export interface AuditPage {
+  items: AuditRecord[]; // newest first
+  nextBeforeId: string | null; // pass as beforeId for the next page; null when nothing is left below
+  scanBounded: boolean; // the page stopped at scanRows examined rows: more may match below nextBeforeId
+}
+
 export interface JobStore {
   readonly engine: string;
   // Both throw IdempotencyConflictError (nothing enqueued) when a key is held with another payload, and refuse keys
@@ -386,6 +451,18 @@ export interface JobStore {
   setSchedulePaused(name: string, paused: boolean): Promise<ScheduleState>;
   fireSchedule(name: string, expectedTick: Date | null, tick: Date, jobs: EnqueueRequest[]): Promise<FireResult>;
   searchJobs(search: JobSearch): Promise<JobPage>;
+  // The ops audit trail: add a record (returns its id); close a 'started' one once (false when it is not started);
+  // search newest first, bounded; delete one batch recorded before olderThan (returns rows deleted).
+  recordAudit(entry: AuditEntry): Promise<string>;
+  finishAudit(
+    id: string,
+    outcome: 'ok' | 'failed',
+    status: number | null,
+    reason: string | null,
+    affected: number | null,
+  ): Promise<boolean>;
+  searchAudit(search: AuditSearch): Promise<AuditPage>;
+  purgeAudit(olderThan: Date, batchSize: number): Promise<number>;
   // Console reads: a bounded count for previews, dead letters grouped (a page of groups, largest first), and the
   // workers holding leases on hot jobs.
   countJobs(count: JobCount): Promise<CountResult>;

@@ -8,12 +8,16 @@ export interface MaintenanceOptions {
   maxBatches?: number; // per step, so one pass stays bounded (default 20)
   now?: Date;
   maxAttemptsByType?: Readonly<Record<string, number>>; // the handlers' own limits (HandlerRegistry.maxAttemptsByType())
+  auditRetentionDays?: number; // ops audit rows older than this are deleted (default 365, KEEL_OPS_AUDIT_RETENTION_DAYS)
   purge?: boolean; // run the retention purges (default true); false: zombie rescue only
 }
+
+export const DEFAULT_AUDIT_RETENTION_DAYS = 365;
 
 export interface MaintenanceReport {
   rescued: RescueResult;
   purged: Record<PurgeTarget, number>;
+  auditPurged: number; // ops audit rows past their retention
   batches: number;
   durationMs: number;
   complete: boolean; // false when a step hit maxBatches: more work is left for the next pass
@@ -89,5 +93,19 @@ export async function runMaintenance(store: JobStore, opts: MaintenanceOptions =
       if (run.mayHaveMore) complete = false;
     }
   }
-  return { rescued, purged, batches, durationMs: Date.now() - started, complete, purgeRan };
+
+  // The ops audit trail: one retention for the whole table (the audit is not per queue); with the other purges.
+  const auditCutoff = new Date(now.getTime() - (opts.auditRetentionDays ?? DEFAULT_AUDIT_RETENTION_DAYS) * 86_400_000);
+  let auditPurged = 0;
+  for (let i = 0; purgeRan; i++) {
+    if (i >= maxBatches) {
+      complete = false;
+      break;
+    }
+    const n = await store.purgeAudit(auditCutoff, purgeBatch);
+    batches++;
+    auditPurged += n;
+    if (n < purgeBatch) break;
+  }
+  return { rescued, purged, auditPurged, batches, durationMs: Date.now() - started, complete, purgeRan };
 }

@@ -4,6 +4,9 @@
 // test/engines/parity.test.ts compares those tables with what the engines declare.
 import type { JobStore } from './contract.js';
 
+// The filter a search and a bounded count share (JobFilter), in call order.
+const JOB_FILTER_PARAMS = ['location', 'queue', 'type', 'tag', 'state', 'reason', 'from', 'to'] as const;
+
 export const JOB_PROCEDURES = {
   enqueue_many: ['jobs'],
   claim_next: ['worker_id', 'queues', 'limit', 'lease_seconds'],
@@ -40,14 +43,7 @@ export const JOB_PROCEDURES = {
   ],
   get_job: ['job_id'],
   search_jobs: [
-    'location',
-    'queue',
-    'type',
-    'tag',
-    'state',
-    'reason',
-    'from',
-    'to',
+    ...JOB_FILTER_PARAMS,
     'text',
     'after_id',
     'scan_rows',
@@ -56,12 +52,35 @@ export const JOB_PROCEDURES = {
     'idempotency_key',
     'oldest',
   ],
-  count_jobs: ['location', 'queue', 'type', 'tag', 'state', 'reason', 'from', 'to', 'cap'],
+  count_jobs: [...JOB_FILTER_PARAMS, 'cap'],
   dlq_groups: ['queue', 'offset', 'limit'],
   list_workers: [],
   list_schedules: ['name'],
   set_schedule_paused: ['name', 'paused'],
   fire_schedule: ['name', 'expected_tick', 'tick', 'jobs'],
+  record_audit: [
+    'principal_id',
+    'principal_name',
+    'tenant_id',
+    'app_id',
+    'auth_method',
+    'channel',
+    'role',
+    'required_role',
+    'http_method',
+    'action',
+    'target',
+    'summary',
+    'outcome',
+    'status',
+    'reason',
+    'affected',
+    'request_id',
+    'client_ip',
+  ],
+  finish_audit: ['id', 'outcome', 'status', 'reason', 'affected'],
+  search_audit: ['from', 'to', 'principal', 'action', 'target', 'outcome', 'before_id', 'scan_rows', 'limit'],
+  purge_audit: ['older_than', 'batch_size'],
 } as const satisfies Record<string, readonly string[]>;
 
 export type JobProcedure = keyof typeof JOB_PROCEDURES;
@@ -104,6 +123,10 @@ export const OPERATION_PROCEDURE: Record<StoreOperation, JobProcedure> = {
   listSchedules: 'list_schedules',
   setSchedulePaused: 'set_schedule_paused',
   fireSchedule: 'fire_schedule',
+  recordAudit: 'record_audit',
+  finishAudit: 'finish_audit',
+  searchAudit: 'search_audit',
+  purgeAudit: 'purge_audit',
 };
 
 export function pascalCase(snake: string): string {

@@ -2,6 +2,8 @@
 // (PostgreSQL job_id, SQL Server JobId); camelKeys() brings both to jobId, and a small codec decodes the values
 // whose wire form differs (JSON payload and tags as text on SQL Server, lease ids upper-case there).
 import type {
+  AuditPage,
+  AuditRecord,
   ClaimedJob,
   StartedJob,
   DlqReason,
@@ -227,6 +229,44 @@ export function toJobPage(rows: Row[], limit: number, toRecord: (r: Row) => JobR
   const items = (bound ? rows.slice(0, -1) : rows).map(toRecord);
   if (items.length === limit) return { items, nextAfterId: items[items.length - 1]!.id, scanBounded: false };
   return { items, nextAfterId: floor, scanBounded: floor !== null };
+}
+
+// search_audit rows to a page: a trailing row with a null id carries scanFloor, the lowest id the bounded scan
+// examined (the same scheme as toJobPage).
+export function toAuditPage(rows: Row[], limit: number): AuditPage {
+  const all = rows.map(camelKeys);
+  const last = all[all.length - 1];
+  const bound = last !== undefined && (last.id === null || last.id === undefined);
+  const floor = bound ? String(last.scanFloor) : null;
+  const items = (bound ? all.slice(0, -1) : all).map(toAuditRecord);
+  if (items.length === limit) return { items, nextBeforeId: items[items.length - 1]!.id, scanBounded: false };
+  return { items, nextBeforeId: floor, scanBounded: floor !== null };
+}
+
+function toAuditRecord(r: Row): AuditRecord {
+  return {
+    id: String(r.id),
+    at: date(r.at),
+    principalId: textOrNull(r.principalId),
+    principalName: textOrNull(r.principalName),
+    tenantId: textOrNull(r.tenantId),
+    appId: textOrNull(r.appId),
+    authMethod: String(r.authMethod) as AuditRecord['authMethod'],
+    channel: String(r.channel) as AuditRecord['channel'],
+    role: textOrNull(r.role) as AuditRecord['role'],
+    requiredRole: String(r.requiredRole) as AuditRecord['requiredRole'],
+    httpMethod: String(r.httpMethod),
+    action: String(r.action),
+    target: textOrNull(r.target),
+    summary: textOrNull(r.summary),
+    outcome: String(r.outcome) as AuditRecord['outcome'],
+    status: numOrNull(r.status),
+    reason: textOrNull(r.reason),
+    affected: numOrNull(r.affected),
+    requestId: textOrNull(r.requestId),
+    clientIp: textOrNull(r.clientIp),
+    finishedAt: dateOrNull(r.finishedAt),
+  };
 }
 
 export function toCountResult(r: Row): CountResult {

@@ -17,6 +17,9 @@ import {
   ValidationError,
 } from '../../packages/client/src/rules.js';
 import {
+  AUDIT_AUTH_METHODS,
+  AUDIT_OUTCOMES,
+  AUDIT_TEXT_LIMITS,
   DLQ_REASONS,
   HOT_STATES,
   JOB_LOCATIONS,
@@ -46,6 +49,8 @@ export {
   textProblem,
   ValidationError,
 } from '../../packages/client/src/rules.js';
+
+const AUDIT_LEVELS = ['reader', 'producer', 'operator'] as const;
 
 export const scheduleName = z.string().min(1).max(LIMITS.scheduleNameLength).regex(NAME_PATTERN, NAME_CHARS);
 
@@ -299,6 +304,41 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
     assertScheduleName('name', name);
     if (expectedTick !== null) assertTick('expectedTick', expectedTick);
     assertTick('tick', tick);
+    return undefined;
+  },
+  recordAudit: (e) => {
+    assertOneOf('authMethod', e.authMethod, AUDIT_AUTH_METHODS);
+    assertOneOf('channel', e.channel, ['key', 'console'] as const);
+    if (e.role !== null) assertOneOf('role', e.role, AUDIT_LEVELS);
+    assertOneOf('requiredRole', e.requiredRole, AUDIT_LEVELS);
+    assertOneOf('outcome', e.outcome, ['started', 'refused'] as const);
+    assertText('httpMethod', e.httpMethod, 8);
+    for (const [field, max] of Object.entries(AUDIT_TEXT_LIMITS)) {
+      const v = (e as unknown as Record<string, unknown>)[field];
+      if (field === 'action' || v !== null) assertText(field, v, max);
+    }
+    return undefined;
+  },
+  finishAudit: (id, outcome) => {
+    assertJobId('id', id);
+    assertOneOf('outcome', outcome, ['ok', 'failed'] as const);
+    return undefined;
+  },
+  searchAudit: (search) => {
+    assertPositiveInt('limit', search.limit, LIMITS.searchJobs);
+    if (search.scanRows !== undefined) assertPositiveInt('scanRows', search.scanRows, TEXT_SEARCH_SCAN_ROWS_MAX);
+    if (search.beforeId !== undefined) assertJobId('beforeId', search.beforeId);
+    if (search.from !== undefined) assertTick('from', search.from);
+    if (search.to !== undefined) assertTick('to', search.to);
+    if (search.outcome !== undefined) assertOneOf('outcome', search.outcome, AUDIT_OUTCOMES);
+    if (search.principal !== undefined) assertText('principal', search.principal, AUDIT_TEXT_LIMITS.principalName);
+    if (search.action !== undefined) assertText('action', search.action, AUDIT_TEXT_LIMITS.action);
+    if (search.target !== undefined) assertText('target', search.target, AUDIT_TEXT_LIMITS.target);
+    return undefined;
+  },
+  purgeAudit: (olderThan, batchSize) => {
+    assertTick('olderThan', olderThan);
+    assertPositiveInt('batchSize', batchSize, LIMITS.purgeBatchRows);
     return undefined;
   },
 };

@@ -16,7 +16,16 @@ export interface ClientPrincipal {
   authType: string | null;
   name: string | null;
   roles: string[];
+  // Who, for the audit trail: the Entra object id, tenant id and calling application (a workload identity's app id).
+  id?: string | null;
+  tenantId?: string | null;
+  appId?: string | null;
 }
+
+// Claim types App Service forwards for Entra ID (long URI form) and their short JWT names.
+const OBJECT_ID_CLAIMS = ['http://schemas.microsoft.com/identity/claims/objectidentifier', 'oid'];
+const TENANT_ID_CLAIMS = ['http://schemas.microsoft.com/identity/claims/tenantid', 'tid'];
+const APP_ID_CLAIMS = ['appid', 'azp'];
 
 interface RawPrincipal {
   auth_typ?: unknown;
@@ -37,19 +46,27 @@ export function parseClientPrincipal(header: string | null | undefined): ClientP
   if (typeof raw !== 'object' || raw === null || !Array.isArray(raw.claims)) {
     throw new OpsError('unauthorized', 'x-ms-client-principal has no claims array');
   }
+  // Roles come from the app roles claim only. A `groups` claim is never read as a role, even when a group's name or
+  // id equals a role name: assign groups to the app roles in Entra instead (docs/operations.md, "Auth").
   const roleTypes = new Set(['roles', 'role']);
-  if (typeof raw.role_typ === 'string') roleTypes.add(raw.role_typ);
+  if (typeof raw.role_typ === 'string' && raw.role_typ !== 'groups') roleTypes.add(raw.role_typ);
   const nameType = typeof raw.name_typ === 'string' ? raw.name_typ : 'name';
   const roles: string[] = [];
   let name: string | null = null;
+  let id: string | null = null;
+  let tenantId: string | null = null;
+  let appId: string | null = null;
   for (const c of raw.claims as unknown[]) {
     if (typeof c !== 'object' || c === null) continue;
     const { typ, val } = c as { typ?: unknown; val?: unknown };
     if (typeof typ !== 'string' || typeof val !== 'string') continue;
     if (roleTypes.has(typ)) roles.push(val);
     if (typ === nameType && name === null) name = val;
+    if (id === null && OBJECT_ID_CLAIMS.includes(typ)) id = val;
+    if (tenantId === null && TENANT_ID_CLAIMS.includes(typ)) tenantId = val;
+    if (appId === null && APP_ID_CLAIMS.includes(typ)) appId = val;
   }
-  return { authType: typeof raw.auth_typ === 'string' ? raw.auth_typ : null, name, roles };
+  return { authType: typeof raw.auth_typ === 'string' ? raw.auth_typ : null, name, roles, id, tenantId, appId };
 }
 
 export type PrincipalMode = 'caller' | 'appservice' | 'untrusted';
@@ -139,6 +156,16 @@ export function grantedLevel(principal: ClientPrincipal | null, names: RoleNames
   return rank >= 0 ? OPS_ROLES[rank]! : null;
 }
 
+// The principal the header states, when something vouches for it (null otherwise); throws PrincipalTrustError on a
+// refused setting and OpsError(401) on an unreadable header that would be believed.
+export function believedPrincipal(
+  header: string | null | undefined,
+  env: NodeJS.ProcessEnv = process.env,
+): { mode: PrincipalMode; principal: ClientPrincipal | null } {
+  const mode = principalMode(env);
+  return { mode, principal: mode === 'untrusted' ? null : parseClientPrincipal(header) };
+}
+
 // Throws 403 unless the caller holds `required` (or a higher level); returns the principal it believed, if any.
 // An unreadable header is a 401 only where the header is believed.
 export function authorize(
@@ -148,8 +175,7 @@ export function authorize(
   channel: OpsChannel,
   env: NodeJS.ProcessEnv = process.env,
 ): ClientPrincipal | null {
-  const mode = principalMode(env);
-  const principal = mode === 'untrusted' ? null : parseClientPrincipal(header);
+  const { mode, principal } = believedPrincipal(header, env);
   const level = grantedLevel(principal, names, channel);
   if (level !== null && OPS_ROLES.indexOf(level) >= OPS_ROLES.indexOf(required)) return principal;
   const role = names[required];
@@ -172,8 +198,21 @@ export function authorize(
 }
 
 // Builds the header value App Service authentication would send (tests, the demo, local calls).
-export function encodeClientPrincipal(p: { name?: string; roles: string[]; authType?: string }): string {
-  const claims = [...(p.name ? [{ typ: 'name', val: p.name }] : []), ...p.roles.map((r) => ({ typ: 'roles', val: r }))];
+export function encodeClientPrincipal(p: {
+  name?: string;
+  roles: string[];
+  authType?: string;
+  oid?: string;
+  tid?: string;
+  groups?: string[];
+}): string {
+  const claims = [
+    ...(p.name ? [{ typ: 'name', val: p.name }] : []),
+    ...(p.oid ? [{ typ: 'http://schemas.microsoft.com/identity/claims/objectidentifier', val: p.oid }] : []),
+    ...(p.tid ? [{ typ: 'http://schemas.microsoft.com/identity/claims/tenantid', val: p.tid }] : []),
+    ...p.roles.map((r) => ({ typ: 'roles', val: r })),
+    ...(p.groups ?? []).map((g) => ({ typ: 'groups', val: g })),
+  ];
   return Buffer.from(
     JSON.stringify({ auth_typ: p.authType ?? 'aad', name_typ: 'name', role_typ: 'roles', claims }),
     'utf8',

@@ -205,6 +205,7 @@ export type OpsInvoker = (
   request: HttpRequest,
   context: InvocationContext,
   channel: OpsChannel,
+  refused?: OpsError,
 ) => Promise<HttpResponseInit>;
 
 // /api/console-api/{*path}: `session`, or `ops/<ops route>` relayed to the ops handler for a signed-in principal.
@@ -224,28 +225,25 @@ export async function handleConsoleApi(
       return json(200, consoleSession(request, env));
     }
     if (tail !== 'ops' && !tail.startsWith('ops/')) throw new OpsError('not_found', `no console API route ${tail}`);
-    if (principalMode(env) !== 'appservice') {
-      throw new OpsError(
-        'unauthorized',
-        'signing in without a key needs App Service authentication in front of the app (WEBSITE_AUTH_ENABLED=True); use the ops key (docs/operations.md)',
-      );
+    // The front door's refusals go to the ops handler too, which records them in the audit trail against the route
+    // the call named (one place for every refusal); nothing of the call is read or run.
+    let refused: OpsError | null = null;
+    try {
+      frontDoor(request, env);
+    } catch (err) {
+      if (!(err instanceof OpsError)) throw err;
+      refused = err;
     }
-    checkSameOrigin(request);
-    const principal = parseClientPrincipal(request.headers.get('x-ms-client-principal'));
-    if (!principal)
-      throw new OpsError(
-        'unauthorized',
-        'not signed in: sign in through App Service authentication (/.auth/login/aad)',
-      );
     const url = new URL(request.url);
     const opsTail = tail === 'ops' ? '' : tail.slice('ops/'.length);
     const headers: Record<string, string> = {};
     request.headers.forEach((v, k) => {
       headers[k] = v;
     });
-    const body = ['GET', 'HEAD'].includes(request.method.toUpperCase())
-      ? undefined
-      : new Uint8Array(await request.arrayBuffer());
+    const body =
+      refused || ['GET', 'HEAD'].includes(request.method.toUpperCase())
+        ? undefined
+        : new Uint8Array(await request.arrayBuffer());
     const query: Record<string, string> = {};
     url.searchParams.forEach((v, k) => {
       query[k] = v;
@@ -264,7 +262,7 @@ export async function handleConsoleApi(
     });
     // The role every route declares is checked by the ops handler, on the console channel: no key, so the
     // principal's own roles are all there is.
-    return await ops(relayed, context, 'console');
+    return await ops(relayed, context, 'console', refused ?? undefined);
   } catch (err) {
     if (err instanceof OpsError) return errorResponse(err);
     if (err instanceof PrincipalTrustError) {
@@ -274,4 +272,19 @@ export async function handleConsoleApi(
     context.error(`console API ${tail} failed: ${(err as Error).stack ?? String(err)}`);
     return errorResponse(new OpsError('internal_error', 'internal error; see the function logs'));
   }
+}
+
+// What the key-less path needs before a call reaches the ops routes: App Service authentication in front, the
+// console's same-origin header, a signed-in principal.
+function frontDoor(request: HttpRequest, env: NodeJS.ProcessEnv): void {
+  if (principalMode(env) !== 'appservice') {
+    throw new OpsError(
+      'unauthorized',
+      'signing in without a key needs App Service authentication in front of the app (WEBSITE_AUTH_ENABLED=True); use the ops key (docs/operations.md)',
+    );
+  }
+  checkSameOrigin(request);
+  const principal = parseClientPrincipal(request.headers.get('x-ms-client-principal'));
+  if (!principal)
+    throw new OpsError('unauthorized', 'not signed in: sign in through App Service authentication (/.auth/login/aad)');
 }

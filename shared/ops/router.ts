@@ -11,12 +11,18 @@ import type { OpsRuntime } from './context.js';
 import { OpsError, errorResponse, json } from './errors.js';
 import {
   authorize,
+  believedPrincipal,
+  grantedLevel,
   PrincipalTrustError,
   type ClientPrincipal,
   type OpsChannel,
   type OpsRole,
+  type PrincipalMode,
   type RoleNames,
 } from './auth.js';
+import { AUDIT_TEXT_LIMITS, type AuditAuthMethod, type AuditEntry } from '../jobs/contract.js';
+import { createHash } from 'node:crypto';
+import { telemetry } from '../telemetry/index.js';
 
 export type OpsMethod = 'GET' | 'POST' | 'PATCH' | 'PUT' | 'DELETE';
 export const OPS_METHODS: OpsMethod[] = ['GET', 'POST', 'PATCH', 'PUT', 'DELETE'];
@@ -202,27 +208,178 @@ function roleNames(settings: OpsRuntime['settings']): RoleNames {
   };
 }
 
-// One record per write, JSON-encoded (a name with quotes or newlines cannot forge another line).
-function auditLine(
-  r: OpsRoute<unknown, unknown, unknown>,
-  channel: OpsChannel,
-  principal: ClientPrincipal | null,
-  status: number,
-  params: unknown,
-): string {
-  return `ops audit ${JSON.stringify({
-    operation: r.operationId,
-    channel,
-    principal: principal ? { name: principal.name, authType: principal.authType } : null,
-    params,
-    status,
-  })}`;
+// ---------------------------------------------------------------------------------------------------------------
+// The audit trail (issue 24, keel.ops_audit): recorded here, once for every route, never by the routes themselves.
+// - Every write (any method but GET) leaves exactly one record: refused before it ran ('refused': 401/403, a
+//   cross-site call, a wrong content type, an invalid body...), or recorded as 'started' before its handler runs and
+//   finished as 'ok' or 'failed' (with the status, the reason and the count it affected) after.
+// - Every 401/403 of a read leaves one 'refused' record too.
+// Fail closed: the 'started' record is written before the action, and a write whose record cannot be written is not
+// run (503). We chose this over writing the record in the action's own transaction: the actions span several store
+// calls, queue posts and the transfer journal (another database), so no single transaction holds them all, while
+// "no record, no action" holds for every route the same way. A record left 'started' (the process died mid-action,
+// or the finishing write failed after the action) says the action was attempted with its outcome unknown; it is
+// never rewritten afterwards. Each record is also logged as one JSON line ("ops audit {...}"; a trace, sampled by
+// the host like every trace) and sent as a `keel.ops.audit` customEvent; the database row is the record.
+
+// Kinds of the path parameter's resource, named by the segment before it.
+const TARGET_KIND: Record<string, string> = {
+  queues: 'queue',
+  jobs: 'job',
+  dlq: 'job',
+  transfers: 'transfer',
+  batches: 'batch',
+  schedules: 'schedule',
+  handlers: 'handler',
+};
+
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+
+// A value the audit columns accept: NUL and lone surrogates removed, cut to the column's width.
+function auditText(v: unknown, max: number): string | null {
+  if (v === null || v === undefined) return null;
+  let t = String(v).replace(/\u0000/g, '');
+  if (t.length > max) t = `${t.slice(0, max - 1)}…`;
+  return t.replace(LONE_SURROGATE, '\uFFFD');
 }
 
+// What the call was about: the path parameter's resource (queue:emails, job:42, batch:<id>, transfer:orders), or
+// the queue(s) a body names (enqueue, resurrect by filter, purge).
+function auditTarget(
+  r: OpsRoute<unknown, unknown, unknown>,
+  params: Record<string, unknown>,
+  body: unknown,
+): string | null {
+  const m = /\/([a-z]+)\/:(\w+)/.exec(r.path);
+  if (m && params[m[2]!] !== undefined) return `${TARGET_KIND[m[1]!] ?? m[1]}:${String(params[m[2]!])}`;
+  if (body && typeof body === 'object') {
+    const b = body as { queue?: unknown; jobs?: unknown };
+    const queues = new Set<string>();
+    if (typeof b.queue === 'string') queues.add(b.queue);
+    if (Array.isArray(b.jobs))
+      for (const j of b.jobs as { queue?: unknown }[]) if (typeof j?.queue === 'string') queues.add(j.queue);
+    if (queues.size > 0) return `queue:${[...queues].join(',')}`;
+  }
+  return null;
+}
+
+// The request, as the audit keeps it: path parameters, query and body, every payload replaced by its size and
+// digest (an audit row must not copy job data); cut to the column's width.
+function auditSummary(params: unknown, query: unknown, body: unknown): string | null {
+  const strip = (v: unknown, depth: number): unknown => {
+    if (Array.isArray(v)) return v.map((x) => strip(x, depth + 1));
+    if (v === null || typeof v !== 'object' || depth > 4) return v;
+    const out: Record<string, unknown> = {};
+    for (const [k, x] of Object.entries(v)) {
+      if (k === 'payload') {
+        const text = JSON.stringify(x ?? null);
+        out[k] = {
+          bytes: Buffer.byteLength(text),
+          sha256: createHash('sha256').update(text).digest('hex').slice(0, 16),
+        };
+      } else out[k] = strip(x, depth + 1);
+    }
+    return out;
+  };
+  const parts: Record<string, unknown> = {};
+  if (params && Object.keys(params).length) parts.params = params;
+  if (query && typeof query === 'object' && Object.keys(query).length) parts.query = query;
+  if (body !== undefined && !(typeof body === 'object' && body !== null && Object.keys(body).length === 0))
+    parts.body = strip(body, 0);
+  return Object.keys(parts).length ? JSON.stringify(parts) : null;
+}
+
+// How many rows or jobs the call affected, read from its answer: a count or deleted figure, the jobs or ids it
+// lists, or 1 for a call on one job. A dry run affected nothing.
+function auditAffected(body: unknown): number | null {
+  if (!body || typeof body !== 'object') return null;
+  const b = body as Record<string, unknown>;
+  if (b.dryRun === true) return 0;
+  if (typeof b.deleted === 'number') return b.deleted;
+  if (typeof b.count === 'number') return b.count;
+  for (const k of ['jobs', 'ids', 'items'] as const) if (Array.isArray(b[k])) return (b[k] as unknown[]).length;
+  if (typeof b.id === 'string') return 1;
+  return null;
+}
+
+function authMethodOf(
+  channel: OpsChannel,
+  mode: PrincipalMode | null,
+  principal: ClientPrincipal | null,
+): AuditAuthMethod {
+  if (principal) return mode === 'caller' ? 'local' : 'principal';
+  return channel === 'key' ? 'key' : 'none';
+}
+
+function clientIp(request: HttpRequest): string | null {
+  const forwarded = request.headers.get('x-forwarded-for');
+  if (forwarded) return forwarded.split(',')[0]!.trim();
+  return request.headers.get('client-ip');
+}
+
+interface AuditCall {
+  r: OpsRoute<unknown, unknown, unknown>;
+  channel: OpsChannel;
+  mode: PrincipalMode | null;
+  principal: ClientPrincipal | null;
+  names: RoleNames;
+  params: Record<string, unknown>;
+  query: unknown;
+  body: unknown;
+  request: HttpRequest;
+  context: InvocationContext;
+}
+
+function auditEntry(
+  c: AuditCall,
+  outcome: 'started' | 'refused',
+  status: number | null,
+  reason: string | null,
+): AuditEntry {
+  const L = AUDIT_TEXT_LIMITS;
+  return {
+    principalId: auditText(c.principal?.id, L.principalId),
+    principalName: auditText(c.principal?.name, L.principalName),
+    tenantId: auditText(c.principal?.tenantId, L.tenantId),
+    appId: auditText(c.principal?.appId, L.appId),
+    authMethod: authMethodOf(c.channel, c.mode, c.principal),
+    channel: c.channel,
+    role: grantedLevel(c.principal, c.names, c.channel),
+    requiredRole: c.r.role,
+    httpMethod: c.request.method.toUpperCase().slice(0, 8),
+    action: auditText(c.r.operationId, L.action)!,
+    target: auditText(auditTarget(c.r, c.params, c.body), L.target),
+    summary: auditText(auditSummary(c.params, c.query, c.body), L.summary),
+    outcome,
+    status,
+    reason: auditText(reason, L.reason),
+    affected: null,
+    requestId: auditText(c.context.invocationId, L.requestId),
+    clientIp: auditText(clientIp(c.request), L.clientIp),
+  };
+}
+
+function auditLog(
+  context: InvocationContext,
+  entry: AuditEntry,
+  id: string | null,
+  extra: Record<string, string | number | boolean | null> = {},
+): void {
+  const record = { id, ...entry, ...extra };
+  const line = `ops audit ${JSON.stringify(record)}`;
+  if (entry.outcome === 'refused') context.warn(line);
+  else context.info(line);
+  // The same record as a customEvent, sent by this worker's own exporter (not the host's sampled traces).
+  telemetry.opsAudit(record);
+}
+
+// refused: the console's front door (shared/ops/console.ts) already turned the call away; the handler records that
+// refusal against the route the call named and answers with it, so every refusal is recorded here.
 export type OpsHttpHandler = (
   request: HttpRequest,
   context: InvocationContext,
   channel?: OpsChannel,
+  refused?: OpsError,
 ) => Promise<HttpResponseInit>;
 
 // Builds the single HTTP handler for every ops route.
@@ -235,15 +392,20 @@ export function createOpsHandler(
   const router = Router({ ignoreTrailingSlash: true, caseSensitive: true, maxParamLength: MAX_PATH_PARAM_CHARS });
   for (const r of routes) router.on(r.method, OPS_PREFIX + r.path, () => undefined, r);
 
-  return async (request, context, channel = 'key') => {
+  return async (request, context, channel = 'key', refused) => {
     const url = new URL(request.url);
     const method = request.method.toUpperCase() as OpsMethod;
     // Azure hands us the catch-all segment; the local host routes /api/ops/* the same way.
     const tail = request.params.path;
     const path = tail !== undefined ? `${OPS_PREFIX}/${tail}` : url.pathname;
+    // Filled in as the call proceeds: what the audit record says about it (null until the route is known).
+    let call: AuditCall | null = null;
+    let rt: OpsRuntime | null = null;
+    let auditId: string | null = null;
     try {
       const found = OPS_METHODS.includes(method) ? router.find(method, path) : null;
       if (!found) {
+        if (refused) throw refused; // a refused caller learns nothing of the route table
         const allowed = OPS_METHODS.filter((m) => router.find(m, path) !== null);
         if (allowed.length > 0) {
           throw new OpsError('method_not_allowed', `${method} is not allowed on ${path}`, undefined, {
@@ -253,56 +415,133 @@ export function createOpsHandler(
         throw new OpsError('not_found', `no ops route ${method} ${path}; see GET ${OPS_PREFIX}/openapi.json`);
       }
       const r = found.store as OpsRoute<unknown, unknown, unknown>;
-      // Writes: refused from another site, and JSON only, before anything else (a refused call costs nothing).
-      if (method !== 'GET') {
-        refuseCrossSite(request);
-        requireJsonContentType(request);
-      }
-      let rt: OpsRuntime;
       try {
         rt = await getRuntime();
       } catch (err) {
         // The cause (host names, logins, setting values) stays in the log: callers get a generic 503.
         context.error(`ops: the runtime could not start: ${(err as Error).message}`);
+        if (refused) throw refused;
         throw new OpsError('unavailable', 'Keel could not start; see the function logs');
       }
-      const principal: ClientPrincipal | null = authorize(
-        request.headers.get('x-ms-client-principal'),
-        r.role,
-        roleNames(rt.settings),
+      const names = roleNames(rt.settings);
+      const rawParams: Record<string, unknown> = { ...found.params };
+      call = {
+        r,
         channel,
-      );
-      const params = parseWith(r.params, { ...found.params }, 'path');
+        mode: null,
+        principal: null,
+        names,
+        params: rawParams,
+        query: {},
+        body: undefined,
+        request,
+        context,
+      };
+      // Who is calling (for the record, even when refused), then: writes refused from another site, and JSON only,
+      // before the role check and before the body is read (a refused call costs nothing).
+      const header = request.headers.get('x-ms-client-principal');
+      const believed = believedPrincipal(header);
+      call.mode = believed.mode;
+      call.principal = believed.principal;
+      if (refused) throw refused;
+      if (method !== 'GET') {
+        refuseCrossSite(request);
+        requireJsonContentType(request);
+      }
+      const principal: ClientPrincipal | null = authorize(header, r.role, names, channel);
+      const params = parseWith(r.params, rawParams, 'path');
       const query = parseWith(r.query, queryObject(url), 'query');
+      call.query = query;
       const body = r.body
         ? parseWith(r.body, await readJsonBody(request, rt.settings.KEEL_OPS_MAX_BODY_BYTES), 'body')
         : undefined;
-      const result = await r.handle({ rt, params, query, body, principal, request, log: context });
-      if (method !== 'GET') context.info(auditLine(r, channel, principal, result.status ?? 200, params));
-      return json(result.status ?? 200, result.body, result.headers);
-    } catch (err) {
-      if (err instanceof OpsError) {
-        if (err.status === 401 || err.status === 403)
-          context.warn(
-            `ops refused ${JSON.stringify({ method, path, channel, status: err.status, reason: err.message })}`,
+      call.body = body;
+      if (method !== 'GET') {
+        // No record, no action (see above).
+        const entry = auditEntry(call, 'started', null, null);
+        try {
+          auditId = await rt.store.recordAudit(entry);
+        } catch (err) {
+          context.error(
+            `ops: the audit record of ${r.operationId} could not be written; not run: ${(err as Error).message}`,
           );
-        return errorResponse(err);
+          throw new OpsError(
+            'unavailable',
+            'the audit trail could not be written, so the action was not run; retry later',
+          );
+        }
       }
-      if (err instanceof PrincipalTrustError) {
-        context.error(`ops: ${err.message}`);
-        return errorResponse(new OpsError('unavailable', 'the ops API is misconfigured; see the function logs'));
-      }
-      if (err instanceof ValidationError) return errorResponse(new OpsError('invalid_request', err.message, err.field));
-      if (err instanceof IdempotencyConflictError)
-        return errorResponse(
-          new OpsError('conflict', err.message, `jobs[${err.index}].idempotencyKey`, {
-            idempotencyKey: err.idempotencyKey,
-            queue: err.queue,
-            type: err.type,
-          }),
+      const result = await r.handle({ rt, params, query, body, principal, request, log: context });
+      const status = result.status ?? 200;
+      if (auditId !== null) await finishAudit(rt, call, auditId, 'ok', status, null, auditAffected(result.body));
+      return json(status, result.body, result.headers);
+    } catch (err) {
+      const mapped = toOpsError(err, context, method, path);
+      if (rt && call) {
+        if (auditId !== null) await finishAudit(rt, call, auditId, 'failed', mapped.status, mapped.message, null);
+        else if (method !== 'GET' || mapped.status === 401 || mapped.status === 403)
+          await recordRefusal(rt, call, mapped);
+      } else if (mapped.status === 401 || mapped.status === 403) {
+        context.warn(
+          `ops refused ${JSON.stringify({ method, path, channel, status: mapped.status, reason: mapped.message })}`,
         );
-      context.error(`ops ${method} ${path} failed: ${(err as Error).stack ?? String(err)}`);
-      return errorResponse(new OpsError('internal_error', 'internal error; see the function logs'));
+      }
+      return errorResponse(mapped);
     }
   };
+}
+
+// Closes a started record; a failure here is logged, not returned: the action has run, and a caller told it failed
+// would retry it. The record stays 'started' (outcome unknown), which is what the log line explains.
+async function finishAudit(
+  rt: OpsRuntime,
+  call: AuditCall,
+  id: string,
+  outcome: 'ok' | 'failed',
+  status: number,
+  reason: string | null,
+  affected: number | null,
+): Promise<void> {
+  const entry = auditEntry(call, 'started', status, reason);
+  try {
+    await rt.store.finishAudit(id, outcome, status, auditText(reason, AUDIT_TEXT_LIMITS.reason), affected);
+    auditLog(call.context, entry, id, { outcome, affected });
+  } catch (err) {
+    call.context.error(
+      `ops: the audit record ${id} (${call.r.operationId}) could not be finished as ${outcome} ${status}; it stays 'started': ${(err as Error).message}`,
+    );
+    auditLog(call.context, entry, id, { outcome, affected, recorded: false });
+  }
+}
+
+// A refused call: one finished record. Nothing ran, so a failure to write it is logged and the refusal stands.
+async function recordRefusal(rt: OpsRuntime, call: AuditCall, err: OpsError): Promise<void> {
+  const entry = auditEntry(call, 'refused', err.status, err.message);
+  try {
+    const id = await rt.store.recordAudit(entry);
+    auditLog(call.context, entry, id);
+  } catch (e) {
+    call.context.error(
+      `ops: the audit record of a refused ${call.r.operationId} could not be written: ${(e as Error).message}`,
+    );
+    auditLog(call.context, entry, null, { recorded: false });
+  }
+}
+
+// Every failure as the OpsError the caller gets (internal causes stay in the log).
+function toOpsError(err: unknown, context: InvocationContext, method: string, path: string): OpsError {
+  if (err instanceof OpsError) return err;
+  if (err instanceof PrincipalTrustError) {
+    context.error(`ops: ${err.message}`);
+    return new OpsError('unavailable', 'the ops API is misconfigured; see the function logs');
+  }
+  if (err instanceof ValidationError) return new OpsError('invalid_request', err.message, err.field);
+  if (err instanceof IdempotencyConflictError)
+    return new OpsError('conflict', err.message, `jobs[${err.index}].idempotencyKey`, {
+      idempotencyKey: err.idempotencyKey,
+      queue: err.queue,
+      type: err.type,
+    });
+  context.error(`ops ${method} ${path} failed: ${(err as Error).stack ?? String(err)}`);
+  return new OpsError('internal_error', 'internal error; see the function logs');
 }

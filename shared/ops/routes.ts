@@ -19,6 +19,7 @@ import * as s from './schemas.js';
 import { transferRoutes } from './transferRoutes.js';
 import { openApiDocument } from './openapi.js';
 import { handlerRoutes } from './handlerRoutes.js';
+import { auditRoutes } from './auditRoutes.js';
 import { watchRoutes } from './watchRoutes.js';
 
 const VERSION = '0.1.0';
@@ -54,6 +55,12 @@ function where(job: JobRecord): Record<string, unknown> {
   return { id: job.id, location: job.location, state: job.state };
 }
 
+// The retention settings and the rows each one purges.
+const RETENTIONS = [
+  ['archiveRetentionSeconds', 'archive'],
+  ['dlqRetentionSeconds', 'dlq'],
+  ['metricsRetentionSeconds', 'metrics'],
+] as const satisfies readonly (readonly [keyof QueueSettingsPatch, PurgeTarget])[];
 // Previews count in SQL up to this many rows (keel.count_jobs); past it they say "at least".
 export const PREVIEW_COUNT_CAP = 100_000;
 
@@ -257,15 +264,58 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
       200: 'queue settings after the change (created: the queue had no settings yet and now has them)',
       400: 'invalid setting',
       403: 'operator role missing',
+      409: 'a lowered retention would make the next maintenance pass delete rows: the body\'s preview counts them per target; repeat with "confirmPurge": true',
     },
     output: s.out.queueSettingsChanged,
     async handle({ rt, params, body, log }) {
-      const before = await rt.store.getQueue(params.name);
-      const settings = await rt.store.updateQueue(params.name, body as QueueSettingsPatch);
+      const { confirmPurge, ...patch } = body as QueueSettingsPatch & { confirmPurge?: boolean };
+      const current = await rt.store.getQueue(params.name);
+      if (current && !confirmPurge) {
+        // Lowering a retention deletes, at the next maintenance pass, every row older than the new one: show how
+        // many first (counted in SQL), and change nothing until the caller confirms.
+        const preview: Record<string, { from: number; to: number; wouldPurge: number; capped: boolean }> = {};
+        let total = 0;
+        for (const [field, target] of RETENTIONS) {
+          const to = patch[field];
+          if (to === undefined || to >= current[field]) continue;
+          const cutoff = new Date(Date.now() - to * 1000);
+          let n: number;
+          let capped = false;
+          if (target === 'metrics') {
+            // Buckets are kept at most the longest metrics window: count those older than the new cutoff.
+            const buckets = await rt.store.metrics(LIMITS.metricsWindowMinutes, params.name);
+            n = buckets.filter((b) => b.bucketStart < cutoff).length;
+          } else {
+            const counted = await rt.store.countJobs({
+              location: target,
+              queue: params.name,
+              to: cutoff,
+              cap: PREVIEW_COUNT_CAP,
+            });
+            n = counted.matched;
+            capped = !counted.exact;
+          }
+          preview[target] = { from: current[field], to, wouldPurge: n, capped };
+          total += n;
+        }
+        if (total > 0)
+          throw new OpsError(
+            'conflict',
+            `lowering the retention makes the next maintenance pass delete ${Object.entries(preview)
+              .filter(([, p]) => p.wouldPurge > 0)
+              .map(([t, p]) => `${p.wouldPurge}${p.capped ? '+' : ''} ${t} rows`)
+              .join(
+                ', ',
+              )} of queue "${params.name}"; nothing was changed. Repeat with "confirmPurge": true to go ahead`,
+            'confirmPurge',
+            { preview },
+          );
+      }
+      const settings = await rt.store.updateQueue(params.name, patch);
       // More room than before: jobs held back by the limit may run now; post their messages.
       const limit = (q: { maxConcurrency: number | null } | null) => q?.maxConcurrency ?? Infinity;
-      if (!settings.paused && limit(settings) > limit(before)) await rt.postDue([params.name], log);
-      return { body: { ...settings, created: !before } };
+      if (!settings.paused && limit(settings) > limit(current)) await rt.postDue([params.name], log);
+      return { body: { ...settings, created: !current } };
     },
   }),
   route({
@@ -689,7 +739,13 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
 ];
 
 export function allRoutes(): OpsRoute<any, any, any>[] {
-  const routes: OpsRoute<any, any, any>[] = [...jobRoutes, ...watchRoutes, ...handlerRoutes, ...transferRoutes];
+  const routes: OpsRoute<any, any, any>[] = [
+    ...jobRoutes,
+    ...watchRoutes,
+    ...handlerRoutes,
+    ...transferRoutes,
+    ...auditRoutes,
+  ];
   routes.push(
     route({
       method: 'GET',

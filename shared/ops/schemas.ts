@@ -2,7 +2,14 @@
 // API and the store accept the same values; the OpenAPI document is generated from the same schemas that validate.
 // Objects are strict: an unknown field is a 400 naming that field.
 import { z } from 'zod';
-import { TEXT_SEARCH_SCAN_ROWS, TEXT_SEARCH_SCAN_ROWS_MAX } from '../jobs/contract.js';
+import {
+  AUDIT_AUTH_METHODS,
+  AUDIT_OUTCOMES,
+  AUDIT_SCAN_ROWS_DEFAULT,
+  AUDIT_TEXT_LIMITS,
+  TEXT_SEARCH_SCAN_ROWS,
+  TEXT_SEARCH_SCAN_ROWS_MAX,
+} from '../jobs/contract.js';
 import {
   LIMITS,
   NOT_BOTH_DELAY_AND_RUN_AT,
@@ -110,8 +117,14 @@ export const queuePatch = z
   .strictObject({
     ...patchable,
     maxConcurrency: patchable.maxConcurrency.describe('global limit across hosts; null = unlimited'),
+    confirmPurge: z
+      .boolean()
+      .optional()
+      .describe(
+        'true: lower a retention even though the next maintenance pass then deletes rows (without it such a change is refused with 409 and a preview of the counts)',
+      ),
   })
-  .refine((p) => Object.keys(p).length > 0, { message: 'give at least one setting to change' });
+  .refine((p) => Object.keys(p).some((k) => k !== 'confirmPurge'), { message: 'give at least one setting to change' });
 
 const previewIds = z
   .array(jobId)
@@ -184,6 +197,24 @@ export const reconcileStaleBody = z.strictObject({
 });
 
 export const emptyBody = z.strictObject({});
+
+// Abandon: the reason is recorded on the batch; preview answers what would happen and changes nothing.
+export const abandonBatchBody = z.strictObject({
+  reason: z.string().trim().min(1, 'say why the batch is abandoned').max(500),
+  preview: z.boolean().default(false),
+});
+
+// Replay: a range of committed windows (low: a committed batch's low bound, null = from the beginning; high: a
+// committed batch's high bound), sent again; preview answers the plan and changes nothing.
+export const replayBody = z.strictObject({
+  low: z.string().min(1).max(64).nullable(),
+  high: z.string().min(1).max(64),
+  preview: z.boolean().default(false),
+});
+
+export const pauseTransferBody = z.strictObject({
+  reason: z.string().trim().min(1).max(2000).optional(),
+});
 
 export const idParams = z.strictObject({ id: jobId });
 export const nameParams = z.strictObject({ name });
@@ -443,3 +474,69 @@ export const out = (() => {
     openapi: z.looseObject({ openapi: z.string(), info: z.looseObject({}), paths: z.record(z.string(), z.unknown()) }),
   };
 })();
+
+// GET /audit: the ops audit trail, newest first.
+export const auditSearchQuery = z.strictObject({
+  from: isoDate.optional().describe('records at or after this instant'),
+  to: isoDate.optional().describe('records before this instant'),
+  principal: storableText(1, AUDIT_TEXT_LIMITS.principalName)
+    .optional()
+    .describe("the caller's Entra object id or name, exactly"),
+  action: z
+    .string()
+    .regex(/^[A-Za-z]+$/, 'must be an operation id (letters only), e.g. cancelJob')
+    .max(AUDIT_TEXT_LIMITS.action)
+    .optional()
+    .describe('operation id, e.g. cancelJob, enqueue, purge'),
+  target: storableText(1, AUDIT_TEXT_LIMITS.target)
+    .optional()
+    .describe('exactly, e.g. queue:emails, job:42, batch:<uuid>, transfer:orders'),
+  outcome: z.enum(AUDIT_OUTCOMES).optional(),
+  beforeId: jobId.optional().describe('records below this id (nextBeforeId of the previous page)'),
+  scanRows: z
+    .string()
+    .regex(/^-?\d+$/, 'must be an integer')
+    .transform(Number)
+    .pipe(z.number().int().min(1).max(TEXT_SEARCH_SCAN_ROWS_MAX))
+    .optional()
+    .meta({
+      type: 'integer',
+      minimum: 1,
+      maximum: TEXT_SEARCH_SCAN_ROWS_MAX,
+      pattern: undefined,
+      description: `records examined per call, the next ids below beforeId (default ${AUDIT_SCAN_ROWS_DEFAULT}); continue from nextBeforeId`,
+    }),
+  limit: qInt(1, LIMITS.searchJobs, 50),
+});
+
+const auditRecord = z.object({
+  id: z.string(),
+  at: dateTime.describe("the database server's time"),
+  principalId: z.string().nullable().describe('Entra object id'),
+  principalName: z.string().nullable(),
+  tenantId: z.string().nullable(),
+  appId: z.string().nullable().describe('the calling application, for a workload identity'),
+  authMethod: z
+    .enum(AUDIT_AUTH_METHODS)
+    .describe('key: a function key alone; principal: App Service authentication; local: the local host; none'),
+  channel: z.enum(['key', 'console']),
+  role: z.enum(['reader', 'producer', 'operator']).nullable().describe('the highest level the caller held'),
+  requiredRole: z.enum(['reader', 'producer', 'operator']),
+  httpMethod: z.string(),
+  action: z.string().describe('operation id'),
+  target: z.string().nullable(),
+  summary: z.string().nullable().describe('path parameters, query and body (payloads as size and digest), as JSON'),
+  outcome: z.enum(AUDIT_OUTCOMES).describe('started: the action began and its end was not recorded'),
+  status: z.number().int().nullable(),
+  reason: z.string().nullable(),
+  affected: z.number().int().nullable(),
+  requestId: z.string().nullable(),
+  clientIp: z.string().nullable(),
+  finishedAt: dateTime.nullable(),
+});
+
+export const auditPage = z.object({
+  items: z.array(auditRecord),
+  nextBeforeId: z.string().nullable().describe('pass as beforeId for the next page; null: nothing left below'),
+  scanBounded: z.boolean().describe('the search stopped after scanRows records: more may match below nextBeforeId'),
+});

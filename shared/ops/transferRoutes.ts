@@ -1,7 +1,8 @@
 // Ops routes for transfers: list configured transfers, start one (creates a batch and posts it to the stage
-// queue), list batches, batch detail with its journal, reconcile one batch or every stale one, resume a batch.
+// queue), pause and resume one, list batches, batch detail with its journal, reconcile one batch or every stale
+// one, resume or abandon a batch, replay a committed range.
 import type { OpsRuntime } from './context.js';
-import type { TransferService } from '../transfer/service.js';
+import { OPEN_STATES, type TransferService } from '../transfer/service.js';
 import { BATCH_STATES, type BatchState } from '../transfer/types.js';
 import { isTransferError, type TransferErrorCode } from '../transfer/errors.js';
 import { conflict, invalid, notFound, OpsError } from './errors.js';
@@ -26,6 +27,7 @@ const CONFLICT_CODES: ReadonlySet<TransferErrorCode> = new Set<TransferErrorCode
   'manifest_mismatch',
   'target_incompatible',
   'unsupported_type',
+  'transfer_paused',
 ]);
 
 // Transfer errors carry a code; map it, never the message, to a status.
@@ -74,9 +76,61 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
     tag: 'transfers',
     role: 'reader',
     query: s.emptyQuery,
-    responses: { 200: 'transfers (empty when none is configured)' },
+    responses: {
+      200: 'transfers (empty when none is configured), each with its pause control, open batch, last commit and secondsSinceCommit',
+    },
     async handle({ rt }) {
-      return { body: { configured: rt.transfers !== null, items: rt.transfers ? rt.transfers.listTransfers() : [] } };
+      if (!rt.transfers) return { body: { configured: false, items: [] } };
+      const states = new Map((await rt.transfers.transferStates()).map((x) => [x.name, x]));
+      const items = rt.transfers.listTransfers().map((t) => ({ ...t, ...states.get(t.name) }));
+      return { body: { configured: true, items } };
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/transfers/:name/pause',
+    operationId: 'pauseTransfer',
+    summary:
+      'Pause a transfer: no new batch (timer, catch-up, start) and its queue steps leave its open batch as it is, until resumed',
+    tag: 'transfers',
+    role: 'operator',
+    params: s.nameParams,
+    query: s.emptyQuery,
+    body: s.pauseTransferBody,
+    responses: { 200: 'paused (persisted in the journal)', 404: 'no such transfer' },
+    async handle({ rt, params, body, principal }) {
+      const svc = service(rt);
+      const c = await mapTransferErrors(() =>
+        svc.pauseTransfer(params.name, body.reason ?? null, principal?.name ?? null),
+      );
+      return { body: { transfer: c.transferName, paused: c.paused, reason: c.reason, changedBy: c.changedBy } };
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/transfers/:name/resume',
+    operationId: 'resumeTransfer',
+    summary: 'Resume a paused transfer; its open retryable batch (if any) is posted to the stage queue again',
+    tag: 'transfers',
+    role: 'operator',
+    params: s.nameParams,
+    query: s.emptyQuery,
+    body: s.emptyBody,
+    responses: { 200: 'resumed', 404: 'no such transfer' },
+    async handle({ rt, params, principal, log }) {
+      const svc = service(rt);
+      const c = await mapTransferErrors(() => svc.resumeTransfer(params.name, principal?.name ?? null));
+      const recent = await svc.listBatches({ transfer: c.transferName, limit: 5 });
+      const open = recent.find((b) => b.status !== 'committed' && b.state !== 'failed');
+      const posted = open?.retryable ? await rt.postStage(open.batchId, log) : false;
+      return {
+        body: {
+          transfer: c.transferName,
+          paused: c.paused,
+          changedBy: c.changedBy,
+          ...(open ? { openBatch: { batchId: open.batchId, state: open.state, posted } } : {}),
+        },
+      };
     },
   }),
   route({
@@ -106,6 +160,39 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
         if (err instanceof OpsError) throw err;
         if (isTransferError(err, 'nothing_to_transfer'))
           return { status: 200, body: { started: false, reason: err.code, message: err.message } };
+        throw err;
+      }
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/transfers/:name/replay',
+    operationId: 'replayTransfer',
+    summary:
+      'Send a range of committed windows again from the source as it is now, as one new batch (preview: the covered batches and rows, nothing changed)',
+    tag: 'transfers',
+    role: 'operator',
+    params: s.nameParams,
+    query: s.emptyQuery,
+    body: s.replayBody,
+    responses: {
+      200: 'the preview',
+      202: 'replay batch created and queued',
+      400: 'low or high is not a bound of the committed windows, or the range is larger than batchSize',
+      404: 'no such transfer',
+      409: 'the transfer is paused, or the source schema drifted',
+    },
+    async handle({ rt, params, body, log }) {
+      const svc = service(rt);
+      try {
+        const { plan, batch } = await mapTransferErrors(() =>
+          svc.replay(params.name, body.low, body.high, body.preview),
+        );
+        if (!batch) return { body: { preview: true, plan } };
+        const posted = await rt.postStage(batch.batchId, log);
+        return accepted(batch.batchId, { started: true, posted, plan, batch });
+      } catch (err) {
+        if (isTransferError(err, 'invalid_range')) throw invalid(String(err.detail?.field ?? 'high'), err.message);
         throw err;
       }
     },
@@ -190,6 +277,52 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
         });
       const posted = await rt.postStage(params.id, log);
       return accepted(params.id, { batchId: params.id, posted });
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/transfers/batches/:id/abandon',
+    operationId: 'abandonBatch',
+    summary:
+      'Give up an open batch and release its window, only once the target proves it not applied under the final fence (preview: what would happen, nothing changed)',
+    tag: 'transfers',
+    role: 'operator',
+    params: s.batchParams,
+    query: s.emptyQuery,
+    body: s.abandonBatchBody,
+    responses: {
+      200: 'abandoned (failed, window released), or the preview',
+      404: 'no such batch',
+      409: 'not abandoned: the batch is not open, or the target said committed, blocked, or gave no answer',
+    },
+    async handle({ rt, params, body, principal }) {
+      const svc = service(rt);
+      const before = await svc.getBatch(params.id);
+      if (!before) throw notFound(`batch ${params.id}`);
+      const open = OPEN_STATES.includes(before.state);
+      if (body.preview) {
+        return {
+          body: {
+            preview: true,
+            abandonable: open,
+            batch: before,
+            effect: !open
+              ? `Nothing to abandon: the batch is ${before.state}.`
+              : before.attempts === 0 && before.state === 'extracting'
+                ? `No apply was ever started: the batch fails at once and its window (${before.boundary.low ?? '-inf'}, ${before.boundary.high}] is released for a new batch.`
+                : `The target is asked for the outcome under the final fence (no apply of this batch id can commit afterwards). Only a "not applied" answer fails the batch and releases its window (${before.boundary.low ?? '-inf'}, ${before.boundary.high}]; "committed" records it committed; "blocked" or no answer leaves it open.`,
+          },
+        };
+      }
+      if (!open) throw conflict(`batch ${params.id} is ${before.state}: nothing to abandon`, { state: before.state });
+      const by = principal?.name ? ` (${principal.name})` : '';
+      const after = await mapTransferErrors(() => svc.abandon(params.id, `${body.reason}${by}`));
+      if (after.state !== 'failed')
+        throw conflict(
+          `batch ${params.id} was not abandoned: it is ${after.state} after asking the target (${after.lastError ?? 'no detail'}). ${after.nextAction}`,
+          { state: after.state, status: after.status },
+        );
+      return { body: { abandoned: true, batch: after } };
     },
   }),
   route({

@@ -87,10 +87,24 @@ export interface KeelTelemetry {
     batchId: string;
     unresolvedForMs?: number;
   }): void;
+  /** A batch failed (window released): a `keel.transfer.batch_failed` event. */
+  transferBatchFailed(dims: { transfer: string; batchId: string; code: string }): void;
+  /** The timer or catch-up could not create a transfer's next batch: a `keel.transfer.start_failed` event. */
+  transferStartFailed(dims: { transfer: string; source: 'timer' | 'catchup'; code: string; message: string }): void;
+  /**
+   * The transfer's target is behind since `behindSince` (epoch ms; its last commit, or its first batch), or caught
+   * up (null). Reported as the `keel.transfer.freshness` gauge, in seconds, growing until the next report.
+   */
+  transferFreshness(dims: { transfer: string; behindSince: number | null }): void;
   /** One maintenance timer run finished (outcome defaults to succeeded). */
   maintenanceRun(dims: { durationMs: number; outcome?: RunOutcome }): void;
   /** A database pool reported a connection error it recovers from (the `error` event of shared/engines/poolErrors.ts). */
   poolError(dims: { engine: string; role: PoolRole }): void;
+  /**
+   * One ops audit record (the database row is the record; this is its copy in App Insights): a `keel.ops.audit`
+   * event with its fields, text cut to 200 characters (the summary to 2,000). Null fields are left out.
+   */
+  opsAudit(record: Readonly<Record<string, string | number | boolean | null>>): void;
   /** One schedule failed in a scheduler pass (the pass went on with the others). */
   scheduleFailed(dims: { schedule: string }): void;
 }
@@ -101,7 +115,7 @@ export interface TelemetryOptions {
   /** Defaults to the global LoggerProvider of @opentelemetry/api-logs at the time of creation. */
   loggerProvider?: LoggerProvider;
   limits?: Partial<CardinalityLimits>;
-  /** A queue-lag value not refreshed for this long stops being reported (default 15 minutes). */
+  /** A queue-lag or transfer-freshness value not refreshed for this long stops being reported (default 15 minutes). */
   queueLagTtlMs?: number;
   /** Clock for the queue-lag TTL (tests). */
   now?: () => number;
@@ -236,6 +250,26 @@ export function createTelemetry(options: TelemetryOptions = {}): KeelTelemetry {
       }
     });
 
+  // Freshness: per transfer, since when its target is behind (null: caught up), observed at each collection until
+  // it is not refreshed for the TTL (another instance may have reported a commit since; the alert takes the latest).
+  const behind = new Map<string, { since: number | null; at: number }>();
+  meter
+    .createObservableGauge(METRICS.transferFreshness, {
+      description: 'Seconds the transfer target has been behind its source (0: caught up)',
+      unit: 's',
+      valueType: ValueType.DOUBLE,
+    })
+    .addCallback((result: ObservableResult) => {
+      const t = now();
+      for (const [name, { since, at }] of behind) {
+        if (t - at > ttl) {
+          behind.delete(name);
+          continue;
+        }
+        result.observe(since === null ? 0 : Math.max(0, Math.round((t - since) / 1000)), { [DIM.transfer]: name });
+      }
+    });
+
   const unresolvedEvent = (
     source: 'reconcile' | 'state',
     d: { transfer: string; batchId: string; unresolvedForMs?: number },
@@ -312,11 +346,38 @@ export function createTelemetry(options: TelemetryOptions = {}): KeelTelemetry {
       // Both leave the batch unresolved: blocked by an open apply, or no verdict could be reached.
       if (outcome === 'unresolved' || outcome === 'failed') unresolvedEvent('reconcile', d, outcome);
     },
+    transferBatchFailed(d) {
+      emitEvent(EVENTS.batchFailed, {
+        [DIM.transfer]: transfer(d.transfer),
+        batchId: text(d.batchId),
+        code: text(d.code),
+      });
+    },
+    transferStartFailed(d) {
+      emitEvent(EVENTS.startFailed, {
+        [DIM.transfer]: transfer(d.transfer),
+        source: d.source === 'catchup' ? 'catchup' : 'timer',
+        code: text(d.code),
+        message: text(d.message),
+      });
+    },
+    transferFreshness(d) {
+      const since = d.behindSince === null ? null : measure(d.behindSince);
+      behind.set(transfer(d.transfer), { since: since ?? null, at: now() });
+    },
     maintenanceRun(d) {
       const attrs = { [DIM.outcome]: closedSet(RUN_OUTCOMES, d.outcome ?? 'succeeded') };
       m.maintenanceRuns.add(1, attrs);
       const ms = measure(d.durationMs);
       if (ms !== undefined) m.maintenanceDuration.record(ms, attrs);
+    },
+    opsAudit(record) {
+      const attributes: Attributes = {};
+      for (const [k, v] of Object.entries(record)) {
+        if (v === null || v === undefined) continue;
+        attributes[k] = typeof v === 'string' ? normalizeValue(v, k === 'summary' ? 2000 : 200) : v;
+      }
+      emitEvent(EVENTS.opsAudit, attributes);
     },
     poolError(d) {
       m.poolErrors.add(1, {

@@ -74,7 +74,11 @@ export const telemetry: KeelTelemetry = {
   transferBatchState: (dims) => active().transferBatchState(dims),
   rowsTransferred: (dims) => active().rowsTransferred(dims),
   reconcileOutcome: (dims) => active().reconcileOutcome(dims),
+  transferBatchFailed: (dims) => active().transferBatchFailed(dims),
+  transferStartFailed: (dims) => active().transferStartFailed(dims),
+  transferFreshness: (dims) => active().transferFreshness(dims),
   maintenanceRun: (dims) => active().maintenanceRun(dims),
   poolError: (dims) => active().poolError(dims),
+  opsAudit: (record) => active().opsAudit(record),
   scheduleFailed: (dims) => active().scheduleFailed(dims),
 };

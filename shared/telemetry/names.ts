@@ -35,6 +35,11 @@ export const METRICS = {
   maintenanceRuns: 'keel.maintenance.runs',
   /** histogram (ms); dims outcome. Maintenance timer run time. */
   maintenanceDuration: 'keel.maintenance.duration',
+  /**
+   * observable gauge (s); dims transfer. How long the transfer's target has been behind its source: seconds since
+   * its last commit while the source has rows it has not committed, 0 when the last look found nothing new.
+   */
+  transferFreshness: 'keel.transfer.freshness',
   /** counter; dims engine, role. Connection errors a database pool recovered from (a pooled connection died). */
   poolErrors: 'keel.db.pool_errors',
   /** counter; dims schedule. Scheduler passes in which one schedule failed (the others of the pass still ran). */
@@ -49,6 +54,12 @@ export const EVENTS = {
   jobDeadLettered: 'keel.job.dead_lettered',
   /** One per observation of a batch whose outcome is unknown: transfer, batchId, source, outcome?, unresolvedForMs?. */
   batchUnresolved: 'keel.transfer.batch_unresolved',
+  /** One per ops audit record (a write's outcome, or a refusal): the record's fields (docs/operations.md). */
+  opsAudit: 'keel.ops.audit',
+  /** One per batch that failed (terminal error or abandon; its window released): transfer, batchId, code. */
+  batchFailed: 'keel.transfer.batch_failed',
+  /** One per failed scheduled start (timer or catch-up could not create a batch, e.g. schema drift): transfer, source, code, message. */
+  startFailed: 'keel.transfer.start_failed',
 } as const;
 
 export type EventName = (typeof EVENTS)[keyof typeof EVENTS];

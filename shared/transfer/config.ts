@@ -1,6 +1,7 @@
 // Transfers are declared in configuration: the KEEL_TRANSFERS app setting (JSON array) or a JSON file named by
 // KEEL_TRANSFERS_FILE. Invalid configuration fails at startup with the setting at fault, e.g.
 // "KEEL_TRANSFERS[0].keyColumns: Required".
+import { Cron } from 'croner';
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { IDENTIFIER_PATTERN, parseQualified, type QualifiedName } from './identifiers.js';
@@ -73,6 +74,16 @@ const targetSchema = z
     }
   });
 
+function cronValid(v: string): boolean {
+  if (v.split(/\s+/).length !== 6) return false;
+  try {
+    new Cron(v, { paused: true, mode: '6-part', timezone: 'UTC' }).stop();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 const boundarySchema = z
   .object({
     column: identifier,
@@ -140,6 +151,13 @@ export const transferSchema = z
     batchSize: z.number().int().min(1).max(50_000_000).default(100_000),
     chunkSize: z.number().int().min(1).max(100_000).default(5_000),
     reconcileWaitMs: z.number().int().min(0).max(60_000).default(2_000),
+    // When the timer starts this transfer: a six-field NCRONTAB expression (UTC), checked at every timer tick
+    // (KEEL_TRANSFER_SCHEDULE, which must fire at least as often). Absent: every tick.
+    schedule: z
+      .string()
+      .trim()
+      .refine((v) => cronValid(v), 'must be a six-field NCRONTAB expression ("sec min hour day month weekday")')
+      .optional(),
     // After schema drift is reviewed: the new schema hash to accept for the next batch.
     acceptSchemaHash: z
       .string()

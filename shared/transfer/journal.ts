@@ -64,6 +64,15 @@ export interface BatchPatch {
   stamp?: 'extracted_at' | 'staged_at' | 'apply_started_at' | 'committed_at' | 'failed_at';
 }
 
+// An operator's control of one transfer (docs/transfer.md, "Pause and resume").
+export interface TransferControl {
+  transferName: string;
+  paused: boolean;
+  reason: string | null;
+  changedBy: string | null;
+  changedAt: Date;
+}
+
 export interface BatchFilter {
   transfer?: string;
   state?: BatchState;
@@ -100,6 +109,15 @@ export interface TransferJournal {
   ): Promise<void>;
   // Batches in the given states not updated for olderThanMs, oldest first.
   stale(states: readonly BatchState[], olderThanMs: number, limit: number): Promise<BatchRecord[]>;
+  // Pauses or resumes a transfer (persisted; the last call wins) and returns its control.
+  setPaused(
+    transferName: string,
+    paused: boolean,
+    reason: string | null,
+    changedBy: string | null,
+  ): Promise<TransferControl>;
+  // The controls of every transfer an operator ever paused or resumed (no entry = running).
+  controls(): Promise<TransferControl[]>;
   close(): Promise<void>;
 }
 

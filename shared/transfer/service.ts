@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import type { ChecksumAlgorithm } from './checksum.js';
 import type { TransferConfig } from './config.js';
 import { describeError, isTransferError, TERMINAL_CODES, TransferError } from './errors.js';
-import type { BatchEvent, BatchPatch, BatchRecord, TransferJournal } from './journal.js';
+import type { BatchEvent, BatchPatch, BatchRecord, TransferControl, TransferJournal } from './journal.js';
 import { journalMove, OPEN_STATES, RECONCILABLE, type MoveName } from './lifecycle.js';
 import { withValuePolicies } from './policies.js';
 import { describeSchemaDiff } from './schema.js';
@@ -55,6 +55,7 @@ export interface BatchView extends Pick<
   boundary: { kind: string; low: string | null; high: string };
   createdAt: string;
   updatedAt: string;
+  extractedAt: string | null;
   stagedAt: string | null;
   applyStartedAt: string | null;
   committedAt: string | null;
@@ -76,6 +77,20 @@ export interface TransferSummary {
   columns: { source: string; target: string }[];
   batchSize: number;
   chunkSize: number;
+  schedule: string | null; // own NCRONTAB; null = every tick of KEEL_TRANSFER_SCHEDULE
+}
+
+// A transfer as operators watch it: its pause control, its open batch and how fresh its target is.
+export interface TransferState {
+  name: string;
+  paused: boolean;
+  pausedReason: string | null;
+  changedBy: string | null;
+  changedAt: string | null;
+  openBatch: { batchId: string; state: BatchState; status: BatchStatus; retryable: boolean } | null;
+  lastCommitted: { batchId: string; high: string; rows: number | null; committedAt: string | null } | null;
+  // Seconds since the last committed batch committed (null: never committed). The freshness gauge.
+  secondsSinceCommit: number | null;
 }
 
 export interface BatchListFilter {
@@ -88,6 +103,21 @@ export interface BatchListFilter {
 // What the target said when reconcile asked it ('skipped': nothing to ask; 'error': no answer).
 type Verdict = 'committed' | 'not_applied' | 'blocked' | 'error' | 'skipped';
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
+
+// Replay batches are journalled under "<transfer>@replay-<ms>": a chain of their own, so the committed windows they
+// cover again do not collide with the transfer's window ledger (its unique bounds, its one open batch).
+export const REPLAY_MARK = '@replay-';
+export function baseTransferName(journalName: string): string {
+  const i = journalName.indexOf(REPLAY_MARK);
+  return i < 0 ? journalName : journalName.slice(0, i);
+}
+
+export interface ReplayPlan {
+  transfer: string;
+  window: { kind: string; low: string | null; high: string };
+  batches: { batchId: string; low: string | null; high: string; rows: number | null }[];
+  rows: number; // rows the covered batches committed
+}
 
 export function statusOf(state: BatchState): BatchStatus {
   if (state === 'committed') return 'committed';
@@ -157,11 +187,21 @@ export function toView(b: BatchRecord): BatchView {
     lastErrorCode: b.lastErrorCode,
     createdAt: b.createdAt.toISOString(),
     updatedAt: b.updatedAt.toISOString(),
+    extractedAt: iso(b.extractedAt),
     stagedAt: iso(b.stagedAt),
     applyStartedAt: iso(b.applyStartedAt),
     committedAt: iso(b.committedAt),
     failedAt: iso(b.failedAt),
   };
+}
+
+// When an open batch last made progress: the stamps only its own steps set (created, manifest recorded, staged,
+// apply started). Reconcile and notes refresh updated_at but never these, so a batch that maintenance keeps
+// reconciling still shows how long it has been stuck.
+export function lastProgressAt(v: BatchView): number {
+  return Math.max(
+    ...[v.createdAt, v.extractedAt, v.stagedAt, v.applyStartedAt].filter((x): x is string => !!x).map(Date.parse),
+  );
 }
 
 // The source's most preferred checksum that the target can verify too (every engine computes keel-v1).
@@ -214,7 +254,70 @@ export class TransferService {
       columns: t.columns.map((c) => ({ ...c })),
       batchSize: t.batchSize,
       chunkSize: t.chunkSize,
+      schedule: t.schedule ?? null,
     }));
+  }
+
+  // Operator action: no new batch for this transfer (timer, catch-up, start) and its queue steps leave its open
+  // batch where it is, until resumeTransfer. Persisted in the journal; an apply already running finishes.
+  async pauseTransfer(name: string, reason: string | null, by: string | null): Promise<TransferControl> {
+    const t = this.transfer(name);
+    const c = await this.journal.setPaused(t.name, true, reason, by);
+    this.log('transfer.paused', { transfer: t.name, by, reason });
+    return c;
+  }
+
+  async resumeTransfer(name: string, by: string | null): Promise<TransferControl> {
+    const t = this.transfer(name);
+    const c = await this.journal.setPaused(t.name, false, null, by);
+    this.log('transfer.resumed', { transfer: t.name, by });
+    return c;
+  }
+
+  async pausedTransfers(): Promise<Set<string>> {
+    return new Set((await this.journal.controls()).filter((c) => c.paused).map((c) => c.transferName));
+  }
+
+  async isPaused(name: string): Promise<boolean> {
+    return (await this.journal.controls()).some((c) => c.transferName === name && c.paused);
+  }
+
+  // Every configured transfer with its control, open batch and last commit (one journal read per transfer).
+  async transferStates(now = Date.now()): Promise<TransferState[]> {
+    const controls = new Map((await this.journal.controls()).map((c) => [c.transferName, c]));
+    const out: TransferState[] = [];
+    for (const t of this.transfers.values()) {
+      const c = controls.get(t.name);
+      const { open, lastCommitted: last } = await this.journal.lastForTransfer(t.name);
+      const openView = open ? toView(open) : null;
+      out.push({
+        name: t.name,
+        paused: c?.paused ?? false,
+        pausedReason: c?.paused ? c.reason : null,
+        changedBy: c?.changedBy ?? null,
+        changedAt: c ? c.changedAt.toISOString() : null,
+        openBatch: openView
+          ? {
+              batchId: openView.batchId,
+              state: openView.state,
+              status: openView.status,
+              retryable: openView.retryable,
+            }
+          : null,
+        lastCommitted: last
+          ? {
+              batchId: last.batchId,
+              high: last.boundaryHigh,
+              rows: last.appliedCount,
+              committedAt: iso(last.committedAt),
+            }
+          : null,
+        secondsSinceCommit: last?.committedAt
+          ? Math.max(0, Math.round((now - last.committedAt.getTime()) / 1000))
+          : null,
+      });
+    }
+    return out;
   }
 
   private transfer(name: string): TransferConfig {
@@ -285,9 +388,10 @@ export class TransferService {
       set: { lastError: err.message, lastErrorCode: err.code, stamp: 'failed_at' },
       detail: { code: err.code, ...(err.detail ?? {}) },
     });
-    this.log('transfer.batch.failed', { batchId: b.batchId, transfer: b.transferName, code: err.code });
+    // Once per batch: only the call that moved it to failed reports it.
+    if (moved) this.log('transfer.batch.failed', { batchId: b.batchId, transfer: b.transferName, code: err.code });
     // Its staged rows (if a staging committed) are garbage now; removing them is best effort.
-    const t = this.transfers.get(b.transferName);
+    const t = this.transfers.get(baseTransferName(b.transferName));
     if (moved && t) {
       const a = await this.connect(t).catch(() => null);
       if (a) await this.purge(a, b);
@@ -310,6 +414,8 @@ export class TransferService {
   // checksum), all in the journal before any row moves. Throws 'nothing_to_transfer' when there are no new rows.
   async createBatch(transferName: string): Promise<BatchView> {
     const t = this.transfer(transferName);
+    if (await this.isPaused(t.name))
+      throw new TransferError('transfer_paused', `transfer ${t.name} is paused; resume it first`);
     const { open, lastCommitted } = await this.journal.lastForTransfer(t.name);
     if (open) {
       throw new TransferError(
@@ -353,6 +459,85 @@ export class TransferService {
     }
   }
 
+  // Operator action: send a range of committed windows again, from the source as it is now (e.g. after the target
+  // table was truncated or a mapping fixed). The range must start at a committed batch's low bound and end at one's
+  // high bound, and hold at most batchSize committed rows. The replay is one new batch (its own id, manifest, staging
+  // and completion row, so every guarantee of a batch holds) in a chain of its own (REPLAY_MARK); the target merges
+  // by key, so rows already there are updated. preview: the plan only, nothing written.
+  async replay(
+    transferName: string,
+    low: string | null,
+    high: string,
+    preview: boolean,
+  ): Promise<{ plan: ReplayPlan; batch: BatchView | null }> {
+    const t = this.transfer(transferName);
+    const committed = (await this.journal.list({ transfer: t.name, state: 'committed', limit: 1000 })).reverse();
+    const first = committed.findIndex((b) => b.boundaryLow === low);
+    if (first < 0)
+      throw new TransferError(
+        'invalid_range',
+        `transfer ${t.name}: no committed batch starts at ${low ?? 'the beginning'} (among its last 1000 committed batches)`,
+        { field: 'low' },
+      );
+    const last = committed.findIndex((b, i) => i >= first && b.boundaryHigh === high);
+    if (last < 0)
+      throw new TransferError(
+        'invalid_range',
+        `transfer ${t.name}: no committed batch after ${low ?? 'the beginning'} ends at ${high}`,
+        {
+          field: 'high',
+        },
+      );
+    const covered = committed.slice(first, last + 1);
+    const rows = covered.reduce((n, b) => n + (b.appliedCount ?? b.rowCount ?? 0), 0);
+    if (rows > t.batchSize)
+      throw new TransferError(
+        'invalid_range',
+        `transfer ${t.name}: the range holds ${rows} committed rows, more than batchSize ${t.batchSize}; replay it in parts`,
+        { field: 'high' },
+      );
+    const plan: ReplayPlan = {
+      transfer: t.name,
+      window: { kind: covered[0]!.boundaryKind, low, high },
+      batches: covered.map((b) => ({
+        batchId: b.batchId,
+        low: b.boundaryLow,
+        high: b.boundaryHigh,
+        rows: b.appliedCount,
+      })),
+      rows,
+    };
+    if (preview) return { plan, batch: null };
+    if (await this.isPaused(t.name))
+      throw new TransferError('transfer_paused', `transfer ${t.name} is paused; resume it first`);
+    const a = await this.connect(t);
+    const schema = await a.source.readSchema();
+    const recorded = covered[covered.length - 1]!;
+    if (schema.hash !== recorded.schemaHash && schema.hash !== t.acceptSchemaHash)
+      throw new TransferError(
+        'schema_drift',
+        `transfer ${t.name}: the source schema no longer matches the one the range was committed with (${describeSchemaDiff(recorded.schemaColumns, schema.columns)})`,
+        { recorded: recorded.schemaHash, current: schema.hash },
+      );
+    await this.prepare(t, a, schema);
+    const rec = await this.journal.insertBatch({
+      batchId: this.newId(),
+      transferName: `${t.name}${REPLAY_MARK}${Date.now()}`,
+      boundaryKind: recorded.boundaryKind,
+      boundaryLow: low,
+      boundaryHigh: high,
+      schemaHash: schema.hash,
+      schemaColumns: schema.columns,
+    });
+    this.log('transfer.batch.replay', { batchId: rec.batchId, transfer: t.name, low, high });
+    try {
+      return { plan, batch: toView(await this.recordManifest(rec, t, a, schema)) };
+    } catch (err) {
+      await this.noteError(rec, 'manifest_error', err);
+      return { plan, batch: toView(await this.load(rec.batchId)) };
+    }
+  }
+
   // Like createBatch, but null instead of 'nothing_to_transfer' / 'open_batch_exists' (for schedules).
   async tryCreateBatch(transferName: string): Promise<BatchView | null> {
     try {
@@ -361,7 +546,8 @@ export class TransferService {
       if (
         isTransferError(err, 'nothing_to_transfer') ||
         isTransferError(err, 'open_batch_exists') ||
-        isTransferError(err, 'window_taken')
+        isTransferError(err, 'window_taken') ||
+        isTransferError(err, 'transfer_paused')
       )
         return null;
       throw err;
@@ -395,7 +581,7 @@ export class TransferService {
       b = await this.load(batchId);
     }
     if (b.state !== 'extracting') return toView(b);
-    const t = this.transfer(b.transferName);
+    const t = this.transfer(baseTransferName(b.transferName));
     const a = await this.connect(t);
     try {
       const schema = await a.source.readSchema();
@@ -448,7 +634,7 @@ export class TransferService {
     if (b.state === 'extracting')
       throw new TransferError('invalid_state', `batch ${batchId} is not staged yet; run it (stage + apply)`);
     if (b.state !== 'staged') return toView(b);
-    const t = this.transfer(b.transferName);
+    const t = this.transfer(baseTransferName(b.transferName));
     const a = await this.connect(t);
     const req = this.request(b, t);
     await this.prepare(t, a, req.schema); // target adapters need the column mapping (cached per schema)
@@ -541,7 +727,7 @@ export class TransferService {
     if (b.rowCount === null || b.checksum === null) return { rec: b, verdict: 'skipped' };
     // 'extracting' after attempts: reconcile found the staging gone; an apply of those attempts is fenced already.
     if (b.state === 'extracting' && b.attempts === 0 && !final) return { rec: b, verdict: 'skipped' };
-    const t = this.transfer(b.transferName);
+    const t = this.transfer(baseTransferName(b.transferName));
     const fenceThrough = final ? FINAL_FENCE : b.attempts;
     const open = b.state === 'applying' || b.state === 'unresolved';
     let outcome;

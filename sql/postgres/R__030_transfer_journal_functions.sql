@@ -180,3 +180,21 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
    order by b.updated_at
    limit greatest(1, least(coalesce(p_limit, 20), 1000))
 $$;
+
+-- Pauses or resumes a transfer (an upsert of its control row, V021); returns the row.
+create or replace function keel.transfer_control_set(p_transfer_name text, p_paused boolean, p_reason text, p_changed_by text)
+returns setof keel.transfer_controls
+language sql volatile security definer set search_path = pg_catalog, pg_temp as $$
+  insert into keel.transfer_controls as c (transfer_name, paused, reason, changed_by, changed_at)
+  values (p_transfer_name, p_paused, p_reason, p_changed_by, now())
+  on conflict (transfer_name) do update
+    set paused = excluded.paused, reason = excluded.reason, changed_by = excluded.changed_by, changed_at = excluded.changed_at
+  returning c.*
+$$;
+
+-- Every transfer's control row (only transfers an operator ever paused have one).
+create or replace function keel.transfer_control_list()
+returns setof keel.transfer_controls
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  select c.* from keel.transfer_controls c order by c.transfer_name
+$$;

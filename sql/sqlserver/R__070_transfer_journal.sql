@@ -250,3 +250,35 @@ BEGIN
    ORDER BY UpdatedAt;
 END;
 GO
+
+-- Pauses or resumes a transfer (an upsert of its control row, V021); returns the row. UPDLOCK + HOLDLOCK on the
+-- key make two first pauses of one transfer wait for each other instead of racing to insert.
+CREATE OR ALTER PROCEDURE keel.TransferControlSet
+  @TransferName nvarchar(64),
+  @Paused bit,
+  @Reason nvarchar(2000),
+  @ChangedBy nvarchar(256)
+AS
+BEGIN
+  SET NOCOUNT ON;
+  SET XACT_ABORT ON;
+  BEGIN TRANSACTION;
+  UPDATE keel.TransferControls WITH (UPDLOCK, HOLDLOCK)
+     SET Paused = @Paused, Reason = @Reason, ChangedBy = @ChangedBy, ChangedAt = SYSUTCDATETIME()
+   WHERE TransferName = @TransferName;
+  IF @@ROWCOUNT = 0
+    INSERT INTO keel.TransferControls (TransferName, Paused, Reason, ChangedBy)
+    VALUES (@TransferName, @Paused, @Reason, @ChangedBy);
+  COMMIT TRANSACTION;
+  SELECT TransferName, Paused, Reason, ChangedBy, ChangedAt FROM keel.TransferControls WHERE TransferName = @TransferName;
+END;
+GO
+
+-- Every transfer's control row (only transfers an operator ever paused have one).
+CREATE OR ALTER PROCEDURE keel.TransferControlList
+AS
+BEGIN
+  SET NOCOUNT ON;
+  SELECT TransferName, Paused, Reason, ChangedBy, ChangedAt FROM keel.TransferControls ORDER BY TransferName;
+END;
+GO

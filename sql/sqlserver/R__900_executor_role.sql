@@ -29,6 +29,13 @@ DENY EXECUTE ON OBJECT::keel.HandBack TO keel_executor;
 DENY EXECUTE ON OBJECT::keel.EnqueueJobs TO keel_executor; -- EnqueueMany's body: with @Scheduler = 1 it takes "schedule:" keys
 GO
 
+-- The ops audit trail (V030): the role holds no table rights anyway; the explicit DENY keeps it so should a broader
+-- grant (e.g. db_datawriter) be given to the app's user by mistake. The audit procedures still work: the ownership
+-- chain from a keel procedure to the table skips the permission check. Rows change only through RecordAudit,
+-- FinishAudit (a started row, once) and PurgeAudit (by age).
+DENY INSERT, UPDATE, DELETE ON OBJECT::keel.OpsAudit TO keel_executor;
+GO
+
 -- The enqueue-only role (issue 25), the twin of sql/postgres/roles/keel_producer.sql: a producer in another application
 -- may execute keel.EnqueueMany and nothing else (no schema-wide grant: every other procedure, table and view is closed
 -- to it). EnqueueMany reaches EnqueueJobs, the tables and the sequence through the ownership chain (all owned by

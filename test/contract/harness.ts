@@ -48,6 +48,8 @@ export interface EngineHarness {
   ): Promise<void>;
   // Backdate archive finished_at / dlq failed_at / metric buckets (for purge tests).
   backdateFinished(table: 'archive' | 'dlq' | 'metrics', secondsAgo: number): Promise<void>;
+  // Move ops audit rows' recording time into the past (for the audit retention purge).
+  backdateAudit(ids: string[], secondsAgo: number): Promise<void>;
   // Make inserts into the destination table fail (trigger), and undo it.
   breakInserts(table: 'archive' | 'dlq' | 'hot'): Promise<void>;
   restoreInserts(table: 'archive' | 'dlq' | 'hot'): Promise<void>;

@@ -5,7 +5,7 @@ import {
   STATS_DUE_COUNT_CAP,
   TEXT_SEARCH_SCAN_ROWS_MAX,
 } from '../../shared/jobs/contract.js';
-import type { ClaimedJob, JobStore, LeaseRef } from '../../shared/jobs/contract.js';
+import type { AuditEntry, AuditSearch, ClaimedJob, JobStore, LeaseRef } from '../../shared/jobs/contract.js';
 import { LIMITS, ValidationError } from '../../shared/jobs/validate.js';
 import { normalizeProgress, resultJson } from '../../shared/jobs/progress.js';
 import { jobLogLine } from '../../shared/jobs/jobLog.js';
@@ -1912,6 +1912,134 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       const fired = await store.fireSchedule(name, t1, t3, [job(t2), job(t3)]);
       expect(fired.status).toBe('fired');
       expect(fired.jobs.map((j) => j.duplicate)).toEqual([false, false]);
+    });
+  });
+  describe('ops audit trail', () => {
+    const entry = (over: Partial<AuditEntry> = {}): AuditEntry => ({
+      principalId: '00000000-0000-0000-0000-0000000000a1',
+      principalName: 'ada@example.com',
+      tenantId: 'tenant-1',
+      appId: null,
+      authMethod: 'principal',
+      channel: 'console',
+      role: 'operator',
+      requiredRole: 'operator',
+      httpMethod: 'POST',
+      action: 'cancelJob',
+      target: 'job:42',
+      summary: '{"id":"42"}',
+      outcome: 'started',
+      status: null,
+      reason: null,
+      affected: null,
+      requestId: 'req-1',
+      clientIp: '203.0.113.9',
+      ...over,
+    });
+
+    it('records a started row, finishes it once; a refusal is finished at once; the server stamps the time', async () => {
+      const action = `act-${freshQueue('a')}`.slice(0, 64);
+      const before = Date.now();
+      const id = await store.recordAudit(entry({ action }));
+      expect(id).toMatch(/^\d+$/);
+      expect(await store.finishAudit(id, 'ok', 200, null, 1)).toBe(true);
+      // A finished row never changes again: the outcome a caller saw stays the recorded one.
+      expect(await store.finishAudit(id, 'failed', 500, 'later', 0)).toBe(false);
+      const refused = await store.recordAudit(
+        entry({ action, outcome: 'refused', status: 403, reason: 'needs "Keel.Operator"', role: 'reader' }),
+      );
+      expect(await store.finishAudit(refused, 'ok', 200, null, null)).toBe(false);
+      const page = await store.searchAudit({ action, limit: 10 });
+      expect(page.items.map((r) => r.id)).toEqual([refused, id]); // newest first
+      expect(page.items[1]).toMatchObject({
+        outcome: 'ok',
+        status: 200,
+        affected: 1,
+        principalId: '00000000-0000-0000-0000-0000000000a1',
+        principalName: 'ada@example.com',
+        authMethod: 'principal',
+        channel: 'console',
+        role: 'operator',
+        target: 'job:42',
+        requestId: 'req-1',
+        clientIp: '203.0.113.9',
+      });
+      expect(page.items[0]).toMatchObject({ outcome: 'refused', status: 403, role: 'reader', affected: null });
+      expect(page.items[0]!.finishedAt).toBeInstanceOf(Date);
+      // Within a minute of this process's clock (the database server's own time is what is stored).
+      expect(Math.abs(page.items[1]!.at.getTime() - before)).toBeLessThan(60_000);
+      expect(page.nextBeforeId).toBeNull();
+    });
+
+    it('searches by principal (id or name), action, target, outcome and time; pages newest first; the scan is bounded', async () => {
+      const action = `find-${freshQueue('a')}`.slice(0, 64);
+      const ids: string[] = [];
+      for (let i = 0; i < 6; i++) {
+        ids.push(
+          await store.recordAudit(
+            entry({
+              action,
+              principalId: i % 2 ? 'oid-odd' : 'oid-even',
+              principalName: i % 2 ? 'odd@example.com' : 'even@example.com',
+              target: `queue:q${i % 3}`,
+              outcome: i === 5 ? 'refused' : 'started',
+              status: i === 5 ? 401 : null,
+            }),
+          ),
+        );
+      }
+      const found = async (s: Omit<AuditSearch, 'limit'>) =>
+        (await store.searchAudit({ action, limit: 50, ...s })).items.map((r) => r.id);
+      expect(await found({})).toEqual([...ids].reverse());
+      expect(await found({ principal: 'oid-odd' })).toEqual([ids[5], ids[3], ids[1]]);
+      expect(await found({ principal: 'even@example.com' })).toEqual([ids[4], ids[2], ids[0]]);
+      expect(await found({ target: 'queue:q0' })).toEqual([ids[3], ids[0]]);
+      expect(await found({ outcome: 'refused' })).toEqual([ids[5]]);
+      expect(await found({ from: new Date(Date.now() + 3_600_000) })).toEqual([]);
+      expect(await found({ to: new Date(Date.now() - 3_600_000) })).toEqual([]);
+      // Keyset pages.
+      const p1 = await store.searchAudit({ action, limit: 4 });
+      expect(p1.items.map((r) => r.id)).toEqual([ids[5], ids[4], ids[3], ids[2]]);
+      const p2 = await store.searchAudit({ action, limit: 4, beforeId: p1.nextBeforeId! });
+      expect(p2.items.map((r) => r.id)).toEqual([ids[1], ids[0]]);
+      // A bounded scan: 2 rows examined below ids[5], none matching, and where to continue.
+      const bounded = await store.searchAudit({
+        action,
+        principal: 'nobody',
+        beforeId: ids[5],
+        scanRows: 2,
+        limit: 10,
+      });
+      expect(bounded).toEqual({ items: [], nextBeforeId: ids[3], scanBounded: true });
+      const next = await store.searchAudit({ action, principal: 'oid-odd', beforeId: ids[5], scanRows: 2, limit: 10 });
+      expect(next.items.map((r) => r.id)).toEqual([ids[3]]);
+      expect(next.scanBounded).toBe(true);
+      await expect(store.searchAudit({ limit: 501 })).rejects.toThrow(/limit/);
+      await expect(store.searchAudit({ limit: 1, outcome: 'maybe' as never })).rejects.toThrow(/outcome/);
+      await expect(store.searchAudit({ limit: 1, scanRows: TEXT_SEARCH_SCAN_ROWS_MAX + 1 })).rejects.toThrow(
+        /scanRows/,
+      );
+    });
+
+    it('purges rows older than the cutoff in batches, oldest first, and nothing newer', async () => {
+      const action = `purge-${freshQueue('a')}`.slice(0, 64);
+      const old1 = await store.recordAudit(entry({ action }));
+      const old2 = await store.recordAudit(entry({ action }));
+      const fresh = await store.recordAudit(entry({ action }));
+      await h.backdateAudit([old1, old2], 400 * 86_400);
+      const cutoff = new Date(Date.now() - 365 * 86_400_000);
+      expect(await store.purgeAudit(cutoff, 1)).toBe(1);
+      expect(await store.purgeAudit(cutoff, 10)).toBe(1);
+      expect(await store.purgeAudit(cutoff, 10)).toBe(0);
+      expect((await store.searchAudit({ action, limit: 10 })).items.map((r) => r.id)).toEqual([fresh]);
+      await expect(store.purgeAudit(cutoff, 0)).rejects.toThrow(/batchSize/);
+    });
+
+    it('refuses an entry with a value outside its column, naming the field', async () => {
+      await expect(store.recordAudit(entry({ authMethod: 'cookie' as never }))).rejects.toThrow(/authMethod/);
+      await expect(store.recordAudit(entry({ outcome: 'ok' as never }))).rejects.toThrow(/outcome/);
+      await expect(store.recordAudit(entry({ target: 'x'.repeat(401) }))).rejects.toThrow(/target/);
+      await expect(store.finishAudit('not-an-id', 'ok', 200, null, null)).rejects.toThrow(/id/);
     });
   });
 }

@@ -2,6 +2,7 @@
 // interfaces themselves: fresh objects to test, and direct access to arrange a scenario or check the engine's
 // durable state. Each engine implements the harnesses of the roles it plays in test/engines/<engine>.transfer.harness.ts
 // (docs/architecture.md, "Adding an engine").
+import type { LogicalType } from '../../shared/transfer/checksum.js';
 import type { TransferConfig, TransferInput } from '../../shared/transfer/config.js';
 import type { TransferJournal } from '../../shared/transfer/journal.js';
 import type { SourceAdapter, TargetAdapter } from '../../shared/transfer/types.js';
@@ -50,4 +51,52 @@ export interface TargetHarness {
   // sessions of holdClaim. The server rolls the apply back.
   cutApplies(): Promise<void>;
   close(): Promise<void>;
+}
+
+// The data cases of the canonical-row path (test/contract/canonicalRowsContract.ts): a table of declared columns per
+// case, in each engine's own types. The key column is `id`, a 64-bit integer.
+export interface CaseColumn {
+  name: string; // as the source names it (lower case); a target names it as its harness's column() says
+  type: string; // the engine's declared type, e.g. "varchar(20)", "VARCHAR2(20 CHAR)", "datetimeoffset(6)"
+  notNull?: boolean;
+  key?: boolean;
+}
+
+// A source of the data cases. Values are the engine's text input for the column's type, except bytes: hex digits.
+export interface DataCaseSourceHarness {
+  readonly engine: string;
+  createCaseTable(columns: CaseColumn[], rows: (string | null)[][]): Promise<TransferInput['source']>;
+  // A source adapter that sends canonical rows under keel-v1, what the Oracle target receives, even where the engine
+  // offers a native bulk stream or its own checksum.
+  openRowSource(t: TransferConfig): Promise<SourceAdapter>;
+  close(): Promise<void>;
+}
+
+// A target of the data cases.
+export interface DataCaseTargetHarness {
+  readonly engine: string;
+  createCaseTable(columns: CaseColumn[]): Promise<TransferInput['target']>;
+  column(source: string): string;
+  openTarget(t: TransferConfig): Promise<TargetAdapter>;
+  // The target table's rows as canonical text (shared/transfer/checksum.ts), in key order: what was stored.
+  readRows(
+    t: TransferConfig,
+    columns: { target: string; type: string; logical: LogicalType }[],
+  ): Promise<(string | null)[][]>;
+  close(): Promise<void>;
+}
+
+// The source as the Oracle target sees every source: canonical rows (no bulk stream) under keel-v1 (no engine
+// checksum), whatever the engine offers (a PostgreSQL source would otherwise send COPY under keel-pg2 to a
+// PostgreSQL target, which bypasses exactly the code that differs).
+export function canonicalRowsOnly(source: SourceAdapter): SourceAdapter {
+  return {
+    engine: source.engine,
+    readSchema: () => source.readSchema(),
+    nextWindow: (low, maxRows) => source.nextWindow(low, maxRows),
+    manifest: (w, schema, algorithm) => source.manifest(w, schema, algorithm),
+    checksumAlgorithms: async () => ['keel-v1'],
+    streamRows: (w, schema, chunkSize) => source.streamRows(w, schema, chunkSize),
+    close: () => source.close(),
+  };
 }

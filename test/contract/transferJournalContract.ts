@@ -210,4 +210,29 @@ export function defineTransferJournalContract(makeHarness: () => JournalHarness)
       await small.close();
     }
   });
+
+  it('transfer controls: pause and resume persist, the last call wins, names are exact', async () => {
+    const name = unique('ctl');
+    expect((await j.controls()).find((c) => c.transferName === name)).toBeUndefined();
+    const paused = await j.setPaused(name, true, 'target maintenance', 'ops-a');
+    expect(paused).toMatchObject({
+      transferName: name,
+      paused: true,
+      reason: 'target maintenance',
+      changedBy: 'ops-a',
+    });
+    expect(paused.changedAt).toBeInstanceOf(Date);
+    expect((await j.controls()).filter((c) => c.transferName === name)).toEqual([paused]);
+    // The other case of the name is another transfer (names are compared exactly, like the batches').
+    expect((await j.controls()).find((c) => c.transferName === name.toUpperCase())).toBeUndefined();
+    const resumed = await j.setPaused(name, false, null, 'ops-b');
+    expect(resumed).toMatchObject({ transferName: name, paused: false, reason: null, changedBy: 'ops-b' });
+    expect(resumed.changedAt.getTime()).toBeGreaterThanOrEqual(paused.changedAt.getTime());
+    // Concurrent first pauses of a new transfer: one row, every call answered.
+    const other = unique('ctl_race');
+    const all = await Promise.all(Array.from({ length: 8 }, (_, i) => j.setPaused(other, i % 2 === 0, `r${i}`, null)));
+    expect(all).toHaveLength(8);
+    const rows = (await j.controls()).filter((c) => c.transferName === other);
+    expect(rows).toHaveLength(1);
+  });
 }

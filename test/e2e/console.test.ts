@@ -23,6 +23,7 @@ const haveChromium = existsSync(CHROMIUM);
 const QUEUE = 'console-e2e';
 const OTHER = 'console-other';
 const KEY = 'console-e2e-key-0123456789abcdef';
+const TEST_CLIENT = '192.0.2.1';
 const STALE = 'console-stale';
 const LAGGING = 'console-lag';
 // A handlers folder of the test's own (KEEL_HANDLERS_DIR) with one schedule, ticking at 03:00 Paris time: it makes
@@ -53,9 +54,14 @@ if (!haveChromium) {
     const consoleErrors: string[] = [];
     const refusals: string[] = []; // 401/403 responses the browser saw (each deliberate)
     const requestUrls: string[] = [];
+    // Every non-GET ops call the browser made ("<method> <path>", at the request), and the answers it saw ("<status>
+    // <method> <path>"; a context closed right after a click may lose the last answer's event, never the request's).
+    const browserWrites: string[] = [];
+    const browserAnswers: string[] = [];
     let cancelledId: string;
     let fatalId: string;
     let batchId: string;
+    let keelUrl: string; // the owner's URL of Keel's database
     let owner: pg.Pool; // the job store's database, to stage a worker that stopped heartbeating
 
     async function api(
@@ -69,6 +75,8 @@ if (!haveChromium) {
         headers: {
           'x-functions-key': KEY,
           'content-type': 'application/json',
+          // Marks the test's own calls in the audit trail (the browser's carry no forwarded address locally).
+          'x-forwarded-for': TEST_CLIENT,
           ...(operator
             ? { 'x-ms-client-principal': encodeClientPrincipal({ name: 'e2e', roles: ['Keel.Operator'] }) }
             : {}),
@@ -102,10 +110,18 @@ if (!haveChromium) {
         if (m.type() === 'error' || m.type() === 'warning') consoleErrors.push(`${m.type()}: ${m.text()}`);
       });
       p.on('pageerror', (err) => consoleErrors.push(`pageerror: ${err.message}`));
-      p.on('request', (r) => requestUrls.push(r.url()));
+      p.on('request', (r) => {
+        requestUrls.push(r.url());
+        const u = new URL(r.url());
+        if (r.method() !== 'GET' && /^\/api\/(ops|console-api\/ops)\//.test(u.pathname))
+          browserWrites.push(`${r.method()} ${u.pathname}`);
+      });
       p.on('response', (r) => {
         if (r.status() === 401 || r.status() === 403)
           refusals.push(`${r.status()} ${r.request().method()} ${new URL(r.url()).pathname}`);
+        const u = new URL(r.url());
+        if (r.request().method() !== 'GET' && /^\/api\/(ops|console-api\/ops)\//.test(u.pathname))
+          browserAnswers.push(`${r.status()} ${r.request().method()} ${u.pathname}`);
       });
     }
 
@@ -148,6 +164,7 @@ if (!haveChromium) {
       process.env.KEEL_CONSOLE_DIR = outDir;
 
       const url = await createTestDatabase('console');
+      keelUrl = url;
       owner = new pg.Pool({ connectionString: url, max: 1 });
       const srcUrl = await createTestDatabase('console_src');
       const tgtUrl = await createTestDatabase('console_tgt');
@@ -592,6 +609,46 @@ if (!haveChromium) {
       await page.locator(`[data-test="toggle-${QUEUE}"]`, { hasText: 'Resume' }).click();
       await page.getByRole('status').filter({ hasText: 'resumed' }).waitFor();
       await expect.poll(async () => (await api('GET', `/queues/${QUEUE}`)).json.paused, { timeout: 5_000 }).toBe(false);
+
+      // Lowering a retention that would purge rows: the API's preview, then an explicit confirm. On a queue of its
+      // own: the maintenance timer (every 2 s here) purges its archive right after.
+      const RETAIN = 'console-retain';
+      for (let i = 0; i < 3; i++) await api('POST', '/jobs', { queue: RETAIN, type: 'demo.echo', payload: { i } });
+      await until('the retention queue archived', async () => {
+        const items = (await api('GET', `/jobs?location=archive&queue=${RETAIN}&limit=10`)).json.items;
+        return items.length === 3;
+      });
+      const owner = new pg.Client({ connectionString: keelUrl });
+      await owner.connect();
+      try {
+        await owner.query(
+          `update keel.jobs_archive set finished_at = finished_at - interval '2 hours' where queue = $1`,
+          [RETAIN],
+        );
+      } finally {
+        await owner.end();
+      }
+      const archived = 3;
+      const before = (await api('GET', `/queues/${RETAIN}`)).json.archiveRetentionSeconds;
+      // The page is already on #/queues: reload it so it lists the new queue.
+      await page.goto(`${base}/api/console/#/queues`);
+      await page.reload();
+      await page
+        .locator('table.queues-table tbody tr', { hasText: RETAIN })
+        .getByRole('button', { name: 'Limits…' })
+        .click();
+      await page.locator('input[name=archiveRetentionSeconds]').fill('3600');
+      await page.getByRole('button', { name: 'Save' }).click();
+      // The console's own warning first, then, as rows would go, the API's count.
+      await page.locator('[data-test=confirm-retention]').click();
+      const preview = page.locator('[data-test=retention-preview]');
+      await preview.waitFor();
+      expect(await preview.textContent()).toContain(`deletes ${archived} rows`);
+      expect((await api('GET', `/queues/${RETAIN}`)).json.archiveRetentionSeconds).toBe(before); // nothing changed yet
+      await shot(page, 'queues-retention-preview');
+      await page.locator('[data-test=confirm]').click();
+      await page.getByRole('status').filter({ hasText: 'saved: archiveRetentionSeconds' }).waitFor();
+      expect((await api('GET', `/queues/${RETAIN}`)).json.archiveRetentionSeconds).toBe(3600);
     });
 
     it('cancels a waiting job from its detail page, and purges dead letters by age through preview and confirm', async () => {
@@ -1034,13 +1091,87 @@ if (!haveChromium) {
       }
     });
 
+    it('the audit page and GET /audit show every write of this run exactly once, with the right actor', async () => {
+      const all: any[] = [];
+      let beforeId: string | null = null;
+      do {
+        const r = await api('GET', `/audit?limit=500${beforeId ? `&beforeId=${beforeId}` : ''}`, undefined, true);
+        expect(r.status).toBe(200);
+        all.push(...r.json.items);
+        beforeId = r.json.nextBeforeId;
+      } while (beforeId);
+      // The browser's writes (no forwarded address locally): one record each, with the status the browser saw.
+      const fromBrowser = all.filter((a) => a.httpMethod !== 'GET' && a.clientIp === null);
+      expect(fromBrowser.map((a) => a.httpMethod).sort()).toEqual(browserWrites.map((w) => w.split(' ')[0]).sort());
+      const recorded = fromBrowser.map((a) => a.status as number);
+      for (const answer of browserAnswers) {
+        const status = Number(answer.split(' ')[0]);
+        expect(recorded, answer).toContain(status);
+        recorded.splice(recorded.indexOf(status), 1);
+      }
+      expect(fromBrowser.length).toBeGreaterThan(8);
+      const one = (match: (a: any) => boolean, what: string) => {
+        const found = all.filter(match);
+        expect(found, what).toHaveLength(1);
+        return found[0];
+      };
+      // Behind App Service authentication (console channel): alice refused, bob paused and resumed.
+      expect(
+        one((a) => a.principalName === 'alice@contoso.example' && a.action === 'pauseQueue', 'alice refused pause'),
+      ).toMatchObject({ outcome: 'refused', status: 403, role: 'reader', channel: 'console', authMethod: 'principal' });
+      for (const action of ['pauseQueue', 'resumeQueue'])
+        expect(
+          one((a) => a.principalName === 'bob@contoso.example' && a.action === action, `bob ${action}`),
+        ).toMatchObject({ outcome: 'ok', status: 200, role: 'operator', target: `queue:${QUEUE}`, channel: 'console' });
+      // carol, signed in with no Keel role: her reads were refused and recorded.
+      const carol = all.filter((a) => a.principalName === 'carol@contoso.example');
+      expect(carol.length).toBeGreaterThan(0);
+      for (const a of carol) expect(a).toMatchObject({ outcome: 'refused', status: 403, role: null });
+      // The key-holder without the operator role: the two refusals of the browser.
+      const keyRefusals = all.filter((a) => a.clientIp === null && a.authMethod === 'key' && a.outcome === 'refused');
+      expect(keyRefusals.map((a) => a.action).sort()).toEqual(['pauseQueue', 'resurrectByFilter']);
+      // As operator through the key (the console's local operator principal): the resurrect, the cancel, the purge.
+      const resurrect = all.filter(
+        (a) => a.action === 'resurrectByFilter' && a.outcome === 'ok' && a.clientIp === null,
+      );
+      // The previews (dry runs) affected nothing; the confirmed ones moved jobs.
+      expect(resurrect.map((a) => a.affected)).toContain(0);
+      expect(resurrect.some((a) => a.affected > 0)).toBe(true);
+      expect(one((a) => a.action === 'cancelJob' && a.clientIp === null, 'cancel')).toMatchObject({
+        outcome: 'ok',
+        principalName: 'console',
+        authMethod: 'local',
+        affected: 1,
+      });
+      const purges = all.filter((a) => a.action === 'purge' && a.clientIp === null).map((a) => a.affected);
+      expect(purges).toContain(0);
+      expect(purges.some((n) => n > 0)).toBe(true);
+      expect(one((a) => a.action === 'startTransfer' && a.clientIp === null, 'start')).toMatchObject({
+        outcome: 'ok',
+        target: 'transfer:orders',
+      });
+
+      // The page lists them; filtered to one target, newest first.
+      await page.goto(`${base}/api/console/#/audit?target=queue:${QUEUE}`);
+      const rows = page.locator('table.audit-table tbody tr');
+      await rows.first().waitFor();
+      const apiRows = (await api('GET', `/audit?target=queue:${QUEUE}&limit=50`, undefined, true)).json.items as any[];
+      expect(await rows.count()).toBe(apiRows.length);
+      expect(await rows.first().textContent()).toContain(apiRows[0].action);
+      expect(await page.locator('table.audit-table').textContent()).toContain('bob@contoso.example');
+      await shot(page, 'audit');
+      // A filter the API refuses shows its message naming the field.
+      await page.goto(`${base}/api/console/#/audit?action=drop%20table`);
+      await page.getByRole('alert').filter({ hasText: 'action' }).waitFor();
+    });
+
     it('no request left localhost, and the console logged no errors beyond the deliberate refusals', () => {
       expect(blocked).toEqual([]);
       expect(requestUrls.length).toBeGreaterThan(20);
       expect(requestUrls.filter((u) => !u.startsWith(base) && !u.startsWith('data:'))).toEqual([]);
       // Chromium logs every 4xx answer to fetch as "Failed to load resource"; those are the refusals above.
       const unexpected = consoleErrors.filter(
-        (e) => !/^error: Failed to load resource: the server responded with a status of (400|401|403)/.test(e),
+        (e) => !/^error: Failed to load resource: the server responded with a status of (400|401|403|409)/.test(e),
       );
       expect(unexpected).toEqual([]);
     });

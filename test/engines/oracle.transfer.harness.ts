@@ -5,10 +5,11 @@
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import oracledb from 'oracledb';
-import { createOraclePool, OracleTransferTarget } from '../../shared/engines/oracle/transferTarget.js';
+import { createOraclePool, OracleTransferTarget, toCanonical } from '../../shared/engines/oracle/transferTarget.js';
 import { migrateOracleTarget } from '../../shared/engines/oracle/transferMigrate.js';
 import type { TransferConfig } from '../../shared/transfer/config.js';
-import type { TargetHarness } from '../contract/transferHarness.js';
+import { canonicalValue, type LogicalType } from '../../shared/transfer/checksum.js';
+import type { CaseColumn, DataCaseTargetHarness, TargetHarness } from '../contract/transferHarness.js';
 
 const ORACLE_SQL_DIR = path.resolve(import.meta.dirname, '../../sql/oracle');
 const TABLE_NAME = /^KEEL_T_[0-9A-F]{8}$/;
@@ -18,7 +19,7 @@ export function oracleTestUrl(): string | undefined {
   return url && url.trim() ? url.trim() : undefined;
 }
 
-export class OracleTargetHarness implements TargetHarness {
+export class OracleTargetHarness implements TargetHarness, DataCaseTargetHarness {
   readonly engine = 'oracle';
   private admin: Promise<oracledb.Pool> | undefined;
   private readonly pools: oracledb.Pool[] = [];
@@ -69,6 +70,51 @@ export class OracleTargetHarness implements TargetHarness {
       },
       column: (source: string) => source.toUpperCase(),
     };
+  }
+
+  // A data case's table (test/contract/canonicalRowsContract.ts): the case's declared Oracle types (test constants),
+  // columns named in upper case.
+  async createCaseTable(columns: CaseColumn[]) {
+    const table = `KEEL_T_${randomBytes(4).toString('hex').toUpperCase()}`;
+    const defs = columns.map(
+      (c) => `"${c.name.toUpperCase()}" ${c.type}${c.notNull ? ' NOT NULL' : ''}${c.key ? ' PRIMARY KEY' : ''}`,
+    );
+    await this.withConnection((c) => c.execute(`CREATE TABLE "${table}" (${defs.join(', ')})`));
+    this.tables.push(table);
+    return {
+      engine: 'oracle',
+      connectionSetting: 'TEST_TARGET',
+      table,
+      transactionGuard: process.env.KEEL_TEST_ORACLE_TG === '1',
+    };
+  }
+
+  column(source: string): string {
+    return source.toUpperCase();
+  }
+
+  // Read back with the target's own canonical SQL (toCanonical, as its staging verification reads), in key order.
+  async readRows(t: TransferConfig, columns: { target: string; type: string; logical: LogicalType }[]) {
+    const table = t.target.table;
+    if (!TABLE_NAME.test(table)) throw new Error(`bad table ${table}`);
+    const refs = columns.map((c) => {
+      if (!/^[A-Z][A-Z0-9_]*$/.test(c.target)) throw new Error(`bad column ${c.target}`);
+      return toCanonical(`"${c.target}"`, c.logical, c.type.replace(/\(.*$/, '').trim());
+    });
+    return this.withConnection(async (c) => {
+      const r = await c.execute<unknown[]>(
+        `SELECT ${refs.join(', ')} FROM "${table}" ORDER BY "${columns[0]!.target}"`,
+        [],
+        {
+          outFormat: oracledb.OUT_FORMAT_ARRAY,
+          fetchTypeHandler: (meta: oracledb.Metadata<unknown>) =>
+            meta.dbType === oracledb.DB_TYPE_RAW || meta.dbType === oracledb.DB_TYPE_BLOB
+              ? { type: oracledb.BUFFER }
+              : { type: oracledb.STRING },
+        },
+      );
+      return (r.rows ?? []).map((row) => row.map((v, i) => canonicalValue(columns[i]!.logical, v)));
+    });
   }
 
   async openTarget(t: TransferConfig): Promise<OracleTransferTarget> {

@@ -105,6 +105,13 @@ export class PostgresHarness implements EngineHarness {
     await this.q(`update ${t} set ${col} = ${col} - make_interval(secs => $1)`, [secondsAgo]);
   }
 
+  async backdateAudit(ids: string[], secondsAgo: number): Promise<void> {
+    await this.q(`update keel.ops_audit set at = at - make_interval(secs => $1) where id = any($2::bigint[])`, [
+      secondsAgo,
+      ids,
+    ]);
+  }
+
   async breakInserts(table: 'archive' | 'dlq' | 'hot'): Promise<void> {
     await this.q(`create or replace function keel.test_refuse_insert() returns trigger language plpgsql as
       $$ begin raise exception 'test: inserts into % are refused', tg_table_name; end $$`);

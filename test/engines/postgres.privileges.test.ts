@@ -54,6 +54,7 @@ describe('PostgreSQL least privilege (keel_executor)', () => {
       'metric_buckets',
       'queues',
       'schema_migrations',
+      'ops_audit',
     ]) {
       await denied(`select 1 from keel.${table} limit 1`);
     }
@@ -63,6 +64,41 @@ describe('PostgreSQL least privilege (keel_executor)', () => {
       `select sequence_name from information_schema.sequences where sequence_schema = 'keel'`,
     );
     for (const s of seqs) await denied(`select nextval('keel.${s.sequence_name}')`);
+  });
+
+  it('the ops audit trail: the application adds and reads rows through the functions only; it cannot rewrite or delete one', async () => {
+    const id = await store.recordAudit({
+      principalId: 'oid-1',
+      principalName: 'ada',
+      tenantId: null,
+      appId: null,
+      authMethod: 'principal',
+      channel: 'console',
+      role: 'operator',
+      requiredRole: 'operator',
+      httpMethod: 'POST',
+      action: 'purge',
+      target: null,
+      summary: null,
+      outcome: 'started',
+      status: null,
+      reason: null,
+      affected: null,
+      requestId: null,
+      clientIp: null,
+    });
+    await denied(`update keel.ops_audit set outcome = 'ok', principal_name = 'someone else' where id = $1`, [id]);
+    await denied(`delete from keel.ops_audit where id = $1`, [id]);
+    await denied(`insert into keel.ops_audit (auth_method, channel, required_role, http_method, action, outcome)
+                  values ('none', 'key', 'reader', 'POST', 'forged', 'ok')`);
+    await denied(`truncate keel.ops_audit`);
+    // Finishing is once only: a finished row cannot be rewritten through the function either.
+    expect(await store.finishAudit(id, 'ok', 200, null, 3)).toBe(true);
+    expect(await store.finishAudit(id, 'failed', 500, 'rewritten', 0)).toBe(false);
+    const { rows } = await owner.query(`select outcome, affected, principal_name from keel.ops_audit where id = $1`, [
+      id,
+    ]);
+    expect(rows[0]).toEqual({ outcome: 'ok', affected: '3', principal_name: 'ada' });
   });
 
   it('refuses the internal functions: a job cannot be dead-lettered without its lease', async () => {

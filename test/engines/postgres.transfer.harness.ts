@@ -8,7 +8,18 @@ import { PostgresTransferSource } from '../../shared/engines/postgres/transferSo
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
 import { migratePostgresTarget } from '../../shared/engines/postgres/transferEndpoints.js';
 import type { TransferConfig } from '../../shared/transfer/config.js';
-import type { JournalHarness, SourceHarness, TargetHarness } from '../contract/transferHarness.js';
+import { parseTransfers } from '../../shared/transfer/config.js';
+import { transferEngineRules } from '../../shared/engines/registry.js';
+import type { LogicalType } from '../../shared/transfer/checksum.js';
+import {
+  canonicalRowsOnly,
+  type CaseColumn,
+  type DataCaseSourceHarness,
+  type DataCaseTargetHarness,
+  type JournalHarness,
+  type SourceHarness,
+  type TargetHarness,
+} from '../contract/transferHarness.js';
 import { createTestDatabase } from '../support/pg.js';
 import { migrateJournal, ORDERS_DDL } from '../transfer/helpers.js';
 
@@ -69,7 +80,22 @@ export class PostgresJournalHarness implements JournalHarness {
   }
 }
 
-export class PostgresSourceHarness implements SourceHarness {
+// A data case's table: its DDL from the case's declared types (test constants, never input), its rows bound as
+// parameters (text input of each type; bytes as hex).
+async function createCaseTable(db: pg.Pool, prefix: string, columns: CaseColumn[], rows: (string | null)[][]) {
+  const table = `${prefix}_${randomBytes(4).toString('hex')}`;
+  const defs = columns.map((c) => `${c.name} ${c.type}${c.notNull ? ' not null' : ''}${c.key ? ' primary key' : ''}`);
+  await db.query(`create table public.${table} (${defs.join(', ')})`);
+  const values = columns.map((c, i) => (/^bytea$/i.test(c.type) ? `decode($${i + 1}, 'hex')` : `$${i + 1}::${c.type}`));
+  for (const row of rows)
+    await db.query(
+      `insert into public.${table} (${columns.map((c) => c.name).join(', ')}) values (${values.join(', ')})`,
+      row,
+    );
+  return `public.${table}`;
+}
+
+export class PostgresSourceHarness implements SourceHarness, DataCaseSourceHarness {
   readonly engine = 'postgres';
   private db: pg.Pool | undefined;
   private url = '';
@@ -118,12 +144,21 @@ export class PostgresSourceHarness implements SourceHarness {
     return new PostgresTransferSource(t, pool(this.url, 3), { ownsPool: true });
   }
 
+  async createCaseTable(columns: CaseColumn[], rows: (string | null)[][]) {
+    const table = await createCaseTable(await this.admin(), 'src', columns, rows);
+    return { engine: 'postgres', connectionSetting: 'TEST_SOURCE', table };
+  }
+
+  async openRowSource(t: TransferConfig) {
+    return canonicalRowsOnly(await this.openSource(t));
+  }
+
   async close(): Promise<void> {
     await this.db?.end();
   }
 }
 
-export class PostgresTargetHarness implements TargetHarness {
+export class PostgresTargetHarness implements TargetHarness, DataCaseTargetHarness {
   readonly engine = 'postgres';
   private db: pg.Pool | undefined;
   private url = '';
@@ -146,6 +181,38 @@ export class PostgresTargetHarness implements TargetHarness {
       target: { engine: 'postgres', connectionSetting: 'TEST_TARGET', table: `public.${table}` },
       column: (source: string) => source,
     };
+  }
+
+  async createCaseTable(columns: CaseColumn[]) {
+    const table = await createCaseTable(await this.admin(), 'tgt', columns, []);
+    return { engine: 'postgres', connectionSetting: 'TEST_TARGET', table };
+  }
+
+  column(source: string): string {
+    return source;
+  }
+
+  // Read back through the PostgreSQL source adapter's canonical text (the same text keel-v1 sums), in key order.
+  async readRows(t: TransferConfig, columns: { target: string; type: string; logical: LogicalType }[]) {
+    const [rt] = parseTransfers(
+      [
+        {
+          name: 'readback',
+          source: { engine: 'postgres', connectionSetting: 'TEST_TARGET', table: t.target.table },
+          target: { engine: 'postgres', connectionSetting: 'TEST_TARGET', table: t.target.table },
+          keyColumns: [columns[0]!.target],
+          boundary: { column: columns[0]!.target, kind: 'key' },
+          columns: columns.map((c) => ({ source: c.target, target: c.target })),
+        },
+      ],
+      transferEngineRules(),
+    );
+    const s = new PostgresTransferSource(rt!, await this.admin());
+    const schema = await s.readSchema();
+    const out: (string | null)[][] = [];
+    for await (const chunk of s.streamRows({ kind: 'key', low: null, high: '9223372036854775807' }, schema, 500))
+      out.push(...chunk);
+    return out.sort((a, b) => (BigInt(a[0]!) < BigInt(b[0]!) ? -1 : 1));
   }
 
   async openTarget(t: TransferConfig): Promise<PostgresTransferTarget> {

@@ -112,6 +112,64 @@ if (url) {
       }
     });
 
+    it('the application login (keel_executor) changes audit rows only through the audit procedures', async () => {
+      const h = new SqlServerHarness(url);
+      try {
+        const store = await h.createStore({ poolSize: 1 });
+        const id = await store.recordAudit({
+          principalId: 'oid-1',
+          principalName: 'ada',
+          tenantId: null,
+          appId: null,
+          authMethod: 'principal',
+          channel: 'console',
+          role: 'operator',
+          requiredRole: 'operator',
+          httpMethod: 'POST',
+          action: 'purge',
+          target: null,
+          summary: null,
+          outcome: 'started',
+          status: null,
+          reason: null,
+          affected: null,
+          requestId: null,
+          clientIp: null,
+        });
+        const app = SqlServerPool.create(await h.storeConnection(), { max: 1, applicationName: 'keel-priv-test' });
+        try {
+          const pool = await app.get();
+          for (const text of [
+            `UPDATE keel.OpsAudit SET PrincipalName = N'someone else' WHERE Id = ${Number(id)}`,
+            `DELETE FROM keel.OpsAudit WHERE Id = ${Number(id)}`,
+            `INSERT keel.OpsAudit (AuthMethod, Channel, RequiredRole, HttpMethod, Action, Outcome) VALUES ('none', 'key', 'reader', 'POST', N'forged', 'ok')`,
+          ]) {
+            const err = await pool
+              .request()
+              .query(text)
+              .then(
+                () => null,
+                (e: { number?: number; originalError?: { info?: { number?: number } } }) => e,
+              );
+            expect(err, text).not.toBeNull();
+            expect(err!.number ?? err!.originalError?.info?.number, text).toBe(229); // permission denied
+          }
+        } finally {
+          await app.close();
+        }
+        expect(await store.finishAudit(id, 'ok', 200, null, 3)).toBe(true);
+        expect(await store.finishAudit(id, 'failed', 500, 'rewritten', 0)).toBe(false);
+        expect((await store.searchAudit({ action: 'purge', limit: 5 })).items[0]).toMatchObject({
+          id,
+          outcome: 'ok',
+          affected: 3,
+          principalName: 'ada',
+        });
+      } finally {
+        await h.close();
+      }
+    });
+
     it('refuses to start on a database without READ_COMMITTED_SNAPSHOT, naming the setting and the fix', async () => {
       const db = `keel_nrcsi_${Date.now().toString(36)}`;
       const master = SqlServerPool.create({ ...parseSqlServerConnection(url), database: 'master' }, { max: 1 });

@@ -206,6 +206,13 @@ export class SqlServerHarness implements EngineHarness {
     await this.q(`UPDATE ${t} SET ${col} = DATEADD(second, -@S, ${col})`, { S: [sql.Int, Math.round(secondsAgo)] });
   }
 
+  async backdateAudit(ids: string[], secondsAgo: number): Promise<void> {
+    await this.q(
+      `UPDATE keel.OpsAudit SET At = DATEADD(second, -@S, At) WHERE Id IN (SELECT CONVERT(bigint, value) FROM OPENJSON(@Ids))`,
+      { S: [sql.Int, Math.round(secondsAgo)], Ids: [sql.NVarChar(sql.MAX), JSON.stringify(ids)] },
+    );
+  }
+
   async breakInserts(table: 'archive' | 'dlq' | 'hot'): Promise<void> {
     const t = TRIGGER_TABLE[table];
     const request = (await this.admin!.get()).request();

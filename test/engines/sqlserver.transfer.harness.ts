@@ -7,7 +7,13 @@ import { SqlServerPool } from '../../shared/engines/sqlserver/pool.js';
 import { SqlServerTransferJournal } from '../../shared/engines/sqlserver/transferJournal.js';
 import { SqlServerTransferSource } from '../../shared/engines/sqlserver/transferSource.js';
 import type { TransferConfig } from '../../shared/transfer/config.js';
-import type { JournalHarness, SourceHarness } from '../contract/transferHarness.js';
+import {
+  canonicalRowsOnly,
+  type CaseColumn,
+  type DataCaseSourceHarness,
+  type JournalHarness,
+  type SourceHarness,
+} from '../contract/transferHarness.js';
 import { SqlServerHarness } from './sqlserver.harness.js';
 
 const TABLE_NAME = /^keel_src_[0-9a-f]{8}$/;
@@ -37,7 +43,7 @@ export class SqlServerJournalHarness implements JournalHarness {
   }
 }
 
-export class SqlServerSourceHarness implements SourceHarness {
+export class SqlServerSourceHarness implements SourceHarness, DataCaseSourceHarness {
   readonly engine = 'sqlserver';
   private admin: SqlServerPool | undefined;
   private readonly pools: SqlServerPool[] = [];
@@ -84,6 +90,31 @@ export class SqlServerSourceHarness implements SourceHarness {
     const pool = SqlServerPool.create(this.url, { max: 3, applicationName: 'keel-transfer' });
     this.pools.push(pool);
     return new SqlServerTransferSource(t, pool);
+  }
+
+  // A data case's table (test/contract/canonicalRowsContract.ts): the case's declared types (test constants), rows
+  // bound as parameters and converted by the server from their text (binary: from hex digits, style 2).
+  async createCaseTable(columns: CaseColumn[], rows: (string | null)[][]) {
+    const table = `keel_src_${randomBytes(4).toString('hex')}`;
+    const defs = columns.map(
+      (c) => `${c.name} ${c.type} ${c.notNull ? 'NOT NULL' : 'NULL'}${c.key ? ' PRIMARY KEY' : ''}`,
+    );
+    await (await this.db().request()).batch(`CREATE TABLE dbo.${table} (${defs.join(', ')})`);
+    this.tables.push(table);
+    const binary = columns.map((c) => /binary/i.test(c.type));
+    const values = columns.map((c, i) => (binary[i] ? `CONVERT(${c.type}, @p${i}, 2)` : `CAST(@p${i} AS ${c.type})`));
+    for (const row of rows) {
+      const req = await this.db().request();
+      row.forEach((v, i) => req.input(`p${i}`, binary[i] ? sql.VarChar(sql.MAX) : sql.NVarChar(sql.MAX), v));
+      await req.query(
+        `INSERT INTO dbo.${table} (${columns.map((c) => c.name).join(', ')}) VALUES (${values.join(', ')})`,
+      );
+    }
+    return { engine: 'sqlserver', connectionSetting: 'TEST_SOURCE', table: `dbo.${table}` };
+  }
+
+  async openRowSource(t: TransferConfig) {
+    return canonicalRowsOnly(await this.openSource(t));
   }
 
   async close(): Promise<void> {

@@ -14,6 +14,7 @@ import {
   serveConsoleAsset,
 } from '../../shared/ops/console.js';
 import { encodeClientPrincipal } from '../../shared/ops/auth.js';
+import { errorResponse, type OpsError } from '../../shared/ops/errors.js';
 import { definitions } from '../../functions/definitions.js';
 
 let dir: string;
@@ -162,7 +163,18 @@ describe('console: session and access modes', () => {
 describe('console: the ops API for App Service authentication sign-in', () => {
   const relayed: HttpRequest[] = [];
   const channels: string[] = [];
-  const fakeOps = async (r: HttpRequest, _c: unknown, channel: string): Promise<HttpResponseInit> => {
+  // Refusals of the front door reach the ops handler too (it records them), with the refusal and no body.
+  const refusedCalls: { request: HttpRequest; refused: OpsError }[] = [];
+  const fakeOps = async (
+    r: HttpRequest,
+    _c: unknown,
+    channel: string,
+    refused?: OpsError,
+  ): Promise<HttpResponseInit> => {
+    if (refused) {
+      refusedCalls.push({ request: r, refused });
+      return errorResponse(refused);
+    }
     relayed.push(r);
     channels.push(channel);
     return { status: 200, jsonBody: { ok: true } };
@@ -196,6 +208,7 @@ describe('console: the ops API for App Service authentication sign-in', () => {
   });
 
   it('needs a signed-in principal, the console header and the same origin', async () => {
+    refusedCalls.length = 0;
     expect((await call('GET', 'ops/stats', { 'x-keel-console': '1' }, EASY_AUTH)).status).toBe(401);
     expect((await call('GET', 'ops/stats', { 'x-ms-client-principal': ALICE }, EASY_AUTH)).status).toBe(403);
     const cross = await call(
@@ -215,6 +228,14 @@ describe('console: the ops API for App Service authentication sign-in', () => {
     );
     expect(site.status).toBe(403);
     expect(relayed).toEqual([]);
+    // Each refusal went to the ops handler as a refusal naming its route, with nothing of the body read.
+    expect(refusedCalls.map((c) => [c.request.method, c.request.params.path, c.refused.status])).toEqual([
+      ['GET', 'stats', 401],
+      ['GET', 'stats', 403],
+      ['POST', 'queues/q/pause', 403],
+      ['POST', 'queues/q/pause', 403],
+    ]);
+    expect(refusedCalls[2]!.request.body).toBeNull();
   });
 
   it('relays method, path, query, body and the principal to the ops handler, which checks the role itself', async () => {

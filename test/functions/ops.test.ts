@@ -1,9 +1,12 @@
 // The ops HTTP function invoked directly with @azure/functions HttpRequest/InvocationContext, on a real database.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ops } from '../../functions/ops.js';
+import { encodeClientPrincipal } from '../../shared/ops/auth.js';
 import {
+  auditRows,
   context,
   createTestRuntime,
+  lastAuditId,
   jsonOf,
   OPERATOR,
   READER,
@@ -444,12 +447,57 @@ describe('ops: jobs', () => {
     const olderThan = new Date(Date.now() + 1000);
     await new Promise((r) => setTimeout(r, 1100));
     const body = { target: 'archive', queue: 'ops-purge', olderThan: olderThan.toISOString(), batchSize: 10 };
+    // The preview counts in SQL: no job row is read into the app (the old preview paged through searches).
+    const searches = vi.spyOn(t.rt.store, 'searchJobs');
     const preview = await call('POST', 'purge', { body, operator: true });
-    expect(preview.body).toMatchObject({ dryRun: true, matched: 1 });
+    expect(preview.body).toMatchObject({ dryRun: true, matched: 1, capped: false });
+    expect(searches).not.toHaveBeenCalled();
+    searches.mockRestore();
     expect((await call('GET', `jobs/${j.id}`)).body.location).toBe('archive');
     const real = await call('POST', 'purge', { body: { ...body, dryRun: false }, operator: true });
     expect(real.body).toMatchObject({ dryRun: false, deleted: 1, mayHaveMore: false });
     expect((await call('GET', `jobs/${j.id}`)).status).toBe(404);
+  });
+
+  it('lowering a retention that would purge rows is refused with a preview until confirmed', async () => {
+    const j = await enqueue({ queue: 'ops-retention', type: 'demo.echo' });
+    expect(await t.rt.processor.processById(j.id)).toBe('succeeded');
+    await t.pool.query(
+      `update keel.jobs_archive set finished_at = finished_at - interval '2 hours' where queue = 'ops-retention'`,
+    );
+    const before = (await call('GET', 'queues/ops-retention')).body;
+    const refused = await call('PATCH', 'queues/ops-retention', {
+      body: { archiveRetentionSeconds: 3600, dlqRetentionSeconds: 3600, maxAttempts: 9 },
+      operator: true,
+    });
+    expect(refused.status).toBe(409);
+    expect(refused.body).toMatchObject({
+      field: 'confirmPurge',
+      preview: {
+        archive: { from: before.archiveRetentionSeconds, to: 3600, wouldPurge: 1, capped: false },
+        dlq: { wouldPurge: 0 },
+      },
+    });
+    expect(refused.body.message).toMatch(/1 archive rows/);
+    // Nothing changed, not even the other settings of the same call.
+    expect((await call('GET', 'queues/ops-retention')).body).toMatchObject({
+      archiveRetentionSeconds: before.archiveRetentionSeconds,
+      maxAttempts: before.maxAttempts,
+    });
+    // Raising a retention, or lowering one that purges nothing, needs no confirmation.
+    expect(
+      (await call('PATCH', 'queues/ops-retention', { body: { dlqRetentionSeconds: 3600 }, operator: true })).status,
+    ).toBe(200);
+    const confirmed = await call('PATCH', 'queues/ops-retention', {
+      body: { archiveRetentionSeconds: 3600, confirmPurge: true },
+      operator: true,
+    });
+    expect(confirmed.status).toBe(200);
+    expect(confirmed.body).toMatchObject({ archiveRetentionSeconds: 3600 });
+    expect(confirmed.body).not.toHaveProperty('confirmPurge');
+    expect(
+      (await call('PATCH', 'queues/ops-retention', { body: { confirmPurge: true }, operator: true })).body.field,
+    ).toBe('body');
   });
 
   it('queues: list, detail, pause/resume and limits (operator only)', async () => {
@@ -954,6 +1002,7 @@ describe('ops: bad input changes nothing', () => {
 
   it.each(cases)('$name -> $status', async (c) => {
     const before = await snapshot(t.pool);
+    const auditBefore = await lastAuditId(t.pool);
     const sentBefore = t.queues.sent.length;
     const r = await call(c.method, c.path, c.opts);
     expect(r.status, JSON.stringify(r.body)).toBe(c.status);
@@ -962,6 +1011,17 @@ describe('ops: bad input changes nothing', () => {
     expect(r.body.message).not.toMatch(/expected (\w+), received \1/);
     expect(await snapshot(t.pool)).toEqual(before);
     expect(t.queues.sent.length).toBe(sentBefore);
+    // Every write, and every 401/403, leaves exactly one audit record of what the caller was told; a call that
+    // matches no route (404 unknown path, 405) names no action and leaves none.
+    const audited = await auditRows(t.pool, auditBefore);
+    const routed = c.status !== 405 && c.path !== 'nothing/here';
+    const expected = routed && (c.method !== 'GET' || c.status === 401 || c.status === 403) ? 1 : 0;
+    expect(audited, JSON.stringify(audited)).toHaveLength(expected);
+    if (expected) {
+      expect(['refused', 'failed']).toContain(audited[0]!.outcome);
+      expect(audited[0]!.status).toBe(c.status);
+      expect(audited[0]!.reason).toBe(r.body.message);
+    }
   });
 
   it('an empty write needs Content-Type: application/json too; JSON with a charset or a +json type is accepted', async () => {
@@ -999,5 +1059,162 @@ describe('ops: bad input changes nothing', () => {
   it('the operator header is checked on destructive routes only', async () => {
     const r = await call('GET', 'stats', { headers: { 'x-ms-client-principal': OPERATOR } });
     expect(r.status).toBe(200);
+  });
+});
+
+describe('ops: audit trail', () => {
+  const ADA = encodeClientPrincipal({
+    name: 'ada@example.com',
+    roles: ['Keel.Operator'],
+    oid: '11111111-2222-4333-8444-555555555555',
+    tid: 'tenant-a',
+  });
+  const asAda = { headers: { 'x-ms-client-principal': ADA, 'x-forwarded-for': '198.51.100.7:50123' } };
+
+  it('a destructive call leaves exactly one record: who, what, the target, the outcome and the count', async () => {
+    const job = await enqueue({
+      queue: 'audit-cancel',
+      type: 'demo.echo',
+      payload: { secret: 'x'.repeat(50) },
+      delayMs: 3_600_000,
+    });
+    const before = await lastAuditId(t.pool);
+    const r = await call('POST', `jobs/${job.id}/cancel`, { body: {}, ...asAda });
+    expect(r.status).toBe(200);
+    const rows = await auditRows(t.pool, before);
+    expect(rows).toHaveLength(1);
+    expect(rows[0]).toMatchObject({
+      principal_id: '11111111-2222-4333-8444-555555555555',
+      principal_name: 'ada@example.com',
+      tenant_id: 'tenant-a',
+      auth_method: 'local', // the tests' local trust setting: on Azure, 'principal'
+      channel: 'key',
+      role: 'operator',
+      required_role: 'operator',
+      http_method: 'POST',
+      action: 'cancelJob',
+      target: `job:${job.id}`,
+      outcome: 'ok',
+      status: 200,
+      affected: '1',
+      client_ip: '198.51.100.7:50123',
+    });
+    expect(rows[0]!.finished_at).toBeInstanceOf(Date);
+    expect(rows[0]!.request_id).toMatch(/^test-/);
+  });
+
+  it('an enqueue is recorded with its queue and count; payloads only as size and digest', async () => {
+    const before = await lastAuditId(t.pool);
+    const secret = 'do-not-copy-me';
+    const r = await call('POST', 'jobs', {
+      body: { jobs: [1, 2, 3].map((n) => ({ queue: 'audit-enq', type: 'demo.echo', payload: { secret, n } })) },
+    });
+    expect(r.status).toBe(201);
+    const rows = await auditRows(t.pool, before);
+    expect(rows).toHaveLength(1);
+    expect(rows[0]).toMatchObject({
+      action: 'enqueue',
+      auth_method: 'key', // the function key alone: no principal
+      principal_id: null,
+      role: 'producer',
+      target: 'queue:audit-enq',
+      outcome: 'ok',
+      status: 201,
+      affected: '3',
+    });
+    expect(String(rows[0]!.summary)).not.toContain(secret);
+    expect(JSON.parse(String(rows[0]!.summary)).body.jobs[0].payload).toMatchObject({ bytes: expect.any(Number) });
+  });
+
+  it('a refused call leaves exactly one record with the principal, the status and the reason, and does nothing', async () => {
+    const reader = encodeClientPrincipal({ name: 'rita', roles: ['Keel.Reader'], oid: 'oid-rita' });
+    const before = await lastAuditId(t.pool);
+    const r = await call('POST', 'queues/audit-refused/pause', {
+      body: {},
+      headers: { 'x-ms-client-principal': reader },
+    });
+    expect(r.status).toBe(403);
+    const rows = await auditRows(t.pool, before);
+    expect(rows).toHaveLength(1);
+    expect(rows[0]).toMatchObject({
+      principal_id: 'oid-rita',
+      principal_name: 'rita',
+      role: 'producer', // a key grants producer by itself; the route needs operator
+      required_role: 'operator',
+      action: 'pauseQueue',
+      target: 'queue:audit-refused',
+      outcome: 'refused',
+      status: 403,
+    });
+    expect(String(rows[0]!.reason)).toMatch(/Keel\.Operator/);
+    expect((await call('GET', 'queues/audit-refused')).status).toBe(404); // nothing was created
+    // A cross-site form post (CSRF) and a read refused for want of a role: one record each.
+    const csrf = await call('POST', 'queues/audit-refused/pause', {
+      raw: '',
+      headers: { 'x-ms-client-principal': ADA, 'content-type': 'text/plain', origin: 'https://evil.example' },
+    });
+    expect(csrf.status).toBe(403);
+    const rows2 = await auditRows(t.pool, before);
+    expect(rows2).toHaveLength(2);
+    expect(rows2[1]).toMatchObject({
+      principal_name: 'ada@example.com',
+      action: 'pauseQueue',
+      outcome: 'refused',
+      status: 403,
+      reason: 'cross-origin call refused',
+    });
+  });
+
+  it('fails closed: a write whose record cannot be written is not run (503)', async () => {
+    const job = await enqueue({ queue: 'audit-closed', type: 'demo.echo', delayMs: 3_600_000 });
+    const spy = vi.spyOn(t.rt.store, 'recordAudit').mockRejectedValueOnce(new Error('audit table unavailable (test)'));
+    try {
+      const r = await call('POST', `jobs/${job.id}/cancel`, { body: {}, operator: true });
+      expect(r.status).toBe(503);
+      expect(r.body.message).toMatch(/audit trail could not be written/);
+    } finally {
+      spy.mockRestore();
+    }
+    const still = await call('GET', `jobs/${job.id}`);
+    expect(still.body).toMatchObject({ location: 'hot', state: 'pending', cancelRequested: false });
+  });
+
+  it('GET /audit: operator only, filters validated naming the field, newest first with paging', async () => {
+    const q = `audit-page-${Date.now()}`;
+    for (const action of ['pause', 'resume', 'pause'])
+      expect((await call('POST', `queues/${q}/${action}`, { body: {}, ...asAda })).status).toBe(200);
+    // A reader (and a key alone, which grants producer) cannot read other principals' actions.
+    const denied = await call('GET', `audit?target=queue:${q}`, { headers: { 'x-ms-client-principal': READER } });
+    expect(denied.status).toBe(403);
+    expect((await call('GET', `audit?target=queue:${q}`)).status).toBe(403);
+    const r = await call('GET', `audit?target=queue:${q}&limit=2`, { operator: true });
+    expect(r.status).toBe(200);
+    expect(r.body.items.map((i: { action: string }) => i.action)).toEqual(['pauseQueue', 'resumeQueue']);
+    expect(r.body.items[0]).toMatchObject({ principalName: 'ada@example.com', outcome: 'ok', target: `queue:${q}` });
+    const next = await call('GET', `audit?target=queue:${q}&limit=2&beforeId=${r.body.nextBeforeId}`, {
+      operator: true,
+    });
+    expect(next.body.items.map((i: { action: string }) => i.action)).toEqual(['pauseQueue']);
+    const byPrincipal = await call('GET', `audit?principal=11111111-2222-4333-8444-555555555555&action=resumeQueue`, {
+      operator: true,
+    });
+    expect(byPrincipal.body.items.some((i: { target: string }) => i.target === `queue:${q}`)).toBe(true);
+    // The reader's refused read is itself on the record.
+    const refusedReads = await call('GET', 'audit?action=searchAudit&outcome=refused', { operator: true });
+    expect(refusedReads.body.items.length).toBeGreaterThanOrEqual(2);
+    for (const [query, field] of [
+      ['limit=501', 'limit'],
+      ['outcome=maybe', 'outcome'],
+      ['from=yesterday', 'from'],
+      ['beforeId=abc', 'beforeId'],
+      ['scanRows=0', 'scanRows'],
+      ['action=drop%20table', 'action'],
+      ['who=ada', 'who'],
+      ['from=2030-01-02T00:00:00Z&to=2030-01-01T00:00:00Z', 'from'],
+    ] as const) {
+      const bad = await call('GET', `audit?${query}`, { operator: true });
+      expect(bad.status, query).toBe(400);
+      expect(bad.body.field, query).toBe(field);
+    }
   });
 });

@@ -6,7 +6,7 @@ import { ops, opsForConsole } from '../../functions/ops.js';
 import { handleConsoleApi } from '../../shared/ops/console.js';
 import { allRoutes } from '../../shared/ops/routes.js';
 import { OPS_ROLES, encodeClientPrincipal, type OpsChannel } from '../../shared/ops/auth.js';
-import { context, createTestRuntime, jsonOf, request, type TestRuntime } from './support.js';
+import { auditRows, context, createTestRuntime, jsonOf, lastAuditId, request, type TestRuntime } from './support.js';
 
 let t: TestRuntime;
 
@@ -73,12 +73,17 @@ const EXPECTED_ROLES: Record<string, string> = {
   resumeSchedule: 'operator',
   listTransfers: 'reader',
   startTransfer: 'operator',
+  pauseTransfer: 'operator',
+  resumeTransfer: 'operator',
+  replayTransfer: 'operator',
   listBatches: 'reader',
   getBatch: 'reader',
   reconcileBatch: 'operator',
   resumeBatch: 'operator',
+  abandonBatch: 'operator',
   reconcileStale: 'operator',
   openapi: 'reader',
+  searchAudit: 'operator', // names every caller: not for readers
 };
 
 describe('the route table', () => {
@@ -92,13 +97,26 @@ describe('the route table', () => {
     expect(Object.fromEntries(routes.map((r) => [r.operationId, r.role]))).toEqual(EXPECTED_ROLES);
   });
 
-  it('refuses every route on the console path to a principal one level short, before any work', async () => {
+  it('refuses every route on the console path to a principal one level short, before any work, and records each refusal once', async () => {
     for (const r of allRoutes()) {
       const below = OPS_ROLES.indexOf(r.role) - 1;
       const principal = below < 0 ? TENANT : as([`Keel.${below === 0 ? 'Reader' : 'Producer'}`]);
+      const before = await lastAuditId(t.pool);
       const res = await call('console', r.method, concrete(r.path), { principal, body: {} });
       expect(res.status, `${r.method} ${r.path}: ${JSON.stringify(res.body)}`).toBe(403);
       expect(res.body.requiredLevel).toBe(r.role);
+      const rows = await auditRows(t.pool, before);
+      expect(rows, `${r.method} ${r.path}`).toHaveLength(1);
+      expect(rows[0], `${r.method} ${r.path}`).toMatchObject({
+        action: r.operationId,
+        http_method: r.method,
+        channel: 'console',
+        outcome: 'refused',
+        status: 403,
+        required_role: r.role,
+        role: below < 0 ? null : OPS_ROLES[below],
+        principal_name: below < 0 ? 'has no role' : `has Keel.${below === 0 ? 'Reader' : 'Producer'}`,
+      });
     }
     expect(t.queues.sent).toEqual([]);
   });
@@ -258,6 +276,55 @@ describe('/api/ops with a function key', () => {
   });
 });
 
+describe('the console front door', () => {
+  it('records its refusals (no console header: a cross-site form post) against the route, and hides the route table', async () => {
+    vi.stubEnv('WEBSITE_SITE_NAME', 'keel-app');
+    vi.stubEnv('WEBSITE_AUTH_ENABLED', 'True');
+    vi.stubEnv('KEEL_TRUST_CLIENT_PRINCIPAL', '');
+    try {
+      const env = { WEBSITE_SITE_NAME: 'keel-app', WEBSITE_AUTH_ENABLED: 'True' };
+      const { HttpRequest } = await import('../../dev/azureFunctions.js');
+      const post = (path: string, headers: Record<string, string>) =>
+        handleConsoleApi(
+          new HttpRequest({
+            method: 'POST',
+            url: `http://app.example/api/console-api/ops/${path}`,
+            headers: { host: 'app.example', 'content-type': 'text/plain', ...headers },
+            params: { path: `ops/${path}` },
+            body: { string: 'x=1' },
+          }),
+          context('consoleApi'),
+          opsForConsole,
+          env,
+        );
+      const before = await lastAuditId(t.pool);
+      // The operator's session cookie rides along (App Service sets the principal), but the page cannot send the
+      // console header.
+      const forged = await post('queues/acl-front/pause', { 'x-ms-client-principal': OPERATOR });
+      expect(forged.status).toBe(403);
+      const rows = await auditRows(t.pool, before);
+      expect(rows).toHaveLength(1);
+      expect(rows[0]).toMatchObject({
+        action: 'pauseQueue',
+        target: 'queue:acl-front',
+        channel: 'console',
+        auth_method: 'principal',
+        principal_name: 'has Keel.Operator',
+        outcome: 'refused',
+        status: 403,
+      });
+      expect(String(rows[0]!.reason)).toMatch(/x-keel-console/);
+      // A refused caller gets the refusal, not a 404 that would map the routes; nothing is recorded for no route.
+      const probe = await post('no/such/route', {});
+      expect(probe.status).toBe(403);
+      expect(await auditRows(t.pool, before)).toHaveLength(1);
+      expect((await call('key', 'GET', 'queues/acl-front')).status).toBe(404);
+    } finally {
+      vi.unstubAllEnvs();
+    }
+  });
+});
+
 describe('cross-site writes (F4)', () => {
   it("refuses the attacker page's form post and foreign-origin writes, and changes nothing", async () => {
     // <form method="POST" action=".../api/ops/queues/payments/pause?code=KEY"> auto-submitted, the operator's
@@ -304,14 +371,21 @@ describe('cross-site writes (F4)', () => {
     expect(ok.status).toBe(200);
     const line = ok.logs.find((l) => l.text.startsWith('ops audit '))!;
     expect(JSON.parse(line.text.slice('ops audit '.length))).toMatchObject({
-      operation: 'resumeQueue',
+      action: 'resumeQueue',
       channel: 'key',
-      principal: { name: 'has Keel.Operator' },
-      params: { name: 'acl-audit' },
+      principalName: 'has Keel.Operator',
+      target: 'queue:acl-audit',
+      outcome: 'ok',
       status: 200,
     });
     const refused = await call('console', 'GET', 'stats', { principal: TENANT });
-    expect(refused.logs.some((l) => l.level === 'warning' && l.text.includes('"status":403'))).toBe(true);
+    const warning = refused.logs.find((l) => l.level === 'warning' && l.text.startsWith('ops audit '))!;
+    expect(JSON.parse(warning.text.slice('ops audit '.length))).toMatchObject({
+      action: 'stats',
+      outcome: 'refused',
+      status: 403,
+      authMethod: 'local',
+    });
   });
 });
 

@@ -4,8 +4,7 @@ import { jobRunner } from '../../functions/jobRunner.js';
 import { dispatcher } from '../../functions/dispatcher.js';
 import { maintenance } from '../../functions/maintenance.js';
 import { transferTimer } from '../../functions/transferTimer.js';
-import type { Timer } from '@azure/functions';
-import { context, createTestRuntime, snapshot, RecordingQueues, type TestRuntime } from './support.js';
+import { context, createTestRuntime, snapshot, RecordingQueues, timer, type TestRuntime } from './support.js';
 import { appUrl } from '../support/pg.js';
 import { dispatchDueJobs, maintenanceDidNothing, runMaintenancePass } from '../../shared/app/dispatch.js';
 import { createRuntime, setRuntime } from '../../shared/app/runtime.js';
@@ -14,11 +13,19 @@ import { parseSettings } from '../../shared/config/settings.js';
 
 let t: TestRuntime;
 
-const timer: Timer = {
-  isPastDue: false,
-  schedule: { adjustForDST: true },
-  scheduleStatus: { last: '', next: '', lastUpdated: '' },
-};
+// `obj` with each method call's name pushed to `calls` before it runs.
+function recordingCalls<T extends object>(obj: T, calls: string[]): T {
+  return new Proxy(obj, {
+    get(target, prop, receiver) {
+      const v = Reflect.get(target, prop, receiver) as unknown;
+      if (typeof v !== 'function') return v;
+      return (...args: unknown[]) => {
+        calls.push(String(prop));
+        return (v as (...a: unknown[]) => unknown).apply(target, args);
+      };
+    },
+  });
+}
 
 beforeAll(async () => {
   t = await createTestRuntime('fn_queue', {
@@ -180,16 +187,7 @@ describe('dispatcher (timer)', () => {
     await dispatcher(timer, context('dispatcher')); // whatever earlier tests left due is run first
     const calls: string[] = [];
     const store = t.rt.store;
-    const counting = new Proxy(store, {
-      get(target, prop, receiver) {
-        const v = Reflect.get(target, prop, receiver) as unknown;
-        if (typeof v !== 'function') return v;
-        return (...args: unknown[]) => {
-          calls.push(String(prop));
-          return (v as (...a: unknown[]) => unknown).apply(target, args);
-        };
-      },
-    });
+    const counting = recordingCalls(store, calls);
     const later = await enqueue('disp-idle', 'demo.echo', { delayMs: 60_000 });
     const r = await dispatchDueJobs({ ...t.rt, store: counting }, context('dispatcher'));
     expect(r).toMatchObject({ queues: 0, processed: 0, posted: 0 });
@@ -300,16 +298,7 @@ describe('maintenance (timer)', () => {
 describe('maintenance at its default purge interval', () => {
   it('purges at its first pass, then only rescues (and reads stats) until the interval has passed', async () => {
     const calls: string[] = [];
-    const store = new Proxy(t.rt.store, {
-      get(target, prop, receiver) {
-        const v = Reflect.get(target, prop, receiver) as unknown;
-        if (typeof v !== 'function') return v;
-        return (...args: unknown[]) => {
-          calls.push(String(prop));
-          return (v as (...a: unknown[]) => unknown).apply(target, args);
-        };
-      },
-    });
+    const store = recordingCalls(t.rt.store, calls);
     const settings = parseSettings({ KEEL_PG_URL: appUrl(t.url), KEEL_DEMO_HANDLERS: 'true' });
     expect(settings.KEEL_MAINT_PURGE_INTERVAL_MS).toBe(3_600_000);
     const rt = await createRuntime(settings, {

@@ -128,7 +128,14 @@ describe('client principal', () => {
     const names = DEFAULT_ROLE_NAMES;
     const LOCAL = { KEEL_TRUST_CLIENT_PRINCIPAL: 'local' };
     const header = encodeClientPrincipal({ name: 'ana', roles: ['Keel.Operator', 'Other'] });
-    expect(parseClientPrincipal(header)).toEqual({ authType: 'aad', name: 'ana', roles: ['Keel.Operator', 'Other'] });
+    expect(parseClientPrincipal(header)).toEqual({
+      authType: 'aad',
+      name: 'ana',
+      roles: ['Keel.Operator', 'Other'],
+      id: null,
+      tenantId: null,
+      appId: null,
+    });
     expect(authorize(header, 'operator', names, 'key', LOCAL)?.name).toBe('ana');
     expect(() => authorize(header, 'operator', { ...names, operator: 'Keel.Admin' }, 'key', LOCAL)).toThrow(
       /Keel.Admin/,
@@ -152,6 +159,27 @@ describe('client principal', () => {
       }),
     ).toString('base64');
     expect(parseClientPrincipal(entra)?.roles).toEqual(['Keel.Operator']);
+    // The audit trail's who: object id, tenant and calling application from the Entra claims.
+    const workload = Buffer.from(
+      JSON.stringify({
+        auth_typ: 'aad',
+        claims: [
+          { typ: 'http://schemas.microsoft.com/identity/claims/objectidentifier', val: 'oid-1' },
+          { typ: 'http://schemas.microsoft.com/identity/claims/tenantid', val: 'tid-1' },
+          { typ: 'appid', val: 'app-1' },
+        ],
+      }),
+    ).toString('base64');
+    expect(parseClientPrincipal(workload)).toMatchObject({ id: 'oid-1', tenantId: 'tid-1', appId: 'app-1', roles: [] });
+    // Group membership is not a role: a groups claim whose value is a role name grants nothing, even when the
+    // header names "groups" as its role claim type (assign groups to app roles in Entra instead).
+    const grouped = encodeClientPrincipal({ name: 'gus', roles: [], groups: ['Keel.Operator'] });
+    expect(parseClientPrincipal(grouped)?.roles).toEqual([]);
+    expect(() => authorize(grouped, 'reader', names, 'console', LOCAL)).toThrow(/Keel.Reader/);
+    const groupsAsRoles = Buffer.from(
+      JSON.stringify({ auth_typ: 'aad', role_typ: 'groups', claims: [{ typ: 'groups', val: 'Keel.Operator' }] }),
+    ).toString('base64');
+    expect(parseClientPrincipal(groupsAsRoles)?.roles).toEqual([]);
     expect(() => parseClientPrincipal('not-json')).toThrow(/x-ms-client-principal/);
     expect(checkFunctionKey('secret-key', 'secret-key', null)).toBe(true);
     expect(checkFunctionKey('secret-key', null, 'secret-key')).toBe(true);

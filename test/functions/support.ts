@@ -2,7 +2,7 @@
 // recorder for queue posts (the storage queue is the host's business; here we check what was posted), and the
 // @azure/functions request/context objects.
 import pg from 'pg';
-import type { HttpResponseInit, LogLevel } from '@azure/functions';
+import type { HttpResponseInit, LogLevel, Timer } from '@azure/functions';
 import { appUrl, createTestDatabase } from '../support/pg.js';
 import { parseSettings } from '../../shared/config/settings.js';
 import { registerDemoHandlers } from '../../dev/demoHandlers.js';
@@ -149,15 +149,24 @@ export function request(
   });
 }
 
+// What the host passes a timer trigger on an ordinary (not past-due) tick.
+export const timer: Timer = {
+  isPastDue: false,
+  schedule: { adjustForDST: true },
+  scheduleStatus: { last: '', next: '', lastUpdated: '' },
+};
+
 export function jsonOf(res: HttpResponseInit): any {
   return res.jsonBody;
 }
 
-// A fingerprint of every Keel table: equal before and after means nothing in the database changed.
+// A fingerprint of every Keel table but the ledger and the ops audit trail (a refused call is recorded there, by
+// design: auditRows): equal before and after means nothing in the database changed.
 export async function snapshot(pool: pg.Pool): Promise<Record<string, string>> {
   const tables = (
     await pool.query(`select table_schema || '.' || table_name as t from information_schema.tables
-                      where table_schema in ('keel') and table_type = 'BASE TABLE' and table_name <> 'schema_migrations' order by 1`)
+                      where table_schema in ('keel') and table_type = 'BASE TABLE'
+                        and table_name not in ('schema_migrations', 'ops_audit') order by 1`)
   ).rows.map((r) => String(r.t));
   const out: Record<string, string> = {};
   for (const t of tables) {
@@ -167,6 +176,17 @@ export async function snapshot(pool: pg.Pool): Promise<Record<string, string>> {
     out[t] = String(r.rows[0].f);
   }
   return out;
+}
+
+// The ops audit records after id `afterId` (the owner's connection), oldest first.
+export async function auditRows(pool: pg.Pool, afterId = '0'): Promise<Record<string, unknown>[]> {
+  const { rows } = await pool.query(`select * from keel.ops_audit where id > $1::bigint order by id`, [afterId]);
+  return rows;
+}
+
+export async function lastAuditId(pool: pg.Pool): Promise<string> {
+  const { rows } = await pool.query(`select coalesce(max(id), 0)::text as id from keel.ops_audit`);
+  return String(rows[0].id);
 }
 
 export async function until<T>(

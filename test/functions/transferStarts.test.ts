@@ -1,64 +1,19 @@
 // 20 concurrent POST /api/ops/transfers/{name}/start of one transfer through the ops function, on the host's own
 // wiring (journal pool of 4 connections): exactly one 202, nineteen 409 naming the open batch, nothing hangs,
 // and every route still answers afterwards (issue 9, item 5: the journal used to wait on its own pool).
-import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ops } from '../../functions/ops.js';
+import { describe, expect, it } from 'vitest';
 import { transferStage } from '../../functions/transferStage.js';
 import { transferApply } from '../../functions/transferApply.js';
-import { createTestDatabase } from '../support/pg.js';
-import { context, createTestRuntime, jsonOf, request, type TestRuntime } from './support.js';
+import { context } from './support.js';
+import { useItemsTransfer } from './itemsTransfer.js';
 
-let t: TestRuntime;
-let source: pg.Pool;
-let target: pg.Pool;
-const TABLE = `create table public.items (id bigint primary key, name text not null)`;
-
-beforeAll(async () => {
-  const srcUrl = await createTestDatabase('fn_starts_src');
-  const tgtUrl = await createTestDatabase('fn_starts_tgt');
-  source = new pg.Pool({ connectionString: srcUrl, max: 2 });
-  target = new pg.Pool({ connectionString: tgtUrl, max: 2 });
-  for (const p of [source, target]) p.on('error', (err) => console.warn(`transferStarts test pool: ${err.message}`));
-  await source.query(TABLE);
-  await target.query(TABLE);
-  await source.query(`insert into public.items select n, 'item-' || n from generate_series(1, 300) n`);
-  t = await createTestRuntime('fn_starts', {
-    env: {
-      FN_STARTS_SOURCE: srcUrl,
-      FN_STARTS_TARGET: tgtUrl,
-      KEEL_TRANSFERS: JSON.stringify([
-        {
-          name: 'items',
-          source: { engine: 'postgres', connectionSetting: 'FN_STARTS_SOURCE', table: 'public.items' },
-          target: { engine: 'postgres', connectionSetting: 'FN_STARTS_TARGET', table: 'public.items' },
-          keyColumns: ['id'],
-          boundary: { column: 'id', kind: 'key' },
-          columns: [
-            { source: 'id', target: 'id' },
-            { source: 'name', target: 'name' },
-          ],
-          batchSize: 1000,
-        },
-      ]),
-    },
-  });
+const fx = useItemsTransfer({
+  label: 'fn_starts',
+  rows: 300,
+  batchSize: 1000,
+  onPoolError: (err) => console.warn(`transferStarts test pool: ${err.message}`),
 });
-
-afterAll(async () => {
-  await t?.close();
-  await source?.end();
-  await target?.end();
-});
-
-async function call(method: string, path: string, body?: unknown) {
-  // Transfer writes need the operator role; reads are made with it too (a higher level grants the lower ones).
-  const res = await ops(
-    request(method, path, body === undefined ? { operator: true } : { body, operator: true }),
-    context('ops'),
-  );
-  return { status: res.status ?? 200, body: jsonOf(res) };
-}
+const { call } = fx;
 
 function bounded<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
@@ -92,7 +47,7 @@ describe('concurrent transfer starts', () => {
       });
     }
     // Only one batch exists and exactly one stage message was posted.
-    expect(t.queues.take('keel-transfer-stage')).toEqual([{ batchId: created.batchId }]);
+    expect(fx.t.queues.take('keel-transfer-stage')).toEqual([{ batchId: created.batchId }]);
 
     // Every route still answers, in time, while and after the storm.
     const after = await bounded(
@@ -114,12 +69,12 @@ describe('concurrent transfer starts', () => {
 
     // And the batch runs to the end.
     await transferStage({ batchId: created.batchId }, context('transferStage'));
-    expect(t.queues.take('keel-transfer-apply')).toEqual([{ batchId: created.batchId }]);
+    expect(fx.t.queues.take('keel-transfer-apply')).toEqual([{ batchId: created.batchId }]);
     await transferApply({ batchId: created.batchId }, context('transferApply'));
     expect((await call('GET', `transfers/batches/${created.batchId}`)).body).toMatchObject({
       state: 'committed',
       appliedCount: 300,
     });
-    expect((await target.query(`select count(*)::int as n from public.items`)).rows[0].n).toBe(300);
+    expect((await fx.target.query(`select count(*)::int as n from public.items`)).rows[0].n).toBe(300);
   });
 });

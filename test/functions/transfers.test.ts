@@ -1,78 +1,30 @@
 // Transfer functions invoked directly: HTTP start -> stage queue step -> apply queue step -> committed, between two
 // real PostgreSQL databases; the timer; reconcile; poison messages.
-import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Timer } from '@azure/functions';
-import { ops } from '../../functions/ops.js';
+import { describe, expect, it } from 'vitest';
 import { transferStage } from '../../functions/transferStage.js';
 import { transferApply } from '../../functions/transferApply.js';
 import { transferTimer } from '../../functions/transferTimer.js';
 import { maintenance } from '../../functions/maintenance.js';
-import { createTestDatabase } from '../support/pg.js';
-import { context, createTestRuntime, jsonOf, request, snapshot, type TestRuntime } from './support.js';
+import { context, snapshot, timer } from './support.js';
+import { useItemsTransfer } from './itemsTransfer.js';
 
-let t: TestRuntime;
-let source: pg.Pool;
-let target: pg.Pool;
-const timer: Timer = {
-  isPastDue: false,
-  schedule: { adjustForDST: true },
-  scheduleStatus: { last: '', next: '', lastUpdated: '' },
-};
 const TABLE = `create table public.items (id bigint primary key, name text not null, qty integer not null)`;
 
+const fx = useItemsTransfer({
+  label: 'fn_tr',
+  sourceDdl: [TABLE],
+  seed: () => addRows(1, 250),
+  columns: ['id', 'name', 'qty'],
+  chunkSize: 100,
+  env: { KEEL_SCHEDULED_TRANSFERS: '*' },
+});
+const { call } = fx;
+
 async function addRows(from: number, to: number) {
-  await source.query(
+  await fx.source.query(
     `insert into public.items select n, 'item-' || n, n % 7 from generate_series($1::int, $2::int) n`,
     [from, to],
   );
-}
-
-beforeAll(async () => {
-  const srcUrl = await createTestDatabase('fn_tr_src');
-  const tgtUrl = await createTestDatabase('fn_tr_tgt');
-  source = new pg.Pool({ connectionString: srcUrl, max: 2 });
-  target = new pg.Pool({ connectionString: tgtUrl, max: 2 });
-  await source.query(TABLE);
-  await target.query(TABLE);
-  await addRows(1, 250);
-  t = await createTestRuntime('fn_tr', {
-    env: {
-      FN_TR_SOURCE: srcUrl,
-      FN_TR_TARGET: tgtUrl,
-      KEEL_SCHEDULED_TRANSFERS: '*',
-      KEEL_TRANSFERS: JSON.stringify([
-        {
-          name: 'items',
-          source: { engine: 'postgres', connectionSetting: 'FN_TR_SOURCE', table: 'public.items' },
-          target: { engine: 'postgres', connectionSetting: 'FN_TR_TARGET', table: 'public.items' },
-          keyColumns: ['id'],
-          boundary: { column: 'id', kind: 'key' },
-          columns: [
-            { source: 'id', target: 'id' },
-            { source: 'name', target: 'name' },
-            { source: 'qty', target: 'qty' },
-          ],
-          chunkSize: 100,
-        },
-      ]),
-    },
-  });
-});
-
-afterAll(async () => {
-  await t?.close();
-  await source?.end();
-  await target?.end();
-});
-
-async function call(method: string, path: string, body?: unknown) {
-  // Transfer writes need the operator role; reads are made with it too (a higher level grants the lower ones).
-  const res = await ops(
-    request(method, path, body === undefined ? { operator: true } : { body, operator: true }),
-    context('ops'),
-  );
-  return { status: res.status ?? 200, body: jsonOf(res), headers: (res.headers ?? {}) as Record<string, string> };
 }
 
 describe('transfer functions', () => {
@@ -91,11 +43,11 @@ describe('transfer functions', () => {
     expect(started.headers.location).toBe(`/api/ops/transfers/batches/${batchId}`);
     expect(started.headers['retry-after']).toBe('10');
     expect((await call('GET', started.headers.location!.replace('/api/ops/', ''))).body.batchId).toBe(batchId);
-    const staged = t.queues.take('keel-transfer-stage');
+    const staged = fx.t.queues.take('keel-transfer-stage');
     expect(staged).toEqual([{ batchId }]);
 
     await transferStage(staged[0], context('transferStage'));
-    const apply = t.queues.take('keel-transfer-apply');
+    const apply = fx.t.queues.take('keel-transfer-apply');
     expect(apply).toEqual([{ batchId }]);
     await transferApply(apply[0], context('transferApply'));
 
@@ -105,7 +57,7 @@ describe('transfer functions', () => {
     expect(detail.body.events.map((e: { event: string }) => e.event)).toEqual(
       expect.arrayContaining(['created', 'staged', 'apply_started']),
     );
-    expect(Number((await target.query('select count(*) from public.items')).rows[0].count)).toBe(250);
+    expect(Number((await fx.target.query('select count(*) from public.items')).rows[0].count)).toBe(250);
 
     // A duplicate apply message is a no-op that says so; the batch stays committed.
     await transferApply({ batchId }, context('transferApply'));
@@ -123,17 +75,17 @@ describe('transfer functions', () => {
 
   it('the timer creates a batch for new rows; a second firing does not create another', async () => {
     await addRows(251, 300);
-    t.queues.clear();
+    fx.t.queues.clear();
     await transferTimer(timer, context('transferTimer'));
-    const msgs = t.queues.take('keel-transfer-stage') as { batchId: string }[];
+    const msgs = fx.t.queues.take('keel-transfer-stage') as { batchId: string }[];
     expect(msgs).toHaveLength(1);
     await transferTimer(timer, context('transferTimer'));
-    expect(t.queues.take('keel-transfer-stage')).toHaveLength(0);
+    expect(fx.t.queues.take('keel-transfer-stage')).toHaveLength(0);
     // An apply message that arrives before staging sends the batch back to the stage step.
     await transferApply(msgs[0], context('transferApply'));
-    expect(t.queues.take('keel-transfer-stage')).toEqual([{ batchId: msgs[0]!.batchId }]);
+    expect(fx.t.queues.take('keel-transfer-stage')).toEqual([{ batchId: msgs[0]!.batchId }]);
     await transferStage(msgs[0], context('transferStage'));
-    await transferApply(t.queues.take('keel-transfer-apply')[0], context('transferApply'));
+    await transferApply(fx.t.queues.take('keel-transfer-apply')[0], context('transferApply'));
     expect((await call('GET', `transfers/batches/${msgs[0]!.batchId}`)).body).toMatchObject({
       state: 'committed',
       appliedCount: 50,
@@ -156,12 +108,12 @@ describe('transfer functions', () => {
     ['id not a UUID', { batchId: 'batch-7' }, 'malformed'],
     ['unknown batch', { batchId: '00000000-0000-0000-0000-000000000000' }, 'unknown_batch'],
   ] as const)('stage and apply poison %s messages, changing nothing', async (_n, message, reason) => {
-    t.queues.clear();
-    const before = await snapshot(t.pool);
+    fx.t.queues.clear();
+    const before = await snapshot(fx.t.pool);
     await transferStage(message, context('transferStage'));
     await transferApply(message, context('transferApply'));
-    expect(await snapshot(t.pool)).toEqual(before);
-    expect(t.queues.poisoned.map((p) => [p.queue, p.entry.reason])).toEqual([
+    expect(await snapshot(fx.t.pool)).toEqual(before);
+    expect(fx.t.queues.poisoned.map((p) => [p.queue, p.entry.reason])).toEqual([
       ['keel-transfer-stage', reason],
       ['keel-transfer-apply', reason],
     ]);

@@ -20,12 +20,29 @@ const invoice = defineHandler('invoice.charge', {
   async handle() {},
 });
 
+// A transform the worker's second check of the stored payload would undo (string -> its length): every job of this
+// type would fail as fatal at run time, so enqueue refuses it, naming the field.
+const lengthOf = defineHandler('text.length', {
+  payload: z.strictObject({ text: z.string().transform((v) => v.length) }),
+  async handle() {},
+});
+// A transform that gives back its own output (trim, defaults): fine.
+const trimmed = defineHandler('text.trimmed', {
+  payload: z.strictObject({ text: z.string().trim(), lang: z.string().default('en') }),
+  async handle() {},
+});
+
 let t: TestRuntime;
 const quiet = { info() {}, warn() {}, error() {} };
 
 beforeAll(async () => {
   t = await createTestRuntime('typed_enqueue', {
-    register: (r) => registerHandlers(r, [{ ...invoice, source: 'test' }]),
+    register: (r) =>
+      registerHandlers(r, [
+        { ...invoice, source: 'test' },
+        { ...lengthOf, source: 'test' },
+        { ...trimmed, source: 'test' },
+      ]),
   });
 });
 afterAll(async () => t?.close());
@@ -135,5 +152,17 @@ describe('the handler API (shared/handlerApi.ts)', () => {
     expect(taken).toBeInstanceOf(api.IdempotencyConflictError);
     // The definitions it exports are the ones the app registers.
     expect(api.defineHandler).toBe(defineHandler);
+  });
+});
+
+describe('payload schemas the worker checks again', () => {
+  it('refuses a schema whose output it does not give back (the job would fail at run time); idempotent ones pass', async () => {
+    const refused = await call('POST', '/jobs', { body: { type: 'text.length', payload: { text: 'abc' } } });
+    expect(refused.status).toBe(400);
+    expect(refused.body.field).toBe('payload');
+    expect(refused.body.message).toMatch(/does not give back its own output/);
+    const ok = await call('POST', '/jobs', { body: { type: 'text.trimmed', payload: { text: '  hi ' } } });
+    expect(ok.status).toBe(201);
+    expect((await t.rt.store.getJob(ok.body.id))!.payload).toEqual({ text: 'hi', lang: 'en' });
   });
 });

@@ -591,4 +591,35 @@ describe('processor', () => {
     expect(report.complete).toBe(true);
     expect(await h.countRows('hot', queue)).toBe(0);
   });
+
+  it('maintenance deletes ops audit rows past KEEL_OPS_AUDIT_RETENTION_DAYS, and only those', async () => {
+    const action = `maint-${q('audit')}`.slice(0, 64);
+    const row = () =>
+      store.recordAudit({
+        principalId: null,
+        principalName: null,
+        tenantId: null,
+        appId: null,
+        authMethod: 'key',
+        channel: 'key',
+        role: 'producer',
+        requiredRole: 'producer',
+        httpMethod: 'POST',
+        action,
+        target: null,
+        summary: null,
+        outcome: 'refused',
+        status: 403,
+        reason: null,
+        affected: null,
+        requestId: null,
+        clientIp: null,
+      });
+    const [old, recent, fresh] = [await row(), await row(), await row()];
+    await h.backdateAudit([old], 31 * 86_400);
+    await h.backdateAudit([recent], 29 * 86_400);
+    const report = await runMaintenance(store, { auditRetentionDays: 30, purgeBatch: 1 });
+    expect(report.auditPurged).toBe(1);
+    expect((await store.searchAudit({ action, limit: 10 })).items.map((r) => r.id)).toEqual([fresh, recent]);
+  });
 });

@@ -170,6 +170,34 @@ describe('telemetry facade (in-memory exporters)', () => {
     for (const m of all) for (const p of points(m)) expect(Object.keys(p.attrs)).not.toContain('batchId');
   });
 
+  it('sends each ops audit record as a keel.ops.audit event: nulls left out, text bounded, no forged lines', async () => {
+    h = harness();
+    h.t.opsAudit({
+      id: '7',
+      action: 'cancelJob',
+      principalName: 'ada\n{"forged":true}',
+      target: 'job:42',
+      outcome: 'ok',
+      status: 200,
+      affected: 1,
+      reason: null,
+      summary: 'x'.repeat(5000),
+    });
+    const [event] = h.events().map((e) => e.attributes);
+    expect(event).toMatchObject({
+      [CUSTOM_EVENT_NAME_ATTRIBUTE]: EVENTS.opsAudit,
+      id: '7',
+      action: 'cancelJob',
+      principalName: 'ada{"forged":true}',
+      target: 'job:42',
+      outcome: 'ok',
+      status: 200,
+      affected: 1,
+    });
+    expect(event).not.toHaveProperty('reason');
+    expect(String(event!.summary)).toHaveLength(2000);
+  });
+
   it('sends a custom event with the id for each DLQ move and each unresolved batch', async () => {
     h = harness();
     h.t.jobDeadLettered({ queue: 'email', type: 'send', reason: 'zombie', jobId: 'job-42' });
@@ -318,6 +346,42 @@ describe('telemetry facade (in-memory exporters)', () => {
     h.t.queueLag({ queue: 'b', lagMs: 50 });
     now += 40_000; // a is now 70 s old, b 40 s
     expect(points(metric(await h.collect(), METRICS.queueLag))).toEqual([{ attrs: { queue: 'b' }, value: 50 }]);
+  });
+
+  it('transfer freshness: seconds behind since the last commit, growing between reports, 0 when caught up, dropped when stale', async () => {
+    let now = 10_000_000;
+    h = harness({ now: () => now, queueLagTtlMs: 600_000 });
+    h.t.transferFreshness({ transfer: 'orders', behindSince: now - 120_000 });
+    h.t.transferFreshness({ transfer: 'lines', behindSince: null });
+    expect(points(metric(await h.collect(), METRICS.transferFreshness))).toEqual(
+      expect.arrayContaining([
+        { attrs: { transfer: 'orders' }, value: 120 },
+        { attrs: { transfer: 'lines' }, value: 0 },
+      ]),
+    );
+    now += 300_000; // no new report: orders is 5 minutes further behind
+    expect(points(metric(await h.collect(), METRICS.transferFreshness))).toEqual(
+      expect.arrayContaining([{ attrs: { transfer: 'orders' }, value: 420 }]),
+    );
+    now += 400_000; // both reports older than the TTL
+    const stale = (await h.collect()).find((m) => m.descriptor.name === METRICS.transferFreshness);
+    expect(stale?.dataPoints ?? []).toHaveLength(0);
+  });
+
+  it('failed batches and failed scheduled starts are events with the transfer and the code', async () => {
+    h = harness();
+    h.t.transferBatchFailed({ transfer: 'orders', batchId: 'b-1', code: 'schema_drift' });
+    h.t.transferStartFailed({ transfer: 'orders', source: 'timer', code: 'schema_drift', message: 'drifted' });
+    expect(h.events().map((e) => e.attributes)).toEqual([
+      { [CUSTOM_EVENT_NAME_ATTRIBUTE]: EVENTS.batchFailed, transfer: 'orders', batchId: 'b-1', code: 'schema_drift' },
+      {
+        [CUSTOM_EVENT_NAME_ATTRIBUTE]: EVENTS.startFailed,
+        transfer: 'orders',
+        source: 'timer',
+        code: 'schema_drift',
+        message: 'drifted',
+      },
+    ]);
   });
 
   it('the process-wide facade can be bound to injected providers', async () => {
@@ -504,8 +568,9 @@ describe('alert rules use the emitted names', () => {
         expect(known, `${f} queries unknown name ${name}`).toContain(name);
     }
     const used = namesIn(readFileSync(path.join(dir, 'alerts.bicep'), 'utf8'));
-    // The alerts of the issue: DLQ growth and rate, zombies, lease-lost spikes, unresolved batches,
-    // queue lag, maintenance not running (function failures come from the host's requests table).
+    // The alerts of the issue: DLQ growth and rate, zombies, lease-lost spikes, unresolved batches, failed batches,
+    // failed scheduled transfer starts, transfer freshness, queue lag, maintenance not running (function failures
+    // come from the host's requests table).
     expect([...used].sort()).toEqual(
       [
         METRICS.jobsDeadLettered,
@@ -513,6 +578,9 @@ describe('alert rules use the emitted names', () => {
         METRICS.zombiesRescued,
         METRICS.leaseLost,
         EVENTS.batchUnresolved,
+        EVENTS.batchFailed,
+        EVENTS.startFailed,
+        METRICS.transferFreshness,
         METRICS.queueLag,
         METRICS.maintenanceRuns,
       ].sort(),

@@ -98,7 +98,7 @@ describe('least privilege: a role that may only EXECUTE keel functions', () => {
 
 describe('no table SQL in the journal modules', () => {
   // Every keel.<name>( call of the PostgreSQL journal is a declared function with as many arguments; no table.
-  it('PostgreSQL: only keel.transfer_batch_* function calls, with their declared arity', () => {
+  it('PostgreSQL: only keel.transfer_batch_* / transfer_control_* function calls, with their declared arity', () => {
     const ts = readFileSync(path.join(repo, 'shared/engines/postgres/transferJournal.ts'), 'utf8');
     const sqlText = readFileSync(path.join(repo, 'sql/postgres/R__030_transfer_journal_functions.sql'), 'utf8');
     const declared = new Map<string, number>();
@@ -108,15 +108,15 @@ describe('no table SQL in the journal modules', () => {
       name: m[1]!,
       args: m[2]!.split(',').filter((x) => x.trim()).length,
     }));
-    expect(calls.length).toBe(8);
+    expect(calls.length).toBe(10);
     for (const c of calls) expect(declared.get(c.name), c.name).toBe(c.args);
-    expect(ts).not.toMatch(/keel\.transfer_batch(es|_events)\b(?!\()/);
+    expect(ts).not.toMatch(/keel\.transfer_(batches|batch_events|controls)\b(?!\()/);
     expect(ts).not.toMatch(/\b(insert into|update keel|delete from|pool\.connect)\b/i);
   });
 
   it('SQL Server: only stored procedures, each declared in R__070 with the parameters passed', () => {
     const ts = readFileSync(path.join(repo, 'shared/engines/sqlserver/transferJournal.ts'), 'utf8');
-    const tsql = ['V020__TransferJournal.sql', 'R__070_transfer_journal.sql']
+    const tsql = ['V020__TransferJournal.sql', 'V021__TransferControls.sql', 'R__070_transfer_journal.sql']
       .map((f) => readFileSync(path.join(repo, 'sql/sqlserver', f), 'utf8'))
       .join('\n');
     expect(ts).not.toMatch(/\.query\(|\.batch\(|FROM keel\./i);
@@ -129,7 +129,7 @@ describe('no table SQL in the journal modules', () => {
     }
     // A procedure cannot share a name with a table of its schema (the CREATE would fail on a real server).
     const tables = [...tsql.matchAll(/CREATE TABLE keel\.(\w+)/g)].map((m) => m[1]!);
-    expect(tables).toEqual(['TransferBatches', 'TransferBatchEvents']);
+    expect(tables).toEqual(['TransferBatches', 'TransferBatchEvents', 'TransferControls']);
     for (const t of tables) expect(procs.has(t), `procedure keel.${t} collides with the table`).toBe(false);
     const executed = [...ts.matchAll(/\.execute(?:<[^>]*>)?\('keel\.(\w+)'\)/g)].map((m) => m[1]!);
     expect(new Set(executed)).toEqual(
@@ -142,6 +142,8 @@ describe('no table SQL in the journal modules', () => {
         'TransferBatchList',
         'TransferBatchEventList',
         'TransferBatchStale',
+        'TransferControlSet',
+        'TransferControlList',
       ]),
     );
     for (const name of executed) {

@@ -1,13 +1,14 @@
 // Oracle target, beyond the target adapter contract every target meets (test/contract/targetAdapterContract.ts, run
 // by test/engines/oracle.targetAdapter.test.ts): how sql/oracle splits into PL/SQL units, and a target table without
-// a key refused at prepare.
+// a key refused at prepare, and (KEEL_TEST_ORACLE_TG=1, the workflow's keel_tg service) that Transaction Guard is really
+// on: without COMMIT_OUTCOME the adapter silently records no LTXID and the TG runs would test TRY_CLAIM alone.
 // Runs when KEEL_TEST_ORACLE_URL (oracle://user:password@host:1521/service) is set, e.g. CI's gvenzl/oracle-free
 // service container; skipped otherwise.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import path from 'node:path';
 import pg from 'pg';
 import oracledb from 'oracledb';
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { createOraclePool, OracleTransferTarget } from '../../shared/engines/oracle/transferTarget.js';
 import { migrateOracleTarget, splitOracleBlocks } from '../../shared/engines/oracle/transferMigrate.js';
 import { readMigrationFiles, readRepeatableFiles } from '../../shared/engines/migrationFiles.js';
@@ -120,4 +121,48 @@ suite(title, () => {
       await c.close();
     }
   });
+
+  it.runIf(process.env.KEEL_TEST_ORACLE_TG === '1')(
+    'Transaction Guard (KEEL_TEST_ORACLE_TG=1): the service hands out an LTXID, apply records it as the reconcile token, and GET_LTXID_OUTCOME on another session says committed',
+    async () => {
+      const t = transfer();
+      expect(t.target.transactionGuard).toBe(true);
+      const src = new PostgresTransferSource(t, source);
+      const schema = await src.readSchema();
+      const w = { kind: 'key' as const, low: null, high: '10' };
+      const manifest = await src.manifest(w, schema, 'keel-v1');
+      const target = new OracleTransferTarget(t, pool);
+      await target.prepare(schema);
+      const req = { batchId: randomUUID(), transfer: t.name, manifest, schema };
+      expect((await target.stage(req, { kind: 'rows', rows: src.streamRows(w, schema, 4) })).outcome).toBe('staged');
+      let token: string | null = null;
+      const r = await target.apply(req, {
+        attempt: 1,
+        onReconcileToken: async (tk) => {
+          token = tk;
+        },
+      });
+      expect(r).toMatchObject({ outcome: 'applied', rowCount: 10 });
+      expect(token).toMatch(/^[0-9a-f]{20,}$/); // an LTXID: the service has COMMIT_OUTCOME
+      // Asked on a session of another pool (never the one that committed it, which would fail with ORA-14906).
+      const other = await createOraclePool(URL_!);
+      try {
+        const c = await other.getConnection();
+        try {
+          const out = await c.execute<{ o: number }>(
+            `DECLARE committed BOOLEAN; completed BOOLEAN;
+             BEGIN DBMS_APP_CONT.GET_LTXID_OUTCOME(HEXTORAW(:l), committed, completed);
+               :o := CASE WHEN committed THEN 1 ELSE 0 END; END;`,
+            { l: token, o: { dir: oracledb.BIND_OUT, type: oracledb.NUMBER } },
+          );
+          expect(out.outBinds!.o).toBe(1);
+        } finally {
+          await c.close();
+        }
+      } finally {
+        await other.close(0);
+      }
+      await target.close();
+    },
+  );
 });

@@ -1,11 +1,13 @@
 // Queues: pause/resume and limits (concurrency, attempts, zombie handling, retention), with the API's
-// validation messages shown next to the form.
+// validation messages shown next to the form; lowering a retention that would purge rows asks for confirmation
+// with the API's preview of the counts.
 import { h, replace, fmtNum, fmtSeconds, fmtAge } from '../dom';
 import { api, ApiError } from '../api';
 import {
   badge,
   busy,
   clear,
+  confirmStep,
   empty,
   field,
   notice,
@@ -60,6 +62,7 @@ export function queuesPage(main: HTMLElement): Cleanup {
       qs.zombiePolicy,
     );
     const formBox = notice();
+    const confirmHost = h('div', { class: 'confirm-host' });
     const save = h('button', { type: 'submit', class: 'primary' }, 'Save');
     const form = h(
       'form',
@@ -132,16 +135,49 @@ export function queuesPage(main: HTMLElement): Cleanup {
         return;
       }
       retentionConfirmed = false;
+      const send = async (body: Record<string, unknown>) => {
+        await api('PATCH', `queues/${encodeURIComponent(qs.name)}`, body);
+        clear(editor);
+        show(box, 'ok', `Queue "${qs.name}" saved: ${Object.keys(patch).join(', ') || 'nothing changed'}.`);
+        await load();
+        refocus(`limits-${qs.name}`);
+      };
       void busy(save, formBox, async () => {
         for (const i of form.querySelectorAll('[aria-invalid]')) i.removeAttribute('aria-invalid');
+        clear(confirmHost);
         try {
-          const updated = await api('PATCH', `queues/${encodeURIComponent(qs.name)}`, patch);
-          clear(editor);
-          show(box, 'ok', `Queue "${qs.name}" saved: ${Object.keys(patch).join(', ') || 'nothing changed'}.`);
-          void updated;
-          await load();
-          refocus(`limits-${qs.name}`);
+          await send(patch);
         } catch (err) {
+          // A lowered retention that would purge rows: the API changed nothing and says how many; ask first.
+          if (err instanceof ApiError && err.status === 409 && err.body?.preview) {
+            const preview = err.body.preview as Record<
+              string,
+              { from: number; to: number; wouldPurge: number; capped: boolean }
+            >;
+            confirmStep({
+              host: confirmHost,
+              title: 'Lower the retention and purge these rows?',
+              danger: true,
+              preview: [
+                h(
+                  'ul',
+                  { 'data-test': 'retention-preview' },
+                  ...Object.entries(preview).map(([target, p]) =>
+                    h(
+                      'li',
+                      null,
+                      `${target}: ${fmtSeconds(p.from)} → ${fmtSeconds(p.to)}; the next maintenance pass deletes ${fmtNum(p.wouldPurge)}${p.capped ? '+' : ''} rows`,
+                    ),
+                  ),
+                ),
+                h('p', { class: 'hint' }, 'Purged rows cannot be resurrected.'),
+              ],
+              confirmLabel: 'Lower and purge',
+              onConfirm: (button) =>
+                busy(button, formBox, () => send({ ...patch, confirmPurge: true })).then(() => undefined),
+            });
+            return;
+          }
           if (err instanceof ApiError && err.field)
             form.querySelector(`[name="${CSS.escape(err.field)}"]`)?.setAttribute('aria-invalid', 'true');
           throw err;
@@ -156,6 +192,7 @@ export function queuesPage(main: HTMLElement): Cleanup {
         h('h3', null, `Limits of "${qs.name}"`),
         formBox,
         form,
+        confirmHost,
         h('p', { class: 'hint' }, 'Changing limits needs the operator role.'),
       ),
     );

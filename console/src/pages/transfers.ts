@@ -1,5 +1,5 @@
-// Transfers: configured transfers (start), batches (state in operator words, status, next action), and a
-// batch's detail with its journal events as a timeline (resume, reconcile).
+// Transfers: configured transfers (start, pause/resume, schedule, freshness), batches (state in operator words, status, next action), and a
+// batch's detail with its journal events as a timeline (resume, reconcile, abandon).
 import { h, replace, fmtNum, fmtTime } from '../dom';
 import { api, q } from '../api';
 import {
@@ -37,6 +37,87 @@ export function statusBadge(b: any): HTMLElement {
     b.status,
     b.status === 'committed' ? 'ok' : b.status === 'unresolved' ? 'warn' : b.state === 'failed' ? 'bad' : 'info',
   );
+}
+
+// Age of the last committed window, the freshness the alert watches (transfer-freshness, docs/transfer.md).
+export function ageWords(seconds: number | null | undefined): string {
+  if (seconds === null || seconds === undefined) return 'never';
+  if (seconds < 90) return `${seconds} s ago`;
+  if (seconds < 5400) return `${Math.round(seconds / 60)} min ago`;
+  if (seconds < 172800) return `${Math.round(seconds / 3600)} h ago`;
+  return `${Math.round(seconds / 86400)} days ago`;
+}
+
+function freshness(t: any): HTMLElement | string {
+  if (!t.lastCommitted) return 'never';
+  return h(
+    'span',
+    { title: `up to ${t.boundary.column} ${t.lastCommitted.high}`, 'data-test': `fresh-${t.name}` },
+    ageWords(t.secondsSinceCommit),
+  );
+}
+
+// Pause / resume one transfer (operator role): persisted in the journal; the timer, catch-up and the queue steps
+// honour it.
+function pauseButton(t: any, box: HTMLElement, reload: () => Promise<void>): HTMLElement {
+  const b = h(
+    'button',
+    { type: 'button', class: 'small', 'data-test': `${t.paused ? 'resume' : 'pause'}-${t.name}` },
+    t.paused ? 'Resume' : 'Pause',
+  );
+  b.addEventListener(
+    'click',
+    () =>
+      void busy(b, box, async () => {
+        const name = encodeURIComponent(t.name);
+        if (t.paused) {
+          const r = await api('POST', `transfers/${name}/resume`, {});
+          show(
+            box,
+            'ok',
+            `Transfer "${t.name}" resumed${r.openBatch ? `; its open batch ${r.openBatch.batchId.slice(0, 8)} was ${r.openBatch.posted ? 'queued again' : 'not queued (not retryable)'}` : ''}.`,
+          );
+        } else {
+          const reason = window.prompt(`Pause transfer "${t.name}": reason (optional)`);
+          if (reason === null) return;
+          await api('POST', `transfers/${name}/pause`, reason.trim() ? { reason: reason.trim() } : {});
+          show(box, 'ok', `Transfer "${t.name}" paused: no new batch, and its open batch stays where it is.`);
+        }
+        await reload();
+      }),
+  );
+  return b;
+}
+
+// Replay a committed range (operator role): bounds asked, the plan previewed (batches and rows covered), confirmed.
+function replayButton(t: any, box: HTMLElement): HTMLElement {
+  const b = h('button', { type: 'button', class: 'small', 'data-test': `replay-${t.name}` }, 'Replay…');
+  b.addEventListener(
+    'click',
+    () =>
+      void busy(b, box, async () => {
+        const lowText = window.prompt(
+          `Replay "${t.name}": low bound (a committed batch's low; empty = from the beginning)`,
+        );
+        if (lowText === null) return;
+        const high = window.prompt(`Replay "${t.name}": high bound (a committed batch's high)`);
+        if (!high || !high.trim()) return;
+        const range = { low: lowText.trim() === '' ? null : lowText.trim(), high: high.trim() };
+        const p = await api('POST', `transfers/${encodeURIComponent(t.name)}/replay`, { ...range, preview: true });
+        const ok = window.confirm(
+          `Send (${range.low ?? '−∞'}, ${range.high}] again from the source as it is now: ${p.plan.batches.length} committed batch(es), ${fmtNum(p.plan.rows)} rows, as one new batch. Go on?`,
+        );
+        if (!ok) return;
+        const r = await api('POST', `transfers/${encodeURIComponent(t.name)}/replay`, range);
+        show(
+          box,
+          'ok',
+          `Replay batch ${r.batch.batchId} created (${fmtNum(r.batch.rowCount)} rows in the manifest)${r.posted ? ' and queued' : '; its message was not posted: resume it'}. `,
+          h('a', { href: `#/transfers/batches/${r.batch.batchId}` }, 'Follow it →'),
+        );
+      }),
+  );
+  return b;
 }
 
 export function transfersPage(main: HTMLElement): Cleanup {
@@ -106,8 +187,13 @@ export function transfersPage(main: HTMLElement): Cleanup {
         !r.configured || items.length === 0
           ? empty('No transfers are configured (KEEL_TRANSFERS or KEEL_TRANSFERS_FILE; npm run demo configures one).')
           : table(
-              ['transfer', 'source', 'target', 'boundary', 'batch size', ''],
+              ['transfer', 'source', 'target', 'boundary', 'batch size', 'schedule', 'running', 'last commit', ''],
               items.map((t) => {
+                const toggle = pauseButton(t, box, async () => {
+                  replace(transfersBox, h('p', { class: 'loading' }, 'Loading…'));
+                  transferSel.replaceChildren(h('option', { value: '' }, 'all transfers'));
+                  await loadTransfers();
+                });
                 const start = h(
                   'button',
                   { type: 'button', class: 'primary small', 'data-test': `start-${t.name}` },
@@ -137,7 +223,17 @@ export function transfersPage(main: HTMLElement): Cleanup {
                   `${t.target.engine} ${t.target.table}`,
                   `${t.boundary.column} (${t.boundary.kind})`,
                   fmtNum(t.batchSize),
-                  start,
+                  t.schedule ?? 'every timer tick',
+                  t.paused
+                    ? h(
+                        'span',
+                        { title: t.pausedReason ?? '' },
+                        badge('paused', 'warn'),
+                        t.changedBy ? ` by ${t.changedBy}` : '',
+                      )
+                    : badge('running', 'ok'),
+                  freshness(t),
+                  h('div', { class: 'actions' }, start, toggle, replayButton(t, box)),
                 ];
               }),
             ),
@@ -231,6 +327,33 @@ export function batchPage(main: HTMLElement, id: string): Cleanup {
         'Resume',
       );
       const reconcile = h('button', { type: 'button' }, 'Reconcile now');
+      const open = !['committed', 'failed'].includes(b.state);
+      const abandon = h(
+        'button',
+        {
+          type: 'button',
+          class: 'danger',
+          disabled: !open,
+          title: open ? '' : 'Only an open batch can be abandoned',
+          'data-test': 'abandon',
+        },
+        'Abandon…',
+      );
+      // Preview first (what the abandon would do, nothing changed), then a confirm, then the abandon itself.
+      abandon.addEventListener(
+        'click',
+        () =>
+          void busy(abandon, box, async () => {
+            const reason = window.prompt(`Abandon batch ${id.slice(0, 8)}: why? (recorded on the batch)`);
+            if (!reason || !reason.trim()) return;
+            const p = await api('POST', `transfers/batches/${id}/abandon`, { reason: reason.trim(), preview: true });
+            if (!p.abandonable) return show(box, 'info', p.effect);
+            if (!window.confirm(`${p.effect}\n\nAbandon it?`)) return;
+            await api('POST', `transfers/batches/${id}/abandon`, { reason: reason.trim() });
+            show(box, 'ok', 'Batch abandoned: failed, its window released. Start a new batch to cover it.');
+            await load();
+          }),
+      );
       resume.addEventListener(
         'click',
         () =>
@@ -263,7 +386,7 @@ export function batchPage(main: HTMLElement, id: string): Cleanup {
             h('strong', { 'data-test': 'state-words' }, STATE_WORDS[b.state] ?? b.state),
           ),
           h('p', { class: 'next-action' }, h('span', { class: 'label' }, 'Next action: '), b.nextAction),
-          h('div', { class: 'actions' }, resume, reconcile),
+          h('div', { class: 'actions' }, resume, reconcile, abandon),
         ),
         h(
           'div',

@@ -1,5 +1,5 @@
 // @keel/client: enqueue Keel jobs from another application — over the HTTP API (function key or Entra token) or
-// inside the producer's own PostgreSQL transaction — typed by a job type map. See README.md.
+// inside the producer's own PostgreSQL or SQL Server transaction — typed by a job type map. See README.md.
 export {
   KeelHttpClient,
   type CallOptions,
@@ -16,6 +16,7 @@ export {
   type TransactionalEnqueueOptions,
   type TransactionalEnqueueResult,
 } from './pg.js';
+export { enqueueInSqlServerTransaction, type MssqlRequestLike } from './mssql.js';
 export {
   jobTypes,
   jobTypesFrom,

@@ -96,6 +96,18 @@ export function applyJobType<J extends { type: string; queue?: string | undefine
       throw new ValidationError(field(prefix, `payload${issuePath(issue.path)}`), issue.message);
     }
     payload = r.data;
+    // The parsed value is what is stored, and the worker checks the stored payload with the same schema before the
+    // handler runs. A schema whose output it does not accept again, or changes again (a type-changing or
+    // non-idempotent transform), would fail every such job as fatal at run time: refuse it here, where it is seen.
+    const again = spec.payload.safeParse(payload);
+    if (!again.success || JSON.stringify(again.data) !== JSON.stringify(payload)) {
+      throw new ValidationError(
+        field(prefix, 'payload'),
+        `the payload schema of job type "${job.type}" does not give back its own output when the worker checks ` +
+          'the stored payload again (a transform that changes the type or the value): make its transforms ' +
+          'idempotent, or move them into the handler',
+      );
+    }
   }
   return { ...job, queue, ...(payload !== undefined ? { payload } : {}) };
 }

@@ -20,41 +20,25 @@
 // Message Sender). Call it only after COMMIT: a message for a job that was rolled back is dropped by the worker
 // (no such job), but it is a wasted wake-up.
 import { IdempotencyConflictError } from './errors.js';
+import type { JobInput, JobTypeMap } from './jobTypes.js';
+import { ValidationError } from './rules.js';
 import {
-  applyJobType,
-  DEFAULT_QUEUE,
-  jobPrefix,
-  unknownTypeError,
-  type JobInput,
-  type JobTypeMap,
-} from './jobTypes.js';
-import { DEFAULT_MAX_PAYLOAD_BYTES, prepareEnqueue, ValidationError, type EnqueueJob } from './rules.js';
+  checkJobs,
+  withWake,
+  type TransactionalEnqueueOptions,
+  type TransactionalEnqueueResult,
+} from './transactional.js';
+
+export {
+  encodeJobMessage,
+  type QueueSender,
+  type TransactionalEnqueueOptions,
+  type TransactionalEnqueueResult,
+} from './transactional.js';
 
 // A pg Client or PoolClient (or anything with the same query method) inside the producer's transaction.
 export interface PgQueryable {
   query(text: string, values?: unknown[]): Promise<{ rows: any[] }>;
-}
-
-// The part of @azure/storage-queue's QueueClient that wake() calls.
-export interface QueueSender {
-  sendMessage(messageText: string, options?: { visibilityTimeout?: number }): Promise<unknown>;
-}
-
-export interface TransactionalEnqueueOptions<M extends JobTypeMap> {
-  jobTypes?: M; // type, queue and payload checks (a type it does not name is refused)
-  maxPayloadBytes?: number; // default 256 KiB, as the app's KEEL_MAX_PAYLOAD_BYTES and keel.max_payload_bytes
-}
-
-export interface TransactionalEnqueueResult {
-  jobs: { id: string; duplicate: boolean }[];
-  // After COMMIT: posts a queue message per new job (not duplicates, not delayed past 7 days); returns how many.
-  wake(queue: QueueSender): Promise<number>;
-}
-
-const MAX_VISIBILITY_DELAY_SECONDS = 7 * 24 * 3600;
-
-export function encodeJobMessage(jobId: string): string {
-  return Buffer.from(JSON.stringify({ jobId }), 'utf8').toString('base64');
 }
 
 export async function enqueueInTransaction<M extends JobTypeMap = JobTypeMap>(
@@ -62,16 +46,7 @@ export async function enqueueInTransaction<M extends JobTypeMap = JobTypeMap>(
   jobs: JobInput<M> | readonly JobInput<M>[],
   opts: TransactionalEnqueueOptions<M> = {},
 ): Promise<TransactionalEnqueueResult> {
-  const list = (Array.isArray(jobs) ? jobs : [jobs]) as readonly JobInput[];
-  const map = opts.jobTypes;
-  const checked: EnqueueJob[] = list.map((job, i) => {
-    const prefix = jobPrefix(i, list.length);
-    if (!map) return { ...job, queue: job.queue ?? DEFAULT_QUEUE };
-    const spec = Object.hasOwn(map, job.type) ? map[job.type] : undefined;
-    if (!spec) throw unknownTypeError(prefix, job.type, Object.keys(map), "add it to the client's jobTypes");
-    return applyJobType(spec, job, prefix); // the parsed payload is stored, as the API stores it
-  });
-  const docs = prepareEnqueue(checked, opts.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES);
+  const { checked, docs } = checkJobs(jobs, opts);
   if (docs.length === 0) return { jobs: [], wake: async () => 0 };
   let rows: any[];
   try {
@@ -83,24 +58,10 @@ export async function enqueueInTransaction<M extends JobTypeMap = JobTypeMap>(
   }
   const ids: string[] = (rows[0]?.job_ids ?? []).map(String);
   const dups: boolean[] = rows[0]?.duplicates ?? [];
-  const result = ids.map((id, i) => ({ id, duplicate: dups[i] === true }));
-  const enqueuedAt = Date.now();
-  return {
-    jobs: result,
-    async wake(queue: QueueSender): Promise<number> {
-      let posted = 0;
-      for (const [i, r] of result.entries()) {
-        if (r.duplicate) continue;
-        const job = checked[i]!;
-        const delayMs = job.runAt ? job.runAt.getTime() - Date.now() : (job.delayMs ?? 0) - (Date.now() - enqueuedAt);
-        const delay = Math.max(0, Math.ceil(delayMs / 1000));
-        if (delay > MAX_VISIBILITY_DELAY_SECONDS) continue; // the dispatcher starts it when it is due
-        await queue.sendMessage(encodeJobMessage(r.id), delay > 0 ? { visibilityTimeout: delay } : {});
-        posted++;
-      }
-      return posted;
-    },
-  };
+  return withWake(
+    ids.map((id, i) => ({ id, duplicate: dups[i] === true })),
+    checked,
+  );
 }
 
 // enqueue_many's refusals as the client's errors: SQLSTATE 22023 "jobs[i].field: message" is a ValidationError,

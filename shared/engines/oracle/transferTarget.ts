@@ -423,19 +423,14 @@ export function toCanonical(ref: string, logical: LogicalType, dataType: string)
   }
 }
 
-// What an ALL_TAB_COLUMNS row (column_name, data_type, data_scale, data_precision, data_length, char_length,
-// char_used, nullable) says the column holds, for prepare's checks (shared/transfer/schema.ts checkColumnFits).
+// An ALL_TAB_COLUMNS row: column_name, data_type, data_scale, data_precision, data_length, char_length, char_used,
+// nullable.
+type TabColumnRow = [string, string, number | null, number | null, number | null, number | null, string | null, string];
+
+// What an ALL_TAB_COLUMNS row (TabColumnRow, perhaps with more columns after) says the column holds, for prepare's
+// checks (shared/transfer/schema.ts checkColumnFits).
 export function oracleColumnFacets(row: readonly unknown[]): TargetColumnFacets {
-  const [, dataType, scale, precision, dataLength, charLength, charUsed, nullable] = row as [
-    string,
-    string,
-    number | null,
-    number | null,
-    number | null,
-    number | null,
-    string | null,
-    string,
-  ];
+  const [, dataType, scale, precision, dataLength, charLength, charUsed, nullable] = row as TabColumnRow;
   const t = dataType.toUpperCase();
   const f: TargetColumnFacets = { declared: t, nullable: nullable !== 'N' };
   if (['VARCHAR2', 'NVARCHAR2', 'CHAR', 'NCHAR'].includes(t)) {
@@ -636,17 +631,7 @@ export class OracleTransferTarget implements TargetAdapter {
     const mapped = mappedColumns(this.t, schema);
     const s = await this.session();
     try {
-      type Row = [
-        string,
-        string,
-        number | null,
-        number | null,
-        number | null,
-        number | null,
-        string | null,
-        string,
-        string | null,
-      ];
+      type Row = [...TabColumnRow, string | null]; // then default_on_null
       const res = await s.run('prepare', (c) =>
         c.execute<Row>(
           `SELECT column_name, data_type, data_scale, data_precision, data_length, char_length, char_used, nullable, default_on_null FROM all_tab_columns WHERE owner = NVL(:owner, USER) AND table_name = :tbl`,

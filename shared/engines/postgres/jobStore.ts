@@ -32,12 +32,14 @@ import type {
   FireResult,
   ScheduleState,
   JobCount,
+  JobFilter,
   CountResult,
   DlqGroupPage,
   WorkerLeases,
 } from '../../jobs/contract.js';
 import { BatchBackedJobStore } from '../../jobs/storeBase.js';
-import { IdempotencyConflictError } from '../../jobs/contract.js';
+import { AUDIT_SCAN_ROWS_DEFAULT, IdempotencyConflictError } from '../../jobs/contract.js';
+import type { AuditEntry, AuditPage, AuditSearch } from '../../jobs/contract.js';
 import {
   camelRows,
   toClaimedJob,
@@ -53,6 +55,7 @@ import {
   type RowCodec,
   toFireResult,
   toScheduleState,
+  toAuditPage,
   toCountResult,
   toDlqGroupPage,
   toWorkerLeases,
@@ -88,6 +91,30 @@ function idempotencyConflict(err: unknown): unknown {
   } catch {
     return err;
   }
+}
+
+// record_audit's arguments from an entry (the same names, snake_case).
+function auditArgs(e: AuditEntry): PostgresArgs<'record_audit'> {
+  return {
+    principal_id: e.principalId,
+    principal_name: e.principalName,
+    tenant_id: e.tenantId,
+    app_id: e.appId,
+    auth_method: e.authMethod,
+    channel: e.channel,
+    role: e.role,
+    required_role: e.requiredRole,
+    http_method: e.httpMethod,
+    action: e.action,
+    target: e.target,
+    summary: e.summary,
+    outcome: e.outcome,
+    status: e.status,
+    reason: e.reason,
+    affected: e.affected,
+    request_id: e.requestId,
+    client_ip: e.clientIp,
+  };
 }
 
 export interface PostgresStoreOptions {
@@ -130,6 +157,18 @@ export async function assertPostgresReady(pool: pg.Pool): Promise<void> {
 }
 
 // pg returns jsonb decoded and text[] as arrays already.
+// The arguments of JOB_FILTER_PARAMS (search_jobs and count_jobs).
+const filterArgs = (f: JobFilter) => ({
+  location: f.location,
+  queue: f.queue ?? null,
+  type: f.type ?? null,
+  tag: f.tag ?? null,
+  state: f.state ?? null,
+  reason: f.reason ?? null,
+  from: f.from ?? null,
+  to: f.to ?? null,
+});
+
 const PG_CODEC: RowCodec = { payload: (v) => v, tags: (v) => (v as string[] | null) ?? [] };
 const num = (v: unknown): number => (v === null || v === undefined ? 0 : Number(v));
 
@@ -404,14 +443,7 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
 
   async searchJobs(s: JobSearch): Promise<JobPage> {
     const rows = await this.call('search_jobs', {
-      location: s.location,
-      queue: s.queue ?? null,
-      type: s.type ?? null,
-      tag: s.tag ?? null,
-      state: s.state ?? null,
-      reason: s.reason ?? null,
-      from: s.from ?? null,
-      to: s.to ?? null,
+      ...filterArgs(s),
       text: s.text ?? null,
       after_id: s.afterId ?? null,
       scan_rows: searchScanRows(s),
@@ -423,18 +455,44 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     return toJobPage(rows, s.limit, (r) => toJobRecord(r, PG_CODEC));
   }
 
-  async countJobs(c: JobCount): Promise<CountResult> {
-    const [r] = await this.call('count_jobs', {
-      location: c.location,
-      queue: c.queue ?? null,
-      type: c.type ?? null,
-      tag: c.tag ?? null,
-      state: c.state ?? null,
-      reason: c.reason ?? null,
-      from: c.from ?? null,
-      to: c.to ?? null,
-      cap: c.cap,
+  async recordAudit(e: AuditEntry): Promise<string> {
+    const [r] = await this.call('record_audit', auditArgs(e));
+    return String(r!.result);
+  }
+
+  async finishAudit(
+    id: string,
+    outcome: 'ok' | 'failed',
+    status: number | null,
+    reason: string | null,
+    affected: number | null,
+  ): Promise<boolean> {
+    const [r] = await this.call('finish_audit', { id, outcome, status, reason, affected });
+    return r!.result === true;
+  }
+
+  async searchAudit(s: AuditSearch): Promise<AuditPage> {
+    const rows = await this.call('search_audit', {
+      from: s.from ?? null,
+      to: s.to ?? null,
+      principal: s.principal ?? null,
+      action: s.action ?? null,
+      target: s.target ?? null,
+      outcome: s.outcome ?? null,
+      before_id: s.beforeId ?? null,
+      scan_rows: s.scanRows ?? AUDIT_SCAN_ROWS_DEFAULT,
+      limit: s.limit,
     });
+    return toAuditPage(rows, s.limit);
+  }
+
+  async purgeAudit(olderThan: Date, batchSize: number): Promise<number> {
+    const [r] = await this.call('purge_audit', { older_than: olderThan, batch_size: batchSize });
+    return num(r!.result);
+  }
+
+  async countJobs(c: JobCount): Promise<CountResult> {
+    const [r] = await this.call('count_jobs', { ...filterArgs(c), cap: c.cap });
     return toCountResult(r!);
   }
 

@@ -12,6 +12,18 @@ export interface PgFunction<P extends JobProcedure> {
   returns: 'rows' | PgType; // 'rows': returns table / setof; otherwise a single value of that type
 }
 
+// The parameters of JOB_FILTER_PARAMS (search_jobs and count_jobs).
+const JOB_FILTER = {
+  location: 'text',
+  queue: 'text',
+  type: 'text',
+  tag: 'text',
+  state: 'text',
+  reason: 'text',
+  from: 'timestamptz',
+  to: 'timestamptz',
+} as const;
+
 export const POSTGRES_FUNCTIONS: { [P in JobProcedure]: PgFunction<P> } = {
   enqueue_many: { params: { jobs: 'jsonb' }, returns: 'rows' },
   claim_next: {
@@ -75,14 +87,7 @@ export const POSTGRES_FUNCTIONS: { [P in JobProcedure]: PgFunction<P> } = {
   get_job: { params: { job_id: 'bigint' }, returns: 'rows' },
   search_jobs: {
     params: {
-      location: 'text',
-      queue: 'text',
-      type: 'text',
-      tag: 'text',
-      state: 'text',
-      reason: 'text',
-      from: 'timestamptz',
-      to: 'timestamptz',
+      ...JOB_FILTER,
       text: 'text',
       after_id: 'bigint',
       scan_rows: 'integer',
@@ -94,17 +99,7 @@ export const POSTGRES_FUNCTIONS: { [P in JobProcedure]: PgFunction<P> } = {
     returns: 'rows',
   },
   count_jobs: {
-    params: {
-      location: 'text',
-      queue: 'text',
-      type: 'text',
-      tag: 'text',
-      state: 'text',
-      reason: 'text',
-      from: 'timestamptz',
-      to: 'timestamptz',
-      cap: 'integer',
-    },
+    params: { ...JOB_FILTER, cap: 'integer' },
     returns: 'rows',
   },
   dlq_groups: { params: { queue: 'text', offset: 'integer', limit: 'integer' }, returns: 'rows' },
@@ -115,6 +110,48 @@ export const POSTGRES_FUNCTIONS: { [P in JobProcedure]: PgFunction<P> } = {
     params: { name: 'text', expected_tick: 'timestamptz', tick: 'timestamptz', jobs: 'jsonb' },
     returns: 'rows',
   },
+  record_audit: {
+    params: {
+      principal_id: 'text',
+      principal_name: 'text',
+      tenant_id: 'text',
+      app_id: 'text',
+      auth_method: 'text',
+      channel: 'text',
+      role: 'text',
+      required_role: 'text',
+      http_method: 'text',
+      action: 'text',
+      target: 'text',
+      summary: 'text',
+      outcome: 'text',
+      status: 'integer',
+      reason: 'text',
+      affected: 'bigint',
+      request_id: 'text',
+      client_ip: 'text',
+    },
+    returns: 'bigint',
+  },
+  finish_audit: {
+    params: { id: 'bigint', outcome: 'text', status: 'integer', reason: 'text', affected: 'bigint' },
+    returns: 'boolean',
+  },
+  search_audit: {
+    params: {
+      from: 'timestamptz',
+      to: 'timestamptz',
+      principal: 'text',
+      action: 'text',
+      target: 'text',
+      outcome: 'text',
+      before_id: 'bigint',
+      scan_rows: 'integer',
+      limit: 'integer',
+    },
+    returns: 'rows',
+  },
+  purge_audit: { params: { older_than: 'timestamptz', batch_size: 'integer' }, returns: 'bigint' },
 };
 
 // The arguments of one call: exactly the procedure's parameters (by their JOB_PROCEDURES names).

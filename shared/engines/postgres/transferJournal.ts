@@ -11,6 +11,7 @@ import {
   type BatchPatch,
   type BatchRecord,
   type NewBatch,
+  type TransferControl,
   type TransferJournal,
 } from '../../transfer/journal.js';
 import type { BatchState, SchemaColumn } from '../../transfer/types.js';
@@ -20,6 +21,16 @@ import { countPoolError } from '../poolErrors.js';
 const STAMPS = new Set(['extracted_at', 'staged_at', 'apply_started_at', 'committed_at', 'failed_at']);
 
 const num = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
+
+function rowToControl(r: Record<string, unknown>): TransferControl {
+  return {
+    transferName: String(r.transfer_name),
+    paused: r.paused === true,
+    reason: (r.reason as string | null) ?? null,
+    changedBy: (r.changed_by as string | null) ?? null,
+    changedAt: r.changed_at as Date,
+  };
+}
 
 export function rowToBatch(r: Record<string, unknown>): BatchRecord {
   return {
@@ -253,6 +264,26 @@ export class PostgresTransferJournal implements TransferJournal {
       Math.max(1, Math.min(limit, 1000)),
     ]);
     return res.rows.map(rowToBatch);
+  }
+
+  async setPaused(
+    transferName: string,
+    paused: boolean,
+    reason: string | null,
+    changedBy: string | null,
+  ): Promise<TransferControl> {
+    const res = await this.pool.query(`select * from keel.transfer_control_set($1, $2, $3, $4)`, [
+      transferName,
+      paused,
+      reason,
+      changedBy,
+    ]);
+    return rowToControl(res.rows[0]);
+  }
+
+  async controls(): Promise<TransferControl[]> {
+    const res = await this.pool.query(`select * from keel.transfer_control_list()`);
+    return res.rows.map(rowToControl);
   }
 
   async close(): Promise<void> {

@@ -118,14 +118,15 @@ export class PostgresTransferSource implements SourceAdapter {
     }
     params.push(maxRows);
     // A key window on a single unique integer key: (low, min(first + maxRows - 1, last)] holds at most maxRows rows
-    // and is found from the two ends of the index, without walking maxRows entries.
+    // and is found from the two ends of the index, without walking maxRows entries. The sum is numeric: in bigint,
+    // a first key within maxRows of 2^63 - 1 would overflow (22003) and stop the transfer at its last keys.
     const uniqueIntegerKey =
       this.t.boundary.kind === 'key' &&
       this.t.keyColumns.length === 1 &&
       this.t.keyColumns[0] === this.t.boundary.column;
     const res = uniqueIntegerKey
       ? await this.pool.query(
-          `select (least(min(${b}) + ($${params.length}::bigint - 1), max(${b})))::text as high from ${this.from} where ${conds.join(' and ')}`,
+          `select (least(min(${b})::numeric + ($${params.length}::bigint - 1), max(${b})))::text as high from ${this.from} where ${conds.join(' and ')}`,
           params,
         )
       : await this.pool.query(

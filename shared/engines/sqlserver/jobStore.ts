@@ -33,12 +33,14 @@ import type {
   FireResult,
   ScheduleState,
   JobCount,
+  JobFilter,
   CountResult,
   DlqGroupPage,
   WorkerLeases,
 } from '../../jobs/contract.js';
 import { BatchBackedJobStore } from '../../jobs/storeBase.js';
-import { IdempotencyConflictError } from '../../jobs/contract.js';
+import { AUDIT_SCAN_ROWS_DEFAULT, IdempotencyConflictError } from '../../jobs/contract.js';
+import type { AuditEntry, AuditPage, AuditSearch } from '../../jobs/contract.js';
 import {
   camelKeys,
   toClaimedJob,
@@ -53,6 +55,7 @@ import {
   type RowCodec,
   toFireResult,
   toScheduleState,
+  toAuditPage,
   toCountResult,
   toDlqGroupPage,
   toWorkerLeases,
@@ -83,6 +86,17 @@ export type ProcedureParams<P extends JobProcedure> = { [K in ParamNames<P>]: un
 type ParamTypes = { [P in JobProcedure]: { [K in ParamNames<P>]: ParamType } };
 
 const MAX = sql.MAX;
+// The parameters of JOB_FILTER_PARAMS (SearchJobs and CountJobs).
+const JOB_FILTER = {
+  Location: sql.VarChar(10),
+  Queue: sql.NVarChar(128),
+  Type: sql.NVarChar(256),
+  Tag: sql.NVarChar(64),
+  State: sql.VarChar(10),
+  Reason: sql.VarChar(16),
+  From: sql.DateTime2(3),
+  To: sql.DateTime2(3),
+};
 export const SQLSERVER_PARAMS: ParamTypes = {
   enqueue_many: { Jobs: sql.NVarChar(MAX) },
   claim_next: { WorkerId: sql.NVarChar(200), Queues: sql.NVarChar(MAX), Limit: sql.Int, LeaseSeconds: sql.Int },
@@ -113,17 +127,7 @@ export const SQLSERVER_PARAMS: ParamTypes = {
   stats: {},
   metrics: { WindowMinutes: sql.Int, Queue: sql.NVarChar(128) },
   list_queues: { Name: sql.NVarChar(128) },
-  count_jobs: {
-    Location: sql.VarChar(10),
-    Queue: sql.NVarChar(128),
-    Type: sql.NVarChar(256),
-    Tag: sql.NVarChar(64),
-    State: sql.VarChar(10),
-    Reason: sql.VarChar(16),
-    From: sql.DateTime2(3),
-    To: sql.DateTime2(3),
-    Cap: sql.Int,
-  },
+  count_jobs: { ...JOB_FILTER, Cap: sql.Int },
   dlq_groups: { Queue: sql.NVarChar(128), Offset: sql.Int, Limit: sql.Int },
   list_workers: {},
   list_schedules: { Name: sql.NVarChar(100) },
@@ -148,14 +152,7 @@ export const SQLSERVER_PARAMS: ParamTypes = {
   },
   get_job: { JobId: sql.BigInt },
   search_jobs: {
-    Location: sql.VarChar(10),
-    Queue: sql.NVarChar(128),
-    Type: sql.NVarChar(256),
-    Tag: sql.NVarChar(64),
-    State: sql.VarChar(10),
-    Reason: sql.VarChar(16),
-    From: sql.DateTime2(3),
-    To: sql.DateTime2(3),
+    ...JOB_FILTER,
     Text: sql.NVarChar(400),
     AfterId: sql.BigInt,
     ScanRows: sql.Int,
@@ -164,6 +161,45 @@ export const SQLSERVER_PARAMS: ParamTypes = {
     IdempotencyKey: sql.NVarChar(400),
     Oldest: sql.Bit,
   },
+  record_audit: {
+    PrincipalId: sql.NVarChar(128),
+    PrincipalName: sql.NVarChar(256),
+    TenantId: sql.NVarChar(64),
+    AppId: sql.NVarChar(64),
+    AuthMethod: sql.VarChar(10),
+    Channel: sql.VarChar(8),
+    Role: sql.VarChar(10),
+    RequiredRole: sql.VarChar(10),
+    HttpMethod: sql.VarChar(8),
+    Action: sql.NVarChar(64),
+    Target: sql.NVarChar(400),
+    Summary: sql.NVarChar(2000),
+    Outcome: sql.VarChar(8),
+    Status: sql.Int,
+    Reason: sql.NVarChar(1000),
+    Affected: sql.BigInt,
+    RequestId: sql.NVarChar(128),
+    ClientIp: sql.NVarChar(64),
+  },
+  finish_audit: {
+    Id: sql.BigInt,
+    Outcome: sql.VarChar(8),
+    Status: sql.Int,
+    Reason: sql.NVarChar(1000),
+    Affected: sql.BigInt,
+  },
+  search_audit: {
+    From: sql.DateTime2(3),
+    To: sql.DateTime2(3),
+    Principal: sql.NVarChar(256),
+    Action: sql.NVarChar(64),
+    Target: sql.NVarChar(400),
+    Outcome: sql.VarChar(8),
+    BeforeId: sql.BigInt,
+    ScanRows: sql.Int,
+    Limit: sql.Int,
+  },
+  purge_audit: { OlderThan: sql.DateTime2(3), BatchSize: sql.Int },
 };
 
 export function sqlServerProcedureName(proc: JobProcedure): string {
@@ -182,6 +218,18 @@ export function assertProcedureParams(proc: JobProcedure, names: readonly string
 
 // ---------------------------------------------------------------------------------------------------------------
 type Row = Record<string, unknown>;
+
+// The arguments of JOB_FILTER_PARAMS (SearchJobs and CountJobs).
+const filterArgs = (f: JobFilter) => ({
+  Location: f.location,
+  Queue: f.queue ?? null,
+  Type: f.type ?? null,
+  Tag: f.tag ?? null,
+  State: f.state ?? null,
+  Reason: f.reason ?? null,
+  From: f.from ?? null,
+  To: f.to ?? null,
+});
 
 const num = (v: unknown): number => (v === null || v === undefined ? 0 : Number(v));
 const json = (v: unknown): unknown => (v === null || v === undefined ? null : JSON.parse(String(v)));
@@ -601,14 +649,7 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     const rows = await this.call(
       'search_jobs',
       {
-        Location: s.location,
-        Queue: s.queue ?? null,
-        Type: s.type ?? null,
-        Tag: s.tag ?? null,
-        State: s.state ?? null,
-        Reason: s.reason ?? null,
-        From: s.from ?? null,
-        To: s.to ?? null,
+        ...filterArgs(s),
         Text: s.text ?? null,
         AfterId: s.afterId ?? null,
         ScanRows: scanRows,
@@ -622,22 +663,77 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     return toJobPage(rows, s.limit, jobRecord);
   }
 
-  async countJobs(c: JobCount): Promise<CountResult> {
+  // Not retried: a retry after a lost reply would add a second row for one call.
+  async recordAudit(e: AuditEntry): Promise<string> {
     const [r] = await this.call(
-      'count_jobs',
+      'record_audit',
       {
-        Location: c.location,
-        Queue: c.queue ?? null,
-        Type: c.type ?? null,
-        Tag: c.tag ?? null,
-        State: c.state ?? null,
-        Reason: c.reason ?? null,
-        From: c.from ?? null,
-        To: c.to ?? null,
-        Cap: c.cap,
+        PrincipalId: e.principalId,
+        PrincipalName: e.principalName,
+        TenantId: e.tenantId,
+        AppId: e.appId,
+        AuthMethod: e.authMethod,
+        Channel: e.channel,
+        Role: e.role,
+        RequiredRole: e.requiredRole,
+        HttpMethod: e.httpMethod,
+        Action: e.action,
+        Target: e.target,
+        Summary: e.summary,
+        Outcome: e.outcome,
+        Status: e.status,
+        Reason: e.reason,
+        Affected: e.affected,
+        RequestId: e.requestId,
+        ClientIp: e.clientIp,
+      },
+      'once',
+    );
+    return String(r!.Result);
+  }
+
+  // Safe to repeat: only a started row changes, once.
+  async finishAudit(
+    id: string,
+    outcome: 'ok' | 'failed',
+    status: number | null,
+    reason: string | null,
+    affected: number | null,
+  ): Promise<boolean> {
+    const [r] = await this.call(
+      'finish_audit',
+      { Id: id, Outcome: outcome, Status: status, Reason: reason, Affected: affected },
+      'safe',
+    );
+    return r!.Result === true || r!.Result === 1;
+  }
+
+  async searchAudit(s: AuditSearch): Promise<AuditPage> {
+    const rows = await this.call(
+      'search_audit',
+      {
+        From: s.from ?? null,
+        To: s.to ?? null,
+        Principal: s.principal ?? null,
+        Action: s.action ?? null,
+        Target: s.target ?? null,
+        Outcome: s.outcome ?? null,
+        BeforeId: s.beforeId ?? null,
+        ScanRows: s.scanRows ?? AUDIT_SCAN_ROWS_DEFAULT,
+        Limit: s.limit,
       },
       'safe',
     );
+    return toAuditPage(rows, s.limit);
+  }
+
+  async purgeAudit(olderThan: Date, batchSize: number): Promise<number> {
+    const [r] = await this.call('purge_audit', { OlderThan: olderThan, BatchSize: batchSize }, 'safe');
+    return num(r!.Result);
+  }
+
+  async countJobs(c: JobCount): Promise<CountResult> {
+    const [r] = await this.call('count_jobs', { ...filterArgs(c), Cap: c.cap }, 'safe');
     return toCountResult(camelKeys(r!));
   }
 

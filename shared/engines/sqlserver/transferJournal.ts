@@ -10,6 +10,7 @@ import {
   type BatchPatch,
   type BatchRecord,
   type NewBatch,
+  type TransferControl,
   type TransferJournal,
 } from '../../transfer/journal.js';
 import type { BatchState, SchemaColumn } from '../../transfer/types.js';
@@ -43,6 +44,16 @@ function toRecord(r: Record<string, unknown>): BatchRecord {
     applyStartedAt: (r.ApplyStartedAt as Date | null) ?? null,
     committedAt: (r.CommittedAt as Date | null) ?? null,
     failedAt: (r.FailedAt as Date | null) ?? null,
+  };
+}
+
+function toControl(r: Record<string, unknown>): TransferControl {
+  return {
+    transferName: String(r.TransferName),
+    paused: r.Paused === true || r.Paused === 1,
+    reason: (r.Reason as string | null) ?? null,
+    changedBy: (r.ChangedBy as string | null) ?? null,
+    changedAt: r.ChangedAt as Date,
   };
 }
 
@@ -179,6 +190,27 @@ export class SqlServerTransferJournal implements TransferJournal {
     req.input('Limit', sql.Int, Math.max(1, Math.min(limit, 1000)));
     const res = await req.execute('keel.TransferBatchStale');
     return ((res.recordset ?? []) as Record<string, unknown>[]).map(toRecord);
+  }
+
+  async setPaused(
+    transferName: string,
+    paused: boolean,
+    reason: string | null,
+    changedBy: string | null,
+  ): Promise<TransferControl> {
+    const req = await this.pool.request();
+    req.input('TransferName', sql.NVarChar(64), transferName);
+    req.input('Paused', sql.Bit, paused);
+    req.input('Reason', sql.NVarChar(2000), reason);
+    req.input('ChangedBy', sql.NVarChar(256), changedBy);
+    const res = await req.execute('keel.TransferControlSet');
+    return toControl((res.recordset ?? [])[0] as Record<string, unknown>);
+  }
+
+  async controls(): Promise<TransferControl[]> {
+    const req = await this.pool.request();
+    const res = await req.execute('keel.TransferControlList');
+    return ((res.recordset ?? []) as Record<string, unknown>[]).map(toControl);
   }
 
   async close(): Promise<void> {

@@ -1,0 +1,78 @@
+// Alerts and freshness (issue 26, item 5), through the functions' real entry points: a failing scheduled start
+// (schema drift found when the timer creates the batch) and a failed batch each emit their event once; the timer
+// and commits report the freshness gauge (0 when caught up, behind since the last commit otherwise). The facade's
+// output (names, dimensions, the gauge's growth) is tested in test/telemetry/telemetry.test.ts; here, what calls it.
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { ops } from '../../functions/ops.js';
+import { transferTimer } from '../../functions/transferTimer.js';
+import { telemetry } from '../../shared/telemetry/index.js';
+import { context, jsonOf, request, timer } from './support.js';
+import { useItemsTransfer } from './itemsTransfer.js';
+
+const fx = useItemsTransfer({
+  label: 'fn_alert',
+  rows: 15,
+  batchSize: 10,
+  env: { KEEL_SCHEDULED_TRANSFERS: '*' },
+});
+const { pump } = fx;
+afterEach(() => vi.restoreAllMocks());
+
+describe('transfer alerts and freshness', () => {
+  it('freshness: behind since the commit of a full window, caught up after the last one and when nothing is new', async () => {
+    const fresh = vi.spyOn(telemetry, 'transferFreshness');
+    await transferTimer(timer, context('transferTimer'));
+    // The timer's own report: behind (a batch was created, nothing committed yet).
+    expect(fresh).toHaveBeenLastCalledWith({ transfer: 'items', behindSince: expect.any(Number) });
+    fresh.mockClear();
+    await pump(); // 10 rows (full window: behind since that commit), then 5 (caught up)
+    const reports = fresh.mock.calls.map((c) => c[0]);
+    expect(reports).toHaveLength(2);
+    expect(reports[0]!.behindSince).toBeGreaterThan(Date.now() - 60_000);
+    expect(reports[1]).toEqual({ transfer: 'items', behindSince: null });
+    fresh.mockClear();
+    await transferTimer(timer, context('transferTimer'));
+    expect(fresh.mock.calls.map((c) => c[0])).toEqual([{ transfer: 'items', behindSince: null }]);
+  });
+
+  it('a failed batch emits one batch_failed event with its code', async () => {
+    const failed = vi.spyOn(telemetry, 'transferBatchFailed');
+    await fx.source.query(`insert into public.items select n, 'item-' || n from generate_series(16, 18) n`);
+    const started = jsonOf(
+      await ops(request('POST', 'transfers/items/start', { body: {}, operator: true }), context('ops')),
+    );
+    const id = started.batch.batchId as string;
+    fx.t.queues.clear();
+    const res = await ops(
+      request('POST', `transfers/batches/${id}/abandon`, { body: { reason: 'test' }, operator: true }),
+      context('ops'),
+    );
+    expect(res.status).toBe(200);
+    // Abandoning it again changes nothing and reports nothing.
+    await ops(
+      request('POST', `transfers/batches/${id}/abandon`, { body: { reason: 'test' }, operator: true }),
+      context('ops'),
+    );
+    expect(failed.mock.calls.map((c) => c[0])).toEqual([{ transfer: 'items', batchId: id, code: 'invalid_state' }]);
+  });
+
+  it('schema drift found when the timer creates a batch: a start_failed event at every tick, and the freshness keeps its last commit', async () => {
+    const startFailed = vi.spyOn(telemetry, 'transferStartFailed');
+    const fresh = vi.spyOn(telemetry, 'transferFreshness');
+    await fx.source.query(`alter table public.items alter column id type integer`);
+    for (let i = 0; i < 2; i++) await transferTimer(timer, context('transferTimer'));
+    expect(startFailed.mock.calls.map((c) => c[0])).toEqual(
+      Array(2).fill({
+        transfer: 'items',
+        source: 'timer',
+        code: 'schema_drift',
+        message: expect.stringContaining('acceptSchemaHash'),
+      }),
+    );
+    const last = (await fx.t.rt.transfers!.transferStates()).find((s) => s.name === 'items')!;
+    expect(fresh).toHaveBeenLastCalledWith({
+      transfer: 'items',
+      behindSince: Date.parse(last.lastCommitted!.committedAt!),
+    });
+  });
+});
