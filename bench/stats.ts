@@ -64,7 +64,7 @@ try {
   const unbounded = (location: 'archive' | 'dlq') =>
     timeOf(3, () =>
       store.pool.query(
-        `select * from keel.search_jobs($1, null, null, null, null, null, null, null, 'no-such-text', null, null, 50)`,
+        `select * from keel.search_jobs($1, null, null, null, null, null, null, null, 'no-such-text', null, null, 50, null, null, false)`,
         [location],
       ),
     );

@@ -1,6 +1,7 @@
 // The job store contract: the one interface every engine (PostgreSQL, SQL Server) implements.
 import type { JobProgress } from './progress.js';
 import type { JobLogLine } from './jobLog.js';
+import type { JobAttempt } from './attempts.js';
 // Every owner-scoped call takes (jobId, leaseId); a stale lease is reported as 'lease_lost', never thrown.
 
 export type JobId = string; // bigint in the database; strings keep 64-bit ids exact in JavaScript
@@ -218,6 +219,12 @@ export interface JobRecord {
   // archived jobs: what the handler returned (undefined: returned nothing). getJob only: searches leave it out.
   result?: unknown;
   logs?: JobLogLine[]; // the job's own ctx.log lines, oldest first (newest KEEL_JOB_LOG_LINES); getJob only
+  // The attempts that ended without success, oldest first (newest JOB_ATTEMPTS_KEPT); getJob only. jobTimeline()
+  // adds the archived success or the running attempt.
+  attemptLog?: JobAttempt[];
+  maxAttempts: number | null; // the job's own limit; null: its type's, else its queue's applies
+  leaseExpiresAt: Date | null; // hot jobs: when the claim's lease runs out
+  heartbeatAt: Date | null; // hot jobs: the running attempt's last heartbeat
 }
 
 // What a search and a bounded count filter on.
@@ -234,7 +241,10 @@ export interface JobFilter {
 
 export interface JobSearch extends JobFilter {
   text?: string; // substring of payload text or last error
-  afterId?: JobId; // keyset paging: ids lower than this (newest first)
+  priority?: number; // exactly this priority
+  idempotencyKey?: string; // exactly this key: the jobs that share it (per queue and type)
+  order?: 'newest' | 'oldest'; // by id; default newest first
+  afterId?: JobId; // keyset paging: ids past this one in the chosen order (lower when newest first)
   // Archive and DLQ searches (with or without text) examine at most this many rows per call (the next ids below
   // afterId; default TEXT_SEARCH_SCAN_ROWS, at most TEXT_SEARCH_SCAN_ROWS_MAX), so they cost the same at any table
   // size. Allowed only on those searches.

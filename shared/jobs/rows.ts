@@ -24,6 +24,7 @@ import type {
 import { TEXT_SEARCH_SCAN_ROWS } from './contract.js';
 import type { JobProgress } from './progress.js';
 import type { JobLogLine } from './jobLog.js';
+import { splitJobLog } from './attempts.js';
 
 export type Row = Record<string, unknown>;
 
@@ -134,7 +135,21 @@ export function toJobRecord(r: Row, codec: RowCodec): JobRecord {
     workerId: textOrNull(r.workerId),
     progress: r.progress === null || r.progress === undefined ? null : (codec.payload(r.progress) as JobProgress),
     ...(r.result === null || r.result === undefined ? {} : { result: codec.payload(r.result) }),
-    ...(r.logs === null || r.logs === undefined ? {} : { logs: codec.payload(r.logs) as JobLogLine[] }),
+    ...jobLog(r.logs, codec),
+    maxAttempts: numOrNull(r.maxAttempts),
+    leaseExpiresAt: dateOrNull(r.leaseExpiresAt),
+    heartbeatAt: dateOrNull(r.heartbeatAt),
+  };
+}
+
+// The log column holds ctx.log lines and recorded attempts (shared/jobs/attempts.ts): each goes to its own field,
+// and a field with nothing in it is left out.
+function jobLog(raw: unknown, codec: RowCodec): Pick<JobRecord, 'logs' | 'attemptLog'> {
+  if (raw === null || raw === undefined) return {};
+  const { lines, attempts } = splitJobLog(codec.payload(raw));
+  return {
+    ...(lines.length ? { logs: lines as JobLogLine[] } : {}),
+    ...(attempts.length ? { attemptLog: attempts } : {}),
   };
 }
 

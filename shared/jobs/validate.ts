@@ -262,6 +262,10 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
     // Longer text would be cut to the engine's parameter size and match something else.
     if (search.tag !== undefined) assertText('tag', search.tag, LIMITS.tagLength);
     if (search.text !== undefined) assertText('text', search.text, LIMITS.searchTextLength);
+    if (search.priority !== undefined && !(Number.isInteger(search.priority) && Math.abs(search.priority) <= 1_000_000))
+      throw new ValidationError('priority', 'must be an integer from -1000000 to 1000000');
+    if (search.idempotencyKey !== undefined) assertText('idempotencyKey', search.idempotencyKey, 200);
+    if (search.order !== undefined) assertOneOf('order', search.order, ['newest', 'oldest'] as const);
     if (search.scanRows !== undefined) {
       // Only archive and DLQ searches scan a bounded number of rows (rows.ts: searchScanRows).
       if (search.location === 'hot') throw new ValidationError('scanRows', 'applies to archive and DLQ searches only');

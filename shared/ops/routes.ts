@@ -11,6 +11,7 @@ import type {
 import type { JobRequest } from '../jobs/typedEnqueue.js';
 import { purgeInBatches } from '../jobs/maintenance.js';
 import { LIMITS } from '../jobs/validate.js';
+import { DEFAULT_MAX_ATTEMPTS, jobTimeline } from '../jobs/attempts.js';
 import { IdempotencyConflictError } from '../jobs/contract.js';
 import { OpsError, conflict, invalid, notFound } from './errors.js';
 import { route, type OpsRoute } from './router.js';
@@ -351,7 +352,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     path: '/jobs',
     operationId: 'searchJobs',
     summary:
-      'Search hot, archive or DLQ jobs by queue, type, tag, state, reason, time range and text; newest first, keyset paging; payload previews (the full payload: GET /jobs/{id})',
+      'Search hot, archive or DLQ jobs by queue, type, tag, state, reason, priority, idempotency key, time range and text; newest or oldest first, keyset paging; payload previews (the full payload: GET /jobs/{id})',
     tag: 'jobs',
     role: 'reader',
     query: s.jobSearchQuery,
@@ -377,6 +378,9 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
         ...(query.from ? { from: new Date(query.from) } : {}),
         ...(query.to ? { to: new Date(query.to) } : {}),
         ...(query.text ? { text: query.text } : {}),
+        ...(query.priority !== undefined ? { priority: query.priority } : {}),
+        ...(query.idempotencyKey ? { idempotencyKey: query.idempotencyKey } : {}),
+        ...(query.order === 'oldest' ? { order: 'oldest' as const } : {}),
         ...(query.afterId ? { afterId: query.afterId } : {}),
         ...(query.scanRows !== undefined ? { scanRows: query.scanRows } : {}),
         limit: query.limit,
@@ -400,7 +404,13 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     async handle({ rt, params }) {
       const job = await rt.store.getJob(params.id);
       if (!job) throw notFound(`job ${params.id}`);
-      return { body: job };
+      // "attempt n of max": the job's own limit, else its handler's, else its queue's (as zombie rescue decides).
+      const attemptLimit =
+        job.maxAttempts ??
+        rt.registry.maxAttemptsByType()[job.type] ??
+        (await rt.store.getQueue(job.queue))?.maxAttempts ??
+        DEFAULT_MAX_ATTEMPTS;
+      return { body: { ...job, timeline: jobTimeline(job), attemptLimit } };
     },
   }),
   route({

@@ -68,6 +68,25 @@ export const jobSearchQuery = z.strictObject({
   from: isoDate.optional(),
   to: isoDate.optional(),
   text: storableText(1, LIMITS.searchTextLength).optional(),
+  priority: z
+    .string()
+    .regex(/^-?\d+$/, 'must be an integer')
+    .transform(Number)
+    .pipe(z.number().int().min(-1_000_000).max(1_000_000))
+    .optional()
+    .meta({
+      type: 'integer',
+      minimum: -1_000_000,
+      maximum: 1_000_000,
+      pattern: undefined,
+      description: 'exactly this priority',
+    }),
+  idempotencyKey: storableText(1, 200)
+    .optional()
+    .describe(
+      "exactly this idempotency key: a job's siblings (keys are unique per queue and type among hot jobs only)",
+    ),
+  order: z.enum(['newest', 'oldest']).default('newest').describe('by id: newest (default) or oldest first'),
   afterId: jobId.optional(),
   scanRows: z
     .string()
@@ -204,6 +223,24 @@ export const batchParams = z.strictObject({ id: batchId });
 // Response shapes, for the OpenAPI document (handlers build these bodies; the schemas describe them).
 const dateTime = z.string().meta({ format: 'date-time' });
 export const out = (() => {
+  const attempt = z.object({
+    attempt: z.number().int(),
+    worker: z.string().nullable(),
+    startedAt: dateTime.nullable(),
+    endedAt: dateTime.nullable().describe('null while running'),
+    outcome: z.enum([
+      'retried',
+      'interrupted',
+      'zombie',
+      'exhausted',
+      'fatal',
+      'timeout',
+      'cancelled',
+      'succeeded',
+      'running',
+    ]),
+    error: z.string().nullable().describe('cut to 2,000 characters'),
+  });
   const job = z.object({
     id: z.string().describe('job id (a 64-bit integer as a string)'),
     location: location,
@@ -254,6 +291,15 @@ export const out = (() => {
       )
       .optional()
       .describe("the job's own ctx.log lines, oldest first (its newest KEEL_JOB_LOG_LINES); GET /jobs/{id} only"),
+    attemptLog: z
+      .array(attempt)
+      .optional()
+      .describe(
+        'the attempts that ended without success, oldest first (the newest 100), recorded by the move that ended each; GET /jobs/{id} only',
+      ),
+    maxAttempts: z.number().int().nullable().describe("the job's own limit; null: its type's, else its queue's"),
+    leaseExpiresAt: dateTime.nullable().describe("hot jobs: when the claim's lease runs out"),
+    heartbeatAt: dateTime.nullable().describe("hot jobs: the running attempt's last heartbeat"),
   });
   const enqueued = z.object({
     id: z.string(),
@@ -326,11 +372,19 @@ export const out = (() => {
       created: z.boolean().describe('true: the queue had no settings yet (first use)'),
     }),
     enqueue: z.union([enqueued, z.object({ jobs: z.array(enqueued) })]),
-    job: job,
+    job: job.extend({
+      timeline: z
+        .array(attempt)
+        .describe('every attempt, oldest first: attemptLog, then the archived success or the attempt running now'),
+      attemptLimit: z
+        .number()
+        .int()
+        .describe("the attempts the job may use: its own maxAttempts, else its type's, else its queue's"),
+    }),
     jobPage: z.object({
       location: location,
       items: z.array(
-        job.omit({ payload: true, result: true, logs: true }).extend({
+        job.omit({ payload: true, result: true, logs: true, attemptLog: true }).extend({
           payloadBytes: z.number().int().describe("size of the payload's JSON text in bytes"),
           payloadPreview: z.string().describe("the payload's JSON text, cut to its first 200 characters"),
           payloadTruncated: z.boolean().describe('the preview is cut: GET /jobs/{id} has the whole payload'),

@@ -10,6 +10,45 @@ SET ANSI_NULLS ON;
 SET QUOTED_IDENTIFIER ON;
 GO
 
+-- WithAttempt: @Logs (a job's Logs) with one attempt entry appended, {kind: 'attempt', attempt, worker, startedAt,
+-- endedAt, outcome, error (cut to 2,000 characters)}, keeping the newest 100 attempt entries (the ctx.log lines are
+-- left as they are: AppendJobLog bounds them). Called by the move that ends an attempt without success (HandBack,
+-- DeadLetter for a processing row, RescueZombies), in its own statement: no extra round trip, and nothing on a
+-- successful completion (the archive row is that attempt). The twin of keel._with_attempt on PostgreSQL.
+-- A pure function of its arguments (it reads and writes no table), so it needs no DENY: calling it changes nothing.
+CREATE OR ALTER FUNCTION keel.WithAttempt(
+  @Logs NVARCHAR(MAX),
+  @Attempt INT,
+  @WorkerId NVARCHAR(200),
+  @StartedAt DATETIME2(3),
+  @EndedAt DATETIME2(3),
+  @Outcome VARCHAR(16),
+  @Error NVARCHAR(MAX))
+RETURNS NVARCHAR(MAX)
+AS
+BEGIN
+  DECLARE @Entry nvarchar(max) = (
+    SELECT 'attempt' AS kind, @Attempt AS attempt, @WorkerId AS worker,
+           CONVERT(varchar(30), @StartedAt, 126) + 'Z' AS startedAt, CONVERT(varchar(30), @EndedAt, 126) + 'Z' AS endedAt,
+           @Outcome AS outcome, IIF(LEN(@Error) > 2000, LEFT(@Error, 2000) + N'…', @Error) AS error
+    FOR JSON PATH, WITHOUT_ARRAY_WRAPPER, INCLUDE_NULL_VALUES);
+  DECLARE @Out nvarchar(max);
+  WITH Lines AS (
+    SELECT CONVERT(int, e.[key]) AS Ord, e.[value] AS Line FROM OPENJSON(ISNULL(@Logs, N'[]')) AS e
+    UNION ALL
+    SELECT 2147483647, @Entry
+  ), Numbered AS (
+    SELECT Ord, Line, IIF(JSON_VALUE(Line, '$.kind') = 'attempt', 1, 0) AS IsAttempt,
+           ROW_NUMBER() OVER (PARTITION BY IIF(JSON_VALUE(Line, '$.kind') = 'attempt', 1, 0) ORDER BY Ord DESC) AS FromNewest
+    FROM Lines
+  )
+  SELECT @Out = N'[' + ISNULL(STRING_AGG(CONVERT(nvarchar(max), Line), N',') WITHIN GROUP (ORDER BY Ord), N'') + N']'
+  FROM Numbered
+  WHERE IsAttempt = 0 OR FromNewest <= 100;
+  RETURN @Out;
+END;
+GO
+
 -- DeadLetter: the Hot -> DLQ move shared by Fail, Cancel, Retry (cancel requested) and RescueZombies. Moves the
 -- JobsHot rows whose ids are in @DeadIds and which are in one of the allowed states (and, when @LeaseId is given,
 -- still under that lease). Must run inside the caller's transaction; batch callers already hold the rows (UPDLOCK).
@@ -49,14 +88,14 @@ BEGIN
     Payload nvarchar(max) NOT NULL, Priority int NOT NULL, Attempts int NOT NULL, MaxAttempts int NULL,
     IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL, Tags nvarchar(max) NOT NULL,
     CreatedAt datetime2(3) NOT NULL, StartedAt datetime2(3) NULL, LastError nvarchar(max) NULL, WorkerId nvarchar(200) NULL,
-    Logs nvarchar(max) NULL);
+    Logs nvarchar(max) NULL, State varchar(10) NOT NULL);
 
   DELETE h
   OUTPUT deleted.Id, deleted.Queue, deleted.Type, deleted.Payload, deleted.Priority, deleted.Attempts, deleted.MaxAttempts,
          deleted.IdempotencyKey, deleted.Tags, deleted.CreatedAt, deleted.StartedAt, deleted.LastError, deleted.WorkerId,
-         deleted.Logs
+         deleted.Logs, deleted.State
   INTO @Moved (Id, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, CreatedAt, StartedAt,
-               LastError, WorkerId, Logs)
+               LastError, WorkerId, Logs, State)
   FROM keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK)
   INNER JOIN @DeadIds AS d ON d.Id = h.Id
   WHERE (@LeaseId IS NULL OR h.LeaseId = @LeaseId)
@@ -73,7 +112,11 @@ BEGIN
          CASE WHEN m.StartedAt IS NULL THEN NULL
               WHEN m.StartedAt > @Now THEN 0
               ELSE DATEDIFF_BIG(millisecond, m.StartedAt, @Now) END,
-         @Reason, ISNULL(@Error, m.LastError), m.WorkerId, m.Logs
+         @Reason, ISNULL(@Error, m.LastError), m.WorkerId,
+         -- a running attempt ends here: recorded with the job (a pending or fetched one never started)
+         CASE WHEN m.State = 'processing'
+              THEN keel.WithAttempt(m.Logs, m.Attempts, m.WorkerId, m.StartedAt, @Now, @Reason, ISNULL(@Error, m.LastError))
+              ELSE m.Logs END
   FROM @Moved AS m;
 
   SELECT m.Queue, 1, IIF(@Reason = 'cancelled', 1, 0), IIF(@Reason = 'zombie', 1, 0), 'failed', @Reason,
@@ -199,11 +242,15 @@ BEGIN
     UNION ALL
     SELECT 1, CONVERT(int, n.[key]), n.[value] FROM OPENJSON(@Lines) AS n
   ), Numbered AS (
-    SELECT Part, Ord, Line, ROW_NUMBER() OVER (ORDER BY Part DESC, Ord DESC) AS FromNewest FROM Lines
+    -- Recorded attempts (keel.WithAttempt) are bounded on their own: log lines never push them out.
+    SELECT Part, Ord, Line, IIF(JSON_VALUE(Line, '$.kind') = 'attempt', 1, 0) AS IsAttempt,
+           ROW_NUMBER() OVER (PARTITION BY IIF(JSON_VALUE(Line, '$.kind') = 'attempt', 1, 0)
+                              ORDER BY Part DESC, Ord DESC) AS FromNewest
+    FROM Lines
   )
   SELECT @Merged = N'[' + ISNULL(STRING_AGG(CONVERT(nvarchar(max), Line), N',') WITHIN GROUP (ORDER BY Part, Ord), N'') + N']'
   FROM Numbered
-  WHERE FromNewest <= @MaxLines;
+  WHERE FromNewest <= IIF(IsAttempt = 1, 100, @MaxLines);
   UPDATE keel.JobsHot WITH (ROWLOCK) SET Logs = @Merged WHERE Id = @JobId;
   COMMIT TRANSACTION;
   SELECT 'ok' AS Result;
@@ -401,7 +448,10 @@ BEGIN
       UPDATE keel.JobsHot WITH (ROWLOCK)
       SET State = 'pending', RunAt = ISNULL(@RunAt, @Now),
           Attempts = IIF(@Interrupted = 1 AND Attempts > 0, Attempts - 1, Attempts), LeaseId = NULL,
-          WorkerId = NULL, FetchedAt = NULL, LeaseExpiresAt = NULL, HeartbeatAt = NULL, LastError = @Error
+          WorkerId = NULL, FetchedAt = NULL, LeaseExpiresAt = NULL, HeartbeatAt = NULL, LastError = @Error,
+          -- the attempt that ends here, recorded with the job (SET reads the row as it was before this update)
+          Logs = keel.WithAttempt(Logs, Attempts, WorkerId, StartedAt, @Now,
+                                  IIF(@Interrupted = 1, 'interrupted', 'retried'), @Error)
       WHERE Id = @JobId AND LeaseId = @LeaseId AND State = 'processing';
       IF @@ROWCOUNT = 1
       BEGIN

@@ -96,7 +96,9 @@ BEGIN
       UPDATE h
       SET State = 'pending', RunAt = @Now, LeaseId = NULL, WorkerId = NULL, FetchedAt = NULL, LeaseExpiresAt = NULL,
           HeartbeatAt = NULL,
-          LastError = N'zombie: no heartbeat since ' + CONVERT(nvarchar(30), h.HeartbeatAt, 126) + N'Z'
+          LastError = N'zombie: no heartbeat since ' + CONVERT(nvarchar(30), h.HeartbeatAt, 126) + N'Z',
+          Logs = keel.WithAttempt(h.Logs, h.Attempts, h.WorkerId, h.StartedAt, @Now, 'zombie',
+                                  N'zombie: no heartbeat since ' + CONVERT(nvarchar(30), h.HeartbeatAt, 126) + N'Z')
       OUTPUT inserted.Queue, 1 INTO @Counters (Queue, Zombie)
       FROM keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK)
       INNER JOIN @Z AS z ON z.Id = h.Id AND z.Kind = 'r'

@@ -177,26 +177,29 @@ BEGIN
   SELECT h.Id AS JobId, 'hot' AS Location, h.Queue, h.Type, h.Payload, h.Priority, CONVERT(varchar(10), h.State) AS State,
          h.Attempts, h.IdempotencyKey, h.Tags, h.CreatedAt, h.RunAt, h.StartedAt, CONVERT(datetime2(3), NULL) AS FinishedAt,
          CONVERT(bigint, NULL) AS DurationMs, CONVERT(varchar(16), NULL) AS Reason, h.LastError, h.CancelRequested,
-         h.LeaseId, h.WorkerId, h.Progress, CONVERT(nvarchar(max), NULL) AS Result, h.Logs
+         h.LeaseId, h.WorkerId, h.Progress, CONVERT(nvarchar(max), NULL) AS Result, h.Logs, h.MaxAttempts,
+         h.LeaseExpiresAt, h.HeartbeatAt
   FROM keel.JobsHot AS h WHERE h.Id = @JobId
   UNION ALL
   SELECT a.Id, 'archive', a.Queue, a.Type, a.Payload, a.Priority, 'succeeded', a.Attempts, a.IdempotencyKey, a.Tags,
          a.CreatedAt, NULL, a.StartedAt, a.FinishedAt, a.DurationMs, NULL, NULL, CONVERT(bit, 0), NULL, a.WorkerId,
-         NULL, a.Result, a.Logs
+         NULL, a.Result, a.Logs, a.MaxAttempts, NULL, NULL
   FROM keel.JobsArchive AS a WHERE a.Id = @JobId
   UNION ALL
   SELECT d.Id, 'dlq', d.Queue, d.Type, d.Payload, d.Priority, 'dead', d.Attempts, d.IdempotencyKey, d.Tags,
          d.CreatedAt, NULL, d.StartedAt, d.FailedAt, d.DurationMs, d.Reason, d.Error, CONVERT(bit, 0), NULL, d.WorkerId,
-         NULL, NULL, d.Logs
+         NULL, NULL, d.Logs, d.MaxAttempts, NULL, NULL
   FROM keel.JobsDLQ AS d WHERE d.Id = @JobId;
 END;
 GO
 
--- SearchJobs(...): newest first (Id descending) with keyset paging (@AfterId: ids below it), at most @Limit rows
+-- SearchJobs(...): newest first (Id descending; @Oldest = 1: ascending) with keyset paging (@AfterId: ids past it in
+-- that order), at most @Limit rows
 -- (1..1000, default 50). @From/@To bound CreatedAt (hot), FinishedAt (archive) or FailedAt (dlq), [from, to).
--- @Text is a case-insensitive substring of the payload text or the last error; @Tag an exact tag.
--- @ScanRows bounds the work (a search never scans a whole table): only the next @ScanRows ids below @AfterId are examined (a backward range of
--- the clustered key). When more rows lie below that range, a last marker row (Location 'scan_bound', JobId the lowest
+-- @Text is a case-insensitive substring of the payload text or the last error; @Tag an exact tag; @Priority an exact
+-- priority; @IdempotencyKey an exact key (a job's siblings).
+-- @ScanRows bounds the work (a search never scans a whole table): only the next @ScanRows ids past @AfterId are examined (a range of
+-- the clustered key). When more rows lie past that range, a last marker row (Location 'scan_bound', JobId the last
 -- id examined) follows the matches: pass it as @AfterId to continue. The store sets it for archive and DLQ text
 -- searches (JobSearch.scanRows). The twin of keel.search_jobs on PostgreSQL.
 CREATE OR ALTER PROCEDURE keel.SearchJobs
@@ -211,7 +214,10 @@ CREATE OR ALTER PROCEDURE keel.SearchJobs
   @Text NVARCHAR(400),
   @AfterId BIGINT,
   @ScanRows INT,
-  @Limit INT
+  @Limit INT,
+  @Priority INT,
+  @IdempotencyKey NVARCHAR(400),
+  @Oldest BIT
 AS
 BEGIN
   SET NOCOUNT ON;
@@ -220,92 +226,185 @@ BEGIN
   IF @Top > 1000 SET @Top = 1000;
   DECLARE @Like nvarchar(900) = CASE WHEN @Text IS NULL THEN NULL
     ELSE N'%' + REPLACE(REPLACE(REPLACE(REPLACE(@Text, N'\', N'\\'), N'%', N'\%'), N'_', N'\_'), N'[', N'\[') + N'%' END;
-  DECLARE @Below bigint = ISNULL(@AfterId, 9223372036854775807);
-  DECLARE @Floor bigint = NULL, @Seen int = 0;
+  -- The id range examined, [@Lo, @Hi]: below @AfterId newest first, above it oldest first; narrowed to the scanned
+  -- range when @ScanRows is set.
+  DECLARE @Asc bit = ISNULL(@Oldest, 0);
+  DECLARE @Lo bigint = IIF(@Asc = 1, ISNULL(@AfterId, -1) + 1, 0);
+  DECLARE @Hi bigint = IIF(@Asc = 1, 9223372036854775807, ISNULL(@AfterId, 9223372036854775807) - 1);
+  DECLARE @Edge bigint = NULL, @Seen int = 0;
   IF @ScanRows IS NOT NULL
   BEGIN
     IF @ScanRows < 1
       THROW 50042, N'SearchJobs: @ScanRows must be a positive integer', 1;
-    IF @Location = 'hot'
-      SELECT @Floor = MIN(x.Id), @Seen = COUNT(*)
-      FROM (SELECT TOP (@ScanRows) h.Id FROM keel.JobsHot AS h WHERE h.Id < @Below ORDER BY h.Id DESC) AS x;
+    IF @Location = 'hot' AND @Asc = 1
+      SELECT @Edge = MAX(x.Id), @Seen = COUNT(*)
+      FROM (SELECT TOP (@ScanRows) h.Id FROM keel.JobsHot AS h WHERE h.Id >= @Lo ORDER BY h.Id) AS x;
+    ELSE IF @Location = 'hot'
+      SELECT @Edge = MIN(x.Id), @Seen = COUNT(*)
+      FROM (SELECT TOP (@ScanRows) h.Id FROM keel.JobsHot AS h WHERE h.Id <= @Hi ORDER BY h.Id DESC) AS x;
+    ELSE IF @Location = 'archive' AND @Asc = 1
+      SELECT @Edge = MAX(x.Id), @Seen = COUNT(*)
+      FROM (SELECT TOP (@ScanRows) a.Id FROM keel.JobsArchive AS a WHERE a.Id >= @Lo ORDER BY a.Id) AS x;
     ELSE IF @Location = 'archive'
-      SELECT @Floor = MIN(x.Id), @Seen = COUNT(*)
-      FROM (SELECT TOP (@ScanRows) a.Id FROM keel.JobsArchive AS a WHERE a.Id < @Below ORDER BY a.Id DESC) AS x;
+      SELECT @Edge = MIN(x.Id), @Seen = COUNT(*)
+      FROM (SELECT TOP (@ScanRows) a.Id FROM keel.JobsArchive AS a WHERE a.Id <= @Hi ORDER BY a.Id DESC) AS x;
+    ELSE IF @Location = 'dlq' AND @Asc = 1
+      SELECT @Edge = MAX(x.Id), @Seen = COUNT(*)
+      FROM (SELECT TOP (@ScanRows) d.Id FROM keel.JobsDLQ AS d WHERE d.Id >= @Lo ORDER BY d.Id) AS x;
     ELSE IF @Location = 'dlq'
-      SELECT @Floor = MIN(x.Id), @Seen = COUNT(*)
-      FROM (SELECT TOP (@ScanRows) d.Id FROM keel.JobsDLQ AS d WHERE d.Id < @Below ORDER BY d.Id DESC) AS x;
-    IF @Seen < @ScanRows SET @Floor = NULL; -- the range reaches the lowest id: nothing below it to continue with
+      SELECT @Edge = MIN(x.Id), @Seen = COUNT(*)
+      FROM (SELECT TOP (@ScanRows) d.Id FROM keel.JobsDLQ AS d WHERE d.Id <= @Hi ORDER BY d.Id DESC) AS x;
+    IF @Seen < @ScanRows SET @Edge = NULL; -- the range reaches the end of the table: nothing past it to continue with
+    ELSE IF @Asc = 1 SET @Hi = @Edge;
+    ELSE SET @Lo = @Edge;
   END;
-  DECLARE @Min bigint = ISNULL(@Floor, 0);
 
-  IF @Location = 'hot'
-    SELECT u.* FROM (SELECT * FROM (SELECT TOP (@Top) h.Id AS JobId, 'hot' AS Location, h.Queue, h.Type, h.Payload, h.Priority,
-           CONVERT(varchar(10), h.State) AS State, h.Attempts, h.IdempotencyKey, h.Tags, h.CreatedAt, h.RunAt, h.StartedAt,
-           CONVERT(datetime2(3), NULL) AS FinishedAt, CONVERT(bigint, NULL) AS DurationMs,
-           CONVERT(varchar(16), NULL) AS Reason, h.LastError, h.CancelRequested, h.LeaseId, h.WorkerId, h.Progress,
-           CONVERT(nvarchar(max), NULL) AS Result, CONVERT(nvarchar(max), NULL) AS Logs
-    FROM keel.JobsHot AS h
-    WHERE (@Queue IS NULL OR h.Queue = @Queue) AND (@Type IS NULL OR h.Type = @Type)
-      AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(h.Tags) AS t
-                                   WHERE t.[value] COLLATE Latin1_General_100_BIN2 = @Tag))
-      AND (@State IS NULL OR h.State = @State)
-      AND (@From IS NULL OR h.CreatedAt >= @From) AND (@To IS NULL OR h.CreatedAt < @To)
-      AND (@Like IS NULL OR h.Payload COLLATE Latin1_General_100_CI_AS LIKE @Like ESCAPE N'\'
-           OR ISNULL(h.LastError, N'') COLLATE Latin1_General_100_CI_AS LIKE @Like ESCAPE N'\')
-      AND h.Id < @Below AND h.Id >= @Min
-    ORDER BY h.Id DESC) AS found
-    UNION ALL
-    SELECT @Floor, 'scan_bound', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-           NULL, NULL, NULL, NULL, NULL, NULL, NULL
-    WHERE @Floor IS NOT NULL) AS u
-    ORDER BY u.JobId DESC, IIF(u.Location = 'scan_bound', 1, 0)
-    OPTION (RECOMPILE);
+  IF @Location = 'hot' AND @Asc = 1
+      SELECT u.* FROM (SELECT * FROM (SELECT TOP (@Top) h.Id AS JobId, 'hot' AS Location, h.Queue, h.Type, h.Payload, h.Priority,
+             CONVERT(varchar(10), h.State) AS State, h.Attempts, h.IdempotencyKey, h.Tags, h.CreatedAt, h.RunAt, h.StartedAt,
+             CONVERT(datetime2(3), NULL) AS FinishedAt, CONVERT(bigint, NULL) AS DurationMs,
+             CONVERT(varchar(16), NULL) AS Reason, h.LastError, h.CancelRequested, h.LeaseId, h.WorkerId, h.Progress,
+             CONVERT(nvarchar(max), NULL) AS Result, CONVERT(nvarchar(max), NULL) AS Logs
+      FROM keel.JobsHot AS h
+      WHERE (@Queue IS NULL OR h.Queue = @Queue) AND (@Type IS NULL OR h.Type = @Type)
+        AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(h.Tags) AS t
+                                     WHERE t.[value] COLLATE Latin1_General_100_BIN2 = @Tag))
+        AND (@State IS NULL OR h.State = @State)
+        AND (@Priority IS NULL OR h.Priority = @Priority)
+        AND (@IdempotencyKey IS NULL OR h.IdempotencyKey = @IdempotencyKey)
+        AND (@From IS NULL OR h.CreatedAt >= @From) AND (@To IS NULL OR h.CreatedAt < @To)
+        AND (@Like IS NULL OR h.Payload COLLATE Latin1_General_100_CI_AS LIKE @Like ESCAPE N'\'
+             OR ISNULL(h.LastError, N'') COLLATE Latin1_General_100_CI_AS LIKE @Like ESCAPE N'\')
+        AND h.Id BETWEEN @Lo AND @Hi
+      ORDER BY h.Id) AS found
+      UNION ALL
+      SELECT @Edge, 'scan_bound', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+             NULL, NULL, NULL, NULL, NULL, NULL, NULL
+      WHERE @Edge IS NOT NULL) AS u
+      ORDER BY u.JobId, IIF(u.Location = 'scan_bound', 1, 0)
+      OPTION (RECOMPILE);
+  ELSE IF @Location = 'hot'
+      SELECT u.* FROM (SELECT * FROM (SELECT TOP (@Top) h.Id AS JobId, 'hot' AS Location, h.Queue, h.Type, h.Payload, h.Priority,
+             CONVERT(varchar(10), h.State) AS State, h.Attempts, h.IdempotencyKey, h.Tags, h.CreatedAt, h.RunAt, h.StartedAt,
+             CONVERT(datetime2(3), NULL) AS FinishedAt, CONVERT(bigint, NULL) AS DurationMs,
+             CONVERT(varchar(16), NULL) AS Reason, h.LastError, h.CancelRequested, h.LeaseId, h.WorkerId, h.Progress,
+             CONVERT(nvarchar(max), NULL) AS Result, CONVERT(nvarchar(max), NULL) AS Logs
+      FROM keel.JobsHot AS h
+      WHERE (@Queue IS NULL OR h.Queue = @Queue) AND (@Type IS NULL OR h.Type = @Type)
+        AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(h.Tags) AS t
+                                     WHERE t.[value] COLLATE Latin1_General_100_BIN2 = @Tag))
+        AND (@State IS NULL OR h.State = @State)
+        AND (@Priority IS NULL OR h.Priority = @Priority)
+        AND (@IdempotencyKey IS NULL OR h.IdempotencyKey = @IdempotencyKey)
+        AND (@From IS NULL OR h.CreatedAt >= @From) AND (@To IS NULL OR h.CreatedAt < @To)
+        AND (@Like IS NULL OR h.Payload COLLATE Latin1_General_100_CI_AS LIKE @Like ESCAPE N'\'
+             OR ISNULL(h.LastError, N'') COLLATE Latin1_General_100_CI_AS LIKE @Like ESCAPE N'\')
+        AND h.Id BETWEEN @Lo AND @Hi
+      ORDER BY h.Id DESC) AS found
+      UNION ALL
+      SELECT @Edge, 'scan_bound', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+             NULL, NULL, NULL, NULL, NULL, NULL, NULL
+      WHERE @Edge IS NOT NULL) AS u
+      ORDER BY u.JobId DESC, IIF(u.Location = 'scan_bound', 1, 0)
+      OPTION (RECOMPILE);
+  ELSE IF @Location = 'archive' AND @Asc = 1
+      SELECT u.* FROM (SELECT * FROM (SELECT TOP (@Top) a.Id AS JobId, 'archive' AS Location, a.Queue, a.Type, a.Payload, a.Priority,
+             CONVERT(varchar(10), 'succeeded') AS State, a.Attempts, a.IdempotencyKey, a.Tags, a.CreatedAt,
+             CONVERT(datetime2(3), NULL) AS RunAt, a.StartedAt, a.FinishedAt, a.DurationMs,
+             CONVERT(varchar(16), NULL) AS Reason, CONVERT(nvarchar(max), NULL) AS LastError,
+             CONVERT(bit, 0) AS CancelRequested, CONVERT(uniqueidentifier, NULL) AS LeaseId, a.WorkerId,
+             CONVERT(nvarchar(max), NULL) AS Progress, CONVERT(nvarchar(max), NULL) AS Result, -- lists: no results
+             CONVERT(nvarchar(max), NULL) AS Logs -- nor logs (GetJob has both)
+      FROM keel.JobsArchive AS a
+      WHERE (@Queue IS NULL OR a.Queue = @Queue) AND (@Type IS NULL OR a.Type = @Type)
+        AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(a.Tags) AS t
+                                     WHERE t.[value] COLLATE Latin1_General_100_BIN2 = @Tag))
+        AND (@Priority IS NULL OR a.Priority = @Priority)
+        AND (@IdempotencyKey IS NULL OR a.IdempotencyKey = @IdempotencyKey)
+        AND (@From IS NULL OR a.FinishedAt >= @From) AND (@To IS NULL OR a.FinishedAt < @To)
+        AND (@Like IS NULL OR a.Payload COLLATE Latin1_General_100_CI_AS LIKE @Like ESCAPE N'\')
+        AND a.Id BETWEEN @Lo AND @Hi
+      ORDER BY a.Id) AS found
+      UNION ALL
+      SELECT @Edge, 'scan_bound', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+             NULL, NULL, NULL, NULL, NULL, NULL, NULL
+      WHERE @Edge IS NOT NULL) AS u
+      ORDER BY u.JobId, IIF(u.Location = 'scan_bound', 1, 0)
+      OPTION (RECOMPILE);
   ELSE IF @Location = 'archive'
-    SELECT u.* FROM (SELECT * FROM (SELECT TOP (@Top) a.Id AS JobId, 'archive' AS Location, a.Queue, a.Type, a.Payload, a.Priority,
-           CONVERT(varchar(10), 'succeeded') AS State, a.Attempts, a.IdempotencyKey, a.Tags, a.CreatedAt,
-           CONVERT(datetime2(3), NULL) AS RunAt, a.StartedAt, a.FinishedAt, a.DurationMs,
-           CONVERT(varchar(16), NULL) AS Reason, CONVERT(nvarchar(max), NULL) AS LastError,
-           CONVERT(bit, 0) AS CancelRequested, CONVERT(uniqueidentifier, NULL) AS LeaseId, a.WorkerId,
-           CONVERT(nvarchar(max), NULL) AS Progress, CONVERT(nvarchar(max), NULL) AS Result, -- lists: no results
-           CONVERT(nvarchar(max), NULL) AS Logs -- nor logs (GetJob has both)
-    FROM keel.JobsArchive AS a
-    WHERE (@Queue IS NULL OR a.Queue = @Queue) AND (@Type IS NULL OR a.Type = @Type)
-      AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(a.Tags) AS t
-                                   WHERE t.[value] COLLATE Latin1_General_100_BIN2 = @Tag))
-      AND (@From IS NULL OR a.FinishedAt >= @From) AND (@To IS NULL OR a.FinishedAt < @To)
-      AND (@Like IS NULL OR a.Payload COLLATE Latin1_General_100_CI_AS LIKE @Like ESCAPE N'\')
-      AND a.Id < @Below AND a.Id >= @Min
-    ORDER BY a.Id DESC) AS found
-    UNION ALL
-    SELECT @Floor, 'scan_bound', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-           NULL, NULL, NULL, NULL, NULL, NULL, NULL
-    WHERE @Floor IS NOT NULL) AS u
-    ORDER BY u.JobId DESC, IIF(u.Location = 'scan_bound', 1, 0)
-    OPTION (RECOMPILE);
+      SELECT u.* FROM (SELECT * FROM (SELECT TOP (@Top) a.Id AS JobId, 'archive' AS Location, a.Queue, a.Type, a.Payload, a.Priority,
+             CONVERT(varchar(10), 'succeeded') AS State, a.Attempts, a.IdempotencyKey, a.Tags, a.CreatedAt,
+             CONVERT(datetime2(3), NULL) AS RunAt, a.StartedAt, a.FinishedAt, a.DurationMs,
+             CONVERT(varchar(16), NULL) AS Reason, CONVERT(nvarchar(max), NULL) AS LastError,
+             CONVERT(bit, 0) AS CancelRequested, CONVERT(uniqueidentifier, NULL) AS LeaseId, a.WorkerId,
+             CONVERT(nvarchar(max), NULL) AS Progress, CONVERT(nvarchar(max), NULL) AS Result, -- lists: no results
+             CONVERT(nvarchar(max), NULL) AS Logs -- nor logs (GetJob has both)
+      FROM keel.JobsArchive AS a
+      WHERE (@Queue IS NULL OR a.Queue = @Queue) AND (@Type IS NULL OR a.Type = @Type)
+        AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(a.Tags) AS t
+                                     WHERE t.[value] COLLATE Latin1_General_100_BIN2 = @Tag))
+        AND (@Priority IS NULL OR a.Priority = @Priority)
+        AND (@IdempotencyKey IS NULL OR a.IdempotencyKey = @IdempotencyKey)
+        AND (@From IS NULL OR a.FinishedAt >= @From) AND (@To IS NULL OR a.FinishedAt < @To)
+        AND (@Like IS NULL OR a.Payload COLLATE Latin1_General_100_CI_AS LIKE @Like ESCAPE N'\')
+        AND a.Id BETWEEN @Lo AND @Hi
+      ORDER BY a.Id DESC) AS found
+      UNION ALL
+      SELECT @Edge, 'scan_bound', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+             NULL, NULL, NULL, NULL, NULL, NULL, NULL
+      WHERE @Edge IS NOT NULL) AS u
+      ORDER BY u.JobId DESC, IIF(u.Location = 'scan_bound', 1, 0)
+      OPTION (RECOMPILE);
+  ELSE IF @Location = 'dlq' AND @Asc = 1
+      SELECT u.* FROM (SELECT * FROM (SELECT TOP (@Top) d.Id AS JobId, 'dlq' AS Location, d.Queue, d.Type, d.Payload, d.Priority,
+             CONVERT(varchar(10), 'dead') AS State, d.Attempts, d.IdempotencyKey, d.Tags, d.CreatedAt,
+             CONVERT(datetime2(3), NULL) AS RunAt, d.StartedAt, d.FailedAt AS FinishedAt, d.DurationMs, d.Reason,
+             d.Error AS LastError, CONVERT(bit, 0) AS CancelRequested, CONVERT(uniqueidentifier, NULL) AS LeaseId,
+             d.WorkerId, CONVERT(nvarchar(max), NULL) AS Progress, CONVERT(nvarchar(max), NULL) AS Result,
+             CONVERT(nvarchar(max), NULL) AS Logs
+      FROM keel.JobsDLQ AS d
+      WHERE (@Queue IS NULL OR d.Queue = @Queue) AND (@Type IS NULL OR d.Type = @Type)
+        AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(d.Tags) AS t
+                                     WHERE t.[value] COLLATE Latin1_General_100_BIN2 = @Tag))
+        AND (@Reason IS NULL OR d.Reason = @Reason)
+        AND (@Priority IS NULL OR d.Priority = @Priority)
+        AND (@IdempotencyKey IS NULL OR d.IdempotencyKey = @IdempotencyKey)
+        AND (@From IS NULL OR d.FailedAt >= @From) AND (@To IS NULL OR d.FailedAt < @To)
+        AND (@Like IS NULL OR d.Payload COLLATE Latin1_General_100_CI_AS LIKE @Like ESCAPE N'\'
+             OR ISNULL(d.Error, N'') COLLATE Latin1_General_100_CI_AS LIKE @Like ESCAPE N'\')
+        AND d.Id BETWEEN @Lo AND @Hi
+      ORDER BY d.Id) AS found
+      UNION ALL
+      SELECT @Edge, 'scan_bound', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+             NULL, NULL, NULL, NULL, NULL, NULL, NULL
+      WHERE @Edge IS NOT NULL) AS u
+      ORDER BY u.JobId, IIF(u.Location = 'scan_bound', 1, 0)
+      OPTION (RECOMPILE);
   ELSE IF @Location = 'dlq'
-    SELECT u.* FROM (SELECT * FROM (SELECT TOP (@Top) d.Id AS JobId, 'dlq' AS Location, d.Queue, d.Type, d.Payload, d.Priority,
-           CONVERT(varchar(10), 'dead') AS State, d.Attempts, d.IdempotencyKey, d.Tags, d.CreatedAt,
-           CONVERT(datetime2(3), NULL) AS RunAt, d.StartedAt, d.FailedAt AS FinishedAt, d.DurationMs, d.Reason,
-           d.Error AS LastError, CONVERT(bit, 0) AS CancelRequested, CONVERT(uniqueidentifier, NULL) AS LeaseId,
-           d.WorkerId, CONVERT(nvarchar(max), NULL) AS Progress, CONVERT(nvarchar(max), NULL) AS Result,
-           CONVERT(nvarchar(max), NULL) AS Logs
-    FROM keel.JobsDLQ AS d
-    WHERE (@Queue IS NULL OR d.Queue = @Queue) AND (@Type IS NULL OR d.Type = @Type)
-      AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(d.Tags) AS t
-                                   WHERE t.[value] COLLATE Latin1_General_100_BIN2 = @Tag))
-      AND (@Reason IS NULL OR d.Reason = @Reason)
-      AND (@From IS NULL OR d.FailedAt >= @From) AND (@To IS NULL OR d.FailedAt < @To)
-      AND (@Like IS NULL OR d.Payload COLLATE Latin1_General_100_CI_AS LIKE @Like ESCAPE N'\'
-           OR ISNULL(d.Error, N'') COLLATE Latin1_General_100_CI_AS LIKE @Like ESCAPE N'\')
-      AND d.Id < @Below AND d.Id >= @Min
-    ORDER BY d.Id DESC) AS found
-    UNION ALL
-    SELECT @Floor, 'scan_bound', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-           NULL, NULL, NULL, NULL, NULL, NULL, NULL
-    WHERE @Floor IS NOT NULL) AS u
-    ORDER BY u.JobId DESC, IIF(u.Location = 'scan_bound', 1, 0)
-    OPTION (RECOMPILE);
+      SELECT u.* FROM (SELECT * FROM (SELECT TOP (@Top) d.Id AS JobId, 'dlq' AS Location, d.Queue, d.Type, d.Payload, d.Priority,
+             CONVERT(varchar(10), 'dead') AS State, d.Attempts, d.IdempotencyKey, d.Tags, d.CreatedAt,
+             CONVERT(datetime2(3), NULL) AS RunAt, d.StartedAt, d.FailedAt AS FinishedAt, d.DurationMs, d.Reason,
+             d.Error AS LastError, CONVERT(bit, 0) AS CancelRequested, CONVERT(uniqueidentifier, NULL) AS LeaseId,
+             d.WorkerId, CONVERT(nvarchar(max), NULL) AS Progress, CONVERT(nvarchar(max), NULL) AS Result,
+             CONVERT(nvarchar(max), NULL) AS Logs
+      FROM keel.JobsDLQ AS d
+      WHERE (@Queue IS NULL OR d.Queue = @Queue) AND (@Type IS NULL OR d.Type = @Type)
+        AND (@Tag IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(d.Tags) AS t
+                                     WHERE t.[value] COLLATE Latin1_General_100_BIN2 = @Tag))
+        AND (@Reason IS NULL OR d.Reason = @Reason)
+        AND (@Priority IS NULL OR d.Priority = @Priority)
+        AND (@IdempotencyKey IS NULL OR d.IdempotencyKey = @IdempotencyKey)
+        AND (@From IS NULL OR d.FailedAt >= @From) AND (@To IS NULL OR d.FailedAt < @To)
+        AND (@Like IS NULL OR d.Payload COLLATE Latin1_General_100_CI_AS LIKE @Like ESCAPE N'\'
+             OR ISNULL(d.Error, N'') COLLATE Latin1_General_100_CI_AS LIKE @Like ESCAPE N'\')
+        AND d.Id BETWEEN @Lo AND @Hi
+      ORDER BY d.Id DESC) AS found
+      UNION ALL
+      SELECT @Edge, 'scan_bound', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+             NULL, NULL, NULL, NULL, NULL, NULL, NULL
+      WHERE @Edge IS NOT NULL) AS u
+      ORDER BY u.JobId DESC, IIF(u.Location = 'scan_bound', 1, 0)
+      OPTION (RECOMPILE);
   ELSE
     THROW 50041, N'SearchJobs: @Location must be hot, archive or dlq', 1;
 END;

@@ -9,6 +9,7 @@ import type { AuditEntry, AuditSearch, ClaimedJob, JobStore, LeaseRef } from '..
 import { LIMITS, ValidationError } from '../../shared/jobs/validate.js';
 import { normalizeProgress, resultJson } from '../../shared/jobs/progress.js';
 import { jobLogLine } from '../../shared/jobs/jobLog.js';
+import { JOB_ATTEMPT_ERROR_CHARS, JOB_ATTEMPTS_KEPT, jobTimeline } from '../../shared/jobs/attempts.js';
 import type { EngineHarness, PillarTable } from './harness.js';
 import { seededRandom } from '../support/seededRandom.js';
 
@@ -1041,6 +1042,160 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
     });
   });
 
+  describe('attempts', () => {
+    const outcomes = (rec: { attemptLog?: { attempt: number; outcome: string }[] } | null) =>
+      (rec?.attemptLog ?? []).map((a) => `${a.attempt}:${a.outcome}`);
+    const timeline = async (id: string) => jobTimeline((await store.getJob(id))!);
+
+    it('records each failed attempt with its worker, times and error, through retry and the DLQ; the success is the archive row', async () => {
+      const q = freshQueue('att');
+      const { id } = await store.enqueue({ queue: q, type: 't', maxAttempts: 4 });
+      const [first] = await store.claimAndStart({ workerId: 'w-one', queues: [q], limit: 1 });
+      const running = (await store.getJob(id))!;
+      // A running job: its lease expiry, its heartbeat and its own limit; the running attempt is its row.
+      expect(running).toMatchObject({ state: 'processing', attempts: 1, maxAttempts: 4, workerId: 'w-one' });
+      expect(running.leaseExpiresAt!.getTime()).toBeGreaterThan(Date.now() - 1000);
+      expect(running.heartbeatAt!.getTime()).toBeGreaterThan(Date.now() - 60_000);
+      expect(running.attemptLog).toBeUndefined();
+      expect(jobTimeline(running)).toEqual([
+        {
+          attempt: 1,
+          worker: 'w-one',
+          startedAt: running.startedAt!.toISOString(),
+          endedAt: null,
+          outcome: 'running',
+          error: null,
+        },
+      ]);
+      expect(await store.retry(ref(first!), new Date(), 'first boom')).toBe('ok');
+      const [second] = await store.claimAndStart({ workerId: 'w-two', queues: [q], limit: 1 });
+      expect(await store.retry(ref(second!), new Date(), 'x'.repeat(JOB_ATTEMPT_ERROR_CHARS + 50))).toBe('ok');
+      const pending = (await store.getJob(id))!;
+      expect(outcomes(pending)).toEqual(['1:retried', '2:retried']);
+      const [a1, a2] = pending.attemptLog!;
+      expect(a1).toMatchObject({ worker: 'w-one', error: 'first boom' });
+      expect(new Date(a1!.startedAt!).getTime()).toBeLessThanOrEqual(new Date(a1!.endedAt!).getTime());
+      expect(a2!.worker).toBe('w-two');
+      expect(a2!.error).toBe(`${'x'.repeat(JOB_ATTEMPT_ERROR_CHARS)}…`); // cut; the job's last error is whole
+      expect(pending.lastError).toHaveLength(JOB_ATTEMPT_ERROR_CHARS + 50);
+      // ctx.log lines and attempts share the column, each in its own field.
+      const [third] = await store.claimAndStart({ workerId: 'w-three', queues: [q], limit: 1 });
+      expect(await store.appendJobLog(ref(third!), [jobLogLine(3, 'info', 'third try', undefined)], 10)).toBe('ok');
+      expect(await store.complete(ref(third!))).toBe('ok');
+      const done = (await store.getJob(id))!;
+      expect(done.logs!.map((l) => l.message)).toEqual(['third try']);
+      expect(outcomes(done)).toEqual(['1:retried', '2:retried']); // the archive move adds nothing
+      expect((await timeline(id)).map((a) => `${a.attempt}:${a.outcome}:${a.worker}`)).toEqual([
+        '1:retried:w-one',
+        '2:retried:w-two',
+        '3:succeeded:w-three',
+      ]);
+      expect((await timeline(id))[2]!.endedAt).toBe(done.finishedAt!.toISOString());
+      // Lists leave them out.
+      expect(
+        (await store.searchJobs({ location: 'archive', queue: q, limit: 5 })).items[0]!.attemptLog,
+      ).toBeUndefined();
+
+      // A job that never failed records nothing.
+      const clean = await startedJob(q);
+      expect(await store.complete(ref(clean))).toBe('ok');
+      expect((await store.getJob(clean.id))!.attemptLog).toBeUndefined();
+      expect((await timeline(clean.id)).map((a) => a.outcome)).toEqual(['succeeded']);
+    });
+
+    it('records the last attempt of a dead letter (fail, retry or interrupt after a cancel, a cancelled completion), none for one that never ran', async () => {
+      const q = freshQueue('att-dlq');
+      const failed = await startedJob(q);
+      expect(await store.fail(ref(failed), 'fatal', 'bad input')).toBe('ok');
+      expect((await store.getJob(failed.id))!.attemptLog).toEqual([
+        expect.objectContaining({ attempt: 1, worker: 'w1', outcome: 'fatal', error: 'bad input' }),
+      ]);
+      const cancelledRetry = await startedJob(q);
+      await store.cancel(cancelledRetry.id);
+      expect(await store.retry(ref(cancelledRetry), new Date(), 'boom')).toBe('ok');
+      expect(outcomes(await store.getJob(cancelledRetry.id))).toEqual(['1:cancelled']);
+      const cancelledInterrupt = await startedJob(q);
+      await store.cancel(cancelledInterrupt.id);
+      expect(await store.interrupt(ref(cancelledInterrupt), 'shutdown')).toBe('ok');
+      expect(outcomes(await store.getJob(cancelledInterrupt.id))).toEqual(['1:cancelled']);
+      const cancelledComplete = await startedJob(q);
+      await store.cancel(cancelledComplete.id);
+      expect(await store.complete(ref(cancelledComplete))).toBe('cancelled');
+      expect(outcomes(await store.getJob(cancelledComplete.id))).toEqual(['1:cancelled']);
+      // Cancelled while pending, or failed while only fetched: no attempt ran, none is recorded.
+      const pending = await store.enqueue({ queue: q, type: 't' });
+      expect(await store.cancel(pending.id)).toBe('cancelled');
+      expect((await store.getJob(pending.id))!.attemptLog).toBeUndefined();
+      await store.enqueue({ queue: q, type: 't' });
+      const fetched = await claimOne(q);
+      expect(await store.fail(ref(fetched), 'fatal', 'unknown type')).toBe('ok');
+      expect((await store.getJob(fetched.id))!.attemptLog).toBeUndefined();
+      // A stale lease records nothing.
+      expect(await store.fail({ jobId: failed.id, leaseId: STALE_LEASE }, 'fatal', 'x')).toBe('lease_lost');
+      expect(outcomes(await store.getJob(failed.id))).toEqual(['1:fatal']);
+      // Resurrected, it keeps its attempts, and the next ones follow.
+      expect(await store.resurrect([failed.id])).toEqual([failed.id]);
+      const [again] = await store.claimAndStart({ workerId: 'w2', queues: [q], limit: 1 });
+      expect(again!.id).toBe(failed.id);
+      expect(await store.complete(ref(again!))).toBe('ok');
+      expect((await timeline(failed.id)).map((a) => `${a.attempt}:${a.outcome}`)).toEqual(['1:fatal', '1:succeeded']);
+    });
+
+    it('records an interrupted attempt (its number used again) and a zombie, retried or dead-lettered', async () => {
+      const q = freshQueue('att-int');
+      const { id } = await store.enqueue({ queue: q, type: 't' });
+      const [first] = await store.claimAndStart({ workerId: 'w-a', queues: [q], limit: 1 });
+      expect(await store.interrupt(ref(first!), 'interrupted by worker shutdown')).toBe('ok');
+      expect((await store.getJob(id))!.attemptLog).toEqual([
+        expect.objectContaining({
+          attempt: 1,
+          worker: 'w-a',
+          outcome: 'interrupted',
+          error: 'interrupted by worker shutdown',
+        }),
+      ]);
+      const qz = freshQueue('att-zombie');
+      await store.updateQueue(qz, { zombieTimeoutSeconds: 30, zombiePolicy: 'retry', maxAttempts: 2 });
+      const z = await startedJob(qz);
+      await h.backdate(z.id, 'heartbeat_at', 31);
+      expect((await store.rescueZombies(100)).retried).toBeGreaterThanOrEqual(1);
+      const retried = (await store.getJob(z.id))!;
+      expect(outcomes(retried)).toEqual(['1:zombie']);
+      expect(retried.attemptLog![0]!.error).toMatch(/^zombie: no heartbeat since /);
+      expect(retried.attemptLog![0]!.worker).toBe('w1');
+      const z2 = await claimOne(qz, 'w-z');
+      expect(await store.start(ref(z2))).toEqual({ status: 'ok', attempt: 2 });
+      await h.backdate(z.id, 'heartbeat_at', 31);
+      expect((await store.rescueZombies(100)).deadLettered).toBeGreaterThanOrEqual(1);
+      const dead = (await store.getJob(z.id))!;
+      expect(dead).toMatchObject({ location: 'dlq', reason: 'zombie' });
+      expect(outcomes(dead)).toEqual(['1:zombie', '2:zombie']);
+      expect(dead.attemptLog![1]!.worker).toBe('w-z');
+    });
+
+    it(`keeps the newest ${JOB_ATTEMPTS_KEPT} attempts, and log lines never push them out (nor they the lines)`, async () => {
+      const q = freshQueue('att-bound');
+      const { id } = await store.enqueue({ queue: q, type: 't', maxAttempts: 1000 });
+      const runs = JOB_ATTEMPTS_KEPT + 3;
+      for (let n = 0; n < runs; n++) {
+        const [job] = await store.claimAndStart({ workerId: 'w', queues: [q], limit: 1 });
+        expect(
+          await store.appendJobLog(
+            ref(job!),
+            [jobLogLine(n, 'info', `a${n}`, undefined), jobLogLine(n, 'info', `b${n}`, undefined)],
+            2,
+          ),
+        ).toBe('ok');
+        expect(await store.retry(ref(job!), new Date(), `e${n}`)).toBe('ok');
+      }
+      const rec = (await store.getJob(id))!;
+      expect(rec.logs!.map((l) => l.message)).toEqual([`a${runs - 1}`, `b${runs - 1}`]);
+      expect(rec.attemptLog).toHaveLength(JOB_ATTEMPTS_KEPT);
+      expect(rec.attemptLog![0]).toMatchObject({ attempt: 4, error: 'e3' });
+      expect(rec.attemptLog![JOB_ATTEMPTS_KEPT - 1]).toMatchObject({ attempt: runs, error: `e${runs - 1}` });
+    });
+  });
+
   describe('zombies and expiry', () => {
     it('returns fetched jobs past their lease to pending, without using an attempt', async () => {
       const q = freshQueue('zf');
@@ -1580,6 +1735,80 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       const full = await store.searchJobs({ location: 'archive', queue: q, text: 'hay', afterId: top, limit: 3 });
       expect(full).toMatchObject({ scanBounded: false, nextAfterId: full.items[2]!.id });
       expect(full.items).toHaveLength(3);
+    });
+
+    it("searches by exact priority and idempotency key (a job's siblings), newest or oldest first, paged and bounded either way", async () => {
+      const q = freshQueue('search-order');
+      const ids: string[] = [];
+      for (let n = 0; n < 5; n++)
+        ids.push((await store.enqueue({ queue: q, type: 't', payload: { n }, priority: n % 2 })).id);
+      const kq = freshQueue('search-key');
+      const a = await store.enqueue({ queue: kq, type: 'a', idempotencyKey: 'order-7' });
+      const b = await store.enqueue({ queue: kq, type: 'b', idempotencyKey: 'order-7' }); // another type: a sibling
+      await store.enqueue({ queue: kq, type: 'a', idempotencyKey: 'order-8' });
+      const idsOf = (p: { items: { id: string }[] }) => p.items.map((j) => j.id);
+
+      expect(idsOf(await store.searchJobs({ location: 'hot', queue: q, priority: 1, limit: 10 }))).toEqual([
+        ids[3],
+        ids[1],
+      ]);
+      expect(
+        idsOf(await store.searchJobs({ location: 'hot', queue: q, priority: 0, order: 'oldest', limit: 10 })),
+      ).toEqual([ids[0], ids[2], ids[4]]);
+      expect(idsOf(await store.searchJobs({ location: 'hot', idempotencyKey: 'order-7', limit: 10 }))).toEqual([
+        b.id,
+        a.id,
+      ]);
+      // Oldest first, paged: afterId is the last id of the page, the next page continues above it.
+      const first = await store.searchJobs({ location: 'hot', queue: q, order: 'oldest', limit: 2 });
+      expect(idsOf(first)).toEqual([ids[0], ids[1]]);
+      expect(first.nextAfterId).toBe(ids[1]);
+      const second = await store.searchJobs({
+        location: 'hot',
+        queue: q,
+        order: 'oldest',
+        afterId: first.nextAfterId!,
+        limit: 2,
+      });
+      expect(idsOf(second)).toEqual([ids[2], ids[3]]);
+      const newest = await store.searchJobs({ location: 'hot', queue: q, limit: 2 });
+      expect(idsOf(newest)).toEqual([ids[4], ids[3]]);
+
+      // Archive, oldest first with a scan bound: the marker is the highest id examined, and the walk goes on above it.
+      for (const id of [...ids, a.id, b.id]) {
+        const job = await store.claimById(id, 'w');
+        expect((await store.start(ref(job!))).status).toBe('ok');
+        expect(await store.complete(ref(job!))).toBe('ok');
+      }
+      const seen: string[] = [];
+      let after: string | undefined;
+      for (let guard = 0; guard < 50; guard++) {
+        const page = await store.searchJobs({
+          location: 'archive',
+          queue: q,
+          order: 'oldest',
+          scanRows: 2,
+          limit: 10,
+          ...(after ? { afterId: after } : {}),
+        });
+        seen.push(...idsOf(page));
+        if (!page.nextAfterId) break;
+        after = page.nextAfterId;
+      }
+      // Every archived job of the queue, oldest first, each once (other tests' rows may lie between).
+      expect(seen).toEqual(ids);
+      expect(
+        idsOf(await store.searchJobs({ location: 'archive', idempotencyKey: 'order-7', order: 'oldest', limit: 10 })),
+      ).toEqual([a.id, b.id]);
+      await expect(store.searchJobs({ location: 'hot', priority: 1.5, limit: 5 })).rejects.toMatchObject({
+        field: 'priority',
+      });
+      await expect(store.searchJobs({ location: 'hot', order: 'sideways' as never, limit: 5 })).rejects.toMatchObject({
+        field: 'order',
+      });
+      await expect(store.searchJobs({ location: 'hot', idempotencyKey: '', limit: 5 })).rejects.toMatchObject({
+        field: 'idempotencyKey',
+      });
     });
 
     it('DLQ text search matches the error too; scanRows out of bounds or on a hot search is refused, naming it', async () => {

@@ -892,6 +892,148 @@ if (!haveChromium) {
       expect((await api('POST', `/jobs/${slow.id}/cancel`, {}, true)).json.result).toBe('cancel_requested');
     });
 
+    it("a job's page lists every attempt: two failed ones and the success, and a running job's attempt, lease expiry and heartbeat age, then its zombie end", async () => {
+      const dd = (p: Page, label: string) =>
+        p.locator('dl.kv dt', { hasText: new RegExp(`^${label}$`) }).locator('+ dd');
+      // Fails twice, then succeeds: "No error recorded" and "Attempts 1" were all the page used to say.
+      const flaky = (await api('POST', '/jobs', { queue: QUEUE, type: 'demo.flaky', payload: { failTimes: 2 } })).json;
+      await until(
+        'the flaky job to succeed on its third attempt',
+        async () => (await api('GET', `/jobs/${flaky.id}`)).json.location === 'archive',
+      );
+      await page.goto(`${base}/api/console/#/jobs/${flaky.id}`);
+      const attempts = page.locator('table.attempts tbody tr');
+      await attempts.first().waitFor();
+      expect(await attempts.count()).toBe(3);
+      const rows = await Promise.all([0, 1, 2].map(async (i) => attempts.nth(i).locator('td').allTextContents()));
+      // Its limit is its queue's (an earlier test changed it): the API's attemptLimit, which the page shows.
+      const limit = (await api('GET', `/jobs/${flaky.id}`)).json.attemptLimit;
+      expect(limit).toBe((await api('GET', `/queues/${QUEUE}`)).json.maxAttempts);
+      expect(rows.map((r) => [r[0], r[5]])).toEqual([
+        [`1 of ${limit}`, 'retried'],
+        [`2 of ${limit}`, 'retried'],
+        [`3 of ${limit}`, 'succeeded'],
+      ]);
+      expect(rows[0]![6]).toContain('flaky failure on attempt 1 of 3 needed');
+      expect(rows[1]![6]).toContain('flaky failure on attempt 2 of 3 needed');
+      expect(rows[2]![6]).toBe('—');
+      for (const r of rows) expect(r[1]).not.toBe('—'); // the worker of each attempt
+      expect(await dd(page, 'Attempts').textContent()).toBe(`3 of ${limit} used`);
+      await shot(page, 'job-attempts');
+
+      // A running job held by a worker whose last heartbeat was two minutes ago, its lease an hour ahead.
+      const RUNNING = 'console-running';
+      expect((await api('PATCH', `/queues/${RUNNING}`, { zombieTimeoutSeconds: 86_400 }, true)).status).toBe(200);
+      const held = (await api('POST', '/jobs', { queue: RUNNING, type: 'demo.echo', delayMs: 3_600_000 })).json.id;
+      await owner.query(
+        `update keel.jobs_hot set state = 'processing', worker_id = 'worker-attempts', lease_id = gen_random_uuid(),
+                attempts = 1, fetched_at = now() - interval '3 minutes', started_at = now() - interval '3 minutes',
+                heartbeat_at = now() - interval '2 minutes', lease_expires_at = now() + interval '1 hour'
+         where id = $1`,
+        [held],
+      );
+      await page.goto(`${base}/api/console/#/jobs/${held}`);
+      await page.locator('table.attempts').waitFor();
+      expect(await dd(page, 'Attempts').textContent()).toBe('attempt 1 of 5');
+      expect(await dd(page, 'Last heartbeat').textContent()).toMatch(/\((2|3) min ago\)$/);
+      expect(await dd(page, 'Lease expires').textContent()).toMatch(/\(in (59|60) min\)$/);
+      const running = await page.locator('table.attempts tbody tr').allTextContents();
+      expect(running).toHaveLength(1);
+      expect(running[0]).toContain('worker-attempts');
+      expect(running[0]).toContain('running');
+      await shot(page, 'job-running');
+
+      // Rescue finds it dead: the DLQ row keeps the attempt, ended as a zombie.
+      await api('PATCH', `/queues/${RUNNING}`, { zombieTimeoutSeconds: 60, zombiePolicy: 'dlq' }, true);
+      await until('the job to be rescued', async () => (await api('GET', `/jobs/${held}`)).json.location === 'dlq');
+      await page.reload();
+      const dead = page.locator('table.attempts tbody tr');
+      await dead.first().waitFor();
+      const cells = await dead.first().locator('td').allTextContents();
+      expect([cells[0], cells[1], cells[5]]).toEqual(['1 of 5', 'worker-attempts', 'zombie']);
+      expect(cells[6]).toBe('zombie: heartbeat timed out');
+    });
+
+    it("jobs list: open a job by id, filter by priority, oldest first, and a job's idempotency key links to its siblings", async () => {
+      const SMALL = 'console-smaller';
+      const SIB = 'console-sibling';
+      const later = 3_600_000; // delayed: they stay hot, pending, for the whole test
+      const made = (
+        await api('POST', '/jobs', {
+          jobs: [
+            { queue: SMALL, type: 'demo.echo', payload: { n: 1 }, priority: 0, delayMs: later },
+            { queue: SMALL, type: 'demo.echo', payload: { n: 2 }, priority: 5, delayMs: later },
+            {
+              queue: SMALL,
+              type: 'demo.echo',
+              payload: { n: 3 },
+              priority: 5,
+              delayMs: later,
+              idempotencyKey: 'sib-1',
+            },
+            { queue: SIB, type: 'demo.echo', payload: { n: 4 }, delayMs: later, idempotencyKey: 'sib-1' },
+            { queue: SIB, type: 'demo.echo', payload: { n: 5 }, delayMs: later, idempotencyKey: 'sib-2' },
+          ],
+        })
+      ).json.jobs.map((j: { id: string }) => j.id) as string[];
+      // The list re-renders after each navigation: wait until it shows exactly these rows.
+      const expectRows = async (ids: (string | undefined)[]) => {
+        const want = JSON.stringify(ids);
+        let got = '';
+        await until(
+          `rows ${want}`,
+          async () => {
+            got = JSON.stringify(await page.locator('table.jobs-table tbody tr td a').allTextContents());
+            return got === want;
+          },
+          10_000,
+        ).catch(() => {
+          throw new Error(`expected rows ${want}, saw ${got}`);
+        });
+      };
+
+      // The id lookup: straight to the job; anything but digits is refused in words.
+      await page.goto(`${base}/api/console/#/jobs`);
+      await page.getByLabel('Job id').fill('12ab');
+      await page.getByRole('button', { name: 'Open' }).click();
+      await page.locator('.notice', { hasText: 'A job id is a whole number' }).waitFor();
+      await page.getByLabel('Job id').fill(made[1]!);
+      await page.getByRole('button', { name: 'Open' }).click();
+      await page.waitForURL(new RegExp(`#/jobs/${made[1]}$`));
+      await page.getByRole('heading', { name: `Job ${made[1]}` }).waitFor();
+
+      // Priority 5 of the queue, newest first, then oldest first.
+      await page.goto(`${base}/api/console/#/jobs`);
+      const form = page.locator('form.filters');
+      await form.locator('input[name=queue]').fill(SMALL);
+      await form.locator('input[name=priority]').fill('5');
+      await form.getByRole('button', { name: 'Search' }).click();
+      await page.waitForURL(/priority=5/);
+      await expectRows([made[2], made[1]]);
+      await page.locator('form.filters select[name=order]').selectOption('oldest');
+      await page.locator('form.filters').getByRole('button', { name: 'Search' }).click();
+      await page.waitForURL(/order=oldest/);
+      await page.locator('table.jobs-table caption', { hasText: 'Oldest first' }).waitFor();
+      await expectRows([made[1], made[2]]);
+      // The whole queue, oldest first, two a page: "Newer →" walks up.
+      await page.goto(`${base}/api/console/#/jobs?location=hot&queue=${SMALL}&order=oldest&limit=20`);
+      await expectRows([made[0], made[1], made[2]]);
+      // A priority outside the API's bounds: its message, naming the field.
+      await page.goto(`${base}/api/console/#/jobs?location=hot&priority=9999999`);
+      await page.locator('.notice', { hasText: 'priority' }).waitFor();
+
+      // The key on a job's page links to the jobs sharing it, here in two queues.
+      await page.goto(`${base}/api/console/#/jobs/${made[2]}`);
+      const keyLinks = page.locator('.key-links');
+      await keyLinks.waitFor();
+      expect(await keyLinks.locator('a').first().textContent()).toBe('sib-1');
+      await keyLinks.locator('a').first().click();
+      await page.waitForURL(/idempotencyKey=sib-1/);
+      await expectRows([made[3], made[2]]);
+      expect(await page.locator('form.filters input[name=idempotencyKey]').inputValue()).toBe('sib-1');
+      await shot(page, 'jobs-siblings');
+    });
+
     it('behind App Service authentication: no key, the reader role to read, and the operator role still enforced', async () => {
       process.env.WEBSITE_SITE_NAME = 'keel-console-e2e';
       process.env.WEBSITE_AUTH_ENABLED = 'True';

@@ -138,9 +138,16 @@ describe('postgres plans: no JIT, no disabled node, at a 20k backlog', () => {
     await run('resurrect', () => q(`select * from keel.resurrect($1::bigint[])`, [dead.map((d) => d.id)]));
     await run('get_job', () => q(`select * from keel.get_job($1)`, [pendingId.id]));
     await run('search_jobs (hot)', () =>
-      q(`select * from keel.search_jobs('hot', $1, null, null, 'pending', null, null, null, null, null, null, 50)`, [
-        queue,
-      ]),
+      q(
+        `select * from keel.search_jobs('hot', $1, null, null, 'pending', null, null, null, null, null, null, 50, null, null, false)`,
+        [queue],
+      ),
+    );
+    await run('search_jobs (hot, oldest first, by priority)', () =>
+      q(
+        `select * from keel.search_jobs('hot', $1, null, null, null, null, null, null, null, null, null, 50, 0, null, true)`,
+        [queue],
+      ),
     );
     // The console's reads (issue 30): a preview's bounded count at its real cap, the lease holders, the DLQ groups.
     await run('count_jobs (hot)', () =>

@@ -1,7 +1,7 @@
 // Jobs: search hot, archive and DLQ (queue, type, tag, state, reason, time range, text) with keyset paging; hot
 // jobs cancelled by selection or by filter (preview, then exactly the previewed ids); a job's detail with cancel
 // (hot) and resurrect (DLQ).
-import { h, replace, fmtNum, fmtTime, isoToLocal, localToIso, type Child } from '../dom';
+import { h, replace, fmtAge, fmtNum, fmtTime, isoToLocal, localToIso, type Child } from '../dom';
 import { api, q } from '../api';
 import { arrivedList, countText, idLinks } from '../bulk';
 import {
@@ -79,6 +79,14 @@ export function jobsPage(main: HTMLElement): Cleanup {
     ],
     p.get('limit') ?? '50',
   );
+  const order = select(
+    'order',
+    [
+      ['newest', 'Newest first'],
+      ['oldest', 'Oldest first'],
+    ],
+    p.get('order') ?? 'newest',
+  );
   const stateField = field('State', state, 'hot only');
   const reasonField = field('Reason', reason, 'DLQ only');
   const sync = () => {
@@ -99,6 +107,9 @@ export function jobsPage(main: HTMLElement): Cleanup {
     field('From', from),
     field('To', to),
     field('Text', input('text', { placeholder: 'payload or last error', type: 'search' })),
+    field('Priority', input('priority', { placeholder: 'any', inputmode: 'numeric', autocomplete: 'off' })),
+    field('Idempotency key', input('idempotencyKey', { placeholder: 'any', autocomplete: 'off' })),
+    field('Order', order),
     field('Per page', limit),
     h('div', { class: 'actions' }, h('button', { type: 'submit', class: 'primary' }, 'Search')),
   );
@@ -117,15 +128,42 @@ export function jobsPage(main: HTMLElement): Cleanup {
       from: localToIso(String(fd.get('from') ?? '')),
       to: localToIso(String(fd.get('to') ?? '')),
       text: val('text'),
+      priority: val('priority'),
+      idempotencyKey: val('idempotencyKey'),
+      order: val('order') === 'oldest' ? 'oldest' : undefined,
       limit: val('limit'),
     });
   });
+  // Straight to one job by its id, wherever it is (hot, archive or DLQ).
+  const lookupInput = h('input', {
+    name: 'jobId',
+    inputmode: 'numeric',
+    autocomplete: 'off',
+    placeholder: 'e.g. 1234',
+    'aria-label': 'Job id',
+  });
+  const lookup = h(
+    'form',
+    { class: 'lookup', role: 'search', 'aria-label': 'Open a job by id' },
+    field('Job id', lookupInput),
+    h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Open')),
+  );
+  lookup.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const id = lookupInput.value.trim();
+    if (!/^\d{1,19}$/.test(id)) {
+      show(box, 'error', 'A job id is a whole number (digits only).');
+      lookupInput.focus();
+      return;
+    }
+    go(`/jobs/${id}`);
+  });
   const confirmHost = h('div', { class: 'confirm-host' });
-  replace(main, pageHead('Jobs'), form, box, confirmHost, results);
+  replace(main, pageHead('Jobs'), lookup, form, box, confirmHost, results);
 
   const search: Record<string, string | undefined> = {};
-  for (const k of ['location', 'queue', 'type', 'tag', 'state', 'reason', 'from', 'to', 'text', 'limit', 'afterId'])
-    search[k] = p.get(k) ?? undefined;
+  const keys = ['location', 'queue', 'type', 'tag', 'state', 'reason', 'from', 'to', 'text', 'priority'];
+  for (const k of [...keys, 'idempotencyKey', 'order', 'limit', 'afterId']) search[k] = p.get(k) ?? undefined;
   search.location = location;
   const pageStack = (p.get('pages') ?? '').split(',').filter(Boolean); // afterIds of the earlier pages
 
@@ -135,6 +173,7 @@ export function jobsPage(main: HTMLElement): Cleanup {
       clear(box);
       const items = r.items as any[];
       const where = location === 'dlq' ? 'the dead letters' : location === 'archive' ? 'the archive' : 'the hot jobs';
+      const oldest = search.order === 'oldest';
       const pager = h(
         'div',
         { class: 'pager' },
@@ -152,7 +191,7 @@ export function jobsPage(main: HTMLElement): Cleanup {
                   });
                 },
               },
-              '← Newer',
+              oldest ? '← Older' : '← Newer',
             )
           : null,
         h(
@@ -160,7 +199,9 @@ export function jobsPage(main: HTMLElement): Cleanup {
           { class: 'muted' },
           `${items.length} job${items.length === 1 ? '' : 's'} on this page` +
             // A bounded archive/DLQ text search stops after a fixed number of rows: "Older" searches further down.
-            (r.scanBounded ? ' (text search stopped at its row bound; Older → searches further)' : ''),
+            (r.scanBounded
+              ? ` (text search stopped at its row bound; ${oldest ? 'Newer' : 'Older'} → searches further)`
+              : ''),
         ),
         r.nextAfterId
           ? h(
@@ -174,7 +215,7 @@ export function jobsPage(main: HTMLElement): Cleanup {
                     pages: [...pageStack, search.afterId ?? '-'].join(','),
                   }),
               },
-              'Older →',
+              oldest ? 'Newer →' : 'Older →',
             )
           : null,
       );
@@ -187,7 +228,7 @@ export function jobsPage(main: HTMLElement): Cleanup {
         items.length === 0
           ? empty(
               r.scanBounded
-                ? `No match in the part of ${where} searched so far; Older → searches further.`
+                ? `No match in the part of ${where} searched so far; ${oldest ? 'Newer' : 'Older'} → searches further.`
                 : `No jobs match these filters in ${where}.`,
             )
           : table(
@@ -220,7 +261,10 @@ export function jobsPage(main: HTMLElement): Cleanup {
                 ),
                 j.lastError ? h('span', { class: 'clip', title: j.lastError }, j.lastError) : '—',
               ]),
-              { caption: `Newest first in ${where}`, className: hot ? 'jobs-table selectable' : 'jobs-table' },
+              {
+                caption: `${oldest ? 'Oldest' : 'Newest'} first in ${where}`,
+                className: hot ? 'jobs-table selectable' : 'jobs-table',
+              },
             ),
         pager,
       );
@@ -268,9 +312,12 @@ export function jobsPage(main: HTMLElement): Cleanup {
       { type: 'button', class: 'danger', 'data-test': 'cancel-matching' },
       'Cancel all matching…',
     );
-    byFilter.disabled = Object.keys(filter).length === 0 || Boolean(search.text || search.from || search.to);
+    // Cancel by filter takes queue, type, tag and state only: any other filter shown would make it act on more.
+    byFilter.disabled =
+      Object.keys(filter).length === 0 ||
+      Boolean(search.text || search.from || search.to || search.priority || search.idempotencyKey);
     byFilter.title = byFilter.disabled
-      ? 'Filter by queue, type, tag or state (no text or time range) to cancel by filter'
+      ? 'Filter by queue, type, tag or state (no text, time range, priority or key) to cancel by filter'
       : 'Preview every hot job these filters match';
     sel.addEventListener('click', () => {
       const ids = items.filter((j) => boxes.get(j.id)?.checked).map((j) => j.id as string);
@@ -376,6 +423,74 @@ function jobLogView(
     ]),
     { caption: 'Job log', className: 'job-log' },
   );
+}
+
+type Attempt = {
+  attempt: number;
+  worker: string | null;
+  startedAt: string | null;
+  endedAt: string | null;
+  outcome: string;
+  error: string | null;
+};
+const OUTCOME_TONE: Record<string, 'ok' | 'warn' | 'bad' | 'muted' | 'info'> = {
+  succeeded: 'ok',
+  running: 'info',
+  retried: 'warn',
+  interrupted: 'muted',
+};
+
+// Every attempt, oldest first (GET /jobs/{id} timeline): the recorded failed ones, then the success or the one running.
+function attemptsView(timeline: Attempt[] | undefined, limit: number, attempts: number) {
+  if (!timeline?.length)
+    return empty(
+      attempts > 0
+        ? `${fmtNum(attempts)} attempt${attempts === 1 ? '' : 's'} used; none recorded (before attempt history was kept).`
+        : 'Not started yet.',
+    );
+  return table(
+    ['Attempt', 'Worker', 'Started', 'Ended', 'Took', 'Outcome', 'Error'],
+    timeline.map((a) => {
+      const took =
+        a.startedAt && a.endedAt ? fmtAge(new Date(a.endedAt).getTime() - new Date(a.startedAt).getTime()) : '—';
+      return [
+        `${a.attempt} of ${limit}`,
+        a.worker ?? '—',
+        fmtTime(a.startedAt),
+        a.endedAt ? fmtTime(a.endedAt) : 'running',
+        took,
+        badge(a.outcome, OUTCOME_TONE[a.outcome] ?? 'bad'),
+        a.error ? h('span', { class: 'clip', title: a.error }, a.error) : '—',
+      ];
+    }),
+    { caption: 'Attempts, oldest first', className: 'attempts' },
+  );
+}
+
+// An idempotency key links to the jobs that share it, in each place a job can be (a key is unique per queue and type
+// among hot jobs only: archived and dead-lettered jobs may repeat it).
+function siblingLinks(key: string): HTMLElement {
+  const link = (location: string, text: string) =>
+    h('a', { href: `#/jobs?location=${location}&idempotencyKey=${encodeURIComponent(key)}`, class: 'sibling' }, text);
+  return h(
+    'span',
+    { class: 'key-links' },
+    link('hot', key),
+    ' (jobs with this key: ',
+    link('hot', 'hot'),
+    ' · ',
+    link('archive', 'archive'),
+    ' · ',
+    link('dlq', 'DLQ'),
+    ')',
+  );
+}
+
+// How long ago (a past instant) or how far ahead (a future one), beside the time itself.
+function relTime(iso: string | null | undefined): string {
+  if (!iso) return '—';
+  const ms = new Date(iso).getTime() - Date.now();
+  return `${fmtTime(iso)} (${ms >= 0 ? `in ${fmtAge(ms)}` : `${fmtAge(-ms)} ago`})`;
 }
 
 // A running job's latest ctx.progress(): a bar when a fraction is known, the count and the note beside it.
@@ -499,10 +614,15 @@ export function jobPage(main: HTMLElement, id: string): Cleanup {
             ['Where', stateBadge(j)],
             ['Queue', h('a', { href: `#/jobs?queue=${encodeURIComponent(j.queue)}&location=${j.location}` }, j.queue)],
             ['Type', j.type],
-            ['Attempts', fmtNum(j.attempts)],
+            [
+              'Attempts',
+              j.location === 'hot' && j.state === 'processing'
+                ? `attempt ${fmtNum(j.attempts)} of ${fmtNum(j.attemptLimit)}`
+                : `${fmtNum(j.attempts)} of ${fmtNum(j.attemptLimit)} used`,
+            ],
             ['Priority', String(j.priority)],
             ['Tags', j.tags?.length ? j.tags.join(', ') : '—'],
-            ['Idempotency key', j.idempotencyKey ?? '—'],
+            ['Idempotency key', j.idempotencyKey ? siblingLinks(j.idempotencyKey) : '—'],
             ['Created', fmtTime(j.createdAt)],
             ['Run at', fmtTime(j.runAt)],
             ['Started', fmtTime(j.startedAt)],
@@ -510,6 +630,12 @@ export function jobPage(main: HTMLElement, id: string): Cleanup {
             ['Duration', j.durationMs === null ? '—' : `${fmtNum(j.durationMs)} ms`],
             ['DLQ reason', j.reason ?? '—'],
             ['Lease', j.leaseId ?? '—'],
+            ...(j.location === 'hot' && j.leaseExpiresAt
+              ? [['Lease expires', relTime(j.leaseExpiresAt)] as [string, Child]]
+              : []),
+            ...(j.location === 'hot' && j.state === 'processing'
+              ? [['Last heartbeat', j.heartbeatAt ? relTime(j.heartbeatAt) : 'none yet'] as [string, Child]]
+              : []),
             ['Worker', j.workerId ?? '—'],
             ['Cancel requested', j.cancelRequested ? 'yes' : 'no'],
             ...(j.location === 'hot' ? [['Progress', progressView(j.progress)] as [string, Child]] : []),
@@ -525,6 +651,12 @@ export function jobPage(main: HTMLElement, id: string): Cleanup {
               ),
             ]
           : []),
+        h(
+          'section',
+          { class: 'card' },
+          h('h2', null, 'Attempts'),
+          attemptsView(j.timeline, j.attemptLimit, j.attempts),
+        ),
         h(
           'section',
           { class: 'card' },

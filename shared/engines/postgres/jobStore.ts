@@ -448,6 +448,9 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
       after_id: s.afterId ?? null,
       scan_rows: searchScanRows(s),
       limit: s.limit,
+      priority: s.priority ?? null,
+      idempotency_key: s.idempotencyKey ?? null,
+      oldest: s.order === 'oldest',
     });
     return toJobPage(rows, s.limit, (r) => toJobRecord(r, PG_CODEC));
   }

@@ -157,6 +157,9 @@ export const SQLSERVER_PARAMS: ParamTypes = {
     AfterId: sql.BigInt,
     ScanRows: sql.Int,
     Limit: sql.Int,
+    Priority: sql.Int,
+    IdempotencyKey: sql.NVarChar(400),
+    Oldest: sql.Bit,
   },
   record_audit: {
     PrincipalId: sql.NVarChar(128),
@@ -651,6 +654,9 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
         AfterId: s.afterId ?? null,
         ScanRows: scanRows,
         Limit: s.limit,
+        Priority: s.priority ?? null,
+        IdempotencyKey: s.idempotencyKey ?? null,
+        Oldest: s.order === 'oldest',
       },
       'safe',
     );
