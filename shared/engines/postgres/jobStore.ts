@@ -156,7 +156,6 @@ export async function assertPostgresReady(pool: pg.Pool): Promise<void> {
   }
 }
 
-// pg returns jsonb decoded and text[] as arrays already.
 // The arguments of JOB_FILTER_PARAMS (search_jobs and count_jobs).
 const filterArgs = (f: JobFilter) => ({
   location: f.location,
@@ -169,6 +168,7 @@ const filterArgs = (f: JobFilter) => ({
   to: f.to ?? null,
 });
 
+// pg returns jsonb decoded and text[] as arrays already.
 const PG_CODEC: RowCodec = { payload: (v) => v, tags: (v) => (v as string[] | null) ?? [] };
 const num = (v: unknown): number => (v === null || v === undefined ? 0 : Number(v));
 
