@@ -556,7 +556,16 @@ if (!haveChromium) {
       await page.locator('[data-test=timeline]').waitFor();
       const batch = (await api('GET', `/transfers/batches/${batchId}`)).json;
       expect(await page.locator('[data-test=state-words]').textContent()).toBe('Committed on the target');
-      expect(await page.locator('.next-action').textContent()).toContain(batch.nextAction);
+      // The server's text, its ISO UTC instants shown in local time (each kept as the <time>'s datetime).
+      const iso = /\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?Z/g;
+      const instants = String(batch.nextAction).match(iso) ?? [];
+      expect(instants.length).toBeGreaterThan(0); // "committed at <instant> with 300 rows"
+      const shown = (await page.locator('.next-action').textContent())!;
+      for (const part of String(batch.nextAction).split(iso)) expect(shown).toContain(part);
+      for (const instant of instants) expect(shown).not.toContain(instant);
+      expect(
+        await page.locator('.next-action time').evaluateAll((ts) => ts.map((t) => t.getAttribute('datetime'))),
+      ).toEqual(instants);
       const events = await page.locator('[data-test=timeline] .ev-name').allTextContents();
       expect(events).toEqual((batch.events as any[]).map((e) => e.event));
       expect(events.length).toBeGreaterThan(2);
@@ -609,6 +618,13 @@ if (!haveChromium) {
       await page.locator(`[data-test="toggle-${QUEUE}"]`, { hasText: 'Resume' }).click();
       await page.getByRole('status').filter({ hasText: 'resumed' }).waitFor();
       await expect.poll(async () => (await api('GET', `/queues/${QUEUE}`)).json.paused, { timeout: 5_000 }).toBe(false);
+      // Who did what to the queue, in its editor: the pause, the resume and the limits saved, newest first.
+      await row.getByRole('button', { name: 'Limits…' }).click();
+      const who = page.locator('[data-test=audit-card] table.audit-table tbody tr');
+      await who.first().waitFor();
+      const actions = await who.locator('td:nth-child(3)').allTextContents();
+      expect(actions.slice(0, 3)).toEqual(['POST resumeQueue', 'POST pauseQueue', 'PATCH updateQueue']);
+      await page.getByRole('button', { name: 'Close' }).click();
 
       // Lowering a retention that would purge rows: the API's preview, then an explicit confirm. On a queue of its
       // own: the maintenance timer (every 2 s here) purges its archive right after.
@@ -665,6 +681,11 @@ if (!haveChromium) {
       await page.locator('[data-test=confirm]').click();
       await page.getByRole('status').filter({ hasText: 'cancelled (now in the DLQ)' }).waitFor();
       expect((await api('GET', `/jobs/${job.id}`)).json).toMatchObject({ location: 'dlq', reason: 'cancelled' });
+      // Who did it, on the job's own page: the cancel, from the audit trail.
+      await page.goto(`${base}/api/console/#/jobs/${job.id}`);
+      const who = page.locator('[data-test=audit-card] table.audit-table tbody tr');
+      await who.first().waitFor();
+      expect(await who.first().textContent()).toMatch(/POST cancelJob.*ok · 200/);
 
       const inDlq = ((await api('GET', `/jobs?location=dlq&queue=${QUEUE}`)).json.items as any[])
         .map((j) => j.id)

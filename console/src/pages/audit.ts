@@ -1,7 +1,7 @@
 // Audit: the ops audit trail (GET /audit, operator only): every write and every refused call, who made it, what it
 // was about and what came of it; filters (principal, action, target, outcome, time range) and keyset paging.
 import { h, replace, fmtNum, fmtTime, isoToLocal, localToIso } from '../dom';
-import { api, q } from '../api';
+import { api, isOperatorClaimed, q } from '../api';
 import {
   badge,
   clear,
@@ -25,12 +25,12 @@ const OUTCOMES: [string, string][] = [
   ['started', 'started (end not recorded)'],
 ];
 
-function outcomeBadge(r: any): HTMLElement {
+export function outcomeBadge(r: any): HTMLElement {
   const text = r.status !== null ? `${r.outcome} · ${r.status}` : r.outcome;
   return badge(text, r.outcome === 'ok' ? 'ok' : r.outcome === 'started' ? 'warn' : 'bad');
 }
 
-function who(r: any): HTMLElement {
+export function who(r: any): HTMLElement {
   const name = r.principalName ?? r.principalId ?? (r.authMethod === 'key' ? 'function key' : 'anonymous');
   const detail = [
     r.principalId && `object id ${r.principalId}`,
@@ -180,4 +180,47 @@ export function auditPage(main: HTMLElement): Cleanup {
     }
   })();
   return () => undefined;
+}
+
+// Who acted on one job or queue (target "job:42", "queue:emails"): its newest audit records, for the job page and the
+// queues page. The audit is operator-only; without the role the card says so instead of failing the page.
+export function auditCard(target: string, heading: string): HTMLElement {
+  const body = h('div', null, h('p', { class: 'loading' }, 'Loading…'));
+  const card = h(
+    'section',
+    { class: 'card', 'data-test': 'audit-card' },
+    h('h2', null, heading),
+    body,
+    h('p', null, h('a', { href: `#/audit${q({ target })}` }, 'Every record for this target →')),
+  );
+  // Asked only with the operator role: a refused read would itself be recorded, on every page view.
+  if (!isOperatorClaimed()) {
+    replace(body, empty('The audit trail needs the operator role.'));
+    return card;
+  }
+  void (async () => {
+    try {
+      const r = await api('GET', `audit${q({ target, limit: 10 })}`);
+      const items = r.items as any[];
+      replace(
+        body,
+        items.length === 0
+          ? empty('No operator action is recorded for it (in the audit retention).')
+          : table(
+              ['when', 'who', 'action', 'outcome', 'affected'],
+              items.map((a) => [
+                fmtTime(a.at),
+                who(a),
+                h('span', { title: a.summary ?? '' }, `${a.httpMethod} ${a.action}`),
+                outcomeBadge(a),
+                a.affected === null ? '—' : fmtNum(a.affected),
+              ]),
+              { caption: `${heading}, newest first`, className: 'audit-table' },
+            ),
+      );
+    } catch (err) {
+      replace(body, empty((err as Error).message));
+    }
+  })();
+  return card;
 }

@@ -4,6 +4,7 @@
 import { h, replace, fmtAge, fmtNum, fmtTime, isoToLocal, localToIso, type Child } from '../dom';
 import { api, q } from '../api';
 import { arrivedList, countText, idLinks } from '../bulk';
+import { auditCard } from './audit';
 import {
   badge,
   busy,
@@ -665,6 +666,7 @@ export function jobPage(main: HTMLElement, id: string): Cleanup {
         ),
         h('section', { class: 'card' }, h('h2', null, 'Payload'), copyable(j.payload ?? null, 'payload')),
         h('section', { class: 'card' }, h('h2', null, 'Job log'), jobLogView(j.logs)),
+        auditCard(`job:${j.id}`, 'Who acted on this job'),
       );
     } catch (err) {
       replace(body);

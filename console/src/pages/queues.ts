@@ -3,6 +3,7 @@
 // with the API's preview of the counts.
 import { h, replace, fmtNum, fmtSeconds, fmtAge } from '../dom';
 import { api, ApiError } from '../api';
+import { auditCard } from './audit';
 import {
   badge,
   busy,
@@ -194,6 +195,7 @@ export function queuesPage(main: HTMLElement): Cleanup {
         form,
         confirmHost,
         h('p', { class: 'hint' }, 'Changing limits needs the operator role.'),
+        auditCard(`queue:${qs.name}`, 'Who acted on this queue'),
       ),
     );
     conc.focus();

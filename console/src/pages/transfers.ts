@@ -32,6 +32,20 @@ export const STATE_WORDS: Record<string, string> = {
   unresolved: 'Unresolved: the target could not yet say whether it committed',
 };
 
+// The server writes times into its texts as ISO UTC ("committed at 2026-12-02T09:15:00.000Z"); shown here in the
+// browser's local time like every other time on the page, the UTC instant kept in the tooltip.
+const ISO_INSTANT = /\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?Z/g;
+function localTimes(text: string): (string | HTMLElement)[] {
+  const out: (string | HTMLElement)[] = [];
+  let last = 0;
+  for (const m of text.matchAll(ISO_INSTANT)) {
+    out.push(text.slice(last, m.index), h('time', { datetime: m[0], title: m[0] }, fmtTime(m[0])));
+    last = m.index + m[0].length;
+  }
+  out.push(text.slice(last));
+  return out;
+}
+
 export function statusBadge(b: any): HTMLElement {
   return badge(
     b.status,
@@ -385,7 +399,7 @@ export function batchPage(main: HTMLElement, id: string): Cleanup {
             ' ',
             h('strong', { 'data-test': 'state-words' }, STATE_WORDS[b.state] ?? b.state),
           ),
-          h('p', { class: 'next-action' }, h('span', { class: 'label' }, 'Next action: '), b.nextAction),
+          h('p', { class: 'next-action' }, h('span', { class: 'label' }, 'Next action: '), ...localTimes(b.nextAction)),
           h('div', { class: 'actions' }, resume, reconcile, abandon),
         ),
         h(
