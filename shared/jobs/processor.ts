@@ -62,6 +62,45 @@ export function defaultWorkerId(): string {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+// The writes one attempt makes while its handler runs (ctx.progress, ctx.log's lines): at most one per interval, one
+// after the other (a write waits for the one before it, so an older value never lands after a newer one), each
+// taking what is pending when it starts. `take` returns the write to make, or undefined when nothing is pending; the
+// writes it returns must not reject.
+class AttemptWrites {
+  private chain: Promise<void> = Promise.resolve();
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private lastWriteAt = -Infinity;
+
+  constructor(
+    private readonly intervalMs: number,
+    private readonly take: () => (() => Promise<void>) | undefined,
+  ) {}
+
+  // Something is pending: written when the interval since the last write has passed (atOnceWhenDue: now, in this
+  // call; else on a timer, which gathers what the same turn adds).
+  request(opts: { atOnceWhenDue?: boolean } = {}): void {
+    if (this.timer !== undefined) return;
+    const wait = this.lastWriteAt + this.intervalMs - Date.now();
+    if (wait <= 0 && opts.atOnceWhenDue) void this.now();
+    else this.timer = setTimeout(() => void this.now(), Math.max(0, wait));
+  }
+
+  // Writes what is pending now; resolves once every write so far has ended.
+  now(): Promise<void> {
+    this.cancel();
+    const write = this.take();
+    if (!write) return this.chain;
+    this.lastWriteAt = Date.now();
+    this.chain = this.chain.then(write);
+    return this.chain;
+  }
+
+  cancel(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+}
+
 export class JobProcessor {
   readonly workerId: string;
   private readonly store: JobStore;
@@ -342,41 +381,33 @@ export class JobProcessor {
   // lease at most once per progressIntervalMs, the latest value winning (a trailing write when calls come faster).
   // A write that finds the lease gone aborts the attempt as a heartbeat would; other write errors are logged.
   private progressReporter(job: ClaimedJob, ref: LeaseRef, abort: (reason: AbortReason) => void) {
-    let lastWriteAt = -Infinity;
     let pending: JobProgress | undefined;
-    let timer: ReturnType<typeof setTimeout> | undefined;
     let stopped = false;
-    const write = (value: JobProgress) => {
-      lastWriteAt = Date.now();
-      this.store.reportProgress(ref, value).then(
-        (status) => {
-          if (status === 'lease_lost' && !stopped) {
-            this.leaseLost(job, 'progress');
-            abort('lease_lost');
-          }
-        },
-        (e: unknown) => this.log.warn('progress write failed', { jobId: job.id, error: String(e) }),
-      );
-    };
-    const flush = () => {
-      timer = undefined;
-      if (stopped || pending === undefined) return;
+    const writes = new AttemptWrites(this.progressIntervalMs, () => {
       const value = pending;
       pending = undefined;
-      write(value);
-    };
+      if (stopped || value === undefined) return undefined;
+      return () =>
+        this.store.reportProgress(ref, value).then(
+          (status) => {
+            if (status === 'lease_lost' && !stopped) {
+              this.leaseLost(job, 'progress');
+              abort('lease_lost');
+            }
+          },
+          (e: unknown) => this.log.warn('progress write failed', { jobId: job.id, error: String(e) }),
+        );
+    });
     return {
       report: (input: ProgressInput): void => {
         const value = normalizeProgress(input);
         if (stopped) return;
-        const wait = lastWriteAt + this.progressIntervalMs - Date.now();
-        if (wait <= 0 && timer === undefined) return write(value);
         pending = value;
-        timer ??= setTimeout(flush, Math.max(0, wait));
+        writes.request({ atOnceWhenDue: true });
       },
       stop: () => {
         stopped = true;
-        clearTimeout(timer);
+        writes.cancel();
       },
     };
   }
@@ -387,15 +418,10 @@ export class JobProcessor {
   // stay in the process log only).
   private jobLog(job: ClaimedJob, ref: LeaseRef, attempt: number, abort: (reason: AbortReason) => void) {
     let log: AttemptLog | undefined;
-    let writing: Promise<void> = Promise.resolve();
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    let lastWriteAt = -Infinity;
-    const write = (): Promise<void> => {
-      timer = undefined;
+    const writes = new AttemptWrites(this.progressIntervalMs, () => {
       const lines = log?.take() ?? [];
-      if (lines.length === 0) return writing;
-      lastWriteAt = Date.now();
-      writing = writing.then(() =>
+      if (lines.length === 0) return undefined;
+      return () =>
         this.store.appendJobLog(ref, lines, this.jobLogLines).then(
           (status) => {
             if (status === 'lease_lost') {
@@ -404,23 +430,15 @@ export class JobProcessor {
             }
           },
           (e: unknown) => this.log.warn('job log write failed', { jobId: job.id, error: String(e) }),
-        ),
-      );
-      return writing;
-    };
-    const soon = () => {
-      timer ??= setTimeout(() => void write(), Math.max(0, lastWriteAt + this.progressIntervalMs - Date.now()));
-    };
+        );
+    });
     return {
       logger: (): JobLogger => {
         if (this.jobLogLines <= 0) return this.log;
-        log ??= new AttemptLog(this.log, job.id, attempt, this.jobLogLines, soon);
+        log ??= new AttemptLog(this.log, job.id, attempt, this.jobLogLines, () => writes.request());
         return log;
       },
-      flush: (): Promise<void> => {
-        clearTimeout(timer);
-        return write();
-      },
+      flush: (): Promise<void> => writes.now(),
     };
   }
 
