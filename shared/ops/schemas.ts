@@ -33,14 +33,22 @@ const reason = dlqReason;
 const location = jobLocation;
 
 // Query strings arrive as text: integers are parsed from their decimal text only (documented as integers).
-const qInt = (min: number, max: number, def: number) =>
+const intText = (min: number, max: number) =>
   z
     .string()
     .regex(/^-?\d+$/, 'must be an integer')
     .transform(Number)
-    .pipe(z.number().int().min(min).max(max))
+    .pipe(z.number().int().min(min).max(max));
+const intMeta = (min: number, max: number, description: string) =>
+  ({ type: 'integer', minimum: min, maximum: max, pattern: undefined, description }) as const;
+const qInt = (min: number, max: number, def: number) =>
+  intText(min, max)
     .default(def)
-    .meta({ type: 'integer', minimum: min, maximum: max, description: `integer, default ${def}`, pattern: undefined });
+    .meta(intMeta(min, max, `integer, default ${def}`));
+const qOptionalInt = (min: number, max: number, description: string) =>
+  intText(min, max)
+    .optional()
+    .meta(intMeta(min, max, description));
 
 export const enqueueJob = z
   .strictObject({
@@ -68,19 +76,7 @@ export const jobSearchQuery = z.strictObject({
   from: isoDate.optional(),
   to: isoDate.optional(),
   text: storableText(1, LIMITS.searchTextLength).optional(),
-  priority: z
-    .string()
-    .regex(/^-?\d+$/, 'must be an integer')
-    .transform(Number)
-    .pipe(z.number().int().min(-1_000_000).max(1_000_000))
-    .optional()
-    .meta({
-      type: 'integer',
-      minimum: -1_000_000,
-      maximum: 1_000_000,
-      pattern: undefined,
-      description: 'exactly this priority',
-    }),
+  priority: qOptionalInt(-1_000_000, 1_000_000, 'exactly this priority'),
   idempotencyKey: storableText(1, 200)
     .optional()
     .describe(
@@ -88,19 +84,11 @@ export const jobSearchQuery = z.strictObject({
     ),
   order: z.enum(['newest', 'oldest']).default('newest').describe('by id: newest (default) or oldest first'),
   afterId: jobId.optional(),
-  scanRows: z
-    .string()
-    .regex(/^-?\d+$/, 'must be an integer')
-    .transform(Number)
-    .pipe(z.number().int().min(1).max(TEXT_SEARCH_SCAN_ROWS_MAX))
-    .optional()
-    .meta({
-      type: 'integer',
-      minimum: 1,
-      maximum: TEXT_SEARCH_SCAN_ROWS_MAX,
-      pattern: undefined,
-      description: `archive/DLQ searches only: rows examined per call, the next ids below afterId (default ${TEXT_SEARCH_SCAN_ROWS}); continue from nextAfterId`,
-    }),
+  scanRows: qOptionalInt(
+    1,
+    TEXT_SEARCH_SCAN_ROWS_MAX,
+    `archive/DLQ searches only: rows examined per call, the next ids below afterId (default ${TEXT_SEARCH_SCAN_ROWS}); continue from nextAfterId`,
+  ),
   limit: qInt(1, LIMITS.searchJobs, 50),
 });
 
@@ -493,19 +481,11 @@ export const auditSearchQuery = z.strictObject({
     .describe('exactly, e.g. queue:emails, job:42, batch:<uuid>, transfer:orders'),
   outcome: z.enum(AUDIT_OUTCOMES).optional(),
   beforeId: jobId.optional().describe('records below this id (nextBeforeId of the previous page)'),
-  scanRows: z
-    .string()
-    .regex(/^-?\d+$/, 'must be an integer')
-    .transform(Number)
-    .pipe(z.number().int().min(1).max(TEXT_SEARCH_SCAN_ROWS_MAX))
-    .optional()
-    .meta({
-      type: 'integer',
-      minimum: 1,
-      maximum: TEXT_SEARCH_SCAN_ROWS_MAX,
-      pattern: undefined,
-      description: `records examined per call, the next ids below beforeId (default ${AUDIT_SCAN_ROWS_DEFAULT}); continue from nextBeforeId`,
-    }),
+  scanRows: qOptionalInt(
+    1,
+    TEXT_SEARCH_SCAN_ROWS_MAX,
+    `records examined per call, the next ids below beforeId (default ${AUDIT_SCAN_ROWS_DEFAULT}); continue from nextBeforeId`,
+  ),
   limit: qInt(1, LIMITS.searchJobs, 50),
 });
 
