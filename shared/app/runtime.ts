@@ -9,6 +9,7 @@ import { checkSchedules, configuredHandlersDir, loadHandlerFolder, registerHandl
 import type { ScheduleDefinition } from '../jobs/define.js';
 import { engineNamed } from '../engines/registry.js';
 import { parseSettings, type Settings } from '../config/settings.js';
+import { processEnv, type AppEnv } from './environment.js';
 import { StorageQueueGateway, type QueueGateway } from './queues.js';
 import { createTransferService, type TransferServiceLike } from './transfers.js';
 import { processorTelemetry } from './telemetryHooks.js';
@@ -17,6 +18,8 @@ import { registerLiveProcessor } from './shutdown.js';
 
 export interface Runtime {
   readonly settings: Settings;
+  // The environment the settings were parsed from: the per-feature schemas (transfers, handlers folder) read it.
+  readonly env: AppEnv;
   readonly store: JobStore;
   readonly registry: HandlerRegistry;
   // Recurring jobs declared in handlers/ (and by overrides.schedules).
@@ -34,7 +37,8 @@ export interface RuntimeOverrides {
   registry?: HandlerRegistry;
   queues?: QueueGateway;
   transfers?: TransferServiceLike | null;
-  env?: Record<string, string | undefined>;
+  // The environment `settings` came from (default: the process's); the per-feature schemas read it.
+  env?: AppEnv;
   // Extra job handlers to register (the local host's demo types, tests, apps embedding Keel).
   register?: (registry: HandlerRegistry) => void;
   // The handlers folder to load (default: KEEL_HANDLERS_DIR, else handlers/ at the repository root, dist/handlers
@@ -51,12 +55,13 @@ async function openStore(settings: Settings): Promise<JobStore> {
 }
 
 export async function createRuntime(settings: Settings, overrides: RuntimeOverrides = {}): Promise<Runtime> {
+  const env = overrides.env ?? processEnv();
   const workerId = settings.KEEL_WORKER_ID ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
   // Handlers' timeoutMs are checked against host.json functionTimeout as they register.
   const registry = overrides.registry ?? new HandlerRegistry({ functionTimeoutMs: appFunctionTimeoutMs() });
   const schedules: ScheduleDefinition[] = [];
   if (!overrides.registry) {
-    const dir = overrides.handlersDir === undefined ? configuredHandlersDir() : overrides.handlersDir;
+    const dir = overrides.handlersDir === undefined ? configuredHandlersDir(env) : overrides.handlersDir;
     if (dir !== null) {
       const folder = await loadHandlerFolder(dir);
       registerHandlers(registry, folder.handlers);
@@ -80,7 +85,7 @@ export async function createRuntime(settings: Settings, overrides: RuntimeOverri
     transfers =
       overrides.transfers !== undefined
         ? overrides.transfers
-        : await createTransferService(settings, overrides.env ?? process.env);
+        : await createTransferService(settings, env);
   } catch (err) {
     if (!overrides.store) await store.close().catch(() => undefined);
     throw err;
@@ -102,6 +107,7 @@ export async function createRuntime(settings: Settings, overrides: RuntimeOverri
   let closed: Promise<void> | undefined;
   return {
     settings,
+    env,
     store,
     registry,
     schedules,
@@ -123,12 +129,15 @@ export async function createRuntime(settings: Settings, overrides: RuntimeOverri
   };
 }
 
-// The process-wide runtime the Azure functions use: created on first use from the environment.
+// The process-wide runtime the Azure functions use: created on first use from the process environment.
 let current: Promise<Runtime> | undefined;
 
 export function getRuntime(): Promise<Runtime> {
   if (!current) {
-    current = (async () => createRuntime(parseSettings(process.env)))();
+    current = (async () => {
+      const env = processEnv();
+      return createRuntime(parseSettings(env), { env });
+    })();
     current.catch(() => {
       current = undefined; // a failed start (database down) is retried by the next invocation
     });

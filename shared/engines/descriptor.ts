@@ -49,8 +49,9 @@ export interface EngineDescriptor {
   readonly migrateSetting?: keyof Settings & string;
   openJobStore?(settings: Settings): Promise<JobStore>;
   openJournal?(settings: Settings): Promise<TransferJournal>;
-  // `npm run migrate`: the versioned schema and logic scripts of the control database.
-  migrateControl?(connection: string, log: (line: string) => void): Promise<ControlMigrateResult>;
+  // `npm run migrate`: the versioned schema and logic scripts of the control database, from `sqlRoot` (the sql/
+  // folder, KEEL_SQL_DIR) when given, else the packaged one.
+  migrateControl?(connection: string, log: (line: string) => void, sqlRoot?: string): Promise<ControlMigrateResult>;
   transferEndpoints?(opts: TransferEndpointOptions): Promise<TransferEndpoints>;
   // What a transfer's configuration may ask of this engine as a source / as a target (checked at startup by
   // shared/transfer/config.ts); required with the transferSource / transferTarget capability.

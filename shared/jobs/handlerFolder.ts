@@ -20,7 +20,7 @@ export const HANDLERS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.
 // The folder a runtime loads: KEEL_HANDLERS_DIR when set (relative to the working directory), else HANDLERS_DIR.
 // The project's own test run points it at test/fixtures/handlers (vitest.config.ts), so the handlers and schedules
 // a user adds to handlers/ can never change what the project's tests see.
-export function configuredHandlersDir(env: Record<string, string | undefined> = process.env): string {
+export function configuredHandlersDir(env: Record<string, string | undefined>): string {
   const dir = env.KEEL_HANDLERS_DIR?.trim();
   return dir ? path.resolve(dir) : HANDLERS_DIR;
 }

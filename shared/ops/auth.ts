@@ -94,7 +94,7 @@ export const HOSTING_MARKERS = [
   'ECS_CONTAINER_METADATA_URI_V4',
 ] as const;
 
-export function hostingMarkers(env: NodeJS.ProcessEnv = process.env): string[] {
+export function hostingMarkers(env: NodeJS.ProcessEnv): string[] {
   return HOSTING_MARKERS.filter((k) => (env[k] ?? '').trim() !== '');
 }
 
@@ -114,7 +114,7 @@ function localTrustSetting(env: NodeJS.ProcessEnv): boolean {
 // WEBSITE_SITE_NAME, and WEBSITE_AUTH_ENABLED=True when authentication fronts the app), the caller on the local host
 // ('caller': KEEL_TRUST_CLIENT_PRINCIPAL=local), or nobody ('untrusted': the header is ignored). Throws
 // PrincipalTrustError when the local setting is given where it is refused.
-export function principalMode(env: NodeJS.ProcessEnv = process.env): PrincipalMode {
+export function principalMode(env: NodeJS.ProcessEnv): PrincipalMode {
   const local = localTrustSetting(env);
   if (env.WEBSITE_SITE_NAME && (env.WEBSITE_AUTH_ENABLED ?? '').toLowerCase() === 'true') return 'appservice';
   return local ? 'caller' : 'untrusted';
@@ -122,7 +122,7 @@ export function principalMode(env: NodeJS.ProcessEnv = process.env): PrincipalMo
 
 // For start-up: throws PrincipalTrustError on a refused setting; otherwise a warning line, or null when App Service
 // authentication vouches for the principal.
-export function principalTrustWarning(env: NodeJS.ProcessEnv = process.env): string | null {
+export function principalTrustWarning(env: NodeJS.ProcessEnv): string | null {
   const mode = principalMode(env);
   if (mode === 'appservice') return null;
   if (mode === 'caller')
@@ -160,7 +160,7 @@ export function grantedLevel(principal: ClientPrincipal | null, names: RoleNames
 // refused setting and OpsError(401) on an unreadable header that would be believed.
 export function believedPrincipal(
   header: string | null | undefined,
-  env: NodeJS.ProcessEnv = process.env,
+  env: NodeJS.ProcessEnv,
 ): { mode: PrincipalMode; principal: ClientPrincipal | null } {
   const mode = principalMode(env);
   return { mode, principal: mode === 'untrusted' ? null : parseClientPrincipal(header) };
@@ -173,7 +173,7 @@ export function authorize(
   required: OpsRole,
   names: RoleNames,
   channel: OpsChannel,
-  env: NodeJS.ProcessEnv = process.env,
+  env: NodeJS.ProcessEnv,
 ): ClientPrincipal | null {
   const { mode, principal } = believedPrincipal(header, env);
   const level = grantedLevel(principal, names, channel);

@@ -78,7 +78,7 @@ function packageRoot(): string {
 
 // dist/console under the package root (the same for `npm start` from sources and for the deployed dist/);
 // KEEL_CONSOLE_DIR overrides it (tests build into a scratch folder).
-export function consoleDir(env: NodeJS.ProcessEnv = process.env): string {
+export function consoleDir(env: NodeJS.ProcessEnv): string {
   return path.resolve(env.KEEL_CONSOLE_DIR || path.join(packageRoot(), 'dist', 'console'));
 }
 
@@ -99,7 +99,7 @@ function textPage(status: number, title: string, body: string): HttpResponseInit
 export function serveConsoleAsset(
   request: HttpRequest,
   tail: string | undefined,
-  env: NodeJS.ProcessEnv = process.env,
+  env: NodeJS.ProcessEnv,
 ): HttpResponseInit {
   const url = new URL(request.url);
   // /api/console -> /api/console/: the built page refers to its assets relative to the folder.
@@ -170,7 +170,7 @@ export function roleNamesOf(env: NodeJS.ProcessEnv): RoleNames {
   };
 }
 
-export function consoleSession(request: HttpRequest, env: NodeJS.ProcessEnv = process.env): ConsoleSession {
+export function consoleSession(request: HttpRequest, env: NodeJS.ProcessEnv): ConsoleSession {
   const mode = principalMode(env);
   let principal: ClientPrincipal | null = null;
   if (mode === 'appservice') {
@@ -213,7 +213,7 @@ export async function handleConsoleApi(
   request: HttpRequest,
   context: InvocationContext,
   ops: OpsInvoker,
-  env: NodeJS.ProcessEnv = process.env,
+  env: NodeJS.ProcessEnv,
 ): Promise<HttpResponseInit> {
   const tail = request.params.path ?? '';
   try {

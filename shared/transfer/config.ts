@@ -300,7 +300,7 @@ export function parseTransfers(value: unknown, rules: TransferEngineRules, root 
 }
 
 // Reads KEEL_TRANSFERS (JSON) or KEEL_TRANSFERS_FILE (path to JSON). Neither set: no transfers.
-export function loadTransfers(rules: TransferEngineRules, env: NodeJS.ProcessEnv = process.env): TransferConfig[] {
+export function loadTransfers(rules: TransferEngineRules, env: NodeJS.ProcessEnv): TransferConfig[] {
   const inline = env.KEEL_TRANSFERS;
   const file = env.KEEL_TRANSFERS_FILE;
   if (inline && file)
@@ -340,7 +340,7 @@ export function loadTransfers(rules: TransferEngineRules, env: NodeJS.ProcessEnv
 export function connectionString(
   setting: string,
   what: string,
-  env: NodeJS.ProcessEnv = process.env,
+  env: NodeJS.ProcessEnv,
   field = 'connectionSetting',
 ): string {
   const v = env[setting];

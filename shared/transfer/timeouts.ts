@@ -37,7 +37,7 @@ const SETTINGS: [keyof TransferTimeouts, string][] = [
 // Reads the settings; an invalid value fails at startup naming the setting. Every value must stay below the
 // function timeout, and the client-side query timeout must exceed the server-side statement timeout (so that the
 // server's own cancel, with its error, normally arrives first).
-export function transferTimeouts(env: NodeJS.ProcessEnv = process.env): TransferTimeouts {
+export function transferTimeouts(env: NodeJS.ProcessEnv): TransferTimeouts {
   const out: TransferTimeouts = { ...DEFAULT_TRANSFER_TIMEOUTS };
   for (const [key, name] of SETTINGS) {
     const raw = env[name];
