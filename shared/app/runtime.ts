@@ -82,10 +82,7 @@ export async function createRuntime(settings: Settings, overrides: RuntimeOverri
     });
   let transfers: TransferServiceLike | null;
   try {
-    transfers =
-      overrides.transfers !== undefined
-        ? overrides.transfers
-        : await createTransferService(settings, env);
+    transfers = overrides.transfers !== undefined ? overrides.transfers : await createTransferService(settings, env);
   } catch (err) {
     if (!overrides.store) await store.close().catch(() => undefined);
     throw err;

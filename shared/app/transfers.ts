@@ -25,10 +25,7 @@ export interface TransferMessage {
 
 // Builds the service when transfers are configured (KEEL_TRANSFERS / KEEL_TRANSFERS_FILE); null otherwise.
 // The batch journal lives in the control database, beside the jobs.
-export async function createTransferService(
-  settings: Settings,
-  env: AppEnv,
-): Promise<TransferService | null> {
+export async function createTransferService(settings: Settings, env: AppEnv): Promise<TransferService | null> {
   if (loadTransfers(transferEngineRules(), env).length === 0) return null;
   // The batch journal lives in the control database, beside the jobs: the job store's engine opens it.
   const control = engineNamed(settings.KEEL_STORE_ENGINE);

@@ -145,14 +145,26 @@ const ENV_CASES: [string, string, boolean][] = [
   ['shared/jobs/x.ts', `export const dir = process.env.KEEL_HANDLERS_DIR;`, false],
   ['shared/transfer/x.ts', `export function f(env: NodeJS.ProcessEnv = process.env) { return env; }`, false],
   ['shared/ops/x.ts', `export const site = globalThis.process.env.WEBSITE_SITE_NAME;`, false],
-  ['shared/telemetry/x.ts', `const { env } = process;\nexport const cs = env.APPLICATIONINSIGHTS_CONNECTION_STRING;`, false],
-  ['shared/engines/oracle/x.ts', `import { env } from 'node:process';\nexport const m = env.KEEL_TRANSFER_MIGRATE_ORACLE;`, false],
+  [
+    'shared/telemetry/x.ts',
+    `const { env } = process;\nexport const cs = env.APPLICATIONINSIGHTS_CONNECTION_STRING;`,
+    false,
+  ],
+  [
+    'shared/engines/oracle/x.ts',
+    `import { env } from 'node:process';\nexport const m = env.KEEL_TRANSFER_MIGRATE_ORACLE;`,
+    false,
+  ],
   ['shared/config/x.ts', `import process from 'node:process';\nexport const d = process.env.KEEL_SQL_DIR;`, false],
   // the rest of the composition root and the entry points take it from shared/app/environment.ts
   ['shared/app/x.ts', `export const env = process.env;`, false],
   ['functions/x.ts', `export const env = process.env;`, false],
   ['shared/app/environment.ts', `export const env = () => process.env;`, true],
-  ['functions/x.ts', `import { processEnv } from '../shared/app/environment.js';\nexport const env = processEnv();`, true],
+  [
+    'functions/x.ts',
+    `import { processEnv } from '../shared/app/environment.js';\nexport const env = processEnv();`,
+    true,
+  ],
   // an explicit env argument, and the rest of process, are fine
   ['shared/transfer/x.ts', `export function f(env: NodeJS.ProcessEnv) { return env.KEEL_TRANSFERS; }`, true],
   ['shared/jobs/x.ts', `export const pid = process.pid;`, true],
