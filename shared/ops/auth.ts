@@ -11,6 +11,7 @@
 //   is refused wherever a hosting environment is detected. Otherwise it is ignored.
 import { timingSafeEqual, createHash } from 'node:crypto';
 import { OpsError } from './errors.js';
+import type { SettingDeclaration } from '../config/declaration.js';
 
 export interface ClientPrincipal {
   authType: string | null;
@@ -93,6 +94,23 @@ export const HOSTING_MARKERS = [
   'ECS_CONTAINER_METADATA_URI',
   'ECS_CONTAINER_METADATA_URI_V4',
 ] as const;
+
+// The fixed-name environment the principal checks parse (shared/app/settingsIndex.ts), besides Settings'
+// KEEL_TRUST_CLIENT_PRINCIPAL: set by the platform, never by the app's configuration.
+export const HOSTING_SETTINGS: readonly SettingDeclaration[] = [
+  ...HOSTING_MARKERS.map((name) => ({
+    name,
+    type: 'any non-empty value',
+    default: 'unset',
+    doc: 'set by a hosting platform: KEEL_TRUST_CLIENT_PRINCIPAL=local is refused when present',
+  })),
+  {
+    name: 'WEBSITE_AUTH_ENABLED',
+    type: '"True" or unset',
+    default: 'unset',
+    doc: 'set by App Service when its authentication fronts the app (with WEBSITE_SITE_NAME): x-ms-client-principal is believed',
+  },
+];
 
 export function hostingMarkers(env: NodeJS.ProcessEnv): string[] {
   return HOSTING_MARKERS.filter((k) => (env[k] ?? '').trim() !== '');

@@ -27,6 +27,7 @@ import { refuseCrossSite } from './router.js';
 
 export { principalMode, type PrincipalMode };
 import { OpsError, errorResponse, json } from './errors.js';
+import type { SettingDeclaration } from '../config/declaration.js';
 
 export const CONSOLE_CSP = [
   "default-src 'none'",
@@ -75,6 +76,17 @@ function packageRoot(): string {
     dir = up;
   }
 }
+
+// The fixed-name setting the console parses (shared/app/settingsIndex.ts), besides Settings' role names, which it
+// reads from the same environment because the session answers without starting the runtime.
+export const CONSOLE_SETTINGS: readonly SettingDeclaration[] = [
+  {
+    name: 'KEEL_CONSOLE_DIR',
+    type: 'path',
+    default: 'dist/console under the package root',
+    doc: "the built console's files (tests build into a scratch folder)",
+  },
+];
 
 // dist/console under the package root (the same for `npm start` from sources and for the deployed dist/);
 // KEEL_CONSOLE_DIR overrides it (tests build into a scratch folder).

@@ -28,6 +28,7 @@ export {
   registerDatabaseInstrumentations,
   type DatabaseInstrumentationOptions,
   shutdownTelemetry,
+  TELEMETRY_SETTINGS,
   type TelemetryEnv,
   type TelemetryState,
 } from './init.js';
