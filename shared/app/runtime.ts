@@ -18,7 +18,7 @@ import { registerLiveProcessor } from './shutdown.js';
 
 export interface Runtime {
   readonly settings: Settings;
-  // The environment the settings were parsed from: the per-feature schemas (transfers, handlers folder) read it.
+  // The environment the settings were parsed from: the per-feature schemas of the transfers read it.
   readonly env: AppEnv;
   readonly store: JobStore;
   readonly registry: HandlerRegistry;
@@ -61,7 +61,9 @@ export async function createRuntime(settings: Settings, overrides: RuntimeOverri
   const registry = overrides.registry ?? new HandlerRegistry({ functionTimeoutMs: appFunctionTimeoutMs() });
   const schedules: ScheduleDefinition[] = [];
   if (!overrides.registry) {
-    const dir = overrides.handlersDir === undefined ? configuredHandlersDir(env) : overrides.handlersDir;
+    // KEEL_HANDLERS_DIR is the process's (vitest.config.ts sets it for every runtime of the project's tests; `npm
+    // start` reads it before any settings), not the runtime env's, which a test may give with its settings only.
+    const dir = overrides.handlersDir === undefined ? configuredHandlersDir(processEnv()) : overrides.handlersDir;
     if (dir !== null) {
       const folder = await loadHandlerFolder(dir);
       registerHandlers(registry, folder.handlers);

@@ -71,7 +71,7 @@ export const SETTINGS_INDEX: readonly SettingsSchemaEntry[] = [
   declared({
     schema: 'handlers folder',
     module: 'shared/jobs/handlerFolder.ts',
-    readBy: 'createRuntime from the runtime env, and scripts/start.ts (before any Settings)',
+    readBy: 'createRuntime and scripts/start.ts (before any Settings), from the process environment',
     declarations: HANDLERS_FOLDER_SETTINGS,
   }),
   declared({
