@@ -72,7 +72,7 @@ export type JournalArgs<P extends JournalProcedure> = { [K in JournalParam<P>]: 
 
 // Bounds both engines keep the same (SQL Server's columns are the narrower: sql/sqlserver/V020, V021). Text is
 // counted in UTF-16 code units, JavaScript's string length and SQL Server's nvarchar(n) unit alike; a longer text
-// is cut here, before either engine sees it, so both store the same prefix (docs/transfer.md, "The journal").
+// is cut here, before either engine sees it, so both store the same prefix (docs/transfer.md, "Engines", Journal).
 export const JOURNAL_TEXT_MAX = {
   last_error: 2000,
   reason: 2000,
