@@ -4,8 +4,8 @@
 // Each engine's journal calls only through its typed table derived from this one (JOURNAL_POSTGRES_FUNCTIONS,
 // JOURNAL_SQLSERVER_PARAMS, beside each journal); test/engines/parity.test.ts compares those tables with the
 // functions of a migrated PostgreSQL database and with the procedures declared in sql/sqlserver.
-import type { BatchFilter, BatchPatch, NewBatch } from './journal.js';
-import { BATCH_STATES, type BatchState } from './types.js';
+import type { BatchPatch, NewBatch, TransferJournal } from './journal.js';
+import { BATCH_STATES } from './types.js';
 
 // The columns a transition may set. Each comes with a set_<column> flag: false leaves the column as it is, true
 // sets it to the value beside it (null clears it), so "absent" and "null" stay apart on both engines.
@@ -70,11 +70,13 @@ export type JournalParam<P extends JournalProcedure> = (typeof JOURNAL_PROCEDURE
 export type JournalValue = string | number | boolean | null | readonly string[];
 export type JournalArgs<P extends JournalProcedure> = { [K in JournalParam<P>]: JournalValue };
 
-// Bounds both engines keep the same (SQL Server's columns are the narrower: sql/sqlserver/V020, V021). Text is
+// Bounds both engines keep the same (SQL Server's columns are the narrower: sql/sqlserver/V020, V021; its typed
+// table binds these lengths, which the parity test compares with the procedures' declarations). Text is
 // counted in UTF-16 code units, JavaScript's string length and SQL Server's nvarchar(n) unit alike; a longer text
 // is cut here, before either engine sees it, so both store the same prefix (docs/transfer.md, "Engines", Journal).
 export const JOURNAL_TEXT_MAX = {
   last_error: 2000,
+  last_error_code: 64,
   reason: 2000,
   changed_by: 256,
 } as const;
@@ -118,7 +120,10 @@ type NotePatch = Pick<BatchPatch, 'lastError' | 'lastErrorCode' | 'targetReconci
 function notePatch(p: NotePatch) {
   return {
     ...field('last_error', p.lastError === undefined ? undefined : boundText(p.lastError, JOURNAL_TEXT_MAX.last_error)),
-    ...field('last_error_code', p.lastErrorCode),
+    ...field(
+      'last_error_code',
+      p.lastErrorCode === undefined ? undefined : boundText(p.lastErrorCode, JOURNAL_TEXT_MAX.last_error_code),
+    ),
     ...field('target_reconcile_token', p.targetReconcileToken),
   };
 }
@@ -137,13 +142,9 @@ export function insertArgs(b: NewBatch): JournalArgs<'transfer_batch_insert'> {
   };
 }
 
+// Each builder takes the arguments of its TransferJournal operation.
 export function transitionArgs(
-  batchId: string,
-  from: readonly BatchState[],
-  to: BatchState,
-  patch: BatchPatch,
-  event: string,
-  detail?: Record<string, unknown>,
+  ...[batchId, from, to, patch, event, detail]: Parameters<TransferJournal['transition']>
 ): JournalArgs<'transfer_batch_transition'> {
   if (patch.stamp !== undefined && !(JOURNAL_STAMPS as readonly string[]).includes(patch.stamp))
     throw new Error(`transfer journal: unknown stamp "${patch.stamp}" (one of ${JOURNAL_STAMPS.join(', ')})`);
@@ -165,15 +166,12 @@ export function transitionArgs(
 }
 
 export function noteArgs(
-  batchId: string,
-  event: string,
-  detail: Record<string, unknown> | undefined,
-  patch: NotePatch = {},
+  ...[batchId, event, detail, patch]: Parameters<TransferJournal['note']>
 ): JournalArgs<'transfer_batch_note'> {
-  return { batch_id: batchId, event, detail: json(detail), ...notePatch(patch) };
+  return { batch_id: batchId, event, detail: json(detail), ...notePatch(patch ?? {}) };
 }
 
-export function listArgs(f: BatchFilter): JournalArgs<'transfer_batch_list'> {
+export function listArgs(...[f]: Parameters<TransferJournal['list']>): JournalArgs<'transfer_batch_list'> {
   return {
     transfer_name: f.transfer ?? null,
     state: f.state === undefined ? null : stateList('state', [f.state])[0]!,
@@ -183,9 +181,7 @@ export function listArgs(f: BatchFilter): JournalArgs<'transfer_batch_list'> {
 }
 
 export function staleArgs(
-  states: readonly BatchState[],
-  olderThanMs: number,
-  limit: number,
+  ...[states, olderThanMs, limit]: Parameters<TransferJournal['stale']>
 ): JournalArgs<'transfer_batch_stale'> {
   const ms = Number.isNaN(olderThanMs) ? 0 : Math.floor(olderThanMs);
   return {
@@ -196,10 +192,7 @@ export function staleArgs(
 }
 
 export function controlArgs(
-  transferName: string,
-  paused: boolean,
-  reason: string | null,
-  changedBy: string | null,
+  ...[transferName, paused, reason, changedBy]: Parameters<TransferJournal['setPaused']>
 ): JournalArgs<'transfer_control_set'> {
   return {
     transfer_name: transferName,

@@ -10,81 +10,88 @@ export type JournalRow = Record<string, unknown>;
 // A journal column's name in the engine's result rows, from its snake_case name (PostgreSQL: itself).
 export type ColumnName = (snake: string) => string;
 
-const num = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
-const text = (v: unknown): string | null => (v === null || v === undefined ? null : String(v));
+const absent = (v: unknown): v is null | undefined => v === null || v === undefined;
 const id = (v: unknown): string => String(v).toLowerCase();
-const date = (v: unknown): Date | null => (v === null || v === undefined ? null : (v as Date));
-const parsed = (v: unknown): unknown => (typeof v === 'string' ? JSON.parse(v) : (v ?? null));
+const str = (v: unknown): string => String(v);
+const text = (v: unknown): string | null => (absent(v) ? null : String(v));
+const num = (v: unknown): number => Number(v);
+const count = (v: unknown): number | null => (absent(v) ? null : Number(v));
+const at = (v: unknown): Date => v as Date;
+const when = (v: unknown): Date | null => (absent(v) ? null : (v as Date));
+const json = (v: unknown): unknown => (typeof v === 'string' ? JSON.parse(v) : (v ?? null));
+const state = (v: unknown): BatchState => v as BatchState;
+const stateOrNull = (v: unknown): BatchState | null => (absent(v) ? null : (v as BatchState));
 
-// Reads columns of one row by their snake_case names.
-function reader(r: JournalRow, col: ColumnName) {
-  return (snake: string): unknown => r[col(snake)];
+// Per field of a record: the column it is read from and how its value is read.
+type Columns<T> = { [K in keyof T]-?: readonly [column: string, read: (v: unknown) => T[K]] };
+
+const BATCH: Columns<BatchRecord> = {
+  batchId: ['batch_id', id],
+  transferName: ['transfer_name', str],
+  state: ['state', state],
+  attempts: ['attempts', num],
+  boundaryKind: ['boundary_kind', (v) => v as BoundaryKind],
+  boundaryLow: ['boundary_low', text],
+  boundaryHigh: ['boundary_high', str],
+  schemaHash: ['schema_hash', (v) => String(v).trim()], // SQL Server: char(64)
+  schemaColumns: ['schema_columns', (v) => json(v) as SchemaColumn[]],
+  rowCount: ['row_count', count],
+  checksum: ['checksum', text],
+  stagedCount: ['staged_count', count],
+  stagedChecksum: ['staged_checksum', text],
+  appliedCount: ['applied_count', count],
+  lastError: ['last_error', text],
+  lastErrorCode: ['last_error_code', text],
+  targetReconcileToken: ['target_reconcile_token', text],
+  createdAt: ['created_at', at],
+  updatedAt: ['updated_at', at],
+  extractedAt: ['extracted_at', when],
+  stagedAt: ['staged_at', when],
+  applyStartedAt: ['apply_started_at', when],
+  committedAt: ['committed_at', when],
+  failedAt: ['failed_at', when],
+};
+
+const EVENT: Columns<BatchEvent> = {
+  eventId: ['event_id', num],
+  batchId: ['batch_id', id],
+  at: ['at', at],
+  fromState: ['from_state', stateOrNull],
+  toState: ['to_state', stateOrNull],
+  event: ['event', str],
+  detail: ['detail', (v) => json(v) as Record<string, unknown> | null],
+};
+
+const CONTROL: Columns<TransferControl> = {
+  transferName: ['transfer_name', str],
+  paused: ['paused', (v) => v === true || v === 1],
+  reason: ['reason', text],
+  changedBy: ['changed_by', text],
+  changedAt: ['changed_at', at],
+};
+
+// The first result row of the insert procedure.
+export interface InsertOutcome {
+  outcome: string;
+  conflictId: string | null;
+  conflictState: string | null;
+}
+const OUTCOME: Columns<InsertOutcome> = {
+  outcome: ['outcome', str],
+  conflictId: ['conflict_batch_id', (v) => (absent(v) ? null : id(v))],
+  conflictState: ['conflict_state', text],
+};
+
+function read<T>(columns: Columns<T>, r: JournalRow, col: ColumnName): T {
+  const out: Partial<T> = {};
+  for (const key of Object.keys(columns) as (keyof T)[]) {
+    const [column, value] = columns[key];
+    out[key] = value(r[col(column)]);
+  }
+  return out as T;
 }
 
-export function toBatchRecord(r: JournalRow, col: ColumnName): BatchRecord {
-  const v = reader(r, col);
-  return {
-    batchId: id(v('batch_id')),
-    transferName: String(v('transfer_name')),
-    state: v('state') as BatchState,
-    attempts: Number(v('attempts')),
-    boundaryKind: v('boundary_kind') as BoundaryKind,
-    boundaryLow: text(v('boundary_low')),
-    boundaryHigh: String(v('boundary_high')),
-    schemaHash: String(v('schema_hash')).trim(), // SQL Server: char(64)
-    schemaColumns: parsed(v('schema_columns')) as SchemaColumn[],
-    rowCount: num(v('row_count')),
-    checksum: text(v('checksum')),
-    stagedCount: num(v('staged_count')),
-    stagedChecksum: text(v('staged_checksum')),
-    appliedCount: num(v('applied_count')),
-    lastError: text(v('last_error')),
-    lastErrorCode: text(v('last_error_code')),
-    targetReconcileToken: text(v('target_reconcile_token')),
-    createdAt: v('created_at') as Date,
-    updatedAt: v('updated_at') as Date,
-    extractedAt: date(v('extracted_at')),
-    stagedAt: date(v('staged_at')),
-    applyStartedAt: date(v('apply_started_at')),
-    committedAt: date(v('committed_at')),
-    failedAt: date(v('failed_at')),
-  };
-}
-
-export function toBatchEvent(r: JournalRow, col: ColumnName): BatchEvent {
-  const v = reader(r, col);
-  return {
-    eventId: Number(v('event_id')),
-    batchId: id(v('batch_id')),
-    at: v('at') as Date,
-    fromState: text(v('from_state')) as BatchState | null,
-    toState: text(v('to_state')) as BatchState | null,
-    event: String(v('event')),
-    detail: parsed(v('detail')) as Record<string, unknown> | null,
-  };
-}
-
-export function toTransferControl(r: JournalRow, col: ColumnName): TransferControl {
-  const v = reader(r, col);
-  return {
-    transferName: String(v('transfer_name')),
-    paused: v('paused') === true || v('paused') === 1,
-    reason: text(v('reason')),
-    changedBy: text(v('changed_by')),
-    changedAt: v('changed_at') as Date,
-  };
-}
-
-// The first result row of keel.transfer_batch_insert: outcome, conflict_batch_id, conflict_state.
-export function toInsertOutcome(
-  r: JournalRow,
-  col: ColumnName,
-): { outcome: string; conflictId: string | null; conflictState: string | null } {
-  const v = reader(r, col);
-  const conflict = v('conflict_batch_id');
-  return {
-    outcome: String(v('outcome')),
-    conflictId: conflict === null || conflict === undefined ? null : id(conflict),
-    conflictState: text(v('conflict_state')),
-  };
-}
+export const toBatchRecord = (r: JournalRow, col: ColumnName): BatchRecord => read(BATCH, r, col);
+export const toBatchEvent = (r: JournalRow, col: ColumnName): BatchEvent => read(EVENT, r, col);
+export const toTransferControl = (r: JournalRow, col: ColumnName): TransferControl => read(CONTROL, r, col);
+export const toInsertOutcome = (r: JournalRow, col: ColumnName): InsertOutcome => read(OUTCOME, r, col);

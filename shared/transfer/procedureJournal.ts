@@ -2,15 +2,7 @@
 // procedure with arguments built in journalProcedures.ts, its rows read by journalRows.ts. An engine supplies only
 // its dialect: how one call runs (binding each parameter with its type) and how its result rows name the columns.
 import { TransferError } from './errors.js';
-import type {
-  BatchEvent,
-  BatchFilter,
-  BatchPatch,
-  BatchRecord,
-  NewBatch,
-  TransferControl,
-  TransferJournal,
-} from './journal.js';
+import type { BatchEvent, BatchRecord, NewBatch, TransferControl, TransferJournal } from './journal.js';
 import {
   assertJournalArgs,
   controlArgs,
@@ -31,7 +23,6 @@ import {
   type JournalRow,
 } from './journalRows.js';
 import { OPEN_STATES } from './lifecycle.js';
-import type { BatchState } from './types.js';
 
 export abstract class ProcedureJournal implements TransferJournal {
   // The column names of the engine's result rows.
@@ -82,8 +73,8 @@ export abstract class ProcedureJournal implements TransferJournal {
     return (await this.batches(this.call('transfer_batch_get', { batch_id: batchId })))[0] ?? null;
   }
 
-  list(f: BatchFilter): Promise<BatchRecord[]> {
-    return this.batches(this.call('transfer_batch_list', listArgs(f)));
+  list(...a: Parameters<TransferJournal['list']>): Promise<BatchRecord[]> {
+    return this.batches(this.call('transfer_batch_list', listArgs(...a)));
   }
 
   async events(batchId: string): Promise<BatchEvent[]> {
@@ -91,39 +82,21 @@ export abstract class ProcedureJournal implements TransferJournal {
     return rows.map((r) => toBatchEvent(r, this.column));
   }
 
-  async transition(
-    batchId: string,
-    from: readonly BatchState[],
-    to: BatchState,
-    patch: BatchPatch,
-    event: string,
-    detail?: Record<string, unknown>,
-  ): Promise<BatchRecord | null> {
-    const args = transitionArgs(batchId, from, to, patch, event, detail);
-    return (await this.batches(this.call('transfer_batch_transition', args)))[0] ?? null;
+  async transition(...a: Parameters<TransferJournal['transition']>): Promise<BatchRecord | null> {
+    return (await this.batches(this.call('transfer_batch_transition', transitionArgs(...a))))[0] ?? null;
   }
 
-  async note(
-    batchId: string,
-    event: string,
-    detail?: Record<string, unknown>,
-    patch?: Pick<BatchPatch, 'lastError' | 'lastErrorCode' | 'targetReconcileToken'>,
-  ): Promise<void> {
-    await this.call('transfer_batch_note', noteArgs(batchId, event, detail, patch));
+  async note(...a: Parameters<TransferJournal['note']>): Promise<void> {
+    await this.call('transfer_batch_note', noteArgs(...a));
   }
 
-  stale(states: readonly BatchState[], olderThanMs: number, limit: number): Promise<BatchRecord[]> {
-    return this.batches(this.call('transfer_batch_stale', staleArgs(states, olderThanMs, limit)));
+  stale(...a: Parameters<TransferJournal['stale']>): Promise<BatchRecord[]> {
+    return this.batches(this.call('transfer_batch_stale', staleArgs(...a)));
   }
 
-  async setPaused(
-    transferName: string,
-    paused: boolean,
-    reason: string | null,
-    changedBy: string | null,
-  ): Promise<TransferControl> {
-    const [rows = []] = await this.call('transfer_control_set', controlArgs(transferName, paused, reason, changedBy));
-    if (!rows[0]) throw new Error(`${this.procedureName('transfer_control_set')} returned no row for ${transferName}`);
+  async setPaused(...a: Parameters<TransferJournal['setPaused']>): Promise<TransferControl> {
+    const [rows = []] = await this.call('transfer_control_set', controlArgs(...a));
+    if (!rows[0]) throw new Error(`${this.procedureName('transfer_control_set')} returned no row for ${a[0]}`);
     return toTransferControl(rows[0], this.column);
   }
 

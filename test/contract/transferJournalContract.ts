@@ -166,6 +166,9 @@ export function defineTransferJournalContract(makeHarness: () => JournalHarness)
       'e',
     );
     expect(emoji?.lastError).toBe('z'.repeat(max - 1));
+    // The code has its own bound (a driver's code never comes near it; a cut one still beats a refused write).
+    const code = await j.transition(a.batchId, ['extracting'], 'extracting', { lastErrorCode: 'C'.repeat(100) }, 'e');
+    expect(code?.lastErrorCode).toBe('C'.repeat(JOURNAL_TEXT_MAX.last_error_code));
     // The operator's name on a control keeps JOURNAL_TEXT_MAX.changed_by characters.
     const c = await j.setPaused(unique('bound_ctl'), true, 'r', 'o'.repeat(JOURNAL_TEXT_MAX.changed_by + 50));
     expect(c.changedBy).toBe('o'.repeat(JOURNAL_TEXT_MAX.changed_by));

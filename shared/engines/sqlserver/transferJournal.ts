@@ -6,6 +6,7 @@
 import sql from 'mssql';
 import {
   JOURNAL_PROCEDURES,
+  JOURNAL_TEXT_MAX,
   type JournalArgs,
   type JournalParam,
   type JournalProcedure,
@@ -21,9 +22,9 @@ type ParamType = Parameters<sql.Request['input']>[1];
 // order (test/engines/parity.test.ts checks it against the parsed T-SQL).
 const PATCH_TYPES = {
   SetLastError: sql.Bit,
-  LastError: sql.NVarChar(2000),
+  LastError: sql.NVarChar(JOURNAL_TEXT_MAX.last_error),
   SetLastErrorCode: sql.Bit,
-  LastErrorCode: sql.VarChar(64),
+  LastErrorCode: sql.VarChar(JOURNAL_TEXT_MAX.last_error_code),
   SetTargetReconcileToken: sql.Bit,
   TargetReconcileToken: sql.VarChar(512),
 };
@@ -80,8 +81,8 @@ export const JOURNAL_SQLSERVER_PARAMS: {
   transfer_control_set: {
     TransferName: sql.NVarChar(64),
     Paused: sql.Bit,
-    Reason: sql.NVarChar(2000),
-    ChangedBy: sql.NVarChar(256),
+    Reason: sql.NVarChar(JOURNAL_TEXT_MAX.reason),
+    ChangedBy: sql.NVarChar(JOURNAL_TEXT_MAX.changed_by),
   },
   transfer_control_list: {},
 };
