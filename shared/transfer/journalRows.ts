@@ -1,97 +1,77 @@
-// The journal procedures' result rows as records, for every engine: the rows have the same columns on each (the
-// keel.transfer_batches columns, SQL Server's in PascalCase), and the values whose wire form differs are read
-// here once: ids in any letter case (SQL Server answers uniqueidentifier upper-case), JSON as parsed or as text
-// (jsonb or nvarchar(max)), counts as numbers or digit strings (pg returns bigint as text), bits as booleans or 1.
+// The journal procedures' result rows as records, for every engine. An engine hands its rows over keyed by the
+// journal's snake_case column names (the keel.transfer_batches columns; SQL Server renames its PascalCase ones), and
+// the values whose wire form differs are read here once: ids in any letter case (SQL Server answers uniqueidentifier
+// upper-case), JSON as parsed or as text (jsonb or nvarchar(max)), counts as numbers or digit strings (pg returns
+// bigint as text), bits as booleans or 1.
 import type { BatchEvent, BatchRecord, TransferControl } from './journal.js';
 import type { BatchState, BoundaryKind, SchemaColumn } from './types.js';
 
 export type JournalRow = Record<string, unknown>;
 
-// A journal column's name in the engine's result rows, from its snake_case name (PostgreSQL: itself).
-export type ColumnName = (snake: string) => string;
-
 const absent = (v: unknown): v is null | undefined => v === null || v === undefined;
 const id = (v: unknown): string => String(v).toLowerCase();
-const str = (v: unknown): string => String(v);
 const text = (v: unknown): string | null => (absent(v) ? null : String(v));
-const num = (v: unknown): number => Number(v);
 const count = (v: unknown): number | null => (absent(v) ? null : Number(v));
-const at = (v: unknown): Date => v as Date;
 const when = (v: unknown): Date | null => (absent(v) ? null : (v as Date));
 const json = (v: unknown): unknown => (typeof v === 'string' ? JSON.parse(v) : (v ?? null));
-const state = (v: unknown): BatchState => v as BatchState;
-const stateOrNull = (v: unknown): BatchState | null => (absent(v) ? null : (v as BatchState));
+const state = (v: unknown): BatchState | null => (absent(v) ? null : (v as BatchState));
 
-// Per field of a record: the column it is read from and how its value is read.
-type Columns<T> = { [K in keyof T]-?: readonly [column: string, read: (v: unknown) => T[K]] };
+export function toBatchRecord(r: JournalRow): BatchRecord {
+  return {
+    batchId: id(r.batch_id),
+    transferName: String(r.transfer_name),
+    state: r.state as BatchState,
+    attempts: Number(r.attempts),
+    boundaryKind: r.boundary_kind as BoundaryKind,
+    boundaryLow: text(r.boundary_low),
+    boundaryHigh: String(r.boundary_high),
+    schemaHash: String(r.schema_hash).trim(), // SQL Server: char(64)
+    schemaColumns: json(r.schema_columns) as SchemaColumn[],
+    rowCount: count(r.row_count),
+    checksum: text(r.checksum),
+    stagedCount: count(r.staged_count),
+    stagedChecksum: text(r.staged_checksum),
+    appliedCount: count(r.applied_count),
+    lastError: text(r.last_error),
+    lastErrorCode: text(r.last_error_code),
+    targetReconcileToken: text(r.target_reconcile_token),
+    createdAt: r.created_at as Date,
+    updatedAt: r.updated_at as Date,
+    extractedAt: when(r.extracted_at),
+    stagedAt: when(r.staged_at),
+    applyStartedAt: when(r.apply_started_at),
+    committedAt: when(r.committed_at),
+    failedAt: when(r.failed_at),
+  };
+}
 
-const BATCH: Columns<BatchRecord> = {
-  batchId: ['batch_id', id],
-  transferName: ['transfer_name', str],
-  state: ['state', state],
-  attempts: ['attempts', num],
-  boundaryKind: ['boundary_kind', (v) => v as BoundaryKind],
-  boundaryLow: ['boundary_low', text],
-  boundaryHigh: ['boundary_high', str],
-  schemaHash: ['schema_hash', (v) => String(v).trim()], // SQL Server: char(64)
-  schemaColumns: ['schema_columns', (v) => json(v) as SchemaColumn[]],
-  rowCount: ['row_count', count],
-  checksum: ['checksum', text],
-  stagedCount: ['staged_count', count],
-  stagedChecksum: ['staged_checksum', text],
-  appliedCount: ['applied_count', count],
-  lastError: ['last_error', text],
-  lastErrorCode: ['last_error_code', text],
-  targetReconcileToken: ['target_reconcile_token', text],
-  createdAt: ['created_at', at],
-  updatedAt: ['updated_at', at],
-  extractedAt: ['extracted_at', when],
-  stagedAt: ['staged_at', when],
-  applyStartedAt: ['apply_started_at', when],
-  committedAt: ['committed_at', when],
-  failedAt: ['failed_at', when],
-};
+export function toBatchEvent(r: JournalRow): BatchEvent {
+  return {
+    eventId: Number(r.event_id),
+    batchId: id(r.batch_id),
+    at: r.at as Date,
+    fromState: state(r.from_state),
+    toState: state(r.to_state),
+    event: String(r.event),
+    detail: json(r.detail) as Record<string, unknown> | null,
+  };
+}
 
-const EVENT: Columns<BatchEvent> = {
-  eventId: ['event_id', num],
-  batchId: ['batch_id', id],
-  at: ['at', at],
-  fromState: ['from_state', stateOrNull],
-  toState: ['to_state', stateOrNull],
-  event: ['event', str],
-  detail: ['detail', (v) => json(v) as Record<string, unknown> | null],
-};
-
-const CONTROL: Columns<TransferControl> = {
-  transferName: ['transfer_name', str],
-  paused: ['paused', (v) => v === true || v === 1],
-  reason: ['reason', text],
-  changedBy: ['changed_by', text],
-  changedAt: ['changed_at', at],
-};
+export function toTransferControl(r: JournalRow): TransferControl {
+  return {
+    transferName: String(r.transfer_name),
+    paused: r.paused === true || r.paused === 1,
+    reason: text(r.reason),
+    changedBy: text(r.changed_by),
+    changedAt: r.changed_at as Date,
+  };
+}
 
 // The first result row of the insert procedure.
-export interface InsertOutcome {
-  outcome: string;
-  conflictId: string | null;
-  conflictState: string | null;
+export function toInsertOutcome(r: JournalRow) {
+  return {
+    outcome: String(r.outcome),
+    conflictId: absent(r.conflict_batch_id) ? null : id(r.conflict_batch_id),
+    conflictState: text(r.conflict_state),
+  };
 }
-const OUTCOME: Columns<InsertOutcome> = {
-  outcome: ['outcome', str],
-  conflictId: ['conflict_batch_id', (v) => (absent(v) ? null : id(v))],
-  conflictState: ['conflict_state', text],
-};
-
-function read<T>(columns: Columns<T>, r: JournalRow, col: ColumnName): T {
-  const out: Partial<T> = {};
-  for (const key of Object.keys(columns) as (keyof T)[]) {
-    const [column, value] = columns[key];
-    out[key] = value(r[col(column)]);
-  }
-  return out as T;
-}
-
-export const toBatchRecord = (r: JournalRow, col: ColumnName): BatchRecord => read(BATCH, r, col);
-export const toBatchEvent = (r: JournalRow, col: ColumnName): BatchEvent => read(EVENT, r, col);
-export const toTransferControl = (r: JournalRow, col: ColumnName): TransferControl => read(CONTROL, r, col);
-export const toInsertOutcome = (r: JournalRow, col: ColumnName): InsertOutcome => read(OUTCOME, r, col);

@@ -1,6 +1,6 @@
 // The transfer journal over its procedures, for every engine: each operation is one call of a JOURNAL_PROCEDURES
 // procedure with arguments built in journalProcedures.ts, its rows read by journalRows.ts. An engine supplies only
-// its dialect: how one call runs (binding each parameter with its type) and how its result rows name the columns.
+// its dialect: how one call runs (binding each parameter with its type, naming the result columns in snake_case).
 import { TransferError } from './errors.js';
 import type { BatchEvent, BatchRecord, NewBatch, TransferControl, TransferJournal } from './journal.js';
 import {
@@ -14,23 +14,15 @@ import {
   type JournalArgs,
   type JournalProcedure,
 } from './journalProcedures.js';
-import {
-  toBatchEvent,
-  toBatchRecord,
-  toInsertOutcome,
-  toTransferControl,
-  type ColumnName,
-  type JournalRow,
-} from './journalRows.js';
+import { toBatchEvent, toBatchRecord, toInsertOutcome, toTransferControl, type JournalRow } from './journalRows.js';
 import { OPEN_STATES } from './lifecycle.js';
 
 export abstract class ProcedureJournal implements TransferJournal {
-  // The column names of the engine's result rows.
-  protected abstract readonly column: ColumnName;
   // The engine's name of a procedure, for messages.
   protected abstract procedureName(proc: JournalProcedure): string;
   // Runs the procedure once (one statement, its own transaction; no connection held after it) with every argument
-  // bound as a typed parameter, and answers its result sets in order (a PostgreSQL function has one).
+  // bound as a typed parameter, and answers its result sets in order (a PostgreSQL function has one), each row keyed
+  // by the journal's snake_case column names.
   protected abstract execute<P extends JournalProcedure>(proc: P, args: JournalArgs<P>): Promise<JournalRow[][]>;
   abstract close(): Promise<void>;
 
@@ -40,7 +32,7 @@ export abstract class ProcedureJournal implements TransferJournal {
   }
 
   private async batches(sets: Promise<JournalRow[][]>): Promise<BatchRecord[]> {
-    return (await sets).flat().map((r) => toBatchRecord(r, this.column));
+    return (await sets).flat().map((r) => toBatchRecord(r));
   }
 
   async insertBatch(b: NewBatch): Promise<BatchRecord> {
@@ -48,15 +40,15 @@ export abstract class ProcedureJournal implements TransferJournal {
     const first = sets[0]?.[0];
     if (!first)
       throw new Error(`${this.procedureName('transfer_batch_insert')} returned no outcome for batch ${b.batchId}`);
-    const { outcome, conflictId, conflictState } = toInsertOutcome(first, this.column);
+    const { outcome, conflictId, conflictState } = toInsertOutcome(first);
     return insertOutcome(b, outcome, conflictId, conflictState, () => {
       // The inserted row: a second result set (SQL Server), or the columns beside the outcome (PostgreSQL).
       const row = sets.length > 1 ? sets[1]?.[0] : first;
-      if (row?.[this.column('batch_id')] === undefined || row[this.column('batch_id')] === null)
+      if (row?.batch_id === undefined || row.batch_id === null)
         throw new Error(
           `${this.procedureName('transfer_batch_insert')} inserted batch ${b.batchId} but returned no row`,
         );
-      return toBatchRecord(row, this.column);
+      return toBatchRecord(row);
     });
   }
 
@@ -79,7 +71,7 @@ export abstract class ProcedureJournal implements TransferJournal {
 
   async events(batchId: string): Promise<BatchEvent[]> {
     const [rows = []] = await this.call('transfer_batch_event_list', { batch_id: batchId });
-    return rows.map((r) => toBatchEvent(r, this.column));
+    return rows.map((r) => toBatchEvent(r));
   }
 
   async transition(...a: Parameters<TransferJournal['transition']>): Promise<BatchRecord | null> {
@@ -97,12 +89,12 @@ export abstract class ProcedureJournal implements TransferJournal {
   async setPaused(...a: Parameters<TransferJournal['setPaused']>): Promise<TransferControl> {
     const [rows = []] = await this.call('transfer_control_set', controlArgs(...a));
     if (!rows[0]) throw new Error(`${this.procedureName('transfer_control_set')} returned no row for ${a[0]}`);
-    return toTransferControl(rows[0], this.column);
+    return toTransferControl(rows[0]);
   }
 
   async controls(): Promise<TransferControl[]> {
     const [rows = []] = await this.call('transfer_control_list', {});
-    return rows.map((r) => toTransferControl(r, this.column));
+    return rows.map((r) => toTransferControl(r));
   }
 }
 

@@ -129,8 +129,6 @@ export function createJournalPool(
 }
 
 export class PostgresTransferJournal extends ProcedureJournal {
-  protected readonly column = (snake: string) => snake;
-
   constructor(
     private readonly pool: pg.Pool,
     private readonly opts: { ownsPool?: boolean } = {},
@@ -150,7 +148,7 @@ export class PostgresTransferJournal extends ProcedureJournal {
 
   protected async execute<P extends JournalProcedure>(proc: P, args: JournalArgs<P>): Promise<JournalRow[][]> {
     const { text, values } = pgStatement(proc, JOURNAL_POSTGRES_FUNCTIONS[proc] as PgSignature, args);
-    const res = await this.pool.query<JournalRow>(text, values);
+    const res = await this.pool.query<JournalRow>(text, values); // columns: the table's snake_case names
     return [res.rows];
   }
 

@@ -87,17 +87,20 @@ export const JOURNAL_SQLSERVER_PARAMS: {
   transfer_control_list: {},
 };
 
-// Result columns are the snake_case names in PascalCase (R__070 aliases the three it stores under other names).
-const columns = new Map<string, string>();
-function pascalColumn(snake: string): string {
-  let name = columns.get(snake);
-  if (name === undefined) columns.set(snake, (name = pascalCase(snake)));
-  return name;
+// Result columns are the journal's snake_case names in PascalCase (R__070 aliases the ones it stores under other
+// names): BatchId -> batch_id.
+const snakeNames = new Map<string, string>();
+function snakeKeys(row: JournalRow): JournalRow {
+  const out: JournalRow = {};
+  for (const key of Object.keys(row)) {
+    let name = snakeNames.get(key);
+    if (name === undefined) snakeNames.set(key, (name = key.replace(/(?<!^)([A-Z])/g, '_$1').toLowerCase()));
+    out[name] = row[key];
+  }
+  return out;
 }
 
 export class SqlServerTransferJournal extends ProcedureJournal {
-  protected readonly column = pascalColumn;
-
   constructor(private readonly pool: SqlServerPool) {
     super();
   }
@@ -116,7 +119,7 @@ export class SqlServerTransferJournal extends ProcedureJournal {
       req.input(pascalCase(param), types[pascalCase(param)]!, Array.isArray(v) ? v.join(',') : v);
     }
     const res = await req.execute(this.procedureName(proc));
-    return (res.recordsets ?? []) as unknown as JournalRow[][];
+    return ((res.recordsets ?? []) as unknown as JournalRow[][]).map((set) => set.map(snakeKeys));
   }
 
   async close(): Promise<void> {
