@@ -32,7 +32,7 @@ export abstract class ProcedureJournal implements TransferJournal {
   }
 
   private async batches(sets: Promise<JournalRow[][]>): Promise<BatchRecord[]> {
-    return (await sets).flat().map((r) => toBatchRecord(r));
+    return (await sets).flat().map(toBatchRecord);
   }
 
   async insertBatch(b: NewBatch): Promise<BatchRecord> {
@@ -71,7 +71,7 @@ export abstract class ProcedureJournal implements TransferJournal {
 
   async events(batchId: string): Promise<BatchEvent[]> {
     const [rows = []] = await this.call('transfer_batch_event_list', { batch_id: batchId });
-    return rows.map((r) => toBatchEvent(r));
+    return rows.map(toBatchEvent);
   }
 
   async transition(...a: Parameters<TransferJournal['transition']>): Promise<BatchRecord | null> {
@@ -94,7 +94,7 @@ export abstract class ProcedureJournal implements TransferJournal {
 
   async controls(): Promise<TransferControl[]> {
     const [rows = []] = await this.call('transfer_control_list', {});
-    return rows.map((r) => toTransferControl(r));
+    return rows.map(toTransferControl);
   }
 }
 

@@ -10,6 +10,7 @@ import {
   type JournalArgs,
   type JournalParam,
   type JournalProcedure,
+  type JournalValue,
 } from '../../transfer/journalProcedures.js';
 import type { JournalRow } from '../../transfer/journalRows.js';
 import { ProcedureJournal } from '../../transfer/procedureJournal.js';
@@ -111,7 +112,7 @@ export class SqlServerTransferJournal extends ProcedureJournal {
 
   protected async execute<P extends JournalProcedure>(proc: P, args: JournalArgs<P>): Promise<JournalRow[][]> {
     const types = JOURNAL_SQLSERVER_PARAMS[proc] as Record<string, ParamType>;
-    const values = args as Record<string, JournalArgs<P>[keyof JournalArgs<P>]>;
+    const values = args as Record<string, JournalValue>;
     const req = await this.pool.request();
     for (const param of JOURNAL_PROCEDURES[proc] as readonly string[]) {
       const v = values[param];
