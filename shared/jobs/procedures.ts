@@ -129,6 +129,11 @@ export const OPERATION_PROCEDURE: Record<StoreOperation, JobProcedure> = {
   purgeAudit: 'purge_audit',
 };
 
+// pascalCase at the type level: 'lease_id' -> 'LeaseId'.
+export type Pascal<S extends string> = S extends `${infer H}_${infer T}`
+  ? `${Capitalize<H>}${Pascal<T>}`
+  : Capitalize<S>;
+
 export function pascalCase(snake: string): string {
   return snake
     .split('_')

@@ -60,7 +60,7 @@ import {
   toDlqGroupPage,
   toWorkerLeases,
 } from '../../jobs/rows.js';
-import { JOB_PROCEDURES, pascalCase, type JobProcedure } from '../../jobs/procedures.js';
+import { JOB_PROCEDURES, pascalCase, type JobProcedure, type Pascal } from '../../jobs/procedures.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, isLeaseRef, prepareEnqueue, typeMaxAttemptsJson } from '../../jobs/validate.js';
 import { resultsByIdJson, type JobProgress } from '../../jobs/progress.js';
 import type { JobLogLine } from '../../jobs/jobLog.js';
@@ -82,7 +82,6 @@ export async function migrateSqlServerJobs(pool: sql.ConnectionPool, log?: (line
 // names in PascalCase; the parity test (test/engines/parity.test.ts) and call() both check that.
 type ParamType = Parameters<sql.Request['input']>[1];
 
-type Pascal<S extends string> = S extends `${infer H}_${infer T}` ? `${Capitalize<H>}${Pascal<T>}` : Capitalize<S>;
 type ParamNames<P extends JobProcedure> = Pascal<(typeof JOB_PROCEDURES)[P][number]>;
 export type ProcedureParams<P extends JobProcedure> = { [K in ParamNames<P>]: unknown };
 type ParamTypes = { [P in JobProcedure]: { [K in ParamNames<P>]: ParamType } };
