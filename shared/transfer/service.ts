@@ -7,6 +7,7 @@ import { describeError, isTransferError, TERMINAL_CODES, TransferError } from '.
 import type { BatchEvent, BatchPatch, BatchRecord, TransferControl, TransferJournal } from './journal.js';
 import { journalMove, OPEN_STATES, RECONCILABLE, type MoveName } from './lifecycle.js';
 import { withValuePolicies } from './policies.js';
+import { carriesChanges, changeModeOf, REBASELINE_MARK } from './changes.js';
 import { describeSchemaDiff } from './schema.js';
 import {
   FINAL_FENCE,
@@ -73,7 +74,7 @@ export interface TransferSummary {
   source: { engine: string; table: string | null; query: boolean };
   target: { engine: string; table: string; transactionGuard: boolean };
   keyColumns: string[];
-  boundary: { column: string; kind: string };
+  boundary: { column: string | null; kind: string }; // column null: 'changes' windows (change-tracking versions)
   columns: { source: string; target: string }[];
   batchSize: number;
   chunkSize: number;
@@ -250,7 +251,7 @@ export class TransferService {
       source: { engine: t.source.engine, table: t.source.table ?? null, query: !!t.source.query },
       target: { engine: t.target.engine, table: t.target.table, transactionGuard: t.target.transactionGuard },
       keyColumns: [...t.keyColumns],
-      boundary: { column: t.boundary.column, kind: t.boundary.kind },
+      boundary: { column: t.boundary.column ?? null, kind: t.boundary.kind },
       columns: t.columns.map((c) => ({ ...c })),
       batchSize: t.batchSize,
       chunkSize: t.chunkSize,
@@ -353,11 +354,13 @@ export class TransferService {
   private request(b: BatchRecord, t: TransferConfig): StageRequest {
     if (b.rowCount === null || b.checksum === null)
       throw new TransferError('invalid_state', `batch ${b.batchId} has no manifest yet`);
+    const changes = changeModeOf(t, b.boundaryLow);
     return {
       batchId: b.batchId,
       transfer: t.name,
       manifest: { rowCount: b.rowCount, checksum: b.checksum },
       schema: { columns: b.schemaColumns, hash: b.schemaHash },
+      ...(changes ? { changes } : {}),
     };
   }
 
@@ -471,6 +474,12 @@ export class TransferService {
     preview: boolean,
   ): Promise<{ plan: ReplayPlan; batch: BatchView | null }> {
     const t = this.transfer(transferName);
+    if (carriesChanges(t))
+      throw new TransferError(
+        'invalid_range',
+        `transfer ${t.name} reads change windows: a committed version range cannot be read again as it was (only each key's latest change is kept); re-baseline the transfer instead`,
+        { field: 'low' },
+      );
     const committed = (await this.journal.list({ transfer: t.name, state: 'committed', limit: 1000 })).reverse();
     const first = committed.findIndex((b) => b.boundaryLow === low);
     if (first < 0)
@@ -535,6 +544,61 @@ export class TransferService {
     } catch (err) {
       await this.noteError(rec, 'manifest_error', err);
       return { plan, batch: toView(await this.load(rec.batchId)) };
+    }
+  }
+
+  // Operator action for a changes transfer whose next window expired at the source ('changes_expired': its low is
+  // older than the min valid version): one baseline batch after the last committed window -- every row of the
+  // table as it is now, high = the version captured with it, applied as a mirror (target rows whose key is not in the
+  // batch are deleted in the same transaction). Its low is REBASELINE_MARK + the last committed high, so it chains
+  // like any window, and the next window starts at its high.
+  async rebaseline(transferName: string): Promise<BatchView> {
+    const t = this.transfer(transferName);
+    if (!carriesChanges(t))
+      throw new TransferError(
+        'invalid_state',
+        `transfer ${t.name} reads ${t.boundary.kind} windows; only a changes transfer is re-baselined`,
+      );
+    if (await this.isPaused(t.name))
+      throw new TransferError('transfer_paused', `transfer ${t.name} is paused; resume it first`);
+    const { open, lastCommitted } = await this.journal.lastForTransfer(t.name);
+    if (open)
+      throw new TransferError(
+        'open_batch_exists',
+        `transfer ${t.name} already has an open batch ${open.batchId} (${open.state}); run, reconcile or abandon it first`,
+        { batchId: open.batchId },
+      );
+    if (!lastCommitted) return this.createBatch(t.name); // the first window is a baseline anyway
+    const a = await this.connect(t);
+    const schema = await a.source.readSchema();
+    if (schema.hash !== lastCommitted.schemaHash && schema.hash !== t.acceptSchemaHash)
+      throw new TransferError(
+        'schema_drift',
+        `transfer ${t.name}: the source schema no longer matches the recorded schema ${lastCommitted.schemaHash.slice(0, 12)} (${describeSchemaDiff(lastCommitted.schemaColumns, schema.columns)}); review the change, then set acceptSchemaHash to ${schema.hash} for this transfer`,
+        { recorded: lastCommitted.schemaHash, current: schema.hash },
+      );
+    await this.prepare(t, a, schema);
+    const baseline = await a.source.nextWindow(null, t.batchSize);
+    if (!baseline || BigInt(baseline.high) <= BigInt(lastCommitted.boundaryHigh))
+      throw new TransferError(
+        'nothing_to_transfer',
+        `transfer ${t.name}: the source's version has not moved past the last committed window (${lastCommitted.boundaryHigh}); nothing to re-baseline`,
+      );
+    const rec = await this.journal.insertBatch({
+      batchId: this.newId(),
+      transferName: t.name,
+      boundaryKind: baseline.kind,
+      boundaryLow: `${REBASELINE_MARK}${lastCommitted.boundaryHigh}`,
+      boundaryHigh: baseline.high,
+      schemaHash: schema.hash,
+      schemaColumns: schema.columns,
+    });
+    this.log('transfer.batch.rebaseline', { batchId: rec.batchId, transfer: t.name, high: baseline.high });
+    try {
+      return toView(await this.recordManifest(rec, t, a, schema));
+    } catch (err) {
+      await this.noteError(rec, 'manifest_error', err);
+      return toView(await this.load(rec.batchId));
     }
   }
 
@@ -662,9 +726,19 @@ export class TransferService {
         move: 'commit',
         event: res.outcome,
         set: { appliedCount: res.rowCount, stamp: 'committed_at', lastError: null, lastErrorCode: null },
-        detail: { rowCount: res.rowCount, checksum: res.checksum },
+        detail: {
+          rowCount: res.rowCount,
+          checksum: res.checksum,
+          ...(res.deleted !== undefined ? { deleted: res.deleted } : {}),
+        },
       });
-      this.log('transfer.batch.committed', { batchId, transfer: t.name, outcome: res.outcome, rows: res.rowCount });
+      this.log('transfer.batch.committed', {
+        batchId,
+        transfer: t.name,
+        outcome: res.outcome,
+        rows: res.rowCount,
+        ...(res.deleted !== undefined ? { deleted: res.deleted } : {}),
+      });
       await this.purge(a, b);
       return toView(done ?? (await this.load(batchId)));
     } catch (err) {

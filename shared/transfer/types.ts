@@ -6,10 +6,12 @@ export const BATCH_STATES = ['extracting', 'staged', 'applying', 'committed', 'f
 export type BatchState = (typeof BATCH_STATES)[number];
 export type BatchStatus = 'incomplete' | 'committed' | 'unresolved';
 
-export type BoundaryKind = 'key' | 'timestamp' | 'rowversion';
+export type BoundaryKind = 'key' | 'timestamp' | 'rowversion' | 'changes';
 
 // A window is (low, high]: low exclusive (null = from the beginning), high inclusive. Values are text:
 // integers (key, rowversion as an unsigned 64-bit number) in decimal, timestamps in ISO 8601.
+// 'changes' windows are version windows of the source's change tracking (shared/transfer/changes.ts): the rows whose
+// latest change has a version in (low, high], each with its operation; low null (or a re-baseline mark) = a baseline.
 export interface Window {
   kind: BoundaryKind;
   low: string | null;
@@ -74,7 +76,13 @@ export interface StageRequest {
   transfer: string;
   manifest: Manifest;
   schema: SourceSchema;
+  // How the batch carries deletes (shared/transfer/changes.ts). Absent: it carries none, every row is an upsert.
+  // 'ops': every row ends with an operation field (OP_COLUMN: 'U' upsert, 'D' delete by key, other columns NULL);
+  // 'mirror': 'ops', and every target row whose key is not in the batch is deleted (a baseline: the whole table).
+  changes?: ChangeMode;
 }
+
+export type ChangeMode = 'ops' | 'mirror';
 
 export type BulkEncoding = 'text' | 'binary';
 
@@ -98,8 +106,9 @@ export interface StageResult {
 
 export interface ApplyResult {
   outcome: 'applied' | 'already_committed';
-  rowCount: number; // rows merged (from the completion row)
+  rowCount: number; // rows merged (from the completion row); with changes: upserts merged + deletes staged
   checksum: string;
+  deleted?: number; // with changes: target rows deleted by this apply (from the completion row)
 }
 
 // via: how the target knew ('completion_row', 'claim_obtained', or an engine's own way), for the batch's events.

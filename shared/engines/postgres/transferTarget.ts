@@ -11,6 +11,7 @@ import type { TransferConfig } from '../../transfer/config.js';
 import { resolvedNames } from '../../transfer/config.js';
 import { TransferError } from '../../transfer/errors.js';
 import { quotePg } from '../../transfer/identifiers.js';
+import { carriesChanges, OP_COLUMN } from '../../transfer/changes.js';
 import { checkColumnFits, mappedColumns } from '../../transfer/schema.js';
 import type {
   ApplyContext,
@@ -166,11 +167,12 @@ export class PostgresTransferTarget implements TargetAdapter {
       );
     }
     try {
-      await this.pool.query(`select keel_transfer.ensure_staging($1, $2, $3, $4::text[])`, [
+      await this.pool.query(`select keel_transfer.ensure_staging($1, $2, $3, $4::text[], $5)`, [
         this.t.name,
         this.targetSchema,
         this.targetTable,
         mapped.map((c) => c.target),
+        carriesChanges(this.t), // change windows stage the operation column too
       ]);
     } catch (err) {
       if (pgCode(err) === KT_STAGING_SHAPE) throw new TransferError('target_incompatible', (err as Error).message);
@@ -239,7 +241,9 @@ export class PostgresTransferTarget implements TargetAdapter {
         return { outcome: 'already_staged', rowCount: req.manifest.rowCount, checksum: req.manifest.checksum };
       }
 
-      const columnList = mapped.map((c) => quotePg(c.target)).join(', ');
+      // Change windows: every row ends with its operation (shared/transfer/changes.ts), staged and checksummed too.
+      const ops = carriesChanges(this.t);
+      const columnList = [...mapped.map((c) => quotePg(c.target)), ...(ops ? [OP_COLUMN] : [])].join(', ');
       let mark = performance.now();
       const lap = (phase: string) => {
         const now = performance.now();
@@ -285,7 +289,7 @@ export class PostgresTransferTarget implements TargetAdapter {
         opening = undefined;
         await s.release();
       } else {
-        const types = mapped.map((c) => c.staged);
+        const types: LogicalType[] = [...mapped.map((c) => c.staged), ...(ops ? (['text'] as const) : [])];
         const rows = feed.rows[Symbol.asyncIterator]();
         try {
           for (;;) {
@@ -339,7 +343,10 @@ export class PostgresTransferTarget implements TargetAdapter {
       lap('stage.duplicateCheck');
       const sums = await client.query(
         pgChecksumQuery(
-          mapped.map((c) => ({ ref: quotePg(c.target), type: c.staged, declared: this.targetTypes.get(c.target) })),
+          [
+            ...mapped.map((c) => ({ ref: quotePg(c.target), type: c.staged, declared: this.targetTypes.get(c.target) })),
+            ...(ops ? [{ ref: OP_COLUMN, type: 'text' as const, declared: 'text' }] : []),
+          ],
           stg,
           'keel_batch_id = $1',
           algorithmOf(req.manifest.checksum),
@@ -387,7 +394,8 @@ export class PostgresTransferTarget implements TargetAdapter {
     const started = performance.now();
     try {
       const res = await this.pool.query(
-        `select outcome, row_count::text as row_count, checksum from keel_transfer.apply_batch($1, $2, $3, $4, $5, $6::text[], $7::text[], $8, $9, $10)`,
+        `select outcome, row_count::text as row_count, checksum, deleted_count::text as deleted_count
+           from keel_transfer.apply_batch($1, $2, $3, $4, $5, $6::text[], $7::text[], $8, $9, $10, $11)`,
         [
           req.batchId,
           req.transfer,
@@ -399,11 +407,17 @@ export class PostgresTransferTarget implements TargetAdapter {
           req.manifest.rowCount,
           req.manifest.checksum,
           ctx.attempt,
+          req.changes ?? null,
         ],
       );
       const r = res.rows[0];
       this.opts.trace?.('apply', performance.now() - started);
-      return { outcome: r.outcome, rowCount: Number(r.row_count), checksum: String(r.checksum) };
+      return {
+        outcome: r.outcome,
+        rowCount: Number(r.row_count),
+        checksum: String(r.checksum),
+        ...(r.deleted_count !== null ? { deleted: Number(r.deleted_count) } : {}),
+      };
     } catch (err) {
       if (pgCode(err) === KT_FENCED)
         throw new TransferError('attempt_fenced', (err as Error).message, { attempt: ctx.attempt });

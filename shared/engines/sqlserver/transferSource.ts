@@ -12,7 +12,7 @@ import {
   type LogicalType,
 } from '../../transfer/checksum.js';
 import type { TransferConfig } from '../../transfer/config.js';
-import { resolvedNames } from '../../transfer/config.js';
+import { boundaryColumn, resolvedNames } from '../../transfer/config.js';
 import { qualifiedMssql, quoteMssql } from '../../transfer/identifiers.js';
 import { buildSourceSchema, mappedColumns } from '../../transfer/schema.js';
 import type { Manifest, SourceAdapter, SourceSchema, TypeFacets, Window } from '../../transfer/types.js';
@@ -163,7 +163,7 @@ export class SqlServerTransferSource implements SourceAdapter {
       mssqlFacets,
       nullable,
     );
-    this.boundaryDeclared = found.get(this.t.boundary.column) ?? null;
+    this.boundaryDeclared = this.t.boundary.column === undefined ? null : (found.get(this.t.boundary.column) ?? null);
     this.isolation = await this.readIsolation();
     return schema;
   }
@@ -182,7 +182,7 @@ export class SqlServerTransferSource implements SourceAdapter {
 
   // Boundary values travel as bigint (key, rowversion read as a big-endian 8-byte integer) or text (timestamps).
   private boundaryRef(): string {
-    const b = quoteMssql(this.t.boundary.column);
+    const b = quoteMssql(boundaryColumn(this.t));
     return this.t.boundary.kind === 'rowversion' ? `CONVERT(bigint, ${b})` : b;
   }
 
@@ -197,7 +197,7 @@ export class SqlServerTransferSource implements SourceAdapter {
   }
 
   private windowPredicate(req: sql.Request, w: Window): string {
-    const b = quoteMssql(this.t.boundary.column);
+    const b = quoteMssql(boundaryColumn(this.t));
     const parts: string[] = [];
     if (w.low !== null) {
       this.bindBoundary(req, 'low', w.low);
@@ -209,7 +209,7 @@ export class SqlServerTransferSource implements SourceAdapter {
   }
 
   async nextWindow(low: string | null, maxRows: number): Promise<Window | null> {
-    const b = quoteMssql(this.t.boundary.column);
+    const b = quoteMssql(boundaryColumn(this.t));
     const req = await this.pool.request();
     const conds = [`${b} IS NOT NULL`];
     if (low !== null) {
