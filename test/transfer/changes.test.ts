@@ -78,7 +78,9 @@ describe('change windows: deletes on the twin (PostgreSQL change capture -> Post
   async function freshTables(rows: number): Promise<void> {
     await env.source.query(`select keel_changes.disable(to_regclass('public.orders'))`);
     await env.source.query(`drop table if exists public.orders`);
-    await env.target.query(`drop table if exists public.orders, public.write_counts; drop function if exists public.count_write`);
+    await env.target.query(
+      `drop table if exists public.orders, public.write_counts; drop function if exists public.count_write`,
+    );
     await env.source.query(ORDERS_DDL);
     // rows before change capture: only a baseline can carry them
     await insertSourceRows(env.source, 1, rows);
@@ -88,56 +90,60 @@ describe('change windows: deletes on the twin (PostgreSQL change capture -> Post
     await env.target.query(`truncate keel_transfer.completions`);
   }
 
-  it('baseline, then inserts, updates and deletes in version windows, COPY and row paths', { timeout: 60_000 }, async () => {
-    for (const path of ['copy', 'rows'] as const) {
-      await freshTables(120);
-      const t = changesTransfer({ batchSize: 7 });
-      const svc = path === 'copy' ? makeService(env, [t]) : await rowPath(env, [t]);
-      try {
-        // The first window is the baseline: the whole table at the version captured with it.
-        const first = await drain(svc);
-        expect(first.map((b) => b.boundary.low)).toEqual([null]);
-        expect(first[0]!.appliedCount).toBe(120);
-        await assertExactlyOnce(env);
+  it(
+    'baseline, then inserts, updates and deletes in version windows, COPY and row paths',
+    { timeout: 60_000 },
+    async () => {
+      for (const path of ['copy', 'rows'] as const) {
+        await freshTables(120);
+        const t = changesTransfer({ batchSize: 7 });
+        const svc = path === 'copy' ? makeService(env, [t]) : await rowPath(env, [t]);
+        try {
+          // The first window is the baseline: the whole table at the version captured with it.
+          const first = await drain(svc);
+          expect(first.map((b) => b.boundary.low)).toEqual([null]);
+          expect(first[0]!.appliedCount).toBe(120);
+          await assertExactlyOnce(env);
 
-        // Changes: deletes, updates, inserts, a key deleted and inserted again, an update that moves a key, and
-        // a row inserted and deleted between two windows.
-        // Each statement stamped at once (its own version), so that the windows split between them.
-        const stamped = async (sql: string) => {
-          await env.source.query(sql);
-          await env.source.query(`select keel_changes.current_version('public.orders')`);
-        };
-        await stamped(`delete from public.orders where id between 10 and 19`);
-        await stamped(`update public.orders set customer = 'changed ' || id, amount = null where id % 11 = 0`);
-        await insertSourceRows(env.source, 121, 140);
-        await stamped(`delete from public.orders where id = 30`);
-        await insertSourceRows(env.source, 30, 30);
-        await stamped(`update public.orders set id = 1000 where id = 40`);
-        await insertSourceRows(env.source, 500, 500);
-        await stamped(`delete from public.orders where id = 500`);
-        const windows = await drain(svc);
-        expect(windows.length).toBeGreaterThan(2); // batchSize 7: several windows (a version is never split)
-        for (const w of windows) expect(w.boundary.kind).toBe('changes');
-        // windows chain over the versions
-        for (let i = 1; i < windows.length; i++) expect(windows[i]!.boundary.low).toBe(windows[i - 1]!.boundary.high);
-        const r = await assertExactlyOnce(env);
-        expect(r.source).toBe(120 - 10 + 20 - 1 + 1); // 10 deleted, 20 inserted, 40 moved to 1000
-        expect(r.target).toBe(r.source);
-        // Every applied delete is in the journal and on the completion rows.
-        const ids = windows.map((w) => w.batchId);
-        const c = await env.target.query(
-          `select coalesce(sum(deleted_count), 0)::int as d from keel_transfer.completions where batch_id = any($1::uuid[])`,
-          [ids],
-        );
-        // 10..19 and 40 (moved to 1000); 30 was inserted again (its latest change: an upsert); 500 never reached it
-        expect(c.rows[0].d).toBe(11);
-        const again = await drain(svc);
-        expect(again).toEqual([]); // nothing new
-      } finally {
-        await svc.close();
+          // Changes: deletes, updates, inserts, a key deleted and inserted again, an update that moves a key, and
+          // a row inserted and deleted between two windows.
+          // Each statement stamped at once (its own version), so that the windows split between them.
+          const stamped = async (sql: string) => {
+            await env.source.query(sql);
+            await env.source.query(`select keel_changes.current_version('public.orders')`);
+          };
+          await stamped(`delete from public.orders where id between 10 and 19`);
+          await stamped(`update public.orders set customer = 'changed ' || id, amount = null where id % 11 = 0`);
+          await insertSourceRows(env.source, 121, 140);
+          await stamped(`delete from public.orders where id = 30`);
+          await insertSourceRows(env.source, 30, 30);
+          await stamped(`update public.orders set id = 1000 where id = 40`);
+          await insertSourceRows(env.source, 500, 500);
+          await stamped(`delete from public.orders where id = 500`);
+          const windows = await drain(svc);
+          expect(windows.length).toBeGreaterThan(2); // batchSize 7: several windows (a version is never split)
+          for (const w of windows) expect(w.boundary.kind).toBe('changes');
+          // windows chain over the versions
+          for (let i = 1; i < windows.length; i++) expect(windows[i]!.boundary.low).toBe(windows[i - 1]!.boundary.high);
+          const r = await assertExactlyOnce(env);
+          expect(r.source).toBe(120 - 10 + 20 - 1 + 1); // 10 deleted, 20 inserted, 40 moved to 1000
+          expect(r.target).toBe(r.source);
+          // Every applied delete is in the journal and on the completion rows.
+          const ids = windows.map((w) => w.batchId);
+          const c = await env.target.query(
+            `select coalesce(sum(deleted_count), 0)::int as d from keel_transfer.completions where batch_id = any($1::uuid[])`,
+            [ids],
+          );
+          // 10..19 and 40 (moved to 1000); 30 was inserted again (its latest change: an upsert); 500 never reached it
+          expect(c.rows[0].d).toBe(11);
+          const again = await drain(svc);
+          expect(again).toEqual([]); // nothing new
+        } finally {
+          await svc.close();
+        }
       }
-    }
-  });
+    },
+  );
 
   it('a delete and a re-insert of the same key in one window is one upsert; deleted on the target exactly once', async () => {
     await freshTables(20);
@@ -250,9 +256,10 @@ describe('change windows: deletes on the twin (PostgreSQL change capture -> Post
       expect(done.state, done.lastError ?? '').toBe('committed');
       const r = await assertExactlyOnce(env);
       expect(r.target).toBe(32);
-      const c = await env.target.query(`select deleted_count::int as d from keel_transfer.completions where batch_id = $1`, [
-        rb.batchId,
-      ]);
+      const c = await env.target.query(
+        `select deleted_count::int as d from keel_transfer.completions where batch_id = $1`,
+        [rb.batchId],
+      );
       expect(c.rows[0].d).toBe(8);
       // and the chain goes on from the re-baseline's version
       await env.source.query(`delete from public.orders where id = 20`);
