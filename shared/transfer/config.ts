@@ -208,7 +208,7 @@ export const transferSchema = z
       ctx.addIssue({
         code: 'custom',
         path: ['source', 'query'],
-        message: 'changes windows read a table\'s change tracking: give source.table, not a query',
+        message: "changes windows read a table's change tracking: give source.table, not a query",
       });
     if (new Set(t.keyColumns).size !== t.keyColumns.length)
       ctx.addIssue({ code: 'custom', path: ['keyColumns'], message: 'key columns repeat' });
@@ -273,10 +273,7 @@ export type TransferInput = z.input<typeof transferSchema>;
 // The boundary column of a column window (every kind but 'changes', which the configuration check guarantees).
 export function boundaryColumn(t: TransferConfig): string {
   if (t.boundary.column === undefined)
-    throw new TransferError(
-      'config_invalid',
-      `transfer ${t.name}: a ${t.boundary.kind} window has no boundary column`,
-    );
+    throw new TransferError('config_invalid', `transfer ${t.name}: a ${t.boundary.kind} window has no boundary column`);
   return t.boundary.column;
 }
 

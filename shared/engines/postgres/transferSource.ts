@@ -5,7 +5,14 @@ import { to as copyTo } from 'pg-copy-streams';
 import type { CanonicalRow, ChecksumAlgorithm, LogicalType } from '../../transfer/checksum.js';
 import type { TransferConfig } from '../../transfer/config.js';
 import { boundaryColumn, resolvedNames } from '../../transfer/config.js';
-import { carriesChanges, changeLowVersion, isBaseline, OP_COLUMN, OP_DELETE, OP_UPSERT } from '../../transfer/changes.js';
+import {
+  carriesChanges,
+  changeLowVersion,
+  isBaseline,
+  OP_COLUMN,
+  OP_DELETE,
+  OP_UPSERT,
+} from '../../transfer/changes.js';
 import { qualifiedPg, quotePg, type QualifiedName } from '../../transfer/identifiers.js';
 import { buildSourceSchema, mappedColumns } from '../../transfer/schema.js';
 import type { BulkEncoding, BulkStream, Manifest, SourceAdapter, SourceSchema, Window } from '../../transfer/types.js';
@@ -158,8 +165,13 @@ export class PostgresTransferSource implements SourceAdapter {
   }
 
   // A change window's rows as (from, where, params) for the readers; the window's high filters the latest changes.
-  private changeRows(w: Window, schema: SourceSchema, first: number): { from: string; where: string; params: string[] } {
-    if (isBaseline(w.low)) return { from: `(${this.changesSelect(w, schema, '')}) as keel_chg`, where: 'true', params: [] };
+  private changeRows(
+    w: Window,
+    schema: SourceSchema,
+    first: number,
+  ): { from: string; where: string; params: string[] } {
+    if (isBaseline(w.low))
+      return { from: `(${this.changesSelect(w, schema, '')}) as keel_chg`, where: 'true', params: [] };
     const sel = `${this.changesSelect(w, schema, `$${first}::bigint`)}
              where n.v <= $${first + 1}::bigint`;
     return { from: `(${sel}) as keel_chg`, where: 'true', params: [changeLowVersion(w.low)!.toString(), w.high] };
@@ -170,8 +182,11 @@ export class PostgresTransferSource implements SourceAdapter {
     try {
       // CHANGE_TRACKING_CURRENT_VERSION(): stamps what committed since the last call (its own transaction).
       current = String(
-        (await this.pool.query(`select keel_changes.current_version(to_regclass($1))::text as v`, [qualifiedPg(this.table!)]))
-          .rows[0].v,
+        (
+          await this.pool.query(`select keel_changes.current_version(to_regclass($1))::text as v`, [
+            qualifiedPg(this.table!),
+          ])
+        ).rows[0].v,
       );
     } catch (err) {
       throw this.changesError(err);
@@ -382,11 +397,12 @@ export class PostgresTransferSource implements SourceAdapter {
       // row the COPY can see. The target then skips its duplicate-key scan for integer keys (transferTarget.ts).
       if (changes) await this.checkChangesValid(client, w.low);
       const sourceTable = resolvedNames(this.t).sourceTable;
-      const keysUnique = sourceTable && !changes
-        ? Boolean(
-            (
-              await client.query(
-                `select exists (
+      const keysUnique =
+        sourceTable && !changes
+          ? Boolean(
+              (
+                await client.query(
+                  `select exists (
                    select 1 from pg_index i
                     where i.indrelid = to_regclass($1) and i.indisunique and i.indisvalid and i.indpred is null and i.indexprs is null
                       -- a select from a table also reads its inheritance children, which the index does not cover
@@ -397,11 +413,11 @@ export class PostgresTransferSource implements SourceAdapter {
                       and (select array_agg(a.attname::text order by a.attname) from pg_attribute a
                             where a.attrelid = i.indrelid and a.attnum = any (i.indkey::int2[]) and a.attnotnull)
                           = (select array_agg(k order by k) from unnest($2::text[]) k)) as unique_keys`,
-                [qualifiedPg(sourceTable), this.t.keyColumns],
-              )
-            ).rows[0].unique_keys,
-          )
-        : false;
+                  [qualifiedPg(sourceTable), this.t.keyColumns],
+                )
+              ).rows[0].unique_keys,
+            )
+          : false;
       let select: string;
       if (changes) {
         // the same rows as changeRows(), with the window in settings (a baseline's low is not a version)

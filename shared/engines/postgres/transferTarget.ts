@@ -344,7 +344,11 @@ export class PostgresTransferTarget implements TargetAdapter {
       const sums = await client.query(
         pgChecksumQuery(
           [
-            ...mapped.map((c) => ({ ref: quotePg(c.target), type: c.staged, declared: this.targetTypes.get(c.target) })),
+            ...mapped.map((c) => ({
+              ref: quotePg(c.target),
+              type: c.staged,
+              declared: this.targetTypes.get(c.target),
+            })),
             ...(ops ? [{ ref: OP_COLUMN, type: 'text' as const, declared: 'text' }] : []),
           ],
           stg,
