@@ -163,6 +163,10 @@ export const transferSchema = z
     batchSize: z.number().int().min(1).max(50_000_000).default(100_000),
     chunkSize: z.number().int().min(1).max(100_000).default(5_000),
     reconcileWaitMs: z.number().int().min(0).max(60_000).default(2_000),
+    // Deletes for a transfer without change tracking (docs/transfer.md "Deletes"): compare the key sets of source and
+    // target per committed key window; 'report' only reports target keys gone at the source, 'apply' also deletes
+    // them. Key windows over a key column only.
+    keyCompare: z.enum(['off', 'report', 'apply']).default('off'),
     // When the timer starts this transfer: a six-field NCRONTAB expression (UTC), checked at every timer tick
     // (KEEL_TRANSFER_SCHEDULE, which must fire at least as often). Absent: every tick.
     schedule: z
@@ -204,6 +208,15 @@ export const transferSchema = z
           message: `key column ${k} is not in columns[].source`,
         });
     });
+    if (t.keyCompare !== 'off' && (t.boundary.kind !== 'key' || !t.keyColumns.includes(t.boundary.column ?? '')))
+      ctx.addIssue({
+        code: 'custom',
+        path: ['keyCompare'],
+        message:
+          t.boundary.kind === 'changes'
+            ? 'a changes transfer carries deletes itself: keyCompare is for transfers without change tracking'
+            : 'compares key windows: boundary.kind must be key, over one of the keyColumns (other windows move with updates, so a row would look deleted)',
+      });
     if (t.boundary.kind === 'changes' && t.source.query)
       ctx.addIssue({
         code: 'custom',

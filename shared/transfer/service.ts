@@ -113,6 +113,24 @@ export function baseTransferName(journalName: string): string {
   return i < 0 ? journalName : journalName.slice(0, i);
 }
 
+// What compareKeys found (and deleted) per committed key window.
+export interface KeyCompareReport {
+  transfer: string;
+  applied: boolean;
+  windows: {
+    batchId: string;
+    low: string | null;
+    high: string;
+    sourceKeys: number;
+    targetKeys: number;
+    goneAtSource: number; // target keys in the window that the source no longer has
+    sample: string[]; // up to 10 of them (key columns joined by ',')
+    deleted: number;
+  }[];
+  goneAtSource: number;
+  deleted: number;
+}
+
 export interface ReplayPlan {
   transfer: string;
   window: { kind: string; low: string | null; high: string };
@@ -600,6 +618,70 @@ export class TransferService {
       await this.noteError(rec, 'manifest_error', err);
       return toView(await this.load(rec.batchId));
     }
+  }
+
+  // Deletes for a transfer without change tracking (keyCompare, docs/transfer.md "Deletes"): for each of its last
+  // `windows` committed key windows, the keys the target holds in the window that the source no longer has are
+  // reported, and with apply (only when the transfer declares keyCompare 'apply') deleted on the target, one
+  // statement per window. A key the source no longer has in a committed window was deleted there: key windows only
+  // go forward, so a later insert of that key would not be carried either.
+  async compareKeys(transferName: string, opts: { apply: boolean; windows?: number }): Promise<KeyCompareReport> {
+    const t = this.transfer(transferName);
+    if (t.keyCompare === 'off')
+      throw new TransferError(
+        'invalid_state',
+        `transfer ${t.name} does not compare key sets: set keyCompare to report or apply (key windows only)`,
+      );
+    if (opts.apply && t.keyCompare !== 'apply')
+      throw new TransferError(
+        'invalid_state',
+        `transfer ${t.name} declares keyCompare ${t.keyCompare}: deletes are reported, not applied (set keyCompare to apply)`,
+      );
+    const a = await this.connect(t);
+    const readKeys = a.source.windowKeys?.bind(a.source);
+    const targetKeys = a.target.windowKeys?.bind(a.target);
+    const deleteKeys = a.target.deleteKeys?.bind(a.target);
+    if (!readKeys || !targetKeys || (opts.apply && !deleteKeys))
+      throw new TransferError(
+        'target_incompatible',
+        `transfer ${t.name}: a ${a.source.engine} source and a ${a.target.engine} target cannot compare key sets yet`,
+      );
+    const committed = await this.journal.list({ transfer: t.name, state: 'committed', limit: opts.windows ?? 1000 });
+    const report: KeyCompareReport = {
+      transfer: t.name,
+      applied: opts.apply,
+      windows: [],
+      goneAtSource: 0,
+      deleted: 0,
+    };
+    for (const b of committed.reverse()) {
+      const schema = { columns: b.schemaColumns, hash: b.schemaHash };
+      await this.prepare(t, a, schema);
+      const w: Window = { kind: b.boundaryKind, low: b.boundaryLow, high: b.boundaryHigh };
+      const [src, tgt] = await Promise.all([readKeys(w, schema), targetKeys(w, schema)]);
+      const present = new Set(src.map((k) => JSON.stringify(k)));
+      const gone = tgt.filter((k) => !present.has(JSON.stringify(k)));
+      const deleted = opts.apply && gone.length > 0 ? await deleteKeys!(w, schema, gone) : 0;
+      report.windows.push({
+        batchId: b.batchId,
+        low: b.boundaryLow,
+        high: b.boundaryHigh,
+        sourceKeys: src.length,
+        targetKeys: tgt.length,
+        goneAtSource: gone.length,
+        sample: gone.slice(0, 10).map((k) => k.join(',')),
+        deleted,
+      });
+      report.goneAtSource += gone.length;
+      report.deleted += deleted;
+    }
+    this.log('transfer.keys.compared', {
+      transfer: t.name,
+      windows: report.windows.length,
+      goneAtSource: report.goneAtSource,
+      deleted: report.deleted,
+    });
+    return report;
   }
 
   // Like createBatch, but null instead of 'nothing_to_transfer' / 'open_batch_exists' (for schedules).

@@ -68,8 +68,13 @@ export interface SourceAdapter {
   // The source's native bulk stream of the mapped columns, for a target that reads the same bulkFormat.
   readonly bulkFormat?: string;
   bulkOut?(w: Window, schema: SourceSchema, encoding: BulkEncoding): Promise<BulkStream>;
+  // Key-set comparison (keyCompare, docs/transfer.md "Deletes"): the keys of a key window's rows now, as canonical
+  // text in keyColumns order.
+  windowKeys?(w: Window, schema: SourceSchema): Promise<KeyTuple[]>;
   close(): Promise<void>;
 }
+
+export type KeyTuple = (string | null)[];
 
 export interface StageRequest {
   batchId: string;
@@ -159,6 +164,11 @@ export interface TargetAdapter {
     reconcileToken: string | null,
   ): Promise<ReconcileOutcome>;
   purgeStaged(batchId: string): Promise<void>;
+  // Key-set comparison (keyCompare): the target rows' keys in the window (its boundary range), canonical text in
+  // keyColumns order; and the deletion of those of `keys` that are in the window, in one target transaction
+  // (returns the rows deleted).
+  windowKeys?(w: Window, schema: SourceSchema): Promise<KeyTuple[]>;
+  deleteKeys?(w: Window, schema: SourceSchema, keys: KeyTuple[]): Promise<number>;
   // The checksum algorithms this target can verify staged rows with, preferred first ('keel-v1' always among them).
   checksumAlgorithms(): Promise<readonly ChecksumAlgorithm[]>;
   // The bulk stream format stage() accepts besides canonical rows (a 'bulk' feed of exactly this format), if any.

@@ -15,7 +15,15 @@ import {
 } from '../../transfer/changes.js';
 import { qualifiedPg, quotePg, type QualifiedName } from '../../transfer/identifiers.js';
 import { buildSourceSchema, mappedColumns } from '../../transfer/schema.js';
-import type { BulkEncoding, BulkStream, Manifest, SourceAdapter, SourceSchema, Window } from '../../transfer/types.js';
+import type {
+  BulkEncoding,
+  BulkStream,
+  KeyTuple,
+  Manifest,
+  SourceAdapter,
+  SourceSchema,
+  Window,
+} from '../../transfer/types.js';
 import { TransferError } from '../../transfer/errors.js';
 import {
   PG_CHECKSUM_SETTINGS_SQL,
@@ -469,6 +477,21 @@ export class PostgresTransferSource implements SourceAdapter {
       client.release(err as Error);
       throw err;
     }
+  }
+
+  // Key-set comparison: the keys of the window's rows now (canonical text, keyColumns order).
+  async windowKeys(w: Window, schema: SourceSchema): Promise<KeyTuple[]> {
+    const keys = this.t.keyColumns.map((k) => {
+      const c = schema.columns.find((x) => x.name === k)!;
+      return pgCanonical(quotePg(k), c.logical, c.type);
+    });
+    const pred = this.windowPredicate(w, schema, 1);
+    const res = await this.pool.query({
+      text: `select ${keys.join(', ')} from ${this.from} where ${pred.sql}`,
+      values: pred.params,
+      rowMode: 'array',
+    });
+    return res.rows as KeyTuple[];
   }
 
   checksumAlgorithms() {

@@ -8,7 +8,7 @@ import { pipeline } from 'node:stream/promises';
 import { Transform } from 'node:stream';
 import { algorithmOf, type LogicalType } from '../../transfer/checksum.js';
 import type { TransferConfig } from '../../transfer/config.js';
-import { resolvedNames } from '../../transfer/config.js';
+import { boundaryColumn, resolvedNames } from '../../transfer/config.js';
 import { TransferError } from '../../transfer/errors.js';
 import { quotePg } from '../../transfer/identifiers.js';
 import { carriesChanges, OP_COLUMN } from '../../transfer/changes.js';
@@ -17,15 +17,17 @@ import type {
   ApplyContext,
   ApplyResult,
   BulkStream,
+  KeyTuple,
   ReconcileOutcome,
   RowFeed,
   SourceSchema,
   StageRequest,
   StageResult,
   TargetAdapter,
+  Window,
 } from '../../transfer/types.js';
 import { DEFAULT_TRANSFER_TIMEOUTS } from '../../transfer/timeouts.js';
-import { PG_CHECKSUM_SETTINGS_SQL, pgChecksumQuery, pgFacets, pgLogicalType } from './transferSql.js';
+import { PG_CHECKSUM_SETTINGS_SQL, pgCanonical, pgChecksumQuery, pgFacets, pgLogicalType } from './transferSql.js';
 import { PG_COPY_FORMAT, pgChecksumAlgorithms } from './client.js';
 
 // SQLSTATEs raised by sql/postgres/target/V001 (structured codes, never message text).
@@ -462,6 +464,50 @@ export class PostgresTransferTarget implements TargetAdapter {
     const started = performance.now();
     await this.pool.query(`select keel_transfer.purge_staged($1, $2)`, [batchId, this.stagingTable]);
     this.opts.trace?.('purge', performance.now() - started);
+  }
+
+  // Key-set comparison (keyCompare: key windows over a key column, which is mapped): the target's keys in the window.
+  private keyWindow(w: Window, schema: SourceSchema, first: number) {
+    const mapped = mappedColumns(this.t, schema);
+    const target = (source: string) => mapped.find((c) => c.source === source)!;
+    const b = target(boundaryColumn(this.t));
+    const parts: string[] = [];
+    const params: string[] = [];
+    if (w.low !== null) {
+      params.push(w.low);
+      parts.push(`t.${quotePg(b.target)} > $${first + params.length - 1}::bigint`);
+    }
+    params.push(w.high);
+    parts.push(`t.${quotePg(b.target)} <= $${first + params.length - 1}::bigint`);
+    return { keys: this.t.keyColumns.map(target), where: parts.join(' and '), params };
+  }
+
+  async windowKeys(w: Window, schema: SourceSchema): Promise<KeyTuple[]> {
+    if (this.targetTypes.size === 0) await this.loadTargetTypes();
+    const k = this.keyWindow(w, schema, 1);
+    const res = await this.pool.query({
+      text: `select ${k.keys.map((c) => pgCanonical(`t.${quotePg(c.target)}`, c.logical, this.targetTypes.get(c.target))).join(', ')}
+               from ${this.qualifiedTarget()} t where ${k.where}`,
+      values: k.params,
+      rowMode: 'array',
+    });
+    return res.rows as KeyTuple[];
+  }
+
+  // Deletes the rows of `keys` that are in the window, in one statement (one transaction); returns the rows deleted.
+  async deleteKeys(w: Window, schema: SourceSchema, keys: KeyTuple[]): Promise<number> {
+    if (keys.length === 0) return 0;
+    const k = this.keyWindow(w, schema, 1 + this.t.keyColumns.length);
+    if (this.targetTypes.size === 0) await this.loadTargetTypes();
+    const cols = k.keys.map((c, i) => `u.c${i}::${this.targetTypes.get(c.target)}`);
+    const res = await this.pool.query(
+      `delete from ${this.qualifiedTarget()} t
+        where ${k.where}
+          and (${k.keys.map((c) => `t.${quotePg(c.target)}`).join(', ')}) in (
+                select ${cols.join(', ')} from unnest(${k.keys.map((_, i) => `$${i + 1}::text[]`).join(', ')}) as u(${k.keys.map((_, i) => `c${i}`).join(', ')}))`,
+      [...k.keys.map((_, i) => keys.map((t) => t[i] ?? null)), ...k.params],
+    );
+    return res.rowCount ?? 0;
   }
 
   checksumAlgorithms() {

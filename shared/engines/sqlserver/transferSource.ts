@@ -24,7 +24,7 @@ import {
 } from '../../transfer/changes.js';
 import { TransferError } from '../../transfer/errors.js';
 import { buildSourceSchema, mappedColumns } from '../../transfer/schema.js';
-import type { Manifest, SourceAdapter, SourceSchema, TypeFacets, Window } from '../../transfer/types.js';
+import type { KeyTuple, Manifest, SourceAdapter, SourceSchema, TypeFacets, Window } from '../../transfer/types.js';
 import { sharedSqlServerPool, type SqlServerPool } from './pool.js';
 import { DEFAULT_TRANSFER_TIMEOUTS, type TransferTimeouts } from '../../transfer/timeouts.js';
 
@@ -386,6 +386,21 @@ export class SqlServerTransferSource implements SourceAdapter {
       low,
       high: this.t.boundary.kind === 'timestamp' ? canonicalValue('timestamp', high)! : high,
     };
+  }
+
+  // Key-set comparison (keyCompare): the keys of the window's rows now, canonical text in keyColumns order. A key
+  // window holds at most about batchSize rows, so the keys are read in one result.
+  async windowKeys(w: Window, schema: SourceSchema): Promise<KeyTuple[]> {
+    const keys = this.t.keyColumns.map((k) => schema.columns.find((c) => c.name === k)!);
+    const req = await this.pool.request();
+    req.arrayRowMode = true;
+    const where = this.windowPredicate(req, w);
+    const res = await req.query(
+      `SELECT ${keys.map((c) => mssqlSelectExpr(quoteMssql(c.name), c.logical, c.type)).join(', ')} FROM ${this.from} WHERE ${where}`,
+    );
+    return (res.recordset as unknown as unknown[][]).map((row) =>
+      row.map((v, i) => canonicalValue(keys[i]!.logical, v)),
+    );
   }
 
   // The manifest is computed in TypeScript from the streamed rows: keel-v1 only.
