@@ -1,6 +1,7 @@
 // Change windows (boundary kind 'changes', docs/transfer.md "Deletes") on the twin: PostgreSQL source with the
 // change-capture table of sql/postgres/source, PostgreSQL target. Deletes travel as key + operation, are applied in
 // the apply transaction, and the checksums cover the operation; an expired window fails and a re-baseline mirrors.
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   assertExactlyOnce,
@@ -307,6 +308,58 @@ describe('change windows: deletes on the twin (PostgreSQL change capture -> Post
       expect(isTransferError(err, 'invalid_range'), String(err)).toBe(true);
     } finally {
       await svc.close();
+    }
+  });
+
+  it("least privilege: the table's writers need nothing on the change table; the source login reads with SELECT + EXECUTE", async () => {
+    await freshTables(10);
+    await env.source.query(`do $$ begin
+        if not exists (select 1 from pg_roles where rolname = 'chg_writer') then create role chg_writer nologin; end if;
+        if not exists (select 1 from pg_roles where rolname = 'chg_reader') then create role chg_reader nologin; end if;
+      end $$;
+      grant usage on schema public to chg_writer, chg_reader;
+      grant select, insert, update, delete on public.orders to chg_writer;
+      grant select on public.orders, public.orders_changes to chg_reader;
+      grant usage on schema keel_changes to chg_reader;
+      grant select on keel_changes.tracked to chg_reader;
+      grant execute on function keel_changes.current_version(regclass) to chg_reader;`);
+    const c = await env.source.connect();
+    try {
+      await c.query(`set role chg_writer`);
+      await c.query(`delete from public.orders where id in (1, 2)`);
+      await c.query(`update public.orders set note = 'w' where id = 3`);
+      // (and it could not write the change table itself)
+      const denied = await c
+        .query(`insert into public.orders_changes (op, id) values ('D', 5)`)
+        .catch((e: unknown) => e);
+      expect((denied as { code?: string }).code).toBe('42501');
+      await c.query(`reset role`);
+    } finally {
+      c.release();
+    }
+    const reader = new pg.Pool({ connectionString: env.sourceUrl, max: 2, options: '-c role=chg_reader' });
+    expect((await reader.query(`select current_user as u`)).rows[0].u).toBe('chg_reader');
+    const t = changesTransfer();
+    const svc = new TransferService({
+      journal: new PostgresTransferJournal(env.control),
+      transfers: [t],
+      connect: (tc) => ({
+        source: new PostgresTransferSource(tc, reader),
+        target: new PostgresTransferTarget(tc, env.target),
+      }),
+    });
+    try {
+      await drain(svc); // the baseline
+      expect((await env.target.query(`select count(*)::int as n from public.orders`)).rows[0].n).toBe(8);
+      const c2 = await env.source.connect();
+      await c2.query(`set role chg_writer; delete from public.orders where id = 4; reset role`);
+      c2.release();
+      const [w] = await drain(svc);
+      expect(w!.rowCount).toBe(1);
+      await assertExactlyOnce(env);
+    } finally {
+      await svc.close();
+      await reader.end();
     }
   });
 

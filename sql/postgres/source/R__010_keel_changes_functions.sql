@@ -6,8 +6,10 @@
 --   op       'I','U','D' (an update that changes the key is a 'D' of the old key and an 'I' of the new one)
 --   the key columns, with the tracked table's types
 
+-- Security definer (the owner of keel_changes, who created the change tables): the business table's writers need no
+-- privilege on the change table.
 create or replace function keel_changes.capture() returns trigger
-language plpgsql as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 -- tg_argv[0]: insert into <changes> (op, k...) values ($1, ($2).k...); tg_argv[1]: select ($1).k... is distinct
 -- from ($2).k... (an update that moves the key).
 declare
@@ -32,7 +34,7 @@ end $$;
 -- A truncate removes rows without a change per row: like Change Tracking, it invalidates every version so far
 -- (min_valid_version moves past them), so a reader re-baselines instead of missing the deletes.
 create or replace function keel_changes.capture_truncate() returns trigger
-language plpgsql as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 begin
   update keel_changes.tracked set min_valid_version = nextval('keel_changes.versions'),
          current_version = currval('keel_changes.versions')
@@ -88,7 +90,7 @@ begin
   execute format('create index on %s (version)', v_change);
   execute format('create trigger keel_changes_capture after insert or update or delete on %s for each row execute function keel_changes.capture(%L, %L)',
                  p_table,
-                 format('insert into %s (op, %s) values ($1, %s)', v_change, v_cols, v_vals),
+                 format('insert into %I.%I (op, %s) values ($1, %s)', v_schema, v_name || '_changes', v_cols, v_vals),
                  format('select %s', v_moved));
   execute format('create trigger keel_changes_truncate after truncate on %s for each statement execute function keel_changes.capture_truncate()', p_table);
   insert into keel_changes.tracked (source_table, change_table, key_columns) values (p_table, v_change, p_keys);
@@ -111,8 +113,10 @@ end $$;
 -- CHANGE_TRACKING_CURRENT_VERSION(): gives the next version to every change committed and not stamped yet, and
 -- returns the newest version. Stampers of one table are serialized (a transaction-level advisory lock), and each
 -- commits before the next starts, so versions follow the order in which changes became visible.
+-- Security definer: the transfer's source login needs only EXECUTE on it and SELECT on keel_changes.tracked and the
+-- change tables (docs/transfer.md, "Deletes"), not the right to write them.
 create or replace function keel_changes.current_version(p_table regclass) returns bigint
-language plpgsql as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   t keel_changes.tracked%rowtype;
   v bigint;
