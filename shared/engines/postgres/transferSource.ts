@@ -150,8 +150,9 @@ export class PostgresTransferSource implements SourceAdapter {
       );
   }
 
-  // The rows of a change window, in mapping order and then OP_COLUMN, as a select over the source. lowRef/highRef:
-  // SQL expressions of the window's versions (bind parameters, or current_setting() for COPY).
+  // The rows of a change window, in mapping order and then OP_COLUMN, as a select over the source (the caller adds
+  // the high bound: where n.v <= high). lowRef: an SQL expression of the window's low version (a bind parameter, or
+  // current_setting() for COPY).
   private changesSelect(w: Window, schema: SourceSchema, lowRef: string): string {
     const mapped = mappedColumns(this.t, schema);
     if (isBaseline(w.low))

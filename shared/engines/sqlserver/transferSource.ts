@@ -304,8 +304,18 @@ export class SqlServerTransferSource implements SourceAdapter {
     const row = res.recordset[0];
     if (!row?.cur || !row.minValid) throw this.notEnabled();
     // CHANGETABLE reports the primary key's columns: the transfer's keys must be exactly those.
-    const keys = [...this.t.keyColumns].sort().join(',');
-    if ((row.pk ?? '').split(',').sort().join(',') !== keys)
+    // (names compared case-insensitively, as SQL Server's default collations do)
+    const keys = this.t.keyColumns
+      .map((k) => k.toLowerCase())
+      .sort()
+      .join(',');
+    if (
+      (row.pk ?? '')
+        .split(',')
+        .map((k) => k.toLowerCase())
+        .sort()
+        .join(',') !== keys
+    )
       throw new TransferError(
         'changes_not_enabled',
         `transfer ${this.t.name}: keyColumns (${this.t.keyColumns.join(', ')}) must be the primary key of ${this.t.source.table} (${row.pk ?? 'none'}), which Change Tracking reports`,
