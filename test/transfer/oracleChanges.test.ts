@@ -125,6 +125,60 @@ describe('change windows into the Oracle target (model of the server)', () => {
     }
   });
 
+  it('key-set comparison into the Oracle target: reports the keys gone at the source, then deletes them', async () => {
+    await source.query(
+      `create table public.kc (id bigint primary key, name varchar(10) not null, amount numeric(6,2))`,
+    );
+    await source.query(`insert into public.kc select n, 'n' || n, n from generate_series(1, 25) n`);
+    const fake = new FakeOracle();
+    fake.columns = ITEMS_COLUMNS;
+    const [t] = parseTransfers(
+      [
+        {
+          name: 'kc_ora',
+          source: { engine: 'postgres', connectionSetting: 'S', table: 'public.kc' },
+          target: { engine: 'oracle', connectionSetting: 'T', table: 'ITEMS' },
+          keyColumns: ['id'],
+          boundary: { column: 'id', kind: 'key' },
+          columns: [
+            { source: 'id', target: 'ID' },
+            { source: 'name', target: 'NAME' },
+            { source: 'amount', target: 'AMOUNT' },
+          ],
+          batchSize: 10,
+          keyCompare: 'apply',
+        },
+      ],
+      transferEngineRules(),
+    );
+    const svc = new TransferService({
+      journal: new PostgresTransferJournal(control),
+      transfers: [t!],
+      connect: (tc) => ({
+        source: new PostgresTransferSource(tc, source),
+        target: new OracleTransferTarget(tc, fake.pool),
+      }),
+    });
+    try {
+      for (;;) {
+        const b = await svc.tryCreateBatch(t!.name);
+        if (!b) break;
+        expect((await svc.run(b.batchId)).state).toBe('committed');
+      }
+      expect(fake.applied.size).toBe(25);
+      await source.query(`delete from public.kc where id in (3, 12, 25)`);
+      const report = await svc.compareKeys(t!.name, { apply: false });
+      expect(report.windows.map((w) => w.sample)).toEqual([['3'], ['12'], ['25']]);
+      expect(fake.applied.size).toBe(25);
+      expect((await svc.compareKeys(t!.name, { apply: true })).deleted).toBe(3);
+      expect([...fake.applied.keys()].sort((a, b) => Number(a) - Number(b))).toEqual(
+        Array.from({ length: 25 }, (_, i) => String(i + 1)).filter((k) => !['3', '12', '25'].includes(k)),
+      );
+    } finally {
+      await svc.close();
+    }
+  });
+
   it('the package: APPLY_BATCH and ENSURE_STAGING take what the target binds; deletes run before its one COMMIT', () => {
     const pkg = readFileSync(
       path.resolve(import.meta.dirname, '../../sql/oracle/R__010_keel_transfer_package.sql'),

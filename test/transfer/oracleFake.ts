@@ -220,6 +220,12 @@ export class FakeSession {
         outBinds: { o_outcome: 'NOT_APPLIED', o_rows: null, o_checksum: null, o_staged: s.registry.has(id) ? 1 : 0 },
       };
     }
+    // Key-set comparison: the target table's keys in a key window (the first column is the key, as `applied` keeps it).
+    if (/^SELECT .* FROM "[A-Z_]+" t WHERE/.test(sql) && !/KEEL_/.test(sql)) {
+      await this.enter('window keys');
+      const inWindow = (k: string) => (b.lo == null || Number(k) > Number(b.lo)) && Number(k) <= Number(b.hi);
+      return { rows: [...s.applied.keys()].filter(inWindow).map((k) => [k]) };
+    }
     if (/PURGE_STAGED/.test(sql)) {
       await this.enter('PURGE_STAGED');
       s.stagedRows = s.stagedRows.filter((r) => r[0] !== b.b);
@@ -233,6 +239,19 @@ export class FakeSession {
     rows: (string | null)[][],
     options: oracledb.ExecuteManyOptions,
   ): Promise<oracledb.Results<unknown>> {
+    if (/^DELETE FROM/.test(sql)) {
+      // Key-set comparison's deletes: one named-bind object per key, inside the window; applied at commit.
+      await this.enter('delete keys');
+      const s = this.server;
+      const binds = rows as unknown as Record<string, string | null>[];
+      const hit = binds.filter(
+        (r) => s.applied.has(r.k0!) && (r.lo == null || Number(r.k0) > Number(r.lo)) && Number(r.k0) <= Number(r.hi),
+      );
+      this.pending.ops.push(() => {
+        for (const r of hit) s.applied.delete(r.k0!);
+      });
+      return { rowsAffected: hit.length } as unknown as oracledb.Results<unknown>;
+    }
     await this.enter('staging insert');
     const errors = this.server.rowErrors.splice(0);
     const failed = new Set(errors.map((e) => e.offset));

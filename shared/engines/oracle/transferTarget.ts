@@ -17,7 +17,7 @@ import {
   type LogicalType,
 } from '../../transfer/checksum.js';
 import type { TransferConfig } from '../../transfer/config.js';
-import { resolvedNames } from '../../transfer/config.js';
+import { boundaryColumn, resolvedNames } from '../../transfer/config.js';
 import { TransferError } from '../../transfer/errors.js';
 import { quoteOracle } from '../../transfer/identifiers.js';
 import { carriesChanges, OP_DELETE, OP_UPSERT } from '../../transfer/changes.js';
@@ -33,6 +33,8 @@ import type {
   StageRequest,
   StageResult,
   TargetAdapter,
+  Window,
+  KeyTuple,
 } from '../../transfer/types.js';
 
 // Application error numbers raised by sql/oracle/V001 (RAISE_APPLICATION_ERROR), read from err.errorNum.
@@ -1127,6 +1129,67 @@ export class OracleTransferTarget implements TargetAdapter {
       );
       ok = true;
     } finally {
+      await s.release({ drop: !ok });
+    }
+  }
+
+  // Key-set comparison (keyCompare: key windows over a mapped key column): the target table's rows in the window.
+  private keyWindow(w: Window): { keys: TargetColumn[]; where: string; binds: Record<string, string> } {
+    const cols = this.cols();
+    const b = cols.find((c) => c.source === boundaryColumn(this.t))!;
+    const binds: Record<string, string> = { hi: w.high };
+    let where = `t.${quoteOracle(b.target)} <= TO_NUMBER(:hi)`;
+    if (w.low !== null) {
+      binds.lo = w.low;
+      where = `t.${quoteOracle(b.target)} > TO_NUMBER(:lo) AND ${where}`;
+    }
+    return { keys: this.t.keyColumns.map((k) => cols.find((c) => c.source === k)!), where, binds };
+  }
+
+  private targetRef(): string {
+    return this.owner ? `${quoteOracle(this.owner)}.${quoteOracle(this.table)}` : quoteOracle(this.table);
+  }
+
+  async windowKeys(w: Window, _schema: SourceSchema): Promise<KeyTuple[]> {
+    const k = this.keyWindow(w);
+    const s = await this.session();
+    let ok = false;
+    try {
+      const r = await s.run('window keys', (c) =>
+        c.execute<CanonicalRow>(
+          `SELECT ${k.keys.map((x) => toCanonical(`t.${quoteOracle(x.target)}`, x.logical, x.dataType)).join(', ')} FROM ${this.targetRef()} t WHERE ${k.where}`,
+          k.binds,
+          { outFormat: oracledb.OUT_FORMAT_ARRAY, fetchTypeHandler: () => ({ type: oracledb.STRING }) },
+        ),
+      );
+      ok = true;
+      return (r.rows ?? []).map((row) => row.map((v, i) => canonicalValue(k.keys[i]!.logical, v)));
+    } finally {
+      await s.release({ drop: !ok });
+    }
+  }
+
+  // The rows of `keys` inside the window, deleted in one transaction (one DELETE per key, executeMany); committed.
+  async deleteKeys(w: Window, _schema: SourceSchema, keys: KeyTuple[]): Promise<number> {
+    if (keys.length === 0) return 0;
+    const k = this.keyWindow(w);
+    // named binds (:k0.., :lo, :hi): executeMany takes one object per key
+    const sqlText = `DELETE FROM ${this.targetRef()} t WHERE ${k.where} AND ${k.keys
+      .map((x, i) => `t.${quoteOracle(x.target)} = ${fromCanonical(`:k${i}`, x.logical, x.dataType)}`)
+      .join(' AND ')}`;
+    const rows = keys.map((key) => ({
+      ...k.binds,
+      ...Object.fromEntries(k.keys.map((_, i) => [`k${i}`, key[i] ?? null])),
+    }));
+    const s = await this.session();
+    let ok = false;
+    try {
+      const r = await s.run('delete keys', (c) => c.executeMany(sqlText, rows, { autoCommit: false }));
+      await s.run('commit', (c) => c.commit());
+      ok = true;
+      return r.rowsAffected ?? 0;
+    } finally {
+      if (!ok) await s.run('rollback', (c) => c.rollback()).catch(() => undefined);
       await s.release({ drop: !ok });
     }
   }
