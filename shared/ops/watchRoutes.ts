@@ -177,6 +177,7 @@ export const watchRoutes: OpsRoute<any, any, any>[] = [
             workerId: w.workerId,
             host: d.host,
             appVersion: d.appVersion,
+            queues: w.queues,
             jobsHeld: w.jobsHeld,
             ageMs: d.lastSeenAgeMs,
             message: `worker ${w.workerId} (${String(d.host)}, version ${String(d.appVersion)}) holds ${w.jobsHeld} job(s) but has not reported for ${Math.round(Number(d.lastSeenAgeMs) / 1000)} s (bound ${t.workerSilentMs / 1000} s): it may have died or hung; rescue returns its jobs once the queue's zombie timeout passes`,
