@@ -91,7 +91,10 @@ function liveVersions(
     v.workers++;
     byKey.set(key, v);
   }
-  return [...byKey.values()].sort((a, b) => b.workers - a.workers || a.appVersion.localeCompare(b.appVersion));
+  // The most run first; on a tie the newest version first (numeric-aware: 0.10.0 is newer than 0.9.0).
+  return [...byKey.values()].sort(
+    (a, b) => b.workers - a.workers || b.appVersion.localeCompare(a.appVersion, 'en', { numeric: true }),
+  );
 }
 
 export const watchRoutes: OpsRoute<any, any, any>[] = [
