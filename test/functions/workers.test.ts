@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ops } from '../../functions/ops.js';
 import { enqueueJobs } from '../../shared/app/jobs.js';
 import { runMaintenancePass, dispatchDueJobs } from '../../shared/app/dispatch.js';
+import { parseSettings } from '../../shared/config/settings.js';
 import { context, createTestRuntime, jsonOf, request, type TestRuntime } from './support.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -165,5 +166,19 @@ describe('the worker registry', () => {
       await other.pool.end().catch(() => undefined);
       await other.rt.close();
     }
+  });
+
+  it('refuses a retention that would prune live workers, naming the setting', () => {
+    const base = { KEEL_PG_URL: 'postgres://u:p@127.0.0.1:1/none' };
+    expect(() =>
+      parseSettings({ ...base, KEEL_WORKER_REFRESH_MS: '600000', KEEL_WORKER_RETENTION_MS: '1200000' }),
+    ).toThrow(/KEEL_WORKER_RETENTION_MS: must be more than twice KEEL_WORKER_REFRESH_MS \(600000\)/);
+    expect(
+      parseSettings({ ...base, KEEL_WORKER_REFRESH_MS: '600000', KEEL_WORKER_RETENTION_MS: '1200001' }),
+    ).toMatchObject({
+      KEEL_WORKER_REFRESH_MS: 600_000,
+      KEEL_WORKER_RETENTION_MS: 1_200_001,
+    });
+    expect(() => parseSettings({ ...base, KEEL_BUILD_ID: 'b'.repeat(129) })).toThrow(/KEEL_BUILD_ID/);
   });
 });

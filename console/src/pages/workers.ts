@@ -133,7 +133,13 @@ export function workersPage(main: HTMLElement): Cleanup {
                     w.lastSeenAgeMs === null ? '—' : `${fmtAge(w.lastSeenAgeMs)} ago`,
                   ),
                   fmtTime(w.startedAt),
-                  w.jobsDone === null ? '—' : fmtNum(w.jobsDone),
+                  w.jobsDone === null
+                    ? '—'
+                    : h(
+                        'span',
+                        { title: 'jobs it finished since it started, as of its last report' },
+                        fmtNum(w.jobsDone),
+                      ),
                 ]),
                 {
                   caption: `${items.length} worker${items.length === 1 ? '' : 's'}: lease holders first, then the idle`,
