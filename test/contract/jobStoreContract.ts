@@ -2070,6 +2070,21 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(page.nextBeforeId).toBeNull();
     });
 
+    it('finds a call over several queues (queue:a,b, an enqueue of a batch) under each queue it names, only those', async () => {
+      const action = `multi-${freshQueue('a')}`.slice(0, 64);
+      const one = await store.recordAudit(entry({ action, target: 'queue:q1', outcome: 'started' }));
+      const multi = await store.recordAudit(entry({ action, target: 'queue:q0,q1_x,q2', outcome: 'started' }));
+      const found = async (target: string) =>
+        (await store.searchAudit({ action, target, limit: 50 })).items.map((r) => r.id);
+      expect(await found('queue:q1_x')).toEqual([multi]);
+      expect(await found('queue:q0')).toEqual([multi]);
+      expect(await found('queue:q2')).toEqual([multi]);
+      expect(await found('queue:q1')).toEqual([one]); // q1_x is another queue, and _ no wildcard
+      expect(await found('queue:q0,q1_x,q2')).toEqual([multi]);
+      expect(await found('queue:q')).toEqual([]);
+      expect(await found('job:q2')).toEqual([]);
+    });
+
     it('searches by principal (id or name), action, target, outcome and time; pages newest first; the scan is bounded', async () => {
       const action = `find-${freshQueue('a')}`.slice(0, 64);
       const ids: string[] = [];

@@ -1143,6 +1143,12 @@ describe('ops: audit trail', () => {
     const rows = await auditRows(t.pool, before);
     expect(rows).toHaveLength(1);
     expect(rows[0]).toMatchObject({ action: 'enqueue', target: 'queue:audit-alpha,audit-zeta,default', affected: '4' });
+    // Each queue's trail (the console's who-acted card) finds the batch.
+    for (const queue of ['audit-alpha', 'audit-zeta']) {
+      const trail = await call('GET', `audit?target=queue:${queue}&action=enqueue`, { operator: true });
+      expect(trail.status).toBe(200);
+      expect((trail.body.items as { id: string }[]).map((x) => x.id)).toContain(String(rows[0]!.id));
+    }
   });
 
   it('an enqueue over more queues than the target holds lists whole names and counts the rest', async () => {
