@@ -34,6 +34,9 @@ export function hostingInstanceId(env: NodeJS.ProcessEnv = process.env): string 
   return id ? id.slice(0, 128) : null;
 }
 
+// How long a graceful stop waits for the row's removal.
+export const DEREGISTER_WAIT_MS = 1_000;
+
 export class WorkerPresence {
   private lastAt = -Infinity;
   private inFlight: Promise<void> | undefined;
@@ -65,19 +68,34 @@ export class WorkerPresence {
   }
 
   // A graceful stop: no more writes; the row is removed once a write in flight has landed (so that write cannot bring
-  // it back). Errors are logged: maintenance prunes a row left behind.
-  async stop(): Promise<void> {
+  // it back). Waits at most maxWaitMs: the app's stop (the host kills the worker 5 s after asking) must not hang on a
+  // database that does not answer; errors are logged. Maintenance prunes a row left behind.
+  async stop(maxWaitMs = DEREGISTER_WAIT_MS): Promise<void> {
     this.stopped = true;
-    await this.inFlight;
-    if (!this.written) return;
-    try {
-      await this.store.deregisterWorker(this.workerId);
-    } catch (err) {
-      this.log.warn('worker registry: could not remove this worker; maintenance prunes it', {
-        workerId: this.workerId,
-        error: String(err),
-      });
-    }
+    const work = (async () => {
+      await this.inFlight;
+      if (!this.written) return;
+      try {
+        await this.store.deregisterWorker(this.workerId);
+      } catch (err) {
+        this.log.warn('worker registry: could not remove this worker; maintenance prunes it', {
+          workerId: this.workerId,
+          error: String(err),
+        });
+      }
+    })();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = new Promise<void>((resolve) => {
+      timer = setTimeout(() => {
+        this.log.warn('worker registry: removing this worker did not finish in time; maintenance prunes it', {
+          workerId: this.workerId,
+          waitedMs: maxWaitMs,
+        });
+        resolve();
+      }, maxWaitMs);
+    });
+    await Promise.race([work, late]);
+    clearTimeout(timer);
   }
 
   registration(): WorkerRegistration {

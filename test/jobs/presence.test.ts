@@ -90,6 +90,22 @@ describe('WorkerPresence', () => {
     expect(calls).toHaveLength(2);
   });
 
+  it('stop gives up waiting on a database that does not answer, after its bound', async () => {
+    const { store, calls } = recordingStore();
+    store.hold = true; // the registration never returns
+    const p = new WorkerPresence(store as unknown as JobStore, 'w1', opts, () => 0, log);
+    p.touch();
+    let done = false;
+    const stopped = p.stop(1_000).then(() => (done = true));
+    await vi.advanceTimersByTimeAsync(999);
+    expect(done).toBe(false);
+    await vi.advanceTimersByTimeAsync(1);
+    await stopped;
+    expect(done).toBe(true);
+    expect(calls.map((c) => c.op)).toEqual(['register']);
+    expect(warnings.at(-1)).toMatch(/did not finish in time/);
+  });
+
   it('a processor that never wrote its row sends nothing at stop', async () => {
     const { store, calls } = recordingStore();
     const p = new WorkerPresence(store as unknown as JobStore, 'w1', opts, () => 0, log);
