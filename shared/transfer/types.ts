@@ -9,7 +9,8 @@ export type BatchStatus = 'incomplete' | 'committed' | 'unresolved';
 export type BoundaryKind = 'key' | 'timestamp' | 'rowversion' | 'changes';
 
 // A window is (low, high]: low exclusive (null = from the beginning), high inclusive. Values are text:
-// integers (key, rowversion as an unsigned 64-bit number) in decimal, timestamps in ISO 8601.
+// integers in decimal (key; rowversion as SQL Server's CONVERT(bigint, rv), a signed 64-bit number, which orders
+// rowversions correctly until a database has used 2^63 of them), timestamps in ISO 8601.
 // 'changes' windows are version windows of the source's change tracking (shared/transfer/changes.ts): the rows whose
 // latest change has a version in (low, high], each with its operation; low null (or a re-baseline mark) = a baseline.
 export interface Window {
