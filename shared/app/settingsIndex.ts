@@ -75,10 +75,10 @@ export const SETTINGS_INDEX: readonly SettingsSchemaEntry[] = [
     declarations: HANDLERS_FOLDER_SETTINGS,
   }),
   declared({
-    schema: 'principal trust',
+    schema: 'hosting platform',
     module: 'shared/ops/auth.ts',
     readBy:
-      'functions/app.ts at startup (the warning), and the ops API per call from the process environment (OpsRuntime.hostEnv)',
+      'from the process environment: functions/app.ts at startup (the trust warning), the ops API per call (OpsRuntime.hostEnv), createRuntime (WEBSITE_INSTANCE_ID for the worker id and registry row)',
     declarations: HOSTING_SETTINGS,
     alsoReads: ['KEEL_TRUST_CLIENT_PRINCIPAL'],
   }),

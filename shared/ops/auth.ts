@@ -102,7 +102,11 @@ export const HOSTING_SETTINGS: readonly SettingDeclaration[] = [
     name,
     type: 'any non-empty value',
     default: 'unset',
-    doc: 'set by a hosting platform: KEEL_TRUST_CLIENT_PRINCIPAL=local is refused when present',
+    doc:
+      'set by a hosting platform: KEEL_TRUST_CLIENT_PRINCIPAL=local is refused when present' +
+      (name === 'WEBSITE_INSTANCE_ID'
+        ? "; also the worker id's and registry row's instance (shared/jobs/presence.ts)"
+        : ''),
   })),
   {
     name: 'WEBSITE_AUTH_ENABLED',

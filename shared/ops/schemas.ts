@@ -200,6 +200,11 @@ export const replayBody = z.strictObject({
   preview: z.boolean().default(false),
 });
 
+export const compareKeysBody = z.strictObject({
+  apply: z.boolean().default(false),
+  windows: z.number().int().min(1).max(1000).optional(), // the last n committed windows (default: up to 1000)
+});
+
 export const pauseTransferBody = z.strictObject({
   reason: z.string().trim().min(1).max(2000).optional(),
 });

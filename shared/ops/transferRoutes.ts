@@ -1,6 +1,6 @@
 // Ops routes for transfers: list configured transfers, start one (creates a batch and posts it to the stage
 // queue), pause and resume one, list batches, batch detail with its journal, reconcile one batch or every stale
-// one, resume or abandon a batch, replay a committed range.
+// one, resume or abandon a batch, replay a committed range, re-baseline a changes transfer, compare key sets.
 import type { OpsRuntime } from './context.js';
 import { OPEN_STATES, type TransferService } from '../transfer/service.js';
 import { BATCH_STATES, type BatchState } from '../transfer/types.js';
@@ -28,6 +28,8 @@ const CONFLICT_CODES: ReadonlySet<TransferErrorCode> = new Set<TransferErrorCode
   'target_incompatible',
   'unsupported_type',
   'transfer_paused',
+  'changes_expired',
+  'changes_not_enabled',
 ]);
 
 // Transfer errors carry a code; map it, never the message, to a status.
@@ -162,6 +164,61 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
           return { status: 200, body: { started: false, reason: err.code, message: err.message } };
         throw err;
       }
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/transfers/:name/rebaseline',
+    operationId: 'rebaselineTransfer',
+    summary:
+      'Changes transfer whose next window expired at the source (changes_expired): one baseline batch (the whole table as it is now, applied as a mirror: target rows gone at the source are deleted), queued',
+    tag: 'transfers',
+    role: 'operator',
+    params: s.nameParams,
+    query: s.emptyQuery,
+    body: s.emptyBody,
+    responses: {
+      202: 'baseline batch created and queued',
+      200: "the source's version has not moved since the last committed window (no batch created)",
+      404: 'no such transfer',
+      409: 'not a changes transfer, the transfer is paused, an open batch exists, or the source schema drifted',
+    },
+    async handle({ rt, params, log }) {
+      const svc = service(rt);
+      try {
+        const batch = await mapTransferErrors(() => svc.rebaseline(params.name));
+        const posted = await rt.postStage(batch.batchId, log);
+        return accepted(batch.batchId, { started: true, posted, batch });
+      } catch (err) {
+        if (err instanceof OpsError) throw err;
+        if (isTransferError(err, 'nothing_to_transfer'))
+          return { status: 200, body: { started: false, reason: err.code, message: err.message } };
+        throw err;
+      }
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/transfers/:name/compare-keys',
+    operationId: 'compareTransferKeys',
+    summary:
+      'Transfer without change tracking (keyCompare): compare source and target key sets per committed key window; report the target keys gone at the source, and with apply (keyCompare apply) delete them on the target',
+    tag: 'transfers',
+    role: 'operator',
+    params: s.nameParams,
+    query: s.emptyQuery,
+    body: s.compareKeysBody,
+    responses: {
+      200: 'per window: source and target keys, keys gone at the source (a sample), rows deleted',
+      404: 'no such transfer',
+      409: 'the transfer does not compare key sets, or declares report only (apply refused)',
+    },
+    async handle({ rt, params, body }) {
+      const svc = service(rt);
+      const report = await mapTransferErrors(() =>
+        svc.compareKeys(params.name, { apply: body.apply, ...(body.windows ? { windows: body.windows } : {}) }),
+      );
+      return { body: report };
     },
   }),
   route({

@@ -87,13 +87,25 @@ function cronValid(v: string): boolean {
 
 const boundarySchema = z
   .object({
-    column: identifier,
-    // key: an integer column; timestamp: timestamp/timestamptz (PostgreSQL); rowversion: SQL Server rowversion.
-    kind: z.enum(['key', 'timestamp', 'rowversion']),
+    // The column the windows run over; none for 'changes' (they run over the source's change-tracking versions).
+    column: identifier.optional(),
+    // key: an integer column; timestamp: timestamp/timestamptz (PostgreSQL); rowversion: SQL Server rowversion;
+    // changes: version windows of the source's change tracking, carrying deletes (shared/transfer/changes.ts).
+    kind: z.enum(['key', 'timestamp', 'rowversion', 'changes']),
     // timestamp windows only: rows newer than now - settleMs are left for a later batch (in-flight transactions).
     settleMs: z.number().int().min(0).default(0),
   })
-  .strict();
+  .strict()
+  .superRefine((b, ctx) => {
+    if (b.kind === 'changes' && b.column !== undefined)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['column'],
+        message: 'changes windows run over the change-tracking versions, not a column: remove boundary.column',
+      });
+    if (b.kind !== 'changes' && b.column === undefined)
+      ctx.addIssue({ code: 'custom', path: ['column'], message: `Required (a ${b.kind} window runs over a column)` });
+  });
 
 // Declared value policies (shared/transfer/policies.ts, docs/transfer.md "Value policies"): the conversions a user
 // accepts for one column. Without one, a value the target cannot hold unchanged is refused.
@@ -152,6 +164,10 @@ export const transferSchema = z
     batchSize: z.number().int().min(1).max(50_000_000).default(100_000),
     chunkSize: z.number().int().min(1).max(100_000).default(5_000),
     reconcileWaitMs: z.number().int().min(0).max(60_000).default(2_000),
+    // Deletes for a transfer without change tracking (docs/transfer.md "Deletes"): compare the key sets of source and
+    // target per committed key window; 'report' only reports target keys gone at the source, 'apply' also deletes
+    // them. Key windows over a key column only.
+    keyCompare: z.enum(['off', 'report', 'apply']).default('off'),
     // When the timer starts this transfer: a six-field NCRONTAB expression (UTC), checked at every timer tick
     // (KEEL_TRANSFER_SCHEDULE, which must fire at least as often). Absent: every tick.
     schedule: z
@@ -193,6 +209,21 @@ export const transferSchema = z
           message: `key column ${k} is not in columns[].source`,
         });
     });
+    if (t.keyCompare !== 'off' && (t.boundary.kind !== 'key' || !t.keyColumns.includes(t.boundary.column ?? '')))
+      ctx.addIssue({
+        code: 'custom',
+        path: ['keyCompare'],
+        message:
+          t.boundary.kind === 'changes'
+            ? 'a changes transfer carries deletes itself: keyCompare is for transfers without change tracking'
+            : 'compares key windows: boundary.kind must be key, over one of the keyColumns (other windows move with updates, so a row would look deleted)',
+      });
+    if (t.boundary.kind === 'changes' && t.source.query)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['source', 'query'],
+        message: "changes windows read a table's change tracking: give source.table, not a query",
+      });
     if (new Set(t.keyColumns).size !== t.keyColumns.length)
       ctx.addIssue({ code: 'custom', path: ['keyColumns'], message: 'key columns repeat' });
     // A policy changes values; a key changed on its way would merge onto another row (or be NULL).
@@ -252,6 +283,13 @@ function transfersSchema(rules: TransferEngineRules) {
 
 export type TransferConfig = z.output<typeof transferSchema>;
 export type TransferInput = z.input<typeof transferSchema>;
+
+// The boundary column of a column window (every kind but 'changes', which the configuration check guarantees).
+export function boundaryColumn(t: TransferConfig): string {
+  if (t.boundary.column === undefined)
+    throw new TransferError('config_invalid', `transfer ${t.name}: a ${t.boundary.kind} window has no boundary column`);
+  return t.boundary.column;
+}
 
 export interface ResolvedNames {
   sourceTable: QualifiedName | null;

@@ -21,7 +21,9 @@ export type TransferErrorCode =
   | 'stream_stalled' // no staging data moved for KEEL_TRANSFER_STREAM_STALL_MS (retryable)
   | 'invalid_range' // a replay range that is not made of committed windows (detail.field names low or high)
   | 'transfer_paused' // an operator paused the transfer: no new batch until it is resumed
-  | 'target_busy'; // a bounded lock wait on the target ran out; nothing was changed there (retryable)
+  | 'target_busy' // a bounded lock wait on the target ran out; nothing was changed there (retryable)
+  | 'changes_expired' // a change window starts before the source's min valid version: re-baseline the transfer
+  | 'changes_not_enabled'; // a changes transfer's source table has no change tracking / change capture
 
 // Codes that mean "this batch can never succeed as extracted": the batch is marked failed and its window
 // released so that a fresh batch (with a fresh manifest) can cover it.
@@ -32,6 +34,8 @@ export const TERMINAL_CODES: ReadonlySet<TransferErrorCode> = new Set<TransferEr
   'manifest_mismatch',
   'target_incompatible',
   'unsupported_type',
+  'changes_expired',
+  'changes_not_enabled',
 ]);
 
 export class TransferError extends Error {

@@ -180,6 +180,8 @@ export function withValuePolicies(t: TransferConfig, source: SourceAdapter): Sou
       return { rowCount: acc.count, checksum: acc.checksum };
     },
     streamRows: rows,
+    // Key columns take no policy (config.ts), so the source's own keys are the converted rows' keys.
+    ...(source.windowKeys ? { windowKeys: source.windowKeys.bind(source) } : {}),
     close: () => source.close(),
   };
 }

@@ -9,7 +9,7 @@ import type { SchemaColumn, SourceSchema, TypeFacets } from './types.js';
 
 export function relevantSourceColumns(t: TransferConfig): string[] {
   const cols = t.columns.map((c) => c.source);
-  if (!cols.includes(t.boundary.column)) cols.push(t.boundary.column);
+  if (t.boundary.column !== undefined && !cols.includes(t.boundary.column)) cols.push(t.boundary.column);
   return cols;
 }
 

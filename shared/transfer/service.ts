@@ -7,6 +7,7 @@ import { describeError, isTransferError, TERMINAL_CODES, TransferError } from '.
 import type { BatchEvent, BatchPatch, BatchRecord, TransferControl, TransferJournal } from './journal.js';
 import { journalMove, OPEN_STATES, RECONCILABLE, type MoveName } from './lifecycle.js';
 import { withValuePolicies } from './policies.js';
+import { carriesChanges, changeModeOf, REBASELINE_MARK } from './changes.js';
 import { describeSchemaDiff } from './schema.js';
 import {
   FINAL_FENCE,
@@ -73,7 +74,7 @@ export interface TransferSummary {
   source: { engine: string; table: string | null; query: boolean };
   target: { engine: string; table: string; transactionGuard: boolean };
   keyColumns: string[];
-  boundary: { column: string; kind: string };
+  boundary: { column: string | null; kind: string }; // column null: 'changes' windows (change-tracking versions)
   columns: { source: string; target: string }[];
   batchSize: number;
   chunkSize: number;
@@ -110,6 +111,24 @@ export const REPLAY_MARK = '@replay-';
 export function baseTransferName(journalName: string): string {
   const i = journalName.indexOf(REPLAY_MARK);
   return i < 0 ? journalName : journalName.slice(0, i);
+}
+
+// What compareKeys found (and deleted) per committed key window.
+export interface KeyCompareReport {
+  transfer: string;
+  applied: boolean;
+  windows: {
+    batchId: string;
+    low: string | null;
+    high: string;
+    sourceKeys: number;
+    targetKeys: number;
+    goneAtSource: number; // target keys in the window that the source no longer has
+    sample: string[]; // up to 10 of them (key columns joined by ',')
+    deleted: number;
+  }[];
+  goneAtSource: number;
+  deleted: number;
 }
 
 export interface ReplayPlan {
@@ -250,7 +269,7 @@ export class TransferService {
       source: { engine: t.source.engine, table: t.source.table ?? null, query: !!t.source.query },
       target: { engine: t.target.engine, table: t.target.table, transactionGuard: t.target.transactionGuard },
       keyColumns: [...t.keyColumns],
-      boundary: { column: t.boundary.column, kind: t.boundary.kind },
+      boundary: { column: t.boundary.column ?? null, kind: t.boundary.kind },
       columns: t.columns.map((c) => ({ ...c })),
       batchSize: t.batchSize,
       chunkSize: t.chunkSize,
@@ -353,11 +372,13 @@ export class TransferService {
   private request(b: BatchRecord, t: TransferConfig): StageRequest {
     if (b.rowCount === null || b.checksum === null)
       throw new TransferError('invalid_state', `batch ${b.batchId} has no manifest yet`);
+    const changes = changeModeOf(t, b.boundaryLow);
     return {
       batchId: b.batchId,
       transfer: t.name,
       manifest: { rowCount: b.rowCount, checksum: b.checksum },
       schema: { columns: b.schemaColumns, hash: b.schemaHash },
+      ...(changes ? { changes } : {}),
     };
   }
 
@@ -471,6 +492,12 @@ export class TransferService {
     preview: boolean,
   ): Promise<{ plan: ReplayPlan; batch: BatchView | null }> {
     const t = this.transfer(transferName);
+    if (carriesChanges(t))
+      throw new TransferError(
+        'invalid_range',
+        `transfer ${t.name} reads change windows: a committed version range cannot be read again as it was (only each key's latest change is kept); re-baseline the transfer instead`,
+        { field: 'low' },
+      );
     const committed = (await this.journal.list({ transfer: t.name, state: 'committed', limit: 1000 })).reverse();
     const first = committed.findIndex((b) => b.boundaryLow === low);
     if (first < 0)
@@ -536,6 +563,125 @@ export class TransferService {
       await this.noteError(rec, 'manifest_error', err);
       return { plan, batch: toView(await this.load(rec.batchId)) };
     }
+  }
+
+  // Operator action for a changes transfer whose next window expired at the source ('changes_expired': its low is
+  // older than the min valid version): one baseline batch after the last committed window -- every row of the
+  // table as it is now, high = the version captured with it, applied as a mirror (target rows whose key is not in the
+  // batch are deleted in the same transaction). Its low is REBASELINE_MARK + the last committed high, so it chains
+  // like any window, and the next window starts at its high.
+  async rebaseline(transferName: string): Promise<BatchView> {
+    const t = this.transfer(transferName);
+    if (!carriesChanges(t))
+      throw new TransferError(
+        'invalid_state',
+        `transfer ${t.name} reads ${t.boundary.kind} windows; only a changes transfer is re-baselined`,
+      );
+    if (await this.isPaused(t.name))
+      throw new TransferError('transfer_paused', `transfer ${t.name} is paused; resume it first`);
+    const { open, lastCommitted } = await this.journal.lastForTransfer(t.name);
+    if (open)
+      throw new TransferError(
+        'open_batch_exists',
+        `transfer ${t.name} already has an open batch ${open.batchId} (${open.state}); run, reconcile or abandon it first`,
+        { batchId: open.batchId },
+      );
+    if (!lastCommitted) return this.createBatch(t.name); // the first window is a baseline anyway
+    const a = await this.connect(t);
+    const schema = await a.source.readSchema();
+    if (schema.hash !== lastCommitted.schemaHash && schema.hash !== t.acceptSchemaHash)
+      throw new TransferError(
+        'schema_drift',
+        `transfer ${t.name}: the source schema no longer matches the recorded schema ${lastCommitted.schemaHash.slice(0, 12)} (${describeSchemaDiff(lastCommitted.schemaColumns, schema.columns)}); review the change, then set acceptSchemaHash to ${schema.hash} for this transfer`,
+        { recorded: lastCommitted.schemaHash, current: schema.hash },
+      );
+    await this.prepare(t, a, schema);
+    const baseline = await a.source.nextWindow(null, t.batchSize);
+    if (!baseline || BigInt(baseline.high) <= BigInt(lastCommitted.boundaryHigh))
+      throw new TransferError(
+        'nothing_to_transfer',
+        `transfer ${t.name}: the source's version has not moved past the last committed window (${lastCommitted.boundaryHigh}); nothing to re-baseline`,
+      );
+    const rec = await this.journal.insertBatch({
+      batchId: this.newId(),
+      transferName: t.name,
+      boundaryKind: baseline.kind,
+      boundaryLow: `${REBASELINE_MARK}${lastCommitted.boundaryHigh}`,
+      boundaryHigh: baseline.high,
+      schemaHash: schema.hash,
+      schemaColumns: schema.columns,
+    });
+    this.log('transfer.batch.rebaseline', { batchId: rec.batchId, transfer: t.name, high: baseline.high });
+    try {
+      return toView(await this.recordManifest(rec, t, a, schema));
+    } catch (err) {
+      await this.noteError(rec, 'manifest_error', err);
+      return toView(await this.load(rec.batchId));
+    }
+  }
+
+  // Deletes for a transfer without change tracking (keyCompare, docs/transfer.md "Deletes"): for each of its last
+  // `windows` committed key windows, the keys the target holds in the window that the source no longer has are
+  // reported, and with apply (only when the transfer declares keyCompare 'apply') deleted on the target, one
+  // statement per window. A key the source no longer has in a committed window was deleted there: key windows only
+  // go forward, so a later insert of that key would not be carried either.
+  async compareKeys(transferName: string, opts: { apply: boolean; windows?: number }): Promise<KeyCompareReport> {
+    const t = this.transfer(transferName);
+    if (t.keyCompare === 'off')
+      throw new TransferError(
+        'invalid_state',
+        `transfer ${t.name} does not compare key sets: set keyCompare to report or apply (key windows only)`,
+      );
+    if (opts.apply && t.keyCompare !== 'apply')
+      throw new TransferError(
+        'invalid_state',
+        `transfer ${t.name} declares keyCompare ${t.keyCompare}: deletes are reported, not applied (set keyCompare to apply)`,
+      );
+    const a = await this.connect(t);
+    const readKeys = a.source.windowKeys?.bind(a.source);
+    const targetKeys = a.target.windowKeys?.bind(a.target);
+    const deleteKeys = a.target.deleteKeys?.bind(a.target);
+    if (!readKeys || !targetKeys || (opts.apply && !deleteKeys))
+      throw new TransferError(
+        'target_incompatible',
+        `transfer ${t.name}: a ${a.source.engine} source and a ${a.target.engine} target cannot compare key sets yet`,
+      );
+    const committed = await this.journal.list({ transfer: t.name, state: 'committed', limit: opts.windows ?? 1000 });
+    const report: KeyCompareReport = {
+      transfer: t.name,
+      applied: opts.apply,
+      windows: [],
+      goneAtSource: 0,
+      deleted: 0,
+    };
+    for (const b of committed.reverse()) {
+      const schema = { columns: b.schemaColumns, hash: b.schemaHash };
+      await this.prepare(t, a, schema);
+      const w: Window = { kind: b.boundaryKind, low: b.boundaryLow, high: b.boundaryHigh };
+      const [src, tgt] = await Promise.all([readKeys(w, schema), targetKeys(w, schema)]);
+      const present = new Set(src.map((k) => JSON.stringify(k)));
+      const gone = tgt.filter((k) => !present.has(JSON.stringify(k)));
+      const deleted = opts.apply && gone.length > 0 ? await deleteKeys!(w, schema, gone) : 0;
+      report.windows.push({
+        batchId: b.batchId,
+        low: b.boundaryLow,
+        high: b.boundaryHigh,
+        sourceKeys: src.length,
+        targetKeys: tgt.length,
+        goneAtSource: gone.length,
+        sample: gone.slice(0, 10).map((k) => k.join(',')),
+        deleted,
+      });
+      report.goneAtSource += gone.length;
+      report.deleted += deleted;
+    }
+    this.log('transfer.keys.compared', {
+      transfer: t.name,
+      windows: report.windows.length,
+      goneAtSource: report.goneAtSource,
+      deleted: report.deleted,
+    });
+    return report;
   }
 
   // Like createBatch, but null instead of 'nothing_to_transfer' / 'open_batch_exists' (for schedules).
@@ -662,9 +808,19 @@ export class TransferService {
         move: 'commit',
         event: res.outcome,
         set: { appliedCount: res.rowCount, stamp: 'committed_at', lastError: null, lastErrorCode: null },
-        detail: { rowCount: res.rowCount, checksum: res.checksum },
+        detail: {
+          rowCount: res.rowCount,
+          checksum: res.checksum,
+          ...(res.deleted !== undefined ? { deleted: res.deleted } : {}),
+        },
       });
-      this.log('transfer.batch.committed', { batchId, transfer: t.name, outcome: res.outcome, rows: res.rowCount });
+      this.log('transfer.batch.committed', {
+        batchId,
+        transfer: t.name,
+        outcome: res.outcome,
+        rows: res.rowCount,
+        ...(res.deleted !== undefined ? { deleted: res.deleted } : {}),
+      });
       await this.purge(a, b);
       return toView(done ?? (await this.load(batchId)));
     } catch (err) {

@@ -6,11 +6,13 @@ export const BATCH_STATES = ['extracting', 'staged', 'applying', 'committed', 'f
 export type BatchState = (typeof BATCH_STATES)[number];
 export type BatchStatus = 'incomplete' | 'committed' | 'unresolved';
 
-export type BoundaryKind = 'key' | 'timestamp' | 'rowversion';
+export type BoundaryKind = 'key' | 'timestamp' | 'rowversion' | 'changes';
 
 // A window is (low, high]: low exclusive (null = from the beginning), high inclusive. Values are text:
 // integers in decimal (key; rowversion as SQL Server's CONVERT(bigint, rv), a signed 64-bit number, which orders
 // rowversions correctly until a database has used 2^63 of them), timestamps in ISO 8601.
+// 'changes' windows are version windows of the source's change tracking (shared/transfer/changes.ts): the rows whose
+// latest change has a version in (low, high], each with its operation; low null (or a re-baseline mark) = a baseline.
 export interface Window {
   kind: BoundaryKind;
   low: string | null;
@@ -67,15 +69,26 @@ export interface SourceAdapter {
   // The source's native bulk stream of the mapped columns, for a target that reads the same bulkFormat.
   readonly bulkFormat?: string;
   bulkOut?(w: Window, schema: SourceSchema, encoding: BulkEncoding): Promise<BulkStream>;
+  // Key-set comparison (keyCompare, docs/transfer.md "Deletes"): the keys of a key window's rows now, as canonical
+  // text in keyColumns order.
+  windowKeys?(w: Window, schema: SourceSchema): Promise<KeyTuple[]>;
   close(): Promise<void>;
 }
+
+export type KeyTuple = (string | null)[];
 
 export interface StageRequest {
   batchId: string;
   transfer: string;
   manifest: Manifest;
   schema: SourceSchema;
+  // How the batch carries deletes (shared/transfer/changes.ts). Absent: it carries none, every row is an upsert.
+  // 'ops': every row ends with an operation field (OP_COLUMN: 'U' upsert, 'D' delete by key, other columns NULL);
+  // 'mirror': 'ops', and every target row whose key is not in the batch is deleted (a baseline: the whole table).
+  changes?: ChangeMode;
 }
+
+export type ChangeMode = 'ops' | 'mirror';
 
 export type BulkEncoding = 'text' | 'binary';
 
@@ -99,8 +112,9 @@ export interface StageResult {
 
 export interface ApplyResult {
   outcome: 'applied' | 'already_committed';
-  rowCount: number; // rows merged (from the completion row)
+  rowCount: number; // rows merged (from the completion row); with changes: upserts merged + deletes staged
   checksum: string;
+  deleted?: number; // with changes: target rows deleted by this apply (from the completion row)
 }
 
 // via: how the target knew ('completion_row', 'claim_obtained', or an engine's own way), for the batch's events.
@@ -151,6 +165,11 @@ export interface TargetAdapter {
     reconcileToken: string | null,
   ): Promise<ReconcileOutcome>;
   purgeStaged(batchId: string): Promise<void>;
+  // Key-set comparison (keyCompare): the target rows' keys in the window (its boundary range), canonical text in
+  // keyColumns order; and the deletion of those of `keys` that are in the window, in one target transaction
+  // (returns the rows deleted).
+  windowKeys?(w: Window, schema: SourceSchema): Promise<KeyTuple[]>;
+  deleteKeys?(w: Window, schema: SourceSchema, keys: KeyTuple[]): Promise<number>;
   // The checksum algorithms this target can verify staged rows with, preferred first ('keel-v1' always among them).
   checksumAlgorithms(): Promise<readonly ChecksumAlgorithm[]>;
   // The bulk stream format stage() accepts besides canonical rows (a 'bulk' feed of exactly this format), if any.

@@ -4,12 +4,20 @@ CREATE OR REPLACE PACKAGE KEEL_TRANSFER AUTHID CURRENT_USER AS
   FUNCTION BEGIN_STAGE(p_batch_id IN VARCHAR2, p_transfer IN VARCHAR2, p_expected_count IN NUMBER, p_expected_checksum IN VARCHAR2) RETURN VARCHAR2;
   PROCEDURE FINISH_STAGE(p_batch_id IN VARCHAR2, p_count IN NUMBER, p_checksum IN VARCHAR2);
   -- Creates KEEL_STG_<TRANSFER> with the mapped target columns' types (re-creates it while empty if the mapping changed).
-  PROCEDURE ENSURE_STAGING(p_transfer IN VARCHAR2, p_owner IN VARCHAR2, p_table IN VARCHAR2, p_columns IN VARCHAR2, o_staging OUT VARCHAR2);
+  -- p_ops = 1 (change windows, docs/transfer.md "Deletes"): also the operation column KEEL_OP ('U' upsert, 'D'
+  -- delete by key), and every mapped column nullable (a delete row holds its key and NULLs).
+  PROCEDURE ENSURE_STAGING(p_transfer IN VARCHAR2, p_owner IN VARCHAR2, p_table IN VARCHAR2, p_columns IN VARCHAR2, p_ops IN NUMBER,
+                           o_staging OUT VARCHAR2);
   -- One transaction: lock the staging registry row, claim (insert the completion row, or take over a fence that
   -- ruled out only earlier attempts; ORA-20005 when p_attempt is fenced), MERGE, mark committed, COMMIT.
+  -- p_changes (change windows; NULL: every staged row is an upsert): 'OPS' -- staged rows with KEEL_OP 'D' delete
+  -- the target row of their key, 'U' rows are merged; 'MIRROR' (a baseline) -- 'OPS', then every target row whose
+  -- key is not staged in the batch is deleted. All in the one transaction, with the completion row: o_row_count =
+  -- upserts merged + 'D' rows staged, o_deleted = target rows deleted (NULL without p_changes).
   PROCEDURE APPLY_BATCH(p_batch_id IN VARCHAR2, p_transfer IN VARCHAR2, p_owner IN VARCHAR2, p_table IN VARCHAR2, p_staging IN VARCHAR2,
                         p_columns IN VARCHAR2, p_keys IN VARCHAR2, p_expected_count IN NUMBER, p_expected_checksum IN VARCHAR2,
-                        p_attempt IN NUMBER, o_outcome OUT VARCHAR2, o_row_count OUT NUMBER, o_checksum OUT VARCHAR2);
+                        p_attempt IN NUMBER, p_changes IN VARCHAR2, o_outcome OUT VARCHAR2, o_row_count OUT NUMBER, o_checksum OUT VARCHAR2,
+                        o_deleted OUT NUMBER);
   -- Reconcile: 'COMMITTED' | 'NOT_APPLIED' | 'BLOCKED' (an apply still holds the claim after p_wait_seconds).
   -- NOT_APPLIED commits a fence through p_fence_through (0: probe only, nothing kept): final for those attempts.
   PROCEDURE TRY_CLAIM(p_batch_id IN VARCHAR2, p_wait_seconds IN NUMBER, p_fence_through IN NUMBER, o_outcome OUT VARCHAR2,
@@ -111,7 +119,8 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
      WHERE BATCH_ID = p_batch_id;
   END FINISH_STAGE;
 
-  PROCEDURE ENSURE_STAGING(p_transfer IN VARCHAR2, p_owner IN VARCHAR2, p_table IN VARCHAR2, p_columns IN VARCHAR2, o_staging OUT VARCHAR2) IS
+  PROCEDURE ENSURE_STAGING(p_transfer IN VARCHAR2, p_owner IN VARCHAR2, p_table IN VARCHAR2, p_columns IN VARCHAR2, p_ops IN NUMBER,
+                           o_staging OUT VARCHAR2) IS
     v_name VARCHAR2(128) := 'KEEL_STG_' || UPPER(p_transfer);
     v_index VARCHAR2(128) := SUBSTR('KEEL_STG_' || UPPER(p_transfer), 1, 120) || '_B';
     v_cols t_names := split_names(p_columns);
@@ -119,6 +128,7 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     v_wanted VARCHAR2(32767);
     v_rows NUMBER;
     v_nullable USER_TAB_COLUMNS.NULLABLE%TYPE;
+    v_not_null t_names;
   BEGIN
     IF NOT REGEXP_LIKE(p_transfer, '^[a-z][a-z0-9_]{0,39}$') THEN
       RAISE_APPLICATION_ERROR(-20004, 'transfer name ' || p_transfer || ' is not a plain identifier');
@@ -127,6 +137,9 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     FOR i IN 1 .. v_cols.COUNT LOOP
       v_wanted := v_wanted || CASE WHEN i > 1 THEN ',' END || v_cols(i);
     END LOOP;
+    IF p_ops = 1 THEN
+      v_wanted := v_wanted || ',"KEEL_OP"';
+    END IF;
     v_existing := staging_columns(v_name);
     IF v_existing IS NULL OR v_existing <> v_wanted THEN
       IF v_existing IS NOT NULL THEN
@@ -141,7 +154,20 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
       -- loser gets ORA-00955 and uses the winner's table if its columns are the ones wanted.
       BEGIN
         EXECUTE IMMEDIATE 'CREATE TABLE ' || DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' (KEEL_BATCH_ID NOT NULL, ' || join_names(v_cols, NULL) ||
-                          ') AS SELECT CAST(NULL AS VARCHAR2(36)), ' || join_names(v_cols, NULL) || ' FROM ' || qualified(p_owner, p_table) || ' WHERE 1 = 0';
+                          CASE WHEN p_ops = 1 THEN ', KEEL_OP' END ||
+                          ') AS SELECT CAST(NULL AS VARCHAR2(36)), ' || join_names(v_cols, NULL) ||
+                          CASE WHEN p_ops = 1 THEN ', CAST(NULL AS VARCHAR2(1))' END ||
+                          ' FROM ' || qualified(p_owner, p_table) || ' WHERE 1 = 0';
+        IF p_ops = 1 THEN
+          -- CTAS copies the target's NOT NULL constraints; a delete row holds only its key.
+          -- (names first, then the DDL: no dictionary cursor open across it)
+          SELECT COLUMN_NAME BULK COLLECT INTO v_not_null FROM USER_TAB_COLUMNS
+           WHERE TABLE_NAME = v_name AND NULLABLE = 'N' AND COLUMN_NAME <> 'KEEL_BATCH_ID';
+          FOR i IN 1 .. v_not_null.COUNT LOOP
+            EXECUTE IMMEDIATE 'ALTER TABLE ' || DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' MODIFY (' ||
+                              DBMS_ASSERT.ENQUOTE_NAME(v_not_null(i), FALSE) || ' NULL)';
+          END LOOP;
+        END IF;
       EXCEPTION
         WHEN e_exists THEN
           IF NVL(staging_columns(v_name), '-') <> v_wanted THEN
@@ -173,7 +199,8 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
 
   PROCEDURE APPLY_BATCH(p_batch_id IN VARCHAR2, p_transfer IN VARCHAR2, p_owner IN VARCHAR2, p_table IN VARCHAR2, p_staging IN VARCHAR2,
                         p_columns IN VARCHAR2, p_keys IN VARCHAR2, p_expected_count IN NUMBER, p_expected_checksum IN VARCHAR2,
-                        p_attempt IN NUMBER, o_outcome OUT VARCHAR2, o_row_count OUT NUMBER, o_checksum OUT VARCHAR2) IS
+                        p_attempt IN NUMBER, p_changes IN VARCHAR2, o_outcome OUT VARCHAR2, o_row_count OUT NUMBER, o_checksum OUT VARCHAR2,
+                        o_deleted OUT NUMBER) IS
     v_cols t_names := split_names(p_columns);
     v_keys t_names := split_names(p_keys);
     v_state KEEL_TRANSFER_STAGED.STATE%TYPE;
@@ -185,13 +212,21 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     v_merged NUMBER;
     v_cstate KEEL_TRANSFER_COMPLETIONS.STATE%TYPE;
     v_fenced KEEL_TRANSFER_COMPLETIONS.FENCED_THROUGH%TYPE;
+    v_stg VARCHAR2(130);
+    v_upserts NUMBER;            -- staged rows to merge
+    v_filter VARCHAR2(40);       -- the staged rows that are merged
+    v_deleted NUMBER := 0;
   BEGIN
     IF p_attempt IS NULL OR p_attempt < 1 THEN
       RAISE_APPLICATION_ERROR(-20006, 'APPLY_BATCH needs the journal attempt (>= 1)');
     END IF;
+    IF p_changes IS NOT NULL AND p_changes NOT IN ('OPS', 'MIRROR') THEN
+      RAISE_APPLICATION_ERROR(-20006, 'APPLY_BATCH: p_changes must be NULL, OPS or MIRROR, not ' || p_changes);
+    END IF;
     -- Already applied: a no-op that says so.
     BEGIN
-      SELECT STATE, ROW_COUNT, CHECKSUM INTO v_cstate, o_row_count, o_checksum FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = p_batch_id;
+      SELECT STATE, ROW_COUNT, CHECKSUM, DELETED_COUNT INTO v_cstate, o_row_count, o_checksum, o_deleted
+        FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = p_batch_id;
       IF v_cstate = 'COMMITTED' THEN
         o_outcome := 'ALREADY_COMMITTED';
         ROLLBACK;
@@ -215,7 +250,7 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
       INSERT INTO KEEL_TRANSFER_COMPLETIONS (BATCH_ID, TRANSFER_NAME, STATE, ATTEMPT) VALUES (p_batch_id, p_transfer, 'CLAIMED', p_attempt);
     EXCEPTION
       WHEN DUP_VAL_ON_INDEX THEN
-        SELECT STATE, ROW_COUNT, CHECKSUM, FENCED_THROUGH INTO v_cstate, o_row_count, o_checksum, v_fenced
+        SELECT STATE, ROW_COUNT, CHECKSUM, FENCED_THROUGH, DELETED_COUNT INTO v_cstate, o_row_count, o_checksum, v_fenced, o_deleted
           FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = p_batch_id FOR UPDATE WAIT 30; -- bounded like the registry lock above (ORA-30006 -> target_busy)
         IF v_cstate = 'COMMITTED' THEN
           o_outcome := 'ALREADY_COMMITTED';
@@ -244,17 +279,40 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
         v_set := v_set || CASE WHEN v_set IS NOT NULL THEN ', ' END || 't.' || v_cols(i) || ' = s.' || v_cols(i);
       END IF;
     END LOOP;
+    v_stg := DBMS_ASSERT.ENQUOTE_NAME(DBMS_ASSERT.SIMPLE_SQL_NAME(p_staging), FALSE);
+    v_upserts := v_count;
+    IF p_changes IS NOT NULL THEN
+      -- Deletes first (a key is at most once in a batch: duplicates were refused at staging).
+      EXECUTE IMMEDIATE TO_CLOB('DELETE FROM ') || qualified(p_owner, p_table) || ' t WHERE EXISTS (SELECT 1 FROM ' || v_stg ||
+                        ' s WHERE s.KEEL_BATCH_ID = :b AND s.KEEL_OP = ''D'' AND ' || v_on || ')' USING p_batch_id;
+      v_deleted := SQL%ROWCOUNT;
+      EXECUTE IMMEDIATE 'SELECT COUNT(*) FROM ' || v_stg || ' WHERE KEEL_BATCH_ID = :b AND KEEL_OP = ''U''' INTO v_upserts USING p_batch_id;
+      v_filter := ' AND KEEL_OP = ''U''';
+    END IF;
     v_sql := TO_CLOB('MERGE INTO ') || qualified(p_owner, p_table) || ' t USING (SELECT ' || join_names(v_cols, NULL) || ' FROM ' ||
-             DBMS_ASSERT.ENQUOTE_NAME(DBMS_ASSERT.SIMPLE_SQL_NAME(p_staging), FALSE) || ' WHERE KEEL_BATCH_ID = :b) s ON (' || v_on || ')' ||
+             v_stg || ' WHERE KEEL_BATCH_ID = :b' || v_filter || ') s ON (' || v_on || ')' ||
              CASE WHEN v_set IS NOT NULL THEN ' WHEN MATCHED THEN UPDATE SET ' || v_set END ||
              ' WHEN NOT MATCHED THEN INSERT (' || join_names(v_cols, NULL) || ') VALUES (' || join_names(v_cols, 's.') || ')';
     EXECUTE IMMEDIATE v_sql USING p_batch_id;
     v_merged := SQL%ROWCOUNT;
-    IF v_set IS NOT NULL AND v_merged <> v_count THEN
-      RAISE_APPLICATION_ERROR(-20003, 'batch ' || p_batch_id || ' merged ' || v_merged || ' rows but ' || v_count || ' were staged');
+    IF v_set IS NOT NULL AND v_merged <> v_upserts THEN
+      RAISE_APPLICATION_ERROR(-20003, 'batch ' || p_batch_id || ' merged ' || v_merged || ' rows but ' || v_upserts || ' were staged');
+    END IF;
+    IF p_changes = 'MIRROR' THEN
+      -- A baseline holds every row of the source table: a target row whose key is not in it was deleted at the source.
+      EXECUTE IMMEDIATE TO_CLOB('DELETE FROM ') || qualified(p_owner, p_table) || ' t WHERE NOT EXISTS (SELECT 1 FROM ' || v_stg ||
+                        ' s WHERE s.KEEL_BATCH_ID = :b AND ' || v_on || ')' USING p_batch_id;
+      v_deleted := v_deleted + SQL%ROWCOUNT;
+    END IF;
+    IF p_changes IS NOT NULL THEN
+      v_merged := v_merged + (v_count - v_upserts); -- the 'D' rows count as applied, found or not
+      o_deleted := v_deleted;
+    ELSE
+      o_deleted := NULL;
     END IF;
 
-    UPDATE KEEL_TRANSFER_COMPLETIONS SET STATE = 'COMMITTED', ROW_COUNT = v_merged, CHECKSUM = v_checksum, COMMITTED_AT = SYSTIMESTAMP
+    UPDATE KEEL_TRANSFER_COMPLETIONS SET STATE = 'COMMITTED', ROW_COUNT = v_merged, CHECKSUM = v_checksum, COMMITTED_AT = SYSTIMESTAMP,
+           DELETED_COUNT = o_deleted
      WHERE BATCH_ID = p_batch_id;
     o_outcome := 'APPLIED';
     o_row_count := v_merged;

@@ -45,8 +45,9 @@ export function defineTargetAdapterContract(makeHarness: () => TargetHarness): v
     await control?.end();
   });
 
-  // A new target table and a transfer into it; batchSize rows per batch.
-  async function transfer(batchSize: number): Promise<TransferConfig> {
+  // A new target table and a transfer into it; batchSize rows per batch. changes: a 'changes' transfer (rows carry
+  // their operation; docs/transfer.md "Deletes").
+  async function transfer(batchSize: number, opts: { changes?: boolean } = {}): Promise<TransferConfig> {
     const { target, column } = await h.createTable();
     const [t] = parseTransfers(
       [
@@ -55,7 +56,7 @@ export function defineTargetAdapterContract(makeHarness: () => TargetHarness): v
           source: { engine: 'postgres', connectionSetting: 'TEST_SOURCE', table: 'public.orders' },
           target,
           keyColumns: ['id'],
-          boundary: { column: 'id', kind: 'key' },
+          boundary: opts.changes ? { kind: 'changes' } : { column: 'id', kind: 'key' },
           columns: COLUMNS.map((c) => ({ source: c, target: column(c) })),
           batchSize,
           chunkSize: 64,
@@ -183,6 +184,63 @@ export function defineTargetAdapterContract(makeHarness: () => TargetHarness): v
     }
     expect(total).toBe(600);
     await expectExactlyOnce(t, 600);
+  });
+
+  it('change rows: deletes by key and upserts in the apply transaction, a mirror deletes the rest, a re-apply says so', async () => {
+    const t = await transfer(100, { changes: true });
+    const keyed = await transfer(100); // reads the canonical rows of a key window
+    const tgt = await target(t);
+    const schema = await new PostgresTransferSource(t, source).readSchema();
+    await tgt.prepare(schema);
+    const upsert = (r: CanonicalRow): CanonicalRow => [...r, 'U'];
+    const del = (id: number): CanonicalRow => [String(id), ...COLUMNS.slice(1).map(() => null), 'D'];
+    const run = async (rows: CanonicalRow[], changes: 'ops' | 'mirror', attempt = 1) => {
+      const req: StageRequest = {
+        batchId: randomUUID(),
+        transfer: t.name,
+        manifest: manifestOf(rows),
+        schema,
+        changes,
+      };
+      await tgt.stage(req, feedOf(rows));
+      return { req, res: await tgt.apply(req, { attempt }) };
+    };
+    // a baseline of rows 1..40 (mirror: nothing else there)
+    const base = (await rowsOf(keyed, { kind: 'key', low: null, high: '40' })).map(upsert);
+    expect((await run(base, 'mirror')).res).toMatchObject({ outcome: 'applied', rowCount: 40, deleted: 0 });
+    await expectExactlyOnce(t, 40);
+    // a change window: 1..5 deleted, 6 updated, 41 inserted, 99 deleted but never there
+    const six = (await rowsOf(keyed, { kind: 'key', low: '5', high: '6' }))[0]!;
+    const changed = upsert([six[0]!, 'changed', ...six.slice(2)]);
+    const fortyOne = (await rowsOf(keyed, { kind: 'key', low: '40', high: '41' })).map(upsert);
+    const window = [1, 2, 3, 4, 5, 99].map(del).concat([changed], fortyOne);
+    const { req, res } = await run(window, 'ops');
+    expect(res).toMatchObject({ outcome: 'applied', rowCount: 8, deleted: 5 });
+    expect(await h.countRows(t)).toBe(36);
+    // the same batch id again: already committed, nothing deleted twice
+    for (const attempt of [1, 2]) {
+      expect(await tgt.apply(req, { attempt })).toMatchObject({
+        outcome: 'already_committed',
+        rowCount: 8,
+        deleted: 5,
+      });
+    }
+    expect(await h.countRows(t)).toBe(36);
+    // the checksum covers the operation: a delete staged as an upsert is refused
+    const tampered = window.map((r) => (r[0] === '1' ? [...r.slice(0, -1), 'U'] : r));
+    const bad: StageRequest = {
+      batchId: randomUUID(),
+      transfer: t.name,
+      manifest: manifestOf(window),
+      schema,
+      changes: 'ops',
+    };
+    const err = await tgt.stage(bad, feedOf(tampered)).catch((e: unknown) => e);
+    expect(isTransferError(err, 'manifest_mismatch'), String(err)).toBe(true);
+    // a re-baseline holding 10..20 only: the mirror deletes every other row in the same transaction
+    const rebase = (await rowsOf(keyed, { kind: 'key', low: '9', high: '20' })).map(upsert);
+    expect((await run(rebase, 'mirror')).res).toMatchObject({ outcome: 'applied', rowCount: 11, deleted: 25 });
+    expect(await h.countRows(t)).toBe(11);
   });
 
   it('two processes on one batch: exactly one apply commits, the other learns it; the journal ends committed once', async () => {

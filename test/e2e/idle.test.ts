@@ -5,7 +5,10 @@
 // - dispatcher: one keel.stats per firing (the due-work probe; nothing is due, so no claim);
 // - scheduler: nothing at all once it has read its schedules (an hourly schedule is declared: no tick is due);
 // - maintenance: its idle pass, zombie rescue and the queue-lag stats (the purges ran at its first pass; the next are
-//   due an hour later, KEEL_MAINT_PURGE_INTERVAL_MS).
+//   due an hour later, KEEL_MAINT_PURGE_INTERVAL_MS);
+// - the worker registry: this process's row refreshed by the dispatcher's pass at most once per
+//   KEEL_WORKER_REFRESH_MS (shortened here to 10 s, from 5 minutes: a refresh per dispatcher firing would be six in the
+//   window, one per interval is two or three), never by a timer of its own (shared/jobs/presence.ts).
 // The server's own record of the same window is checked against the recorded count: the test database logs every
 // statement its sessions run (log_statement = 'all', set on that database only), and the server log's statement
 // lines over the window must equal what was recorded. (pg_stat_database's xact_commit was used before: it also counts
@@ -26,6 +29,7 @@ import { adminUrl, appUrl, createTestDatabase } from '../support/pg.js';
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const HANDLERS = path.join(ROOT, '.tmp', `idle-handlers-${process.pid}`);
 const WINDOW_MS = 30_000;
+const WORKER_REFRESH_MS = 10_000;
 
 let keel: LocalKeel | undefined;
 let dataDir: string;
@@ -77,6 +81,7 @@ export const hourly = defineSchedule('idle-hourly', { cron: '0 0 * * * *', type:
     KEEL_SCHEDULER_SCHEDULE: '*/5 * * * * *',
     KEEL_MAINTENANCE_SCHEDULE: '*/15 * * * * *',
     KEEL_TRANSFER_SCHEDULE: '0 0 0 1 1 *',
+    KEEL_WORKER_REFRESH_MS: String(WORKER_REFRESH_MS),
   });
   // Each timer counted as it fires (the local host runs the definitions it is handed).
   const counted = definitions.map((d) =>
@@ -162,7 +167,7 @@ describe('local host, nothing due', () => {
       const tally: Record<string, number> = {};
       for (const s of during) tally[s] = (tally[s] ?? 0) + 1;
       // Every statement is one a timer's idle pass makes: nothing from the scheduler, nothing from anything else.
-      const expected = ['stats', 'rescue_zombies'];
+      const expected = ['stats', 'rescue_zombies', 'register_worker'];
       expect(Object.keys(tally).filter((k) => !expected.includes(k))).toEqual([]);
       // A maintenance pass with nothing to do: one rescue call and one stats. The window's edges may cut a pass in two:
       // bound each count by the firings that ended in it and the one running at its start.
@@ -174,6 +179,9 @@ describe('local host, nothing due', () => {
       within(tally.rescue_zombies, m - 1, m + 1);
       // stats: the dispatcher's probe, once per firing, and the maintenance pass's one.
       within(tally.stats, firings.dispatcher + m - 2, firings.dispatcher + m + 2);
+      // The registry's refresh: at most one per interval (the window may hold a partial one at each edge), and some,
+      // as the dispatcher's passes keep the idle worker listed.
+      within(tally.register_worker, 1, Math.ceil(WINDOW_MS / WORKER_REFRESH_MS) + 1);
       // The server's count over the same window: exactly what was recorded (the edges fall between firings, when the
       // log's writer has long caught up), give or take a statement still in flight at an edge on a loaded machine.
       const logEnd = serverLog ? await logSize() : 0;

@@ -76,6 +76,8 @@ const EXPECTED_ROLES: Record<string, string> = {
   pauseTransfer: 'operator',
   resumeTransfer: 'operator',
   replayTransfer: 'operator',
+  rebaselineTransfer: 'operator',
+  compareTransferKeys: 'operator',
   listBatches: 'reader',
   getBatch: 'reader',
   reconcileBatch: 'operator',

@@ -66,6 +66,31 @@ describe('transfer configuration', () => {
     expect(
       messageOf(() => parseTransfers([{ ...valid, boundary: { column: 'id', kind: 'rowversion' } }], TRANSFER_RULES)),
     ).toMatch(/boundary\.kind: rowversion windows need a sqlserver source/);
+    // change windows (docs/transfer.md "Deletes"): no column, a table, and a key window needs its column
+    expect(parseTransfers([{ ...valid, boundary: { kind: 'changes' } }], TRANSFER_RULES)[0]!.boundary).toEqual({
+      kind: 'changes',
+      settleMs: 0,
+    });
+    expect(
+      messageOf(() => parseTransfers([{ ...valid, boundary: { column: 'id', kind: 'changes' } }], TRANSFER_RULES)),
+    ).toMatch(/boundary\.column: changes windows run over the change-tracking versions/);
+    expect(messageOf(() => parseTransfers([{ ...valid, boundary: { kind: 'key' } }], TRANSFER_RULES))).toMatch(
+      /boundary\.column: Required \(a key window runs over a column\)/,
+    );
+    expect(
+      messageOf(() =>
+        parseTransfers(
+          [
+            {
+              ...valid,
+              source: { engine: 'postgres', connectionSetting: 'S', query: 'select 1' },
+              boundary: { kind: 'changes' },
+            },
+          ],
+          TRANSFER_RULES,
+        ),
+      ),
+    ).toMatch(/source\.query: changes windows read a table's change tracking/);
     expect(messageOf(() => parseTransfers([valid, valid], TRANSFER_RULES))).toMatch(
       /KEEL_TRANSFERS\[1\]\.name: "orders" is declared twice/,
     );

@@ -27,7 +27,11 @@ describe('Oracle migration files (no server needed)', () => {
   it('sql/oracle splits into whole PL/SQL units, each keeping its final semicolon', async () => {
     const dir = path.resolve(import.meta.dirname, '../../sql/oracle');
     const files = [...(await readMigrationFiles(dir)), ...(await readRepeatableFiles(dir))];
-    expect(files.map((f) => f.file)).toEqual(['V001__keel_transfer.sql', 'R__010_keel_transfer_package.sql']);
+    expect(files.map((f) => f.file)).toEqual([
+      'V001__keel_transfer.sql',
+      'V002__keel_transfer_changes.sql',
+      'R__010_keel_transfer_package.sql',
+    ]);
     const blocks = files.flatMap((f) => splitOracleBlocks(f.text));
     const first = (b: string) =>
       b
@@ -37,6 +41,7 @@ describe('Oracle migration files (no server needed)', () => {
     expect(blocks.map(first)).toEqual([
       'DECLARE',
       'DECLARE',
+      'DECLARE', // V002: KEEL_TRANSFER_COMPLETIONS.DELETED_COUNT
       'CREATE OR REPLACE PACKAGE KEEL_TRANSFER AUTHID CURRENT_USER AS',
       'CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS',
     ]);

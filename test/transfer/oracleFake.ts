@@ -14,7 +14,13 @@
 import type oracledb from 'oracledb';
 import oracledbTypes from 'oracledb';
 
-type Completion = { state: 'COMMITTED' | 'FENCED'; rows: number | null; checksum: string | null; fenced: number };
+type Completion = {
+  state: 'COMMITTED' | 'FENCED';
+  rows: number | null;
+  checksum: string | null;
+  fenced: number;
+  deleted?: number | null;
+};
 type Registry = { state: 'STAGED'; count: number; checksum: string };
 
 export function oraError(num: number, text: string): Error {
@@ -131,18 +137,39 @@ export class FakeSession {
       if (!reg) throw oraError(20002, `batch ${id} is not staged on the target`);
       const done = s.completions.get(id);
       if (done?.state === 'COMMITTED')
-        return { outBinds: { o_outcome: 'ALREADY_COMMITTED', o_rows: done.rows, o_checksum: done.checksum } };
+        return {
+          outBinds: {
+            o_outcome: 'ALREADY_COMMITTED',
+            o_rows: done.rows,
+            o_checksum: done.checksum,
+            o_deleted: done.deleted ?? null,
+          },
+        };
       if (done && done.fenced >= Number(b.attempt))
         throw oraError(20005, `attempt ${b.attempt} of batch ${id} was ruled out by reconcile`);
       const rows = s.stagedRows.filter((r) => r[0] === id);
+      // p_changes (OPS | MIRROR): each staged row ends with KEEL_OP; 'D' deletes its key, and MIRROR deletes every
+      // row whose key is not staged -- in the same commit as the completion row.
+      const changes = (b.changes as string | null | undefined) ?? null;
+      let deleted: number | null = null;
       this.pending.ops.push(() => {
+        if (changes !== null) {
+          deleted = 0;
+          for (const r of rows)
+            if (r[r.length - 1] === 'D' && s.applied.delete(r[1]!)) deleted++;
+            else if (r[r.length - 1] === 'U') s.applied.set(r[1]!, r.slice(1, -1));
+          if (changes === 'MIRROR') {
+            const keep = new Set(rows.map((r) => r[1]!));
+            for (const k of [...s.applied.keys()]) if (!keep.has(k) && s.applied.delete(k)) deleted++;
+          }
+        } else for (const r of rows) s.applied.set(r[1]!, r.slice(1));
         s.completions.set(id, {
           state: 'COMMITTED',
           rows: rows.length,
           checksum: reg.checksum,
           fenced: done?.fenced ?? 0,
+          deleted,
         });
-        for (const r of rows) s.applied.set(r[1]!, r.slice(1));
       });
       this.commitNow();
       if (s.loseReplyOfApply) {
@@ -154,7 +181,7 @@ export class FakeSession {
           isRecoverable: true,
         });
       }
-      return { outBinds: { o_outcome: 'APPLIED', o_rows: rows.length, o_checksum: reg.checksum } };
+      return { outBinds: { o_outcome: 'APPLIED', o_rows: rows.length, o_checksum: reg.checksum, o_deleted: deleted } };
     }
     if (/GET_LTXID_OUTCOME/.test(sql)) {
       await this.enter('GET_LTXID_OUTCOME');
@@ -193,6 +220,12 @@ export class FakeSession {
         outBinds: { o_outcome: 'NOT_APPLIED', o_rows: null, o_checksum: null, o_staged: s.registry.has(id) ? 1 : 0 },
       };
     }
+    // Key-set comparison: the target table's keys in a key window (the first column is the key, as `applied` keeps it).
+    if (/^SELECT .* FROM "[A-Z_]+" t WHERE/.test(sql) && !/KEEL_/.test(sql)) {
+      await this.enter('window keys');
+      const inWindow = (k: string) => (b.lo == null || Number(k) > Number(b.lo)) && Number(k) <= Number(b.hi);
+      return { rows: [...s.applied.keys()].filter(inWindow).map((k) => [k]) };
+    }
     if (/PURGE_STAGED/.test(sql)) {
       await this.enter('PURGE_STAGED');
       s.stagedRows = s.stagedRows.filter((r) => r[0] !== b.b);
@@ -206,6 +239,19 @@ export class FakeSession {
     rows: (string | null)[][],
     options: oracledb.ExecuteManyOptions,
   ): Promise<oracledb.Results<unknown>> {
+    if (/^DELETE FROM/.test(sql)) {
+      // Key-set comparison's deletes: one named-bind object per key, inside the window; applied at commit.
+      await this.enter('delete keys');
+      const s = this.server;
+      const binds = rows as unknown as Record<string, string | null>[];
+      const hit = binds.filter(
+        (r) => s.applied.has(r.k0!) && (r.lo == null || Number(r.k0) > Number(r.lo)) && Number(r.k0) <= Number(r.hi),
+      );
+      this.pending.ops.push(() => {
+        for (const r of hit) s.applied.delete(r.k0!);
+      });
+      return { rowsAffected: hit.length } as unknown as oracledb.Results<unknown>;
+    }
     await this.enter('staging insert');
     const errors = this.server.rowErrors.splice(0);
     const failed = new Set(errors.map((e) => e.offset));

@@ -8,7 +8,11 @@ import { randomBytes } from 'node:crypto';
 import { sharedSqlServerPool, type SqlServerPool } from '../../shared/engines/sqlserver/pool.js';
 import { migrateSqlServer } from '../../shared/engines/sqlserver/migrate.js';
 import { SqlServerTransferJournal } from '../../shared/engines/sqlserver/transferJournal.js';
-import { mssqlSelectExpr, SqlServerTransferSource } from '../../shared/engines/sqlserver/transferSource.js';
+import {
+  mssqlChangesSelect,
+  mssqlSelectExpr,
+  SqlServerTransferSource,
+} from '../../shared/engines/sqlserver/transferSource.js';
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
 import { parseTransfers } from '../../shared/transfer/config.js';
 import { transferEngineRules } from '../../shared/engines/registry.js';
@@ -25,6 +29,23 @@ describe('SQL Server source SQL text (no server needed)', () => {
     expect(mssqlSelectExpr('[m]', 'decimal', 'money')).toBe('CONVERT(varchar(64), [m], 2)');
     expect(mssqlSelectExpr('[m]', 'decimal', 'smallmoney')).toBe('CONVERT(varchar(64), [m], 2)');
     expect(mssqlSelectExpr('[d]', 'decimal', 'decimal(12,2)')).toBe('CONVERT(varchar(64), [d])');
+  });
+
+  it('a change window: keys from CHANGETABLE, other columns only for upserts, the operation last, bounded by @high', () => {
+    const mapped = [
+      { source: 'id', expr: (r: string) => mssqlSelectExpr(r, 'int') },
+      { source: 'amount', expr: (r: string) => mssqlSelectExpr(r, 'decimal', 'decimal(12,2)') },
+    ];
+    const sqlText = mssqlChangesSelect('[dbo].[orders]', ['id'], mapped, false).replace(/\s+/g, ' ');
+    expect(sqlText).toBe(
+      "SELECT CONVERT(varchar(20), ct.[id]), CASE WHEN ct.SYS_CHANGE_OPERATION <> N'D' THEN CONVERT(varchar(64), b.[amount]) END, " +
+        "CASE WHEN ct.SYS_CHANGE_OPERATION <> N'D' AND b.[id] IS NOT NULL THEN 'U' ELSE 'D' END AS keel_op " +
+        'FROM CHANGETABLE(CHANGES [dbo].[orders], @low) AS ct LEFT JOIN [dbo].[orders] AS b ON b.[id] = ct.[id] ' +
+        'WHERE ct.SYS_CHANGE_VERSION <= @high',
+    );
+    expect(mssqlChangesSelect('[dbo].[orders]', ['id'], mapped, true)).toBe(
+      "SELECT CONVERT(varchar(20), b.[id]), CONVERT(varchar(64), b.[amount]), 'U' AS keel_op FROM [dbo].[orders] AS b",
+    );
   });
 });
 const suite = URL_ ? describe : describe.skip;
@@ -110,6 +131,64 @@ suite(title, () => {
     expect(b.rowCount).toBe(1);
     expect((await svc.run(b.batchId)).state).toBe('committed');
     expect((await target.query(`select customer from public.orders where id = 7`)).rows[0].customer).toBe('changed');
+  });
+
+  it('Change Tracking windows (baseline, then deletes, updates and inserts) into PostgreSQL', async () => {
+    const src = `keel_ct_${randomBytes(4).toString('hex')}`;
+    const dst = `ct_${randomBytes(3).toString('hex')}`;
+    const q = async (text: string) => (await pool.request()).query(text);
+    // Change Tracking needs snapshot isolation for the consistent reads (docs/transfer.md, "Deletes").
+    await q(`IF NOT EXISTS (SELECT 1 FROM sys.change_tracking_databases WHERE database_id = DB_ID())
+               EXEC (N'ALTER DATABASE CURRENT SET CHANGE_TRACKING = ON (CHANGE_RETENTION = 2 DAYS, AUTO_CLEANUP = ON)');
+             IF (SELECT snapshot_isolation_state FROM sys.databases WHERE database_id = DB_ID()) = 0
+               EXEC (N'ALTER DATABASE CURRENT SET ALLOW_SNAPSHOT_ISOLATION ON');`);
+    await q(`CREATE TABLE dbo.${src} (id bigint NOT NULL PRIMARY KEY, note nvarchar(40) NULL);
+             ALTER TABLE dbo.${src} ENABLE CHANGE_TRACKING;
+             INSERT INTO dbo.${src} (id, note) SELECT TOP (50) ROW_NUMBER() OVER (ORDER BY (SELECT NULL)), N'n' FROM sys.all_objects;`);
+    await target.query(`create table public.${dst} (id bigint primary key, note text)`);
+    try {
+      const [t] = parseTransfers(
+        [
+          {
+            name: `mssql_ct_${randomBytes(3).toString('hex')}`,
+            source: { engine: 'sqlserver', connectionSetting: 'X', table: `dbo.${src}` },
+            target: { engine: 'postgres', connectionSetting: 'Y', table: `public.${dst}` },
+            keyColumns: ['id'],
+            boundary: { kind: 'changes' },
+            columns: ['id', 'note'].map((c) => ({ source: c, target: c })),
+            batchSize: 10,
+          },
+        ],
+        TRANSFER_RULES,
+      );
+      const svc = new TransferService({
+        journal: new SqlServerTransferJournal(pool),
+        transfers: [t!],
+        connect: (tc) => ({
+          source: new SqlServerTransferSource(tc, pool),
+          target: new PostgresTransferTarget(tc, target),
+        }),
+      });
+      const drain = async () => {
+        for (let i = 0; i < 50; i++) {
+          const b = await svc.tryCreateBatch(t!.name);
+          if (!b) return;
+          const v = await svc.run(b.batchId);
+          expect(v.state, v.lastError ?? '').toBe('committed');
+        }
+      };
+      await drain(); // the baseline
+      await q(`DELETE FROM dbo.${src} WHERE id BETWEEN 1 AND 5; UPDATE dbo.${src} SET note = N'u' WHERE id = 6;`);
+      await q(`INSERT INTO dbo.${src} (id, note) VALUES (100, N'new')`);
+      await drain();
+      const rows = await target.query(
+        `select count(*)::int as n, min(id)::int as lo, max(id)::int as hi from public.${dst}`,
+      );
+      expect(rows.rows[0]).toEqual({ n: 46, lo: 6, hi: 100 });
+      expect((await target.query(`select note from public.${dst} where id = 6`)).rows[0].note).toBe('u');
+    } finally {
+      await q(`DROP TABLE IF EXISTS dbo.${src}`).catch(() => undefined);
+    }
   });
 
   it('timestamp windows on datetime2(7) and datetimeoffset(7): every row arrives once; money keeps four decimals', async () => {

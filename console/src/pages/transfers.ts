@@ -66,7 +66,7 @@ function freshness(t: any): HTMLElement | string {
   if (!t.lastCommitted) return 'never';
   return h(
     'span',
-    { title: `up to ${t.boundary.column} ${t.lastCommitted.high}`, 'data-test': `fresh-${t.name}` },
+    { title: `up to ${t.boundary.column ?? 'version'} ${t.lastCommitted.high}`, 'data-test': `fresh-${t.name}` },
     ageWords(t.secondsSinceCommit),
   );
 }
@@ -235,7 +235,7 @@ export function transfersPage(main: HTMLElement): Cleanup {
                   t.name,
                   `${t.source.engine} ${t.source.table ?? '(query)'}`,
                   `${t.target.engine} ${t.target.table}`,
-                  `${t.boundary.column} (${t.boundary.kind})`,
+                  t.boundary.column ? `${t.boundary.column} (${t.boundary.kind})` : `${t.boundary.kind} (versions)`,
                   fmtNum(t.batchSize),
                   t.schedule ?? 'every timer tick',
                   t.paused

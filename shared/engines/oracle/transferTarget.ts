@@ -17,9 +17,10 @@ import {
   type LogicalType,
 } from '../../transfer/checksum.js';
 import type { TransferConfig } from '../../transfer/config.js';
-import { resolvedNames } from '../../transfer/config.js';
+import { boundaryColumn, resolvedNames } from '../../transfer/config.js';
 import { TransferError } from '../../transfer/errors.js';
 import { quoteOracle } from '../../transfer/identifiers.js';
+import { carriesChanges, OP_DELETE, OP_UPSERT } from '../../transfer/changes.js';
 import { DEFAULT_TRANSFER_TIMEOUTS } from '../../transfer/timeouts.js';
 import { checkColumnFits, mappedColumns, type TargetColumnFacets } from '../../transfer/schema.js';
 import type { ColumnPolicy } from '../../transfer/policies.js';
@@ -32,6 +33,8 @@ import type {
   StageRequest,
   StageResult,
   TargetAdapter,
+  Window,
+  KeyTuple,
 } from '../../transfer/types.js';
 
 // Application error numbers raised by sql/oracle/V001 (RAISE_APPLICATION_ERROR), read from err.errorNum.
@@ -716,11 +719,12 @@ export class OracleTransferTarget implements TargetAdapter {
       }
       try {
         await s.run('ENSURE_STAGING', (c) =>
-          c.execute(`BEGIN KEEL_TRANSFER.ENSURE_STAGING(:transfer, :owner, :tbl, :cols, :stg); END;`, {
+          c.execute(`BEGIN KEEL_TRANSFER.ENSURE_STAGING(:transfer, :owner, :tbl, :cols, :ops, :stg); END;`, {
             transfer: this.t.name,
             owner: this.owner,
             tbl: this.table,
             cols: cols.map((x) => x.target).join(','),
+            ops: carriesChanges(this.t) ? 1 : 0, // change windows stage the operation column KEEL_OP too
             stg: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 128 },
           }),
         );
@@ -785,9 +789,11 @@ export class OracleTransferTarget implements TargetAdapter {
         return { outcome: 'already_staged', rowCount: req.manifest.rowCount, checksum: req.manifest.checksum };
       }
 
-      const insert = `INSERT INTO ${this.stagingRef()} (KEEL_BATCH_ID, ${cols.map((x) => quoteOracle(x.target)).join(', ')}) VALUES (:1, ${cols
+      // Change windows: every row ends with its operation (shared/transfer/changes.ts), staged and checksummed too.
+      const ops = carriesChanges(this.t);
+      const insert = `INSERT INTO ${this.stagingRef()} (KEEL_BATCH_ID, ${cols.map((x) => quoteOracle(x.target)).join(', ')}${ops ? ', KEEL_OP' : ''}) VALUES (:1, ${cols
         .map((x, i) => fromCanonical(`:${i + 2}`, x.logical, x.dataType))
-        .join(', ')})`;
+        .join(', ')}${ops ? `, :${cols.length + 2}` : ''})`;
       // Like the PostgreSQL target: no rows from the source for stallMs ends the staging with the retryable
       // 'stream_stalled' (KEEL_TRANSFER_STALL_TIMEOUT_MS), instead of an open staging transaction waiting on it.
       const source = feed.rows[Symbol.asyncIterator]();
@@ -818,6 +824,12 @@ export class OracleTransferTarget implements TargetAdapter {
               else if (Buffer.isBuffer(b)) maxSizes[i] = Math.max(maxSizes[i]!, b.length);
               out.push(b);
             }
+            if (ops) {
+              const op = row[cols.length] ?? null;
+              if (op !== OP_UPSERT && op !== OP_DELETE)
+                throw new Error(`batch ${req.batchId}: a change row's operation is ${String(op)}, not U or D`);
+              out.push(op);
+            }
             values.push(row.slice(0, cols.length));
             return out;
           });
@@ -830,6 +842,7 @@ export class OracleTransferTarget implements TargetAdapter {
                 bindDefs: [
                   { type: oracledb.STRING, maxSize: 36 },
                   ...cols.map((col, i) => bindDef(col.bind ?? 'string', maxSizes[i]!)),
+                  ...(ops ? [{ type: oracledb.STRING, maxSize: 1 }] : []),
                 ],
               }),
             );
@@ -871,7 +884,7 @@ export class OracleTransferTarget implements TargetAdapter {
       const acc = new ChecksumAccumulator();
       const rs = await s.run('staging readback', (c) =>
         c.execute<CanonicalRow>(
-          `SELECT ${cols.map((x) => toCanonical(quoteOracle(x.target), x.logical, x.dataType)).join(', ')} FROM ${this.stagingRef()} WHERE KEEL_BATCH_ID = :b`,
+          `SELECT ${cols.map((x) => toCanonical(quoteOracle(x.target), x.logical, x.dataType)).join(', ')}${ops ? ', KEEL_OP' : ''} FROM ${this.stagingRef()} WHERE KEEL_BATCH_ID = :b`,
           { b: req.batchId },
           {
             outFormat: oracledb.OUT_FORMAT_ARRAY,
@@ -892,7 +905,7 @@ export class OracleTransferTarget implements TargetAdapter {
         for (;;) {
           const rows = await s.run('staging readback', () => resultSet.getRows(1000));
           if (rows.length === 0) break;
-          for (const row of rows) acc.add(row.map((v, i) => canonicalValue(cols[i]!.logical, v)));
+          for (const row of rows) acc.add(row.map((v, i) => canonicalValue(cols[i]?.logical ?? 'text', v)));
         }
       } finally {
         await s.run('staging readback', () => resultSet.close()).catch(() => undefined);
@@ -946,7 +959,7 @@ export class OracleTransferTarget implements TargetAdapter {
       try {
         const r = await s.run('APPLY_BATCH', (c) =>
           c.execute(
-            `BEGIN KEEL_TRANSFER.APPLY_BATCH(:b, :t, :owner, :tbl, :stg, :cols, :keys, :n, :cs, :attempt, :o_outcome, :o_rows, :o_checksum); END;`,
+            `BEGIN KEEL_TRANSFER.APPLY_BATCH(:b, :t, :owner, :tbl, :stg, :cols, :keys, :n, :cs, :attempt, :changes, :o_outcome, :o_rows, :o_checksum, :o_deleted); END;`,
             {
               b: req.batchId,
               t: req.transfer,
@@ -958,19 +971,22 @@ export class OracleTransferTarget implements TargetAdapter {
               n: req.manifest.rowCount,
               cs: req.manifest.checksum,
               attempt: ctx.attempt,
+              changes: req.changes ? req.changes.toUpperCase() : null, // 'OPS' | 'MIRROR': deletes, same transaction
               o_outcome: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 20 },
               o_rows: { dir: oracledb.BIND_OUT, type: oracledb.NUMBER },
               o_checksum: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 24 },
+              o_deleted: { dir: oracledb.BIND_OUT, type: oracledb.NUMBER },
             },
             { autoCommit: false }, // APPLY_BATCH commits (or rolls back) its own single transaction
           ),
         );
         applied = true;
-        const o = r.outBinds as { o_outcome: string; o_rows: number; o_checksum: string };
+        const o = r.outBinds as { o_outcome: string; o_rows: number; o_checksum: string; o_deleted?: number | null };
         return {
           outcome: o.o_outcome === 'APPLIED' ? 'applied' : 'already_committed',
           rowCount: Number(o.o_rows),
           checksum: String(o.o_checksum),
+          ...(o.o_deleted !== null && o.o_deleted !== undefined ? { deleted: Number(o.o_deleted) } : {}),
         };
       } catch (err) {
         // Only a lost connection leaves the outcome unknown; any other error came back from the server, after
@@ -1113,6 +1129,67 @@ export class OracleTransferTarget implements TargetAdapter {
       );
       ok = true;
     } finally {
+      await s.release({ drop: !ok });
+    }
+  }
+
+  // Key-set comparison (keyCompare: key windows over a mapped key column): the target table's rows in the window.
+  private keyWindow(w: Window): { keys: TargetColumn[]; where: string; binds: Record<string, string> } {
+    const cols = this.cols();
+    const b = cols.find((c) => c.source === boundaryColumn(this.t))!;
+    const binds: Record<string, string> = { hi: w.high };
+    let where = `t.${quoteOracle(b.target)} <= TO_NUMBER(:hi)`;
+    if (w.low !== null) {
+      binds.lo = w.low;
+      where = `t.${quoteOracle(b.target)} > TO_NUMBER(:lo) AND ${where}`;
+    }
+    return { keys: this.t.keyColumns.map((k) => cols.find((c) => c.source === k)!), where, binds };
+  }
+
+  private targetRef(): string {
+    return this.owner ? `${quoteOracle(this.owner)}.${quoteOracle(this.table)}` : quoteOracle(this.table);
+  }
+
+  async windowKeys(w: Window, _schema: SourceSchema): Promise<KeyTuple[]> {
+    const k = this.keyWindow(w);
+    const s = await this.session();
+    let ok = false;
+    try {
+      const r = await s.run('window keys', (c) =>
+        c.execute<CanonicalRow>(
+          `SELECT ${k.keys.map((x) => toCanonical(`t.${quoteOracle(x.target)}`, x.logical, x.dataType)).join(', ')} FROM ${this.targetRef()} t WHERE ${k.where}`,
+          k.binds,
+          { outFormat: oracledb.OUT_FORMAT_ARRAY, fetchTypeHandler: () => ({ type: oracledb.STRING }) },
+        ),
+      );
+      ok = true;
+      return (r.rows ?? []).map((row) => row.map((v, i) => canonicalValue(k.keys[i]!.logical, v)));
+    } finally {
+      await s.release({ drop: !ok });
+    }
+  }
+
+  // The rows of `keys` inside the window, deleted in one transaction (one DELETE per key, executeMany); committed.
+  async deleteKeys(w: Window, _schema: SourceSchema, keys: KeyTuple[]): Promise<number> {
+    if (keys.length === 0) return 0;
+    const k = this.keyWindow(w);
+    // named binds (:k0.., :lo, :hi): executeMany takes one object per key
+    const sqlText = `DELETE FROM ${this.targetRef()} t WHERE ${k.where} AND ${k.keys
+      .map((x, i) => `t.${quoteOracle(x.target)} = ${fromCanonical(`:k${i}`, x.logical, x.dataType)}`)
+      .join(' AND ')}`;
+    const rows = keys.map((key) => ({
+      ...k.binds,
+      ...Object.fromEntries(k.keys.map((_, i) => [`k${i}`, key[i] ?? null])),
+    }));
+    const s = await this.session();
+    let ok = false;
+    try {
+      const r = await s.run('delete keys', (c) => c.executeMany(sqlText, rows, { autoCommit: false }));
+      await s.run('commit', (c) => c.commit());
+      ok = true;
+      return r.rowsAffected ?? 0;
+    } finally {
+      if (!ok) await s.run('rollback', (c) => c.rollback()).catch(() => undefined);
       await s.release({ drop: !ok });
     }
   }

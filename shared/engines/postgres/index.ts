@@ -5,7 +5,7 @@ export const postgres: EngineDescriptor = {
   name: 'postgres',
   capabilities: { jobStore: true, journal: true, transferSource: true, transferTarget: true },
   telemetryDriver: 'pg',
-  transferSourceRules: { boundaryKinds: ['key', 'timestamp'] },
+  transferSourceRules: { boundaryKinds: ['key', 'timestamp', 'changes'] },
   transferTargetRules: { credentialSettings: false, transactionGuard: false },
   controlSetting: 'KEEL_PG_URL',
   // The owner's URL when the app's own (KEEL_PG_URL) is the least-privilege login (docs/postgres.md).

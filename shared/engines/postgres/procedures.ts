@@ -110,6 +110,23 @@ export const POSTGRES_FUNCTIONS: { [P in JobProcedure]: PgFunction<P> } = {
   },
   dlq_groups: { params: { queue: 'text', offset: 'integer', limit: 'integer' }, returns: 'rows' },
   list_workers: { params: {}, returns: 'rows' },
+  register_worker: {
+    params: {
+      worker_id: 'text',
+      host: 'text',
+      instance_id: 'text',
+      pid: 'integer',
+      app_version: 'text',
+      build_id: 'text',
+      queues: 'text',
+      concurrency: 'integer',
+      started_at: 'timestamptz',
+      jobs_done: 'bigint',
+    },
+    returns: 'timestamptz',
+  },
+  deregister_worker: { params: { worker_id: 'text' }, returns: 'boolean' },
+  prune_workers: { params: { older_than: 'timestamptz' }, returns: 'bigint' },
   list_schedules: { params: { name: 'text' }, returns: 'rows' },
   set_schedule_paused: { params: { name: 'text', paused: 'boolean' }, returns: 'rows' },
   fire_schedule: {

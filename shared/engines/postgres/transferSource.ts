@@ -2,12 +2,28 @@
 // rows streamed through a server-side cursor, and a COPY TO STDOUT fast path for PostgreSQL targets.
 import type pg from 'pg';
 import { to as copyTo } from 'pg-copy-streams';
-import type { CanonicalRow, ChecksumAlgorithm } from '../../transfer/checksum.js';
+import type { CanonicalRow, ChecksumAlgorithm, LogicalType } from '../../transfer/checksum.js';
 import type { TransferConfig } from '../../transfer/config.js';
-import { resolvedNames } from '../../transfer/config.js';
-import { qualifiedPg, quotePg } from '../../transfer/identifiers.js';
+import { boundaryColumn, resolvedNames } from '../../transfer/config.js';
+import {
+  carriesChanges,
+  changeLowVersion,
+  isBaseline,
+  OP_COLUMN,
+  OP_DELETE,
+  OP_UPSERT,
+} from '../../transfer/changes.js';
+import { qualifiedPg, quotePg, type QualifiedName } from '../../transfer/identifiers.js';
 import { buildSourceSchema, mappedColumns } from '../../transfer/schema.js';
-import type { BulkEncoding, BulkStream, Manifest, SourceAdapter, SourceSchema, Window } from '../../transfer/types.js';
+import type {
+  BulkEncoding,
+  BulkStream,
+  KeyTuple,
+  Manifest,
+  SourceAdapter,
+  SourceSchema,
+  Window,
+} from '../../transfer/types.js';
 import { TransferError } from '../../transfer/errors.js';
 import {
   PG_CHECKSUM_SETTINGS_SQL,
@@ -23,10 +39,19 @@ import { PG_COPY_FORMAT, pgChecksumAlgorithms } from './client.js';
 
 const noop = () => undefined;
 
+// The largest version: a change not stamped yet counts as newer than any window (it belongs to a later one).
+const UNSTAMPED = '9223372036854775807';
+
+function pgCode(err: unknown): string | undefined {
+  const c = (err as { code?: unknown } | null)?.code;
+  return typeof c === 'string' ? c : undefined;
+}
+
 export class PostgresTransferSource implements SourceAdapter {
   readonly engine = 'postgres';
   readonly bulkFormat = PG_COPY_FORMAT;
   private readonly from: string;
+  private readonly table: QualifiedName | null;
 
   constructor(
     private readonly t: TransferConfig,
@@ -34,6 +59,7 @@ export class PostgresTransferSource implements SourceAdapter {
     private readonly opts: { ownsPool?: boolean; trace?: (phase: string, ms: number) => void } = {},
   ) {
     const names = resolvedNames(t);
+    this.table = names.sourceTable;
     // A configured query is trusted configuration (like a view definition), wrapped as a derived table.
     this.from = names.sourceTable ? qualifiedPg(names.sourceTable) : `(${t.source.query}) as keel_src`;
   }
@@ -82,13 +108,117 @@ export class PostgresTransferSource implements SourceAdapter {
   }
 
   private boundaryType(schema: SourceSchema) {
-    const col = schema.columns.find((c) => c.name === this.t.boundary.column)!;
+    const col = schema.columns.find((c) => c.name === boundaryColumn(this.t))!;
     return col.logical;
+  }
+
+  // ---- change windows (shared/transfer/changes.ts), over the change-capture table of sql/postgres/source ----
+
+  private get changeTable(): string {
+    return qualifiedPg({ schema: this.table!.schema, name: `${this.table!.name}_changes` });
+  }
+
+  private changesError(err: unknown): unknown {
+    if (pgCode(err) === 'KC001')
+      return new TransferError(
+        'changes_not_enabled',
+        `transfer ${this.t.name}: source table ${this.t.source.table} has no change capture: ${(err as Error).message} (sql/postgres/source, docs/transfer.md "Deletes")`,
+      );
+    return err;
+  }
+
+  // Fails 'changes_expired' when the window starts before the min valid version (retention removed changes after
+  // its low, or a truncate invalidated them). Run inside the read's own snapshot: retention deletes the changes and
+  // moves the min valid version in one transaction, so the read sees both or neither.
+  private async checkChangesValid(client: pg.Pool | pg.PoolClient, low: string | null): Promise<void> {
+    const from = changeLowVersion(low);
+    const res = await client.query(
+      `select min_valid_version::text as min_valid from keel_changes.tracked where source_table = to_regclass($1)`,
+      [qualifiedPg(this.table!)],
+    );
+    if (res.rowCount === 0)
+      throw new TransferError(
+        'changes_not_enabled',
+        `transfer ${this.t.name}: source table ${this.t.source.table} has no change capture: run select keel_changes.enable('${this.t.source.table}', array[<key columns>]) (sql/postgres/source, docs/transfer.md "Deletes")`,
+      );
+    const minValid = BigInt(res.rows[0].min_valid as string);
+    if (from !== null && from < minValid)
+      throw new TransferError(
+        'changes_expired',
+        `transfer ${this.t.name}: the change window starts after version ${from}, but the source keeps changes only after version ${minValid} (min valid version; retention or a truncate removed older ones), so deletes in between cannot be known. Re-baseline the transfer (POST /api/ops/transfers/${this.t.name}/rebaseline, docs/runbook.md)`,
+        { low: String(from), minValidVersion: String(minValid) },
+      );
+  }
+
+  // The rows of a change window, in mapping order and then OP_COLUMN, as a select over the source (the caller adds
+  // the high bound: where n.v <= high). lowRef: an SQL expression of the window's low version (a bind parameter, or
+  // current_setting() for COPY).
+  private changesSelect(w: Window, schema: SourceSchema, lowRef: string): string {
+    const mapped = mappedColumns(this.t, schema);
+    if (isBaseline(w.low))
+      return `select ${mapped.map((c) => `b.${quotePg(c.source)}`).join(', ')}, '${OP_UPSERT}'::text as ${OP_COLUMN} from ${this.from} b`;
+    const keys = this.t.keyColumns.map(quotePg);
+    const cols = mapped.map((c) =>
+      this.t.keyColumns.includes(c.source)
+        ? `n.${quotePg(c.source)}`
+        : `case when n.op <> '${OP_DELETE}' then b.${quotePg(c.source)} end as ${quotePg(c.source)}`,
+    );
+    // The latest change of each key after low (seq: for one key the order its writers committed); the key is in
+    // this window when that change's version is at most high. An update is read from the table as it is now.
+    return `select ${cols.join(', ')},
+                   (case when n.op <> '${OP_DELETE}' and b.${keys[0]} is not null then '${OP_UPSERT}' else '${OP_DELETE}' end)::text as ${OP_COLUMN}
+              from (select distinct on (${keys.join(', ')}) ${keys.join(', ')}, op, coalesce(version, ${UNSTAMPED}) as v
+                      from ${this.changeTable} where version > ${lowRef} or version is null
+                     order by ${keys.join(', ')}, seq desc) n
+              left join ${this.from} b on ${keys.map((k) => `b.${k} = n.${k}`).join(' and ')}`;
+  }
+
+  // A change window's rows as (from, where, params) for the readers; the window's high filters the latest changes.
+  private changeRows(
+    w: Window,
+    schema: SourceSchema,
+    first: number,
+  ): { from: string; where: string; params: string[] } {
+    if (isBaseline(w.low))
+      return { from: `(${this.changesSelect(w, schema, '')}) as keel_chg`, where: 'true', params: [] };
+    const sel = `${this.changesSelect(w, schema, `$${first}::bigint`)}
+             where n.v <= $${first + 1}::bigint`;
+    return { from: `(${sel}) as keel_chg`, where: 'true', params: [changeLowVersion(w.low)!.toString(), w.high] };
+  }
+
+  private async nextChangeWindow(low: string | null, maxRows: number): Promise<Window | null> {
+    let current: string;
+    try {
+      // CHANGE_TRACKING_CURRENT_VERSION(): stamps what committed since the last call (its own transaction).
+      current = String(
+        (
+          await this.pool.query(`select keel_changes.current_version(to_regclass($1))::text as v`, [
+            qualifiedPg(this.table!),
+          ])
+        ).rows[0].v,
+      );
+    } catch (err) {
+      throw this.changesError(err);
+    }
+    await this.checkChangesValid(this.pool, low);
+    if (low === null) return { kind: 'changes', low: null, high: current }; // the baseline: the whole table at current
+    const keys = this.t.keyColumns.map(quotePg).join(', ');
+    const res = await this.pool.query(
+      `select max(v)::text as high from (
+         select v from (select distinct on (${keys}) coalesce(version, ${UNSTAMPED}) as v
+                          from ${this.changeTable} where version > $1::bigint or version is null
+                         order by ${keys}, seq desc) n
+          where v <= $2::bigint order by v limit $3) s`,
+      [low, current, maxRows],
+    );
+    const high = res.rows[0]?.high as string | null | undefined;
+    if (high === null || high === undefined) return null;
+    return { kind: 'changes', low, high };
   }
 
   // (low, high] predicate; values as bind parameters starting at $first.
   private windowPredicate(w: Window, schema: SourceSchema, first: number): { sql: string; params: string[] } {
-    const b = quotePg(this.t.boundary.column);
+    const b = quotePg(boundaryColumn(this.t));
     const cast = pgCastFor(this.boundaryType(schema));
     const params: string[] = [];
     const parts: string[] = [];
@@ -102,9 +232,10 @@ export class PostgresTransferSource implements SourceAdapter {
   }
 
   async nextWindow(low: string | null, maxRows: number): Promise<Window | null> {
+    if (carriesChanges(this.t)) return this.nextChangeWindow(low, maxRows);
     const schema = await this.readSchema();
     const logical = this.boundaryType(schema);
-    const b = quotePg(this.t.boundary.column);
+    const b = quotePg(boundaryColumn(this.t));
     const cast = pgCastFor(logical);
     const conds: string[] = [`${b} is not null`];
     const params: unknown[] = [];
@@ -139,13 +270,21 @@ export class PostgresTransferSource implements SourceAdapter {
   }
 
   async manifest(w: Window, schema: SourceSchema, algorithm: ChecksumAlgorithm): Promise<Manifest> {
-    const cols = mappedColumns(this.t, schema).map((c) => ({
+    const changes = carriesChanges(this.t);
+    const cols: { name: string; ref: string; type: LogicalType; declared: string }[] = mappedColumns(
+      this.t,
+      schema,
+    ).map((c) => ({
       name: c.source,
       ref: quotePg(c.source),
       type: c.logical,
       declared: c.type,
     }));
-    const pred = this.windowPredicate(w, schema, 1);
+    // The operation is hashed like a text column (changes.ts): the checksum covers it.
+    if (changes) cols.push({ name: OP_COLUMN, ref: OP_COLUMN, type: 'text', declared: 'text' });
+    const rows = changes ? this.changeRows(w, schema, 1) : null;
+    const pred = rows ? { sql: rows.where, params: rows.params } : this.windowPredicate(w, schema, 1);
+    const from = rows ? rows.from : this.from;
     // keel-v1 is the canonical text (what a target other than PostgreSQL stores): a date/time value it cannot carry
     // is refused here, before anything is staged, naming the column and a row (keel-pg1/pg2 keep such values exact).
     const temporal =
@@ -166,9 +305,10 @@ export class PostgresTransferSource implements SourceAdapter {
     try {
       // One statement (one snapshot) for count and checksum, under the fixed output settings.
       const started = performance.now();
-      await client.query('begin read only');
+      await client.query(changes ? 'begin isolation level repeatable read read only' : 'begin read only');
       await client.query(PG_CHECKSUM_SETTINGS_SQL);
-      const res = await client.query(pgChecksumQuery(cols, this.from, pred.sql, algorithm, checks), pred.params);
+      if (changes) await this.checkChangesValid(client, w.low);
+      const res = await client.query(pgChecksumQuery(cols, from, pred.sql, algorithm, checks), pred.params);
       await client.query('commit');
       this.opts.trace?.('extract.manifest', performance.now() - started);
       temporal.forEach((c, i) => {
@@ -195,13 +335,16 @@ export class PostgresTransferSource implements SourceAdapter {
 
   async *streamRows(w: Window, schema: SourceSchema, chunkSize: number): AsyncIterable<CanonicalRow[]> {
     const mapped = mappedColumns(this.t, schema);
+    const changes = carriesChanges(this.t);
     const cols = mapped.map((c) => pgCanonical(quotePg(c.source), c.logical, c.type));
+    if (changes) cols.push(OP_COLUMN);
     // Columns whose canonical text may carry the out-of-range mark (transferSql.ts), checked row by row below.
     const temporal = mapped.flatMap((c, i) =>
       c.logical === 'date' || c.logical === 'timestamp' || c.logical === 'timestamptz' ? [i] : [],
     );
     const keys = this.t.keyColumns.map((k) => mapped.findIndex((c) => c.source === k));
-    const pred = this.windowPredicate(w, schema, 1);
+    const rowsOf = changes ? this.changeRows(w, schema, 1) : null;
+    const pred = rowsOf ? { sql: rowsOf.where, params: rowsOf.params } : this.windowPredicate(w, schema, 1);
     const client = await this.pool.connect();
     const onError = () => undefined; // a connection lost mid-statement also surfaces as an 'error' event
     client.on('error', onError);
@@ -210,8 +353,9 @@ export class PostgresTransferSource implements SourceAdapter {
       await client.query('begin isolation level repeatable read read only');
       // Shortest exact text of a double (PostgreSQL 12+); the float policy normalizes it once more.
       await client.query(`select set_config('extra_float_digits', '1', true)`);
+      if (changes) await this.checkChangesValid(client, w.low);
       await client.query({
-        text: `declare keel_cur no scroll cursor for select ${cols.join(', ')} from ${this.from} where ${pred.sql}`,
+        text: `declare keel_cur no scroll cursor for select ${cols.join(', ')} from ${rowsOf ? rowsOf.from : this.from} where ${pred.sql}`,
         values: pred.params,
       });
       for (;;) {
@@ -243,9 +387,9 @@ export class PostgresTransferSource implements SourceAdapter {
   }
 
   async bulkOut(w: Window, schema: SourceSchema, format: BulkEncoding): Promise<BulkStream> {
+    const changes = carriesChanges(this.t);
     const cols = mappedColumns(this.t, schema).map((c) => quotePg(c.source));
-    const b = quotePg(this.t.boundary.column);
-    const cast = pgCastFor(this.boundaryType(schema));
+    if (changes) cols.push(OP_COLUMN);
     const client = await this.pool.connect();
     const onError = () => undefined; // a connection lost mid-statement also surfaces as an 'error' event
     client.on('error', onError);
@@ -260,12 +404,14 @@ export class PostgresTransferSource implements SourceAdapter {
       // Are the keys provably unique in what this COPY reads? Asked in the COPY's own snapshot (repeatable read:
       // catalog queries see the catalog as of that snapshot), so an index that is valid here was enforced on every
       // row the COPY can see. The target then skips its duplicate-key scan for integer keys (transferTarget.ts).
+      if (changes) await this.checkChangesValid(client, w.low);
       const sourceTable = resolvedNames(this.t).sourceTable;
-      const keysUnique = sourceTable
-        ? Boolean(
-            (
-              await client.query(
-                `select exists (
+      const keysUnique =
+        sourceTable && !changes
+          ? Boolean(
+              (
+                await client.query(
+                  `select exists (
                    select 1 from pg_index i
                     where i.indrelid = to_regclass($1) and i.indisunique and i.indisvalid and i.indpred is null and i.indexprs is null
                       -- a select from a table also reads its inheritance children, which the index does not cover
@@ -276,17 +422,26 @@ export class PostgresTransferSource implements SourceAdapter {
                       and (select array_agg(a.attname::text order by a.attname) from pg_attribute a
                             where a.attrelid = i.indrelid and a.attnum = any (i.indkey::int2[]) and a.attnotnull)
                           = (select array_agg(k order by k) from unnest($2::text[]) k)) as unique_keys`,
-                [qualifiedPg(sourceTable), this.t.keyColumns],
-              )
-            ).rows[0].unique_keys,
-          )
-        : false;
-      const lowPred = w.low === null ? '' : `${b} > current_setting('keel.w_low')::${cast} and `;
-      const stream = client.query(
-        copyTo(
-          `copy (select ${cols.join(', ')} from ${this.from} where ${lowPred}${b} <= current_setting('keel.w_high')::${cast}) to stdout${format === 'binary' ? ' (format binary)' : ''}`,
-        ),
-      );
+                  [qualifiedPg(sourceTable), this.t.keyColumns],
+                )
+              ).rows[0].unique_keys,
+            )
+          : false;
+      let select: string;
+      if (changes) {
+        // the same rows as changeRows(), with the window in settings (a baseline's low is not a version)
+        const sel = isBaseline(w.low)
+          ? this.changesSelect(w, schema, '')
+          : `${this.changesSelect(w, schema, `current_setting('keel.w_low')::bigint`)}
+             where n.v <= current_setting('keel.w_high')::bigint`;
+        select = `select ${cols.join(', ')} from (${sel}) as keel_chg`;
+      } else {
+        const b = quotePg(boundaryColumn(this.t));
+        const cast = pgCastFor(this.boundaryType(schema));
+        const lowPred = w.low === null ? '' : `${b} > current_setting('keel.w_low')::${cast} and `;
+        select = `select ${cols.join(', ')} from ${this.from} where ${lowPred}${b} <= current_setting('keel.w_high')::${cast}`;
+      }
+      const stream = client.query(copyTo(`copy (${select}) to stdout${format === 'binary' ? ' (format binary)' : ''}`));
       // Listened to from the first moment: the caller attaches its own handling later (a lost connection in between
       // must not raise an unhandled 'error').
       stream.on('error', noop);
@@ -323,6 +478,21 @@ export class PostgresTransferSource implements SourceAdapter {
       client.release(err as Error);
       throw err;
     }
+  }
+
+  // Key-set comparison: the keys of the window's rows now (canonical text, keyColumns order).
+  async windowKeys(w: Window, schema: SourceSchema): Promise<KeyTuple[]> {
+    const keys = this.t.keyColumns.map((k) => {
+      const c = schema.columns.find((x) => x.name === k)!;
+      return pgCanonical(quotePg(k), c.logical, c.type);
+    });
+    const pred = this.windowPredicate(w, schema, 1);
+    const res = await this.pool.query({
+      text: `select ${keys.join(', ')} from ${this.from} where ${pred.sql}`,
+      values: pred.params,
+      rowMode: 'array',
+    });
+    return res.rows as KeyTuple[];
   }
 
   checksumAlgorithms() {

@@ -8,23 +8,26 @@ import { pipeline } from 'node:stream/promises';
 import { Transform } from 'node:stream';
 import { algorithmOf, type LogicalType } from '../../transfer/checksum.js';
 import type { TransferConfig } from '../../transfer/config.js';
-import { resolvedNames } from '../../transfer/config.js';
+import { boundaryColumn, resolvedNames } from '../../transfer/config.js';
 import { TransferError } from '../../transfer/errors.js';
 import { quotePg } from '../../transfer/identifiers.js';
+import { carriesChanges, OP_COLUMN } from '../../transfer/changes.js';
 import { checkColumnFits, mappedColumns } from '../../transfer/schema.js';
 import type {
   ApplyContext,
   ApplyResult,
   BulkStream,
+  KeyTuple,
   ReconcileOutcome,
   RowFeed,
   SourceSchema,
   StageRequest,
   StageResult,
   TargetAdapter,
+  Window,
 } from '../../transfer/types.js';
 import { DEFAULT_TRANSFER_TIMEOUTS } from '../../transfer/timeouts.js';
-import { PG_CHECKSUM_SETTINGS_SQL, pgChecksumQuery, pgFacets, pgLogicalType } from './transferSql.js';
+import { PG_CHECKSUM_SETTINGS_SQL, pgCanonical, pgChecksumQuery, pgFacets, pgLogicalType } from './transferSql.js';
 import { PG_COPY_FORMAT, pgChecksumAlgorithms } from './client.js';
 
 // SQLSTATEs raised by sql/postgres/target/V001 (structured codes, never message text).
@@ -166,11 +169,12 @@ export class PostgresTransferTarget implements TargetAdapter {
       );
     }
     try {
-      await this.pool.query(`select keel_transfer.ensure_staging($1, $2, $3, $4::text[])`, [
+      await this.pool.query(`select keel_transfer.ensure_staging($1, $2, $3, $4::text[], $5)`, [
         this.t.name,
         this.targetSchema,
         this.targetTable,
         mapped.map((c) => c.target),
+        carriesChanges(this.t), // change windows stage the operation column too
       ]);
     } catch (err) {
       if (pgCode(err) === KT_STAGING_SHAPE) throw new TransferError('target_incompatible', (err as Error).message);
@@ -239,7 +243,9 @@ export class PostgresTransferTarget implements TargetAdapter {
         return { outcome: 'already_staged', rowCount: req.manifest.rowCount, checksum: req.manifest.checksum };
       }
 
-      const columnList = mapped.map((c) => quotePg(c.target)).join(', ');
+      // Change windows: every row ends with its operation (shared/transfer/changes.ts), staged and checksummed too.
+      const ops = carriesChanges(this.t);
+      const columnList = [...mapped.map((c) => quotePg(c.target)), ...(ops ? [OP_COLUMN] : [])].join(', ');
       let mark = performance.now();
       const lap = (phase: string) => {
         const now = performance.now();
@@ -285,7 +291,7 @@ export class PostgresTransferTarget implements TargetAdapter {
         opening = undefined;
         await s.release();
       } else {
-        const types = mapped.map((c) => c.staged);
+        const types: LogicalType[] = [...mapped.map((c) => c.staged), ...(ops ? (['text'] as const) : [])];
         const rows = feed.rows[Symbol.asyncIterator]();
         try {
           for (;;) {
@@ -339,7 +345,14 @@ export class PostgresTransferTarget implements TargetAdapter {
       lap('stage.duplicateCheck');
       const sums = await client.query(
         pgChecksumQuery(
-          mapped.map((c) => ({ ref: quotePg(c.target), type: c.staged, declared: this.targetTypes.get(c.target) })),
+          [
+            ...mapped.map((c) => ({
+              ref: quotePg(c.target),
+              type: c.staged,
+              declared: this.targetTypes.get(c.target),
+            })),
+            ...(ops ? [{ ref: OP_COLUMN, type: 'text' as const, declared: 'text' }] : []),
+          ],
           stg,
           'keel_batch_id = $1',
           algorithmOf(req.manifest.checksum),
@@ -387,7 +400,8 @@ export class PostgresTransferTarget implements TargetAdapter {
     const started = performance.now();
     try {
       const res = await this.pool.query(
-        `select outcome, row_count::text as row_count, checksum from keel_transfer.apply_batch($1, $2, $3, $4, $5, $6::text[], $7::text[], $8, $9, $10)`,
+        `select outcome, row_count::text as row_count, checksum, deleted_count::text as deleted_count
+           from keel_transfer.apply_batch($1, $2, $3, $4, $5, $6::text[], $7::text[], $8, $9, $10, $11)`,
         [
           req.batchId,
           req.transfer,
@@ -399,11 +413,17 @@ export class PostgresTransferTarget implements TargetAdapter {
           req.manifest.rowCount,
           req.manifest.checksum,
           ctx.attempt,
+          req.changes ?? null,
         ],
       );
       const r = res.rows[0];
       this.opts.trace?.('apply', performance.now() - started);
-      return { outcome: r.outcome, rowCount: Number(r.row_count), checksum: String(r.checksum) };
+      return {
+        outcome: r.outcome,
+        rowCount: Number(r.row_count),
+        checksum: String(r.checksum),
+        ...(r.deleted_count !== null ? { deleted: Number(r.deleted_count) } : {}),
+      };
     } catch (err) {
       if (pgCode(err) === KT_FENCED)
         throw new TransferError('attempt_fenced', (err as Error).message, { attempt: ctx.attempt });
@@ -444,6 +464,50 @@ export class PostgresTransferTarget implements TargetAdapter {
     const started = performance.now();
     await this.pool.query(`select keel_transfer.purge_staged($1, $2)`, [batchId, this.stagingTable]);
     this.opts.trace?.('purge', performance.now() - started);
+  }
+
+  // Key-set comparison (keyCompare: key windows over a key column, which is mapped): the target's keys in the window.
+  private keyWindow(w: Window, schema: SourceSchema, first: number) {
+    const mapped = mappedColumns(this.t, schema);
+    const target = (source: string) => mapped.find((c) => c.source === source)!;
+    const b = target(boundaryColumn(this.t));
+    const parts: string[] = [];
+    const params: string[] = [];
+    if (w.low !== null) {
+      params.push(w.low);
+      parts.push(`t.${quotePg(b.target)} > $${first + params.length - 1}::bigint`);
+    }
+    params.push(w.high);
+    parts.push(`t.${quotePg(b.target)} <= $${first + params.length - 1}::bigint`);
+    return { keys: this.t.keyColumns.map(target), where: parts.join(' and '), params };
+  }
+
+  async windowKeys(w: Window, schema: SourceSchema): Promise<KeyTuple[]> {
+    if (this.targetTypes.size === 0) await this.loadTargetTypes();
+    const k = this.keyWindow(w, schema, 1);
+    const res = await this.pool.query({
+      text: `select ${k.keys.map((c) => pgCanonical(`t.${quotePg(c.target)}`, c.logical, this.targetTypes.get(c.target))).join(', ')}
+               from ${this.qualifiedTarget()} t where ${k.where}`,
+      values: k.params,
+      rowMode: 'array',
+    });
+    return res.rows as KeyTuple[];
+  }
+
+  // Deletes the rows of `keys` that are in the window, in one statement (one transaction); returns the rows deleted.
+  async deleteKeys(w: Window, schema: SourceSchema, keys: KeyTuple[]): Promise<number> {
+    if (keys.length === 0) return 0;
+    const k = this.keyWindow(w, schema, 1 + this.t.keyColumns.length);
+    if (this.targetTypes.size === 0) await this.loadTargetTypes();
+    const cols = k.keys.map((c, i) => `u.c${i}::${this.targetTypes.get(c.target)}`);
+    const res = await this.pool.query(
+      `delete from ${this.qualifiedTarget()} t
+        where ${k.where}
+          and (${k.keys.map((c) => `t.${quotePg(c.target)}`).join(', ')}) in (
+                select ${cols.join(', ')} from unnest(${k.keys.map((_, i) => `$${i + 1}::text[]`).join(', ')}) as u(${k.keys.map((_, i) => `c${i}`).join(', ')}))`,
+      [...k.keys.map((_, i) => keys.map((t) => t[i] ?? null)), ...k.params],
+    );
+    return res.rowCount ?? 0;
   }
 
   checksumAlgorithms() {

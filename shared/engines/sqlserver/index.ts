@@ -6,7 +6,7 @@ export const sqlserver: EngineDescriptor = {
   name: 'sqlserver',
   capabilities: { jobStore: true, journal: true, transferSource: true, transferTarget: false },
   telemetryDriver: 'tedious',
-  transferSourceRules: { boundaryKinds: ['key', 'timestamp', 'rowversion'] },
+  transferSourceRules: { boundaryKinds: ['key', 'timestamp', 'rowversion', 'changes'] },
   controlSetting: 'KEEL_SQL_CONNECTION',
   // In Azure the app's identity may only EXECUTE the procedures: the schema is installed with `npm run migrate`
   // (docs/sqlserver.md), unless KEEL_MIGRATE_ON_START=true says this login may run DDL.

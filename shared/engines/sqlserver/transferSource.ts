@@ -12,10 +12,19 @@ import {
   type LogicalType,
 } from '../../transfer/checksum.js';
 import type { TransferConfig } from '../../transfer/config.js';
-import { resolvedNames } from '../../transfer/config.js';
-import { qualifiedMssql, quoteMssql } from '../../transfer/identifiers.js';
+import { boundaryColumn, resolvedNames } from '../../transfer/config.js';
+import { qualifiedMssql, quoteMssql, type QualifiedName } from '../../transfer/identifiers.js';
+import {
+  carriesChanges,
+  changeLowVersion,
+  isBaseline,
+  OP_COLUMN,
+  OP_DELETE,
+  OP_UPSERT,
+} from '../../transfer/changes.js';
+import { TransferError } from '../../transfer/errors.js';
 import { buildSourceSchema, mappedColumns } from '../../transfer/schema.js';
-import type { Manifest, SourceAdapter, SourceSchema, TypeFacets, Window } from '../../transfer/types.js';
+import type { KeyTuple, Manifest, SourceAdapter, SourceSchema, TypeFacets, Window } from '../../transfer/types.js';
 import { sharedSqlServerPool, type SqlServerPool } from './pool.js';
 import { DEFAULT_TRANSFER_TIMEOUTS, type TransferTimeouts } from '../../transfer/timeouts.js';
 
@@ -124,9 +133,45 @@ export function mssqlSelectExpr(ref: string, type: LogicalType, declared = ''): 
   }
 }
 
+// SQL Server error numbers of the change-tracking reads.
+const SNAPSHOT_NOT_ALLOWED = 3952; // ALLOW_SNAPSHOT_ISOLATION is OFF
+const CT_NOT_ENABLED = 22105; // change tracking is not enabled on the table (CHANGETABLE)
+
+function mssqlNumber(err: unknown): number | undefined {
+  const e = err as { number?: unknown; originalError?: { info?: { number?: unknown } } } | null;
+  const n = e?.number ?? e?.originalError?.info?.number;
+  return typeof n === 'number' ? n : undefined;
+}
+
+// The T-SQL of a change window (shared/transfer/changes.ts) over Change Tracking: every key whose latest change has
+// a version in (@low, @high] (CHANGETABLE(CHANGES t, @low) gives each key once, with its latest version), with its
+// operation; an insert or update is read from the table as it is in the same snapshot. A baseline reads the table.
+// cols: the mapped columns' select expressions (mssqlSelectExpr) applied to a column reference.
+export function mssqlChangesSelect(
+  table: string,
+  keys: readonly string[],
+  mapped: readonly { source: string; expr: (ref: string) => string }[],
+  baseline: boolean,
+): string {
+  if (baseline)
+    return `SELECT ${mapped.map((c) => c.expr(`b.${quoteMssql(c.source)}`)).join(', ')}, '${OP_UPSERT}' AS ${OP_COLUMN} FROM ${table} AS b`;
+  const cols = mapped.map((c) =>
+    keys.includes(c.source)
+      ? c.expr(`ct.${quoteMssql(c.source)}`)
+      : `CASE WHEN ct.SYS_CHANGE_OPERATION <> N'${OP_DELETE}' THEN ${c.expr(`b.${quoteMssql(c.source)}`)} END`,
+  );
+  const k0 = quoteMssql(keys[0]!);
+  return `SELECT ${cols.join(', ')},
+       CASE WHEN ct.SYS_CHANGE_OPERATION <> N'${OP_DELETE}' AND b.${k0} IS NOT NULL THEN '${OP_UPSERT}' ELSE '${OP_DELETE}' END AS ${OP_COLUMN}
+  FROM CHANGETABLE(CHANGES ${table}, @low) AS ct
+  LEFT JOIN ${table} AS b ON ${keys.map((k) => `b.${quoteMssql(k)} = ct.${quoteMssql(k)}`).join(' AND ')}
+ WHERE ct.SYS_CHANGE_VERSION <= @high`;
+}
+
 export class SqlServerTransferSource implements SourceAdapter {
   readonly engine = 'sqlserver';
   private readonly from: string;
+  private readonly table: QualifiedName | null;
   private boundaryDeclared: string | null = null; // declared type of the boundary column (from readSchema)
   private isolation: SourceReadIsolation | null = null; // how data reads see the source (from readSchema)
 
@@ -135,6 +180,7 @@ export class SqlServerTransferSource implements SourceAdapter {
     private readonly pool: SqlServerPool,
   ) {
     const names = resolvedNames(t);
+    this.table = names.sourceTable;
     this.from = names.sourceTable ? qualifiedMssql(names.sourceTable) : `(${t.source.query}) AS keel_src`;
   }
 
@@ -163,7 +209,7 @@ export class SqlServerTransferSource implements SourceAdapter {
       mssqlFacets,
       nullable,
     );
-    this.boundaryDeclared = found.get(this.t.boundary.column) ?? null;
+    this.boundaryDeclared = this.t.boundary.column === undefined ? null : (found.get(this.t.boundary.column) ?? null);
     this.isolation = await this.readIsolation();
     return schema;
   }
@@ -182,7 +228,7 @@ export class SqlServerTransferSource implements SourceAdapter {
 
   // Boundary values travel as bigint (key, rowversion read as a big-endian 8-byte integer) or text (timestamps).
   private boundaryRef(): string {
-    const b = quoteMssql(this.t.boundary.column);
+    const b = quoteMssql(boundaryColumn(this.t));
     return this.t.boundary.kind === 'rowversion' ? `CONVERT(bigint, ${b})` : b;
   }
 
@@ -197,7 +243,7 @@ export class SqlServerTransferSource implements SourceAdapter {
   }
 
   private windowPredicate(req: sql.Request, w: Window): string {
-    const b = quoteMssql(this.t.boundary.column);
+    const b = quoteMssql(boundaryColumn(this.t));
     const parts: string[] = [];
     if (w.low !== null) {
       this.bindBoundary(req, 'low', w.low);
@@ -208,8 +254,110 @@ export class SqlServerTransferSource implements SourceAdapter {
     return parts.join(' AND ');
   }
 
+  // ---- change windows: SQL Server Change Tracking (shared/transfer/changes.ts) ----
+
+  // A SNAPSHOT transaction on one connection of the pool: the version reads and the window's rows see one consistent
+  // state (Microsoft's pattern for Change Tracking), and a reader that stops early rolls back on the same connection.
+  private async snapshot(): Promise<sql.Transaction> {
+    const tx = new sql.Transaction(await this.pool.get());
+    try {
+      await tx.begin(sql.ISOLATION_LEVEL.SNAPSHOT);
+    } catch (err) {
+      throw this.changesError(err);
+    }
+    return tx;
+  }
+
+  private changesError(err: unknown): unknown {
+    const n = mssqlNumber(err);
+    if (n === SNAPSHOT_NOT_ALLOWED)
+      return new TransferError(
+        'changes_not_enabled',
+        `transfer ${this.t.name}: changes windows read Change Tracking in a SNAPSHOT transaction, and the source database does not allow it: ALTER DATABASE ... SET ALLOW_SNAPSHOT_ISOLATION ON (docs/transfer.md, "Deletes")`,
+      );
+    if (n === CT_NOT_ENABLED) return this.notEnabled();
+    return err;
+  }
+
+  private notEnabled(): TransferError {
+    return new TransferError(
+      'changes_not_enabled',
+      `transfer ${this.t.name}: Change Tracking is not enabled on ${this.t.source.table}: ALTER DATABASE ... SET CHANGE_TRACKING = ON (CHANGE_RETENTION = 7 DAYS, AUTO_CLEANUP = ON); ALTER TABLE ${this.t.source.table} ENABLE CHANGE_TRACKING (docs/transfer.md, "Deletes")`,
+    );
+  }
+
+  // CHANGE_TRACKING_CURRENT_VERSION() and CHANGE_TRACKING_MIN_VALID_VERSION(OBJECT_ID(table)) in the transaction, and
+  // the window's low checked against the min valid version: a window that starts before it fails 'changes_expired'
+  // (its deletes may have been cleaned up), terminal for that window.
+  private async versions(tx: sql.Transaction, low: string | null): Promise<{ current: string; minValid: string }> {
+    const req = new sql.Request(tx);
+    req.input('table', sql.NVarChar(300), qualifiedMssql(this.table!));
+    const res = await req.query<{ cur: string | null; minValid: string | null; pk: string | null }>(
+      `SELECT CONVERT(varchar(20), CHANGE_TRACKING_CURRENT_VERSION()) AS cur,
+              CONVERT(varchar(20), CHANGE_TRACKING_MIN_VALID_VERSION(OBJECT_ID(@table))) AS minValid,
+              (SELECT STRING_AGG(CONVERT(nvarchar(max), c.name), N',') WITHIN GROUP (ORDER BY c.name)
+                 FROM sys.indexes AS i
+                 JOIN sys.index_columns AS ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id
+                 JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
+                WHERE i.object_id = OBJECT_ID(@table) AND i.is_primary_key = 1) AS pk`,
+    );
+    const row = res.recordset[0];
+    if (!row?.cur || !row.minValid) throw this.notEnabled();
+    // CHANGETABLE reports the primary key's columns: the transfer's keys must be exactly those.
+    // (names compared case-insensitively, as SQL Server's default collations do)
+    const keys = this.t.keyColumns
+      .map((k) => k.toLowerCase())
+      .sort()
+      .join(',');
+    if (
+      (row.pk ?? '')
+        .split(',')
+        .map((k) => k.toLowerCase())
+        .sort()
+        .join(',') !== keys
+    )
+      throw new TransferError(
+        'changes_not_enabled',
+        `transfer ${this.t.name}: keyColumns (${this.t.keyColumns.join(', ')}) must be the primary key of ${this.t.source.table} (${row.pk ?? 'none'}), which Change Tracking reports`,
+      );
+    const from = changeLowVersion(low);
+    if (from !== null && from < BigInt(row.minValid))
+      throw new TransferError(
+        'changes_expired',
+        `transfer ${this.t.name}: the change window starts after version ${from}, but Change Tracking keeps changes of ${this.t.source.table} only after version ${row.minValid} (CHANGE_TRACKING_MIN_VALID_VERSION; the retention period cleaned up older ones, or the table was truncated), so deletes in between cannot be known. Re-baseline the transfer (POST /api/ops/transfers/${this.t.name}/rebaseline, docs/runbook.md)`,
+        { low: String(from), minValidVersion: row.minValid },
+      );
+    return { current: row.cur, minValid: row.minValid };
+  }
+
+  private async nextChangeWindow(low: string | null, maxRows: number): Promise<Window | null> {
+    const tx = await this.snapshot();
+    try {
+      const { current } = await this.versions(tx, low);
+      let high: string | null = current;
+      if (low !== null) {
+        const req = new sql.Request(tx);
+        req.input('low', sql.BigInt, low);
+        req.input('cur', sql.BigInt, current);
+        req.input('n', sql.Int, maxRows);
+        const res = await req.query<{ high: string | null }>(
+          `SELECT CONVERT(varchar(20), MAX(v)) AS high FROM (
+             SELECT TOP (@n) ct.SYS_CHANGE_VERSION AS v FROM CHANGETABLE(CHANGES ${qualifiedMssql(this.table!)}, @low) AS ct
+              WHERE ct.SYS_CHANGE_VERSION <= @cur ORDER BY ct.SYS_CHANGE_VERSION) AS s`,
+        );
+        high = res.recordset[0]?.high ?? null;
+      }
+      await tx.commit();
+      return high === null ? null : { kind: 'changes', low, high }; // low null: the baseline, at the current version
+    } catch (err) {
+      await tx.rollback().catch(() => undefined);
+      throw this.changesError(err);
+    }
+  }
+
   async nextWindow(low: string | null, maxRows: number): Promise<Window | null> {
-    const b = quoteMssql(this.t.boundary.column);
+    if (carriesChanges(this.t)) return this.nextChangeWindow(low, maxRows);
+    const b = quoteMssql(boundaryColumn(this.t));
     const req = await this.pool.request();
     const conds = [`${b} IS NOT NULL`];
     if (low !== null) {
@@ -250,6 +398,21 @@ export class SqlServerTransferSource implements SourceAdapter {
     };
   }
 
+  // Key-set comparison (keyCompare): the keys of the window's rows now, canonical text in keyColumns order. A key
+  // window holds at most about batchSize rows, so the keys are read in one result.
+  async windowKeys(w: Window, schema: SourceSchema): Promise<KeyTuple[]> {
+    const keys = this.t.keyColumns.map((k) => schema.columns.find((c) => c.name === k)!);
+    const req = await this.pool.request();
+    req.arrayRowMode = true;
+    const where = this.windowPredicate(req, w);
+    const res = await req.query(
+      `SELECT ${keys.map((c) => mssqlSelectExpr(quoteMssql(c.name), c.logical, c.type)).join(', ')} FROM ${this.from} WHERE ${where}`,
+    );
+    return (res.recordset as unknown as unknown[][]).map((row) =>
+      row.map((v, i) => canonicalValue(keys[i]!.logical, v)),
+    );
+  }
+
   // The manifest is computed in TypeScript from the streamed rows: keel-v1 only.
   async checksumAlgorithms(): Promise<readonly ChecksumAlgorithm[]> {
     return ['keel-v1'];
@@ -264,11 +427,13 @@ export class SqlServerTransferSource implements SourceAdapter {
   }
 
   async *streamRows(w: Window, schema: SourceSchema, chunkSize: number): AsyncIterable<CanonicalRow[]> {
+    if (carriesChanges(this.t)) {
+      yield* this.streamChanges(w, schema, chunkSize);
+      return;
+    }
     const cols = mappedColumns(this.t, schema);
     const types = cols.map((c) => c.logical);
     const req = await this.pool.request();
-    req.stream = true;
-    req.arrayRowMode = true;
     const where = this.windowPredicate(req, w);
     // nextWindow stays at the session's READ COMMITTED: under locking it waits for a row in flight below
     // MIN_ACTIVE_ROWVERSION() instead of fixing a high bound past a row it cannot see yet. This read of a fixed window
@@ -278,7 +443,54 @@ export class SqlServerTransferSource implements SourceAdapter {
       this.isolation,
       `SELECT ${cols.map((c) => mssqlSelectExpr(quoteMssql(c.source), c.logical, c.type)).join(', ')} FROM ${this.from} WHERE ${where}`,
     );
+    yield* this.streamQuery(req, text, types, chunkSize);
+  }
 
+  // A change window's rows, then OP_COLUMN, in one SNAPSHOT transaction that also checks the min valid version.
+  private async *streamChanges(w: Window, schema: SourceSchema, chunkSize: number): AsyncIterable<CanonicalRow[]> {
+    const mapped = mappedColumns(this.t, schema);
+    const types: LogicalType[] = [...mapped.map((c) => c.logical), 'text'];
+    const tx = await this.snapshot();
+    let ok = false;
+    try {
+      await this.versions(tx, w.low);
+      const req = new sql.Request(tx);
+      const baseline = isBaseline(w.low);
+      if (!baseline) {
+        req.input('low', sql.BigInt, changeLowVersion(w.low)!.toString());
+        req.input('high', sql.BigInt, w.high);
+      }
+      const text = mssqlChangesSelect(
+        qualifiedMssql(this.table!),
+        this.t.keyColumns,
+        mapped.map((c) => ({ source: c.source, expr: (ref: string) => mssqlSelectExpr(ref, c.logical, c.type) })),
+        baseline,
+      );
+      yield* this.streamQuery(req, text, types, chunkSize, true);
+      await tx.commit();
+      ok = true;
+    } catch (err) {
+      throw this.changesError(err);
+    } finally {
+      // failed, or the consumer stopped early (the request was cancelled): the snapshot transaction ends here
+      if (!ok) await tx.rollback().catch(() => undefined);
+    }
+  }
+
+  // Streams a query's rows as canonical text in chunks, with backpressure (the TDS stream is paused per chunk).
+  private async *streamQuery(
+    req: sql.Request,
+    text: string,
+    types: LogicalType[],
+    chunkSize: number,
+    inTransaction = false,
+  ): AsyncIterable<CanonicalRow[]> {
+    req.stream = true;
+    req.arrayRowMode = true;
+    const ended = new Promise<void>((resolve) => {
+      req.once('done', () => resolve());
+      req.once('error', () => resolve());
+    });
     const ready: CanonicalRow[][] = [];
     let current: CanonicalRow[] = [];
     let done = false;
@@ -345,6 +557,9 @@ export class SqlServerTransferSource implements SourceAdapter {
       if (!done) {
         if (paused) req.resume();
         req.cancel();
+        // In a transaction the request must have ended before the transaction can roll back on its connection
+        // (bounded: the caller rolls back or gives up after the wait).
+        if (inTransaction) await Promise.race([ended, new Promise((r) => setTimeout(r, 5_000).unref())]);
       }
     }
   }

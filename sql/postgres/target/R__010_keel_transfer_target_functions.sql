@@ -6,11 +6,15 @@ language sql immutable as $$
   select case when p_schema is null then quote_ident(p_table) else quote_ident(p_schema) || '.' || quote_ident(p_table) end
 $$;
 
--- Creates (or re-creates while empty) keel_transfer.stg_<transfer> with the mapped target columns' types.
-create or replace function keel_transfer.ensure_staging(p_transfer text, p_target_schema text, p_target_table text, p_columns text[])
+-- Creates (or re-creates while empty) keel_transfer.stg_<transfer> with the mapped target columns' types, and with
+-- p_ops the operation column keel_op ('U' upsert, 'D' delete by key: change windows, docs/transfer.md "Deletes").
+drop function if exists keel_transfer.ensure_staging(text, text, text, text[]);
+create or replace function keel_transfer.ensure_staging(p_transfer text, p_target_schema text, p_target_table text, p_columns text[],
+                                                        p_ops boolean default false)
 returns text language plpgsql as $$
 declare
   v_name text := 'stg_' || p_transfer;
+  v_wanted text[] := case when p_ops then p_columns || array['keel_op'] else p_columns end;
   v_existing text[];
   v_nonempty boolean;
   v_cols text;
@@ -22,7 +26,7 @@ begin
   select array_agg(a.attname::text order by a.attnum) into v_existing
     from pg_attribute a
    where a.attrelid = to_regclass(format('keel_transfer.%I', v_name)) and a.attnum > 0 and not a.attisdropped and a.attname <> 'keel_batch_id';
-  if v_existing is not null and v_existing = p_columns then
+  if v_existing is not null and v_existing = v_wanted then
     return v_name;
   end if;
   if v_existing is not null then
@@ -35,6 +39,9 @@ begin
   end if;
   select string_agg(quote_ident(c), ', ' order by o) into v_cols from unnest(p_columns) with ordinality as u(c, o);
   execute format('create unlogged table keel_transfer.%I as select %s from %s with no data', v_name, v_cols, keel_transfer.qualified(p_target_schema, p_target_table));
+  if p_ops then
+    execute format('alter table keel_transfer.%I add column keel_op text check (keel_op in (''U'', ''D''))', v_name);
+  end if;
   execute format('alter table keel_transfer.%I add column keel_batch_id uuid not null default (nullif(current_setting(''keel.batch_id'', true), ''''))::uuid', v_name);
   return v_name;
 end $$;
@@ -86,11 +93,18 @@ $$;
 --      The range probe only chooses the path; correctness rests on the unique index and the fallback. Batches that
 --      touch existing rows pay one range probe and the scan for the staged range, then merge as before.
 --   3. mark the completion row committed with count and checksum.
+-- p_changes (change windows, docs/transfer.md "Deletes"; null: every staged row is an upsert): 'ops' -- staged rows
+-- with keel_op 'D' delete the target row of their key, 'U' rows are merged as above; 'mirror' (a baseline) -- 'ops',
+-- then every target row whose key is not staged in the batch is deleted. All in this one transaction, with the
+-- completion row: the deletes commit exactly when the batch does. row_count = upserts merged + 'D' rows staged;
+-- deleted_count = target rows deleted.
 drop function if exists keel_transfer.apply_batch(uuid, text, text, text, text, text[], text[], bigint, text);
+drop function if exists keel_transfer.apply_batch(uuid, text, text, text, text, text[], text[], bigint, text, bigint);
 create or replace function keel_transfer.apply_batch(
   p_batch_id uuid, p_transfer text, p_target_schema text, p_target_table text, p_staging_table text,
-  p_columns text[], p_keys text[], p_expected_count bigint, p_expected_checksum text, p_attempt bigint)
-returns table (outcome text, row_count bigint, checksum text)
+  p_columns text[], p_keys text[], p_expected_count bigint, p_expected_checksum text, p_attempt bigint,
+  p_changes text default null)
+returns table (outcome text, row_count bigint, checksum text, deleted_count bigint)
 language plpgsql as $$
 #variable_conflict use_column
 declare
@@ -106,9 +120,17 @@ declare
   v_lead text;
   v_overlap boolean;
   v_done boolean := false;
+  v_upserts_only text := '';  -- the filter of the staged rows that are merged
+  v_upserts bigint;           -- staged rows to merge
+  v_deleted bigint := 0;
+  v_n bigint;
+  v_match text;
 begin
   if p_attempt is null or p_attempt < 1 then
     raise exception using errcode = '22023', message = 'apply_batch needs the journal attempt (>= 1)';
+  end if;
+  if p_changes is not null and p_changes not in ('ops', 'mirror') then
+    raise exception using errcode = '22023', message = format('apply_batch: p_changes must be null, ops or mirror, not %L', p_changes);
   end if;
   -- The claim: a new completion row, or the take-over of a fence that ruled out only earlier attempts. A rival
   -- holding the row uncommitted (an apply, or a reconcile writing its fence) makes this wait for its outcome.
@@ -119,7 +141,7 @@ begin
   if v_inserted = 0 then
     select * into f from keel_transfer.completions c where c.batch_id = p_batch_id;
     if f.state = 'committed' then
-      return query select 'already_committed'::text, f.row_count, f.checksum;
+      return query select 'already_committed'::text, f.row_count, f.checksum, f.deleted_count;
       return;
     end if;
     raise exception using errcode = 'KT005',
@@ -141,8 +163,20 @@ begin
   select string_agg(quote_ident(c), ', ' order by o) into v_keys from unnest(p_keys) with ordinality as u(c, o);
   select string_agg(format('%I = excluded.%I', c, c), ', ' order by o) into v_set
     from unnest(p_columns) with ordinality as u(c, o) where c <> all (p_keys);
-  -- 2a. Fast path (see above).
   execute format('lock table %s in row exclusive mode', keel_transfer.qualified(p_target_schema, p_target_table));
+  v_upserts := r.row_count;
+  if p_changes is not null then
+    -- Deletes first (a key is at most once in a batch: duplicates were refused at staging).
+    select string_agg(format('t.%I = s.%I', c, c), ' and ' order by o) into v_match from unnest(p_keys) with ordinality as u(c, o);
+    execute format('delete from %s t using keel_transfer.%I s where s.keel_batch_id = $1 and s.keel_op = ''D'' and %s',
+                   keel_transfer.qualified(p_target_schema, p_target_table), p_staging_table, v_match)
+      using p_batch_id;
+    get diagnostics v_deleted = row_count;
+    v_upserts_only := ' and keel_op = ''U''';
+    execute format('select count(*) from keel_transfer.%I where keel_batch_id = $1 and keel_op = ''U''', p_staging_table)
+      into v_upserts using p_batch_id;
+  end if;
+  -- 2a. Fast path (see above).
   select a.attname::text into v_lead
     from pg_index i join pg_attribute a on a.attrelid = i.indrelid and a.attnum = i.indkey[0]
    where i.indrelid = keel_transfer.qualified(p_target_schema, p_target_table)::regclass
@@ -159,8 +193,8 @@ begin
       into v_overlap using p_batch_id;
     if not v_overlap then
       begin
-        execute format('insert into %s (%s) select %s from keel_transfer.%I where keel_batch_id = $1',
-                       keel_transfer.qualified(p_target_schema, p_target_table), v_cols, v_cols, p_staging_table)
+        execute format('insert into %s (%s) select %s from keel_transfer.%I where keel_batch_id = $1%s',
+                       keel_transfer.qualified(p_target_schema, p_target_table), v_cols, v_cols, p_staging_table, v_upserts_only)
           using p_batch_id;
         get diagnostics v_count = row_count;
         v_done := true;
@@ -179,26 +213,38 @@ begin
       select string_agg(format('t.%I = s.%I', c, c), ' and ' order by o) into v_on from unnest(p_keys) with ordinality as u(c, o);
       select string_agg(format('%I = s.%I', c, c), ', ' order by o) into v_set
         from unnest(p_columns) with ordinality as u(c, o) where c <> all (p_keys);
-      execute format('merge into %s as t using (select %s from keel_transfer.%I where keel_batch_id = $1) as s on %s %s when not matched then insert (%s) values (%s)',
-                     keel_transfer.qualified(p_target_schema, p_target_table), v_cols, p_staging_table, v_on,
+      execute format('merge into %s as t using (select %s from keel_transfer.%I where keel_batch_id = $1%s) as s on %s %s when not matched then insert (%s) values (%s)',
+                     keel_transfer.qualified(p_target_schema, p_target_table), v_cols, p_staging_table, v_upserts_only, v_on,
                      case when v_set is null then '' else 'when matched then update set ' || v_set end, v_cols, v_src)
         using p_batch_id;
     else
-      execute format('insert into %s (%s) select %s from keel_transfer.%I where keel_batch_id = $1 on conflict (%s) do %s',
-                     keel_transfer.qualified(p_target_schema, p_target_table), v_cols, v_cols, p_staging_table, v_keys,
+      execute format('insert into %s (%s) select %s from keel_transfer.%I where keel_batch_id = $1%s on conflict (%s) do %s',
+                     keel_transfer.qualified(p_target_schema, p_target_table), v_cols, v_cols, p_staging_table, v_upserts_only, v_keys,
                      case when v_set is null then 'nothing' else 'update set ' || v_set end)
         using p_batch_id;
     end if;
     get diagnostics v_count = row_count;
   end if;
-  if v_set is not null and v_count <> r.row_count then
-    raise exception using errcode = 'KT003', message = format('batch %s merged %s rows but %s were staged', p_batch_id, v_count, r.row_count);
+  if v_set is not null and v_count <> v_upserts then
+    raise exception using errcode = 'KT003', message = format('batch %s merged %s rows but %s were staged', p_batch_id, v_count, v_upserts);
+  end if;
+  if p_changes = 'mirror' then
+    -- A baseline holds every row of the source table: a target row whose key is not in it was deleted at the source.
+    execute format('delete from %s t where not exists (select 1 from keel_transfer.%I s where s.keel_batch_id = $1 and %s)',
+                   keel_transfer.qualified(p_target_schema, p_target_table), p_staging_table, v_match)
+      using p_batch_id;
+    get diagnostics v_n = row_count;
+    v_deleted := v_deleted + v_n;
+  end if;
+  if p_changes is not null then
+    v_count := v_count + (r.row_count - v_upserts); -- the 'D' rows count as applied, found or not
   end if;
 
   update keel_transfer.completions
-     set state = 'committed', row_count = v_count, checksum = r.checksum, committed_at = clock_timestamp()
+     set state = 'committed', row_count = v_count, checksum = r.checksum, committed_at = clock_timestamp(),
+         deleted_count = case when p_changes is null then null else v_deleted end
    where batch_id = p_batch_id;
-  return query select 'applied'::text, v_count, r.checksum;
+  return query select 'applied'::text, v_count, r.checksum, case when p_changes is null then null else v_deleted end;
 end $$;
 
 -- Reconcile: read the durable outcome, and make a "not applied" verdict final.
