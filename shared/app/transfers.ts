@@ -88,11 +88,33 @@ export async function continueCatchUp(
   const rows = view.rowCount ?? 0;
   const full = rows >= t.batchSize;
   // A window that was not full: the target has caught up with the source as of now. A full one: more is waiting,
-  // and the target is as fresh as this commit.
-  telemetry.transferFreshness({
-    transfer: view.transfer,
-    behindSince: full ? Date.parse(view.committedAt ?? new Date().toISOString()) : null,
-  });
+  // and the target is as fresh as this commit, with the rows after it still to come (counted once the next batch
+  // is on its way, so that the count does not hold up the chain).
+  if (!full) telemetry.transferFreshness({ transfer: view.transfer, behindSince: null });
+  const step = await nextInChain(rt, view, t.batchSize, chainRows, log);
+  if (full)
+    telemetry.transferFreshness(
+      step.action === 'nothing_new' // the full window was the last of the source's rows
+        ? { transfer: view.transfer, behindSince: null }
+        : {
+            transfer: view.transfer,
+            behindSince: Date.parse(view.committedAt ?? new Date().toISOString()),
+            rowsBehind: await countRowsBehind(rt, view.transfer, log),
+          },
+    );
+  return step;
+}
+
+async function nextInChain(
+  rt: Runtime,
+  view: BatchView,
+  batchSize: number,
+  chainRows: number,
+  log: Logger,
+): Promise<CatchUpStep> {
+  const service = rt.transfers!;
+  const rows = view.rowCount ?? 0;
+  const full = rows >= batchSize;
   const budget = rt.settings.KEEL_TRANSFER_CATCHUP_ROWS;
   if (budget === 0) return { action: 'off' };
   if (!full) return { action: 'window_not_full' };
@@ -271,15 +293,30 @@ export async function runTransferSchedule(rt: Runtime, log: Logger, now: Date = 
       });
     }
   }
-  if (steps.length > 0) await reportFreshness(service, steps, now, log);
+  if (steps.length > 0) await reportFreshness(rt, steps, now, log);
   return steps;
 }
 
+// Rows behind for the gauge (KEEL_TRANSFER_ROWS_BEHIND_CAP; 0: not counted): null when not counted or the count
+// failed, which leaves the freshness report itself as it is.
+async function countRowsBehind(rt: Runtime, transfer: string, log: Logger): Promise<number | null> {
+  const cap = rt.settings.KEEL_TRANSFER_ROWS_BEHIND_CAP;
+  if (!rt.transfers || cap === 0) return null;
+  try {
+    return (await rt.transfers.rowsBehind(transfer, cap))?.rows ?? null;
+  } catch (err) {
+    log.warn(`transfer ${transfer}: rows behind not counted: ${(err as Error).message}`);
+    return null;
+  }
+}
+
 // The freshness gauge after a timer pass: caught up when the pass found nothing new; otherwise behind since the
-// transfer's last commit (never committed: since this process first saw it behind). Paused transfers are left out.
+// transfer's last commit (never committed: since this process first saw it behind), with the rows behind counted
+// at the source. Paused transfers are left out.
 const firstBehind = new Map<string, number>();
 
-async function reportFreshness(service: TransferService, steps: TimerStep[], now: Date, log: Logger): Promise<void> {
+async function reportFreshness(rt: Runtime, steps: TimerStep[], now: Date, log: Logger): Promise<void> {
+  const service = rt.transfers!;
   try {
     const states = new Map((await service.transferStates(now.getTime())).map((x) => [x.name, x]));
     for (const step of steps) {
@@ -293,6 +330,7 @@ async function reportFreshness(service: TransferService, steps: TimerStep[], now
       telemetry.transferFreshness({
         transfer: step.transfer,
         behindSince: committedAt ? Date.parse(committedAt) : firstBehind.get(step.transfer)!,
+        rowsBehind: await countRowsBehind(rt, step.transfer, log),
       });
     }
   } catch (err) {

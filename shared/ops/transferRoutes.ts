@@ -67,6 +67,8 @@ function stateOf(value: string | undefined): BatchState | undefined {
   return value as BatchState;
 }
 
+const ROWS_BEHIND_REUSE_MS = 30_000;
+
 export const transferRoutes: OpsRoute<any, any, any>[] = [
   route({
     method: 'GET',
@@ -77,11 +79,20 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
     role: 'reader',
     query: s.emptyQuery,
     responses: {
-      200: 'transfers (empty when none is configured), each with its pause control, open batch, last commit and secondsSinceCommit',
+      200: 'transfers (empty when none is configured), each with its pause control, open batch, last commit, secondsSinceCommit and rowsBehind',
     },
     async handle({ rt }) {
       if (!rt.transfers) return { body: { configured: false, items: [] } };
-      const states = new Map((await rt.transfers.transferStates()).map((x) => [x.name, x]));
+      // Rows behind: counted at the source up to KEEL_TRANSFER_ROWS_BEHIND_CAP, a count reused for 30 s (a console
+      // refreshing the page does not walk the source's index each time).
+      const states = new Map(
+        (
+          await rt.transfers.transferStates(Date.now(), {
+            rowsBehindCap: rt.settings.KEEL_TRANSFER_ROWS_BEHIND_CAP,
+            rowsBehindMaxAgeMs: ROWS_BEHIND_REUSE_MS,
+          })
+        ).map((x) => [x.name, x]),
+      );
       const items = rt.transfers.listTransfers().map((t) => ({ ...t, ...states.get(t.name) }));
       return { body: { configured: true, items } };
     },

@@ -180,6 +180,7 @@ export function withValuePolicies(t: TransferConfig, source: SourceAdapter): Sou
       return { rowCount: acc.count, checksum: acc.checksum };
     },
     streamRows: rows,
+    ...(source.rowsAfter ? { rowsAfter: source.rowsAfter.bind(source) } : {}),
     close: () => source.close(),
   };
 }

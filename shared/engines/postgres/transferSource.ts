@@ -2,7 +2,7 @@
 // rows streamed through a server-side cursor, and a COPY TO STDOUT fast path for PostgreSQL targets.
 import type pg from 'pg';
 import { to as copyTo } from 'pg-copy-streams';
-import type { CanonicalRow, ChecksumAlgorithm } from '../../transfer/checksum.js';
+import type { CanonicalRow, ChecksumAlgorithm, LogicalType } from '../../transfer/checksum.js';
 import type { TransferConfig } from '../../transfer/config.js';
 import { resolvedNames } from '../../transfer/config.js';
 import { qualifiedPg, quotePg } from '../../transfer/identifiers.js';
@@ -101,9 +101,8 @@ export class PostgresTransferSource implements SourceAdapter {
     return { sql: parts.join(' and '), params };
   }
 
-  async nextWindow(low: string | null, maxRows: number): Promise<Window | null> {
-    const schema = await this.readSchema();
-    const logical = this.boundaryType(schema);
+  // The rows a next window may take: boundary set, after low, and (timestamps) settled.
+  private afterConditions(low: string | null, logical: LogicalType): { conds: string[]; params: unknown[] } {
     const b = quotePg(this.t.boundary.column);
     const cast = pgCastFor(logical);
     const conds: string[] = [`${b} is not null`];
@@ -116,6 +115,24 @@ export class PostgresTransferSource implements SourceAdapter {
       params.push(this.t.boundary.settleMs);
       conds.push(`${b} <= now() - make_interval(secs => $${params.length}::double precision / 1000)`);
     }
+    return { conds, params };
+  }
+
+  async rowsAfter(low: string | null, cap: number): Promise<number> {
+    const { conds, params } = this.afterConditions(low, this.boundaryType(await this.readSchema()));
+    params.push(Math.max(0, Math.trunc(cap)));
+    const res = await this.pool.query(
+      `select count(*)::text as n from (select 1 from ${this.from} where ${conds.join(' and ')} limit $${params.length}) s`,
+      params,
+    );
+    return Number(res.rows[0].n);
+  }
+
+  async nextWindow(low: string | null, maxRows: number): Promise<Window | null> {
+    const schema = await this.readSchema();
+    const logical = this.boundaryType(schema);
+    const b = quotePg(this.t.boundary.column);
+    const { conds, params } = this.afterConditions(low, logical);
     params.push(maxRows);
     // A key window on a single unique integer key: (low, min(first + maxRows - 1, last)] holds at most maxRows rows
     // and is found from the two ends of the index, without walking maxRows entries. The sum is numeric: in bigint,
