@@ -231,12 +231,18 @@ export class PostgresTransferSource implements SourceAdapter {
         text: `declare keel_cur no scroll cursor for select ${cols.join(', ')} from ${this.from} where ${pred.sql}`,
         values: pred.params,
       });
+      const fetchNext = () => {
+        const p = client.query({ text: `fetch forward ${Math.trunc(chunkSize)} from keel_cur`, rowMode: 'array' });
+        p.catch(noop); // awaited below; a read-ahead left behind by a consumer that stopped must not go unhandled
+        return p;
+      };
+      let pending = fetchNext();
       for (;;) {
-        const res = await client.query({
-          text: `fetch forward ${Math.trunc(chunkSize)} from keel_cur`,
-          rowMode: 'array',
-        });
+        const res = await pending;
         if (res.rows.length === 0) break;
+        // Read-ahead: the server formats the next chunk while this one is checked and consumed (at most two chunks
+        // in memory). The connection runs its queries in order, so a rollback below waits for it.
+        pending = fetchNext();
         const rows = res.rows as CanonicalRow[];
         for (const i of temporal)
           for (const row of rows) {
