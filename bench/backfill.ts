@@ -8,7 +8,6 @@
 // batch committed, every batch after the first created by catch-up, the source and target tables equal (count and
 // a keel-v1 checksum of both computed by the server).
 // Usage: npx tsx bench/backfill.ts [--rows 10000000] [--pg-url URL] (or KEEL_BENCH_PG_URL; embedded by default)
-import pg from 'pg';
 import { spawn } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
