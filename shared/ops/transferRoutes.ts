@@ -68,6 +68,7 @@ function stateOf(value: string | undefined): BatchState | undefined {
 }
 
 const ROWS_BEHIND_REUSE_MS = 30_000;
+const ROWS_BEHIND_WAIT_MS = 2_000;
 
 export const transferRoutes: OpsRoute<any, any, any>[] = [
   route({
@@ -84,12 +85,14 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
     async handle({ rt }) {
       if (!rt.transfers) return { body: { configured: false, items: [] } };
       // Rows behind: counted at the source up to KEEL_TRANSFER_ROWS_BEHIND_CAP, a count reused for 30 s (a console
-      // refreshing the page does not walk the source's index each time).
+      // refreshing the page does not walk the source's index each time); a source slower than 2 s to count (or
+      // unreachable) shows null rather than holding the page.
       const states = new Map(
         (
           await rt.transfers.transferStates(Date.now(), {
             rowsBehindCap: rt.settings.KEEL_TRANSFER_ROWS_BEHIND_CAP,
             rowsBehindMaxAgeMs: ROWS_BEHIND_REUSE_MS,
+            rowsBehindWaitMs: ROWS_BEHIND_WAIT_MS,
           })
         ).map((x) => [x.name, x]),
       );

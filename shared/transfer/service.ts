@@ -323,10 +323,11 @@ export class TransferService {
   }
 
   // Every configured transfer with its control, open batch and last commit (one journal read per transfer), and,
-  // when rowsBehindCap > 0, its rows behind (reused for rowsBehindMaxAgeMs; a failed count is null, never an error).
+  // when rowsBehindCap > 0, its rows behind (reused for rowsBehindMaxAgeMs; a failed count is null, never an error;
+  // a count slower than rowsBehindWaitMs is null in this answer and goes on, so the next one may reuse it).
   async transferStates(
     now = Date.now(),
-    opts: { rowsBehindCap?: number; rowsBehindMaxAgeMs?: number } = {},
+    opts: { rowsBehindCap?: number; rowsBehindMaxAgeMs?: number; rowsBehindWaitMs?: number } = {},
   ): Promise<TransferState[]> {
     const controls = new Map((await this.journal.controls()).map((c) => [c.transferName, c]));
     const out: TransferState[] = [];
@@ -335,15 +336,24 @@ export class TransferService {
       const { open, lastCommitted: last } = await this.journal.lastForTransfer(t.name);
       const openView = open ? toView(open) : null;
       const cap = opts.rowsBehindCap ?? 0;
-      const rowsBehind =
-        cap > 0
-          ? await this.countBehind(t, last?.boundaryHigh ?? null, cap, opts.rowsBehindMaxAgeMs ?? 0, now).catch(
-              (err: unknown) => {
-                this.log('transfer.rows_behind_error', { transfer: t.name, message: describeError(err).message });
-                return null;
-              },
-            )
-          : null;
+      let rowsBehind: RowsBehind | null = null;
+      if (cap > 0) {
+        const counting = this.countBehind(t, last?.boundaryHigh ?? null, cap, opts.rowsBehindMaxAgeMs ?? 0, now).catch(
+          (err: unknown) => {
+            this.log('transfer.rows_behind_error', { transfer: t.name, message: describeError(err).message });
+            return null;
+          },
+        );
+        let timer: NodeJS.Timeout | undefined;
+        rowsBehind =
+          opts.rowsBehindWaitMs === undefined
+            ? await counting
+            : await Promise.race([
+                counting,
+                new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), opts.rowsBehindWaitMs))),
+              ]);
+        clearTimeout(timer);
+      }
       out.push({
         name: t.name,
         paused: c?.paused ?? false,
