@@ -21,6 +21,7 @@ import {
   AUDIT_OUTCOMES,
   AUDIT_TEXT_LIMITS,
   DLQ_REASONS,
+  FAIL_REASONS,
   HOT_STATES,
   JOB_LOCATIONS,
   PURGE_TARGETS,
@@ -203,12 +204,13 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
     return leaseLost(ref);
   },
   fail: (ref, reason) => {
-    assertOneOf('reason', reason, DLQ_REASONS);
+    assertOneOf('reason', reason, FAIL_REASONS);
     return leaseLost(ref);
   },
   release: leaseLost,
   interrupt: leaseLost,
   cancel: (id) => (isJobId(id) ? undefined : { answer: 'not_found' }),
+  jobLinks: (id) => (isJobId(id) ? undefined : { answer: [] }),
   rescueZombies: (limit, byType) => {
     assertPositiveInt('limit', limit, LIMITS.rescueJobs);
     assertTypeMaxAttempts(byType);

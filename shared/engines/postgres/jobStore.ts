@@ -12,6 +12,7 @@ import type {
   EnqueueResult,
   HeartbeatResult,
   JobId,
+  JobLink,
   JobPage,
   JobRecord,
   JobSearch,
@@ -45,6 +46,7 @@ import {
   toClaimedJob,
   toStartedJob,
   toJobRecord,
+  toJobLink,
   toJobPage,
   searchScanRows,
   toMetricBucket,
@@ -60,7 +62,13 @@ import {
   toDlqGroupPage,
   toWorkerLeases,
 } from '../../jobs/rows.js';
-import { DEFAULT_MAX_PAYLOAD_BYTES, isLeaseRef, prepareEnqueue, typeMaxAttemptsJson } from '../../jobs/validate.js';
+import {
+  DEFAULT_MAX_PAYLOAD_BYTES,
+  isLeaseRef,
+  prepareEnqueue,
+  typeMaxAttemptsJson,
+  ValidationError,
+} from '../../jobs/validate.js';
 import { resultsByIdJson, type JobProgress } from '../../jobs/progress.js';
 import type { JobLogLine } from '../../jobs/jobLog.js';
 import { migrate } from './migrate.js';
@@ -91,6 +99,16 @@ function idempotencyConflict(err: unknown): unknown {
   } catch {
     return err;
   }
+}
+
+// What only the database can check of a batch (a flow's parent that does not exist, an onFailure or after the app's
+// own rules let through) comes back as 22023 "jobs[i].field: message": the contract's ValidationError, the field
+// named as prepareEnqueue names it (no "jobs[0]." for a single job).
+function flowRefused(err: unknown, count: number): unknown {
+  const e = err as { code?: string; message?: string };
+  const m = e?.code === '22023' ? /^jobs\[(\d+)\]\.((?:after|onFailure)[^:]*): (.*)$/s.exec(e.message ?? '') : null;
+  if (!m) return err;
+  return new ValidationError(count === 1 ? m[2]! : `jobs[${m[1]}].${m[2]}`, m[3]!);
 }
 
 // record_audit's arguments from an entry (the same names, snake_case).
@@ -241,7 +259,7 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     if (docs.length === 0) return [];
     // One row of two arrays parallel to the input: the ids and whether each was a duplicate.
     const [r] = await this.call('enqueue_many', { jobs: JSON.stringify(docs) }).catch((err: unknown) => {
-      throw idempotencyConflict(err);
+      throw flowRefused(idempotencyConflict(err), docs.length);
     });
     const ids = r!.jobIds as string[];
     const duplicates = r!.duplicates as boolean[];
@@ -439,6 +457,11 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   async getJob(jobId: JobId): Promise<JobRecord | null> {
     const rows = await this.call('get_job', { job_id: jobId });
     return rows[0] ? toJobRecord(rows[0], PG_CODEC) : null;
+  }
+
+  async jobLinks(jobId: JobId): Promise<JobLink[]> {
+    const rows = await this.call('job_links', { job_id: jobId });
+    return rows.map((r) => toJobLink(r, PG_CODEC));
   }
 
   async searchJobs(s: JobSearch): Promise<JobPage> {

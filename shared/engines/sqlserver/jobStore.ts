@@ -13,6 +13,7 @@ import type {
   EnqueueResult,
   HeartbeatResult,
   JobId,
+  JobLink,
   JobPage,
   JobRecord,
   JobSearch,
@@ -46,6 +47,7 @@ import {
   toClaimedJob,
   toStartedJob,
   toJobRecord,
+  toJobLink,
   toJobPage,
   searchScanRows,
   toMetricBucket,
@@ -151,6 +153,7 @@ export const SQLSERVER_PARAMS: ParamTypes = {
     MetricsRetentionSeconds: sql.Int,
   },
   get_job: { JobId: sql.BigInt },
+  job_links: { JobId: sql.BigInt },
   search_jobs: {
     ...JOB_FILTER,
     Text: sql.NVarChar(400),
@@ -642,6 +645,11 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
   async getJob(jobId: JobId): Promise<JobRecord | null> {
     const rows = await this.call('get_job', { JobId: jobId }, 'safe');
     return rows[0] ? jobRecord(rows[0]) : null;
+  }
+
+  async jobLinks(jobId: JobId): Promise<JobLink[]> {
+    const rows = await this.call('job_links', { JobId: jobId }, 'safe');
+    return rows.map((r) => toJobLink(r, MSSQL_CODEC));
   }
 
   async searchJobs(s: JobSearch): Promise<JobPage> {
