@@ -196,6 +196,12 @@ begin
   end if;
   -- Flows (V010): one pass over the documents; a batch without `after` or `onFailure` does nothing more for them.
   v_flow := exists (select 1 from unnest(v_docs) as d where d ? 'after' or d ? 'onFailure');
+  if v_flow and p_scheduler then
+    -- A schedule fires jobs, not flows: its tick must never wait on another job (the same refusal on SQL Server).
+    raise exception 'jobs[%].after: a scheduled job cannot wait for other jobs',
+      (select u.o - 1 from unnest(v_docs) with ordinality as u(d, o) where u.d ? 'after' or u.d ? 'onFailure'
+       order by u.o limit 1) using errcode = '22023';
+  end if;
   if v_flow then
     v_problem := keel._after_problem(v_docs);
     if v_problem is not null then
@@ -1400,9 +1406,13 @@ begin
     exit when cardinality(v_new) = 0;
     v_ids := v_ids || v_new;
     v_queues := v_queues || v_q;
+    -- The next round: children this round's failure dead-lettered, once none of their failed parents is left in
+    -- the DLQ (a child with another parent still dead stays, and comes back with that one).
     v_round := array(select distinct e.child_id from keel.job_deps e
                      join keel.jobs_dlq d on d.id = e.child_id and d.reason = 'parent_failed'
                      where e.parent_id = any(v_new) and e.parent_outcome = 'failed'
+                       and not exists (select 1 from keel.job_deps f join keel.jobs_dlq fd on fd.id = f.parent_id
+                                       where f.child_id = e.child_id and f.parent_outcome = 'failed')
                      order by 1);
     exit when cardinality(v_round) = 0;
   end loop;
@@ -1418,7 +1428,14 @@ begin
                         for update of h offset 0) l;
     update keel.job_deps e set parent_outcome = null
     where e.parent_id = any(v_ids) and e.parent_outcome = 'failed'
-      and (e.child_id = any(v_ids) or exists (select 1 from keel.jobs_hot h where h.id = e.child_id and h.state = 'waiting'));
+      and exists (select 1 from keel.jobs_hot h where h.id = e.child_id and h.state = 'waiting');
+    -- A revived job's own parents as they are now: hot (open), archived (succeeded) or still dead (failed: a job the
+    -- operator resurrected in spite of it runs).
+    update keel.job_deps e
+    set parent_outcome = case when exists (select 1 from keel.jobs_hot h where h.id = e.parent_id) then null
+                              when exists (select 1 from keel.jobs_archive a where a.id = e.parent_id) then 'succeeded'
+                              else 'failed' end
+    where e.child_id = any(v_ids);
     update keel.jobs_hot h
     set has_dependents = case when exists (select 1 from keel.job_deps e where e.parent_id = h.id and e.parent_outcome is null)
                               then true end,

@@ -1724,6 +1724,31 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(await h.countRows('hot', q)).toBe(0);
     });
 
+    it('a child two failed parents dead-lettered comes back only with the last of them, and runs after both', async () => {
+      const q = freshQueue('flow-two-dead');
+      const [p1, p2, c] = await store.enqueueMany([
+        { queue: q, type: 'p' },
+        { queue: q, type: 'p' },
+        { queue: q, type: 'c', after: [{ index: 0 }, { index: 1 }] },
+      ]);
+      for (const j of await store.claimNext({ workerId: 'w', queues: [q], limit: 10 })) {
+        expect((await store.start(ref(j))).status).toBe('ok');
+        expect(await store.fail(ref(j), 'fatal', 'boom')).toBe('ok');
+      }
+      expect(await store.getJob(c!.id)).toMatchObject({ location: 'dlq', reason: 'parent_failed' });
+      expect(await store.resurrect([p1!.id])).toEqual([p1!.id]); // p2 is still dead: the child stays
+      expect(await store.getJob(c!.id)).toMatchObject({ location: 'dlq' });
+      await runOne(q);
+      expect((await store.resurrect([p2!.id])).sort()).toEqual([p2!.id, c!.id].sort());
+      expect(await store.getJob(c!.id)).toMatchObject({ location: 'hot', state: 'waiting' });
+      expect(await claimable(q)).toEqual([p2!.id]);
+      await h.backdate(p2!.id, 'lease_expires_at', 1);
+      await store.rescueZombies(100);
+      await runOne(q);
+      expect(await store.getJob(c!.id)).toMatchObject({ state: 'pending' });
+      expect((await store.jobLinks(c!.id)).map((l) => l.outcome)).toEqual(['succeeded', 'succeeded']);
+    });
+
     it('a cancelled waiting child goes to the DLQ; resurrected, it waits for its parent again', async () => {
       const q = freshQueue('flow-cancel');
       const [p, c] = await store.enqueueMany([
