@@ -254,7 +254,8 @@ BEGIN
 
     -- The triggers' read-counter deltas, applied once by keel.ApplyCounters (R__010_counters.sql).
     CREATE TABLE #KeelCountDeltas (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
-      Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL);
+      Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL,
+    Waiting bigint NOT NULL DEFAULT (0));
 
     BEGIN TRY
       BEGIN TRANSACTION;

@@ -46,7 +46,8 @@ BEGIN
                     Kind char(1) NOT NULL); -- c = cancelled, z = zombie to DLQ, r = back to pending
   -- The triggers' read-counter deltas, applied once per transaction by keel.ApplyCounters (R__010_counters.sql).
   CREATE TABLE #KeelCountDeltas (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
-    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL);
+    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL,
+    Waiting bigint NOT NULL DEFAULT (0));
 
   BEGIN TRY
     -- 1. Fetched jobs whose lease ran out: back to pending. Index order of IX_JobsHot_FetchedLease (LeaseExpiresAt,
@@ -206,7 +207,8 @@ BEGIN
 
   -- The triggers' read-counter deltas, applied once by keel.ApplyCounters (R__010_counters.sql).
   CREATE TABLE #KeelCountDeltas (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
-    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL);
+    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL,
+    Waiting bigint NOT NULL DEFAULT (0));
 
   BEGIN TRY
     BEGIN TRANSACTION;
