@@ -106,6 +106,15 @@ export function validateQueuePatch(queue: string, patch: QueueSettingsPatch): Qu
   return parsed.data;
 }
 
+// What only the database can check of a batch's flows (a parent that does not exist; and, for other sessions'
+// producers, every after/onFailure rule) comes back as "jobs[i].after[k]: message": the contract's ValidationError,
+// the field named as prepareEnqueue names it (no "jobs[0]." for a single job). Null for any other message.
+export function flowRefusal(message: string | undefined, count: number): ValidationError | null {
+  const m = /^jobs\[(\d+)\]\.((?:after|onFailure)[^:]*): (.*)$/s.exec(message ?? '');
+  if (!m) return null;
+  return new ValidationError(count === 1 ? m[2]! : `jobs[${m[1]}].${m[2]}`, m[3]!);
+}
+
 export function assertPositiveInt(field: string, value: number, max: number): void {
   if (!Number.isInteger(value) || value < 1 || value > max) {
     throw new ValidationError(field, `must be an integer from 1 to ${max} (got ${value})`);

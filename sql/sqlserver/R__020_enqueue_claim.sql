@@ -6,7 +6,7 @@ GO
 -- EnqueueJobs(@Jobs, @Scheduler): the enqueue behind keel.EnqueueMany (@Scheduler = 0) and keel.FireSchedule (1:
 -- idempotency keys starting "schedule:" allowed; EnqueueMany refuses them with 50026). Internal (DENY, R__900).
 -- @Jobs is a JSON array of {queue, type, payload, priority, runAt, delayMs, tags, idempotencyKey, maxAttempts,
--- expiresAt} (runAt/expiresAt ISO 8601, 'Z' or an offset). Returns one row per input in input order: Ord, JobId,
+-- expiresAt, after, onFailure} (runAt/expiresAt ISO 8601, 'Z' or an offset; after/onFailure: docs/jobs.md, "Flows"). Returns one row per input in input order: Ord, JobId,
 -- Duplicate (1 = a hot job of the same queue and type holds the idempotency key, with the same payload text; JobId
 -- is that job's; a key repeated inside one batch yields the first occurrence's job). A key held with another payload
 -- refuses the whole batch with error 50025, its message ending in a JSON object naming the job (index, queue, type,
@@ -37,6 +37,9 @@ BEGIN
     ScopeKey       nvarchar(786) COLLATE Latin1_General_100_BIN2 NULL,
     Tags           nvarchar(max) NOT NULL,
     ExpiresAt      datetime2(3) NULL,
+    After          nvarchar(max) NULL, -- flows: the `after` array (JSON), NULL or '[]' for none
+    OnFailure      nvarchar(20) NULL,
+    HasAfter       bit NOT NULL DEFAULT (0),
     Id             bigint NULL,
     Duplicate      bit NOT NULL DEFAULT (0),
     Clash          bit NOT NULL DEFAULT (0), -- the key is held with another payload
@@ -47,7 +50,7 @@ BEGIN
     INDEX IX_In_Key (ScopeKey, Ord),
     INDEX IX_In_Queue (Queue));
 
-  INSERT @In (Ord, Queue, Type, Payload, Priority, RunAt, MaxAttempts, IdempotencyKey, Tags, ExpiresAt)
+  INSERT @In (Ord, Queue, Type, Payload, Priority, RunAt, MaxAttempts, IdempotencyKey, Tags, ExpiresAt, After, OnFailure)
   SELECT CONVERT(int, j.[key]),
          v.queue,
          v.type,
@@ -67,7 +70,8 @@ BEGIN
          v.idempotencyKey,
          ISNULL(v.tags, N'[]'),
          CASE WHEN v.expiresAt IS NOT NULL
-              THEN CONVERT(datetime2(3), SWITCHOFFSET(CONVERT(datetimeoffset(3), v.expiresAt), '+00:00')) END
+              THEN CONVERT(datetime2(3), SWITCHOFFSET(CONVERT(datetimeoffset(3), v.expiresAt), '+00:00')) END,
+         v.after, v.onFailure
   FROM OPENJSON(@Jobs) AS j
   CROSS APPLY OPENJSON(j.[value]) WITH (
     queue          nvarchar(128) '$.queue',
@@ -78,7 +82,9 @@ BEGIN
     tags           nvarchar(max) '$.tags' AS JSON,
     idempotencyKey nvarchar(400) '$.idempotencyKey',
     maxAttempts    int           '$.maxAttempts',
-    expiresAt      nvarchar(40)  '$.expiresAt') AS v;
+    expiresAt      nvarchar(40)  '$.expiresAt',
+    after          nvarchar(max) '$.after' AS JSON,
+    onFailure      nvarchar(20)  '$.onFailure') AS v;
 
   IF NOT EXISTS (SELECT 1 FROM @In)
   BEGIN
@@ -95,6 +101,57 @@ BEGIN
   END;
   UPDATE @In SET ScopeKey = Queue + N'/' + Type + N'/' + IdempotencyKey WHERE IdempotencyKey IS NOT NULL;
 
+  -- Flows (V007; docs/jobs.md, "Flows"): each `after` reference, checked; a batch without any does nothing more here.
+  -- Ext: a job id (it exists before the batch: ids only grow); Idx: an earlier job of this batch. So no cycle.
+  DECLARE @Flow bit = IIF(EXISTS (SELECT 1 FROM @In WHERE After IS NOT NULL OR OnFailure IS NOT NULL), 1, 0);
+  DECLARE @Refs TABLE (Ord int NOT NULL, K int NOT NULL, Ext bigint NULL, Idx int NULL, ParentId bigint NULL,
+                       PRIMARY KEY (Ord, K));
+  IF @Flow = 1
+  BEGIN
+    IF ISNULL(@Scheduler, 0) = 1
+    BEGIN
+      SET @Msg = CONCAT(N'jobs[', (SELECT MIN(Ord) FROM @In WHERE After IS NOT NULL OR OnFailure IS NOT NULL),
+                        N'].after: a scheduled job cannot wait for other jobs');
+      THROW 50028, @Msg, 1;
+    END;
+    SET @Msg = (SELECT TOP (1) CONCAT(N'jobs[', i.Ord, N']',
+                  CASE WHEN i.After IS NOT NULL AND (ISJSON(i.After) = 0 OR LEFT(LTRIM(i.After), 1) <> N'['
+                                                     OR (SELECT COUNT(*) FROM OPENJSON(i.After)) > 1000)
+                         THEN N'.after: must be an array of at most 1000 parents: job ids, or {"index": n} for an earlier job of this batch'
+                       WHEN i.OnFailure IS NOT NULL AND i.OnFailure NOT IN (N'skip', N'run', N'deadLetter')
+                         THEN N'.onFailure: must be skip, run or deadLetter'
+                       WHEN i.OnFailure IS NOT NULL AND (i.After IS NULL OR (SELECT COUNT(*) FROM OPENJSON(i.After)) = 0)
+                         THEN N'.onFailure: applies only to a job with parents (after)' END)
+                FROM @In AS i
+                WHERE (i.After IS NOT NULL AND (ISJSON(i.After) = 0 OR LEFT(LTRIM(i.After), 1) <> N'['
+                                                OR (SELECT COUNT(*) FROM OPENJSON(i.After)) > 1000))
+                   OR (i.OnFailure IS NOT NULL AND (i.OnFailure NOT IN (N'skip', N'run', N'deadLetter')
+                                                   OR i.After IS NULL OR (SELECT COUNT(*) FROM OPENJSON(i.After)) = 0))
+                ORDER BY i.Ord);
+    IF @Msg IS NOT NULL THROW 50027, @Msg, 1;
+    INSERT @Refs (Ord, K, Ext, Idx)
+    SELECT i.Ord, CONVERT(int, a.[key]),
+           CASE WHEN a.[type] IN (1, 2) AND a.[value] NOT LIKE N'%[^0-9]%' AND LEN(a.[value]) BETWEEN 1 AND 19
+                     AND LEFT(a.[value], 1) <> N'0' THEN TRY_CONVERT(bigint, a.[value]) END,
+           CASE WHEN a.[type] = 5 AND (SELECT COUNT(*) FROM OPENJSON(a.[value])) = 1
+                     AND JSON_VALUE(a.[value], '$.index') NOT LIKE N'%[^0-9]%' AND LEN(JSON_VALUE(a.[value], '$.index')) BETWEEN 1 AND 5
+                THEN TRY_CONVERT(int, JSON_VALUE(a.[value], '$.index')) END
+    FROM @In AS i
+    CROSS APPLY OPENJSON(i.After) AS a
+    WHERE i.After IS NOT NULL;
+    UPDATE i SET HasAfter = 1 FROM @In AS i WHERE EXISTS (SELECT 1 FROM @Refs AS r WHERE r.Ord = i.Ord);
+    SET @Msg = (SELECT TOP (1) CONCAT(N'jobs[', r.Ord, N'].after[', r.K, N']: ',
+                  CASE WHEN r.Ext IS NULL AND r.Idx IS NULL
+                         THEN N'must be a job id or {"index": n} naming an earlier job of this batch'
+                       ELSE CONCAT(N'{"index": ', r.Idx, N'} must name an earlier job of this batch (',
+                                   IIF(r.Ord = 0, N'the first job has none', CONCAT(N'0 to ', r.Ord - 1)),
+                                   N'); a job cannot wait for itself or a later job') END)
+                FROM @Refs AS r
+                WHERE (r.Ext IS NULL AND r.Idx IS NULL) OR r.Idx >= r.Ord
+                ORDER BY r.Ord, r.K);
+    IF @Msg IS NOT NULL THROW 50027, @Msg, 1;
+  END;
+
   -- Queue settings rows, created on first use (default settings), in name order, before the job transaction: each
   -- in its own short autocommitted statement, or, under FireSchedule, inside its transaction (after the Schedules
   -- row). Queues rows are step 1 of the lock order (R__010_counters.sql), so either way this is safe.
@@ -105,6 +162,19 @@ BEGIN
     SELECT @Q WHERE NOT EXISTS (SELECT 1 FROM keel.Queues WITH (UPDLOCK, HOLDLOCK) WHERE Name = @Q);
     SET @Q = (SELECT MIN(i.Queue) FROM @In AS i
               WHERE i.Queue > @Q AND NOT EXISTS (SELECT 1 FROM keel.Queues AS q WHERE q.Name = i.Queue));
+  END;
+
+  -- Flows: a batch with `after` moves more than one counted statement (the inserts, the children made due or
+  -- dead-lettered), so its counters are deferred to one keel.ApplyCounters, last (R__010_counters.sql). Never under
+  -- FireSchedule (refused above), so these are the transaction's only ones.
+  IF @Flow = 1
+  BEGIN
+    CREATE TABLE #KeelCountDeltas (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+      Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL,
+      Waiting bigint NOT NULL DEFAULT (0));
+    CREATE TABLE #KeelFlowCounters (Seq int IDENTITY(1, 1) PRIMARY KEY,
+      Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL, Failed int NOT NULL, Cancelled int NOT NULL,
+      Zombie int NOT NULL, Outcome varchar(10) NULL, Reason varchar(16) NOT NULL, DurationMs bigint NOT NULL);
   END;
 
   -- A transaction of its own, or the caller's (FireSchedule runs this through INSERT ... EXEC, where a ROLLBACK here
@@ -129,6 +199,37 @@ BEGIN
       EXEC @Rc = sys.sp_getapplock @Resource = @Res, @LockMode = 'Exclusive', @LockOwner = 'Transaction';
       IF @Rc < 0 THROW 50023, N'EnqueueMany: could not lock an idempotency key', 1;
       SET @Res = (SELECT MIN(Res) FROM @Keys WHERE Res > @Res);
+    END;
+
+    -- Flows: the parents named by id, locked before the batch inserts anything (sql/README.md, Lock order 3a): DLQ
+    -- parents shared (a resurrect waits), then hot parents that are not waiting, then waiting ones, each in id order
+    -- (the nested loop driven by @Ext, as CompleteMany explains). A parent in none of the three tables refuses the batch.
+    IF @Flow = 1
+    BEGIN
+      DECLARE @Ext TABLE (Id bigint NOT NULL PRIMARY KEY);
+      DECLARE @ExtWaiting TABLE (Id bigint NOT NULL PRIMARY KEY);
+      DECLARE @Got TABLE (Id bigint NOT NULL PRIMARY KEY);
+      INSERT @Ext (Id) SELECT DISTINCT Ext FROM @Refs WHERE Ext IS NOT NULL;
+      INSERT @Got (Id)
+      SELECT d.Id FROM @Ext AS x INNER JOIN keel.JobsDLQ AS d WITH (HOLDLOCK, ROWLOCK, FORCESEEK) ON d.Id = x.Id;
+      INSERT @ExtWaiting (Id)
+      SELECT h.Id FROM @Ext AS x INNER JOIN keel.JobsHot AS h WITH (READCOMMITTEDLOCK, FORCESEEK) ON h.Id = x.Id
+      WHERE h.State = 'waiting';
+      DELETE FROM @Got;
+      INSERT @Got (Id)
+      SELECT h.Id FROM @Ext AS x INNER JOIN keel.JobsHot AS h WITH (UPDLOCK, ROWLOCK, FORCESEEK) ON h.Id = x.Id
+      WHERE NOT EXISTS (SELECT 1 FROM @ExtWaiting AS w WHERE w.Id = x.Id);
+      INSERT @Got (Id)
+      SELECT h.Id FROM @ExtWaiting AS x INNER JOIN keel.JobsHot AS h WITH (UPDLOCK, ROWLOCK, FORCESEEK) ON h.Id = x.Id;
+      SET @Msg = (SELECT TOP (1) CONCAT(N'jobs[', r.Ord, N'].after[', r.K, N']: job ', r.Ext,
+                                        N' does not exist (it is not hot, archived or dead-lettered)')
+                  FROM @Refs AS r
+                  WHERE r.Ext IS NOT NULL
+                    AND NOT EXISTS (SELECT 1 FROM keel.JobsHot AS h WITH (READCOMMITTEDLOCK) WHERE h.Id = r.Ext)
+                    AND NOT EXISTS (SELECT 1 FROM keel.JobsArchive AS a WITH (READCOMMITTEDLOCK) WHERE a.Id = r.Ext)
+                    AND NOT EXISTS (SELECT 1 FROM keel.JobsDLQ AS d WITH (READCOMMITTEDLOCK) WHERE d.Id = r.Ext)
+                  ORDER BY r.Ord, r.K);
+      IF @Msg IS NOT NULL THROW 50027, @Msg, 1;
     END;
 
     -- Keys held by a hot job of the same queue and type (latest committed state: READCOMMITTEDLOCK waits for a move
@@ -179,11 +280,45 @@ BEGIN
     -- The transaction's one counted statement, and its last: the JobsHot trigger writes HotCounts at its end (lock
     -- order step 4, R__010_counters.sql). New ids and keys: nothing here waits for another transaction's job row.
     INSERT keel.JobsHot (Id, Queue, Type, Payload, Priority, State, RunAt, Attempts, MaxAttempts, IdempotencyKey, Tags,
-                         CancelRequested, ExpiresAt, CreatedAt)
-    SELECT Id, Queue, Type, Payload, Priority, 'pending', RunAt, 0, MaxAttempts, IdempotencyKey, Tags,
-           0, ExpiresAt, @Now
+                         CancelRequested, ExpiresAt, CreatedAt, OnParentFailure)
+    SELECT Id, Queue, Type, Payload, Priority, IIF(HasAfter = 1, 'waiting', 'pending'), RunAt, 0, MaxAttempts,
+           IdempotencyKey, Tags, 0, ExpiresAt, @Now, IIF(HasAfter = 1, ISNULL(CONVERT(varchar(10), OnFailure), 'deadLetter'), NULL)
     FROM @In
     WHERE Insert_ = 1;
+
+    -- Flows: the edges of the new children, the flag of their hot parents, and each child settled (FlowSettle: due,
+    -- waiting, or dead-lettered by its policy when a parent is already dead). A parent named by index that was a
+    -- duplicate of an older hot job is the one row locked here, after the inserts (sql/README.md, Lock order).
+    IF @Flow = 1
+    BEGIN
+      UPDATE r SET ParentId = COALESCE(r.Ext, p.Id)
+      FROM @Refs AS r LEFT JOIN @In AS p ON p.Ord = r.Idx;
+      DECLARE @Edges TABLE (ParentId bigint NOT NULL, ChildId bigint NOT NULL, Position int NOT NULL,
+                            PRIMARY KEY (ParentId, ChildId));
+      INSERT @Edges (ParentId, ChildId, Position)
+      SELECT r.ParentId, c.Id, MIN(r.K)
+      FROM @Refs AS r INNER JOIN @In AS c ON c.Ord = r.Ord
+      WHERE c.Insert_ = 1
+      GROUP BY r.ParentId, c.Id;
+      DECLARE @Flagged TABLE (Id bigint NOT NULL PRIMARY KEY);
+      UPDATE h SET HasDependents = 1
+      OUTPUT inserted.Id INTO @Flagged (Id)
+      FROM (SELECT DISTINCT ParentId FROM @Edges) AS p
+      INNER JOIN keel.JobsHot AS h WITH (UPDLOCK, ROWLOCK, FORCESEEK) ON h.Id = p.ParentId;
+      INSERT keel.JobDeps (ParentId, ChildId, Position, ParentOutcome)
+      SELECT e.ParentId, e.ChildId, e.Position,
+             CASE WHEN EXISTS (SELECT 1 FROM @Flagged AS f WHERE f.Id = e.ParentId) THEN NULL
+                  WHEN EXISTS (SELECT 1 FROM keel.JobsArchive AS a WHERE a.Id = e.ParentId) THEN 'succeeded'
+                  ELSE 'failed' END
+      FROM @Edges AS e;
+      DECLARE @NoParents keel.JobIdList, @NewChildren keel.JobIdList;
+      INSERT @NewChildren (Id) SELECT DISTINCT ChildId FROM @Edges;
+      EXEC keel.FlowSettle @Parents = @NoParents, @Outcome = 'succeeded', @Children = @NewChildren;
+      DECLARE @FlowCounters keel.CounterRows;
+      INSERT @FlowCounters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
+      SELECT Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs FROM #KeelFlowCounters;
+      EXEC keel.ApplyCounters @Counters = @FlowCounters; -- once, last
+    END;
 
     IF @OwnTran = 1 COMMIT TRANSACTION;
   END TRY

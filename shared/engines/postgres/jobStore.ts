@@ -67,7 +67,7 @@ import {
   isLeaseRef,
   prepareEnqueue,
   typeMaxAttemptsJson,
-  ValidationError,
+  flowRefusal,
 } from '../../jobs/validate.js';
 import { resultsByIdJson, type JobProgress } from '../../jobs/progress.js';
 import type { JobLogLine } from '../../jobs/jobLog.js';
@@ -101,14 +101,10 @@ function idempotencyConflict(err: unknown): unknown {
   }
 }
 
-// What only the database can check of a batch (a flow's parent that does not exist, an onFailure or after the app's
-// own rules let through) comes back as 22023 "jobs[i].field: message": the contract's ValidationError, the field
-// named as prepareEnqueue names it (no "jobs[0]." for a single job).
+// A flow refused by the database (22023 "jobs[i].after[k]: ..."): the contract's ValidationError (flowRefusal).
 function flowRefused(err: unknown, count: number): unknown {
   const e = err as { code?: string; message?: string };
-  const m = e?.code === '22023' ? /^jobs\[(\d+)\]\.((?:after|onFailure)[^:]*): (.*)$/s.exec(e.message ?? '') : null;
-  if (!m) return err;
-  return new ValidationError(count === 1 ? m[2]! : `jobs[${m[1]}].${m[2]}`, m[3]!);
+  return (e?.code === '22023' && flowRefusal(e.message, count)) || err;
 }
 
 // record_audit's arguments from an entry (the same names, snake_case).

@@ -63,7 +63,13 @@ import {
   toWorkerLeases,
 } from '../../jobs/rows.js';
 import { JOB_PROCEDURES, pascalCase, type JobProcedure } from '../../jobs/procedures.js';
-import { DEFAULT_MAX_PAYLOAD_BYTES, isLeaseRef, prepareEnqueue, typeMaxAttemptsJson } from '../../jobs/validate.js';
+import {
+  DEFAULT_MAX_PAYLOAD_BYTES,
+  flowRefusal,
+  isLeaseRef,
+  prepareEnqueue,
+  typeMaxAttemptsJson,
+} from '../../jobs/validate.js';
 import { resultsByIdJson, type JobProgress } from '../../jobs/progress.js';
 import type { JobLogLine } from '../../jobs/jobLog.js';
 import { SqlServerPool, sharedSqlServerPool, type PoolOptions } from './pool.js';
@@ -262,6 +268,12 @@ export interface SqlServerStoreOptions extends PoolOptions {
 // EnqueueJobs and FireSchedule refuse a key held with another payload (or by a job the schedule did not enqueue)
 // with error 50025, the message ending in a JSON object naming the job: the contract's IdempotencyConflictError.
 const IDEMPOTENCY_CONFLICT = 50025;
+// EnqueueJobs refuses a flow it cannot take with 50027 (a parent that does not exist, a bad after/onFailure) or
+// 50028 (a scheduled job with parents), "jobs[i].after[k]: ...": the contract's ValidationError (flowRefusal).
+function flowRefused(err: unknown, count: number): unknown {
+  const e = err as { number?: number; message?: string };
+  return ((e?.number === 50027 || e?.number === 50028) && flowRefusal(e.message, count)) || err;
+}
 function idempotencyConflict(err: unknown): unknown {
   const e = err as { number?: number; message?: string };
   const at = e?.number === IDEMPOTENCY_CONFLICT ? (e.message?.indexOf('{"index":') ?? -1) : -1;
@@ -342,7 +354,7 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     // Safe to re-run only when every job carries an idempotency key: a second run finds the first run's jobs.
     const policy: RetryPolicy = docs.every((d) => typeof d.idempotencyKey === 'string') ? 'safe' : 'once';
     const rows = await this.call('enqueue_many', { Jobs: JSON.stringify(docs) }, policy).catch((err: unknown) => {
-      throw idempotencyConflict(err);
+      throw flowRefused(idempotencyConflict(err), docs.length);
     });
     return rows.map((r) => ({ id: String(r.JobId), duplicate: Boolean(r.Duplicate) }));
   }
