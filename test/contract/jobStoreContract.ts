@@ -5,13 +5,21 @@ import {
   STATS_DUE_COUNT_CAP,
   TEXT_SEARCH_SCAN_ROWS_MAX,
 } from '../../shared/jobs/contract.js';
-import type { AuditEntry, AuditSearch, ClaimedJob, JobStore, LeaseRef } from '../../shared/jobs/contract.js';
+import type {
+  AuditEntry,
+  AuditSearch,
+  ClaimedJob,
+  EnqueueRequest,
+  JobStore,
+  LeaseRef,
+} from '../../shared/jobs/contract.js';
 import { LIMITS, ValidationError } from '../../shared/jobs/validate.js';
 import { normalizeProgress, resultJson } from '../../shared/jobs/progress.js';
 import { jobLogLine } from '../../shared/jobs/jobLog.js';
 import { JOB_ATTEMPT_ERROR_CHARS, JOB_ATTEMPTS_KEPT, jobTimeline } from '../../shared/jobs/attempts.js';
 import type { EngineHarness, PillarTable } from './harness.js';
 import { seededRandom } from '../support/seededRandom.js';
+import { flowJobs, flowResult, type Flow } from '../../packages/client/src/flow.js';
 
 const ref = (j: ClaimedJob): LeaseRef => ({ jobId: j.id, leaseId: j.leaseId });
 let queueSeq = 0;
@@ -1583,7 +1591,12 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       ]);
       const join = ids[3]!.id;
       const parents = await store.claimNext({ workerId: 'w', queues: [q], limit: 10 });
-      expect(parents.map((p) => p.id).sort()).toEqual(ids.slice(0, 3).map((r) => r.id).sort());
+      expect(parents.map((p) => p.id).sort()).toEqual(
+        ids
+          .slice(0, 3)
+          .map((r) => r.id)
+          .sort(),
+      );
       for (const p of parents) expect((await store.start(ref(p))).status).toBe('ok');
       const results = await store.completeMany([ref(parents[2]!), ref(parents[0]!)]);
       expect(results.map((r) => r.status)).toEqual(['ok', 'ok']);
@@ -1762,6 +1775,29 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       await runOne(q);
       expect(await where(p!.id)).toEqual(['archive']);
       expect(await store.getJob(c!.id)).toMatchObject({ state: 'pending' });
+    });
+
+    it('flowJobs enqueues a parent, its children and a fan-in job in one call, all of it or nothing', async () => {
+      const q = freshQueue('flow-helper');
+      const flow: Flow<EnqueueRequest> & { children: EnqueueRequest[] } = {
+        parent: { queue: q, type: 'fetch' },
+        children: [1, 2, 3].map((n) => ({ queue: q, type: 'part', payload: { n } })),
+        then: { queue: q, type: 'merge', onFailure: 'run' },
+      };
+      await expect(
+        store.enqueueMany(
+          flowJobs({ ...flow, children: [...flow.children, { queue: q, type: 'part', priority: 0.5 }] }),
+        ),
+      ).rejects.toMatchObject({ field: 'jobs[4].priority' });
+      expect(await h.countRows('hot', q)).toBe(0); // nothing of a refused flow
+      const ids = flowResult(flow, await store.enqueueMany(flowJobs(flow)));
+      expect(await store.getJob(ids.parent.id)).toMatchObject({ state: 'pending' });
+      for (const c of ids.children) expect(await store.getJob(c.id)).toMatchObject({ state: 'waiting' });
+      expect((await store.jobLinks(ids.then!.id)).map((l) => l.id)).toEqual(ids.children.map((c) => c.id));
+      await runOne(q, '{"rows":3}');
+      for (let i = 0; i < 3; i++) await runOne(q);
+      expect(await store.getJob(ids.then!.id)).toMatchObject({ state: 'pending' });
+      expect((await store.jobLinks(ids.children[0]!.id))[0]).toMatchObject({ id: ids.parent.id, result: { rows: 3 } });
     });
 
     it('counts waiting jobs apart from pending ones, through release', async () => {

@@ -30,6 +30,7 @@ export {
   type PayloadOf,
 } from './jobTypes.js';
 export { IdempotencyConflictError, KeelApiError, KeelUnavailableError } from './errors.js';
+export { flowJobs, flowResult, type Flow, type FlowJob, type FlowResult } from './flow.js';
 export {
   LIMITS,
   ON_PARENT_FAILURE,
