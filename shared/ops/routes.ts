@@ -164,6 +164,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
         pending: 0,
         fetched: 0,
         processing: 0,
+        waiting: 0,
         dlq: 0,
         succeeded: 0,
         failed: 0,
@@ -410,7 +411,17 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
         rt.registry.maxAttemptsByType()[job.type] ??
         (await rt.store.getQueue(job.queue))?.maxAttempts ??
         DEFAULT_MAX_ATTEMPTS;
-      return { body: { ...job, timeline: jobTimeline(job), attemptLimit } };
+      // A flow's job: its parents (with their results) and children; both empty for a job in no flow.
+      const links = await rt.store.jobLinks(params.id);
+      return {
+        body: {
+          ...job,
+          timeline: jobTimeline(job),
+          attemptLimit,
+          parents: links.filter((l) => l.relation === 'parent').map(({ relation: _r, ...l }) => l),
+          children: links.filter((l) => l.relation === 'child').map(({ relation: _r, result: _x, ...l }) => l),
+        },
+      };
     },
   }),
   route({

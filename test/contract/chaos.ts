@@ -90,15 +90,15 @@ export function defineChaosSuite(makeHarness: () => EngineHarness, opts: ChaosOp
         if (random.next() < 0.05) throw new Error('chaos: transient');
       })
       .register(
-      'chaos',
-      async () => {
-        await sleep(random.next() * 3);
-        const roll = random.next();
-        if (roll < 0.01) throw new FatalError('chaos: fatal');
-        if (roll < 0.09) throw new Error('chaos: transient');
-      },
-      { backoff: { baseMs: 20, maxMs: 200 } },
-    );
+        'chaos',
+        async () => {
+          await sleep(random.next() * 3);
+          const roll = random.next();
+          if (roll < 0.01) throw new FatalError('chaos: fatal');
+          if (roll < 0.09) throw new Error('chaos: transient');
+        },
+        { backoff: { baseMs: 20, maxMs: 200 } },
+      );
 
     interface Live {
       worker: Worker;
