@@ -150,7 +150,7 @@ BEGIN
                          StartedAt, FailedAt, DurationMs, Reason, Error, WorkerId, Logs, OnParentFailure)
     SELECT m.Id, m.Queue, m.Type, m.Payload, m.Priority, m.Attempts, m.MaxAttempts, m.IdempotencyKey, m.Tags, m.CreatedAt,
            NULL, @Now, NULL, IIF(m.Policy = 'skip', 'skipped', 'parent_failed'),
-           N'a parent job was dead-lettered (onFailure: ' + m.Policy + N')', m.WorkerId, m.Logs, m.OnParentFailure
+           N'a parent job was dead-lettered; onFailure: ' + m.Policy, m.WorkerId, m.Logs, m.OnParentFailure
     FROM @Moved AS m;
     -- 'parent_failed' counts as failed, with a bucket; 'skipped' is counted nowhere.
     INSERT #KeelFlowCounters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
