@@ -8,7 +8,7 @@ import type { JobLink } from '../../shared/handlerApi.js';
 const link = (id: string, outcome: JobLink['outcome'], result?: unknown): JobLink => ({
   relation: 'parent',
   id,
-  type: 'demo.report.region',
+  type: 'example.report.region',
   queue: 'reports',
   location: outcome === 'failed' ? 'dlq' : 'archive',
   state: outcome === 'failed' ? 'dead' : 'succeeded',

@@ -1,15 +1,15 @@
 // Example flow — continuations and fan-in (docs/jobs.md, "Flows"). A daily sales report in three steps:
-//   demo.report.prepare   the parent: fixes the day's exchange rate, once, and returns it;
-//   demo.report.region    one child per region, run after the parent: reads the rate from its parent's result
+//   example.report.prepare   the parent: fixes the day's exchange rate, once, and returns it;
+//   example.report.region    one child per region, run after the parent: reads the rate from its parent's result
 //                         (ctx.parents()) and returns the region's total;
-//   demo.report.merge     the fan-in job, run after every region (onFailure 'run': also when some failed), sums the
+//   example.report.merge     the fan-in job, run after every region (onFailure 'run': also when some failed), sums the
 //                         totals of the regions that succeeded and names the ones that did not.
 // startDailyReport() enqueues the whole flow in one transaction (enqueueFlow): all of it, or nothing.
 import { defineHandler, enqueueFlow, FatalError, z, type JobLink } from '../../shared/handlerApi.js';
 
 const day = z.string().regex(/^\d{4}-\d{2}-\d{2}$/, 'must be a date (YYYY-MM-DD)');
 
-export const prepare = defineHandler('demo.report.prepare', {
+export const prepare = defineHandler('example.report.prepare', {
   payload: z.strictObject({ day, currency: z.string().length(3) }),
   queue: 'reports',
   async handle(payload) {
@@ -18,7 +18,7 @@ export const prepare = defineHandler('demo.report.prepare', {
   },
 });
 
-export const region = defineHandler('demo.report.region', {
+export const region = defineHandler('example.report.region', {
   payload: z.strictObject({ region: z.string().min(1), sales: z.array(z.number()) }),
   queue: 'reports',
   async handle(payload, ctx) {
@@ -46,7 +46,7 @@ export function mergeRegions(parents: JobLink[]): { total: number; regions: numb
   return { total: Math.round(total * 100) / 100, regions, failed };
 }
 
-export const merge = defineHandler('demo.report.merge', {
+export const merge = defineHandler('example.report.merge', {
   payload: z.strictObject({ day }),
   queue: 'reports',
   async handle(payload, ctx) {
