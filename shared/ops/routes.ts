@@ -38,6 +38,8 @@ function toEnqueueRequest(j: EnqueueJobInput): JobRequest {
     ...(j.idempotencyKey !== undefined ? { idempotencyKey: j.idempotencyKey } : {}),
     ...(j.maxAttempts !== undefined ? { maxAttempts: j.maxAttempts } : {}),
     ...(j.expiresAt !== undefined ? { expiresAt: new Date(j.expiresAt) } : {}),
+    ...(j.after !== undefined ? { after: j.after } : {}),
+    ...(j.onFailure !== undefined ? { onFailure: j.onFailure } : {}),
   };
 }
 
