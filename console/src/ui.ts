@@ -35,6 +35,20 @@ export function badge(text: string, tone: 'ok' | 'warn' | 'bad' | 'muted' | 'inf
   return h('span', { class: `badge ${tone}` }, text);
 }
 
+// A warning's kind (GET /warnings) as a badge says it; long: the overview's list, else a queue row's flag.
+export function warningLabel(kind: string, long = false): string {
+  switch (kind) {
+    case 'stale_heartbeat':
+      return long ? 'stale heartbeat' : 'stale';
+    case 'stale_worker':
+      return 'worker silent';
+    case 'queue_lag':
+      return 'lag';
+    default:
+      return 'DLQ growing';
+  }
+}
+
 export function empty(text: string): HTMLParagraphElement {
   return h('p', { class: 'empty' }, text);
 }

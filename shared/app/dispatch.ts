@@ -50,6 +50,9 @@ async function postRescheduled(rt: Runtime, ids: JobId[], log: Logger): Promise<
 
 export async function dispatchDueJobs(rt: Runtime, log: Logger): Promise<DispatchResult> {
   const started = Date.now();
+  // The timer instance's worker stays listed while idle: its row is refreshed by this pass when due (at most once per
+  // KEEL_WORKER_REFRESH_MS; presence.ts), not by a timer of its own.
+  rt.processor.touchPresence();
   const queues = await dispatchQueues(rt);
   const mode = rt.settings.KEEL_DISPATCH_MODE;
   if (queues.length === 0)
@@ -125,6 +128,7 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
       maxBatches: rt.settings.KEEL_MAINT_MAX_BATCHES,
       maxAttemptsByType: rt.registry.maxAttemptsByType(),
       auditRetentionDays: rt.settings.KEEL_OPS_AUDIT_RETENTION_DAYS,
+      workerRetentionMs: rt.settings.KEEL_WORKER_RETENTION_MS,
       purge,
     });
   } catch (err) {
@@ -177,7 +181,7 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
 // at information every pass.
 export function maintenanceDidNothing(report: MaintenancePassReport): boolean {
   const { jobs, transfers } = report;
-  const counts = [...Object.values(jobs.rescued), ...Object.values(jobs.purged), jobs.auditPurged];
+  const counts = [...Object.values(jobs.rescued), ...Object.values(jobs.purged), jobs.auditPurged, jobs.workersPruned];
   return (
     jobs.complete && counts.every((n) => n === 0) && (transfers === 'not configured' || transfers.reconciled === 0)
   );

@@ -14,6 +14,8 @@ import { createTransferService, type TransferServiceLike } from './transfers.js'
 import { processorTelemetry } from './telemetryHooks.js';
 import { appFunctionTimeoutMs } from './hostJson.js';
 import { registerLiveProcessor } from './shutdown.js';
+import { hostingInstanceId } from '../jobs/presence.js';
+import { appVersion } from '../config/appVersion.js';
 
 export interface Runtime {
   readonly settings: Settings;
@@ -50,8 +52,16 @@ async function openStore(settings: Settings): Promise<JobStore> {
   return engine.openJobStore(settings);
 }
 
+// The default worker id: the hosting instance (WEBSITE_INSTANCE_ID's first 12 digits on Azure Functions, where the
+// host name says little; else the host name), the process and a random part, so a restarted process on the same
+// instance is a new worker. A Functions instance's process keeps its runtime across invocations: one worker.
+export function runtimeWorkerId(env: NodeJS.ProcessEnv = process.env): string {
+  const instance = hostingInstanceId(env)?.slice(0, 12) ?? hostname();
+  return `${instance}-${process.pid}-${randomBytes(3).toString('hex')}`;
+}
+
 export async function createRuntime(settings: Settings, overrides: RuntimeOverrides = {}): Promise<Runtime> {
-  const workerId = settings.KEEL_WORKER_ID ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
+  const workerId = settings.KEEL_WORKER_ID ?? runtimeWorkerId();
   // Handlers' timeoutMs are checked against host.json functionTimeout as they register.
   const registry = overrides.registry ?? new HandlerRegistry({ functionTimeoutMs: appFunctionTimeoutMs() });
   const schedules: ScheduleDefinition[] = [];
@@ -96,7 +106,17 @@ export async function createRuntime(settings: Settings, overrides: RuntimeOverri
     jobLogLines: settings.KEEL_JOB_LOG_LINES,
     log: consoleLogger,
     events: processorTelemetry,
+    presence: {
+      appVersion: appVersion(),
+      buildId: settings.KEEL_BUILD_ID ?? null,
+      queues: settings.KEEL_DISPATCH_QUEUES.length > 0 ? settings.KEEL_DISPATCH_QUEUES : null,
+      concurrency: settings.KEEL_DISPATCH_CONCURRENCY,
+      refreshMs: settings.KEEL_WORKER_REFRESH_MS,
+    },
   });
+  // The processor registers in the worker registry when it starts working (its first queue message, timer pass or
+  // job: presence.ts), not here: building the runtime calls no store (an instance that only answers the ops API is
+  // no worker).
   // The app's graceful stop (appTerminate, SIGTERM: shared/app/shutdown.ts) stops every live processor.
   const forgetProcessor = registerLiveProcessor(processor);
   let closed: Promise<void> | undefined;

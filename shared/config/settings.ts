@@ -136,6 +136,13 @@ export const settingsSchema = z
     KEEL_DISPATCH_POST_LIMIT: int(256, 1, 10_000),
     // Job processing.
     KEEL_WORKER_ID: optionalString,
+    // The worker registry (the console's Workers page, shared/jobs/presence.ts): a processor refreshes its row when it
+    // does something, at most this often (never per job; an idle process sends nothing of its own); maintenance deletes
+    // the rows not seen for KEEL_WORKER_RETENTION_MS. KEEL_BUILD_ID: a build or commit id the rows report beside
+    // package.json's version (e.g. set by the deployment pipeline).
+    KEEL_WORKER_REFRESH_MS: int(300_000, 1_000, 3_600_000),
+    KEEL_WORKER_RETENTION_MS: int(3_600_000, 3_000, 7 * 24 * 3_600_000),
+    KEEL_BUILD_ID: optionalString.pipe(z.string().max(128, 'must be at most 128 characters').optional()),
     KEEL_LEASE_SECONDS: int(60, 5, 3600),
     KEEL_HEARTBEAT_MS: int(10_000, 200, 600_000),
     // ctx.progress() writes at most this often per running job (the latest value wins); results over the limit fail
@@ -201,6 +208,14 @@ export const settingsSchema = z
     KEEL_OPS_KEY: optionalString,
   })
   .superRefine((s, ctx) => {
+    // A live worker refreshes its row every KEEL_WORKER_REFRESH_MS at most: a shorter retention would prune it.
+    if (s.KEEL_WORKER_RETENTION_MS <= 2 * s.KEEL_WORKER_REFRESH_MS) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['KEEL_WORKER_RETENTION_MS'],
+        message: `must be more than twice KEEL_WORKER_REFRESH_MS (${s.KEEL_WORKER_REFRESH_MS}), or live workers are pruned`,
+      });
+    }
     // The job store's engine says which setting holds the control database (shared/engines/registry.ts).
     const setting = engineNamed(s.KEEL_STORE_ENGINE).controlSetting;
     if (setting && !s[setting as keyof typeof s]) {

@@ -303,6 +303,42 @@ export interface DlqGroupPage {
   totalJobs: number;
 }
 
+// What a processor reports of itself to the worker registry (keel.workers, V012): registered when it starts, refreshed
+// at most every KEEL_WORKER_REFRESH_MS while it does something, removed on a graceful stop.
+export interface WorkerRegistration {
+  workerId: string;
+  host: string; // the machine's host name
+  instanceId: string | null; // the hosting instance (WEBSITE_INSTANCE_ID on Azure Functions)
+  pid: number;
+  appVersion: string; // package.json's version
+  buildId: string | null; // KEEL_BUILD_ID
+  queues: string[] | null; // the queues its dispatcher serves; null: every queue
+  concurrency: number; // KEEL_DISPATCH_CONCURRENCY
+  startedAt: Date;
+  jobsDone: number; // jobs it finished since it started
+}
+
+// A registry row as read back: the registration and when the server last heard from it.
+export interface WorkerRegistryRow extends Omit<WorkerRegistration, 'workerId'> {
+  lastSeenAt: Date;
+}
+
+// The registry's bounds on what a worker reports (the columns' widths on every engine).
+export const WORKER_TEXT_LIMITS = {
+  workerId: 200,
+  host: 256,
+  instanceId: 128,
+  appVersion: 64,
+  buildId: 128,
+} as const;
+export const WORKER_QUEUES_MAX = 100;
+
+// A worker as listWorkers shows it: its registration (null when only leases name it: a process that never registered,
+// or whose row was pruned) and, from the hot rows' leases, the jobs it holds and its oldest and newest sign of life.
+export interface WorkerInfo extends WorkerLeases {
+  registration: WorkerRegistryRow | null;
+}
+
 // A worker as the hot rows' leases show it: the jobs it holds and its oldest and newest sign of life.
 export interface WorkerLeases {
   workerId: string;
@@ -491,9 +527,14 @@ export interface JobStore {
   searchAudit(search: AuditSearch): Promise<AuditPage>;
   purgeAudit(olderThan: Date, batchSize: number): Promise<number>;
   // Console reads: a bounded count for previews, dead letters grouped (a page of groups, largest first), and the
-  // workers holding leases on hot jobs.
+  // workers: the registry's and those holding leases on hot jobs.
   countJobs(count: JobCount): Promise<CountResult>;
   dlqGroups(queue: string | null, offset: number, limit: number): Promise<DlqGroupPage>;
-  listWorkers(): Promise<WorkerLeases[]>;
+  listWorkers(): Promise<WorkerInfo[]>;
+  // The worker registry: add or refresh a processor's row (returns the server's time it was seen at); remove it on a
+  // graceful stop (false: there was none); delete the rows not seen since olderThan (returns how many).
+  registerWorker(w: WorkerRegistration): Promise<Date>;
+  deregisterWorker(workerId: string): Promise<boolean>;
+  pruneWorkers(olderThan: Date): Promise<number>;
   close(): Promise<void>;
 }

@@ -10,7 +10,12 @@ export interface MaintenanceOptions {
   maxAttemptsByType?: Readonly<Record<string, number>>; // the handlers' own limits (HandlerRegistry.maxAttemptsByType())
   auditRetentionDays?: number; // ops audit rows older than this are deleted (default 365, KEEL_OPS_AUDIT_RETENTION_DAYS)
   purge?: boolean; // run the retention purges (default true); false: zombie rescue only
+  // Worker registry rows not seen for this long are deleted with the purges (default 1 hour,
+  // KEEL_WORKER_RETENTION_MS): processes that died without stopping.
+  workerRetentionMs?: number;
 }
+
+export const DEFAULT_WORKER_RETENTION_MS = 3_600_000;
 
 export const DEFAULT_AUDIT_RETENTION_DAYS = 365;
 
@@ -18,6 +23,7 @@ export interface MaintenanceReport {
   rescued: RescueResult;
   purged: Record<PurgeTarget, number>;
   auditPurged: number; // ops audit rows past their retention
+  workersPruned: number; // worker registry rows not seen within KEEL_WORKER_RETENTION_MS
   batches: number;
   durationMs: number;
   complete: boolean; // false when a step hit maxBatches: more work is left for the next pass
@@ -107,5 +113,12 @@ export async function runMaintenance(store: JobStore, opts: MaintenanceOptions =
     auditPurged += n;
     if (n < purgeBatch) break;
   }
-  return { rescued, purged, auditPurged, batches, durationMs: Date.now() - started, complete, purgeRan };
+  // The worker registry: one delete of the rows not seen lately (a row per process: small), with the other purges.
+  let workersPruned = 0;
+  if (purgeRan) {
+    const retention = opts.workerRetentionMs ?? DEFAULT_WORKER_RETENTION_MS;
+    workersPruned = await store.pruneWorkers(new Date(now.getTime() - retention));
+    batches++;
+  }
+  return { rescued, purged, auditPurged, workersPruned, batches, durationMs: Date.now() - started, complete, purgeRan };
 }

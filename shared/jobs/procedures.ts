@@ -56,6 +56,20 @@ export const JOB_PROCEDURES = {
   count_jobs: [...JOB_FILTER_PARAMS, 'cap'],
   dlq_groups: ['queue', 'offset', 'limit'],
   list_workers: [],
+  register_worker: [
+    'worker_id',
+    'host',
+    'instance_id',
+    'pid',
+    'app_version',
+    'build_id',
+    'queues',
+    'concurrency',
+    'started_at',
+    'jobs_done',
+  ],
+  deregister_worker: ['worker_id'],
+  prune_workers: ['older_than'],
   list_schedules: ['name'],
   set_schedule_paused: ['name', 'paused'],
   fire_schedule: ['name', 'expected_tick', 'tick', 'jobs'],
@@ -122,6 +136,9 @@ export const OPERATION_PROCEDURE: Record<StoreOperation, JobProcedure> = {
   countJobs: 'count_jobs',
   dlqGroups: 'dlq_groups',
   listWorkers: 'list_workers',
+  registerWorker: 'register_worker',
+  deregisterWorker: 'deregister_worker',
+  pruneWorkers: 'prune_workers',
   listSchedules: 'list_schedules',
   setSchedulePaused: 'set_schedule_paused',
   fireSchedule: 'fire_schedule',
@@ -130,6 +147,11 @@ export const OPERATION_PROCEDURE: Record<StoreOperation, JobProcedure> = {
   searchAudit: 'search_audit',
   purgeAudit: 'purge_audit',
 };
+
+// pascalCase at the type level: 'lease_id' -> 'LeaseId'.
+export type Pascal<S extends string> = S extends `${infer H}_${infer T}`
+  ? `${Capitalize<H>}${Pascal<T>}`
+  : Capitalize<S>;
 
 export function pascalCase(snake: string): string {
   return snake

@@ -22,6 +22,7 @@ import { DEFAULT_MAX_RESULT_BYTES, normalizeProgress, type JobProgress, type Pro
 import { AttemptAbort, RunningJobs, TypeConcurrencyLimit, runAttempt, type AbortReason } from './executor.js';
 import { decideAfterFailure, effectiveMaxAttempts } from './failure.js';
 import { runClaimLoop, type ClaimLoopOptions } from './producer.js';
+import { WorkerPresence, type PresenceOptions } from './presence.js';
 import { silentLogger, type HandlerRegistry, type JobLogger, type RegisteredHandler } from './registry.js';
 
 // The processor's public surface, whatever part of it declares a name (importers use this module).
@@ -54,6 +55,8 @@ export interface ProcessorOptions {
   progressIntervalMs?: number; // ctx.progress() and ctx.log's job log write at most this often per job (default 1 s)
   maxResultBytes?: number; // a handler's result over this is refused (default DEFAULT_MAX_RESULT_BYTES, 64 KiB)
   jobLogLines?: number; // ctx.log lines kept with each job (default 100; 0: the process log only)
+  // The worker registry's row of this processor (presence.ts); none: the processor is not listed there.
+  presence?: PresenceOptions;
 }
 
 export function defaultWorkerId(): string {
@@ -117,6 +120,9 @@ export class JobProcessor {
   private readonly maxResultBytes: number;
   private readonly jobLogLines: number;
   private stopping = false;
+  private jobsDone = 0;
+  private readonly presence: WorkerPresence | undefined;
+  private presenceStopped: Promise<void> | undefined;
 
   constructor(opts: ProcessorOptions) {
     this.store = opts.store;
@@ -130,6 +136,9 @@ export class JobProcessor {
     this.maxResultBytes = opts.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES;
     this.jobLogLines = opts.jobLogLines ?? DEFAULT_JOB_LOG_LINES;
     this.running = new RunningJobs(this.heartbeatIntervalMs, this.log);
+    this.presence = opts.presence
+      ? new WorkerPresence(opts.store, this.workerId, opts.presence, () => this.jobsDone, this.log)
+      : undefined;
     const batchMax = opts.completionBatchMax ?? 200;
     this.completer = new Completer(opts.store, batchMax, (job, op) => this.leaseLost(job, op));
     // Single-job starts (the queue-message path: one invocation per job) made in the same turn share one startMany.
@@ -157,6 +166,17 @@ export class JobProcessor {
     return this.stopping;
   }
 
+  // This process is doing something (a job, a timer's pass): refresh the worker registry's row when it is due
+  // (presence.ts: at most once per KEEL_WORKER_REFRESH_MS, never awaited, never in a claim's or completion's path).
+  touchPresence(): void {
+    if (!this.stopping) this.presence?.touch();
+  }
+
+  // The registry write in flight, if any, has ended (tests).
+  presenceSettled(): Promise<void> {
+    return this.presence?.settled() ?? Promise.resolve();
+  }
+
   // Claim and start up to `limit` due jobs under this processor's worker id (one statement; see runClaimLoop).
   async claimAndStart(queues: string[], limit: number): Promise<StartedJob[]> {
     if (this.stopping || limit < 1) return [];
@@ -166,6 +186,7 @@ export class JobProcessor {
   // Claim one job by id (queue-message path) and run it.
   async processById(jobId: JobId): Promise<JobOutcome | 'not_claimed'> {
     if (this.stopping) return 'not_claimed';
+    this.touchPresence();
     const job = await this.store.claimById(jobId, this.workerId, this.leaseSeconds);
     if (!job) return 'not_claimed';
     return this.runClaimed(job);
@@ -236,6 +257,7 @@ export class JobProcessor {
     rescheduled: JobId[];
   }> {
     const deadline = Date.now() + opts.budgetMs;
+    this.touchPresence();
     const outcomes = Object.fromEntries(JOB_OUTCOMES.map((o) => [o, 0])) as Record<JobOutcome, number>;
     const rescheduled: JobId[] = [];
     let processed = 0;
@@ -265,7 +287,8 @@ export class JobProcessor {
     return { processed, outcomes, rescheduled };
   }
 
-  // Stop taking work: wait up to graceMs for running handlers, then abort the rest with reason 'shutdown'.
+  // Stop taking work: wait up to graceMs for running handlers, then abort the rest with reason 'shutdown'; then
+  // remove this worker's registry row (once, whoever calls first).
   async shutdown(graceMs = 10_000): Promise<void> {
     this.stopping = true;
     const finished = await Promise.race([this.running.whenEmpty().then(() => true), sleep(graceMs).then(() => false)]);
@@ -273,6 +296,7 @@ export class JobProcessor {
       for (const r of this.running.values()) r.abort('shutdown');
       await this.running.whenEmpty();
     }
+    if (this.presence) await (this.presenceStopped ??= this.presence.stop());
   }
 
   private leaseLost(job: ClaimedJob, operation: string): void {
@@ -295,6 +319,8 @@ export class JobProcessor {
     outcome: JobOutcome,
     reason?: DlqReason,
   ): JobOutcome {
+    // Attempts this process finished (the registry's jobsDone): not a lost lease, not a job handed back unrun.
+    if (outcome === 'succeeded' || outcome === 'retried' || outcome === 'dead_lettered') this.jobsDone++;
     const onOutcome = this.events.onOutcome;
     if (onOutcome)
       this.safe(() =>
@@ -328,7 +354,9 @@ export class JobProcessor {
     }
     const attemptAbort = new AttemptAbort();
     const { abort } = attemptAbort;
+    this.touchPresence();
     const heartbeat = async () => {
+      this.touchPresence(); // a long job keeps its worker's row fresh (at most once per refresh interval)
       const hb = await this.store.heartbeat({ jobId: job.id, leaseId: job.leaseId });
       if (hb.status === 'lease_lost') {
         this.leaseLost(job, 'heartbeat');

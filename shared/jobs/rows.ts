@@ -20,6 +20,7 @@ import type {
   ScheduleState,
   CountResult,
   DlqGroupPage,
+  WorkerInfo,
   WorkerLeases,
 } from './contract.js';
 import { TEXT_SEARCH_SCAN_ROWS } from './contract.js';
@@ -300,6 +301,29 @@ export function toDlqGroupPage(rows: Row[]): DlqGroupPage {
     })),
     totalGroups: num(rows[0]?.totalGroups),
     totalJobs: num(rows[0]?.totalJobs),
+  };
+}
+
+// A list_workers row: the registration columns are null for a lease holder with no registry row (registered false).
+export function toWorkerInfo(r: Row): WorkerInfo {
+  const registered = r.registered === true || r.registered === 1;
+  const served = r.queuesServed === null || r.queuesServed === undefined ? null : String(r.queuesServed);
+  return {
+    ...toWorkerLeases(r),
+    registration: registered
+      ? {
+          host: String(r.host),
+          instanceId: r.instanceId === null || r.instanceId === undefined ? null : String(r.instanceId),
+          pid: num(r.pid),
+          appVersion: String(r.appVersion),
+          buildId: r.buildId === null || r.buildId === undefined ? null : String(r.buildId),
+          queues: served === null ? null : served === '' ? [] : served.split(','),
+          concurrency: num(r.concurrency),
+          jobsDone: num(r.jobsDone),
+          startedAt: dateOrNull(r.startedAt)!,
+          lastSeenAt: dateOrNull(r.lastSeenAt)!,
+        }
+      : null,
   };
 }
 

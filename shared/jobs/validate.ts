@@ -26,6 +26,8 @@ import {
   JOB_LOCATIONS,
   PURGE_TARGETS,
   TEXT_SEARCH_SCAN_ROWS_MAX,
+  WORKER_QUEUES_MAX,
+  WORKER_TEXT_LIMITS,
   ZOMBIE_POLICIES,
   type JobStore,
   type LeaseRef,
@@ -303,6 +305,33 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
     return undefined;
   },
   listWorkers: null,
+  registerWorker: (w) => {
+    const L = WORKER_TEXT_LIMITS;
+    assertText('workerId', w.workerId, L.workerId);
+    assertText('host', w.host, L.host);
+    if (w.instanceId !== null) assertText('instanceId', w.instanceId, L.instanceId);
+    assertText('appVersion', w.appVersion, L.appVersion);
+    if (w.buildId !== null) assertText('buildId', w.buildId, L.buildId);
+    if (!Number.isInteger(w.pid) || w.pid < 0 || w.pid > 2_147_483_647)
+      throw new ValidationError('pid', 'must be a non-negative integer');
+    if (w.queues !== null) {
+      if (!Array.isArray(w.queues) || w.queues.length > WORKER_QUEUES_MAX)
+        throw new ValidationError('queues', `must be null (every queue) or at most ${WORKER_QUEUES_MAX} queue names`);
+      w.queues.forEach((q, i) => assertName(`queues[${i}]`, q));
+    }
+    assertPositiveInt('concurrency', w.concurrency, 1_000_000);
+    assertTick('startedAt', w.startedAt);
+    if (!Number.isSafeInteger(w.jobsDone) || w.jobsDone < 0)
+      throw new ValidationError('jobsDone', 'must be a non-negative integer');
+    return undefined;
+  },
+  // An id no worker can have names none.
+  deregisterWorker: (workerId) =>
+    storableText(1, WORKER_TEXT_LIMITS.workerId).safeParse(workerId).success ? undefined : { answer: false },
+  pruneWorkers: (olderThan) => {
+    assertTick('olderThan', olderThan);
+    return undefined;
+  },
   listSchedules: (name) => {
     if (name !== undefined) assertScheduleName('name', name);
     return undefined;

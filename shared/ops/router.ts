@@ -6,6 +6,7 @@ import Router from 'find-my-way';
 import type { HttpRequest, HttpResponseInit, InvocationContext } from '@azure/functions';
 import type { z } from 'zod';
 import { ValidationError, issueMessage } from '../jobs/validate.js';
+import { DEFAULT_QUEUE } from '../jobs/typedEnqueue.js';
 import { IdempotencyConflictError } from '../jobs/contract.js';
 import type { OpsRuntime } from './context.js';
 import { OpsError, errorResponse, json } from './errors.js';
@@ -244,23 +245,49 @@ function auditText(v: unknown, max: number): string | null {
 }
 
 // What the call was about: the path parameter's resource (queue:emails, job:42, batch:<id>, transfer:orders), or
-// the queue(s) a body names (enqueue, resurrect by filter, purge).
+// the queue(s) a body names (enqueue, resurrect by filter, purge). A job that names no queue goes to its type's
+// (queueOfType: its handler's, else "default"), so a batch over several queues reads queue:a,b: every queue once,
+// sorted, whole names only; when they do not all fit the column, as many as fit and "+N more" (queue:a,b,+12 more).
 function auditTarget(
   r: OpsRoute<unknown, unknown, unknown>,
   params: Record<string, unknown>,
   body: unknown,
+  queueOfType: (type: string) => string | null,
 ): string | null {
   const m = /\/([a-z]+)\/:(\w+)/.exec(r.path);
   if (m && params[m[2]!] !== undefined) return `${TARGET_KIND[m[1]!] ?? m[1]}:${String(params[m[2]!])}`;
   if (body && typeof body === 'object') {
-    const b = body as { queue?: unknown; jobs?: unknown };
+    const b = body as { queue?: unknown; type?: unknown; jobs?: unknown };
     const queues = new Set<string>();
-    if (typeof b.queue === 'string') queues.add(b.queue);
-    if (Array.isArray(b.jobs))
-      for (const j of b.jobs as { queue?: unknown }[]) if (typeof j?.queue === 'string') queues.add(j.queue);
-    if (queues.size > 0) return `queue:${[...queues].join(',')}`;
+    const add = (job: { queue?: unknown; type?: unknown }) => {
+      if (typeof job.queue === 'string') queues.add(job.queue);
+      else if (typeof job.type === 'string') {
+        const q = queueOfType(job.type);
+        if (q !== null) queues.add(q);
+      }
+    };
+    if (Array.isArray(b.jobs)) {
+      for (const j of b.jobs as unknown[]) if (j && typeof j === 'object') add(j);
+    } else if (typeof b.queue === 'string' || (r.operationId === 'enqueue' && typeof b.type === 'string')) add(b);
+    if (queues.size > 0) return queueListTarget([...queues].sort(), AUDIT_TEXT_LIMITS.target);
   }
   return null;
+}
+
+// queue:<names>, bounded by max characters: whole names only, the rest counted ("+N more").
+export function queueListTarget(sorted: readonly string[], max: number): string {
+  const all = `queue:${sorted.join(',')}`;
+  if (all.length <= max) return all;
+  let text = 'queue:';
+  for (let i = 0; i < sorted.length; i++) {
+    const more = `+${sorted.length - i} more`;
+    const next = `${text}${i > 0 ? ',' : ''}${sorted[i]}`;
+    // Room must stay for the "+N more" of the names after this one (or nothing, when this is the last).
+    const tail = i + 1 < sorted.length ? `,+${sorted.length - i - 1} more` : '';
+    if (next.length + tail.length > max) return `${text}${i > 0 ? ',' : ''}${more}`;
+    text = next;
+  }
+  return text;
 }
 
 // The request, as the audit keeps it: path parameters, query and body, every payload replaced by its size and
@@ -328,6 +355,8 @@ interface AuditCall {
   body: unknown;
   request: HttpRequest;
   context: InvocationContext;
+  // The queue a job of this type goes to when it names none (the registered handler's, else "default").
+  queueOfType: (type: string) => string | null;
 }
 
 function auditEntry(
@@ -348,7 +377,7 @@ function auditEntry(
     requiredRole: c.r.role,
     httpMethod: c.request.method.toUpperCase().slice(0, 8),
     action: auditText(c.r.operationId, L.action)!,
-    target: auditText(auditTarget(c.r, c.params, c.body), L.target),
+    target: auditText(auditTarget(c.r, c.params, c.body, c.queueOfType), L.target),
     summary: auditText(auditSummary(c.params, c.query, c.body), L.summary),
     outcome,
     status,
@@ -424,6 +453,7 @@ export function createOpsHandler(
         throw new OpsError('unavailable', 'Keel could not start; see the function logs');
       }
       const names = roleNames(rt.settings);
+      const registry = rt.registry;
       const rawParams: Record<string, unknown> = { ...found.params };
       call = {
         r,
@@ -436,6 +466,7 @@ export function createOpsHandler(
         body: undefined,
         request,
         context,
+        queueOfType: (type) => registry.get(type)?.options.queue ?? DEFAULT_QUEUE,
       };
       // Who is calling (for the record, even when refused), then: writes refused from another site, and JSON only,
       // before the role check and before the body is read (a refused call costs nothing).

@@ -1,7 +1,8 @@
-// Ops routes the console watches: dead letters grouped in SQL, the workers holding leases, and warnings (a stale
-// heartbeat, a queue lagging, a DLQ growing) against thresholds that are settings (KEEL_WARN_*).
+// Ops routes the console watches: dead letters grouped in SQL, the workers (the registry's processors and the lease
+// holders), and warnings (a stale heartbeat, a worker silent while holding jobs, a queue lagging, a DLQ growing)
+// against thresholds that are settings (KEEL_WARN_*, KEEL_WORKER_REFRESH_MS).
 import { z } from 'zod';
-import type { WorkerLeases } from '../jobs/contract.js';
+import type { WorkerInfo } from '../jobs/contract.js';
 import { LIMITS } from '../jobs/validate.js';
 import type { Settings } from '../config/settings.js';
 import { route, type OpsRoute } from './router.js';
@@ -29,13 +30,40 @@ function thresholds(settings: Settings) {
     staleHeartbeatMs: settings.KEEL_WARN_STALE_HEARTBEAT_MS,
     queueLagMs: settings.KEEL_WARN_QUEUE_LAG_MS,
     dlqPer15Min: settings.KEEL_WARN_DLQ_PER_15_MIN,
+    // A worker refreshes its registry row at most every KEEL_WORKER_REFRESH_MS while it does something: one not seen
+    // for twice that is silent (live: seen within it).
+    workerSilentMs: 2 * settings.KEEL_WORKER_REFRESH_MS,
+    workerRetentionMs: settings.KEEL_WORKER_RETENTION_MS,
   };
 }
 
-function describeWorker(w: WorkerLeases, staleMs: number): Record<string, unknown> {
+type Thresholds = ReturnType<typeof thresholds>;
+
+// live: registered and seen within workerSilentMs; silent: registered, not seen since; unregistered: only the
+// leases name it (a process that never registered, or whose row was pruned).
+function workerStatus(w: WorkerInfo, t: Thresholds): 'live' | 'silent' | 'unregistered' {
+  if (!w.registration) return 'unregistered';
+  return w.asOf.getTime() - w.registration.lastSeenAt.getTime() <= t.workerSilentMs ? 'live' : 'silent';
+}
+
+function describeWorker(w: WorkerInfo, t: Thresholds): Record<string, unknown> {
   const ageMs = w.oldestHeartbeatAt ? Math.max(0, w.asOf.getTime() - w.oldestHeartbeatAt.getTime()) : null;
+  const reg = w.registration;
   return {
     workerId: w.workerId,
+    status: workerStatus(w, t),
+    idle: w.jobsHeld === 0,
+    host: reg?.host ?? null,
+    instanceId: reg?.instanceId ?? null,
+    pid: reg?.pid ?? null,
+    appVersion: reg?.appVersion ?? null,
+    buildId: reg?.buildId ?? null,
+    queuesServed: reg ? reg.queues : null, // null: every queue (or not registered)
+    concurrency: reg?.concurrency ?? null,
+    jobsDone: reg?.jobsDone ?? null,
+    startedAt: reg?.startedAt.toISOString() ?? null,
+    lastSeenAt: reg?.lastSeenAt.toISOString() ?? null,
+    lastSeenAgeMs: reg ? Math.max(0, w.asOf.getTime() - reg.lastSeenAt.getTime()) : null,
     jobsHeld: w.jobsHeld,
     processing: w.processing,
     queues: w.queues,
@@ -43,8 +71,30 @@ function describeWorker(w: WorkerLeases, staleMs: number): Record<string, unknow
     newestHeartbeatAt: w.newestHeartbeatAt?.toISOString() ?? null,
     earliestLeaseExpiresAt: w.earliestLeaseExpiresAt?.toISOString() ?? null,
     heartbeatAgeMs: ageMs,
-    stale: ageMs !== null && ageMs > staleMs,
+    stale: ageMs !== null && ageMs > t.staleHeartbeatMs,
   };
+}
+
+// The versions the live workers run: one entry per app version and build id, with how many run it.
+function liveVersions(
+  items: Record<string, unknown>[],
+): { appVersion: string; buildId: string | null; workers: number }[] {
+  const byKey = new Map<string, { appVersion: string; buildId: string | null; workers: number }>();
+  for (const w of items) {
+    if (w.status !== 'live') continue;
+    const key = `${String(w.appVersion)}\u0000${String(w.buildId)}`;
+    const v = byKey.get(key) ?? {
+      appVersion: String(w.appVersion),
+      buildId: (w.buildId as string | null) ?? null,
+      workers: 0,
+    };
+    v.workers++;
+    byKey.set(key, v);
+  }
+  // The most run first; on a tie the newest version first (numeric-aware: 0.10.0 is newer than 0.9.0).
+  return [...byKey.values()].sort(
+    (a, b) => b.workers - a.workers || b.appVersion.localeCompare(a.appVersion, 'en', { numeric: true }),
+  );
 }
 
 export const watchRoutes: OpsRoute<any, any, any>[] = [
@@ -77,19 +127,27 @@ export const watchRoutes: OpsRoute<any, any, any>[] = [
     path: '/workers',
     operationId: 'listWorkers',
     summary:
-      "Workers holding leases on hot jobs (from the rows' lease holders): jobs held, oldest and newest sign of life, earliest lease expiry; stale past KEEL_WARN_STALE_HEARTBEAT_MS",
+      'The job processors: every worker of the registry (host, instance, app version and build, queues served, concurrency, started, last seen; live, silent past twice KEEL_WORKER_REFRESH_MS, kept until KEEL_WORKER_RETENTION_MS) and every lease holder (jobs held, oldest and newest sign of life, earliest lease expiry; stale past KEEL_WARN_STALE_HEARTBEAT_MS). Idle workers (holding nothing) are listed',
     tag: 'stats',
     role: 'reader',
     query: s.emptyQuery,
-    responses: { 200: 'workers holding jobs, the stalest first' },
+    responses: { 200: 'workers: lease holders first, the stalest first; then the idle, the most recently seen first' },
     async handle({ rt }) {
       const t = thresholds(rt.settings);
       const workers = await rt.store.listWorkers();
+      const items = workers.map((w) => describeWorker(w, t));
       return {
         body: {
           thisWorker: rt.workerId,
           thresholds: t,
-          items: workers.map((w) => describeWorker(w, t.staleHeartbeatMs)),
+          counts: {
+            live: items.filter((w) => w.status === 'live').length,
+            silent: items.filter((w) => w.status === 'silent').length,
+            unregistered: items.filter((w) => w.status === 'unregistered').length,
+            idle: items.filter((w) => w.status === 'live' && w.idle).length,
+          },
+          versions: liveVersions(items),
+          items,
         },
       };
     },
@@ -99,7 +157,7 @@ export const watchRoutes: OpsRoute<any, any, any>[] = [
     path: '/warnings',
     operationId: 'warnings',
     summary:
-      'What needs a look: workers with a stale heartbeat, queues whose oldest due job waited past a bound, queues dead-lettering fast (thresholds: KEEL_WARN_* settings)',
+      'What needs a look: workers with a stale heartbeat, workers silent while holding jobs, queues whose oldest due job waited past a bound, queues dead-lettering fast (thresholds: KEEL_WARN_* settings)',
     tag: 'stats',
     role: 'reader',
     query: s.emptyQuery,
@@ -113,7 +171,20 @@ export const watchRoutes: OpsRoute<any, any, any>[] = [
       ]);
       const items: Record<string, unknown>[] = [];
       for (const w of workers) {
-        const d = describeWorker(w, t.staleHeartbeatMs);
+        const d = describeWorker(w, t);
+        // Silent while holding jobs: a working process refreshes its row at least every KEEL_WORKER_REFRESH_MS
+        // (its jobs' heartbeats do), so this one has died, hangs, or cannot reach the database.
+        if (d.status === 'silent' && w.jobsHeld > 0)
+          items.push({
+            kind: 'stale_worker',
+            workerId: w.workerId,
+            host: d.host,
+            appVersion: d.appVersion,
+            queues: w.queues,
+            jobsHeld: w.jobsHeld,
+            ageMs: d.lastSeenAgeMs,
+            message: `worker ${w.workerId} (${String(d.host)}, version ${String(d.appVersion)}) holds ${w.jobsHeld} job(s) but has not reported for ${Math.round(Number(d.lastSeenAgeMs) / 1000)} s (bound ${t.workerSilentMs / 1000} s): it may have died or hung; rescue returns its jobs once the queue's zombie timeout passes`,
+          });
         if (d.stale)
           items.push({
             kind: 'stale_heartbeat',

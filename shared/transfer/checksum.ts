@@ -218,7 +218,10 @@ function canonicalTimestamp(v: unknown, withZone: boolean): string {
   if (withZone && zone && zone !== 'Z') {
     const zm = /^([+-])(\d{2}):?(\d{2})?$/.exec(zone)!;
     const offset = (zm[1] === '-' ? -1 : 1) * (Number(zm[2]) * 60 + Number(zm[3] ?? 0));
-    const d = new Date(Date.UTC(y, mo - 1, da, h, mi, sec) - offset * 60_000);
+    // setUTCFullYear, not Date.UTC's year argument: Date.UTC reads years 0..99 as 1900..1999.
+    const local = new Date(Date.UTC(2000, 0, 1, h, mi, sec));
+    local.setUTCFullYear(y, mo - 1, da);
+    const d = new Date(local.getTime() - offset * 60_000);
     const p = dateParts(d, true);
     y = p.y;
     mo = p.mo;

@@ -1,6 +1,6 @@
-// The batch journal lives in the control database beside the jobs (PostgreSQL or SQL Server). One interface,
-// two implementations: shared/engines/postgres/transferJournal.ts and shared/engines/sqlserver/transferJournal.ts.
-import { TransferError } from './errors.js';
+// The batch journal lives in the control database beside the jobs (PostgreSQL or SQL Server). One interface, one
+// implementation over the journal procedures (procedureJournal.ts, calling through JOURNAL_PROCEDURES), and per
+// engine only its dialect: shared/engines/postgres/transferJournal.ts and shared/engines/sqlserver/transferJournal.ts.
 import type { BatchState, BoundaryKind, SchemaColumn } from './types.js';
 
 export interface BatchRecord {
@@ -50,7 +50,8 @@ export interface NewBatch {
   schemaColumns: SchemaColumn[];
 }
 
-// Fields a transition may set. `undefined` leaves a column as it is; `null` clears it.
+// Fields a transition may set. `undefined` leaves a column as it is; `null` clears it. lastError keeps at most
+// JOURNAL_TEXT_MAX.last_error (2,000) characters on every engine (journalProcedures.ts).
 export interface BatchPatch {
   rowCount?: number | null;
   checksum?: string | null;
@@ -119,45 +120,4 @@ export interface TransferJournal {
   // The controls of every transfer an operator ever paused or resumed (no entry = running).
   controls(): Promise<TransferControl[]>;
   close(): Promise<void>;
-}
-
-// Both engines' insert procedures answer with an outcome; this turns it into the record or the typed refusal.
-export function insertOutcome(
-  b: NewBatch,
-  outcome: string,
-  conflictId: string | null,
-  conflictState: string | null,
-  row: () => BatchRecord,
-): BatchRecord {
-  switch (outcome) {
-    case 'inserted':
-      return row();
-    case 'duplicate_batch_id':
-      throw new TransferError(
-        'duplicate_batch_id',
-        `batch id ${b.batchId} already exists (${conflictState}); a new batch needs a new id`,
-        {
-          batchId: b.batchId,
-          state: conflictState,
-        },
-      );
-    case 'open_batch_exists':
-      throw new TransferError(
-        'open_batch_exists',
-        `transfer ${b.transferName} already has an open batch ${conflictId} (${conflictState}); finish, reconcile or fail it first`,
-        {
-          batchId: conflictId,
-        },
-      );
-    case 'window_taken':
-      throw new TransferError(
-        'window_taken',
-        `transfer ${b.transferName}: live batch ${conflictId} (${conflictState}) already covers the window (${b.boundaryLow ?? '-inf'}, ${b.boundaryHigh}]`,
-        {
-          batchId: conflictId,
-        },
-      );
-    default:
-      throw new Error(`journal insert of batch ${b.batchId}: unknown outcome ${outcome}`);
-  }
 }

@@ -9,7 +9,8 @@ export type BatchStatus = 'incomplete' | 'committed' | 'unresolved';
 export type BoundaryKind = 'key' | 'timestamp' | 'rowversion';
 
 // A window is (low, high]: low exclusive (null = from the beginning), high inclusive. Values are text:
-// integers (key, rowversion as an unsigned 64-bit number) in decimal, timestamps in ISO 8601.
+// integers in decimal (key; rowversion as SQL Server's CONVERT(bigint, rv), a signed 64-bit number, which orders
+// rowversions correctly until a database has used 2^63 of them), timestamps in ISO 8601.
 export interface Window {
   kind: BoundaryKind;
   low: string | null;

@@ -1922,19 +1922,35 @@ language sql stable as $$
   limit least(greatest(coalesce(p_limit, 50), 1), 500)
 $$;
 
--- The lease holders: per worker id, the hot jobs it holds (fetched or processing), its oldest sign of life (the
--- heartbeat, else the start, else the claim) and its earliest lease expiry. Bounded by what is in flight.
+-- The workers: every processor of the registry (keel.workers, V012: host, version, queues served, concurrency, last
+-- seen) and every lease holder (per worker id, the hot jobs it holds, fetched or processing; its oldest and newest
+-- sign of life: the heartbeat, else the start, else the claim; its earliest lease expiry), joined by worker id. A
+-- registered worker holding nothing is listed (idle); a lease holder with no row is listed with a null registration
+-- (registered false: a process that never registered or whose row was pruned). Lease holders first, the stalest
+-- first; then the idle, the most recently seen first. Bounded by the registry (pruned by maintenance) and by what is
+-- in flight.
+drop function if exists keel.list_workers();
 create or replace function keel.list_workers()
-returns table (worker_id text, jobs_held bigint, processing bigint, queues text, oldest_heartbeat_at timestamptz,
-               newest_heartbeat_at timestamptz, earliest_lease_expires_at timestamptz, as_of timestamptz)
+returns table (worker_id text, registered boolean, host text, instance_id text, pid integer, app_version text,
+               build_id text, queues_served text, concurrency integer, jobs_done bigint, started_at timestamptz,
+               last_seen_at timestamptz, jobs_held bigint, processing bigint, queues text,
+               oldest_heartbeat_at timestamptz, newest_heartbeat_at timestamptz,
+               earliest_lease_expires_at timestamptz, as_of timestamptz)
 language sql stable as $$
-  select h.worker_id, count(*), count(*) filter (where h.state = 'processing'),
-         string_agg(distinct h.queue, ',' order by h.queue),
-         min(coalesce(h.heartbeat_at, h.started_at, h.fetched_at)),
-         max(coalesce(h.heartbeat_at, h.started_at, h.fetched_at)),
-         min(h.lease_expires_at), now()
-  from keel.jobs_hot h
-  where h.state in ('fetched', 'processing') and h.worker_id is not null
-  group by h.worker_id
-  order by min(coalesce(h.heartbeat_at, h.started_at, h.fetched_at)), h.worker_id
+  with held as (
+    select h.worker_id, count(*) as jobs_held, count(*) filter (where h.state = 'processing') as processing,
+           string_agg(distinct h.queue, ',' order by h.queue) as queues,
+           min(coalesce(h.heartbeat_at, h.started_at, h.fetched_at)) as oldest,
+           max(coalesce(h.heartbeat_at, h.started_at, h.fetched_at)) as newest,
+           min(h.lease_expires_at) as earliest_expiry
+    from keel.jobs_hot h
+    where h.state in ('fetched', 'processing') and h.worker_id is not null
+    group by h.worker_id
+  )
+  select coalesce(w.worker_id, l.worker_id), w.worker_id is not null, w.host, w.instance_id, w.pid, w.app_version,
+         w.build_id, w.queues, w.concurrency, w.jobs_done, w.started_at, w.last_seen_at,
+         coalesce(l.jobs_held, 0), coalesce(l.processing, 0), l.queues, l.oldest, l.newest, l.earliest_expiry, now()
+  from keel.workers w
+  full join held l on l.worker_id = w.worker_id
+  order by l.oldest nulls last, w.last_seen_at desc nulls last, coalesce(w.worker_id, l.worker_id)
 $$;

@@ -4,6 +4,8 @@
 -- one statement and so one short transaction: a connection lost mid-call leaves either all of it or nothing, and
 -- no client is ever held between statements. SECURITY DEFINER with a pinned search_path: they run with the
 -- owner's table rights, so the app role only needs EXECUTE on them (and USAGE on schema keel).
+-- Names and parameters are JOURNAL_PROCEDURES (shared/transfer/journalProcedures.ts), the same as SQL Server's
+-- (R__070_transfer_journal.sql); test/engines/parity.test.ts compares them with this database's catalog.
 -- ---------------------------------------------------------------------------------------------------------------
 
 -- Inserts a batch in state 'extracting' with its 'created' event. outcome:
@@ -14,8 +16,10 @@
 -- A unique index decides; which one is read from committed rows afterwards, never from error text. ON CONFLICT
 -- waits for a rival's insert to commit or roll back, so the reads below see the row that refused this one.
 
+-- p_detail: the 'created' event's detail.
+drop function if exists keel.transfer_batch_insert(uuid, text, text, text, text, text, jsonb);
 create or replace function keel.transfer_batch_insert(p_batch_id uuid, p_transfer_name text, p_boundary_kind text,
-  p_boundary_low text, p_boundary_high text, p_schema_hash text, p_schema_columns jsonb)
+  p_boundary_low text, p_boundary_high text, p_schema_hash text, p_schema_columns jsonb, p_detail jsonb)
 returns table (outcome text, conflict_batch_id uuid, conflict_state text, batch keel.transfer_batches)
 language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
 declare
@@ -32,8 +36,7 @@ begin
     returning * into v_row;
     if v_row.batch_id is not null then
       insert into keel.transfer_batch_events (batch_id, from_state, to_state, event, detail)
-      values (p_batch_id, null, 'extracting', 'created',
-              jsonb_build_object('low', p_boundary_low, 'high', p_boundary_high, 'schemaHash', p_schema_hash));
+      values (p_batch_id, null, 'extracting', 'created', p_detail);
       return query select 'inserted'::text, null::uuid, null::text, v_row;
       return;
     end if;
@@ -63,36 +66,41 @@ begin
 end $$;
 
 -- Compare-and-set state change with a patch and an event, in one transaction. Returns the updated row, or no
--- row when the batch is not in one of p_from (someone else moved it). p_patch: a key that is present sets its
--- column (JSON null clears it), an absent key leaves it: rowCount, checksum, stagedCount, stagedChecksum,
--- appliedCount, lastError, lastErrorCode, targetReconcileToken. p_stamp names one of the *_at columns to set to now().
-create or replace function keel.transfer_batch_transition(p_batch_id uuid, p_from text[], p_to text, p_patch jsonb,
+-- row when the batch is not in one of p_from_states (someone else moved it). Each patchable column comes with a
+-- p_set_<column> flag: true sets the column to p_<column> (null clears it), false leaves it. p_stamp names one of
+-- the *_at columns to set to now().
+drop function if exists keel.transfer_batch_transition(uuid, text[], text, jsonb, boolean, text, text, jsonb);
+create or replace function keel.transfer_batch_transition(p_batch_id uuid, p_from_states text[], p_to_state text,
+  p_set_row_count boolean, p_row_count bigint, p_set_checksum boolean, p_checksum text,
+  p_set_staged_count boolean, p_staged_count bigint, p_set_staged_checksum boolean, p_staged_checksum text,
+  p_set_applied_count boolean, p_applied_count bigint, p_set_last_error boolean, p_last_error text,
+  p_set_last_error_code boolean, p_last_error_code text,
+  p_set_target_reconcile_token boolean, p_target_reconcile_token text,
   p_increment_attempts boolean, p_stamp text, p_event text, p_detail jsonb)
 returns setof keel.transfer_batches
 language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
 declare
   v_prev text;
   v_row keel.transfer_batches;
-  p jsonb := coalesce(p_patch, '{}'::jsonb);
 begin
   if p_stamp is not null and p_stamp not in ('extracted_at', 'staged_at', 'apply_started_at', 'committed_at', 'failed_at') then
     raise exception 'unknown stamp %', p_stamp using errcode = '22023';
   end if;
   select b.state into v_prev from keel.transfer_batches b where b.batch_id = p_batch_id for update;
-  if not found or not (v_prev = any(p_from)) then
+  if not found or not (v_prev = any(p_from_states)) then
     return;
   end if;
   update keel.transfer_batches b set
-      state = p_to,
+      state = p_to_state,
       updated_at = now(),
-      row_count = case when p ? 'rowCount' then (p->>'rowCount')::bigint else b.row_count end,
-      checksum = case when p ? 'checksum' then p->>'checksum' else b.checksum end,
-      staged_count = case when p ? 'stagedCount' then (p->>'stagedCount')::bigint else b.staged_count end,
-      staged_checksum = case when p ? 'stagedChecksum' then p->>'stagedChecksum' else b.staged_checksum end,
-      applied_count = case when p ? 'appliedCount' then (p->>'appliedCount')::bigint else b.applied_count end,
-      last_error = case when p ? 'lastError' then p->>'lastError' else b.last_error end,
-      last_error_code = case when p ? 'lastErrorCode' then p->>'lastErrorCode' else b.last_error_code end,
-      target_reconcile_token = case when p ? 'targetReconcileToken' then p->>'targetReconcileToken' else b.target_reconcile_token end,
+      row_count = case when p_set_row_count then p_row_count else b.row_count end,
+      checksum = case when p_set_checksum then p_checksum else b.checksum end,
+      staged_count = case when p_set_staged_count then p_staged_count else b.staged_count end,
+      staged_checksum = case when p_set_staged_checksum then p_staged_checksum else b.staged_checksum end,
+      applied_count = case when p_set_applied_count then p_applied_count else b.applied_count end,
+      last_error = case when p_set_last_error then p_last_error else b.last_error end,
+      last_error_code = case when p_set_last_error_code then p_last_error_code else b.last_error_code end,
+      target_reconcile_token = case when p_set_target_reconcile_token then p_target_reconcile_token else b.target_reconcile_token end,
       attempts = b.attempts + case when coalesce(p_increment_attempts, false) then 1 else 0 end,
       extracted_at = case when p_stamp = 'extracted_at' then now() else b.extracted_at end,
       staged_at = case when p_stamp = 'staged_at' then now() else b.staged_at end,
@@ -102,24 +110,26 @@ begin
     where b.batch_id = p_batch_id
     returning b.* into v_row;
   insert into keel.transfer_batch_events (batch_id, from_state, to_state, event, detail)
-  values (p_batch_id, v_prev, p_to, p_event, p_detail);
+  values (p_batch_id, v_prev, p_to_state, p_event, p_detail);
   return next v_row;
 end $$;
 
--- Records an event (and optionally last error / reconcile token: keys lastError, lastErrorCode, targetReconcileToken of p_patch)
--- without changing the state. Returns false when there is no such batch.
-create or replace function keel.transfer_batch_note(p_batch_id uuid, p_event text, p_detail jsonb, p_patch jsonb)
+-- Records an event (and optionally last error / reconcile token, flagged as in transfer_batch_transition) without
+-- changing the state. Returns false when there is no such batch.
+drop function if exists keel.transfer_batch_note(uuid, text, jsonb, jsonb);
+create or replace function keel.transfer_batch_note(p_batch_id uuid, p_event text, p_detail jsonb,
+  p_set_last_error boolean, p_last_error text, p_set_last_error_code boolean, p_last_error_code text,
+  p_set_target_reconcile_token boolean, p_target_reconcile_token text)
 returns boolean
 language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
 declare
   v_state text;
-  p jsonb := coalesce(p_patch, '{}'::jsonb);
-  v_touch boolean := p ?| array['lastError', 'lastErrorCode', 'targetReconcileToken'];
+  v_touch boolean := coalesce(p_set_last_error or p_set_last_error_code or p_set_target_reconcile_token, false);
 begin
   update keel.transfer_batches b set
-      last_error = case when p ? 'lastError' then p->>'lastError' else b.last_error end,
-      last_error_code = case when p ? 'lastErrorCode' then p->>'lastErrorCode' else b.last_error_code end,
-      target_reconcile_token = case when p ? 'targetReconcileToken' then p->>'targetReconcileToken' else b.target_reconcile_token end,
+      last_error = case when p_set_last_error then p_last_error else b.last_error end,
+      last_error_code = case when p_set_last_error_code then p_last_error_code else b.last_error_code end,
+      target_reconcile_token = case when p_set_target_reconcile_token then p_target_reconcile_token else b.target_reconcile_token end,
       updated_at = case when v_touch then now() else b.updated_at end
     where b.batch_id = p_batch_id
     returning b.state into v_state;
@@ -165,7 +175,9 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
    limit greatest(1, least(coalesce(p_limit, 100), 1000))
 $$;
 
-create or replace function keel.transfer_batch_events(p_batch_id uuid)
+-- (Named like SQL Server's keel.TransferBatchEventList, which cannot share its table's name.)
+drop function if exists keel.transfer_batch_events(uuid);
+create or replace function keel.transfer_batch_event_list(p_batch_id uuid)
 returns setof keel.transfer_batch_events
 language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   select e.* from keel.transfer_batch_events e where e.batch_id = p_batch_id order by e.event_id

@@ -42,7 +42,8 @@ $$;
 -- search_audit(...): newest first (by id), below before_id. Examines at most scan_rows rows (the newest below
 -- before_id) and returns those matching, up to limit. When the scan stopped at its bound before the page filled, a
 -- last row with a null id carries scan_floor, the lowest id examined: the caller continues below it.
--- principal matches the object id or the name; the other filters match exactly.
+-- principal matches the object id or the name; target matches exactly, and a queue target (queue:<name>) also the
+-- records of calls over several queues naming it (queue:a,b: an enqueue of a batch); the other filters match exactly.
 create or replace function keel.search_audit(
   p_from timestamptz, p_to timestamptz, p_principal text, p_action text, p_target text, p_outcome text,
   p_before_id bigint, p_scan_rows integer, p_limit integer)
@@ -78,7 +79,9 @@ begin
       and (p_to is null or a.at < p_to)
       and (p_principal is null or a.principal_id = p_principal or a.principal_name = p_principal)
       and (p_action is null or a.action = p_action)
-      and (p_target is null or a.target = p_target)
+      and (p_target is null or a.target = p_target
+           or (left(p_target, 6) = 'queue:' and left(a.target, 6) = 'queue:' and strpos(a.target, ',') > 0
+               and strpos(',' || substr(a.target, 7) || ',', ',' || substr(p_target, 7) || ',') > 0))
       and (p_outcome is null or a.outcome = p_outcome)
     order by a.id desc
     limit p_limit;

@@ -529,9 +529,12 @@ BEGIN
 END;
 GO
 
--- ListWorkers: the lease holders. Per WorkerId, the hot jobs it holds (fetched or processing), its oldest and newest
--- sign of life (the heartbeat, else the start, else the claim) and its earliest lease expiry. Bounded by what is in
--- flight. The twin of keel.list_workers on PostgreSQL.
+-- ListWorkers: every processor of the registry (keel.Workers, V012: host, version, queues served, concurrency, last
+-- seen) and every lease holder (per WorkerId, the hot jobs it holds, fetched or processing; its oldest and newest
+-- sign of life: the heartbeat, else the start, else the claim; its earliest lease expiry), joined by WorkerId. A
+-- registered worker holding nothing is listed (idle); a lease holder with no row is listed with a NULL registration
+-- (Registered 0). Lease holders first, the stalest first; then the idle, the most recently seen first. The twin of
+-- keel.list_workers on PostgreSQL.
 CREATE OR ALTER PROCEDURE keel.ListWorkers
 AS
 BEGIN
@@ -542,18 +545,24 @@ BEGIN
     WHERE h.State IN ('fetched', 'processing') AND h.WorkerId IS NOT NULL),
   byQueue AS (
     SELECT b.WorkerId, b.Queue FROM held AS b GROUP BY b.WorkerId, b.Queue),
-  w AS (
+  l AS (
     SELECT x.WorkerId, COUNT_BIG(*) AS JobsHeld,
            SUM(CASE WHEN x.State = 'processing' THEN CONVERT(bigint, 1) ELSE CONVERT(bigint, 0) END) AS Processing,
            MIN(x.SeenAt) AS OldestHeartbeatAt, MAX(x.SeenAt) AS NewestHeartbeatAt,
            MIN(x.LeaseExpiresAt) AS EarliestLeaseExpiresAt
     FROM held AS x GROUP BY x.WorkerId)
-  SELECT w.WorkerId, w.JobsHeld, w.Processing,
+  SELECT COALESCE(w.WorkerId, l.WorkerId) AS WorkerId,
+         CONVERT(bit, CASE WHEN w.WorkerId IS NULL THEN 0 ELSE 1 END) AS Registered,
+         w.Host, w.InstanceId, w.Pid, w.AppVersion, w.BuildId, w.Queues AS QueuesServed, w.Concurrency, w.JobsDone,
+         w.StartedAt, w.LastSeenAt,
+         COALESCE(l.JobsHeld, CONVERT(bigint, 0)) AS JobsHeld, COALESCE(l.Processing, CONVERT(bigint, 0)) AS Processing,
          (SELECT STRING_AGG(CONVERT(nvarchar(max), q.Queue), N',') WITHIN GROUP (ORDER BY q.Queue)
-          FROM byQueue AS q WHERE q.WorkerId = w.WorkerId) AS Queues,
-         w.OldestHeartbeatAt, w.NewestHeartbeatAt, w.EarliestLeaseExpiresAt,
+          FROM byQueue AS q WHERE q.WorkerId = l.WorkerId) AS Queues,
+         l.OldestHeartbeatAt, l.NewestHeartbeatAt, l.EarliestLeaseExpiresAt,
          CONVERT(datetime2(3), SYSUTCDATETIME()) AS AsOf
-  FROM w
-  ORDER BY w.OldestHeartbeatAt, w.WorkerId;
+  FROM keel.Workers AS w
+  FULL JOIN l ON l.WorkerId = w.WorkerId
+  ORDER BY CASE WHEN l.OldestHeartbeatAt IS NULL THEN 1 ELSE 0 END, l.OldestHeartbeatAt,
+           CASE WHEN w.LastSeenAt IS NULL THEN 1 ELSE 0 END, w.LastSeenAt DESC, COALESCE(w.WorkerId, l.WorkerId);
 END;
 GO

@@ -1,4 +1,8 @@
 -- Transfer journal procedures over keel.TransferBatches / TransferBatchEvents (V020). Repeatable (sql/README.md).
+-- Names and parameters are JOURNAL_PROCEDURES (shared/transfer/journalProcedures.ts) in PascalCase, the same as
+-- PostgreSQL's (R__030_transfer_journal_functions.sql); test/engines/parity.test.ts compares them with this file.
+-- Batch rows carry the journal's column names: ManifestRows, ManifestChecksum and AppliedRows/StagedRows are
+-- answered as RowCount, Checksum, StagedCount and AppliedCount (PostgreSQL's row_count, checksum, ...).
 SET ANSI_NULLS ON;
 SET QUOTED_IDENTIFIER ON;
 GO
@@ -73,27 +77,32 @@ BEGIN
   SELECT @Outcome AS Outcome, @ConflictId AS ConflictBatchId, @ConflictState AS ConflictState;
   IF @Outcome = 'inserted'
     SELECT BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
-         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetReconcileToken,
+         ManifestRows AS [RowCount], ManifestChecksum AS [Checksum], StagedRows AS StagedCount, StagedChecksum,
+         AppliedRows AS AppliedCount, LastError, LastErrorCode, TargetReconcileToken,
          CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
       FROM keel.TransferBatches WHERE BatchId = @BatchId;
 END;
 GO
 
 -- Compare-and-set state change with a patch and an event, in one transaction. Returns the updated row, or no
--- row when the batch is not in one of @FromStates (comma-separated).
+-- row when the batch is not in one of @FromStates (comma-separated). Each patchable column comes with a @Set<Column>
+-- flag: 1 sets the column to the value beside it (NULL clears it), 0 leaves it.
 CREATE OR ALTER PROCEDURE keel.TransferBatchTransition
   @BatchId uniqueidentifier,
   @FromStates varchar(100),
   @ToState varchar(12),
-  @SetManifest bit = 0, @ManifestRows bigint = NULL, @ManifestChecksum varchar(24) = NULL,
-  @SetStaged bit = 0, @StagedRows bigint = NULL, @StagedChecksum varchar(24) = NULL,
-  @SetApplied bit = 0, @AppliedRows bigint = NULL,
-  @SetLastError bit = 0, @LastError nvarchar(2000) = NULL, @LastErrorCode varchar(64) = NULL,
-  @SetReconcileToken bit = 0, @TargetReconcileToken varchar(512) = NULL,
-  @IncrementAttempts bit = 0,
-  @Stamp varchar(20) = NULL,
+  @SetRowCount bit, @RowCount bigint,
+  @SetChecksum bit, @Checksum varchar(24),
+  @SetStagedCount bit, @StagedCount bigint,
+  @SetStagedChecksum bit, @StagedChecksum varchar(24),
+  @SetAppliedCount bit, @AppliedCount bigint,
+  @SetLastError bit, @LastError nvarchar(2000),
+  @SetLastErrorCode bit, @LastErrorCode varchar(64),
+  @SetTargetReconcileToken bit, @TargetReconcileToken varchar(512),
+  @IncrementAttempts bit,
+  @Stamp varchar(20),
   @Event varchar(64),
-  @Detail nvarchar(max) = NULL
+  @Detail nvarchar(max)
 AS
 BEGIN
   SET NOCOUNT ON;
@@ -111,14 +120,14 @@ BEGIN
   UPDATE keel.TransferBatches
      SET State = @ToState,
          UpdatedAt = SYSUTCDATETIME(),
-         ManifestRows = CASE WHEN @SetManifest = 1 THEN @ManifestRows ELSE ManifestRows END,
-         ManifestChecksum = CASE WHEN @SetManifest = 1 THEN @ManifestChecksum ELSE ManifestChecksum END,
-         StagedRows = CASE WHEN @SetStaged = 1 THEN @StagedRows ELSE StagedRows END,
-         StagedChecksum = CASE WHEN @SetStaged = 1 THEN @StagedChecksum ELSE StagedChecksum END,
-         AppliedRows = CASE WHEN @SetApplied = 1 THEN @AppliedRows ELSE AppliedRows END,
+         ManifestRows = CASE WHEN @SetRowCount = 1 THEN @RowCount ELSE ManifestRows END,
+         ManifestChecksum = CASE WHEN @SetChecksum = 1 THEN @Checksum ELSE ManifestChecksum END,
+         StagedRows = CASE WHEN @SetStagedCount = 1 THEN @StagedCount ELSE StagedRows END,
+         StagedChecksum = CASE WHEN @SetStagedChecksum = 1 THEN @StagedChecksum ELSE StagedChecksum END,
+         AppliedRows = CASE WHEN @SetAppliedCount = 1 THEN @AppliedCount ELSE AppliedRows END,
          LastError = CASE WHEN @SetLastError = 1 THEN @LastError ELSE LastError END,
-         LastErrorCode = CASE WHEN @SetLastError = 1 THEN @LastErrorCode ELSE LastErrorCode END,
-         TargetReconcileToken = CASE WHEN @SetReconcileToken = 1 THEN @TargetReconcileToken ELSE TargetReconcileToken END,
+         LastErrorCode = CASE WHEN @SetLastErrorCode = 1 THEN @LastErrorCode ELSE LastErrorCode END,
+         TargetReconcileToken = CASE WHEN @SetTargetReconcileToken = 1 THEN @TargetReconcileToken ELSE TargetReconcileToken END,
          Attempts = Attempts + CASE WHEN @IncrementAttempts = 1 THEN 1 ELSE 0 END,
          ExtractedAt = CASE WHEN @Stamp = 'extracted_at' THEN SYSUTCDATETIME() ELSE ExtractedAt END,
          StagedAt = CASE WHEN @Stamp = 'staged_at' THEN SYSUTCDATETIME() ELSE StagedAt END,
@@ -130,31 +139,35 @@ BEGIN
   VALUES (@BatchId, @Prev, @ToState, @Event, @Detail);
   COMMIT TRANSACTION;
   SELECT BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
-         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetReconcileToken,
+         ManifestRows AS [RowCount], ManifestChecksum AS [Checksum], StagedRows AS StagedCount, StagedChecksum,
+         AppliedRows AS AppliedCount, LastError, LastErrorCode, TargetReconcileToken,
          CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
     FROM keel.TransferBatches WHERE BatchId = @BatchId;
 END;
 GO
 
--- Records an event (and optionally last error / reconcile token) without changing the state.
+-- Records an event (and optionally last error / reconcile token, flagged as in TransferBatchTransition) without
+-- changing the state.
 CREATE OR ALTER PROCEDURE keel.TransferBatchNote
   @BatchId uniqueidentifier,
   @Event varchar(64),
-  @Detail nvarchar(max) = NULL,
-  @SetLastError bit = 0, @LastError nvarchar(2000) = NULL, @LastErrorCode varchar(64) = NULL,
-  @SetReconcileToken bit = 0, @TargetReconcileToken varchar(512) = NULL
+  @Detail nvarchar(max),
+  @SetLastError bit, @LastError nvarchar(2000),
+  @SetLastErrorCode bit, @LastErrorCode varchar(64),
+  @SetTargetReconcileToken bit, @TargetReconcileToken varchar(512)
 AS
 BEGIN
   SET NOCOUNT ON;
   SET XACT_ABORT ON;
   DECLARE @State varchar(12);
+  DECLARE @Touch bit = CASE WHEN @SetLastError = 1 OR @SetLastErrorCode = 1 OR @SetTargetReconcileToken = 1 THEN 1 ELSE 0 END;
   BEGIN TRANSACTION;
   UPDATE keel.TransferBatches
      SET @State = State,
          LastError = CASE WHEN @SetLastError = 1 THEN @LastError ELSE LastError END,
-         LastErrorCode = CASE WHEN @SetLastError = 1 THEN @LastErrorCode ELSE LastErrorCode END,
-         TargetReconcileToken = CASE WHEN @SetReconcileToken = 1 THEN @TargetReconcileToken ELSE TargetReconcileToken END,
-         UpdatedAt = CASE WHEN @SetLastError = 1 OR @SetReconcileToken = 1 THEN SYSUTCDATETIME() ELSE UpdatedAt END
+         LastErrorCode = CASE WHEN @SetLastErrorCode = 1 THEN @LastErrorCode ELSE LastErrorCode END,
+         TargetReconcileToken = CASE WHEN @SetTargetReconcileToken = 1 THEN @TargetReconcileToken ELSE TargetReconcileToken END,
+         UpdatedAt = CASE WHEN @Touch = 1 THEN SYSUTCDATETIME() ELSE UpdatedAt END
    WHERE BatchId = @BatchId;
   IF @State IS NOT NULL
     INSERT INTO keel.TransferBatchEvents (BatchId, FromState, ToState, Event, Detail) VALUES (@BatchId, @State, @State, @Event, @Detail);
@@ -169,7 +182,8 @@ AS
 BEGIN
   SET NOCOUNT ON;
   SELECT BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
-         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetReconcileToken,
+         ManifestRows AS [RowCount], ManifestChecksum AS [Checksum], StagedRows AS StagedCount, StagedChecksum,
+         AppliedRows AS AppliedCount, LastError, LastErrorCode, TargetReconcileToken,
          CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
     FROM keel.TransferBatches WHERE BatchId = @BatchId;
 END;
@@ -182,12 +196,14 @@ AS
 BEGIN
   SET NOCOUNT ON;
   SELECT TOP (1) BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
-         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetReconcileToken,
+         ManifestRows AS [RowCount], ManifestChecksum AS [Checksum], StagedRows AS StagedCount, StagedChecksum,
+         AppliedRows AS AppliedCount, LastError, LastErrorCode, TargetReconcileToken,
          CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
     FROM keel.TransferBatches
    WHERE TransferName = @TransferName AND State IN ('extracting', 'staged', 'applying', 'unresolved');
   SELECT TOP (1) BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
-         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetReconcileToken,
+         ManifestRows AS [RowCount], ManifestChecksum AS [Checksum], StagedRows AS StagedCount, StagedChecksum,
+         AppliedRows AS AppliedCount, LastError, LastErrorCode, TargetReconcileToken,
          CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
     FROM keel.TransferBatches
    WHERE TransferName = @TransferName AND State = 'committed'
@@ -209,7 +225,8 @@ BEGIN
     SELECT @AfterSeq = Seq FROM keel.TransferBatches WHERE BatchId = @AfterId;
   SET @Limit = CASE WHEN @Limit IS NULL THEN 100 WHEN @Limit < 1 THEN 1 WHEN @Limit > 1000 THEN 1000 ELSE @Limit END;
   SELECT TOP (@Limit) BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
-         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetReconcileToken,
+         ManifestRows AS [RowCount], ManifestChecksum AS [Checksum], StagedRows AS StagedCount, StagedChecksum,
+         AppliedRows AS AppliedCount, LastError, LastErrorCode, TargetReconcileToken,
          CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
     FROM keel.TransferBatches
    WHERE (@TransferName IS NULL OR TransferName = @TransferName)
@@ -243,7 +260,8 @@ BEGIN
   DECLARE @Before datetime2(3) = DATEADD(millisecond, -CAST(@Ms % 1000 AS int), DATEADD(second, -CAST(@Ms / 1000 AS int), SYSUTCDATETIME()));
   SET @Limit = CASE WHEN @Limit IS NULL THEN 20 WHEN @Limit < 1 THEN 1 WHEN @Limit > 1000 THEN 1000 ELSE @Limit END;
   SELECT TOP (@Limit) BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
-         ManifestRows, ManifestChecksum, StagedRows, StagedChecksum, AppliedRows, LastError, LastErrorCode, TargetReconcileToken,
+         ManifestRows AS [RowCount], ManifestChecksum AS [Checksum], StagedRows AS StagedCount, StagedChecksum,
+         AppliedRows AS AppliedCount, LastError, LastErrorCode, TargetReconcileToken,
          CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
     FROM keel.TransferBatches
    WHERE CHARINDEX(',' + State + ',', ',' + @States + ',') > 0 AND UpdatedAt < @Before

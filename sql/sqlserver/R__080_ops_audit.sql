@@ -64,7 +64,8 @@ GO
 -- SearchAudit(...): newest first (by Id), below @BeforeId. Examines at most @ScanRows rows (the newest below
 -- @BeforeId) and returns those matching, up to @Limit. When the scan stopped at its bound before the page filled, a
 -- last row with a NULL Id carries ScanFloor, the lowest Id examined: the caller continues below it. @Principal
--- matches the object id or the name; the other filters match exactly.
+-- matches the object id or the name; @Target matches exactly, and a queue target (queue:<name>) also the records of
+-- calls over several queues naming it (queue:a,b: an enqueue of a batch); the other filters match exactly.
 CREATE OR ALTER PROCEDURE keel.SearchAudit
   @From DATETIME2(3),
   @To DATETIME2(3),
@@ -100,7 +101,9 @@ BEGIN
         AND (@To IS NULL OR a.At < @To)
         AND (@Principal IS NULL OR a.PrincipalId = @Principal OR a.PrincipalName = @Principal)
         AND (@Action IS NULL OR a.Action = @Action)
-        AND (@Target IS NULL OR a.Target = @Target)
+        AND (@Target IS NULL OR a.Target = @Target
+             OR (LEFT(@Target, 6) = N'queue:' AND LEFT(a.Target, 6) = N'queue:' AND CHARINDEX(N',', a.Target) > 0
+                 AND CHARINDEX(N',' + SUBSTRING(@Target, 7, 400) + N',', N',' + SUBSTRING(a.Target, 7, 400) + N',') > 0))
         AND (@Outcome IS NULL OR a.Outcome = @Outcome)
       ORDER BY a.Id DESC) AS found
     UNION ALL

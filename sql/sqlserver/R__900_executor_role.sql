@@ -38,6 +38,11 @@ GO
 DENY INSERT, UPDATE, DELETE ON OBJECT::keel.OpsAudit TO keel_executor;
 GO
 
+-- The worker registry (V012): as the audit table, no table rights, and the DENY guards against a broader grant. Rows
+-- change only through RegisterWorker, DeregisterWorker and PruneWorkers.
+DENY INSERT, UPDATE, DELETE ON OBJECT::keel.Workers TO keel_executor;
+GO
+
 -- The enqueue-only role (issue 25), the twin of sql/postgres/roles/keel_producer.sql: a producer in another application
 -- may execute keel.EnqueueMany and nothing else (no schema-wide grant: every other procedure, table and view is closed
 -- to it). EnqueueMany reaches EnqueueJobs, the tables and the sequence through the ownership chain (all owned by

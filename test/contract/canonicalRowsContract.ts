@@ -363,6 +363,83 @@ export const DATA_CASES: DataCase[] = [
     },
   },
   {
+    title:
+      'T3: 1582-10-10 (inside the Julian-Gregorian gap of Oracle, valid in SQL Server and PostgreSQL): the twin keeps it, Oracle refuses it terminally (ORA-01839), naming the column and the row',
+    columns: [
+      {
+        name: 'born',
+        logical: 'date',
+        source: { postgres: 'date', sqlserver: 'date' },
+        target: { postgres: 'date', oracle: 'DATE' },
+      },
+    ],
+    rows: {
+      all: [
+        ['1', '1582-10-15'],
+        ['2', '1582-10-10'],
+        ['3', '0001-01-01'],
+      ],
+    },
+    expect: {
+      postgres: {
+        committed: [
+          ['1', '1582-10-15'],
+          ['2', '1582-10-10'],
+          ['3', '0001-01-01'],
+        ],
+      },
+      oracle: { batch: 'unsupported_type', message: /ORA-01839 .*column born \(BORN\), row with key id=2/ },
+    },
+  },
+  {
+    title:
+      'T3: seven fraction digits (SQL Server datetime2(7), datetimeoffset(7)) are cut to six, never rounded into the next second',
+    columns: [
+      {
+        name: 'at',
+        logical: 'timestamp',
+        source: { sqlserver: 'datetime2(7)' },
+        target: { postgres: 'timestamp(6)', oracle: 'TIMESTAMP(6)' },
+      },
+      {
+        name: 'ts',
+        logical: 'timestamptz',
+        source: { sqlserver: 'datetimeoffset(7)' },
+        target: { postgres: 'timestamptz(6)', oracle: 'TIMESTAMP(6) WITH TIME ZONE' },
+      },
+    ],
+    rows: {
+      sqlserver: [
+        ['1', '1900-01-01 00:00:00.0000001', '2024-03-31 02:30:00.1234567 +02:00'],
+        ['2', '9999-12-31 23:59:59.9999999', '9999-12-31 23:59:59.9999999 +00:00'],
+      ],
+    },
+    expect: {
+      all: {
+        committed: [
+          ['1', '1900-01-01T00:00:00.000000', '2024-03-31T00:30:00.123456Z'],
+          ['2', '9999-12-31T23:59:59.999999', '9999-12-31T23:59:59.999999Z'],
+        ],
+      },
+    },
+  },
+  {
+    title:
+      "T3: SQL Server datetime into a three-digit fraction is refused by prepare (its 1/300 s ticks read as .xxx3333: '.003' would be stored rounded, and verification would fail after staging)",
+    columns: [
+      {
+        name: 'at',
+        logical: 'timestamp',
+        source: { sqlserver: 'datetime' },
+        target: { postgres: 'timestamp(3)', oracle: 'TIMESTAMP(3)' },
+      },
+    ],
+    rows: { sqlserver: [['1', '2024-01-01 10:00:00.003']] },
+    expect: {
+      all: { prepare: 'target_incompatible', message: /column at .*6 fraction digits would be rounded to 3/ },
+    },
+  },
+  {
     title: 'T4: CHAR(n) from a fixed-width source of the same length keeps its padding',
     columns: [text('code', 'char(10)', 'character(10)', 'CHAR(10 CHAR)')],
     rows: {

@@ -12,6 +12,7 @@ import type {
   EnqueueRequest,
   JobStore,
   LeaseRef,
+  WorkerRegistration,
 } from '../../shared/jobs/contract.js';
 import { LIMITS, ValidationError } from '../../shared/jobs/validate.js';
 import { normalizeProgress, resultJson } from '../../shared/jobs/progress.js';
@@ -26,6 +27,21 @@ let queueSeq = 0;
 // Every test uses its own queue, so tests share one database without seeing each other's jobs.
 const freshQueue = (label: string) => `${label}-${++queueSeq}-${Math.random().toString(36).slice(2, 7)}`;
 const STALE_LEASE = '00000000-0000-4000-8000-000000000000';
+
+// A processor's registration as the registry stores it (shared/jobs/presence.ts builds the real one).
+const workerRow = (workerId: string, extra: Partial<WorkerRegistration> = {}): WorkerRegistration => ({
+  workerId,
+  host: 'host-a',
+  instanceId: null,
+  pid: 4242,
+  appVersion: '1.2.3',
+  buildId: null,
+  queues: null,
+  concurrency: 32,
+  startedAt: new Date(Date.now() - 60_000),
+  jobsDone: 0,
+  ...extra,
+});
 
 export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
   let h: EngineHarness;
@@ -661,6 +677,22 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
         'name: must be a schedule name (1-100 letters, digits and _ . : -)',
       ],
       ['fireSchedule tick', (s) => s.fireSchedule('sched', null, invalid, []), 'tick: must be a valid Date'],
+      [
+        'registerWorker queue name',
+        (s) => s.registerWorker({ ...workerRow('w-bad'), queues: ['ok', 'bad queue'] }),
+        'queues[1]: letters, digits and _ . : - only',
+      ],
+      [
+        'registerWorker workerId too long',
+        (s) => s.registerWorker(workerRow('w'.repeat(201))),
+        'workerId: Too big: expected string to have <=200 characters',
+      ],
+      [
+        'registerWorker concurrency',
+        (s) => s.registerWorker({ ...workerRow('w-c'), concurrency: 0 }),
+        'concurrency: must be an integer from 1 to 1000000 (got 0)',
+      ],
+      ['pruneWorkers cutoff', (s) => s.pruneWorkers(invalid), 'olderThan: must be a valid Date'],
     ];
     it.each(refused)('refuses %s with the same ValidationError', async (_name, call, message) => {
       const err = await call(store).then(
@@ -1382,11 +1414,72 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(claimed).toHaveLength(3);
       await store.start(ref(claimed[0]!));
       const mine = (await store.listWorkers()).find((w) => w.workerId === worker)!;
-      expect(mine).toMatchObject({ jobsHeld: 3, processing: 1, queues: [q] });
+      // Not in the registry: listed from its leases alone.
+      expect(mine).toMatchObject({ jobsHeld: 3, processing: 1, queues: [q], registration: null });
       expect(mine.oldestHeartbeatAt).toBeInstanceOf(Date);
       expect(mine.oldestHeartbeatAt!.getTime()).toBeLessThanOrEqual(mine.newestHeartbeatAt!.getTime());
       expect(mine.earliestLeaseExpiresAt!.getTime()).toBeGreaterThan(mine.asOf.getTime());
       for (const j of claimed) await store.cancel(j.id);
+    });
+
+    it('keeps a registry of workers: registered idle, refreshed, joined with the jobs they hold, removed, pruned', async () => {
+      const q = freshQueue('reg');
+      const id = `reg-${q}`;
+      const started = new Date(Date.now() - 120_000);
+      const seen1 = await store.registerWorker(
+        workerRow(id, { instanceId: 'inst-1', buildId: 'b42', queues: [q, `${q}-b`], startedAt: started }),
+      );
+      expect(seen1).toBeInstanceOf(Date);
+      expect(Math.abs(seen1.getTime() - Date.now())).toBeLessThan(60_000);
+      // Idle: registered, holding nothing, listed with what it reported.
+      let mine = (await store.listWorkers()).find((w) => w.workerId === id)!;
+      expect(mine).toMatchObject({ jobsHeld: 0, processing: 0, queues: [], oldestHeartbeatAt: null });
+      expect(mine.registration).toEqual({
+        host: 'host-a',
+        instanceId: 'inst-1',
+        pid: 4242,
+        appVersion: '1.2.3',
+        buildId: 'b42',
+        queues: [q, `${q}-b`],
+        concurrency: 32,
+        jobsDone: 0,
+        startedAt: started,
+        lastSeenAt: seen1,
+      });
+      // A refresh replaces what it reports and moves last seen forward; "every queue" is null.
+      const seen2 = await store.registerWorker(workerRow(id, { jobsDone: 7, queues: null, appVersion: '1.2.4' }));
+      expect(seen2.getTime()).toBeGreaterThanOrEqual(seen1.getTime());
+      // Holding jobs under its id: the same row, with the leases' figures.
+      await store.enqueueMany([0, 1].map(() => ({ queue: q, type: 't' })));
+      const claimed = await store.claimNext({ workerId: id, queues: [q], limit: 2 });
+      expect(claimed).toHaveLength(2);
+      const rows = (await store.listWorkers()).filter((w) => w.workerId === id);
+      expect(rows).toHaveLength(1);
+      mine = rows[0]!;
+      expect(mine).toMatchObject({ jobsHeld: 2, processing: 0, queues: [q] });
+      expect(mine.registration).toMatchObject({ jobsDone: 7, queues: null, appVersion: '1.2.4', lastSeenAt: seen2 });
+      // Lease holders come before idle workers.
+      const order = (await store.listWorkers()).map((w) => w.jobsHeld > 0);
+      expect(order.indexOf(false) === -1 || order.lastIndexOf(true) < order.indexOf(false)).toBe(true);
+      for (const j of claimed) await store.cancel(j.id);
+      // A graceful stop removes the row once; an id no worker can have is answered without a call.
+      expect(await store.deregisterWorker(id)).toBe(true);
+      expect(await store.deregisterWorker(id)).toBe(false);
+      expect(await store.deregisterWorker('')).toBe(false);
+      expect((await store.listWorkers()).some((w) => w.workerId === id)).toBe(false);
+      // Pruning deletes exactly the rows not seen since the cutoff.
+      const old = `old-${q}`;
+      const young = `young-${q}`;
+      const seenOld = await store.registerWorker(workerRow(old));
+      await new Promise((r) => setTimeout(r, 20));
+      const seenYoung = await store.registerWorker(workerRow(young));
+      expect(seenYoung.getTime()).toBeGreaterThan(seenOld.getTime());
+      expect(await store.pruneWorkers(seenOld)).toBe(0); // strictly older than the cutoff
+      expect(await store.pruneWorkers(seenYoung)).toBeGreaterThanOrEqual(1);
+      const ids = (await store.listWorkers()).map((w) => w.workerId);
+      expect(ids).not.toContain(old);
+      expect(ids).toContain(young);
+      expect(await store.deregisterWorker(young)).toBe(true);
     });
 
     it('two concurrent resurrects of one job produce exactly one hot job', async () => {
@@ -2278,6 +2371,21 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       // Within a minute of this process's clock (the database server's own time is what is stored).
       expect(Math.abs(page.items[1]!.at.getTime() - before)).toBeLessThan(60_000);
       expect(page.nextBeforeId).toBeNull();
+    });
+
+    it('finds a call over several queues (queue:a,b, an enqueue of a batch) under each queue it names, only those', async () => {
+      const action = `multi-${freshQueue('a')}`.slice(0, 64);
+      const one = await store.recordAudit(entry({ action, target: 'queue:q1', outcome: 'started' }));
+      const multi = await store.recordAudit(entry({ action, target: 'queue:q0,q1_x,q2', outcome: 'started' }));
+      const found = async (target: string) =>
+        (await store.searchAudit({ action, target, limit: 50 })).items.map((r) => r.id);
+      expect(await found('queue:q1_x')).toEqual([multi]);
+      expect(await found('queue:q0')).toEqual([multi]);
+      expect(await found('queue:q2')).toEqual([multi]);
+      expect(await found('queue:q1')).toEqual([one]); // q1_x is another queue, and _ no wildcard
+      expect(await found('queue:q0,q1_x,q2')).toEqual([multi]);
+      expect(await found('queue:q')).toEqual([]);
+      expect(await found('job:q2')).toEqual([]);
     });
 
     it('searches by principal (id or name), action, target, outcome and time; pages newest first; the scan is bounded', async () => {

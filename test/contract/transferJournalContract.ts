@@ -1,10 +1,12 @@
 // The TransferJournal contract, written once and run per engine (test/engines/<engine>.transferJournal.test.ts):
-// refusals told apart, the compare-and-set state machine with its patch rules and events, attempt numbering under
-// concurrent starts, the reconcile token kept unchanged, and concurrent inserts for one window on a small pool.
+// refusals told apart, the compare-and-set state machine with its patch rules and events, the text bounds,
+// attempt numbering under concurrent starts, the reconcile token kept unchanged, and concurrent inserts for one
+// window on a small pool.
 import { randomBytes, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { isTransferError } from '../../shared/transfer/errors.js';
 import type { NewBatch, TransferJournal } from '../../shared/transfer/journal.js';
+import { JOURNAL_TEXT_MAX } from '../../shared/transfer/journalProcedures.js';
 import type { JournalHarness } from './transferHarness.js';
 
 const codeOf = (e: unknown) => (isTransferError(e) ? e.code : `not a transfer error: ${String(e)}`);
@@ -140,6 +142,36 @@ export function defineTransferJournalContract(makeHarness: () => JournalHarness)
     expect(ev[0]!.detail).toEqual({ low: null, high: '50', schemaHash: 'h'.repeat(64) });
     expect(ev[1]!.detail).toEqual({ rowCount: 50 });
     expect(ev[4]!.detail).toEqual({ attempt: 1 });
+  });
+
+  it(`texts keep the same bound on every engine: last_error ${JOURNAL_TEXT_MAX.last_error} characters, cut whole`, async () => {
+    const max = JOURNAL_TEXT_MAX.last_error;
+    const name = unique('bound');
+    const a = await j.insertBatch({ ...base(name), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '5' });
+    await j.note(a.batchId, 'stage_error', { code: 'E1' }, { lastError: 'first', lastErrorCode: 'E1' });
+    // Characters, not bytes: 3,000 two-byte characters keep 2,000 of them. Only lastError is named: the code stays.
+    await j.note(a.batchId, 'stage_error', undefined, { lastError: 'é'.repeat(max + 1000) });
+    expect(await j.get(a.batchId)).toMatchObject({ lastError: 'é'.repeat(max), lastErrorCode: 'E1' });
+    // Exactly the bound is kept whole; past it, a transition cuts the same way.
+    const exact = await j.transition(a.batchId, ['extracting'], 'extracting', { lastError: 'x'.repeat(max) }, 'e');
+    expect(exact?.lastError).toBe('x'.repeat(max));
+    const cut = await j.transition(a.batchId, ['extracting'], 'extracting', { lastError: 'y'.repeat(5 * max) }, 'e');
+    expect(cut).toMatchObject({ lastError: 'y'.repeat(max), lastErrorCode: 'E1' });
+    // A character outside the BMP (two UTF-16 units) across the bound is dropped whole, never split in half.
+    const emoji = await j.transition(
+      a.batchId,
+      ['extracting'],
+      'extracting',
+      { lastError: `${'z'.repeat(max - 1)}\u{1F600}tail` },
+      'e',
+    );
+    expect(emoji?.lastError).toBe('z'.repeat(max - 1));
+    // The code has its own bound (a driver's code never comes near it; a cut one still beats a refused write).
+    const code = await j.transition(a.batchId, ['extracting'], 'extracting', { lastErrorCode: 'C'.repeat(100) }, 'e');
+    expect(code?.lastErrorCode).toBe('C'.repeat(JOURNAL_TEXT_MAX.last_error_code));
+    // The operator's name on a control keeps JOURNAL_TEXT_MAX.changed_by characters.
+    const c = await j.setPaused(unique('bound_ctl'), true, 'r', 'o'.repeat(JOURNAL_TEXT_MAX.changed_by + 50));
+    expect(c.changedBy).toBe('o'.repeat(JOURNAL_TEXT_MAX.changed_by));
   });
 
   it('the reconcile token is kept unchanged until the next apply starts, and then cleared', async () => {

@@ -4,7 +4,7 @@
 // resurrected and then archived; a transfer batch's journal timeline; operator-only actions refused without
 // the role (nothing changes); App Service authentication mode (no key, role still enforced); no request leaves
 // localhost; no console errors. Screenshots of every page go to .tmp/console/.
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -20,6 +20,8 @@ const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const CHROMIUM = process.env.KEEL_CHROMIUM ?? '/usr/bin/chromium';
 const SHOTS = path.join(ROOT, '.tmp', 'console');
 const haveChromium = existsSync(CHROMIUM);
+const PACKAGE_VERSION = (JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { version: string })
+  .version;
 const QUEUE = 'console-e2e';
 const OTHER = 'console-other';
 const KEY = 'console-e2e-key-0123456789abcdef';
@@ -757,7 +759,7 @@ if (!haveChromium) {
       expect((await api('GET', '/schedules')).json.items[0].state).toBe('active');
     });
 
-    it('workers and warnings: a worker whose heartbeat stopped is flagged stale, and a lagging queue, on the overview', async () => {
+    it('workers and warnings: the live and idle workers with their versions, a worker gone silent holding a job whose heartbeat stopped, and a lagging queue, on the overview', async () => {
       // A job held by a worker that stopped heartbeating 10 minutes ago; the queue's zombie timeout (a day) keeps
       // rescue away, as a long timeout would in production.
       expect((await api('PATCH', `/queues/${STALE}`, { zombieTimeoutSeconds: 86_400 }, true)).status).toBe(200);
@@ -769,23 +771,68 @@ if (!haveChromium) {
          where id = $1`,
         [held],
       );
+      // The ghost was a registered processor of an older version, last seen 20 minutes ago (silent: the bound is twice
+      // KEEL_WORKER_REFRESH_MS, 10 minutes); a peer of another version reported just now, holding nothing.
+      await owner.query(
+        `insert into keel.workers (worker_id, host, instance_id, pid, app_version, build_id, queues, concurrency,
+                                   jobs_done, started_at, last_seen_at)
+         values ('ghost-worker-1', 'ghost-host', 'inst-ghost', 4711, '0.0.9', 'old-build', null, 32, 41,
+                 now() - interval '3 hours', now() - interval '20 minutes'),
+                ('peer-worker-2', 'peer-host', null, 4712, '0.0.9', 'old-build', $1, 8, 0,
+                 now() - interval '1 hour', now())`,
+        [`${STALE},${LAGGING}`],
+      );
       // A paused queue with a due job: its lag passes KEEL_WARN_QUEUE_LAG_MS (3 s here).
       await api('POST', `/queues/${LAGGING}/pause`, {}, true);
       await api('POST', '/jobs', { queue: LAGGING, type: 'demo.echo' });
 
       await page.goto(`${base}/api/console/#/workers`);
-      const ghost = page.locator('table.workers-table tbody tr', { hasText: 'ghost-worker-1' });
+      const rows = page.locator('table.workers-table tbody tr');
+      const ghost = rows.filter({ hasText: 'ghost-worker-1' });
       await ghost.waitFor();
+      // worker, state, version, host, serves, concurrency, jobs held, held in, oldest heartbeat, last seen, started, done
       const cells = await ghost.locator('td').allTextContents();
-      expect(cells[1]).toBe('1');
-      expect(cells[3]).toBe(STALE);
-      expect(cells[4]).toMatch(/^1\d min ago$|^10 min ago$/);
-      expect(cells[7]).toBe('stale heartbeat');
+      expect(cells[1]).toBe('silent, holds jobsstale heartbeat');
+      expect(cells[2]).toBe('0.0.9 (old-build)');
+      expect(cells[3]).toBe('ghost-host · inst-ghost');
+      expect(cells[4]).toBe('all queues');
+      expect(cells[6]).toBe('1 (1 processing)');
+      expect(cells[7]).toBe(STALE);
+      expect(cells[8]).toMatch(/^1\d min ago$|^10 min ago$/);
+      expect(cells[9]).toMatch(/^2\d min ago$/);
+      expect(cells[11]).toBe('41');
+      // This local host's own processor: registered by its first job, idle now, on package.json's version.
+      const mine = rows.filter({ hasText: '(this instance)' });
+      const me = await mine.locator('td').allTextContents();
+      expect(me[1]).toBe('idle');
+      expect(me[2]).toBe(PACKAGE_VERSION);
+      expect(me[4]).toBe('all queues');
+      expect(me[6]).toBe('0');
+      const peer = await rows.filter({ hasText: 'peer-worker-2' }).locator('td').allTextContents();
+      expect(peer.slice(1, 5)).toEqual(['idle', '0.0.9 (old-build)', 'peer-host', `${STALE}, ${LAGGING}`]);
+      // Lease holders first, then the idle.
+      const order = await rows.locator('td:first-child').allTextContents();
+      const at = (id: string) => order.findIndex((t) => t.includes(id));
+      expect(at('ghost-worker-1')).toBeLessThan(at('(this instance)'));
+      expect(at('ghost-worker-1')).toBeLessThan(at('peer-worker-2'));
+      // Two versions live at once (the silent ghost's is not counted): flagged.
+      const versions = page.locator('[data-test=worker-versions]');
+      expect(await versions.textContent()).toBe(
+        `Versions live: ${PACKAGE_VERSION} × 1, 0.0.9 (old-build) × 1 mixed versions`,
+      );
+      expect(await page.locator('[data-test=worker-counts]').textContent()).toMatch(
+        /^2 live \(2 idle\) · 1 silent · \d+ not registered$/,
+      );
       await shot(page, 'workers');
 
       await page.goto(`${base}/api/console/#/`);
       const warnings = page.locator('[data-test=warnings]');
       await warnings.locator('li[data-kind=stale_heartbeat]', { hasText: 'ghost-worker-1' }).waitFor();
+      const silent = warnings.locator('li[data-kind=stale_worker]', { hasText: 'ghost-worker-1' });
+      expect(await silent.textContent()).toMatch(
+        /^worker silent worker ghost-worker-1 \(ghost-host, version 0\.0\.9\) holds 1 job\(s\) but has not reported for \d+ s/,
+      );
+      expect(await silent.locator('a').getAttribute('href')).toBe('#/workers');
       await warnings.locator('li[data-kind=queue_lag]', { hasText: LAGGING }).waitFor({ timeout: 15_000 });
       const staleRow = page.locator('table.queues-table tbody tr', { hasText: STALE });
       expect(await staleRow.locator('td:nth-child(2)').textContent()).toContain('stale');
@@ -796,7 +843,13 @@ if (!haveChromium) {
       await onQueues.locator('[data-kind=queue_lag]').waitFor();
       expect(await onQueues.locator('[data-kind=queue_lag]').getAttribute('title')).toContain(`queue ${LAGGING}`);
       const w = (await api('GET', '/warnings')).json;
-      expect(w.thresholds).toEqual({ staleHeartbeatMs: 60_000, queueLagMs: 3000, dlqPer15Min: 10 });
+      expect(w.thresholds).toEqual({
+        staleHeartbeatMs: 60_000,
+        queueLagMs: 3000,
+        dlqPer15Min: 10,
+        workerSilentMs: 600_000,
+        workerRetentionMs: 3_600_000,
+      });
       await shot(page, 'overview-warnings');
 
       // Clean up: the ghost's job dead-letters through rescue, the lagging queue drains.
@@ -807,6 +860,7 @@ if (!haveChromium) {
         async () => (await api('GET', `/jobs/${held}`)).json.location === 'dlq',
       );
       await until('the lagging queue to drain', async () => (await hot(LAGGING)) === 0);
+      await owner.query(`delete from keel.workers where worker_id in ('ghost-worker-1', 'peer-worker-2')`);
     });
 
     it('smaller points: focus kept across refreshes and returned after a panel, all-time labels, a confirm before lowering retention, a payload copy button, and every queue action reachable at 390 px', async () => {

@@ -55,6 +55,7 @@ describe('PostgreSQL least privilege (keel_executor)', () => {
       'queues',
       'schema_migrations',
       'ops_audit',
+      'workers',
     ]) {
       await denied(`select 1 from keel.${table} limit 1`);
     }
@@ -99,6 +100,30 @@ describe('PostgreSQL least privilege (keel_executor)', () => {
       id,
     ]);
     expect(rows[0]).toEqual({ outcome: 'ok', affected: '3', principal_name: 'ada' });
+  });
+
+  it('the worker registry: the application writes its row through the functions only', async () => {
+    const startedAt = new Date();
+    const w = {
+      workerId: 'priv-w',
+      host: 'h',
+      instanceId: null,
+      pid: 1,
+      appVersion: '1.0.0',
+      buildId: null,
+      queues: null,
+      concurrency: 1,
+      startedAt,
+      jobsDone: 0,
+    };
+    await store.registerWorker(w);
+    await denied(`update keel.workers set app_version = 'forged' where worker_id = 'priv-w'`);
+    await denied(`insert into keel.workers (worker_id, host, pid, app_version, concurrency, started_at, last_seen_at)
+                  values ('forged', 'h', 1, 'x', 1, now(), now())`);
+    await denied(`delete from keel.workers`);
+    expect((await store.listWorkers()).find((x) => x.workerId === 'priv-w')?.registration?.appVersion).toBe('1.0.0');
+    expect(await store.pruneWorkers(new Date(Date.now() - 3_600_000))).toBe(0);
+    expect(await store.deregisterWorker('priv-w')).toBe(true);
   });
 
   it('refuses the internal functions: a job cannot be dead-lettered without its lease', async () => {

@@ -2,6 +2,7 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ops } from '../../functions/ops.js';
 import { encodeClientPrincipal } from '../../shared/ops/auth.js';
+import { queueListTarget } from '../../shared/ops/router.js';
 import {
   auditRows,
   context,
@@ -1163,6 +1164,47 @@ describe('ops: audit trail', () => {
     expect(JSON.parse(String(rows[0]!.summary)).body.jobs[0].payload).toMatchObject({ bytes: expect.any(Number) });
   });
 
+  it('an enqueue over several queues names each queue once, sorted, the unnamed ones by their type', async () => {
+    const before = await lastAuditId(t.pool);
+    const r = await call('POST', 'jobs', {
+      body: {
+        jobs: [
+          { queue: 'audit-zeta', type: 'demo.echo' },
+          { type: 'demo.echo' }, // no queue: its type's ("default", demo.echo names none)
+          { queue: 'audit-alpha', type: 'demo.echo' },
+          { queue: 'audit-zeta', type: 'demo.echo' },
+        ],
+      },
+    });
+    expect(r.status).toBe(201);
+    const rows = await auditRows(t.pool, before);
+    expect(rows).toHaveLength(1);
+    expect(rows[0]).toMatchObject({ action: 'enqueue', target: 'queue:audit-alpha,audit-zeta,default', affected: '4' });
+    // Each queue's trail (the console's who-acted card) finds the batch.
+    for (const queue of ['audit-alpha', 'audit-zeta']) {
+      const trail = await call('GET', `audit?target=queue:${queue}&action=enqueue`, { operator: true });
+      expect(trail.status).toBe(200);
+      expect((trail.body.items as { id: string }[]).map((x) => x.id)).toContain(String(rows[0]!.id));
+    }
+  });
+
+  it('an enqueue over more queues than the target holds lists whole names and counts the rest', async () => {
+    const names = Array.from({ length: 30 }, (_, i) => `audit-many-${String(i).padStart(2, '0')}-${'x'.repeat(40)}`);
+    const before = await lastAuditId(t.pool);
+    const r = await call('POST', 'jobs', { body: { jobs: names.map((queue) => ({ queue, type: 'demo.echo' })) } });
+    expect(r.status).toBe(201);
+    const [row] = await auditRows(t.pool, before);
+    const target = String(row!.target);
+    expect(target.length).toBeLessThanOrEqual(400);
+    const m = /^queue:(.*),\+(\d+) more$/.exec(target);
+    expect(m, target).not.toBeNull();
+    const listed = m![1]!.split(',');
+    // Whole names, the first ones in order, and the count makes up the rest.
+    expect(listed).toEqual(names.slice(0, listed.length));
+    expect(listed.length + Number(m![2])).toBe(30);
+    expect(listed.length).toBeGreaterThan(1);
+  });
+
   it('a refused call leaves exactly one record with the principal, the status and the reason, and does nothing', async () => {
     const reader = encodeClientPrincipal({ name: 'rita', roles: ['Keel.Reader'], oid: 'oid-rita' });
     const before = await lastAuditId(t.pool);
@@ -1252,6 +1294,21 @@ describe('ops: audit trail', () => {
       const bad = await call('GET', `audit?${query}`, { operator: true });
       expect(bad.status, query).toBe(400);
       expect(bad.body.field, query).toBe(field);
+    }
+  });
+});
+
+describe('queueListTarget', () => {
+  it('keeps every name when they fit, else whole names and "+N more", never over the bound', () => {
+    expect(queueListTarget(['a', 'b'], 400)).toBe('queue:a,b');
+    expect(queueListTarget(['a', 'b'], 'queue:a,b'.length)).toBe('queue:a,b');
+    expect(queueListTarget(['aaaa', 'bbbb', 'cccc'], 19)).toBe('queue:aaaa,+2 more');
+    expect(queueListTarget(['aaaa', 'bbbb', 'cccc', 'dddd'], 'queue:aaaa,bbbb,+2 more'.length)).toBe(
+      'queue:aaaa,bbbb,+2 more',
+    );
+    for (let max = 14; max < 40; max++) {
+      const t = queueListTarget(['aaaa', 'bbbb', 'cccc', 'dddd'], max);
+      expect(t.length, t).toBeLessThanOrEqual(max);
     }
   });
 });

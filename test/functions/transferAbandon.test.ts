@@ -7,6 +7,9 @@ import { transferStage } from '../../functions/transferStage.js';
 import { transferApply } from '../../functions/transferApply.js';
 import { context, READER, snapshot } from './support.js';
 import { useItemsTransfer } from './itemsTransfer.js';
+import { pgStatement } from '../../shared/engines/postgres/procedures.js';
+import { JOURNAL_POSTGRES_FUNCTIONS } from '../../shared/engines/postgres/transferJournal.js';
+import { transitionArgs } from '../../shared/transfer/journalProcedures.js';
 
 const fx = useItemsTransfer({
   label: 'fn_abandon',
@@ -73,10 +76,12 @@ describe('abandon a batch', () => {
     await transferApply(fx.t.queues.take('keel-transfer-apply')[0], context('transferApply'));
     expect(await count()).toBe(40);
     // The journal as a lost reply leaves it: 'applying', outcome unknown.
-    await fx.t.pool.query(
-      `select * from keel.transfer_batch_transition($1, array['committed'], 'applying', '{}'::jsonb, false, null, 'test_lost_reply', null)`,
-      [id],
+    const lostReply = pgStatement(
+      'transfer_batch_transition',
+      JOURNAL_POSTGRES_FUNCTIONS.transfer_batch_transition,
+      transitionArgs(id, ['committed'], 'applying', {}, 'test_lost_reply'),
     );
+    await fx.t.pool.query(lostReply.text, lostReply.values);
     const r = await call('POST', `transfers/batches/${id}/abandon`, { reason: 'looks stuck' });
     expect(r.status).toBe(409);
     expect(r.body.message).toContain('not abandoned');

@@ -172,6 +172,16 @@ describe('keel-v1 checksum', () => {
     expect(canonicalValue('timestamp', '2026-02-03T04:05:06')).toBe('2026-02-03T04:05:06.000000');
     expect(canonicalValue('timestamptz', '2026-02-03 04:05:06.5+02:00')).toBe('2026-02-03T02:05:06.500000Z');
     expect(canonicalValue('timestamptz', new Date('2026-02-03T02:05:06.123Z'))).toBe('2026-02-03T02:05:06.123000Z');
+    // Years 1..99 with an offset stay in the first century (Date.UTC alone would read them as 1900..1999), and an
+    // offset that crosses midnight of 1 January of year 1 or 31 December 9999 moves the date, not the year's digits.
+    expect(canonicalValue('timestamptz', '0050-06-01 10:00:00+02')).toBe('0050-06-01T08:00:00.000000Z');
+    expect(canonicalValue('timestamptz', '0001-01-01 14:00:00+14:00')).toBe('0001-01-01T00:00:00.000000Z');
+    expect(canonicalValue('timestamptz', '0099-12-31 23:30:00-01:00')).toBe('0100-01-01T00:30:00.000000Z');
+    // a seven-digit fraction (SQL Server datetime2(7) / datetimeoffset(7)) is cut to six, never rounded up a second
+    expect(canonicalValue('timestamptz', '9999-12-31 23:59:59.9999999 +00:00')).toBe('9999-12-31T23:59:59.999999Z');
+    expect(canonicalValue('timestamptz', '2024-03-31 02:30:00.1234567 +02:00')).toBe('2024-03-31T00:30:00.123456Z');
+    expect(canonicalValue('timestamp', '1900-01-01 00:00:00.0000001')).toBe('1900-01-01T00:00:00.000000');
+    expect(canonicalValue('date', '1582-10-10')).toBe('1582-10-10');
     expect(canonicalValue('date', '2026-02-03 00:00:00')).toBe('2026-02-03');
     expect(canonicalValue('bytes', Buffer.from([0, 255]))).toBe('00ff');
     expect(canonicalValue('bytes', '0xDEAD')).toBe('dead');

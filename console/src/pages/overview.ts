@@ -2,7 +2,7 @@
 // of the last hour or day as a chart, refreshed every 5 s while "Live" is on.
 import { h, replace, fmtAge, fmtNum, fmtTime } from '../dom';
 import { api } from '../api';
-import { badge, empty, notice, pageHead, showError, clear, keepFocus, table, type Cleanup } from '../ui';
+import { badge, empty, notice, pageHead, showError, clear, keepFocus, table, warningLabel, type Cleanup } from '../ui';
 import { barChart, legend, slotsOf, type Bucket } from '../chart';
 
 const REFRESH_MS = 5000;
@@ -85,14 +85,11 @@ export function overviewPage(main: HTMLElement): Cleanup {
               h(
                 'li',
                 { 'data-kind': w.kind },
-                badge(
-                  w.kind === 'stale_heartbeat' ? 'stale heartbeat' : w.kind === 'queue_lag' ? 'lag' : 'DLQ growing',
-                  'bad',
-                ),
+                badge(warningLabel(w.kind, true), 'bad'),
                 ' ',
                 w.message,
                 ' ',
-                w.kind === 'stale_heartbeat'
+                w.kind === 'stale_heartbeat' || w.kind === 'stale_worker'
                   ? h('a', { href: '#/workers' }, 'Workers →')
                   : w.kind === 'dlq_growing'
                     ? h('a', { href: `#/dlq?queue=${encodeURIComponent(w.queue)}` }, 'Dead letters →')
@@ -103,7 +100,7 @@ export function overviewPage(main: HTMLElement): Cleanup {
           h(
             'p',
             { class: 'hint' },
-            `Bounds (settings): heartbeat ${fmtAge(th.staleHeartbeatMs)} (KEEL_WARN_STALE_HEARTBEAT_MS), lag ${fmtAge(th.queueLagMs)} (KEEL_WARN_QUEUE_LAG_MS), ${fmtNum(th.dlqPer15Min)} dead letters in 15 min (KEEL_WARN_DLQ_PER_15_MIN).`,
+            `Bounds (settings): heartbeat ${fmtAge(th.staleHeartbeatMs)} (KEEL_WARN_STALE_HEARTBEAT_MS), a worker silent ${fmtAge(th.workerSilentMs)} while holding jobs (twice KEEL_WORKER_REFRESH_MS), lag ${fmtAge(th.queueLagMs)} (KEEL_WARN_QUEUE_LAG_MS), ${fmtNum(th.dlqPer15Min)} dead letters in 15 min (KEEL_WARN_DLQ_PER_15_MIN).`,
           ),
         )
       : null;
@@ -173,9 +170,7 @@ export function overviewPage(main: HTMLElement): Cleanup {
           'span',
           { class: 'badges' },
           st?.paused ? badge('paused', 'warn') : badge('running', 'ok'),
-          ...(warned.get(q.queue) ?? []).map((k) =>
-            badge(k === 'stale_heartbeat' ? 'stale' : k === 'queue_lag' ? 'lag' : 'DLQ growing', 'bad'),
-          ),
+          ...(warned.get(q.queue) ?? []).map((k) => badge(warningLabel(k), 'bad')),
         ),
         fmtNum(q.pending),
         q.dueExact ? fmtNum(q.due) : `≥ ${fmtNum(q.due)}`,

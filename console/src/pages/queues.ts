@@ -17,6 +17,7 @@ import {
   show,
   showError,
   table,
+  warningLabel,
   type Cleanup,
 } from '../ui';
 
@@ -220,11 +221,7 @@ export function queuesPage(main: HTMLElement): Cleanup {
         for (const qn of w.queue ? [w.queue] : (w.queues ?? []))
           warned.set(qn, [
             ...(warned.get(qn) ?? []),
-            h(
-              'span',
-              { title: w.message, 'data-kind': w.kind },
-              badge(w.kind === 'stale_heartbeat' ? 'stale' : w.kind === 'queue_lag' ? 'lag' : 'DLQ growing', 'bad'),
-            ),
+            h('span', { title: w.message, 'data-kind': w.kind }, badge(warningLabel(w.kind), 'bad')),
           ]);
       const items = queues.items as any[];
       replace(

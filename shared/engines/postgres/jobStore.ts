@@ -36,7 +36,8 @@ import type {
   JobFilter,
   CountResult,
   DlqGroupPage,
-  WorkerLeases,
+  WorkerInfo,
+  WorkerRegistration,
 } from '../../jobs/contract.js';
 import { BatchBackedJobStore } from '../../jobs/storeBase.js';
 import { AUDIT_SCAN_ROWS_DEFAULT, IdempotencyConflictError } from '../../jobs/contract.js';
@@ -60,7 +61,7 @@ import {
   toAuditPage,
   toCountResult,
   toDlqGroupPage,
-  toWorkerLeases,
+  toWorkerInfo,
 } from '../../jobs/rows.js';
 import {
   DEFAULT_MAX_PAYLOAD_BYTES,
@@ -519,8 +520,34 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     return toDlqGroupPage(await this.call('dlq_groups', { queue, offset, limit }));
   }
 
-  async listWorkers(): Promise<WorkerLeases[]> {
-    return (await this.call('list_workers', {})).map(toWorkerLeases);
+  async listWorkers(): Promise<WorkerInfo[]> {
+    return (await this.call('list_workers', {})).map(toWorkerInfo);
+  }
+
+  async registerWorker(w: WorkerRegistration): Promise<Date> {
+    const [r] = await this.call('register_worker', {
+      worker_id: w.workerId,
+      host: w.host,
+      instance_id: w.instanceId,
+      pid: w.pid,
+      app_version: w.appVersion,
+      build_id: w.buildId,
+      queues: w.queues === null ? null : w.queues.join(','),
+      concurrency: w.concurrency,
+      started_at: w.startedAt,
+      jobs_done: w.jobsDone,
+    });
+    return r!.result as Date;
+  }
+
+  async deregisterWorker(workerId: string): Promise<boolean> {
+    const [r] = await this.call('deregister_worker', { worker_id: workerId });
+    return r!.result === true;
+  }
+
+  async pruneWorkers(olderThan: Date): Promise<number> {
+    const [r] = await this.call('prune_workers', { older_than: olderThan });
+    return num(r!.result);
   }
 
   async close(): Promise<void> {

@@ -1,16 +1,22 @@
 // The PostgreSQL side of JOB_PROCEDURES (shared/jobs/procedures.ts): per procedure, the SQL type of each parameter
 // of keel.<snake_name>(p_<param>, ...), in declaration order, and what the function returns (a set of rows, or one
 // value of a type). The store calls the functions only through postgresCall(), which builds the statement from this
-// table; test/engines/parity.test.ts compares the table with the functions in a migrated database (pg_proc).
+// table (pgStatement does the same for the transfer journal's table); test/engines/parity.test.ts compares the
+// tables with the functions in a migrated database (pg_proc).
 import type { JOB_PROCEDURES, JobProcedure } from '../../jobs/procedures.js';
 
-export type PgType = 'bigint' | 'bigint[]' | 'boolean' | 'integer' | 'jsonb' | 'text' | 'text[]' | 'timestamptz';
+export type PgType =
+  'bigint' | 'bigint[]' | 'boolean' | 'integer' | 'jsonb' | 'text' | 'text[]' | 'timestamptz' | 'uuid';
 type ParamName<P extends JobProcedure> = (typeof JOB_PROCEDURES)[P][number];
 
-export interface PgFunction<P extends JobProcedure> {
-  params: { [K in ParamName<P>]: PgType };
+// One function of a procedure table (this one, or the transfer journal's JOURNAL_POSTGRES_FUNCTIONS).
+export interface PgSignature<Param extends string = string> {
+  params: { [K in Param]: PgType };
   returns: 'rows' | PgType; // 'rows': returns table / setof; otherwise a single value of that type
+  // 'rows' only: the select list over the call (aliased r) when a column is a composite to expand, e.g. (r.batch).*
+  select?: string;
 }
+export type PgFunction<P extends JobProcedure> = PgSignature<ParamName<P>>;
 
 // The parameters of JOB_FILTER_PARAMS (search_jobs and count_jobs).
 const JOB_FILTER = {
@@ -105,6 +111,23 @@ export const POSTGRES_FUNCTIONS: { [P in JobProcedure]: PgFunction<P> } = {
   },
   dlq_groups: { params: { queue: 'text', offset: 'integer', limit: 'integer' }, returns: 'rows' },
   list_workers: { params: {}, returns: 'rows' },
+  register_worker: {
+    params: {
+      worker_id: 'text',
+      host: 'text',
+      instance_id: 'text',
+      pid: 'integer',
+      app_version: 'text',
+      build_id: 'text',
+      queues: 'text',
+      concurrency: 'integer',
+      started_at: 'timestamptz',
+      jobs_done: 'bigint',
+    },
+    returns: 'timestamptz',
+  },
+  deregister_worker: { params: { worker_id: 'text' }, returns: 'boolean' },
+  prune_workers: { params: { older_than: 'timestamptz' }, returns: 'bigint' },
   list_schedules: { params: { name: 'text' }, returns: 'rows' },
   set_schedule_paused: { params: { name: 'text', paused: 'boolean' }, returns: 'rows' },
   fire_schedule: {
@@ -165,17 +188,28 @@ export function postgresCall<P extends JobProcedure>(
   proc: P,
   args: PostgresArgs<P>,
 ): { text: string; values: unknown[] } {
-  const fn = POSTGRES_FUNCTIONS[proc] as PgFunction<JobProcedure>;
+  return pgStatement(proc, POSTGRES_FUNCTIONS[proc] as PgSignature, args as Record<string, unknown>);
+}
+
+// postgresCall for any procedure table: `name` is the function's name in schema keel.
+export function pgStatement(
+  name: string,
+  fn: PgSignature,
+  args: Record<string, unknown>,
+): { text: string; values: unknown[] } {
   const names = Object.keys(fn.params);
-  const given = Object.keys(args as Record<string, unknown>);
+  const given = Object.keys(args);
   if (given.length !== names.length || given.some((n) => !names.includes(n))) {
-    throw new Error(`keel.${proc} takes (${names.join(', ')}), got (${given.join(', ')})`);
+    throw new Error(`keel.${name} takes (${names.join(', ')}), got (${given.join(', ')})`);
   }
   const types = fn.params as Record<string, PgType>;
   const list = names.map((n, i) => `p_${n} => $${i + 1}::${types[n]}`).join(', ');
-  const call = `keel.${proc}(${list})`;
-  return {
-    text: fn.returns === 'rows' ? `select * from ${call}` : `select ${call} as result`,
-    values: names.map((n) => (args as Record<string, unknown>)[n] ?? null),
-  };
+  const call = `keel.${name}(${list})`;
+  const text =
+    fn.returns !== 'rows'
+      ? `select ${call} as result`
+      : fn.select
+        ? `select ${fn.select} from ${call} r`
+        : `select * from ${call}`;
+  return { text, values: names.map((n) => args[n] ?? null) };
 }

@@ -37,7 +37,8 @@ import type {
   JobFilter,
   CountResult,
   DlqGroupPage,
-  WorkerLeases,
+  WorkerInfo,
+  WorkerRegistration,
 } from '../../jobs/contract.js';
 import { BatchBackedJobStore } from '../../jobs/storeBase.js';
 import { AUDIT_SCAN_ROWS_DEFAULT, IdempotencyConflictError } from '../../jobs/contract.js';
@@ -60,9 +61,9 @@ import {
   toAuditPage,
   toCountResult,
   toDlqGroupPage,
-  toWorkerLeases,
+  toWorkerInfo,
 } from '../../jobs/rows.js';
-import { JOB_PROCEDURES, pascalCase, type JobProcedure } from '../../jobs/procedures.js';
+import { JOB_PROCEDURES, pascalCase, type JobProcedure, type Pascal } from '../../jobs/procedures.js';
 import {
   DEFAULT_MAX_PAYLOAD_BYTES,
   flowRefusal,
@@ -88,7 +89,6 @@ export async function migrateSqlServerJobs(pool: sql.ConnectionPool, log?: (line
 // names in PascalCase; the parity test (test/engines/parity.test.ts) and call() both check that.
 type ParamType = Parameters<sql.Request['input']>[1];
 
-type Pascal<S extends string> = S extends `${infer H}_${infer T}` ? `${Capitalize<H>}${Pascal<T>}` : Capitalize<S>;
 type ParamNames<P extends JobProcedure> = Pascal<(typeof JOB_PROCEDURES)[P][number]>;
 export type ProcedureParams<P extends JobProcedure> = { [K in ParamNames<P>]: unknown };
 type ParamTypes = { [P in JobProcedure]: { [K in ParamNames<P>]: ParamType } };
@@ -138,6 +138,20 @@ export const SQLSERVER_PARAMS: ParamTypes = {
   count_jobs: { ...JOB_FILTER, Cap: sql.Int },
   dlq_groups: { Queue: sql.NVarChar(128), Offset: sql.Int, Limit: sql.Int },
   list_workers: {},
+  register_worker: {
+    WorkerId: sql.NVarChar(200),
+    Host: sql.NVarChar(256),
+    InstanceId: sql.NVarChar(128),
+    Pid: sql.Int,
+    AppVersion: sql.NVarChar(64),
+    BuildId: sql.NVarChar(128),
+    Queues: sql.NVarChar(MAX),
+    Concurrency: sql.Int,
+    StartedAt: sql.DateTime2(3),
+    JobsDone: sql.BigInt,
+  },
+  deregister_worker: { WorkerId: sql.NVarChar(200) },
+  prune_workers: { OlderThan: sql.DateTime2(3) },
   list_schedules: { Name: sql.NVarChar(100) },
   set_schedule_paused: { Name: sql.NVarChar(100), Paused: sql.Bit },
   fire_schedule: {
@@ -762,8 +776,40 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     return toDlqGroupPage(rows.map(camelKeys));
   }
 
-  async listWorkers(): Promise<WorkerLeases[]> {
-    return (await this.call('list_workers', {}, 'safe')).map((r) => toWorkerLeases(camelKeys(r)));
+  async listWorkers(): Promise<WorkerInfo[]> {
+    return (await this.call('list_workers', {}, 'safe')).map((r) => toWorkerInfo(camelKeys(r)));
+  }
+
+  // 'safe': an upsert of the same row; run twice, it is seen twice.
+  async registerWorker(w: WorkerRegistration): Promise<Date> {
+    const [r] = await this.call(
+      'register_worker',
+      {
+        WorkerId: w.workerId,
+        Host: w.host,
+        InstanceId: w.instanceId,
+        Pid: w.pid,
+        AppVersion: w.appVersion,
+        BuildId: w.buildId,
+        Queues: w.queues === null ? null : w.queues.join(','),
+        Concurrency: w.concurrency,
+        StartedAt: w.startedAt,
+        JobsDone: w.jobsDone,
+      },
+      'safe',
+    );
+    return r!.Result as Date;
+  }
+
+  // 'safe': a repeated delete finds nothing (false), but the row is gone either way.
+  async deregisterWorker(workerId: string): Promise<boolean> {
+    const [r] = await this.call('deregister_worker', { WorkerId: workerId }, 'safe');
+    return r!.Result === true || r!.Result === 1;
+  }
+
+  async pruneWorkers(olderThan: Date): Promise<number> {
+    const [r] = await this.call('prune_workers', { OlderThan: olderThan }, 'safe');
+    return num(r!.Result);
   }
 
   async close(): Promise<void> {
