@@ -1,8 +1,10 @@
-// Transfer benchmark: rows/s for a PostgreSQL -> PostgreSQL transfer through Keel's full lifecycle (extract with
-// manifest, stage with verification, apply, purge), measured in the same run as the machine's physical limit
-// (COPY ... TO STDOUT piped into COPY ... FROM STDIN) and a naive row-by-row insert (on a sample, extrapolated).
-// Keel runs in a child process so its peak RSS is its own. Usage: npx tsx bench/transfer.ts --rows 1000000
-// [--pg-url URL] (a running server to use instead of the embedded one; or KEEL_BENCH_PG_URL)
+// Transfer benchmark, side by side in one run on one server: rows/s of a PostgreSQL -> PostgreSQL transfer through
+// Keel's full lifecycle (extract with manifest, stage with verification, apply, purge) in one batch and in 10, and of
+// the row path (the canonical text feed a SQL Server source and an Oracle target use: no bulk stream, keel-v1, rows
+// as canonical text in chunks), against the machine's physical limit (COPY ... TO STDOUT piped into COPY ... FROM
+// STDIN) and a naive row-by-row insert loop (on a sample, extrapolated). Every Keel run is in a child process, so
+// its peak RSS is its own. Usage: npx tsx bench/transfer.ts --rows 1000000 [--pg-url URL] (a running server to use
+// instead of the embedded one; or KEEL_BENCH_PG_URL) [--only bulk,rows,rows-node] [--batches 1,10]
 import pg from 'pg';
 import { to as copyTo, from as copyFrom } from 'pg-copy-streams';
 import { pipeline } from 'node:stream/promises';
@@ -20,6 +22,8 @@ import { transferEngineRules } from '../shared/engines/registry.js';
 import { migratePostgresTarget } from '../shared/engines/postgres/transferEndpoints.js';
 import { TransferService } from '../shared/transfer/service.js';
 import { withClient } from '../shared/engines/postgres/client.js';
+import { ChecksumAccumulator } from '../shared/transfer/checksum.js';
+import type { SourceAdapter } from '../shared/transfer/types.js';
 
 const TRANSFER_RULES = transferEngineRules();
 
@@ -34,12 +38,42 @@ const TABLE_DDL = (name: string) => `create table ${name} (
   flag boolean not null,
   note varchar(200))`;
 
+// How the source is offered to the target:
+// - bulk: as Keel runs PostgreSQL -> PostgreSQL (COPY stream, the engine's own checksum);
+// - rows: the row path, as the Oracle target sees every source: canonical rows in chunks, keel-v1, the manifest
+//   computed by the source's server;
+// - rows-node: the row path with the manifest as a SQL Server source computes it: the window streamed into Node and
+//   checksummed there (shared/engines/sqlserver/transferSource.ts), then streamed again for the staging.
+export type BenchMode = 'bulk' | 'rows' | 'rows-node';
+export const BENCH_MODES: readonly BenchMode[] = ['bulk', 'rows', 'rows-node'];
+
 interface ChildArgs {
   sourceUrl: string;
   targetUrl: string;
   controlUrl: string;
   batchSize: number;
   table: string;
+  mode: BenchMode;
+}
+
+function asMode(source: SourceAdapter, mode: BenchMode): SourceAdapter {
+  if (mode === 'bulk') return source;
+  return {
+    engine: source.engine,
+    readSchema: () => source.readSchema(),
+    nextWindow: (low, maxRows) => source.nextWindow(low, maxRows),
+    checksumAlgorithms: async () => ['keel-v1'],
+    manifest:
+      mode === 'rows'
+        ? (w, schema, algorithm) => source.manifest(w, schema, algorithm)
+        : async (w, schema) => {
+            const acc = new ChecksumAccumulator();
+            for await (const chunk of source.streamRows(w, schema, 5000)) for (const row of chunk) acc.add(row);
+            return { rowCount: acc.count, checksum: acc.checksum };
+          },
+    streamRows: (w, schema, chunkSize) => source.streamRows(w, schema, chunkSize),
+    close: () => source.close(),
+  };
 }
 
 // Runs in the child: the whole lifecycle for every row, batch after batch.
@@ -69,7 +103,7 @@ async function keelChild(a: ChildArgs): Promise<Record<string, unknown>> {
     journal: new PostgresTransferJournal(control),
     transfers: [t!],
     connect: (tc) => ({
-      source: new PostgresTransferSource(tc, source, { trace }),
+      source: asMode(new PostgresTransferSource(tc, source, { trace }), a.mode),
       target: new PostgresTransferTarget(tc, target, { trace }),
     }),
   });
@@ -109,7 +143,15 @@ function runChild(args: ChildArgs): Promise<Record<string, unknown>> {
   return new Promise((resolve, reject) => {
     const child = spawn(
       process.execPath,
-      ['--import', 'tsx', fileURLToPath(import.meta.url), '--child', JSON.stringify(args)],
+      [
+        // e.g. KEEL_BENCH_CHILD_NODE_OPTIONS="--cpu-prof --cpu-prof-dir=/tmp/prof" to profile the Keel child
+        ...(process.env.KEEL_BENCH_CHILD_NODE_OPTIONS?.split(' ').filter(Boolean) ?? []),
+        '--import',
+        'tsx',
+        fileURLToPath(import.meta.url),
+        '--child',
+        JSON.stringify(args),
+      ],
       {
         cwd: repo,
         stdio: ['ignore', 'pipe', 'inherit'],
@@ -128,13 +170,17 @@ function runChild(args: ChildArgs): Promise<Record<string, unknown>> {
 
 export async function runTransferBench(opts: {
   rows: number;
-  batchSizes?: number[];
+  batches?: number[]; // batch counts per mode (default 1 and 10)
+  modes?: BenchMode[]; // default every mode
   naiveSample?: number;
   pgUrl?: string; // an external server (bench/server.ts); absent: the embedded one, fsync off
   log?: (s: string) => void;
 }): Promise<Record<string, unknown>> {
   const log = opts.log ?? ((s: string) => process.stderr.write(`${s}\n`));
   const rows = opts.rows;
+  const modes = opts.modes ?? [...BENCH_MODES];
+  const batchCounts = opts.batches ?? [1, 10];
+  const runs = modes.flatMap((mode) => batchCounts.map((batches) => ({ mode, batches })));
   const server = await openBenchServer({ label: 'transfer', pgUrl: opts.pgUrl, fastUnsafe: true });
   log(describeServer(server.info));
   try {
@@ -152,11 +198,10 @@ export async function runTransferBench(opts: {
       );
       await c.query('vacuum analyze public.orders');
     });
-    const batchSizes = opts.batchSizes ?? [rows, Math.max(1, Math.ceil(rows / 10))];
     await withClient(targetUrl, async (c) => {
       await c.query(TABLE_DDL('public.copy_pipe'));
       await c.query(TABLE_DDL('public.naive'));
-      for (let i = 0; i < batchSizes.length; i++) await c.query(TABLE_DDL(`public.keel_${i}`));
+      for (const r of runs) await c.query(TABLE_DDL(`public.keel_${r.mode.replace('-', '_')}_${r.batches}`));
     });
     const controlPool = new pg.Pool({ connectionString: controlUrl, max: 1 });
     await migrateJournal(controlPool, 'keel.transfer_bench_migrations');
@@ -214,42 +259,73 @@ export async function runTransferBench(opts: {
       };
     })();
 
-    // 3. Keel, in a child process per batch size (peak RSS measured there).
+    // 3. Keel, in a child process per mode and batch count (peak RSS measured there).
     const keel: Record<string, unknown>[] = [];
-    for (let i = 0; i < batchSizes.length; i++) {
-      log(`transfer bench: Keel, batchSize ${batchSizes[i]}`);
-      const r = await runChild({ sourceUrl, targetUrl, controlUrl, batchSize: batchSizes[i]!, table: `keel_${i}` });
+    for (const r of runs) {
+      const batchSize = Math.max(1, Math.ceil(rows / r.batches));
+      const table = `keel_${r.mode.replace('-', '_')}_${r.batches}`;
+      log(`transfer bench: Keel ${r.mode}, ${r.batches} batch(es) of ${batchSize}`);
+      const res = await runChild({ sourceUrl, targetUrl, controlUrl, batchSize, table, mode: r.mode });
+      const counted = await withClient(targetUrl, async (c) =>
+        Number((await c.query(`select count(*)::bigint as n from public.${table}`)).rows[0].n),
+      );
+      if (counted !== rows) throw new Error(`${table}: ${counted} rows on the target, ${rows} at the source`);
+      const rps = Number(res.rowsPerSec);
       keel.push({
-        batchSize: batchSizes[i],
-        ...r,
-        vsCopy: Math.round((Number(r.rowsPerSec) / copy.rowsPerSec) * 1000) / 1000,
+        mode: r.mode,
+        batchSize,
+        ...res,
+        vsCopy: Math.round((rps / copy.rowsPerSec) * 1000) / 1000,
+        vsNaive: Math.round((rps / naive.rowsPerSec) * 10) / 10,
       });
+      log(
+        `  ${rps} rows/s, ${(rps / copy.rowsPerSec).toFixed(3)}x COPY, ${(rps / naive.rowsPerSec).toFixed(1)}x naive, peak RSS ${String(res.peakRssMB)} MB`,
+      );
     }
-    const verify = await withClient(
-      targetUrl,
-      async (c) =>
-        (
-          await c.query(
-            `select (select count(*) from public.keel_0)::bigint as keel, (select count(*) from public.copy_pipe)::bigint as copy`,
-          )
-        ).rows[0],
+    const copyRows = await withClient(targetUrl, async (c) =>
+      Number((await c.query(`select count(*)::bigint as n from public.copy_pipe`)).rows[0].n),
     );
-    if (Number(verify.keel) !== rows || Number(verify.copy) !== rows)
-      throw new Error(`row counts differ: ${JSON.stringify(verify)}`);
-    const best = keel[0]!;
-    const ratio = Number(best.rowsPerSec) / copy.rowsPerSec;
+    if (copyRows !== rows) throw new Error(`copy_pipe: ${copyRows} rows, ${rows} at the source`);
+    const of = (mode: BenchMode) => keel.filter((k) => k.mode === mode);
+    const worst = (list: Record<string, unknown>[], key: string) =>
+      list.length ? Math.min(...list.map((k) => Number(k[key]))) : null;
+    const pgToPg = worst(of('bulk'), 'vsCopy');
+    const rowPath = worst(of('rows'), 'vsCopy');
+    const rowPathNaive = worst(of('rows'), 'vsNaive');
+    const peakRssMB = Math.max(...keel.map((k) => Number(k.peakRssMB)));
+    // The RSS target is PostgreSQL -> PostgreSQL's (the bulk runs); the row path's is reported beside it.
+    const rss = (mode: BenchMode) => (of(mode).length ? Math.max(...of(mode).map((k) => Number(k.peakRssMB))) : null);
+    const pgToPgRss = rss('bulk');
+    const targets = {
+      pgToPgVsCopyAtLeast: 0.75,
+      peakRssUnderMB: 300,
+      rowPathVsCopyAtLeast: 0.5,
+      rowPathVsNaiveAtLeast: 5,
+    };
     return {
-      benchmark: 'transfer pg->pg',
+      benchmark: 'transfer pg->pg and the row path',
       rows,
       machine: { cpus: os.cpus().length, node: process.version },
       server: { ...server.info, layout: 'source, target and control: separate databases on this one server' },
       copyPipe: copy,
       naiveRowByRow: naive,
       keel,
-      keelVsCopy: Math.round(ratio * 1000) / 1000, // one batch for all rows; per batch size in keel[].vsCopy
-      keelVsNaive: Math.round((Number(best.rowsPerSec) / naive.rowsPerSec) * 10) / 10,
-      peakRssMB: Math.max(...keel.map((k) => Number(k.peakRssMB))),
-      target: { keelVsCopyAtLeast: 0.4, peakRssUnderMB: 300 },
+      // The worst of the batch counts per mode.
+      ratios: {
+        pgToPgVsCopy: pgToPg,
+        rowPathVsCopy: rowPath,
+        rowPathVsNaive: rowPathNaive,
+        rowPathNodeManifestVsCopy: worst(of('rows-node'), 'vsCopy'),
+      },
+      peakRssMB,
+      peakRssMBByMode: { bulk: pgToPgRss, rows: rss('rows'), rowsNode: rss('rows-node') },
+      targets,
+      met: {
+        pgToPg: pgToPg === null ? null : pgToPg >= targets.pgToPgVsCopyAtLeast,
+        pgToPgRss: pgToPgRss === null ? null : pgToPgRss < targets.peakRssUnderMB,
+        rowPathVsCopy: rowPath === null ? null : rowPath >= targets.rowPathVsCopyAtLeast,
+        rowPathVsNaive: rowPathNaive === null ? null : rowPathNaive >= targets.rowPathVsNaiveAtLeast,
+      },
     };
   } finally {
     await server.close();
@@ -270,10 +346,21 @@ if (isMain) {
         process.exit(1);
       });
   } else {
-    const i = argv.indexOf('--rows');
-    const rows = i >= 0 ? Number(argv[i + 1]) : 1_000_000;
-    const u = argv.indexOf('--pg-url');
-    runTransferBench({ rows, pgUrl: benchPgUrl({ 'pg-url': u >= 0 ? argv[u + 1] : undefined }) })
+    const arg = (name: string) => {
+      const i = argv.indexOf(name);
+      return i >= 0 ? argv[i + 1] : undefined;
+    };
+    const rows = Number(arg('--rows') ?? 1_000_000);
+    const only = arg('--only')?.split(',') as BenchMode[] | undefined;
+    for (const m of only ?? [])
+      if (!BENCH_MODES.includes(m)) throw new Error(`--only: ${m} is not one of ${BENCH_MODES.join(', ')}`);
+    const batches = arg('--batches')?.split(',').map(Number);
+    runTransferBench({
+      rows,
+      ...(only ? { modes: only } : {}),
+      ...(batches ? { batches } : {}),
+      pgUrl: benchPgUrl({ 'pg-url': arg('--pg-url') }),
+    })
       .then((r) => {
         process.stdout.write(`${JSON.stringify(r, null, 2)}\n`);
         process.exit(0);

@@ -7,6 +7,7 @@ import type { InvocationContext } from '@azure/functions';
 import { getRuntime } from '../shared/app/runtime.js';
 import { parseMessage, poison, transferMessageSchema } from '../shared/app/messages.js';
 import {
+  chainOf,
   continueCatchUp,
   describeView,
   isTransferError,
@@ -30,7 +31,8 @@ export async function transferApply(message: unknown, context: InvocationContext
       'transfers_not_configured',
       'no transfers are configured (KEEL_TRANSFERS)',
     );
-  const { batchId, retry = 0, afterAttempt, chainRows } = parsed.value;
+  const { batchId, retry = 0, afterAttempt } = parsed.value;
+  const chain = chainOf(parsed.value);
   try {
     const paused = await pausedFor(rt, batchId);
     if (paused) {
@@ -51,10 +53,10 @@ export async function transferApply(message: unknown, context: InvocationContext
     const line = `apply: ${describeView(view)}`;
     if (view.status === 'committed') {
       context.info(line);
-      if (before?.state !== 'committed') await continueCatchUp(rt, view, chainRows ?? 0, context);
+      if (before?.state !== 'committed') await continueCatchUp(rt, view, chain, context);
     } else {
       context.warn(`${line}; next: ${view.nextAction}`);
-      await scheduleRetry(rt, view, retry, context, chainRows);
+      await scheduleRetry(rt, view, retry, context, chain);
     }
   } catch (err) {
     if (isTransferError(err, 'unknown_batch') || isTransferError(err, 'unknown_transfer')) {
@@ -63,7 +65,7 @@ export async function transferApply(message: unknown, context: InvocationContext
     if (isTransferError(err, 'invalid_state')) {
       // Not staged yet (e.g. reconcile found nothing applied and nothing staged): back to the stage step.
       context.warn(`apply: batch ${batchId}: ${err.message}; re-posting to the stage queue`);
-      await postStage(rt, batchId, context, chainRows === undefined ? {} : { chainRows });
+      await postStage(rt, batchId, context, chain);
       return;
     }
     throw err;

@@ -7,7 +7,14 @@
 import type { InvocationContext } from '@azure/functions';
 import { getRuntime } from '../shared/app/runtime.js';
 import { parseMessage, poison, transferMessageSchema } from '../shared/app/messages.js';
-import { describeView, isTransferError, postApply, scheduleRetry, pausedFor } from '../shared/app/transfers.js';
+import {
+  chainOf,
+  describeView,
+  isTransferError,
+  postApply,
+  scheduleRetry,
+  pausedFor,
+} from '../shared/app/transfers.js';
 import { batchTelemetry } from '../shared/app/telemetryHooks.js';
 
 export async function transferStage(message: unknown, context: InvocationContext): Promise<void> {
@@ -24,8 +31,8 @@ export async function transferStage(message: unknown, context: InvocationContext
       'transfers_not_configured',
       'no transfers are configured (KEEL_TRANSFERS)',
     );
-  const { batchId, retry = 0, chainRows } = parsed.value;
-  const chain = chainRows === undefined ? {} : { chainRows };
+  const { batchId, retry = 0 } = parsed.value;
+  const chain = chainOf(parsed.value);
   try {
     const paused = await pausedFor(rt, batchId);
     if (paused) {
@@ -38,7 +45,7 @@ export async function transferStage(message: unknown, context: InvocationContext
     batchTelemetry(view);
     context.info(`stage: ${describeView(view)}`);
     if (view.state === 'staged') await postApply(rt, batchId, chain);
-    else if (view.status !== 'committed') await scheduleRetry(rt, view, retry, context, chainRows);
+    else if (view.status !== 'committed') await scheduleRetry(rt, view, retry, context, chain);
   } catch (err) {
     if (isTransferError(err, 'unknown_batch') || isTransferError(err, 'unknown_transfer')) {
       return poison(rt, queue, context, message, err.code, err.message);
@@ -47,7 +54,7 @@ export async function transferStage(message: unknown, context: InvocationContext
     if (!view) throw err;
     batchTelemetry(view);
     context.warn(`stage: ${describeView(view)}: ${(err as Error).message}`);
-    const decision = await scheduleRetry(rt, view, retry, context, chainRows);
+    const decision = await scheduleRetry(rt, view, retry, context, chain);
     if (decision.action === 'not_retryable' && view.status !== 'committed' && view.state !== 'failed') throw err;
   }
 }

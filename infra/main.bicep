@@ -282,6 +282,12 @@ param transferFreshnessMinutes int = 180
 @description('Alert: how far back the latest transfer freshness report is looked for (at least one transfer timer interval).')
 param transferFreshnessLookbackMinutes int = 120
 
+@description('Alert: a transfer whose every rows-behind report within transferRowsBehindMinutes counted more than this many rows (keep it below KEEL_TRANSFER_ROWS_BEHIND_CAP, default 1,000,000).')
+param transferRowsBehindThreshold int = 500000
+
+@description('Alert: how long a transfer backlog must stay above transferRowsBehindThreshold, in minutes.')
+param transferRowsBehindMinutes int = 120
+
 @description('Alert: queue lag above this many minutes.')
 param queueLagMinutes int = 10
 
@@ -550,6 +556,8 @@ module alerts 'modules/alerts.bicep' = {
     unresolvedRecheckMinutes: unresolvedRecheckMinutes
     transferFreshnessMinutes: transferFreshnessMinutes
     transferFreshnessLookbackMinutes: transferFreshnessLookbackMinutes
+    transferRowsBehindThreshold: transferRowsBehindThreshold
+    transferRowsBehindMinutes: transferRowsBehindMinutes
     queueLagMinutes: queueLagMinutes
     queueLagWindow: queueLagWindow
     maintenanceStaleMinutes: maintenanceStaleMinutes

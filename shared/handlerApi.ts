@@ -5,6 +5,7 @@
 // modules behind it move. Handler tests use the test kit, test/kit.ts (docs/jobs.md, "Testing a handler").
 import type { EnqueuedJob, Logger } from './app/jobs.js';
 import type { JobRequest } from './jobs/typedEnqueue.js';
+import type { Flow, FlowResult } from '../packages/client/src/flow.js';
 
 export { defineHandler, defineSchedule, z } from './jobs/define.js';
 export type {
@@ -21,6 +22,8 @@ export { ValidationError } from './jobs/validate.js';
 export { IdempotencyConflictError } from './jobs/contract.js';
 export type { JobRequest } from './jobs/typedEnqueue.js';
 export type { EnqueuedJob } from './app/jobs.js';
+export type { JobLink } from './jobs/contract.js';
+export type { Flow, FlowResult } from '../packages/client/src/flow.js';
 
 // Enqueues jobs from a handler (a follow-up job) or any code running in the app, with the ops API's checks: a
 // registered type, the handler's payload schema and queue (ValidationError naming the field, nothing written), an
@@ -29,4 +32,12 @@ export async function enqueue(jobs: JobRequest | JobRequest[], log?: Logger): Pr
   // Loaded on first use: the runtime loads the handlers folder, so a handler module must not load the runtime.
   const [{ getRuntime }, { enqueueJobs }] = await Promise.all([import('./app/runtime.js'), import('./app/jobs.js')]);
   return enqueueJobs(await getRuntime(), jobs, log);
+}
+
+// Enqueues a flow (docs/jobs.md, "Flows"): `parent`, the `children` that run after it and `then`, which runs after all
+// of them, in one transaction (all of it or nothing), with enqueue's checks. Children read their parents' results
+// with ctx.parents().
+export async function enqueueFlow(flow: Flow<JobRequest>, log?: Logger): Promise<FlowResult<EnqueuedJob>> {
+  const [{ getRuntime }, jobs] = await Promise.all([import('./app/runtime.js'), import('./app/jobs.js')]);
+  return jobs.enqueueFlow(await getRuntime(), flow, log);
 }

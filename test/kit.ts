@@ -7,7 +7,7 @@
 // - runJobEndToEnd: enqueue through the real checks, claim and run through the real processor on the embedded
 //   PostgreSQL of the test run, and return where the job ended up. One call.
 import { randomBytes } from 'node:crypto';
-import type { DlqReason, JobRecord, JobStore } from '../shared/jobs/contract.js';
+import type { DlqReason, JobLink, JobRecord, JobStore } from '../shared/jobs/contract.js';
 import type { HandlerDefinition } from '../shared/jobs/define.js';
 import { HandlerRegistry, type JobContext, type JobLogger, type RegisteredHandler } from '../shared/jobs/registry.js';
 import {
@@ -71,6 +71,7 @@ export interface RunOptions {
   queueMaxAttempts?: number; // the queue's max_attempts, used when neither the job nor the handler sets one (default 5)
   idempotencyKey?: string | null; // default a fixed test key
   jobId?: string; // default '1'
+  parents?: JobLink[]; // what ctx.parents() answers (a flow's job); default none
   queue?: string; // default: the handler's queue, else 'default'
   clock?: FakeClock; // drives the timeout and dates retryAt; default: real time
   random?: () => number; // backoff jitter (default Math.random)
@@ -146,6 +147,7 @@ export function startHandler<P>(def: HandlerDefinition<P>, payload: unknown, opt
     progress: (input) => {
       progress.push(normalizeProgress(input));
     },
+    parents: async () => opts.parents ?? [],
   };
   const cancelTimeout = clock
     ? clock.setTimeout(() => abort('timeout'), h.options.timeoutMs)

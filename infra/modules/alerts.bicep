@@ -94,6 +94,15 @@ param transferFreshnessMinutes int
 @maxValue(2880)
 param transferFreshnessLookbackMinutes int
 
+@description('Transfer rows behind: alert when every report of a transfer within transferRowsBehindMinutes counted more than this many rows at the source after its last committed window (keep it below KEEL_TRANSFER_ROWS_BEHIND_CAP, where counts stop).')
+@minValue(1)
+param transferRowsBehindThreshold int
+
+@description('Transfer rows behind: how long the backlog must stay above the threshold (every report in this many minutes).')
+@minValue(15)
+@maxValue(2880)
+param transferRowsBehindMinutes int
+
 @description('Queue lag: alert when the oldest due pending job of a queue is older than this many minutes.')
 @minValue(1)
 param queueLagMinutes int
@@ -122,6 +131,7 @@ var metricNames = {
   queueLag: 'keel.queue.lag'
   maintenanceRuns: 'keel.maintenance.runs'
   transferFreshness: 'keel.transfer.freshness'
+  transferRowsBehind: 'keel.transfer.rows_behind'
 }
 var eventNames = {
   batchUnresolved: 'keel.transfer.batch_unresolved'
@@ -364,6 +374,29 @@ var baseRules = [
     aggregation: 'Maximum'
     operator: 'GreaterThan'
     threshold: transferFreshnessMinutes
+    dimensions: transferDim
+  }
+  {
+    key: 'transfer-rows-behind'
+    title: 'Keel: transfer backlog not worked down'
+    summary: 'Every report of a transfer in the last ${transferRowsBehindMinutes} minutes counted more than ${transferRowsBehindThreshold} rows at the source after its last committed window.'
+    severity: 3
+    windowSize: 'PT15M'
+    overrideQueryTimeRange: 'P2D'
+    query: join(
+      [
+        'customMetrics'
+        '| where timestamp > ago(${transferRowsBehindMinutes}m)'
+        '| where name == "${metricNames.transferRowsBehind}"'
+        '| extend transfer = tostring(customDimensions["transfer"])'
+        '| summarize rowsBehind = min(valueMin) by transfer'
+      ],
+      '\n'
+    )
+    measure: 'rowsBehind'
+    aggregation: 'Minimum'
+    operator: 'GreaterThan'
+    threshold: transferRowsBehindThreshold
     dimensions: transferDim
   }
   {

@@ -30,6 +30,7 @@ var m = {
   rows: 'keel.transfer.rows'
   maintenance: 'keel.maintenance.runs'
   freshness: 'keel.transfer.freshness'
+  rowsBehind: 'keel.transfer.rows_behind'
 }
 var e = {
   deadLettered: 'keel.job.dead_lettered'
@@ -180,16 +181,16 @@ var tiles = [
   }
   {
     name: 'freshness'
-    title: 'Transfer freshness: minutes behind the source, latest report (docs/runbook.md#transfer-freshness)'
+    title: 'Transfer freshness: minutes and rows behind the source, latest report (docs/runbook.md#transfer-freshness)'
     visualization: 'table'
     width: '50'
     query: join(
       [
         'customMetrics'
-        '| where name == "${m.freshness}"'
+        '| where name in ("${m.freshness}", "${m.rowsBehind}")'
         '| extend transfer = tostring(customDimensions["transfer"])'
-        '| summarize arg_max(timestamp, valueMax) by transfer'
-        '| project transfer, behindMinutes = round(valueMax / 60.0, 1), reportedAt = timestamp'
+        '| summarize arg_max(timestamp, valueMax) by transfer, name'
+        '| summarize behindMinutes = round(maxif(valueMax, name == "${m.freshness}") / 60.0, 1), rowsBehind = maxif(valueMax, name == "${m.rowsBehind}"), reportedAt = max(timestamp) by transfer'
         '| order by behindMinutes desc'
       ],
       '\n'

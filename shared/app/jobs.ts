@@ -5,6 +5,7 @@ import { prepareTypedJobs, type JobRequest, type TypedEnqueueOptions } from '../
 import { MAX_VISIBILITY_DELAY_SECONDS } from './queues.js';
 import type { Runtime } from './runtime.js';
 import { enqueuedTelemetry } from './telemetryHooks.js';
+import { flowJobs, flowResult, type Flow, type FlowResult } from '../../packages/client/src/flow.js';
 
 export interface JobMessage {
   jobId: JobId;
@@ -36,6 +37,16 @@ export async function enqueueJobs(
   return enqueueAndPost(rt, Array.isArray(jobs) ? jobs : [jobs], log);
 }
 
+// A flow in one call (docs/jobs.md, "Flows"): the parent, its children and the fan-in job, one batch and one
+// transaction, with the same checks as enqueueJobs.
+export async function enqueueFlow(
+  rt: Runtime,
+  flow: Flow<JobRequest>,
+  log: Logger = console,
+): Promise<FlowResult<EnqueuedJob>> {
+  return flowResult(flow, await enqueueAndPost(rt, flowJobs(flow), log));
+}
+
 export async function enqueueAndPost(
   rt: Runtime,
   jobs: readonly JobRequest[],
@@ -56,6 +67,9 @@ export async function enqueueAndPost(
       ...(await Promise.all(
         results.slice(i, i + 16).map(async (r, k) => {
           if (r.duplicate) return { ...r, posted: false };
+          // A flow's job waits for its parents: the move that releases it wakes the workers (or the dispatcher's
+          // next poll finds it); a message now would find nothing to run.
+          if (requests[i + k]!.after?.length) return { ...r, posted: false };
           const delay = delaySecondsFor(requests[i + k]!, now);
           if (delay > MAX_VISIBILITY_DELAY_SECONDS) return { ...r, posted: false }; // the dispatcher runs it when due
           return { ...r, posted: await postJob(rt, r.id, log, delay) };

@@ -19,6 +19,8 @@ export const transferMessageSchema = z.strictObject({
   afterAttempt: z.number().int().min(0).optional(),
   // Rows committed so far by the catch-up chain this batch belongs to (KEEL_TRANSFER_CATCHUP_ROWS).
   chainRows: z.number().int().min(0).optional(),
+  // When that chain started (epoch ms; KEEL_TRANSFER_CATCHUP_MS). Absent: the chain starts with this batch.
+  chainStartedAt: z.number().int().min(0).optional(),
 });
 
 export type ParsedMessage<T> = { ok: true; value: T } | { ok: false; reason: 'malformed'; detail: string };

@@ -21,6 +21,17 @@ export interface TransferMessage {
   retry?: number; // the n-th delayed re-post in a row (see scheduleRetry)
   afterAttempt?: number; // the batch's apply attempts when this was posted: a later attempt makes it moot
   chainRows?: number; // rows committed by the catch-up chain before this batch
+  chainStartedAt?: number; // epoch ms the catch-up chain started (its first batch's creation)
+}
+
+// The catch-up chain a message belongs to, as the queue steps pass it on (next step, retries).
+export type ChainState = Pick<TransferMessage, 'chainRows' | 'chainStartedAt'>;
+
+export function chainOf(m: ChainState): ChainState {
+  const c: ChainState = {};
+  if (m.chainRows !== undefined) c.chainRows = m.chainRows;
+  if (m.chainStartedAt !== undefined) c.chainStartedAt = m.chainStartedAt;
+  return c;
 }
 
 // Builds the service when transfers are configured (KEEL_TRANSFERS / KEEL_TRANSFERS_FILE); null otherwise.
@@ -65,19 +76,21 @@ export async function postApply(
 }
 
 export type CatchUpStep =
-  | { action: 'next'; batchId: string; chainRows: number }
+  | { action: 'next'; batchId: string; chainRows: number; chainStartedAt: number }
   | { action: 'window_not_full' | 'budget_spent' | 'off' | 'nothing_new' | 'paused' }
   | { action: 'error'; detail: string };
 
 // Catch-up: a commit whose window was full (at least batchSize rows) means the source probably has more, so the
 // next batch is created and posted at once instead of at the next timer tick, until the chain has committed
-// KEEL_TRANSFER_CATCHUP_ROWS rows (the timer's next tick starts a new chain). Only the step that moved the batch
-// to committed continues the chain, so a duplicate apply message does not start a second one.
+// KEEL_TRANSFER_CATCHUP_ROWS rows or has run for KEEL_TRANSFER_CATCHUP_MS since its first batch was created (the
+// timer's next tick starts a new chain). Only the step that moved the batch to committed continues the chain, so a
+// duplicate apply message does not start a second one.
 export async function continueCatchUp(
   rt: Runtime,
   view: BatchView,
-  chainRows: number,
+  chain: ChainState,
   log: Logger,
+  now: () => number = Date.now,
 ): Promise<CatchUpStep> {
   const service = rt.transfers;
   if (!service) return { action: 'off' };
@@ -86,27 +99,59 @@ export async function continueCatchUp(
   const rows = view.rowCount ?? 0;
   const full = rows >= t.batchSize;
   // A window that was not full: the target has caught up with the source as of now. A full one: more is waiting,
-  // and the target is as fresh as this commit.
-  telemetry.transferFreshness({
-    transfer: view.transfer,
-    behindSince: full ? Date.parse(view.committedAt ?? new Date().toISOString()) : null,
-  });
+  // and the target is as fresh as this commit, with the rows after it still to come (counted once the next batch
+  // is on its way, so that the count does not hold up the chain).
+  if (!full) telemetry.transferFreshness({ transfer: view.transfer, behindSince: null });
+  const step = await nextInChain(rt, view, t.batchSize, chain, log, now());
+  if (full)
+    telemetry.transferFreshness(
+      step.action === 'nothing_new' // the full window was the last of the source's rows
+        ? { transfer: view.transfer, behindSince: null }
+        : {
+            transfer: view.transfer,
+            behindSince: Date.parse(view.committedAt ?? new Date().toISOString()),
+            rowsBehind: await countRowsBehind(rt, view.transfer, log),
+          },
+    );
+  return step;
+}
+
+async function nextInChain(
+  rt: Runtime,
+  view: BatchView,
+  batchSize: number,
+  chain: ChainState,
+  log: Logger,
+  now: number,
+): Promise<CatchUpStep> {
+  const service = rt.transfers!;
+  const rows = view.rowCount ?? 0;
+  const full = rows >= batchSize;
   const budget = rt.settings.KEEL_TRANSFER_CATCHUP_ROWS;
   if (budget === 0) return { action: 'off' };
   if (!full) return { action: 'window_not_full' };
-  const total = chainRows + rows;
+  const total = (chain.chainRows ?? 0) + rows;
   if (total >= budget) {
     log.info(
       `transfer ${view.transfer}: catch-up chain committed ${total} rows (KEEL_TRANSFER_CATCHUP_ROWS ${budget}); the next timer tick continues`,
     );
     return { action: 'budget_spent' };
   }
+  // A chain's clock starts when its first batch was created (a message without chainStartedAt is that batch's).
+  const startedAt = chain.chainStartedAt ?? Date.parse(view.createdAt);
+  const timeBudget = rt.settings.KEEL_TRANSFER_CATCHUP_MS;
+  if (timeBudget > 0 && now - startedAt >= timeBudget) {
+    log.info(
+      `transfer ${view.transfer}: catch-up chain ran ${Math.round((now - startedAt) / 1000)} s and committed ${total} rows (KEEL_TRANSFER_CATCHUP_MS ${timeBudget}); the next timer tick continues`,
+    );
+    return { action: 'budget_spent' };
+  }
   try {
     const next = await service.tryCreateBatch(view.transfer);
     if (!next) return { action: 'nothing_new' };
-    await postStage(rt, next.batchId, log, { chainRows: total });
+    await postStage(rt, next.batchId, log, { chainRows: total, chainStartedAt: startedAt });
     log.info(`transfer ${view.transfer}: catch-up: batch ${next.batchId} created after ${total} rows in this chain`);
-    return { action: 'next', batchId: next.batchId, chainRows: total };
+    return { action: 'next', batchId: next.batchId, chainRows: total, chainStartedAt: startedAt };
   } catch (err) {
     // The batch that led here is committed; the next timer tick tries again (and reports the cause).
     log.error(`transfer ${view.transfer}: catch-up could not create the next batch: ${(err as Error).message}`);
@@ -139,7 +184,7 @@ export async function scheduleRetry(
   view: BatchView,
   retry: number,
   log: Logger,
-  chainRows?: number,
+  chain: ChainState = {},
 ): Promise<RetryDecision> {
   if (!view.retryable || (view.state !== 'staged' && view.state !== 'extracting')) return { action: 'not_retryable' };
   const n = retry + 1;
@@ -151,8 +196,8 @@ export async function scheduleRetry(
   }
   const delayMs = retryDelayMs(rt.settings, n);
   const queue = view.state === 'staged' ? rt.settings.KEEL_TRANSFER_APPLY_QUEUE : rt.settings.KEEL_TRANSFER_STAGE_QUEUE;
-  const message: TransferMessage = { batchId: view.batchId, retry: n, afterAttempt: view.attempts };
-  if (chainRows !== undefined) message.chainRows = chainRows; // a catch-up chain goes on after the retry
+  // A catch-up chain goes on after the retry (its rows and its clock).
+  const message: TransferMessage = { batchId: view.batchId, retry: n, afterAttempt: view.attempts, ...chainOf(chain) };
   await rt.queues.send(queue, message, { delaySeconds: Math.ceil(delayMs / 1000) });
   log.warn(`batch ${view.batchId} (${view.transfer}): retry ${n} posted to ${queue} in ${Math.ceil(delayMs / 1000)} s`);
   return { action: 'posted', retry: n, delayMs };
@@ -269,15 +314,30 @@ export async function runTransferSchedule(rt: Runtime, log: Logger, now: Date = 
       });
     }
   }
-  if (steps.length > 0) await reportFreshness(service, steps, now, log);
+  if (steps.length > 0) await reportFreshness(rt, steps, now, log);
   return steps;
 }
 
+// Rows behind for the gauge (KEEL_TRANSFER_ROWS_BEHIND_CAP; 0: not counted): null when not counted or the count
+// failed, which leaves the freshness report itself as it is.
+async function countRowsBehind(rt: Runtime, transfer: string, log: Logger): Promise<number | null> {
+  const cap = rt.settings.KEEL_TRANSFER_ROWS_BEHIND_CAP;
+  if (!rt.transfers || cap === 0) return null;
+  try {
+    return (await rt.transfers.rowsBehind(transfer, cap))?.rows ?? null;
+  } catch (err) {
+    log.warn(`transfer ${transfer}: rows behind not counted: ${(err as Error).message}`);
+    return null;
+  }
+}
+
 // The freshness gauge after a timer pass: caught up when the pass found nothing new; otherwise behind since the
-// transfer's last commit (never committed: since this process first saw it behind). Paused transfers are left out.
+// transfer's last commit (never committed: since this process first saw it behind), with the rows behind counted
+// at the source. Paused transfers are left out.
 const firstBehind = new Map<string, number>();
 
-async function reportFreshness(service: TransferService, steps: TimerStep[], now: Date, log: Logger): Promise<void> {
+async function reportFreshness(rt: Runtime, steps: TimerStep[], now: Date, log: Logger): Promise<void> {
+  const service = rt.transfers!;
   try {
     const states = new Map((await service.transferStates(now.getTime())).map((x) => [x.name, x]));
     for (const step of steps) {
@@ -291,6 +351,7 @@ async function reportFreshness(service: TransferService, steps: TimerStep[], now
       telemetry.transferFreshness({
         transfer: step.transfer,
         behindSince: committedAt ? Date.parse(committedAt) : firstBehind.get(step.transfer)!,
+        rowsBehind: await countRowsBehind(rt, step.transfer, log),
       });
     }
   } catch (err) {

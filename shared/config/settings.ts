@@ -176,8 +176,14 @@ export const settingsSchema = z
     KEEL_TRANSFER_RETRY_MAX_MS: int(900_000, 1000, 7 * 24 * 3600_000),
     KEEL_TRANSFER_RETRY_LIMIT: int(10, 0, 1000),
     // Catch-up: after a commit whose window was full, the apply step creates and posts the next batch at once, until
-    // the chain (started by a timer tick or a start) has committed this many rows; 0 turns catch-up off.
-    KEEL_TRANSFER_CATCHUP_ROWS: int(5_000_000, 0, 1_000_000_000),
+    // the chain (started by a timer tick or a start) has committed this many rows (0 turns catch-up off) or has run
+    // this many ms since its first batch was created (0: no time budget), whichever comes first; the next timer tick
+    // starts a new chain. The time budget is the one that ends a long backfill's chain with the defaults.
+    KEEL_TRANSFER_CATCHUP_ROWS: int(100_000_000, 0, 1_000_000_000),
+    KEEL_TRANSFER_CATCHUP_MS: int(3_600_000, 0, 7 * 24 * 3600_000),
+    // Rows behind (keel.transfer.rows_behind, GET /transfers): rows at the source past the last committed window,
+    // counted up to this many (a bounded walk of the boundary column's index); 0: not counted.
+    KEEL_TRANSFER_ROWS_BEHIND_CAP: int(1_000_000, 0, 100_000_000),
     // Transfer journal (control database) connections: connect, per-statement and idle-in-transaction limits
     // (PostgreSQL; on SQL Server the first two are the pool's connection and request timeouts). Bounded well
     // inside the Functions 10-minute timeout so a dead control database fails a step instead of hanging it.

@@ -2,14 +2,20 @@
 import type { JobProgress } from './progress.js';
 import type { JobLogLine } from './jobLog.js';
 import type { JobAttempt } from './attempts.js';
+import type { OnParentFailure, ParentRef } from '../../packages/client/src/rules.js';
 // Every owner-scoped call takes (jobId, leaseId); a stale lease is reported as 'lease_lost', never thrown.
 
 export type JobId = string; // bigint in the database; strings keep 64-bit ids exact in JavaScript
 export type LeaseId = string; // uuid minted by each claim
 
-export const HOT_STATES = ['pending', 'fetched', 'processing'] as const;
+// 'waiting': a flow's job whose parents have not all finished (after); no claim sees it (docs/jobs.md, "Flows").
+export const HOT_STATES = ['pending', 'fetched', 'processing', 'waiting'] as const;
 export type HotState = (typeof HOT_STATES)[number];
-export const DLQ_REASONS = ['exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired'] as const;
+// The reasons a handler or the engine's own moves give (fail() takes these), then the two only a flow gives: a parent
+// was dead-lettered and the job's onFailure was 'deadLetter' ('parent_failed') or 'skip' ('skipped').
+export const FAIL_REASONS = ['exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired'] as const;
+export type FailReason = (typeof FAIL_REASONS)[number];
+export const DLQ_REASONS = [...FAIL_REASONS, 'parent_failed', 'skipped'] as const;
 export type DlqReason = (typeof DLQ_REASONS)[number];
 export const ZOMBIE_POLICIES = ['dlq', 'retry'] as const;
 export type ZombiePolicy = (typeof ZOMBIE_POLICIES)[number];
@@ -32,6 +38,10 @@ export interface EnqueueRequest {
   idempotencyKey?: string;
   maxAttempts?: number; // overrides the queue's max_attempts
   expiresAt?: Date; // not started by then -> DLQ 'expired'
+  // Flows: the job waits (state 'waiting') until these jobs have finished: job ids, or { index } naming an earlier
+  // job of the same enqueueMany call. A missing parent refuses the batch (ValidationError "jobs[i].after[k]").
+  after?: ParentRef[];
+  onFailure?: OnParentFailure; // when a parent is dead-lettered; default 'deadLetter' (docs/jobs.md, "Flows")
 }
 
 export interface EnqueueResult {
@@ -172,6 +182,7 @@ export interface QueueStats {
   dueExact: boolean;
   fetched: number;
   processing: number;
+  waiting: number; // a flow's jobs whose parents have not all finished (not due, not counted in pending)
   dlq: number;
   oldestDueAgeMs: number | null; // queue lag: age of the oldest due pending job
   succeeded: number;
@@ -192,6 +203,19 @@ export interface MetricBucket {
   count: number;
   totalDurationMs: number;
   maxDurationMs: number;
+}
+
+// One end of a flow's edge (JobStore.jobLinks): a parent the job waits (or waited) for, or a child that waits for it.
+export interface JobLink {
+  relation: 'parent' | 'child';
+  id: JobId;
+  type: string | null; // null: the job is no longer stored (retention purged it)
+  queue: string | null;
+  location: JobLocation | null;
+  state: HotState | 'succeeded' | 'dead' | null;
+  // what the parent's final move told the child: 'succeeded', 'failed', or null while the parent is unfinished
+  outcome: 'succeeded' | 'failed' | null;
+  result?: unknown; // a parent's archived result (parents only; undefined: it returned nothing)
 }
 
 export interface JobRecord {
@@ -460,7 +484,7 @@ export interface JobStore {
   // maxLines lines across attempts, and every move carries them.
   appendJobLog(ref: LeaseRef, lines: JobLogLine[], maxLines: number): Promise<OwnerResult>;
   retry(ref: LeaseRef, runAt: Date, error: string): Promise<OwnerResult>;
-  fail(ref: LeaseRef, reason: DlqReason, error: string): Promise<OwnerResult>;
+  fail(ref: LeaseRef, reason: DlqReason, error: string): Promise<OwnerResult>; // FAIL_REASONS only (checked)
   release(ref: LeaseRef): Promise<OwnerResult>;
   // A started job handed back by a graceful shutdown: pending now, its attempt given back (not a failure, not a
   // retry); dead-lettered as 'cancelled' instead when its cancel was requested.
@@ -479,6 +503,9 @@ export interface JobStore {
   listQueues(): Promise<QueueSettings[]>;
   updateQueue(name: string, patch: QueueSettingsPatch): Promise<QueueSettings>;
   getJob(jobId: JobId): Promise<JobRecord | null>;
+  // A flow's edges of one job: its parents in the order of its after list (with their results), then its children
+  // (the first 1,000 by id). Empty for a job in no flow.
+  jobLinks(jobId: JobId): Promise<JobLink[]>;
   // Recurring schedules: state by name (all when name is omitted); pause/resume; and the compare-and-set that moves
   // lastTick from expectedTick to tick and enqueues the tick's jobs in one transaction (exactly once per tick).
   // Its jobs may carry "schedule:" keys; a key held by a job the schedule did not enqueue is an

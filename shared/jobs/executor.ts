@@ -2,7 +2,7 @@
 // the handler's schema, the wait for a slot under the type's concurrency limit, the timeout, and the abort switch
 // raced against the handler. Heartbeats: the running jobs and the one timer that beats them. What happens to the
 // job afterwards is the processor's (shared/jobs/processor.ts) and the completer's (completer.ts).
-import type { ClaimedJob, JobId } from './contract.js';
+import type { ClaimedJob, JobId, JobLink } from './contract.js';
 import { FatalError, type JobContext, type JobLogger, type RegisteredHandler } from './registry.js';
 import { resultJson, type ProgressInput } from './progress.js';
 
@@ -150,6 +150,7 @@ export async function runAttempt(a: {
   heartbeat: () => Promise<void>;
   log: () => JobLogger; // ctx.log, asked for on first use (the processor's job log is made then)
   progress: (input: ProgressInput) => void; // ctx.progress
+  parents: () => Promise<JobLink[]>; // ctx.parents
   maxResultBytes: number;
   typeLimit: TypeConcurrencyLimit | undefined;
 }): Promise<AttemptResult> {
@@ -168,6 +169,7 @@ export async function runAttempt(a: {
     },
     heartbeat: a.heartbeat,
     progress: a.progress,
+    parents: a.parents,
   };
   let timeout: ReturnType<typeof setTimeout> | undefined;
   let releaseSlot: (() => void) | undefined;

@@ -42,6 +42,7 @@ export const JOB_PROCEDURES = {
     'metrics_retention_seconds',
   ],
   get_job: ['job_id'],
+  job_links: ['job_id'],
   search_jobs: [
     ...JOB_FILTER_PARAMS,
     'text',
@@ -130,6 +131,7 @@ export const OPERATION_PROCEDURE: Record<StoreOperation, JobProcedure> = {
   listQueues: 'list_queues',
   updateQueue: 'update_queue',
   getJob: 'get_job',
+  jobLinks: 'job_links',
   searchJobs: 'search_jobs',
   countJobs: 'count_jobs',
   dlqGroups: 'dlq_groups',

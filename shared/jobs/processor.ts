@@ -385,6 +385,7 @@ export class JobProcessor {
         heartbeat,
         log: () => (jobLog ??= this.jobLog(job, ref, attempt, abort)).logger(),
         progress: (input) => (progress ??= this.progressReporter(job, ref, abort)).report(input),
+        parents: async () => (await this.store.jobLinks(job.id)).filter((l) => l.relation === 'parent'),
         maxResultBytes: this.maxResultBytes,
         typeLimit: this.typeLimit(job.type, registered),
       });

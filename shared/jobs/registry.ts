@@ -1,7 +1,7 @@
 // Handlers by job type, with their options. A handler gets (payload, ctx) and runs outside any transaction.
 import type { ProgressInput } from './progress.js';
 import type { z } from 'zod';
-import type { JobId } from './contract.js';
+import type { JobId, JobLink } from './contract.js';
 import { LIMITS, jobName } from './validate.js';
 
 export interface JobLogger {
@@ -30,6 +30,9 @@ export interface JobContext {
   // How far this attempt is: 0.4, or {done, total, note}. Checked at once (a ValidationError names the field), stored
   // on the hot job at most once a second (the latest value wins) and shown by GET /jobs/{id} and the console.
   progress(progress: ProgressInput): void;
+  // A flow's job (enqueued with after): its parents in the order of its after list, each with where it ended and,
+  // for an archived parent, what its handler returned (result). One read, made when called; [] for a job in no flow.
+  parents(): Promise<JobLink[]>;
 }
 
 // What the handler returns (JSON, at most KEEL_MAX_RESULT_BYTES) is stored with the archived job: GET /jobs/{id}.

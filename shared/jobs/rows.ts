@@ -9,6 +9,7 @@ import type {
   DlqReason,
   FireResult,
   FireStatus,
+  JobLink,
   JobPage,
   JobRecord,
   JobSearch,
@@ -143,6 +144,19 @@ export function toJobRecord(r: Row, codec: RowCodec): JobRecord {
   };
 }
 
+export function toJobLink(r: Row, codec: RowCodec): JobLink {
+  return {
+    relation: r.relation === 'child' ? 'child' : 'parent',
+    id: String(r.jobId),
+    type: textOrNull(r.type),
+    queue: textOrNull(r.queue),
+    location: textOrNull(r.location) as JobLink['location'],
+    state: textOrNull(r.state) as JobLink['state'],
+    outcome: textOrNull(r.outcome) as JobLink['outcome'],
+    ...(r.result === null || r.result === undefined ? {} : { result: codec.payload(r.result) }),
+  };
+}
+
 // The log column holds ctx.log lines and recorded attempts (shared/jobs/attempts.ts): each goes to its own field,
 // and a field with nothing in it is left out.
 function jobLog(raw: unknown, codec: RowCodec): Pick<JobRecord, 'logs' | 'attemptLog'> {
@@ -162,6 +176,7 @@ export function toQueueStats(r: Row): QueueStats {
     dueExact: Boolean(r.dueExact),
     fetched: num(r.fetched),
     processing: num(r.processing),
+    waiting: num(r.waiting),
     dlq: num(r.dlq),
     oldestDueAgeMs: numOrNull(r.oldestDueAgeMs),
     succeeded: num(r.succeeded),

@@ -21,6 +21,7 @@ import {
   AUDIT_OUTCOMES,
   AUDIT_TEXT_LIMITS,
   DLQ_REASONS,
+  FAIL_REASONS,
   HOT_STATES,
   JOB_LOCATIONS,
   PURGE_TARGETS,
@@ -105,6 +106,15 @@ export function validateQueuePatch(queue: string, patch: QueueSettingsPatch): Qu
   const parsed = patchSchema.safeParse(patch);
   if (!parsed.success) throw firstIssue(parsed.error, '');
   return parsed.data;
+}
+
+// What only the database can check of a batch's flows (a parent that does not exist; and, for other sessions'
+// producers, every after/onFailure rule) comes back as "jobs[i].after[k]: message": the contract's ValidationError,
+// the field named as prepareEnqueue names it (no "jobs[0]." for a single job). Null for any other message.
+export function flowRefusal(message: string | undefined, count: number): ValidationError | null {
+  const m = /^jobs\[(\d+)\]\.((?:after|onFailure)[^:]*): (.*)$/s.exec(message ?? '');
+  if (!m) return null;
+  return new ValidationError(count === 1 ? m[2]! : `jobs[${m[1]}].${m[2]}`, m[3]!);
 }
 
 export function assertPositiveInt(field: string, value: number, max: number): void {
@@ -205,12 +215,13 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
     return leaseLost(ref);
   },
   fail: (ref, reason) => {
-    assertOneOf('reason', reason, DLQ_REASONS);
+    assertOneOf('reason', reason, FAIL_REASONS);
     return leaseLost(ref);
   },
   release: leaseLost,
   interrupt: leaseLost,
   cancel: (id) => (isJobId(id) ? undefined : { answer: 'not_found' }),
+  jobLinks: (id) => (isJobId(id) ? undefined : { answer: [] }),
   rescueZombies: (limit, byType) => {
     assertPositiveInt('limit', limit, LIMITS.rescueJobs);
     assertTypeMaxAttempts(byType);

@@ -38,6 +38,8 @@ function toEnqueueRequest(j: EnqueueJobInput): JobRequest {
     ...(j.idempotencyKey !== undefined ? { idempotencyKey: j.idempotencyKey } : {}),
     ...(j.maxAttempts !== undefined ? { maxAttempts: j.maxAttempts } : {}),
     ...(j.expiresAt !== undefined ? { expiresAt: new Date(j.expiresAt) } : {}),
+    ...(j.after !== undefined ? { after: j.after } : {}),
+    ...(j.onFailure !== undefined ? { onFailure: j.onFailure } : {}),
   };
 }
 
@@ -164,6 +166,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
         pending: 0,
         fetched: 0,
         processing: 0,
+        waiting: 0,
         dlq: 0,
         succeeded: 0,
         failed: 0,
@@ -410,7 +413,17 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
         rt.registry.maxAttemptsByType()[job.type] ??
         (await rt.store.getQueue(job.queue))?.maxAttempts ??
         DEFAULT_MAX_ATTEMPTS;
-      return { body: { ...job, timeline: jobTimeline(job), attemptLimit } };
+      // A flow's job: its parents (with their results) and children; both empty for a job in no flow.
+      const links = await rt.store.jobLinks(params.id);
+      return {
+        body: {
+          ...job,
+          timeline: jobTimeline(job),
+          attemptLimit,
+          parents: links.filter((l) => l.relation === 'parent').map(({ relation: _r, ...l }) => l),
+          children: links.filter((l) => l.relation === 'child').map(({ relation: _r, result: _x, ...l }) => l),
+        },
+      };
     },
   }),
   route({

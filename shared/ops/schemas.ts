@@ -234,6 +234,18 @@ export const out = (() => {
     ]),
     error: z.string().nullable().describe('cut to 2,000 characters'),
   });
+  // One end of a flow's edge (GET /jobs/{id}: parents and children).
+  const flowLink = z.object({
+    id: z.string(),
+    type: z.string().nullable().describe('null: the job is no longer stored (retention purged it)'),
+    queue: z.string().nullable(),
+    location: location.nullable(),
+    state: z.enum([...hotState.options, 'succeeded', 'dead']).nullable(),
+    outcome: z
+      .enum(['succeeded', 'failed'])
+      .nullable()
+      .describe("what the parent's final move told the child; null while the parent is unfinished"),
+  });
   const job = z.object({
     id: z.string().describe('job id (a 64-bit integer as a string)'),
     location: location,
@@ -318,6 +330,7 @@ export const out = (() => {
     pending: z.number().int(),
     fetched: z.number().int(),
     processing: z.number().int(),
+    waiting: z.number().int().describe("a flow's jobs whose parents have not all finished (not due; not in pending)"),
     dlq: z.number().int(),
     succeeded: z.number().int(),
     failed: z.number().int(),
@@ -373,6 +386,10 @@ export const out = (() => {
         .number()
         .int()
         .describe("the attempts the job may use: its own maxAttempts, else its type's, else its queue's"),
+      parents: z
+        .array(flowLink.extend({ result: z.unknown().optional().describe("an archived parent's result") }))
+        .describe('the jobs this one waits (or waited) for, in the order of its after list (docs/jobs.md, "Flows")'),
+      children: z.array(flowLink).describe('the jobs that wait for this one, the first 1,000 by id'),
     }),
     jobPage: z.object({
       location: location,

@@ -69,6 +69,9 @@ function stateOf(value: string | undefined): BatchState | undefined {
   return value as BatchState;
 }
 
+const ROWS_BEHIND_REUSE_MS = 30_000;
+const ROWS_BEHIND_WAIT_MS = 2_000;
+
 export const transferRoutes: OpsRoute<any, any, any>[] = [
   route({
     method: 'GET',
@@ -79,11 +82,22 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
     role: 'reader',
     query: s.emptyQuery,
     responses: {
-      200: 'transfers (empty when none is configured), each with its pause control, open batch, last commit and secondsSinceCommit',
+      200: 'transfers (empty when none is configured), each with its pause control, open batch, last commit, secondsSinceCommit and rowsBehind',
     },
     async handle({ rt }) {
       if (!rt.transfers) return { body: { configured: false, items: [] } };
-      const states = new Map((await rt.transfers.transferStates()).map((x) => [x.name, x]));
+      // Rows behind: counted at the source up to KEEL_TRANSFER_ROWS_BEHIND_CAP, a count reused for 30 s (a console
+      // refreshing the page does not walk the source's index each time); a source slower than 2 s to count (or
+      // unreachable) shows null rather than holding the page.
+      const states = new Map(
+        (
+          await rt.transfers.transferStates(Date.now(), {
+            rowsBehindCap: rt.settings.KEEL_TRANSFER_ROWS_BEHIND_CAP,
+            rowsBehindMaxAgeMs: ROWS_BEHIND_REUSE_MS,
+            rowsBehindWaitMs: ROWS_BEHIND_WAIT_MS,
+          })
+        ).map((x) => [x.name, x]),
+      );
       const items = rt.transfers.listTransfers().map((t) => ({ ...t, ...states.get(t.name) }));
       return { body: { configured: true, items } };
     },

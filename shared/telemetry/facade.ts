@@ -94,8 +94,10 @@ export interface KeelTelemetry {
   /**
    * The transfer's target is behind since `behindSince` (epoch ms; its last commit, or its first batch), or caught
    * up (null). Reported as the `keel.transfer.freshness` gauge, in seconds, growing until the next report.
+   * `rowsBehind`: rows at the source past the last committed window (counted up to a cap), as the
+   * `keel.transfer.rows_behind` gauge; 0 when caught up; left unreported when absent or null (not counted).
    */
-  transferFreshness(dims: { transfer: string; behindSince: number | null }): void;
+  transferFreshness(dims: { transfer: string; behindSince: number | null; rowsBehind?: number | null }): void;
   /** One maintenance timer run finished (outcome defaults to succeeded). */
   maintenanceRun(dims: { durationMs: number; outcome?: RunOutcome }): void;
   /** A database pool reported a connection error it recovers from (the `error` event of shared/engines/poolErrors.ts). */
@@ -270,6 +272,25 @@ export function createTelemetry(options: TelemetryOptions = {}): KeelTelemetry {
       }
     });
 
+  // Rows behind: per transfer, the latest count reported with the freshness, until it goes stale like it.
+  const rowsBehind = new Map<string, { rows: number; at: number }>();
+  meter
+    .createObservableGauge(METRICS.transferRowsBehind, {
+      description: 'Rows at the source after the last committed window (capped count; 0: caught up)',
+      unit: '{row}',
+      valueType: ValueType.DOUBLE,
+    })
+    .addCallback((result: ObservableResult) => {
+      const t = now();
+      for (const [name, { rows, at }] of rowsBehind) {
+        if (t - at > ttl) {
+          rowsBehind.delete(name);
+          continue;
+        }
+        result.observe(rows, { [DIM.transfer]: name });
+      }
+    });
+
   const unresolvedEvent = (
     source: 'reconcile' | 'state',
     d: { transfer: string; batchId: string; unresolvedForMs?: number },
@@ -363,7 +384,12 @@ export function createTelemetry(options: TelemetryOptions = {}): KeelTelemetry {
     },
     transferFreshness(d) {
       const since = d.behindSince === null ? null : measure(d.behindSince);
-      behind.set(transfer(d.transfer), { since: since ?? null, at: now() });
+      const name = transfer(d.transfer);
+      behind.set(name, { since: since ?? null, at: now() });
+      // Caught up is 0 rows; behind without a count is not reported (an older count would be a guess).
+      const rows = d.behindSince === null ? 0 : d.rowsBehind == null ? undefined : measure(d.rowsBehind);
+      if (rows !== undefined) rowsBehind.set(name, { rows: Math.floor(rows), at: now() });
+      else rowsBehind.delete(name);
     },
     maintenanceRun(d) {
       const attrs = { [DIM.outcome]: closedSet(RUN_OUTCOMES, d.outcome ?? 'succeeded') };

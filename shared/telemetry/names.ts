@@ -40,6 +40,12 @@ export const METRICS = {
    * its last commit while the source has rows it has not committed, 0 when the last look found nothing new.
    */
   transferFreshness: 'keel.transfer.freshness',
+  /**
+   * observable gauge (rows); dims transfer. Rows at the source after the transfer's last committed window, counted
+   * up to KEEL_TRANSFER_ROWS_BEHIND_CAP (a capped count reads as the cap), reported with the freshness: 0 when
+   * caught up; not reported when not counted.
+   */
+  transferRowsBehind: 'keel.transfer.rows_behind',
   /** counter; dims engine, role. Connection errors a database pool recovered from (a pooled connection died). */
   poolErrors: 'keel.db.pool_errors',
   /** counter; dims schedule. Scheduler passes in which one schedule failed (the others of the pass still ran). */

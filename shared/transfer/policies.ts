@@ -182,6 +182,7 @@ export function withValuePolicies(t: TransferConfig, source: SourceAdapter): Sou
     streamRows: rows,
     // Key columns take no policy (config.ts), so the source's own keys are the converted rows' keys.
     ...(source.windowKeys ? { windowKeys: source.windowKeys.bind(source) } : {}),
+    ...(source.rowsAfter ? { rowsAfter: source.rowsAfter.bind(source) } : {}),
     close: () => source.close(),
   };
 }

@@ -92,6 +92,16 @@ export interface TransferState {
   lastCommitted: { batchId: string; high: string; rows: number | null; committedAt: string | null } | null;
   // Seconds since the last committed batch committed (null: never committed). The freshness gauge.
   secondsSinceCommit: number | null;
+  // Rows at the source after the last committed window (the open batch's included), counted up to a cap; null when
+  // not counted (cap 0, a source that cannot count, or the count failed). See TransferService.rowsBehind.
+  rowsBehind: RowsBehind | null;
+}
+
+// capped: the count stopped at the cap, so `rows` is a lower bound. countedAt: when the source was asked.
+export interface RowsBehind {
+  rows: number;
+  capped: boolean;
+  countedAt: string;
 }
 
 export interface BatchListFilter {
@@ -253,6 +263,8 @@ export class TransferService {
   private readonly adapters = new Map<string, Promise<Adapters>>();
   private readonly prepared = new Set<string>();
   private readonly onClose: (() => Promise<void>) | undefined;
+  // The last rows-behind count per transfer, with the bound and cap it was counted for (rowsBehind's reuse).
+  private readonly behindCounts = new Map<string, { low: string | null; cap: number; at: number; value: RowsBehind }>();
 
   constructor(deps: TransferServiceDeps) {
     this.journal = deps.journal;
@@ -301,14 +313,66 @@ export class TransferService {
     return (await this.journal.controls()).some((c) => c.transferName === name && c.paused);
   }
 
-  // Every configured transfer with its control, open batch and last commit (one journal read per transfer).
-  async transferStates(now = Date.now()): Promise<TransferState[]> {
+  // Rows behind: rows at the source past the last committed high bound, under the same conditions as the next
+  // window (open batch included), counted up to `cap` by the source (a bounded index walk); null when the source
+  // cannot count. A count younger than maxAgeMs for the same committed bound is reused (a console polling every
+  // few seconds does not walk the source's index each time).
+  async rowsBehind(name: string, cap: number, maxAgeMs = 0, now = Date.now()): Promise<RowsBehind | null> {
+    const t = this.transfer(name);
+    if (cap <= 0) return null;
+    const { lastCommitted } = await this.journal.lastForTransfer(t.name);
+    return this.countBehind(t, lastCommitted?.boundaryHigh ?? null, cap, maxAgeMs, now);
+  }
+
+  private async countBehind(
+    t: TransferConfig,
+    low: string | null,
+    cap: number,
+    maxAgeMs: number,
+    now: number,
+  ): Promise<RowsBehind | null> {
+    const cached = this.behindCounts.get(t.name);
+    if (cached && cached.low === low && cached.cap === cap && now - cached.at < maxAgeMs) return cached.value;
+    const a = await this.connect(t);
+    if (!a.source.rowsAfter) return null;
+    const rows = await a.source.rowsAfter(low, cap);
+    const value: RowsBehind = { rows, capped: rows >= cap, countedAt: new Date(now).toISOString() };
+    this.behindCounts.set(t.name, { low, cap, at: now, value });
+    return value;
+  }
+
+  // Every configured transfer with its control, open batch and last commit (one journal read per transfer), and,
+  // when rowsBehindCap > 0, its rows behind (reused for rowsBehindMaxAgeMs; a failed count is null, never an error;
+  // a count slower than rowsBehindWaitMs is null in this answer and goes on, so the next one may reuse it).
+  async transferStates(
+    now = Date.now(),
+    opts: { rowsBehindCap?: number; rowsBehindMaxAgeMs?: number; rowsBehindWaitMs?: number } = {},
+  ): Promise<TransferState[]> {
     const controls = new Map((await this.journal.controls()).map((c) => [c.transferName, c]));
     const out: TransferState[] = [];
     for (const t of this.transfers.values()) {
       const c = controls.get(t.name);
       const { open, lastCommitted: last } = await this.journal.lastForTransfer(t.name);
       const openView = open ? toView(open) : null;
+      const cap = opts.rowsBehindCap ?? 0;
+      let rowsBehind: RowsBehind | null = null;
+      if (cap > 0) {
+        const counting = this.countBehind(t, last?.boundaryHigh ?? null, cap, opts.rowsBehindMaxAgeMs ?? 0, now).catch(
+          (err: unknown) => {
+            this.log('transfer.rows_behind_error', { transfer: t.name, message: describeError(err).message });
+            return null;
+          },
+        );
+        let timer: NodeJS.Timeout | undefined;
+        rowsBehind =
+          opts.rowsBehindWaitMs === undefined
+            ? await counting
+            : await Promise.race([
+                counting,
+                new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), opts.rowsBehindWaitMs))),
+              ]);
+        clearTimeout(timer);
+      }
       out.push({
         name: t.name,
         paused: c?.paused ?? false,
@@ -334,6 +398,7 @@ export class TransferService {
         secondsSinceCommit: last?.committedAt
           ? Math.max(0, Math.round((now - last.committedAt.getTime()) / 1000))
           : null,
+        rowsBehind,
       });
     }
     return out;

@@ -60,6 +60,10 @@ export interface SourceAdapter {
   readSchema(): Promise<SourceSchema>;
   // The next window after `low` holding at most about maxRows rows; null when there is nothing new.
   nextWindow(low: string | null, maxRows: number): Promise<Window | null>;
+  // Rows the next windows after `low` would hold now (the same conditions as nextWindow), counted up to cap and no
+  // further: a bounded walk of the boundary column's index, for the rows-behind gauge. Optional: a source without
+  // it reports no rows-behind figure.
+  rowsAfter?(low: string | null, cap: number): Promise<number>;
   // algorithm: one of checksumAlgorithms() (shared/transfer/checksum.ts).
   manifest(w: Window, schema: SourceSchema, algorithm: ChecksumAlgorithm): Promise<Manifest>;
   // The checksum algorithms this source can compute for a manifest, preferred first ('keel-v1' always among them).

@@ -82,7 +82,7 @@ create or replace function keel._job_problem(d jsonb, p_scheduler boolean, p_max
 returns text language sql stable as $$
   select case
     when jsonb_typeof(d) is distinct from 'object' then '(job): must be a JSON object'
-    when d - '{queue,type,payload,priority,runAt,delayMs,tags,idempotencyKey,maxAttempts,expiresAt}'::text[] <> '{}'::jsonb
+    when d - '{queue,type,payload,priority,runAt,delayMs,tags,idempotencyKey,maxAttempts,expiresAt,after,onFailure}'::text[] <> '{}'::jsonb
       then '(field): is not a job field'
     when jsonb_typeof(d->'queue') is distinct from 'string' or char_length(d->>'queue') > 128
          or not (d->>'queue') ~ '^[A-Za-z0-9_.:-]+$'
@@ -138,8 +138,8 @@ begin
   end if;
   if v_msg like '(field):%' then
     v_msg := (select min(k) from jsonb_object_keys(v_doc) k
-              where k <> all('{queue,type,payload,priority,runAt,delayMs,tags,idempotencyKey,maxAttempts,expiresAt}'))
-             || ': is not a job field (queue, type, payload, priority, runAt, delayMs, tags, idempotencyKey, maxAttempts, expiresAt)';
+              where k <> all('{queue,type,payload,priority,runAt,delayMs,tags,idempotencyKey,maxAttempts,expiresAt,after,onFailure}'))
+             || ': is not a job field (queue, type, payload, priority, runAt, delayMs, tags, idempotencyKey, maxAttempts, expiresAt, after, onFailure)';
   elsif v_msg like '(job):%' then
     return format('jobs[%s]: must be a JSON object', v_at - 1);
   end if;
@@ -165,6 +165,8 @@ declare
   v_inserted bigint;
   v_problem  text;
   v_clash    integer;
+  v_flow     boolean;
+  v_t        keel.tally;
 begin
   if p_jobs is null or jsonb_typeof(p_jobs) <> 'array' then
     raise exception 'jobs must be a JSON array' using errcode = '22023';
@@ -192,6 +194,20 @@ begin
   if v_problem is not null then
     raise exception '%', v_problem using errcode = '22023';
   end if;
+  -- Flows (V010): one pass over the documents; a batch without `after` or `onFailure` does nothing more for them.
+  v_flow := exists (select 1 from unnest(v_docs) as d where d ? 'after' or d ? 'onFailure');
+  if v_flow and p_scheduler then
+    -- A schedule fires jobs, not flows: its tick must never wait on another job (the same refusal on SQL Server).
+    raise exception 'jobs[%].after: a scheduled job cannot wait for other jobs',
+      (select u.o - 1 from unnest(v_docs) with ordinality as u(d, o) where u.d ? 'after' or u.d ? 'onFailure'
+       order by u.o limit 1) using errcode = '22023';
+  end if;
+  if v_flow then
+    v_problem := keel._after_problem(v_docs);
+    if v_problem is not null then
+      raise exception '%', v_problem using errcode = '22023';
+    end if;
+  end if;
   v_ids := array_fill(null::bigint, array[v_n]);
   v_dups := array_fill(false, array[v_n]);
 
@@ -203,6 +219,11 @@ begin
   order by 1
   on conflict (name) do nothing;
 
+  -- The parents named by id, locked before any row of the batch is inserted (sql/README.md, Lock order).
+  if v_flow then
+    perform keel._lock_parents(v_docs);
+  end if;
+
   loop
     v_pass := v_pass + 1;
     -- A fresh id for every job that has none yet; insert those jobs.
@@ -210,7 +231,8 @@ begin
                    from unnest(v_ids) with ordinality as u(id, o) order by u.o);
     v_fresh := (select count(*) from unnest(v_new) as x(id) where x.id is not null);
     with inserted as (
-      insert into keel.jobs_hot as h (id, queue, type, payload, priority, run_at, max_attempts, idempotency_key, tags, expires_at)
+      insert into keel.jobs_hot as h (id, queue, type, payload, priority, run_at, max_attempts, idempotency_key, tags,
+                                      expires_at, state, on_parent_failure)
       select u.new_id,
              u.j->>'queue',
              u.j->>'type',
@@ -221,7 +243,10 @@ begin
              u.j->>'idempotencyKey',
              case when coalesce(jsonb_array_length(u.j->'tags'), 0) = 0 then '{}'::text[]
                   else array(select jsonb_array_elements_text(u.j->'tags')) end,
-             (u.j->>'expiresAt')::timestamptz
+             (u.j->>'expiresAt')::timestamptz,
+             -- a job with parents waits (keel._settle_children below makes it due, or not, once they are linked)
+             case when v_flow and jsonb_array_length(u.j->'after') > 0 then 'waiting' else 'pending' end,
+             case when v_flow and jsonb_array_length(u.j->'after') > 0 then coalesce(u.j->>'onFailure', 'deadLetter') end
       from unnest(v_docs, v_new) with ordinality as u(j, new_id, o)
       where u.new_id is not null
       order by u.j->>'idempotencyKey' nulls first, u.j->>'queue', u.j->>'type', u.o
@@ -269,12 +294,18 @@ begin
     end if;
   end loop;
 
+  if v_flow then
+    -- Edges, flags and what each new child is now: due, waiting, or dead-lettered by its policy. Counted last.
+    v_t := keel._link_children(v_docs, v_ids, v_dups);
+    perform keel._tally(v_t);
+  end if;
+
   -- Wake idle workers (LISTEN keel_jobs, shared/engines/postgres/wakeups.ts) at commit: one notification per queue
-  -- that got a job due now. Delayed jobs are found by polling when they come due.
+  -- that got a job due now. Delayed jobs are found by polling when they come due; waiting ones notify when released.
   perform pg_notify('keel_jobs', q.name)
   from (select distinct d->>'queue' as name
         from unnest(v_docs, v_dups) as u(d, dup)
-        where not u.dup
+        where not u.dup and not (v_flow and coalesce(jsonb_array_length(d->'after'), 0) > 0)
           and coalesce((d->>'runAt')::timestamptz <= now(), coalesce((d->>'delayMs')::bigint, 0) = 0)) q;
 
   return query select v_ids, v_dups;
@@ -665,7 +696,8 @@ $$;
 -- Counts what one transaction did, once, after all of its moves: one upsert of stats_summary, then one of
 -- metric_buckets, each in queue order, so any two transactions meet those rows in the same order (sql/README.md, Lock
 -- order). p_queues, p_outcomes and p_durations are parallel: outcome 'succeeded', a DLQ reason ('exhausted', 'fatal',
--- 'timeout', 'cancelled', 'zombie', 'expired'; counted as failed), 'retried', 'zombie_retried' (a zombie handed back
+-- 'timeout', 'cancelled', 'zombie', 'expired', 'parent_failed'; counted as failed; 'skipped' is counted nowhere),
+-- 'retried', 'zombie_retried' (a zombie handed back
 -- to pending: counted as zombie, no bucket) or 'resurrected'. Durations (ms, null for none) feed the buckets.
 drop function if exists keel._tally(text[], text[], bigint[]);
 create or replace function keel._tally(p keel.tally)
@@ -678,7 +710,7 @@ begin
   insert into keel.stats_summary as s (queue, succeeded, failed, retried, cancelled, zombie, resurrected)
   select t.queue,
          count(*) filter (where t.outcome = 'succeeded'),
-         count(*) filter (where t.outcome in ('exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired')),
+         count(*) filter (where t.outcome in ('exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired', 'parent_failed')),
          count(*) filter (where t.outcome = 'retried'),
          count(*) filter (where t.outcome = 'cancelled'),
          count(*) filter (where t.outcome in ('zombie', 'zombie_retried')),
@@ -700,7 +732,7 @@ begin
                case when u.outcome = 'succeeded' then 'succeeded' else 'failed' end as bucket,
                case when u.outcome = 'succeeded' then '' else u.outcome end as reason
         from unnest(p.queues, p.outcomes, p.durations) as u(queue, outcome, duration_ms)
-        where u.outcome in ('succeeded', 'exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired')) t
+        where u.outcome in ('succeeded', 'exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired', 'parent_failed')) t
   group by t.queue, t.bucket, t.reason order by t.queue, t.bucket, t.reason
   on conflict (bucket_start, queue, outcome, reason) do update
     set count = b.count + excluded.count,
@@ -733,6 +765,7 @@ declare
   v_cancelled  keel.jobs_hot[];
   v_t          keel.tally;
   v_dead       keel.tally;
+  v_parents    bigint[];
 begin
   if cardinality(v_ids) = 0 then
     return query select '{}'::bigint[], '{}'::bigint[];
@@ -755,14 +788,19 @@ begin
     returning id, queue, duration_ms
   )
   select a.ok, a.queues, a.outcomes, a.durations,
-         (select array_agg(row(m.*)::keel.jobs_hot order by m.id) from moved m where m.cancel_requested)
-  into v_ok, v_t.queues, v_t.outcomes, v_t.durations, v_cancelled
+         (select array_agg(row(m.*)::keel.jobs_hot order by m.id) from moved m where m.cancel_requested),
+         (select array_agg(m.id order by m.id) from moved m where m.has_dependents and not m.cancel_requested)
+  into v_ok, v_t.queues, v_t.outcomes, v_t.durations, v_cancelled, v_parents
   from (select coalesce(array_agg(a.id order by a.id), '{}') as ok, array_agg(a.queue) as queues,
                array_agg('succeeded'::text) as outcomes, array_agg(a.duration_ms) as durations
         from archived a) a;
   if v_cancelled is not null then
     v_dead := keel._bury(v_cancelled, 'cancelled', 'cancel requested while running; the handler finished before it saw the request');
     v_t := keel._tally_plus(v_t, v_dead);
+  end if;
+  if v_parents is not null then
+    -- Jobs others wait for (V010): their children are settled in this same transaction. Null for every other batch.
+    v_t := keel._tally_plus(v_t, keel._parents_finished(v_parents, 'succeeded'));
   end if;
   perform keel._tally(v_t);
   return query
@@ -773,12 +811,18 @@ $$;
 -- Puts hot rows their caller has just deleted into the DLQ with reason and error (the row's last error if none).
 -- Returns what to count (keel._tally); the caller counts once, after all of its moves.
 drop function if exists keel._bury(keel.jobs_hot[], text, text);
+-- A buried row with dependents (has_dependents) settles its waiting children here, in the same transaction: every
+-- Hot -> DLQ move comes through this function.
 create or replace function keel._bury(p_rows keel.jobs_hot[], p_reason text, p_error text)
 returns keel.tally
-language sql as $$
+language plpgsql as $$
+declare
+  v_t keel.tally;
+begin
   with dead as (
     insert into keel.jobs_dlq (id, queue, type, payload, priority, attempts, max_attempts, idempotency_key, tags,
-                               created_at, started_at, failed_at, duration_ms, reason, error, worker_id, logs)
+                               created_at, started_at, failed_at, duration_ms, reason, error, worker_id, logs,
+                               on_parent_failure)
     select m.id, m.queue, m.type, m.payload, m.priority, m.attempts, m.max_attempts, m.idempotency_key, m.tags,
            m.created_at, m.started_at, now(),
            case when m.started_at is null then null else keel._ms_between(m.started_at, now()) end,
@@ -786,13 +830,20 @@ language sql as $$
            -- a running attempt ends here: recorded with the job (a pending or fetched one never started)
            case when m.state = 'processing'
                 then keel._with_attempt(m.logs, m.attempts, m.worker_id, m.started_at, p_reason, coalesce(p_error, m.last_error))
-                else m.logs end
+                else m.logs end,
+           m.on_parent_failure
     from unnest(p_rows) m
     returning queue, coalesce(duration_ms, 0) as duration_ms
   )
-  select row(coalesce(array_agg(d.queue), '{}'), coalesce(array_agg(p_reason), '{}'),
-             coalesce(array_agg(d.duration_ms), '{}'))::keel.tally
-  from dead d
+  select coalesce(array_agg(d.queue), '{}'), coalesce(array_agg(p_reason), '{}'), coalesce(array_agg(d.duration_ms), '{}')
+  into v_t.queues, v_t.outcomes, v_t.durations
+  from dead d;
+  if exists (select 1 from unnest(p_rows) m where m.has_dependents) then
+    v_t := keel._tally_plus(v_t, keel._parents_finished(
+      array(select m.id from unnest(p_rows) m where m.has_dependents order by m.id), 'failed'));
+  end if;
+  return v_t;
+end
 $$;
 
 -- Hot -> DLQ for the given ids that are in one of p_states (and, when p_lease is given, still under that lease),
@@ -900,7 +951,7 @@ begin
 end
 $$;
 
--- pending/fetched -> DLQ cancelled at once; processing -> cancel requested (the heartbeat tells the handler).
+-- pending/fetched/waiting -> DLQ cancelled at once; processing -> cancel requested (the heartbeat tells the handler).
 create or replace function keel.cancel(p_job_id bigint)
 returns text
 language plpgsql as $$
@@ -916,10 +967,260 @@ begin
     update keel.jobs_hot h set cancel_requested = true where h.id = p_job_id;
     return 'cancel_requested';
   end if;
-  v_t := keel._dead_letter(array[p_job_id], null, array['pending', 'fetched'], 'cancelled', 'cancelled by operator');
+  v_t := keel._dead_letter(array[p_job_id], null, array['pending', 'fetched', 'waiting'], 'cancelled', 'cancelled by operator');
   perform keel._tally(v_t);
   return 'cancelled';
 end
+$$;
+
+-- ---------------------------------------------------------------------------------------------------------------
+-- Flows (issue 29; tables in V010): a job enqueued with `after` waits (state 'waiting', in no claim index) until its
+-- parents have finished. Each parent's own final move settles its children in the same transaction: complete_many
+-- (archived: 'succeeded') and keel._bury, behind every Hot -> DLQ move ('failed'). Only rows flagged has_dependents
+-- (set when a child is enqueued against them) do any of this, so a job nobody waits for pays one boolean.
+-- A child whose parent failed follows its on_parent_failure: 'deadLetter' (the default: nothing runs on a failed
+-- input, and the child is not lost: it waits in the DLQ as 'parent_failed' and comes back when the parent is
+-- resurrected), 'skip' (DLQ 'skipped', not a failure; stays there) or 'run' (the failed parent counts as finished).
+-- Locks: job rows that are not waiting first, by id; then waiting rows, by id; the edges (job_deps) of a parent are
+-- written only under its row's lock (sql/README.md, Lock order).
+
+-- The `after` references of a batch: o the job's place (1-based), k the reference's (1-based); ext a job id, idx
+-- an earlier job of the batch (0-based), both null when the reference is neither.
+create or replace function keel._after_refs(p_docs jsonb[])
+returns table (o integer, k integer, ext bigint, idx integer)
+language sql immutable as $$
+  select u.o::integer, a.k::integer,
+         case when jsonb_typeof(a.p) in ('number', 'string') and (a.p #>> '{}') ~ '^[1-9][0-9]{0,18}$'
+                   and (a.p #>> '{}')::numeric <= 9223372036854775807 then (a.p #>> '{}')::bigint end,
+         case when jsonb_typeof(a.p) = 'object' and a.p - 'index' = '{}'::jsonb and jsonb_typeof(a.p->'index') = 'number'
+                   and (a.p->>'index') ~ '^[0-9]{1,5}$' then (a.p->>'index')::integer end
+  from unnest(p_docs) with ordinality as u(d, o)
+  cross join lateral jsonb_array_elements(case when jsonb_typeof(u.d->'after') = 'array' then u.d->'after'
+                                               else '[]'::jsonb end) with ordinality as a(p, k)
+$$;
+
+-- The batch's first wrong `after` or `onFailure`, as 'jobs[i].after[k]: message', or null. Every session's batch is
+-- checked (the app's too: a missing parent only the database can see). An in-batch reference may only name an
+-- earlier job, and an id names a job that exists before the batch (ids only grow): so no flow can hold a cycle.
+create or replace function keel._after_problem(p_docs jsonb[])
+returns text language sql stable as $$
+  select x.msg from (
+    select u.o, 0 as k,
+           case when u.d ? 'after' and (jsonb_typeof(u.d->'after') is distinct from 'array'
+                                         or jsonb_array_length(u.d->'after') > 1000)
+                  then format('jobs[%s].after: must be an array of at most 1000 parents: job ids, or {"index": n} for an earlier job of this batch', u.o - 1)
+                when u.d ? 'onFailure' and not coalesce((u.d->>'onFailure') in ('skip', 'run', 'deadLetter'), false)
+                  then format('jobs[%s].onFailure: must be skip, run or deadLetter', u.o - 1)
+                when u.d ? 'onFailure' and coalesce(jsonb_array_length(u.d->'after'), 0) = 0
+                  then format('jobs[%s].onFailure: applies only to a job with parents (after)', u.o - 1)
+           end as msg
+    from unnest(p_docs) with ordinality as u(d, o)
+    union all
+    select r.o, r.k,
+           case when r.ext is null and r.idx is null
+                  then format('jobs[%s].after[%s]: must be a job id or {"index": n} naming an earlier job of this batch', r.o - 1, r.k - 1)
+                when r.idx is not null and r.idx >= r.o - 1
+                  then format('jobs[%s].after[%s]: {"index": %s} must name an earlier job of this batch (%s); a job cannot wait for itself or a later job',
+                              r.o - 1, r.k - 1, r.idx, case when r.o = 1 then 'the first job has none' else format('0 to %s', r.o - 2) end)
+           end
+    from keel._after_refs(p_docs) r
+  ) x
+  where x.msg is not null
+  order by x.o, x.k
+  limit 1
+$$;
+
+-- Locks the hot rows of the parents a batch names by id before the batch inserts anything, so none of them can
+-- finish before its edge exists: rows that are not waiting first, then waiting ones, each in id order; DLQ parents
+-- are share-locked first, so a resurrect cannot move one while its failure is being applied. A parent missing from
+-- hot, archive and DLQ refuses the batch, naming the reference.
+create or replace function keel._lock_parents(p_docs jsonb[])
+returns void
+language plpgsql as $$
+declare
+  v_ext     bigint[];
+  v_waiting bigint[];
+  v_missing record;
+begin
+  v_ext := array(select distinct r.ext from keel._after_refs(p_docs) r where r.ext is not null order by 1);
+  if cardinality(v_ext) = 0 then
+    return;
+  end if;
+  perform l.id from (select unnest(v_ext) as id order by 1) x
+  cross join lateral (select d.id from keel.jobs_dlq d where d.id = x.id for share of d offset 0) l;
+  v_waiting := array(select h.id from keel.jobs_hot h where h.id = any(array(select unnest(v_ext))) and h.state = 'waiting');
+  perform l.id from (select x.id from unnest(v_ext) as x(id) where x.id <> all(v_waiting) order by 1) x
+  cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id for update of h offset 0) l;
+  perform l.id from (select x.id from unnest(v_waiting) as x(id) order by 1) x
+  cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id for update of h offset 0) l;
+  -- A new statement: it sees a parent that left the hot table while we waited for its row, at its destination.
+  select r.o, r.k, r.ext into v_missing
+  from keel._after_refs(p_docs) r
+  where r.ext is not null
+    and not exists (select 1 from keel.jobs_hot h where h.id = r.ext)
+    and not exists (select 1 from keel.jobs_archive a where a.id = r.ext)
+    and not exists (select 1 from keel.jobs_dlq d where d.id = r.ext)
+  order by r.o, r.k limit 1;
+  if found then
+    raise exception 'jobs[%].after[%]: job % does not exist (it is not hot, archived or dead-lettered)',
+      v_missing.o - 1, v_missing.k - 1, v_missing.ext using errcode = '22023';
+  end if;
+end
+$$;
+
+-- After a batch is inserted: its edges, the has_dependents flag of each hot parent, and each new child settled
+-- (keel._settle_children). A parent already archived counts as succeeded, one in the DLQ as failed.
+-- Returns what to count (keel._tally).
+create or replace function keel._link_children(p_docs jsonb[], p_ids bigint[], p_dups boolean[])
+returns keel.tally
+language plpgsql as $$
+declare
+  v_p        bigint[];
+  v_c        bigint[];
+  v_pos      integer[];
+  v_hot      bigint[];
+begin
+  -- The edges as parallel arrays (parent, child, place in the child's list), one per distinct pair.
+  select array_agg(x.parent_id order by x.parent_id, x.child_id), array_agg(x.child_id order by x.parent_id, x.child_id),
+         array_agg(x.pos order by x.parent_id, x.child_id)
+  into v_p, v_c, v_pos
+  from (select coalesce(r.ext, p_ids[r.idx + 1]) as parent_id, p_ids[r.o] as child_id, min(r.k) - 1 as pos
+        from keel._after_refs(p_docs) r
+        where not p_dups[r.o]
+        group by 1, 2) x;
+  if v_p is null then
+    return row('{}', '{}', '{}')::keel.tally; -- every child was a duplicate: its edges are the held job's
+  end if;
+  -- Parents by id are locked (keel._lock_parents), the batch's own rows are ours; a parent named by index that was
+  -- a duplicate of an older hot job is the one row locked here, after the inserts.
+  with flagged as (
+    update keel.jobs_hot h set has_dependents = true
+    where h.id = any(array(select distinct unnest(v_p)))
+    returning h.id
+  )
+  select coalesce(array_agg(f.id), '{}') into v_hot from flagged f;
+  insert into keel.job_deps (parent_id, child_id, position, parent_outcome)
+  select e.parent_id, e.child_id, e.pos,
+         case when e.parent_id = any(v_hot) then null
+              when exists (select 1 from keel.jobs_archive a where a.id = e.parent_id) then 'succeeded'
+              else 'failed' end
+  from unnest(v_p, v_c, v_pos) as e(parent_id, child_id, pos);
+  return keel._settle_children(array(select distinct unnest(v_c) order by 1));
+end
+$$;
+
+-- Decides what each of the given waiting children is now, from its edges; the caller holds their rows. A parent
+-- failed and the policy is not 'run': to the DLQ ('parent_failed' or 'skipped'), which settles its own children in
+-- turn (keel._bury); no parent left unfinished: due now (pending, and workers of its queue woken at commit); else it
+-- keeps waiting. Returns what to count.
+create or replace function keel._settle_children(p_ids bigint[])
+returns keel.tally
+language plpgsql as $$
+declare
+  v_due     bigint[];
+  v_dead    bigint[];
+  v_skipped bigint[];
+  v_t       keel.tally := row('{}', '{}', '{}');
+begin
+  if coalesce(cardinality(p_ids), 0) = 0 then
+    return v_t;
+  end if;
+  select array_agg(c.id) filter (where c.failed and c.policy = 'deadLetter'),
+         array_agg(c.id) filter (where c.failed and c.policy = 'skip'),
+         array_agg(c.id) filter (where not c.open and not (c.failed and c.policy <> 'run'))
+  into v_dead, v_skipped, v_due
+  from (select h.id, coalesce(h.on_parent_failure, 'deadLetter') as policy,
+               coalesce(e.open, false) as open, coalesce(e.failed, false) as failed
+        from keel.jobs_hot h
+        cross join lateral (select bool_or(d.parent_outcome is null) as open, bool_or(d.parent_outcome = 'failed') as failed
+                            from keel.job_deps d where d.child_id = h.id) e
+        where h.id = any(array(select unnest(p_ids))) and h.state = 'waiting') c;
+  if v_due is not null then
+    update keel.jobs_hot h set state = 'pending', run_at = greatest(h.run_at, now())
+    where h.id = any(array(select unnest(v_due)));
+    perform pg_notify('keel_jobs', q.queue)
+    from (select distinct h.queue from keel.jobs_hot h where h.id = any(array(select unnest(v_due)))) q;
+  end if;
+  if v_dead is not null then
+    v_t := keel._tally_plus(v_t, keel._dead_letter(v_dead, null, array['waiting'], 'parent_failed',
+                                                  'a parent job was dead-lettered (onFailure: deadLetter)'));
+  end if;
+  if v_skipped is not null then
+    v_t := keel._tally_plus(v_t, keel._dead_letter(v_skipped, null, array['waiting'], 'skipped',
+                                                  'a parent job was dead-lettered (onFailure: skip)'));
+  end if;
+  return v_t;
+end
+$$;
+
+-- The given parents (rows flagged has_dependents, just moved by the caller) finished: 'succeeded' (archived) or
+-- 'failed' (dead-lettered). Their waiting children are locked in id order, then the edges marked, then the children
+-- settled. A failure can cascade (a dead-lettered child settles its own children), so every waiting descendant is
+-- locked first, all in one id order: two cascades never wait for each other in a cycle. Returns what to count.
+create or replace function keel._parents_finished(p_parent_ids bigint[], p_outcome text)
+returns keel.tally
+language plpgsql as $$
+declare
+  v_children bigint[];
+  v_locked   bigint[] := '{}';
+  v_more     bigint[];
+begin
+  if coalesce(cardinality(p_parent_ids), 0) = 0 then
+    return row('{}', '{}', '{}')::keel.tally;
+  end if;
+  v_children := array(select distinct e.child_id from keel.job_deps e
+                      where e.parent_id = any(array(select unnest(p_parent_ids))) and e.parent_outcome is null
+                      order by 1);
+  loop
+    if p_outcome = 'succeeded' then
+      v_more := array(select x.id from unnest(v_children) as x(id) where x.id <> all(v_locked) order by 1);
+    else
+      v_more := array(
+        with recursive d(id) as (
+          select unnest(v_children)
+          union
+          select e.child_id from d join keel.job_deps e on e.parent_id = d.id and e.parent_outcome is null
+        )
+        select d.id from d where d.id <> all(v_locked) order by 1);
+    end if;
+    exit when cardinality(v_more) = 0;
+    -- Locked whatever their state; _settle_children leaves a child that is no longer waiting as it is.
+    perform l.id from (select unnest(v_more) as id order by 1) x
+    cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id for update of h offset 0) l;
+    v_locked := v_locked || v_more;
+    -- A cascade's closure is read again once it is locked: a child enqueued against one of its rows just before the
+    -- lock is then locked too (after the others: the one exception to id order, and it waits for no one's row).
+    exit when p_outcome = 'succeeded';
+  end loop;
+  update keel.job_deps e set parent_outcome = p_outcome
+  where e.parent_id = any(array(select unnest(p_parent_ids))) and e.parent_outcome is null;
+  return keel._settle_children(v_children);
+end
+$$;
+
+-- A job's parents and children, for the API, the console and the handler's ctx.parents(): relation 'parent' (in
+-- the order of its `after` list; result: the archived parent's result) or 'child' (the first 1,000 by id); where
+-- each is now (location, state: pending ... waiting, succeeded, dead) and, for a parent, the outcome its child saw.
+create or replace function keel.job_links(p_job_id bigint)
+returns table (relation text, job_id bigint, type text, queue text, location text, state text, outcome text,
+               result jsonb)
+language sql stable as $$
+  select x.relation, x.id, coalesce(h.type, a.type, d.type), coalesce(h.queue, a.queue, d.queue),
+         case when h.id is not null then 'hot' when a.id is not null then 'archive' when d.id is not null then 'dlq' end,
+         coalesce(h.state, case when a.id is not null then 'succeeded' when d.id is not null then 'dead' end),
+         x.outcome, case when x.relation = 'parent' then a.result end
+  from (
+    select 'parent'::text as relation, e.parent_id as id, e.parent_outcome as outcome, e.position as n
+    from keel.job_deps e where e.child_id = p_job_id
+    union all
+    select 'child', c.child_id, c.parent_outcome, null
+    from (select e.child_id, e.parent_outcome from keel.job_deps e where e.parent_id = p_job_id
+          order by e.child_id limit 1000) c
+  ) x
+  left join keel.jobs_hot h on h.id = x.id
+  left join keel.jobs_archive a on a.id = x.id and h.id is null
+  left join keel.jobs_dlq d on d.id = x.id and h.id is null and a.id is null
+  order by x.relation desc, x.n nulls last, x.id
 $$;
 
 -- Counter rows of backends that have exited go to slot 0 (V006: each live backend writes only its own slot, its
@@ -935,14 +1236,16 @@ begin
       select x.queue, x.slot from keel.hot_counts x
       where x.slot <> 0 and not exists (select 1 from pg_stat_activity a where a.pid = x.slot)
       for update skip locked)
-    returning c.queue, c.pending, c.fetched, c.processing
+    returning c.queue, c.pending, c.fetched, c.processing, c.waiting
   )
-  insert into keel.hot_counts as c (queue, slot, pending, fetched, processing)
-  select g.queue, 0, sum(g.pending), sum(g.fetched), sum(g.processing) from gone g group by g.queue order by g.queue
+  insert into keel.hot_counts as c (queue, slot, pending, fetched, processing, waiting)
+  select g.queue, 0, sum(g.pending), sum(g.fetched), sum(g.processing), sum(g.waiting)
+  from gone g group by g.queue order by g.queue
   on conflict (queue, slot) do update
     set pending = c.pending + excluded.pending,
         fetched = c.fetched + excluded.fetched,
-        processing = c.processing + excluded.processing;
+        processing = c.processing + excluded.processing,
+        waiting = c.waiting + excluded.waiting;
   with gone as (
     delete from keel.dlq_counts c
     where (c.queue, c.slot) in (
@@ -1054,8 +1357,9 @@ $$;
 -- ---------------------------------------------------------------------------------------------------------------
 -- DLQ -> Hot. Deleting from the DLQ first means two concurrent resurrects of one job yield exactly one hot job.
 -- Attempts reset, idempotency key kept; a job whose key is held by a hot job of its queue and type stays in the DLQ.
-create or replace function keel.resurrect(p_job_ids bigint[])
-returns table (job_id bigint)
+-- keel._revive moves one round of rows and says which; keel.resurrect counts them once, at the end.
+create or replace function keel._revive(p_job_ids bigint[])
+returns table (job_id bigint, queue text)
 language sql as $$
   with locked as (
     select d.id from keel.jobs_dlq d
@@ -1070,18 +1374,79 @@ language sql as $$
     returning d.*
   ), revived as (
     insert into keel.jobs_hot (id, queue, type, payload, priority, state, run_at, attempts, max_attempts,
-                               idempotency_key, tags, created_at, last_error, logs)
+                               idempotency_key, tags, created_at, last_error, logs, on_parent_failure)
     select m.id, m.queue, m.type, m.payload, m.priority, 'pending', now(), 0, m.max_attempts,
-           m.idempotency_key, m.tags, m.created_at, m.error, m.logs
+           m.idempotency_key, m.tags, m.created_at, m.error, m.logs, m.on_parent_failure
     from moved m
     order by m.idempotency_key nulls first, m.queue, m.type, m.id -- key order, as enqueue_many inserts them
     returning id, queue
-  ), counted as (
-    insert into keel.stats_summary as s (queue, resurrected)
-    select r.queue, count(*) from revived r group by r.queue order by r.queue
-    on conflict (queue) do update set resurrected = s.resurrected + excluded.resurrected, updated_at = now()
   )
-  select r.id from revived r order by r.id
+  select r.id, r.queue from revived r order by r.id
+$$;
+
+-- Flows (V010): a resurrected parent brings back, in further rounds, the children its failure dead-lettered as
+-- 'parent_failed' (and theirs); its edges to them, and to children still waiting in the hot table (onFailure 'run'),
+-- open again, so they wait for it once more. A resurrected job with a parent still hot (or resurrected with it)
+-- waits for it; one whose parent is still dead is run: the operator asked for it.
+drop function if exists keel.resurrect(bigint[]);
+create or replace function keel.resurrect(p_job_ids bigint[])
+returns table (job_id bigint)
+language plpgsql as $$
+#variable_conflict use_column
+declare
+  v_round  bigint[] := p_job_ids;
+  v_ids    bigint[] := '{}';
+  v_queues text[] := '{}';
+  v_new    bigint[];
+  v_q      text[];
+begin
+  loop
+    select coalesce(array_agg(r.job_id order by r.job_id), '{}'), coalesce(array_agg(r.queue order by r.job_id), '{}')
+    into v_new, v_q from keel._revive(v_round) r;
+    exit when cardinality(v_new) = 0;
+    v_ids := v_ids || v_new;
+    v_queues := v_queues || v_q;
+    -- The next round: children this round's failure dead-lettered, once none of their failed parents is left in
+    -- the DLQ (a child with another parent still dead stays, and comes back with that one).
+    v_round := array(select distinct e.child_id from keel.job_deps e
+                     join keel.jobs_dlq d on d.id = e.child_id and d.reason = 'parent_failed'
+                     where e.parent_id = any(v_new) and e.parent_outcome = 'failed'
+                       and not exists (select 1 from keel.job_deps f join keel.jobs_dlq fd on fd.id = f.parent_id
+                                       where f.child_id = e.child_id and f.parent_outcome = 'failed')
+                     order by 1);
+    exit when cardinality(v_round) = 0;
+  end loop;
+  if cardinality(v_ids) = 0 then
+    return;
+  end if;
+  if exists (select 1 from keel.job_deps e where e.parent_id = any(v_ids) or e.child_id = any(v_ids)) then
+    -- Hot children of the revived jobs still waiting: locked (id order) before their edges open again.
+    perform l.id
+    from (select distinct e.child_id as id from keel.job_deps e
+          where e.parent_id = any(v_ids) and e.parent_outcome = 'failed' and e.child_id <> all(v_ids) order by 1) x
+    cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id and h.state = 'waiting'
+                        for update of h offset 0) l;
+    update keel.job_deps e set parent_outcome = null
+    where e.parent_id = any(v_ids) and e.parent_outcome = 'failed'
+      and exists (select 1 from keel.jobs_hot h where h.id = e.child_id and h.state = 'waiting');
+    -- A revived job's own parents as they are now: hot (open), archived (succeeded) or still dead (failed: a job the
+    -- operator resurrected in spite of it runs).
+    update keel.job_deps e
+    set parent_outcome = case when exists (select 1 from keel.jobs_hot h where h.id = e.parent_id) then null
+                              when exists (select 1 from keel.jobs_archive a where a.id = e.parent_id) then 'succeeded'
+                              else 'failed' end
+    where e.child_id = any(v_ids);
+    update keel.jobs_hot h
+    set has_dependents = case when exists (select 1 from keel.job_deps e where e.parent_id = h.id and e.parent_outcome is null)
+                              then true end,
+        state = case when exists (select 1 from keel.job_deps e where e.child_id = h.id and e.parent_outcome is null)
+                     then 'waiting' else h.state end
+    where h.id = any(v_ids);
+  end if;
+  perform keel._tally(row(v_queues, array_fill('resurrected'::text, array[cardinality(v_queues)]),
+                          array_fill(null::bigint, array[cardinality(v_queues)]))::keel.tally);
+  return query select x.id from unnest(v_ids) as x(id) order by 1;
+end
 $$;
 
 create or replace function keel.resurrect_by_filter(p_queue text, p_type text, p_reason text, p_failed_after timestamptz,
@@ -1127,16 +1492,25 @@ begin
       where a.finished_at < p_older_than and (p_queue is null or a.queue = p_queue)
       order by a.finished_at limit p_batch_size
       for update skip locked
+    ), gone as (
+      delete from keel.jobs_archive a using c where a.id = c.id returning a.id
+    ), edges as (
+      -- a flow's edges leave with their child (V010); probed by key, as in _claim_rows
+      delete from keel.job_deps e where e.child_id = any(array(select g.id from gone g))
     )
-    delete from keel.jobs_archive a using c where a.id = c.id;
+    select count(*) into v_deleted from gone;
   elsif p_target = 'dlq' then
     with c as (
       select d.id from keel.jobs_dlq d
       where d.failed_at < p_older_than and (p_queue is null or d.queue = p_queue)
       order by d.failed_at limit p_batch_size
       for update skip locked
+    ), gone as (
+      delete from keel.jobs_dlq d using c where d.id = c.id returning d.id
+    ), edges as (
+      delete from keel.job_deps e where e.child_id = any(array(select g.id from gone g))
     )
-    delete from keel.jobs_dlq d using c where d.id = c.id;
+    select count(*) into v_deleted from gone;
   elsif p_target = 'metrics' then
     with c as (
       select b.bucket_start, b.queue, b.outcome, b.reason from keel.metric_buckets b
@@ -1146,10 +1520,10 @@ begin
     )
     delete from keel.metric_buckets b using c
     where b.bucket_start = c.bucket_start and b.queue = c.queue and b.outcome = c.outcome and b.reason = c.reason;
+    get diagnostics v_deleted = row_count;
   else
     raise exception 'target must be archive, dlq or metrics (got %)', coalesce(p_target, 'null') using errcode = '22023';
   end if;
-  get diagnostics v_deleted = row_count;
   return v_deleted;
 end
 $$;
@@ -1157,7 +1531,7 @@ $$;
 -- ---------------------------------------------------------------------------------------------------------------
 -- Reads.
 -- Every field is a maintained counter or a bounded index read (never a table scan), whatever the size of the three pillars:
---   pending, fetched, processing: keel.hot_counts (statement triggers on jobs_hot), summed over its slots;
+--   pending, fetched, processing, waiting (a flow's jobs whose parents are unfinished): keel.hot_counts (statement triggers on jobs_hot), summed over its slots;
 --   dlq: keel.dlq_counts (statement triggers on jobs_dlq), summed over its slots;
 --   succeeded ... resurrected: keel.stats_summary;
 --   oldest_due_age_ms and due: read from jobs_hot_pending_due one pending priority level at a time, highest first,
@@ -1171,7 +1545,7 @@ drop function if exists keel.stats();
 create or replace function keel.stats()
 returns table (queue text, pending bigint, due bigint, due_exact boolean, fetched bigint, processing bigint,
                dlq bigint, oldest_due_age_ms bigint, succeeded bigint, failed bigint, retried bigint,
-               cancelled bigint, zombie bigint, resurrected bigint)
+               cancelled bigint, zombie bigint, resurrected bigint, waiting bigint)
 language plpgsql stable as $$
 #variable_conflict use_column
 declare
@@ -1186,16 +1560,16 @@ begin
   for r in
     with counts as (
       select c.queue, sum(c.pending)::bigint as pending, sum(c.fetched)::bigint as fetched,
-             sum(c.processing)::bigint as processing
+             sum(c.processing)::bigint as processing, sum(c.waiting)::bigint as waiting
       from keel.hot_counts c group by c.queue
     ), dead as (
       select c.queue, sum(c.n)::bigint as n from keel.dlq_counts c group by c.queue
     ), names as (
       select q.name from keel.queues q
       union select s.queue from keel.stats_summary s
-      union select c.queue from counts c where c.pending <> 0 or c.fetched <> 0 or c.processing <> 0
+      union select c.queue from counts c where c.pending <> 0 or c.fetched <> 0 or c.processing <> 0 or c.waiting <> 0
     )
-    select n.name, coalesce(c.pending, 0) as pending, coalesce(c.fetched, 0) as fetched,
+    select n.name, coalesce(c.pending, 0) as pending, coalesce(c.fetched, 0) as fetched, coalesce(c.waiting, 0) as waiting,
            coalesce(c.processing, 0) as processing, coalesce(d.n, 0) as dlq,
            coalesce(s.succeeded, 0) as succeeded, coalesce(s.failed, 0) as failed, coalesce(s.retried, 0) as retried,
            coalesce(s.cancelled, 0) as cancelled, coalesce(s.zombie, 0) as zombie,
@@ -1250,6 +1624,7 @@ begin
     cancelled := r.cancelled;
     zombie := r.zombie;
     resurrected := r.resurrected;
+    waiting := r.waiting;
     return next;
   end loop;
 end

@@ -12,7 +12,8 @@
 -- (R__015_read_counters.sql) append to it instead of writing HotCounts / DlqCounts whenever it exists in the session,
 -- which is when a keel procedure created it before its transaction:
 --   CREATE TABLE #KeelCountDeltas (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
---     Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL);
+--     Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL,
+--     Waiting bigint NOT NULL DEFAULT (0));
 -- (a temp table because a trigger cannot see its caller's table variables; it is dropped when the procedure that
 -- created it returns, error or not, and its rows roll back with the transaction). Without it (one-statement
 -- procedures, a DBA's ad-hoc DML) the triggers write the counters at the end of their statement, which is then the
@@ -48,25 +49,25 @@ BEGIN
   DECLARE @Hot TABLE (
     Seq int IDENTITY(1, 1) PRIMARY KEY,
     Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
-    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL);
-  INSERT @Hot (Queue, Pending, Fetched, Processing)
-  SELECT d.Queue, SUM(d.Pending), SUM(d.Fetched), SUM(d.Processing)
+    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Waiting bigint NOT NULL);
+  INSERT @Hot (Queue, Pending, Fetched, Processing, Waiting)
+  SELECT d.Queue, SUM(d.Pending), SUM(d.Fetched), SUM(d.Processing), SUM(d.Waiting)
   FROM #KeelCountDeltas AS d
   GROUP BY d.Queue
-  HAVING SUM(d.Pending) <> 0 OR SUM(d.Fetched) <> 0 OR SUM(d.Processing) <> 0
+  HAVING SUM(d.Pending) <> 0 OR SUM(d.Fetched) <> 0 OR SUM(d.Processing) <> 0 OR SUM(d.Waiting) <> 0
   ORDER BY d.Queue;
 
-  DECLARE @Pe bigint, @Fe bigint, @Pr bigint;
+  DECLARE @Pe bigint, @Fe bigint, @Pr bigint, @Wa bigint;
   SELECT @I = 1, @N = (SELECT COUNT(*) FROM @Hot);
   WHILE @I <= @N
   BEGIN
-    SELECT @Q = Queue, @Pe = Pending, @Fe = Fetched, @Pr = Processing FROM @Hot WHERE Seq = @I;
+    SELECT @Q = Queue, @Pe = Pending, @Fe = Fetched, @Pr = Processing, @Wa = Waiting FROM @Hot WHERE Seq = @I;
     -- UPDLOCK + SERIALIZABLE: a missing (queue, slot) row's key range stays locked until it is inserted.
     UPDATE keel.HotCounts WITH (UPDLOCK, SERIALIZABLE)
-    SET Pending = Pending + @Pe, Fetched = Fetched + @Fe, Processing = Processing + @Pr
+    SET Pending = Pending + @Pe, Fetched = Fetched + @Fe, Processing = Processing + @Pr, Waiting = Waiting + @Wa
     WHERE Queue = @Q AND Slot = @Slot;
     IF @@ROWCOUNT = 0
-      INSERT keel.HotCounts (Queue, Slot, Pending, Fetched, Processing) VALUES (@Q, @Slot, @Pe, @Fe, @Pr);
+      INSERT keel.HotCounts (Queue, Slot, Pending, Fetched, Processing, Waiting) VALUES (@Q, @Slot, @Pe, @Fe, @Pr, @Wa);
     SET @I += 1;
   END;
 

@@ -25,26 +25,27 @@ BEGIN
   -- One statement's net change per queue; rows whose state did not change cancel out.
   DECLARE @Delta TABLE (
     Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY,
-    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL);
-  INSERT @Delta (Queue, Pending, Fetched, Processing)
-  SELECT c.Queue, SUM(c.Pending), SUM(c.Fetched), SUM(c.Processing)
+    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Waiting bigint NOT NULL);
+  INSERT @Delta (Queue, Pending, Fetched, Processing, Waiting)
+  SELECT c.Queue, SUM(c.Pending), SUM(c.Fetched), SUM(c.Processing), SUM(c.Waiting)
   FROM (
     SELECT i.Queue, IIF(i.State = 'pending', 1, 0) AS Pending, IIF(i.State = 'fetched', 1, 0) AS Fetched,
-           IIF(i.State = 'processing', 1, 0) AS Processing
+           IIF(i.State = 'processing', 1, 0) AS Processing, IIF(i.State = 'waiting', 1, 0) AS Waiting
     FROM inserted AS i
     UNION ALL
-    SELECT d.Queue, -IIF(d.State = 'pending', 1, 0), -IIF(d.State = 'fetched', 1, 0), -IIF(d.State = 'processing', 1, 0)
+    SELECT d.Queue, -IIF(d.State = 'pending', 1, 0), -IIF(d.State = 'fetched', 1, 0), -IIF(d.State = 'processing', 1, 0),
+           -IIF(d.State = 'waiting', 1, 0)
     FROM deleted AS d
   ) AS c
   GROUP BY c.Queue
-  HAVING SUM(c.Pending) <> 0 OR SUM(c.Fetched) <> 0 OR SUM(c.Processing) <> 0;
+  HAVING SUM(c.Pending) <> 0 OR SUM(c.Fetched) <> 0 OR SUM(c.Processing) <> 0 OR SUM(c.Waiting) <> 0;
   IF NOT EXISTS (SELECT 1 FROM @Delta) RETURN;
 
   IF OBJECT_ID(N'tempdb..#KeelCountDeltas') IS NOT NULL
   BEGIN
     -- Deferred: keel.ApplyCounters writes HotCounts once, last in the transaction.
-    INSERT #KeelCountDeltas (Queue, Pending, Fetched, Processing, Dlq)
-    SELECT d.Queue, d.Pending, d.Fetched, d.Processing, 0 FROM @Delta AS d;
+    INSERT #KeelCountDeltas (Queue, Pending, Fetched, Processing, Dlq, Waiting)
+    SELECT d.Queue, d.Pending, d.Fetched, d.Processing, 0, d.Waiting FROM @Delta AS d;
     RETURN;
   END;
 
@@ -52,11 +53,12 @@ BEGIN
   -- UPDLOCK + SERIALIZABLE: a missing (queue, slot) row's key range stays locked until it is inserted. FORCESEEK:
   -- under SERIALIZABLE every range the plan reads stays locked, and a scan would lock every queue's and slot's row.
   UPDATE c WITH (UPDLOCK, SERIALIZABLE, FORCESEEK)
-  SET Pending = c.Pending + d.Pending, Fetched = c.Fetched + d.Fetched, Processing = c.Processing + d.Processing
+  SET Pending = c.Pending + d.Pending, Fetched = c.Fetched + d.Fetched, Processing = c.Processing + d.Processing,
+      Waiting = c.Waiting + d.Waiting
   FROM keel.HotCounts AS c
   INNER JOIN @Delta AS d ON d.Queue = c.Queue AND c.Slot = @Slot;
-  INSERT keel.HotCounts (Queue, Slot, Pending, Fetched, Processing)
-  SELECT d.Queue, @Slot, d.Pending, d.Fetched, d.Processing
+  INSERT keel.HotCounts (Queue, Slot, Pending, Fetched, Processing, Waiting)
+  SELECT d.Queue, @Slot, d.Pending, d.Fetched, d.Processing, d.Waiting
   FROM @Delta AS d
   WHERE NOT EXISTS (SELECT 1 FROM keel.HotCounts AS c WITH (UPDLOCK, SERIALIZABLE, FORCESEEK)
                     WHERE c.Queue = d.Queue AND c.Slot = @Slot);

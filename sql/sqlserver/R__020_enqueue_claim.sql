@@ -12,9 +12,13 @@ GO
 -- refuses the whole batch with error 50025, its message ending in a JSON object naming the job (index, queue, type,
 -- idempotencyKey). Keys are unique per (Queue, Type, IdempotencyKey) (V005) and serialised by per-key applocks
 -- taken in one global order (see below), so concurrent batches sharing keys never deadlock and never retry.
+-- A batch with flows (any job with `after` or `onFailure`) is handed to keel.EnqueueFlowJobs, which runs this
+-- procedure for the inserts (@Linking = 1) and then links the flow in the same transaction; a scheduled job cannot
+-- wait for others (50028).
 CREATE OR ALTER PROCEDURE keel.EnqueueJobs
   @Jobs NVARCHAR(MAX),
-  @Scheduler BIT
+  @Scheduler BIT,
+  @Linking BIT = 0
 AS
 BEGIN
   SET XACT_ABORT ON;
@@ -37,6 +41,7 @@ BEGIN
     ScopeKey       nvarchar(786) COLLATE Latin1_General_100_BIN2 NULL,
     Tags           nvarchar(max) NOT NULL,
     ExpiresAt      datetime2(3) NULL,
+    Flow           bit NOT NULL DEFAULT (0), -- it has `after` or `onFailure` (keel.EnqueueFlowJobs)
     Id             bigint NULL,
     Duplicate      bit NOT NULL DEFAULT (0),
     Clash          bit NOT NULL DEFAULT (0), -- the key is held with another payload
@@ -47,7 +52,7 @@ BEGIN
     INDEX IX_In_Key (ScopeKey, Ord),
     INDEX IX_In_Queue (Queue));
 
-  INSERT @In (Ord, Queue, Type, Payload, Priority, RunAt, MaxAttempts, IdempotencyKey, Tags, ExpiresAt)
+  INSERT @In (Ord, Queue, Type, Payload, Priority, RunAt, MaxAttempts, IdempotencyKey, Tags, ExpiresAt, Flow)
   SELECT CONVERT(int, j.[key]),
          v.queue,
          v.type,
@@ -67,7 +72,8 @@ BEGIN
          v.idempotencyKey,
          ISNULL(v.tags, N'[]'),
          CASE WHEN v.expiresAt IS NOT NULL
-              THEN CONVERT(datetime2(3), SWITCHOFFSET(CONVERT(datetimeoffset(3), v.expiresAt), '+00:00')) END
+              THEN CONVERT(datetime2(3), SWITCHOFFSET(CONVERT(datetimeoffset(3), v.expiresAt), '+00:00')) END,
+         IIF(v.after IS NOT NULL OR v.onFailure IS NOT NULL, 1, 0)
   FROM OPENJSON(@Jobs) AS j
   CROSS APPLY OPENJSON(j.[value]) WITH (
     queue          nvarchar(128) '$.queue',
@@ -78,7 +84,9 @@ BEGIN
     tags           nvarchar(max) '$.tags' AS JSON,
     idempotencyKey nvarchar(400) '$.idempotencyKey',
     maxAttempts    int           '$.maxAttempts',
-    expiresAt      nvarchar(40)  '$.expiresAt') AS v;
+    expiresAt      nvarchar(40)  '$.expiresAt',
+    after          nvarchar(max) '$.after' AS JSON,
+    onFailure      nvarchar(20)  '$.onFailure') AS v;
 
   IF NOT EXISTS (SELECT 1 FROM @In)
   BEGIN
@@ -94,6 +102,19 @@ BEGIN
     THROW 50026, @Msg, 1;
   END;
   UPDATE @In SET ScopeKey = Queue + N'/' + Type + N'/' + IdempotencyKey WHERE IdempotencyKey IS NOT NULL;
+
+  -- Flows (V007): a schedule fires jobs, not flows; any other batch with one goes to keel.EnqueueFlowJobs.
+  IF ISNULL(@Linking, 0) = 0 AND EXISTS (SELECT 1 FROM @In WHERE Flow = 1)
+  BEGIN
+    IF ISNULL(@Scheduler, 0) = 1
+    BEGIN
+      SET @Msg = CONCAT(N'jobs[', (SELECT MIN(Ord) FROM @In WHERE Flow = 1),
+                        N'].after: a scheduled job cannot wait for other jobs');
+      THROW 50028, @Msg, 1;
+    END;
+    EXEC keel.EnqueueFlowJobs @Jobs = @Jobs;
+    RETURN;
+  END;
 
   -- Queue settings rows, created on first use (default settings), in name order, before the job transaction: each
   -- in its own short autocommitted statement, or, under FireSchedule, inside its transaction (after the Schedules
@@ -196,6 +217,165 @@ BEGIN
 END;
 GO
 
+-- EnqueueFlowJobs(@Jobs): a batch with flows (docs/jobs.md, "Flows"; the twin of keel._lock_parents and
+-- keel._link_children on PostgreSQL), reached through keel.EnqueueJobs. In one transaction (its own, nested in the
+-- caller's when there is one): keel.EnqueueJobs inserts the batch (@Linking = 1: idempotency keys and all, as for
+-- any batch); then the parents named by id are locked, in id order (DLQ parents shared, then hot parents that are not
+-- waiting, then waiting ones), and one that is in no table refuses the batch; the new children become 'waiting', the
+-- edges are written, hot parents flagged (HasDependents), and keel.FlowSettle decides each child: due, waiting, or
+-- dead-lettered by its policy when a parent is already dead. The rows it inserted are new and invisible to every other
+-- session until commit, so locking the parents after them changes nothing another session can see, and the
+-- idempotency applocks stay first (Resurrect and EnqueueJobs take them before any table lock). Counters: one
+-- keel.ApplyCounters, last. Returns one row per input in input order: Ord, JobId, Duplicate (as EnqueueJobs).
+-- Internal: DENYed to keel_executor (R__900_executor_role.sql).
+CREATE OR ALTER PROCEDURE keel.EnqueueFlowJobs
+  @Jobs NVARCHAR(MAX)
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  DECLARE @Msg nvarchar(2048);
+  -- Each `after` reference: Ext a job id (it exists before the batch: ids only grow), Idx an earlier job of this
+  -- batch (0-based); so no flow can hold a cycle.
+  DECLARE @Docs TABLE (Ord int NOT NULL PRIMARY KEY, After nvarchar(max) NULL, OnFailure nvarchar(20) NULL);
+  DECLARE @Refs TABLE (Ord int NOT NULL, K int NOT NULL, Ext bigint NULL, Idx int NULL, ParentId bigint NULL,
+                       PRIMARY KEY (Ord, K));
+  INSERT @Docs (Ord, After, OnFailure)
+  SELECT CONVERT(int, j.[key]), v.after, v.onFailure
+  FROM OPENJSON(@Jobs) AS j
+  CROSS APPLY OPENJSON(j.[value]) WITH (after nvarchar(max) '$.after' AS JSON, onFailure nvarchar(20) '$.onFailure') AS v;
+  SET @Msg = (SELECT TOP (1) CONCAT(N'jobs[', d.Ord, N']',
+                CASE WHEN d.After IS NOT NULL AND (ISJSON(d.After) = 0 OR LEFT(LTRIM(d.After), 1) <> N'['
+                                                   OR (SELECT COUNT(*) FROM OPENJSON(d.After)) > 1000)
+                       THEN N'.after: must be an array of at most 1000 parents: job ids, or {"index": n} for an earlier job of this batch'
+                     WHEN d.OnFailure IS NOT NULL AND d.OnFailure NOT IN (N'skip', N'run', N'deadLetter')
+                       THEN N'.onFailure: must be skip, run or deadLetter'
+                     ELSE N'.onFailure: applies only to a job with parents (after)' END)
+              FROM @Docs AS d
+              WHERE (d.After IS NOT NULL AND (ISJSON(d.After) = 0 OR LEFT(LTRIM(d.After), 1) <> N'['
+                                              OR (SELECT COUNT(*) FROM OPENJSON(d.After)) > 1000))
+                 OR (d.OnFailure IS NOT NULL AND (d.OnFailure NOT IN (N'skip', N'run', N'deadLetter')
+                                                 OR d.After IS NULL OR (SELECT COUNT(*) FROM OPENJSON(d.After)) = 0))
+              ORDER BY d.Ord);
+  IF @Msg IS NOT NULL THROW 50027, @Msg, 1;
+  INSERT @Refs (Ord, K, Ext, Idx)
+  SELECT d.Ord, CONVERT(int, a.[key]),
+         CASE WHEN a.[type] IN (1, 2) AND a.[value] NOT LIKE N'%[^0-9]%' AND LEN(a.[value]) BETWEEN 1 AND 19
+                   AND LEFT(a.[value], 1) <> N'0' THEN TRY_CONVERT(bigint, a.[value]) END,
+         CASE WHEN a.[type] = 5 AND (SELECT COUNT(*) FROM OPENJSON(a.[value])) = 1
+                   AND JSON_VALUE(a.[value], '$.index') NOT LIKE N'%[^0-9]%'
+                   AND LEN(JSON_VALUE(a.[value], '$.index')) BETWEEN 1 AND 5
+              THEN TRY_CONVERT(int, JSON_VALUE(a.[value], '$.index')) END
+  FROM @Docs AS d
+  CROSS APPLY OPENJSON(d.After) AS a
+  WHERE d.After IS NOT NULL;
+  SET @Msg = (SELECT TOP (1) CONCAT(N'jobs[', r.Ord, N'].after[', r.K, N']: ',
+                CASE WHEN r.Ext IS NULL AND r.Idx IS NULL
+                       THEN N'must be a job id or {"index": n} naming an earlier job of this batch'
+                     ELSE CONCAT(N'{"index": ', r.Idx, N'} must name an earlier job of this batch; ',
+                                 N'a job cannot wait for itself or a later job') END)
+              FROM @Refs AS r
+              WHERE (r.Ext IS NULL AND r.Idx IS NULL) OR r.Idx >= r.Ord
+              ORDER BY r.Ord, r.K);
+  IF @Msg IS NOT NULL THROW 50027, @Msg, 1;
+
+  DECLARE @Out TABLE (Ord int NOT NULL PRIMARY KEY, JobId bigint NULL, Duplicate bit NOT NULL);
+  DECLARE @Ext TABLE (Id bigint NOT NULL PRIMARY KEY);
+  DECLARE @ExtWaiting TABLE (Id bigint NOT NULL PRIMARY KEY);
+  DECLARE @Got TABLE (Id bigint NOT NULL PRIMARY KEY);
+  DECLARE @Edges TABLE (ParentId bigint NOT NULL, ChildId bigint NOT NULL, Position int NOT NULL,
+                        PRIMARY KEY (ParentId, ChildId));
+  DECLARE @Flagged TABLE (Id bigint NOT NULL PRIMARY KEY);
+  DECLARE @NoParents keel.JobIdList;
+  DECLARE @NewChildren keel.JobIdList;
+  DECLARE @Counters keel.CounterRows; -- the one definition: V002__counter_types.sql
+
+  -- The triggers' read-counter deltas, applied once by keel.ApplyCounters (R__010_counters.sql), and the counter
+  -- rows of the children keel.FlowSettle dead-letters.
+  CREATE TABLE #KeelCountDeltas (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL,
+    Waiting bigint NOT NULL DEFAULT (0));
+  CREATE TABLE #KeelFlowCounters (Seq int IDENTITY(1, 1) PRIMARY KEY,
+    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL, Failed int NOT NULL, Cancelled int NOT NULL,
+    Zombie int NOT NULL, Outcome varchar(10) NULL, Reason varchar(16) NOT NULL, DurationMs bigint NOT NULL);
+
+  BEGIN TRY
+    BEGIN TRANSACTION;
+
+    INSERT @Out (Ord, JobId, Duplicate)
+    EXEC keel.EnqueueJobs @Jobs = @Jobs, @Scheduler = 0, @Linking = 1;
+
+    -- The parents named by id, locked in id order: DLQ parents shared (a resurrect waits), then hot ones that are not
+    -- waiting, then waiting ones (sql/README.md, Lock order 3a).
+    INSERT @Ext (Id) SELECT DISTINCT Ext FROM @Refs WHERE Ext IS NOT NULL;
+    INSERT @Got (Id)
+    SELECT d.Id FROM @Ext AS x INNER JOIN keel.JobsDLQ AS d WITH (HOLDLOCK, ROWLOCK, FORCESEEK) ON d.Id = x.Id;
+    INSERT @ExtWaiting (Id)
+    SELECT h.Id FROM @Ext AS x INNER JOIN keel.JobsHot AS h WITH (READCOMMITTEDLOCK, FORCESEEK) ON h.Id = x.Id
+    WHERE h.State = 'waiting';
+    DELETE FROM @Got;
+    INSERT @Got (Id)
+    SELECT h.Id FROM @Ext AS x INNER JOIN keel.JobsHot AS h WITH (UPDLOCK, ROWLOCK, FORCESEEK) ON h.Id = x.Id
+    WHERE NOT EXISTS (SELECT 1 FROM @ExtWaiting AS w WHERE w.Id = x.Id);
+    INSERT @Got (Id)
+    SELECT h.Id FROM @ExtWaiting AS x INNER JOIN keel.JobsHot AS h WITH (UPDLOCK, ROWLOCK, FORCESEEK) ON h.Id = x.Id
+    WHERE NOT EXISTS (SELECT 1 FROM @Got AS g WHERE g.Id = x.Id);
+    SET @Msg = (SELECT TOP (1) CONCAT(N'jobs[', r.Ord, N'].after[', r.K, N']: job ', r.Ext,
+                                      N' does not exist; it is not hot, archived or dead-lettered')
+                FROM @Refs AS r
+                WHERE r.Ext IS NOT NULL
+                  AND NOT EXISTS (SELECT 1 FROM keel.JobsHot AS h WITH (READCOMMITTEDLOCK) WHERE h.Id = r.Ext)
+                  AND NOT EXISTS (SELECT 1 FROM keel.JobsArchive AS a WITH (READCOMMITTEDLOCK) WHERE a.Id = r.Ext)
+                  AND NOT EXISTS (SELECT 1 FROM keel.JobsDLQ AS d WITH (READCOMMITTEDLOCK) WHERE d.Id = r.Ext)
+                ORDER BY r.Ord, r.K);
+    IF @Msg IS NOT NULL THROW 50027, @Msg, 1;
+
+    -- The edges of the new children (not of duplicates: a duplicate's edges are the held job's).
+    UPDATE r SET ParentId = COALESCE(r.Ext, p.JobId)
+    FROM @Refs AS r LEFT JOIN @Out AS p ON p.Ord = r.Idx;
+    INSERT @Edges (ParentId, ChildId, Position)
+    SELECT r.ParentId, c.JobId, MIN(r.K)
+    FROM @Refs AS r INNER JOIN @Out AS c ON c.Ord = r.Ord
+    WHERE c.Duplicate = 0
+    GROUP BY r.ParentId, c.JobId;
+    INSERT @NewChildren (Id) SELECT DISTINCT ChildId FROM @Edges;
+
+    UPDATE h SET State = 'waiting',
+                 OnParentFailure = ISNULL(CONVERT(varchar(10), d.OnFailure), 'deadLetter')
+    FROM @Out AS o
+    INNER JOIN @Docs AS d ON d.Ord = o.Ord
+    INNER JOIN keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK) ON h.Id = o.JobId
+    WHERE o.Duplicate = 0 AND EXISTS (SELECT 1 FROM @NewChildren AS n WHERE n.Id = o.JobId);
+
+    -- Hot parents flagged; a parent named by index that was a duplicate of an older hot job is the one row locked
+    -- here for the first time (sql/README.md, Lock order 3a).
+    UPDATE h SET HasDependents = 1
+    OUTPUT inserted.Id INTO @Flagged (Id)
+    FROM (SELECT DISTINCT ParentId FROM @Edges) AS p
+    INNER JOIN keel.JobsHot AS h WITH (UPDLOCK, ROWLOCK, FORCESEEK) ON h.Id = p.ParentId;
+    INSERT keel.JobDeps (ParentId, ChildId, Position, ParentOutcome)
+    SELECT e.ParentId, e.ChildId, e.Position,
+           CASE WHEN EXISTS (SELECT 1 FROM @Flagged AS f WHERE f.Id = e.ParentId) THEN NULL
+                WHEN EXISTS (SELECT 1 FROM keel.JobsArchive AS a WHERE a.Id = e.ParentId) THEN 'succeeded'
+                ELSE 'failed' END
+    FROM @Edges AS e;
+
+    EXEC keel.FlowSettle @Parents = @NoParents, @Outcome = 'succeeded', @Children = @NewChildren;
+    INSERT @Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
+    SELECT Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs FROM #KeelFlowCounters;
+    EXEC keel.ApplyCounters @Counters = @Counters; -- once, last
+
+    COMMIT TRANSACTION;
+  END TRY
+  BEGIN CATCH
+    IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
+    THROW;
+  END CATCH;
+
+  SELECT Ord, JobId, Duplicate FROM @Out ORDER BY Ord;
+END;
+GO
+
 -- EnqueueMany(@Jobs): the versioned SQL entry point for producers (docs/jobs.md, "Producing jobs from another
 -- application"; the role keel_producer may execute it and nothing else): keel.EnqueueJobs without scheduler keys.
 -- Safe inside the caller's transaction: it commits nothing of its own there (EnqueueJobs only begins and commits a
@@ -254,7 +434,8 @@ BEGIN
 
     -- The triggers' read-counter deltas, applied once by keel.ApplyCounters (R__010_counters.sql).
     CREATE TABLE #KeelCountDeltas (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
-      Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL);
+      Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL,
+      Waiting bigint NOT NULL DEFAULT (0));
 
     BEGIN TRY
       BEGIN TRANSACTION;

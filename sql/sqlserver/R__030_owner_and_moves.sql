@@ -49,6 +49,123 @@ BEGIN
 END;
 GO
 
+-- FlowSettle: a flow's children settled in the transaction of the move that finished their parents (the twin of
+-- keel._parents_finished and keel._settle_children on PostgreSQL; docs/jobs.md, "Flows"). @Parents just finished
+-- with @Outcome ('succeeded': archived; 'failed': dead-lettered): their open edges are marked and their waiting
+-- children decided; @Children (EnqueueJobs: the batch's new children) are decided too. A child with a failed parent
+-- and a policy other than 'run' goes to the DLQ ('parent_failed' or 'skipped') here, and settles its own children in
+-- the next round; a child with no unfinished parent becomes pending (due now, or at its RunAt if later).
+-- Lock order (sql/README.md, 3a): every waiting descendant a failure can reach (a success: the direct children) is
+-- locked first, in ascending id order (the nested loop driven by @Lock, as CompleteMany explains), after the
+-- caller's own rows; then the edges; counters are left to the caller: read-counter deltas go to #KeelCountDeltas,
+-- and the counter rows of the children it dead-letters to #KeelFlowCounters (keel.CounterRows' columns), both
+-- created by the caller. It returns no result set (so a caller run through INSERT ... EXEC may call it).
+-- Internal: DENYed to keel_executor (R__900_executor_role.sql).
+CREATE OR ALTER PROCEDURE keel.FlowSettle
+  @Parents keel.JobIdList READONLY,
+  @Outcome VARCHAR(10),
+  @Children keel.JobIdList READONLY
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  IF @@TRANCOUNT = 0
+    THROW 50040, N'keel.FlowSettle must run inside the transaction of its caller', 1;
+  IF OBJECT_ID(N'tempdb..#KeelCountDeltas') IS NULL OR OBJECT_ID(N'tempdb..#KeelFlowCounters') IS NULL
+    THROW 50041, N'keel.FlowSettle: the calling procedure must create #KeelCountDeltas and #KeelFlowCounters', 1;
+  IF @Outcome IS NULL OR @Outcome NOT IN ('succeeded', 'failed')
+    THROW 50042, N'keel.FlowSettle: @Outcome must be succeeded or failed', 1;
+
+  DECLARE @Now datetime2(3) = SYSUTCDATETIME();
+  DECLARE @Round varchar(10) = @Outcome;
+  DECLARE @P TABLE (Id bigint NOT NULL PRIMARY KEY);
+  DECLARE @Kids TABLE (Id bigint NOT NULL PRIMARY KEY);
+  DECLARE @Lock TABLE (Id bigint NOT NULL PRIMARY KEY);
+  DECLARE @Held TABLE (Id bigint NOT NULL PRIMARY KEY);
+  DECLARE @Settle TABLE (Id bigint NOT NULL PRIMARY KEY, Policy varchar(10) NOT NULL, IsOpen bit NOT NULL,
+                         Failed bit NOT NULL);
+  DECLARE @Moved TABLE (
+    Id bigint NOT NULL PRIMARY KEY,
+    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL, Type nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Payload nvarchar(max) NOT NULL, Priority int NOT NULL, Attempts int NOT NULL, MaxAttempts int NULL,
+    IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL, Tags nvarchar(max) NOT NULL,
+    CreatedAt datetime2(3) NOT NULL, WorkerId nvarchar(200) NULL, Logs nvarchar(max) NULL,
+    HasDependents bit NULL, OnParentFailure varchar(10) NULL, Policy varchar(10) NOT NULL);
+
+  INSERT @P (Id) SELECT Id FROM @Parents;
+  INSERT @Kids (Id) SELECT Id FROM @Children;
+
+  -- Step 3a of the lock order: the children (a failure: every descendant through open edges), by id, in one pass.
+  WITH d AS (
+    SELECT e.ChildId AS Id FROM @P AS p INNER JOIN keel.JobDeps AS e ON e.ParentId = p.Id WHERE e.ParentOutcome IS NULL
+    UNION ALL
+    SELECT e.ChildId FROM d INNER JOIN keel.JobDeps AS e ON e.ParentId = d.Id
+    WHERE e.ParentOutcome IS NULL AND @Outcome = 'failed'
+  )
+  INSERT @Lock (Id) SELECT DISTINCT Id FROM d
+  OPTION (MAXRECURSION 1000);
+  INSERT @Lock (Id) SELECT k.Id FROM @Kids AS k WHERE NOT EXISTS (SELECT 1 FROM @Lock AS l WHERE l.Id = k.Id);
+  INSERT @Held (Id)
+  SELECT h.Id FROM @Lock AS l INNER JOIN keel.JobsHot AS h WITH (UPDLOCK, ROWLOCK, FORCESEEK) ON h.Id = l.Id;
+
+  WHILE 1 = 1
+  BEGIN
+    -- This round's children: those of the parents that finished, through the edges still open, then the edges marked.
+    INSERT @Kids (Id)
+    SELECT DISTINCT e.ChildId FROM @P AS p INNER JOIN keel.JobDeps AS e ON e.ParentId = p.Id
+    WHERE e.ParentOutcome IS NULL AND NOT EXISTS (SELECT 1 FROM @Kids AS k WHERE k.Id = e.ChildId);
+    UPDATE e SET ParentOutcome = @Round
+    FROM @P AS p INNER JOIN keel.JobDeps AS e WITH (ROWLOCK, FORCESEEK) ON e.ParentId = p.Id
+    WHERE e.ParentOutcome IS NULL;
+
+    DELETE FROM @Settle;
+    INSERT @Settle (Id, Policy, IsOpen, Failed)
+    SELECT h.Id, ISNULL(h.OnParentFailure, 'deadLetter'),
+           IIF(EXISTS (SELECT 1 FROM keel.JobDeps AS e WHERE e.ChildId = h.Id AND e.ParentOutcome IS NULL), 1, 0),
+           IIF(EXISTS (SELECT 1 FROM keel.JobDeps AS e WHERE e.ChildId = h.Id AND e.ParentOutcome = 'failed'), 1, 0)
+    FROM @Kids AS k
+    INNER JOIN keel.JobsHot AS h WITH (UPDLOCK, ROWLOCK, FORCESEEK) ON h.Id = k.Id
+    WHERE h.State = 'waiting';
+
+    -- Due: no parent unfinished, and no failed one unless the policy is 'run'.
+    UPDATE h SET State = 'pending', RunAt = IIF(h.RunAt > @Now, h.RunAt, @Now)
+    FROM @Settle AS s
+    INNER JOIN keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK) ON h.Id = s.Id
+    WHERE s.IsOpen = 0 AND NOT (s.Failed = 1 AND s.Policy <> 'run');
+
+    -- A failed parent and a policy other than 'run': Hot -> DLQ, as keel.DeadLetter moves a row.
+    DELETE FROM @Moved;
+    DELETE h
+    OUTPUT deleted.Id, deleted.Queue, deleted.Type, deleted.Payload, deleted.Priority, deleted.Attempts, deleted.MaxAttempts,
+           deleted.IdempotencyKey, deleted.Tags, deleted.CreatedAt, deleted.WorkerId, deleted.Logs, deleted.HasDependents,
+           deleted.OnParentFailure, s.Policy
+    INTO @Moved (Id, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, CreatedAt, WorkerId,
+                 Logs, HasDependents, OnParentFailure, Policy)
+    FROM @Settle AS s
+    INNER JOIN keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK) ON h.Id = s.Id
+    WHERE s.Failed = 1 AND s.Policy <> 'run' AND h.State = 'waiting';
+    IF @@ROWCOUNT = 0 BREAK;
+
+    INSERT keel.JobsDLQ (Id, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, CreatedAt,
+                         StartedAt, FailedAt, DurationMs, Reason, Error, WorkerId, Logs, OnParentFailure)
+    SELECT m.Id, m.Queue, m.Type, m.Payload, m.Priority, m.Attempts, m.MaxAttempts, m.IdempotencyKey, m.Tags, m.CreatedAt,
+           NULL, @Now, NULL, IIF(m.Policy = 'skip', 'skipped', 'parent_failed'),
+           N'a parent job was dead-lettered; onFailure: ' + m.Policy, m.WorkerId, m.Logs, m.OnParentFailure
+    FROM @Moved AS m;
+    -- 'parent_failed' counts as failed, with a bucket; 'skipped' is counted nowhere.
+    INSERT #KeelFlowCounters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
+    SELECT m.Queue, 1, 0, 0, 'failed', 'parent_failed', 0 FROM @Moved AS m WHERE m.Policy <> 'skip';
+
+    -- The next round: the children of the rows just dead-lettered (already locked above).
+    DELETE FROM @P;
+    DELETE FROM @Kids;
+    INSERT @P (Id) SELECT m.Id FROM @Moved AS m WHERE m.HasDependents = 1;
+    IF NOT EXISTS (SELECT 1 FROM @P) BREAK;
+    SET @Round = 'failed';
+  END;
+END;
+GO
+
 -- DeadLetter: the Hot -> DLQ move shared by Fail, Cancel, Retry (cancel requested) and RescueZombies. Moves the
 -- JobsHot rows whose ids are in @DeadIds and which are in one of the allowed states (and, when @LeaseId is given,
 -- still under that lease). Must run inside the caller's transaction; batch callers already hold the rows (UPDLOCK).
@@ -68,7 +185,8 @@ CREATE OR ALTER PROCEDURE keel.DeadLetter
   @FromProcessing BIT,
   @Reason VARCHAR(16),
   @Error NVARCHAR(MAX),
-  @MovedCount INT OUTPUT
+  @MovedCount INT OUTPUT,
+  @FromWaiting BIT = 0 -- a flow's child not yet due (Cancel)
 AS
 BEGIN
   SET XACT_ABORT ON;
@@ -88,25 +206,26 @@ BEGIN
     Payload nvarchar(max) NOT NULL, Priority int NOT NULL, Attempts int NOT NULL, MaxAttempts int NULL,
     IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL, Tags nvarchar(max) NOT NULL,
     CreatedAt datetime2(3) NOT NULL, StartedAt datetime2(3) NULL, LastError nvarchar(max) NULL, WorkerId nvarchar(200) NULL,
-    Logs nvarchar(max) NULL, State varchar(10) NOT NULL);
+    Logs nvarchar(max) NULL, State varchar(10) NOT NULL, HasDependents bit NULL, OnParentFailure varchar(10) NULL);
 
   DELETE h
   OUTPUT deleted.Id, deleted.Queue, deleted.Type, deleted.Payload, deleted.Priority, deleted.Attempts, deleted.MaxAttempts,
          deleted.IdempotencyKey, deleted.Tags, deleted.CreatedAt, deleted.StartedAt, deleted.LastError, deleted.WorkerId,
-         deleted.Logs, deleted.State
+         deleted.Logs, deleted.State, deleted.HasDependents, deleted.OnParentFailure
   INTO @Moved (Id, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, CreatedAt, StartedAt,
-               LastError, WorkerId, Logs, State)
+               LastError, WorkerId, Logs, State, HasDependents, OnParentFailure)
   FROM keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK)
   INNER JOIN @DeadIds AS d ON d.Id = h.Id
   WHERE (@LeaseId IS NULL OR h.LeaseId = @LeaseId)
     AND (   (h.State = 'pending' AND @FromPending = 1)
          OR (h.State = 'fetched' AND @FromFetched = 1)
-         OR (h.State = 'processing' AND @FromProcessing = 1));
+         OR (h.State = 'processing' AND @FromProcessing = 1)
+         OR (h.State = 'waiting' AND @FromWaiting = 1));
   SET @MovedCount = @@ROWCOUNT;
   IF @MovedCount = 0 RETURN;
 
   INSERT keel.JobsDLQ (Id, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, CreatedAt,
-                       StartedAt, FailedAt, DurationMs, Reason, Error, WorkerId, Logs)
+                       StartedAt, FailedAt, DurationMs, Reason, Error, WorkerId, Logs, OnParentFailure)
   SELECT m.Id, m.Queue, m.Type, m.Payload, m.Priority, m.Attempts, m.MaxAttempts, m.IdempotencyKey, m.Tags, m.CreatedAt,
          m.StartedAt, @Now,
          CASE WHEN m.StartedAt IS NULL THEN NULL
@@ -116,12 +235,41 @@ BEGIN
          -- a running attempt ends here: recorded with the job (a pending or fetched one never started)
          CASE WHEN m.State = 'processing'
               THEN keel.WithAttempt(m.Logs, m.Attempts, m.WorkerId, m.StartedAt, @Now, @Reason, ISNULL(@Error, m.LastError))
-              ELSE m.Logs END
+              ELSE m.Logs END,
+         m.OnParentFailure
   FROM @Moved AS m;
 
-  SELECT m.Queue, 1, IIF(@Reason = 'cancelled', 1, 0), IIF(@Reason = 'zombie', 1, 0), 'failed', @Reason,
-         CASE WHEN m.StartedAt IS NULL OR m.StartedAt > @Now THEN 0 ELSE DATEDIFF_BIG(millisecond, m.StartedAt, @Now) END
-  FROM @Moved AS m;
+  -- Flows: rows others wait for (HasDependents) settle their children here, in this same transaction (FlowSettle);
+  -- the counter rows of the children it dead-letters join this procedure's own. Nothing for any other row.
+  DECLARE @FlowMark int = NULL;
+  IF EXISTS (SELECT 1 FROM @Moved WHERE HasDependents = 1)
+  BEGIN
+    IF OBJECT_ID(N'tempdb..#KeelFlowCounters') IS NULL
+      CREATE TABLE #KeelFlowCounters (Seq int IDENTITY(1, 1) PRIMARY KEY,
+        Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL, Failed int NOT NULL, Cancelled int NOT NULL,
+        Zombie int NOT NULL, Outcome varchar(10) NULL, Reason varchar(16) NOT NULL, DurationMs bigint NOT NULL);
+    SET @FlowMark = ISNULL((SELECT MAX(Seq) FROM #KeelFlowCounters), 0);
+    DECLARE @Finished keel.JobIdList, @None keel.JobIdList;
+    INSERT @Finished (Id) SELECT Id FROM @Moved WHERE HasDependents = 1;
+    EXEC keel.FlowSettle @Parents = @Finished, @Outcome = 'failed', @Children = @None;
+  END;
+
+  IF @FlowMark IS NULL
+    SELECT m.Queue, 1, IIF(@Reason = 'cancelled', 1, 0), IIF(@Reason = 'zombie', 1, 0), 'failed', @Reason,
+           CASE WHEN m.StartedAt IS NULL OR m.StartedAt > @Now THEN 0 ELSE DATEDIFF_BIG(millisecond, m.StartedAt, @Now) END
+    FROM @Moved AS m;
+  ELSE
+  BEGIN
+    -- #KeelFlowCounters is referenced only here, where it exists (deferred name resolution).
+    SELECT m.Queue, 1, IIF(@Reason = 'cancelled', 1, 0), IIF(@Reason = 'zombie', 1, 0), 'failed', @Reason,
+           CASE WHEN m.StartedAt IS NULL OR m.StartedAt > @Now THEN 0 ELSE DATEDIFF_BIG(millisecond, m.StartedAt, @Now) END
+    FROM @Moved AS m
+    UNION ALL
+    SELECT f.Queue, f.Failed, f.Cancelled, f.Zombie, f.Outcome, f.Reason, f.DurationMs
+    FROM #KeelFlowCounters AS f
+    WHERE f.Seq > @FlowMark;
+    DELETE FROM #KeelFlowCounters WHERE Seq > @FlowMark; -- counted by this result: never twice
+  END;
 END;
 GO
 
@@ -323,15 +471,18 @@ BEGIN
     Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL, Type nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL,
     Payload nvarchar(max) NOT NULL, Priority int NOT NULL, Attempts int NOT NULL, MaxAttempts int NULL,
     IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL, Tags nvarchar(max) NOT NULL,
-    CreatedAt datetime2(3) NOT NULL, StartedAt datetime2(3) NULL, WorkerId nvarchar(200) NULL, Logs nvarchar(max) NULL);
+    CreatedAt datetime2(3) NOT NULL, StartedAt datetime2(3) NULL, WorkerId nvarchar(200) NULL, Logs nvarchar(max) NULL,
+    HasDependents bit NULL);
   DECLARE @Counters keel.CounterRows; -- the one definition: V002__counter_types.sql
   DECLARE @DeadIds keel.JobIdList;
+  DECLARE @Finished keel.JobIdList, @None keel.JobIdList;
   DECLARE @Cancelled TABLE (Id bigint NOT NULL PRIMARY KEY);
   DECLARE @Dead int = 0, @Archived int = 0;
 
   -- The triggers' read-counter deltas, applied once by keel.ApplyCounters (R__010_counters.sql).
   CREATE TABLE #KeelCountDeltas (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
-    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL);
+    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL,
+    Waiting bigint NOT NULL DEFAULT (0));
 
   BEGIN TRY
     BEGIN TRANSACTION;
@@ -351,9 +502,9 @@ BEGIN
     DELETE h
     OUTPUT deleted.Id, deleted.Queue, deleted.Type, deleted.Payload, deleted.Priority, deleted.Attempts,
            deleted.MaxAttempts, deleted.IdempotencyKey, deleted.Tags, deleted.CreatedAt, deleted.StartedAt, deleted.WorkerId,
-           deleted.Logs
+           deleted.Logs, deleted.HasDependents
     INTO @Moved (Id, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, CreatedAt, StartedAt,
-                 WorkerId, Logs)
+                 WorkerId, Logs, HasDependents)
     FROM @Locked AS k
     INNER JOIN keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK) ON h.Id = k.Id
     WHERE k.CancelRequested = 0 AND h.State = 'processing';
@@ -383,6 +534,17 @@ BEGIN
                            @Reason = 'cancelled',
                            @Error = N'cancel requested while running; the handler finished before it saw the request',
                            @MovedCount = @Dead OUTPUT;
+    END;
+    -- Flows: jobs others wait for settle their children in this transaction (FlowSettle). Only flagged rows.
+    IF EXISTS (SELECT 1 FROM @Moved WHERE HasDependents = 1)
+    BEGIN
+      CREATE TABLE #KeelFlowCounters (Seq int IDENTITY(1, 1) PRIMARY KEY,
+        Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL, Failed int NOT NULL, Cancelled int NOT NULL,
+        Zombie int NOT NULL, Outcome varchar(10) NULL, Reason varchar(16) NOT NULL, DurationMs bigint NOT NULL);
+      INSERT @Finished (Id) SELECT Id FROM @Moved WHERE HasDependents = 1;
+      EXEC keel.FlowSettle @Parents = @Finished, @Outcome = 'succeeded', @Children = @None;
+      INSERT @Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
+      SELECT Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs FROM #KeelFlowCounters;
     END;
     EXEC keel.ApplyCounters @Counters = @Counters; -- once, after every move: HotCounts, DlqCounts, StatsSummary, buckets
 
@@ -426,7 +588,8 @@ BEGIN
 
   -- The triggers' read-counter deltas, applied once by keel.ApplyCounters (R__010_counters.sql).
   CREATE TABLE #KeelCountDeltas (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
-    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL);
+    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL,
+    Waiting bigint NOT NULL DEFAULT (0));
 
   BEGIN TRY
     BEGIN TRANSACTION;
@@ -530,7 +693,8 @@ BEGIN
     INSERT @DeadIds (Id) VALUES (@JobId);
     -- The triggers' read-counter deltas, applied once by keel.ApplyCounters (R__010_counters.sql).
     CREATE TABLE #KeelCountDeltas (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
-      Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL);
+      Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL,
+    Waiting bigint NOT NULL DEFAULT (0));
     BEGIN TRY
       BEGIN TRANSACTION;
       INSERT @Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
@@ -549,7 +713,7 @@ BEGIN
 END;
 GO
 
--- Cancel(@JobId): pending or fetched -> DLQ 'cancelled' at once ('cancelled'); processing -> CancelRequested = 1
+-- Cancel(@JobId): pending, fetched or waiting -> DLQ 'cancelled' at once ('cancelled'); processing -> CancelRequested = 1
 -- ('cancel_requested'; the next heartbeat tells the handler); not in the hot table -> 'not_found'.
 -- The row is locked first, so the decision and the action see the same state.
 -- Lock order: the job row (UPDLOCK); the flag update or the Hot -> DLQ move; keel.ApplyCounters once, last.
@@ -564,7 +728,8 @@ BEGIN
   DECLARE @DeadIds keel.JobIdList;
   -- The triggers' read-counter deltas, applied once by keel.ApplyCounters (R__010_counters.sql).
   CREATE TABLE #KeelCountDeltas (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
-    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL);
+    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL,
+    Waiting bigint NOT NULL DEFAULT (0));
 
   BEGIN TRY
     BEGIN TRANSACTION;
@@ -576,12 +741,13 @@ BEGIN
       UPDATE keel.JobsHot WITH (ROWLOCK) SET CancelRequested = 1 WHERE Id = @JobId;
       SET @Status = 'cancel_requested';
     END
-    ELSE IF @State IN ('pending', 'fetched')
+    ELSE IF @State IN ('pending', 'fetched', 'waiting')
     BEGIN
       INSERT @DeadIds (Id) VALUES (@JobId);
       INSERT @Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
       EXEC keel.DeadLetter @DeadIds = @DeadIds, @LeaseId = NULL, @FromPending = 1, @FromFetched = 1, @FromProcessing = 0,
-                           @Reason = 'cancelled', @Error = N'cancelled by operator', @MovedCount = @Moved OUTPUT;
+                           @Reason = 'cancelled', @Error = N'cancelled by operator', @MovedCount = @Moved OUTPUT,
+                           @FromWaiting = 1;
       IF @Moved > 0 SET @Status = 'cancelled';
     END;
     EXEC keel.ApplyCounters @Counters = @Counters; -- once, last

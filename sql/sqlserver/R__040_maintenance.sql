@@ -46,7 +46,8 @@ BEGIN
                     Kind char(1) NOT NULL); -- c = cancelled, z = zombie to DLQ, r = back to pending
   -- The triggers' read-counter deltas, applied once per transaction by keel.ApplyCounters (R__010_counters.sql).
   CREATE TABLE #KeelCountDeltas (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
-    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL);
+    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL,
+    Waiting bigint NOT NULL DEFAULT (0));
 
   BEGIN TRY
     -- 1. Fetched jobs whose lease ran out: back to pending. Index order of IX_JobsHot_FetchedLease (LeaseExpiresAt,
@@ -195,18 +196,29 @@ BEGIN
                        IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL,
                        ScopeKey nvarchar(786) COLLATE Latin1_General_100_BIN2 NULL,
                        Eligible bit NOT NULL DEFAULT (1),
+                       Family bit NOT NULL DEFAULT (0), -- a flow's child the failure of a resurrected job dead-lettered
                        INDEX IX_Cand_Key (ScopeKey, Id)); -- the newest-of-a-key check joins @Cand to itself
   DECLARE @Moved TABLE (
     Id bigint NOT NULL PRIMARY KEY,
     Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL, Type nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL,
     Payload nvarchar(max) NOT NULL, Priority int NOT NULL, MaxAttempts int NULL,
     IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL, Tags nvarchar(max) NOT NULL,
-    CreatedAt datetime2(3) NOT NULL, Error nvarchar(max) NULL, Logs nvarchar(max) NULL);
+    CreatedAt datetime2(3) NOT NULL, Error nvarchar(max) NULL, Logs nvarchar(max) NULL, OnParentFailure varchar(10) NULL);
+  DECLARE @Step TABLE (
+    Id bigint NOT NULL PRIMARY KEY,
+    Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL, Type nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Payload nvarchar(max) NOT NULL, Priority int NOT NULL, MaxAttempts int NULL,
+    IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL, Tags nvarchar(max) NOT NULL,
+    CreatedAt datetime2(3) NOT NULL, Error nvarchar(max) NULL, Logs nvarchar(max) NULL, OnParentFailure varchar(10) NULL);
+  DECLARE @RoundIds TABLE (Id bigint NOT NULL PRIMARY KEY);
+  DECLARE @Reopen TABLE (Id bigint NOT NULL PRIMARY KEY);
+  DECLARE @Held TABLE (Id bigint NOT NULL PRIMARY KEY);
   DECLARE @Counters keel.CounterRows; -- the one definition: V002__counter_types.sql
 
   -- The triggers' read-counter deltas, applied once by keel.ApplyCounters (R__010_counters.sql).
   CREATE TABLE #KeelCountDeltas (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
-    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL);
+    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL,
+    Waiting bigint NOT NULL DEFAULT (0));
 
   BEGIN TRY
     BEGIN TRANSACTION;
@@ -215,6 +227,25 @@ BEGIN
     SELECT d.Id, d.Queue, d.Type, d.IdempotencyKey, d.Queue + N'/' + d.Type + N'/' + d.IdempotencyKey
     FROM keel.JobsDLQ AS d
     WHERE d.Id IN (SELECT TRY_CONVERT(bigint, j.[value]) FROM OPENJSON(@JobIds) AS j);
+
+    -- Flows (V007): the children (and theirs) that a requested job's failure dead-lettered as 'parent_failed' are
+    -- candidates too; they come back in later rounds, once their failed parents are out of the DLQ (below).
+    WITH f AS (
+      SELECT e.ChildId AS Id
+      FROM @Cand AS c
+      INNER JOIN keel.JobDeps AS e ON e.ParentId = c.Id AND e.ParentOutcome = 'failed'
+      INNER JOIN keel.JobsDLQ AS d ON d.Id = e.ChildId AND d.Reason = 'parent_failed'
+      UNION ALL
+      SELECT e.ChildId
+      FROM f
+      INNER JOIN keel.JobDeps AS e ON e.ParentId = f.Id AND e.ParentOutcome = 'failed'
+      INNER JOIN keel.JobsDLQ AS d ON d.Id = e.ChildId AND d.Reason = 'parent_failed'
+    )
+    INSERT @Cand (Id, Queue, Type, IdempotencyKey, ScopeKey, Family)
+    SELECT d.Id, d.Queue, d.Type, d.IdempotencyKey, d.Queue + N'/' + d.Type + N'/' + d.IdempotencyKey, 1
+    FROM keel.JobsDLQ AS d
+    WHERE d.Id IN (SELECT f.Id FROM f) AND NOT EXISTS (SELECT 1 FROM @Cand AS c WHERE c.Id = d.Id)
+    OPTION (MAXRECURSION 1000);
 
     -- Several DLQ rows with one key in one queue and type: only the newest may come back.
     UPDATE c SET Eligible = 0
@@ -243,23 +274,67 @@ BEGIN
                   WHERE h.Queue = c.Queue AND h.Type = c.Type AND h.IdempotencyKey = c.IdempotencyKey
                     AND h.IdempotencyKey IS NOT NULL);
 
-    DELETE d
-    OUTPUT deleted.Id, deleted.Queue, deleted.Type, deleted.Payload, deleted.Priority, deleted.MaxAttempts,
-           deleted.IdempotencyKey, deleted.Tags, deleted.CreatedAt, deleted.Error, deleted.Logs
-    INTO @Moved (Id, Queue, Type, Payload, Priority, MaxAttempts, IdempotencyKey, Tags, CreatedAt, Error, Logs)
-    FROM keel.JobsDLQ AS d WITH (ROWLOCK, FORCESEEK)
-    INNER JOIN @Cand AS c ON c.Id = d.Id
-    WHERE c.Eligible = 1;
-
-    IF @@ROWCOUNT > 0
+    -- Round by round: the requested jobs first, then the flow children whose failed parents have all left the DLQ.
+    INSERT @RoundIds (Id) SELECT c.Id FROM @Cand AS c WHERE c.Eligible = 1 AND c.Family = 0;
+    WHILE EXISTS (SELECT 1 FROM @RoundIds)
     BEGIN
-      INSERT keel.JobsHot (Id, Queue, Type, Payload, Priority, State, RunAt, Attempts, MaxAttempts, IdempotencyKey, Tags,
-                           CancelRequested, LastError, CreatedAt, Logs)
-      SELECT m.Id, m.Queue, m.Type, m.Payload, m.Priority, 'pending', @Now, 0, m.MaxAttempts, m.IdempotencyKey, m.Tags,
-             0, m.Error, m.CreatedAt, m.Logs
-      FROM @Moved AS m;
+      DELETE FROM @Step;
+      DELETE d
+      OUTPUT deleted.Id, deleted.Queue, deleted.Type, deleted.Payload, deleted.Priority, deleted.MaxAttempts,
+             deleted.IdempotencyKey, deleted.Tags, deleted.CreatedAt, deleted.Error, deleted.Logs, deleted.OnParentFailure
+      INTO @Step (Id, Queue, Type, Payload, Priority, MaxAttempts, IdempotencyKey, Tags, CreatedAt, Error, Logs,
+                  OnParentFailure)
+      FROM keel.JobsDLQ AS d WITH (ROWLOCK, FORCESEEK)
+      INNER JOIN @RoundIds AS c ON c.Id = d.Id;
+      IF @@ROWCOUNT = 0 BREAK;
 
-      INSERT @Counters (Queue, Resurrected) SELECT m.Queue, 1 FROM @Moved AS m;
+      INSERT keel.JobsHot (Id, Queue, Type, Payload, Priority, State, RunAt, Attempts, MaxAttempts, IdempotencyKey, Tags,
+                           CancelRequested, LastError, CreatedAt, Logs, OnParentFailure)
+      SELECT m.Id, m.Queue, m.Type, m.Payload, m.Priority, 'pending', @Now, 0, m.MaxAttempts, m.IdempotencyKey, m.Tags,
+             0, m.Error, m.CreatedAt, m.Logs, m.OnParentFailure
+      FROM @Step AS m;
+      INSERT @Moved (Id, Queue, Type, Payload, Priority, MaxAttempts, IdempotencyKey, Tags, CreatedAt, Error, Logs,
+                     OnParentFailure)
+      SELECT Id, Queue, Type, Payload, Priority, MaxAttempts, IdempotencyKey, Tags, CreatedAt, Error, Logs, OnParentFailure
+      FROM @Step;
+      INSERT @Counters (Queue, Resurrected) SELECT m.Queue, 1 FROM @Step AS m;
+
+      DELETE FROM @RoundIds;
+      INSERT @RoundIds (Id)
+      SELECT c.Id FROM @Cand AS c
+      WHERE c.Family = 1 AND c.Eligible = 1 AND NOT EXISTS (SELECT 1 FROM @Moved AS m WHERE m.Id = c.Id)
+        AND EXISTS (SELECT 1 FROM keel.JobDeps AS e INNER JOIN @Step AS s ON s.Id = e.ParentId
+                    WHERE e.ChildId = c.Id AND e.ParentOutcome = 'failed')
+        AND NOT EXISTS (SELECT 1 FROM keel.JobDeps AS e INNER JOIN keel.JobsDLQ AS pd ON pd.Id = e.ParentId
+                        WHERE e.ChildId = c.Id AND e.ParentOutcome = 'failed');
+    END;
+
+    -- Flows: the waiting hot children of the revived jobs (onFailure 'run') are locked, in id order, and wait for
+    -- them again; a revived job's own edges say where its parents are now (hot: open; archived: succeeded; still
+    -- dead: failed, and a job the operator resurrected in spite of it runs); it waits while one is open.
+    IF EXISTS (SELECT 1 FROM @Moved AS m INNER JOIN keel.JobDeps AS e ON e.ParentId = m.Id)
+       OR EXISTS (SELECT 1 FROM @Moved AS m INNER JOIN keel.JobDeps AS e ON e.ChildId = m.Id)
+    BEGIN
+      INSERT @Reopen (Id)
+      SELECT DISTINCT e.ChildId FROM @Moved AS m INNER JOIN keel.JobDeps AS e ON e.ParentId = m.Id
+      WHERE e.ParentOutcome = 'failed' AND NOT EXISTS (SELECT 1 FROM @Moved AS x WHERE x.Id = e.ChildId);
+      INSERT @Held (Id)
+      SELECT h.Id FROM @Reopen AS r INNER JOIN keel.JobsHot AS h WITH (UPDLOCK, ROWLOCK, FORCESEEK) ON h.Id = r.Id
+      WHERE h.State = 'waiting';
+      UPDATE e SET ParentOutcome = NULL
+      FROM @Moved AS m INNER JOIN keel.JobDeps AS e WITH (ROWLOCK) ON e.ParentId = m.Id
+      WHERE e.ParentOutcome = 'failed' AND EXISTS (SELECT 1 FROM @Held AS hd WHERE hd.Id = e.ChildId);
+      UPDATE e
+      SET ParentOutcome = CASE WHEN EXISTS (SELECT 1 FROM keel.JobsHot AS h WHERE h.Id = e.ParentId) THEN NULL
+                               WHEN EXISTS (SELECT 1 FROM keel.JobsArchive AS a WHERE a.Id = e.ParentId) THEN 'succeeded'
+                               ELSE 'failed' END
+      FROM @Moved AS m INNER JOIN keel.JobDeps AS e WITH (ROWLOCK) ON e.ChildId = m.Id;
+      UPDATE h
+      SET HasDependents = IIF(EXISTS (SELECT 1 FROM keel.JobDeps AS e WHERE e.ParentId = h.Id AND e.ParentOutcome IS NULL),
+                              CONVERT(bit, 1), NULL),
+          State = IIF(EXISTS (SELECT 1 FROM keel.JobDeps AS e WHERE e.ChildId = h.Id AND e.ParentOutcome IS NULL),
+                      'waiting', h.State)
+      FROM @Moved AS m INNER JOIN keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK) ON h.Id = m.Id;
     END;
     EXEC keel.ApplyCounters @Counters = @Counters; -- once, last
 
@@ -335,6 +410,7 @@ BEGIN
   IF @OlderThan IS NULL
     THROW 50034, N'Purge: @OlderThan is required', 1;
   DECLARE @Deleted int = 0;
+  DECLARE @Gone TABLE (Id bigint NOT NULL PRIMARY KEY);
 
   IF @Target = 'archive'
   BEGIN
@@ -343,6 +419,7 @@ BEGIN
       WHERE a.FinishedAt < @OlderThan AND (@Queue IS NULL OR a.Queue = @Queue)
       ORDER BY a.FinishedAt)
     DELETE FROM c
+    OUTPUT deleted.Id INTO @Gone (Id)
     OPTION (RECOMPILE); -- with @Queue given, seek (Queue, time) instead of scanning every queue's old rows
     SET @Deleted = @@ROWCOUNT;
   END
@@ -358,6 +435,7 @@ BEGIN
     ORDER BY d.FailedAt
     OPTION (RECOMPILE); -- with @Queue given, seek (Queue, time) instead of scanning every queue's old rows
     DELETE d
+    OUTPUT deleted.Id INTO @Gone (Id)
     FROM @Old AS o
     INNER JOIN keel.JobsDLQ AS d WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK, FORCESEEK) ON d.Id = o.Id
     WHERE d.FailedAt < @OlderThan;
@@ -375,6 +453,10 @@ BEGIN
   END
   ELSE
     THROW 50035, N'Purge: @Target must be archive, dlq or metrics', 1;
+
+  -- A flow's edges leave with their child (V007), by the child's index; a statement of its own, after the job rows.
+  IF EXISTS (SELECT 1 FROM @Gone)
+    DELETE e FROM @Gone AS g INNER JOIN keel.JobDeps AS e WITH (ROWLOCK, FORCESEEK, INDEX (IX_JobDeps_Child)) ON e.ChildId = g.Id;
 
   SELECT @Deleted AS Deleted;
 END;

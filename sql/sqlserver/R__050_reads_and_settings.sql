@@ -20,18 +20,19 @@ BEGIN
 
   DECLARE @Q TABLE (
     Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY,
-    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL,
+    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Waiting bigint NOT NULL,
     OldestRunAt datetime2(3) NULL, DueSeen bigint NULL, NotDueSeen bigint NULL);
   WITH counts AS (
-    SELECT c.Queue, SUM(c.Pending) AS Pending, SUM(c.Fetched) AS Fetched, SUM(c.Processing) AS Processing
+    SELECT c.Queue, SUM(c.Pending) AS Pending, SUM(c.Fetched) AS Fetched, SUM(c.Processing) AS Processing,
+           SUM(c.Waiting) AS Waiting
     FROM keel.HotCounts AS c GROUP BY c.Queue
   ), names AS (
     SELECT q.Name FROM keel.Queues AS q
     UNION SELECT s.Queue FROM keel.StatsSummary AS s
-    UNION SELECT c.Queue FROM counts AS c WHERE c.Pending <> 0 OR c.Fetched <> 0 OR c.Processing <> 0
+    UNION SELECT c.Queue FROM counts AS c WHERE c.Pending <> 0 OR c.Fetched <> 0 OR c.Processing <> 0 OR c.Waiting <> 0
   )
-  INSERT @Q (Queue, Pending, Fetched, Processing, OldestRunAt)
-  SELECT n.Name, ISNULL(c.Pending, 0), ISNULL(c.Fetched, 0), ISNULL(c.Processing, 0),
+  INSERT @Q (Queue, Pending, Fetched, Processing, Waiting, OldestRunAt)
+  SELECT n.Name, ISNULL(c.Pending, 0), ISNULL(c.Fetched, 0), ISNULL(c.Processing, 0), ISNULL(c.Waiting, 0),
          (SELECT TOP (1) h.RunAt FROM keel.JobsHot AS h WITH (INDEX(IX_JobsHot_PendingRunAt))
           WHERE h.Queue = n.Name AND h.State = 'pending' ORDER BY h.RunAt)
   FROM names AS n
@@ -58,7 +59,8 @@ BEGIN
          q.Fetched, q.Processing, ISNULL(dead.N, 0) AS Dlq,
          CASE WHEN q.OldestRunAt <= @Now THEN DATEDIFF_BIG(millisecond, q.OldestRunAt, @Now) END AS OldestDueAgeMs,
          ISNULL(s.Succeeded, 0) AS Succeeded, ISNULL(s.Failed, 0) AS Failed, ISNULL(s.Retried, 0) AS Retried,
-         ISNULL(s.Cancelled, 0) AS Cancelled, ISNULL(s.Zombie, 0) AS Zombie, ISNULL(s.Resurrected, 0) AS Resurrected
+         ISNULL(s.Cancelled, 0) AS Cancelled, ISNULL(s.Zombie, 0) AS Zombie, ISNULL(s.Resurrected, 0) AS Resurrected,
+         q.Waiting
   FROM @Q AS q
   LEFT JOIN keel.DlqCounts AS dead ON dead.Queue = q.Queue
   LEFT JOIN keel.StatsSummary AS s ON s.Queue = q.Queue
@@ -190,6 +192,37 @@ BEGIN
          d.CreatedAt, NULL, d.StartedAt, d.FailedAt, d.DurationMs, d.Reason, d.Error, CONVERT(bit, 0), NULL, d.WorkerId,
          NULL, NULL, d.Logs, d.MaxAttempts, NULL, NULL
   FROM keel.JobsDLQ AS d WHERE d.Id = @JobId;
+END;
+GO
+
+-- JobLinks(@JobId): a flow's edges of one job (the twin of keel.job_links): its parents (Relation 'parent', in the
+-- order of its `after` list, with an archived parent's Result) and its children ('child', the first 1,000 by id),
+-- each with where it is now (Location, State) and the outcome the child saw (ParentOutcome). One statement, one
+-- snapshot (RCSI, as GetJob).
+CREATE OR ALTER PROCEDURE keel.JobLinks
+  @JobId BIGINT
+AS
+BEGIN
+  SET NOCOUNT ON;
+  WITH x AS (
+    SELECT 'parent' AS Relation, e.ParentId AS Id, e.ParentOutcome AS Outcome, e.Position AS N
+    FROM keel.JobDeps AS e WHERE e.ChildId = @JobId
+    UNION ALL
+    SELECT 'child', c.ChildId, c.ParentOutcome, NULL
+    FROM (SELECT TOP (1000) e.ChildId, e.ParentOutcome FROM keel.JobDeps AS e WHERE e.ParentId = @JobId
+          ORDER BY e.ChildId) AS c
+  )
+  SELECT x.Relation, x.Id AS JobId, COALESCE(h.Type, a.Type, d.Type) AS Type, COALESCE(h.Queue, a.Queue, d.Queue) AS Queue,
+         CASE WHEN h.Id IS NOT NULL THEN 'hot' WHEN a.Id IS NOT NULL THEN 'archive' WHEN d.Id IS NOT NULL THEN 'dlq' END
+           AS Location,
+         COALESCE(CONVERT(varchar(10), h.State), IIF(a.Id IS NOT NULL, 'succeeded', NULL), IIF(d.Id IS NOT NULL, 'dead', NULL))
+           AS State,
+         x.Outcome, IIF(x.Relation = 'parent', a.Result, NULL) AS Result
+  FROM x
+  LEFT JOIN keel.JobsHot AS h ON h.Id = x.Id
+  LEFT JOIN keel.JobsArchive AS a ON a.Id = x.Id AND h.Id IS NULL
+  LEFT JOIN keel.JobsDLQ AS d ON d.Id = x.Id AND h.Id IS NULL AND a.Id IS NULL
+  ORDER BY IIF(x.Relation = 'parent', 0, 1), x.N, x.Id;
 END;
 GO
 

@@ -24,6 +24,8 @@ GO
 -- keel.DeadLetter itself and dead-letter any job without holding its lease. Every keel procedure that the TypeScript
 -- code does not call must be listed here (test/engines/parity.test.ts checks it).
 DENY EXECUTE ON OBJECT::keel.DeadLetter TO keel_executor;
+DENY EXECUTE ON OBJECT::keel.FlowSettle TO keel_executor;
+DENY EXECUTE ON OBJECT::keel.EnqueueFlowJobs TO keel_executor; -- EnqueueJobs' flow path
 DENY EXECUTE ON OBJECT::keel.ApplyCounters TO keel_executor;
 DENY EXECUTE ON OBJECT::keel.HandBack TO keel_executor;
 DENY EXECUTE ON OBJECT::keel.EnqueueJobs TO keel_executor; -- EnqueueMany's body: with @Scheduler = 1 it takes "schedule:" keys

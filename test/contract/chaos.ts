@@ -17,6 +17,9 @@ export interface ChaosOptions {
   connectionKills: number; // server-side kills of every store connection
   chaosMs: number; // how long crashes keep coming
   settleMs: number; // upper bound for maintenance to bring the system to quiet
+  // Flows among the jobs (issue 29): each two parents, a fan-in job after both (onFailure deadLetter) and a
+  // continuation after the fan-in (onFailure run), enqueued in one call. Counted in `jobs`.
+  flows?: number;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -52,8 +55,19 @@ export function defineChaosSuite(makeHarness: () => EngineHarness, opts: ChaosOp
     const queue = `chaos-${Date.now()}`;
     await control.updateQueue(queue, { zombieTimeoutSeconds: 2, zombiePolicy: 'retry', maxAttempts: 8 });
     const ids: string[] = [];
-    for (let i = 0; i < opts.jobs; i += 500) {
-      const batch = Array.from({ length: Math.min(500, opts.jobs - i) }, (_, k) => ({
+    const flows = opts.flows ?? 0;
+    for (let f = 0; f < flows; f++) {
+      const flow = await control.enqueueMany([
+        { queue, type: 'chaos', payload: { flow: f, part: 'a' } },
+        { queue, type: 'chaos', payload: { flow: f, part: 'b' } },
+        { queue, type: 'chaos-join', payload: { flow: f }, after: [{ index: 0 }, { index: 1 }] },
+        { queue, type: 'chaos-join', payload: { flow: f, then: true }, after: [{ index: 2 }], onFailure: 'run' },
+      ]);
+      ids.push(...flow.map((r) => r.id));
+    }
+    const plain = opts.jobs - 4 * flows;
+    for (let i = 0; i < plain; i += 500) {
+      const batch = Array.from({ length: Math.min(500, plain - i) }, (_, k) => ({
         queue,
         type: 'chaos',
         payload: { n: i + k },
@@ -62,16 +76,29 @@ export function defineChaosSuite(makeHarness: () => EngineHarness, opts: ChaosOp
     }
 
     const finalized = new Map<string, number>();
-    const registry = new HandlerRegistry().register(
-      'chaos',
-      async () => {
+    // A flow's job that ran before its parents had finished, or (onFailure deadLetter) with a parent not archived.
+    const early: string[] = [];
+    let joinsRun = 0;
+    const registry = new HandlerRegistry()
+      .register('chaos-join', async (payload, ctx) => {
+        const parents = await ctx.parents();
+        const then = (payload as { then?: boolean }).then === true;
+        joinsRun++;
+        if (parents.length === 0 || parents.some((p) => p.location === 'hot' || (!then && p.location !== 'archive')))
+          early.push(`${ctx.jobId}: ${JSON.stringify(parents.map((p) => [p.id, p.location, p.state]))}`);
         await sleep(random.next() * 3);
-        const roll = random.next();
-        if (roll < 0.01) throw new FatalError('chaos: fatal');
-        if (roll < 0.09) throw new Error('chaos: transient');
-      },
-      { backoff: { baseMs: 20, maxMs: 200 } },
-    );
+        if (random.next() < 0.05) throw new Error('chaos: transient');
+      })
+      .register(
+        'chaos',
+        async () => {
+          await sleep(random.next() * 3);
+          const roll = random.next();
+          if (roll < 0.01) throw new FatalError('chaos: fatal');
+          if (roll < 0.09) throw new Error('chaos: transient');
+        },
+        { backoff: { baseMs: 20, maxMs: 200 } },
+      );
 
     interface Live {
       worker: Worker;
@@ -158,6 +185,10 @@ export function defineChaosSuite(makeHarness: () => EngineHarness, opts: ChaosOp
     for (const id of ids) expect(Number(archived.has(id)) + Number(dead.has(id))).toBe(1);
     const twice = [...finalized.entries()].filter(([, n]) => n > 1);
     expect(twice).toEqual([]);
+    // Flows: no child ran before its parents had finished, and (above) none was lost: each ended archived or
+    // dead-lettered ('parent_failed' when a parent failed), exactly once.
+    expect(early).toEqual([]);
+    if (flows > 0) expect(joinsRun).toBeGreaterThan(0);
     expect(stats.succeeded).toBe(archive);
     expect(stats.failed).toBe(dlq);
     expect(succeededBuckets).toBe(archive);
@@ -172,6 +203,7 @@ export function defineChaosSuite(makeHarness: () => EngineHarness, opts: ChaosOp
       dueExact: true,
       fetched: 0,
       processing: 0,
+      waiting: 0,
       dlq,
       succeeded: archive,
     });

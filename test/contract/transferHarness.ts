@@ -97,6 +97,7 @@ export function canonicalRowsOnly(source: SourceAdapter): SourceAdapter {
     manifest: (w, schema, algorithm) => source.manifest(w, schema, algorithm),
     checksumAlgorithms: async () => ['keel-v1'],
     streamRows: (w, schema, chunkSize) => source.streamRows(w, schema, chunkSize),
+    ...(source.rowsAfter ? { rowsAfter: source.rowsAfter.bind(source) } : {}),
     close: () => source.close(),
   };
 }

@@ -97,6 +97,17 @@ export function defineTransferSourceContract(makeHarness: () => SourceHarness): 
     expect((await source.manifest(next!, schema, 'keel-v1')).rowCount).toBe(10);
   });
 
+  it('rowsAfter counts the rows past a bound, stopping at the cap (the rows-behind gauge)', async () => {
+    const { source, table } = await fresh(40);
+    expect(source.rowsAfter).toBeTypeOf('function');
+    expect(await source.rowsAfter!(null, 1000)).toBe(40);
+    expect(await source.rowsAfter!('30', 1000)).toBe(10);
+    expect(await source.rowsAfter!(null, 25)).toBe(25); // capped: at least 25
+    expect(await source.rowsAfter!('40', 1000)).toBe(0);
+    await h.insertRows(table, 41, 43);
+    expect(await source.rowsAfter!('40', 1000)).toBe(3);
+  });
+
   it('the manifest equals the streamed rows (count and keel-v1 checksum); chunks are bounded', async () => {
     const { source } = await fresh(120);
     const schema = await source.readSchema();

@@ -553,6 +553,8 @@ if (!haveChromium) {
       await page.locator('[data-test="start-orders"]').waitFor();
       const link = page.locator('table.batches-table a', { hasText: batchId.slice(0, 8) });
       await link.waitFor();
+      // Every source row is committed: nothing behind (counted at the source by GET /transfers).
+      expect(await page.locator('[data-test="behind-orders"]').textContent()).toBe('caught up');
       await shot(page, 'transfers');
       await link.click();
       await page.locator('[data-test=timeline]').waitFor();

@@ -10,5 +10,6 @@ describe('chaos: postgres', () => {
     connectionKills: 3,
     chaosMs: 8000,
     settleMs: 90_000,
+    flows: 150,
   });
 }, 180_000);

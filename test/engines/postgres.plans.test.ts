@@ -163,6 +163,34 @@ describe('postgres plans: no JIT, no disabled node, at a 20k backlog', () => {
     );
     await run('prune_workers', () => q(`select keel.prune_workers(now() - interval '1 hour')`));
     await run('dlq_groups', () => q(`select * from keel.dlq_groups($1, 0, 50)`, [queue]));
+    // Flows (issue 29): a parent with 50 children and a fan-in job, in one call; its completion releasing the
+    // children; another such parent's failure cascading to its children and their fan-in job; the edges read back;
+    // the failed parent resurrected with the children it dead-lettered.
+    const flowDocs = JSON.stringify([
+      { queue, type: 'parent' },
+      ...Array.from({ length: 50 }, () => ({ queue, type: 'child', after: [{ index: 0 }] })),
+      { queue, type: 'fan-in', after: Array.from({ length: 50 }, (_, i) => ({ index: i + 1 })) },
+    ]);
+    const flowIds = async (): Promise<string[]> =>
+      (await q(`select job_ids::text[] as ids from keel.enqueue_many($1::jsonb)`, [flowDocs]))[0].ids;
+    const runParent = async (id: string) => {
+      const [p] = await q(`select job_id::text, lease_id::text from keel.claim_by_id($1, 'w', 60)`, [id]);
+      expect(p, `flow parent ${id} claimed`).toBeTruthy();
+      await q(`select * from keel.start_many($1::jsonb)`, [leases([p])]);
+      return p as { job_id: string; lease_id: string };
+    };
+    const ok = await run('enqueue_many (a flow of 52 jobs)', flowIds);
+    const okParent = await runParent(ok[0]!);
+    await run('complete_many (a parent of 50)', () =>
+      q(`select * from keel.complete_many($1::jsonb)`, [leases([okParent])]),
+    );
+    const bad = await flowIds();
+    const badParent = await runParent(bad[0]!);
+    await run('fail (a parent of 50, cascading)', () =>
+      q(`select keel.fail($1, $2, 'fatal', 'boom')`, [badParent.job_id, badParent.lease_id]),
+    );
+    await run('job_links', () => q(`select * from keel.job_links($1)`, [ok[0]]));
+    await run('resurrect (a flow parent)', () => q(`select * from keel.resurrect($1::bigint[])`, [[bad[0]]]));
     return out;
   }
 

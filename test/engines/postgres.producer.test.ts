@@ -150,6 +150,12 @@ describe('PostgreSQL producers: keel.enqueue_many in the caller transaction, rol
         /^jobs\[0\]\.payload: is \d+ bytes of JSON; the limit is 262144/,
       ],
       [[{ ...ok, colour: 'red' }], /^jobs\[0\]\.colour: is not a job field/],
+      [[{ ...ok, after: 'x' }], /^jobs\[0\]\.after: must be an array/],
+      [[ok, { ...ok, after: [{ index: 1 }] }], /^jobs\[1\]\.after\[0\]: \{"index": 1\} must name an earlier job/],
+      [[ok, { ...ok, after: [true] }], /^jobs\[1\]\.after\[0\]: must be a job id or/],
+      [[ok, { ...ok, after: ['999999999999'] }], /^jobs\[1\]\.after\[0\]: job 999999999999 does not exist/],
+      [[ok, { ...ok, after: [{ index: 0 }], onFailure: 'maybe' }], /^jobs\[1\]\.onFailure: must be skip, run or/],
+      [[{ ...ok, onFailure: 'run' }], /^jobs\[0\]\.onFailure: applies only to a job with parents/],
       [[ok, 'not a job'], /^jobs\[1\]: must be a JSON object/],
     ];
     for (const [jobs, message] of cases) {
@@ -182,10 +188,11 @@ describe('PostgreSQL producers: keel.enqueue_many in the caller transaction, rol
           expiresAt: '2032-01-01T00:00:00Z',
         },
         { queue, type: 'charge', delayMs: 1000 },
+        { queue, type: 'receipt', after: [{ index: 1 }], onFailure: 'run' },
       ]),
     ]);
-    expect(rows[0].duplicates).toEqual([false, false]);
-    expect(await hotCount(queue)).toBe(2);
+    expect(rows[0].duplicates).toEqual([false, false, false]);
+    expect(await hotCount(queue)).toBe(3);
   });
 
   it('refuses "schedule:" keys to the app\'s own login too: only fire_schedule writes them', async () => {

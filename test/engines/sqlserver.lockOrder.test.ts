@@ -59,6 +59,7 @@ describe('sqlserver lock order (static check of the procedure bodies)', () => {
         'keel.cancel',
         'keel.claimnext',
         'keel.completemany',
+        'keel.enqueueflowjobs',
         'keel.fail',
         'keel.handback',
         'keel.rescuezombies',

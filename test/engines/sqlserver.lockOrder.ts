@@ -56,6 +56,10 @@ export const COUNTER_TABLES = ['hotcounts', 'dlqcounts', 'statssummary', 'metric
 const COUNTED_TABLES = new Set(['jobshot', 'jobsdlq']);
 const APPLY_COUNTERS = 'keel.applycounters';
 const DEAD_LETTER = 'keel.deadletter';
+// Procedures that run only inside their caller's transaction, with its #KeelCountDeltas, and leave the counters to
+// it: keel.DeadLetter (every Hot -> DLQ move) and keel.FlowSettle (a flow's children, V007). Both have DeadLetter's
+// shape (deadLetterShape).
+const IN_CALLER_TRANSACTION = new Set([DEAD_LETTER, 'keel.flowsettle']);
 const DELTAS_TABLE = '#keelcountdeltas';
 const COUNTER_TRIGGERS = new Set(['keel.jobshot_counted', 'keel.jobsdlq_counted']);
 
@@ -585,8 +589,11 @@ class PathChecker {
       else if (!q.tran) this.report(st.line, 'calls keel.ApplyCounters outside a transaction');
       return [{ ...q, applies: Math.min(2, q.applies + 1), countedAfterApply: false }];
     }
-    if (callee === DEAD_LETTER && !this.usesDeltas)
-      this.report(st.line, 'calls keel.DeadLetter without creating #KeelCountDeltas');
+    if (callee && IN_CALLER_TRANSACTION.has(callee) && !this.usesDeltas)
+      this.report(
+        st.line,
+        `calls ${callee === DEAD_LETTER ? 'keel.DeadLetter' : 'keel.FlowSettle'} without creating #KeelCountDeltas`,
+      );
     const counted =
       (writeTargets(s).some(isCountedTable) ? 1 : 0) +
       (callee ? countedInCaller(this.all.get(callee), this.all, new Set(), callee) : 0);
@@ -746,7 +753,7 @@ export function checkLockOrder(scripts: Array<{ file: string; text: string }>): 
       if (COUNTER_TRIGGERS.has(m.name)) violations.push(...triggerDefers(m, order));
       continue;
     }
-    if (m.name === DEAD_LETTER) {
+    if (IN_CALLER_TRANSACTION.has(m.name)) {
       violations.push(...deadLetterShape(m));
       continue;
     }
@@ -801,8 +808,8 @@ function triggerDefers(m: Module, writes: Array<{ table: string; line: number }>
   }));
 }
 
-// keel.DeadLetter: refuses to run without #KeelCountDeltas before its first counted statement, opens and commits no
-// transaction, and leaves the counters to its caller's keel.ApplyCounters.
+// keel.DeadLetter (and keel.FlowSettle): refuses to run without #KeelCountDeltas before its first counted statement,
+// opens and commits no transaction, and leaves the counters to its caller's keel.ApplyCounters.
 function deadLetterShape(m: Module): Violation[] {
   const out: Violation[] = [];
   let guarded = false;

@@ -192,6 +192,43 @@ describe('ops: jobs', () => {
     expect(r.body.message).toMatch(/reserved for the scheduler/);
   });
 
+  it('enqueues a flow: waiting children get no message; a missing parent is a 400 naming it; GET shows the edges', async () => {
+    t.queues.clear();
+    const r = await call('POST', 'jobs', {
+      body: {
+        jobs: [
+          { queue: 'ops-flow', type: 'demo.echo' },
+          { queue: 'ops-flow', type: 'demo.echo', after: [{ index: 0 }] },
+          { queue: 'ops-flow', type: 'demo.echo', after: [{ index: 1 }], onFailure: 'run' },
+        ],
+      },
+    });
+    expect(r.status, JSON.stringify(r.body)).toBe(201);
+    const [parent, child, last] = r.body.jobs as { id: string; posted: boolean }[];
+    expect([parent!.posted, child!.posted, last!.posted]).toEqual([true, false, false]);
+    const got = await call('GET', `jobs/${child!.id}`);
+    expect(got.body).toMatchObject({
+      state: 'waiting',
+      parents: [{ id: parent!.id, type: 'demo.echo', location: 'hot', state: 'pending', outcome: null }],
+      children: [{ id: last!.id, state: 'waiting', outcome: null }],
+    });
+    expect((await call('GET', `jobs/${parent!.id}`)).body).toMatchObject({
+      parents: [],
+      children: [{ id: child!.id }],
+    });
+    const missing = await call('POST', 'jobs', {
+      body: { queue: 'ops-flow', type: 'demo.echo', after: ['987654321987'] },
+    });
+    expect(missing.status).toBe(400);
+    expect(missing.body).toMatchObject({ error: 'invalid_request', field: 'after[0]' });
+    const stats = await call('GET', 'stats');
+    expect(stats.body.queues.find((q: { queue: string }) => q.queue === 'ops-flow')).toMatchObject({
+      pending: 1,
+      waiting: 2,
+    });
+    t.queues.clear();
+  });
+
   it('searches hot/archive/DLQ by queue, type, tag and text with keyset paging', async () => {
     const ids: string[] = [];
     for (let i = 0; i < 5; i++)

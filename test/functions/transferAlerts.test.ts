@@ -23,12 +23,14 @@ describe('transfer alerts and freshness', () => {
     const fresh = vi.spyOn(telemetry, 'transferFreshness');
     await transferTimer(timer, context('transferTimer'));
     // The timer's own report: behind (a batch was created, nothing committed yet).
-    expect(fresh).toHaveBeenLastCalledWith({ transfer: 'items', behindSince: expect.any(Number) });
+    // Nothing committed yet: all 15 source rows are behind.
+    expect(fresh).toHaveBeenLastCalledWith({ transfer: 'items', behindSince: expect.any(Number), rowsBehind: 15 });
     fresh.mockClear();
-    await pump(); // 10 rows (full window: behind since that commit), then 5 (caught up)
+    await pump(); // 10 rows (full window: behind since that commit, 5 rows after it), then 5 (caught up)
     const reports = fresh.mock.calls.map((c) => c[0]);
     expect(reports).toHaveLength(2);
     expect(reports[0]!.behindSince).toBeGreaterThan(Date.now() - 60_000);
+    expect(reports[0]!.rowsBehind).toBe(5);
     expect(reports[1]).toEqual({ transfer: 'items', behindSince: null });
     fresh.mockClear();
     await transferTimer(timer, context('transferTimer'));
@@ -70,9 +72,29 @@ describe('transfer alerts and freshness', () => {
       }),
     );
     const last = (await fx.t.rt.transfers!.transferStates()).find((s) => s.name === 'items')!;
+    // Rows 16..18 (their batch was abandoned) are still behind.
     expect(fresh).toHaveBeenLastCalledWith({
       transfer: 'items',
       behindSince: Date.parse(last.lastCommitted!.committedAt!),
+      rowsBehind: 3,
     });
+  });
+
+  it('rows behind on GET /transfers: counted at the source past the last commit, capped, reused while the bound holds', async () => {
+    await fx.source.query(`alter table public.items alter column id type bigint`); // the drift of the test above, undone
+    const behind = async () =>
+      (await fx.call('GET', 'transfers')).body.items.find((t: { name: string }) => t.name === 'items').rowsBehind;
+    expect(await behind()).toMatchObject({ rows: 3, capped: false, countedAt: expect.any(String) });
+    // The count is reused for 30 s while the last committed bound is the same: two more rows are not seen yet.
+    await fx.source.query(`insert into public.items select n, 'item-' || n from generate_series(19, 20) n`);
+    expect(await behind()).toMatchObject({ rows: 3 });
+    // A cap stops the count: "at least".
+    expect(await fx.t.rt.transfers!.rowsBehind('items', 4)).toMatchObject({ rows: 4, capped: true });
+    expect(await fx.t.rt.transfers!.rowsBehind('items', 100)).toMatchObject({ rows: 5, capped: false });
+    // A commit moves the bound: counted again, caught up.
+    const started = await fx.call('POST', 'transfers/items/start', {});
+    expect(started.status).toBe(202);
+    await pump();
+    expect(await behind()).toMatchObject({ rows: 0, capped: false });
   });
 });

@@ -368,6 +368,29 @@ describe('telemetry facade (in-memory exporters)', () => {
     expect(stale?.dataPoints ?? []).toHaveLength(0);
   });
 
+  it('transfer rows behind: the count reported with the freshness, 0 when caught up, absent when not counted, dropped when stale', async () => {
+    let now = 10_000_000;
+    h = harness({ now: () => now, queueLagTtlMs: 600_000 });
+    h.t.transferFreshness({ transfer: 'orders', behindSince: now - 120_000, rowsBehind: 250_000 });
+    h.t.transferFreshness({ transfer: 'lines', behindSince: null });
+    h.t.transferFreshness({ transfer: 'notes', behindSince: now - 60_000 }); // behind, not counted
+    expect(points(metric(await h.collect(), METRICS.transferRowsBehind))).toEqual(
+      expect.arrayContaining([
+        { attrs: { transfer: 'orders' }, value: 250_000 },
+        { attrs: { transfer: 'lines' }, value: 0 },
+      ]),
+    );
+    expect(points(metric(await h.collect(), METRICS.transferRowsBehind))).toHaveLength(2);
+    // A later report without a count drops the old count instead of repeating it.
+    h.t.transferFreshness({ transfer: 'orders', behindSince: now - 130_000, rowsBehind: null });
+    expect(points(metric(await h.collect(), METRICS.transferRowsBehind))).toEqual([
+      { attrs: { transfer: 'lines' }, value: 0 },
+    ]);
+    now += 700_000; // older than the TTL
+    const stale = (await h.collect()).find((m) => m.descriptor.name === METRICS.transferRowsBehind);
+    expect(stale?.dataPoints ?? []).toHaveLength(0);
+  });
+
   it('failed batches and failed scheduled starts are events with the transfer and the code', async () => {
     h = harness();
     h.t.transferBatchFailed({ transfer: 'orders', batchId: 'b-1', code: 'schema_drift' });
@@ -581,6 +604,7 @@ describe('alert rules use the emitted names', () => {
         EVENTS.batchFailed,
         EVENTS.startFailed,
         METRICS.transferFreshness,
+        METRICS.transferRowsBehind,
         METRICS.queueLag,
         METRICS.maintenanceRuns,
       ].sort(),

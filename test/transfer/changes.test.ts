@@ -375,4 +375,27 @@ describe('change windows: deletes on the twin (PostgreSQL change capture -> Post
       await svc.close();
     }
   });
+
+  it('rows behind: before the baseline the rows of the table, after it the changes past its version, capped', async () => {
+    await freshTables(20);
+    const t = changesTransfer();
+    const source = new PostgresTransferSource(t, env.source);
+    const svc = makeService(env, [t]);
+    try {
+      expect(await source.rowsAfter(null, 1000)).toBe(20);
+      expect(await source.rowsAfter(null, 5)).toBe(5);
+      const [baseline] = await drain(svc);
+      const high = baseline!.boundary.high;
+      expect(await source.rowsAfter(high, 1000)).toBe(0);
+      await env.source.query(`delete from public.orders where id between 1 and 3`);
+      await insertSourceRows(env.source, 21, 24);
+      expect(await source.rowsAfter(high, 1000)).toBe(7); // recorded, not yet stamped, still counted
+      expect(await source.rowsAfter(high, 2)).toBe(2);
+      await drain(svc);
+      const last = (await svc.listBatches({ transfer: NAME, limit: 1 }))[0]!;
+      expect(await source.rowsAfter(last.boundary.high, 1000)).toBe(0);
+    } finally {
+      await svc.close();
+    }
+  });
 });

@@ -21,7 +21,7 @@ import {
   type Cleanup,
 } from '../ui';
 
-const REASONS = ['exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired'];
+const REASONS = ['exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired', 'parent_failed', 'skipped'];
 const GROUPS_PAGE = 20;
 const LIST_PAGE = 50;
 

@@ -26,7 +26,7 @@ import {
   type Cleanup,
 } from '../ui';
 
-const REASONS = ['exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired'];
+const REASONS = ['exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired', 'parent_failed', 'skipped'];
 
 export function stateBadge(job: any): HTMLElement {
   if (job.location === 'archive') return badge('succeeded', 'ok');
@@ -60,6 +60,7 @@ export function jobsPage(main: HTMLElement): Cleanup {
       ['pending', 'pending'],
       ['fetched', 'fetched'],
       ['processing', 'processing'],
+      ['waiting', 'waiting (a flow: parents unfinished)'],
     ],
     p.get('state') ?? '',
   );
@@ -441,6 +442,52 @@ const OUTCOME_TONE: Record<string, 'ok' | 'warn' | 'bad' | 'muted' | 'info'> = {
   interrupted: 'muted',
 };
 
+// A flow around the job (GET /jobs/{id} parents and children): three columns, parents -> this job -> children, each
+// a link with where it is now; a parent shows the outcome its child saw. Nothing for a job in no flow.
+function flowView(j: any): HTMLElement[] {
+  const parents: any[] = j.parents ?? [];
+  const children: any[] = j.children ?? [];
+  if (parents.length === 0 && children.length === 0) return [];
+  const node = (l: any) =>
+    h(
+      'li',
+      null,
+      h('a', { href: `#/jobs/${l.id}` }, `#${l.id}`),
+      ' ',
+      l.type ?? '(purged)',
+      ' ',
+      l.location ? stateBadge({ ...l, reason: l.state === 'dead' ? 'dead' : null, cancelRequested: false }) : '',
+    );
+  const column = (title: string, items: any[], none: string) =>
+    h(
+      'div',
+      { class: 'flow-col' },
+      h('h3', null, title),
+      items.length ? h('ul', null, ...items.map(node)) : empty(none),
+    );
+  return [
+    h(
+      'section',
+      { class: 'card' },
+      h('h2', null, 'Flow'),
+      h(
+        'div',
+        { class: 'flow-graph' },
+        column(`Waits for (${parents.length})`, parents, 'No parents.'),
+        h('div', { class: 'flow-arrow' }, '→'),
+        h(
+          'div',
+          { class: 'flow-col' },
+          h('h3', null, 'This job'),
+          h('ul', null, h('li', null, `#${j.id} ${j.type} `, stateBadge(j))),
+        ),
+        h('div', { class: 'flow-arrow' }, '→'),
+        column(`Then (${children.length}${children.length >= 1000 ? '+' : ''})`, children, 'No children.'),
+      ),
+    ),
+  ];
+}
+
 // Every attempt, oldest first (GET /jobs/{id} timeline): the recorded failed ones, then the success or the one running.
 function attemptsView(timeline: Attempt[] | undefined, limit: number, attempts: number) {
   if (!timeline?.length)
@@ -542,8 +589,8 @@ export function jobPage(main: HTMLElement, id: string): Cleanup {
                     h(
                       'p',
                       null,
-                      j.state === 'pending'
-                        ? 'It is pending: it moves to the DLQ as "cancelled" at once.'
+                      j.state === 'pending' || j.state === 'waiting'
+                        ? `It is ${j.state}: it moves to the DLQ as "cancelled" at once.`
                         : 'It is running: it is asked to stop, then dead-lettered as "cancelled".',
                     ),
                     h('p', { class: 'hint' }, 'Needs the operator role.'),
@@ -642,6 +689,7 @@ export function jobPage(main: HTMLElement, id: string): Cleanup {
             ...(j.location === 'hot' ? [['Progress', progressView(j.progress)] as [string, Child]] : []),
           ]),
         ),
+        ...flowView(j),
         ...(j.location === 'archive'
           ? [
               h(

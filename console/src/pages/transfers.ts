@@ -71,6 +71,26 @@ function freshness(t: any): HTMLElement | string {
   );
 }
 
+// Rows at the source after the last committed window (GET /transfers counts them up to
+// KEEL_TRANSFER_ROWS_BEHIND_CAP, a count reused for 30 s): "1,000,000+" when the count stopped at the cap.
+export function rowsBehindWords(r: { rows: number; capped: boolean } | null | undefined): string {
+  if (!r) return '—';
+  if (r.rows === 0) return 'caught up';
+  return `${fmtNum(r.rows)}${r.capped ? '+' : ''} rows`;
+}
+
+function rowsBehind(t: any): HTMLElement {
+  const r = t.rowsBehind;
+  return h(
+    'span',
+    {
+      title: r ? `counted at the source at ${r.countedAt}${r.capped ? ' (stopped at the cap)' : ''}` : 'not counted',
+      'data-test': `behind-${t.name}`,
+    },
+    rowsBehindWords(r),
+  );
+}
+
 // Pause / resume one transfer (operator role): persisted in the journal; the timer, catch-up and the queue steps
 // honour it.
 function pauseButton(t: any, box: HTMLElement, reload: () => Promise<void>): HTMLElement {
@@ -201,7 +221,18 @@ export function transfersPage(main: HTMLElement): Cleanup {
         !r.configured || items.length === 0
           ? empty('No transfers are configured (KEEL_TRANSFERS or KEEL_TRANSFERS_FILE; npm run demo configures one).')
           : table(
-              ['transfer', 'source', 'target', 'boundary', 'batch size', 'schedule', 'running', 'last commit', ''],
+              [
+                'transfer',
+                'source',
+                'target',
+                'boundary',
+                'batch size',
+                'schedule',
+                'running',
+                'last commit',
+                'rows behind',
+                '',
+              ],
               items.map((t) => {
                 const toggle = pauseButton(t, box, async () => {
                   replace(transfersBox, h('p', { class: 'loading' }, 'Loading…'));
@@ -247,6 +278,7 @@ export function transfersPage(main: HTMLElement): Cleanup {
                       )
                     : badge('running', 'ok'),
                   freshness(t),
+                  rowsBehind(t),
                   h('div', { class: 'actions' }, start, toggle, replayButton(t, box)),
                 ];
               }),

@@ -30,4 +30,14 @@ export {
   type PayloadOf,
 } from './jobTypes.js';
 export { IdempotencyConflictError, KeelApiError, KeelUnavailableError } from './errors.js';
-export { LIMITS, SCHEDULE_KEY_PREFIX, ValidationError, prepareEnqueue, type EnqueueJob } from './rules.js';
+export { flowJobs, flowResult, type Flow, type FlowJob, type FlowResult } from './flow.js';
+export {
+  LIMITS,
+  ON_PARENT_FAILURE,
+  SCHEDULE_KEY_PREFIX,
+  ValidationError,
+  prepareEnqueue,
+  type EnqueueJob,
+  type OnParentFailure,
+  type ParentRef,
+} from './rules.js';

@@ -4,7 +4,7 @@
 // defaults to the handler's, another queue is refused, and the payload must pass the schema (the parsed value is
 // what is stored). A wrong payload for a typed client is a compile error too (JobInput below).
 import type { z } from 'zod';
-import { ValidationError } from './rules.js';
+import { ValidationError, type OnParentFailure, type ParentRef } from './rules.js';
 
 export const DEFAULT_QUEUE = 'default';
 
@@ -32,6 +32,8 @@ export interface JobOptions {
   idempotencyKey?: string; // unique among hot jobs of the same queue and type
   maxAttempts?: number;
   expiresAt?: Date;
+  after?: ParentRef[]; // waits for these jobs (ids, or { index } in the same batch): a flow
+  onFailure?: OnParentFailure; // with after: when a parent is dead-lettered (default 'deadLetter')
 }
 
 type JobOfType<M extends JobTypeMap, K extends keyof M & string> = JobOptions & {

@@ -39,6 +39,7 @@ export const LIMITS = {
   lastErrorChars: 4000, // of a failed attempt's error, as the processor stores it (retry, fail, interrupt)
   countCap: 1_000_000, // rows one bounded count reads at most (countJobs): past it the count says "at least"
   dlqGroups: 500, // groups per dlqGroups page
+  parents: 1000, // parents one job may wait for (after)
 } as const;
 
 export const DEFAULT_MAX_PAYLOAD_BYTES = LIMITS.payloadBytes;
@@ -119,6 +120,18 @@ export const storableJson = z.unknown().superRefine((v, ctx) => {
 
 export const int = (min: number, max: number) => z.number().int().min(min).max(max);
 
+// Flows (docs/jobs.md, "Flows"): what a waiting job does when one of its parents is dead-lettered. 'deadLetter' (the
+// default) sends it to the DLQ as 'parent_failed', and resurrecting the parent brings it back; 'skip' sends it to
+// the DLQ as 'skipped' (not a failure); 'run' counts the failed parent as finished.
+export const ON_PARENT_FAILURE = ['skip', 'run', 'deadLetter'] as const;
+export type OnParentFailure = (typeof ON_PARENT_FAILURE)[number];
+// A parent: a job id, or { index } naming an earlier job of the same enqueueMany batch (a flow in one call).
+export type ParentRef = string | { index: number };
+export const parentRef = z.union([
+  z.string().regex(/^[1-9][0-9]{0,18}$/, 'must be a job id (a positive integer as a string) or { index: n }'),
+  z.strictObject({ index: int(0, LIMITS.batchJobs - 1) }),
+]);
+
 // The fields of one job to enqueue, except its dates (Date in the store, ISO text in the ops API) and whether a
 // queue is required (the ops API falls back to the handler's queue).
 export const enqueueFields = {
@@ -130,6 +143,8 @@ export const enqueueFields = {
   tags: z.array(storableText(1, LIMITS.tagLength)).max(LIMITS.tags).optional(),
   idempotencyKey: storableText(1, LIMITS.idempotencyKeyLength).optional(),
   maxAttempts: int(1, LIMITS.maxAttempts).optional(),
+  after: z.array(parentRef).max(LIMITS.parents).optional(),
+  onFailure: z.enum(ON_PARENT_FAILURE).optional(),
 };
 export const NOT_BOTH_DELAY_AND_RUN_AT = {
   message: 'give delayMs or runAt, not both',
@@ -183,6 +198,7 @@ export function plainValid(job: unknown): boolean {
   )
     return false;
   if (!dateOk(j.runAt) || !dateOk(j.expiresAt)) return false;
+  if (j.after !== undefined || j.onFailure !== undefined) return false; // a flow's job: checked by the schema
   if (j.delayMs !== undefined && j.runAt !== undefined) return false;
   if (j.payload !== undefined && jsonTextProblem(j.payload) !== null) return false;
   if (j.idempotencyKey !== undefined && !strLen(j.idempotencyKey, LIMITS.idempotencyKeyLength)) return false;
@@ -206,6 +222,8 @@ export interface EnqueueJob {
   idempotencyKey?: string;
   maxAttempts?: number;
   expiresAt?: Date;
+  after?: ParentRef[]; // waits until these jobs have finished (docs/jobs.md, "Flows")
+  onFailure?: OnParentFailure; // with after: what happens when a parent is dead-lettered (default 'deadLetter')
 }
 
 // Returns the JSON document an engine stores for each job; throws ValidationError naming e.g. "jobs[3].payload".
@@ -229,6 +247,19 @@ export function prepareEnqueue(
     }
     if (!opts.scheduleKeys && j.idempotencyKey?.startsWith(SCHEDULE_KEY_PREFIX))
       throw new ValidationError(prefix ? `${prefix}.idempotencyKey` : 'idempotencyKey', RESERVED_KEY_MESSAGE);
+    const field = (name: string) => (prefix ? `${prefix}.${name}` : name);
+    // A job may wait only for jobs that exist before it (ids) or come earlier in its batch: a flow has no cycle.
+    j.after?.forEach((p, k) => {
+      if (typeof p === 'object' && p.index >= i)
+        throw new ValidationError(
+          field(`after[${k}]`),
+          i === 0
+            ? 'names a job of this batch, but the first job has no earlier job to wait for'
+            : `{ index: ${p.index} } must name an earlier job of this batch (0 to ${i - 1}); a job cannot wait for itself or a later job`,
+        );
+    });
+    if (j.onFailure !== undefined && !j.after?.length)
+      throw new ValidationError(field('onFailure'), 'applies only to a job with parents (after)');
     let payloadText: string | undefined;
     try {
       payloadText = JSON.stringify(j.payload ?? null);
@@ -256,6 +287,8 @@ export function prepareEnqueue(
       ...(j.idempotencyKey !== undefined ? { idempotencyKey: j.idempotencyKey } : {}),
       ...(j.maxAttempts !== undefined ? { maxAttempts: j.maxAttempts } : {}),
       ...(j.expiresAt ? { expiresAt: j.expiresAt.toISOString() } : {}),
+      ...(j.after?.length ? { after: j.after } : {}),
+      ...(j.onFailure !== undefined ? { onFailure: j.onFailure } : {}),
     };
   });
 }

@@ -12,6 +12,7 @@ import type {
   EnqueueResult,
   HeartbeatResult,
   JobId,
+  JobLink,
   JobPage,
   JobRecord,
   JobSearch,
@@ -46,6 +47,7 @@ import {
   toClaimedJob,
   toStartedJob,
   toJobRecord,
+  toJobLink,
   toJobPage,
   searchScanRows,
   toMetricBucket,
@@ -61,7 +63,13 @@ import {
   toDlqGroupPage,
   toWorkerInfo,
 } from '../../jobs/rows.js';
-import { DEFAULT_MAX_PAYLOAD_BYTES, isLeaseRef, prepareEnqueue, typeMaxAttemptsJson } from '../../jobs/validate.js';
+import {
+  DEFAULT_MAX_PAYLOAD_BYTES,
+  isLeaseRef,
+  prepareEnqueue,
+  typeMaxAttemptsJson,
+  flowRefusal,
+} from '../../jobs/validate.js';
 import { resultsByIdJson, type JobProgress } from '../../jobs/progress.js';
 import type { JobLogLine } from '../../jobs/jobLog.js';
 import { migrate } from './migrate.js';
@@ -94,6 +102,12 @@ function idempotencyConflict(err: unknown): unknown {
   } catch {
     return err;
   }
+}
+
+// A flow refused by the database (22023 "jobs[i].after[k]: ..."): the contract's ValidationError (flowRefusal).
+function flowRefused(err: unknown, count: number): unknown {
+  const e = err as { code?: string; message?: string };
+  return (e?.code === '22023' && flowRefusal(e.message, count)) || err;
 }
 
 // record_audit's arguments from an entry (the same names, snake_case).
@@ -247,7 +261,7 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     if (docs.length === 0) return [];
     // One row of two arrays parallel to the input: the ids and whether each was a duplicate.
     const [r] = await this.call('enqueue_many', { jobs: JSON.stringify(docs) }).catch((err: unknown) => {
-      throw idempotencyConflict(err);
+      throw flowRefused(idempotencyConflict(err), docs.length);
     });
     const ids = r!.jobIds as string[];
     const duplicates = r!.duplicates as boolean[];
@@ -445,6 +459,11 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   async getJob(jobId: JobId): Promise<JobRecord | null> {
     const rows = await this.call('get_job', { job_id: jobId });
     return rows[0] ? toJobRecord(rows[0], PG_CODEC) : null;
+  }
+
+  async jobLinks(jobId: JobId): Promise<JobLink[]> {
+    const rows = await this.call('job_links', { job_id: jobId });
+    return rows.map((r) => toJobLink(r, PG_CODEC));
   }
 
   async searchJobs(s: JobSearch): Promise<JobPage> {

@@ -91,6 +91,7 @@ export const POSTGRES_FUNCTIONS: { [P in JobProcedure]: PgFunction<P> } = {
     returns: 'rows',
   },
   get_job: { params: { job_id: 'bigint' }, returns: 'rows' },
+  job_links: { params: { job_id: 'bigint' }, returns: 'rows' },
   search_jobs: {
     params: {
       ...JOB_FILTER,

@@ -231,10 +231,8 @@ export class PostgresTransferSource implements SourceAdapter {
     return { sql: parts.join(' and '), params };
   }
 
-  async nextWindow(low: string | null, maxRows: number): Promise<Window | null> {
-    if (carriesChanges(this.t)) return this.nextChangeWindow(low, maxRows);
-    const schema = await this.readSchema();
-    const logical = this.boundaryType(schema);
+  // The rows a next window may take: boundary set, after low, and (timestamps) settled.
+  private afterConditions(low: string | null, logical: LogicalType): { conds: string[]; params: unknown[] } {
     const b = quotePg(boundaryColumn(this.t));
     const cast = pgCastFor(logical);
     const conds: string[] = [`${b} is not null`];
@@ -247,6 +245,39 @@ export class PostgresTransferSource implements SourceAdapter {
       params.push(this.t.boundary.settleMs);
       conds.push(`${b} <= now() - make_interval(secs => $${params.length}::double precision / 1000)`);
     }
+    return { conds, params };
+  }
+
+  async rowsAfter(low: string | null, cap: number): Promise<number> {
+    if (carriesChanges(this.t)) {
+      // A change window's low is a version: the changes recorded after it (every change of a key counts; the next
+      // windows take each key once), or before the baseline the rows of the table.
+      const res =
+        low === null
+          ? await this.pool.query(`select count(*)::text as n from (select 1 from ${this.from} limit $1) s`, [
+              Math.max(0, Math.trunc(cap)),
+            ])
+          : await this.pool.query(
+              `select count(*)::text as n from (select 1 from ${this.changeTable} where version > $1::bigint or version is null limit $2) s`,
+              [low, Math.max(0, Math.trunc(cap))],
+            );
+      return Number(res.rows[0].n);
+    }
+    const { conds, params } = this.afterConditions(low, this.boundaryType(await this.readSchema()));
+    params.push(Math.max(0, Math.trunc(cap)));
+    const res = await this.pool.query(
+      `select count(*)::text as n from (select 1 from ${this.from} where ${conds.join(' and ')} limit $${params.length}) s`,
+      params,
+    );
+    return Number(res.rows[0].n);
+  }
+
+  async nextWindow(low: string | null, maxRows: number): Promise<Window | null> {
+    if (carriesChanges(this.t)) return this.nextChangeWindow(low, maxRows);
+    const schema = await this.readSchema();
+    const logical = this.boundaryType(schema);
+    const b = quotePg(boundaryColumn(this.t));
+    const { conds, params } = this.afterConditions(low, logical);
     params.push(maxRows);
     // A key window on a single unique integer key: (low, min(first + maxRows - 1, last)] holds at most maxRows rows
     // and is found from the two ends of the index, without walking maxRows entries. The sum is numeric: in bigint,
@@ -358,12 +389,18 @@ export class PostgresTransferSource implements SourceAdapter {
         text: `declare keel_cur no scroll cursor for select ${cols.join(', ')} from ${rowsOf ? rowsOf.from : this.from} where ${pred.sql}`,
         values: pred.params,
       });
+      const fetchNext = () => {
+        const p = client.query({ text: `fetch forward ${Math.trunc(chunkSize)} from keel_cur`, rowMode: 'array' });
+        p.catch(noop); // awaited below; a read-ahead left behind by a consumer that stopped must not go unhandled
+        return p;
+      };
+      let pending = fetchNext();
       for (;;) {
-        const res = await client.query({
-          text: `fetch forward ${Math.trunc(chunkSize)} from keel_cur`,
-          rowMode: 'array',
-        });
+        const res = await pending;
         if (res.rows.length === 0) break;
+        // Read-ahead: the server formats the next chunk while this one is checked and consumed (at most two chunks
+        // in memory). The connection runs its queries in order, so a rollback below waits for it.
+        pending = fetchNext();
         const rows = res.rows as CanonicalRow[];
         for (const i of temporal)
           for (const row of rows) {

@@ -101,6 +101,40 @@ function stallGuard(ms: number, batchId: string) {
   };
 }
 
+// Waits on per-chunk promises, failing as soon as one of the long-lived `failures` rejects. A Promise.race with the
+// long-lived promises per chunk would attach a reaction to each of them per chunk, and every reaction keeps its
+// race's result (that chunk's rows) reachable until the staging ends: memory growing with the batch (1M rows in one
+// batch: over 300 MB). Here each failure promise gets one listener, and a settled wait leaves nothing behind.
+function failFast(failures: Promise<never>[]): <T>(p: Promise<T>) => Promise<T> {
+  let failed: { err: unknown } | undefined;
+  const waiting = new Set<(err: unknown) => void>();
+  for (const f of failures)
+    f.catch((err: unknown) => {
+      failed ??= { err };
+      for (const reject of waiting) reject(err);
+      waiting.clear();
+    });
+  return <T>(p: Promise<T>) =>
+    new Promise<T>((resolve, reject) => {
+      if (failed) {
+        p.catch(noop);
+        reject(failed.err);
+        return;
+      }
+      waiting.add(reject);
+      p.then(
+        (v) => {
+          waiting.delete(reject);
+          resolve(v);
+        },
+        (err: unknown) => {
+          waiting.delete(reject);
+          reject(err);
+        },
+      );
+    });
+}
+
 export class PostgresTransferTarget implements TargetAdapter {
   readonly engine = 'postgres';
   readonly bulkFormat = PG_COPY_FORMAT;
@@ -293,9 +327,10 @@ export class PostgresTransferTarget implements TargetAdapter {
       } else {
         const types: LogicalType[] = [...mapped.map((c) => c.staged), ...(ops ? (['text'] as const) : [])];
         const rows = feed.rows[Symbol.asyncIterator]();
+        const guard = failFast([sinkFailed, stall.failed]);
         try {
           for (;;) {
-            const next = await Promise.race([rows.next(), sinkFailed, stall.failed]);
+            const next = await guard(rows.next());
             if (next.done) break;
             stall.touch();
             let buf = '';
@@ -306,11 +341,11 @@ export class PostgresTransferTarget implements TargetAdapter {
               }
               buf += '\n';
             }
-            if (!sink.write(buf)) await Promise.race([once(sink, 'drain'), sinkFailed, stall.failed]);
+            if (!sink.write(buf)) await guard(once(sink, 'drain'));
             stall.touch();
           }
           sink.end();
-          await Promise.race([sinkFinished, sinkFailed, stall.failed]);
+          await guard(sinkFinished);
           copyOpen = false;
         } catch (err) {
           // Ends the source's read (its own cleanup releases its connection); not awaited: a source that stopped

@@ -13,6 +13,7 @@ import type {
   EnqueueResult,
   HeartbeatResult,
   JobId,
+  JobLink,
   JobPage,
   JobRecord,
   JobSearch,
@@ -47,6 +48,7 @@ import {
   toClaimedJob,
   toStartedJob,
   toJobRecord,
+  toJobLink,
   toJobPage,
   searchScanRows,
   toMetricBucket,
@@ -62,7 +64,13 @@ import {
   toWorkerInfo,
 } from '../../jobs/rows.js';
 import { JOB_PROCEDURES, pascalCase, type JobProcedure, type Pascal } from '../../jobs/procedures.js';
-import { DEFAULT_MAX_PAYLOAD_BYTES, isLeaseRef, prepareEnqueue, typeMaxAttemptsJson } from '../../jobs/validate.js';
+import {
+  DEFAULT_MAX_PAYLOAD_BYTES,
+  flowRefusal,
+  isLeaseRef,
+  prepareEnqueue,
+  typeMaxAttemptsJson,
+} from '../../jobs/validate.js';
 import { resultsByIdJson, type JobProgress } from '../../jobs/progress.js';
 import type { JobLogLine } from '../../jobs/jobLog.js';
 import { SqlServerPool, sharedSqlServerPool, type PoolOptions } from './pool.js';
@@ -167,6 +175,7 @@ export const SQLSERVER_PARAMS: ParamTypes = {
     MetricsRetentionSeconds: sql.Int,
   },
   get_job: { JobId: sql.BigInt },
+  job_links: { JobId: sql.BigInt },
   search_jobs: {
     ...JOB_FILTER,
     Text: sql.NVarChar(400),
@@ -276,6 +285,12 @@ export interface SqlServerStoreOptions extends PoolOptions {
 // EnqueueJobs and FireSchedule refuse a key held with another payload (or by a job the schedule did not enqueue)
 // with error 50025, the message ending in a JSON object naming the job: the contract's IdempotencyConflictError.
 const IDEMPOTENCY_CONFLICT = 50025;
+// EnqueueJobs refuses a flow it cannot take with 50027 (a parent that does not exist, a bad after/onFailure) or
+// 50028 (a scheduled job with parents), "jobs[i].after[k]: ...": the contract's ValidationError (flowRefusal).
+function flowRefused(err: unknown, count: number): unknown {
+  const e = err as { number?: number; message?: string };
+  return ((e?.number === 50027 || e?.number === 50028) && flowRefusal(e.message, count)) || err;
+}
 function idempotencyConflict(err: unknown): unknown {
   const e = err as { number?: number; message?: string };
   const at = e?.number === IDEMPOTENCY_CONFLICT ? (e.message?.indexOf('{"index":') ?? -1) : -1;
@@ -356,7 +371,7 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     // Safe to re-run only when every job carries an idempotency key: a second run finds the first run's jobs.
     const policy: RetryPolicy = docs.every((d) => typeof d.idempotencyKey === 'string') ? 'safe' : 'once';
     const rows = await this.call('enqueue_many', { Jobs: JSON.stringify(docs) }, policy).catch((err: unknown) => {
-      throw idempotencyConflict(err);
+      throw flowRefused(idempotencyConflict(err), docs.length);
     });
     return rows.map((r) => ({ id: String(r.JobId), duplicate: Boolean(r.Duplicate) }));
   }
@@ -659,6 +674,11 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
   async getJob(jobId: JobId): Promise<JobRecord | null> {
     const rows = await this.call('get_job', { JobId: jobId }, 'safe');
     return rows[0] ? jobRecord(rows[0]) : null;
+  }
+
+  async jobLinks(jobId: JobId): Promise<JobLink[]> {
+    const rows = await this.call('job_links', { JobId: jobId }, 'safe');
+    return rows.map((r) => toJobLink(r, MSSQL_CODEC));
   }
 
   async searchJobs(s: JobSearch): Promise<JobPage> {

@@ -355,10 +355,10 @@ export class SqlServerTransferSource implements SourceAdapter {
     }
   }
 
-  async nextWindow(low: string | null, maxRows: number): Promise<Window | null> {
-    if (carriesChanges(this.t)) return this.nextChangeWindow(low, maxRows);
+  // The rows a next window may take (binds @low, @settle on req): boundary set, after low, committed (rowversion)
+  // or settled (timestamp).
+  private afterConditions(req: sql.Request, low: string | null): string[] {
     const b = quoteMssql(boundaryColumn(this.t));
-    const req = await this.pool.request();
     const conds = [`${b} IS NOT NULL`];
     if (low !== null) {
       this.bindBoundary(req, 'low', low);
@@ -371,6 +371,35 @@ export class SqlServerTransferSource implements SourceAdapter {
       req.input('settle', sql.Int, Math.trunc(this.t.boundary.settleMs));
       conds.push(`${b} <= DATEADD(millisecond, -@settle, SYSUTCDATETIME())`);
     }
+    return conds;
+  }
+
+  async rowsAfter(low: string | null, cap: number): Promise<number> {
+    const req = await this.pool.request();
+    req.input('cap', sql.Int, Math.max(0, Math.min(2_147_483_647, Math.trunc(cap))));
+    if (carriesChanges(this.t)) {
+      // A change window's low is a Change Tracking version: the keys changed after it (CHANGETABLE reports each key
+      // once), or before the baseline the rows of the table.
+      if (low !== null) req.input('low', sql.BigInt, low);
+      const res = await req.query<{ n: string | number }>(
+        low === null
+          ? `SELECT CONVERT(varchar(20), COUNT_BIG(*)) AS n FROM (SELECT TOP (@cap) 1 AS x FROM ${this.from}) AS s`
+          : `SELECT CONVERT(varchar(20), COUNT_BIG(*)) AS n FROM (SELECT TOP (@cap) 1 AS x FROM CHANGETABLE(CHANGES ${qualifiedMssql(this.table!)}, @low) AS ct) AS s`,
+      );
+      return Number(res.recordset[0]?.n ?? 0);
+    }
+    const conds = this.afterConditions(req, low);
+    const res = await req.query<{ n: string | number }>(
+      `SELECT CONVERT(varchar(20), COUNT_BIG(*)) AS n FROM (SELECT TOP (@cap) 1 AS x FROM ${this.from} WHERE ${conds.join(' AND ')}) AS s`,
+    );
+    return Number(res.recordset[0]?.n ?? 0);
+  }
+
+  async nextWindow(low: string | null, maxRows: number): Promise<Window | null> {
+    if (carriesChanges(this.t)) return this.nextChangeWindow(low, maxRows);
+    const b = quoteMssql(boundaryColumn(this.t));
+    const req = await this.pool.request();
+    const conds = this.afterConditions(req, low);
     req.input('n', sql.Int, maxRows);
     let highExpr = `CONVERT(varchar(20), MAX(b))`;
     if (this.t.boundary.kind === 'timestamp') {
