@@ -2,7 +2,7 @@
 // given as ctx.parents() would return them.
 import { describe, expect, it } from 'vitest';
 import { merge, mergeRegions, prepare, region } from './report.js';
-import { runHandler } from '../../test/kit.js';
+import { runHandler, startHandler } from '../../test/kit.js';
 import type { JobLink } from '../../shared/handlerApi.js';
 
 const link = (id: string, outcome: JobLink['outcome'], result?: unknown): JobLink => ({
@@ -24,10 +24,10 @@ describe('demo report flow', () => {
 
   it('a region converts with its parent result, and is fatal without one', async () => {
     const parents = [link('1', 'succeeded', { rate: 2 })];
-    expect(await runHandler(region, { region: 'north', sales: [1, 2.5] }, { parents })).toMatchObject({
-      outcome: 'succeeded',
-      result: { region: 'north', total: 7 },
-    });
+    const run = startHandler(region, { region: 'north', sales: [1, 2.5] }, { parents });
+    expect(await run.result).toMatchObject({ outcome: 'succeeded', result: { region: 'north', total: 7 } });
+    expect(run.progress.at(-1)).toMatchObject({ done: 2, total: 2, note: 'north' });
+    expect(run.logs).toContainEqual(expect.objectContaining({ level: 'info', message: 'region totalled' }));
     expect(await runHandler(region, { region: 'north', sales: [1] })).toMatchObject({
       outcome: 'dead_lettered',
       reason: 'fatal',

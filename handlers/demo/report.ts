@@ -1,7 +1,8 @@
 // Example flow — continuations and fan-in (docs/jobs.md, "Flows"). A daily sales report in three steps:
 //   example.report.prepare   the parent: fixes the day's exchange rate, once, and returns it;
 //   example.report.region    one child per region, run after the parent: reads the rate from its parent's result
-//                         (ctx.parents()) and returns the region's total;
+//                         (ctx.parents()), reports its progress (ctx.progress), logs its total with the job
+//                         (ctx.log) and returns it (the job's result);
 //   example.report.merge     the fan-in job, run after every region (onFailure 'run': also when some failed), sums the
 //                         totals of the regions that succeeded and names the ones that did not.
 // startDailyReport() enqueues the whole flow in one transaction (enqueueFlow): all of it, or nothing.
@@ -25,7 +26,14 @@ export const region = defineHandler('example.report.region', {
     const [parent] = await ctx.parents();
     const rate = (parent?.result as { rate?: number } | undefined)?.rate;
     if (typeof rate !== 'number') throw new FatalError('the prepare step left no rate: nothing to convert with');
-    const total = payload.sales.reduce((sum, s) => sum + s, 0) * rate;
+    // Progress as it goes (throttled by the processor, shown on the job's page): a long region reports how far it is.
+    let sum = 0;
+    for (const [i, s] of payload.sales.entries()) {
+      sum += s;
+      if ((i + 1) % 1000 === 0) ctx.progress({ done: i + 1, total: payload.sales.length, note: payload.region });
+    }
+    ctx.progress({ done: payload.sales.length, total: payload.sales.length, note: payload.region });
+    const total = sum * rate;
     ctx.log.info('region totalled', { region: payload.region, total });
     return { region: payload.region, total: Math.round(total * 100) / 100 };
   },
