@@ -55,6 +55,28 @@ const boundary = (files, bans, { ignores = [], typeImportsAllowed } = {}) => ({
   },
 });
 
+// One configuration model (docs/architecture.md, "Configuration"): the composition root reads the environment in one
+// module and hands it down, as parsed Settings or as an explicit env argument to a per-feature schema. Every spelling
+// of a read is caught: process.env, globalThis.process.env, `const { env } = process`, `import { env } from 'node:process'`.
+const ENV_READ_MESSAGE =
+  'process.env is read only by shared/app/environment.ts (the composition root): take Settings or the env as an argument, and declare a new setting in Settings or a per-feature schema listed in shared/app/settingsIndex.ts';
+const ENV_ROOT = 'shared/app/environment.ts';
+const noProcessEnv = {
+  files: ['shared/**/*.ts', 'functions/**/*.ts'],
+  ignores: [ENV_ROOT],
+  rules: {
+    'no-restricted-syntax': [
+      'error',
+      ...[
+        "MemberExpression[object.name='process'][property.name='env']",
+        "MemberExpression[object.property.name='process'][property.name='env']",
+        "VariableDeclarator[init.name='process'] > ObjectPattern > Property[key.name='env']",
+        "ImportDeclaration[source.value=/^(node:)?process$/] > ImportSpecifier[imported.name='env']",
+      ].map((selector) => ({ selector, message: ENV_READ_MESSAGE })),
+    ],
+  },
+};
+
 const SPECIFIC = [
   'shared/engines/**',
   'shared/jobs/**',
@@ -99,6 +121,7 @@ export default tseslint.config(
     },
   },
   { files: ['**/*.js', '**/*.mjs'], ...tseslint.configs.disableTypeChecked },
+  noProcessEnv,
   // functions/: thin entry points over the composition root.
   boundary(['functions/**/*.ts'], [DEV]),
   // handlers/ (users' jobs, shipped) see the app through one module, shared/handlerApi.ts, so moving a module behind

@@ -239,7 +239,8 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
     // The local host has no sign-in: the caller states its roles in x-ms-client-principal (refused where a hosting
     // environment is detected; shared/ops/auth.ts).
     env.KEEL_TRUST_CLIENT_PRINCIPAL ??= 'local';
-    // Library code that reads process.env (transfer configuration, telemetry) sees the same settings.
+    // What the app reads from the process environment (the handlers folder, the principal checks and the console, per
+    // call: shared/app/environment.ts) sees the same settings.
     for (const [k, v] of Object.entries(env)) if (v !== undefined) process.env[k] = v;
     const settings = parseSettings(env);
     // The demo job types are dev code: registered here, never by the production runtime.

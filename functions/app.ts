@@ -8,8 +8,10 @@ import { principalTrustWarning } from '../shared/ops/auth.js';
 import { definitions, queueNameOf, scheduleOf } from './definitions.js';
 import { installGracefulShutdown } from '../shared/app/shutdown.js';
 import { flushTelemetry } from '../shared/telemetry/index.js';
+import { processEnv } from '../shared/app/environment.js';
 
-const settings = parseSettings(process.env);
+const env = processEnv();
+const settings = parseSettings(env);
 // Under the Functions host (Azure, a container, func start) the principal header is believed only behind App
 // Service authentication: KEEL_TRUST_CLIENT_PRINCIPAL is the local host's (dev/) and fails the start here.
 if (settings.KEEL_TRUST_CLIENT_PRINCIPAL !== undefined) {
@@ -17,7 +19,7 @@ if (settings.KEEL_TRUST_CLIENT_PRINCIPAL !== undefined) {
     'KEEL_TRUST_CLIENT_PRINCIPAL is for the local host (npm start) only and is refused under the Azure Functions host: remove it; in Azure enable App Service authentication (docs/operations.md)',
   );
 }
-const trustWarning = principalTrustWarning(process.env);
+const trustWarning = principalTrustWarning(env);
 if (trustWarning) console.warn(trustWarning);
 
 for (const def of definitions) {

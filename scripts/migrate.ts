@@ -17,7 +17,11 @@ if (!connection) {
   console.error(`${setting} is not set: it must point at the ${name} database to migrate`);
   process.exit(2);
 }
-const result = await engineNamed(name).migrateControl!(connection, (line) => console.log(line));
+const result = await engineNamed(name).migrateControl!(
+  connection,
+  (line) => console.log(line),
+  process.env.KEEL_SQL_DIR || undefined,
+);
 console.log(
   `${name}: applied ${result.applied.length} migration(s)${result.applied.length ? `: ${result.applied.join(', ')}` : ''}; ${result.alreadyApplied} already applied`,
 );

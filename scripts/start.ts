@@ -30,7 +30,7 @@ const ops = `${keel.baseUrl}/api/ops`;
 const role = keel.settings.KEEL_OPS_OPERATOR_ROLE;
 // What was loaded, so a handler or schedule that is missing (not in the folder, not exported) shows at once.
 const { registry, schedules } = keel.runtime;
-const handlersDir = path.relative(process.cwd(), configuredHandlersDir()) || '.';
+const handlersDir = path.relative(process.cwd(), configuredHandlersDir(process.env)) || '.';
 const handlerLines = registry
   .all()
   .map(

@@ -4,6 +4,7 @@ import type { OpsRuntime } from '../ops/context.js';
 import { postDueJobs } from './dispatch.js';
 import { enqueueAndPost, postJobs } from './jobs.js';
 import type { Runtime } from './runtime.js';
+import { processEnv } from './environment.js';
 import { postStage } from './transfers.js';
 
 const views = new WeakMap<Runtime, OpsRuntime>();
@@ -13,6 +14,7 @@ export function opsRuntimeOf(rt: Runtime): OpsRuntime {
   if (!view) {
     view = {
       settings: rt.settings,
+      hostEnv: processEnv(),
       store: rt.store,
       registry: rt.registry,
       schedules: rt.schedules,

@@ -9,6 +9,7 @@ import { checkSchedules, configuredHandlersDir, loadHandlerFolder, registerHandl
 import type { ScheduleDefinition } from '../jobs/define.js';
 import { engineNamed } from '../engines/registry.js';
 import { parseSettings, type Settings } from '../config/settings.js';
+import { processEnv, type AppEnv } from './environment.js';
 import { StorageQueueGateway, type QueueGateway } from './queues.js';
 import { createTransferService, type TransferServiceLike } from './transfers.js';
 import { processorTelemetry } from './telemetryHooks.js';
@@ -19,6 +20,8 @@ import { appVersion } from '../config/appVersion.js';
 
 export interface Runtime {
   readonly settings: Settings;
+  // The environment the settings were parsed from: the per-feature schemas of the transfers read it.
+  readonly env: AppEnv;
   readonly store: JobStore;
   readonly registry: HandlerRegistry;
   // Recurring jobs declared in handlers/ (and by overrides.schedules).
@@ -36,7 +39,8 @@ export interface RuntimeOverrides {
   registry?: HandlerRegistry;
   queues?: QueueGateway;
   transfers?: TransferServiceLike | null;
-  env?: Record<string, string | undefined>;
+  // The environment `settings` came from (default: the process's); the per-feature schemas read it.
+  env?: AppEnv;
   // Extra job handlers to register (the local host's demo types, tests, apps embedding Keel).
   register?: (registry: HandlerRegistry) => void;
   // The handlers folder to load (default: KEEL_HANDLERS_DIR, else handlers/ at the repository root, dist/handlers
@@ -55,18 +59,22 @@ async function openStore(settings: Settings): Promise<JobStore> {
 // The default worker id: the hosting instance (WEBSITE_INSTANCE_ID's first 12 digits on Azure Functions, where the
 // host name says little; else the host name), the process and a random part, so a restarted process on the same
 // instance is a new worker. A Functions instance's process keeps its runtime across invocations: one worker.
-export function runtimeWorkerId(env: NodeJS.ProcessEnv = process.env): string {
+export function runtimeWorkerId(env: NodeJS.ProcessEnv): string {
   const instance = hostingInstanceId(env)?.slice(0, 12) ?? hostname();
   return `${instance}-${process.pid}-${randomBytes(3).toString('hex')}`;
 }
 
 export async function createRuntime(settings: Settings, overrides: RuntimeOverrides = {}): Promise<Runtime> {
-  const workerId = settings.KEEL_WORKER_ID ?? runtimeWorkerId();
+  const env = overrides.env ?? processEnv();
+  // The hosting instance is the process's (a platform variable), whatever env the runtime's settings came from.
+  const workerId = settings.KEEL_WORKER_ID ?? runtimeWorkerId(processEnv());
   // Handlers' timeoutMs are checked against host.json functionTimeout as they register.
   const registry = overrides.registry ?? new HandlerRegistry({ functionTimeoutMs: appFunctionTimeoutMs() });
   const schedules: ScheduleDefinition[] = [];
   if (!overrides.registry) {
-    const dir = overrides.handlersDir === undefined ? configuredHandlersDir() : overrides.handlersDir;
+    // KEEL_HANDLERS_DIR is the process's (vitest.config.ts sets it for every runtime of the project's tests; `npm
+    // start` reads it before any settings), not the runtime env's, which a test may give with its settings only.
+    const dir = overrides.handlersDir === undefined ? configuredHandlersDir(processEnv()) : overrides.handlersDir;
     if (dir !== null) {
       const folder = await loadHandlerFolder(dir);
       registerHandlers(registry, folder.handlers);
@@ -87,10 +95,7 @@ export async function createRuntime(settings: Settings, overrides: RuntimeOverri
     });
   let transfers: TransferServiceLike | null;
   try {
-    transfers =
-      overrides.transfers !== undefined
-        ? overrides.transfers
-        : await createTransferService(settings, overrides.env ?? process.env);
+    transfers = overrides.transfers !== undefined ? overrides.transfers : await createTransferService(settings, env);
   } catch (err) {
     if (!overrides.store) await store.close().catch(() => undefined);
     throw err;
@@ -112,6 +117,7 @@ export async function createRuntime(settings: Settings, overrides: RuntimeOverri
       queues: settings.KEEL_DISPATCH_QUEUES.length > 0 ? settings.KEEL_DISPATCH_QUEUES : null,
       concurrency: settings.KEEL_DISPATCH_CONCURRENCY,
       refreshMs: settings.KEEL_WORKER_REFRESH_MS,
+      instanceId: hostingInstanceId(processEnv()),
     },
   });
   // The processor registers in the worker registry when it starts working (its first queue message, timer pass or
@@ -122,6 +128,7 @@ export async function createRuntime(settings: Settings, overrides: RuntimeOverri
   let closed: Promise<void> | undefined;
   return {
     settings,
+    env,
     store,
     registry,
     schedules,
@@ -143,12 +150,15 @@ export async function createRuntime(settings: Settings, overrides: RuntimeOverri
   };
 }
 
-// The process-wide runtime the Azure functions use: created on first use from the environment.
+// The process-wide runtime the Azure functions use: created on first use from the process environment.
 let current: Promise<Runtime> | undefined;
 
 export function getRuntime(): Promise<Runtime> {
   if (!current) {
-    current = (async () => createRuntime(parseSettings(process.env)))();
+    current = (async () => {
+      const env = processEnv();
+      return createRuntime(parseSettings(env), { env });
+    })();
     current.catch(() => {
       current = undefined; // a failed start (database down) is retried by the next invocation
     });

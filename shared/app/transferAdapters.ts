@@ -11,7 +11,7 @@ import { engineNamed, transferEngineRules } from '../engines/registry.js';
 import { transferServiceLog } from './telemetryHooks.js';
 
 export interface AdapterFactoryOptions {
-  env?: NodeJS.ProcessEnv;
+  env: NodeJS.ProcessEnv; // the transfer settings (timeouts, the connection settings each transfer names)
   pgPoolSize?: number;
 }
 
@@ -20,8 +20,8 @@ export class AdapterFactory {
   private readonly env: NodeJS.ProcessEnv;
   readonly timeouts: TransferTimeouts;
 
-  constructor(private readonly opts: AdapterFactoryOptions = {}) {
-    this.env = opts.env ?? process.env;
+  constructor(private readonly opts: AdapterFactoryOptions) {
+    this.env = opts.env;
     this.timeouts = transferTimeouts(this.env); // invalid settings fail here, at startup
   }
 
@@ -63,7 +63,7 @@ export class AdapterFactory {
 // this; tests call it with a journal of their own.
 export function composeTransferService(
   journal: TransferJournal,
-  env: NodeJS.ProcessEnv = process.env,
+  env: NodeJS.ProcessEnv,
 ): { service: TransferService; transfers: TransferConfig[] } | null {
   const transfers = loadTransfers(transferEngineRules(), env);
   if (transfers.length === 0) return null;

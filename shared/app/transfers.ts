@@ -12,6 +12,7 @@ import { composeTransferService } from './transferAdapters.js';
 import { engineNamed, transferEngineRules } from '../engines/registry.js';
 import type { Logger } from './jobs.js';
 import type { Runtime } from './runtime.js';
+import type { AppEnv } from './environment.js';
 
 export type TransferServiceLike = TransferService;
 
@@ -35,16 +36,13 @@ export function chainOf(m: ChainState): ChainState {
 
 // Builds the service when transfers are configured (KEEL_TRANSFERS / KEEL_TRANSFERS_FILE); null otherwise.
 // The batch journal lives in the control database, beside the jobs.
-export async function createTransferService(
-  settings: Settings,
-  env: Record<string, string | undefined>,
-): Promise<TransferService | null> {
-  if (loadTransfers(transferEngineRules(), env as NodeJS.ProcessEnv).length === 0) return null;
+export async function createTransferService(settings: Settings, env: AppEnv): Promise<TransferService | null> {
+  if (loadTransfers(transferEngineRules(), env).length === 0) return null;
   // The batch journal lives in the control database, beside the jobs: the job store's engine opens it.
   const control = engineNamed(settings.KEEL_STORE_ENGINE);
   if (!control.openJournal) throw new Error(`KEEL_STORE_ENGINE=${control.name} cannot hold the transfer journal`);
   const journal: TransferJournal = await control.openJournal(settings);
-  const created = composeTransferService(journal, env as NodeJS.ProcessEnv);
+  const created = composeTransferService(journal, env);
   if (!created) {
     await journal.close();
     return null;

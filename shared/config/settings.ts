@@ -1,9 +1,11 @@
-// The job runtime's app settings, parsed once with zod. Azure passes app settings as environment variables
-// (strings); the local host fills the same names. An invalid value fails at startup naming the setting. Not every
-// setting is here: the transfers' (KEEL_TRANSFERS and the connection settings it names, KEEL_TRANSFER_*_TIMEOUT_MS,
-// KEEL_TRANSFER_MIGRATE_ORACLE) are read by shared/transfer/config.ts, timeouts.ts and the engines' transfer
-// endpoints; KEEL_CONSOLE_DIR and (again) the ops role names by shared/ops/console.ts; the telemetry's by
-// shared/telemetry/init.ts; KEEL_HANDLERS_DIR by shared/jobs/handlerFolder.ts; KEEL_SQL_DIR by shared/config/sqlDir.ts.
+// The job runtime's app settings, parsed once with zod by the composition root (shared/app/runtime.ts,
+// functions/app.ts, dev/boot.ts) from the environment it hands down (shared/app/environment.ts). Azure passes app
+// settings as environment variables (strings); the local host fills the same names. An invalid value fails at
+// startup naming the setting. Each field is declared once here with its type and default, its comment is its doc line.
+// The settings of a few features are parsed by per-feature schemas from the same environment, passed to them
+// explicitly (names that are not fixed, or read before Settings or without it): shared/app/settingsIndex.ts lists
+// every schema and the settings each declares, and test/config/settingsIndex.test.ts keeps that list, the code's
+// reads and docs/operations.md ("Settings") in step.
 // It reads the engine registry (job store engines and their control settings): below the composition root, import
 // its Settings type only (eslint.config.js).
 import { z } from 'zod';
@@ -212,6 +214,9 @@ export const settingsSchema = z
     KEEL_WARN_DLQ_PER_15_MIN: int(10, 1, 1_000_000),
     // Set by the local host only: the key its HTTP layer requires (Azure enforces function keys itself).
     KEEL_OPS_KEY: optionalString,
+    // The sql/ folder the migrations at startup read (and the transfer targets', from the same setting): default the
+    // one found above the app's code (shared/config/sqlDir.ts).
+    KEEL_SQL_DIR: optionalString,
   })
   .superRefine((s, ctx) => {
     // A live worker refreshes its row every KEEL_WORKER_REFRESH_MS at most: a shorter retention would prune it.
@@ -246,7 +251,7 @@ export class SettingsError extends Error {
 }
 
 // Parses the settings from an environment-like record; throws SettingsError naming the first bad setting.
-export function parseSettings(env: Record<string, string | undefined> = process.env): Settings {
+export function parseSettings(env: Record<string, string | undefined>): Settings {
   const result = settingsSchema.safeParse(env);
   if (!result.success) {
     const issue = result.error.issues[0]!;

@@ -5,6 +5,7 @@
 // loads only the drivers of the engines it configured (PostgreSQL never loads mssql, tedious or oracledb;
 // test/telemetry/drivers.test.ts). docs/architecture.md lists the steps to add an engine.
 import type { Settings } from '../config/settings.js';
+import type { SettingDeclaration } from '../config/declaration.js';
 import type { JobStore } from '../jobs/contract.js';
 import type { TransferConfig, TransferSourceRules, TransferTargetRules } from '../transfer/config.js';
 import type { InstrumentedDriver } from '../telemetry/index.js';
@@ -49,9 +50,13 @@ export interface EngineDescriptor {
   readonly migrateSetting?: keyof Settings & string;
   openJobStore?(settings: Settings): Promise<JobStore>;
   openJournal?(settings: Settings): Promise<TransferJournal>;
-  // `npm run migrate`: the versioned schema and logic scripts of the control database.
-  migrateControl?(connection: string, log: (line: string) => void): Promise<ControlMigrateResult>;
+  // `npm run migrate`: the versioned schema and logic scripts of the control database, from `sqlRoot` (the sql/
+  // folder, KEEL_SQL_DIR) when given, else the packaged one.
+  migrateControl?(connection: string, log: (line: string) => void, sqlRoot?: string): Promise<ControlMigrateResult>;
   transferEndpoints?(opts: TransferEndpointOptions): Promise<TransferEndpoints>;
+  // Fixed-name settings the transfer endpoints read from TransferEndpointOptions.env besides the ones every engine
+  // shares (listed in shared/app/settingsIndex.ts).
+  readonly transferSettings?: readonly SettingDeclaration[];
   // What a transfer's configuration may ask of this engine as a source / as a target (checked at startup by
   // shared/transfer/config.ts); required with the transferSource / transferTarget capability.
   readonly transferSourceRules?: TransferSourceRules;

@@ -13,14 +13,26 @@ import {
   type ScheduleDefinition,
 } from './define.js';
 import type { HandlerRegistry } from './registry.js';
+import type { SettingDeclaration } from '../config/declaration.js';
 
 // handlers/ next to shared/: <repo>/handlers from the sources (tsx, vitest), <repo>/dist/handlers when built.
 export const HANDLERS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../handlers');
 
+// The fixed-name setting configuredHandlersDir parses (shared/app/settingsIndex.ts): read by `npm start` too, before
+// any Settings exist.
+export const HANDLERS_FOLDER_SETTINGS: readonly SettingDeclaration[] = [
+  {
+    name: 'KEEL_HANDLERS_DIR',
+    type: 'path (relative to the working directory)',
+    default: 'handlers/ (dist/handlers/ when built)',
+    doc: 'the job handlers folder to load; the project test run points it at test/fixtures/handlers/',
+  },
+];
+
 // The folder a runtime loads: KEEL_HANDLERS_DIR when set (relative to the working directory), else HANDLERS_DIR.
 // The project's own test run points it at test/fixtures/handlers (vitest.config.ts), so the handlers and schedules
 // a user adds to handlers/ can never change what the project's tests see.
-export function configuredHandlersDir(env: Record<string, string | undefined> = process.env): string {
+export function configuredHandlersDir(env: Record<string, string | undefined>): string {
   const dir = env.KEEL_HANDLERS_DIR?.trim();
   return dir ? path.resolve(dir) : HANDLERS_DIR;
 }

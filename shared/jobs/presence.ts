@@ -22,14 +22,14 @@ export interface PresenceOptions {
   queues?: string[] | null; // the queues this process's dispatcher serves; null: every queue
   concurrency: number;
   refreshMs: number;
-  // Defaults: os.hostname(), WEBSITE_INSTANCE_ID (Azure Functions), process.pid.
+  // Defaults: os.hostname(), none, process.pid. The composition root passes hostingInstanceId of the process env.
   host?: string;
   instanceId?: string | null;
   pid?: number;
 }
 
 // The instance a Functions host runs on (WEBSITE_INSTANCE_ID, 64 hex digits), cut to what tells instances apart.
-export function hostingInstanceId(env: NodeJS.ProcessEnv = process.env): string | null {
+export function hostingInstanceId(env: NodeJS.ProcessEnv): string | null {
   const id = env.WEBSITE_INSTANCE_ID?.trim();
   return id ? id.slice(0, 128) : null;
 }
@@ -102,7 +102,7 @@ export class WorkerPresence {
     return {
       workerId: this.workerId,
       host: (this.opts.host ?? os.hostname()).slice(0, 256) || 'unknown',
-      instanceId: this.opts.instanceId === undefined ? hostingInstanceId() : this.opts.instanceId,
+      instanceId: this.opts.instanceId ?? null,
       pid: this.opts.pid ?? process.pid,
       appVersion: this.opts.appVersion,
       buildId: this.opts.buildId ?? null,

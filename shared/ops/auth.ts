@@ -11,6 +11,7 @@
 //   is refused wherever a hosting environment is detected. Otherwise it is ignored.
 import { timingSafeEqual, createHash } from 'node:crypto';
 import { OpsError } from './errors.js';
+import type { SettingDeclaration } from '../config/declaration.js';
 
 export interface ClientPrincipal {
   authType: string | null;
@@ -94,7 +95,28 @@ export const HOSTING_MARKERS = [
   'ECS_CONTAINER_METADATA_URI_V4',
 ] as const;
 
-export function hostingMarkers(env: NodeJS.ProcessEnv = process.env): string[] {
+// The fixed-name environment the principal checks parse (shared/app/settingsIndex.ts), besides Settings'
+// KEEL_TRUST_CLIENT_PRINCIPAL: set by the platform, never by the app's configuration.
+export const HOSTING_SETTINGS: readonly SettingDeclaration[] = [
+  ...HOSTING_MARKERS.map((name) => ({
+    name,
+    type: 'any non-empty value',
+    default: 'unset',
+    doc:
+      'set by a hosting platform: KEEL_TRUST_CLIENT_PRINCIPAL=local is refused when present' +
+      (name === 'WEBSITE_INSTANCE_ID'
+        ? "; also the worker id's and registry row's instance (shared/jobs/presence.ts)"
+        : ''),
+  })),
+  {
+    name: 'WEBSITE_AUTH_ENABLED',
+    type: '"True" or unset',
+    default: 'unset',
+    doc: 'set by App Service when its authentication fronts the app (with WEBSITE_SITE_NAME): x-ms-client-principal is believed',
+  },
+];
+
+export function hostingMarkers(env: NodeJS.ProcessEnv): string[] {
   return HOSTING_MARKERS.filter((k) => (env[k] ?? '').trim() !== '');
 }
 
@@ -114,7 +136,7 @@ function localTrustSetting(env: NodeJS.ProcessEnv): boolean {
 // WEBSITE_SITE_NAME, and WEBSITE_AUTH_ENABLED=True when authentication fronts the app), the caller on the local host
 // ('caller': KEEL_TRUST_CLIENT_PRINCIPAL=local), or nobody ('untrusted': the header is ignored). Throws
 // PrincipalTrustError when the local setting is given where it is refused.
-export function principalMode(env: NodeJS.ProcessEnv = process.env): PrincipalMode {
+export function principalMode(env: NodeJS.ProcessEnv): PrincipalMode {
   const local = localTrustSetting(env);
   if (env.WEBSITE_SITE_NAME && (env.WEBSITE_AUTH_ENABLED ?? '').toLowerCase() === 'true') return 'appservice';
   return local ? 'caller' : 'untrusted';
@@ -122,7 +144,7 @@ export function principalMode(env: NodeJS.ProcessEnv = process.env): PrincipalMo
 
 // For start-up: throws PrincipalTrustError on a refused setting; otherwise a warning line, or null when App Service
 // authentication vouches for the principal.
-export function principalTrustWarning(env: NodeJS.ProcessEnv = process.env): string | null {
+export function principalTrustWarning(env: NodeJS.ProcessEnv): string | null {
   const mode = principalMode(env);
   if (mode === 'appservice') return null;
   if (mode === 'caller')
@@ -160,7 +182,7 @@ export function grantedLevel(principal: ClientPrincipal | null, names: RoleNames
 // refused setting and OpsError(401) on an unreadable header that would be believed.
 export function believedPrincipal(
   header: string | null | undefined,
-  env: NodeJS.ProcessEnv = process.env,
+  env: NodeJS.ProcessEnv,
 ): { mode: PrincipalMode; principal: ClientPrincipal | null } {
   const mode = principalMode(env);
   return { mode, principal: mode === 'untrusted' ? null : parseClientPrincipal(header) };
@@ -173,7 +195,7 @@ export function authorize(
   required: OpsRole,
   names: RoleNames,
   channel: OpsChannel,
-  env: NodeJS.ProcessEnv = process.env,
+  env: NodeJS.ProcessEnv,
 ): ClientPrincipal | null {
   const { mode, principal } = believedPrincipal(header, env);
   const level = grantedLevel(principal, names, channel);

@@ -27,6 +27,7 @@ import { refuseCrossSite } from './router.js';
 
 export { principalMode, type PrincipalMode };
 import { OpsError, errorResponse, json } from './errors.js';
+import type { SettingDeclaration } from '../config/declaration.js';
 
 export const CONSOLE_CSP = [
   "default-src 'none'",
@@ -76,9 +77,20 @@ function packageRoot(): string {
   }
 }
 
+// The fixed-name setting the console parses (shared/app/settingsIndex.ts), besides Settings' role names, which it
+// reads from the same environment because the session answers without starting the runtime.
+export const CONSOLE_SETTINGS: readonly SettingDeclaration[] = [
+  {
+    name: 'KEEL_CONSOLE_DIR',
+    type: 'path',
+    default: 'dist/console under the package root',
+    doc: "the built console's files (tests build into a scratch folder)",
+  },
+];
+
 // dist/console under the package root (the same for `npm start` from sources and for the deployed dist/);
 // KEEL_CONSOLE_DIR overrides it (tests build into a scratch folder).
-export function consoleDir(env: NodeJS.ProcessEnv = process.env): string {
+export function consoleDir(env: NodeJS.ProcessEnv): string {
   return path.resolve(env.KEEL_CONSOLE_DIR || path.join(packageRoot(), 'dist', 'console'));
 }
 
@@ -99,7 +111,7 @@ function textPage(status: number, title: string, body: string): HttpResponseInit
 export function serveConsoleAsset(
   request: HttpRequest,
   tail: string | undefined,
-  env: NodeJS.ProcessEnv = process.env,
+  env: NodeJS.ProcessEnv,
 ): HttpResponseInit {
   const url = new URL(request.url);
   // /api/console -> /api/console/: the built page refers to its assets relative to the folder.
@@ -170,7 +182,7 @@ export function roleNamesOf(env: NodeJS.ProcessEnv): RoleNames {
   };
 }
 
-export function consoleSession(request: HttpRequest, env: NodeJS.ProcessEnv = process.env): ConsoleSession {
+export function consoleSession(request: HttpRequest, env: NodeJS.ProcessEnv): ConsoleSession {
   const mode = principalMode(env);
   let principal: ClientPrincipal | null = null;
   if (mode === 'appservice') {
@@ -213,7 +225,7 @@ export async function handleConsoleApi(
   request: HttpRequest,
   context: InvocationContext,
   ops: OpsInvoker,
-  env: NodeJS.ProcessEnv = process.env,
+  env: NodeJS.ProcessEnv,
 ): Promise<HttpResponseInit> {
   const tail = request.params.path ?? '';
   try {

@@ -20,6 +20,9 @@ export interface OpsEnqueued extends EnqueueResult {
 
 export interface OpsRuntime {
   readonly settings: Settings;
+  // The process environment (shared/app/environment.ts): who vouches for x-ms-client-principal is read from it per
+  // call (the hosting markers, WEBSITE_AUTH_ENABLED, KEEL_TRUST_CLIENT_PRINCIPAL: shared/ops/auth.ts).
+  readonly hostEnv: NodeJS.ProcessEnv;
   readonly store: JobStore;
   readonly registry: HandlerRegistry;
   // Recurring schedules declared by the handlers (and the app).

@@ -471,7 +471,7 @@ export function createOpsHandler(
       // Who is calling (for the record, even when refused), then: writes refused from another site, and JSON only,
       // before the role check and before the body is read (a refused call costs nothing).
       const header = request.headers.get('x-ms-client-principal');
-      const believed = believedPrincipal(header);
+      const believed = believedPrincipal(header, rt.hostEnv);
       call.mode = believed.mode;
       call.principal = believed.principal;
       if (refused) throw refused;
@@ -479,7 +479,7 @@ export function createOpsHandler(
         refuseCrossSite(request);
         requireJsonContentType(request);
       }
-      const principal: ClientPrincipal | null = authorize(header, r.role, names, channel);
+      const principal: ClientPrincipal | null = authorize(header, r.role, names, channel, rt.hostEnv);
       const params = parseWith(r.params, rawParams, 'path');
       const query = parseWith(r.query, queryObject(url), 'query');
       call.query = query;

@@ -1,10 +1,10 @@
 // Keel telemetry: the facade the rest of Keel calls, and its one-time setup.
 //
 //   import { initTelemetry, telemetry } from '../shared/telemetry/index.js';
-//   initTelemetry();                       // once, at app start (functions entry point)
+//   initTelemetry(env);                    // once, at app start (functions/setup.ts passes the process environment)
 //   telemetry.jobCompleted({ queue, type, durationMs });
 //
-// Without APPLICATIONINSIGHTS_CONNECTION_STRING, initTelemetry() returns { enabled: false } and every
+// Without APPLICATIONINSIGHTS_CONNECTION_STRING, initTelemetry(env) returns { enabled: false } and every
 // telemetry call is a valid no-op. Names and dimensions: ./names.ts and docs/telemetry.md.
 
 import { createTelemetry, type KeelTelemetry, type TelemetryOptions } from './facade.js';
@@ -28,6 +28,7 @@ export {
   registerDatabaseInstrumentations,
   type DatabaseInstrumentationOptions,
   shutdownTelemetry,
+  TELEMETRY_SETTINGS,
   type TelemetryEnv,
   type TelemetryState,
 } from './init.js';
@@ -43,7 +44,7 @@ function active(): KeelTelemetry {
  * Sets up Application Insights from the environment, once per process (later calls return the first
  * result). Call it at app start, before the first function runs.
  */
-export function initTelemetry(env: TelemetryEnv = process.env): TelemetryState {
+export function initTelemetry(env: TelemetryEnv): TelemetryState {
   return initTelemetryOnce(env, {
     // Instruments created before the global providers existed are no-ops: rebuild them on the real ones.
     onEnabled: () => {

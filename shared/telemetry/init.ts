@@ -31,6 +31,35 @@ export interface TelemetryEnv {
   [key: string]: string | undefined;
 }
 
+// The settings initTelemetryOnce parses (shared/app/settingsIndex.ts; the shape of shared/config/declaration.ts,
+// written out because telemetry is a leaf). The OpenTelemetry SDK reads its own OTEL_* variables (docs/telemetry.md).
+export const TELEMETRY_SETTINGS: readonly { name: string; type: string; default: string; doc: string }[] = [
+  {
+    name: 'APPLICATIONINSIGHTS_CONNECTION_STRING',
+    type: 'Application Insights connection string',
+    default: 'unset',
+    doc: 'turns telemetry on (without it every telemetry call is a no-op)',
+  },
+  {
+    name: 'APPLICATIONINSIGHTS_AUTHENTICATION_STRING',
+    type: '"Authorization=AAD;ClientId=<guid>"',
+    default: 'unset',
+    doc: 'ingestion with Microsoft Entra auth, as the managed identity',
+  },
+  {
+    name: 'AZURE_CLIENT_ID',
+    type: 'client id',
+    default: 'unset',
+    doc: "the user-assigned identity, when the authentication string names none (also read by @azure/identity's credentials)",
+  },
+  {
+    name: 'KEEL_TELEMETRY_ENABLED',
+    type: 'boolean',
+    default: 'true',
+    doc: '"false" turns telemetry off even with a connection string',
+  },
+];
+
 export interface TelemetryState {
   enabled: boolean;
 }

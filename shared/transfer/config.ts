@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { IDENTIFIER_PATTERN, parseQualified, type QualifiedName } from './identifiers.js';
 import { TransferError } from './errors.js';
 import type { BoundaryKind } from './types.js';
+import type { SettingDeclaration } from '../config/declaration.js';
 
 // What the configuration check needs to know of the engines, declared by each engine's descriptor
 // (shared/engines/descriptor.ts) and gathered by the composition root (transferEngineRules() in
@@ -337,8 +338,26 @@ export function parseTransfers(value: unknown, rules: TransferEngineRules, root 
   return result.data;
 }
 
+// The fixed-name settings loadTransfers parses (shared/app/settingsIndex.ts). The others are not fixed: each transfer
+// names the app settings holding its connections (connectionSetting, userSetting, passwordSetting), read by
+// connectionString below from the same environment.
+export const TRANSFER_CONFIG_SETTINGS: readonly SettingDeclaration[] = [
+  {
+    name: 'KEEL_TRANSFERS',
+    type: 'JSON array of transfers (docs/transfer.md)',
+    default: 'unset',
+    doc: 'the transfers this app runs; set this or KEEL_TRANSFERS_FILE, not both',
+  },
+  {
+    name: 'KEEL_TRANSFERS_FILE',
+    type: 'path to a JSON file of the same shape',
+    default: 'unset',
+    doc: 'the transfers, from a file',
+  },
+];
+
 // Reads KEEL_TRANSFERS (JSON) or KEEL_TRANSFERS_FILE (path to JSON). Neither set: no transfers.
-export function loadTransfers(rules: TransferEngineRules, env: NodeJS.ProcessEnv = process.env): TransferConfig[] {
+export function loadTransfers(rules: TransferEngineRules, env: NodeJS.ProcessEnv): TransferConfig[] {
   const inline = env.KEEL_TRANSFERS;
   const file = env.KEEL_TRANSFERS_FILE;
   if (inline && file)
@@ -378,7 +397,7 @@ export function loadTransfers(rules: TransferEngineRules, env: NodeJS.ProcessEnv
 export function connectionString(
   setting: string,
   what: string,
-  env: NodeJS.ProcessEnv = process.env,
+  env: NodeJS.ProcessEnv,
   field = 'connectionSetting',
 ): string {
   const v = env[setting];

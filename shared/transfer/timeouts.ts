@@ -3,6 +3,7 @@
 // a peer that stops answering or a session left idle in a transaction ends the step with a recorded, retryable
 // error instead of blocking it until the host kills the invocation. docs/transfer.md ("Timeouts") explains each.
 import type pg from 'pg';
+import type { SettingDeclaration } from '../config/declaration.js';
 import { TransferError } from './errors.js';
 
 export interface TransferTimeouts {
@@ -34,10 +35,27 @@ const SETTINGS: [keyof TransferTimeouts, string][] = [
   ['stallMs', 'KEEL_TRANSFER_STALL_TIMEOUT_MS'],
 ];
 
+const TIMEOUT_DOCS: Record<keyof TransferTimeouts, string> = {
+  connectMs: 'opening a transfer connection (and waiting for a pooled one)',
+  statementMs: 'server side: PostgreSQL statement_timeout, SQL Server request timeout',
+  queryMs: 'client side: no reply to a statement for this long ends it; must exceed the statement timeout',
+  idleInTransactionMs: 'PostgreSQL idle_in_transaction_session_timeout of transfer sessions',
+  lockMs: 'PostgreSQL lock_timeout of transfer statements',
+  stallMs: 'staging: no data moved between source and target for this long ends the step',
+};
+
+// The settings transferTimeouts parses (shared/app/settingsIndex.ts).
+export const TRANSFER_TIMEOUT_SETTINGS: readonly SettingDeclaration[] = SETTINGS.map(([key, name]) => ({
+  name,
+  type: `whole milliseconds, 1 to ${FUNCTION_TIMEOUT_MS - 1}`,
+  default: key === 'queryMs' ? 'the statement timeout + 15000' : String(DEFAULT_TRANSFER_TIMEOUTS[key]),
+  doc: TIMEOUT_DOCS[key],
+}));
+
 // Reads the settings; an invalid value fails at startup naming the setting. Every value must stay below the
 // function timeout, and the client-side query timeout must exceed the server-side statement timeout (so that the
 // server's own cancel, with its error, normally arrives first).
-export function transferTimeouts(env: NodeJS.ProcessEnv = process.env): TransferTimeouts {
+export function transferTimeouts(env: NodeJS.ProcessEnv): TransferTimeouts {
   const out: TransferTimeouts = { ...DEFAULT_TRANSFER_TIMEOUTS };
   for (const [key, name] of SETTINGS) {
     const raw = env[name];

@@ -1,11 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import pg from 'pg';
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { cp, mkdtemp, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { migrate, readMigrations } from '../../shared/engines/postgres/migrate.js';
 import { readRepeatableFiles } from '../../shared/engines/migrationFiles.js';
 import { POSTGRES_SQL_DIR, migratePostgres } from '../../shared/engines/postgres/jobStore.js';
+import { postgres } from '../../shared/engines/postgres/index.js';
+import { parseSettings } from '../../shared/config/settings.js';
 import { createTestDatabase } from '../support/pg.js';
 
 describe('postgres migrations', () => {
@@ -24,6 +26,25 @@ describe('postgres migrations', () => {
       expect(rows.map((r) => r.version)).toEqual(files.map((f) => f.version));
     } finally {
       await Promise.all(pools.map((p) => p.end()));
+    }
+  });
+
+  it('migrates at start-up from the sql/ folder the KEEL_SQL_DIR setting names (handed down in Settings)', async () => {
+    const url = await createTestDatabase('migrate_sql_dir');
+    const root = await mkdtemp(path.join(os.tmpdir(), 'keel-sql-dir-'));
+    await cp(POSTGRES_SQL_DIR, path.join(root, 'postgres'), { recursive: true });
+    await writeFile(
+      path.join(root, 'postgres', 'V999__sql_dir_marker.sql'),
+      'create table public.sql_dir_marker (id int);',
+    );
+    const store = await postgres.openJobStore!(parseSettings({ KEEL_PG_URL: url, KEEL_SQL_DIR: root }));
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
+    try {
+      const { rows } = await pool.query(`select to_regclass('public.sql_dir_marker') as t`);
+      expect(rows[0].t).toBe('sql_dir_marker');
+    } finally {
+      await store.close();
+      await pool.end();
     }
   });
 

@@ -132,3 +132,69 @@ describe('import boundaries (eslint.config.js)', () => {
     expect(missing).toEqual([]);
   });
 });
+
+// One configuration model (docs/architecture.md, "Configuration"): below the composition root, nothing reads the
+// process environment; settings arrive as Settings or as an explicit env argument.
+async function envErrors(file: string, code: string): Promise<string[]> {
+  const [result] = await eslint.lintText(`${code}\n`, { filePath: path.join(root, file) });
+  expect(result!.messages.filter((m) => m.fatal)).toEqual([]);
+  return result!.messages.filter((m) => m.ruleId === 'no-restricted-syntax').map((m) => m.message);
+}
+
+const ENV_CASES: [string, string, boolean][] = [
+  ['shared/jobs/x.ts', `export const dir = process.env.KEEL_HANDLERS_DIR;`, false],
+  ['shared/transfer/x.ts', `export function f(env: NodeJS.ProcessEnv = process.env) { return env; }`, false],
+  ['shared/ops/x.ts', `export const site = globalThis.process.env.WEBSITE_SITE_NAME;`, false],
+  [
+    'shared/telemetry/x.ts',
+    `const { env } = process;\nexport const cs = env.APPLICATIONINSIGHTS_CONNECTION_STRING;`,
+    false,
+  ],
+  [
+    'shared/engines/oracle/x.ts',
+    `import { env } from 'node:process';\nexport const m = env.KEEL_TRANSFER_MIGRATE_ORACLE;`,
+    false,
+  ],
+  ['shared/config/x.ts', `import process from 'node:process';\nexport const d = process.env.KEEL_SQL_DIR;`, false],
+  // the rest of the composition root and the entry points take it from shared/app/environment.ts
+  ['shared/app/x.ts', `export const env = process.env;`, false],
+  ['functions/x.ts', `export const env = process.env;`, false],
+  ['shared/app/environment.ts', `export const env = () => process.env;`, true],
+  [
+    'functions/x.ts',
+    `import { processEnv } from '../shared/app/environment.js';\nexport const env = processEnv();`,
+    true,
+  ],
+  // an explicit env argument, and the rest of process, are fine
+  ['shared/transfer/x.ts', `export function f(env: NodeJS.ProcessEnv) { return env.KEEL_TRANSFERS; }`, true],
+  ['shared/jobs/x.ts', `export const pid = process.pid;`, true],
+  // local tools have their own composition roots
+  ['dev/x.ts', `export const url = process.env.KEEL_PG_URL;`, true],
+  ['scripts/x.ts', `export const url = process.env.KEEL_PG_URL;`, true],
+];
+
+describe('process.env is read by the composition root only (eslint.config.js)', () => {
+  it.each(ENV_CASES)('%s: %s → allowed: %s', async (file, code, allowed) => {
+    const errors = await envErrors(file, code);
+    if (allowed) expect(errors).toEqual([]);
+    else {
+      expect(errors.length).toBeGreaterThan(0);
+      expect(errors[0]).toMatch(/read only by shared\/app\/environment\.ts.*settingsIndex/);
+    }
+  });
+
+  it('no shipped file outside shared/app/environment.ts escapes the rule', async () => {
+    const shipped = ['functions', 'shared'].flatMap((dir) =>
+      readdirSync(path.join(root, dir), { recursive: true, encoding: 'utf8' })
+        .filter((f) => f.endsWith('.ts') && !f.endsWith('.test.ts'))
+        .map((f) => path.join(dir, f)),
+    );
+    const unguarded: string[] = [];
+    for (const file of shipped) {
+      const config = (await eslint.calculateConfigForFile(path.join(root, file))) as Linter.Config;
+      const options = config.rules?.['no-restricted-syntax'] as unknown[] | undefined;
+      if (!JSON.stringify(options ?? []).includes("[object.name='process'][property.name='env']")) unguarded.push(file);
+    }
+    expect(unguarded).toEqual(['shared/app/environment.ts']);
+  });
+});

@@ -6,6 +6,14 @@ export const oracle: EngineDescriptor = {
   capabilities: { jobStore: false, journal: false, transferSource: false, transferTarget: true },
   telemetryDriver: 'oracledb',
   transferTargetRules: { credentialSettings: true, transactionGuard: true },
+  transferSettings: [
+    {
+      name: 'KEEL_TRANSFER_MIGRATE_ORACLE',
+      type: '"true" or unset',
+      default: 'unset',
+      doc: "apply sql/oracle's target scripts on first use of each target (one instance only: Oracle DDL commits implicitly; docs/transfer.md)",
+    },
+  ],
   async transferEndpoints(opts) {
     const { OracleTransferEndpoints } = await import('./transferEndpoints.js');
     return new OracleTransferEndpoints(opts);

@@ -49,7 +49,7 @@ export class OracleTransferEndpoints implements TransferEndpoints {
         m = (async () => {
           const conn = await p.getConnection();
           try {
-            return await migrateOracleTarget(conn, path.join(sqlDir(env), 'oracle'));
+            return await migrateOracleTarget(conn, path.join(sqlDir(env.KEEL_SQL_DIR), 'oracle'));
           } finally {
             await conn.close();
           }

@@ -9,6 +9,7 @@ import { migrate } from './migrate.js';
 
 export const PG_CHANGES_LEDGER = 'keel_changes.schema_migrations';
 
-export async function migratePostgresChangeCapture(pool: pg.Pool, env: NodeJS.ProcessEnv = process.env) {
-  return migrate(pool, { dir: path.join(sqlDir(env), 'postgres', 'source'), ledger: PG_CHANGES_LEDGER });
+// `sqlRoot`: the sql/ folder (KEEL_SQL_DIR when set); the packaged one by default.
+export async function migratePostgresChangeCapture(pool: pg.Pool, sqlRoot?: string) {
+  return migrate(pool, { dir: path.join(sqlDir(sqlRoot), 'postgres', 'source'), ledger: PG_CHANGES_LEDGER });
 }

@@ -16,6 +16,7 @@ export const postgres: EngineDescriptor = {
       poolSize: settings.KEEL_PG_POOL_SIZE,
       migrate: settings.KEEL_MIGRATE_ON_START ?? true,
       ...(settings.KEEL_PG_MIGRATE_URL ? { migrateUrl: settings.KEEL_PG_MIGRATE_URL } : {}),
+      ...(settings.KEEL_SQL_DIR ? { sqlDir: settings.KEEL_SQL_DIR } : {}),
       maxPayloadBytes: settings.KEEL_MAX_PAYLOAD_BYTES,
     });
   },
@@ -29,11 +30,11 @@ export const postgres: EngineDescriptor = {
     });
     return new PostgresTransferJournal(pool, { ownsPool: true });
   },
-  async migrateControl(connection) {
+  async migrateControl(connection, _log, sqlRoot) {
     const [{ default: pg }, { migratePostgres }] = await Promise.all([import('pg'), import('./jobStore.js')]);
     const pool = new pg.Pool({ connectionString: connection, max: 1 });
     try {
-      const result = await migratePostgres(pool);
+      const result = await migratePostgres(pool, sqlRoot);
       return { applied: result.applied, alreadyApplied: result.alreadyApplied };
     } finally {
       await pool.end();

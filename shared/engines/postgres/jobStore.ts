@@ -80,14 +80,16 @@ import { sqlDir } from '../../config/sqlDir.js';
 // bigint (int8) as string, never a lossy number; numeric counts we convert explicitly.
 pg.types.setTypeParser(20, (v) => v);
 
+// The packaged folder; a runtime with KEEL_SQL_DIR set migrates from there instead (PostgresStoreOptions.sqlDir).
 export const POSTGRES_SQL_DIR = path.join(sqlDir(), 'postgres');
 // The application's role: EXECUTE on the public keel functions only (sql/postgres/roles/keel_executor.sql).
 export const POSTGRES_EXECUTOR_ROLE = 'keel_executor';
 // Then the producers' role: EXECUTE on enqueue_many only (roles/keel_producer.sql).
-export const POSTGRES_ROLE_SCRIPTS = [
-  path.join(POSTGRES_SQL_DIR, 'roles', 'keel_executor.sql'),
-  path.join(POSTGRES_SQL_DIR, 'roles', 'keel_producer.sql'),
+const roleScripts = (dir: string) => [
+  path.join(dir, 'roles', 'keel_executor.sql'),
+  path.join(dir, 'roles', 'keel_producer.sql'),
 ];
+export const POSTGRES_ROLE_SCRIPTS = roleScripts(POSTGRES_SQL_DIR);
 
 // enqueue_many and fire_schedule refuse a key held with another payload with 23505 on this constraint, the detail a
 // JSON object naming the job (R__010_jobs_functions.sql): the contract's IdempotencyConflictError.
@@ -138,12 +140,15 @@ export interface PostgresStoreOptions {
   // Connect as the schema owner for the migrations (default: the store's own URL). The store's URL is the application's
   // login, a member of keel_executor, which may only execute the public functions and so cannot migrate.
   migrateUrl?: string;
+  sqlDir?: string; // the sql/ folder to migrate from (KEEL_SQL_DIR); the packaged one by default
   maxPayloadBytes?: number;
   applicationName?: string;
 }
 
-export async function migratePostgres(pool: pg.Pool) {
-  return migrate(pool, { dir: POSTGRES_SQL_DIR, ledger: 'keel.schema_migrations', always: POSTGRES_ROLE_SCRIPTS });
+// `sqlRoot`: the sql/ folder (KEEL_SQL_DIR when set); the packaged one by default.
+export async function migratePostgres(pool: pg.Pool, sqlRoot?: string) {
+  const dir = sqlRoot === undefined ? POSTGRES_SQL_DIR : path.join(sqlDir(sqlRoot), 'postgres');
+  return migrate(pool, { dir, ledger: 'keel.schema_migrations', always: roleScripts(dir) });
 }
 
 // Fails fast, naming the setting, when the store's login cannot run Keel: the schema is not installed, or the login
@@ -224,12 +229,12 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
           const owner = new pg.Pool({ connectionString: opts.migrateUrl, max: 1, application_name: 'keel-migrate' });
           owner.on('error', poolErrorLogger('postgres', 'migration', 'migration pool (keel-migrate)'));
           try {
-            await migratePostgres(owner);
+            await migratePostgres(owner, opts.sqlDir);
           } finally {
             await owner.end();
           }
         } else {
-          await migratePostgres(pool);
+          await migratePostgres(pool, opts.sqlDir);
         }
       }
       await assertPostgresReady(pool);

@@ -15,8 +15,9 @@ import { PostgresTransferTarget } from './transferTarget.js';
 export const PG_TARGET_LEDGER = 'keel_transfer.schema_migrations';
 
 // Applies sql/postgres/target/V*.sql to a PostgreSQL target database (idempotent, under an advisory lock).
-export async function migratePostgresTarget(pool: pg.Pool, env: NodeJS.ProcessEnv = process.env) {
-  return migrate(pool, { dir: path.join(sqlDir(env), 'postgres', 'target'), ledger: PG_TARGET_LEDGER });
+// `sqlRoot`: the sql/ folder (KEEL_SQL_DIR when set); the packaged one by default.
+export async function migratePostgresTarget(pool: pg.Pool, sqlRoot?: string) {
+  return migrate(pool, { dir: path.join(sqlDir(sqlRoot), 'postgres', 'target'), ledger: PG_TARGET_LEDGER });
 }
 
 export class PostgresTransferEndpoints implements TransferEndpoints {
@@ -50,7 +51,7 @@ export class PostgresTransferEndpoints implements TransferEndpoints {
     const pool = this.pool(t.target.connectionSetting, `${t.name}.target`);
     let m = this.migratedTargets.get(t.target.connectionSetting);
     if (!m) {
-      m = migratePostgresTarget(pool, this.opts.env);
+      m = migratePostgresTarget(pool, this.opts.env.KEEL_SQL_DIR);
       this.migratedTargets.set(t.target.connectionSetting, m);
       m.catch(() => this.migratedTargets.delete(t.target.connectionSetting)); // retried on the next connect
     }

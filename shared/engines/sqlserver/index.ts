@@ -16,6 +16,7 @@ export const sqlserver: EngineDescriptor = {
       poolSize: settings.KEEL_SQL_POOL_SIZE,
       shared: true,
       migrate: settings.KEEL_MIGRATE_ON_START ?? false,
+      ...(settings.KEEL_SQL_DIR ? { sqlDir: settings.KEEL_SQL_DIR } : {}),
       maxPayloadBytes: settings.KEEL_MAX_PAYLOAD_BYTES,
     });
   },
@@ -35,15 +36,14 @@ export const sqlserver: EngineDescriptor = {
       }),
     );
   },
-  async migrateControl(connection, log) {
-    const [{ SqlServerPool }, { migrateSqlServer }, { SQLSERVER_SQL_DIR }] = await Promise.all([
+  async migrateControl(connection, log, sqlRoot) {
+    const [{ SqlServerPool }, { migrateSqlServerJobs }] = await Promise.all([
       import('./pool.js'),
-      import('./migrate.js'),
       import('./jobStore.js'),
     ]);
     const pool = SqlServerPool.create(connection, { max: 1, applicationName: 'keel-migrate', role: 'migration' });
     try {
-      return await migrateSqlServer(await pool.get(), { dir: SQLSERVER_SQL_DIR, log });
+      return await migrateSqlServerJobs(await pool.get(), log, sqlRoot);
     } finally {
       await pool.close();
     }

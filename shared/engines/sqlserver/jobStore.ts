@@ -78,10 +78,12 @@ import { isOutcomeUnknown, withSqlRetry, type RetryOptions, type RetryPolicy } f
 import { migrateSqlServer } from './migrate.js';
 import { assertSqlServerReady } from './startupCheck.js';
 
+// The packaged folder; KEEL_SQL_DIR, when set, names another sql/ folder (`sqlRoot` below).
 export const SQLSERVER_SQL_DIR = path.join(sqlDir(), 'sqlserver');
 
-export async function migrateSqlServerJobs(pool: sql.ConnectionPool, log?: (line: string) => void) {
-  return migrateSqlServer(pool, { dir: SQLSERVER_SQL_DIR, log });
+export async function migrateSqlServerJobs(pool: sql.ConnectionPool, log?: (line: string) => void, sqlRoot?: string) {
+  const dir = sqlRoot === undefined ? SQLSERVER_SQL_DIR : path.join(sqlDir(sqlRoot), 'sqlserver');
+  return migrateSqlServer(pool, { dir, log });
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -274,6 +276,7 @@ export interface SqlServerStoreOptions extends PoolOptions {
   // Apply sql/sqlserver migrations at connect. Default false: in Azure the app's identity has only keel_executor
   // (EXECUTE on schema keel) and cannot run DDL; install the schema with `npm run migrate` (docs/sqlserver.md).
   migrate?: boolean;
+  sqlDir?: string; // the sql/ folder to migrate from (KEEL_SQL_DIR); the packaged one by default
   shared?: boolean; // use the process-wide pool for this connection (Functions host); default false
   maxPayloadBytes?: number;
   retry?: RetryOptions;
@@ -322,7 +325,7 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     const pools = opts.shared ? sharedSqlServerPool(connection, poolOpts) : SqlServerPool.create(connection, poolOpts);
     try {
       const pool = await pools.get();
-      if (opts.migrate) await migrateSqlServerJobs(pool);
+      if (opts.migrate) await migrateSqlServerJobs(pool, undefined, opts.sqlDir);
       // Fail fast, naming the setting: READ_COMMITTED_SNAPSHOT, compatibility level, EXECUTE (startupCheck.ts).
       await assertSqlServerReady(pool);
     } catch (err) {
