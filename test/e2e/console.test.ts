@@ -969,6 +969,45 @@ if (!haveChromium) {
       expect((await api('POST', `/jobs/${slow.id}/cancel`, {}, true)).json.result).toBe('cancel_requested');
     });
 
+    it("a flow on the job's page: the child waits for its parent, each links to the other, and the child runs once the parent is archived", async () => {
+      const parent = (await api('POST', '/jobs', { queue: QUEUE, type: 'demo.slow', payload: { ms: 3000 } })).json;
+      const child = (
+        await api('POST', '/jobs', {
+          queue: QUEUE,
+          type: 'demo.echo',
+          payload: { message: 'after the parent' },
+          after: [parent.id],
+        })
+      ).json;
+      expect((await api('GET', `/jobs/${child.id}`)).json.state).toBe('waiting');
+      await page.goto(`${base}/api/console/#/jobs/${child.id}`);
+      const flow = page.locator('section.card').filter({ has: page.getByRole('heading', { name: 'Flow' }) });
+      await flow.waitFor();
+      expect(await flow.getByRole('heading', { name: 'Waits for (1)' }).count()).toBe(1);
+      expect(await flow.locator(`a[href="#/jobs/${parent.id}"]`).count()).toBe(1);
+      expect(await flow.textContent()).toContain('waiting');
+      await shot(page, 'job-flow-waiting');
+      // From the parent's page to the child's, through the graph.
+      await flow.locator(`a[href="#/jobs/${parent.id}"]`).click();
+      const parentFlow = page.locator('section.card').filter({ has: page.getByRole('heading', { name: 'Flow' }) });
+      await parentFlow.getByRole('heading', { name: 'Then (1)' }).waitFor();
+      expect(await parentFlow.locator(`a[href="#/jobs/${child.id}"]`).count()).toBe(1);
+      // The child is claimed only after the parent's own move: archived after it, never before.
+      await until(
+        'the child to be archived after its parent',
+        async () => (await api('GET', `/jobs/${child.id}`)).json.location === 'archive',
+        30_000,
+      );
+      const [p, c] = [(await api('GET', `/jobs/${parent.id}`)).json, (await api('GET', `/jobs/${child.id}`)).json];
+      expect(p.location).toBe('archive');
+      expect(Date.parse(c.startedAt)).toBeGreaterThanOrEqual(Date.parse(p.finishedAt));
+      await page.goto(`${base}/api/console/#/jobs/${child.id}`);
+      await page
+        .locator('section.card')
+        .filter({ has: page.getByRole('heading', { name: 'Result' }) })
+        .waitFor();
+    });
+
     it("a job's page lists every attempt: two failed ones and the success, and a running job's attempt, lease expiry and heartbeat age, then its zombie end", async () => {
       const dd = (p: Page, label: string) =>
         p.locator('dl.kv dt', { hasText: new RegExp(`^${label}$`) }).locator('+ dd');
