@@ -1,8 +1,8 @@
 // Ops routes for transfers: list configured transfers, start one (creates a batch and posts it to the stage
 // queue), pause and resume one, list batches, batch detail with its journal, reconcile one batch or every stale
 // one, resume or abandon a batch, replay a committed range, re-baseline a changes transfer, compare key sets.
-import type { OpsRuntime } from './context.js';
-import { OPEN_STATES, type TransferService } from '../transfer/service.js';
+import type { OpsLogger, OpsRuntime } from './context.js';
+import { OPEN_STATES, type BatchView, type TransferService } from '../transfer/service.js';
 import { BATCH_STATES, type BatchState } from '../transfer/types.js';
 import { isTransferError, type TransferErrorCode } from '../transfer/errors.js';
 import { conflict, invalid, notFound, OpsError } from './errors.js';
@@ -60,6 +60,26 @@ function accepted(batchId: string, body: unknown) {
       'retry-after': String(BATCH_POLL_SECONDS),
     },
   };
+}
+
+// A new batch (the next window, or a baseline) created and posted to the stage queue: 202 with where to watch it,
+// or 200 when there is nothing new to transfer.
+async function queueNewBatch(
+  rt: OpsRuntime,
+  log: OpsLogger,
+  create: (svc: TransferService) => Promise<BatchView>,
+): Promise<{ status: number; body: unknown; headers?: Record<string, string> }> {
+  const svc = service(rt);
+  try {
+    const batch = await mapTransferErrors(() => create(svc));
+    const posted = await rt.postStage(batch.batchId, log);
+    return accepted(batch.batchId, { started: true, posted, batch });
+  } catch (err) {
+    if (err instanceof OpsError) throw err;
+    if (isTransferError(err, 'nothing_to_transfer'))
+      return { status: 200, body: { started: false, reason: err.code, message: err.message } };
+    throw err;
+  }
 }
 
 function stateOf(value: string | undefined): BatchState | undefined {
@@ -167,17 +187,7 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
       409: 'an open batch exists, or the source schema drifted',
     },
     async handle({ rt, params, log }) {
-      const svc = service(rt);
-      try {
-        const batch = await mapTransferErrors(() => svc.createBatch(params.name));
-        const posted = await rt.postStage(batch.batchId, log);
-        return accepted(batch.batchId, { started: true, posted, batch });
-      } catch (err) {
-        if (err instanceof OpsError) throw err;
-        if (isTransferError(err, 'nothing_to_transfer'))
-          return { status: 200, body: { started: false, reason: err.code, message: err.message } };
-        throw err;
-      }
+      return queueNewBatch(rt, log, (svc) => svc.createBatch(params.name));
     },
   }),
   route({
@@ -198,17 +208,7 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
       409: 'not a changes transfer, the transfer is paused, an open batch exists, or the source schema drifted',
     },
     async handle({ rt, params, log }) {
-      const svc = service(rt);
-      try {
-        const batch = await mapTransferErrors(() => svc.rebaseline(params.name));
-        const posted = await rt.postStage(batch.batchId, log);
-        return accepted(batch.batchId, { started: true, posted, batch });
-      } catch (err) {
-        if (err instanceof OpsError) throw err;
-        if (isTransferError(err, 'nothing_to_transfer'))
-          return { status: 200, body: { started: false, reason: err.code, message: err.message } };
-        throw err;
-      }
+      return queueNewBatch(rt, log, (svc) => svc.rebaseline(params.name));
     },
   }),
   route({
