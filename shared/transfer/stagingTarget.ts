@@ -142,7 +142,7 @@ export interface StagingSession {
   stagedSums(): Promise<{ rowCount: number; checksum: string }>;
   commit(): Promise<void>;
   // After commit: the connection goes back to the pool.
-  close(): void;
+  close(): void | Promise<void>;
   // After any failure: rolls back, or drops the connection when a rollback cannot be trusted; answers the error to
   // throw (the engine's data errors as 'unsupported_type').
   abort(err: unknown): Promise<unknown>;
@@ -228,7 +228,7 @@ export class StagingTarget implements TargetAdapter {
       }
       if (opened === 'already_staged') {
         await s.commit();
-        s.close();
+        await s.close();
         return { outcome: 'already_staged', rowCount: req.manifest.rowCount, checksum: req.manifest.checksum };
       }
       const lap = this.laps();
@@ -255,7 +255,7 @@ export class StagingTarget implements TargetAdapter {
       lap('stage.checksum');
       await s.call('finish_stage', finishStageArgs(req.batchId, rowCount, checksum));
       await s.commit();
-      s.close();
+      await s.close();
       lap('stage.commit');
       return { outcome: 'staged', rowCount, checksum };
     } catch (err) {
