@@ -601,6 +601,13 @@ const waitSeconds = (waitMs: number) => Math.max(1, Math.ceil(waitMs / 1000));
 const varchar = (name: string): OracleParam => ({ name, type: 'VARCHAR2' });
 const number = (name: string): OracleParam => ({ name, type: 'NUMBER' });
 
+// The completion row's outcome, count and checksum, as APPLY_BATCH and TRY_CLAIM answer them.
+const COMPLETION_OUTS: OracleOut[] = [
+  { name: 'o_outcome', type: 'VARCHAR2', maxSize: 20, result: 'outcome' },
+  { name: 'o_row_count', type: 'NUMBER', result: 'row_count' },
+  { name: 'o_checksum', type: 'VARCHAR2', maxSize: 24, result: 'checksum' },
+];
+
 export const TARGET_ORACLE_PROCEDURES: { [P in TargetProcedure]: OracleProcedure<P> } = {
   ensure_staging: {
     member: 'ENSURE_STAGING',
@@ -645,12 +652,7 @@ export const TARGET_ORACLE_PROCEDURES: { [P in TargetProcedure]: OracleProcedure
       // 'OPS' | 'MIRROR': deletes, same transaction
       changes: { ...varchar('p_changes'), value: (v) => (v === null ? null : String(v).toUpperCase()) },
     },
-    outs: [
-      { name: 'o_outcome', type: 'VARCHAR2', maxSize: 20, result: 'outcome' },
-      { name: 'o_row_count', type: 'NUMBER', result: 'row_count' },
-      { name: 'o_checksum', type: 'VARCHAR2', maxSize: 24, result: 'checksum' },
-      { name: 'o_deleted', type: 'NUMBER', result: 'deleted_count' },
-    ],
+    outs: [...COMPLETION_OUTS, { name: 'o_deleted', type: 'NUMBER', result: 'deleted_count' }],
   },
   try_claim: {
     member: 'TRY_CLAIM',
@@ -659,12 +661,7 @@ export const TARGET_ORACLE_PROCEDURES: { [P in TargetProcedure]: OracleProcedure
       wait_ms: { ...number('p_wait_seconds'), value: (v) => waitSeconds(Number(v)) },
       fence_through: number('p_fence_through'),
     },
-    outs: [
-      { name: 'o_outcome', type: 'VARCHAR2', maxSize: 20, result: 'outcome' },
-      { name: 'o_row_count', type: 'NUMBER', result: 'row_count' },
-      { name: 'o_checksum', type: 'VARCHAR2', maxSize: 24, result: 'checksum' },
-      { name: 'o_staged', type: 'NUMBER', result: 'staged' },
-    ],
+    outs: [...COMPLETION_OUTS, { name: 'o_staged', type: 'NUMBER', result: 'staged' }],
   },
   purge_staged: {
     member: 'PURGE_STAGED',
