@@ -2,8 +2,8 @@
 // guard, verify count + duplicate keys + checksum against the manifest, finish_stage, commit), apply (apply_batch,
 // its faults as TransferErrors, the completion row as the result), reconcile (try_claim's verdict) and purge, each
 // procedure called with the arguments targetProcedures.ts builds. An engine supplies only its dialect
-// (TargetDialect): how a session opens and ends, how rows are written and verified, how a procedure call runs, and
-// which of its errors mean which fault. Dialects: shared/engines/postgres/transferTarget.ts (COPY),
+// (TargetDialect): prepare's checks against its catalog, how a staging session opens and ends, how rows are written
+// and verified, how a procedure call runs, and which of its errors mean which fault. Dialects: shared/engines/postgres/transferTarget.ts (COPY),
 // shared/engines/oracle/transferTarget.ts (executeMany).
 import type { CanonicalRow, ChecksumAlgorithm } from './checksum.js';
 import type { TransferConfig } from './config.js';
