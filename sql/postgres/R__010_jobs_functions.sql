@@ -471,7 +471,10 @@ $$;
 -- now; the same choice as claim_next (priority, due time, pause, max_concurrency, expiry). One row version and one
 -- round trip fewer per job than claim_next + start_many. attempts is the count before this attempt, as claim_next
 -- returns it; attempt is the one now running. The times are epoch milliseconds: formatting three timestamptz per
--- row (and parsing them in the client) cost more than the rest of the row (~3.5 us a job on the server).
+-- row (and parsing them in the client) cost more than the rest of the row (~3.5 us a job on the server). The update
+-- returns only the columns sent (`returning h.*` copied every column of every row, logs and result too, into the CTE:
+-- ~6 % of the claim's backend CPU), and tags are null when there are none (the client reads null as no tags; parsing
+-- '{}' cost the client's array parser ~1 us a job).
 drop function if exists keel.claim_and_start(text, text[], integer, integer);
 create or replace function keel.claim_and_start(p_worker_id text, p_queues text[], p_limit integer, p_lease_seconds integer)
 returns table (job_id bigint, lease_id uuid, queue text, type text, payload jsonb, priority integer, attempts integer,
@@ -500,11 +503,12 @@ begin
         heartbeat_at = now(),
         progress = null -- a new attempt: the last one's progress no longer says how far this one is
     where h.id = any(array(select unnest(v_ids))) -- probed by key, as in _claim_rows
-    returning h.*
+    returning h.id, h.lease_id, h.queue, h.type, h.payload, h.priority, h.attempts, h.max_attempts, h.idempotency_key,
+              h.tags, h.run_at, h.created_at, h.lease_expires_at
   )
   select u.id, u.lease_id, u.queue, u.type, u.payload, u.priority, u.attempts - 1, u.max_attempts,
-         coalesce(s.max_attempts, 5), u.idempotency_key, u.tags, keel._epoch_ms(u.run_at), keel._epoch_ms(u.created_at),
-         keel._epoch_ms(u.lease_expires_at), u.attempts
+         coalesce(s.max_attempts, 5), u.idempotency_key, case when cardinality(u.tags) > 0 then u.tags end,
+         keel._epoch_ms(u.run_at), keel._epoch_ms(u.created_at), keel._epoch_ms(u.lease_expires_at), u.attempts
   from upd u left join keel.queues s on s.name = u.queue
   order by u.priority desc, u.run_at, u.id;
 end
