@@ -5,6 +5,7 @@
 // STDIN) and a naive row-by-row insert loop (on a sample, extrapolated). Every Keel run is in a child process, so
 // its peak RSS is its own. Usage: npx tsx bench/transfer.ts --rows 1000000 [--pg-url URL] (a running server to use
 // instead of the embedded one; or KEEL_BENCH_PG_URL) [--only bulk,rows,rows-node] [--batches 1,10]
+// [--naive-sample N] (rows of the naive loop, default 20,000)
 import pg from 'pg';
 import { to as copyTo, from as copyFrom } from 'pg-copy-streams';
 import { pipeline } from 'node:stream/promises';
@@ -39,13 +40,16 @@ const TABLE_DDL = (name: string) => `create table ${name} (
   note varchar(200))`;
 
 // How the source is offered to the target:
-// - bulk: as Keel runs PostgreSQL -> PostgreSQL (COPY stream, the engine's own checksum);
+// - bulk: as the app runs PostgreSQL -> PostgreSQL (COPY stream, the engine's own checksum, direct apply: each key
+//   window written into the table in the one target transaction that verifies it and writes its completion row);
+// - bulk-staged: the same without direct apply (staged, verified, then applied by keel_transfer.apply_batch), as a
+//   non-PostgreSQL target or a window with existing rows runs;
 // - rows: the row path, as the Oracle target sees every source: canonical rows in chunks, keel-v1, the manifest
 //   computed by the source's server;
 // - rows-node: the row path with the manifest as a SQL Server source computes it: the window streamed into Node and
 //   checksummed there (shared/engines/sqlserver/transferSource.ts), then streamed again for the staging.
-export type BenchMode = 'bulk' | 'rows' | 'rows-node';
-export const BENCH_MODES: readonly BenchMode[] = ['bulk', 'rows', 'rows-node'];
+export type BenchMode = 'bulk' | 'bulk-staged' | 'rows' | 'rows-node';
+export const BENCH_MODES: readonly BenchMode[] = ['bulk', 'bulk-staged', 'rows', 'rows-node'];
 
 interface ChildArgs {
   sourceUrl: string;
@@ -57,7 +61,7 @@ interface ChildArgs {
 }
 
 function asMode(source: SourceAdapter, mode: BenchMode): SourceAdapter {
-  if (mode === 'bulk') return source;
+  if (mode === 'bulk' || mode === 'bulk-staged') return source;
   return {
     engine: source.engine,
     readSchema: () => source.readSchema(),
@@ -74,6 +78,24 @@ function asMode(source: SourceAdapter, mode: BenchMode): SourceAdapter {
     streamRows: (w, schema, chunkSize) => source.streamRows(w, schema, chunkSize),
     close: () => source.close(),
   };
+}
+
+// Times every method call of an adapter or the journal into `trace` (phase `<label>.<method>`), so the per-batch
+// costs the adapters do not trace themselves (journal moves, catalog reads, windows) show in the breakdown.
+function timed<T extends object>(label: string, o: T, trace: (phase: string, ms: number) => void): T {
+  return new Proxy(o, {
+    get(target, prop, receiver) {
+      const v = Reflect.get(target, prop, receiver) as unknown;
+      if (typeof v !== 'function' || typeof prop !== 'string' || prop === 'constructor') return v;
+      return (...args: unknown[]) => {
+        const t0 = performance.now();
+        const r = (v as (...a: unknown[]) => unknown).apply(target, args);
+        if (r instanceof Promise) return r.finally(() => trace(`${label}.${prop}`, performance.now() - t0));
+        trace(`${label}.${prop}`, performance.now() - t0);
+        return r;
+      };
+    },
+  });
 }
 
 // Runs in the child: the whole lifecycle for every row, batch after batch.
@@ -100,11 +122,12 @@ async function keelChild(a: ChildArgs): Promise<Record<string, unknown>> {
     breakdownMs[phase] = Math.round((breakdownMs[phase] ?? 0) + ms);
   };
   const svc = new TransferService({
-    journal: new PostgresTransferJournal(control),
+    journal: timed('journal', new PostgresTransferJournal(control), trace),
+    directApply: a.mode !== 'bulk-staged', // as composeTransferService (the app) sets it
     transfers: [t!],
     connect: (tc) => ({
-      source: asMode(new PostgresTransferSource(tc, source, { trace }), a.mode),
-      target: new PostgresTransferTarget(tc, target, { trace }),
+      source: timed('source', asMode(new PostgresTransferSource(tc, source, { trace }), a.mode), trace),
+      target: timed('target', new PostgresTransferTarget(tc, target, { trace }), trace),
     }),
   });
   const phases = { extractMs: 0, stageAndApplyMs: 0 };
@@ -351,6 +374,7 @@ if (isMain) {
       return i >= 0 ? argv[i + 1] : undefined;
     };
     const rows = Number(arg('--rows') ?? 1_000_000);
+    const naiveSample = arg('--naive-sample');
     const only = arg('--only')?.split(',') as BenchMode[] | undefined;
     for (const m of only ?? [])
       if (!BENCH_MODES.includes(m)) throw new Error(`--only: ${m} is not one of ${BENCH_MODES.join(', ')}`);
@@ -359,6 +383,7 @@ if (isMain) {
       rows,
       ...(only ? { modes: only } : {}),
       ...(batches ? { batches } : {}),
+      ...(naiveSample ? { naiveSample: Number(naiveSample) } : {}),
       pgUrl: benchPgUrl({ 'pg-url': arg('--pg-url') }),
     })
       .then((r) => {

@@ -78,6 +78,7 @@ export function composeTransferService(
     connect: factory.connect,
     onClose: () => factory.close(),
     log: transferServiceLog,
+    directApply: true, // a PostgreSQL -> PostgreSQL key window: stage and apply in one target transaction
   });
   return { service, transfers };
 }

@@ -29,6 +29,7 @@ import type {
 import { DEFAULT_TRANSFER_TIMEOUTS } from '../../transfer/timeouts.js';
 import { PG_CHECKSUM_SETTINGS_SQL, pgCanonical, pgChecksumQuery, pgFacets, pgLogicalType } from './transferSql.js';
 import { PG_COPY_FORMAT, pgChecksumAlgorithms } from './client.js';
+import { applyDirect } from './directApply.js';
 
 // SQLSTATEs raised by sql/postgres/target/V001 (structured codes, never message text).
 const KT_CONFLICT = 'KT001';
@@ -467,6 +468,55 @@ export class PostgresTransferTarget implements TargetAdapter {
       if (pgCode(err) === KT_MERGE_COUNT) throw new TransferError('target_incompatible', (err as Error).message);
       throw pgDataError(req.batchId, err) ?? err;
     }
+  }
+
+  // Direct apply (directApply.ts): a key window over the single integer key, upserts only, from a bulk stream.
+  canApplyDirect(req: StageRequest, feed: RowFeed): boolean {
+    const key = mappedColumns(this.t, req.schema).find((c) => c.source === this.t.keyColumns[0]);
+    return (
+      feed.kind === 'bulk' &&
+      feed.format === this.bulkFormat &&
+      !req.changes &&
+      !carriesChanges(this.t) &&
+      this.t.boundary.kind === 'key' &&
+      this.t.keyColumns.length === 1 &&
+      this.t.keyColumns[0] === this.t.boundary.column &&
+      key?.logical === 'int'
+    );
+  }
+
+  async applyDirect(
+    req: StageRequest,
+    w: Window,
+    feed: RowFeed,
+    ctx: ApplyContext,
+  ): Promise<ApplyResult | 'not_eligible'> {
+    if (feed.kind !== 'bulk' || !this.canApplyDirect(req, feed)) return 'not_eligible';
+    const mapped = mappedColumns(this.t, req.schema);
+    const key = mapped.find((c) => c.source === this.t.keyColumns[0])!;
+    if (this.targetTypes.size === 0) await this.loadTargetTypes();
+    const started = performance.now();
+    const res = await applyDirect(
+      {
+        pool: this.pool,
+        transfer: this.t.name,
+        targetSchema: this.targetSchema,
+        targetTable: this.targetTable,
+        qualified: this.qualifiedTarget(),
+        key: key.target,
+        mapped,
+        targetTypes: this.targetTypes,
+        stallMs: this.opts.stallMs ?? DEFAULT_TRANSFER_TIMEOUTS.stallMs,
+        ...(this.opts.trace ? { trace: this.opts.trace } : {}),
+      },
+      req,
+      w,
+      feed,
+      ctx,
+      (err) => pgDataError(req.batchId, err),
+    );
+    this.opts.trace?.('direct', performance.now() - started);
+    return res;
   }
 
   async reconcile(
