@@ -42,7 +42,7 @@ export async function createTransferService(settings: Settings, env: AppEnv): Pr
   const control = engineNamed(settings.KEEL_STORE_ENGINE);
   if (!control.openJournal) throw new Error(`KEEL_STORE_ENGINE=${control.name} cannot hold the transfer journal`);
   const journal: TransferJournal = await control.openJournal(settings);
-  const created = composeTransferService(journal, env);
+  const created = composeTransferService(journal, env, { directApply: settings.KEEL_TRANSFER_DIRECT_APPLY });
   if (!created) {
     await journal.close();
     return null;
