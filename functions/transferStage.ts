@@ -1,5 +1,6 @@
 // Queue trigger: {"batchId"} -> extract + stage that batch (claimed by id through the journal's state machine),
-// then post it to the apply queue. A batch already staged goes straight on; a committed or failed one is done.
+// then post it to the apply queue. A batch already staged goes straight on; a committed or failed one is done. A
+// batch committed by this step (a direct apply: docs/transfer.md) continues the catch-up chain like an apply.
 // Malformed messages and unknown batch ids go to the poison queue. A failure that is not terminal leaves the batch
 // extracting: the step posts it again with backoff (scheduleRetry); when that post fails, or the journal cannot be
 // read, the error is thrown so the host retries the message (visibilityTimeout, maxDequeueCount -> poison; the
@@ -9,6 +10,7 @@ import { getRuntime } from '../shared/app/runtime.js';
 import { parseMessage, poison, transferMessageSchema } from '../shared/app/messages.js';
 import {
   chainOf,
+  continueCatchUp,
   describeView,
   isTransferError,
   postApply,
@@ -34,7 +36,8 @@ export async function transferStage(message: unknown, context: InvocationContext
   const { batchId, retry = 0 } = parsed.value;
   const chain = chainOf(parsed.value);
   try {
-    const paused = await pausedFor(rt, batchId);
+    const before = await rt.transfers.getBatch(batchId);
+    const paused = await pausedFor(rt, batchId, before);
     if (paused) {
       context.info(
         `stage: batch ${batchId}: transfer ${paused} is paused; left as it is (resuming the transfer posts it again)`,
@@ -45,7 +48,11 @@ export async function transferStage(message: unknown, context: InvocationContext
     batchTelemetry(view);
     context.info(`stage: ${describeView(view)}`);
     if (view.state === 'staged') await postApply(rt, batchId, chain);
-    else if (view.status !== 'committed') await scheduleRetry(rt, view, retry, context, chain);
+    else if (view.status === 'committed') {
+      // A direct apply (docs/transfer.md, "Direct apply") committed the batch in this step: the chain goes on as
+      // after an apply. Only this step's own commit continues it (a redelivered message finds it committed before).
+      if (before && before.state !== 'committed') await continueCatchUp(rt, view, chain, context);
+    } else await scheduleRetry(rt, view, retry, context, chain);
   } catch (err) {
     if (isTransferError(err, 'unknown_batch') || isTransferError(err, 'unknown_transfer')) {
       return poison(rt, queue, context, message, err.code, err.message);

@@ -64,6 +64,7 @@ export class AdapterFactory {
 export function composeTransferService(
   journal: TransferJournal,
   env: NodeJS.ProcessEnv,
+  opts: { directApply?: boolean } = {}, // KEEL_TRANSFER_DIRECT_APPLY (default true)
 ): { service: TransferService; transfers: TransferConfig[] } | null {
   const transfers = loadTransfers(transferEngineRules(), env);
   if (transfers.length === 0) return null;
@@ -78,6 +79,7 @@ export function composeTransferService(
     connect: factory.connect,
     onClose: () => factory.close(),
     log: transferServiceLog,
+    directApply: opts.directApply ?? true, // a PostgreSQL -> PostgreSQL key window: one target transaction
   });
   return { service, transfers };
 }

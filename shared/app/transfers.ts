@@ -42,7 +42,7 @@ export async function createTransferService(settings: Settings, env: AppEnv): Pr
   const control = engineNamed(settings.KEEL_STORE_ENGINE);
   if (!control.openJournal) throw new Error(`KEEL_STORE_ENGINE=${control.name} cannot hold the transfer journal`);
   const journal: TransferJournal = await control.openJournal(settings);
-  const created = composeTransferService(journal, env);
+  const created = composeTransferService(journal, env, { directApply: settings.KEEL_TRANSFER_DIRECT_APPLY });
   if (!created) {
     await journal.close();
     return null;
@@ -360,10 +360,14 @@ async function reportFreshness(rt: Runtime, steps: TimerStep[], now: Date, log: 
 }
 
 // The queue steps leave a paused transfer's batch where it is (resuming the transfer re-posts it).
-export async function pausedFor(rt: Runtime, batchId: string): Promise<string | null> {
+export async function pausedFor(
+  rt: Runtime,
+  batchId: string,
+  known?: BatchView | null, // the batch, when the caller read it already
+): Promise<string | null> {
   const service = rt.transfers;
   if (!service) return null;
-  const b = await service.getBatch(batchId);
+  const b = known === undefined ? await service.getBatch(batchId) : known;
   if (!b) return null;
   const name = baseTransferName(b.transfer); // a replay batch pauses with its transfer
   return (await service.isPaused(name)) ? name : null;

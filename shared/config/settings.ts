@@ -181,6 +181,9 @@ export const settingsSchema = z
     // starts a new chain. The time budget is the one that ends a long backfill's chain with the defaults.
     KEEL_TRANSFER_CATCHUP_ROWS: int(100_000_000, 0, 1_000_000_000),
     KEEL_TRANSFER_CATCHUP_MS: int(3_600_000, 0, 7 * 24 * 3600_000),
+    // Direct apply (docs/transfer.md): a PostgreSQL -> PostgreSQL key window is staged and applied in one target
+    // transaction, each row written once; false: every batch is staged, then applied (two writes per row).
+    KEEL_TRANSFER_DIRECT_APPLY: bool(true),
     // Rows behind (keel.transfer.rows_behind, GET /transfers): rows at the source past the last committed window,
     // counted up to this many (a bounded walk of the boundary column's index); 0: not counted.
     KEEL_TRANSFER_ROWS_BEHIND_CAP: int(1_000_000, 0, 100_000_000),

@@ -35,10 +35,10 @@ export const MOVES = {
     when: 'stage: the target verified the staged rows against the manifest',
   },
   start_apply: {
-    from: ['staged'],
+    from: ['staged', 'extracting'],
     to: ['applying'],
     events: ['apply_started'],
-    when: 'apply: the attempt counted, durable before the call goes out',
+    when: 'apply: the attempt counted, durable before the call goes out (from extracting: a direct apply)',
   },
   commit: {
     from: NOT_COMMITTED,

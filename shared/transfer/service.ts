@@ -32,6 +32,9 @@ export interface TransferServiceDeps {
   log?: (event: string, data: Record<string, unknown>) => void;
   newBatchId?: () => string;
   onClose?: () => Promise<void>; // e.g. end the pools behind `connect`
+  // Stage and apply in one target transaction where the target can (TargetAdapter.applyDirect; docs/transfer.md,
+  // "Direct apply"). The app turns it on (transferAdapters.ts); off, every batch is staged, then applied.
+  directApply?: boolean;
 }
 
 // The journal's record as operators see it: counts and checksums as recorded, times as ISO strings.
@@ -263,6 +266,7 @@ export class TransferService {
   private readonly adapters = new Map<string, Promise<Adapters>>();
   private readonly prepared = new Set<string>();
   private readonly onClose: (() => Promise<void>) | undefined;
+  private readonly directApply: boolean;
   // The last rows-behind count per transfer, with the bound and cap it was counted for (rowsBehind's reuse).
   private readonly behindCounts = new Map<string, { low: string | null; cap: number; at: number; value: RowsBehind }>();
 
@@ -273,6 +277,7 @@ export class TransferService {
     this.log = deps.log ?? (() => undefined);
     this.newId = deps.newBatchId ?? randomUUID;
     this.onClose = deps.onClose;
+    this.directApply = deps.directApply ?? false;
   }
 
   listTransfers(): TransferSummary[] {
@@ -811,6 +816,14 @@ export class TransferService {
       const req = this.request(b, t);
       const w: Window = { kind: b.boundaryKind, low: b.boundaryLow, high: b.boundaryHigh };
       const feed = negotiateFeed(a, w, req.schema, t.chunkSize);
+      if (this.directApply && a.target.applyDirect && a.target.canApplyDirect?.(req, feed)) {
+        const direct = await this.applyDirectly(b, t, a, req, w, feed);
+        if (direct) return direct;
+        // Not eligible after all (rows of the window exist on the target): nothing was written, reconcile fenced
+        // the attempt and moved the batch back; it is staged and applied.
+        b = await this.load(batchId);
+        if (b.state !== 'extracting') return toView(b);
+      }
       const started = Date.now();
       const res = await a.target.stage(req, feed);
       const moved = await this.move(b.batchId, {
@@ -897,6 +910,67 @@ export class TransferService {
         (view.state === 'staged' || view.state === 'extracting')
       ) {
         return toView(await this.release(await this.load(batchId), err));
+      }
+      return view;
+    }
+  }
+
+  // Direct apply (docs/transfer.md, "Direct apply"): the attempt counts durably first (start_apply from
+  // 'extracting'), exactly as before an apply, so reconcile can fence it; then one target transaction claims the
+  // id, writes the window's rows into the table, verifies them against the manifest and writes the completion row.
+  // Any error or lost reply is reconciled like an apply's. null: the target found it not eligible (nothing written)
+  // and reconcile moved the batch back to 'extracting'.
+  private async applyDirectly(
+    b: BatchRecord,
+    t: TransferConfig,
+    a: Adapters,
+    req: StageRequest,
+    w: Window,
+    feed: RowFeed,
+  ): Promise<BatchView | null> {
+    const claimed = await this.move(b.batchId, {
+      move: 'start_apply',
+      from: ['extracting'],
+      set: { incrementAttempts: true, stamp: 'apply_started_at', targetReconcileToken: null },
+      detail: { attempt: b.attempts + 1, direct: true },
+    });
+    if (!claimed) return toView(await this.load(b.batchId)); // someone else moved it
+    try {
+      const res = await a.target.applyDirect!(req, w, feed, { attempt: claimed.attempts });
+      if (res === 'not_eligible') {
+        const view = await this.reconcile(b.batchId);
+        return view.state === 'extracting' ? null : view;
+      }
+      const done = await this.move(b.batchId, {
+        move: 'commit',
+        event: res.outcome,
+        set: {
+          stagedCount: res.rowCount,
+          stagedChecksum: res.checksum,
+          appliedCount: res.rowCount,
+          stamp: 'committed_at',
+          lastError: null,
+          lastErrorCode: null,
+        },
+        detail: { rowCount: res.rowCount, checksum: res.checksum, direct: true },
+      });
+      this.log('transfer.batch.committed', {
+        batchId: b.batchId,
+        transfer: t.name,
+        outcome: res.outcome,
+        rows: res.rowCount,
+        direct: true,
+      });
+      return toView(done ?? (await this.load(b.batchId)));
+    } catch (err) {
+      await this.noteError(b, 'apply_error', err);
+      const view = await this.reconcile(b.batchId);
+      if (
+        err instanceof TransferError &&
+        TERMINAL_CODES.has(err.code) &&
+        (view.state === 'staged' || view.state === 'extracting')
+      ) {
+        return toView(await this.release(await this.load(b.batchId), err));
       }
       return view;
     }

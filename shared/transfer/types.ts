@@ -169,6 +169,12 @@ export interface TargetAdapter {
     reconcileToken: string | null,
   ): Promise<ReconcileOutcome>;
   purgeStaged(batchId: string): Promise<void>;
+  // Optional direct apply (docs/transfer.md, "Direct apply"): stage and apply in ONE target transaction that claims
+  // the batch id (fenced like apply), writes the window's rows into the table, verifies them against the manifest
+  // and writes the completion row. 'not_eligible': nothing was written (the claim neither); stage, then apply.
+  // canApplyDirect: whether applyDirect can take this batch at all (no side effect; asked before the attempt counts).
+  canApplyDirect?(req: StageRequest, feed: RowFeed): boolean;
+  applyDirect?(req: StageRequest, w: Window, feed: RowFeed, ctx: ApplyContext): Promise<ApplyResult | 'not_eligible'>;
   // Key-set comparison (keyCompare): the target rows' keys in the window (its boundary range), canonical text in
   // keyColumns order; and the deletion of those of `keys` that are in the window, in one target transaction
   // (returns the rows deleted).

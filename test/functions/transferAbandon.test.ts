@@ -15,7 +15,7 @@ const fx = useItemsTransfer({
   label: 'fn_abandon',
   rows: 40,
   batchSize: 20,
-  env: { KEEL_TRANSFER_CATCHUP_ROWS: '0' },
+  env: { KEEL_TRANSFER_CATCHUP_ROWS: '0', KEEL_TRANSFER_DIRECT_APPLY: 'false' }, // staged batches to act on
 });
 const { call } = fx;
 const count = async () => (await fx.target.query(`select count(*)::int as n from public.items`)).rows[0].n;

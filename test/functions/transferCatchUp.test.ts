@@ -13,7 +13,14 @@ import { useItemsTransfer } from './itemsTransfer.js';
 const fx = useItemsTransfer({
   label: 'fn_catchup',
   batchSize: 10,
-  env: { KEEL_SCHEDULED_TRANSFERS: '*', KEEL_TRANSFER_CATCHUP_ROWS: '200', KEEL_TRANSFER_CATCHUP_MS: '600000' },
+  // The staged flow (stage step, then apply step: what every pair but PostgreSQL -> PostgreSQL takes); the direct
+  // apply's chain (the stage step commits and continues it) is in transferDirect.test.ts.
+  env: {
+    KEEL_SCHEDULED_TRANSFERS: '*',
+    KEEL_TRANSFER_CATCHUP_ROWS: '200',
+    KEEL_TRANSFER_CATCHUP_MS: '600000',
+    KEEL_TRANSFER_DIRECT_APPLY: 'false',
+  },
 });
 
 // Delivers every posted message, oldest first, until the queues are empty; returns how many were delivered.

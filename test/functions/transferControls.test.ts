@@ -13,7 +13,7 @@ const fx = useItemsTransfer({
   label: 'fn_ctl',
   targetDdl: [ITEMS_DDL, `create table public.items_nightly (id bigint primary key, name text not null)`],
   batchSize: 10,
-  env: { KEEL_SCHEDULED_TRANSFERS: '*' },
+  env: { KEEL_SCHEDULED_TRANSFERS: '*', KEEL_TRANSFER_DIRECT_APPLY: 'false' }, // the staged flow's steps
   moreTransfers: (items) => [
     { ...items, name: 'nightly', target: { ...items.target, table: 'public.items_nightly' }, schedule: '0 0 3 * * *' },
   ],

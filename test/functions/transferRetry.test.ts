@@ -30,6 +30,7 @@ const fx = useItemsTransfer({
     KEEL_TRANSFER_STALE_MS: String(STALE_MS),
     KEEL_TRANSFER_RETRY_BASE_MS: String(BASE_MS),
     KEEL_TRANSFER_RETRY_MAX_MS: String(MAX_MS),
+    KEEL_TRANSFER_DIRECT_APPLY: 'false', // the apply step's retries (the staged flow)
   },
 });
 

@@ -11,6 +11,7 @@ const fx = useItemsTransfer({
   label: 'fn_starts',
   rows: 300,
   batchSize: 1000,
+  env: { KEEL_TRANSFER_DIRECT_APPLY: 'false' }, // the staged flow's steps
   onPoolError: (err) => console.warn(`transferStarts test pool: ${err.message}`),
 });
 const { call } = fx;

@@ -16,7 +16,8 @@ const fx = useItemsTransfer({
   seed: () => addRows(1, 250),
   columns: ['id', 'name', 'qty'],
   chunkSize: 100,
-  env: { KEEL_SCHEDULED_TRANSFERS: '*' },
+  // The staged flow (stage step, then apply step); the direct apply's is in transferDirect.test.ts.
+  env: { KEEL_SCHEDULED_TRANSFERS: '*', KEEL_TRANSFER_DIRECT_APPLY: 'false' },
 });
 const { call } = fx;
 

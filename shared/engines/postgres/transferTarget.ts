@@ -34,6 +34,7 @@ import {
 } from '../../transfer/targetProcedures.js';
 import type {
   ApplyContext,
+  ApplyResult,
   BulkStream,
   KeyTuple,
   RowFeed,
@@ -44,6 +45,8 @@ import type {
 import { PG_CHECKSUM_SETTINGS_SQL, pgCanonical, pgChecksumQuery, pgFacets, pgLogicalType } from './transferSql.js';
 import { PG_COPY_FORMAT, pgChecksumAlgorithms } from './client.js';
 import { pgStatement, type PgSignature } from './procedures.js';
+import { applyDirect } from './directApply.js';
+import { DEFAULT_TRANSFER_TIMEOUTS } from '../../transfer/timeouts.js';
 
 // The PostgreSQL side of TARGET_PROCEDURES: the type of each parameter of keel_transfer.<name>(p_<param>, ...) in
 // declaration order, and what the function returns (test/engines/parity.test.ts checks it against pg_proc).
@@ -402,7 +405,7 @@ export class PostgresTargetDialect implements TargetDialect {
   }
 
   // Declared types of the target table's columns (binary COPY decision, keel-pg2 fields of character(n) columns).
-  private async loadTargetTypes(): Promise<Map<string, string>> {
+  async loadTargetTypes(): Promise<Map<string, string>> {
     const res = await this.pool.query(
       `select a.attname::text as name, format_type(a.atttypid, a.atttypmod) as type, a.attnotnull as notnull
          from pg_attribute a where a.attrelid = to_regclass($1) and a.attnum > 0 and not a.attisdropped`,
@@ -519,7 +522,66 @@ export class PostgresTargetDialect implements TargetDialect {
 }
 
 export class PostgresTransferTarget extends StagingTarget {
-  constructor(t: TransferConfig, pool: pg.Pool, opts: StagingTargetOptions & { ownsPool?: boolean } = {}) {
-    super(t, new PostgresTargetDialect(t, pool, opts), opts);
+  private readonly dialect: PostgresTargetDialect;
+
+  constructor(
+    t: TransferConfig,
+    private readonly pool: pg.Pool,
+    private readonly options: StagingTargetOptions & { ownsPool?: boolean } = {},
+  ) {
+    const d = new PostgresTargetDialect(t, pool, options);
+    super(t, d, options);
+    this.dialect = d;
+  }
+
+  // Direct apply (directApply.ts, docs/transfer.md): a key window over the single integer key, upserts only, from
+  // a bulk stream: written, verified and committed in one target transaction instead of staged, then applied.
+  canApplyDirect(req: StageRequest, feed: RowFeed): boolean {
+    const key = mappedColumns(this.t, req.schema).find((c) => c.source === this.t.keyColumns[0]);
+    return (
+      feed.kind === 'bulk' &&
+      feed.format === this.bulkFormat &&
+      !req.changes &&
+      !carriesChanges(this.t) &&
+      this.t.boundary.kind === 'key' &&
+      this.t.keyColumns.length === 1 &&
+      this.t.keyColumns[0] === this.t.boundary.column &&
+      key?.logical === 'int'
+    );
+  }
+
+  async applyDirect(
+    req: StageRequest,
+    w: Window,
+    feed: RowFeed,
+    ctx: ApplyContext,
+  ): Promise<ApplyResult | 'not_eligible'> {
+    if (feed.kind !== 'bulk' || !this.canApplyDirect(req, feed)) return 'not_eligible';
+    const mapped = mappedColumns(this.t, req.schema);
+    const key = mapped.find((c) => c.source === this.t.keyColumns[0])!;
+    if (this.dialect.targetTypes.size === 0) await this.dialect.loadTargetTypes();
+    const { schema, table } = this.dialect.names;
+    const started = performance.now();
+    const res = await applyDirect(
+      {
+        pool: this.pool,
+        transfer: this.t.name,
+        targetSchema: schema,
+        targetTable: table,
+        qualified: schema ? `${quotePg(schema)}.${quotePg(table)}` : quotePg(table),
+        key: key.target,
+        mapped,
+        targetTypes: this.dialect.targetTypes,
+        stallMs: this.options.stallMs ?? DEFAULT_TRANSFER_TIMEOUTS.stallMs,
+        ...(this.options.trace ? { trace: this.options.trace } : {}),
+      },
+      req,
+      w,
+      feed,
+      ctx,
+      (err) => pgDataError(req.batchId, err),
+    );
+    this.options.trace?.('direct', performance.now() - started);
+    return res;
   }
 }

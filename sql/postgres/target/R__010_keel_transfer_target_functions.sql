@@ -247,6 +247,80 @@ begin
   return query select 'applied'::text, v_count, r.checksum, case when p_changes is null then null else v_deleted end;
 end $$;
 
+-- Direct apply (docs/transfer.md, "Direct apply"): a PostgreSQL -> PostgreSQL key window written straight into the
+-- business table, in ONE target transaction that also holds the claim and the completion row, instead of staging
+-- it first and copying it over (every row written twice). The caller's transaction:
+--   1. begin_direct: claims the batch id exactly as apply_batch does (a rival waits on the row; an attempt reconcile
+--      ruled out fails with KT005; a committed row answers 'already_committed'), locks the table in row exclusive
+--      mode, and answers 'not_eligible' (the caller rolls back: nothing was written, not even the claim) unless the
+--      table has a valid, immediate unique index on exactly p_key and no row with p_key in (p_low, p_high];
+--   2. the caller COPYs the window's rows into the table and checksums the table's rows in (p_low, p_high] with the
+--      manifest's algorithm: they must be exactly the manifest (count and checksum), else it rolls back;
+--   3. finish_direct marks the completion row committed; the caller commits. Rows, claim and completion row commit
+--      together or not at all, and nothing is committed before it matched the manifest.
+create or replace function keel_transfer.begin_direct(
+  p_batch_id uuid, p_transfer text, p_target_schema text, p_target_table text, p_key text,
+  p_low bigint, p_high bigint, p_attempt bigint)
+returns table (outcome text, row_count bigint, checksum text)
+language plpgsql as $$
+#variable_conflict use_column
+declare
+  v_inserted integer;
+  f keel_transfer.completions%rowtype;
+  v_table text := keel_transfer.qualified(p_target_schema, p_target_table);
+  v_indexed boolean;
+  v_taken boolean;
+begin
+  if p_attempt is null or p_attempt < 1 then
+    raise exception using errcode = '22023', message = 'begin_direct needs the journal attempt (>= 1)';
+  end if;
+  -- The claim, as in apply_batch.
+  insert into keel_transfer.completions as c (batch_id, transfer_name, state, attempt) values (p_batch_id, p_transfer, 'claimed', p_attempt)
+  on conflict (batch_id) do update set state = 'claimed', attempt = excluded.attempt, transfer_name = excluded.transfer_name
+   where c.state = 'fenced' and c.fenced_through < excluded.attempt;
+  get diagnostics v_inserted = row_count;
+  if v_inserted = 0 then
+    select * into f from keel_transfer.completions c where c.batch_id = p_batch_id;
+    if f.state = 'committed' then
+      return query select 'already_committed'::text, f.row_count, f.checksum;
+      return;
+    end if;
+    raise exception using errcode = 'KT005',
+      message = format('attempt %s of batch %s was ruled out by reconcile (fenced through attempt %s at %s); nothing was applied',
+                       p_attempt, p_batch_id, f.fenced_through, f.fenced_at);
+  end if;
+  execute format('lock table %s in row exclusive mode', v_table);
+  select exists (
+    select 1 from pg_index i join pg_attribute a on a.attrelid = i.indrelid and a.attnum = i.indkey[0]
+     where i.indrelid = v_table::regclass and i.indisunique and i.indimmediate and i.indisvalid and i.indisready
+       and i.indpred is null and i.indexprs is null and i.indnatts = 1 and a.attname = p_key) into v_indexed;
+  if not v_indexed then
+    return query select 'not_eligible'::text, null::bigint, null::text;
+    return;
+  end if;
+  if p_low is null then
+    execute format('select exists (select 1 from %s t where t.%I <= $1)', v_table, p_key) into v_taken using p_high;
+  else
+    execute format('select exists (select 1 from %s t where t.%I > $1 and t.%I <= $2)', v_table, p_key, p_key) into v_taken using p_low, p_high;
+  end if;
+  if v_taken then
+    return query select 'not_eligible'::text, null::bigint, null::text;
+    return;
+  end if;
+  return query select 'claimed'::text, null::bigint, null::text;
+end $$;
+
+create or replace function keel_transfer.finish_direct(p_batch_id uuid, p_count bigint, p_checksum text)
+returns void language plpgsql as $$
+begin
+  update keel_transfer.completions
+     set state = 'committed', row_count = p_count, checksum = p_checksum, committed_at = clock_timestamp()
+   where batch_id = p_batch_id and state = 'claimed';
+  if not found then
+    raise exception using errcode = 'KT002', message = format('batch %s holds no claim in this transaction', p_batch_id);
+  end if;
+end $$;
+
 -- Reconcile: read the durable outcome, and make a "not applied" verdict final.
 --   committed   -- a committed completion row: the batch is applied.
 --   blocked     -- the row is held by an open transaction (an apply in progress) beyond p_wait_ms: no verdict.

@@ -1,0 +1,195 @@
+// Direct apply of a PostgreSQL -> PostgreSQL key window (docs/transfer.md, "Direct apply"): the source's COPY stream
+// goes straight into the business table inside ONE target transaction that claims the batch id, checks that the
+// window was empty, verifies the written rows against the manifest on the target server and writes the completion
+// row. Instead of staging (one write) and then applying (a second write of every row), each row is written once.
+// Nothing commits unless it matched the manifest; the claim and the completion row commit with the rows. When the
+// window is not empty (rows of it already exist: a replay, a merge) or the written rows do not match the manifest,
+// everything is rolled back and the answer is 'not_eligible': the service falls back to staging and applying.
+import type pg from 'pg';
+import { from as copyFrom } from 'pg-copy-streams';
+import { pipeline } from 'node:stream/promises';
+import { Transform } from 'node:stream';
+import { algorithmOf } from '../../transfer/checksum.js';
+import { TransferError } from '../../transfer/errors.js';
+import { quotePg } from '../../transfer/identifiers.js';
+import type { MappedColumn } from '../../transfer/schema.js';
+import type { ApplyContext, ApplyResult, BulkStream, RowFeed, StageRequest, Window } from '../../transfer/types.js';
+import { PG_CHECKSUM_SETTINGS_SQL, pgChecksumQuery } from './transferSql.js';
+
+const KT_FENCED = 'KT005';
+const noop = () => undefined;
+
+export interface DirectApplyTarget {
+  pool: pg.Pool;
+  transfer: string;
+  targetSchema: string | null;
+  targetTable: string;
+  qualified: string; // the quoted target table
+  key: string; // the target column of the single integer key, which is also the window's boundary column
+  mapped: MappedColumn[];
+  targetTypes: Map<string, string>;
+  stallMs: number;
+  trace?: (phase: string, ms: number) => void;
+}
+
+function pgCode(err: unknown): string | undefined {
+  const c = (err as { code?: unknown } | null)?.code;
+  return typeof c === 'string' ? c : undefined;
+}
+
+export async function applyDirect(
+  d: DirectApplyTarget,
+  req: StageRequest,
+  w: Window,
+  feed: Extract<RowFeed, { kind: 'bulk' }>,
+  ctx: ApplyContext,
+  dataError: (err: unknown) => TransferError | null,
+): Promise<ApplyResult | 'not_eligible'> {
+  const client = await d.pool.connect();
+  let lost: Error | undefined;
+  const onError = (e: Error) => {
+    lost ??= e;
+  };
+  client.on('error', onError);
+  let broken: Error | undefined; // the connection is destroyed on release (an open COPY, or a connection in doubt)
+  let copyOpen = false;
+  let opening: Promise<BulkStream> | undefined;
+  let src: BulkStream | undefined;
+  let timer: NodeJS.Timeout | undefined;
+  let mark = performance.now();
+  const lap = (phase: string) => {
+    const now = performance.now();
+    d.trace?.(phase, now - mark);
+    mark = now;
+  };
+  try {
+    await client.query('begin');
+    await client.query(PG_CHECKSUM_SETTINGS_SQL);
+    let begun: { outcome: string; row_count: string | null; checksum: string | null };
+    try {
+      begun = (
+        await client.query(
+          `select outcome, row_count::text as row_count, checksum
+             from keel_transfer.begin_direct($1, $2, $3, $4, $5, $6::bigint, $7::bigint, $8)`,
+          [req.batchId, req.transfer, d.targetSchema, d.targetTable, d.key, w.low, w.high, ctx.attempt],
+        )
+      ).rows[0];
+    } catch (err) {
+      if (pgCode(err) === KT_FENCED)
+        throw new TransferError('attempt_fenced', (err as Error).message, { attempt: ctx.attempt });
+      throw err;
+    }
+    if (begun.outcome !== 'claimed') {
+      await client.query('rollback');
+      if (begun.outcome === 'already_committed')
+        return { outcome: 'already_committed', rowCount: Number(begun.row_count), checksum: String(begun.checksum) };
+      return 'not_eligible';
+    }
+    lap('direct.claim');
+
+    // Binary COPY when every column has the same declared type on both sides, as the staging does.
+    const binary = d.mapped.every((c) => d.targetTypes.get(c.target)?.toLowerCase() === c.type.toLowerCase());
+    const columnList = d.mapped.map((c) => quotePg(c.target)).join(', ');
+    const sink = client.query(
+      copyFrom(`copy ${d.qualified} (${columnList}) from stdin${binary ? ' (format binary)' : ''}`),
+    );
+    copyOpen = true;
+    sink.on('error', noop);
+    const sinkFailed = new Promise<never>((_, reject) => sink.once('error', reject));
+    sinkFailed.catch(noop);
+    let stallFail: (e: Error) => void = noop;
+    const stalled = new Promise<never>((_, reject) => (stallFail = reject));
+    stalled.catch(noop);
+    const touch = () => {
+      clearTimeout(timer);
+      timer = setTimeout(
+        () =>
+          stallFail(
+            new TransferError(
+              'stream_stalled',
+              `batch ${req.batchId}: no data moved for ${d.stallMs} ms (source or target stopped answering)`,
+            ),
+          ),
+        d.stallMs,
+      );
+    };
+    touch();
+    opening = feed.open(binary ? 'binary' : 'text');
+    src = await Promise.race([opening, sinkFailed, stalled]);
+    src.stream.on('error', noop); // the pipeline reports it
+    touch();
+    const moved = pipeline(
+      src.stream,
+      new Transform({ transform: (chunk, _enc, cb) => (touch(), cb(null, chunk)) }),
+      sink,
+    );
+    moved.catch(noop);
+    try {
+      await Promise.race([moved, stalled]);
+    } catch (err) {
+      if (pgCode(err) !== '23505' || lost) throw err;
+      // A key of the window appeared meanwhile (committed by another writer): the COPY ended with the server's
+      // error, the rollback undoes everything, and the staged way (whose merge handles existing keys) decides.
+      copyOpen = false;
+      const s = src;
+      src = undefined;
+      await s.release(err as Error).catch(noop);
+      await client.query('rollback');
+      return 'not_eligible';
+    }
+    copyOpen = false;
+    clearTimeout(timer);
+    const s = src;
+    src = undefined;
+    opening = undefined;
+    await s.release();
+    lap('direct.copy');
+
+    // The window's rows on the target, checksummed by its server: exactly the manifest, or nothing commits. The
+    // window was empty when claimed (begin_direct), so these are the rows just written, plus any a concurrent
+    // writer committed into the window meanwhile (then the sums differ, and the staged way decides).
+    await client.query(
+      `select set_config('parallel_setup_cost', '0', true), set_config('parallel_tuple_cost', '0', true), set_config('min_parallel_table_scan_size', '0', true),
+              set_config('work_mem', '32MB', true)`,
+    );
+    const keyRef = `t.${quotePg(d.key)}`;
+    const where = w.low === null ? `${keyRef} <= $1::bigint` : `${keyRef} > $2::bigint and ${keyRef} <= $1::bigint`;
+    const sums = await client.query(
+      pgChecksumQuery(
+        d.mapped.map((c) => ({ ref: `t.${quotePg(c.target)}`, type: c.staged, declared: d.targetTypes.get(c.target) })),
+        `${d.qualified} t`,
+        where,
+        algorithmOf(req.manifest.checksum),
+      ),
+      w.low === null ? [w.high] : [w.high, w.low],
+    );
+    const rowCount = Number(sums.rows[0].n);
+    const checksum = String(sums.rows[0].checksum);
+    lap('direct.checksum');
+    if (rowCount !== req.manifest.rowCount || checksum !== req.manifest.checksum) {
+      await client.query('rollback');
+      return 'not_eligible';
+    }
+    await client.query(`select keel_transfer.finish_direct($1, $2, $3)`, [req.batchId, rowCount, checksum]);
+    await client.query('commit');
+    lap('direct.commit');
+    return { outcome: 'applied', rowCount, checksum };
+  } catch (err) {
+    clearTimeout(timer);
+    if (opening && !src) opening.then((s) => s.release(err as Error), noop).catch(noop);
+    if (src) await src.release(err as Error).catch(noop);
+    if (copyOpen || lost || !(err instanceof TransferError)) {
+      // An open COPY or a connection in doubt: destroying the connection ends the server's transaction at once
+      // (a rollback could queue behind the COPY). Reconcile then reads the outcome from the completion row.
+      broken = err as Error;
+    } else {
+      await client.query('rollback').catch((e: Error) => {
+        broken = e;
+      });
+    }
+    throw dataError(err) ?? err;
+  } finally {
+    if (!broken && !lost) client.off('error', onError);
+    client.release(broken ?? lost);
+  }
+}

@@ -1,0 +1,270 @@
+// Direct apply (docs/transfer.md, "Direct apply"): a PostgreSQL -> PostgreSQL key window is written into the target
+// table in the one target transaction that claims the batch id, verifies the rows against the manifest and writes
+// the completion row. Checked here: the happy path (one step, every row written once, nothing staged), the fall
+// back to staging when rows of the window already exist, the fence (an attempt reconcile ruled out cannot commit),
+// and cuts through a TCP proxy at every point of that transaction: reconcile + retry leave every row exactly once.
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { poolErrorLogger } from '../../shared/engines/poolErrors.js';
+import { FaultProxy, type FaultPlan } from '../support/faultProxy.js';
+import {
+  assertExactlyOnce,
+  insertSourceRows,
+  ordersTransfer,
+  setupDatabases,
+  TARGET_DDL,
+  ORDERS_DDL,
+  type Env,
+} from './helpers.js';
+import { TransferService, type BatchView } from '../../shared/transfer/service.js';
+import { seededRandom } from '../support/seededRandom.js';
+import { pgTransferPoolConfig, type TransferTimeouts } from '../../shared/transfer/timeouts.js';
+import type { TransferConfig } from '../../shared/transfer/config.js';
+import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
+import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
+import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
+
+const RUNS = Number(process.env.KEEL_FAULT_RUNS ?? 12);
+const seeded = seededRandom('transfer direct apply faults');
+const rand = (lo: number, hi: number) => seeded.int(lo, hi);
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe('direct apply (PostgreSQL -> PostgreSQL key windows)', () => {
+  let env: Env;
+  let proxy: FaultProxy;
+  let proxied: pg.Pool;
+  let covered = 0;
+
+  beforeAll(async () => {
+    env = await setupDatabases('tr_direct');
+    await env.source.query(ORDERS_DDL);
+    await env.target.query(TARGET_DDL);
+    await insertSourceRows(env.source, 1, 6 * RUNS * 90 + 2000);
+    const u = new URL(env.targetUrl);
+    proxy = await FaultProxy.start(u.hostname, Number(u.port));
+    const T: TransferTimeouts = {
+      connectMs: 5_000,
+      statementMs: 20_000,
+      queryMs: 25_000,
+      idleInTransactionMs: 10_000,
+      lockMs: 10_000,
+      stallMs: 5_000,
+    };
+    // Each written row costs 0.1 ms (the target's write trigger), so that a cut can land inside the COPY.
+    proxied = new pg.Pool({
+      ...pgTransferPoolConfig(proxy.urlFor(env.targetUrl), T, 3),
+      options: '-c client_connection_check_interval=10 -c keel_test.write_delay=0.0001',
+    });
+    proxied.on('error', poolErrorLogger('postgres', 'transfer', 'test target pool (direct apply, fault proxy)'));
+  });
+  afterAll(async () => {
+    await proxied?.end();
+    await proxy?.close();
+    await env?.close();
+  });
+
+  function service(t: TransferConfig, target: pg.Pool = env.target, directApply = true): TransferService {
+    return new TransferService({
+      journal: new PostgresTransferJournal(env.control),
+      transfers: [t],
+      directApply,
+      connect: (tc) => ({
+        source: new PostgresTransferSource(tc, env.source),
+        target: new PostgresTransferTarget(tc, target),
+      }),
+    });
+  }
+
+  const events = async (batchId: string) =>
+    (
+      await env.control.query(`select event from keel.transfer_batch_events where batch_id = $1 order by event_id`, [
+        batchId,
+      ])
+    ).rows.map((r) => r.event as string);
+  const completion = async (batchId: string) =>
+    (
+      await env.target.query(
+        `select row_count::int as n, checksum, state from keel_transfer.completions where batch_id = $1`,
+        [batchId],
+      )
+    ).rows;
+
+  it('commits a window in the stage step: one target transaction, every row written once, nothing staged', async () => {
+    const t = ordersTransfer('orders_direct', { batchSize: 500 });
+    const svc = service(t);
+    for (let i = 0; i < 3; i++) {
+      const created = await svc.createBatch(t.name);
+      const v = await svc.stage(created.batchId);
+      expect(v.state).toBe('committed');
+      expect(v.appliedCount).toBe(created.rowCount);
+      expect(v.stagedChecksum).toBe(created.checksum);
+      expect(v.attempts).toBe(1);
+      expect(await events(v.batchId)).toEqual(['created', 'manifest_recorded', 'apply_started', 'applied']);
+      expect(await completion(v.batchId)).toEqual([
+        { n: created.rowCount, checksum: created.checksum, state: 'committed' },
+      ]);
+      // Nothing went through the staging table or its registry.
+      const staged = await env.target.query(`select count(*)::int as n from keel_transfer.staged where batch_id = $1`, [
+        v.batchId,
+      ]);
+      expect(staged.rows[0].n).toBe(0);
+      // Applying it again is a no-op that says so.
+      expect((await svc.apply(v.batchId)).state).toBe('committed');
+      covered = Number(v.boundary.high);
+    }
+    const r = await assertExactlyOnce(env, covered);
+    expect(r.target).toBe(covered);
+    expect(r.maxWrites).toBe(1);
+  });
+
+  it('falls back to staging and the merge when rows of the window already exist on the target', async () => {
+    const t = ordersTransfer('orders_direct', { batchSize: 400 });
+    const svc = service(t);
+    // A stale copy of one row of the next window: the direct path must not run (the merge updates it).
+    await env.target.query(
+      `insert into public.orders (id, customer) values ($1, 'stale') on conflict (id) do update set customer = 'stale'`,
+      [covered + 7],
+    );
+    const created = await svc.createBatch(t.name);
+    const v = await svc.run(created.batchId);
+    expect(v.state).toBe('committed');
+    expect(v.appliedCount).toBe(created.rowCount);
+    // Attempt 1 was the direct one: reconcile fenced it (nothing written), attempt 2 applied the staged rows.
+    expect(v.attempts).toBe(2);
+    expect(await events(v.batchId)).toEqual([
+      'created',
+      'manifest_recorded',
+      'apply_started',
+      'reconciled_not_applied',
+      'staged',
+      'apply_started',
+      'applied',
+    ]);
+    const fence = await env.target.query(
+      `select state, fenced_through::int as f from keel_transfer.completions where batch_id = $1`,
+      [v.batchId],
+    );
+    expect(fence.rows).toEqual([{ state: 'committed', f: 1 }]);
+    covered = Number(v.boundary.high);
+    const r = await assertExactlyOnce(env, covered);
+    expect(r.target).toBe(covered);
+    await env.target.query(`update public.write_counts set writes = 1 where id = $1`, [covered - 400 + 7]);
+  });
+
+  it('an attempt that reconcile fenced cannot commit: begin_direct refuses it (KT005), nothing is written', async () => {
+    const c = await env.target.connect();
+    try {
+      const id = '0b4c1f9e-3c43-4c1e-9a61-7f3f2d1f0a01';
+      await env.target.query(`select * from keel_transfer.try_claim($1, 100, 3)`, [id]);
+      await c.query('begin');
+      await expect(
+        c.query(`select * from keel_transfer.begin_direct($1, 'x', 'public', 'orders', 'id', null, 10, 3)`, [id]),
+      ).rejects.toMatchObject({ code: 'KT005' });
+      await c.query('rollback');
+      const r = await c.query(
+        `select * from keel_transfer.begin_direct($1, 'x', 'public', 'orders', 'id', $2, $3, 4)`,
+        [id, covered + 100_000, covered + 100_010],
+      );
+      expect(r.rows[0].outcome).toBe('claimed'); // a later attempt takes the fence over
+      await c.query('rollback');
+    } finally {
+      c.release();
+    }
+  });
+
+  // One batch through a fault on the proxied target, then reconcile + run (same id) until committed.
+  async function faultedRun(plan: FaultPlan): Promise<{ first: BatchView; final: BatchView; fired: boolean }> {
+    const t = ordersTransfer('orders_direct', { batchSize: rand(30, 90), reconcileWaitMs: rand(1, 150) });
+    const svc = service(t, proxied);
+    const created = await svc.createBatch(t.name);
+    let fired = false;
+    const armed = proxy.arm(plan).then(() => {
+      fired = true;
+    });
+    const first = await svc.run(created.batchId);
+    proxy.disarm();
+    await Promise.race([armed, sleep(5)]);
+    let v = first;
+    for (let i = 0; i < 100 && v.state !== 'committed'; i++) {
+      if (v.state === 'applying' || v.state === 'unresolved') {
+        v = await svc.reconcile(v.batchId);
+        if (v.state === 'unresolved') await sleep(20);
+      } else if (v.state === 'extracting' || v.state === 'staged') {
+        v = await svc.run(v.batchId);
+      } else break;
+    }
+    expect(v.state, `batch ${v.batchId}: ${v.lastError}`).toBe('committed');
+    expect(v.appliedCount).toBe(created.rowCount);
+    expect(await completion(v.batchId)).toEqual([
+      { n: created.rowCount, checksum: created.checksum, state: 'committed' },
+    ]);
+    const ev = await events(v.batchId);
+    // Never two applies: the outcome was read from the target, not guessed.
+    expect(ev.filter((e) => e === 'applied' || e === 'reconciled_committed').length).toBe(1);
+    covered = Number(v.boundary.high);
+
+    return { first, final: v, fired };
+  }
+
+  async function checkTarget() {
+    const r = await assertExactlyOnce(env, covered);
+    expect(r.target).toBe(covered);
+    expect(r.maxWrites).toBe(1);
+  }
+
+  it(`cut inside the direct COPY, ${RUNS} runs`, { timeout: 120_000 }, async () => {
+    let fired = 0;
+    for (let i = 0; i < RUNS; i++) {
+      const r = await faultedRun({
+        kind: 'cut-after-bytes',
+        trigger: (sql) => /^copy "?public"?\./.test(sql),
+        bytes: rand(0, 3000),
+      });
+      if (r.fired) fired++;
+      if (r.fired) expect(r.final.attempts).toBeGreaterThanOrEqual(2);
+    }
+    expect(fired).toBeGreaterThan(RUNS / 2);
+    await checkTarget();
+  });
+
+  it(`cut after the rows were written (checksum, completion row), ${RUNS} runs`, { timeout: 120_000 }, async () => {
+    let rolledBack = 0;
+    for (let i = 0; i < RUNS; i++) {
+      const r = await faultedRun({
+        kind: 'cut-after-ms',
+        trigger: (sql) =>
+          i % 2 === 0 ? sql.includes('keel_transfer.finish_direct') : sql.startsWith('select count(*)::text as n'),
+        delayMs: 0,
+      });
+      expect(r.fired).toBe(true);
+      // The cut can land before the COMMIT (rolled back: fenced, then attempt 2 commits) or after it (the reply
+      // lost: reconcile reads the completion row); either way the outcome was read from the target.
+      if ((await events(r.final.batchId)).includes('reconciled_not_applied')) rolledBack++;
+    }
+    expect(rolledBack).toBeGreaterThan(0);
+    await checkTarget();
+  });
+
+  it(
+    `COMMIT reached the server, reply lost: reconcile reads the completion row, ${RUNS} runs`,
+    {
+      timeout: 120_000,
+    },
+    async () => {
+      for (let i = 0; i < RUNS; i++) {
+        const r = await faultedRun({ kind: 'drop-reply', trigger: (sql) => sql === 'commit', holdMs: rand(0, 4) });
+        expect(r.fired).toBe(true);
+        expect(r.first.state).toBe('committed');
+        expect(r.final.attempts).toBe(1);
+        expect(await events(r.final.batchId)).toEqual([
+          'created',
+          'manifest_recorded',
+          'apply_started',
+          'apply_error',
+          'reconciled_committed',
+        ]);
+      }
+      await checkTarget();
+    },
+  );
+});
