@@ -21,7 +21,8 @@ import type {
 import { queueNameOf, scheduleOf } from '../shared/app/definitions.js';
 import type { Settings } from '../shared/config/settings.js';
 import { existsSync } from 'node:fs';
-import { checkFunctionKey, principalTrustWarning } from '../shared/ops/auth.js';
+import { checkFunctionKey } from '../shared/ops/auth.js';
+import { principalTrustWarning } from '../shared/ops/principalTrust.js';
 import { HttpRequest, HttpResponse, InvocationContext } from './azureFunctions.js';
 import type { HostConfig } from '../shared/app/hostJson.js';
 import { poisonQueueName } from '../shared/app/queues.js';

@@ -4,7 +4,7 @@ import type { OpsRuntime } from '../ops/context.js';
 import { postDueJobs } from './dispatch.js';
 import { enqueueAndPost, postJobs } from './jobs.js';
 import type { Runtime } from './runtime.js';
-import { processEnv } from './environment.js';
+import { hostEnvironment } from './hostEnvironment.js';
 import { postStage } from './transfers.js';
 
 const views = new WeakMap<Runtime, OpsRuntime>();
@@ -14,7 +14,7 @@ export function opsRuntimeOf(rt: Runtime): OpsRuntime {
   if (!view) {
     view = {
       settings: rt.settings,
-      hostEnv: processEnv(),
+      principalTrust: () => hostEnvironment().principalTrust,
       store: rt.store,
       registry: rt.registry,
       schedules: rt.schedules,
