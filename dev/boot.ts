@@ -271,6 +271,7 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
       opsKey,
       port,
       hostname: env.KEEL_HTTP_HOST ?? '127.0.0.1',
+      debug: Boolean(env.KEEL_DEBUG),
       log,
       ...(wakeups ? { wakeups: { source: wakeups, timer: 'dispatcher' } } : {}),
     }).catch((err: NodeJS.ErrnoException) => {

@@ -53,6 +53,8 @@ export interface LocalHostOptions {
   // the jobs queue, which every local instance of one app shares. false: no cross-instance lock (one instance only).
   hostId?: string;
   timerLocks?: false;
+  // KEEL_DEBUG, read once by dev/boot.ts: keep the debug and trace lines the host drops by default.
+  debug?: boolean;
 }
 
 // The interval between a schedule's next two occurrences (useMonitor's default depends on it).
@@ -76,9 +78,9 @@ const HTTP_METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'
 // As the Functions host at its default level (Information): debug and trace lines are dropped, unless KEEL_DEBUG is set.
 const QUIET_LEVELS: readonly LogLevel[] = ['debug', 'trace'];
 
-function logHandlerFor(name: string, log: (line: string) => void) {
+function logHandlerFor(name: string, log: (line: string) => void, debug: boolean) {
   return (level: LogLevel, ...args: unknown[]) => {
-    if (QUIET_LEVELS.includes(level) && !process.env.KEEL_DEBUG) return;
+    if (QUIET_LEVELS.includes(level) && !debug) return;
     const text = args
       .map((a) => (typeof a === 'string' ? a : a instanceof Error ? (a.stack ?? a.message) : JSON.stringify(a)))
       .join(' ');
@@ -89,12 +91,13 @@ function logHandlerFor(name: string, log: (line: string) => void) {
 function contextFor(
   name: string,
   log: (line: string) => void,
+  opts: Pick<LocalHostOptions, 'debug'>,
   triggerMetadata?: Record<string, unknown>,
 ): InstanceType<typeof InvocationContext> {
   return new InvocationContext({
     invocationId: randomUUID(),
     functionName: name,
-    logHandler: logHandlerFor(name, log),
+    logHandler: logHandlerFor(name, log, opts.debug === true),
     ...(triggerMetadata ? { triggerMetadata } : {}),
   });
 }
@@ -221,7 +224,7 @@ class HttpLayer implements Stoppable {
       params,
       ...(chunks.length ? { body: { bytes: new Uint8Array(Buffer.concat(chunks)) } } : {}),
     });
-    const context = contextFor(def.name, this.log);
+    const context = contextFor(def.name, this.log, this.opts);
     const started = Date.now();
     const result = (await def.handler(request, context)) as HttpResponseInit | HttpResponseType | undefined;
     const response =
@@ -290,7 +293,7 @@ class TimerLayer implements Stoppable {
           },
         };
         last = now;
-        const context = contextFor(def.name, this.log);
+        const context = contextFor(def.name, this.log, this.opts);
         try {
           await def.handler(timer, context);
         } catch (err) {
@@ -471,7 +474,7 @@ class QueuePoller implements Stoppable {
       return this.toPoison(m, popReceipt, `dequeued ${m.dequeueCount} times (maxDequeueCount ${q.maxDequeueCount})`);
     const decoded = this.decode(m);
     if (!decoded.ok) return this.toPoison(m, popReceipt, decoded.detail);
-    const context = contextFor(this.def.name, this.log, {
+    const context = contextFor(this.def.name, this.log, this.opts, {
       id: m.messageId,
       dequeueCount: m.dequeueCount,
       insertionTime: m.insertedOn.toISOString(),

@@ -14,8 +14,6 @@ import type { Logger } from './jobs.js';
 import type { Runtime } from './runtime.js';
 import type { AppEnv } from './environment.js';
 
-export type TransferServiceLike = TransferService;
-
 export interface TransferMessage {
   batchId: string;
   retry?: number; // the n-th delayed re-post in a row (see scheduleRetry)
@@ -37,12 +35,14 @@ export function chainOf(m: ChainState): ChainState {
 // Builds the service when transfers are configured (KEEL_TRANSFERS / KEEL_TRANSFERS_FILE); null otherwise.
 // The batch journal lives in the control database, beside the jobs.
 export async function createTransferService(settings: Settings, env: AppEnv): Promise<TransferService | null> {
-  if (loadTransfers(transferEngineRules(), env).length === 0) return null;
+  // Parsed once here, and handed on.
+  const transfers = loadTransfers(transferEngineRules(), env);
+  if (transfers.length === 0) return null;
   // The batch journal lives in the control database, beside the jobs: the job store's engine opens it.
   const control = engineNamed(settings.KEEL_STORE_ENGINE);
   if (!control.openJournal) throw new Error(`KEEL_STORE_ENGINE=${control.name} cannot hold the transfer journal`);
   const journal: TransferJournal = await control.openJournal(settings);
-  const created = composeTransferService(journal, env);
+  const created = composeTransferService(journal, env, transfers);
   if (!created) {
     await journal.close();
     return null;
