@@ -4,6 +4,7 @@
 // follow-up jobs with the app's checks, and the errors enqueue throws — behind a name that stays put while the
 // modules behind it move. Handler tests use the test kit, test/kit.ts (docs/jobs.md, "Testing a handler").
 import type { EnqueuedJob, Logger } from './app/jobs.js';
+import { processEnv } from './app/environment.js';
 import type { JobRequest } from './jobs/typedEnqueue.js';
 import type { Flow, FlowResult } from '../packages/client/src/flow.js';
 
@@ -24,6 +25,13 @@ export type { JobRequest } from './jobs/typedEnqueue.js';
 export type { EnqueuedJob } from './app/jobs.js';
 export type { JobLink } from './jobs/contract.js';
 export type { Flow, FlowResult } from '../packages/client/src/flow.js';
+
+// A handler's own app setting, by name (the handler's names, not Keel's: shared/app/settingsIndex.ts lists Keel's
+// only), from the process environment through the one module that reads it (shared/app/environment.ts). App settings
+// do not change while the app runs: read one once, at first use, not per job.
+export function appSetting(name: string): string | undefined {
+  return processEnv()[name];
+}
 
 // Enqueues jobs from a handler (a follow-up job) or any code running in the app, with the ops API's checks: a
 // registered type, the handler's payload schema and queue (ValidationError naming the field, nothing written), an
