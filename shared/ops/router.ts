@@ -209,7 +209,7 @@ function roleNames(settings: OpsRuntime['settings']): RoleNames {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// The audit trail (issue 24, keel.ops_audit): recorded here, once for every route, never by the routes themselves.
+// The audit trail (keel.ops_audit): recorded here, once for every route, never by the routes themselves.
 // - Every write (any method but GET) leaves exactly one record: refused before it ran ('refused': 401/403, a
 //   cross-site call, a wrong content type, an invalid body...), or recorded as 'started' before its handler runs and
 //   finished as 'ok' or 'failed' (with the status, the reason and the count it affected) after.
