@@ -28,7 +28,7 @@ import { PostgresWakeups } from '../shared/engines/postgres/wakeups.js';
 import { createRuntime, setRuntime, type Runtime } from '../shared/app/runtime.js';
 import { rereadHostEnvironment } from '../shared/app/hostEnvironment.js';
 import { prepareDemoTransfer } from './demoTransfer.js';
-import { ensureExecutorLogin, withDatabase, withLogin } from '../shared/engines/postgres/client.js';
+import { ensureExecutorLogin, withDatabase, withLogin } from './pgAdmin.js';
 import { registerDemoHandlers } from './demoHandlers.js';
 
 // The local host's application login on its embedded server (loopback only, like the server's admin password).

@@ -10,7 +10,7 @@ import { loadTransfers } from '../transfer/config.js';
 import type { TransferJournal } from '../transfer/journal.js';
 import { composeTransferService } from './transferAdapters.js';
 import { engineNamed, transferEngineRules } from '../engines/registry.js';
-import type { Logger } from './jobs.js';
+import type { Logger } from './enqueue.js';
 import type { Runtime } from './runtime.js';
 import type { AppEnv } from './environment.js';
 

@@ -82,7 +82,7 @@ const CASES: [string, string, boolean][] = [
   ['handlers/x.ts', `import { mailer } from './_mailer.js';`, true],
   ['handlers/sub/x.ts', `import { defineSchedule } from '../../shared/handlerApi.js';`, true],
   ['handlers/x.ts', `import { defineHandler } from '../shared/jobs/define.js';`, false],
-  ['handlers/x.ts', `import { enqueueJobs } from '../shared/app/jobs.js';`, false],
+  ['handlers/x.ts', `import { enqueueJobs } from '../shared/app/enqueue.js';`, false],
   ['handlers/x.ts', `import { JobProcessor } from '../shared/jobs/processor.js';`, false],
   ['handlers/x.ts', `import { PostgresJobStore } from '../shared/engines/postgres/jobStore.js';`, false],
   ['handlers/x.ts', `import type { Runtime } from '../shared/app/definitions.js';`, false],
