@@ -13,6 +13,8 @@ import { engineNamed, transferEngineRules } from '../engines/registry.js';
 import type { Logger } from './enqueue.js';
 import type { Runtime } from './runtime.js';
 import type { AppEnv } from './environment.js';
+import { parseMessage, poison, transferMessageSchema } from './messages.js';
+import type { InvocationContext } from '@azure/functions';
 
 export interface TransferMessage {
   batchId: string;
@@ -360,6 +362,49 @@ async function reportFreshness(rt: Runtime, steps: TimerStep[], now: Date, log: 
 }
 
 // The queue steps leave a paused transfer's batch where it is (resuming the transfer re-posts it).
+// The queue steps' common start (functions/transferStage.ts, transferApply.ts): the message parsed and transfers
+// configured; otherwise the message goes to the poison queue and the step has nothing more to do (null).
+export async function readTransferStep(
+  rt: Runtime,
+  queue: string,
+  message: unknown,
+  context: InvocationContext,
+): Promise<{ transfers: TransferService; step: TransferMessage; chain: ChainState } | null> {
+  const parsed = parseMessage(transferMessageSchema, message);
+  if (!parsed.ok) {
+    await poison(rt, queue, context, message, parsed.reason, parsed.detail);
+    return null;
+  }
+  if (!rt.transfers) {
+    await poison(
+      rt,
+      queue,
+      context,
+      message,
+      'transfers_not_configured',
+      'no transfers are configured (KEEL_TRANSFERS)',
+    );
+    return null;
+  }
+  return { transfers: rt.transfers, step: parsed.value, chain: chainOf(parsed.value) };
+}
+
+// A batch of a paused transfer is left as it is by a queue step (resuming the transfer posts it again): true when the
+// step stops here, having said so.
+export async function leftPaused(
+  rt: Runtime,
+  batchId: string,
+  step: 'stage' | 'apply',
+  context: InvocationContext,
+): Promise<boolean> {
+  const paused = await pausedFor(rt, batchId);
+  if (paused)
+    context.info(
+      `${step}: batch ${batchId}: transfer ${paused} is paused; left as it is (resuming the transfer posts it again)`,
+    );
+  return paused !== null;
+}
+
 export async function pausedFor(rt: Runtime, batchId: string): Promise<string | null> {
   const service = rt.transfers;
   if (!service) return null;
