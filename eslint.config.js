@@ -59,11 +59,14 @@ const boundary = (files, bans, { ignores = [], typeImportsAllowed } = {}) => ({
 // module and hands it down, as parsed Settings or as an explicit env argument to a per-feature schema. Every spelling
 // of a read is caught: process.env, globalThis.process.env, `const { env } = process`, `import { env } from 'node:process'`.
 const ENV_READ_MESSAGE =
-  'process.env is read only by shared/app/environment.ts (the composition root): take Settings or the env as an argument, and declare a new setting in Settings or a per-feature schema listed in shared/app/settingsIndex.ts';
+  'process.env is read only by shared/app/environment.ts (the composition root): take Settings or the env as an argument, and declare a new setting in Settings or a per-feature schema listed in shared/app/settingsIndex.ts (a handler: appSetting from shared/handlerApi.ts)';
 const ENV_ROOT = 'shared/app/environment.ts';
+// Shipped code (handlers/ included: a handler reads its own settings through shared/handlerApi.ts appSetting) and the
+// client package (a library: it takes options); the tools around the app (dev/, scripts/, test/, bench/, tests
+// anywhere) are composition roots of their own.
 const noProcessEnv = {
-  files: ['shared/**/*.ts', 'functions/**/*.ts'],
-  ignores: [ENV_ROOT],
+  files: ['shared/**/*.ts', 'functions/**/*.ts', 'handlers/**/*.ts', 'packages/client/src/**/*.ts'],
+  ignores: [ENV_ROOT, '**/*.test.ts'],
   rules: {
     'no-restricted-syntax': [
       'error',
@@ -71,7 +74,11 @@ const noProcessEnv = {
         "MemberExpression[object.name='process'][property.name='env']",
         "MemberExpression[object.property.name='process'][property.name='env']",
         "VariableDeclarator[init.name='process'] > ObjectPattern > Property[key.name='env']",
+        "MemberExpression[object.name='process'][property.value='env']",
         "ImportDeclaration[source.value=/^(node:)?process$/] > ImportSpecifier[imported.name='env']",
+        // import * as p / import p from 'node:process' would reach p.env: the global process is enough.
+        'ImportDeclaration[source.value=/^(node:)?process$/] > ImportNamespaceSpecifier',
+        'ImportDeclaration[source.value=/^(node:)?process$/] > ImportDefaultSpecifier',
       ].map((selector) => ({ selector, message: ENV_READ_MESSAGE })),
     ],
   },

@@ -14,7 +14,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Timer } from '@azure/functions';
 import { benchPgUrl, describeServer, openBenchServer } from './server.js';
-import { withClient } from '../shared/engines/postgres/client.js';
+import { withClient } from '../dev/pgAdmin.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, '..');

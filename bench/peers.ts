@@ -21,7 +21,7 @@ import { PostgresJobStore } from '../shared/engines/postgres/jobStore.js';
 import { HandlerRegistry } from '../shared/jobs/registry.js';
 import { JobProcessor, Worker } from '../shared/jobs/processor.js';
 import { parseSettings } from '../shared/config/settings.js';
-import { dispatchDueJobs } from '../shared/app/dispatch.js';
+import { dispatchDueJobs } from '../shared/app/timerPasses.js';
 import type { Runtime } from '../shared/app/runtime.js';
 import { PostgresWakeups } from '../shared/engines/postgres/wakeups.js';
 import { GRAPHILE_OPTIONS, drainKeelBatched } from './shapes.js';

@@ -10,7 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import { startEmbeddedPostgres, type EmbeddedServer } from '../dev/embeddedPostgres.js';
-import { withClient, withDatabase } from '../shared/engines/postgres/client.js';
+import { withClient, withDatabase } from '../dev/pgAdmin.js';
 
 export const PG_URL_ENV = 'KEEL_BENCH_PG_URL';
 // Spread into each bench's parseArgs options.

@@ -4,7 +4,7 @@ import { HandlerRegistry } from '../shared/jobs/registry.js';
 import { JobProcessor } from '../shared/jobs/processor.js';
 
 // graphile-worker's performance preset (https://worker.graphile.org/docs/performance: the configuration behind their
-// published numbers) and its defaults with 24 slots (as in issue 12's table).
+// published numbers) and its defaults with 24 slots (the graphile-perf and graphile-defaults rows of bench/README.md).
 export const GRAPHILE_OPTIONS = {
   perf: {
     concurrency: 24,

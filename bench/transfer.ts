@@ -23,7 +23,7 @@ import { parseTransfers } from '../shared/transfer/config.js';
 import { transferEngineRules } from '../shared/engines/registry.js';
 import { migratePostgresTarget } from '../shared/engines/postgres/transferEndpoints.js';
 import { TransferService } from '../shared/transfer/service.js';
-import { withClient } from '../shared/engines/postgres/client.js';
+import { withClient } from '../dev/pgAdmin.js';
 import { ChecksumAccumulator } from '../shared/transfer/checksum.js';
 import type { SourceAdapter } from '../shared/transfer/types.js';
 

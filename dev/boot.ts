@@ -26,12 +26,13 @@ import { readHostConfig } from '../shared/app/hostJson.js';
 import { startLocalHost, type RunningLocalHost } from './localHost.js';
 import { PostgresWakeups } from '../shared/engines/postgres/wakeups.js';
 import { createRuntime, setRuntime, type Runtime } from '../shared/app/runtime.js';
+import { rereadHostEnvironment } from '../shared/app/hostEnvironment.js';
 import { prepareDemoTransfer } from './demoTransfer.js';
-import { ensureExecutorLogin, withDatabase, withLogin } from '../shared/engines/postgres/client.js';
+import { ensureExecutorLogin, withDatabase, withLogin } from './pgAdmin.js';
+import { registerDemoHandlers } from './demoHandlers.js';
 
 // The local host's application login on its embedded server (loopback only, like the server's admin password).
 const LOCAL_APP_LOGIN = { user: 'keel_app', password: 'keel-app-local' };
-import { registerDemoHandlers } from './demoHandlers.js';
 
 export const PROJECT_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -239,9 +240,10 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
     // The local host has no sign-in: the caller states its roles in x-ms-client-principal (refused where a hosting
     // environment is detected; shared/ops/auth.ts).
     env.KEEL_TRUST_CLIENT_PRINCIPAL ??= 'local';
-    // What the app reads from the process environment (the handlers folder, the principal checks and the console, per
-    // call: shared/app/environment.ts) sees the same settings.
+    // What the app reads from the process environment (the handlers folder, the worker's instance; the principal
+    // checks and the console, parsed once: shared/app/hostEnvironment.ts) sees the same settings.
     for (const [k, v] of Object.entries(env)) if (v !== undefined) process.env[k] = v;
+    rereadHostEnvironment();
     const settings = parseSettings(env);
     // The demo job types are dev code: registered here, never by the production runtime.
     const runtime = await createRuntime(settings, {
@@ -269,6 +271,7 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
       opsKey,
       port,
       hostname: env.KEEL_HTTP_HOST ?? '127.0.0.1',
+      debug: Boolean(env.KEEL_DEBUG),
       log,
       ...(wakeups ? { wakeups: { source: wakeups, timer: 'dispatcher' } } : {}),
     }).catch((err: NodeJS.ErrnoException) => {

@@ -1,5 +1,6 @@
 // Demo job types for `npm start` and the demo script: they show archive, retry, dead-letter and cancel paths.
-import { FatalError, type HandlerRegistry } from '../shared/jobs/registry.js';
+import type { HandlerRegistry } from '../shared/jobs/registry.js';
+import { FatalError } from '../shared/jobs/handlerErrors.js';
 
 const sleep = (ms: number, signal: AbortSignal) =>
   new Promise<void>((resolve, reject) => {

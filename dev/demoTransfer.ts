@@ -1,6 +1,6 @@
 // The demo transfer: two local databases on the same PostgreSQL server, a source table that gains 1,000 new
 // orders each time the demo is prepared, an empty target table, and the transfer configured between them.
-import { withClient, withDatabase } from '../shared/engines/postgres/client.js';
+import { withClient, withDatabase } from './pgAdmin.js';
 
 export const DEMO_TRANSFER = 'demo_orders';
 const SOURCE_DB = 'keel_demo_source';

@@ -21,7 +21,8 @@ import type {
 import { queueNameOf, scheduleOf } from '../shared/app/definitions.js';
 import type { Settings } from '../shared/config/settings.js';
 import { existsSync } from 'node:fs';
-import { checkFunctionKey, principalTrustWarning } from '../shared/ops/auth.js';
+import { checkFunctionKey } from '../shared/ops/auth.js';
+import { principalTrustWarning } from '../shared/ops/principalTrust.js';
 import { HttpRequest, HttpResponse, InvocationContext } from './azureFunctions.js';
 import type { HostConfig } from '../shared/app/hostJson.js';
 import { poisonQueueName } from '../shared/app/queues.js';
@@ -52,6 +53,8 @@ export interface LocalHostOptions {
   // the jobs queue, which every local instance of one app shares. false: no cross-instance lock (one instance only).
   hostId?: string;
   timerLocks?: false;
+  // KEEL_DEBUG, read once by dev/boot.ts: keep the debug and trace lines the host drops by default.
+  debug?: boolean;
 }
 
 // The interval between a schedule's next two occurrences (useMonitor's default depends on it).
@@ -75,9 +78,9 @@ const HTTP_METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'
 // As the Functions host at its default level (Information): debug and trace lines are dropped, unless KEEL_DEBUG is set.
 const QUIET_LEVELS: readonly LogLevel[] = ['debug', 'trace'];
 
-function logHandlerFor(name: string, log: (line: string) => void) {
+function logHandlerFor(name: string, log: (line: string) => void, debug: boolean) {
   return (level: LogLevel, ...args: unknown[]) => {
-    if (QUIET_LEVELS.includes(level) && !process.env.KEEL_DEBUG) return;
+    if (QUIET_LEVELS.includes(level) && !debug) return;
     const text = args
       .map((a) => (typeof a === 'string' ? a : a instanceof Error ? (a.stack ?? a.message) : JSON.stringify(a)))
       .join(' ');
@@ -88,12 +91,13 @@ function logHandlerFor(name: string, log: (line: string) => void) {
 function contextFor(
   name: string,
   log: (line: string) => void,
+  opts: Pick<LocalHostOptions, 'debug'>,
   triggerMetadata?: Record<string, unknown>,
 ): InstanceType<typeof InvocationContext> {
   return new InvocationContext({
     invocationId: randomUUID(),
     functionName: name,
-    logHandler: logHandlerFor(name, log),
+    logHandler: logHandlerFor(name, log, opts.debug === true),
     ...(triggerMetadata ? { triggerMetadata } : {}),
   });
 }
@@ -220,7 +224,7 @@ class HttpLayer implements Stoppable {
       params,
       ...(chunks.length ? { body: { bytes: new Uint8Array(Buffer.concat(chunks)) } } : {}),
     });
-    const context = contextFor(def.name, this.log);
+    const context = contextFor(def.name, this.log, this.opts);
     const started = Date.now();
     const result = (await def.handler(request, context)) as HttpResponseInit | HttpResponseType | undefined;
     const response =
@@ -289,7 +293,7 @@ class TimerLayer implements Stoppable {
           },
         };
         last = now;
-        const context = contextFor(def.name, this.log);
+        const context = contextFor(def.name, this.log, this.opts);
         try {
           await def.handler(timer, context);
         } catch (err) {
@@ -470,7 +474,7 @@ class QueuePoller implements Stoppable {
       return this.toPoison(m, popReceipt, `dequeued ${m.dequeueCount} times (maxDequeueCount ${q.maxDequeueCount})`);
     const decoded = this.decode(m);
     if (!decoded.ok) return this.toPoison(m, popReceipt, decoded.detail);
-    const context = contextFor(this.def.name, this.log, {
+    const context = contextFor(this.def.name, this.log, this.opts, {
       id: m.messageId,
       dequeueCount: m.dequeueCount,
       insertionTime: m.insertedOn.toISOString(),

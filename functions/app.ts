@@ -4,7 +4,7 @@
 import './setup.js'; // telemetry first
 import { app } from '@azure/functions';
 import { parseSettings } from '../shared/config/settings.js';
-import { principalTrustWarning } from '../shared/ops/auth.js';
+import { principalTrustWarning } from '../shared/ops/principalTrust.js';
 import { definitions, queueNameOf, scheduleOf } from './definitions.js';
 import { installGracefulShutdown } from '../shared/app/shutdown.js';
 import { flushTelemetry } from '../shared/telemetry/index.js';

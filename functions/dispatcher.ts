@@ -3,7 +3,7 @@
 // Bounded by budget and count; a second firing finds nothing it can claim twice.
 import type { InvocationContext, Timer } from '@azure/functions';
 import { getRuntime } from '../shared/app/runtime.js';
-import { dispatchDueJobs } from '../shared/app/dispatch.js';
+import { dispatchDueJobs } from '../shared/app/timerPasses.js';
 
 export async function dispatcher(_timer: Timer, context: InvocationContext): Promise<void> {
   const rt = await getRuntime();

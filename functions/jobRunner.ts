@@ -6,7 +6,7 @@
 import type { InvocationContext } from '@azure/functions';
 import { getRuntime } from '../shared/app/runtime.js';
 import { jobMessageSchema, parseMessage, poison } from '../shared/app/messages.js';
-import { postJob } from '../shared/app/jobs.js';
+import { postJob } from '../shared/app/enqueue.js';
 
 export async function jobRunner(message: unknown, context: InvocationContext): Promise<void> {
   const rt = await getRuntime();

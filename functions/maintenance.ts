@@ -3,7 +3,7 @@
 // nothing to do logs at debug.
 import type { InvocationContext, Timer } from '@azure/functions';
 import { getRuntime } from '../shared/app/runtime.js';
-import { dispatchDueJobs, maintenanceDidNothing, runMaintenancePass } from '../shared/app/dispatch.js';
+import { dispatchDueJobs, maintenanceDidNothing, runMaintenancePass } from '../shared/app/timerPasses.js';
 
 export async function maintenance(_timer: Timer, context: InvocationContext): Promise<void> {
   const rt = await getRuntime();

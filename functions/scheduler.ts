@@ -3,7 +3,7 @@
 // the store's compare-and-set makes each tick enqueued exactly once even where two passes do meet.
 import type { InvocationContext, Timer } from '@azure/functions';
 import { getRuntime } from '../shared/app/runtime.js';
-import { runSchedulerPass } from '../shared/app/dispatch.js';
+import { runSchedulerPass } from '../shared/app/timerPasses.js';
 
 export async function scheduler(_timer: Timer, context: InvocationContext): Promise<void> {
   const rt = await getRuntime();

@@ -5,50 +5,35 @@
 // of a full window creates and posts the next batch at once (continueCatchUp).
 import type { InvocationContext } from '@azure/functions';
 import { getRuntime } from '../shared/app/runtime.js';
-import { parseMessage, poison, transferMessageSchema } from '../shared/app/messages.js';
+import { poison } from '../shared/app/messages.js';
 import {
-  chainOf,
   continueCatchUp,
   describeView,
   isTransferError,
+  leftPaused,
   postStage,
+  readTransferStep,
   scheduleRetry,
-  pausedFor,
 } from '../shared/app/transfers.js';
 import { batchTelemetry } from '../shared/app/telemetryHooks.js';
 
 export async function transferApply(message: unknown, context: InvocationContext): Promise<void> {
   const rt = await getRuntime();
   const queue = rt.settings.KEEL_TRANSFER_APPLY_QUEUE;
-  const parsed = parseMessage(transferMessageSchema, message);
-  if (!parsed.ok) return poison(rt, queue, context, message, parsed.reason, parsed.detail);
-  if (!rt.transfers)
-    return poison(
-      rt,
-      queue,
-      context,
-      message,
-      'transfers_not_configured',
-      'no transfers are configured (KEEL_TRANSFERS)',
-    );
-  const { batchId, retry = 0, afterAttempt } = parsed.value;
-  const chain = chainOf(parsed.value);
+  const read = await readTransferStep(rt, queue, message, context);
+  if (!read) return;
+  const { transfers, chain } = read;
+  const { batchId, retry = 0, afterAttempt } = read.step;
   try {
-    const paused = await pausedFor(rt, batchId);
-    if (paused) {
-      context.info(
-        `apply: batch ${batchId}: transfer ${paused} is paused; left as it is (resuming the transfer posts it again)`,
-      );
-      return;
-    }
-    const before = await rt.transfers.getBatch(batchId);
+    if (await leftPaused(rt, batchId, 'apply', context)) return;
+    const before = await transfers.getBatch(batchId);
     if (before && afterAttempt !== undefined && before.attempts > afterAttempt) {
       context.info(
         `apply: batch ${batchId}: attempt ${before.attempts} ran after this retry was posted (after attempt ${afterAttempt}); dropped`,
       );
       return;
     }
-    const view = await rt.transfers.apply(batchId);
+    const view = await transfers.apply(batchId);
     batchTelemetry(view, before?.state);
     const line = `apply: ${describeView(view)}`;
     if (view.status === 'committed') {

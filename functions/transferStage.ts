@@ -7,44 +7,29 @@
 // transfer timer resumes it).
 import type { InvocationContext } from '@azure/functions';
 import { getRuntime } from '../shared/app/runtime.js';
-import { parseMessage, poison, transferMessageSchema } from '../shared/app/messages.js';
+import { poison } from '../shared/app/messages.js';
 import {
-  chainOf,
   continueCatchUp,
   describeView,
   isTransferError,
+  leftPaused,
   postApply,
+  readTransferStep,
   scheduleRetry,
-  pausedFor,
 } from '../shared/app/transfers.js';
 import { batchTelemetry } from '../shared/app/telemetryHooks.js';
 
 export async function transferStage(message: unknown, context: InvocationContext): Promise<void> {
   const rt = await getRuntime();
   const queue = rt.settings.KEEL_TRANSFER_STAGE_QUEUE;
-  const parsed = parseMessage(transferMessageSchema, message);
-  if (!parsed.ok) return poison(rt, queue, context, message, parsed.reason, parsed.detail);
-  if (!rt.transfers)
-    return poison(
-      rt,
-      queue,
-      context,
-      message,
-      'transfers_not_configured',
-      'no transfers are configured (KEEL_TRANSFERS)',
-    );
-  const { batchId, retry = 0 } = parsed.value;
-  const chain = chainOf(parsed.value);
+  const read = await readTransferStep(rt, queue, message, context);
+  if (!read) return;
+  const { transfers, chain } = read;
+  const { batchId, retry = 0 } = read.step;
   try {
-    const before = await rt.transfers.getBatch(batchId);
-    const paused = await pausedFor(rt, batchId, before);
-    if (paused) {
-      context.info(
-        `stage: batch ${batchId}: transfer ${paused} is paused; left as it is (resuming the transfer posts it again)`,
-      );
-      return;
-    }
-    const view = await rt.transfers.stage(batchId);
+    const before = await transfers.getBatch(batchId);
+    if (await leftPaused(rt, batchId, 'stage', context, before)) return;
+    const view = await transfers.stage(batchId);
     batchTelemetry(view);
     context.info(`stage: ${describeView(view)}`);
     if (view.state === 'staged') await postApply(rt, batchId, chain);
@@ -57,7 +42,7 @@ export async function transferStage(message: unknown, context: InvocationContext
     if (isTransferError(err, 'unknown_batch') || isTransferError(err, 'unknown_transfer')) {
       return poison(rt, queue, context, message, err.code, err.message);
     }
-    const view = await rt.transfers.getBatch(batchId).catch(() => null);
+    const view = await transfers.getBatch(batchId).catch(() => null);
     if (!view) throw err;
     batchTelemetry(view);
     context.warn(`stage: ${describeView(view)}: ${(err as Error).message}`);

@@ -8,13 +8,16 @@
 // - `ctx.signal` passed to fetch, so cancel, timeout and shutdown stop the request;
 // - FatalError for answers that will never succeed, RetryAfterError for a 429/503 with Retry-After;
 // - no redirects followed and no transport headers from the payload: the host allowlist holds for every request.
-import { defineHandler, FatalError, RetryAfterError, z } from '../shared/handlerApi.js';
+import { appSetting, defineHandler, FatalError, RetryAfterError, z } from '../shared/handlerApi.js';
 
-export function allowedHosts(env: Record<string, string | undefined> = process.env): string[] {
-  return (env.WEBHOOK_ALLOWED_HOSTS ?? '')
+// Read once, at first use: an app setting does not change while the app runs.
+let hosts: string[] | undefined;
+export function allowedHosts(): string[] {
+  hosts ??= (appSetting('WEBHOOK_ALLOWED_HOSTS') ?? '')
     .split(',')
     .map((h) => h.trim().toLowerCase())
     .filter(Boolean);
+  return hosts;
 }
 
 const isLocal = (host: string) => host === 'localhost' || host === '127.0.0.1' || host === '[::1]';

@@ -238,7 +238,7 @@ export async function runJobEndToEnd(
     import('./support/pg.js'),
     import('../shared/config/settings.js'),
     import('../shared/app/runtime.js'),
-    import('../shared/app/jobs.js'),
+    import('../shared/app/enqueue.js'),
   ]);
   const url = await createTestDatabase(`kit_${randomBytes(2).toString('hex')}`);
   const env = { KEEL_PG_URL: url, KEEL_PG_POOL_SIZE: '3', ...opts.env };

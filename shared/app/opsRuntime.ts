@@ -1,10 +1,10 @@
 // The ops API's view of the Runtime (shared/ops/context.ts): the same store, queues and transfers, with the
 // posting steps bound to this runtime. One per runtime, so every request sees the same object.
 import type { OpsRuntime } from '../ops/context.js';
-import { postDueJobs } from './dispatch.js';
-import { enqueueAndPost, postJobs } from './jobs.js';
+import { postDueJobs } from './timerPasses.js';
+import { enqueueAndPost, postJobs } from './enqueue.js';
 import type { Runtime } from './runtime.js';
-import { processEnv } from './environment.js';
+import { hostEnvironment } from './hostEnvironment.js';
 import { postStage } from './transfers.js';
 
 const views = new WeakMap<Runtime, OpsRuntime>();
@@ -14,7 +14,7 @@ export function opsRuntimeOf(rt: Runtime): OpsRuntime {
   if (!view) {
     view = {
       settings: rt.settings,
-      hostEnv: processEnv(),
+      principalTrust: () => hostEnvironment().principalTrust,
       store: rt.store,
       registry: rt.registry,
       schedules: rt.schedules,

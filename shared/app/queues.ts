@@ -38,15 +38,6 @@ export interface StorageConnection {
   clientId?: string; // AzureWebJobsStorage__clientId (user-assigned managed identity)
 }
 
-export function storageConnectionFromEnv(env: Record<string, string | undefined>): StorageConnection {
-  return {
-    connectionString: env.AzureWebJobsStorage || undefined,
-    queueServiceUri: env.AzureWebJobsStorage__queueServiceUri || undefined,
-    accountName: env.AzureWebJobsStorage__accountName || undefined,
-    clientId: env.AzureWebJobsStorage__clientId || undefined,
-  };
-}
-
 export class StorageQueueGateway implements QueueGateway {
   private readonly clients = new Map<string, Promise<QueueClient>>();
 

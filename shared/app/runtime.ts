@@ -11,7 +11,8 @@ import { engineNamed } from '../engines/registry.js';
 import { parseSettings, type Settings } from '../config/settings.js';
 import { processEnv, type AppEnv } from './environment.js';
 import { StorageQueueGateway, type QueueGateway } from './queues.js';
-import { createTransferService, type TransferServiceLike } from './transfers.js';
+import { createTransferService } from './transfers.js';
+import type { TransferService } from '../transfer/service.js';
 import { processorTelemetry } from './telemetryHooks.js';
 import { appFunctionTimeoutMs } from './hostJson.js';
 import { registerLiveProcessor } from './shutdown.js';
@@ -29,7 +30,7 @@ export interface Runtime {
   readonly processor: JobProcessor;
   readonly queues: QueueGateway;
   // null when no transfer is configured (KEEL_TRANSFERS / KEEL_TRANSFERS_FILE unset).
-  readonly transfers: TransferServiceLike | null;
+  readonly transfers: TransferService | null;
   readonly workerId: string;
   close(): Promise<void>;
 }
@@ -38,7 +39,7 @@ export interface RuntimeOverrides {
   store?: JobStore;
   registry?: HandlerRegistry;
   queues?: QueueGateway;
-  transfers?: TransferServiceLike | null;
+  transfers?: TransferService | null;
   // The environment `settings` came from (default: the process's); the per-feature schemas read it.
   env?: AppEnv;
   // Extra job handlers to register (the local host's demo types, tests, apps embedding Keel).
@@ -93,7 +94,7 @@ export async function createRuntime(settings: Settings, overrides: RuntimeOverri
       accountName: settings.AzureWebJobsStorage__accountName,
       clientId: settings.AzureWebJobsStorage__clientId,
     });
-  let transfers: TransferServiceLike | null;
+  let transfers: TransferService | null;
   try {
     transfers = overrides.transfers !== undefined ? overrides.transfers : await createTransferService(settings, env);
   } catch (err) {

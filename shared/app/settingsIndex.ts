@@ -8,7 +8,7 @@ import type { SettingDeclaration } from '../config/declaration.js';
 import { settingsSchema } from '../config/settings.js';
 import { ENGINES } from '../engines/registry.js';
 import { HANDLERS_FOLDER_SETTINGS } from '../jobs/handlerFolder.js';
-import { HOSTING_SETTINGS } from '../ops/auth.js';
+import { HOSTING_SETTINGS } from '../ops/principalTrust.js';
 import { CONSOLE_SETTINGS } from '../ops/console.js';
 import { TELEMETRY_SETTINGS } from '../telemetry/index.js';
 import { TRANSFER_CONFIG_SETTINGS } from '../transfer/config.js';
@@ -76,16 +76,17 @@ export const SETTINGS_INDEX: readonly SettingsSchemaEntry[] = [
   }),
   declared({
     schema: 'hosting platform',
-    module: 'shared/ops/auth.ts',
+    module: 'shared/ops/principalTrust.ts',
     readBy:
-      'from the process environment: functions/app.ts at startup (the trust warning), the ops API per call (OpsRuntime.hostEnv), createRuntime (WEBSITE_INSTANCE_ID for the worker id and registry row)',
+      'from the process environment: functions/app.ts at startup (the trust warning), shared/app/hostEnvironment.ts once for the ops API and the console (OpsRuntime.principalTrust), createRuntime (WEBSITE_INSTANCE_ID for the worker id and registry row)',
     declarations: HOSTING_SETTINGS,
     alsoReads: ['KEEL_TRUST_CLIENT_PRINCIPAL'],
   }),
   declared({
     schema: 'console',
     module: 'shared/ops/console.ts',
-    readBy: 'functions/console.ts per call, from the process environment (the session needs no runtime)',
+    readBy:
+      'shared/app/hostEnvironment.ts, once, from the process environment, for functions/console.ts (the session needs no runtime; the role names through Settings fields)',
     declarations: CONSOLE_SETTINGS,
     alsoReads: ['KEEL_OPS_READER_ROLE', 'KEEL_OPS_PRODUCER_ROLE', 'KEEL_OPS_OPERATOR_ROLE'],
   }),

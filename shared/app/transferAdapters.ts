@@ -59,14 +59,15 @@ export class AdapterFactory {
 }
 
 // A service over the given journal: transfers from KEEL_TRANSFERS / KEEL_TRANSFERS_FILE (validated now, so bad
-// configuration fails at startup). shared/app/transfers.ts opens the journal from the control engine and calls
-// this; tests call it with a journal of their own.
+// configuration fails at startup), or as the caller already parsed them from the same env.
+// shared/app/transfers.ts opens the journal from the control engine and calls this; tests call it with a journal of
+// their own.
 export function composeTransferService(
   journal: TransferJournal,
   env: NodeJS.ProcessEnv,
+  transfers: TransferConfig[] = loadTransfers(transferEngineRules(), env),
   opts: { directApply?: boolean } = {}, // KEEL_TRANSFER_DIRECT_APPLY (default true)
 ): { service: TransferService; transfers: TransferConfig[] } | null {
-  const transfers = loadTransfers(transferEngineRules(), env);
   if (transfers.length === 0) return null;
   for (const t of transfers) {
     connectionString(t.source.connectionSetting, `${t.name}.source`, env);

@@ -10,11 +10,11 @@ import { loadTransfers } from '../transfer/config.js';
 import type { TransferJournal } from '../transfer/journal.js';
 import { composeTransferService } from './transferAdapters.js';
 import { engineNamed, transferEngineRules } from '../engines/registry.js';
-import type { Logger } from './jobs.js';
+import type { Logger } from './enqueue.js';
 import type { Runtime } from './runtime.js';
 import type { AppEnv } from './environment.js';
-
-export type TransferServiceLike = TransferService;
+import { parseMessage, poison, transferMessageSchema } from './messages.js';
+import type { InvocationContext } from '@azure/functions';
 
 export interface TransferMessage {
   batchId: string;
@@ -37,12 +37,16 @@ export function chainOf(m: ChainState): ChainState {
 // Builds the service when transfers are configured (KEEL_TRANSFERS / KEEL_TRANSFERS_FILE); null otherwise.
 // The batch journal lives in the control database, beside the jobs.
 export async function createTransferService(settings: Settings, env: AppEnv): Promise<TransferService | null> {
-  if (loadTransfers(transferEngineRules(), env).length === 0) return null;
+  // Parsed once here, and handed on.
+  const transfers = loadTransfers(transferEngineRules(), env);
+  if (transfers.length === 0) return null;
   // The batch journal lives in the control database, beside the jobs: the job store's engine opens it.
   const control = engineNamed(settings.KEEL_STORE_ENGINE);
   if (!control.openJournal) throw new Error(`KEEL_STORE_ENGINE=${control.name} cannot hold the transfer journal`);
   const journal: TransferJournal = await control.openJournal(settings);
-  const created = composeTransferService(journal, env, { directApply: settings.KEEL_TRANSFER_DIRECT_APPLY });
+  const created = composeTransferService(journal, env, transfers, {
+    directApply: settings.KEEL_TRANSFER_DIRECT_APPLY,
+  });
   if (!created) {
     await journal.close();
     return null;
@@ -360,6 +364,50 @@ async function reportFreshness(rt: Runtime, steps: TimerStep[], now: Date, log: 
 }
 
 // The queue steps leave a paused transfer's batch where it is (resuming the transfer re-posts it).
+// The queue steps' common start (functions/transferStage.ts, transferApply.ts): the message parsed and transfers
+// configured; otherwise the message goes to the poison queue and the step has nothing more to do (null).
+export async function readTransferStep(
+  rt: Runtime,
+  queue: string,
+  message: unknown,
+  context: InvocationContext,
+): Promise<{ transfers: TransferService; step: TransferMessage; chain: ChainState } | null> {
+  const parsed = parseMessage(transferMessageSchema, message);
+  if (!parsed.ok) {
+    await poison(rt, queue, context, message, parsed.reason, parsed.detail);
+    return null;
+  }
+  if (!rt.transfers) {
+    await poison(
+      rt,
+      queue,
+      context,
+      message,
+      'transfers_not_configured',
+      'no transfers are configured (KEEL_TRANSFERS)',
+    );
+    return null;
+  }
+  return { transfers: rt.transfers, step: parsed.value, chain: chainOf(parsed.value) };
+}
+
+// A batch of a paused transfer is left as it is by a queue step (resuming the transfer posts it again): true when the
+// step stops here, having said so.
+export async function leftPaused(
+  rt: Runtime,
+  batchId: string,
+  step: 'stage' | 'apply',
+  context: InvocationContext,
+  known?: BatchView | null, // the batch, when the caller read it already
+): Promise<boolean> {
+  const paused = await pausedFor(rt, batchId, known);
+  if (paused)
+    context.info(
+      `${step}: batch ${batchId}: transfer ${paused} is paused; left as it is (resuming the transfer posts it again)`,
+    );
+  return paused !== null;
+}
+
 export async function pausedFor(
   rt: Runtime,
   batchId: string,

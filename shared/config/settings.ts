@@ -201,7 +201,7 @@ export const settingsSchema = z
     KEEL_OPS_PRODUCER_ROLE: roleName('Keel.Producer'),
     KEEL_OPS_OPERATOR_ROLE: roleName('Keel.Operator'),
     // "local": the local host (npm start) and the tests take x-ms-client-principal as the caller sends it. Refused
-    // wherever a hosting environment is detected (shared/ops/auth.ts).
+    // wherever a hosting environment is detected (shared/ops/principalTrust.ts).
     KEEL_TRUST_CLIENT_PRINCIPAL: z.preprocess(
       (v) => (typeof v === 'string' && v.trim() === '' ? undefined : v),
       z.enum(['local']).optional(),

@@ -1,5 +1,6 @@
-// Every attempt of a job, for its page (issue 30). An attempt that ended without success is recorded by the move that
-// ended it (retry, fail, interrupt, zombie rescue, a cancelled completion), as an entry of the job's log column
+// Every attempt of a job, for its page (GET /jobs/{id}, the console's job page). An attempt that ended without
+// success is recorded by the move that ended it (retry, fail, interrupt, zombie rescue, a cancelled completion), as an
+// entry of the job's log column
 // ({kind: 'attempt', ...}: sql/postgres/R__010_jobs_functions.sql, keel._with_attempt; SQL Server keel.WithAttempt),
 // in the move's own statement. A successful attempt is never written anywhere extra: it is the archive row itself
 // (attempts, started_at, finished_at, worker_id), so a completion costs nothing more. The running attempt of a hot

@@ -393,7 +393,7 @@ export interface ClaimOptions {
   leaseSeconds?: number; // fetched lease; default 60 (a started job is kept by its heartbeats instead)
 }
 
-// The ops audit trail (issue 24; sql/<engine>/V030): one record per write of the ops API and per refused call.
+// The ops audit trail (sql/<engine>/V030): one record per write of the ops API and per refused call.
 export const AUDIT_AUTH_METHODS = ['key', 'principal', 'local', 'none'] as const;
 export type AuditAuthMethod = (typeof AUDIT_AUTH_METHODS)[number];
 export const AUDIT_OUTCOMES = ['started', 'ok', 'refused', 'failed'] as const;

@@ -8,8 +8,9 @@ import type { HandlerOptions, JobContext } from './registry.js';
 import { LIMITS, scheduleName } from './validate.js';
 
 export { z };
-export { FatalError, RetryAfterError } from './registry.js';
-export type { JobContext, BackoffOptions } from './registry.js';
+export { FatalError, RetryAfterError } from './handlerErrors.js';
+export type { JobContext } from './registry.js';
+export type { BackoffOptions } from './backoff.js';
 
 const HANDLER = Symbol.for('keel.handler-definition');
 const SCHEDULE = Symbol.for('keel.schedule-definition');

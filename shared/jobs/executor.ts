@@ -3,7 +3,8 @@
 // raced against the handler. Heartbeats: the running jobs and the one timer that beats them. What happens to the
 // job afterwards is the processor's (shared/jobs/processor.ts) and the completer's (completer.ts).
 import type { ClaimedJob, JobId, JobLink } from './contract.js';
-import { FatalError, type JobContext, type JobLogger, type RegisteredHandler } from './registry.js';
+import type { JobContext, JobLogger, RegisteredHandler } from './registry.js';
+import { FatalError } from './handlerErrors.js';
 import { resultJson, type ProgressInput } from './progress.js';
 
 // A handler's return value as the JSON to store; a value that cannot be stored fails the attempt as fatal (running

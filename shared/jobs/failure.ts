@@ -3,7 +3,9 @@
 // handler predicts exactly what production does (River: retry_policy.go).
 import type { DlqReason } from './contract.js';
 import type { AbortReason } from './executor.js';
-import { FatalError, RetryAfterError, backoffDelayMs, type RegisteredHandler } from './registry.js';
+import type { RegisteredHandler } from './registry.js';
+import { backoffDelayMs } from './backoff.js';
+import { FatalError, RetryAfterError } from './handlerErrors.js';
 
 // A job's attempt limit: its own, else its handler's, else its queue's. The processor, zombie rescue (in SQL, with
 // HandlerRegistry.maxAttemptsByType()) and the handler test kit all apply this rule.

@@ -3,6 +3,7 @@ import type { ProgressInput } from './progress.js';
 import type { z } from 'zod';
 import type { JobId, JobLink } from './contract.js';
 import { LIMITS, jobName } from './validate.js';
+import { DEFAULT_BACKOFF, type BackoffOptions } from './backoff.js';
 
 export interface JobLogger {
   info(message: string, fields?: Record<string, unknown>): void;
@@ -38,11 +39,6 @@ export interface JobContext {
 // What the handler returns (JSON, at most KEEL_MAX_RESULT_BYTES) is stored with the archived job: GET /jobs/{id}.
 export type JobHandler<P = unknown> = (payload: P, ctx: JobContext) => Promise<unknown>;
 
-export interface BackoffOptions {
-  baseMs: number; // first retry delay
-  maxMs: number; // cap
-}
-
 export interface HandlerOptions {
   timeoutMs?: number; // default 5 minutes
   maxAttempts?: number; // overrides the queue's max_attempts (the job's own max_attempts wins over both)
@@ -62,26 +58,6 @@ export interface RegisteredHandler {
 }
 
 export const DEFAULT_TIMEOUT_MS = 5 * 60_000;
-export const DEFAULT_BACKOFF: BackoffOptions = { baseMs: 1000, maxMs: 10 * 60_000 };
-
-// Throw to dead-letter the job at once as 'fatal' (no retries).
-export class FatalError extends Error {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = 'FatalError';
-  }
-}
-
-// Throw to retry after a specific delay (attempts still count).
-export class RetryAfterError extends Error {
-  constructor(
-    message: string,
-    readonly retryAfterMs: number,
-  ) {
-    super(message);
-    this.name = 'RetryAfterError';
-  }
-}
 
 export interface HandlerRegistryOptions {
   // host.json functionTimeout in ms (null: unbounded, as in the local host without one). A handler's timeoutMs
@@ -183,11 +159,4 @@ function checkHandlerOptions(type: string, o: HandlerOptions): void {
   if (o.payload !== undefined && typeof (o.payload as { safeParse?: unknown }).safeParse !== 'function') {
     throw bad('payload', "must be a zod schema (import { z } from '../shared/jobs/define.js')");
   }
-}
-
-// Exponential backoff with equal jitter, capped: after attempt n the delay is in [c/2, c), c = min(max, base * 2^(n-1)).
-// Half fixed keeps a floor under retry storms; half random spreads the herd.
-export function backoffDelayMs(attempt: number, opts: BackoffOptions, random: () => number = Math.random): number {
-  const ceiling = Math.min(opts.maxMs, opts.baseMs * 2 ** Math.max(0, attempt - 1));
-  return Math.floor(ceiling / 2 + (random() * ceiling) / 2);
 }

@@ -8,10 +8,11 @@
 //   before roles existed); the operator level always needs the role.
 // - Fail closed: the principal header is believed only when App Service authentication fronts the app (it
 //   overwrites the header on every request), or on the local host with KEEL_TRUST_CLIENT_PRINCIPAL=local, which
-//   is refused wherever a hosting environment is detected. Otherwise it is ignored.
+//   is refused wherever a hosting environment is detected. Otherwise it is ignored. Which of these holds is read
+//   from the environment once (shared/ops/principalTrust.ts) and handed to the checks below.
 import { timingSafeEqual, createHash } from 'node:crypto';
 import { OpsError } from './errors.js';
-import type { SettingDeclaration } from '../config/declaration.js';
+import { trustedMode, type PrincipalMode, type PrincipalTrust } from './principalTrust.js';
 
 export interface ClientPrincipal {
   authType: string | null;
@@ -70,100 +71,13 @@ export function parseClientPrincipal(header: string | null | undefined): ClientP
   return { authType: typeof raw.auth_typ === 'string' ? raw.auth_typ : null, name, roles, id, tenantId, appId };
 }
 
-export type PrincipalMode = 'caller' | 'appservice' | 'untrusted';
-
-// A start-up error: the principal trust settings contradict the environment.
-export class PrincipalTrustError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'PrincipalTrustError';
-  }
-}
-
-// Environment variables that say the app runs hosted, not on a developer's machine: App Service / Functions
-// (WEBSITE_*), the Functions container images (AzureWebJobsScriptRoot), Azure Container Apps, Kubernetes, Cloud Run
-// and ECS. Under any of them a caller-stated principal would let a key holder (or, under `func start`, which
-// enforces no keys, anyone) claim the operator role.
-export const HOSTING_MARKERS = [
-  'WEBSITE_SITE_NAME',
-  'WEBSITE_INSTANCE_ID',
-  'AzureWebJobsScriptRoot',
-  'CONTAINER_APP_NAME',
-  'KUBERNETES_SERVICE_HOST',
-  'K_SERVICE',
-  'ECS_CONTAINER_METADATA_URI',
-  'ECS_CONTAINER_METADATA_URI_V4',
-] as const;
-
-// The fixed-name environment the principal checks parse (shared/app/settingsIndex.ts), besides Settings'
-// KEEL_TRUST_CLIENT_PRINCIPAL: set by the platform, never by the app's configuration.
-export const HOSTING_SETTINGS: readonly SettingDeclaration[] = [
-  ...HOSTING_MARKERS.map((name) => ({
-    name,
-    type: 'any non-empty value',
-    default: 'unset',
-    doc:
-      'set by a hosting platform: KEEL_TRUST_CLIENT_PRINCIPAL=local is refused when present' +
-      (name === 'WEBSITE_INSTANCE_ID'
-        ? "; also the worker id's and registry row's instance (shared/jobs/presence.ts)"
-        : ''),
-  })),
-  {
-    name: 'WEBSITE_AUTH_ENABLED',
-    type: '"True" or unset',
-    default: 'unset',
-    doc: 'set by App Service when its authentication fronts the app (with WEBSITE_SITE_NAME): x-ms-client-principal is believed',
-  },
-];
-
-export function hostingMarkers(env: NodeJS.ProcessEnv): string[] {
-  return HOSTING_MARKERS.filter((k) => (env[k] ?? '').trim() !== '');
-}
-
-function localTrustSetting(env: NodeJS.ProcessEnv): boolean {
-  const v = (env.KEEL_TRUST_CLIENT_PRINCIPAL ?? '').trim();
-  if (v === '') return false;
-  if (v !== 'local') throw new PrincipalTrustError(`KEEL_TRUST_CLIENT_PRINCIPAL must be "local" or unset (got "${v}")`);
-  const markers = hostingMarkers(env);
-  if (markers.length > 0)
-    throw new PrincipalTrustError(
-      `KEEL_TRUST_CLIENT_PRINCIPAL=local is for the local host only and is refused here: a hosting environment is detected (${markers.join(', ')}). Remove the setting; in Azure enable App Service authentication (docs/operations.md)`,
-    );
-  return true;
-}
-
-// Who vouches for x-ms-client-principal: App Service authentication ('appservice': App Service sets
-// WEBSITE_SITE_NAME, and WEBSITE_AUTH_ENABLED=True when authentication fronts the app), the caller on the local host
-// ('caller': KEEL_TRUST_CLIENT_PRINCIPAL=local), or nobody ('untrusted': the header is ignored). Throws
-// PrincipalTrustError when the local setting is given where it is refused.
-export function principalMode(env: NodeJS.ProcessEnv): PrincipalMode {
-  const local = localTrustSetting(env);
-  if (env.WEBSITE_SITE_NAME && (env.WEBSITE_AUTH_ENABLED ?? '').toLowerCase() === 'true') return 'appservice';
-  return local ? 'caller' : 'untrusted';
-}
-
-// For start-up: throws PrincipalTrustError on a refused setting; otherwise a warning line, or null when App Service
-// authentication vouches for the principal.
-export function principalTrustWarning(env: NodeJS.ProcessEnv): string | null {
-  const mode = principalMode(env);
-  if (mode === 'appservice') return null;
-  if (mode === 'caller')
-    return 'ops: x-ms-client-principal is taken as the caller sends it (KEEL_TRUST_CLIENT_PRINCIPAL=local): any caller with the ops key can claim any role. For the local host only';
-  return 'ops: x-ms-client-principal is ignored (no App Service authentication, WEBSITE_AUTH_ENABLED is not True): function keys reach the reader and producer routes, every operator route is refused (docs/operations.md)';
-}
-
 // The three levels, lowest first: each grants the ones below it.
 export const OPS_ROLES = ['reader', 'producer', 'operator'] as const;
 export type OpsRole = (typeof OPS_ROLES)[number];
 
-// The app role names that stand for each level (settings KEEL_OPS_READER_ROLE, _PRODUCER_ROLE, _OPERATOR_ROLE).
+// The app role names that stand for each level (settings KEEL_OPS_READER_ROLE, _PRODUCER_ROLE, _OPERATOR_ROLE, whose
+// defaults are Keel.Reader, Keel.Producer and Keel.Operator: shared/config/settings.ts).
 export type RoleNames = Record<OpsRole, string>;
-
-export const DEFAULT_ROLE_NAMES: RoleNames = {
-  reader: 'Keel.Reader',
-  producer: 'Keel.Producer',
-  operator: 'Keel.Operator',
-};
 
 // How the call reached the ops routes: with a function key (/api/ops), or through the console's key-less path
 // (/api/console-api/ops, App Service authentication only).
@@ -182,9 +96,9 @@ export function grantedLevel(principal: ClientPrincipal | null, names: RoleNames
 // refused setting and OpsError(401) on an unreadable header that would be believed.
 export function believedPrincipal(
   header: string | null | undefined,
-  env: NodeJS.ProcessEnv,
+  trust: PrincipalTrust,
 ): { mode: PrincipalMode; principal: ClientPrincipal | null } {
-  const mode = principalMode(env);
+  const mode = trustedMode(trust);
   return { mode, principal: mode === 'untrusted' ? null : parseClientPrincipal(header) };
 }
 
@@ -195,9 +109,9 @@ export function authorize(
   required: OpsRole,
   names: RoleNames,
   channel: OpsChannel,
-  env: NodeJS.ProcessEnv,
+  trust: PrincipalTrust,
 ): ClientPrincipal | null {
-  const { mode, principal } = believedPrincipal(header, env);
+  const { mode, principal } = believedPrincipal(header, trust);
   const level = grantedLevel(principal, names, channel);
   if (level !== null && OPS_ROLES.indexOf(level) >= OPS_ROLES.indexOf(required)) return principal;
   const role = names[required];

@@ -12,20 +12,15 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { HttpRequest, HttpResponseInit, InvocationContext } from '@azure/functions';
 import {
-  DEFAULT_ROLE_NAMES,
   grantedLevel,
   parseClientPrincipal,
-  principalMode,
-  PrincipalTrustError,
   type ClientPrincipal,
   type OpsChannel,
   type OpsRole,
-  type PrincipalMode,
   type RoleNames,
 } from './auth.js';
+import { PrincipalTrustError, trustedMode, type PrincipalMode, type PrincipalTrust } from './principalTrust.js';
 import { refuseCrossSite } from './router.js';
-
-export { principalMode, type PrincipalMode };
 import { OpsError, errorResponse, json } from './errors.js';
 import type { SettingDeclaration } from '../config/declaration.js';
 
@@ -77,8 +72,16 @@ function packageRoot(): string {
   }
 }
 
-// The fixed-name setting the console parses (shared/app/settingsIndex.ts), besides Settings' role names, which it
-// reads from the same environment because the session answers without starting the runtime.
+// What the console reads from the environment, parsed once by the composition root (shared/app/hostEnvironment.ts):
+// its folder, the role names (Settings' fields: the session answers without starting the runtime) and who vouches for
+// the principal.
+export interface ConsoleConfig {
+  readonly dir: string;
+  readonly roleNames: RoleNames;
+  readonly principalTrust: PrincipalTrust;
+}
+
+// The fixed-name setting the console parses (shared/app/settingsIndex.ts), besides Settings' role names.
 export const CONSOLE_SETTINGS: readonly SettingDeclaration[] = [
   {
     name: 'KEEL_CONSOLE_DIR',
@@ -111,7 +114,7 @@ function textPage(status: number, title: string, body: string): HttpResponseInit
 export function serveConsoleAsset(
   request: HttpRequest,
   tail: string | undefined,
-  env: NodeJS.ProcessEnv,
+  config: ConsoleConfig,
 ): HttpResponseInit {
   const url = new URL(request.url);
   // /api/console -> /api/console/: the built page refers to its assets relative to the folder.
@@ -121,7 +124,7 @@ export function serveConsoleAsset(
       headers: { ...CONSOLE_HEADERS, location: `${url.pathname}/${url.search}`, 'cache-control': 'no-store' },
     };
   }
-  const root = consoleDir(env);
+  const root = config.dir;
   const rel = tail && tail !== '' ? tail : 'index.html';
   let decoded: string;
   try {
@@ -172,18 +175,8 @@ export interface ConsoleSession {
   logoutUrl: string | null;
 }
 
-// The settings' role names (shared/config/settings.ts parses the same names with the same defaults).
-export function roleNamesOf(env: NodeJS.ProcessEnv): RoleNames {
-  const pick = (v: string | undefined, def: string) => (v?.trim() ? v.trim() : def);
-  return {
-    reader: pick(env.KEEL_OPS_READER_ROLE, DEFAULT_ROLE_NAMES.reader),
-    producer: pick(env.KEEL_OPS_PRODUCER_ROLE, DEFAULT_ROLE_NAMES.producer),
-    operator: pick(env.KEEL_OPS_OPERATOR_ROLE, DEFAULT_ROLE_NAMES.operator),
-  };
-}
-
-export function consoleSession(request: HttpRequest, env: NodeJS.ProcessEnv): ConsoleSession {
-  const mode = principalMode(env);
+export function consoleSession(request: HttpRequest, config: ConsoleConfig): ConsoleSession {
+  const mode = trustedMode(config.principalTrust);
   let principal: ClientPrincipal | null = null;
   if (mode === 'appservice') {
     try {
@@ -192,7 +185,7 @@ export function consoleSession(request: HttpRequest, env: NodeJS.ProcessEnv): Co
       principal = null;
     }
   }
-  const names = roleNamesOf(env);
+  const names = config.roleNames;
   return {
     mode,
     signedIn: principal !== null,
@@ -225,7 +218,7 @@ export async function handleConsoleApi(
   request: HttpRequest,
   context: InvocationContext,
   ops: OpsInvoker,
-  env: NodeJS.ProcessEnv,
+  config: ConsoleConfig,
 ): Promise<HttpResponseInit> {
   const tail = request.params.path ?? '';
   try {
@@ -234,14 +227,14 @@ export async function handleConsoleApi(
         throw new OpsError('method_not_allowed', `${request.method} is not allowed on session`, undefined, {
           allow: 'GET',
         });
-      return json(200, consoleSession(request, env));
+      return json(200, consoleSession(request, config));
     }
     if (tail !== 'ops' && !tail.startsWith('ops/')) throw new OpsError('not_found', `no console API route ${tail}`);
     // The front door's refusals go to the ops handler too, which records them in the audit trail against the route
     // the call named (one place for every refusal); nothing of the call is read or run.
     let refused: OpsError | null = null;
     try {
-      frontDoor(request, env);
+      frontDoor(request, config);
     } catch (err) {
       if (!(err instanceof OpsError)) throw err;
       refused = err;
@@ -288,8 +281,8 @@ export async function handleConsoleApi(
 
 // What the key-less path needs before a call reaches the ops routes: App Service authentication in front, the
 // console's same-origin header, a signed-in principal.
-function frontDoor(request: HttpRequest, env: NodeJS.ProcessEnv): void {
-  if (principalMode(env) !== 'appservice') {
+function frontDoor(request: HttpRequest, config: ConsoleConfig): void {
+  if (trustedMode(config.principalTrust) !== 'appservice') {
     throw new OpsError(
       'unauthorized',
       'signing in without a key needs App Service authentication in front of the app (WEBSITE_AUTH_ENABLED=True); use the ops key (docs/operations.md)',

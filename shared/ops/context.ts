@@ -7,6 +7,7 @@ import type { ScheduleDefinition } from '../jobs/define.js';
 import type { HandlerRegistry } from '../jobs/registry.js';
 import type { JobRequest, TypedEnqueueOptions } from '../jobs/typedEnqueue.js';
 import type { TransferService } from '../transfer/service.js';
+import type { PrincipalTrust } from './principalTrust.js';
 
 export interface OpsLogger {
   info(...args: unknown[]): void;
@@ -20,9 +21,9 @@ export interface OpsEnqueued extends EnqueueResult {
 
 export interface OpsRuntime {
   readonly settings: Settings;
-  // The process environment (shared/app/environment.ts): who vouches for x-ms-client-principal is read from it per
-  // call (the hosting markers, WEBSITE_AUTH_ENABLED, KEEL_TRUST_CLIENT_PRINCIPAL: shared/ops/auth.ts).
-  readonly hostEnv: NodeJS.ProcessEnv;
+  // Who vouches for x-ms-client-principal (shared/ops/principalTrust.ts), parsed from the process environment once
+  // (shared/app/environment.ts: hostEnvironment).
+  principalTrust(): PrincipalTrust;
   readonly store: JobStore;
   readonly registry: HandlerRegistry;
   // Recurring schedules declared by the handlers (and the app).

@@ -14,13 +14,12 @@ import {
   authorize,
   believedPrincipal,
   grantedLevel,
-  PrincipalTrustError,
   type ClientPrincipal,
   type OpsChannel,
   type OpsRole,
-  type PrincipalMode,
   type RoleNames,
 } from './auth.js';
+import { PrincipalTrustError, type PrincipalMode } from './principalTrust.js';
 import { AUDIT_TEXT_LIMITS, type AuditAuthMethod, type AuditEntry } from '../jobs/contract.js';
 import { createHash } from 'node:crypto';
 import { telemetry } from '../telemetry/index.js';
@@ -210,7 +209,7 @@ function roleNames(settings: OpsRuntime['settings']): RoleNames {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// The audit trail (issue 24, keel.ops_audit): recorded here, once for every route, never by the routes themselves.
+// The audit trail (keel.ops_audit): recorded here, once for every route, never by the routes themselves.
 // - Every write (any method but GET) leaves exactly one record: refused before it ran ('refused': 401/403, a
 //   cross-site call, a wrong content type, an invalid body...), or recorded as 'started' before its handler runs and
 //   finished as 'ok' or 'failed' (with the status, the reason and the count it affected) after.
@@ -471,7 +470,7 @@ export function createOpsHandler(
       // Who is calling (for the record, even when refused), then: writes refused from another site, and JSON only,
       // before the role check and before the body is read (a refused call costs nothing).
       const header = request.headers.get('x-ms-client-principal');
-      const believed = believedPrincipal(header, rt.hostEnv);
+      const believed = believedPrincipal(header, rt.principalTrust());
       call.mode = believed.mode;
       call.principal = believed.principal;
       if (refused) throw refused;
@@ -479,7 +478,7 @@ export function createOpsHandler(
         refuseCrossSite(request);
         requireJsonContentType(request);
       }
-      const principal: ClientPrincipal | null = authorize(header, r.role, names, channel, rt.hostEnv);
+      const principal: ClientPrincipal | null = authorize(header, r.role, names, channel, rt.principalTrust());
       const params = parseWith(r.params, rawParams, 'path');
       const query = parseWith(r.query, queryObject(url), 'query');
       call.query = query;

@@ -21,8 +21,7 @@ import { openApiDocument } from './openapi.js';
 import { handlerRoutes } from './handlerRoutes.js';
 import { auditRoutes } from './auditRoutes.js';
 import { watchRoutes } from './watchRoutes.js';
-
-const VERSION = '0.1.0';
+import { appVersion } from '../config/appVersion.js';
 
 type EnqueueJobInput = import('zod').output<typeof s.enqueueJob>;
 
@@ -140,7 +139,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
         status: ok ? 200 : 503,
         body: {
           status: ok ? 'ok' : 'degraded',
-          version: VERSION,
+          version: appVersion(), // package.json's, as the worker registry reports it
           engine: rt.store.engine,
           checks: { store, storage },
           transfers: rt.transfers ? 'configured' : 'not configured',
@@ -325,7 +324,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
     method: 'POST',
     path: '/jobs',
     operationId: 'enqueue',
-    summary: 'Enqueue one job, or {"jobs": [...]} (up to 500): the row is written, then its message posted',
+    summary: `Enqueue one job, or {"jobs": [...]} (up to ${LIMITS.batchJobs}): the row is written, then its message posted`,
     tag: 'jobs',
     role: 'producer',
     query: s.emptyQuery,

@@ -4,7 +4,8 @@
 // engine through its EngineHarness.
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { JobStore } from '../../shared/jobs/contract.js';
-import { FatalError, HandlerRegistry } from '../../shared/jobs/registry.js';
+import { HandlerRegistry } from '../../shared/jobs/registry.js';
+import { FatalError } from '../../shared/jobs/handlerErrors.js';
 import { JobProcessor, Worker } from '../../shared/jobs/processor.js';
 import { runMaintenance } from '../../shared/jobs/maintenance.js';
 import type { EngineHarness } from './harness.js';

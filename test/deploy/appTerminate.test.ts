@@ -64,7 +64,7 @@ const load = (p) => import(pathToFileURL(path.join(build, p)).href);
 const out = (o) => process.stdout.write('\\n@@' + JSON.stringify(o) + '\\n');
 await load('functions/index.js'); // the entry point: registers the functions and the hooks
 const { getRuntime } = await load('shared/app/runtime.js');
-const { enqueueJobs } = await load('shared/app/jobs.js');
+const { enqueueJobs } = await load('shared/app/enqueue.js');
 const { jobRunner } = await load('functions/jobRunner.js');
 const rt = await getRuntime();
 const quiet = { info() {}, warn() {}, error() {} };

@@ -14,6 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser, BrowserContext, Page, ConsoleMessage } from 'playwright-core';
 import { createTestDatabase } from '../support/pg.js';
 import { encodeClientPrincipal } from '../../shared/ops/auth.js';
+import { rereadHostEnvironment } from '../../shared/app/hostEnvironment.js';
 import type { LocalKeel } from '../../dev/boot.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -1156,6 +1157,8 @@ if (!haveChromium) {
       // Azure: the local host's trust setting would be refused here (a hosting environment), so it is not set.
       const localTrust = process.env.KEEL_TRUST_CLIENT_PRINCIPAL;
       delete process.env.KEEL_TRUST_CLIENT_PRINCIPAL;
+      // Read once (shared/app/hostEnvironment.ts): again, for the platform this test switches to and back.
+      rereadHostEnvironment();
       const before = refusals.length;
       try {
         // Stands in for App Service authentication, which sets this header on every request it fronts.
@@ -1204,6 +1207,7 @@ if (!haveChromium) {
         delete process.env.WEBSITE_SITE_NAME;
         delete process.env.WEBSITE_AUTH_ENABLED;
         if (localTrust !== undefined) process.env.KEEL_TRUST_CLIENT_PRINCIPAL = localTrust;
+        rereadHostEnvironment();
       }
     });
 

@@ -23,7 +23,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { stat, open } from 'node:fs/promises';
 import { bootLocal, type LocalKeel } from '../../dev/boot.js';
 import { definitions } from '../../functions/definitions.js';
-import { enqueueJobs } from '../../shared/app/jobs.js';
+import { enqueueJobs } from '../../shared/app/enqueue.js';
 import { adminUrl, appUrl, createTestDatabase } from '../support/pg.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');

@@ -12,7 +12,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { JOB_PROCEDURES, OPERATION_PROCEDURE, pascalCase, type JobProcedure } from '../../shared/jobs/procedures.js';
 import { STORE_ARGUMENT_CHECKS } from '../../shared/jobs/validate.js';
-import { SQLSERVER_PARAMS, assertProcedureParams } from '../../shared/engines/sqlserver/jobStore.js';
+import { SQLSERVER_PARAMS, assertProcedureParams } from '../../shared/engines/sqlserver/procedures.js';
 import {
   POSTGRES_FUNCTIONS,
   pgStatement,

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { PostgresJobStore } from '../../shared/engines/postgres/jobStore.js';
-import { withLogin } from '../../shared/engines/postgres/client.js';
+import { withLogin } from '../../dev/pgAdmin.js';
 import { appUrl, createTestDatabase } from '../support/pg.js';
 
 const PRODUCER = { user: 'keel_producer_test', password: 'keel-producer-test' };

@@ -29,9 +29,11 @@ describe.each(ENGINES.map((e) => [e.name, e] as const))('engine %s follows the s
     expect(want.filter((f) => !tests.includes(f))).toEqual([]);
   });
 
-  it('a job store engine has its procedure table in the parity test', () => {
-    if (!e.capabilities.jobStore) return;
-    expect(read('test/engines/parity.test.ts')).toContain(`shared/engines/${name}/`);
+  it('has its typed procedure tables in the parity test: the job store, and the journal when it keeps one', () => {
+    const parity = read('test/engines/parity.test.ts');
+    if (e.capabilities.jobStore || e.capabilities.journal) expect(parity).toContain(`shared/engines/${name}/`);
+    // The journal's table is one row of the parity test's table list, keyed by the engine's name.
+    if (e.capabilities.journal) expect(parity).toMatch(new RegExp(`^\\s+${name}: JOURNAL_\\w+`, 'm'));
   });
 
   it('names a telemetry driver that is a production dependency', () => {

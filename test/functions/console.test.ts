@@ -10,9 +10,11 @@ import {
   CONSOLE_CSP,
   consoleSession,
   handleConsoleApi,
-  principalMode,
   serveConsoleAsset,
+  type ConsoleConfig,
 } from '../../shared/ops/console.js';
+import { principalMode } from '../../shared/ops/principalTrust.js';
+import { parseHostEnvironment } from '../../shared/app/hostEnvironment.js';
 import { encodeClientPrincipal } from '../../shared/ops/auth.js';
 import { errorResponse, type OpsError } from '../../shared/ops/errors.js';
 import { definitions } from '../../functions/definitions.js';
@@ -21,6 +23,8 @@ let dir: string;
 const ctx = () => new InvocationContext({ invocationId: 'test', functionName: 'console', logHandler: () => undefined });
 const EASY_AUTH = { WEBSITE_SITE_NAME: 'keel-app', WEBSITE_AUTH_ENABLED: 'True' };
 const ALICE = encodeClientPrincipal({ name: 'alice', roles: [] });
+// The console's configuration as the composition root parses it from an environment.
+const consoleOf = (env: NodeJS.ProcessEnv): ConsoleConfig => parseHostEnvironment(env).console;
 
 function req(
   method: string,
@@ -53,7 +57,7 @@ afterAll(async () => {
 });
 
 describe('console: static files', () => {
-  const env = () => ({ KEEL_CONSOLE_DIR: dir });
+  const env = () => consoleOf({ KEEL_CONSOLE_DIR: dir });
 
   it('is registered as two anonymous HTTP functions outside the reserved admin route', () => {
     const http = definitions.filter((d) => d.kind === 'http' && d.name.startsWith('console'));
@@ -103,9 +107,11 @@ describe('console: static files', () => {
   });
 
   it('says how to build the console when it is not built', () => {
-    const r = serveConsoleAsset(req('GET', 'http://h/api/console/'), '', {
-      KEEL_CONSOLE_DIR: path.join(dir, 'missing'),
-    });
+    const r = serveConsoleAsset(
+      req('GET', 'http://h/api/console/'),
+      '',
+      consoleOf({ KEEL_CONSOLE_DIR: path.join(dir, 'missing') }),
+    );
     expect(r.status).toBe(503);
     expect(text(r)).toContain('npm run build:console');
   });
@@ -119,7 +125,7 @@ describe('console: session and access modes', () => {
     expect(principalMode({})).toBe('untrusted');
     const s = consoleSession(
       req('GET', 'http://h/api/console-api/session', { headers: { 'x-ms-client-principal': ALICE } }),
-      LOCAL,
+      consoleOf(LOCAL),
     );
     expect(s).toMatchObject({
       mode: 'caller',
@@ -132,9 +138,10 @@ describe('console: session and access modes', () => {
 
   it('in Azure without App Service authentication the principal header is not believed', () => {
     expect(principalMode({ WEBSITE_SITE_NAME: 'keel-app' })).toBe('untrusted');
-    const s = consoleSession(req('GET', 'http://h/x', { headers: { 'x-ms-client-principal': ALICE } }), {
-      WEBSITE_SITE_NAME: 'keel-app',
-    });
+    const s = consoleSession(
+      req('GET', 'http://h/x', { headers: { 'x-ms-client-principal': ALICE } }),
+      consoleOf({ WEBSITE_SITE_NAME: 'keel-app' }),
+    );
     expect(s.signedIn).toBe(false);
   });
 
@@ -143,10 +150,10 @@ describe('console: session and access modes', () => {
       req('GET', 'http://h/x', {
         headers: { 'x-ms-client-principal': encodeClientPrincipal({ name: 'bob', roles: ['Keel.Operator'] }) },
       }),
-      {
+      consoleOf({
         ...EASY_AUTH,
         KEEL_OPS_OPERATOR_ROLE: 'Ops.Admin',
-      },
+      }),
     );
     expect(s).toMatchObject({
       mode: 'appservice',
@@ -155,7 +162,7 @@ describe('console: session and access modes', () => {
       operatorRole: 'Ops.Admin',
     });
     expect(s.loginUrl).toContain('/.auth/login/aad');
-    const anonymous = consoleSession(req('GET', 'http://h/x'), EASY_AUTH);
+    const anonymous = consoleSession(req('GET', 'http://h/x'), consoleOf(EASY_AUTH));
     expect(anonymous).toMatchObject({ mode: 'appservice', signedIn: false });
   });
 });
@@ -195,7 +202,7 @@ describe('console: the ops API for App Service authentication sign-in', () => {
       }),
       ctx(),
       fakeOps,
-      env,
+      consoleOf(env),
     );
 
   it('is refused without App Service authentication: the key is the only way in then', async () => {

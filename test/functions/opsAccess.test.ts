@@ -4,6 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ops, opsForConsole } from '../../functions/ops.js';
 import { handleConsoleApi } from '../../shared/ops/console.js';
+import { parseHostEnvironment, rereadHostEnvironment } from '../../shared/app/hostEnvironment.js';
 import { allRoutes } from '../../shared/ops/routes.js';
 import { OPS_ROLES, encodeClientPrincipal, type OpsChannel } from '../../shared/ops/auth.js';
 import { auditRows, context, createTestRuntime, jsonOf, lastAuditId, request, type TestRuntime } from './support.js';
@@ -174,6 +175,7 @@ describe('the console path (no key): the principal roles only', () => {
     vi.stubEnv('WEBSITE_SITE_NAME', 'keel-app');
     vi.stubEnv('WEBSITE_AUTH_ENABLED', 'True');
     vi.stubEnv('KEEL_TRUST_CLIENT_PRINCIPAL', '');
+    rereadHostEnvironment(); // the principal trust is parsed once: again, for this environment
     try {
       const env = { WEBSITE_SITE_NAME: 'keel-app', WEBSITE_AUTH_ENABLED: 'True' };
       const viaConsole = async (principal: string, path: string) => {
@@ -190,12 +192,13 @@ describe('the console path (no key): the principal roles only', () => {
           query: Object.fromEntries(url.searchParams),
           params: { path: `ops/${url.pathname.replace(/^\/api\/console-api\/ops\//, '')}` },
         });
-        return handleConsoleApi(consoleReq, context('consoleApi'), opsForConsole, env);
+        return handleConsoleApi(consoleReq, context('consoleApi'), opsForConsole, parseHostEnvironment(env).console);
       };
       expect((await viaConsole(TENANT, 'jobs?location=dlq&limit=500')).status).toBe(403);
       expect((await viaConsole(READER, 'jobs?location=dlq&limit=5')).status).toBe(200);
     } finally {
       vi.unstubAllEnvs();
+      rereadHostEnvironment();
     }
   });
 });
@@ -257,22 +260,26 @@ describe('/api/ops with a function key', () => {
     for (const env of [{}, { WEBSITE_SITE_NAME: 'keel-app' }, { WEBSITE_AUTH_ENABLED: 'True' }]) {
       vi.stubEnv('KEEL_TRUST_CLIENT_PRINCIPAL', '');
       for (const [k, v] of Object.entries(env)) vi.stubEnv(k, v);
+      rereadHostEnvironment(); // the principal trust is parsed once: again, for this environment
       try {
         const r = await call('key', 'POST', 'queues/acl-forged/pause', { body: {}, principal: OPERATOR });
         expect(r.status, JSON.stringify(env)).toBe(403);
         expect(r.body.message).toMatch(/cannot be verified/);
       } finally {
         vi.unstubAllEnvs();
+        rereadHostEnvironment();
       }
     }
     // The local setting where a hosting environment is detected: every call fails closed.
     vi.stubEnv('KUBERNETES_SERVICE_HOST', '10.0.0.1');
+    rereadHostEnvironment(); // the principal trust is parsed once: again, for this environment
     try {
       const r = await call('key', 'POST', 'queues/acl-forged/pause', { body: {}, principal: OPERATOR });
       expect(r).toMatchObject({ status: 503, body: { error: 'unavailable' } });
       expect(r.body.message).not.toMatch(/KUBERNETES/);
     } finally {
       vi.unstubAllEnvs();
+      rereadHostEnvironment();
     }
     expect((await call('key', 'GET', 'queues/acl-forged')).status).toBe(404);
   });
@@ -283,6 +290,7 @@ describe('the console front door', () => {
     vi.stubEnv('WEBSITE_SITE_NAME', 'keel-app');
     vi.stubEnv('WEBSITE_AUTH_ENABLED', 'True');
     vi.stubEnv('KEEL_TRUST_CLIENT_PRINCIPAL', '');
+    rereadHostEnvironment(); // the principal trust is parsed once: again, for this environment
     try {
       const env = { WEBSITE_SITE_NAME: 'keel-app', WEBSITE_AUTH_ENABLED: 'True' };
       const { HttpRequest } = await import('../../dev/azureFunctions.js');
@@ -297,7 +305,7 @@ describe('the console front door', () => {
           }),
           context('consoleApi'),
           opsForConsole,
-          env,
+          parseHostEnvironment(env).console,
         );
       const before = await lastAuditId(t.pool);
       // The operator's session cookie rides along (App Service sets the principal), but the page cannot send the
@@ -323,6 +331,7 @@ describe('the console front door', () => {
       expect((await call('key', 'GET', 'queues/acl-front')).status).toBe(404);
     } finally {
       vi.unstubAllEnvs();
+      rereadHostEnvironment();
     }
   });
 });

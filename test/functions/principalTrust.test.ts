@@ -4,7 +4,8 @@ import { describe, expect, it } from 'vitest';
 
 describe('principal trust fails closed', () => {
   it('refuses the local setting wherever a hosting environment is detected, and warns without App Service auth', async () => {
-    const { principalMode, principalTrustWarning, HOSTING_MARKERS } = await import('../../shared/ops/auth.js');
+    const { principalMode, principalTrustWarning, HOSTING_MARKERS } =
+      await import('../../shared/ops/principalTrust.js');
     const { checkLocalPrincipalTrust } = await import('../../dev/localHost.js');
     const LOCAL = { KEEL_TRUST_CLIENT_PRINCIPAL: 'local' };
     expect(principalMode(LOCAL)).toBe('caller');

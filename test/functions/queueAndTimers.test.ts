@@ -6,7 +6,7 @@ import { maintenance } from '../../functions/maintenance.js';
 import { transferTimer } from '../../functions/transferTimer.js';
 import { context, createTestRuntime, snapshot, RecordingQueues, timer, type TestRuntime } from './support.js';
 import { appUrl } from '../support/pg.js';
-import { dispatchDueJobs, maintenanceDidNothing, runMaintenancePass } from '../../shared/app/dispatch.js';
+import { dispatchDueJobs, maintenanceDidNothing, runMaintenancePass } from '../../shared/app/timerPasses.js';
 import { createRuntime, setRuntime } from '../../shared/app/runtime.js';
 import { registerDemoHandlers } from '../../dev/demoHandlers.js';
 import { parseSettings } from '../../shared/config/settings.js';

@@ -123,10 +123,12 @@ describe('host.json', () => {
 
 describe('client principal', () => {
   it('reads roles from the App Service authentication header', async () => {
-    const { parseClientPrincipal, authorize, encodeClientPrincipal, checkFunctionKey, DEFAULT_ROLE_NAMES } =
+    const { parseClientPrincipal, authorize, encodeClientPrincipal, checkFunctionKey } =
       await import('../../shared/ops/auth.js');
-    const names = DEFAULT_ROLE_NAMES;
-    const LOCAL = { KEEL_TRUST_CLIENT_PRINCIPAL: 'local' };
+    const { principalTrustOf } = await import('../../shared/ops/principalTrust.js');
+    // The default role names, as Settings parses them.
+    const names = { reader: 'Keel.Reader', producer: 'Keel.Producer', operator: 'Keel.Operator' };
+    const LOCAL = principalTrustOf({ KEEL_TRUST_CLIENT_PRINCIPAL: 'local' });
     const header = encodeClientPrincipal({ name: 'ana', roles: ['Keel.Operator', 'Other'] });
     expect(parseClientPrincipal(header)).toEqual({
       authType: 'aad',
@@ -143,12 +145,17 @@ describe('client principal', () => {
     expect(() => authorize(undefined, 'operator', names, 'key', LOCAL)).toThrow(/no authenticated principal/);
     // Without App Service authentication and without the local setting the header is caller-controlled: ignored.
     for (const env of [{}, { WEBSITE_SITE_NAME: 'keel-app' }, { WEBSITE_AUTH_ENABLED: 'True' }])
-      expect(() => authorize(header, 'operator', names, 'key', env)).toThrow(
+      expect(() => authorize(header, 'operator', names, 'key', principalTrustOf(env))).toThrow(
         /App Service authentication is not enabled/,
       );
     expect(
-      authorize(header, 'operator', names, 'key', { WEBSITE_SITE_NAME: 'keel-app', WEBSITE_AUTH_ENABLED: 'True' })
-        ?.name,
+      authorize(
+        header,
+        'operator',
+        names,
+        'key',
+        principalTrustOf({ WEBSITE_SITE_NAME: 'keel-app', WEBSITE_AUTH_ENABLED: 'True' }),
+      )?.name,
     ).toBe('ana');
     // Entra ID principals name the role claim type in role_typ.
     const entra = Buffer.from(

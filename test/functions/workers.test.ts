@@ -7,8 +7,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ops } from '../../functions/ops.js';
-import { enqueueJobs } from '../../shared/app/jobs.js';
-import { runMaintenancePass, dispatchDueJobs } from '../../shared/app/dispatch.js';
+import { enqueueJobs } from '../../shared/app/enqueue.js';
+import { runMaintenancePass, dispatchDueJobs } from '../../shared/app/timerPasses.js';
 import { parseSettings } from '../../shared/config/settings.js';
 import { context, createTestRuntime, jsonOf, request, type TestRuntime } from './support.js';
 

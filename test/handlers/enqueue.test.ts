@@ -2,7 +2,7 @@
 // unknown types are refused unless KEEL_ALLOW_UNKNOWN_JOB_TYPES; the handler's queue is applied.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ops } from '../../functions/ops.js';
-import { enqueueJobs } from '../../shared/app/jobs.js';
+import { enqueueJobs } from '../../shared/app/enqueue.js';
 import { setRuntime } from '../../shared/app/runtime.js';
 import { defineHandler, z } from '../../shared/jobs/define.js';
 import { registerHandlers } from '../../shared/jobs/handlerFolder.js';

@@ -3,8 +3,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { defineHandler } from '../../shared/jobs/define.js';
 import { registerHandlers } from '../../shared/jobs/handlerFolder.js';
-import { enqueueJobs } from '../../shared/app/jobs.js';
-import { runMaintenancePass } from '../../shared/app/dispatch.js';
+import { enqueueJobs } from '../../shared/app/enqueue.js';
+import { runMaintenancePass } from '../../shared/app/timerPasses.js';
 import { createTestRuntime, type TestRuntime } from '../functions/support.js';
 
 let running = 0;

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ops } from '../../functions/ops.js';
 import { parseSettings } from '../../shared/config/settings.js';
 import { createRuntime, type Runtime, type RuntimeOverrides } from '../../shared/app/runtime.js';
-import { runSchedulerPass, schedulesFinerThanTimer } from '../../shared/app/dispatch.js';
+import { runSchedulerPass, schedulesFinerThanTimer } from '../../shared/app/timerPasses.js';
 import { defineHandler, defineSchedule, z } from '../../shared/jobs/define.js';
 import { registerHandlers } from '../../shared/jobs/handlerFolder.js';
 import { planTicks } from '../../shared/jobs/scheduler.js';

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseSettings } from '../../shared/config/settings.js';
 import { createRuntime, type Runtime } from '../../shared/app/runtime.js';
-import { enqueueJobs } from '../../shared/app/jobs.js';
+import { enqueueJobs } from '../../shared/app/enqueue.js';
 import { defineHandler, FatalError, z, type HandlerDefinition } from '../../shared/jobs/define.js';
 import { registerHandlers } from '../../shared/jobs/handlerFolder.js';
 import { runHandler } from '../kit.js';

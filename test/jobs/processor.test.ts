@@ -3,13 +3,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PostgresHarness } from '../engines/postgres.harness.js';
 import type { JobStore } from '../../shared/jobs/contract.js';
-import {
-  FatalError,
-  HandlerRegistry,
-  RetryAfterError,
-  backoffDelayMs,
-  type JobContext,
-} from '../../shared/jobs/registry.js';
+import { HandlerRegistry, type JobContext } from '../../shared/jobs/registry.js';
+import { FatalError, RetryAfterError } from '../../shared/jobs/handlerErrors.js';
+import { backoffDelayMs } from '../../shared/jobs/backoff.js';
 import { JobAbortedError, JobProcessor, Worker, type JobOutcome } from '../../shared/jobs/processor.js';
 import { runMaintenance } from '../../shared/jobs/maintenance.js';
 

@@ -4,7 +4,7 @@
 import pg from 'pg';
 import { inject } from 'vitest';
 import { open, stat } from 'node:fs/promises';
-import { withClient } from '../../shared/engines/postgres/client.js';
+import { withClient } from '../../dev/pgAdmin.js';
 import { adminUrl } from './pg.js';
 
 export interface DeadlockWatch {

@@ -12,7 +12,7 @@ import pg from 'pg';
 import { createWriteStream, mkdirSync, type WriteStream } from 'node:fs';
 import { startEmbeddedPostgres, type EmbeddedServer } from '../../dev/embeddedPostgres.js';
 import { startStockPostgres, type StockServer } from '../../dev/stockPostgres.js';
-import { ensureExecutorLogin } from '../../shared/engines/postgres/client.js';
+import { ensureExecutorLogin } from '../../dev/pgAdmin.js';
 import os from 'node:os';
 import path from 'node:path';
 

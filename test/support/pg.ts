@@ -2,7 +2,7 @@
 import pg from 'pg';
 import { inject } from 'vitest';
 import { randomBytes } from 'node:crypto';
-import { withDatabase, withLogin } from '../../shared/engines/postgres/client.js';
+import { withDatabase, withLogin } from '../../dev/pgAdmin.js';
 
 export function adminUrl(): string {
   return inject('pgAdminUrl');

@@ -12,7 +12,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { defineHandler, z } from '../../../shared/jobs/define.js';
 import { registerHandlers } from '../../../shared/jobs/handlerFolder.js';
-import { withLogin } from '../../../shared/engines/postgres/client.js';
+import { withLogin } from '../../../dev/pgAdmin.js';
 import { createTestRuntime, type TestRuntime } from '../../../test/functions/support.js';
 import { AUDIENCE, easyAuthEnv, startFrontDoor, type FrontDoor } from './support.js';
 

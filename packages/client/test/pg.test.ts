@@ -7,7 +7,7 @@ import pg from 'pg';
 import { defineHandler, z } from '../../../shared/jobs/define.js';
 import { registerHandlers } from '../../../shared/jobs/handlerFolder.js';
 import { jobMessageSchema, parseMessage } from '../../../shared/app/messages.js';
-import { withLogin } from '../../../shared/engines/postgres/client.js';
+import { withLogin } from '../../../dev/pgAdmin.js';
 import { createTestRuntime, type TestRuntime } from '../../../test/functions/support.js';
 import {
   enqueueInTransaction,

@@ -2,7 +2,8 @@
 // stored procedure of sql/sqlserver/R__070_transfer_journal.sql through the typed table below (the app role
 // keel_executor has EXECUTE only, no table rights), each call one request on the pool (no connection is held
 // between calls; XACT_ABORT rolls a cut call back).
-// NOT RUN HERE: exercised by test/engines/sqlserver.transferJournal.test.ts when KEEL_TEST_MSSQL_URL is set.
+// Exercised by test/engines/sqlserver.transferJournal.test.ts against a server (KEEL_TEST_MSSQL_URL; skipped with the
+// reason when unset) and, without one, by test/engines/sqlserver.journalDialect.test.ts.
 import sql from 'mssql';
 import {
   JOURNAL_PROCEDURES,

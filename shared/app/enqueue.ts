@@ -1,6 +1,7 @@
 // Enqueue = write the row, then post the message. The row is the truth: if posting fails the job is still
 // durable and the dispatcher claims it when due. Messages carry only the job id.
-import type { EnqueueRequest, EnqueueResult, JobId } from '../jobs/contract.js';
+import type { EnqueueRequest, JobId } from '../jobs/contract.js';
+import type { OpsEnqueued, OpsLogger } from '../ops/context.js';
 import { prepareTypedJobs, type JobRequest, type TypedEnqueueOptions } from '../jobs/typedEnqueue.js';
 import { MAX_VISIBILITY_DELAY_SECONDS } from './queues.js';
 import type { Runtime } from './runtime.js';
@@ -11,15 +12,9 @@ export interface JobMessage {
   jobId: JobId;
 }
 
-export interface Logger {
-  info(...args: unknown[]): void;
-  warn(...args: unknown[]): void;
-  error(...args: unknown[]): void;
-}
-
-export interface EnqueuedJob extends EnqueueResult {
-  posted: boolean; // false: duplicate, too far in the future for a queue message, or posting failed
-}
+// Declared once, by the port the ops API calls through (shared/ops/context.ts): the same logger and enqueue result.
+export type Logger = OpsLogger;
+export type EnqueuedJob = OpsEnqueued;
 
 function delaySecondsFor(req: EnqueueRequest, now: number): number {
   if (req.runAt) return Math.max(0, (req.runAt.getTime() - now) / 1000);

@@ -1,11 +1,12 @@
-// What the timers do, kept out of functions/ so the functions stay thin and tests can call it directly.
+// The timer passes (dispatcher, maintenance, scheduler): what the timers do, kept out of functions/ so the functions
+// stay thin and tests can call it directly.
 import { runMaintenance, type MaintenanceReport } from '../jobs/maintenance.js';
 import { Cron } from 'croner';
 import { runSchedules, type ScheduleMemory, type SchedulePassItem } from '../jobs/scheduler.js';
 import type { ScheduleDefinition } from '../jobs/define.js';
 import type { JobId } from '../jobs/contract.js';
 import type { JobOutcome } from '../jobs/processor.js';
-import { postJob, postJobs, type Logger } from './jobs.js';
+import { postJob, postJobs, type Logger } from './enqueue.js';
 import type { Runtime } from './runtime.js';
 import { maintenanceTelemetry, reconcileTelemetry, scheduleFailedTelemetry } from './telemetryHooks.js';
 import { isStalled, resumeStalled } from './transfers.js';
