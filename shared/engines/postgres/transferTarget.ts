@@ -18,8 +18,10 @@ import type {
   ApplyResult,
   BulkStream,
   KeyTuple,
+  Manifest,
   ReconcileOutcome,
   RowFeed,
+  RowsFeed,
   SourceSchema,
   StageRequest,
   StageResult,
@@ -236,7 +238,25 @@ export class PostgresTransferTarget implements TargetAdapter {
     return this.t.keyColumns.map((k) => this.t.columns.find((c) => c.source === k)!.target);
   }
 
-  async stage(req: StageRequest, feed: RowFeed): Promise<StageResult> {
+  stage(req: StageRequest, feed: RowFeed): Promise<StageResult> {
+    return this.stageRows(req, feed, req.manifest);
+  }
+
+  // One source read: the manifest arrives after the rows (types.ts), so the staging is opened (begin_stage) only
+  // then, in the same transaction, before anything is verified or committed.
+  stageStreamed(
+    req: Omit<StageRequest, 'manifest'>,
+    feed: RowsFeed,
+    manifest: Promise<Manifest>,
+  ): Promise<StageResult> {
+    return this.stageRows(req, feed, manifest);
+  }
+
+  private async stageRows(
+    req: Omit<StageRequest, 'manifest'>,
+    feed: RowFeed,
+    expected: Manifest | Promise<Manifest>,
+  ): Promise<StageResult> {
     if (feed.kind === 'bulk' && feed.format !== this.bulkFormat)
       throw new Error(`the PostgreSQL target reads ${this.bulkFormat} bulk streams, not ${feed.format}`);
     const mapped = mappedColumns(this.t, req.schema);
@@ -257,24 +277,25 @@ export class PostgresTransferTarget implements TargetAdapter {
       await client.query('begin');
       await client.query(PG_CHECKSUM_SETTINGS_SQL);
       await client.query(`select set_config('keel.batch_id', $1, true)`, [req.batchId]);
-      let opened: string;
-      try {
-        opened = (
-          await client.query(`select keel_transfer.begin_stage($1, $2, $3, $4) as r`, [
-            req.batchId,
-            req.transfer,
-            req.manifest.rowCount,
-            req.manifest.checksum,
-          ])
-        ).rows[0].r;
-      } catch (err) {
-        if (pgCode(err) === KT_CONFLICT)
-          throw new TransferError('staging_conflict', (err as Error).message, { batchId: req.batchId });
-        throw err;
-      }
-      if (opened === 'already_staged') {
+      const open = async (m: Manifest): Promise<string> => {
+        try {
+          return (
+            await client.query(`select keel_transfer.begin_stage($1, $2, $3, $4) as r`, [
+              req.batchId,
+              req.transfer,
+              m.rowCount,
+              m.checksum,
+            ])
+          ).rows[0].r;
+        } catch (err) {
+          if (pgCode(err) === KT_CONFLICT)
+            throw new TransferError('staging_conflict', (err as Error).message, { batchId: req.batchId });
+          throw err;
+        }
+      };
+      if (!(expected instanceof Promise) && (await open(expected)) === 'already_staged') {
         await client.query('commit');
-        return { outcome: 'already_staged', rowCount: req.manifest.rowCount, checksum: req.manifest.checksum };
+        return { outcome: 'already_staged', rowCount: expected.rowCount, checksum: expected.checksum };
       }
 
       // Change windows: every row ends with its operation (shared/transfer/changes.ts), staged and checksummed too.
@@ -305,6 +326,7 @@ export class PostgresTransferTarget implements TargetAdapter {
       // columns are integers (equal on the target exactly when equal on the source; the staged values are proven
       // equal to the source's by the checksum below, which is then compared before anything is declared staged).
       let keysProvenUnique = false;
+      let manifest: Manifest;
       if (feed.kind === 'bulk') {
         opening = feed.open(binary ? 'binary' : 'text');
         src = await Promise.race([opening, sinkFailed, stall.failed]);
@@ -347,6 +369,9 @@ export class PostgresTransferTarget implements TargetAdapter {
           sink.end();
           await guard(sinkFinished);
           copyOpen = false;
+          keysProvenUnique =
+            feed.facts?.keysUnique === true &&
+            mapped.filter((c) => keyTargets.has(c.target)).every((c) => c.logical === 'int');
         } catch (err) {
           // Ends the source's read (its own cleanup releases its connection); not awaited: a source that stopped
           // answering must not hold this step.
@@ -355,6 +380,16 @@ export class PostgresTransferTarget implements TargetAdapter {
         }
       }
       stall.stop();
+      if (expected instanceof Promise) {
+        // Recorded in the journal once the last row passed (rejects when it could not be). An earlier staging of
+        // this batch id is found here, as at the start of stage(): its rows in this transaction are rolled back.
+        manifest = await expected;
+        const opened = await open(manifest);
+        if (opened === 'already_staged') {
+          await client.query('rollback');
+          return { outcome: 'already_staged', rowCount: manifest.rowCount, checksum: manifest.checksum };
+        }
+      } else manifest = expected;
 
       lap('stage.copy');
       // The staging table was just filled in this transaction and has no statistics, so the planner would think the
@@ -390,16 +425,16 @@ export class PostgresTransferTarget implements TargetAdapter {
           ],
           stg,
           'keel_batch_id = $1',
-          algorithmOf(req.manifest.checksum),
+          algorithmOf(manifest.checksum),
         ),
         [req.batchId],
       );
       const rowCount = Number(sums.rows[0].n);
       const checksum = String(sums.rows[0].checksum);
-      if (rowCount !== req.manifest.rowCount || checksum !== req.manifest.checksum) {
+      if (rowCount !== manifest.rowCount || checksum !== manifest.checksum) {
         throw new TransferError(
           'manifest_mismatch',
-          `batch ${req.batchId}: staged ${rowCount} rows (checksum ${checksum}) but the manifest says ${req.manifest.rowCount} rows (checksum ${req.manifest.checksum}); the source window changed after extraction`,
+          `batch ${req.batchId}: staged ${rowCount} rows (checksum ${checksum}) but the manifest says ${manifest.rowCount} rows (checksum ${manifest.checksum}); the source window changed after extraction`,
           { stagedCount: rowCount, stagedChecksum: checksum },
         );
       }
