@@ -54,7 +54,8 @@
 //
 // PostgreSQL computes the same value in SQL (shared/engines/postgres/transferSql.ts); other engines stream
 // canonical strings through `ChecksumAccumulator`. test/transfer/checksum.test.ts proves the two agree.
-import crypto from 'node:crypto';
+import { createHash } from 'node:crypto';
+import { md5Prefix } from './md5.js';
 
 export type LogicalType =
   'int' | 'decimal' | 'float' | 'text' | 'bool' | 'date' | 'timestamp' | 'timestamptz' | 'bytes' | 'uuid';
@@ -96,28 +97,24 @@ export function rowEncoding(row: CanonicalRow): string {
 }
 
 export function rowHash(row: CanonicalRow): bigint {
-  return md5Digest(rowEncoding(row)).readBigUInt64BE(0);
+  return createHash('md5').update(rowEncoding(row), 'utf8').digest().readBigUInt64BE(0);
 }
 
-// One-shot crypto.hash (Node 21.7+) costs about half of createHash().update().digest() per row.
-const oneShot = (crypto as { hash?: (alg: string, data: string, enc: 'buffer') => Buffer }).hash;
-const md5Digest: (s: string) => Buffer = oneShot
-  ? (s) => oneShot('md5', s, 'buffer')
-  : (s) => crypto.createHash('md5').update(s, 'utf8').digest();
-
+// The keel-v1 row hash, as rowHash defines it, without a BigInt or a Buffer per row (shared/transfer/md5.ts).
+const digest = new Uint32Array(2);
 const TWO32 = 4294967296;
 
 // The batch checksum of rows added one at a time. The sum mod 2^64 is kept as two 32-bit halves in plain numbers
-// (a BigInt addition per row costs as much as the hash).
+// (a BigInt addition per row costs about as much as the hash).
 export class ChecksumAccumulator {
   private hi = 0;
   private lo = 0;
   count = 0;
 
   add(row: CanonicalRow): void {
-    const d = md5Digest(rowEncoding(row));
-    let lo = this.lo + d.readUInt32BE(4);
-    let hi = this.hi + d.readUInt32BE(0);
+    md5Prefix(rowEncoding(row), digest);
+    let lo = this.lo + digest[1]!;
+    let hi = this.hi + digest[0]!;
     if (lo >= TWO32) {
       lo -= TWO32;
       hi += 1;
