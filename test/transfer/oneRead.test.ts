@@ -128,7 +128,7 @@ describe('transfer row path: one source read', () => {
             feed: Parameters<NonNullable<TargetAdapter['stageStreamed']>>[1],
             manifest: Promise<Manifest>,
           ) => {
-            if (!failOnce) return real.stageStreamed(req, feed, manifest);
+            if (!failOnce) return real.stageStreamed!(req, feed, manifest);
             failOnce = false;
             for await (const chunk of feed.rows) void chunk;
             await manifest;
