@@ -55,6 +55,7 @@
 // PostgreSQL computes the same value in SQL (shared/engines/postgres/transferSql.ts); other engines stream
 // canonical strings through `ChecksumAccumulator`. test/transfer/checksum.test.ts proves the two agree.
 import { createHash } from 'node:crypto';
+import { md5Prefix } from './md5.js';
 
 export type LogicalType =
   'int' | 'decimal' | 'float' | 'text' | 'bool' | 'date' | 'timestamp' | 'timestamptz' | 'bytes' | 'uuid';
@@ -79,8 +80,6 @@ export function algorithmOf(checksum: string): ChecksumAlgorithm {
   return checksum.startsWith(PG2_PREFIX) ? 'keel-pg2' : checksum.startsWith(PG1_PREFIX) ? 'keel-pg1' : 'keel-v1';
 }
 
-const MOD = 1n << 64n;
-
 export type CanonicalRow = (string | null)[];
 
 const NEEDS_QUOTES = /["\\(),\t\n\v\f\r ]/;
@@ -98,19 +97,36 @@ export function rowEncoding(row: CanonicalRow): string {
 }
 
 export function rowHash(row: CanonicalRow): bigint {
-  const digest = createHash('md5').update(rowEncoding(row), 'utf8').digest();
-  return digest.readBigUInt64BE(0);
+  return createHash('md5').update(rowEncoding(row), 'utf8').digest().readBigUInt64BE(0);
 }
 
+// The keel-v1 row hash, as rowHash defines it, without a BigInt or a Buffer per row (shared/transfer/md5.ts).
+const digest = new Uint32Array(2);
+const TWO32 = 4294967296;
+
+// The batch checksum of rows added one at a time. The sum mod 2^64 is kept as two 32-bit halves in plain numbers
+// (a BigInt addition per row costs about as much as the hash).
 export class ChecksumAccumulator {
-  private sum = 0n;
+  private hi = 0;
+  private lo = 0;
   count = 0;
+
   add(row: CanonicalRow): void {
-    this.sum = (this.sum + rowHash(row)) % MOD;
+    md5Prefix(rowEncoding(row), digest);
+    let lo = this.lo + digest[1]!;
+    let hi = this.hi + digest[0]!;
+    if (lo >= TWO32) {
+      lo -= TWO32;
+      hi += 1;
+    }
+    if (hi >= TWO32) hi -= TWO32;
+    this.lo = lo;
+    this.hi = hi;
     this.count++;
   }
+
   get checksum(): string {
-    return this.sum.toString(10);
+    return ((BigInt(this.hi) << 32n) + BigInt(this.lo)).toString(10);
   }
 }
 

@@ -12,7 +12,7 @@ import {
 } from './checksum.js';
 import type { TransferConfig } from './config.js';
 import { TransferError } from './errors.js';
-import type { Manifest, SchemaColumn, SourceAdapter, SourceSchema, Window } from './types.js';
+import type { Manifest, SchemaColumn, SourceAdapter, SourceSchema, StreamFacts, Window } from './types.js';
 
 export type ColumnPolicy =
   | { kind: 'empty_to_null' }
@@ -163,9 +163,9 @@ export function policyConverter(t: TransferConfig, schema: SourceSchema): ((row:
 // bulk stream (it would carry unconverted values). Without policies the source itself.
 export function withValuePolicies(t: TransferConfig, source: SourceAdapter): SourceAdapter {
   if (!hasValuePolicies(t)) return source;
-  const rows = async function* (w: Window, schema: SourceSchema, chunkSize: number) {
+  const rows = async function* (w: Window, schema: SourceSchema, chunkSize: number, facts?: StreamFacts) {
     const convert = policyConverter(t, schema)!;
-    for await (const chunk of source.streamRows(w, schema, chunkSize)) yield chunk.map(convert);
+    for await (const chunk of source.streamRows(w, schema, chunkSize, facts)) yield chunk.map(convert);
   };
   return {
     engine: source.engine,
@@ -183,6 +183,8 @@ export function withValuePolicies(t: TransferConfig, source: SourceAdapter): Sou
     // Key columns take no policy (config.ts), so the source's own keys are the converted rows' keys.
     ...(source.windowKeys ? { windowKeys: source.windowKeys.bind(source) } : {}),
     ...(source.rowsAfter ? { rowsAfter: source.rowsAfter.bind(source) } : {}),
+    // The conversion is a function of each row alone: a snapshot read stays one after it.
+    ...(source.readsSnapshot ? { readsSnapshot: source.readsSnapshot.bind(source) } : {}),
     close: () => source.close(),
   };
 }

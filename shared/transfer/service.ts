@@ -1,7 +1,7 @@
 // The transfer lifecycle (docs/transfer.md): extract -> stage -> apply -> reconcile, identical for every engine pair.
 // Every batch has a durable id; retries reuse it; outcomes are read from the target, never inferred from errors.
 import { randomUUID } from 'node:crypto';
-import type { ChecksumAlgorithm } from './checksum.js';
+import { ChecksumAccumulator, type CanonicalRow, type ChecksumAlgorithm } from './checksum.js';
 import type { TransferConfig } from './config.js';
 import { describeError, isTransferError, TERMINAL_CODES, TransferError } from './errors.js';
 import type { BatchEvent, BatchPatch, BatchRecord, TransferControl, TransferJournal } from './journal.js';
@@ -14,10 +14,13 @@ import {
   type Adapters,
   type BatchState,
   type BatchStatus,
+  type Manifest,
   type RowFeed,
   type SchemaColumn,
   type SourceSchema,
   type StageRequest,
+  type StageResult,
+  type StreamFacts,
   type Window,
 } from './types.js';
 
@@ -252,9 +255,25 @@ export async function negotiateChecksum(a: Adapters): Promise<ChecksumAlgorithm>
 export function negotiateFeed(a: Adapters, w: Window, schema: SourceSchema, chunkSize: number): RowFeed {
   const format = a.source.bulkFormat;
   const bulkOut = a.source.bulkOut?.bind(a.source);
-  if (format !== undefined && bulkOut && format === a.target.bulkFormat)
+  if (bulkFeed(a) && bulkOut && format !== undefined)
     return { kind: 'bulk', format, open: (encoding) => bulkOut(w, schema, encoding) };
-  return { kind: 'rows', rows: a.source.streamRows(w, schema, chunkSize) };
+  const facts: StreamFacts = {};
+  return { kind: 'rows', rows: a.source.streamRows(w, schema, chunkSize, facts), facts };
+}
+
+function bulkFeed(a: Adapters): boolean {
+  return a.source.bulkFormat !== undefined && !!a.source.bulkOut && a.source.bulkFormat === a.target.bulkFormat;
+}
+
+// One source read (docs/transfer.md "One source read"): the manifest is computed from the rows as they are staged,
+// instead of by a read of the window before them, when the rows travel as canonical text (no bulk stream), the
+// checksum is keel-v1 (what Node computes from canonical text), the target can take a manifest after the rows, and
+// the source reads the window in one consistent snapshot (so the rows staged are the window as of one moment, as a
+// separate manifest read would have counted it).
+export async function readsOnce(a: Adapters, w: Window): Promise<boolean> {
+  if (!a.target.stageStreamed || !a.source.readsSnapshot || bulkFeed(a)) return false;
+  if ((await negotiateChecksum(a)) !== 'keel-v1') return false;
+  return a.source.readsSnapshot(w);
 }
 
 export class TransferService {
@@ -542,7 +561,7 @@ export class TransferService {
     });
     this.log('transfer.batch.created', { batchId: rec.batchId, transfer: t.name, low: window.low, high: window.high });
     try {
-      return toView(await this.recordManifest(rec, t, a, schema));
+      return toView(await this.recordManifest(rec, t, a, schema, true));
     } catch (err) {
       // The batch exists and holds its window; running it (same id) records the manifest first.
       await this.noteError(rec, 'manifest_error', err);
@@ -628,7 +647,7 @@ export class TransferService {
     });
     this.log('transfer.batch.replay', { batchId: rec.batchId, transfer: t.name, low, high });
     try {
-      return { plan, batch: toView(await this.recordManifest(rec, t, a, schema)) };
+      return { plan, batch: toView(await this.recordManifest(rec, t, a, schema, true)) };
     } catch (err) {
       await this.noteError(rec, 'manifest_error', err);
       return { plan, batch: toView(await this.load(rec.batchId)) };
@@ -683,7 +702,7 @@ export class TransferService {
     });
     this.log('transfer.batch.rebaseline', { batchId: rec.batchId, transfer: t.name, high: baseline.high });
     try {
-      return toView(await this.recordManifest(rec, t, a, schema));
+      return toView(await this.recordManifest(rec, t, a, schema, true));
     } catch (err) {
       await this.noteError(rec, 'manifest_error', err);
       return toView(await this.load(rec.batchId));
@@ -770,14 +789,18 @@ export class TransferService {
     }
   }
 
+  // deferrable (a new batch): with one source read (readsOnce) the manifest is left to the stage, which computes it
+  // from the rows it stages; the batch stays 'extracting' without a manifest until then.
   private async recordManifest(
     rec: BatchRecord,
     t: TransferConfig,
     a: Adapters,
     schema: SourceSchema,
+    deferrable = false,
   ): Promise<BatchRecord> {
     if (rec.rowCount !== null) return rec;
     const w: Window = { kind: rec.boundaryKind, low: rec.boundaryLow, high: rec.boundaryHigh };
+    if (deferrable && (await readsOnce(a, w))) return rec;
     const algorithm = await negotiateChecksum(a);
     const m = await a.source.manifest(w, schema, algorithm);
     const moved = await this.move(rec.batchId, {
@@ -812,20 +835,25 @@ export class TransferService {
         );
       }
       await this.prepare(t, a, schema);
-      b = await this.recordManifest(b, t, a, schema);
-      const req = this.request(b, t);
       const w: Window = { kind: b.boundaryKind, low: b.boundaryLow, high: b.boundaryHigh };
-      const feed = negotiateFeed(a, w, req.schema, t.chunkSize);
-      if (this.directApply && a.target.applyDirect && a.target.canApplyDirect?.(req, feed)) {
-        const direct = await this.applyDirectly(b, t, a, req, w, feed);
-        if (direct) return direct;
-        // Not eligible after all (rows of the window exist on the target): nothing was written, reconcile fenced
-        // the attempt and moved the batch back; it is staged and applied.
-        b = await this.load(batchId);
-        if (b.state !== 'extracting') return toView(b);
-      }
       const started = Date.now();
-      const res = await a.target.stage(req, feed);
+      let res: StageResult;
+      if (b.rowCount === null && (await readsOnce(a, w))) {
+        res = await this.stageReadOnce(b, t, a, w);
+      } else {
+        b = await this.recordManifest(b, t, a, schema);
+        const req = this.request(b, t);
+        const feed = negotiateFeed(a, w, req.schema, t.chunkSize);
+        if (this.directApply && a.target.applyDirect && a.target.canApplyDirect?.(req, feed)) {
+          const direct = await this.applyDirectly(b, t, a, req, w, feed);
+          if (direct) return direct;
+          // Not eligible after all (rows of the window exist on the target): nothing was written, reconcile fenced
+          // the attempt and moved the batch back; it is staged and applied.
+          b = await this.load(batchId);
+          if (b.state !== 'extracting') return toView(b);
+        }
+        res = await a.target.stage(req, feed);
+      }
       const moved = await this.move(b.batchId, {
         move: 'stage',
         event: res.outcome,
@@ -845,6 +873,62 @@ export class TransferService {
       await this.noteError(b, 'stage_error', err);
       throw err;
     }
+  }
+
+  // One source read (readsOnce): the window's rows stream once, into the target's staging, and are checksummed here
+  // as they pass (keel-v1 over the very canonical rows the target receives). When the last row has passed, the
+  // manifest (count, checksum) is recorded in the journal -- before the target may commit its staging: the target
+  // awaits it after the rows and verifies the staged rows against it on its own server, as stage() does against a
+  // manifest recorded before. A manifest some other run of this batch recorded meanwhile wins (never overwritten):
+  // the target then verifies against that one.
+  private async stageReadOnce(b: BatchRecord, t: TransferConfig, a: Adapters, w: Window): Promise<StageResult> {
+    const changes = changeModeOf(t, b.boundaryLow);
+    const req = {
+      batchId: b.batchId,
+      transfer: t.name,
+      schema: { columns: b.schemaColumns, hash: b.schemaHash },
+      ...(changes ? { changes } : {}),
+    };
+    let settle!: { resolve: (m: Manifest) => void; reject: (e: unknown) => void };
+    const manifest = new Promise<Manifest>((resolve, reject) => (settle = { resolve, reject }));
+    manifest.catch(() => undefined); // the target awaits it only after the rows; a failed stream ends it first
+    const facts: StreamFacts = {};
+    const source = a.source.streamRows(w, req.schema, t.chunkSize, facts);
+    const record = (m: Manifest) => this.recordStreamedManifest(b.batchId, m);
+    async function* rows(): AsyncGenerator<CanonicalRow[]> {
+      const acc = new ChecksumAccumulator();
+      let ended = false;
+      try {
+        for await (const chunk of source) {
+          yield chunk;
+          // Hashed after the target took the chunk: its server parses it meanwhile.
+          for (const row of chunk) acc.add(row);
+        }
+        ended = true;
+        settle.resolve(await record({ rowCount: acc.count, checksum: acc.checksum }));
+      } catch (err) {
+        settle.reject(err);
+        throw err;
+      } finally {
+        if (!ended) settle.reject(new Error(`batch ${b.batchId}: the rows stopped before the window ended`));
+      }
+    }
+    return a.target.stageStreamed!(req, { kind: 'rows', rows: rows(), facts }, manifest);
+  }
+
+  private async recordStreamedManifest(batchId: string, m: Manifest): Promise<Manifest> {
+    const now = await this.load(batchId);
+    if (now.rowCount !== null && now.checksum !== null) return { rowCount: now.rowCount, checksum: now.checksum };
+    if (now.state !== 'extracting')
+      throw new TransferError('invalid_state', `batch ${batchId} moved to ${now.state} while its rows were staged`);
+    const moved = await this.move(batchId, {
+      move: 'record_manifest',
+      set: { rowCount: m.rowCount, checksum: m.checksum, stamp: 'extracted_at' },
+      detail: { rowCount: m.rowCount, checksum: m.checksum, oneRead: true },
+    });
+    if (!moved || moved.rowCount === null || moved.checksum === null)
+      throw new TransferError('invalid_state', `batch ${batchId}: its manifest could not be recorded`);
+    return { rowCount: moved.rowCount, checksum: moved.checksum };
   }
 
   // Apply: one target procedure call, one local transaction. Any error is followed by reconcile.

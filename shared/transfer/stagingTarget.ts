@@ -5,8 +5,9 @@
 // (TargetDialect): prepare's checks against its catalog, how a staging session opens and ends, how rows are written
 // and verified, how a procedure call runs, and which of its errors mean which fault. Dialects: shared/engines/postgres/transferTarget.ts (COPY),
 // shared/engines/oracle/transferTarget.ts (executeMany).
-import type { CanonicalRow, ChecksumAlgorithm } from './checksum.js';
+import { algorithmOf, type CanonicalRow, type ChecksumAlgorithm } from './checksum.js';
 import type { TransferConfig } from './config.js';
+import { mappedColumns } from './schema.js';
 import { TransferError } from './errors.js';
 import {
   applyBatchArgs,
@@ -27,8 +28,10 @@ import type {
   ApplyContext,
   ApplyResult,
   KeyTuple,
+  Manifest,
   ReconcileOutcome,
   RowFeed,
+  RowsFeed,
   SourceSchema,
   StageRequest,
   StageResult,
@@ -139,7 +142,8 @@ export interface StagingSession {
   beforeVerify?(): Promise<void>;
   // Up to three keys staged more than once in the batch, each as text ('a, b').
   duplicateKeys(): Promise<string[]>;
-  stagedSums(): Promise<{ rowCount: number; checksum: string }>;
+  // count and checksum of the staged rows, with the manifest's algorithm
+  stagedSums(algorithm: ChecksumAlgorithm): Promise<{ rowCount: number; checksum: string }>;
   commit(): Promise<void>;
   // After commit: the connection goes back to the pool.
   close(): void | Promise<void>;
@@ -159,9 +163,13 @@ export interface TargetDialect {
   prepare(schema: SourceSchema): Promise<void>;
   // Throws unless the dialect can stage this feed and manifest.
   checkFeed(req: StageRequest, feed: RowFeed): void;
+  // true: begin_stage may run after the rows, in the same staging transaction (it records the manifest and refuses
+  // other content for the batch id, and touches no staged row): the target offers stageStreamed (one source read).
+  readonly beginStageAfterRows?: boolean;
   // The staged (target) columns, in mapping order.
   stagedColumns(schema: SourceSchema): string[];
-  openStaging(req: StageRequest): Promise<StagingSession>;
+  // (The manifest is not known yet with one source read.)
+  openStaging(req: Omit<StageRequest, 'manifest'>): Promise<StagingSession>;
   // One call in its own transaction (purge_staged).
   call<P extends TargetProcedure>(proc: P, args: TargetArgs<P>): Promise<TargetRow<P>>;
   apply(args: TargetArgs<'apply_batch'>, req: StageRequest, ctx: ApplyContext): Promise<TargetRow<'apply_batch'>>;
@@ -194,6 +202,12 @@ export class StagingTarget implements TargetAdapter {
   readonly engine: string;
   readonly bulkFormat?: string;
   readonly stagingTable: string;
+  // One source read (types.ts): only with a dialect whose begin_stage may follow the rows.
+  readonly stageStreamed?: (
+    req: Omit<StageRequest, 'manifest'>,
+    feed: RowsFeed,
+    manifest: Promise<Manifest>,
+  ) => Promise<StageResult>;
 
   constructor(
     protected readonly t: TransferConfig,
@@ -203,38 +217,60 @@ export class StagingTarget implements TargetAdapter {
     this.engine = d.engine;
     if (d.bulkFormat !== undefined) this.bulkFormat = d.bulkFormat;
     this.stagingTable = d.names.staging;
+    if (d.beginStageAfterRows) this.stageStreamed = (req, feed, manifest) => this.stageWith(req, feed, manifest);
   }
 
   prepare(schema: SourceSchema): Promise<void> {
     return this.d.prepare(schema);
   }
 
-  async stage(req: StageRequest, feed: RowFeed): Promise<StageResult> {
+  stage(req: StageRequest, feed: RowFeed): Promise<StageResult> {
     this.d.checkFeed(req, feed);
+    return this.stageWith(req, feed, req.manifest);
+  }
+
+  // expected: the manifest, or (one source read) the promise of it, recorded once the feed's last row has passed:
+  // begin_stage then runs after the rows, in the same transaction, before anything is verified or committed.
+  private async stageWith(
+    req: Omit<StageRequest, 'manifest'>,
+    feed: RowFeed,
+    expected: Manifest | Promise<Manifest>,
+  ): Promise<StageResult> {
     const s = await this.d.openStaging(req);
     const stall = new StallGuard(
       this.opts.stallMs ?? DEFAULT_TRANSFER_TIMEOUTS.stallMs,
       req.batchId,
       this.d.stalledParty,
     );
-    try {
-      let opened: 'new' | 'already_staged';
+    const open = async (m: Manifest): Promise<'new' | 'already_staged'> => {
+      const full = { ...req, manifest: m };
       try {
-        opened = toOpened(await s.call('begin_stage', beginStageArgs(req)));
+        return toOpened(await s.call('begin_stage', beginStageArgs(full)));
       } catch (err) {
         if (this.d.fault(err) === 'conflict')
           throw new TransferError('staging_conflict', (err as Error).message, { batchId: req.batchId });
-        throw this.d.beginStageError(err, req) ?? err;
+        throw this.d.beginStageError(err, full) ?? err;
       }
-      if (opened === 'already_staged') {
+    };
+    try {
+      if (!(expected instanceof Promise) && (await open(expected)) === 'already_staged') {
         await s.commit();
         await s.close();
-        return { outcome: 'already_staged', rowCount: req.manifest.rowCount, checksum: req.manifest.checksum };
+        return { outcome: 'already_staged', rowCount: expected.rowCount, checksum: expected.checksum };
       }
       const lap = this.laps();
       const { keysUnique } =
-        feed.kind === 'bulk' ? await s.writeBulk!(feed, stall) : await this.writeRows(feed.rows, s, stall);
+        feed.kind === 'bulk' ? await s.writeBulk!(feed, stall) : await this.writeRows(feed, req.schema, s, stall);
       stall.stop();
+      let manifest: Manifest;
+      if (expected instanceof Promise) {
+        manifest = await expected; // rejects when it could not be recorded
+        if ((await open(manifest)) === 'already_staged') {
+          // an earlier staging of this batch id holds the same content: this transaction's rows are not needed
+          await s.abort(new Error('already staged'));
+          return { outcome: 'already_staged', rowCount: manifest.rowCount, checksum: manifest.checksum };
+        }
+      } else manifest = expected;
       lap('stage.copy');
       await s.beforeVerify?.();
       const dup = keysUnique ? [] : await s.duplicateKeys();
@@ -245,11 +281,11 @@ export class StagingTarget implements TargetAdapter {
           { keys: dup },
         );
       lap('stage.duplicateCheck');
-      const { rowCount, checksum } = await s.stagedSums();
-      if (rowCount !== req.manifest.rowCount || checksum !== req.manifest.checksum)
+      const { rowCount, checksum } = await s.stagedSums(algorithmOf(manifest.checksum));
+      if (rowCount !== manifest.rowCount || checksum !== manifest.checksum)
         throw new TransferError(
           'manifest_mismatch',
-          `batch ${req.batchId}: staged ${rowCount} rows (checksum ${checksum}) but the manifest says ${req.manifest.rowCount} rows (checksum ${req.manifest.checksum}); ${this.d.mismatchCause}`,
+          `batch ${req.batchId}: staged ${rowCount} rows (checksum ${checksum}) but the manifest says ${manifest.rowCount} rows (checksum ${manifest.checksum}); ${this.d.mismatchCause}`,
           { stagedCount: rowCount, stagedChecksum: checksum },
         );
       lap('stage.checksum');
@@ -267,12 +303,13 @@ export class StagingTarget implements TargetAdapter {
   // The feed's chunks into the session's writer: every wait (the source's next chunk, the writer) fails as soon as
   // the writer breaks or nothing moved for stallMs.
   private async writeRows(
-    feed: AsyncIterable<CanonicalRow[]>,
+    feed: RowsFeed,
+    schema: SourceSchema,
     s: StagingSession,
     stall: StallGuard,
   ): Promise<{ keysUnique: boolean }> {
     const writer = await s.rowWriter(stall);
-    const rows = feed[Symbol.asyncIterator]();
+    const rows = feed.rows[Symbol.asyncIterator]();
     const guard = failFast(writer.failed ? [writer.failed, stall.failed] : [stall.failed]);
     stall.touch();
     try {
@@ -291,7 +328,10 @@ export class StagingTarget implements TargetAdapter {
       rows.return?.().catch(noop);
       throw err;
     }
-    return { keysUnique: false };
+    // Keys the source proved unique in the snapshot it read (StreamFacts): integer keys are equal on the target
+    // exactly when equal at the source, and the checksum below proves the staged values the source's.
+    const keys = mappedColumns(this.t, schema).filter((c) => this.t.keyColumns.includes(c.source));
+    return { keysUnique: feed.facts?.keysUnique === true && keys.every((c) => c.logical === 'int') };
   }
 
   private laps(): (phase: string) => void {

@@ -69,7 +69,12 @@ export interface SourceAdapter {
   // The checksum algorithms this source can compute for a manifest, preferred first ('keel-v1' always among them).
   checksumAlgorithms(): Promise<readonly ChecksumAlgorithm[]>;
   // Rows of the window as canonical text in mapping order, in chunks of at most chunkSize, with backpressure.
-  streamRows(w: Window, schema: SourceSchema, chunkSize: number): AsyncIterable<CanonicalRow[]>;
+  // facts: what the source proved about the rows it read, filled in before the stream ends (optional).
+  streamRows(w: Window, schema: SourceSchema, chunkSize: number, facts?: StreamFacts): AsyncIterable<CanonicalRow[]>;
+  // true when streamRows(w) reads the window in one consistent snapshot (each row of the window as of one moment,
+  // exactly once). The service may then compute the manifest from the very rows it stages (one source read,
+  // docs/transfer.md "One source read") instead of reading the window once more before. Absent: false.
+  readsSnapshot?(w: Window): Promise<boolean>;
   // The source's native bulk stream of the mapped columns, for a target that reads the same bulkFormat.
   readonly bulkFormat?: string;
   bulkOut?(w: Window, schema: SourceSchema, encoding: BulkEncoding): Promise<BulkStream>;
@@ -104,9 +109,21 @@ export interface BulkStream {
   keysUnique?: boolean;
 }
 
+// What a source proved about the rows of one streamRows call, set before its last chunk is delivered.
+export interface StreamFacts {
+  // Same meaning as BulkStream.keysUnique, proved in the snapshot the rows were read in.
+  keysUnique?: boolean;
+}
+
+export type RowsFeed = {
+  kind: 'rows';
+  rows: AsyncIterable<CanonicalRow[]>;
+  // What the source proved (StreamFacts), to be read once `rows` ended.
+  facts?: StreamFacts;
+};
+
 export type RowFeed =
-  | { kind: 'rows'; rows: AsyncIterable<CanonicalRow[]> }
-  | { kind: 'bulk'; format: string; open: (encoding: BulkEncoding) => Promise<BulkStream> };
+  RowsFeed | { kind: 'bulk'; format: string; open: (encoding: BulkEncoding) => Promise<BulkStream> };
 
 export interface StageResult {
   outcome: 'staged' | 'already_staged';
@@ -157,6 +174,16 @@ export interface TargetAdapter {
   // Checks the target table and mapped columns against the source schema, creates the staging table if needed.
   prepare(schema: SourceSchema): Promise<void>;
   stage(req: StageRequest, feed: RowFeed): Promise<StageResult>;
+  // One source read (docs/transfer.md "One source read"): stage rows whose manifest is not known before they stream.
+  // The service computes it from these very rows and records it in the journal when they end; `manifest` resolves
+  // to that record after the last row was delivered (rejects if it could not be recorded). The target checks the
+  // staged rows against it exactly as stage() does, before its staging commits. Optional: a target without it gets
+  // the manifest before the rows (a separate read of the window).
+  stageStreamed?(
+    req: Omit<StageRequest, 'manifest'>,
+    feed: RowsFeed,
+    manifest: Promise<Manifest>,
+  ): Promise<StageResult>;
   // Fails with TransferError 'attempt_fenced' when reconcile ruled this attempt out (nothing applied).
   apply(req: StageRequest, ctx: ApplyContext): Promise<ApplyResult>;
   // Reads the durable outcome. fenceThrough: the highest attempt the journal has started (0: none). A 'not_applied'

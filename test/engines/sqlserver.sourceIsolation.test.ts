@@ -41,6 +41,21 @@ class StandInRequest extends EventEmitter {
   cancel() {}
 }
 
+function standInSource(db: { rcsi: boolean; snapshotState: number }, boundary = 'key') {
+  const sent: string[] = [];
+  const pool = { request: async () => new StandInRequest(sent, db) } as unknown as SqlServerPool;
+  const t = {
+    name: 'orders',
+    source: { engine: 'sqlserver', connectionSetting: 'S', table: 'dbo.Orders' },
+    target: { engine: 'postgres', connectionSetting: 'T', table: 'public.orders' },
+    keyColumns: ['Id'],
+    boundary: { column: 'Id', kind: boundary },
+    columns: [{ source: 'Id', target: 'id' }],
+    chunkSize: 100,
+  } as unknown as TransferConfig;
+  return new SqlServerTransferSource(t, pool);
+}
+
 async function dataReadBatch(db: { rcsi: boolean; snapshotState: number }): Promise<string> {
   const sent: string[] = [];
   const pool = { request: async () => new StandInRequest(sent, db) } as unknown as SqlServerPool;
@@ -87,5 +102,16 @@ describe('sqlserver transfer source: read isolation', () => {
     expect(rcsi).toMatch(/^SELECT /);
     const locking = await dataReadBatch({ rcsi: false, snapshotState: 0 });
     expect(locking).toMatch(/^SELECT /);
+  });
+
+  // One source read (docs/transfer.md): the manifest may come from the staged rows only when the rows' one read is
+  // a consistent view of the window; a locking scan can miss or repeat a row that moves while it runs.
+  it('reads the window in one snapshot (one source read) only under RCSI or SNAPSHOT, and always for change windows', async () => {
+    expect(await standInSource({ rcsi: true, snapshotState: 0 }).readsSnapshot()).toBe(true);
+    expect(await standInSource({ rcsi: false, snapshotState: 1 }).readsSnapshot()).toBe(true);
+    expect(await standInSource({ rcsi: false, snapshotState: 0 }).readsSnapshot()).toBe(false);
+    expect(await standInSource({ rcsi: false, snapshotState: 3 }).readsSnapshot()).toBe(false);
+    // a change window's rows are read in a SNAPSHOT transaction (which fails where the database refuses it)
+    expect(await standInSource({ rcsi: false, snapshotState: 0 }, 'changes').readsSnapshot()).toBe(true);
   });
 });

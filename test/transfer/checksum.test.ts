@@ -3,7 +3,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { createTestDatabase } from '../support/pg.js';
-import { ChecksumAccumulator, canonicalValue, rowEncoding } from '../../shared/transfer/checksum.js';
+import { createHash } from 'node:crypto';
+import { ChecksumAccumulator, canonicalValue, rowEncoding, rowHash } from '../../shared/transfer/checksum.js';
+import { md5Prefix } from '../../shared/transfer/md5.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
 import { pgChecksumQuery } from '../../shared/engines/postgres/transferSql.js';
 import { parseTransfers } from '../../shared/transfer/config.js';
@@ -90,6 +92,47 @@ describe('keel-v1 checksum', () => {
       const r = await pool.query(`select row(${row.map((_v, i) => `$${i + 1}::text`).join(', ')})::text as enc`, row);
       expect(rowEncoding(row)).toBe(r.rows[0].enc);
     }
+  });
+
+  it('the JavaScript MD5 of the row hash equals node:crypto and PostgreSQL md5() at every block boundary and in UTF-8', async () => {
+    const out = new Uint32Array(2);
+    const inputs: string[] = [];
+    // 55/56/63/64/119/120 bytes: where the padding needs a second block; multi-byte and astral characters; long text
+    for (let n = 0; n <= 200; n++) inputs.push('x'.repeat(n));
+    inputs.push('ü'.repeat(28), 'ü'.repeat(27) + 'x', '✓'.repeat(19), '𝄞'.repeat(14), 'é✓𝄞\t\n"'.repeat(50));
+    inputs.push('y'.repeat(5000)); // longer than the reused buffer
+    let seed = 7;
+    for (let i = 0; i < 300; i++) {
+      let s = '';
+      const len = (seed = (seed * 1103515245 + 12345) % 2147483648) % 300;
+      for (let j = 0; j < len; j++)
+        s += String.fromCodePoint(((seed = (seed * 1103515245 + 12345) % 2147483648) % 0xd000) + 1);
+      inputs.push(s);
+    }
+    for (const s of inputs) {
+      md5Prefix(s, out);
+      const d = createHash('md5').update(s, 'utf8').digest();
+      expect([out[0], out[1]], `length ${s.length}`).toEqual([d.readUInt32BE(0), d.readUInt32BE(4)]);
+    }
+    const some = inputs.filter((_s, i) => i % 7 === 0);
+    const r = await pool.query<{ h: string }>(
+      `select left(md5(s), 16) as h from unnest($1::text[]) with ordinality u(s, o) order by o`,
+      [some],
+    );
+    some.forEach((s, i) => {
+      md5Prefix(s, out);
+      expect(out[0]!.toString(16).padStart(8, '0') + out[1]!.toString(16).padStart(8, '0')).toBe(r.rows[i]!.h);
+    });
+    // The accumulator's sum equals the sum of rowHash (BigInt, node:crypto) mod 2^64, carries included.
+    const acc = new ChecksumAccumulator();
+    let sum = 0n;
+    for (let i = 0; i < 2000; i++) {
+      const row = [String(i), inputs[i % inputs.length]!, i % 3 === 0 ? null : 'z'];
+      acc.add(row);
+      sum = (sum + rowHash(row)) % (1n << 64n);
+    }
+    expect(acc.checksum).toBe(sum.toString());
+    expect(acc.count).toBe(2000);
   });
 
   it('keel-pg1 and keel-pg2 agree across compatible declared types (integer/bigint, numeric(p,s)/numeric, varchar/text)', async () => {

@@ -244,8 +244,9 @@ describe('staging faults on both sides, and peers that never reply', () => {
     await env?.close();
   });
 
-  // A service whose source and target connections both go through the proxies; rowPath: no COPY passthrough.
-  function service(t: TransferConfig, rowPath: boolean): TransferService {
+  // A service whose source and target connections both go through the proxies; rowPath: no COPY passthrough
+  // ('one-read': the source says it reads a snapshot, so the manifest comes from the staged rows themselves).
+  function service(t: TransferConfig, rowPath: boolean | 'one-read'): TransferService {
     return new TransferService({
       journal: new PostgresTransferJournal(env.control),
       transfers: [t],
@@ -258,7 +259,8 @@ describe('staging faults on both sides, and peers that never reply', () => {
               nextWindow: (low, max) => s.nextWindow(low, max),
               manifest: (w, schema, algorithm) => s.manifest(w, schema, algorithm),
               checksumAlgorithms: () => s.checksumAlgorithms(),
-              streamRows: (w, schema, n) => s.streamRows(w, schema, n),
+              streamRows: (w, schema, n, facts) => s.streamRows(w, schema, n, facts),
+              ...(rowPath === 'one-read' ? { readsSnapshot: () => s.readsSnapshot() } : {}),
               close: () => s.close(),
             }
           : s;
@@ -267,7 +269,7 @@ describe('staging faults on both sides, and peers that never reply', () => {
     });
   }
 
-  type Shape = { name: string; side: 'source' | 'target'; rowPath: boolean; plan: () => FaultPlan };
+  type Shape = { name: string; side: 'source' | 'target'; rowPath: boolean | 'one-read'; plan: () => FaultPlan };
   const COPY_TO = (sql: string) => /^copy \(select/.test(sql);
   const COPY_FROM = (sql: string) => /^copy keel_transfer\./.test(sql);
   const SHAPES: Shape[] = [
@@ -320,6 +322,28 @@ describe('staging faults on both sides, and peers that never reply', () => {
       side: 'target',
       rowPath: true,
       plan: () => ({ kind: 'cut-after-bytes', trigger: COPY_FROM, bytes: rng.int(0, 9_000) }),
+    },
+    {
+      name: 'row path, one read: source cursor cut at a random byte (no manifest recorded yet)',
+      side: 'source',
+      rowPath: 'one-read',
+      plan: () => ({
+        kind: 'cut-after-server-bytes',
+        trigger: (sql) => /^fetch forward/.test(sql),
+        bytes: rng.int(0, 9_000),
+      }),
+    },
+    {
+      name: 'row path, one read: target COPY cut at a random byte',
+      side: 'target',
+      rowPath: 'one-read',
+      plan: () => ({ kind: 'cut-after-bytes', trigger: COPY_FROM, bytes: rng.int(0, 9_000) }),
+    },
+    {
+      name: 'row path, one read: target cut when the staging opens after the rows (manifest just recorded)',
+      side: 'target',
+      rowPath: 'one-read',
+      plan: () => ({ kind: 'cut-after-ms', trigger: (sql) => sql.includes('keel_transfer.begin_stage'), delayMs: 0 }),
     },
   ];
 

@@ -239,9 +239,12 @@ describe('value policies end to end', () => {
     const t = transfer('pg_policies', policyColumns());
     const svc = service(t, (tc) => new PostgresTransferTarget(tc, env.target));
     const b = await svc.createBatch(t.name);
-    expect(b.checksum).toBe(expectedChecksum()); // keel-v1 over the converted rows, not keel-pg2
+    // Policies take the row path (no COPY passthrough), and the PostgreSQL source reads a snapshot: one source read,
+    // the manifest is computed from the staged rows (docs/transfer.md "One source read").
+    expect(b.checksum).toBeNull();
     const v = await svc.run(b.batchId);
     expect(v.state).toBe('committed');
+    expect(v.checksum).toBe(expectedChecksum()); // keel-v1 over the converted rows, not keel-pg2
     const rows = await env.target.query(
       `select id::text, note, rate::text, qty::text, ratio::text, to_char(at, 'YYYY-MM-DD HH24:MI:SS.US') as at, encode(bin, 'hex') as bin, textin(bpcharout(code)) as code from public.vals order by id`,
     );

@@ -22,6 +22,7 @@ import type {
   Manifest,
   SourceAdapter,
   SourceSchema,
+  StreamFacts,
   Window,
 } from '../../transfer/types.js';
 import { TransferError } from '../../transfer/errors.js';
@@ -364,7 +365,17 @@ export class PostgresTransferSource implements SourceAdapter {
     );
   }
 
-  async *streamRows(w: Window, schema: SourceSchema, chunkSize: number): AsyncIterable<CanonicalRow[]> {
+  // streamRows reads the window through one cursor in one repeatable read transaction: one snapshot.
+  async readsSnapshot(): Promise<boolean> {
+    return true;
+  }
+
+  async *streamRows(
+    w: Window,
+    schema: SourceSchema,
+    chunkSize: number,
+    facts?: StreamFacts,
+  ): AsyncIterable<CanonicalRow[]> {
     const mapped = mappedColumns(this.t, schema);
     const changes = carriesChanges(this.t);
     const cols = mapped.map((c) => pgCanonical(quotePg(c.source), c.logical, c.type));
@@ -385,6 +396,7 @@ export class PostgresTransferSource implements SourceAdapter {
       // Shortest exact text of a double (PostgreSQL 12+); the float policy normalizes it once more.
       await client.query(`select set_config('extra_float_digits', '1', true)`);
       if (changes) await this.checkChangesValid(client, w.low);
+      if (facts) facts.keysUnique = await this.keysUniqueIn(client, changes);
       await client.query({
         text: `declare keel_cur no scroll cursor for select ${cols.join(', ')} from ${rowsOf ? rowsOf.from : this.from} where ${pred.sql}`,
         values: pred.params,
@@ -438,32 +450,8 @@ export class PostgresTransferSource implements SourceAdapter {
                 set_config('keel.w_low', coalesce($1, ''), true), set_config('keel.w_high', $2, true)`,
         [w.low, w.high],
       );
-      // Are the keys provably unique in what this COPY reads? Asked in the COPY's own snapshot (repeatable read:
-      // catalog queries see the catalog as of that snapshot), so an index that is valid here was enforced on every
-      // row the COPY can see. The target then skips its duplicate-key scan for integer keys (transferTarget.ts).
       if (changes) await this.checkChangesValid(client, w.low);
-      const sourceTable = resolvedNames(this.t).sourceTable;
-      const keysUnique =
-        sourceTable && !changes
-          ? Boolean(
-              (
-                await client.query(
-                  `select exists (
-                   select 1 from pg_index i
-                    where i.indrelid = to_regclass($1) and i.indisunique and i.indisvalid and i.indpred is null and i.indexprs is null
-                      -- a select from a table also reads its inheritance children, which the index does not cover
-                      -- (a partitioned table's unique index covers every partition)
-                      and ((select c.relkind from pg_class c where c.oid = i.indrelid) = 'p'
-                           or not exists (select 1 from pg_inherits h where h.inhparent = i.indrelid))
-                      and i.indnatts = cardinality($2::text[])
-                      and (select array_agg(a.attname::text order by a.attname) from pg_attribute a
-                            where a.attrelid = i.indrelid and a.attnum = any (i.indkey::int2[]) and a.attnotnull)
-                          = (select array_agg(k order by k) from unnest($2::text[]) k)) as unique_keys`,
-                  [qualifiedPg(sourceTable), this.t.keyColumns],
-                )
-              ).rows[0].unique_keys,
-            )
-          : false;
+      const keysUnique = await this.keysUniqueIn(client, changes);
       let select: string;
       if (changes) {
         // the same rows as changeRows(), with the window in settings (a baseline's low is not a version)
@@ -515,6 +503,29 @@ export class PostgresTransferSource implements SourceAdapter {
       client.release(err as Error);
       throw err;
     }
+  }
+
+  // Are the keys provably unique in what this transaction reads? Asked in the read's own snapshot (repeatable read:
+  // catalog queries see the catalog as of that snapshot), so an index that is valid here was enforced on every row
+  // the read can see. The target then skips its duplicate-key scan for integer keys (transferTarget.ts).
+  private async keysUniqueIn(client: pg.PoolClient, changes: boolean): Promise<boolean> {
+    const sourceTable = resolvedNames(this.t).sourceTable;
+    if (!sourceTable || changes) return false;
+    const res = await client.query(
+      `select exists (
+         select 1 from pg_index i
+          where i.indrelid = to_regclass($1) and i.indisunique and i.indisvalid and i.indpred is null and i.indexprs is null
+            -- a select from a table also reads its inheritance children, which the index does not cover
+            -- (a partitioned table's unique index covers every partition)
+            and ((select c.relkind from pg_class c where c.oid = i.indrelid) = 'p'
+                 or not exists (select 1 from pg_inherits h where h.inhparent = i.indrelid))
+            and i.indnatts = cardinality($2::text[])
+            and (select array_agg(a.attname::text order by a.attname) from pg_attribute a
+                  where a.attrelid = i.indrelid and a.attnum = any (i.indkey::int2[]) and a.attnotnull)
+                = (select array_agg(k order by k) from unnest($2::text[]) k)) as unique_keys`,
+      [qualifiedPg(sourceTable), this.t.keyColumns],
+    );
+    return Boolean(res.rows[0].unique_keys);
   }
 
   // Key-set comparison: the keys of the window's rows now (canonical text, keyColumns order).

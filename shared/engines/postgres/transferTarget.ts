@@ -7,7 +7,7 @@ import { from as copyFrom } from 'pg-copy-streams';
 import { once } from 'node:events';
 import { pipeline } from 'node:stream/promises';
 import { Transform, type Writable } from 'node:stream';
-import { algorithmOf, type CanonicalRow, type LogicalType } from '../../transfer/checksum.js';
+import { type CanonicalRow, type ChecksumAlgorithm, type LogicalType } from '../../transfer/checksum.js';
 import type { TransferConfig } from '../../transfer/config.js';
 import { boundaryColumn, resolvedNames } from '../../transfer/config.js';
 import { TransferError } from '../../transfer/errors.js';
@@ -160,7 +160,7 @@ class PgStagingSession implements StagingSession {
   constructor(
     private readonly client: pg.PoolClient,
     private readonly d: PostgresTargetDialect,
-    private readonly req: StageRequest,
+    private readonly req: Omit<StageRequest, 'manifest'>,
     private readonly mapped: MappedColumn[],
   ) {
     client.on('error', this.onError); // a connection lost mid-statement also surfaces as an 'error' event
@@ -276,7 +276,7 @@ class PgStagingSession implements StagingSession {
     return dup.rows.map((r) => r.k);
   }
 
-  async stagedSums(): Promise<{ rowCount: number; checksum: string }> {
+  async stagedSums(algorithm: ChecksumAlgorithm): Promise<{ rowCount: number; checksum: string }> {
     const types = this.d.targetTypes;
     const sums = await this.client.query(
       pgChecksumQuery(
@@ -286,7 +286,7 @@ class PgStagingSession implements StagingSession {
         ],
         this.staging,
         'keel_batch_id = $1',
-        algorithmOf(this.req.manifest.checksum),
+        algorithm,
       ),
       [this.req.batchId],
     );
@@ -416,6 +416,9 @@ export class PostgresTargetDialect implements TargetDialect {
     return this.targetTypes;
   }
 
+  // begin_stage inserts the batch's staging record (or finds an earlier one) and touches no staged row.
+  readonly beginStageAfterRows = true;
+
   checkFeed(_req: StageRequest, feed: RowFeed): void {
     if (feed.kind === 'bulk' && feed.format !== this.bulkFormat)
       throw new Error(`the PostgreSQL target reads ${this.bulkFormat} bulk streams, not ${feed.format}`);
@@ -425,7 +428,7 @@ export class PostgresTargetDialect implements TargetDialect {
     return mappedColumns(this.t, schema).map((c) => c.target);
   }
 
-  async openStaging(req: StageRequest): Promise<StagingSession> {
+  async openStaging(req: Omit<StageRequest, 'manifest'>): Promise<StagingSession> {
     const mapped = mappedColumns(this.t, req.schema);
     if (this.targetTypes.size === 0) await this.loadTargetTypes();
     const s = new PgStagingSession(await this.pool.connect(), this, req, mapped);

@@ -455,6 +455,16 @@ export class SqlServerTransferSource implements SourceAdapter {
     return { rowCount: acc.count, checksum: acc.checksum };
   }
 
+  // One consistent view of the window per read: a change window's read is a SNAPSHOT transaction; a plain window's
+  // one SELECT is under READ_COMMITTED_SNAPSHOT or SNAPSHOT (statement-level row versions) unless the database allows
+  // neither. Under locking READ COMMITTED a scan can miss or repeat a row that moves while it runs, so the window is
+  // then read twice (a manifest, then the rows, which must agree) instead of once.
+  async readsSnapshot(): Promise<boolean> {
+    if (carriesChanges(this.t)) return true;
+    this.isolation ??= await this.readIsolation();
+    return this.isolation !== 'locking';
+  }
+
   async *streamRows(w: Window, schema: SourceSchema, chunkSize: number): AsyncIterable<CanonicalRow[]> {
     if (carriesChanges(this.t)) {
       yield* this.streamChanges(w, schema, chunkSize);
