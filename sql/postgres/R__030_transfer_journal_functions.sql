@@ -67,8 +67,8 @@ end $$;
 
 -- Compare-and-set state change with a patch and an event, in one transaction. Returns the updated row, or no
 -- row when the batch is not in one of p_from_states (someone else moved it). Each patchable column comes with a
--- p_set_<column> flag: true sets the column to p_<column> (null clears it), false leaves it. p_stamp names one of
--- the *_at columns to set to now().
+-- p_set_<column> flag: true sets the column to p_<column> (null clears it), false leaves it; the manifest (row_count,
+-- checksum) is the exception: once recorded it is never replaced. p_stamp names one of the *_at columns to set to now().
 drop function if exists keel.transfer_batch_transition(uuid, text[], text, jsonb, boolean, text, text, jsonb);
 create or replace function keel.transfer_batch_transition(p_batch_id uuid, p_from_states text[], p_to_state text,
   p_set_row_count boolean, p_row_count bigint, p_set_checksum boolean, p_checksum text,
@@ -93,8 +93,10 @@ begin
   update keel.transfer_batches b set
       state = p_to_state,
       updated_at = now(),
-      row_count = case when p_set_row_count then p_row_count else b.row_count end,
-      checksum = case when p_set_checksum then p_checksum else b.checksum end,
+      -- The manifest is written once: a second run of the batch that counted the window again (a redelivered
+      -- message racing the first) gets the first manifest back and is verified against it.
+      row_count = case when p_set_row_count and b.row_count is null then p_row_count else b.row_count end,
+      checksum = case when p_set_checksum and b.checksum is null then p_checksum else b.checksum end,
       staged_count = case when p_set_staged_count then p_staged_count else b.staged_count end,
       staged_checksum = case when p_set_staged_checksum then p_staged_checksum else b.staged_checksum end,
       applied_count = case when p_set_applied_count then p_applied_count else b.applied_count end,

@@ -120,8 +120,9 @@ BEGIN
   UPDATE keel.TransferBatches
      SET State = @ToState,
          UpdatedAt = SYSUTCDATETIME(),
-         ManifestRows = CASE WHEN @SetRowCount = 1 THEN @RowCount ELSE ManifestRows END,
-         ManifestChecksum = CASE WHEN @SetChecksum = 1 THEN @Checksum ELSE ManifestChecksum END,
+         -- The manifest is written once (a racing second run gets the first back and is verified against it).
+         ManifestRows = CASE WHEN @SetRowCount = 1 AND ManifestRows IS NULL THEN @RowCount ELSE ManifestRows END,
+         ManifestChecksum = CASE WHEN @SetChecksum = 1 AND ManifestChecksum IS NULL THEN @Checksum ELSE ManifestChecksum END,
          StagedRows = CASE WHEN @SetStagedCount = 1 THEN @StagedCount ELSE StagedRows END,
          StagedChecksum = CASE WHEN @SetStagedChecksum = 1 THEN @StagedChecksum ELSE StagedChecksum END,
          AppliedRows = CASE WHEN @SetAppliedCount = 1 THEN @AppliedCount ELSE AppliedRows END,

@@ -144,6 +144,22 @@ export function defineTransferJournalContract(makeHarness: () => JournalHarness)
     expect(ev[4]!.detail).toEqual({ attempt: 1 });
   });
 
+  it('the manifest is written once: two runs recording it at the same time both get the first one back', async () => {
+    const name = unique('mf');
+    const a = await j.insertBatch({ ...base(name), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '10' });
+    const record = (rowCount: number, checksum: string) =>
+      j.transition(a.batchId, ['extracting'], 'extracting', { rowCount, checksum }, 'manifest_recorded', { rowCount });
+    // Both runs read "no manifest", counted the window (the source changed in between) and record what they saw.
+    const [first, second] = await Promise.all([record(10, 'c-first'), record(11, 'c-second')]);
+    expect(first).toMatchObject({ rowCount: second!.rowCount, checksum: second!.checksum });
+    const kept = await j.get(a.batchId);
+    expect([first!.checksum, second!.checksum]).toEqual([kept!.checksum, kept!.checksum]);
+    expect(['c-first', 'c-second']).toContain(kept!.checksum);
+    expect(kept!.rowCount).toBe(kept!.checksum === 'c-first' ? 10 : 11);
+    // A later record changes nothing either.
+    expect(await record(12, 'c-late')).toMatchObject({ rowCount: kept!.rowCount, checksum: kept!.checksum });
+  });
+
   it(`texts keep the same bound on every engine: last_error ${JOURNAL_TEXT_MAX.last_error} characters, cut whole`, async () => {
     const max = JOURNAL_TEXT_MAX.last_error;
     const name = unique('bound');
