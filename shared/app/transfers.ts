@@ -7,6 +7,7 @@ import { describeError } from '../transfer/errors.js';
 import { telemetry } from '../telemetry/index.js';
 import { isTransferError } from '../transfer/errors.js';
 import { loadTransfers } from '../transfer/config.js';
+import { parseBaselineBound } from '../transfer/changes.js';
 import type { TransferJournal } from '../transfer/journal.js';
 import { composeTransferService } from './transferAdapters.js';
 import { engineNamed, transferEngineRules } from '../engines/registry.js';
@@ -75,6 +76,17 @@ export async function postApply(
   await rt.queues.send(rt.settings.KEEL_TRANSFER_APPLY_QUEUE, { batchId, ...extra } satisfies TransferMessage);
 }
 
+// A full window: the source probably has more. A windowed baseline's key window counts as full whatever its rows
+// (rows deleted since it was chosen), and so does its last one (its low is a key window's top): the change windows
+// after it hold what changed during the baseline (shared/transfer/changes.ts).
+function windowFull(view: BatchView, batchSize: number): boolean {
+  return (
+    (view.rowCount ?? 0) >= batchSize ||
+    parseBaselineBound(view.boundary.high) !== null ||
+    parseBaselineBound(view.boundary.low) !== null
+  );
+}
+
 export type CatchUpStep =
   | { action: 'next'; batchId: string; chainRows: number; chainStartedAt: number }
   | { action: 'window_not_full' | 'budget_spent' | 'off' | 'nothing_new' | 'paused' }
@@ -96,8 +108,7 @@ export async function continueCatchUp(
   if (!service) return { action: 'off' };
   const t = service.listTransfers().find((x) => x.name === view.transfer);
   if (!t) return { action: 'off' }; // a replay batch (its own chain): no catch-up, no freshness
-  const rows = view.rowCount ?? 0;
-  const full = rows >= t.batchSize;
+  const full = windowFull(view, t.batchSize);
   // A window that was not full: the target has caught up with the source as of now. A full one: more is waiting,
   // and the target is as fresh as this commit, with the rows after it still to come (counted once the next batch
   // is on its way, so that the count does not hold up the chain).
@@ -126,7 +137,7 @@ async function nextInChain(
 ): Promise<CatchUpStep> {
   const service = rt.transfers!;
   const rows = view.rowCount ?? 0;
-  const full = rows >= batchSize;
+  const full = windowFull(view, batchSize);
   const budget = rt.settings.KEEL_TRANSFER_CATCHUP_ROWS;
   if (budget === 0) return { action: 'off' };
   if (!full) return { action: 'window_not_full' };

@@ -7,7 +7,7 @@ import { describeError, isTransferError, TERMINAL_CODES, TransferError } from '.
 import type { BatchEvent, BatchPatch, BatchRecord, TransferControl, TransferJournal } from './journal.js';
 import { journalMove, OPEN_STATES, RECONCILABLE, type MoveName } from './lifecycle.js';
 import { withValuePolicies } from './policies.js';
-import { carriesChanges, changeModeOf, REBASELINE_MARK } from './changes.js';
+import { baselineKeyRange, carriesChanges, changeModeOf, REBASELINE_MARK, versionOfHigh } from './changes.js';
 import { describeSchemaDiff } from './schema.js';
 import {
   FINAL_FENCE,
@@ -254,6 +254,11 @@ export function negotiateFeed(a: Adapters, w: Window, schema: SourceSchema, chun
   return { kind: 'rows', rows: a.source.streamRows(w, schema, chunkSize) };
 }
 
+// A baseline runs in key windows only when the target's apply can mirror a key range (changes.ts).
+function baselineOpts(a: Adapters): { baselineWindows: boolean } {
+  return { baselineWindows: a.target.mirrorsKeyRanges === true };
+}
+
 export class TransferService {
   private readonly journal: TransferJournal;
   private readonly transfers: Map<string, TransferConfig>;
@@ -438,12 +443,15 @@ export class TransferService {
     if (b.rowCount === null || b.checksum === null)
       throw new TransferError('invalid_state', `batch ${b.batchId} has no manifest yet`);
     const changes = changeModeOf(t, b.boundaryLow);
+    // A windowed baseline's key window mirrors its key range only (changes.ts).
+    const mirrorRange = changes === 'mirror' ? baselineKeyRange(b.boundaryLow, b.boundaryHigh) : null;
     return {
       batchId: b.batchId,
       transfer: t.name,
       manifest: { rowCount: b.rowCount, checksum: b.checksum },
       schema: { columns: b.schemaColumns, hash: b.schemaHash },
       ...(changes ? { changes } : {}),
+      ...(mirrorRange ? { mirrorRange } : {}),
     };
   }
 
@@ -520,7 +528,7 @@ export class TransferService {
       );
     }
     await this.prepare(t, a, schema);
-    const window = await a.source.nextWindow(lastCommitted?.boundaryHigh ?? null, t.batchSize);
+    const window = await a.source.nextWindow(lastCommitted?.boundaryHigh ?? null, t.batchSize, baselineOpts(a));
     if (!window)
       throw new TransferError(
         'nothing_to_transfer',
@@ -631,10 +639,11 @@ export class TransferService {
   }
 
   // Operator action for a changes transfer whose next window expired at the source ('changes_expired': its low is
-  // older than the min valid version): one baseline batch after the last committed window -- every row of the
-  // table as it is now, high = the version captured with it, applied as a mirror (target rows whose key is not in the
-  // batch are deleted in the same transaction). Its low is REBASELINE_MARK + the last committed high, so it chains
-  // like any window, and the next window starts at its high.
+  // older than the min valid version): a baseline after the last committed window -- every row of the table as it
+  // is now, at a version captured before it, applied as a mirror (target rows whose key is not in the batch are
+  // deleted in the same transaction). This creates its first window (the whole baseline, or its first key window
+  // when it runs in key windows: the next ones chain like any window). Its low is REBASELINE_MARK + the last
+  // committed high, so it chains like any window.
   async rebaseline(transferName: string): Promise<BatchView> {
     const t = this.transfer(transferName);
     if (!carriesChanges(t))
@@ -661,8 +670,8 @@ export class TransferService {
         { recorded: lastCommitted.schemaHash, current: schema.hash },
       );
     await this.prepare(t, a, schema);
-    const baseline = await a.source.nextWindow(null, t.batchSize);
-    if (!baseline || BigInt(baseline.high) <= BigInt(lastCommitted.boundaryHigh))
+    const baseline = await a.source.nextWindow(null, t.batchSize, baselineOpts(a));
+    if (!baseline || versionOfHigh(baseline.high) <= versionOfHigh(lastCommitted.boundaryHigh))
       throw new TransferError(
         'nothing_to_transfer',
         `transfer ${t.name}: the source's version has not moved past the last committed window (${lastCommitted.boundaryHigh}); nothing to re-baseline`,

@@ -59,7 +59,9 @@ export interface SourceAdapter {
   readonly engine: string; // the registry's name, for messages
   readSchema(): Promise<SourceSchema>;
   // The next window after `low` holding at most about maxRows rows; null when there is nothing new.
-  nextWindow(low: string | null, maxRows: number): Promise<Window | null>;
+  // baselineWindows ('changes' windows): the target mirrors key ranges, so a baseline may be a chain of key windows
+  // (shared/transfer/changes.ts); a source that cannot (or without the option) makes the baseline one window.
+  nextWindow(low: string | null, maxRows: number, opts?: { baselineWindows?: boolean }): Promise<Window | null>;
   // Rows the next windows after `low` would hold now (the same conditions as nextWindow), counted up to cap and no
   // further: a bounded walk of the boundary column's index, for the rows-behind gauge. Optional: a source without
   // it reports no rows-behind figure.
@@ -88,8 +90,10 @@ export interface StageRequest {
   schema: SourceSchema;
   // How the batch carries deletes (shared/transfer/changes.ts). Absent: it carries none, every row is an upsert.
   // 'ops': every row ends with an operation field (OP_COLUMN: 'U' upsert, 'D' delete by key, other columns NULL);
-  // 'mirror': 'ops', and every target row whose key is not in the batch is deleted (a baseline: the whole table).
+  // 'mirror': 'ops', and every target row whose key is not in the batch is deleted (a baseline: the whole table,
+  // or with mirrorRange only the rows whose keyColumns[0] is in (low, high], a null bound open on that side).
   changes?: ChangeMode;
+  mirrorRange?: { low: string | null; high: string | null };
 }
 
 export type ChangeMode = 'ops' | 'mirror';
@@ -169,6 +173,8 @@ export interface TargetAdapter {
     reconcileToken: string | null,
   ): Promise<ReconcileOutcome>;
   purgeStaged(batchId: string): Promise<void>;
+  // The apply honours StageRequest.mirrorRange (a baseline may then run in key windows, changes.ts).
+  readonly mirrorsKeyRanges?: boolean;
   // Key-set comparison (keyCompare): the target rows' keys in the window (its boundary range), canonical text in
   // keyColumns order; and the deletion of those of `keys` that are in the window, in one target transaction
   // (returns the rows deleted).

@@ -138,6 +138,9 @@ function failFast(failures: Promise<never>[]): <T>(p: Promise<T>) => Promise<T> 
 export class PostgresTransferTarget implements TargetAdapter {
   readonly engine = 'postgres';
   readonly bulkFormat = PG_COPY_FORMAT;
+  // The apply's mirror honours a key range (keel_transfer.apply_batch's p_mirror_low/p_mirror_high): a baseline may
+  // run in key windows (shared/transfer/changes.ts).
+  readonly mirrorsKeyRanges = true;
   readonly stagingTable: string;
   private readonly targetSchema: string | null;
   private readonly targetTable: string;
@@ -436,7 +439,7 @@ export class PostgresTransferTarget implements TargetAdapter {
     try {
       const res = await this.pool.query(
         `select outcome, row_count::text as row_count, checksum, deleted_count::text as deleted_count
-           from keel_transfer.apply_batch($1, $2, $3, $4, $5, $6::text[], $7::text[], $8, $9, $10, $11)`,
+           from keel_transfer.apply_batch($1, $2, $3, $4, $5, $6::text[], $7::text[], $8, $9, $10, $11, $12, $13)`,
         [
           req.batchId,
           req.transfer,
@@ -449,6 +452,8 @@ export class PostgresTransferTarget implements TargetAdapter {
           req.manifest.checksum,
           ctx.attempt,
           req.changes ?? null,
+          req.mirrorRange?.low ?? null,
+          req.mirrorRange?.high ?? null,
         ],
       );
       const r = res.rows[0];
