@@ -3,23 +3,27 @@
 // POST /transfers/{name}/rebaseline (operator only) and moved through the real queue steps, its mirror deleting what
 // the lost changes deleted; a key transfer with keyCompare apply reports and deletes the keys gone at the source with
 // POST /transfers/{name}/compare-keys.
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
+import { telemetry } from '../../shared/telemetry/index.js';
 import { READER } from './support.js';
 import { ITEMS_DDL, useItemsTransfer } from './itemsTransfer.js';
 import { migratePostgresChangeCapture } from '../../shared/engines/postgres/changeCapture.js';
 
 const THINGS_DDL = ITEMS_DDL.replace('public.items', 'public.things');
 const KC_DDL = ITEMS_DDL.replace('public.items', 'public.kc');
+const BL_DDL = ITEMS_DDL.replace('public.items', 'public.bl');
 
 const fx = useItemsTransfer({
   label: 'fn_deletes',
-  sourceDdl: [ITEMS_DDL, THINGS_DDL, KC_DDL],
+  sourceDdl: [ITEMS_DDL, THINGS_DDL, KC_DDL, BL_DDL],
   batchSize: 10,
   seed: async (source) => {
     await migratePostgresChangeCapture(source);
     await source.query(`insert into public.things select n, 'thing-' || n from generate_series(1, 20) n`);
     await source.query(`select keel_changes.enable('public.things', array['id'])`);
     await source.query(`insert into public.kc select n, 'kc-' || n from generate_series(1, 20) n`);
+    await source.query(`insert into public.bl select n, 'bl-' || n from generate_series(1, 55) n`);
+    await source.query(`select keel_changes.enable('public.bl', array['id'])`);
   },
   moreTransfers: (items) => [
     {
@@ -37,6 +41,14 @@ const fx = useItemsTransfer({
       batchSize: 10,
       keyCompare: 'apply',
     },
+    {
+      ...items,
+      name: 'bl',
+      source: { ...items.source, table: 'public.bl' },
+      target: { ...items.target, table: 'public.bl' },
+      boundary: { kind: 'changes' },
+      batchSize: 10,
+    },
   ],
 });
 const { call, pump } = fx;
@@ -51,7 +63,7 @@ describe('deletes through the ops routes', () => {
     await fx.source.query(`delete from public.things where id <= 3`);
     await fx.source.query(`select keel_changes.current_version('public.things')`);
     await fx.source.query(
-      `select keel_changes.retain('public.things', (select current_version from keel_changes.tracked))`,
+      `select keel_changes.retain('public.things', (select current_version from keel_changes.tracked where source_table = 'public.things'::regclass))`,
     );
     const expired = await call('POST', 'transfers/things/start', {});
     expect(expired.status).toBe(409);
@@ -90,5 +102,50 @@ describe('deletes through the ops routes', () => {
     expect(await count('kc')).toBe(18);
     // a transfer without keyCompare: 409
     expect((await call('POST', 'transfers/items/compare-keys', {})).status).toBe(409);
+  });
+
+  it('a windowed baseline: its version expiring mid-way is a start_failed alert and a 409; the re-baseline runs to its end and on into the change windows after one call', async () => {
+    const startFailed = vi.spyOn(telemetry, 'transferStartFailed');
+    const first = await call('POST', 'transfers/bl/start', {});
+    expect(first.status).toBe(202);
+    expect(first.body.batch.boundary).toMatchObject({ low: null, high: expect.stringMatching(/^baseline@\d+:10$/) });
+    // Retention passes the baseline's version before its second window: the chain stops at catch-up, alerting.
+    await fx.source.query(`delete from public.bl where id = 50`);
+    await fx.source.query(`select keel_changes.current_version('public.bl')`);
+    await fx.source.query(
+      `select keel_changes.retain('public.bl', (select current_version from keel_changes.tracked where source_table = 'public.bl'::regclass))`,
+    );
+    await pump();
+    expect(await count('bl')).toBe(10);
+    expect(startFailed.mock.calls.map((c) => c[0])).toEqual([
+      {
+        transfer: 'bl',
+        source: 'catchup',
+        code: 'changes_expired',
+        message: expect.stringMatching(/baseline in progress.*Re-baseline/),
+      },
+    ]);
+    const expired = await call('POST', 'transfers/bl/start', {});
+    expect(expired).toMatchObject({ status: 409, body: { code: 'changes_expired' } });
+
+    // The re-baseline: one call, then the queue steps alone run every key window and the first change window.
+    const rb = await call('POST', 'transfers/bl/rebaseline', {});
+    expect(rb.status).toBe(202);
+    expect(rb.body.batch.boundary.low).toMatch(/^rebaseline@baseline@\d+:10$/);
+    await fx.source.query(`delete from public.bl where id = 42`); // during the re-baseline, in a later key window
+    await fx.source.query(`insert into public.bl values (500, 'bl-500')`); // past the last key
+    await pump();
+    expect(await count('bl')).toBe(54); // 1..55 without 42 and 50, and 500
+    const batches = (await call('GET', 'transfers/batches?transfer=bl&state=committed&limit=100')).body.items as {
+      boundary: { low: string | null; high: string };
+    }[];
+    const chain = batches.reverse().slice(1); // oldest first, after the first baseline's one window
+    expect(chain[0]!.boundary.low).toBe(rb.body.batch.boundary.low);
+    for (let i = 1; i < chain.length; i++) expect(chain[i]!.boundary.low).toBe(chain[i - 1]!.boundary.high);
+    const version = /^baseline@(\d+):/.exec(rb.body.batch.boundary.high)![1];
+    const lastKeyWindow = chain.findIndex((b) => b.boundary.high === version);
+    expect(lastKeyWindow).toBe(5); // 53 rows in windows of 10
+    expect(chain.length).toBe(7); // and the first change window, from the version captured before the first
+    expect(chain[6]!.boundary.low).toBe(version);
   });
 });
