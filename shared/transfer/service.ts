@@ -79,6 +79,7 @@ export interface TransferSummary {
   batchSize: number;
   chunkSize: number;
   schedule: string | null; // own NCRONTAB; null = every tick of KEEL_TRANSFER_SCHEDULE
+  keyCompare: TransferConfig['keyCompare']; // key-set comparison: 'off', 'report' or 'apply'
 }
 
 // A transfer as operators watch it: its pause control, its open batch and how fresh its target is.
@@ -139,6 +140,17 @@ export interface KeyCompareReport {
   }[];
   goneAtSource: number;
   deleted: number;
+}
+
+// What a re-baseline would do (its preview): nothing is read from the source, nothing written.
+export interface RebaselinePlan {
+  transfer: string;
+  possible: boolean; // false: refused as things are (see effect)
+  after: string | null; // the last committed window's high (the baseline's low is REBASELINE_MARK + it)
+  openBatch: { batchId: string; state: BatchState } | null;
+  paused: boolean;
+  windowed: boolean; // key windows of batchSize rows (changes.ts); false: one batch
+  effect: string;
 }
 
 export interface ReplayPlan {
@@ -291,6 +303,7 @@ export class TransferService {
       batchSize: t.batchSize,
       chunkSize: t.chunkSize,
       schedule: t.schedule ?? null,
+      keyCompare: t.keyCompare,
     }));
   }
 
@@ -692,6 +705,38 @@ export class TransferService {
       await this.noteError(rec, 'manifest_error', err);
       return toView(await this.load(rec.batchId));
     }
+  }
+
+  // The re-baseline's preview: what it would do, and whether it would be refused now.
+  async rebaselinePlan(transferName: string): Promise<RebaselinePlan> {
+    const t = this.transfer(transferName);
+    if (!carriesChanges(t))
+      throw new TransferError(
+        'invalid_state',
+        `transfer ${t.name} reads ${t.boundary.kind} windows; only a changes transfer is re-baselined`,
+      );
+    const paused = await this.isPaused(t.name);
+    const { open, lastCommitted } = await this.journal.lastForTransfer(t.name);
+    const a = await this.connect(t);
+    const windowed = a.target.mirrorsKeyRanges === true;
+    const after = lastCommitted?.boundaryHigh ?? null;
+    const how = windowed
+      ? `in key windows of up to ${t.batchSize} rows, chained by catch-up`
+      : 'as one batch (the whole table)';
+    const effect = paused
+      ? `Refused: transfer ${t.name} is paused; resume it first.`
+      : open
+        ? `Refused: transfer ${t.name} has an open batch ${open.batchId} (${open.state}); run, reconcile or abandon it first.`
+        : `Every row of ${t.source.table} as it is now is sent again ${how}, at a source version captured before it, and applied as a mirror: target rows whose key is no longer at the source are deleted. ${after === null ? 'Nothing is committed yet: this is the first baseline.' : `It follows the last committed window (up to ${after}).`} Change windows then go on from the captured version.`;
+    return {
+      transfer: t.name,
+      possible: !paused && !open,
+      after,
+      openBatch: open ? { batchId: open.batchId, state: open.state } : null,
+      paused,
+      windowed,
+      effect,
+    };
   }
 
   // Deletes for a transfer without change tracking (keyCompare, docs/transfer.md "Deletes"): for each of its last

@@ -128,12 +128,33 @@ describe('deletes through the ops routes', () => {
     const expired = await call('POST', 'transfers/bl/start', {});
     expect(expired).toMatchObject({ status: 409, body: { code: 'changes_expired' } });
 
+    // The preview says what a re-baseline would do and creates nothing (operator only, like the re-baseline).
+    const before = (await call('GET', 'transfers/batches?transfer=bl&limit=100')).body.items.length;
+    const preview = await call('POST', 'transfers/bl/rebaseline', { preview: true });
+    expect(preview).toMatchObject({
+      status: 200,
+      body: { preview: true, possible: true, windowed: true, openBatch: null, paused: false },
+    });
+    expect(preview.body.after).toMatch(/^baseline@\d+:10$/);
+    expect(preview.body.effect).toMatch(/key windows of up to 10 rows.*mirror/);
+    expect((await call('GET', 'transfers/batches?transfer=bl&limit=100')).body.items.length).toBe(before);
+    expect(
+      (await call('POST', 'transfers/bl/rebaseline', { preview: true }, { 'x-ms-client-principal': READER })).status,
+    ).toBe(403);
+    expect((await call('POST', 'transfers/kc/rebaseline', { preview: true })).status).toBe(409); // not a changes transfer
+
     // The re-baseline: one call, then the queue steps alone run every key window and the first change window.
     const rb = await call('POST', 'transfers/bl/rebaseline', {});
     expect(rb.status).toBe(202);
     expect(rb.body.batch.boundary.low).toMatch(/^rebaseline@baseline@\d+:10$/);
     await fx.source.query(`delete from public.bl where id = 42`); // during the re-baseline, in a later key window
     await fx.source.query(`insert into public.bl values (500, 'bl-500')`); // past the last key
+    // while its first window is open, the preview says a re-baseline is refused
+    expect((await call('POST', 'transfers/bl/rebaseline', { preview: true })).body).toMatchObject({
+      possible: false,
+      openBatch: { batchId: rb.body.batch.batchId },
+      effect: expect.stringMatching(/^Refused: .* has an open batch/),
+    });
     await pump();
     expect(await count('bl')).toBe(54); // 1..55 without 42 and 50, and 500
     const batches = (await call('GET', 'transfers/batches?transfer=bl&state=committed&limit=100')).body.items as {
