@@ -142,7 +142,7 @@ export interface KeyCompareReport {
   deleted: number;
 }
 
-// What a re-baseline would do (its preview): nothing is read from the source, nothing written.
+// What a re-baseline would do (its preview): only the source's schema is read, nothing written.
 export interface RebaselinePlan {
   transfer: string;
   possible: boolean; // false: refused as things are (see effect)
@@ -718,7 +718,11 @@ export class TransferService {
     const paused = await this.isPaused(t.name);
     const { open, lastCommitted } = await this.journal.lastForTransfer(t.name);
     const a = await this.connect(t);
-    const windowed = a.target.mirrorsKeyRanges === true;
+    // As nextWindow decides: both sides able to, and an integer first key column (the source's schema, read now).
+    const windowed =
+      a.target.mirrorsKeyRanges === true &&
+      a.source.windowsBaselines === true &&
+      (await a.source.readSchema()).columns.find((c) => c.name === t.keyColumns[0])?.logical === 'int';
     const after = lastCommitted?.boundaryHigh ?? null;
     const how = windowed
       ? `in key windows of up to ${t.batchSize} rows, chained by catch-up`

@@ -62,6 +62,9 @@ export interface SourceAdapter {
   // baselineWindows ('changes' windows): the target mirrors key ranges, so a baseline may be a chain of key windows
   // (shared/transfer/changes.ts); a source that cannot (or without the option) makes the baseline one window.
   nextWindow(low: string | null, maxRows: number, opts?: { baselineWindows?: boolean }): Promise<Window | null>;
+  // A 'changes' source that runs a baseline in key windows when asked (baselineWindows) and its first key column is an
+  // integer (for the re-baseline's preview).
+  readonly windowsBaselines?: boolean;
   // Rows the next windows after `low` would hold now (the same conditions as nextWindow), counted up to cap and no
   // further: a bounded walk of the boundary column's index, for the rows-behind gauge. Optional: a source without
   // it reports no rows-behind figure.

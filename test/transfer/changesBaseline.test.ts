@@ -265,6 +265,26 @@ describe('windowed baseline of a changes transfer (key windows, then change wind
     },
   );
 
+  it('with a declared value policy (canonical rows, keel-v1 manifest) the baseline runs in key windows too', async () => {
+    await fresh(35, [99]);
+    const cols = ['id', 'customer', 'amount', 'placed_at', 'flag', 'note', 'payload'];
+    const svc = makeService(env, [
+      transfer(10, {
+        columns: cols.map((c) => ({ source: c, target: c, ...(c === 'note' ? { empty: 'null' } : {}) })),
+      }),
+    ]);
+    try {
+      const plan = await svc.rebaselinePlan(NAME);
+      expect(plan).toMatchObject({ possible: true, windowed: true, after: null });
+      const done = await drain(svc);
+      expect(done.map((b) => b.rowCount)).toEqual([10, 10, 10, 5]);
+      await assertExactlyOnce(env);
+      expect(await deletesLogged()).toEqual([99]);
+    } finally {
+      await svc.close();
+    }
+  });
+
   it('without a target that mirrors key ranges the baseline stays one window', async () => {
     await fresh(30, []);
     // (the Oracle target, until its package mirrors a key range: the same source, asked without the window option)
@@ -277,6 +297,7 @@ describe('windowed baseline of a changes transfer (key windows, then change wind
       }),
     });
     try {
+      expect((await svc.rebaselinePlan(NAME)).windowed).toBe(false);
       const b = await svc.createBatch(NAME);
       expect(b.boundary).toMatchObject({ low: null, high: expect.stringMatching(/^\d+$/) });
       expect(b.rowCount).toBe(30);

@@ -54,6 +54,7 @@ function pgCode(err: unknown): string | undefined {
 export class PostgresTransferSource implements SourceAdapter {
   readonly engine = 'postgres';
   readonly bulkFormat = PG_COPY_FORMAT;
+  readonly windowsBaselines = true; // nextChangeWindow: key windows over an integer keyColumns[0] of a table
   private readonly from: string;
   private readonly table: QualifiedName | null;
 
