@@ -326,7 +326,51 @@ export async function runTransferSchedule(rt: Runtime, log: Logger, now: Date = 
     }
   }
   if (steps.length > 0) await reportFreshness(rt, steps, now, log);
+  await runScheduledKeyCompares(rt, log, now);
   return steps;
+}
+
+// A transfer's keyCompareSchedule is due at the tick after one of its occurrences: an occurrence in (the transfer
+// timer's previous tick, now]. (A tick the host skipped skips that comparison too: the next occurrence runs it.)
+export function keyCompareDue(cron: string, timerCron: string, now: Date): boolean {
+  const opts = { paused: true, mode: '6-part', timezone: 'UTC' } as const;
+  const previousTick = new Cron(timerCron, opts).previousRuns(1, new Date(now.getTime() - 1000))[0];
+  if (!previousTick) return false;
+  const next = new Cron(cron, opts).nextRun(previousTick);
+  return next !== null && next.getTime() <= now.getTime();
+}
+
+// The scheduled key-set comparisons (docs/transfer.md "Deletes"): each due transfer that is not paused (the option
+// is its own opt-in: KEEL_SCHEDULED_TRANSFERS need not list it) compares its committed key windows, deleting only with keyCompare 'apply', and reports what it found as a
+// keel.transfer.keys_gone event (alert transfer-keys-gone when keys gone at the source stay on the target).
+async function runScheduledKeyCompares(rt: Runtime, log: Logger, now: Date): Promise<void> {
+  const service = rt.transfers!;
+  const due = service
+    .listTransfers()
+    .filter(
+      (t) =>
+        t.keyCompareSchedule !== null && keyCompareDue(t.keyCompareSchedule, rt.settings.KEEL_TRANSFER_SCHEDULE, now),
+    );
+  if (due.length === 0) return;
+  const paused = await service.pausedTransfers().catch(() => new Set<string>(due.map((t) => t.name)));
+  for (const t of due) {
+    if (paused.has(t.name)) continue;
+    try {
+      const r = await service.compareKeys(t.name, { apply: t.keyCompare === 'apply' });
+      telemetry.transferKeysGone({
+        transfer: t.name,
+        windows: r.windows.length,
+        goneAtSource: r.goneAtSource,
+        deleted: r.deleted,
+        applied: r.applied,
+      });
+      const msg = `transfer ${t.name}: scheduled key comparison: ${r.goneAtSource} target keys gone at the source in ${r.windows.length} windows, ${r.deleted} deleted`;
+      if (r.goneAtSource > r.deleted) log.warn(msg);
+      else log.info(msg);
+    } catch (err) {
+      log.error(`transfer ${t.name}: scheduled key comparison failed: ${(err as Error).message}`);
+    }
+  }
 }
 
 // Rows behind for the gauge (KEEL_TRANSFER_ROWS_BEHIND_CAP; 0: not counted): null when not counted or the count

@@ -80,6 +80,7 @@ export interface TransferSummary {
   chunkSize: number;
   schedule: string | null; // own NCRONTAB; null = every tick of KEEL_TRANSFER_SCHEDULE
   keyCompare: TransferConfig['keyCompare']; // key-set comparison: 'off', 'report' or 'apply'
+  keyCompareSchedule: string | null; // the timer's key-set comparison (NCRONTAB); null: only on request
 }
 
 // A transfer as operators watch it: its pause control, its open batch and how fresh its target is.
@@ -304,6 +305,7 @@ export class TransferService {
       chunkSize: t.chunkSize,
       schedule: t.schedule ?? null,
       keyCompare: t.keyCompare,
+      keyCompareSchedule: t.keyCompareSchedule ?? null,
     }));
   }
 

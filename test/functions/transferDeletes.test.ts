@@ -8,14 +8,16 @@ import { telemetry } from '../../shared/telemetry/index.js';
 import { READER } from './support.js';
 import { ITEMS_DDL, useItemsTransfer } from './itemsTransfer.js';
 import { migratePostgresChangeCapture } from '../../shared/engines/postgres/changeCapture.js';
+import { keyCompareDue, runTransferSchedule } from '../../shared/app/transfers.js';
 
 const THINGS_DDL = ITEMS_DDL.replace('public.items', 'public.things');
 const KC_DDL = ITEMS_DDL.replace('public.items', 'public.kc');
 const BL_DDL = ITEMS_DDL.replace('public.items', 'public.bl');
+const KR_DDL = ITEMS_DDL.replace('public.items', 'public.kr');
 
 const fx = useItemsTransfer({
   label: 'fn_deletes',
-  sourceDdl: [ITEMS_DDL, THINGS_DDL, KC_DDL, BL_DDL],
+  sourceDdl: [ITEMS_DDL, THINGS_DDL, KC_DDL, BL_DDL, KR_DDL],
   batchSize: 10,
   seed: async (source) => {
     await migratePostgresChangeCapture(source);
@@ -23,6 +25,7 @@ const fx = useItemsTransfer({
     await source.query(`select keel_changes.enable('public.things', array['id'])`);
     await source.query(`insert into public.kc select n, 'kc-' || n from generate_series(1, 20) n`);
     await source.query(`insert into public.bl select n, 'bl-' || n from generate_series(1, 55) n`);
+    await source.query(`insert into public.kr select n, 'kr-' || n from generate_series(1, 20) n`);
     await source.query(`select keel_changes.enable('public.bl', array['id'])`);
   },
   moreTransfers: (items) => [
@@ -40,6 +43,7 @@ const fx = useItemsTransfer({
       target: { ...items.target, table: 'public.kc' },
       batchSize: 10,
       keyCompare: 'apply',
+      keyCompareSchedule: '0 30 2 * * *',
     },
     {
       ...items,
@@ -48,6 +52,16 @@ const fx = useItemsTransfer({
       target: { ...items.target, table: 'public.bl' },
       boundary: { kind: 'changes' },
       batchSize: 10,
+    },
+    // key-set comparisons run by the timer (02:30 UTC): one reports only, the other deletes
+    {
+      ...items,
+      name: 'kr',
+      source: { ...items.source, table: 'public.kr' },
+      target: { ...items.target, table: 'public.kr' },
+      batchSize: 10,
+      keyCompare: 'report',
+      keyCompareSchedule: '0 30 2 * * *',
     },
   ],
 });
@@ -168,5 +182,35 @@ describe('deletes through the ops routes', () => {
     expect(lastKeyWindow).toBe(5); // 53 rows in windows of 10
     expect(chain.length).toBe(7); // and the first change window, from the version captured before the first
     expect(chain[6]!.boundary.low).toBe(version);
+  });
+
+  it('keyCompareSchedule: the timer tick after its occurrence compares, reports a keys_gone event, and deletes only with keyCompare apply', async () => {
+    // due: an occurrence in (the timer's previous tick, now] (KEEL_TRANSFER_SCHEDULE hourly here)
+    expect(keyCompareDue('0 30 2 * * *', '0 0 * * * *', new Date('2026-12-03T03:00:00.200Z'))).toBe(true);
+    expect(keyCompareDue('0 30 2 * * *', '0 0 * * * *', new Date('2026-12-03T02:00:00.200Z'))).toBe(false);
+    expect(keyCompareDue('0 30 2 * * *', '0 0 * * * *', new Date('2026-12-03T04:00:00.200Z'))).toBe(false);
+    for (const name of ['kr', 'kc']) {
+      expect((await call('POST', `transfers/${name}/start`, {})).status).toBeLessThan(300);
+      await pump();
+    }
+    expect(await count('kr')).toBe(20);
+    await fx.source.query(`delete from public.kr where id in (4, 14)`);
+    await fx.source.query(`delete from public.kc where id = 8`);
+    const keysGone = vi.spyOn(telemetry, 'transferKeysGone');
+    const log = { info: () => undefined, warn: vi.fn(), error: vi.fn(), debug: () => undefined } as never;
+    await runTransferSchedule(fx.t.rt, log, new Date('2026-12-03T04:00:00.200Z')); // not due: nothing compared
+    expect(keysGone).not.toHaveBeenCalled();
+    await runTransferSchedule(fx.t.rt, log, new Date('2026-12-03T03:00:00.200Z'));
+    expect(keysGone.mock.calls.map((c) => c[0]).sort((a, b) => a.transfer.localeCompare(b.transfer))).toEqual([
+      { transfer: 'kc', windows: 2, goneAtSource: 1, deleted: 1, applied: true },
+      { transfer: 'kr', windows: 2, goneAtSource: 2, deleted: 0, applied: false },
+    ]);
+    expect(await count('kr')).toBe(20); // reported, not deleted
+    expect(await count('kc')).toBe(17); // 5 and 15 earlier, 8 now
+    // a paused transfer is not compared
+    keysGone.mockClear();
+    expect((await call('POST', 'transfers/kr/pause', {})).status).toBe(200);
+    await runTransferSchedule(fx.t.rt, log, new Date('2026-12-04T03:00:00.200Z'));
+    expect(keysGone.mock.calls.map((c) => c[0].transfer)).toEqual(['kc']);
   });
 });
