@@ -471,7 +471,10 @@ $$;
 -- now; the same choice as claim_next (priority, due time, pause, max_concurrency, expiry). One row version and one
 -- round trip fewer per job than claim_next + start_many. attempts is the count before this attempt, as claim_next
 -- returns it; attempt is the one now running. The times are epoch milliseconds: formatting three timestamptz per
--- row (and parsing them in the client) cost more than the rest of the row (~3.5 us a job on the server).
+-- row (and parsing them in the client) cost more than the rest of the row (~3.5 us a job on the server). The update
+-- returns only the columns sent (`returning h.*` copied every column of every row, logs and result too, into the CTE:
+-- ~6 % of the claim's backend CPU), and tags are null when there are none (the client reads null as no tags; parsing
+-- '{}' cost the client's array parser ~1 us a job).
 drop function if exists keel.claim_and_start(text, text[], integer, integer);
 create or replace function keel.claim_and_start(p_worker_id text, p_queues text[], p_limit integer, p_lease_seconds integer)
 returns table (job_id bigint, lease_id uuid, queue text, type text, payload jsonb, priority integer, attempts integer,
@@ -500,11 +503,12 @@ begin
         heartbeat_at = now(),
         progress = null -- a new attempt: the last one's progress no longer says how far this one is
     where h.id = any(array(select unnest(v_ids))) -- probed by key, as in _claim_rows
-    returning h.*
+    returning h.id, h.lease_id, h.queue, h.type, h.payload, h.priority, h.attempts, h.max_attempts, h.idempotency_key,
+              h.tags, h.run_at, h.created_at, h.lease_expires_at
   )
   select u.id, u.lease_id, u.queue, u.type, u.payload, u.priority, u.attempts - 1, u.max_attempts,
-         coalesce(s.max_attempts, 5), u.idempotency_key, u.tags, keel._epoch_ms(u.run_at), keel._epoch_ms(u.created_at),
-         keel._epoch_ms(u.lease_expires_at), u.attempts
+         coalesce(s.max_attempts, 5), u.idempotency_key, case when cardinality(u.tags) > 0 then u.tags end,
+         keel._epoch_ms(u.run_at), keel._epoch_ms(u.created_at), keel._epoch_ms(u.lease_expires_at), u.attempts
   from upd u left join keel.queues s on s.name = u.queue
   order by u.priority desc, u.run_at, u.id;
 end
@@ -748,6 +752,31 @@ language sql immutable as $$
   select row(a.queues || b.queues, a.outcomes || b.outcomes, a.durations || b.durations)::keel.tally
 $$;
 
+-- keel._tally for a transaction whose only moves were successes, counted per queue already (parallel arrays: queue,
+-- jobs, total and longest duration in ms; queues in order, each once): the same two upserts in the same order, one
+-- row per queue instead of an unnest and grouping of one entry per job (complete_many's common case; ~2 us a job).
+create or replace function keel._tally_succeeded(p_queues text[], p_jobs bigint[], p_total_ms bigint[], p_max_ms bigint[])
+returns void
+language plpgsql as $$
+begin
+  if coalesce(cardinality(p_queues), 0) = 0 then
+    return;
+  end if;
+  insert into keel.stats_summary as s (queue, succeeded)
+  select t.queue, t.jobs from unnest(p_queues, p_jobs) as t(queue, jobs) order by t.queue
+  on conflict (queue) do update
+    set succeeded = s.succeeded + excluded.succeeded,
+        updated_at = now();
+  insert into keel.metric_buckets as b (bucket_start, queue, outcome, reason, count, total_duration_ms, max_duration_ms)
+  select date_trunc('minute', now()), t.queue, 'succeeded', '', t.jobs, t.total_ms, t.max_ms
+  from unnest(p_queues, p_jobs, p_total_ms, p_max_ms) as t(queue, jobs, total_ms, max_ms) order by t.queue
+  on conflict (bucket_start, queue, outcome, reason) do update
+    set count = b.count + excluded.count,
+        total_duration_ms = b.total_duration_ms + excluded.total_duration_ms,
+        max_duration_ms = greatest(b.max_duration_ms, excluded.max_duration_ms);
+end
+$$;
+
 -- Hot -> Archive for every (job id, lease id) still processing under that lease. One row: the ids archived (ok) and
 -- the ids dead-lettered as cancelled; a pair in neither was not owned (lease_lost). Arrays, not a row per job: 500
 -- result rows cost more to send and to read than the move's own bookkeeping.
@@ -766,6 +795,10 @@ declare
   v_t          keel.tally;
   v_dead       keel.tally;
   v_parents    bigint[];
+  v_queues     text[];
+  v_jobs       bigint[];
+  v_total_ms   bigint[];
+  v_max_ms     bigint[];
 begin
   if cardinality(v_ids) = 0 then
     return query select '{}'::bigint[], '{}'::bigint[];
@@ -787,13 +820,25 @@ begin
     where not m.cancel_requested
     returning id, queue, duration_ms
   )
-  select a.ok, a.queues, a.outcomes, a.durations,
+  select (select coalesce(array_agg(a.id order by a.id), '{}') from archived a), g.queues, g.jobs, g.total_ms, g.max_ms,
          (select array_agg(row(m.*)::keel.jobs_hot order by m.id) from moved m where m.cancel_requested),
          (select array_agg(m.id order by m.id) from moved m where m.has_dependents and not m.cancel_requested)
-  into v_ok, v_t.queues, v_t.outcomes, v_t.durations, v_cancelled, v_parents
-  from (select coalesce(array_agg(a.id order by a.id), '{}') as ok, array_agg(a.queue) as queues,
-               array_agg('succeeded'::text) as outcomes, array_agg(a.duration_ms) as durations
-        from archived a) a;
+  into v_ok, v_queues, v_jobs, v_total_ms, v_max_ms, v_cancelled, v_parents
+  from (select array_agg(q.queue order by q.queue) as queues, array_agg(q.jobs order by q.queue) as jobs,
+               array_agg(q.total_ms order by q.queue) as total_ms, array_agg(q.max_ms order by q.queue) as max_ms
+        from (select a.queue, count(*) as jobs, sum(a.duration_ms)::bigint as total_ms, max(a.duration_ms) as max_ms
+              from archived a group by a.queue) q) g;
+  if v_cancelled is null and v_parents is null then
+    -- Successes only (the common case): counted per queue as grouped above.
+    perform keel._tally_succeeded(v_queues, v_jobs, v_total_ms, v_max_ms);
+    return query select v_ok, '{}'::bigint[];
+    return;
+  end if;
+  -- Other moves too: one tally of every job (the counters are written once per transaction); the archived jobs are
+  -- read back by key.
+  select array_agg(a.queue), array_agg('succeeded'::text), array_agg(a.duration_ms)
+  into v_t.queues, v_t.outcomes, v_t.durations
+  from keel.jobs_archive a where a.id = any(array(select unnest(v_ok)));
   if v_cancelled is not null then
     v_dead := keel._bury(v_cancelled, 'cancelled', 'cancel requested while running; the handler finished before it saw the request');
     v_t := keel._tally_plus(v_t, v_dead);

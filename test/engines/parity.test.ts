@@ -130,7 +130,7 @@ async function catalogFunctions(pool: pg.Pool): Promise<Map<string, CatalogFunct
 }
 
 // format_type's names for the types POSTGRES_FUNCTIONS uses.
-const CATALOG_TYPE: Record<PgType, string> = {
+const CATALOG_TYPE: Record<PgType | 'void', string> = {
   bigint: 'bigint',
   'bigint[]': 'bigint[]',
   boolean: 'boolean',
@@ -140,6 +140,7 @@ const CATALOG_TYPE: Record<PgType, string> = {
   'text[]': 'text[]',
   timestamptz: 'timestamp with time zone',
   uuid: 'uuid',
+  void: 'void',
 };
 
 // The procedure contracts and each engine's typed table derived from it: the job store's, and the transfer

@@ -59,6 +59,63 @@ describe('postgres read counters per backend', () => {
     expect(stats).toMatchObject({ pending: truth.pending, fetched: truth.fetched, processing: truth.processing });
   });
 
+  // complete_many counts a batch of successes per queue in the statement that archives them (keel._tally_succeeded),
+  // and a batch that also dead-letters a cancelled job or settles a flow's children through the one per-job tally.
+  it('complete_many counts exactly on both of its paths: successes only, and successes with a cancel and a parent', async () => {
+    const stamp = Date.now();
+    const [qa, qb] = [`tally-a-${stamp}`, `tally-b-${stamp}`];
+    const counters = async (queue: string) => {
+      const { rows } = await admin.query(
+        `select coalesce((select succeeded from keel.stats_summary where queue = $1), 0)::int as succeeded,
+                coalesce((select failed from keel.stats_summary where queue = $1), 0)::int as failed,
+                coalesce((select cancelled from keel.stats_summary where queue = $1), 0)::int as cancelled,
+                (select coalesce(sum(count), 0) from keel.metric_buckets where queue = $1 and outcome = 'succeeded')::int as ok_bucket,
+                (select coalesce(sum(count), 0) from keel.metric_buckets where queue = $1 and outcome = 'failed' and reason = 'cancelled')::int as cancelled_bucket,
+                (select count(*) from keel.jobs_archive where queue = $1)::int as archived,
+                (select count(*) from keel.jobs_dlq where queue = $1)::int as dlq`,
+        [queue],
+      );
+      return rows[0] as Record<string, number>;
+    };
+    const claimAll = async (queue: string, n: number) => {
+      const jobs = await store.claimAndStart({ workerId: 'tally', queues: [queue], limit: n, leaseSeconds: 60 });
+      expect(jobs).toHaveLength(n);
+      return jobs;
+    };
+    const refs = (jobs: { id: string; leaseId: string }[]) => jobs.map((j) => ({ jobId: j.id, leaseId: j.leaseId }));
+
+    // Successes only, two queues in one batch.
+    await store.enqueueMany([
+      ...Array.from({ length: 3 }, () => ({ queue: qa, type: 't' })),
+      ...Array.from({ length: 2 }, () => ({ queue: qb, type: 't' })),
+    ]);
+    const first = [...(await claimAll(qa, 3)), ...(await claimAll(qb, 2))];
+    const r1 = await store.completeMany(refs(first));
+    expect(r1.every((r) => r.status === 'ok')).toBe(true);
+    expect(await counters(qa)).toMatchObject({ succeeded: 3, failed: 0, ok_bucket: 3, archived: 3 });
+    expect(await counters(qb)).toMatchObject({ succeeded: 2, failed: 0, ok_bucket: 2, archived: 2 });
+
+    // Successes, one job cancelled while it ran (dead-lettered 'cancelled') and one parent whose child waits.
+    await store.enqueueMany(Array.from({ length: 3 }, () => ({ queue: qa, type: 't' })));
+    const second = await claimAll(qa, 3);
+    const [child] = await store.enqueueMany([{ queue: qb, type: 't', after: [second[2]!.id] }]);
+    expect(await store.cancel(second[0]!.id)).toBeDefined();
+    const r2 = await store.completeMany(refs(second));
+    expect(r2.map((r) => r.status)).toEqual(['cancelled', 'ok', 'ok']);
+    expect(await counters(qa)).toMatchObject({
+      succeeded: 5,
+      failed: 1,
+      cancelled: 1,
+      ok_bucket: 5,
+      cancelled_bucket: 1,
+      archived: 5,
+      dlq: 1,
+    });
+    // The parent succeeded in the same transaction: its child is due now.
+    const [released] = await claimAll(qb, 1);
+    expect(released!.id).toBe(child!.id);
+  });
+
   it('stats reads due and the oldest due job across priority levels, and says inexact past 64 levels', async () => {
     const queue = `levels-${Date.now()}`;
     const hourAgo = new Date(Date.now() - 3600_000);

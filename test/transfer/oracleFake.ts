@@ -100,14 +100,17 @@ export class FakeSession {
     }
     if (/ENSURE_STAGING/.test(sql)) {
       await this.enter('ENSURE_STAGING');
-      return { outBinds: { stg: 'KEEL_STG_X' } };
+      return { outBinds: { o_staging: 'KEEL_STG_X' } };
     }
     if (/BEGIN_STAGE/.test(sql)) {
       await this.enter('BEGIN_STAGE');
-      const id = String(b.b);
-      if (s.registry.has(id)) return { outBinds: { r: 'ALREADY_STAGED' } };
-      this.pending.registry = [id, { state: 'STAGED', count: Number(b.n), checksum: String(b.cs) }];
-      return { outBinds: { r: 'NEW' } };
+      const id = String(b.p_batch_id);
+      if (s.registry.has(id)) return { outBinds: { o_result: 'ALREADY_STAGED' } };
+      this.pending.registry = [
+        id,
+        { state: 'STAGED', count: Number(b.p_expected_count), checksum: String(b.p_expected_checksum) },
+      ];
+      return { outBinds: { o_result: 'NEW' } };
     }
     if (/HAVING COUNT\(\*\) > 1/.test(sql)) return { rows: [] };
     if (/FROM "KEEL_STG_/.test(sql) && /^SELECT/.test(sql)) {
@@ -127,12 +130,12 @@ export class FakeSession {
     if (/FINISH_STAGE/.test(sql)) {
       await this.enter('FINISH_STAGE');
       const reg = this.pending.registry!;
-      reg[1] = { state: 'STAGED', count: Number(b.n), checksum: String(b.cs) };
+      reg[1] = { state: 'STAGED', count: Number(b.p_count), checksum: String(b.p_checksum) };
       return {};
     }
     if (/APPLY_BATCH/.test(sql)) {
       await this.enter('APPLY_BATCH');
-      const id = String(b.b);
+      const id = String(b.p_batch_id);
       const reg = s.registry.get(id);
       if (!reg) throw oraError(20002, `batch ${id} is not staged on the target`);
       const done = s.completions.get(id);
@@ -140,17 +143,20 @@ export class FakeSession {
         return {
           outBinds: {
             o_outcome: 'ALREADY_COMMITTED',
-            o_rows: done.rows,
+            o_row_count: done.rows,
             o_checksum: done.checksum,
             o_deleted: done.deleted ?? null,
           },
         };
-      if (done && done.fenced >= Number(b.attempt))
-        throw oraError(20005, `attempt ${b.attempt} of batch ${id} was ruled out by reconcile`);
+      if (done && done.fenced >= Number(b.p_attempt))
+        throw oraError(20005, `attempt ${b.p_attempt} of batch ${id} was ruled out by reconcile`);
       const rows = s.stagedRows.filter((r) => r[0] === id);
       // p_changes (OPS | MIRROR): each staged row ends with KEEL_OP; 'D' deletes its key, and MIRROR deletes every
       // row whose key is not staged -- in the same commit as the completion row.
-      const changes = (b.changes as string | null | undefined) ?? null;
+      const changes = (b.p_changes as string | null | undefined) ?? null;
+      // as the package: a key-range mirror is refused (the adapter never asks for one)
+      if ((b.p_mirror_low ?? null) !== null || (b.p_mirror_high ?? null) !== null)
+        throw oraError(20006, 'APPLY_BATCH: this target does not mirror a key range');
       let deleted: number | null = null;
       this.pending.ops.push(() => {
         if (changes !== null) {
@@ -181,7 +187,9 @@ export class FakeSession {
           isRecoverable: true,
         });
       }
-      return { outBinds: { o_outcome: 'APPLIED', o_rows: rows.length, o_checksum: reg.checksum, o_deleted: deleted } };
+      return {
+        outBinds: { o_outcome: 'APPLIED', o_row_count: rows.length, o_checksum: reg.checksum, o_deleted: deleted },
+      };
     }
     if (/GET_LTXID_OUTCOME/.test(sql)) {
       await this.enter('GET_LTXID_OUTCOME');
@@ -200,11 +208,11 @@ export class FakeSession {
     }
     if (/TRY_CLAIM/.test(sql)) {
       await this.enter('TRY_CLAIM');
-      const id = String(b.b);
+      const id = String(b.p_batch_id);
       const c = s.completions.get(id);
       if (c?.state === 'COMMITTED')
-        return { outBinds: { o_outcome: 'COMMITTED', o_rows: c.rows, o_checksum: c.checksum, o_staged: 1 } };
-      const fence = Number(b.fence);
+        return { outBinds: { o_outcome: 'COMMITTED', o_row_count: c.rows, o_checksum: c.checksum, o_staged: 1 } };
+      const fence = Number(b.p_fence_through);
       if (fence > 0) {
         this.pending.ops.push(() =>
           s.completions.set(id, {
@@ -217,7 +225,12 @@ export class FakeSession {
       }
       this.commitNow(); // the fence, and the release of the lock
       return {
-        outBinds: { o_outcome: 'NOT_APPLIED', o_rows: null, o_checksum: null, o_staged: s.registry.has(id) ? 1 : 0 },
+        outBinds: {
+          o_outcome: 'NOT_APPLIED',
+          o_row_count: null,
+          o_checksum: null,
+          o_staged: s.registry.has(id) ? 1 : 0,
+        },
       };
     }
     // Key-set comparison: the target table's keys in a key window (the first column is the key, as `applied` keeps it).
@@ -228,7 +241,7 @@ export class FakeSession {
     }
     if (/PURGE_STAGED/.test(sql)) {
       await this.enter('PURGE_STAGED');
-      s.stagedRows = s.stagedRows.filter((r) => r[0] !== b.b);
+      s.stagedRows = s.stagedRows.filter((r) => r[0] !== b.p_batch_id);
       return {};
     }
     throw new Error(`the fake Oracle does not know this statement: ${sql.slice(0, 120)}`);

@@ -1,4 +1,5 @@
-// Oracle transfer target (node-oracledb thin mode). Staging: executeMany in chunks with bindDefs (every value
+// Oracle dialect of the transfer target (node-oracledb thin mode; shared/transfer/stagingTarget.ts runs the flow, and
+// the KEEL_TRANSFER package is called through TARGET_ORACLE_PROCEDURES). Staging: executeMany in chunks with bindDefs (every value
 // travels as its canonical text and is converted by an explicit SQL function), one transaction per staging,
 // verified against the manifest (count, duplicate keys, keel-v1 checksum over the staged rows read back as
 // canonical text) before it commits. Apply: KEEL_TRANSFER.APPLY_BATCH (sql/oracle), which commits itself; never
@@ -6,7 +7,8 @@
 // (the completion row, and a fence committed with a "not applied" verdict), preceded by Transaction Guard
 // (DBMS_APP_CONT.GET_LTXID_OUTCOME with the LTXID recorded before the apply) only when that apply lost its connection.
 // Every call runs under a watchdog (OracleSession), since thin mode's callTimeout does not bound a silent peer.
-// NOT RUN HERE: exercised by test/transfer/oracle.test.ts when KEEL_TEST_ORACLE_URL is set.
+// Against a real server: the contract suite test/engines/oracle.targetAdapter.test.ts and test/transfer/oracle.test.ts
+// (KEEL_TEST_ORACLE_URL); without one, the fake server of test/transfer/oracleFake.ts.
 import oracledb from 'oracledb';
 import {
   algorithmOf,
@@ -21,21 +23,27 @@ import { boundaryColumn, resolvedNames } from '../../transfer/config.js';
 import { TransferError } from '../../transfer/errors.js';
 import { quoteOracle } from '../../transfer/identifiers.js';
 import { carriesChanges, OP_DELETE, OP_UPSERT } from '../../transfer/changes.js';
-import { DEFAULT_TRANSFER_TIMEOUTS } from '../../transfer/timeouts.js';
 import { checkColumnFits, mappedColumns, type TargetColumnFacets } from '../../transfer/schema.js';
 import type { ColumnPolicy } from '../../transfer/policies.js';
-import type {
-  ApplyContext,
-  ApplyResult,
-  ReconcileOutcome,
-  RowFeed,
-  SourceSchema,
-  StageRequest,
-  StageResult,
-  TargetAdapter,
-  Window,
-  KeyTuple,
-} from '../../transfer/types.js';
+import {
+  StagingTarget,
+  type RowWriter,
+  type StagingSession,
+  type TargetDialect,
+  type TargetFault,
+} from '../../transfer/stagingTarget.js';
+import {
+  assertTargetArgs,
+  ensureStagingArgs,
+  targetKeys,
+  type TargetArgs,
+  type TargetNames,
+  type TargetParam,
+  type TargetProcedure,
+  type TargetRow,
+  type TargetValue,
+} from '../../transfer/targetProcedures.js';
+import type { ApplyContext, KeyTuple, RowFeed, SourceSchema, StageRequest, Window } from '../../transfer/types.js';
 
 // Application error numbers raised by sql/oracle/V001 (RAISE_APPLICATION_ERROR), read from err.errorNum.
 const ORA_CONFLICT = 20001;
@@ -565,52 +573,334 @@ export function dataError(
   );
 }
 
-// The source's next chunk, or the retryable 'stream_stalled' after ms without one.
-async function nextWithin<T>(source: AsyncIterator<T>, ms: number, batchId: string): Promise<IteratorResult<T>> {
-  let timer: NodeJS.Timeout | undefined;
-  const stalled = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () =>
-        reject(
-          new TransferError(
-            'stream_stalled',
-            `batch ${batchId}: no staging data moved for ${ms} ms (the source stopped answering)`,
-          ),
-        ),
-      ms,
+// The Oracle side of TARGET_PROCEDURES: each package member with its parameters as sql/oracle declares them (name and
+// type, in declaration order: the IN parameters of the contract, then the OUT parameters), and for a function its
+// return value. A value is bound by its declared type: a name list as comma-separated VARCHAR2, a flag as NUMBER
+// 1/0; `value` converts what the engine takes in another unit or case. test/engines/parity.test.ts compares this
+// table with the package specification in sql/oracle/R__010_keel_transfer_package.sql.
+export type OracleParamType = 'VARCHAR2' | 'NUMBER';
+export interface OracleParam {
+  name: string;
+  type: OracleParamType;
+  value?: (v: TargetValue) => string | number | null;
+}
+export interface OracleOut {
+  name: string;
+  type: OracleParamType;
+  maxSize?: number; // VARCHAR2: the longest value
+  result?: string; // the contract's result this answers (absent: bound, not read)
+}
+export interface OracleProcedure<P extends TargetProcedure> {
+  member: string; // KEEL_TRANSFER.<member>
+  params: { [K in TargetParam<P>]: OracleParam };
+  outs: OracleOut[];
+  returns?: OracleOut; // a FUNCTION's return value
+}
+
+const waitSeconds = (waitMs: number) => Math.max(1, Math.ceil(waitMs / 1000));
+const varchar = (name: string): OracleParam => ({ name, type: 'VARCHAR2' });
+const number = (name: string): OracleParam => ({ name, type: 'NUMBER' });
+
+// The completion row's outcome, count and checksum, as APPLY_BATCH and TRY_CLAIM answer them.
+const COMPLETION_OUTS: OracleOut[] = [
+  { name: 'o_outcome', type: 'VARCHAR2', maxSize: 20, result: 'outcome' },
+  { name: 'o_row_count', type: 'NUMBER', result: 'row_count' },
+  { name: 'o_checksum', type: 'VARCHAR2', maxSize: 24, result: 'checksum' },
+];
+
+export const TARGET_ORACLE_PROCEDURES: { [P in TargetProcedure]: OracleProcedure<P> } = {
+  ensure_staging: {
+    member: 'ENSURE_STAGING',
+    params: {
+      transfer: varchar('p_transfer'),
+      target_schema: varchar('p_owner'),
+      target_table: varchar('p_table'),
+      columns: varchar('p_columns'),
+      ops: number('p_ops'),
+    },
+    outs: [{ name: 'o_staging', type: 'VARCHAR2', maxSize: 128 }],
+  },
+  begin_stage: {
+    member: 'BEGIN_STAGE',
+    params: {
+      batch_id: varchar('p_batch_id'),
+      transfer: varchar('p_transfer'),
+      expected_count: number('p_expected_count'),
+      expected_checksum: varchar('p_expected_checksum'),
+    },
+    outs: [],
+    returns: { name: 'o_result', type: 'VARCHAR2', maxSize: 20, result: 'opened' },
+  },
+  finish_stage: {
+    member: 'FINISH_STAGE',
+    params: { batch_id: varchar('p_batch_id'), count: number('p_count'), checksum: varchar('p_checksum') },
+    outs: [],
+  },
+  apply_batch: {
+    member: 'APPLY_BATCH',
+    params: {
+      batch_id: varchar('p_batch_id'),
+      transfer: varchar('p_transfer'),
+      target_schema: varchar('p_owner'),
+      target_table: varchar('p_table'),
+      staging_table: varchar('p_staging'),
+      columns: varchar('p_columns'),
+      keys: varchar('p_keys'),
+      expected_count: number('p_expected_count'),
+      expected_checksum: varchar('p_expected_checksum'),
+      attempt: number('p_attempt'),
+      // 'OPS' | 'MIRROR': deletes, same transaction
+      changes: { ...varchar('p_changes'), value: (v) => (v === null ? null : String(v).toUpperCase()) },
+      // a key-range mirror: refused by the package (this target does not declare mirrorsKeyRanges, so the service
+      // never asks for one; a baseline into Oracle is one window)
+      mirror_low: varchar('p_mirror_low'),
+      mirror_high: varchar('p_mirror_high'),
+    },
+    outs: [...COMPLETION_OUTS, { name: 'o_deleted', type: 'NUMBER', result: 'deleted_count' }],
+  },
+  try_claim: {
+    member: 'TRY_CLAIM',
+    params: {
+      batch_id: varchar('p_batch_id'),
+      wait_ms: { ...number('p_wait_seconds'), value: (v) => waitSeconds(Number(v)) },
+      fence_through: number('p_fence_through'),
+    },
+    outs: [...COMPLETION_OUTS, { name: 'o_staged', type: 'NUMBER', result: 'staged' }],
+  },
+  purge_staged: {
+    member: 'PURGE_STAGED',
+    params: { batch_id: varchar('p_batch_id'), staging_table: varchar('p_staging') },
+    outs: [],
+  },
+};
+
+function oracleValue(p: OracleParam, v: TargetValue): string | number | null {
+  if (p.value) return p.value(v);
+  if (Array.isArray(v)) return v.join(',');
+  if (typeof v === 'boolean') return v ? 1 : 0;
+  return v as string | number | null;
+}
+
+const outBind = (o: OracleOut) => ({
+  dir: oracledb.BIND_OUT,
+  type: o.type === 'NUMBER' ? oracledb.NUMBER : oracledb.STRING,
+  ...(o.maxSize !== undefined ? { maxSize: o.maxSize } : {}),
+});
+
+// The anonymous block and binds of one call: named notation (p_x => :p_x), so the server itself refuses a parameter
+// the table misnames; every value a bind.
+export function oracleStatement<P extends TargetProcedure>(
+  proc: P,
+  args: TargetArgs<P>,
+): { sql: string; binds: Record<string, oracledb.BindParameter | string | number | null> } {
+  assertTargetArgs(proc, args);
+  const p = TARGET_ORACLE_PROCEDURES[proc] as OracleProcedure<TargetProcedure>;
+  const params = Object.entries(p.params) as [string, OracleParam][];
+  const binds: Record<string, oracledb.BindParameter | string | number | null> = {};
+  for (const [name, param] of params)
+    binds[param.name] = oracleValue(param, (args as Record<string, TargetValue>)[name]!);
+  for (const o of p.outs) binds[o.name] = outBind(o);
+  if (p.returns) binds[p.returns.name] = outBind(p.returns);
+  const list = [...params.map(([, q]) => q.name), ...p.outs.map((o) => o.name)].map((n) => `${n} => :${n}`);
+  const assign = p.returns ? `:${p.returns.name} := ` : '';
+  return { sql: `BEGIN ${assign}KEEL_TRANSFER.${p.member}(${list.join(', ')}); END;`, binds };
+}
+
+// Runs one call on the session and answers its results by the contract's names.
+async function oracleCall<P extends TargetProcedure>(
+  s: OracleSession,
+  proc: P,
+  args: TargetArgs<P>,
+  options: oracledb.ExecuteOptions = {},
+): Promise<TargetRow<P>> {
+  const p = TARGET_ORACLE_PROCEDURES[proc] as OracleProcedure<TargetProcedure>;
+  const { sql, binds } = oracleStatement(proc, args);
+  const r = await s.run(p.member, (c) => c.execute(sql, binds, options));
+  const out = (r.outBinds ?? {}) as Record<string, unknown>;
+  const row: Record<string, unknown> = {};
+  for (const o of [...p.outs, ...(p.returns ? [p.returns] : [])]) if (o.result) row[o.result] = out[o.name];
+  return row as TargetRow<P>;
+}
+
+// Application error numbers raised by sql/oracle (RAISE_APPLICATION_ERROR), read from err.errorNum.
+const ORA_FAULTS: ReadonlyMap<number, TargetFault> = new Map([
+  [ORA_CONFLICT, 'conflict'],
+  [ORA_NOT_STAGED, 'not_staged'],
+  [ORA_MERGE_COUNT, 'merge_count'],
+  [ORA_STAGING_SHAPE, 'staging_shape'],
+  [ORA_FENCED, 'fenced'],
+]);
+
+// One staging transaction on one session: executeMany in chunks, the checksum over the rows read back.
+class OracleStagingSession implements StagingSession {
+  constructor(
+    private readonly s: OracleSession,
+    private readonly d: OracleTargetDialect,
+    private readonly req: StageRequest,
+    private readonly cols: TargetColumn[],
+  ) {}
+
+  // Change windows: every row ends with its operation (shared/transfer/changes.ts), staged and checksummed too.
+  private get ops(): boolean {
+    return carriesChanges(this.d.t);
+  }
+
+  async call<P extends 'begin_stage' | 'finish_stage'>(proc: P, args: TargetArgs<P>): Promise<TargetRow<P>> {
+    const row = await oracleCall(this.s, proc, args);
+    if (proc === 'begin_stage') this.s.setCallTimeout(ORACLE_CALL_TIMEOUT_MS); // (opened under a shorter one)
+    return row;
+  }
+
+  // Each chunk is one executeMany, bounded by the session's watchdog (the stall clock waits for the source only).
+  async rowWriter(): Promise<RowWriter> {
+    const { cols, req, s, ops } = this;
+    const keyColumns = this.d.t.keyColumns;
+    const insert = `INSERT INTO ${this.d.stagingRef()} (KEEL_BATCH_ID, ${cols.map((x) => quoteOracle(x.target)).join(', ')}${ops ? ', KEEL_OP' : ''}) VALUES (:1, ${cols
+      .map((x, i) => fromCanonical(`:${i + 2}`, x.logical, x.dataType))
+      .join(', ')}${ops ? `, :${cols.length + 2}` : ''})`;
+    const write = async (chunk: CanonicalRow[]) => {
+      if (chunk.length === 0) return;
+      const maxSizes = cols.map(() => 1);
+      const values: CanonicalRow[] = [];
+      const binds = chunk.map((row) => {
+        const out: (string | Buffer | number | null)[] = [req.batchId];
+        for (let i = 0; i < cols.length; i++) {
+          const v = row[i] ?? null;
+          const col = cols[i]!;
+          if (v === '' && (col.logical === 'text' || col.logical === 'bytes')) {
+            // Oracle stores '' and an empty RAW or BLOB bind as NULL. (A column that declared "empty": "null"
+            // never gets here: the policy made it NULL before both checksums.)
+            throw new TransferError(
+              'unsupported_type',
+              `batch ${req.batchId}: column ${col.source} holds an empty ${col.logical === 'text' ? 'string' : 'binary value'}, which Oracle stores as NULL; the batch cannot be staged unchanged (declare "empty": "null" in the column's mapping to accept NULL)`,
+              { column: col.source },
+            );
+          }
+          const b = oracleBindValue(col.bind ?? 'string', v);
+          if (typeof b === 'string') maxSizes[i] = Math.max(maxSizes[i]!, Buffer.byteLength(b, 'utf8'));
+          else if (Buffer.isBuffer(b)) maxSizes[i] = Math.max(maxSizes[i]!, b.length);
+          out.push(b);
+        }
+        if (ops) {
+          const op = row[cols.length] ?? null;
+          if (op !== OP_UPSERT && op !== OP_DELETE)
+            throw new Error(`batch ${req.batchId}: a change row's operation is ${String(op)}, not U or D`);
+          out.push(op);
+        }
+        values.push(row.slice(0, cols.length));
+        return out;
+      });
+      let res: oracledb.Results<unknown>;
+      try {
+        res = await s.run('staging insert', (c) =>
+          c.executeMany(insert, binds, {
+            autoCommit: false,
+            batchErrors: true, // a row's error comes back with its offset, so the error can name the row
+            bindDefs: [
+              { type: oracledb.STRING, maxSize: 36 },
+              ...cols.map((col, i) => bindDef(col.bind ?? 'string', maxSizes[i]!)),
+              ...(ops ? [{ type: oracledb.STRING, maxSize: 1 }] : []),
+            ],
+          }),
+        );
+      } catch (err) {
+        throw dataError(req.batchId, err, null, values, cols, keyColumns) ?? err;
+      }
+      const rowError = res.batchErrors?.[0];
+      if (rowError) {
+        const offset = typeof rowError.offset === 'number' ? rowError.offset : null;
+        throw dataError(req.batchId, rowError, offset, values, cols, keyColumns) ?? rowError;
+      }
+    };
+    return { write, end: async () => undefined, boundedWrites: true };
+  }
+
+  async duplicateKeys(): Promise<string[]> {
+    const keys = targetKeys(this.d.t).map(quoteOracle);
+    const dup = await this.s.run('duplicate check', (c) =>
+      c.execute<[string]>(
+        `SELECT ${keys.map((k) => `TO_CHAR(${k})`).join(` || ', ' || `)} FROM ${this.d.stagingRef()} WHERE KEEL_BATCH_ID = :b GROUP BY ${keys.join(', ')} HAVING COUNT(*) > 1 FETCH FIRST 3 ROWS ONLY`,
+        { b: this.req.batchId },
+        { outFormat: oracledb.OUT_FORMAT_ARRAY },
+      ),
     );
-  });
-  try {
-    return await Promise.race([source.next(), stalled]);
-  } finally {
-    clearTimeout(timer);
+    return (dup.rows ?? []).map((r) => r[0]);
+  }
+
+  // The staged rows read back as canonical text and checksummed exactly like the source did.
+  async stagedSums(): Promise<{ rowCount: number; checksum: string }> {
+    const { cols, s } = this;
+    const acc = new ChecksumAccumulator();
+    const rs = await s.run('staging readback', (c) =>
+      c.execute<CanonicalRow>(
+        `SELECT ${cols.map((x) => toCanonical(quoteOracle(x.target), x.logical, x.dataType)).join(', ')}${this.ops ? ', KEEL_OP' : ''} FROM ${this.d.stagingRef()} WHERE KEEL_BATCH_ID = :b`,
+        { b: this.req.batchId },
+        {
+          outFormat: oracledb.OUT_FORMAT_ARRAY,
+          resultSet: true,
+          fetchArraySize: 1000,
+          // Text, except bytes (Buffers, hexed below) and doubles (numbers, written shortest below).
+          fetchTypeHandler: (meta: oracledb.Metadata<unknown>) =>
+            meta.dbType === oracledb.DB_TYPE_RAW || meta.dbType === oracledb.DB_TYPE_BLOB
+              ? { type: oracledb.BUFFER }
+              : meta.dbType === oracledb.DB_TYPE_BINARY_DOUBLE
+                ? undefined
+                : { type: oracledb.STRING },
+        },
+      ),
+    );
+    const resultSet = rs.resultSet!;
+    try {
+      for (;;) {
+        const rows = await s.run('staging readback', () => resultSet.getRows(1000));
+        if (rows.length === 0) break;
+        for (const row of rows) acc.add(row.map((v, i) => canonicalValue(cols[i]?.logical ?? 'text', v)));
+      }
+    } finally {
+      await s.run('staging readback', () => resultSet.close()).catch(() => undefined);
+    }
+    return { rowCount: acc.count, checksum: acc.checksum };
+  }
+
+  async commit(): Promise<void> {
+    await this.s.run('commit', (c) => c.commit());
+  }
+
+  close(): Promise<void> {
+    return this.s.release({ drop: false });
+  }
+
+  // A session whose rollback did not go through is dropped: its transaction must not reach another caller.
+  async abort(err: unknown): Promise<unknown> {
+    const rolledBack = await this.s
+      .run('rollback', (c) => c.rollback())
+      .then(
+        () => true,
+        () => false,
+      );
+    await this.s.release({ drop: !rolledBack });
+    return err;
   }
 }
 
-export class OracleTransferTarget implements TargetAdapter {
+export class OracleTargetDialect implements TargetDialect {
   readonly engine = 'oracle';
-  readonly stagingTable: string;
-  private readonly owner: string | null;
-  private readonly table: string;
+  readonly names: TargetNames;
+  readonly stalledParty = 'the source';
+  readonly mismatchCause = 'the source window changed after extraction or a value did not survive conversion';
   private columns: TargetColumn[] | null = null;
-
-  private readonly stallMs: number;
-
-  constructor(
-    private readonly t: TransferConfig,
-    private readonly pool: oracledb.Pool,
-    opts: { stallMs?: number } = {},
-  ) {
-    this.stallMs = opts.stallMs ?? DEFAULT_TRANSFER_TIMEOUTS.stallMs;
-    const n = resolvedNames(t).targetTable;
-    this.owner = n.schema;
-    this.table = n.name;
-    this.stagingTable = `KEEL_STG_${t.name.toUpperCase()}`;
-  }
 
   // Last apply of a batch in this process whose connection was lost (batchId -> the LTXID recorded for it): the
   // only case in which reconcile asks Transaction Guard (see reconcile()).
   private readonly outcomeUnknown = new Map<string, string>();
+
+  constructor(
+    readonly t: TransferConfig,
+    private readonly pool: oracledb.Pool,
+  ) {
+    const n = resolvedNames(t).targetTable;
+    this.names = { schema: n.schema, table: n.name, staging: `KEEL_STG_${t.name.toUpperCase()}` };
+  }
 
   private async session(callTimeoutMs = ORACLE_CALL_TIMEOUT_MS): Promise<OracleSession> {
     // The tag makes the pool run oracleSessionCallback (version check, NLS settings) for any session not set up yet.
@@ -621,16 +911,13 @@ export class OracleTransferTarget implements TargetAdapter {
     return new OracleSession(c, callTimeoutMs);
   }
 
-  private targetKeys(): string[] {
-    return this.t.keyColumns.map((k) => this.t.columns.find((c) => c.source === k)!.target);
-  }
-
   // Staging tables live in the connecting user's schema, beside the KEEL_TRANSFER package.
-  private stagingRef(): string {
-    return quoteOracle(this.stagingTable);
+  stagingRef(): string {
+    return quoteOracle(this.names.staging);
   }
 
   async prepare(schema: SourceSchema): Promise<void> {
+    const { schema: owner, table } = this.names;
     const mapped = mappedColumns(this.t, schema);
     const s = await this.session();
     try {
@@ -638,7 +925,7 @@ export class OracleTransferTarget implements TargetAdapter {
       const res = await s.run('prepare', (c) =>
         c.execute<Row>(
           `SELECT column_name, data_type, data_scale, data_precision, data_length, char_length, char_used, nullable, default_on_null FROM all_tab_columns WHERE owner = NVL(:owner, USER) AND table_name = :tbl`,
-          { owner: this.owner, tbl: this.table },
+          { owner, tbl: table },
           { outFormat: oracledb.OUT_FORMAT_ARRAY },
         ),
       );
@@ -693,7 +980,7 @@ export class OracleTransferTarget implements TargetAdapter {
       }
       // Like the PostgreSQL target: the MERGE's ON columns must be a key of the target table (an enabled primary
       // key or unique constraint, or a unique non-function-based index on exactly those columns).
-      const keys = [...this.targetKeys()].sort().join(',');
+      const keys = [...targetKeys(this.t)].sort().join(',');
       const key = await s.run('prepare', (c) =>
         c.execute<[number]>(
           `SELECT COUNT(*) FROM (
@@ -707,29 +994,31 @@ export class OracleTransferTarget implements TargetAdapter {
             WHERE i.table_owner = NVL(:owner, USER) AND i.table_name = :tbl AND i.uniqueness = 'UNIQUE' AND i.index_type NOT LIKE 'FUNCTION-BASED%'
             GROUP BY i.owner, i.index_name)
           WHERE cols = :keys`,
-          { owner: this.owner, tbl: this.table, keys },
+          { owner, tbl: table, keys },
           { outFormat: oracledb.OUT_FORMAT_ARRAY },
         ),
       );
       if (Number(key.rows?.[0]?.[0] ?? 0) === 0) {
         throw new TransferError(
           'target_incompatible',
-          `transfer ${this.t.name}: target table ${this.t.target.table} needs a primary key, unique constraint or unique index on exactly (${this.targetKeys().join(', ')})`,
+          `transfer ${this.t.name}: target table ${this.t.target.table} needs a primary key, unique constraint or unique index on exactly (${targetKeys(this.t).join(', ')})`,
         );
       }
       try {
-        await s.run('ENSURE_STAGING', (c) =>
-          c.execute(`BEGIN KEEL_TRANSFER.ENSURE_STAGING(:transfer, :owner, :tbl, :cols, :ops, :stg); END;`, {
-            transfer: this.t.name,
-            owner: this.owner,
-            tbl: this.table,
-            cols: cols.map((x) => x.target).join(','),
-            ops: carriesChanges(this.t) ? 1 : 0, // change windows stage the operation column KEEL_OP too
-            stg: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 128 },
-          }),
+        // change windows stage the operation column KEEL_OP too
+        const ops = carriesChanges(this.t);
+        await oracleCall(
+          s,
+          'ensure_staging',
+          ensureStagingArgs(
+            this.t,
+            this.names,
+            cols.map((x) => x.target),
+            ops,
+          ),
         );
       } catch (err) {
-        if (oraNum(err) === ORA_STAGING_SHAPE) throw new TransferError('target_incompatible', (err as Error).message);
+        if (this.fault(err) === 'staging_shape') throw new TransferError('target_incompatible', (err as Error).message);
         // DBMS_ASSERT.SIMPLE_SQL_NAME refuses a name Keel's pattern allows (e.g. one starting with '_'): no retry
         // can change that.
         if (oraNum(err) === ORA_INVALID_SQL_NAME)
@@ -750,198 +1039,50 @@ export class OracleTransferTarget implements TargetAdapter {
     return this.columns;
   }
 
-  async stage(req: StageRequest, feed: RowFeed): Promise<StageResult> {
+  checkFeed(req: StageRequest, feed: RowFeed): void {
     if (feed.kind !== 'rows') throw new Error('the Oracle target takes canonical rows');
     if (algorithmOf(req.manifest.checksum) !== 'keel-v1')
       throw new Error(`the Oracle target verifies keel-v1 checksums only`);
+  }
+
+  stagedColumns(): string[] {
+    return this.cols().map((x) => x.target);
+  }
+
+  async openStaging(req: StageRequest): Promise<StagingSession> {
     const cols = this.cols();
     // The registry insert may wait on a rival's (or an orphaned session's) uncommitted row: BEGIN_STAGE alone runs
-    // under this shorter call timeout.
+    // under this shorter call timeout (the session sets the usual one once it answered).
     const s = await this.session((ORACLE_LOCK_WAIT_SECONDS + 15) * 1000);
+    return new OracleStagingSession(s, this, req, cols);
+  }
+
+  beginStageError(err: unknown, req: StageRequest): TransferError | null {
+    if ((err as { code?: unknown }).code !== NJS_CALL_TIMEOUT) return null;
+    return new TransferError(
+      'target_busy',
+      `batch ${req.batchId}: another session has held its staging registry row for over ${ORACLE_LOCK_WAIT_SECONDS} s (a rival or orphaned staging); nothing was staged, run the batch again later`,
+      { batchId: req.batchId },
+    );
+  }
+
+  async call<P extends TargetProcedure>(proc: P, args: TargetArgs<P>): Promise<TargetRow<P>> {
+    const s = await this.session();
+    let ok = false;
     try {
-      let opened: string;
-      try {
-        const r = await s.run('BEGIN_STAGE', (c) =>
-          c.execute<{ r: string }>(`BEGIN :r := KEEL_TRANSFER.BEGIN_STAGE(:b, :t, :n, :cs); END;`, {
-            r: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 20 },
-            b: req.batchId,
-            t: req.transfer,
-            n: req.manifest.rowCount,
-            cs: req.manifest.checksum,
-          }),
-        );
-        opened = String((r.outBinds as { r: string }).r);
-        s.setCallTimeout(ORACLE_CALL_TIMEOUT_MS);
-      } catch (err) {
-        if (oraNum(err) === ORA_CONFLICT)
-          throw new TransferError('staging_conflict', (err as Error).message, { batchId: req.batchId });
-        if ((err as { code?: unknown }).code === NJS_CALL_TIMEOUT) {
-          throw new TransferError(
-            'target_busy',
-            `batch ${req.batchId}: another session has held its staging registry row for over ${ORACLE_LOCK_WAIT_SECONDS} s (a rival or orphaned staging); nothing was staged, run the batch again later`,
-            { batchId: req.batchId },
-          );
-        }
-        throw err;
-      }
-      if (opened === 'ALREADY_STAGED') {
-        await s.run('commit', (c) => c.commit());
-        return { outcome: 'already_staged', rowCount: req.manifest.rowCount, checksum: req.manifest.checksum };
-      }
-
-      // Change windows: every row ends with its operation (shared/transfer/changes.ts), staged and checksummed too.
-      const ops = carriesChanges(this.t);
-      const insert = `INSERT INTO ${this.stagingRef()} (KEEL_BATCH_ID, ${cols.map((x) => quoteOracle(x.target)).join(', ')}${ops ? ', KEEL_OP' : ''}) VALUES (:1, ${cols
-        .map((x, i) => fromCanonical(`:${i + 2}`, x.logical, x.dataType))
-        .join(', ')}${ops ? `, :${cols.length + 2}` : ''})`;
-      // Like the PostgreSQL target: no rows from the source for stallMs ends the staging with the retryable
-      // 'stream_stalled' (KEEL_TRANSFER_STALL_TIMEOUT_MS), instead of an open staging transaction waiting on it.
-      const source = feed.rows[Symbol.asyncIterator]();
-      try {
-        for (;;) {
-          const next = await nextWithin(source, this.stallMs, req.batchId);
-          if (next.done) break;
-          const chunk = next.value;
-          if (chunk.length === 0) continue;
-          const maxSizes = cols.map(() => 1);
-          const values: CanonicalRow[] = [];
-          const binds = chunk.map((row) => {
-            const out: (string | Buffer | number | null)[] = [req.batchId];
-            for (let i = 0; i < cols.length; i++) {
-              const v = row[i] ?? null;
-              const col = cols[i]!;
-              if (v === '' && (col.logical === 'text' || col.logical === 'bytes')) {
-                // Oracle stores '' and an empty RAW or BLOB bind as NULL. (A column that declared "empty": "null"
-                // never gets here: the policy made it NULL before both checksums.)
-                throw new TransferError(
-                  'unsupported_type',
-                  `batch ${req.batchId}: column ${col.source} holds an empty ${col.logical === 'text' ? 'string' : 'binary value'}, which Oracle stores as NULL; the batch cannot be staged unchanged (declare "empty": "null" in the column's mapping to accept NULL)`,
-                  { column: col.source },
-                );
-              }
-              const b = oracleBindValue(col.bind ?? 'string', v);
-              if (typeof b === 'string') maxSizes[i] = Math.max(maxSizes[i]!, Buffer.byteLength(b, 'utf8'));
-              else if (Buffer.isBuffer(b)) maxSizes[i] = Math.max(maxSizes[i]!, b.length);
-              out.push(b);
-            }
-            if (ops) {
-              const op = row[cols.length] ?? null;
-              if (op !== OP_UPSERT && op !== OP_DELETE)
-                throw new Error(`batch ${req.batchId}: a change row's operation is ${String(op)}, not U or D`);
-              out.push(op);
-            }
-            values.push(row.slice(0, cols.length));
-            return out;
-          });
-          let res: oracledb.Results<unknown>;
-          try {
-            res = await s.run('staging insert', (c) =>
-              c.executeMany(insert, binds, {
-                autoCommit: false,
-                batchErrors: true, // a row's error comes back with its offset, so the error can name the row
-                bindDefs: [
-                  { type: oracledb.STRING, maxSize: 36 },
-                  ...cols.map((col, i) => bindDef(col.bind ?? 'string', maxSizes[i]!)),
-                  ...(ops ? [{ type: oracledb.STRING, maxSize: 1 }] : []),
-                ],
-              }),
-            );
-          } catch (err) {
-            throw dataError(req.batchId, err, null, values, cols, this.t.keyColumns) ?? err;
-          }
-          const rowError = res.batchErrors?.[0];
-          if (rowError) {
-            const offset = typeof rowError.offset === 'number' ? rowError.offset : null;
-            throw dataError(req.batchId, rowError, offset, values, cols, this.t.keyColumns) ?? rowError;
-          }
-        }
-      } catch (err) {
-        // The source is told to stop (releasing its cursor), like for-await does; not awaited when it stalled, since
-        // it would never answer.
-        const stop = source.return?.()?.catch(() => undefined);
-        if (stop && !(err instanceof TransferError && err.code === 'stream_stalled')) await stop;
-        throw err;
-      }
-
-      const keys = this.targetKeys().map(quoteOracle);
-      const dup = await s.run('duplicate check', (c) =>
-        c.execute<[string]>(
-          `SELECT ${keys.map((k) => `TO_CHAR(${k})`).join(` || ', ' || `)} FROM ${this.stagingRef()} WHERE KEEL_BATCH_ID = :b GROUP BY ${keys.join(', ')} HAVING COUNT(*) > 1 FETCH FIRST 3 ROWS ONLY`,
-          { b: req.batchId },
-          { outFormat: oracledb.OUT_FORMAT_ARRAY },
-        ),
-      );
-      if ((dup.rows ?? []).length > 0) {
-        const found = (dup.rows ?? []).map((r) => `(${r[0]})`);
-        throw new TransferError(
-          'duplicate_keys',
-          `batch ${req.batchId}: duplicate keys within the batch (${found.join(', ')})`,
-          { keys: found },
-        );
-      }
-
-      // Read the staged rows back as canonical text and checksum them exactly like the source did.
-      const acc = new ChecksumAccumulator();
-      const rs = await s.run('staging readback', (c) =>
-        c.execute<CanonicalRow>(
-          `SELECT ${cols.map((x) => toCanonical(quoteOracle(x.target), x.logical, x.dataType)).join(', ')}${ops ? ', KEEL_OP' : ''} FROM ${this.stagingRef()} WHERE KEEL_BATCH_ID = :b`,
-          { b: req.batchId },
-          {
-            outFormat: oracledb.OUT_FORMAT_ARRAY,
-            resultSet: true,
-            fetchArraySize: 1000,
-            // Text, except bytes (Buffers, hexed below) and doubles (numbers, written shortest below).
-            fetchTypeHandler: (meta: oracledb.Metadata<unknown>) =>
-              meta.dbType === oracledb.DB_TYPE_RAW || meta.dbType === oracledb.DB_TYPE_BLOB
-                ? { type: oracledb.BUFFER }
-                : meta.dbType === oracledb.DB_TYPE_BINARY_DOUBLE
-                  ? undefined
-                  : { type: oracledb.STRING },
-          },
-        ),
-      );
-      const resultSet = rs.resultSet!;
-      try {
-        for (;;) {
-          const rows = await s.run('staging readback', () => resultSet.getRows(1000));
-          if (rows.length === 0) break;
-          for (const row of rows) acc.add(row.map((v, i) => canonicalValue(cols[i]?.logical ?? 'text', v)));
-        }
-      } finally {
-        await s.run('staging readback', () => resultSet.close()).catch(() => undefined);
-      }
-      if (acc.count !== req.manifest.rowCount || acc.checksum !== req.manifest.checksum) {
-        throw new TransferError(
-          'manifest_mismatch',
-          `batch ${req.batchId}: staged ${acc.count} rows (checksum ${acc.checksum}) but the manifest says ${req.manifest.rowCount} rows (checksum ${req.manifest.checksum}); the source window changed after extraction or a value did not survive conversion`,
-          { stagedCount: acc.count, stagedChecksum: acc.checksum },
-        );
-      }
-      await s.run('FINISH_STAGE', (c) =>
-        c.execute(`BEGIN KEEL_TRANSFER.FINISH_STAGE(:b, :n, :cs); END;`, {
-          b: req.batchId,
-          n: acc.count,
-          cs: acc.checksum,
-        }),
-      );
-      await s.run('commit', (c) => c.commit());
-      await s.release({ drop: false });
-      return { outcome: 'staged', rowCount: acc.count, checksum: acc.checksum };
-    } catch (err) {
-      // A session whose rollback did not go through is dropped: its transaction must not reach another caller.
-      const rolledBack = await s
-        .run('rollback', (c) => c.rollback())
-        .then(
-          () => true,
-          () => false,
-        );
-      await s.release({ drop: !rolledBack });
-      throw err;
+      const row = await oracleCall(s, proc, args);
+      ok = true;
+      return row;
+    } finally {
+      await s.release({ drop: !ok });
     }
   }
 
-  async apply(req: StageRequest, ctx: ApplyContext): Promise<ApplyResult> {
-    const cols = this.cols();
+  async apply(
+    args: TargetArgs<'apply_batch'>,
+    req: StageRequest,
+    ctx: ApplyContext,
+  ): Promise<TargetRow<'apply_batch'>> {
     this.outcomeUnknown.delete(req.batchId); // whatever an earlier attempt left: this attempt has its own token
     const s = await this.session();
     let ltxid: string | null = null;
@@ -957,54 +1098,16 @@ export class OracleTransferTarget implements TargetAdapter {
         }
       }
       try {
-        const r = await s.run('APPLY_BATCH', (c) =>
-          c.execute(
-            `BEGIN KEEL_TRANSFER.APPLY_BATCH(:b, :t, :owner, :tbl, :stg, :cols, :keys, :n, :cs, :attempt, :changes, :o_outcome, :o_rows, :o_checksum, :o_deleted); END;`,
-            {
-              b: req.batchId,
-              t: req.transfer,
-              owner: this.owner,
-              tbl: this.table,
-              stg: this.stagingTable,
-              cols: cols.map((x) => x.target).join(','),
-              keys: this.targetKeys().join(','),
-              n: req.manifest.rowCount,
-              cs: req.manifest.checksum,
-              attempt: ctx.attempt,
-              changes: req.changes ? req.changes.toUpperCase() : null, // 'OPS' | 'MIRROR': deletes, same transaction
-              o_outcome: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 20 },
-              o_rows: { dir: oracledb.BIND_OUT, type: oracledb.NUMBER },
-              o_checksum: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 24 },
-              o_deleted: { dir: oracledb.BIND_OUT, type: oracledb.NUMBER },
-            },
-            { autoCommit: false }, // APPLY_BATCH commits (or rolls back) its own single transaction
-          ),
-        );
+        // APPLY_BATCH commits (or rolls back) its own single transaction
+        const row = await oracleCall(s, 'apply_batch', args, { autoCommit: false });
         applied = true;
-        const o = r.outBinds as { o_outcome: string; o_rows: number; o_checksum: string; o_deleted?: number | null };
-        return {
-          outcome: o.o_outcome === 'APPLIED' ? 'applied' : 'already_committed',
-          rowCount: Number(o.o_rows),
-          checksum: String(o.o_checksum),
-          ...(o.o_deleted !== null && o.o_deleted !== undefined ? { deleted: Number(o.o_deleted) } : {}),
-        };
+        return row;
       } catch (err) {
         // Only a lost connection leaves the outcome unknown; any other error came back from the server, after
         // APPLY_BATCH rolled back.
         if (ltxid !== null && isConnectionLost(err)) this.outcomeUnknown.set(req.batchId, ltxid);
         else this.outcomeUnknown.delete(req.batchId);
-        if (oraNum(err) === ORA_FENCED)
-          throw new TransferError('attempt_fenced', (err as Error).message, { attempt: ctx.attempt });
-        if (oraNum(err) === ORA_NOT_STAGED) throw new TransferError('not_staged', (err as Error).message);
-        if (oraNum(err) === ORA_CONFLICT) throw new TransferError('staging_conflict', (err as Error).message);
-        if (oraNum(err) === ORA_MERGE_COUNT) throw new TransferError('target_incompatible', (err as Error).message);
-        if (oraNum(err) === ORA_LOCK_WAIT_TIMEOUT) {
-          throw new TransferError(
-            'target_busy',
-            `batch ${req.batchId}: its staging registry row stayed locked by another session for ${ORACLE_LOCK_WAIT_SECONDS} s (an apply or reconcile still open, or an orphaned session); nothing was applied, run the batch again later`,
-          );
-        }
-        throw dataError(req.batchId, err, null, [], cols, this.t.keyColumns) ?? err;
+        throw err;
       }
     } finally {
       // After any error the session is dropped, never returned to the pool. With Transaction Guard its LTXID is
@@ -1016,6 +1119,16 @@ export class OracleTransferTarget implements TargetAdapter {
     }
   }
 
+  applyError(err: unknown, req: StageRequest): TransferError | null {
+    if (oraNum(err) === ORA_LOCK_WAIT_TIMEOUT) {
+      return new TransferError(
+        'target_busy',
+        `batch ${req.batchId}: its staging registry row stayed locked by another session for ${ORACLE_LOCK_WAIT_SECONDS} s (an apply or reconcile still open, or an orphaned session); nothing was applied, run the batch again later`,
+      );
+    }
+    return dataError(req.batchId, err, null, [], this.cols(), this.t.keyColumns);
+  }
+
   // The completion row and the fence decide (TRY_CLAIM). Transaction Guard is asked first only when the apply of
   // this batch in this process lost its connection after recording the LTXID (node-oracledb's guide: only after a
   // recoverable error): that session is dropped, so the question is about an unavailable session, as
@@ -1023,19 +1136,17 @@ export class OracleTransferTarget implements TargetAdapter {
   // row (a FENCED row has no count or checksum and means "not applied"); an error from it is reported, never
   // taken as a verdict, and the next reconcile decides by the completion row and the fence.
   async reconcile(
+    args: TargetArgs<'try_claim'>,
     req: StageRequest,
-    waitMs: number,
-    fenceThrough: number,
     reconcileToken: string | null, // the LTXID (hex) handed out by apply, when Transaction Guard is on
-  ): Promise<ReconcileOutcome> {
+  ): Promise<{ row: TargetRow<'try_claim'>; via?: string }> {
     const askGuard =
       this.t.target.transactionGuard === true &&
       reconcileToken !== null &&
       this.outcomeUnknown.get(req.batchId) === reconcileToken;
     this.outcomeUnknown.delete(req.batchId);
-    const waitSeconds = Math.max(1, Math.ceil(waitMs / 1000));
-    // TRY_CLAIM waits at most twice waitSeconds (two row locks, each capped at 60 s in SQL).
-    const s = await this.session((2 * Math.min(60, waitSeconds) + 30) * 1000);
+    // TRY_CLAIM waits at most twice its wait (two row locks, each capped at 60 s in SQL).
+    const s = await this.session((2 * Math.min(60, waitSeconds(Number(args.wait_ms))) + 30) * 1000);
     let ok = false;
     try {
       if (askGuard) {
@@ -1070,9 +1181,7 @@ export class OracleTransferTarget implements TargetAdapter {
           if (first) {
             ok = true;
             return {
-              outcome: 'committed',
-              rowCount: Number(first[0]),
-              checksum: String(first[1]),
+              row: { outcome: 'committed', row_count: first[0], checksum: first[1], staged: null },
               via: 'transaction_guard',
             };
           }
@@ -1081,56 +1190,21 @@ export class OracleTransferTarget implements TargetAdapter {
         }
       }
       // Not committed (or no Transaction Guard): TRY_CLAIM, which commits the fence with a "not applied" verdict.
-      const r = await s.run('TRY_CLAIM', (c) =>
-        c.execute(
-          `BEGIN KEEL_TRANSFER.TRY_CLAIM(:b, :wait, :fence, :o_outcome, :o_rows, :o_checksum, :o_staged); END;`,
-          {
-            b: req.batchId,
-            wait: waitSeconds,
-            fence: fenceThrough,
-            o_outcome: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 20 },
-            o_rows: { dir: oracledb.BIND_OUT, type: oracledb.NUMBER },
-            o_checksum: { dir: oracledb.BIND_OUT, type: oracledb.STRING, maxSize: 24 },
-            o_staged: { dir: oracledb.BIND_OUT, type: oracledb.NUMBER },
-          },
-        ),
-      );
+      const row = await oracleCall(s, 'try_claim', args);
       ok = true;
-      const o = r.outBinds as {
-        o_outcome: string;
-        o_rows: number | null;
-        o_checksum: string | null;
-        o_staged: number;
-      };
-      if (o.o_outcome === 'COMMITTED')
-        return {
-          outcome: 'committed',
-          rowCount: Number(o.o_rows),
-          checksum: String(o.o_checksum),
-          via: 'completion_row',
-        };
-      if (o.o_outcome === 'NOT_APPLIED')
-        return { outcome: 'not_applied', staged: Number(o.o_staged) === 1, via: 'claim_obtained' };
-      return {
-        outcome: 'blocked',
-        reason: `the claim on batch ${req.batchId} is held by an open transaction on the target (waited ${waitSeconds} s)`,
-      };
+      return { row };
     } finally {
       await s.release({ drop: !ok });
     }
   }
 
-  async purgeStaged(batchId: string): Promise<void> {
-    const s = await this.session();
-    let ok = false;
-    try {
-      await s.run('PURGE_STAGED', (c) =>
-        c.execute(`BEGIN KEEL_TRANSFER.PURGE_STAGED(:b, :stg); END;`, { b: batchId, stg: this.stagingTable }),
-      );
-      ok = true;
-    } finally {
-      await s.release({ drop: !ok });
-    }
+  waited(waitMs: number): string {
+    return `${waitSeconds(waitMs)} s`;
+  }
+
+  fault(err: unknown): TargetFault | undefined {
+    const n = oraNum(err);
+    return n === undefined ? undefined : ORA_FAULTS.get(n);
   }
 
   // Key-set comparison (keyCompare: key windows over a mapped key column): the target table's rows in the window.
@@ -1147,7 +1221,8 @@ export class OracleTransferTarget implements TargetAdapter {
   }
 
   private targetRef(): string {
-    return this.owner ? `${quoteOracle(this.owner)}.${quoteOracle(this.table)}` : quoteOracle(this.table);
+    const { schema: owner, table } = this.names;
+    return owner ? `${quoteOracle(owner)}.${quoteOracle(table)}` : quoteOracle(table);
   }
 
   async windowKeys(w: Window, _schema: SourceSchema): Promise<KeyTuple[]> {
@@ -1201,5 +1276,11 @@ export class OracleTransferTarget implements TargetAdapter {
 
   async close(): Promise<void> {
     // The pool belongs to the factory that created it.
+  }
+}
+
+export class OracleTransferTarget extends StagingTarget {
+  constructor(t: TransferConfig, pool: oracledb.Pool, opts: { stallMs?: number } = {}) {
+    super(t, new OracleTargetDialect(t, pool), opts);
   }
 }

@@ -12,7 +12,7 @@ type ParamName<P extends JobProcedure> = (typeof JOB_PROCEDURES)[P][number];
 // One function of a procedure table (this one, or the transfer journal's JOURNAL_POSTGRES_FUNCTIONS).
 export interface PgSignature<Param extends string = string> {
   params: { [K in Param]: PgType };
-  returns: 'rows' | PgType; // 'rows': returns table / setof; otherwise a single value of that type
+  returns: 'rows' | PgType | 'void'; // 'rows': returns table / setof; otherwise a single value of that type (or none)
   // 'rows' only: the select list over the call (aliased r) when a column is a composite to expand, e.g. (r.batch).*
   select?: string;
 }
@@ -191,20 +191,22 @@ export function postgresCall<P extends JobProcedure>(
   return pgStatement(proc, POSTGRES_FUNCTIONS[proc] as PgSignature, args as Record<string, unknown>);
 }
 
-// postgresCall for any procedure table: `name` is the function's name in schema keel.
+// postgresCall for any procedure table: `name` is the function's name in `schema` (keel, or keel_transfer on a
+// transfer target).
 export function pgStatement(
   name: string,
   fn: PgSignature,
   args: Record<string, unknown>,
+  schema = 'keel',
 ): { text: string; values: unknown[] } {
   const names = Object.keys(fn.params);
   const given = Object.keys(args);
   if (given.length !== names.length || given.some((n) => !names.includes(n))) {
-    throw new Error(`keel.${name} takes (${names.join(', ')}), got (${given.join(', ')})`);
+    throw new Error(`${schema}.${name} takes (${names.join(', ')}), got (${given.join(', ')})`);
   }
   const types = fn.params as Record<string, PgType>;
   const list = names.map((n, i) => `p_${n} => $${i + 1}::${types[n]}`).join(', ');
-  const call = `keel.${name}(${list})`;
+  const call = `${schema}.${name}(${list})`;
   const text =
     fn.returns !== 'rows'
       ? `select ${call} as result`

@@ -1,41 +1,109 @@
-// PostgreSQL transfer target: staging with COPY FROM STDIN in one transaction (bounded memory: rows are
-// streamed with backpressure), verification of count + keel-v1 checksum + duplicate keys by the server before
-// the staging commits, apply through keel_transfer.apply_batch, reconcile through keel_transfer.try_claim.
+// PostgreSQL dialect of the transfer target (shared/transfer/stagingTarget.ts runs the flow): staging with COPY FROM
+// STDIN in one transaction (bounded memory: rows are streamed with backpressure), verification of count + keel-v1
+// checksum + duplicate keys by the server before the staging commits, and the keel_transfer.* functions
+// (sql/postgres/target) called through TARGET_POSTGRES_FUNCTIONS.
 import type pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import { once } from 'node:events';
 import { pipeline } from 'node:stream/promises';
-import { Transform } from 'node:stream';
-import { algorithmOf, type LogicalType } from '../../transfer/checksum.js';
+import { Transform, type Writable } from 'node:stream';
+import { algorithmOf, type CanonicalRow, type LogicalType } from '../../transfer/checksum.js';
 import type { TransferConfig } from '../../transfer/config.js';
 import { boundaryColumn, resolvedNames } from '../../transfer/config.js';
 import { TransferError } from '../../transfer/errors.js';
 import { quotePg } from '../../transfer/identifiers.js';
 import { carriesChanges, OP_COLUMN } from '../../transfer/changes.js';
-import { checkColumnFits, mappedColumns } from '../../transfer/schema.js';
+import { checkColumnFits, mappedColumns, type MappedColumn } from '../../transfer/schema.js';
+import {
+  StagingTarget,
+  type RowWriter,
+  type StagingSession,
+  type StagingTargetOptions,
+  type StallGuard,
+  type TargetDialect,
+  type TargetFault,
+} from '../../transfer/stagingTarget.js';
+import {
+  ensureStagingArgs,
+  targetKeys,
+  type TargetArgs,
+  type TargetNames,
+  type TargetParam,
+  type TargetProcedure,
+  type TargetRow,
+} from '../../transfer/targetProcedures.js';
 import type {
   ApplyContext,
-  ApplyResult,
   BulkStream,
   KeyTuple,
-  ReconcileOutcome,
   RowFeed,
   SourceSchema,
   StageRequest,
-  StageResult,
-  TargetAdapter,
   Window,
 } from '../../transfer/types.js';
-import { DEFAULT_TRANSFER_TIMEOUTS } from '../../transfer/timeouts.js';
 import { PG_CHECKSUM_SETTINGS_SQL, pgCanonical, pgChecksumQuery, pgFacets, pgLogicalType } from './transferSql.js';
 import { PG_COPY_FORMAT, pgChecksumAlgorithms } from './client.js';
+import { pgStatement, type PgSignature } from './procedures.js';
 
-// SQLSTATEs raised by sql/postgres/target/V001 (structured codes, never message text).
-const KT_CONFLICT = 'KT001';
-const KT_NOT_STAGED = 'KT002';
-const KT_MERGE_COUNT = 'KT003';
-const KT_STAGING_SHAPE = 'KT004';
-const KT_FENCED = 'KT005';
+// The PostgreSQL side of TARGET_PROCEDURES: the type of each parameter of keel_transfer.<name>(p_<param>, ...) in
+// declaration order, and what the function returns (test/engines/parity.test.ts checks it against pg_proc).
+export const TARGET_POSTGRES_FUNCTIONS: { [P in TargetProcedure]: PgSignature<TargetParam<P>> } = {
+  ensure_staging: {
+    params: { transfer: 'text', target_schema: 'text', target_table: 'text', columns: 'text[]', ops: 'boolean' },
+    returns: 'text',
+  },
+  begin_stage: {
+    params: { batch_id: 'uuid', transfer: 'text', expected_count: 'bigint', expected_checksum: 'text' },
+    returns: 'text',
+  },
+  finish_stage: { params: { batch_id: 'uuid', count: 'bigint', checksum: 'text' }, returns: 'void' },
+  apply_batch: {
+    params: {
+      batch_id: 'uuid',
+      transfer: 'text',
+      target_schema: 'text',
+      target_table: 'text',
+      staging_table: 'text',
+      columns: 'text[]',
+      keys: 'text[]',
+      expected_count: 'bigint',
+      expected_checksum: 'text',
+      attempt: 'bigint',
+      changes: 'text',
+      mirror_low: 'text',
+      mirror_high: 'text',
+    },
+    returns: 'rows',
+    // counts as text: bigint beyond 2^53 stays exact until the shared mapping reads it
+    select: 'r.outcome, r.row_count::text as row_count, r.checksum, r.deleted_count::text as deleted_count',
+  },
+  try_claim: {
+    params: { batch_id: 'uuid', wait_ms: 'integer', fence_through: 'bigint' },
+    returns: 'rows',
+    select: 'r.outcome, r.row_count::text as row_count, r.checksum, r.staged',
+  },
+  purge_staged: { params: { batch_id: 'uuid', staging_table: 'text' }, returns: 'bigint' },
+};
+
+// The statement of one call: named notation, every value a typed parameter. A function returning one value answers
+// it in column `result`, which the contract names by its single result (begin_stage: opened).
+export function targetStatement<P extends TargetProcedure>(proc: P, args: TargetArgs<P>) {
+  return pgStatement(proc, TARGET_POSTGRES_FUNCTIONS[proc] as PgSignature, args, 'keel_transfer');
+}
+
+function toRow<P extends TargetProcedure>(proc: P, rows: Record<string, unknown>[]): TargetRow<P> {
+  const r = rows[0] ?? {};
+  return (proc === 'begin_stage' ? { opened: r.result } : r) as TargetRow<P>;
+}
+
+// SQLSTATEs raised by sql/postgres/target (structured codes, never message text).
+const PG_FAULTS: Record<string, TargetFault> = {
+  KT001: 'conflict',
+  KT002: 'not_staged',
+  KT003: 'merge_count',
+  KT004: 'staging_shape',
+  KT005: 'fenced',
+};
 
 function pgCode(err: unknown): string | undefined {
   const c = (err as { code?: unknown } | null)?.code;
@@ -67,96 +135,213 @@ function copyField(v: string | null, type: LogicalType): string {
 
 const noop = () => undefined;
 
-// Fails (retryable TransferError 'stream_stalled') when touch() was not called for ms: no staging data moved.
-function stallGuard(ms: number, batchId: string) {
-  let timer: NodeJS.Timeout | undefined;
-  let fail: (e: Error) => void = noop;
-  const failed = new Promise<never>((_, reject) => {
-    fail = reject;
-  });
-  failed.catch(noop);
-  let stopped = false;
-  // The first touch() starts the clock.
-  const touch = () => {
-    if (stopped) return;
-    clearTimeout(timer);
-    timer = setTimeout(
-      () =>
-        fail(
-          new TransferError(
-            'stream_stalled',
-            `batch ${batchId}: no staging data moved for ${ms} ms (source or target stopped answering)`,
-          ),
-        ),
-      ms,
+// An open COPY FROM STDIN into the staging table. While it is open a rollback would queue behind it forever: only
+// destroying the connection ends it.
+interface CopyIn {
+  sink: Writable;
+  failed: Promise<never>;
+  finished: Promise<void>;
+}
+
+// The source's native COPY, from the moment it is asked for until it is released.
+type SourceCopy = { opening: Promise<BulkStream>; stream?: BulkStream };
+
+// One staging transaction on a dedicated pool client. Its state is explicit: the COPY while it is open, the source's
+// COPY while it is held, and the first error the connection reported (it is then never reused).
+class PgStagingSession implements StagingSession {
+  private lost: Error | undefined;
+  private copy: CopyIn | undefined;
+  private source: SourceCopy | undefined;
+  private readonly onError = (e: Error) => {
+    this.lost ??= e;
+  };
+
+  constructor(
+    private readonly client: pg.PoolClient,
+    private readonly d: PostgresTargetDialect,
+    private readonly req: StageRequest,
+    private readonly mapped: MappedColumn[],
+  ) {
+    client.on('error', this.onError); // a connection lost mid-statement also surfaces as an 'error' event
+  }
+
+  // Change windows: every row ends with its operation (shared/transfer/changes.ts), staged and checksummed too.
+  private get ops(): boolean {
+    return carriesChanges(this.d.t);
+  }
+
+  private get staging(): string {
+    return `keel_transfer.${quotePg(this.d.names.staging)}`;
+  }
+
+  async begin(): Promise<void> {
+    await this.client.query('begin');
+    await this.client.query(PG_CHECKSUM_SETTINGS_SQL);
+    await this.client.query(`select set_config('keel.batch_id', $1, true)`, [this.req.batchId]);
+  }
+
+  async call<P extends 'begin_stage' | 'finish_stage'>(proc: P, args: TargetArgs<P>): Promise<TargetRow<P>> {
+    const { text, values } = targetStatement(proc, args);
+    return toRow(proc, (await this.client.query(text, values)).rows);
+  }
+
+  private openCopy(binary: boolean, stall: StallGuard): CopyIn {
+    const columnList = [...this.mapped.map((c) => quotePg(c.target)), ...(this.ops ? [OP_COLUMN] : [])].join(', ');
+    const sink = this.client.query(
+      copyFrom(`copy ${this.staging} (${columnList}) from stdin${binary ? ' (format binary)' : ''}`),
     );
-  };
-  return {
-    failed,
-    touch,
-    stop: () => {
-      stopped = true;
-      clearTimeout(timer);
-    },
-  };
+    stall.touch();
+    // Listened to from the first moment: the connection can die while the source opens or between two chunks
+    // (an 'error' without a listener would crash the process).
+    sink.on('error', noop);
+    const failed = new Promise<never>((_, reject) => sink.once('error', reject));
+    failed.catch(noop);
+    const finished = new Promise<void>((resolve) => sink.once('finish', resolve));
+    this.copy = { sink, failed, finished };
+    return this.copy;
+  }
+
+  async rowWriter(stall: StallGuard): Promise<RowWriter> {
+    const copy = this.openCopy(false, stall);
+    const types: LogicalType[] = [...this.mapped.map((c) => c.staged), ...(this.ops ? (['text'] as const) : [])];
+    return {
+      failed: copy.failed,
+      write: async (rows: CanonicalRow[]) => {
+        let buf = '';
+        for (const row of rows) {
+          for (let i = 0; i < types.length; i++) {
+            if (i > 0) buf += '\t';
+            buf += copyField(row[i] ?? null, types[i]!);
+          }
+          buf += '\n';
+        }
+        // (the skeleton's wait on this fails as soon as the COPY or the stall guard does)
+        if (!copy.sink.write(buf)) await once(copy.sink, 'drain');
+      },
+      end: async () => {
+        copy.sink.end();
+        await copy.finished;
+        this.copy = undefined;
+      },
+    };
+  }
+
+  // Binary COPY when every column has the same declared type on both sides (no text formatting or parsing); text
+  // otherwise, which converts between compatible types (e.g. integer -> bigint).
+  async writeBulk(feed: Extract<RowFeed, { kind: 'bulk' }>, stall: StallGuard): Promise<{ keysUnique: boolean }> {
+    const types = this.d.targetTypes;
+    const binary = this.mapped.every((c) => types.get(c.target)?.toLowerCase() === c.type.toLowerCase());
+    const copy = this.openCopy(binary, stall);
+    const source: SourceCopy = { opening: feed.open(binary ? 'binary' : 'text') };
+    this.source = source;
+    const src = await Promise.race([source.opening, copy.failed, stall.failed]);
+    source.stream = src;
+    src.stream.on('error', noop); // the pipeline below reports it; never unhandled
+    // Duplicate keys are impossible when the source guarantees unique keys in the COPY's snapshot and the key
+    // columns are integers (equal on the target exactly when equal on the source; the staged values are proven
+    // equal to the source's by the checksum, which is compared before anything is declared staged).
+    const keyTargets = new Set(targetKeys(this.d.t));
+    const keysUnique =
+      src.keysUnique === true && this.mapped.filter((c) => keyTargets.has(c.target)).every((c) => c.logical === 'int');
+    stall.touch();
+    const moved = pipeline(
+      src.stream,
+      new Transform({ transform: (chunk, _enc, cb) => (stall.touch(), cb(null, chunk)) }),
+      copy.sink,
+    );
+    moved.catch(noop);
+    await Promise.race([moved, stall.failed]);
+    this.copy = undefined;
+    this.source = undefined;
+    await src.release();
+    return { keysUnique };
+  }
+
+  // The staging table was just filled in this transaction and has no statistics, so the planner would think the
+  // verification scans are tiny and run them in one process: make parallel workers free for these two queries.
+  async beforeVerify(): Promise<void> {
+    await this.client.query(
+      `select set_config('parallel_setup_cost', '0', true), set_config('parallel_tuple_cost', '0', true), set_config('min_parallel_table_scan_size', '0', true),
+                set_config('work_mem', '32MB', true)`,
+    );
+  }
+
+  async duplicateKeys(): Promise<string[]> {
+    const keyRefs = targetKeys(this.d.t).map(quotePg);
+    const dup = await this.client.query<{ k: string }>(
+      `select ${keyRefs.map((k) => `${k}::text`).join(` || ', ' || `)} as k from ${this.staging} where keel_batch_id = $1 group by ${keyRefs.join(', ')} having count(*) > 1 limit 3`,
+      [this.req.batchId],
+    );
+    return dup.rows.map((r) => r.k);
+  }
+
+  async stagedSums(): Promise<{ rowCount: number; checksum: string }> {
+    const types = this.d.targetTypes;
+    const sums = await this.client.query(
+      pgChecksumQuery(
+        [
+          ...this.mapped.map((c) => ({ ref: quotePg(c.target), type: c.staged, declared: types.get(c.target) })),
+          ...(this.ops ? [{ ref: OP_COLUMN, type: 'text' as const, declared: 'text' }] : []),
+        ],
+        this.staging,
+        'keel_batch_id = $1',
+        algorithmOf(this.req.manifest.checksum),
+      ),
+      [this.req.batchId],
+    );
+    return { rowCount: Number(sums.rows[0].n), checksum: String(sums.rows[0].checksum) };
+  }
+
+  async commit(): Promise<void> {
+    await this.client.query('commit');
+  }
+
+  close(): void {
+    if (!this.lost) this.client.off('error', this.onError);
+    this.client.release(this.lost);
+  }
+
+  async abort(err: unknown): Promise<unknown> {
+    // A source COPY that opened after we gave up, or that is still streaming: released with the error, which
+    // destroys its connection when the COPY did not finish (never a rollback queued behind it).
+    const source = this.source;
+    if (source?.stream) await source.stream.release(err as Error).catch(noop);
+    else if (source) source.opening.then((s) => s.release(err as Error), noop).catch(noop);
+    let broken: Error | undefined; // set: the client is destroyed on release instead of going back to the pool
+    if (this.copy || this.lost || !(err instanceof TransferError)) {
+      // The COPY FROM STDIN is still open, or the connection is in doubt: destroying the connection ends the
+      // server's transaction (and its COPY) at once; a rollback could wait forever behind the COPY.
+      broken = err as Error;
+    } else {
+      await this.client.query('rollback').catch((e: Error) => {
+        broken = e;
+      });
+    }
+    if (!broken && !this.lost) this.client.off('error', this.onError);
+    this.client.release(broken ?? this.lost);
+    return pgDataError(this.req.batchId, err) ?? err;
+  }
 }
 
-// Waits on per-chunk promises, failing as soon as one of the long-lived `failures` rejects. A Promise.race with the
-// long-lived promises per chunk would attach a reaction to each of them per chunk, and every reaction keeps its
-// race's result (that chunk's rows) reachable until the staging ends: memory growing with the batch (1M rows in one
-// batch: over 300 MB). Here each failure promise gets one listener, and a settled wait leaves nothing behind.
-function failFast(failures: Promise<never>[]): <T>(p: Promise<T>) => Promise<T> {
-  let failed: { err: unknown } | undefined;
-  const waiting = new Set<(err: unknown) => void>();
-  for (const f of failures)
-    f.catch((err: unknown) => {
-      failed ??= { err };
-      for (const reject of waiting) reject(err);
-      waiting.clear();
-    });
-  return <T>(p: Promise<T>) =>
-    new Promise<T>((resolve, reject) => {
-      if (failed) {
-        p.catch(noop);
-        reject(failed.err);
-        return;
-      }
-      waiting.add(reject);
-      p.then(
-        (v) => {
-          waiting.delete(reject);
-          resolve(v);
-        },
-        (err: unknown) => {
-          waiting.delete(reject);
-          reject(err);
-        },
-      );
-    });
-}
-
-export class PostgresTransferTarget implements TargetAdapter {
+export class PostgresTargetDialect implements TargetDialect {
   readonly engine = 'postgres';
   readonly bulkFormat = PG_COPY_FORMAT;
   // The apply's mirror honours a key range (keel_transfer.apply_batch's p_mirror_low/p_mirror_high): a baseline may
   // run in key windows (shared/transfer/changes.ts).
   readonly mirrorsKeyRanges = true;
-  readonly stagingTable: string;
-  private readonly targetSchema: string | null;
-  private readonly targetTable: string;
-  private targetTypes = new Map<string, string>(); // target column -> declared type (from prepare)
+  readonly names: TargetNames;
+  readonly stalledParty = 'source or target';
+  readonly mismatchCause = 'the source window changed after extraction';
+  targetTypes = new Map<string, string>(); // target column -> declared type (from prepare)
   private targetNotNull = new Set<string>(); // target columns declared NOT NULL (from prepare)
 
   constructor(
-    private readonly t: TransferConfig,
+    readonly t: TransferConfig,
     private readonly pool: pg.Pool,
-    // stallMs: staging fails (retryable) when no data moved for this long (a peer that stopped answering).
-    private readonly opts: { ownsPool?: boolean; trace?: (phase: string, ms: number) => void; stallMs?: number } = {},
+    private readonly opts: { ownsPool?: boolean } = {},
   ) {
     const n = resolvedNames(t).targetTable;
-    this.targetSchema = n.schema;
-    this.targetTable = n.name;
-    this.stagingTable = `stg_${t.name}`;
+    this.names = { schema: n.schema, table: n.name, staging: `stg_${t.name}` };
   }
 
   async prepare(schema: SourceSchema): Promise<void> {
@@ -191,7 +376,7 @@ export class PostgresTransferTarget implements TargetAdapter {
         ...(logical === 'text' ? { maxBytes: null } : {}), // PostgreSQL lengths count characters
       });
     }
-    const keys = this.targetKeys();
+    const keys = targetKeys(this.t);
     const idx = await this.pool.query(
       `select 1 from pg_index i
         where i.indrelid = to_regclass($1) and i.indisunique and i.indpred is null and i.indexprs is null
@@ -206,21 +391,19 @@ export class PostgresTransferTarget implements TargetAdapter {
       );
     }
     try {
-      await this.pool.query(`select keel_transfer.ensure_staging($1, $2, $3, $4::text[], $5)`, [
-        this.t.name,
-        this.targetSchema,
-        this.targetTable,
-        mapped.map((c) => c.target),
-        carriesChanges(this.t), // change windows stage the operation column too
-      ]);
+      // change windows stage the operation column too
+      const args = ensureStagingArgs(this.t, this.names, this.stagedColumns(schema), carriesChanges(this.t));
+      const { text, values } = targetStatement('ensure_staging', args);
+      await this.pool.query(text, values);
     } catch (err) {
-      if (pgCode(err) === KT_STAGING_SHAPE) throw new TransferError('target_incompatible', (err as Error).message);
+      if (this.fault(err) === 'staging_shape') throw new TransferError('target_incompatible', (err as Error).message);
       throw err;
     }
   }
 
   private qualifiedTarget(): string {
-    return this.targetSchema ? `${quotePg(this.targetSchema)}.${quotePg(this.targetTable)}` : quotePg(this.targetTable);
+    const { schema, table } = this.names;
+    return schema ? `${quotePg(schema)}.${quotePg(table)}` : quotePg(table);
   }
 
   // Declared types of the target table's columns (binary COPY decision, keel-pg2 fields of character(n) columns).
@@ -235,275 +418,56 @@ export class PostgresTransferTarget implements TargetAdapter {
     return this.targetTypes;
   }
 
-  private targetKeys(): string[] {
-    return this.t.keyColumns.map((k) => this.t.columns.find((c) => c.source === k)!.target);
-  }
-
-  async stage(req: StageRequest, feed: RowFeed): Promise<StageResult> {
+  checkFeed(_req: StageRequest, feed: RowFeed): void {
     if (feed.kind === 'bulk' && feed.format !== this.bulkFormat)
       throw new Error(`the PostgreSQL target reads ${this.bulkFormat} bulk streams, not ${feed.format}`);
+  }
+
+  stagedColumns(schema: SourceSchema): string[] {
+    return mappedColumns(this.t, schema).map((c) => c.target);
+  }
+
+  async openStaging(req: StageRequest): Promise<StagingSession> {
     const mapped = mappedColumns(this.t, req.schema);
-    const stg = `keel_transfer.${quotePg(this.stagingTable)}`;
     if (this.targetTypes.size === 0) await this.loadTargetTypes();
-    const client = await this.pool.connect();
-    let lost: Error | undefined; // the connection reported an error: it is never reused
-    const onError = (e: Error) => {
-      lost ??= e;
-    };
-    client.on('error', onError); // a connection lost mid-statement also surfaces as an 'error' event
-    let broken: Error | undefined; // set: the client is destroyed on release instead of going back to the pool
-    let copyOpen = false; // a COPY FROM STDIN is open: a rollback would queue behind it forever (only destroy ends it)
-    let opening: Promise<BulkStream> | undefined; // the source's COPY, while it opens
-    let src: BulkStream | undefined;
-    const stall = stallGuard(this.opts.stallMs ?? DEFAULT_TRANSFER_TIMEOUTS.stallMs, req.batchId);
+    const s = new PgStagingSession(await this.pool.connect(), this, req, mapped);
     try {
-      await client.query('begin');
-      await client.query(PG_CHECKSUM_SETTINGS_SQL);
-      await client.query(`select set_config('keel.batch_id', $1, true)`, [req.batchId]);
-      let opened: string;
-      try {
-        opened = (
-          await client.query(`select keel_transfer.begin_stage($1, $2, $3, $4) as r`, [
-            req.batchId,
-            req.transfer,
-            req.manifest.rowCount,
-            req.manifest.checksum,
-          ])
-        ).rows[0].r;
-      } catch (err) {
-        if (pgCode(err) === KT_CONFLICT)
-          throw new TransferError('staging_conflict', (err as Error).message, { batchId: req.batchId });
-        throw err;
-      }
-      if (opened === 'already_staged') {
-        await client.query('commit');
-        return { outcome: 'already_staged', rowCount: req.manifest.rowCount, checksum: req.manifest.checksum };
-      }
-
-      // Change windows: every row ends with its operation (shared/transfer/changes.ts), staged and checksummed too.
-      const ops = carriesChanges(this.t);
-      const columnList = [...mapped.map((c) => quotePg(c.target)), ...(ops ? [OP_COLUMN] : [])].join(', ');
-      let mark = performance.now();
-      const lap = (phase: string) => {
-        const now = performance.now();
-        this.opts.trace?.(phase, now - mark);
-        mark = now;
-      };
-      // Binary COPY when every column has the same declared type on both sides (no text formatting or
-      // parsing); text otherwise, which converts between compatible types (e.g. integer -> bigint).
-      const binary =
-        feed.kind === 'bulk' &&
-        mapped.every((c) => this.targetTypes.get(c.target)?.toLowerCase() === c.type.toLowerCase());
-      const sink = client.query(copyFrom(`copy ${stg} (${columnList}) from stdin${binary ? ' (format binary)' : ''}`));
-      copyOpen = true;
-      stall.touch();
-      // Listened to from the first moment: the connection can die while the source opens or between two chunks
-      // (an 'error' without a listener would crash the process).
-      sink.on('error', noop);
-      const sinkFailed = new Promise<never>((_, reject) => sink.once('error', reject));
-      sinkFailed.catch(noop);
-      const sinkFinished = new Promise<void>((resolve) => sink.once('finish', resolve));
-      const keyTargets = new Set(this.targetKeys());
-      // Duplicate keys are impossible when the source guarantees unique keys in the COPY's snapshot and the key
-      // columns are integers (equal on the target exactly when equal on the source; the staged values are proven
-      // equal to the source's by the checksum below, which is then compared before anything is declared staged).
-      let keysProvenUnique = false;
-      if (feed.kind === 'bulk') {
-        opening = feed.open(binary ? 'binary' : 'text');
-        src = await Promise.race([opening, sinkFailed, stall.failed]);
-        src.stream.on('error', noop); // the pipeline below reports it; never unhandled
-        keysProvenUnique =
-          src.keysUnique === true && mapped.filter((c) => keyTargets.has(c.target)).every((c) => c.logical === 'int');
-        stall.touch();
-        const moved = pipeline(
-          src.stream,
-          new Transform({ transform: (chunk, _enc, cb) => (stall.touch(), cb(null, chunk)) }),
-          sink,
-        );
-        moved.catch(noop);
-        await Promise.race([moved, stall.failed]);
-        copyOpen = false;
-        const s = src;
-        src = undefined;
-        opening = undefined;
-        await s.release();
-      } else {
-        const types: LogicalType[] = [...mapped.map((c) => c.staged), ...(ops ? (['text'] as const) : [])];
-        const rows = feed.rows[Symbol.asyncIterator]();
-        const guard = failFast([sinkFailed, stall.failed]);
-        try {
-          for (;;) {
-            const next = await guard(rows.next());
-            if (next.done) break;
-            stall.touch();
-            let buf = '';
-            for (const row of next.value) {
-              for (let i = 0; i < types.length; i++) {
-                if (i > 0) buf += '\t';
-                buf += copyField(row[i] ?? null, types[i]!);
-              }
-              buf += '\n';
-            }
-            if (!sink.write(buf)) await guard(once(sink, 'drain'));
-            stall.touch();
-          }
-          sink.end();
-          await guard(sinkFinished);
-          copyOpen = false;
-        } catch (err) {
-          // Ends the source's read (its own cleanup releases its connection); not awaited: a source that stopped
-          // answering must not hold this step.
-          rows.return?.().catch(noop);
-          throw err;
-        }
-      }
-      stall.stop();
-
-      lap('stage.copy');
-      // The staging table was just filled in this transaction and has no statistics, so the planner would think the
-      // verification scans are tiny and run them in one process: make parallel workers free for these two queries.
-      await client.query(
-        `select set_config('parallel_setup_cost', '0', true), set_config('parallel_tuple_cost', '0', true), set_config('min_parallel_table_scan_size', '0', true),
-                set_config('work_mem', '32MB', true)`,
-      );
-      const keyRefs = this.targetKeys().map(quotePg);
-      const dup = keysProvenUnique
-        ? { rowCount: 0, rows: [] as { k: string }[] }
-        : await client.query(
-            `select ${keyRefs.map((k) => `${k}::text`).join(` || ', ' || `)} as k from ${stg} where keel_batch_id = $1 group by ${keyRefs.join(', ')} having count(*) > 1 limit 3`,
-            [req.batchId],
-          );
-      if ((dup.rowCount ?? 0) > 0) {
-        throw new TransferError(
-          'duplicate_keys',
-          `batch ${req.batchId}: duplicate keys within the batch (${dup.rows.map((r) => `(${r.k})`).join(', ')})`,
-          { keys: dup.rows.map((r) => r.k) },
-        );
-      }
-      lap('stage.duplicateCheck');
-      const sums = await client.query(
-        pgChecksumQuery(
-          [
-            ...mapped.map((c) => ({
-              ref: quotePg(c.target),
-              type: c.staged,
-              declared: this.targetTypes.get(c.target),
-            })),
-            ...(ops ? [{ ref: OP_COLUMN, type: 'text' as const, declared: 'text' }] : []),
-          ],
-          stg,
-          'keel_batch_id = $1',
-          algorithmOf(req.manifest.checksum),
-        ),
-        [req.batchId],
-      );
-      const rowCount = Number(sums.rows[0].n);
-      const checksum = String(sums.rows[0].checksum);
-      if (rowCount !== req.manifest.rowCount || checksum !== req.manifest.checksum) {
-        throw new TransferError(
-          'manifest_mismatch',
-          `batch ${req.batchId}: staged ${rowCount} rows (checksum ${checksum}) but the manifest says ${req.manifest.rowCount} rows (checksum ${req.manifest.checksum}); the source window changed after extraction`,
-          { stagedCount: rowCount, stagedChecksum: checksum },
-        );
-      }
-      lap('stage.checksum');
-      await client.query(`select keel_transfer.finish_stage($1, $2, $3)`, [req.batchId, rowCount, checksum]);
-      await client.query('commit');
-      lap('stage.commit');
-      return { outcome: 'staged', rowCount, checksum };
+      await s.begin();
     } catch (err) {
-      stall.stop();
-      // A source COPY that opened after we gave up, or that is still streaming: released with the error, which
-      // destroys its connection when the COPY did not finish (never a rollback queued behind it).
-      if (opening && !src) opening.then((s) => s.release(err as Error), noop).catch(noop);
-      if (src) await src.release(err as Error).catch(noop);
-      if (copyOpen || lost || !(err instanceof TransferError)) {
-        // The COPY FROM STDIN is still open, or the connection is in doubt: destroying the connection ends the
-        // server's transaction (and its COPY) at once; a rollback could wait forever behind the COPY.
-        broken = err as Error;
-      } else {
-        await client.query('rollback').catch((e: Error) => {
-          broken = e;
-        });
-      }
-      throw pgDataError(req.batchId, err) ?? err;
-    } finally {
-      if (!broken && !lost) client.off('error', onError);
-      client.release(broken ?? lost);
+      throw await s.abort(err);
     }
+    return s;
   }
 
-  async apply(req: StageRequest, ctx: ApplyContext): Promise<ApplyResult> {
-    const mapped = mappedColumns(this.t, req.schema);
-    const started = performance.now();
-    try {
-      const res = await this.pool.query(
-        `select outcome, row_count::text as row_count, checksum, deleted_count::text as deleted_count
-           from keel_transfer.apply_batch($1, $2, $3, $4, $5, $6::text[], $7::text[], $8, $9, $10, $11, $12, $13)`,
-        [
-          req.batchId,
-          req.transfer,
-          this.targetSchema,
-          this.targetTable,
-          this.stagingTable,
-          mapped.map((c) => c.target),
-          this.targetKeys(),
-          req.manifest.rowCount,
-          req.manifest.checksum,
-          ctx.attempt,
-          req.changes ?? null,
-          req.mirrorRange?.low ?? null,
-          req.mirrorRange?.high ?? null,
-        ],
-      );
-      const r = res.rows[0];
-      this.opts.trace?.('apply', performance.now() - started);
-      return {
-        outcome: r.outcome,
-        rowCount: Number(r.row_count),
-        checksum: String(r.checksum),
-        ...(r.deleted_count !== null ? { deleted: Number(r.deleted_count) } : {}),
-      };
-    } catch (err) {
-      if (pgCode(err) === KT_FENCED)
-        throw new TransferError('attempt_fenced', (err as Error).message, { attempt: ctx.attempt });
-      if (pgCode(err) === KT_NOT_STAGED) throw new TransferError('not_staged', (err as Error).message);
-      if (pgCode(err) === KT_CONFLICT) throw new TransferError('staging_conflict', (err as Error).message);
-      if (pgCode(err) === KT_MERGE_COUNT) throw new TransferError('target_incompatible', (err as Error).message);
-      throw pgDataError(req.batchId, err) ?? err;
-    }
+  async call<P extends TargetProcedure>(proc: P, args: TargetArgs<P>): Promise<TargetRow<P>> {
+    const { text, values } = targetStatement(proc, args);
+    return toRow(proc, (await this.pool.query(text, values)).rows);
   }
 
-  async reconcile(
-    req: StageRequest,
-    waitMs: number,
-    fenceThrough: number,
-    _reconcileToken: string | null, // this target hands out none: its completion row and fence are the whole answer
-  ): Promise<ReconcileOutcome> {
-    const res = await this.pool.query(
-      `select outcome, row_count::text as row_count, checksum, staged from keel_transfer.try_claim($1, $2, $3)`,
-      [req.batchId, waitMs, fenceThrough],
-    );
-    const r = res.rows[0];
-    if (r.outcome === 'committed')
-      return {
-        outcome: 'committed',
-        rowCount: Number(r.row_count),
-        checksum: String(r.checksum),
-        via: 'completion_row',
-      };
-    if (r.outcome === 'not_applied')
-      return { outcome: 'not_applied', staged: Boolean(r.staged), via: 'claim_obtained' };
-    return {
-      outcome: 'blocked',
-      reason: `the claim on batch ${req.batchId} is held by an open transaction on the target (waited ${waitMs} ms)`,
-    };
+  apply(args: TargetArgs<'apply_batch'>, _req: StageRequest, _ctx: ApplyContext): Promise<TargetRow<'apply_batch'>> {
+    return this.call('apply_batch', args);
   }
 
-  async purgeStaged(batchId: string): Promise<void> {
-    const started = performance.now();
-    await this.pool.query(`select keel_transfer.purge_staged($1, $2)`, [batchId, this.stagingTable]);
-    this.opts.trace?.('purge', performance.now() - started);
+  // This target hands out no reconcile token: its completion row and fence are the whole answer.
+  async reconcile(args: TargetArgs<'try_claim'>): Promise<{ row: TargetRow<'try_claim'> }> {
+    return { row: await this.call('try_claim', args) };
+  }
+
+  waited(waitMs: number): string {
+    return `${waitMs} ms`;
+  }
+
+  fault(err: unknown): TargetFault | undefined {
+    const code = pgCode(err);
+    return code === undefined ? undefined : PG_FAULTS[code];
+  }
+
+  beginStageError(): TransferError | null {
+    return null;
+  }
+
+  applyError(err: unknown, req: StageRequest): TransferError | null {
+    return pgDataError(req.batchId, err);
   }
 
   // Key-set comparison (keyCompare: key windows over a key column, which is mapped): the target's keys in the window.
@@ -556,5 +520,11 @@ export class PostgresTransferTarget implements TargetAdapter {
 
   async close(): Promise<void> {
     if (this.opts.ownsPool) await this.pool.end();
+  }
+}
+
+export class PostgresTransferTarget extends StagingTarget {
+  constructor(t: TransferConfig, pool: pg.Pool, opts: StagingTargetOptions & { ownsPool?: boolean } = {}) {
+    super(t, new PostgresTargetDialect(t, pool, opts), opts);
   }
 }
