@@ -1,7 +1,7 @@
 // Timer: creates a batch for each scheduled transfer (KEEL_SCHEDULED_TRANSFERS) that is not paused and whose own
 // schedule (if any) is due, and posts it to the stage queue; re-posts an open, retryable batch that made no progress
 // for KEEL_TRANSFER_STALE_MS. A second firing finds the open batch and creates nothing (one open batch per transfer
-// is enforced by the journal).
+// is enforced by the journal). Then runs the key-set comparisons whose keyCompareSchedule is due.
 import type { InvocationContext, Timer } from '@azure/functions';
 import { getRuntime } from '../shared/app/runtime.js';
 import { runTransferSchedule, type TimerStep } from '../shared/app/transfers.js';

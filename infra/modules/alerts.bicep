@@ -137,6 +137,7 @@ var eventNames = {
   batchUnresolved: 'keel.transfer.batch_unresolved'
   batchFailed: 'keel.transfer.batch_failed'
   startFailed: 'keel.transfer.start_failed'
+  keysGone: 'keel.transfer.keys_gone'
 }
 
 var transferDim = [
@@ -348,6 +349,30 @@ var baseRules = [
     )
     measure: 'failures'
     aggregation: 'Total'
+    operator: 'GreaterThan'
+    threshold: 0
+    dimensions: transferDim
+  }
+  {
+    key: 'transfer-keys-gone'
+    title: 'Keel: rows deleted at the source still on the target'
+    summary: 'A scheduled key-set comparison (keyCompareSchedule) found target keys that the source no longer has and did not delete them (keyCompare report). Follow docs/runbook.md.'
+    severity: 3
+    windowSize: 'PT15M'
+    overrideQueryTimeRange: 'P2D'
+    query: join(
+      [
+        'customEvents'
+        '| where timestamp > ago(1d)'
+        '| where name == "${eventNames.keysGone}"'
+        '| extend transfer = tostring(customDimensions["transfer"]), left = toint(customDimensions["goneAtSource"]) - toint(customDimensions["deleted"])'
+        '| summarize arg_max(timestamp, left) by transfer'
+        '| project transfer, left'
+      ],
+      '\n'
+    )
+    measure: 'left'
+    aggregation: 'Maximum'
     operator: 'GreaterThan'
     threshold: 0
     dimensions: transferDim

@@ -37,6 +37,7 @@ var e = {
   unresolved: 'keel.transfer.batch_unresolved'
   failed: 'keel.transfer.batch_failed'
   startFailed: 'keel.transfer.start_failed'
+  keysGone: 'keel.transfer.keys_gone'
 }
 
 var ai = 'microsoft.insights/components'
@@ -208,6 +209,23 @@ var tiles = [
         '| extend transfer = tostring(customDimensions["transfer"]), code = tostring(customDimensions["code"]), kind = iff(name == "${e.failed}", "batch failed", "start failed")'
         '| summarize events = count(), last = max(timestamp), lastBatch = take_anyif(tostring(customDimensions["batchId"]), name == "${e.failed}") by transfer, kind, code'
         '| order by last desc'
+      ],
+      '\n'
+    )
+  }
+  {
+    name: 'transfer-keys-gone'
+    title: 'Scheduled key comparisons: target keys gone at the source (docs/runbook.md#transfer-deletes)'
+    visualization: 'table'
+    width: '50'
+    query: join(
+      [
+        'customEvents'
+        '| where name == "${e.keysGone}"'
+        '| extend transfer = tostring(customDimensions["transfer"]), gone = toint(customDimensions["goneAtSource"]), deleted = toint(customDimensions["deleted"])'
+        '| summarize arg_max(timestamp, gone, deleted) by transfer'
+        '| project transfer, last = timestamp, gone, deleted, left = gone - deleted'
+        '| order by left desc'
       ],
       '\n'
     )

@@ -7,6 +7,7 @@ import { describeError } from '../transfer/errors.js';
 import { telemetry } from '../telemetry/index.js';
 import { isTransferError } from '../transfer/errors.js';
 import { loadTransfers } from '../transfer/config.js';
+import { parseBaselineBound } from '../transfer/changes.js';
 import type { TransferJournal } from '../transfer/journal.js';
 import { composeTransferService } from './transferAdapters.js';
 import { engineNamed, transferEngineRules } from '../engines/registry.js';
@@ -79,6 +80,17 @@ export async function postApply(
   await rt.queues.send(rt.settings.KEEL_TRANSFER_APPLY_QUEUE, { batchId, ...extra } satisfies TransferMessage);
 }
 
+// A full window: the source probably has more. A windowed baseline's key window counts as full whatever its rows
+// (rows deleted since it was chosen), and so does its last one (its low is a key window's top): the change windows
+// after it hold what changed during the baseline (shared/transfer/changes.ts).
+function windowFull(view: BatchView, batchSize: number): boolean {
+  return (
+    (view.rowCount ?? 0) >= batchSize ||
+    parseBaselineBound(view.boundary.high) !== null ||
+    parseBaselineBound(view.boundary.low) !== null
+  );
+}
+
 export type CatchUpStep =
   | { action: 'next'; batchId: string; chainRows: number; chainStartedAt: number }
   | { action: 'window_not_full' | 'budget_spent' | 'off' | 'nothing_new' | 'paused' }
@@ -100,8 +112,7 @@ export async function continueCatchUp(
   if (!service) return { action: 'off' };
   const t = service.listTransfers().find((x) => x.name === view.transfer);
   if (!t) return { action: 'off' }; // a replay batch (its own chain): no catch-up, no freshness
-  const rows = view.rowCount ?? 0;
-  const full = rows >= t.batchSize;
+  const full = windowFull(view, t.batchSize);
   // A window that was not full: the target has caught up with the source as of now. A full one: more is waiting,
   // and the target is as fresh as this commit, with the rows after it still to come (counted once the next batch
   // is on its way, so that the count does not hold up the chain).
@@ -130,7 +141,7 @@ async function nextInChain(
 ): Promise<CatchUpStep> {
   const service = rt.transfers!;
   const rows = view.rowCount ?? 0;
-  const full = rows >= batchSize;
+  const full = windowFull(view, batchSize);
   const budget = rt.settings.KEEL_TRANSFER_CATCHUP_ROWS;
   if (budget === 0) return { action: 'off' };
   if (!full) return { action: 'window_not_full' };
@@ -319,7 +330,51 @@ export async function runTransferSchedule(rt: Runtime, log: Logger, now: Date = 
     }
   }
   if (steps.length > 0) await reportFreshness(rt, steps, now, log);
+  await runScheduledKeyCompares(rt, log, now);
   return steps;
+}
+
+// A transfer's keyCompareSchedule is due at the tick after one of its occurrences: an occurrence in (the transfer
+// timer's previous tick, now]. (A tick the host skipped skips that comparison too: the next occurrence runs it.)
+export function keyCompareDue(cron: string, timerCron: string, now: Date): boolean {
+  const opts = { paused: true, mode: '6-part', timezone: 'UTC' } as const;
+  const previousTick = new Cron(timerCron, opts).previousRuns(1, new Date(now.getTime() - 1000))[0];
+  if (!previousTick) return false;
+  const next = new Cron(cron, opts).nextRun(previousTick);
+  return next !== null && next.getTime() <= now.getTime();
+}
+
+// The scheduled key-set comparisons (docs/transfer.md "Deletes"): each due transfer that is not paused (the option
+// is its own opt-in: KEEL_SCHEDULED_TRANSFERS need not list it) compares its committed key windows, deleting only with keyCompare 'apply', and reports what it found as a
+// keel.transfer.keys_gone event (alert transfer-keys-gone when keys gone at the source stay on the target).
+async function runScheduledKeyCompares(rt: Runtime, log: Logger, now: Date): Promise<void> {
+  const service = rt.transfers!;
+  const due = service
+    .listTransfers()
+    .filter(
+      (t) =>
+        t.keyCompareSchedule !== null && keyCompareDue(t.keyCompareSchedule, rt.settings.KEEL_TRANSFER_SCHEDULE, now),
+    );
+  if (due.length === 0) return;
+  const paused = await service.pausedTransfers().catch(() => new Set<string>(due.map((t) => t.name)));
+  for (const t of due) {
+    if (paused.has(t.name)) continue;
+    try {
+      const r = await service.compareKeys(t.name, { apply: t.keyCompare === 'apply' });
+      telemetry.transferKeysGone({
+        transfer: t.name,
+        windows: r.windows.length,
+        goneAtSource: r.goneAtSource,
+        deleted: r.deleted,
+        applied: r.applied,
+      });
+      const msg = `transfer ${t.name}: scheduled key comparison: ${r.goneAtSource} target keys gone at the source in ${r.windows.length} windows, ${r.deleted} deleted`;
+      if (r.goneAtSource > r.deleted) log.warn(msg);
+      else log.info(msg);
+    } catch (err) {
+      log.error(`transfer ${t.name}: scheduled key comparison failed: ${(err as Error).message}`);
+    }
+  }
 }
 
 // Rows behind for the gauge (KEEL_TRANSFER_ROWS_BEHIND_CAP; 0: not counted): null when not counted or the count

@@ -200,6 +200,10 @@ export const replayBody = z.strictObject({
   preview: z.boolean().default(false),
 });
 
+export const rebaselineBody = z.strictObject({
+  preview: z.boolean().default(false), // what the re-baseline would do; nothing created
+});
+
 export const compareKeysBody = z.strictObject({
   apply: z.boolean().default(false),
   windows: z.number().int().min(1).max(1000).optional(), // the last n committed windows (default: up to 1000)

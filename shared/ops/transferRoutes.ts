@@ -195,19 +195,23 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
     path: '/transfers/:name/rebaseline',
     operationId: 'rebaselineTransfer',
     summary:
-      'Changes transfer whose next window expired at the source (changes_expired): one baseline batch (the whole table as it is now, applied as a mirror: target rows gone at the source are deleted), queued',
+      'Changes transfer whose next window expired at the source (changes_expired): a baseline (the whole table as it is now, applied as a mirror: target rows gone at the source are deleted; in key windows of batchSize where the target mirrors key ranges), its first batch queued (preview: what it would do, nothing created)',
     tag: 'transfers',
     role: 'operator',
     params: s.nameParams,
     query: s.emptyQuery,
-    body: s.emptyBody,
+    body: s.rebaselineBody,
     responses: {
       202: 'baseline batch created and queued',
-      200: "the source's version has not moved since the last committed window (no batch created)",
+      200: "the preview, or the source's version has not moved since the last committed window (no batch created)",
       404: 'no such transfer',
       409: 'not a changes transfer, the transfer is paused, an open batch exists, or the source schema drifted',
     },
-    async handle({ rt, params, log }) {
+    async handle({ rt, params, body, log }) {
+      if (body.preview) {
+        const plan = await mapTransferErrors(() => service(rt).rebaselinePlan(params.name));
+        return { body: { preview: true, ...plan } };
+      }
       return queueNewBatch(rt, log, (svc) => svc.rebaseline(params.name));
     },
   }),

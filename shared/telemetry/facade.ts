@@ -92,6 +92,17 @@ export interface KeelTelemetry {
   /** The timer or catch-up could not create a transfer's next batch: a `keel.transfer.start_failed` event. */
   transferStartFailed(dims: { transfer: string; source: 'timer' | 'catchup'; code: string; message: string }): void;
   /**
+   * A scheduled key-set comparison ran: a `keel.transfer.keys_gone` event with the target keys found gone at the
+   * source and the rows it deleted (deleted < goneAtSource: deletes left on the target).
+   */
+  transferKeysGone(dims: {
+    transfer: string;
+    windows: number;
+    goneAtSource: number;
+    deleted: number;
+    applied: boolean;
+  }): void;
+  /**
    * The transfer's target is behind since `behindSince` (epoch ms; its last commit, or its first batch), or caught
    * up (null). Reported as the `keel.transfer.freshness` gauge, in seconds, growing until the next report.
    * `rowsBehind`: rows at the source past the last committed window (counted up to a cap), as the
@@ -380,6 +391,15 @@ export function createTelemetry(options: TelemetryOptions = {}): KeelTelemetry {
         source: d.source === 'catchup' ? 'catchup' : 'timer',
         code: text(d.code),
         message: text(d.message),
+      });
+    },
+    transferKeysGone(d) {
+      emitEvent(EVENTS.keysGone, {
+        [DIM.transfer]: transfer(d.transfer),
+        windows: d.windows,
+        goneAtSource: d.goneAtSource,
+        deleted: d.deleted,
+        applied: d.applied,
       });
     },
     transferFreshness(d) {

@@ -77,6 +77,7 @@ export const telemetry: KeelTelemetry = {
   reconcileOutcome: (dims) => active().reconcileOutcome(dims),
   transferBatchFailed: (dims) => active().transferBatchFailed(dims),
   transferStartFailed: (dims) => active().transferStartFailed(dims),
+  transferKeysGone: (dims) => active().transferKeysGone(dims),
   transferFreshness: (dims) => active().transferFreshness(dims),
   maintenanceRun: (dims) => active().maintenanceRun(dims),
   poolError: (dims) => active().poolError(dims),

@@ -66,6 +66,8 @@ export const EVENTS = {
   batchFailed: 'keel.transfer.batch_failed',
   /** One per failed scheduled start (timer or catch-up could not create a batch, e.g. schema drift): transfer, source, code, message. */
   startFailed: 'keel.transfer.start_failed',
+  /** One per scheduled key-set comparison (keyCompareSchedule): transfer, windows, goneAtSource, deleted, applied. */
+  keysGone: 'keel.transfer.keys_gone',
 } as const;
 
 export type EventName = (typeof EVENTS)[keyof typeof EVENTS];

@@ -168,6 +168,14 @@ export const transferSchema = z
     // target per committed key window; 'report' only reports target keys gone at the source, 'apply' also deletes
     // them. Key windows over a key column only.
     keyCompare: z.enum(['off', 'report', 'apply']).default('off'),
+    // A key-set comparison run by the transfer timer (six-field NCRONTAB, UTC; due when it has an occurrence since the
+    // timer's previous tick): it reports (event keel.transfer.keys_gone, alert transfer-keys-gone) and deletes only
+    // with keyCompare 'apply'. Absent: only the route compares.
+    keyCompareSchedule: z
+      .string()
+      .trim()
+      .refine((v) => cronValid(v), 'must be a six-field NCRONTAB expression ("sec min hour day month weekday")')
+      .optional(),
     // When the timer starts this transfer: a six-field NCRONTAB expression (UTC), checked at every timer tick
     // (KEEL_TRANSFER_SCHEDULE, which must fire at least as often). Absent: every tick.
     schedule: z
@@ -217,6 +225,12 @@ export const transferSchema = z
           t.boundary.kind === 'changes'
             ? 'a changes transfer carries deletes itself: keyCompare is for transfers without change tracking'
             : 'compares key windows: boundary.kind must be key, over one of the keyColumns (other windows move with updates, so a row would look deleted)',
+      });
+    if (t.keyCompareSchedule !== undefined && t.keyCompare === 'off')
+      ctx.addIssue({
+        code: 'custom',
+        path: ['keyCompareSchedule'],
+        message: 'schedules a key-set comparison: set keyCompare to report or apply',
       });
     if (t.boundary.kind === 'changes' && t.source.query)
       ctx.addIssue({

@@ -170,7 +170,8 @@ export function withValuePolicies(t: TransferConfig, source: SourceAdapter): Sou
   return {
     engine: source.engine,
     readSchema: () => source.readSchema(),
-    nextWindow: (low, maxRows) => source.nextWindow(low, maxRows),
+    nextWindow: (low, maxRows, opts) => source.nextWindow(low, maxRows, opts),
+    ...(source.windowsBaselines ? { windowsBaselines: true } : {}),
     checksumAlgorithms: async () => ['keel-v1'],
     async manifest(w, schema, algorithm): Promise<Manifest> {
       if (algorithm !== 'keel-v1')

@@ -7,7 +7,7 @@ import { describeError, isTransferError, TERMINAL_CODES, TransferError } from '.
 import type { BatchEvent, BatchPatch, BatchRecord, TransferControl, TransferJournal } from './journal.js';
 import { journalMove, OPEN_STATES, RECONCILABLE, type MoveName } from './lifecycle.js';
 import { withValuePolicies } from './policies.js';
-import { carriesChanges, changeModeOf, REBASELINE_MARK } from './changes.js';
+import { baselineKeyRange, carriesChanges, changeModeOf, REBASELINE_MARK, versionOfHigh } from './changes.js';
 import { describeSchemaDiff } from './schema.js';
 import {
   FINAL_FENCE,
@@ -85,6 +85,8 @@ export interface TransferSummary {
   batchSize: number;
   chunkSize: number;
   schedule: string | null; // own NCRONTAB; null = every tick of KEEL_TRANSFER_SCHEDULE
+  keyCompare: TransferConfig['keyCompare']; // key-set comparison: 'off', 'report' or 'apply'
+  keyCompareSchedule: string | null; // the timer's key-set comparison (NCRONTAB); null: only on request
 }
 
 // A transfer as operators watch it: its pause control, its open batch and how fresh its target is.
@@ -145,6 +147,17 @@ export interface KeyCompareReport {
   }[];
   goneAtSource: number;
   deleted: number;
+}
+
+// What a re-baseline would do (its preview): only the source's schema is read, nothing written.
+export interface RebaselinePlan {
+  transfer: string;
+  possible: boolean; // false: refused as things are (see effect)
+  after: string | null; // the last committed window's high (the baseline's low is REBASELINE_MARK + it)
+  openBatch: { batchId: string; state: BatchState } | null;
+  paused: boolean;
+  windowed: boolean; // key windows of batchSize rows (changes.ts); false: one batch
+  effect: string;
 }
 
 export interface ReplayPlan {
@@ -276,6 +289,11 @@ export async function readsOnce(a: Adapters, w: Window): Promise<boolean> {
   return a.source.readsSnapshot(w);
 }
 
+// A baseline runs in key windows only when the target's apply can mirror a key range (changes.ts).
+function baselineOpts(a: Adapters): { baselineWindows: boolean } {
+  return { baselineWindows: a.target.mirrorsKeyRanges === true };
+}
+
 export class TransferService {
   private readonly journal: TransferJournal;
   private readonly transfers: Map<string, TransferConfig>;
@@ -310,6 +328,8 @@ export class TransferService {
       batchSize: t.batchSize,
       chunkSize: t.chunkSize,
       schedule: t.schedule ?? null,
+      keyCompare: t.keyCompare,
+      keyCompareSchedule: t.keyCompareSchedule ?? null,
     }));
   }
 
@@ -462,12 +482,15 @@ export class TransferService {
     if (b.rowCount === null || b.checksum === null)
       throw new TransferError('invalid_state', `batch ${b.batchId} has no manifest yet`);
     const changes = changeModeOf(t, b.boundaryLow);
+    // A windowed baseline's key window mirrors its key range only (changes.ts).
+    const mirrorRange = changes === 'mirror' ? baselineKeyRange(b.boundaryLow, b.boundaryHigh) : null;
     return {
       batchId: b.batchId,
       transfer: t.name,
       manifest: { rowCount: b.rowCount, checksum: b.checksum },
       schema: { columns: b.schemaColumns, hash: b.schemaHash },
       ...(changes ? { changes } : {}),
+      ...(mirrorRange ? { mirrorRange } : {}),
     };
   }
 
@@ -544,7 +567,7 @@ export class TransferService {
       );
     }
     await this.prepare(t, a, schema);
-    const window = await a.source.nextWindow(lastCommitted?.boundaryHigh ?? null, t.batchSize);
+    const window = await a.source.nextWindow(lastCommitted?.boundaryHigh ?? null, t.batchSize, baselineOpts(a));
     if (!window)
       throw new TransferError(
         'nothing_to_transfer',
@@ -655,10 +678,11 @@ export class TransferService {
   }
 
   // Operator action for a changes transfer whose next window expired at the source ('changes_expired': its low is
-  // older than the min valid version): one baseline batch after the last committed window -- every row of the
-  // table as it is now, high = the version captured with it, applied as a mirror (target rows whose key is not in the
-  // batch are deleted in the same transaction). Its low is REBASELINE_MARK + the last committed high, so it chains
-  // like any window, and the next window starts at its high.
+  // older than the min valid version): a baseline after the last committed window -- every row of the table as it
+  // is now, at a version captured before it, applied as a mirror (target rows whose key is not in the batch are
+  // deleted in the same transaction). This creates its first window (the whole baseline, or its first key window
+  // when it runs in key windows: the next ones chain like any window). Its low is REBASELINE_MARK + the last
+  // committed high, so it chains like any window.
   async rebaseline(transferName: string): Promise<BatchView> {
     const t = this.transfer(transferName);
     if (!carriesChanges(t))
@@ -685,8 +709,8 @@ export class TransferService {
         { recorded: lastCommitted.schemaHash, current: schema.hash },
       );
     await this.prepare(t, a, schema);
-    const baseline = await a.source.nextWindow(null, t.batchSize);
-    if (!baseline || BigInt(baseline.high) <= BigInt(lastCommitted.boundaryHigh))
+    const baseline = await a.source.nextWindow(null, t.batchSize, baselineOpts(a));
+    if (!baseline || versionOfHigh(baseline.high) <= versionOfHigh(lastCommitted.boundaryHigh))
       throw new TransferError(
         'nothing_to_transfer',
         `transfer ${t.name}: the source's version has not moved past the last committed window (${lastCommitted.boundaryHigh}); nothing to re-baseline`,
@@ -707,6 +731,42 @@ export class TransferService {
       await this.noteError(rec, 'manifest_error', err);
       return toView(await this.load(rec.batchId));
     }
+  }
+
+  // The re-baseline's preview: what it would do, and whether it would be refused now.
+  async rebaselinePlan(transferName: string): Promise<RebaselinePlan> {
+    const t = this.transfer(transferName);
+    if (!carriesChanges(t))
+      throw new TransferError(
+        'invalid_state',
+        `transfer ${t.name} reads ${t.boundary.kind} windows; only a changes transfer is re-baselined`,
+      );
+    const paused = await this.isPaused(t.name);
+    const { open, lastCommitted } = await this.journal.lastForTransfer(t.name);
+    const a = await this.connect(t);
+    // As nextWindow decides: both sides able to, and an integer first key column (the source's schema, read now).
+    const windowed =
+      a.target.mirrorsKeyRanges === true &&
+      a.source.windowsBaselines === true &&
+      (await a.source.readSchema()).columns.find((c) => c.name === t.keyColumns[0])?.logical === 'int';
+    const after = lastCommitted?.boundaryHigh ?? null;
+    const how = windowed
+      ? `in key windows of up to ${t.batchSize} rows, chained by catch-up`
+      : 'as one batch (the whole table)';
+    const effect = paused
+      ? `Refused: transfer ${t.name} is paused; resume it first.`
+      : open
+        ? `Refused: transfer ${t.name} has an open batch ${open.batchId} (${open.state}); run, reconcile or abandon it first.`
+        : `Every row of ${t.source.table} as it is now is sent again ${how}, at a source version captured before it, and applied as a mirror: target rows whose key is no longer at the source are deleted. ${after === null ? 'Nothing is committed yet: this is the first baseline.' : `It follows the last committed window (up to ${after}).`} Change windows then go on from the captured version.`;
+    return {
+      transfer: t.name,
+      possible: !paused && !open,
+      after,
+      openBatch: open ? { batchId: open.batchId, state: open.state } : null,
+      paused,
+      windowed,
+      effect,
+    };
   }
 
   // Deletes for a transfer without change tracking (keyCompare, docs/transfer.md "Deletes"): for each of its last

@@ -155,6 +155,8 @@ export interface StagingSession {
 export interface TargetDialect {
   readonly engine: string;
   readonly bulkFormat?: string;
+  // Its apply_batch honours mirror_low/mirror_high (a baseline may run in key windows, changes.ts).
+  readonly mirrorsKeyRanges?: boolean;
   readonly names: TargetNames;
   // How a stall names the silent party in its message.
   readonly stalledParty: string;
@@ -201,6 +203,7 @@ export interface StagingTargetOptions {
 export class StagingTarget implements TargetAdapter {
   readonly engine: string;
   readonly bulkFormat?: string;
+  readonly mirrorsKeyRanges?: boolean;
   readonly stagingTable: string;
   // One source read (types.ts): only with a dialect whose begin_stage may follow the rows.
   readonly stageStreamed?: (
@@ -216,6 +219,7 @@ export class StagingTarget implements TargetAdapter {
   ) {
     this.engine = d.engine;
     if (d.bulkFormat !== undefined) this.bulkFormat = d.bulkFormat;
+    if (d.mirrorsKeyRanges) this.mirrorsKeyRanges = true;
     this.stagingTable = d.names.staging;
     if (d.beginStageAfterRows) this.stageStreamed = (req, feed, manifest) => this.stageWith(req, feed, manifest);
   }

@@ -27,6 +27,10 @@ export const TARGET_PROCEDURES = {
       'expected_checksum',
       'attempt',
       'changes',
+      // a windowed baseline's key window (StageRequest.mirrorRange): the mirror deletes only target rows whose first
+      // key column is in (mirror_low, mirror_high], a null bound open on that side
+      'mirror_low',
+      'mirror_high',
     ],
     results: ['outcome', 'row_count', 'checksum', 'deleted_count'],
   },
@@ -101,6 +105,8 @@ export function applyBatchArgs(
     expected_checksum: req.manifest.checksum,
     attempt: ctx.attempt,
     changes: req.changes ?? null, // 'ops' | 'mirror': deletes in the same transaction
+    mirror_low: req.mirrorRange?.low ?? null,
+    mirror_high: req.mirrorRange?.high ?? null,
   };
 }
 

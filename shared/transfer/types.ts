@@ -59,7 +59,12 @@ export interface SourceAdapter {
   readonly engine: string; // the registry's name, for messages
   readSchema(): Promise<SourceSchema>;
   // The next window after `low` holding at most about maxRows rows; null when there is nothing new.
-  nextWindow(low: string | null, maxRows: number): Promise<Window | null>;
+  // baselineWindows ('changes' windows): the target mirrors key ranges, so a baseline may be a chain of key windows
+  // (shared/transfer/changes.ts); a source that cannot (or without the option) makes the baseline one window.
+  nextWindow(low: string | null, maxRows: number, opts?: { baselineWindows?: boolean }): Promise<Window | null>;
+  // A 'changes' source that runs a baseline in key windows when asked (baselineWindows) and its first key column is an
+  // integer (for the re-baseline's preview).
+  readonly windowsBaselines?: boolean;
   // Rows the next windows after `low` would hold now (the same conditions as nextWindow), counted up to cap and no
   // further: a bounded walk of the boundary column's index, for the rows-behind gauge. Optional: a source without
   // it reports no rows-behind figure.
@@ -93,8 +98,10 @@ export interface StageRequest {
   schema: SourceSchema;
   // How the batch carries deletes (shared/transfer/changes.ts). Absent: it carries none, every row is an upsert.
   // 'ops': every row ends with an operation field (OP_COLUMN: 'U' upsert, 'D' delete by key, other columns NULL);
-  // 'mirror': 'ops', and every target row whose key is not in the batch is deleted (a baseline: the whole table).
+  // 'mirror': 'ops', and every target row whose key is not in the batch is deleted (a baseline: the whole table,
+  // or with mirrorRange only the rows whose keyColumns[0] is in (low, high], a null bound open on that side).
   changes?: ChangeMode;
+  mirrorRange?: { low: string | null; high: string | null };
 }
 
 export type ChangeMode = 'ops' | 'mirror';
@@ -202,6 +209,8 @@ export interface TargetAdapter {
   // canApplyDirect: whether applyDirect can take this batch at all (no side effect; asked before the attempt counts).
   canApplyDirect?(req: StageRequest, feed: RowFeed): boolean;
   applyDirect?(req: StageRequest, w: Window, feed: RowFeed, ctx: ApplyContext): Promise<ApplyResult | 'not_eligible'>;
+  // The apply honours StageRequest.mirrorRange (a baseline may then run in key windows, changes.ts).
+  readonly mirrorsKeyRanges?: boolean;
   // Key-set comparison (keyCompare): the target rows' keys in the window (its boundary range), canonical text in
   // keyColumns order; and the deletion of those of `keys` that are in the window, in one target transaction
   // (returns the rows deleted).

@@ -16,7 +16,7 @@ CREATE OR REPLACE PACKAGE KEEL_TRANSFER AUTHID CURRENT_USER AS
   -- upserts merged + 'D' rows staged, o_deleted = target rows deleted (NULL without p_changes).
   PROCEDURE APPLY_BATCH(p_batch_id IN VARCHAR2, p_transfer IN VARCHAR2, p_owner IN VARCHAR2, p_table IN VARCHAR2, p_staging IN VARCHAR2,
                         p_columns IN VARCHAR2, p_keys IN VARCHAR2, p_expected_count IN NUMBER, p_expected_checksum IN VARCHAR2,
-                        p_attempt IN NUMBER, p_changes IN VARCHAR2, o_outcome OUT VARCHAR2, o_row_count OUT NUMBER, o_checksum OUT VARCHAR2,
+                        p_attempt IN NUMBER, p_changes IN VARCHAR2, p_mirror_low IN VARCHAR2, p_mirror_high IN VARCHAR2, o_outcome OUT VARCHAR2, o_row_count OUT NUMBER, o_checksum OUT VARCHAR2,
                         o_deleted OUT NUMBER);
   -- Reconcile: 'COMMITTED' | 'NOT_APPLIED' | 'BLOCKED' (an apply still holds the claim after p_wait_seconds).
   -- NOT_APPLIED commits a fence through p_fence_through (0: probe only, nothing kept): final for those attempts.
@@ -199,7 +199,7 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
 
   PROCEDURE APPLY_BATCH(p_batch_id IN VARCHAR2, p_transfer IN VARCHAR2, p_owner IN VARCHAR2, p_table IN VARCHAR2, p_staging IN VARCHAR2,
                         p_columns IN VARCHAR2, p_keys IN VARCHAR2, p_expected_count IN NUMBER, p_expected_checksum IN VARCHAR2,
-                        p_attempt IN NUMBER, p_changes IN VARCHAR2, o_outcome OUT VARCHAR2, o_row_count OUT NUMBER, o_checksum OUT VARCHAR2,
+                        p_attempt IN NUMBER, p_changes IN VARCHAR2, p_mirror_low IN VARCHAR2, p_mirror_high IN VARCHAR2, o_outcome OUT VARCHAR2, o_row_count OUT NUMBER, o_checksum OUT VARCHAR2,
                         o_deleted OUT NUMBER) IS
     v_cols t_names := split_names(p_columns);
     v_keys t_names := split_names(p_keys);
@@ -222,6 +222,10 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     END IF;
     IF p_changes IS NOT NULL AND p_changes NOT IN ('OPS', 'MIRROR') THEN
       RAISE_APPLICATION_ERROR(-20006, 'APPLY_BATCH: p_changes must be NULL, OPS or MIRROR, not ' || p_changes);
+    END IF;
+    -- A key-range mirror (a windowed baseline's key window) is not implemented here: the adapter never asks for one.
+    IF p_mirror_low IS NOT NULL OR p_mirror_high IS NOT NULL THEN
+      RAISE_APPLICATION_ERROR(-20006, 'APPLY_BATCH: this target does not mirror a key range (p_mirror_low/p_mirror_high must be NULL)');
     END IF;
     -- Already applied: a no-op that says so.
     BEGIN

@@ -15,6 +15,7 @@ import type { Browser, BrowserContext, Page, ConsoleMessage } from 'playwright-c
 import { createTestDatabase } from '../support/pg.js';
 import { encodeClientPrincipal } from '../../shared/ops/auth.js';
 import { rereadHostEnvironment } from '../../shared/app/hostEnvironment.js';
+import { migratePostgresChangeCapture } from '../../shared/engines/postgres/changeCapture.js';
 import type { LocalKeel } from '../../dev/boot.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -181,6 +182,15 @@ if (!haveChromium) {
       await pools[0]!.query(
         `insert into public.orders select n, 'customer-' || (n % 7), n * 1.5 from generate_series(1, 300) n`,
       );
+      // A changes transfer (change capture on the source) and a key transfer comparing key sets, for their buttons.
+      for (const p of pools) {
+        await p.query(ddl.replace('public.orders', 'public.things'));
+        await p.query(ddl.replace('public.orders', 'public.kc'));
+      }
+      await migratePostgresChangeCapture(pools[0]!);
+      await pools[0]!.query(`insert into public.things select n, 'thing-' || n, n from generate_series(1, 25) n`);
+      await pools[0]!.query(`select keel_changes.enable('public.things', array['id'])`);
+      await pools[0]!.query(`insert into public.kc select n, 'kc-' || n, n from generate_series(1, 20) n`);
       Object.assign(process.env, {
         KEEL_PG_URL: url,
         KEEL_OPS_KEY: KEY,
@@ -201,6 +211,25 @@ if (!haveChromium) {
             columns: ['id', 'customer', 'amount'].map((c) => ({ source: c, target: c })),
             batchSize: 10_000,
             chunkSize: 100,
+          },
+          {
+            name: 'things',
+            source: { engine: 'postgres', connectionSetting: 'CONSOLE_SRC', table: 'public.things' },
+            target: { engine: 'postgres', connectionSetting: 'CONSOLE_TGT', table: 'public.things' },
+            keyColumns: ['id'],
+            boundary: { kind: 'changes' },
+            columns: ['id', 'customer', 'amount'].map((c) => ({ source: c, target: c })),
+            batchSize: 10,
+          },
+          {
+            name: 'kc',
+            source: { engine: 'postgres', connectionSetting: 'CONSOLE_SRC', table: 'public.kc' },
+            target: { engine: 'postgres', connectionSetting: 'CONSOLE_TGT', table: 'public.kc' },
+            keyColumns: ['id'],
+            boundary: { column: 'id', kind: 'key' },
+            columns: ['id', 'customer', 'amount'].map((c) => ({ source: c, target: c })),
+            batchSize: 10,
+            keyCompare: 'apply',
           },
         ]),
       });
@@ -262,6 +291,11 @@ if (!haveChromium) {
         async () => (await api('GET', `/transfers/batches/${batchId}`)).json.state === 'committed',
         60_000,
       );
+
+      // The two transfers of the delete buttons' test stay paused until it runs (an hourly timer tick in between
+      // would start them).
+      for (const name of ['things', 'kc'])
+        expect((await api('POST', `/transfers/${name}/pause`, { reason: 'until its test' }, true)).status).toBe(200);
 
       browser = await (
         await import('playwright-core')
@@ -597,6 +631,67 @@ if (!haveChromium) {
         (batch.events as any[]).map((e) => e.event),
       );
       await shot(page, 'batch-started');
+    });
+
+    it('re-baselines a changes transfer and compares key sets, each through its preview and a confirm', async () => {
+      const count = async (table: string) =>
+        (await pools[1]!.query(`select count(*)::int as n from public.${table}`)).rows[0].n as number;
+      const status = page.getByRole('status');
+      const dialogs: string[] = [];
+      const onDialog = (d: import('playwright-core').Dialog) => {
+        dialogs.push(d.message());
+        void d.accept();
+      };
+      page.on('dialog', onDialog);
+      try {
+        // Signed in with the key, sending the operator role (both routes are operator only; filtered runs of this
+        // file sign in without it).
+        await page.goto(`${base}/api/console/#/transfers`);
+        await page.evaluate(() => sessionStorage.setItem('keel.console.operator', '1'));
+        await page.reload();
+        await page.locator('[data-test=identity]').filter({ hasText: 'sends Keel.Operator' }).waitFor();
+        // Re-baseline: refused by its preview while the transfer is paused (no confirm asked, nothing created).
+        await page.goto(`${base}/api/console/#/transfers`);
+        expect(await page.locator('[data-test="replay-things"]').count()).toBe(0); // a changes transfer re-baselines
+        await page.locator('[data-test="rebaseline-things"]').click();
+        await status.filter({ hasText: 'Refused: transfer things is paused' }).waitFor();
+        expect(dialogs).toEqual([]);
+        expect((await api('GET', '/transfers/batches?transfer=things')).json.items).toEqual([]);
+        expect((await api('POST', '/transfers/things/resume', {}, true)).status).toBe(200);
+        // Resumed: the preview's effect is confirmed, the first key window queued, and catch-up runs the rest.
+        await page.goto(`${base}/api/console/#/transfers`);
+        await page.locator('[data-test="rebaseline-things"]').click();
+        await page.getByRole('link', { name: 'Follow it →' }).waitFor();
+        expect(dialogs).toHaveLength(1);
+        expect(dialogs[0]).toMatch(/^Re-baseline "things"\?/);
+        expect(dialogs[0]).toContain('in key windows of up to 10 rows');
+        expect(dialogs[0]).toContain('this is the first baseline');
+        expect(await status.textContent()).toContain('10 rows in the manifest');
+        await until('the baseline to reach the target', async () => (await count('things')) === 25, 60_000);
+        const windows = (await api('GET', '/transfers/batches?transfer=things&state=committed')).json.items as any[];
+        expect(windows.map((b) => b.boundary.low).reverse()).toEqual([
+          null,
+          expect.stringMatching(/^baseline@\d+:10$/),
+          expect.stringMatching(/^baseline@\d+:20$/),
+        ]);
+
+        // Compare keys: the report first (nothing deleted), then the confirm deletes the keys gone at the source.
+        expect((await api('POST', '/transfers/kc/resume', {}, true)).status).toBe(200);
+        expect((await api('POST', '/transfers/kc/start', {}, true)).status).toBe(202);
+        await until('kc to reach the target', async () => (await count('kc')) === 20, 60_000);
+        await pools[0]!.query(`delete from public.kc where id in (3, 17)`);
+        await page.goto(`${base}/api/console/#/transfers`);
+        expect(await page.locator('[data-test="compare-keys-orders"]').count()).toBe(0); // keyCompare off
+        await page.locator('[data-test="compare-keys-kc"]').click();
+        await status.filter({ hasText: 'target row(s) deleted' }).waitFor();
+        expect(dialogs).toHaveLength(2);
+        expect(dialogs[1]).toMatch(/^"kc": 2 target key\(s\) gone at the source in 2 window\(s\) \(e\.g\. 3; 17\)/);
+        expect(await status.textContent()).toContain('"kc": 2 target row(s) deleted');
+        expect(await count('kc')).toBe(18);
+        await shot(page, 'transfers-deletes');
+      } finally {
+        page.off('dialog', onDialog);
+      }
     });
 
     it('queues: limits with the validation message of the API, then pause and resume as operator', async () => {

@@ -395,6 +395,7 @@ describe('telemetry facade (in-memory exporters)', () => {
     h = harness();
     h.t.transferBatchFailed({ transfer: 'orders', batchId: 'b-1', code: 'schema_drift' });
     h.t.transferStartFailed({ transfer: 'orders', source: 'timer', code: 'schema_drift', message: 'drifted' });
+    h.t.transferKeysGone({ transfer: 'orders', windows: 3, goneAtSource: 2, deleted: 0, applied: false });
     expect(h.events().map((e) => e.attributes)).toEqual([
       { [CUSTOM_EVENT_NAME_ATTRIBUTE]: EVENTS.batchFailed, transfer: 'orders', batchId: 'b-1', code: 'schema_drift' },
       {
@@ -403,6 +404,14 @@ describe('telemetry facade (in-memory exporters)', () => {
         source: 'timer',
         code: 'schema_drift',
         message: 'drifted',
+      },
+      {
+        [CUSTOM_EVENT_NAME_ATTRIBUTE]: EVENTS.keysGone,
+        transfer: 'orders',
+        windows: 3,
+        goneAtSource: 2,
+        deleted: 0,
+        applied: false,
       },
     ]);
   });
@@ -592,7 +601,7 @@ describe('alert rules use the emitted names', () => {
     }
     const used = namesIn(readFileSync(path.join(dir, 'alerts.bicep'), 'utf8'));
     // The alerts of the issue: DLQ growth and rate, zombies, lease-lost spikes, unresolved batches, failed batches,
-    // failed scheduled transfer starts, transfer freshness, queue lag, maintenance not running (function failures
+    // failed scheduled transfer starts, keys gone at the source (scheduled key comparisons), transfer freshness, queue lag, maintenance not running (function failures
     // come from the host's requests table).
     expect([...used].sort()).toEqual(
       [
@@ -603,6 +612,7 @@ describe('alert rules use the emitted names', () => {
         EVENTS.batchUnresolved,
         EVENTS.batchFailed,
         EVENTS.startFailed,
+        EVENTS.keysGone,
         METRICS.transferFreshness,
         METRICS.transferRowsBehind,
         METRICS.queueLag,

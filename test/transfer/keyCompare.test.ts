@@ -71,5 +71,15 @@ describe('key-set comparison per committed key window', () => {
     expect(() => ordersTransfer('orders_kc4', { boundary: { kind: 'changes' }, keyCompare: 'apply' })).toThrow(
       /carries deletes itself/,
     );
+    // a scheduled comparison needs keyCompare, and a valid NCRONTAB
+    expect(() => ordersTransfer('orders_kc5', { keyCompareSchedule: '0 30 2 * * *' })).toThrow(
+      /keyCompareSchedule: schedules a key-set comparison: set keyCompare/,
+    );
+    expect(() => ordersTransfer('orders_kc6', { keyCompare: 'report', keyCompareSchedule: 'daily' })).toThrow(
+      /keyCompareSchedule: must be a six-field NCRONTAB/,
+    );
+    expect(
+      ordersTransfer('orders_kc7', { keyCompare: 'report', keyCompareSchedule: '0 30 2 * * *' }).keyCompareSchedule,
+    ).toBe('0 30 2 * * *');
   });
 });

@@ -208,6 +208,8 @@ describe('change windows into the Oracle target (model of the server)', () => {
               expected_checksum: 'c',
               attempt: 1,
               changes: 'ops',
+              mirror_low: null,
+              mirror_high: null,
             })
           : oracleStatement('ensure_staging', {
               transfer: 't',

@@ -154,6 +154,9 @@ export class FakeSession {
       // p_changes (OPS | MIRROR): each staged row ends with KEEL_OP; 'D' deletes its key, and MIRROR deletes every
       // row whose key is not staged -- in the same commit as the completion row.
       const changes = (b.p_changes as string | null | undefined) ?? null;
+      // as the package: a key-range mirror is refused (the adapter never asks for one)
+      if ((b.p_mirror_low ?? null) !== null || (b.p_mirror_high ?? null) !== null)
+        throw oraError(20006, 'APPLY_BATCH: this target does not mirror a key range');
       let deleted: number | null = null;
       this.pending.ops.push(() => {
         if (changes !== null) {

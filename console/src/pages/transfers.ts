@@ -154,6 +154,68 @@ function replayButton(t: any, box: HTMLElement): HTMLElement {
   return b;
 }
 
+// Re-baseline a changes transfer (operator role): the preview says what it would do (or why it is refused now),
+// then a confirm, then the baseline's first batch is created and queued (catch-up chains its key windows).
+function rebaselineButton(t: any, box: HTMLElement, reload: () => Promise<void>): HTMLElement {
+  const b = h('button', { type: 'button', class: 'small', 'data-test': `rebaseline-${t.name}` }, 'Re-baseline…');
+  b.addEventListener(
+    'click',
+    () =>
+      void busy(b, box, async () => {
+        const path = `transfers/${encodeURIComponent(t.name)}/rebaseline`;
+        const p = await api('POST', path, { preview: true });
+        if (!p.possible) return show(box, 'info', p.effect);
+        if (!window.confirm(`Re-baseline "${t.name}"?\n\n${p.effect}`)) return;
+        const r = await api('POST', path, {});
+        if (!r.started) return show(box, 'info', `Nothing to re-baseline: ${r.message}`);
+        show(
+          box,
+          'ok',
+          `Baseline batch ${r.batch.batchId} created for "${t.name}" (${fmtNum(r.batch.rowCount)} rows in the manifest)${r.posted ? ' and queued' : '; its message was not posted: resume it'}. `,
+          h('a', { href: `#/transfers/batches/${r.batch.batchId}` }, 'Follow it →'),
+        );
+        await reload();
+      }),
+  );
+  return b;
+}
+
+// Compare key sets (operator role, transfers with keyCompare): the report first (it changes nothing: the keys the
+// target holds that the source no longer has, per committed key window); with keyCompare 'apply', a confirm deletes
+// them on the target.
+function compareKeysButton(t: any, box: HTMLElement): HTMLElement {
+  const b = h('button', { type: 'button', class: 'small', 'data-test': `compare-keys-${t.name}` }, 'Compare keys…');
+  b.addEventListener(
+    'click',
+    () =>
+      void busy(b, box, async () => {
+        const path = `transfers/${encodeURIComponent(t.name)}/compare-keys`;
+        const r = await api('POST', path, {});
+        const windows = (r.windows as any[]).filter((w) => w.goneAtSource > 0);
+        if (r.goneAtSource === 0)
+          return show(
+            box,
+            'ok',
+            `"${t.name}": the target holds no key the source lost (${r.windows.length} committed windows compared).`,
+          );
+        const sample = windows
+          .flatMap((w) => w.sample as string[])
+          .slice(0, 10)
+          .join('; ');
+        const found = `"${t.name}": ${fmtNum(r.goneAtSource)} target key(s) gone at the source in ${windows.length} window(s) (e.g. ${sample}).`;
+        if (t.keyCompare !== 'apply') return show(box, 'info', `${found} Reported only (keyCompare report).`);
+        if (!window.confirm(`${found}\n\nDelete them on the target (one transaction per window)?`)) return;
+        const applied = await api('POST', path, { apply: true });
+        show(
+          box,
+          'ok',
+          `"${t.name}": ${fmtNum(applied.deleted)} target row(s) deleted (${fmtNum(applied.goneAtSource)} found gone at the source).`,
+        );
+      }),
+  );
+  return b;
+}
+
 export function transfersPage(main: HTMLElement): Cleanup {
   const p = hashParams();
   const box = notice();
@@ -279,7 +341,15 @@ export function transfersPage(main: HTMLElement): Cleanup {
                     : badge('running', 'ok'),
                   freshness(t),
                   rowsBehind(t),
-                  h('div', { class: 'actions' }, start, toggle, replayButton(t, box)),
+                  h(
+                    'div',
+                    { class: 'actions' },
+                    start,
+                    toggle,
+                    // A changes transfer cannot replay a range (only each key's latest change is kept): it re-baselines.
+                    t.boundary.kind === 'changes' ? rebaselineButton(t, box, loadBatches) : replayButton(t, box),
+                    t.keyCompare && t.keyCompare !== 'off' ? compareKeysButton(t, box) : null,
+                  ),
                 ];
               }),
             ),

@@ -651,6 +651,10 @@ export const TARGET_ORACLE_PROCEDURES: { [P in TargetProcedure]: OracleProcedure
       attempt: number('p_attempt'),
       // 'OPS' | 'MIRROR': deletes, same transaction
       changes: { ...varchar('p_changes'), value: (v) => (v === null ? null : String(v).toUpperCase()) },
+      // a key-range mirror: refused by the package (this target does not declare mirrorsKeyRanges, so the service
+      // never asks for one; a baseline into Oracle is one window)
+      mirror_low: varchar('p_mirror_low'),
+      mirror_high: varchar('p_mirror_high'),
     },
     outs: [...COMPLETION_OUTS, { name: 'o_deleted', type: 'NUMBER', result: 'deleted_count' }],
   },

@@ -6,9 +6,13 @@ import type { CanonicalRow, ChecksumAlgorithm, LogicalType } from '../../transfe
 import type { TransferConfig } from '../../transfer/config.js';
 import { boundaryColumn, resolvedNames } from '../../transfer/config.js';
 import {
+  baselineBound,
+  baselineKeyRange,
   carriesChanges,
   changeLowVersion,
   isBaseline,
+  parseBaselineBound,
+  BASELINE_MARK,
   OP_COLUMN,
   OP_DELETE,
   OP_UPSERT,
@@ -51,6 +55,7 @@ function pgCode(err: unknown): string | undefined {
 export class PostgresTransferSource implements SourceAdapter {
   readonly engine = 'postgres';
   readonly bulkFormat = PG_COPY_FORMAT;
+  readonly windowsBaselines = true; // nextChangeWindow: key windows over an integer keyColumns[0] of a table
   private readonly from: string;
   private readonly table: QualifiedName | null;
 
@@ -132,7 +137,10 @@ export class PostgresTransferSource implements SourceAdapter {
   // its low, or a truncate invalidated them). Run inside the read's own snapshot: retention deletes the changes and
   // moves the min valid version in one transaction, so the read sees both or neither.
   private async checkChangesValid(client: pg.Pool | pg.PoolClient, low: string | null): Promise<void> {
-    const from = changeLowVersion(low);
+    // A windowed baseline's next window: the changes after its version are read once it ends, so they must still be
+    // there (an expired baseline fails at its next window instead of finishing for nothing).
+    const baseline = parseBaselineBound(low);
+    const from = baseline ? BigInt(baseline.version) : changeLowVersion(low);
     const res = await client.query(
       `select min_valid_version::text as min_valid from keel_changes.tracked where source_table = to_regclass($1)`,
       [qualifiedPg(this.table!)],
@@ -146,18 +154,31 @@ export class PostgresTransferSource implements SourceAdapter {
     if (from !== null && from < minValid)
       throw new TransferError(
         'changes_expired',
-        `transfer ${this.t.name}: the change window starts after version ${from}, but the source keeps changes only after version ${minValid} (min valid version; retention or a truncate removed older ones), so deletes in between cannot be known. Re-baseline the transfer (POST /api/ops/transfers/${this.t.name}/rebaseline, docs/runbook.md)`,
+        `transfer ${this.t.name}: ${baseline ? `the baseline in progress (windowed) reads the changes after version ${from} once it ends` : `the change window starts after version ${from}`}, but the source keeps changes only after version ${minValid} (min valid version; retention or a truncate removed older ones), so deletes in between cannot be known. Re-baseline the transfer (POST /api/ops/transfers/${this.t.name}/rebaseline, docs/runbook.md)`,
         { low: String(from), minValidVersion: String(minValid) },
       );
   }
 
   // The rows of a change window, in mapping order and then OP_COLUMN, as a select over the source (the caller adds
   // the high bound: where n.v <= high). lowRef: an SQL expression of the window's low version (a bind parameter, or
-  // current_setting() for COPY).
-  private changesSelect(w: Window, schema: SourceSchema, lowRef: string): string {
+  // current_setting() for COPY); keyRef: the same for a windowed baseline's key bounds.
+  private changesSelect(
+    w: Window,
+    schema: SourceSchema,
+    lowRef: string,
+    keyRef: (bound: 'low' | 'high', value: string) => string = () => {
+      throw new Error('a windowed baseline needs its key bounds');
+    },
+  ): string {
     const mapped = mappedColumns(this.t, schema);
-    if (isBaseline(w.low))
-      return `select ${mapped.map((c) => `b.${quotePg(c.source)}`).join(', ')}, '${OP_UPSERT}'::text as ${OP_COLUMN} from ${this.from} b`;
+    if (isBaseline(w.low)) {
+      const range = baselineKeyRange(w.low, w.high);
+      const k = `b.${quotePg(this.t.keyColumns[0]!)}`;
+      const parts: string[] = [];
+      if (range?.low != null) parts.push(`${k} > ${keyRef('low', range.low)}`);
+      if (range?.high != null) parts.push(`${k} <= ${keyRef('high', range.high)}`);
+      return `select ${mapped.map((c) => `b.${quotePg(c.source)}`).join(', ')}, '${OP_UPSERT}'::text as ${OP_COLUMN} from ${this.from} b${parts.length ? ` where ${parts.join(' and ')}` : ''}`;
+    }
     const keys = this.t.keyColumns.map(quotePg);
     const cols = mapped.map((c) =>
       this.t.keyColumns.includes(c.source)
@@ -180,14 +201,26 @@ export class PostgresTransferSource implements SourceAdapter {
     schema: SourceSchema,
     first: number,
   ): { from: string; where: string; params: string[] } {
-    if (isBaseline(w.low))
-      return { from: `(${this.changesSelect(w, schema, '')}) as keel_chg`, where: 'true', params: [] };
+    if (isBaseline(w.low)) {
+      const params: string[] = [];
+      const sel = this.changesSelect(w, schema, '', (_bound, value) => {
+        params.push(value);
+        return `$${first + params.length - 1}::bigint`;
+      });
+      return { from: `(${sel}) as keel_chg`, where: 'true', params };
+    }
     const sel = `${this.changesSelect(w, schema, `$${first}::bigint`)}
              where n.v <= $${first + 1}::bigint`;
     return { from: `(${sel}) as keel_chg`, where: 'true', params: [changeLowVersion(w.low)!.toString(), w.high] };
   }
 
-  private async nextChangeWindow(low: string | null, maxRows: number): Promise<Window | null> {
+  private async nextChangeWindow(low: string | null, maxRows: number, windowed: boolean): Promise<Window | null> {
+    if (low?.startsWith(BASELINE_MARK)) {
+      // A windowed baseline goes on at the version it captured before its first window.
+      await this.checkChangesValid(this.pool, low);
+      const b = parseBaselineBound(low)!;
+      return this.nextBaselineWindow(low, b.version, b.key, maxRows);
+    }
     let current: string;
     try {
       // CHANGE_TRACKING_CURRENT_VERSION(): stamps what committed since the last call (its own transaction).
@@ -202,7 +235,13 @@ export class PostgresTransferSource implements SourceAdapter {
       throw this.changesError(err);
     }
     await this.checkChangesValid(this.pool, low);
-    if (low === null) return { kind: 'changes', low: null, high: current }; // the baseline: the whole table at current
+    if (low === null) {
+      // The baseline, at the version just captured: every change committed after it is in the change windows.
+      const key = (await this.readSchema()).columns.find((c) => c.name === this.t.keyColumns[0]);
+      if (windowed && this.table && key?.logical === 'int')
+        return this.nextBaselineWindow(null, current, null, maxRows);
+      return { kind: 'changes', low: null, high: current }; // one window: the whole table at current
+    }
     const keys = this.t.keyColumns.map(quotePg).join(', ');
     const res = await this.pool.query(
       `select max(v)::text as high from (
@@ -215,6 +254,25 @@ export class PostgresTransferSource implements SourceAdapter {
     const high = res.rows[0]?.high as string | null | undefined;
     if (high === null || high === undefined) return null;
     return { kind: 'changes', low, high };
+  }
+
+  // A windowed baseline's next key window after `after` (null: from the first key): up to the maxRows-th key
+  // (every row with that key value comes along), or, when no more than maxRows rows are left, the last window: open
+  // above, high = the version (the next window is the first change window).
+  private async nextBaselineWindow(
+    low: string | null,
+    version: string,
+    after: string | null,
+    maxRows: number,
+  ): Promise<Window> {
+    const k = quotePg(this.t.keyColumns[0]!);
+    const res = await this.pool.query(
+      `select ${k}::text as k from ${this.from} where ${k} is not null${after === null ? '' : ` and ${k} > $2::bigint`}
+        order by ${k} offset $1::bigint - 1 limit 2`,
+      after === null ? [Math.max(1, maxRows)] : [Math.max(1, maxRows), after],
+    );
+    const top = res.rows.length === 2 ? (res.rows[0].k as string) : null;
+    return { kind: 'changes', low, high: top === null ? version : baselineBound(version, top) };
   }
 
   // (low, high] predicate; values as bind parameters starting at $first.
@@ -252,7 +310,17 @@ export class PostgresTransferSource implements SourceAdapter {
   async rowsAfter(low: string | null, cap: number): Promise<number> {
     if (carriesChanges(this.t)) {
       // A change window's low is a version: the changes recorded after it (every change of a key counts; the next
-      // windows take each key once), or before the baseline the rows of the table.
+      // windows take each key once), or before the baseline the rows of the table (during a windowed baseline: the
+      // rows after its last key window).
+      const b = parseBaselineBound(low);
+      if (b) {
+        const k = quotePg(this.t.keyColumns[0]!);
+        const res = await this.pool.query(
+          `select count(*)::text as n from (select 1 from ${this.from} where ${k} > $1::bigint limit $2) s`,
+          [b.key, Math.max(0, Math.trunc(cap))],
+        );
+        return Number(res.rows[0].n);
+      }
       const res =
         low === null
           ? await this.pool.query(`select count(*)::text as n from (select 1 from ${this.from} limit $1) s`, [
@@ -273,8 +341,12 @@ export class PostgresTransferSource implements SourceAdapter {
     return Number(res.rows[0].n);
   }
 
-  async nextWindow(low: string | null, maxRows: number): Promise<Window | null> {
-    if (carriesChanges(this.t)) return this.nextChangeWindow(low, maxRows);
+  async nextWindow(
+    low: string | null,
+    maxRows: number,
+    opts: { baselineWindows?: boolean } = {},
+  ): Promise<Window | null> {
+    if (carriesChanges(this.t)) return this.nextChangeWindow(low, maxRows, opts.baselineWindows === true);
     const schema = await this.readSchema();
     const logical = this.boundaryType(schema);
     const b = quotePg(boundaryColumn(this.t));
@@ -445,10 +517,12 @@ export class PostgresTransferSource implements SourceAdapter {
     try {
       await client.query('begin isolation level repeatable read read only');
       // COPY takes no bind parameters: the window travels in transaction-local settings, read by current_setting().
+      const range = changes ? baselineKeyRange(w.low, w.high) : null;
       await client.query(
         `select set_config('timezone', 'UTC', true), set_config('datestyle', 'ISO, YMD', true), set_config('bytea_output', 'hex', true),
-                set_config('keel.w_low', coalesce($1, ''), true), set_config('keel.w_high', $2, true)`,
-        [w.low, w.high],
+                set_config('keel.w_low', coalesce($1, ''), true), set_config('keel.w_high', $2, true),
+                set_config('keel.k_low', coalesce($3, ''), true), set_config('keel.k_high', coalesce($4, ''), true)`,
+        [w.low, w.high, range?.low ?? null, range?.high ?? null],
       );
       if (changes) await this.checkChangesValid(client, w.low);
       const keysUnique = await this.keysUniqueIn(client, changes);
@@ -456,7 +530,7 @@ export class PostgresTransferSource implements SourceAdapter {
       if (changes) {
         // the same rows as changeRows(), with the window in settings (a baseline's low is not a version)
         const sel = isBaseline(w.low)
-          ? this.changesSelect(w, schema, '')
+          ? this.changesSelect(w, schema, '', (bound) => `current_setting('keel.k_${bound}')::bigint`)
           : `${this.changesSelect(w, schema, `current_setting('keel.w_low')::bigint`)}
              where n.v <= current_setting('keel.w_high')::bigint`;
         select = `select ${cols.join(', ')} from (${sel}) as keel_chg`;

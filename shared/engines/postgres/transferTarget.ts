@@ -73,6 +73,8 @@ export const TARGET_POSTGRES_FUNCTIONS: { [P in TargetProcedure]: PgSignature<Ta
       expected_checksum: 'text',
       attempt: 'bigint',
       changes: 'text',
+      mirror_low: 'text',
+      mirror_high: 'text',
     },
     returns: 'rows',
     // counts as text: bigint beyond 2^53 stays exact until the shared mapping reads it
@@ -327,6 +329,9 @@ class PgStagingSession implements StagingSession {
 export class PostgresTargetDialect implements TargetDialect {
   readonly engine = 'postgres';
   readonly bulkFormat = PG_COPY_FORMAT;
+  // The apply's mirror honours a key range (keel_transfer.apply_batch's p_mirror_low/p_mirror_high): a baseline may
+  // run in key windows (shared/transfer/changes.ts).
+  readonly mirrorsKeyRanges = true;
   readonly names: TargetNames;
   readonly stalledParty = 'source or target';
   readonly mismatchCause = 'the source window changed after extraction';

@@ -95,15 +95,17 @@ $$;
 --   3. mark the completion row committed with count and checksum.
 -- p_changes (change windows, docs/transfer.md "Deletes"; null: every staged row is an upsert): 'ops' -- staged rows
 -- with keel_op 'D' delete the target row of their key, 'U' rows are merged as above; 'mirror' (a baseline) -- 'ops',
--- then every target row whose key is not staged in the batch is deleted. All in this one transaction, with the
--- completion row: the deletes commit exactly when the batch does. row_count = upserts merged + 'D' rows staged;
--- deleted_count = target rows deleted.
+-- then every target row whose key is not staged in the batch is deleted (a windowed baseline's key window: only the
+-- target rows whose first key column is in (p_mirror_low, p_mirror_high], a null bound open on that side). All in
+-- this one transaction, with the completion row: the deletes commit exactly when the batch does. row_count = upserts
+-- merged + 'D' rows staged; deleted_count = target rows deleted.
 drop function if exists keel_transfer.apply_batch(uuid, text, text, text, text, text[], text[], bigint, text);
 drop function if exists keel_transfer.apply_batch(uuid, text, text, text, text, text[], text[], bigint, text, bigint);
+drop function if exists keel_transfer.apply_batch(uuid, text, text, text, text, text[], text[], bigint, text, bigint, text);
 create or replace function keel_transfer.apply_batch(
   p_batch_id uuid, p_transfer text, p_target_schema text, p_target_table text, p_staging_table text,
   p_columns text[], p_keys text[], p_expected_count bigint, p_expected_checksum text, p_attempt bigint,
-  p_changes text default null)
+  p_changes text default null, p_mirror_low text default null, p_mirror_high text default null)
 returns table (outcome text, row_count bigint, checksum text, deleted_count bigint)
 language plpgsql as $$
 #variable_conflict use_column
@@ -125,6 +127,8 @@ declare
   v_deleted bigint := 0;
   v_n bigint;
   v_match text;
+  v_range text := '';         -- a windowed baseline's key range (mirror)
+  v_ktype text;
 begin
   if p_attempt is null or p_attempt < 1 then
     raise exception using errcode = '22023', message = 'apply_batch needs the journal attempt (>= 1)';
@@ -230,9 +234,17 @@ begin
   end if;
   if p_changes = 'mirror' then
     -- A baseline holds every row of the source table: a target row whose key is not in it was deleted at the source.
-    execute format('delete from %s t where not exists (select 1 from keel_transfer.%I s where s.keel_batch_id = $1 and %s)',
-                   keel_transfer.qualified(p_target_schema, p_target_table), p_staging_table, v_match)
-      using p_batch_id;
+    -- A windowed baseline's key window holds the source's rows of its key range only: the bounds are cast to the key
+    -- column's own type, so the delete walks the key's index over that range.
+    if p_mirror_low is not null or p_mirror_high is not null then
+      select format_type(a.atttypid, a.atttypmod) into v_ktype from pg_attribute a
+       where a.attrelid = keel_transfer.qualified(p_target_schema, p_target_table)::regclass and a.attname = p_keys[1] and not a.attisdropped;
+      if p_mirror_low is not null then v_range := v_range || format(' and t.%I > $2::%s', p_keys[1], v_ktype); end if;
+      if p_mirror_high is not null then v_range := v_range || format(' and t.%I <= $3::%s', p_keys[1], v_ktype); end if;
+    end if;
+    execute format('delete from %s t where not exists (select 1 from keel_transfer.%I s where s.keel_batch_id = $1 and %s)%s',
+                   keel_transfer.qualified(p_target_schema, p_target_table), p_staging_table, v_match, v_range)
+      using p_batch_id, p_mirror_low, p_mirror_high;
     get diagnostics v_n = row_count;
     v_deleted := v_deleted + v_n;
   end if;
