@@ -10,7 +10,7 @@ import { postJob, postJobs, type Logger } from './enqueue.js';
 import type { Runtime } from './runtime.js';
 import { maintenanceTelemetry, reconcileTelemetry, scheduleFailedTelemetry } from './telemetryHooks.js';
 import { isStalled, resumeStalled } from './transfers.js';
-import { baseTransferName } from '../transfer/service.js';
+import { baseTransferName } from '../transfer/chains.js';
 
 export interface DispatchResult {
   mode: 'run' | 'post';

@@ -2,7 +2,9 @@
 // (stage queue -> apply queue), each claiming the batch by id through the journal's state machine.
 import type { Settings } from '../config/settings.js';
 import { Cron } from 'croner';
-import { baseTransferName, lastProgressAt, type TransferService, type BatchView } from '../transfer/service.js';
+import { baseTransferName } from '../transfer/chains.js';
+import type { TransferService } from '../transfer/service.js';
+import { lastProgressAt, type BatchView } from '../transfer/view.js';
 import { describeError } from '../transfer/errors.js';
 import { telemetry } from '../telemetry/index.js';
 import { isTransferError } from '../transfer/errors.js';

@@ -2,7 +2,8 @@
 // queue), pause and resume one, list batches, batch detail with its journal, reconcile one batch or every stale
 // one, resume or abandon a batch, replay a committed range, re-baseline a changes transfer, compare key sets.
 import type { OpsLogger, OpsRuntime } from './context.js';
-import { OPEN_STATES, type BatchView, type TransferService } from '../transfer/service.js';
+import { OPEN_STATES } from '../transfer/lifecycle.js';
+import type { BatchView, TransferService } from '../transfer/service.js';
 import { BATCH_STATES, type BatchState } from '../transfer/types.js';
 import { isTransferError, type TransferErrorCode } from '../transfer/errors.js';
 import { conflict, invalid, notFound, OpsError } from './errors.js';

@@ -1,6 +1,6 @@
 // The transfer batch's state machine as one table: every move TransferService makes, with the states the journal's
 // compare-and-set accepts it from, the states it may end in and the events it may record. The service moves a
-// batch only through these rows (TransferService.move), the journals read OPEN_STATES from here, and the table in
+// batch only through these rows (BatchMoves.move, moves.ts), the journals read OPEN_STATES from here, and the table in
 // docs/transfer.md ("Every move") is checked against it (test/transfer/lifecycle.test.ts).
 import { BATCH_STATES, type BatchState } from './types.js';
 

@@ -1,31 +1,58 @@
 // The transfer lifecycle (docs/transfer.md): extract -> stage -> apply -> reconcile, identical for every engine pair.
 // Every batch has a durable id; retries reuse it; outcomes are read from the target, never inferred from errors.
 import { randomUUID } from 'node:crypto';
-import { ChecksumAccumulator, type CanonicalRow, type ChecksumAlgorithm } from './checksum.js';
+import { ChecksumAccumulator, type CanonicalRow } from './checksum.js';
 import type { TransferConfig } from './config.js';
 import { describeError, isTransferError, TERMINAL_CODES, TransferError } from './errors.js';
-import type { BatchEvent, BatchPatch, BatchRecord, TransferControl, TransferJournal } from './journal.js';
-import { journalMove, OPEN_STATES, RECONCILABLE, type MoveName } from './lifecycle.js';
+import type { BatchRecord, TransferControl, TransferJournal } from './journal.js';
+import { OPEN_STATES, RECONCILABLE } from './lifecycle.js';
 import { withValuePolicies } from './policies.js';
-import { baselineKeyRange, carriesChanges, changeModeOf, REBASELINE_MARK, versionOfHigh } from './changes.js';
+import { carriesChanges, changeModeOf, REBASELINE_MARK, versionOfHigh } from './changes.js';
+import { baseTransferName, REPLAY_MARK } from './chains.js';
+import { BatchMoves } from './moves.js';
+import { baselineOpts, negotiateChecksum, negotiateFeed, readsOnce } from './negotiate.js';
+import { Reconciler } from './reconcile.js';
 import { describeSchemaDiff } from './schema.js';
+import { stageRequest } from './stageRequest.js';
 import {
-  FINAL_FENCE,
-  type Adapters,
-  type BatchState,
-  type BatchStatus,
-  type Manifest,
-  type RowFeed,
-  type SchemaColumn,
-  type SourceSchema,
-  type StageRequest,
-  type StageResult,
-  type StreamFacts,
-  type Window,
+  iso,
+  toView,
+  transferSummary,
+  type BatchDetail,
+  type BatchListFilter,
+  type BatchView,
+  type KeyCompareReport,
+  type RebaselinePlan,
+  type ReplayPlan,
+  type RowsBehind,
+  type TransferState,
+  type TransferSummary,
+} from './view.js';
+import type {
+  Adapters,
+  Manifest,
+  RowFeed,
+  SourceSchema,
+  StageRequest,
+  StageResult,
+  StreamFacts,
+  Window,
 } from './types.js';
 
 export type { TransferConfig } from './config.js';
 export type { TransferJournal } from './journal.js';
+// What callers of the service read (its answers' types), from the modules that define them.
+export type {
+  BatchDetail,
+  BatchListFilter,
+  BatchView,
+  KeyCompareReport,
+  RebaselinePlan,
+  ReplayPlan,
+  RowsBehind,
+  TransferState,
+  TransferSummary,
+} from './view.js';
 
 export interface TransferServiceDeps {
   journal: TransferJournal;
@@ -40,260 +67,6 @@ export interface TransferServiceDeps {
   directApply?: boolean;
 }
 
-// The journal's record as operators see it: counts and checksums as recorded, times as ISO strings.
-export interface BatchView extends Pick<
-  BatchRecord,
-  | 'batchId'
-  | 'state'
-  | 'attempts'
-  | 'schemaHash'
-  | 'rowCount'
-  | 'checksum'
-  | 'stagedCount'
-  | 'stagedChecksum'
-  | 'appliedCount'
-  | 'lastError'
-  | 'lastErrorCode'
-> {
-  transfer: string;
-  status: BatchStatus; // operator view
-  nextAction: string;
-  retryable: boolean; // true when running the batch again (same id) is the right next step
-  boundary: { kind: string; low: string | null; high: string };
-  createdAt: string;
-  updatedAt: string;
-  extractedAt: string | null;
-  stagedAt: string | null;
-  applyStartedAt: string | null;
-  committedAt: string | null;
-  failedAt: string | null;
-}
-
-export interface BatchDetail extends BatchView {
-  schemaColumns: SchemaColumn[];
-  targetReconcileToken: string | null;
-  events: BatchEvent[];
-}
-
-export interface TransferSummary {
-  name: string;
-  source: { engine: string; table: string | null; query: boolean };
-  target: { engine: string; table: string; transactionGuard: boolean };
-  keyColumns: string[];
-  boundary: { column: string | null; kind: string }; // column null: 'changes' windows (change-tracking versions)
-  columns: { source: string; target: string }[];
-  batchSize: number;
-  chunkSize: number;
-  schedule: string | null; // own NCRONTAB; null = every tick of KEEL_TRANSFER_SCHEDULE
-  keyCompare: TransferConfig['keyCompare']; // key-set comparison: 'off', 'report' or 'apply'
-  keyCompareSchedule: string | null; // the timer's key-set comparison (NCRONTAB); null: only on request
-}
-
-// A transfer as operators watch it: its pause control, its open batch and how fresh its target is.
-export interface TransferState {
-  name: string;
-  paused: boolean;
-  pausedReason: string | null;
-  changedBy: string | null;
-  changedAt: string | null;
-  openBatch: { batchId: string; state: BatchState; status: BatchStatus; retryable: boolean } | null;
-  lastCommitted: { batchId: string; high: string; rows: number | null; committedAt: string | null } | null;
-  // Seconds since the last committed batch committed (null: never committed). The freshness gauge.
-  secondsSinceCommit: number | null;
-  // Rows at the source after the last committed window (the open batch's included), counted up to a cap; null when
-  // not counted (cap 0, a source that cannot count, or the count failed). See TransferService.rowsBehind.
-  rowsBehind: RowsBehind | null;
-}
-
-// capped: the count stopped at the cap, so `rows` is a lower bound. countedAt: when the source was asked.
-export interface RowsBehind {
-  rows: number;
-  capped: boolean;
-  countedAt: string;
-}
-
-export interface BatchListFilter {
-  transfer?: string;
-  state?: BatchState;
-  limit: number;
-  afterId?: string;
-}
-
-// What the target said when reconcile asked it ('skipped': nothing to ask; 'error': no answer).
-type Verdict = 'committed' | 'not_applied' | 'blocked' | 'error' | 'skipped';
-const iso = (d: Date | null) => (d ? d.toISOString() : null);
-
-// Replay batches are journalled under "<transfer>@replay-<ms>": a chain of their own, so the committed windows they
-// cover again do not collide with the transfer's window ledger (its unique bounds, its one open batch).
-export const REPLAY_MARK = '@replay-';
-export function baseTransferName(journalName: string): string {
-  const i = journalName.indexOf(REPLAY_MARK);
-  return i < 0 ? journalName : journalName.slice(0, i);
-}
-
-// What compareKeys found (and deleted) per committed key window.
-export interface KeyCompareReport {
-  transfer: string;
-  applied: boolean;
-  windows: {
-    batchId: string;
-    low: string | null;
-    high: string;
-    sourceKeys: number;
-    targetKeys: number;
-    goneAtSource: number; // target keys in the window that the source no longer has
-    sample: string[]; // up to 10 of them (key columns joined by ',')
-    deleted: number;
-  }[];
-  goneAtSource: number;
-  deleted: number;
-}
-
-// What a re-baseline would do (its preview): only the source's schema is read, nothing written.
-export interface RebaselinePlan {
-  transfer: string;
-  possible: boolean; // false: refused as things are (see effect)
-  after: string | null; // the last committed window's high (the baseline's low is REBASELINE_MARK + it)
-  openBatch: { batchId: string; state: BatchState } | null;
-  paused: boolean;
-  windowed: boolean; // key windows of batchSize rows (changes.ts); false: one batch
-  effect: string;
-}
-
-export interface ReplayPlan {
-  transfer: string;
-  window: { kind: string; low: string | null; high: string };
-  batches: { batchId: string; low: string | null; high: string; rows: number | null }[];
-  rows: number; // rows the covered batches committed
-}
-
-export function statusOf(state: BatchState): BatchStatus {
-  if (state === 'committed') return 'committed';
-  // An apply that was started and not reconciled has an unknown outcome: that is 'unresolved' to an operator.
-  if (state === 'unresolved' || state === 'applying') return 'unresolved';
-  return 'incomplete';
-}
-
-export function nextActionFor(b: BatchRecord): { text: string; retryable: boolean } {
-  switch (b.state) {
-    case 'extracting':
-      return b.rowCount === null
-        ? {
-            text: 'The window is reserved but the manifest is not recorded yet. Run the batch again (same batch id); it records the manifest, stages and applies.',
-            retryable: true,
-          }
-        : {
-            text: `Manifest recorded (${b.rowCount} rows); not staged yet${b.lastError ? ` (last error: ${b.lastError})` : ''}. Run the batch again with the same batch id.`,
-            retryable: true,
-          };
-    case 'staged':
-      return {
-        text: `Staged and verified on the target (${b.stagedCount} rows); not applied${b.lastError ? ` (last error: ${b.lastError})` : ''}. Run the batch again with the same batch id; re-applying is safe.`,
-        retryable: true,
-      };
-    case 'applying':
-      return {
-        text: `An apply was started${b.applyStartedAt ? ` at ${b.applyStartedAt.toISOString()}` : ''} and its outcome is not known to the journal yet. Reconcile it before anything else; never create a new batch for this window.`,
-        retryable: false,
-      };
-    case 'unresolved':
-      return {
-        text: `The target could not yet say whether the apply committed (${b.lastError ?? 'no detail'}). Reconcile again later (maintenance does this); if it stays unresolved, follow the runbook in docs/transfer.md: find the open transaction holding the claim on batch ${b.batchId} on the target. Do not retry or re-create the batch by hand.`,
-        retryable: false,
-      };
-    case 'committed':
-      return {
-        text: `Nothing to do: committed${b.committedAt ? ` at ${b.committedAt.toISOString()}` : ''} with ${b.appliedCount ?? b.rowCount} rows.`,
-        retryable: false,
-      };
-    case 'failed':
-      return {
-        text: `Will not be retried: ${b.lastError ?? 'failed'}. Nothing of it was applied and its window is released. Fix the cause (see last error), then create a new batch for the transfer.`,
-        retryable: false,
-      };
-  }
-}
-
-export function toView(b: BatchRecord): BatchView {
-  const next = nextActionFor(b);
-  return {
-    batchId: b.batchId,
-    transfer: b.transferName,
-    state: b.state,
-    status: statusOf(b.state),
-    nextAction: next.text,
-    retryable: next.retryable,
-    attempts: b.attempts,
-    boundary: { kind: b.boundaryKind, low: b.boundaryLow, high: b.boundaryHigh },
-    schemaHash: b.schemaHash,
-    rowCount: b.rowCount,
-    checksum: b.checksum,
-    stagedCount: b.stagedCount,
-    stagedChecksum: b.stagedChecksum,
-    appliedCount: b.appliedCount,
-    lastError: b.lastError,
-    lastErrorCode: b.lastErrorCode,
-    createdAt: b.createdAt.toISOString(),
-    updatedAt: b.updatedAt.toISOString(),
-    extractedAt: iso(b.extractedAt),
-    stagedAt: iso(b.stagedAt),
-    applyStartedAt: iso(b.applyStartedAt),
-    committedAt: iso(b.committedAt),
-    failedAt: iso(b.failedAt),
-  };
-}
-
-// When an open batch last made progress: the stamps only its own steps set (created, manifest recorded, staged,
-// apply started). Reconcile and notes refresh updated_at but never these, so a batch that maintenance keeps
-// reconciling still shows how long it has been stuck.
-export function lastProgressAt(v: BatchView): number {
-  return Math.max(
-    ...[v.createdAt, v.extractedAt, v.stagedAt, v.applyStartedAt].filter((x): x is string => !!x).map(Date.parse),
-  );
-}
-
-// The source's most preferred checksum that the target can verify too (every engine computes keel-v1).
-export async function negotiateChecksum(a: Adapters): Promise<ChecksumAlgorithm> {
-  const [s, t] = await Promise.all([a.source.checksumAlgorithms(), a.target.checksumAlgorithms()]);
-  const common = s.find((x) => t.includes(x));
-  if (!common)
-    throw new TransferError(
-      'target_incompatible',
-      `no checksum both sides compute: the ${a.source.engine} source computes ${s.join(', ')}, the ${a.target.engine} target ${t.join(', ')}`,
-    );
-  return common;
-}
-
-// The source's native bulk stream when the target reads the same format; canonical rows otherwise.
-export function negotiateFeed(a: Adapters, w: Window, schema: SourceSchema, chunkSize: number): RowFeed {
-  const format = a.source.bulkFormat;
-  const bulkOut = a.source.bulkOut?.bind(a.source);
-  if (bulkFeed(a) && bulkOut && format !== undefined)
-    return { kind: 'bulk', format, open: (encoding) => bulkOut(w, schema, encoding) };
-  const facts: StreamFacts = {};
-  return { kind: 'rows', rows: a.source.streamRows(w, schema, chunkSize, facts), facts };
-}
-
-function bulkFeed(a: Adapters): boolean {
-  return a.source.bulkFormat !== undefined && !!a.source.bulkOut && a.source.bulkFormat === a.target.bulkFormat;
-}
-
-// One source read (docs/transfer.md "One source read"): the manifest is computed from the rows as they are staged,
-// instead of by a read of the window before them, when the rows travel as canonical text (no bulk stream), the
-// checksum is keel-v1 (what Node computes from canonical text), the target can take a manifest after the rows, and
-// the source reads the window in one consistent snapshot (so the rows staged are the window as of one moment, as a
-// separate manifest read would have counted it).
-export async function readsOnce(a: Adapters, w: Window): Promise<boolean> {
-  if (!a.target.stageStreamed || !a.source.readsSnapshot || bulkFeed(a)) return false;
-  if ((await negotiateChecksum(a)) !== 'keel-v1') return false;
-  return a.source.readsSnapshot(w);
-}
-
-// A baseline runs in key windows only when the target's apply can mirror a key range (changes.ts).
-function baselineOpts(a: Adapters): { baselineWindows: boolean } {
-  return { baselineWindows: a.target.mirrorsKeyRanges === true };
-}
-
 export class TransferService {
   private readonly journal: TransferJournal;
   private readonly transfers: Map<string, TransferConfig>;
@@ -304,6 +77,8 @@ export class TransferService {
   private readonly prepared = new Set<string>();
   private readonly onClose: (() => Promise<void>) | undefined;
   private readonly directApply: boolean;
+  private readonly moves: BatchMoves;
+  private readonly reconciler: Reconciler;
   // The last rows-behind count per transfer, with the bound and cap it was counted for (rowsBehind's reuse).
   private readonly behindCounts = new Map<string, { low: string | null; cap: number; at: number; value: RowsBehind }>();
 
@@ -315,22 +90,19 @@ export class TransferService {
     this.newId = deps.newBatchId ?? randomUUID;
     this.onClose = deps.onClose;
     this.directApply = deps.directApply ?? false;
+    this.moves = new BatchMoves(this.journal, this.log);
+    this.reconciler = new Reconciler({
+      journal: this.journal,
+      moves: this.moves,
+      log: this.log,
+      transfer: (name) => this.transfer(name),
+      findTransfer: (name) => this.transfers.get(name),
+      connect: (t) => this.connect(t),
+    });
   }
 
   listTransfers(): TransferSummary[] {
-    return [...this.transfers.values()].map((t) => ({
-      name: t.name,
-      source: { engine: t.source.engine, table: t.source.table ?? null, query: !!t.source.query },
-      target: { engine: t.target.engine, table: t.target.table, transactionGuard: t.target.transactionGuard },
-      keyColumns: [...t.keyColumns],
-      boundary: { column: t.boundary.column ?? null, kind: t.boundary.kind },
-      columns: t.columns.map((c) => ({ ...c })),
-      batchSize: t.batchSize,
-      chunkSize: t.chunkSize,
-      schedule: t.schedule ?? null,
-      keyCompare: t.keyCompare,
-      keyCompareSchedule: t.keyCompareSchedule ?? null,
-    }));
+    return [...this.transfers.values()].map(transferSummary);
   }
 
   // Operator action: no new batch for this transfer (timer, catch-up, start) and its queue steps leave its open
@@ -472,77 +244,6 @@ export class TransferService {
     this.prepared.add(key);
   }
 
-  private async load(batchId: string): Promise<BatchRecord> {
-    const b = await this.journal.get(batchId);
-    if (!b) throw new TransferError('unknown_batch', `no batch ${batchId}`);
-    return b;
-  }
-
-  private request(b: BatchRecord, t: TransferConfig): StageRequest {
-    if (b.rowCount === null || b.checksum === null)
-      throw new TransferError('invalid_state', `batch ${b.batchId} has no manifest yet`);
-    const changes = changeModeOf(t, b.boundaryLow);
-    // A windowed baseline's key window mirrors its key range only (changes.ts).
-    const mirrorRange = changes === 'mirror' ? baselineKeyRange(b.boundaryLow, b.boundaryHigh) : null;
-    return {
-      batchId: b.batchId,
-      transfer: t.name,
-      manifest: { rowCount: b.rowCount, checksum: b.checksum },
-      schema: { columns: b.schemaColumns, hash: b.schemaHash },
-      ...(changes ? { changes } : {}),
-      ...(mirrorRange ? { mirrorRange } : {}),
-    };
-  }
-
-  // One move of the state table (lifecycle.ts) through the journal's compare-and-set. null: the batch was in none of
-  // the move's `from` states (someone else moved it).
-  private move(
-    batchId: string,
-    m: {
-      move: MoveName;
-      to?: BatchState;
-      event?: string;
-      from?: readonly BatchState[];
-      set: BatchPatch;
-      detail?: Record<string, unknown>;
-    },
-  ): Promise<BatchRecord | null> {
-    const { from, to, event } = journalMove(m.move, m);
-    return this.journal.transition(batchId, from, to, m.set, event, m.detail);
-  }
-
-  // A terminal problem: the batch can never succeed as extracted. Only called when nothing of it is applied and no
-  // apply of it can commit any more: no apply was ever started (attempts = 0), or the target committed the final
-  // fence (see release()). It releases the window.
-  private async fail(b: BatchRecord, from: readonly BatchState[], err: TransferError): Promise<BatchRecord> {
-    const moved = await this.move(b.batchId, {
-      move: 'fail',
-      from,
-      set: { lastError: err.message, lastErrorCode: err.code, stamp: 'failed_at' },
-      detail: { code: err.code, ...(err.detail ?? {}) },
-    });
-    // Once per batch: only the call that moved it to failed reports it.
-    if (moved) this.log('transfer.batch.failed', { batchId: b.batchId, transfer: b.transferName, code: err.code });
-    // Its staged rows (if a staging committed) are garbage now; removing them is best effort.
-    const t = this.transfers.get(baseTransferName(b.transferName));
-    if (moved && t) {
-      const a = await this.connect(t).catch(() => null);
-      if (a) await this.purge(a, b);
-    }
-    return moved ?? (await this.load(b.batchId));
-  }
-
-  private async noteError(b: BatchRecord, event: string, err: unknown): Promise<void> {
-    const d = describeError(err);
-    await this.journal.note(
-      b.batchId,
-      event,
-      { code: d.code, message: d.message },
-      { lastError: d.message, lastErrorCode: d.code },
-    );
-    this.log(`transfer.${event}`, { batchId: b.batchId, transfer: b.transferName, code: d.code });
-  }
-
   // Extract: the next window after the last committed boundary, the recorded schema and the manifest (count and
   // checksum), all in the journal before any row moves. Throws 'nothing_to_transfer' when there are no new rows.
   async createBatch(transferName: string): Promise<BatchView> {
@@ -587,8 +288,8 @@ export class TransferService {
       return toView(await this.recordManifest(rec, t, a, schema, true));
     } catch (err) {
       // The batch exists and holds its window; running it (same id) records the manifest first.
-      await this.noteError(rec, 'manifest_error', err);
-      return toView(await this.load(rec.batchId));
+      await this.moves.noteError(rec, 'manifest_error', err);
+      return toView(await this.moves.load(rec.batchId));
     }
   }
 
@@ -672,8 +373,8 @@ export class TransferService {
     try {
       return { plan, batch: toView(await this.recordManifest(rec, t, a, schema, true)) };
     } catch (err) {
-      await this.noteError(rec, 'manifest_error', err);
-      return { plan, batch: toView(await this.load(rec.batchId)) };
+      await this.moves.noteError(rec, 'manifest_error', err);
+      return { plan, batch: toView(await this.moves.load(rec.batchId)) };
     }
   }
 
@@ -728,8 +429,8 @@ export class TransferService {
     try {
       return toView(await this.recordManifest(rec, t, a, schema, true));
     } catch (err) {
-      await this.noteError(rec, 'manifest_error', err);
-      return toView(await this.load(rec.batchId));
+      await this.moves.noteError(rec, 'manifest_error', err);
+      return toView(await this.moves.load(rec.batchId));
     }
   }
 
@@ -863,21 +564,21 @@ export class TransferService {
     if (deferrable && (await readsOnce(a, w))) return rec;
     const algorithm = await negotiateChecksum(a);
     const m = await a.source.manifest(w, schema, algorithm);
-    const moved = await this.move(rec.batchId, {
+    const moved = await this.moves.move(rec.batchId, {
       move: 'record_manifest',
       set: { rowCount: m.rowCount, checksum: m.checksum, stamp: 'extracted_at' },
       detail: { rowCount: m.rowCount, checksum: m.checksum },
     });
-    return moved ?? (await this.load(rec.batchId));
+    return moved ?? (await this.moves.load(rec.batchId));
   }
 
   // Stage: rows of the window into the target's staging table, verified against the manifest before it counts.
   async stage(batchId: string): Promise<BatchView> {
-    let b = await this.load(batchId);
+    let b = await this.moves.load(batchId);
     if (b.state === 'applying' || b.state === 'unresolved') {
       const r = await this.reconcile(batchId);
       if (r.state !== 'extracting') return r;
-      b = await this.load(batchId);
+      b = await this.moves.load(batchId);
     }
     if (b.state !== 'extracting') return toView(b);
     const t = this.transfer(baseTransferName(b.transferName));
@@ -902,19 +603,19 @@ export class TransferService {
         res = await this.stageReadOnce(b, t, a, w);
       } else {
         b = await this.recordManifest(b, t, a, schema);
-        const req = this.request(b, t);
+        const req = stageRequest(b, t);
         const feed = negotiateFeed(a, w, req.schema, t.chunkSize);
         if (this.directApply && a.target.applyDirect && a.target.canApplyDirect?.(req, feed)) {
           const direct = await this.applyDirectly(b, t, a, req, w, feed);
           if (direct) return direct;
           // Not eligible after all (rows of the window exist on the target): nothing was written, reconcile fenced
           // the attempt and moved the batch back; it is staged and applied.
-          b = await this.load(batchId);
+          b = await this.moves.load(batchId);
           if (b.state !== 'extracting') return toView(b);
         }
         res = await a.target.stage(req, feed);
       }
-      const moved = await this.move(b.batchId, {
+      const moved = await this.moves.move(b.batchId, {
         move: 'stage',
         event: res.outcome,
         set: {
@@ -926,11 +627,11 @@ export class TransferService {
         },
         detail: { rowCount: res.rowCount, checksum: res.checksum, ms: Date.now() - started },
       });
-      return toView(moved ?? (await this.load(batchId)));
+      return toView(moved ?? (await this.moves.load(batchId)));
     } catch (err) {
       if (err instanceof TransferError && TERMINAL_CODES.has(err.code))
-        return toView(await this.release(b, err, ['extracting']));
-      await this.noteError(b, 'stage_error', err);
+        return toView(await this.reconciler.release(b, err, ['extracting']));
+      await this.moves.noteError(b, 'stage_error', err);
       throw err;
     }
   }
@@ -977,11 +678,11 @@ export class TransferService {
   }
 
   private async recordStreamedManifest(batchId: string, m: Manifest): Promise<Manifest> {
-    const now = await this.load(batchId);
+    const now = await this.moves.load(batchId);
     if (now.rowCount !== null && now.checksum !== null) return { rowCount: now.rowCount, checksum: now.checksum };
     if (now.state !== 'extracting')
       throw new TransferError('invalid_state', `batch ${batchId} moved to ${now.state} while its rows were staged`);
-    const moved = await this.move(batchId, {
+    const moved = await this.moves.move(batchId, {
       move: 'record_manifest',
       set: { rowCount: m.rowCount, checksum: m.checksum, stamp: 'extracted_at' },
       detail: { rowCount: m.rowCount, checksum: m.checksum, oneRead: true },
@@ -993,25 +694,25 @@ export class TransferService {
 
   // Apply: one target procedure call, one local transaction. Any error is followed by reconcile.
   async apply(batchId: string): Promise<BatchView> {
-    let b = await this.load(batchId);
+    let b = await this.moves.load(batchId);
     if (b.state === 'applying' || b.state === 'unresolved') {
       const r = await this.reconcile(batchId);
       if (r.state !== 'staged') return r;
-      b = await this.load(batchId);
+      b = await this.moves.load(batchId);
     }
     if (b.state === 'extracting')
       throw new TransferError('invalid_state', `batch ${batchId} is not staged yet; run it (stage + apply)`);
     if (b.state !== 'staged') return toView(b);
     const t = this.transfer(baseTransferName(b.transferName));
     const a = await this.connect(t);
-    const req = this.request(b, t);
+    const req = stageRequest(b, t);
     await this.prepare(t, a, req.schema); // target adapters need the column mapping (cached per schema)
-    const claimed = await this.move(b.batchId, {
+    const claimed = await this.moves.move(b.batchId, {
       move: 'start_apply',
       set: { incrementAttempts: true, stamp: 'apply_started_at', targetReconcileToken: null },
       detail: { attempt: b.attempts + 1 },
     });
-    if (!claimed) return toView(await this.load(batchId)); // someone else moved it
+    if (!claimed) return toView(await this.moves.load(batchId)); // someone else moved it
     try {
       const res = await a.target.apply(req, {
         attempt: claimed.attempts, // fenced on the target: an attempt that reconcile ruled out fails instead of committing
@@ -1026,7 +727,7 @@ export class TransferService {
         },
       });
       // The target's own answer is authoritative whenever it arrives, whatever a concurrent reconcile wrote meanwhile.
-      const done = await this.move(b.batchId, {
+      const done = await this.moves.move(b.batchId, {
         move: 'commit',
         event: res.outcome,
         set: { appliedCount: res.rowCount, stamp: 'committed_at', lastError: null, lastErrorCode: null },
@@ -1043,17 +744,17 @@ export class TransferService {
         rows: res.rowCount,
         ...(res.deleted !== undefined ? { deleted: res.deleted } : {}),
       });
-      await this.purge(a, b);
-      return toView(done ?? (await this.load(batchId)));
+      await this.reconciler.purge(a, b);
+      return toView(done ?? (await this.moves.load(batchId)));
     } catch (err) {
-      await this.noteError(b, 'apply_error', err);
+      await this.moves.noteError(b, 'apply_error', err);
       const view = await this.reconcile(batchId);
       if (
         err instanceof TransferError &&
         TERMINAL_CODES.has(err.code) &&
         (view.state === 'staged' || view.state === 'extracting')
       ) {
-        return toView(await this.release(await this.load(batchId), err));
+        return toView(await this.reconciler.release(await this.moves.load(batchId), err));
       }
       return view;
     }
@@ -1072,20 +773,20 @@ export class TransferService {
     w: Window,
     feed: RowFeed,
   ): Promise<BatchView | null> {
-    const claimed = await this.move(b.batchId, {
+    const claimed = await this.moves.move(b.batchId, {
       move: 'start_apply',
       from: ['extracting'],
       set: { incrementAttempts: true, stamp: 'apply_started_at', targetReconcileToken: null },
       detail: { attempt: b.attempts + 1, direct: true },
     });
-    if (!claimed) return toView(await this.load(b.batchId)); // someone else moved it
+    if (!claimed) return toView(await this.moves.load(b.batchId)); // someone else moved it
     try {
       const res = await a.target.applyDirect!(req, w, feed, { attempt: claimed.attempts });
       if (res === 'not_eligible') {
         const view = await this.reconcile(b.batchId);
         return view.state === 'extracting' ? null : view;
       }
-      const done = await this.move(b.batchId, {
+      const done = await this.moves.move(b.batchId, {
         move: 'commit',
         event: res.outcome,
         set: {
@@ -1105,27 +806,18 @@ export class TransferService {
         rows: res.rowCount,
         direct: true,
       });
-      return toView(done ?? (await this.load(b.batchId)));
+      return toView(done ?? (await this.moves.load(b.batchId)));
     } catch (err) {
-      await this.noteError(b, 'apply_error', err);
+      await this.moves.noteError(b, 'apply_error', err);
       const view = await this.reconcile(b.batchId);
       if (
         err instanceof TransferError &&
         TERMINAL_CODES.has(err.code) &&
         (view.state === 'staged' || view.state === 'extracting')
       ) {
-        return toView(await this.release(await this.load(b.batchId), err));
+        return toView(await this.reconciler.release(await this.moves.load(b.batchId), err));
       }
       return view;
-    }
-  }
-
-  private async purge(a: Adapters, b: BatchRecord): Promise<void> {
-    try {
-      await a.target.purgeStaged(b.batchId);
-    } catch (err) {
-      // Staged rows of a committed batch are garbage, not state: the next reconcile or purge removes them.
-      await this.journal.note(b.batchId, 'purge_error', describeError(err)).catch(() => undefined);
     }
   }
 
@@ -1139,14 +831,14 @@ export class TransferService {
       view = await this.stage(batchId);
     } catch (err) {
       if (isTransferError(err, 'unknown_batch') || isTransferError(err, 'unknown_transfer')) throw err;
-      return toView(await this.load(batchId));
+      return toView(await this.moves.load(batchId));
     }
     if (view.state !== 'staged') return view;
     try {
       return await this.apply(batchId);
     } catch (err) {
       if (isTransferError(err, 'unknown_batch') || isTransferError(err, 'unknown_transfer')) throw err;
-      return toView(await this.load(batchId));
+      return toView(await this.moves.load(batchId));
     }
   }
 
@@ -1156,98 +848,7 @@ export class TransferService {
   // it obtains it, commits a fence with the verdict so that no apply of an attempt so far (<= attempts) can commit
   // afterwards. The verdict is therefore final (docs/transfer.md, "Reconcile and the fence").
   async reconcile(batchId: string): Promise<BatchView> {
-    return toView((await this.settle(await this.load(batchId), false)).rec);
-  }
-
-  // final: fence every attempt, for good (abandon, and before a window is released).
-  private async settle(b: BatchRecord, final: boolean): Promise<{ rec: BatchRecord; verdict: Verdict }> {
-    if (!OPEN_STATES.includes(b.state)) return { rec: b, verdict: 'skipped' };
-    // Without a manifest nothing was staged, and nothing can have been applied (an apply needs 'staged' first).
-    if (b.rowCount === null || b.checksum === null) return { rec: b, verdict: 'skipped' };
-    // 'extracting' after attempts: reconcile found the staging gone; an apply of those attempts is fenced already.
-    if (b.state === 'extracting' && b.attempts === 0 && !final) return { rec: b, verdict: 'skipped' };
-    const t = this.transfer(baseTransferName(b.transferName));
-    const fenceThrough = final ? FINAL_FENCE : b.attempts;
-    const open = b.state === 'applying' || b.state === 'unresolved';
-    let outcome;
-    let a: Adapters;
-    try {
-      a = await this.connect(t);
-      outcome = await a.target.reconcile(this.request(b, t), t.reconcileWaitMs, fenceThrough, b.targetReconcileToken);
-    } catch (err) {
-      const d = describeError(err);
-      if (open) {
-        const moved = await this.move(b.batchId, {
-          move: 'reconcile_error',
-          set: { lastError: `reconcile could not reach a verdict: ${d.message}`, lastErrorCode: d.code },
-          detail: d,
-        });
-        return { rec: moved ?? (await this.load(b.batchId)), verdict: 'error' };
-      }
-      await this.journal.note(b.batchId, 'reconcile_error', d, {
-        lastError: `reconcile could not reach a verdict: ${d.message}`,
-        lastErrorCode: d.code,
-      });
-      return { rec: await this.load(b.batchId), verdict: 'error' };
-    }
-    if (outcome.outcome === 'committed') {
-      const mismatch = outcome.checksum !== b.checksum;
-      const moved = await this.move(b.batchId, {
-        move: 'commit',
-        event: 'reconciled_committed',
-        set: {
-          appliedCount: outcome.rowCount,
-          stamp: 'committed_at',
-          lastError: mismatch
-            ? `target completion row checksum ${outcome.checksum} differs from the manifest ${b.checksum}`
-            : null,
-          lastErrorCode: mismatch ? 'completion_checksum_mismatch' : null,
-        },
-        detail: { via: outcome.via, rowCount: outcome.rowCount, checksum: outcome.checksum, from: b.state },
-      });
-      await this.purge(a, b);
-      return { rec: moved ?? (await this.load(b.batchId)), verdict: 'committed' };
-    }
-    if (outcome.outcome === 'not_applied') {
-      const to: BatchState = outcome.staged ? 'staged' : 'extracting';
-      const detail = { via: outcome.via, staged: outcome.staged, fencedThrough: fenceThrough };
-      let moved: BatchRecord | null = null;
-      // The verdict is final for every attempt so far, so their reconcile token is spent: cleared, so that no later
-      // reconcile asks the target about it again (an Oracle LTXID can be consumed by a later, unrelated commit).
-      if (open)
-        moved = await this.move(b.batchId, { move: 'not_applied', to, set: { targetReconcileToken: null }, detail });
-      else if (b.state === 'staged' && !outcome.staged)
-        moved = await this.move(b.batchId, { move: 'staging_gone', set: { targetReconcileToken: null }, detail });
-      // Unchanged state: noted, and marked touched (updated_at), so maintenance asks again only after the stale age.
-      else await this.journal.note(b.batchId, 'reconciled_not_applied', detail, { lastError: b.lastError });
-      return { rec: moved ?? (await this.load(b.batchId)), verdict: 'not_applied' };
-    }
-    const moved = await this.move(b.batchId, {
-      move: 'blocked',
-      set: { lastError: outcome.reason, lastErrorCode: 'claim_blocked' },
-      detail: { reason: outcome.reason },
-    });
-    return { rec: moved ?? (await this.load(b.batchId)), verdict: 'blocked' };
-  }
-
-  // Releases the batch's window (state 'failed'), but only once no apply of it can ever commit: when an apply was
-  // started (attempts > 0), the target must first answer "not applied" to a final fence. A committed answer wins
-  // (the batch is committed, not failed); no answer leaves the batch as the fence attempt left it.
-  private async release(
-    b: BatchRecord,
-    err: TransferError,
-    from: readonly BatchState[] = OPEN_STATES,
-  ): Promise<BatchRecord> {
-    if (b.attempts === 0 && b.state === 'extracting') return this.fail(b, from, err);
-    const { rec, verdict } = await this.settle(b, true);
-    if (verdict !== 'not_applied' && !(verdict === 'skipped' && rec.attempts === 0)) {
-      // Not released: the reason is kept in the batch's events (its last error says why the target gave no verdict);
-      // running or abandoning it again asks the target again.
-      if (OPEN_STATES.includes(rec.state))
-        await this.journal.note(rec.batchId, 'release_deferred', { code: err.code, message: err.message, verdict });
-      return this.load(b.batchId);
-    }
-    return this.fail(rec, from, err);
+    return toView((await this.reconciler.settle(await this.moves.load(batchId), false)).rec);
   }
 
   // Maintenance: reconcile batches whose apply outcome is unknown and that nobody touched for olderThanMs.
@@ -1260,7 +861,7 @@ export class TransferService {
       try {
         out.push(await this.reconcile(b.batchId));
       } catch (err) {
-        await this.noteError(b, 'reconcile_error', err).catch(() => undefined);
+        await this.moves.noteError(b, 'reconcile_error', err).catch(() => undefined);
         out.push(toView((await this.journal.get(b.batchId)) ?? b));
       }
     }
@@ -1271,9 +872,11 @@ export class TransferService {
   // the target proves it not applied under the final fence: the fence makes every apply of this batch id, also
   // one still on its way, fail on the target, so the window can never be applied by two batches.
   async abandon(batchId: string, reason: string): Promise<BatchView> {
-    const b = await this.load(batchId);
+    const b = await this.moves.load(batchId);
     if (!OPEN_STATES.includes(b.state)) return toView(b);
-    return toView(await this.release(b, new TransferError('invalid_state', `abandoned by operator: ${reason}`)));
+    return toView(
+      await this.reconciler.release(b, new TransferError('invalid_state', `abandoned by operator: ${reason}`)),
+    );
   }
 
   async getBatch(batchId: string): Promise<BatchDetail | null> {
@@ -1305,5 +908,3 @@ export class TransferService {
     await this.onClose?.();
   }
 }
-
-export { OPEN_STATES } from './lifecycle.js';

@@ -7,7 +7,8 @@ import { PostgresTransferSource } from '../../shared/engines/postgres/transferSo
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
 import type { ChecksumAlgorithm } from '../../shared/transfer/checksum.js';
 import { isTransferError } from '../../shared/transfer/errors.js';
-import { negotiateChecksum, negotiateFeed, TransferService } from '../../shared/transfer/service.js';
+import { negotiateChecksum, negotiateFeed } from '../../shared/transfer/negotiate.js';
+import { TransferService } from '../../shared/transfer/service.js';
 import type { Adapters, SourceAdapter, TargetAdapter } from '../../shared/transfer/types.js';
 import { insertSourceRows, ORDERS_DDL, ordersTransfer, setupDatabases, TARGET_DDL, type Env } from './helpers.js';
 

@@ -1,0 +1,49 @@
+// A batch's journal record as the service changes it: read, moved through the state table (lifecycle.ts), and its
+// errors noted. Every step of the service (stage, apply, reconcile) goes through here.
+import { describeError, TransferError } from './errors.js';
+import type { BatchPatch, BatchRecord, TransferJournal } from './journal.js';
+import { journalMove, type MoveName } from './lifecycle.js';
+import type { BatchState } from './types.js';
+
+export type TransferLog = (event: string, data: Record<string, unknown>) => void;
+
+export class BatchMoves {
+  constructor(
+    private readonly journal: TransferJournal,
+    private readonly log: TransferLog,
+  ) {}
+
+  async load(batchId: string): Promise<BatchRecord> {
+    const b = await this.journal.get(batchId);
+    if (!b) throw new TransferError('unknown_batch', `no batch ${batchId}`);
+    return b;
+  }
+
+  // One move of the state table (lifecycle.ts) through the journal's compare-and-set. null: the batch was in none of
+  // the move's `from` states (someone else moved it).
+  move(
+    batchId: string,
+    m: {
+      move: MoveName;
+      to?: BatchState;
+      event?: string;
+      from?: readonly BatchState[];
+      set: BatchPatch;
+      detail?: Record<string, unknown>;
+    },
+  ): Promise<BatchRecord | null> {
+    const { from, to, event } = journalMove(m.move, m);
+    return this.journal.transition(batchId, from, to, m.set, event, m.detail);
+  }
+
+  async noteError(b: BatchRecord, event: string, err: unknown): Promise<void> {
+    const d = describeError(err);
+    await this.journal.note(
+      b.batchId,
+      event,
+      { code: d.code, message: d.message },
+      { lastError: d.message, lastErrorCode: d.code },
+    );
+    this.log(`transfer.${event}`, { batchId: b.batchId, transfer: b.transferName, code: d.code });
+  }
+}
