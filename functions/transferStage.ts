@@ -8,15 +8,9 @@
 import type { InvocationContext } from '@azure/functions';
 import { getRuntime } from '../shared/app/runtime.js';
 import { poison } from '../shared/app/messages.js';
-import {
-  continueCatchUp,
-  describeView,
-  isTransferError,
-  leftPaused,
-  postApply,
-  readTransferStep,
-  scheduleRetry,
-} from '../shared/app/transfers.js';
+import { continueCatchUp } from '../shared/app/catchUp.js';
+import { describeView, leftPaused, postApply, readTransferStep, scheduleRetry } from '../shared/app/transferSteps.js';
+import { isTransferError } from '../shared/transfer/errors.js';
 import { batchTelemetry } from '../shared/app/telemetryHooks.js';
 
 export async function transferStage(message: unknown, context: InvocationContext): Promise<void> {

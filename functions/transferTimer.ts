@@ -4,7 +4,7 @@
 // is enforced by the journal). Then runs the key-set comparisons whose keyCompareSchedule is due.
 import type { InvocationContext, Timer } from '@azure/functions';
 import { getRuntime } from '../shared/app/runtime.js';
-import { runTransferSchedule, type TimerStep } from '../shared/app/transfers.js';
+import { runTransferSchedule, type TimerStep } from '../shared/app/transferSchedule.js';
 
 const QUIET: ReadonlySet<TimerStep['action']> = new Set(['nothing_new', 'not_due', 'paused']);
 

@@ -5,7 +5,7 @@ import { postDueJobs } from './timerPasses.js';
 import { enqueueAndPost, postJobs } from './enqueue.js';
 import type { Runtime } from './runtime.js';
 import { hostEnvironment } from './hostEnvironment.js';
-import { postStage } from './transfers.js';
+import { postStage } from './transferSteps.js';
 
 const views = new WeakMap<Runtime, OpsRuntime>();
 

@@ -11,7 +11,7 @@ import { engineNamed } from '../engines/registry.js';
 import { parseSettings, type Settings } from '../config/settings.js';
 import { processEnv, type AppEnv } from './environment.js';
 import { StorageQueueGateway, type QueueGateway } from './queues.js';
-import { createTransferService } from './transfers.js';
+import { createTransferService } from './transferComposition.js';
 import type { TransferService } from '../transfer/service.js';
 import { processorTelemetry } from './telemetryHooks.js';
 import { appFunctionTimeoutMs } from './hostJson.js';

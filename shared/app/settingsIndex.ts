@@ -50,7 +50,7 @@ export const SETTINGS_INDEX: readonly SettingsSchemaEntry[] = [
   declared({
     schema: 'transfers',
     module: 'shared/transfer/config.ts',
-    readBy: 'createRuntime, from the runtime env (shared/app/transfers.ts, transferAdapters.ts)',
+    readBy: 'createRuntime, from the runtime env (shared/app/transferComposition.ts, transferAdapters.ts)',
     declarations: TRANSFER_CONFIG_SETTINGS,
     dynamic:
       'the connection settings each transfer names (source/target connectionSetting, target userSetting and passwordSetting)',

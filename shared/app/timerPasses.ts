@@ -9,7 +9,7 @@ import type { JobOutcome } from '../jobs/processor.js';
 import { postJob, postJobs, type Logger } from './enqueue.js';
 import type { Runtime } from './runtime.js';
 import { maintenanceTelemetry, reconcileTelemetry, scheduleFailedTelemetry } from './telemetryHooks.js';
-import { isStalled, resumeStalled } from './transfers.js';
+import { isStalled, resumeStalled } from './transferSteps.js';
 import { baseTransferName } from '../transfer/chains.js';
 
 export interface DispatchResult {

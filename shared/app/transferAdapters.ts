@@ -60,7 +60,7 @@ export class AdapterFactory {
 
 // A service over the given journal: transfers from KEEL_TRANSFERS / KEEL_TRANSFERS_FILE (validated now, so bad
 // configuration fails at startup), or as the caller already parsed them from the same env.
-// shared/app/transfers.ts opens the journal from the control engine and calls this; tests call it with a journal of
+// shared/app/transferComposition.ts opens the journal from the control engine and calls this; tests call it with a journal of
 // their own.
 export function composeTransferService(
   journal: TransferJournal,

@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { transferStage } from '../../functions/transferStage.js';
 import { transferApply } from '../../functions/transferApply.js';
 import { transferTimer } from '../../functions/transferTimer.js';
-import { runTransferSchedule, scheduleDue } from '../../shared/app/transfers.js';
+import { runTransferSchedule, scheduleDue } from '../../shared/app/transferSchedule.js';
 import { context, READER, timer } from './support.js';
 import { ITEMS_DDL, useItemsTransfer } from './itemsTransfer.js';
 

@@ -8,7 +8,7 @@ import { telemetry } from '../../shared/telemetry/index.js';
 import { READER } from './support.js';
 import { ITEMS_DDL, useItemsTransfer } from './itemsTransfer.js';
 import { migratePostgresChangeCapture } from '../../shared/engines/postgres/changeCapture.js';
-import { keyCompareDue, runTransferSchedule } from '../../shared/app/transfers.js';
+import { keyCompareDue, runTransferSchedule } from '../../shared/app/transferSchedule.js';
 
 const THINGS_DDL = ITEMS_DDL.replace('public.items', 'public.things');
 const KC_DDL = ITEMS_DDL.replace('public.items', 'public.kc');

@@ -1,0 +1,134 @@
+// The transfer timer's pass (functions/transferTimer.ts): scheduled starts, stalled batches resumed, the freshness
+// gauge, scheduled key-set comparisons.
+import { Cron } from 'croner';
+import { describeError } from '../transfer/errors.js';
+import { telemetry } from '../telemetry/index.js';
+import type { Logger } from './enqueue.js';
+import { reportFreshness } from './freshness.js';
+import type { Runtime } from './runtime.js';
+import { isStalled, postStage, resumeStalled } from './transferSteps.js';
+
+// Names the timer starts: KEEL_SCHEDULED_TRANSFERS, "*" for every configured transfer.
+export function scheduledTransfers(rt: Runtime): string[] {
+  if (!rt.transfers) return [];
+  const configured = rt.transfers.listTransfers().map((t) => t.name);
+  const wanted = rt.settings.KEEL_SCHEDULED_TRANSFERS;
+  if (wanted.includes('*')) return configured;
+  return wanted.filter((n) => configured.includes(n));
+}
+
+export interface TimerStep {
+  transfer: string;
+  action: 'created' | 'resumed' | 'nothing_new' | 'open_batch_busy' | 'paused' | 'not_due' | 'error';
+  batchId?: string;
+  detail?: string;
+}
+
+// A transfer with its own schedule is due when its cron has an occurrence after its newest batch was created (or
+// it has none) and not after now. The transfer timer must fire at least as often as the finest schedule.
+export function scheduleDue(cron: string, lastCreatedAt: string | undefined, now: Date): boolean {
+  if (!lastCreatedAt) return true;
+  const next = new Cron(cron, { paused: true, mode: '6-part', timezone: 'UTC' }).nextRun(new Date(lastCreatedAt));
+  return next !== null && next.getTime() <= now.getTime();
+}
+
+// One pass of the transfer timer, per scheduled transfer that is not paused: when a retryable batch is open and
+// has made no progress for KEEL_TRANSFER_STALE_MS (its retry chain ended, its message was lost or poisoned), that
+// batch is re-posted ("progress" is read from the batch's step stamps, which reconcile never moves; updated_at it
+// does); when none is open and the transfer's schedule is due (its own cron, or every tick), a new batch is
+// created and posted (catch-up then goes on from its commit).
+export async function runTransferSchedule(rt: Runtime, log: Logger, now: Date = new Date()): Promise<TimerStep[]> {
+  const service = rt.transfers;
+  if (!service) return [];
+  const steps: TimerStep[] = [];
+  const schedules = new Map(service.listTransfers().map((t) => [t.name, t.schedule]));
+  let paused: Set<string>;
+  try {
+    paused = await service.pausedTransfers();
+  } catch (err) {
+    log.error(`transfer timer: reading the transfer controls failed: ${(err as Error).message}`);
+    return scheduledTransfers(rt).map((transfer) => ({ transfer, action: 'error', detail: (err as Error).message }));
+  }
+  for (const name of scheduledTransfers(rt)) {
+    if (paused.has(name)) {
+      steps.push({ transfer: name, action: 'paused' });
+      continue;
+    }
+    try {
+      const recent = await service.listBatches({ transfer: name, limit: 5 });
+      const open = recent.find((b) => b.status !== 'committed' && b.state !== 'failed');
+      if (open) {
+        if (isStalled(rt, open, now.getTime())) {
+          await resumeStalled(rt, open, log);
+          steps.push({ transfer: name, action: 'resumed', batchId: open.batchId });
+        } else steps.push({ transfer: name, action: 'open_batch_busy', batchId: open.batchId });
+        continue;
+      }
+      const cron = schedules.get(name);
+      if (cron && !scheduleDue(cron, recent[0]?.createdAt, now)) {
+        steps.push({ transfer: name, action: 'not_due' });
+        continue;
+      }
+      const created = await service.tryCreateBatch(name);
+      if (created) {
+        await postStage(rt, created.batchId, log);
+        steps.push({ transfer: name, action: 'created', batchId: created.batchId });
+      } else steps.push({ transfer: name, action: 'nothing_new' });
+    } catch (err) {
+      log.error(`transfer ${name}: scheduled start failed: ${(err as Error).message}`);
+      steps.push({ transfer: name, action: 'error', detail: (err as Error).message });
+      telemetry.transferStartFailed({
+        transfer: name,
+        source: 'timer',
+        code: describeError(err).code,
+        message: (err as Error).message,
+      });
+    }
+  }
+  if (steps.length > 0) await reportFreshness(rt, steps, now, log);
+  await runScheduledKeyCompares(rt, log, now);
+  return steps;
+}
+
+// A transfer's keyCompareSchedule is due at the tick after one of its occurrences: an occurrence in (the transfer
+// timer's previous tick, now]. (A tick the host skipped skips that comparison too: the next occurrence runs it.)
+export function keyCompareDue(cron: string, timerCron: string, now: Date): boolean {
+  const opts = { paused: true, mode: '6-part', timezone: 'UTC' } as const;
+  const previousTick = new Cron(timerCron, opts).previousRuns(1, new Date(now.getTime() - 1000))[0];
+  if (!previousTick) return false;
+  const next = new Cron(cron, opts).nextRun(previousTick);
+  return next !== null && next.getTime() <= now.getTime();
+}
+
+// The scheduled key-set comparisons (docs/transfer.md "Deletes"): each due transfer that is not paused (the option
+// is its own opt-in: KEEL_SCHEDULED_TRANSFERS need not list it) compares its committed key windows, deleting only with keyCompare 'apply', and reports what it found as a
+// keel.transfer.keys_gone event (alert transfer-keys-gone when keys gone at the source stay on the target).
+async function runScheduledKeyCompares(rt: Runtime, log: Logger, now: Date): Promise<void> {
+  const service = rt.transfers!;
+  const due = service
+    .listTransfers()
+    .filter(
+      (t) =>
+        t.keyCompareSchedule !== null && keyCompareDue(t.keyCompareSchedule, rt.settings.KEEL_TRANSFER_SCHEDULE, now),
+    );
+  if (due.length === 0) return;
+  const paused = await service.pausedTransfers().catch(() => new Set<string>(due.map((t) => t.name)));
+  for (const t of due) {
+    if (paused.has(t.name)) continue;
+    try {
+      const r = await service.compareKeys(t.name, { apply: t.keyCompare === 'apply' });
+      telemetry.transferKeysGone({
+        transfer: t.name,
+        windows: r.windows.length,
+        goneAtSource: r.goneAtSource,
+        deleted: r.deleted,
+        applied: r.applied,
+      });
+      const msg = `transfer ${t.name}: scheduled key comparison: ${r.goneAtSource} target keys gone at the source in ${r.windows.length} windows, ${r.deleted} deleted`;
+      if (r.goneAtSource > r.deleted) log.warn(msg);
+      else log.info(msg);
+    } catch (err) {
+      log.error(`transfer ${t.name}: scheduled key comparison failed: ${(err as Error).message}`);
+    }
+  }
+}
