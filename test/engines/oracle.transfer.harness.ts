@@ -5,7 +5,9 @@
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import oracledb from 'oracledb';
-import { createOraclePool, OracleTransferTarget, toCanonical } from '../../shared/engines/oracle/transferTarget.js';
+import { toCanonical } from '../../shared/engines/oracle/canonical.js';
+import { createOraclePool } from '../../shared/engines/oracle/session.js';
+import { OracleTransferTarget } from '../../shared/engines/oracle/transferTarget.js';
 import { migrateOracleTarget } from '../../shared/engines/oracle/transferMigrate.js';
 import type { TransferConfig } from '../../shared/transfer/config.js';
 import { canonicalValue, type LogicalType } from '../../shared/transfer/checksum.js';

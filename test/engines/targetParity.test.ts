@@ -21,7 +21,7 @@ import {
   oracleStatement,
   TARGET_ORACLE_PROCEDURES,
   type OracleProcedure,
-} from '../../shared/engines/oracle/transferTarget.js';
+} from '../../shared/engines/oracle/targetProcedures.js';
 import { migratePostgresTarget } from '../../shared/engines/postgres/transferEndpoints.js';
 import { poolErrorLogger } from '../../shared/engines/poolErrors.js';
 import type { PgSignature } from '../../shared/engines/postgres/procedures.js';

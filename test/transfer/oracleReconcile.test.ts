@@ -6,14 +6,13 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest
 import pg from 'pg';
 import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
+import { dataError, ORA_DATA_ERRORS } from '../../shared/engines/oracle/dataErrors.js';
 import {
-  dataError,
-  ORA_DATA_ERRORS,
   ORACLE_CALL_ABANDONED,
   ORACLE_CALL_TIMEOUT_MS,
   ORACLE_WATCHDOG_GRACE_MS,
-  OracleTransferTarget,
-} from '../../shared/engines/oracle/transferTarget.js';
+} from '../../shared/engines/oracle/session.js';
+import { OracleTransferTarget } from '../../shared/engines/oracle/transferTarget.js';
 import { parseTransfers, type TransferConfig } from '../../shared/transfer/config.js';
 import { isTransferError, TransferError } from '../../shared/transfer/errors.js';
 import { TransferService } from '../../shared/transfer/service.js';

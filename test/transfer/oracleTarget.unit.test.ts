@@ -7,14 +7,9 @@ import { describe, expect, it } from 'vitest';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import type oracledb from 'oracledb';
-import {
-  KEEL_SESSION_SQL,
-  KEEL_SESSION_TAG,
-  OracleTransferTarget,
-  oracleSessionCallback,
-  ORACLE_LOCK_WAIT_SECONDS,
-  toCanonical,
-} from '../../shared/engines/oracle/transferTarget.js';
+import { toCanonical } from '../../shared/engines/oracle/canonical.js';
+import { KEEL_SESSION_SQL, KEEL_SESSION_TAG, oracleSessionCallback } from '../../shared/engines/oracle/session.js';
+import { OracleTransferTarget, ORACLE_LOCK_WAIT_SECONDS } from '../../shared/engines/oracle/transferTarget.js';
 import type { LogicalType } from '../../shared/transfer/checksum.js';
 import { TransferError } from '../../shared/transfer/errors.js';
 import type { TransferConfig } from '../../shared/transfer/config.js';

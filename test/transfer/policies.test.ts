@@ -7,7 +7,8 @@ import { PostgresTransferSource } from '../../shared/engines/postgres/transferSo
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
 import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
 import oracledb from 'oracledb';
-import { bindDef, OracleTransferTarget } from '../../shared/engines/oracle/transferTarget.js';
+import { bindDef } from '../../shared/engines/oracle/canonical.js';
+import { OracleTransferTarget } from '../../shared/engines/oracle/transferTarget.js';
 import { ChecksumAccumulator, canonicalFloat, type CanonicalRow } from '../../shared/transfer/checksum.js';
 import { parseTransfers, type TransferConfig, type TransferInput } from '../../shared/transfer/config.js';
 import { isTransferError, type TransferError } from '../../shared/transfer/errors.js';

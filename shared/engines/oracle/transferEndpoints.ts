@@ -8,7 +8,8 @@ import { connectionString, type TransferConfig } from '../../transfer/config.js'
 import type { TargetAdapter } from '../../transfer/types.js';
 import type { TransferEndpointOptions, TransferEndpoints } from '../descriptor.js';
 import { migrateOracleTarget } from './transferMigrate.js';
-import { OracleTransferTarget, createOraclePool } from './transferTarget.js';
+import { createOraclePool } from './session.js';
+import { OracleTransferTarget } from './transferTarget.js';
 
 export class OracleTransferEndpoints implements TransferEndpoints {
   private readonly pools = new Map<string, Promise<oracledb.Pool>>();
