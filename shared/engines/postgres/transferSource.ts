@@ -40,7 +40,7 @@ import {
   pgLogicalType,
   pgTemporalOutOfRange,
 } from './transferSql.js';
-import { PG_COPY_FORMAT, pgChecksumAlgorithms } from './client.js';
+import { PG_COPY_FORMAT, pgChecksumAlgorithms } from './serverFeatures.js';
 
 const noop = () => undefined;
 

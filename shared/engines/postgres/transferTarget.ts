@@ -43,7 +43,7 @@ import type {
   Window,
 } from '../../transfer/types.js';
 import { PG_CHECKSUM_SETTINGS_SQL, pgCanonical, pgChecksumQuery, pgFacets, pgLogicalType } from './transferSql.js';
-import { PG_COPY_FORMAT, pgChecksumAlgorithms } from './client.js';
+import { PG_COPY_FORMAT, pgChecksumAlgorithms } from './serverFeatures.js';
 import { pgStatement, type PgSignature } from './procedures.js';
 import { applyDirect } from './directApply.js';
 import { DEFAULT_TRANSFER_TIMEOUTS } from '../../transfer/timeouts.js';
