@@ -39,6 +39,12 @@ import {
   type TargetProcedure,
   type TargetRow,
 } from '../../transfer/targetProcedures.js';
+import {
+  requireTargetColumn,
+  requireTargetKey,
+  requireTargetTable,
+  stagingShapeRefusal,
+} from '../../transfer/targetChecks.js';
 import type { ApplyContext, KeyTuple, RowFeed, SourceSchema, StageRequest, Window } from '../../transfer/types.js';
 import {
   fromCanonical,
@@ -264,19 +270,10 @@ export class OracleTargetDialect implements TargetDialect {
         ),
       );
       const types = new Map((res.rows ?? []).map((r) => [r[0], r] as const));
-      if (types.size === 0)
-        throw new TransferError(
-          'target_incompatible',
-          `transfer ${this.t.name}: target table ${this.t.target.table} does not exist (Oracle names are case-sensitive here: they are quoted)`,
-        );
+      requireTargetTable(this.t, types, ' (Oracle names are case-sensitive here: they are quoted)');
       const cols: TargetColumn[] = [];
       for (const m of mapped) {
-        const row = types.get(m.target);
-        if (!row)
-          throw new TransferError(
-            'target_incompatible',
-            `transfer ${this.t.name}: target column ${m.target} does not exist in ${this.t.target.table}`,
-          );
+        const row = requireTargetColumn(this.t, types, m.target);
         const ty = { dataType: row[1], scale: row[2] ?? null };
         if (row[8] === 'YES') {
           // The MERGE would turn a verified NULL into the column's default, after verification.
@@ -332,12 +329,12 @@ export class OracleTargetDialect implements TargetDialect {
           { outFormat: oracledb.OUT_FORMAT_ARRAY },
         ),
       );
-      if (Number(key.rows?.[0]?.[0] ?? 0) === 0) {
-        throw new TransferError(
-          'target_incompatible',
-          `transfer ${this.t.name}: target table ${this.t.target.table} needs a primary key, unique constraint or unique index on exactly (${targetKeys(this.t).join(', ')})`,
-        );
-      }
+      requireTargetKey(
+        this.t,
+        Number(key.rows?.[0]?.[0] ?? 0) !== 0,
+        'a primary key, unique constraint or unique index',
+        targetKeys(this.t),
+      );
       try {
         // change windows stage the operation column KEEL_OP too
         const ops = carriesChanges(this.t);
@@ -352,7 +349,8 @@ export class OracleTargetDialect implements TargetDialect {
           ),
         );
       } catch (err) {
-        if (this.fault(err) === 'staging_shape') throw new TransferError('target_incompatible', (err as Error).message);
+        const shape = stagingShapeRefusal(err, this.fault(err));
+        if (shape) throw shape;
         // DBMS_ASSERT.SIMPLE_SQL_NAME refuses a name Keel's pattern allows (e.g. one starting with '_'): no retry
         // can change that.
         if (oraNum(err) === ORA_INVALID_SQL_NAME)

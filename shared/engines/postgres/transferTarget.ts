@@ -32,6 +32,12 @@ import {
   type TargetProcedure,
   type TargetRow,
 } from '../../transfer/targetProcedures.js';
+import {
+  requireTargetColumn,
+  requireTargetKey,
+  requireTargetTable,
+  stagingShapeRefusal,
+} from '../../transfer/targetChecks.js';
 import type {
   ApplyContext,
   ApplyResult,
@@ -351,18 +357,9 @@ export class PostgresTargetDialect implements TargetDialect {
     const mapped = mappedColumns(this.t, schema);
     const qualified = this.qualifiedTarget();
     const types = await this.loadTargetTypes();
-    if (types.size === 0)
-      throw new TransferError(
-        'target_incompatible',
-        `transfer ${this.t.name}: target table ${this.t.target.table} does not exist`,
-      );
+    requireTargetTable(this.t, types);
     for (const c of mapped) {
-      const declared = types.get(c.target);
-      if (!declared)
-        throw new TransferError(
-          'target_incompatible',
-          `transfer ${this.t.name}: target column ${c.target} does not exist in ${this.t.target.table}`,
-        );
+      const declared = requireTargetColumn(this.t, types, c.target);
       const logical = pgLogicalType(declared);
       // A double goes into double precision only (real would round it); c.staged: after the column's policy.
       if (logical !== c.staged || (c.staged === 'float' && declared.toLowerCase() !== 'double precision')) {
@@ -387,20 +384,14 @@ export class PostgresTargetDialect implements TargetDialect {
               = (select array_agg(k order by k) from unnest($2::text[]) k)`,
       [qualified, keys],
     );
-    if (idx.rowCount === 0) {
-      throw new TransferError(
-        'target_incompatible',
-        `transfer ${this.t.name}: target table ${this.t.target.table} needs a unique index or primary key on exactly (${keys.join(', ')})`,
-      );
-    }
+    requireTargetKey(this.t, idx.rowCount !== 0, 'a unique index or primary key', keys);
     try {
       // change windows stage the operation column too
       const args = ensureStagingArgs(this.t, this.names, this.stagedColumns(schema), carriesChanges(this.t));
       const { text, values } = targetStatement('ensure_staging', args);
       await this.pool.query(text, values);
     } catch (err) {
-      if (this.fault(err) === 'staging_shape') throw new TransferError('target_incompatible', (err as Error).message);
-      throw err;
+      throw stagingShapeRefusal(err, this.fault(err)) ?? err;
     }
   }
 
