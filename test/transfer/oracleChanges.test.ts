@@ -189,7 +189,7 @@ describe('change windows into the Oracle target (model of the server)', () => {
       expect(windows).toHaveLength(5); // keys 2-16, 18-32, 34-48, 50 and up; then the change window
       expect(ranges[0]).toEqual({ low: null, high: '16' });
       expect(ranges[1]).toEqual({ low: '16', high: '32' });
-      const lastKeyWindow = ranges.findLastIndex((r) => r !== null);
+      const lastKeyWindow = ranges.map((r) => r !== null).lastIndexOf(true);
       expect(ranges[lastKeyWindow]!.high).toBeNull();
       expect(ranges.slice(lastKeyWindow + 1)).toEqual(ranges.slice(lastKeyWindow + 1).map(() => null));
       expect(windows[0]!.low).toBeNull();
