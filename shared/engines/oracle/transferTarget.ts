@@ -651,8 +651,8 @@ export const TARGET_ORACLE_PROCEDURES: { [P in TargetProcedure]: OracleProcedure
       attempt: number('p_attempt'),
       // 'OPS' | 'MIRROR': deletes, same transaction
       changes: { ...varchar('p_changes'), value: (v) => (v === null ? null : String(v).toUpperCase()) },
-      // a key-range mirror: refused by the package (this target does not declare mirrorsKeyRanges, so the service
-      // never asks for one; a baseline into Oracle is one window)
+      // a windowed baseline's key window: the MIRROR deletes only target rows whose first key column (a NUMBER) is in
+      // (mirror_low, mirror_high] (mirrorsKeyRanges below)
       mirror_low: varchar('p_mirror_low'),
       mirror_high: varchar('p_mirror_high'),
     },
@@ -885,6 +885,9 @@ class OracleStagingSession implements StagingSession {
 
 export class OracleTargetDialect implements TargetDialect {
   readonly engine = 'oracle';
+  // APPLY_BATCH's mirror honours a key range (p_mirror_low/p_mirror_high): a baseline may run in key windows
+  // (shared/transfer/changes.ts).
+  readonly mirrorsKeyRanges = true;
   readonly names: TargetNames;
   readonly stalledParty = 'the source';
   readonly mismatchCause = 'the source window changed after extraction or a value did not survive conversion';
