@@ -12,8 +12,10 @@ CREATE OR REPLACE PACKAGE KEEL_TRANSFER AUTHID CURRENT_USER AS
   -- ruled out only earlier attempts; ORA-20005 when p_attempt is fenced), MERGE, mark committed, COMMIT.
   -- p_changes (change windows; NULL: every staged row is an upsert): 'OPS' -- staged rows with KEEL_OP 'D' delete
   -- the target row of their key, 'U' rows are merged; 'MIRROR' (a baseline) -- 'OPS', then every target row whose
-  -- key is not staged in the batch is deleted. All in the one transaction, with the completion row: o_row_count =
-  -- upserts merged + 'D' rows staged, o_deleted = target rows deleted (NULL without p_changes).
+  -- key is not staged in the batch is deleted (a windowed baseline's key window, p_mirror_low/p_mirror_high not both
+  -- NULL: only the target rows whose first key column, a NUMBER, is in (p_mirror_low, p_mirror_high], canonical
+  -- integer texts, a NULL bound open on that side). All in the one transaction, with the completion row:
+  -- o_row_count = upserts merged + 'D' rows staged, o_deleted = target rows deleted (NULL without p_changes).
   PROCEDURE APPLY_BATCH(p_batch_id IN VARCHAR2, p_transfer IN VARCHAR2, p_owner IN VARCHAR2, p_table IN VARCHAR2, p_staging IN VARCHAR2,
                         p_columns IN VARCHAR2, p_keys IN VARCHAR2, p_expected_count IN NUMBER, p_expected_checksum IN VARCHAR2,
                         p_attempt IN NUMBER, p_changes IN VARCHAR2, p_mirror_low IN VARCHAR2, p_mirror_high IN VARCHAR2, o_outcome OUT VARCHAR2, o_row_count OUT NUMBER, o_checksum OUT VARCHAR2,
@@ -216,6 +218,9 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     v_upserts NUMBER;            -- staged rows to merge
     v_filter VARCHAR2(40);       -- the staged rows that are merged
     v_deleted NUMBER := 0;
+    v_mirror CLOB;               -- the mirror's DELETE
+    v_k1 VARCHAR2(130);          -- the first key column, as the MERGE names it
+    v_ktype ALL_TAB_COLUMNS.DATA_TYPE%TYPE;
   BEGIN
     IF p_attempt IS NULL OR p_attempt < 1 THEN
       RAISE_APPLICATION_ERROR(-20006, 'APPLY_BATCH needs the journal attempt (>= 1)');
@@ -223,9 +228,9 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     IF p_changes IS NOT NULL AND p_changes NOT IN ('OPS', 'MIRROR') THEN
       RAISE_APPLICATION_ERROR(-20006, 'APPLY_BATCH: p_changes must be NULL, OPS or MIRROR, not ' || p_changes);
     END IF;
-    -- A key-range mirror (a windowed baseline's key window) is not implemented here: the adapter never asks for one.
-    IF p_mirror_low IS NOT NULL OR p_mirror_high IS NOT NULL THEN
-      RAISE_APPLICATION_ERROR(-20006, 'APPLY_BATCH: this target does not mirror a key range (p_mirror_low/p_mirror_high must be NULL)');
+    -- A key-range mirror (a windowed baseline's key window) bounds a MIRROR only.
+    IF (p_mirror_low IS NOT NULL OR p_mirror_high IS NOT NULL) AND NVL(p_changes, '-') <> 'MIRROR' THEN
+      RAISE_APPLICATION_ERROR(-20006, 'APPLY_BATCH: p_mirror_low/p_mirror_high bound a MIRROR only');
     END IF;
     -- Already applied: a no-op that says so.
     BEGIN
@@ -304,8 +309,36 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     END IF;
     IF p_changes = 'MIRROR' THEN
       -- A baseline holds every row of the source table: a target row whose key is not in it was deleted at the source.
-      EXECUTE IMMEDIATE TO_CLOB('DELETE FROM ') || qualified(p_owner, p_table) || ' t WHERE NOT EXISTS (SELECT 1 FROM ' || v_stg ||
-                        ' s WHERE s.KEEL_BATCH_ID = :b AND ' || v_on || ')' USING p_batch_id;
+      v_mirror := TO_CLOB('DELETE FROM ') || qualified(p_owner, p_table) || ' t WHERE NOT EXISTS (SELECT 1 FROM ' || v_stg ||
+                  ' s WHERE s.KEEL_BATCH_ID = :b AND ' || v_on || ')';
+      IF p_mirror_low IS NULL AND p_mirror_high IS NULL THEN
+        EXECUTE IMMEDIATE v_mirror USING p_batch_id;
+      ELSE
+        -- A windowed baseline's key window holds the source's rows of its key range only. The bounds are integer
+        -- texts compared as NUMBER (exact to 38 digits), so the first key column must be a NUMBER: another type would
+        -- compare differently from the source (and a text compare would mirror the wrong rows).
+        v_k1 := v_keys(1);
+        BEGIN
+          SELECT DATA_TYPE INTO v_ktype FROM ALL_TAB_COLUMNS
+           WHERE OWNER = NVL(p_owner, SYS_CONTEXT('USERENV', 'CURRENT_SCHEMA')) AND TABLE_NAME = p_table
+             AND COLUMN_NAME = TRIM(BOTH '"' FROM v_k1);
+        EXCEPTION
+          WHEN NO_DATA_FOUND THEN v_ktype := NULL;
+        END;
+        IF v_ktype IS NULL OR v_ktype <> 'NUMBER' THEN
+          RAISE_APPLICATION_ERROR(-20006, 'APPLY_BATCH: a key-range mirror needs a NUMBER first key column, not ' ||
+            NVL(v_ktype, 'an unknown column') || ' (' || v_k1 || ')');
+        END IF;
+        -- One bind per placeholder, in order (dynamic SQL binds by position).
+        IF p_mirror_low IS NOT NULL AND p_mirror_high IS NOT NULL THEN
+          EXECUTE IMMEDIATE v_mirror || ' AND t.' || v_k1 || ' > TO_NUMBER(:lo) AND t.' || v_k1 || ' <= TO_NUMBER(:hi)'
+            USING p_batch_id, p_mirror_low, p_mirror_high;
+        ELSIF p_mirror_low IS NOT NULL THEN
+          EXECUTE IMMEDIATE v_mirror || ' AND t.' || v_k1 || ' > TO_NUMBER(:lo)' USING p_batch_id, p_mirror_low;
+        ELSE
+          EXECUTE IMMEDIATE v_mirror || ' AND t.' || v_k1 || ' <= TO_NUMBER(:hi)' USING p_batch_id, p_mirror_high;
+        END IF;
+      END IF;
       v_deleted := v_deleted + SQL%ROWCOUNT;
     END IF;
     IF p_changes IS NOT NULL THEN

@@ -19,6 +19,10 @@ import { parseTransfers } from '../../shared/transfer/config.js';
 import { transferEngineRules } from '../../shared/engines/registry.js';
 import { createTestDatabase } from '../support/pg.js';
 import { insertSourceRows, ORDERS_DDL } from './helpers.js';
+import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
+import { migratePostgresChangeCapture } from '../../shared/engines/postgres/changeCapture.js';
+import { TransferService } from '../../shared/transfer/service.js';
+import { migrateJournal } from '../support/journalMigrations.js';
 
 const TRANSFER_RULES = transferEngineRules();
 
@@ -111,6 +115,75 @@ suite(title, () => {
     );
     return t!;
   }
+
+  it("a windowed baseline: APPLY_BATCH mirrors each key window's range only, in its transaction", async () => {
+    // A 'changes' transfer from the twin's change capture: even keys 2..60 in key windows of 8; target-only keys
+    // below, inside two windows' ranges and past the last key are deleted by the window of their range.
+    const wt = `KEEL_W_${randomBytes(4).toString('hex').toUpperCase()}`;
+    const wname = `oraw_${randomBytes(3).toString('hex')}`;
+    const control = new pg.Pool({ connectionString: await createTestDatabase('tr_ora_wctl'), max: 2 });
+    const src = new pg.Pool({ connectionString: await createTestDatabase('tr_ora_wsrc'), max: 2 });
+    const c = await pool.getConnection();
+    try {
+      await migrateJournal(control);
+      await migratePostgresChangeCapture(src);
+      await src.query(`create table public.w (id bigint primary key, name varchar(10) not null)`);
+      await src.query(`insert into public.w select 2 * n, 'n' || n from generate_series(1, 30) n`);
+      await src.query(`select keel_changes.enable('public.w', array['id'])`);
+      await c.execute(`CREATE TABLE "${wt}" ("ID" NUMBER(19) PRIMARY KEY, "NAME" VARCHAR2(10 CHAR) NOT NULL)`);
+      for (const k of [-7, 9, 17, 1000])
+        await c.execute(`INSERT INTO "${wt}" ("ID", "NAME") VALUES (:k, 'stale')`, { k });
+      await c.commit();
+      const [t] = parseTransfers(
+        [
+          {
+            name: wname,
+            source: { engine: 'postgres', connectionSetting: 'X', table: 'public.w' },
+            target: { engine: 'oracle', connectionSetting: 'Y', table: wt },
+            keyColumns: ['id'],
+            boundary: { kind: 'changes' },
+            columns: ['id', 'name'].map((col) => ({ source: col, target: col.toUpperCase() })),
+            batchSize: 8,
+          },
+        ],
+        TRANSFER_RULES,
+      );
+      const svc = new TransferService({
+        journal: new PostgresTransferJournal(control),
+        transfers: [t!],
+        connect: (tc) => ({ source: new PostgresTransferSource(tc, src), target: new OracleTransferTarget(tc, pool) }),
+      });
+      try {
+        const deleted: (number | null)[] = [];
+        for (let i = 0; i < 20; i++) {
+          const b = await svc.tryCreateBatch(t!.name);
+          if (!b) break;
+          const v = await svc.run(b.batchId);
+          expect(v.state, v.lastError ?? '').toBe('committed');
+          const r = await c.execute<[number | null]>(
+            `SELECT DELETED_COUNT FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = :b`,
+            { b: b.batchId },
+          );
+          deleted.push(r.rows![0]![0]);
+          if (i === 0) await src.query(`delete from public.w where id = 4`); // mirrored already
+        }
+        // windows 2-16, 18-32, 34-48, 50-60 (open above), then the change window (the delete of 4)
+        expect(deleted).toEqual([2, 1, 0, 1, 1]);
+        const ids = await c.execute<[number]>(`SELECT "ID" FROM "${wt}" ORDER BY "ID"`);
+        expect(ids.rows!.map((r) => r[0])).toEqual(
+          Array.from({ length: 30 }, (_, i) => 2 * (i + 1)).filter((k) => k !== 4),
+        );
+      } finally {
+        await svc.close();
+      }
+    } finally {
+      await c.execute(`DROP TABLE "${wt}" PURGE`).catch(() => undefined);
+      await c.execute(`DROP TABLE "KEEL_STG_${wname.toUpperCase()}" PURGE`).catch(() => undefined);
+      await c.close();
+      await control.end();
+      await src.end();
+    }
+  });
 
   it('a target table without a key on the mapped key columns is refused at prepare', async () => {
     const t = transfer();

@@ -126,6 +126,89 @@ describe('change windows into the Oracle target (model of the server)', () => {
     }
   });
 
+  it('a windowed baseline into the Oracle target: each key window mirrors its key range, changes made meanwhile come after', async () => {
+    await source.query(
+      `create table public.iw (id bigint primary key, name varchar(10) not null, amount numeric(6,2))`,
+    );
+    // even keys 2..60: 30 rows, key windows of 8
+    await source.query(`insert into public.iw select 2 * n, 'n' || n, n from generate_series(1, 30) n`);
+    await source.query(`select keel_changes.enable('public.iw', array['id'])`);
+    const fake = new FakeOracle();
+    fake.columns = ITEMS_COLUMNS;
+    // target-only keys below the source's first key, inside a window's range, between two windows and past the last
+    for (const k of ['-7', '0', '9', '17', '1000']) fake.applied.set(k, [k, 'stale', null as unknown as string]);
+    const [t] = parseTransfers(
+      [
+        {
+          name: 'iw_ora',
+          source: { engine: 'postgres', connectionSetting: 'S', table: 'public.iw' },
+          target: { engine: 'oracle', connectionSetting: 'T', table: 'ITEMS' },
+          keyColumns: ['id'],
+          boundary: { kind: 'changes' },
+          columns: [
+            { source: 'id', target: 'ID' },
+            { source: 'name', target: 'NAME' },
+            { source: 'amount', target: 'AMOUNT' },
+          ],
+          batchSize: 8,
+        },
+      ],
+      transferEngineRules(),
+    );
+    const target = new OracleTransferTarget(t!, fake.pool);
+    expect(target.mirrorsKeyRanges).toBe(true);
+    const svc = new TransferService({
+      journal: new PostgresTransferJournal(control),
+      transfers: [t!],
+      connect: (tc) => ({
+        source: new PostgresTransferSource(tc, source),
+        target: new OracleTransferTarget(tc, fake.pool),
+      }),
+    });
+    const rows = async () => {
+      const r = await source.query(`select id::text, name, trim_scale(amount)::text as amount from public.iw`);
+      return new Map(r.rows.map((x) => [x.id as string, [x.id, x.name, x.amount] as string[]]));
+    };
+    try {
+      const windows: { low: string | null; high: string }[] = [];
+      for (let i = 0; ; i++) {
+        const b = await svc.tryCreateBatch(t!.name);
+        if (!b) break;
+        windows.push({ low: b.boundary.low, high: b.boundary.high });
+        const v = await svc.run(b.batchId);
+        expect(v.state, v.lastError ?? '').toBe('committed');
+        // after the first key window: a change in a range already mirrored, and one past the last key
+        if (i === 0) {
+          await source.query(`delete from public.iw where id = 4`);
+          await source.query(`insert into public.iw values (61, 'late', 1)`);
+        }
+      }
+      // 31 rows at most in 8-row key windows: the first bounded above only, the last open above, then the change
+      // window from the version captured before the first one
+      const ranges = fake.mirrorRanges;
+      expect(ranges).toHaveLength(windows.length);
+      expect(windows).toHaveLength(5); // keys 2-16, 18-32, 34-48, 50 and up; then the change window
+      expect(ranges[0]).toEqual({ low: null, high: '16' });
+      expect(ranges[1]).toEqual({ low: '16', high: '32' });
+      const lastKeyWindow = ranges.map((r) => r !== null).lastIndexOf(true);
+      expect(ranges[lastKeyWindow]!.high).toBeNull();
+      expect(ranges.slice(lastKeyWindow + 1)).toEqual(ranges.slice(lastKeyWindow + 1).map(() => null));
+      expect(windows[0]!.low).toBeNull();
+      expect(windows[0]!.high).toMatch(/^baseline@\d+:16$/);
+      expect(fake.applied).toEqual(await rows());
+      // each target-only key deleted once, by the key window of its range: -7, 0 and 9 by the first, 17 by the
+      // second, 1000 by the last
+      const counts = [...fake.completions.values()].map((c) => c.deleted);
+      expect(counts[0]).toBe(3);
+      expect(counts[1]).toBe(1);
+      expect(counts[lastKeyWindow]).toBe(1);
+      // the change window: the delete of 4 (already mirrored); the insert of 61 came with the last key window
+      expect(counts.at(-1)).toBe(1);
+    } finally {
+      await svc.close();
+    }
+  });
+
   it('key-set comparison into the Oracle target: reports the keys gone at the source, then deletes them', async () => {
     await source.query(
       `create table public.kc (id bigint primary key, name varchar(10) not null, amount numeric(6,2))`,
@@ -230,5 +313,21 @@ describe('change windows into the Oracle target (model of the server)', () => {
     expect(deletes).toHaveLength(2); // the 'D' rows, and the mirror
     for (const d of deletes) expect(d).toBeLessThan(commits[0]!);
     expect(apply.indexOf('DELETED_COUNT = o_deleted')).toBeLessThan(commits[0]!);
+    // the key-range mirror: every EXECUTE of the mirror's DELETE (whole table, or bounded by the range) binds one
+    // value per placeholder, and runs before the one COMMIT
+    const mirrorRuns = [...apply.matchAll(/EXECUTE IMMEDIATE v_mirror([^;]*);/g)];
+    expect(mirrorRuns).toHaveLength(4);
+    for (const m of mirrorRuns) {
+      const placeholders = [...m[1]!.split('USING')[0]!.matchAll(/:(lo|hi)\b/g)].map((x) => x[1]);
+      const binds = m[1]!
+        .split('USING')[1]!
+        .split(',')
+        .map((x) => x.trim());
+      expect(binds).toEqual([
+        'p_batch_id',
+        ...placeholders.map((p) => (p === 'lo' ? 'p_mirror_low' : 'p_mirror_high')),
+      ]);
+      expect(m.index!).toBeLessThan(commits[0]!);
+    }
   });
 });

@@ -154,9 +154,20 @@ export class FakeSession {
       // p_changes (OPS | MIRROR): each staged row ends with KEEL_OP; 'D' deletes its key, and MIRROR deletes every
       // row whose key is not staged -- in the same commit as the completion row.
       const changes = (b.p_changes as string | null | undefined) ?? null;
-      // as the package: a key-range mirror is refused (the adapter never asks for one)
-      if ((b.p_mirror_low ?? null) !== null || (b.p_mirror_high ?? null) !== null)
-        throw oraError(20006, 'APPLY_BATCH: this target does not mirror a key range');
+      // A windowed baseline's key window (p_mirror_low/p_mirror_high, integer texts, a null bound open): the MIRROR
+      // deletes only target keys in (low, high], compared as numbers; the package refuses a range on anything but a
+      // MIRROR, or when the first key column is not a NUMBER. (The model keys applied rows by the first column.)
+      const low = (b.p_mirror_low as string | null | undefined) ?? null;
+      const high = (b.p_mirror_high as string | null | undefined) ?? null;
+      const ranged = low !== null || high !== null;
+      if (ranged && changes !== 'MIRROR')
+        throw oraError(20006, 'APPLY_BATCH: p_mirror_low/p_mirror_high bound a MIRROR only');
+      const k1 = String(b.p_keys).split(',')[0]!;
+      if (ranged && s.columns.find((c) => c[0] === k1)?.[1] !== 'NUMBER')
+        throw oraError(20006, `APPLY_BATCH: a key-range mirror needs a NUMBER first key column (${k1})`);
+      const inRange = (k: string) =>
+        (low === null || BigInt(k) > BigInt(low)) && (high === null || BigInt(k) <= BigInt(high));
+      s.mirrorRanges.push(ranged ? { low, high } : null);
       let deleted: number | null = null;
       this.pending.ops.push(() => {
         if (changes !== null) {
@@ -166,7 +177,8 @@ export class FakeSession {
             else if (r[r.length - 1] === 'U') s.applied.set(r[1]!, r.slice(1, -1));
           if (changes === 'MIRROR') {
             const keep = new Set(rows.map((r) => r[1]!));
-            for (const k of [...s.applied.keys()]) if (!keep.has(k) && s.applied.delete(k)) deleted++;
+            for (const k of [...s.applied.keys()])
+              if (!keep.has(k) && (!ranged || inRange(k)) && s.applied.delete(k)) deleted++;
           }
         } else for (const r of rows) s.applied.set(r[1]!, r.slice(1));
         s.completions.set(id, {
@@ -313,6 +325,7 @@ export class FakeOracle {
   hang = new Map<string, true>(); // op -> its next call never replies
   rowErrors: { message: string; offset: number }[] = []; // batch errors of the next executeMany
   loseReplyOfApply = false; // the next APPLY_BATCH commits and its reply is lost
+  mirrorRanges: ({ low: string | null; high: string | null } | null)[] = []; // each APPLY_BATCH's key range
 
   readonly pool = {
     getConnection: async () => {

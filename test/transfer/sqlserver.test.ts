@@ -146,6 +146,8 @@ suite(title, () => {
              ALTER TABLE dbo.${src} ENABLE CHANGE_TRACKING;
              INSERT INTO dbo.${src} (id, note) SELECT TOP (50) ROW_NUMBER() OVER (ORDER BY (SELECT NULL)), N'n' FROM sys.all_objects;`);
     await target.query(`create table public.${dst} (id bigint primary key, note text)`);
+    // target-only keys below the source's first key and past its last: the first and the last key window delete them
+    await target.query(`insert into public.${dst} values (-3, 'stale'), (1000, 'stale')`);
     try {
       const [t] = parseTransfers(
         [
@@ -169,15 +171,32 @@ suite(title, () => {
           target: new PostgresTransferTarget(tc, target),
         }),
       });
-      const drain = async () => {
+      const highs: string[] = [];
+      const drain = async (afterFirst?: () => Promise<unknown>) => {
         for (let i = 0; i < 50; i++) {
           const b = await svc.tryCreateBatch(t!.name);
           if (!b) return;
+          highs.push(b.boundary.high);
           const v = await svc.run(b.batchId);
           expect(v.state, v.lastError ?? '').toBe('committed');
+          if (i === 0) await afterFirst?.();
         }
       };
-      await drain(); // the baseline
+      // The baseline, in key windows of 10 (the PostgreSQL target mirrors key ranges), at the version captured before
+      // the first; deletes in a range already mirrored (2) and still to come (44), and an insert past the last key (60),
+      // made meanwhile, are on the target after the first change window.
+      await drain(() =>
+        q(`DELETE FROM dbo.${src} WHERE id IN (2, 44); INSERT INTO dbo.${src} (id, note) VALUES (60, N'late');`),
+      );
+      expect(highs[0]).toMatch(/^baseline@\d+:10$/);
+      const version = /^baseline@(\d+):/.exec(highs[0]!)![1]!;
+      expect(highs.slice(1, 4)).toEqual([20, 30, 40].map((k) => `baseline@${version}:${k}`));
+      expect(highs[4]).toBe(version); // the last key window (41-50 without 44, and 60: 10 rows), open above
+      expect(highs.length).toBe(6); // then the first change window
+      expect(
+        (await target.query(`select count(*)::int as n, min(id)::int as lo, max(id)::int as hi from public.${dst}`))
+          .rows[0],
+      ).toEqual({ n: 49, lo: 1, hi: 60 });
       await q(`DELETE FROM dbo.${src} WHERE id BETWEEN 1 AND 5; UPDATE dbo.${src} SET note = N'u' WHERE id = 6;`);
       await q(`INSERT INTO dbo.${src} (id, note) VALUES (100, N'new')`);
       await drain();

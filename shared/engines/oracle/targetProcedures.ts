@@ -97,8 +97,8 @@ export const TARGET_ORACLE_PROCEDURES: { [P in TargetProcedure]: OracleProcedure
       attempt: number('p_attempt'),
       // 'OPS' | 'MIRROR': deletes, same transaction
       changes: { ...varchar('p_changes'), value: (v) => (v === null ? null : String(v).toUpperCase()) },
-      // a key-range mirror: refused by the package (this target does not declare mirrorsKeyRanges, so the service
-      // never asks for one; a baseline into Oracle is one window)
+      // a windowed baseline's key window: the MIRROR deletes only target rows whose first key column (a NUMBER) is in
+      // (mirror_low, mirror_high] (the dialect's mirrorsKeyRanges, transferTarget.ts)
       mirror_low: varchar('p_mirror_low'),
       mirror_high: varchar('p_mirror_high'),
     },

@@ -225,6 +225,9 @@ class OracleStagingSession implements StagingSession {
 
 export class OracleTargetDialect implements TargetDialect {
   readonly engine = 'oracle';
+  // APPLY_BATCH's mirror honours a key range (p_mirror_low/p_mirror_high): a baseline may run in key windows
+  // (shared/transfer/changes.ts).
+  readonly mirrorsKeyRanges = true;
   readonly names: TargetNames;
   readonly stalledParty = 'the source';
   readonly mismatchCause = 'the source window changed after extraction or a value did not survive conversion';

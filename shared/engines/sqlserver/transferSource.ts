@@ -15,9 +15,12 @@ import type { TransferConfig } from '../../transfer/config.js';
 import { boundaryColumn, resolvedNames } from '../../transfer/config.js';
 import { qualifiedMssql, quoteMssql, type QualifiedName } from '../../transfer/identifiers.js';
 import {
+  baselineBound,
+  baselineKeyRange,
   carriesChanges,
   changeLowVersion,
   isBaseline,
+  parseBaselineBound,
   OP_COLUMN,
   OP_DELETE,
   OP_UPSERT,
@@ -145,16 +148,21 @@ function mssqlNumber(err: unknown): number | undefined {
 
 // The T-SQL of a change window (shared/transfer/changes.ts) over Change Tracking: every key whose latest change has
 // a version in (@low, @high] (CHANGETABLE(CHANGES t, @low) gives each key once, with its latest version), with its
-// operation; an insert or update is read from the table as it is in the same snapshot. A baseline reads the table.
-// cols: the mapped columns' select expressions (mssqlSelectExpr) applied to a column reference.
+// operation; an insert or update is read from the table as it is in the same snapshot. A baseline reads the table
+// (a windowed baseline's key window: the rows whose first key column is in (@klow, @khigh], keyRange saying which
+// bound is set). cols: the mapped columns' select expressions (mssqlSelectExpr) applied to a column reference.
 export function mssqlChangesSelect(
   table: string,
   keys: readonly string[],
   mapped: readonly { source: string; expr: (ref: string) => string }[],
   baseline: boolean,
+  keyRange: { low: boolean; high: boolean } | null = null,
 ): string {
-  if (baseline)
-    return `SELECT ${mapped.map((c) => c.expr(`b.${quoteMssql(c.source)}`)).join(', ')}, '${OP_UPSERT}' AS ${OP_COLUMN} FROM ${table} AS b`;
+  if (baseline) {
+    const k = `b.${quoteMssql(keys[0]!)}`;
+    const parts = [...(keyRange?.low ? [`${k} > @klow`] : []), ...(keyRange?.high ? [`${k} <= @khigh`] : [])];
+    return `SELECT ${mapped.map((c) => c.expr(`b.${quoteMssql(c.source)}`)).join(', ')}, '${OP_UPSERT}' AS ${OP_COLUMN} FROM ${table} AS b${parts.length ? ` WHERE ${parts.join(' AND ')}` : ''}`;
+  }
   const cols = mapped.map((c) =>
     keys.includes(c.source)
       ? c.expr(`ct.${quoteMssql(c.source)}`)
@@ -168,8 +176,18 @@ export function mssqlChangesSelect(
  WHERE ct.SYS_CHANGE_VERSION <= @high`;
 }
 
+// A windowed baseline's next key window (changes.ts): the maxRows-th key after @after (without it: from the first
+// key) and the one after it, in one ordered seek of the key's index (the primary key, which Change Tracking needs).
+// Two rows: the first is the window's top; fewer: at most maxRows rows are left, the last window.
+export function mssqlBaselineWindowSelect(table: string, key: string, after: boolean): string {
+  const k = quoteMssql(key);
+  return `SELECT CONVERT(varchar(20), ${k}) AS k FROM ${table} WHERE ${k} IS NOT NULL${after ? ` AND ${k} > @after` : ''}
+   ORDER BY ${k} OFFSET (@n - 1) ROWS FETCH NEXT 2 ROWS ONLY`;
+}
+
 export class SqlServerTransferSource implements SourceAdapter {
   readonly engine = 'sqlserver';
+  readonly windowsBaselines = true; // nextChangeWindow: key windows over an integer keyColumns[0] (Change Tracking)
   private readonly from: string;
   private readonly table: QualifiedName | null;
   private boundaryDeclared: string | null = null; // declared type of the boundary column (from readSchema)
@@ -320,20 +338,37 @@ export class SqlServerTransferSource implements SourceAdapter {
         'changes_not_enabled',
         `transfer ${this.t.name}: keyColumns (${this.t.keyColumns.join(', ')}) must be the primary key of ${this.t.source.table} (${row.pk ?? 'none'}), which Change Tracking reports`,
       );
-    const from = changeLowVersion(low);
+    // A windowed baseline's next window: the changes after its version are read once it ends, so they must still be
+    // there (an expired baseline fails at its next window instead of finishing for nothing).
+    const baseline = parseBaselineBound(low);
+    const from = baseline ? BigInt(baseline.version) : changeLowVersion(low);
     if (from !== null && from < BigInt(row.minValid))
       throw new TransferError(
         'changes_expired',
-        `transfer ${this.t.name}: the change window starts after version ${from}, but Change Tracking keeps changes of ${this.t.source.table} only after version ${row.minValid} (CHANGE_TRACKING_MIN_VALID_VERSION; the retention period cleaned up older ones, or the table was truncated), so deletes in between cannot be known. Re-baseline the transfer (POST /api/ops/transfers/${this.t.name}/rebaseline, docs/runbook.md)`,
+        `transfer ${this.t.name}: ${baseline ? `the baseline in progress (windowed) reads the changes after version ${from} once it ends` : `the change window starts after version ${from}`}, but Change Tracking keeps changes of ${this.t.source.table} only after version ${row.minValid} (CHANGE_TRACKING_MIN_VALID_VERSION; the retention period cleaned up older ones, or the table was truncated), so deletes in between cannot be known. Re-baseline the transfer (POST /api/ops/transfers/${this.t.name}/rebaseline, docs/runbook.md)`,
         { low: String(from), minValidVersion: row.minValid },
       );
     return { current: row.cur, minValid: row.minValid };
   }
 
-  private async nextChangeWindow(low: string | null, maxRows: number): Promise<Window | null> {
+  private async nextChangeWindow(low: string | null, maxRows: number, windowed: boolean): Promise<Window | null> {
+    // The baseline runs in key windows when the first key column is an integer (the target mirrors key ranges).
+    const keyIsInt =
+      windowed &&
+      low === null &&
+      (await this.readSchema()).columns.find((c) => c.name === this.t.keyColumns[0])?.logical === 'int';
     const tx = await this.snapshot();
     try {
+      // A windowed baseline's next key window: its version (in the bound) checked against the min valid version.
       const { current } = await this.versions(tx, low);
+      const b = parseBaselineBound(low);
+      if (b || keyIsInt) {
+        // The first key window: the version just captured, before the window is chosen (the same snapshot); every
+        // change committed after it is read by the change windows.
+        const w = await this.nextBaselineWindow(tx, low, b ? b.version : current, b ? b.key : null, maxRows);
+        await tx.commit();
+        return w;
+      }
       let high: string | null = current;
       if (low !== null) {
         const req = new sql.Request(tx);
@@ -353,6 +388,26 @@ export class SqlServerTransferSource implements SourceAdapter {
       await tx.rollback().catch(() => undefined);
       throw this.changesError(err);
     }
+  }
+
+  // A windowed baseline's next key window after `after` (null: from the first key): up to the maxRows-th key, or, when
+  // no more than maxRows rows are left, the last window: open above, high = the version (the next window is the first
+  // change window).
+  private async nextBaselineWindow(
+    tx: sql.Transaction,
+    low: string | null,
+    version: string,
+    after: string | null,
+    maxRows: number,
+  ): Promise<Window> {
+    const req = new sql.Request(tx);
+    req.input('n', sql.Int, Math.max(1, Math.min(2_147_483_647, Math.trunc(maxRows))));
+    if (after !== null) req.input('after', sql.BigInt, after);
+    const res = await req.query<{ k: string }>(
+      mssqlBaselineWindowSelect(qualifiedMssql(this.table!), this.t.keyColumns[0]!, after !== null),
+    );
+    const top = res.recordset.length === 2 ? res.recordset[0]!.k : null;
+    return { kind: 'changes', low, high: top === null ? version : baselineBound(version, top) };
   }
 
   // The rows a next window may take (binds @low, @settle on req): boundary set, after low, committed (rowversion)
@@ -379,7 +434,17 @@ export class SqlServerTransferSource implements SourceAdapter {
     req.input('cap', sql.Int, Math.max(0, Math.min(2_147_483_647, Math.trunc(cap))));
     if (carriesChanges(this.t)) {
       // A change window's low is a Change Tracking version: the keys changed after it (CHANGETABLE reports each key
-      // once), or before the baseline the rows of the table.
+      // once), or before the baseline the rows of the table (during a windowed baseline: the rows after its last key
+      // window).
+      const b = parseBaselineBound(low);
+      if (b) {
+        req.input('after', sql.BigInt, b.key);
+        const k = quoteMssql(this.t.keyColumns[0]!);
+        const res = await req.query<{ n: string | number }>(
+          `SELECT CONVERT(varchar(20), COUNT_BIG(*)) AS n FROM (SELECT TOP (@cap) 1 AS x FROM ${this.from} WHERE ${k} > @after) AS s`,
+        );
+        return Number(res.recordset[0]?.n ?? 0);
+      }
       if (low !== null) req.input('low', sql.BigInt, low);
       const res = await req.query<{ n: string | number }>(
         low === null
@@ -395,8 +460,12 @@ export class SqlServerTransferSource implements SourceAdapter {
     return Number(res.recordset[0]?.n ?? 0);
   }
 
-  async nextWindow(low: string | null, maxRows: number): Promise<Window | null> {
-    if (carriesChanges(this.t)) return this.nextChangeWindow(low, maxRows);
+  async nextWindow(
+    low: string | null,
+    maxRows: number,
+    opts: { baselineWindows?: boolean } = {},
+  ): Promise<Window | null> {
+    if (carriesChanges(this.t)) return this.nextChangeWindow(low, maxRows, opts.baselineWindows === true);
     const b = quoteMssql(boundaryColumn(this.t));
     const req = await this.pool.request();
     const conds = this.afterConditions(req, low);
@@ -499,11 +568,16 @@ export class SqlServerTransferSource implements SourceAdapter {
         req.input('low', sql.BigInt, changeLowVersion(w.low)!.toString());
         req.input('high', sql.BigInt, w.high);
       }
+      // a windowed baseline's key window: its key range
+      const range = baselineKeyRange(w.low, w.high);
+      if (range?.low != null) req.input('klow', sql.BigInt, range.low);
+      if (range?.high != null) req.input('khigh', sql.BigInt, range.high);
       const text = mssqlChangesSelect(
         qualifiedMssql(this.table!),
         this.t.keyColumns,
         mapped.map((c) => ({ source: c.source, expr: (ref: string) => mssqlSelectExpr(ref, c.logical, c.type) })),
         baseline,
+        range ? { low: range.low !== null, high: range.high !== null } : null,
       );
       yield* this.streamQuery(req, text, types, chunkSize, true);
       await tx.commit();
