@@ -7,6 +7,7 @@ import { LIMITS } from '../jobs/validate.js';
 import type { Settings } from '../config/settings.js';
 import { route, type OpsRoute } from './router.js';
 import * as s from './schemas.js';
+import { PREVIEW_COUNT_CAP } from './preview.js';
 
 const qInt = (min: number, max: number, def: number) =>
   z
@@ -21,6 +22,8 @@ const groupsQuery = z.strictObject({
   queue: s.name.optional(),
   offset: qInt(0, 1_000_000, 0),
   limit: qInt(1, LIMITS.dlqGroups, 50),
+  // The newest dead letters counted: the read stays bounded however large the DLQ grows.
+  scanRows: qInt(1, LIMITS.countCap, PREVIEW_COUNT_CAP),
 });
 
 const DLQ_WINDOW_MINUTES = 15;
@@ -103,13 +106,15 @@ export const watchRoutes: OpsRoute<any, any, any>[] = [
     path: '/dlq/groups',
     operationId: 'dlqGroups',
     summary:
-      'Dead letters grouped by reason, type and queue, counted in SQL over the whole DLQ (or one queue); largest first, paged by offset',
+      'Dead letters grouped by reason, type and queue, counted in SQL over the newest scanRows dead letters (or those of one queue); largest first, paged by offset; more: older dead letters were not counted',
     tag: 'dlq',
     role: 'reader',
     query: groupsQuery,
-    responses: { 200: 'a page of groups with the number of groups and of dead letters' },
+    responses: {
+      200: 'a page of groups with the number of groups and of dead letters counted (lower bounds when more is true)',
+    },
     async handle({ rt, query }) {
-      const page = await rt.store.dlqGroups(query.queue ?? null, query.offset, query.limit);
+      const page = await rt.store.dlqGroups(query.queue ?? null, query.offset, query.limit, query.scanRows);
       return {
         body: {
           queue: query.queue ?? null,
@@ -117,6 +122,8 @@ export const watchRoutes: OpsRoute<any, any, any>[] = [
           limit: query.limit,
           totalGroups: page.totalGroups,
           totalJobs: page.totalJobs,
+          scanRows: query.scanRows,
+          more: page.more,
           items: page.groups.map((g) => ({ ...g, newestFailedAt: g.newestFailedAt.toISOString() })),
         },
       };
