@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ops } from '../../functions/ops.js';
 import { encodeClientPrincipal } from '../../shared/ops/auth.js';
-import { queueListTarget } from '../../shared/ops/router.js';
+import { queueListTarget } from '../../shared/ops/auditRecord.js';
 import {
   auditRows,
   context,
