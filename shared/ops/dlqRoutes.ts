@@ -1,11 +1,29 @@
-// Dead-letter routes: resurrect one job, or many by filter (preview, then confirm with the preview's ids). (The
-// dead letters grouped, GET /dlq/groups, are in watchRoutes.ts; the DLQ's purge in purgeRoutes.ts.)
+// Dead-letter routes: resurrect one job, or many by filter (preview, then confirm with the preview's ids), and the
+// dead letters grouped in SQL by reason, type and queue. (The DLQ's purge is in purgeRoutes.ts.)
+import { z } from 'zod';
 import type { DlqReason, JobCount, JobRecord } from '../jobs/contract.js';
 import { LIMITS } from '../jobs/validate.js';
 import { conflict, invalid, notFound } from './errors.js';
 import { PREVIEW_COUNT_CAP, where, whereNow } from './preview.js';
 import { route, type OpsRoute } from './router.js';
 import * as s from './schemas.js';
+
+const qInt = (min: number, max: number, def: number) =>
+  z
+    .string()
+    .regex(/^\d+$/, 'must be a non-negative integer')
+    .transform(Number)
+    .pipe(z.number().int().min(min).max(max))
+    .default(def)
+    .meta({ type: 'integer', minimum: min, maximum: max, description: `integer, default ${def}`, pattern: undefined });
+
+const groupsQuery = z.strictObject({
+  queue: s.name.optional(),
+  offset: qInt(0, 1_000_000, 0),
+  limit: qInt(1, LIMITS.dlqGroups, 50),
+  // The newest dead letters counted: the read stays bounded however large the DLQ grows.
+  scanRows: qInt(1, LIMITS.countCap, PREVIEW_COUNT_CAP),
+});
 
 function dlqCount(f: {
   queue?: string;
@@ -132,6 +150,34 @@ export const dlqRoutes: OpsRoute<any, any, any>[] = [
           posted,
           skipped,
           ...(arrivedAfterPreview ? { arrivedAfterPreview } : {}),
+        },
+      };
+    },
+  }),
+  route({
+    method: 'GET',
+    path: '/dlq/groups',
+    operationId: 'dlqGroups',
+    summary:
+      'Dead letters grouped by reason, type and queue, counted in SQL over the newest scanRows dead letters (or those of one queue); largest first, paged by offset; more: older dead letters were not counted',
+    tag: 'dlq',
+    role: 'reader',
+    query: groupsQuery,
+    responses: {
+      200: 'a page of groups with the number of groups and of dead letters counted (lower bounds when more is true)',
+    },
+    async handle({ rt, query }) {
+      const page = await rt.store.dlqGroups(query.queue ?? null, query.offset, query.limit, query.scanRows);
+      return {
+        body: {
+          queue: query.queue ?? null,
+          offset: query.offset,
+          limit: query.limit,
+          totalGroups: page.totalGroups,
+          totalJobs: page.totalJobs,
+          scanRows: query.scanRows,
+          more: page.more,
+          items: page.groups.map((g) => ({ ...g, newestFailedAt: g.newestFailedAt.toISOString() })),
         },
       };
     },

@@ -1,30 +1,10 @@
-// Ops routes the console watches: dead letters grouped in SQL, the workers (the registry's processors and the lease
-// holders), and warnings (a stale heartbeat, a worker silent while holding jobs, a queue lagging, a DLQ growing)
-// against thresholds that are settings (KEEL_WARN_*, KEEL_WORKER_REFRESH_MS).
-import { z } from 'zod';
+// Ops routes the console watches: the workers (the registry's processors and the lease holders), and warnings (a
+// stale heartbeat, a worker silent while holding jobs, a queue lagging, a DLQ growing) against thresholds that are
+// settings (KEEL_WARN_*, KEEL_WORKER_REFRESH_MS).
 import type { WorkerInfo } from '../jobs/contract.js';
-import { LIMITS } from '../jobs/validate.js';
 import type { Settings } from '../config/settings.js';
 import { route, type OpsRoute } from './router.js';
 import * as s from './schemas.js';
-import { PREVIEW_COUNT_CAP } from './preview.js';
-
-const qInt = (min: number, max: number, def: number) =>
-  z
-    .string()
-    .regex(/^\d+$/, 'must be a non-negative integer')
-    .transform(Number)
-    .pipe(z.number().int().min(min).max(max))
-    .default(def)
-    .meta({ type: 'integer', minimum: min, maximum: max, description: `integer, default ${def}`, pattern: undefined });
-
-const groupsQuery = z.strictObject({
-  queue: s.name.optional(),
-  offset: qInt(0, 1_000_000, 0),
-  limit: qInt(1, LIMITS.dlqGroups, 50),
-  // The newest dead letters counted: the read stays bounded however large the DLQ grows.
-  scanRows: qInt(1, LIMITS.countCap, PREVIEW_COUNT_CAP),
-});
 
 const DLQ_WINDOW_MINUTES = 15;
 
@@ -101,34 +81,6 @@ function liveVersions(
 }
 
 export const watchRoutes: OpsRoute<any, any, any>[] = [
-  route({
-    method: 'GET',
-    path: '/dlq/groups',
-    operationId: 'dlqGroups',
-    summary:
-      'Dead letters grouped by reason, type and queue, counted in SQL over the newest scanRows dead letters (or those of one queue); largest first, paged by offset; more: older dead letters were not counted',
-    tag: 'dlq',
-    role: 'reader',
-    query: groupsQuery,
-    responses: {
-      200: 'a page of groups with the number of groups and of dead letters counted (lower bounds when more is true)',
-    },
-    async handle({ rt, query }) {
-      const page = await rt.store.dlqGroups(query.queue ?? null, query.offset, query.limit, query.scanRows);
-      return {
-        body: {
-          queue: query.queue ?? null,
-          offset: query.offset,
-          limit: query.limit,
-          totalGroups: page.totalGroups,
-          totalJobs: page.totalJobs,
-          scanRows: query.scanRows,
-          more: page.more,
-          items: page.groups.map((g) => ({ ...g, newestFailedAt: g.newestFailedAt.toISOString() })),
-        },
-      };
-    },
-  }),
   route({
     method: 'GET',
     path: '/workers',
