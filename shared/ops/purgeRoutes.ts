@@ -27,24 +27,12 @@ export const purgeRoute = route({
     if (body.dryRun) {
       // Counted in SQL, bounded: exact up to PREVIEW_COUNT_CAP rows, else "at least".
       const preview = await previewPurge(rt.store, target, queue, olderThan, PREVIEW_COUNT_CAP);
+      const counted = { dryRun: true, target, queue, olderThan: body.olderThan, matched: preview.matched };
       if (preview.kind === 'buckets')
-        return {
-          body: {
-            dryRun: true,
-            target,
-            queue,
-            olderThan: body.olderThan,
-            matched: preview.matched,
-            note: `counts buckets of the last ${preview.windowMinutes} minutes only`,
-          },
-        };
+        return { body: { ...counted, note: `counts buckets of the last ${preview.windowMinutes} minutes only` } };
       return {
         body: {
-          dryRun: true,
-          target,
-          queue,
-          olderThan: body.olderThan,
-          matched: preview.matched,
+          ...counted,
           capped: !preview.exact,
           asOf: preview.asOf.toISOString(),
           ...(preview.exact ? {} : { note: `counted up to ${PREVIEW_COUNT_CAP} rows; more match` }),
