@@ -297,10 +297,13 @@ export interface DlqGroup {
   newestFailedAt: Date;
 }
 
+// The groups of the newest scanRows dead letters (JobStore.dlqGroups): more is true when the DLQ holds older ones
+// that were not counted, and then totalGroups and totalJobs are lower bounds.
 export interface DlqGroupPage {
   groups: DlqGroup[];
   totalGroups: number;
   totalJobs: number;
+  more: boolean;
 }
 
 // What a processor reports of itself to the worker registry (keel.workers, V012): registered when it starts, refreshed
@@ -529,7 +532,7 @@ export interface JobStore {
   // Console reads: a bounded count for previews, dead letters grouped (a page of groups, largest first), and the
   // workers: the registry's and those holding leases on hot jobs.
   countJobs(count: JobCount): Promise<CountResult>;
-  dlqGroups(queue: string | null, offset: number, limit: number): Promise<DlqGroupPage>;
+  dlqGroups(queue: string | null, offset: number, limit: number, scanRows: number): Promise<DlqGroupPage>;
   listWorkers(): Promise<WorkerInfo[]>;
   // The worker registry: add or refresh a processor's row (returns the server's time it was seen at); remove it on a
   // graceful stop (false: there was none); delete the rows not seen since olderThan (returns how many).

@@ -1,6 +1,7 @@
 // The maintenance pass: zombie rescue until quiet, then retention purges, every step bounded in batches so a timer
 // that fires twice, or a pass that is cut short, is harmless.
 import type { JobStore, PurgeTarget, RescueResult } from './contract.js';
+import { LIMITS } from './validate.js';
 
 export interface MaintenanceOptions {
   rescueBatch?: number; // rows per rescue call (default 500)
@@ -56,6 +57,29 @@ export async function purgeInBatches(
     if (last < batchSize) break;
   }
   return { deleted, batches, mayHaveMore: batches === 0 ? maxBatches === 0 : last === batchSize };
+}
+
+// What a purge of target older than olderThan would delete now, deleting nothing: archive and DLQ rows counted in
+// SQL up to cap (exact, else "at least"); metric buckets counted among those of the longest metrics window, the
+// only ones the store returns. Shared by the purge's dry run and the preview of a lowered retention.
+export type PurgePreview =
+  | { kind: 'rows'; matched: number; exact: boolean; asOf: Date }
+  | { kind: 'buckets'; matched: number; windowMinutes: number };
+
+export async function previewPurge(
+  store: JobStore,
+  target: PurgeTarget,
+  queue: string | null,
+  olderThan: Date,
+  cap: number,
+): Promise<PurgePreview> {
+  if (target === 'metrics') {
+    const windowMinutes = LIMITS.metricsWindowMinutes;
+    const buckets = await store.metrics(windowMinutes, queue ?? undefined);
+    return { kind: 'buckets', matched: buckets.filter((b) => b.bucketStart < olderThan).length, windowMinutes };
+  }
+  const counted = await store.countJobs({ location: target, to: olderThan, cap, ...(queue ? { queue } : {}) });
+  return { kind: 'rows', matched: counted.matched, exact: counted.exact, asOf: counted.asOf };
 }
 
 export async function runMaintenance(store: JobStore, opts: MaintenanceOptions = {}): Promise<MaintenanceReport> {

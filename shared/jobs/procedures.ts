@@ -54,7 +54,7 @@ export const JOB_PROCEDURES = {
     'oldest',
   ],
   count_jobs: [...JOB_FILTER_PARAMS, 'cap'],
-  dlq_groups: ['queue', 'offset', 'limit'],
+  dlq_groups: ['queue', 'offset', 'limit', 'scan_rows'],
   list_workers: [],
   register_worker: [
     'worker_id',

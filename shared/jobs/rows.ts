@@ -301,6 +301,7 @@ export function toDlqGroupPage(rows: Row[]): DlqGroupPage {
     })),
     totalGroups: num(rows[0]?.totalGroups),
     totalJobs: num(rows[0]?.totalJobs),
+    more: rows[0]?.more === true || rows[0]?.more === 1,
   };
 }
 

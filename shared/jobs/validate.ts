@@ -298,10 +298,11 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
     if (c.to !== undefined) assertTick('to', c.to);
     return undefined;
   },
-  dlqGroups: (queue, offset, limit) => {
+  dlqGroups: (queue, offset, limit, scanRows) => {
     if (queue !== null) assertName('queue', queue);
     if (!Number.isInteger(offset) || offset < 0) throw new ValidationError('offset', 'must be a non-negative integer');
     assertPositiveInt('limit', limit, LIMITS.dlqGroups);
+    assertPositiveInt('scanRows', scanRows, LIMITS.countCap);
     return undefined;
   },
   listWorkers: null,

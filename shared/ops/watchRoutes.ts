@@ -1,27 +1,10 @@
-// Ops routes the console watches: dead letters grouped in SQL, the workers (the registry's processors and the lease
-// holders), and warnings (a stale heartbeat, a worker silent while holding jobs, a queue lagging, a DLQ growing)
-// against thresholds that are settings (KEEL_WARN_*, KEEL_WORKER_REFRESH_MS).
-import { z } from 'zod';
+// Ops routes the console watches: the workers (the registry's processors and the lease holders), and warnings (a
+// stale heartbeat, a worker silent while holding jobs, a queue lagging, a DLQ growing) against thresholds that are
+// settings (KEEL_WARN_*, KEEL_WORKER_REFRESH_MS).
 import type { WorkerInfo } from '../jobs/contract.js';
-import { LIMITS } from '../jobs/validate.js';
 import type { Settings } from '../config/settings.js';
 import { route, type OpsRoute } from './router.js';
 import * as s from './schemas.js';
-
-const qInt = (min: number, max: number, def: number) =>
-  z
-    .string()
-    .regex(/^\d+$/, 'must be a non-negative integer')
-    .transform(Number)
-    .pipe(z.number().int().min(min).max(max))
-    .default(def)
-    .meta({ type: 'integer', minimum: min, maximum: max, description: `integer, default ${def}`, pattern: undefined });
-
-const groupsQuery = z.strictObject({
-  queue: s.name.optional(),
-  offset: qInt(0, 1_000_000, 0),
-  limit: qInt(1, LIMITS.dlqGroups, 50),
-});
 
 const DLQ_WINDOW_MINUTES = 15;
 
@@ -98,30 +81,6 @@ function liveVersions(
 }
 
 export const watchRoutes: OpsRoute<any, any, any>[] = [
-  route({
-    method: 'GET',
-    path: '/dlq/groups',
-    operationId: 'dlqGroups',
-    summary:
-      'Dead letters grouped by reason, type and queue, counted in SQL over the whole DLQ (or one queue); largest first, paged by offset',
-    tag: 'dlq',
-    role: 'reader',
-    query: groupsQuery,
-    responses: { 200: 'a page of groups with the number of groups and of dead letters' },
-    async handle({ rt, query }) {
-      const page = await rt.store.dlqGroups(query.queue ?? null, query.offset, query.limit);
-      return {
-        body: {
-          queue: query.queue ?? null,
-          offset: query.offset,
-          limit: query.limit,
-          totalGroups: page.totalGroups,
-          totalJobs: page.totalJobs,
-          items: page.groups.map((g) => ({ ...g, newestFailedAt: g.newestFailedAt.toISOString() })),
-        },
-      };
-    },
-  }),
   route({
     method: 'GET',
     path: '/workers',

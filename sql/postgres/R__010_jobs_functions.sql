@@ -1947,24 +1947,44 @@ begin
 end
 $$;
 
--- Dead letters grouped by reason, type and queue, counted in SQL over the whole DLQ (or one queue), largest group
--- first, a page of p_limit groups from p_offset. Every row carries the number of groups and of dead letters, so a
--- page says what it is part of. Reads every DLQ row of the queue once: the console asks when the page is shown.
-create or replace function keel.dlq_groups(p_queue text, p_offset integer, p_limit integer)
+-- Dead letters grouped by reason, type and queue, counted in SQL over the newest p_scan_rows dead letters (of one
+-- queue, or all): at most p_scan_rows + 1 rows are read, newest first along jobs_dlq_failed / jobs_dlq_queue_failed,
+-- so the read is bounded however large the DLQ grows. Largest group first, a page of p_limit groups from p_offset.
+-- Every row carries the number of groups and of dead letters counted, and more: the DLQ holds older dead letters
+-- that were not counted (the totals are then lower bounds). The row past the cap only sets more: it is the oldest
+-- read, so it never raises a group's newest_failed_at, and a group it alone would form is dropped.
+drop function if exists keel.dlq_groups(text, integer, integer);
+create or replace function keel.dlq_groups(p_queue text, p_offset integer, p_limit integer, p_scan_rows integer)
 returns table (reason text, type text, queue text, jobs bigint, newest_failed_at timestamptz, total_groups bigint,
-               total_jobs bigint)
-language sql stable as $$
-  with g as (
-    select d.reason, d.type, d.queue, count(*) as jobs, max(d.failed_at) as newest_failed_at
+               total_jobs bigint, more boolean)
+language plpgsql stable as $$
+declare
+  v_scan integer := least(greatest(coalesce(p_scan_rows, 100000), 1), 1000000);
+begin
+  return query
+  with s as (
+    select d.reason, d.type, d.queue, d.failed_at, row_number() over (order by d.failed_at desc) > v_scan as extra
     from keel.jobs_dlq d
     where p_queue is null or d.queue = p_queue
-    group by d.reason, d.type, d.queue
+    order by d.failed_at desc
+    limit v_scan + 1
+  ), g as (
+    select s.reason, s.type, s.queue, count(*) filter (where not s.extra) as jobs, max(s.failed_at) as newest,
+           bool_or(s.extra) as extra
+    from s
+    group by s.reason, s.type, s.queue
+  ), w as (
+    select g.*, count(*) filter (where g.jobs > 0) over () as groups, sum(g.jobs) over () as dead,
+           bool_or(g.extra) over () as beyond
+    from g
   )
-  select g.reason, g.type, g.queue, g.jobs, g.newest_failed_at, count(*) over (), sum(g.jobs) over ()
-  from g
-  order by g.jobs desc, g.reason, g.type, g.queue
+  select w.reason, w.type, w.queue, w.jobs, w.newest, w.groups, w.dead::bigint, w.beyond
+  from w
+  where w.jobs > 0
+  order by w.jobs desc, w.reason, w.type, w.queue
   offset greatest(coalesce(p_offset, 0), 0)
-  limit least(greatest(coalesce(p_limit, 50), 1), 500)
+  limit least(greatest(coalesce(p_limit, 50), 1), 500);
+end
 $$;
 
 -- The workers: every processor of the registry (keel.workers, V012: host, version, queues served, concurrency, last

@@ -500,13 +500,18 @@ BEGIN
 END;
 GO
 
--- DlqGroups(@Queue NULL = all, @Offset, @Limit): dead letters grouped by reason, type and queue, counted over the
--- whole DLQ (or one queue), largest group first, a page of @Limit (1..500) groups from @Offset. Every row carries the
--- number of groups and of dead letters. The twin of keel.dlq_groups on PostgreSQL.
+-- DlqGroups(@Queue NULL = all, @Offset, @Limit, @ScanRows): dead letters grouped by reason, type and queue, counted
+-- over the newest @ScanRows (1..1,000,000) dead letters (of one queue, or all): at most @ScanRows + 1 rows are read,
+-- newest first along IX_JobsDLQ_Failed / IX_JobsDLQ_QueueFailed, so the read is bounded however large the DLQ grows.
+-- Largest group first, a page of @Limit (1..500) groups from @Offset. Every row carries the number of groups and of
+-- dead letters counted, and More: the DLQ holds older dead letters that were not counted (the totals are then lower
+-- bounds). The row past the cap only sets More: it is the oldest read, so it never raises a group's NewestFailedAt,
+-- and a group it alone would form is dropped. The twin of keel.dlq_groups on PostgreSQL.
 CREATE OR ALTER PROCEDURE keel.DlqGroups
   @Queue NVARCHAR(128),
   @Offset INT,
-  @Limit INT
+  @Limit INT,
+  @ScanRows INT
 AS
 BEGIN
   SET NOCOUNT ON;
@@ -515,15 +520,32 @@ BEGIN
   DECLARE @Take int = ISNULL(@Limit, 50);
   IF @Take < 1 SET @Take = 1;
   IF @Take > 500 SET @Take = 500;
-  WITH g AS (
-    SELECT d.Reason, d.Type, d.Queue, COUNT_BIG(*) AS Jobs, MAX(d.FailedAt) AS NewestFailedAt
+  DECLARE @Scan int = ISNULL(@ScanRows, 100000);
+  IF @Scan < 1 SET @Scan = 1;
+  IF @Scan > 1000000 SET @Scan = 1000000;
+  WITH s AS (
+    SELECT TOP (@Scan + 1) d.Reason, d.Type, d.Queue, d.FailedAt,
+           ROW_NUMBER() OVER (ORDER BY d.FailedAt DESC) AS Rn
     FROM keel.JobsDLQ AS d
     WHERE (@Queue IS NULL OR d.Queue = @Queue)
-    GROUP BY d.Reason, d.Type, d.Queue)
-  SELECT g.Reason, g.Type, g.Queue, g.Jobs, g.NewestFailedAt,
-         COUNT_BIG(*) OVER () AS TotalGroups, SUM(g.Jobs) OVER () AS TotalJobs
-  FROM g
-  ORDER BY g.Jobs DESC, g.Reason, g.Type, g.Queue
+    ORDER BY d.FailedAt DESC),
+  g AS (
+    SELECT s.Reason, s.Type, s.Queue,
+           SUM(CASE WHEN s.Rn <= @Scan THEN CONVERT(bigint, 1) ELSE CONVERT(bigint, 0) END) AS Jobs,
+           MAX(s.FailedAt) AS NewestFailedAt,
+           MAX(CASE WHEN s.Rn > @Scan THEN 1 ELSE 0 END) AS Extra
+    FROM s
+    GROUP BY s.Reason, s.Type, s.Queue),
+  w AS (
+    SELECT g.Reason, g.Type, g.Queue, g.Jobs, g.NewestFailedAt,
+           SUM(CASE WHEN g.Jobs > 0 THEN CONVERT(bigint, 1) ELSE CONVERT(bigint, 0) END) OVER () AS TotalGroups,
+           SUM(g.Jobs) OVER () AS TotalJobs, MAX(g.Extra) OVER () AS More
+    FROM g)
+  SELECT w.Reason, w.Type, w.Queue, w.Jobs, w.NewestFailedAt, w.TotalGroups, w.TotalJobs,
+         CONVERT(bit, w.More) AS More
+  FROM w
+  WHERE w.Jobs > 0
+  ORDER BY w.Jobs DESC, w.Reason, w.Type, w.Queue
   OFFSET @Skip ROWS FETCH NEXT @Take ROWS ONLY
   OPTION (RECOMPILE);
 END;

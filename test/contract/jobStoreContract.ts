@@ -1375,6 +1375,9 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
     it('counts matches exactly up to a cap and "at least" past it; groups dead letters by reason, type and queue', async () => {
       const q = freshQueue('cnt');
       for (let i = 0; i < 5; i++) {
+        // The fatal ones fail strictly later than the timeouts (a clock of milliseconds may tie): the bounded groups
+        // below count the newest.
+        if (i === 3) await new Promise((r) => setTimeout(r, 5));
         const j = await startedJob(q);
         await store.fail(ref(j), i < 3 ? 'timeout' : 'fatal', 'x');
       }
@@ -1394,16 +1397,33 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(past).toMatchObject({ matched: 0, exact: true });
       expect(Math.abs(past.asOf.getTime() - Date.now())).toBeLessThan(60_000);
 
-      const page = await store.dlqGroups(q, 0, 10);
-      expect(page).toMatchObject({ totalGroups: 2, totalJobs: 5 });
+      const page = await store.dlqGroups(q, 0, 10, 5);
+      expect(page).toMatchObject({ totalGroups: 2, totalJobs: 5, more: false });
       expect(page.groups.map((g) => [g.reason, g.type, g.queue, g.jobs])).toEqual([
         ['timeout', 't', q, 3],
         ['fatal', 't', q, 2],
       ]);
-      const second = await store.dlqGroups(q, 1, 1);
+      const second = await store.dlqGroups(q, 1, 1, 10);
       expect(second.groups.map((g) => g.reason)).toEqual(['fatal']);
       expect(second.totalGroups).toBe(2);
-      expect(await store.dlqGroups(`${q}-none`, 0, 10)).toEqual({ groups: [], totalGroups: 0, totalJobs: 0 });
+      expect(await store.dlqGroups(`${q}-none`, 0, 10, 10)).toEqual({
+        groups: [],
+        totalGroups: 0,
+        totalJobs: 0,
+        more: false,
+      });
+      // Bounded: only the newest scanRows dead letters are counted (the last two failed are the fatal ones), and
+      // more says older ones were left out; the group that only older rows would form is not listed.
+      const newest = await store.dlqGroups(q, 0, 10, 2);
+      expect(newest).toMatchObject({ totalGroups: 1, totalJobs: 2, more: true });
+      expect(newest.groups.map((g) => [g.reason, g.jobs])).toEqual([['fatal', 2]]);
+      const three = await store.dlqGroups(q, 0, 10, 3);
+      expect(three).toMatchObject({ totalGroups: 2, totalJobs: 3, more: true });
+      expect(three.groups.map((g) => [g.reason, g.jobs])).toEqual([
+        ['fatal', 2],
+        ['timeout', 1],
+      ]);
+      await expect(store.dlqGroups(q, 0, 10, 0)).rejects.toMatchObject({ field: 'scanRows' });
     });
 
     it('lists the workers holding leases, with jobs held and their oldest sign of life', async () => {

@@ -162,7 +162,8 @@ describe('postgres plans: no JIT, no disabled node, at a 20k backlog', () => {
       q(`select keel.register_worker('plan-w', 'h', null, 1, '0.1.0', null, null, 32, now(), 0)`),
     );
     await run('prune_workers', () => q(`select keel.prune_workers(now() - interval '1 hour')`));
-    await run('dlq_groups', () => q(`select * from keel.dlq_groups($1, 0, 50)`, [queue]));
+    await run('dlq_groups', () => q(`select * from keel.dlq_groups($1, 0, 50, 100000)`, [queue]));
+    await run('dlq_groups (all queues)', () => q(`select * from keel.dlq_groups(null, 0, 50, 100000)`));
     // Flows (issue 29): a parent with 50 children and a fan-in job, in one call; its completion releasing the
     // children; another such parent's failure cascading to its children and their fan-in job; the edges read back;
     // the failed parent resurrected with the children it dead-lettered.

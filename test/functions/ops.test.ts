@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ops } from '../../functions/ops.js';
 import { encodeClientPrincipal } from '../../shared/ops/auth.js';
-import { queueListTarget } from '../../shared/ops/router.js';
+import { queueListTarget } from '../../shared/ops/auditRecord.js';
 import {
   auditRows,
   context,
@@ -477,6 +477,11 @@ describe('ops: jobs', () => {
     expect(second.body.totalGroups).toBe(every.body.totalGroups);
     expect(second.body.items[0]).not.toEqual(every.body.items[0]);
     expect((await call('GET', 'dlq/groups?limit=0')).body).toMatchObject({ field: 'limit' });
+    // Bounded: the newest scanRows dead letters only, and more says older ones were not counted.
+    expect(all.body).toMatchObject({ scanRows: 100_000, more: false });
+    const newest = await call('GET', 'dlq/groups?queue=ops-grp-a&scanRows=1');
+    expect(newest.body).toMatchObject({ totalGroups: 1, totalJobs: 1, scanRows: 1, more: true });
+    expect((await call('GET', 'dlq/groups?scanRows=0')).body).toMatchObject({ field: 'scanRows' });
   });
 
   it('purges by filter: dry run counts, the real run deletes in bounded batches', async () => {

@@ -377,7 +377,7 @@ export function dlqPage(main: HTMLElement): Cleanup {
                   ),
                 ]),
                 {
-                  caption: `${fmtNum(page.totalJobs)} dead letter${page.totalJobs === 1 ? '' : 's'} in ${fmtNum(page.totalGroups)} group${page.totalGroups === 1 ? '' : 's'}, counted exactly`,
+                  caption: `${fmtNum(page.totalJobs)} dead letter${page.totalJobs === 1 ? '' : 's'} in ${fmtNum(page.totalGroups)} group${page.totalGroups === 1 ? '' : 's'}${page.more ? `: the newest ${fmtNum(page.scanRows)} counted, older ones not` : ', counted exactly'}`,
                   className: 'groups-table',
                 },
               ),

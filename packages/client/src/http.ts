@@ -35,7 +35,7 @@ export interface HttpClientOptions<M extends JobTypeMap> {
   timeoutMs?: number; // per attempt (default 30 s)
   autoIdempotencyKeys?: boolean; // give a job without a key a random one, so retries cannot duplicate it (default true)
   fetch?: typeof fetch;
-  sleep?: (ms: number) => Promise<void>; // tests
+  sleep?: (ms: number, signal?: AbortSignal) => Promise<void>; // tests (the call's signal, when it has one)
   random?: () => number; // tests: the jitter
 }
 
@@ -46,6 +46,7 @@ export interface EnqueuedJob {
 }
 
 export interface CallOptions {
+  // Ends the call: the attempt in flight, and the wait between retries (the call rejects with the signal's reason).
   signal?: AbortSignal;
 }
 
@@ -113,7 +114,7 @@ export class KeelHttpClient<M extends JobTypeMap = JobTypeMap> {
     const body = this.body(jobs, many);
     const text = JSON.stringify(body);
     const fetchFn = this.o.fetch ?? fetch;
-    const sleep = this.o.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
+    const sleep = this.o.sleep ?? abortableSleep;
     const random = this.o.random ?? Math.random;
     const retries = this.o.retries ?? 4;
     const base = this.o.retryBaseMs ?? 250;
@@ -153,7 +154,8 @@ export class KeelHttpClient<M extends JobTypeMap = JobTypeMap> {
         );
       }
       const backoff = random() * Math.min(cap, base * 2 ** attempt);
-      await sleep(Math.min(cap, Math.max(backoff, waitMs ?? 0)));
+      await sleep(Math.min(cap, Math.max(backoff, waitMs ?? 0)), opts.signal);
+      opts.signal?.throwIfAborted(); // an injected sleep may not watch the signal
     }
   }
 
@@ -172,6 +174,26 @@ export class KeelHttpClient<M extends JobTypeMap = JobTypeMap> {
     if (!got?.token) throw new Error(`KeelHttpClient: the credential returned no token for ${this.o.scope}`);
     return got.token;
   }
+}
+
+// Waits ms, or until signal aborts (rejecting with its reason), so a caller's cancel also ends a backoff of up to
+// retryMaxMs instead of waiting it out.
+function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    if (signal?.aborted) {
+      reject(signal.reason);
+      return;
+    }
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal!.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
 }
 
 function toWire(job: Record<string, unknown>): Record<string, unknown> {

@@ -37,7 +37,7 @@ export const LIMITS = {
   searchTextLength: 200,
   metricsWindowMinutes: 7 * 24 * 60,
   lastErrorChars: 4000, // of a failed attempt's error, as the processor stores it (retry, fail, interrupt)
-  countCap: 1_000_000, // rows one bounded count reads at most (countJobs): past it the count says "at least"
+  countCap: 1_000_000, // rows one bounded count reads at most (countJobs, dlqGroups): past it the count says "at least"
   dlqGroups: 500, // groups per dlqGroups page
   parents: 1000, // parents one job may wait for (after)
 } as const;

@@ -162,6 +162,35 @@ describe('KeelHttpClient with a function key', () => {
     expect(door.requests.length - n).toBe(1);
   });
 
+  it("a call's signal ends the wait between retries at once: nothing more is sent", async () => {
+    // The real wait (no injected sleep): a 429 asking for 30 s, the most retryMaxMs lets the client wait.
+    const client = new KeelHttpClient({ baseUrl: door.baseUrl, functionKey: door.functionKey, jobTypes: types });
+    door.faults.push({ status: 429, headers: { 'retry-after': '30' } });
+    const before = door.requests.length;
+    const stop = new AbortController();
+    const started = Date.now();
+    const call = client
+      .enqueue({ type: 'invoice.send', payload: { invoiceId: 'INV-ABORT' } }, { signal: stop.signal })
+      .catch((e: unknown) => e);
+    while (door.requests.length === before) await new Promise((r) => setTimeout(r, 10));
+    await new Promise((r) => setTimeout(r, 100)); // the answer read, the client now waits
+    stop.abort(new Error('caller gave up'));
+    expect(await call).toMatchObject({ message: 'caller gave up' });
+    expect(Date.now() - started).toBeLessThan(10_000);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(door.requests.length - before).toBe(1);
+    expect(await hotJobs(['INV-ABORT'])).toEqual([]);
+    // An injected sleep that ignores the signal: the call still ends before the next attempt.
+    const stop2 = new AbortController();
+    const deaf = keyed({ sleep: async () => stop2.abort(new Error('aborted in the wait')) });
+    door.faults.push({ status: 503 });
+    const n = door.requests.length;
+    await expect(
+      deaf.enqueue({ type: 'invoice.send', payload: { invoiceId: 'INV-ABORT' } }, { signal: stop2.signal }),
+    ).rejects.toMatchObject({ message: 'aborted in the wait' });
+    expect(door.requests.length - n).toBe(1);
+  });
+
   it('a request whose answer is lost after the job was written is retried into the same job, not a second one', async () => {
     const client = keyed();
     door.faults.push('drop-after-app');

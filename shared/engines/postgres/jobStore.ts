@@ -521,8 +521,8 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     return toCountResult(r!);
   }
 
-  async dlqGroups(queue: string | null, offset: number, limit: number): Promise<DlqGroupPage> {
-    return toDlqGroupPage(await this.call('dlq_groups', { queue, offset, limit }));
+  async dlqGroups(queue: string | null, offset: number, limit: number, scanRows: number): Promise<DlqGroupPage> {
+    return toDlqGroupPage(await this.call('dlq_groups', { queue, offset, limit, scan_rows: scanRows }));
   }
 
   async listWorkers(): Promise<WorkerInfo[]> {

@@ -109,7 +109,10 @@ export const POSTGRES_FUNCTIONS: { [P in JobProcedure]: PgFunction<P> } = {
     params: { ...JOB_FILTER, cap: 'integer' },
     returns: 'rows',
   },
-  dlq_groups: { params: { queue: 'text', offset: 'integer', limit: 'integer' }, returns: 'rows' },
+  dlq_groups: {
+    params: { queue: 'text', offset: 'integer', limit: 'integer', scan_rows: 'integer' },
+    returns: 'rows',
+  },
   list_workers: { params: {}, returns: 'rows' },
   register_worker: {
     params: {

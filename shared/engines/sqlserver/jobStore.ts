@@ -626,8 +626,12 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     return toCountResult(camelKeys(r!));
   }
 
-  async dlqGroups(queue: string | null, offset: number, limit: number): Promise<DlqGroupPage> {
-    const rows = await this.call('dlq_groups', { Queue: queue, Offset: offset, Limit: limit }, 'safe');
+  async dlqGroups(queue: string | null, offset: number, limit: number, scanRows: number): Promise<DlqGroupPage> {
+    const rows = await this.call(
+      'dlq_groups',
+      { Queue: queue, Offset: offset, Limit: limit, ScanRows: scanRows },
+      'safe',
+    );
     return toDlqGroupPage(rows.map(camelKeys));
   }
 

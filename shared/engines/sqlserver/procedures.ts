@@ -55,7 +55,7 @@ export const SQLSERVER_PARAMS: ParamTypes = {
   metrics: { WindowMinutes: sql.Int, Queue: sql.NVarChar(128) },
   list_queues: { Name: sql.NVarChar(128) },
   count_jobs: { ...JOB_FILTER, Cap: sql.Int },
-  dlq_groups: { Queue: sql.NVarChar(128), Offset: sql.Int, Limit: sql.Int },
+  dlq_groups: { Queue: sql.NVarChar(128), Offset: sql.Int, Limit: sql.Int, ScanRows: sql.Int },
   list_workers: {},
   register_worker: {
     WorkerId: sql.NVarChar(200),

@@ -1,0 +1,131 @@
+// Queue routes: list and read queues, pause and resume, change limits and retentions (a lowered retention shows
+// what the next maintenance pass would delete, and changes nothing until confirmed).
+import type { PurgeTarget, QueueSettingsPatch } from '../jobs/contract.js';
+import { previewPurge } from '../jobs/maintenance.js';
+import { OpsError, notFound } from './errors.js';
+import { PREVIEW_COUNT_CAP } from './preview.js';
+import { route, type OpsRoute } from './router.js';
+import * as s from './schemas.js';
+
+// The retention settings and the rows each one purges.
+const RETENTIONS = [
+  ['archiveRetentionSeconds', 'archive'],
+  ['dlqRetentionSeconds', 'dlq'],
+  ['metricsRetentionSeconds', 'metrics'],
+] as const satisfies readonly (readonly [keyof QueueSettingsPatch, PurgeTarget])[];
+
+export const queueRoutes: OpsRoute<any, any, any>[] = [
+  route({
+    method: 'GET',
+    path: '/queues',
+    operationId: 'listQueues',
+    summary: 'Queue settings',
+    tag: 'queues',
+    role: 'reader',
+    query: s.emptyQuery,
+    responses: { 200: 'queues' },
+    output: s.out.queues,
+    async handle({ rt }) {
+      return { body: { items: await rt.store.listQueues() } };
+    },
+  }),
+  route({
+    method: 'GET',
+    path: '/queues/:name',
+    operationId: 'getQueue',
+    summary: 'One queue: settings and stats',
+    tag: 'queues',
+    role: 'reader',
+    params: s.nameParams,
+    query: s.emptyQuery,
+    responses: { 200: 'queue', 404: 'no such queue' },
+    output: s.out.queue,
+    async handle({ rt, params }) {
+      const q = await rt.store.getQueue(params.name);
+      if (!q) throw notFound(`queue "${params.name}"`);
+      const stats = (await rt.store.stats()).find((x) => x.queue === params.name) ?? null;
+      return { body: { ...q, stats } };
+    },
+  }),
+  ...(['pause', 'resume'] as const).map((action) =>
+    route({
+      method: 'POST',
+      path: `/queues/:name/${action}`,
+      operationId: `${action}Queue`,
+      summary: action === 'pause' ? 'Pause a queue: no new claims until resumed' : 'Resume a paused queue',
+      tag: 'queues',
+      role: 'operator',
+      params: s.nameParams,
+      query: s.emptyQuery,
+      body: s.emptyBody,
+      responses: {
+        200: 'queue settings after the change (created: the queue had no settings yet and now has them)',
+        403: 'operator role missing',
+      },
+      output: s.out.queueSettingsChanged,
+      // A queue exists from its first use: an enqueue or a settings change. So a queue can be paused (or limited)
+      // before its first job arrives, e.g. 'default' on a fresh install.
+      async handle({ rt, params, log }) {
+        const created = !(await rt.store.getQueue(params.name));
+        const settings = await rt.store.updateQueue(params.name, { paused: action === 'pause' });
+        // Its due jobs' messages were acknowledged while it was paused: post them now, not at the dispatcher's tick.
+        if (action === 'resume') await rt.postDue([params.name], log);
+        return { body: { ...settings, created } };
+      },
+    }),
+  ),
+  route({
+    method: 'PATCH',
+    path: '/queues/:name',
+    operationId: 'updateQueue',
+    summary: 'Change queue limits: max concurrency, attempts, zombie timeout and policy, retention',
+    tag: 'queues',
+    role: 'operator',
+    params: s.nameParams,
+    query: s.emptyQuery,
+    body: s.queuePatch,
+    responses: {
+      200: 'queue settings after the change (created: the queue had no settings yet and now has them)',
+      400: 'invalid setting',
+      403: 'operator role missing',
+      409: 'a lowered retention would make the next maintenance pass delete rows: the body\'s preview counts them per target; repeat with "confirmPurge": true',
+    },
+    output: s.out.queueSettingsChanged,
+    async handle({ rt, params, body, log }) {
+      const { confirmPurge, ...patch } = body as QueueSettingsPatch & { confirmPurge?: boolean };
+      const current = await rt.store.getQueue(params.name);
+      if (current && !confirmPurge) {
+        // Lowering a retention deletes, at the next maintenance pass, every row older than the new one: show how
+        // many first (counted in SQL), and change nothing until the caller confirms.
+        const preview: Record<string, { from: number; to: number; wouldPurge: number; capped: boolean }> = {};
+        let total = 0;
+        for (const [field, target] of RETENTIONS) {
+          const to = patch[field];
+          if (to === undefined || to >= current[field]) continue;
+          const cutoff = new Date(Date.now() - to * 1000);
+          const counted = await previewPurge(rt.store, target, params.name, cutoff, PREVIEW_COUNT_CAP);
+          const capped = counted.kind === 'rows' && !counted.exact;
+          preview[target] = { from: current[field], to, wouldPurge: counted.matched, capped };
+          total += counted.matched;
+        }
+        if (total > 0)
+          throw new OpsError(
+            'conflict',
+            `lowering the retention makes the next maintenance pass delete ${Object.entries(preview)
+              .filter(([, p]) => p.wouldPurge > 0)
+              .map(([t, p]) => `${p.wouldPurge}${p.capped ? '+' : ''} ${t} rows`)
+              .join(
+                ', ',
+              )} of queue "${params.name}"; nothing was changed. Repeat with "confirmPurge": true to go ahead`,
+            'confirmPurge',
+            { preview },
+          );
+      }
+      const settings = await rt.store.updateQueue(params.name, patch);
+      // More room than before: jobs held back by the limit may run now; post their messages.
+      const limit = (q: { maxConcurrency: number | null } | null) => q?.maxConcurrency ?? Infinity;
+      if (!settings.paused && limit(settings) > limit(current)) await rt.postDue([params.name], log);
+      return { body: { ...settings, created: !current } };
+    },
+  }),
+];
