@@ -113,20 +113,8 @@ export class ChecksumAccumulator {
 
   add(row: CanonicalRow): void {
     md5Prefix(rowEncoding(row), digest);
-    this.sum(digest[0]!, digest[1]!);
-  }
-
-  // A row hash a source server computed (16 hex digits, the first 8 bytes of the md5 of the row encoding).
-  addRowHash(hex: string): void {
-    const hi = parseInt(hex.slice(0, 8), 16);
-    const lo = parseInt(hex.slice(8, 16), 16);
-    if (hex.length !== 16 || !(hi >= 0) || !(lo >= 0)) throw new Error(`"${hex}" is not a keel-v1 row hash`);
-    this.sum(hi, lo);
-  }
-
-  private sum(h: number, l: number): void {
-    let lo = this.lo + l;
-    let hi = this.hi + h;
+    let lo = this.lo + digest[1]!;
+    let hi = this.hi + digest[0]!;
     if (lo >= TWO32) {
       lo -= TWO32;
       hi += 1;

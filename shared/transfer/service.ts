@@ -953,18 +953,16 @@ export class TransferService {
     const manifest = new Promise<Manifest>((resolve, reject) => (settle = { resolve, reject }));
     manifest.catch(() => undefined); // the target awaits it only after the rows; a failed stream ends it first
     const facts: StreamFacts = {};
-    const source = a.source.streamRows(w, req.schema, t.chunkSize, facts, { rowHashes: true });
+    const source = a.source.streamRows(w, req.schema, t.chunkSize, facts);
     const record = (m: Manifest) => this.recordStreamedManifest(b.batchId, m);
     async function* rows(): AsyncGenerator<CanonicalRow[]> {
       const acc = new ChecksumAccumulator();
       let ended = false;
       try {
         for await (const chunk of source) {
-          // The source server hashed each row in the statement that read it (its last field): only summed here.
-          if (facts.rowHashes) for (const row of chunk) acc.addRowHash(row.pop()!);
           yield chunk;
           // Hashed after the target took the chunk: its server parses it meanwhile.
-          if (!facts.rowHashes) for (const row of chunk) acc.add(row);
+          for (const row of chunk) acc.add(row);
         }
         ended = true;
         settle.resolve(await record({ rowCount: acc.count, checksum: acc.checksum }));

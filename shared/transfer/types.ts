@@ -75,16 +75,7 @@ export interface SourceAdapter {
   checksumAlgorithms(): Promise<readonly ChecksumAlgorithm[]>;
   // Rows of the window as canonical text in mapping order, in chunks of at most chunkSize, with backpressure.
   // facts: what the source proved about the rows it read, filled in before the stream ends (optional).
-  // ask.rowHashes: the source may append to every row its keel-v1 row hash computed by its server in the same
-  // statement (16 lowercase hex digits: the first 8 bytes of the md5), and then sets facts.rowHashes before the
-  // first chunk; a source that does not leaves rows and facts as they are (the caller hashes in Node).
-  streamRows(
-    w: Window,
-    schema: SourceSchema,
-    chunkSize: number,
-    facts?: StreamFacts,
-    ask?: { rowHashes?: boolean },
-  ): AsyncIterable<CanonicalRow[]>;
+  streamRows(w: Window, schema: SourceSchema, chunkSize: number, facts?: StreamFacts): AsyncIterable<CanonicalRow[]>;
   // true when streamRows(w) reads the window in one consistent snapshot (each row of the window as of one moment,
   // exactly once). The service may then compute the manifest from the very rows it stages (one source read,
   // docs/transfer.md "One source read") instead of reading the window once more before. Absent: false.
@@ -129,8 +120,6 @@ export interface BulkStream {
 export interface StreamFacts {
   // Same meaning as BulkStream.keysUnique, proved in the snapshot the rows were read in.
   keysUnique?: boolean;
-  // Every row carries its keel-v1 row hash as one more, last field (streamRows' ask.rowHashes).
-  rowHashes?: boolean;
 }
 
 export type RowsFeed = {

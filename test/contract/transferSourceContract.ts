@@ -3,10 +3,10 @@
 // checksum algorithms the source offers, and a change after extraction showing in the manifest.
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { algorithmOf, ChecksumAccumulator, rowHash } from '../../shared/transfer/checksum.js';
+import { algorithmOf, ChecksumAccumulator } from '../../shared/transfer/checksum.js';
 import { parseTransfers, type TransferConfig } from '../../shared/transfer/config.js';
 import { transferEngineRules } from '../../shared/engines/registry.js';
-import type { SourceAdapter, StreamFacts, Window } from '../../shared/transfer/types.js';
+import type { SourceAdapter, Window } from '../../shared/transfer/types.js';
 import type { SourceHarness } from './transferHarness.js';
 
 const COLUMNS = ['id', 'customer', 'amount', 'flag'];
@@ -131,25 +131,6 @@ export function defineTransferSourceContract(makeHarness: () => SourceHarness): 
       rowCount: 0,
       checksum: new ChecksumAccumulator().checksum,
     });
-  });
-
-  it('row hashes, when asked: the source either appends keel-v1 row hashes of the rows as streamed or leaves the rows as they are', async () => {
-    const { source } = await fresh(60);
-    const schema = await source.readSchema();
-    const w: Window = { kind: 'key', low: null, high: '60' };
-    const plain = await streamed(source, w, 7);
-    const facts: StreamFacts = {};
-    const acc = new ChecksumAccumulator();
-    for await (const chunk of source.streamRows(w, schema, 7, facts, { rowHashes: true }))
-      for (const row of chunk) {
-        if (facts.rowHashes) {
-          const hash = row.pop()!;
-          expect(hash).toBe(rowHash(row).toString(16).padStart(16, '0'));
-          acc.addRowHash(hash);
-        } else acc.add(row);
-        expect(row).toHaveLength(COLUMNS.length);
-      }
-    expect({ count: acc.count, checksum: acc.checksum }).toEqual({ count: 60, checksum: plain.checksum });
   });
 
   it('a row changed after extraction changes the manifest of its window (what stage then refuses)', async () => {

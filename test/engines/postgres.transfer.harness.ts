@@ -10,9 +10,7 @@ import { migratePostgresTarget } from '../../shared/engines/postgres/transferEnd
 import type { TransferConfig } from '../../shared/transfer/config.js';
 import { parseTransfers } from '../../shared/transfer/config.js';
 import { transferEngineRules } from '../../shared/engines/registry.js';
-import { rowHash, type LogicalType } from '../../shared/transfer/checksum.js';
-import type { StreamFacts } from '../../shared/transfer/types.js';
-import { expect } from 'vitest';
+import type { LogicalType } from '../../shared/transfer/checksum.js';
 import {
   canonicalRowsOnly,
   type CaseColumn,
@@ -212,17 +210,8 @@ export class PostgresTargetHarness implements TargetHarness, DataCaseTargetHarne
     const s = new PostgresTransferSource(rt!, await this.admin());
     const schema = await s.readSchema();
     const out: (string | null)[][] = [];
-    // With the source server's row hashes (one source read): each must be keel-v1's row hash of the row as streamed.
-    const facts: StreamFacts = {};
-    const w = { kind: 'key' as const, low: null, high: '9223372036854775807' };
-    for await (const chunk of s.streamRows(w, schema, 500, facts, { rowHashes: true })) {
-      expect(facts.rowHashes).toBe(true);
-      for (const row of chunk) {
-        const hash = row.pop()!;
-        expect(hash, `row ${JSON.stringify(row)}`).toBe(rowHash(row).toString(16).padStart(16, '0'));
-      }
+    for await (const chunk of s.streamRows({ kind: 'key', low: null, high: '9223372036854775807' }, schema, 500))
       out.push(...chunk);
-    }
     return out.sort((a, b) => (BigInt(a[0]!) < BigInt(b[0]!) ? -1 : 1));
   }
 

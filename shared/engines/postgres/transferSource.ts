@@ -447,7 +447,6 @@ export class PostgresTransferSource implements SourceAdapter {
     schema: SourceSchema,
     chunkSize: number,
     facts?: StreamFacts,
-    ask?: { rowHashes?: boolean },
   ): AsyncIterable<CanonicalRow[]> {
     const mapped = mappedColumns(this.t, schema);
     const changes = carriesChanges(this.t);
@@ -470,16 +469,10 @@ export class PostgresTransferSource implements SourceAdapter {
       await client.query(`select set_config('extra_float_digits', '1', true)`);
       if (changes) await this.checkChangesValid(client, w.low);
       if (facts) facts.keysUnique = await this.keysUniqueIn(client, changes);
-      const from = `${rowsOf ? rowsOf.from : this.from} where ${pred.sql}`;
-      // Row hashes (types.ts): the keel-v1 row hash of the fields as streamed (the record literal of the canonical
-      // texts, as pgChecksumQuery hashes it), one more field. OFFSET 0 keeps the subquery whole, so each canonical
-      // text is formatted once, not once more inside the row expression.
-      const hashes = ask?.rowHashes === true && facts !== undefined;
-      const select = hashes
-        ? `select c.*, left(md5(c::text), 16) from (select ${cols.map((e, i) => `${e} as c${i}`).join(', ')} from ${from} offset 0) c`
-        : `select ${cols.join(', ')} from ${from}`;
-      await client.query({ text: `declare keel_cur no scroll cursor for ${select}`, values: pred.params });
-      if (hashes) facts.rowHashes = true;
+      await client.query({
+        text: `declare keel_cur no scroll cursor for select ${cols.join(', ')} from ${rowsOf ? rowsOf.from : this.from} where ${pred.sql}`,
+        values: pred.params,
+      });
       const fetchNext = () => {
         const p = client.query({ text: `fetch forward ${Math.trunc(chunkSize)} from keel_cur`, rowMode: 'array' });
         p.catch(noop); // awaited below; a read-ahead left behind by a consumer that stopped must not go unhandled
