@@ -99,6 +99,32 @@ $$;
 -- target rows whose first key column is in (p_mirror_low, p_mirror_high], a null bound open on that side). All in
 -- this one transaction, with the completion row: the deletes commit exactly when the batch does. row_count = upserts
 -- merged + 'D' rows staged; deleted_count = target rows deleted.
+-- The claim every apply makes (apply_batch, begin_direct): a new completion row, or the take-over of a fence that
+-- ruled out only earlier attempts. A rival holding the row uncommitted (an apply, or a reconcile writing its fence)
+-- makes this wait for its outcome. Returns null when p_attempt now holds the batch, the completion row when the batch
+-- is committed; an attempt reconcile ruled out fails with KT005 (nothing applied).
+create or replace function keel_transfer.claim_batch(p_batch_id uuid, p_transfer text, p_attempt bigint)
+returns keel_transfer.completions language plpgsql as $$
+declare
+  v_inserted integer;
+  f keel_transfer.completions%rowtype;
+begin
+  insert into keel_transfer.completions as c (batch_id, transfer_name, state, attempt) values (p_batch_id, p_transfer, 'claimed', p_attempt)
+  on conflict (batch_id) do update set state = 'claimed', attempt = excluded.attempt, transfer_name = excluded.transfer_name
+   where c.state = 'fenced' and c.fenced_through < excluded.attempt;
+  get diagnostics v_inserted = row_count;
+  if v_inserted = 1 then
+    return null;
+  end if;
+  select * into f from keel_transfer.completions c where c.batch_id = p_batch_id;
+  if f.state = 'committed' then
+    return f;
+  end if;
+  raise exception using errcode = 'KT005',
+    message = format('attempt %s of batch %s was ruled out by reconcile (fenced through attempt %s at %s); nothing was applied',
+                     p_attempt, p_batch_id, f.fenced_through, f.fenced_at);
+end $$;
+
 drop function if exists keel_transfer.apply_batch(uuid, text, text, text, text, text[], text[], bigint, text);
 drop function if exists keel_transfer.apply_batch(uuid, text, text, text, text, text[], text[], bigint, text, bigint);
 drop function if exists keel_transfer.apply_batch(uuid, text, text, text, text, text[], text[], bigint, text, bigint, text);
@@ -110,7 +136,6 @@ returns table (outcome text, row_count bigint, checksum text, deleted_count bigi
 language plpgsql as $$
 #variable_conflict use_column
 declare
-  v_inserted integer;
   v_count bigint;
   r keel_transfer.staged%rowtype;
   f keel_transfer.completions%rowtype;
@@ -136,21 +161,11 @@ begin
   if p_changes is not null and p_changes not in ('ops', 'mirror') then
     raise exception using errcode = '22023', message = format('apply_batch: p_changes must be null, ops or mirror, not %L', p_changes);
   end if;
-  -- The claim: a new completion row, or the take-over of a fence that ruled out only earlier attempts. A rival
-  -- holding the row uncommitted (an apply, or a reconcile writing its fence) makes this wait for its outcome.
-  insert into keel_transfer.completions as c (batch_id, transfer_name, state, attempt) values (p_batch_id, p_transfer, 'claimed', p_attempt)
-  on conflict (batch_id) do update set state = 'claimed', attempt = excluded.attempt, transfer_name = excluded.transfer_name
-   where c.state = 'fenced' and c.fenced_through < excluded.attempt;
-  get diagnostics v_inserted = row_count;
-  if v_inserted = 0 then
-    select * into f from keel_transfer.completions c where c.batch_id = p_batch_id;
-    if f.state = 'committed' then
-      return query select 'already_committed'::text, f.row_count, f.checksum, f.deleted_count;
-      return;
-    end if;
-    raise exception using errcode = 'KT005',
-      message = format('attempt %s of batch %s was ruled out by reconcile (fenced through attempt %s at %s); nothing was applied',
-                       p_attempt, p_batch_id, f.fenced_through, f.fenced_at);
+  -- The claim (claim_batch): null when this attempt now holds the batch; the completion row when it is committed.
+  f := keel_transfer.claim_batch(p_batch_id, p_transfer, p_attempt);
+  if f.state = 'committed' then
+    return query select 'already_committed'::text, f.row_count, f.checksum, f.deleted_count;
+    return;
   end if;
 
   select * into r from keel_transfer.staged s where s.batch_id = p_batch_id and s.state = 'staged';
@@ -277,7 +292,6 @@ returns table (outcome text, row_count bigint, checksum text)
 language plpgsql as $$
 #variable_conflict use_column
 declare
-  v_inserted integer;
   f keel_transfer.completions%rowtype;
   v_table text := keel_transfer.qualified(p_target_schema, p_target_table);
   v_indexed boolean;
@@ -287,19 +301,10 @@ begin
     raise exception using errcode = '22023', message = 'begin_direct needs the journal attempt (>= 1)';
   end if;
   -- The claim, as in apply_batch.
-  insert into keel_transfer.completions as c (batch_id, transfer_name, state, attempt) values (p_batch_id, p_transfer, 'claimed', p_attempt)
-  on conflict (batch_id) do update set state = 'claimed', attempt = excluded.attempt, transfer_name = excluded.transfer_name
-   where c.state = 'fenced' and c.fenced_through < excluded.attempt;
-  get diagnostics v_inserted = row_count;
-  if v_inserted = 0 then
-    select * into f from keel_transfer.completions c where c.batch_id = p_batch_id;
-    if f.state = 'committed' then
-      return query select 'already_committed'::text, f.row_count, f.checksum;
-      return;
-    end if;
-    raise exception using errcode = 'KT005',
-      message = format('attempt %s of batch %s was ruled out by reconcile (fenced through attempt %s at %s); nothing was applied',
-                       p_attempt, p_batch_id, f.fenced_through, f.fenced_at);
+  f := keel_transfer.claim_batch(p_batch_id, p_transfer, p_attempt);
+  if f.state = 'committed' then
+    return query select 'already_committed'::text, f.row_count, f.checksum;
+    return;
   end if;
   execute format('lock table %s in row exclusive mode', v_table);
   select exists (
