@@ -12,9 +12,12 @@
 -- scan of the table, whatever the statistics say). test/engines/postgres.plans.test.ts checks every hot-path plan.
 
 -- Milliseconds between two instants, never negative.
+-- Whole milliseconds from p_from to p_to (0 if negative). date_part in double precision, not extract, which answers
+-- in numeric since PostgreSQL 14 (~1 us a call, once per archived job); rounded to whole microseconds first, the
+-- timestamps' resolution, so the floor is the exact one.
 create or replace function keel._ms_between(p_from timestamptz, p_to timestamptz)
 returns bigint language sql immutable as $$
-  select greatest(0, floor(extract(epoch from (p_to - p_from)) * 1000))::bigint
+  select greatest(0, round(date_part('epoch', p_to - p_from) * 1000000)::bigint / 1000)
 $$;
 
 -- Lease ids arrive as text; a malformed one simply matches nothing (lease_lost), it never raises.
@@ -31,10 +34,12 @@ returns uuid language sql immutable as $$
   select md5(p_seed || ':' || p_job_id::text)::uuid
 $$;
 
--- stable, as extract(… from timestamptz) is: a wrapper declared immutable around it is not inlined.
+-- stable, as date_part(…, timestamptz) is: a wrapper declared immutable around it is not inlined. date_part, not
+-- extract: extract answers in numeric since PostgreSQL 14 and the cast back cost ~0.7 us a call, three a claimed job;
+-- the double is the same (the microseconds divided by 10^6, correctly rounded either way).
 create or replace function keel._epoch_ms(p_at timestamptz)
 returns double precision language sql stable as $$
-  select extract(epoch from p_at)::double precision * 1000
+  select date_part('epoch', p_at) * 1000
 $$;
 
 -- ---------------------------------------------------------------------------------------------------------------
