@@ -1556,7 +1556,7 @@ begin
       order by a.finished_at limit p_batch_size
       for update skip locked
     ), gone as (
-      delete from keel.jobs_archive a using c where a.id = c.id returning a.id
+      delete from keel.jobs_archive a where a.id = any(array(select c.id from c)) returning a.id -- probed by key
     ), edges as (
       -- a flow's edges leave with their child (V010); probed by key, as in _claim_rows
       delete from keel.job_deps e where e.child_id = any(array(select g.id from gone g))
@@ -1579,7 +1579,7 @@ begin
         select a.id from keel.jobs_archive a where a.id = p.id and a.finished_at < p_older_than
         for update of a skip locked offset 0) l
     ), gone as (
-      delete from keel.jobs_archive a using c where a.id = c.id returning a.id
+      delete from keel.jobs_archive a where a.id = any(array(select c.id from c)) returning a.id -- probed by key
     ), edges as (
       -- a flow's edges leave with their child (V010); probed by key, as in _claim_rows
       delete from keel.job_deps e where e.child_id = any(array(select g.id from gone g))
