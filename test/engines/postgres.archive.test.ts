@@ -28,10 +28,10 @@ describe('postgres archive readers over every queue', () => {
     expect(moved.every((m) => m.status === 'ok')).toBe(true);
   };
   const backdate = (queue: string, hours: number) =>
-    admin.query(`update keel.jobs_archive set finished_at = finished_at - make_interval(hours => $2) where queue = $1`, [
-      queue,
-      hours,
-    ]);
+    admin.query(
+      `update keel.jobs_archive set finished_at = finished_at - make_interval(hours => $2) where queue = $1`,
+      [queue, hours],
+    );
 
   it('count and purge with no queue see every queue, oldest first, and leave the newer rows', async () => {
     await archiveOf('arch-a', 3);
@@ -52,7 +52,12 @@ describe('postgres archive readers over every queue', () => {
       exact: false,
     });
     expect(
-      await store.countJobs({ location: 'archive', from: new Date(Date.now() - 4 * 3600_000), to: twoHoursAgo, cap: 100 }),
+      await store.countJobs({
+        location: 'archive',
+        from: new Date(Date.now() - 4 * 3600_000),
+        to: twoHoursAgo,
+        cap: 100,
+      }),
     ).toMatchObject({ matched: 4, exact: true });
 
     // The oldest first across queues: the first batch of 3 is arch-a's.
