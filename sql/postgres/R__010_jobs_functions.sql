@@ -1526,7 +1526,6 @@ begin
 end
 $$;
 
--- One batch of retention: archive/dlq rows finished before the cutoff, or metric buckets that started before it.
 -- The queues that have archived jobs, in name order: one probe of jobs_archive_queue_finished per queue (a skip scan
 -- written out), never a read of their rows. For the readers of the archive by time over every queue (V031).
 create or replace function keel._archive_queues()
@@ -1540,6 +1539,7 @@ language sql stable as $$
   select q.queue from q where q.queue is not null
 $$;
 
+-- One batch of retention: archive/dlq rows finished before the cutoff, or metric buckets that started before it.
 create or replace function keel.purge(p_target text, p_queue text, p_older_than timestamptz, p_batch_size integer)
 returns bigint
 language plpgsql as $$
