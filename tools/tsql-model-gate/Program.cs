@@ -358,12 +358,13 @@ static class TableAdditions
     public static readonly List<(string Display, int Line, string Table, List<string> Columns)> Seen = new();
 }
 
-// ALTER TABLE ... SET (...) statements seen: (file, line, table).
+// DROP INDEX statements of the file being read: (line, "table.index" in lower case).
 static class IndexDrops
 {
-    public static readonly List<(int Line, string Key)> Seen = new(); // "table.index", lower case, of the file being read
+    public static readonly List<(int Line, string Key)> Seen = new();
 }
 
+// ALTER TABLE ... SET (...) statements seen: (file, line, table).
 static class TableOptions
 {
     public static readonly List<(string Display, int Line, string Table)> Seen = new();
