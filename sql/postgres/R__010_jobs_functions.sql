@@ -1023,6 +1023,73 @@ begin
 end
 $$;
 
+-- keel.cancel for many jobs in one transaction (the ops API's cancel by selection sends its ids in chunks): per
+-- distinct id what keel.cancel would answer. Locks (sql/README.md): the rows that are not waiting, by id; then, all
+-- in one id order, the waiting rows named and every waiting descendant of the rows to be dead-lettered (their
+-- cascade, taken at once as keel._parents_finished takes a failure's); then the moves, one keel._dead_letter for
+-- them all, and the counters once, last. A row named as waiting that was released in between is locked with the
+-- waiting ones (keel._lock_parents' case). Jobs in no flow read no edge.
+create or replace function keel.cancel_many(p_job_ids bigint[])
+returns table (job_id bigint, status text)
+language plpgsql as $$
+#variable_conflict use_column
+declare
+  v_ids      bigint[];
+  v_waiting  bigint[];
+  v_roots    bigint[];
+  v_more     bigint[];
+  v_running  bigint[];
+  v_dead     bigint[];
+  v_t        keel.tally;
+begin
+  v_ids := array(select distinct x.id from unnest(p_job_ids) as x(id) where x.id is not null order by 1);
+  if cardinality(v_ids) = 0 then
+    return;
+  end if;
+  v_waiting := array(select h.id from keel.jobs_hot h
+                     where h.id = any(array(select unnest(v_ids))) and h.state = 'waiting' order by 1);
+  perform l.id from (select x.id from unnest(v_ids) as x(id) where x.id <> all(v_waiting) order by 1) x
+  cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id for update of h offset 0) l;
+  -- Waiting rows: those named, and the descendants of the rows that will be dead-lettered (pending, fetched, waiting)
+  -- when any of them has dependents.
+  v_roots := array(select h.id from keel.jobs_hot h
+                   where h.id = any(array(select unnest(v_ids))) and h.state in ('pending', 'fetched', 'waiting')
+                     and h.has_dependents);
+  v_more := v_waiting;
+  if cardinality(v_roots) > 0 then
+    v_more := array(
+      with recursive d(id) as (
+        select unnest(v_roots)
+        union
+        select e.child_id from d join keel.job_deps e on e.parent_id = d.id and e.parent_outcome is null
+      )
+      select d.id from d union select unnest(v_waiting) order by 1);
+  end if;
+  -- (The rows of v_roots that are not waiting are ours already: locking them again waits for no one.)
+  perform l.id from (select unnest(v_more) as id order by 1) x
+  cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id for update of h offset 0) l;
+  -- Every named row still hot is ours now: its state stays as read here until commit.
+  v_running := array(select h.id from keel.jobs_hot h
+                     where h.id = any(array(select unnest(v_ids))) and h.state = 'processing' order by 1);
+  v_dead := array(select h.id from keel.jobs_hot h
+                  where h.id = any(array(select unnest(v_ids))) and h.state in ('pending', 'fetched', 'waiting')
+                  order by 1);
+  if cardinality(v_running) > 0 then
+    update keel.jobs_hot h set cancel_requested = true where h.id = any(array(select unnest(v_running)));
+  end if;
+  if cardinality(v_dead) > 0 then
+    v_t := keel._dead_letter(v_dead, null, array['pending', 'fetched', 'waiting'], 'cancelled', 'cancelled by operator');
+    perform keel._tally(v_t);
+  end if;
+  return query
+  select x.id,
+         case when x.id = any(v_dead) then 'cancelled'
+              when x.id = any(v_running) then 'cancel_requested'
+              else 'not_found' end
+  from unnest(v_ids) as x(id);
+end
+$$;
+
 -- ---------------------------------------------------------------------------------------------------------------
 -- Flows (issue 29; tables in V010): a job enqueued with `after` waits (state 'waiting', in no claim index) until its
 -- parents have finished. Each parent's own final move settles its children in the same transaction: complete_many
