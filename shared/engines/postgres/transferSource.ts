@@ -1,5 +1,5 @@
 // PostgreSQL transfer source: schema, windows, manifest (count + keel-v1 checksum computed by the server),
-// rows streamed through a server-side cursor, and a COPY TO STDOUT fast path for PostgreSQL targets.
+// canonical rows streamed as the COPY TO STDOUT of their text, and a COPY TO STDOUT of the typed rows for PostgreSQL targets.
 import type pg from 'pg';
 import { to as copyTo } from 'pg-copy-streams';
 import type { CanonicalRow, ChecksumAlgorithm, LogicalType } from '../../transfer/checksum.js';
@@ -446,7 +446,7 @@ export class PostgresTransferSource implements SourceAdapter {
     );
   }
 
-  // streamRows reads the window through one cursor in one repeatable read transaction: one snapshot.
+  // streamRows reads the window with one COPY in one repeatable read transaction: one snapshot.
   async readsSnapshot(): Promise<boolean> {
     return true;
   }
