@@ -55,7 +55,7 @@
 // PostgreSQL computes the same value in SQL (shared/engines/postgres/transferSql.ts); other engines stream
 // canonical strings through `ChecksumAccumulator`. test/transfer/checksum.test.ts proves the two agree.
 import { createHash } from 'node:crypto';
-import { md5Prefix } from './md5.js';
+import { md5RowPrefix } from './md5.js';
 
 export type LogicalType =
   'int' | 'decimal' | 'float' | 'text' | 'bool' | 'date' | 'timestamp' | 'timestamptz' | 'bytes' | 'uuid';
@@ -100,7 +100,7 @@ export function rowHash(row: CanonicalRow): bigint {
   return createHash('md5').update(rowEncoding(row), 'utf8').digest().readBigUInt64BE(0);
 }
 
-// The keel-v1 row hash, as rowHash defines it, without a BigInt or a Buffer per row (shared/transfer/md5.ts).
+// The keel-v1 row hash, as rowHash defines it, without a BigInt, a Buffer or a string per row (shared/transfer/md5.ts).
 const digest = new Uint32Array(2);
 const TWO32 = 4294967296;
 
@@ -112,7 +112,7 @@ export class ChecksumAccumulator {
   count = 0;
 
   add(row: CanonicalRow): void {
-    md5Prefix(rowEncoding(row), digest);
+    md5RowPrefix(row, digest);
     let lo = this.lo + digest[1]!;
     let hi = this.hi + digest[0]!;
     if (lo >= TWO32) {

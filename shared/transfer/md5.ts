@@ -19,7 +19,82 @@ const bswap = (x: number) =>
 export function md5Prefix(s: string, out: Uint32Array): void {
   const need = s.length * 3 + 72; // at most 3 UTF-8 bytes per UTF-16 unit, then the padding
   if (buf.length < need) buf = new Uint8Array(need * 2);
-  const n = encoder.encodeInto(s, buf).written;
+  md5Buffered(encoder.encodeInto(s, buf).written, out);
+}
+
+// Room for `more` bytes after `used` (plus the padding), keeping what is written.
+function reserve(used: number, more: number): void {
+  if (buf.length >= used + more + 72) return;
+  const grown = new Uint8Array((used + more + 72) * 2);
+  grown.set(buf.subarray(0, used));
+  buf = grown;
+}
+
+// Writes the UTF-8 bytes of s at pos (as TextEncoder does: a lone surrogate as U+FFFD), the characters `"` and `\`
+// twice when `doubled`; answers the position after them, or -1 when not doubled and s holds a character that makes
+// the record literal quote the value (checksum.ts, rowEncoding).
+function putField(s: string, pos: number, doubled: boolean): number {
+  const b = buf;
+  for (let i = 0; i < s.length; i++) {
+    let c = s.charCodeAt(i);
+    if (c < 0x80) {
+      if (c === 0x22 || c === 0x5c) {
+        if (!doubled) return -1;
+        b[pos++] = c;
+      } else if (!doubled && (c === 0x20 || c === 0x28 || c === 0x29 || c === 0x2c || (c >= 0x09 && c <= 0x0d)))
+        return -1;
+      b[pos++] = c;
+    } else if (c < 0x800) {
+      b[pos++] = 0xc0 | (c >>> 6);
+      b[pos++] = 0x80 | (c & 0x3f);
+    } else {
+      if (c >= 0xd800 && c <= 0xdfff) {
+        const next = i + 1 < s.length ? s.charCodeAt(i + 1) : 0;
+        if (c <= 0xdbff && next >= 0xdc00 && next <= 0xdfff) {
+          c = 0x10000 + ((c - 0xd800) << 10) + (next - 0xdc00);
+          i++;
+          b[pos++] = 0xf0 | (c >>> 18);
+          b[pos++] = 0x80 | ((c >>> 12) & 0x3f);
+          b[pos++] = 0x80 | ((c >>> 6) & 0x3f);
+          b[pos++] = 0x80 | (c & 0x3f);
+          continue;
+        }
+        c = 0xfffd;
+      }
+      b[pos++] = 0xe0 | (c >>> 12);
+      b[pos++] = 0x80 | ((c >>> 6) & 0x3f);
+      b[pos++] = 0x80 | (c & 0x3f);
+    }
+  }
+  return pos;
+}
+
+// md5Prefix of checksum.ts's rowEncoding(row), with the record literal written as UTF-8 straight into the reused
+// buffer (no string built per row, no regular expression per field): the row hash of keel-v1 in one pass.
+export function md5RowPrefix(row: readonly (string | null | undefined)[], out: Uint32Array): void {
+  reserve(0, 2);
+  let pos = 0;
+  buf[pos++] = 0x28; // (
+  for (let i = 0; i < row.length; i++) {
+    const v = row[i];
+    // this , then the value: each unit at most 3 bytes (or a doubled 1), its quotes; then the ) at the end
+    reserve(pos, v == null ? 2 : v.length * 6 + 4);
+    if (i > 0) buf[pos++] = 0x2c; // ,
+    if (v === null || v === undefined) continue;
+    const end = v.length === 0 ? -1 : putField(v, pos, false);
+    if (end >= 0) pos = end;
+    else {
+      buf[pos] = 0x22;
+      pos = putField(v, pos + 1, true);
+      buf[pos++] = 0x22;
+    }
+  }
+  buf[pos++] = 0x29; // )
+  md5Buffered(pos, out);
+}
+
+// md5Prefix of the first n bytes of buf (which has room for the padding after them).
+function md5Buffered(n: number, out: Uint32Array): void {
   const total = (((n + 8) >>> 6) + 1) << 6;
   buf[n] = 0x80;
   buf.fill(0, n + 1, total - 8);

@@ -4,7 +4,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { createTestDatabase } from '../support/pg.js';
 import { createHash } from 'node:crypto';
-import { ChecksumAccumulator, canonicalValue, rowEncoding, rowHash } from '../../shared/transfer/checksum.js';
+import {
+  ChecksumAccumulator,
+  canonicalValue,
+  rowEncoding,
+  rowHash,
+  type CanonicalRow,
+} from '../../shared/transfer/checksum.js';
 import { md5Prefix } from '../../shared/transfer/md5.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
 import { pgChecksumQuery } from '../../shared/engines/postgres/transferSql.js';
@@ -133,6 +139,38 @@ describe('keel-v1 checksum', () => {
     }
     expect(acc.checksum).toBe(sum.toString());
     expect(acc.count).toBe(2000);
+    // The accumulator writes the record literal itself (md5RowPrefix): every character that quotes a value, the
+    // doubled ones, empty values, lone surrogates (UTF-8 of U+FFFD, as TextEncoder and Buffer write them), a row
+    // of many NULLs and a value longer than the reused buffer, each against rowHash (rowEncoding, node:crypto).
+    const odd = [
+      ...['"', '\\', '(', ')', ',', ' ', '\t', '\n', '\v', '\f', '\r'].flatMap((c) => [c, `a${c}b`, `${c}${c}x`]),
+      '',
+      'a\ud800b',
+      '\udc00',
+      'x\ud83d',
+      '\ud83d\ude00 "q" \\',
+      'ü✓𝄞',
+      'z'.repeat(20000) + '"',
+      '\u007f\u0080\u07ff\u0800\uffff',
+    ];
+    const rows: CanonicalRow[] = [
+      ...odd.map((v) => [v]),
+      odd,
+      [...odd].reverse().map((v, i) => (i % 2 ? null : v)),
+      Array.from({ length: 500 }, () => null),
+      [null, '', null],
+      [],
+    ];
+    const oddAcc = new ChecksumAccumulator();
+    let oddSum = 0n;
+    for (const row of rows) {
+      oddAcc.add(row);
+      oddSum = (oddSum + rowHash(row)) % (1n << 64n);
+      const one = new ChecksumAccumulator();
+      one.add(row);
+      expect(one.checksum, JSON.stringify(row).slice(0, 80)).toBe(rowHash(row).toString());
+    }
+    expect(oddAcc.checksum).toBe(oddSum.toString());
   });
 
   it('keel-pg1 and keel-pg2 agree across compatible declared types (integer/bigint, numeric(p,s)/numeric, varchar/text)', async () => {

@@ -198,7 +198,7 @@ describe('transfer fault injection (TCP proxy between Keel and the target)', () 
 });
 
 // Issue 9.2-4b: cuts at random bytes of the staging COPY on both sides (source COPY TO STDOUT, target COPY FROM
-// STDIN), while either side's COPY opens, and on the row path (cursor fetches into COPY FROM STDIN); then peers that
+// STDIN), while either side's COPY opens, and on the row path (the source's COPY of canonical text into COPY FROM STDIN); then peers that
 // stop replying without a reset. Each run must end the step with a recorded, retryable error (or a commit when the
 // cut landed after the data), never a crash or a hang; a retry with the same batch id then commits, and the target
 // holds the window exactly once with the journal agreeing.
@@ -308,14 +308,10 @@ describe('staging faults on both sides, and peers that never reply', () => {
       }),
     },
     {
-      name: 'row path: source cursor cut at a random byte',
+      name: 'row path: source COPY of canonical text cut at a random byte',
       side: 'source',
       rowPath: true,
-      plan: () => ({
-        kind: 'cut-after-server-bytes',
-        trigger: (sql) => /^fetch forward/.test(sql),
-        bytes: rng.int(0, 9_000),
-      }),
+      plan: () => ({ kind: 'cut-after-server-bytes', trigger: COPY_TO, bytes: rng.int(0, 9_000) }),
     },
     {
       name: 'row path: target COPY cut at a random byte',
@@ -324,14 +320,10 @@ describe('staging faults on both sides, and peers that never reply', () => {
       plan: () => ({ kind: 'cut-after-bytes', trigger: COPY_FROM, bytes: rng.int(0, 9_000) }),
     },
     {
-      name: 'row path, one read: source cursor cut at a random byte (no manifest recorded yet)',
+      name: 'row path, one read: source COPY of canonical text cut at a random byte (no manifest recorded yet)',
       side: 'source',
       rowPath: 'one-read',
-      plan: () => ({
-        kind: 'cut-after-server-bytes',
-        trigger: (sql) => /^fetch forward/.test(sql),
-        bytes: rng.int(0, 9_000),
-      }),
+      plan: () => ({ kind: 'cut-after-server-bytes', trigger: COPY_TO, bytes: rng.int(0, 9_000) }),
     },
     {
       name: 'row path, one read: target COPY cut at a random byte',
@@ -436,10 +428,10 @@ describe('staging faults on both sides, and peers that never reply', () => {
           plan: () => ({ kind: 'blackhole', trigger: COPY_FROM }),
         },
         {
-          name: 'source silent between cursor fetches',
+          name: 'source silent mid-COPY on the row path',
           side: 'source',
           rowPath: true,
-          plan: () => ({ kind: 'blackhole', trigger: (sql) => /^fetch forward/.test(sql) }),
+          plan: () => ({ kind: 'blackhole', trigger: COPY_TO }),
         },
         {
           name: 'target silent after the apply call',

@@ -46,10 +46,15 @@ export function pgFacets(declared: string, logical: LogicalType): TypeFacets {
 // A date or time value the canonical text cannot carry: +-infinity, a BC date, a year after 9999 (review F8). Such a
 // value has no canonical form (YYYY-MM-DD...), and to_char would print NULL for infinity and drop the era of a BC
 // date, with both checksums agreeing on the changed value.
+// Two comparisons with constants and nothing else (it runs for every value the row path formats or verifies): an
+// infinity fails one of them, so no isfinite(); a timestamptz is compared as it is, with bounds at UTC, rather than
+// converted to UTC first (explicit offsets: the bounds do not depend on the session's time zone).
 export function pgTemporalOutOfRange(ref: string, type: 'date' | 'timestamp' | 'timestamptz'): string {
-  const v = type === 'timestamptz' ? `((${ref}) at time zone 'UTC')` : `(${ref})`;
-  const lit = type === 'date' ? 'date' : 'timestamp';
-  return `not (isfinite(${v}) and ${v} >= ${lit} '0001-01-01' and ${v} < ${lit} '10000-01-01')`;
+  const [lo, hi] =
+    type === 'timestamptz'
+      ? [`timestamptz '0001-01-01 00:00:00+00'`, `timestamptz '10000-01-01 00:00:00+00'`]
+      : [`${type} '0001-01-01'`, `${type} '10000-01-01'`];
+  return `not ((${ref}) >= ${lo} and (${ref}) < ${hi})`;
 }
 
 // Marks an out-of-range date/time value in canonical rows: "!" then the value as PostgreSQL prints it. No canonical
