@@ -1659,8 +1659,9 @@ begin
       order by d.failed_at limit p_batch_size
       for update skip locked
     ), gone as (
-      delete from keel.jobs_dlq d using c where d.id = c.id returning d.id
+      delete from keel.jobs_dlq d where d.id = any(array(select c.id from c)) returning d.id -- probed by key
     ), edges as (
+      -- a flow's edges leave with their child (V010); probed by key, as in _claim_rows
       delete from keel.job_deps e where e.child_id = any(array(select g.id from gone g))
     )
     select count(*) into v_deleted from gone;

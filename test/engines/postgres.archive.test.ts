@@ -1,5 +1,6 @@
 // The archive keeps one time index, (queue, finished_at) (V031): a purge and a count with no queue walk it queue by
 // queue (keel._archive_queues). Their answers over several queues, and their plans: index reads, never the table.
+// The DLQ's purge deletes its chosen rows by key too.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { PostgresHarness } from './postgres.harness.js';
@@ -32,6 +33,25 @@ describe('postgres archive readers over every queue', () => {
       `update keel.jobs_archive set finished_at = finished_at - make_interval(hours => $2) where queue = $1`,
       [queue, hours],
     );
+  // The plans of every statement a call runs (auto_explain, nested statements), in a transaction rolled back.
+  const plan = async (sql: string) => {
+    await admin.query('begin');
+    try {
+      await admin.query(`load 'auto_explain'`);
+      await admin.query(
+        `set local auto_explain.log_min_duration = 0; set local auto_explain.log_nested_statements = on;
+         set local auto_explain.log_level = notice; set local client_min_messages = notice`,
+      );
+      const notices: string[] = [];
+      const onNotice = (n: { message?: string }) => notices.push(n.message ?? '');
+      admin.on('notice', onNotice);
+      await admin.query(sql);
+      admin.off('notice', onNotice);
+      return notices.join('\n');
+    } finally {
+      await admin.query('rollback');
+    }
+  };
 
   it('count and purge with no queue see every queue, oldest first, and leave the newer rows', async () => {
     await archiveOf('arch-a', 3);
@@ -78,24 +98,6 @@ describe('postgres archive readers over every queue', () => {
       select 1000000 + g, 'bulk-' || (g % 4), 't', '{}', 0, 1, '{}', now(), now() - make_interval(secs => g), 1
       from generate_series(1, 20000) g`);
     await admin.query('analyze keel.jobs_archive');
-    const plan = async (sql: string) => {
-      await admin.query('begin');
-      try {
-        await admin.query(`load 'auto_explain'`);
-        await admin.query(
-          `set local auto_explain.log_min_duration = 0; set local auto_explain.log_nested_statements = on;
-           set local auto_explain.log_level = notice; set local client_min_messages = notice`,
-        );
-        const notices: string[] = [];
-        const onNotice = (n: { message?: string }) => notices.push(n.message ?? '');
-        admin.on('notice', onNotice);
-        await admin.query(sql);
-        admin.off('notice', onNotice);
-        return notices.join('\n');
-      } finally {
-        await admin.query('rollback');
-      }
-    };
     const count = await plan(
       `select * from keel.count_jobs('archive', null, null, null, null, null, now() - interval '3 hours', now(), 100000)`,
     );
@@ -104,5 +106,34 @@ describe('postgres archive readers over every queue', () => {
       expect(text).toContain('jobs_archive_queue_finished');
       expect(text).not.toMatch(/Seq Scan on jobs_archive/);
     }
+  });
+
+  it('with 20k dead-lettered jobs the DLQ purge deletes the rows it chose by key, never scanning the table', async () => {
+    await admin.query(`
+      insert into keel.jobs_dlq (id, queue, type, payload, priority, attempts, tags, created_at, failed_at, reason)
+      select 2000000 + g, 'dead-' || (g % 4), 't', '{}', 0, 1, '{}', now(), now() - make_interval(secs => g), 'fatal'
+      from generate_series(1, 20000) g`);
+    await admin.query('analyze keel.jobs_dlq');
+    const before = Number((await admin.query(`select count(*) from keel.jobs_dlq`)).rows[0].count);
+    const plans: string[] = [];
+    for (const queue of [null, 'dead-1'])
+      plans.push(
+        await plan(
+          `select keel.purge('dlq', ${queue === null ? 'null' : `'${queue}'`}, now() - interval '1 hour', 1000)`,
+        ),
+      );
+    for (const text of plans) {
+      expect(text).toMatch(/Index Scan using jobs_dlq_pkey on jobs_dlq/); // the delete's probe by key
+      expect(text).not.toMatch(/Seq Scan on jobs_dlq/);
+    }
+    // and it deletes what it chose: the oldest 1,000 older than an hour, then 1,000 of queue dead-1
+    expect(await store.purge('dlq', null, new Date(Date.now() - 3_600_000), 1000)).toBe(1000);
+    expect(await store.purge('dlq', 'dead-1', new Date(Date.now() - 3_600_000), 1000)).toBe(1000);
+    const left = await admin.query(
+      `select count(*)::int n, count(*) filter (where queue = 'dead-1')::int d1 from keel.jobs_dlq where id > 2000000`,
+    );
+    expect(left.rows[0].n).toBe(before - 2000);
+    const newest = await admin.query(`select max(id)::int m from keel.jobs_dlq where id > 2000000`);
+    expect(newest.rows[0].m).toBe(2000000 + 19000); // the oldest (failed g seconds ago, g 19,001–20,000) went first
   });
 });
