@@ -39,6 +39,7 @@ export class AttemptAbort {
   private abortedPromise: Promise<never> | undefined;
   private firstReason: AbortReason | undefined;
   private error: JobAbortedError | undefined;
+  private boundAbort: ((reason: AbortReason) => void) | undefined;
 
   get signal(): AbortSignal {
     if (!this.controller) {
@@ -73,14 +74,75 @@ export class AttemptAbort {
     });
   }
 
-  readonly abort = (reason: AbortReason): void => {
+  // The switch: the first reason wins. `abort` is the same, bound (made when asked for: most attempts never are).
+  fire(reason: AbortReason): void {
     if (this.firstReason) return;
     this.firstReason = reason;
     const err = (this.error = new JobAbortedError(reason));
     this.controller?.abort(err);
     this.rejectAborted?.(err);
     this.rejectRace?.(err);
-  };
+  }
+
+  get abort(): (reason: AbortReason) => void {
+    return (this.boundAbort ??= (reason) => this.fire(reason));
+  }
+}
+
+// What an attempt's context asks of whoever runs it (the processor's per-job run): ctx.log, ctx.heartbeat,
+// ctx.progress, ctx.parents.
+export interface AttemptHooks {
+  log(): JobLogger;
+  heartbeat(): Promise<void>;
+  progress(input: ProgressInput): void;
+  parents(): Promise<JobLink[]>;
+}
+
+// The handler's ctx. A class, not an object literal: a literal with getters takes V8's slow path (a dictionary-mode
+// object built in the runtime) and cost several µs and ~2 KB per job (bench/README.md, runs 130-135). The signal
+// and the log are made on first use; the functions are bound on first use, so `const { heartbeat } = ctx` works.
+class AttemptContext implements JobContext {
+  readonly jobId: JobId;
+  readonly attempt: number;
+  readonly idempotencyKey: string | null;
+  readonly queue: string;
+  readonly type: string;
+  readonly #abort: AttemptAbort;
+  readonly #hooks: AttemptHooks;
+  #bound: Partial<Pick<JobContext, 'heartbeat' | 'progress' | 'parents'>> | undefined;
+
+  constructor(job: ClaimedJob, attempt: number, abort: AttemptAbort, hooks: AttemptHooks) {
+    this.jobId = job.id;
+    this.attempt = attempt;
+    this.idempotencyKey = job.idempotencyKey;
+    this.queue = job.queue;
+    this.type = job.type;
+    this.#abort = abort;
+    this.#hooks = hooks;
+  }
+
+  get signal(): AbortSignal {
+    return this.#abort.signal;
+  }
+
+  get log(): JobLogger {
+    return this.#hooks.log();
+  }
+
+  get heartbeat(): () => Promise<void> {
+    const hooks = this.#hooks;
+    return ((this.#bound ??= {}).heartbeat ??= () => hooks.heartbeat());
+  }
+
+  get progress(): (input: ProgressInput) => void {
+    const hooks = this.#hooks;
+    return ((this.#bound ??= {}).progress ??= (input) => hooks.progress(input));
+  }
+
+  get parents(): () => Promise<JobLink[]> {
+    const hooks = this.#hooks;
+    return ((this.#bound ??= {}).parents ??= () => hooks.parents());
+  }
 }
 
 // A job type's concurrency limit inside one processor (HandlerOptions.concurrency): waiters are served in arrival
@@ -139,45 +201,28 @@ function parsePayload(registered: RegisteredHandler, payload: unknown): unknown 
 // JobAbortedError of the abort's reason).
 // resultJson: what it returned, as stored JSON (absent for nothing).
 export type AttemptResult = { ok: true; resultJson?: string } | { ok: false; error: unknown };
+const RETURNED_NOTHING: AttemptResult = Object.freeze({ ok: true });
 
 // Runs the handler once under `abort`: parse the payload, wait for a slot of the type's limit (the job heartbeats
 // meanwhile; a cancel, lost lease or shutdown ends the wait), then the handler, raced against the abort and the
 // type's timeout, which starts when the slot is given. The slot and the timer are released before it returns.
-export async function runAttempt(a: {
-  registered: RegisteredHandler;
-  job: ClaimedJob;
-  attempt: number;
-  abort: AttemptAbort;
-  heartbeat: () => Promise<void>;
-  log: () => JobLogger; // ctx.log, asked for on first use (the processor's job log is made then)
-  progress: (input: ProgressInput) => void; // ctx.progress
-  parents: () => Promise<JobLink[]>; // ctx.parents
-  maxResultBytes: number;
-  typeLimit: TypeConcurrencyLimit | undefined;
-}): Promise<AttemptResult> {
-  const { registered, job, abort: attemptAbort } = a;
-  const ctx: JobContext = {
-    jobId: job.id,
-    attempt: a.attempt,
-    idempotencyKey: job.idempotencyKey,
-    queue: job.queue,
-    type: job.type,
-    get signal() {
-      return attemptAbort.signal; // made on first use
-    },
-    get log() {
-      return a.log();
-    },
-    heartbeat: a.heartbeat,
-    progress: a.progress,
-    parents: a.parents,
-  };
+// `hooks` serve the handler's ctx (ctx.log is asked for on first use: the processor's job log is made then).
+export async function runAttempt(
+  registered: RegisteredHandler,
+  job: ClaimedJob,
+  attempt: number,
+  attemptAbort: AttemptAbort,
+  hooks: AttemptHooks,
+  maxResultBytes: number,
+  typeLimit: TypeConcurrencyLimit | undefined,
+): Promise<AttemptResult> {
+  const ctx = new AttemptContext(job, attempt, attemptAbort, hooks);
   let timeout: ReturnType<typeof setTimeout> | undefined;
   let releaseSlot: (() => void) | undefined;
   try {
     const payload = parsePayload(registered, job.payload);
-    if (a.typeLimit) {
-      const wait = a.typeLimit.acquire();
+    if (typeLimit) {
+      const wait = typeLimit.acquire();
       try {
         releaseSlot = await Promise.race([wait.ready, attemptAbort.aborted]);
       } catch (err) {
@@ -185,13 +230,13 @@ export async function runAttempt(a: {
         throw err;
       }
     }
-    timeout = setTimeout(() => attemptAbort.abort('timeout'), registered.options.timeoutMs);
+    timeout = setTimeout(() => attemptAbort.fire('timeout'), registered.options.timeoutMs);
     // A handler that throws at once lands in the catch below, as a rejection does.
     let returned: unknown;
     if (!attemptAbort.reason) returned = await attemptAbort.race(Promise.resolve(registered.handler(payload, ctx)));
     if (attemptAbort.reason) return { ok: false, error: new JobAbortedError(attemptAbort.reason) };
-    const text = resultOf(returned, a.maxResultBytes); // a FatalError when it cannot be stored: caught below
-    return text === undefined ? { ok: true } : { ok: true, resultJson: text };
+    const text = resultOf(returned, maxResultBytes); // a FatalError when it cannot be stored: caught below
+    return text === undefined ? RETURNED_NOTHING : { ok: true, resultJson: text };
   } catch (err) {
     return { ok: false, error: err };
   } finally {

@@ -7,8 +7,10 @@ import os from 'node:os';
 import {
   JOB_OUTCOMES,
   type ClaimedJob,
+  type CompleteRef,
   type DlqReason,
   type JobId,
+  type JobLink,
   type JobOutcome,
   type JobStore,
   type LeaseRef,
@@ -19,7 +21,15 @@ import {
 import { Completer, MicroBatcher, type Finalization } from './completer.js';
 import { AttemptLog, DEFAULT_JOB_LOG_LINES } from './jobLog.js';
 import { DEFAULT_MAX_RESULT_BYTES, normalizeProgress, type JobProgress, type ProgressInput } from './progress.js';
-import { AttemptAbort, RunningJobs, TypeConcurrencyLimit, runAttempt, type AbortReason } from './executor.js';
+import {
+  AttemptAbort,
+  RunningJobs,
+  TypeConcurrencyLimit,
+  runAttempt,
+  type AbortReason,
+  type AttemptHooks,
+  type RunningJob,
+} from './executor.js';
 import { decideAfterFailure, effectiveMaxAttempts } from './failure.js';
 import { runClaimLoop, type ClaimLoopOptions } from './producer.js';
 import { WorkerPresence, type PresenceOptions } from './presence.js';
@@ -104,6 +114,104 @@ class AttemptWrites {
   }
 }
 
+// What a JobRun asks of its processor (made once per processor: the runs share it).
+interface RunHost {
+  heartbeat(run: JobRun): Promise<void>;
+  jobLog(run: JobRun): JobLogWriter;
+  progressReporter(run: JobRun): ProgressReporter;
+  parents(run: JobRun): Promise<JobLink[]>;
+}
+
+interface JobLogWriter {
+  logger(): JobLogger;
+  flush(): Promise<void>;
+}
+
+interface ProgressReporter {
+  report(input: ProgressInput): void;
+  stop(): void;
+}
+
+// One started job in this processor, from its start until its outcome is written: its abort switch (it is the
+// attempt's AttemptAbort), its entry among the running jobs (heartbeats), the hooks of its handler's ctx, and the
+// ref its completion is batched with. One object per job where a closure per hook, an entry and refs were made
+// (bench/README.md, runs 130-135).
+class JobRun extends AttemptAbort implements RunningJob, AttemptHooks, CompleteRef {
+  readonly jobId: JobId;
+  readonly leaseId: string;
+  resultJson: string | undefined = undefined; // what the handler returned, for completeMany
+  nextBeatAt: number;
+  // ctx.progress and ctx.log's job log, made on first use: a job that uses neither costs nothing more.
+  progressReporter: ProgressReporter | undefined = undefined;
+  jobLogWriter: JobLogWriter | undefined = undefined;
+
+  constructor(
+    private readonly host: RunHost,
+    readonly job: ClaimedJob,
+    readonly attempt: number,
+    readonly startedAt: number,
+    heartbeatIntervalMs: number,
+  ) {
+    super();
+    this.jobId = job.id;
+    this.leaseId = job.leaseId;
+    this.nextBeatAt = startedAt + heartbeatIntervalMs;
+  }
+
+  beat(): Promise<void> {
+    return this.host.heartbeat(this);
+  }
+
+  heartbeat(): Promise<void> {
+    return this.host.heartbeat(this);
+  }
+
+  log(): JobLogger {
+    return (this.jobLogWriter ??= this.host.jobLog(this)).logger();
+  }
+
+  progress(input: ProgressInput): void {
+    (this.progressReporter ??= this.host.progressReporter(this)).report(input);
+  }
+
+  parents(): Promise<JobLink[]> {
+    return this.host.parents(this);
+  }
+}
+
+// The jobs of one runBatch or runStarted call: each job's outcome in order, and the promise of them all (as
+// Promise.all of the jobs' promises would settle: with every outcome, or with the first error), without a promise,
+// a reaction and a callback per job.
+class RunBatch {
+  readonly outcomes: JobOutcome[];
+  readonly done: Promise<JobOutcome[]>;
+  private left: number;
+  private resolve!: (outcomes: JobOutcome[]) => void;
+  private reject!: (err: unknown) => void;
+
+  constructor(
+    n: number,
+    readonly onJobDone: ((outcome: JobOutcome, jobId: JobId) => void) | undefined,
+    readonly onHandlerDone: (() => void) | undefined,
+  ) {
+    this.outcomes = new Array<JobOutcome>(n);
+    this.left = n;
+    this.done = new Promise<JobOutcome[]>((resolve, reject) => {
+      this.resolve = resolve;
+      this.reject = reject;
+    });
+  }
+
+  settled(i: number, outcome: JobOutcome): void {
+    this.outcomes[i] = outcome;
+    if (--this.left === 0) this.resolve(this.outcomes);
+  }
+
+  failed(err: unknown): void {
+    this.reject(err);
+  }
+}
+
 export class JobProcessor {
   readonly workerId: string;
   private readonly store: JobStore;
@@ -123,6 +231,12 @@ export class JobProcessor {
   private jobsDone = 0;
   private readonly presence: WorkerPresence | undefined;
   private presenceStopped: Promise<void> | undefined;
+  private readonly host: RunHost = {
+    heartbeat: (run) => this.heartbeat(run),
+    jobLog: (run) => this.jobLog(run),
+    progressReporter: (run) => this.progressReporter(run),
+    parents: async (run) => (await this.store.jobLinks(run.jobId)).filter((l) => l.relation === 'parent'),
+  };
 
   constructor(opts: ProcessorOptions) {
     this.store = opts.store;
@@ -214,34 +328,29 @@ export class JobProcessor {
       jobs.length === 1
         ? await this.starts.submit({ jobId: jobs[0]!.id, leaseId: jobs[0]!.leaseId }).then((s) => [s])
         : await this.store.startMany(jobs.map((j) => ({ jobId: j.id, leaseId: j.leaseId })));
-    return Promise.all(
-      // async: every element is a promise of an outcome (a lost lease resolves at once).
-      jobs.map(async (job, i) => {
-        const s = started[i]!;
-        if (s.status === 'lease_lost') {
-          this.leaseLost(job, 'start');
-          return done('lease_lost');
-        }
-        return this.execute(job, s.attempt).then(done);
-      }),
-    );
+    const batch = new RunBatch(jobs.length, onJobDone, undefined);
+    for (let i = 0; i < jobs.length; i++) {
+      const job = jobs[i]!;
+      const s = started[i]!;
+      if (s.status === 'lease_lost') {
+        this.leaseLost(job, 'start');
+        this.jobEnded(batch, i, job, 'lease_lost');
+      } else void this.execute(job, s.attempt, batch, i);
+    }
+    return batch.done;
   }
 
   // Run jobs claimAndStart already started (processing under their leases, attempt counted). Jobs whose claim was in
   // flight when shutdown began are handed back as interrupted (execute), handler not run, their attempt given back.
-  async runStarted(
+  runStarted(
     jobs: StartedJob[],
     onJobDone?: (outcome: JobOutcome, jobId: JobId) => void,
     onHandlerDone?: () => void,
   ): Promise<JobOutcome[]> {
-    return Promise.all(
-      jobs.map((job) =>
-        this.execute(job, job.attempt, onHandlerDone).then((o) => {
-          if (onJobDone) this.safe(() => onJobDone(o, job.id));
-          return o;
-        }),
-      ),
-    );
+    if (jobs.length === 0) return Promise.resolve([]);
+    const batch = new RunBatch(jobs.length, onJobDone, onHandlerDone);
+    for (let i = 0; i < jobs.length; i++) void this.execute(jobs[i]!, jobs[i]!.attempt, batch, i);
+    return batch.done;
   }
 
   // The claim loop (producer.ts) over this processor.
@@ -338,78 +447,114 @@ export class JobProcessor {
     return slots;
   }
 
-  // One started job: run its attempt, then finalize it. onHandlerDone fires once, as soon as the handler is no longer
-  // running (before the job is finalized).
-  private async execute(job: ClaimedJob, attempt: number, onHandlerDone?: () => void): Promise<JobOutcome> {
+  // A job of a batch has its outcome (written, or lost): tell the caller, then the batch.
+  private jobEnded(batch: RunBatch, i: number, job: ClaimedJob, outcome: JobOutcome): void {
+    const onJobDone = batch.onJobDone;
+    if (onJobDone) {
+      try {
+        onJobDone(outcome, job.id);
+      } catch {
+        // a caller's callback must never break job processing
+      }
+    }
+    batch.settled(i, outcome);
+  }
+
+  private handlerEnded(batch: RunBatch): void {
+    const onHandlerDone = batch.onHandlerDone;
+    if (onHandlerDone) {
+      try {
+        onHandlerDone();
+      } catch {
+        // as above
+      }
+    }
+  }
+
+  // One started job, the i-th of its batch: run its attempt, then finalize it; its outcome goes to the batch (an
+  // error, from a store call that failed, fails the batch). onHandlerDone fires once, as soon as the handler is no
+  // longer running (before the job is finalized).
+  private async execute(job: ClaimedJob, attempt: number, batch: RunBatch, i: number): Promise<void> {
+    let outcome: JobOutcome;
+    try {
+      outcome = await this.attempt(job, attempt, batch);
+    } catch (err) {
+      batch.failed(err);
+      return;
+    }
+    this.jobEnded(batch, i, job, outcome);
+  }
+
+  private async attempt(job: ClaimedJob, attempt: number, batch: RunBatch): Promise<JobOutcome> {
     const startedAt = Date.now();
-    const finalize = async (f: Finalization): Promise<JobOutcome> => {
-      const { outcome, reason } = await this.completer.finalize(job, f);
-      return this.report(job, attempt, startedAt, outcome, reason);
-    };
     const registered = this.registry.get(job.type);
     if (!registered) {
-      if (onHandlerDone) this.safe(onHandlerDone);
+      this.handlerEnded(batch);
       const error = `no handler is registered for job type "${job.type}" (registered: ${this.registry.types().join(', ') || 'none'})`;
-      return finalize({ op: 'fail', reason: 'fatal', error });
+      return this.finalize(job, attempt, startedAt, { op: 'fail', reason: 'fatal', error });
     }
-    const attemptAbort = new AttemptAbort();
-    const { abort } = attemptAbort;
+    const run = new JobRun(this.host, job, attempt, startedAt, this.heartbeatIntervalMs);
     this.touchPresence();
-    const heartbeat = async () => {
-      this.touchPresence(); // a long job keeps its worker's row fresh (at most once per refresh interval)
-      const hb = await this.store.heartbeat({ jobId: job.id, leaseId: job.leaseId });
-      if (hb.status === 'lease_lost') {
-        this.leaseLost(job, 'heartbeat');
-        abort('lease_lost');
-      } else if (hb.cancelRequested) abort('cancelled');
-    };
-    const entry = this.running.add({
-      jobId: job.id,
-      abort,
-      beat: heartbeat,
-      nextBeatAt: startedAt + this.heartbeatIntervalMs,
-    });
-    // ctx.progress and ctx.log's job log, made on first use: a job that uses neither costs nothing more.
-    const ref: LeaseRef = { jobId: job.id, leaseId: job.leaseId };
-    let progress: ReturnType<JobProcessor['progressReporter']> | undefined;
-    let jobLog: ReturnType<JobProcessor['jobLog']> | undefined;
+    this.running.add(run);
     let handlerRunning = true;
     try {
       // Started by a claim that was in flight when shutdown began: hand it back (interrupt) instead of running it.
-      if (this.stopping) abort('shutdown');
-      const result = await runAttempt({
+      if (this.stopping) run.fire('shutdown');
+      const result = await runAttempt(
         registered,
         job,
         attempt,
-        abort: attemptAbort,
-        heartbeat,
-        log: () => (jobLog ??= this.jobLog(job, ref, attempt, abort)).logger(),
-        progress: (input) => (progress ??= this.progressReporter(job, ref, abort)).report(input),
-        parents: async () => (await this.store.jobLinks(job.id)).filter((l) => l.relation === 'parent'),
-        maxResultBytes: this.maxResultBytes,
-        typeLimit: this.typeLimit(job.type, registered),
-      });
-      entry.nextBeatAt = Infinity; // no heartbeats while the job is finalized
-      progress?.stop(); // a progress write still throttled is dropped: the job's outcome says more
+        run,
+        run,
+        this.maxResultBytes,
+        this.typeLimit(job.type, registered),
+      );
+      run.nextBeatAt = Infinity; // no heartbeats while the job is finalized
+      run.progressReporter?.stop(); // a progress write still throttled is dropped: the job's outcome says more
       handlerRunning = false;
-      if (onHandlerDone) this.safe(onHandlerDone);
+      this.handlerEnded(batch);
       // The attempt's last log lines reach the job before its final move carries them to the archive or the DLQ.
-      if (jobLog) await jobLog.flush();
-      if (result.ok) return await finalize({ op: 'complete', resultJson: result.resultJson });
-      const next = this.afterFailure(job, attempt, registered, attemptAbort.reason, result.error);
+      if (run.jobLogWriter) await run.jobLogWriter.flush();
+      if (result.ok) {
+        // The run is the completion's ref (jobId, leaseId, resultJson): successes are batched (completeMany).
+        run.resultJson = result.resultJson;
+        const status = await this.completer.complete(run);
+        const outcome = this.completer.completed(job, status);
+        return this.report(job, attempt, startedAt, outcome, status === 'cancelled' ? 'cancelled' : undefined);
+      }
+      const next = this.afterFailure(job, attempt, registered, run.reason, result.error);
       // A lost lease: someone else owns the job now, touch nothing.
       if (!next) return this.report(job, attempt, startedAt, 'lease_lost');
-      return await finalize(next);
+      return await this.finalize(job, attempt, startedAt, next);
     } finally {
       this.running.delete(job.id); // shutdown waits for this: the job's outcome is written
-      if (handlerRunning && onHandlerDone) this.safe(onHandlerDone);
+      if (handlerRunning) this.handlerEnded(batch);
     }
+  }
+
+  private async finalize(job: ClaimedJob, attempt: number, startedAt: number, f: Finalization): Promise<JobOutcome> {
+    const { outcome, reason } = await this.completer.finalize(job, f);
+    return this.report(job, attempt, startedAt, outcome, reason);
+  }
+
+  // The processor's own heartbeat of a running job (its timer) and ctx.heartbeat: a lost lease or a requested cancel
+  // aborts the attempt.
+  private async heartbeat(run: JobRun): Promise<void> {
+    this.touchPresence(); // a long job keeps its worker's row fresh (at most once per refresh interval)
+    const hb = await this.store.heartbeat({ jobId: run.jobId, leaseId: run.leaseId });
+    if (hb.status === 'lease_lost') {
+      this.leaseLost(run.job, 'heartbeat');
+      run.fire('lease_lost');
+    } else if (hb.cancelRequested) run.fire('cancelled');
   }
 
   // ctx.progress for one attempt: checks the value at once (a ValidationError for the handler), writes it under the
   // lease at most once per progressIntervalMs, the latest value winning (a trailing write when calls come faster).
   // A write that finds the lease gone aborts the attempt as a heartbeat would; other write errors are logged.
-  private progressReporter(job: ClaimedJob, ref: LeaseRef, abort: (reason: AbortReason) => void) {
+  private progressReporter(run: JobRun): ProgressReporter {
+    const { job } = run;
+    const ref: LeaseRef = { jobId: run.jobId, leaseId: run.leaseId };
+    const abort = (reason: AbortReason) => run.fire(reason);
     let pending: JobProgress | undefined;
     let stopped = false;
     const writes = new AttemptWrites(this.progressIntervalMs, () => {
@@ -445,7 +590,10 @@ export class JobProcessor {
   // under the lease at most once per progressIntervalMs while the handler runs, and once more, awaited, before the
   // final move. A write that finds the lease gone aborts the attempt; other write errors are logged (the lines then
   // stay in the process log only).
-  private jobLog(job: ClaimedJob, ref: LeaseRef, attempt: number, abort: (reason: AbortReason) => void) {
+  private jobLog(run: JobRun): JobLogWriter {
+    const { job, attempt } = run;
+    const ref: LeaseRef = { jobId: run.jobId, leaseId: run.leaseId };
+    const abort = (reason: AbortReason) => run.fire(reason);
     let log: AttemptLog | undefined;
     const writes = new AttemptWrites(this.progressIntervalMs, () => {
       const lines = log?.take() ?? [];
