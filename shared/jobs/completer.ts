@@ -148,6 +148,11 @@ export class Completer {
     return (await this.completions.join(ref)).get(ref).status;
   }
 
+  // The same, for a caller that takes its own answer from its batch's (answers.get(ref)): no promise of its own.
+  joinCompletion(ref: CompleteRef): Promise<BatchAnswers<{ jobId: JobId; status: CompleteResult }, CompleteRef>> {
+    return this.completions.join(ref);
+  }
+
   // Where a success's move left the job: cancelled while it ran, finished before it saw the request, the move put
   // it in the DLQ as 'cancelled'.
   completed(job: ClaimedJob, status: CompleteResult): JobOutcome {

@@ -23,12 +23,14 @@ import { AttemptLog, DEFAULT_JOB_LOG_LINES } from './jobLog.js';
 import { DEFAULT_MAX_RESULT_BYTES, normalizeProgress, type JobProgress, type ProgressInput } from './progress.js';
 import {
   AttemptAbort,
+  AttemptTimeouts,
   RunningJobs,
   TypeConcurrencyLimit,
   runAttempt,
   type AbortReason,
-  type AttemptHooks,
+  type AttemptRun,
   type RunningJob,
+  type TimedAttempt,
 } from './executor.js';
 import { decideAfterFailure, effectiveMaxAttempts } from './failure.js';
 import { runClaimLoop, type ClaimLoopOptions } from './producer.js';
@@ -136,11 +138,15 @@ interface ProgressReporter {
 // attempt's AttemptAbort), its entry among the running jobs (heartbeats), the hooks of its handler's ctx, and the
 // ref its completion is batched with. One object per job where a closure per hook, an entry and refs were made
 // (bench/README.md, runs 130-135).
-class JobRun extends AttemptAbort implements RunningJob, AttemptHooks, CompleteRef {
+class JobRun extends AttemptAbort implements AttemptRun, RunningJob, CompleteRef {
   readonly jobId: JobId;
   readonly leaseId: string;
   resultJson: string | undefined = undefined; // what the handler returned, for completeMany
   nextBeatAt: number;
+  timeoutAt = 0;
+  timeoutPrev: TimedAttempt | undefined = undefined;
+  timeoutNext: TimedAttempt | undefined = undefined;
+  timeoutList: TimedAttempt['timeoutList'] = undefined;
   // ctx.progress and ctx.log's job log, made on first use: a job that uses neither costs nothing more.
   progressReporter: ProgressReporter | undefined = undefined;
   jobLogWriter: JobLogWriter | undefined = undefined;
@@ -224,6 +230,7 @@ export class JobProcessor {
   private readonly starts: MicroBatcher<StartResult & { jobId: JobId }>;
   private readonly running: RunningJobs;
   private readonly typeLimits = new Map<string, TypeConcurrencyLimit>();
+  private readonly timeouts = new AttemptTimeouts();
   private readonly progressIntervalMs: number;
   private readonly maxResultBytes: number;
   private readonly jobLogLines: number;
@@ -472,64 +479,61 @@ export class JobProcessor {
   }
 
   // One started job, the i-th of its batch: run its attempt, then finalize it; its outcome goes to the batch (an
-  // error, from a store call that failed, fails the batch). onHandlerDone fires once, as soon as the handler is no
-  // longer running (before the job is finalized).
+  // error, from a store call that failed, fails the batch). The batch's onHandlerDone fires once, as soon as the
+  // handler is no longer running (before the job is finalized). One async function a job: each layer of them cost
+  // a promise, a frame and an await's closures per job.
   private async execute(job: ClaimedJob, attempt: number, batch: RunBatch, i: number): Promise<void> {
+    const startedAt = Date.now();
+    const registered = this.registry.get(job.type);
+    let run: JobRun | undefined;
+    let handlerRunning = true;
     let outcome: JobOutcome;
     try {
-      outcome = await this.attempt(job, attempt, batch);
+      if (!registered) {
+        handlerRunning = false;
+        this.handlerEnded(batch);
+        const error = `no handler is registered for job type "${job.type}" (registered: ${this.registry.types().join(', ') || 'none'})`;
+        outcome = await this.finalize(job, attempt, startedAt, { op: 'fail', reason: 'fatal', error });
+      } else {
+        run = new JobRun(this.host, job, attempt, startedAt, this.heartbeatIntervalMs);
+        this.touchPresence();
+        this.running.add(run);
+        // Started by a claim that was in flight when shutdown began: hand it back (interrupt) instead of running it.
+        if (this.stopping) run.fire('shutdown');
+        const result = await runAttempt(
+          run,
+          registered,
+          this.maxResultBytes,
+          this.typeLimit(job.type, registered),
+          this.timeouts,
+        );
+        run.nextBeatAt = Infinity; // no heartbeats while the job is finalized
+        run.progressReporter?.stop(); // a progress write still throttled is dropped: the job's outcome says more
+        handlerRunning = false;
+        this.handlerEnded(batch);
+        // The attempt's last log lines reach the job before its final move carries them to the archive or the DLQ.
+        if (run.jobLogWriter) await run.jobLogWriter.flush();
+        if (result.ok) {
+          // The run is the completion's ref (jobId, leaseId, resultJson): successes are batched (completeMany).
+          run.resultJson = result.resultJson;
+          const { status } = (await this.completer.joinCompletion(run)).get(run);
+          const o = this.completer.completed(job, status);
+          outcome = this.report(job, attempt, startedAt, o, status === 'cancelled' ? 'cancelled' : undefined);
+        } else {
+          const next = this.afterFailure(job, attempt, registered, run.reason, result.error);
+          // A lost lease: someone else owns the job now, touch nothing.
+          if (!next) outcome = this.report(job, attempt, startedAt, 'lease_lost');
+          else outcome = await this.finalize(job, attempt, startedAt, next);
+        }
+      }
     } catch (err) {
       batch.failed(err);
       return;
-    }
-    this.jobEnded(batch, i, job, outcome);
-  }
-
-  private async attempt(job: ClaimedJob, attempt: number, batch: RunBatch): Promise<JobOutcome> {
-    const startedAt = Date.now();
-    const registered = this.registry.get(job.type);
-    if (!registered) {
-      this.handlerEnded(batch);
-      const error = `no handler is registered for job type "${job.type}" (registered: ${this.registry.types().join(', ') || 'none'})`;
-      return this.finalize(job, attempt, startedAt, { op: 'fail', reason: 'fatal', error });
-    }
-    const run = new JobRun(this.host, job, attempt, startedAt, this.heartbeatIntervalMs);
-    this.touchPresence();
-    this.running.add(run);
-    let handlerRunning = true;
-    try {
-      // Started by a claim that was in flight when shutdown began: hand it back (interrupt) instead of running it.
-      if (this.stopping) run.fire('shutdown');
-      const result = await runAttempt(
-        registered,
-        job,
-        attempt,
-        run,
-        run,
-        this.maxResultBytes,
-        this.typeLimit(job.type, registered),
-      );
-      run.nextBeatAt = Infinity; // no heartbeats while the job is finalized
-      run.progressReporter?.stop(); // a progress write still throttled is dropped: the job's outcome says more
-      handlerRunning = false;
-      this.handlerEnded(batch);
-      // The attempt's last log lines reach the job before its final move carries them to the archive or the DLQ.
-      if (run.jobLogWriter) await run.jobLogWriter.flush();
-      if (result.ok) {
-        // The run is the completion's ref (jobId, leaseId, resultJson): successes are batched (completeMany).
-        run.resultJson = result.resultJson;
-        const status = await this.completer.complete(run);
-        const outcome = this.completer.completed(job, status);
-        return this.report(job, attempt, startedAt, outcome, status === 'cancelled' ? 'cancelled' : undefined);
-      }
-      const next = this.afterFailure(job, attempt, registered, run.reason, result.error);
-      // A lost lease: someone else owns the job now, touch nothing.
-      if (!next) return this.report(job, attempt, startedAt, 'lease_lost');
-      return await this.finalize(job, attempt, startedAt, next);
     } finally {
-      this.running.delete(job.id); // shutdown waits for this: the job's outcome is written
+      if (run) this.running.delete(job.id); // shutdown waits for this: the job's outcome is written
       if (handlerRunning) this.handlerEnded(batch);
     }
+    this.jobEnded(batch, i, job, outcome);
   }
 
   private async finalize(job: ClaimedJob, attempt: number, startedAt: number, f: Finalization): Promise<JobOutcome> {
