@@ -8,9 +8,10 @@ import { dispatchDueJobs, maintenanceDidNothing, runMaintenancePass } from '../s
 export async function maintenance(_timer: Timer, context: InvocationContext): Promise<void> {
   const rt = await getRuntime();
   const report = await runMaintenancePass(rt, context);
-  // Rescued zombies are pending again with no queue message: dispatch now rather than at the dispatcher's next tick.
-  const { releasedFetched, retried } = report.jobs.rescued;
-  if (releasedFetched + retried > 0) {
+  // Rescued zombies are pending again with no queue message, and every rescued or dead-lettered zombie freed a slot
+  // of its queue (a limited queue's next job may run now): dispatch now rather than at the dispatcher's next tick.
+  const { releasedFetched, retried, deadLettered } = report.jobs.rescued;
+  if (releasedFetched + retried + deadLettered > 0) {
     const dispatched = await dispatchDueJobs(rt, context);
     context.info(`maintenance: dispatched rescued jobs: ${JSON.stringify(dispatched)}`);
   }

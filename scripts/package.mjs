@@ -124,6 +124,20 @@ execFileSync(
 );
 step('compile');
 
+// The build id the worker registry reports (shared/config/appVersion.ts; the app setting KEEL_BUILD_ID overrides it):
+// KEEL_BUILD_ID at package time, else the commit this checkout is at, "-dirty" when it has uncommitted changes; none
+// outside a git checkout.
+function buildId() {
+  if (process.env.KEEL_BUILD_ID) return process.env.KEEL_BUILD_ID.slice(0, 128);
+  try {
+    const git = (...a) => execFileSync('git', a, { cwd: root, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+    const commit = git('rev-parse', '--short=12', 'HEAD').trim();
+    return git('status', '--porcelain', '--untracked-files=no').trim() === '' ? commit : `${commit}-dirty`;
+  } catch {
+    return undefined; // not a git checkout, or no git: the package carries no build id
+  }
+}
+
 // 3. host.json, the SQL the engines read (sql/<engine>/…), and a package.json without scripts or devDependencies.
 cpSync(path.join(root, 'host.json'), path.join(appDir, 'host.json'));
 cpSync(path.join(root, 'sql'), path.join(appDir, 'sql'), {
@@ -141,6 +155,7 @@ writeFileSync(
       main: pkg.main,
       engines: pkg.engines,
       dependencies: pkg.dependencies,
+      keelBuild: { id: buildId(), builtAt: new Date().toISOString() },
     },
     null,
     2,

@@ -17,7 +17,7 @@ import { processorTelemetry } from './telemetryHooks.js';
 import { appFunctionTimeoutMs } from './hostJson.js';
 import { registerLiveProcessor } from './shutdown.js';
 import { hostingInstanceId } from '../jobs/presence.js';
-import { appVersion } from '../config/appVersion.js';
+import { appVersion, packageBuildId } from '../config/appVersion.js';
 
 export interface Runtime {
   readonly settings: Settings;
@@ -114,7 +114,7 @@ export async function createRuntime(settings: Settings, overrides: RuntimeOverri
     events: processorTelemetry,
     presence: {
       appVersion: appVersion(),
-      buildId: settings.KEEL_BUILD_ID ?? null,
+      buildId: settings.KEEL_BUILD_ID ?? packageBuildId(),
       queues: settings.KEEL_DISPATCH_QUEUES.length > 0 ? settings.KEEL_DISPATCH_QUEUES : null,
       concurrency: settings.KEEL_DISPATCH_CONCURRENCY,
       refreshMs: settings.KEEL_WORKER_REFRESH_MS,

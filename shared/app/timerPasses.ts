@@ -7,6 +7,7 @@ import type { ScheduleDefinition } from '../jobs/define.js';
 import type { JobId } from '../jobs/contract.js';
 import type { JobOutcome } from '../jobs/processor.js';
 import { postJob, postJobs, type Logger } from './enqueue.js';
+import { claimAndPost, queueLimits } from './slots.js';
 import type { Runtime } from './runtime.js';
 import { maintenanceTelemetry, reconcileTelemetry, scheduleFailedTelemetry } from './telemetryHooks.js';
 import { isStalled, resumeStalled } from './transferSteps.js';
@@ -49,6 +50,23 @@ async function postRescheduled(rt: Runtime, ids: JobId[], log: Logger): Promise<
   return posted;
 }
 
+// After a drain: for each limited queue it claimed from, post up to its limit of due jobs (the claim takes at most
+// its free slots). One claim per limited queue per tick that ran jobs; never throws.
+async function handOnDrained(rt: Runtime, queues: string[], log: Logger): Promise<number> {
+  try {
+    const limits = await queueLimits(rt);
+    let posted = 0;
+    for (const q of queues) {
+      const limit = limits.get(q);
+      if (limit !== undefined && limit > 0) posted += (await claimAndPost(rt, [q], limit, log)).posted;
+    }
+    return posted;
+  } catch (err) {
+    log.warn(`dispatcher: handing on the free slots of limited queues failed: ${(err as Error).message}`);
+    return 0;
+  }
+}
+
 export async function dispatchDueJobs(rt: Runtime, log: Logger): Promise<DispatchResult> {
   const started = Date.now();
   // The timer instance's worker stays listed while idle: its row is refreshed by this pass when due (at most once per
@@ -65,7 +83,10 @@ export async function dispatchDueJobs(rt: Runtime, log: Logger): Promise<Dispatc
       concurrency: rt.settings.KEEL_DISPATCH_CONCURRENCY,
     });
     const outcomes = Object.fromEntries(Object.entries(r.outcomes).filter(([, n]) => n > 0));
-    const posted = r.rescheduled.length > 0 ? await postRescheduled(rt, r.rescheduled, log) : 0;
+    let posted = r.rescheduled.length > 0 ? await postRescheduled(rt, r.rescheduled, log) : 0;
+    // The drain's jobs are all finished now: a limited queue whose due jobs it left (its budget ran out) has free
+    // slots nobody is about to fill; hand them on to the queue runner now, not at the next tick (shared/app/slots.ts).
+    if (r.processed > 0) posted += await handOnDrained(rt, queues, log);
     return {
       mode,
       queues: queues.length,
@@ -96,17 +117,7 @@ export async function postDueJobs(
   queues: string[],
   log: Logger,
 ): Promise<{ released: number; posted: number }> {
-  const claimed = await rt.store.claimNext({
-    workerId: rt.workerId,
-    queues,
-    limit: rt.settings.KEEL_DISPATCH_POST_LIMIT,
-    leaseSeconds: rt.settings.KEEL_LEASE_SECONDS,
-  });
-  const released: string[] = [];
-  for (const job of claimed) {
-    if ((await rt.store.release({ jobId: job.id, leaseId: job.leaseId })) === 'ok') released.push(job.id);
-  }
-  return { released: released.length, posted: await postJobs(rt, released, log) };
+  return claimAndPost(rt, queues, rt.settings.KEEL_DISPATCH_POST_LIMIT, log);
 }
 
 export interface MaintenancePassReport {

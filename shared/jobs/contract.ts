@@ -131,6 +131,14 @@ export interface OwnerResultById {
 
 export type CancelResult = 'cancelled' | 'cancel_requested' | 'not_found';
 
+export interface CancelResultById {
+  jobId: JobId;
+  result: CancelResult;
+}
+
+// cancelMany sends its ids to the store in chunks of this many, one short transaction each.
+export const CANCEL_MANY_CHUNK = 250;
+
 export interface RescueResult {
   releasedFetched: number; // fetched past lease -> pending
   retried: number; // processing past heartbeat timeout -> pending (policy retry, attempts left)
@@ -493,6 +501,9 @@ export interface JobStore {
   // retry); dead-lettered as 'cancelled' instead when its cancel was requested.
   interrupt(ref: LeaseRef, error: string): Promise<OwnerResult>;
   cancel(jobId: JobId): Promise<CancelResult>;
+  // cancel for many ids (the ops API's cancel by selection): per distinct id, in the order given, what cancel would
+  // answer; CANCEL_MANY_CHUNK ids per transaction (one store call each), an id that can name no job 'not_found'.
+  cancelMany(jobIds: JobId[]): Promise<CancelResultById[]>;
   // maxAttemptsByType: the handlers' own limits ({type: n}); a rescued job's limit is its own, else its type's, else
   // its queue's — the same rule the processor applies (HandlerRegistry.maxAttemptsByType()).
   rescueZombies(limit: number, maxAttemptsByType?: Readonly<Record<string, number>>): Promise<RescueResult>;

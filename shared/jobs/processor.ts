@@ -313,6 +313,16 @@ export class JobProcessor {
     return this.runClaimed(job);
   }
 
+  // processById that also says which queue the job was of (none when not claimed): the queue runner hands a limited
+  // queue's freed slot on (shared/app/slots.ts).
+  async processByIdOf(jobId: JobId): Promise<{ outcome: JobOutcome | 'not_claimed'; queue?: string }> {
+    if (this.stopping) return { outcome: 'not_claimed' };
+    this.touchPresence();
+    const job = await this.store.claimById(jobId, this.workerId, this.leaseSeconds);
+    if (!job) return { outcome: 'not_claimed' };
+    return { outcome: await this.runClaimed(job), queue: job.queue };
+  }
+
   async runClaimed(job: ClaimedJob): Promise<JobOutcome> {
     const [outcome] = await this.runBatch([job]);
     return outcome!;

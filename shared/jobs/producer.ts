@@ -22,10 +22,12 @@ export interface ClaimLoopOptions {
   shouldStop: () => boolean;
   // jobFinished: a job's handler or finalization ended. allFinalized(): resolves once no claimed job is left running
   // or being finalized (at once when none is); called only by a wait that needs it, so no waiter is left behind.
+  // held: how many claimed jobs are running or being finalized as the wait begins.
   idleWait: (
     mode: 'idle' | 'slots',
     jobFinished: Promise<void>,
     allFinalized: () => Promise<void>,
+    held: number,
   ) => Promise<'stop' | 'continue'>;
   onOutcome?: (o: JobOutcome, jobId: JobId) => void;
   stopWhenIdle?: boolean;
@@ -142,7 +144,8 @@ export async function runClaimLoop(runner: ClaimLoopRunner, log: JobLogger, opts
       idle = true; // fewer due jobs than free slots
     }
     // 'slots': wait for a running job to finish. 'idle': nothing (more) is due; wait for the poll or a wake-up.
-    if ((await opts.idleWait(idle ? 'idle' : 'slots', inflight.changed, inflight.allFinalized)) === 'stop') break;
+    const wait = opts.idleWait(idle ? 'idle' : 'slots', inflight.changed, inflight.allFinalized, inflight.heldCount);
+    if ((await wait) === 'stop') break;
   }
   await Promise.allSettled([...batches]);
 }
@@ -160,6 +163,7 @@ export class Worker<P extends WorkerProcessor = WorkerProcessor> {
   private stopped = false;
   private wake: (() => void) | undefined;
   private wokenWhileBusy = false; // a wake-up that arrived while the loop was claiming: do not sleep on it
+  private awaitingEmpty = false; // an idle wait asked to be woken when the loop's last held job is finalized
   private unsubscribe: (() => Promise<void>) | undefined;
 
   constructor(
@@ -196,7 +200,7 @@ export class Worker<P extends WorkerProcessor = WorkerProcessor> {
         concurrency: this.opts.concurrency,
         claimBatch: this.opts.claimBatch,
         shouldStop: () => this.stopped,
-        idleWait: (mode, jobFinished) =>
+        idleWait: (mode, jobFinished, allFinalized, held) =>
           new Promise<'stop' | 'continue'>((resolve) => {
             if (this.stopped) return resolve('stop');
             if (mode === 'idle' && this.wokenWhileBusy) {
@@ -211,6 +215,18 @@ export class Worker<P extends WorkerProcessor = WorkerProcessor> {
               resolve('continue');
             };
             if (mode === 'slots') void jobFinished.then(() => this.wake?.());
+            // Idle while it still holds jobs: a claim came back short, which is also what a queue at its concurrency
+            // limit answers. Claim again once the last of them is finalized (its slot may be the one the queue
+            // waits for) instead of a poll interval later: one claim per time this loop empties, not per job.
+            // One such waiter at a time (a loop that never empties would otherwise gather one per idle wait).
+            else if (held > 0 && !this.awaitingEmpty) {
+              this.awaitingEmpty = true;
+              void allFinalized().then(() => {
+                this.awaitingEmpty = false;
+                if (this.wake) this.wake();
+                else this.wokenWhileBusy = true;
+              });
+            }
           }).finally(() => {
             this.wake = undefined;
           }),

@@ -1,17 +1,20 @@
 // What every engine's job store shares: the contract's argument checks, applied once at the boundary, and the
 // single-job operations served through the batch procedure (see OPERATION_PROCEDURE): one enqueue is a batch of
 // one, and so are one start and one complete.
-import type {
-  CompleteResult,
-  EnqueueRequest,
-  EnqueueResult,
-  JobId,
-  JobStore,
-  LeaseRef,
-  OwnerResultById,
-  StartResult,
+import {
+  CANCEL_MANY_CHUNK,
+  type CancelResult,
+  type CancelResultById,
+  type CompleteResult,
+  type EnqueueRequest,
+  type EnqueueResult,
+  type JobId,
+  type JobStore,
+  type LeaseRef,
+  type OwnerResultById,
+  type StartResult,
 } from './contract.js';
-import { STORE_ARGUMENT_CHECKS, type StoreOperation } from './validate.js';
+import { STORE_ARGUMENT_CHECKS, isJobId, type StoreOperation } from './validate.js';
 
 type BatchOnly = Pick<JobStore, 'enqueueMany' | 'startMany' | 'completeMany'>;
 type AnyMethod = (...args: unknown[]) => Promise<unknown>;
@@ -55,5 +58,19 @@ export abstract class BatchBackedJobStore implements BatchOnly {
   async complete(ref: LeaseRef): Promise<CompleteResult> {
     const [r] = await this.completeMany([ref]);
     return r!.status;
+  }
+
+  // One transaction of cancelMany: the ids (distinct job ids, ascending, at most CANCEL_MANY_CHUNK) and what each
+  // engine's cancel_many answered for them (an id it does not list was not found).
+  protected abstract cancelChunk(ids: JobId[]): Promise<CancelResultById[]>;
+
+  async cancelMany(jobIds: JobId[]): Promise<CancelResultById[]> {
+    const distinct = [...new Set(jobIds)];
+    const valid = distinct.filter(isJobId).sort((a, b) => (BigInt(a) < BigInt(b) ? -1 : BigInt(a) > BigInt(b) ? 1 : 0));
+    const found = new Map<JobId, CancelResult>();
+    for (let i = 0; i < valid.length; i += CANCEL_MANY_CHUNK) {
+      for (const r of await this.cancelChunk(valid.slice(i, i + CANCEL_MANY_CHUNK))) found.set(r.jobId, r.result);
+    }
+    return distinct.map((jobId) => ({ jobId, result: found.get(jobId) ?? 'not_found' }));
   }
 }

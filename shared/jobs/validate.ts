@@ -221,6 +221,10 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
   release: leaseLost,
   interrupt: leaseLost,
   cancel: (id) => (isJobId(id) ? undefined : { answer: 'not_found' }),
+  cancelMany: (ids) => {
+    if (!Array.isArray(ids)) throw new ValidationError('jobIds', 'must be an array');
+    return ids.length === 0 ? { answer: [] } : undefined;
+  },
   jobLinks: (id) => (isJobId(id) ? undefined : { answer: [] }),
   rescueZombies: (limit, byType) => {
     assertPositiveInt('limit', limit, LIMITS.rescueJobs);

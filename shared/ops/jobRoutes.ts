@@ -274,9 +274,11 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
           'ids',
           "a cancel acts on exactly what was previewed: send the preview's ids (POST with dryRun=true lists them)",
         );
+      // One store call, a short transaction per chunk of ids (CANCEL_MANY_CHUNK), not one per id.
+      const results = new Map((await rt.store.cancelMany(body.ids as string[])).map((r) => [r.jobId, r.result]));
       const rows = [];
       for (const id of body.ids as string[]) {
-        const result = await rt.store.cancel(id);
+        const result = results.get(id) ?? 'not_found';
         if (result === 'not_found') {
           const now = await whereNow(rt.store, id);
           rows.push({

@@ -248,9 +248,13 @@ export class TransferService {
   // checksum), all in the journal before any row moves. Throws 'nothing_to_transfer' when there are no new rows.
   async createBatch(transferName: string): Promise<BatchView> {
     const t = this.transfer(transferName);
+    // Two reads of the journal, neither depending on the other: sent together (one round trip of wait a batch
+    // instead of two); the pause is still decided first.
+    const last = this.journal.lastForTransfer(t.name);
+    last.catch(() => undefined); // awaited below unless the pause check throws first
     if (await this.isPaused(t.name))
       throw new TransferError('transfer_paused', `transfer ${t.name} is paused; resume it first`);
-    const { open, lastCommitted } = await this.journal.lastForTransfer(t.name);
+    const { open, lastCommitted } = await last;
     if (open) {
       throw new TransferError(
         'open_batch_exists',

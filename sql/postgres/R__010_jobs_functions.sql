@@ -12,9 +12,12 @@
 -- scan of the table, whatever the statistics say). test/engines/postgres.plans.test.ts checks every hot-path plan.
 
 -- Milliseconds between two instants, never negative.
+-- Whole milliseconds from p_from to p_to (0 if negative). date_part in double precision, not extract, which answers
+-- in numeric since PostgreSQL 14 (~1 us a call, once per archived job); rounded to whole microseconds first, the
+-- timestamps' resolution, so the floor is the exact one.
 create or replace function keel._ms_between(p_from timestamptz, p_to timestamptz)
 returns bigint language sql immutable as $$
-  select greatest(0, floor(extract(epoch from (p_to - p_from)) * 1000))::bigint
+  select greatest(0, round(date_part('epoch', p_to - p_from) * 1000000)::bigint / 1000)
 $$;
 
 -- Lease ids arrive as text; a malformed one simply matches nothing (lease_lost), it never raises.
@@ -31,10 +34,12 @@ returns uuid language sql immutable as $$
   select md5(p_seed || ':' || p_job_id::text)::uuid
 $$;
 
--- stable, as extract(… from timestamptz) is: a wrapper declared immutable around it is not inlined.
+-- stable, as date_part(…, timestamptz) is: a wrapper declared immutable around it is not inlined. date_part, not
+-- extract: extract answers in numeric since PostgreSQL 14 and the cast back cost ~0.7 us a call, three a claimed job;
+-- the double is the same (the microseconds divided by 10^6, correctly rounded either way).
 create or replace function keel._epoch_ms(p_at timestamptz)
 returns double precision language sql stable as $$
-  select extract(epoch from p_at)::double precision * 1000
+  select date_part('epoch', p_at) * 1000
 $$;
 
 -- ---------------------------------------------------------------------------------------------------------------
@@ -1018,6 +1023,73 @@ begin
 end
 $$;
 
+-- keel.cancel for many jobs in one transaction (the ops API's cancel by selection sends its ids in chunks): per
+-- distinct id what keel.cancel would answer. Locks (sql/README.md): the rows that are not waiting, by id; then, all
+-- in one id order, the waiting rows named and every waiting descendant of the rows to be dead-lettered (their
+-- cascade, taken at once as keel._parents_finished takes a failure's); then the moves, one keel._dead_letter for
+-- them all, and the counters once, last. A row named as waiting that was released in between is locked with the
+-- waiting ones (keel._lock_parents' case). Jobs in no flow read no edge.
+create or replace function keel.cancel_many(p_job_ids bigint[])
+returns table (job_id bigint, status text)
+language plpgsql as $$
+#variable_conflict use_column
+declare
+  v_ids      bigint[];
+  v_waiting  bigint[];
+  v_roots    bigint[];
+  v_more     bigint[];
+  v_running  bigint[];
+  v_dead     bigint[];
+  v_t        keel.tally;
+begin
+  v_ids := array(select distinct x.id from unnest(p_job_ids) as x(id) where x.id is not null order by 1);
+  if cardinality(v_ids) = 0 then
+    return;
+  end if;
+  v_waiting := array(select h.id from keel.jobs_hot h
+                     where h.id = any(array(select unnest(v_ids))) and h.state = 'waiting' order by 1);
+  perform l.id from (select x.id from unnest(v_ids) as x(id) where x.id <> all(v_waiting) order by 1) x
+  cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id for update of h offset 0) l;
+  -- Waiting rows: those named, and the descendants of the rows that will be dead-lettered (pending, fetched, waiting)
+  -- when any of them has dependents.
+  v_roots := array(select h.id from keel.jobs_hot h
+                   where h.id = any(array(select unnest(v_ids))) and h.state in ('pending', 'fetched', 'waiting')
+                     and h.has_dependents);
+  v_more := v_waiting;
+  if cardinality(v_roots) > 0 then
+    v_more := array(
+      with recursive d(id) as (
+        select unnest(v_roots)
+        union
+        select e.child_id from d join keel.job_deps e on e.parent_id = d.id and e.parent_outcome is null
+      )
+      select d.id from d union select unnest(v_waiting) order by 1);
+  end if;
+  -- (The rows of v_roots that are not waiting are ours already: locking them again waits for no one.)
+  perform l.id from (select unnest(v_more) as id order by 1) x
+  cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id for update of h offset 0) l;
+  -- Every named row still hot is ours now: its state stays as read here until commit.
+  v_running := array(select h.id from keel.jobs_hot h
+                     where h.id = any(array(select unnest(v_ids))) and h.state = 'processing' order by 1);
+  v_dead := array(select h.id from keel.jobs_hot h
+                  where h.id = any(array(select unnest(v_ids))) and h.state in ('pending', 'fetched', 'waiting')
+                  order by 1);
+  if cardinality(v_running) > 0 then
+    update keel.jobs_hot h set cancel_requested = true where h.id = any(array(select unnest(v_running)));
+  end if;
+  if cardinality(v_dead) > 0 then
+    v_t := keel._dead_letter(v_dead, null, array['pending', 'fetched', 'waiting'], 'cancelled', 'cancelled by operator');
+    perform keel._tally(v_t);
+  end if;
+  return query
+  select x.id,
+         case when x.id = any(v_dead) then 'cancelled'
+              when x.id = any(v_running) then 'cancel_requested'
+              else 'not_found' end
+  from unnest(v_ids) as x(id);
+end
+$$;
+
 -- ---------------------------------------------------------------------------------------------------------------
 -- Flows (issue 29; tables in V010): a job enqueued with `after` waits (state 'waiting', in no claim index) until its
 -- parents have finished. Each parent's own final move settles its children in the same transaction: complete_many
@@ -1521,6 +1593,19 @@ begin
 end
 $$;
 
+-- The queues that have archived jobs, in name order: one probe of jobs_archive_queue_finished per queue (a skip scan
+-- written out), never a read of their rows. For the readers of the archive by time over every queue (V031).
+create or replace function keel._archive_queues()
+returns setof text
+language sql stable as $$
+  with recursive q(queue) as (
+    (select a.queue from keel.jobs_archive a order by a.queue limit 1)
+    union all
+    select (select a.queue from keel.jobs_archive a where a.queue > q.queue order by a.queue limit 1)
+    from q where q.queue is not null)
+  select q.queue from q where q.queue is not null
+$$;
+
 -- One batch of retention: archive/dlq rows finished before the cutoff, or metric buckets that started before it.
 create or replace function keel.purge(p_target text, p_queue text, p_older_than timestamptz, p_batch_size integer)
 returns bigint
@@ -1531,14 +1616,37 @@ begin
   if p_batch_size is null or p_batch_size < 1 then
     raise exception 'batch_size must be a positive integer' using errcode = '22023';
   end if;
-  if p_target = 'archive' then
+  if p_target = 'archive' and p_queue is not null then
     with c as (
       select a.id from keel.jobs_archive a
-      where a.finished_at < p_older_than and (p_queue is null or a.queue = p_queue)
+      where a.queue = p_queue and a.finished_at < p_older_than
       order by a.finished_at limit p_batch_size
       for update skip locked
     ), gone as (
-      delete from keel.jobs_archive a using c where a.id = c.id returning a.id
+      delete from keel.jobs_archive a where a.id = any(array(select c.id from c)) returning a.id -- probed by key
+    ), edges as (
+      -- a flow's edges leave with their child (V010); probed by key, as in _claim_rows
+      delete from keel.job_deps e where e.child_id = any(array(select g.id from gone g))
+    )
+    select count(*) into v_deleted from gone;
+  elsif p_target = 'archive' then
+    -- Every queue: the oldest p_batch_size of each queue's range of jobs_archive_queue_finished (V031: the archive's
+    -- only time index), merged, then those rows locked by key in id order, skip-locked (locking inside each queue's
+    -- walk would lock up to p_batch_size rows per queue to delete p_batch_size in all).
+    with pick as (
+      select x.id from unnest(array(select keel._archive_queues())) as n(queue)
+      cross join lateral (
+        select a.id, a.finished_at from keel.jobs_archive a
+        where a.queue = n.queue and a.finished_at < p_older_than
+        order by a.finished_at limit p_batch_size) x
+      order by x.finished_at limit p_batch_size
+    ), c as (
+      select l.id from (select p.id from pick p order by 1) p
+      cross join lateral (
+        select a.id from keel.jobs_archive a where a.id = p.id and a.finished_at < p_older_than
+        for update of a skip locked offset 0) l
+    ), gone as (
+      delete from keel.jobs_archive a where a.id = any(array(select c.id from c)) returning a.id -- probed by key
     ), edges as (
       -- a flow's edges leave with their child (V010); probed by key, as in _claim_rows
       delete from keel.job_deps e where e.child_id = any(array(select g.id from gone g))
@@ -1926,6 +2034,19 @@ begin
         and (p_tag is null or h.tags @> array[p_tag]) and (p_state is null or h.state = p_state)
         and (p_from is null or h.created_at >= p_from) and (p_to is null or h.created_at < p_to)
       limit v_cap + 1) x;
+  elsif p_location = 'archive' and p_queue is null and (p_from is not null or p_to is not null) then
+    -- A time range over every queue: each queue's range of jobs_archive_queue_finished (V031: the archive's only time
+    -- index), one queue after another, stopping at p_cap + 1 rows in all.
+    select count(*) into v_n from (
+      select 1 from unnest(array(select keel._archive_queues())) as n(queue)
+      cross join lateral (
+        select 1 from keel.jobs_archive a
+        where a.queue = n.queue
+          and a.finished_at >= coalesce(p_from, '-infinity') and a.finished_at < coalesce(p_to, 'infinity')
+          and (p_type is null or a.type = p_type) and (p_tag is null or a.tags @> array[p_tag])
+        order by a.finished_at -- the index's order: a limit over an unordered filter was planned as a table scan
+        limit v_cap + 1) x
+      limit v_cap + 1) y;
   elsif p_location = 'archive' then
     select count(*) into v_n from (
       select 1 from keel.jobs_archive a

@@ -762,3 +762,104 @@ BEGIN
   SELECT @Status AS Status;
 END;
 GO
+
+-- CancelMany(@JobIds JSON [id, ...]): Cancel for many jobs in one transaction (the ops API's cancel by selection sends
+-- its ids in chunks): one row per distinct id, ascending: JobId, Status cancelled|cancel_requested|not_found, as Cancel
+-- answers. The twin of keel.cancel_many on PostgreSQL. Lock order (sql/README.md): the named rows that are not
+-- waiting, U-locked in ascending id order (the nested loop driven by @Ids, as CompleteMany explains); then, in one id
+-- order, the named waiting rows and every waiting descendant of the rows to be dead-lettered (a failure's whole
+-- cascade at once, as FlowSettle takes it; FlowSettle then finds them held); then one keel.DeadLetter for all of them,
+-- and keel.ApplyCounters once, last. Jobs in no flow read no edge.
+CREATE OR ALTER PROCEDURE keel.CancelMany
+  @JobIds NVARCHAR(MAX)
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  IF @JobIds IS NULL OR ISJSON(@JobIds) = 0
+    THROW 50032, N'CancelMany: @JobIds must be a JSON array of job ids', 1;
+
+  DECLARE @Ids TABLE (Id bigint NOT NULL PRIMARY KEY);
+  INSERT @Ids (Id)
+  SELECT DISTINCT TRY_CONVERT(bigint, j.[value]) FROM OPENJSON(@JobIds) AS j
+  WHERE TRY_CONVERT(bigint, j.[value]) IS NOT NULL;
+
+  DECLARE @Waiting TABLE (Id bigint NOT NULL PRIMARY KEY);
+  DECLARE @First TABLE (Id bigint NOT NULL PRIMARY KEY);
+  DECLARE @Roots TABLE (Id bigint NOT NULL PRIMARY KEY);
+  DECLARE @Lock TABLE (Id bigint NOT NULL PRIMARY KEY);
+  DECLARE @Held TABLE (Id bigint NOT NULL PRIMARY KEY);
+  DECLARE @Running TABLE (Id bigint NOT NULL PRIMARY KEY);
+  DECLARE @DeadIds keel.JobIdList;
+  DECLARE @Counters keel.CounterRows; -- the one definition: V002__counter_types.sql
+  DECLARE @Moved int;
+
+  -- The triggers' read-counter deltas, applied once by keel.ApplyCounters (R__010_counters.sql).
+  CREATE TABLE #KeelCountDeltas (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL,
+    Waiting bigint NOT NULL DEFAULT (0));
+
+  BEGIN TRY
+    BEGIN TRANSACTION;
+
+    -- Which named rows wait (read without a lock: one released in between is locked with the waiting ones below).
+    INSERT @Waiting (Id)
+    SELECT h.Id FROM @Ids AS i INNER JOIN keel.JobsHot AS h WITH (FORCESEEK) ON h.Id = i.Id WHERE h.State = 'waiting';
+    INSERT @First (Id) SELECT i.Id FROM @Ids AS i WHERE NOT EXISTS (SELECT 1 FROM @Waiting AS w WHERE w.Id = i.Id);
+
+    -- Step 3: the named rows that are not waiting, in ascending id order, until commit.
+    INSERT @Held (Id)
+    SELECT h.Id FROM @First AS f INNER JOIN keel.JobsHot AS h WITH (UPDLOCK, ROWLOCK, FORCESEEK) ON h.Id = f.Id;
+
+    -- Step 3a: the named waiting rows and the waiting descendants of the rows to be dead-lettered, by id, in one pass.
+    INSERT @Roots (Id)
+    SELECT h.Id FROM @Ids AS i INNER JOIN keel.JobsHot AS h WITH (FORCESEEK) ON h.Id = i.Id
+    WHERE h.State IN ('pending', 'fetched', 'waiting') AND h.HasDependents = 1;
+    IF EXISTS (SELECT 1 FROM @Roots)
+    BEGIN
+      WITH d AS (
+        SELECT e.ChildId AS Id FROM @Roots AS r INNER JOIN keel.JobDeps AS e ON e.ParentId = r.Id WHERE e.ParentOutcome IS NULL
+        UNION ALL
+        SELECT e.ChildId FROM d INNER JOIN keel.JobDeps AS e ON e.ParentId = d.Id WHERE e.ParentOutcome IS NULL
+      )
+      INSERT @Lock (Id) SELECT DISTINCT d.Id FROM d WHERE NOT EXISTS (SELECT 1 FROM @Held AS x WHERE x.Id = d.Id)
+      OPTION (MAXRECURSION 1000);
+    END;
+    INSERT @Lock (Id)
+    SELECT w.Id FROM @Waiting AS w WHERE NOT EXISTS (SELECT 1 FROM @Lock AS l WHERE l.Id = w.Id);
+    INSERT @Held (Id)
+    SELECT h.Id FROM @Lock AS l INNER JOIN keel.JobsHot AS h WITH (UPDLOCK, ROWLOCK, FORCESEEK) ON h.Id = l.Id
+    WHERE NOT EXISTS (SELECT 1 FROM @Held AS x WHERE x.Id = l.Id);
+
+    -- Every named row still hot is held now: its state stays as read here until commit.
+    INSERT @Running (Id)
+    SELECT h.Id FROM @Ids AS i INNER JOIN keel.JobsHot AS h WITH (FORCESEEK) ON h.Id = i.Id WHERE h.State = 'processing';
+    INSERT @DeadIds (Id)
+    SELECT h.Id FROM @Ids AS i INNER JOIN keel.JobsHot AS h WITH (FORCESEEK) ON h.Id = i.Id
+    WHERE h.State IN ('pending', 'fetched', 'waiting');
+
+    IF EXISTS (SELECT 1 FROM @Running)
+      UPDATE h SET CancelRequested = 1
+      FROM @Running AS r INNER JOIN keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK) ON h.Id = r.Id;
+    IF EXISTS (SELECT 1 FROM @DeadIds)
+      INSERT @Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
+      EXEC keel.DeadLetter @DeadIds = @DeadIds, @LeaseId = NULL, @FromPending = 1, @FromFetched = 1, @FromProcessing = 0,
+                           @Reason = 'cancelled', @Error = N'cancelled by operator', @MovedCount = @Moved OUTPUT,
+                           @FromWaiting = 1;
+    EXEC keel.ApplyCounters @Counters = @Counters; -- once, last
+
+    COMMIT TRANSACTION;
+  END TRY
+  BEGIN CATCH
+    IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
+    THROW;
+  END CATCH;
+
+  SELECT i.Id AS JobId,
+         CASE WHEN EXISTS (SELECT 1 FROM @DeadIds AS d WHERE d.Id = i.Id) THEN 'cancelled'
+              WHEN EXISTS (SELECT 1 FROM @Running AS r WHERE r.Id = i.Id) THEN 'cancel_requested'
+              ELSE 'not_found' END AS Status
+  FROM @Ids AS i
+  ORDER BY i.Id;
+END;
+GO

@@ -412,7 +412,34 @@ BEGIN
   DECLARE @Deleted int = 0;
   DECLARE @Gone TABLE (Id bigint NOT NULL PRIMARY KEY);
 
-  IF @Target = 'archive'
+  IF @Target = 'archive' AND @Queue IS NULL
+  BEGIN
+    -- Every queue (V031: no index of FinishedAt alone): the queues with archived jobs, one seek each, then the oldest
+    -- @BatchSize of each queue's range of IX_JobsArchive_QueueFinished, merged; those rows deleted by clustered key,
+    -- READPAST, re-checked, as the DLQ's below.
+    DECLARE @Queues TABLE (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY);
+    DECLARE @Q nvarchar(128) = (SELECT MIN(a.Queue) FROM keel.JobsArchive AS a);
+    WHILE @Q IS NOT NULL
+    BEGIN
+      INSERT @Queues (Queue) VALUES (@Q);
+      SET @Q = (SELECT MIN(a.Queue) FROM keel.JobsArchive AS a WHERE a.Queue > @Q);
+    END;
+    DECLARE @OldArchived TABLE (Id bigint NOT NULL PRIMARY KEY);
+    INSERT @OldArchived (Id)
+    SELECT TOP (@BatchSize) x.Id
+    FROM @Queues AS q
+    CROSS APPLY (SELECT TOP (@BatchSize) a.Id, a.FinishedAt FROM keel.JobsArchive AS a
+                 WHERE a.Queue = q.Queue AND a.FinishedAt < @OlderThan
+                 ORDER BY a.FinishedAt) AS x
+    ORDER BY x.FinishedAt;
+    DELETE a
+    OUTPUT deleted.Id INTO @Gone (Id)
+    FROM @OldArchived AS o
+    INNER JOIN keel.JobsArchive AS a WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK, FORCESEEK) ON a.Id = o.Id
+    WHERE a.FinishedAt < @OlderThan;
+    SET @Deleted = @@ROWCOUNT;
+  END
+  ELSE IF @Target = 'archive'
   BEGIN
     WITH c AS (
       SELECT TOP (@BatchSize) a.Id FROM keel.JobsArchive AS a WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK)

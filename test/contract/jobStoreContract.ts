@@ -1,6 +1,7 @@
 // The job store contract suite: written once, run against every engine through its EngineHarness.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  CANCEL_MANY_CHUNK,
   IdempotencyConflictError,
   STATS_DUE_COUNT_CAP,
   TEXT_SEARCH_SCAN_ROWS_MAX,
@@ -840,6 +841,87 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(await h.statsRow(q)).toMatchObject({ failed: 2, cancelled: 2 });
       expect(await store.cancel(job.id)).toBe('not_found');
       expect(await store.cancel('123456789012')).toBe('not_found');
+    });
+
+    it('cancelMany: per id what cancel answers (pending, fetched, processing, finished, unknown), counted once', async () => {
+      const q = freshQueue('cancel-many');
+      // Each claim takes the oldest due job: the finished one first, the pending one last.
+      const done = await startedJob(q);
+      expect(await store.complete(ref(done))).toBe('ok');
+      const running = await startedJob(q);
+      await store.enqueue({ queue: q, type: 't' });
+      const fetched = await claimOne(q);
+      const pending = await store.enqueue({ queue: q, type: 't' });
+      const asked = [running.id, '123456789012', pending.id, done.id, 'not-an-id', fetched.id, pending.id];
+      expect(await store.cancelMany(asked)).toEqual([
+        { jobId: running.id, result: 'cancel_requested' },
+        { jobId: '123456789012', result: 'not_found' },
+        { jobId: pending.id, result: 'cancelled' },
+        { jobId: done.id, result: 'not_found' },
+        { jobId: 'not-an-id', result: 'not_found' },
+        { jobId: fetched.id, result: 'cancelled' },
+      ]);
+      expect(await store.getJob(pending.id)).toMatchObject({ location: 'dlq', reason: 'cancelled' });
+      expect(await store.getJob(fetched.id)).toMatchObject({ location: 'dlq', reason: 'cancelled' });
+      expect(await store.heartbeat(ref(running))).toEqual({ status: 'ok', cancelRequested: true });
+      expect(await store.start(ref(fetched))).toMatchObject({ status: 'lease_lost' });
+      expect(await h.statsRow(q)).toMatchObject({ failed: 2, cancelled: 2, succeeded: 1 });
+      // Again: the dead-lettered ones are gone from the hot table, the running one is still asked to stop.
+      expect(await store.cancelMany([pending.id, running.id])).toEqual([
+        { jobId: pending.id, result: 'not_found' },
+        { jobId: running.id, result: 'cancel_requested' },
+      ]);
+      expect(await store.cancelMany([])).toEqual([]);
+      expect(await h.statsRow(q)).toMatchObject({ failed: 2, cancelled: 2 });
+    });
+
+    it('cancelMany: more ids than one chunk all cancelled, in chunks', async () => {
+      const q = freshQueue('cancel-chunks');
+      const n = CANCEL_MANY_CHUNK + 17;
+      const ids = (await store.enqueueMany(Array.from({ length: n }, () => ({ queue: q, type: 't' })))).map(
+        (r) => r.id,
+      );
+      const reversed = [...ids].reverse();
+      const out = await store.cancelMany(reversed);
+      expect(out.map((r) => r.jobId)).toEqual(reversed);
+      expect(out.every((r) => r.result === 'cancelled')).toBe(true);
+      expect(await h.statsRow(q)).toMatchObject({ failed: n, cancelled: n });
+      expect((await store.stats()).find((x) => x.queue === q)).toMatchObject({ pending: 0, dlq: n });
+    });
+
+    it('cancelMany of a flow: named waiting children and a parent together, the cascade dead-letters the rest', async () => {
+      const q = freshQueue('cancel-flow');
+      const [parent, child, grandchild, other] = await store.enqueueMany([
+        { queue: q, type: 'p' },
+        { queue: q, type: 'c', after: [{ index: 0 }] },
+        { queue: q, type: 'g', after: [{ index: 1 }] },
+        { queue: q, type: 'o', after: [{ index: 0 }] },
+      ]);
+      expect(await store.getJob(grandchild!.id)).toMatchObject({ state: 'waiting' });
+      // The grandchild first, then the parent: the child and the other are cascaded (not named).
+      expect(await store.cancelMany([grandchild!.id, parent!.id])).toEqual([
+        { jobId: grandchild!.id, result: 'cancelled' },
+        { jobId: parent!.id, result: 'cancelled' },
+      ]);
+      expect(await store.getJob(parent!.id)).toMatchObject({ location: 'dlq', reason: 'cancelled' });
+      expect(await store.getJob(grandchild!.id)).toMatchObject({ location: 'dlq', reason: 'cancelled' });
+      for (const j of [child!, other!])
+        expect(await store.getJob(j.id)).toMatchObject({ location: 'dlq', reason: 'parent_failed' });
+      expect((await store.stats()).find((x) => x.queue === q)).toMatchObject({ pending: 0, waiting: 0, dlq: 4 });
+    });
+
+    it('cancelMany: two overlapping selections at once, in opposite orders, cancel each job once and never deadlock', async () => {
+      const q = freshQueue('cancel-race');
+      const ids = (await store.enqueueMany(Array.from({ length: 60 }, () => ({ queue: q, type: 't' })))).map(
+        (r) => r.id,
+      );
+      const [a, b] = await Promise.all([store.cancelMany(ids), store.cancelMany([...ids].reverse())]);
+      for (const id of ids) {
+        const results = [a!.find((r) => r.jobId === id)!.result, b!.find((r) => r.jobId === id)!.result].sort();
+        expect(results).toEqual(['cancelled', 'not_found']);
+      }
+      expect(await h.statsRow(q)).toMatchObject({ cancelled: 60 });
+      expect((await store.stats()).find((x) => x.queue === q)).toMatchObject({ pending: 0, dlq: 60 });
     });
 
     it('a retry after a cancel request dead-letters the job as cancelled', async () => {

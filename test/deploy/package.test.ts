@@ -28,6 +28,7 @@ let load: {
   modules: number;
   stack: string;
   handlerTypes: string[];
+  build?: { version: string; id: string | null };
 };
 
 const HOST_STANDIN = `
@@ -71,9 +72,11 @@ for (const f of files) await import(pathToFileURL(f).href);
 const { loadHandlerFolder } = await import(pathToFileURL(path.join(app, 'dist/shared/jobs/handlerFolder.js')).href);
 const handlerTypes = (await loadHandlerFolder()).handlers.map((h) => h.type).sort();
 const { parseSettings } = await import(pathToFileURL(path.join(app, 'dist/shared/config/settings.js')).href);
+const { appVersion, packageBuildId } = await import(pathToFileURL(path.join(app, 'dist/shared/config/appVersion.js')).href);
+const build = { version: appVersion(), id: packageBuildId() };
 let stack = '';
 try { parseSettings({ KEEL_STORE_ENGINE: 'sqlserver' }); } catch (err) { stack = err.stack; }
-process.stdout.write('\\n@@' + JSON.stringify({ registered: globalThis.__registered, modules: files.length, stack, handlerTypes }) + '\\n');
+process.stdout.write('\\n@@' + JSON.stringify({ registered: globalThis.__registered, modules: files.length, stack, handlerTypes, build }) + '\\n');
 process.exit(0); // telemetry timers would keep the process alive
 `;
 
@@ -187,6 +190,10 @@ describe('deployment package', () => {
     expect(pkg.scripts).toBeUndefined();
     expect(pkg.dependencies).toEqual(rootPkg.dependencies);
     expect(pkg.main).toBe(rootPkg.main);
+    // the build id the worker registry reports (appVersion.ts): the commit this checkout is at, read by the unpacked app
+    const head = execFileSync('git', ['rev-parse', '--short=12', 'HEAD'], { cwd: root, encoding: 'utf8' }).trim();
+    expect(pkg.keelBuild.id).toMatch(new RegExp(`^${head}(-dirty)?$`));
+    expect(load.build).toEqual({ version: rootPkg.version, id: pkg.keelBuild.id });
     for (const dep of Object.keys(pkg.dependencies))
       expect(existsSync(path.join(app, 'node_modules', dep, 'package.json'))).toBe(true);
   });

@@ -128,6 +128,13 @@ describe('postgres plans: no JIT, no disabled node, at a 20k backlog', () => {
     );
     await run('claim_by_id', () => q(`select * from keel.claim_by_id($1, 'w', 60)`, [pendingId.id]));
     await run('cancel (pending)', () => q(`select keel.cancel($1)`, [otherPendingId.id]));
+    const toCancel = await q(
+      `select id::text from keel.jobs_hot where queue = $1 and state = 'pending' order by id desc limit 50`,
+      [queue],
+    );
+    await run('cancel_many (50 pending, 1 processing)', () =>
+      q(`select * from keel.cancel_many($1::bigint[])`, [[...toCancel.map((r) => r.id), started[0]!.job_id]]),
+    );
     await q(`update keel.jobs_hot set heartbeat_at = now() - interval '1 hour' where id = any($1::bigint[])`, [
       started.slice(1, 4).map((r) => r.job_id),
     ]);

@@ -57,6 +57,7 @@ describe('sqlserver lock order (static check of the procedure bodies)', () => {
     expect(report.deltasProcedures).toEqual(
       [
         'keel.cancel',
+        'keel.cancelmany',
         'keel.claimnext',
         'keel.completemany',
         'keel.enqueueflowjobs',

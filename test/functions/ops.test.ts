@@ -439,10 +439,17 @@ describe('ops: jobs', () => {
     expect((await call('GET', `jobs/${a.id}`)).body.location).toBe('hot');
     const late = await enqueue({ queue: 'ops-cm', type: 'demo.echo', delayMs: 3_600_000 });
     await t.rt.store.cancel(b.id); // cancelled meanwhile by someone else
+    // One store call for the selection (a transaction per chunk of ids), not one per id.
+    const cancelOne = vi.spyOn(t.rt.store, 'cancel');
+    const cancelMany = vi.spyOn(t.rt.store, 'cancelMany');
     const real = await call('POST', 'jobs/cancel', {
       body: { queue: 'ops-cm', dryRun: false, ids: preview.body.ids },
       operator: true,
     });
+    expect(cancelOne).not.toHaveBeenCalled();
+    expect(cancelMany).toHaveBeenCalledTimes(1);
+    cancelOne.mockRestore();
+    cancelMany.mockRestore();
     expect(real.body).toMatchObject({ dryRun: false, count: 1, ids: [a.id] });
     expect(real.body.rows).toEqual(
       expect.arrayContaining([
@@ -455,6 +462,28 @@ describe('ops: jobs', () => {
     const bare = await call('POST', 'jobs/cancel', { body: { queue: 'ops-cm', dryRun: false }, operator: true });
     expect(bare).toMatchObject({ status: 400, body: { field: 'ids' } });
     expect((await call('POST', 'jobs/cancel', { body: { ids: [late.id], dryRun: false } })).status).toBe(403);
+    // A running job in a selection is asked to stop; a pending one is cancelled, in the same call.
+    const run = await enqueue({ queue: 'ops-cm-run', type: 'demo.echo' });
+    const pend = await enqueue({ queue: 'ops-cm-run', type: 'demo.echo', delayMs: 3_600_000 });
+    const [started] = await t.rt.store.claimAndStart({ workerId: 'elsewhere', queues: ['ops-cm-run'], limit: 1 });
+    expect(started?.id).toBe(run.id);
+    const mixed = await call('POST', 'jobs/cancel', {
+      body: { dryRun: false, ids: [pend.id, run.id] },
+      operator: true,
+    });
+    expect(mixed.body).toMatchObject({
+      dryRun: false,
+      count: 2,
+      ids: [pend.id, run.id],
+      rows: [
+        { id: pend.id, outcome: 'cancelled', location: 'dlq', state: null },
+        { id: run.id, outcome: 'cancel_requested', location: 'hot', state: null },
+      ],
+    });
+    expect(await t.rt.store.heartbeat({ jobId: run.id, leaseId: started!.leaseId })).toEqual({
+      status: 'ok',
+      cancelRequested: true,
+    });
   });
 
   it('groups dead letters in SQL by reason, type and queue, paged, with totals', async () => {

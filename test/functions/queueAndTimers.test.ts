@@ -10,8 +10,15 @@ import { dispatchDueJobs, maintenanceDidNothing, runMaintenancePass } from '../.
 import { createRuntime, setRuntime } from '../../shared/app/runtime.js';
 import { registerDemoHandlers } from '../../dev/demoHandlers.js';
 import { parseSettings } from '../../shared/config/settings.js';
+import { forgetQueueLimits } from '../../shared/app/slots.js';
 
 let t: TestRuntime;
+// test.gate jobs wait until the gate opens (a job that holds its queue's only slot while other messages arrive).
+let openGate: () => void = () => undefined;
+let gate: Promise<void> = Promise.resolve();
+function closeGate(): void {
+  gate = new Promise<void>((r) => (openGate = r));
+}
 
 // `obj` with each method call's name pushed to `calls` before it runs.
 function recordingCalls<T extends object>(obj: T, calls: string[]): T {
@@ -31,7 +38,10 @@ beforeAll(async () => {
   t = await createTestRuntime('fn_queue', {
     // Purges every pass here (the default is at most hourly: tested below with a runtime of its own).
     env: { KEEL_DISPATCH_QUEUES: '', KEEL_MAINT_PURGE_INTERVAL_MS: '0' },
-    register: (r) => r.register('test.once', async () => undefined, { maxAttempts: 1 }),
+    register: (r) => {
+      r.register('test.once', async () => undefined, { maxAttempts: 1 });
+      r.register('test.gate', () => gate);
+    },
   });
 });
 
@@ -111,7 +121,7 @@ describe('jobRunner (queue trigger)', () => {
     expect(ctx.logs).toEqual([
       {
         level: 'information',
-        text: `job ${id} is pending but cannot run now (not due yet, or its queue is paused or at its limit); the dispatcher runs it when it can`,
+        text: `job ${id} is pending but cannot run now (not due yet, or its queue is paused or at its limit); it is posted again when a slot frees, else the dispatcher runs it when it can`,
       },
     ]);
     expect(t.queues.poisoned).toHaveLength(0);
@@ -152,6 +162,127 @@ describe('jobRunner (queue trigger)', () => {
       await expect(jobRunner('garbage', context('jobRunner'))).rejects.toThrow(/storage unavailable/);
     } finally {
       t.queues.failSends = false;
+    }
+  });
+});
+
+// Delivers every message posted to keel-jobs to the runner, as the host would, until none is left (bounded).
+async function deliverPosted(rounds = 20): Promise<number> {
+  let delivered = 0;
+  for (let i = 0; i < rounds; i++) {
+    const msgs = t.queues.take('keel-jobs');
+    if (msgs.length === 0) break;
+    for (const m of msgs) await jobRunner(m, context('jobRunner'));
+    delivered += msgs.length;
+  }
+  return delivered;
+}
+
+async function waitForState(id: string, state: string): Promise<void> {
+  for (let i = 0; i < 500 && (await t.rt.store.getJob(id))?.state !== state; i++) {
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  expect((await t.rt.store.getJob(id))?.state).toBe(state);
+}
+
+describe('a queue at its concurrency limit (jobRunner hands the freed slot on)', () => {
+  it('limit 1, three jobs through their messages: each finish posts the next, all run without a dispatcher tick', async () => {
+    const queue = 'lim-chain';
+    await t.rt.store.updateQueue(queue, { maxConcurrency: 1 });
+    forgetQueueLimits(t.rt); // the runtime's view of the limits may predate this queue (read at most every 5 s)
+    closeGate();
+    const ids = [
+      await enqueue(queue, 'test.gate'),
+      await enqueue(queue, 'test.gate'),
+      await enqueue(queue, 'test.gate'),
+    ];
+    t.queues.clear();
+    const first = jobRunner({ jobId: ids[0] }, context('jobRunner'));
+    await waitForState(ids[0]!, 'processing');
+    // The other two messages arrive while the only slot is taken: acknowledged, not run.
+    for (const id of ids.slice(1)) {
+      const ctx = context('jobRunner');
+      await jobRunner({ jobId: id }, ctx);
+      expect(ctx.logs[0]?.text).toMatch(/at its limit\); it is posted again when a slot frees/);
+      expect((await t.rt.store.getJob(id))?.state).toBe('pending');
+    }
+    expect(t.queues.take('keel-jobs')).toEqual([]);
+    openGate();
+    await first;
+    // The finish of each job posted the next one's id (no dispatcher runs in this test).
+    expect(t.queues.sent.filter((m) => m.queue === 'keel-jobs').map((m) => m.message)).toEqual([{ jobId: ids[1] }]);
+    expect(await deliverPosted()).toBe(2);
+    for (const id of ids) expect((await t.rt.store.getJob(id))?.location).toBe('archive');
+    expect(t.queues.sent).toEqual([]); // the last finish found nothing due: nothing posted
+  });
+
+  it('limit 2: a finish hands on one slot, never more than the limit lets run', async () => {
+    const queue = 'lim-two';
+    await t.rt.store.updateQueue(queue, { maxConcurrency: 2 });
+    forgetQueueLimits(t.rt);
+    closeGate();
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i++) ids.push(await enqueue(queue, 'test.gate'));
+    t.queues.clear();
+    const running = [
+      jobRunner({ jobId: ids[0] }, context('jobRunner')),
+      jobRunner({ jobId: ids[1] }, context('jobRunner')),
+    ];
+    await waitForState(ids[0]!, 'processing');
+    await waitForState(ids[1]!, 'processing');
+    openGate();
+    await Promise.all(running);
+    // Two finishes, two slots handed on: the next two due jobs, not all three left.
+    const posted = t.queues.take('keel-jobs') as { jobId: string }[];
+    expect(posted.map((m) => m.jobId).sort()).toEqual([ids[2], ids[3]].sort());
+    // Each of those finishes hands on again (a job posted twice finds itself finished: acknowledged).
+    for (const m of posted) await jobRunner(m, context('jobRunner'));
+    await deliverPosted();
+    for (const id of ids) expect((await t.rt.store.getJob(id))?.location).toBe('archive');
+  });
+
+  it('a queue without a limit posts nothing when a job finishes (its jobs have their own messages)', async () => {
+    const queue = 'lim-none';
+    const ids = [await enqueue(queue, 'demo.echo'), await enqueue(queue, 'demo.echo')];
+    forgetQueueLimits(t.rt);
+    t.queues.clear();
+    await jobRunner({ jobId: ids[0] }, context('jobRunner'));
+    expect((await t.rt.store.getJob(ids[0]!))?.location).toBe('archive');
+    expect(t.queues.sent).toEqual([]);
+    expect((await t.rt.store.getJob(ids[1]!))?.state).toBe('pending');
+    await jobRunner({ jobId: ids[1] }, context('jobRunner'));
+  });
+
+  it('the dispatcher, its budget spent with a limited queue left due, posts the next job for the free slot', async () => {
+    const queue = 'lim-drain';
+    await t.rt.store.updateQueue(queue, { maxConcurrency: 1 });
+    const queues = new RecordingQueues();
+    const settings = parseSettings({
+      KEEL_PG_URL: appUrl(t.url),
+      KEEL_PG_MIGRATE_URL: t.url,
+      KEEL_DEMO_HANDLERS: 'true',
+      KEEL_DISPATCH_QUEUES: queue,
+      KEEL_DISPATCH_BUDGET_MS: '100',
+    });
+    const rt = await createRuntime(settings, {
+      queues,
+      store: t.rt.store,
+      transfers: null,
+      register: registerDemoHandlers,
+    });
+    try {
+      const ids = [
+        await enqueue(queue, 'demo.slow', { payload: { ms: 300 } }),
+        await enqueue(queue, 'demo.echo'),
+        await enqueue(queue, 'demo.echo'),
+      ];
+      const r = await dispatchDueJobs(rt, context('dispatcher'));
+      expect(r.processed).toBe(1); // its budget ran out while the first job ran
+      const posted = queues.take('keel-jobs') as { jobId: string }[];
+      expect(posted).toEqual([{ jobId: ids[1] }]); // one slot, one job, handed to the queue runner
+      expect((await t.rt.store.getJob(ids[2]!))?.state).toBe('pending');
+    } finally {
+      await rt.close();
     }
   });
 });

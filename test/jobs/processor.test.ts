@@ -572,6 +572,22 @@ describe('processor', () => {
     expect(unsubscribed).toBe(true);
   });
 
+  it('a worker on a queue at its concurrency limit claims the next job as its own finishes, not at its next poll', async () => {
+    const queue = q('worker-limit');
+    await store.updateQueue(queue, { maxConcurrency: 1 });
+    const { seen, reg } = concurrencyProbe();
+    await store.enqueueMany(Array.from({ length: 3 }, () => ({ queue, type: 't' })));
+    // A poll interval far longer than the test and no wake-ups: the limit lets one job run at a time, each claim
+    // comes back short, and only the finish of the job it holds can make the worker claim the next in time.
+    const worker = new Worker(processor(reg), { queues: [queue], concurrency: 4, pollIntervalMs: 60_000 });
+    worker.start();
+    const deadline = Date.now() + 15_000;
+    while (seen.done < 3 && Date.now() < deadline) await sleep(20);
+    await worker.stop(1000);
+    expect(seen.done).toBe(3);
+    expect(seen.peak).toBe(1);
+  });
+
   it('a polling worker processes jobs until stopped; maintenance leaves nothing behind', async () => {
     const queue = q('worker');
     const reg = new HandlerRegistry().register('t', async () => sleep(5));

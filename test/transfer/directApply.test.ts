@@ -271,4 +271,30 @@ describe('direct apply (PostgreSQL -> PostgreSQL key windows)', () => {
       await checkTarget();
     },
   );
+
+  // From 10,000 rows the window's checksum is priced for parallel workers (directApply.ts): workers must see the
+  // rows the claiming transaction wrote and has not committed, and their partial sums must add up to the manifest.
+  it('a window of 10,000+ rows (checksum priced for parallel workers) commits directly, its sums equal to the manifest', async () => {
+    const DDL = ORDERS_DDL.replace('public.orders', 'public.orders_large');
+    await env.source.query(DDL);
+    await env.target.query(DDL);
+    await insertSourceRows(env.source, 1, 25_000, 'public.orders_large');
+    const t = ordersTransfer('orders_direct_large', {
+      batchSize: 12_500,
+      source: { engine: 'postgres', connectionSetting: 'TEST_SOURCE', table: 'public.orders_large' },
+      target: { engine: 'postgres', connectionSetting: 'TEST_TARGET', table: 'public.orders_large' },
+    });
+    const svc = service(t);
+    for (let i = 0; i < 2; i++) {
+      const created = await svc.createBatch(t.name);
+      expect(created.rowCount).toBe(12_500);
+      const v = await svc.stage(created.batchId);
+      expect(v.state).toBe('committed');
+      expect(v.stagedChecksum).toBe(created.checksum);
+      expect(await events(v.batchId)).toEqual(['created', 'manifest_recorded', 'apply_started', 'applied']);
+    }
+    const cols = 'id, customer, amount, placed_at, flag, note, payload';
+    const digest = `select md5(string_agg(t::text, '|' order by id)) as h, count(*)::int as n from (select ${cols} from public.orders_large) t`;
+    expect((await env.target.query(digest)).rows).toEqual((await env.source.query(digest)).rows);
+  });
 });

@@ -119,6 +119,13 @@ foreach (var file in files)
         var column = p.Offset - (before.LastIndexOf('\n') + 1);
         sources.Add(($"{display}|{++n}", new string('\n', line) + new string(' ', column) + p.Text, p.Creates));
     }
+    // DROP INDEX [IF EXISTS] i ON t in a later migration: the model no longer has the index an earlier file made.
+    foreach (var (line, key) in IndexDrops.Seen)
+    {
+        if (indexDefined.Remove(key, out var dropped)) sources.RemoveAll(x => x.Source == dropped);
+        else findings.Add($"{display}:{line}:1: DROP INDEX {key}: no earlier script creates that index");
+    }
+    IndexDrops.Seen.Clear();
 }
 
 foreach (var (where, line, table, columns) in TableAdditions.Seen)
@@ -249,6 +256,10 @@ static void Collect(string display, string text, TSqlStatement st, List<string> 
                 string.Join('.', new[] { add.SchemaObjectName.SchemaIdentifier?.Value, add.SchemaObjectName.BaseIdentifier.Value }.Where(x => x is not null)),
                 add.Definition.ColumnDefinitions.Select(c => text.Substring(c.StartOffset, c.FragmentLength)).ToList()));
             return;
+        case DropIndexStatement drop when drop.DropIndexClauses.All(c => c is DropIndexClause):
+            foreach (DropIndexClause c in drop.DropIndexClauses)
+                IndexDrops.Seen.Add((st.StartLine, $"{string.Join('.', new[] { c.Object.SchemaIdentifier?.Value, c.Object.BaseIdentifier.Value }.Where(x => x is not null))}.{c.Index.Value}".ToLowerInvariant()));
+            return;
         case IfStatement ifs when ifs.ElseStatement is null:
             // IF <not there yet> CREATE ...: the guard is for re-runs; the model takes the CREATE.
             Collect(display, text, ifs.ThenStatement, findings, into, guarded: true);
@@ -345,6 +356,12 @@ record Created(string Kind, string Name, string Source, int Line);
 static class TableAdditions
 {
     public static readonly List<(string Display, int Line, string Table, List<string> Columns)> Seen = new();
+}
+
+// DROP INDEX statements of the file being read: (line, "table.index" in lower case).
+static class IndexDrops
+{
+    public static readonly List<(int Line, string Key)> Seen = new();
 }
 
 // ALTER TABLE ... SET (...) statements seen: (file, line, table).

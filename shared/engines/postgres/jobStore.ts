@@ -5,6 +5,7 @@ import path from 'node:path';
 import type {
   CompleteRef,
   CancelResult,
+  CancelResultById,
   ClaimOptions,
   ClaimedJob,
   DlqReason,
@@ -373,6 +374,11 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   async cancel(jobId: JobId): Promise<CancelResult> {
     const [r] = await this.call('cancel', { job_id: jobId });
     return r!.result as CancelResult;
+  }
+
+  protected async cancelChunk(ids: JobId[]): Promise<CancelResultById[]> {
+    const rows = await this.call('cancel_many', { job_ids: ids });
+    return rows.map((r) => ({ jobId: String(r.jobId), result: r.status as CancelResult }));
   }
 
   async rescueZombies(limit: number, maxAttemptsByType?: Readonly<Record<string, number>>): Promise<RescueResult> {

@@ -54,6 +54,7 @@ export const POSTGRES_FUNCTIONS: { [P in JobProcedure]: PgFunction<P> } = {
   release: { params: { job_id: 'bigint', lease_id: 'text' }, returns: 'text' },
   interrupt: { params: { job_id: 'bigint', lease_id: 'text', error: 'text' }, returns: 'text' },
   cancel: { params: { job_id: 'bigint' }, returns: 'text' },
+  cancel_many: { params: { job_ids: 'bigint[]' }, returns: 'rows' },
   rescue_zombies: { params: { limit: 'integer', type_max_attempts: 'jsonb' }, returns: 'rows' },
   resurrect: { params: { job_ids: 'bigint[]' }, returns: 'rows' },
   resurrect_by_filter: {

@@ -6,6 +6,7 @@ import { sqlDir } from '../../config/sqlDir.js';
 import type {
   CompleteRef,
   CancelResult,
+  CancelResultById,
   ClaimOptions,
   ClaimedJob,
   DlqReason,
@@ -415,6 +416,25 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
       if (job?.location === 'dlq' && job.reason === 'cancelled') return 'cancelled';
       if (job?.location === 'hot' && job.cancelRequested) return 'cancel_requested';
       throw err;
+    }
+  }
+
+  protected async cancelChunk(ids: JobId[]): Promise<CancelResultById[]> {
+    try {
+      const rows = await this.call('cancel_many', { JobIds: JSON.stringify(ids) }, 'once');
+      return rows.map((r) => ({ jobId: String(r.JobId), result: r.Status as CancelResult }));
+    } catch (err) {
+      if (!isOutcomeUnknown(err)) throw err;
+      // The reply was lost: each job says where the cancel took it (as cancel does); a job it did not reach throws.
+      const out: CancelResultById[] = [];
+      for (const jobId of ids) {
+        const job = await this.locate(jobId);
+        if (job?.location === 'dlq' && job.reason === 'cancelled') out.push({ jobId, result: 'cancelled' });
+        else if (job?.location === 'hot' && job.cancelRequested) out.push({ jobId, result: 'cancel_requested' });
+        else if (!job) out.push({ jobId, result: 'not_found' });
+        else throw err;
+      }
+      return out;
     }
   }
 

@@ -39,6 +39,7 @@ export const SQLSERVER_PARAMS: ParamTypes = {
   release: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier },
   interrupt: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier, Error: sql.NVarChar(MAX) },
   cancel: { JobId: sql.BigInt },
+  cancel_many: { JobIds: sql.NVarChar(MAX) },
   rescue_zombies: { Limit: sql.Int, TypeMaxAttempts: sql.NVarChar(MAX) },
   resurrect: { JobIds: sql.NVarChar(MAX) },
   resurrect_by_filter: {

@@ -1,0 +1,97 @@
+// Handing on a freed slot of a queue with a concurrency limit (maxConcurrency). The queue runner acknowledges the
+// message of a job its queue's limit holds back; without a hand-on that job would wait for the dispatcher's next tick
+// (a minute) after a slot frees. So whoever finishes a job of a limited queue posts the next due job(s) of that queue
+// at once: claim (the SQL claim enforces the limit and due time, so at most the free slots are taken, whatever runs
+// concurrently), release, post the ids, as the dispatcher's post mode does. One finish hands on at most the slots it
+// freed, so a burst of finishes never posts more than the limit lets run (no thundering herd). A lost post, or a
+// crash between the finish and the post, is covered by the dispatcher as before.
+import type { JobOutcome } from '../jobs/contract.js';
+import { postJobs, type Logger } from './enqueue.js';
+import type { Runtime } from './runtime.js';
+
+// How long the queues' limits are taken as known (one list_queues read per runtime per interval, never per job): a
+// limit set a moment ago is seen within this, and until then the dispatcher covers it as before.
+export const QUEUE_LIMITS_TTL_MS = 5_000;
+
+interface KnownLimits {
+  at: number;
+  limits: Map<string, number>; // limited queues only: name -> maxConcurrency
+  pending?: Promise<Map<string, number>>;
+}
+
+const known = new WeakMap<Runtime, KnownLimits>();
+
+// The limited queues (name -> maxConcurrency), as read at most QUEUE_LIMITS_TTL_MS ago. A failed read leaves the
+// previous answer (the hand-on is an optimisation; the dispatcher is the guarantee).
+export async function queueLimits(rt: Runtime, now = Date.now()): Promise<Map<string, number>> {
+  let k = known.get(rt);
+  if (!k) known.set(rt, (k = { at: -Infinity, limits: new Map() }));
+  if (now - k.at < QUEUE_LIMITS_TTL_MS) return k.limits;
+  const entry = k;
+  entry.pending ??= rt.store
+    .listQueues()
+    .then((qs) => {
+      entry.limits = new Map(
+        qs.filter((q) => q.maxConcurrency !== null).map((q) => [q.name, q.maxConcurrency as number]),
+      );
+      entry.at = Date.now();
+      return entry.limits;
+    })
+    .catch(() => entry.limits)
+    .finally(() => (entry.pending = undefined));
+  return entry.pending;
+}
+
+// Forget the limits read so far (a queue's settings were changed in this process).
+export function forgetQueueLimits(rt: Runtime): void {
+  known.delete(rt);
+}
+
+// Outcomes that free a slot the job held and leave it to someone else: archived, pending again for a later attempt,
+// dead-lettered (failed, cancelled while it ran). Not 'released' (the job itself is due again now and its own message
+// is posted) nor 'lease_lost' (someone else holds the job, and its slot).
+export function freesSlot(outcome: JobOutcome | 'not_claimed'): boolean {
+  return outcome === 'succeeded' || outcome === 'retried' || outcome === 'dead_lettered';
+}
+
+// Jobs of these queues (one entry per finished job) freed their slots: for each limited queue among them, claim,
+// release and post up to that many due jobs (at most its limit). Never throws; returns how many ids were posted.
+export async function handOnSlots(rt: Runtime, finishedQueues: readonly string[], log: Logger): Promise<number> {
+  if (finishedQueues.length === 0) return 0;
+  let posted = 0;
+  try {
+    const limits = await queueLimits(rt);
+    if (limits.size === 0) return 0;
+    const freed = new Map<string, number>();
+    for (const q of finishedQueues) if (limits.has(q)) freed.set(q, (freed.get(q) ?? 0) + 1);
+    for (const [queue, n] of freed) {
+      const r = await claimAndPost(rt, [queue], Math.min(n, limits.get(queue)!), log);
+      posted += r.posted;
+    }
+  } catch (err) {
+    log.warn(`handing on a freed slot failed (the dispatcher runs the next job): ${(err as Error).message}`);
+  }
+  return posted;
+}
+
+// Claim up to `limit` due jobs of `queues` (the claim honours pause, the global limit and due time), release them and
+// post their ids for the queue runner. Claims are short: a crash between claim and release leaves fetched rows that
+// zombie rescue returns to pending when their lease expires.
+export async function claimAndPost(
+  rt: Runtime,
+  queues: string[],
+  limit: number,
+  log: Logger,
+): Promise<{ released: number; posted: number }> {
+  const claimed = await rt.store.claimNext({
+    workerId: rt.workerId,
+    queues,
+    limit,
+    leaseSeconds: rt.settings.KEEL_LEASE_SECONDS,
+  });
+  const released: string[] = [];
+  for (const job of claimed) {
+    if ((await rt.store.release({ jobId: job.id, leaseId: job.leaseId })) === 'ok') released.push(job.id);
+  }
+  return { released: released.length, posted: await postJobs(rt, released, log) };
+}
