@@ -14,9 +14,11 @@ import type {
 import { LIMITS } from './validate.js';
 
 // Collects owner-scoped calls made in one event-loop turn into one batch store call (completeMany, startMany):
-// batching under load, no delay when idle.
+// batching under load, no delay when idle. Every ref of a batch waits on the batch's one promise (join), not on a
+// promise, resolving functions and a queue entry of its own.
 export class MicroBatcher<R extends { jobId: JobId }, Ref extends LeaseRef = LeaseRef> {
-  private pending: { ref: Ref; resolve: (r: R) => void; reject: (e: unknown) => void }[] = [];
+  private pending: Ref[] = [];
+  private answers: Deferred<BatchAnswers<R, Ref>> | undefined;
   private scheduled = false;
 
   constructor(
@@ -26,31 +28,63 @@ export class MicroBatcher<R extends { jobId: JobId }, Ref extends LeaseRef = Lea
   ) {}
 
   submit(ref: Ref): Promise<R> {
-    return new Promise((resolve, reject) => {
-      this.pending.push({ ref, resolve, reject });
-      if (this.pending.length >= this.max) void this.flush();
-      else if (!this.scheduled) {
-        this.scheduled = true;
-        setImmediate(() => void this.flush());
-      }
-    });
+    return this.join(ref).then((answers) => answers.get(ref));
+  }
+
+  // Adds `ref` to the batch being gathered; resolves with the answers of that batch (answers.get(ref)), or rejects
+  // with the batch call's error.
+  join(ref: Ref): Promise<BatchAnswers<R, Ref>> {
+    this.pending.push(ref);
+    const answers = (this.answers ??= new Deferred());
+    if (this.pending.length >= this.max) void this.flush();
+    else if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(() => void this.flush());
+    }
+    return answers.promise;
   }
 
   private async flush(): Promise<void> {
     this.scheduled = false;
-    const batch = this.pending.splice(0, this.max);
-    if (batch.length === 0) return;
-    if (this.pending.length > 0 && !this.scheduled) {
-      this.scheduled = true;
-      setImmediate(() => void this.flush());
-    }
+    const batch = this.pending;
+    const answers = this.answers;
+    this.pending = [];
+    this.answers = undefined;
+    if (batch.length === 0 || !answers) return;
     try {
-      const results = await this.call(batch.map((b) => b.ref));
-      const byId = new Map(results.map((r) => [r.jobId, r]));
-      for (const b of batch) b.resolve(byId.get(b.ref.jobId) ?? this.lost(b.ref));
+      answers.resolve(new BatchAnswers(await this.call(batch), this.lost));
     } catch (err) {
-      for (const b of batch) b.reject(err);
+      answers.reject(err);
     }
+  }
+}
+
+class Deferred<T> {
+  readonly promise: Promise<T>;
+  resolve!: (value: T) => void;
+  reject!: (err: unknown) => void;
+  constructor() {
+    this.promise = new Promise<T>((resolve, reject) => {
+      this.resolve = resolve;
+      this.reject = reject;
+    });
+    this.promise.catch(() => undefined); // a batch whose every waiter is gone still rejects quietly
+  }
+}
+
+// A batch call's results by job id; a ref it did not answer is lost (lease_lost).
+export class BatchAnswers<R extends { jobId: JobId }, Ref extends LeaseRef = LeaseRef> {
+  private readonly byId = new Map<JobId, R>();
+
+  constructor(
+    results: readonly R[],
+    private readonly lost: (ref: Ref) => R,
+  ) {
+    for (const r of results) this.byId.set(r.jobId, r);
+  }
+
+  get(ref: Ref): R {
+    return this.byId.get(ref.jobId) ?? this.lost(ref);
   }
 }
 
@@ -93,22 +127,44 @@ export class Completer {
   // The outcome, and the DLQ reason of a job dead-lettered (for 'fail', whatever the outcome, as reported).
   async finalize(job: ClaimedJob, f: Finalization): Promise<{ outcome: JobOutcome; reason?: DlqReason }> {
     const ref: LeaseRef = { jobId: job.id, leaseId: job.leaseId };
+    if (f.op === 'complete') {
+      const status = await this.complete(f.resultJson === undefined ? ref : { ...ref, resultJson: f.resultJson });
+      return { outcome: this.completed(job, status), reason: status === 'cancelled' ? 'cancelled' : undefined };
+    }
     const status = await this.move(ref, f);
     const reason = f.op === 'fail' ? f.reason : undefined;
     if (status === 'lease_lost') {
       this.onLeaseLost(job, f.op);
       return { outcome: 'lease_lost', reason };
     }
-    // Cancelled while it ran, finished before it saw the request: the move put it in the DLQ as 'cancelled'.
+    // Cancelled while it ran, failed before it saw the request: the move put it in the DLQ as 'cancelled'.
     if (status === 'cancelled') return { outcome: 'dead_lettered', reason: 'cancelled' };
     return { outcome: OUTCOME[f.op], reason };
   }
 
-  private async move(ref: LeaseRef, f: Finalization): Promise<CompleteResult> {
+  // A success's move (archived, or dead-lettered as 'cancelled' when a cancel was requested while it ran), batched
+  // with the others of this turn; `ref` is sent as it is (jobId, leaseId, resultJson).
+  async complete(ref: CompleteRef): Promise<CompleteResult> {
+    return (await this.completions.join(ref)).get(ref).status;
+  }
+
+  // The same, for a caller that takes its own answer from its batch's (answers.get(ref)): no promise of its own.
+  joinCompletion(ref: CompleteRef): Promise<BatchAnswers<{ jobId: JobId; status: CompleteResult }, CompleteRef>> {
+    return this.completions.join(ref);
+  }
+
+  // Where a success's move left the job: cancelled while it ran, finished before it saw the request, the move put
+  // it in the DLQ as 'cancelled'.
+  completed(job: ClaimedJob, status: CompleteResult): JobOutcome {
+    if (status === 'lease_lost') {
+      this.onLeaseLost(job, 'complete');
+      return 'lease_lost';
+    }
+    return status === 'cancelled' ? 'dead_lettered' : 'succeeded';
+  }
+
+  private move(ref: LeaseRef, f: Exclude<Finalization, { op: 'complete' }>): Promise<CompleteResult> {
     switch (f.op) {
-      case 'complete':
-        return (await this.completions.submit(f.resultJson === undefined ? ref : { ...ref, resultJson: f.resultJson }))
-          .status;
       case 'fail':
         return this.store.fail(ref, f.reason, f.error.slice(0, LIMITS.lastErrorChars));
       case 'retry':

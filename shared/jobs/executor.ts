@@ -39,6 +39,7 @@ export class AttemptAbort {
   private abortedPromise: Promise<never> | undefined;
   private firstReason: AbortReason | undefined;
   private error: JobAbortedError | undefined;
+  private boundAbort: ((reason: AbortReason) => void) | undefined;
 
   get signal(): AbortSignal {
     if (!this.controller) {
@@ -73,14 +74,75 @@ export class AttemptAbort {
     });
   }
 
-  readonly abort = (reason: AbortReason): void => {
+  // The switch: the first reason wins. `abort` is the same, bound (made when asked for: most attempts never are).
+  fire(reason: AbortReason): void {
     if (this.firstReason) return;
     this.firstReason = reason;
     const err = (this.error = new JobAbortedError(reason));
     this.controller?.abort(err);
     this.rejectAborted?.(err);
     this.rejectRace?.(err);
-  };
+  }
+
+  get abort(): (reason: AbortReason) => void {
+    return (this.boundAbort ??= (reason) => this.fire(reason));
+  }
+}
+
+// What an attempt's context asks of whoever runs it (the processor's per-job run): ctx.log, ctx.heartbeat,
+// ctx.progress, ctx.parents.
+export interface AttemptHooks {
+  log(): JobLogger;
+  heartbeat(): Promise<void>;
+  progress(input: ProgressInput): void;
+  parents(): Promise<JobLink[]>;
+}
+
+// The handler's ctx. A class, not an object literal: a literal with getters takes V8's slow path (a dictionary-mode
+// object built in the runtime) and cost several µs and ~2 KB per job (bench/README.md, runs 130-135). The signal
+// and the log are made on first use; the functions are bound on first use, so `const { heartbeat } = ctx` works.
+class AttemptContext implements JobContext {
+  readonly jobId: JobId;
+  readonly attempt: number;
+  readonly idempotencyKey: string | null;
+  readonly queue: string;
+  readonly type: string;
+  readonly #abort: AttemptAbort;
+  readonly #hooks: AttemptHooks;
+  #bound: Partial<Pick<JobContext, 'heartbeat' | 'progress' | 'parents'>> | undefined;
+
+  constructor(job: ClaimedJob, attempt: number, abort: AttemptAbort, hooks: AttemptHooks) {
+    this.jobId = job.id;
+    this.attempt = attempt;
+    this.idempotencyKey = job.idempotencyKey;
+    this.queue = job.queue;
+    this.type = job.type;
+    this.#abort = abort;
+    this.#hooks = hooks;
+  }
+
+  get signal(): AbortSignal {
+    return this.#abort.signal;
+  }
+
+  get log(): JobLogger {
+    return this.#hooks.log();
+  }
+
+  get heartbeat(): () => Promise<void> {
+    const hooks = this.#hooks;
+    return ((this.#bound ??= {}).heartbeat ??= () => hooks.heartbeat());
+  }
+
+  get progress(): (input: ProgressInput) => void {
+    const hooks = this.#hooks;
+    return ((this.#bound ??= {}).progress ??= (input) => hooks.progress(input));
+  }
+
+  get parents(): () => Promise<JobLink[]> {
+    const hooks = this.#hooks;
+    return ((this.#bound ??= {}).parents ??= () => hooks.parents());
+  }
 }
 
 // A job type's concurrency limit inside one processor (HandlerOptions.concurrency): waiters are served in arrival
@@ -139,64 +201,126 @@ function parsePayload(registered: RegisteredHandler, payload: unknown): unknown 
 // JobAbortedError of the abort's reason).
 // resultJson: what it returned, as stored JSON (absent for nothing).
 export type AttemptResult = { ok: true; resultJson?: string } | { ok: false; error: unknown };
+const RETURNED_NOTHING: AttemptResult = Object.freeze({ ok: true });
 
-// Runs the handler once under `abort`: parse the payload, wait for a slot of the type's limit (the job heartbeats
-// meanwhile; a cancel, lost lease or shutdown ends the wait), then the handler, raced against the abort and the
-// type's timeout, which starts when the slot is given. The slot and the timer are released before it returns.
-export async function runAttempt(a: {
-  registered: RegisteredHandler;
-  job: ClaimedJob;
-  attempt: number;
-  abort: AttemptAbort;
-  heartbeat: () => Promise<void>;
-  log: () => JobLogger; // ctx.log, asked for on first use (the processor's job log is made then)
-  progress: (input: ProgressInput) => void; // ctx.progress
-  parents: () => Promise<JobLink[]>; // ctx.parents
-  maxResultBytes: number;
-  typeLimit: TypeConcurrencyLimit | undefined;
-}): Promise<AttemptResult> {
-  const { registered, job, abort: attemptAbort } = a;
-  const ctx: JobContext = {
-    jobId: job.id,
-    attempt: a.attempt,
-    idempotencyKey: job.idempotencyKey,
-    queue: job.queue,
-    type: job.type,
-    get signal() {
-      return attemptAbort.signal; // made on first use
-    },
-    get log() {
-      return a.log();
-    },
-    heartbeat: a.heartbeat,
-    progress: a.progress,
-    parents: a.parents,
+// One attempt as runAttempt runs it: its job and attempt number, its abort switch (it is the AttemptAbort), the
+// hooks of its ctx (ctx.log is asked for on first use: the processor's job log is made then), and its place among
+// the attempts whose handler timeout is running (AttemptTimeouts).
+export type AttemptRun = AttemptAbort &
+  AttemptHooks &
+  TimedAttempt & {
+    readonly job: ClaimedJob;
+    readonly attempt: number;
   };
-  let timeout: ReturnType<typeof setTimeout> | undefined;
+
+// Runs the handler once under the run's abort switch: parse the payload, wait for a slot of the type's limit (the
+// job heartbeats meanwhile; a cancel, lost lease or shutdown ends the wait), then the handler, raced against the
+// abort and the type's timeout, which starts when the slot is given. The slot and the timeout are released before
+// it returns.
+export async function runAttempt(
+  run: AttemptRun,
+  registered: RegisteredHandler,
+  maxResultBytes: number,
+  typeLimit: TypeConcurrencyLimit | undefined,
+  timeouts: AttemptTimeouts,
+): Promise<AttemptResult> {
+  const ctx = new AttemptContext(run.job, run.attempt, run, run);
   let releaseSlot: (() => void) | undefined;
   try {
-    const payload = parsePayload(registered, job.payload);
-    if (a.typeLimit) {
-      const wait = a.typeLimit.acquire();
+    const payload = parsePayload(registered, run.job.payload);
+    if (typeLimit) {
+      const wait = typeLimit.acquire();
       try {
-        releaseSlot = await Promise.race([wait.ready, attemptAbort.aborted]);
+        releaseSlot = await Promise.race([wait.ready, run.aborted]);
       } catch (err) {
         wait.cancel();
         throw err;
       }
     }
-    timeout = setTimeout(() => attemptAbort.abort('timeout'), registered.options.timeoutMs);
+    timeouts.start(run, registered.options.timeoutMs);
     // A handler that throws at once lands in the catch below, as a rejection does.
     let returned: unknown;
-    if (!attemptAbort.reason) returned = await attemptAbort.race(Promise.resolve(registered.handler(payload, ctx)));
-    if (attemptAbort.reason) return { ok: false, error: new JobAbortedError(attemptAbort.reason) };
-    const text = resultOf(returned, a.maxResultBytes); // a FatalError when it cannot be stored: caught below
-    return text === undefined ? { ok: true } : { ok: true, resultJson: text };
+    if (!run.reason) returned = await run.race(Promise.resolve(registered.handler(payload, ctx)));
+    if (run.reason) return { ok: false, error: new JobAbortedError(run.reason) };
+    const text = resultOf(returned, maxResultBytes); // a FatalError when it cannot be stored: caught below
+    return text === undefined ? RETURNED_NOTHING : { ok: true, resultJson: text };
   } catch (err) {
     return { ok: false, error: err };
   } finally {
     releaseSlot?.();
-    clearTimeout(timeout);
+    timeouts.stop(run);
+  }
+}
+
+// An attempt's place among those whose handler timeout runs (fields AttemptTimeouts keeps on it).
+export interface TimedAttempt {
+  fire(reason: AbortReason): void;
+  timeoutAt: number; // performance.now() time
+  timeoutPrev: TimedAttempt | undefined;
+  timeoutNext: TimedAttempt | undefined;
+  timeoutList: TimeoutList | undefined; // the list it is in; undefined: none (not started, ended, or timed out)
+}
+
+interface TimeoutList {
+  readonly ms: number;
+  head: TimedAttempt | undefined;
+  tail: TimedAttempt | undefined;
+  timer: ReturnType<typeof setTimeout> | undefined;
+}
+
+// The handler timeouts of one processor without a Node timer per attempt (one cost ~2-3 µs and ~200 bytes a job,
+// bench/README.md runs 130-135). Attempts of one timeout value end their time in the order they started it, so
+// each value keeps its running attempts in a list in that order, and one timer for the first of them; an attempt
+// that ends leaves its list at once. The timer is cleared when its list empties, so no timer outlives the attempts.
+export class AttemptTimeouts {
+  private readonly lists = new Map<number, TimeoutList>();
+
+  start(a: TimedAttempt, ms: number): void {
+    let list = this.lists.get(ms);
+    if (!list) this.lists.set(ms, (list = { ms, head: undefined, tail: undefined, timer: undefined }));
+    a.timeoutAt = performance.now() + ms;
+    a.timeoutList = list;
+    a.timeoutNext = undefined;
+    a.timeoutPrev = list.tail;
+    if (list.tail) list.tail.timeoutNext = a;
+    else list.head = a;
+    list.tail = a;
+    if (!list.timer) this.arm(list, ms);
+  }
+
+  stop(a: TimedAttempt): void {
+    const list = a.timeoutList;
+    if (!list) return;
+    this.unlink(list, a);
+    // Its timer is left for the next attempt (it fires early and is armed again), unless none is left.
+    if (!list.head && list.timer) {
+      clearTimeout(list.timer);
+      list.timer = undefined;
+    }
+  }
+
+  private arm(list: TimeoutList, ms: number): void {
+    list.timer = setTimeout(() => this.expire(list), Math.max(1, Math.ceil(ms)));
+  }
+
+  private expire(list: TimeoutList): void {
+    list.timer = undefined;
+    const now = performance.now();
+    let a = list.head;
+    while (a && a.timeoutAt <= now) {
+      this.unlink(list, a);
+      a.fire('timeout');
+      a = list.head;
+    }
+    if (a) this.arm(list, a.timeoutAt - now);
+  }
+
+  private unlink(list: TimeoutList, a: TimedAttempt): void {
+    if (a.timeoutPrev) a.timeoutPrev.timeoutNext = a.timeoutNext;
+    else list.head = a.timeoutNext;
+    if (a.timeoutNext) a.timeoutNext.timeoutPrev = a.timeoutPrev;
+    else list.tail = a.timeoutPrev;
+    a.timeoutPrev = a.timeoutNext = a.timeoutList = undefined;
   }
 }
 

@@ -7,8 +7,10 @@ import os from 'node:os';
 import {
   JOB_OUTCOMES,
   type ClaimedJob,
+  type CompleteRef,
   type DlqReason,
   type JobId,
+  type JobLink,
   type JobOutcome,
   type JobStore,
   type LeaseRef,
@@ -19,7 +21,17 @@ import {
 import { Completer, MicroBatcher, type Finalization } from './completer.js';
 import { AttemptLog, DEFAULT_JOB_LOG_LINES } from './jobLog.js';
 import { DEFAULT_MAX_RESULT_BYTES, normalizeProgress, type JobProgress, type ProgressInput } from './progress.js';
-import { AttemptAbort, RunningJobs, TypeConcurrencyLimit, runAttempt, type AbortReason } from './executor.js';
+import {
+  AttemptAbort,
+  AttemptTimeouts,
+  RunningJobs,
+  TypeConcurrencyLimit,
+  runAttempt,
+  type AbortReason,
+  type AttemptRun,
+  type RunningJob,
+  type TimedAttempt,
+} from './executor.js';
 import { decideAfterFailure, effectiveMaxAttempts } from './failure.js';
 import { runClaimLoop, type ClaimLoopOptions } from './producer.js';
 import { WorkerPresence, type PresenceOptions } from './presence.js';
@@ -104,6 +116,108 @@ class AttemptWrites {
   }
 }
 
+// What a JobRun asks of its processor (made once per processor: the runs share it).
+interface RunHost {
+  heartbeat(run: JobRun): Promise<void>;
+  jobLog(run: JobRun): JobLogWriter;
+  progressReporter(run: JobRun): ProgressReporter;
+  parents(run: JobRun): Promise<JobLink[]>;
+}
+
+interface JobLogWriter {
+  logger(): JobLogger;
+  flush(): Promise<void>;
+}
+
+interface ProgressReporter {
+  report(input: ProgressInput): void;
+  stop(): void;
+}
+
+// One started job in this processor, from its start until its outcome is written: its abort switch (it is the
+// attempt's AttemptAbort), its entry among the running jobs (heartbeats), the hooks of its handler's ctx, and the
+// ref its completion is batched with. One object per job where a closure per hook, an entry and refs were made
+// (bench/README.md, runs 130-135).
+class JobRun extends AttemptAbort implements AttemptRun, RunningJob, CompleteRef {
+  readonly jobId: JobId;
+  readonly leaseId: string;
+  resultJson: string | undefined = undefined; // what the handler returned, for completeMany
+  nextBeatAt: number;
+  timeoutAt = 0;
+  timeoutPrev: TimedAttempt | undefined = undefined;
+  timeoutNext: TimedAttempt | undefined = undefined;
+  timeoutList: TimedAttempt['timeoutList'] = undefined;
+  // ctx.progress and ctx.log's job log, made on first use: a job that uses neither costs nothing more.
+  progressReporter: ProgressReporter | undefined = undefined;
+  jobLogWriter: JobLogWriter | undefined = undefined;
+
+  constructor(
+    private readonly host: RunHost,
+    readonly job: ClaimedJob,
+    readonly attempt: number,
+    readonly startedAt: number,
+    heartbeatIntervalMs: number,
+  ) {
+    super();
+    this.jobId = job.id;
+    this.leaseId = job.leaseId;
+    this.nextBeatAt = startedAt + heartbeatIntervalMs;
+  }
+
+  beat(): Promise<void> {
+    return this.host.heartbeat(this);
+  }
+
+  heartbeat(): Promise<void> {
+    return this.host.heartbeat(this);
+  }
+
+  log(): JobLogger {
+    return (this.jobLogWriter ??= this.host.jobLog(this)).logger();
+  }
+
+  progress(input: ProgressInput): void {
+    (this.progressReporter ??= this.host.progressReporter(this)).report(input);
+  }
+
+  parents(): Promise<JobLink[]> {
+    return this.host.parents(this);
+  }
+}
+
+// The jobs of one runBatch or runStarted call: each job's outcome in order, and the promise of them all (as
+// Promise.all of the jobs' promises would settle: with every outcome, or with the first error), without a promise,
+// a reaction and a callback per job.
+class RunBatch {
+  readonly outcomes: JobOutcome[];
+  readonly done: Promise<JobOutcome[]>;
+  private left: number;
+  private resolve!: (outcomes: JobOutcome[]) => void;
+  private reject!: (err: unknown) => void;
+
+  constructor(
+    n: number,
+    readonly onJobDone: ((outcome: JobOutcome, jobId: JobId) => void) | undefined,
+    readonly onHandlerDone: (() => void) | undefined,
+  ) {
+    this.outcomes = new Array<JobOutcome>(n);
+    this.left = n;
+    this.done = new Promise<JobOutcome[]>((resolve, reject) => {
+      this.resolve = resolve;
+      this.reject = reject;
+    });
+  }
+
+  settled(i: number, outcome: JobOutcome): void {
+    this.outcomes[i] = outcome;
+    if (--this.left === 0) this.resolve(this.outcomes);
+  }
+
+  failed(err: unknown): void {
+    this.reject(err);
+  }
+}
+
 export class JobProcessor {
   readonly workerId: string;
   private readonly store: JobStore;
@@ -116,6 +230,7 @@ export class JobProcessor {
   private readonly starts: MicroBatcher<StartResult & { jobId: JobId }>;
   private readonly running: RunningJobs;
   private readonly typeLimits = new Map<string, TypeConcurrencyLimit>();
+  private readonly timeouts = new AttemptTimeouts();
   private readonly progressIntervalMs: number;
   private readonly maxResultBytes: number;
   private readonly jobLogLines: number;
@@ -123,6 +238,12 @@ export class JobProcessor {
   private jobsDone = 0;
   private readonly presence: WorkerPresence | undefined;
   private presenceStopped: Promise<void> | undefined;
+  private readonly host: RunHost = {
+    heartbeat: (run) => this.heartbeat(run),
+    jobLog: (run) => this.jobLog(run),
+    progressReporter: (run) => this.progressReporter(run),
+    parents: async (run) => (await this.store.jobLinks(run.jobId)).filter((l) => l.relation === 'parent'),
+  };
 
   constructor(opts: ProcessorOptions) {
     this.store = opts.store;
@@ -224,34 +345,29 @@ export class JobProcessor {
       jobs.length === 1
         ? await this.starts.submit({ jobId: jobs[0]!.id, leaseId: jobs[0]!.leaseId }).then((s) => [s])
         : await this.store.startMany(jobs.map((j) => ({ jobId: j.id, leaseId: j.leaseId })));
-    return Promise.all(
-      // async: every element is a promise of an outcome (a lost lease resolves at once).
-      jobs.map(async (job, i) => {
-        const s = started[i]!;
-        if (s.status === 'lease_lost') {
-          this.leaseLost(job, 'start');
-          return done('lease_lost');
-        }
-        return this.execute(job, s.attempt).then(done);
-      }),
-    );
+    const batch = new RunBatch(jobs.length, onJobDone, undefined);
+    for (let i = 0; i < jobs.length; i++) {
+      const job = jobs[i]!;
+      const s = started[i]!;
+      if (s.status === 'lease_lost') {
+        this.leaseLost(job, 'start');
+        this.jobEnded(batch, i, job, 'lease_lost');
+      } else void this.execute(job, s.attempt, batch, i);
+    }
+    return batch.done;
   }
 
   // Run jobs claimAndStart already started (processing under their leases, attempt counted). Jobs whose claim was in
   // flight when shutdown began are handed back as interrupted (execute), handler not run, their attempt given back.
-  async runStarted(
+  runStarted(
     jobs: StartedJob[],
     onJobDone?: (outcome: JobOutcome, jobId: JobId) => void,
     onHandlerDone?: () => void,
   ): Promise<JobOutcome[]> {
-    return Promise.all(
-      jobs.map((job) =>
-        this.execute(job, job.attempt, onHandlerDone).then((o) => {
-          if (onJobDone) this.safe(() => onJobDone(o, job.id));
-          return o;
-        }),
-      ),
-    );
+    if (jobs.length === 0) return Promise.resolve([]);
+    const batch = new RunBatch(jobs.length, onJobDone, onHandlerDone);
+    for (let i = 0; i < jobs.length; i++) void this.execute(jobs[i]!, jobs[i]!.attempt, batch, i);
+    return batch.done;
   }
 
   // The claim loop (producer.ts) over this processor.
@@ -348,78 +464,111 @@ export class JobProcessor {
     return slots;
   }
 
-  // One started job: run its attempt, then finalize it. onHandlerDone fires once, as soon as the handler is no longer
-  // running (before the job is finalized).
-  private async execute(job: ClaimedJob, attempt: number, onHandlerDone?: () => void): Promise<JobOutcome> {
+  // A job of a batch has its outcome (written, or lost): tell the caller, then the batch.
+  private jobEnded(batch: RunBatch, i: number, job: ClaimedJob, outcome: JobOutcome): void {
+    const onJobDone = batch.onJobDone;
+    if (onJobDone) {
+      try {
+        onJobDone(outcome, job.id);
+      } catch {
+        // a caller's callback must never break job processing
+      }
+    }
+    batch.settled(i, outcome);
+  }
+
+  private handlerEnded(batch: RunBatch): void {
+    const onHandlerDone = batch.onHandlerDone;
+    if (onHandlerDone) {
+      try {
+        onHandlerDone();
+      } catch {
+        // as above
+      }
+    }
+  }
+
+  // One started job, the i-th of its batch: run its attempt, then finalize it; its outcome goes to the batch (an
+  // error, from a store call that failed, fails the batch). The batch's onHandlerDone fires once, as soon as the
+  // handler is no longer running (before the job is finalized). One async function a job: each layer of them cost
+  // a promise, a frame and an await's closures per job.
+  private async execute(job: ClaimedJob, attempt: number, batch: RunBatch, i: number): Promise<void> {
     const startedAt = Date.now();
-    const finalize = async (f: Finalization): Promise<JobOutcome> => {
-      const { outcome, reason } = await this.completer.finalize(job, f);
-      return this.report(job, attempt, startedAt, outcome, reason);
-    };
     const registered = this.registry.get(job.type);
-    if (!registered) {
-      if (onHandlerDone) this.safe(onHandlerDone);
-      const error = `no handler is registered for job type "${job.type}" (registered: ${this.registry.types().join(', ') || 'none'})`;
-      return finalize({ op: 'fail', reason: 'fatal', error });
-    }
-    const attemptAbort = new AttemptAbort();
-    const { abort } = attemptAbort;
-    this.touchPresence();
-    const heartbeat = async () => {
-      this.touchPresence(); // a long job keeps its worker's row fresh (at most once per refresh interval)
-      const hb = await this.store.heartbeat({ jobId: job.id, leaseId: job.leaseId });
-      if (hb.status === 'lease_lost') {
-        this.leaseLost(job, 'heartbeat');
-        abort('lease_lost');
-      } else if (hb.cancelRequested) abort('cancelled');
-    };
-    const entry = this.running.add({
-      jobId: job.id,
-      abort,
-      beat: heartbeat,
-      nextBeatAt: startedAt + this.heartbeatIntervalMs,
-    });
-    // ctx.progress and ctx.log's job log, made on first use: a job that uses neither costs nothing more.
-    const ref: LeaseRef = { jobId: job.id, leaseId: job.leaseId };
-    let progress: ReturnType<JobProcessor['progressReporter']> | undefined;
-    let jobLog: ReturnType<JobProcessor['jobLog']> | undefined;
+    let run: JobRun | undefined;
     let handlerRunning = true;
+    let outcome: JobOutcome;
     try {
-      // Started by a claim that was in flight when shutdown began: hand it back (interrupt) instead of running it.
-      if (this.stopping) abort('shutdown');
-      const result = await runAttempt({
-        registered,
-        job,
-        attempt,
-        abort: attemptAbort,
-        heartbeat,
-        log: () => (jobLog ??= this.jobLog(job, ref, attempt, abort)).logger(),
-        progress: (input) => (progress ??= this.progressReporter(job, ref, abort)).report(input),
-        parents: async () => (await this.store.jobLinks(job.id)).filter((l) => l.relation === 'parent'),
-        maxResultBytes: this.maxResultBytes,
-        typeLimit: this.typeLimit(job.type, registered),
-      });
-      entry.nextBeatAt = Infinity; // no heartbeats while the job is finalized
-      progress?.stop(); // a progress write still throttled is dropped: the job's outcome says more
-      handlerRunning = false;
-      if (onHandlerDone) this.safe(onHandlerDone);
-      // The attempt's last log lines reach the job before its final move carries them to the archive or the DLQ.
-      if (jobLog) await jobLog.flush();
-      if (result.ok) return await finalize({ op: 'complete', resultJson: result.resultJson });
-      const next = this.afterFailure(job, attempt, registered, attemptAbort.reason, result.error);
-      // A lost lease: someone else owns the job now, touch nothing.
-      if (!next) return this.report(job, attempt, startedAt, 'lease_lost');
-      return await finalize(next);
+      if (!registered) {
+        handlerRunning = false;
+        this.handlerEnded(batch);
+        const error = `no handler is registered for job type "${job.type}" (registered: ${this.registry.types().join(', ') || 'none'})`;
+        outcome = await this.finalize(job, attempt, startedAt, { op: 'fail', reason: 'fatal', error });
+      } else {
+        run = new JobRun(this.host, job, attempt, startedAt, this.heartbeatIntervalMs);
+        this.touchPresence();
+        this.running.add(run);
+        // Started by a claim that was in flight when shutdown began: hand it back (interrupt) instead of running it.
+        if (this.stopping) run.fire('shutdown');
+        const result = await runAttempt(
+          run,
+          registered,
+          this.maxResultBytes,
+          this.typeLimit(job.type, registered),
+          this.timeouts,
+        );
+        run.nextBeatAt = Infinity; // no heartbeats while the job is finalized
+        run.progressReporter?.stop(); // a progress write still throttled is dropped: the job's outcome says more
+        handlerRunning = false;
+        this.handlerEnded(batch);
+        // The attempt's last log lines reach the job before its final move carries them to the archive or the DLQ.
+        if (run.jobLogWriter) await run.jobLogWriter.flush();
+        if (result.ok) {
+          // The run is the completion's ref (jobId, leaseId, resultJson): successes are batched (completeMany).
+          run.resultJson = result.resultJson;
+          const { status } = (await this.completer.joinCompletion(run)).get(run);
+          const o = this.completer.completed(job, status);
+          outcome = this.report(job, attempt, startedAt, o, status === 'cancelled' ? 'cancelled' : undefined);
+        } else {
+          const next = this.afterFailure(job, attempt, registered, run.reason, result.error);
+          // A lost lease: someone else owns the job now, touch nothing.
+          if (!next) outcome = this.report(job, attempt, startedAt, 'lease_lost');
+          else outcome = await this.finalize(job, attempt, startedAt, next);
+        }
+      }
+    } catch (err) {
+      batch.failed(err);
+      return;
     } finally {
-      this.running.delete(job.id); // shutdown waits for this: the job's outcome is written
-      if (handlerRunning && onHandlerDone) this.safe(onHandlerDone);
+      if (run) this.running.delete(job.id); // shutdown waits for this: the job's outcome is written
+      if (handlerRunning) this.handlerEnded(batch);
     }
+    this.jobEnded(batch, i, job, outcome);
+  }
+
+  private async finalize(job: ClaimedJob, attempt: number, startedAt: number, f: Finalization): Promise<JobOutcome> {
+    const { outcome, reason } = await this.completer.finalize(job, f);
+    return this.report(job, attempt, startedAt, outcome, reason);
+  }
+
+  // The processor's own heartbeat of a running job (its timer) and ctx.heartbeat: a lost lease or a requested cancel
+  // aborts the attempt.
+  private async heartbeat(run: JobRun): Promise<void> {
+    this.touchPresence(); // a long job keeps its worker's row fresh (at most once per refresh interval)
+    const hb = await this.store.heartbeat({ jobId: run.jobId, leaseId: run.leaseId });
+    if (hb.status === 'lease_lost') {
+      this.leaseLost(run.job, 'heartbeat');
+      run.fire('lease_lost');
+    } else if (hb.cancelRequested) run.fire('cancelled');
   }
 
   // ctx.progress for one attempt: checks the value at once (a ValidationError for the handler), writes it under the
   // lease at most once per progressIntervalMs, the latest value winning (a trailing write when calls come faster).
   // A write that finds the lease gone aborts the attempt as a heartbeat would; other write errors are logged.
-  private progressReporter(job: ClaimedJob, ref: LeaseRef, abort: (reason: AbortReason) => void) {
+  private progressReporter(run: JobRun): ProgressReporter {
+    const { job } = run;
+    const ref: LeaseRef = { jobId: run.jobId, leaseId: run.leaseId };
+    const abort = (reason: AbortReason) => run.fire(reason);
     let pending: JobProgress | undefined;
     let stopped = false;
     const writes = new AttemptWrites(this.progressIntervalMs, () => {
@@ -455,7 +604,10 @@ export class JobProcessor {
   // under the lease at most once per progressIntervalMs while the handler runs, and once more, awaited, before the
   // final move. A write that finds the lease gone aborts the attempt; other write errors are logged (the lines then
   // stay in the process log only).
-  private jobLog(job: ClaimedJob, ref: LeaseRef, attempt: number, abort: (reason: AbortReason) => void) {
+  private jobLog(run: JobRun): JobLogWriter {
+    const { job, attempt } = run;
+    const ref: LeaseRef = { jobId: run.jobId, leaseId: run.leaseId };
+    const abort = (reason: AbortReason) => run.fire(reason);
     let log: AttemptLog | undefined;
     const writes = new AttemptWrites(this.progressIntervalMs, () => {
       const lines = log?.take() ?? [];

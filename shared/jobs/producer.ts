@@ -39,8 +39,9 @@ export interface ClaimLoopOptions {
 export class Inflight {
   private running = 0;
   private held = 0;
-  private signal: () => void = () => undefined;
-  private changedPromise = new Promise<void>((r) => (this.signal = r));
+  // Made when asked for (the loop waits a few times a batch; the counts change twice a job).
+  private signal: (() => void) | undefined;
+  private changedPromise: Promise<void> | undefined;
   private readonly finalizedWaiters: (() => void)[] = [];
 
   get heldCount(): number {
@@ -49,7 +50,7 @@ export class Inflight {
 
   // Settles at the next change of the counts.
   get changed(): Promise<void> {
-    return this.changedPromise;
+    return (this.changedPromise ??= new Promise<void>((r) => (this.signal = r)));
   }
 
   // Slots free to claim into: a running handler takes one of `concurrency`, and at most 2 x `concurrency` jobs are
@@ -91,8 +92,8 @@ export class Inflight {
 
   private notify(): void {
     const s = this.signal;
-    this.changedPromise = new Promise<void>((r) => (this.signal = r));
-    s();
+    this.signal = this.changedPromise = undefined;
+    s?.();
     if (this.held === 0) for (const r of this.finalizedWaiters.splice(0)) r();
   }
 }

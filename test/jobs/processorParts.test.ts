@@ -1,9 +1,10 @@
 // The processor's parts without a database: the claim loop's slot accounting (producer.ts) over a fake runner, and
 // the completer's one finalization path (completer.ts) over a fake store. test/jobs/processor.test.ts runs the whole
 // processor on PostgreSQL.
-import { describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { ClaimedJob, JobOutcome, JobStore, LeaseRef, StartedJob } from '../../shared/jobs/contract.js';
 import { Completer } from '../../shared/jobs/completer.js';
+import { AttemptTimeouts, type TimedAttempt } from '../../shared/jobs/executor.js';
 import { Inflight, runClaimLoop, type ClaimLoopRunner } from '../../shared/jobs/producer.js';
 import { silentLogger } from '../../shared/jobs/registry.js';
 import { LIMITS } from '../../shared/jobs/validate.js';
@@ -219,5 +220,66 @@ describe('completer (completer.ts): one path for every finalization', () => {
       outcome: 'dead_lettered',
       reason: 'cancelled',
     });
+  });
+});
+
+describe('handler timeouts (executor.ts AttemptTimeouts): one timer per timeout value, not per attempt', () => {
+  const attempt = (fired: string[], name: string): TimedAttempt => ({
+    fire: (reason) => fired.push(`${name}:${reason}`),
+    timeoutAt: 0,
+    timeoutPrev: undefined,
+    timeoutNext: undefined,
+    timeoutList: undefined,
+  });
+  beforeEach(() => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('fires each attempt at its own deadline, in order, and never one that ended', () => {
+    const t = new AttemptTimeouts();
+    const fired: string[] = [];
+    const [a, b, c, d] = ['a', 'b', 'c', 'd'].map((n) => attempt(fired, n)) as [TimedAttempt, ...TimedAttempt[]];
+    t.start(a, 100);
+    vi.advanceTimersByTime(30);
+    t.start(b!, 100);
+    t.start(c!, 100);
+    t.start(d!, 50); // another value, another list: due at 80
+    expect(vi.getTimerCount()).toBe(2);
+    t.stop(c!); // ended in time: never fires
+    vi.advanceTimersByTime(49);
+    expect(fired).toEqual([]);
+    vi.advanceTimersByTime(1);
+    expect(fired).toEqual(['d:timeout']);
+    vi.advanceTimersByTime(19);
+    expect(fired).toEqual(['d:timeout']);
+    vi.advanceTimersByTime(1);
+    expect(fired).toEqual(['d:timeout', 'a:timeout']);
+    vi.advanceTimersByTime(29);
+    expect(fired).toEqual(['d:timeout', 'a:timeout']);
+    vi.advanceTimersByTime(1);
+    expect(fired).toEqual(['d:timeout', 'a:timeout', 'b:timeout']);
+    expect(vi.getTimerCount()).toBe(0);
+    t.stop(b!); // the processor stops every attempt it started, timed out or not
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it('an attempt after the first ended still fires on time; no timer is left once every attempt has ended', () => {
+    const t = new AttemptTimeouts();
+    const fired: string[] = [];
+    const [a, b] = [attempt(fired, 'a'), attempt(fired, 'b')];
+    t.start(a, 100);
+    vi.advanceTimersByTime(60);
+    t.start(b, 100);
+    t.stop(a); // the first timer (due at 100) stays, finds b not due, and is armed for b's 160
+    vi.advanceTimersByTime(99);
+    expect(fired).toEqual([]);
+    vi.advanceTimersByTime(1);
+    expect(fired).toEqual(['b:timeout']);
+    t.start(a, 100);
+    t.stop(a);
+    expect(vi.getTimerCount()).toBe(0);
   });
 });

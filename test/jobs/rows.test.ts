@@ -1,7 +1,15 @@
 // The shared result-row mappers: PostgreSQL's snake_case rows and SQL Server's PascalCase rows map to the same
 // contract objects.
 import { describe, expect, it } from 'vitest';
-import { camelKeys, toClaimedJob, toJobRecord, toQueueStats } from '../../shared/jobs/rows.js';
+import {
+  camelKeys,
+  camelRows,
+  toClaimedJob,
+  toJobRecord,
+  toQueueStats,
+  toStartedJob,
+  toStartedJobs,
+} from '../../shared/jobs/rows.js';
 
 const pgCodec = { payload: (v: unknown) => v, tags: (v: unknown) => (v as string[] | null) ?? [] };
 const textCodec = {
@@ -80,6 +88,51 @@ describe('job result rows', () => {
       startedAt: null,
       leaseId: 'aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee',
     });
+  });
+
+  it("maps a claim's array rows (pg rowMode array) as toStartedJob maps its camelCase rows", () => {
+    // claim_and_start's columns (times as epoch ms), in another order, with one unknown column and one missing
+    const columns = [
+      'attempt',
+      'job_id',
+      'lease_id',
+      'queue',
+      'type',
+      'payload',
+      'priority',
+      'attempts',
+      'max_attempts',
+      'queue_max_attempts',
+      'idempotency_key',
+      'tags',
+      'run_at',
+      'created_at',
+      'extra',
+    ];
+    const rows = [
+      [
+        2,
+        '7',
+        'AAAAAAAA-BBBB-4CCC-8DDD-EEEEEEEEEEEE',
+        'q',
+        't',
+        { a: 1 },
+        2,
+        1,
+        null,
+        5,
+        'k',
+        ['x'],
+        1e12,
+        1.5e12,
+        'z',
+      ],
+      [1, '8', 'aaaaaaaa-bbbb-4ccc-8ddd-ffffffffffff', 'q', 't', null, 0, 0, 3, 5, null, null, 1e12, 1e12, null],
+    ];
+    const expected = camelRows(columns, rows).map((r) => toStartedJob(r, pgCodec));
+    expect(toStartedJobs(columns, rows, pgCodec)).toEqual(expected);
+    expect(expected[0]).toMatchObject({ id: '7', leaseId: 'aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee', attempt: 2 });
+    expect(expected[1]).toMatchObject({ tags: [], maxAttempts: 3, idempotencyKey: null });
   });
 
   it('keeps a null queue lag null and counts as numbers', () => {

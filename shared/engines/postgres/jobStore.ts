@@ -46,7 +46,7 @@ import type { AuditEntry, AuditPage, AuditSearch } from '../../jobs/contract.js'
 import {
   camelRows,
   toClaimedJob,
-  toStartedJob,
+  toStartedJobs,
   toJobRecord,
   toJobLink,
   toJobPage,
@@ -280,13 +280,18 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   async claimAndStart(opts: ClaimOptions): Promise<StartedJob[]> {
-    const rows = await this.call('claim_and_start', {
+    const { text, values } = postgresCall('claim_and_start', {
       worker_id: opts.workerId,
       queues: opts.queues,
       limit: opts.limit,
       lease_seconds: opts.leaseSeconds ?? 60,
     });
-    return rows.map((r) => toStartedJob(r, PG_CODEC));
+    const result = await this.pool.query<unknown[]>({ text, values, rowMode: 'array' });
+    return toStartedJobs(
+      result.fields.map((f) => f.name),
+      result.rows,
+      PG_CODEC,
+    );
   }
 
   async claimById(jobId: JobId, workerId: string, leaseSeconds = 60): Promise<ClaimedJob | null> {
