@@ -390,6 +390,25 @@ BEGIN
 END;
 GO
 
+-- ArchiveQueues(): the queues that have archived jobs, one MIN seek each over IX_JobsArchive_QueueFinished (a skip
+-- scan: as many seeks as queues, whatever the archive's size). Purge and CountJobs walk each queue's time range from
+-- it, since V031 left the archive no index of FinishedAt alone. The twin of keel._archive_queues on PostgreSQL.
+-- Read-only and internal: keel_executor has EXECUTE on the schema, not SELECT on it; the procedures reach it by
+-- ownership chaining.
+CREATE OR ALTER FUNCTION keel.ArchiveQueues()
+RETURNS @Queues TABLE (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY)
+AS
+BEGIN
+  DECLARE @Q nvarchar(128) = (SELECT MIN(a.Queue) FROM keel.JobsArchive AS a);
+  WHILE @Q IS NOT NULL
+  BEGIN
+    INSERT @Queues (Queue) VALUES (@Q);
+    SET @Q = (SELECT MIN(a.Queue) FROM keel.JobsArchive AS a WHERE a.Queue > @Q);
+  END;
+  RETURN;
+END;
+GO
+
 -- Purge(@Target 'archive'|'dlq'|'metrics', @Queue NULL = all, @OlderThan, @BatchSize): one batch of retention,
 -- oldest first; archive by FinishedAt, dlq by FailedAt, metric buckets by BucketStart. Returns Deleted.
 -- Lock order: each target is one DELETE in its own autocommit transaction, READPAST (a locked row is left to the
@@ -414,20 +433,13 @@ BEGIN
 
   IF @Target = 'archive' AND @Queue IS NULL
   BEGIN
-    -- Every queue (V031: no index of FinishedAt alone): the queues with archived jobs, one seek each, then the oldest
-    -- @BatchSize of each queue's range of IX_JobsArchive_QueueFinished, merged; those rows deleted by clustered key,
-    -- READPAST, re-checked, as the DLQ's below.
-    DECLARE @Queues TABLE (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY);
-    DECLARE @Q nvarchar(128) = (SELECT MIN(a.Queue) FROM keel.JobsArchive AS a);
-    WHILE @Q IS NOT NULL
-    BEGIN
-      INSERT @Queues (Queue) VALUES (@Q);
-      SET @Q = (SELECT MIN(a.Queue) FROM keel.JobsArchive AS a WHERE a.Queue > @Q);
-    END;
+    -- Every queue (V031: no index of FinishedAt alone): the queues with archived jobs (ArchiveQueues), then the
+    -- oldest @BatchSize of each queue's range of IX_JobsArchive_QueueFinished, merged; those rows deleted by clustered
+    -- key, READPAST, re-checked, as the DLQ's below.
     DECLARE @OldArchived TABLE (Id bigint NOT NULL PRIMARY KEY);
     INSERT @OldArchived (Id)
     SELECT TOP (@BatchSize) x.Id
-    FROM @Queues AS q
+    FROM keel.ArchiveQueues() AS q
     CROSS APPLY (SELECT TOP (@BatchSize) a.Id, a.FinishedAt FROM keel.JobsArchive AS a
                  WHERE a.Queue = q.Queue AND a.FinishedAt < @OlderThan
                  ORDER BY a.FinishedAt) AS x

@@ -478,18 +478,12 @@ BEGIN
   ELSE IF @Location = 'archive' AND @Queue IS NULL AND (@From IS NOT NULL OR @To IS NOT NULL)
   BEGIN
     -- A time range over every queue (V031: no index of FinishedAt alone): each queue's range of
-    -- IX_JobsArchive_QueueFinished, the queues found by one seek each, stopping at @Top + 1 rows in all.
-    DECLARE @Queues TABLE (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY);
-    DECLARE @Q nvarchar(128) = (SELECT MIN(a.Queue) FROM keel.JobsArchive AS a);
-    WHILE @Q IS NOT NULL
-    BEGIN
-      INSERT @Queues (Queue) VALUES (@Q);
-      SET @Q = (SELECT MIN(a.Queue) FROM keel.JobsArchive AS a WHERE a.Queue > @Q);
-    END;
+    -- IX_JobsArchive_QueueFinished, the queues found by one seek each (ArchiveQueues, R__040), stopping at @Top + 1
+    -- rows in all.
     DECLARE @Lo datetime2(3) = ISNULL(@From, CONVERT(datetime2(3), '0001-01-01'));
     DECLARE @Hi datetime2(3) = ISNULL(@To, CONVERT(datetime2(3), '9999-12-31 23:59:59.999'));
     SELECT @N = COUNT_BIG(*) FROM (
-      SELECT TOP (@Top + 1) x.Id FROM @Queues AS q
+      SELECT TOP (@Top + 1) x.Id FROM keel.ArchiveQueues() AS q
       CROSS APPLY (SELECT TOP (@Top + 1) a.Id FROM keel.JobsArchive AS a
                    WHERE a.Queue = q.Queue AND a.FinishedAt >= @Lo AND a.FinishedAt < @Hi
                      AND (@Type IS NULL OR a.Type = @Type)
