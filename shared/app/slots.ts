@@ -21,6 +21,32 @@ interface KnownLimits {
 
 const known = new WeakMap<Runtime, KnownLimits>();
 
+// Ids this runtime handed on whose messages may still be on their way (queue -> id -> when). A hand-on releases the
+// job it claimed before its message arrives, so a second finish a moment later would claim and post that same job
+// again and the second freed slot would wait for the dispatcher. So a runtime's hand-ons run one at a time (two at
+// once would each hold the other's candidates fetched and take nothing), and each claims past the jobs it already
+// handed on and posts only new ids. Another instance can still pick the same job (the runner acknowledges the second
+// message); the dispatcher covers the slot then, as before.
+export const HANDED_ON_MS = 30_000;
+interface HandOns {
+  recent: Map<string, Map<string, number>>;
+  tail: Promise<unknown>;
+}
+const handOns = new WeakMap<Runtime, HandOns>();
+
+function handOnsOf(rt: Runtime): HandOns {
+  let h = handOns.get(rt);
+  if (!h) handOns.set(rt, (h = { recent: new Map(), tail: Promise.resolve() }));
+  return h;
+}
+
+function recentlyHandedOn(h: HandOns, queue: string, now: number): Map<string, number> {
+  let m = h.recent.get(queue);
+  if (!m) h.recent.set(queue, (m = new Map()));
+  for (const [id, at] of m) if (now - at >= HANDED_ON_MS) m.delete(id);
+  return m;
+}
+
 // The limited queues (name -> maxConcurrency), as read at most QUEUE_LIMITS_TTL_MS ago. A failed read leaves the
 // previous answer (the hand-on is an optimisation; the dispatcher is the guarantee).
 export async function queueLimits(rt: Runtime, now = Date.now()): Promise<Map<string, number>> {
@@ -64,10 +90,25 @@ export async function handOnSlots(rt: Runtime, finishedQueues: readonly string[]
     if (limits.size === 0) return 0;
     const freed = new Map<string, number>();
     for (const q of finishedQueues) if (limits.has(q)) freed.set(q, (freed.get(q) ?? 0) + 1);
-    for (const [queue, n] of freed) {
-      const r = await claimAndPost(rt, [queue], Math.min(n, limits.get(queue)!), log);
-      posted += r.posted;
-    }
+    if (freed.size === 0) return 0;
+    const h = handOnsOf(rt);
+    const run = h.tail.then(async () => {
+      for (const [queue, n] of freed) {
+        const wanted = Math.min(n, limits.get(queue)!);
+        const recent = recentlyHandedOn(h, queue, Date.now());
+        // Claim past the jobs already handed on (pending again until their messages arrive); the SQL claim still
+        // caps the claim at the queue's free slots.
+        const r = await claimAndPost(rt, [queue], wanted + recent.size, log, (ids) => {
+          const fresh = ids.filter((id) => !recent.has(id)).slice(0, wanted);
+          const at = Date.now();
+          for (const id of fresh) recent.set(id, at);
+          return fresh;
+        });
+        posted += r.posted;
+      }
+    });
+    h.tail = run.catch(() => undefined);
+    await run;
   } catch (err) {
     log.warn(`handing on a freed slot failed (the dispatcher runs the next job): ${(err as Error).message}`);
   }
@@ -75,13 +116,14 @@ export async function handOnSlots(rt: Runtime, finishedQueues: readonly string[]
 }
 
 // Claim up to `limit` due jobs of `queues` (the claim honours pause, the global limit and due time), release them and
-// post their ids for the queue runner. Claims are short: a crash between claim and release leaves fetched rows that
-// zombie rescue returns to pending when their lease expires.
+// post their ids for the queue runner (those `choose` picks of the claimed ids, by default all). Claims are short: a
+// crash between claim and release leaves fetched rows that zombie rescue returns to pending when their lease expires.
 export async function claimAndPost(
   rt: Runtime,
   queues: string[],
   limit: number,
   log: Logger,
+  choose: (claimedIds: string[]) => string[] = (ids) => ids,
 ): Promise<{ released: number; posted: number }> {
   const claimed = await rt.store.claimNext({
     workerId: rt.workerId,
@@ -89,9 +131,11 @@ export async function claimAndPost(
     limit,
     leaseSeconds: rt.settings.KEEL_LEASE_SECONDS,
   });
+  const toPost = new Set(choose(claimed.map((j) => j.id)));
   const released: string[] = [];
   for (const job of claimed) {
-    if ((await rt.store.release({ jobId: job.id, leaseId: job.leaseId })) === 'ok') released.push(job.id);
+    if ((await rt.store.release({ jobId: job.id, leaseId: job.leaseId })) === 'ok' && toPost.has(job.id))
+      released.push(job.id);
   }
   return { released: released.length, posted: await postJobs(rt, released, log) };
 }
