@@ -83,13 +83,33 @@ export function freesSlot(outcome: JobOutcome | 'not_claimed'): boolean {
 // Jobs of these queues (one entry per finished job) freed their slots: for each limited queue among them, claim,
 // release and post up to that many due jobs (at most its limit). Never throws; returns how many ids were posted.
 export async function handOnSlots(rt: Runtime, finishedQueues: readonly string[], log: Logger): Promise<number> {
-  if (finishedQueues.length === 0) return 0;
+  return handOn(rt, finishedQueues, () => 1, log);
+}
+
+// After the dispatcher's drain: every limited queue among `queues` may have free slots nobody is about to fill (its
+// budget ran out with due jobs left); hand on up to each one's limit. Never throws; returns how many ids were posted.
+export async function handOnDrained(rt: Runtime, queues: readonly string[], log: Logger): Promise<number> {
+  return handOn(rt, queues, (limit) => limit, log);
+}
+
+// For each limited queue among `queues` (an entry per freed slot, or one per queue), hand on up to slotsOf(limit) an
+// entry, at most its limit: one at a time per runtime, past the jobs already handed on.
+async function handOn(
+  rt: Runtime,
+  queues: readonly string[],
+  slotsOf: (limit: number) => number,
+  log: Logger,
+): Promise<number> {
+  if (queues.length === 0) return 0;
   let posted = 0;
   try {
     const limits = await queueLimits(rt);
     if (limits.size === 0) return 0;
     const freed = new Map<string, number>();
-    for (const q of finishedQueues) if (limits.has(q)) freed.set(q, (freed.get(q) ?? 0) + 1);
+    for (const q of queues) {
+      const limit = limits.get(q);
+      if (limit !== undefined && limit > 0) freed.set(q, (freed.get(q) ?? 0) + slotsOf(limit));
+    }
     if (freed.size === 0) return 0;
     const h = handOnsOf(rt);
     const run = h.tail.then(async () => {

@@ -7,7 +7,7 @@ import type { ScheduleDefinition } from '../jobs/define.js';
 import type { JobId } from '../jobs/contract.js';
 import type { JobOutcome } from '../jobs/processor.js';
 import { postJob, postJobs, type Logger } from './enqueue.js';
-import { claimAndPost, queueLimits } from './slots.js';
+import { claimAndPost, handOnDrained } from './slots.js';
 import type { Runtime } from './runtime.js';
 import { maintenanceTelemetry, reconcileTelemetry, scheduleFailedTelemetry } from './telemetryHooks.js';
 import { isStalled, resumeStalled } from './transferSteps.js';
@@ -48,23 +48,6 @@ async function postRescheduled(rt: Runtime, ids: JobId[], log: Logger): Promise<
     posted += ok.filter(Boolean).length;
   }
   return posted;
-}
-
-// After a drain: for each limited queue it claimed from, post up to its limit of due jobs (the claim takes at most
-// its free slots). One claim per limited queue per tick that ran jobs; never throws.
-async function handOnDrained(rt: Runtime, queues: string[], log: Logger): Promise<number> {
-  try {
-    const limits = await queueLimits(rt);
-    let posted = 0;
-    for (const q of queues) {
-      const limit = limits.get(q);
-      if (limit !== undefined && limit > 0) posted += (await claimAndPost(rt, [q], limit, log)).posted;
-    }
-    return posted;
-  } catch (err) {
-    log.warn(`dispatcher: handing on the free slots of limited queues failed: ${(err as Error).message}`);
-    return 0;
-  }
 }
 
 export async function dispatchDueJobs(rt: Runtime, log: Logger): Promise<DispatchResult> {
