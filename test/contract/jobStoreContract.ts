@@ -503,7 +503,7 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       const { id } = await store.enqueue({ queue: q, type: 't' });
       const [first] = await store.claimAndStart({ workerId: 'w', queues: [q], limit: 1, leaseSeconds: 1 });
       await h.backdate(id, 'lease_expires_at', 5); // a claim lease long gone does not matter to a running job
-      expect((await store.rescueZombies(100)).releasedFetched).toBe(0);
+      await store.rescueZombies(100); // (its counts are every queue's: other tests' leases may run out meanwhile)
       expect(await store.getJob(id)).toMatchObject({ state: 'processing', attempts: 1 });
       await h.backdate(id, 'heartbeat_at', 31);
       expect((await store.rescueZombies(100)).retried).toBeGreaterThanOrEqual(1);
@@ -1354,6 +1354,8 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect((await h.statsRow(qr)).zombie).toBe(1);
       expect(await h.statsRow(qd)).toMatchObject({ zombie: 1, failed: 1 });
       expect(await store.complete(ref(jr))).toBe('lease_lost');
+      // Finished, not left running: 20 s on, it would be a zombie of the next test's rescue (a slow machine's).
+      expect(await store.complete(ref(fresh))).toBe('ok');
     });
 
     it('dead-letters a zombie whose attempts are used up, and expires pending jobs past expiresAt', async () => {
@@ -1378,7 +1380,9 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       const queueLimit = await startedJob(q, { type: 'unlimited' }); // no handler limit: the queue's 5
       for (const j of [limited, ownLimit, queueLimit]) await h.backdate(j.id, 'heartbeat_at', 31);
       const r = await store.rescueZombies(100, { limited: 1, other: 7 });
-      expect(r).toMatchObject({ retried: 2, deadLettered: 1 });
+      // At least: a rescue counts every queue's moves, and another test's job may time out meanwhile.
+      expect(r.retried).toBeGreaterThanOrEqual(2);
+      expect(r.deadLettered).toBeGreaterThanOrEqual(1);
       expect(await store.getJob(limited.id)).toMatchObject({ location: 'dlq', reason: 'zombie', attempts: 1 });
       expect(await store.getJob(ownLimit.id)).toMatchObject({ location: 'hot', state: 'pending' });
       expect(await store.getJob(queueLimit.id)).toMatchObject({ location: 'hot', state: 'pending' });
@@ -1905,7 +1909,9 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(job.id).toBe(p!.id);
       expect((await store.start(ref(job))).status).toBe('ok');
       await h.backdate(job.id, 'heartbeat_at', 60);
-      expect((await store.rescueZombies(100)).retried).toBe(1);
+      // At least: a rescue counts every queue's moves (another test's job may have timed out meanwhile).
+      expect((await store.rescueZombies(100)).retried).toBeGreaterThanOrEqual(1);
+      expect(await store.getJob(p!.id)).toMatchObject({ state: 'pending', attempts: 2 });
       expect(await store.getJob(c!.id)).toMatchObject({ state: 'waiting' });
       expect(await claimable(q)).toEqual([p!.id]); // only the parent: peek released below
       await h.backdate(p!.id, 'lease_expires_at', 1);
