@@ -6,6 +6,7 @@ import { enqueueAndPost, postJobs } from './enqueue.js';
 import type { Runtime } from './runtime.js';
 import { hostEnvironment } from './hostEnvironment.js';
 import { postStage } from './transferSteps.js';
+import { handOnSlots, slotHolders } from './slots.js';
 
 const views = new WeakMap<Runtime, OpsRuntime>();
 
@@ -26,6 +27,8 @@ export function opsRuntimeOf(rt: Runtime): OpsRuntime {
       postJobs: (ids, log) => postJobs(rt, ids, log),
       postDue: async (queues, log) => (await postDueJobs(rt, queues, log)).posted,
       postStage: (batchId, log) => postStage(rt, batchId, log),
+      slotHolders: (ids, log) => slotHolders(rt, ids, log),
+      handOnSlots: (queues, log) => handOnSlots(rt, queues, log),
     };
     views.set(rt, view);
   }

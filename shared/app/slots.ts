@@ -6,6 +6,7 @@
 // freed, so a burst of finishes never posts more than the limit lets run (no thundering herd). A lost post, or a
 // crash between the finish and the post, is covered by the dispatcher as before.
 import type { JobOutcome } from '../jobs/contract.js';
+import { LIMITS } from '../jobs/validate.js';
 import { postJobs, type Logger } from './enqueue.js';
 import type { Runtime } from './runtime.js';
 
@@ -84,6 +85,40 @@ export function freesSlot(outcome: JobOutcome | 'not_claimed'): boolean {
 // release and post up to that many due jobs (at most its limit). Never throws; returns how many ids were posted.
 export async function handOnSlots(rt: Runtime, finishedQueues: readonly string[], log: Logger): Promise<number> {
   return handOn(rt, finishedQueues, () => 1, log);
+}
+
+// Before an operator's cancel of these ids: which are fetched jobs of a limited queue (id -> queue). A fetched job
+// holds a slot of its queue's limit (the claim counts fetched and processing jobs), so cancelling it frees one that
+// no finish hands on (no handler runs it); the cancel routes hand it on with handOnSlots. A pending or waiting job
+// held none, and a running one hands its slot on when its handler stops. Reads nothing while no queue has a limit;
+// else a getJob per id or a search per limited queue (its fetched jobs: at most its limit), whichever is fewer.
+// Never throws: a failed read finds none (the dispatcher covers the slot).
+export async function slotHolders(rt: Runtime, ids: readonly string[], log: Logger): Promise<Map<string, string>> {
+  const found = new Map<string, string>();
+  try {
+    const limits = await queueLimits(rt);
+    if (limits.size === 0 || ids.length === 0) return found;
+    if (ids.length <= limits.size) {
+      for (const job of await Promise.all(ids.map((id) => rt.store.getJob(id))))
+        if (job?.location === 'hot' && job.state === 'fetched' && limits.has(job.queue)) found.set(job.id, job.queue);
+      return found;
+    }
+    const wanted = new Set(ids);
+    for (const [queue, limit] of limits) {
+      const page = await rt.store.searchJobs({
+        location: 'hot',
+        queue,
+        state: 'fetched',
+        limit: Math.max(1, Math.min(limit, LIMITS.searchJobs)),
+      });
+      for (const j of page.items) if (wanted.has(j.id)) found.set(j.id, queue);
+    }
+  } catch (err) {
+    log.warn(
+      `reading the fetched jobs of limited queues failed (the dispatcher runs the next job): ${(err as Error).message}`,
+    );
+  }
+  return found;
 }
 
 // After the dispatcher's drain: every limited queue among `queues` may have free slots nobody is about to fill (its

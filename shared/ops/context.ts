@@ -46,6 +46,13 @@ export interface OpsRuntime {
   // Post the messages of the jobs due now in these queues (at most KEEL_DISPATCH_POST_LIMIT), for a queue that can run
   // more than before (resumed, concurrency raised): they start now instead of at the dispatcher's next tick.
   postDue(queues: string[], log: OpsLogger): Promise<number>;
+  // Which of these jobs are fetched in a queue with a concurrency limit (id -> queue), read before a cancel: such a
+  // job holds one of its queue's slots, which its cancel frees (shared/app/slots.ts). Never throws (a failed read
+  // finds none: the dispatcher covers the slot).
+  slotHolders(ids: JobId[], log: OpsLogger): Promise<Map<JobId, string>>;
+  // Hand on the slots freed in limited queues (an entry per freed slot) as a finished job's is: the next due jobs'
+  // messages are posted now, not at the dispatcher's tick. Never throws; returns how many were posted.
+  handOnSlots(queues: string[], log: OpsLogger): Promise<number>;
   // Post a batch to the stage queue; false when posting failed (the transfer timer resumes it).
   postStage(batchId: string, log: OpsLogger): Promise<boolean>;
 }

@@ -180,14 +180,20 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
       409: 'the job already finished',
     },
     output: s.out.cancel,
-    async handle({ rt, params }) {
+    async handle({ rt, params, log }) {
+      const holders = await rt.slotHolders([params.id], log);
       const result = await rt.store.cancel(params.id);
       if (result === 'not_found') {
         const job = await rt.store.getJob(params.id);
         if (!job) throw notFound(`job ${params.id}`);
         throw conflict(`job ${params.id} is no longer hot (it is in ${job.location})`, { job: where(job) });
       }
-      if (result === 'cancelled') return { body: { id: params.id, result, outcome: 'dlq_cancelled' } };
+      if (result === 'cancelled') {
+        // A fetched job of a limited queue held a slot: handed on now, as a finish's is (not at the dispatcher's tick).
+        const queue = holders.get(params.id);
+        if (queue !== undefined) await rt.handOnSlots([queue], log);
+        return { body: { id: params.id, result, outcome: 'dlq_cancelled' } };
+      }
       // Running: the flag is set. A handler running in this process is stopped now; one elsewhere at its next
       // heartbeat. Either way the job ends in the DLQ as 'cancelled', even if its handler finishes first.
       const stoppedNow = rt.processor.requestCancel(params.id);
@@ -220,7 +226,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
       403: 'operator role missing',
     },
     output: s.out.cancelledMany,
-    async handle({ rt, body }) {
+    async handle({ rt, body, log }) {
       const filter = {
         ...(body.queue ? { queue: body.queue } : {}),
         ...(body.type ? { type: body.type } : {}),
@@ -274,6 +280,7 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
           'ids',
           "a cancel acts on exactly what was previewed: send the preview's ids (POST with dryRun=true lists them)",
         );
+      const holders = await rt.slotHolders(body.ids as string[], log);
       // One store call, a short transaction per chunk of ids (CANCEL_MANY_CHUNK), not one per id.
       const results = new Map((await rt.store.cancelMany(body.ids as string[])).map((r) => [r.jobId, r.result]));
       const rows = [];
@@ -299,6 +306,9 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
         const fresh = page.items.map((j) => j.id).filter((id) => !previewed.has(id));
         arrivedAfterPreview = { count: fresh.length, exact: page.nextAfterId === null, ids: fresh.slice(0, 50) };
       }
+      // The fetched jobs of limited queues among those cancelled held slots: handed on now, as finishes' are.
+      const freed = rows.flatMap((r) => (r.outcome === 'cancelled' && holders.has(r.id) ? [holders.get(r.id)!] : []));
+      if (freed.length > 0) await rt.handOnSlots(freed, log);
       const ids = rows.filter((r) => r.outcome === 'cancelled' || r.outcome === 'cancel_requested').map((r) => r.id);
       return {
         body: { dryRun: false, count: ids.length, ids, rows, ...(arrivedAfterPreview ? { arrivedAfterPreview } : {}) },

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ops } from '../../functions/ops.js';
 import { encodeClientPrincipal } from '../../shared/ops/auth.js';
 import { queueListTarget } from '../../shared/ops/auditRecord.js';
+import { forgetQueueLimits } from '../../shared/app/slots.js';
 import {
   auditRows,
   context,
@@ -628,6 +629,62 @@ describe('ops: jobs', () => {
     const metrics = await call('GET', 'metrics?windowMinutes=10&queue=ops-stats');
     expect(metrics.status).toBe(200);
     expect(metrics.body.buckets[0]).toMatchObject({ queue: 'ops-stats', outcome: 'succeeded', count: 1 });
+  });
+
+  it('a cancelled fetched job of a limited queue hands its slot on at once, as a finish does (no dispatcher tick)', async () => {
+    const queue = 'ops-lim-cancel';
+    await t.rt.store.updateQueue(queue, { maxConcurrency: 1 });
+    forgetQueueLimits(t.rt); // the runtime's view of the limits may predate this queue (read at most every 5 s)
+    const add = async (delayed = false) =>
+      (
+        await t.rt.store.enqueue({
+          queue,
+          type: 'demo.echo',
+          ...(delayed ? { runAt: new Date(Date.now() + 3_600_000) } : {}),
+        })
+      ).id;
+    // Claimed by a queue runner elsewhere (fetched, not yet started): it holds the queue's only slot.
+    const fetchedNow = async (id: string) => {
+      const [job] = await t.rt.store.claimNext({ workerId: 'runner-elsewhere', queues: [queue], limit: 1 });
+      expect(job?.id).toBe(id);
+      expect(await t.rt.store.claimNext({ workerId: 'w', queues: [queue], limit: 1 })).toEqual([]); // at its limit
+    };
+    const a = await add();
+    const b = await add();
+    await fetchedNow(a);
+    t.queues.clear();
+    expect((await call('POST', `jobs/${a}/cancel`, { operator: true })).body.result).toBe('cancelled');
+    expect(t.queues.take('keel-jobs')).toEqual([{ jobId: b }]); // released and posted for the queue runner
+    expect((await t.rt.store.getJob(b))?.state).toBe('pending');
+    // A pending job held no slot: its cancel hands nothing on.
+    await fetchedNow(b);
+    const c = await add();
+    const d = await add();
+    expect((await call('POST', `jobs/${c}/cancel`, { operator: true })).body.result).toBe('cancelled');
+    expect(t.queues.take('keel-jobs')).toEqual([]);
+    // By selection, larger than the number of limited queues (the fetched jobs are read per limited queue then):
+    // the fetched one's slot is handed on, once; the pending ones' are not.
+    const limited = (await t.rt.store.listQueues()).filter((q) => q.maxConcurrency !== null).length;
+    const extra = [];
+    for (let i = 0; i < limited; i++) extra.push(await add(true));
+    const e = await add();
+    const many = await call('POST', 'jobs/cancel', { body: { dryRun: false, ids: [b, d, ...extra] }, operator: true });
+    expect(many.body.count).toBe(2 + limited);
+    expect(t.queues.take('keel-jobs')).toEqual([{ jobId: e }]);
+    // A failed read hands nothing on and fails nothing: the cancel stands, the dispatcher covers the slot.
+    await fetchedNow(e);
+    const f = await add();
+    const getJob = vi.spyOn(t.rt.store, 'getJob').mockRejectedValueOnce(new Error('store unreachable'));
+    const ctx = context('ops');
+    try {
+      const res = await ops(request('POST', `jobs/${e}/cancel`, { operator: true }), ctx);
+      expect(jsonOf(res)).toMatchObject({ id: e, result: 'cancelled' });
+    } finally {
+      getJob.mockRestore();
+    }
+    expect(ctx.logs.some((l) => l.level === 'warning' && /store unreachable/.test(l.text))).toBe(true);
+    expect(t.queues.take('keel-jobs')).toEqual([]);
+    expect((await t.rt.store.getJob(f))?.state).toBe('pending');
   });
 });
 
