@@ -342,7 +342,9 @@ export function defineTargetAdapterContract(makeHarness: () => TargetHarness): v
       const deadline = Date.now() + 20_000;
       while ((await svc.getBatch(b.batchId))!.state !== 'applying' && Date.now() < deadline)
         await new Promise((r) => setTimeout(r, 50));
-      await new Promise((r) => setTimeout(r, 500)); // the call reaches the server and waits there
+      // The call reaches the server and waits there (seen, where the engine can show it; a slow machine's is late).
+      if (h.untilApplyWaits) await h.untilApplyWaits();
+      else await new Promise((r) => setTimeout(r, 500));
       await h.cutApplies();
       // The service reconciles after the lost call: the claim is still held, so it cannot say -- unresolved.
       const v = await applying;

@@ -50,6 +50,9 @@ export interface TargetHarness {
   // Ends every session now running an apply on this target (the connection cut mid-apply), without touching the
   // sessions of holdClaim. The server rolls the apply back.
   cutApplies(): Promise<void>;
+  // Engines that can see it: resolves once an apply on this target waits on the server behind holdClaim (bounded;
+  // throws past it). Without it the contract gives the call a moment to get there.
+  untilApplyWaits?(): Promise<void>;
   close(): Promise<void>;
 }
 

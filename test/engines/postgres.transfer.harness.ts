@@ -263,6 +263,19 @@ export class PostgresTargetHarness implements TargetHarness, DataCaseTargetHarne
     );
   }
 
+  async untilApplyWaits(): Promise<void> {
+    const admin = await this.admin();
+    for (const deadline = Date.now() + 20_000; ; await new Promise((r) => setTimeout(r, 20))) {
+      const { rows } = await admin.query(
+        `select 1 from pg_stat_activity
+          where datname = current_database() and application_name = 'keel-contract-target'
+            and query like '%keel_transfer.apply_batch%' and state = 'active' and wait_event_type = 'Lock'`,
+      );
+      if (rows.length > 0) return;
+      if (Date.now() > deadline) throw new Error('no apply waits behind the held claim');
+    }
+  }
+
   async close(): Promise<void> {
     for (const h of this.holders) {
       await h.query('rollback').catch(() => undefined);

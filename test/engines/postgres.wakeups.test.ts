@@ -9,6 +9,12 @@ let h: PostgresHarness;
 let store: JobStore;
 let wakeups: PostgresWakeups;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+// Notifications reach the one LISTEN connection in commit order: once a later enqueue's has arrived, an earlier one
+// that was going to arrive has too. So wait for the expected ones (bounded), not a guessed time.
+async function until(what: string, probe: () => boolean): Promise<void> {
+  for (const deadline = Date.now() + 15_000; !probe(); await sleep(10))
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+}
 
 beforeAll(async () => {
   h = new PostgresHarness();
@@ -25,21 +31,28 @@ describe('postgres wake-ups', () => {
     const woken: string[] = [];
     const offA = await wakeups.subscribe(['wake-a'], () => woken.push('a'));
     await wakeups.subscribe(['wake-b'], () => woken.push('b'));
+    // A job of a queue of its own, enqueued last: what was enqueued before it has arrived once it has.
+    await wakeups.subscribe(['wake-m'], () => woken.push('m'));
+    const marker = async () => {
+      const n = woken.filter((w) => w === 'm').length;
+      await store.enqueue({ queue: 'wake-m', type: 't' });
+      await until('the marker', () => woken.filter((w) => w === 'm').length > n);
+    };
     await store.enqueueMany([{ queue: 'wake-a', type: 't', delayMs: 60_000 }]);
     await store.enqueue({ queue: 'wake-a', type: 't', idempotencyKey: 'wake-k' });
-    await sleep(300);
-    expect(woken).toEqual(['a']); // the delayed job notified no one; the due one woke a only
+    await until('the due job', () => woken.length >= 1);
+    expect(woken).toEqual(['a']); // the delayed job (enqueued before it) notified no one; the due one woke a only
     await store.enqueue({ queue: 'wake-a', type: 't', idempotencyKey: 'wake-k' }); // a duplicate: nothing new is due
     await store.enqueueMany([
       { queue: 'wake-b', type: 't' },
       { queue: 'wake-b', type: 't' },
       { queue: 'wake-a', type: 't', runAt: new Date(Date.now() - 1000) },
     ]);
-    await sleep(300);
-    expect(woken.sort()).toEqual(['a', 'a', 'b']); // one notification per queue per enqueue call
+    await marker();
+    expect(woken.sort()).toEqual(['a', 'a', 'b', 'm']); // one notification per queue per enqueue call
     await offA();
     await store.enqueue({ queue: 'wake-a', type: 't' });
-    await sleep(300);
-    expect(woken).toHaveLength(3);
+    await marker();
+    expect(woken.sort()).toEqual(['a', 'a', 'b', 'm', 'm']); // a unsubscribed: woken no more
   });
 });
