@@ -55,6 +55,8 @@ interface ChildCounts {
   claimed: number;
   completions: number;
   cpuUs: number;
+  systemUs: number; // of cpuUs: in the kernel
+  gcUs: number; // V8's garbage collections (their pauses on the main thread)
 }
 type FromChild =
   | { type: 'ready' }
@@ -93,7 +95,16 @@ async function child(a: ChildArgs): Promise<void> {
     })();
   }
   process.on('disconnect', () => exit(4)); // the parent is gone
-  const zero = (): ChildCounts => ({ claims: 0, emptyClaims: 0, shortClaims: 0, claimed: 0, completions: 0, cpuUs: 0 });
+  const zero = (): ChildCounts => ({
+    claims: 0,
+    emptyClaims: 0,
+    shortClaims: 0,
+    claimed: 0,
+    completions: 0,
+    cpuUs: 0,
+    systemUs: 0,
+    gcUs: 0,
+  });
   let counts = zero();
   let cpu0: NodeJS.CpuUsage | undefined;
   const registry = new HandlerRegistry().register('noop', async () => undefined);
@@ -130,10 +141,13 @@ async function child(a: ChildArgs): Promise<void> {
     if (m.type === 'go') go(m.queue, m.round);
     else if (m.type === 'end') {
       const cpu = process.cpuUsage(cpu0);
-      const ended = { ...counts, cpuUs: cpu.user + cpu.system };
+      const ended = { ...counts, cpuUs: cpu.user + cpu.system, systemUs: cpu.system };
       void stopWorker().then(() => send({ type: 'ended', round: m.round, counts: ended }));
     } else exit(0);
   });
+  new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) counts.gcUs += e.duration * 1000;
+  }).observe({ entryTypes: ['gc'] });
   try {
     store = await PostgresJobStore.connect(a.url, { migrate: false, applicationName: `keel-bench-worker-${a.index}` });
     // Counted around the store's calls (one increment each; the Worker sees the same store).
@@ -168,6 +182,8 @@ interface RunResult {
   // Per job, from go to drained: CPU µs of the worker processes and of the server's processes (null when the server
   // is not on this machine); claims and completion batches per 1,000 jobs; claims that came back empty or short.
   nodeUsPerJob: number;
+  nodeSystemUsPerJob: number;
+  nodeGcUsPerJob: number;
   pgUsPerJob: number | null;
   pgUsPerJobByKind: Record<string, number> | null;
   claimsPerK: number;
@@ -340,6 +356,8 @@ async function runOnce(
     ms: round.ms,
     exact,
     nodeUsPerJob: r2(total('cpuUs') / opts.jobs),
+    nodeSystemUsPerJob: r2(total('systemUs') / opts.jobs),
+    nodeGcUsPerJob: r2(total('gcUs') / opts.jobs),
     pgUsPerJob: pgSeconds === null ? null : r2((pgSeconds * 1e6) / opts.jobs),
     pgUsPerJobByKind: pgByKind,
     claimsPerK: r2((total('claims') * 1000) / opts.jobs),
@@ -411,7 +429,7 @@ async function main(): Promise<void> {
             if (r >= 0) (runs[p] ??= []).push(res);
             console.error(
               `${r < 0 ? 'warm-up' : `round ${r + 1}`} ${p} process${p > 1 ? 'es' : ''}: ${Math.round(res.jobsPerSec)} jobs/s (${Math.round(res.ms)} ms), exact ${res.exact}; ` +
-                `CPU µs/job node ${res.nodeUsPerJob}, server ${res.pgUsPerJob ?? 'n/a'} ${JSON.stringify(res.pgUsPerJobByKind)}; per 1k jobs ${res.claimsPerK} claims ` +
+                `CPU µs/job node ${res.nodeUsPerJob} (system ${res.nodeSystemUsPerJob}, GC ${res.nodeGcUsPerJob}), server ${res.pgUsPerJob ?? 'n/a'} ${JSON.stringify(res.pgUsPerJobByKind)}; per 1k jobs ${res.claimsPerK} claims ` +
                 `(${res.emptyClaims} empty, ${res.shortClaims} short in all), ${res.completionsPerK} completion batches`,
             );
           }
