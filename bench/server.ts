@@ -3,7 +3,7 @@
 // URL of a running server, e.g. Debian's postgresql package with jit on). On an external server the bench only
 // creates throwaway databases (keel_bench_<label>_<random>) and drops them at the end; it changes no setting.
 // Every bench prints describeServer() first and puts server info into its JSON, so each figure says where it came from.
-import { readFileSync } from 'node:fs';
+import { readFileSync, readdirSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp } from 'node:fs/promises';
 import os from 'node:os';
@@ -211,4 +211,38 @@ export async function localPostmaster(url: string): Promise<{ pid: number; clust
       return null; // another machine (or another PID namespace)
     }
   });
+}
+
+export const CLOCK_TICKS = 100; // USER_HZ on Linux
+
+// CPU seconds of the bench server's processes by kind (client backends, autovacuum, WAL writer, checkpointer, ...),
+// from /proc: the postmaster and its children (other servers on the machine are not counted); process titles are
+// "postgres: [<cluster_name>: ]<kind>" ("postgres: <user> <db> <host>(<port>) ..." for backends); 'exited' is what
+// processes that ended meanwhile used (graphile-worker's pool closes its connections at stop).
+export function postgresCpuSeconds(postmaster: { pid: number; clusterName: string }): Record<string, number> {
+  const byKind: Record<string, number> = {};
+  const titlePrefix = postmaster.clusterName ? `postgres: ${postmaster.clusterName}: ` : 'postgres: ';
+  for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const isPostmaster = Number(pid) === postmaster.pid;
+      if (!isPostmaster && Number(fields[1]) !== postmaster.pid) continue;
+      const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ').trim();
+      const kind = isPostmaster
+        ? 'postmaster'
+        : / \d+\.\d+\.\d+\.\d+\(\d+\)|\[local\]/.test(cmd)
+          ? 'backends'
+          : cmd
+              .replace(titlePrefix, '')
+              .replace(/^postgres: /, '')
+              .replace(/ .*$/, '');
+      byKind[kind] = (byKind[kind] ?? 0) + (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
+      // The postmaster reaps the backends: their CPU, once they have exited, is its children's time.
+      if (isPostmaster) byKind.exited = (Number(fields[13]) + Number(fields[14])) / CLOCK_TICKS;
+    } catch {
+      // the process ended while it was read
+    }
+  }
+  return byKind;
 }

@@ -2,15 +2,22 @@
 // child processes (default 6), each a Worker of shared/jobs/processor.ts (concurrency 20) with its own
 // PostgresJobStore, on one queue holding a no-op backlog enqueued before they start, against 1 process on the same
 // backlog; interleaved rounds (the order alternating), medians of jobs/s from start to drained, and the ratio N/1.
-// Each run has its own queue; archive rows, hot rows and counters are checked exact after each.
+// Each run has its own queue; archive rows, hot rows and counters are checked exact after each. Per run it also
+// reports CPU µs per job of the worker processes and of the server's processes (from /proc, when the server runs on
+// this machine), and claims and completion batches per 1,000 jobs (counted around each child's store).
 //
 //   npm run bench:workers -- --jobs 20000 --processes 6 --concurrency 20 --rounds 3 --warmup 1
 //   --poll-ms 500 (the Worker's idle poll)  --timeout-s 600 (per run)  --pg-url URL (or KEEL_BENCH_PG_URL)
+//   --cold (fork the processes for each round, as before run 190; see below)
 //
-// The clock starts when every child has connected and been told to go (process start-up and module loading are not
-// counted), and stops when the children have reported every job succeeded (the processor reports an outcome once
-// its completion is committed). Children exit by themselves: on the parent's stop, when the parent goes away (IPC
-// disconnect), or at their own deadline (the run's timeout plus a minute).
+// Each shape's processes are forked once and serve every round (a new Worker on each round's queue), so the warm-up
+// round warms them as it warms the server: a process's first few thousand jobs cost ~1.6x the Node CPU of later ones
+// (V8 compiling the job path; backends filling their caches), and six fresh processes on 20k jobs paid that six
+// times in a 3 s window (bench/README.md, runs 190-199). --cold measures that case. The clock starts when every
+// child has been told to go (process start-up and module loading are never counted), and stops when the children
+// have reported every job succeeded (the processor reports an outcome once its completion is committed). Children
+// exit by themselves: on the parent's exit message, when the parent goes away (IPC disconnect), or at their own
+// deadline.
 import { fork, type ChildProcess } from 'node:child_process';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
@@ -19,20 +26,43 @@ import pg from 'pg';
 import { PostgresJobStore } from '../shared/engines/postgres/jobStore.js';
 import { HandlerRegistry } from '../shared/jobs/registry.js';
 import { JobProcessor, Worker } from '../shared/jobs/processor.js';
-import { PG_URL_OPTION, benchPgUrl, describeServer, openBenchServer } from './server.js';
+import {
+  PG_URL_OPTION,
+  benchPgUrl,
+  describeServer,
+  localPostmaster,
+  openBenchServer,
+  postgresCpuSeconds,
+} from './server.js';
 
 interface ChildArgs {
   url: string;
-  queue: string;
   index: number;
   concurrency: number;
   pollMs: number;
   deadlineMs: number;
 }
 const CHILD_ARGS_ENV = 'KEEL_BENCH_WORKER_ARGS';
-type ToChild = { type: 'go' } | { type: 'stop' };
+// go: a new Worker (and processor) on `queue` for round `round`; end: report the round's counts and stop that Worker
+// (the process, its store and its connections stay for the next round); exit: close the store and exit.
+type ToChild = { type: 'go'; queue: string; round: number } | { type: 'end'; round: number } | { type: 'exit' };
+// What a child's store was asked during a round (from go): claims (and how many came back empty or short of their
+// limit), jobs claimed, completion batches, and the child's CPU.
+interface ChildCounts {
+  claims: number;
+  emptyClaims: number;
+  shortClaims: number;
+  claimed: number;
+  completions: number;
+  cpuUs: number;
+  systemUs: number; // of cpuUs: in the kernel
+  gcUs: number; // V8's garbage collections (their pauses on the main thread)
+}
 type FromChild =
-  { type: 'ready' } | { type: 'progress'; succeeded: number; other: number } | { type: 'failed'; message: string };
+  | { type: 'ready' }
+  | { type: 'progress'; round: number; succeeded: number; other: number }
+  | { type: 'ended'; round: number; counts: ChildCounts }
+  | { type: 'failed'; message: string };
 
 const median = (xs: number[]) => {
   const s = [...xs].sort((a, b) => a - b);
@@ -41,44 +71,56 @@ const median = (xs: number[]) => {
 const r2 = (n: number) => Math.round(n * 100) / 100;
 
 // ---------------------------------------------------------------------------------------------------------------
-// Child: one Worker with its own store (the schema is migrated by the parent).
+// Child: one store (the schema is migrated by the parent) and, per round, one Worker on that round's queue.
 async function child(a: ChildArgs): Promise<void> {
   const send = (m: FromChild) => process.send?.(m);
-  let stopping: Promise<void> | undefined;
+  let exiting: Promise<void> | undefined;
   const deadline = setTimeout(() => {
     console.error(`bench worker ${a.index}: deadline of ${a.deadlineMs} ms reached, stopping`);
-    stop(3);
+    exit(3);
   }, a.deadlineMs);
   let store: PostgresJobStore | undefined;
   let worker: Worker | undefined;
-  function stop(code: number): void {
-    stopping ??= (async () => {
+  const stopWorker = async () => {
+    const w = worker;
+    worker = undefined;
+    await w?.stop(5_000).catch((e: unknown) => console.error(`bench worker ${a.index}: stop: ${String(e)}`));
+  };
+  function exit(code: number): void {
+    exiting ??= (async () => {
       clearTimeout(deadline);
-      await worker?.stop(5_000).catch((e: unknown) => console.error(`bench worker ${a.index}: stop: ${String(e)}`));
+      await stopWorker();
       await store?.close().catch(() => undefined);
       process.exit(code);
     })();
   }
-  process.on('disconnect', () => stop(4)); // the parent is gone
-  process.on('message', (m: ToChild) => {
-    if (m.type === 'go') worker?.start();
-    else if (m.type === 'stop') stop(0);
+  process.on('disconnect', () => exit(4)); // the parent is gone
+  const zero = (): ChildCounts => ({
+    claims: 0,
+    emptyClaims: 0,
+    shortClaims: 0,
+    claimed: 0,
+    completions: 0,
+    cpuUs: 0,
+    systemUs: 0,
+    gcUs: 0,
   });
-  try {
-    store = await PostgresJobStore.connect(a.url, { migrate: false, applicationName: `keel-bench-worker-${a.index}` });
+  let counts = zero();
+  let cpu0: NodeJS.CpuUsage | undefined;
+  const registry = new HandlerRegistry().register('noop', async () => undefined);
+  const go = (queue: string, round: number) => {
     let succeeded = 0;
     let other = 0;
     let flushQueued = false;
     // One progress message per event-loop turn at most, not one per job.
     const flush = () => {
       flushQueued = false;
-      send({ type: 'progress', succeeded, other });
+      send({ type: 'progress', round, succeeded, other });
     };
-    const registry = new HandlerRegistry().register('noop', async () => undefined);
     const processor = new JobProcessor({
-      store,
+      store: store!,
       registry,
-      workerId: `bench-worker-${a.index}`,
+      workerId: `bench-worker-${a.index}-r${round}`,
       events: {
         onOutcome: (e) => {
           if (e.outcome === 'succeeded') succeeded++;
@@ -90,11 +132,44 @@ async function child(a: ChildArgs): Promise<void> {
         },
       },
     });
-    worker = new Worker(processor, { queues: [a.queue], concurrency: a.concurrency, pollIntervalMs: a.pollMs });
+    counts = zero();
+    worker = new Worker(processor, { queues: [queue], concurrency: a.concurrency, pollIntervalMs: a.pollMs });
+    cpu0 = process.cpuUsage();
+    worker.start();
+  };
+  process.on('message', (m: ToChild) => {
+    if (m.type === 'go') go(m.queue, m.round);
+    else if (m.type === 'end') {
+      const cpu = process.cpuUsage(cpu0);
+      const ended = { ...counts, cpuUs: cpu.user + cpu.system, systemUs: cpu.system };
+      void stopWorker().then(() => send({ type: 'ended', round: m.round, counts: ended }));
+    } else exit(0);
+  });
+  new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) counts.gcUs += e.duration * 1000;
+  }).observe({ entryTypes: ['gc'] });
+  try {
+    store = await PostgresJobStore.connect(a.url, { migrate: false, applicationName: `keel-bench-worker-${a.index}` });
+    // Counted around the store's calls (one increment each; the Worker sees the same store).
+    const s = store;
+    const claimAndStart = s.claimAndStart.bind(s);
+    s.claimAndStart = async (o) => {
+      const jobs = await claimAndStart(o);
+      counts.claims++;
+      counts.claimed += jobs.length;
+      if (jobs.length === 0) counts.emptyClaims++;
+      else if (jobs.length < o.limit) counts.shortClaims++;
+      return jobs;
+    };
+    const completeMany = s.completeMany.bind(s);
+    s.completeMany = (refs) => {
+      counts.completions++;
+      return completeMany(refs);
+    };
     send({ type: 'ready' });
   } catch (err) {
     send({ type: 'failed', message: (err as Error).message });
-    stop(1);
+    exit(1);
   }
 }
 
@@ -104,105 +179,163 @@ interface RunResult {
   jobsPerSec: number;
   ms: number;
   exact: boolean;
+  // Per job, from go to drained: CPU µs of the worker processes and of the server's processes (null when the server
+  // is not on this machine); claims and completion batches per 1,000 jobs; claims that came back empty or short.
+  nodeUsPerJob: number;
+  nodeSystemUsPerJob: number;
+  nodeGcUsPerJob: number;
+  pgUsPerJob: number | null;
+  pgUsPerJobByKind: Record<string, number> | null;
+  claimsPerK: number;
+  completionsPerK: number;
+  emptyClaims: number;
+  shortClaims: number;
 }
 
-async function runOnce(
-  url: string,
-  admin: pg.Client,
-  store: PostgresJobStore,
-  queue: string,
-  opts: { processes: number; jobs: number; concurrency: number; pollMs: number; timeoutMs: number },
-): Promise<RunResult> {
-  for (let i = 0; i < opts.jobs; i += 20_000) {
-    await store.enqueueMany(Array.from({ length: Math.min(20_000, opts.jobs - i) }, () => ({ queue, type: 'noop' })));
-  }
-  await admin.query('checkpoint');
+const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
 
-  const self = fileURLToPath(import.meta.url);
-  const children: ChildProcess[] = [];
-  const succeeded: number[] = Array.from({ length: opts.processes }, () => 0);
-  const other: number[] = Array.from({ length: opts.processes }, () => 0);
-  let ready = 0;
-  let failure: Error | undefined;
-  let onChange: () => void = () => undefined;
-  const exited: Promise<void>[] = [];
-  for (let i = 0; i < opts.processes; i++) {
-    const args: ChildArgs = {
-      url,
-      queue,
-      index: i,
-      concurrency: opts.concurrency,
-      pollMs: opts.pollMs,
-      deadlineMs: opts.timeoutMs + 60_000,
-    };
-    // fork: the same Node and the same loader flags (tsx when run through it), with an IPC channel.
-    // The arguments (with the server URL, which may hold a password) go by environment, not on the command line.
-    const c = fork(self, ['--child'], {
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-      env: { ...process.env, [CHILD_ARGS_ENV]: JSON.stringify(args) },
-    });
-    children.push(c);
-    exited.push(
-      new Promise<void>((resolve) =>
-        c.once('exit', (code, signal) => {
-          if (code !== 0 && !failure) failure = new Error(`worker process ${i} exited (${signal ?? `code ${code}`})`);
-          onChange();
-          resolve();
-        }),
-      ),
-    );
-    c.on('error', (err) => {
-      failure ??= new Error(`worker process ${i}: ${err.message}`);
-      onChange();
-    });
-    c.on('message', (m: FromChild) => {
-      if (m.type === 'ready') ready++;
-      else if (m.type === 'progress') {
-        succeeded[i] = m.succeeded;
-        other[i] = m.other;
-      } else failure ??= new Error(`worker process ${i}: ${m.message}`);
-      onChange();
-    });
+// N worker processes, forked once and used for every round of their shape (warm: V8 has compiled the job path and
+// the server's backends have their caches), or, with --cold, forked for one round and ended after it.
+class Children {
+  private readonly children: ChildProcess[] = [];
+  private readonly exited: Promise<void>[] = [];
+  private failure: Error | undefined;
+  private onChange: () => void = () => undefined;
+  private ready = 0;
+  private round = -1;
+  private succeeded: number[];
+  private other: number[];
+  private ended: ChildCounts[] = [];
+
+  constructor(
+    private readonly n: number,
+    private readonly args: Omit<ChildArgs, 'index'>,
+  ) {
+    this.succeeded = Array.from({ length: n }, () => 0);
+    this.other = Array.from({ length: n }, () => 0);
   }
-  const waitFor = (what: string, done: () => boolean, timeoutMs: number) =>
-    new Promise<void>((resolve, reject) => {
+
+  async start(): Promise<void> {
+    const self = fileURLToPath(import.meta.url);
+    for (let i = 0; i < this.n; i++) {
+      const args: ChildArgs = { ...this.args, index: i };
+      // fork: the same Node and the same loader flags (tsx when run through it), with an IPC channel.
+      // The arguments (with the server URL, which may hold a password) go by environment, not on the command line.
+      const c = fork(self, ['--child'], {
+        stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+        env: { ...process.env, [CHILD_ARGS_ENV]: JSON.stringify(args) },
+      });
+      this.children.push(c);
+      this.exited.push(
+        new Promise<void>((resolve) =>
+          c.once('exit', (code, signal) => {
+            if (code !== 0) this.failure ??= new Error(`worker process ${i} exited (${signal ?? `code ${code}`})`);
+            this.onChange();
+            resolve();
+          }),
+        ),
+      );
+      c.on('error', (err) => {
+        this.failure ??= new Error(`worker process ${i}: ${err.message}`);
+        this.onChange();
+      });
+      c.on('message', (m: FromChild) => {
+        if (m.type === 'ready') this.ready++;
+        else if (m.type === 'progress') {
+          if (m.round !== this.round) return;
+          this.succeeded[i] = m.succeeded;
+          this.other[i] = m.other;
+        } else if (m.type === 'ended') {
+          if (m.round === this.round) this.ended.push(m.counts);
+        } else this.failure ??= new Error(`worker process ${i}: ${m.message}`);
+        this.onChange();
+      });
+    }
+    await this.waitFor('the worker processes to connect', () => this.ready === this.n, 60_000);
+  }
+
+  private waitFor(what: string, done: () => boolean, timeoutMs: number): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
       const timer = setTimeout(
         () => reject(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)),
         timeoutMs,
       );
-      onChange = () => {
-        if (failure) {
+      this.onChange = () => {
+        if (this.failure) {
           clearTimeout(timer);
-          reject(failure);
+          reject(this.failure);
         } else if (done()) {
           clearTimeout(timer);
           resolve();
         }
       };
-      onChange();
-    });
-  const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
-  const send = (m: ToChild) => {
-    for (const c of children) if (c.connected) c.send(m);
-  };
-  let ms = 0;
-  try {
-    await waitFor('the worker processes to connect', () => ready === opts.processes, 60_000);
-    const t0 = performance.now();
-    send({ type: 'go' });
-    await waitFor(`${opts.jobs} jobs to be processed`, () => sum(succeeded) + sum(other) >= opts.jobs, opts.timeoutMs);
-    ms = performance.now() - t0;
-  } finally {
-    onChange = () => undefined;
-    send({ type: 'stop' });
-    // Bounded: a child that has not exited 30 s after stop is killed.
-    const killTimer = setTimeout(() => {
-      for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
-    }, 30_000);
-    await Promise.all(exited);
-    clearTimeout(killTimer);
+      this.onChange();
+    }).finally(() => (this.onChange = () => undefined));
   }
-  if (failure) throw failure;
+
+  private send(m: ToChild): void {
+    for (const c of this.children) if (c.connected) c.send(m);
+  }
+
+  // One round on `queue` (its backlog enqueued): the time from go to every job's outcome reported (drained() is
+  // called then), then each child's counts once its Worker has stopped.
+  async run(
+    queue: string,
+    jobs: number,
+    timeoutMs: number,
+    drained: () => void,
+  ): Promise<{ ms: number; succeeded: number; other: number; counts: ChildCounts[] }> {
+    this.round++;
+    this.succeeded.fill(0);
+    this.other.fill(0);
+    this.ended = [];
+    const t0 = performance.now();
+    this.send({ type: 'go', queue, round: this.round });
+    await this.waitFor(`${jobs} jobs to be processed`, () => sum(this.succeeded) + sum(this.other) >= jobs, timeoutMs);
+    const ms = performance.now() - t0;
+    drained();
+    this.send({ type: 'end', round: this.round });
+    await this.waitFor('the workers to stop', () => this.ended.length === this.n, 30_000);
+    return { ms, succeeded: sum(this.succeeded), other: sum(this.other), counts: this.ended };
+  }
+
+  async close(): Promise<void> {
+    this.send({ type: 'exit' });
+    // Bounded: a child that has not exited 30 s after exit is killed.
+    const killTimer = setTimeout(() => {
+      for (const c of this.children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+    }, 30_000);
+    await Promise.all(this.exited);
+    clearTimeout(killTimer);
+    if (this.failure) throw this.failure;
+  }
+}
+
+async function runOnce(
+  admin: pg.Client,
+  store: PostgresJobStore,
+  queue: string,
+  children: Children,
+  opts: { processes: number; jobs: number; timeoutMs: number },
+  postmaster: { pid: number; clusterName: string } | null,
+): Promise<RunResult> {
+  for (let i = 0; i < opts.jobs; i += 20_000) {
+    await store.enqueueMany(Array.from({ length: Math.min(20_000, opts.jobs - i) }, () => ({ queue, type: 'noop' })));
+  }
+  await admin.query('checkpoint');
+  const pg0 = postmaster ? postgresCpuSeconds(postmaster) : {};
+  let pg1: Record<string, number> | undefined;
+  const round = await children.run(queue, opts.jobs, opts.timeoutMs, () => {
+    if (postmaster) pg1 = postgresCpuSeconds(postmaster);
+  });
+  const pgByKind = pg1
+    ? Object.fromEntries(
+        Object.entries(pg1)
+          .map(([k, v]) => [k, r2(((v - (pg0[k] ?? 0)) * 1e6) / opts.jobs)] as const)
+          .filter(([, v]) => v > 0),
+      )
+    : null;
+  const pgSeconds = pg1 ? Object.entries(pg1).reduce((a, [k, v]) => a + v - (pg0[k] ?? 0), 0) : null;
   const { rows } = await admin.query(
     `select (select count(*) from keel.jobs_archive where queue = $1)::int as archived,
             (select count(*) from keel.jobs_hot where queue = $1)::int as hot,
@@ -211,12 +344,27 @@ async function runOnce(
   );
   const c = rows[0] as { archived: number; hot: number; counted: number };
   const exact =
-    sum(succeeded) === opts.jobs &&
-    sum(other) === 0 &&
+    round.succeeded === opts.jobs &&
+    round.other === 0 &&
     c.archived === opts.jobs &&
     c.hot === 0 &&
-    c.counted === opts.jobs;
-  return { jobsPerSec: (opts.jobs / ms) * 1000, ms, exact };
+    c.counted === opts.jobs &&
+    round.counts.length === opts.processes;
+  const total = (k: keyof ChildCounts) => round.counts.reduce((a, x) => a + x[k], 0);
+  return {
+    jobsPerSec: (opts.jobs / round.ms) * 1000,
+    ms: round.ms,
+    exact,
+    nodeUsPerJob: r2(total('cpuUs') / opts.jobs),
+    nodeSystemUsPerJob: r2(total('systemUs') / opts.jobs),
+    nodeGcUsPerJob: r2(total('gcUs') / opts.jobs),
+    pgUsPerJob: pgSeconds === null ? null : r2((pgSeconds * 1e6) / opts.jobs),
+    pgUsPerJobByKind: pgByKind,
+    claimsPerK: r2((total('claims') * 1000) / opts.jobs),
+    completionsPerK: r2((total('completions') * 1000) / opts.jobs),
+    emptyClaims: total('emptyClaims'),
+    shortClaims: total('shortClaims'),
+  };
 }
 
 async function main(): Promise<void> {
@@ -229,6 +377,7 @@ async function main(): Promise<void> {
       warmup: { type: 'string', default: '1' },
       'poll-ms': { type: 'string', default: '500' },
       'timeout-s': { type: 'string', default: '600' },
+      cold: { type: 'boolean', default: false },
       ...PG_URL_OPTION,
     },
   });
@@ -236,6 +385,7 @@ async function main(): Promise<void> {
   const processes = Number(values.processes);
   const rounds = Number(values.rounds);
   const warmup = Number(values.warmup);
+  const cold = values.cold === true;
   for (const [name, v] of Object.entries({ jobs, processes, rounds, concurrency: Number(values.concurrency) }))
     if (!Number.isInteger(v) || v < 1) throw new Error(`--${name} must be a positive integer`);
   const runOpts = {
@@ -252,19 +402,40 @@ async function main(): Promise<void> {
     const admin = new pg.Client({ connectionString: url, connectionTimeoutMillis: 10_000 });
     admin.on('error', (err) => console.error(`admin connection: ${err.message}`));
     await admin.connect();
+    const postmaster = await localPostmaster(url);
     try {
       const shapes = processes === 1 ? [1] : [1, processes];
       const runs: Record<number, RunResult[]> = {};
-      for (let r = -warmup; r < rounds; r++) {
-        const order = (r + warmup) % 2 ? [...shapes].reverse() : shapes;
-        for (const p of order) {
-          const queue = `workers-${p}p-${r < 0 ? `warmup${-r}` : `round${r + 1}`}`;
-          const res = await runOnce(url, admin, store, queue, { ...runOpts, processes: p });
-          if (r >= 0) (runs[p] ??= []).push(res);
-          console.error(
-            `${r < 0 ? 'warm-up' : `round ${r + 1}`} ${p} process${p > 1 ? 'es' : ''}: ${Math.round(res.jobsPerSec)} jobs/s (${Math.round(res.ms)} ms), exact ${res.exact}`,
-          );
+      const childArgs = {
+        url,
+        concurrency: runOpts.concurrency,
+        pollMs: runOpts.pollMs,
+        deadlineMs: (rounds + warmup) * 2 * runOpts.timeoutMs + 60_000,
+      };
+      const warm = new Map<number, Children>(); // the processes of each shape, kept across rounds (not --cold)
+      try {
+        for (let r = -warmup; r < rounds; r++) {
+          const order = (r + warmup) % 2 ? [...shapes].reverse() : shapes;
+          for (const p of order) {
+            const queue = `workers-${p}p-${r < 0 ? `warmup${-r}` : `round${r + 1}`}`;
+            const children = warm.get(p) ?? new Children(p, childArgs);
+            if (!warm.has(p)) {
+              if (!cold) warm.set(p, children);
+              await children.start();
+            }
+            const res = await runOnce(admin, store, queue, children, { ...runOpts, processes: p }, postmaster).finally(
+              () => (cold ? children.close() : undefined),
+            );
+            if (r >= 0) (runs[p] ??= []).push(res);
+            console.error(
+              `${r < 0 ? 'warm-up' : `round ${r + 1}`} ${p} process${p > 1 ? 'es' : ''}: ${Math.round(res.jobsPerSec)} jobs/s (${Math.round(res.ms)} ms), exact ${res.exact}; ` +
+                `CPU µs/job node ${res.nodeUsPerJob} (system ${res.nodeSystemUsPerJob}, GC ${res.nodeGcUsPerJob}), server ${res.pgUsPerJob ?? 'n/a'} ${JSON.stringify(res.pgUsPerJobByKind)}; per 1k jobs ${res.claimsPerK} claims ` +
+                `(${res.emptyClaims} empty, ${res.shortClaims} short in all), ${res.completionsPerK} completion batches`,
+            );
+          }
         }
+      } finally {
+        for (const c of warm.values()) await c.close();
       }
       const medianOf = (p: number) => Math.round(median(runs[p]!.map((x) => x.jobsPerSec)));
       const out = {
@@ -278,8 +449,27 @@ async function main(): Promise<void> {
         pollMs: runOpts.pollMs,
         rounds,
         warmupRounds: warmup,
+        workerProcesses: cold ? 'forked for each round (--cold)' : 'forked once per shape, kept across rounds',
         runs: Object.fromEntries(shapes.map((p) => [`${p}p`, runs[p]!.map((x) => Math.round(x.jobsPerSec))])),
         median: Object.fromEntries(shapes.map((p) => [`${p}p`, medianOf(p)])),
+        // Medians per shape: CPU µs per job (worker processes, server) and claims / completion batches per 1k jobs.
+        perJob: Object.fromEntries(
+          shapes.map((p) => {
+            const m = (f: (x: RunResult) => number | null) => {
+              const xs = runs[p]!.map(f).filter((x): x is number => x !== null);
+              return xs.length ? r2(median(xs)) : null;
+            };
+            return [
+              `${p}p`,
+              {
+                nodeUs: m((x) => x.nodeUsPerJob),
+                serverUs: m((x) => x.pgUsPerJob),
+                claimsPerK: m((x) => x.claimsPerK),
+                completionsPerK: m((x) => x.completionsPerK),
+              },
+            ];
+          }),
+        ),
         [`ratio ${processes}p / 1p`]: processes > 1 ? r2(medianOf(processes) / medianOf(1)) : null,
         exact: shapes.every((p) => runs[p]!.every((x) => x.exact)),
         target: `${processes} processes >= 5,000 jobs/s in all, and never slower than 1 process (issue 22)`,
