@@ -80,7 +80,7 @@ export function composeTransferService(
     connect: factory.connect,
     onClose: () => factory.close(),
     log: transferServiceLog,
-    directApply: opts.directApply ?? true, // a PostgreSQL -> PostgreSQL key window: one target transaction
+    directApply: opts.directApply ?? true, // a key window into a PostgreSQL target: one target transaction
   });
   return { service, transfers };
 }

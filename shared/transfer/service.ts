@@ -30,6 +30,7 @@ import {
 } from './view.js';
 import type {
   Adapters,
+  ApplyResult,
   Manifest,
   RowFeed,
   SourceSchema,
@@ -603,19 +604,32 @@ export class TransferService {
       const w: Window = { kind: b.boundaryKind, low: b.boundaryLow, high: b.boundaryHigh };
       const started = Date.now();
       let res: StageResult;
-      if (b.rowCount === null && (await readsOnce(a, w))) {
+      const oneRead = b.rowCount === null && (await readsOnce(a, w));
+      let triedDirect = false;
+      if (oneRead && this.directApply && a.target.applyDirectStreamed) {
+        const direct = await this.applyDirectlyOnce(b, t, a, w);
+        if (direct) return direct;
+        // Not eligible (rows of the window exist, or the written rows did not match): nothing was written; if the
+        // attempt was counted, reconcile fenced it and moved the batch back (its manifest recorded). Staged instead.
+        triedDirect = true;
+        b = await this.moves.load(batchId);
+        if (b.state !== 'extracting') return toView(b);
+      }
+      if (oneRead && b.rowCount === null) {
         res = await this.stageReadOnce(b, t, a, w);
       } else {
         b = await this.recordManifest(b, t, a, schema);
         const req = stageRequest(b, t);
-        const feed = negotiateFeed(a, w, req.schema, t.chunkSize);
-        if (this.directApply && a.target.applyDirect && a.target.canApplyDirect?.(req, feed)) {
+        let feed = negotiateFeed(a, w, req.schema, t.chunkSize);
+        if (!triedDirect && this.directApply && a.target.applyDirect && a.target.canApplyDirect?.(req, feed)) {
           const direct = await this.applyDirectly(b, t, a, req, w, feed);
           if (direct) return direct;
           // Not eligible after all (rows of the window exist on the target): nothing was written, reconcile fenced
-          // the attempt and moved the batch back; it is staged and applied.
+          // the attempt and moved the batch back; it is staged and applied (canonical rows read again: the direct
+          // apply took the first stream).
           b = await this.moves.load(batchId);
           if (b.state !== 'extracting') return toView(b);
+          if (feed.kind === 'rows') feed = negotiateFeed(a, w, req.schema, t.chunkSize);
         }
         res = await a.target.stage(req, feed);
       }
@@ -647,6 +661,13 @@ export class TransferService {
   // manifest recorded before. A manifest some other run of this batch recorded meanwhile wins (never overwritten):
   // the target then verifies against that one.
   private async stageReadOnce(b: BatchRecord, t: TransferConfig, a: Adapters, w: Window): Promise<StageResult> {
+    const { req, feed, manifest } = this.oneReadFeed(b, t, a, w);
+    return a.target.stageStreamed!(req, feed, manifest);
+  }
+
+  // The rows of one source read, checksummed here as they pass to the target; `manifest` resolves to the recorded
+  // manifest once the last row has passed (rejects when the rows stopped before, or it could not be recorded).
+  private oneReadFeed(b: BatchRecord, t: TransferConfig, a: Adapters, w: Window) {
     const changes = changeModeOf(t, b.boundaryLow);
     const req = {
       batchId: b.batchId,
@@ -658,13 +679,12 @@ export class TransferService {
     const manifest = new Promise<Manifest>((resolve, reject) => (settle = { resolve, reject }));
     manifest.catch(() => undefined); // the target awaits it only after the rows; a failed stream ends it first
     const facts: StreamFacts = {};
-    const source = a.source.streamRows(w, req.schema, t.chunkSize, facts);
     const record = (m: Manifest) => this.recordStreamedManifest(b.batchId, m);
     async function* rows(): AsyncGenerator<CanonicalRow[]> {
       const acc = new ChecksumAccumulator();
       let ended = false;
       try {
-        for await (const chunk of source) {
+        for await (const chunk of a.source.streamRows(w, req.schema, t.chunkSize, facts)) {
           yield chunk;
           // Hashed after the target took the chunk: its server parses it meanwhile.
           for (const row of chunk) acc.add(row);
@@ -678,7 +698,52 @@ export class TransferService {
         if (!ended) settle.reject(new Error(`batch ${b.batchId}: the rows stopped before the window ended`));
       }
     }
-    return a.target.stageStreamed!(req, { kind: 'rows', rows: rows(), facts }, manifest);
+    return { req, feed: { kind: 'rows' as const, rows: rows(), facts }, manifest };
+  }
+
+  // Direct apply with one source read (docs/transfer.md, "Direct apply of the row path"): the rows go into the
+  // table, the manifest computed from them is recorded, then the attempt is counted (start_apply, durable before the
+  // target claims the batch id with it), and the target verifies and commits. null: not eligible, staged instead.
+  private async applyDirectlyOnce(
+    b: BatchRecord,
+    t: TransferConfig,
+    a: Adapters,
+    w: Window,
+  ): Promise<BatchView | null> {
+    const { req, feed, manifest } = this.oneReadFeed(b, t, a, w);
+    if (!a.target.canApplyDirect?.(req, feed)) {
+      await feed.rows.return(undefined); // never started: the source's read was not opened
+      return null;
+    }
+    let counted = false;
+    const afterRows = async () => {
+      const m = await manifest;
+      const claimed = await this.moves.move(b.batchId, {
+        move: 'start_apply',
+        from: ['extracting'],
+        set: { incrementAttempts: true, stamp: 'apply_started_at', targetReconcileToken: null },
+        detail: { attempt: b.attempts + 1, direct: true, oneRead: true },
+      });
+      if (!claimed)
+        throw new TransferError(
+          'invalid_state',
+          `batch ${b.batchId} was moved by another run while its rows were written`,
+        );
+      counted = true;
+      return { manifest: m, attempt: claimed.attempts };
+    };
+    try {
+      const res = await a.target.applyDirectStreamed!(req, w, feed, afterRows);
+      if (res === 'not_eligible') {
+        if (!counted) return null;
+        const view = await this.reconcile(b.batchId);
+        return view.state === 'extracting' ? null : view;
+      }
+      return await this.directCommitted(b, t, res);
+    } catch (err) {
+      if (!counted) throw err; // nothing claimed: the stage's own error handling
+      return this.directFailed(b, err);
+    }
   }
 
   private async recordStreamedManifest(batchId: string, m: Manifest): Promise<Manifest> {
@@ -790,39 +855,48 @@ export class TransferService {
         const view = await this.reconcile(b.batchId);
         return view.state === 'extracting' ? null : view;
       }
-      const done = await this.moves.move(b.batchId, {
-        move: 'commit',
-        event: res.outcome,
-        set: {
-          stagedCount: res.rowCount,
-          stagedChecksum: res.checksum,
-          appliedCount: res.rowCount,
-          stamp: 'committed_at',
-          lastError: null,
-          lastErrorCode: null,
-        },
-        detail: { rowCount: res.rowCount, checksum: res.checksum, direct: true },
-      });
-      this.log('transfer.batch.committed', {
-        batchId: b.batchId,
-        transfer: t.name,
-        outcome: res.outcome,
-        rows: res.rowCount,
-        direct: true,
-      });
-      return toView(done ?? (await this.moves.load(b.batchId)));
+      return await this.directCommitted(b, t, res);
     } catch (err) {
-      await this.moves.noteError(b, 'apply_error', err);
-      const view = await this.reconcile(b.batchId);
-      if (
-        err instanceof TransferError &&
-        TERMINAL_CODES.has(err.code) &&
-        (view.state === 'staged' || view.state === 'extracting')
-      ) {
-        return toView(await this.reconciler.release(await this.moves.load(b.batchId), err));
-      }
-      return view;
+      return this.directFailed(b, err);
     }
+  }
+
+  private async directCommitted(b: BatchRecord, t: TransferConfig, res: ApplyResult): Promise<BatchView> {
+    const done = await this.moves.move(b.batchId, {
+      move: 'commit',
+      event: res.outcome,
+      set: {
+        stagedCount: res.rowCount,
+        stagedChecksum: res.checksum,
+        appliedCount: res.rowCount,
+        stamp: 'committed_at',
+        lastError: null,
+        lastErrorCode: null,
+      },
+      detail: { rowCount: res.rowCount, checksum: res.checksum, direct: true },
+    });
+    this.log('transfer.batch.committed', {
+      batchId: b.batchId,
+      transfer: t.name,
+      outcome: res.outcome,
+      rows: res.rowCount,
+      direct: true,
+    });
+    return toView(done ?? (await this.moves.load(b.batchId)));
+  }
+
+  // A direct apply whose attempt was counted failed: reconciled like an apply (a terminal error releases the batch).
+  private async directFailed(b: BatchRecord, err: unknown): Promise<BatchView> {
+    await this.moves.noteError(b, 'apply_error', err);
+    const view = await this.reconcile(b.batchId);
+    if (
+      err instanceof TransferError &&
+      TERMINAL_CODES.has(err.code) &&
+      (view.state === 'staged' || view.state === 'extracting')
+    ) {
+      return toView(await this.reconciler.release(await this.moves.load(b.batchId), err));
+    }
+    return view;
   }
 
   // Stage (if needed) and apply in one call, reconciling after any failure: for callers that run a batch in one go

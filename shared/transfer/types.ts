@@ -207,8 +207,18 @@ export interface TargetAdapter {
   // the batch id (fenced like apply), writes the window's rows into the table, verifies them against the manifest
   // and writes the completion row. 'not_eligible': nothing was written (the claim neither); stage, then apply.
   // canApplyDirect: whether applyDirect can take this batch at all (no side effect; asked before the attempt counts).
-  canApplyDirect?(req: StageRequest, feed: RowFeed): boolean;
+  canApplyDirect?(req: Omit<StageRequest, 'manifest'>, feed: RowFeed): boolean;
   applyDirect?(req: StageRequest, w: Window, feed: RowFeed, ctx: ApplyContext): Promise<ApplyResult | 'not_eligible'>;
+  // Direct apply with one source read (docs/transfer.md "Direct apply of the row path"): the window is checked
+  // empty, the rows are written, and only then does afterRows record the manifest the service computed from them
+  // and count the attempt in the journal; the target claims the batch id with that attempt, verifies the rows
+  // against that manifest and commits. 'not_eligible': nothing was written (afterRows may have run: reconcile).
+  applyDirectStreamed?(
+    req: Omit<StageRequest, 'manifest'>,
+    w: Window,
+    feed: RowsFeed,
+    afterRows: () => Promise<{ manifest: Manifest; attempt: number }>,
+  ): Promise<ApplyResult | 'not_eligible'>;
   // The apply honours StageRequest.mirrorRange (a baseline may then run in key windows, changes.ts).
   readonly mirrorsKeyRanges?: boolean;
   // Key-set comparison (keyCompare): the target rows' keys in the window (its boundary range), canonical text in

@@ -23,6 +23,8 @@ import type { TransferConfig } from '../../shared/transfer/config.js';
 import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
+import type { CanonicalRow } from '../../shared/transfer/checksum.js';
+import type { SourceAdapter } from '../../shared/transfer/types.js';
 
 const RUNS = Number(process.env.KEEL_FAULT_RUNS ?? 12);
 const seeded = seededRandom('transfer direct apply faults');
@@ -297,4 +299,301 @@ describe('direct apply (PostgreSQL -> PostgreSQL key windows)', () => {
     const digest = `select md5(string_agg(t::text, '|' order by id)) as h, count(*)::int as n from (select ${cols} from public.orders_large) t`;
     expect((await env.target.query(digest)).rows).toEqual((await env.source.query(digest)).rows);
   });
+});
+
+// The row path (docs/transfer.md, "Direct apply of the row path"): canonical rows and keel-v1, as a SQL Server source
+// sends them, with the manifest read before the rows or (one source read) computed from them as they pass. The
+// same transaction, the same guarantees: the sums of the written window equal the manifest or nothing commits, and
+// the batch falls back to staging; a cut leaves nothing committed and the batch recoverable.
+describe('direct apply of the row path (canonical rows, keel-v1)', () => {
+  let env: Env;
+  let proxy: FaultProxy;
+  let proxied: pg.Pool;
+  let covered = 0;
+
+  beforeAll(async () => {
+    env = await setupDatabases('tr_direct_rows');
+    await env.source.query(ORDERS_DDL);
+    await env.target.query(TARGET_DDL);
+    await insertSourceRows(env.source, 1, 8 * RUNS * 90 + 3000);
+    // Tampering on the target, once: the row with the id in public.tamper_at gets another note on its first
+    // insert only (a sequence is not rolled back), so the direct transaction's sums differ and the staged way's not.
+    await env.target.query(`create table public.tamper_at (id bigint primary key);
+      create sequence public.tamper_once;
+      create function public.tamper() returns trigger language plpgsql as $$
+      begin
+        if exists (select 1 from public.tamper_at where id = new.id) and nextval('public.tamper_once') = 1 then
+          new.note := 'tampered';
+        end if;
+        return new;
+      end $$;
+      create trigger orders_tamper before insert on public.orders for each row execute function public.tamper();`);
+    const u = new URL(env.targetUrl);
+    proxy = await FaultProxy.start(u.hostname, Number(u.port));
+    const T: TransferTimeouts = {
+      connectMs: 5_000,
+      statementMs: 20_000,
+      queryMs: 25_000,
+      idleInTransactionMs: 10_000,
+      lockMs: 10_000,
+      stallMs: 5_000,
+    };
+    proxied = new pg.Pool({
+      ...pgTransferPoolConfig(proxy.urlFor(env.targetUrl), T, 3),
+      options: '-c client_connection_check_interval=10 -c keel_test.write_delay=0.0001',
+    });
+    proxied.on('error', poolErrorLogger('postgres', 'transfer', 'test target pool (direct rows, fault proxy)'));
+  });
+  afterAll(async () => {
+    await proxied?.end();
+    await proxy?.close();
+    await env?.close();
+  });
+
+  // The PostgreSQL source offered as a row source: no COPY passthrough, keel-v1 only; oneRead: it reads a snapshot
+  // (the manifest is then computed from the rows). tamper: changes the rows of the first stream (not the manifest).
+  function service(
+    t: TransferConfig,
+    o: { oneRead: boolean; target?: pg.Pool; tamper?: (rows: CanonicalRow[]) => void },
+  ): TransferService {
+    let streams = 0;
+    return new TransferService({
+      journal: new PostgresTransferJournal(env.control),
+      transfers: [t],
+      directApply: true,
+      connect: (tc) => {
+        const s = new PostgresTransferSource(tc, env.source);
+        const source: SourceAdapter = {
+          engine: 'postgres',
+          readSchema: () => s.readSchema(),
+          nextWindow: (low, max) => s.nextWindow(low, max),
+          manifest: (w, schema, algorithm) => s.manifest(w, schema, algorithm),
+          checksumAlgorithms: async () => ['keel-v1'],
+          streamRows: async function* (w, schema, n, facts) {
+            const first = streams++ === 0;
+            for await (const chunk of s.streamRows(w, schema, n, facts)) {
+              if (first && o.tamper) o.tamper(chunk);
+              yield chunk;
+            }
+          },
+          ...(o.oneRead ? { readsSnapshot: () => s.readsSnapshot() } : {}),
+          close: () => s.close(),
+        };
+        return { source, target: new PostgresTransferTarget(tc, o.target ?? env.target) };
+      },
+    });
+  }
+
+  const events = async (batchId: string) =>
+    (
+      await env.control.query(`select event from keel.transfer_batch_events where batch_id = $1 order by event_id`, [
+        batchId,
+      ])
+    ).rows.map((r) => r.event as string);
+  const completion = async (batchId: string) =>
+    (
+      await env.target.query(
+        `select row_count::int as n, checksum, state from keel_transfer.completions where batch_id = $1`,
+        [batchId],
+      )
+    ).rows;
+  const stagedRows = async (batchId: string) =>
+    (await env.target.query(`select count(*)::int as n from keel_transfer.staged where batch_id = $1`, [batchId]))
+      .rows[0].n as number;
+  // The manifest the source's server computes for the batch's window (keel-v1).
+  const sourceManifest = async (t: TransferConfig, v: BatchView) => {
+    const s = new PostgresTransferSource(t, env.source);
+    const w = { kind: 'key' as const, low: v.boundary.low, high: v.boundary.high };
+    return s.manifest(w, await s.readSchema(), 'keel-v1');
+  };
+
+  for (const oneRead of [false, true]) {
+    it(`commits in the stage step with the manifest's sums, nothing staged (${oneRead ? 'one source read' : 'manifest read first'})`, async () => {
+      const t = ordersTransfer('orders_rows', { batchSize: 700, chunkSize: 90 });
+      const svc = service(t, { oneRead });
+      for (let i = 0; i < 2; i++) {
+        const created = await svc.createBatch(t.name);
+        expect(created.rowCount === null).toBe(oneRead); // one read: the manifest comes with the rows
+        const v = await svc.stage(created.batchId);
+        expect(v.state, `${v.lastError}`).toBe('committed');
+        expect(v.attempts).toBe(1);
+        const m = await sourceManifest(t, v);
+        expect(m.rowCount).toBe(700);
+        expect({ n: v.appliedCount, checksum: v.checksum, staged: v.stagedChecksum }).toEqual({
+          n: m.rowCount,
+          checksum: m.checksum,
+          staged: m.checksum,
+        });
+        expect(await events(v.batchId)).toEqual(
+          oneRead
+            ? ['created', 'manifest_recorded', 'apply_started', 'applied']
+            : ['created', 'manifest_recorded', 'apply_started', 'applied'],
+        );
+        expect(await completion(v.batchId)).toEqual([{ n: m.rowCount, checksum: m.checksum, state: 'committed' }]);
+        expect(await stagedRows(v.batchId)).toBe(0);
+        covered = Number(v.boundary.high);
+      }
+      const r = await assertExactlyOnce(env, covered);
+      expect(r.target).toBe(covered);
+      expect(r.maxWrites).toBe(1);
+    });
+  }
+
+  it('a tampered row (manifest read first): the window does not match, nothing commits, the staged way applies it', async () => {
+    const t = ordersTransfer('orders_rows', { batchSize: 300, chunkSize: 70 });
+    // The first stream carries another value for one row than the source holds (and its manifest says).
+    const svc = service(t, {
+      oneRead: false,
+      tamper: (rows) => {
+        if (rows[5]) rows[5] = [...rows[5].slice(0, 1), 'tampered', ...rows[5].slice(2)];
+      },
+    });
+    const created = await svc.createBatch(t.name);
+    const v = await svc.run(created.batchId);
+    expect(v.state, `${v.lastError}`).toBe('committed');
+    expect(v.attempts).toBe(2);
+    expect(await events(v.batchId)).toEqual([
+      'created',
+      'manifest_recorded',
+      'apply_started',
+      'reconciled_not_applied',
+      'staged',
+      'apply_started',
+      'applied',
+    ]);
+    expect(await completion(v.batchId)).toEqual([{ n: 300, checksum: created.checksum, state: 'committed' }]);
+    covered = Number(v.boundary.high);
+    const r = await assertExactlyOnce(env, covered); // the source's values, each row written once
+    expect(r.maxWrites).toBe(1);
+  });
+
+  it('one source read: the target stores another value than the rows carried; rolled back, fenced, staged instead', async () => {
+    const t = ordersTransfer('orders_rows', { batchSize: 300, chunkSize: 70 });
+    const svc = service(t, { oneRead: true });
+    await env.target.query(`insert into public.tamper_at values ($1)`, [covered + 11]);
+    const created = await svc.createBatch(t.name);
+    const v = await svc.run(created.batchId);
+    expect(v.state, `${v.lastError}`).toBe('committed');
+    // Attempt 1 (direct) wrote the rows, recorded the manifest, counted the attempt and claimed; its sums differed
+    // (the stored note is not the one hashed): rolled back, and reconcile fenced it. Attempt 2 staged and applied.
+    expect(v.attempts).toBe(2);
+    expect(await events(v.batchId)).toEqual([
+      'created',
+      'manifest_recorded',
+      'apply_started',
+      'reconciled_not_applied',
+      'staged',
+      'apply_started',
+      'applied',
+    ]);
+    const m = await sourceManifest(t, v);
+    expect({ n: v.appliedCount, checksum: v.checksum }).toEqual({ n: m.rowCount, checksum: m.checksum });
+    covered = Number(v.boundary.high);
+    const r = await assertExactlyOnce(env, covered);
+    expect(r.maxWrites).toBe(1);
+  });
+
+  it('rows of the window already on the target: not eligible before any row is read, staged and merged', async () => {
+    const t = ordersTransfer('orders_rows', { batchSize: 300, chunkSize: 70 });
+    const svc = service(t, { oneRead: true });
+    await env.target.query(`insert into public.orders (id, customer) values ($1, 'stale')`, [covered + 3]);
+    const created = await svc.createBatch(t.name);
+    const v = await svc.run(created.batchId);
+    expect(v.state, `${v.lastError}`).toBe('committed');
+    // No attempt was counted for the direct way (the window was checked before the rows).
+    expect(v.attempts).toBe(1);
+    expect(await events(v.batchId)).toEqual(['created', 'manifest_recorded', 'staged', 'apply_started', 'applied']);
+    covered = Number(v.boundary.high);
+    await assertExactlyOnce(env, covered);
+    await env.target.query(`update public.write_counts set writes = 1 where id = $1`, [covered - 300 + 3]);
+  });
+
+  // One batch through a cut on the proxied target; right after it nothing of the window is committed (rows or
+  // completion row); then reconcile + run (same id) until committed.
+  async function cutRun(oneRead: boolean, plan: FaultPlan) {
+    const t = ordersTransfer('orders_rows', {
+      batchSize: rand(40, 90),
+      chunkSize: rand(5, 30),
+      reconcileWaitMs: rand(1, 150),
+    });
+    const svc = service(t, { oneRead, target: proxied });
+    const created = await svc.createBatch(t.name);
+    let fired = false;
+    const armed = proxy.arm(plan).then(() => {
+      fired = true;
+    });
+    const first = await svc.run(created.batchId);
+    proxy.disarm();
+    await Promise.race([armed, sleep(5)]);
+    const low = Number(created.boundary.low ?? 0);
+    const high = Number(created.boundary.high);
+    if (first.state !== 'committed') {
+      const written = await env.target.query(
+        `select count(*)::int as n from public.orders where id > $1 and id <= $2`,
+        [low, high],
+      );
+      expect(written.rows[0].n).toBe(0);
+      expect((await completion(created.batchId)).filter((c) => c.state === 'committed')).toEqual([]);
+    }
+    let v = first;
+    for (let i = 0; i < 100 && v.state !== 'committed'; i++) {
+      if (v.state === 'applying' || v.state === 'unresolved') {
+        v = await svc.reconcile(v.batchId);
+        if (v.state === 'unresolved') await sleep(20);
+      } else if (v.state === 'extracting' || v.state === 'staged') {
+        v = await svc.run(v.batchId);
+      } else break;
+    }
+    expect(v.state, `batch ${v.batchId}: ${v.lastError}`).toBe('committed');
+    const m = await sourceManifest(t, v);
+    expect(await completion(v.batchId)).toEqual([{ n: m.rowCount, checksum: m.checksum, state: 'committed' }]);
+    const ev = await events(v.batchId);
+    expect(ev.filter((e) => e === 'applied' || e === 'reconciled_committed').length).toBe(1);
+    covered = Number(v.boundary.high);
+    return { first, final: v, fired };
+  }
+
+  for (const oneRead of [false, true]) {
+    it(
+      `cut inside the direct COPY of canonical rows (${oneRead ? 'one source read' : 'manifest read first'}), ${RUNS} runs`,
+      { timeout: 120_000 },
+      async () => {
+        let fired = 0;
+        for (let i = 0; i < RUNS; i++) {
+          const r = await cutRun(oneRead, {
+            kind: 'cut-after-bytes',
+            trigger: (sql) => /^copy "?public"?\./.test(sql),
+            bytes: rand(0, 3000),
+          });
+          if (r.fired) fired++;
+        }
+        expect(fired).toBeGreaterThan(RUNS / 2);
+        const r = await assertExactlyOnce(env, covered);
+        expect(r.target).toBe(covered);
+        expect(r.maxWrites).toBe(1);
+      },
+    );
+  }
+
+  it(
+    `one source read, cut at the claim after the rows (the attempt counted), ${RUNS} runs`,
+    { timeout: 120_000 },
+    async () => {
+      let fired = 0;
+      for (let i = 0; i < RUNS; i++) {
+        const r = await cutRun(true, {
+          kind: 'cut-after-ms',
+          trigger: (sql) => sql.includes('keel_transfer.claim_batch'),
+          delayMs: 0,
+        });
+        if (r.fired) {
+          fired++;
+          expect(r.final.attempts).toBeGreaterThanOrEqual(2);
+        }
+      }
+      expect(fired).toBeGreaterThan(RUNS / 2);
+      const r = await assertExactlyOnce(env, covered);
+      expect(r.maxWrites).toBe(1);
+    },
+  );
 });

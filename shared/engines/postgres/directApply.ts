@@ -5,16 +5,29 @@
 // Nothing commits unless it matched the manifest; the claim and the completion row commit with the rows. When the
 // window is not empty (rows of it already exist: a replay, a merge) or the written rows do not match the manifest,
 // everything is rolled back and the answer is 'not_eligible': the service falls back to staging and applying.
+// The row path (canonical rows, keel-v1: what a SQL Server source sends) takes the same transaction, its rows as COPY
+// text; with one source read its manifest and attempt exist only after the rows, so the claim follows them
+// (docs/transfer.md, "Direct apply of the row path").
 import type pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import { pipeline } from 'node:stream/promises';
-import { Transform } from 'node:stream';
-import { algorithmOf } from '../../transfer/checksum.js';
+import { Transform, type Writable } from 'node:stream';
+import { once } from 'node:events';
+import { algorithmOf, type LogicalType } from '../../transfer/checksum.js';
 import { TransferError } from '../../transfer/errors.js';
 import { quotePg } from '../../transfer/identifiers.js';
 import type { MappedColumn } from '../../transfer/schema.js';
-import type { ApplyContext, ApplyResult, BulkStream, RowFeed, StageRequest, Window } from '../../transfer/types.js';
-import { PG_CHECKSUM_SETTINGS_SQL, pgChecksumQuery } from './transferSql.js';
+import { failFast } from '../../transfer/stagingTarget.js';
+import type {
+  ApplyResult,
+  BulkStream,
+  Manifest,
+  RowFeed,
+  RowsFeed,
+  StageRequest,
+  Window,
+} from '../../transfer/types.js';
+import { copyText, PG_CHECKSUM_SETTINGS_SQL, pgChecksumQuery } from './transferSql.js';
 
 const KT_FENCED = 'KT005';
 // From this many rows in the manifest the window's checksum is priced for parallel workers (below: one process).
@@ -39,12 +52,18 @@ function pgCode(err: unknown): string | undefined {
   return typeof c === 'string' ? c : undefined;
 }
 
+// When the claim is made: before the rows, with the manifest and the attempt the journal counted (a manifest read
+// before the rows); or after them (one source read), when afterRows has recorded the manifest computed from them
+// and counted the attempt.
+export type DirectClaim =
+  { manifest: Manifest; attempt: number } | { afterRows: () => Promise<{ manifest: Manifest; attempt: number }> };
+
 export async function applyDirect(
   d: DirectApplyTarget,
-  req: StageRequest,
+  req: Pick<StageRequest, 'batchId' | 'transfer'>,
   w: Window,
-  feed: Extract<RowFeed, { kind: 'bulk' }>,
-  ctx: ApplyContext,
+  feed: RowFeed,
+  when: DirectClaim,
   dataError: (err: unknown) => TransferError | null,
 ): Promise<ApplyResult | 'not_eligible'> {
   const client = await d.pool.connect();
@@ -57,6 +76,7 @@ export async function applyDirect(
   let copyOpen = false;
   let opening: Promise<BulkStream> | undefined;
   let src: BulkStream | undefined;
+  let rowsLeft: AsyncIterator<unknown> | undefined; // the row feed, until it ended (returned on any failure)
   let timer: NodeJS.Timeout | undefined;
   let mark = performance.now();
   const lap = (phase: string) => {
@@ -64,33 +84,66 @@ export async function applyDirect(
     d.trace?.(phase, now - mark);
     mark = now;
   };
+  // The claim: null when this attempt holds the batch, else what to answer (nothing of this transaction commits).
+  const claim = async (attempt: number): Promise<ApplyResult | 'not_eligible' | null> => {
+    try {
+      const c = (
+        await client.query(
+          `select state, row_count::text as row_count, checksum from keel_transfer.claim_batch($1, $2, $3::bigint)`,
+          [req.batchId, req.transfer, attempt],
+        )
+      ).rows[0] as { state: string | null; row_count: string | null; checksum: string | null };
+      if (c.state !== 'committed') return null;
+      await client.query('rollback');
+      return { outcome: 'already_committed', rowCount: Number(c.row_count), checksum: String(c.checksum) };
+    } catch (err) {
+      if (pgCode(err) === KT_FENCED) throw new TransferError('attempt_fenced', (err as Error).message, { attempt });
+      throw err;
+    }
+  };
   try {
     await client.query('begin');
     await client.query(PG_CHECKSUM_SETTINGS_SQL);
-    let begun: { outcome: string; row_count: string | null; checksum: string | null };
-    try {
-      begun = (
-        await client.query(
-          `select outcome, row_count::text as row_count, checksum
-             from keel_transfer.begin_direct($1, $2, $3, $4, $5, $6::bigint, $7::bigint, $8)`,
-          [req.batchId, req.transfer, d.targetSchema, d.targetTable, d.key, w.low, w.high, ctx.attempt],
-        )
-      ).rows[0];
-    } catch (err) {
-      if (pgCode(err) === KT_FENCED)
-        throw new TransferError('attempt_fenced', (err as Error).message, { attempt: ctx.attempt });
-      throw err;
-    }
-    if (begun.outcome !== 'claimed') {
-      await client.query('rollback');
-      if (begun.outcome === 'already_committed')
-        return { outcome: 'already_committed', rowCount: Number(begun.row_count), checksum: String(begun.checksum) };
-      return 'not_eligible';
+    if ('attempt' in when) {
+      let begun: { outcome: string; row_count: string | null; checksum: string | null };
+      try {
+        begun = (
+          await client.query(
+            `select outcome, row_count::text as row_count, checksum
+               from keel_transfer.begin_direct($1, $2, $3, $4, $5, $6::bigint, $7::bigint, $8)`,
+            [req.batchId, req.transfer, d.targetSchema, d.targetTable, d.key, w.low, w.high, when.attempt],
+          )
+        ).rows[0];
+      } catch (err) {
+        if (pgCode(err) === KT_FENCED)
+          throw new TransferError('attempt_fenced', (err as Error).message, { attempt: when.attempt });
+        throw err;
+      }
+      if (begun.outcome !== 'claimed') {
+        await client.query('rollback');
+        if (begun.outcome === 'already_committed')
+          return { outcome: 'already_committed', rowCount: Number(begun.row_count), checksum: String(begun.checksum) };
+        return 'not_eligible';
+      }
+    } else {
+      // One source read: the window's checks now, the claim once the rows have passed (it needs the attempt).
+      const open = await client.query<{ open: boolean }>(
+        `select keel_transfer.direct_window_open($1, $2, $3, $4::bigint, $5::bigint) as open`,
+        [d.targetSchema, d.targetTable, d.key, w.low, w.high],
+      );
+      if (!open.rows[0]!.open) {
+        await client.query('rollback');
+        if (feed.kind === 'rows') await feed.rows[Symbol.asyncIterator]().return?.().catch(noop);
+        return 'not_eligible';
+      }
     }
     lap('direct.claim');
 
-    // Binary COPY when every column has the same declared type on both sides, as the staging does.
-    const binary = d.mapped.every((c) => d.targetTypes.get(c.target)?.toLowerCase() === c.type.toLowerCase());
+    // Binary COPY when every column has the same declared type on both sides, as the staging does; canonical rows
+    // as COPY text (what the row path's staging writes).
+    const binary =
+      feed.kind === 'bulk' &&
+      d.mapped.every((c) => d.targetTypes.get(c.target)?.toLowerCase() === c.type.toLowerCase());
     const columnList = d.mapped.map((c) => quotePg(c.target)).join(', ');
     const sink = client.query(
       copyFrom(`copy ${d.qualified} (${columnList}) from stdin${binary ? ' (format binary)' : ''}`),
@@ -116,26 +169,44 @@ export async function applyDirect(
       );
     };
     touch();
-    opening = feed.open(binary ? 'binary' : 'text');
-    src = await Promise.race([opening, sinkFailed, stalled]);
-    src.stream.on('error', noop); // the pipeline reports it
-    touch();
-    const moved = pipeline(
-      src.stream,
-      new Transform({ transform: (chunk, _enc, cb) => (touch(), cb(null, chunk)) }),
-      sink,
-    );
-    moved.catch(noop);
     try {
-      await Promise.race([moved, stalled]);
+      if (feed.kind === 'bulk') {
+        opening = feed.open(binary ? 'binary' : 'text');
+        src = await Promise.race([opening, sinkFailed, stalled]);
+        src.stream.on('error', noop); // the pipeline reports it
+        touch();
+        const moved = pipeline(
+          src.stream,
+          new Transform({ transform: (chunk, _enc, cb) => (touch(), cb(null, chunk)) }),
+          sink,
+        );
+        moved.catch(noop);
+        await Promise.race([moved, stalled]);
+      } else {
+        await writeRows(
+          feed,
+          d.mapped.map((c) => c.staged),
+          sink,
+          failFast([sinkFailed, stalled]),
+          touch,
+          (it) => {
+            rowsLeft = it;
+          },
+        );
+        rowsLeft = undefined;
+      }
     } catch (err) {
       if (pgCode(err) !== '23505' || lost) throw err;
-      // A key of the window appeared meanwhile (committed by another writer): the COPY ended with the server's
-      // error, the rollback undoes everything, and the staged way (whose merge handles existing keys) decides.
+      // A key of the window appeared meanwhile (committed by another writer), or the feed repeats a key: the COPY
+      // ended with the server's error, the rollback undoes everything, and the staged way (whose merge handles
+      // existing keys, and whose checks name duplicate keys) decides.
       copyOpen = false;
+      clearTimeout(timer);
+      rowsLeft?.return?.().catch(noop);
+      rowsLeft = undefined;
       const s = src;
       src = undefined;
-      await s.release(err as Error).catch(noop);
+      await s?.release(err as Error).catch(noop);
       await client.query('rollback');
       return 'not_eligible';
     }
@@ -144,8 +215,20 @@ export async function applyDirect(
     const s = src;
     src = undefined;
     opening = undefined;
-    await s.release();
+    await s?.release();
     lap('direct.copy');
+    let manifest: Manifest;
+    if ('attempt' in when) manifest = when.manifest;
+    else {
+      // The journal records the manifest the service computed from these rows, then counts the attempt (durable
+      // before the claim goes out, as before an apply); the claim then fences this transaction like any apply's.
+      const counted = await when.afterRows();
+      manifest = counted.manifest;
+      lap('direct.journal');
+      const claimed = await claim(counted.attempt);
+      if (claimed) return claimed;
+      lap('direct.claim');
+    }
 
     // The window's rows on the target, checksummed by its server: exactly the manifest, or nothing commits. The
     // window was empty when claimed (begin_direct), so these are the rows just written, plus any a concurrent
@@ -157,7 +240,7 @@ export async function applyDirect(
     // and hashed) cost several times a comparison each; priced so (cpu_operator_cost 4x the server's), the
     // planner's own costs choose workers. Only this statement's transaction-local costs; the plan's shape (the
     // key's index, then the rows) stays the planner's.
-    const large = req.manifest.rowCount >= DIRECT_PARALLEL_ROWS;
+    const large = manifest.rowCount >= DIRECT_PARALLEL_ROWS;
     await client.query(
       `select set_config('parallel_setup_cost', '0', true), set_config('parallel_tuple_cost', '0', true), set_config('min_parallel_table_scan_size', '0', true),
               set_config('min_parallel_index_scan_size', '0', true), set_config('work_mem', '32MB', true),
@@ -171,14 +254,14 @@ export async function applyDirect(
         d.mapped.map((c) => ({ ref: `t.${quotePg(c.target)}`, type: c.staged, declared: d.targetTypes.get(c.target) })),
         `${d.qualified} t`,
         where,
-        algorithmOf(req.manifest.checksum),
+        algorithmOf(manifest.checksum),
       ),
       w.low === null ? [w.high] : [w.high, w.low],
     );
     const rowCount = Number(sums.rows[0].n);
     const checksum = String(sums.rows[0].checksum);
     lap('direct.checksum');
-    if (rowCount !== req.manifest.rowCount || checksum !== req.manifest.checksum) {
+    if (rowCount !== manifest.rowCount || checksum !== manifest.checksum) {
       await client.query('rollback');
       return 'not_eligible';
     }
@@ -188,6 +271,9 @@ export async function applyDirect(
     return { outcome: 'applied', rowCount, checksum };
   } catch (err) {
     clearTimeout(timer);
+    // Ends the source's read (its own cleanup releases its connection); not awaited: a source that stopped
+    // answering must not hold this.
+    rowsLeft?.return?.().catch(noop);
     if (opening && !src) opening.then((s) => s.release(err as Error), noop).catch(noop);
     if (src) await src.release(err as Error).catch(noop);
     if (copyOpen || lost || !(err instanceof TransferError)) {
@@ -204,4 +290,28 @@ export async function applyDirect(
     if (!broken && !lost) client.off('error', onError);
     client.release(broken ?? lost);
   }
+}
+
+// The feed's chunks as COPY text into the open COPY: every wait (the next chunk, the sink's drain) fails as soon as
+// the COPY breaks or nothing moved for the stall time. `holding` gets the feed's iterator while it is read.
+async function writeRows(
+  feed: RowsFeed,
+  types: LogicalType[],
+  sink: Writable,
+  guard: <T>(p: Promise<T>) => Promise<T>,
+  touch: () => void,
+  holding: (it: AsyncIterator<unknown>) => void,
+): Promise<void> {
+  const rows = feed.rows[Symbol.asyncIterator]();
+  holding(rows);
+  for (;;) {
+    const next = await guard(rows.next());
+    if (next.done) break;
+    touch();
+    if (!sink.write(copyText(next.value, types))) await guard(once(sink, 'drain'));
+    touch();
+  }
+  const finished = new Promise<void>((resolve) => sink.once('finish', resolve));
+  sink.end();
+  await guard(finished);
 }

@@ -1,5 +1,11 @@
 // PostgreSQL side of the keel-v1 checksum (shared/transfer/checksum.ts) and the type mapping for transfers.
-import { PG1_PREFIX, PG2_PREFIX, type ChecksumAlgorithm, type LogicalType } from '../../transfer/checksum.js';
+import {
+  PG1_PREFIX,
+  PG2_PREFIX,
+  type CanonicalRow,
+  type ChecksumAlgorithm,
+  type LogicalType,
+} from '../../transfer/checksum.js';
 import type { TypeFacets } from '../../transfer/types.js';
 
 export function pgLogicalType(formatted: string): LogicalType | null {
@@ -158,4 +164,28 @@ export function pgCastFor(type: LogicalType): string {
     default:
       throw new Error(`${type} cannot be a boundary`);
   }
+}
+
+// COPY text format: backslash, tab, newline and carriage return escaped; NULL is \N. (Most fields need nothing:
+// a test is cheaper than a replace that finds nothing.)
+const COPY_SPECIAL = /[\\\t\n\r]/;
+function copyField(v: string | null, type: LogicalType): string {
+  if (v === null) return '\\N';
+  const s = type === 'bytes' ? `\\x${v}` : v;
+  if (!COPY_SPECIAL.test(s)) return s;
+  return s.replace(/[\\\t\n\r]/g, (ch) => (ch === '\\' ? '\\\\' : ch === '\t' ? '\\t' : ch === '\n' ? '\\n' : '\\r'));
+}
+
+// Canonical rows as COPY text lines (the canonical text is what PostgreSQL's input functions read: the row path's
+// staging and its direct apply write it unchanged).
+export function copyText(rows: CanonicalRow[], types: readonly LogicalType[]): string {
+  let buf = '';
+  for (const row of rows) {
+    for (let i = 0; i < types.length; i++) {
+      if (i > 0) buf += '\t';
+      buf += copyField(row[i] ?? null, types[i]!);
+    }
+    buf += '\n';
+  }
+  return buf;
 }

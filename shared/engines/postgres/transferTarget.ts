@@ -43,15 +43,24 @@ import type {
   ApplyResult,
   BulkStream,
   KeyTuple,
+  Manifest,
   RowFeed,
+  RowsFeed,
   SourceSchema,
   StageRequest,
   Window,
 } from '../../transfer/types.js';
-import { PG_CHECKSUM_SETTINGS_SQL, pgCanonical, pgChecksumQuery, pgFacets, pgLogicalType } from './transferSql.js';
+import {
+  copyText,
+  PG_CHECKSUM_SETTINGS_SQL,
+  pgCanonical,
+  pgChecksumQuery,
+  pgFacets,
+  pgLogicalType,
+} from './transferSql.js';
 import { PG_COPY_FORMAT, pgChecksumAlgorithms } from './serverFeatures.js';
 import { pgStatement, type PgSignature } from './procedures.js';
-import { applyDirect } from './directApply.js';
+import { applyDirect, type DirectClaim } from './directApply.js';
 import { DEFAULT_TRANSFER_TIMEOUTS } from '../../transfer/timeouts.js';
 
 // The PostgreSQL side of TARGET_PROCEDURES: the type of each parameter of keel_transfer.<name>(p_<param>, ...) in
@@ -135,16 +144,6 @@ export function pgDataError(batchId: string, err: unknown): TransferError | null
   );
 }
 
-// COPY text format: backslash, tab, newline and carriage return escaped; NULL is \N. (Most fields need nothing:
-// a test is cheaper than a replace that finds nothing.)
-const COPY_SPECIAL = /[\\\t\n\r]/;
-function copyField(v: string | null, type: LogicalType): string {
-  if (v === null) return '\\N';
-  const s = type === 'bytes' ? `\\x${v}` : v;
-  if (!COPY_SPECIAL.test(s)) return s;
-  return s.replace(/[\\\t\n\r]/g, (ch) => (ch === '\\' ? '\\\\' : ch === '\t' ? '\\t' : ch === '\n' ? '\\n' : '\\r'));
-}
-
 const noop = () => undefined;
 
 // An open COPY FROM STDIN into the staging table. While it is open a rollback would queue behind it forever: only
@@ -219,16 +218,8 @@ class PgStagingSession implements StagingSession {
     return {
       failed: copy.failed,
       write: async (rows: CanonicalRow[]) => {
-        let buf = '';
-        for (const row of rows) {
-          for (let i = 0; i < types.length; i++) {
-            if (i > 0) buf += '\t';
-            buf += copyField(row[i] ?? null, types[i]!);
-          }
-          buf += '\n';
-        }
         // (the skeleton's wait on this fails as soon as the COPY or the stall guard does)
-        if (!copy.sink.write(buf)) await once(copy.sink, 'drain');
+        if (!copy.sink.write(copyText(rows, types))) await once(copy.sink, 'drain');
       },
       end: async () => {
         copy.sink.end();
@@ -537,12 +528,12 @@ export class PostgresTransferTarget extends StagingTarget {
   }
 
   // Direct apply (directApply.ts, docs/transfer.md): a key window over the single integer key, upserts only, from
-  // a bulk stream: written, verified and committed in one target transaction instead of staged, then applied.
-  canApplyDirect(req: StageRequest, feed: RowFeed): boolean {
+  // a bulk stream or canonical rows: written, verified and committed in one target transaction instead of staged,
+  // then applied. Change windows (deletes) stage: their operations are applied by apply_batch's merge.
+  canApplyDirect(req: Omit<StageRequest, 'manifest'>, feed: RowFeed): boolean {
     const key = mappedColumns(this.t, req.schema).find((c) => c.source === this.t.keyColumns[0]);
     return (
-      feed.kind === 'bulk' &&
-      feed.format === this.bulkFormat &&
+      (feed.kind === 'rows' || feed.format === this.bulkFormat) &&
       !req.changes &&
       !carriesChanges(this.t) &&
       this.t.boundary.kind === 'key' &&
@@ -558,7 +549,26 @@ export class PostgresTransferTarget extends StagingTarget {
     feed: RowFeed,
     ctx: ApplyContext,
   ): Promise<ApplyResult | 'not_eligible'> {
-    if (feed.kind !== 'bulk' || !this.canApplyDirect(req, feed)) return 'not_eligible';
+    if (!this.canApplyDirect(req, feed)) return 'not_eligible';
+    return this.direct(req, w, feed, { manifest: req.manifest, attempt: ctx.attempt });
+  }
+
+  async applyDirectStreamed(
+    req: Omit<StageRequest, 'manifest'>,
+    w: Window,
+    feed: RowsFeed,
+    afterRows: () => Promise<{ manifest: Manifest; attempt: number }>,
+  ): Promise<ApplyResult | 'not_eligible'> {
+    if (!this.canApplyDirect(req, feed)) return 'not_eligible';
+    return this.direct(req, w, feed, { afterRows });
+  }
+
+  private async direct(
+    req: Omit<StageRequest, 'manifest'>,
+    w: Window,
+    feed: RowFeed,
+    when: DirectClaim,
+  ): Promise<ApplyResult | 'not_eligible'> {
     const mapped = mappedColumns(this.t, req.schema);
     const key = mapped.find((c) => c.source === this.t.keyColumns[0])!;
     if (this.dialect.targetTypes.size === 0) await this.dialect.loadTargetTypes();
@@ -580,7 +590,7 @@ export class PostgresTransferTarget extends StagingTarget {
       req,
       w,
       feed,
-      ctx,
+      when,
       (err) => pgDataError(req.batchId, err),
     );
     this.options.trace?.('direct', performance.now() - started);

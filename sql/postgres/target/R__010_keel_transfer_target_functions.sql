@@ -285,6 +285,36 @@ end $$;
 --      manifest's algorithm: they must be exactly the manifest (count and checksum), else it rolls back;
 --   3. finish_direct marks the completion row committed; the caller commits. Rows, claim and completion row commit
 --      together or not at all, and nothing is committed before it matched the manifest.
+-- With one source read (the row path: the manifest and the journal's attempt exist only once the rows have passed)
+-- step 1 is split: direct_window_open before the rows, claim_batch after them (its KT005 and committed row as above).
+-- The window's checks of a direct apply (begin_direct; the one-read row path calls it before its rows and claims
+-- after them, docs/transfer.md "Direct apply of the row path"): locks the table in row exclusive mode and answers
+-- whether it has a valid, immediate unique index on exactly p_key and no row with p_key in (p_low, p_high].
+create or replace function keel_transfer.direct_window_open(
+  p_target_schema text, p_target_table text, p_key text, p_low bigint, p_high bigint)
+returns boolean
+language plpgsql as $$
+declare
+  v_table text := keel_transfer.qualified(p_target_schema, p_target_table);
+  v_indexed boolean;
+  v_taken boolean;
+begin
+  execute format('lock table %s in row exclusive mode', v_table);
+  select exists (
+    select 1 from pg_index i join pg_attribute a on a.attrelid = i.indrelid and a.attnum = i.indkey[0]
+     where i.indrelid = v_table::regclass and i.indisunique and i.indimmediate and i.indisvalid and i.indisready
+       and i.indpred is null and i.indexprs is null and i.indnatts = 1 and a.attname = p_key) into v_indexed;
+  if not v_indexed then
+    return false;
+  end if;
+  if p_low is null then
+    execute format('select exists (select 1 from %s t where t.%I <= $1)', v_table, p_key) into v_taken using p_high;
+  else
+    execute format('select exists (select 1 from %s t where t.%I > $1 and t.%I <= $2)', v_table, p_key, p_key) into v_taken using p_low, p_high;
+  end if;
+  return not v_taken;
+end $$;
+
 create or replace function keel_transfer.begin_direct(
   p_batch_id uuid, p_transfer text, p_target_schema text, p_target_table text, p_key text,
   p_low bigint, p_high bigint, p_attempt bigint)
@@ -293,9 +323,6 @@ language plpgsql as $$
 #variable_conflict use_column
 declare
   f keel_transfer.completions%rowtype;
-  v_table text := keel_transfer.qualified(p_target_schema, p_target_table);
-  v_indexed boolean;
-  v_taken boolean;
 begin
   if p_attempt is null or p_attempt < 1 then
     raise exception using errcode = '22023', message = 'begin_direct needs the journal attempt (>= 1)';
@@ -306,21 +333,7 @@ begin
     return query select 'already_committed'::text, f.row_count, f.checksum;
     return;
   end if;
-  execute format('lock table %s in row exclusive mode', v_table);
-  select exists (
-    select 1 from pg_index i join pg_attribute a on a.attrelid = i.indrelid and a.attnum = i.indkey[0]
-     where i.indrelid = v_table::regclass and i.indisunique and i.indimmediate and i.indisvalid and i.indisready
-       and i.indpred is null and i.indexprs is null and i.indnatts = 1 and a.attname = p_key) into v_indexed;
-  if not v_indexed then
-    return query select 'not_eligible'::text, null::bigint, null::text;
-    return;
-  end if;
-  if p_low is null then
-    execute format('select exists (select 1 from %s t where t.%I <= $1)', v_table, p_key) into v_taken using p_high;
-  else
-    execute format('select exists (select 1 from %s t where t.%I > $1 and t.%I <= $2)', v_table, p_key, p_key) into v_taken using p_low, p_high;
-  end if;
-  if v_taken then
+  if not keel_transfer.direct_window_open(p_target_schema, p_target_table, p_key, p_low, p_high) then
     return query select 'not_eligible'::text, null::bigint, null::text;
     return;
   end if;
