@@ -508,6 +508,32 @@ describe('direct apply of the row path (canonical rows, keel-v1)', () => {
     await env.target.query(`update public.write_counts set writes = 1 where id = $1`, [covered - 300 + 3]);
   });
 
+  // A duplicate message: two runs of one batch at once, both the one-read direct way (rows before the claim). They
+  // queue on the batch's lock (keel_transfer.lock_batch) before either holds a key: one commits, the other finds the
+  // window taken. (The cycle that lock rules out needs a third party: reconcile fencing the first run's counted
+  // attempt between its rows and its claim while a second run claims first; sql/README.md, "Transfer targets".)
+  it(
+    'two runs of one batch at once (one source read): one commits, every row once, no deadlock error',
+    { timeout: 60_000 },
+    async () => {
+      const t = ordersTransfer('orders_rows', { batchSize: 400, chunkSize: 50 });
+      for (let i = 0; i < 4; i++) {
+        const a = service(t, { oneRead: true });
+        const b = service(t, { oneRead: true });
+        const created = await a.createBatch(t.name);
+        const runs = await Promise.allSettled([a.stage(created.batchId), b.stage(created.batchId)]);
+        const said = runs.map((r) => (r.status === 'fulfilled' ? String(r.value.lastError ?? '') : String(r.reason)));
+        for (const s of said) expect(s).not.toMatch(/deadlock/i);
+        let v = await a.run(created.batchId);
+        if (v.state !== 'committed') v = await a.run(created.batchId);
+        expect(v.state, `${v.lastError}; runs said: ${said.join(' | ')}`).toBe('committed');
+        covered = Number(v.boundary.high);
+        const r = await assertExactlyOnce(env, covered);
+        expect(r.maxWrites).toBe(1);
+      }
+    },
+  );
+
   // One batch through a cut on the proxied target; right after it nothing of the window is committed (rows or
   // completion row); then reconcile + run (same id) until committed.
   async function cutRun(oneRead: boolean, plan: FaultPlan) {

@@ -128,8 +128,8 @@ export async function applyDirect(
     } else {
       // One source read: the window's checks now, the claim once the rows have passed (it needs the attempt).
       const open = await client.query<{ open: boolean }>(
-        `select keel_transfer.direct_window_open($1, $2, $3, $4::bigint, $5::bigint) as open`,
-        [d.targetSchema, d.targetTable, d.key, w.low, w.high],
+        `select keel_transfer.direct_window_open($1, $2, $3, $4, $5::bigint, $6::bigint) as open`,
+        [req.batchId, d.targetSchema, d.targetTable, d.key, w.low, w.high],
       );
       if (!open.rows[0]!.open) {
         await client.query('rollback');

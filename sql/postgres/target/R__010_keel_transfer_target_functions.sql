@@ -103,12 +103,22 @@ $$;
 -- ruled out only earlier attempts. A rival holding the row uncommitted (an apply, or a reconcile writing its fence)
 -- makes this wait for its outcome. Returns null when p_attempt now holds the batch, the completion row when the batch
 -- is committed; an attempt reconcile ruled out fails with KT005 (nothing applied).
+-- Every transaction that claims a batch id takes this lock on the id first (claim_batch; the one-read direct apply
+-- before its window's rows, docs/transfer.md): two runs of one batch at once (a duplicate message) then queue here,
+-- before either holds a completion row or a key of the window, instead of meeting on those in opposite orders
+-- (claim first, or rows first) and deadlocking. Transaction-scoped: released at commit or rollback.
+create or replace function keel_transfer.lock_batch(p_batch_id uuid)
+returns void language sql as $$
+  select pg_advisory_xact_lock(hashtextextended('keel_transfer.batch:' || p_batch_id::text, 0))
+$$;
+
 create or replace function keel_transfer.claim_batch(p_batch_id uuid, p_transfer text, p_attempt bigint)
 returns keel_transfer.completions language plpgsql as $$
 declare
   v_inserted integer;
   f keel_transfer.completions%rowtype;
 begin
+  perform keel_transfer.lock_batch(p_batch_id);
   insert into keel_transfer.completions as c (batch_id, transfer_name, state, attempt) values (p_batch_id, p_transfer, 'claimed', p_attempt)
   on conflict (batch_id) do update set state = 'claimed', attempt = excluded.attempt, transfer_name = excluded.transfer_name
    where c.state = 'fenced' and c.fenced_through < excluded.attempt;
@@ -291,7 +301,7 @@ end $$;
 -- after them, docs/transfer.md "Direct apply of the row path"): locks the table in row exclusive mode and answers
 -- whether it has a valid, immediate unique index on exactly p_key and no row with p_key in (p_low, p_high].
 create or replace function keel_transfer.direct_window_open(
-  p_target_schema text, p_target_table text, p_key text, p_low bigint, p_high bigint)
+  p_batch_id uuid, p_target_schema text, p_target_table text, p_key text, p_low bigint, p_high bigint)
 returns boolean
 language plpgsql as $$
 declare
@@ -299,6 +309,7 @@ declare
   v_indexed boolean;
   v_taken boolean;
 begin
+  perform keel_transfer.lock_batch(p_batch_id); -- held already when claim_batch came first (begin_direct)
   execute format('lock table %s in row exclusive mode', v_table);
   select exists (
     select 1 from pg_index i join pg_attribute a on a.attrelid = i.indrelid and a.attnum = i.indkey[0]
@@ -333,7 +344,7 @@ begin
     return query select 'already_committed'::text, f.row_count, f.checksum;
     return;
   end if;
-  if not keel_transfer.direct_window_open(p_target_schema, p_target_table, p_key, p_low, p_high) then
+  if not keel_transfer.direct_window_open(p_batch_id, p_target_schema, p_target_table, p_key, p_low, p_high) then
     return query select 'not_eligible'::text, null::bigint, null::text;
     return;
   end if;
