@@ -605,7 +605,7 @@ begin
   )
   select u.id, 'ok'::text, u.attempts from upd u;
   get diagnostics v_n = row_count;
-  if v_n <> cardinality(v_tids) then
+  if v_n <> cardinality(v_tids) and v_n <> (select count(distinct t) from unnest(v_tids) t) then -- a pair sent twice
     raise exception 'keel.start_many: locked % rows, moved %', cardinality(v_tids), v_n;
   end if;
 end
@@ -847,7 +847,7 @@ begin
                array_agg(q.total_ms order by q.queue) as total_ms, array_agg(q.max_ms order by q.queue) as max_ms
         from (select a.queue, count(*) as jobs, sum(a.duration_ms)::bigint as total_ms, max(a.duration_ms) as max_ms
               from archived a group by a.queue) q) g;
-  if v_moved <> cardinality(v_tids) then
+  if v_moved <> cardinality(v_tids) and v_moved <> (select count(distinct t) from unnest(v_tids) t) then -- a pair sent twice
     raise exception 'keel.complete_many: locked % rows, moved %', cardinality(v_tids), v_moved;
   end if;
   if v_cancelled is null and v_parents is null then
