@@ -569,16 +569,21 @@ $$;
 -- inside the probe, it walked a partial index of running jobs once per pair (103 us a job; gone since V004). So the
 -- probe is by id alone, fenced with OFFSET 0 so the planner cannot push the state test into it, and the lease and
 -- state are tested on the locked row: a pair whose job is no longer the caller's is locked until commit and left alone.
+-- It answers the owned rows' tuple ids (ctid), in id order: the caller's update or delete then reads exactly those
+-- rows by a TID scan, with no second probe of jobs_hot_pkey per row (~3 us a job of complete_many, bench/README.md
+-- runs 180-189). The ctids stay true until commit: each is the version this transaction locked FOR UPDATE, which no
+-- other transaction can update or delete before then, nor vacuum move. The caller holds them in a variable (a TID
+-- scan needs a value fixed before the scan, not a volatile call) and checks that it moved as many rows as it locked.
 drop function if exists keel._lock_owned(jsonb, text);
 create or replace function keel._lock_owned(p_leases jsonb, p_state text)
-returns bigint[]
+returns tid[]
 language sql as $$
   select array(
-    select l.id
+    select l.ctid
     from (select r."jobId" as id, r."leaseId" as lease from jsonb_to_recordset(p_leases) as r("jobId" bigint, "leaseId" uuid)
           order by 1) r
     cross join lateral (
-      select h.id, h.lease_id, h.state from keel.jobs_hot h where h.id = r.id
+      select h.ctid, h.id, h.lease_id, h.state from keel.jobs_hot h where h.id = r.id
       for update of h offset 0) l
     where l.lease_id = r.lease and l.state = p_state)
 $$;
@@ -587,15 +592,22 @@ create or replace function keel.start_many(p_leases jsonb)
 returns table (job_id bigint, status text, attempt integer)
 language plpgsql as $$
 #variable_conflict use_column
+declare
+  v_tids tid[] := keel._lock_owned(p_leases, 'fetched');
+  v_n    integer;
 begin
   return query
   with upd as (
     update keel.jobs_hot h
     set state = 'processing', attempts = h.attempts + 1, started_at = now(), heartbeat_at = now(), progress = null
-    where h.id = any(array(select unnest(keel._lock_owned(p_leases, 'fetched')))) -- probed by key, as in _claim_rows
+    where h.ctid = any(array(select unnest(v_tids))) -- the rows locked above, by a TID scan (see _lock_owned)
     returning h.id, h.attempts
   )
   select u.id, 'ok'::text, u.attempts from upd u;
+  get diagnostics v_n = row_count;
+  if v_n <> cardinality(v_tids) and v_n <> (select count(distinct t) from unnest(v_tids) t) then -- a pair sent twice
+    raise exception 'keel.start_many: locked % rows, moved %', cardinality(v_tids), v_n;
+  end if;
 end
 $$;
 
@@ -785,7 +797,7 @@ $$;
 -- Hot -> Archive for every (job id, lease id) still processing under that lease. One row: the ids archived (ok) and
 -- the ids dead-lettered as cancelled; a pair in neither was not owned (lease_lost). Arrays, not a row per job: 500
 -- result rows cost more to send and to read than the move's own bookkeeping.
--- The owned rows are locked first, in id order (keel._lock_owned), then deleted by key, archived, and counted.
+-- The owned rows are locked first, in id order (keel._lock_owned), then deleted by their tuple ids, archived, and counted.
 -- p_results: null, or a JSON object of the handlers' results by job id ({"123": <value>}); a job absent from it
 -- archives with result null. Jobs without a result pay nothing for the column.
 drop function if exists keel.complete_many(jsonb);
@@ -794,7 +806,8 @@ returns table (ok bigint[], cancelled bigint[])
 language plpgsql as $$
 #variable_conflict use_column
 declare
-  v_ids        bigint[] := keel._lock_owned(p_leases, 'processing');
+  v_tids       tid[] := keel._lock_owned(p_leases, 'processing');
+  v_moved      bigint;
   v_ok         bigint[];
   v_cancelled  keel.jobs_hot[];
   v_t          keel.tally;
@@ -805,7 +818,7 @@ declare
   v_total_ms   bigint[];
   v_max_ms     bigint[];
 begin
-  if cardinality(v_ids) = 0 then
+  if cardinality(v_tids) = 0 then
     return query select '{}'::bigint[], '{}'::bigint[];
     return;
   end if;
@@ -813,7 +826,7 @@ begin
   -- first: the operator was told 'cancel_requested', and that is how such a job ends (as with retry).
   with moved as (
     delete from keel.jobs_hot h
-    where h.id = any(array(select unnest(v_ids))) -- probed by key (see _claim_rows); locked already
+    where h.ctid = any(array(select unnest(v_tids))) -- the rows locked above, by a TID scan (see _lock_owned)
     returning h.*
   ), archived as (
     insert into keel.jobs_archive (id, queue, type, payload, priority, attempts, max_attempts, idempotency_key, tags,
@@ -827,12 +840,16 @@ begin
   )
   select (select coalesce(array_agg(a.id order by a.id), '{}') from archived a), g.queues, g.jobs, g.total_ms, g.max_ms,
          (select array_agg(row(m.*)::keel.jobs_hot order by m.id) from moved m where m.cancel_requested),
-         (select array_agg(m.id order by m.id) from moved m where m.has_dependents and not m.cancel_requested)
-  into v_ok, v_queues, v_jobs, v_total_ms, v_max_ms, v_cancelled, v_parents
+         (select array_agg(m.id order by m.id) from moved m where m.has_dependents and not m.cancel_requested),
+         (select count(*) from moved)
+  into v_ok, v_queues, v_jobs, v_total_ms, v_max_ms, v_cancelled, v_parents, v_moved
   from (select array_agg(q.queue order by q.queue) as queues, array_agg(q.jobs order by q.queue) as jobs,
                array_agg(q.total_ms order by q.queue) as total_ms, array_agg(q.max_ms order by q.queue) as max_ms
         from (select a.queue, count(*) as jobs, sum(a.duration_ms)::bigint as total_ms, max(a.duration_ms) as max_ms
               from archived a group by a.queue) q) g;
+  if v_moved <> cardinality(v_tids) and v_moved <> (select count(distinct t) from unnest(v_tids) t) then -- a pair sent twice
+    raise exception 'keel.complete_many: locked % rows, moved %', cardinality(v_tids), v_moved;
+  end if;
   if v_cancelled is null and v_parents is null then
     -- Successes only (the common case): counted per queue as grouped above.
     perform keel._tally_succeeded(v_queues, v_jobs, v_total_ms, v_max_ms);

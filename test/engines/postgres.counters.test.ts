@@ -116,6 +116,27 @@ describe('postgres read counters per backend', () => {
     expect(released!.id).toBe(child!.id);
   });
 
+  // complete_many and start_many move the rows _lock_owned locked by their tuple ids and check they moved as many rows
+  // as they locked: a pair sent twice locks one row version twice and must still move (and count) the job once.
+  it('a lease pair sent twice to complete_many or start_many moves its job once, counted once', async () => {
+    const queue = `twice-${Date.now()}`;
+    await store.enqueueMany(Array.from({ length: 3 }, () => ({ queue, type: 't' })));
+    const [a, b] = await store.claimAndStart({ workerId: 'twice', queues: [queue], limit: 2, leaseSeconds: 60 });
+    const pair = (j: { id: string; leaseId: string }) => ({ jobId: j.id, leaseId: j.leaseId });
+    const done = await store.completeMany([pair(a!), pair(a!), pair(b!)]);
+    expect(done.map((r) => r.status)).toEqual(['ok', 'ok', 'ok']);
+    const { rows } = await admin.query(
+      `select (select succeeded from keel.stats_summary where queue = $1)::int as succeeded,
+              (select count(*) from keel.jobs_archive where queue = $1)::int as archived`,
+      [queue],
+    );
+    expect(rows[0]).toEqual({ succeeded: 2, archived: 2 });
+
+    const [c] = await store.claimNext({ workerId: 'twice', queues: [queue], limit: 1, leaseSeconds: 60 });
+    const started = await store.startMany([pair(c!), pair(c!)]);
+    expect(started.map((r) => r.status)).toEqual(['ok', 'ok']);
+    expect(await store.getJob(c!.id)).toMatchObject({ location: 'hot', state: 'processing', attempts: 1 });
+  });
   it('stats reads due and the oldest due job across priority levels, and says inexact past 64 levels', async () => {
     const queue = `levels-${Date.now()}`;
     const hourAgo = new Date(Date.now() - 3600_000);
