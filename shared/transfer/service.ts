@@ -307,7 +307,10 @@ export class TransferService {
       );
     }
     await this.prepare(t, a, schema);
-    const window = await a.source.nextWindow(lastCommitted?.boundaryHigh ?? null, t.batchSize, baselineOpts(a));
+    const window = await a.source.nextWindow(lastCommitted?.boundaryHigh ?? null, t.batchSize, {
+      ...baselineOpts(a),
+      schema,
+    });
     if (!window)
       throw new TransferError(
         'nothing_to_transfer',
@@ -633,7 +636,7 @@ export class TransferService {
       return;
     const schema: SourceSchema = { columns: b.schemaColumns, hash: b.schemaHash };
     const run = (async (): Promise<Ahead | null> => {
-      const w = await a.source.nextWindow(b.boundaryHigh, t.batchSize, baselineOpts(a));
+      const w = await a.source.nextWindow(b.boundaryHigh, t.batchSize, { ...baselineOpts(a), schema });
       if (!w || (await readsOnce(a, w))) return null;
       const algorithm = await negotiateChecksum(a);
       const manifest = await a.source.manifest(w, schema, algorithm);
