@@ -67,34 +67,6 @@ export interface TransferServiceDeps {
   directApply?: boolean;
 }
 
-// A manifest computed ahead of its batch (TransferService.startAhead): for the window low/high, the schema hash and the
-// algorithm in `key`, finished at `at` (epoch ms).
-interface Ahead {
-  key: string;
-  manifest: Manifest;
-  at: number;
-}
-
-// A manifest computed ahead is used only this long after it was computed: older, the source had time to change
-// (a changed window is still caught by the target's check, but then costs a failed batch).
-const AHEAD_MAX_AGE_MS = 60_000;
-
-const aheadKey = (w: Window, schemaHash: string, algorithm: string) =>
-  JSON.stringify([w.kind, w.low, w.high, schemaHash, algorithm]);
-
-// The manifest computed ahead for exactly this window, schema and algorithm (waiting for it if it is still being
-// computed), or null.
-async function fromAhead(
-  pending: Promise<Ahead | null>,
-  w: Window,
-  schemaHash: string,
-  algorithm: string,
-): Promise<Manifest | null> {
-  const got = await pending;
-  if (!got || got.key !== aheadKey(w, schemaHash, algorithm) || Date.now() - got.at > AHEAD_MAX_AGE_MS) return null;
-  return got.manifest;
-}
-
 export class TransferService {
   private readonly journal: TransferJournal;
   private readonly transfers: Map<string, TransferConfig>;
@@ -108,8 +80,6 @@ export class TransferService {
   private readonly moves: BatchMoves;
   private readonly reconciler: Reconciler;
   // The last rows-behind count per transfer, with the bound and cap it was counted for (rowsBehind's reuse).
-  // The next window's manifest per transfer, computed while a full window is applied (startAhead).
-  private readonly ahead = new Map<string, Promise<Ahead | null>>();
   private readonly behindCounts = new Map<string, { low: string | null; cap: number; at: number; value: RowsBehind }>();
 
   constructor(deps: TransferServiceDeps) {
@@ -285,9 +255,6 @@ export class TransferService {
     // The source's schema too (the source, not the journal): read beside them, checked after them as before.
     const schemaRead = this.connect(t).then(async (a) => ({ a, schema: await a.source.readSchema() }));
     schemaRead.catch(() => undefined);
-    // A manifest computed ahead serves this attempt or none (whatever it ends in: drift, nothing new, an open batch).
-    const ahead = this.ahead.get(t.name);
-    this.ahead.delete(t.name);
     if (await this.isPaused(t.name))
       throw new TransferError('transfer_paused', `transfer ${t.name} is paused; resume it first`);
     const { open, lastCommitted } = await last;
@@ -327,7 +294,7 @@ export class TransferService {
     });
     this.log('transfer.batch.created', { batchId: rec.batchId, transfer: t.name, low: window.low, high: window.high });
     try {
-      return toView(await this.recordManifest(rec, t, a, schema, true, ahead));
+      return toView(await this.recordManifest(rec, t, a, schema, true));
     } catch (err) {
       // The batch exists and holds its window; running it (same id) records the manifest first.
       await this.moves.noteError(rec, 'manifest_error', err);
@@ -600,52 +567,18 @@ export class TransferService {
     a: Adapters,
     schema: SourceSchema,
     deferrable = false,
-    ahead?: Promise<Ahead | null>,
   ): Promise<BatchRecord> {
     if (rec.rowCount !== null) return rec;
     const w: Window = { kind: rec.boundaryKind, low: rec.boundaryLow, high: rec.boundaryHigh };
     if (deferrable && (await readsOnce(a, w))) return rec;
     const algorithm = await negotiateChecksum(a);
-    const early = ahead ? await fromAhead(ahead, w, schema.hash, algorithm) : null;
-    const m = early ?? (await a.source.manifest(w, schema, algorithm));
+    const m = await a.source.manifest(w, schema, algorithm);
     const moved = await this.moves.move(rec.batchId, {
       move: 'record_manifest',
       set: { rowCount: m.rowCount, checksum: m.checksum, stamp: 'extracted_at' },
-      detail: { rowCount: m.rowCount, checksum: m.checksum, ...(early ? { computedAhead: true } : {}) },
+      detail: { rowCount: m.rowCount, checksum: m.checksum },
     });
     return moved ?? (await this.moves.load(rec.batchId));
-  }
-
-  // The next window's manifest, computed while this batch's rows are applied (docs/transfer.md, "The next window's
-  // manifest, ahead"): after a full window the source probably has more, and catch-up creates the next batch in this
-  // process as soon as this one commits, so its source read (a scan of the window) runs beside this apply instead of
-  // after it. Nothing durable: the result waits in memory for the next createBatch of the transfer, which takes it
-  // whatever happens and records it only for exactly that window (same low, the high nextWindow chooses then, the
-  // schema hash it reads then, the same algorithm); a crash loses it, any mismatch or failure discards it, and the
-  // manifest is then read as before. Only plain key windows of the
-  // transfer's own chain (not change windows, replays, or a manifest left to the rows, readsOnce).
-  private startAhead(t: TransferConfig, a: Adapters, b: BatchRecord): void {
-    if (
-      b.transferName !== t.name ||
-      t.boundary.kind !== 'key' ||
-      carriesChanges(t) ||
-      b.rowCount === null ||
-      b.rowCount < t.batchSize ||
-      this.ahead.has(t.name)
-    )
-      return;
-    const schema: SourceSchema = { columns: b.schemaColumns, hash: b.schemaHash };
-    const run = (async (): Promise<Ahead | null> => {
-      const w = await a.source.nextWindow(b.boundaryHigh, t.batchSize, { ...baselineOpts(a), schema });
-      if (!w || (await readsOnce(a, w))) return null;
-      const algorithm = await negotiateChecksum(a);
-      const manifest = await a.source.manifest(w, schema, algorithm);
-      return { key: aheadKey(w, schema.hash, algorithm), manifest, at: Date.now() };
-    })().catch((err: unknown) => {
-      this.log('transfer.manifest_ahead_error', { transfer: t.name, message: describeError(err).message });
-      return null;
-    });
-    this.ahead.set(t.name, run);
   }
 
   // Stage: rows of the window into the target's staging table, verified against the manifest before it counts.
@@ -789,7 +722,6 @@ export class TransferService {
       detail: { attempt: b.attempts + 1 },
     });
     if (!claimed) return toView(await this.moves.load(batchId)); // someone else moved it
-    this.startAhead(t, a, claimed);
     try {
       const res = await a.target.apply(req, {
         attempt: claimed.attempts, // fenced on the target: an attempt that reconcile ruled out fails instead of committing
@@ -857,7 +789,6 @@ export class TransferService {
       detail: { attempt: b.attempts + 1, direct: true },
     });
     if (!claimed) return toView(await this.moves.load(b.batchId)); // someone else moved it
-    this.startAhead(t, a, claimed);
     try {
       const res = await a.target.applyDirect!(req, w, feed, { attempt: claimed.attempts });
       if (res === 'not_eligible') {
@@ -973,10 +904,6 @@ export class TransferService {
   }
 
   async close(): Promise<void> {
-    // A manifest still being computed ahead uses the source: it ends (or fails) before the adapters close.
-    const ahead = [...this.ahead.values()];
-    this.ahead.clear();
-    await Promise.all(ahead);
     const all = [...this.adapters.values()];
     this.adapters.clear();
     for (const p of all) {
