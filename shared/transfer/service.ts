@@ -253,6 +253,9 @@ export class TransferService {
     // instead of two); the pause is still decided first.
     const last = this.journal.lastForTransfer(t.name);
     last.catch(() => undefined); // awaited below unless the pause check throws first
+    // The source's schema too (the source, not the journal): read beside them, checked after them as before.
+    const schemaRead = this.connect(t).then(async (a) => ({ a, schema: await a.source.readSchema() }));
+    schemaRead.catch(() => undefined);
     if (await this.isPaused(t.name))
       throw new TransferError('transfer_paused', `transfer ${t.name} is paused; resume it first`);
     const { open, lastCommitted } = await last;
@@ -263,8 +266,7 @@ export class TransferService {
         { batchId: open.batchId },
       );
     }
-    const a = await this.connect(t);
-    const schema = await a.source.readSchema();
+    const { a, schema } = await schemaRead;
     if (lastCommitted && schema.hash !== lastCommitted.schemaHash && schema.hash !== t.acceptSchemaHash) {
       throw new TransferError(
         'schema_drift',
@@ -273,7 +275,10 @@ export class TransferService {
       );
     }
     await this.prepare(t, a, schema);
-    const window = await a.source.nextWindow(lastCommitted?.boundaryHigh ?? null, t.batchSize, baselineOpts(a));
+    const window = await a.source.nextWindow(lastCommitted?.boundaryHigh ?? null, t.batchSize, {
+      ...baselineOpts(a),
+      schema,
+    });
     if (!window)
       throw new TransferError(
         'nothing_to_transfer',

@@ -61,7 +61,12 @@ export interface SourceAdapter {
   // The next window after `low` holding at most about maxRows rows; null when there is nothing new.
   // baselineWindows ('changes' windows): the target mirrors key ranges, so a baseline may be a chain of key windows
   // (shared/transfer/changes.ts); a source that cannot (or without the option) makes the baseline one window.
-  nextWindow(low: string | null, maxRows: number, opts?: { baselineWindows?: boolean }): Promise<Window | null>;
+  // opts.schema: the source schema the caller has just read (readSchema), so that the window is chosen without reading it again.
+  nextWindow(
+    low: string | null,
+    maxRows: number,
+    opts?: { baselineWindows?: boolean; schema?: SourceSchema },
+  ): Promise<Window | null>;
   // A 'changes' source that runs a baseline in key windows when asked (baselineWindows) and its first key column is an
   // integer (for the re-baseline's preview).
   readonly windowsBaselines?: boolean;

@@ -353,10 +353,10 @@ export class PostgresTransferSource implements SourceAdapter {
   async nextWindow(
     low: string | null,
     maxRows: number,
-    opts: { baselineWindows?: boolean } = {},
+    opts: { baselineWindows?: boolean; schema?: SourceSchema } = {},
   ): Promise<Window | null> {
     if (carriesChanges(this.t)) return this.nextChangeWindow(low, maxRows, opts.baselineWindows === true);
-    const schema = await this.readSchema();
+    const schema = opts.schema ?? (await this.readSchema());
     const logical = this.boundaryType(schema);
     const b = quotePg(boundaryColumn(this.t));
     const { conds, params } = this.afterConditions(low, logical);
