@@ -5,14 +5,12 @@
 // version expiring during a long baseline (a clear error, then a re-baseline).
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { poolErrorLogger } from '../../shared/engines/poolErrors.js';
 import { migratePostgresChangeCapture } from '../../shared/engines/postgres/changeCapture.js';
 import { isTransferError, TransferError } from '../../shared/transfer/errors.js';
 import { TransferService, type BatchView } from '../../shared/transfer/service.js';
 import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
-import { pgTransferPoolConfig, type TransferTimeouts } from '../../shared/transfer/timeouts.js';
 import { FaultProxy, type FaultPlan } from '../support/faultProxy.js';
 import { seededRandom } from '../support/seededRandom.js';
 import {
@@ -24,6 +22,8 @@ import {
   setupDatabases,
   TARGET_DDL,
   type Env,
+  proxiedTargetPool,
+  targetProxy,
 } from './helpers.js';
 
 const NAME = 'orders_bl';
@@ -68,21 +68,11 @@ describe('windowed baseline of a changes transfer (key windows, then change wind
   beforeAll(async () => {
     env = await setupDatabases('tr_chg_baseline');
     await migratePostgresChangeCapture(env.source);
-    const u = new URL(env.targetUrl);
-    proxy = await FaultProxy.start(u.hostname, Number(u.port));
-    const T: TransferTimeouts = {
-      connectMs: 5_000,
-      statementMs: 20_000,
-      queryMs: 25_000,
-      idleInTransactionMs: 10_000,
-      lockMs: 10_000,
-      stallMs: 5_000,
-    };
-    proxied = new pg.Pool({
-      ...pgTransferPoolConfig(proxy.urlFor(env.targetUrl), T, 3),
-      options: '-c client_connection_check_interval=10 -c keel_test.write_delay=0.0002',
+    proxy = await targetProxy(env);
+    proxied = proxiedTargetPool(proxy, env, {
+      writeDelayS: 0.0002,
+      label: 'test target pool (through the fault proxy)',
     });
-    proxied.on('error', poolErrorLogger('postgres', 'transfer', 'test target pool (through the fault proxy)'));
   });
   afterAll(async () => {
     await proxied?.end();

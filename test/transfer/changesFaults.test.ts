@@ -5,7 +5,6 @@
 // completion row agree with the journal.
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { poolErrorLogger } from '../../shared/engines/poolErrors.js';
 import { FaultProxy, type FaultPlan } from '../support/faultProxy.js';
 import {
   assertExactlyOnce,
@@ -16,9 +15,10 @@ import {
   setupDatabases,
   TARGET_DDL,
   type Env,
+  proxiedTargetPool,
+  targetProxy,
 } from './helpers.js';
 import { seededRandom } from '../support/seededRandom.js';
-import { pgTransferPoolConfig, type TransferTimeouts } from '../../shared/transfer/timeouts.js';
 import { migratePostgresChangeCapture } from '../../shared/engines/postgres/changeCapture.js';
 import type { BatchView } from '../../shared/transfer/service.js';
 
@@ -48,26 +48,16 @@ describe('delete windows through faults (cut while staging, cut mid-apply, reply
       create function public.log_delete() returns trigger language plpgsql as $$
       begin insert into public.delete_log (id) values (old.id); return old; end $$;
       create trigger orders_log_delete after delete on public.orders for each row execute function public.log_delete();`);
-    const u = new URL(env.targetUrl);
-    proxy = await FaultProxy.start(u.hostname, Number(u.port));
-    const T: TransferTimeouts = {
-      connectMs: 5_000,
-      statementMs: 20_000,
-      queryMs: 25_000,
-      idleInTransactionMs: 10_000,
-      lockMs: 10_000,
-      stallMs: 5_000,
-    };
-    proxied = new pg.Pool({
-      ...pgTransferPoolConfig(proxy.urlFor(env.targetUrl), T, 3),
-      options: '-c client_connection_check_interval=10 -c keel_test.write_delay=0.0002',
+    proxy = await targetProxy(env);
+    proxied = proxiedTargetPool(proxy, env, {
+      writeDelayS: 0.0002,
+      label: 'test target pool (through the fault proxy)',
     });
-    proxied.on('error', poolErrorLogger('postgres', 'transfer', 'test target pool (through the fault proxy)'));
-    proxiedUnchecked = new pg.Pool({
-      ...pgTransferPoolConfig(proxy.urlFor(env.targetUrl), T, 3),
-      options: '-c keel_test.write_delay=0.0002',
+    proxiedUnchecked = proxiedTargetPool(proxy, env, {
+      writeDelayS: 0.0002,
+      checked: false,
+      label: 'test target pool (unchecked, fault proxy)',
     });
-    proxiedUnchecked.on('error', poolErrorLogger('postgres', 'transfer', 'test target pool (unchecked, fault proxy)'));
     // The baseline, without faults.
     const svc = makeService(env, [ordersTransfer(NAME, { boundary: { kind: 'changes' }, batchSize: 5000 })]);
     const b = await svc.createBatch(NAME);

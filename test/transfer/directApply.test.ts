@@ -5,7 +5,6 @@
 // and cuts through a TCP proxy at every point of that transaction: reconcile + retry leave every row exactly once.
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { poolErrorLogger } from '../../shared/engines/poolErrors.js';
 import { FaultProxy, type FaultPlan } from '../support/faultProxy.js';
 import {
   assertExactlyOnce,
@@ -15,10 +14,11 @@ import {
   TARGET_DDL,
   ORDERS_DDL,
   type Env,
+  proxiedTargetPool,
+  targetProxy,
 } from './helpers.js';
 import { TransferService, type BatchView } from '../../shared/transfer/service.js';
 import { seededRandom } from '../support/seededRandom.js';
-import { pgTransferPoolConfig, type TransferTimeouts } from '../../shared/transfer/timeouts.js';
 import type { TransferConfig } from '../../shared/transfer/config.js';
 import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
@@ -42,22 +42,11 @@ describe('direct apply (PostgreSQL -> PostgreSQL key windows)', () => {
     await env.source.query(ORDERS_DDL);
     await env.target.query(TARGET_DDL);
     await insertSourceRows(env.source, 1, 6 * RUNS * 90 + 2000);
-    const u = new URL(env.targetUrl);
-    proxy = await FaultProxy.start(u.hostname, Number(u.port));
-    const T: TransferTimeouts = {
-      connectMs: 5_000,
-      statementMs: 20_000,
-      queryMs: 25_000,
-      idleInTransactionMs: 10_000,
-      lockMs: 10_000,
-      stallMs: 5_000,
-    };
-    // Each written row costs 0.1 ms (the target's write trigger), so that a cut can land inside the COPY.
-    proxied = new pg.Pool({
-      ...pgTransferPoolConfig(proxy.urlFor(env.targetUrl), T, 3),
-      options: '-c client_connection_check_interval=10 -c keel_test.write_delay=0.0001',
+    proxy = await targetProxy(env);
+    proxied = proxiedTargetPool(proxy, env, {
+      writeDelayS: 0.0001,
+      label: 'test target pool (direct apply, fault proxy)',
     });
-    proxied.on('error', poolErrorLogger('postgres', 'transfer', 'test target pool (direct apply, fault proxy)'));
   });
   afterAll(async () => {
     await proxied?.end();
@@ -328,21 +317,11 @@ describe('direct apply of the row path (canonical rows, keel-v1)', () => {
         return new;
       end $$;
       create trigger orders_tamper before insert on public.orders for each row execute function public.tamper();`);
-    const u = new URL(env.targetUrl);
-    proxy = await FaultProxy.start(u.hostname, Number(u.port));
-    const T: TransferTimeouts = {
-      connectMs: 5_000,
-      statementMs: 20_000,
-      queryMs: 25_000,
-      idleInTransactionMs: 10_000,
-      lockMs: 10_000,
-      stallMs: 5_000,
-    };
-    proxied = new pg.Pool({
-      ...pgTransferPoolConfig(proxy.urlFor(env.targetUrl), T, 3),
-      options: '-c client_connection_check_interval=10 -c keel_test.write_delay=0.0001',
+    proxy = await targetProxy(env);
+    proxied = proxiedTargetPool(proxy, env, {
+      writeDelayS: 0.0001,
+      label: 'test target pool (direct rows, fault proxy)',
     });
-    proxied.on('error', poolErrorLogger('postgres', 'transfer', 'test target pool (direct rows, fault proxy)'));
   });
   afterAll(async () => {
     await proxied?.end();

@@ -19,6 +19,8 @@ import {
   TARGET_DDL,
   ORDERS_DDL,
   type Env,
+  proxiedTargetPool,
+  targetProxy,
 } from './helpers.js';
 import { TransferService, type BatchView } from '../../shared/transfer/service.js';
 import { seededRandom } from '../support/seededRandom.js';
@@ -47,31 +49,18 @@ describe('transfer fault injection (TCP proxy between Keel and the target)', () 
     await env.source.query(ORDERS_DDL);
     await env.target.query(TARGET_DDL);
     await insertSourceRows(env.source, 1, 3 * RUNS * 90 + 1000);
-    const u = new URL(env.targetUrl);
-    proxy = await FaultProxy.start(u.hostname, Number(u.port));
-    // The server notices a vanished client during a long statement (mid-apply) instead of finishing it, and
-    // each merged row costs 0.2 ms so that an apply lasts long enough to be cut in the middle.
-    // Test timeouts (shared/transfer/timeouts.ts): a step that would hang ends with an error instead.
-    const T: TransferTimeouts = {
-      connectMs: 5_000,
-      statementMs: 20_000,
-      queryMs: 25_000,
-      idleInTransactionMs: 10_000,
-      lockMs: 10_000,
-      stallMs: 5_000,
-    };
-    proxied = new pg.Pool({
-      ...pgTransferPoolConfig(proxy.urlFor(env.targetUrl), T, 3),
-      options: '-c client_connection_check_interval=10 -c keel_test.write_delay=0.0002',
+    proxy = await targetProxy(env);
+    proxied = proxiedTargetPool(proxy, env, {
+      writeDelayS: 0.0002,
+      label: 'test target pool (through the fault proxy)',
     });
-    proxied.on('error', poolErrorLogger('postgres', 'transfer', 'test target pool (through the fault proxy)'));
     // Without the check the server finishes an apply whose client vanished and commits it: the caller saw an
     // error, the outcome is "committed", and only the target can say so.
-    proxiedUnchecked = new pg.Pool({
-      ...pgTransferPoolConfig(proxy.urlFor(env.targetUrl), T, 3),
-      options: '-c keel_test.write_delay=0.0002',
+    proxiedUnchecked = proxiedTargetPool(proxy, env, {
+      writeDelayS: 0.0002,
+      checked: false,
+      label: 'test target pool (unchecked, fault proxy)',
     });
-    proxiedUnchecked.on('error', poolErrorLogger('postgres', 'transfer', 'test target pool (unchecked, fault proxy)'));
   });
   afterAll(async () => {
     await proxied?.end();

@@ -10,6 +10,8 @@ import { parseTransfers, type TransferConfig, type TransferInput } from '../../s
 import { transferEngineRules } from '../../shared/engines/registry.js';
 import { migratePostgresTarget } from '../../shared/engines/postgres/transferEndpoints.js';
 import { TransferService } from '../../shared/transfer/service.js';
+import { pgTransferPoolConfig, type TransferTimeouts } from '../../shared/transfer/timeouts.js';
+import { FaultProxy } from '../support/faultProxy.js';
 
 const TRANSFER_RULES = transferEngineRules();
 
@@ -228,4 +230,37 @@ export function crashCounter(): { count: () => number; stop: () => void; errors:
       process.off('unhandledRejection', onErr);
     },
   };
+}
+
+// The fault tests' timeouts (shared/transfer/timeouts.ts): a step that would hang ends with an error instead.
+export const FAULT_TEST_TIMEOUTS: TransferTimeouts = {
+  connectMs: 5_000,
+  statementMs: 20_000,
+  queryMs: 25_000,
+  idleInTransactionMs: 10_000,
+  lockMs: 10_000,
+  stallMs: 5_000,
+};
+
+// A TCP proxy in front of the target database that the fault tests cut (test/support/faultProxy.ts).
+export async function targetProxy(env: Env): Promise<FaultProxy> {
+  const u = new URL(env.targetUrl);
+  return FaultProxy.start(u.hostname, Number(u.port));
+}
+
+// A target pool through that proxy. Each row the target writes or merges costs `writeDelayS` seconds (its write
+// trigger, keel_test.write_delay), so a cut can land inside a COPY or an apply. `checked` (the default): the server
+// notices a vanished client during a long statement (client_connection_check_interval) instead of finishing it;
+// unchecked, it finishes and commits an apply whose client vanished, and only the target can say so.
+export function proxiedTargetPool(
+  proxy: FaultProxy,
+  env: Env,
+  o: { writeDelayS: number; checked?: boolean; label: string },
+): pg.Pool {
+  const pool = new pg.Pool({
+    ...pgTransferPoolConfig(proxy.urlFor(env.targetUrl), FAULT_TEST_TIMEOUTS, 3),
+    options: `${o.checked === false ? '' : '-c client_connection_check_interval=10 '}-c keel_test.write_delay=${o.writeDelayS}`,
+  });
+  pool.on('error', poolErrorLogger('postgres', 'transfer', o.label));
+  return pool;
 }
