@@ -24,6 +24,7 @@ import {
   type Env,
   proxiedTargetPool,
   targetProxy,
+  recoverUntilCommitted,
 } from './helpers.js';
 
 const NAME = 'orders_bl';
@@ -37,14 +38,7 @@ const transfer = (batchSize: number, more: Parameters<typeof ordersTransfer>[1] 
 
 // Runs a batch to committed, retrying the same batch id (reconcile first when its outcome is unknown).
 async function runToCommit(svc: TransferService, batchId: string): Promise<BatchView> {
-  let v = await svc.run(batchId);
-  for (let i = 0; i < 100 && v.state !== 'committed'; i++) {
-    if (v.state === 'applying' || v.state === 'unresolved') {
-      v = await svc.reconcile(batchId);
-      if (v.state === 'unresolved') await sleep(20);
-    } else if (v.state === 'extracting' || v.state === 'staged') v = await svc.run(batchId);
-    else break;
-  }
+  const v = await recoverUntilCommitted(svc, await svc.run(batchId));
   expect(v.batchId).toBe(batchId);
   expect(v.state, `batch ${batchId}: ${v.lastError}`).toBe('committed');
   return v;

@@ -17,6 +17,7 @@ import {
   type Env,
   proxiedTargetPool,
   targetProxy,
+  recoverUntilCommitted,
 } from './helpers.js';
 import { seededRandom } from '../support/seededRandom.js';
 import { migratePostgresChangeCapture } from '../../shared/engines/postgres/changeCapture.js';
@@ -115,15 +116,7 @@ describe('delete windows through faults (cut while staging, cut mid-apply, reply
       const first = await svc.run(created.batchId);
       proxy.disarm();
       await Promise.race([armed, sleep(5)]);
-      let v = first;
-      for (let i = 0; i < 100 && v.state !== 'committed'; i++) {
-        if (v.state === 'applying' || v.state === 'unresolved') {
-          v = await svc.reconcile(v.batchId);
-          if (v.state === 'unresolved') await sleep(20);
-        } else if (v.state === 'extracting' || v.state === 'staged') {
-          v = await svc.run(v.batchId); // the retry reuses the batch id
-        } else break;
-      }
+      const v = await recoverUntilCommitted(svc, first);
       expect(v.batchId).toBe(created.batchId);
       expect(v.state, `batch ${v.batchId}: ${v.lastError}`).toBe('committed');
       expect(v.appliedCount).toBe(created.rowCount);

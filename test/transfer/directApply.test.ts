@@ -16,6 +16,9 @@ import {
   type Env,
   proxiedTargetPool,
   targetProxy,
+  batchEvents,
+  completionRows,
+  recoverUntilCommitted,
 } from './helpers.js';
 import { TransferService, type BatchView } from '../../shared/transfer/service.js';
 import { seededRandom } from '../support/seededRandom.js';
@@ -66,19 +69,8 @@ describe('direct apply (PostgreSQL -> PostgreSQL key windows)', () => {
     });
   }
 
-  const events = async (batchId: string) =>
-    (
-      await env.control.query(`select event from keel.transfer_batch_events where batch_id = $1 order by event_id`, [
-        batchId,
-      ])
-    ).rows.map((r) => r.event as string);
-  const completion = async (batchId: string) =>
-    (
-      await env.target.query(
-        `select row_count::int as n, checksum, state from keel_transfer.completions where batch_id = $1`,
-        [batchId],
-      )
-    ).rows;
+  const events = (batchId: string) => batchEvents(env, batchId);
+  const completion = (batchId: string) => completionRows(env, batchId);
 
   it('commits a window in the stage step: one target transaction, every row written once, nothing staged', async () => {
     const t = ordersTransfer('orders_direct', { batchSize: 500 });
@@ -175,15 +167,7 @@ describe('direct apply (PostgreSQL -> PostgreSQL key windows)', () => {
     const first = await svc.run(created.batchId);
     proxy.disarm();
     await Promise.race([armed, sleep(5)]);
-    let v = first;
-    for (let i = 0; i < 100 && v.state !== 'committed'; i++) {
-      if (v.state === 'applying' || v.state === 'unresolved') {
-        v = await svc.reconcile(v.batchId);
-        if (v.state === 'unresolved') await sleep(20);
-      } else if (v.state === 'extracting' || v.state === 'staged') {
-        v = await svc.run(v.batchId);
-      } else break;
-    }
+    const v = await recoverUntilCommitted(svc, first);
     expect(v.state, `batch ${v.batchId}: ${v.lastError}`).toBe('committed');
     expect(v.appliedCount).toBe(created.rowCount);
     expect(await completion(v.batchId)).toEqual([
@@ -363,19 +347,8 @@ describe('direct apply of the row path (canonical rows, keel-v1)', () => {
     });
   }
 
-  const events = async (batchId: string) =>
-    (
-      await env.control.query(`select event from keel.transfer_batch_events where batch_id = $1 order by event_id`, [
-        batchId,
-      ])
-    ).rows.map((r) => r.event as string);
-  const completion = async (batchId: string) =>
-    (
-      await env.target.query(
-        `select row_count::int as n, checksum, state from keel_transfer.completions where batch_id = $1`,
-        [batchId],
-      )
-    ).rows;
+  const events = (batchId: string) => batchEvents(env, batchId);
+  const completion = (batchId: string) => completionRows(env, batchId);
   const stagedRows = async (batchId: string) =>
     (await env.target.query(`select count(*)::int as n from keel_transfer.staged where batch_id = $1`, [batchId]))
       .rows[0].n as number;
@@ -540,15 +513,7 @@ describe('direct apply of the row path (canonical rows, keel-v1)', () => {
       expect(written.rows[0].n).toBe(0);
       expect((await completion(created.batchId)).filter((c) => c.state === 'committed')).toEqual([]);
     }
-    let v = first;
-    for (let i = 0; i < 100 && v.state !== 'committed'; i++) {
-      if (v.state === 'applying' || v.state === 'unresolved') {
-        v = await svc.reconcile(v.batchId);
-        if (v.state === 'unresolved') await sleep(20);
-      } else if (v.state === 'extracting' || v.state === 'staged') {
-        v = await svc.run(v.batchId);
-      } else break;
-    }
+    const v = await recoverUntilCommitted(svc, first);
     expect(v.state, `batch ${v.batchId}: ${v.lastError}`).toBe('committed');
     const m = await sourceManifest(t, v);
     expect(await completion(v.batchId)).toEqual([{ n: m.rowCount, checksum: m.checksum, state: 'committed' }]);

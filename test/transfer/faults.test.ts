@@ -21,6 +21,9 @@ import {
   type Env,
   proxiedTargetPool,
   targetProxy,
+  batchEvents,
+  completionRows,
+  recoverUntilCommitted,
 } from './helpers.js';
 import { TransferService, type BatchView } from '../../shared/transfer/service.js';
 import { seededRandom } from '../support/seededRandom.js';
@@ -89,23 +92,13 @@ describe('transfer fault injection (TCP proxy between Keel and the target)', () 
     const first = await svc.run(created.batchId);
     proxy.disarm();
     await Promise.race([armed, sleep(5)]);
-    let v = first;
-    for (let i = 0; i < 100 && v.state !== 'committed'; i++) {
-      if (v.state === 'applying' || v.state === 'unresolved') {
-        v = await svc.reconcile(v.batchId);
-        if (v.state === 'unresolved') await sleep(20);
-      } else if (v.state === 'extracting' || v.state === 'staged') {
-        v = await svc.run(v.batchId);
-      } else break;
-    }
+    const v = await recoverUntilCommitted(svc, first);
     expect(v.state, `batch ${v.batchId}: ${v.lastError}`).toBe('committed');
     expect(v.appliedCount).toBe(created.rowCount);
     expect(v.stagedChecksum).toBe(created.checksum);
-    const c = await env.target.query(
-      `select row_count::int as n, checksum, state from keel_transfer.completions where batch_id = $1`,
-      [v.batchId],
-    );
-    expect(c.rows).toEqual([{ n: created.rowCount, checksum: created.checksum, state: 'committed' }]);
+    expect(await completionRows(env, v.batchId)).toEqual([
+      { n: created.rowCount, checksum: created.checksum, state: 'committed' },
+    ]);
     covered = Number(v.boundary.high);
     return { first, fired, final: v, serverCompleted };
   }
@@ -139,11 +132,7 @@ describe('transfer fault injection (TCP proxy between Keel and the target)', () 
         i % 2 === 0 ? proxied : proxiedUnchecked,
       );
       if (r.fired) fired++;
-      const d = await env.control.query(
-        `select event from keel.transfer_batch_events where batch_id = $1 order by event_id`,
-        [r.final.batchId],
-      );
-      const events = d.rows.map((x) => x.event as string);
+      const events = await batchEvents(env, r.final.batchId);
       if (events.includes('reconciled_committed')) outcomes.committedAfterCut++;
       if (events.includes('reconciled_blocked')) outcomes.unresolvedFirst++;
       if (events.includes('reconciled_not_applied')) outcomes.rolledBack++;
@@ -169,11 +158,7 @@ describe('transfer fault injection (TCP proxy between Keel and the target)', () 
       // The caller lost the reply; reconcile read the completion row and the batch was not applied again.
       expect(r.first.state).toBe('committed');
       expect(r.final.attempts).toBe(1);
-      const d = await env.control.query(
-        `select event from keel.transfer_batch_events where batch_id = $1 order by event_id`,
-        [r.final.batchId],
-      );
-      expect(d.rows.map((x) => x.event)).toEqual([
+      expect(await batchEvents(env, r.final.batchId)).toEqual([
         'created',
         'manifest_recorded',
         'staged',

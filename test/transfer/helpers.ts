@@ -9,7 +9,7 @@ import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTa
 import { parseTransfers, type TransferConfig, type TransferInput } from '../../shared/transfer/config.js';
 import { transferEngineRules } from '../../shared/engines/registry.js';
 import { migratePostgresTarget } from '../../shared/engines/postgres/transferEndpoints.js';
-import { TransferService } from '../../shared/transfer/service.js';
+import { TransferService, type BatchView } from '../../shared/transfer/service.js';
 import { pgTransferPoolConfig, type TransferTimeouts } from '../../shared/transfer/timeouts.js';
 import { FaultProxy } from '../support/faultProxy.js';
 
@@ -232,7 +232,8 @@ export function crashCounter(): { count: () => number; stop: () => void; errors:
   };
 }
 
-// The fault tests' timeouts (shared/transfer/timeouts.ts): a step that would hang ends with an error instead.
+// Short timeouts for the fault and race tests (production defaults: shared/transfer/timeouts.ts), still far above
+// what a healthy step needs: a step that would hang ends with an error instead.
 export const FAULT_TEST_TIMEOUTS: TransferTimeouts = {
   connectMs: 5_000,
   statementMs: 20_000,
@@ -263,4 +264,39 @@ export function proxiedTargetPool(
   });
   pool.on('error', poolErrorLogger('postgres', 'transfer', o.label));
   return pool;
+}
+
+// The journal's events of one batch, in order.
+export async function batchEvents(env: Env, batchId: string): Promise<string[]> {
+  const r = await env.control.query<{ event: string }>(
+    `select event from keel.transfer_batch_events where batch_id = $1 order by event_id`,
+    [batchId],
+  );
+  return r.rows.map((x) => x.event);
+}
+
+// The target's completion row of one batch (none, or one).
+export async function completionRows(
+  env: Env,
+  batchId: string,
+): Promise<{ n: number; checksum: string | null; state: string }[]> {
+  const r = await env.target.query(
+    `select row_count::int as n, checksum, state from keel_transfer.completions where batch_id = $1`,
+    [batchId],
+  );
+  return r.rows;
+}
+
+// What an operator's retries do after a fault, with the same batch id: reconcile a batch in doubt (applying, or
+// unresolved: again after 20 ms), run one that is not, until it is committed or ends otherwise (at most 100 steps).
+export async function recoverUntilCommitted(svc: TransferService, v: BatchView): Promise<BatchView> {
+  for (let i = 0; i < 100 && v.state !== 'committed'; i++) {
+    if (v.state === 'applying' || v.state === 'unresolved') {
+      v = await svc.reconcile(v.batchId);
+      if (v.state === 'unresolved') await new Promise((r) => setTimeout(r, 20));
+    } else if (v.state === 'extracting' || v.state === 'staged') {
+      v = await svc.run(v.batchId); // the retry reuses the batch id
+    } else break;
+  }
+  return v;
 }

@@ -3,7 +3,6 @@
 // a slow apply against a concurrent reconcile in many lanes. Racing appliers, an apply held open and the fence are in
 // the target adapter contract (test/contract/targetAdapterContract.ts), run on every target engine.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { poolErrorLogger } from '../../shared/engines/poolErrors.js';
 import pg from 'pg';
 import {
   crashCounter,
@@ -18,27 +17,18 @@ import {
   TARGET_DDL,
   ORDERS_DDL,
   type Env,
+  proxiedTargetPool,
+  targetProxy,
 } from './helpers.js';
 import { FaultProxy } from '../support/faultProxy.js';
 import { seededRandom } from '../support/seededRandom.js';
 import { databaseOf, watchDeadlocks, type DeadlockWatch } from '../support/deadlocks.js';
-import { pgTransferPoolConfig, type TransferTimeouts } from '../../shared/transfer/timeouts.js';
 import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
 import { isTransferError } from '../../shared/transfer/errors.js';
 import { TransferService } from '../../shared/transfer/service.js';
 import type { SourceAdapter } from '../../shared/transfer/types.js';
-
-// Short timeouts for tests (production defaults: shared/transfer/timeouts.ts), still far above what a healthy step needs.
-const TEST_TIMEOUTS: TransferTimeouts = {
-  connectMs: 5_000,
-  statementMs: 20_000,
-  queryMs: 25_000,
-  idleInTransactionMs: 10_000,
-  lockMs: 10_000,
-  stallMs: 5_000,
-};
 
 describe('races, conflicts and drift', () => {
   let env: Env;
@@ -414,17 +404,16 @@ describe('a slow apply and a concurrent reconcile from another process: the fenc
     deadlocks = await watchDeadlocks([env.sourceUrl, env.targetUrl, env.controlUrl].map(databaseOf));
     await env.source.query(ORDERS_DDL);
     await env.target.query(LANE_WRITES_DDL);
-    const u = new URL(env.targetUrl);
     for (let l = 0; l < LANES; l++) {
       const table = `fence_l${l}`;
       await createLane(env, table, ROWS_PER_LANE);
-      const proxy = await FaultProxy.start(u.hostname, Number(u.port));
+      const proxy = await targetProxy(env);
       // Process A's target connections: through the proxy, every merged row costs 2 ms (a slow apply).
-      const pool = new pg.Pool({
-        ...pgTransferPoolConfig(proxy.urlFor(env.targetUrl), TEST_TIMEOUTS, 3),
-        options: '-c keel_test.write_delay=0.002',
+      const pool = proxiedTargetPool(proxy, env, {
+        writeDelayS: 0.002,
+        checked: false,
+        label: `test target pool (slow lane ${table})`,
       });
-      pool.on('error', poolErrorLogger('postgres', 'transfer', `test target pool (slow lane ${table})`));
       lanes.push({ table, proxy, pool });
     }
   });
