@@ -392,7 +392,14 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
       }
       if (!open) throw conflict(`batch ${params.id} is ${before.state}: nothing to abandon`, { state: before.state });
       const by = principal?.name ? ` (${principal.name})` : '';
-      const after = await mapTransferErrors(() => svc.abandon(params.id, `${body.reason}${by}`));
+      const { batch: after, abandoned } = await mapTransferErrors(() =>
+        svc.abandonOnce(params.id, `${body.reason}${by}`),
+      );
+      // Another call abandoned it meanwhile (or it ended otherwise): one effect, one success among concurrent calls.
+      if (after.state === 'failed' && !abandoned)
+        throw conflict(`batch ${params.id} is ${after.state}: nothing to abandon (another call ended it meanwhile)`, {
+          state: after.state,
+        });
       if (after.state !== 'failed')
         throw conflict(
           `batch ${params.id} was not abandoned: it is ${after.state} after asking the target (${after.lastError ?? 'no detail'}). ${after.nextAction}`,

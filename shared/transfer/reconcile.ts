@@ -112,6 +112,16 @@ export class Reconciler {
   // started (attempts > 0), the target must first answer "not applied" to a final fence. A committed answer wins
   // (the batch is committed, not failed); no answer leaves the batch as the fence attempt left it.
   async release(b: BatchRecord, err: TransferError, from: readonly BatchState[] = OPEN_STATES): Promise<BatchRecord> {
+    return (await this.releaseOnce(b, err, from)).rec;
+  }
+
+  // release(), also saying whether this call made the move to failed (released: true) or found it made (another
+  // call released the batch meanwhile, or it was not released): concurrent abandons get one success between them.
+  async releaseOnce(
+    b: BatchRecord,
+    err: TransferError,
+    from: readonly BatchState[] = OPEN_STATES,
+  ): Promise<{ rec: BatchRecord; released: boolean }> {
     if (b.attempts === 0 && b.state === 'extracting') return this.fail(b, from, err);
     const { rec, verdict } = await this.settle(b, true);
     if (verdict !== 'not_applied' && !(verdict === 'skipped' && rec.attempts === 0)) {
@@ -119,7 +129,7 @@ export class Reconciler {
       // running or abandoning it again asks the target again.
       if (OPEN_STATES.includes(rec.state))
         await this.journal.note(rec.batchId, 'release_deferred', { code: err.code, message: err.message, verdict });
-      return this.moves.load(b.batchId);
+      return { rec: await this.moves.load(b.batchId), released: false };
     }
     return this.fail(rec, from, err);
   }
@@ -127,7 +137,11 @@ export class Reconciler {
   // A terminal problem: the batch can never succeed as extracted. Only called when nothing of it is applied and no
   // apply of it can commit any more: no apply was ever started (attempts = 0), or the target committed the final
   // fence (see release()). It releases the window.
-  private async fail(b: BatchRecord, from: readonly BatchState[], err: TransferError): Promise<BatchRecord> {
+  private async fail(
+    b: BatchRecord,
+    from: readonly BatchState[],
+    err: TransferError,
+  ): Promise<{ rec: BatchRecord; released: boolean }> {
     const moved = await this.moves.move(b.batchId, {
       move: 'fail',
       from,
@@ -142,7 +156,7 @@ export class Reconciler {
       const a = await this.deps.connect(t).catch(() => null);
       if (a) await this.purge(a, b);
     }
-    return moved ?? (await this.moves.load(b.batchId));
+    return { rec: moved ?? (await this.moves.load(b.batchId)), released: moved !== null };
   }
 
   async purge(a: Adapters, b: BatchRecord): Promise<void> {

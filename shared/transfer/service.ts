@@ -955,11 +955,19 @@ export class TransferService {
   // the target proves it not applied under the final fence: the fence makes every apply of this batch id, also
   // one still on its way, fail on the target, so the window can never be applied by two batches.
   async abandon(batchId: string, reason: string): Promise<BatchView> {
+    return (await this.abandonOnce(batchId, reason)).batch;
+  }
+
+  // abandon(), also saying whether this call abandoned the batch: of concurrent abandons of one batch exactly one
+  // gets abandoned: true (the journal's move to failed is fenced by the batch's state), the others find it failed.
+  async abandonOnce(batchId: string, reason: string): Promise<{ batch: BatchView; abandoned: boolean }> {
     const b = await this.moves.load(batchId);
-    if (!OPEN_STATES.includes(b.state)) return toView(b);
-    return toView(
-      await this.reconciler.release(b, new TransferError('invalid_state', `abandoned by operator: ${reason}`)),
+    if (!OPEN_STATES.includes(b.state)) return { batch: toView(b), abandoned: false };
+    const { rec, released } = await this.reconciler.releaseOnce(
+      b,
+      new TransferError('invalid_state', `abandoned by operator: ${reason}`),
     );
+    return { batch: toView(rec), abandoned: released };
   }
 
   async getBatch(batchId: string): Promise<BatchDetail | null> {

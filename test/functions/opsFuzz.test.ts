@@ -1,0 +1,291 @@
+// Bounded fuzz over every ops route (the route table itself, so a new route is covered the day it is added): wrong
+// types, missing and unknown fields, odd path parameters and query strings, bodies that are not objects, too deep or
+// too big, and callers without the route's role. Every answer must be a 4xx with a stable error code (a 400 names
+// the field), never a 5xx; nothing a refused call sends may change the database. Then concurrent identical
+// destructive calls: exactly one takes effect, the others get a clear 409/404, and nothing is lost.
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { allRoutes } from '../../shared/ops/routes.js';
+import { READER, snapshot } from './support.js';
+import { useItemsTransfer } from './itemsTransfer.js';
+import { seededRandom } from '../support/seededRandom.js';
+
+const fx = useItemsTransfer({ label: 'fn_fuzz', rows: 40, batchSize: 20, chunkSize: 10 });
+const { call } = fx;
+
+// Values of every JSON type, and the awkward members of each.
+const ODD_VALUES: unknown[] = [
+  null,
+  true,
+  0,
+  -1,
+  1.5,
+  2 ** 63,
+  1e308,
+  '',
+  ' ',
+  'x',
+  '-1',
+  '1e3',
+  '9223372036854775808',
+  'x'.repeat(5000),
+  '\u0000',
+  '💥',
+  [],
+  [null],
+  {},
+  { a: 1 },
+];
+const ODD_PARAMS = [
+  '0',
+  '-1',
+  'abc',
+  '1.5',
+  '9223372036854775807',
+  '9223372036854775808',
+  '99999999999999999999999',
+  '00000000-0000-0000-0000-000000000000',
+  'not-a-uuid',
+  'x'.repeat(129),
+  'x'.repeat(1000),
+  'a b',
+  '\u0000',
+  '💥',
+  "'; drop table x; --",
+  '..',
+];
+const ODD_QUERY_VALUES = ['', 'abc', '-1', '1.5', '1e3', '99999999999999999999', 'x'.repeat(3000), '\u0000', 'true'];
+
+function objectShape(schema: z.ZodType | undefined): Record<string, z.ZodType> | null {
+  if (!schema) return null;
+  if (schema instanceof z.ZodObject) return schema.shape as Record<string, z.ZodType>;
+  if (schema instanceof z.ZodUnion) {
+    const merged: Record<string, z.ZodType> = {};
+    for (const o of schema.options as z.ZodType[]) Object.assign(merged, objectShape(o) ?? {});
+    return merged;
+  }
+  return null;
+}
+
+function deepArray(depth: number): string {
+  return '['.repeat(depth) + ']'.repeat(depth);
+}
+
+interface Answer {
+  status: number;
+  body: any;
+}
+
+// What every answer to bad input must be.
+function expectClear(what: string, r: Answer) {
+  expect(r.status, `${what}: ${JSON.stringify(r.body)?.slice(0, 400)}`).toBeGreaterThanOrEqual(400);
+  expect(r.status, `${what}: ${JSON.stringify(r.body)?.slice(0, 400)}`).toBeLessThan(500);
+  expect(typeof r.body?.error, `${what}: no error code`).toBe('string');
+  expect(typeof r.body?.message, `${what}: no message`).toBe('string');
+  if (r.status === 400) expect(r.body.field, `${what}: a 400 must name the field (${r.body.message})`).toBeTruthy();
+}
+
+// Not an error, or a clear one: a call whose input may be valid.
+function expectNo5xx(what: string, r: Answer) {
+  expect(r.status, `${what}: ${JSON.stringify(r.body)?.slice(0, 400)}`).toBeLessThan(500);
+  if (r.status >= 400) expectClear(what, r);
+}
+
+function pathOf(path: string, value: string): string {
+  return path.replace(/^\//, '').replace(/:(\w+)/g, () => encodeURIComponent(value));
+}
+
+describe('ops fuzz: every route, bad input', () => {
+  it('odd path parameters, query strings and bodies: a clear 4xx naming the field, never a 5xx; refusals change nothing', async () => {
+    const random = seededRandom('ops fuzz');
+    const routes = allRoutes();
+    const before = await snapshot(fx.t.pool);
+    let calls = 0;
+    for (const r of routes) {
+      const write = r.method !== 'GET';
+      const hasParams = r.path.includes(':');
+      // Odd path parameters, with an otherwise empty call.
+      if (hasParams) {
+        for (const p of ODD_PARAMS) {
+          const res = await call(r.method, pathOf(r.path, p), write ? {} : undefined);
+          calls++;
+          expectNo5xx(`${r.method} ${r.path} with ${JSON.stringify(p).slice(0, 40)}`, res);
+        }
+      }
+      // A well-formed parameter (an unknown id, or the configured transfer), so the body is what is judged.
+      const base = pathOf(
+        r.path,
+        r.path.startsWith('/transfers/batches/:id')
+          ? '00000000-0000-4000-8000-000000000000'
+          : r.path.includes(':id')
+            ? '1'
+            : 'items',
+      );
+      // Unknown, repeated and odd query parameters.
+      const qshape = objectShape(r.query) ?? {};
+      const qkeys = [...Object.keys(qshape), 'bogus'];
+      for (const k of qkeys) {
+        // A seeded sample of the values per key keeps the run bounded (replay a failure with its seed).
+        for (const v of random.shuffle(ODD_QUERY_VALUES).slice(0, 5)) {
+          const res = await call(r.method, `${base}?${k}=${encodeURIComponent(v)}`, write ? {} : undefined);
+          calls++;
+          expectNo5xx(`${r.method} ${r.path}?${k}=${v.slice(0, 20)}`, res);
+        }
+      }
+      expectClear(`${r.method} ${r.path} twice the same query parameter`, await call(r.method, `${base}?a=1&a=2`));
+      if (!write) continue;
+      // Bodies that are not objects, or not JSON, or too deep, or too big.
+      for (const raw of [
+        'null',
+        '[]',
+        '"s"',
+        '1',
+        'true',
+        '{"a":',
+        '{}}',
+        deepArray(5000),
+        `{"a":${deepArray(5000)}}`,
+      ]) {
+        const res = await callRaw(r.method, base, raw);
+        calls++;
+        expectNo5xx(`${r.method} ${r.path} raw ${raw.slice(0, 20)}`, res);
+      }
+      const huge = await callRaw(r.method, base, JSON.stringify({ pad: 'x'.repeat(300 * 1024) }));
+      expect(huge.status, `${r.method} ${r.path} huge body`).toBe(413);
+      // Each known field (and an unknown one) with a value of every type, alone and beside a random other field.
+      const shape = objectShape(r.body) ?? {};
+      const keys = [...Object.keys(shape), 'bogus'];
+      for (const k of keys) {
+        for (const v of random.shuffle(ODD_VALUES).slice(0, 10)) {
+          const other = random.pick(keys);
+          const body: Record<string, unknown> = { [k]: v };
+          if (other !== k) body[other] = random.pick(ODD_VALUES);
+          const res = await call(r.method, base, body);
+          calls++;
+          expectNo5xx(`${r.method} ${r.path} ${JSON.stringify(body).slice(0, 120)}`, res);
+        }
+      }
+      // Wrong role: a reader may not run an operator's route (a function key alone grants producer); nothing is
+      // read from the body first.
+      if (r.role === 'operator') {
+        const res = await call(r.method, base, {}, { 'x-ms-client-principal': READER });
+        expect(res.status, `${r.method} ${r.path} as reader`).toBe(403);
+      }
+    }
+    // No job and no batch appeared, moved or went missing (some calls were valid: pausing a queue named "abc", a
+    // setting in range; those change settings only).
+    const kept = (f: Record<string, string>) =>
+      Object.fromEntries(Object.entries(f).filter(([t]) => /jobs_|dlq_counts|transfer_batch|job_deps/.test(t)));
+    expect(kept(await snapshot(fx.t.pool))).toEqual(kept(before));
+    expect(calls).toBeGreaterThan(500);
+  }, 180_000);
+});
+
+async function callRaw(method: string, path: string, raw: string): Promise<Answer> {
+  const { ops } = await import('../../functions/ops.js');
+  const { request, context, jsonOf } = await import('./support.js');
+  const res = await ops(request(method, path, { raw, operator: true }), context('ops'));
+  return { status: res.status ?? 200, body: jsonOf(res) };
+}
+
+describe('ops fuzz: concurrent identical destructive calls', () => {
+  const N = 6;
+
+  async function enqueue(job: Record<string, unknown>): Promise<string> {
+    const r = await call('POST', 'jobs', job);
+    expect(r.status, JSON.stringify(r.body)).toBe(201);
+    return r.body.id as string;
+  }
+
+  async function deadLettered(queue: string): Promise<string> {
+    const id = await enqueue({ queue, type: 'demo.fatal' });
+    expect(await fx.t.rt.processor.processById(id)).toBe('dead_lettered');
+    return id;
+  }
+
+  function tally(rs: Answer[]) {
+    const by = new Map<number, number>();
+    for (const r of rs) by.set(r.status, (by.get(r.status) ?? 0) + 1);
+    return Object.fromEntries(by);
+  }
+
+  it('resurrect the same dead letter N times at once: one 200, the rest 409; one hot job', async () => {
+    const id = await deadLettered('fuzz-res');
+    const rs = await Promise.all(Array.from({ length: N }, () => call('POST', `dlq/${id}/resurrect`, {})));
+    for (const r of rs) expectNo5xx('resurrect', r);
+    expect(tally(rs)).toEqual({ 200: 1, 409: N - 1 });
+    expect((await call('GET', `jobs/${id}`)).body).toMatchObject({ location: 'hot', state: 'pending' });
+  });
+
+  it('cancel the same pending job N times at once: one 200, the rest 409; it is in the DLQ once', async () => {
+    const id = await enqueue({ queue: 'fuzz-cancel', type: 'demo.echo', delayMs: 60_000 });
+    const rs = await Promise.all(Array.from({ length: N }, () => call('POST', `jobs/${id}/cancel`, {})));
+    for (const r of rs) expectNo5xx('cancel', r);
+    expect(tally(rs)).toEqual({ 200: 1, 409: N - 1 });
+    expect((await call('GET', `jobs/${id}`)).body).toMatchObject({ location: 'dlq', reason: 'cancelled' });
+  });
+
+  it('cancel and resurrect the same selection at once, N times each: each id moved once per confirmed call, none lost', async () => {
+    const ids = await Promise.all(
+      [1, 2, 3].map(() => enqueue({ queue: 'fuzz-many', type: 'demo.echo', delayMs: 60_000 })),
+    );
+    const cancels = await Promise.all(
+      Array.from({ length: N }, () => call('POST', 'jobs/cancel', { ids, dryRun: false })),
+    );
+    for (const r of cancels) expectNo5xx('cancel many', r);
+    const cancelled = cancels
+      .flatMap((r) => (r.status === 200 ? (r.body.rows as any[]) : []))
+      .filter((x) => x.outcome === 'cancelled');
+    expect(cancelled.map((x) => x.id).sort()).toEqual([...ids].sort());
+    const res = await Promise.all(
+      Array.from({ length: N }, () => call('POST', 'dlq/resurrect', { ids, limit: 3, dryRun: false })),
+    );
+    for (const r of res) expectNo5xx('resurrect many', r);
+    const resurrected = res.flatMap((r) => (r.status === 200 ? (r.body.ids as string[]) : []));
+    expect(resurrected.sort()).toEqual([...ids].sort());
+    for (const id of ids) expect((await call('GET', `jobs/${id}`)).body.location).toBe('hot');
+  });
+
+  it('purge the same rows N times at once: every row deleted once, the counts add up', async () => {
+    const ids = await Promise.all([1, 2, 3, 4].map(() => deadLettered('fuzz-purge')));
+    await new Promise((r) => setTimeout(r, 20));
+    const olderThan = new Date().toISOString();
+    const rs = await Promise.all(
+      Array.from({ length: N }, () =>
+        call('POST', 'purge', { target: 'dlq', queue: 'fuzz-purge', olderThan, dryRun: false, batchSize: 1 }),
+      ),
+    );
+    for (const r of rs) expectNo5xx('purge', r);
+    const deleted = rs.reduce((n, r) => n + (r.status === 200 ? Number(r.body.deleted) : 0), 0);
+    expect(deleted).toBe(ids.length);
+    for (const id of ids) expect((await call('GET', `jobs/${id}`)).status).toBe(404);
+  });
+
+  it('pause, resume, start and abandon a transfer N times at once: clear answers, one batch, abandoned once', async () => {
+    for (const action of ['pause', 'resume']) {
+      const rs = await Promise.all(Array.from({ length: N }, () => call('POST', `transfers/items/${action}`, {})));
+      for (const r of rs) expectNo5xx(action, r);
+    }
+    const starts = await Promise.all(Array.from({ length: N }, () => call('POST', 'transfers/items/start', {})));
+    for (const r of starts) expectNo5xx('start', r);
+    const batchIds = new Set(starts.filter((r) => r.status < 300).map((r) => r.body.batch.batchId as string));
+    expect(batchIds.size).toBe(1);
+    const [batchId] = [...batchIds];
+    const abandons = await Promise.all(
+      Array.from({ length: N }, () => call('POST', `transfers/batches/${batchId}/abandon`, { reason: 'fuzz' })),
+    );
+    for (const r of abandons) expectNo5xx('abandon', r);
+    // One effect, one success: the others are told it is failed already (409), not that they abandoned it too.
+    expect(tally(abandons)).toEqual({ 200: 1, 409: N - 1 });
+    expect(abandons.find((r) => r.status === 409)!.body).toMatchObject({ error: 'conflict', state: 'failed' });
+    expect((await call('GET', `transfers/batches/${batchId}`)).body.state).toBe('failed');
+    const rec = await Promise.all(
+      Array.from({ length: N }, () => call('POST', `transfers/batches/${batchId}/reconcile`, {})),
+    );
+    for (const r of rec) expectNo5xx('reconcile', r);
+    const resumes = await Promise.all(
+      Array.from({ length: N }, () => call('POST', `transfers/batches/${batchId}/resume`, {})),
+    );
+    for (const r of resumes) expectNo5xx('resume', r);
+  });
+});
