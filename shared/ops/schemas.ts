@@ -23,6 +23,7 @@ import {
   purgeTarget,
   queuePatchFields,
   storableText,
+  textProblem,
   zombiePolicy,
 } from '../jobs/validate.js';
 
@@ -186,17 +187,28 @@ export const reconcileStaleBody = z.strictObject({
 
 export const emptyBody = z.strictObject({});
 
+// Free text the transfer journal stores (reasons, window bounds): trimmed when asked, and refused when the database
+// could not store it (NUL, a lone surrogate) with a 400 naming the field, not a 500 from the insert.
+const journalText = (min: number, max: number, opts: { trim?: boolean; empty?: string } = {}) =>
+  (opts.trim ? z.string().trim() : z.string())
+    .min(min, opts.empty)
+    .max(max)
+    .superRefine((v, ctx) => {
+      const m = textProblem(v);
+      if (m) ctx.addIssue({ code: 'custom', message: m });
+    });
+
 // Abandon: the reason is recorded on the batch; preview answers what would happen and changes nothing.
 export const abandonBatchBody = z.strictObject({
-  reason: z.string().trim().min(1, 'say why the batch is abandoned').max(500),
+  reason: journalText(1, 500, { trim: true, empty: 'say why the batch is abandoned' }),
   preview: z.boolean().default(false),
 });
 
 // Replay: a range of committed windows (low: a committed batch's low bound, null = from the beginning; high: a
 // committed batch's high bound), sent again; preview answers the plan and changes nothing.
 export const replayBody = z.strictObject({
-  low: z.string().min(1).max(64).nullable(),
-  high: z.string().min(1).max(64),
+  low: journalText(1, 64).nullable(),
+  high: journalText(1, 64),
   preview: z.boolean().default(false),
 });
 
@@ -210,7 +222,7 @@ export const compareKeysBody = z.strictObject({
 });
 
 export const pauseTransferBody = z.strictObject({
-  reason: z.string().trim().min(1).max(2000).optional(),
+  reason: journalText(1, 2000, { trim: true }).optional(),
 });
 
 export const idParams = z.strictObject({ id: jobId });

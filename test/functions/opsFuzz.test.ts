@@ -28,14 +28,14 @@ const ODD_VALUES: unknown[] = [
   '-1',
   '1e3',
   '9223372036854775808',
-  'x'.repeat(5000),
-  '\u0000',
   '💥',
   [],
   [null],
   {},
   { a: 1 },
 ];
+// What a database cannot store, and what is too long for any field: tried on every field, every run.
+const UNSTORABLE: unknown[] = ['\u0000', 'a\u0000b', '\ud800', 'x\udc00', 'x'.repeat(5000)];
 const ODD_PARAMS = [
   '0',
   '-1',
@@ -156,7 +156,7 @@ describe('ops fuzz: every route, bad input', () => {
       const shape = objectShape(r.body) ?? {};
       const keys = [...Object.keys(shape), 'bogus'];
       for (const k of keys) {
-        for (const v of random.shuffle(ODD_VALUES).slice(0, 10)) {
+        for (const v of [...UNSTORABLE, ...random.shuffle(ODD_VALUES).slice(0, 8)]) {
           const other = random.pick(keys);
           const body: Record<string, unknown> = { [k]: v };
           if (other !== k) body[other] = random.pick(ODD_VALUES);
