@@ -125,7 +125,14 @@ try {
   console.log(`  without the operator role: ${denied.status} ${denied.json.error}`);
   const preview = await call('POST', '/dlq/resurrect', { queue, reason: 'expired', limit: 10 }, true);
   console.log(`  preview: would resurrect ${JSON.stringify(preview.json.ids)}`);
-  const done = await call('POST', '/dlq/resurrect', { queue, reason: 'expired', limit: 10, dryRun: false }, true);
+  // The confirm acts on exactly the preview's ids (what matched since is reported, not resurrected).
+  const done = await call(
+    'POST',
+    '/dlq/resurrect',
+    { queue, reason: 'expired', limit: 10, dryRun: false, ids: preview.json.ids },
+    true,
+  );
+  if (done.status !== 200) throw new Error(`resurrect answered ${done.status}: ${JSON.stringify(done.json)}`);
   console.log(`  resurrected ${JSON.stringify(done.json.ids)}`);
   await waitFor('the resurrected job to run', async () => ((await hotCount(queue)) === 0 ? true : null), 30_000);
   for (const id of done.json.ids as string[]) {
