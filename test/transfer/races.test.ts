@@ -19,6 +19,8 @@ import {
   type Env,
   proxiedTargetPool,
   targetProxy,
+  completionRows,
+  recoverUntilCommitted,
 } from './helpers.js';
 import { FaultProxy } from '../support/faultProxy.js';
 import { seededRandom } from '../support/seededRandom.js';
@@ -532,6 +534,90 @@ describe('a slow apply and a concurrent reconcile from another process: the fenc
       // The shapes this test exists for were met: the rival ruled an in-flight apply out, and the late apply was refused.
       expect(stats.reconciledNotApplied).toBeGreaterThan(0);
       expect(stats.fencedApplies).toBeGreaterThan(0);
+    },
+  );
+});
+
+describe("maintenance's reconcile while an apply is inside its target transaction", () => {
+  const RUNS = 8;
+  let env: Env;
+  let proxy: FaultProxy;
+  let slow: pg.Pool;
+  let deadlocks: DeadlockWatch | undefined;
+  const TABLE = 'midapply';
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+  beforeAll(async () => {
+    env = await setupDatabases('tr_midapply');
+    deadlocks = await watchDeadlocks([env.sourceUrl, env.targetUrl, env.controlUrl].map(databaseOf));
+    await env.target.query(LANE_WRITES_DDL);
+    await createLane(env, TABLE, 40 * RUNS + 100);
+    proxy = await targetProxy(env);
+    // The applying process's target connections: every row it writes costs 5 ms, so its transaction stays open.
+    slow = proxiedTargetPool(proxy, env, { writeDelayS: 0.005, label: 'test target pool (mid-apply)' });
+  });
+  afterAll(async () => {
+    await slow?.end().catch(() => undefined);
+    await proxy?.close();
+    await env?.close();
+    await deadlocks?.assertNone(); // the apply and the reconcile's fence wait on each other's claim, never deadlock
+  });
+
+  // An apply_batch call running on the target, inside its transaction (seen from another session).
+  async function applyInFlight(): Promise<boolean> {
+    const r = await env.target.query(
+      `select count(*)::int as n from pg_stat_activity
+       where datname = current_database() and pid <> pg_backend_pid() and state = 'active'
+         and xact_start is not null and query like '%apply_batch%'`,
+    );
+    return r.rows[0].n > 0;
+  }
+
+  it(
+    `${RUNS} runs: the batch ends committed exactly once or not applied, and its window is committed once after recovery`,
+    { timeout: 180_000 },
+    async () => {
+      const crashes = crashCounter();
+      const outcomes: Record<string, number> = {};
+      let covered = 0;
+      for (let i = 0; i < RUNS; i++) {
+        // Short waits give up on the claim while the apply holds it (blocked); long ones outwait the apply.
+        const t = laneTransfer(TABLE, { batchSize: 40, reconcileWaitMs: i % 2 === 0 ? 50 : 5_000 });
+        const a = makeService(env, [t], slow); // the applying process
+        const m = makeService(env, [t]); // maintenance, another process
+        try {
+          const created = await a.createBatch(t.name);
+          expect((await a.stage(created.batchId)).state).toBe('staged');
+          const applying = a.apply(created.batchId).catch((err: unknown) => err);
+          const until = Date.now() + 15_000;
+          while (!(await applyInFlight()) && Date.now() < until) await sleep(5);
+          expect(await applyInFlight(), `run ${i}: the apply never reached the target`).toBe(true);
+          // Maintenance: every batch whose outcome is unknown, now (stale age 0).
+          const reconciled = await m.reconcileStale(0, 10);
+          const va = await applying;
+          const after = (await m.getBatch(created.batchId))!;
+          const done = await completionRows(env, created.batchId);
+          const shape = `${va instanceof Error ? 'apply threw' : (va as { state: string }).state} / ${reconciled.find((b) => b.batchId === created.batchId)?.state ?? 'not reconciled'} -> ${after.state}`;
+          outcomes[shape] = (outcomes[shape] ?? 0) + 1;
+          // Committed exactly once, or not applied at all: never both, never half. A batch still in doubt
+          // (applying, unresolved) is settled by the recovery below.
+          const committedRows = done.filter((d) => d.state === 'committed').length;
+          if (after.state === 'committed') expect(committedRows, shape).toBe(1);
+          else if (after.state === 'staged' || after.state === 'extracting') expect(committedRows, shape).toBe(0);
+          else expect(['applying', 'unresolved'], shape).toContain(after.state);
+          const fin = await recoverUntilCommitted(m, after);
+          expect(fin.state, `${shape}: ${fin.lastError}`).toBe('committed');
+          covered = Number(fin.boundary.high);
+          expect(await laneProblems(env, TABLE, covered), shape).toEqual([]);
+        } finally {
+          await a.close().catch(() => undefined);
+          await m.close().catch(() => undefined);
+        }
+      }
+      crashes.stop();
+      console.log('reconcile mid-apply:', outcomes);
+      expect(crashes.count()).toBe(0);
+      expect(covered).toBe(40 * RUNS);
     },
   );
 });
