@@ -261,6 +261,31 @@ describe('ops fuzz: concurrent identical destructive calls', () => {
     for (const id of ids) expect((await call('GET', `jobs/${id}`)).status).toBe(404);
   });
 
+  it('resurrect and purge the same dead letters at once: each ends resurrected (hot) or purged (gone), as answered', async () => {
+    const ids = await Promise.all([1, 2, 3, 4, 5, 6].map(() => deadLettered('fuzz-race')));
+    await new Promise((r) => setTimeout(r, 20));
+    const olderThan = new Date().toISOString();
+    const [purge, ...resurrects] = await Promise.all([
+      call('POST', 'purge', { target: 'dlq', queue: 'fuzz-race', olderThan, dryRun: false, batchSize: 1 }),
+      ...ids.map((id) => call('POST', `dlq/${id}/resurrect`, {})),
+    ]);
+    expectNo5xx('purge', purge!);
+    let resurrected = 0;
+    for (const [i, r] of resurrects.entries()) {
+      expectNo5xx('resurrect', r);
+      const now = await call('GET', `jobs/${ids[i]}`);
+      if (r.status === 200) {
+        resurrected++;
+        expect(now.body.location, `job ${ids[i]} resurrected`).toBe('hot');
+      } else {
+        expect([404, 409]).toContain(r.status);
+        expect(now.status, `job ${ids[i]}: resurrect answered ${r.status}`).toBe(404);
+      }
+    }
+    // Nothing lost, nothing counted twice: every job was either purged or resurrected.
+    expect(resurrected + Number(purge!.body.deleted)).toBe(ids.length);
+  });
+
   it('pause, resume, start and abandon a transfer N times at once: clear answers, one batch, abandoned once', async () => {
     for (const action of ['pause', 'resume']) {
       const rs = await Promise.all(Array.from({ length: N }, () => call('POST', `transfers/items/${action}`, {})));
