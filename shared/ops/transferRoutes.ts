@@ -369,7 +369,7 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
     responses: {
       200: 'abandoned (failed, window released), or the preview',
       404: 'no such batch',
-      409: 'not abandoned: the batch is not open, or the target said committed, blocked, or gave no answer',
+      409: 'not abandoned: the batch is not open (or another call abandoned it meanwhile), or the target said committed, blocked, or gave no answer',
     },
     async handle({ rt, params, body, principal }) {
       const svc = service(rt);
