@@ -12,7 +12,7 @@ describe('postgres named statements for the claim loop', () => {
   let admin: pg.Client;
 
   beforeAll(async () => {
-    store = await h.createStore({ poolSize: 1, applicationName: 'keel-named-test' });
+    store = await h.createStore({ poolSize: 1 });
     admin = new pg.Client({ connectionString: h.url });
     admin.on('error', () => undefined);
     await admin.connect();
