@@ -1,4 +1,5 @@
 // The PostgreSQL job store: every operation is one call of a keel.* function (sql/postgres/), parameters bound.
+import { createHash } from 'node:crypto';
 import pg from 'pg';
 import { poolErrorLogger } from '../poolErrors.js';
 import path from 'node:path';
@@ -198,8 +199,35 @@ function leasesJson(refs: LeaseRef[]): string {
   return `[${refs.map((r) => `{"jobId":${r.jobId},"leaseId":"${r.leaseId}"}`).join(',')}]`;
 }
 
+// A named statement's name: the procedure and a digest of its text, so two texts (two Keel versions on one server
+// connection, behind a pooler) never share a name.
+const statementNames = new Map<string, string>();
+function statementName(proc: string, text: string): string {
+  let name = statementNames.get(text);
+  if (name === undefined) {
+    name = `keel_${proc}_${createHash('sha256').update(text).digest('hex').slice(0, 12)}`;
+    statementNames.set(text, name);
+  }
+  return name;
+}
+
+// A named statement the server connection could not run as one; the call failed before anything ran (at Parse or
+// Bind): 26000 "prepared statement ... does not exist" and 42P05 "... already exists" (a transaction-mode pooler that
+// hands each call another server connection), 0A000 "cached plan must not change result type" (a migration changed
+// what the function returns).
+function notPreparable(err: unknown): boolean {
+  const e = err as { code?: string; message?: string };
+  return (
+    e?.code === '26000' ||
+    e?.code === '42P05' ||
+    (e?.code === '0A000' && typeof e.message === 'string' && e.message.includes('cached plan'))
+  );
+}
+
 export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   readonly engine = 'postgres';
+  // Whether the Worker's statements go named (hotQuery); off for good after one that could not.
+  private named = true;
 
   private constructor(
     readonly pool: pg.Pool,
@@ -279,14 +307,30 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     return rows.map((r) => toClaimedJob(r, PG_CODEC));
   }
 
+  // The claim loop's statements, one each per batch of jobs (claim_and_start, complete_many), as named statements:
+  // each server connection parses and plans them once instead of on every call (bench/README.md, runs 240-249: the
+  // server's CPU per job). A call the connection could not run named (notPreparable: it failed before anything ran)
+  // is run again unnamed, and this store sends every later one unnamed.
+  private async hotQuery<P extends JobProcedure>(proc: P, args: PostgresArgs<P>): Promise<pg.QueryResult<unknown[]>> {
+    const { text, values } = postgresCall(proc, args);
+    if (this.named) {
+      try {
+        return await this.pool.query<unknown[]>({ name: statementName(proc, text), text, values, rowMode: 'array' });
+      } catch (err) {
+        if (!notPreparable(err)) throw err;
+        this.named = false;
+      }
+    }
+    return this.pool.query<unknown[]>({ text, values, rowMode: 'array' });
+  }
+
   async claimAndStart(opts: ClaimOptions): Promise<StartedJob[]> {
-    const { text, values } = postgresCall('claim_and_start', {
+    const result = await this.hotQuery('claim_and_start', {
       worker_id: opts.workerId,
       queues: opts.queues,
       limit: opts.limit,
       lease_seconds: opts.leaseSeconds ?? 60,
     });
-    const result = await this.pool.query<unknown[]>({ text, values, rowMode: 'array' });
     return toStartedJobs(
       result.fields.map((f) => f.name),
       result.rows,
@@ -322,7 +366,12 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     const valid = refs.filter(isLeaseRef);
     // One row: the ids archived and the ids dead-lettered as cancelled; any other job was not owned (lease_lost).
     const [moved] = valid.length
-      ? await this.call('complete_many', { leases: leasesJson(valid), results: resultsByIdJson(valid) })
+      ? await this.hotQuery('complete_many', { leases: leasesJson(valid), results: resultsByIdJson(valid) }).then((r) =>
+          camelRows(
+            r.fields.map((f) => f.name),
+            r.rows,
+          ),
+        )
       : [];
     const ok = new Set(moved?.ok as string[] | undefined);
     const cancelled = new Set(moved?.cancelled as string[] | undefined);

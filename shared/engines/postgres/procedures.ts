@@ -195,6 +195,31 @@ export function postgresCall<P extends JobProcedure>(
   return pgStatement(proc, POSTGRES_FUNCTIONS[proc] as PgSignature, args as Record<string, unknown>);
 }
 
+// The text of each function's statement, built once: it depends only on the signature, the name and the schema, and
+// building it (a map, joins and template strings) cost every call what binding its values costs.
+const statementTexts = new WeakMap<PgSignature, Map<string, { names: string[]; text: string }>>();
+
+function statementText(name: string, fn: PgSignature, schema: string): { names: string[]; text: string } {
+  let bySchemaName = statementTexts.get(fn);
+  if (!bySchemaName) statementTexts.set(fn, (bySchemaName = new Map()));
+  const key = `${schema}.${name}`;
+  let s = bySchemaName.get(key);
+  if (!s) {
+    const names = Object.keys(fn.params);
+    const types = fn.params as Record<string, PgType>;
+    const list = names.map((n, i) => `p_${n} => $${i + 1}::${types[n]}`).join(', ');
+    const call = `${schema}.${name}(${list})`;
+    const text =
+      fn.returns !== 'rows'
+        ? `select ${call} as result`
+        : fn.select
+          ? `select ${fn.select} from ${call} r`
+          : `select * from ${call}`;
+    bySchemaName.set(key, (s = { names, text }));
+  }
+  return s;
+}
+
 // postgresCall for any procedure table: `name` is the function's name in `schema` (keel, or keel_transfer on a
 // transfer target).
 export function pgStatement(
@@ -203,19 +228,10 @@ export function pgStatement(
   args: Record<string, unknown>,
   schema = 'keel',
 ): { text: string; values: unknown[] } {
-  const names = Object.keys(fn.params);
+  const { names, text } = statementText(name, fn, schema);
   const given = Object.keys(args);
   if (given.length !== names.length || given.some((n) => !names.includes(n))) {
     throw new Error(`${schema}.${name} takes (${names.join(', ')}), got (${given.join(', ')})`);
   }
-  const types = fn.params as Record<string, PgType>;
-  const list = names.map((n, i) => `p_${n} => $${i + 1}::${types[n]}`).join(', ');
-  const call = `${schema}.${name}(${list})`;
-  const text =
-    fn.returns !== 'rows'
-      ? `select ${call} as result`
-      : fn.select
-        ? `select ${fn.select} from ${call} r`
-        : `select * from ${call}`;
   return { text, values: names.map((n) => args[n] ?? null) };
 }
