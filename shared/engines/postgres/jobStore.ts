@@ -279,25 +279,7 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     return rows.map((r) => toClaimedJob(r, PG_CODEC));
   }
 
-  // Claims of one queue list from this store run one at a time (EXPERIMENT).
-  private readonly claimTails = new Map<string, Promise<unknown>>();
-
   async claimAndStart(opts: ClaimOptions): Promise<StartedJob[]> {
-    const key = opts.queues.join('\u0000');
-    const prev = this.claimTails.get(key) ?? Promise.resolve();
-    const run = prev.then(
-      () => this.claimAndStartNow(opts),
-      () => this.claimAndStartNow(opts),
-    );
-    const tail = run.catch(() => undefined);
-    this.claimTails.set(key, tail);
-    void tail.then(() => {
-      if (this.claimTails.get(key) === tail) this.claimTails.delete(key);
-    });
-    return run;
-  }
-
-  private async claimAndStartNow(opts: ClaimOptions): Promise<StartedJob[]> {
     const { text, values } = postgresCall('claim_and_start', {
       worker_id: opts.workerId,
       queues: opts.queues,
