@@ -728,8 +728,8 @@ begin
   if coalesce(cardinality(p.queues), 0) = 0 then
     return;
   end if;
-  insert into keel.stats_summary as s (queue, slot, succeeded, failed, retried, cancelled, zombie, resurrected)
-  select t.queue, pg_backend_pid() % 16,
+  insert into keel.stats_summary as s (queue, succeeded, failed, retried, cancelled, zombie, resurrected)
+  select t.queue,
          count(*) filter (where t.outcome = 'succeeded'),
          count(*) filter (where t.outcome in ('exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired', 'parent_failed')),
          count(*) filter (where t.outcome = 'retried'),
@@ -738,7 +738,7 @@ begin
          count(*) filter (where t.outcome = 'resurrected')
   from unnest(p.queues, p.outcomes) as t(queue, outcome)
   group by t.queue order by t.queue
-  on conflict (queue, slot) do update
+  on conflict (queue) do update
     set succeeded = s.succeeded + excluded.succeeded,
         failed = s.failed + excluded.failed,
         retried = s.retried + excluded.retried,
@@ -746,8 +746,8 @@ begin
         zombie = s.zombie + excluded.zombie,
         resurrected = s.resurrected + excluded.resurrected,
         updated_at = now();
-  insert into keel.metric_buckets as b (bucket_start, queue, outcome, reason, slot, count, total_duration_ms, max_duration_ms)
-  select date_trunc('minute', now()), t.queue, t.bucket, t.reason, pg_backend_pid() % 16, count(*), coalesce(sum(t.duration_ms), 0),
+  insert into keel.metric_buckets as b (bucket_start, queue, outcome, reason, count, total_duration_ms, max_duration_ms)
+  select date_trunc('minute', now()), t.queue, t.bucket, t.reason, count(*), coalesce(sum(t.duration_ms), 0),
          coalesce(max(t.duration_ms), 0)
   from (select u.queue, u.duration_ms,
                case when u.outcome = 'succeeded' then 'succeeded' else 'failed' end as bucket,
@@ -755,7 +755,7 @@ begin
         from unnest(p.queues, p.outcomes, p.durations) as u(queue, outcome, duration_ms)
         where u.outcome in ('succeeded', 'exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired', 'parent_failed')) t
   group by t.queue, t.bucket, t.reason order by t.queue, t.bucket, t.reason
-  on conflict (bucket_start, queue, outcome, reason, slot) do update
+  on conflict (bucket_start, queue, outcome, reason) do update
     set count = b.count + excluded.count,
         total_duration_ms = b.total_duration_ms + excluded.total_duration_ms,
         max_duration_ms = greatest(b.max_duration_ms, excluded.max_duration_ms);
@@ -779,15 +779,15 @@ begin
   if coalesce(cardinality(p_queues), 0) = 0 then
     return;
   end if;
-  insert into keel.stats_summary as s (queue, slot, succeeded)
-  select t.queue, pg_backend_pid() % 16, t.jobs from unnest(p_queues, p_jobs) as t(queue, jobs) order by t.queue
-  on conflict (queue, slot) do update
+  insert into keel.stats_summary as s (queue, succeeded)
+  select t.queue, t.jobs from unnest(p_queues, p_jobs) as t(queue, jobs) order by t.queue
+  on conflict (queue) do update
     set succeeded = s.succeeded + excluded.succeeded,
         updated_at = now();
-  insert into keel.metric_buckets as b (bucket_start, queue, outcome, reason, slot, count, total_duration_ms, max_duration_ms)
-  select date_trunc('minute', now()), t.queue, 'succeeded', '', pg_backend_pid() % 16, t.jobs, t.total_ms, t.max_ms
+  insert into keel.metric_buckets as b (bucket_start, queue, outcome, reason, count, total_duration_ms, max_duration_ms)
+  select date_trunc('minute', now()), t.queue, 'succeeded', '', t.jobs, t.total_ms, t.max_ms
   from unnest(p_queues, p_jobs, p_total_ms, p_max_ms) as t(queue, jobs, total_ms, max_ms) order by t.queue
-  on conflict (bucket_start, queue, outcome, reason, slot) do update
+  on conflict (bucket_start, queue, outcome, reason) do update
     set count = b.count + excluded.count,
         total_duration_ms = b.total_duration_ms + excluded.total_duration_ms,
         max_duration_ms = greatest(b.max_duration_ms, excluded.max_duration_ms);
@@ -1748,9 +1748,7 @@ begin
     from names n
     left join counts c on c.queue = n.name
     left join dead d on d.queue = n.name
-    left join (select x.queue, sum(x.succeeded) as succeeded, sum(x.failed) as failed, sum(x.retried) as retried,
-                      sum(x.cancelled) as cancelled, sum(x.zombie) as zombie, sum(x.resurrected) as resurrected
-               from keel.stats_summary x group by x.queue) s on s.queue = n.name
+    left join keel.stats_summary s on s.queue = n.name
     order by n.name
   loop
     v_levels := '{}';
