@@ -101,17 +101,6 @@ export async function applyDirect(
       throw err;
     }
   };
-  // Binary COPY when every column has the same declared type on both sides, as the staging does; canonical rows
-  // as COPY text (what the row path's staging writes).
-  const binary =
-    feed.kind === 'bulk' && d.mapped.every((c) => d.targetTypes.get(c.target)?.toLowerCase() === c.type.toLowerCase());
-  // The source's read opens beside the claim (its transaction, settings and COPY start are round trips of their own,
-  // on another server): the rows then flow as soon as this transaction holds the batch. Nothing of it depends on the
-  // claim; when this transaction does not go on to the rows, the read is ended unread (finally below).
-  if (feed.kind === 'bulk') {
-    opening = feed.open(binary ? 'binary' : 'text');
-    opening.catch(noop); // awaited below, after the claim
-  }
   try {
     // begin and the settings in one simple query (neither takes parameters): one round trip of wait fewer.
     await client.query(`begin; ${PG_CHECKSUM_SETTINGS_SQL}`);
@@ -150,6 +139,11 @@ export async function applyDirect(
     }
     lap('direct.claim');
 
+    // Binary COPY when every column has the same declared type on both sides, as the staging does; canonical rows
+    // as COPY text (what the row path's staging writes).
+    const binary =
+      feed.kind === 'bulk' &&
+      d.mapped.every((c) => d.targetTypes.get(c.target)?.toLowerCase() === c.type.toLowerCase());
     const columnList = d.mapped.map((c) => quotePg(c.target)).join(', ');
     const sink = client.query(
       copyFrom(`copy ${d.qualified} (${columnList}) from stdin${binary ? ' (format binary)' : ''}`),
@@ -177,7 +171,8 @@ export async function applyDirect(
     touch();
     try {
       if (feed.kind === 'bulk') {
-        src = await Promise.race([(opening ??= feed.open(binary ? 'binary' : 'text')), sinkFailed, stalled]);
+        opening = feed.open(binary ? 'binary' : 'text');
+        src = await Promise.race([opening, sinkFailed, stalled]);
         src.stream.on('error', noop); // the pipeline reports it
         touch();
         const moved = pipeline(
@@ -292,10 +287,6 @@ export async function applyDirect(
     }
     throw dataError(err) ?? err;
   } finally {
-    // A source read opened beside a claim that did not lead to the rows (already committed, not eligible): ended
-    // unread. Released already (a no-op here) on every path that took it.
-    if (opening && !src)
-      opening.then((s) => s.release(new Error('direct apply ended before the rows were read')), noop).catch(noop);
     if (!broken && !lost) client.off('error', onError);
     client.release(broken ?? lost);
   }
