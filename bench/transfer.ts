@@ -14,7 +14,7 @@ import { spawn } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { benchPgUrl, describeServer, openBenchServer } from './server.js';
+import { benchPgUrl, describeServer, localPostmaster, openBenchServer, postgresCpuSeconds } from './server.js';
 import { migrateJournal } from '../test/support/journalMigrations.js';
 import { PostgresTransferJournal } from '../shared/engines/postgres/transferJournal.js';
 import { PostgresTransferSource } from '../shared/engines/postgres/transferSource.js';
@@ -139,6 +139,7 @@ async function keelChild(a: ChildArgs): Promise<Record<string, unknown>> {
   const phases = { extractMs: 0, stageAndApplyMs: 0 };
   let rows = 0;
   let batches = 0;
+  const cpu0 = process.cpuUsage();
   const started = performance.now();
   for (;;) {
     const t0 = performance.now();
@@ -154,6 +155,7 @@ async function keelChild(a: ChildArgs): Promise<Record<string, unknown>> {
     batches++;
   }
   const ms = performance.now() - started;
+  const cpu = process.cpuUsage(cpu0);
   await svc.close();
   await Promise.all([source.end(), target.end(), control.end()]);
   return {
@@ -164,6 +166,7 @@ async function keelChild(a: ChildArgs): Promise<Record<string, unknown>> {
     extractMs: Math.round(phases.extractMs),
     stageAndApplyMs: Math.round(phases.stageAndApplyMs),
     breakdownMs,
+    nodeCpuMs: Math.round((cpu.user + cpu.system) / 1000),
     peakRssMB: Math.round(process.resourceUsage().maxRSS / 1024),
   };
 }
@@ -240,6 +243,10 @@ export async function runTransferBench(opts: {
 
     // A CHECKPOINT before every measured run: the WAL of the runs before it (1M rows each) otherwise triggers a
     // checkpoint in the middle of whichever run comes next, and its I/O lands on that run alone.
+    // The server's CPU over each Keel run, from /proc when it runs on this machine (bench/server.ts): per batch
+    // count, what the server spent beside the wall time (null for a server elsewhere).
+    const postmaster = await localPostmaster(server.adminUrl);
+    const serverCpu = () => (postmaster ? postgresCpuSeconds(postmaster) : null);
     const checkpoint = () => withClient(server.adminUrl, async (c) => void (await c.query('checkpoint')));
     // 1. The physical limit: COPY TO STDOUT piped into COPY FROM STDIN (same target table definition), measured
     // again right before every Keel run (the machine's load drifts); ratios are to the median of these runs.
@@ -312,7 +319,17 @@ export async function runTransferBench(opts: {
       log(`  ${pipe.rowsPerSec} rows/s`);
       log(`transfer bench: Keel ${r.mode}, ${r.batches} batch(es) of ${batchSize}`);
       await checkpoint();
+      const cpu0 = serverCpu();
       const res = await runChild({ sourceUrl, targetUrl, controlUrl, batchSize, table, mode: r.mode });
+      const cpu1 = serverCpu();
+      const serverCpuMs =
+        cpu0 && cpu1
+          ? Object.fromEntries(
+              Object.keys(cpu1)
+                .map((k) => [k, Math.round(((cpu1[k] ?? 0) - (cpu0[k] ?? 0)) * 1000)] as const)
+                .filter(([, v]) => v > 0),
+            )
+          : null;
       const counted = await withClient(targetUrl, async (c) =>
         Number((await c.query(`select count(*)::bigint as n from public.${table}`)).rows[0].n),
       );
@@ -322,13 +339,17 @@ export async function runTransferBench(opts: {
         mode: r.mode,
         batchSize,
         ...res,
+        serverCpuMs: serverCpuMs && {
+          total: Object.values(serverCpuMs).reduce((x, y) => x + y, 0),
+          ...serverCpuMs,
+        },
         copyPipeBefore: pipe.rowsPerSec,
         vsCopyBefore: Math.round((rps / pipe.rowsPerSec) * 1000) / 1000,
         vsCopy: rps, // the ratio to the median pipe, set below
         vsNaive: Math.round((rps / naive.rowsPerSec) * 10) / 10,
       });
       log(
-        `  ${rps} rows/s, ${(rps / pipe.rowsPerSec).toFixed(3)}x the COPY pipe before it, ${(rps / naive.rowsPerSec).toFixed(1)}x naive, peak RSS ${String(res.peakRssMB)} MB`,
+        `  ${rps} rows/s, ${(rps / pipe.rowsPerSec).toFixed(3)}x the COPY pipe before it, ${(rps / naive.rowsPerSec).toFixed(1)}x naive, peak RSS ${String(res.peakRssMB)} MB, CPU ms Node ${String(res.nodeCpuMs)} server ${serverCpuMs ? Object.values(serverCpuMs).reduce((x, y) => x + y, 0) : '?'}`,
       );
     }
     const sortedPipes = pipeRuns.map((p) => p.rowsPerSec).sort((x, y) => x - y);

@@ -102,8 +102,8 @@ export async function applyDirect(
     }
   };
   try {
-    await client.query('begin');
-    await client.query(PG_CHECKSUM_SETTINGS_SQL);
+    // begin and the settings in one simple query (neither takes parameters): one round trip of wait fewer.
+    await client.query(`begin; ${PG_CHECKSUM_SETTINGS_SQL}`);
     if ('attempt' in when) {
       let begun: { outcome: string; row_count: string | null; checksum: string | null };
       try {
