@@ -335,8 +335,15 @@ describe('direct apply of the row path (canonical rows, keel-v1)', () => {
           streamRows: async function* (w, schema, n, facts) {
             const first = streams++ === 0;
             for await (const chunk of s.streamRows(w, schema, n, facts)) {
-              if (first && o.tamper) o.tamper(chunk);
-              yield chunk;
+              if (!first || !o.tamper) {
+                yield chunk;
+                continue;
+              }
+              // A new array, as any step that changes rows yields (a chunk's rows are never changed in place: the
+              // source's COPY text of them travels with the chunk, checksum.ts COPY_TEXT).
+              const changed = [...chunk];
+              o.tamper(changed);
+              yield changed;
             }
           },
           ...(o.oneRead ? { readsSnapshot: () => s.readsSnapshot() } : {}),
