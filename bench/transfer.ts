@@ -12,6 +12,7 @@ import { to as copyTo, from as copyFrom } from 'pg-copy-streams';
 import { pipeline } from 'node:stream/promises';
 import { spawn } from 'node:child_process';
 import os from 'node:os';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { benchPgUrl, describeServer, openBenchServer } from './server.js';
@@ -140,6 +141,7 @@ async function keelChild(a: ChildArgs): Promise<Record<string, unknown>> {
   let rows = 0;
   let batches = 0;
   const started = performance.now();
+  const cpu0 = process.cpuUsage();
   for (;;) {
     const t0 = performance.now();
     const b = await svc.tryCreateBatch(t!.name);
@@ -154,6 +156,7 @@ async function keelChild(a: ChildArgs): Promise<Record<string, unknown>> {
     batches++;
   }
   const ms = performance.now() - started;
+  const cpu = process.cpuUsage(cpu0);
   await svc.close();
   await Promise.all([source.end(), target.end(), control.end()]);
   return {
@@ -164,8 +167,23 @@ async function keelChild(a: ChildArgs): Promise<Record<string, unknown>> {
     extractMs: Math.round(phases.extractMs),
     stageAndApplyMs: Math.round(phases.stageAndApplyMs),
     breakdownMs,
+    nodeCpuMs: Math.round((cpu.user + cpu.system) / 1000),
     peakRssMB: Math.round(process.resourceUsage().maxRSS / 1024),
   };
+}
+
+// CPU of the server's processes that ended (its backends and parallel workers, reaped by the postmaster: cutime and
+// cstime of /proc/<postmaster>/stat), in ms; null when the server is not a local process this user can read. Read
+// around a run whose connections have closed, it is the server CPU the run cost, comparable between runs on a loaded
+// machine where wall time is not.
+function serverCpuMs(postmaster: number | null): number | null {
+  if (postmaster === null) return null;
+  try {
+    const f = readFileSync(`/proc/${postmaster}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return (Number(f[13]) + Number(f[14])) * 10; // clock ticks of 10 ms (USER_HZ 100)
+  } catch {
+    return null;
+  }
 }
 
 function runChild(args: ChildArgs): Promise<Record<string, unknown>> {
@@ -243,6 +261,20 @@ export async function runTransferBench(opts: {
     const checkpoint = () => withClient(server.adminUrl, async (c) => void (await c.query('checkpoint')));
     // 1. The physical limit: COPY TO STDOUT piped into COPY FROM STDIN (same target table definition), measured
     // again right before every Keel run (the machine's load drifts); ratios are to the median of these runs.
+    const postmaster = await withClient(server.adminUrl, async (c) => {
+      const pid = Number((await c.query('select pg_backend_pid() as p')).rows[0].p);
+      try {
+        return Number(readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')[1]);
+      } catch {
+        return null;
+      }
+    });
+    // The server CPU of what ran since `from` (connections closed; the postmaster reaps their processes at once).
+    const serverCpuSince = async (from: number | null) => {
+      await new Promise((r) => setTimeout(r, 300));
+      const now = serverCpuMs(postmaster);
+      return from === null || now === null ? null : now - from;
+    };
     let pipes = 0;
     const copyPipe = async () => {
       const table = `public.copy_pipe_${pipes++}`;
@@ -250,6 +282,8 @@ export async function runTransferBench(opts: {
       await checkpoint();
       const src = new pg.Client({ connectionString: sourceUrl });
       const dst = new pg.Client({ connectionString: targetUrl });
+      const cpu0 = serverCpuMs(postmaster);
+      const node0 = process.cpuUsage();
       await src.connect();
       await dst.connect();
       const t0 = performance.now();
@@ -258,14 +292,22 @@ export async function runTransferBench(opts: {
         dst.query(copyFrom(`copy ${table} from stdin`)),
       );
       const ms = performance.now() - t0;
+      const node = process.cpuUsage(node0);
       await src.end();
       await dst.end();
+      const serverCpu = await serverCpuSince(cpu0);
       const copied = await withClient(targetUrl, async (c) =>
         Number((await c.query(`select count(*)::bigint as n from ${table}`)).rows[0].n),
       );
       if (copied !== rows) throw new Error(`${table}: ${copied} rows, ${rows} at the source`);
       await withClient(targetUrl, async (c) => void (await c.query(`drop table ${table}`)));
-      return { rows, ms: Math.round(ms), rowsPerSec: Math.round(rows / (ms / 1000)) };
+      return {
+        rows,
+        ms: Math.round(ms),
+        rowsPerSec: Math.round(rows / (ms / 1000)),
+        nodeCpuMs: Math.round((node.user + node.system) / 1000),
+        serverCpuMs: serverCpu,
+      };
     };
     log('transfer bench: COPY pipe');
     const pipeRuns = [await copyPipe()];
@@ -312,7 +354,9 @@ export async function runTransferBench(opts: {
       log(`  ${pipe.rowsPerSec} rows/s`);
       log(`transfer bench: Keel ${r.mode}, ${r.batches} batch(es) of ${batchSize}`);
       await checkpoint();
+      const cpu0 = serverCpuMs(postmaster);
       const res = await runChild({ sourceUrl, targetUrl, controlUrl, batchSize, table, mode: r.mode });
+      const serverCpu = await serverCpuSince(cpu0);
       const counted = await withClient(targetUrl, async (c) =>
         Number((await c.query(`select count(*)::bigint as n from public.${table}`)).rows[0].n),
       );
@@ -322,13 +366,19 @@ export async function runTransferBench(opts: {
         mode: r.mode,
         batchSize,
         ...res,
+        serverCpuMs: serverCpu,
+        // CPU per row against the COPY pipe's (server + Node): what a loaded machine does not distort.
+        cpuVsCopyBefore:
+          serverCpu === null || pipe.serverCpuMs === null
+            ? null
+            : Math.round(((serverCpu + Number(res.nodeCpuMs)) / (pipe.serverCpuMs + pipe.nodeCpuMs)) * 100) / 100,
         copyPipeBefore: pipe.rowsPerSec,
         vsCopyBefore: Math.round((rps / pipe.rowsPerSec) * 1000) / 1000,
         vsCopy: rps, // the ratio to the median pipe, set below
         vsNaive: Math.round((rps / naive.rowsPerSec) * 10) / 10,
       });
       log(
-        `  ${rps} rows/s, ${(rps / pipe.rowsPerSec).toFixed(3)}x the COPY pipe before it, ${(rps / naive.rowsPerSec).toFixed(1)}x naive, peak RSS ${String(res.peakRssMB)} MB`,
+        `  ${rps} rows/s, ${(rps / pipe.rowsPerSec).toFixed(3)}x the COPY pipe before it, ${(rps / naive.rowsPerSec).toFixed(1)}x naive, peak RSS ${String(res.peakRssMB)} MB, CPU ms server ${serverCpu} node ${String(res.nodeCpuMs)} (pipe: ${pipe.serverCpuMs} + ${pipe.nodeCpuMs})`,
       );
     }
     const sortedPipes = pipeRuns.map((p) => p.rowsPerSec).sort((x, y) => x - y);
