@@ -4,10 +4,10 @@
 // test/transfer/checksum.test.ts compares it with node:crypto and with PostgreSQL's md5().
 const W = new Int32Array(16);
 const encoder = new TextEncoder();
-let buf = new Uint8Array(4096);
+let buf: Uint8Array = new Uint8Array(4096);
 const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 // The Int32Array over buf's bytes (made again when buf is replaced).
-let words = new Int32Array(buf.buffer, 0, buf.length >>> 2);
+let words: Int32Array = new Int32Array(buf.buffer, 0, buf.length >>> 2);
 const wordsOf = (b: Uint8Array): Int32Array =>
   words.buffer === b.buffer ? words : (words = new Int32Array(b.buffer, b.byteOffset, b.length >>> 2));
 
