@@ -398,6 +398,33 @@ describe('direct apply of the row path (canonical rows, keel-v1)', () => {
     });
   }
 
+  for (const oneRead of [false, true]) {
+    it(`no bytes column: the source's COPY text is written as it came, the stored rows are the source's (${oneRead ? 'one source read' : 'manifest read first'})`, async () => {
+      const table = `public.orders_text_${oneRead ? 1 : 0}`;
+      const COLUMNS =
+        'id bigint primary key, customer text, amount numeric(12,2), placed_at timestamptz, flag boolean, note varchar(200)';
+      await env.source.query(`create table ${table} (${COLUMNS});
+        insert into ${table} select id, customer, amount, placed_at, flag,
+          case id % 5 when 0 then E'a\\tb\\nc\\rd\\\\e "q" ,()' when 1 then 'Zoë ✓' when 2 then '' when 3 then null else note end
+          from public.orders where id <= 400`);
+      await env.target.query(`create table ${table} (${COLUMNS})`);
+      const t = ordersTransfer(`orders_text_${oneRead ? 1 : 0}`, {
+        source: { engine: 'postgres', connectionSetting: 'TEST_SOURCE', table },
+        target: { engine: 'postgres', connectionSetting: 'TEST_TARGET', table },
+        columns: ['id', 'customer', 'amount', 'placed_at', 'flag', 'note'].map((c) => ({ source: c, target: c })),
+        batchSize: 1000,
+        chunkSize: 70,
+      });
+      const created = await service(t, { oneRead }).createBatch(t.name);
+      const v = await service(t, { oneRead }).stage(created.batchId);
+      expect(v.state, `${v.lastError}`).toBe('committed');
+      expect(await events(v.batchId)).toEqual(['created', 'manifest_recorded', 'apply_started', 'applied']);
+      expect(v.appliedCount).toBe(400);
+      const rows = (db: pg.Pool) => db.query(`select * from ${table} order by id`).then((r) => r.rows);
+      expect(await rows(env.target)).toEqual(await rows(env.source));
+    });
+  }
+
   it('a tampered row (manifest read first): the window does not match, nothing commits, the staged way applies it', async () => {
     const t = ordersTransfer('orders_rows', { batchSize: 300, chunkSize: 70 });
     // The first stream carries another value for one row than the source holds (and its manifest says).
