@@ -171,6 +171,16 @@ async function keelChild(a: ChildArgs): Promise<Record<string, unknown>> {
   };
 }
 
+// CPU of the server's processes that ended (its backends and parallel workers, reaped by the postmaster: cutime and
+// cstime of /proc/<postmaster>/stat), in ms; null when the server is not a local process this user can read. Read
+// around a run whose connections have closed, it is the server CPU the run cost, comparable between runs on a loaded
+// machine where wall time is not.
+function serverCpuMs(postmaster: { pid: number; clusterName: string } | null): number | null {
+  if (postmaster === null) return null;
+  const exited = postgresCpuSeconds(postmaster).exited;
+  return exited === undefined ? null : Math.round(exited * 1000);
+}
+
 function runChild(args: ChildArgs): Promise<Record<string, unknown>> {
   return new Promise((resolve, reject) => {
     const child = spawn(
@@ -243,13 +253,16 @@ export async function runTransferBench(opts: {
 
     // A CHECKPOINT before every measured run: the WAL of the runs before it (1M rows each) otherwise triggers a
     // checkpoint in the middle of whichever run comes next, and its I/O lands on that run alone.
-    // The server's CPU over each Keel run, from /proc when it runs on this machine (bench/server.ts): per batch
-    // count, what the server spent beside the wall time (null for a server elsewhere).
-    const postmaster = await localPostmaster(server.adminUrl);
-    const serverCpu = () => (postmaster ? postgresCpuSeconds(postmaster) : null);
     const checkpoint = () => withClient(server.adminUrl, async (c) => void (await c.query('checkpoint')));
     // 1. The physical limit: COPY TO STDOUT piped into COPY FROM STDIN (same target table definition), measured
     // again right before every Keel run (the machine's load drifts); ratios are to the median of these runs.
+    const postmaster = await localPostmaster(server.adminUrl);
+    // The server CPU of what ran since `from` (connections closed; the postmaster reaps their processes at once).
+    const serverCpuSince = async (from: number | null) => {
+      await new Promise((r) => setTimeout(r, 300));
+      const now = serverCpuMs(postmaster);
+      return from === null || now === null ? null : now - from;
+    };
     let pipes = 0;
     const copyPipe = async () => {
       const table = `public.copy_pipe_${pipes++}`;
@@ -257,6 +270,8 @@ export async function runTransferBench(opts: {
       await checkpoint();
       const src = new pg.Client({ connectionString: sourceUrl });
       const dst = new pg.Client({ connectionString: targetUrl });
+      const cpu0 = serverCpuMs(postmaster);
+      const node0 = process.cpuUsage();
       await src.connect();
       await dst.connect();
       const t0 = performance.now();
@@ -265,14 +280,22 @@ export async function runTransferBench(opts: {
         dst.query(copyFrom(`copy ${table} from stdin`)),
       );
       const ms = performance.now() - t0;
+      const node = process.cpuUsage(node0);
       await src.end();
       await dst.end();
+      const serverCpu = await serverCpuSince(cpu0);
       const copied = await withClient(targetUrl, async (c) =>
         Number((await c.query(`select count(*)::bigint as n from ${table}`)).rows[0].n),
       );
       if (copied !== rows) throw new Error(`${table}: ${copied} rows, ${rows} at the source`);
       await withClient(targetUrl, async (c) => void (await c.query(`drop table ${table}`)));
-      return { rows, ms: Math.round(ms), rowsPerSec: Math.round(rows / (ms / 1000)) };
+      return {
+        rows,
+        ms: Math.round(ms),
+        rowsPerSec: Math.round(rows / (ms / 1000)),
+        nodeCpuMs: Math.round((node.user + node.system) / 1000),
+        serverCpuMs: serverCpu,
+      };
     };
     log('transfer bench: COPY pipe');
     const pipeRuns = [await copyPipe()];
@@ -319,17 +342,9 @@ export async function runTransferBench(opts: {
       log(`  ${pipe.rowsPerSec} rows/s`);
       log(`transfer bench: Keel ${r.mode}, ${r.batches} batch(es) of ${batchSize}`);
       await checkpoint();
-      const cpu0 = serverCpu();
+      const cpu0 = serverCpuMs(postmaster);
       const res = await runChild({ sourceUrl, targetUrl, controlUrl, batchSize, table, mode: r.mode });
-      const cpu1 = serverCpu();
-      const serverCpuMs =
-        cpu0 && cpu1
-          ? Object.fromEntries(
-              Object.keys(cpu1)
-                .map((k) => [k, Math.round(((cpu1[k] ?? 0) - (cpu0[k] ?? 0)) * 1000)] as const)
-                .filter(([, v]) => v > 0),
-            )
-          : null;
+      const serverCpu = await serverCpuSince(cpu0);
       const counted = await withClient(targetUrl, async (c) =>
         Number((await c.query(`select count(*)::bigint as n from public.${table}`)).rows[0].n),
       );
@@ -339,17 +354,19 @@ export async function runTransferBench(opts: {
         mode: r.mode,
         batchSize,
         ...res,
-        serverCpuMs: serverCpuMs && {
-          total: Object.values(serverCpuMs).reduce((x, y) => x + y, 0),
-          ...serverCpuMs,
-        },
+        serverCpuMs: serverCpu,
+        // CPU per row against the COPY pipe's (server + Node): what a loaded machine does not distort.
+        cpuVsCopyBefore:
+          serverCpu === null || pipe.serverCpuMs === null
+            ? null
+            : Math.round(((serverCpu + Number(res.nodeCpuMs)) / (pipe.serverCpuMs + pipe.nodeCpuMs)) * 100) / 100,
         copyPipeBefore: pipe.rowsPerSec,
         vsCopyBefore: Math.round((rps / pipe.rowsPerSec) * 1000) / 1000,
         vsCopy: rps, // the ratio to the median pipe, set below
         vsNaive: Math.round((rps / naive.rowsPerSec) * 10) / 10,
       });
       log(
-        `  ${rps} rows/s, ${(rps / pipe.rowsPerSec).toFixed(3)}x the COPY pipe before it, ${(rps / naive.rowsPerSec).toFixed(1)}x naive, peak RSS ${String(res.peakRssMB)} MB, CPU ms Node ${String(res.nodeCpuMs)} server ${serverCpuMs ? Object.values(serverCpuMs).reduce((x, y) => x + y, 0) : '?'}`,
+        `  ${rps} rows/s, ${(rps / pipe.rowsPerSec).toFixed(3)}x the COPY pipe before it, ${(rps / naive.rowsPerSec).toFixed(1)}x naive, peak RSS ${String(res.peakRssMB)} MB, CPU ms server ${serverCpu} node ${String(res.nodeCpuMs)} (pipe: ${pipe.serverCpuMs} + ${pipe.nodeCpuMs})`,
       );
     }
     const sortedPipes = pipeRuns.map((p) => p.rowsPerSec).sort((x, y) => x - y);

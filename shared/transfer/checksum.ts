@@ -82,6 +82,13 @@ export function algorithmOf(checksum: string): ChecksumAlgorithm {
 
 export type CanonicalRow = (string | null)[];
 
+// A chunk of canonical rows may carry the same rows as PostgreSQL COPY text (a PostgreSQL source reads them so):
+// a PostgreSQL target then writes those bytes as they came instead of formatting the rows again
+// (transferSql.ts, copyChunk). So a chunk's rows are never changed in place: a step that converts rows yields new
+// arrays (policies.ts), which carry no COPY text.
+export const COPY_TEXT: unique symbol = Symbol('keel.copyText');
+export type CanonicalChunk = CanonicalRow[] & { [COPY_TEXT]?: Buffer };
+
 const NEEDS_QUOTES = /["\\(),\t\n\v\f\r ]/;
 
 export function rowEncoding(row: CanonicalRow): string {

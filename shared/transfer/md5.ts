@@ -2,15 +2,14 @@
 // first 8 digest bytes only. In JavaScript because the row hash is per row: node:crypto's one-shot hash costs about
 // twice as much per short input (the call, a hash context and a Buffer each time) as this loop over a reused buffer.
 // test/transfer/checksum.test.ts compares it with node:crypto and with PostgreSQL's md5().
-const K = new Int32Array(64);
-for (let i = 0; i < 64; i++) K[i] = Math.floor(Math.abs(Math.sin(i + 1)) * 4294967296) | 0;
-const S = new Int32Array([
-  7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 5, 9, 14, 20, 5, 9, 14, 20, 5, 9, 14, 20, 5, 9, 14, 20, 4,
-  11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21,
-]);
 const W = new Int32Array(16);
 const encoder = new TextEncoder();
-let buf = new Uint8Array(4096);
+let buf: Uint8Array = new Uint8Array(4096);
+const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
+// The Int32Array over buf's bytes (made again when buf is replaced).
+let words: Int32Array = new Int32Array(buf.buffer, 0, buf.length >>> 2);
+const wordsOf = (b: Uint8Array): Int32Array =>
+  words.buffer === b.buffer ? words : (words = new Int32Array(b.buffer, b.byteOffset, b.length >>> 2));
 
 const bswap = (x: number) =>
   (((x & 0xff) << 24) | (((x >>> 8) & 0xff) << 16) | (((x >>> 16) & 0xff) << 8) | (x >>> 24)) >>> 0;
@@ -30,6 +29,11 @@ function reserve(used: number, more: number): void {
   buf = grown;
 }
 
+// Per ASCII character: 1 when it makes the record literal quote the value, 2 when it is also doubled inside the quotes.
+const QUOTING = new Uint8Array(128);
+for (const c of [0x20, 0x28, 0x29, 0x2c, 0x09, 0x0a, 0x0b, 0x0c, 0x0d]) QUOTING[c] = 1;
+QUOTING[0x22] = QUOTING[0x5c] = 2;
+
 // Writes the UTF-8 bytes of s at pos (as TextEncoder does: a lone surrogate as U+FFFD), the characters `"` and `\`
 // twice when `doubled`; answers the position after them, or -1 when not doubled and s holds a character that makes
 // the record literal quote the value (checksum.ts, rowEncoding).
@@ -38,11 +42,11 @@ function putField(s: string, pos: number, doubled: boolean): number {
   for (let i = 0; i < s.length; i++) {
     let c = s.charCodeAt(i);
     if (c < 0x80) {
-      if (c === 0x22 || c === 0x5c) {
+      const q = QUOTING[c]!;
+      if (q !== 0) {
         if (!doubled) return -1;
-        b[pos++] = c;
-      } else if (!doubled && (c === 0x20 || c === 0x28 || c === 0x29 || c === 0x2c || (c >= 0x09 && c <= 0x0d)))
-        return -1;
+        if (q === 2) b[pos++] = c;
+      }
       b[pos++] = c;
     } else if (c < 0x800) {
       b[pos++] = 0xc0 | (c >>> 6);
@@ -113,49 +117,170 @@ function md5Buffered(n: number, out: Uint32Array): void {
   let b0 = 0xefcdab89 | 0;
   let c0 = 0x98badcfe | 0;
   let d0 = 0x10325476;
+  // The message words read through an Int32Array over the buffer (little-endian, as MD5 reads them), and the 64 steps
+  // written out with their constants: with the table-driven loop and the per-character comparisons before (QUOTING),
+  // keel-v1 of 1M rows of the bench's shape took 2.3-2.5 s of Node CPU, now 1.6 s (bench/README.md, runs 210-219).
+  const words = wordsOf(buf);
   for (let off = 0; off < total; off += 64) {
-    for (let j = 0; j < 16; j++) {
-      const p = off + j * 4;
-      W[j] = buf[p]! | (buf[p + 1]! << 8) | (buf[p + 2]! << 16) | (buf[p + 3]! << 24);
+    let src = words;
+    let q = off >>> 2;
+    if (!LITTLE_ENDIAN) {
+      for (let j = 0; j < 16; j++) {
+        const p = off + j * 4;
+        W[j] = buf[p]! | (buf[p + 1]! << 8) | (buf[p + 2]! << 16) | (buf[p + 3]! << 24);
+      }
+      src = W;
+      q = 0;
     }
+    const x0 = src[q]!;
+    const x1 = src[q + 1]!;
+    const x2 = src[q + 2]!;
+    const x3 = src[q + 3]!;
+    const x4 = src[q + 4]!;
+    const x5 = src[q + 5]!;
+    const x6 = src[q + 6]!;
+    const x7 = src[q + 7]!;
+    const x8 = src[q + 8]!;
+    const x9 = src[q + 9]!;
+    const x10 = src[q + 10]!;
+    const x11 = src[q + 11]!;
+    const x12 = src[q + 12]!;
+    const x13 = src[q + 13]!;
+    const x14 = src[q + 14]!;
+    const x15 = src[q + 15]!;
     let a = a0;
     let b = b0;
     let c = c0;
     let d = d0;
     let t = 0;
-    let r = 0;
-    for (let i = 0; i < 16; i++) {
-      t = (a + ((b & c) | (~b & d)) + K[i]! + W[i]!) | 0;
-      a = d;
-      d = c;
-      c = b;
-      r = S[i]!;
-      b = (b + ((t << r) | (t >>> (32 - r)))) | 0;
-    }
-    for (let i = 16; i < 32; i++) {
-      t = (a + ((d & b) | (~d & c)) + K[i]! + W[(5 * i + 1) & 15]!) | 0;
-      a = d;
-      d = c;
-      c = b;
-      r = S[i]!;
-      b = (b + ((t << r) | (t >>> (32 - r)))) | 0;
-    }
-    for (let i = 32; i < 48; i++) {
-      t = (a + (b ^ c ^ d) + K[i]! + W[(3 * i + 5) & 15]!) | 0;
-      a = d;
-      d = c;
-      c = b;
-      r = S[i]!;
-      b = (b + ((t << r) | (t >>> (32 - r)))) | 0;
-    }
-    for (let i = 48; i < 64; i++) {
-      t = (a + (c ^ (b | ~d)) + K[i]! + W[(7 * i) & 15]!) | 0;
-      a = d;
-      d = c;
-      c = b;
-      r = S[i]!;
-      b = (b + ((t << r) | (t >>> (32 - r)))) | 0;
-    }
+    t = (a + ((b & c) | (~b & d)) + x0 + -680876936) | 0;
+    a = (b + ((t << 7) | (t >>> 25))) | 0;
+    t = (d + ((a & b) | (~a & c)) + x1 + -389564586) | 0;
+    d = (a + ((t << 12) | (t >>> 20))) | 0;
+    t = (c + ((d & a) | (~d & b)) + x2 + 606105819) | 0;
+    c = (d + ((t << 17) | (t >>> 15))) | 0;
+    t = (b + ((c & d) | (~c & a)) + x3 + -1044525330) | 0;
+    b = (c + ((t << 22) | (t >>> 10))) | 0;
+    t = (a + ((b & c) | (~b & d)) + x4 + -176418897) | 0;
+    a = (b + ((t << 7) | (t >>> 25))) | 0;
+    t = (d + ((a & b) | (~a & c)) + x5 + 1200080426) | 0;
+    d = (a + ((t << 12) | (t >>> 20))) | 0;
+    t = (c + ((d & a) | (~d & b)) + x6 + -1473231341) | 0;
+    c = (d + ((t << 17) | (t >>> 15))) | 0;
+    t = (b + ((c & d) | (~c & a)) + x7 + -45705983) | 0;
+    b = (c + ((t << 22) | (t >>> 10))) | 0;
+    t = (a + ((b & c) | (~b & d)) + x8 + 1770035416) | 0;
+    a = (b + ((t << 7) | (t >>> 25))) | 0;
+    t = (d + ((a & b) | (~a & c)) + x9 + -1958414417) | 0;
+    d = (a + ((t << 12) | (t >>> 20))) | 0;
+    t = (c + ((d & a) | (~d & b)) + x10 + -42063) | 0;
+    c = (d + ((t << 17) | (t >>> 15))) | 0;
+    t = (b + ((c & d) | (~c & a)) + x11 + -1990404162) | 0;
+    b = (c + ((t << 22) | (t >>> 10))) | 0;
+    t = (a + ((b & c) | (~b & d)) + x12 + 1804603682) | 0;
+    a = (b + ((t << 7) | (t >>> 25))) | 0;
+    t = (d + ((a & b) | (~a & c)) + x13 + -40341101) | 0;
+    d = (a + ((t << 12) | (t >>> 20))) | 0;
+    t = (c + ((d & a) | (~d & b)) + x14 + -1502002290) | 0;
+    c = (d + ((t << 17) | (t >>> 15))) | 0;
+    t = (b + ((c & d) | (~c & a)) + x15 + 1236535329) | 0;
+    b = (c + ((t << 22) | (t >>> 10))) | 0;
+    t = (a + ((d & b) | (~d & c)) + x1 + -165796510) | 0;
+    a = (b + ((t << 5) | (t >>> 27))) | 0;
+    t = (d + ((c & a) | (~c & b)) + x6 + -1069501632) | 0;
+    d = (a + ((t << 9) | (t >>> 23))) | 0;
+    t = (c + ((b & d) | (~b & a)) + x11 + 643717713) | 0;
+    c = (d + ((t << 14) | (t >>> 18))) | 0;
+    t = (b + ((a & c) | (~a & d)) + x0 + -373897302) | 0;
+    b = (c + ((t << 20) | (t >>> 12))) | 0;
+    t = (a + ((d & b) | (~d & c)) + x5 + -701558691) | 0;
+    a = (b + ((t << 5) | (t >>> 27))) | 0;
+    t = (d + ((c & a) | (~c & b)) + x10 + 38016083) | 0;
+    d = (a + ((t << 9) | (t >>> 23))) | 0;
+    t = (c + ((b & d) | (~b & a)) + x15 + -660478335) | 0;
+    c = (d + ((t << 14) | (t >>> 18))) | 0;
+    t = (b + ((a & c) | (~a & d)) + x4 + -405537848) | 0;
+    b = (c + ((t << 20) | (t >>> 12))) | 0;
+    t = (a + ((d & b) | (~d & c)) + x9 + 568446438) | 0;
+    a = (b + ((t << 5) | (t >>> 27))) | 0;
+    t = (d + ((c & a) | (~c & b)) + x14 + -1019803690) | 0;
+    d = (a + ((t << 9) | (t >>> 23))) | 0;
+    t = (c + ((b & d) | (~b & a)) + x3 + -187363961) | 0;
+    c = (d + ((t << 14) | (t >>> 18))) | 0;
+    t = (b + ((a & c) | (~a & d)) + x8 + 1163531501) | 0;
+    b = (c + ((t << 20) | (t >>> 12))) | 0;
+    t = (a + ((d & b) | (~d & c)) + x13 + -1444681467) | 0;
+    a = (b + ((t << 5) | (t >>> 27))) | 0;
+    t = (d + ((c & a) | (~c & b)) + x2 + -51403784) | 0;
+    d = (a + ((t << 9) | (t >>> 23))) | 0;
+    t = (c + ((b & d) | (~b & a)) + x7 + 1735328473) | 0;
+    c = (d + ((t << 14) | (t >>> 18))) | 0;
+    t = (b + ((a & c) | (~a & d)) + x12 + -1926607734) | 0;
+    b = (c + ((t << 20) | (t >>> 12))) | 0;
+    t = (a + (b ^ c ^ d) + x5 + -378558) | 0;
+    a = (b + ((t << 4) | (t >>> 28))) | 0;
+    t = (d + (a ^ b ^ c) + x8 + -2022574463) | 0;
+    d = (a + ((t << 11) | (t >>> 21))) | 0;
+    t = (c + (d ^ a ^ b) + x11 + 1839030562) | 0;
+    c = (d + ((t << 16) | (t >>> 16))) | 0;
+    t = (b + (c ^ d ^ a) + x14 + -35309556) | 0;
+    b = (c + ((t << 23) | (t >>> 9))) | 0;
+    t = (a + (b ^ c ^ d) + x1 + -1530992060) | 0;
+    a = (b + ((t << 4) | (t >>> 28))) | 0;
+    t = (d + (a ^ b ^ c) + x4 + 1272893353) | 0;
+    d = (a + ((t << 11) | (t >>> 21))) | 0;
+    t = (c + (d ^ a ^ b) + x7 + -155497632) | 0;
+    c = (d + ((t << 16) | (t >>> 16))) | 0;
+    t = (b + (c ^ d ^ a) + x10 + -1094730640) | 0;
+    b = (c + ((t << 23) | (t >>> 9))) | 0;
+    t = (a + (b ^ c ^ d) + x13 + 681279174) | 0;
+    a = (b + ((t << 4) | (t >>> 28))) | 0;
+    t = (d + (a ^ b ^ c) + x0 + -358537222) | 0;
+    d = (a + ((t << 11) | (t >>> 21))) | 0;
+    t = (c + (d ^ a ^ b) + x3 + -722521979) | 0;
+    c = (d + ((t << 16) | (t >>> 16))) | 0;
+    t = (b + (c ^ d ^ a) + x6 + 76029189) | 0;
+    b = (c + ((t << 23) | (t >>> 9))) | 0;
+    t = (a + (b ^ c ^ d) + x9 + -640364487) | 0;
+    a = (b + ((t << 4) | (t >>> 28))) | 0;
+    t = (d + (a ^ b ^ c) + x12 + -421815835) | 0;
+    d = (a + ((t << 11) | (t >>> 21))) | 0;
+    t = (c + (d ^ a ^ b) + x15 + 530742520) | 0;
+    c = (d + ((t << 16) | (t >>> 16))) | 0;
+    t = (b + (c ^ d ^ a) + x2 + -995338651) | 0;
+    b = (c + ((t << 23) | (t >>> 9))) | 0;
+    t = (a + (c ^ (b | ~d)) + x0 + -198630844) | 0;
+    a = (b + ((t << 6) | (t >>> 26))) | 0;
+    t = (d + (b ^ (a | ~c)) + x7 + 1126891415) | 0;
+    d = (a + ((t << 10) | (t >>> 22))) | 0;
+    t = (c + (a ^ (d | ~b)) + x14 + -1416354905) | 0;
+    c = (d + ((t << 15) | (t >>> 17))) | 0;
+    t = (b + (d ^ (c | ~a)) + x5 + -57434055) | 0;
+    b = (c + ((t << 21) | (t >>> 11))) | 0;
+    t = (a + (c ^ (b | ~d)) + x12 + 1700485571) | 0;
+    a = (b + ((t << 6) | (t >>> 26))) | 0;
+    t = (d + (b ^ (a | ~c)) + x3 + -1894986606) | 0;
+    d = (a + ((t << 10) | (t >>> 22))) | 0;
+    t = (c + (a ^ (d | ~b)) + x10 + -1051523) | 0;
+    c = (d + ((t << 15) | (t >>> 17))) | 0;
+    t = (b + (d ^ (c | ~a)) + x1 + -2054922799) | 0;
+    b = (c + ((t << 21) | (t >>> 11))) | 0;
+    t = (a + (c ^ (b | ~d)) + x8 + 1873313359) | 0;
+    a = (b + ((t << 6) | (t >>> 26))) | 0;
+    t = (d + (b ^ (a | ~c)) + x15 + -30611744) | 0;
+    d = (a + ((t << 10) | (t >>> 22))) | 0;
+    t = (c + (a ^ (d | ~b)) + x6 + -1560198380) | 0;
+    c = (d + ((t << 15) | (t >>> 17))) | 0;
+    t = (b + (d ^ (c | ~a)) + x13 + 1309151649) | 0;
+    b = (c + ((t << 21) | (t >>> 11))) | 0;
+    t = (a + (c ^ (b | ~d)) + x4 + -145523070) | 0;
+    a = (b + ((t << 6) | (t >>> 26))) | 0;
+    t = (d + (b ^ (a | ~c)) + x11 + -1120210379) | 0;
+    d = (a + ((t << 10) | (t >>> 22))) | 0;
+    t = (c + (a ^ (d | ~b)) + x2 + 718787259) | 0;
+    c = (d + ((t << 15) | (t >>> 17))) | 0;
+    t = (b + (d ^ (c | ~a)) + x9 + -343485551) | 0;
+    b = (c + ((t << 21) | (t >>> 11))) | 0;
     a0 = (a0 + a) | 0;
     b0 = (b0 + b) | 0;
     c0 = (c0 + c) | 0;

@@ -78,7 +78,8 @@ export interface SourceAdapter {
   manifest(w: Window, schema: SourceSchema, algorithm: ChecksumAlgorithm): Promise<Manifest>;
   // The checksum algorithms this source can compute for a manifest, preferred first ('keel-v1' always among them).
   checksumAlgorithms(): Promise<readonly ChecksumAlgorithm[]>;
-  // Rows of the window as canonical text in mapping order, in chunks of at most chunkSize, with backpressure.
+  // Rows of the window as canonical text in mapping order, in chunks of at most chunkSize, with backpressure. A chunk
+  // may carry its rows' COPY text (checksum.ts, COPY_TEXT): whoever changes rows yields new arrays, never edits one.
   // facts: what the source proved about the rows it read, filled in before the stream ends (optional).
   streamRows(w: Window, schema: SourceSchema, chunkSize: number, facts?: StreamFacts): AsyncIterable<CanonicalRow[]>;
   // true when streamRows(w) reads the window in one consistent snapshot (each row of the window as of one moment,

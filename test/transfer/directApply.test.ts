@@ -335,8 +335,15 @@ describe('direct apply of the row path (canonical rows, keel-v1)', () => {
           streamRows: async function* (w, schema, n, facts) {
             const first = streams++ === 0;
             for await (const chunk of s.streamRows(w, schema, n, facts)) {
-              if (first && o.tamper) o.tamper(chunk);
-              yield chunk;
+              if (!first || !o.tamper) {
+                yield chunk;
+                continue;
+              }
+              // A new array, as any step that changes rows yields (a chunk's rows are never changed in place: the
+              // source's COPY text of them travels with the chunk, checksum.ts COPY_TEXT).
+              const changed = [...chunk];
+              o.tamper(changed);
+              yield changed;
             }
           },
           ...(o.oneRead ? { readsSnapshot: () => s.readsSnapshot() } : {}),
@@ -388,6 +395,33 @@ describe('direct apply of the row path (canonical rows, keel-v1)', () => {
       const r = await assertExactlyOnce(env, covered);
       expect(r.target).toBe(covered);
       expect(r.maxWrites).toBe(1);
+    });
+  }
+
+  for (const oneRead of [false, true]) {
+    it(`no bytes column: the source's COPY text is written as it came, the stored rows are the source's (${oneRead ? 'one source read' : 'manifest read first'})`, async () => {
+      const table = `public.orders_text_${oneRead ? 1 : 0}`;
+      const COLUMNS =
+        'id bigint primary key, customer text, amount numeric(12,2), placed_at timestamptz, flag boolean, note varchar(200)';
+      await env.source.query(`create table ${table} (${COLUMNS});
+        insert into ${table} select id, customer, amount, placed_at, flag,
+          case id % 5 when 0 then E'a\\tb\\nc\\rd\\\\e "q" ,()' when 1 then 'Zoë ✓' when 2 then '' when 3 then null else note end
+          from public.orders where id <= 400`);
+      await env.target.query(`create table ${table} (${COLUMNS})`);
+      const t = ordersTransfer(`orders_text_${oneRead ? 1 : 0}`, {
+        source: { engine: 'postgres', connectionSetting: 'TEST_SOURCE', table },
+        target: { engine: 'postgres', connectionSetting: 'TEST_TARGET', table },
+        columns: ['id', 'customer', 'amount', 'placed_at', 'flag', 'note'].map((c) => ({ source: c, target: c })),
+        batchSize: 1000,
+        chunkSize: 70,
+      });
+      const created = await service(t, { oneRead }).createBatch(t.name);
+      const v = await service(t, { oneRead }).stage(created.batchId);
+      expect(v.state, `${v.lastError}`).toBe('committed');
+      expect(await events(v.batchId)).toEqual(['created', 'manifest_recorded', 'apply_started', 'applied']);
+      expect(v.appliedCount).toBe(400);
+      const rows = (db: pg.Pool) => db.query(`select * from ${table} order by id`).then((r) => r.rows);
+      expect(await rows(env.target)).toEqual(await rows(env.source));
     });
   }
 

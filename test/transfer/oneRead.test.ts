@@ -12,6 +12,7 @@ import {
   ORDERS_DDL,
   type Env,
 } from './helpers.js';
+import { COPY_TEXT, type CanonicalChunk } from '../../shared/transfer/checksum.js';
 import { TransferService } from '../../shared/transfer/service.js';
 import type { TransferConfig } from '../../shared/transfer/config.js';
 import type { Manifest, SourceAdapter, StreamFacts, TargetAdapter } from '../../shared/transfer/types.js';
@@ -153,6 +154,29 @@ describe('transfer row path: one source read', () => {
     expect((await svc.run(again.batchId)).state).toBe('committed');
     await assertExactlyOnce(env);
     await svc.close();
+  });
+
+  it('each chunk carries its rows as the COPY text a PostgreSQL target writes unchanged (COPY_TEXT), split exactly at the chunk', async () => {
+    await env.source.query('truncate public.orders, public.orders_nokey');
+    await insertSourceRows(env.source, 1, 3000);
+    // Every character COPY escapes, quotes, a multi-byte character, an empty string and NULL, in rows of every chunk.
+    await env.source.query(
+      `update public.orders set note = case id % 5 when 0 then E'a\\tb\\nc\\rd\\\\e\\bf\\fg\\vh "q" ,()' when 1 then 'Zoë ✓' when 2 then '' when 3 then null else note end`,
+    );
+    const t = ordersTransfer('orders_text', { batchSize: 5000, chunkSize: 7 });
+    const s = new PostgresTransferSource(t, env.source);
+    const escapes: Record<string, string> = { b: '\b', f: '\f', n: '\n', r: '\r', t: '\t', v: '\v' };
+    const field = (f: string) => (f === '\\N' ? null : f.replace(/\\(.)/gs, (_m, c: string) => escapes[c] ?? c));
+    let rows = 0;
+    for await (const chunk of s.streamRows({ kind: 'key', low: null, high: '3000' }, await s.readSchema(), 7)) {
+      const text = (chunk as CanonicalChunk)[COPY_TEXT];
+      expect(text).toBeDefined();
+      const lines = text!.toString('utf8').split('\n');
+      expect(lines.pop()).toBe(''); // whole lines only
+      expect(lines.map((l) => l.split('\t').map(field))).toEqual([...chunk]);
+      rows += chunk.length;
+    }
+    expect(rows).toBe(3000);
   });
 
   it('keys are proved unique from the source table’s primary key in the read’s snapshot, else scanned on the target', async () => {

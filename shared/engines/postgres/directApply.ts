@@ -27,7 +27,7 @@ import type {
   StageRequest,
   Window,
 } from '../../transfer/types.js';
-import { copyText, PG_CHECKSUM_SETTINGS_SQL, pgChecksumQuery } from './transferSql.js';
+import { copyChunk, PG_CHECKSUM_SETTINGS_SQL, pgChecksumQuery } from './transferSql.js';
 
 const KT_FENCED = 'KT005';
 // From this many rows in the manifest the window's checksum is priced for parallel workers (below: one process).
@@ -308,7 +308,7 @@ async function writeRows(
     const next = await guard(rows.next());
     if (next.done) break;
     touch();
-    if (!sink.write(copyText(next.value, types))) await guard(once(sink, 'drain'));
+    if (!sink.write(copyChunk(next.value, types))) await guard(once(sink, 'drain'));
     touch();
   }
   const finished = new Promise<void>((resolve) => sink.once('finish', resolve));

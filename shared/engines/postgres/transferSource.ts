@@ -2,7 +2,13 @@
 // canonical rows streamed as the COPY TO STDOUT of their text, and a COPY TO STDOUT of the typed rows for PostgreSQL targets.
 import type pg from 'pg';
 import { to as copyTo } from 'pg-copy-streams';
-import type { CanonicalRow, ChecksumAlgorithm, LogicalType } from '../../transfer/checksum.js';
+import {
+  COPY_TEXT,
+  type CanonicalChunk,
+  type CanonicalRow,
+  type ChecksumAlgorithm,
+  type LogicalType,
+} from '../../transfer/checksum.js';
 import type { TransferConfig } from '../../transfer/config.js';
 import { boundaryColumn, resolvedNames } from '../../transfer/config.js';
 import {
@@ -462,7 +468,7 @@ export class PostgresTransferSource implements SourceAdapter {
     schema: SourceSchema,
     chunkSize: number,
     facts?: StreamFacts,
-  ): AsyncIterable<CanonicalRow[]> {
+  ): AsyncIterable<CanonicalChunk> {
     const mapped = mappedColumns(this.t, schema);
     const changes = carriesChanges(this.t);
     const cols = mapped.map((c) => pgCanonical(quotePg(c.source), c.logical, c.type));
@@ -497,6 +503,28 @@ export class PostgresTransferSource implements SourceAdapter {
       copy.on('error', noop); // the iteration below reports it; never unhandled
       let rows: CanonicalRow[] = [];
       let rest: Buffer | null = null;
+      // The COPY text of `rows`, whole lines, as segments of what arrived: each chunk carries its rows' bytes
+      // (COPY_TEXT), which a PostgreSQL target writes as they are.
+      const segments: { text: Buffer; rows: number }[] = [];
+      const textOf = (n: number): Buffer => {
+        const parts: Buffer[] = [];
+        while (n > 0) {
+          const seg = segments[0]!;
+          if (seg.rows <= n) {
+            parts.push(seg.text);
+            n -= seg.rows;
+            segments.shift();
+            continue;
+          }
+          let end = -1;
+          for (let i = 0; i < n; i++) end = seg.text.indexOf(10, end + 1);
+          parts.push(seg.text.subarray(0, end + 1));
+          segments[0] = { text: seg.text.subarray(end + 1), rows: seg.rows - n };
+          n = 0;
+        }
+        return parts.length === 1 ? parts[0]! : Buffer.concat(parts);
+      };
+      const chunk = (out: CanonicalChunk): CanonicalChunk => ((out[COPY_TEXT] = textOf(out.length)), out);
       const take = (text: string) => {
         for (const line of text.split('\n')) {
           const row: CanonicalRow = line.split('\t');
@@ -519,16 +547,18 @@ export class PostgresTransferSource implements SourceAdapter {
           continue;
         }
         rest = last + 1 < buf.length ? buf.subarray(last + 1) : null;
+        const before = rows.length;
         take(buf.toString('utf8', 0, last));
+        segments.push({ text: buf.subarray(0, last + 1), rows: rows.length - before });
         while (rows.length >= chunkSize) {
           const out = rows.length === chunkSize ? rows : rows.slice(0, chunkSize);
           rows = rows.length === chunkSize ? [] : rows.slice(chunkSize);
-          yield out;
+          yield chunk(out);
         }
       }
       ended = true;
       if (rest) throw new Error('COPY output ended inside a row');
-      if (rows.length > 0) yield rows;
+      if (rows.length > 0) yield chunk(rows);
       await client.query('commit');
     } catch (err) {
       failed = err as Error;

@@ -1,6 +1,8 @@
 // PostgreSQL side of the keel-v1 checksum (shared/transfer/checksum.ts) and the type mapping for transfers.
 import {
+  COPY_TEXT,
   PG1_PREFIX,
+  type CanonicalChunk,
   PG2_PREFIX,
   type CanonicalRow,
   type ChecksumAlgorithm,
@@ -188,4 +190,12 @@ export function copyText(rows: CanonicalRow[], types: readonly LogicalType[]): s
     buf += '\n';
   }
   return buf;
+}
+
+// A chunk as COPY text: the source's own COPY text when it carries it (checksum.ts, COPY_TEXT), else copyText. A
+// source's COPY TO text reads back as the same canonical strings (its escapes are COPY FROM's), except a bytes column,
+// whose canonical hex needs the \x prefix copyText adds.
+export function copyChunk(rows: CanonicalChunk, types: readonly LogicalType[]): string | Buffer {
+  const raw = rows[COPY_TEXT];
+  return raw !== undefined && !types.includes('bytes') ? raw : copyText(rows, types);
 }

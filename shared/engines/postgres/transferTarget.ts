@@ -51,7 +51,7 @@ import type {
   Window,
 } from '../../transfer/types.js';
 import {
-  copyText,
+  copyChunk,
   PG_CHECKSUM_SETTINGS_SQL,
   pgCanonical,
   pgChecksumQuery,
@@ -219,7 +219,7 @@ class PgStagingSession implements StagingSession {
       failed: copy.failed,
       write: async (rows: CanonicalRow[]) => {
         // (the skeleton's wait on this fails as soon as the COPY or the stall guard does)
-        if (!copy.sink.write(copyText(rows, types))) await once(copy.sink, 'drain');
+        if (!copy.sink.write(copyChunk(rows, types))) await once(copy.sink, 'drain');
       },
       end: async () => {
         copy.sink.end();
