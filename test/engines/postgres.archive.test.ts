@@ -2,7 +2,7 @@
 // queue (keel._archive_queues). Their answers over several queues, and their plans: index reads, never the table.
 // The DLQ's purge deletes its chosen rows by key too.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import pg from 'pg';
+import type pg from 'pg';
 import { PostgresHarness } from './postgres.harness.js';
 import type { PostgresJobStore } from '../../shared/engines/postgres/jobStore.js';
 
@@ -13,12 +13,9 @@ describe('postgres archive readers over every queue', () => {
 
   beforeAll(async () => {
     store = await h.createStore({ poolSize: 2 });
-    admin = new pg.Client({ connectionString: h.url });
-    admin.on('error', () => undefined);
-    await admin.connect();
+    admin = await h.connectOwner();
   });
   afterAll(async () => {
-    await admin?.end();
     await h.close();
   });
 

@@ -2,7 +2,7 @@
 // ever wait for one counter row; zombie rescue folds the rows of exited backends into slot 0, and the sums stay exact.
 // And stats() reading jobs_hot_pending_due one priority level at a time.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import pg from 'pg';
+import type pg from 'pg';
 import { PostgresHarness } from './postgres.harness.js';
 import type { PostgresJobStore } from '../../shared/engines/postgres/jobStore.js';
 
@@ -13,12 +13,9 @@ describe('postgres read counters per backend', () => {
 
   beforeAll(async () => {
     store = await h.createStore({ poolSize: 4 });
-    admin = new pg.Client({ connectionString: h.url });
-    admin.on('error', () => undefined);
-    await admin.connect();
+    admin = await h.connectOwner();
   });
   afterAll(async () => {
-    await admin?.end();
     await h.close();
   });
 

@@ -18,6 +18,7 @@ export class PostgresHarness implements EngineHarness {
   readonly engine = 'postgres';
   private admin: pg.Client | undefined;
   private stores: PostgresJobStore[] = [];
+  private extraClients: pg.Client[] = [];
   private deadlockWatch: DeadlockWatch | undefined;
   url = '';
 
@@ -135,7 +136,18 @@ export class PostgresHarness implements EngineHarness {
     return (await this.deadlockWatch?.findings()) ?? [];
   }
 
+  // A test's own owner connection to the harness's database (after createStore), for reads and setups a contract
+  // call does not offer; closed with the harness.
+  async connectOwner(): Promise<pg.Client> {
+    const c = new pg.Client({ connectionString: this.url });
+    c.on('error', () => undefined); // a test that kills backends may kill this one; its next query fails loudly
+    await c.connect();
+    this.extraClients.push(c);
+    return c;
+  }
+
   async close(): Promise<void> {
+    await Promise.allSettled(this.extraClients.map((c) => c.end()));
     await Promise.allSettled(this.stores.map((s) => s.close()));
     await this.admin?.end().catch(() => undefined);
   }

@@ -2,7 +2,7 @@
 // connection; a connection that cannot run them named (a pooler that lost them, a plan a migration changed) gets the
 // call again unnamed, and the store goes on unnamed, with no job claimed or completed twice.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import pg from 'pg';
+import type pg from 'pg';
 import { PostgresHarness } from './postgres.harness.js';
 import type { PostgresJobStore } from '../../shared/engines/postgres/jobStore.js';
 
@@ -13,12 +13,9 @@ describe('postgres named statements for the claim loop', () => {
 
   beforeAll(async () => {
     store = await h.createStore({ poolSize: 1 });
-    admin = new pg.Client({ connectionString: h.url });
-    admin.on('error', () => undefined);
-    await admin.connect();
+    admin = await h.connectOwner();
   });
   afterAll(async () => {
-    await admin?.end();
     await h.close();
   });
 
