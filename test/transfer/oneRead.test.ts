@@ -3,6 +3,7 @@
 // instead of by a separate read of the window before them. The target still verifies the staged rows against the
 // recorded manifest on its own server before its staging commits.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
 import {
   assertExactlyOnce,
   insertSourceRows,
@@ -177,6 +178,34 @@ describe('transfer row path: one source read', () => {
       rows += chunk.length;
     }
     expect(rows).toBe(3000);
+  });
+
+  it('a window read to its end commits its snapshot once: no second end (no "no transaction in progress" warning); an abandoned read leaves no session in its transaction', async () => {
+    await env.source.query('truncate public.orders, public.orders_nokey');
+    await insertSourceRows(env.source, 1, 30);
+    const pool = new pg.Pool({ connectionString: env.sourceUrl, max: 1 });
+    const notices: string[] = [];
+    pool.on('connect', (c) => c.on('notice', (n) => notices.push(String(n.message))));
+    try {
+      const t = ordersTransfer('orders_end', { batchSize: 5000, chunkSize: 10 });
+      const s = new PostgresTransferSource(t, pool);
+      const schema = await s.readSchema();
+      let rows = 0;
+      for await (const chunk of s.streamRows({ kind: 'key', low: null, high: '30' }, schema, 10)) rows += chunk.length;
+      expect(rows).toBe(30);
+      // Abandoned with its rows taken, before the generator ended its read: the pool's next session is not in it.
+      for await (const chunk of s.streamRows({ kind: 'key', low: null, high: '30' }, schema, 30)) {
+        expect(chunk.length).toBe(30);
+        break;
+      }
+      const state = await pool.query<{ s: string }>(
+        `select coalesce(current_setting('transaction_isolation'), '') as s`,
+      );
+      expect(state.rows[0]!.s).toBe('read committed'); // the pooled session is out of the read's transaction
+      expect(notices).toEqual([]);
+    } finally {
+      await pool.end();
+    }
   });
 
   it('keys are proved unique from the source table’s primary key in the read’s snapshot, else scanned on the target', async () => {

@@ -485,6 +485,7 @@ export class PostgresTransferSource implements SourceAdapter {
     let failed: Error | undefined;
     let stream: { destroy(): void } | undefined;
     let ended = false; // the COPY delivered its last row
+    let committed = false; // committed after the last row: nothing is left to end
     try {
       await client.query('begin isolation level repeatable read read only');
       // Shortest exact text of a double (PostgreSQL 12+); the float policy normalizes it once more. COPY takes no
@@ -560,15 +561,16 @@ export class PostgresTransferSource implements SourceAdapter {
       if (rest) throw new Error('COPY output ended inside a row');
       if (rows.length > 0) yield chunk(rows);
       await client.query('commit');
+      committed = true;
     } catch (err) {
       failed = err as Error;
       throw err;
     } finally {
       // Failed, or abandoned by the consumer before the COPY ended: the connection is destroyed (a rollback would
-      // queue behind the COPY). Abandoned after it ended: a rollback ends the transaction.
+      // queue behind the COPY). Abandoned after it ended, before the commit: a rollback ends the transaction.
       if (!failed && !ended) failed = new Error('COPY TO STDOUT abandoned before it finished');
       if (failed) stream?.destroy();
-      else await client.query('rollback').catch((e: Error) => (failed = e));
+      else if (!committed) await client.query('rollback').catch((e: Error) => (failed = e));
       if (!failed) client.off('error', onError);
       client.release(failed);
     }
