@@ -275,10 +275,10 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   // Runs keel.<proc> with exactly its parameters (POSTGRES_FUNCTIONS); result rows with camelCase keys
-  // (job_id -> jobId), for the shared mappers in shared/jobs/rows.ts.
-  private async call<P extends JobProcedure>(proc: P, args: PostgresArgs<P>): Promise<Row[]> {
-    const { text, values } = postgresCall(proc, args);
-    const result = await this.pool.query<unknown[]>({ text, values, rowMode: 'array' });
+  // (job_id -> jobId), for the shared mappers in shared/jobs/rows.ts. `named`: one of the claim loop's statements
+  // (hotQuery).
+  private async call<P extends JobProcedure>(proc: P, args: PostgresArgs<P>, named = false): Promise<Row[]> {
+    const result = await this.hotQuery(proc, args, named);
     return camelRows(
       result.fields.map((f) => f.name),
       result.rows,
@@ -310,10 +310,14 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   // The claim loop's statements, one each per batch of jobs (claim_and_start, complete_many), as named statements:
   // each server connection parses and plans them once instead of on every call (bench/README.md, runs 240-249: the
   // server's CPU per job). A call the connection could not run named (notPreparable: it failed before anything ran)
-  // is run again unnamed, and this store sends every later one unnamed.
-  private async hotQuery<P extends JobProcedure>(proc: P, args: PostgresArgs<P>): Promise<pg.QueryResult<unknown[]>> {
+  // is run again unnamed, and this store sends every later one unnamed. Every other call goes unnamed (named: false).
+  private async hotQuery<P extends JobProcedure>(
+    proc: P,
+    args: PostgresArgs<P>,
+    named = true,
+  ): Promise<pg.QueryResult<unknown[]>> {
     const { text, values } = postgresCall(proc, args);
-    if (this.named) {
+    if (named && this.named) {
       try {
         return await this.pool.query<unknown[]>({ name: statementName(proc, text), text, values, rowMode: 'array' });
       } catch (err) {
@@ -366,12 +370,7 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     const valid = refs.filter(isLeaseRef);
     // One row: the ids archived and the ids dead-lettered as cancelled; any other job was not owned (lease_lost).
     const [moved] = valid.length
-      ? await this.hotQuery('complete_many', { leases: leasesJson(valid), results: resultsByIdJson(valid) }).then((r) =>
-          camelRows(
-            r.fields.map((f) => f.name),
-            r.rows,
-          ),
-        )
+      ? await this.call('complete_many', { leases: leasesJson(valid), results: resultsByIdJson(valid) }, true)
       : [];
     const ok = new Set(moved?.ok as string[] | undefined);
     const cancelled = new Set(moved?.cancelled as string[] | undefined);
