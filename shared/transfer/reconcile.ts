@@ -122,8 +122,17 @@ export class Reconciler {
     err: TransferError,
     from: readonly BatchState[] = OPEN_STATES,
   ): Promise<{ rec: BatchRecord; released: boolean }> {
-    if (b.attempts === 0 && b.state === 'extracting') return this.fail(b, from, err);
-    const { rec, verdict } = await this.settle(b, true);
+    let now = b;
+    if (b.attempts === 0 && b.state === 'extracting' && from.includes('extracting')) {
+      // No apply started as far as `b` says -- but `b` may be stale: a direct apply moves 'extracting' to 'applying'
+      // (start_apply) and may commit. So the move to failed is from 'extracting' only (no apply can be started or
+      // open then: reconcile moves a batch back there only after fencing its attempts); a batch that moved
+      // meanwhile is asked with the final fence like any other.
+      const r = await this.fail(b, ['extracting'], err);
+      if (r.released || !OPEN_STATES.includes(r.rec.state) || !from.includes(r.rec.state)) return r;
+      now = r.rec;
+    }
+    const { rec, verdict } = await this.settle(now, true);
     if (verdict !== 'not_applied' && !(verdict === 'skipped' && rec.attempts === 0)) {
       // Not released: the reason is kept in the batch's events (its last error says why the target gave no verdict);
       // running or abandoning it again asks the target again.

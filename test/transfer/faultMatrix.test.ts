@@ -1,0 +1,408 @@
+// Fault matrix across the transfer modes (docs/transfer.md): a bulk PostgreSQL -> PostgreSQL direct apply, the staged
+// flow (directApply off), the row path of a SQL Server-shaped source (canonical rows, no COPY text) with one source
+// read and with the manifest read first, and the one-read staged row path. For each mode a TCP proxy cuts the
+// journal's, the target's or the source's connection at each step boundary (a statement lost on its way, or
+// committed with its reply lost) and inside the streams; then recovery runs what production runs (maintenance's
+// reconcile of stale batches, the queue message redelivered: stage or apply of the same batch id) and checks: the
+// first batch id ends committed exactly once, the target's table holds exactly the source window (each key written
+// once), the journal agrees with the target's completion rows, no session is left idle in a transaction, and no
+// deadlock was detected. Also the races of two processes on one batch that these modes allow (abandon during a
+// direct apply). Bounded: a time budget per server (KEEL_FAULT_MATRIX_MS), every step bounded.
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { FaultProxy, type FaultPlan } from '../support/faultProxy.js';
+import { createJournalPool, PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
+import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
+import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
+import { TransferService, type BatchView } from '../../shared/transfer/service.js';
+import type { TransferJournal } from '../../shared/transfer/journal.js';
+import type { SourceAdapter } from '../../shared/transfer/types.js';
+import type { TransferConfig } from '../../shared/transfer/config.js';
+import { pgTransferPoolConfig } from '../../shared/transfer/timeouts.js';
+import { poolErrorLogger } from '../../shared/engines/poolErrors.js';
+import {
+  createLane,
+  FAULT_TEST_TIMEOUTS,
+  laneProblems,
+  LANE_WRITES_DDL,
+  laneTransfer,
+  setupDatabases,
+  type Env,
+} from './helpers.js';
+
+const BUDGET_MS = Number(process.env.KEEL_FAULT_MATRIX_MS ?? 40_000);
+const STEP_MS = 15_000;
+const ROWS = 60;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+type Mode = 'bulk-direct' | 'staged' | 'rows-oneread-direct' | 'rows-manifest-direct' | 'rows-oneread-staged';
+const MODES: Mode[] = ['bulk-direct', 'staged', 'rows-oneread-direct', 'rows-manifest-direct', 'rows-oneread-staged'];
+
+const JOURNAL_TRANSITION = /keel\.transfer_batch_transition\(/;
+const JOURNAL_NOTE = /keel\.transfer_batch_note\(/;
+
+interface Point {
+  name: string;
+  where: 'journal' | 'target' | 'source';
+  plan: () => FaultPlan;
+}
+
+function bounded<T>(p: Promise<T>, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    p,
+    new Promise<never>(
+      (_r, reject) =>
+        (timer = setTimeout(() => reject(new Error(`HANG: ${what} did not finish within ${STEP_MS} ms`)), STEP_MS)),
+    ),
+  ]).finally(() => clearTimeout(timer));
+}
+
+// The points of one mode: the n-th journal transition of the run (record_manifest, stage, start_apply, commit, ...
+// in the mode's order), lost on its way or committed with its reply lost; a note; and the target's statements.
+function pointsFor(mode: Mode): Point[] {
+  const nth = (n: number) => {
+    let seen = 0;
+    return (sql: string) => JOURNAL_TRANSITION.test(sql) && ++seen === n;
+  };
+  const out: Point[] = [];
+  for (let n = 1; n <= 4; n++) {
+    out.push({
+      name: `journal transition #${n} lost`,
+      where: 'journal',
+      plan: () => ({ kind: 'cut-after-bytes', trigger: nth(n), bytes: 0 }),
+    });
+    out.push({
+      name: `journal transition #${n} reply lost`,
+      where: 'journal',
+      plan: () => ({ kind: 'drop-reply', trigger: nth(n) }),
+    });
+  }
+  out.push({
+    name: 'journal note reply lost',
+    where: 'journal',
+    plan: () => ({ kind: 'drop-reply', trigger: (s) => JOURNAL_NOTE.test(s) }),
+  });
+  const t = (name: string, re: RegExp, kind: 'lost' | 'reply' | 'mid') =>
+    out.push({
+      name: `target ${name} ${kind === 'lost' ? 'lost' : kind === 'reply' ? 'reply lost' : 'cut inside'}`,
+      where: 'target',
+      plan: () =>
+        kind === 'lost'
+          ? { kind: 'cut-after-bytes', trigger: (s) => re.test(s), bytes: 0 }
+          : kind === 'reply'
+            ? { kind: 'drop-reply', trigger: (s) => re.test(s) }
+            : { kind: 'cut-after-bytes', trigger: (s) => re.test(s), bytes: 900 },
+    });
+  const direct = mode.endsWith('direct');
+  if (direct) {
+    t('COPY into the table', /^copy "?public"?\./, 'mid');
+    t('commit', /^commit$/, 'reply');
+    t('commit', /^commit$/, 'lost');
+    if (mode === 'rows-oneread-direct') {
+      t('direct_window_open', /direct_window_open/, 'lost');
+      t('claim_batch', /claim_batch/, 'lost');
+      t('claim_batch', /claim_batch/, 'reply');
+    } else {
+      t('begin_direct', /begin_direct/, 'lost');
+      t('begin_direct', /begin_direct/, 'reply');
+    }
+    t('finish_direct', /finish_direct/, 'reply');
+  } else {
+    t('COPY into staging', /^copy keel_transfer\./, 'mid');
+    t('begin_stage', /begin_stage/, 'lost');
+    t('finish_stage', /finish_stage/, 'reply');
+    t('apply_batch', /apply_batch/, 'lost');
+    t('apply_batch', /apply_batch/, 'reply');
+  }
+  t('try_claim', /try_claim/, 'reply');
+  out.push({
+    name: 'source COPY cut inside',
+    where: 'source',
+    plan: () => ({ kind: 'cut-after-server-bytes', trigger: (s) => /^copy \(/.test(s), bytes: 700 }),
+  });
+  return out;
+}
+
+describe('fault matrix: every transfer mode, cut at every step boundary, recovered as production does', () => {
+  let env: Env;
+  const proxies: Record<'journal' | 'target' | 'source', FaultProxy> = {} as never;
+  const pools: pg.Pool[] = [];
+  let journal: TransferJournal;
+  let owner: PostgresTransferJournal;
+  const unhandled: string[] = [];
+  const onUnhandled = (err: unknown) =>
+    unhandled.push(err instanceof Error ? `${err.name}: ${err.message}` : String(err));
+  let lanes = 0;
+
+  beforeAll(async () => {
+    process.on('uncaughtException', onUnhandled);
+    process.on('unhandledRejection', onUnhandled);
+    env = await setupDatabases('tr_fmatrix');
+    await env.target.query(LANE_WRITES_DDL);
+    for (const [k, url] of [
+      ['journal', env.controlUrl],
+      ['target', env.targetUrl],
+      ['source', env.sourceUrl],
+    ] as const) {
+      const u = new URL(url);
+      proxies[k] = await FaultProxy.start(u.hostname, Number(u.port));
+    }
+    const jp = createJournalPool(proxies.journal.urlFor(env.controlUrl), {
+      max: 4,
+      connectTimeoutMs: 3_000,
+      statementTimeoutMs: 5_000,
+      queryTimeoutMs: 8_000,
+      idleInTransactionTimeoutMs: 5_000,
+      log: () => undefined,
+    });
+    pools.push(jp);
+    journal = new PostgresTransferJournal(jp);
+    owner = new PostgresTransferJournal(env.control);
+  });
+  afterAll(async () => {
+    process.off('uncaughtException', onUnhandled);
+    process.off('unhandledRejection', onUnhandled);
+    for (const p of pools) await p.end().catch(() => undefined);
+    for (const p of Object.values(proxies)) await p?.close();
+    await env?.close();
+  });
+
+  function pool(url: string, label: string, options?: string): pg.Pool {
+    const p = new pg.Pool({
+      ...pgTransferPoolConfig(url, FAULT_TEST_TIMEOUTS, 3),
+      ...(options ? { options } : {}),
+    });
+    p.on('error', poolErrorLogger('postgres', 'transfer', label));
+    pools.push(p);
+    return p;
+  }
+
+  // One service per mode, every connection through the proxies.
+  function service(mode: Mode, t: TransferConfig, j: TransferJournal = journal): TransferService {
+    const source = pool(proxies.source.urlFor(env.sourceUrl), `matrix source ${t.name}`);
+    const target = pool(
+      proxies.target.urlFor(env.targetUrl),
+      `matrix target ${t.name}`,
+      '-c client_connection_check_interval=10',
+    );
+    const rows = mode.startsWith('rows');
+    const oneRead = mode.includes('oneread');
+    // The journal's pool is shared by every run: closing a run's service leaves it open.
+    const shared: TransferJournal = Object.assign(Object.create(j) as TransferJournal, {
+      close: async () => undefined,
+    });
+    return new TransferService({
+      journal: shared,
+      onClose: async () => {
+        await Promise.all([source.end(), target.end()]).catch(() => undefined);
+      },
+      transfers: [t],
+      directApply: mode.endsWith('direct'),
+      connect: (tc) => {
+        const s = new PostgresTransferSource(tc, source);
+        if (!rows) return { source: s, target: new PostgresTransferTarget(tc, target) };
+        // A SQL Server-shaped source: canonical rows (keel-v1), no COPY text, a snapshot read or not.
+        const rowSource: SourceAdapter = {
+          engine: 'postgres',
+          readSchema: () => s.readSchema(),
+          nextWindow: (low, max) => s.nextWindow(low, max),
+          manifest: (w, schema, algorithm) => s.manifest(w, schema, algorithm),
+          checksumAlgorithms: async () => ['keel-v1'],
+          streamRows: async function* (w, schema, n, facts) {
+            for await (const chunk of s.streamRows(w, schema, n, facts)) yield [...chunk];
+          },
+          ...(oneRead ? { readsSnapshot: () => s.readsSnapshot() } : {}),
+          close: () => s.close(),
+        };
+        return { source: rowSource, target: new PostgresTransferTarget(tc, target) };
+      },
+    });
+  }
+
+  async function idleInTransaction(): Promise<string[]> {
+    const r = await env.control.query<{ d: string; q: string }>(
+      `select datname as d, left(query, 80) as q from pg_stat_activity
+        where state like 'idle in transaction%' and datname = any($1::text[]) and pid <> pg_backend_pid()`,
+      [
+        [
+          new URL(env.sourceUrl).pathname.slice(1),
+          new URL(env.targetUrl).pathname.slice(1),
+          new URL(env.controlUrl).pathname.slice(1),
+        ],
+      ],
+    );
+    return r.rows.map((x) => `${x.d}: ${x.q}`);
+  }
+
+  async function deadlocks(): Promise<number> {
+    const r = await env.control.query<{ n: string }>(
+      `select coalesce(sum(deadlocks), 0)::text as n from pg_stat_database where datname = any($1::text[])`,
+      [
+        [
+          new URL(env.sourceUrl).pathname.slice(1),
+          new URL(env.targetUrl).pathname.slice(1),
+          new URL(env.controlUrl).pathname.slice(1),
+        ],
+      ],
+    );
+    return Number(r.rows[0]!.n);
+  }
+
+  // What production runs after a fault, until the batch is committed: maintenance reconciles stale batches, and
+  // the queue message is redelivered (stage for an extracting batch, apply for a staged one), same batch id.
+  async function recover(svc: TransferService, name: string, label: string, first: string | null): Promise<BatchView> {
+    let id = first;
+    for (let i = 0; i < 40; i++) {
+      try {
+        if (!id) {
+          const { open } = await owner.lastForTransfer(name);
+          if (open) id = open.batchId;
+          else {
+            const c = await bounded(svc.tryCreateBatch(name), `${label}: create`);
+            if (!c) throw new Error(`${label}: nothing to create, no batch`);
+            id = c.batchId;
+          }
+        }
+        const v = (await svc.getBatch(id))!;
+        if (v.state === 'committed') return v;
+        if (v.state === 'failed') throw new Error(`${label}: batch failed: ${v.lastError}`);
+        await bounded(svc.reconcileStale(0, 10), `${label}: maintenance`);
+        const w = (await svc.getBatch(id))!;
+        if (w.state === 'extracting') await bounded(svc.stage(id), `${label}: stage`);
+        else if (w.state === 'staged') await bounded(svc.apply(id), `${label}: apply`);
+        else if (w.state !== 'committed') await sleep(30);
+      } catch (err) {
+        const m = (err as Error).message;
+        if (m.startsWith('HANG') || m.includes('batch failed')) throw err;
+        await sleep(20);
+      }
+    }
+    return (await svc.getBatch(id!))!;
+  }
+
+  // A race of two processes on one batch: the operator's abandon reads the batch (extracting, no attempt yet) and,
+  // before its move to failed, a queue step's direct apply counts attempt 1 and opens its target transaction. The
+  // abandon must not release the window on its stale read (no apply ever started): the apply may commit.
+  it('abandon racing a direct apply that started after abandon read the batch: never abandoned and committed both', async () => {
+    const table = `fm_${lanes++}`;
+    const rows = 200;
+    await createLane(env, table, rows);
+    const t = laneTransfer(table, { batchSize: rows, chunkSize: 50, reconcileWaitMs: 100 });
+    const slowTarget = pool(env.targetUrl, 'abandon race target', '-c keel_test.write_delay=0.003');
+    let open!: () => void;
+    const opened = new Promise<void>((r) => (open = r));
+    let held = 0;
+    const operatorJournal = new PostgresTransferJournal(env.control);
+    const transition = operatorJournal.transition.bind(operatorJournal);
+    operatorJournal.transition = async (id, from, to, ...rest) => {
+      if (to === 'failed') {
+        held++;
+        await opened;
+      }
+      return transition(id, from, to, ...rest);
+    };
+    const connect = (target: pg.Pool) => (tc: TransferConfig) => ({
+      source: new PostgresTransferSource(tc, env.source),
+      target: new PostgresTransferTarget(tc, target),
+    });
+    const operator = new TransferService({
+      journal: operatorJournal,
+      transfers: [t],
+      directApply: true,
+      connect: connect(env.target),
+    });
+    const worker = new TransferService({
+      journal: new PostgresTransferJournal(env.control),
+      transfers: [t],
+      directApply: true,
+      connect: connect(slowTarget),
+    });
+    const v = await worker.createBatch(t.name);
+    expect([v.state, v.attempts]).toEqual(['extracting', 0]);
+    const abandoning = operator.abandonOnce(v.batchId, 'race test');
+    for (let i = 0; i < 400 && held === 0; i++) await sleep(5);
+    expect(held).toBe(1); // the abandon read the batch and is about to move it to failed
+    const running = worker.run(v.batchId);
+    for (let i = 0; i < 400 && (await owner.get(v.batchId))!.state !== 'applying'; i++) await sleep(5);
+    open();
+    const [ab] = await Promise.all([abandoning, running]);
+    const rec = (await owner.get(v.batchId))!;
+    const committed = (
+      await env.target.query(
+        `select count(*)::int as n from keel_transfer.completions where batch_id = $1 and state = 'committed'`,
+        [v.batchId],
+      )
+    ).rows[0].n as number;
+    if (ab.abandoned) {
+      // Abandoned: proven not applied under the final fence, nothing of the window on the target.
+      expect([rec.state, committed]).toEqual(['failed', 0]);
+      expect((await env.target.query(`select count(*)::int as n from public.${table}`)).rows[0].n).toBe(0);
+    } else {
+      expect([rec.state, committed]).toEqual(['committed', 1]);
+      expect(await laneProblems(env, table, rows)).toEqual([]);
+    }
+    const events = (await owner.events(v.batchId)).map((e) => e.event);
+    expect(events.includes('failed') && events.includes('applied')).toBe(false);
+    await operator.close();
+    await worker.close();
+  });
+
+  it(
+    'every mode and point: the batch commits once with the same id, the target equals the source, nothing left open',
+    { timeout: 240_000 },
+    async () => {
+      const started = Date.now();
+      const deadlocksBefore = await deadlocks();
+      const plans: { mode: Mode; point: Point }[] = [];
+      for (const point of MODES.flatMap((m) => pointsFor(m).map((p) => ({ mode: m, point: p })))) plans.push(point);
+      let ran = 0;
+      let fired = 0;
+      const problems: string[] = [];
+      for (const { mode, point } of plans) {
+        if (Date.now() - started > BUDGET_MS) break;
+        const table = `fm_${lanes++}`;
+        await createLane(env, table, ROWS);
+        const t = laneTransfer(table, { batchSize: ROWS, chunkSize: 10, reconcileWaitMs: 200 });
+        const svc = service(mode, t);
+        const label = `${mode} / ${point.name}`;
+        const proxy = proxies[point.where];
+        let hit = false;
+        const armed = proxy.arm(point.plan()).then(() => (hit = true));
+        let first: string | null = null;
+        try {
+          const v = await bounded(svc.createBatch(t.name), `${label}: createBatch`);
+          first = v.batchId;
+          await bounded(svc.run(first), `${label}: run`);
+        } catch (err) {
+          if ((err as Error).message.startsWith('HANG')) throw err;
+        }
+        proxy.disarm();
+        await Promise.race([armed, sleep(20)]);
+        if (hit) fired++;
+        const v = await recover(svc, t.name, label, first);
+        ran++;
+        if (v.state !== 'committed') problems.push(`${label}: ended ${v.state} (${v.lastError})`);
+        if (first && v.batchId !== first)
+          problems.push(`${label}: committed batch ${v.batchId}, not the first ${first}`);
+        const batches = await owner.list({ transfer: t.name, limit: 10 });
+        if (batches.length !== 1) problems.push(`${label}: ${batches.length} batches in the journal`);
+        for (const p of await laneProblems(env, table, ROWS)) problems.push(`${label}: ${p}`);
+        await svc.close().catch(() => undefined);
+        let idle = await idleInTransaction();
+        for (let i = 0; i < 20 && idle.length > 0; i++) {
+          await sleep(50);
+          idle = await idleInTransaction();
+        }
+        for (const s of idle) problems.push(`${label}: session left idle in transaction: ${s}`);
+      }
+      expect(problems).toEqual([]);
+      expect(unhandled).toEqual([]);
+      expect(await deadlocks()).toBe(deadlocksBefore);
+      expect(ran).toBeGreaterThanOrEqual(Math.min(plans.length, 20));
+      console.log(
+        `fault matrix: ${ran} of ${plans.length} plans in ${Math.round((Date.now() - started) / 1000)} s, ${fired} faults fired`,
+      );
+    },
+  );
+});
