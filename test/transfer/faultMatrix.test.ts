@@ -21,6 +21,7 @@ import type { TransferConfig } from '../../shared/transfer/config.js';
 import { pgTransferPoolConfig } from '../../shared/transfer/timeouts.js';
 import { poolErrorLogger } from '../../shared/engines/poolErrors.js';
 import { seededRandom } from '../support/seededRandom.js';
+import { migratePostgresChangeCapture } from '../../shared/engines/postgres/changeCapture.js';
 import { databaseOf, watchDeadlocks, type DeadlockWatch } from '../support/deadlocks.js';
 import {
   createLane,
@@ -32,13 +33,20 @@ import {
   type Env,
 } from './helpers.js';
 
-const BUDGET_MS = Number(process.env.KEEL_FAULT_MATRIX_MS ?? 40_000);
+// Time budgets per server (the plans are interleaved across modes, so a budget cut short still covers every mode).
+const BUDGET_MS = Number(process.env.KEEL_FAULT_MATRIX_MS ?? 30_000);
+const RACES_MS = Number(process.env.KEEL_FAULT_MATRIX_RACES_MS ?? 10_000);
 const STEP_MS = 15_000;
 const ROWS = 60;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-type Mode = 'bulk-direct' | 'staged' | 'rows-oneread-direct' | 'rows-manifest-direct' | 'rows-oneread-staged';
+type Mode =
+  'bulk-direct' | 'staged' | 'rows-oneread-direct' | 'rows-manifest-direct' | 'rows-oneread-staged' | 'changes'; // a change window with deletes, updates and inserts after a baseline (staged, whatever directApply)
 const MODES: Mode[] = ['bulk-direct', 'staged', 'rows-oneread-direct', 'rows-manifest-direct', 'rows-oneread-staged'];
+const MATRIX_MODES: Mode[] = [...MODES, 'changes'];
+const DELETES_DDL = `create table public.lane_deletes (tbl text not null, id bigint not null);
+create function public.log_lane_delete() returns trigger language plpgsql as $$
+begin insert into public.lane_deletes (tbl, id) values (tg_table_name, old.id); return old; end $$;`;
 
 const JOURNAL_TRANSITION = /keel\.transfer_batch_transition\(/;
 const JOURNAL_NOTE = /keel\.transfer_batch_note\(/;
@@ -160,6 +168,8 @@ describe('fault matrix: every transfer mode, cut at every step boundary, recover
     env = await setupDatabases('tr_fmatrix');
     deadlocks = await watchDeadlocks([env.sourceUrl, env.targetUrl, env.controlUrl].map(databaseOf));
     await env.target.query(LANE_WRITES_DDL);
+    await env.target.query(DELETES_DDL);
+    await migratePostgresChangeCapture(env.source);
     for (const [k, url] of [
       ['journal', env.controlUrl],
       ['target', env.targetUrl],
@@ -222,7 +232,7 @@ describe('fault matrix: every transfer mode, cut at every step boundary, recover
         await Promise.all([source.end(), target.end()]).catch(() => undefined);
       },
       transfers: [t],
-      directApply: mode.endsWith('direct'),
+      directApply: mode.endsWith('direct') || mode === 'changes',
       connect: (tc) => {
         const s = new PostgresTransferSource(tc, source);
         if (!rows) return { source: s, target: new PostgresTransferTarget(tc, target) };
@@ -257,6 +267,28 @@ describe('fault matrix: every transfer mode, cut at every step boundary, recover
       ],
     );
     return r.rows.map((x) => `${x.d}: ${x.q}`);
+  }
+
+  // A changes transfer on the lane: its baseline committed without faults, then deletes, updates and inserts at the
+  // source for the change window the fault meets; the target's writes and deletes are counted from here on.
+  async function changeWindow(t: TransferConfig, table: string): Promise<number[]> {
+    await env.source.query(`select keel_changes.enable($1::regclass, array['id'])`, [`public.${table}`]);
+    await env.target.query(
+      `create trigger ${table}_deletes after delete on public.${table} for each row execute function public.log_lane_delete()`,
+    );
+    const base = service('changes', t, { direct: true });
+    const b = await base.createBatch(t.name);
+    expect((await base.run(b.batchId)).state).toBe('committed');
+    await base.close();
+    await env.target.query(`delete from public.lane_writes where tbl = $1`, [table]);
+    const deleted = Array.from({ length: 10 }, (_, i) => 3 + i * 5);
+    await env.source.query(`delete from public.${table} where id = any($1::bigint[])`, [deleted]);
+    await env.source.query(`update public.${table} set note = 'changed ' || id where id % 7 = 1`);
+    await env.source.query(
+      `insert into public.${table} (id, customer) select n, 'new ' || n from generate_series($1::bigint, $2::bigint) n`,
+      [ROWS + 1, ROWS + 15],
+    );
+    return deleted;
   }
 
   // What production runs after a fault, until the batch is committed: maintenance reconciles stale batches, and
@@ -371,7 +403,7 @@ describe('fault matrix: every transfer mode, cut at every step boundary, recover
       const rows = 120;
       for (let round = 0; round < 4; round++) {
         for (const mode of MODES) {
-          if (Date.now() - started > BUDGET_MS / 2) break;
+          if (Date.now() - started > RACES_MS) break;
           const table = `fm_${lanes++}`;
           await createLane(env, table, rows);
           const t = laneTransfer(table, { batchSize: rows, chunkSize: 20, reconcileWaitMs: 50 });
@@ -433,7 +465,11 @@ describe('fault matrix: every transfer mode, cut at every step boundary, recover
     async () => {
       const started = Date.now();
       const plans: { mode: Mode; point: Point }[] = [];
-      for (const point of MODES.flatMap((m) => pointsFor(m).map((p) => ({ mode: m, point: p })))) plans.push(point);
+      // Interleaved (each mode's first point, then each one's second, ...): a time budget cut short leaves every mode
+      // covered.
+      const byMode = MATRIX_MODES.map((m) => pointsFor(m).map((p) => ({ mode: m, point: p })));
+      for (let i = 0; byMode.some((l) => i < l.length); i++)
+        for (const l of byMode) if (i < l.length) plans.push(l[i]!);
       let ran = 0;
       let fired = 0;
       const unfired: string[] = [];
@@ -442,9 +478,18 @@ describe('fault matrix: every transfer mode, cut at every step boundary, recover
         if (Date.now() - started > BUDGET_MS) break;
         const table = `fm_${lanes++}`;
         await createLane(env, table, ROWS);
-        const t = laneTransfer(table, { batchSize: ROWS, chunkSize: 10, reconcileWaitMs: 200 });
+        const changes = mode === 'changes';
+        const t = laneTransfer(table, {
+          batchSize: changes ? 4 * ROWS : ROWS,
+          chunkSize: 10,
+          reconcileWaitMs: 60,
+          ...(changes ? { boundary: { kind: 'changes' as const } } : {}),
+        });
+        let deleted: number[] = [];
+        if (changes) deleted = await changeWindow(t, table);
         const svc = service(mode, t);
         const label = `${mode} / ${point.name}`;
+        const planStarted = Date.now();
         const proxy = proxies[point.where];
         let hit = false;
         let hit2 = point.then === undefined;
@@ -466,13 +511,24 @@ describe('fault matrix: every transfer mode, cut at every step boundary, recover
         if (hit && hit2) fired++;
         else unfired.push(label);
         const v = await recover(svc, t.name, label, first);
+        if (process.env.KEEL_FAULT_MATRIX_TRACE) console.log(`${label}: ${Date.now() - planStarted} ms`);
         ran++;
         if (v.state !== 'committed') problems.push(`${label}: ended ${v.state} (${v.lastError})`);
         if (first && v.batchId !== first)
           problems.push(`${label}: committed batch ${v.batchId}, not the first ${first}`);
         const batches = await owner.list({ transfer: t.name, limit: 10 });
-        if (batches.length !== 1) problems.push(`${label}: ${batches.length} batches in the journal`);
-        for (const p of await laneProblems(env, table, ROWS)) problems.push(`${label}: ${p}`);
+        if (batches.length !== (changes ? 2 : 1)) problems.push(`${label}: ${batches.length} batches in the journal`);
+        for (const p of await laneProblems(env, table, changes ? 2 * ROWS : ROWS)) problems.push(`${label}: ${p}`);
+        if (changes) {
+          const d = await env.target.query<{ n: number; keys: number }>(
+            `select count(*)::int as n, count(distinct id)::int as keys from public.lane_deletes where tbl = $1`,
+            [table],
+          );
+          if (d.rows[0]!.n !== deleted.length || d.rows[0]!.keys !== deleted.length)
+            problems.push(
+              `${label}: ${d.rows[0]!.n} deletes committed for ${deleted.length} keys deleted at the source`,
+            );
+        }
         await svc.close().catch(() => undefined);
         let idle = await idleInTransaction();
         for (let i = 0; i < 20 && idle.length > 0; i++) {
