@@ -1,6 +1,6 @@
 // The catch-up chain: a commit of a full window creates and posts the next batch at once.
 import { parseBaselineBound } from '../transfer/changes.js';
-import { describeError } from '../transfer/errors.js';
+import { describeError, isTransferError } from '../transfer/errors.js';
 import type { BatchView } from '../transfer/view.js';
 import { telemetry } from '../telemetry/index.js';
 import type { Logger } from './enqueue.js';
@@ -21,7 +21,7 @@ function windowFull(view: BatchView, batchSize: number): boolean {
 
 export type CatchUpStep =
   | { action: 'next'; batchId: string; chainRows: number; chainStartedAt: number }
-  | { action: 'window_not_full' | 'budget_spent' | 'off' | 'nothing_new' | 'paused' }
+  | { action: 'window_not_full' | 'budget_spent' | 'off' | 'nothing_new' | 'paused' | 'open_batch' }
   | { action: 'error'; detail: string };
 
 // Catch-up: a commit whose window was full (at least batchSize rows) means the source probably has more, so the
@@ -46,7 +46,8 @@ export async function continueCatchUp(
   // is on its way, so that the count does not hold up the chain).
   if (!full) telemetry.transferFreshness({ transfer: view.transfer, behindSince: null });
   const step = await nextInChain(rt, view, t.batchSize, chain, log, now());
-  if (full)
+  // Paused meanwhile (the chain stops): a paused transfer's freshness is not reported.
+  if (full && step.action !== 'paused')
     telemetry.transferFreshness(
       step.action === 'nothing_new' // the full window was the last of the source's rows
         ? { transfer: view.transfer, behindSince: null }
@@ -90,8 +91,18 @@ async function nextInChain(
     return { action: 'budget_spent' };
   }
   try {
-    const next = await service.tryCreateBatch(view.transfer);
-    if (!next) return { action: 'nothing_new' };
+    let next;
+    try {
+      next = await service.createBatch(view.transfer);
+    } catch (err) {
+      // Told apart: a transfer paused meanwhile is not "caught up" (the freshness report above), and a window another
+      // run created or holds (a duplicate step's chain) is not either.
+      if (isTransferError(err, 'transfer_paused')) return { action: 'paused' };
+      if (isTransferError(err, 'nothing_to_transfer')) return { action: 'nothing_new' };
+      if (isTransferError(err, 'open_batch_exists') || isTransferError(err, 'window_taken'))
+        return { action: 'open_batch' };
+      throw err;
+    }
     await postStage(rt, next.batchId, log, { chainRows: total, chainStartedAt: startedAt });
     log.info(`transfer ${view.transfer}: catch-up: batch ${next.batchId} created after ${total} rows in this chain`);
     return { action: 'next', batchId: next.batchId, chainRows: total, chainStartedAt: startedAt };

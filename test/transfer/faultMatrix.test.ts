@@ -470,6 +470,9 @@ describe('fault matrix: every transfer mode, cut at every step boundary, recover
       const byMode = MATRIX_MODES.map((m) => pointsFor(m).map((p) => ({ mode: m, point: p })));
       for (let i = 0; byMode.some((l) => i < l.length); i++)
         for (const l of byMode) if (i < l.length) plans.push(l[i]!);
+      // A seeded rotation: runs that the budget cuts short cover the rest of the plans over time (the seed replays).
+      const rotate = seededRandom('transfer fault matrix plans').int(0, plans.length - 1);
+      plans.push(...plans.splice(0, rotate));
       let ran = 0;
       let fired = 0;
       const unfired: string[] = [];
