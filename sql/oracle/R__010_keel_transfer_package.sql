@@ -428,9 +428,13 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     COMMIT; -- the fence (if any) and the release of the lock, at once
   END TRY_CLAIM;
 
+  -- The batch's rows, and those of any batch that can never be applied again (completion committed, or fenced for
+  -- good by abandon): left when the purge after that batch's end failed, they go with the next purge.
   PROCEDURE PURGE_STAGED(p_batch_id IN VARCHAR2, p_staging IN VARCHAR2) IS
   BEGIN
-    EXECUTE IMMEDIATE 'DELETE FROM ' || DBMS_ASSERT.ENQUOTE_NAME(DBMS_ASSERT.SIMPLE_SQL_NAME(p_staging), FALSE) || ' WHERE KEEL_BATCH_ID = :b'
+    EXECUTE IMMEDIATE 'DELETE FROM ' || DBMS_ASSERT.ENQUOTE_NAME(DBMS_ASSERT.SIMPLE_SQL_NAME(p_staging), FALSE) ||
+      ' s WHERE s.KEEL_BATCH_ID = :b OR EXISTS (SELECT 1 FROM KEEL_TRANSFER_COMPLETIONS c WHERE c.BATCH_ID = s.KEEL_BATCH_ID' ||
+      ' AND (c.STATE = ''COMMITTED'' OR c.FENCED_THROUGH >= 2147483647))'
       USING p_batch_id;
     COMMIT;
   END PURGE_STAGED;

@@ -419,14 +419,23 @@ begin
   -- Only one batch of a transfer is open at a time, so usually the table holds just this batch: truncate is
   -- then far cheaper than delete. Rows of any other batch are kept. The lock comes first, so that a staging of
   -- the next batch cannot slip in between the check and the truncate; the wait for it is bounded.
+  -- Rows of a batch that can never be applied again (its completion row committed, or fenced for good by abandon)
+  -- are garbage too: left when the purge after that batch's end failed (a cut connection, a lock wait that ran
+  -- out). They neither keep the table from being truncated nor stay behind a delete, so they go with the next purge.
   perform set_config('lock_timeout', '5s', true);
   execute format('lock table keel_transfer.%I in access exclusive mode', p_staging_table);
-  execute format('select exists (select 1 from keel_transfer.%I where keel_batch_id <> $1)', p_staging_table) into v_other using p_batch_id;
+  execute format('select exists (select 1 from keel_transfer.%I s where s.keel_batch_id <> $1
+                    and not exists (select 1 from keel_transfer.completions c where c.batch_id = s.keel_batch_id
+                                      and (c.state = ''committed'' or c.fenced_through >= 2147483647)))', p_staging_table)
+    into v_other using p_batch_id;
   if not v_other then
     execute format('truncate keel_transfer.%I', p_staging_table);
     return -1;
   end if;
-  execute format('delete from keel_transfer.%I where keel_batch_id = $1', p_staging_table) using p_batch_id;
+  execute format('delete from keel_transfer.%I s where s.keel_batch_id = $1
+                    or exists (select 1 from keel_transfer.completions c where c.batch_id = s.keel_batch_id
+                                 and (c.state = ''committed'' or c.fenced_through >= 2147483647))', p_staging_table)
+    using p_batch_id;
   get diagnostics v_count = row_count;
   return v_count;
 end $$;

@@ -1,0 +1,79 @@
+// The purge after a commit is best effort (staged rows of a committed batch are garbage, not state). When it fails
+// -- its session ended from a side connection while it waits for the staging table's lock, as an operator or a
+// failover would -- the rows it left must not stay for good: a later purge of the table removes the rows of every
+// committed batch, so the staging table empties again (and is truncated, not deleted row by row, from then on).
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
+import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
+import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
+import { TransferService } from '../../shared/transfer/service.js';
+import {
+  batchEvents,
+  createLane,
+  LANE_WRITES_DDL,
+  laneProblems,
+  laneTransfer,
+  setupDatabases,
+  type Env,
+} from './helpers.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe('a purge cut after the commit', () => {
+  let env: Env;
+  beforeAll(async () => {
+    env = await setupDatabases('tr_purge');
+    await env.target.query(LANE_WRITES_DDL);
+  });
+  afterAll(async () => {
+    await env?.close();
+  });
+
+  it('leaves no staged rows of committed batches behind once the next batch is purged', async () => {
+    const table = 'purged';
+    await createLane(env, table, 90);
+    const t = laneTransfer(table, { batchSize: 30, chunkSize: 10 });
+    const svc = new TransferService({
+      journal: new PostgresTransferJournal(env.control),
+      transfers: [t],
+      directApply: false, // the staged flow: stage, apply, purge
+      connect: (tc) => ({
+        source: new PostgresTransferSource(tc, env.source),
+        target: new PostgresTransferTarget(tc, env.target),
+      }),
+    });
+    const staged = async () =>
+      (await env.target.query(`select count(*)::int as n from keel_transfer.stg_${table}`)).rows[0].n as number;
+
+    const first = await svc.createBatch(t.name); // prepare creates the staging table
+    // A side session holds the staging table so that the purge waits for its lock; it is then terminated.
+    const side = new pg.Client({ connectionString: env.targetUrl });
+    await side.connect();
+    await side.query(`begin; lock table keel_transfer.stg_${table} in access share mode`);
+    const running = svc.run(first.batchId);
+    let killed = false;
+    for (let i = 0; i < 400 && !killed; i++) {
+      const r = await env.target.query<{ pid: number }>(
+        `select pid from pg_stat_activity where query like '%purge_staged%' and wait_event_type = 'Lock' and pid <> pg_backend_pid()`,
+      );
+      if (r.rows[0])
+        killed = (await env.target.query(`select pg_terminate_backend($1)`, [r.rows[0].pid])).rowCount === 1;
+      else await sleep(10);
+    }
+    await side.query('rollback');
+    await side.end();
+    expect(killed).toBe(true);
+    expect((await running).state).toBe('committed');
+    expect(await batchEvents(env, first.batchId)).toContain('purge_error');
+    expect(await staged()).toBe(30); // the cut purge left the committed batch's rows
+
+    for (let i = 0; i < 2; i++) {
+      const v = await svc.createBatch(t.name);
+      expect((await svc.run(v.batchId)).state).toBe('committed');
+    }
+    expect(await staged()).toBe(0);
+    expect(await laneProblems(env, table, 90)).toEqual([]);
+    await svc.close();
+  });
+});
