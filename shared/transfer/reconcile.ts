@@ -172,7 +172,7 @@ export class Reconciler {
     try {
       await a.target.purgeStaged(b.batchId);
     } catch (err) {
-      // Staged rows of a committed batch are garbage, not state: the next reconcile or purge removes them.
+      // Staged rows of a committed batch are garbage, not state: the next purge of the table removes them.
       await this.journal.note(b.batchId, 'purge_error', describeError(err)).catch(() => undefined);
     }
   }
