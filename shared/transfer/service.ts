@@ -669,7 +669,11 @@ export class TransferService {
         },
         detail: { rowCount: res.rowCount, checksum: res.checksum, ms: Date.now() - started },
       });
-      return toView(moved ?? (await this.moves.load(batchId)));
+      if (moved) return toView(moved);
+      // Failed meanwhile (an abandon while the rows were staged): the rows this staging committed are garbage.
+      const now = await this.moves.load(batchId);
+      if (now.state === 'failed') await this.reconciler.purge(a, now);
+      return toView(now);
     } catch (err) {
       if (err instanceof TransferError && TERMINAL_CODES.has(err.code))
         return toView(await this.reconciler.release(b, err, ['extracting']));

@@ -8,6 +8,7 @@ import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJ
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
 import { TransferService } from '../../shared/transfer/service.js';
+import type { SourceAdapter } from '../../shared/transfer/types.js';
 import {
   batchEvents,
   createLane,
@@ -75,5 +76,73 @@ describe('a purge cut after the commit', () => {
     expect(await staged()).toBe(0);
     expect(await laneProblems(env, table, 90)).toEqual([]);
     await svc.close();
+  });
+});
+
+describe('an abandon while the batch is staged', () => {
+  let env: Env;
+  beforeAll(async () => {
+    env = await setupDatabases('tr_purge_ab');
+    await env.target.query(LANE_WRITES_DDL);
+  });
+  afterAll(async () => {
+    await env?.close();
+  });
+
+  // One source read: the worker records the manifest after the rows, the operator abandons the batch right then
+  // (no apply was started: it fails at once and its purge finds nothing yet), and the worker's staging commits
+  // after that. The rows it staged belong to a failed batch: they must not stay in the staging table.
+  it('leaves no staged rows of the abandoned batch once its staging committed after the abandon', async () => {
+    const table = 'abandoned';
+    await createLane(env, table, 60);
+    const t = laneTransfer(table, { batchSize: 30, chunkSize: 10 });
+    // The row path with one source read (a SQL Server-shaped source reading a snapshot: canonical rows, keel-v1).
+    const connect = (tc: typeof t) => {
+      const s = new PostgresTransferSource(tc, env.source);
+      const source: SourceAdapter = {
+        engine: 'postgres',
+        readSchema: () => s.readSchema(),
+        nextWindow: (low, max) => s.nextWindow(low, max),
+        manifest: (w, schema, algorithm) => s.manifest(w, schema, algorithm),
+        checksumAlgorithms: async () => ['keel-v1'],
+        streamRows: async function* (w, schema, n, facts) {
+          for await (const chunk of s.streamRows(w, schema, n, facts)) yield [...chunk];
+        },
+        readsSnapshot: () => s.readsSnapshot(),
+        close: () => s.close(),
+      };
+      return { source, target: new PostgresTransferTarget(tc, env.target) };
+    };
+    const operator = new TransferService({
+      journal: new PostgresTransferJournal(env.control),
+      transfers: [t],
+      connect,
+    });
+    const workerJournal = new PostgresTransferJournal(env.control);
+    const transition = workerJournal.transition.bind(workerJournal);
+    let abandoned = false;
+    workerJournal.transition = async (id, from, to, patch, event, detail) => {
+      const r = await transition(id, from, to, patch, event, detail);
+      if (event === 'manifest_recorded' && !abandoned)
+        abandoned = (await operator.abandonOnce(id, 'abandoned while staged')).abandoned;
+      return r;
+    };
+    const worker = new TransferService({ journal: workerJournal, transfers: [t], directApply: false, connect });
+    const staged = async () =>
+      (await env.target.query(`select count(*)::int as n from keel_transfer.stg_${table}`)).rows[0].n as number;
+
+    const first = await worker.createBatch(t.name);
+    expect(first.rowCount).toBeNull(); // one source read: the manifest is recorded by the stage, after the rows
+    const v = await worker.run(first.batchId);
+    expect(abandoned).toBe(true);
+    expect(v.state).toBe('failed');
+    expect(await staged()).toBe(0);
+    // The window was released: the next batch covers it, staged and applied once.
+    const next = await worker.createBatch(t.name);
+    expect(next.boundary.low).toBeNull();
+    expect((await worker.run(next.batchId)).state).toBe('committed');
+    expect(await staged()).toBe(0);
+    await operator.close();
+    await worker.close();
   });
 });
