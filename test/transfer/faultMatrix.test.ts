@@ -34,8 +34,8 @@ import {
 } from './helpers.js';
 
 // Time budgets per server (the plans are interleaved across modes, so a budget cut short still covers every mode).
-const BUDGET_MS = Number(process.env.KEEL_FAULT_MATRIX_MS ?? 30_000);
-const RACES_MS = Number(process.env.KEEL_FAULT_MATRIX_RACES_MS ?? 10_000);
+const BUDGET_MS = Number(process.env.KEEL_FAULT_MATRIX_MS ?? 25_000);
+const RACES_MS = Number(process.env.KEEL_FAULT_MATRIX_RACES_MS ?? 8_000);
 const STEP_MS = 15_000;
 const ROWS = 60;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
