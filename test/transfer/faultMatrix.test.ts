@@ -1,13 +1,15 @@
 // Fault matrix across the transfer modes (docs/transfer.md): a bulk PostgreSQL -> PostgreSQL direct apply, the staged
 // flow (directApply off), the row path of a SQL Server-shaped source (canonical rows, no COPY text) with one source
-// read and with the manifest read first, and the one-read staged row path. For each mode a TCP proxy cuts the
+// read and with the manifest read first, the one-read staged row path, and a change window with deletes after its
+// baseline. For each mode a TCP proxy cuts the
 // journal's, the target's or the source's connection at each step boundary (a statement lost on its way, or
 // committed with its reply lost) and inside the streams; then recovery runs what production runs (maintenance's
 // reconcile of stale batches, the queue message redelivered: stage or apply of the same batch id) and checks: the
 // first batch id ends committed exactly once, the target's table holds exactly the source window (each key written
 // once), the journal agrees with the target's completion rows, no session is left idle in a transaction, and no
-// deadlock was detected. Also the races of two processes on one batch that these modes allow (abandon during a
-// direct apply). Bounded: a time budget per server (KEEL_FAULT_MATRIX_MS), every step bounded.
+// deadlock was detected. Also races: two or three processes on one batch, a replay and a key comparison beside the
+// next batch, an abandon during a direct apply. Bounded: time budgets per server (KEEL_FAULT_MATRIX_MS,
+// KEEL_FAULT_MATRIX_RACES_MS; KEEL_FAULT_MATRIX_TRACE=1 prints each plan's time), every step bounded.
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FaultProxy, type FaultPlan } from '../support/faultProxy.js';
