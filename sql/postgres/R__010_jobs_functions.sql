@@ -391,12 +391,12 @@ create or replace function keel._pick_due(p_queues text[], p_limit integer)
 returns tid[]
 language plpgsql as $$
 declare
-  v_ids   tid[] := '{}';
+  v_tids  tid[] := '{}';
   v_need  integer := p_limit;
   v_prio  integer;
 begin
   if p_limit is null or p_limit < 1 or cardinality(p_queues) = 0 then
-    return v_ids;
+    return v_tids;
   end if;
   if cardinality(p_queues) = 1 then -- by a scalar key: the plan is kept (see keel._claim_candidates)
     select h.priority into v_prio from keel.jobs_hot h
@@ -411,7 +411,7 @@ begin
       order by h.priority desc limit 1) m;
   end if;
   while v_prio is not null and v_need > 0 loop
-    v_ids := v_ids || array(
+    v_tids := v_tids || array(
       select c.ctid
       from unnest(p_queues) as n(name)
       cross join lateral (
@@ -423,7 +423,7 @@ begin
         for update of h skip locked) c
       order by c.run_at, c.id
       limit v_need);
-    v_need := p_limit - cardinality(v_ids);
+    v_need := p_limit - cardinality(v_tids);
     exit when v_need <= 0;
     if cardinality(p_queues) = 1 then
       select h.priority into v_prio from keel.jobs_hot h
@@ -438,13 +438,13 @@ begin
         order by h.priority desc limit 1) m;
     end if;
   end loop;
-  return v_ids;
+  return v_tids;
 end
 $$;
 
--- The jobs one claim takes (the tuple ids _pick_due locked): due pending jobs of the given queues in claim order, locked skip-locked; at most p_limit,
--- and for a queue with max_concurrency at most its free slots. Its settings rows stay locked until the caller's
--- transaction ends, so the claim that follows is counted before the next claimer counts.
+-- The jobs one claim takes (the tuple ids _pick_due locked): due pending jobs of the given queues in claim order,
+-- locked skip-locked; at most p_limit, and for a queue with max_concurrency at most its free slots. Its settings rows
+-- stay locked until the caller's transaction ends, so the claim that follows is counted before the next claimer counts.
 drop function if exists keel._claim_candidates(text[], integer);
 create or replace function keel._claim_candidates(p_queues text[], p_limit integer)
 returns tid[]
