@@ -326,26 +326,35 @@ $$;
 -- ---------------------------------------------------------------------------------------------------------------
 -- Claims. Queues with a max_concurrency are serialised by locking their settings row (queues before jobs_hot),
 -- so the count of fetched+processing jobs is exact across every host.
--- The best p_limit of the candidate ids (already locked by _pick_due), in claim order. Only a claim over several
--- queues can have more candidates than its limit.
-create or replace function keel._claim_best(p_ids bigint[], p_limit integer)
-returns bigint[]
-language sql stable as $$
-  select case when cardinality(p_ids) <= p_limit then p_ids
-              else array(select h.id from keel.jobs_hot h where h.id = any(array(select unnest(p_ids)))
-                         order by h.priority desc, h.run_at, h.id limit p_limit) end
+-- The best p_limit of the candidates (already locked by _pick_due; their tuple ids), in claim order. Only a claim
+-- over several queues can have more candidates than its limit. PL/pgSQL, not SQL: PostgreSQL 15 parses and plans a
+-- SQL function that cannot be inlined (this one has a sublink) on every call; PL/pgSQL keeps its plan.
+drop function if exists keel._claim_best(bigint[], integer);
+create or replace function keel._claim_best(p_tids tid[], p_limit integer)
+returns tid[]
+language plpgsql stable as $$
+begin
+  if cardinality(p_tids) <= p_limit then
+    return p_tids;
+  end if;
+  return array(select h.ctid from keel.jobs_hot h where h.ctid = any(array(select unnest(p_tids)))
+               order by h.priority desc, h.run_at, h.id limit p_limit);
+end
 $$;
 
--- The claim's update finds its rows by `id = any(array(select unnest(...)))`: a probe of jobs_hot_pkey per id. With
--- the ids as a plain array parameter the planner knows their count and, once the statistics know the backlog,
--- answers a 500-id claim with a scan of the whole hot table (3 ms of a 6 ms update at 20,000 rows, growing with the
--- backlog); an array built by a subquery has a length it cannot know, so it probes by key.
-create or replace function keel._claim_rows(p_ids bigint[], p_worker_id text, p_lease_seconds integer, p_limit integer)
+-- The claim's update reads the rows _pick_due locked by their tuple ids (a TID scan: no second probe of
+-- jobs_hot_pkey per row), as complete_many does (see keel._lock_owned: a version locked FOR UPDATE keeps its ctid
+-- until commit), and checks that it moved every row it was given. `ctid = any(array(select unnest(...)))`: an
+-- array whose length the planner cannot know, so a TID scan whatever the statistics say (a plain array parameter
+-- of 500 ids once gave a scan of the whole hot table).
+drop function if exists keel._claim_rows(bigint[], text, integer, integer);
+create or replace function keel._claim_rows(p_tids tid[], p_worker_id text, p_lease_seconds integer, p_limit integer)
 returns setof keel.claimed_job
 language plpgsql as $$
 declare
-  v_ids  bigint[] := keel._claim_best(p_ids, p_limit);
+  v_tids tid[] := keel._claim_best(p_tids, p_limit);
   v_seed text := gen_random_uuid()::text;
+  v_n    integer;
 begin
   return query
   with upd as (
@@ -355,46 +364,58 @@ begin
         worker_id = p_worker_id,
         fetched_at = now(),
         lease_expires_at = now() + make_interval(secs => p_lease_seconds)
-    where h.id = any(array(select unnest(v_ids)))
+    where h.ctid = any(array(select unnest(v_tids)))
     returning h.*
   )
   select u.id, u.lease_id, u.queue, u.type, u.payload, u.priority, u.attempts, u.max_attempts,
          coalesce(s.max_attempts, 5), u.idempotency_key, u.tags, u.run_at, u.created_at, u.lease_expires_at
   from upd u left join keel.queues s on s.name = u.queue
   order by u.priority desc, u.run_at, u.id;
+  get diagnostics v_n = row_count;
+  if v_n <> cardinality(v_tids) then
+    raise exception 'keel._claim_rows: locked % rows, moved %', cardinality(v_tids), v_n;
+  end if;
 end
 $$;
 
--- Up to p_limit due pending ids of the given queues in claim order (priority desc, run_at, id), locked skip-locked.
+-- Up to p_limit due pending jobs of the given queues in claim order (priority desc, run_at, id), locked skip-locked:
+-- the tuple ids of the versions locked (the claim's update reads them by a TID scan, see keel._claim_rows).
 -- Every probe is a scalar `queue = name` range of jobs_hot_pending_due, walked in index order: per priority level
 -- (highest first, found with one index probe per queue) only the due rows of that level are read, so neither the
 -- pending backlog nor delayed jobs (of any priority) make a claim slower. Within a level, each queue contributes its
 -- oldest due rows and the level keeps the oldest across queues, so no queue starves another of equal priority.
 -- jobs_hot_pending_due is the only index of pending rows by queue (V006 dropped jobs_hot_pending_run_at, which the
 -- planner chose with stale statistics and then sorted every due row of the queue: 4-7 ms a claim at 30k pending).
+drop function if exists keel._pick_due(text[], integer);
 create or replace function keel._pick_due(p_queues text[], p_limit integer)
-returns bigint[]
+returns tid[]
 language plpgsql as $$
 declare
-  v_ids   bigint[] := '{}';
+  v_tids  tid[] := '{}';
   v_need  integer := p_limit;
   v_prio  integer;
 begin
   if p_limit is null or p_limit < 1 or cardinality(p_queues) = 0 then
-    return v_ids;
+    return v_tids;
   end if;
-  select max(m.priority) into v_prio
-  from unnest(p_queues) as n(name)
-  cross join lateral (
-    select h.priority from keel.jobs_hot h
-    where h.state = 'pending' and h.queue = n.name
-    order by h.priority desc limit 1) m;
+  if cardinality(p_queues) = 1 then -- by a scalar key: the plan is kept (see keel._claim_candidates)
+    select h.priority into v_prio from keel.jobs_hot h
+    where h.state = 'pending' and h.queue = p_queues[1]
+    order by h.priority desc limit 1;
+  else
+    select max(m.priority) into v_prio
+    from unnest(p_queues) as n(name)
+    cross join lateral (
+      select h.priority from keel.jobs_hot h
+      where h.state = 'pending' and h.queue = n.name
+      order by h.priority desc limit 1) m;
+  end if;
   while v_prio is not null and v_need > 0 loop
-    v_ids := v_ids || array(
-      select c.id
+    v_tids := v_tids || array(
+      select c.ctid
       from unnest(p_queues) as n(name)
       cross join lateral (
-        select h.id, h.run_at from keel.jobs_hot h
+        select h.ctid, h.id, h.run_at from keel.jobs_hot h
         where h.state = 'pending' and h.queue = n.name and h.priority = v_prio and h.run_at <= now()
           and (h.expires_at is null or h.expires_at > now())
         order by h.run_at, h.id
@@ -402,34 +423,55 @@ begin
         for update of h skip locked) c
       order by c.run_at, c.id
       limit v_need);
-    v_need := p_limit - cardinality(v_ids);
+    v_need := p_limit - cardinality(v_tids);
     exit when v_need <= 0;
-    select max(m.priority) into v_prio
-    from unnest(p_queues) as n(name)
-    cross join lateral (
-      select h.priority from keel.jobs_hot h
-      where h.state = 'pending' and h.queue = n.name and h.priority < v_prio
-      order by h.priority desc limit 1) m;
+    if cardinality(p_queues) = 1 then
+      select h.priority into v_prio from keel.jobs_hot h
+      where h.state = 'pending' and h.queue = p_queues[1] and h.priority < v_prio
+      order by h.priority desc limit 1; -- no row: v_prio is null
+    else
+      select max(m.priority) into v_prio
+      from unnest(p_queues) as n(name)
+      cross join lateral (
+        select h.priority from keel.jobs_hot h
+        where h.state = 'pending' and h.queue = n.name and h.priority < v_prio
+        order by h.priority desc limit 1) m;
+    end if;
   end loop;
-  return v_ids;
+  return v_tids;
 end
 $$;
 
--- The ids one claim takes: due pending jobs of the given queues in claim order, locked skip-locked; at most p_limit,
--- and for a queue with max_concurrency at most its free slots. Its settings rows stay locked until the caller's
--- transaction ends, so the claim that follows is counted before the next claimer counts.
+-- The jobs one claim takes (the tuple ids _pick_due locked): due pending jobs of the given queues in claim order,
+-- locked skip-locked; at most p_limit, and for a queue with max_concurrency at most its free slots. Its settings rows
+-- stay locked until the caller's transaction ends, so the claim that follows is counted before the next claimer counts.
+drop function if exists keel._claim_candidates(text[], integer);
 create or replace function keel._claim_candidates(p_queues text[], p_limit integer)
-returns bigint[]
+returns tid[]
 language plpgsql as $$
 declare
-  v_candidates  bigint[];
+  v_candidates  tid[];
   v_open        text[];
   v_running     integer;
   v_cap         integer;
+  v_paused      boolean;
   q             record;
 begin
   if p_limit is null or p_limit < 1 or p_queues is null or cardinality(p_queues) = 0 then
     return '{}';
+  end if;
+
+  -- One queue (the processor's usual claim): its settings by key. A statement with the queue list as an array is
+  -- planned anew on every call (a custom plan knows the array's length, so it always looks cheaper than the cached
+  -- one: ~0.1-0.2 ms a statement); one by a scalar key keeps its plan. The same choice as below.
+  if cardinality(p_queues) = 1 then
+    if p_queues[1] is null then
+      return '{}';
+    end if;
+    select s.paused, s.max_concurrency into v_paused, v_cap from keel.queues s where s.name = p_queues[1];
+    if not coalesce(v_paused, false) and v_cap is null then
+      return keel._pick_due(p_queues, p_limit);
+    end if;
   end if;
 
   -- Queues with no limit (and queues with no settings row yet), probed one by one in index order.
@@ -463,7 +505,7 @@ create or replace function keel.claim_next(p_worker_id text, p_queues text[], p_
 returns setof keel.claimed_job
 language plpgsql as $$
 declare
-  v_candidates bigint[] := keel._claim_candidates(p_queues, p_limit);
+  v_candidates tid[] := keel._claim_candidates(p_queues, p_limit);
 begin
   if cardinality(v_candidates) = 0 then
     return;
@@ -489,11 +531,15 @@ returns table (job_id bigint, lease_id uuid, queue text, type text, payload json
 language plpgsql as $$
 #variable_conflict use_column
 declare
-  v_ids  bigint[] := keel._claim_best(keel._claim_candidates(p_queues, p_limit), p_limit);
+  v_tids tid[] := keel._claim_candidates(p_queues, p_limit);
   v_seed text := gen_random_uuid()::text;
+  v_n    integer;
 begin
-  if cardinality(v_ids) = 0 then
+  if cardinality(v_tids) = 0 then
     return;
+  end if;
+  if cardinality(v_tids) > p_limit then -- only a claim over several queues (keel._claim_best)
+    v_tids := keel._claim_best(v_tids, p_limit);
   end if;
   return query
   with upd as (
@@ -507,7 +553,7 @@ begin
         started_at = now(),
         heartbeat_at = now(),
         progress = null -- a new attempt: the last one's progress no longer says how far this one is
-    where h.id = any(array(select unnest(v_ids))) -- probed by key, as in _claim_rows
+    where h.ctid = any(array(select unnest(v_tids))) -- the rows _pick_due locked, by a TID scan (see _claim_rows)
     returning h.id, h.lease_id, h.queue, h.type, h.payload, h.priority, h.attempts, h.max_attempts, h.idempotency_key,
               h.tags, h.run_at, h.created_at, h.lease_expires_at
   )
@@ -516,6 +562,10 @@ begin
          keel._epoch_ms(u.run_at), keel._epoch_ms(u.created_at), keel._epoch_ms(u.lease_expires_at), u.attempts
   from upd u left join keel.queues s on s.name = u.queue
   order by u.priority desc, u.run_at, u.id;
+  get diagnostics v_n = row_count;
+  if v_n <> cardinality(v_tids) then
+    raise exception 'keel.claim_and_start: locked % rows, moved %', cardinality(v_tids), v_n;
+  end if;
 end
 $$;
 
@@ -526,7 +576,7 @@ declare
   v_queue    text;
   v_settings record;
   v_running  integer;
-  v_id       bigint;
+  v_tid      tid;
 begin
   -- By id alone (OFFSET 0 keeps the state test out of the probe): `state = 'pending'` inside would let the planner walk
   -- a pending partial index whole whenever the statistics say few jobs are pending.
@@ -547,14 +597,14 @@ begin
       return;
     end if;
   end if;
-  select x.id into v_id
-  from (select h.id, h.state, h.run_at, h.expires_at from keel.jobs_hot h where h.id = p_job_id
+  select x.ctid into v_tid
+  from (select h.ctid, h.state, h.run_at, h.expires_at from keel.jobs_hot h where h.id = p_job_id
         for update skip locked offset 0) x
   where x.state = 'pending' and x.run_at <= now() and (x.expires_at is null or x.expires_at > now());
-  if v_id is null then
+  if v_tid is null then
     return;
   end if;
-  return query select * from keel._claim_rows(array[v_id], p_worker_id, p_lease_seconds, 1);
+  return query select * from keel._claim_rows(array[v_tid], p_worker_id, p_lease_seconds, 1);
 end
 $$;
 
@@ -574,18 +624,22 @@ $$;
 -- runs 180-189). The ctids stay true until commit: each is the version this transaction locked FOR UPDATE, which no
 -- other transaction can update or delete before then, nor vacuum move. The caller holds them in a variable (a TID
 -- scan needs a value fixed before the scan, not a volatile call) and checks that it moved as many rows as it locked.
+-- PL/pgSQL, not SQL: PostgreSQL 15 parses and plans a SQL function it cannot inline on every call (~0.25 ms a
+-- completion); PL/pgSQL keeps the plan (a generic one: the JSON's row count is unknown to a custom plan too).
 drop function if exists keel._lock_owned(jsonb, text);
 create or replace function keel._lock_owned(p_leases jsonb, p_state text)
 returns tid[]
-language sql as $$
-  select array(
+language plpgsql as $$
+begin
+  return array(
     select l.ctid
     from (select r."jobId" as id, r."leaseId" as lease from jsonb_to_recordset(p_leases) as r("jobId" bigint, "leaseId" uuid)
           order by 1) r
     cross join lateral (
       select h.ctid, h.id, h.lease_id, h.state from keel.jobs_hot h where h.id = r.id
       for update of h offset 0) l
-    where l.lease_id = r.lease and l.state = p_state)
+    where l.lease_id = r.lease and l.state = p_state);
+end
 $$;
 
 create or replace function keel.start_many(p_leases jsonb)
