@@ -233,7 +233,8 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
 
     if (opts.demo) {
       const adminUrl = pgServer ? pgServer.url : withDatabase(env.KEEL_PG_URL!, 'postgres');
-      const demo = await prepareDemoTransfer(adminUrl, env);
+      const controlDatabase = decodeURIComponent(new URL(env.KEEL_PG_URL!).pathname.slice(1));
+      const demo = await prepareDemoTransfer(adminUrl, controlDatabase, env);
       notes.push(demo);
     }
 
