@@ -541,7 +541,8 @@ if (!haveChromium) {
         const count = await open();
         for (let i = 0; i < count; i++) {
           const added = await press(i, null);
-          for (let j = 0; j < added.length; j++) await press(i, j);
+          // Not the buttons that only close what the first click opened.
+          for (let j = 0; j < added.length; j++) if (!/^(Cancel|Close)\|/.test(added[j]!)) await press(i, j);
         }
       }
       await ctx.close();
@@ -554,7 +555,7 @@ if (!haveChromium) {
           `a refused call under ${route}`,
         ).toBe(true);
       expect(await stateOf()).toEqual(before);
-    }, 300_000);
+    }, 480_000); // some 60 fresh page loads; minutes on a loaded machine
 
     it('a dead-lettered job is found by search, previewed, resurrected and then appears archived', async () => {
       await page.getByRole('button', { name: 'Sign out' }).click();
