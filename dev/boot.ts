@@ -107,15 +107,16 @@ export class StartupError extends Error {
   override name = 'StartupError';
 }
 
-// Is `url` the embedded server's own URL (the one local.settings.example.json carries for func start)?
+// Is `url` the embedded server's own URL, with its admin login or the app's (local.settings.example.json carries the
+// app's, keel_app, for func start)?
 function isEmbeddedUrl(url: string, port: number): boolean {
   try {
     const u = new URL(url);
+    const login = [decodeURIComponent(u.username), decodeURIComponent(u.password)].join(':');
     return (
       ['127.0.0.1', 'localhost'].includes(u.hostname) &&
       Number(u.port || 5432) === port &&
-      decodeURIComponent(u.username) === EMBEDDED_USER &&
-      decodeURIComponent(u.password) === EMBEDDED_PASSWORD
+      [`${EMBEDDED_USER}:${EMBEDDED_PASSWORD}`, `${LOCAL_APP_LOGIN.user}:${LOCAL_APP_LOGIN.password}`].includes(login)
     );
   } catch {
     return false;
@@ -232,7 +233,8 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
 
     if (opts.demo) {
       const adminUrl = pgServer ? pgServer.url : withDatabase(env.KEEL_PG_URL!, 'postgres');
-      const demo = await prepareDemoTransfer(adminUrl, env);
+      const controlDatabase = decodeURIComponent(new URL(env.KEEL_PG_URL!).pathname.slice(1));
+      const demo = await prepareDemoTransfer(adminUrl, controlDatabase, env);
       notes.push(demo);
     }
 

@@ -1,18 +1,30 @@
 // The demo transfer: two local databases on the same PostgreSQL server, a source table that gains 1,000 new
 // orders each time the demo is prepared, an empty target table, and the transfer configured between them.
+import pg from 'pg';
 import { withClient, withDatabase } from './pgAdmin.js';
 
 export const DEMO_TRANSFER = 'demo_orders';
-const SOURCE_DB = 'keel_demo_source';
-const TARGET_DB = 'keel_demo_target';
+
+// The demo's two databases are named after the control database (`keel` on the embedded server: keel_demo_source and
+// keel_demo_target), so two apps (or test runs) with their own control databases on one server never share them: a
+// second app's journal starting from an empty window would otherwise meet the first one's rows in the target.
+export function demoDatabases(controlDatabase: string): { source: string; target: string } {
+  const base = /^[a-z_][a-z0-9_]{0,49}$/.test(controlDatabase) ? controlDatabase : 'keel';
+  return { source: `${base}_demo_source`, target: `${base}_demo_target` };
+}
 
 // Returns a line for the start banner. Sets KEEL_DEMO_SOURCE_URL, KEEL_DEMO_TARGET_URL and (unless transfers are
 // configured already) KEEL_TRANSFERS in env.
-export async function prepareDemoTransfer(adminUrl: string, env: Record<string, string | undefined>): Promise<string> {
+export async function prepareDemoTransfer(
+  adminUrl: string,
+  controlDatabase: string,
+  env: Record<string, string | undefined>,
+): Promise<string> {
+  const { source: SOURCE_DB, target: TARGET_DB } = demoDatabases(controlDatabase);
   await withClient(adminUrl, async (c) => {
     for (const db of [SOURCE_DB, TARGET_DB]) {
       const r = await c.query('select 1 from pg_database where datname = $1', [db]);
-      if (r.rowCount === 0) await c.query(`create database ${db}`);
+      if (r.rowCount === 0) await c.query(`create database ${pg.escapeIdentifier(db)}`);
     }
   });
   const sourceUrl = withDatabase(adminUrl, SOURCE_DB);

@@ -9,7 +9,8 @@
 import http from 'node:http';
 import { randomUUID } from 'node:crypto';
 import Router from 'find-my-way';
-import { Cron } from 'croner';
+import type { Cron } from 'croner';
+import { ncrontab } from '../shared/app/ncrontab.js';
 import type { QueueClient, QueueServiceClient, DequeuedMessageItem } from '@azure/storage-queue';
 import type { HttpResponseInit, HttpResponse as HttpResponseType, LogLevel, Timer } from '@azure/functions';
 import type {
@@ -59,7 +60,7 @@ export interface LocalHostOptions {
 
 // The interval between a schedule's next two occurrences (useMonitor's default depends on it).
 function scheduleIntervalMs(schedule: string): number {
-  const probe = new Cron(schedule, { paused: true });
+  const probe = ncrontab(schedule, { paused: true });
   const [a, b] = probe.nextRuns(2);
   probe.stop();
   return a && b ? b.getTime() - a.getTime() : Infinity;
@@ -344,7 +345,7 @@ class TimerLayer implements Stoppable {
       };
       // protect: croner itself never starts a firing while the previous one's callback is still running. Unnamed: croner
       // keeps named jobs in one process-wide registry, and two instances in one process (tests) name the same timers.
-      const job = new Cron(schedule, { protect: true }, async (self: Cron) => {
+      const job = ncrontab(schedule, { protect: true }, async (self: Cron) => {
         await run(self, false);
       });
       this.jobs.push(job);

@@ -6,7 +6,7 @@ import { enqueueAndPost, postJobs } from './enqueue.js';
 import type { Runtime } from './runtime.js';
 import { hostEnvironment } from './hostEnvironment.js';
 import { postStage } from './transferSteps.js';
-import { handOnSlots, slotHolders } from './slots.js';
+import { forgetQueueLimits, handOnSlots, slotHolders } from './slots.js';
 
 const views = new WeakMap<Runtime, OpsRuntime>();
 
@@ -29,6 +29,7 @@ export function opsRuntimeOf(rt: Runtime): OpsRuntime {
       postStage: (batchId, log) => postStage(rt, batchId, log),
       slotHolders: (ids, log) => slotHolders(rt, ids, log),
       handOnSlots: (queues, log) => handOnSlots(rt, queues, log),
+      queueLimitsChanged: () => forgetQueueLimits(rt),
     };
     views.set(rt, view);
   }

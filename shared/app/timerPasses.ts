@@ -2,6 +2,7 @@
 // stay thin and tests can call it directly.
 import { runMaintenance, type MaintenanceReport } from '../jobs/maintenance.js';
 import { Cron } from 'croner';
+import { ncrontab } from './ncrontab.js';
 import { runSchedules, type ScheduleMemory, type SchedulePassItem } from '../jobs/scheduler.js';
 import type { ScheduleDefinition } from '../jobs/define.js';
 import type { JobId } from '../jobs/contract.js';
@@ -202,7 +203,7 @@ export function shortestGapMs(cron: Cron, from: Date = new Date()): number {
 // Schedules that tick more often than the scheduler timer fires (KEEL_SCHEDULER_SCHEDULE, a minute by default): their
 // ticks are enqueued late, several at a pass, or missed past their grace period. Named once per runtime.
 export function schedulesFinerThanTimer(rt: Runtime): ScheduleDefinition[] {
-  const timer = new Cron(rt.settings.KEEL_SCHEDULER_SCHEDULE, { paused: true, mode: '6-part' });
+  const timer = ncrontab(rt.settings.KEEL_SCHEDULER_SCHEDULE, { paused: true });
   try {
     const timerGap = shortestGapMs(timer);
     return rt.schedules.filter((def) => {

@@ -53,6 +53,9 @@ export interface OpsRuntime {
   // Hand on the slots freed in limited queues (an entry per freed slot) as a finished job's is: the next due jobs'
   // messages are posted now, not at the dispatcher's tick. Never throws; returns how many were posted.
   handOnSlots(queues: string[], log: OpsLogger): Promise<number>;
+  // A queue's maxConcurrency was changed here: drop this instance's cached view of the limits (read at most every
+  // 5 s), so the next finish of one of its jobs hands its slot on under the new limit at once.
+  queueLimitsChanged(): void;
   // Post a batch to the stage queue; false when posting failed (the transfer timer resumes it).
   postStage(batchId: string, log: OpsLogger): Promise<boolean>;
 }

@@ -122,6 +122,8 @@ export const queueRoutes: OpsRoute<any, any, any>[] = [
           );
       }
       const settings = await rt.store.updateQueue(params.name, patch);
+      // This instance sees a new limit at once (other instances within the limits' 5 s cache, shared/app/slots.ts).
+      if (patch.maxConcurrency !== undefined) rt.queueLimitsChanged();
       // More room than before: jobs held back by the limit may run now; post their messages.
       const limit = (q: { maxConcurrency: number | null } | null) => q?.maxConcurrency ?? Infinity;
       if (!settings.paused && limit(settings) > limit(current)) await rt.postDue([params.name], log);

@@ -420,6 +420,143 @@ if (!haveChromium) {
       ]);
     });
 
+    it('every button of every page, clicked by a key holder without the operator role: each operator call it makes is refused (403) and shown, every read answers, nothing changes', async () => {
+      // Its own context with a forwarded address: its refusals are told apart from the browser writes the audit test
+      // counts (clientIp null), and its page errors are its own.
+      const ctx = await newContext({ 'x-forwarded-for': '198.51.100.9' });
+      const p = await ctx.newPage();
+      const pageErrors: string[] = [];
+      p.on('pageerror', (err) => pageErrors.push(err.message));
+      const calls: { method: string; path: string; status: number; principal: string | undefined }[] = [];
+      p.on('response', (r) => {
+        const u = new URL(r.url());
+        if (!u.pathname.startsWith('/api/ops/')) return;
+        calls.push({
+          method: r.request().method(),
+          path: u.pathname,
+          status: r.status(),
+          principal: r.request().headers()['x-ms-client-principal'],
+        });
+      });
+      const { allRoutes } = await import('../../shared/ops/routes.js');
+      const routes = allRoutes();
+      const roleOf = (method: string, pathname: string) =>
+        routes.find(
+          (r) =>
+            r.method === method && new RegExp(`^/api/ops${r.path.replace(/:[A-Za-z]+/g, '[^/]+')}$`).test(pathname),
+        )?.role;
+      const stateOf = async () => ({
+        totals: (await api('GET', '/stats')).json.totals,
+        queues: (await api('GET', '/queues')).json.items,
+        transfers: ((await api('GET', '/transfers')).json.items as any[]).map((t) => [t.name, t.paused, t.openBatch]),
+        schedules: ((await api('GET', '/schedules')).json.items as any[]).map((x) => [x.name, x.state]),
+      });
+      const before = await stateOf();
+      await signIn(p, KEY, false);
+      await p.getByRole('navigation', { name: 'Console sections' }).waitFor();
+      const pages = [
+        '#/',
+        '#/jobs',
+        `#/jobs/${fatalId}`,
+        `#/jobs/${cancelledId}`,
+        '#/dlq',
+        '#/queues',
+        '#/schedules',
+        '#/workers',
+        '#/transfers',
+        `#/transfers/batches/${batchId}`,
+      ];
+      const refused: string[] = [];
+      let clicked = 0;
+      for (const hash of pages) {
+        // A fresh load of the page (a goto that changes only the hash would keep the page as the last click left it),
+        // its buttons counted once its data is in: the count stops changing.
+        const open = async () => {
+          await p.goto('about:blank');
+          await p.goto(`${base}/api/console/${hash}`);
+          await p.locator('#page-title').waitFor();
+          await p.waitForLoadState('networkidle');
+          let n = -1;
+          for (let w = 0; w < 20; w++) {
+            const now = await p.locator('main button').count();
+            if (now === n && now > 0) break;
+            n = now;
+            await p.waitForTimeout(100);
+          }
+          return n;
+        };
+        const labels = async () =>
+          p
+            .locator('main button')
+            .evaluateAll((bs) => bs.map((b) => `${b.textContent?.trim()}|${b.getAttribute('data-test') ?? ''}`));
+        // Clicks the i-th button (and, when that only opened a form or a confirm step, then the j-th button it
+        // added), then judges every ops call the clicks made.
+        const press = async (i: number, j: number | null): Promise<string[]> => {
+          await open();
+          const first = p.locator('main button').nth(i);
+          const label = `${hash} "${((await first.textContent()) ?? '').trim()}" ${(await first.getAttribute('data-test')) ?? ''}`;
+          if (!(await first.isVisible()) || !(await first.isEnabled())) return [];
+          const shown = await labels();
+          const from = calls.length;
+          await first.click({ timeout: 5_000 });
+          const settle = async () => {
+            for (let w = 0; w < 30 && calls.length === from; w++) await p.waitForTimeout(50);
+            await p.waitForLoadState('networkidle');
+          };
+          await settle();
+          clicked++;
+          let what = label;
+          const added = (await labels()).map((l, k) => [l, k] as const).filter(([l]) => !shown.includes(l));
+          if (j !== null) {
+            const target = added[j];
+            if (!target || calls.length > from) return [];
+            const second = p.locator('main button').nth(target[1]);
+            if (!(await second.isVisible()) || !(await second.isEnabled())) return [];
+            what = `${label} then "${target[0]}"`;
+            await second.click({ timeout: 5_000 });
+            await settle();
+            clicked++;
+          }
+          const made = calls.slice(from);
+          for (const c of made) {
+            const role = roleOf(c.method, c.path);
+            expect(role, `${what}: ${c.method} ${c.path} is a route`).toBeDefined();
+            expect(c.principal, `${what}: no operator principal is sent without the role`).toBeUndefined();
+            if (role === 'operator') {
+              expect(c.status, `${what}: ${c.method} ${c.path}`).toBe(403);
+              refused.push(`${c.method} ${c.path}`);
+            } else {
+              expect(c.status, `${what}: ${c.method} ${c.path}`).toBeLessThan(500);
+              expect([401, 403], `${what}: ${c.method} ${c.path}`).not.toContain(c.status);
+            }
+          }
+          if (made.some((c) => roleOf(c.method, c.path) === 'operator')) {
+            const alert = p.getByRole('alert').filter({ hasText: 'Refused (403' });
+            await alert.first().waitFor({ timeout: 5_000 });
+            expect(await alert.first().textContent(), what).toContain('Keel.Operator');
+          }
+          // What a second click may try: the buttons this click added, when it made no call itself.
+          return j === null && made.length === 0 ? added.map(([l]) => l) : [];
+        };
+        const count = await open();
+        for (let i = 0; i < count; i++) {
+          const added = await press(i, null);
+          // Not the buttons that only close what the first click opened.
+          for (let j = 0; j < added.length; j++) if (!/^(Cancel|Close)\|/.test(added[j]!)) await press(i, j);
+        }
+      }
+      await ctx.close();
+      expect(pageErrors).toEqual([]);
+      expect(clicked).toBeGreaterThan(20);
+      // The operator buttons of every page that has them were among them (a job's resurrect is under /dlq/).
+      for (const route of ['/queues/', '/dlq/', '/purge', '/schedules/', '/transfers/', '/transfers/batches/'])
+        expect(
+          refused.some((r) => r.includes(`/api/ops${route}`)),
+          `a refused call under ${route}`,
+        ).toBe(true);
+      expect(await stateOf()).toEqual(before);
+    }, 480_000); // some 60 fresh page loads; minutes on a loaded machine
+
     it('a dead-lettered job is found by search, previewed, resurrected and then appears archived', async () => {
       await page.getByRole('button', { name: 'Sign out' }).click();
       await signIn(page, KEY, true);

@@ -7,7 +7,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect, it } from 'vitest';
-import { createTestDatabase } from '../support/pg.js';
+import { demoDatabases } from '../../dev/demoTransfer.js';
+import { withClient } from '../../dev/pgAdmin.js';
+import { adminUrl, createTestDatabase } from '../support/pg.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
@@ -15,6 +17,10 @@ it('npm run demo -- --exit: every step succeeds and the process exits 0', async 
   const dataDir = await mkdtemp(path.join(os.tmpdir(), 'keel-demo-'));
   // The owner's URL: the demo creates its source and target databases beside this one.
   const url = await createTestDatabase('e2e_demo');
+  const control = new URL(url).pathname.slice(1);
+  // Named after this run's control database, so the test server keeps no keel_demo_* of a previous run (whose target
+  // rows would meet this run's first window) and the finally below drops exactly what this run made.
+  const made = demoDatabases(control);
   try {
     const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/demo.ts', '--exit'], {
       cwd: ROOT,
@@ -41,7 +47,18 @@ it('npm run demo -- --exit: every step succeeds and the process exits 0', async 
     expect(JSON.parse(preview!).length).toBeGreaterThan(0);
     expect(output).toContain(`resurrected ${preview}`);
     expect(output).toMatch(/batch [0-9a-f-]{36}: committed/);
+    const present = await withClient(adminUrl(), async (c) =>
+      (
+        await c.query<{ datname: string }>('select datname from pg_database where datname = any($1) order by 1', [
+          [made.source, made.target],
+        ])
+      ).rows.map((r) => r.datname),
+    );
+    expect(present).toEqual([made.source, made.target]);
   } finally {
     await rm(dataDir, { recursive: true, force: true });
+    await withClient(adminUrl(), async (c) => {
+      for (const db of [made.source, made.target, control]) await c.query(`drop database if exists ${db} with (force)`); // names of [a-z0-9_] only (createTestDatabase)
+    });
   }
 }, 180_000);

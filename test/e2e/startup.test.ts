@@ -46,6 +46,40 @@ describe('local host start-up', () => {
     }
   });
 
+  it("local.settings.example.json's KEEL_PG_URL (the app's login on the embedded server) starts the embedded server", async () => {
+    // README: copy the example to local.settings.json and npm start runs the server its KEEL_PG_URL names (for func
+    // start beside it), instead of refusing it as unreachable. Here on a free port (KEEL_PG_PORT) instead of 54329.
+    const example = JSON.parse(await readFile(path.join(ROOT, 'local.settings.example.json'), 'utf8')) as {
+      Values: Record<string, string>;
+    };
+    const port = await freePort();
+    const url = new URL(example.Values.KEEL_PG_URL!);
+    expect(url.port).toBe('54329');
+    url.port = String(port);
+    const saved = { ...process.env };
+    Object.assign(process.env, { KEEL_PG_URL: url.toString(), KEEL_PG_PORT: String(port), KEEL_AZURITE_PORT: '0' });
+    try {
+      const keel = await bootLocal({
+        definitions,
+        dataDir: await tempDir('boot-example'),
+        port: 0,
+        log: () => undefined,
+      });
+      try {
+        expect(keel.notes.join('\n')).toContain(`KEEL_PG_URL names the embedded server's own URL (port ${port})`);
+        expect(new URL(keel.pgUrl).port).toBe(String(port));
+        const res = await fetch(`${keel.baseUrl}/api/ops/health`, { headers: { 'x-functions-key': keel.opsKey } });
+        expect(res.status).toBe(200);
+      } finally {
+        await keel.stop();
+      }
+    } finally {
+      // bootLocal copies its settings into process.env: put it back as it was for the next tests.
+      for (const k of Object.keys(process.env)) if (!(k in saved)) delete process.env[k];
+      Object.assign(process.env, saved);
+    }
+  }, 180_000);
+
   it('a busy HTTP port stops the start naming the port and KEEL_HTTP_PORT', async () => {
     const busy = net.createServer();
     await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', () => resolve()));

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ops } from '../../functions/ops.js';
 import { encodeClientPrincipal } from '../../shared/ops/auth.js';
 import { queueListTarget } from '../../shared/ops/auditRecord.js';
-import { forgetQueueLimits } from '../../shared/app/slots.js';
+import { forgetQueueLimits, queueLimits } from '../../shared/app/slots.js';
 import {
   auditRows,
   context,
@@ -629,6 +629,18 @@ describe('ops: jobs', () => {
     const metrics = await call('GET', 'metrics?windowMinutes=10&queue=ops-stats');
     expect(metrics.status).toBe(200);
     expect(metrics.body.buckets[0]).toMatchObject({ queue: 'ops-stats', outcome: 'succeeded', count: 1 });
+  });
+
+  it("a limit set over PATCH is this instance's at once, not after the limits' 5 s cache", async () => {
+    const queue = 'ops-lim-fresh';
+    const before = await queueLimits(t.rt); // read now: cached for QUEUE_LIMITS_TTL_MS
+    expect(before.has(queue)).toBe(false);
+    expect((await call('PATCH', `queues/${queue}`, { body: { maxConcurrency: 1 }, operator: true })).status).toBe(200);
+    expect((await queueLimits(t.rt)).get(queue)).toBe(1); // the next finish here hands on under the new limit
+    expect((await call('PATCH', `queues/${queue}`, { body: { maxConcurrency: null }, operator: true })).status).toBe(
+      200,
+    );
+    expect((await queueLimits(t.rt)).has(queue)).toBe(false);
   });
 
   it('a cancelled fetched job of a limited queue hands its slot on at once, as a finish does (no dispatcher tick)', async () => {

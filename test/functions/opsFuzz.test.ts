@@ -2,11 +2,13 @@
 // types, missing and unknown fields, odd path parameters and query strings, bodies that are not objects, too deep or
 // too big, and callers without the route's role. Every answer must be a 4xx with a stable error code (a 400 names
 // the field), never a 5xx; nothing a refused call sends may change the database. Then concurrent identical
-// destructive calls: exactly one takes effect, the others get a clear 409/404, and nothing is lost.
+// destructive calls: exactly one takes effect, the others get a clear 409/404, and nothing is lost. Last, list
+// bounds out of range, every read at once, and the audit trail docs/operations.md promises: one record per write,
+// a refused record per refused write, none for 404/405 or a read's 400.
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { allRoutes } from '../../shared/ops/routes.js';
-import { READER, snapshot } from './support.js';
+import { auditRows, lastAuditId, READER, snapshot } from './support.js';
 import { useItemsTransfer } from './itemsTransfer.js';
 import { seededRandom } from '../support/seededRandom.js';
 
@@ -354,4 +356,130 @@ describe('ops fuzz: one batch resumed N times at once, its messages delivered at
     );
     expect(rows.rows[0]).toEqual({ n: detail.rowCount, d: detail.rowCount });
   });
+});
+
+// A path of the route with well-formed parameters: an unknown id, or the configured transfer.
+function baseOf(r: { path: string }): string {
+  return pathOf(
+    r.path,
+    r.path.startsWith('/transfers/batches/:id')
+      ? '00000000-0000-4000-8000-000000000000'
+      : r.path.includes(':id')
+        ? '1'
+        : 'items',
+  );
+}
+
+// Last in the file: its valid writes (a transfer started, queues paused) would change what the suites above start from.
+describe('ops fuzz: list bounds, methods, content types and the audit trail of refusals', () => {
+  it('page sizes, offsets, cursors and windows out of range: a 400 naming the parameter; in range never a 5xx', async () => {
+    const bounded = /^(limit|offset|scanRows|windowMinutes|afterId|beforeId)$/;
+    let checked = 0;
+    for (const r of allRoutes().filter((x) => x.method === 'GET')) {
+      for (const k of Object.keys(objectShape(r.query) ?? {}).filter((x) => bounded.test(x))) {
+        for (const v of ['-1', '-9007199254740993', '99999999999999999999', '1e400', 'Infinity', 'NaN', '0x10']) {
+          const res = await call('GET', `${baseOf(r)}?${k}=${encodeURIComponent(v)}`);
+          expectClear(`GET ${r.path}?${k}=${v}`, res);
+          expect(res.status, `GET ${r.path}?${k}=${v}`).toBe(400);
+          expect(res.body.field, `GET ${r.path}?${k}=${v}`).toBe(k);
+          checked++;
+        }
+        // The largest page a list route takes is bounded by its schema: 1,000,000 is past every one of them.
+        if (/^(limit|scanRows)$/.test(k)) {
+          const res = await call('GET', `${baseOf(r)}?${k}=1000001`);
+          expect([400, 404], `GET ${r.path}?${k}=1000001: ${JSON.stringify(res.body)}`).toContain(res.status);
+          if (res.status === 400) expect(res.body.field).toBe(k);
+        }
+        const one = await call('GET', `${baseOf(r)}?${k}=1`);
+        expectNo5xx(`GET ${r.path}?${k}=1`, one);
+        if (one.status === 200 && Array.isArray(one.body?.items) && k === 'limit')
+          expect(one.body.items.length, `GET ${r.path}?limit=1`).toBeLessThanOrEqual(1);
+      }
+    }
+    expect(checked).toBeGreaterThan(30);
+  });
+
+  it('every read at once, five times over: the same status each time, never a 5xx', async () => {
+    const reads = allRoutes().filter((r) => r.method === 'GET');
+    const rounds = await Promise.all(
+      Array.from({ length: 5 }, () => Promise.all(reads.map((r) => call('GET', baseOf(r))))),
+    );
+    reads.forEach((r, i) => {
+      const statuses = rounds.map((round) => round[i]!.status);
+      for (const [n, res] of rounds.map((round) => round[i]!).entries()) expectNo5xx(`GET ${r.path} #${n}`, res);
+      expect(new Set(statuses).size, `GET ${r.path}: ${statuses.join(', ')}`).toBe(1);
+    });
+  });
+
+  it("every write leaves exactly one record of its answer, a refused one a refused record naming why; 404, 405 and a read's 400 none", async () => {
+    const writes = allRoutes().filter((r) => r.method !== 'GET');
+    const { ops } = await import('../../functions/ops.js');
+    const { request, context, jsonOf, OPERATOR } = await import('./support.js');
+    const send = async (method: string, path: string, raw: string | undefined, headers: Record<string, string>) => {
+      const req = request(method, path, { ...(raw === undefined ? {} : { raw }), headers });
+      const res = await ops(req, context('ops'));
+      return { status: res.status ?? 200, body: jsonOf(res) };
+    };
+    const oneRefusal = async (what: string, action: string, status: number, run: () => Promise<Answer>) => {
+      const from = await lastAuditId(fx.t.pool);
+      const res = await run();
+      expect(res.status, `${what}: ${JSON.stringify(res.body)}`).toBe(status);
+      const rows = await auditRows(fx.t.pool, from);
+      expect(
+        rows.map((x) => [x.action, x.outcome, x.status]),
+        what,
+      ).toEqual([[action, 'refused', status]]);
+      expect(rows[0]!.reason, what).toBe(res.body.message);
+    };
+    const operator = { 'x-ms-client-principal': OPERATOR };
+    for (const r of writes) {
+      const base = baseOf(r);
+      const what = `${r.method} ${r.path}`;
+      // Not JSON: a form (curl -d), text, or no content type at all.
+      for (const type of ['application/x-www-form-urlencoded', 'text/plain', '']) {
+        await oneRefusal(`${what} as "${type}"`, r.operationId, 415, () =>
+          send(r.method, base, '{}', { ...operator, 'content-type': type }),
+        );
+      }
+      // From another site (a browser says so).
+      await oneRefusal(`${what} cross-site`, r.operationId, 403, () =>
+        send(r.method, base, '{}', { ...operator, 'sec-fetch-site': 'cross-site' }),
+      );
+      if (r.body) {
+        await oneRefusal(`${what} invalid JSON`, r.operationId, 400, () => send(r.method, base, '{"a":', operator));
+        await oneRefusal(`${what} over the body limit`, r.operationId, 413, () =>
+          send(r.method, base, JSON.stringify({ pad: 'x'.repeat(300 * 1024) }), operator),
+        );
+      }
+      if (r.role === 'operator')
+        await oneRefusal(`${what} as reader`, r.operationId, 403, () =>
+          send(r.method, base, '{}', { 'x-ms-client-principal': READER }),
+        );
+      // A method the path does not take: 405 with Allow, or 404 when no route has the path; no record either way.
+      const from = await lastAuditId(fx.t.pool);
+      for (const m of ['PUT', 'DELETE', 'PATCH', 'POST'].filter((x) => x !== r.method)) {
+        const res = await send(m, base, '{}', operator);
+        if (res.status < 400) continue; // another route takes this method on the same path
+        expect([404, 405], `${m} ${r.path}: ${JSON.stringify(res.body)}`).toContain(res.status);
+      }
+      expect(await auditRows(fx.t.pool, from), `${what}: other methods`).toEqual([]);
+    }
+    // Every write the operator sends leaves exactly one record of its own answer: refused before it ran (an empty
+    // body some routes refuse), or started and finished as ok or failed.
+    for (const r of writes) {
+      const from = await lastAuditId(fx.t.pool);
+      const res = await send(r.method, baseOf(r), '{}', operator);
+      const rows = await auditRows(fx.t.pool, from);
+      expect(
+        rows.map((x) => [x.action, x.status]),
+        `${r.method} ${r.path}: ${JSON.stringify(res.body)}`,
+      ).toEqual([[r.operationId, res.status]]);
+      expect(rows[0]!.outcome).toBe(res.status < 400 ? 'ok' : res.status === 400 ? 'refused' : 'failed');
+    }
+    const from = await lastAuditId(fx.t.pool);
+    expect((await send('POST', 'no/such/route', '{}', operator)).status).toBe(404);
+    expect((await send('GET', 'jobs?limit=-1', undefined, operator)).status).toBe(400);
+    expect((await send('HEAD', 'stats', undefined, operator)).status).toBe(405); // routes take GET, not HEAD
+    expect(await auditRows(fx.t.pool, from)).toEqual([]);
+  }, 120_000);
 });
