@@ -3,7 +3,7 @@
 // server's user when run as root):
 //   npx tsx dev/chaosMix.ts --url postgres://postgres@127.0.0.1:55443/postgres --data /tmp/stk/data --log /tmp/stk/log
 //     [--jobs 6000] [--workers 4] [--drains 2] [--maints 3] [--kills 8] [--chaos-ms 20000] [--settle-ms 120000]
-//     [--no-restart] [--seed N]
+//     [--hogs 2] [--no-restart] [--seed N]
 // Exits 1 when a property failed; prints every server log ERROR it saw and whether it was expected.
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -49,6 +49,7 @@ const report = await runChaosMix({
   workers: Number(arg('workers', '4')),
   drains: Number(arg('drains', '2')),
   maints: Number(arg('maints', '3')),
+  hogs: Number(arg('hogs', '2')),
   kills: Number(arg('kills', '8')),
   chaosMs: Number(arg('chaos-ms', '20000')),
   settleMs: Number(arg('settle-ms', '120000')),
