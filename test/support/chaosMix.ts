@@ -201,7 +201,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     for (let n = 0; n < o.jobs; n++) {
       const roll = random.next();
       const type = roll < 0.6 ? 'ok' : roll < 0.75 ? 'flaky' : roll < 0.82 ? 'doomed' : roll < 0.86 ? 'fatal' : 'beat';
-      const queue = type === 'beat' || type === 'hog' ? random.pick(['mx-a', 'mx-b']) : random.pick(QUEUE_NAMES);
+      const queue = type === 'beat' ? random.pick(['mx-a', 'mx-b']) : random.pick(QUEUE_NAMES);
       const job: EnqueueRequest = {
         queue,
         type,
