@@ -659,6 +659,34 @@ describe('processor', () => {
     expect(await h.countRows('archive', queue)).toBe(4);
   });
 
+  // The same while the worker also holds a long job of another queue: it never empties, so waiting for that held
+  // the limited queue to one job per poll interval.
+  it('a worker on a queue at its concurrency limit claims the next job as its own finishes while it holds a long job of another queue', async () => {
+    const queue = q('worker-limit-busy');
+    const other = q('worker-limit-other');
+    await store.updateQueue(queue, { maxConcurrency: 1 });
+    let quick = 0;
+    let openLong!: () => void;
+    const long = new Promise<void>((r) => (openLong = r));
+    const reg = new HandlerRegistry()
+      .register('quick', async () => {
+        quick++;
+      })
+      .register('long', async () => long);
+    await store.enqueue({ queue: other, type: 'long', priority: 1 });
+    await store.enqueueMany(Array.from({ length: 3 }, () => ({ queue, type: 'quick' })));
+    // A poll interval far longer than the test and no wake-ups: only the finish of its limited job can make the
+    // worker claim the next one in time.
+    const worker = new Worker(processor(reg), { queues: [queue, other], concurrency: 4, pollIntervalMs: 60_000 });
+    worker.start();
+    const deadline = Date.now() + 15_000;
+    while (quick < 3 && Date.now() < deadline) await sleep(20);
+    const quickWhileLongHeld = quick;
+    openLong();
+    await worker.stop(1000);
+    expect(quickWhileLongHeld).toBe(3);
+  });
+
   it('a polling worker processes jobs until stopped; maintenance leaves nothing behind', async () => {
     const queue = q('worker');
     const reg = new HandlerRegistry().register('t', async () => sleep(5));

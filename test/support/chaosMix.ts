@@ -111,7 +111,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     zombieTimeoutSeconds: 2,
     zombiePolicy: 'retry',
     maxAttempts: 4,
-    maxConcurrency: 3,
+    maxConcurrency: 6,
   });
   await control.updateQueue('mx-p', { zombieTimeoutSeconds: 2, zombiePolicy: 'dlq', maxAttempts: 4 });
 
