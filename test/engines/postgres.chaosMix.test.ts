@@ -6,7 +6,7 @@
 // job at once), liveness (drained, probes prompt), graceful stops, and no deadlock. The server restart and the
 // server log's ERRORs are checked by the full-size run on a cluster of its own: npx tsx dev/chaosMix.ts (the suite's
 // server is shared with other files, so neither can be done or attributed here).
-// Sizes: KEEL_CHAOS_MIX_JOBS (default 700).
+// Sizes: KEEL_CHAOS_MIX_JOBS (default 500).
 import { expect, it } from 'vitest';
 import { appUrl, createTestDatabase } from '../support/pg.js';
 import { databaseOf, watchDeadlocks } from '../support/deadlocks.js';
@@ -18,7 +18,7 @@ it('mixed chaos: workers, drains, maintenance and an operator at once, with kill
   const report = await runChaosMix({
     ownerUrl: url,
     appUrl: appUrl(url),
-    jobs: Number(process.env.KEEL_CHAOS_MIX_JOBS ?? 700),
+    jobs: Number(process.env.KEEL_CHAOS_MIX_JOBS ?? 500),
     workers: 3,
     drains: 1,
     maints: 2,
