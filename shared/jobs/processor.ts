@@ -185,13 +185,16 @@ class JobRun extends AttemptAbort implements AttemptRun, RunningJob, CompleteRef
   }
 }
 
-// The jobs of one runBatch or runStarted call: each job's outcome in order, and the promise of them all (as
-// Promise.all of the jobs' promises would settle: with every outcome, or with the first error), without a promise,
-// a reaction and a callback per job.
+// The jobs of one runBatch or runStarted call: each job's outcome in order, and the promise of them all, without a
+// promise, a reaction and a callback per job. It settles once every job has ended: with every outcome, or with the
+// first error. Not at the first error, as Promise.all would: the claim loop gives a failed batch's slots back when
+// it settles, and the batch's other jobs were still running then (their handlers and finalizations reported later
+// counted the slots off a second time, and the loop ran more jobs than its concurrency from then on).
 class RunBatch {
   readonly outcomes: JobOutcome[];
   readonly done: Promise<JobOutcome[]>;
   private left: number;
+  private error: { err: unknown } | undefined;
   private resolve!: (outcomes: JobOutcome[]) => void;
   private reject!: (err: unknown) => void;
 
@@ -210,11 +213,19 @@ class RunBatch {
 
   settled(i: number, outcome: JobOutcome): void {
     this.outcomes[i] = outcome;
-    if (--this.left === 0) this.resolve(this.outcomes);
+    this.ended();
   }
 
+  // A job whose store call failed: it ends here, without an outcome.
   failed(err: unknown): void {
-    this.reject(err);
+    this.error ??= { err };
+    this.ended();
+  }
+
+  private ended(): void {
+    if (--this.left > 0) return;
+    if (this.error) this.reject(this.error.err);
+    else this.resolve(this.outcomes);
   }
 }
 

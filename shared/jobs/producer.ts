@@ -21,13 +21,15 @@ export interface ClaimLoopOptions {
   claimBatch?: number;
   shouldStop: () => boolean;
   // jobFinished: a job's handler or finalization ended. allFinalized(): resolves once no claimed job is left running
-  // or being finalized (at once when none is); called only by a wait that needs it, so no waiter is left behind.
+  // or being finalized (at once when none is); nextFinalized(): once the next claimed job is finalized (at once when
+  // none is held); each called only by a wait that needs it, so no waiter is left behind.
   // held: how many claimed jobs are running or being finalized as the wait begins.
   idleWait: (
     mode: 'idle' | 'slots',
     jobFinished: Promise<void>,
     allFinalized: () => Promise<void>,
     held: number,
+    nextFinalized: () => Promise<void>,
   ) => Promise<'stop' | 'continue'>;
   onOutcome?: (o: JobOutcome, jobId: JobId) => void;
   stopWhenIdle?: boolean;
@@ -43,6 +45,7 @@ export class Inflight {
   private signal: (() => void) | undefined;
   private changedPromise: Promise<void> | undefined;
   private readonly finalizedWaiters: (() => void)[] = [];
+  private readonly nextWaiters: (() => void)[] = [];
 
   get heldCount(): number {
     return this.held;
@@ -62,6 +65,9 @@ export class Inflight {
   readonly allFinalized = (): Promise<void> =>
     this.held === 0 ? Promise.resolve() : new Promise<void>((r) => this.finalizedWaiters.push(r));
 
+  readonly nextFinalized = (): Promise<void> =>
+    this.held === 0 ? Promise.resolve() : new Promise<void>((r) => this.nextWaiters.push(r));
+
   // A claimed batch of n jobs. Each job reports its handler's end and its finalization once; giveBack() returns what a
   // batch that failed as a whole never reported.
   claimed(n: number): { handlerDone(): void; finalized(): void; giveBack(): void } {
@@ -73,27 +79,29 @@ export class Inflight {
       handlerDone: () => {
         handlersRunning--;
         this.running--;
-        this.notify();
+        this.notify(false);
       },
       finalized: () => {
         unreported--;
         this.held--;
-        this.notify();
+        this.notify(true);
       },
       giveBack: () => {
         this.running -= handlersRunning;
         handlersRunning = 0;
+        const given = unreported > 0;
         this.held -= unreported;
         unreported = 0;
-        this.notify();
+        this.notify(given);
       },
     };
   }
 
-  private notify(): void {
+  private notify(finalized: boolean): void {
     const s = this.signal;
     this.signal = this.changedPromise = undefined;
     s?.();
+    if (finalized) for (const r of this.nextWaiters.splice(0)) r();
     if (this.held === 0) for (const r of this.finalizedWaiters.splice(0)) r();
   }
 }
@@ -144,7 +152,13 @@ export async function runClaimLoop(runner: ClaimLoopRunner, log: JobLogger, opts
       idle = true; // fewer due jobs than free slots
     }
     // 'slots': wait for a running job to finish. 'idle': nothing (more) is due; wait for the poll or a wake-up.
-    const wait = opts.idleWait(idle ? 'idle' : 'slots', inflight.changed, inflight.allFinalized, inflight.heldCount);
+    const wait = opts.idleWait(
+      idle ? 'idle' : 'slots',
+      inflight.changed,
+      inflight.allFinalized,
+      inflight.heldCount,
+      inflight.nextFinalized,
+    );
     if ((await wait) === 'stop') break;
   }
   await Promise.allSettled([...batches]);
@@ -163,7 +177,7 @@ export class Worker<P extends WorkerProcessor = WorkerProcessor> {
   private stopped = false;
   private wake: (() => void) | undefined;
   private wokenWhileBusy = false; // a wake-up that arrived while the loop was claiming: do not sleep on it
-  private awaitingEmpty = false; // an idle wait asked to be woken when the loop's last held job is finalized
+  private awaitingFinalized = false; // an idle wait asked to be woken when the loop's next held job is finalized
   private unsubscribe: (() => Promise<void>) | undefined;
 
   constructor(
@@ -200,7 +214,7 @@ export class Worker<P extends WorkerProcessor = WorkerProcessor> {
         concurrency: this.opts.concurrency,
         claimBatch: this.opts.claimBatch,
         shouldStop: () => this.stopped,
-        idleWait: (mode, jobFinished, allFinalized, held) =>
+        idleWait: (mode, jobFinished, _allFinalized, held, nextFinalized) =>
           new Promise<'stop' | 'continue'>((resolve) => {
             if (this.stopped) return resolve('stop');
             if (mode === 'idle' && this.wokenWhileBusy) {
@@ -216,13 +230,15 @@ export class Worker<P extends WorkerProcessor = WorkerProcessor> {
             };
             if (mode === 'slots') void jobFinished.then(() => this.wake?.());
             // Idle while it still holds jobs: a claim came back short, which is also what a queue at its concurrency
-            // limit answers. Claim again once the last of them is finalized (its slot may be the one the queue
-            // waits for) instead of a poll interval later: one claim per time this loop empties, not per job.
-            // One such waiter at a time (a loop that never empties would otherwise gather one per idle wait).
-            else if (held > 0 && !this.awaitingEmpty) {
-              this.awaitingEmpty = true;
-              void allFinalized().then(() => {
-                this.awaitingEmpty = false;
+            // limit answers. Claim again as soon as one of them is finalized (its slot may be the one the queue
+            // waits for) instead of a poll interval later: one claim per completion batch, and only while claims
+            // come back short. (Waiting for the loop to empty instead held a limited queue to its limit per poll
+            // interval whenever the loop also held a long job of another queue: 3 jobs per 400 ms, not 60 a second.)
+            // One such waiter at a time.
+            else if (held > 0 && !this.awaitingFinalized) {
+              this.awaitingFinalized = true;
+              void nextFinalized().then(() => {
+                this.awaitingFinalized = false;
                 if (this.wake) this.wake();
                 else this.wokenWhileBusy = true;
               });

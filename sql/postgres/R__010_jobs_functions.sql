@@ -1543,8 +1543,13 @@ end
 $$;
 
 -- ---------------------------------------------------------------------------------------------------------------
--- DLQ -> Hot. Deleting from the DLQ first means two concurrent resurrects of one job yield exactly one hot job.
--- Attempts reset, idempotency key kept; a job whose key is held by a hot job of its queue and type stays in the DLQ.
+-- DLQ -> Hot. The DLQ rows are locked first (id order), so two concurrent resurrects of one job yield exactly one hot
+-- job: the second finds the row gone once the first commits. Attempts reset, idempotency key kept; a job whose key is
+-- held by a hot job of its queue and type stays in the DLQ, and so do all but the newest of several DLQ jobs of one
+-- key and scope in one call (as SQL Server's Resurrect). The hot insert comes before the DLQ delete and skips a held
+-- key (ON CONFLICT DO NOTHING, the unique index's wait for an enqueue of the same key still in flight included); only
+-- the rows it inserted leave the DLQ. Checking the key beforehand alone failed the whole resurrect with a unique
+-- violation whenever two DLQ jobs shared a key, or an enqueue of the key committed after the check.
 -- keel._revive moves one round of rows and says which; keel.resurrect counts them once, at the end.
 create or replace function keel._revive(p_job_ids bigint[])
 returns table (job_id bigint, queue text)
@@ -1557,17 +1562,19 @@ language sql as $$
                           where h.queue = d.queue and h.type = d.type and h.idempotency_key = d.idempotency_key))
     order by d.id
     for update of d
-  ), moved as (
-    delete from keel.jobs_dlq d using locked l where d.id = l.id
-    returning d.*
   ), revived as (
     insert into keel.jobs_hot (id, queue, type, payload, priority, state, run_at, attempts, max_attempts,
                                idempotency_key, tags, created_at, last_error, logs, on_parent_failure)
     select m.id, m.queue, m.type, m.payload, m.priority, 'pending', now(), 0, m.max_attempts,
            m.idempotency_key, m.tags, m.created_at, m.error, m.logs, m.on_parent_failure
-    from moved m
-    order by m.idempotency_key nulls first, m.queue, m.type, m.id -- key order, as enqueue_many inserts them
+    from keel.jobs_dlq m
+    where m.id = any(array(select l.id from locked l)) -- probed by key, as in _claim_rows
+    -- key order, as enqueue_many inserts them; of one key the newest first, so it is the one that comes back
+    order by m.idempotency_key nulls first, m.queue, m.type, m.id desc
+    on conflict (idempotency_key, queue, type) where idempotency_key is not null do nothing
     returning id, queue
+  ), moved as (
+    delete from keel.jobs_dlq d where d.id = any(array(select r.id from revived r))
   )
   select r.id, r.queue from revived r order by r.id
 $$;

@@ -1442,6 +1442,30 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(await where(job.id)).toEqual(['dlq']);
     });
 
+    // A key fails, is enqueued again and fails again: two dead letters of one key. Resurrecting both (by id, or by a
+    // filter that matches both) brings back the newest and leaves the other where it is; it used to fail the whole
+    // resurrect on PostgreSQL with a unique violation, so a DLQ holding such a pair could not be resurrected at all.
+    it('of several dead letters sharing one key, brings back only the newest; the others stay in the DLQ', async () => {
+      const q = freshQueue('res-twice');
+      const key = `twice-${q}`;
+      const older = await startedJob(q, { idempotencyKey: key });
+      await store.fail(ref(older), 'fatal', 'bad');
+      const newer = await startedJob(q, { idempotencyKey: key });
+      await store.fail(ref(newer), 'fatal', 'bad');
+      expect(await store.resurrect([older.id, newer.id])).toEqual([newer.id]);
+      expect(await where(newer.id)).toEqual(['hot']);
+      expect(await where(older.id)).toEqual(['dlq']);
+      await store.cancel(newer.id);
+      const third = await startedJob(q, { idempotencyKey: key });
+      await store.fail(ref(third), 'fatal', 'bad');
+      const byFilter = await store.resurrectByFilter({ queue: q, reason: 'fatal', limit: 10, dryRun: false });
+      expect(byFilter.ids).toEqual([third.id]);
+      expect(await where(third.id)).toEqual(['hot']);
+      expect(await where(older.id)).toEqual(['dlq']);
+      expect((await h.statsRow(q)).resurrected).toBe(2);
+      expect((await store.stats()).find((s) => s.queue === q)).toMatchObject({ pending: 1, dlq: 2 });
+    });
+
     it('resurrects by filter with a dry-run preview and a limit', async () => {
       const q = freshQueue('resf');
       for (let i = 0; i < 4; i++) {

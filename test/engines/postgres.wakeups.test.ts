@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PostgresHarness } from './postgres.harness.js';
 import type { JobStore } from '../../shared/jobs/contract.js';
 import { PostgresWakeups } from '../../shared/engines/postgres/wakeups.js';
+import { OutageProxy } from '../support/outageProxy.js';
 
 let h: PostgresHarness;
 let store: JobStore;
@@ -54,5 +55,32 @@ describe('postgres wake-ups', () => {
     await store.enqueue({ queue: 'wake-a', type: 't' });
     await marker();
     expect(woken.sort()).toEqual(['a', 'a', 'b', 'm', 'm']); // a unsubscribed: woken no more
+  });
+
+  // A server that is away longer than the first reconnect attempt (a restart, a network outage): the reconnects go on
+  // until it is back, and the subscribers are woken again. Before, the first failed reconnect ended the retries and
+  // every worker was left on polling alone until it was restarted.
+  it('reconnects after an outage that outlasts several attempts, and after a first subscribe that failed', async () => {
+    const proxy = await OutageProxy.start(h.url);
+    const through = new PostgresWakeups(proxy.urlFor(h.url));
+    const late = new PostgresWakeups(proxy.urlFor(h.url));
+    try {
+      let woken = 0;
+      await through.subscribe(['wake-o'], () => woken++);
+      proxy.down();
+      await sleep(800); // attempts after 100, 200 and 400 ms all find the server away
+      // A worker that starts during the outage: its subscribe fails (it polls meanwhile), and it is retried.
+      let lateWoken = 0;
+      await expect(late.subscribe(['wake-o'], () => lateWoken++)).rejects.toThrow();
+      proxy.up();
+      await until('the reconnect', () => woken > 0 && lateWoken > 0); // both wake their subscribers on reconnect
+      const [before, lateBefore] = [woken, lateWoken];
+      await store.enqueue({ queue: 'wake-o', type: 't' });
+      await until('the wake-up after the outage', () => woken > before && lateWoken > lateBefore);
+    } finally {
+      await through.close();
+      await late.close();
+      await proxy.close();
+    }
   });
 });

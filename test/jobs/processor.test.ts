@@ -600,6 +600,93 @@ describe('processor', () => {
     expect(seen.peak).toBe(1);
   });
 
+  // A store call that fails (the connection dropped) fails its job's batch; the batch's other jobs still run. Their
+  // slots are the claim loop's until they end: before, the loop took the whole batch's slots back at the first
+  // failure and counted them off again as the other jobs ended, so it ran more handlers than its concurrency from
+  // then on (the drift grew with every failed batch; after a chaos run a worker held far more than it should).
+  it('a batch with a failed store call keeps the slots of its jobs still running: never more than concurrency at once', async () => {
+    const queue = q('worker-failed-batch');
+    let running = 0;
+    let peak = 0;
+    const gates: (() => void)[] = [];
+    const reg = new HandlerRegistry()
+      .register('boom', async () => {
+        throw new FatalError('boom');
+      })
+      .register('gate', async () => {
+        running++;
+        peak = Math.max(peak, running);
+        await new Promise<void>((r) => gates.push(r));
+        running--;
+      });
+    // Its one fail() call loses the connection; everything else is the real store.
+    let failed = false;
+    const flaky: JobStore = Object.create(store, {
+      fail: {
+        value: async () => {
+          failed = true;
+          throw new Error('Connection terminated unexpectedly');
+        },
+      },
+    });
+    await store.enqueueMany([
+      { queue, type: 'boom', priority: 2 },
+      { queue, type: 'gate', priority: 1 },
+    ]);
+    const worker = new Worker(new JobProcessor({ store: flaky, registry: reg, heartbeatIntervalMs: 40 }), {
+      queues: [queue],
+      concurrency: 2,
+      pollIntervalMs: 20,
+    });
+    worker.start();
+    const until = async (what: string, probe: () => boolean) => {
+      for (const deadline = Date.now() + 15_000; !probe(); await sleep(10))
+        if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    };
+    await until('the failed batch', () => failed && gates.length === 1);
+    await store.enqueueMany(Array.from({ length: 3 }, () => ({ queue, type: 'gate' })));
+    await until('a second gate job', () => gates.length >= 2);
+    await sleep(300); // 15 polls: room for a claim the slots would not allow
+    const peakWhileHeld = peak;
+    // Open every gate as it comes, until the four gate jobs are archived.
+    for (const deadline = Date.now() + 15_000; Date.now() < deadline; await sleep(30)) {
+      gates.splice(0).forEach((open) => open());
+      if ((await h.countRows('archive', queue)) === 4) break;
+    }
+    await worker.stop(1000);
+    expect(peakWhileHeld).toBe(2);
+    expect(peak).toBeLessThanOrEqual(2);
+    expect(await h.countRows('archive', queue)).toBe(4);
+  });
+
+  // The same while the worker also holds a long job of another queue: it never empties, so waiting for that held
+  // the limited queue to one job per poll interval.
+  it('a worker on a queue at its concurrency limit claims the next job as its own finishes while it holds a long job of another queue', async () => {
+    const queue = q('worker-limit-busy');
+    const other = q('worker-limit-other');
+    await store.updateQueue(queue, { maxConcurrency: 1 });
+    let quick = 0;
+    let openLong!: () => void;
+    const long = new Promise<void>((r) => (openLong = r));
+    const reg = new HandlerRegistry()
+      .register('quick', async () => {
+        quick++;
+      })
+      .register('long', async () => long);
+    await store.enqueue({ queue: other, type: 'long', priority: 1 });
+    await store.enqueueMany(Array.from({ length: 3 }, () => ({ queue, type: 'quick' })));
+    // A poll interval far longer than the test and no wake-ups: only the finish of its limited job can make the
+    // worker claim the next one in time.
+    const worker = new Worker(processor(reg), { queues: [queue, other], concurrency: 4, pollIntervalMs: 60_000 });
+    worker.start();
+    const deadline = Date.now() + 15_000;
+    while (quick < 3 && Date.now() < deadline) await sleep(20);
+    const quickWhileLongHeld = quick;
+    openLong();
+    await worker.stop(1000);
+    expect(quickWhileLongHeld).toBe(3);
+  });
+
   it('a polling worker processes jobs until stopped; maintenance leaves nothing behind', async () => {
     const queue = q('worker');
     const reg = new HandlerRegistry().register('t', async () => sleep(5));

@@ -1,6 +1,7 @@
 // LISTEN/NOTIFY wake-ups for workers on PostgreSQL: keel.enqueue_many notifies channel keel_jobs with the queue name
 // of every queue that got a due job, at commit. One dedicated connection per subscriber; when it drops, it is
-// re-opened with backoff, and the worker's polling covers the gap (polling is always the fallback).
+// re-opened with backoff (every attempt, until close(); also when the first one fails), and the worker's polling
+// covers the gap (polling is always the fallback).
 import pg from 'pg';
 import type { WakeupSource } from '../../jobs/contract.js';
 
@@ -12,6 +13,7 @@ export class PostgresWakeups implements WakeupSource {
   private client: pg.Client | undefined;
   private connecting: Promise<void> | undefined;
   private retryMs = 100;
+  private retryTimer: ReturnType<typeof setTimeout> | undefined;
 
   constructor(private readonly url: string) {}
 
@@ -37,17 +39,7 @@ export class PostgresWakeups implements WakeupSource {
       if (this.client !== client) return;
       this.client = undefined;
       client.end().catch(() => undefined);
-      if (this.closed) return;
-      const wait = this.retryMs;
-      this.retryMs = Math.min(this.retryMs * 2, 10_000);
-      // Whatever was notified while we were away is found by the next poll; wake everyone once on reconnect too.
-      setTimeout(
-        () =>
-          void this.ensure()
-            .then(() => this.wakeAll())
-            .catch(() => undefined),
-        wait,
-      ).unref();
+      this.reconnectLater();
     };
     client.on('error', lost);
     client.on('end', lost);
@@ -55,10 +47,37 @@ export class PostgresWakeups implements WakeupSource {
       if (n.channel !== WAKEUP_CHANNEL) return;
       for (const s of this.subs) if (s.queues.size === 0 || !n.payload || s.queues.has(n.payload)) s.onWake();
     });
-    await client.connect();
-    await client.query(`listen ${WAKEUP_CHANNEL}`);
+    try {
+      await client.connect();
+      await client.query(`listen ${WAKEUP_CHANNEL}`);
+    } catch (err) {
+      // The server is away (restarting, unreachable): try again with backoff for as long as we are open. A failed
+      // attempt used to end the retries, leaving every worker on polling alone until it was restarted.
+      client.end().catch(() => undefined);
+      this.reconnectLater();
+      throw err;
+    }
+    if (this.closed) {
+      await client.end().catch(() => undefined);
+      return;
+    }
     this.client = client;
     this.retryMs = 100;
+  }
+
+  // One reconnect pending at a time; whatever was notified while we were away is found by the next poll, and every
+  // subscriber is woken once on reconnect too.
+  private reconnectLater(): void {
+    if (this.closed || this.retryTimer) return;
+    const wait = this.retryMs;
+    this.retryMs = Math.min(this.retryMs * 2, 10_000);
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = undefined;
+      void this.ensure()
+        .then(() => this.wakeAll())
+        .catch(() => undefined); // connect() scheduled the next attempt
+    }, wait);
+    this.retryTimer.unref();
   }
 
   private wakeAll(): void {
@@ -68,6 +87,8 @@ export class PostgresWakeups implements WakeupSource {
   async close(): Promise<void> {
     this.closed = true;
     this.subs.clear();
+    clearTimeout(this.retryTimer);
+    this.retryTimer = undefined;
     const c = this.client;
     this.client = undefined;
     await c?.end().catch(() => undefined);

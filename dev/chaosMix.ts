@@ -1,0 +1,67 @@
+// The mixed chaos run (test/support/chaosMix.ts) at full size on a PostgreSQL cluster of your own, with a server
+// restart mid-run. The cluster's admin login over TCP, its data folder and log (the restart is pg_ctl's, as the
+// server's user when run as root):
+//   npx tsx dev/chaosMix.ts --url postgres://postgres@127.0.0.1:55443/postgres --data /tmp/stk/data --log /tmp/stk/log
+//     [--jobs 6000] [--workers 4] [--drains 2] [--maints 3] [--kills 8] [--chaos-ms 20000] [--settle-ms 120000]
+//     [--hogs 2] [--no-restart] [--seed N]
+// Exits 1 when a property failed; prints every server log ERROR it saw and whether it was expected.
+import { spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import path from 'node:path';
+import { ensureExecutorLogin, withClient, withDatabase, withLogin } from './pgAdmin.js';
+import { EXPECTED_LOG_ERRORS, runChaosMix } from '../test/support/chaosMix.js';
+
+const args = process.argv.slice(2);
+const arg = (name: string, def?: string) => {
+  const i = args.indexOf(`--${name}`);
+  return i >= 0 ? args[i + 1] : def;
+};
+const url = arg('url', 'postgres://postgres@127.0.0.1:55443/postgres')!;
+const dataDir = arg('data');
+const logFile = arg('log');
+const binDir = arg('bin', '/usr/lib/postgresql/15/bin')!;
+
+const db = `keel_chaosmix_${randomBytes(3).toString('hex')}`;
+await withClient(url, (c) => c.query(`create database ${db}`));
+await ensureExecutorLogin(url, 'keel_app_chaos', 'keel-app-chaos');
+const ownerUrl = withDatabase(url, db);
+
+const restart =
+  dataDir && !args.includes('--no-restart')
+    ? async () => {
+        const asRoot = process.getuid?.() === 0;
+        const cmd = path.join(binDir, 'pg_ctl');
+        const a = ['-D', dataDir, '-m', 'fast', '-w', 'restart', ...(logFile ? ['-l', logFile] : [])];
+        const r = asRoot
+          ? spawnSync('runuser', ['-u', 'postgres', '--', cmd, ...a], { encoding: 'utf8' })
+          : spawnSync(cmd, a, { encoding: 'utf8' });
+        if (r.status !== 0) throw new Error(`pg_ctl restart failed: ${r.stderr}`);
+      }
+    : undefined;
+
+const report = await runChaosMix({
+  ownerUrl,
+  appUrl: withLogin(ownerUrl, 'keel_app_chaos', 'keel-app-chaos'),
+  serverLog: logFile,
+  restart,
+  seed: arg('seed') === undefined ? undefined : Number(arg('seed')),
+  jobs: Number(arg('jobs', '6000')),
+  workers: Number(arg('workers', '4')),
+  drains: Number(arg('drains', '2')),
+  maints: Number(arg('maints', '3')),
+  hogs: Number(arg('hogs', '2')),
+  kills: Number(arg('kills', '8')),
+  chaosMs: Number(arg('chaos-ms', '20000')),
+  settleMs: Number(arg('settle-ms', '120000')),
+  probeMs: Number(arg('probe-ms', '10000')),
+  log: (l) => console.log(l),
+});
+console.log('facts:', report.facts);
+for (const [msg, n] of report.logErrors) {
+  console.log(
+    `server log ${EXPECTED_LOG_ERRORS.some((re) => re.test(msg)) ? 'expected  ' : 'UNEXPECTED'} ${n} x ${msg}`,
+  );
+}
+for (const p of report.problems) console.log(`PROBLEM ${p}`);
+console.log(report.problems.length ? `${report.problems.length} problems` : 'every property held');
+process.exit(report.problems.length ? 1 : 0);

@@ -1,0 +1,501 @@
+// A mixed chaos run of the job engine, written from the outside (test/engines/postgres.chaosMix.test.ts runs a
+// bounded one; dev/chaosMix.ts a long one on a cluster of its own, with a server restart). Unlike the other chaos
+// suites it mixes what a real deployment does at once:
+//   jobs: successes, retries with backoff, attempts exhausted (DLQ), fatal errors, long jobs alive only through their
+//   heartbeats (progress and job log too), handlers that block their event loop past the zombie timeout (rescue),
+//   delayed run_at, priorities, expiry, idempotency keys, several queues (one limited, one purged as it runs);
+//   processes (test/support/chaosMixProcess.ts): several Worker processes, Functions-style drain()/processById
+//   processes, maintenance in several processes, and an operator cancelling, resurrecting, purging, pausing;
+//   faults: SIGKILL of workers and drains (replaced), pg_terminate_backend of random Keel backends, optionally a
+//   server restart (pg_ctl restart -m fast).
+// Then: the backlog must drain, probes enqueued afterwards must finish within seconds, every job must be in exactly
+// one place, counters and metric buckets exactly what the rows say, attempts sensible, no two runs of one job
+// overlapping unless the first had lost its lease by blocking its event loop, graceful stops within their grace, and
+// no deadlock or unexpected ERROR in the server log.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { open, stat } from 'node:fs/promises';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { PostgresJobStore } from '../../shared/engines/postgres/jobStore.js';
+import type { EnqueueRequest } from '../../shared/jobs/contract.js';
+import { runMaintenance } from '../../shared/jobs/maintenance.js';
+import { seededRandom } from './seededRandom.js';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export interface ChaosMixOptions {
+  ownerUrl: string; // the database, as its owner (migrations, inspection)
+  appUrl: string; // the same database as the application's login
+  serverLog?: string; // the server's log file, read from its size at the start
+  restart?: () => Promise<void>; // restarts the server (pg_ctl restart -m fast)
+  terminateBackends?: boolean; // pg_terminate_backend of random Keel backends (default true)
+  seed?: number;
+  jobs: number;
+  workers: number;
+  drains: number;
+  maints: number;
+  hogs?: number; // jobs whose handler blocks its process past the zombie timeout (default 2)
+  kills: number; // SIGKILLs of a worker or drain process during the chaos
+  chaosMs: number; // how long faults go on (the operator acts that long)
+  settleMs: number; // the backlog must drain within this after the chaos
+  probeMs: number; // probes must finish within this
+  log?: (line: string) => void;
+}
+
+export interface ChaosMixReport {
+  problems: string[]; // each a violated property; empty when everything held
+  logErrors: Map<string, number>; // server log ERROR/FATAL messages (normalized) and how often
+  facts: Record<string, number | string>;
+}
+
+interface Run {
+  job: string;
+  attempt: number;
+  pid: number;
+  start: number;
+  end?: number;
+  how?: string;
+}
+
+interface Child {
+  role: string;
+  killedByUs?: boolean;
+  proc: ChildProcess;
+  ready: Promise<void>;
+  bye?: number;
+  exited: Promise<void>;
+}
+
+const QUEUE_NAMES = ['mx-a', 'mx-b', 'mx-lim', 'mx-p'];
+
+export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
+  const log = o.log ?? (() => undefined);
+  const random = seededRandom('chaos mix', o.seed);
+  const problems: string[] = [];
+  const facts: Record<string, number | string> = {};
+  const runs = new Map<string, Run[]>(); // job -> its handler runs
+  const openRuns = new Map<string, Run>(); // `${pid} ${job}` -> a run not ended yet
+  const outcomes = new Map<string, string[]>();
+  const errors = new Map<string, number>();
+  let purged = 0;
+  const dedup: string[] = [];
+  const children = new Set<Child>();
+  const logStart = o.serverLog ? await sizeOf(o.serverLog) : 0;
+
+  const owner = new pg.Client({ connectionString: o.ownerUrl, application_name: 'keel-harness' });
+  owner.on('error', () => undefined);
+  await owner.connect();
+  let ownerClient = owner;
+  const q = async (sql: string, params: unknown[] = []) => {
+    for (let i = 0; ; i++) {
+      try {
+        return (await ownerClient.query(sql, params)).rows;
+      } catch (err) {
+        if (i >= 20) throw err;
+        // The server restarted (or our backend was terminated): reconnect.
+        await ownerClient.end().catch(() => undefined);
+        await sleep(500);
+        ownerClient = new pg.Client({ connectionString: o.ownerUrl, application_name: 'keel-harness' });
+        ownerClient.on('error', () => undefined);
+        await ownerClient.connect().catch(() => undefined);
+      }
+    }
+  };
+
+  const control = await PostgresJobStore.connect(o.appUrl, { poolSize: 3, migrateUrl: o.ownerUrl });
+  await control.updateQueue('mx-a', { zombieTimeoutSeconds: 2, zombiePolicy: 'retry', maxAttempts: 4 });
+  await control.updateQueue('mx-b', { zombieTimeoutSeconds: 2, zombiePolicy: 'retry', maxAttempts: 4 });
+  await control.updateQueue('mx-lim', {
+    zombieTimeoutSeconds: 2,
+    zombiePolicy: 'retry',
+    maxAttempts: 4,
+    maxConcurrency: 6,
+  });
+  await control.updateQueue('mx-p', { zombieTimeoutSeconds: 2, zombiePolicy: 'dlq', maxAttempts: 4 });
+
+  const spawnChild = (role: string): Child => {
+    const proc = spawn(process.execPath, ['--import', 'tsx', 'test/support/chaosMixProcess.ts'], {
+      cwd: ROOT,
+      env: {
+        ...process.env,
+        MIX_URL: o.appUrl,
+        MIX_ROLE: role,
+        MIX_QUEUES: QUEUE_NAMES.join(','),
+        MIX_PURGE_QUEUE: 'mx-p',
+        MIX_SEED: String(random.int(0, 1e9)),
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const pid = proc.pid!;
+    let buf = '';
+    let err = '';
+    let readyResolve!: () => void;
+    let readyReject!: (e: Error) => void;
+    const ready = new Promise<void>((res, rej) => ((readyResolve = res), (readyReject = rej)));
+    const child: Child = {
+      role,
+      proc,
+      ready,
+      exited: new Promise<void>((res) =>
+        proc.once('exit', (code, signal) => {
+          children.delete(child);
+          const now = Date.now();
+          // A killed process's running handlers end with it.
+          for (const [key, r] of openRuns)
+            if (r.pid === pid) {
+              r.end = now;
+              r.how = `killed:${signal ?? code}`;
+              openRuns.delete(key);
+            }
+          readyReject(new Error(`${role} process exited (${code ?? signal}) before it was ready: ${err}`));
+          if (!child.killedByUs)
+            problems.push(`process: a ${role} process exited by itself (${code ?? signal}): ${err.slice(-600)}`);
+          res();
+        }),
+      ),
+    };
+    ready.catch(() => undefined);
+    proc.stdout!.on('data', (d: Buffer) => {
+      buf += d.toString();
+      const lines = buf.split('\n');
+      buf = lines.pop()!;
+      for (const l of lines) {
+        const f = l.split(' ');
+        if (l === 'READY') readyResolve();
+        else if (f[0] === 'S') {
+          const r: Run = { job: f[1]!, attempt: Number(f[2]), pid, start: Number(f[3]) };
+          runs.set(r.job, [...(runs.get(r.job) ?? []), r]);
+          openRuns.set(`${pid} ${r.job}`, r);
+        } else if (f[0] === 'E') {
+          const r = openRuns.get(`${pid} ${f[1]}`);
+          if (r) {
+            r.end = Number(f[3]);
+            r.how = f[4];
+            openRuns.delete(`${pid} ${f[1]}`);
+          }
+        } else if (f[0] === 'O') outcomes.set(f[1]!, [...(outcomes.get(f[1]!) ?? []), f[2]!]);
+        else if (f[0] === 'P') purged += Number(f[2]);
+        else if (f[0] === 'Q') dedup.push(l.slice(2));
+        else if (f[0] === 'X') {
+          const key = `${role} ${f.slice(1).join(' ').replace(/\d+/g, 'N').slice(0, 120)}`;
+          errors.set(key, (errors.get(key) ?? 0) + 1);
+        } else if (f[0] === 'BYE') child.bye = Number(f[1]);
+      }
+    });
+    proc.stderr!.on('data', (d: Buffer) => (err = (err + d.toString()).slice(-4000)));
+    children.add(child);
+    return child;
+  };
+
+  const ids: string[] = [];
+  const enqueue = async (jobs: EnqueueRequest[]) => {
+    for (let i = 0; i < jobs.length; i += 500)
+      ids.push(...(await control.enqueueMany(jobs.slice(i, i + 500))).map((r) => r.id));
+  };
+
+  try {
+    // The backlog: a mix of types, priorities, delays, expiries and keys over the queues.
+    const jobs: EnqueueRequest[] = [];
+    for (let n = 0; n < o.jobs; n++) {
+      const roll = random.next();
+      const type = roll < 0.6 ? 'ok' : roll < 0.75 ? 'flaky' : roll < 0.82 ? 'doomed' : roll < 0.86 ? 'fatal' : 'beat';
+      const queue = type === 'beat' ? random.pick(['mx-a', 'mx-b']) : random.pick(QUEUE_NAMES);
+      const job: EnqueueRequest = {
+        queue,
+        type,
+        priority: random.int(0, 3),
+        payload:
+          type === 'beat' ? { ms: random.int(2200, 3500) } : type === 'flaky' ? { okAt: random.int(2, 3) } : { n },
+      };
+      if (random.next() < 0.1) job.delayMs = random.int(100, 3000);
+      if (random.next() < 0.02) job.expiresAt = new Date(Date.now() + random.int(200, 4000));
+      if (random.next() < 0.05) job.idempotencyKey = `k-${n}`;
+      jobs.push(job);
+    }
+    // Two handlers that block their process's event loop past the zombie timeout (rare: each blocks every other job
+    // of its process too).
+    for (let n = 0; n < (o.hogs ?? 2); n++)
+      jobs.push({ queue: 'mx-a', type: 'hog', payload: { ms: 2600 }, maxAttempts: 2 });
+    await enqueue(jobs);
+    facts.enqueued = ids.length;
+
+    const started: Child[] = [];
+    for (let i = 0; i < o.workers; i++) started.push(spawnChild('worker'));
+    for (let i = 0; i < o.drains; i++) started.push(spawnChild('drain'));
+    for (let i = 0; i < o.maints; i++) started.push(spawnChild('maint'));
+    const ops = spawnChild('ops');
+    await Promise.all([...started, ops].map((c) => c.ready));
+    log(`chaos: ${o.workers} workers, ${o.drains} drains, ${o.maints} maintenance, 1 operator`);
+
+    // Faults.
+    const chaosEnd = Date.now() + o.chaosMs;
+    let kills = 0;
+    let terminated = 0;
+    let restarted = false;
+    const restartAt = o.restart ? Date.now() + o.chaosMs * random.next() * 0.6 + o.chaosMs * 0.2 : Infinity;
+    while (Date.now() < chaosEnd) {
+      await sleep(random.int(200, 700));
+      if (kills < Math.floor((o.kills * (Date.now() - (chaosEnd - o.chaosMs))) / o.chaosMs) + 1 && kills < o.kills) {
+        const victims = [...children].filter((c) => c.role === 'worker' || c.role === 'drain');
+        const v = random.pick(victims);
+        v.killedByUs = true;
+        v.proc.kill('SIGKILL');
+        await v.exited;
+        kills++;
+        spawnChild(v.role); // not waited for: the faults go on while it starts
+      }
+      if ((o.terminateBackends ?? true) && random.next() < 0.35) {
+        const rows = await q(
+          `select pg_terminate_backend(pid) as t from pg_stat_activity
+           where datname = current_database() and application_name in ('keel', 'keel-wakeups') and random() < 0.3`,
+        );
+        terminated += rows.filter((r) => r.t).length;
+      }
+      if (!restarted && Date.now() >= restartAt) {
+        restarted = true;
+        log('chaos: restarting the server');
+        await o.restart!();
+      }
+    }
+    facts.kills = kills;
+    facts.backendsTerminated = terminated;
+    facts.restarted = restarted ? 1 : 0;
+
+    // The operator stops (it unpauses every queue on its way out); maintenance goes on.
+    ops.killedByUs = true;
+    ops.proc.kill('SIGTERM');
+    await ops.exited;
+    for (const qn of QUEUE_NAMES) await control.updateQueue(qn, { paused: false });
+
+    const settleStart = Date.now();
+    let hot = await countHot(q);
+    while (hot > 0 && Date.now() - settleStart < o.settleMs) {
+      await sleep(250);
+      hot = await countHot(q);
+    }
+    facts.drainMs = Date.now() - settleStart;
+    if (hot > 0) {
+      const left = await q(
+        `select queue, state, count(*)::int n, count(*) filter (where run_at <= now())::int due from keel.jobs_hot group by 1, 2 order by 1, 2`,
+      );
+      problems.push(`liveness: ${hot} jobs still hot ${o.settleMs / 1000} s after the chaos: ${JSON.stringify(left)}`);
+    }
+
+    // Probes, on every queue: the running processes must take them at once.
+    const probeStart = Date.now();
+    const probeIds = (
+      await control.enqueueMany(
+        Array.from({ length: 40 }, (_, k) => ({
+          queue: QUEUE_NAMES[k % QUEUE_NAMES.length]!,
+          type: 'ok',
+          payload: { probe: true },
+        })),
+      )
+    ).map((r) => r.id);
+    ids.push(...probeIds);
+    let probesLeft = probeIds.length;
+    while (probesLeft > 0 && Date.now() - probeStart < o.probeMs) {
+      await sleep(50);
+      probesLeft = (await q(`select count(*)::int n from keel.jobs_hot where id = any($1::bigint[])`, [probeIds]))[0].n;
+    }
+    facts.probeMs = Date.now() - probeStart;
+    if (probesLeft > 0) problems.push(`liveness: ${probesLeft} of 40 probes not done within ${o.probeMs / 1000} s`);
+
+    // Graceful stops: every process says BYE within its grace (3 s) and a margin.
+    const stopStart = Date.now();
+    const living = [...children];
+    for (const c of living) {
+      c.killedByUs = true;
+      c.proc.kill('SIGTERM');
+    }
+    await Promise.race([Promise.all(living.map((c) => c.exited)), sleep(15_000)]);
+    facts.stopMs = Date.now() - stopStart;
+    for (const c of living) {
+      if (c.bye === undefined) problems.push(`shutdown: a ${c.role} process did not stop within 15 s of SIGTERM`);
+    }
+    // Whatever the stops gave back (interrupted jobs) is pending again: one more maintenance-free check that
+    // nothing was left processing or fetched by a graceful stop.
+    const stuck = await q(
+      `select state, count(*)::int n from keel.jobs_hot where state in ('fetched', 'processing') group by 1`,
+    );
+    if (stuck.length)
+      problems.push(`shutdown: jobs left ${JSON.stringify(stuck)} after every process stopped gracefully`);
+    // Finish what the stops handed back, in this process.
+    await runMaintenance(control, {});
+    await control.close();
+
+    // Safety: every job in exactly one place (or purged from mx-p's archive).
+    const where = new Map<string, string[]>();
+    for (const t of ['jobs_hot', 'jobs_archive', 'jobs_dlq']) {
+      for (const r of await q(`select id::text from keel.${t}`)) where.set(r.id, [...(where.get(r.id) ?? []), t]);
+    }
+    const missing = ids.filter((id) => !where.has(id));
+    const twice = [...where].filter(([, t]) => t.length > 1);
+    if (twice.length)
+      problems.push(`safety: ${twice.length} jobs in two places, e.g. ${JSON.stringify(twice.slice(0, 3))}`);
+    const archivedP = (await q(`select count(*)::int n from keel.jobs_archive where queue = 'mx-p'`))[0].n;
+    facts.purged = purged;
+    // Missing jobs must be mx-p jobs purged from the archive: their count is what purge reported.
+    if (missing.length !== purged) {
+      problems.push(`safety: ${missing.length} jobs missing from every table, ${purged} purged by the operator`);
+    }
+
+    // Counters: stats_summary against the rows, per queue.
+    const rows = await q(
+      `select q.queue,
+              (select count(*)::int from keel.jobs_archive a where a.queue = q.queue) archived,
+              (select count(*)::int from keel.jobs_dlq d where d.queue = q.queue) dead,
+              (select count(*)::int from keel.jobs_hot h where h.queue = q.queue) hot,
+              s.succeeded::int, s.failed::int, s.retried::int, s.cancelled::int, s.zombie::int, s.resurrected::int,
+              (select coalesce(sum(count), 0)::int from keel.metric_buckets b where b.queue = q.queue and b.outcome = 'succeeded') b_ok,
+              (select coalesce(sum(count), 0)::int from keel.metric_buckets b where b.queue = q.queue and b.outcome = 'failed') b_failed,
+              (select coalesce(sum(count), 0)::int from keel.metric_buckets b where b.queue = q.queue and b.outcome = 'failed' and b.reason = 'cancelled') b_cancelled,
+              (select count(*)::int from keel.jobs_dlq d where d.queue = q.queue and d.reason = 'cancelled') dead_cancelled
+       from unnest($1::text[]) q(queue) left join keel.stats_summary s on s.queue = q.queue`,
+      [QUEUE_NAMES],
+    );
+    const readStore = await PostgresJobStore.connect(o.appUrl, { poolSize: 1, migrate: false });
+    const read = await readStore.stats();
+    await readStore.close();
+    for (const r of rows) {
+      const purgedHere = r.queue === 'mx-p' ? purged : 0;
+      if (r.hot !== 0) problems.push(`${r.queue}: ${r.hot} jobs still hot at the end`);
+      if (r.succeeded !== r.archived + purgedHere)
+        problems.push(`${r.queue}: stats succeeded ${r.succeeded} but ${r.archived} archived + ${purgedHere} purged`);
+      if (r.failed - r.resurrected !== r.dead)
+        problems.push(
+          `${r.queue}: stats failed ${r.failed} - resurrected ${r.resurrected} != ${r.dead} dead-lettered rows`,
+        );
+      if (r.b_ok !== r.succeeded)
+        problems.push(`${r.queue}: metric buckets succeeded ${r.b_ok} != stats ${r.succeeded}`);
+      if (r.b_failed !== r.failed)
+        problems.push(`${r.queue}: metric buckets failed ${r.b_failed} != stats ${r.failed}`);
+      if (r.b_cancelled !== r.cancelled)
+        problems.push(`${r.queue}: buckets cancelled ${r.b_cancelled} != stats ${r.cancelled}`);
+      const s = read.find((x) => x.queue === r.queue);
+      const want = { pending: 0, fetched: 0, processing: 0, waiting: 0, dlq: r.dead, succeeded: r.succeeded };
+      for (const [k, v] of Object.entries(want)) {
+        const got = (s as unknown as Record<string, number> | undefined)?.[k];
+        if (got !== v) problems.push(`${r.queue}: stats() ${k} ${got} != ${v}`);
+      }
+      facts[`${r.queue}`] =
+        `archived ${r.archived} dead ${r.dead} retried ${r.retried} zombie ${r.zombie} cancelled ${r.cancelled} resurrected ${r.resurrected}`;
+    }
+    facts.archivedP = archivedP;
+
+    // Attempts: archived jobs ran at least once; exhausted ones used their attempts (doomed: 3; others the queue's 4);
+    // no job beyond its limit.
+    const badAttempts = await q(
+      `select 'archive' t, id, type, attempts, null reason from keel.jobs_archive where attempts < 1 or attempts > 6
+       union all
+       select 'dlq', id, type, attempts, reason from keel.jobs_dlq
+       where (reason = 'exhausted' and attempts <> case type when 'doomed' then 3 when 'hog' then 2 else 4 end)
+          or (reason = 'fatal' and attempts < 1) or attempts > 4
+       limit 5`,
+    );
+    if (badAttempts.length) problems.push(`attempts: ${JSON.stringify(badAttempts)}`);
+    const reasons = await q(`select reason, type, count(*)::int n from keel.jobs_dlq group by 1, 2 order by 1, 2`);
+    facts.dlqReasons = reasons.map((r) => `${r.reason}/${r.type}:${r.n}`).join(' ');
+
+    // Dedup: both entries of one call answer the same id, the second a duplicate.
+    for (const d of dedup) {
+      const [a, b] = d.split(' ').map((x) => x.split(':'));
+      if (a![0] !== b![0] || b![1] !== '1') problems.push(`dedup: one call answered ${d}`);
+    }
+
+    // No two runs of one job overlapping in time, except after a handler that blocked its event loop (hog) or a
+    // process killed mid-run (its lease was left to rescue, and the run ended with the process).
+    let overlaps = 0;
+    const examples: string[] = [];
+    const hogJobs = new Set(
+      (
+        await q(
+          `select id::text from keel.jobs_archive where type = 'hog' union all select id::text from keel.jobs_dlq where type = 'hog'`,
+        )
+      ).map((r) => r.id),
+    );
+    const typeOf = new Map(
+      (await q(`select id::text, type from keel.jobs_archive union all select id::text, type from keel.jobs_dlq`)).map(
+        (r) => [r.id, r.type],
+      ),
+    );
+    const hogRuns = [...runs].filter(([job]) => hogJobs.has(job)).flatMap(([, rs]) => rs);
+    for (const [job, rs] of runs) {
+      const sorted = [...rs].sort((a, b) => a.start - b.start);
+      for (let i = 1; i < sorted.length; i++) {
+        const prev = sorted[i - 1]!;
+        const cur = sorted[i]!;
+        const prevEnd = prev.end ?? Infinity;
+        // A process blocked by a hog sends no heartbeat and starts nothing: its jobs' leases pass to others while it
+        // is stuck, and it may start the handler of a job it claimed before, whose lease is gone, once it runs again
+        // (the heartbeat then stops that run at once).
+        const blocked = (r: Run) =>
+          hogRuns.some((h) => h.pid === r.pid && h.start < (r.end ?? Infinity) && (h.end ?? Infinity) > r.start - 3000);
+        const hogged = blocked(prev) || blocked(cur);
+        if (prevEnd > cur.start && !hogged && !(prev.how ?? '').startsWith('killed')) {
+          overlaps++;
+          if (examples.length < 3)
+            examples.push(`${job} (${typeOf.get(job)}): ${JSON.stringify(prev)} / ${JSON.stringify(cur)}`);
+        }
+      }
+    }
+    facts.handlerRuns = [...runs.values()].reduce((n, r) => n + r.length, 0);
+    if (overlaps) problems.push(`safety: ${overlaps} overlapping runs of one job, e.g. ${examples.join('; ')}`);
+
+    // Outcomes: a job's processor outcomes never say 'succeeded' twice (unless an operator resurrected it).
+    facts.processErrors = [...errors].map(([k, n]) => `${n} x ${k}`).join('\n');
+  } finally {
+    for (const c of children) {
+      c.killedByUs = true;
+      c.proc.kill('SIGKILL');
+    }
+    await control.close().catch(() => undefined);
+    await ownerClient.end().catch(() => undefined);
+  }
+
+  const logErrors = new Map<string, number>();
+  if (o.serverLog) {
+    const text = await readFrom(o.serverLog, logStart);
+    for (const line of text.split('\n')) {
+      const m = /(ERROR|FATAL|PANIC):\s+(.*)$/.exec(line);
+      if (!m) continue;
+      const msg = `${m[1]}: ${m[2]!.replace(/\d+/g, 'N').replace(/"[^"]*"/g, '"…"')}`;
+      logErrors.set(msg, (logErrors.get(msg) ?? 0) + 1);
+    }
+    for (const [msg, n] of logErrors)
+      if (!EXPECTED_LOG_ERRORS.some((re) => re.test(msg))) problems.push(`server log: ${n} x ${msg}`);
+  }
+  return { problems, logErrors, facts };
+}
+
+// Server log errors a run like this causes by design: our own terminations and restart, and the statements they
+// cut short (a canceled statement, a client gone).
+export const EXPECTED_LOG_ERRORS = [
+  /^FATAL: terminating connection due to administrator command/,
+  /^FATAL: terminating autovacuum process due to administrator command/, // the restart's fast shutdown
+  /^FATAL: the database system is (shutting down|starting up)/,
+  /^ERROR: canceling statement due to user request/,
+];
+
+async function countHot(q: (sql: string, p?: unknown[]) => Promise<Record<string, number>[]>): Promise<number> {
+  return (await q(`select count(*)::int n from keel.jobs_hot`))[0]!.n!;
+}
+
+async function sizeOf(file: string): Promise<number> {
+  return (await stat(file).catch(() => null))?.size ?? 0;
+}
+
+async function readFrom(file: string, offset: number): Promise<string> {
+  const h = await open(file, 'r');
+  try {
+    const { size } = await h.stat();
+    if (size <= offset) return '';
+    const b = Buffer.alloc(size - offset);
+    await h.read(b, 0, b.length, offset);
+    return b.toString('utf8');
+  } finally {
+    await h.close();
+  }
+}

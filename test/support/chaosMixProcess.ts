@@ -1,0 +1,271 @@
+// One process of the mixed chaos run (test/support/chaosMix.ts): MIX_ROLE says what it does against MIX_URL.
+//   worker: a long-running Worker over every queue (LISTEN/NOTIFY wake-ups and polling);
+//   drain:  the Functions path: the timer dispatcher's drain() with a budget, again and again, and the queue trigger's
+//           processById of pending jobs it finds by search;
+//   maint:  the maintenance pass (rescue, purges, counter folding) in a loop;
+//   ops:    an operator: cancels (one, many), resurrects (by id, by filter), purges, pauses and resumes a queue,
+//           enqueues with idempotency keys.
+// It prints one line per event on stdout (the parent parses them):
+//   READY                                   running
+//   S <job> <attempt> <ms>                  a handler began (wall clock ms)
+//   E <job> <attempt> <ms> <how>            it ended: ok | threw | aborted:<reason>
+//   O <job> <outcome>                       the processor wrote (or lost) its outcome
+//   P <queue> <n>                           ops purged n archived jobs of queue
+//   X <what> <error>                        an operation failed (counted, not fatal)
+// SIGTERM stops it gracefully (MIX_GRACE_MS) and it prints "BYE <ms it took>" before it exits.
+import { PostgresJobStore } from '../../shared/engines/postgres/jobStore.js';
+import { PostgresWakeups } from '../../shared/engines/postgres/wakeups.js';
+import { HandlerRegistry } from '../../shared/jobs/registry.js';
+import { FatalError } from '../../shared/jobs/handlerErrors.js';
+import { JobProcessor, Worker } from '../../shared/jobs/processor.js';
+import { runMaintenance } from '../../shared/jobs/maintenance.js';
+import type { JobContext } from '../../shared/jobs/registry.js';
+import { seededRandom } from './seededRandom.js';
+
+const url = process.env.MIX_URL!;
+const role = process.env.MIX_ROLE ?? 'worker';
+const queues = (process.env.MIX_QUEUES ?? '').split(',').filter(Boolean);
+const purgeQueue = process.env.MIX_PURGE_QUEUE ?? '';
+const graceMs = Number(process.env.MIX_GRACE_MS ?? 3000);
+const random = seededRandom(`chaos mix ${role} ${process.pid}`, Number(process.env.MIX_SEED ?? 1));
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const out = (line: string) => process.stdout.write(`${line}\n`);
+let stopping = false;
+
+// Sleeps ms, or ends early with the signal's reason when the attempt is aborted.
+function abortableSleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) return reject(signal.reason as Error);
+    const t = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(signal.reason as Error);
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+type Payload = { n?: number; okAt?: number; ms?: number; probe?: boolean };
+
+// Every handler reports its start and end; what it does is its type's.
+function traced(body: (p: Payload, ctx: JobContext) => Promise<unknown>) {
+  return async (p: Payload, ctx: JobContext) => {
+    out(`S ${ctx.jobId} ${ctx.attempt} ${Date.now()}`);
+    let how = 'ok';
+    try {
+      return await body(p, ctx);
+    } catch (err) {
+      how = ctx.signal.aborted ? `aborted:${String((ctx.signal.reason as { reason?: string })?.reason)}` : 'threw';
+      throw err;
+    } finally {
+      out(`E ${ctx.jobId} ${ctx.attempt} ${Date.now()} ${how}`);
+    }
+  };
+}
+
+const backoff = { baseMs: 20, maxMs: 300 };
+const registry = new HandlerRegistry()
+  .register(
+    'ok',
+    traced(async (p, ctx) => {
+      await abortableSleep(random.int(0, 8), ctx.signal);
+      return { n: p.n ?? null };
+    }),
+    { backoff },
+  )
+  .register(
+    'flaky',
+    traced(async (p, ctx) => {
+      await abortableSleep(random.int(0, 5), ctx.signal);
+      if (ctx.attempt < (p.okAt ?? 2)) throw new Error(`flaky: attempt ${ctx.attempt}`);
+    }),
+    { backoff },
+  )
+  .register(
+    'doomed',
+    traced(async (_p, ctx) => {
+      await abortableSleep(random.int(0, 5), ctx.signal);
+      throw new Error('doomed: always fails');
+    }),
+    { backoff, maxAttempts: 3 },
+  )
+  .register(
+    'fatal',
+    traced(async () => {
+      throw new FatalError('fatal: never retried');
+    }),
+  )
+  // Runs longer than the queues' zombie timeout: alive only through the heartbeats; reports progress and logs.
+  .register(
+    'beat',
+    traced(async (p, ctx) => {
+      const total = p.ms ?? 2500;
+      const began = Date.now();
+      for (let i = 0; Date.now() - began < total; i++) {
+        ctx.progress({ done: Date.now() - began, total });
+        ctx.log.info('beat', { i });
+        if (i % 4 === 0) await ctx.heartbeat();
+        await abortableSleep(150, ctx.signal);
+      }
+      return { beats: true };
+    }),
+    { backoff },
+  )
+  // Blocks its event loop past the zombie timeout: no heartbeat can go out, so rescue hands the job to someone else
+  // while it runs (the one case where two runs of a job may overlap: the first one's lease is already gone).
+  .register(
+    'hog',
+    traced(async (p) => {
+      const until = Date.now() + (p.ms ?? 2600);
+      while (Date.now() < until) {
+        /* busy */
+      }
+    }),
+    { backoff },
+  );
+
+const store = await PostgresJobStore.connect(url, { poolSize: 4, migrate: false });
+const maxAttemptsByType = registry.maxAttemptsByType();
+
+function failed(what: string, err: unknown) {
+  out(
+    `X ${what} ${String((err as Error)?.message ?? err)
+      .replace(/\s+/g, ' ')
+      .slice(0, 200)}`,
+  );
+}
+
+function processor() {
+  return new JobProcessor({
+    store,
+    registry,
+    leaseSeconds: 5,
+    heartbeatIntervalMs: 300,
+    progressIntervalMs: 200,
+    log: { info: () => undefined, warn: () => undefined, error: (m, f) => failed(`log:${m}`, JSON.stringify(f)) },
+    events: { onOutcome: (e) => out(`O ${e.job.id} ${e.outcome}`) },
+  });
+}
+
+let stop: () => Promise<void> = async () => undefined;
+
+if (role === 'worker') {
+  const wakeups = new PostgresWakeups(url);
+  const worker = new Worker(processor(), {
+    queues,
+    concurrency: 12,
+    pollIntervalMs: 400,
+    wakeups,
+  });
+  worker.start();
+  stop = async () => {
+    await worker.stop(graceMs);
+    await wakeups.close();
+  };
+} else if (role === 'drain') {
+  const p = processor();
+  const loop = (async () => {
+    while (!stopping) {
+      try {
+        await p.drain({ queues, budgetMs: 1500, concurrency: 8 });
+        // The queue trigger's path: a few pending jobs by id, as their messages would name them.
+        const page = await store.searchJobs({ location: 'hot', state: 'pending', limit: 5, order: 'oldest' });
+        await Promise.all(page.items.map((j) => p.processById(j.id)));
+      } catch (err) {
+        failed('drain', err);
+        await sleep(200);
+      }
+      await sleep(random.int(20, 120));
+    }
+  })();
+  stop = async () => {
+    await p.shutdown(graceMs);
+    await loop;
+  };
+} else if (role === 'maint') {
+  const loop = (async () => {
+    while (!stopping) {
+      try {
+        await runMaintenance(store, { rescueBatch: 25, purgeBatch: 50, maxAttemptsByType });
+        await store.stats();
+        await store.metrics(60);
+      } catch (err) {
+        failed('maint', err);
+      }
+      await sleep(random.int(50, 250));
+    }
+  })();
+  stop = () => loop;
+} else if (role === 'ops') {
+  const pick = <T>(xs: T[]): T | undefined => (xs.length ? xs[random.int(0, xs.length - 1)] : undefined);
+  const loop = (async () => {
+    let k = 0;
+    while (!stopping) {
+      const action = random.int(0, 9);
+      try {
+        if (action <= 1) {
+          const page = await store.searchJobs({ location: 'hot', limit: 20, queue: pick(queues) });
+          const j = pick(page.items);
+          if (j) await store.cancel(j.id);
+        } else if (action === 2) {
+          const page = await store.searchJobs({ location: 'hot', limit: 30 });
+          const ids = page.items.filter(() => random.next() < 0.2).map((j) => j.id);
+          if (ids.length) await store.cancelMany(ids);
+        } else if (action <= 4) {
+          const page = await store.searchJobs({ location: 'dlq', limit: 20 });
+          const ids = page.items.filter(() => random.next() < 0.3).map((j) => j.id);
+          if (ids.length) await store.resurrect(ids);
+        } else if (action === 5) {
+          await store.resurrectByFilter({ queue: pick(queues), reason: 'exhausted', limit: 5, dryRun: false });
+        } else if (action === 6 && purgeQueue) {
+          const n = await store.purge('archive', purgeQueue, new Date(Date.now() - 200), 20);
+          if (n > 0) out(`P ${purgeQueue} ${n}`);
+        } else if (action === 7) {
+          // Dedup: the same key twice in one call, and again later; each answers the one hot job.
+          const key = `dup-${process.pid}-${k++ % 7}`;
+          const q = pick(queues)!;
+          const r = await store.enqueueMany([
+            { queue: q, type: 'ok', idempotencyKey: key, payload: { n: -1 } },
+            { queue: q, type: 'ok', idempotencyKey: key, payload: { n: -1 } },
+          ]);
+          out(`Q ${r.map((x) => `${x.id}:${x.duplicate ? 1 : 0}`).join(' ')}`);
+        } else if (action === 8) {
+          const q = pick(queues)!;
+          await store.updateQueue(q, { paused: true });
+          await sleep(random.int(20, 200));
+          await store.updateQueue(q, { paused: false });
+        } else {
+          await store.stats();
+          await store.dlqGroups(null, 0, 10, 500);
+        }
+      } catch (err) {
+        failed(`ops${action}`, err);
+      }
+      await sleep(random.int(30, 120));
+    }
+    for (const q of queues) await store.updateQueue(q, { paused: false }).catch((e: unknown) => failed('unpause', e));
+  })();
+  stop = () => loop;
+}
+
+out('READY');
+let exiting = false;
+const onStop = () => {
+  if (exiting) return;
+  exiting = true;
+  stopping = true;
+  const began = Date.now();
+  void stop()
+    .catch((err: unknown) => failed('stop', err))
+    .then(() => store.close())
+    .catch(() => undefined)
+    .finally(() => {
+      out(`BYE ${Date.now() - began}`);
+      process.exit(0);
+    });
+};
+process.on('SIGTERM', onStop);
+process.on('SIGINT', onStop);
