@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PostgresHarness } from './postgres.harness.js';
 import type { JobStore } from '../../shared/jobs/contract.js';
 import { PostgresWakeups } from '../../shared/engines/postgres/wakeups.js';
-import { OutageProxy } from '../support/outageProxy.js';
+import { FaultProxy } from '../support/faultProxy.js';
 
 let h: PostgresHarness;
 let store: JobStore;
@@ -61,7 +61,8 @@ describe('postgres wake-ups', () => {
   // until it is back, and the subscribers are woken again. Before, the first failed reconnect ended the retries and
   // every worker was left on polling alone until it was restarted.
   it('reconnects after an outage that outlasts several attempts, and after a first subscribe that failed', async () => {
-    const proxy = await OutageProxy.start(h.url);
+    const u = new URL(h.url);
+    const proxy = await FaultProxy.start(u.hostname, Number(u.port || 5432));
     const through = new PostgresWakeups(proxy.urlFor(h.url));
     const late = new PostgresWakeups(proxy.urlFor(h.url));
     try {

@@ -104,6 +104,7 @@ export class FaultProxy {
   private resolveFired: ((r: FaultReport) => void) | null = null;
   private sockets = new Set<net.Socket>();
   private generation = 0; // disarm() ends faults that matched but have not fired yet
+  private refusing = false; // down(): the server is away until up()
   port = 0;
 
   private constructor(
@@ -146,7 +147,22 @@ export class FaultProxy {
     return this.plan !== null;
   }
 
+  // An outage: every connection is cut and new ones are closed at once until up() (a restart or a network cut,
+  // without stopping the run's shared server).
+  down(): void {
+    this.refusing = true;
+    for (const s of this.sockets) s.destroy();
+  }
+
+  up(): void {
+    this.refusing = false;
+  }
+
   private onConnection(client: net.Socket) {
+    if (this.refusing) {
+      client.destroy();
+      return;
+    }
     const upstream = net.connect(this.targetPort, this.targetHost);
     this.sockets.add(client);
     this.sockets.add(upstream);

@@ -18,7 +18,6 @@ import { PostgresTransferSource } from '../../shared/engines/postgres/transferSo
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
 import { TransferService, type BatchView } from '../../shared/transfer/service.js';
 import type { TransferJournal } from '../../shared/transfer/journal.js';
-import type { SourceAdapter } from '../../shared/transfer/types.js';
 import type { TransferConfig } from '../../shared/transfer/config.js';
 import { pgTransferPoolConfig } from '../../shared/transfer/timeouts.js';
 import { poolErrorLogger } from '../../shared/engines/poolErrors.js';
@@ -32,6 +31,7 @@ import {
   LANE_WRITES_DDL,
   laneTransfer,
   setupDatabases,
+  sqlServerShapedSource,
   type Env,
 } from './helpers.js';
 
@@ -239,20 +239,7 @@ describe('fault matrix: every transfer mode, cut at every step boundary, recover
         const s = new PostgresTransferSource(tc, source);
         if (!rows) return { source: s, target: new PostgresTransferTarget(tc, target) };
         // A SQL Server-shaped source: canonical rows (keel-v1), no COPY text, a snapshot read or not.
-        const rowSource: SourceAdapter = {
-          engine: 'postgres',
-          readSchema: () => s.readSchema(),
-          nextWindow: (low, max) => s.nextWindow(low, max),
-          manifest: (w, schema, algorithm) => s.manifest(w, schema, algorithm),
-          checksumAlgorithms: async () => ['keel-v1'],
-          streamRows: async function* (w, schema, n, facts) {
-            for await (const chunk of s.streamRows(w, schema, n, facts)) yield [...chunk];
-          },
-          windowKeys: (w, schema) => s.windowKeys(w, schema),
-          ...(oneRead ? { readsSnapshot: () => s.readsSnapshot() } : {}),
-          close: () => s.close(),
-        };
-        return { source: rowSource, target: new PostgresTransferTarget(tc, target) };
+        return { source: sqlServerShapedSource(s, { oneRead }), target: new PostgresTransferTarget(tc, target) };
       },
     });
   }

@@ -12,6 +12,7 @@ import { migratePostgresTarget } from '../../shared/engines/postgres/transferEnd
 import { TransferService, type BatchView } from '../../shared/transfer/service.js';
 import { pgTransferPoolConfig, type TransferTimeouts } from '../../shared/transfer/timeouts.js';
 import { FaultProxy } from '../support/faultProxy.js';
+import type { SourceAdapter } from '../../shared/transfer/types.js';
 
 const TRANSFER_RULES = transferEngineRules();
 
@@ -299,4 +300,22 @@ export async function recoverUntilCommitted(svc: TransferService, v: BatchView):
     } else break;
   }
   return v;
+}
+
+// A SQL Server-shaped source over a PostgreSQL one: canonical rows in new arrays (keel-v1, no COPY text), with or
+// without a snapshot read (one source read).
+export function sqlServerShapedSource(s: PostgresTransferSource, opts: { oneRead: boolean }): SourceAdapter {
+  return {
+    engine: 'postgres',
+    readSchema: () => s.readSchema(),
+    nextWindow: (low, max) => s.nextWindow(low, max),
+    manifest: (w, schema, algorithm) => s.manifest(w, schema, algorithm),
+    checksumAlgorithms: async () => ['keel-v1'],
+    streamRows: async function* (w, schema, n, facts) {
+      for await (const chunk of s.streamRows(w, schema, n, facts)) yield [...chunk];
+    },
+    windowKeys: (w, schema) => s.windowKeys(w, schema),
+    ...(opts.oneRead ? { readsSnapshot: () => s.readsSnapshot() } : {}),
+    close: () => s.close(),
+  };
 }

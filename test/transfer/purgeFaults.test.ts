@@ -8,7 +8,6 @@ import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJ
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
 import { TransferService } from '../../shared/transfer/service.js';
-import type { SourceAdapter } from '../../shared/transfer/types.js';
 import {
   batchEvents,
   createLane,
@@ -16,6 +15,7 @@ import {
   laneProblems,
   laneTransfer,
   setupDatabases,
+  sqlServerShapedSource,
   type Env,
 } from './helpers.js';
 
@@ -99,18 +99,7 @@ describe('an abandon while the batch is staged', () => {
     // The row path with one source read (a SQL Server-shaped source reading a snapshot: canonical rows, keel-v1).
     const connect = (tc: typeof t) => {
       const s = new PostgresTransferSource(tc, env.source);
-      const source: SourceAdapter = {
-        engine: 'postgres',
-        readSchema: () => s.readSchema(),
-        nextWindow: (low, max) => s.nextWindow(low, max),
-        manifest: (w, schema, algorithm) => s.manifest(w, schema, algorithm),
-        checksumAlgorithms: async () => ['keel-v1'],
-        streamRows: async function* (w, schema, n, facts) {
-          for await (const chunk of s.streamRows(w, schema, n, facts)) yield [...chunk];
-        },
-        readsSnapshot: () => s.readsSnapshot(),
-        close: () => s.close(),
-      };
+      const source = sqlServerShapedSource(s, { oneRead: true });
       return { source, target: new PostgresTransferTarget(tc, env.target) };
     };
     const operator = new TransferService({
