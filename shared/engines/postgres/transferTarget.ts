@@ -556,7 +556,7 @@ export class PostgresTransferTarget extends StagingTarget {
   async applyDirectStreamed(
     req: Omit<StageRequest, 'manifest'>,
     w: Window,
-    feed: RowsFeed,
+    feed: RowFeed,
     afterRows: () => Promise<{ manifest: Manifest; attempt: number }>,
   ): Promise<ApplyResult | 'not_eligible'> {
     if (!this.canApplyDirect(req, feed)) return 'not_eligible';
