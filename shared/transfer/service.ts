@@ -750,7 +750,7 @@ export class TransferService {
       const m = await opened.manifest;
       return this.recordStreamedManifest(b.batchId, m);
     };
-    return { req, feed, manifest };
+    return { req, feed, manifest, algorithm };
   }
 
   // Direct apply with one source read (docs/transfer.md, "Direct apply of the row path"): the rows go into the
@@ -763,7 +763,9 @@ export class TransferService {
     w: Window,
     bulk = false,
   ): Promise<BatchView | null> {
-    const { req, feed, manifest } = bulk ? await this.bulkOnceFeed(b, t, a, w) : this.oneReadFeed(b, t, a, w);
+    const { req, feed, manifest, algorithm } = bulk
+      ? await this.bulkOnceFeed(b, t, a, w)
+      : { ...this.oneReadFeed(b, t, a, w), algorithm: 'keel-v1' as const };
     if (!a.target.canApplyDirect?.(req, feed)) {
       if (feed.kind === 'rows') await feed.rows[Symbol.asyncIterator]().return?.(undefined); // never started
       return null;
@@ -786,7 +788,7 @@ export class TransferService {
       return { manifest: m, attempt: claimed.attempts };
     };
     try {
-      const res = await a.target.applyDirectStreamed!(req, w, feed, afterRows);
+      const res = await a.target.applyDirectStreamed!(req, w, feed, afterRows, algorithm);
       if (res === 'not_eligible') {
         if (!counted) return null;
         const view = await this.reconcile(b.batchId);

@@ -237,6 +237,8 @@ export interface TargetAdapter {
     w: Window,
     feed: RowFeed,
     afterRows: () => Promise<{ manifest: Manifest; attempt: number }>,
+    // The manifest's algorithm, when known before the rows: the target may sum the window while afterRows runs.
+    algorithm?: ChecksumAlgorithm,
   ): Promise<ApplyResult | 'not_eligible'>;
   // The apply honours StageRequest.mirrorRange (a baseline may then run in key windows, changes.ts).
   readonly mirrorsKeyRanges?: boolean;

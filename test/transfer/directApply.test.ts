@@ -590,18 +590,22 @@ describe('direct apply of the row path (canonical rows, keel-v1)', () => {
     { timeout: 120_000 },
     async () => {
       let fired = 0;
+      let fenced = 0;
       for (let i = 0; i < RUNS; i++) {
         const r = await cutRun(true, {
           kind: 'cut-after-ms',
           trigger: (sql) => sql.includes('keel_transfer.claim_batch'),
           delayMs: 0,
         });
-        if (r.fired) {
-          fired++;
-          expect(r.final.attempts).toBeGreaterThanOrEqual(2);
-        }
+        if (r.fired) fired++;
+        // The claim is the last statement before finish_direct and the COMMIT (the window was summed while the
+        // journal counted the attempt): a cut timed 0 ms after it mostly lands before the COMMIT (fenced, then a
+        // second attempt commits), and may lose the race to it on a loaded machine (the reply lost: reconcile reads
+        // the completion row). Either way the outcome was read from the target (cutRun checks every row once).
+        if (r.fired && r.final.attempts >= 2) fenced++;
       }
       expect(fired).toBeGreaterThan(RUNS / 2);
+      expect(fenced).toBeGreaterThan(0);
       const r = await assertExactlyOnce(env, covered);
       expect(r.maxWrites).toBe(1);
     },

@@ -558,9 +558,10 @@ export class PostgresTransferTarget extends StagingTarget {
     w: Window,
     feed: RowFeed,
     afterRows: () => Promise<{ manifest: Manifest; attempt: number }>,
+    algorithm?: ChecksumAlgorithm,
   ): Promise<ApplyResult | 'not_eligible'> {
     if (!this.canApplyDirect(req, feed)) return 'not_eligible';
-    return this.direct(req, w, feed, { afterRows });
+    return this.direct(req, w, feed, { afterRows, ...(algorithm ? { algorithm } : {}) });
   }
 
   private async direct(
