@@ -45,7 +45,6 @@ import type {
   KeyTuple,
   Manifest,
   RowFeed,
-  RowsFeed,
   SourceSchema,
   StageRequest,
   Window,
