@@ -2,7 +2,7 @@
 // are engine-neutral"): the checksum, the row stream, one source read, baseline key windows.
 import { TransferError } from './errors.js';
 import type { ChecksumAlgorithm } from './checksum.js';
-import type { Adapters, RowFeed, SourceSchema, StageRequest, StreamFacts, Window } from './types.js';
+import type { Adapters, RowFeed, SourceSchema, StreamFacts, Window } from './types.js';
 
 // The source's most preferred checksum that the target can verify too (every engine computes keel-v1).
 export async function negotiateChecksum(a: Adapters): Promise<ChecksumAlgorithm> {
@@ -39,15 +39,6 @@ export async function readsOnce(a: Adapters, w: Window): Promise<boolean> {
   if (!a.target.stageStreamed || !a.source.readsSnapshot || bulkFeed(a)) return false;
   if ((await negotiateChecksum(a)) !== 'keel-v1') return false;
   return a.source.readsSnapshot(w);
-}
-
-// One source read of a bulk stream (docs/transfer.md "One source read"): the source computes the manifest in the
-// snapshot its bulk stream reads (bulkManifest), and the target applies the window directly, claiming the batch once
-// the rows have passed and the manifest is recorded (applyDirectStreamed). Key and timestamp windows only.
-export function bulkReadsOnce(a: Adapters, req: Omit<StageRequest, 'manifest'>, w: Window): boolean {
-  if (!bulkFeed(a) || a.source.bulkManifest !== true || !a.target.applyDirectStreamed || w.kind === 'changes')
-    return false;
-  return a.target.canApplyDirect?.(req, negotiateFeed(a, w, req.schema, 1)) === true;
 }
 
 // A baseline runs in key windows only when the target's apply can mirror a key range (changes.ts).

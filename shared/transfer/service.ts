@@ -10,7 +10,7 @@ import { withValuePolicies } from './policies.js';
 import { carriesChanges, changeModeOf, REBASELINE_MARK, versionOfHigh } from './changes.js';
 import { baseTransferName, REPLAY_MARK } from './chains.js';
 import { BatchMoves } from './moves.js';
-import { baselineOpts, bulkReadsOnce, negotiateChecksum, negotiateFeed, readsOnce } from './negotiate.js';
+import { baselineOpts, negotiateChecksum, negotiateFeed, readsOnce } from './negotiate.js';
 import { Reconciler } from './reconcile.js';
 import { describeSchemaDiff } from './schema.js';
 import { stageRequest } from './stageRequest.js';
@@ -31,7 +31,6 @@ import {
 import type {
   Adapters,
   ApplyResult,
-  BulkStream,
   Manifest,
   RowFeed,
   SourceSchema,
@@ -287,13 +286,8 @@ export class TransferService {
       );
     // The manifest is read from the source beside the batch's insert into the journal (two servers; the insert
     // is one round trip of wait a batch fewer this way) and recorded, as before, only once the batch exists. A
-    // window another run took meanwhile (window_taken, open_batch_exists) leaves that read unused. With one source
-    // read of the bulk stream, the stage computes and records it in the snapshot it reads the rows in.
-    const changes = changeModeOf(t, window.low);
-    const bulkOnce =
-      this.directApply &&
-      bulkReadsOnce(a, { batchId: '', transfer: t.name, schema, ...(changes ? { changes } : {}) }, window);
-    const manifestRead = bulkOnce ? Promise.resolve(null) : this.readManifest(a, window, schema, true);
+    // window another run took meanwhile (window_taken, open_batch_exists) leaves that read unused.
+    const manifestRead = this.readManifest(a, window, schema, true);
     manifestRead.catch(() => undefined); // awaited below unless the insert throws first
     const rec = await this.journal.insertBatch({
       batchId: this.newId(),
@@ -636,9 +630,8 @@ export class TransferService {
       let res: StageResult;
       const oneRead = b.rowCount === null && (await readsOnce(a, w));
       let triedDirect = false;
-      const bulkOnce = b.rowCount === null && this.directApply && bulkReadsOnce(a, stageRequestNoManifest(b, t), w);
-      if ((oneRead || bulkOnce) && this.directApply && a.target.applyDirectStreamed) {
-        const direct = await this.applyDirectlyOnce(b, t, a, w, bulkOnce && !oneRead);
+      if (oneRead && this.directApply && a.target.applyDirectStreamed) {
+        const direct = await this.applyDirectlyOnce(b, t, a, w);
         if (direct) return direct;
         // Not eligible (rows of the window exist, or the written rows did not match): nothing was written; if the
         // attempt was counted, reconcile fenced it and moved the batch back (its manifest recorded). Staged instead.
@@ -693,7 +686,7 @@ export class TransferService {
   // the target then verifies against that one.
   private async stageReadOnce(b: BatchRecord, t: TransferConfig, a: Adapters, w: Window): Promise<StageResult> {
     const { req, feed, manifest } = this.oneReadFeed(b, t, a, w);
-    return a.target.stageStreamed!(req, feed, manifest());
+    return a.target.stageStreamed!(req, feed, manifest);
   }
 
   // The rows of one source read, checksummed here as they pass to the target; `manifest` resolves to the recorded
@@ -729,28 +722,7 @@ export class TransferService {
         if (!ended) settle.reject(new Error(`batch ${b.batchId}: the rows stopped before the window ended`));
       }
     }
-    return { req, feed: { kind: 'rows' as const, rows: rows(), facts }, manifest: () => manifest };
-  }
-
-  // One source read of the bulk stream: the source computes the window's manifest in the snapshot its COPY reads
-  // (bulkOut's opts.manifest); `manifest` awaits it once the rows have passed and records it in the journal (a
-  // manifest another run recorded meanwhile wins, as with the rows).
-  private async bulkOnceFeed(b: BatchRecord, t: TransferConfig, a: Adapters, w: Window) {
-    const req = stageRequestNoManifest(b, t);
-    const algorithm = await negotiateChecksum(a);
-    const bulkOut = a.source.bulkOut!.bind(a.source);
-    let opened: BulkStream | undefined;
-    const feed: RowFeed = {
-      kind: 'bulk',
-      format: a.source.bulkFormat!,
-      open: async (encoding) => (opened = await bulkOut(w, req.schema, encoding, { manifest: algorithm })),
-    };
-    const manifest = async (): Promise<Manifest> => {
-      if (!opened?.manifest) throw new Error(`batch ${b.batchId}: the source's read gave no manifest`);
-      const m = await opened.manifest;
-      return this.recordStreamedManifest(b.batchId, m);
-    };
-    return { req, feed, manifest, algorithm };
+    return { req, feed: { kind: 'rows' as const, rows: rows(), facts }, manifest };
   }
 
   // Direct apply with one source read (docs/transfer.md, "Direct apply of the row path"): the rows go into the
@@ -761,23 +733,20 @@ export class TransferService {
     t: TransferConfig,
     a: Adapters,
     w: Window,
-    bulk = false,
   ): Promise<BatchView | null> {
-    const { req, feed, manifest, algorithm } = bulk
-      ? await this.bulkOnceFeed(b, t, a, w)
-      : { ...this.oneReadFeed(b, t, a, w), algorithm: 'keel-v1' as const };
+    const { req, feed, manifest } = this.oneReadFeed(b, t, a, w);
     if (!a.target.canApplyDirect?.(req, feed)) {
-      if (feed.kind === 'rows') await feed.rows[Symbol.asyncIterator]().return?.(undefined); // never started
+      await feed.rows.return(undefined); // never started: the source's read was not opened
       return null;
     }
     let counted = false;
     const afterRows = async () => {
-      const m = await manifest();
+      const m = await manifest;
       const claimed = await this.moves.move(b.batchId, {
         move: 'start_apply',
         from: ['extracting'],
         set: { incrementAttempts: true, stamp: 'apply_started_at', targetReconcileToken: null },
-        detail: { attempt: b.attempts + 1, direct: true, oneRead: true, ...(bulk ? { bulk: true } : {}) },
+        detail: { attempt: b.attempts + 1, direct: true, oneRead: true },
       });
       if (!claimed)
         throw new TransferError(
@@ -788,7 +757,7 @@ export class TransferService {
       return { manifest: m, attempt: claimed.attempts };
     };
     try {
-      const res = await a.target.applyDirectStreamed!(req, w, feed, afterRows, algorithm);
+      const res = await a.target.applyDirectStreamed!(req, w, feed, afterRows);
       if (res === 'not_eligible') {
         if (!counted) return null;
         const view = await this.reconcile(b.batchId);
@@ -1048,15 +1017,4 @@ export class TransferService {
     await this.journal.close();
     await this.onClose?.();
   }
-}
-
-// The stage request of a batch whose manifest is not recorded yet (one source read).
-function stageRequestNoManifest(b: BatchRecord, t: TransferConfig): Omit<StageRequest, 'manifest'> {
-  const changes = changeModeOf(t, b.boundaryLow);
-  return {
-    batchId: b.batchId,
-    transfer: t.name,
-    schema: { columns: b.schemaColumns, hash: b.schemaHash },
-    ...(changes ? { changes } : {}),
-  };
 }

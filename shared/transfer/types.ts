@@ -88,17 +88,7 @@ export interface SourceAdapter {
   readsSnapshot?(w: Window): Promise<boolean>;
   // The source's native bulk stream of the mapped columns, for a target that reads the same bulkFormat.
   readonly bulkFormat?: string;
-  // opts.manifest (only where bulkManifest is true; key and timestamp windows): the stream also computes the
-  // window's manifest with that algorithm in the very snapshot it reads (BulkStream.manifest), so the service may
-  // record the manifest from the read instead of reading the window once more before it (docs/transfer.md "One
-  // source read").
-  bulkOut?(
-    w: Window,
-    schema: SourceSchema,
-    encoding: BulkEncoding,
-    opts?: { manifest?: ChecksumAlgorithm },
-  ): Promise<BulkStream>;
-  readonly bulkManifest?: boolean;
+  bulkOut?(w: Window, schema: SourceSchema, encoding: BulkEncoding): Promise<BulkStream>;
   // Key-set comparison (keyCompare, docs/transfer.md "Deletes"): the keys of a key window's rows now, as canonical
   // text in keyColumns order.
   windowKeys?(w: Window, schema: SourceSchema): Promise<KeyTuple[]>;
@@ -130,9 +120,6 @@ export interface BulkStream {
   // true only when the rows come from a source table that, in the very snapshot the COPY reads, has a valid unique
   // index on exactly the key columns, all NOT NULL: the stream then cannot hold a key twice.
   keysUnique?: boolean;
-  // Asked with opts.manifest: count and checksum of the window in the snapshot the COPY reads (resolves once
-  // computed; rejects when the read failed or was released before it ended).
-  manifest?: Promise<Manifest>;
 }
 
 // What a source proved about the rows of one streamRows call, set before its last chunk is delivered.
@@ -235,10 +222,8 @@ export interface TargetAdapter {
   applyDirectStreamed?(
     req: Omit<StageRequest, 'manifest'>,
     w: Window,
-    feed: RowFeed,
+    feed: RowsFeed,
     afterRows: () => Promise<{ manifest: Manifest; attempt: number }>,
-    // The manifest's algorithm, when known before the rows: the target may sum the window while afterRows runs.
-    algorithm?: ChecksumAlgorithm,
   ): Promise<ApplyResult | 'not_eligible'>;
   // The apply honours StageRequest.mirrorRange (a baseline may then run in key windows, changes.ts).
   readonly mirrorsKeyRanges?: boolean;

@@ -13,7 +13,7 @@ import { from as copyFrom } from 'pg-copy-streams';
 import { pipeline } from 'node:stream/promises';
 import { Transform, type Writable } from 'node:stream';
 import { once } from 'node:events';
-import { algorithmOf, type ChecksumAlgorithm, type LogicalType } from '../../transfer/checksum.js';
+import { algorithmOf, type LogicalType } from '../../transfer/checksum.js';
 import { TransferError } from '../../transfer/errors.js';
 import { quotePg } from '../../transfer/identifiers.js';
 import type { MappedColumn } from '../../transfer/schema.js';
@@ -55,11 +55,8 @@ function pgCode(err: unknown): string | undefined {
 // When the claim is made: before the rows, with the manifest and the attempt the journal counted (a manifest read
 // before the rows); or after them (one source read), when afterRows has recorded the manifest computed from them
 // and counted the attempt.
-// algorithm: the manifest's algorithm when known before the rows (the target then sums the window while the journal
-// records the manifest and counts the attempt).
 export type DirectClaim =
-  | { manifest: Manifest; attempt: number }
-  | { afterRows: () => Promise<{ manifest: Manifest; attempt: number }>; algorithm?: ChecksumAlgorithm };
+  { manifest: Manifest; attempt: number } | { afterRows: () => Promise<{ manifest: Manifest; attempt: number }> };
 
 export async function applyDirect(
   d: DirectApplyTarget,
@@ -215,72 +212,54 @@ export async function applyDirect(
     }
     copyOpen = false;
     clearTimeout(timer);
-    const copyRows = (sink as unknown as { rowCount?: number }).rowCount ?? 0; // the COPY's own count
     const s = src;
     src = undefined;
     opening = undefined;
     await s?.release();
     lap('direct.copy');
-    // The window's rows on the target, checksummed by its server: exactly the manifest, or nothing commits. The
-    // window was empty when claimed (begin_direct) or opened (direct_window_open), so these are the rows just
-    // written, plus any a concurrent writer committed into the window meanwhile (then the sums differ, and the
-    // staged way decides).
-    const windowSums = async (algorithm: ChecksumAlgorithm, rows: number) => {
-      // Planned in parallel where the window is large: the rows just written have no statistics yet (a fresh or
-      // growing table that autovacuum has not analyzed), so the planner takes the range for ~0.5 % of the table
-      // and, with the row hash priced like one plain operator per function, a single process (a 100k-row window:
-      // ~330 ms on one process, ~160 ms on three, PostgreSQL 15). The hash's functions (the *_send calls, the record
-      // formed and hashed) cost several times a comparison each; priced so (cpu_operator_cost 4x the server's), the
-      // planner's own costs choose workers. Only this statement's transaction-local costs; the plan's shape (the
-      // key's index, then the rows) stays the planner's.
-      await client.query(
-        `select set_config('parallel_setup_cost', '0', true), set_config('parallel_tuple_cost', '0', true), set_config('min_parallel_table_scan_size', '0', true),
-                set_config('min_parallel_index_scan_size', '0', true), set_config('work_mem', '32MB', true),
-                set_config('cpu_operator_cost', (current_setting('cpu_operator_cost')::float8 * case when $1 then 4 else 1 end)::text, true)`,
-        [rows >= DIRECT_PARALLEL_ROWS],
-      );
-      const keyRef = `t.${quotePg(d.key)}`;
-      const where = w.low === null ? `${keyRef} <= $1::bigint` : `${keyRef} > $2::bigint and ${keyRef} <= $1::bigint`;
-      const sums = await client.query(
-        pgChecksumQuery(
-          d.mapped.map((c) => ({
-            ref: `t.${quotePg(c.target)}`,
-            type: c.staged,
-            declared: d.targetTypes.get(c.target),
-          })),
-          `${d.qualified} t`,
-          where,
-          algorithm,
-        ),
-        w.low === null ? [w.high] : [w.high, w.low],
-      );
-      return { rowCount: Number(sums.rows[0].n), checksum: String(sums.rows[0].checksum) };
-    };
     let manifest: Manifest;
-    let found: Manifest;
-    if ('attempt' in when) {
-      manifest = when.manifest;
-      found = await windowSums(algorithmOf(manifest.checksum), manifest.rowCount);
-    } else {
-      // The journal records the manifest the service computed from these rows (or the source beside them), then
-      // counts the attempt (durable before the claim goes out, as before an apply); the claim then fences this
-      // transaction like any apply's. With the algorithm known ahead, this server sums the window meanwhile (the
-      // rows the COPY reported): nothing of it depends on the journal, and nothing commits before the claim.
-      const ahead = when.algorithm ? windowSums(when.algorithm, copyRows) : null;
-      ahead?.catch(noop);
-      const [counting, summing] = await Promise.allSettled([when.afterRows(), ahead]);
-      if (counting.status === 'rejected') throw counting.reason;
-      if (summing.status === 'rejected') throw summing.reason;
-      manifest = counting.value.manifest;
+    if ('attempt' in when) manifest = when.manifest;
+    else {
+      // The journal records the manifest the service computed from these rows, then counts the attempt (durable
+      // before the claim goes out, as before an apply); the claim then fences this transaction like any apply's.
+      const counted = await when.afterRows();
+      manifest = counted.manifest;
       lap('direct.journal');
-      const claimed = await claim(counting.value.attempt);
+      const claimed = await claim(counted.attempt);
       if (claimed) return claimed;
       lap('direct.claim');
-      const algorithm = algorithmOf(manifest.checksum);
-      found =
-        summing.value && algorithm === when.algorithm ? summing.value : await windowSums(algorithm, manifest.rowCount);
     }
-    const { rowCount, checksum } = found;
+
+    // The window's rows on the target, checksummed by its server: exactly the manifest, or nothing commits. The
+    // window was empty when claimed (begin_direct), so these are the rows just written, plus any a concurrent
+    // writer committed into the window meanwhile (then the sums differ, and the staged way decides).
+    // Planned in parallel where the window is large: the rows just written have no statistics yet (a fresh or
+    // growing table that autovacuum has not analyzed), so the planner takes the range for ~0.5 % of the table and,
+    // with the row hash priced like one plain operator per function, a single process (a 100k-row window: ~330 ms
+    // on one process, ~160 ms on three, PostgreSQL 15). The hash's functions (the *_send calls, the record formed
+    // and hashed) cost several times a comparison each; priced so (cpu_operator_cost 4x the server's), the
+    // planner's own costs choose workers. Only this statement's transaction-local costs; the plan's shape (the
+    // key's index, then the rows) stays the planner's.
+    const large = manifest.rowCount >= DIRECT_PARALLEL_ROWS;
+    await client.query(
+      `select set_config('parallel_setup_cost', '0', true), set_config('parallel_tuple_cost', '0', true), set_config('min_parallel_table_scan_size', '0', true),
+              set_config('min_parallel_index_scan_size', '0', true), set_config('work_mem', '32MB', true),
+              set_config('cpu_operator_cost', (current_setting('cpu_operator_cost')::float8 * case when $1 then 4 else 1 end)::text, true)`,
+      [large],
+    );
+    const keyRef = `t.${quotePg(d.key)}`;
+    const where = w.low === null ? `${keyRef} <= $1::bigint` : `${keyRef} > $2::bigint and ${keyRef} <= $1::bigint`;
+    const sums = await client.query(
+      pgChecksumQuery(
+        d.mapped.map((c) => ({ ref: `t.${quotePg(c.target)}`, type: c.staged, declared: d.targetTypes.get(c.target) })),
+        `${d.qualified} t`,
+        where,
+        algorithmOf(manifest.checksum),
+      ),
+      w.low === null ? [w.high] : [w.high, w.low],
+    );
+    const rowCount = Number(sums.rows[0].n);
+    const checksum = String(sums.rows[0].checksum);
     lap('direct.checksum');
     if (rowCount !== manifest.rowCount || checksum !== manifest.checksum) {
       await client.query('rollback');

@@ -70,7 +70,6 @@ function pgCode(err: unknown): string | undefined {
 export class PostgresTransferSource implements SourceAdapter {
   readonly engine = 'postgres';
   readonly bulkFormat = PG_COPY_FORMAT;
-  readonly bulkManifest = true; // bulkOut(..., { manifest }): key and timestamp windows
   readonly windowsBaselines = true; // nextChangeWindow: key windows over an integer keyColumns[0] of a table
   private readonly from: string;
   private readonly table: QualifiedName | null;
@@ -391,39 +390,6 @@ export class PostgresTransferSource implements SourceAdapter {
 
   async manifest(w: Window, schema: SourceSchema, algorithm: ChecksumAlgorithm): Promise<Manifest> {
     const changes = carriesChanges(this.t);
-    const stmt = this.manifestStatement(w, schema, algorithm);
-    const client = await this.pool.connect();
-    const onError = () => undefined; // a connection lost mid-statement also surfaces as an 'error' event
-    client.on('error', onError);
-    let failed: Error | undefined;
-    try {
-      // One statement (one snapshot) for count and checksum, under the fixed output settings.
-      const started = performance.now();
-      // begin and the settings in one simple query: one round trip of wait a batch fewer (neither takes parameters).
-      await client.query(
-        `${changes ? 'begin isolation level repeatable read read only' : 'begin read only'}; ${PG_CHECKSUM_SETTINGS_SQL}`,
-      );
-      if (changes) await this.checkChangesValid(client, w.low);
-      const res = await client.query(stmt.sql, stmt.params);
-      await client.query('commit');
-      this.opts.trace?.('extract.manifest', performance.now() - started);
-      return stmt.read(res.rows[0] as Record<string, unknown>);
-    } catch (err) {
-      failed = err as Error; // the connection is destroyed: the server ends the read-only transaction
-      throw err;
-    } finally {
-      if (!failed) client.off('error', onError);
-      client.release(failed);
-    }
-  }
-
-  // The manifest's one statement (count and checksum of the window's rows) and how its row is read.
-  private manifestStatement(
-    w: Window,
-    schema: SourceSchema,
-    algorithm: ChecksumAlgorithm,
-  ): { sql: string; params: string[]; read: (row: Record<string, unknown>) => Manifest } {
-    const changes = carriesChanges(this.t);
     const cols: { name: string; ref: string; type: LogicalType; declared: string }[] = mappedColumns(
       this.t,
       schema,
@@ -451,17 +417,33 @@ export class PostgresTransferSource implements SourceAdapter {
     const checks = temporal.map(
       (c, i) => `min(${keyText}) filter (where ${pgTemporalOutOfRange(c.ref, c.type)}) as bad${i}`,
     );
-    return {
-      sql: pgChecksumQuery(cols, from, pred.sql, algorithm, checks),
-      params: pred.params,
-      read: (row) => {
-        temporal.forEach((c, i) => {
-          const key = row[`bad${i}`] as string | null;
-          if (key !== null) throw this.outOfRange(c.name, c.declared, key);
-        });
-        return { rowCount: Number(row.n), checksum: String(row.checksum) };
-      },
-    };
+    const client = await this.pool.connect();
+    const onError = () => undefined; // a connection lost mid-statement also surfaces as an 'error' event
+    client.on('error', onError);
+    let failed: Error | undefined;
+    try {
+      // One statement (one snapshot) for count and checksum, under the fixed output settings.
+      const started = performance.now();
+      // begin and the settings in one simple query: one round trip of wait a batch fewer (neither takes parameters).
+      await client.query(
+        `${changes ? 'begin isolation level repeatable read read only' : 'begin read only'}; ${PG_CHECKSUM_SETTINGS_SQL}`,
+      );
+      if (changes) await this.checkChangesValid(client, w.low);
+      const res = await client.query(pgChecksumQuery(cols, from, pred.sql, algorithm, checks), pred.params);
+      await client.query('commit');
+      this.opts.trace?.('extract.manifest', performance.now() - started);
+      temporal.forEach((c, i) => {
+        const key = res.rows[0][`bad${i}`] as string | null;
+        if (key !== null) throw this.outOfRange(c.name, c.declared, key);
+      });
+      return { rowCount: Number(res.rows[0].n), checksum: String(res.rows[0].checksum) };
+    } catch (err) {
+      failed = err as Error; // the connection is destroyed: the server ends the read-only transaction
+      throw err;
+    } finally {
+      if (!failed) client.off('error', onError);
+      client.release(failed);
+    }
   }
 
   private outOfRange(column: string, declared: string, key: string): TransferError {
@@ -610,42 +592,25 @@ export class PostgresTransferSource implements SourceAdapter {
     return `select ${cols.join(', ')} from ${this.from} where ${lowPred}${b} <= current_setting('keel.w_high')::${cast}`;
   }
 
-  // opts.manifest: the window's manifest in the COPY's own snapshot too (BulkStream.manifest; key and timestamp
-  // windows, not change windows): on a second connection that imports the read's snapshot and checksums the window
-  // while the COPY streams (on a server with a core the COPY leaves idle, it costs no wait), or, when the pool has
-  // no connection free at once, on the read's own connection after the COPY ended (never waiting for the pool while
-  // holding a connection: two reads that each held one and waited for a second could wait for ever).
-  async bulkOut(
-    w: Window,
-    schema: SourceSchema,
-    format: BulkEncoding,
-    opts: { manifest?: ChecksumAlgorithm } = {},
-  ): Promise<BulkStream> {
+  async bulkOut(w: Window, schema: SourceSchema, format: BulkEncoding): Promise<BulkStream> {
     const changes = carriesChanges(this.t);
-    if (opts.manifest !== undefined && changes)
-      throw new Error('bulkOut: a manifest in the read snapshot is for key and timestamp windows');
     const cols = mappedColumns(this.t, schema).map((c) => quotePg(c.source));
     if (changes) cols.push(OP_COLUMN);
     const client = await this.pool.connect();
     const onError = () => undefined; // a connection lost mid-statement also surfaces as an 'error' event
     client.on('error', onError);
-    // The manifest's own connection: taken now only if the pool hands one out without waiting.
-    const second =
-      opts.manifest !== undefined &&
-      this.pool.waitingCount === 0 &&
-      (this.pool.idleCount > 0 || this.pool.totalCount < (this.pool.options.max ?? 10));
     try {
       await client.query('begin isolation level repeatable read read only');
       // COPY takes no bind parameters: the window travels in transaction-local settings, read by current_setting().
       const range = changes ? baselineKeyRange(w.low, w.high) : null;
       // The keys' uniqueness (keysUniqueIn) is asked in the same statement, the read's first (its snapshot): one
-      // round trip of wait a batch fewer. So is the snapshot's id, for the manifest's connection to import.
+      // round trip of wait a batch fewer.
       const unique = this.uniqueKeysQuery(changes, 5);
       const set = await client.query(
         `select set_config('timezone', 'UTC', true), set_config('datestyle', 'ISO, YMD', true), set_config('bytea_output', 'hex', true),
                 set_config('keel.w_low', coalesce($1, ''), true), set_config('keel.w_high', $2, true),
                 set_config('keel.k_low', coalesce($3, ''), true), set_config('keel.k_high', coalesce($4, ''), true)
-                ${unique ? `, ${unique.sql} as unique_keys` : ''}${second ? ', pg_export_snapshot() as snapshot' : ''}`,
+                ${unique ? `, ${unique.sql} as unique_keys` : ''}`,
         [w.low, w.high, range?.low ?? null, range?.high ?? null, ...(unique?.params ?? [])],
       );
       if (changes) await this.checkChangesValid(client, w.low);
@@ -664,58 +629,29 @@ export class PostgresTransferSource implements SourceAdapter {
         const lowPred = w.low === null ? '' : `${b} > current_setting('keel.w_low')::${cast} and `;
         select = `select ${cols.join(', ')} from ${this.from} where ${lowPred}${b} <= current_setting('keel.w_high')::${cast}`;
       }
-      const inSnapshot =
-        opts.manifest === undefined
-          ? null
-          : second
-            ? this.manifestBeside(String(set.rows[0].snapshot), w, schema, opts.manifest)
-            : null;
       const stream = client.query(copyTo(`copy (${select}) to stdout${format === 'binary' ? ' (format binary)' : ''}`));
       // Listened to from the first moment: the caller attaches its own handling later (a lost connection in between
       // must not raise an unhandled 'error').
       stream.on('error', noop);
       let ended = false; // the COPY delivered its last row and completed
-      // Without a second connection: the manifest on this one, queued the moment the COPY ended, so that the commit
-      // in release() runs after it (same transaction, same snapshot).
-      let after: Promise<Manifest> | null = null;
-      let settleAfter: { resolve: (m: Manifest) => void; reject: (e: unknown) => void } | null = null;
-      const manifest =
-        opts.manifest === undefined
-          ? undefined
-          : inSnapshot
-            ? inSnapshot.manifest
-            : new Promise<Manifest>((resolve, reject) => (settleAfter = { resolve, reject }));
       stream.once('end', () => {
         ended = true;
-        if (settleAfter && opts.manifest !== undefined) {
-          after = this.manifestHere(client, w, schema, opts.manifest);
-          after.then(settleAfter.resolve, settleAfter.reject);
-        }
       });
-      stream.once('error', (e: Error) => settleAfter?.reject(e));
       let released = false;
-      manifest?.catch(noop); // the caller awaits it after the rows; a failed read ends it first
       return {
         stream,
         keysUnique,
-        ...(manifest ? { manifest } : {}),
         release: async (err?: Error) => {
           if (released) return;
           released = true;
           if (err || !ended) {
             // A COPY that did not finish keeps the connection busy: a rollback would queue behind it (and the session
             // would sit idle in transaction, holding its snapshot). Destroying the connection ends both at once.
-            const why = err ?? new Error('COPY TO STDOUT released before it finished');
-            inSnapshot?.abandon(why);
-            (settleAfter as { reject: (e: unknown) => void } | null)?.reject(why);
             stream.destroy();
             client.release(err ?? new Error('COPY TO STDOUT released before it finished'));
             return;
           }
           try {
-            // The exported snapshot lives as long as this transaction: the manifest's connection imports it first.
-            if (inSnapshot) await inSnapshot.imported.catch(noop);
-            if (after) await (after as Promise<Manifest>).catch(noop); // queued before the commit anyway
             await client.query('commit');
           } catch (e) {
             client.release(e as Error);
@@ -730,78 +666,6 @@ export class PostgresTransferSource implements SourceAdapter {
       client.release(err as Error);
       throw err;
     }
-  }
-
-  // The window's manifest on a second connection, in the snapshot `snapshot` exported by the read's transaction.
-  // imported: settled once that connection holds the snapshot (or failed to); abandon: destroys it (a failed read).
-  private manifestBeside(
-    snapshot: string,
-    w: Window,
-    schema: SourceSchema,
-    algorithm: ChecksumAlgorithm,
-  ): { manifest: Promise<Manifest>; imported: Promise<void>; abandon: (err: Error) => void } {
-    // The id comes from the server's pg_export_snapshot() (hex groups): checked before it goes into SET TRANSACTION
-    // SNAPSHOT, which takes no bind parameter.
-    if (!/^[0-9A-F]+(-[0-9A-F]+)+$/i.test(snapshot)) throw new Error(`unexpected snapshot id ${snapshot}`);
-    const stmt = this.manifestStatement(w, schema, algorithm);
-    let abandoned: Error | undefined;
-    let held: pg.PoolClient | undefined;
-    let done = false;
-    // Releases the connection once: destroyed after a failure (the server ends its transaction), pooled otherwise.
-    const finish = (err?: Error) => {
-      if (done || !held) return;
-      done = true;
-      if (err) held.release(err);
-      else {
-        held.off('error', noop);
-        held.release();
-      }
-    };
-    const connecting = this.pool.connect();
-    const imported = connecting.then(async (c) => {
-      held = c;
-      c.on('error', noop);
-      if (abandoned) throw abandoned;
-      // One simple query: begin, the read's snapshot, the checksum settings; the scan on this one process (beside
-      // the COPY, parallel workers would take the cores the COPY uses).
-      await c.query(
-        `begin isolation level repeatable read read only; set transaction snapshot '${snapshot}'; ${PG_CHECKSUM_SETTINGS_SQL}, set_config('max_parallel_workers_per_gather', '0', true)`,
-      );
-    });
-    const manifest = imported.then(async () => {
-      const started = performance.now();
-      const res = await held!.query(stmt.sql, stmt.params);
-      await held!.query('commit');
-      this.opts.trace?.('extract.manifest', performance.now() - started);
-      return stmt.read(res.rows[0] as Record<string, unknown>);
-    });
-    manifest.then(
-      () => finish(),
-      (err: Error) => finish(err),
-    );
-    return {
-      manifest,
-      imported: imported.catch(noop),
-      abandon: (err) => {
-        abandoned = err;
-        finish(err);
-      },
-    };
-  }
-
-  // The window's manifest on the read's own connection (same transaction, so same snapshot), after its COPY.
-  private async manifestHere(
-    client: pg.PoolClient,
-    w: Window,
-    schema: SourceSchema,
-    algorithm: ChecksumAlgorithm,
-  ): Promise<Manifest> {
-    const stmt = this.manifestStatement(w, schema, algorithm);
-    const started = performance.now();
-    await client.query(PG_CHECKSUM_SETTINGS_SQL);
-    const res = await client.query(stmt.sql, stmt.params);
-    this.opts.trace?.('extract.manifest', performance.now() - started);
-    return stmt.read(res.rows[0] as Record<string, unknown>);
   }
 
   // Are the keys provably unique in what this transaction reads? Asked in the read's own snapshot (repeatable read:

@@ -45,6 +45,7 @@ import type {
   KeyTuple,
   Manifest,
   RowFeed,
+  RowsFeed,
   SourceSchema,
   StageRequest,
   Window,
@@ -555,12 +556,11 @@ export class PostgresTransferTarget extends StagingTarget {
   async applyDirectStreamed(
     req: Omit<StageRequest, 'manifest'>,
     w: Window,
-    feed: RowFeed,
+    feed: RowsFeed,
     afterRows: () => Promise<{ manifest: Manifest; attempt: number }>,
-    algorithm?: ChecksumAlgorithm,
   ): Promise<ApplyResult | 'not_eligible'> {
     if (!this.canApplyDirect(req, feed)) return 'not_eligible';
-    return this.direct(req, w, feed, { afterRows, ...(algorithm ? { algorithm } : {}) });
+    return this.direct(req, w, feed, { afterRows });
   }
 
   private async direct(
