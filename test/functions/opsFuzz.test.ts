@@ -115,14 +115,7 @@ describe('ops fuzz: every route, bad input', () => {
         }
       }
       // A well-formed parameter (an unknown id, or the configured transfer), so the body is what is judged.
-      const base = pathOf(
-        r.path,
-        r.path.startsWith('/transfers/batches/:id')
-          ? '00000000-0000-4000-8000-000000000000'
-          : r.path.includes(':id')
-            ? '1'
-            : 'items',
-      );
+      const base = baseOf(r);
       // Unknown, repeated and odd query parameters.
       const qshape = objectShape(r.query) ?? {};
       const qkeys = [...Object.keys(qshape), 'bogus'];
