@@ -206,9 +206,9 @@ var tiles = [
       [
         'customEvents'
         '| where name in ("${e.failed}", "${e.startFailed}")'
-        '| extend transfer = tostring(customDimensions["transfer"]), code = tostring(customDimensions["code"]), kind = iff(name == "${e.failed}", "batch failed", "start failed")'
-        '| summarize events = count(), last = max(timestamp), lastBatch = take_anyif(tostring(customDimensions["batchId"]), name == "${e.failed}") by transfer, kind, code'
-        '| order by last desc'
+        '| extend transfer = tostring(customDimensions["transfer"]), code = tostring(customDimensions["code"]), failure = iff(name == "${e.failed}", "batch failed", "start failed")'
+        '| summarize events = count(), lastSeen = max(timestamp), lastBatch = take_anyif(tostring(customDimensions["batchId"]), name == "${e.failed}") by transfer, failure, code'
+        '| order by lastSeen desc'
       ],
       '\n'
     )
@@ -224,7 +224,7 @@ var tiles = [
         '| where name == "${e.keysGone}"'
         '| extend transfer = tostring(customDimensions["transfer"]), gone = toint(customDimensions["goneAtSource"]), deleted = toint(customDimensions["deleted"])'
         '| summarize arg_max(timestamp, gone, deleted) by transfer'
-        '| project transfer, last = timestamp, gone, deleted, left = gone - deleted'
+        '| project transfer, lastSeen = timestamp, gone, deleted, left = gone - deleted'
         '| order by left desc'
       ],
       '\n'
