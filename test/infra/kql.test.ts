@@ -4,7 +4,7 @@
 // only says so at deployment or, worse, in the rule's health later; the Bicep gate cannot see inside the strings.
 // For each alert it also checks what the rule's criteria name: the measure column exists and is numeric, and every
 // split dimension is a string column of the result.
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -27,6 +27,12 @@ const APP_INSIGHTS_TABLES: Record<string, string> = {
   availabilityResults:
     `${COMMON}, customMeasurements:dynamic, itemCount:int, id:string, location:string, message:string, ` +
     'success:string, duration:real, size:real, performanceBucket:string',
+  dependencies:
+    `${COMMON}, customMeasurements:dynamic, itemCount:int, id:string, target:string, type:string, data:string, ` +
+    'success:string, resultCode:string, duration:real, performanceBucket:string',
+  exceptions:
+    `${COMMON}, customMeasurements:dynamic, itemCount:int, problemId:string, type:string, message:string, ` +
+    'outerMessage:string, innermostMessage:string, severityLevel:int, details:dynamic',
   traces: `${COMMON}, customMeasurements:dynamic, itemCount:int, message:string, severityLevel:int`,
 };
 // Azure Resource Graph (the workbook's alert-state tile, queryType 1).
@@ -247,6 +253,30 @@ describe('KQL of the alert rules and the workbook (Kusto.Language, Application I
       });
       problems.push(...errors.map((e) => `${q.file}:${q.line}: ${e}`));
     }
+    expect(problems).toEqual([]);
+  });
+
+  it("every query of the docs' kusto blocks compiles", () => {
+    const problems: string[] = [];
+    let blocks = 0;
+    for (const file of readdirSync(path.join(repoRoot, 'docs')).filter((f) => f.endsWith('.md'))) {
+      const text = readFileSync(path.join(repoRoot, 'docs', file), 'utf8');
+      for (const [, block = ''] of text.matchAll(/```kusto\n([\s\S]*?)```/g)) {
+        blocks++;
+        // Queries are separated by blank lines; `//` lines are comments.
+        for (const query of block.split(/\n\s*\n/)) {
+          const body = query
+            .split('\n')
+            .filter((l) => !l.trim().startsWith('//'))
+            .join('\n')
+            .trim();
+          if (!body) continue;
+          const { errors } = check(kusto, appInsights, { file, line: 0, text: body, block: '' });
+          problems.push(...errors.map((e) => `docs/${file}: ${e}`));
+        }
+      }
+    }
+    expect(blocks).toBeGreaterThan(0);
     expect(problems).toEqual([]);
   });
 
