@@ -415,7 +415,7 @@ begin
       -- By a scalar key, as the probes: over unnest(p_queues) this statement got a custom plan on every call (the
       -- custom plan knows the array's length). Now the cached generic plan serves whenever PostgreSQL finds it no
       -- costlier: a queue of a few hundred pending jobs, where wake-ups and polls claim (an empty claim beside a job
-      -- another worker holds was ~0.5 ms of planning, 3x an empty queue's; bench/README runs 300-308). A backlog of
+      -- another worker holds was ~0.5 ms of planning, 3x an empty queue's; bench/README runs 300-309). A backlog of
       -- thousands still plans per call: the generic plan costs the LIMIT parameter at 10 % of the rows. The same rows
       -- in the same order: one queue's oldest due rows of this level.
       v_tids := v_tids || array(

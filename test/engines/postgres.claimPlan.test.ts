@@ -1,7 +1,7 @@
 // A one-queue claim (the processor's usual claim) on a short queue keeps its cached plans: keel._pick_due's
 // skip-locked pick of a single queue is by a scalar key, like its probes. Over unnest(p_queues) it got a custom plan
 // on every call, since a custom plan knows the array's length and always looks cheaper than the generic one (an empty
-// claim of a wake-up herd, beside a job another worker holds, cost 3x an empty queue's: bench/README runs 300-308). A generic plan shows the priority level as a parameter ($n); a custom one, this call's value. Read with
+// claim of a wake-up herd, beside a job another worker holds, cost 3x an empty queue's: bench/README runs 300-309). A generic plan shows the priority level as a parameter ($n); a custom one, this call's value. Read with
 // auto_explain (nested statements, JSON, at NOTICE level). Also: what that pick takes, across priority levels, beside
 // rows another transaction holds, and past delayed and expired jobs. A plan and order check, not a timing test.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
