@@ -411,18 +411,34 @@ begin
       order by h.priority desc limit 1) m;
   end if;
   while v_prio is not null and v_need > 0 loop
-    v_tids := v_tids || array(
-      select c.ctid
-      from unnest(p_queues) as n(name)
-      cross join lateral (
-        select h.ctid, h.id, h.run_at from keel.jobs_hot h
-        where h.state = 'pending' and h.queue = n.name and h.priority = v_prio and h.run_at <= now()
+    if cardinality(p_queues) = 1 then
+      -- By a scalar key, as the probes: over unnest(p_queues) this statement got a custom plan on every call (the
+      -- custom plan knows the array's length). Now the cached generic plan serves whenever PostgreSQL finds it no
+      -- costlier: a queue of a few hundred pending jobs, where wake-ups and polls claim (an empty claim beside a job
+      -- another worker holds was ~0.5 ms of planning, 3x an empty queue's; bench/README runs 300-309). A backlog of
+      -- thousands still plans per call: the generic plan costs the LIMIT parameter at 10 % of the rows. The same rows
+      -- in the same order: one queue's oldest due rows of this level.
+      v_tids := v_tids || array(
+        select h.ctid from keel.jobs_hot h
+        where h.state = 'pending' and h.queue = p_queues[1] and h.priority = v_prio and h.run_at <= now()
           and (h.expires_at is null or h.expires_at > now())
         order by h.run_at, h.id
         limit v_need
-        for update of h skip locked) c
-      order by c.run_at, c.id
-      limit v_need);
+        for update of h skip locked);
+    else
+      v_tids := v_tids || array(
+        select c.ctid
+        from unnest(p_queues) as n(name)
+        cross join lateral (
+          select h.ctid, h.id, h.run_at from keel.jobs_hot h
+          where h.state = 'pending' and h.queue = n.name and h.priority = v_prio and h.run_at <= now()
+            and (h.expires_at is null or h.expires_at > now())
+          order by h.run_at, h.id
+          limit v_need
+          for update of h skip locked) c
+        order by c.run_at, c.id
+        limit v_need);
+    end if;
     v_need := p_limit - cardinality(v_tids);
     exit when v_need <= 0;
     if cardinality(p_queues) = 1 then

@@ -1,0 +1,118 @@
+// A one-queue claim (the processor's usual claim) on a short queue keeps its cached plans: keel._pick_due's
+// skip-locked pick of a single queue is by a scalar key, like its probes. Over unnest(p_queues) it got a custom plan
+// on every call, since a custom plan knows the array's length and always looks cheaper than the generic one (an empty
+// claim of a wake-up herd, beside a job another worker holds, cost 3x an empty queue's: bench/README runs 300-309). A generic plan shows the priority level as a parameter ($n); a custom one, this call's value. Read with
+// auto_explain (nested statements, JSON, at NOTICE level). Also: what that pick takes, across priority levels, beside
+// rows another transaction holds, and past delayed and expired jobs. A plan and order check, not a timing test.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { migratePostgres } from '../../shared/engines/postgres/jobStore.js';
+import { createTestDatabase } from '../support/pg.js';
+
+interface LoggedPlan {
+  'Query Text': string;
+  Plan: unknown;
+}
+
+describe('postgres: a one-queue claim keeps its plans', () => {
+  let url: string;
+  let admin: pg.Client;
+  let other: pg.Client;
+  const plans: LoggedPlan[] = [];
+
+  beforeAll(async () => {
+    url = await createTestDatabase('claimplan');
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
+    try {
+      await migratePostgres(pool);
+    } finally {
+      await pool.end();
+    }
+    admin = new pg.Client({ connectionString: url, application_name: 'keel-claim-plan' });
+    admin.on('error', () => undefined); // a test failure reports it
+    admin.on('notice', (n) => {
+      const m = /^duration: [\d.]+ ms {2}plan:\n([\s\S]*)$/.exec(n.message ?? '');
+      if (m) plans.push(JSON.parse(m[1]!) as LoggedPlan);
+    });
+    await admin.connect();
+    other = new pg.Client({ connectionString: url, application_name: 'keel-claim-plan-holder' });
+    other.on('error', () => undefined);
+    await other.connect();
+  });
+  afterAll(async () => {
+    await other?.end();
+    await admin?.end();
+  });
+
+  const q = async (sql: string, params: unknown[] = []) => (await admin.query(sql, params)).rows;
+  const enqueue = (c: pg.Client, queue: string, jobs: Record<string, unknown>[]) =>
+    c.query(`select job_ids::text[] as ids from keel.enqueue_many($1::jsonb)`, [
+      JSON.stringify(jobs.map((j) => ({ queue, type: 't', ...j }))),
+    ]);
+  const claim = async (queue: string, limit: number) =>
+    (
+      await q(`select job_id::text as id from keel.claim_and_start('w', array[$1::text], $2::integer, 60)`, [
+        queue,
+        limit,
+      ])
+    ).map((r: { id: string }) => r.id);
+
+  it('the skip-locked pick of one queue runs a generic plan once the cache has settled', async () => {
+    const queue = 'claim-plan-queue';
+    await enqueue(
+      admin,
+      queue,
+      Array.from({ length: 200 }, () => ({})),
+    );
+    await q(`analyze keel.jobs_hot`); // statistics that count these rows, as autovacuum's would (not the empty table's)
+    // PostgreSQL tries custom plans for a cached statement's first 5 executions in a session, then keeps the generic
+    // one if it is not costlier on average; a statement it plans anew each call never gets there.
+    for (let i = 0; i < 8; i++) expect(await claim(queue, 5)).toHaveLength(5);
+    plans.length = 0;
+    await q(`load 'auto_explain'`);
+    await q(`set auto_explain.log_min_duration = 0`);
+    await q(`set auto_explain.log_nested_statements = on`);
+    await q(`set auto_explain.log_format = 'json'`);
+    await q(`set auto_explain.log_level = 'notice'`);
+    try {
+      expect(await claim(queue, 5)).toHaveLength(5);
+    } finally {
+      await q(`set auto_explain.log_min_duration = -1`);
+    }
+    const pick = plans.filter((p) => /for update of h skip locked/i.test(p['Query Text']));
+    expect(pick.length, 'the skip-locked pick was logged').toBeGreaterThan(0);
+    // Generic: `priority = $6` (and the queue a parameter); custom: the values of this call, `priority = 0`.
+    for (const p of pick) {
+      const plan = JSON.stringify(p.Plan);
+      expect(plan).toMatch(/priority = \$\d+/);
+      expect(plan).not.toContain(queue);
+    }
+  });
+
+  it('takes the due rows of one queue in claim order across priority levels, skipping held, delayed and expired rows', async () => {
+    const queue = 'claim-plan-order';
+    const ids = async (jobs: Record<string, unknown>[]) =>
+      ((await enqueue(admin, queue, jobs)).rows[0] as { ids: string[] }).ids;
+    const low = await ids([{ priority: 0 }, { priority: 0 }, { priority: 0 }]);
+    const high = await ids([{ priority: 5 }, { priority: 5 }, { priority: 5 }]);
+    await ids([{ priority: 9, delayMs: 3_600_000 }]); // not due: never taken, nor does its level stop the walk
+    const [expired] = await ids([{ priority: 5 }]);
+    await q(`update keel.jobs_hot set expires_at = now() - interval '1 second' where id = $1`, [expired]);
+    // Another worker's claim holds the oldest job of each level, uncommitted: skipped, not waited for.
+    await other.query('begin');
+    const held = (
+      await other.query(`select id::text from keel.jobs_hot where id = any($1::bigint[]) order by id for update`, [
+        [high[0], low[0]],
+      ])
+    ).rows.map((r: { id: string }) => r.id);
+    expect(held).toEqual([low[0], high[0]]);
+    try {
+      expect(await claim(queue, 3)).toEqual([high[1], high[2], low[1]]);
+      expect(await claim(queue, 10)).toEqual([low[2]]);
+      expect(await claim(queue, 10)).toEqual([]);
+    } finally {
+      await other.query('rollback');
+    }
+    expect(await claim(queue, 10)).toEqual([high[0], low[0]]);
+  });
+});
