@@ -967,7 +967,7 @@ export class TransferService {
       try {
         out.push(await this.reconcile(b.batchId));
       } catch (err) {
-        await this.moves.noteError(b, 'reconcile_error', err).catch(() => undefined);
+        await this.moves.noteError(b, 'reconcile_error', err, { fenced: true }).catch(() => undefined);
         out.push(toView((await this.journal.get(b.batchId)) ?? b));
       }
     }
