@@ -436,6 +436,13 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
       ' s WHERE s.KEEL_BATCH_ID = :b OR EXISTS (SELECT 1 FROM KEEL_TRANSFER_COMPLETIONS c WHERE c.BATCH_ID = s.KEEL_BATCH_ID' ||
       ' AND (c.STATE = ''COMMITTED'' OR c.FENCED_THROUGH >= 2147483647))'
       USING p_batch_id;
+    -- The staging registry's rows go with them (the same transaction): the batch's own (purged after its commit or its
+    -- failure) and those of every batch that can never be applied again, so the registry stays as small as the open
+    -- batches. A later APPLY_BATCH of such a batch finds its COMMITTED completion row first, or no registry row
+    -- (ORA-20002, nothing applied) and its final fence; TRY_CLAIM reads "nothing staged".
+    DELETE FROM KEEL_TRANSFER_STAGED s WHERE s.BATCH_ID = p_batch_id
+       OR EXISTS (SELECT 1 FROM KEEL_TRANSFER_COMPLETIONS c WHERE c.BATCH_ID = s.BATCH_ID
+                    AND (c.STATE = 'COMMITTED' OR c.FENCED_THROUGH >= 2147483647));
     COMMIT;
   END PURGE_STAGED;
 END KEEL_TRANSFER;
