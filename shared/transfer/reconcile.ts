@@ -33,7 +33,8 @@ export class Reconciler {
   }
 
   // final: fence every attempt, for good (abandon, and before a window is released).
-  async settle(b: BatchRecord, final: boolean): Promise<{ rec: BatchRecord; verdict: Verdict }> {
+  // committed: true when this call moved the batch to committed (not a record of another run's commit).
+  async settle(b: BatchRecord, final: boolean): Promise<{ rec: BatchRecord; verdict: Verdict; committed?: boolean }> {
     if (!OPEN_STATES.includes(b.state)) return { rec: b, verdict: 'skipped' };
     // Without a manifest nothing was staged, and nothing can have been applied (an apply needs 'staged' first).
     if (b.rowCount === null || b.checksum === null) return { rec: b, verdict: 'skipped' };
@@ -83,7 +84,7 @@ export class Reconciler {
         detail: { via: outcome.via, rowCount: outcome.rowCount, checksum: outcome.checksum, from: b.state },
       });
       await this.purge(a, b);
-      return { rec: moved ?? (await this.moves.load(b.batchId)), verdict: 'committed' };
+      return { rec: moved ?? (await this.moves.load(b.batchId)), verdict: 'committed', committed: moved !== null };
     }
     if (outcome.outcome === 'not_applied') {
       const to: BatchState = outcome.staged ? 'staged' : 'extracting';
