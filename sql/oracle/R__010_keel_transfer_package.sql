@@ -290,6 +290,10 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     END LOOP;
     v_stg := DBMS_ASSERT.ENQUOTE_NAME(DBMS_ASSERT.SIMPLE_SQL_NAME(p_staging), FALSE);
     v_upserts := v_count;
+    -- The business table in row exclusive mode (what the MERGE takes anyway), with the same bounded wait: a table
+    -- another session holds (LOCK TABLE, DDL) costs ORA-30006, a retryable 'target_busy' with nothing applied, instead
+    -- of a wait as long as the client's call timeout (PostgreSQL: lock_timeout, KEEL_TRANSFER_LOCK_TIMEOUT_MS).
+    EXECUTE IMMEDIATE 'LOCK TABLE ' || qualified(p_owner, p_table) || ' IN ROW EXCLUSIVE MODE WAIT 30';
     IF p_changes IS NOT NULL THEN
       -- Deletes first (a key is at most once in a batch: duplicates were refused at staging).
       EXECUTE IMMEDIATE TO_CLOB('DELETE FROM ') || qualified(p_owner, p_table) || ' t WHERE EXISTS (SELECT 1 FROM ' || v_stg ||
