@@ -804,7 +804,18 @@ export class TransferService {
     const t = this.transfer(baseTransferName(b.transferName));
     const a = await this.connect(t);
     const req = stageRequest(b, t);
-    await this.prepare(t, a, req.schema); // target adapters need the column mapping (cached per schema)
+    try {
+      await this.prepare(t, a, req.schema); // target adapters need the column mapping (cached per schema)
+    } catch (err) {
+      // The configuration changed since the batch was staged (a mapped column no longer in its recorded schema, a
+      // key without its unique index on the target, ...): it can never be applied as staged. Released like any
+      // terminal failure (after the final fence), so that a new batch covers the window under the new configuration,
+      // instead of the batch staying staged with a step that throws at every retry and no error recorded.
+      if (err instanceof TransferError && TERMINAL_CODES.has(err.code))
+        return toView(await this.reconciler.release(b, err, ['staged']));
+      await this.moves.noteError(b, 'apply_error', err);
+      throw err;
+    }
     const claimed = await this.moves.move(b.batchId, {
       move: 'start_apply',
       set: { incrementAttempts: true, stamp: 'apply_started_at', targetReconcileToken: null },
