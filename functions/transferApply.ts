@@ -32,7 +32,9 @@ export async function transferApply(message: unknown, context: InvocationContext
     const line = `apply: ${describeView(view)}`;
     if (view.status === 'committed') {
       context.info(line);
-      if (before?.state !== 'committed') await continueCatchUp(rt, view, chain, context);
+      // Only the step whose call moved the batch to committed continues the chain: a rival step of the same batch
+      // that read it uncommitted (a duplicate message, a retry racing a resumed post) finds it committed, and stops.
+      if (transfers.committedByCall(view)) await continueCatchUp(rt, view, chain, context);
     } else {
       context.warn(`${line}; next: ${view.nextAction}`);
       await scheduleRetry(rt, view, retry, context, chain);

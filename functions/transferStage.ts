@@ -29,8 +29,9 @@ export async function transferStage(message: unknown, context: InvocationContext
     if (view.state === 'staged') await postApply(rt, batchId, chain);
     else if (view.status === 'committed') {
       // A direct apply (docs/transfer.md, "Direct apply") committed the batch in this step: the chain goes on as
-      // after an apply. Only this step's own commit continues it (a redelivered message finds it committed before).
-      if (before && before.state !== 'committed') await continueCatchUp(rt, view, chain, context);
+      // after an apply. Only this step's own commit continues it (a redelivered or racing message finds the batch
+      // committed by another run: committedByCall is false).
+      if (transfers.committedByCall(view)) await continueCatchUp(rt, view, chain, context);
     } else await scheduleRetry(rt, view, retry, context, chain);
   } catch (err) {
     if (isTransferError(err, 'unknown_batch') || isTransferError(err, 'unknown_transfer')) {

@@ -28,6 +28,9 @@ export interface BatchRecord {
   applyStartedAt: Date | null;
   committedAt: Date | null;
   failedAt: Date | null;
+  // Raised by every change of the row (each transition, each note that writes a column): a note can be fenced on
+  // the version its writer read (note's ifVersion).
+  version: number;
 }
 
 export interface BatchEvent {
@@ -101,13 +104,16 @@ export interface TransferJournal {
     event: string,
     detail?: Record<string, unknown>,
   ): Promise<BatchRecord | null>;
-  // Records an event (and optionally last_error) without changing the state.
+  // Records an event (and optionally last_error) without changing the state. ifVersion: the patch is written only
+  // while the batch's version is still the one the caller read (a stale writer never replaces a newer record; the
+  // event is recorded either way, marked stale). false: no such batch, or the fence kept the row as it was.
   note(
     batchId: string,
     event: string,
     detail?: Record<string, unknown>,
     patch?: Pick<BatchPatch, 'lastError' | 'lastErrorCode' | 'targetReconcileToken'>,
-  ): Promise<void>;
+    ifVersion?: number,
+  ): Promise<boolean>;
   // Batches in the given states not updated for olderThanMs, oldest first.
   stale(states: readonly BatchState[], olderThanMs: number, limit: number): Promise<BatchRecord[]>;
   // Pauses or resumes a transfer (persisted; the last call wins) and returns its control.

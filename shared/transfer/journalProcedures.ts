@@ -52,7 +52,7 @@ export const JOURNAL_PROCEDURES = {
     'event',
     'detail',
   ],
-  transfer_batch_note: ['batch_id', 'event', 'detail', ...NOTE_PATCH],
+  transfer_batch_note: ['batch_id', 'event', 'detail', ...NOTE_PATCH, 'if_version'],
   transfer_batch_get: ['batch_id'],
   transfer_batch_last: ['transfer_name'],
   transfer_batch_list: ['transfer_name', 'state', 'after_id', 'limit'],
@@ -166,9 +166,17 @@ export function transitionArgs(
 }
 
 export function noteArgs(
-  ...[batchId, event, detail, patch]: Parameters<TransferJournal['note']>
+  ...[batchId, event, detail, patch, ifVersion]: Parameters<TransferJournal['note']>
 ): JournalArgs<'transfer_batch_note'> {
-  return { batch_id: batchId, event, detail: json(detail), ...notePatch(patch ?? {}) };
+  if (ifVersion !== undefined && !(Number.isSafeInteger(ifVersion) && ifVersion >= 0))
+    throw new Error(`transfer journal: ifVersion must be a whole number >= 0, not ${ifVersion}`);
+  return {
+    batch_id: batchId,
+    event,
+    detail: json(detail),
+    ...notePatch(patch ?? {}),
+    if_version: ifVersion ?? null,
+  };
 }
 
 export function listArgs(...[f]: Parameters<TransferJournal['list']>): JournalArgs<'transfer_batch_list'> {

@@ -42,6 +42,7 @@ export function toBatchRecord(r: JournalRow): BatchRecord {
     applyStartedAt: when(r.apply_started_at),
     committedAt: when(r.committed_at),
     failedAt: when(r.failed_at),
+    version: Number(r.version ?? 0),
   };
 }
 

@@ -36,13 +36,16 @@ export class BatchMoves {
     return this.journal.transition(batchId, from, to, m.set, event, m.detail);
   }
 
-  async noteError(b: BatchRecord, event: string, err: unknown): Promise<void> {
+  // fenced: write the error only while the batch is as `b` was read (its version); a caller whose record may be
+  // stale (maintenance's list) never replaces a newer one.
+  async noteError(b: BatchRecord, event: string, err: unknown, opts: { fenced?: boolean } = {}): Promise<void> {
     const d = describeError(err);
     await this.journal.note(
       b.batchId,
       event,
       { code: d.code, message: d.message },
       { lastError: d.message, lastErrorCode: d.code },
+      opts.fenced ? b.version : undefined,
     );
     this.log(`transfer.${event}`, { batchId: b.batchId, transfer: b.transferName, code: d.code });
   }

@@ -78,8 +78,9 @@ export abstract class ProcedureJournal implements TransferJournal {
     return (await this.batches(this.call('transfer_batch_transition', transitionArgs(...a))))[0] ?? null;
   }
 
-  async note(...a: Parameters<TransferJournal['note']>): Promise<void> {
-    await this.call('transfer_batch_note', noteArgs(...a));
+  async note(...a: Parameters<TransferJournal['note']>): Promise<boolean> {
+    const [rows = []] = await this.call('transfer_batch_note', noteArgs(...a));
+    return noteWritten(rows[0]);
   }
 
   stale(...a: Parameters<TransferJournal['stale']>): Promise<BatchRecord[]> {
@@ -96,6 +97,12 @@ export abstract class ProcedureJournal implements TransferJournal {
     const [rows = []] = await this.call('transfer_control_list', {});
     return rows.map(toTransferControl);
   }
+}
+
+// A note's answer: PostgreSQL's boolean, SQL Server's bit (the row's only column, `result`).
+function noteWritten(row: JournalRow | undefined): boolean {
+  const v = row?.result;
+  return v === true || v === 1;
 }
 
 // The insert procedure answers with an outcome; this turns it into the record or the typed refusal.

@@ -33,7 +33,8 @@ export class Reconciler {
   }
 
   // final: fence every attempt, for good (abandon, and before a window is released).
-  async settle(b: BatchRecord, final: boolean): Promise<{ rec: BatchRecord; verdict: Verdict }> {
+  // committed: true when this call moved the batch to committed (not a record of another run's commit).
+  async settle(b: BatchRecord, final: boolean): Promise<{ rec: BatchRecord; verdict: Verdict; committed?: boolean }> {
     if (!OPEN_STATES.includes(b.state)) return { rec: b, verdict: 'skipped' };
     // Without a manifest nothing was staged, and nothing can have been applied (an apply needs 'staged' first).
     if (b.rowCount === null || b.checksum === null) return { rec: b, verdict: 'skipped' };
@@ -57,10 +58,14 @@ export class Reconciler {
         });
         return { rec: moved ?? (await this.moves.load(b.batchId)), verdict: 'error' };
       }
-      await this.journal.note(b.batchId, 'reconcile_error', d, {
-        lastError: `reconcile could not reach a verdict: ${d.message}`,
-        lastErrorCode: d.code,
-      });
+      // Fenced on the version read: a batch another run moved or noted meanwhile keeps its newer record.
+      await this.journal.note(
+        b.batchId,
+        'reconcile_error',
+        d,
+        { lastError: `reconcile could not reach a verdict: ${d.message}`, lastErrorCode: d.code },
+        b.version,
+      );
       return { rec: await this.moves.load(b.batchId), verdict: 'error' };
     }
     if (outcome.outcome === 'committed') {
@@ -79,7 +84,7 @@ export class Reconciler {
         detail: { via: outcome.via, rowCount: outcome.rowCount, checksum: outcome.checksum, from: b.state },
       });
       await this.purge(a, b);
-      return { rec: moved ?? (await this.moves.load(b.batchId)), verdict: 'committed' };
+      return { rec: moved ?? (await this.moves.load(b.batchId)), verdict: 'committed', committed: moved !== null };
     }
     if (outcome.outcome === 'not_applied') {
       const to: BatchState = outcome.staged ? 'staged' : 'extracting';
@@ -97,7 +102,9 @@ export class Reconciler {
       else if (b.state === 'staged' && !outcome.staged)
         moved = await this.moves.move(b.batchId, { move: 'staging_gone', set: { targetReconcileToken: null }, detail });
       // Unchanged state: noted, and marked touched (updated_at), so maintenance asks again only after the stale age.
-      else await this.journal.note(b.batchId, 'reconciled_not_applied', detail, { lastError: b.lastError });
+      // The touch rewrites the last error it read, so it is fenced on the version read: when another run moved the
+      // batch or noted a newer error meanwhile, the row keeps that newer record (the event is kept, marked stale).
+      else await this.journal.note(b.batchId, 'reconciled_not_applied', detail, { lastError: b.lastError }, b.version);
       return { rec: moved ?? (await this.moves.load(b.batchId)), verdict: 'not_applied' };
     }
     const moved = await this.moves.move(b.batchId, {

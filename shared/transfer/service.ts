@@ -76,6 +76,7 @@ export class TransferService {
   private readonly newId: () => string;
   private readonly adapters = new Map<string, Promise<Adapters>>();
   private readonly prepared = new Set<string>();
+  private readonly committedViews = new WeakSet<BatchView>(); // committedByCall
   private readonly onClose: (() => Promise<void>) | undefined;
   private readonly directApply: boolean;
   private readonly moves: BatchMoves;
@@ -803,7 +804,18 @@ export class TransferService {
     const t = this.transfer(baseTransferName(b.transferName));
     const a = await this.connect(t);
     const req = stageRequest(b, t);
-    await this.prepare(t, a, req.schema); // target adapters need the column mapping (cached per schema)
+    try {
+      await this.prepare(t, a, req.schema); // target adapters need the column mapping (cached per schema)
+    } catch (err) {
+      // The configuration changed since the batch was staged (a mapped column no longer in its recorded schema, a
+      // key without its unique index on the target, ...): it can never be applied as staged. Released like any
+      // terminal failure (after the final fence), so that a new batch covers the window under the new configuration,
+      // instead of the batch staying staged with a step that throws at every retry and no error recorded.
+      if (err instanceof TransferError && TERMINAL_CODES.has(err.code))
+        return toView(await this.reconciler.release(b, err, ['staged']));
+      await this.moves.noteError(b, 'apply_error', err);
+      throw err;
+    }
     const claimed = await this.moves.move(b.batchId, {
       move: 'start_apply',
       set: { incrementAttempts: true, stamp: 'apply_started_at', targetReconcileToken: null },
@@ -842,7 +854,7 @@ export class TransferService {
         ...(res.deleted !== undefined ? { deleted: res.deleted } : {}),
       });
       await this.reconciler.purge(a, b);
-      return toView(done ?? (await this.moves.load(batchId)));
+      return done ? this.committedHere(toView(done)) : toView(await this.moves.load(batchId));
     } catch (err) {
       await this.moves.noteError(b, 'apply_error', err);
       const view = await this.reconcile(batchId);
@@ -910,7 +922,7 @@ export class TransferService {
       rows: res.rowCount,
       direct: true,
     });
-    return toView(done ?? (await this.moves.load(b.batchId)));
+    return done ? this.committedHere(toView(done)) : toView(await this.moves.load(b.batchId));
   }
 
   // A direct apply whose attempt was counted failed: reconciled like an apply (a terminal error releases the batch).
@@ -954,7 +966,20 @@ export class TransferService {
   // it obtains it, commits a fence with the verdict so that no apply of an attempt so far (<= attempts) can commit
   // afterwards. The verdict is therefore final (docs/transfer.md, "Reconcile and the fence").
   async reconcile(batchId: string): Promise<BatchView> {
-    return toView((await this.reconciler.settle(await this.moves.load(batchId), false)).rec);
+    const { rec, committed } = await this.reconciler.settle(await this.moves.load(batchId), false);
+    return committed ? this.committedHere(toView(rec)) : toView(rec);
+  }
+
+  // Whether the call that returned `view` (stage, apply, reconcile of this service) moved the batch to committed
+  // itself -- not a batch found committed by another run. The queue steps continue a catch-up chain only then, so
+  // two steps of one batch (a duplicate message, a retry racing a resumed post) continue it once between them.
+  committedByCall(view: BatchView): boolean {
+    return this.committedViews.has(view);
+  }
+
+  private committedHere(view: BatchView): BatchView {
+    this.committedViews.add(view);
+    return view;
   }
 
   // Maintenance: reconcile batches whose apply outcome is unknown and that nobody touched for olderThanMs.
@@ -967,7 +992,7 @@ export class TransferService {
       try {
         out.push(await this.reconcile(b.batchId));
       } catch (err) {
-        await this.moves.noteError(b, 'reconcile_error', err).catch(() => undefined);
+        await this.moves.noteError(b, 'reconcile_error', err, { fenced: true }).catch(() => undefined);
         out.push(toView((await this.journal.get(b.batchId)) ?? b));
       }
     }

@@ -290,6 +290,10 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     END LOOP;
     v_stg := DBMS_ASSERT.ENQUOTE_NAME(DBMS_ASSERT.SIMPLE_SQL_NAME(p_staging), FALSE);
     v_upserts := v_count;
+    -- The business table in row exclusive mode (what the MERGE takes anyway), with the same bounded wait: a table
+    -- another session holds (LOCK TABLE, DDL) costs ORA-30006, a retryable 'target_busy' with nothing applied, instead
+    -- of a wait as long as the client's call timeout (PostgreSQL: lock_timeout, KEEL_TRANSFER_LOCK_TIMEOUT_MS).
+    EXECUTE IMMEDIATE 'LOCK TABLE ' || qualified(p_owner, p_table) || ' IN ROW EXCLUSIVE MODE WAIT 30';
     IF p_changes IS NOT NULL THEN
       -- Deletes first (a key is at most once in a batch: duplicates were refused at staging).
       EXECUTE IMMEDIATE TO_CLOB('DELETE FROM ') || qualified(p_owner, p_table) || ' t WHERE EXISTS (SELECT 1 FROM ' || v_stg ||
@@ -436,6 +440,13 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
       ' s WHERE s.KEEL_BATCH_ID = :b OR EXISTS (SELECT 1 FROM KEEL_TRANSFER_COMPLETIONS c WHERE c.BATCH_ID = s.KEEL_BATCH_ID' ||
       ' AND (c.STATE = ''COMMITTED'' OR c.FENCED_THROUGH >= 2147483647))'
       USING p_batch_id;
+    -- The staging registry's rows go with them (the same transaction): the batch's own (purged after its commit or its
+    -- failure) and those of every batch that can never be applied again, so the registry stays as small as the open
+    -- batches. A later APPLY_BATCH of such a batch finds its COMMITTED completion row first, or no registry row
+    -- (ORA-20002, nothing applied) and its final fence; TRY_CLAIM reads "nothing staged".
+    DELETE FROM KEEL_TRANSFER_STAGED s WHERE s.BATCH_ID = p_batch_id
+       OR EXISTS (SELECT 1 FROM KEEL_TRANSFER_COMPLETIONS c WHERE c.BATCH_ID = s.BATCH_ID
+                    AND (c.STATE = 'COMMITTED' OR c.FENCED_THROUGH >= 2147483647));
     COMMIT;
   END PURGE_STAGED;
 END KEEL_TRANSFER;

@@ -104,6 +104,7 @@ begin
       last_error_code = case when p_set_last_error_code then p_last_error_code else b.last_error_code end,
       target_reconcile_token = case when p_set_target_reconcile_token then p_target_reconcile_token else b.target_reconcile_token end,
       attempts = b.attempts + case when coalesce(p_increment_attempts, false) then 1 else 0 end,
+      version = b.version + 1,
       extracted_at = case when p_stamp = 'extracted_at' then now() else b.extracted_at end,
       staged_at = case when p_stamp = 'staged_at' then now() else b.staged_at end,
       apply_started_at = case when p_stamp = 'apply_started_at' then now() else b.apply_started_at end,
@@ -117,30 +118,43 @@ begin
 end $$;
 
 -- Records an event (and optionally last error / reconcile token, flagged as in transfer_batch_transition) without
--- changing the state. Returns false when there is no such batch.
+-- changing the state. A note that writes a column raises the row's version and touches updated_at. p_if_version
+-- (null: unconditional) fences the write on the version the caller read: when the row changed since (another run
+-- moved it or noted a newer error), nothing of the row is written -- a stale writer never replaces a newer record --
+-- and the event is still recorded, its detail saying {"stale": true, "version": <the row's>}. Returns false when
+-- there is no such batch or the fence kept the row as it was.
 drop function if exists keel.transfer_batch_note(uuid, text, jsonb, jsonb);
+drop function if exists keel.transfer_batch_note(uuid, text, jsonb, boolean, text, boolean, text, boolean, text);
 create or replace function keel.transfer_batch_note(p_batch_id uuid, p_event text, p_detail jsonb,
   p_set_last_error boolean, p_last_error text, p_set_last_error_code boolean, p_last_error_code text,
-  p_set_target_reconcile_token boolean, p_target_reconcile_token text)
+  p_set_target_reconcile_token boolean, p_target_reconcile_token text, p_if_version bigint)
 returns boolean
 language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
 declare
   v_state text;
+  v_version bigint;
   v_touch boolean := coalesce(p_set_last_error or p_set_last_error_code or p_set_target_reconcile_token, false);
 begin
   update keel.transfer_batches b set
       last_error = case when p_set_last_error then p_last_error else b.last_error end,
       last_error_code = case when p_set_last_error_code then p_last_error_code else b.last_error_code end,
       target_reconcile_token = case when p_set_target_reconcile_token then p_target_reconcile_token else b.target_reconcile_token end,
-      updated_at = case when v_touch then now() else b.updated_at end
-    where b.batch_id = p_batch_id
+      updated_at = case when v_touch then now() else b.updated_at end,
+      version = b.version + case when v_touch then 1 else 0 end
+    where b.batch_id = p_batch_id and (p_if_version is null or b.version = p_if_version)
     returning b.state into v_state;
-  if not found then
-    return false;
+  if found then
+    insert into keel.transfer_batch_events (batch_id, from_state, to_state, event, detail)
+    values (p_batch_id, v_state, v_state, p_event, p_detail);
+    return true;
   end if;
-  insert into keel.transfer_batch_events (batch_id, from_state, to_state, event, detail)
-  values (p_batch_id, v_state, v_state, p_event, p_detail);
-  return true;
+  select b.state, b.version into v_state, v_version from keel.transfer_batches b where b.batch_id = p_batch_id;
+  if found then
+    insert into keel.transfer_batch_events (batch_id, from_state, to_state, event, detail)
+    values (p_batch_id, v_state, v_state, p_event,
+            (case when jsonb_typeof(p_detail) = 'object' then p_detail else '{}'::jsonb end) || jsonb_build_object('stale', true, 'version', v_version));
+  end if;
+  return false;
 end $$;
 
 create or replace function keel.transfer_batch_get(p_batch_id uuid)

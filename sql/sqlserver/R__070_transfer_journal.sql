@@ -79,7 +79,7 @@ BEGIN
     SELECT BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
          ManifestRows AS [RowCount], ManifestChecksum AS [Checksum], StagedRows AS StagedCount, StagedChecksum,
          AppliedRows AS AppliedCount, LastError, LastErrorCode, TargetReconcileToken,
-         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt, Version
       FROM keel.TransferBatches WHERE BatchId = @BatchId;
 END;
 GO
@@ -130,6 +130,7 @@ BEGIN
          LastErrorCode = CASE WHEN @SetLastErrorCode = 1 THEN @LastErrorCode ELSE LastErrorCode END,
          TargetReconcileToken = CASE WHEN @SetTargetReconcileToken = 1 THEN @TargetReconcileToken ELSE TargetReconcileToken END,
          Attempts = Attempts + CASE WHEN @IncrementAttempts = 1 THEN 1 ELSE 0 END,
+         Version = Version + 1,
          ExtractedAt = CASE WHEN @Stamp = 'extracted_at' THEN SYSUTCDATETIME() ELSE ExtractedAt END,
          StagedAt = CASE WHEN @Stamp = 'staged_at' THEN SYSUTCDATETIME() ELSE StagedAt END,
          ApplyStartedAt = CASE WHEN @Stamp = 'apply_started_at' THEN SYSUTCDATETIME() ELSE ApplyStartedAt END,
@@ -142,25 +143,30 @@ BEGIN
   SELECT BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
          ManifestRows AS [RowCount], ManifestChecksum AS [Checksum], StagedRows AS StagedCount, StagedChecksum,
          AppliedRows AS AppliedCount, LastError, LastErrorCode, TargetReconcileToken,
-         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt, Version
     FROM keel.TransferBatches WHERE BatchId = @BatchId;
 END;
 GO
 
 -- Records an event (and optionally last error / reconcile token, flagged as in TransferBatchTransition) without
--- changing the state.
+-- changing the state. A note that writes a column raises the row's Version and touches UpdatedAt. @IfVersion (NULL:
+-- unconditional) fences the write on the version the caller read: when the row changed since, nothing of the row is
+-- written (a stale writer never replaces a newer record) and the event is still recorded, its detail marked
+-- {"stale": true, "version": <the row's>} (PostgreSQL: keel.transfer_batch_note).
 CREATE OR ALTER PROCEDURE keel.TransferBatchNote
   @BatchId uniqueidentifier,
   @Event varchar(64),
   @Detail nvarchar(max),
   @SetLastError bit, @LastError nvarchar(2000),
   @SetLastErrorCode bit, @LastErrorCode varchar(64),
-  @SetTargetReconcileToken bit, @TargetReconcileToken varchar(512)
+  @SetTargetReconcileToken bit, @TargetReconcileToken varchar(512),
+  @IfVersion bigint
 AS
 BEGIN
   SET NOCOUNT ON;
   SET XACT_ABORT ON;
   DECLARE @State varchar(12);
+  DECLARE @Version bigint;
   DECLARE @Touch bit = CASE WHEN @SetLastError = 1 OR @SetLastErrorCode = 1 OR @SetTargetReconcileToken = 1 THEN 1 ELSE 0 END;
   BEGIN TRANSACTION;
   UPDATE keel.TransferBatches
@@ -168,11 +174,24 @@ BEGIN
          LastError = CASE WHEN @SetLastError = 1 THEN @LastError ELSE LastError END,
          LastErrorCode = CASE WHEN @SetLastErrorCode = 1 THEN @LastErrorCode ELSE LastErrorCode END,
          TargetReconcileToken = CASE WHEN @SetTargetReconcileToken = 1 THEN @TargetReconcileToken ELSE TargetReconcileToken END,
-         UpdatedAt = CASE WHEN @Touch = 1 THEN SYSUTCDATETIME() ELSE UpdatedAt END
-   WHERE BatchId = @BatchId;
-  IF @State IS NOT NULL
+         UpdatedAt = CASE WHEN @Touch = 1 THEN SYSUTCDATETIME() ELSE UpdatedAt END,
+         Version = Version + CASE WHEN @Touch = 1 THEN 1 ELSE 0 END
+   WHERE BatchId = @BatchId AND (@IfVersion IS NULL OR Version = @IfVersion);
+  DECLARE @Written bit = CASE WHEN @State IS NULL THEN 0 ELSE 1 END;
+  IF @Written = 1
     INSERT INTO keel.TransferBatchEvents (BatchId, FromState, ToState, Event, Detail) VALUES (@BatchId, @State, @State, @Event, @Detail);
+  ELSE
+  BEGIN
+    SELECT @State = State, @Version = Version FROM keel.TransferBatches WHERE BatchId = @BatchId;
+    IF @State IS NOT NULL
+      INSERT INTO keel.TransferBatchEvents (BatchId, FromState, ToState, Event, Detail)
+      VALUES (@BatchId, @State, @State, @Event,
+              JSON_MODIFY(JSON_MODIFY(CASE WHEN ISJSON(@Detail) = 1 AND LEFT(LTRIM(@Detail), 1) = N'{' THEN @Detail ELSE N'{}' END,
+                                      '$.stale', CAST(1 AS bit)), '$.version', @Version));
+  END;
   COMMIT TRANSACTION;
+  -- false: no such batch, or the fence kept the row as it was (the answer of the PostgreSQL function).
+  SELECT @Written AS Result;
 END;
 GO
 
@@ -185,7 +204,7 @@ BEGIN
   SELECT BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
          ManifestRows AS [RowCount], ManifestChecksum AS [Checksum], StagedRows AS StagedCount, StagedChecksum,
          AppliedRows AS AppliedCount, LastError, LastErrorCode, TargetReconcileToken,
-         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt, Version
     FROM keel.TransferBatches WHERE BatchId = @BatchId;
 END;
 GO
@@ -199,13 +218,13 @@ BEGIN
   SELECT TOP (1) BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
          ManifestRows AS [RowCount], ManifestChecksum AS [Checksum], StagedRows AS StagedCount, StagedChecksum,
          AppliedRows AS AppliedCount, LastError, LastErrorCode, TargetReconcileToken,
-         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt, Version
     FROM keel.TransferBatches
    WHERE TransferName = @TransferName AND State IN ('extracting', 'staged', 'applying', 'unresolved');
   SELECT TOP (1) BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
          ManifestRows AS [RowCount], ManifestChecksum AS [Checksum], StagedRows AS StagedCount, StagedChecksum,
          AppliedRows AS AppliedCount, LastError, LastErrorCode, TargetReconcileToken,
-         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt, Version
     FROM keel.TransferBatches
    WHERE TransferName = @TransferName AND State = 'committed'
    ORDER BY Seq DESC;
@@ -228,7 +247,7 @@ BEGIN
   SELECT TOP (@Limit) BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
          ManifestRows AS [RowCount], ManifestChecksum AS [Checksum], StagedRows AS StagedCount, StagedChecksum,
          AppliedRows AS AppliedCount, LastError, LastErrorCode, TargetReconcileToken,
-         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt, Version
     FROM keel.TransferBatches
    WHERE (@TransferName IS NULL OR TransferName = @TransferName)
      AND (@State IS NULL OR State = @State)
@@ -263,7 +282,7 @@ BEGIN
   SELECT TOP (@Limit) BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
          ManifestRows AS [RowCount], ManifestChecksum AS [Checksum], StagedRows AS StagedCount, StagedChecksum,
          AppliedRows AS AppliedCount, LastError, LastErrorCode, TargetReconcileToken,
-         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt, Version
     FROM keel.TransferBatches
    WHERE CHARINDEX(',' + State + ',', ',' + @States + ',') > 0 AND UpdatedAt < @Before
    ORDER BY UpdatedAt;

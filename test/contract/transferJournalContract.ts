@@ -160,6 +160,50 @@ export function defineTransferJournalContract(makeHarness: () => JournalHarness)
     expect(await record(12, 'c-late')).toMatchObject({ rowCount: kept!.rowCount, checksum: kept!.checksum });
   });
 
+  it('a note fenced on the version its writer read: written while the row is unchanged, kept out once it moved', async () => {
+    const name = unique('ver');
+    const a = await j.insertBatch({ ...base(name), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '10' });
+    expect(a.version).toBe(0);
+    // Every transition and every note that writes a column raises the version; an event-only note does not.
+    const m = await j.transition(
+      a.batchId,
+      ['extracting'],
+      'extracting',
+      { rowCount: 10, checksum: 'c' },
+      'manifest_recorded',
+    );
+    expect(m!.version).toBe(1);
+    expect(await j.note(a.batchId, 'purge_error', { code: 'x' })).toBe(true);
+    expect((await j.get(a.batchId))!.version).toBe(1);
+    expect(await j.note(a.batchId, 'stage_error', { code: 'E1' }, { lastError: 'first', lastErrorCode: 'E1' }, 1)).toBe(
+      true,
+    );
+    const read = (await j.get(a.batchId))!;
+    expect([read.version, read.lastError]).toEqual([2, 'first']);
+    // Another writer notes a newer error: a writer that read version 2 no longer writes, but its event is kept.
+    await j.note(a.batchId, 'apply_error', { code: 'E2' }, { lastError: 'newer', lastErrorCode: 'E2' });
+    expect(
+      await j.note(
+        a.batchId,
+        'reconcile_error',
+        { code: 'E3' },
+        { lastError: 'stale', lastErrorCode: 'E3' },
+        read.version,
+      ),
+    ).toBe(false);
+    const now = (await j.get(a.batchId))!;
+    expect([now.version, now.lastError, now.lastErrorCode]).toEqual([3, 'newer', 'E2']);
+    const ev = await j.events(a.batchId);
+    expect(ev.at(-1)).toMatchObject({ event: 'reconcile_error', detail: { code: 'E3', stale: true, version: 3 } });
+    // A move made meanwhile fences it the same way; a note of an unknown batch answers false.
+    await j.transition(a.batchId, ['extracting'], 'staged', { stagedCount: 10 }, 'staged');
+    expect(await j.note(a.batchId, 'reconciled_not_applied', null as never, { lastError: 'newer' }, now.version)).toBe(
+      false,
+    );
+    expect((await j.events(a.batchId)).at(-1)!.detail).toEqual({ stale: true, version: 4 });
+    expect(await j.note(randomUUID(), 'stage_error', {}, { lastError: 'x' }, 0)).toBe(false);
+  });
+
   it(`texts keep the same bound on every engine: last_error ${JOURNAL_TEXT_MAX.last_error} characters, cut whole`, async () => {
     const max = JOURNAL_TEXT_MAX.last_error;
     const name = unique('bound');

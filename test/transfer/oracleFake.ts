@@ -253,7 +253,14 @@ export class FakeSession {
     }
     if (/PURGE_STAGED/.test(sql)) {
       await this.enter('PURGE_STAGED');
-      s.stagedRows = s.stagedRows.filter((r) => r[0] !== b.p_batch_id);
+      // The batch's rows and registry row, and those of every batch that can never be applied again (committed, or
+      // fenced for good), as KEEL_TRANSFER.PURGE_STAGED deletes them.
+      const gone = (id: string) => {
+        const c = s.completions.get(id);
+        return id === b.p_batch_id || c?.state === 'COMMITTED' || (c?.fenced ?? 0) >= 2147483647;
+      };
+      s.stagedRows = s.stagedRows.filter((r) => !gone(r[0]!));
+      for (const id of [...s.registry.keys()]) if (gone(id)) s.registry.delete(id);
       return {};
     }
     throw new Error(`the fake Oracle does not know this statement: ${sql.slice(0, 120)}`);

@@ -458,7 +458,7 @@ export class OracleTargetDialect implements TargetDialect {
     if (oraNum(err) === ORA_LOCK_WAIT_TIMEOUT) {
       return new TransferError(
         'target_busy',
-        `batch ${req.batchId}: its staging registry row stayed locked by another session for ${ORACLE_LOCK_WAIT_SECONDS} s (an apply or reconcile still open, or an orphaned session); nothing was applied, run the batch again later`,
+        `batch ${req.batchId}: its staging registry row, or the target table, stayed locked by another session for ${ORACLE_LOCK_WAIT_SECONDS} s (an apply or reconcile still open, an orphaned session, a LOCK TABLE); nothing was applied, run the batch again later`,
       );
     }
     return dataError(req.batchId, err, null, [], this.cols(), this.t.keyColumns);

@@ -62,7 +62,7 @@ export const JOURNAL_POSTGRES_FUNCTIONS: { [P in JournalProcedure]: PgSignature<
     returns: 'rows',
   },
   transfer_batch_note: {
-    params: { batch_id: 'uuid', event: 'text', detail: 'jsonb', ...PATCH_TYPES },
+    params: { batch_id: 'uuid', event: 'text', detail: 'jsonb', ...PATCH_TYPES, if_version: 'bigint' },
     returns: 'boolean',
   },
   transfer_batch_get: { params: { batch_id: 'uuid' }, returns: 'rows' },

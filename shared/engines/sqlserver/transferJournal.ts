@@ -69,6 +69,7 @@ export const JOURNAL_SQLSERVER_PARAMS: {
     Event: sql.VarChar(64),
     Detail: sql.NVarChar(sql.MAX),
     ...PATCH_TYPES,
+    IfVersion: sql.BigInt,
   },
   transfer_batch_get: { BatchId: sql.UniqueIdentifier },
   transfer_batch_last: { TransferName: sql.NVarChar(64) },

@@ -31,6 +31,12 @@ import type { KeyTuple, Manifest, SourceAdapter, SourceSchema, TypeFacets, Windo
 import { sharedSqlServerPool, type SqlServerPool } from './pool.js';
 import { DEFAULT_TRANSFER_TIMEOUTS, type TransferTimeouts } from '../../transfer/timeouts.js';
 
+// Whether a string's UTF-16 units are Unicode text (no unpaired surrogate).
+const LONE_SURROGATE = /\p{Cs}/u;
+function wellFormed(v: string): boolean {
+  return !LONE_SURROGATE.test(v);
+}
+
 // The transfer's own pool (application name keel-transfer): connect timeout, and the request timeout as the
 // statement timeout (tedious fails a request that has not completed in time, streaming ones included, and cancels it
 // on the server). SQL Server has no idle-in-transaction timeout; the source reads run without an explicit transaction.
@@ -541,6 +547,7 @@ export class SqlServerTransferSource implements SourceAdapter {
     }
     const cols = mappedColumns(this.t, schema);
     const types = cols.map((c) => c.logical);
+    const verify = this.textCheck(cols);
     const req = await this.pool.request();
     const where = this.windowPredicate(req, w);
     // nextWindow stays at the session's READ COMMITTED: under locking it waits for a row in flight below
@@ -551,13 +558,40 @@ export class SqlServerTransferSource implements SourceAdapter {
       this.isolation,
       `SELECT ${cols.map((c) => mssqlSelectExpr(quoteMssql(c.source), c.logical, c.type)).join(', ')} FROM ${this.from} WHERE ${where}`,
     );
-    yield* this.streamQuery(req, text, types, chunkSize);
+    yield* this.streamQuery(req, text, types, chunkSize, false, verify);
+  }
+
+  // Refuses a text value whose UTF-16 units do not form Unicode text: an unpaired surrogate, which nvarchar holds
+  // (UCS-2 units, any of them) but UTF-8 cannot. Its UTF-8 form -- what keel-v1 hashes and what every target's driver
+  // sends -- is U+FFFD, so the target would store another character with both checksums agreeing on it: a silent
+  // change, which the canonical form never makes (docs/transfer.md, "Guarantees"). null: no text column.
+  private textCheck(
+    cols: { source: string; logical: LogicalType; type: string }[],
+  ): ((row: CanonicalRow) => void) | null {
+    const text = cols.flatMap((c, i) => (c.logical === 'text' ? [i] : []));
+    if (text.length === 0) return null;
+    const keys = this.t.keyColumns.map((k) => cols.findIndex((c) => c.source === k));
+    return (row) => {
+      for (const i of text) {
+        const v = row[i];
+        if (typeof v === 'string' && !wellFormed(v)) {
+          const column = cols[i]!.source;
+          const key = keys.map((k) => (k < 0 ? '?' : String(row[k]))).join(', ');
+          throw new TransferError(
+            'unsupported_type',
+            `transfer ${this.t.name}: source column ${column} (${cols[i]!.type}) holds text with an unpaired UTF-16 surrogate (row with key ${key}), which UTF-8 (the canonical text, PostgreSQL and Oracle) cannot hold: it would be stored as U+FFFD. The batch is refused before staging; exclude or convert it in source.query`,
+            { column, key },
+          );
+        }
+      }
+    };
   }
 
   // A change window's rows, then OP_COLUMN, in one SNAPSHOT transaction that also checks the min valid version.
   private async *streamChanges(w: Window, schema: SourceSchema, chunkSize: number): AsyncIterable<CanonicalRow[]> {
     const mapped = mappedColumns(this.t, schema);
     const types: LogicalType[] = [...mapped.map((c) => c.logical), 'text'];
+    const verify = this.textCheck(mapped);
     const tx = await this.snapshot();
     let ok = false;
     try {
@@ -579,7 +613,7 @@ export class SqlServerTransferSource implements SourceAdapter {
         baseline,
         range ? { low: range.low !== null, high: range.high !== null } : null,
       );
-      yield* this.streamQuery(req, text, types, chunkSize, true);
+      yield* this.streamQuery(req, text, types, chunkSize, true, verify);
       await tx.commit();
       ok = true;
     } catch (err) {
@@ -597,6 +631,7 @@ export class SqlServerTransferSource implements SourceAdapter {
     types: LogicalType[],
     chunkSize: number,
     inTransaction = false,
+    verify: ((row: CanonicalRow) => void) | null = null,
   ): AsyncIterable<CanonicalRow[]> {
     req.stream = true;
     req.arrayRowMode = true;
@@ -617,7 +652,9 @@ export class SqlServerTransferSource implements SourceAdapter {
     };
     req.on('row', (row: unknown[]) => {
       try {
-        current.push(row.map((v, i) => canonicalValue(types[i]!, v)));
+        const canonical = row.map((v, i) => canonicalValue(types[i]!, v));
+        verify?.(canonical);
+        current.push(canonical);
       } catch (err) {
         failure = err;
         req.cancel();

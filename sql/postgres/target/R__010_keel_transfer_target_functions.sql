@@ -424,6 +424,14 @@ begin
   -- out). They neither keep the table from being truncated nor stay behind a delete, so they go with the next purge.
   perform set_config('lock_timeout', '5s', true);
   execute format('lock table keel_transfer.%I in access exclusive mode', p_staging_table);
+  -- The staging registry's rows go with the staged rows (the same transaction): the batch's own (purged after its
+  -- commit or its failure: no apply of it can commit any more) and those of every batch that can never be applied
+  -- again, so the registry stays as small as the open batches (docs/transfer.md, "Staging cleanup"). A later run of
+  -- such a batch finds its completion row (committed: 'already committed') or its final fence (KT005) first.
+  delete from keel_transfer.staged s
+   where s.batch_id = p_batch_id
+      or exists (select 1 from keel_transfer.completions c where c.batch_id = s.batch_id
+                   and (c.state = 'committed' or c.fenced_through >= 2147483647));
   execute format('select exists (select 1 from keel_transfer.%I s where s.keel_batch_id <> $1
                     and not exists (select 1 from keel_transfer.completions c where c.batch_id = s.keel_batch_id
                                       and (c.state = ''committed'' or c.fenced_through >= 2147483647)))', p_staging_table)

@@ -1,0 +1,100 @@
+// A transfer's configuration changed between the stage and the apply of a running backfill's batch (a redeploy with
+// another column mapping or key): the staged batch can never be applied as it was staged. Its apply releases it
+// like any terminal failure -- target_incompatible (or schema_drift) recorded, the final fence written, the window
+// released -- instead of throwing before anything was recorded (the step failing at every retry while the batch
+// stayed staged for good). The next batch then covers the window under the new configuration (after
+// acceptSchemaHash, as for any drift), every row written once.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
+import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
+import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
+import type { TransferConfig } from '../../shared/transfer/config.js';
+import { isTransferError } from '../../shared/transfer/errors.js';
+import { TransferService } from '../../shared/transfer/service.js';
+import { createLane, LANE_WRITES_DDL, laneProblems, laneTransfer, setupDatabases, type Env } from './helpers.js';
+
+const ALL = ['id', 'customer', 'amount', 'placed_at', 'flag', 'note', 'payload'];
+const cols = (names: string[]) => names.map((c) => ({ source: c, target: c }));
+
+describe('configuration changed between the stage and the apply of a batch', () => {
+  let env: Env;
+  beforeAll(async () => {
+    env = await setupDatabases('tr_cfg');
+    await env.target.query(LANE_WRITES_DDL);
+  });
+  afterAll(async () => {
+    await env?.close();
+  });
+
+  const service = (t: TransferConfig) =>
+    new TransferService({
+      journal: new PostgresTransferJournal(env.control),
+      transfers: [t],
+      directApply: false,
+      connect: (tc) => ({
+        source: new PostgresTransferSource(tc, env.source),
+        target: new PostgresTransferTarget(tc, env.target),
+      }),
+    });
+
+  it('a mapped column dropped from the mapping: the staged batch fails (target_incompatible), its window is covered again', async () => {
+    await createLane(env, 'cfg_cols', 30);
+    const v1 = laneTransfer('cfg_cols', { batchSize: 10, columns: cols(ALL) });
+    const a = service(v1);
+    expect((await a.run((await a.createBatch(v1.name)).batchId)).state).toBe('committed');
+    const open = await a.createBatch(v1.name);
+    expect((await a.stage(open.batchId)).state).toBe('staged');
+    await a.close();
+
+    // Redeployed without `note` (the target column keeps what it had).
+    const v2 = laneTransfer('cfg_cols', { batchSize: 10, columns: cols(ALL.filter((c) => c !== 'note')) });
+    const b = service(v2);
+    const after = await b.apply(open.batchId);
+    // (The target refuses first: its staging table holds the batch's rows in the old mapping's columns.)
+    expect([after.state, after.lastErrorCode]).toEqual(['failed', 'target_incompatible']);
+    expect(after.lastError).toMatch(/another column mapping/);
+    // The window is released; the next start asks for the drift to be accepted, as for any drift.
+    const refused = await b.createBatch(v2.name).catch((e: unknown) => e);
+    expect(isTransferError(refused, 'schema_drift')).toBe(true);
+    const hash = (refused as { detail: { current: string } }).detail.current;
+    await b.close();
+
+    const v3 = laneTransfer('cfg_cols', {
+      batchSize: 10,
+      columns: cols(ALL.filter((c) => c !== 'note')),
+      acceptSchemaHash: hash,
+    });
+    const c = service(v3);
+    for (let n = 0; n < 2; n++) {
+      const next = await c.createBatch(v3.name);
+      if (n === 0) expect([next.boundary.low, next.boundary.high]).toEqual([open.boundary.low, open.boundary.high]);
+      expect((await c.run(next.batchId)).state).toBe('committed');
+    }
+    // Every row once (the rows after the change without `note`, which is no longer mapped).
+    const q = await env.target.query(
+      `select count(*)::int as n, count(note)::int as notes, (select max(writes) from public.lane_writes where tbl = 'cfg_cols')::int as w from public.cfg_cols`,
+    );
+    expect(q.rows[0]).toEqual({ n: 30, notes: 8, w: 1 }); // rows 1..10: every 5th note is null
+    await c.close();
+  });
+
+  it('a key without a unique index on the target: the staged batch fails with target_incompatible', async () => {
+    await createLane(env, 'cfg_key', 20);
+    const v1 = laneTransfer('cfg_key', { batchSize: 10 });
+    const a = service(v1);
+    const open = await a.createBatch(v1.name);
+    expect((await a.stage(open.batchId)).state).toBe('staged');
+    await a.close();
+    const v2 = laneTransfer('cfg_key', { batchSize: 10, keyColumns: ['customer'] });
+    const b = service(v2);
+    const after = await b.run(open.batchId);
+    expect([after.state, after.lastErrorCode]).toEqual(['failed', 'target_incompatible']);
+    expect(after.lastError).toMatch(/customer/);
+    await b.close();
+    // Back to the old key: the window is covered by a new batch.
+    const c = service(v1);
+    for (let n = 0; n < 2; n++) expect((await c.run((await c.createBatch(v1.name)).batchId)).state).toBe('committed');
+    expect(await laneProblems(env, 'cfg_key', 20)).toEqual([]);
+    await c.close();
+  });
+});
