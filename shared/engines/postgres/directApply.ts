@@ -294,10 +294,6 @@ export async function applyDirect(
 
 // The feed's chunks as COPY text into the open COPY: every wait (the next chunk, the sink's drain) fails as soon as
 // the COPY breaks or nothing moved for the stall time. `holding` gets the feed's iterator while it is read.
-// The next chunk is taken from the feed (read, and with one source read the chunk just written hashed) BEFORE the
-// wait for the sink's drain: a chunk is larger than the socket's buffers, so the drain comes only once the target
-// has parsed most of it, and pulling after it left the target idle while Node hashed and read (the pipe's three
-// processes ran one after another instead of side by side). At most one written chunk is in flight.
 async function writeRows(
   feed: RowsFeed,
   types: LogicalType[],
@@ -308,13 +304,11 @@ async function writeRows(
 ): Promise<void> {
   const rows = feed.rows[Symbol.asyncIterator]();
   holding(rows);
-  let next = await guard(rows.next());
-  while (!next.done) {
+  for (;;) {
+    const next = await guard(rows.next());
+    if (next.done) break;
     touch();
-    const drained = sink.write(copyChunk(next.value, types)) ? null : once(sink, 'drain');
-    drained?.catch(noop); // awaited below, unless the feed fails first (the sink's error is reported by the guard)
-    next = await guard(rows.next());
-    if (drained) await guard(drained);
+    if (!sink.write(copyChunk(next.value, types))) await guard(once(sink, 'drain'));
     touch();
   }
   const finished = new Promise<void>((resolve) => sink.once('finish', resolve));

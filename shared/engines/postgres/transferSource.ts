@@ -50,12 +50,6 @@ import { PG_COPY_FORMAT, pgChecksumAlgorithms } from './serverFeatures.js';
 
 const noop = () => undefined;
 
-// How much of the canonical COPY text is taken off the socket ahead of the consumer (bytes). With the stream's
-// default (64 KiB) the server could write only as far as the socket's buffers while Node hashed and wrote the chunk
-// before (a 5,000-row chunk is ~0.4 MB), so it stopped there and its formatting waited for Node instead of running
-// beside it; about two chunks ahead keeps it writing, and bounds the memory taken.
-const STREAM_READ_AHEAD = 1 << 20;
-
 // The largest version: a change not stamped yet counts as newer than any window (it belongs to a later one).
 const UNSTAMPED = '9223372036854775807';
 
@@ -505,9 +499,7 @@ export class PostgresTransferSource implements SourceAdapter {
       );
       if (changes) await this.checkChangesValid(client, w.low);
       if (facts) facts.keysUnique = await this.keysUniqueIn(client, changes);
-      const copy = client.query(
-        copyTo(`copy (${this.settingsSelect(w, schema, cols)}) to stdout`, { highWaterMark: STREAM_READ_AHEAD }),
-      );
+      const copy = client.query(copyTo(`copy (${this.settingsSelect(w, schema, cols)}) to stdout`));
       stream = copy;
       copy.on('error', noop); // the iteration below reports it; never unhandled
       let rows: CanonicalRow[] = [];
