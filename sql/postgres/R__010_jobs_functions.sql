@@ -524,13 +524,17 @@ $$;
 -- row (and parsing them in the client) cost more than the rest of the row (~3.5 us a job on the server). The update
 -- returns only the columns sent (`returning h.*` copied every column of every row, logs and result too, into the CTE:
 -- ~6 % of the claim's backend CPU), and tags are null when there are none (the client reads null as no tags; parsing
--- '{}' cost the client's array parser ~1 us a job).
+-- '{}' cost the client's array parser ~1 us a job). The claim order's keys (priority, run_at, job_id) are the first
+-- columns, fixed-width and never null: the sort reads them at fixed offsets. As resjunk keys after the text and
+-- JSON columns, every comparison walked each row to them (nocachegetattr; all rows of one enqueue share priority and
+-- run_at, so every comparison reached the id): ~1-2 us a job of the claim (bench/README.md, runs 291-299). The
+-- client reads the columns by name (shared/jobs/rows.ts). run_at in epoch ms orders as the timestamp does: its
+-- microseconds stay distinct in a double (spacing ~0.24 us at today's instants).
 drop function if exists keel.claim_and_start(text, text[], integer, integer);
 create or replace function keel.claim_and_start(p_worker_id text, p_queues text[], p_limit integer, p_lease_seconds integer)
-returns table (job_id bigint, lease_id uuid, queue text, type text, payload jsonb, priority integer, attempts integer,
-               max_attempts integer, queue_max_attempts integer, idempotency_key text, tags text[],
-               run_at double precision, created_at double precision, lease_expires_at double precision,
-               attempt integer)
+returns table (priority integer, run_at double precision, job_id bigint, lease_id uuid, queue text, type text,
+               payload jsonb, attempts integer, max_attempts integer, queue_max_attempts integer, idempotency_key text,
+               tags text[], created_at double precision, lease_expires_at double precision, attempt integer)
 language plpgsql as $$
 #variable_conflict use_column
 declare
@@ -560,11 +564,11 @@ begin
     returning h.id, h.lease_id, h.queue, h.type, h.payload, h.priority, h.attempts, h.max_attempts, h.idempotency_key,
               h.tags, h.run_at, h.created_at, h.lease_expires_at
   )
-  select u.id, u.lease_id, u.queue, u.type, u.payload, u.priority, u.attempts - 1, u.max_attempts,
-         coalesce(s.max_attempts, 5), u.idempotency_key, case when cardinality(u.tags) > 0 then u.tags end,
-         keel._epoch_ms(u.run_at), keel._epoch_ms(u.created_at), keel._epoch_ms(u.lease_expires_at), u.attempts
+  select u.priority, keel._epoch_ms(u.run_at), u.id, u.lease_id, u.queue, u.type, u.payload, u.attempts - 1,
+         u.max_attempts, coalesce(s.max_attempts, 5), u.idempotency_key, case when cardinality(u.tags) > 0 then u.tags end,
+         keel._epoch_ms(u.created_at), keel._epoch_ms(u.lease_expires_at), u.attempts
   from upd u left join keel.queues s on s.name = u.queue
-  order by u.priority desc, u.run_at, u.id;
+  order by 1 desc, 2, 3; -- priority desc, run_at, id: the claim order, read from the first three columns
   get diagnostics v_n = row_count;
   if v_n <> cardinality(v_tids) then
     raise exception 'keel.claim_and_start: locked % rows, moved %', cardinality(v_tids), v_n;
