@@ -26,12 +26,15 @@ returns uuid language sql immutable as $$
   select case when p_lease ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' then p_lease::uuid end
 $$;
 
--- The lease a batch claim mints for one of its jobs: a fresh random seed per claim statement, hashed with the job id.
--- Unique per job and claim, and as unguessable as the seed; gen_random_uuid() per row cost ~4 us a job (a strong
--- random draw each), a quarter of the claim's update.
+-- The lease a batch claim mints for one of its jobs: the first 64 bits of a fresh random seed per claim statement (a
+-- v4 UUID: 60 random bits) and the job id's 64 bits, as one UUID. Unique per job and claim (a claim takes a job once;
+-- two claims share a prefix with probability 2^-60), and no more guessable without the seed than the seed itself:
+-- what another lease of the same claim reveals is the prefix of leases its holder already holds. gen_random_uuid()
+-- per row cost ~4 us a job (a strong random draw each), and md5(seed:id) ~2-3 us (an OpenSSL digest context per
+-- call and the hex text parsed back): ~10 % of the claim's update (bench/README.md, runs 291-299).
 create or replace function keel._lease_of(p_seed text, p_job_id bigint)
 returns uuid language sql immutable as $$
-  select md5(p_seed || ':' || p_job_id::text)::uuid
+  select (left(p_seed, 19) || lpad(to_hex(p_job_id), 16, '0'))::uuid
 $$;
 
 -- stable, as date_part(…, timestamptz) is: a wrapper declared immutable around it is not inlined. date_part, not
@@ -537,13 +540,17 @@ $$;
 -- row (and parsing them in the client) cost more than the rest of the row (~3.5 us a job on the server). The update
 -- returns only the columns sent (`returning h.*` copied every column of every row, logs and result too, into the CTE:
 -- ~6 % of the claim's backend CPU), and tags are null when there are none (the client reads null as no tags; parsing
--- '{}' cost the client's array parser ~1 us a job).
+-- '{}' cost the client's array parser ~1 us a job). The claim order's keys (priority, run_at, job_id) are the first
+-- columns, fixed-width and never null: the sort reads them at fixed offsets. As resjunk keys after the text and
+-- JSON columns, every comparison walked each row to them (nocachegetattr; all rows of one enqueue share priority and
+-- run_at, so every comparison reached the id): ~1-2 us a job of the claim (bench/README.md, runs 291-299). The
+-- client reads the columns by name (shared/jobs/rows.ts). run_at in epoch ms orders as the timestamp does: its
+-- microseconds stay distinct in a double (spacing ~0.24 us at today's instants).
 drop function if exists keel.claim_and_start(text, text[], integer, integer);
 create or replace function keel.claim_and_start(p_worker_id text, p_queues text[], p_limit integer, p_lease_seconds integer)
-returns table (job_id bigint, lease_id uuid, queue text, type text, payload jsonb, priority integer, attempts integer,
-               max_attempts integer, queue_max_attempts integer, idempotency_key text, tags text[],
-               run_at double precision, created_at double precision, lease_expires_at double precision,
-               attempt integer)
+returns table (priority integer, run_at double precision, job_id bigint, lease_id uuid, queue text, type text,
+               payload jsonb, attempts integer, max_attempts integer, queue_max_attempts integer, idempotency_key text,
+               tags text[], created_at double precision, lease_expires_at double precision, attempt integer)
 language plpgsql as $$
 #variable_conflict use_column
 declare
@@ -573,11 +580,11 @@ begin
     returning h.id, h.lease_id, h.queue, h.type, h.payload, h.priority, h.attempts, h.max_attempts, h.idempotency_key,
               h.tags, h.run_at, h.created_at, h.lease_expires_at
   )
-  select u.id, u.lease_id, u.queue, u.type, u.payload, u.priority, u.attempts - 1, u.max_attempts,
-         coalesce(s.max_attempts, 5), u.idempotency_key, case when cardinality(u.tags) > 0 then u.tags end,
-         keel._epoch_ms(u.run_at), keel._epoch_ms(u.created_at), keel._epoch_ms(u.lease_expires_at), u.attempts
+  select u.priority, keel._epoch_ms(u.run_at), u.id, u.lease_id, u.queue, u.type, u.payload, u.attempts - 1,
+         u.max_attempts, coalesce(s.max_attempts, 5), u.idempotency_key, case when cardinality(u.tags) > 0 then u.tags end,
+         keel._epoch_ms(u.created_at), keel._epoch_ms(u.lease_expires_at), u.attempts
   from upd u left join keel.queues s on s.name = u.queue
-  order by u.priority desc, u.run_at, u.id;
+  order by 1 desc, 2, 3; -- priority desc, run_at, id: the claim order, read from the first three columns
   get diagnostics v_n = row_count;
   if v_n <> cardinality(v_tids) then
     raise exception 'keel.claim_and_start: locked % rows, moved %', cardinality(v_tids), v_n;
