@@ -90,6 +90,10 @@ export interface ClaimedJob {
   runAt: Date;
   createdAt: Date;
   leaseExpiresAt: Date;
+  // The queue's zombie timeout as the claim read it: how long a started job may go without a heartbeat before the
+  // zombie rescue takes it back. The processor stops the handler before that much time passes without a confirmed
+  // heartbeat (its lease's deadline: docs/jobs.md, "Leases and heartbeats").
+  queueZombieTimeoutSeconds: number;
 }
 
 // A job claimed and started in one step (claimAndStart): already 'processing' under its lease, this attempt counted.

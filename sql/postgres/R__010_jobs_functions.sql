@@ -368,7 +368,8 @@ begin
     returning h.*
   )
   select u.id, u.lease_id, u.queue, u.type, u.payload, u.priority, u.attempts, u.max_attempts,
-         coalesce(s.max_attempts, 5), u.idempotency_key, u.tags, u.run_at, u.created_at, u.lease_expires_at
+         coalesce(s.max_attempts, 5), u.idempotency_key, u.tags, u.run_at, u.created_at, u.lease_expires_at,
+         coalesce(s.zombie_timeout_seconds, 300) -- the lease a started job keeps by heartbeats (as rescue_zombies)
   from upd u left join keel.queues s on s.name = u.queue
   order by u.priority desc, u.run_at, u.id;
   get diagnostics v_n = row_count;
@@ -527,7 +528,7 @@ create or replace function keel.claim_and_start(p_worker_id text, p_queues text[
 returns table (job_id bigint, lease_id uuid, queue text, type text, payload jsonb, priority integer, attempts integer,
                max_attempts integer, queue_max_attempts integer, idempotency_key text, tags text[],
                run_at double precision, created_at double precision, lease_expires_at double precision,
-               attempt integer)
+               attempt integer, queue_zombie_timeout_seconds integer)
 language plpgsql as $$
 #variable_conflict use_column
 declare
@@ -559,7 +560,8 @@ begin
   )
   select u.id, u.lease_id, u.queue, u.type, u.payload, u.priority, u.attempts - 1, u.max_attempts,
          coalesce(s.max_attempts, 5), u.idempotency_key, case when cardinality(u.tags) > 0 then u.tags end,
-         keel._epoch_ms(u.run_at), keel._epoch_ms(u.created_at), keel._epoch_ms(u.lease_expires_at), u.attempts
+         keel._epoch_ms(u.run_at), keel._epoch_ms(u.created_at), keel._epoch_ms(u.lease_expires_at), u.attempts,
+         coalesce(s.zombie_timeout_seconds, 300) -- the lease the worker keeps by heartbeats (as rescue_zombies)
   from upd u left join keel.queues s on s.name = u.queue
   order by u.priority desc, u.run_at, u.id;
   get diagnostics v_n = row_count;

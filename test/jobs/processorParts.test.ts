@@ -24,6 +24,7 @@ const job = (id: number): StartedJob => ({
   runAt: new Date(0),
   createdAt: new Date(0),
   leaseExpiresAt: new Date(0),
+  queueZombieTimeoutSeconds: 300,
   attempt: 1,
 });
 
