@@ -381,6 +381,7 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(job!.createdAt.getTime()).toBe(rec.createdAt.getTime());
       expect(job!.leaseExpiresAt.getTime()).toBeGreaterThan(before + 50_000); // default lease 60 s
       expect(job!.leaseExpiresAt.getTime()).toBeLessThan(Date.now() + 70_000);
+      expect(job!.queueZombieTimeoutSeconds).toBe(300); // no settings row: the rescue's default
       expect(await store.claimAndStart({ workerId: 'w2', queues: [q], limit: 5 })).toEqual([]);
       expect(await store.claimNext({ workerId: 'w2', queues: [q], limit: 5 })).toEqual([]);
       expect(await store.heartbeat(ref(job!))).toEqual({ status: 'ok', cancelRequested: false });
@@ -509,8 +510,25 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect((await store.rescueZombies(100)).retried).toBeGreaterThanOrEqual(1);
       expect(await store.getJob(id)).toMatchObject({ state: 'pending', attempts: 1 });
       expect(await store.heartbeat(ref(first!))).toMatchObject({ status: 'lease_lost' });
+      expect(first!.queueZombieTimeoutSeconds).toBe(30); // the lease the worker keeps by heartbeats
       const [second] = await store.claimAndStart({ workerId: 'w', queues: [q], limit: 1 });
-      expect(second).toMatchObject({ id, attempt: 2, queueMaxAttempts: 2 });
+      expect(second).toMatchObject({ id, attempt: 2, queueMaxAttempts: 2, queueZombieTimeoutSeconds: 30 });
+      // The two-step claims say it too (claimNext, claimById), for a queue with settings and one without.
+      const other = freshQueue('cas-zombie-default');
+      const { id: a } = await store.enqueue({ queue: q, type: 't' });
+      const { id: b } = await store.enqueue({ queue: other, type: 't' });
+      const twoStep = await store.claimNext({ workerId: 'w', queues: [q, other], limit: 5 });
+      expect(twoStep).toHaveLength(2);
+      expect(twoStep).toEqual(
+        expect.arrayContaining([
+          expect.objectContaining({ id: a, queueZombieTimeoutSeconds: 30 }),
+          expect.objectContaining({ id: b, queueZombieTimeoutSeconds: 300 }),
+        ]),
+      );
+      for (const j of twoStep) expect(await store.release(ref(j))).toBe('ok');
+      const byId = await store.claimById(a, 'w');
+      expect(byId).toMatchObject({ id: a, queueZombieTimeoutSeconds: 30 });
+      expect(await store.release(ref(byId!))).toBe('ok');
       expect(await store.cancel(id)).toBe('cancel_requested');
       expect(await store.heartbeat(ref(second!))).toEqual({ status: 'ok', cancelRequested: true });
       await h.backdate(id, 'heartbeat_at', 31); // its worker died before it stopped: cancelled, attempts used up
