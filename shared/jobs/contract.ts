@@ -113,6 +113,10 @@ export interface HeartbeatResult {
   cancelRequested: boolean;
 }
 
+// When a retried job is due again: at a time, or `delayMs` from the database server's clock (the processor's
+// backoff: a worker's clock may be skewed from the server's, whose clock every claim's due test reads).
+export type RetryWhen = Date | { delayMs: number };
+
 export interface LeaseRef {
   jobId: JobId;
   leaseId: LeaseId;
@@ -498,7 +502,7 @@ export interface JobStore {
   // Lines of the job's own log (ctx.log) appended under the lease, fetched or processing; the job keeps its newest
   // maxLines lines across attempts, and every move carries them.
   appendJobLog(ref: LeaseRef, lines: JobLogLine[], maxLines: number): Promise<OwnerResult>;
-  retry(ref: LeaseRef, runAt: Date, error: string): Promise<OwnerResult>;
+  retry(ref: LeaseRef, when: RetryWhen, error: string): Promise<OwnerResult>;
   fail(ref: LeaseRef, reason: DlqReason, error: string): Promise<OwnerResult>; // FAIL_REASONS only (checked)
   release(ref: LeaseRef): Promise<OwnerResult>;
   // A started job handed back by a graceful shutdown: pending now, its attempt given back (not a failure, not a

@@ -37,6 +37,7 @@ import { decideAfterFailure, effectiveMaxAttempts } from './failure.js';
 import { runClaimLoop, type ClaimLoopOptions } from './producer.js';
 import { WorkerPresence, type PresenceOptions } from './presence.js';
 import { silentLogger, type HandlerRegistry, type JobLogger, type RegisteredHandler } from './registry.js';
+import { MAX_RETRY_DELAY_MS } from './validate.js';
 
 // The processor's public surface, whatever part of it declares a name (importers use this module).
 export { JOB_OUTCOMES, type JobOutcome, type WakeupSource };
@@ -742,7 +743,13 @@ export class JobProcessor {
       case 'dead_letter':
         return { op: 'fail', reason: d.reason, error: d.message };
       case 'retry':
-        return { op: 'retry', runAt: new Date(Date.now() + d.delayMs), error: d.message };
+        // Due after the delay by the database's clock, which the claims' due test reads, not this worker's: a
+        // worker whose clock runs behind would otherwise make its retries due early, its backoff cut short.
+        return {
+          op: 'retry',
+          runAt: { delayMs: Math.min(MAX_RETRY_DELAY_MS, Math.max(0, Math.round(d.delayMs))) },
+          error: d.message,
+        };
       case 'interrupt':
         return { op: 'interrupt', error: d.message };
     }

@@ -1013,7 +1013,11 @@ $$;
 
 -- Back to pending at run_at (attempt already counted by start). A job whose cancel was requested goes to the DLQ
 -- as cancelled instead: the operator's cancel wins over the handler's retry.
-create or replace function keel.retry(p_job_id bigint, p_lease_id text, p_run_at timestamptz, p_error text)
+-- Due again at p_run_at, or p_delay_ms after now() (the processor's backoff, by this server's clock: the one every
+-- claim's due test reads, so a worker's skewed clock cannot cut the backoff short), or now when neither is given.
+drop function if exists keel.retry(bigint, text, timestamptz, text);
+create or replace function keel.retry(p_job_id bigint, p_lease_id text, p_run_at timestamptz, p_error text,
+                                      p_delay_ms bigint default null)
 returns text
 language plpgsql as $$
 declare
@@ -1031,7 +1035,8 @@ begin
     v_t := keel._dead_letter(array[p_job_id], v_lease, array['processing'], 'cancelled', coalesce(p_error, 'cancelled'));
   else
     update keel.jobs_hot h
-    set state = 'pending', run_at = coalesce(p_run_at, now()), lease_id = null, worker_id = null, fetched_at = null,
+    set state = 'pending', run_at = coalesce(p_run_at, now() + p_delay_ms * interval '1 millisecond', now()),
+        lease_id = null, worker_id = null, fetched_at = null,
         lease_expires_at = null, heartbeat_at = null, last_error = p_error,
         logs = keel._with_attempt(h.logs, h.attempts, h.worker_id, h.started_at, 'retried', p_error)
     where h.id = p_job_id;

@@ -15,7 +15,7 @@ import type {
   LeaseRef,
   WorkerRegistration,
 } from '../../shared/jobs/contract.js';
-import { LIMITS, ValidationError } from '../../shared/jobs/validate.js';
+import { LIMITS, MAX_RETRY_DELAY_MS, ValidationError } from '../../shared/jobs/validate.js';
 import { normalizeProgress, resultJson } from '../../shared/jobs/progress.js';
 import { jobLogLine } from '../../shared/jobs/jobLog.js';
 import { JOB_ATTEMPT_ERROR_CHARS, JOB_ATTEMPTS_KEPT, jobTimeline } from '../../shared/jobs/attempts.js';
@@ -598,6 +598,16 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       ],
       ['retry at an invalid date', (s) => s.retry(lease, invalid, 'x'), 'runAt: must be a valid Date'],
       [
+        'retry after a negative delay',
+        (s) => s.retry(lease, { delayMs: -1 }, 'x'),
+        `delayMs: must be an integer from 0 to ${MAX_RETRY_DELAY_MS} (got -1)`,
+      ],
+      [
+        'retry after a fractional delay',
+        (s) => s.retry(lease, { delayMs: 1.5 }, 'x'),
+        `delayMs: must be an integer from 0 to ${MAX_RETRY_DELAY_MS} (got 1.5)`,
+      ],
+      [
         'fail with an unknown reason',
         (s) => s.fail(lease, 'nonsense' as never, 'x'),
         'reason: must be one of exhausted, fatal, timeout, cancelled, zombie, expired',
@@ -845,6 +855,22 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       const third = await claimOne(q);
       expect(third.attempts).toBe(1);
       expect((await store.start(ref(third))).attempt).toBe(2);
+    });
+
+    it("retry after a delay is due that long after the server's now, not the caller's", async () => {
+      const q = freshQueue('retry-delay');
+      const job = await startedJob(q);
+      const started = (await store.getJob(job.id))!.startedAt!.getTime(); // the server's clock
+      expect(await store.retry(ref(job), { delayMs: 60_000 }, 'later')).toBe('ok');
+      const rec = (await store.getJob(job.id))!;
+      expect(rec).toMatchObject({ location: 'hot', state: 'pending', lastError: 'later' });
+      // started_at and run_at are both the server's: the gap is the delay and the time the calls took
+      expect(rec.runAt!.getTime() - started).toBeGreaterThanOrEqual(60_000);
+      expect(rec.runAt!.getTime() - started).toBeLessThan(60_000 + 30_000);
+      expect(await store.claimNext({ workerId: 'w', queues: [q], limit: 1 })).toEqual([]); // not due yet
+      const now = await startedJob(q);
+      expect(await store.retry(ref(now), { delayMs: 0 }, 'now')).toBe('ok');
+      expect(await claimOne(q)).toMatchObject({ id: now.id }); // due at once
     });
 
     it('cancel: pending goes to the DLQ at once; processing is flagged and reported by heartbeat', async () => {
