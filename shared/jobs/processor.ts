@@ -594,7 +594,8 @@ export class JobProcessor {
         handlerRunning = false;
         this.handlerEnded(batch);
         // The attempt's last log lines reach the job before its final move carries them to the archive or the DLQ.
-        if (run.jobLogWriter) await run.jobLogWriter.flush();
+        // Not after an expired lease: the store is out of reach, and the slot must not wait on it.
+        if (run.jobLogWriter && run.reason !== 'lease_expired') await run.jobLogWriter.flush();
         if (result.ok) {
           // The run is the completion's ref (jobId, leaseId, resultJson): successes are batched (completeMany).
           run.resultJson = result.resultJson;

@@ -60,7 +60,12 @@ function observed() {
   const warnings: string[] = [];
   const leaseLost: string[] = [];
   const log: JobLogger = { info: () => undefined, warn: (m) => warnings.push(m), error: (m) => warnings.push(m) };
-  return { warnings, leaseLost, log, events: { onLeaseLost: (e: { operation: string }) => leaseLost.push(e.operation) } };
+  return {
+    warnings,
+    leaseLost,
+    log,
+    events: { onLeaseLost: (e: { operation: string }) => leaseLost.push(e.operation) },
+  };
 }
 
 // The rescue, every 100 ms until stopped or it has moved the job back to pending; movedSentAt: when the pass that

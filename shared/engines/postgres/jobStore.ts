@@ -402,7 +402,13 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
 
   async retry(ref: LeaseRef, when: RetryWhen, error: string): Promise<OwnerResult> {
     const [at, delayMs] = when instanceof Date ? [when, null] : [null, when.delayMs];
-    const [r] = await this.call('retry', { job_id: ref.jobId, lease_id: ref.leaseId, run_at: at, error, delay_ms: delayMs });
+    const [r] = await this.call('retry', {
+      job_id: ref.jobId,
+      lease_id: ref.leaseId,
+      run_at: at,
+      error,
+      delay_ms: delayMs,
+    });
     return r!.result as OwnerResult;
   }
 

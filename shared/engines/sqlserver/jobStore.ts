@@ -374,7 +374,11 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     return this.ownerMove(
       ref,
       (leaseId) =>
-        this.call('retry', { JobId: ref.jobId, LeaseId: leaseId, RunAt: runAt, Error: error, DelayMs: delayMs }, 'once'),
+        this.call(
+          'retry',
+          { JobId: ref.jobId, LeaseId: leaseId, RunAt: runAt, Error: error, DelayMs: delayMs },
+          'once',
+        ),
       (job) =>
         (job?.location === 'hot' && job.state === 'pending') || (job?.location === 'dlq' && job.reason === 'cancelled'),
       (job) => job.state === 'processing',
