@@ -100,7 +100,7 @@ export interface HandlerRun {
   logs: LogLine[];
   readonly heartbeats: number;
   progress: JobProgress[]; // every ctx.progress() value, as stored (the processor writes the latest once a second)
-  abort(reason: AbortReason): void; // as the processor would: cancel, timeout, lease_lost, shutdown
+  abort(reason: AbortReason): void; // as the processor would: cancel, timeout, lease_lost, lease_expired, shutdown
   result: Promise<HandlerResult>;
 }
 

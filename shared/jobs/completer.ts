@@ -10,6 +10,7 @@ import type {
   JobOutcome,
   JobStore,
   LeaseRef,
+  RetryWhen,
 } from './contract.js';
 import { LIMITS } from './validate.js';
 
@@ -94,7 +95,7 @@ export type Finalization =
   // while it ran
   | { op: 'complete'; resultJson?: string }
   | { op: 'fail'; reason: DlqReason; error: string } // dead-lettered
-  | { op: 'retry'; runAt: Date; error: string } // pending again, due at runAt
+  | { op: 'retry'; runAt: RetryWhen; error: string } // pending again, due then (a delay: by the server's clock)
   // Shutdown hands the job back due now with its attempt given back; or the store dead-letters it as 'cancelled'
   // when a cancel was requested, as retry does.
   | { op: 'interrupt'; error: string }

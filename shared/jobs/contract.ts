@@ -90,6 +90,10 @@ export interface ClaimedJob {
   runAt: Date;
   createdAt: Date;
   leaseExpiresAt: Date;
+  // The queue's zombie timeout as the claim read it: how long a started job may go without a heartbeat before the
+  // zombie rescue takes it back. The processor stops the handler before that much time passes without a confirmed
+  // heartbeat (its lease's deadline: docs/jobs.md, "Leases and heartbeats").
+  queueZombieTimeoutSeconds: number;
 }
 
 // A job claimed and started in one step (claimAndStart): already 'processing' under its lease, this attempt counted.
@@ -108,6 +112,10 @@ export interface HeartbeatResult {
   status: OwnerResult;
   cancelRequested: boolean;
 }
+
+// When a retried job is due again: at a time, or `delayMs` from the database server's clock (the processor's
+// backoff: a worker's clock may be skewed from the server's, whose clock every claim's due test reads).
+export type RetryWhen = Date | { delayMs: number };
 
 export interface LeaseRef {
   jobId: JobId;
@@ -494,7 +502,7 @@ export interface JobStore {
   // Lines of the job's own log (ctx.log) appended under the lease, fetched or processing; the job keeps its newest
   // maxLines lines across attempts, and every move carries them.
   appendJobLog(ref: LeaseRef, lines: JobLogLine[], maxLines: number): Promise<OwnerResult>;
-  retry(ref: LeaseRef, runAt: Date, error: string): Promise<OwnerResult>;
+  retry(ref: LeaseRef, when: RetryWhen, error: string): Promise<OwnerResult>;
   fail(ref: LeaseRef, reason: DlqReason, error: string): Promise<OwnerResult>; // FAIL_REASONS only (checked)
   release(ref: LeaseRef): Promise<OwnerResult>;
   // A started job handed back by a graceful shutdown: pending now, its attempt given back (not a failure, not a

@@ -17,7 +17,10 @@ export function resultOf(value: unknown, maxBytes: number): string | undefined {
   }
 }
 
-export type AbortReason = 'cancelled' | 'timeout' | 'lease_lost' | 'shutdown';
+// 'lease_lost': the store said the job is no longer ours. 'lease_expired': no heartbeat was confirmed for nearly the
+// queue's zombie timeout (the store unreachable, the connection cut, the pool exhausted), so the zombie rescue may
+// hand the job to another worker at any moment: this one stops first (leaseTimes below).
+export type AbortReason = 'cancelled' | 'timeout' | 'lease_lost' | 'lease_expired' | 'shutdown';
 
 // The error a handler's signal aborts with; `reason` says why.
 export class JobAbortedError extends Error {
@@ -324,25 +327,45 @@ export class AttemptTimeouts {
   }
 }
 
+// How a worker keeps a started job's lease: the job is the worker's while its heartbeats land within the queue's zombie
+// timeout (leaseMs; the rescue takes back a job whose last heartbeat is older, by the server's clock). It beats at
+// most every heartbeatIntervalMs and at least 4 times a lease, and gives the job up `marginMs` before the lease would
+// run out counted from the last heartbeat the store confirmed (from when that heartbeat was sent, on this process's
+// monotonic clock: the server wrote its heartbeat_at after that, so neither clock skew nor a slow reply can move the
+// worker's deadline past the rescue's). The margin (a tenth of the lease, at least two ticks of the beat timer, at
+// most half the lease) covers the timer's tick and a busy event loop. leaseMs 0: no lease known, no deadline.
+export function leaseTimes(heartbeatIntervalMs: number, leaseMs: number): { beatEveryMs: number; marginMs: number } {
+  if (!(leaseMs > 0)) return { beatEveryMs: heartbeatIntervalMs, marginMs: 0 };
+  const beatEveryMs = Math.min(heartbeatIntervalMs, leaseMs / 4);
+  const marginMs = Math.min(leaseMs / 2, Math.max(leaseMs / 10, 2 * beatTick(beatEveryMs)));
+  return { beatEveryMs, marginMs };
+}
+
+// The beat timer's tick for jobs that beat every `beatEveryMs`: a beat comes at most 1.25 intervals apart.
+const beatTick = (beatEveryMs: number): number => Math.max(5, Math.floor(beatEveryMs / 4));
+
 export interface RunningJob {
   jobId: JobId;
   abort(reason: AbortReason): void;
   beat(): Promise<void>;
   nextBeatAt: number; // the one heartbeat timer beats the job once this time has passed; Infinity: no more beats
+  beatEveryMs: number; // its heartbeat interval (leaseTimes)
+  // performance.now() time at which its lease is given up (expire()); Infinity: none (no lease, or handler ended)
+  leaseDeadline: number;
+  expire(): void;
 }
 
 // The jobs running in one processor, from start until their outcome is written, and the one timer that beats them
-// (a timer per job cost as much as the rest of a no-op job's bookkeeping). It ticks at a quarter of the interval,
-// so a beat comes at most 1.25 intervals apart, and stops when no job is left.
+// (a timer per job cost as much as the rest of a no-op job's bookkeeping) and gives up the leases whose deadline has
+// passed. It ticks at a quarter of the shortest heartbeat interval among them, so a beat comes at most 1.25
+// intervals apart, and stops when no job is left.
 export class RunningJobs {
   private readonly jobs = new Map<JobId, RunningJob>();
   private readonly emptyWaiters: (() => void)[] = [];
   private beatTimer: ReturnType<typeof setInterval> | undefined;
+  private tickMs = Infinity;
 
-  constructor(
-    private readonly heartbeatIntervalMs: number,
-    private readonly log: JobLogger,
-  ) {}
+  constructor(private readonly log: JobLogger) {}
 
   get size(): number {
     return this.jobs.size;
@@ -358,7 +381,7 @@ export class RunningJobs {
 
   add(job: RunningJob): RunningJob {
     this.jobs.set(job.jobId, job);
-    this.scheduleBeats();
+    this.scheduleBeats(beatTick(job.beatEveryMs));
     return job;
   }
 
@@ -367,6 +390,7 @@ export class RunningJobs {
     if (this.jobs.size > 0) return;
     if (this.beatTimer) clearInterval(this.beatTimer);
     this.beatTimer = undefined;
+    this.tickMs = Infinity;
     for (const wake of this.emptyWaiters.splice(0)) wake();
   }
 
@@ -375,16 +399,26 @@ export class RunningJobs {
     return this.jobs.size === 0 ? Promise.resolve() : new Promise<void>((r) => this.emptyWaiters.push(r));
   }
 
-  private scheduleBeats(): void {
-    if (this.beatTimer) return;
-    const tick = Math.max(5, Math.floor(this.heartbeatIntervalMs / 4));
-    this.beatTimer = setInterval(() => {
-      const now = Date.now();
-      for (const r of this.jobs.values()) {
-        if (now < r.nextBeatAt) continue;
-        r.nextBeatAt = now + this.heartbeatIntervalMs;
-        r.beat().catch((e: unknown) => this.log.warn('heartbeat failed', { jobId: r.jobId, error: String(e) }));
+  // A job that beats more often than the timer ticks (a short lease) makes it tick faster until no job is left.
+  private scheduleBeats(tick: number): void {
+    if (this.beatTimer && tick >= this.tickMs) return;
+    if (this.beatTimer) clearInterval(this.beatTimer);
+    this.tickMs = tick;
+    this.beatTimer = setInterval(() => this.tick(), tick);
+  }
+
+  private tick(): void {
+    const now = Date.now();
+    const mono = performance.now();
+    for (const r of this.jobs.values()) {
+      if (mono >= r.leaseDeadline) {
+        r.leaseDeadline = Infinity; // given up once
+        r.expire();
+        continue;
       }
-    }, tick);
+      if (now < r.nextBeatAt) continue;
+      r.nextBeatAt = now + r.beatEveryMs;
+      r.beat().catch((e: unknown) => this.log.warn('heartbeat failed', { jobId: r.jobId, error: String(e) }));
+    }
   }
 }

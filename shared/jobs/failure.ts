@@ -38,6 +38,7 @@ export function decideAfterFailure(f: {
   const attemptsLeft = attempt < maxAttempts;
   switch (f.abortReason) {
     case 'lease_lost':
+    case 'lease_expired': // no longer ours once the rescue sees it; it retries or dead-letters the job
       return { kind: 'lease_lost' };
     case 'cancelled':
       return { kind: 'dead_letter', reason: 'cancelled', message: 'cancelled while running' };

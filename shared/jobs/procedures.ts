@@ -17,7 +17,7 @@ export const JOB_PROCEDURES = {
   complete_many: ['leases', 'results'],
   report_progress: ['job_id', 'lease_id', 'progress'],
   append_job_log: ['job_id', 'lease_id', 'lines', 'max_lines'],
-  retry: ['job_id', 'lease_id', 'run_at', 'error'],
+  retry: ['job_id', 'lease_id', 'run_at', 'error', 'delay_ms'],
   fail: ['job_id', 'lease_id', 'reason', 'error'],
   release: ['job_id', 'lease_id'],
   interrupt: ['job_id', 'lease_id', 'error'],

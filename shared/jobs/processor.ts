@@ -26,6 +26,7 @@ import {
   AttemptTimeouts,
   RunningJobs,
   TypeConcurrencyLimit,
+  leaseTimes,
   runAttempt,
   type AbortReason,
   type AttemptRun,
@@ -36,6 +37,7 @@ import { decideAfterFailure, effectiveMaxAttempts } from './failure.js';
 import { runClaimLoop, type ClaimLoopOptions } from './producer.js';
 import { WorkerPresence, type PresenceOptions } from './presence.js';
 import { silentLogger, type HandlerRegistry, type JobLogger, type RegisteredHandler } from './registry.js';
+import { MAX_RETRY_DELAY_MS } from './validate.js';
 
 // The processor's public surface, whatever part of it declares a name (importers use this module).
 export { JOB_OUTCOMES, type JobOutcome, type WakeupSource };
@@ -52,6 +54,8 @@ export interface ProcessorEvents {
     durationMs: number;
     attempt: number;
   }): void;
+  // operation: the store call that found the lease gone, or 'expired': the worker gave the job up itself, no
+  // heartbeat confirmed within its lease (the handler is aborted with reason 'lease_expired').
   onLeaseLost?(e: { job: ClaimedJob; operation: string }): void;
 }
 
@@ -60,7 +64,8 @@ export interface ProcessorOptions {
   registry: HandlerRegistry;
   workerId?: string;
   leaseSeconds?: number; // how long a claim stays ours before it is started (default 60)
-  heartbeatIntervalMs?: number; // default 10 s; keep well under the queues' zombie timeout
+  // Default 10 s; a job whose queue's zombie timeout is under 4 intervals beats 4 times a timeout (leaseTimes).
+  heartbeatIntervalMs?: number;
   log?: JobLogger;
   events?: ProcessorEvents;
   completionBatchMax?: number; // successes finalised together through completeMany (default 200)
@@ -116,9 +121,13 @@ class AttemptWrites {
   }
 }
 
+// Jobs claimAndStart returned, with when their claim was sent (performance.now()).
+type ClaimedBatch = StartedJob[] & { sentAt?: number };
+
 // What a JobRun asks of its processor (made once per processor: the runs share it).
 interface RunHost {
   heartbeat(run: JobRun): Promise<void>;
+  leaseExpired(run: JobRun): void;
   jobLog(run: JobRun): JobLogWriter;
   progressReporter(run: JobRun): ProgressReporter;
   parents(run: JobRun): Promise<JobLink[]>;
@@ -143,6 +152,12 @@ class JobRun extends AttemptAbort implements AttemptRun, RunningJob, CompleteRef
   readonly leaseId: string;
   resultJson: string | undefined = undefined; // what the handler returned, for completeMany
   nextBeatAt: number;
+  readonly beatEveryMs: number;
+  // The lease (executor.ts, leaseTimes): the queue's zombie timeout, 0 once the handler has ended (no deadline then),
+  // and the performance.now() time it is given up at unless a heartbeat sent before then is confirmed.
+  private leaseMs: number;
+  private readonly leaseMarginMs: number;
+  leaseDeadline = Infinity;
   timeoutAt = 0;
   timeoutPrev: TimedAttempt | undefined = undefined;
   timeoutNext: TimedAttempt | undefined = undefined;
@@ -157,11 +172,38 @@ class JobRun extends AttemptAbort implements AttemptRun, RunningJob, CompleteRef
     readonly attempt: number,
     readonly startedAt: number,
     heartbeatIntervalMs: number,
+    leaseFrom: number, // performance.now() when the statement that started the job (its first heartbeat) was sent
   ) {
     super();
     this.jobId = job.id;
     this.leaseId = job.leaseId;
-    this.nextBeatAt = startedAt + heartbeatIntervalMs;
+    this.leaseMs = job.queueZombieTimeoutSeconds * 1000;
+    const { beatEveryMs, marginMs } = leaseTimes(heartbeatIntervalMs, this.leaseMs);
+    this.beatEveryMs = beatEveryMs;
+    this.leaseMarginMs = marginMs;
+    this.nextBeatAt = startedAt + beatEveryMs;
+    this.confirmed(leaseFrom);
+  }
+
+  // A heartbeat sent at `sentAt` (performance.now()) was confirmed by the store: the lease runs from then.
+  confirmed(sentAt: number): void {
+    if (this.leaseMs > 0 && !this.reason)
+      this.leaseDeadline = Math.max(
+        this.leaseDeadline === Infinity ? -Infinity : this.leaseDeadline,
+        sentAt + this.leaseMs - this.leaseMarginMs,
+      );
+  }
+
+  // The handler has ended: nothing is left to abort, so the lease has no deadline any more (the moves that follow
+  // are fenced by it).
+  handlerEnded(): void {
+    this.nextBeatAt = Infinity;
+    this.leaseMs = 0;
+    this.leaseDeadline = Infinity;
+  }
+
+  expire(): void {
+    this.host.leaseExpired(this);
   }
 
   beat(): Promise<void> {
@@ -251,6 +293,7 @@ export class JobProcessor {
   private presenceStopped: Promise<void> | undefined;
   private readonly host: RunHost = {
     heartbeat: (run) => this.heartbeat(run),
+    leaseExpired: (run) => this.leaseExpired(run),
     jobLog: (run) => this.jobLog(run),
     progressReporter: (run) => this.progressReporter(run),
     parents: async (run) => (await this.store.jobLinks(run.jobId)).filter((l) => l.relation === 'parent'),
@@ -267,7 +310,7 @@ export class JobProcessor {
     this.progressIntervalMs = opts.progressIntervalMs ?? 1_000;
     this.maxResultBytes = opts.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES;
     this.jobLogLines = opts.jobLogLines ?? DEFAULT_JOB_LOG_LINES;
-    this.running = new RunningJobs(this.heartbeatIntervalMs, this.log);
+    this.running = new RunningJobs(this.log);
     this.presence = opts.presence
       ? new WorkerPresence(opts.store, this.workerId, opts.presence, () => this.jobsDone, this.log)
       : undefined;
@@ -310,9 +353,18 @@ export class JobProcessor {
   }
 
   // Claim and start up to `limit` due jobs under this processor's worker id (one statement; see runClaimLoop).
+  // The jobs carry when the claim was sent (their leases run from then, as their heartbeat_at does): runStarted reads it.
   async claimAndStart(queues: string[], limit: number): Promise<StartedJob[]> {
     if (this.stopping || limit < 1) return [];
-    return this.store.claimAndStart({ workerId: this.workerId, queues, limit, leaseSeconds: this.leaseSeconds });
+    const sentAt = performance.now();
+    const jobs: ClaimedBatch = await this.store.claimAndStart({
+      workerId: this.workerId,
+      queues,
+      limit,
+      leaseSeconds: this.leaseSeconds,
+    });
+    jobs.sentAt = sentAt;
+    return jobs;
   }
 
   // Claim one job by id (queue-message path) and run it.
@@ -352,6 +404,7 @@ export class JobProcessor {
       return Promise.all(
         jobs.map((job) => this.completer.finalize(job, { op: 'release' }).then((r) => done(r.outcome))),
       );
+    const sentAt = performance.now(); // the start is the jobs' first heartbeat: their leases run from here
     const started =
       jobs.length === 1
         ? await this.starts.submit({ jobId: jobs[0]!.id, leaseId: jobs[0]!.leaseId }).then((s) => [s])
@@ -363,7 +416,7 @@ export class JobProcessor {
       if (s.status === 'lease_lost') {
         this.leaseLost(job, 'start');
         this.jobEnded(batch, i, job, 'lease_lost');
-      } else void this.execute(job, s.attempt, batch, i);
+      } else void this.execute(job, s.attempt, batch, i, sentAt);
     }
     return batch.done;
   }
@@ -376,8 +429,10 @@ export class JobProcessor {
     onHandlerDone?: () => void,
   ): Promise<JobOutcome[]> {
     if (jobs.length === 0) return Promise.resolve([]);
+    // Jobs this processor's claimAndStart claimed carry when the claim was sent; others' leases run from now.
+    const sentAt = (jobs as ClaimedBatch).sentAt ?? performance.now();
     const batch = new RunBatch(jobs.length, onJobDone, onHandlerDone);
-    for (let i = 0; i < jobs.length; i++) void this.execute(jobs[i]!, jobs[i]!.attempt, batch, i);
+    for (let i = 0; i < jobs.length; i++) void this.execute(jobs[i]!, jobs[i]!.attempt, batch, i, sentAt);
     return batch.done;
   }
 
@@ -503,7 +558,13 @@ export class JobProcessor {
   // error, from a store call that failed, fails the batch). The batch's onHandlerDone fires once, as soon as the
   // handler is no longer running (before the job is finalized). One async function a job: each layer of them cost
   // a promise, a frame and an await's closures per job.
-  private async execute(job: ClaimedJob, attempt: number, batch: RunBatch, i: number): Promise<void> {
+  private async execute(
+    job: ClaimedJob,
+    attempt: number,
+    batch: RunBatch,
+    i: number,
+    leaseFrom: number,
+  ): Promise<void> {
     const startedAt = Date.now();
     const registered = this.registry.get(job.type);
     let run: JobRun | undefined;
@@ -516,7 +577,7 @@ export class JobProcessor {
         const error = `no handler is registered for job type "${job.type}" (registered: ${this.registry.types().join(', ') || 'none'})`;
         outcome = await this.finalize(job, attempt, startedAt, { op: 'fail', reason: 'fatal', error });
       } else {
-        run = new JobRun(this.host, job, attempt, startedAt, this.heartbeatIntervalMs);
+        run = new JobRun(this.host, job, attempt, startedAt, this.heartbeatIntervalMs, leaseFrom);
         this.touchPresence();
         this.running.add(run);
         // Started by a claim that was in flight when shutdown began: hand it back (interrupt) instead of running it.
@@ -528,12 +589,13 @@ export class JobProcessor {
           this.typeLimit(job.type, registered),
           this.timeouts,
         );
-        run.nextBeatAt = Infinity; // no heartbeats while the job is finalized
+        run.handlerEnded(); // no heartbeats (nor lease deadline) while the job is finalized
         run.progressReporter?.stop(); // a progress write still throttled is dropped: the job's outcome says more
         handlerRunning = false;
         this.handlerEnded(batch);
         // The attempt's last log lines reach the job before its final move carries them to the archive or the DLQ.
-        if (run.jobLogWriter) await run.jobLogWriter.flush();
+        // Not after an expired lease: the store is out of reach, and the slot must not wait on it.
+        if (run.jobLogWriter && run.reason !== 'lease_expired') await run.jobLogWriter.flush();
         if (result.ok) {
           // The run is the completion's ref (jobId, leaseId, resultJson): successes are batched (completeMany).
           run.resultJson = result.resultJson;
@@ -542,7 +604,8 @@ export class JobProcessor {
           outcome = this.report(job, attempt, startedAt, o, status === 'cancelled' ? 'cancelled' : undefined);
         } else {
           const next = this.afterFailure(job, attempt, registered, run.reason, result.error);
-          // A lost lease: someone else owns the job now, touch nothing.
+          // A lost or expired lease: someone else owns the job now, or may at any moment; touch nothing (the rescue
+          // moves an expired one, this attempt counted).
           if (!next) outcome = this.report(job, attempt, startedAt, 'lease_lost');
           else outcome = await this.finalize(job, attempt, startedAt, next);
         }
@@ -564,13 +627,34 @@ export class JobProcessor {
 
   // The processor's own heartbeat of a running job (its timer) and ctx.heartbeat: a lost lease or a requested cancel
   // aborts the attempt.
+  // A confirmed heartbeat extends the lease from when it was sent (JobRun.confirmed).
   private async heartbeat(run: JobRun): Promise<void> {
     this.touchPresence(); // a long job keeps its worker's row fresh (at most once per refresh interval)
+    const sentAt = performance.now();
     const hb = await this.store.heartbeat({ jobId: run.jobId, leaseId: run.leaseId });
     if (hb.status === 'lease_lost') {
       this.leaseLost(run.job, 'heartbeat');
       run.fire('lease_lost');
-    } else if (hb.cancelRequested) run.fire('cancelled');
+      return;
+    }
+    run.confirmed(sentAt);
+    if (hb.cancelRequested) run.fire('cancelled');
+  }
+
+  // No heartbeat was confirmed within the job's lease (less the margin): the store is out of reach, and the rescue
+  // may give the job to another worker once the lease has run out. Stop the handler now (its signal aborts with
+  // 'lease_expired'; one that ignores it runs on unawaited, and what it returns is dropped) and free the slot; the
+  // job is not finalized here (any move would be fenced anyway): the rescue retries or dead-letters it.
+  private leaseExpired(run: JobRun): void {
+    if (run.reason) return;
+    this.log.warn('lease expired: no heartbeat confirmed within the queue zombie timeout; handler aborted', {
+      jobId: run.jobId,
+      queue: run.job.queue,
+      type: run.job.type,
+      zombieTimeoutSeconds: run.job.queueZombieTimeoutSeconds,
+    });
+    this.safe(() => this.events.onLeaseLost?.({ job: run.job, operation: 'expired' }));
+    run.fire('lease_expired');
   }
 
   // ctx.progress for one attempt: checks the value at once (a ValidationError for the handler), writes it under the
@@ -660,7 +744,13 @@ export class JobProcessor {
       case 'dead_letter':
         return { op: 'fail', reason: d.reason, error: d.message };
       case 'retry':
-        return { op: 'retry', runAt: new Date(Date.now() + d.delayMs), error: d.message };
+        // Due after the delay by the database's clock, which the claims' due test reads, not this worker's: a
+        // worker whose clock runs behind would otherwise make its retries due early, its backoff cut short.
+        return {
+          op: 'retry',
+          runAt: { delayMs: Math.min(MAX_RETRY_DELAY_MS, Math.max(0, Math.round(d.delayMs))) },
+          error: d.message,
+        };
       case 'interrupt':
         return { op: 'interrupt', error: d.message };
     }

@@ -90,6 +90,7 @@ export function toClaimedJob(r: Row, codec: RowCodec): ClaimedJob {
     runAt: date(r.runAt),
     createdAt: date(r.createdAt),
     leaseExpiresAt: date(r.leaseExpiresAt),
+    queueZombieTimeoutSeconds: num(r.queueZombieTimeoutSeconds),
   };
 }
 
@@ -124,6 +125,7 @@ export function toStartedJobs(
   const createdAt = at('createdAt');
   const leaseExpiresAt = at('leaseExpiresAt');
   const attempt = at('attempt');
+  const queueZombieTimeoutSeconds = at('queueZombieTimeoutSeconds');
   const out = new Array<StartedJob>(rows.length);
   for (let i = 0; i < rows.length; i++) {
     const v = rows[i]!;
@@ -142,6 +144,7 @@ export function toStartedJobs(
       runAt: date(v[runAt]),
       createdAt: date(v[createdAt]),
       leaseExpiresAt: date(v[leaseExpiresAt]),
+      queueZombieTimeoutSeconds: num(v[queueZombieTimeoutSeconds]),
       attempt: num(v[attempt]),
     };
   }

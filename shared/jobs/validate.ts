@@ -117,6 +117,14 @@ export function flowRefusal(message: string | undefined, count: number): Validat
   return new ValidationError(count === 1 ? m[2]! : `jobs[${m[1]}].${m[2]}`, m[3]!);
 }
 
+// The longest retry delay a store takes (ten years): the processor clamps its backoff and RetryAfterError to it.
+export const MAX_RETRY_DELAY_MS = 10 * 365 * 24 * 3600 * 1000;
+
+export function assertDelayMs(field: string, value: unknown): void {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0 || value > MAX_RETRY_DELAY_MS)
+    throw new ValidationError(field, `must be an integer from 0 to ${MAX_RETRY_DELAY_MS} (got ${String(value)})`);
+}
+
 export function assertPositiveInt(field: string, value: number, max: number): void {
   if (!Number.isInteger(value) || value < 1 || value > max) {
     throw new ValidationError(field, `must be an integer from 1 to ${max} (got ${value})`);
@@ -210,8 +218,9 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
     assertPositiveInt('maxLines', maxLines, JOB_LOG_LINES_LIMIT);
     return leaseLost(ref);
   },
-  retry: (ref, runAt) => {
-    assertTick('runAt', runAt);
+  retry: (ref, when) => {
+    if (when instanceof Date || typeof when !== 'object' || when === null) assertTick('runAt', when);
+    else assertDelayMs('delayMs', when.delayMs);
     return leaseLost(ref);
   },
   fail: (ref, reason) => {

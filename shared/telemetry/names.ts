@@ -104,7 +104,17 @@ export { JOB_OUTCOMES as HANDLER_OUTCOMES, type JobOutcome as HandlerOutcome } f
 export { BATCH_STATES, type BatchState } from '../transfer/types.js';
 export { RECONCILE_RESULTS, type ReconcileResult } from '../transfer/types.js';
 
-export const LEASE_OPERATIONS = ['start', 'heartbeat', 'complete', 'retry', 'fail', 'release', 'interrupt'] as const;
+// 'expired': no store call found the lease gone; the worker gave the job up, no heartbeat confirmed within its lease.
+export const LEASE_OPERATIONS = [
+  'start',
+  'heartbeat',
+  'complete',
+  'retry',
+  'fail',
+  'release',
+  'interrupt',
+  'expired',
+] as const;
 export type LeaseOperation = (typeof LEASE_OPERATIONS)[number];
 
 /** What a database pool serves: the control database (jobs, journal), a migration run, or a transfer endpoint. */

@@ -371,7 +371,8 @@ begin
     returning h.*
   )
   select u.id, u.lease_id, u.queue, u.type, u.payload, u.priority, u.attempts, u.max_attempts,
-         coalesce(s.max_attempts, 5), u.idempotency_key, u.tags, u.run_at, u.created_at, u.lease_expires_at
+         coalesce(s.max_attempts, 5), u.idempotency_key, u.tags, u.run_at, u.created_at, u.lease_expires_at,
+         coalesce(s.zombie_timeout_seconds, 300) -- the lease a started job keeps by heartbeats (as rescue_zombies)
   from upd u left join keel.queues s on s.name = u.queue
   order by u.priority desc, u.run_at, u.id;
   get diagnostics v_n = row_count;
@@ -550,7 +551,8 @@ drop function if exists keel.claim_and_start(text, text[], integer, integer);
 create or replace function keel.claim_and_start(p_worker_id text, p_queues text[], p_limit integer, p_lease_seconds integer)
 returns table (priority integer, run_at double precision, job_id bigint, lease_id uuid, queue text, type text,
                payload jsonb, attempts integer, max_attempts integer, queue_max_attempts integer, idempotency_key text,
-               tags text[], created_at double precision, lease_expires_at double precision, attempt integer)
+               tags text[], created_at double precision, lease_expires_at double precision, attempt integer,
+               queue_zombie_timeout_seconds integer)
 language plpgsql as $$
 #variable_conflict use_column
 declare
@@ -582,7 +584,8 @@ begin
   )
   select u.priority, keel._epoch_ms(u.run_at), u.id, u.lease_id, u.queue, u.type, u.payload, u.attempts - 1,
          u.max_attempts, coalesce(s.max_attempts, 5), u.idempotency_key, case when cardinality(u.tags) > 0 then u.tags end,
-         keel._epoch_ms(u.created_at), keel._epoch_ms(u.lease_expires_at), u.attempts
+         keel._epoch_ms(u.created_at), keel._epoch_ms(u.lease_expires_at), u.attempts,
+         coalesce(s.zombie_timeout_seconds, 300) -- the lease the worker keeps by heartbeats (as rescue_zombies)
   from upd u left join keel.queues s on s.name = u.queue
   order by 1 desc, 2, 3; -- priority desc, run_at, id: the claim order, read from the first three columns
   get diagnostics v_n = row_count;
@@ -1034,7 +1037,11 @@ $$;
 
 -- Back to pending at run_at (attempt already counted by start). A job whose cancel was requested goes to the DLQ
 -- as cancelled instead: the operator's cancel wins over the handler's retry.
-create or replace function keel.retry(p_job_id bigint, p_lease_id text, p_run_at timestamptz, p_error text)
+-- Due again at p_run_at, or p_delay_ms after now() (the processor's backoff, by this server's clock: the one every
+-- claim's due test reads, so a worker's skewed clock cannot cut the backoff short), or now when neither is given.
+drop function if exists keel.retry(bigint, text, timestamptz, text);
+create or replace function keel.retry(p_job_id bigint, p_lease_id text, p_run_at timestamptz, p_error text,
+                                      p_delay_ms bigint default null)
 returns text
 language plpgsql as $$
 declare
@@ -1052,7 +1059,8 @@ begin
     v_t := keel._dead_letter(array[p_job_id], v_lease, array['processing'], 'cancelled', coalesce(p_error, 'cancelled'));
   else
     update keel.jobs_hot h
-    set state = 'pending', run_at = coalesce(p_run_at, now()), lease_id = null, worker_id = null, fetched_at = null,
+    set state = 'pending', run_at = coalesce(p_run_at, now() + p_delay_ms * interval '1 millisecond', now()),
+        lease_id = null, worker_id = null, fetched_at = null,
         lease_expires_at = null, heartbeat_at = null, last_error = p_error,
         logs = keel._with_attempt(h.logs, h.attempts, h.worker_id, h.started_at, 'retried', p_error)
     where h.id = p_job_id;

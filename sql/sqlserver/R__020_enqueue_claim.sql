@@ -419,14 +419,15 @@ BEGIN
     RunAt datetime2(3) NOT NULL, CreatedAt datetime2(3) NOT NULL, LeaseExpiresAt datetime2(3) NOT NULL);
   DECLARE @Q TABLE (
     Name nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY,
-    Limited bit NOT NULL, Slots int NULL, QueueMaxAttempts int NOT NULL);
+    Limited bit NOT NULL, Slots int NULL, QueueMaxAttempts int NOT NULL, QueueZombieTimeoutSeconds int NOT NULL);
   DECLARE @Counters keel.CounterRows; -- stays empty: a claim adds to no StatsSummary or MetricBuckets row
 
   IF @Limit IS NOT NULL AND @Limit >= 1 AND @Queues IS NOT NULL AND ISJSON(@Queues) = 1
   BEGIN
     -- Settings read without locks; queues without a settings row count as unlimited and unpaused.
-    INSERT @Q (Name, Limited, QueueMaxAttempts)
-    SELECT n.Name, IIF(s.MaxConcurrency IS NULL, 0, 1), ISNULL(s.MaxAttempts, 5)
+    -- QueueZombieTimeoutSeconds: the lease a started job keeps by heartbeats, as RescueZombies reads it.
+    INSERT @Q (Name, Limited, QueueMaxAttempts, QueueZombieTimeoutSeconds)
+    SELECT n.Name, IIF(s.MaxConcurrency IS NULL, 0, 1), ISNULL(s.MaxAttempts, 5), ISNULL(s.ZombieTimeoutSeconds, 300)
     FROM (SELECT DISTINCT CONVERT(nvarchar(128), j.[value]) COLLATE Latin1_General_100_BIN2 AS Name
           FROM OPENJSON(@Queues) AS j WHERE j.[type] = 1) AS n
     LEFT JOIN keel.Queues AS s ON s.Name = n.Name
@@ -534,7 +535,8 @@ BEGIN
   END;
 
   SELECT c.Id AS JobId, c.LeaseId, c.Queue, c.Type, c.Payload, c.Priority, c.Attempts, c.MaxAttempts,
-         q.QueueMaxAttempts, c.IdempotencyKey, c.Tags, c.RunAt, c.CreatedAt, c.LeaseExpiresAt
+         q.QueueMaxAttempts, c.IdempotencyKey, c.Tags, c.RunAt, c.CreatedAt, c.LeaseExpiresAt,
+         q.QueueZombieTimeoutSeconds
   FROM @Claimed AS c
   INNER JOIN @Q AS q ON q.Name = c.Queue
   ORDER BY c.Priority DESC, c.RunAt, c.Id;
@@ -570,14 +572,15 @@ BEGIN
     RunAt datetime2(3) NOT NULL, CreatedAt datetime2(3) NOT NULL, LeaseExpiresAt datetime2(3) NOT NULL);
   DECLARE @Q TABLE (
     Name nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY,
-    Limited bit NOT NULL, Slots int NULL, QueueMaxAttempts int NOT NULL);
+    Limited bit NOT NULL, Slots int NULL, QueueMaxAttempts int NOT NULL, QueueZombieTimeoutSeconds int NOT NULL);
   DECLARE @Pick TABLE (Id bigint NOT NULL PRIMARY KEY, Priority int NOT NULL, RunAt datetime2(3) NOT NULL);
 
   IF @Limit IS NOT NULL AND @Limit >= 1 AND @Queues IS NOT NULL AND ISJSON(@Queues) = 1
   BEGIN
     -- Settings read without locks; queues without a settings row count as unlimited and unpaused.
-    INSERT @Q (Name, Limited, QueueMaxAttempts)
-    SELECT n.Name, IIF(s.MaxConcurrency IS NULL, 0, 1), ISNULL(s.MaxAttempts, 5)
+    -- QueueZombieTimeoutSeconds: the lease a started job keeps by heartbeats, as RescueZombies reads it.
+    INSERT @Q (Name, Limited, QueueMaxAttempts, QueueZombieTimeoutSeconds)
+    SELECT n.Name, IIF(s.MaxConcurrency IS NULL, 0, 1), ISNULL(s.MaxAttempts, 5), ISNULL(s.ZombieTimeoutSeconds, 300)
     FROM (SELECT DISTINCT CONVERT(nvarchar(128), j.[value]) COLLATE Latin1_General_100_BIN2 AS Name
           FROM OPENJSON(@Queues) AS j WHERE j.[type] = 1) AS n
     LEFT JOIN keel.Queues AS s ON s.Name = n.Name
@@ -657,7 +660,8 @@ BEGIN
   END;
 
   SELECT c.Id AS JobId, c.LeaseId, c.Queue, c.Type, c.Payload, c.Priority, c.Attempts - 1 AS Attempts, c.MaxAttempts,
-         q.QueueMaxAttempts, c.IdempotencyKey, c.Tags, c.RunAt, c.CreatedAt, c.LeaseExpiresAt, c.Attempts AS Attempt
+         q.QueueMaxAttempts, c.IdempotencyKey, c.Tags, c.RunAt, c.CreatedAt, c.LeaseExpiresAt, c.Attempts AS Attempt,
+         q.QueueZombieTimeoutSeconds
   FROM @Started AS c
   INNER JOIN @Q AS q ON q.Name = c.Queue
   ORDER BY c.Priority DESC, c.RunAt, c.Id;
@@ -685,13 +689,15 @@ BEGIN
     Payload nvarchar(max) NOT NULL, Priority int NOT NULL, Attempts int NOT NULL, MaxAttempts int NULL,
     IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL, Tags nvarchar(max) NOT NULL,
     RunAt datetime2(3) NOT NULL, CreatedAt datetime2(3) NOT NULL, LeaseExpiresAt datetime2(3) NOT NULL);
-  DECLARE @Queue nvarchar(128), @Paused bit, @Max int, @QueueMaxAttempts int = 5, @Running int;
+  DECLARE @Queue nvarchar(128), @Paused bit, @Max int, @QueueMaxAttempts int = 5, @QueueZombieTimeoutSeconds int = 300,
+          @Running int;
 
   SELECT @Queue = h.Queue FROM keel.JobsHot AS h WHERE h.Id = @JobId AND h.State = 'pending';
 
   IF @Queue IS NOT NULL
   BEGIN
-    SELECT @Paused = s.Paused, @Max = s.MaxConcurrency, @QueueMaxAttempts = s.MaxAttempts
+    SELECT @Paused = s.Paused, @Max = s.MaxConcurrency, @QueueMaxAttempts = s.MaxAttempts,
+           @QueueZombieTimeoutSeconds = s.ZombieTimeoutSeconds
     FROM keel.Queues AS s WHERE s.Name = @Queue;
 
     IF ISNULL(@Paused, 0) = 0
@@ -728,7 +734,7 @@ BEGIN
 
   SELECT c.Id AS JobId, c.LeaseId, c.Queue, c.Type, c.Payload, c.Priority, c.Attempts, c.MaxAttempts,
          ISNULL(@QueueMaxAttempts, 5) AS QueueMaxAttempts, c.IdempotencyKey, c.Tags, c.RunAt, c.CreatedAt,
-         c.LeaseExpiresAt
+         c.LeaseExpiresAt, ISNULL(@QueueZombieTimeoutSeconds, 300) AS QueueZombieTimeoutSeconds
   FROM @Claimed AS c;
 END;
 GO

@@ -634,19 +634,27 @@ BEGIN
 END;
 GO
 
--- Retry(@JobId, @LeaseId, @RunAt, @Error): processing under that lease -> pending at @RunAt (now when NULL),
--- Retried+1, or the DLQ as 'cancelled' after a cancel request (HandBack). Returns Status.
+-- Retry(@JobId, @LeaseId, @RunAt, @Error, @DelayMs): processing under that lease -> pending at @RunAt, or @DelayMs
+-- after now (the processor's backoff, by this server's clock: the one every claim's due test reads, so a worker's
+-- skewed clock cannot cut the backoff short), or now when neither is given; Retried+1, or the DLQ as 'cancelled'
+-- after a cancel request (HandBack). Returns Status. @DelayMs is at most ten years (the store checks it), so its
+-- seconds fit DATEADD's int.
 CREATE OR ALTER PROCEDURE keel.Retry
   @JobId BIGINT,
   @LeaseId UNIQUEIDENTIFIER,
   @RunAt DATETIME2(3),
-  @Error NVARCHAR(MAX)
+  @Error NVARCHAR(MAX),
+  @DelayMs BIGINT = NULL
 AS
 BEGIN
   SET XACT_ABORT ON;
   SET NOCOUNT ON;
   DECLARE @Status varchar(10);
-  EXEC keel.HandBack @JobId = @JobId, @LeaseId = @LeaseId, @RunAt = @RunAt, @Error = @Error, @Interrupted = 0,
+  DECLARE @At datetime2(3) = @RunAt;
+  IF @At IS NULL AND @DelayMs IS NOT NULL
+    SET @At = DATEADD(millisecond, CONVERT(int, @DelayMs % 1000),
+                      DATEADD(second, CONVERT(int, @DelayMs / 1000), SYSUTCDATETIME()));
+  EXEC keel.HandBack @JobId = @JobId, @LeaseId = @LeaseId, @RunAt = @At, @Error = @Error, @Interrupted = 0,
                      @Status = @Status OUTPUT;
   SELECT @Status AS Status;
 END;

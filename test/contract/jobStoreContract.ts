@@ -15,7 +15,7 @@ import type {
   LeaseRef,
   WorkerRegistration,
 } from '../../shared/jobs/contract.js';
-import { LIMITS, ValidationError } from '../../shared/jobs/validate.js';
+import { LIMITS, MAX_RETRY_DELAY_MS, ValidationError } from '../../shared/jobs/validate.js';
 import { normalizeProgress, resultJson } from '../../shared/jobs/progress.js';
 import { jobLogLine } from '../../shared/jobs/jobLog.js';
 import { JOB_ATTEMPT_ERROR_CHARS, JOB_ATTEMPTS_KEPT, jobTimeline } from '../../shared/jobs/attempts.js';
@@ -381,6 +381,7 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(job!.createdAt.getTime()).toBe(rec.createdAt.getTime());
       expect(job!.leaseExpiresAt.getTime()).toBeGreaterThan(before + 50_000); // default lease 60 s
       expect(job!.leaseExpiresAt.getTime()).toBeLessThan(Date.now() + 70_000);
+      expect(job!.queueZombieTimeoutSeconds).toBe(300); // no settings row: the rescue's default
       expect(await store.claimAndStart({ workerId: 'w2', queues: [q], limit: 5 })).toEqual([]);
       expect(await store.claimNext({ workerId: 'w2', queues: [q], limit: 5 })).toEqual([]);
       expect(await store.heartbeat(ref(job!))).toEqual({ status: 'ok', cancelRequested: false });
@@ -509,8 +510,25 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect((await store.rescueZombies(100)).retried).toBeGreaterThanOrEqual(1);
       expect(await store.getJob(id)).toMatchObject({ state: 'pending', attempts: 1 });
       expect(await store.heartbeat(ref(first!))).toMatchObject({ status: 'lease_lost' });
+      expect(first!.queueZombieTimeoutSeconds).toBe(30); // the lease the worker keeps by heartbeats
       const [second] = await store.claimAndStart({ workerId: 'w', queues: [q], limit: 1 });
-      expect(second).toMatchObject({ id, attempt: 2, queueMaxAttempts: 2 });
+      expect(second).toMatchObject({ id, attempt: 2, queueMaxAttempts: 2, queueZombieTimeoutSeconds: 30 });
+      // The two-step claims say it too (claimNext, claimById), for a queue with settings and one without.
+      const other = freshQueue('cas-zombie-default');
+      const { id: a } = await store.enqueue({ queue: q, type: 't' });
+      const { id: b } = await store.enqueue({ queue: other, type: 't' });
+      const twoStep = await store.claimNext({ workerId: 'w', queues: [q, other], limit: 5 });
+      expect(twoStep).toHaveLength(2);
+      expect(twoStep).toEqual(
+        expect.arrayContaining([
+          expect.objectContaining({ id: a, queueZombieTimeoutSeconds: 30 }),
+          expect.objectContaining({ id: b, queueZombieTimeoutSeconds: 300 }),
+        ]),
+      );
+      for (const j of twoStep) expect(await store.release(ref(j))).toBe('ok');
+      const byId = await store.claimById(a, 'w');
+      expect(byId).toMatchObject({ id: a, queueZombieTimeoutSeconds: 30 });
+      expect(await store.release(ref(byId!))).toBe('ok');
       expect(await store.cancel(id)).toBe('cancel_requested');
       expect(await store.heartbeat(ref(second!))).toEqual({ status: 'ok', cancelRequested: true });
       await h.backdate(id, 'heartbeat_at', 31); // its worker died before it stopped: cancelled, attempts used up
@@ -579,6 +597,16 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
         `limit: must be an integer from 1 to ${LIMITS.claimJobs} (got ${LIMITS.claimJobs + 1})`,
       ],
       ['retry at an invalid date', (s) => s.retry(lease, invalid, 'x'), 'runAt: must be a valid Date'],
+      [
+        'retry after a negative delay',
+        (s) => s.retry(lease, { delayMs: -1 }, 'x'),
+        `delayMs: must be an integer from 0 to ${MAX_RETRY_DELAY_MS} (got -1)`,
+      ],
+      [
+        'retry after a fractional delay',
+        (s) => s.retry(lease, { delayMs: 1.5 }, 'x'),
+        `delayMs: must be an integer from 0 to ${MAX_RETRY_DELAY_MS} (got 1.5)`,
+      ],
       [
         'fail with an unknown reason',
         (s) => s.fail(lease, 'nonsense' as never, 'x'),
@@ -827,6 +855,22 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       const third = await claimOne(q);
       expect(third.attempts).toBe(1);
       expect((await store.start(ref(third))).attempt).toBe(2);
+    });
+
+    it("retry after a delay is due that long after the server's now, not the caller's", async () => {
+      const q = freshQueue('retry-delay');
+      const job = await startedJob(q);
+      const started = (await store.getJob(job.id))!.startedAt!.getTime(); // the server's clock
+      expect(await store.retry(ref(job), { delayMs: 60_000 }, 'later')).toBe('ok');
+      const rec = (await store.getJob(job.id))!;
+      expect(rec).toMatchObject({ location: 'hot', state: 'pending', lastError: 'later' });
+      // started_at and run_at are both the server's: the gap is the delay and the time the calls took
+      expect(rec.runAt!.getTime() - started).toBeGreaterThanOrEqual(60_000);
+      expect(rec.runAt!.getTime() - started).toBeLessThan(60_000 + 30_000);
+      expect(await store.claimNext({ workerId: 'w', queues: [q], limit: 1 })).toEqual([]); // not due yet
+      const now = await startedJob(q);
+      expect(await store.retry(ref(now), { delayMs: 0 }, 'now')).toBe('ok');
+      expect(await claimOne(q)).toMatchObject({ id: now.id }); // due at once
     });
 
     it('cancel: pending goes to the DLQ at once; processing is flagged and reported by heartbeat', async () => {

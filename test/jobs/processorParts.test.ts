@@ -4,7 +4,13 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { ClaimedJob, JobOutcome, JobStore, LeaseRef, StartedJob } from '../../shared/jobs/contract.js';
 import { Completer } from '../../shared/jobs/completer.js';
-import { AttemptTimeouts, type TimedAttempt } from '../../shared/jobs/executor.js';
+import {
+  AttemptTimeouts,
+  RunningJobs,
+  leaseTimes,
+  type RunningJob,
+  type TimedAttempt,
+} from '../../shared/jobs/executor.js';
 import { Inflight, runClaimLoop, type ClaimLoopRunner } from '../../shared/jobs/producer.js';
 import { silentLogger } from '../../shared/jobs/registry.js';
 import { LIMITS } from '../../shared/jobs/validate.js';
@@ -24,6 +30,7 @@ const job = (id: number): StartedJob => ({
   runAt: new Date(0),
   createdAt: new Date(0),
   leaseExpiresAt: new Date(0),
+  queueZombieTimeoutSeconds: 300,
   attempt: 1,
 });
 
@@ -280,6 +287,60 @@ describe('handler timeouts (executor.ts AttemptTimeouts): one timer per timeout 
     expect(fired).toEqual(['b:timeout']);
     t.start(a, 100);
     t.stop(a);
+    expect(vi.getTimerCount()).toBe(0);
+  });
+});
+
+describe('the beat timer (executor.ts RunningJobs): heartbeats and lease deadlines', () => {
+  beforeEach(() => {
+    vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval', 'Date', 'performance'] });
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('leaseTimes: beats at least 4 times a lease, and gives it up a tenth early (at least 2 ticks, at most half)', () => {
+    expect(leaseTimes(10_000, 300_000)).toEqual({ beatEveryMs: 10_000, marginMs: 30_000 }); // the defaults
+    expect(leaseTimes(200, 4_000)).toEqual({ beatEveryMs: 200, marginMs: 400 });
+    expect(leaseTimes(10_000, 4_000)).toEqual({ beatEveryMs: 1_000, marginMs: 500 }); // a short lease beats faster
+    expect(leaseTimes(10_000, 0)).toEqual({ beatEveryMs: 10_000, marginMs: 0 }); // no lease known: no deadline
+  });
+
+  // A job whose beats are confirmed (each moves its deadline to its send time + lease - margin), or never answered.
+  function job(id: string, confirmed: boolean, events: string[]): RunningJob {
+    const { beatEveryMs, marginMs } = leaseTimes(200, 4_000);
+    const j: RunningJob = {
+      jobId: id,
+      abort: () => undefined,
+      beatEveryMs,
+      nextBeatAt: Date.now() + beatEveryMs,
+      leaseDeadline: performance.now() + 4_000 - marginMs,
+      beat: () => {
+        const sentAt = performance.now();
+        events.push(`${id}:beat`);
+        if (confirmed) j.leaseDeadline = sentAt + 4_000 - marginMs;
+        return confirmed ? Promise.resolve() : new Promise<void>(() => undefined);
+      },
+      expire: () => events.push(`${id}:expired@${Math.round(performance.now())}`),
+    };
+    return j;
+  }
+
+  it('gives up, once, a lease whose beats go unconfirmed, before it runs out; confirmed beats keep theirs', () => {
+    const running = new RunningJobs(silentLogger);
+    const events: string[] = [];
+    const start = performance.now();
+    running.add(job('ok', true, events));
+    running.add(job('cut', false, events));
+    vi.advanceTimersByTime(10_000);
+    const expired = events.filter((e) => e.includes('expired'));
+    expect(expired).toHaveLength(1);
+    const at = Number(expired[0]!.split('@')[1]) - start;
+    expect(at).toBeGreaterThanOrEqual(3_600); // lease 4 s less the 0.4 s margin
+    expect(at).toBeLessThan(4_000); // within a tick of that, before the rescue could move it
+    expect(events.filter((e) => e === 'ok:beat').length).toBeGreaterThanOrEqual(40); // every 200 ms (+ a tick)
+    running.delete('ok');
+    running.delete('cut');
     expect(vi.getTimerCount()).toBe(0);
   });
 });

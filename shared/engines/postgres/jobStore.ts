@@ -20,6 +20,7 @@ import type {
   JobSearch,
   JobStore,
   LeaseRef,
+  RetryWhen,
   MetricBucket,
   OwnerResult,
   OwnerResultById,
@@ -399,8 +400,15 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     return r!.result as OwnerResult;
   }
 
-  async retry(ref: LeaseRef, runAt: Date, error: string): Promise<OwnerResult> {
-    const [r] = await this.call('retry', { job_id: ref.jobId, lease_id: ref.leaseId, run_at: runAt, error });
+  async retry(ref: LeaseRef, when: RetryWhen, error: string): Promise<OwnerResult> {
+    const [at, delayMs] = when instanceof Date ? [when, null] : [null, when.delayMs];
+    const [r] = await this.call('retry', {
+      job_id: ref.jobId,
+      lease_id: ref.leaseId,
+      run_at: at,
+      error,
+      delay_ms: delayMs,
+    });
     return r!.result as OwnerResult;
   }
 

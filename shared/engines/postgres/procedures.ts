@@ -49,7 +49,10 @@ export const POSTGRES_FUNCTIONS: { [P in JobProcedure]: PgFunction<P> } = {
     params: { job_id: 'bigint', lease_id: 'text', lines: 'jsonb', max_lines: 'integer' },
     returns: 'text',
   },
-  retry: { params: { job_id: 'bigint', lease_id: 'text', run_at: 'timestamptz', error: 'text' }, returns: 'text' },
+  retry: {
+    params: { job_id: 'bigint', lease_id: 'text', run_at: 'timestamptz', error: 'text', delay_ms: 'bigint' },
+    returns: 'text',
+  },
   fail: { params: { job_id: 'bigint', lease_id: 'text', reason: 'text', error: 'text' }, returns: 'text' },
   release: { params: { job_id: 'bigint', lease_id: 'text' }, returns: 'text' },
   interrupt: { params: { job_id: 'bigint', lease_id: 'text', error: 'text' }, returns: 'text' },

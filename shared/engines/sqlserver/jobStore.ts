@@ -20,6 +20,7 @@ import type {
   JobSearch,
   JobStore,
   LeaseRef,
+  RetryWhen,
   MetricBucket,
   OwnerResult,
   OwnerResultById,
@@ -368,10 +369,16 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     }
   }
 
-  async retry(ref: LeaseRef, runAt: Date, error: string): Promise<OwnerResult> {
+  async retry(ref: LeaseRef, when: RetryWhen, error: string): Promise<OwnerResult> {
+    const [runAt, delayMs] = when instanceof Date ? [when, null] : [null, when.delayMs];
     return this.ownerMove(
       ref,
-      (leaseId) => this.call('retry', { JobId: ref.jobId, LeaseId: leaseId, RunAt: runAt, Error: error }, 'once'),
+      (leaseId) =>
+        this.call(
+          'retry',
+          { JobId: ref.jobId, LeaseId: leaseId, RunAt: runAt, Error: error, DelayMs: delayMs },
+          'once',
+        ),
       (job) =>
         (job?.location === 'hot' && job.state === 'pending') || (job?.location === 'dlq' && job.reason === 'cancelled'),
       (job) => job.state === 'processing',

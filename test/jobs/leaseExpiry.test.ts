@@ -1,0 +1,246 @@
+// Client-side lease expiry: a worker whose heartbeats fail (the server out of reach: FaultProxy.down() cuts every
+// connection and refuses new ones) stops its handler before the zombie rescue can hand the job to another worker,
+// and only then; a blip shorter than the lease changes nothing; a handler that ignores its abort never finalizes the
+// job after its lease expired (the fence). The queues here have a zombie timeout of 4 s (the processor gives a lease
+// up 0.4 s before it runs out: shared/jobs/executor.ts, leaseTimes), and the rescue runs every 100 ms meanwhile, as
+// maintenance would if it ran that often.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { PostgresHarness } from '../engines/postgres.harness.js';
+import { PostgresJobStore } from '../../shared/engines/postgres/jobStore.js';
+import type { ClaimedJob, JobId, JobStore } from '../../shared/jobs/contract.js';
+import { HandlerRegistry, type JobLogger } from '../../shared/jobs/registry.js';
+import { JobProcessor, type JobOutcome } from '../../shared/jobs/processor.js';
+import { FaultProxy } from '../support/faultProxy.js';
+import { appUrl } from '../support/pg.js';
+
+const ZOMBIE_TIMEOUT_S = 4;
+let h: PostgresHarness;
+let direct: JobStore; // the rescue's and the second worker's way to the server: never cut
+let proxy: FaultProxy;
+let seq = 0;
+const q = (label: string) => `lease-${label}-${++seq}`;
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+async function until(what: string, probe: () => boolean | Promise<boolean>, ms = 20_000): Promise<void> {
+  for (const deadline = Date.now() + ms; !(await probe()); await sleep(20))
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+}
+
+beforeAll(async () => {
+  h = new PostgresHarness();
+  direct = await h.createStore({ poolSize: 4 });
+  const u = new URL(h.url);
+  proxy = await FaultProxy.start(u.hostname, Number(u.port || 5432));
+});
+afterAll(async () => {
+  proxy?.up();
+  await h?.close();
+});
+
+// A store whose every connection goes through the proxy, and the calls made through it that would finalize a job.
+async function proxiedStore(): Promise<{ store: JobStore; finalizing: string[]; close: () => Promise<void> }> {
+  const inner = await PostgresJobStore.connect(proxy.urlFor(appUrl(h.url)), { poolSize: 2, migrate: false });
+  const finalizing: string[] = [];
+  const moves = new Set(['complete', 'completeMany', 'retry', 'fail', 'release', 'interrupt']);
+  const store = new Proxy(inner, {
+    get(target, prop, receiver) {
+      const v = Reflect.get(target, prop, receiver) as unknown;
+      if (typeof prop === 'string' && moves.has(prop) && typeof v === 'function')
+        return (...args: unknown[]) => {
+          finalizing.push(prop);
+          return (v as (...a: unknown[]) => unknown).apply(target, args);
+        };
+      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+    },
+  });
+  return { store, finalizing, close: () => inner.close() };
+}
+
+// What the processor logged and told its hooks.
+function observed() {
+  const warnings: string[] = [];
+  const leaseLost: string[] = [];
+  const log: JobLogger = { info: () => undefined, warn: (m) => warnings.push(m), error: (m) => warnings.push(m) };
+  return {
+    warnings,
+    leaseLost,
+    log,
+    events: { onLeaseLost: (e: { operation: string }) => leaseLost.push(e.operation) },
+  };
+}
+
+// The rescue, every 100 ms until stopped or it has moved the job back to pending; movedSentAt: when the pass that
+// moved it was sent (performance.now()), so anything before that happened before the move.
+function rescueLoop(jobId: JobId) {
+  let stopped = false;
+  const state = { moved: false, movedSentAt: Infinity, stop: async () => undefined as void };
+  const loop = (async () => {
+    while (!stopped && !state.moved) {
+      const sentAt = performance.now();
+      await direct.rescueZombies(100);
+      const rec = await direct.getJob(jobId);
+      if (rec?.state === 'pending') {
+        state.moved = true;
+        state.movedSentAt = sentAt;
+      } else await sleep(100);
+    }
+  })();
+  state.stop = async () => {
+    stopped = true;
+    await loop;
+  };
+  return state;
+}
+
+async function claimOne(p: JobProcessor, queue: string): Promise<{ job: ClaimedJob; outcome: Promise<JobOutcome> }> {
+  const jobs = await p.claimAndStart([queue], 1);
+  expect(jobs).toHaveLength(1);
+  return { job: jobs[0]!, outcome: p.runStarted(jobs).then((o) => o[0]!) };
+}
+
+describe('lease expiry on the worker', () => {
+  it('a heartbeat cut past the lease aborts the handler (lease_expired) before the rescue re-queues the job', async () => {
+    const queue = q('cut');
+    await direct.updateQueue(queue, { zombieTimeoutSeconds: ZOMBIE_TIMEOUT_S, zombiePolicy: 'retry' });
+    const { id } = await direct.enqueue({ queue, type: 't' });
+    const { store, finalizing, close } = await proxiedStore();
+    const o = observed();
+    let started = false;
+    let abortReason: unknown;
+    let abortedAt = Infinity;
+    let rescue: ReturnType<typeof rescueLoop> | undefined;
+    const reg = new HandlerRegistry().register('t', async (_payload, ctx) => {
+      started = true;
+      await new Promise<void>((resolve) =>
+        ctx.signal.addEventListener('abort', () => {
+          abortReason = (ctx.signal.reason as { reason?: unknown }).reason;
+          abortedAt = performance.now();
+          resolve();
+        }),
+      );
+      throw ctx.signal.reason;
+    });
+    const p = new JobProcessor({ store, registry: reg, heartbeatIntervalMs: 200, log: o.log, events: o.events });
+    try {
+      const { outcome } = await claimOne(p, queue);
+      await until('the handler to start', () => started);
+      await sleep(600); // heartbeats confirmed meanwhile
+      expect(o.warnings).toEqual([]);
+      rescue = rescueLoop(id);
+      proxy.down();
+      expect(await outcome).toBe('lease_lost'); // the slot is freed without a store call
+      expect(abortReason).toBe('lease_expired');
+      expect(o.leaseLost).toEqual(['expired']);
+      expect(o.warnings).toContain('heartbeat failed');
+      expect(o.warnings.some((w) => w.startsWith('lease expired'))).toBe(true);
+      expect(finalizing).toEqual([]); // not finalized: not as a success, nor as anything else
+      expect(p.inFlight).toBe(0);
+      // The rescue does re-queue it once the zombie timeout has passed since its last heartbeat (this attempt counted).
+      await until('the rescue', () => rescue!.moved);
+      expect(abortedAt).toBeLessThan(rescue.movedSentAt); // aborted before the rescue's moving pass was even sent
+      expect(await direct.getJob(id)).toMatchObject({ location: 'hot', state: 'pending', attempts: 1 });
+    } finally {
+      proxy.up();
+      await rescue?.stop();
+      await p.shutdown(0);
+      await close();
+    }
+  });
+
+  it('a blip shorter than the lease does not abort: the heartbeats resume and the job completes', async () => {
+    const queue = q('blip');
+    await direct.updateQueue(queue, { zombieTimeoutSeconds: ZOMBIE_TIMEOUT_S, zombiePolicy: 'retry' });
+    const { id } = await direct.enqueue({ queue, type: 't' });
+    const { store, close } = await proxiedStore();
+    const o = observed();
+    let started = false;
+    let finish!: () => void;
+    const finished = new Promise<void>((r) => (finish = r));
+    let aborted = false;
+    const reg = new HandlerRegistry().register('t', async (_payload, ctx) => {
+      started = true;
+      ctx.signal.addEventListener('abort', () => (aborted = true));
+      await finished;
+      return { done: true };
+    });
+    const p = new JobProcessor({ store, registry: reg, heartbeatIntervalMs: 200, log: o.log, events: o.events });
+    try {
+      const { outcome } = await claimOne(p, queue);
+      await until('the handler to start', () => started);
+      await sleep(300);
+      proxy.down();
+      await until('a heartbeat to fail', () => o.warnings.includes('heartbeat failed'));
+      await sleep(1_200); // about 1.5 s without a confirmed heartbeat in all: well within the lease
+      proxy.up();
+      await sleep(ZOMBIE_TIMEOUT_S * 1000); // past the lease counted from before the blip: the heartbeats since keep it
+      expect(aborted).toBe(false);
+      expect(o.leaseLost).toEqual([]);
+      finish();
+      expect(await outcome).toBe('succeeded');
+      expect(await direct.getJob(id)).toMatchObject({ location: 'archive', result: { done: true } });
+    } finally {
+      proxy.up();
+      finish();
+      await p.shutdown(0);
+      await close();
+    }
+  });
+
+  it('a handler that ignores the abort never finalizes the job after its lease expired: the next owner does', async () => {
+    const queue = q('ignore');
+    await direct.updateQueue(queue, { zombieTimeoutSeconds: ZOMBIE_TIMEOUT_S, zombiePolicy: 'retry' });
+    const { id } = await direct.enqueue({ queue, type: 't' });
+    const { store, finalizing, close } = await proxiedStore();
+    const o = observed();
+    let started = false;
+    let returned = false;
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    const reg = new HandlerRegistry().register('t', async () => {
+      started = true;
+      await released; // deaf to ctx.signal
+      returned = true;
+      return { by: 'first' };
+    });
+    const p = new JobProcessor({ store, registry: reg, heartbeatIntervalMs: 200, log: o.log, events: o.events });
+    const second = new JobProcessor({
+      store: direct,
+      registry: new HandlerRegistry().register('t', async () => ({ by: 'second' })),
+      heartbeatIntervalMs: 200,
+    });
+    let rescue: ReturnType<typeof rescueLoop> | undefined;
+    try {
+      const { job, outcome } = await claimOne(p, queue);
+      await until('the handler to start', () => started);
+      await sleep(300);
+      rescue = rescueLoop(id);
+      proxy.down();
+      expect(await outcome).toBe('lease_lost'); // the slot is free although the handler still runs
+      expect(returned).toBe(false);
+      expect(o.leaseLost).toEqual(['expired']);
+      await until('the rescue', () => rescue!.moved);
+      proxy.up();
+      // Another worker runs the job and completes it.
+      const [again] = await second.claimAndStart([queue], 1);
+      expect(again).toMatchObject({ id, attempt: 2 });
+      expect(await second.runStarted([again!])).toEqual(['succeeded']);
+      // The first handler returns at last: nothing of it reaches the job.
+      release();
+      await until('the first handler to return', () => returned);
+      await sleep(100);
+      expect(finalizing).toEqual([]);
+      // And the fence would refuse it anyway: its lease finalizes nothing.
+      expect(await store.completeMany([{ jobId: id, leaseId: job.leaseId, resultJson: '{"by":"first"}' }])).toEqual([
+        { jobId: id, status: 'lease_lost' },
+      ]);
+      expect(await store.heartbeat({ jobId: id, leaseId: job.leaseId })).toMatchObject({ status: 'lease_lost' });
+      expect(await direct.getJob(id)).toMatchObject({ location: 'archive', attempts: 2, result: { by: 'second' } });
+    } finally {
+      proxy.up();
+      release();
+      await rescue?.stop();
+      await p.shutdown(0);
+      await second.shutdown(0);
+      await close();
+    }
+  });
+});
