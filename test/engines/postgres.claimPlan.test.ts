@@ -8,17 +8,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { migratePostgres } from '../../shared/engines/postgres/jobStore.js';
 import { createTestDatabase } from '../support/pg.js';
-
-interface LoggedPlan {
-  'Query Text': string;
-  Plan: unknown;
-}
+import { planLoggingClient, type PlanLoggingClient } from '../support/planLog.js';
 
 describe('postgres: a one-queue claim keeps its plans', () => {
   let url: string;
   let admin: pg.Client;
   let other: pg.Client;
-  const plans: LoggedPlan[] = [];
+  let logging: PlanLoggingClient<unknown>;
 
   beforeAll(async () => {
     url = await createTestDatabase('claimplan');
@@ -28,13 +24,8 @@ describe('postgres: a one-queue claim keeps its plans', () => {
     } finally {
       await pool.end();
     }
-    admin = new pg.Client({ connectionString: url, application_name: 'keel-claim-plan' });
-    admin.on('error', () => undefined); // a test failure reports it
-    admin.on('notice', (n) => {
-      const m = /^duration: [\d.]+ ms {2}plan:\n([\s\S]*)$/.exec(n.message ?? '');
-      if (m) plans.push(JSON.parse(m[1]!) as LoggedPlan);
-    });
-    await admin.connect();
+    logging = await planLoggingClient(url, 'keel-claim-plan');
+    admin = logging.client;
     other = new pg.Client({ connectionString: url, application_name: 'keel-claim-plan-holder' });
     other.on('error', () => undefined);
     await other.connect();
@@ -68,17 +59,8 @@ describe('postgres: a one-queue claim keeps its plans', () => {
     // PostgreSQL tries custom plans for a cached statement's first 5 executions in a session, then keeps the generic
     // one if it is not costlier on average; a statement it plans anew each call never gets there.
     for (let i = 0; i < 8; i++) expect(await claim(queue, 5)).toHaveLength(5);
-    plans.length = 0;
-    await q(`load 'auto_explain'`);
-    await q(`set auto_explain.log_min_duration = 0`);
-    await q(`set auto_explain.log_nested_statements = on`);
-    await q(`set auto_explain.log_format = 'json'`);
-    await q(`set auto_explain.log_level = 'notice'`);
-    try {
-      expect(await claim(queue, 5)).toHaveLength(5);
-    } finally {
-      await q(`set auto_explain.log_min_duration = -1`);
-    }
+    const { result, plans } = await logging.explained(() => claim(queue, 5));
+    expect(result).toHaveLength(5);
     const pick = plans.filter((p) => /for update of h skip locked/i.test(p['Query Text']));
     expect(pick.length, 'the skip-locked pick was logged').toBeGreaterThan(0);
     // Generic: `priority = $6` (and the queue a parameter); custom: the values of this call, `priority = 0`.

@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { migratePostgres } from '../../shared/engines/postgres/jobStore.js';
 import { createTestDatabase } from '../support/pg.js';
+import { planLoggingClient, type LoggedPlan as PlanLog, type PlanLoggingClient } from '../support/planLog.js';
 
 const BACKLOG = 20_000;
 const JIT_ABOVE_COST = 100_000; // PostgreSQL's default; the guard holds whatever the server's own setting is
@@ -20,11 +21,7 @@ interface PlanNode {
   'Disabled Nodes'?: number;
   Plans?: PlanNode[];
 }
-interface LoggedPlan {
-  'Query Text': string;
-  Plan: PlanNode;
-  JIT?: unknown;
-}
+type LoggedPlan = PlanLog<PlanNode>;
 
 // What a plan must not carry: a JIT section, a disabled node (PostgreSQL 18 marks them), a cost past the JIT threshold.
 function problems(p: LoggedPlan): string[] {
@@ -42,7 +39,7 @@ function problems(p: LoggedPlan): string[] {
 describe('postgres plans: no JIT, no disabled node, at a 20k backlog', () => {
   let url: string;
   let admin: pg.Client;
-  const plans: LoggedPlan[] = [];
+  let explainedBy: PlanLoggingClient<PlanNode>['explained'];
 
   beforeAll(async () => {
     url = await createTestDatabase('plans');
@@ -52,33 +49,16 @@ describe('postgres plans: no JIT, no disabled node, at a 20k backlog', () => {
     } finally {
       await pool.end();
     }
-    admin = new pg.Client({ connectionString: url, application_name: 'keel-plan-guard' });
-    admin.on('error', () => undefined); // a test failure reports it; nothing else uses this client
-    admin.on('notice', (n) => {
-      const m = /^duration: [\d.]+ ms {2}plan:\n([\s\S]*)$/.exec(n.message ?? '');
-      if (m) plans.push(JSON.parse(m[1]!) as LoggedPlan);
-    });
-    await admin.connect();
+    const logging = await planLoggingClient<PlanNode>(url, 'keel-plan-guard');
+    admin = logging.client;
+    explainedBy = logging.explained;
   });
   afterAll(async () => admin?.end());
 
   const q = async (sql: string, params: unknown[] = []) => (await admin.query(sql, params)).rows;
 
-  // Every statement each call runs, nested and trigger statements included, as JSON plans at NOTICE level.
-  async function explained<T>(fn: () => Promise<T>): Promise<{ result: T; plans: LoggedPlan[] }> {
-    plans.length = 0;
-    await q(`load 'auto_explain'`);
-    await q(`set auto_explain.log_min_duration = 0`);
-    await q(`set auto_explain.log_nested_statements = on`);
-    await q(`set auto_explain.log_format = 'json'`);
-    await q(`set auto_explain.log_level = 'notice'`);
-    try {
-      const result = await fn();
-      return { result, plans: plans.splice(0) };
-    } finally {
-      await q(`set auto_explain.log_min_duration = -1`);
-    }
-  }
+  // Every statement each call runs, nested and trigger statements included.
+  const explained = <T>(fn: () => Promise<T>) => explainedBy(fn);
 
   const enqueue = (queue: string, n: number, delayMs = 0) =>
     q(
