@@ -13,6 +13,7 @@ import { engineNamed, enginesWith } from '../engines/registry.js';
 import { LIMITS } from '../jobs/validate.js';
 import { DEFAULT_MAX_RESULT_BYTES, MAX_RESULT_BYTES_LIMIT } from '../jobs/progress.js';
 import { DEFAULT_JOB_LOG_LINES, JOB_LOG_LINES_LIMIT } from '../jobs/jobLog.js';
+import { ncrontabProblem } from '../jobs/ncrontab.js';
 
 const bool = (def: boolean) =>
   z
@@ -72,10 +73,12 @@ const schedule = (def: string) =>
     .pipe(
       z
         .string()
-        .refine(
-          (s) => s.split(/\s+/).length === 6,
-          'must be a six-field NCRONTAB expression ("sec min hour day month weekday")',
-        ),
+        // As the Functions host parses a timer schedule (NCrontab): refused here, naming the cron field, rather than
+        // by the host at start (Azure) or never (a permissive parser locally).
+        .superRefine((s, ctx) => {
+          const problem = ncrontabProblem(s);
+          if (problem) ctx.addIssue({ code: 'custom', message: `must be a six-field NCRONTAB expression: ${problem}` });
+        }),
     );
 
 const roleName = (def: string) =>
