@@ -7,6 +7,7 @@
 // - Queue triggers polling Azure Storage (Azurite) with host.json semantics: batchSize and newBatchThreshold for
 //   concurrency, base64 message encoding, a failed message becomes visible again after visibilityTimeout, and
 //   after maxDequeueCount attempts it is moved to `<queue>-poison`.
+// - host.json functionTimeout on every invocation, as the Functions host enforces it (invokeWithTimeout() below).
 import http from 'node:http';
 import { randomUUID } from 'node:crypto';
 import Router from 'find-my-way';
@@ -71,6 +72,55 @@ export function localHostId(opts: Pick<LocalHostOptions, 'hostId' | 'settings'>)
 }
 
 type Stoppable = { stop(): Promise<void> };
+
+// host.json "functionTimeout" as the Functions host words it ("00:10:00").
+function timeSpanText(ms: number): string {
+  const s = Math.floor(ms / 1000);
+  const pad = (n: number) => String(n).padStart(2, '0');
+  const frac = ms % 1000 ? `.${String(ms % 1000).padStart(3, '0')}` : '';
+  return `${pad(Math.floor(s / 3600))}:${pad(Math.floor(s / 60) % 60)}:${pad(s % 60)}${frac}`;
+}
+
+export class FunctionTimeoutError extends Error {
+  constructor(name: string, ms: number) {
+    super(`Timeout value of ${timeSpanText(ms)} was exceeded by function: Functions.${name}`);
+    this.name = 'FunctionTimeoutException';
+  }
+}
+
+// One invocation under host.json functionTimeout, as the Functions host runs it: past the timeout the invocation has
+// failed (FunctionTimeoutException), whatever the function does afterwards — a queue message is then retried, or
+// poisoned at maxDequeueCount, exactly as for a thrown error; a timer run has failed and the next occurrence runs; an
+// HTTP caller gets a 500. For an out-of-process language (Node) Azure also restarts the worker process, which ends the
+// function and every other invocation on it; in this one process the function cannot be stopped, so it goes on
+// detached and whatever it returns or throws is ignored (the log says so).
+async function invokeWithTimeout<T>(
+  name: string,
+  opts: Pick<LocalHostOptions, 'hostConfig'>,
+  context: InstanceType<typeof InvocationContext>,
+  call: () => T | PromiseLike<T>,
+): Promise<T> {
+  const ms = opts.hostConfig.functionTimeoutMs;
+  const running: Promise<T> = new Promise<T>((resolve) => resolve(call()));
+  if (ms === null) return running;
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      context.error(
+        `Timeout value of ${timeSpanText(ms)} exceeded by function 'Functions.${name}' (Id: '${context.invocationId}'). ` +
+          'Initiating cancellation. (Azure restarts the Node worker here, ending the function; the local host cannot ' +
+          'stop it in-process: it goes on detached and its outcome is ignored.)',
+      );
+      reject(new FunctionTimeoutError(name, ms));
+    }, ms);
+  });
+  running.catch(() => undefined); // a late failure of a timed-out invocation is not an unhandled rejection
+  try {
+    return await Promise.race([running, timedOut]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
 
 // Fires at each occurrence of a schedule, in the host's local time zone (Azure: WEBSITE_TIME_ZONE, UTC by default).
 // A firing whose callback is still running is the caller's to skip (TimerLayer's run()).
@@ -264,7 +314,14 @@ class HttpLayer implements Stoppable {
     });
     const context = contextFor(def.name, this.log, this.opts);
     const started = Date.now();
-    const result = (await def.handler(request, context)) as HttpResponseInit | HttpResponseType | undefined;
+    let result: HttpResponseInit | HttpResponseType | undefined;
+    try {
+      result = (await invokeWithTimeout(def.name, this.opts, context, () => def.handler(request, context))) as
+        HttpResponseInit | HttpResponseType | undefined;
+    } catch (err) {
+      if (!(err instanceof FunctionTimeoutError)) throw err;
+      result = { status: 500, jsonBody: { error: 'internal_error', message: err.message } };
+    }
     const response =
       result instanceof HttpResponse ? result : new HttpResponse((result ?? { status: 204 }) as HttpResponseInit);
     const body = Buffer.from(await response.arrayBuffer());
@@ -333,7 +390,7 @@ class TimerLayer implements Stoppable {
         last = now;
         const context = contextFor(def.name, this.log, this.opts);
         try {
-          await def.handler(timer, context);
+          await invokeWithTimeout(def.name, this.opts, context, () => def.handler(timer, context));
         } catch (err) {
           context.error(`timer function failed: ${(err as Error).stack ?? String(err)}`);
         }
@@ -529,7 +586,7 @@ class QueuePoller implements Stoppable {
     }, 240_000);
     let failure: unknown;
     try {
-      await this.def.handler(decoded.value, context);
+      await invokeWithTimeout(this.def.name, this.opts, context, () => this.def.handler(decoded.value, context));
     } catch (err) {
       failure = err;
     } finally {
