@@ -210,6 +210,9 @@ export const settingsSchema = z
       z.enum(['local']).optional(),
     ),
     KEEL_OPS_MAX_BODY_BYTES: int(256 * 1024, 1024, 64 * 1024 * 1024),
+    // A caller's 401/403 refusals of one ops route after its first within this window are counted into one audit
+    // record at the window's end instead of a record each (shared/ops/refusalWindows.ts); 0: a record each.
+    KEEL_OPS_REFUSAL_WINDOW_MS: int(60_000, 0, 3_600_000),
     // The ops audit trail (keel.ops_audit): rows older than this many days are deleted by the maintenance pass.
     KEEL_OPS_AUDIT_RETENTION_DAYS: int(365, 1, 36_500),
     // Warnings on the console's overview (GET /warnings): a worker whose oldest held job showed no sign of life

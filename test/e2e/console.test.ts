@@ -427,6 +427,17 @@ if (!haveChromium) {
       const p = await ctx.newPage();
       const pageErrors: string[] = [];
       p.on('pageerror', (err) => pageErrors.push(err.message));
+      // The forms that ask in a browser dialog (a transfer's Pause reason, Replay's bounds, a batch's Abandon reason)
+      // are filled in, so their operator call is made and refused like every other; without a handler Playwright
+      // dismisses each prompt and the button makes no call at all. A confirm is declined: its preview came first.
+      const prompts: string[] = [];
+      p.on('dialog', (d) => {
+        const message = d.message();
+        if (d.type() !== 'prompt') return void d.dismiss().catch(() => undefined);
+        prompts.push(message.split(':')[0]!);
+        const value = /high bound/.test(message) ? '1000' : /low bound/.test(message) ? '' : 'sweep';
+        void d.accept(value).catch(() => undefined);
+      });
       const calls: { method: string; path: string; status: number; principal: string | undefined }[] = [];
       p.on('response', (r) => {
         const u = new URL(r.url());
@@ -554,6 +565,12 @@ if (!haveChromium) {
           refused.some((r) => r.includes(`/api/ops${route}`)),
           `a refused call under ${route}`,
         ).toBe(true);
+      // The dialog forms among them: a transfer's Pause (its reason asked) and Replay (its bounds asked, then the
+      // preview, refused before any confirm).
+      expect(prompts.some((m) => m.startsWith('Pause transfer'))).toBe(true);
+      expect(prompts.some((m) => m.startsWith('Replay'))).toBe(true);
+      expect(refused.some((r) => /^POST \/api\/ops\/transfers\/[^/]+\/pause$/.test(r))).toBe(true);
+      expect(refused.some((r) => /^POST \/api\/ops\/transfers\/[^/]+\/replay$/.test(r))).toBe(true);
       expect(await stateOf()).toEqual(before);
     }, 480_000); // some 60 fresh page loads; minutes on a loaded machine
 
