@@ -439,6 +439,10 @@ if (!haveChromium) {
         void d.accept(value).catch(() => undefined);
       });
       const calls: { method: string; path: string; status: number; principal: string | undefined }[] = [];
+      let requested = 0; // ops requests sent: a click that made one is settled once the network is idle
+      p.on('request', (r) => {
+        if (new URL(r.url()).pathname.startsWith('/api/ops/')) requested++;
+      });
       p.on('response', (r) => {
         const u = new URL(r.url());
         if (!u.pathname.startsWith('/api/ops/')) return;
@@ -509,12 +513,19 @@ if (!haveChromium) {
           if (!(await first.isVisible()) || !(await first.isEnabled())) return [];
           const shown = await labels();
           const from = calls.length;
+          const fromRequested = requested;
           await first.click({ timeout: 5_000 });
-          const settle = async () => {
-            for (let w = 0; w < 30 && calls.length === from; w++) await p.waitForTimeout(50);
+          // Until the click made an ops request, or changed the buttons (it opened a form or a confirm step: what it
+          // does is in the page already), or 1.5 s passed; then until the network is idle. Only a click that does
+          // neither waits the whole 1.5 s (before, every click without a call did).
+          const settle = async (before: string, sent: number) => {
+            for (let w = 0; w < 30 && calls.length === from && requested === sent; w++) {
+              await p.waitForTimeout(50);
+              if (JSON.stringify(await labels()) !== before) break;
+            }
             await p.waitForLoadState('networkidle');
           };
-          await settle();
+          await settle(JSON.stringify(shown), fromRequested);
           clicked++;
           let what = label;
           const added = (await labels()).map((l, k) => [l, k] as const).filter(([l]) => !shown.includes(l));
@@ -524,8 +535,10 @@ if (!haveChromium) {
             const second = p.locator('main button').nth(target[1]);
             if (!(await second.isVisible()) || !(await second.isEnabled())) return [];
             what = `${label} then "${target[0]}"`;
+            const shownBeforeSecond = JSON.stringify(await labels());
+            const sentBeforeSecond = requested;
             await second.click({ timeout: 5_000 });
-            await settle();
+            await settle(shownBeforeSecond, sentBeforeSecond);
             clicked++;
           }
           const made = calls.slice(from);
