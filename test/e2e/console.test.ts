@@ -514,18 +514,23 @@ if (!haveChromium) {
           const shown = await labels();
           const from = calls.length;
           const fromRequested = requested;
+          const fromAnswered = prompts.length; // a prompt opens within the click (it holds the click until answered)
           await first.click({ timeout: 5_000 });
           // Until the click made an ops request, or changed the buttons (it opened a form or a confirm step: what it
           // does is in the page already), or 1.5 s passed; then until the network is idle. Only a click that does
           // neither waits the whole 1.5 s (before, every click without a call did).
-          const settle = async (before: string, sent: number) => {
+          const settle = async (before: string, sent: number, answered: number) => {
             for (let w = 0; w < 30 && calls.length === from && requested === sent; w++) {
               await p.waitForTimeout(50);
               if (JSON.stringify(await labels()) !== before) break;
             }
+            // A prompt filled in leads to its operator call (the page's own refreshes may have ended the wait
+            // above first): wait for that call's answer.
+            const operatorCall = () => calls.slice(from).some((c) => roleOf(c.method, c.path) === 'operator');
+            for (let w = 0; w < 200 && prompts.length !== answered && !operatorCall(); w++) await p.waitForTimeout(50);
             await p.waitForLoadState('networkidle');
           };
-          await settle(JSON.stringify(shown), fromRequested);
+          await settle(JSON.stringify(shown), fromRequested, fromAnswered);
           clicked++;
           let what = label;
           const added = (await labels()).map((l, k) => [l, k] as const).filter(([l]) => !shown.includes(l));
@@ -537,8 +542,9 @@ if (!haveChromium) {
             what = `${label} then "${target[0]}"`;
             const shownBeforeSecond = JSON.stringify(await labels());
             const sentBeforeSecond = requested;
+            const answeredBeforeSecond = prompts.length;
             await second.click({ timeout: 5_000 });
-            await settle(shownBeforeSecond, sentBeforeSecond);
+            await settle(shownBeforeSecond, sentBeforeSecond, answeredBeforeSecond);
             clicked++;
           }
           const made = calls.slice(from);
