@@ -439,10 +439,13 @@ if (!haveChromium) {
         void d.accept(value).catch(() => undefined);
       });
       const calls: { method: string; path: string; status: number; principal: string | undefined }[] = [];
-      let requested = 0; // ops requests sent: a click that made one is settled once the network is idle
-      p.on('request', (r) => {
-        if (new URL(r.url()).pathname.startsWith('/api/ops/')) requested++;
-      });
+      // Ops requests sent and finished (answered or failed): a click is settled once every request it sent is finished.
+      let requested = 0;
+      let finished = 0;
+      const isOps = (r: { url(): string }) => new URL(r.url()).pathname.startsWith('/api/ops/');
+      p.on('request', (r) => void (isOps(r) && requested++));
+      p.on('requestfinished', (r) => void (isOps(r) && finished++));
+      p.on('requestfailed', (r) => void (isOps(r) && finished++));
       p.on('response', (r) => {
         const u = new URL(r.url());
         if (!u.pathname.startsWith('/api/ops/')) return;
@@ -517,8 +520,8 @@ if (!haveChromium) {
           const fromAnswered = prompts.length; // a prompt opens within the click (it holds the click until answered)
           await first.click({ timeout: 5_000 });
           // Until the click made an ops request, or changed the buttons (it opened a form or a confirm step: what it
-          // does is in the page already), or 1.5 s passed; then until the network is idle. Only a click that does
-          // neither waits the whole 1.5 s (before, every click without a call did).
+          // does is in the page already), or 1.5 s passed; then until every ops request sent is finished. Only a
+          // click that does neither waits the whole 1.5 s (before, every click without a call did).
           const settle = async (before: string, sent: number, answered: number) => {
             for (let w = 0; w < 30 && calls.length === from && requested === sent; w++) {
               await p.waitForTimeout(50);
@@ -528,6 +531,9 @@ if (!haveChromium) {
             // above first): wait for that call's answer.
             const operatorCall = () => calls.slice(from).some((c) => roleOf(c.method, c.path) === 'operator');
             for (let w = 0; w < 200 && prompts.length !== answered && !operatorCall(); w++) await p.waitForTimeout(50);
+            // Every request sent so far answered (waitForLoadState('networkidle') would not wait: the page reached
+            // that state once, at its load).
+            for (let w = 0; w < 200 && finished < requested; w++) await p.waitForTimeout(50);
             await p.waitForLoadState('networkidle');
           };
           await settle(JSON.stringify(shown), fromRequested, fromAnswered);
