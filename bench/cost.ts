@@ -19,7 +19,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { Cron } from 'croner';
+import { ncrontab } from '../shared/jobs/ncrontab.js';
 import { bootLocal, type LocalKeel } from '../dev/boot.js';
 import { freePort } from '../dev/embeddedPostgres.js';
 import { definitions } from '../functions/definitions.js';
@@ -137,15 +137,11 @@ function snapshot() {
 }
 
 function firingsPerHour(schedule: string): number {
-  const c = new Cron(schedule, { paused: true, mode: '6-part' });
-  try {
-    const from = new Date('2030-01-01T00:00:00Z');
-    let n = 0;
-    for (let t = c.nextRun(from); t && t.getTime() <= from.getTime() + 3_600_000; t = c.nextRun(t)) n++;
-    return n;
-  } finally {
-    c.stop();
-  }
+  const c = ncrontab(schedule, 'UTC');
+  const from = new Date('2030-01-01T00:00:00Z');
+  let n = 0;
+  for (let t = c.next(from); t && t.getTime() <= from.getTime() + 3_600_000; t = c.next(t)) n++;
+  return n;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -1,16 +1,17 @@
 // The local host: runs the function definitions without Azure Functions Core Tools.
 // - HTTP on one port with the same routes (routePrefix from host.json), function keys enforced like Azure
 //   (`x-functions-key` header or `code` query) for authLevel 'function'.
-// - Timers on their NCRONTAB schedules (croner; six fields with seconds), each a singleton across the app's local
-//   instances (a lock in the shared storage, like Azure's) and never overlapping itself.
+// - Timers on their NCRONTAB schedules (shared/jobs/ncrontab.ts, NCrontab's grammar and day rule: six fields with
+//   seconds), each a singleton across the app's local instances (a lock in the shared storage, like Azure's) and never
+//   overlapping itself.
 // - Queue triggers polling Azure Storage (Azurite) with host.json semantics: batchSize and newBatchThreshold for
 //   concurrency, base64 message encoding, a failed message becomes visible again after visibilityTimeout, and
 //   after maxDequeueCount attempts it is moved to `<queue>-poison`.
+// - host.json functionTimeout on every invocation, as the Functions host enforces it (invokeWithTimeout() below).
 import http from 'node:http';
 import { randomUUID } from 'node:crypto';
 import Router from 'find-my-way';
-import type { Cron } from 'croner';
-import { ncrontab } from '../shared/app/ncrontab.js';
+import { ncrontab, type Ncrontab } from '../shared/app/ncrontab.js';
 import type { QueueClient, QueueServiceClient, DequeuedMessageItem } from '@azure/storage-queue';
 import type { HttpResponseInit, HttpResponse as HttpResponseType, LogLevel, Timer } from '@azure/functions';
 import type {
@@ -60,9 +61,7 @@ export interface LocalHostOptions {
 
 // The interval between a schedule's next two occurrences (useMonitor's default depends on it).
 function scheduleIntervalMs(schedule: string): number {
-  const probe = ncrontab(schedule, { paused: true });
-  const [a, b] = probe.nextRuns(2);
-  probe.stop();
+  const [a, b] = ncrontab(schedule).nextN(2);
   return a && b ? b.getTime() - a.getTime() : Infinity;
 }
 
@@ -73,6 +72,94 @@ export function localHostId(opts: Pick<LocalHostOptions, 'hostId' | 'settings'>)
 }
 
 type Stoppable = { stop(): Promise<void> };
+
+// host.json "functionTimeout" as the Functions host words it ("00:10:00").
+function timeSpanText(ms: number): string {
+  const s = Math.floor(ms / 1000);
+  const pad = (n: number) => String(n).padStart(2, '0');
+  const frac = ms % 1000 ? `.${String(ms % 1000).padStart(3, '0')}` : '';
+  return `${pad(Math.floor(s / 3600))}:${pad(Math.floor(s / 60) % 60)}:${pad(s % 60)}${frac}`;
+}
+
+export class FunctionTimeoutError extends Error {
+  constructor(name: string, ms: number) {
+    super(`Timeout value of ${timeSpanText(ms)} was exceeded by function: Functions.${name}`);
+    this.name = 'FunctionTimeoutException';
+  }
+}
+
+// One invocation under host.json functionTimeout, as the Functions host runs it: past the timeout the invocation has
+// failed (FunctionTimeoutException), whatever the function does afterwards — a queue message is then retried, or
+// poisoned at maxDequeueCount, exactly as for a thrown error; a timer run has failed and the next occurrence runs; an
+// HTTP caller gets a 500. For an out-of-process language (Node) Azure also restarts the worker process, which ends the
+// function and every other invocation on it; in this one process the function cannot be stopped, so it goes on
+// detached and whatever it returns or throws is ignored (the log says so).
+async function invokeWithTimeout<T>(
+  name: string,
+  opts: Pick<LocalHostOptions, 'hostConfig'>,
+  context: InstanceType<typeof InvocationContext>,
+  call: () => T | PromiseLike<T>,
+): Promise<T> {
+  const ms = opts.hostConfig.functionTimeoutMs;
+  const running: Promise<T> = new Promise<T>((resolve) => resolve(call()));
+  if (ms === null) return running;
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      context.error(
+        `Timeout value of ${timeSpanText(ms)} exceeded by function 'Functions.${name}' (Id: '${context.invocationId}'). ` +
+          'Initiating cancellation. (Azure restarts the Node worker here, ending the function; the local host cannot ' +
+          'stop it in-process: it goes on detached and its outcome is ignored.)',
+      );
+      reject(new FunctionTimeoutError(name, ms));
+    }, ms);
+  });
+  running.catch(() => undefined); // a late failure of a timed-out invocation is not an unhandled rejection
+  try {
+    return await Promise.race([running, timedOut]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+// Fires at each occurrence of a schedule, in the host's local time zone (Azure: WEBSITE_TIME_ZONE, UTC by default).
+// A firing whose callback is still running is the caller's to skip (TimerLayer's run()).
+class ScheduleClock {
+  private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
+
+  constructor(
+    private readonly cron: Ncrontab,
+    private readonly fire: () => void,
+  ) {}
+
+  nextRun(): Date | null {
+    return this.cron.next(new Date());
+  }
+
+  start(): void {
+    this.arm(new Date());
+  }
+
+  // The next occurrence after `after`; a timer that wakes a moment early still counts as its occurrence (arming from
+  // the occurrence, not from the clock, so it never fires twice), and one beyond setTimeout's range re-arms.
+  private arm(after: Date): void {
+    if (this.stopped) return;
+    const next = this.cron.next(after);
+    if (!next) return;
+    const delay = Math.min(Math.max(0, next.getTime() - Date.now()), 2 ** 31 - 1);
+    this.timer = setTimeout(() => {
+      if (next.getTime() - Date.now() > 1000) return this.arm(after);
+      this.arm(next);
+      this.fire();
+    }, delay);
+  }
+
+  stop(): void {
+    this.stopped = true;
+    clearTimeout(this.timer);
+  }
+}
 
 const HTTP_METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'] as const;
 
@@ -227,7 +314,14 @@ class HttpLayer implements Stoppable {
     });
     const context = contextFor(def.name, this.log, this.opts);
     const started = Date.now();
-    const result = (await def.handler(request, context)) as HttpResponseInit | HttpResponseType | undefined;
+    let result: HttpResponseInit | HttpResponseType | undefined;
+    try {
+      result = (await invokeWithTimeout(def.name, this.opts, context, () => def.handler(request, context))) as
+        HttpResponseInit | HttpResponseType | undefined;
+    } catch (err) {
+      if (!(err instanceof FunctionTimeoutError)) throw err;
+      result = { status: 500, jsonBody: { error: 'internal_error', message: err.message } };
+    }
     const response =
       result instanceof HttpResponse ? result : new HttpResponse((result ?? { status: 204 }) as HttpResponseInit);
     const body = Buffer.from(await response.arrayBuffer());
@@ -257,7 +351,7 @@ class HttpLayer implements Stoppable {
 // during a run makes one more run afterwards. A firing on an instance that does not get the lock is skipped: the
 // instance holding it runs the timer.
 class TimerLayer implements Stoppable {
-  private readonly jobs: Cron[] = [];
+  private readonly jobs: ScheduleClock[] = [];
   private readonly running = new Set<Promise<void>>();
   private readonly fireNow = new Map<string, () => void>();
   private stopped = false;
@@ -281,7 +375,7 @@ class TimerLayer implements Stoppable {
       let lockTrouble = false;
       // useMonitor as Azure defaults it: on for schedules of a minute or more, off for shorter ones.
       const monitored = lock !== null && scheduleIntervalMs(schedule) >= 60_000;
-      const invoke = async (job: Cron | null, status: ScheduleStatus | null) => {
+      const invoke = async (job: ScheduleClock | null, status: ScheduleStatus | null) => {
         const now = new Date();
         const timer: Timer = {
           // Monitored: the occurrence the status says was due is over a second late (missed while no instance ran).
@@ -296,7 +390,7 @@ class TimerLayer implements Stoppable {
         last = now;
         const context = contextFor(def.name, this.log, this.opts);
         try {
-          await def.handler(timer, context);
+          await invokeWithTimeout(def.name, this.opts, context, () => def.handler(timer, context));
         } catch (err) {
           context.error(`timer function failed: ${(err as Error).stack ?? String(err)}`);
         }
@@ -304,7 +398,7 @@ class TimerLayer implements Stoppable {
       // One run at a time on this instance, and only with the app-wide lock.
       let current: Promise<void> | null = null;
       let again = false;
-      const run = (job: Cron | null, wake: boolean): Promise<void> => {
+      const run = (job: ScheduleClock | null, wake: boolean): Promise<void> => {
         if (this.stopped) return Promise.resolve();
         if (current) {
           if (wake) again = true;
@@ -343,11 +437,9 @@ class TimerLayer implements Stoppable {
         });
         return p;
       };
-      // protect: croner itself never starts a firing while the previous one's callback is still running. Unnamed: croner
-      // keeps named jobs in one process-wide registry, and two instances in one process (tests) name the same timers.
-      const job = ncrontab(schedule, { protect: true }, async (self: Cron) => {
-        await run(self, false);
-      });
+      // A firing while a run is on is skipped by run() (Azure schedules the next occurrence after the run ends).
+      const job: ScheduleClock = new ScheduleClock(ncrontab(schedule), () => void run(job, false));
+      job.start();
       this.jobs.push(job);
       this.fireNow.set(def.name, () => void run(job, true));
       if (def.runOnStartup) void run(job, false);
@@ -494,7 +586,7 @@ class QueuePoller implements Stoppable {
     }, 240_000);
     let failure: unknown;
     try {
-      await this.def.handler(decoded.value, context);
+      await invokeWithTimeout(this.def.name, this.opts, context, () => this.def.handler(decoded.value, context));
     } catch (err) {
       failure = err;
     } finally {

@@ -1,8 +1,7 @@
 // The timer passes (dispatcher, maintenance, scheduler): what the timers do, kept out of functions/ so the functions
 // stay thin and tests can call it directly.
 import { runMaintenance, type MaintenanceReport } from '../jobs/maintenance.js';
-import { Cron } from 'croner';
-import { ncrontab } from './ncrontab.js';
+import { ncrontab, type Ncrontab } from './ncrontab.js';
 import { runSchedules, type ScheduleMemory, type SchedulePassItem } from '../jobs/scheduler.js';
 import type { ScheduleDefinition } from '../jobs/define.js';
 import type { JobId } from '../jobs/contract.js';
@@ -193,8 +192,8 @@ const scheduleMemories = new WeakMap<Runtime, ScheduleMemory>();
 const warnedFine = new WeakSet<Runtime>();
 
 // The shortest gap between two firings of a six-field cron, over its next few firings (ms; Infinity if it never fires).
-export function shortestGapMs(cron: Cron, from: Date = new Date()): number {
-  const runs = cron.nextRuns(8, from);
+export function shortestGapMs(cron: Ncrontab, from: Date = new Date()): number {
+  const runs = cron.nextN(8, from);
   let gap = Infinity;
   for (let i = 1; i < runs.length; i++) gap = Math.min(gap, runs[i]!.getTime() - runs[i - 1]!.getTime());
   return gap;
@@ -203,20 +202,8 @@ export function shortestGapMs(cron: Cron, from: Date = new Date()): number {
 // Schedules that tick more often than the scheduler timer fires (KEEL_SCHEDULER_SCHEDULE, a minute by default): their
 // ticks are enqueued late, several at a pass, or missed past their grace period. Named once per runtime.
 export function schedulesFinerThanTimer(rt: Runtime): ScheduleDefinition[] {
-  const timer = ncrontab(rt.settings.KEEL_SCHEDULER_SCHEDULE, { paused: true });
-  try {
-    const timerGap = shortestGapMs(timer);
-    return rt.schedules.filter((def) => {
-      const c = new Cron(def.cron, { paused: true, timezone: def.timeZone, mode: '6-part' });
-      try {
-        return shortestGapMs(c) < timerGap;
-      } finally {
-        c.stop();
-      }
-    });
-  } finally {
-    timer.stop();
-  }
+  const timerGap = shortestGapMs(ncrontab(rt.settings.KEEL_SCHEDULER_SCHEDULE));
+  return rt.schedules.filter((def) => shortestGapMs(ncrontab(def.cron, def.timeZone)) < timerGap);
 }
 
 // The scheduler timer: enqueue the due ticks of every recurring schedule (exactly once across instances), then post

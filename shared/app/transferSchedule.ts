@@ -28,7 +28,7 @@ export interface TimerStep {
 // it has none) and not after now. The transfer timer must fire at least as often as the finest schedule.
 export function scheduleDue(cron: string, lastCreatedAt: string | undefined, now: Date): boolean {
   if (!lastCreatedAt) return true;
-  const next = ncrontab(cron, { paused: true, timezone: 'UTC' }).nextRun(new Date(lastCreatedAt));
+  const next = ncrontab(cron, 'UTC').next(new Date(lastCreatedAt));
   return next !== null && next.getTime() <= now.getTime();
 }
 
@@ -93,10 +93,9 @@ export async function runTransferSchedule(rt: Runtime, log: Logger, now: Date = 
 // A transfer's keyCompareSchedule is due at the tick after one of its occurrences: an occurrence in (the transfer
 // timer's previous tick, now]. (A tick the host skipped skips that comparison too: the next occurrence runs it.)
 export function keyCompareDue(cron: string, timerCron: string, now: Date): boolean {
-  const opts = { paused: true, timezone: 'UTC' } as const;
-  const previousTick = ncrontab(timerCron, opts).previousRuns(1, new Date(now.getTime() - 1000))[0];
+  const previousTick = ncrontab(timerCron, 'UTC').previous(new Date(now.getTime() - 1000));
   if (!previousTick) return false;
-  const next = ncrontab(cron, opts).nextRun(previousTick);
+  const next = ncrontab(cron, 'UTC').next(previousTick);
   return next !== null && next.getTime() <= now.getTime();
 }
 

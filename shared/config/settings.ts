@@ -13,6 +13,7 @@ import { engineNamed, enginesWith } from '../engines/registry.js';
 import { LIMITS } from '../jobs/validate.js';
 import { DEFAULT_MAX_RESULT_BYTES, MAX_RESULT_BYTES_LIMIT } from '../jobs/progress.js';
 import { DEFAULT_JOB_LOG_LINES, JOB_LOG_LINES_LIMIT } from '../jobs/jobLog.js';
+import { ncrontabProblem } from '../jobs/ncrontab.js';
 
 const bool = (def: boolean) =>
   z
@@ -72,10 +73,12 @@ const schedule = (def: string) =>
     .pipe(
       z
         .string()
-        .refine(
-          (s) => s.split(/\s+/).length === 6,
-          'must be a six-field NCRONTAB expression ("sec min hour day month weekday")',
-        ),
+        // As the Functions host parses a timer schedule (NCrontab): refused here, naming the cron field, rather than
+        // by the host at start (Azure) or never (a permissive parser locally).
+        .superRefine((s, ctx) => {
+          const problem = ncrontabProblem(s);
+          if (problem) ctx.addIssue({ code: 'custom', message: `must be a six-field NCRONTAB expression: ${problem}` });
+        }),
     );
 
 const roleName = (def: string) =>
@@ -207,6 +210,9 @@ export const settingsSchema = z
       z.enum(['local']).optional(),
     ),
     KEEL_OPS_MAX_BODY_BYTES: int(256 * 1024, 1024, 64 * 1024 * 1024),
+    // A caller's 401/403 refusals of one ops route after its first within this window are counted into one audit
+    // record at the window's end instead of a record each (shared/ops/refusalWindows.ts); 0: a record each.
+    KEEL_OPS_REFUSAL_WINDOW_MS: int(60_000, 0, 3_600_000),
     // The ops audit trail (keel.ops_audit): rows older than this many days are deleted by the maintenance pass.
     KEEL_OPS_AUDIT_RETENTION_DAYS: int(365, 1, 36_500),
     // Warnings on the console's overview (GET /warnings): a worker whose oldest held job showed no sign of life

@@ -3,7 +3,7 @@
 // `npm start`, so adding a handler is: add a file, export the definition, deploy. See docs/jobs.md. (The project's
 // own tests load test/fixtures/handlers instead: KEEL_HANDLERS_DIR.)
 import { z } from 'zod';
-import { Cron } from 'croner';
+import { ncrontab } from './ncrontab.js';
 import type { HandlerOptions, JobContext } from './registry.js';
 import { LIMITS, scheduleName } from './validate.js';
 
@@ -114,9 +114,10 @@ export function defineSchedule(name: string, spec: ScheduleSpec): ScheduleDefini
     throw bad('timeZone', `"${timeZone}" is not an IANA time zone`);
   }
   try {
-    new Cron(spec.cron, { paused: true, timezone: timeZone, mode: '6-part' }).stop();
+    // NCRONTAB as the timers read it: both day fields must match a day, and no Quartz extensions (L, W, #, ?, 7).
+    ncrontab(spec.cron, timeZone);
   } catch (err) {
-    throw bad('cron', `"${spec.cron}" is not a six-field cron expression with seconds: ${(err as Error).message}`);
+    throw bad('cron', (err as Error).message);
   }
   const missed = spec.missed ?? 'skip';
   if (!MISSED_TICK_POLICIES.includes(missed)) throw bad('missed', `must be one of ${MISSED_TICK_POLICIES.join(', ')}`);

@@ -3,7 +3,7 @@
 // handled, applies its missed-tick policy, and enqueues them through the store's compare-and-set (fireSchedule): one
 // pass wins each step, so each tick is enqueued exactly once across any number of instances. Each job also carries
 // the idempotency key schedule:<name>:<tick>.
-import { Cron } from 'croner';
+import { ncrontab, type Ncrontab } from './ncrontab.js';
 import type { EnqueueRequest, FireStatus, JobId, JobStore, ScheduleState } from './contract.js';
 import type { ScheduleDefinition } from './define.js';
 import type { HandlerRegistry } from './registry.js';
@@ -12,17 +12,12 @@ import { DEFAULT_QUEUE, prepareTypedJobs } from './typedEnqueue.js';
 // How many ticks one pass looks back at most: bounds a pass after a long outage (catch-up is bounded separately).
 export const MAX_TICKS_PER_PASS = 100;
 
-export function cronOf(def: ScheduleDefinition): Cron {
-  return new Cron(def.cron, { paused: true, timezone: def.timeZone, mode: '6-part' });
+export function cronOf(def: ScheduleDefinition): Ncrontab {
+  return ncrontab(def.cron, def.timeZone);
 }
 
 export function nextTick(def: ScheduleDefinition, after: Date): Date | null {
-  const c = cronOf(def);
-  try {
-    return c.nextRun(after);
-  } finally {
-    c.stop();
-  }
+  return cronOf(def).next(after);
 }
 
 export interface TickPlan {
@@ -47,27 +42,23 @@ export function planTicks(
   const from = Math.max(lastTick?.getTime() ?? -Infinity, resumedAt?.getTime() ?? -Infinity);
   const c = cronOf(def);
   let due: Date[] = [];
-  try {
-    if (Number.isFinite(from)) {
-      // Forward from the last handled tick: the usual case is a tick or two.
-      let t: Date | null = new Date(from);
-      for (let i = 0; i <= MAX_TICKS_PER_PASS; i++) {
-        t = c.nextRun(t);
-        if (!t || t.getTime() > now.getTime()) break;
-        due.push(t);
-      }
+  if (Number.isFinite(from)) {
+    // Forward from the last handled tick: the usual case is a tick or two.
+    let t: Date | null = new Date(from);
+    for (let i = 0; i <= MAX_TICKS_PER_PASS; i++) {
+      t = c.next(t);
+      if (!t || t.getTime() > now.getTime()) break;
+      due.push(t);
     }
-    if (!Number.isFinite(from) || due.length > MAX_TICKS_PER_PASS) {
-      // First sight (only the latest tick matters), or a long outage (only the latest MAX_TICKS_PER_PASS do: catch-up
-      // is bounded).
-      const n = Number.isFinite(from) ? MAX_TICKS_PER_PASS : 1;
-      due = c
-        .previousRuns(n, new Date(now.getTime() + 1))
-        .filter((x) => x.getTime() > from)
-        .reverse();
-    }
-  } finally {
-    c.stop();
+  }
+  if (!Number.isFinite(from) || due.length > MAX_TICKS_PER_PASS) {
+    // First sight (only the latest tick matters), or a long outage (only the latest MAX_TICKS_PER_PASS do: catch-up
+    // is bounded).
+    const n = Number.isFinite(from) ? MAX_TICKS_PER_PASS : 1;
+    due = c
+      .previousN(n, new Date(now.getTime() + 1))
+      .filter((x) => x.getTime() > from)
+      .reverse();
   }
   const empty: TickPlan = { enqueue: [], advanceTo: null, onTime: 0, missed: 0, skipped: 0 };
   if (due.length === 0) return empty;

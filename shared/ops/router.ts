@@ -21,6 +21,7 @@ import {
 import { PrincipalTrustError } from './principalTrust.js';
 import { AUDIT_TEXT_LIMITS } from '../jobs/contract.js';
 import { auditAffected, auditEntry, auditLog, auditText, type AuditCall } from './auditRecord.js';
+import { RefusalWindows } from './refusalWindows.js';
 
 export type OpsMethod = 'GET' | 'POST' | 'PATCH' | 'PUT' | 'DELETE';
 export const OPS_METHODS: OpsMethod[] = ['GET', 'POST', 'PATCH', 'PUT', 'DELETE'];
@@ -212,6 +213,9 @@ function roleNames(settings: OpsRuntime['settings']): RoleNames {
 //   cross-site call, a wrong content type, an invalid body...), or recorded as 'started' before its handler runs and
 //   finished as 'ok' or 'failed' (with the status, the reason and the count it affected) after.
 // - Every 401/403 of a read leaves one 'refused' record too.
+// - Except in a flood: a caller's 401/403 refusals of one route after the first within KEEL_OPS_REFUSAL_WINDOW_MS are
+//   counted, not recorded one by one, and one more 'refused' record at the window's end says how many
+//   (refusalWindows.ts); each is still logged.
 // Fail closed: the 'started' record is written before the action, and a write whose record cannot be written is not
 // run (503). We chose this over writing the record in the action's own transaction: the actions span several store
 // calls, queue posts and the transfer journal (another database), so no single transaction holds them all, while
@@ -239,6 +243,7 @@ export function createOpsHandler(
   // long parameter reaches its schema and gets a 400 naming it instead of a 404 from the router.
   const router = Router({ ignoreTrailingSlash: true, caseSensitive: true, maxParamLength: MAX_PATH_PARAM_CHARS });
   for (const r of routes) router.on(r.method, OPS_PREFIX + r.path, () => undefined, r);
+  const refusals = new RefusalWindows();
 
   return async (request, context, channel = 'key', refused) => {
     const url = new URL(request.url);
@@ -330,7 +335,7 @@ export function createOpsHandler(
       if (rt && call) {
         if (auditId !== null) await finishAudit(rt, call, auditId, 'failed', mapped.status, mapped.message, null);
         else if (method !== 'GET' || mapped.status === 401 || mapped.status === 403)
-          await recordRefusal(rt, call, mapped);
+          await recordRefusal(rt, call, mapped, refusals);
       } else if (mapped.status === 401 || mapped.status === 403) {
         context.warn(
           `ops refused ${JSON.stringify({ method, path, channel, status: mapped.status, reason: mapped.message })}`,
@@ -364,9 +369,36 @@ async function finishAudit(
   }
 }
 
-// A refused call: one finished record. Nothing ran, so a failure to write it is logged and the refusal stands.
-async function recordRefusal(rt: OpsRuntime, call: AuditCall, err: OpsError): Promise<void> {
+// A refused call: one finished record (a 401/403 after the caller's first on the route within the window: counted
+// into the record written when the window closes). Nothing ran, so a failure to write it is logged and the refusal
+// stands.
+async function recordRefusal(rt: OpsRuntime, call: AuditCall, err: OpsError, windows: RefusalWindows): Promise<void> {
   const entry = auditEntry(call, 'refused', err.status, err.message);
+  const windowMs = rt.settings.KEEL_OPS_REFUSAL_WINDOW_MS;
+  if ((err.status === 401 || err.status === 403) && windowMs > 0) {
+    const first = windows.admit(entry, windowMs, (coalesced) => {
+      const summary = {
+        ...entry,
+        reason: auditText(
+          `${coalesced} more refusal${coalesced === 1 ? '' : 's'} of this caller on this route within ${windowMs} ms of its first (recorded), coalesced: ${err.message}`,
+          AUDIT_TEXT_LIMITS.reason,
+        ),
+      };
+      rt.store.recordAudit(summary).then(
+        (id) => auditLog(call.context, summary, id, { coalesced }),
+        (e: Error) => {
+          call.context.error(
+            `ops: the audit record of ${coalesced} coalesced refusals of ${call.r.operationId} could not be written: ${e.message}`,
+          );
+          auditLog(call.context, summary, null, { coalesced, recorded: false });
+        },
+      );
+    });
+    if (!first) {
+      auditLog(call.context, entry, null, { recorded: false, coalesced: true });
+      return;
+    }
+  }
   try {
     const id = await rt.store.recordAudit(entry);
     auditLog(call.context, entry, id);

@@ -1,7 +1,7 @@
 // Transfers are declared in configuration: the KEEL_TRANSFERS app setting (JSON array) or a JSON file named by
 // KEEL_TRANSFERS_FILE. Invalid configuration fails at startup with the setting at fault, e.g.
 // "KEEL_TRANSFERS[0].keyColumns: Required".
-import { Cron } from 'croner';
+import { ncrontabProblem } from '../jobs/ncrontab.js';
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { IDENTIFIER_PATTERN, parseQualified, type QualifiedName } from './identifiers.js';
@@ -75,14 +75,11 @@ const targetSchema = z
     }
   });
 
-function cronValid(v: string): boolean {
-  if (v.split(/\s+/).length !== 6) return false;
-  try {
-    new Cron(v, { paused: true, mode: '6-part', timezone: 'UTC' }).stop();
-    return true;
-  } catch {
-    return false;
-  }
+// A schedule as the transfer timer reads it (NCRONTAB, shared/jobs/ncrontab.ts): what Azure's timers would refuse
+// is refused with the reason, naming the cron field at fault.
+function cronCheck(v: string, ctx: z.core.$RefinementCtx<string>): void {
+  const problem = ncrontabProblem(v);
+  if (problem) ctx.addIssue({ code: 'custom', message: `must be a six-field NCRONTAB expression: ${problem}` });
 }
 
 const boundarySchema = z
@@ -171,18 +168,10 @@ export const transferSchema = z
     // A key-set comparison run by the transfer timer (six-field NCRONTAB, UTC; due when it has an occurrence since the
     // timer's previous tick): it reports (event keel.transfer.keys_gone, alert transfer-keys-gone) and deletes only
     // with keyCompare 'apply'. Absent: only the route compares.
-    keyCompareSchedule: z
-      .string()
-      .trim()
-      .refine((v) => cronValid(v), 'must be a six-field NCRONTAB expression ("sec min hour day month weekday")')
-      .optional(),
+    keyCompareSchedule: z.string().trim().superRefine(cronCheck).optional(),
     // When the timer starts this transfer: a six-field NCRONTAB expression (UTC), checked at every timer tick
     // (KEEL_TRANSFER_SCHEDULE, which must fire at least as often). Absent: every tick.
-    schedule: z
-      .string()
-      .trim()
-      .refine((v) => cronValid(v), 'must be a six-field NCRONTAB expression ("sec min hour day month weekday")')
-      .optional(),
+    schedule: z.string().trim().superRefine(cronCheck).optional(),
     // After schema drift is reviewed: the new schema hash to accept for the next batch.
     acceptSchemaHash: z
       .string()

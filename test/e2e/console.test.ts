@@ -427,7 +427,25 @@ if (!haveChromium) {
       const p = await ctx.newPage();
       const pageErrors: string[] = [];
       p.on('pageerror', (err) => pageErrors.push(err.message));
+      // The forms that ask in a browser dialog (a transfer's Pause reason, Replay's bounds, a batch's Abandon reason)
+      // are filled in, so their operator call is made and refused like every other; without a handler Playwright
+      // dismisses each prompt and the button makes no call at all. A confirm is declined: its preview came first.
+      const prompts: string[] = [];
+      p.on('dialog', (d) => {
+        const message = d.message();
+        if (d.type() !== 'prompt') return void d.dismiss().catch(() => undefined);
+        prompts.push(message.split(':')[0]!);
+        const value = /high bound/.test(message) ? '1000' : /low bound/.test(message) ? '' : 'sweep';
+        void d.accept(value).catch(() => undefined);
+      });
       const calls: { method: string; path: string; status: number; principal: string | undefined }[] = [];
+      // Ops requests sent and finished (answered or failed): a click is settled once every request it sent is finished.
+      let requested = 0;
+      let finished = 0;
+      const isOps = (r: { url(): string }) => new URL(r.url()).pathname.startsWith('/api/ops/');
+      p.on('request', (r) => void (isOps(r) && requested++));
+      p.on('requestfinished', (r) => void (isOps(r) && finished++));
+      p.on('requestfailed', (r) => void (isOps(r) && finished++));
       p.on('response', (r) => {
         const u = new URL(r.url());
         if (!u.pathname.startsWith('/api/ops/')) return;
@@ -498,12 +516,27 @@ if (!haveChromium) {
           if (!(await first.isVisible()) || !(await first.isEnabled())) return [];
           const shown = await labels();
           const from = calls.length;
+          const fromRequested = requested;
+          const fromAnswered = prompts.length; // a prompt opens within the click (it holds the click until answered)
           await first.click({ timeout: 5_000 });
-          const settle = async () => {
-            for (let w = 0; w < 30 && calls.length === from; w++) await p.waitForTimeout(50);
+          // Until the click made an ops request, or changed the buttons (it opened a form or a confirm step: what it
+          // does is in the page already), or 1.5 s passed; then until every ops request sent is finished. Only a
+          // click that does neither waits the whole 1.5 s (before, every click without a call did).
+          const settle = async (before: string, sent: number, answered: number) => {
+            for (let w = 0; w < 30 && calls.length === from && requested === sent; w++) {
+              await p.waitForTimeout(50);
+              if (JSON.stringify(await labels()) !== before) break;
+            }
+            // A prompt filled in leads to its operator call (the page's own refreshes may have ended the wait
+            // above first): wait for that call's answer.
+            const operatorCall = () => calls.slice(from).some((c) => roleOf(c.method, c.path) === 'operator');
+            for (let w = 0; w < 200 && prompts.length !== answered && !operatorCall(); w++) await p.waitForTimeout(50);
+            // Every request sent so far answered (waitForLoadState('networkidle') would not wait: the page reached
+            // that state once, at its load).
+            for (let w = 0; w < 200 && finished < requested; w++) await p.waitForTimeout(50);
             await p.waitForLoadState('networkidle');
           };
-          await settle();
+          await settle(JSON.stringify(shown), fromRequested, fromAnswered);
           clicked++;
           let what = label;
           const added = (await labels()).map((l, k) => [l, k] as const).filter(([l]) => !shown.includes(l));
@@ -513,8 +546,11 @@ if (!haveChromium) {
             const second = p.locator('main button').nth(target[1]);
             if (!(await second.isVisible()) || !(await second.isEnabled())) return [];
             what = `${label} then "${target[0]}"`;
+            const shownBeforeSecond = JSON.stringify(await labels());
+            const sentBeforeSecond = requested;
+            const answeredBeforeSecond = prompts.length;
             await second.click({ timeout: 5_000 });
-            await settle();
+            await settle(shownBeforeSecond, sentBeforeSecond, answeredBeforeSecond);
             clicked++;
           }
           const made = calls.slice(from);
@@ -554,6 +590,12 @@ if (!haveChromium) {
           refused.some((r) => r.includes(`/api/ops${route}`)),
           `a refused call under ${route}`,
         ).toBe(true);
+      // The dialog forms among them: a transfer's Pause (its reason asked) and Replay (its bounds asked, then the
+      // preview, refused before any confirm).
+      expect(prompts.some((m) => m.startsWith('Pause transfer'))).toBe(true);
+      expect(prompts.some((m) => m.startsWith('Replay'))).toBe(true);
+      expect(refused.some((r) => /^POST \/api\/ops\/transfers\/[^/]+\/pause$/.test(r))).toBe(true);
+      expect(refused.some((r) => /^POST \/api\/ops\/transfers\/[^/]+\/replay$/.test(r))).toBe(true);
       expect(await stateOf()).toEqual(before);
     }, 480_000); // some 60 fresh page loads; minutes on a loaded machine
 

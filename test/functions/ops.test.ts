@@ -21,6 +21,9 @@ let t: TestRuntime;
 
 beforeAll(async () => {
   t = await createTestRuntime('fn_ops', {
+    // Every refusal its own audit record: these tests check each call's record; the bound on a flood of refusals
+    // has its own test (opsRefusalFlood.test.ts).
+    env: { KEEL_OPS_REFUSAL_WINDOW_MS: '0' },
     register: (r) =>
       r.register('test.block', async (_p, ctx) => {
         // Runs until cancelled (bounded): lets the cancel route meet a running job.

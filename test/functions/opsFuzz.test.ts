@@ -12,7 +12,15 @@ import { auditRows, lastAuditId, READER, snapshot } from './support.js';
 import { useItemsTransfer } from './itemsTransfer.js';
 import { seededRandom } from '../support/seededRandom.js';
 
-const fx = useItemsTransfer({ label: 'fn_fuzz', rows: 40, batchSize: 20, chunkSize: 10 });
+// Every refusal its own audit record (KEEL_OPS_REFUSAL_WINDOW_MS=0): the fuzz checks each call's record; the bound on
+// a flood of refusals has its own test (opsRefusalFlood.test.ts).
+const fx = useItemsTransfer({
+  label: 'fn_fuzz',
+  rows: 40,
+  batchSize: 20,
+  chunkSize: 10,
+  env: { KEEL_OPS_REFUSAL_WINDOW_MS: '0' },
+});
 const { call } = fx;
 
 // Values of every JSON type, and the awkward members of each.
