@@ -9,6 +9,7 @@ import { startLocalHost, type RunningLocalHost } from '../../dev/localHost.js';
 import { hostConfigFrom } from '../../shared/app/hostJson.js';
 import { parseSettings } from '../../shared/config/settings.js';
 import { encodeMessage } from '../../shared/app/queues.js';
+import { until } from '../functions/support.js';
 import type { FunctionDefinition } from '../../functions/definitions.js';
 
 let azurite: AzuriteQueue;
@@ -99,26 +100,20 @@ afterAll(async () => {
   await azurite?.stop();
 });
 
-async function until<T>(what: string, probe: () => Promise<T | null | false>, timeoutMs = 20_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const v = await probe();
-    if (v) return v;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
-
 describe('host.json functionTimeout on the local host', () => {
   it('a queue invocation past it fails: retried, then poisoned at maxDequeueCount; one within it completes', async () => {
     const q = svc.getQueueClient('ft-jobs');
     await q.sendMessage(encodeMessage({ hang: true }));
     await q.sendMessage(encodeMessage({ hang: false }));
     const poison = svc.getQueueClient('ft-jobs-poison');
-    const moved = await until('the hung message in the poison queue', async () => {
-      const p = await poison.peekMessages({ numberOfMessages: 5 });
-      return p.peekedMessageItems.length > 0 ? p.peekedMessageItems : null;
-    });
+    const moved = await until(
+      'the hung message in the poison queue',
+      async () => {
+        const p = await poison.peekMessages({ numberOfMessages: 5 });
+        return p.peekedMessageItems.length > 0 ? p.peekedMessageItems : null;
+      },
+      20_000,
+    );
     expect(moved.map((m) => JSON.parse(Buffer.from(m.messageText, 'base64').toString()))).toEqual([{ hang: true }]);
     expect(queueCalls.filter((c) => c.value.hang).map((c) => c.dequeueCount)).toEqual([1, 2]);
     expect(queueCalls.filter((c) => !c.value.hang)).toHaveLength(1);
@@ -129,8 +124,10 @@ describe('host.json functionTimeout on the local host', () => {
   });
 
   it('a timer run past it fails, and the timer runs again', async () => {
-    await until('the start-up run timed out', async () =>
-      lines.some((l) => l.includes("exceeded by function 'Functions.dispatcher'")),
+    await until(
+      'the start-up run timed out',
+      async () => lines.some((l) => l.includes("exceeded by function 'Functions.dispatcher'")),
+      20_000,
     );
     expect(lines.some((l) => l.includes('dispatcher error: timer function failed: FunctionTimeoutException'))).toBe(
       true,
@@ -139,7 +136,7 @@ describe('host.json functionTimeout on the local host', () => {
     // once. (Were the run still holding it, the wake-up would only be queued behind it.)
     expect(timerRuns).toBe(1);
     wake();
-    await until('a second run', async () => timerRuns === 2);
+    await until('a second run', async () => timerRuns === 2, 20_000);
   });
 
   it('an HTTP invocation past it answers 500; one within it answers', async () => {
