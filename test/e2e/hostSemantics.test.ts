@@ -9,6 +9,7 @@ import { hostConfigFrom } from '../../shared/app/hostJson.js';
 import { parseSettings } from '../../shared/config/settings.js';
 import { encodeMessage } from '../../shared/app/queues.js';
 import type { FunctionDefinition } from '../../functions/definitions.js';
+import { until } from '../support/until.js';
 
 let azurite: AzuriteQueue;
 let host: RunningLocalHost;
@@ -87,25 +88,19 @@ afterAll(async () => {
   await azurite?.stop();
 });
 
-async function until<T>(what: string, probe: () => Promise<T | null | false>, timeoutMs = 20_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const v = await probe();
-    if (v) return v;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
-
 describe('local host semantics', () => {
   it('delivers base64 JSON parsed, and poisons a message after maxDequeueCount failed attempts', async () => {
     await svc.getQueueClient('sem-jobs').sendMessage(encodeMessage({ ok: 1 }));
     await svc.getQueueClient('sem-jobs').sendMessage(encodeMessage({ fail: true }));
     const poison = svc.getQueueClient('sem-jobs-poison');
-    const moved = await until('the failing message in the poison queue', async () => {
-      const p = await poison.peekMessages({ numberOfMessages: 5 });
-      return p.peekedMessageItems.length === 1 ? p.peekedMessageItems[0]! : null;
-    });
+    const moved = await until(
+      'the failing message in the poison queue',
+      async () => {
+        const p = await poison.peekMessages({ numberOfMessages: 5 });
+        return p.peekedMessageItems.length === 1 ? p.peekedMessageItems[0]! : null;
+      },
+      20_000,
+    );
     expect(JSON.parse(Buffer.from(moved.messageText, 'base64').toString())).toEqual({ fail: true });
     const failing = seen.filter((s) => (s.value as { fail?: boolean }).fail);
     expect(failing.map((s) => s.dequeueCount)).toEqual([1, 2, 3]);
@@ -117,10 +112,14 @@ describe('local host semantics', () => {
   it('runs at most batchSize (+ newBatchThreshold) messages at once', async () => {
     const q = svc.getQueueClient('sem-stage');
     for (let i = 0; i < 10; i++) await q.sendMessage(encodeMessage({ i }));
-    await until('all ten processed', async () => {
-      const p = await q.peekMessages({ numberOfMessages: 32 });
-      return p.peekedMessageItems.length === 0 && concurrent === 0;
-    });
+    await until(
+      'all ten processed',
+      async () => {
+        const p = await q.peekMessages({ numberOfMessages: 32 });
+        return p.peekedMessageItems.length === 0 && concurrent === 0;
+      },
+      20_000,
+    );
     expect(maxConcurrent).toBeGreaterThan(1);
     expect(maxConcurrent).toBeLessThanOrEqual(4);
   });

@@ -10,6 +10,7 @@ import pg from 'pg';
 import { QueueServiceClient } from '@azure/storage-queue';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { appUrl, createTestDatabase } from '../support/pg.js';
+import { until as untilTrue } from '../support/until.js';
 import { freePort } from '../../dev/embeddedPostgres.js';
 import { encodeClientPrincipal } from '../../shared/ops/auth.js';
 
@@ -106,23 +107,12 @@ async function api(
   return { status: res.status, json };
 }
 
-async function until<T>(
-  what: string,
-  probe: () => Promise<T | null | undefined | false>,
-  timeoutMs = 30_000,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let delay = 50;
-  while (Date.now() < deadline) {
-    const v = await probe();
-    if (v) return v;
-    await new Promise((r) => setTimeout(r, delay));
-    delay = Math.min(500, delay * 2);
-  }
-  throw new Error(
-    `timed out after ${timeoutMs} ms waiting for ${what}\nhost output:\n${host.output.slice(-40).join('')}`,
-  );
-}
+const until = <T>(what: string, probe: () => Promise<T | null | undefined | false>, timeoutMs = 30_000) =>
+  untilTrue(what, probe, {
+    timeoutMs,
+    pollMs: 50,
+    detail: () => `host output:\n${host.output.slice(-40).join('')}`,
+  });
 
 // Jobs tables only: the timers legitimately touch nothing else here, but keep the check narrow and exact.
 async function jobTables(): Promise<string> {

@@ -5,6 +5,7 @@ import { PostgresHarness } from './postgres.harness.js';
 import type { JobStore } from '../../shared/jobs/contract.js';
 import { PostgresWakeups } from '../../shared/engines/postgres/wakeups.js';
 import { FaultProxy } from '../support/faultProxy.js';
+import { until as untilTrue } from '../support/until.js';
 
 let h: PostgresHarness;
 let store: JobStore;
@@ -12,10 +13,7 @@ let wakeups: PostgresWakeups;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 // Notifications reach the one LISTEN connection in commit order: once a later enqueue's has arrived, an earlier one
 // that was going to arrive has too. So wait for the expected ones (bounded), not a guessed time.
-async function until(what: string, probe: () => boolean): Promise<void> {
-  for (const deadline = Date.now() + 15_000; !probe(); await sleep(10))
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-}
+const until = (what: string, probe: () => boolean) => untilTrue(what, probe, { pollMs: 10, maxPollMs: 10 });
 
 beforeAll(async () => {
   h = new PostgresHarness();

@@ -189,18 +189,4 @@ export async function lastAuditId(pool: pg.Pool): Promise<string> {
   return String(rows[0].id);
 }
 
-export async function until<T>(
-  what: string,
-  probe: () => Promise<T | null | undefined | false>,
-  timeoutMs = 15_000,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let delay = 25;
-  while (Date.now() < deadline) {
-    const v = await probe();
-    if (v) return v;
-    await new Promise((r) => setTimeout(r, delay));
-    delay = Math.min(500, delay * 2);
-  }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-}
+export { until } from '../support/until.js';
