@@ -795,8 +795,8 @@ $$;
 -- one transaction.
 
 -- Counts what one transaction did, once, after all of its moves: one upsert of stats_summary, then one of
--- metric_buckets, each in queue order, so any two transactions meet those rows in the same order (sql/README.md, Lock
--- order). p_queues, p_outcomes and p_durations are parallel: outcome 'succeeded', a DLQ reason ('exhausted', 'fatal',
+-- metric_buckets, each in queue order, into this backend's own rows (slot pg_backend_pid(), V033: no other live
+-- backend writes them, so a tally never waits for another completion's commit; sql/README.md, Lock order). p_queues, p_outcomes and p_durations are parallel: outcome 'succeeded', a DLQ reason ('exhausted', 'fatal',
 -- 'timeout', 'cancelled', 'zombie', 'expired', 'parent_failed'; counted as failed; 'skipped' is counted nowhere),
 -- 'retried', 'zombie_retried' (a zombie handed back
 -- to pending: counted as zombie, no bucket) or 'resurrected'. Durations (ms, null for none) feed the buckets.
@@ -808,8 +808,8 @@ begin
   if coalesce(cardinality(p.queues), 0) = 0 then
     return;
   end if;
-  insert into keel.stats_summary as s (queue, succeeded, failed, retried, cancelled, zombie, resurrected)
-  select t.queue,
+  insert into keel.stats_summary as s (queue, slot, succeeded, failed, retried, cancelled, zombie, resurrected)
+  select t.queue, pg_backend_pid(),
          count(*) filter (where t.outcome = 'succeeded'),
          count(*) filter (where t.outcome in ('exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired', 'parent_failed')),
          count(*) filter (where t.outcome = 'retried'),
@@ -818,7 +818,7 @@ begin
          count(*) filter (where t.outcome = 'resurrected')
   from unnest(p.queues, p.outcomes) as t(queue, outcome)
   group by t.queue order by t.queue
-  on conflict (queue) do update
+  on conflict (queue, slot) do update
     set succeeded = s.succeeded + excluded.succeeded,
         failed = s.failed + excluded.failed,
         retried = s.retried + excluded.retried,
@@ -826,8 +826,8 @@ begin
         zombie = s.zombie + excluded.zombie,
         resurrected = s.resurrected + excluded.resurrected,
         updated_at = now();
-  insert into keel.metric_buckets as b (bucket_start, queue, outcome, reason, count, total_duration_ms, max_duration_ms)
-  select date_trunc('minute', now()), t.queue, t.bucket, t.reason, count(*), coalesce(sum(t.duration_ms), 0),
+  insert into keel.metric_buckets as b (bucket_start, queue, outcome, reason, slot, count, total_duration_ms, max_duration_ms)
+  select date_trunc('minute', now()), t.queue, t.bucket, t.reason, pg_backend_pid(), count(*), coalesce(sum(t.duration_ms), 0),
          coalesce(max(t.duration_ms), 0)
   from (select u.queue, u.duration_ms,
                case when u.outcome = 'succeeded' then 'succeeded' else 'failed' end as bucket,
@@ -835,7 +835,7 @@ begin
         from unnest(p.queues, p.outcomes, p.durations) as u(queue, outcome, duration_ms)
         where u.outcome in ('succeeded', 'exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired', 'parent_failed')) t
   group by t.queue, t.bucket, t.reason order by t.queue, t.bucket, t.reason
-  on conflict (bucket_start, queue, outcome, reason) do update
+  on conflict (bucket_start, queue, outcome, reason, slot) do update
     set count = b.count + excluded.count,
         total_duration_ms = b.total_duration_ms + excluded.total_duration_ms,
         max_duration_ms = greatest(b.max_duration_ms, excluded.max_duration_ms);
@@ -859,15 +859,15 @@ begin
   if coalesce(cardinality(p_queues), 0) = 0 then
     return;
   end if;
-  insert into keel.stats_summary as s (queue, succeeded)
-  select t.queue, t.jobs from unnest(p_queues, p_jobs) as t(queue, jobs) order by t.queue
-  on conflict (queue) do update
+  insert into keel.stats_summary as s (queue, slot, succeeded)
+  select t.queue, pg_backend_pid(), t.jobs from unnest(p_queues, p_jobs) as t(queue, jobs) order by t.queue
+  on conflict (queue, slot) do update
     set succeeded = s.succeeded + excluded.succeeded,
         updated_at = now();
-  insert into keel.metric_buckets as b (bucket_start, queue, outcome, reason, count, total_duration_ms, max_duration_ms)
-  select date_trunc('minute', now()), t.queue, 'succeeded', '', t.jobs, t.total_ms, t.max_ms
+  insert into keel.metric_buckets as b (bucket_start, queue, outcome, reason, slot, count, total_duration_ms, max_duration_ms)
+  select date_trunc('minute', now()), t.queue, 'succeeded', '', pg_backend_pid(), t.jobs, t.total_ms, t.max_ms
   from unnest(p_queues, p_jobs, p_total_ms, p_max_ms) as t(queue, jobs, total_ms, max_ms) order by t.queue
-  on conflict (bucket_start, queue, outcome, reason) do update
+  on conflict (bucket_start, queue, outcome, reason, slot) do update
     set count = b.count + excluded.count,
         total_duration_ms = b.total_duration_ms + excluded.total_duration_ms,
         max_duration_ms = greatest(b.max_duration_ms, excluded.max_duration_ms);
@@ -1442,9 +1442,13 @@ language sql stable as $$
   order by x.relation desc, x.n nulls last, x.id
 $$;
 
--- Counter rows of backends that have exited go to slot 0 (V006: each live backend writes only its own slot, its
--- pid). Rows another transaction holds are skipped, and a new backend that reuses a pid just keeps adding to its
--- row. Bounded: one row per queue and backend that wrote since the last fold.
+-- Counter rows of backends that have exited go to slot 0 (V006, V033: each live backend writes only its own slot,
+-- its pid), and so do metric rows of past minutes, whoever wrote them (a live backend only writes the minute its
+-- transaction started in; one that still writes an older one just starts a new row of its slot). Each table in one
+-- statement (delete returning, upsert into slot 0), so a reader sees every count once, before or after it. Rows
+-- another transaction holds are skipped, and a new backend that reuses a pid just keeps adding to its row. Bounded:
+-- one row per queue and backend that wrote since the last fold (metric rows: per minute, outcome and reason too).
+-- Tables in the counters' order (hot, DLQ, stats_summary, metric_buckets), slot-0 rows in key order.
 create or replace function keel._fold_counters()
 returns void
 language plpgsql as $$
@@ -1476,6 +1480,44 @@ begin
   insert into keel.dlq_counts as c (queue, slot, n)
   select g.queue, 0, sum(g.n) from gone g group by g.queue order by g.queue
   on conflict (queue, slot) do update set n = c.n + excluded.n;
+  with gone as (
+    delete from keel.stats_summary s
+    where (s.queue, s.slot) in (
+      select x.queue, x.slot from keel.stats_summary x
+      where x.slot <> 0 and not exists (select 1 from pg_stat_activity a where a.pid = x.slot)
+      for update skip locked)
+    returning s.*
+  )
+  insert into keel.stats_summary as s (queue, slot, succeeded, failed, retried, cancelled, zombie, resurrected, updated_at)
+  select g.queue, 0, sum(g.succeeded), sum(g.failed), sum(g.retried), sum(g.cancelled), sum(g.zombie),
+         sum(g.resurrected), max(g.updated_at)
+  from gone g group by g.queue order by g.queue
+  on conflict (queue, slot) do update
+    set succeeded = s.succeeded + excluded.succeeded,
+        failed = s.failed + excluded.failed,
+        retried = s.retried + excluded.retried,
+        cancelled = s.cancelled + excluded.cancelled,
+        zombie = s.zombie + excluded.zombie,
+        resurrected = s.resurrected + excluded.resurrected,
+        updated_at = greatest(s.updated_at, excluded.updated_at);
+  with gone as (
+    delete from keel.metric_buckets b
+    where (b.bucket_start, b.queue, b.outcome, b.reason, b.slot) in (
+      select x.bucket_start, x.queue, x.outcome, x.reason, x.slot from keel.metric_buckets x
+      where x.slot <> 0 -- metric_buckets_unfolded
+        and (x.bucket_start < date_trunc('minute', now())
+             or not exists (select 1 from pg_stat_activity a where a.pid = x.slot))
+      for update skip locked)
+    returning b.*
+  )
+  insert into keel.metric_buckets as b (bucket_start, queue, outcome, reason, slot, count, total_duration_ms, max_duration_ms)
+  select g.bucket_start, g.queue, g.outcome, g.reason, 0, sum(g.count), sum(g.total_duration_ms), max(g.max_duration_ms)
+  from gone g group by g.bucket_start, g.queue, g.outcome, g.reason
+  order by g.bucket_start, g.queue, g.outcome, g.reason
+  on conflict (bucket_start, queue, outcome, reason, slot) do update
+    set count = b.count + excluded.count,
+        total_duration_ms = b.total_duration_ms + excluded.total_duration_ms,
+        max_duration_ms = greatest(b.max_duration_ms, excluded.max_duration_ms);
 end
 $$;
 
@@ -1776,13 +1818,14 @@ begin
     select count(*) into v_deleted from gone;
   elsif p_target = 'metrics' then
     with c as (
-      select b.bucket_start, b.queue, b.outcome, b.reason from keel.metric_buckets b
+      select b.bucket_start, b.queue, b.outcome, b.reason, b.slot from keel.metric_buckets b
       where b.bucket_start < p_older_than and (p_queue is null or b.queue = p_queue)
       order by b.bucket_start limit p_batch_size
       for update skip locked
     )
     delete from keel.metric_buckets b using c
-    where b.bucket_start = c.bucket_start and b.queue = c.queue and b.outcome = c.outcome and b.reason = c.reason;
+    where b.bucket_start = c.bucket_start and b.queue = c.queue and b.outcome = c.outcome and b.reason = c.reason
+      and b.slot = c.slot;
     get diagnostics v_deleted = row_count;
   else
     raise exception 'target must be archive, dlq or metrics (got %)', coalesce(p_target, 'null') using errcode = '22023';
@@ -1796,7 +1839,7 @@ $$;
 -- Every field is a maintained counter or a bounded index read (never a table scan), whatever the size of the three pillars:
 --   pending, fetched, processing, waiting (a flow's jobs whose parents are unfinished): keel.hot_counts (statement triggers on jobs_hot), summed over its slots;
 --   dlq: keel.dlq_counts (statement triggers on jobs_dlq), summed over its slots;
---   succeeded ... resurrected: keel.stats_summary;
+--   succeeded ... resurrected: keel.stats_summary, summed over its slots (V033);
 --   oldest_due_age_ms and due: read from jobs_hot_pending_due one pending priority level at a time, highest first,
 --   at most 64 levels a queue (one probe finds the next level). oldest_due_age_ms is the oldest of the levels' first
 --   entries, when it is due. due is exact when each level has at most 1,000 due or at most 1,000 not-yet-due pending
@@ -1827,9 +1870,14 @@ begin
       from keel.hot_counts c group by c.queue
     ), dead as (
       select c.queue, sum(c.n)::bigint as n from keel.dlq_counts c group by c.queue
+    ), summary as (
+      select s.queue, sum(s.succeeded)::bigint as succeeded, sum(s.failed)::bigint as failed,
+             sum(s.retried)::bigint as retried, sum(s.cancelled)::bigint as cancelled, sum(s.zombie)::bigint as zombie,
+             sum(s.resurrected)::bigint as resurrected
+      from keel.stats_summary s group by s.queue
     ), names as (
       select q.name from keel.queues q
-      union select s.queue from keel.stats_summary s
+      union select s.queue from summary s
       union select c.queue from counts c where c.pending <> 0 or c.fetched <> 0 or c.processing <> 0 or c.waiting <> 0
     )
     select n.name, coalesce(c.pending, 0) as pending, coalesce(c.fetched, 0) as fetched, coalesce(c.waiting, 0) as waiting,
@@ -1840,7 +1888,7 @@ begin
     from names n
     left join counts c on c.queue = n.name
     left join dead d on d.queue = n.name
-    left join keel.stats_summary s on s.queue = n.name
+    left join summary s on s.queue = n.name
     order by n.name
   loop
     v_levels := '{}';
@@ -1897,10 +1945,13 @@ create or replace function keel.metrics(p_window_minutes integer, p_queue text)
 returns table (bucket_start timestamptz, queue text, outcome text, reason text, count bigint,
                total_duration_ms bigint, max_duration_ms bigint)
 language sql stable as $$
-  select b.bucket_start, b.queue, b.outcome, b.reason, b.count, b.total_duration_ms, b.max_duration_ms
+  -- a bucket's rows of every slot (V033) as one
+  select b.bucket_start, b.queue, b.outcome, b.reason, sum(b.count)::bigint, sum(b.total_duration_ms)::bigint,
+         max(b.max_duration_ms)
   from keel.metric_buckets b
   where b.bucket_start >= date_trunc('minute', now()) - make_interval(mins => greatest(coalesce(p_window_minutes, 60), 1) - 1)
     and (p_queue is null or b.queue = p_queue)
+  group by b.bucket_start, b.queue, b.outcome, b.reason
   order by b.bucket_start, b.queue, b.outcome, b.reason
 $$;
 

@@ -41,7 +41,7 @@ BEGIN
   DECLARE @Now datetime2(3) = SYSUTCDATETIME();
   DECLARE @Epoch datetime2(3) = '2000-01-01T00:00:00';
   DECLARE @Bucket datetime2(3) = DATEADD(minute, DATEDIFF(minute, @Epoch, @Now), @Epoch); -- @Now truncated to the minute
-  DECLARE @Slot smallint = @@SPID % 16; -- this session's HotCounts slot, as the trigger's
+  DECLARE @Slot smallint = @@SPID % 16; -- this session's HotCounts, StatsSummary and MetricBuckets slot (V033), as the trigger's
   DECLARE @I int, @N int, @Q nvarchar(128);
 
   -- Step 4a: HotCounts, one row per queue (this session's slot), in queue order.
@@ -97,7 +97,7 @@ BEGIN
   -- Applied: a later transaction of the same procedure (RescueZombies runs three) starts from nothing.
   DELETE FROM #KeelCountDeltas;
 
-  -- Step 4c: StatsSummary, one row per queue, in queue order.
+  -- Step 4c: StatsSummary, one row per queue (this session's slot), in queue order.
   DECLARE @Stats TABLE (
     Seq int IDENTITY(1, 1) PRIMARY KEY,
     Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
@@ -121,14 +121,14 @@ BEGIN
     UPDATE keel.StatsSummary WITH (UPDLOCK, SERIALIZABLE)
     SET Succeeded = Succeeded + @S, Failed = Failed + @F, Retried = Retried + @R, Cancelled = Cancelled + @C,
         Zombie = Zombie + @Z, Resurrected = Resurrected + @Rs, UpdatedAt = @Now
-    WHERE Queue = @Q;
+    WHERE Queue = @Q AND Slot = @Slot;
     IF @@ROWCOUNT = 0
-      INSERT keel.StatsSummary (Queue, Succeeded, Failed, Retried, Cancelled, Zombie, Resurrected, UpdatedAt)
-      VALUES (@Q, @S, @F, @R, @C, @Z, @Rs, @Now);
+      INSERT keel.StatsSummary (Queue, Slot, Succeeded, Failed, Retried, Cancelled, Zombie, Resurrected, UpdatedAt)
+      VALUES (@Q, @Slot, @S, @F, @R, @C, @Z, @Rs, @Now);
     SET @I += 1;
   END;
 
-  -- Step 4d: MetricBuckets of this minute, in key order (queue, outcome, reason).
+  -- Step 4d: MetricBuckets of this minute (this session's slot), in key order (queue, outcome, reason).
   DECLARE @Buckets TABLE (
     Seq int IDENTITY(1, 1) PRIMARY KEY,
     Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
@@ -150,10 +150,10 @@ BEGIN
     SET [Count] = [Count] + @Cnt,
         TotalDurationMs = TotalDurationMs + @Total,
         MaxDurationMs = IIF(MaxDurationMs > @Mx, MaxDurationMs, @Mx)
-    WHERE BucketStart = @Bucket AND Queue = @Q AND Outcome = @O AND Reason = @Rn;
+    WHERE BucketStart = @Bucket AND Queue = @Q AND Outcome = @O AND Reason = @Rn AND Slot = @Slot;
     IF @@ROWCOUNT = 0
-      INSERT keel.MetricBuckets (BucketStart, Queue, Outcome, Reason, [Count], TotalDurationMs, MaxDurationMs)
-      VALUES (@Bucket, @Q, @O, @Rn, @Cnt, @Total, @Mx);
+      INSERT keel.MetricBuckets (BucketStart, Queue, Outcome, Reason, Slot, [Count], TotalDurationMs, MaxDurationMs)
+      VALUES (@Bucket, @Q, @O, @Rn, @Slot, @Cnt, @Total, @Mx);
     SET @I += 1;
   END;
 END;

@@ -6,7 +6,7 @@ GO
 -- Stats: one row per queue known to Queues, StatsSummary or HotCounts (name order). Every field is a maintained
 -- counter or a bounded index read (never a table scan), whatever the size of the three pillars:
 --   Pending, Fetched, Processing: keel.HotCounts (trigger on JobsHot), summed over 16 slots; Dlq: keel.DlqCounts
---   (trigger on JobsDLQ); Succeeded ... Resurrected: keel.StatsSummary;
+--   (trigger on JobsDLQ); Succeeded ... Resurrected: keel.StatsSummary, summed over its 16 slots (V033);
 --   OldestDueAgeMs: the first entry of IX_JobsHot_PendingRunAt, when it is due;
 --   Due: exact when fewer than 1,000 pending rows of the queue are due or fewer than 1,000 are not yet due (it counts
 --   at most 1,000 entries of one side of IX_JobsHot_PendingRunAt; the other is Pending minus it). Past that Due is
@@ -63,13 +63,15 @@ BEGIN
          q.Waiting
   FROM @Q AS q
   LEFT JOIN keel.DlqCounts AS dead ON dead.Queue = q.Queue
-  LEFT JOIN keel.StatsSummary AS s ON s.Queue = q.Queue
+  LEFT JOIN (SELECT x.Queue, SUM(x.Succeeded) AS Succeeded, SUM(x.Failed) AS Failed, SUM(x.Retried) AS Retried,
+                    SUM(x.Cancelled) AS Cancelled, SUM(x.Zombie) AS Zombie, SUM(x.Resurrected) AS Resurrected
+             FROM keel.StatsSummary AS x GROUP BY x.Queue) AS s ON s.Queue = q.Queue
   ORDER BY q.Queue;
 END;
 GO
 
 -- Metrics(@WindowMinutes, @Queue NULL = all): the metric buckets of the last @WindowMinutes minutes including the
--- current one (default 60), in (BucketStart, Queue, Outcome, Reason) order.
+-- current one (default 60), in (BucketStart, Queue, Outcome, Reason) order, each bucket summed over its slots (V033).
 CREATE OR ALTER PROCEDURE keel.Metrics
   @WindowMinutes INT,
   @Queue NVARCHAR(128)
@@ -81,9 +83,11 @@ BEGIN
   DECLARE @Epoch datetime2(3) = '2000-01-01T00:00:00';
   DECLARE @From datetime2(3) = DATEADD(minute, DATEDIFF(minute, @Epoch, SYSUTCDATETIME()) - (@Window - 1), @Epoch);
 
-  SELECT b.BucketStart, b.Queue, b.Outcome, b.Reason, b.[Count], b.TotalDurationMs, b.MaxDurationMs
+  SELECT b.BucketStart, b.Queue, b.Outcome, b.Reason, SUM(b.[Count]) AS [Count],
+         SUM(b.TotalDurationMs) AS TotalDurationMs, MAX(b.MaxDurationMs) AS MaxDurationMs
   FROM keel.MetricBuckets AS b
   WHERE b.BucketStart >= @From AND (@Queue IS NULL OR b.Queue = @Queue)
+  GROUP BY b.BucketStart, b.Queue, b.Outcome, b.Reason
   ORDER BY b.BucketStart, b.Queue, b.Outcome, b.Reason
   OPTION (RECOMPILE);
 END;

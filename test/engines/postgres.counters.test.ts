@@ -1,5 +1,6 @@
-// PostgreSQL read counters per backend (V006): each backend writes only its own slot (its pid), so no two sessions
-// ever wait for one counter row; zombie rescue folds the rows of exited backends into slot 0, and the sums stay exact.
+// PostgreSQL read counters per backend (V006), and the tallies (stats_summary, metric_buckets: V033): each backend
+// writes only its own slot (its pid), so no two sessions ever wait for one counter row; zombie rescue folds the rows
+// of exited backends into slot 0, and the sums stay exact.
 // And stats() reading jobs_hot_pending_due one priority level at a time.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type pg from 'pg';
@@ -23,6 +24,15 @@ describe('postgres read counters per backend', () => {
     (await admin.query('select slot from keel.hot_counts where queue = $1 order by slot', [queue])).rows.map(
       (r) => r.slot as number,
     );
+
+  const tallySlotsOf = async (queue: string) => ({
+    summary: (
+      await admin.query('select slot from keel.stats_summary where queue = $1 order by slot', [queue])
+    ).rows.map((r) => r.slot as number),
+    buckets: (
+      await admin.query('select slot from keel.metric_buckets where queue = $1 order by slot', [queue])
+    ).rows.map((r) => r.slot as number),
+  });
 
   it('every backend counts in a slot of its own; rescue folds the slots of exited backends into slot 0, sums unchanged', async () => {
     const queue = `slots-${Date.now()}`;
@@ -50,10 +60,61 @@ describe('postgres read counters per backend', () => {
       if (rows[0].n === 0) break;
       await new Promise((r) => setTimeout(r, 100));
     }
+    // The tallies (V033): each backend's success in a stats_summary and a metric_buckets row of its own.
+    expect(await tallySlotsOf(queue)).toEqual({
+      summary: [...pids].sort((a, b) => a - b),
+      buckets: [...pids].sort((a, b) => a - b),
+    });
     await store.rescueZombies(100);
     expect(await slotsOf(queue)).toEqual([0]);
+    expect(await tallySlotsOf(queue)).toEqual({ summary: [0], buckets: [0] });
     const stats = (await store.stats()).find((s) => s.queue === queue)!;
-    expect(stats).toMatchObject({ pending: truth.pending, fetched: truth.fetched, processing: truth.processing });
+    expect(stats).toMatchObject({
+      pending: truth.pending,
+      fetched: truth.fetched,
+      processing: truth.processing,
+      succeeded: 3,
+    });
+    const buckets = (await admin.query('select * from keel.metrics(60, $1)', [queue])).rows;
+    expect(buckets.map((b) => [b.outcome, Number(b.count)])).toEqual([['succeeded', 3]]);
+  });
+
+  it('metric rows of past minutes fold into slot 0 even while their backend lives; metrics() sums a bucket over slots', async () => {
+    const queue = `fold-past-${Date.now()}`;
+    const { rows: me } = await admin.query('select pg_backend_pid() as pid');
+    const live = me[0].pid as number;
+    // Two rows of one past minute (a live backend's and slot 0's) and one of this minute (the live backend's).
+    await admin.query(
+      `insert into keel.metric_buckets (bucket_start, queue, outcome, reason, slot, count, total_duration_ms, max_duration_ms)
+       values (date_trunc('minute', now()) - interval '2 minutes', $1, 'succeeded', '', $2, 2, 10, 7),
+              (date_trunc('minute', now()) - interval '2 minutes', $1, 'succeeded', '', 0, 3, 30, 20),
+              (date_trunc('minute', now()), $1, 'succeeded', '', $2, 4, 8, 2)`,
+      [queue, live],
+    );
+    const read = async () =>
+      (await admin.query('select * from keel.metrics(60, $1)', [queue])).rows.map((b) => [
+        Number(b.count),
+        Number(b.total_duration_ms),
+        Number(b.max_duration_ms),
+      ]);
+    expect(await read()).toEqual([
+      [5, 40, 20],
+      [4, 8, 2],
+    ]);
+    await store.rescueZombies(100);
+    const { rows } = await admin.query(
+      `select (bucket_start < date_trunc('minute', now())) as past, slot, count::int from keel.metric_buckets
+       where queue = $1 order by bucket_start, slot`,
+      [queue],
+    );
+    expect(rows).toEqual([
+      { past: true, slot: 0, count: 5 },
+      { past: false, slot: live, count: 4 },
+    ]);
+    expect(await read()).toEqual([
+      [5, 40, 20],
+      [4, 8, 2],
+    ]);
   });
 
   // complete_many counts a batch of successes per queue in the statement that archives them (keel._tally_succeeded),
@@ -63,9 +124,9 @@ describe('postgres read counters per backend', () => {
     const [qa, qb] = [`tally-a-${stamp}`, `tally-b-${stamp}`];
     const counters = async (queue: string) => {
       const { rows } = await admin.query(
-        `select coalesce((select succeeded from keel.stats_summary where queue = $1), 0)::int as succeeded,
-                coalesce((select failed from keel.stats_summary where queue = $1), 0)::int as failed,
-                coalesce((select cancelled from keel.stats_summary where queue = $1), 0)::int as cancelled,
+        `select coalesce((select sum(succeeded) from keel.stats_summary where queue = $1), 0)::int as succeeded,
+                coalesce((select sum(failed) from keel.stats_summary where queue = $1), 0)::int as failed,
+                coalesce((select sum(cancelled) from keel.stats_summary where queue = $1), 0)::int as cancelled,
                 (select coalesce(sum(count), 0) from keel.metric_buckets where queue = $1 and outcome = 'succeeded')::int as ok_bucket,
                 (select coalesce(sum(count), 0) from keel.metric_buckets where queue = $1 and outcome = 'failed' and reason = 'cancelled')::int as cancelled_bucket,
                 (select count(*) from keel.jobs_archive where queue = $1)::int as archived,
@@ -123,7 +184,7 @@ describe('postgres read counters per backend', () => {
     const done = await store.completeMany([pair(a!), pair(a!), pair(b!)]);
     expect(done.map((r) => r.status)).toEqual(['ok', 'ok', 'ok']);
     const { rows } = await admin.query(
-      `select (select succeeded from keel.stats_summary where queue = $1)::int as succeeded,
+      `select (select sum(succeeded) from keel.stats_summary where queue = $1)::int as succeeded,
               (select count(*) from keel.jobs_archive where queue = $1)::int as archived`,
       [queue],
     );

@@ -72,7 +72,13 @@ export class PostgresHarness implements EngineHarness {
   }
 
   async statsRow(queue: string): Promise<StatsRow> {
-    const [r] = await this.q('select * from keel.stats_summary where queue = $1', [queue]);
+    // summed over the backends' slots (V033)
+    const [r] = await this.q(
+      `select sum(succeeded) as succeeded, sum(failed) as failed, sum(retried) as retried, sum(cancelled) as cancelled,
+              sum(zombie) as zombie, sum(resurrected) as resurrected
+       from keel.stats_summary where queue = $1`,
+      [queue],
+    );
     const n = (v: unknown) => Number(v ?? 0);
     return {
       succeeded: n(r?.succeeded),

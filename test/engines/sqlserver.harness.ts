@@ -165,9 +165,13 @@ export class SqlServerHarness implements EngineHarness {
   }
 
   async statsRow(queue: string): Promise<StatsRow> {
-    const [r] = await this.q<Record<string, unknown>>('SELECT * FROM keel.StatsSummary WHERE Queue = @Queue', {
-      Queue: [sql.NVarChar(128), queue],
-    });
+    // summed over the sessions' slots (V033)
+    const [r] = await this.q<Record<string, unknown>>(
+      `SELECT SUM(Succeeded) AS Succeeded, SUM(Failed) AS Failed, SUM(Retried) AS Retried, SUM(Cancelled) AS Cancelled,
+              SUM(Zombie) AS Zombie, SUM(Resurrected) AS Resurrected
+       FROM keel.StatsSummary WHERE Queue = @Queue`,
+      { Queue: [sql.NVarChar(128), queue] },
+    );
     const n = (v: unknown) => Number(v ?? 0);
     return {
       succeeded: n(r?.Succeeded),

@@ -353,7 +353,10 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
               (select coalesce(sum(count), 0)::int from keel.metric_buckets b where b.queue = q.queue and b.outcome = 'failed') b_failed,
               (select coalesce(sum(count), 0)::int from keel.metric_buckets b where b.queue = q.queue and b.outcome = 'failed' and b.reason = 'cancelled') b_cancelled,
               (select count(*)::int from keel.jobs_dlq d where d.queue = q.queue and d.reason = 'cancelled') dead_cancelled
-       from unnest($1::text[]) q(queue) left join keel.stats_summary s on s.queue = q.queue`,
+       from unnest($1::text[]) q(queue)
+       left join (select x.queue, sum(x.succeeded) succeeded, sum(x.failed) failed, sum(x.retried) retried,
+                         sum(x.cancelled) cancelled, sum(x.zombie) zombie, sum(x.resurrected) resurrected
+                  from keel.stats_summary x group by x.queue) s on s.queue = q.queue`, // summed over slots (V033)
       [QUEUE_NAMES],
     );
     const readStore = await PostgresJobStore.connect(o.appUrl, { poolSize: 1, migrate: false });

@@ -126,6 +126,24 @@ foreach (var file in files)
         else findings.Add($"{display}:{line}:1: DROP INDEX {key}: no earlier script creates that index");
     }
     IndexDrops.Seen.Clear();
+    // ALTER TABLE t DROP CONSTRAINT c in a later migration: the constraint leaves the script of an earlier file that
+    // made it (blanked out of t's CREATE TABLE, so positions stay, or its ALTER TABLE ... ADD CONSTRAINT dropped), so
+    // a new constraint of that name or a new primary key does not meet the old one in the model.
+    foreach (var (line, table, constraint) in ConstraintDrops.Seen)
+    {
+        var earlier = (string source) => !source.StartsWith(display + "|", StringComparison.Ordinal);
+        var i = sources.FindIndex(x => earlier(x.Source) && x.Creates.Any(c => c.Kind == "Table" && string.Equals(c.Name, table, StringComparison.OrdinalIgnoreCase)));
+        var blanked = i < 0 ? null : WithoutConstraint(sources[i].Script, constraint);
+        if (blanked is not null)
+        {
+            sources[i] = (sources[i].Source, blanked, sources[i].Creates);
+            continue;
+        }
+        var added = sources.FindIndex(x => earlier(x.Source) && AddsConstraint(x.Script, table, constraint));
+        if (added >= 0) sources.RemoveAt(added);
+        else findings.Add($"{display}:{line}:1: DROP CONSTRAINT {constraint}: no earlier script of table {table} creates it");
+    }
+    ConstraintDrops.Seen.Clear();
 }
 
 foreach (var (where, line, table, columns) in TableAdditions.Seen)
@@ -256,6 +274,10 @@ static void Collect(string display, string text, TSqlStatement st, List<string> 
                 string.Join('.', new[] { add.SchemaObjectName.SchemaIdentifier?.Value, add.SchemaObjectName.BaseIdentifier.Value }.Where(x => x is not null)),
                 add.Definition.ColumnDefinitions.Select(c => text.Substring(c.StartOffset, c.FragmentLength)).ToList()));
             return;
+        case AlterTableDropTableElementStatement dropped when dropped.AlterTableDropTableElements.All(e => e.TableElementType == TableElementType.Constraint):
+            foreach (var e in dropped.AlterTableDropTableElements)
+                ConstraintDrops.Seen.Add((st.StartLine, string.Join('.', new[] { dropped.SchemaObjectName.SchemaIdentifier?.Value, dropped.SchemaObjectName.BaseIdentifier.Value }.Where(x => x is not null)), e.Name.Value));
+            return;
         case DropIndexStatement drop when drop.DropIndexClauses.All(c => c is DropIndexClause):
             foreach (DropIndexClause c in drop.DropIndexClauses)
                 IndexDrops.Seen.Add((st.StartLine, $"{string.Join('.', new[] { c.Object.SchemaIdentifier?.Value, c.Object.BaseIdentifier.Value }.Where(x => x is not null))}.{c.Index.Value}".ToLowerInvariant()));
@@ -323,6 +345,47 @@ static string Locate(TSqlModel model, string message)
     return $"{file}:{line}";
 }
 
+// A CREATE TABLE script without the named constraint (column or table level; blanked, so positions stay), or null
+// when it has no such constraint.
+static string? WithoutConstraint(string script, string constraint)
+{
+    var parsed = new TSql160Parser(initialQuotedIdentifiers: true).Parse(new StringReader(script), out IList<ParseError> errors);
+    if (errors.Count > 0 || parsed is not TSqlScript s || s.Batches.Count != 1 || s.Batches[0].Statements.Count != 1
+        || s.Batches[0].Statements[0] is not CreateTableStatement table) return null;
+    bool Named(ConstraintDefinition c) => string.Equals(c.ConstraintIdentifier?.Value, constraint, StringComparison.OrdinalIgnoreCase);
+    var chars = script.ToCharArray();
+    void Blank(int from, int length) { for (var k = from; k < from + length; k++) if (chars[k] != '\n') chars[k] = ' '; }
+    var tableLevel = table.Definition.TableConstraints.FirstOrDefault(Named);
+    if (tableLevel is not null)
+    {
+        Blank(tableLevel.StartOffset, tableLevel.FragmentLength);
+        var comma = tableLevel.StartOffset - 1;
+        while (comma >= 0 && char.IsWhiteSpace(chars[comma])) comma--;
+        if (comma >= 0 && chars[comma] == ',') chars[comma] = ' ';
+        return new string(chars);
+    }
+    foreach (var column in table.Definition.ColumnDefinitions)
+    {
+        var inline = column.Constraints.FirstOrDefault(Named) ?? (column.DefaultConstraint is { } d && Named(d) ? d : null);
+        if (inline is null) continue;
+        Blank(inline.StartOffset, inline.FragmentLength);
+        return new string(chars);
+    }
+    return null;
+}
+
+// Whether a script is ALTER TABLE <table> ADD CONSTRAINT <constraint> (that one constraint only).
+static bool AddsConstraint(string script, string table, string constraint)
+{
+    var parsed = new TSql160Parser(initialQuotedIdentifiers: true).Parse(new StringReader(script), out IList<ParseError> errors);
+    return errors.Count == 0 && parsed is TSqlScript s && s.Batches.Count == 1 && s.Batches[0].Statements.Count == 1
+        && s.Batches[0].Statements[0] is AlterTableAddTableElementStatement add
+        && string.Equals(string.Join('.', new[] { add.SchemaObjectName.SchemaIdentifier?.Value, add.SchemaObjectName.BaseIdentifier.Value }.Where(x => x is not null)), table, StringComparison.OrdinalIgnoreCase)
+        && add.Definition.ColumnDefinitions.Count == 0 && add.Definition.Indexes.Count == 0
+        && add.Definition.TableConstraints.Count == 1
+        && string.Equals(add.Definition.TableConstraints[0].ConstraintIdentifier?.Value, constraint, StringComparison.OrdinalIgnoreCase);
+}
+
 static string FileOf(string? source) => source is null ? "(model)" : source.Split('|')[0];
 
 static string? LiteralDdl(ExecuteStatement exec)
@@ -362,6 +425,12 @@ static class TableAdditions
 static class IndexDrops
 {
     public static readonly List<(int Line, string Key)> Seen = new();
+}
+
+// ALTER TABLE ... DROP CONSTRAINT statements of the file being read: (line, table, constraint).
+static class ConstraintDrops
+{
+    public static readonly List<(int Line, string Table, string Constraint)> Seen = new();
 }
 
 // ALTER TABLE ... SET (...) statements seen: (file, line, table).
