@@ -247,6 +247,18 @@ class HttpLayer implements Stoppable {
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', `http://${req.headers.host ?? 'localhost'}`);
     const method = (req.method ?? 'GET').toUpperCase();
+    try {
+      decodeURIComponent(url.pathname);
+    } catch {
+      // A route parameter the host cannot decode ("%ZZ", bytes that are not UTF-8): the caller's mistake, named.
+      req.resume();
+      return this.send(res, 400, {
+        error: 'invalid_request',
+        message: `the URL path is not valid percent-encoded UTF-8: ${url.pathname}`,
+        field: 'path',
+        in: 'path',
+      });
+    }
     const found = (HTTP_METHODS as readonly string[]).includes(method)
       ? this.router.find(method as (typeof HTTP_METHODS)[number], url.pathname)
       : null;

@@ -6,6 +6,7 @@ import { bootLocal } from '../dev/boot.js';
 import { definitions } from '../functions/definitions.js';
 import { encodeClientPrincipal } from '../shared/ops/auth.js';
 import { DEMO_TRANSFER } from '../dev/demoTransfer.js';
+import { stopWhenOrphaned } from '../dev/parentWatch.js';
 
 const exitAtEnd = process.argv.includes('--exit');
 const quiet = !process.argv.includes('--verbose');
@@ -13,6 +14,8 @@ const quiet = !process.argv.includes('--verbose');
 // Fast timers for the demo unless the caller chose otherwise.
 process.env.KEEL_DISPATCH_SCHEDULE ??= '*/2 * * * * *';
 process.env.KEEL_MAINTENANCE_SCHEDULE ??= '*/3 * * * * *';
+
+stopWhenOrphaned(); // a signal sent to npm alone does not reach this process (dev/parentWatch.ts)
 
 const hostLog: string[] = [];
 let live = !quiet;

@@ -1,8 +1,11 @@
 // npm run pg:stock: a throwaway cluster of the machine's own PostgreSQL (Debian's `postgresql` package, default
 // postgresql.conf, jit on) for development and benchmarks. Prints the admin URL and the server log's path, runs until
-// Ctrl+C or SIGTERM, then stops the server and removes its folder. (npm does not pass on a SIGTERM sent to npm alone:
-// signal the process group, as Ctrl+C, timeout(1) and service managers do.)
+// Ctrl+C or SIGTERM (to npm alone too: package.json `exec`s this script, and if npm dies first this process notices,
+// dev/parentWatch.ts), then stops the server and removes its folder.
 import { startStockPostgres } from '../dev/stockPostgres.js';
+import { stopWhenOrphaned } from '../dev/parentWatch.js';
+
+stopWhenOrphaned();
 
 const server = await startStockPostgres().catch((err: Error) => {
   console.error(err.message);

@@ -10,6 +10,7 @@ import { encodeClientPrincipal } from '../shared/ops/auth.js';
 import { configuredHandlersDir } from '../shared/jobs/handlerFolder.js';
 import { scheduleQueue } from '../shared/jobs/scheduler.js';
 import path from 'node:path';
+import { stopWhenOrphaned } from '../dev/parentWatch.js';
 
 const demo = process.argv.includes('--demo');
 
@@ -18,6 +19,8 @@ const GRACE_MS = 5_000;
 const early = () => process.exit(130);
 process.on('SIGINT', early);
 process.on('SIGTERM', early);
+// A signal sent to npm alone does not reach this process: stop as on SIGTERM when npm is gone (dev/parentWatch.ts).
+stopWhenOrphaned();
 const keel = await bootLocal({ definitions, demo, shutdownGraceMs: GRACE_MS }).catch((err: Error) => {
   // A start-up problem is a message, not a stack: what is wrong and what to do.
   console.error(`\nKeel could not start: ${err.message}`);

@@ -22,6 +22,7 @@ import { PrincipalTrustError } from './principalTrust.js';
 import { AUDIT_TEXT_LIMITS } from '../jobs/contract.js';
 import { auditAffected, auditEntry, auditLog, auditText, type AuditCall } from './auditRecord.js';
 import { RefusalWindows } from './refusalWindows.js';
+import { decodeUtf8, duplicateKey } from './jsonText.js';
 
 export type OpsMethod = 'GET' | 'POST' | 'PATCH' | 'PUT' | 'DELETE';
 export const OPS_METHODS: OpsMethod[] = ['GET', 'POST', 'PATCH', 'PUT', 'DELETE'];
@@ -156,13 +157,22 @@ async function readJsonBody(request: HttpRequest, maxBytes: number): Promise<unk
       { limit: maxBytes },
     );
   }
-  const text = bytes.toString('utf8').trim();
+  const decoded = decodeUtf8(bytes);
+  if (decoded === null) throw new OpsError('invalid_json', 'request body is not valid UTF-8', 'body');
+  const text = decoded.trim();
   if (text === '') return {};
+  let value: unknown;
   try {
-    return JSON.parse(text);
+    value = JSON.parse(text);
   } catch (err) {
     throw new OpsError('invalid_json', `request body is not valid JSON: ${(err as Error).message}`, 'body');
   }
+  const twice = duplicateKey(text);
+  if (twice !== null)
+    throw new OpsError('invalid_json', `field "${twice}" appears more than once in the request body`, twice, {
+      in: 'body',
+    });
+  return value;
 }
 
 // JSON in, for every write, even an empty one: a cross-site HTML form can only send a form or text type, and a

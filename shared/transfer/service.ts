@@ -83,6 +83,8 @@ export class TransferService {
   private readonly reconciler: Reconciler;
   // The last rows-behind count per transfer, with the bound and cap it was counted for (rowsBehind's reuse).
   private readonly behindCounts = new Map<string, { low: string | null; cap: number; at: number; value: RowsBehind }>();
+  // Replays of one transfer, one at a time in this process (replay's check for an open replay, then its insert).
+  private readonly replayTurns = new Map<string, Promise<unknown>>();
 
   constructor(deps: TransferServiceDeps) {
     this.journal = deps.journal;
@@ -365,6 +367,47 @@ export class TransferService {
       rows,
     };
     if (preview) return { plan, batch: null };
+    return this.inTurn(this.replayTurns, t.name, () => this.insertReplay(t, low, high, covered, plan));
+  }
+
+  // Runs fn after every earlier call of the same key in this process has settled.
+  private async inTurn<T>(turns: Map<string, Promise<unknown>>, key: string, fn: () => Promise<T>): Promise<T> {
+    const run = (turns.get(key) ?? Promise.resolve()).then(fn, fn);
+    const settled = run.catch(() => undefined);
+    turns.set(key, settled);
+    try {
+      return await run;
+    } finally {
+      if (turns.get(key) === settled) turns.delete(key);
+    }
+  }
+
+  // A replay batch, unless one of the same range is open: each replay is a chain of its own (REPLAY_MARK), so the
+  // journal's one-open-batch rule does not stop a second one, and N identical calls at once would each send the
+  // range again. Calls in this process take turns (inTurn); two instances replaying the same range within the same
+  // moment can still both create one, which costs a redundant batch, not a wrong row (the target merges by key).
+  private async insertReplay(
+    t: TransferConfig,
+    low: string | null,
+    high: string,
+    covered: BatchRecord[],
+    plan: ReplayPlan,
+  ): Promise<{ plan: ReplayPlan; batch: BatchView | null }> {
+    for (const state of OPEN_STATES) {
+      const open = (await this.journal.list({ state, limit: 1000 })).find(
+        (b) =>
+          b.transferName !== t.name &&
+          baseTransferName(b.transferName) === t.name &&
+          b.boundaryLow === low &&
+          b.boundaryHigh === high,
+      );
+      if (open)
+        throw new TransferError(
+          'open_batch_exists',
+          `transfer ${t.name}: a replay of (${low ?? ''}, ${high}] is open already: batch ${open.batchId} (${open.state}); watch it, or abandon it first`,
+          { batchId: open.batchId },
+        );
+    }
     if (await this.isPaused(t.name))
       throw new TransferError('transfer_paused', `transfer ${t.name} is paused; resume it first`);
     const a = await this.connect(t);

@@ -7,6 +7,7 @@ import { ops } from '../../functions/ops.js';
 import { transferStage } from '../../functions/transferStage.js';
 import { transferApply } from '../../functions/transferApply.js';
 import { createTestDatabase } from '../support/pg.js';
+import type { RuntimeOverrides } from '../../shared/app/runtime.js';
 import { context, createTestRuntime, jsonOf, request, type TestRuntime } from './support.js';
 
 export const ITEMS_DDL = `create table public.items (id bigint primary key, name text not null)`;
@@ -30,6 +31,8 @@ export interface ItemsTransferOptions {
   env?: Record<string, string>;
   /** More transfers, built from the `items` one (its source, target, keys and columns; no sizes). */
   moreTransfers?: (items: TransferConfig) => Record<string, unknown>[];
+  /** Recurring schedules of the runtime (their job types must be registered: the demo types are). */
+  schedules?: RuntimeOverrides['schedules'];
   /** Attached to both pools (an idle client's error is otherwise thrown). */
   onPoolError?: (err: Error) => void;
 }
@@ -116,6 +119,7 @@ export function useItemsTransfer(opts: ItemsTransferOptions): ItemsTransfer {
         ...opts.env,
         KEEL_TRANSFERS: JSON.stringify([{ ...items, ...sizes }, ...(opts.moreTransfers?.(items) ?? [])]),
       },
+      ...(opts.schedules ? { schedules: opts.schedules } : {}),
     });
   });
 

@@ -2,7 +2,8 @@
 // types, missing and unknown fields, odd path parameters and query strings, bodies that are not objects, too deep or
 // too big, and callers without the route's role. Every answer must be a 4xx with a stable error code (a 400 names
 // the field), never a 5xx; nothing a refused call sends may change the database. Then concurrent identical
-// destructive calls: exactly one takes effect, the others get a clear 409/404, and nothing is lost. Last, list
+// destructive calls racing each other (one action N times at once, for every route: opsRouteTable.test.ts):
+// exactly one takes effect, the others get a clear 409/404, and nothing is lost. Last, list
 // bounds out of range, every read at once, and the audit trail docs/operations.md promises: one record per write,
 // a refused record per refused write, none for 404/405 or a read's 400.
 import { describe, expect, it } from 'vitest';
@@ -212,22 +213,6 @@ describe('ops fuzz: concurrent identical destructive calls', () => {
     return Object.fromEntries(by);
   }
 
-  it('resurrect the same dead letter N times at once: one 200, the rest 409; one hot job', async () => {
-    const id = await deadLettered('fuzz-res');
-    const rs = await Promise.all(Array.from({ length: N }, () => call('POST', `dlq/${id}/resurrect`, {})));
-    for (const r of rs) expectNo5xx('resurrect', r);
-    expect(tally(rs)).toEqual({ 200: 1, 409: N - 1 });
-    expect((await call('GET', `jobs/${id}`)).body).toMatchObject({ location: 'hot', state: 'pending' });
-  });
-
-  it('cancel the same pending job N times at once: one 200, the rest 409; it is in the DLQ once', async () => {
-    const id = await enqueue({ queue: 'fuzz-cancel', type: 'demo.echo', delayMs: 60_000 });
-    const rs = await Promise.all(Array.from({ length: N }, () => call('POST', `jobs/${id}/cancel`, {})));
-    for (const r of rs) expectNo5xx('cancel', r);
-    expect(tally(rs)).toEqual({ 200: 1, 409: N - 1 });
-    expect((await call('GET', `jobs/${id}`)).body).toMatchObject({ location: 'dlq', reason: 'cancelled' });
-  });
-
   it('cancel and resurrect the same selection at once, N times each: each id moved once per confirmed call, none lost', async () => {
     const ids = await Promise.all(
       [1, 2, 3].map(() => enqueue({ queue: 'fuzz-many', type: 'demo.echo', delayMs: 60_000 })),
@@ -247,21 +232,6 @@ describe('ops fuzz: concurrent identical destructive calls', () => {
     const resurrected = res.flatMap((r) => (r.status === 200 ? (r.body.ids as string[]) : []));
     expect(resurrected.sort()).toEqual([...ids].sort());
     for (const id of ids) expect((await call('GET', `jobs/${id}`)).body.location).toBe('hot');
-  });
-
-  it('purge the same rows N times at once: every row deleted once, the counts add up', async () => {
-    const ids = await Promise.all([1, 2, 3, 4].map(() => deadLettered('fuzz-purge')));
-    await new Promise((r) => setTimeout(r, 20));
-    const olderThan = new Date().toISOString();
-    const rs = await Promise.all(
-      Array.from({ length: N }, () =>
-        call('POST', 'purge', { target: 'dlq', queue: 'fuzz-purge', olderThan, dryRun: false, batchSize: 1 }),
-      ),
-    );
-    for (const r of rs) expectNo5xx('purge', r);
-    const deleted = rs.reduce((n, r) => n + (r.status === 200 ? Number(r.body.deleted) : 0), 0);
-    expect(deleted).toBe(ids.length);
-    for (const id of ids) expect((await call('GET', `jobs/${id}`)).status).toBe(404);
   });
 
   it('resurrect and purge the same dead letters at once: each ends resurrected (hot) or purged (gone), as answered', async () => {

@@ -59,6 +59,7 @@ export async function createTestRuntime(
     env?: Record<string, string>;
     register?: (r: HandlerRegistry) => void;
     transfers?: RuntimeOverrides['transfers'];
+    schedules?: RuntimeOverrides['schedules'];
   } = {},
 ): Promise<TestRuntime> {
   const url = await createTestDatabase(prefix);
@@ -81,6 +82,7 @@ export async function createTestRuntime(
       opts.register?.(r);
     },
     ...(opts.transfers !== undefined ? { transfers: opts.transfers } : {}),
+    ...(opts.schedules !== undefined ? { schedules: opts.schedules } : {}),
   });
   setRuntime(rt);
   const pool = new pg.Pool({ connectionString: url, max: 2 });
