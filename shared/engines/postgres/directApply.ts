@@ -215,7 +215,9 @@ export async function applyDirect(
     const s = src;
     src = undefined;
     opening = undefined;
-    await s?.release();
+    // The source's read commits (its snapshot, nothing written; release never throws) beside the target's checks
+    // instead of before them: one round trip of wait a batch fewer. Awaited before this returns.
+    const sourceDone = s?.release();
     lap('direct.copy');
     let manifest: Manifest;
     if ('attempt' in when) manifest = when.manifest;
@@ -263,10 +265,12 @@ export async function applyDirect(
     lap('direct.checksum');
     if (rowCount !== manifest.rowCount || checksum !== manifest.checksum) {
       await client.query('rollback');
+      await sourceDone;
       return 'not_eligible';
     }
     await client.query(`select keel_transfer.finish_direct($1, $2, $3)`, [req.batchId, rowCount, checksum]);
     await client.query('commit');
+    await sourceDone;
     lap('direct.commit');
     return { outcome: 'applied', rowCount, checksum };
   } catch (err) {
