@@ -900,21 +900,30 @@ export class TransferService {
     w: Window,
     feed: RowFeed,
   ): Promise<BatchView | null> {
-    const claimed = await this.moves.move(b.batchId, {
-      move: 'start_apply',
-      from: ['extracting'],
-      set: { incrementAttempts: true, stamp: 'apply_started_at', targetReconcileToken: null },
-      detail: { attempt: b.attempts + 1, direct: true },
-    });
-    if (!claimed) return toView(await this.moves.load(b.batchId)); // someone else moved it
+    // The target opens its transaction while the journal counts the attempt, and claims the batch id only with the
+    // counted attempt (never before it is durable).
+    let counted = false;
+    const count = async () => {
+      const claimed = await this.moves.move(b.batchId, {
+        move: 'start_apply',
+        from: ['extracting'],
+        set: { incrementAttempts: true, stamp: 'apply_started_at', targetReconcileToken: null },
+        detail: { attempt: b.attempts + 1, direct: true },
+      });
+      counted = claimed !== null;
+      return claimed?.attempts ?? null;
+    };
     try {
-      const res = await a.target.applyDirect!(req, w, feed, { attempt: claimed.attempts });
+      const res = await a.target.applyDirect!(req, w, feed, count);
+      if (res === 'not_counted') return toView(await this.moves.load(b.batchId)); // someone else moved it
       if (res === 'not_eligible') {
+        if (!counted) return null;
         const view = await this.reconcile(b.batchId);
         return view.state === 'extracting' ? null : view;
       }
       return await this.directCommitted(b, t, res);
     } catch (err) {
+      if (!counted) throw err; // the count failed (or never ran): the stage's own error handling, as before
       return this.directFailed(b, err);
     }
   }
