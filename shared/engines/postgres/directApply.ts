@@ -263,12 +263,16 @@ export async function applyDirect(
     // and hashed) cost several times a comparison each; priced so (cpu_operator_cost 4x the server's), the
     // planner's own costs choose workers. Only this statement's transaction-local costs; the plan's shape (the
     // key's index, then the rows) stays the planner's.
+    // finish_direct marks the completion row committed with the manifest's count and checksum in the same statement
+    // as the settings (one round trip of wait a batch fewer): inside this transaction, which commits only when the
+    // rows' sums below equal exactly those; otherwise the rollback undoes it with everything else.
     const large = manifest.rowCount >= DIRECT_PARALLEL_ROWS;
     await client.query(
       `select set_config('parallel_setup_cost', '0', true), set_config('parallel_tuple_cost', '0', true), set_config('min_parallel_table_scan_size', '0', true),
               set_config('min_parallel_index_scan_size', '0', true), set_config('work_mem', '32MB', true),
-              set_config('cpu_operator_cost', (current_setting('cpu_operator_cost')::float8 * case when $1 then 4 else 1 end)::text, true)`,
-      [large],
+              set_config('cpu_operator_cost', (current_setting('cpu_operator_cost')::float8 * case when $1 then 4 else 1 end)::text, true),
+              keel_transfer.finish_direct($2, $3, $4)`,
+      [large, req.batchId, manifest.rowCount, manifest.checksum],
     );
     const keyRef = `t.${quotePg(d.key)}`;
     const where = w.low === null ? `${keyRef} <= $1::bigint` : `${keyRef} > $2::bigint and ${keyRef} <= $1::bigint`;
@@ -289,7 +293,6 @@ export async function applyDirect(
       await sourceDone;
       return 'not_eligible';
     }
-    await client.query(`select keel_transfer.finish_direct($1, $2, $3)`, [req.batchId, rowCount, checksum]);
     await client.query('commit');
     await sourceDone;
     lap('direct.commit');
