@@ -77,6 +77,9 @@ export class TransferService {
   private readonly adapters = new Map<string, Promise<Adapters>>();
   private readonly prepared = new Set<string>();
   private readonly committedViews = new WeakSet<BatchView>(); // committedByCall
+  // The transfer of each batch this service created lately (a batch's transfer never changes): its stage reads the
+  // source's schema beside the journal's record instead of after it. Bounded: the oldest are dropped.
+  private readonly batchTransfers = new Map<string, string>();
   private readonly onClose: (() => Promise<void>) | undefined;
   private readonly directApply: boolean;
   private readonly moves: BatchMoves;
@@ -241,6 +244,15 @@ export class TransferService {
     return p;
   }
 
+  private async readSchemaOf(t: TransferConfig): Promise<SourceSchema> {
+    return (await this.connect(t)).source.readSchema();
+  }
+
+  private rememberTransfer(batchId: string, transferName: string): void {
+    this.batchTransfers.set(batchId, transferName);
+    if (this.batchTransfers.size > 256) this.batchTransfers.delete(this.batchTransfers.keys().next().value!);
+  }
+
   private async prepare(t: TransferConfig, a: Adapters, schema: SourceSchema): Promise<void> {
     const key = `${t.name}:${schema.hash}`;
     if (this.prepared.has(key)) return;
@@ -302,6 +314,7 @@ export class TransferService {
       schemaColumns: schema.columns,
     });
     this.log('transfer.batch.created', { batchId: rec.batchId, transfer: t.name, low: window.low, high: window.high });
+    this.rememberTransfer(rec.batchId, t.name);
     try {
       const m = await manifestRead;
       return toView(m && rec.rowCount === null ? await this.storeManifest(rec, m) : rec);
@@ -647,6 +660,11 @@ export class TransferService {
 
   // Stage: rows of the window into the target's staging table, verified against the manifest before it counts.
   async stage(batchId: string): Promise<BatchView> {
+    // A batch this service created: the source's schema is read beside the journal's record (two servers, one
+    // round trip of wait a batch fewer), and checked against it below as before; unused unless the batch is staged.
+    const known = this.batchTransfers.get(batchId);
+    const early = known === undefined ? null : this.readSchemaOf(this.transfer(known));
+    early?.catch(() => undefined); // awaited below only when the batch is to be staged
     let b = await this.moves.load(batchId);
     if (b.state === 'applying' || b.state === 'unresolved') {
       const r = await this.reconcile(batchId);
@@ -657,7 +675,7 @@ export class TransferService {
     const t = this.transfer(baseTransferName(b.transferName));
     const a = await this.connect(t);
     try {
-      const schema = await a.source.readSchema();
+      const schema = early && known === t.name ? await early : await a.source.readSchema();
       if (schema.hash !== b.schemaHash) {
         throw new TransferError(
           'schema_drift',
@@ -925,21 +943,30 @@ export class TransferService {
     w: Window,
     feed: RowFeed,
   ): Promise<BatchView | null> {
-    const claimed = await this.moves.move(b.batchId, {
-      move: 'start_apply',
-      from: ['extracting'],
-      set: { incrementAttempts: true, stamp: 'apply_started_at', targetReconcileToken: null },
-      detail: { attempt: b.attempts + 1, direct: true },
-    });
-    if (!claimed) return toView(await this.moves.load(b.batchId)); // someone else moved it
+    // The target opens its transaction while the journal counts the attempt, and claims the batch id only with the
+    // counted attempt (never before it is durable).
+    let counted = false;
+    const count = async () => {
+      const claimed = await this.moves.move(b.batchId, {
+        move: 'start_apply',
+        from: ['extracting'],
+        set: { incrementAttempts: true, stamp: 'apply_started_at', targetReconcileToken: null },
+        detail: { attempt: b.attempts + 1, direct: true },
+      });
+      counted = claimed !== null;
+      return claimed?.attempts ?? null;
+    };
     try {
-      const res = await a.target.applyDirect!(req, w, feed, { attempt: claimed.attempts });
+      const res = await a.target.applyDirect!(req, w, feed, count);
+      if (res === 'not_counted') return toView(await this.moves.load(b.batchId)); // someone else moved it
       if (res === 'not_eligible') {
+        if (!counted) return null;
         const view = await this.reconcile(b.batchId);
         return view.state === 'extracting' ? null : view;
       }
       return await this.directCommitted(b, t, res);
     } catch (err) {
+      if (!counted) throw err; // the count failed (or never ran): the stage's own error handling, as before
       return this.directFailed(b, err);
     }
   }

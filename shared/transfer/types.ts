@@ -213,8 +213,16 @@ export interface TargetAdapter {
   // the batch id (fenced like apply), writes the window's rows into the table, verifies them against the manifest
   // and writes the completion row. 'not_eligible': nothing was written (the claim neither); stage, then apply.
   // canApplyDirect: whether applyDirect can take this batch at all (no side effect; asked before the attempt counts).
+  // count: counts the attempt in the journal (start_apply) and answers its number, or null when the batch moved
+  // meanwhile; the target may open its transaction beside it but claims nothing before it answered ('not_counted':
+  // null was answered, nothing was written).
   canApplyDirect?(req: Omit<StageRequest, 'manifest'>, feed: RowFeed): boolean;
-  applyDirect?(req: StageRequest, w: Window, feed: RowFeed, ctx: ApplyContext): Promise<ApplyResult | 'not_eligible'>;
+  applyDirect?(
+    req: StageRequest,
+    w: Window,
+    feed: RowFeed,
+    count: () => Promise<number | null>,
+  ): Promise<ApplyResult | 'not_eligible' | 'not_counted'>;
   // Direct apply with one source read (docs/transfer.md "Direct apply of the row path"): the window is checked
   // empty, the rows are written, and only then does afterRows record the manifest the service computed from them
   // and count the attempt in the journal; the target claims the batch id with that attempt, verifies the rows

@@ -272,6 +272,44 @@ describe('direct apply (PostgreSQL -> PostgreSQL key windows)', () => {
     const digest = `select md5(string_agg(t::text, '|' order by id)) as h, count(*)::int as n from (select ${cols} from public.orders_large) t`;
     expect((await env.target.query(digest)).rows).toEqual((await env.source.query(digest)).rows);
   });
+
+  it('a batch moved while the journal counts the attempt: the open target transaction claims and writes nothing', async () => {
+    const t = ordersTransfer('orders_direct', { batchSize: 300 });
+    const other = service(t);
+    // The journal's start_apply (sent while the target opens its transaction) finds the batch abandoned by another
+    // run: no count, so the target must roll back without claiming the batch id or writing a row.
+    class Racing extends PostgresTransferJournal {
+      override async transition(...a: Parameters<PostgresTransferJournal['transition']>) {
+        if (a[4] === 'apply_started') await other.abandon(a[0], 'abandoned while the attempt was counted');
+        return super.transition(...a);
+      }
+    }
+    const svc = new TransferService({
+      journal: new Racing(env.control),
+      transfers: [t],
+      directApply: true,
+      connect: (tc) => ({
+        source: new PostgresTransferSource(tc, env.source),
+        target: new PostgresTransferTarget(tc, env.target),
+      }),
+    });
+    const created = await svc.createBatch(t.name);
+    const v = await svc.stage(created.batchId);
+    expect(v.state).toBe('failed');
+    expect(v.attempts).toBe(0);
+    expect(await events(v.batchId)).toEqual(['created', 'manifest_recorded', 'failed']);
+    expect(await completion(v.batchId)).toEqual([]);
+    const written = await env.target.query(
+      `select count(*)::int as n from public.orders where id > $1::bigint and id <= $2::bigint`,
+      [created.boundary.low, created.boundary.high],
+    );
+    expect(written.rows[0].n).toBe(0);
+    const idle = await env.target.query(
+      `select count(*)::int as n from pg_stat_activity
+        where datname = current_database() and state like 'idle in transaction%' and pid <> pg_backend_pid()`,
+    );
+    expect(idle.rows[0].n).toBe(0);
+  });
 });
 
 // The row path (docs/transfer.md, "Direct apply of the row path"): canonical rows and keel-v1, as a SQL Server source

@@ -52,11 +52,13 @@ function pgCode(err: unknown): string | undefined {
   return typeof c === 'string' ? c : undefined;
 }
 
-// When the claim is made: before the rows, with the manifest and the attempt the journal counted (a manifest read
-// before the rows); or after them (one source read), when afterRows has recorded the manifest computed from them
-// and counted the attempt.
+// When the claim is made: before the rows, with the manifest and the attempt the journal counts (a manifest read
+// before the rows; count runs beside the transaction's begin, and null means the batch moved: nothing is claimed);
+// or after them (one source read), when afterRows has recorded the manifest computed from them and counted the
+// attempt.
 export type DirectClaim =
-  { manifest: Manifest; attempt: number } | { afterRows: () => Promise<{ manifest: Manifest; attempt: number }> };
+  | { manifest: Manifest; count: () => Promise<number | null> }
+  | { afterRows: () => Promise<{ manifest: Manifest; attempt: number }> };
 
 export async function applyDirect(
   d: DirectApplyTarget,
@@ -65,7 +67,7 @@ export async function applyDirect(
   feed: RowFeed,
   when: DirectClaim,
   dataError: (err: unknown) => TransferError | null,
-): Promise<ApplyResult | 'not_eligible'> {
+): Promise<ApplyResult | 'not_eligible' | 'not_counted'> {
   const client = await d.pool.connect();
   let lost: Error | undefined;
   const onError = (e: Error) => {
@@ -73,6 +75,7 @@ export async function applyDirect(
   };
   client.on('error', onError);
   let broken: Error | undefined; // the connection is destroyed on release (an open COPY, or a connection in doubt)
+  let countFailed: unknown; // the journal's error counting the attempt: nothing of this transaction happened
   let copyOpen = false;
   let opening: Promise<BulkStream> | undefined;
   let src: BulkStream | undefined;
@@ -103,20 +106,37 @@ export async function applyDirect(
   };
   try {
     // begin and the settings in one simple query (neither takes parameters): one round trip of wait fewer.
-    await client.query(`begin; ${PG_CHECKSUM_SETTINGS_SQL}`);
-    if ('attempt' in when) {
+    const opened = client.query(`begin; ${PG_CHECKSUM_SETTINGS_SQL}`);
+    if ('count' in when) {
+      // The journal counts the attempt while the transaction opens (nothing of the batch is touched by either): one
+      // round trip of wait a batch fewer. Both answer before anything else: the claim needs the counted attempt.
+      const [open, counted] = await Promise.allSettled([opened, when.count()]);
+      if (counted.status === 'rejected') {
+        // The journal's error, as the service's own call would have thrown it (never read as the target's).
+        countFailed = counted.reason;
+        if (open.status === 'rejected') broken = open.reason as Error;
+        else await client.query('rollback').catch((e: Error) => (broken = e));
+        throw countFailed;
+      }
+      if (counted.value === null) {
+        // Someone else moved the batch: nothing of it is touched here, whatever the begin answered.
+        if (open.status === 'rejected') broken = open.reason as Error;
+        else await client.query('rollback').catch((e: Error) => (broken = e));
+        return 'not_counted';
+      }
+      if (open.status === 'rejected') throw open.reason;
+      const attempt = counted.value;
       let begun: { outcome: string; row_count: string | null; checksum: string | null };
       try {
         begun = (
           await client.query(
             `select outcome, row_count::text as row_count, checksum
                from keel_transfer.begin_direct($1, $2, $3, $4, $5, $6::bigint, $7::bigint, $8)`,
-            [req.batchId, req.transfer, d.targetSchema, d.targetTable, d.key, w.low, w.high, when.attempt],
+            [req.batchId, req.transfer, d.targetSchema, d.targetTable, d.key, w.low, w.high, attempt],
           )
         ).rows[0];
       } catch (err) {
-        if (pgCode(err) === KT_FENCED)
-          throw new TransferError('attempt_fenced', (err as Error).message, { attempt: when.attempt });
+        if (pgCode(err) === KT_FENCED) throw new TransferError('attempt_fenced', (err as Error).message, { attempt });
         throw err;
       }
       if (begun.outcome !== 'claimed') {
@@ -126,6 +146,7 @@ export async function applyDirect(
         return 'not_eligible';
       }
     } else {
+      await opened;
       // One source read: the window's checks now, the claim once the rows have passed (it needs the attempt).
       const open = await client.query<{ open: boolean }>(
         `select keel_transfer.direct_window_open($1, $2, $3, $4, $5::bigint, $6::bigint) as open`,
@@ -215,10 +236,12 @@ export async function applyDirect(
     const s = src;
     src = undefined;
     opening = undefined;
-    await s?.release();
+    // The source's read commits (its snapshot, nothing written; release never throws) beside the target's checks
+    // instead of before them: one round trip of wait a batch fewer. Awaited before this returns.
+    const sourceDone = s?.release();
     lap('direct.copy');
     let manifest: Manifest;
-    if ('attempt' in when) manifest = when.manifest;
+    if ('count' in when) manifest = when.manifest;
     else {
       // The journal records the manifest the service computed from these rows, then counts the attempt (durable
       // before the claim goes out, as before an apply); the claim then fences this transaction like any apply's.
@@ -240,12 +263,16 @@ export async function applyDirect(
     // and hashed) cost several times a comparison each; priced so (cpu_operator_cost 4x the server's), the
     // planner's own costs choose workers. Only this statement's transaction-local costs; the plan's shape (the
     // key's index, then the rows) stays the planner's.
+    // finish_direct marks the completion row committed with the manifest's count and checksum in the same statement
+    // as the settings (one round trip of wait a batch fewer): inside this transaction, which commits only when the
+    // rows' sums below equal exactly those; otherwise the rollback undoes it with everything else.
     const large = manifest.rowCount >= DIRECT_PARALLEL_ROWS;
     await client.query(
       `select set_config('parallel_setup_cost', '0', true), set_config('parallel_tuple_cost', '0', true), set_config('min_parallel_table_scan_size', '0', true),
               set_config('min_parallel_index_scan_size', '0', true), set_config('work_mem', '32MB', true),
-              set_config('cpu_operator_cost', (current_setting('cpu_operator_cost')::float8 * case when $1 then 4 else 1 end)::text, true)`,
-      [large],
+              set_config('cpu_operator_cost', (current_setting('cpu_operator_cost')::float8 * case when $1 then 4 else 1 end)::text, true),
+              keel_transfer.finish_direct($2, $3, $4)`,
+      [large, req.batchId, manifest.rowCount, manifest.checksum],
     );
     const keyRef = `t.${quotePg(d.key)}`;
     const where = w.low === null ? `${keyRef} <= $1::bigint` : `${keyRef} > $2::bigint and ${keyRef} <= $1::bigint`;
@@ -263,10 +290,11 @@ export async function applyDirect(
     lap('direct.checksum');
     if (rowCount !== manifest.rowCount || checksum !== manifest.checksum) {
       await client.query('rollback');
+      await sourceDone;
       return 'not_eligible';
     }
-    await client.query(`select keel_transfer.finish_direct($1, $2, $3)`, [req.batchId, rowCount, checksum]);
     await client.query('commit');
+    await sourceDone;
     lap('direct.commit');
     return { outcome: 'applied', rowCount, checksum };
   } catch (err) {
@@ -276,6 +304,7 @@ export async function applyDirect(
     rowsLeft?.return?.().catch(noop);
     if (opening && !src) opening.then((s) => s.release(err as Error), noop).catch(noop);
     if (src) await src.release(err as Error).catch(noop);
+    if (countFailed !== undefined && err === countFailed) throw err;
     if (copyOpen || lost || !(err instanceof TransferError)) {
       // An open COPY or a connection in doubt: destroying the connection ends the server's transaction at once
       // (a rollback could queue behind the COPY). Reconcile then reads the outcome from the completion row.

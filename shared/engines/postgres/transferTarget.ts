@@ -547,10 +547,10 @@ export class PostgresTransferTarget extends StagingTarget {
     req: StageRequest,
     w: Window,
     feed: RowFeed,
-    ctx: ApplyContext,
-  ): Promise<ApplyResult | 'not_eligible'> {
+    count: () => Promise<number | null>,
+  ): Promise<ApplyResult | 'not_eligible' | 'not_counted'> {
     if (!this.canApplyDirect(req, feed)) return 'not_eligible';
-    return this.direct(req, w, feed, { manifest: req.manifest, attempt: ctx.attempt });
+    return this.direct(req, w, feed, { manifest: req.manifest, count });
   }
 
   async applyDirectStreamed(
@@ -560,7 +560,9 @@ export class PostgresTransferTarget extends StagingTarget {
     afterRows: () => Promise<{ manifest: Manifest; attempt: number }>,
   ): Promise<ApplyResult | 'not_eligible'> {
     if (!this.canApplyDirect(req, feed)) return 'not_eligible';
-    return this.direct(req, w, feed, { afterRows });
+    const res = await this.direct(req, w, feed, { afterRows });
+    if (res === 'not_counted') throw new Error(`batch ${req.batchId}: a direct apply after the rows has no count`);
+    return res;
   }
 
   private async direct(
@@ -568,7 +570,7 @@ export class PostgresTransferTarget extends StagingTarget {
     w: Window,
     feed: RowFeed,
     when: DirectClaim,
-  ): Promise<ApplyResult | 'not_eligible'> {
+  ): Promise<ApplyResult | 'not_eligible' | 'not_counted'> {
     const mapped = mappedColumns(this.t, req.schema);
     const key = mapped.find((c) => c.source === this.t.keyColumns[0])!;
     if (this.dialect.targetTypes.size === 0) await this.dialect.loadTargetTypes();
