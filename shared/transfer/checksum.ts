@@ -55,7 +55,7 @@
 // PostgreSQL computes the same value in SQL (shared/engines/postgres/transferSql.ts); other engines stream
 // canonical strings through `ChecksumAccumulator`. test/transfer/checksum.test.ts proves the two agree.
 import { createHash } from 'node:crypto';
-import { md5PackedRowPrefix, md5RowPrefix } from './md5.js';
+import { md5RowPrefix } from './md5.js';
 
 export type LogicalType =
   'int' | 'decimal' | 'float' | 'text' | 'bool' | 'date' | 'timestamp' | 'timestamptz' | 'bytes' | 'uuid';
@@ -120,17 +120,6 @@ export class ChecksumAccumulator {
 
   add(row: CanonicalRow): void {
     md5RowPrefix(row, digest);
-    this.added();
-  }
-
-  // A row of a packed chunk (md5.ts md5PackedRowPrefix); answers the text position after it.
-  addPacked(text: string, at: number, lengths: Int32Array, k: number, width: number): number {
-    const next = md5PackedRowPrefix(text, at, lengths, k, width, digest);
-    this.added();
-    return next;
-  }
-
-  private added(): void {
     let lo = this.lo + digest[1]!;
     let hi = this.hi + digest[0]!;
     if (lo >= TWO32) {

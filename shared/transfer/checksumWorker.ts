@@ -25,7 +25,7 @@ type Reply = { id: number; sum: ChecksumSum } | { id: number; error: string };
 
 const MARK = 'keel.checksumWorker';
 
-export function pack(id: number, rows: readonly CanonicalRow[]): { msg: Packed; transfer: ArrayBuffer[] } {
+function pack(id: number, rows: readonly CanonicalRow[]): { msg: Packed; transfer: ArrayBuffer[] } {
   let n = rows.length;
   for (const row of rows) n += row.length;
   const lengths = new Int32Array(n);
@@ -45,14 +45,20 @@ export function pack(id: number, rows: readonly CanonicalRow[]): { msg: Packed; 
   return { msg: { id, text, lengths: lengths.buffer }, transfer: [lengths.buffer] };
 }
 
-export function hashPacked(m: Packed): ChecksumSum {
+function hashPacked(m: Packed): ChecksumSum {
   const acc = new ChecksumAccumulator();
   const lengths = new Int32Array(m.lengths);
-  let at = 0;
+  const row: CanonicalRow = [];
+  let pos = 0;
   for (let k = 0; k < lengths.length;) {
     const width = lengths[k++]!;
-    at = acc.addPacked(m.text, at, lengths, k, width);
-    k += width;
+    row.length = width;
+    for (let i = 0; i < width; i++) {
+      const len = lengths[k++]!;
+      if (len < 0) row[i] = null;
+      else row[i] = m.text.slice(pos, (pos += len));
+    }
+    acc.add(row);
   }
   return acc.sum;
 }

@@ -34,12 +34,12 @@ const QUOTING = new Uint8Array(128);
 for (const c of [0x20, 0x28, 0x29, 0x2c, 0x09, 0x0a, 0x0b, 0x0c, 0x0d]) QUOTING[c] = 1;
 QUOTING[0x22] = QUOTING[0x5c] = 2;
 
-// Writes the UTF-8 bytes of s[from, to) at pos (as TextEncoder does: a lone surrogate as U+FFFD), the characters `"`
-// and `\` twice when `doubled`; answers the position after them, or -1 when not doubled and the value holds a
-// character that makes the record literal quote it (checksum.ts, rowEncoding).
-function putField(s: string, from: number, to: number, pos: number, doubled: boolean): number {
+// Writes the UTF-8 bytes of s at pos (as TextEncoder does: a lone surrogate as U+FFFD), the characters `"` and `\`
+// twice when `doubled`; answers the position after them, or -1 when not doubled and s holds a character that makes
+// the record literal quote the value (checksum.ts, rowEncoding).
+function putField(s: string, pos: number, doubled: boolean): number {
   const b = buf;
-  for (let i = from; i < to; i++) {
+  for (let i = 0; i < s.length; i++) {
     let c = s.charCodeAt(i);
     if (c < 0x80) {
       const q = QUOTING[c]!;
@@ -53,7 +53,7 @@ function putField(s: string, from: number, to: number, pos: number, doubled: boo
       b[pos++] = 0x80 | (c & 0x3f);
     } else {
       if (c >= 0xd800 && c <= 0xdfff) {
-        const next = i + 1 < to ? s.charCodeAt(i + 1) : 0;
+        const next = i + 1 < s.length ? s.charCodeAt(i + 1) : 0;
         if (c <= 0xdbff && next >= 0xdc00 && next <= 0xdfff) {
           c = 0x10000 + ((c - 0xd800) << 10) + (next - 0xdc00);
           i++;
@@ -85,47 +85,16 @@ export function md5RowPrefix(row: readonly (string | null | undefined)[], out: U
     reserve(pos, v == null ? 2 : v.length * 6 + 4);
     if (i > 0) buf[pos++] = 0x2c; // ,
     if (v === null || v === undefined) continue;
-    pos = putValue(v, 0, v.length, pos);
+    const end = v.length === 0 ? -1 : putField(v, pos, false);
+    if (end >= 0) pos = end;
+    else {
+      buf[pos] = 0x22;
+      pos = putField(v, pos + 1, true);
+      buf[pos++] = 0x22;
+    }
   }
   buf[pos++] = 0x29; // )
   md5Buffered(pos, out);
-}
-
-// A value s[from, to) at pos, quoted when the record literal quotes it; answers the position after it.
-function putValue(s: string, from: number, to: number, pos: number): number {
-  const end = to === from ? -1 : putField(s, from, to, pos, false);
-  if (end >= 0) return end;
-  buf[pos] = 0x22;
-  pos = putField(s, from, to, pos + 1, true);
-  buf[pos++] = 0x22;
-  return pos;
-}
-
-// md5RowPrefix of a row whose values lie in one string (a chunk packed for the worker thread, checksumWorker.ts):
-// `width` values whose lengths follow in lengths[k...] (-1: NULL), the first starting at text[at]. The same bytes as
-// md5RowPrefix of the row of those substrings, without making them. Answers the text position after the row.
-export function md5PackedRowPrefix(
-  text: string,
-  at: number,
-  lengths: Int32Array,
-  k: number,
-  width: number,
-  out: Uint32Array,
-): number {
-  reserve(0, 2);
-  let pos = 0;
-  buf[pos++] = 0x28; // (
-  for (let i = 0; i < width; i++) {
-    const len = lengths[k + i]!;
-    reserve(pos, len < 0 ? 2 : len * 6 + 4);
-    if (i > 0) buf[pos++] = 0x2c; // ,
-    if (len < 0) continue;
-    pos = putValue(text, at, at + len, pos);
-    at += len;
-  }
-  buf[pos++] = 0x29; // )
-  md5Buffered(pos, out);
-  return at;
 }
 
 // md5Prefix of the first n bytes of buf (which has room for the padding after them).
