@@ -132,34 +132,9 @@ export class ChecksumAccumulator {
     this.count++;
   }
 
-  // The sum so far, as two 32-bit halves, and the row count: what a part of the rows hashed elsewhere (a worker
-  // thread, checksumWorker.ts) hands back to be added with addSum.
-  get sum(): ChecksumSum {
-    return { hi: this.hi, lo: this.lo, count: this.count };
-  }
-
-  addSum(s: ChecksumSum): void {
-    let lo = this.lo + s.lo;
-    let hi = this.hi + s.hi;
-    if (lo >= TWO32) {
-      lo -= TWO32;
-      hi += 1;
-    }
-    if (hi >= TWO32) hi -= TWO32;
-    this.lo = lo;
-    this.hi = hi;
-    this.count += s.count;
-  }
-
   get checksum(): string {
     return ((BigInt(this.hi) << 32n) + BigInt(this.lo)).toString(10);
   }
-}
-
-export interface ChecksumSum {
-  hi: number;
-  lo: number;
-  count: number;
 }
 
 const INT_RE = /^([+-]?)0*(\d+)$/;

@@ -1,8 +1,7 @@
 // The transfer lifecycle (docs/transfer.md): extract -> stage -> apply -> reconcile, identical for every engine pair.
 // Every batch has a durable id; retries reuse it; outcomes are read from the target, never inferred from errors.
 import { randomUUID } from 'node:crypto';
-import type { CanonicalRow } from './checksum.js';
-import { WorkerChecksum } from './checksumWorker.js';
+import { ChecksumAccumulator, type CanonicalRow } from './checksum.js';
 import type { TransferConfig } from './config.js';
 import { describeError, isTransferError, TERMINAL_CODES, TransferError } from './errors.js';
 import type { BatchRecord, TransferControl, TransferJournal } from './journal.js';
@@ -711,19 +710,16 @@ export class TransferService {
     const facts: StreamFacts = {};
     const record = (m: Manifest) => this.recordStreamedManifest(b.batchId, m);
     async function* rows(): AsyncGenerator<CanonicalRow[]> {
-      // keel-v1 on a worker thread: this thread only reads the source and writes the target while a chunk is
-      // hashed (checksumWorker.ts).
-      const acc = new WorkerChecksum();
+      const acc = new ChecksumAccumulator();
       let ended = false;
       try {
         for await (const chunk of a.source.streamRows(w, req.schema, t.chunkSize, facts)) {
-          const hashed = acc.add(chunk); // posted before the target takes the chunk
-          hashed.catch(() => undefined); // awaited below; never unhandled when the consumer stops at the yield
           yield chunk;
-          await hashed;
+          // Hashed after the target took the chunk: its server parses it meanwhile.
+          for (const row of chunk) acc.add(row);
         }
         ended = true;
-        settle.resolve(await record(await acc.result()));
+        settle.resolve(await record({ rowCount: acc.count, checksum: acc.checksum }));
       } catch (err) {
         settle.reject(err);
         throw err;

@@ -12,7 +12,6 @@ import {
   type CanonicalRow,
 } from '../../shared/transfer/checksum.js';
 import { md5Prefix } from '../../shared/transfer/md5.js';
-import { stopChecksumWorker, WorkerChecksum } from '../../shared/transfer/checksumWorker.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
 import { pgChecksumQuery } from '../../shared/engines/postgres/transferSql.js';
 import { parseTransfers } from '../../shared/transfer/config.js';
@@ -172,59 +171,6 @@ describe('keel-v1 checksum', () => {
       expect(one.checksum, JSON.stringify(row).slice(0, 80)).toBe(rowHash(row).toString());
     }
     expect(oddAcc.checksum).toBe(oddSum.toString());
-  });
-
-  it('keel-v1 hashed on the worker thread equals the accumulator bit for bit, and a worker that dies fails its stream', async () => {
-    // Chunks of rows of varying width with every value that quotes or is doubled, empty values, NULLs, multi-byte and
-    // astral characters, lone surrogates (also a high one ending a field before a low one starting the next: the
-    // packed chunk concatenates the values), long values, an empty row and an empty chunk.
-    const odd = ['"', '\\', '(', ')', ',', ' ', '\t', '\n', '\v', '\f', '\r', '', 'a\ud800', '\udc00b', '\ud83d\ude00'];
-    const chunks: CanonicalRow[][] = [];
-    let seed = 11;
-    const next = () => (seed = (seed * 1103515245 + 12345) % 2147483648);
-    for (let c = 0; c < 9; c++) {
-      const chunk: CanonicalRow[] = [];
-      for (let r = 0; r < (c === 4 ? 0 : 700); r++) {
-        const width = c === 3 && r === 5 ? 0 : 1 + (next() % 7);
-        const row: CanonicalRow = [];
-        for (let i = 0; i < width; i++) {
-          const k = next() % 10;
-          if (k === 0) row.push(null);
-          else if (k < 3) row.push(odd[next() % odd.length]!);
-          else if (k < 4) row.push('ü✓𝄞'.repeat(next() % 40) + 'x'.repeat(next() % 90));
-          else row.push(String(next()));
-        }
-        chunk.push(row);
-      }
-      chunks.push(chunk);
-    }
-    chunks[7]!.push(['z'.repeat(20000) + '"', null, 'end']);
-    const inline = new ChecksumAccumulator();
-    for (const chunk of chunks) for (const row of chunk) inline.add(row);
-    const onWorker = new WorkerChecksum();
-    for (const chunk of chunks) await onWorker.add(chunk);
-    expect(await onWorker.result()).toEqual({ rowCount: inline.count, checksum: inline.checksum });
-    // Two streams at once on the one worker keep their own sums.
-    const [a, b] = [new WorkerChecksum(), new WorkerChecksum()];
-    await Promise.all(chunks.map((chunk, i) => (i % 2 ? a : b).add(chunk)));
-    const [ra, rb] = await Promise.all([a.result(), b.result()]);
-    const both = new ChecksumAccumulator();
-    for (const r of [ra, rb])
-      both.addSum({
-        hi: Number(BigInt(r.checksum) >> 32n),
-        lo: Number(BigInt(r.checksum) & 0xffffffffn),
-        count: r.rowCount,
-      });
-    expect({ rowCount: both.count, checksum: both.checksum }).toEqual(await onWorker.result());
-    // The worker stops while a chunk is being hashed: the stream fails, and the next stream starts a new worker.
-    const cut = new WorkerChecksum();
-    await cut.add(Array.from({ length: 30 }, () => chunks.flat()).flat()); // ~190k rows: still hashing when stopped
-    await stopChecksumWorker();
-    await expect(cut.result()).rejects.toThrow(/keel-v1 worker exited/);
-    const again = new WorkerChecksum();
-    for (const chunk of chunks) await again.add(chunk);
-    expect(await again.result()).toEqual({ rowCount: inline.count, checksum: inline.checksum });
-    await stopChecksumWorker();
   });
 
   it('keel-pg1 and keel-pg2 agree across compatible declared types (integer/bigint, numeric(p,s)/numeric, varchar/text)', async () => {
