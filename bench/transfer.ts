@@ -144,6 +144,7 @@ async function keelChild(a: ChildArgs): Promise<Record<string, unknown>> {
   let rows = 0;
   let batches = 0;
   const cpu0 = process.cpuUsage();
+  const mainCpu0 = process.threadCpuUsage();
   const started = performance.now();
   for (;;) {
     const t0 = performance.now();
@@ -160,6 +161,7 @@ async function keelChild(a: ChildArgs): Promise<Record<string, unknown>> {
   }
   const ms = performance.now() - started;
   const cpu = process.cpuUsage(cpu0);
+  const mainCpu = process.threadCpuUsage(mainCpu0);
   await svc.close();
   await Promise.all([source.end(), target.end(), control.end()]);
   return {
@@ -171,6 +173,8 @@ async function keelChild(a: ChildArgs): Promise<Record<string, unknown>> {
     stageAndApplyMs: Math.round(phases.stageAndApplyMs),
     breakdownMs,
     nodeCpuMs: Math.round((cpu.user + cpu.system) / 1000),
+    // of it, the main thread's (the rest: worker threads, the garbage collector's helper threads, libuv's pool)
+    nodeMainThreadCpuMs: Math.round((mainCpu.user + mainCpu.system) / 1000),
     peakRssMB: Math.round(process.resourceUsage().maxRSS / 1024),
   };
 }
