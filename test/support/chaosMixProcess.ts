@@ -98,6 +98,14 @@ const registry = new HandlerRegistry()
       throw new FatalError('fatal: never retried');
     }),
   )
+  // A slow handler under a short timeout: about half its attempts time out (DLQ 'timeout').
+  .register(
+    'late',
+    traced(async (_p, ctx) => {
+      await abortableSleep(random.int(50, 600), ctx.signal);
+    }),
+    { backoff, timeoutMs: 300 },
+  )
   // Runs longer than the queues' zombie timeout: alive only through the heartbeats; reports progress and logs.
   .register(
     'beat',
