@@ -135,7 +135,19 @@ const registry = new HandlerRegistry()
     { backoff },
   );
 
-const store = await PostgresJobStore.connect(url, { poolSize: 4, migrate: false });
+// A connection terminated while the store checks the server at startup fails connect(); a host would start the
+// process again, so it tries again (the chaos terminates backends of processes still starting).
+async function connectStore(): Promise<PostgresJobStore> {
+  for (let i = 0; ; i++) {
+    try {
+      return await PostgresJobStore.connect(url, { poolSize: 4, migrate: false });
+    } catch (err) {
+      if (i >= 20) throw err;
+      await sleep(250);
+    }
+  }
+}
+const store = await connectStore();
 const maxAttemptsByType = registry.maxAttemptsByType();
 
 function failed(what: string, err: unknown) {
