@@ -1,7 +1,9 @@
 // Client-side lease expiry: a worker whose heartbeats fail (the server out of reach: FaultProxy.down() cuts every
 // connection and refuses new ones) stops its handler before the zombie rescue can hand the job to another worker,
 // and only then; a blip shorter than the lease changes nothing; a handler that ignores its abort never finalizes the
-// job after its lease expired (the fence). The queues here have a zombie timeout of 4 s (the processor gives a lease
+// job after its lease expired (the fence); a queue's timeout lowered while the job runs reaches the worker with its
+// next heartbeat, and the rescue dead-letters the expired attempt as a zombie, counted; the attempt's last ctx.log
+// lines still reach the job when the store answers before the rescue. The queues here have a zombie timeout of 4 s (the processor gives a lease
 // up 0.4 s before it runs out: shared/jobs/executor.ts, leaseTimes), and the rescue runs every 100 ms meanwhile, as
 // maintenance would if it ran that often.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
