@@ -90,6 +90,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
   let purged = 0;
   const dedup: string[] = [];
   const children = new Set<Child>();
+  const lags: { pid: number; at: number; ms: number }[] = []; // event-loop delays of >= 100 ms, per process
   const logStart = o.serverLog ? await sizeOf(o.serverLog) : 0;
 
   const owner = new pg.Client({ connectionString: o.ownerUrl, application_name: 'keel-harness' });
@@ -192,6 +193,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
           }
         } else if (f[0] === 'O') outcomes.set(f[1]!, [...(outcomes.get(f[1]!) ?? []), f[2]!]);
         else if (f[0] === 'P') purged += Number(f[2]);
+        else if (f[0] === 'L') lags.push({ pid, at: Number(f[1]), ms: Number(f[2]) });
         else if (f[0] === 'Q') dedup.push(l.slice(2));
         else if (f[0] === 'X') {
           const key = `${role} ${f.slice(1).join(' ').replace(/\d+/g, 'N').slice(0, 120)}`;
@@ -503,12 +505,22 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
         const hogged = blocked(prev) || blocked(cur);
         if (prevEnd > cur.start && !hogged && !(prev.how ?? '').startsWith('killed')) {
           overlaps++;
+          // The first run's process's worst event-loop delay around the overlap (its lease deadline is a timer).
+          const lagMs = Math.max(
+            0,
+            ...lags
+              .filter((l) => l.pid === prev.pid && l.at >= cur.start - 3000 && l.at <= prevEnd + 1000)
+              .map((l) => l.ms),
+          );
           if (examples.length < 3)
-            examples.push(`${job} (${typeOf.get(job)}): ${JSON.stringify(prev)} / ${JSON.stringify(cur)}`);
+            examples.push(
+              `${job} (${typeOf.get(job)}): ${JSON.stringify(prev)} / ${JSON.stringify(cur)}; first process's event loop up to ${lagMs} ms late`,
+            );
         }
       }
     }
     facts.handlerRuns = [...runs.values()].reduce((n, r) => n + r.length, 0);
+    facts.worstEventLoopDelayMs = Math.max(0, ...lags.map((l) => l.ms));
     if (overlaps) problems.push(`safety: ${overlaps} overlapping runs of one job, e.g. ${examples.join('; ')}`);
 
     // Outcomes: a job's processor outcomes never say 'succeeded' twice (unless an operator resurrected it).

@@ -12,6 +12,7 @@
 //   O <job> <outcome>                       the processor wrote (or lost) its outcome
 //   P <queue> <n>                           ops purged n archived jobs of queue
 //   X <what> <error>                        an operation failed (counted, not fatal)
+//   L <ms> <max>                            the event loop's longest delay (ms) in the second before (only >= 100)
 // SIGTERM stops it gracefully (MIX_GRACE_MS) and it prints "BYE <ms it took>" before it exits.
 import { PostgresJobStore } from '../../shared/engines/postgres/jobStore.js';
 import { PostgresWakeups } from '../../shared/engines/postgres/wakeups.js';
@@ -21,6 +22,7 @@ import { JobProcessor, Worker } from '../../shared/jobs/processor.js';
 import { runMaintenance } from '../../shared/jobs/maintenance.js';
 import type { JobContext } from '../../shared/jobs/registry.js';
 import { seededRandom } from './seededRandom.js';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 
 const url = process.env.MIX_URL!;
 const role = process.env.MIX_ROLE ?? 'worker';
@@ -270,6 +272,15 @@ if (role === 'worker') {
   })();
   stop = () => loop;
 }
+
+// How late this process's timers ran (a starved or descheduled process gives its leases up late).
+const lag = monitorEventLoopDelay({ resolution: 10 });
+lag.enable();
+setInterval(() => {
+  const max = lag.max / 1e6;
+  lag.reset();
+  if (max >= 100) out(`L ${Date.now()} ${Math.round(max)}`);
+}, 1000).unref();
 
 out('READY');
 let exiting = false;
