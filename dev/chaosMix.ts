@@ -3,7 +3,9 @@
 // server's user when run as root):
 //   npx tsx dev/chaosMix.ts --url postgres://postgres@127.0.0.1:55443/postgres --data /tmp/stk/data --log /tmp/stk/log
 //     [--jobs 6000] [--workers 4] [--drains 2] [--maints 3] [--kills 8] [--chaos-ms 20000] [--settle-ms 120000]
-//     [--hogs 2] [--no-restart] [--seed N]
+//     [--hogs 2] [--no-restart] [--seed N] [--latency-ms 0] [--spike-ms 0] [--stuck-slack-ms 5000]
+// --latency-ms: every process's replies from the server that much later (a FaultProxy in this process);
+// --spike-ms: during the chaos, now and then for 1-2 s, replies that late (past the 2 s zombie timeout: leases expire).
 // Exits 1 when a property failed; prints every server log ERROR it saw and whether it was expected.
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -54,6 +56,9 @@ const report = await runChaosMix({
   chaosMs: Number(arg('chaos-ms', '20000')),
   settleMs: Number(arg('settle-ms', '120000')),
   probeMs: Number(arg('probe-ms', '10000')),
+  latencyMs: Number(arg('latency-ms', '0')),
+  latencySpikeMs: Number(arg('spike-ms', '0')),
+  stuckSlackMs: Number(arg('stuck-slack-ms', '5000')),
   log: (l) => console.log(l),
 });
 console.log('facts:', report.facts);

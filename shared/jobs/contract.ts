@@ -111,6 +111,9 @@ export interface StartResult {
 export interface HeartbeatResult {
   status: OwnerResult;
   cancelRequested: boolean;
+  // 'ok': the queue's zombie timeout as it is now, which the rescue judges this beat by (a store that does not say
+  // leaves it out: the timeout the claim read stays the job's).
+  zombieTimeoutSeconds?: number;
 }
 
 // When a retried job is due again: at a time, or `delayMs` from the database server's clock (the processor's

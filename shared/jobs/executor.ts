@@ -385,6 +385,11 @@ export class RunningJobs {
     return job;
   }
 
+  // A running job's heartbeat interval changed (its queue's zombie timeout did): the timer ticks fast enough for it.
+  beatsChanged(job: RunningJob): void {
+    if (this.jobs.get(job.jobId) === job) this.scheduleBeats(beatTick(job.beatEveryMs));
+  }
+
   delete(jobId: JobId): void {
     this.jobs.delete(jobId);
     if (this.jobs.size > 0) return;

@@ -152,11 +152,13 @@ class JobRun extends AttemptAbort implements AttemptRun, RunningJob, CompleteRef
   readonly leaseId: string;
   resultJson: string | undefined = undefined; // what the handler returned, for completeMany
   nextBeatAt: number;
-  readonly beatEveryMs: number;
+  beatEveryMs: number;
   // The lease (executor.ts, leaseTimes): the queue's zombie timeout, 0 once the handler has ended (no deadline then),
-  // and the performance.now() time it is given up at unless a heartbeat sent before then is confirmed.
+  // and the performance.now() time it is given up at unless a heartbeat sent before then is confirmed. A heartbeat
+  // answers with the queue's timeout as it is now: the newest beat's changes it (timeoutFrom: when that beat was sent).
   private leaseMs: number;
-  private readonly leaseMarginMs: number;
+  private leaseMarginMs: number;
+  private timeoutFrom = -Infinity;
   leaseDeadline = Infinity;
   timeoutAt = 0;
   timeoutPrev: TimedAttempt | undefined = undefined;
@@ -171,7 +173,7 @@ class JobRun extends AttemptAbort implements AttemptRun, RunningJob, CompleteRef
     readonly job: ClaimedJob,
     readonly attempt: number,
     readonly startedAt: number,
-    heartbeatIntervalMs: number,
+    private readonly heartbeatIntervalMs: number,
     leaseFrom: number, // performance.now() when the statement that started the job (its first heartbeat) was sent
   ) {
     super();
@@ -185,13 +187,31 @@ class JobRun extends AttemptAbort implements AttemptRun, RunningJob, CompleteRef
     this.confirmed(leaseFrom);
   }
 
-  // A heartbeat sent at `sentAt` (performance.now()) was confirmed by the store: the lease runs from then.
-  confirmed(sentAt: number): void {
-    if (this.leaseMs > 0 && !this.reason)
-      this.leaseDeadline = Math.max(
-        this.leaseDeadline === Infinity ? -Infinity : this.leaseDeadline,
-        sentAt + this.leaseMs - this.leaseMarginMs,
-      );
+  // A heartbeat sent at `sentAt` (performance.now()) was confirmed by the store: the lease runs from then, under
+  // the queue's zombie timeout as the store read it (zombieTimeoutSeconds; none: the one known). A changed timeout
+  // (an operator changed the queue; the newest beat's answer wins) changes the beat interval and the margin, and the
+  // deadline is this beat's lease, shorter or longer: the rescue reads the queue's current timeout, from a
+  // heartbeat_at no earlier than sentAt. Returns whether the beat interval changed.
+  confirmed(sentAt: number, zombieTimeoutSeconds?: number): boolean {
+    if (!(this.leaseMs > 0) || this.reason) return false;
+    const ms = zombieTimeoutSeconds === undefined ? this.leaseMs : zombieTimeoutSeconds * 1000;
+    if (ms > 0 && ms !== this.leaseMs && sentAt >= this.timeoutFrom) {
+      this.timeoutFrom = sentAt;
+      const { beatEveryMs, marginMs } = leaseTimes(this.heartbeatIntervalMs, ms);
+      const changed = beatEveryMs !== this.beatEveryMs;
+      this.leaseMs = ms;
+      this.leaseMarginMs = marginMs;
+      this.beatEveryMs = beatEveryMs;
+      this.nextBeatAt = Math.min(this.nextBeatAt, Date.now() + beatEveryMs);
+      this.leaseDeadline = sentAt + ms - marginMs;
+      return changed;
+    }
+    if (zombieTimeoutSeconds !== undefined && sentAt > this.timeoutFrom) this.timeoutFrom = sentAt;
+    this.leaseDeadline = Math.max(
+      this.leaseDeadline === Infinity ? -Infinity : this.leaseDeadline,
+      sentAt + this.leaseMs - this.leaseMarginMs,
+    );
+    return false;
   }
 
   // The handler has ended: nothing is left to abort, so the lease has no deadline any more (the moves that follow
@@ -594,8 +614,13 @@ export class JobProcessor {
         handlerRunning = false;
         this.handlerEnded(batch);
         // The attempt's last log lines reach the job before its final move carries them to the archive or the DLQ.
-        // Not after an expired lease: the store is out of reach, and the slot must not wait on it.
-        if (run.jobLogWriter && run.reason !== 'lease_expired') await run.jobLogWriter.flush();
+        // After an expired lease the store may be out of reach and the slot must not wait on it: they are sent
+        // unawaited, under the lease like every log write (fenced: the job's log gets them while the job is still
+        // this attempt's, before the rescue moves it; once it has, they are refused and stay in the process log).
+        if (run.jobLogWriter) {
+          if (run.reason !== 'lease_expired') await run.jobLogWriter.flush();
+          else void run.jobLogWriter.flush();
+        }
         if (result.ok) {
           // The run is the completion's ref (jobId, leaseId, resultJson): successes are batched (completeMany).
           run.resultJson = result.resultJson;
@@ -637,7 +662,7 @@ export class JobProcessor {
       run.fire('lease_lost');
       return;
     }
-    run.confirmed(sentAt);
+    if (run.confirmed(sentAt, hb.zombieTimeoutSeconds)) this.running.beatsChanged(run);
     if (hb.cancelRequested) run.fire('cancelled');
   }
 
@@ -710,7 +735,8 @@ export class JobProcessor {
       return () =>
         this.store.appendJobLog(ref, lines, this.jobLogLines).then(
           (status) => {
-            if (status === 'lease_lost') {
+            // Not once the lease expired: that loss was reported then (the last lines' write may come after it).
+            if (status === 'lease_lost' && run.reason !== 'lease_expired') {
               this.leaseLost(job, 'log');
               abort('lease_lost');
             }

@@ -691,19 +691,27 @@ begin
 end
 $$;
 
+-- heartbeat: the running attempt is alive. Returns the queue's zombie timeout as it is now (300 without a settings
+-- row, as rescue_zombies reads it), so a worker learns a changed timeout at its next beat: it beats at least 4 times
+-- a timeout and gives the job up before it runs out (shared/jobs/executor.ts, leaseTimes). Until that beat it keeps
+-- the timeout it heard last: a timeout lowered below a running job's beat interval can still rescue it once
+-- (docs/jobs.md, "Leases and heartbeats").
+drop function if exists keel.heartbeat(bigint, text);
 create or replace function keel.heartbeat(p_job_id bigint, p_lease_id text)
-returns table (status text, cancel_requested boolean)
+returns table (status text, cancel_requested boolean, zombie_timeout_seconds integer)
 language plpgsql as $$
 declare
   v_cancel boolean;
+  v_queue  text;
 begin
   update keel.jobs_hot h set heartbeat_at = now()
   where h.id = p_job_id and h.lease_id = keel._lease(p_lease_id) and h.state = 'processing'
-  returning h.cancel_requested into v_cancel;
+  returning h.cancel_requested, h.queue into v_cancel, v_queue;
   if not found then
-    return query select 'lease_lost'::text, false;
+    return query select 'lease_lost'::text, false, null::integer;
   else
-    return query select 'ok'::text, v_cancel;
+    return query select 'ok'::text, v_cancel,
+      coalesce((select s.zombie_timeout_seconds from keel.queues s where s.name = v_queue), 300);
   end if;
 end
 $$;

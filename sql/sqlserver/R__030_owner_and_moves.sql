@@ -314,7 +314,9 @@ BEGIN
 END;
 GO
 
--- Heartbeat(@JobId, @LeaseId): processing under that lease -> HeartbeatAt = now. Returns Status and CancelRequested.
+-- Heartbeat(@JobId, @LeaseId): processing under that lease -> HeartbeatAt = now. Returns Status, CancelRequested
+-- and ZombieTimeoutSeconds: the queue's zombie timeout as it is now (300 without a settings row, as RescueZombies
+-- reads it), so a worker learns a changed timeout at its next beat. The twin of keel.heartbeat on PostgreSQL.
 CREATE OR ALTER PROCEDURE keel.Heartbeat
   @JobId BIGINT,
   @LeaseId UNIQUEIDENTIFIER
@@ -322,16 +324,18 @@ AS
 BEGIN
   SET XACT_ABORT ON;
   SET NOCOUNT ON;
-  DECLARE @Beat TABLE (CancelRequested bit NOT NULL);
+  DECLARE @Beat TABLE (CancelRequested bit NOT NULL, Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL);
   UPDATE keel.JobsHot WITH (ROWLOCK)
   SET HeartbeatAt = SYSUTCDATETIME()
-  OUTPUT inserted.CancelRequested INTO @Beat (CancelRequested)
+  OUTPUT inserted.CancelRequested, inserted.Queue INTO @Beat (CancelRequested, Queue)
   WHERE Id = @JobId AND LeaseId = @LeaseId AND State = 'processing';
 
   IF EXISTS (SELECT 1 FROM @Beat)
-    SELECT 'ok' AS Status, CancelRequested FROM @Beat;
+    SELECT 'ok' AS Status, b.CancelRequested, ISNULL(s.ZombieTimeoutSeconds, 300) AS ZombieTimeoutSeconds
+    FROM @Beat AS b
+    LEFT JOIN keel.Queues AS s ON s.Name = b.Queue;
   ELSE
-    SELECT 'lease_lost' AS Status, CONVERT(bit, 0) AS CancelRequested;
+    SELECT 'lease_lost' AS Status, CONVERT(bit, 0) AS CancelRequested, CONVERT(int, NULL) AS ZombieTimeoutSeconds;
 END;
 GO
 

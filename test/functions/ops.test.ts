@@ -484,7 +484,7 @@ describe('ops: jobs', () => {
         { id: run.id, outcome: 'cancel_requested', location: 'hot', state: null },
       ],
     });
-    expect(await t.rt.store.heartbeat({ jobId: run.id, leaseId: started!.leaseId })).toEqual({
+    expect(await t.rt.store.heartbeat({ jobId: run.id, leaseId: started!.leaseId })).toMatchObject({
       status: 'ok',
       cancelRequested: true,
     });

@@ -1,7 +1,9 @@
 // Client-side lease expiry: a worker whose heartbeats fail (the server out of reach: FaultProxy.down() cuts every
 // connection and refuses new ones) stops its handler before the zombie rescue can hand the job to another worker,
 // and only then; a blip shorter than the lease changes nothing; a handler that ignores its abort never finalizes the
-// job after its lease expired (the fence). The queues here have a zombie timeout of 4 s (the processor gives a lease
+// job after its lease expired (the fence); a queue's timeout lowered while the job runs reaches the worker with its
+// next heartbeat, and the rescue dead-letters the expired attempt as a zombie, counted; the attempt's last ctx.log
+// lines still reach the job when the store answers before the rescue. The queues here have a zombie timeout of 4 s (the processor gives a lease
 // up 0.4 s before it runs out: shared/jobs/executor.ts, leaseTimes), and the rescue runs every 100 ms meanwhile, as
 // maintenance would if it ran that often.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -68,8 +70,8 @@ function observed() {
   };
 }
 
-// The rescue, every 100 ms until stopped or it has moved the job back to pending; movedSentAt: when the pass that
-// moved it was sent (performance.now()), so anything before that happened before the move.
+// The rescue, every 100 ms until stopped or it has moved the job (back to pending, or to the DLQ); movedSentAt: when
+// the pass that moved it was sent (performance.now()), so anything before that happened before the move.
 function rescueLoop(jobId: JobId) {
   let stopped = false;
   const state = { moved: false, movedSentAt: Infinity, stop: async () => undefined as void };
@@ -78,7 +80,7 @@ function rescueLoop(jobId: JobId) {
       const sentAt = performance.now();
       await direct.rescueZombies(100);
       const rec = await direct.getJob(jobId);
-      if (rec?.state === 'pending') {
+      if (rec?.state === 'pending' || rec?.location !== 'hot') {
         state.moved = true;
         state.movedSentAt = sentAt;
       } else await sleep(100);
@@ -243,4 +245,119 @@ describe('lease expiry on the worker', () => {
       await close();
     }
   });
+
+  it('a zombie timeout lowered while the job runs: the next heartbeat brings it, and a cut then aborts the handler before the rescue, which dead-letters the attempt', async () => {
+    const queue = q('lowered');
+    // Claimed under 30 s (the worker would keep the job ~27 s without a confirmed heartbeat), then lowered to 4 s.
+    await direct.updateQueue(queue, { zombieTimeoutSeconds: 30, zombiePolicy: 'retry', maxAttempts: 1 });
+    const { id } = await direct.enqueue({ queue, type: 't' });
+    const { store, finalizing, close } = await proxiedStore();
+    const o = observed();
+    let started = false;
+    let abortReason: unknown;
+    let abortedAt = Infinity;
+    let rescue: ReturnType<typeof rescueLoop> | undefined;
+    const reg = new HandlerRegistry().register('t', async (_payload, ctx) => {
+      started = true;
+      await new Promise<void>((resolve) =>
+        ctx.signal.addEventListener('abort', () => {
+          abortReason = (ctx.signal.reason as { reason?: unknown }).reason;
+          abortedAt = performance.now();
+          resolve();
+        }),
+      );
+      throw ctx.signal.reason;
+    });
+    const p = new JobProcessor({ store, registry: reg, heartbeatIntervalMs: 200, log: o.log, events: o.events });
+    try {
+      const { job, outcome } = await claimOne(p, queue);
+      expect(job.queueZombieTimeoutSeconds).toBe(30);
+      await until('the handler to start', () => started);
+      await direct.updateQueue(queue, { zombieTimeoutSeconds: ZOMBIE_TIMEOUT_S });
+      expect(await direct.heartbeat({ jobId: id, leaseId: job.leaseId })).toEqual({
+        status: 'ok',
+        cancelRequested: false,
+        zombieTimeoutSeconds: ZOMBIE_TIMEOUT_S,
+      });
+      await sleep(600); // the worker's own heartbeats meanwhile bring it the new timeout
+      rescue = rescueLoop(id);
+      proxy.down();
+      expect(await outcome).toBe('lease_lost');
+      expect(abortReason).toBe('lease_expired');
+      expect(o.leaseLost).toEqual(['expired']);
+      expect(finalizing).toEqual([]);
+      await until('the rescue', () => rescue!.moved);
+      expect(abortedAt).toBeLessThan(rescue.movedSentAt); // under the new timeout's lease, not the old one's
+      // The rescue counts the attempt as a zombie, as for a worker that died: its one attempt used, dead-lettered.
+      const rec = await direct.getJob(id);
+      expect(rec).toMatchObject({ location: 'dlq', reason: 'zombie', attempts: 1 });
+      expect(rec!.attemptLog!.map((a) => `${a.attempt}:${a.outcome}`)).toEqual(['1:zombie']);
+      expect(await h.statsRow(queue)).toMatchObject({ zombie: 1, failed: 1, retried: 0 });
+    } finally {
+      proxy.up();
+      await rescue?.stop();
+      await p.shutdown(0);
+      await close();
+    }
+  }, 30_000);
+
+  it("the attempt's last log lines still reach the job after its lease expired, fenced by the lease", async () => {
+    const queue = q('lastwords');
+    await direct.updateQueue(queue, { zombieTimeoutSeconds: ZOMBIE_TIMEOUT_S, zombiePolicy: 'retry' });
+    const { id } = await direct.enqueue({ queue, type: 't' });
+    // Heartbeats fail (a slow or overloaded path to the server) while other calls still get through.
+    let beatsFail = false;
+    const inner = await PostgresJobStore.connect(appUrl(h.url), { poolSize: 2, migrate: false });
+    const store = new Proxy(inner, {
+      get(target, prop, receiver) {
+        if (prop === 'heartbeat' && beatsFail) return () => Promise.reject(new Error('heartbeat: connection timeout'));
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    });
+    const o = observed();
+    let started = false;
+    const reg = new HandlerRegistry().register('t', async (_payload, ctx) => {
+      started = true;
+      ctx.log.info('first words');
+      await new Promise<void>((resolve) => ctx.signal.addEventListener('abort', () => resolve()));
+      ctx.log.warn('last words', { reason: (ctx.signal.reason as { reason?: unknown }).reason });
+      throw ctx.signal.reason;
+    });
+    const p = new JobProcessor({
+      store,
+      registry: reg,
+      heartbeatIntervalMs: 200,
+      progressIntervalMs: 60_000, // no timed log write: only the flush after the attempt
+      log: o.log,
+      events: o.events,
+    });
+    let rescue: ReturnType<typeof rescueLoop> | undefined;
+    try {
+      const { job, outcome } = await claimOne(p, queue);
+      await until('the handler to start', () => started);
+      beatsFail = true;
+      expect(await outcome).toBe('lease_lost');
+      expect(o.leaseLost).toEqual(['expired']);
+      const messages = async () => ((await direct.getJob(id))?.logs ?? []).map((l) => l.message);
+      await until('the last lines', async () => (await messages()).includes('last words'));
+      expect(await messages()).toEqual(['first words', 'last words']);
+      // The rescue then takes the job, its log kept; a write under the old lease is refused from then on.
+      rescue = rescueLoop(id);
+      await until('the rescue', () => rescue!.moved);
+      expect((await direct.getJob(id))!.logs!.map((l) => l.message)).toContain('last words');
+      expect(
+        await inner.appendJobLog(
+          { jobId: id, leaseId: job.leaseId },
+          [{ attempt: 1, at: new Date().toISOString(), level: 'info', message: 'too late' }],
+          100,
+        ),
+      ).toBe('lease_lost');
+      expect(o.leaseLost).toEqual(['expired']); // the loss is reported once
+    } finally {
+      await rescue?.stop();
+      await p.shutdown(0);
+      await inner.close();
+    }
+  }, 30_000);
 });

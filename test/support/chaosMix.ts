@@ -6,9 +6,13 @@
 //   delayed run_at, priorities, expiry, idempotency keys, several queues (one limited, one purged as it runs);
 //   processes (test/support/chaosMixProcess.ts): several Worker processes, Functions-style drain()/processById
 //   processes, maintenance in several processes, and an operator cancelling, resurrecting, purging, pausing;
-//   faults: SIGKILL of workers and drains (replaced), pg_terminate_backend of random Keel backends, optionally a
-//   server restart (pg_ctl restart -m fast).
-// Then: the backlog must drain, probes enqueued afterwards must finish within seconds, every job must be in exactly
+//   faults: SIGKILL of workers and drains (replaced), pg_terminate_backend of random Keel backends and of those
+//   running a move (complete_many, retry, fail, the rescue, starts), a slow server (latencyMs: every Keel process
+//   talks to it through a FaultProxy that delays its replies; latencySpikeMs: now and then, for 1-2 s, replies that
+//   late, past the zombie timeout, so leases expire), optionally a server restart (pg_ctl restart -m fast).
+// Then: the backlog must drain, and while it does no job may stay processing (fetched) past its queue's zombie
+// timeout (its lease) by more than stuckSlackMs (the rescue runs every few hundred ms), probes enqueued afterwards
+// must finish within seconds, every job must be in exactly
 // one place, counters and metric buckets exactly what the rows say, attempts sensible, no two runs of one job
 // overlapping unless the first had lost its lease by blocking its event loop, graceful stops within their grace, and
 // no deadlock or unexpected ERROR in the server log.
@@ -21,6 +25,7 @@ import { PostgresJobStore } from '../../shared/engines/postgres/jobStore.js';
 import type { EnqueueRequest } from '../../shared/jobs/contract.js';
 import { runMaintenance } from '../../shared/jobs/maintenance.js';
 import { seededRandom } from './seededRandom.js';
+import { FaultProxy } from './faultProxy.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -41,6 +46,9 @@ export interface ChaosMixOptions {
   chaosMs: number; // how long faults go on (the operator acts that long)
   settleMs: number; // the backlog must drain within this after the chaos
   probeMs: number; // probes must finish within this
+  latencyMs?: number; // every Keel process's replies from the server this much later (default 0: no proxy)
+  latencySpikeMs?: number; // during the chaos, now and then for 1-2 s, replies this late (default 0: none)
+  stuckSlackMs?: number; // how long past its lease a job may stay processing or fetched while draining (default 5000)
   log?: (line: string) => void;
 }
 
@@ -82,6 +90,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
   let purged = 0;
   const dedup: string[] = [];
   const children = new Set<Child>();
+  const lags: { pid: number; at: number; ms: number }[] = []; // event-loop delays of >= 100 ms, per process
   const logStart = o.serverLog ? await sizeOf(o.serverLog) : 0;
 
   const owner = new pg.Client({ connectionString: o.ownerUrl, application_name: 'keel-harness' });
@@ -105,6 +114,13 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
   };
 
   const control = await PostgresJobStore.connect(o.appUrl, { poolSize: 3, migrateUrl: o.ownerUrl });
+  // A slow server: the processes' connections go through a proxy that delays every reply (the harness's and the
+  // control store's do not).
+  const slow = (o.latencyMs ?? 0) > 0 || (o.latencySpikeMs ?? 0) > 0;
+  const au = new URL(o.appUrl);
+  const proxy = slow ? await FaultProxy.start(au.hostname, Number(au.port || 5432)) : undefined;
+  if (proxy) proxy.latencyMs = o.latencyMs ?? 0;
+  const processUrl = proxy ? proxy.urlFor(o.appUrl) : o.appUrl;
   await control.updateQueue('mx-a', { zombieTimeoutSeconds: 2, zombiePolicy: 'retry', maxAttempts: 4 });
   await control.updateQueue('mx-b', { zombieTimeoutSeconds: 2, zombiePolicy: 'retry', maxAttempts: 4 });
   await control.updateQueue('mx-lim', {
@@ -120,7 +136,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
       cwd: ROOT,
       env: {
         ...process.env,
-        MIX_URL: o.appUrl,
+        MIX_URL: processUrl,
         MIX_ROLE: role,
         MIX_QUEUES: QUEUE_NAMES.join(','),
         MIX_PURGE_QUEUE: 'mx-p',
@@ -177,6 +193,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
           }
         } else if (f[0] === 'O') outcomes.set(f[1]!, [...(outcomes.get(f[1]!) ?? []), f[2]!]);
         else if (f[0] === 'P') purged += Number(f[2]);
+        else if (f[0] === 'L') lags.push({ pid, at: Number(f[1]), ms: Number(f[2]) });
         else if (f[0] === 'Q') dedup.push(l.slice(2));
         else if (f[0] === 'X') {
           const key = `${role} ${f.slice(1).join(' ').replace(/\d+/g, 'N').slice(0, 120)}`;
@@ -200,7 +217,18 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     const jobs: EnqueueRequest[] = [];
     for (let n = 0; n < o.jobs; n++) {
       const roll = random.next();
-      const type = roll < 0.6 ? 'ok' : roll < 0.75 ? 'flaky' : roll < 0.82 ? 'doomed' : roll < 0.86 ? 'fatal' : 'beat';
+      const type =
+        roll < 0.57
+          ? 'ok'
+          : roll < 0.72
+            ? 'flaky'
+            : roll < 0.79
+              ? 'doomed'
+              : roll < 0.83
+                ? 'fatal'
+                : roll < 0.86
+                  ? 'late'
+                  : 'beat';
       const queue = type === 'beat' ? random.pick(['mx-a', 'mx-b']) : random.pick(QUEUE_NAMES);
       const job: EnqueueRequest = {
         queue,
@@ -233,6 +261,8 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     const chaosEnd = Date.now() + o.chaosMs;
     let kills = 0;
     let terminated = 0;
+    let spikes = 0;
+    let spikeEnd = 0;
     let restarted = false;
     const restartAt = o.restart ? Date.now() + o.chaosMs * random.next() * 0.6 + o.chaosMs * 0.2 : Infinity;
     while (Date.now() < chaosEnd) {
@@ -247,11 +277,25 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
         spawnChild(v.role); // not waited for: the faults go on while it starts
       }
       if ((o.terminateBackends ?? true) && random.next() < 0.35) {
+        // Random Keel backends, and more often those in the middle of a move.
         const rows = await q(
           `select pg_terminate_backend(pid) as t from pg_stat_activity
-           where datname = current_database() and application_name in ('keel', 'keel-wakeups') and random() < 0.3`,
+           where datname = current_database() and application_name in ('keel', 'keel-wakeups')
+             and (random() < 0.3
+                  or (state = 'active' and random() < 0.6
+                      and query ~ '(complete_many|retry|fail|rescue_zombies|start_many|claim_and_start|heartbeat)'))`,
         );
         terminated += rows.filter((r) => r.t).length;
+      }
+      if (proxy && (o.latencySpikeMs ?? 0) > 0) {
+        if (spikeEnd && Date.now() >= spikeEnd) {
+          proxy.latencyMs = o.latencyMs ?? 0;
+          spikeEnd = 0;
+        } else if (!spikeEnd && random.next() < 0.08) {
+          proxy.latencyMs = o.latencySpikeMs!;
+          spikeEnd = Date.now() + random.int(1000, 2000);
+          spikes++;
+        }
       }
       if (!restarted && Date.now() >= restartAt) {
         restarted = true;
@@ -261,6 +305,8 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     }
     facts.kills = kills;
     facts.backendsTerminated = terminated;
+    facts.latencySpikes = spikes;
+    if (proxy) proxy.latencyMs = o.latencyMs ?? 0;
     facts.restarted = restarted ? 1 : 0;
 
     // The operator stops (it unpauses every queue on its way out); maintenance goes on.
@@ -269,13 +315,36 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     await ops.exited;
     for (const qn of QUEUE_NAMES) await control.updateQueue(qn, { paused: false });
 
+    // Draining: no job stays processing past its queue's zombie timeout, nor fetched past its lease, for longer than
+    // the slack (maintenance rescues every few hundred ms; a killed process's jobs wait for it, no longer).
+    const slackMs = o.stuckSlackMs ?? 5000;
     const settleStart = Date.now();
     let hot = await countHot(q);
-    while (hot > 0 && Date.now() - settleStart < o.settleMs) {
+    let stuckWorst = 0;
+    let stuckSeen = '';
+    for (let i = 0; hot > 0 && Date.now() - settleStart < o.settleMs; i++) {
       await sleep(250);
       hot = await countHot(q);
+      if (i % 4 !== 0) continue;
+      const [st] = await q(
+        `select coalesce(max(greatest(
+                  case when h.state = 'processing'
+                       then extract(epoch from now() - h.heartbeat_at) - coalesce(s.zombie_timeout_seconds, 300) end,
+                  case when h.state = 'fetched' then extract(epoch from now() - h.lease_expires_at) end)), 0)::float8 late,
+                count(*) filter (where (h.state = 'processing'
+                                        and h.heartbeat_at < now() - make_interval(secs => coalesce(s.zombie_timeout_seconds, 300) + $1::float8))
+                                    or (h.state = 'fetched' and h.lease_expires_at < now() - make_interval(secs => $1::float8)))::int stuck
+         from keel.jobs_hot h left join keel.queues s on s.name = h.queue
+         where h.state in ('processing', 'fetched')`,
+        [slackMs / 1000],
+      );
+      stuckWorst = Math.max(stuckWorst, Number(st.late));
+      if (st.stuck > 0 && !stuckSeen) stuckSeen = `${st.stuck} jobs ${Math.round(st.late)} s past their lease`;
     }
     facts.drainMs = Date.now() - settleStart;
+    facts.worstPastLeaseS = Math.round(stuckWorst * 10) / 10;
+    if (stuckSeen)
+      problems.push(`liveness: while draining, ${stuckSeen} (slack ${slackMs / 1000} s): the rescue did not take them`);
     if (hot > 0) {
       const left = await q(
         `select queue, state, count(*)::int n, count(*) filter (where run_at <= now())::int due from keel.jobs_hot group by 1, 2 order by 1, 2`,
@@ -439,12 +508,22 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
         const hogged = blocked(prev) || blocked(cur);
         if (prevEnd > cur.start && !hogged && !(prev.how ?? '').startsWith('killed')) {
           overlaps++;
+          // The first run's process's worst event-loop delay around the overlap (its lease deadline is a timer).
+          const lagMs = Math.max(
+            0,
+            ...lags
+              .filter((l) => l.pid === prev.pid && l.at >= cur.start - 3000 && l.at <= prevEnd + 1000)
+              .map((l) => l.ms),
+          );
           if (examples.length < 3)
-            examples.push(`${job} (${typeOf.get(job)}): ${JSON.stringify(prev)} / ${JSON.stringify(cur)}`);
+            examples.push(
+              `${job} (${typeOf.get(job)}): ${JSON.stringify(prev)} / ${JSON.stringify(cur)}; first process's event loop up to ${lagMs} ms late`,
+            );
         }
       }
     }
     facts.handlerRuns = [...runs.values()].reduce((n, r) => n + r.length, 0);
+    facts.worstEventLoopDelayMs = Math.max(0, ...lags.map((l) => l.ms));
     if (overlaps) problems.push(`safety: ${overlaps} overlapping runs of one job, e.g. ${examples.join('; ')}`);
 
     // Outcomes: a job's processor outcomes never say 'succeeded' twice (unless an operator resurrected it).
@@ -456,6 +535,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     }
     await control.close().catch(() => undefined);
     await ownerClient.end().catch(() => undefined);
+    await proxy?.close();
   }
 
   const logErrors = new Map<string, number>();

@@ -12,6 +12,7 @@
 //   O <job> <outcome>                       the processor wrote (or lost) its outcome
 //   P <queue> <n>                           ops purged n archived jobs of queue
 //   X <what> <error>                        an operation failed (counted, not fatal)
+//   L <ms> <max>                            the event loop's longest delay (ms) in the second before (only >= 100)
 // SIGTERM stops it gracefully (MIX_GRACE_MS) and it prints "BYE <ms it took>" before it exits.
 import { PostgresJobStore } from '../../shared/engines/postgres/jobStore.js';
 import { PostgresWakeups } from '../../shared/engines/postgres/wakeups.js';
@@ -21,6 +22,7 @@ import { JobProcessor, Worker } from '../../shared/jobs/processor.js';
 import { runMaintenance } from '../../shared/jobs/maintenance.js';
 import type { JobContext } from '../../shared/jobs/registry.js';
 import { seededRandom } from './seededRandom.js';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 
 const url = process.env.MIX_URL!;
 const role = process.env.MIX_ROLE ?? 'worker';
@@ -98,6 +100,14 @@ const registry = new HandlerRegistry()
       throw new FatalError('fatal: never retried');
     }),
   )
+  // A slow handler under a short timeout: about half its attempts time out (DLQ 'timeout').
+  .register(
+    'late',
+    traced(async (_p, ctx) => {
+      await abortableSleep(random.int(50, 600), ctx.signal);
+    }),
+    { backoff, timeoutMs: 300 },
+  )
   // Runs longer than the queues' zombie timeout: alive only through the heartbeats; reports progress and logs.
   .register(
     'beat',
@@ -127,7 +137,19 @@ const registry = new HandlerRegistry()
     { backoff },
   );
 
-const store = await PostgresJobStore.connect(url, { poolSize: 4, migrate: false });
+// A connection terminated while the store checks the server at startup fails connect(); a host would start the
+// process again, so it tries again (the chaos terminates backends of processes still starting).
+async function connectStore(): Promise<PostgresJobStore> {
+  for (let i = 0; ; i++) {
+    try {
+      return await PostgresJobStore.connect(url, { poolSize: 4, migrate: false });
+    } catch (err) {
+      if (i >= 20) throw err;
+      await sleep(250);
+    }
+  }
+}
+const store = await connectStore();
 const maxAttemptsByType = registry.maxAttemptsByType();
 
 function failed(what: string, err: unknown) {
@@ -250,6 +272,15 @@ if (role === 'worker') {
   })();
   stop = () => loop;
 }
+
+// How late this process's timers ran (a starved or descheduled process gives its leases up late).
+const lag = monitorEventLoopDelay({ resolution: 10 });
+lag.enable();
+setInterval(() => {
+  const max = lag.max / 1e6;
+  lag.reset();
+  if (max >= 100) out(`L ${Date.now()} ${Math.round(max)}`);
+}, 1000).unref();
 
 out('READY');
 let exiting = false;

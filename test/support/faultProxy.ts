@@ -105,6 +105,9 @@ export class FaultProxy {
   private sockets = new Set<net.Socket>();
   private generation = 0; // disarm() ends faults that matched but have not fired yet
   private refusing = false; // down(): the server is away until up()
+  // A slow server (or network): every server->client chunk reaches the client this much later, in order. Changed at
+  // any time; a chunk already on its way keeps the delay it got.
+  latencyMs = 0;
   port = 0;
 
   private constructor(
@@ -195,6 +198,21 @@ export class FaultProxy {
     let cut = false;
     let held: Buffer[] | null = null; // delay-request: client bytes held back
     let serverBytes = 0; // cut-after-server-bytes: server->client bytes forwarded after the trigger
+    // latencyMs: chunks on their way to the client, each with when it is due (never before the one ahead of it).
+    const late: { at: number; chunk: Buffer }[] = [];
+    let lateTimer: ReturnType<typeof setTimeout> | undefined;
+    const deliverLate = () => {
+      lateTimer = undefined;
+      const now = Date.now();
+      while (late.length && late[0]!.at <= now) client.write(late.shift()!.chunk);
+      if (late.length) lateTimer = setTimeout(deliverLate, late[0]!.at - now);
+    };
+    const toClient = (chunk: Buffer) => {
+      if (this.latencyMs <= 0 && late.length === 0) return void client.write(chunk);
+      late.push({ at: Math.max(Date.now() + this.latencyMs, late.at(-1)?.at ?? 0), chunk });
+      lateTimer ??= setTimeout(deliverLate, late[0]!.at - Date.now());
+    };
+    client.on('close', () => clearTimeout(lateTimer));
 
     const fire = (serverCompleted: boolean) => {
       if (cut || !active || active.generation !== this.generation) return;
@@ -325,7 +343,7 @@ export class FaultProxy {
         return;
       }
       fromServer.push(chunk);
-      client.write(chunk);
+      toClient(chunk);
     });
   }
 

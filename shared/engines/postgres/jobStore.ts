@@ -363,7 +363,13 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
 
   async heartbeat(ref: LeaseRef): Promise<HeartbeatResult> {
     const [r] = await this.call('heartbeat', { job_id: ref.jobId, lease_id: ref.leaseId });
-    return { status: r!.status as OwnerResult, cancelRequested: Boolean(r!.cancelRequested) };
+    return r!.status === 'ok'
+      ? {
+          status: 'ok',
+          cancelRequested: Boolean(r!.cancelRequested),
+          zombieTimeoutSeconds: num(r!.zombieTimeoutSeconds),
+        }
+      : { status: r!.status as OwnerResult, cancelRequested: false };
   }
 
   async completeMany(refs: CompleteRef[]): Promise<OwnerResultById[]> {

@@ -303,7 +303,13 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
 
   async heartbeat(ref: LeaseRef): Promise<HeartbeatResult> {
     const [r] = await this.call('heartbeat', { JobId: ref.jobId, LeaseId: ref.leaseId }, 'safe');
-    return { status: r!.Status as OwnerResult, cancelRequested: Boolean(r!.CancelRequested) };
+    return r!.Status === 'ok'
+      ? {
+          status: 'ok',
+          cancelRequested: Boolean(r!.CancelRequested),
+          zombieTimeoutSeconds: num(r!.ZombieTimeoutSeconds),
+        }
+      : { status: r!.Status as OwnerResult, cancelRequested: false };
   }
 
   async reportProgress(ref: LeaseRef, progress: JobProgress): Promise<OwnerResult> {
