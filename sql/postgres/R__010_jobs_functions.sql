@@ -803,7 +803,7 @@ $$;
 -- one transaction.
 
 -- Counts what one transaction did, once, after all of its moves: one upsert of stats_summary, then one of
--- metric_buckets, each in queue order, into this backend's own rows (slot pg_backend_pid(), V033: no other live
+-- metric_buckets, each in queue order, into this backend's own rows (slot pg_backend_pid(), V014: no other live
 -- backend writes them, so a tally never waits for another completion's commit; sql/README.md, Lock order). p_queues, p_outcomes and p_durations are parallel: outcome 'succeeded', a DLQ reason ('exhausted', 'fatal',
 -- 'timeout', 'cancelled', 'zombie', 'expired', 'parent_failed'; counted as failed; 'skipped' is counted nowhere),
 -- 'retried', 'zombie_retried' (a zombie handed back
@@ -1450,7 +1450,7 @@ language sql stable as $$
   order by x.relation desc, x.n nulls last, x.id
 $$;
 
--- Counter rows of backends that have exited go to slot 0 (V006, V033: each live backend writes only its own slot,
+-- Counter rows of backends that have exited go to slot 0 (V006, V014: each live backend writes only its own slot,
 -- its pid), and so do metric rows of past minutes, whoever wrote them (a live backend only writes the minute its
 -- transaction started in; one that still writes an older one just starts a new row of its slot). Each table in one
 -- statement (delete returning, upsert into slot 0), so a reader sees every count once, before or after it. Rows
@@ -1847,7 +1847,7 @@ $$;
 -- Every field is a maintained counter or a bounded index read (never a table scan), whatever the size of the three pillars:
 --   pending, fetched, processing, waiting (a flow's jobs whose parents are unfinished): keel.hot_counts (statement triggers on jobs_hot), summed over its slots;
 --   dlq: keel.dlq_counts (statement triggers on jobs_dlq), summed over its slots;
---   succeeded ... resurrected: keel.stats_summary, summed over its slots (V033);
+--   succeeded ... resurrected: keel.stats_summary, summed over its slots (V014);
 --   oldest_due_age_ms and due: read from jobs_hot_pending_due one pending priority level at a time, highest first,
 --   at most 64 levels a queue (one probe finds the next level). oldest_due_age_ms is the oldest of the levels' first
 --   entries, when it is due. due is exact when each level has at most 1,000 due or at most 1,000 not-yet-due pending
@@ -1953,7 +1953,7 @@ create or replace function keel.metrics(p_window_minutes integer, p_queue text)
 returns table (bucket_start timestamptz, queue text, outcome text, reason text, count bigint,
                total_duration_ms bigint, max_duration_ms bigint)
 language sql stable as $$
-  -- a bucket's rows of every slot (V033) as one
+  -- a bucket's rows of every slot (V014) as one
   select b.bucket_start, b.queue, b.outcome, b.reason, sum(b.count)::bigint, sum(b.total_duration_ms)::bigint,
          max(b.max_duration_ms)
   from keel.metric_buckets b

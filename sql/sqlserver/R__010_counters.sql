@@ -41,7 +41,7 @@ BEGIN
   DECLARE @Now datetime2(3) = SYSUTCDATETIME();
   DECLARE @Epoch datetime2(3) = '2000-01-01T00:00:00';
   DECLARE @Bucket datetime2(3) = DATEADD(minute, DATEDIFF(minute, @Epoch, @Now), @Epoch); -- @Now truncated to the minute
-  DECLARE @Slot smallint = @@SPID % 16; -- this session's HotCounts, StatsSummary and MetricBuckets slot (V033), as the trigger's
+  DECLARE @Slot smallint = @@SPID % 16; -- this session's HotCounts, StatsSummary and MetricBuckets slot (V013), as the trigger's
   DECLARE @I int, @N int, @Q nvarchar(128);
 
   -- Step 4a: HotCounts, one row per queue (this session's slot), in queue order.

@@ -6,7 +6,7 @@ GO
 -- Stats: one row per queue known to Queues, StatsSummary or HotCounts (name order). Every field is a maintained
 -- counter or a bounded index read (never a table scan), whatever the size of the three pillars:
 --   Pending, Fetched, Processing: keel.HotCounts (trigger on JobsHot), summed over 16 slots; Dlq: keel.DlqCounts
---   (trigger on JobsDLQ); Succeeded ... Resurrected: keel.StatsSummary, summed over its 16 slots (V033);
+--   (trigger on JobsDLQ); Succeeded ... Resurrected: keel.StatsSummary, summed over its 16 slots (V013);
 --   OldestDueAgeMs: the first entry of IX_JobsHot_PendingRunAt, when it is due;
 --   Due: exact when fewer than 1,000 pending rows of the queue are due or fewer than 1,000 are not yet due (it counts
 --   at most 1,000 entries of one side of IX_JobsHot_PendingRunAt; the other is Pending minus it). Past that Due is
@@ -71,7 +71,7 @@ END;
 GO
 
 -- Metrics(@WindowMinutes, @Queue NULL = all): the metric buckets of the last @WindowMinutes minutes including the
--- current one (default 60), in (BucketStart, Queue, Outcome, Reason) order, each bucket summed over its slots (V033).
+-- current one (default 60), in (BucketStart, Queue, Outcome, Reason) order, each bucket summed over its slots (V013).
 CREATE OR ALTER PROCEDURE keel.Metrics
   @WindowMinutes INT,
   @Queue NVARCHAR(128)

@@ -118,7 +118,7 @@ const until = <T>(what: string, probe: () => Promise<T | null | undefined | fals
 async function jobTables(): Promise<string> {
   const r = await pool.query(`select
       (select count(*) from keel.jobs_hot) || '/' || (select count(*) from keel.jobs_archive) || '/' || (select count(*) from keel.jobs_dlq)
-      || '/' || (select coalesce(md5(string_agg(s::text, '|' order by s.queue)), '') from ( -- summed over slots (V033)
+      || '/' || (select coalesce(md5(string_agg(s::text, '|' order by s.queue)), '') from ( -- summed over slots (V014)
            select queue, sum(succeeded), sum(failed), sum(retried), sum(cancelled), sum(zombie), sum(resurrected)
            from keel.stats_summary group by queue) s) as f`);
   return String(r.rows[0].f);

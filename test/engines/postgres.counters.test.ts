@@ -1,4 +1,4 @@
-// PostgreSQL read counters per backend (V006), and the tallies (stats_summary, metric_buckets: V033): each backend
+// PostgreSQL read counters per backend (V006), and the tallies (stats_summary, metric_buckets: V014): each backend
 // writes only its own slot (its pid), so no two sessions ever wait for one counter row; zombie rescue folds the rows
 // of exited backends into slot 0, and the sums stay exact.
 // And stats() reading jobs_hot_pending_due one priority level at a time.
@@ -60,7 +60,7 @@ describe('postgres read counters per backend', () => {
       if (rows[0].n === 0) break;
       await new Promise((r) => setTimeout(r, 100));
     }
-    // The tallies (V033): each backend's success in a stats_summary and a metric_buckets row of its own.
+    // The tallies (V014): each backend's success in a stats_summary and a metric_buckets row of its own.
     expect(await tallySlotsOf(queue)).toEqual({
       summary: [...pids].sort((a, b) => a - b),
       buckets: [...pids].sort((a, b) => a - b),

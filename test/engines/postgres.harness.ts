@@ -72,7 +72,7 @@ export class PostgresHarness implements EngineHarness {
   }
 
   async statsRow(queue: string): Promise<StatsRow> {
-    // summed over the backends' slots (V033)
+    // summed over the backends' slots (V014)
     const [r] = await this.q(
       `select sum(succeeded) as succeeded, sum(failed) as failed, sum(retried) as retried, sum(cancelled) as cancelled,
               sum(zombie) as zombie, sum(resurrected) as resurrected

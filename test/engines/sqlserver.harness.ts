@@ -165,7 +165,7 @@ export class SqlServerHarness implements EngineHarness {
   }
 
   async statsRow(queue: string): Promise<StatsRow> {
-    // summed over the sessions' slots (V033)
+    // summed over the sessions' slots (V013)
     const [r] = await this.q<Record<string, unknown>>(
       `SELECT SUM(Succeeded) AS Succeeded, SUM(Failed) AS Failed, SUM(Retried) AS Retried, SUM(Cancelled) AS Cancelled,
               SUM(Zombie) AS Zombie, SUM(Resurrected) AS Resurrected

@@ -425,7 +425,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
        from unnest($1::text[]) q(queue)
        left join (select x.queue, sum(x.succeeded) succeeded, sum(x.failed) failed, sum(x.retried) retried,
                          sum(x.cancelled) cancelled, sum(x.zombie) zombie, sum(x.resurrected) resurrected
-                  from keel.stats_summary x group by x.queue) s on s.queue = q.queue`, // summed over slots (V033)
+                  from keel.stats_summary x group by x.queue) s on s.queue = q.queue`, // summed over slots (V014)
       [QUEUE_NAMES],
     );
     const readStore = await PostgresJobStore.connect(o.appUrl, { poolSize: 1, migrate: false });

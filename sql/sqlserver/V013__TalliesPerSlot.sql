@@ -1,4 +1,4 @@
--- StatsSummary and MetricBuckets per session slot (issue 22), the twin of sql/postgres/V033: one row per queue (and
+-- StatsSummary and MetricBuckets per session slot (issue 22), the twin of sql/postgres/V014: one row per queue (and
 -- minute, outcome, reason) was shared by every session, so completions committing at once queued on it. Now each
 -- session adds to the rows of its slot, @@SPID % 16, as HotCounts does (V003), and the readers (keel.Stats,
 -- keel.Metrics) sum the slots; the purge deletes by BucketStart as before. At most 16 rows where there was one, and
