@@ -826,13 +826,23 @@ export class TransferService {
       const res = await a.target.apply(req, {
         attempt: claimed.attempts, // fenced on the target: an attempt that reconcile ruled out fails instead of committing
         // Durable before the target may act on it: reconcile of this attempt reads it back from the journal.
+        // Fenced on the version start_apply left, like reconcile's notes: once another run moved or noted the batch
+        // (a reconcile that ruled this attempt out and cleared the token), a token written now would be stale -- a
+        // later reconcile would ask the target about it, and an Oracle LTXID can be consumed by an unrelated commit.
+        // Refused, the call does not go out: the attempt is no longer the batch's latest word.
         onReconcileToken: async (token) => {
-          await this.journal.note(
+          const kept = await this.journal.note(
             b.batchId,
             'reconcile_token_recorded',
             { token, attempt: claimed.attempts },
             { targetReconcileToken: token },
+            claimed.version,
           );
+          if (!kept)
+            throw new TransferError(
+              'attempt_fenced',
+              `batch ${b.batchId} changed after attempt ${claimed.attempts} started; its apply was not sent`,
+            );
         },
       });
       // The target's own answer is authoritative whenever it arrives, whatever a concurrent reconcile wrote meanwhile.
