@@ -1009,6 +1009,43 @@ export class TransferService {
     return out;
   }
 
+  // Maintenance: the staged rows and staging registry rows of batches that can never be applied again -- committed
+  // or failed in the journal -- that are still on the target: their own purge failed (a cut connection, its bounded
+  // lock wait ran out) or never ran (the target was unreachable when the batch failed), or a run of the batch
+  // committed a staging after the batch had failed. purge_staged already takes the rows of batches whose completion
+  // row says so (committed, or fenced for good); a batch failed before any apply has no completion row, and only the
+  // journal knows it is over. Bounded: at most maxPerTransfer registry rows read per transfer and pass (the oldest;
+  // a transfer's live batches are a handful: one open batch per chain). Safe beside live batches: only ids the
+  // journal holds terminal are purged (no run can start an apply of them: start_apply moves staged/extracting only),
+  // and purge_staged keeps every other batch's rows. Idempotent: two passes at once purge the same ids, the second
+  // finds nothing. Errors are counted, never thrown: the next pass tries again.
+  async purgeTerminalStaging(maxPerTransfer = 20): Promise<{ purged: string[]; errors: number }> {
+    const purged: string[] = [];
+    let errors = 0;
+    for (const t of this.transfers.values()) {
+      try {
+        const a = await this.connect(t);
+        if (!a.target.stagedBatches) continue;
+        for (const id of await a.target.stagedBatches(maxPerTransfer)) {
+          const b = await this.journal.get(id);
+          // Unknown to this journal (another app's batch on a shared target): not ours to judge.
+          if (!b || (b.state !== 'committed' && b.state !== 'failed')) continue;
+          try {
+            await a.target.purgeStaged(id);
+            purged.push(id);
+            this.log('transfer.staging.purged', { batchId: id, transfer: t.name, state: b.state });
+          } catch (err) {
+            errors++;
+            await this.journal.note(id, 'purge_error', describeError(err)).catch(() => undefined);
+          }
+        }
+      } catch {
+        errors++; // target or journal unreachable: the next pass asks again
+      }
+    }
+    return { purged, errors };
+  }
+
   // Operator action: give up on a batch and release its window. Refused (the batch is returned as it is) unless
   // the target proves it not applied under the final fence: the fence makes every apply of this batch id, also
   // one still on its way, fail on the target, so the window can never be applied by two batches.
