@@ -513,6 +513,24 @@ describe('the service with the Oracle target (journal and source on PostgreSQL)'
     await b.close();
   });
 
+  it('maintenance purges the staged rows a failed purge left (STAGED_BATCHES, then PURGE_STAGED)', async () => {
+    const fake = new FakeOracle();
+    fake.columns = ITEMS_COLUMNS;
+    const t = oracleTransfer('mt_purge', false);
+    const svc = service(fake, t);
+    const b = await svc.createBatch(t.name);
+    expect((await svc.stage(b.batchId)).state).toBe('staged');
+    fake.failNext.set('PURGE_STAGED', new Error('NJS-500: connection to the Oracle Database was broken'));
+    expect((await svc.abandon(b.batchId, 'test')).state).toBe('failed');
+    expect(fake.registry.has(b.batchId)).toBe(true);
+    expect(fake.stagedRows.length).toBe(20);
+    expect(await svc.purgeTerminalStaging()).toEqual({ purged: [b.batchId], errors: 0 });
+    expect(fake.registry.size).toBe(0);
+    expect(fake.stagedRows.length).toBe(0);
+    expect(await svc.purgeTerminalStaging()).toEqual({ purged: [], errors: 0 });
+    await svc.close();
+  });
+
   it('a deterministic data error fails the batch once instead of leaving it to be staged again', async () => {
     const fake = new FakeOracle();
     fake.columns = ITEMS_COLUMNS;
