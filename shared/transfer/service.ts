@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { ChecksumAccumulator, type CanonicalRow } from './checksum.js';
 import type { TransferConfig } from './config.js';
 import { describeError, isTransferError, TERMINAL_CODES, TransferError } from './errors.js';
-import type { BatchRecord, TransferControl, TransferJournal } from './journal.js';
+import type { BatchPatch, BatchRecord, TransferControl, TransferJournal } from './journal.js';
 import { OPEN_STATES, RECONCILABLE } from './lifecycle.js';
 import { withValuePolicies } from './policies.js';
 import { carriesChanges, changeModeOf, REBASELINE_MARK, versionOfHigh } from './changes.js';
@@ -761,18 +761,20 @@ export class TransferService {
       counted = true;
       return { manifest: m, attempt: claimed.attempts };
     };
+    let res: ApplyResult | 'not_eligible';
     try {
-      const res = await a.target.applyDirectStreamed!(req, w, feed, afterRows);
-      if (res === 'not_eligible') {
-        if (!counted) return null;
-        const view = await this.reconcile(b.batchId);
-        return view.state === 'extracting' ? null : view;
-      }
-      return await this.directCommitted(b, t, res);
+      res = await a.target.applyDirectStreamed!(req, w, feed, afterRows);
     } catch (err) {
       if (!counted) throw err; // nothing claimed: the stage's own error handling
       return this.directFailed(b, err);
     }
+    if (res === 'not_eligible') {
+      if (!counted) return null;
+      const view = await this.reconcile(b.batchId);
+      return view.state === 'extracting' ? null : view;
+    }
+    // The target committed: an error from here on is the journal's (recordCommitted), never the apply's.
+    return this.directCommitted(b, t, res);
   }
 
   private async recordStreamedManifest(batchId: string, m: Manifest): Promise<Manifest> {
@@ -822,8 +824,9 @@ export class TransferService {
       detail: { attempt: b.attempts + 1 },
     });
     if (!claimed) return toView(await this.moves.load(batchId)); // someone else moved it
+    let res: ApplyResult;
     try {
-      const res = await a.target.apply(req, {
+      res = await a.target.apply(req, {
         attempt: claimed.attempts, // fenced on the target: an attempt that reconcile ruled out fails instead of committing
         // Durable before the target may act on it: reconcile of this attempt reads it back from the journal.
         // Fenced on the version start_apply left, like reconcile's notes: once another run moved or noted the batch
@@ -845,26 +848,6 @@ export class TransferService {
             );
         },
       });
-      // The target's own answer is authoritative whenever it arrives, whatever a concurrent reconcile wrote meanwhile.
-      const done = await this.moves.move(b.batchId, {
-        move: 'commit',
-        event: res.outcome,
-        set: { appliedCount: res.rowCount, stamp: 'committed_at', lastError: null, lastErrorCode: null },
-        detail: {
-          rowCount: res.rowCount,
-          checksum: res.checksum,
-          ...(res.deleted !== undefined ? { deleted: res.deleted } : {}),
-        },
-      });
-      this.log('transfer.batch.committed', {
-        batchId,
-        transfer: t.name,
-        outcome: res.outcome,
-        rows: res.rowCount,
-        ...(res.deleted !== undefined ? { deleted: res.deleted } : {}),
-      });
-      await this.reconciler.purge(a, b);
-      return done ? this.committedHere(toView(done)) : toView(await this.moves.load(batchId));
     } catch (err) {
       await this.moves.noteError(b, 'apply_error', err);
       const view = await this.reconcile(batchId);
@@ -877,6 +860,54 @@ export class TransferService {
       }
       return view;
     }
+    // The target committed: from here on an error is the journal's, never the apply's (recordCommitted).
+    const view = await this.recordCommitted(
+      b.batchId,
+      res,
+      { appliedCount: res.rowCount, stamp: 'committed_at', lastError: null, lastErrorCode: null },
+      {
+        rowCount: res.rowCount,
+        checksum: res.checksum,
+        ...(res.deleted !== undefined ? { deleted: res.deleted } : {}),
+      },
+    );
+    this.log('transfer.batch.committed', {
+      batchId,
+      transfer: t.name,
+      outcome: res.outcome,
+      rows: res.rowCount,
+      ...(res.deleted !== undefined ? { deleted: res.deleted } : {}),
+    });
+    await this.reconciler.purge(a, b);
+    return view;
+  }
+
+  // The target's own answer is authoritative whenever it arrives, whatever a concurrent reconcile wrote meanwhile.
+  // When the journal's note of it is lost (its connection died before the journal committed it, or after, with the
+  // reply lost), the answer still stands: nothing is noted on the batch as an apply error (the apply did not fail), the
+  // journal is read again, and where the note did not land reconcile reads the outcome from the target. The call
+  // says it committed the batch (committedByCall: the queue step continues the catch-up chain) exactly when the
+  // journal's commit was its own -- its note landed (the journal's commit event is its outcome 'applied', which only
+  // the one apply the target answered 'applied' can write) or its reconcile made the move -- so a lost reply neither
+  // stops the chain nor lets a second step of the batch continue it too.
+  private async recordCommitted(
+    batchId: string,
+    res: ApplyResult,
+    set: BatchPatch,
+    detail: Record<string, unknown>,
+  ): Promise<BatchView> {
+    let done: BatchRecord | null;
+    try {
+      done = await this.moves.move(batchId, { move: 'commit', event: res.outcome, set, detail });
+    } catch (err) {
+      await this.journal.note(batchId, 'commit_note_error', describeError(err)).catch(() => undefined);
+      const now = await this.moves.load(batchId); // the journal unreachable: the step fails, and is retried
+      if (now.state !== 'committed') return this.reconcile(batchId);
+      const events = await this.journal.events(batchId);
+      const moved = [...events].reverse().find((e) => e.toState === 'committed' && e.fromState !== 'committed');
+      return res.outcome === 'applied' && moved?.event === 'applied' ? this.committedHere(toView(now)) : toView(now);
+    }
+    return done ? this.committedHere(toView(done)) : toView(await this.moves.load(batchId));
   }
 
   // Direct apply (docs/transfer.md, "Direct apply"): the attempt counts durably first (start_apply from
@@ -899,23 +930,25 @@ export class TransferService {
       detail: { attempt: b.attempts + 1, direct: true },
     });
     if (!claimed) return toView(await this.moves.load(b.batchId)); // someone else moved it
+    let res: ApplyResult | 'not_eligible';
     try {
-      const res = await a.target.applyDirect!(req, w, feed, { attempt: claimed.attempts });
-      if (res === 'not_eligible') {
-        const view = await this.reconcile(b.batchId);
-        return view.state === 'extracting' ? null : view;
-      }
-      return await this.directCommitted(b, t, res);
+      res = await a.target.applyDirect!(req, w, feed, { attempt: claimed.attempts });
     } catch (err) {
       return this.directFailed(b, err);
     }
+    if (res === 'not_eligible') {
+      const view = await this.reconcile(b.batchId);
+      return view.state === 'extracting' ? null : view;
+    }
+    // The target committed: an error from here on is the journal's (recordCommitted), never the apply's.
+    return this.directCommitted(b, t, res);
   }
 
   private async directCommitted(b: BatchRecord, t: TransferConfig, res: ApplyResult): Promise<BatchView> {
-    const done = await this.moves.move(b.batchId, {
-      move: 'commit',
-      event: res.outcome,
-      set: {
+    const view = await this.recordCommitted(
+      b.batchId,
+      res,
+      {
         stagedCount: res.rowCount,
         stagedChecksum: res.checksum,
         appliedCount: res.rowCount,
@@ -923,8 +956,8 @@ export class TransferService {
         lastError: null,
         lastErrorCode: null,
       },
-      detail: { rowCount: res.rowCount, checksum: res.checksum, direct: true },
-    });
+      { rowCount: res.rowCount, checksum: res.checksum, direct: true },
+    );
     this.log('transfer.batch.committed', {
       batchId: b.batchId,
       transfer: t.name,
@@ -932,7 +965,7 @@ export class TransferService {
       rows: res.rowCount,
       direct: true,
     });
-    return done ? this.committedHere(toView(done)) : toView(await this.moves.load(b.batchId));
+    return view;
   }
 
   // A direct apply whose attempt was counted failed: reconciled like an apply (a terminal error releases the batch).
