@@ -744,7 +744,7 @@ export class TransferService {
       await feed.rows.return(undefined); // never started: the source's read was not opened
       return null;
     }
-    let counted = false;
+    let counted: BatchRecord | null = null;
     const afterRows = async () => {
       const m = await manifest;
       const claimed = await this.moves.move(b.batchId, {
@@ -758,7 +758,7 @@ export class TransferService {
           'invalid_state',
           `batch ${b.batchId} was moved by another run while its rows were written`,
         );
-      counted = true;
+      counted = claimed;
       return { manifest: m, attempt: claimed.attempts };
     };
     let res: ApplyResult | 'not_eligible';
@@ -766,7 +766,7 @@ export class TransferService {
       res = await a.target.applyDirectStreamed!(req, w, feed, afterRows);
     } catch (err) {
       if (!counted) throw err; // nothing claimed: the stage's own error handling
-      return this.directFailed(b, err);
+      return this.directFailed(counted, err);
     }
     if (res === 'not_eligible') {
       if (!counted) return null;
@@ -824,6 +824,9 @@ export class TransferService {
       detail: { attempt: b.attempts + 1 },
     });
     if (!claimed) return toView(await this.moves.load(batchId)); // someone else moved it
+    // The batch's version as this apply last wrote it (start_apply, then the token's note: each write raises it by
+    // one): its error is noted only while no other run moved or noted the batch since.
+    let version = claimed.version;
     let res: ApplyResult;
     try {
       res = await a.target.apply(req, {
@@ -846,10 +849,14 @@ export class TransferService {
               'attempt_fenced',
               `batch ${b.batchId} changed after attempt ${claimed.attempts} started; its apply was not sent`,
             );
+          version = claimed.version + 1;
         },
       });
     } catch (err) {
-      await this.moves.noteError(b, 'apply_error', err);
+      // Fenced: an abandon (or a reconcile) that ended or moved the batch while this call was on its way keeps its
+      // record -- the operator's reason on a failed batch is not replaced by this late apply's refusal (the event is
+      // kept, marked stale).
+      await this.moves.noteError({ ...b, version }, 'apply_error', err, { fenced: true });
       const view = await this.reconcile(batchId);
       if (
         err instanceof TransferError &&
@@ -934,7 +941,7 @@ export class TransferService {
     try {
       res = await a.target.applyDirect!(req, w, feed, { attempt: claimed.attempts });
     } catch (err) {
-      return this.directFailed(b, err);
+      return this.directFailed(claimed, err);
     }
     if (res === 'not_eligible') {
       const view = await this.reconcile(b.batchId);
@@ -969,8 +976,11 @@ export class TransferService {
   }
 
   // A direct apply whose attempt was counted failed: reconciled like an apply (a terminal error releases the batch).
-  private async directFailed(b: BatchRecord, err: unknown): Promise<BatchView> {
-    await this.moves.noteError(b, 'apply_error', err);
+  // `claimed`: the record start_apply returned; the error is noted fenced on it (an abandon that ended the batch
+  // meanwhile keeps its record, as in apply()).
+  private async directFailed(claimed: BatchRecord, err: unknown): Promise<BatchView> {
+    const b = claimed;
+    await this.moves.noteError(b, 'apply_error', err, { fenced: true });
     const view = await this.reconcile(b.batchId);
     if (
       err instanceof TransferError &&

@@ -119,3 +119,59 @@ describe("the journal's commit note lost after the target committed", () => {
     });
   }
 });
+
+describe('an abandon racing an apply on its way to the target', () => {
+  let env: Env;
+  beforeAll(async () => {
+    env = await setupDatabases('tr_abandon_race');
+    await env.target.query(LANE_WRITES_DDL);
+  });
+  afterAll(async () => {
+    await env?.close();
+  });
+
+  // The apply's attempt is counted, then the operator abandons (final fence committed, batch failed, window
+  // released) before the call reaches the target: the apply is refused there (attempt_fenced). The failed batch keeps
+  // the operator's reason as its last error -- the late apply's refusal does not replace it -- and nothing is applied.
+  it("the late apply's refusal is not written over the abandon's reason", async () => {
+    const table = 'ab_race';
+    await createLane(env, table, 20);
+    const t = laneTransfer(table, { batchSize: 20, chunkSize: 10 });
+    const operator = new TransferService({
+      journal: new PostgresTransferJournal(env.control),
+      transfers: [t],
+      directApply: false,
+      connect: (tc) => ({
+        source: new PostgresTransferSource(tc, env.source),
+        target: new PostgresTransferTarget(tc, env.target),
+      }),
+    });
+    let abandoned = false;
+    const worker = new TransferService({
+      journal: new PostgresTransferJournal(env.control),
+      transfers: [t],
+      directApply: false,
+      connect: (tc) => {
+        const target = new PostgresTransferTarget(tc, env.target);
+        const apply = target.apply.bind(target);
+        target.apply = async (req, ctx) => {
+          abandoned = (await operator.abandonOnce(req.batchId, 'operator gave up')).abandoned;
+          return apply(req, ctx);
+        };
+        return { source: new PostgresTransferSource(tc, env.source), target };
+      },
+    });
+    const b = await worker.createBatch(t.name);
+    const v = await worker.run(b.batchId);
+    expect(abandoned).toBe(true);
+    expect(v.state).toBe('failed');
+    const d = (await worker.getBatch(b.batchId))!;
+    expect(d.lastError).toMatch(/abandoned by operator: operator gave up/);
+    expect(d.lastErrorCode).toBe('invalid_state');
+    expect(await batchEvents(env, b.batchId)).toContain('apply_error'); // the refusal is kept as an event
+    const written = await env.target.query(`select count(*)::int as n from public.lane_writes where tbl = $1`, [table]);
+    expect(written.rows[0].n).toBe(0);
+    await operator.close();
+    await worker.close();
+  });
+});
