@@ -59,14 +59,13 @@ describe('schedule ticks creating batches for one transfer at once', () => {
         created.push(made[0]!);
         // Every tick runs the open batch (as the stage step each would post): it commits once.
         const ends = await Promise.all(services.map((s) => s.run(made[0]!.batchId)));
-        // Each run ends committed, or saw another run's apply in progress (its view: 'applying', no error).
-        for (const v of ends)
-          expect([v.state, v.lastError], `round ${round}`).toEqual([
-            expect.stringMatching(/^(committed|applying)$/),
-            null,
-          ]);
-        expect(ends.some((v) => v.state === 'committed')).toBe(true);
-        expect((await services[0]!.getBatch(made[0]!.batchId))!.state).toBe('committed');
+        // Each run ends committed, or met another run of the batch (its apply in progress, its claim or staging
+        // held past a bounded wait: retryable); none fails it. A retry, as the queue would make, commits it.
+        for (const v of ends) expect(v.state, `round ${round}: ${v.lastError}`).not.toBe('failed');
+        let end = await services[0]!.run(made[0]!.batchId);
+        for (let retry = 0; retry < 3 && end.state !== 'committed'; retry++)
+          end = await services[0]!.run(made[0]!.batchId);
+        expect(end.state, `round ${round}: ${end.lastError}`).toBe('committed');
       }
       expect(new Set(created.map((v) => v.batchId)).size).toBe(ROUNDS);
       for (let i = 1; i < created.length; i++)
