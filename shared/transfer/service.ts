@@ -853,10 +853,10 @@ export class TransferService {
         },
       });
     } catch (err) {
-      // Fenced: an abandon (or a reconcile) that ended or moved the batch while this call was on its way keeps its
-      // record -- the operator's reason on a failed batch is not replaced by this late apply's refusal (the event is
-      // kept, marked stale).
-      await this.moves.noteError({ ...b, version }, 'apply_error', err, { fenced: true });
+      // Fenced: an abandon that ended the batch while this call was on its way keeps its record -- the operator's
+      // reason on a failed batch is not replaced by this late apply's refusal (the event is kept, marked stale); a
+      // batch a rival's reconcile only moved back (still open) gets the error (whileOpen).
+      await this.moves.noteError({ ...b, version }, 'apply_error', err, { fenced: true, whileOpen: true });
       const view = await this.reconcile(batchId);
       if (
         err instanceof TransferError &&
@@ -980,7 +980,7 @@ export class TransferService {
   // meanwhile keeps its record, as in apply()).
   private async directFailed(claimed: BatchRecord, err: unknown): Promise<BatchView> {
     const b = claimed;
-    await this.moves.noteError(b, 'apply_error', err, { fenced: true });
+    await this.moves.noteError(b, 'apply_error', err, { fenced: true, whileOpen: true });
     const view = await this.reconcile(b.batchId);
     if (
       err instanceof TransferError &&
