@@ -105,7 +105,8 @@ export async function postDueJobs(
 
 export interface MaintenancePassReport {
   jobs: MaintenanceReport;
-  transfers: { reconciled: number; detail: unknown } | 'not configured';
+  // stagingPurged: batches that can never be applied again whose staged rows were still on the target (purged now).
+  transfers: { reconciled: number; detail: unknown; stagingPurged: number } | 'not configured';
 }
 
 // When this runtime last ran the retention purges, and whether that run left more behind.
@@ -152,7 +153,12 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
         )
           resumed.add(v.batchId);
       }
+      // After reconcile (which may have just ended some batches): staged rows no run can apply any more.
+      const staging = await rt.transfers.purgeTerminalStaging();
+      if (staging.errors > 0)
+        log.warn(`maintenance: ${staging.errors} transfer staging purge(s) failed; the next pass tries again`);
       transfers = {
+        stagingPurged: staging.purged.length,
         reconciled: views.length,
         detail: views.map((v) => ({
           batchId: v.batchId,
@@ -178,7 +184,9 @@ export function maintenanceDidNothing(report: MaintenancePassReport): boolean {
   const { jobs, transfers } = report;
   const counts = [...Object.values(jobs.rescued), ...Object.values(jobs.purged), jobs.auditPurged, jobs.workersPruned];
   return (
-    jobs.complete && counts.every((n) => n === 0) && (transfers === 'not configured' || transfers.reconciled === 0)
+    jobs.complete &&
+    counts.every((n) => n === 0) &&
+    (transfers === 'not configured' || (transfers.reconciled === 0 && transfers.stagingPurged === 0))
   );
 }
 

@@ -38,15 +38,29 @@ export class BatchMoves {
 
   // fenced: write the error only while the batch is as `b` was read (its version); a caller whose record may be
   // stale (maintenance's list) never replaces a newer one.
-  async noteError(b: BatchRecord, event: string, err: unknown, opts: { fenced?: boolean } = {}): Promise<void> {
+  // whileOpen (with fenced): when the fence refuses the write, it is made once more on the batch as it is now if it
+  // is still open (not committed or failed), fenced on that version -- a batch another run moved on (a reconcile's
+  // verdict) still gets the error, one that ended meanwhile (an abandon's reason, a commit) keeps its record.
+  async noteError(
+    b: BatchRecord,
+    event: string,
+    err: unknown,
+    opts: { fenced?: boolean; whileOpen?: boolean } = {},
+  ): Promise<void> {
     const d = describeError(err);
-    await this.journal.note(
-      b.batchId,
-      event,
-      { code: d.code, message: d.message },
-      { lastError: d.message, lastErrorCode: d.code },
-      opts.fenced ? b.version : undefined,
-    );
+    const write = (version: number | undefined) =>
+      this.journal.note(
+        b.batchId,
+        event,
+        { code: d.code, message: d.message },
+        { lastError: d.message, lastErrorCode: d.code },
+        version,
+      );
+    const kept = await write(opts.fenced ? b.version : undefined);
+    if (!kept && opts.fenced && opts.whileOpen) {
+      const now = await this.journal.get(b.batchId);
+      if (now && now.state !== 'committed' && now.state !== 'failed') await write(now.version);
+    }
     this.log(`transfer.${event}`, { batchId: b.batchId, transfer: b.transferName, code: d.code });
   }
 }

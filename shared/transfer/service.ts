@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { ChecksumAccumulator, type CanonicalRow } from './checksum.js';
 import type { TransferConfig } from './config.js';
 import { describeError, isTransferError, TERMINAL_CODES, TransferError } from './errors.js';
-import type { BatchRecord, TransferControl, TransferJournal } from './journal.js';
+import type { BatchPatch, BatchRecord, TransferControl, TransferJournal } from './journal.js';
 import { OPEN_STATES, RECONCILABLE } from './lifecycle.js';
 import { withValuePolicies } from './policies.js';
 import { carriesChanges, changeModeOf, REBASELINE_MARK, versionOfHigh } from './changes.js';
@@ -805,7 +805,7 @@ export class TransferService {
       await feed.rows.return(undefined); // never started: the source's read was not opened
       return null;
     }
-    let counted = false;
+    let counted: BatchRecord | null = null;
     const afterRows = async () => {
       const m = await manifest;
       const claimed = await this.moves.move(b.batchId, {
@@ -819,21 +819,23 @@ export class TransferService {
           'invalid_state',
           `batch ${b.batchId} was moved by another run while its rows were written`,
         );
-      counted = true;
+      counted = claimed;
       return { manifest: m, attempt: claimed.attempts };
     };
+    let res: ApplyResult | 'not_eligible';
     try {
-      const res = await a.target.applyDirectStreamed!(req, w, feed, afterRows);
-      if (res === 'not_eligible') {
-        if (!counted) return null;
-        const view = await this.reconcile(b.batchId);
-        return view.state === 'extracting' ? null : view;
-      }
-      return await this.directCommitted(b, t, res);
+      res = await a.target.applyDirectStreamed!(req, w, feed, afterRows);
     } catch (err) {
       if (!counted) throw err; // nothing claimed: the stage's own error handling
-      return this.directFailed(b, err);
+      return this.directFailed(counted, err);
     }
+    if (res === 'not_eligible') {
+      if (!counted) return null;
+      const view = await this.reconcile(b.batchId);
+      return view.state === 'extracting' ? null : view;
+    }
+    // The target committed: an error from here on is the journal's (recordCommitted), never the apply's.
+    return this.directCommitted(b, t, res);
   }
 
   private async recordStreamedManifest(batchId: string, m: Manifest): Promise<Manifest> {
@@ -883,41 +885,39 @@ export class TransferService {
       detail: { attempt: b.attempts + 1 },
     });
     if (!claimed) return toView(await this.moves.load(batchId)); // someone else moved it
+    // The batch's version as this apply last wrote it (start_apply, then the token's note: each write raises it by
+    // one): its error is noted only while no other run moved or noted the batch since.
+    let version = claimed.version;
+    let res: ApplyResult;
     try {
-      const res = await a.target.apply(req, {
+      res = await a.target.apply(req, {
         attempt: claimed.attempts, // fenced on the target: an attempt that reconcile ruled out fails instead of committing
         // Durable before the target may act on it: reconcile of this attempt reads it back from the journal.
+        // Fenced on the version start_apply left, like reconcile's notes: once another run moved or noted the batch
+        // (a reconcile that ruled this attempt out and cleared the token), a token written now would be stale -- a
+        // later reconcile would ask the target about it, and an Oracle LTXID can be consumed by an unrelated commit.
+        // Refused, the call does not go out: the attempt is no longer the batch's latest word.
         onReconcileToken: async (token) => {
-          await this.journal.note(
+          const kept = await this.journal.note(
             b.batchId,
             'reconcile_token_recorded',
             { token, attempt: claimed.attempts },
             { targetReconcileToken: token },
+            claimed.version,
           );
+          if (!kept)
+            throw new TransferError(
+              'attempt_fenced',
+              `batch ${b.batchId} changed after attempt ${claimed.attempts} started; its apply was not sent`,
+            );
+          version = claimed.version + 1;
         },
       });
-      // The target's own answer is authoritative whenever it arrives, whatever a concurrent reconcile wrote meanwhile.
-      const done = await this.moves.move(b.batchId, {
-        move: 'commit',
-        event: res.outcome,
-        set: { appliedCount: res.rowCount, stamp: 'committed_at', lastError: null, lastErrorCode: null },
-        detail: {
-          rowCount: res.rowCount,
-          checksum: res.checksum,
-          ...(res.deleted !== undefined ? { deleted: res.deleted } : {}),
-        },
-      });
-      this.log('transfer.batch.committed', {
-        batchId,
-        transfer: t.name,
-        outcome: res.outcome,
-        rows: res.rowCount,
-        ...(res.deleted !== undefined ? { deleted: res.deleted } : {}),
-      });
-      await this.reconciler.purge(a, b);
-      return done ? this.committedHere(toView(done)) : toView(await this.moves.load(batchId));
     } catch (err) {
-      await this.moves.noteError(b, 'apply_error', err);
+      // Fenced: an abandon that ended the batch while this call was on its way keeps its record -- the operator's
+      // reason on a failed batch is not replaced by this late apply's refusal (the event is kept, marked stale); a
+      // batch a rival's reconcile only moved back (still open) gets the error (whileOpen).
+      await this.moves.noteError({ ...b, version }, 'apply_error', err, { fenced: true, whileOpen: true });
       const view = await this.reconcile(batchId);
       if (
         err instanceof TransferError &&
@@ -928,6 +928,54 @@ export class TransferService {
       }
       return view;
     }
+    // The target committed: from here on an error is the journal's, never the apply's (recordCommitted).
+    const view = await this.recordCommitted(
+      b.batchId,
+      res,
+      { appliedCount: res.rowCount, stamp: 'committed_at', lastError: null, lastErrorCode: null },
+      {
+        rowCount: res.rowCount,
+        checksum: res.checksum,
+        ...(res.deleted !== undefined ? { deleted: res.deleted } : {}),
+      },
+    );
+    this.log('transfer.batch.committed', {
+      batchId,
+      transfer: t.name,
+      outcome: res.outcome,
+      rows: res.rowCount,
+      ...(res.deleted !== undefined ? { deleted: res.deleted } : {}),
+    });
+    await this.reconciler.purge(a, b);
+    return view;
+  }
+
+  // The target's own answer is authoritative whenever it arrives, whatever a concurrent reconcile wrote meanwhile.
+  // When the journal's note of it is lost (its connection died before the journal committed it, or after, with the
+  // reply lost), the answer still stands: nothing is noted on the batch as an apply error (the apply did not fail), the
+  // journal is read again, and where the note did not land reconcile reads the outcome from the target. The call
+  // says it committed the batch (committedByCall: the queue step continues the catch-up chain) exactly when the
+  // journal's commit was its own -- its note landed (the journal's commit event is its outcome 'applied', which only
+  // the one apply the target answered 'applied' can write) or its reconcile made the move -- so a lost reply neither
+  // stops the chain nor lets a second step of the batch continue it too.
+  private async recordCommitted(
+    batchId: string,
+    res: ApplyResult,
+    set: BatchPatch,
+    detail: Record<string, unknown>,
+  ): Promise<BatchView> {
+    let done: BatchRecord | null;
+    try {
+      done = await this.moves.move(batchId, { move: 'commit', event: res.outcome, set, detail });
+    } catch (err) {
+      await this.journal.note(batchId, 'commit_note_error', describeError(err)).catch(() => undefined);
+      const now = await this.moves.load(batchId); // the journal unreachable: the step fails, and is retried
+      if (now.state !== 'committed') return this.reconcile(batchId);
+      const events = await this.journal.events(batchId);
+      const moved = [...events].reverse().find((e) => e.toState === 'committed' && e.fromState !== 'committed');
+      return res.outcome === 'applied' && moved?.event === 'applied' ? this.committedHere(toView(now)) : toView(now);
+    }
+    return done ? this.committedHere(toView(done)) : toView(await this.moves.load(batchId));
   }
 
   // Direct apply (docs/transfer.md, "Direct apply"): the attempt counts durably first (start_apply from
@@ -945,37 +993,38 @@ export class TransferService {
   ): Promise<BatchView | null> {
     // The target opens its transaction while the journal counts the attempt, and claims the batch id only with the
     // counted attempt (never before it is durable).
-    let counted = false;
+    let claimed: BatchRecord | null = null;
     const count = async () => {
-      const claimed = await this.moves.move(b.batchId, {
+      claimed = await this.moves.move(b.batchId, {
         move: 'start_apply',
         from: ['extracting'],
         set: { incrementAttempts: true, stamp: 'apply_started_at', targetReconcileToken: null },
         detail: { attempt: b.attempts + 1, direct: true },
       });
-      counted = claimed !== null;
       return claimed?.attempts ?? null;
     };
+    let res: ApplyResult | 'not_eligible' | 'not_counted';
     try {
-      const res = await a.target.applyDirect!(req, w, feed, count);
-      if (res === 'not_counted') return toView(await this.moves.load(b.batchId)); // someone else moved it
-      if (res === 'not_eligible') {
-        if (!counted) return null;
-        const view = await this.reconcile(b.batchId);
-        return view.state === 'extracting' ? null : view;
-      }
-      return await this.directCommitted(b, t, res);
+      res = await a.target.applyDirect!(req, w, feed, count);
     } catch (err) {
-      if (!counted) throw err; // the count failed (or never ran): the stage's own error handling, as before
-      return this.directFailed(b, err);
+      if (!claimed) throw err; // the count failed (or never ran): the stage's own error handling, as before
+      return this.directFailed(claimed, err);
     }
+    if (res === 'not_counted') return toView(await this.moves.load(b.batchId)); // someone else moved it
+    if (res === 'not_eligible') {
+      if (!claimed) return null;
+      const view = await this.reconcile(b.batchId);
+      return view.state === 'extracting' ? null : view;
+    }
+    // The target committed: an error from here on is the journal's (recordCommitted), never the apply's.
+    return this.directCommitted(b, t, res);
   }
 
   private async directCommitted(b: BatchRecord, t: TransferConfig, res: ApplyResult): Promise<BatchView> {
-    const done = await this.moves.move(b.batchId, {
-      move: 'commit',
-      event: res.outcome,
-      set: {
+    const view = await this.recordCommitted(
+      b.batchId,
+      res,
+      {
         stagedCount: res.rowCount,
         stagedChecksum: res.checksum,
         appliedCount: res.rowCount,
@@ -983,8 +1032,8 @@ export class TransferService {
         lastError: null,
         lastErrorCode: null,
       },
-      detail: { rowCount: res.rowCount, checksum: res.checksum, direct: true },
-    });
+      { rowCount: res.rowCount, checksum: res.checksum, direct: true },
+    );
     this.log('transfer.batch.committed', {
       batchId: b.batchId,
       transfer: t.name,
@@ -992,12 +1041,15 @@ export class TransferService {
       rows: res.rowCount,
       direct: true,
     });
-    return done ? this.committedHere(toView(done)) : toView(await this.moves.load(b.batchId));
+    return view;
   }
 
   // A direct apply whose attempt was counted failed: reconciled like an apply (a terminal error releases the batch).
-  private async directFailed(b: BatchRecord, err: unknown): Promise<BatchView> {
-    await this.moves.noteError(b, 'apply_error', err);
+  // `claimed`: the record start_apply returned; the error is noted fenced on it (an abandon that ended the batch
+  // meanwhile keeps its record, as in apply()).
+  private async directFailed(claimed: BatchRecord, err: unknown): Promise<BatchView> {
+    const b = claimed;
+    await this.moves.noteError(b, 'apply_error', err, { fenced: true, whileOpen: true });
     const view = await this.reconcile(b.batchId);
     if (
       err instanceof TransferError &&
@@ -1067,6 +1119,43 @@ export class TransferService {
       }
     }
     return out;
+  }
+
+  // Maintenance: the staged rows and staging registry rows of batches that can never be applied again -- committed
+  // or failed in the journal -- that are still on the target: their own purge failed (a cut connection, its bounded
+  // lock wait ran out) or never ran (the target was unreachable when the batch failed), or a run of the batch
+  // committed a staging after the batch had failed. purge_staged already takes the rows of batches whose completion
+  // row says so (committed, or fenced for good); a batch failed before any apply has no completion row, and only the
+  // journal knows it is over. Bounded: at most maxPerTransfer registry rows read per transfer and pass (the oldest;
+  // a transfer's live batches are a handful: one open batch per chain). Safe beside live batches: only ids the
+  // journal holds terminal are purged (no run can start an apply of them: start_apply moves staged/extracting only),
+  // and purge_staged keeps every other batch's rows. Idempotent: two passes at once purge the same ids, the second
+  // finds nothing. Errors are counted, never thrown: the next pass tries again.
+  async purgeTerminalStaging(maxPerTransfer = 20): Promise<{ purged: string[]; errors: number }> {
+    const purged: string[] = [];
+    let errors = 0;
+    for (const t of this.transfers.values()) {
+      try {
+        const a = await this.connect(t);
+        if (!a.target.stagedBatches) continue;
+        for (const id of await a.target.stagedBatches(maxPerTransfer)) {
+          const b = await this.journal.get(id);
+          // Unknown to this journal (another app's batch on a shared target): not ours to judge.
+          if (!b || (b.state !== 'committed' && b.state !== 'failed')) continue;
+          try {
+            await a.target.purgeStaged(id);
+            purged.push(id);
+            this.log('transfer.staging.purged', { batchId: id, transfer: t.name, state: b.state });
+          } catch (err) {
+            errors++;
+            await this.journal.note(id, 'purge_error', describeError(err)).catch(() => undefined);
+          }
+        }
+      } catch {
+        errors++; // target or journal unreachable: the next pass asks again
+      }
+    }
+    return { purged, errors };
   }
 
   // Operator action: give up on a batch and release its window. Refused (the batch is returned as it is) unless

@@ -14,6 +14,8 @@ import {
   beginStageArgs,
   finishStageArgs,
   purgeStagedArgs,
+  stagedBatchesArgs,
+  toBatchIds,
   toApplyResult,
   toOpened,
   toReconcileOutcome,
@@ -385,6 +387,10 @@ export class StagingTarget implements TargetAdapter {
     const started = performance.now();
     await this.d.call('purge_staged', purgeStagedArgs(batchId, this.d.names.staging));
     this.opts.trace?.('purge', performance.now() - started);
+  }
+
+  async stagedBatches(maxCount: number): Promise<string[]> {
+    return toBatchIds(await this.d.call('staged_batches', stagedBatchesArgs(this.t.name, maxCount)));
   }
 
   windowKeys(w: Window, schema: SourceSchema): Promise<KeyTuple[]> {

@@ -39,6 +39,9 @@ export const TARGET_PROCEDURES = {
     results: ['outcome', 'row_count', 'checksum', 'staged'],
   },
   purge_staged: { params: ['batch_id', 'staging_table'], results: [] },
+  // The ids of the transfer's batches with a committed staging registry row (at most max_count, oldest first),
+  // comma-separated: maintenance purges those the journal holds terminal (purge_staged left them, or never ran).
+  staged_batches: { params: ['transfer', 'max_count'], results: ['batch_ids'] },
 } as const satisfies Record<string, { params: readonly string[]; results: readonly string[] }>;
 
 export type TargetProcedure = keyof typeof TARGET_PROCEDURES;
@@ -116,6 +119,18 @@ export function tryClaimArgs(batchId: string, waitMs: number, fenceThrough: numb
 
 export function purgeStagedArgs(batchId: string, staging: string): TargetArgs<'purge_staged'> {
   return { batch_id: batchId, staging_table: staging };
+}
+
+export function stagedBatchesArgs(transfer: string, maxCount: number): TargetArgs<'staged_batches'> {
+  return { transfer, max_count: maxCount };
+}
+
+export function toBatchIds(r: TargetRow<'staged_batches'>): string[] {
+  return absent(r.batch_ids)
+    ? []
+    : String(r.batch_ids)
+        .split(',')
+        .filter((id) => id.length > 0);
 }
 
 // Throws unless `args` name exactly the procedure's parameters (an engine binds them in TARGET_PROCEDURES order).

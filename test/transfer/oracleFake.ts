@@ -21,7 +21,7 @@ type Completion = {
   fenced: number;
   deleted?: number | null;
 };
-type Registry = { state: 'STAGED'; count: number; checksum: string };
+type Registry = { state: 'STAGED'; count: number; checksum: string; transfer?: string };
 
 export function oraError(num: number, text: string): Error {
   return Object.assign(new Error(`ORA-${String(num).padStart(5, '0')}: ${text}`), {
@@ -108,7 +108,12 @@ export class FakeSession {
       if (s.registry.has(id)) return { outBinds: { o_result: 'ALREADY_STAGED' } };
       this.pending.registry = [
         id,
-        { state: 'STAGED', count: Number(b.p_expected_count), checksum: String(b.p_expected_checksum) },
+        {
+          state: 'STAGED',
+          count: Number(b.p_expected_count),
+          checksum: String(b.p_expected_checksum),
+          transfer: String(b.p_transfer),
+        },
       ];
       return { outBinds: { o_result: 'NEW' } };
     }
@@ -262,6 +267,15 @@ export class FakeSession {
       s.stagedRows = s.stagedRows.filter((r) => !gone(r[0]!));
       for (const id of [...s.registry.keys()]) if (gone(id)) s.registry.delete(id);
       return {};
+    }
+    if (/STAGED_BATCHES/.test(sql)) {
+      await this.enter('STAGED_BATCHES');
+      // Committed registry rows of the transfer, oldest first (the fake's Map keeps insertion order), at most 100.
+      const ids = [...s.registry.entries()]
+        .filter(([, r]) => r.transfer === undefined || r.transfer === String(b.p_transfer))
+        .map(([id]) => id)
+        .slice(0, Math.max(Math.min(Number(b.p_max_count), 100), 1));
+      return { outBinds: { o_batch_ids: ids.length > 0 ? ids.join(',') : null } };
     }
     throw new Error(`the fake Oracle does not know this statement: ${sql.slice(0, 120)}`);
   }

@@ -467,6 +467,70 @@ describe('the service with the Oracle target (journal and source on PostgreSQL)'
     await svc.close();
   });
 
+  it('a reconcile token arriving after a reconcile ruled its attempt out is not written back, and that apply is not sent', async () => {
+    const fake = new FakeOracle();
+    fake.columns = ITEMS_COLUMNS;
+    const t = oracleTransfer('tg_stale_token', true);
+    // Process A's journal: its note of the token waits until process B has reconciled the batch (B read it
+    // 'applying' with no token: the attempt is ruled out by a fence and the batch moved back to 'staged').
+    let beforeTokenNote: (() => Promise<void>) | null = null;
+    class SlowNoteJournal extends PostgresTransferJournal {
+      override async note(...args: Parameters<PostgresTransferJournal['note']>): Promise<boolean> {
+        if (args[1] === 'reconcile_token_recorded' && beforeTokenNote) {
+          const hook = beforeTokenNote;
+          beforeTokenNote = null;
+          await hook();
+        }
+        return super.note(...args);
+      }
+    }
+    const connect = (tc: TransferConfig) => ({
+      source: new PostgresTransferSource(tc, source),
+      target: new OracleTransferTarget(tc, fake.pool),
+    });
+    const a = new TransferService({ journal: new SlowNoteJournal(control), transfers: [t], connect });
+    const b = service(fake, t);
+    const batch = await a.createBatch(t.name);
+    expect((await a.stage(batch.batchId)).state).toBe('staged');
+    let verdictOfB: string | null = null;
+    beforeTokenNote = async () => {
+      verdictOfB = (await b.reconcile(batch.batchId)).state;
+    };
+    const v = await a.apply(batch.batchId);
+    expect(verdictOfB).toBe('staged');
+    expect(v.state).toBe('staged');
+    const d = (await a.getBatch(batch.batchId))!;
+    // The stale token was not written back: no later reconcile asks Transaction Guard about it.
+    expect(d.targetReconcileToken).toBeNull();
+    expect(d.attempts).toBe(1);
+    // A's apply never went out (its attempt was fenced on the target anyway: it would have failed there).
+    expect(fake.callsOf('APPLY_BATCH')).toEqual([]);
+    expect(fake.completions.get(batch.batchId)).toMatchObject({ state: 'FENCED' });
+    // The next run applies under a new attempt.
+    expect((await a.run(batch.batchId)).state).toBe('committed');
+    expect(fake.applied.size).toBe(20);
+    await a.close();
+    await b.close();
+  });
+
+  it('maintenance purges the staged rows a failed purge left (STAGED_BATCHES, then PURGE_STAGED)', async () => {
+    const fake = new FakeOracle();
+    fake.columns = ITEMS_COLUMNS;
+    const t = oracleTransfer('mt_purge', false);
+    const svc = service(fake, t);
+    const b = await svc.createBatch(t.name);
+    expect((await svc.stage(b.batchId)).state).toBe('staged');
+    fake.failNext.set('PURGE_STAGED', new Error('NJS-500: connection to the Oracle Database was broken'));
+    expect((await svc.abandon(b.batchId, 'test')).state).toBe('failed');
+    expect(fake.registry.has(b.batchId)).toBe(true);
+    expect(fake.stagedRows.length).toBe(20);
+    expect(await svc.purgeTerminalStaging()).toEqual({ purged: [b.batchId], errors: 0 });
+    expect(fake.registry.size).toBe(0);
+    expect(fake.stagedRows.length).toBe(0);
+    expect(await svc.purgeTerminalStaging()).toEqual({ purged: [], errors: 0 });
+    await svc.close();
+  });
+
   it('a deterministic data error fails the batch once instead of leaving it to be staged again', async () => {
     const fake = new FakeOracle();
     fake.columns = ITEMS_COLUMNS;

@@ -8,6 +8,8 @@ import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJ
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
 import { TransferService } from '../../shared/transfer/service.js';
+import { poolErrorLogger } from '../../shared/engines/poolErrors.js';
+import { FaultProxy } from '../support/faultProxy.js';
 import {
   batchEvents,
   createLane,
@@ -56,7 +58,8 @@ describe('a purge cut after the commit', () => {
     let killed = false;
     for (let i = 0; i < 400 && !killed; i++) {
       const r = await env.target.query<{ pid: number }>(
-        `select pid from pg_stat_activity where query like '%purge_staged%' and wait_event_type = 'Lock' and pid <> pg_backend_pid()`,
+        // This database only: another test file's purge on the same server (files run in parallel) is not ours to end.
+        `select pid from pg_stat_activity where datname = current_database() and query like '%purge_staged%' and wait_event_type = 'Lock' and pid <> pg_backend_pid()`,
       );
       if (r.rows[0])
         killed = (await env.target.query(`select pg_terminate_backend($1)`, [r.rows[0].pid])).rowCount === 1;
@@ -131,6 +134,107 @@ describe('an abandon while the batch is staged', () => {
     expect(next.boundary.low).toBeNull();
     expect((await worker.run(next.batchId)).state).toBe('committed');
     expect(await staged()).toBe(0);
+    await operator.close();
+    await worker.close();
+  });
+});
+
+describe('maintenance purges what a failed batch left staged', () => {
+  let env: Env;
+  let proxy: FaultProxy;
+  let proxied: pg.Pool;
+  beforeAll(async () => {
+    env = await setupDatabases('tr_purge_mt');
+    await env.target.query(LANE_WRITES_DDL);
+    const u = new URL(env.targetUrl);
+    proxy = await FaultProxy.start(u.hostname, Number(u.port));
+    proxied = new pg.Pool({ connectionString: proxy.urlFor(env.targetUrl), max: 3 });
+    proxied.on('error', poolErrorLogger('postgres', 'transfer', 'test target pool (fault proxy)'));
+  });
+  afterAll(async () => {
+    await proxied?.end().catch(() => undefined);
+    await proxy?.close();
+    await env?.close();
+  });
+
+  // A batch fails before any apply (abandoned while its one-read staging runs: no completion row, so no later
+  // purge_staged takes its rows), its staging commits after that, and the purge that follows is cut. Only the
+  // journal knows the batch is over: maintenance must purge its staged rows and registry row, leave a live batch's
+  // alone, and two passes at once must do no harm.
+  it('removes the staged and registry rows of a failed batch whose purge was cut, and keeps a live batch staged', async () => {
+    const table = 'maint';
+    await createLane(env, table, 60);
+    const t = laneTransfer(table, { batchSize: 30, chunkSize: 10 });
+    const connect = (pool: pg.Pool) => (tc: typeof t) => {
+      const source = sqlServerShapedSource(new PostgresTransferSource(tc, env.source), { oneRead: true });
+      return { source, target: new PostgresTransferTarget(tc, pool) };
+    };
+    const operator = new TransferService({
+      journal: new PostgresTransferJournal(env.control),
+      transfers: [t],
+      directApply: false,
+      connect: connect(env.target),
+    });
+    const workerJournal = new PostgresTransferJournal(env.control);
+    const transition = workerJournal.transition.bind(workerJournal);
+    let abandoned = false;
+    workerJournal.transition = async (id, from, to, patch, event, detail) => {
+      const r = await transition(id, from, to, patch, event, detail);
+      if (event === 'manifest_recorded' && !abandoned) {
+        abandoned = (await operator.abandonOnce(id, 'abandoned while staged')).abandoned;
+        // The worker's purge of the failed batch (after its staging committed) is cut before it reaches the server.
+        void proxy.arm({ kind: 'cut-after-bytes', trigger: (sql) => sql.includes('purge_staged'), bytes: 0 });
+      }
+      return r;
+    };
+    const worker = new TransferService({
+      journal: workerJournal,
+      transfers: [t],
+      directApply: false,
+      connect: connect(proxied),
+    });
+    const staged = async () =>
+      (await env.target.query(`select count(*)::int as n from keel_transfer.stg_${table}`)).rows[0].n as number;
+    const registry = async () =>
+      (
+        await env.target.query(`select batch_id::text as id from keel_transfer.staged where transfer_name = $1`, [
+          t.name,
+        ])
+      ).rows.map((r: { id: string }) => r.id);
+
+    const first = await worker.createBatch(t.name);
+    const v = await worker.run(first.batchId);
+    expect(abandoned).toBe(true);
+    expect(v.state).toBe('failed');
+    expect(v.attempts).toBe(0);
+    expect(proxy.armed).toBe(false); // the cut fired
+    expect(await batchEvents(env, first.batchId)).toContain('purge_error');
+    // Left behind: the failed batch's rows and its registry row (no completion row: no purge_staged takes them).
+    expect(await staged()).toBe(30);
+    expect(await registry()).toEqual([first.batchId]);
+
+    // The next batch is staged (live, not applied yet): maintenance must keep it.
+    const next = await operator.createBatch(t.name);
+    expect((await operator.stage(next.batchId)).state).toBe('staged');
+    expect(await staged()).toBe(60);
+    // Two maintenance passes at once (two instances of the timer): the failed batch's rows go, once, and nothing else.
+    const [m1, m2] = await Promise.all([operator.purgeTerminalStaging(), worker.purgeTerminalStaging()]);
+    expect(m1.errors + m2.errors).toBe(0);
+    expect([...m1.purged, ...m2.purged].every((id) => id === first.batchId)).toBe(true);
+    expect(await registry()).toEqual([next.batchId]);
+    expect(await staged()).toBe(30);
+    const rows = await env.target.query(`select distinct keel_batch_id::text as id from keel_transfer.stg_${table}`);
+    expect(rows.rows).toEqual([{ id: next.batchId }]);
+    // Idempotent: another pass finds nothing to do.
+    expect(await operator.purgeTerminalStaging()).toEqual({ purged: [], errors: 0 });
+
+    // The live batch applies, and its own purge empties the table; the window covered exactly once.
+    expect((await operator.apply(next.batchId)).state).toBe('committed');
+    expect(await staged()).toBe(0);
+    expect(await registry()).toEqual([]);
+    const last = await operator.createBatch(t.name);
+    expect((await operator.run(last.batchId)).state).toBe('committed');
+    expect(await laneProblems(env, table, 60)).toEqual([]);
     await operator.close();
     await worker.close();
   });

@@ -118,6 +118,11 @@ export const TARGET_ORACLE_PROCEDURES: { [P in TargetProcedure]: OracleProcedure
     params: { batch_id: varchar('p_batch_id'), staging_table: varchar('p_staging') },
     outs: [],
   },
+  staged_batches: {
+    member: 'STAGED_BATCHES',
+    params: { transfer: varchar('p_transfer'), max_count: number('p_max_count') },
+    outs: [{ name: 'o_batch_ids', type: 'VARCHAR2', maxSize: 4000, result: 'batch_ids' }],
+  },
 };
 
 function oracleValue(p: OracleParam, v: TargetValue): string | number | null {

@@ -101,6 +101,7 @@ export const TARGET_POSTGRES_FUNCTIONS: { [P in TargetProcedure]: PgSignature<Ta
     select: 'r.outcome, r.row_count::text as row_count, r.checksum, r.staged',
   },
   purge_staged: { params: { batch_id: 'uuid', staging_table: 'text' }, returns: 'bigint' },
+  staged_batches: { params: { transfer: 'text', max_count: 'integer' }, returns: 'text' },
 };
 
 // The statement of one call: named notation, every value a typed parameter. A function returning one value answers
@@ -111,7 +112,9 @@ export function targetStatement<P extends TargetProcedure>(proc: P, args: Target
 
 function toRow<P extends TargetProcedure>(proc: P, rows: Record<string, unknown>[]): TargetRow<P> {
   const r = rows[0] ?? {};
-  return (proc === 'begin_stage' ? { opened: r.result } : r) as TargetRow<P>;
+  if (proc === 'begin_stage') return { opened: r.result } as TargetRow<P>;
+  if (proc === 'staged_batches') return { batch_ids: r.result } as TargetRow<P>;
+  return r as TargetRow<P>;
 }
 
 // SQLSTATEs raised by sql/postgres/target (structured codes, never message text).

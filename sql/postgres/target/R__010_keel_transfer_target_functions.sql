@@ -447,3 +447,16 @@ begin
   get diagnostics v_count = row_count;
   return v_count;
 end $$;
+
+-- The ids of a transfer's batches with a committed staging registry row, oldest first, at most p_max_count,
+-- comma-separated (null: none). Maintenance asks the journal which of them can never be applied again and purges
+-- those (purge_staged): rows a failed purge left, or a staging that committed after its batch had failed. A plain
+-- read: it waits on nothing and locks nothing (an uncommitted staging is not seen; the next pass finds it).
+create or replace function keel_transfer.staged_batches(p_transfer text, p_max_count integer)
+returns text language sql stable as $$
+  select string_agg(s.batch_id::text, ',' order by s.started_at, s.batch_id)
+    from (select batch_id, started_at from keel_transfer.staged
+           where transfer_name = p_transfer
+           order by started_at, batch_id
+           limit greatest(least(p_max_count, 100), 1)) s;
+$$;
