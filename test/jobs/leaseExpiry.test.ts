@@ -99,6 +99,24 @@ async function claimOne(p: JobProcessor, queue: string): Promise<{ job: ClaimedJ
   return { job: jobs[0]!, outcome: p.runStarted(jobs).then((o) => o[0]!) };
 }
 
+// A handler that waits for its signal's abort and records when and why it came (the cases where the worker must give
+// the job up on its own).
+function abortWaitingHandler() {
+  const seen = { started: false, abortReason: undefined as unknown, abortedAt: Infinity };
+  const registry = new HandlerRegistry().register('t', async (_payload, ctx) => {
+    seen.started = true;
+    await new Promise<void>((resolve) =>
+      ctx.signal.addEventListener('abort', () => {
+        seen.abortReason = (ctx.signal.reason as { reason?: unknown }).reason;
+        seen.abortedAt = performance.now();
+        resolve();
+      }),
+    );
+    throw ctx.signal.reason;
+  });
+  return { seen, registry };
+}
+
 describe('lease expiry on the worker', () => {
   it('a heartbeat cut past the lease aborts the handler (lease_expired) before the rescue re-queues the job', async () => {
     const queue = q('cut');
@@ -106,31 +124,24 @@ describe('lease expiry on the worker', () => {
     const { id } = await direct.enqueue({ queue, type: 't' });
     const { store, finalizing, close } = await proxiedStore();
     const o = observed();
-    let started = false;
-    let abortReason: unknown;
-    let abortedAt = Infinity;
+    const handler = abortWaitingHandler();
     let rescue: ReturnType<typeof rescueLoop> | undefined;
-    const reg = new HandlerRegistry().register('t', async (_payload, ctx) => {
-      started = true;
-      await new Promise<void>((resolve) =>
-        ctx.signal.addEventListener('abort', () => {
-          abortReason = (ctx.signal.reason as { reason?: unknown }).reason;
-          abortedAt = performance.now();
-          resolve();
-        }),
-      );
-      throw ctx.signal.reason;
+    const p = new JobProcessor({
+      store,
+      registry: handler.registry,
+      heartbeatIntervalMs: 200,
+      log: o.log,
+      events: o.events,
     });
-    const p = new JobProcessor({ store, registry: reg, heartbeatIntervalMs: 200, log: o.log, events: o.events });
     try {
       const { outcome } = await claimOne(p, queue);
-      await until('the handler to start', () => started);
+      await until('the handler to start', () => handler.seen.started);
       await sleep(600); // heartbeats confirmed meanwhile
       expect(o.warnings).toEqual([]);
       rescue = rescueLoop(id);
       proxy.down();
       expect(await outcome).toBe('lease_lost'); // the slot is freed without a store call
-      expect(abortReason).toBe('lease_expired');
+      expect(handler.seen.abortReason).toBe('lease_expired');
       expect(o.leaseLost).toEqual(['expired']);
       expect(o.warnings).toContain('heartbeat failed');
       expect(o.warnings.some((w) => w.startsWith('lease expired'))).toBe(true);
@@ -138,7 +149,7 @@ describe('lease expiry on the worker', () => {
       expect(p.inFlight).toBe(0);
       // The rescue does re-queue it once the zombie timeout has passed since its last heartbeat (this attempt counted).
       await until('the rescue', () => rescue!.moved);
-      expect(abortedAt).toBeLessThan(rescue.movedSentAt); // aborted before the rescue's moving pass was even sent
+      expect(handler.seen.abortedAt).toBeLessThan(rescue.movedSentAt); // aborted before the rescue's moving pass was even sent
       expect(await direct.getJob(id)).toMatchObject({ location: 'hot', state: 'pending', attempts: 1 });
     } finally {
       proxy.up();
@@ -253,26 +264,19 @@ describe('lease expiry on the worker', () => {
     const { id } = await direct.enqueue({ queue, type: 't' });
     const { store, finalizing, close } = await proxiedStore();
     const o = observed();
-    let started = false;
-    let abortReason: unknown;
-    let abortedAt = Infinity;
+    const handler = abortWaitingHandler();
     let rescue: ReturnType<typeof rescueLoop> | undefined;
-    const reg = new HandlerRegistry().register('t', async (_payload, ctx) => {
-      started = true;
-      await new Promise<void>((resolve) =>
-        ctx.signal.addEventListener('abort', () => {
-          abortReason = (ctx.signal.reason as { reason?: unknown }).reason;
-          abortedAt = performance.now();
-          resolve();
-        }),
-      );
-      throw ctx.signal.reason;
+    const p = new JobProcessor({
+      store,
+      registry: handler.registry,
+      heartbeatIntervalMs: 200,
+      log: o.log,
+      events: o.events,
     });
-    const p = new JobProcessor({ store, registry: reg, heartbeatIntervalMs: 200, log: o.log, events: o.events });
     try {
       const { job, outcome } = await claimOne(p, queue);
       expect(job.queueZombieTimeoutSeconds).toBe(30);
-      await until('the handler to start', () => started);
+      await until('the handler to start', () => handler.seen.started);
       await direct.updateQueue(queue, { zombieTimeoutSeconds: ZOMBIE_TIMEOUT_S });
       expect(await direct.heartbeat({ jobId: id, leaseId: job.leaseId })).toEqual({
         status: 'ok',
@@ -283,11 +287,11 @@ describe('lease expiry on the worker', () => {
       rescue = rescueLoop(id);
       proxy.down();
       expect(await outcome).toBe('lease_lost');
-      expect(abortReason).toBe('lease_expired');
+      expect(handler.seen.abortReason).toBe('lease_expired');
       expect(o.leaseLost).toEqual(['expired']);
       expect(finalizing).toEqual([]);
       await until('the rescue', () => rescue!.moved);
-      expect(abortedAt).toBeLessThan(rescue.movedSentAt); // under the new timeout's lease, not the old one's
+      expect(handler.seen.abortedAt).toBeLessThan(rescue.movedSentAt); // under the new timeout's lease, not the old one's
       // The rescue counts the attempt as a zombie, as for a worker that died: its one attempt used, dead-lettered.
       const rec = await direct.getJob(id);
       expect(rec).toMatchObject({ location: 'dlq', reason: 'zombie', attempts: 1 });
