@@ -143,6 +143,19 @@ if (!haveChromium) {
       return ctx;
     }
 
+    // The dead-letter page loads its groups and its list after it renders, and each pushes the filter forms below it
+    // down: a click aimed before both are in can land on whatever moved under the pointer.
+    // The queue picker names the page's queue once loaded, which tells this page from the one before it.
+    async function dlqLoaded(p: Page, queue = ''): Promise<void> {
+      await p.waitForFunction((queue) => {
+        const picker = document.querySelector<HTMLSelectElement>('select[name=queue]');
+        if (picker?.value !== queue) return false;
+        const groups = document.querySelector('section[aria-labelledby=groups-h]');
+        const listBox = document.querySelector('section[aria-labelledby=list-h] > h2 + div');
+        return !!groups && !groups.querySelector('.loading') && !!listBox && listBox.children.length > 0;
+      }, queue);
+    }
+
     async function shot(p: Page, name: string): Promise<void> {
       await p.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
     }
@@ -411,6 +424,7 @@ if (!haveChromium) {
       await shot(page, 'queues-refused');
 
       await page.goto(`${base}/api/console/#/dlq`);
+      await dlqLoaded(page);
       await page.locator('[data-test=preview-resurrect]').click();
       await page.getByRole('alert').filter({ hasText: 'Refused (403' }).waitFor();
       expect((await api('GET', '/stats')).json.totals.dlq).toBe(dlqBefore);
@@ -620,6 +634,7 @@ if (!haveChromium) {
 
       // Dead letters: grouped by reason and type; resurrect the "cancelled" group through preview -> confirm.
       await page.goto(`${base}/api/console/#/dlq?queue=${QUEUE}`);
+      await dlqLoaded(page, QUEUE);
       const groups = page.locator('section[aria-labelledby=groups-h] tbody tr');
       await groups.first().waitFor();
       const groupRows = await groups.evaluateAll((trs) =>
@@ -675,6 +690,7 @@ if (!haveChromium) {
       const pre = await api('POST', '/jobs/cancel', { ids, dryRun: false }, true);
       expect(pre.json.count).toBe(3);
       await page.goto(`${base}/api/console/#/dlq?queue=${RACE}`);
+      await dlqLoaded(page, RACE);
       await page.locator('table.groups-table caption', { hasText: '3 dead letters in 1 group' }).waitFor();
       await page.locator('select[name=reason]').selectOption('cancelled');
       await page.locator('[data-test=preview-resurrect]').click();
@@ -738,6 +754,7 @@ if (!haveChromium) {
       const ids = (made.json.jobs as { id: string }[]).map((j) => j.id);
       expect((await api('POST', '/jobs/cancel', { ids, dryRun: false }, true)).json.count).toBe(55);
       await page.goto(`${base}/api/console/#/dlq?queue=${MANY}`);
+      await dlqLoaded(page, MANY);
       const row = page.locator('table.groups-table tbody tr');
       await row.first().waitFor();
       expect(await row.first().locator('td').allTextContents()).toEqual(
@@ -971,6 +988,7 @@ if (!haveChromium) {
         .sort();
       expect(inDlq).toEqual([fatalId, job.id].sort());
       await page.goto(`${base}/api/console/#/dlq?queue=${QUEUE}`);
+      await dlqLoaded(page, QUEUE);
       await page.locator('section[aria-labelledby=groups-h] tbody tr').first().waitFor();
       await page.locator('input[name=olderThan]').fill(
         await page.evaluate(() => {
