@@ -88,6 +88,8 @@ export class TransferService {
   private readonly behindCounts = new Map<string, { low: string | null; cap: number; at: number; value: RowsBehind }>();
   // Replays of one transfer, one at a time in this process (replay's check for an open replay, then its insert).
   private readonly replayTurns = new Map<string, Promise<unknown>>();
+  // purgeTerminalStaging's cursor per transfer: the last registry id its previous pass read (absent: from the first).
+  private readonly stagingCursors = new Map<string, string>();
 
   constructor(deps: TransferServiceDeps) {
     this.journal = deps.journal;
@@ -1126,8 +1128,11 @@ export class TransferService {
   // lock wait ran out) or never ran (the target was unreachable when the batch failed), or a run of the batch
   // committed a staging after the batch had failed. purge_staged already takes the rows of batches whose completion
   // row says so (committed, or fenced for good); a batch failed before any apply has no completion row, and only the
-  // journal knows it is over. Bounded: at most maxPerTransfer registry rows read per transfer and pass (the oldest;
-  // a transfer's live batches are a handful: one open batch per chain). Safe beside live batches: only ids the
+  // journal knows it is over. Bounded: at most maxPerTransfer registry rows read per transfer and pass, in id order
+  // after the last id the previous pass read, from the first again once a pass read fewer (the end): ids it must
+  // keep (open batches, another app's batches on a shared target), however many, never hide the ones behind them,
+  // and every registry row is looked at within (rows / maxPerTransfer) + 1 passes. The cursor is this process's
+  // (another instance keeps its own; lost on restart, it starts from the first). Safe beside live batches: only ids the
   // journal holds terminal are purged (no run can start an apply of them: start_apply moves staged/extracting only),
   // and purge_staged keeps every other batch's rows. Idempotent: two passes at once purge the same ids, the second
   // finds nothing. Errors are counted, never thrown: the next pass tries again.
@@ -1138,7 +1143,11 @@ export class TransferService {
       try {
         const a = await this.connect(t);
         if (!a.target.stagedBatches) continue;
-        for (const id of await a.target.stagedBatches(maxPerTransfer)) {
+        const cap = Math.max(1, Math.min(maxPerTransfer, 100)); // the target's bound: a full page means "more"
+        const ids = await a.target.stagedBatches(cap, this.stagingCursors.get(t.name) ?? null);
+        if (ids.length < cap) this.stagingCursors.delete(t.name);
+        else this.stagingCursors.set(t.name, ids[ids.length - 1]!);
+        for (const id of ids) {
           const b = await this.journal.get(id);
           // Unknown to this journal (another app's batch on a shared target): not ours to judge.
           if (!b || (b.state !== 'committed' && b.state !== 'failed')) continue;

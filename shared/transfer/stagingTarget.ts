@@ -389,8 +389,8 @@ export class StagingTarget implements TargetAdapter {
     this.opts.trace?.('purge', performance.now() - started);
   }
 
-  async stagedBatches(maxCount: number): Promise<string[]> {
-    return toBatchIds(await this.d.call('staged_batches', stagedBatchesArgs(this.t.name, maxCount)));
+  async stagedBatches(maxCount: number, after: string | null): Promise<string[]> {
+    return toBatchIds(await this.d.call('staged_batches', stagedBatchesArgs(this.t.name, maxCount, after)));
   }
 
   windowKeys(w: Window, schema: SourceSchema): Promise<KeyTuple[]> {

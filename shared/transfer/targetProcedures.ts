@@ -39,9 +39,10 @@ export const TARGET_PROCEDURES = {
     results: ['outcome', 'row_count', 'checksum', 'staged'],
   },
   purge_staged: { params: ['batch_id', 'staging_table'], results: [] },
-  // The ids of the transfer's batches with a committed staging registry row (at most max_count, oldest first),
-  // comma-separated: maintenance purges those the journal holds terminal (purge_staged left them, or never ran).
-  staged_batches: { params: ['transfer', 'max_count'], results: ['batch_ids'] },
+  // The ids of the transfer's batches with a committed staging registry row after the id `after` (null: from the
+  // first), in id order, at most max_count, comma-separated: maintenance purges those the journal holds terminal
+  // (purge_staged left them, or never ran), and asks after the last id it read next time (a cursor that wraps).
+  staged_batches: { params: ['transfer', 'max_count', 'after'], results: ['batch_ids'] },
 } as const satisfies Record<string, { params: readonly string[]; results: readonly string[] }>;
 
 export type TargetProcedure = keyof typeof TARGET_PROCEDURES;
@@ -121,8 +122,12 @@ export function purgeStagedArgs(batchId: string, staging: string): TargetArgs<'p
   return { batch_id: batchId, staging_table: staging };
 }
 
-export function stagedBatchesArgs(transfer: string, maxCount: number): TargetArgs<'staged_batches'> {
-  return { transfer, max_count: maxCount };
+export function stagedBatchesArgs(
+  transfer: string,
+  maxCount: number,
+  after: string | null,
+): TargetArgs<'staged_batches'> {
+  return { transfer, max_count: maxCount, after };
 }
 
 export function toBatchIds(r: TargetRow<'staged_batches'>): string[] {

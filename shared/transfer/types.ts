@@ -209,9 +209,10 @@ export interface TargetAdapter {
     reconcileToken: string | null,
   ): Promise<ReconcileOutcome>;
   purgeStaged(batchId: string): Promise<void>;
-  // The ids of this transfer's batches whose staging committed on the target (its staging registry), oldest first,
-  // at most maxCount (<= 100): maintenance purges those the journal holds terminal (purgeTerminalStaging).
-  stagedBatches?(maxCount: number): Promise<string[]>;
+  // The ids of this transfer's batches whose staging committed on the target (its staging registry), in id order
+  // after `after` (null: from the first), at most maxCount (<= 100): maintenance purges those the journal holds
+  // terminal (purgeTerminalStaging), and asks after the last id it read next time.
+  stagedBatches?(maxCount: number, after: string | null): Promise<string[]>;
   // Optional direct apply (docs/transfer.md, "Direct apply"): stage and apply in ONE target transaction that claims
   // the batch id (fenced like apply), writes the window's rows into the table, verifies them against the manifest
   // and writes the completion row. 'not_eligible': nothing was written (the claim neither); stage, then apply.

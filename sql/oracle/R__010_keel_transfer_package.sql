@@ -25,9 +25,10 @@ CREATE OR REPLACE PACKAGE KEEL_TRANSFER AUTHID CURRENT_USER AS
   PROCEDURE TRY_CLAIM(p_batch_id IN VARCHAR2, p_wait_seconds IN NUMBER, p_fence_through IN NUMBER, o_outcome OUT VARCHAR2,
                       o_row_count OUT NUMBER, o_checksum OUT VARCHAR2, o_staged OUT NUMBER);
   PROCEDURE PURGE_STAGED(p_batch_id IN VARCHAR2, p_staging IN VARCHAR2);
-  -- The ids of the transfer's batches with a committed staging registry row, oldest first, at most p_max_count
-  -- (1..100), comma-separated (NULL: none): maintenance purges those the journal holds terminal.
-  PROCEDURE STAGED_BATCHES(p_transfer IN VARCHAR2, p_max_count IN NUMBER, o_batch_ids OUT VARCHAR2);
+  -- The ids of the transfer's batches with a committed staging registry row after p_after (NULL: from the first),
+  -- in id order, at most p_max_count (1..100), comma-separated (NULL: none): maintenance purges those the journal
+  -- holds terminal, and asks after the last id it read next time (a cursor that wraps).
+  PROCEDURE STAGED_BATCHES(p_transfer IN VARCHAR2, p_max_count IN NUMBER, p_after IN VARCHAR2, o_batch_ids OUT VARCHAR2);
 END KEEL_TRANSFER;
 /
 
@@ -455,11 +456,12 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
 
   -- A plain read (no lock, no wait): an uncommitted staging is not seen, and the next maintenance pass finds it.
   -- At most 100 ids of 36 characters and their commas: within a VARCHAR2(4000) (joined in PL/SQL, no LISTAGG).
-  PROCEDURE STAGED_BATCHES(p_transfer IN VARCHAR2, p_max_count IN NUMBER, o_batch_ids OUT VARCHAR2) IS
+  PROCEDURE STAGED_BATCHES(p_transfer IN VARCHAR2, p_max_count IN NUMBER, p_after IN VARCHAR2, o_batch_ids OUT VARCHAR2) IS
     v_ids VARCHAR2(4000);
   BEGIN
     FOR r IN (SELECT BATCH_ID FROM KEEL_TRANSFER_STAGED WHERE TRANSFER_NAME = p_transfer
-               ORDER BY STARTED_AT, BATCH_ID FETCH FIRST GREATEST(LEAST(p_max_count, 100), 1) ROWS ONLY) LOOP
+                 AND (p_after IS NULL OR BATCH_ID > p_after)
+               ORDER BY BATCH_ID FETCH FIRST GREATEST(LEAST(p_max_count, 100), 1) ROWS ONLY) LOOP
       v_ids := CASE WHEN v_ids IS NULL THEN r.BATCH_ID ELSE v_ids || ',' || r.BATCH_ID END;
     END LOOP;
     o_batch_ids := v_ids;

@@ -270,10 +270,13 @@ export class FakeSession {
     }
     if (/STAGED_BATCHES/.test(sql)) {
       await this.enter('STAGED_BATCHES');
-      // Committed registry rows of the transfer, oldest first (the fake's Map keeps insertion order), at most 100.
+      // Committed registry rows of the transfer after p_after, in id order (VARCHAR2: binary order), at most 100.
+      const after = b.p_after === null || b.p_after === undefined ? null : String(b.p_after);
       const ids = [...s.registry.entries()]
         .filter(([, r]) => r.transfer === undefined || r.transfer === String(b.p_transfer))
         .map(([id]) => id)
+        .filter((id) => after === null || id > after)
+        .sort()
         .slice(0, Math.max(Math.min(Number(b.p_max_count), 100), 1));
       return { outBinds: { o_batch_ids: ids.length > 0 ? ids.join(',') : null } };
     }

@@ -120,7 +120,7 @@ export const TARGET_ORACLE_PROCEDURES: { [P in TargetProcedure]: OracleProcedure
   },
   staged_batches: {
     member: 'STAGED_BATCHES',
-    params: { transfer: varchar('p_transfer'), max_count: number('p_max_count') },
+    params: { transfer: varchar('p_transfer'), max_count: number('p_max_count'), after: varchar('p_after') },
     outs: [{ name: 'o_batch_ids', type: 'VARCHAR2', maxSize: 4000, result: 'batch_ids' }],
   },
 };

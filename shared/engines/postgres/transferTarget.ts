@@ -101,7 +101,7 @@ export const TARGET_POSTGRES_FUNCTIONS: { [P in TargetProcedure]: PgSignature<Ta
     select: 'r.outcome, r.row_count::text as row_count, r.checksum, r.staged',
   },
   purge_staged: { params: { batch_id: 'uuid', staging_table: 'text' }, returns: 'bigint' },
-  staged_batches: { params: { transfer: 'text', max_count: 'integer' }, returns: 'text' },
+  staged_batches: { params: { transfer: 'text', max_count: 'integer', after: 'uuid' }, returns: 'text' },
 };
 
 // The statement of one call: named notation, every value a typed parameter. A function returning one value answers

@@ -448,15 +448,18 @@ begin
   return v_count;
 end $$;
 
--- The ids of a transfer's batches with a committed staging registry row, oldest first, at most p_max_count,
--- comma-separated (null: none). Maintenance asks the journal which of them can never be applied again and purges
--- those (purge_staged): rows a failed purge left, or a staging that committed after its batch had failed. A plain
--- read: it waits on nothing and locks nothing (an uncommitted staging is not seen; the next pass finds it).
-create or replace function keel_transfer.staged_batches(p_transfer text, p_max_count integer)
+-- The ids of a transfer's batches with a committed staging registry row after p_after (null: from the first), in
+-- id order, at most p_max_count, comma-separated (null: none). Maintenance asks the journal which of them can never
+-- be applied again and purges those (purge_staged): rows a failed purge left, or a staging that committed after its
+-- batch had failed. It asks after the last id it read next time, and from the first again when fewer came back: a
+-- cursor, so ids it must keep (open batches, another app's) never hide the ones behind them. A plain read: it waits
+-- on nothing and locks nothing (an uncommitted staging is not seen; the next pass finds it).
+drop function if exists keel_transfer.staged_batches(text, integer);
+create or replace function keel_transfer.staged_batches(p_transfer text, p_max_count integer, p_after uuid)
 returns text language sql stable as $$
-  select string_agg(s.batch_id::text, ',' order by s.started_at, s.batch_id)
-    from (select batch_id, started_at from keel_transfer.staged
-           where transfer_name = p_transfer
-           order by started_at, batch_id
+  select string_agg(s.batch_id::text, ',' order by s.batch_id)
+    from (select batch_id from keel_transfer.staged
+           where transfer_name = p_transfer and (p_after is null or batch_id > p_after)
+           order by batch_id
            limit greatest(least(p_max_count, 100), 1)) s;
 $$;
