@@ -85,9 +85,11 @@ export interface BatchFilter {
 }
 
 export interface TransferJournal {
-  // Inserts a batch in state 'extracting'. Refused with TransferError 'open_batch_exists' when the transfer
-  // has a batch that is not committed or failed, 'window_taken' when a non-failed batch covers the window, and
-  // 'duplicate_batch_id' when a batch with this id exists (the insert procedure says which, from committed rows).
+  // Inserts a batch in state 'extracting'. Refused with TransferError 'transfer_paused' when the transfer (a replay
+  // chain: the transfer it replays) is paused, 'open_batch_exists' when the transfer has a batch that is not
+  // committed or failed (a replay: when a replay of the same range is open), 'window_taken' when a non-failed batch
+  // covers the window, and 'duplicate_batch_id' when a batch with this id exists (the insert procedure decides under
+  // the transfer's lock, and says which from committed rows).
   insertBatch(b: NewBatch): Promise<BatchRecord>;
   // The open batch (not committed/failed) and the latest committed batch of a transfer.
   lastForTransfer(transferName: string): Promise<{ open: BatchRecord | null; lastCommitted: BatchRecord | null }>;

@@ -16,6 +16,7 @@ import {
 } from './journalProcedures.js';
 import { toBatchEvent, toBatchRecord, toInsertOutcome, toTransferControl, type JournalRow } from './journalRows.js';
 import { OPEN_STATES } from './lifecycle.js';
+import { baseTransferName } from './chains.js';
 
 export abstract class ProcedureJournal implements TransferJournal {
   // The engine's name of a procedure, for messages.
@@ -125,10 +126,17 @@ export function insertOutcome(
           state: conflictState,
         },
       );
+    case 'transfer_paused':
+      throw new TransferError(
+        'transfer_paused',
+        `transfer ${baseTransferName(b.transferName)} is paused; resume it first`,
+      );
     case 'open_batch_exists':
       throw new TransferError(
         'open_batch_exists',
-        `transfer ${b.transferName} already has an open batch ${conflictId} (${conflictState}); finish, reconcile or fail it first`,
+        b.transferName === baseTransferName(b.transferName)
+          ? `transfer ${b.transferName} already has an open batch ${conflictId} (${conflictState}); finish, reconcile or fail it first`
+          : `transfer ${baseTransferName(b.transferName)}: a replay of (${b.boundaryLow ?? ''}, ${b.boundaryHigh}] is open already: batch ${conflictId} (${conflictState}); watch it, or abandon it first`,
         {
           batchId: conflictId,
         },

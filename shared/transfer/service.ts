@@ -86,7 +86,8 @@ export class TransferService {
   private readonly reconciler: Reconciler;
   // The last rows-behind count per transfer, with the bound and cap it was counted for (rowsBehind's reuse).
   private readonly behindCounts = new Map<string, { low: string | null; cap: number; at: number; value: RowsBehind }>();
-  // Replays of one transfer, one at a time in this process (replay's check for an open replay, then its insert).
+  // Replays of one transfer, one at a time in this process (replay's check for an open replay, then its insert; the
+  // journal's insert decides across processes).
   private readonly replayTurns = new Map<string, Promise<unknown>>();
   // purgeTerminalStaging's cursor per transfer: the last registry id its previous pass read (absent: from the first).
   private readonly stagingCursors = new Map<string, string>();
@@ -398,9 +399,11 @@ export class TransferService {
   }
 
   // A replay batch, unless one of the same range is open: each replay is a chain of its own (REPLAY_MARK), so the
-  // journal's one-open-batch rule does not stop a second one, and N identical calls at once would each send the
-  // range again. Calls in this process take turns (inTurn); two instances replaying the same range within the same
-  // moment can still both create one, which costs a redundant batch, not a wrong row (the target merges by key).
+  // journal's one-open-batch index does not stop a second one. The journal's insert does, under the transfer's
+  // lock (sql/README.md "Lock order"): it refuses a replay of a range a replay holds open ('open_batch_exists') and
+  // any batch of a paused transfer ('transfer_paused'), so two instances replaying the same range at once create one
+  // batch, and a pause that returned is never followed by a new batch. The checks here answer first (and calls in
+  // this process take turns, inTurn) so that the common refusal reads neither the source nor the target.
   private async insertReplay(
     t: TransferConfig,
     low: string | null,

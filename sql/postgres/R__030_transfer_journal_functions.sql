@@ -10,11 +10,24 @@
 
 -- Inserts a batch in state 'extracting' with its 'created' event. outcome:
 --   inserted            the batch (columns of transfer_batches follow)
+--   transfer_paused     the transfer (a replay: the transfer it replays) is paused; nothing was written
 --   duplicate_batch_id  a batch with this id exists (conflict_batch_id = it, conflict_state its state)
---   open_batch_exists   the transfer has an open batch (conflict_batch_id/state name it)
+--   open_batch_exists   the transfer has an open batch, or (a replay, '<transfer>@replay-<ms>') a replay of the same
+--                       range is open in another replay chain (conflict_batch_id/state name it)
 --   window_taken        a live batch of the transfer shares the window's low or high bound (it is named)
--- A unique index decides; which one is read from committed rows afterwards, never from error text. ON CONFLICT
--- waits for a rival's insert to commit or roll back, so the reads below see the row that refused this one.
+-- First the transfer's lock (keel._transfer_lock, sql/README.md "Lock order"), held to commit: the pause and the
+-- open replay are read under it, so a pause that committed first is seen, a pause that comes later waits for this
+-- insert to commit (it returns after the batch exists, never before a batch it did not stop), and two replays of
+-- one range take turns, the second reading the first's batch. Then a unique index decides the chain's own rules;
+-- which one is read from committed rows afterwards, never from error text. ON CONFLICT waits for a rival's insert
+-- to commit or roll back, so the reads below see the row that refused this one.
+
+-- The transfer's lock (a transaction-scoped advisory lock on its name, a replay chain's on the transfer it
+-- replays): taken first by every journal transaction that creates a batch or pauses/resumes the transfer.
+create or replace function keel._transfer_lock(p_transfer_name text)
+returns void language sql volatile set search_path = pg_catalog, pg_temp as $$
+  select pg_advisory_xact_lock(hashtextextended('keel.transfer:' || split_part(p_transfer_name, '@replay-', 1), 0))
+$$;
 
 -- p_detail: the 'created' event's detail.
 drop function if exists keel.transfer_batch_insert(uuid, text, text, text, text, text, jsonb);
@@ -27,6 +40,24 @@ declare
   v_id uuid;
   v_state text;
 begin
+  perform keel._transfer_lock(p_transfer_name);
+  if exists (select 1 from keel.transfer_controls c
+              where c.transfer_name = split_part(p_transfer_name, '@replay-', 1) and c.paused) then
+    return query select 'transfer_paused'::text, null::uuid, null::text, null::keel.transfer_batches;
+    return;
+  end if;
+  if position('@replay-' in p_transfer_name) > 0 then
+    -- Open batches are few (one per chain): read through transfer_batches_by_state.
+    select b.batch_id, b.state into v_id, v_state from keel.transfer_batches b
+     where b.state in ('extracting', 'staged', 'applying', 'unresolved')
+       and starts_with(b.transfer_name, split_part(p_transfer_name, '@replay-', 1) || '@replay-')
+       and b.boundary_low is not distinct from p_boundary_low and b.boundary_high = p_boundary_high
+     limit 1;
+    if found then
+      return query select 'open_batch_exists'::text, v_id, v_state, null::keel.transfer_batches;
+      return;
+    end if;
+  end if;
   -- A refusing row can leave the way between the insert and the read (it failed and released its window):
   -- then the insert is simply tried again.
   for i in 1..5 loop
@@ -209,16 +240,20 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
    limit greatest(1, least(coalesce(p_limit, 20), 1000))
 $$;
 
--- Pauses or resumes a transfer (an upsert of its control row, V021); returns the row.
+-- Pauses or resumes a transfer (an upsert of its control row, V021); returns the row. Under the transfer's lock
+-- (transfer_batch_insert): a batch insert in flight commits first, and none starts after this one commits.
 create or replace function keel.transfer_control_set(p_transfer_name text, p_paused boolean, p_reason text, p_changed_by text)
 returns setof keel.transfer_controls
-language sql volatile security definer set search_path = pg_catalog, pg_temp as $$
+language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
+begin
+  perform keel._transfer_lock(p_transfer_name);
+  return query
   insert into keel.transfer_controls as c (transfer_name, paused, reason, changed_by, changed_at)
   values (p_transfer_name, p_paused, p_reason, p_changed_by, now())
   on conflict (transfer_name) do update
     set paused = excluded.paused, reason = excluded.reason, changed_by = excluded.changed_by, changed_at = excluded.changed_at
-  returning c.*
-$$;
+  returning c.*;
+end $$;
 
 -- Every transfer's control row (only transfers an operator ever paused have one).
 create or replace function keel.transfer_control_list()

@@ -10,9 +10,14 @@ GO
 -- Inserts a batch in state 'extracting' with its 'created' event. First result set: Outcome, ConflictBatchId,
 -- ConflictState; Outcome is
 --   inserted            (a second result set holds the batch row)
+--   transfer_paused     the transfer (a replay: the transfer it replays) is paused; nothing was written
 --   duplicate_batch_id  a batch with this id exists (named, with its state)
---   open_batch_exists   the transfer has an open batch (named)
+--   open_batch_exists   the transfer has an open batch, or (a replay, '<transfer>@replay-<ms>') a replay of the same
+--                       range is open in another replay chain (named)
 --   window_taken        a live batch of the transfer shares the window's low or high bound (named)
+-- First the transfer's lock (an applock on its name, a replay chain's on the transfer it replays; sql/README.md
+-- "Lock order"), held to commit: the pause and the open replay are read under it, so a pause that committed first
+-- is seen, a pause that comes later waits for this insert to commit, and two replays of one range take turns.
 -- A unique index refuses the insert (2627 on the key, 2601 on a filtered index); which rule it was is read from the
 -- committed rows afterwards, never from the error text. The refused insert waited for its rival to commit, so the
 -- rival is visible; if it left the way meanwhile (failed, releasing its window), the insert is tried again.
@@ -31,20 +36,41 @@ BEGIN
   SET XACT_ABORT ON;
   DECLARE @Try int = 0;
   DECLARE @Outcome varchar(24) = NULL;
+  DECLARE @Refusal varchar(24) = NULL;
   DECLARE @ConflictId uniqueidentifier = NULL;
   DECLARE @ConflictState varchar(12) = NULL;
+  DECLARE @Rc int;
+  DECLARE @Mark int = CHARINDEX(N'@replay-', @TransferName);
+  DECLARE @Base nvarchar(64) = IIF(@Mark > 0, LEFT(@TransferName, @Mark - 1), @TransferName);
+  DECLARE @ReplayPrefix nvarchar(80) = @Base + N'@replay-';
+  DECLARE @Lock nvarchar(255) = N'keel.transfer:' + @Base;
   WHILE @Outcome IS NULL AND @Try < 5
   BEGIN
     SET @Try += 1;
-    SELECT @ConflictId = NULL, @ConflictState = NULL;
+    SELECT @ConflictId = NULL, @ConflictState = NULL, @Refusal = NULL;
     BEGIN TRY
       BEGIN TRANSACTION;
-      INSERT INTO keel.TransferBatches (BatchId, TransferName, State, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns)
-      VALUES (@BatchId, @TransferName, 'extracting', @BoundaryKind, @BoundaryLow, @BoundaryHigh, @SchemaHash, @SchemaColumns);
-      INSERT INTO keel.TransferBatchEvents (BatchId, FromState, ToState, Event, Detail)
-      VALUES (@BatchId, NULL, 'extracting', 'created', @Detail);
+      EXEC @Rc = sys.sp_getapplock @Resource = @Lock, @LockMode = 'Exclusive', @LockOwner = 'Transaction';
+      IF @Rc < 0 THROW 51021, N'keel.TransferBatchInsert: could not take the transfer''s lock', 1;
+      IF EXISTS (SELECT 1 FROM keel.TransferControls WITH (READCOMMITTEDLOCK) WHERE TransferName = @Base AND Paused = 1)
+        SET @Refusal = 'transfer_paused';
+      ELSE IF @Mark > 0
+        -- Open batches are few (one per chain): read through IX_TransferBatches_State.
+        SELECT TOP (1) @ConflictId = BatchId, @ConflictState = State, @Refusal = 'open_batch_exists'
+          FROM keel.TransferBatches WITH (READCOMMITTEDLOCK)
+         WHERE State IN ('extracting', 'staged', 'applying', 'unresolved')
+           AND LEFT(TransferName, LEN(@ReplayPrefix)) = @ReplayPrefix
+           AND (BoundaryLow = @BoundaryLow OR (BoundaryLow IS NULL AND @BoundaryLow IS NULL))
+           AND BoundaryHigh = @BoundaryHigh;
+      IF @Refusal IS NULL
+      BEGIN
+        INSERT INTO keel.TransferBatches (BatchId, TransferName, State, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns)
+        VALUES (@BatchId, @TransferName, 'extracting', @BoundaryKind, @BoundaryLow, @BoundaryHigh, @SchemaHash, @SchemaColumns);
+        INSERT INTO keel.TransferBatchEvents (BatchId, FromState, ToState, Event, Detail)
+        VALUES (@BatchId, NULL, 'extracting', 'created', @Detail);
+      END;
       COMMIT TRANSACTION;
-      SET @Outcome = 'inserted';
+      SET @Outcome = COALESCE(@Refusal, 'inserted');
     END TRY
     BEGIN CATCH
       IF XACT_STATE() <> 0 ROLLBACK TRANSACTION;
@@ -300,7 +326,13 @@ AS
 BEGIN
   SET NOCOUNT ON;
   SET XACT_ABORT ON;
+  DECLARE @Rc int;
+  DECLARE @Lock nvarchar(255) = N'keel.transfer:' + @TransferName;
   BEGIN TRANSACTION;
+  -- The transfer's lock first (TransferBatchInsert): a batch insert in flight commits before the pause, and none
+  -- starts after it commits without seeing it.
+  EXEC @Rc = sys.sp_getapplock @Resource = @Lock, @LockMode = 'Exclusive', @LockOwner = 'Transaction';
+  IF @Rc < 0 THROW 51022, N'keel.TransferControlSet: could not take the transfer''s lock', 1;
   UPDATE keel.TransferControls WITH (UPDLOCK, HOLDLOCK)
      SET Paused = @Paused, Reason = @Reason, ChangedBy = @ChangedBy, ChangedAt = SYSUTCDATETIME()
    WHERE TransferName = @TransferName;
