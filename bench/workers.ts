@@ -4,7 +4,12 @@
 // backlog; interleaved rounds (the order alternating), medians of jobs/s from start to drained, and the ratio N/1.
 // Each run has its own queue; archive rows, hot rows and counters are checked exact after each. Per run it also
 // reports CPU µs per job of the worker processes and of the server's processes (from /proc, when the server runs on
-// this machine), and claims and completion batches per 1,000 jobs (counted around each child's store).
+// this machine), and claims and completion batches per 1,000 jobs (counted around each child's store); of the
+// worker processes, V8's scavenges and mark-compacts per 1,000 jobs, each one's young generation at the round's end,
+// V8 heap bytes allocated per job, page faults and context switches per 1,000 jobs (runs 430-449: six processes
+// allocate what one does per job, but V8 sizes each process's young generation by that process's own allocation
+// rate, so six run with a smaller one and scavenge more often).
+//   --child-node-flags='--min-semi-space-size=16'  Node/V8 flags for the worker processes only
 //
 //   npm run bench:workers -- --jobs 20000 --processes 6 --concurrency 20 --rounds 3 --warmup 1
 //   --poll-ms 500 (the Worker's idle poll)  --timeout-s 600 (per run)  --pg-url URL (or KEEL_BENCH_PG_URL)
@@ -20,6 +25,8 @@
 // deadline.
 import { fork, type ChildProcess } from 'node:child_process';
 import os from 'node:os';
+import { constants, performance as perf } from 'node:perf_hooks';
+import v8 from 'node:v8';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
@@ -57,6 +64,14 @@ interface ChildCounts {
   cpuUs: number;
   systemUs: number; // of cpuUs: in the kernel
   gcUs: number; // V8's garbage collections (their pauses on the main thread)
+  gcMinor: number; // scavenges
+  gcMajor: number; // mark-compacts (and their incremental steps' finalisations)
+  newSpaceKb: number; // the young generation's capacity at the round's end
+  eluActiveMs: number; // event-loop active time (performance.eventLoopUtilization)
+  minflt: number; // minor page faults (process.resourceUsage)
+  vcsw: number; // voluntary context switches (waits)
+  ivcsw: number; // involuntary ones (preempted)
+  allocatedKb: number; // bytes allocated on V8's heap (used heap growth plus what each GC freed)
 }
 type FromChild =
   | { type: 'ready' }
@@ -104,9 +119,21 @@ async function child(a: ChildArgs): Promise<void> {
     cpuUs: 0,
     systemUs: 0,
     gcUs: 0,
+    gcMinor: 0,
+    gcMajor: 0,
+    newSpaceKb: 0,
+    eluActiveMs: 0,
+    allocatedKb: 0,
+    minflt: 0,
+    vcsw: 0,
+    ivcsw: 0,
   });
   let counts = zero();
   let cpu0: NodeJS.CpuUsage | undefined;
+  let elu0: ReturnType<typeof perf.eventLoopUtilization> | undefined;
+  let gcProfiler: v8.GCProfiler | undefined;
+  let used0 = 0;
+  let ru0: NodeJS.ResourceUsage | undefined;
   const registry = new HandlerRegistry().register('noop', async () => undefined);
   const go = (queue: string, round: number) => {
     let succeeded = 0;
@@ -135,18 +162,45 @@ async function child(a: ChildArgs): Promise<void> {
     counts = zero();
     worker = new Worker(processor, { queues: [queue], concurrency: a.concurrency, pollIntervalMs: a.pollMs });
     cpu0 = process.cpuUsage();
+    elu0 = perf.eventLoopUtilization();
+    gcProfiler = new v8.GCProfiler();
+    gcProfiler.start();
+    used0 = v8.getHeapStatistics().used_heap_size;
+    ru0 = process.resourceUsage();
     worker.start();
   };
   process.on('message', (m: ToChild) => {
     if (m.type === 'go') go(m.queue, m.round);
     else if (m.type === 'end') {
       const cpu = process.cpuUsage(cpu0);
-      const ended = { ...counts, cpuUs: cpu.user + cpu.system, systemUs: cpu.system };
+      const used1 = v8.getHeapStatistics().used_heap_size;
+      const ru1 = process.resourceUsage();
+      const freed = (gcProfiler?.stop()?.statistics ?? []).reduce(
+        (a, g) => a + g.beforeGC.heapStatistics.usedHeapSize - g.afterGC.heapStatistics.usedHeapSize,
+        0,
+      );
+      const newSpace = v8.getHeapSpaceStatistics().find((x) => x.space_name === 'new_space');
+      const ended = {
+        ...counts,
+        cpuUs: cpu.user + cpu.system,
+        systemUs: cpu.system,
+        newSpaceKb: Math.round((newSpace?.space_size ?? 0) / 1024),
+        eluActiveMs: Math.round(perf.eventLoopUtilization(elu0).active),
+        allocatedKb: Math.round((used1 - used0 + freed) / 1024),
+        minflt: ru1.minorPageFault - (ru0?.minorPageFault ?? 0),
+        vcsw: ru1.voluntaryContextSwitches - (ru0?.voluntaryContextSwitches ?? 0),
+        ivcsw: ru1.involuntaryContextSwitches - (ru0?.involuntaryContextSwitches ?? 0),
+      };
       void stopWorker().then(() => send({ type: 'ended', round: m.round, counts: ended }));
     } else exit(0);
   });
   new PerformanceObserver((list) => {
-    for (const e of list.getEntries()) counts.gcUs += e.duration * 1000;
+    for (const e of list.getEntries()) {
+      counts.gcUs += e.duration * 1000;
+      const kind = ((e as { detail?: unknown }).detail as { kind?: number } | undefined)?.kind;
+      if (kind === constants.NODE_PERFORMANCE_GC_MINOR) counts.gcMinor++;
+      else if (kind === constants.NODE_PERFORMANCE_GC_MAJOR) counts.gcMajor++;
+    }
   }).observe({ entryTypes: ['gc'] });
   try {
     store = await PostgresJobStore.connect(a.url, { migrate: false, applicationName: `keel-bench-worker-${a.index}` });
@@ -188,6 +242,12 @@ interface RunResult {
   pgUsPerJobByKind: Record<string, number> | null;
   claimsPerK: number;
   completionsPerK: number;
+  gcMinorPerK: number;
+  gcMajorPerK: number;
+  newSpaceKb: number[];
+  eluActiveUsPerJob: number;
+  allocatedBytesPerJob: number;
+  perKJobs: string;
   emptyClaims: number;
   shortClaims: number;
 }
@@ -210,6 +270,7 @@ class Children {
   constructor(
     private readonly n: number,
     private readonly args: Omit<ChildArgs, 'index'>,
+    private readonly nodeFlags: string[] = [],
   ) {
     this.succeeded = Array.from({ length: n }, () => 0);
     this.other = Array.from({ length: n }, () => 0);
@@ -223,6 +284,7 @@ class Children {
       // The arguments (with the server URL, which may hold a password) go by environment, not on the command line.
       const c = fork(self, ['--child'], {
         stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+        execArgv: [...process.execArgv, ...this.nodeFlags],
         env: { ...process.env, [CHILD_ARGS_ENV]: JSON.stringify(args) },
       });
       this.children.push(c);
@@ -362,6 +424,12 @@ async function runOnce(
     pgUsPerJobByKind: pgByKind,
     claimsPerK: r2((total('claims') * 1000) / opts.jobs),
     completionsPerK: r2((total('completions') * 1000) / opts.jobs),
+    gcMinorPerK: r2((total('gcMinor') * 1000) / opts.jobs),
+    gcMajorPerK: r2((total('gcMajor') * 1000) / opts.jobs),
+    newSpaceKb: round.counts.map((x) => x.newSpaceKb),
+    eluActiveUsPerJob: r2((total('eluActiveMs') * 1000) / opts.jobs),
+    allocatedBytesPerJob: Math.round((total('allocatedKb') * 1024) / opts.jobs),
+    perKJobs: `minflt ${r2((total('minflt') * 1000) / opts.jobs)} vcsw ${r2((total('vcsw') * 1000) / opts.jobs)} ivcsw ${r2((total('ivcsw') * 1000) / opts.jobs)}`,
     emptyClaims: total('emptyClaims'),
     shortClaims: total('shortClaims'),
   };
@@ -376,6 +444,8 @@ async function main(): Promise<void> {
       rounds: { type: 'string', default: '3' },
       warmup: { type: 'string', default: '1' },
       'poll-ms': { type: 'string', default: '500' },
+      // Extra Node/V8 flags for the worker processes only, e.g. --child-node-flags=--min-semi-space-size=16
+      'child-node-flags': { type: 'string', default: '' },
       'timeout-s': { type: 'string', default: '600' },
       cold: { type: 'boolean', default: false },
       ...PG_URL_OPTION,
@@ -412,13 +482,16 @@ async function main(): Promise<void> {
         pollMs: runOpts.pollMs,
         deadlineMs: (rounds + warmup) * 2 * runOpts.timeoutMs + 60_000,
       };
+      const childNodeFlags = String(values['child-node-flags'])
+        .split(/\s+/)
+        .filter((f) => f !== '');
       const warm = new Map<number, Children>(); // the processes of each shape, kept across rounds (not --cold)
       try {
         for (let r = -warmup; r < rounds; r++) {
           const order = (r + warmup) % 2 ? [...shapes].reverse() : shapes;
           for (const p of order) {
             const queue = `workers-${p}p-${r < 0 ? `warmup${-r}` : `round${r + 1}`}`;
-            const children = warm.get(p) ?? new Children(p, childArgs);
+            const children = warm.get(p) ?? new Children(p, childArgs, childNodeFlags);
             if (!warm.has(p)) {
               if (!cold) warm.set(p, children);
               await children.start();
@@ -430,7 +503,8 @@ async function main(): Promise<void> {
             console.error(
               `${r < 0 ? 'warm-up' : `round ${r + 1}`} ${p} process${p > 1 ? 'es' : ''}: ${Math.round(res.jobsPerSec)} jobs/s (${Math.round(res.ms)} ms), exact ${res.exact}; ` +
                 `CPU µs/job node ${res.nodeUsPerJob} (system ${res.nodeSystemUsPerJob}, GC ${res.nodeGcUsPerJob}), server ${res.pgUsPerJob ?? 'n/a'} ${JSON.stringify(res.pgUsPerJobByKind)}; per 1k jobs ${res.claimsPerK} claims ` +
-                `(${res.emptyClaims} empty, ${res.shortClaims} short in all), ${res.completionsPerK} completion batches`,
+                `(${res.emptyClaims} empty, ${res.shortClaims} short in all), ${res.completionsPerK} completion batches; ` +
+                `GC per 1k jobs ${res.gcMinorPerK} minor, ${res.gcMajorPerK} major, new space KB ${res.newSpaceKb.join('/')}; loop active µs/job ${res.eluActiveUsPerJob}; heap allocated B/job ${res.allocatedBytesPerJob}; per 1k jobs ${res.perKJobs}`,
             );
           }
         }
@@ -449,6 +523,7 @@ async function main(): Promise<void> {
         pollMs: runOpts.pollMs,
         rounds,
         warmupRounds: warmup,
+        childNodeFlags,
         workerProcesses: cold ? 'forked for each round (--cold)' : 'forked once per shape, kept across rounds',
         runs: Object.fromEntries(shapes.map((p) => [`${p}p`, runs[p]!.map((x) => Math.round(x.jobsPerSec))])),
         median: Object.fromEntries(shapes.map((p) => [`${p}p`, medianOf(p)])),
@@ -466,6 +541,8 @@ async function main(): Promise<void> {
                 serverUs: m((x) => x.pgUsPerJob),
                 claimsPerK: m((x) => x.claimsPerK),
                 completionsPerK: m((x) => x.completionsPerK),
+                gcMinorPerK: m((x) => x.gcMinorPerK),
+                heapAllocatedBytes: m((x) => x.allocatedBytesPerJob),
               },
             ];
           }),
