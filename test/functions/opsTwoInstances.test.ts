@@ -251,7 +251,12 @@ describe('ops writes raced across two instances', () => {
       const [state] = await b.rt.store.listSchedules(SCHEDULE.name);
       const last = state?.lastTick ?? null;
       const tick = new Date((last?.getTime() ?? Date.UTC(2020, 0, 1)) + 60_000);
-      const job = { queue: 'ti-sched', type: 'demo.echo', payload: { message: 'x' }, idempotencyKey: `schedule:${SCHEDULE.name}:${tick.toISOString()}` };
+      const job = {
+        queue: 'ti-sched',
+        type: 'demo.echo',
+        payload: { message: 'x' },
+        idempotencyKey: `schedule:${SCHEDULE.name}:${tick.toISOString()}`,
+      };
       const fire = b.rt.store.fireSchedule(SCHEDULE.name, last, tick, [job]);
       await new Promise((r) => setTimeout(r, round));
       const paused = await race('POST', `schedules/${SCHEDULE.name}/pause`);
@@ -268,10 +273,10 @@ describe('ops writes raced across two instances', () => {
     for (let round = 0; round < ROUNDS; round++) {
       // New rows each round (a committed batch's catch-up takes everything there is).
       const low = 50 + round * 10;
-      await fx.source.query(`insert into public.items select n, 'item-' || n from generate_series($1::int, $2::int) n`, [
-        low,
-        low + 4,
-      ]);
+      await fx.source.query(
+        `insert into public.items select n, 'item-' || n from generate_series($1::int, $2::int) n`,
+        [low, low + 4],
+      );
       const rs = await race('POST', 'transfers/items/start');
       expect(tally(rs), JSON.stringify(rs.map((r) => r.body))).toEqual({ 202: 1, 409: N - 1 });
       const batchId = rs.find((r) => r.status === 202)!.body.batch.batchId as string;
@@ -299,10 +304,10 @@ describe('ops writes raced across two instances', () => {
 
   it('abandon an open batch from both: abandoned once, the others a 409', async () => {
     for (let round = 0; round < ROUNDS; round++) {
-      await fx.source.query(`insert into public.items select n, 'item-' || n from generate_series($1::int, $2::int) n`, [
-        100 + round * 10,
-        104 + round * 10,
-      ]);
+      await fx.source.query(
+        `insert into public.items select n, 'item-' || n from generate_series($1::int, $2::int) n`,
+        [100 + round * 10, 104 + round * 10],
+      );
       const started = await call('POST', 'transfers/items/start', {});
       expect(started.status, JSON.stringify(started.body)).toBe(202);
       fx.t.queues.clear();
