@@ -189,6 +189,12 @@ export interface QueueSettings {
 
 export type QueueSettingsPatch = Partial<Omit<QueueSettings, 'name'>>;
 
+// A settings change's answer: the row after this call's change, and whether this call created it (decided where the
+// row is inserted, so of two instances creating a queue at once exactly one is told created).
+export interface QueueSettingsChange extends QueueSettings {
+  created: boolean;
+}
+
 // Cheap at any table size (a stats read must not scan a table, whatever its size): pending, fetched, processing, dlq and the totals are counters kept exact in the
 // transaction of every change; oldestDueAgeMs is the first entry of the pending run_at index; due counts at most
 // STATS_DUE_COUNT_CAP index entries (docs/operations.md).
@@ -526,7 +532,7 @@ export interface JobStore {
   metrics(windowMinutes: number, queue?: string): Promise<MetricBucket[]>;
   getQueue(name: string): Promise<QueueSettings | null>;
   listQueues(): Promise<QueueSettings[]>;
-  updateQueue(name: string, patch: QueueSettingsPatch): Promise<QueueSettings>;
+  updateQueue(name: string, patch: QueueSettingsPatch): Promise<QueueSettingsChange>;
   getJob(jobId: JobId): Promise<JobRecord | null>;
   // A flow's edges of one job: its parents in the order of its after list (with their results), then its children
   // (the first 1,000 by id). Empty for a job in no flow.

@@ -65,12 +65,12 @@ export const queueRoutes: OpsRoute<any, any, any>[] = [
       output: s.out.queueSettingsChanged,
       // A queue exists from its first use: an enqueue or a settings change. So a queue can be paused (or limited)
       // before its first job arrives, e.g. 'default' on a fresh install.
+      // created comes from the store's upsert: of two instances creating the queue at once, one is told so.
       async handle({ rt, params, log }) {
-        const created = !(await rt.store.getQueue(params.name));
         const settings = await rt.store.updateQueue(params.name, { paused: action === 'pause' });
         // Its due jobs' messages were acknowledged while it was paused: post them now, not at the dispatcher's tick.
         if (action === 'resume') await rt.postDue([params.name], log);
-        return { body: { ...settings, created } };
+        return { body: settings };
       },
     }),
   ),
@@ -127,7 +127,7 @@ export const queueRoutes: OpsRoute<any, any, any>[] = [
       // More room than before: jobs held back by the limit may run now; post their messages.
       const limit = (q: { maxConcurrency: number | null } | null) => q?.maxConcurrency ?? Infinity;
       if (!settings.paused && limit(settings) > limit(current)) await rt.postDue([params.name], log);
-      return { body: { ...settings, created: !current } };
+      return { body: settings };
     },
   }),
 ];

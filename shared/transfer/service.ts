@@ -586,7 +586,12 @@ export class TransferService {
       const schema = { columns: b.schemaColumns, hash: b.schemaHash };
       await this.prepare(t, a, schema);
       const w: Window = { kind: b.boundaryKind, low: b.boundaryLow, high: b.boundaryHigh };
-      const [src, tgt] = await Promise.all([readKeys(w, schema), targetKeys(w, schema)]);
+      // The target's keys first, then the source's: a key the target holds was read at the source before the
+      // target had it, so a replay of this window (another instance, or the operator) landing between the two reads
+      // cannot make a row it just brought look gone at the source (read together, or the source first, it could, and
+      // apply deleted it). What the source deletes after its read is found by the next comparison.
+      const tgt = await targetKeys(w, schema);
+      const src = await readKeys(w, schema);
       const present = new Set(src.map((k) => JSON.stringify(k)));
       const gone = tgt.filter((k) => !present.has(JSON.stringify(k)));
       const deleted = opts.apply && gone.length > 0 ? await deleteKeys!(w, schema, gone) : 0;

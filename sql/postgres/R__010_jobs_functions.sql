@@ -1969,15 +1969,28 @@ language sql stable as $$
   select * from keel.queues q where p_name is null or q.name = p_name order by q.name
 $$;
 
--- Null arguments leave a setting unchanged; clear_max_concurrency makes the queue unlimited.
+-- Null arguments leave a setting unchanged; clear_max_concurrency makes the queue unlimited. Returns the row after
+-- this call's change (not a later read: another instance's change may follow at once) and whether this call created
+-- it: of calls creating a queue at once, the insert that waited on the other's key does nothing, so one is told so.
+drop function if exists keel.update_queue(text, boolean, integer, boolean, integer, text, integer, integer, integer,
+                                          integer);
 create or replace function keel.update_queue(p_name text, p_paused boolean, p_max_concurrency integer,
                                              p_clear_max_concurrency boolean, p_zombie_timeout_seconds integer,
                                              p_zombie_policy text, p_max_attempts integer,
                                              p_archive_retention_seconds integer, p_dlq_retention_seconds integer,
                                              p_metrics_retention_seconds integer)
-returns setof keel.queues
-language sql as $$
+returns table (name text, paused boolean, max_concurrency integer, zombie_timeout_seconds integer,
+               zombie_policy text, max_attempts integer, archive_retention_seconds integer,
+               dlq_retention_seconds integer, metrics_retention_seconds integer, updated_at timestamptz,
+               created boolean)
+language plpgsql as $$
+#variable_conflict use_column
+declare
+  v_created boolean;
+begin
   insert into keel.queues (name) values (p_name) on conflict (name) do nothing;
+  v_created := found;
+  return query
   update keel.queues as q
     set paused = coalesce(p_paused, q.paused),
         max_concurrency = case when coalesce(p_clear_max_concurrency, false) then null
@@ -1990,7 +2003,10 @@ language sql as $$
         metrics_retention_seconds = coalesce(p_metrics_retention_seconds, q.metrics_retention_seconds),
         updated_at = now()
   where q.name = p_name
-  returning *
+  returning q.name, q.paused, q.max_concurrency, q.zombie_timeout_seconds, q.zombie_policy, q.max_attempts,
+            q.archive_retention_seconds, q.dlq_retention_seconds, q.metrics_retention_seconds, q.updated_at,
+            v_created;
+end
 $$;
 
 -- A job as get_job and search_jobs return it. p_full: get_job's whole record, with the result and the job's log;

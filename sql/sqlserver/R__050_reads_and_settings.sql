@@ -109,7 +109,9 @@ END;
 GO
 
 -- UpdateQueue(...): creates the queue with default settings when it does not exist, then applies every non-NULL
--- argument (NULL = unchanged); @ClearMaxConcurrency = 1 makes the queue unlimited. Returns the settings row.
+-- argument (NULL = unchanged); @ClearMaxConcurrency = 1 makes the queue unlimited. Returns the settings row after
+-- this call's change, read under its locks (not after the commit: another instance's change may follow at once), and
+-- Created = 1 when this call inserted it (the key-range lock makes a second creator wait and then find the row).
 CREATE OR ALTER PROCEDURE keel.UpdateQueue
   @Name NVARCHAR(128),
   @Paused BIT,
@@ -128,6 +130,7 @@ BEGIN
   IF @Name IS NULL OR LEN(@Name) = 0
     THROW 50040, N'UpdateQueue: @Name is required', 1;
 
+  DECLARE @Created BIT = 0;
   BEGIN TRY
     BEGIN TRANSACTION;
     UPDATE keel.Queues WITH (UPDLOCK, SERIALIZABLE)
@@ -147,6 +150,7 @@ BEGIN
     BEGIN
       -- New queue: the table defaults, overridden by the given arguments.
       INSERT keel.Queues (Name) VALUES (@Name);
+      SET @Created = 1;
       UPDATE keel.Queues
       SET Paused = ISNULL(@Paused, Paused),
           MaxConcurrency = CASE WHEN ISNULL(@ClearMaxConcurrency, 0) = 1 THEN NULL
@@ -159,14 +163,17 @@ BEGIN
           MetricsRetentionSeconds = ISNULL(@MetricsRetentionSeconds, MetricsRetentionSeconds)
       WHERE Name = @Name;
     END;
+    SELECT q.Name, q.Paused, q.MaxConcurrency, q.ZombieTimeoutSeconds, q.ZombiePolicy, q.MaxAttempts,
+           q.ArchiveRetentionSeconds, q.DlqRetentionSeconds, q.MetricsRetentionSeconds, q.UpdatedAt,
+           @Created AS Created
+    FROM keel.Queues AS q
+    WHERE q.Name = @Name;
     COMMIT TRANSACTION;
   END TRY
   BEGIN CATCH
     IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
     THROW;
   END CATCH;
-
-  EXEC keel.ListQueues @Name = @Name;
 END;
 GO
 

@@ -26,6 +26,7 @@ import type {
   OwnerResultById,
   PurgeTarget,
   QueueSettings,
+  QueueSettingsChange,
   QueueSettingsPatch,
   QueueStats,
   RescueResult,
@@ -491,7 +492,7 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     return (await this.call('list_queues', { name: null })).map(toQueueSettings);
   }
 
-  async updateQueue(name: string, patch: QueueSettingsPatch): Promise<QueueSettings> {
+  async updateQueue(name: string, patch: QueueSettingsPatch): Promise<QueueSettingsChange> {
     const rows = await this.call('update_queue', {
       name,
       paused: patch.paused ?? null,
@@ -504,7 +505,7 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
       dlq_retention_seconds: patch.dlqRetentionSeconds ?? null,
       metrics_retention_seconds: patch.metricsRetentionSeconds ?? null,
     });
-    return toQueueSettings(rows[0]!);
+    return { ...toQueueSettings(rows[0]!), created: rows[0]!.created === true };
   }
 
   async listSchedules(name?: string): Promise<ScheduleState[]> {

@@ -26,6 +26,7 @@ import type {
   OwnerResultById,
   PurgeTarget,
   QueueSettings,
+  QueueSettingsChange,
   QueueSettingsPatch,
   QueueStats,
   RescueResult,
@@ -535,8 +536,9 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     return (await this.call('list_queues', { Name: null }, 'safe')).map(queueSettings);
   }
 
-  async updateQueue(name: string, patch: QueueSettingsPatch): Promise<QueueSettings> {
-    // Absolute values: applying them twice is applying them once.
+  async updateQueue(name: string, patch: QueueSettingsPatch): Promise<QueueSettingsChange> {
+    // Absolute values: applying them twice is applying them once (a retry that follows a lost answer may say
+    // created: false for the row its first attempt created).
     const rows = await this.call(
       'update_queue',
       {
@@ -553,7 +555,7 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
       },
       'safe',
     );
-    return queueSettings(rows[0]!);
+    return { ...queueSettings(rows[0]!), created: rows[0]!.Created === true || rows[0]!.Created === 1 };
   }
 
   async getJob(jobId: JobId): Promise<JobRecord | null> {
