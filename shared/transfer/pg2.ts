@@ -195,13 +195,7 @@ function intField(s: string): number {
   if (len < 1 || len > 19) fail('integer', s);
   if (len <= 15) {
     let n = 0;
-    let bad = 0; // negative once a character is not a digit
-    for (let i = from; i < s.length; i++) {
-      const d = s.charCodeAt(i) - 48;
-      bad |= d | (9 - d);
-      n = n * 10 + d;
-    }
-    if (bad < 0) fail('integer', s);
+    for (let i = from; i < s.length; i++) n = n * 10 + digitOf(s, i, 'integer');
     if (neg) n = -n;
     const hi = Math.floor(n / TWO32);
     put64(0, hi, n - hi * TWO32);
@@ -224,12 +218,7 @@ function decimalField(s: string): number {
   let point = s.indexOf('.', from);
   if (point < 0) point = s.length;
   if (point === from || point === s.length - 1) fail('decimal', s);
-  let bad = 0; // negative once a character is not a digit
-  for (let i = from; i < s.length; i++) {
-    const d = s.charCodeAt(i) - 48;
-    if (i !== point) bad |= d | (9 - d);
-  }
-  if (bad < 0) fail('decimal', s);
+  for (let i = from; i < s.length; i++) if (i !== point) digitOf(s, i, 'decimal');
   let intStart = from;
   while (intStart < point && s.charCodeAt(intStart) === 48) intStart++;
   let fracEnd = s.length;
@@ -297,20 +286,14 @@ function civilDays(y: number, m: number, d: number): number {
 }
 const EPOCH_2000 = 10957; // days from 1970-01-01 to 2000-01-01
 
-// Days from 2000-01-01 of s's leading YYYY-MM-DD. The last date read is kept: the rows of a window mostly share
-// their dates (a comparison of 10 characters instead of their parse).
-let lastDate = '';
-let lastDays = 0;
+// Days from 2000-01-01 of s's leading YYYY-MM-DD.
 function dateDays(s: string, what: string): number {
-  if (lastDate.length === 10 && s.startsWith(lastDate)) return lastDays;
   if (s.charCodeAt(4) !== 45 || s.charCodeAt(7) !== 45) fail(what, s);
   const y = digitOf(s, 0, what) * 1000 + digitOf(s, 1, what) * 100 + digitOf(s, 2, what) * 10 + digitOf(s, 3, what);
   const m = digitOf(s, 5, what) * 10 + digitOf(s, 6, what);
   const d = digitOf(s, 8, what) * 10 + digitOf(s, 9, what);
   if (m < 1 || m > 12 || d < 1 || d > 31) fail(what, s);
-  lastDate = s.slice(0, 10);
-  lastDays = civilDays(y, m, d) - EPOCH_2000;
-  return lastDays;
+  return civilDays(y, m, d) - EPOCH_2000;
 }
 
 function dateField(s: string): number {
@@ -322,6 +305,7 @@ function dateField(s: string): number {
 // Microseconds since 2000-01-01 00:00 as 8 bytes: seconds * 10^6 + fraction, kept exact in doubles by splitting the
 // seconds at 2^16 (each product then stays below 2^53). YYYY-MM-DDTHH:MM:SS.ffffff, then Z for timestamptz.
 function timestampField(s: string, zone: boolean): number {
+  const what = zone ? 'timestamptz' : 'timestamp';
   if (
     s.length !== (zone ? 27 : 26) ||
     s.charCodeAt(10) !== 84 || // T
@@ -330,27 +314,15 @@ function timestampField(s: string, zone: boolean): number {
     s.charCodeAt(19) !== 46 ||
     (zone && s.charCodeAt(26) !== 90) // Z
   )
-    fail(zone ? 'timestamptz' : 'timestamp', s);
-  // The time's 12 digits; `bad` turns negative when one is not a digit (d or 9 - d negative).
-  let bad = 0;
-  let tod = 0;
-  for (let i = 11; i < 19; i++) {
-    if (i === 13 || i === 16) continue;
-    const d = s.charCodeAt(i) - 48;
-    bad |= d | (9 - d);
-    tod = tod * 10 + d;
-  }
+    fail(what, s);
+  const secs =
+    dateDays(s, what) * 86400 +
+    (digitOf(s, 11, what) * 10 + digitOf(s, 12, what)) * 3600 +
+    (digitOf(s, 14, what) * 10 + digitOf(s, 15, what)) * 60 +
+    digitOf(s, 17, what) * 10 +
+    digitOf(s, 18, what);
   let frac = 0;
-  for (let i = 20; i < 26; i++) {
-    const d = s.charCodeAt(i) - 48;
-    bad |= d | (9 - d);
-    frac = frac * 10 + d;
-  }
-  if (bad < 0) fail(zone ? 'timestamptz' : 'timestamp', s);
-  // tod is HHMMSS as a number
-  const hh = Math.floor(tod / 10000);
-  const mm = Math.floor(tod / 100) % 100;
-  const secs = dateDays(s, zone ? 'timestamptz' : 'timestamp') * 86400 + hh * 3600 + mm * 60 + (tod % 100);
+  for (let i = 20; i < 26; i++) frac = frac * 10 + digitOf(s, i, what);
   const q = Math.floor(secs / 65536);
   const x = q * 1e6; // < 2^42
   const hi = Math.floor(x / 65536);
