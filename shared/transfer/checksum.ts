@@ -54,7 +54,6 @@
 //
 // PostgreSQL computes the same value in SQL (shared/engines/postgres/transferSql.ts); other engines stream
 // canonical strings through `ChecksumAccumulator`. test/transfer/checksum.test.ts proves the two agree.
-// keel-pg2 of canonical rows is computed in Node too (pg2.ts), for the row path's direct apply into PostgreSQL 14+.
 import { createHash } from 'node:crypto';
 import { md5RowPrefix } from './md5.js';
 

@@ -234,15 +234,7 @@ function decimalField(s: string): number {
     let v = 0;
     for (let k = g * 4; k < g * 4 + 4; k++) {
       const j = k - lead; // index among the int digits, then the fraction digits
-      v =
-        v * 10 +
-        (j < 0
-          ? 0
-          : j < intLen
-            ? s.charCodeAt(intStart + j) - 48
-            : j < intLen + fracLen
-              ? s.charCodeAt(point + 1 + j - intLen) - 48
-              : 0);
+      v = v * 10 + (j < 0 ? 0 : j < intLen ? s.charCodeAt(intStart + j) - 48 : j < intLen + fracLen ? s.charCodeAt(point + 1 + j - intLen) - 48 : 0);
     }
     groups[g] = v;
   }
@@ -332,9 +324,7 @@ function timestampField(s: string, zone: boolean): number {
 
 function hexField(s: string, what: string): number {
   const hex = what === 'uuid' ? s.replace(/-/g, '') : s;
-  if (
-    !(what === 'uuid' ? /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/ : /^([0-9a-f]{2})*$/).test(s)
-  )
+  if (!(what === 'uuid' ? /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/ : /^([0-9a-f]{2})*$/).test(s))
     fail(what, s);
   room(hex.length / 2);
   for (let i = 0; i < hex.length; i += 2) buf[i / 2] = parseInt(hex.slice(i, i + 2), 16);

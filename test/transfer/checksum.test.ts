@@ -241,9 +241,7 @@ describe('keel-v1 checksum', () => {
           target: { engine: 'postgres', connectionSetting: 'Y', table: 'public.pg2_odd' },
           keyColumns: ['id'],
           boundary: { column: 'id', kind: 'key' },
-          columns: cols.map((c) =>
-            c === 'dbl' ? { source: c, target: c, float: 'double' } : { source: c, target: c },
-          ),
+          columns: cols.map((c) => (c === 'dbl' ? { source: c, target: c, float: 'double' } : { source: c, target: c })),
         },
       ],
       TRANSFER_RULES,
