@@ -15,10 +15,6 @@ import { PG2_PREFIX } from './checksum.js';
 
 const TWO32 = 4294967296;
 let buf = new Uint8Array(256);
-// buf's bytes as little-endian 32-bit words (lookup3's reads on the little-endian machines Node runs on; checked
-// below), made again when buf is replaced.
-let words = new Int32Array(buf.buffer);
-if (new Uint8Array(new Uint32Array([1]).buffer)[0] !== 1) throw new Error('pg2.ts reads words little-endian');
 const out = new Uint32Array(2); // hi, lo of the last hash
 
 const rot = (x: number, k: number) => (x << k) | (x >>> (32 - k));
@@ -32,12 +28,10 @@ function hashBytes(len: number): void {
   let c = a;
   let p = 0;
   let n = len;
-  const wk = words;
   while (n >= 12) {
-    const q = p >>> 2; // p is a multiple of 12
-    a = (a + wk[q]!) | 0;
-    b = (b + wk[q + 1]!) | 0;
-    c = (c + wk[q + 2]!) | 0;
+    a = (a + (k[p]! | (k[p + 1]! << 8) | (k[p + 2]! << 16) | (k[p + 3]! << 24))) | 0;
+    b = (b + (k[p + 4]! | (k[p + 5]! << 8) | (k[p + 6]! << 16) | (k[p + 7]! << 24))) | 0;
+    c = (c + (k[p + 8]! | (k[p + 9]! << 8) | (k[p + 10]! << 16) | (k[p + 11]! << 24))) | 0;
     // mix(a, b, c)
     a = (a - c) | 0;
     a ^= rot(c, 4);
@@ -124,10 +118,7 @@ function hashUint32(k: number): void {
 }
 
 function room(n: number): void {
-  if (buf.length < n) {
-    buf = new Uint8Array(n * 2 + 4);
-    words = new Int32Array(buf.buffer, 0, buf.length >>> 2);
-  }
+  if (buf.length < n) buf = new Uint8Array(n * 2);
 }
 
 // UTF-8 of s into buf (as TextEncoder and Buffer.from write it: a lone surrogate as U+FFFD); answers the length.
@@ -181,26 +172,15 @@ function fail(what: string, v: string): never {
   throw new Error(`"${v}" is not a canonical ${what}`);
 }
 
-// The digit at s[i], or fails (no regular expressions and no substrings: this runs for every value written).
-function digitOf(s: string, i: number, what: string): number {
-  const d = s.charCodeAt(i) - 48;
-  if (d >= 0 && d <= 9) return d;
-  return fail(what, s);
-}
+const digit = (s: string, i: number) => s.charCodeAt(i) - 48;
 
 function intField(s: string): number {
-  const neg = s.charCodeAt(0) === 45; // -
-  const from = neg ? 1 : 0;
-  const len = s.length - from;
-  if (len < 1 || len > 19) fail('integer', s);
-  if (len <= 15) {
-    let n = 0;
-    for (let i = from; i < s.length; i++) n = n * 10 + digitOf(s, i, 'integer');
-    if (neg) n = -n;
+  if (!/^-?\d{1,19}$/.test(s)) fail('integer', s);
+  if (s.length <= 15) {
+    const n = Number(s);
     const hi = Math.floor(n / TWO32);
     put64(0, hi, n - hi * TWO32);
   } else {
-    for (let i = from; i < s.length; i++) digitOf(s, i, 'integer');
     const n = BigInt.asUintN(64, BigInt(s));
     put32(0, Number(n >> 32n));
     put32(4, Number(n & 0xffffffffn));
@@ -208,62 +188,38 @@ function intField(s: string): number {
   return 8;
 }
 
-let groups = new Int32Array(64);
-
 // numeric_send(trim_scale(v)): int16 ndigits, int16 weight, uint16 sign, int16 dscale, then the base-10000 digits
 // with no leading or trailing zero digit (weight: the power of 10000 of the first); zero is 0, 0, 0, 0.
 function decimalField(s: string): number {
-  const neg = s.charCodeAt(0) === 45;
-  const from = neg ? 1 : 0;
-  let point = s.indexOf('.', from);
-  if (point < 0) point = s.length;
-  if (point === from || point === s.length - 1) fail('decimal', s);
-  for (let i = from; i < s.length; i++) if (i !== point) digitOf(s, i, 'decimal');
-  let intStart = from;
-  while (intStart < point && s.charCodeAt(intStart) === 48) intStart++;
-  let fracEnd = s.length;
-  if (point < s.length) while (fracEnd > point + 1 && s.charCodeAt(fracEnd - 1) === 48) fracEnd--;
-  const intLen = point - intStart;
-  const fracLen = point < s.length ? fracEnd - point - 1 : 0;
-  // The digits from the first full group of 4 left of the point to the last right of it, as groups.
-  const lead = (4 - (intLen % 4)) % 4;
-  const total = lead + intLen + fracLen + ((4 - (fracLen % 4)) % 4);
-  const count = total / 4;
-  if (groups.length < count) groups = new Int32Array(count * 2);
-  for (let g = 0; g < count; g++) {
-    let v = 0;
-    for (let k = g * 4; k < g * 4 + 4; k++) {
-      const j = k - lead; // index among the int digits, then the fraction digits
-      v = v * 10 + (j < 0 ? 0 : j < intLen ? s.charCodeAt(intStart + j) - 48 : j < intLen + fracLen ? s.charCodeAt(point + 1 + j - intLen) - 48 : 0);
-    }
-    groups[g] = v;
-  }
+  const m = /^(-?)(\d+)(?:\.(\d+))?$/.exec(s);
+  if (!m) fail('decimal', s);
+  const int = m[2]!.replace(/^0+/, '');
+  const frac = (m[3] ?? '').replace(/0+$/, '');
+  // The digits from the first full group of 4 left of the point to the last right of it.
+  const lead = (4 - (int.length % 4)) % 4;
+  const digits = '0'.repeat(lead) + int + frac + '0'.repeat((4 - (frac.length % 4)) % 4);
   let first = 0;
-  let last = count;
-  let weight = (lead + intLen) / 4 - 1;
-  while (first < last && groups[first] === 0) {
+  let groups = digits.length / 4;
+  let weight = (lead + int.length) / 4 - 1;
+  while (first < groups && digits.startsWith('0000', first * 4)) {
     first++;
     weight--;
   }
-  while (last > first && groups[last - 1] === 0) last--;
-  const n = last - first;
+  while (groups > first && digits.startsWith('0000', (groups - 1) * 4)) groups--;
+  const n = groups - first;
   room(8 + 2 * n);
   const zero = n === 0;
-  const b = buf;
-  b[0] = n >>> 8;
-  b[1] = n & 0xff;
-  const w = zero ? 0 : weight & 0xffff;
-  b[2] = w >>> 8;
-  b[3] = w & 0xff;
-  b[4] = !zero && neg ? 0x40 : 0;
-  b[5] = 0;
-  const scale = zero ? 0 : fracLen;
-  b[6] = scale >>> 8;
-  b[7] = scale & 0xff;
+  const put16 = (pos: number, v: number) => {
+    buf[pos] = (v >>> 8) & 0xff;
+    buf[pos + 1] = v & 0xff;
+  };
+  put16(0, n);
+  put16(2, zero ? 0 : weight);
+  put16(4, !zero && m[1] === '-' ? 0x4000 : 0);
+  put16(6, zero ? 0 : frac.length);
   for (let g = 0; g < n; g++) {
-    const v = groups[first + g]!;
-    b[8 + 2 * g] = v >>> 8;
-    b[9 + 2 * g] = v & 0xff;
+    const i = (first + g) * 4;
+    put16(8 + 2 * g, digit(digits, i) * 1000 + digit(digits, i + 1) * 100 + digit(digits, i + 2) * 10 + digit(digits, i + 3));
   }
   return 8 + 2 * n;
 }
@@ -278,43 +234,36 @@ function civilDays(y: number, m: number, d: number): number {
 }
 const EPOCH_2000 = 10957; // days from 1970-01-01 to 2000-01-01
 
-// Days from 2000-01-01 of s's leading YYYY-MM-DD.
-function dateDays(s: string, what: string): number {
-  if (s.charCodeAt(4) !== 45 || s.charCodeAt(7) !== 45) fail(what, s);
-  const y = digitOf(s, 0, what) * 1000 + digitOf(s, 1, what) * 100 + digitOf(s, 2, what) * 10 + digitOf(s, 3, what);
-  const m = digitOf(s, 5, what) * 10 + digitOf(s, 6, what);
-  const d = digitOf(s, 8, what) * 10 + digitOf(s, 9, what);
-  if (m < 1 || m > 12 || d < 1 || d > 31) fail(what, s);
-  return civilDays(y, m, d) - EPOCH_2000;
+const DATE_RE = /^\d{4}-\d{2}-\d{2}$/;
+function dateDays(s: string): number {
+  return (
+    civilDays(
+      digit(s, 0) * 1000 + digit(s, 1) * 100 + digit(s, 2) * 10 + digit(s, 3),
+      digit(s, 5) * 10 + digit(s, 6),
+      digit(s, 8) * 10 + digit(s, 9),
+    ) - EPOCH_2000
+  );
 }
 
 function dateField(s: string): number {
-  if (s.length !== 10) fail('date', s);
-  put32(0, dateDays(s, 'date') >>> 0);
+  if (!DATE_RE.test(s)) fail('date', s);
+  put32(0, dateDays(s) >>> 0);
   return 4;
 }
 
+const TS_RE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z?$/;
 // Microseconds since 2000-01-01 00:00 as 8 bytes: seconds * 10^6 + fraction, kept exact in doubles by splitting the
-// seconds at 2^16 (each product then stays below 2^53). YYYY-MM-DDTHH:MM:SS.ffffff, then Z for timestamptz.
+// seconds at 2^16 (each product then stays below 2^53).
 function timestampField(s: string, zone: boolean): number {
-  const what = zone ? 'timestamptz' : 'timestamp';
-  if (
-    s.length !== (zone ? 27 : 26) ||
-    s.charCodeAt(10) !== 84 || // T
-    s.charCodeAt(13) !== 58 ||
-    s.charCodeAt(16) !== 58 ||
-    s.charCodeAt(19) !== 46 ||
-    (zone && s.charCodeAt(26) !== 90) // Z
-  )
-    fail(what, s);
+  if (!TS_RE.test(s) || (s.length === 27) !== zone) fail(zone ? 'timestamptz' : 'timestamp', s);
   const secs =
-    dateDays(s, what) * 86400 +
-    (digitOf(s, 11, what) * 10 + digitOf(s, 12, what)) * 3600 +
-    (digitOf(s, 14, what) * 10 + digitOf(s, 15, what)) * 60 +
-    digitOf(s, 17, what) * 10 +
-    digitOf(s, 18, what);
+    dateDays(s) * 86400 +
+    (digit(s, 11) * 10 + digit(s, 12)) * 3600 +
+    (digit(s, 14) * 10 + digit(s, 15)) * 60 +
+    digit(s, 17) * 10 +
+    digit(s, 18);
   let frac = 0;
-  for (let i = 20; i < 26; i++) frac = frac * 10 + digitOf(s, i, what);
+  for (let i = 20; i < 26; i++) frac = frac * 10 + digit(s, i);
   const q = Math.floor(secs / 65536);
   const x = q * 1e6; // < 2^42
   const hi = Math.floor(x / 65536);
@@ -369,12 +318,15 @@ export class Pg2Accumulator {
     let lo = 0;
     const types = this.types;
     for (let i = 0; i < types.length; i++) {
-      // h = 31 * h mod 2^64 (lo * 31 < 2^37: exact), then + the field hash
-      const lo31 = lo * 31;
-      lo = Math.imul(lo, 31) >>> 0;
-      hi = (Math.imul(hi, 31) + (lo31 - lo) / TWO32) >>> 0;
+      // h = 31 * h (each product < 2^37: exact), then + the field hash
+      lo *= 31;
+      hi = hi * 31 + Math.floor(lo / TWO32);
+      lo %= TWO32;
       const v = row[i];
-      if (v === null || v === undefined) continue;
+      if (v === null || v === undefined) {
+        hi %= TWO32;
+        continue;
+      }
       fieldHash(types[i]!, v);
       lo += out[1]!;
       hi += out[0]!;
@@ -382,7 +334,7 @@ export class Pg2Accumulator {
         lo -= TWO32;
         hi += 1;
       }
-      hi >>>= 0;
+      hi %= TWO32;
     }
     lo += this.lo;
     hi += this.hi;
