@@ -770,7 +770,6 @@ export class TransferService {
     manifest.catch(() => undefined); // the target awaits it only after the rows; a failed stream ends it first
     const facts: StreamFacts = {};
     const record = (m: Manifest) => this.recordStreamedManifest(b.batchId, m);
-    let streamed: Manifest | undefined; // what these rows hashed to (the recorded manifest may be another run's)
     async function* rows(): AsyncGenerator<CanonicalRow[]> {
       const acc = new ChecksumAccumulator();
       let ended = false;
@@ -781,8 +780,7 @@ export class TransferService {
           for (const row of chunk) acc.add(row);
         }
         ended = true;
-        streamed = { rowCount: acc.count, checksum: acc.checksum };
-        settle.resolve(await record(streamed));
+        settle.resolve(await record({ rowCount: acc.count, checksum: acc.checksum }));
       } catch (err) {
         settle.reject(err);
         throw err;
@@ -790,7 +788,7 @@ export class TransferService {
         if (!ended) settle.reject(new Error(`batch ${b.batchId}: the rows stopped before the window ended`));
       }
     }
-    return { req, feed: { kind: 'rows' as const, rows: rows(), facts }, manifest, streamed: () => streamed };
+    return { req, feed: { kind: 'rows' as const, rows: rows(), facts }, manifest };
   }
 
   // Direct apply with one source read (docs/transfer.md, "Direct apply of the row path"): the rows go into the
@@ -802,7 +800,7 @@ export class TransferService {
     a: Adapters,
     w: Window,
   ): Promise<BatchView | null> {
-    const { req, feed, manifest, streamed } = this.oneReadFeed(b, t, a, w);
+    const { req, feed, manifest } = this.oneReadFeed(b, t, a, w);
     if (!a.target.canApplyDirect?.(req, feed)) {
       await feed.rows.return(undefined); // never started: the source's read was not opened
       return null;
@@ -822,8 +820,7 @@ export class TransferService {
           `batch ${b.batchId} was moved by another run while its rows were written`,
         );
       counted = claimed;
-      const s = streamed();
-      return { manifest: m, attempt: claimed.attempts, ...(s ? { streamed: s } : {}) };
+      return { manifest: m, attempt: claimed.attempts };
     };
     let res: ApplyResult | 'not_eligible';
     try {

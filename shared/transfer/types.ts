@@ -230,14 +230,11 @@ export interface TargetAdapter {
   // empty, the rows are written, and only then does afterRows record the manifest the service computed from them
   // and count the attempt in the journal; the target claims the batch id with that attempt, verifies the rows
   // against that manifest and commits. 'not_eligible': nothing was written (afterRows may have run: reconcile).
-  // `streamed`: the count and keel-v1 checksum the service computed over the very rows it fed (equal to `manifest`
-  // unless another run of the batch recorded its own first): a target that hashed those rows itself with a cheaper
-  // algorithm may verify its stored rows with that one when the two are equal.
   applyDirectStreamed?(
     req: Omit<StageRequest, 'manifest'>,
     w: Window,
     feed: RowsFeed,
-    afterRows: () => Promise<{ manifest: Manifest; attempt: number; streamed?: Manifest }>,
+    afterRows: () => Promise<{ manifest: Manifest; attempt: number }>,
   ): Promise<ApplyResult | 'not_eligible'>;
   // The apply honours StageRequest.mirrorRange (a baseline may then run in key windows, changes.ts).
   readonly mirrorsKeyRanges?: boolean;

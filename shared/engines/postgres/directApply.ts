@@ -13,8 +13,7 @@ import { from as copyFrom } from 'pg-copy-streams';
 import { pipeline } from 'node:stream/promises';
 import { Transform, type Writable } from 'node:stream';
 import { once } from 'node:events';
-import { algorithmOf, type CanonicalRow, type LogicalType } from '../../transfer/checksum.js';
-import { Pg2Accumulator } from '../../transfer/pg2.js';
+import { algorithmOf, type LogicalType } from '../../transfer/checksum.js';
 import { TransferError } from '../../transfer/errors.js';
 import { quotePg } from '../../transfer/identifiers.js';
 import type { MappedColumn } from '../../transfer/schema.js';
@@ -44,7 +43,6 @@ export interface DirectApplyTarget {
   key: string; // the target column of the single integer key, which is also the window's boundary column
   mapped: MappedColumn[];
   targetTypes: Map<string, string>;
-  pg2?: boolean; // the server computes keel-pg2 (PostgreSQL 14+): see "Verified with keel-pg2" below
   stallMs: number;
   trace?: (phase: string, ms: number) => void;
 }
@@ -60,7 +58,7 @@ function pgCode(err: unknown): string | undefined {
 // attempt.
 export type DirectClaim =
   | { manifest: Manifest; count: () => Promise<number | null> }
-  | { afterRows: () => Promise<{ manifest: Manifest; attempt: number; streamed?: Manifest }> };
+  | { afterRows: () => Promise<{ manifest: Manifest; attempt: number }> };
 
 export async function applyDirect(
   d: DirectApplyTarget,
@@ -83,7 +81,6 @@ export async function applyDirect(
   let src: BulkStream | undefined;
   let rowsLeft: AsyncIterator<unknown> | undefined; // the row feed, until it ended (returned on any failure)
   let timer: NodeJS.Timeout | undefined;
-  let pg2: Pg2Accumulator | undefined; // keel-pg2 of the rows written (one source read into a PostgreSQL 14+ target)
   let mark = performance.now();
   const lap = (phase: string) => {
     const now = performance.now();
@@ -207,26 +204,14 @@ export async function applyDirect(
         moved.catch(noop);
         await Promise.race([moved, stalled]);
       } else {
-        const types = d.mapped.map((c) => c.staged);
-        if (d.pg2 && 'afterRows' in when) pg2 = new Pg2Accumulator(types);
         await writeRows(
           feed,
-          types,
+          d.mapped.map((c) => c.staged),
           sink,
           failFast([sinkFailed, stalled]),
           touch,
           (it) => {
             rowsLeft = it;
-          },
-          (rows) => {
-            // After the chunk went to the target (its server parses it meanwhile). A value pg2.ts cannot read
-            // (nothing canonical should be one) leaves the check to keel-v1 instead of failing the batch.
-            if (!pg2) return;
-            try {
-              for (const row of rows) pg2.add(row);
-            } catch {
-              pg2 = undefined;
-            }
           },
         );
         rowsLeft = undefined;
@@ -256,30 +241,12 @@ export async function applyDirect(
     const sourceDone = s?.release();
     lap('direct.copy');
     let manifest: Manifest;
-    // What the stored rows must sum to: the manifest, or the keel-pg2 sum of the rows this transaction wrote.
-    let expected: Manifest;
-    if ('count' in when) manifest = expected = when.manifest;
+    if ('count' in when) manifest = when.manifest;
     else {
       // The journal records the manifest the service computed from these rows, then counts the attempt (durable
       // before the claim goes out, as before an apply); the claim then fences this transaction like any apply's.
       const counted = await when.afterRows();
-      manifest = expected = counted.manifest;
-      // Verified with keel-pg2 (docs/transfer.md, "Direct apply of the row path"): when the recorded manifest is
-      // the one the service computed from the rows it fed -- the very rows written here, which this side hashed
-      // with keel-pg2 as they went -- the stored rows are checked against that keel-pg2 sum: exact like keel-v1
-      // (every value by its stored bytes, 64 bits a row), but no value printed as text and no MD5 on the server
-      // (~1.4 s of its CPU per 1M rows of the bench's shape against ~6 s). Otherwise (another run's manifest, or no
-      // keel-pg2 sum) keel-v1 against the manifest, as before.
-      const s = counted.streamed;
-      if (
-        pg2 &&
-        s &&
-        s.rowCount === manifest.rowCount &&
-        s.checksum === manifest.checksum &&
-        algorithmOf(manifest.checksum) === 'keel-v1' &&
-        pg2.count === manifest.rowCount
-      )
-        expected = { rowCount: pg2.count, checksum: pg2.checksum };
+      manifest = counted.manifest;
       lap('direct.journal');
       const claimed = await claim(counted.attempt);
       if (claimed) return claimed;
@@ -314,15 +281,14 @@ export async function applyDirect(
         d.mapped.map((c) => ({ ref: `t.${quotePg(c.target)}`, type: c.staged, declared: d.targetTypes.get(c.target) })),
         `${d.qualified} t`,
         where,
-        algorithmOf(expected.checksum),
+        algorithmOf(manifest.checksum),
       ),
       w.low === null ? [w.high] : [w.high, w.low],
     );
     const rowCount = Number(sums.rows[0].n);
     const checksum = String(sums.rows[0].checksum);
     lap('direct.checksum');
-    d.trace?.(`direct.verified.${algorithmOf(expected.checksum)}`, 0); // which sum the stored rows were held to
-    if (rowCount !== expected.rowCount || checksum !== expected.checksum) {
+    if (rowCount !== manifest.rowCount || checksum !== manifest.checksum) {
       await client.query('rollback');
       await sourceDone;
       return 'not_eligible';
@@ -330,7 +296,7 @@ export async function applyDirect(
     await client.query('commit');
     await sourceDone;
     lap('direct.commit');
-    return { outcome: 'applied', rowCount: manifest.rowCount, checksum: manifest.checksum };
+    return { outcome: 'applied', rowCount, checksum };
   } catch (err) {
     clearTimeout(timer);
     // Ends the source's read (its own cleanup releases its connection); not awaited: a source that stopped
@@ -364,7 +330,6 @@ async function writeRows(
   guard: <T>(p: Promise<T>) => Promise<T>,
   touch: () => void,
   holding: (it: AsyncIterator<unknown>) => void,
-  written: (rows: CanonicalRow[]) => void,
 ): Promise<void> {
   const rows = feed.rows[Symbol.asyncIterator]();
   holding(rows);
@@ -372,9 +337,7 @@ async function writeRows(
     const next = await guard(rows.next());
     if (next.done) break;
     touch();
-    const drained = sink.write(copyChunk(next.value, types));
-    written(next.value);
-    if (!drained) await guard(once(sink, 'drain'));
+    if (!sink.write(copyChunk(next.value, types))) await guard(once(sink, 'drain'));
     touch();
   }
   const finished = new Promise<void>((resolve) => sink.once('finish', resolve));

@@ -560,7 +560,7 @@ export class PostgresTransferTarget extends StagingTarget {
     req: Omit<StageRequest, 'manifest'>,
     w: Window,
     feed: RowsFeed,
-    afterRows: () => Promise<{ manifest: Manifest; attempt: number; streamed?: Manifest }>,
+    afterRows: () => Promise<{ manifest: Manifest; attempt: number }>,
   ): Promise<ApplyResult | 'not_eligible'> {
     if (!this.canApplyDirect(req, feed)) return 'not_eligible';
     const res = await this.direct(req, w, feed, { afterRows });
@@ -589,7 +589,6 @@ export class PostgresTransferTarget extends StagingTarget {
         key: key.target,
         mapped,
         targetTypes: this.dialect.targetTypes,
-        pg2: (await pgChecksumAlgorithms(this.pool)).includes('keel-pg2'),
         stallMs: this.options.stallMs ?? DEFAULT_TRANSFER_TIMEOUTS.stallMs,
         ...(this.options.trace ? { trace: this.options.trace } : {}),
       },
