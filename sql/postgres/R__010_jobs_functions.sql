@@ -888,6 +888,9 @@ $$;
 -- The owned rows are locked first, in id order (keel._lock_owned), then deleted by their tuple ids, archived, and counted.
 -- p_results: null, or a JSON object of the handlers' results by job id ({"123": <value>}); a job absent from it
 -- archives with result null. Jobs without a result pay nothing for the column.
+-- The delete returns the archive's columns only, and the whole row only for a cancelled job (keel._bury takes it):
+-- `returning h.*` copied every column of every row (lease, times, progress) into the CTE for nothing (bench/README.md,
+-- runs 410-429).
 drop function if exists keel.complete_many(jsonb);
 create or replace function keel.complete_many(p_leases jsonb, p_results jsonb default null)
 returns table (ok bigint[], cancelled bigint[])
