@@ -9,6 +9,9 @@
 //   --jobs N  --rounds R  --warmup W (unrecorded rounds first, default 1)  --only keel-batched,...  --latency-samples S
 //   --scaling-only a,b    the configs the scaling phases run (default keel-batched,graphile-perf: bounded run time)
 //   --pg-url URL          an admin URL of a running server to use instead of the embedded one (or KEEL_BENCH_PG_URL)
+//   --vacuum              VACUUM the database (every system's tables) before each run, after none of them is running:
+//                         no run then starts on the dead rows of earlier runs or shares its CPU with an autovacuum of
+//                         them (off by default: the numbers of bench/README.md were taken without it)
 //
 // The peers are devDependencies used only here; their newest versions need Node >= 22.18 (the project runs on 20):
 // run this file with Node 22 (see bench/README.md: `.tools/package/bin/node`).
@@ -334,6 +337,7 @@ async function main() {
       scaling: { type: 'boolean', default: false },
       'scaling-only': { type: 'string', default: 'keel-batched,graphile-perf' },
       'latency-samples': { type: 'string', default: '200' },
+      vacuum: { type: 'boolean', default: false },
       delayed: { type: 'string', default: '200000' },
       archive: { type: 'string', default: '1000000' },
       dlq: { type: 'string', default: '200000' },
@@ -372,6 +376,7 @@ async function main() {
       warmupRounds: Number(values.warmup),
       cpus: os.cpus().length,
       loadavg: os.loadavg().map(r2),
+      vacuumBeforeEachRun: values.vacuum,
     };
 
     const queueOf = (c: Config) => `peers-${c}`;
@@ -393,6 +398,7 @@ async function main() {
       for (let r = -warmupRounds; r < rounds; r++) {
         const order = entries.map((_, i) => entries[(((i + r) % entries.length) + entries.length) % entries.length]!);
         for (const { key, config: c, queue } of order) {
+          if (values.vacuum) await admin.query('vacuum'); // every system's tables alike (--vacuum)
           await admin.query('checkpoint');
           let res: RunResult;
           if (c === 'keel-batched') res = await keel.batched(queue, N);

@@ -888,6 +888,9 @@ $$;
 -- The owned rows are locked first, in id order (keel._lock_owned), then deleted by their tuple ids, archived, and counted.
 -- p_results: null, or a JSON object of the handlers' results by job id ({"123": <value>}); a job absent from it
 -- archives with result null. Jobs without a result pay nothing for the column.
+-- The delete returns the archive's columns only, and the whole row only for a cancelled job (keel._bury takes it):
+-- `returning h.*` copied every column of every row (lease, times, progress) into the CTE for nothing (bench/README.md,
+-- runs 410-429).
 drop function if exists keel.complete_many(jsonb);
 create or replace function keel.complete_many(p_leases jsonb, p_results jsonb default null)
 returns table (ok bigint[], cancelled bigint[])
@@ -915,7 +918,9 @@ begin
   with moved as (
     delete from keel.jobs_hot h
     where h.ctid = any(array(select unnest(v_tids))) -- the rows locked above, by a TID scan (see _lock_owned)
-    returning h.*
+    returning h.id, h.queue, h.type, h.payload, h.priority, h.attempts, h.max_attempts, h.idempotency_key, h.tags,
+              h.created_at, h.started_at, h.worker_id, h.logs, h.cancel_requested, h.has_dependents,
+              case when h.cancel_requested then h end as whole -- the whole row only for _bury (rare)
   ), archived as (
     insert into keel.jobs_archive (id, queue, type, payload, priority, attempts, max_attempts, idempotency_key, tags,
                                    created_at, started_at, finished_at, duration_ms, worker_id, result, logs)
@@ -927,7 +932,7 @@ begin
     returning id, queue, duration_ms
   )
   select (select coalesce(array_agg(a.id order by a.id), '{}') from archived a), g.queues, g.jobs, g.total_ms, g.max_ms,
-         (select array_agg(row(m.*)::keel.jobs_hot order by m.id) from moved m where m.cancel_requested),
+         (select array_agg(m.whole order by m.id) from moved m where m.cancel_requested),
          (select array_agg(m.id order by m.id) from moved m where m.has_dependents and not m.cancel_requested),
          (select count(*) from moved)
   into v_ok, v_queues, v_jobs, v_total_ms, v_max_ms, v_cancelled, v_parents, v_moved
