@@ -46,6 +46,23 @@ export interface TransferConfig {
   columns: { source: string; target: string }[];
 }
 
+/** Another transfer like `items` on table public.<name>, batches of 10, comparing key sets at 02:30 UTC. */
+export function keyCompareTransfer(
+  items: TransferConfig,
+  name: string,
+  keyCompare: 'apply' | 'report' = 'apply',
+): Record<string, unknown> {
+  return {
+    ...items,
+    name,
+    source: { ...items.source, table: `public.${name}` },
+    target: { ...items.target, table: `public.${name}` },
+    batchSize: 10,
+    keyCompare,
+    keyCompareSchedule: '0 30 2 * * *',
+  };
+}
+
 export interface ItemsTransfer {
   t: TestRuntime;
   source: pg.Pool;

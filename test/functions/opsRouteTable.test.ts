@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { allRoutes } from '../../shared/ops/routes.js';
 import { defineSchedule } from '../../shared/jobs/define.js';
 import { auditRows, lastAuditId, snapshot } from './support.js';
-import { useItemsTransfer } from './itemsTransfer.js';
+import { keyCompareTransfer, useItemsTransfer } from './itemsTransfer.js';
 
 const N = 10;
 const SCHEDULE = defineSchedule('route-table', { cron: '0 0 0 1 1 *', type: 'demo.echo', payload: { message: 'x' } });
@@ -26,17 +26,7 @@ const fx = useItemsTransfer({
   seed: async (source) => {
     await source.query(`insert into public.kc select n, 'kc-' || n from generate_series(1, 20) n`);
   },
-  moreTransfers: (items) => [
-    {
-      ...items,
-      name: 'kc',
-      source: { ...items.source, table: 'public.kc' },
-      target: { ...items.target, table: 'public.kc' },
-      batchSize: 10,
-      keyCompare: 'apply',
-      keyCompareSchedule: '0 30 2 * * *',
-    },
-  ],
+  moreTransfers: (items) => [keyCompareTransfer(items, 'kc')],
 });
 const { call, pump } = fx;
 

@@ -11,7 +11,7 @@ import { createRuntime, type Runtime } from '../../shared/app/runtime.js';
 import { defineSchedule } from '../../shared/jobs/define.js';
 import { registerDemoHandlers } from '../../dev/demoHandlers.js';
 import { auditRows, context, jsonOf, lastAuditId, RecordingQueues, request } from './support.js';
-import { useItemsTransfer } from './itemsTransfer.js';
+import { keyCompareTransfer, useItemsTransfer } from './itemsTransfer.js';
 
 const ROUNDS = 3;
 const EACH = 2; // calls per instance per round
@@ -30,17 +30,7 @@ const fx = useItemsTransfer({
   seed: async (source) => {
     await source.query(`insert into public.kc select n, 'kc-' || n from generate_series(1, 40) n`);
   },
-  moreTransfers: (items) => [
-    {
-      ...items,
-      name: 'kc',
-      source: { ...items.source, table: 'public.kc' },
-      target: { ...items.target, table: 'public.kc' },
-      batchSize: 10,
-      keyCompare: 'apply',
-      keyCompareSchedule: '0 30 2 * * *',
-    },
-  ],
+  moreTransfers: (items) => [keyCompareTransfer(items, 'kc')],
 });
 
 interface Answer {

@@ -6,7 +6,7 @@
 import { describe, expect, it, vi } from 'vitest';
 import { telemetry } from '../../shared/telemetry/index.js';
 import { READER } from './support.js';
-import { ITEMS_DDL, useItemsTransfer } from './itemsTransfer.js';
+import { ITEMS_DDL, keyCompareTransfer, useItemsTransfer } from './itemsTransfer.js';
 import { migratePostgresChangeCapture } from '../../shared/engines/postgres/changeCapture.js';
 import { keyCompareDue, runTransferSchedule } from '../../shared/app/transferSchedule.js';
 
@@ -36,15 +36,7 @@ const fx = useItemsTransfer({
       target: { ...items.target, table: 'public.things' },
       boundary: { kind: 'changes' },
     },
-    {
-      ...items,
-      name: 'kc',
-      source: { ...items.source, table: 'public.kc' },
-      target: { ...items.target, table: 'public.kc' },
-      batchSize: 10,
-      keyCompare: 'apply',
-      keyCompareSchedule: '0 30 2 * * *',
-    },
+    keyCompareTransfer(items, 'kc'),
     {
       ...items,
       name: 'bl',
@@ -54,15 +46,7 @@ const fx = useItemsTransfer({
       batchSize: 10,
     },
     // key-set comparisons run by the timer (02:30 UTC): one reports only, the other deletes
-    {
-      ...items,
-      name: 'kr',
-      source: { ...items.source, table: 'public.kr' },
-      target: { ...items.target, table: 'public.kr' },
-      batchSize: 10,
-      keyCompare: 'report',
-      keyCompareSchedule: '0 30 2 * * *',
-    },
+    keyCompareTransfer(items, 'kr', 'report'),
   ],
 });
 const { call, pump } = fx;
