@@ -681,7 +681,7 @@ export class TransferService {
     const moved = await this.moves.move(rec.batchId, {
       move: 'record_manifest',
       set: { rowCount: m.rowCount, checksum: m.checksum, stamp: 'extracted_at' },
-      detail: { rowCount: m.rowCount, checksum: m.checksum, ...(m.ahead ? { ahead: true } : {}) },
+      detail: { rowCount: m.rowCount, checksum: m.checksum, ...(m.ahead ? { readAhead: true } : {}) },
     });
     return moved ?? (await this.moves.load(rec.batchId));
   }
