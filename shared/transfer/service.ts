@@ -68,6 +68,23 @@ export interface TransferServiceDeps {
   directApply?: boolean;
 }
 
+// The next window's manifest, read ahead while a full window's rows move (TransferService.startAhead): for the window
+// low/high, the schema hash and the algorithm in `key`, finished at `at` (epoch ms).
+interface Ahead {
+  key: string;
+  manifest: Manifest;
+  at: number;
+}
+
+// A manifest read ahead is used only this long after it was read: older, the source had time to change (a changed
+// window is still caught by the target's check, but then costs a failed attempt).
+const AHEAD_MAX_AGE_MS = 60_000;
+
+const aheadKey = (w: Window, schemaHash: string, algorithm: string) =>
+  JSON.stringify([w.kind, w.low, w.high, schemaHash, algorithm]);
+
+type ReadManifest = Manifest & { ahead?: true };
+
 export class TransferService {
   private readonly journal: TransferJournal;
   private readonly transfers: Map<string, TransferConfig>;
@@ -85,6 +102,8 @@ export class TransferService {
   private readonly moves: BatchMoves;
   private readonly reconciler: Reconciler;
   // The last rows-behind count per transfer, with the bound and cap it was counted for (rowsBehind's reuse).
+  // The next window's manifest per transfer, read while a full window's rows move (startAhead).
+  private readonly ahead = new Map<string, Promise<Ahead | null>>();
   private readonly behindCounts = new Map<string, { low: string | null; cap: number; at: number; value: RowsBehind }>();
   // Replays of one transfer, one at a time in this process (replay's check for an open replay, then its insert; the
   // journal's insert decides across processes).
@@ -274,6 +293,9 @@ export class TransferService {
     // The source's schema too (the source, not the journal): read beside them, checked after them as before.
     const schemaRead = this.connect(t).then(async (a) => ({ a, schema: await a.source.readSchema() }));
     schemaRead.catch(() => undefined);
+    // A manifest read ahead serves this attempt or none (whatever it ends in: drift, nothing new, an open batch).
+    const ahead = this.ahead.get(t.name);
+    this.ahead.delete(t.name);
     if (await this.isPaused(t.name))
       throw new TransferError('transfer_paused', `transfer ${t.name} is paused; resume it first`);
     const { open, lastCommitted } = await last;
@@ -305,7 +327,7 @@ export class TransferService {
     // The manifest is read from the source beside the batch's insert into the journal (two servers; the insert
     // is one round trip of wait a batch fewer this way) and recorded, as before, only once the batch exists. A
     // window another run took meanwhile (window_taken, open_batch_exists) leaves that read unused.
-    const manifestRead = this.readManifest(a, window, schema, true);
+    const manifestRead = this.readManifest(a, window, schema, true, ahead);
     manifestRead.catch(() => undefined); // awaited below unless the insert throws first
     const rec = await this.journal.insertBatch({
       batchId: this.newId(),
@@ -648,22 +670,28 @@ export class TransferService {
     return m ? this.storeManifest(rec, m) : rec;
   }
 
-  // The window's manifest from the source; null when it is left to the stage (deferrable, one source read).
+  // The window's manifest from the source; null when it is left to the stage (deferrable, one source read). `ahead`:
+  // a manifest read ahead (startAhead), taken only for exactly this window, schema hash and algorithm, and fresh.
   private async readManifest(
     a: Adapters,
     w: Window,
     schema: SourceSchema,
     deferrable: boolean,
-  ): Promise<Manifest | null> {
+    ahead?: Promise<Ahead | null>,
+  ): Promise<ReadManifest | null> {
     if (deferrable && (await readsOnce(a, w))) return null;
-    return a.source.manifest(w, schema, await negotiateChecksum(a));
+    const algorithm = await negotiateChecksum(a);
+    const got = ahead ? await ahead : null;
+    if (got && got.key === aheadKey(w, schema.hash, algorithm) && Date.now() - got.at <= AHEAD_MAX_AGE_MS)
+      return { ...got.manifest, ahead: true };
+    return a.source.manifest(w, schema, algorithm);
   }
 
-  private async storeManifest(rec: BatchRecord, m: Manifest): Promise<BatchRecord> {
+  private async storeManifest(rec: BatchRecord, m: ReadManifest): Promise<BatchRecord> {
     const moved = await this.moves.move(rec.batchId, {
       move: 'record_manifest',
       set: { rowCount: m.rowCount, checksum: m.checksum, stamp: 'extracted_at' },
-      detail: { rowCount: m.rowCount, checksum: m.checksum },
+      detail: { rowCount: m.rowCount, checksum: m.checksum, ...(m.ahead ? { readAhead: true } : {}) },
     });
     return moved ?? (await this.moves.load(rec.batchId));
   }
@@ -1011,6 +1039,7 @@ export class TransferService {
         set: { incrementAttempts: true, stamp: 'apply_started_at', targetReconcileToken: null },
         detail: { attempt: b.attempts + 1, direct: true },
       });
+      if (claimed && feed.kind === 'bulk') this.startAhead(t, a, claimed);
       return claimed?.attempts ?? null;
     };
     let res: ApplyResult | 'not_eligible' | 'not_counted';
@@ -1028,6 +1057,39 @@ export class TransferService {
     }
     // The target committed: an error from here on is the journal's (recordCommitted), never the apply's.
     return this.directCommitted(b, t, res);
+  }
+
+  // The next window's manifest, read while this batch's rows move (docs/transfer.md, "The next window's manifest,
+  // ahead"): after a full window the source probably has more, and catch-up creates the next batch in this process
+  // as soon as this one commits; its manifest (a scan of the window) then need not run after the commit. Read with
+  // one source process (manifest's `ahead`), beside the COPY, which leaves CPU idle. Nothing durable: the result
+  // waits in memory for the transfer's next createBatch, which takes it whatever happens and records it only for
+  // exactly the window it chooses then (same low, the high nextWindow finds then, the schema hash it reads then, the
+  // same algorithm), at most AHEAD_MAX_AGE_MS old; a crash loses it, any mismatch or failure discards it, and the
+  // manifest is then read as before. Only a bulk direct apply of the transfer's own chain (not a replay), key
+  // windows, no change capture, a full window.
+  private startAhead(t: TransferConfig, a: Adapters, b: BatchRecord): void {
+    if (
+      b.transferName !== t.name ||
+      t.boundary.kind !== 'key' ||
+      carriesChanges(t) ||
+      b.rowCount === null ||
+      b.rowCount < t.batchSize ||
+      this.ahead.has(t.name)
+    )
+      return;
+    const schema: SourceSchema = { columns: b.schemaColumns, hash: b.schemaHash };
+    const run = (async (): Promise<Ahead | null> => {
+      const w = await a.source.nextWindow(b.boundaryHigh, t.batchSize, { ...baselineOpts(a), schema });
+      if (!w || (await readsOnce(a, w))) return null;
+      const algorithm = await negotiateChecksum(a);
+      const manifest = await a.source.manifest(w, schema, algorithm, { ahead: true });
+      return { key: aheadKey(w, schema.hash, algorithm), manifest, at: Date.now() };
+    })().catch((err: unknown) => {
+      this.log('transfer.manifest_ahead_error', { transfer: t.name, message: describeError(err).message });
+      return null;
+    });
+    this.ahead.set(t.name, run);
   }
 
   private async directCommitted(b: BatchRecord, t: TransferConfig, res: ApplyResult): Promise<BatchView> {
@@ -1210,6 +1272,10 @@ export class TransferService {
   }
 
   async close(): Promise<void> {
+    // A manifest still being read ahead uses the source: it ends (or fails) before the adapters close.
+    const ahead = [...this.ahead.values()];
+    this.ahead.clear();
+    await Promise.all(ahead);
     const all = [...this.adapters.values()];
     this.adapters.clear();
     for (const p of all) {

@@ -74,8 +74,15 @@ export interface SourceAdapter {
   // further: a bounded walk of the boundary column's index, for the rows-behind gauge. Optional: a source without
   // it reports no rows-behind figure.
   rowsAfter?(low: string | null, cap: number): Promise<number>;
-  // algorithm: one of checksumAlgorithms() (shared/transfer/checksum.ts).
-  manifest(w: Window, schema: SourceSchema, algorithm: ChecksumAlgorithm): Promise<Manifest>;
+  // algorithm: one of checksumAlgorithms() (shared/transfer/checksum.ts). opts.ahead: the next window's manifest,
+  // read while another batch's rows move (docs/transfer.md, "The next window's manifest, ahead"): a source may read
+  // it with less of the server (PostgreSQL: one process, no parallel workers), leaving the moving rows their CPU.
+  manifest(
+    w: Window,
+    schema: SourceSchema,
+    algorithm: ChecksumAlgorithm,
+    opts?: { ahead?: boolean },
+  ): Promise<Manifest>;
   // The checksum algorithms this source can compute for a manifest, preferred first ('keel-v1' always among them).
   checksumAlgorithms(): Promise<readonly ChecksumAlgorithm[]>;
   // Rows of the window as canonical text in mapping order, in chunks of at most chunkSize, with backpressure. A chunk

@@ -38,6 +38,7 @@ import type {
 import { TransferError } from '../../transfer/errors.js';
 import {
   PG_CHECKSUM_SETTINGS_SQL,
+  PG_ONE_PROCESS_SQL,
   PG_OUT_OF_RANGE_MARK,
   pgCanonical,
   pgCastFor,
@@ -388,7 +389,12 @@ export class PostgresTransferSource implements SourceAdapter {
     return { kind: this.t.boundary.kind, low, high };
   }
 
-  async manifest(w: Window, schema: SourceSchema, algorithm: ChecksumAlgorithm): Promise<Manifest> {
+  async manifest(
+    w: Window,
+    schema: SourceSchema,
+    algorithm: ChecksumAlgorithm,
+    opts: { ahead?: boolean } = {},
+  ): Promise<Manifest> {
     const changes = carriesChanges(this.t);
     const cols: { name: string; ref: string; type: LogicalType; declared: string }[] = mappedColumns(
       this.t,
@@ -425,13 +431,15 @@ export class PostgresTransferSource implements SourceAdapter {
       // One statement (one snapshot) for count and checksum, under the fixed output settings.
       const started = performance.now();
       // begin and the settings in one simple query: one round trip of wait a batch fewer (neither takes parameters).
+      // Ahead (beside another batch's COPY): one process, no parallel workers. Two workers started per window
+      // compete with that COPY's backends for the same cores; one process uses what the COPY leaves idle.
       await client.query(
-        `${changes ? 'begin isolation level repeatable read read only' : 'begin read only'}; ${PG_CHECKSUM_SETTINGS_SQL}`,
+        `${changes ? 'begin isolation level repeatable read read only' : 'begin read only'}; ${PG_CHECKSUM_SETTINGS_SQL}${opts.ahead ? `; ${PG_ONE_PROCESS_SQL}` : ''}`,
       );
       if (changes) await this.checkChangesValid(client, w.low);
       const res = await client.query(pgChecksumQuery(cols, from, pred.sql, algorithm, checks), pred.params);
       await client.query('commit');
-      this.opts.trace?.('extract.manifest', performance.now() - started);
+      this.opts.trace?.(opts.ahead ? 'extract.manifestAhead' : 'extract.manifest', performance.now() - started);
       temporal.forEach((c, i) => {
         const key = res.rows[0][`bad${i}`] as string | null;
         if (key !== null) throw this.outOfRange(c.name, c.declared, key);

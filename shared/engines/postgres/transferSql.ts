@@ -110,6 +110,9 @@ const TWO_64 = '18446744073709551616';
 export const PG_CHECKSUM_SETTINGS_SQL = `select set_config('timezone', 'UTC', true), set_config('datestyle', 'ISO, YMD', true),
   set_config('bytea_output', 'hex', true), set_config('intervalstyle', 'postgres', true), set_config('extra_float_digits', '1', true)`;
 
+// A statement planned for one process (transaction-local): no parallel workers.
+export const PG_ONE_PROCESS_SQL = `select set_config('max_parallel_workers_per_gather', '0', true)`;
+
 // keel-pg2 field of one column (see shared/transfer/checksum.ts): hashed by its exact value with full 64-bit strength.
 // `declared` is the column's declared type on the side that runs the query (character(n) keeps its padding).
 export function pg2Field(ref: string, type: LogicalType, declared?: string): string {
