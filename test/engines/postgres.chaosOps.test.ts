@@ -36,4 +36,4 @@ it('chaos with flows and operators over the ops API: workers, maintenance, kills
   console.log('chaos ops:', report.facts);
   expect(report.problems).toEqual([]);
   expect(await watch.findings()).toEqual([]);
-}, 100_000);
+}, 150_000);

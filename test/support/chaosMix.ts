@@ -76,6 +76,10 @@ interface Child {
   ready: Promise<void>;
   bye?: number;
   exited: Promise<void>;
+  spawnedAt: number;
+  readyAt?: number;
+  exit?: string; // how it exited
+  stderr: () => string;
 }
 
 const QUEUE_NAMES = ['mx-a', 'mx-b', 'mx-lim', 'mx-p'];
@@ -160,8 +164,11 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
       role,
       proc,
       ready,
+      spawnedAt: Date.now(),
+      stderr: () => err,
       exited: new Promise<void>((res) =>
         proc.once('exit', (code, signal) => {
+          child.exit = `${code ?? signal}`;
           children.delete(child);
           const now = Date.now();
           // A killed process's running handlers end with it.
@@ -185,8 +192,10 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
       buf = lines.pop()!;
       for (const l of lines) {
         const f = l.split(' ');
-        if (l === 'READY') readyResolve();
-        else if (f[0] === 'S') {
+        if (l === 'READY') {
+          child.readyAt = Date.now();
+          readyResolve();
+        } else if (f[0] === 'S') {
           const r: Run = { job: f[1]!, attempt: Number(f[2]), pid, start: Number(f[3]) };
           runs.set(r.job, [...(runs.get(r.job) ?? []), r]);
           openRuns.set(`${pid} ${r.job}`, r);
@@ -200,8 +209,11 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
         } else if (f[0] === 'O') outcomes.set(f[1]!, [...(outcomes.get(f[1]!) ?? []), f[2]!]);
         else if (f[0] === 'P') purged += Number(f[2]);
         else if (f[0] === 'L') lags.push({ pid, at: Number(f[1]), ms: Number(f[2]) });
-        else if (f[0] === 'Q') dedup.push(l.slice(2));
-        else if (f[0] === 'J') apiIds.push(...f.slice(1));
+        else if (f[0] === 'Q') {
+          dedup.push(l.slice(2));
+          // The operator's keyed jobs are the run's too (a purge of mx-p's archive may take them).
+          apiIds.push(...f.slice(1).map((x) => x.split(':')[0]!));
+        } else if (f[0] === 'J') apiIds.push(...f.slice(1));
         else if (f[0] === 'RS') skippedRevived.set(f[1]!, (skippedRevived.get(f[1]!) ?? 0) + Number(f[2]));
         else if (f[0] === 'R') for (const id of f.slice(1)) revived.add(id);
         else if (f[0] === 'H') serverErrors.set(l.slice(2), (serverErrors.get(l.slice(2)) ?? 0) + 1);
@@ -421,8 +433,11 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     if (probesLeft > 0) problems.push(`liveness: ${probesLeft} of 40 probes not done within ${o.probeMs / 1000} s`);
 
     // Graceful stops: every process says BYE within its grace (3 s) and a margin.
-    const stopStart = Date.now();
     const living = [...children];
+    // A replacement spawned late in the chaos may still be starting (seconds on a loaded machine): SIGTERM before
+    // its handler is installed kills it outright, which says nothing about a graceful stop. Let it get ready first.
+    await Promise.race([Promise.all(living.map((c) => c.ready.catch(() => undefined))), sleep(30_000)]);
+    const stopStart = Date.now();
     for (const c of living) {
       c.killedByUs = true;
       c.proc.kill('SIGTERM');
@@ -430,7 +445,14 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     await Promise.race([Promise.all(living.map((c) => c.exited)), sleep(15_000)]);
     facts.stopMs = Date.now() - stopStart;
     for (const c of living) {
-      if (c.bye === undefined) problems.push(`shutdown: a ${c.role} process did not stop within 15 s of SIGTERM`);
+      if (c.bye === undefined)
+        problems.push(
+          `shutdown: a ${c.role} process did not stop within 15 s of SIGTERM (${c.proc.pid}, spawned ${
+            stopStart - c.spawnedAt
+          } ms before the stop, ${c.readyAt ? `ready ${stopStart - c.readyAt} ms before` : 'never ready'}; exit: ${
+            c.exit ?? 'none'
+          }; stderr: ${c.stderr().slice(-400)})`,
+        );
     }
     // Whatever the stops gave back (interrupted jobs) is pending again: one more maintenance-free check that
     // nothing was left processing or fetched by a graceful stop.
