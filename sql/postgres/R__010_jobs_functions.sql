@@ -1677,6 +1677,7 @@ language plpgsql as $$
 declare
   v_round  bigint[] := p_job_ids;
   v_ids    bigint[] := '{}';
+  v_parents bigint[];
   v_queues text[] := '{}';
   v_new    bigint[];
   v_q      text[];
@@ -1701,10 +1702,24 @@ begin
     return;
   end if;
   if exists (select 1 from keel.job_deps e where e.parent_id = any(v_ids) or e.child_id = any(v_ids)) then
-    -- Hot children of the revived jobs still waiting: locked (id order) before their edges open again.
+    -- Parents of the revived jobs that were not revived with them: an edge from one still hot (retried, resurrected
+    -- earlier, or never failed) opens again below, so that parent's own final move must settle the child: it is
+    -- flagged has_dependents (else it would finish without reading its edges and the child would wait for ever).
+    -- Its row is locked before the edges are read, so it cannot finish unseen in between: rows that are not
+    -- waiting first, by id; then the waiting ones with the waiting children below (sql/README.md, Lock order 3a).
+    v_parents := array(select distinct e.parent_id from keel.job_deps e
+                       where e.child_id = any(v_ids) and e.parent_id <> all(v_ids) order by 1);
+    perform l.id from (select x.id from unnest(v_parents) as x(id) order by 1) x
+    cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id and h.state <> 'waiting'
+                        for update of h offset 0) l;
+    -- Hot children of the revived jobs still waiting, and waiting parents: locked (id order) before their edges
+    -- open again.
     perform l.id
-    from (select distinct e.child_id as id from keel.job_deps e
-          where e.parent_id = any(v_ids) and e.parent_outcome = 'failed' and e.child_id <> all(v_ids) order by 1) x
+    from (select e.child_id as id from keel.job_deps e
+          where e.parent_id = any(v_ids) and e.parent_outcome = 'failed' and e.child_id <> all(v_ids)
+          union
+          select x.id from unnest(v_parents) as x(id)
+          order by 1) x
     cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id and h.state = 'waiting'
                         for update of h offset 0) l;
     update keel.job_deps e set parent_outcome = null
@@ -1717,6 +1732,9 @@ begin
                               when exists (select 1 from keel.jobs_archive a where a.id = e.parent_id) then 'succeeded'
                               else 'failed' end
     where e.child_id = any(v_ids);
+    update keel.jobs_hot h set has_dependents = true
+    where h.id = any(v_parents) and h.has_dependents is not true
+      and exists (select 1 from keel.job_deps e where e.parent_id = h.id and e.parent_outcome is null);
     update keel.jobs_hot h
     set has_dependents = case when exists (select 1 from keel.job_deps e where e.parent_id = h.id and e.parent_outcome is null)
                               then true end,

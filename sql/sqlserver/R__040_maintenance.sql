@@ -213,6 +213,8 @@ BEGIN
   DECLARE @RoundIds TABLE (Id bigint NOT NULL PRIMARY KEY);
   DECLARE @Reopen TABLE (Id bigint NOT NULL PRIMARY KEY);
   DECLARE @Held TABLE (Id bigint NOT NULL PRIMARY KEY);
+  DECLARE @Parents TABLE (Id bigint NOT NULL PRIMARY KEY);
+  DECLARE @ParentsHeld TABLE (Id bigint NOT NULL PRIMARY KEY);
   DECLARE @Counters keel.CounterRows; -- the one definition: V002__counter_types.sql
 
   -- The triggers' read-counter deltas, applied once by keel.ApplyCounters (R__010_counters.sql).
@@ -312,12 +314,28 @@ BEGIN
     -- Flows: the waiting hot children of the revived jobs (onFailure 'run') are locked, in id order, and wait for
     -- them again; a revived job's own edges say where its parents are now (hot: open; archived: succeeded; still
     -- dead: failed, and a job the operator resurrected in spite of it runs); it waits while one is open.
+    -- A parent not revived with its child but hot (retried, resurrected earlier, or never failed) gets its edge
+    -- open again, so its own final move must settle the child: it is flagged HasDependents (else it would finish
+    -- without reading its edges and the child would wait for ever). Its row is locked before the edges are read, so
+    -- it cannot finish unseen in between: rows that are not waiting first, by id; waiting ones with the children.
     IF EXISTS (SELECT 1 FROM @Moved AS m INNER JOIN keel.JobDeps AS e ON e.ParentId = m.Id)
        OR EXISTS (SELECT 1 FROM @Moved AS m INNER JOIN keel.JobDeps AS e ON e.ChildId = m.Id)
     BEGIN
+      INSERT @Parents (Id)
+      SELECT DISTINCT e.ParentId FROM @Moved AS m INNER JOIN keel.JobDeps AS e ON e.ChildId = m.Id
+      WHERE NOT EXISTS (SELECT 1 FROM @Moved AS x WHERE x.Id = e.ParentId);
+      INSERT @ParentsHeld (Id)
+      SELECT h.Id FROM @Parents AS p INNER JOIN keel.JobsHot AS h WITH (UPDLOCK, ROWLOCK, FORCESEEK) ON h.Id = p.Id
+      WHERE h.State <> 'waiting';
       INSERT @Reopen (Id)
       SELECT DISTINCT e.ChildId FROM @Moved AS m INNER JOIN keel.JobDeps AS e ON e.ParentId = m.Id
       WHERE e.ParentOutcome = 'failed' AND NOT EXISTS (SELECT 1 FROM @Moved AS x WHERE x.Id = e.ChildId);
+      -- Waiting parents are locked with the waiting children, in one id order (an edge from @Moved to one of them
+      -- that failed put it in @Reopen already, so @Held's use below is unchanged).
+      INSERT @Reopen (Id)
+      SELECT p.Id FROM @Parents AS p
+      WHERE NOT EXISTS (SELECT 1 FROM @Reopen AS r WHERE r.Id = p.Id)
+        AND NOT EXISTS (SELECT 1 FROM @ParentsHeld AS ph WHERE ph.Id = p.Id);
       INSERT @Held (Id)
       SELECT h.Id FROM @Reopen AS r INNER JOIN keel.JobsHot AS h WITH (UPDLOCK, ROWLOCK, FORCESEEK) ON h.Id = r.Id
       WHERE h.State = 'waiting';
@@ -329,6 +347,10 @@ BEGIN
                                WHEN EXISTS (SELECT 1 FROM keel.JobsArchive AS a WHERE a.Id = e.ParentId) THEN 'succeeded'
                                ELSE 'failed' END
       FROM @Moved AS m INNER JOIN keel.JobDeps AS e WITH (ROWLOCK) ON e.ChildId = m.Id;
+      UPDATE h SET HasDependents = 1
+      FROM @Parents AS p INNER JOIN keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK) ON h.Id = p.Id
+      WHERE (h.HasDependents IS NULL OR h.HasDependents = 0)
+        AND EXISTS (SELECT 1 FROM keel.JobDeps AS e WHERE e.ParentId = h.Id AND e.ParentOutcome IS NULL);
       UPDATE h
       SET HasDependents = IIF(EXISTS (SELECT 1 FROM keel.JobDeps AS e WHERE e.ParentId = h.Id AND e.ParentOutcome IS NULL),
                               CONVERT(bit, 1), NULL),

@@ -2035,6 +2035,34 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect((await store.jobLinks(c!.id)).map((l) => l.outcome)).toEqual(['succeeded', 'succeeded']);
     });
 
+    it('a fan-in brought back by its last failed parent is released by a parent resurrected before it', async () => {
+      // Found by the chaos run with operators (test/support/chaosMix.ts): the fan-in's edge from `a` opened again when
+      // `b`'s resurrect brought the fan-in back, but `a` (hot again since an earlier resurrect) was not flagged to
+      // settle children, so it finished without reading its edges and the fan-in waited for ever.
+      const q = freshQueue('flow-rejoin');
+      const [p, a, b, join] = await store.enqueueMany([
+        { queue: q, type: 'p' },
+        { queue: q, type: 'c', after: [{ index: 0 }] },
+        { queue: q, type: 'c', after: [{ index: 0 }] },
+        { queue: q, type: 'join', after: [{ index: 1 }, { index: 2 }] },
+      ]);
+      expect(await store.cancel(p!.id)).toBe('cancelled');
+      for (const c of [a, b, join]) expect(await store.getJob(c!.id)).toMatchObject({ reason: 'parent_failed' });
+      // `a` by hand while its parent is still dead: it runs (the operator asked); the fan-in stays (b is dead).
+      expect(await store.resurrect([a!.id])).toEqual([a!.id]);
+      expect(await store.getJob(a!.id)).toMatchObject({ location: 'hot', state: 'pending' });
+      expect(await store.getJob(join!.id)).toMatchObject({ location: 'dlq' });
+      // `b` too: none of the fan-in's failed parents is left in the DLQ, so it comes back, waiting for a and b.
+      expect((await store.resurrect([b!.id])).sort()).toEqual([b!.id, join!.id].sort());
+      expect(await store.getJob(join!.id)).toMatchObject({ location: 'hot', state: 'waiting' });
+      const ran = [(await runOne(q)).id, (await runOne(q)).id].sort();
+      expect(ran).toEqual([a!.id, b!.id].sort());
+      expect(await store.getJob(join!.id)).toMatchObject({ location: 'hot', state: 'pending' });
+      expect((await store.jobLinks(join!.id)).map((l) => l.outcome)).toEqual(['succeeded', 'succeeded']);
+      expect((await runOne(q)).id).toBe(join!.id);
+      expect(await h.countRows('hot', q)).toBe(0);
+    });
+
     it('a cancelled waiting child goes to the DLQ; resurrected, it waits for its parent again', async () => {
       const q = freshQueue('flow-cancel');
       const [p, c] = await store.enqueueMany([

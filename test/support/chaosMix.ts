@@ -49,6 +49,8 @@ export interface ChaosMixOptions {
   latencyMs?: number; // every Keel process's replies from the server this much later (default 0: no proxy)
   latencySpikeMs?: number; // during the chaos, now and then for 1-2 s, replies this late (default 0: none)
   stuckSlackMs?: number; // how long past its lease a job may stay processing or fetched while draining (default 5000)
+  flows?: number; // flows in the backlog: a parent, 1-4 children (each its onFailure policy), a fan-in (default 0)
+  opsApi?: number; // operator processes acting through the ops API's HTTP handler (default 0)
   log?: (line: string) => void;
 }
 
@@ -74,6 +76,10 @@ interface Child {
   ready: Promise<void>;
   bye?: number;
   exited: Promise<void>;
+  spawnedAt: number;
+  readyAt?: number;
+  exit?: string; // how it exited
+  stderr: () => string;
 }
 
 const QUEUE_NAMES = ['mx-a', 'mx-b', 'mx-lim', 'mx-p'];
@@ -89,6 +95,10 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
   const errors = new Map<string, number>();
   let purged = 0;
   const dedup: string[] = [];
+  const apiIds: string[] = []; // jobs the ops API enqueued
+  const revived = new Set<string>(); // jobs an operator resurrected
+  const skippedRevived = new Map<string, number>(); // per queue: 'skipped' dead letters an operator resurrected
+  const serverErrors = new Map<string, number>(); // ops API answers of 500 or more
   const children = new Set<Child>();
   const lags: { pid: number; at: number; ms: number }[] = []; // event-loop delays of >= 100 ms, per process
   const logStart = o.serverLog ? await sizeOf(o.serverLog) : 0;
@@ -154,8 +164,11 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
       role,
       proc,
       ready,
+      spawnedAt: Date.now(),
+      stderr: () => err,
       exited: new Promise<void>((res) =>
         proc.once('exit', (code, signal) => {
+          child.exit = `${code ?? signal}`;
           children.delete(child);
           const now = Date.now();
           // A killed process's running handlers end with it.
@@ -179,8 +192,10 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
       buf = lines.pop()!;
       for (const l of lines) {
         const f = l.split(' ');
-        if (l === 'READY') readyResolve();
-        else if (f[0] === 'S') {
+        if (l === 'READY') {
+          child.readyAt = Date.now();
+          readyResolve();
+        } else if (f[0] === 'S') {
           const r: Run = { job: f[1]!, attempt: Number(f[2]), pid, start: Number(f[3]) };
           runs.set(r.job, [...(runs.get(r.job) ?? []), r]);
           openRuns.set(`${pid} ${r.job}`, r);
@@ -194,7 +209,14 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
         } else if (f[0] === 'O') outcomes.set(f[1]!, [...(outcomes.get(f[1]!) ?? []), f[2]!]);
         else if (f[0] === 'P') purged += Number(f[2]);
         else if (f[0] === 'L') lags.push({ pid, at: Number(f[1]), ms: Number(f[2]) });
-        else if (f[0] === 'Q') dedup.push(l.slice(2));
+        else if (f[0] === 'Q') {
+          dedup.push(l.slice(2));
+          // The operator's keyed jobs are the run's too (a purge of mx-p's archive may take them).
+          apiIds.push(...f.slice(1).map((x) => x.split(':')[0]!));
+        } else if (f[0] === 'J') apiIds.push(...f.slice(1));
+        else if (f[0] === 'RS') skippedRevived.set(f[1]!, (skippedRevived.get(f[1]!) ?? 0) + Number(f[2]));
+        else if (f[0] === 'R') for (const id of f.slice(1)) revived.add(id);
+        else if (f[0] === 'H') serverErrors.set(l.slice(2), (serverErrors.get(l.slice(2)) ?? 0) + 1);
         else if (f[0] === 'X') {
           const key = `${role} ${f.slice(1).join(' ').replace(/\d+/g, 'N').slice(0, 120)}`;
           errors.set(key, (errors.get(key) ?? 0) + 1);
@@ -247,6 +269,36 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     for (let n = 0; n < (o.hogs ?? 2); n++)
       jobs.push({ queue: 'mx-a', type: 'hog', payload: { ms: 2600 }, maxAttempts: 2 });
     await enqueue(jobs);
+    // Flows: a parent (some fail), children after it, each with its policy, and a fan-in after every child.
+    for (let f = 0; f < (o.flows ?? 0); f++) {
+      const parentType = random.pick(['ok', 'ok', 'flaky', 'doomed', 'fatal']);
+      const fq = random.pick(['mx-a', 'mx-b', 'mx-lim']);
+      const n = random.int(1, 4);
+      const flow: EnqueueRequest[] = [
+        {
+          queue: fq,
+          type: parentType,
+          payload: parentType === 'flaky' ? { okAt: 2 } : { n: f },
+          ...(random.next() < 0.2 ? { delayMs: random.int(100, 2000) } : {}),
+        },
+      ];
+      for (let c = 0; c < n; c++)
+        flow.push({
+          queue: random.pick(['mx-a', 'mx-b', 'mx-lim']),
+          type: random.pick(['ok', 'ok', 'flaky', 'doomed']),
+          payload: { okAt: 2 },
+          after: [{ index: 0 }],
+          onFailure: random.pick(['deadLetter', 'deadLetter', 'skip', 'run'] as const),
+        });
+      flow.push({
+        queue: fq,
+        type: 'ok',
+        payload: { n: -2 },
+        after: Array.from({ length: n }, (_, c) => ({ index: c + 1 })),
+        ...(random.next() < 0.5 ? { onFailure: random.pick(['deadLetter', 'skip', 'run'] as const) } : {}),
+      });
+      ids.push(...(await control.enqueueMany(flow)).map((r) => r.id));
+    }
     facts.enqueued = ids.length;
 
     const started: Child[] = [];
@@ -254,8 +306,11 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     for (let i = 0; i < o.drains; i++) started.push(spawnChild('drain'));
     for (let i = 0; i < o.maints; i++) started.push(spawnChild('maint'));
     const ops = spawnChild('ops');
-    await Promise.all([...started, ops].map((c) => c.ready));
-    log(`chaos: ${o.workers} workers, ${o.drains} drains, ${o.maints} maintenance, 1 operator`);
+    const apis = Array.from({ length: o.opsApi ?? 0 }, () => spawnChild('opsapi'));
+    await Promise.all([...started, ops, ...apis].map((c) => c.ready));
+    log(
+      `chaos: ${o.workers} workers, ${o.drains} drains, ${o.maints} maintenance, 1 operator, ${apis.length} ops API operators`,
+    );
 
     // Faults.
     const chaosEnd = Date.now() + o.chaosMs;
@@ -310,9 +365,14 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     facts.restarted = restarted ? 1 : 0;
 
     // The operator stops (it unpauses every queue on its way out); maintenance goes on.
-    ops.killedByUs = true;
-    ops.proc.kill('SIGTERM');
-    await ops.exited;
+    for (const c of [ops, ...apis]) {
+      c.killedByUs = true;
+      c.proc.kill('SIGTERM');
+    }
+    await Promise.all([ops, ...apis].map((c) => c.exited));
+    ids.push(...new Set(apiIds));
+    facts.apiEnqueued = new Set(apiIds).size;
+    facts.resurrectedByOperators = revived.size;
     for (const qn of QUEUE_NAMES) await control.updateQueue(qn, { paused: false });
 
     // Draining: no job stays processing past its queue's zombie timeout, nor fetched past its lease, for longer than
@@ -373,8 +433,11 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     if (probesLeft > 0) problems.push(`liveness: ${probesLeft} of 40 probes not done within ${o.probeMs / 1000} s`);
 
     // Graceful stops: every process says BYE within its grace (3 s) and a margin.
-    const stopStart = Date.now();
     const living = [...children];
+    // A replacement spawned late in the chaos may still be starting (seconds on a loaded machine): SIGTERM before
+    // its handler is installed kills it outright, which says nothing about a graceful stop. Let it get ready first.
+    await Promise.race([Promise.all(living.map((c) => c.ready.catch(() => undefined))), sleep(30_000)]);
+    const stopStart = Date.now();
     for (const c of living) {
       c.killedByUs = true;
       c.proc.kill('SIGTERM');
@@ -382,7 +445,14 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     await Promise.race([Promise.all(living.map((c) => c.exited)), sleep(15_000)]);
     facts.stopMs = Date.now() - stopStart;
     for (const c of living) {
-      if (c.bye === undefined) problems.push(`shutdown: a ${c.role} process did not stop within 15 s of SIGTERM`);
+      if (c.bye === undefined)
+        problems.push(
+          `shutdown: a ${c.role} process did not stop within 15 s of SIGTERM (${c.proc.pid}, spawned ${
+            stopStart - c.spawnedAt
+          } ms before the stop, ${c.readyAt ? `ready ${stopStart - c.readyAt} ms before` : 'never ready'}; exit: ${
+            c.exit ?? 'none'
+          }; stderr: ${c.stderr().slice(-400)})`,
+        );
     }
     // Whatever the stops gave back (interrupted jobs) is pending again: one more maintenance-free check that
     // nothing was left processing or fetched by a graceful stop.
@@ -421,7 +491,8 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
               (select coalesce(sum(count), 0)::int from keel.metric_buckets b where b.queue = q.queue and b.outcome = 'succeeded') b_ok,
               (select coalesce(sum(count), 0)::int from keel.metric_buckets b where b.queue = q.queue and b.outcome = 'failed') b_failed,
               (select coalesce(sum(count), 0)::int from keel.metric_buckets b where b.queue = q.queue and b.outcome = 'failed' and b.reason = 'cancelled') b_cancelled,
-              (select count(*)::int from keel.jobs_dlq d where d.queue = q.queue and d.reason = 'cancelled') dead_cancelled
+              (select count(*)::int from keel.jobs_dlq d where d.queue = q.queue and d.reason = 'cancelled') dead_cancelled,
+              (select count(*)::int from keel.jobs_dlq d where d.queue = q.queue and d.reason = 'skipped') skipped
        from unnest($1::text[]) q(queue)
        left join (select x.queue, sum(x.succeeded) succeeded, sum(x.failed) failed, sum(x.retried) retried,
                          sum(x.cancelled) cancelled, sum(x.zombie) zombie, sum(x.resurrected) resurrected
@@ -436,9 +507,13 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
       if (r.hot !== 0) problems.push(`${r.queue}: ${r.hot} jobs still hot at the end`);
       if (r.succeeded !== r.archived + purgedHere)
         problems.push(`${r.queue}: stats succeeded ${r.succeeded} but ${r.archived} archived + ${purgedHere} purged`);
-      if (r.failed - r.resurrected !== r.dead)
+      // A flow's 'skipped' dead letters are counted nowhere (docs/jobs.md, "Flows").
+      // A flow's 'skipped' dead letters are counted as no failure (docs/jobs.md, "Flows"); resurrected, they are
+      // counted as resurrected all the same.
+      const sr = skippedRevived.get(r.queue) ?? 0;
+      if (r.failed - r.resurrected + sr !== r.dead - r.skipped)
         problems.push(
-          `${r.queue}: stats failed ${r.failed} - resurrected ${r.resurrected} != ${r.dead} dead-lettered rows`,
+          `${r.queue}: stats failed ${r.failed} - resurrected ${r.resurrected} + ${sr} skipped resurrected != ${r.dead} dead-lettered rows - ${r.skipped} skipped`,
         );
       if (r.b_ok !== r.succeeded)
         problems.push(`${r.queue}: metric buckets succeeded ${r.b_ok} != stats ${r.succeeded}`);
@@ -525,6 +600,60 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     facts.handlerRuns = [...runs.values()].reduce((n, r) => n + r.length, 0);
     facts.worstEventLoopDelayMs = Math.max(0, ...lags.map((l) => l.ms));
     if (overlaps) problems.push(`safety: ${overlaps} overlapping runs of one job, e.g. ${examples.join('; ')}`);
+
+    // Flows: a child ran only after each of its parents finished (succeeded, or failed under 'run'); one left in the
+    // DLQ as parent_failed has a parent there too; an archived child whose policy is not 'run' had every parent
+    // archived, unless an operator resurrected it by hand. (Nothing waits any more: the hot table is empty.)
+    const edges = await q(
+      `select e.parent_id::text parent, e.child_id::text child, e.parent_outcome,
+              coalesce(pa.finished_at, pd.failed_at) parent_done,
+              case when pa.id is not null then 'archive' when pd.id is not null then 'dlq:' || pd.reason
+                   when ph.id is not null then 'hot' else 'gone' end parent_where,
+              case when ca.id is not null then 'archive' when cd.id is not null then 'dlq:' || cd.reason
+                   when ch.id is not null then 'hot' else 'gone' end child_where
+       from keel.job_deps e
+       left join keel.jobs_archive pa on pa.id = e.parent_id left join keel.jobs_dlq pd on pd.id = e.parent_id
+       left join keel.jobs_hot ph on ph.id = e.parent_id
+       left join keel.jobs_archive ca on ca.id = e.child_id left join keel.jobs_dlq cd on cd.id = e.child_id
+       left join keel.jobs_hot ch on ch.id = e.child_id`,
+    );
+    facts.flowEdges = edges.length;
+    const byChild = new Map<string, typeof edges>();
+    for (const e of edges) byChild.set(e.child, [...(byChild.get(e.child) ?? []), e]);
+    const flowProblems: string[] = [];
+    for (const [child, es] of byChild) {
+      const where = es[0]!.child_where as string;
+      const childRuns = runs.get(child) ?? [];
+      const firstStart = Math.min(...childRuns.map((r) => r.start));
+      for (const e of es) {
+        const done = e.parent_done ? new Date(e.parent_done as string).getTime() : Infinity;
+        // A run before the parent finished (25 ms: the two clocks are one machine's, read by two processes).
+        if (childRuns.length && firstStart < done - 25 && !revived.has(child) && !revived.has(e.parent))
+          flowProblems.push(
+            `child ${child} ran at ${firstStart} before parent ${e.parent} finished (${e.parent_where})`,
+          );
+      }
+      if (where === 'dlq:parent_failed' && !es.some((e) => String(e.parent_where).startsWith('dlq')))
+        flowProblems.push(
+          `child ${child} dead-lettered parent_failed, but its parents are ${es.map((e) => e.parent_where).join(',')}`,
+        );
+      if (where === 'gone' || where === 'hot') flowProblems.push(`child ${child} is ${where}`);
+    }
+    facts.flowChildren = byChild.size;
+    facts.flowChildrenArchived = [...byChild.values()].filter((es) => es[0]!.child_where === 'archive').length;
+    if (flowProblems.length)
+      problems.push(`flows: ${flowProblems.length} problems, e.g. ${flowProblems.slice(0, 4).join('; ')}`);
+    // 503 'unavailable' is the API's answer while the server is away (restart, terminated backend): retry later.
+    // A call whose connection the chaos cut (terminated backend, restart) is a 500 'internal_error' (the cause in
+    // the function log): counted, not a problem. Any other 5xx is.
+    const cut =
+      /terminating connection due to administrator command|ECONNRESET|ECONNREFUSED|Connection terminated|the database system is (starting up|shutting down|not yet accepting)/;
+    for (const [what, n] of serverErrors) {
+      if (/^503 .*"error":"unavailable"/.test(what)) facts.opsApi503 = Number(facts.opsApi503 ?? 0) + n;
+      else if (/^500 .*"error":"internal_error"/.test(what) && cut.test(what))
+        facts.opsApi500ConnectionCut = Number(facts.opsApi500ConnectionCut ?? 0) + n;
+      else problems.push(`ops API: ${n} x ${what}`);
+    }
 
     // Outcomes: a job's processor outcomes never say 'succeeded' twice (unless an operator resurrected it).
     facts.processErrors = [...errors].map(([k, n]) => `${n} x ${k}`).join('\n');

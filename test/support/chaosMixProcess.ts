@@ -69,73 +69,76 @@ function traced(body: (p: Payload, ctx: JobContext) => Promise<unknown>) {
 }
 
 const backoff = { baseMs: 20, maxMs: 300 };
-const registry = new HandlerRegistry()
-  .register(
-    'ok',
-    traced(async (p, ctx) => {
-      await abortableSleep(random.int(0, 8), ctx.signal);
-      return { n: p.n ?? null };
-    }),
-    { backoff },
-  )
-  .register(
-    'flaky',
-    traced(async (p, ctx) => {
-      await abortableSleep(random.int(0, 5), ctx.signal);
-      if (ctx.attempt < (p.okAt ?? 2)) throw new Error(`flaky: attempt ${ctx.attempt}`);
-    }),
-    { backoff },
-  )
-  .register(
-    'doomed',
-    traced(async (_p, ctx) => {
-      await abortableSleep(random.int(0, 5), ctx.signal);
-      throw new Error('doomed: always fails');
-    }),
-    { backoff, maxAttempts: 3 },
-  )
-  .register(
-    'fatal',
-    traced(async () => {
-      throw new FatalError('fatal: never retried');
-    }),
-  )
-  // A slow handler under a short timeout: about half its attempts time out (DLQ 'timeout').
-  .register(
-    'late',
-    traced(async (_p, ctx) => {
-      await abortableSleep(random.int(50, 600), ctx.signal);
-    }),
-    { backoff, timeoutMs: 300 },
-  )
-  // Runs longer than the queues' zombie timeout: alive only through the heartbeats; reports progress and logs.
-  .register(
-    'beat',
-    traced(async (p, ctx) => {
-      const total = p.ms ?? 2500;
-      const began = Date.now();
-      for (let i = 0; Date.now() - began < total; i++) {
-        ctx.progress({ done: Date.now() - began, total });
-        ctx.log.info('beat', { i });
-        if (i % 4 === 0) await ctx.heartbeat();
-        await abortableSleep(150, ctx.signal);
-      }
-      return { beats: true };
-    }),
-    { backoff },
-  )
-  // Blocks its event loop past the zombie timeout: no heartbeat can go out, so rescue hands the job to someone else
-  // while it runs (the one case where two runs of a job may overlap: the first one's lease is already gone).
-  .register(
-    'hog',
-    traced(async (p) => {
-      const until = Date.now() + (p.ms ?? 2600);
-      while (Date.now() < until) {
-        /* busy */
-      }
-    }),
-    { backoff },
-  );
+// Every job type of the run (the opsapi role registers them too: the ops API enqueues only registered types).
+const registerMix = (r: HandlerRegistry) =>
+  r
+    .register(
+      'ok',
+      traced(async (p, ctx) => {
+        await abortableSleep(random.int(0, 8), ctx.signal);
+        return { n: p.n ?? null };
+      }),
+      { backoff },
+    )
+    .register(
+      'flaky',
+      traced(async (p, ctx) => {
+        await abortableSleep(random.int(0, 5), ctx.signal);
+        if (ctx.attempt < (p.okAt ?? 2)) throw new Error(`flaky: attempt ${ctx.attempt}`);
+      }),
+      { backoff },
+    )
+    .register(
+      'doomed',
+      traced(async (_p, ctx) => {
+        await abortableSleep(random.int(0, 5), ctx.signal);
+        throw new Error('doomed: always fails');
+      }),
+      { backoff, maxAttempts: 3 },
+    )
+    .register(
+      'fatal',
+      traced(async () => {
+        throw new FatalError('fatal: never retried');
+      }),
+    )
+    // A slow handler under a short timeout: about half its attempts time out (DLQ 'timeout').
+    .register(
+      'late',
+      traced(async (_p, ctx) => {
+        await abortableSleep(random.int(50, 600), ctx.signal);
+      }),
+      { backoff, timeoutMs: 300 },
+    )
+    // Runs longer than the queues' zombie timeout: alive only through the heartbeats; reports progress and logs.
+    .register(
+      'beat',
+      traced(async (p, ctx) => {
+        const total = p.ms ?? 2500;
+        const began = Date.now();
+        for (let i = 0; Date.now() - began < total; i++) {
+          ctx.progress({ done: Date.now() - began, total });
+          ctx.log.info('beat', { i });
+          if (i % 4 === 0) await ctx.heartbeat();
+          await abortableSleep(150, ctx.signal);
+        }
+        return { beats: true };
+      }),
+      { backoff },
+    )
+    // Blocks its event loop past the zombie timeout: no heartbeat can go out, so rescue hands the job to someone else
+    // while it runs (the one case where two runs of a job may overlap: the first one's lease is already gone).
+    .register(
+      'hog',
+      traced(async (p) => {
+        const until = Date.now() + (p.ms ?? 2600);
+        while (Date.now() < until) {
+          /* busy */
+        }
+      }),
+      { backoff },
+    );
+const registry = registerMix(new HandlerRegistry());
 
 // A connection terminated while the store checks the server at startup fails connect(); a host would start the
 // process again, so it tries again (the chaos terminates backends of processes still starting).
@@ -173,6 +176,11 @@ function processor() {
 }
 
 let stop: () => Promise<void> = async () => undefined;
+// Jobs an operator resurrected (a flow's child resurrected by hand runs even with a parent dead: the parent checks
+// its flows against these).
+const resurrected = (ids: readonly string[]) => {
+  if (ids.length) out(`R ${ids.join(' ')}`);
+};
 
 if (role === 'worker') {
   const wakeups = new PostgresWakeups(url);
@@ -238,10 +246,20 @@ if (role === 'worker') {
           if (ids.length) await store.cancelMany(ids);
         } else if (action <= 4) {
           const page = await store.searchJobs({ location: 'dlq', limit: 20 });
-          const ids = page.items.filter(() => random.next() < 0.3).map((j) => j.id);
-          if (ids.length) await store.resurrect(ids);
+          const chosen = page.items.filter(() => random.next() < 0.3);
+          if (chosen.length) {
+            const got = new Set(await store.resurrect(chosen.map((j) => j.id)));
+            resurrected([...got]);
+            for (const j of chosen) if (j.reason === 'skipped' && got.has(j.id)) out(`RS ${j.queue} 1`);
+          }
         } else if (action === 5) {
-          await store.resurrectByFilter({ queue: pick(queues), reason: 'exhausted', limit: 5, dryRun: false });
+          const r = await store.resurrectByFilter({
+            queue: pick(queues),
+            reason: 'exhausted',
+            limit: 5,
+            dryRun: false,
+          });
+          resurrected(r.ids);
         } else if (action === 6 && purgeQueue) {
           const n = await store.purge('archive', purgeQueue, new Date(Date.now() - 200), 20);
           if (n > 0) out(`P ${purgeQueue} ${n}`);
@@ -271,6 +289,187 @@ if (role === 'worker') {
     for (const q of queues) await store.updateQueue(q, { paused: false }).catch((e: unknown) => failed('unpause', e));
   })();
   stop = () => loop;
+}
+
+if (role === 'opsapi') {
+  // An operator through the ops API's HTTP handler (the route table, schemas, previews and audit of functions/ops.ts),
+  // on a runtime of its own: pauses and resumes (a resume posts the due jobs: claim and release), queue settings
+  // changed while jobs run (zombie timeout, concurrency, a retention raised and lowered), cancels of running and
+  // pending jobs one at a time and by preview, DLQ resurrects by preview (parent_failed, skipped, exhausted), purges
+  // of the purged queue's archive, and enqueues of keyed, delayed jobs and flows (parent, children, fan-in).
+  // Prints `H <status> <route>` for every answer of 500 or more, `J <ids>` for the jobs it enqueued, and
+  // `P`/`R` as the ops role.
+  const env: Record<string, string> = {
+    KEEL_PG_URL: url,
+    KEEL_MIGRATE_ON_START: 'false',
+    KEEL_OPS_REFUSAL_WINDOW_MS: '0',
+  };
+  const { parseSettings } = await import('../../shared/config/settings.js');
+  const { createRuntime } = await import('../../shared/app/runtime.js');
+  const { opsRuntimeOf } = await import('../../shared/app/opsRuntime.js');
+  const { createOpsHandler } = await import('../../shared/ops/router.js');
+  const { allRoutes } = await import('../../shared/ops/routes.js');
+  const { encodeClientPrincipal } = await import('../../shared/ops/auth.js');
+  const { HttpRequest, InvocationContext } = await import('../../dev/azureFunctions.js');
+  const noQueues = { send: async () => undefined, sendPoison: async () => undefined, ping: async () => true };
+  let rt: Awaited<ReturnType<typeof createRuntime>> | undefined;
+  for (let i = 0; !rt; i++) {
+    try {
+      rt = await createRuntime(parseSettings(env), { queues: noQueues, env, register: (r) => void registerMix(r) });
+    } catch (err) {
+      if (i >= 20) throw err;
+      await sleep(250);
+    }
+  }
+  const opsRt = opsRuntimeOf(rt);
+  const handle = createOpsHandler(allRoutes(), async () => opsRt);
+  const principal = encodeClientPrincipal({ name: 'chaos-operator', roles: ['Keel.Operator'] });
+  const call = async (method: string, path: string, body?: unknown): Promise<{ status: number; json: any }> => {
+    const u = new URL(`http://localhost:7071/api/ops/${path}`);
+    const query: Record<string, string> = {};
+    for (const [k, v] of u.searchParams) query[k] = v;
+    const bytes = body !== undefined ? new TextEncoder().encode(JSON.stringify(body)) : undefined;
+    const req = new HttpRequest({
+      method,
+      url: u.toString(),
+      headers: {
+        ...(method !== 'GET' ? { 'content-type': 'application/json' } : {}),
+        ...(bytes ? { 'content-length': String(bytes.length) } : {}),
+        'x-ms-client-principal': principal,
+      },
+      query,
+      params: { path: decodeURIComponent(u.pathname.replace(/^\/api\/ops\/?/, '')) },
+      ...(bytes ? { body: { bytes } } : {}),
+    });
+    const logs: string[] = [];
+    const ctx = new InvocationContext({
+      invocationId: `chaos-${Date.now()}`,
+      functionName: 'ops',
+      logHandler: (level, ...args) => logs.push(`${level}: ${args.map(String).join(' ')}`),
+    });
+    const res = await handle(req, ctx, 'key');
+    const status = res.status ?? 200;
+    if (status >= 500)
+      out(
+        `H ${status} ${method} ${path.replace(/\d+/g, 'N')} ${JSON.stringify(res.jsonBody).slice(0, 200)} ${
+          status === 503 ? '' : logs.join(' | ').replace(/\s+/g, ' ').slice(0, 600)
+        }`,
+      );
+    return { status, json: res.jsonBody };
+  };
+  const pick = <T>(xs: T[]): T | undefined => (xs.length ? xs[random.int(0, xs.length - 1)] : undefined);
+  const flowQueues = queues.filter((q) => q !== purgeQueue);
+  const loop = (async () => {
+    let k = 0;
+    while (!stopping) {
+      const action = random.int(0, 11);
+      const q = pick(queues)!;
+      try {
+        if (action === 0) {
+          await call('POST', `queues/${q}/pause`, {});
+          await sleep(random.int(20, 300));
+          await call('POST', `queues/${q}/resume`, {});
+        } else if (action === 1) {
+          // Limits changed under the running jobs; the zombie timeout stays at or above 2 s (the run's heartbeats
+          // every 300 ms keep a lease of that length).
+          await call('PATCH', `queues/${q}`, {
+            zombieTimeoutSeconds: random.int(2, 4),
+            ...(q === 'mx-lim' ? { maxConcurrency: random.int(1, 10) } : {}),
+            archiveRetentionSeconds: random.int(3600, 7200),
+            dlqRetentionSeconds: random.int(3600, 7200),
+            confirmPurge: random.next() < 0.5,
+          });
+        } else if (action === 2) {
+          const page = await call(
+            'GET',
+            `jobs?location=hot&queue=${q}&limit=30${random.next() < 0.6 ? '&state=processing' : ''}`,
+          );
+          const j = pick(page.json?.items ?? []) as { id: string } | undefined;
+          if (j) await call('POST', `jobs/${j.id}/cancel`, {});
+        } else if (action === 3) {
+          const state = pick(['pending', 'processing', 'waiting', 'fetched'])!;
+          const prev = await call('POST', 'jobs/cancel', { queue: q, state, limit: 5, dryRun: true });
+          const ids = (prev.json?.ids ?? []) as string[];
+          if (ids.length) await call('POST', 'jobs/cancel', { ids, dryRun: false });
+        } else if (action <= 5) {
+          const reason = pick(['parent_failed', 'skipped', 'exhausted', 'cancelled', 'fatal'])!;
+          const prev = await call('POST', 'dlq/resurrect', { queue: q, reason, limit: 5, dryRun: true });
+          const ids = (prev.json?.ids ?? []) as string[];
+          if (ids.length) {
+            const r = await call('POST', 'dlq/resurrect', { queue: q, reason, ids, limit: 5, dryRun: false });
+            const got = (r.json?.ids ?? []) as string[];
+            resurrected(got);
+            // A skipped job was counted as no failure, and its resurrect is counted as one all the same.
+            const skippedBack = got.filter((id) => ids.includes(id)).length;
+            if (reason === 'skipped' && skippedBack) out(`RS ${q} ${skippedBack}`);
+          }
+        } else if (action === 6 && purgeQueue) {
+          const r = await call('POST', 'purge', {
+            target: 'archive',
+            queue: purgeQueue,
+            olderThan: new Date(Date.now() - 200).toISOString(),
+            batchSize: 20,
+            maxBatches: 2,
+            dryRun: false,
+          });
+          if (r.json?.deleted > 0) out(`P ${purgeQueue} ${r.json.deleted}`);
+        } else if (action <= 9) {
+          // A flow: a parent (maybe doomed), children after it with a policy each, a fan-in after the children;
+          // some keyed (the same key again is a duplicate of the hot job), some delayed.
+          const fq = pick(flowQueues)!;
+          const parentType = pick(['ok', 'ok', 'flaky', 'doomed', 'fatal'])!;
+          const n = random.int(1, 4);
+          const jobs: Record<string, unknown>[] = [
+            {
+              queue: fq,
+              type: parentType,
+              payload: parentType === 'flaky' ? { okAt: 2 } : { n: k },
+              ...(random.next() < 0.3 ? { delayMs: random.int(50, 1500) } : {}),
+            },
+          ];
+          for (let c = 0; c < n; c++)
+            jobs.push({
+              queue: pick(flowQueues)!,
+              type: pick(['ok', 'ok', 'flaky', 'doomed'])!,
+              payload: { okAt: 2 },
+              after: [{ index: 0 }],
+              onFailure: pick(['deadLetter', 'deadLetter', 'skip', 'run'])!,
+            });
+          jobs.push({
+            queue: fq,
+            type: 'ok',
+            payload: { n: -2 },
+            after: Array.from({ length: n }, (_, c) => ({ index: c + 1 })),
+            ...(random.next() < 0.5 ? { onFailure: pick(['deadLetter', 'skip', 'run'])! } : {}),
+          });
+          const r = await call('POST', 'jobs', { jobs });
+          const got = (r.json?.jobs ?? []) as { id: string }[];
+          if (got.length) out(`J ${got.map((x) => x.id).join(' ')}`);
+        } else if (action === 10) {
+          const key = `api-${process.pid}-${k % 5}`;
+          const body = { queue: q, type: 'ok', idempotencyKey: key, payload: { n: -3 }, delayMs: random.int(0, 800) };
+          const r1 = await call('POST', 'jobs', body);
+          const r2 = await call('POST', 'jobs', body);
+          const got = [r1.json?.id, r2.json?.id].filter((x): x is string => typeof x === 'string');
+          if (got.length) out(`J ${got.join(' ')}`);
+        } else {
+          await call('GET', 'stats');
+          await call('GET', `queues/${q}`);
+          await call('GET', 'dlq/groups');
+          await call('GET', 'metrics');
+        }
+      } catch (err) {
+        failed(`opsapi${action}`, err);
+      }
+      k++;
+      await sleep(random.int(20, 100));
+    }
+    for (const q of queues) await call('POST', `queues/${q}/resume`, {}).catch((e: unknown) => failed('unpause', e));
+  })();
+  stop = async () => {
+    await loop;
+    await rt.close();
+  };
 }
 
 // How late this process's timers ran (a starved or descheduled process gives its leases up late).
