@@ -230,8 +230,11 @@ class JobRun extends AttemptAbort implements AttemptRun, RunningJob, CompleteRef
     return this.host.heartbeat(this);
   }
 
+  // ctx.heartbeat: settles with the attempt's abort too, so a handler awaiting a beat the store answers late (an
+  // outage) stops with its signal's error when its lease expires, not seconds after another worker took the job.
   heartbeat(): Promise<void> {
-    return this.host.heartbeat(this);
+    if (this.reason) return this.aborted;
+    return Promise.race([this.host.heartbeat(this), this.aborted]); // not race(): that one is the handler's call's
   }
 
   log(): JobLogger {

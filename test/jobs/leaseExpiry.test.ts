@@ -364,4 +364,50 @@ describe('lease expiry on the worker', () => {
       await inner.close();
     }
   }, 30_000);
+  it('a handler awaiting its own ctx.heartbeat() that the store answers late is stopped when the lease expires, not when the answer comes', async () => {
+    const queue = q('ownbeat');
+    await direct.updateQueue(queue, { zombieTimeoutSeconds: ZOMBIE_TIMEOUT_S, zombiePolicy: 'retry' });
+    await direct.enqueue({ queue, type: 't' });
+    // Heartbeats hang (a server answering seconds late) until the test lets them through.
+    let hang = false;
+    let answer!: () => void;
+    const answered = new Promise<void>((r) => (answer = r));
+    const inner = await PostgresJobStore.connect(appUrl(h.url), { poolSize: 2, migrate: false });
+    const store = new Proxy(inner, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        const bound = typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+        if (prop === 'heartbeat' && hang)
+          return (...args: unknown[]) => answered.then(() => (bound as (...a: unknown[]) => unknown)(...args));
+        return bound;
+      },
+    });
+    const o = observed();
+    const seen = { error: undefined as unknown, settledAt: Infinity, storeAnswered: false };
+    const reg = new HandlerRegistry().register('t', async (_payload, ctx) => {
+      hang = true;
+      try {
+        await ctx.heartbeat();
+      } catch (e) {
+        seen.error = e;
+      }
+      seen.settledAt = performance.now();
+      throw ctx.signal.reason;
+    });
+    const p = new JobProcessor({ store, registry: reg, heartbeatIntervalMs: 200, log: o.log, events: o.events });
+    try {
+      const { outcome } = await claimOne(p, queue);
+      expect(await outcome).toBe('lease_lost');
+      expect(o.leaseLost).toEqual(['expired']);
+      // Its own beat rejected with the signal's error while the store's answer was still outstanding.
+      await until('the handler to settle', () => seen.settledAt < Infinity, 5_000);
+      expect(seen.storeAnswered).toBe(false);
+      expect((seen.error as { reason?: unknown }).reason).toBe('lease_expired');
+    } finally {
+      seen.storeAnswered = true;
+      answer();
+      await p.shutdown(0);
+      await inner.close();
+    }
+  });
 });
