@@ -489,8 +489,9 @@ export class JobProcessor {
         if (o === 'retried' || o === 'released') rescheduled.push(jobId);
       },
       idleWait: async (mode, jobFinished, allFinalized) => {
-        // Slots taken: wake when jobs free enough of them. Nothing due while jobs run: poll again within 50 ms, or as soon as
-        // the last claimed job is finalized, so the drain ends when its work is committed, not up to 50 ms after.
+        // Slots taken: wake when jobs free enough of them. Nothing due while jobs run: poll again within 50 ms, or as
+        // soon as the last claimed job is finalized, so the drain ends when its work is committed, not up to 50 ms
+        // after.
         // The timer is cleared when a job finishes first, so no wait outlives drain().
         const left = Math.max(0, deadline - Date.now());
         let timer: ReturnType<typeof setTimeout> | undefined;
