@@ -26,9 +26,13 @@ import {
   AttemptTimeouts,
   RunningJobs,
   TypeConcurrencyLimit,
+  attemptResult,
+  callHandler,
   leaseTimes,
+  parsePayload,
   runAttempt,
   type AbortReason,
+  type AttemptResult,
   type AttemptRun,
   type RunningJob,
   type TimedAttempt,
@@ -488,8 +492,9 @@ export class JobProcessor {
         if (o === 'retried' || o === 'released') rescheduled.push(jobId);
       },
       idleWait: async (mode, jobFinished, allFinalized) => {
-        // Slots taken: wake when a job finishes. Nothing due while jobs run: poll again within 50 ms, or as soon as
-        // the last claimed job is finalized, so the drain ends when its work is committed, not up to 50 ms after.
+        // Slots taken: wake when jobs free enough of them. Nothing due while jobs run: poll again within 50 ms, or as
+        // soon as the last claimed job is finalized, so the drain ends when its work is committed, not up to 50 ms
+        // after.
         // The timer is cleared when a job finishes first, so no wait outlives drain().
         const left = Math.max(0, deadline - Date.now());
         let timer: ReturnType<typeof setTimeout> | undefined;
@@ -537,10 +542,14 @@ export class JobProcessor {
     // Attempts this process finished (the registry's jobsDone): not a lost lease, not a job handed back unrun.
     if (outcome === 'succeeded' || outcome === 'retried' || outcome === 'dead_lettered') this.jobsDone++;
     const onOutcome = this.events.onOutcome;
-    if (onOutcome)
-      this.safe(() =>
-        onOutcome.call(this.events, { job, outcome, reason, durationMs: Date.now() - startedAt, attempt }),
-      );
+    if (onOutcome) {
+      // Not through safe(): a closure per job.
+      try {
+        onOutcome.call(this.events, { job, outcome, reason, durationMs: Date.now() - startedAt, attempt });
+      } catch {
+        // telemetry hooks must never break job processing
+      }
+    }
     return outcome;
   }
 
@@ -605,13 +614,20 @@ export class JobProcessor {
         this.running.add(run);
         // Started by a claim that was in flight when shutdown began: hand it back (interrupt) instead of running it.
         if (this.stopping) run.fire('shutdown');
-        const result = await runAttempt(
-          run,
-          registered,
-          this.maxResultBytes,
-          this.typeLimit(job.type, registered),
-          this.timeouts,
-        );
+        const typeLimit = this.typeLimit(job.type, registered);
+        let result: AttemptResult;
+        if (typeLimit) result = await runAttempt(run, registered, this.maxResultBytes, typeLimit, this.timeouts);
+        else {
+          // runAttempt without a slot to wait for, in this async function (one frame and one await fewer a job).
+          try {
+            const pending = callHandler(run, registered, parsePayload(registered, job.payload), this.timeouts);
+            result = attemptResult(run, pending && (await pending), this.maxResultBytes);
+          } catch (err) {
+            result = { ok: false, error: err };
+          } finally {
+            this.timeouts.stop(run);
+          }
+        }
         run.handlerEnded(); // no heartbeats (nor lease deadline) while the job is finalized
         run.progressReporter?.stop(); // a progress write still throttled is dropped: the job's outcome says more
         handlerRunning = false;

@@ -3,7 +3,7 @@
 // processor on PostgreSQL.
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { ClaimedJob, JobOutcome, JobStore, LeaseRef, StartedJob } from '../../shared/jobs/contract.js';
-import { Completer } from '../../shared/jobs/completer.js';
+import { BatchAnswers, Completer } from '../../shared/jobs/completer.js';
 import {
   AttemptTimeouts,
   RunningJobs,
@@ -147,6 +147,66 @@ describe('claim loop (producer.ts)', () => {
     await Promise.resolve();
     expect(settled).toBe(true);
     expect(inflight.free(2)).toBe(2);
+  });
+
+  it("Inflight: with the loop's concurrency and claim batch, changed settles only once a claim batch of slots is free or nothing is held", async () => {
+    const inflight = new Inflight(4, 2);
+    const batch = inflight.claimed(4);
+    let woken = 0;
+    void inflight.changed.then(() => woken++);
+    batch.handlerDone(); // one slot free: under the claim batch
+    await Promise.resolve();
+    expect(woken).toBe(0);
+    batch.handlerDone(); // two free
+    await Promise.resolve();
+    expect(woken).toBe(1);
+    const second = inflight.claimed(1); // three running: one slot free
+    void inflight.changed.then(() => woken++);
+    second.giveBack(); // the batch failed as a whole: nothing of it held, two free again
+    await Promise.resolve();
+    expect(woken).toBe(2);
+    void inflight.changed.then(() => woken++);
+    batch.giveBack(); // nothing held
+    await Promise.resolve();
+    expect(woken).toBe(3);
+  });
+});
+
+describe('BatchAnswers (completer.ts): each ref its own answer', () => {
+  const lost = (r: LeaseRef) => ({ jobId: r.jobId, status: 'lease_lost' as const });
+  const ref = (id: string): LeaseRef => ({ jobId: id, leaseId: `lease-${id}` });
+  it("answers in the refs' order, in another order, and a ref left unanswered as lost", () => {
+    const [a, b, c] = [ref('1'), ref('2'), ref('3')];
+    const inOrder = new BatchAnswers(
+      [
+        { jobId: '1', status: 'ok' },
+        { jobId: '2', status: 'cancelled' },
+        { jobId: '3', status: 'ok' },
+      ],
+      lost,
+    );
+    expect([a, b, c].map((r) => inOrder.get(r).status)).toEqual(['ok', 'cancelled', 'ok']);
+    const shuffled = new BatchAnswers(
+      [
+        { jobId: '3', status: 'cancelled' },
+        { jobId: '1', status: 'ok' },
+      ],
+      lost,
+    );
+    expect(shuffled.get(a).status).toBe('ok');
+    expect(shuffled.get(b).status).toBe('lease_lost');
+    expect(shuffled.get(c).status).toBe('cancelled');
+    expect(shuffled.get(a).status).toBe('ok'); // asked twice
+    const askedOutOfOrder = new BatchAnswers(
+      [
+        { jobId: '1', status: 'ok' },
+        { jobId: '2', status: 'cancelled' },
+      ],
+      lost,
+    );
+    expect(askedOutOfOrder.get(b).status).toBe('cancelled');
+    expect(askedOutOfOrder.get(a).status).toBe('ok');
+    expect(askedOutOfOrder.get(c).status).toBe('lease_lost');
   });
 });
 
