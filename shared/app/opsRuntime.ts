@@ -7,6 +7,7 @@ import type { Runtime } from './runtime.js';
 import { hostEnvironment } from './hostEnvironment.js';
 import { postStage } from './transferSteps.js';
 import { forgetQueueLimits, handOnSlots, slotHolders } from './slots.js';
+import { isConnectionLost } from '../engines/connectionLost.js';
 
 const views = new WeakMap<Runtime, OpsRuntime>();
 
@@ -17,6 +18,7 @@ export function opsRuntimeOf(rt: Runtime): OpsRuntime {
       settings: rt.settings,
       principalTrust: () => hostEnvironment().principalTrust,
       store: rt.store,
+      connectionLost: isConnectionLost,
       registry: rt.registry,
       schedules: rt.schedules,
       queues: rt.queues,

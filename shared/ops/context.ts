@@ -25,6 +25,8 @@ export interface OpsRuntime {
   // (shared/app/environment.ts: hostEnvironment).
   principalTrust(): PrincipalTrust;
   readonly store: JobStore;
+  // Whether an error says a database was out of reach or its connection broke (the engines' shapes): answered 503.
+  readonly connectionLost?: (err: unknown) => boolean;
   readonly registry: HandlerRegistry;
   // Recurring schedules declared by the handlers (and the app).
   readonly schedules: readonly ScheduleDefinition[];

@@ -341,7 +341,7 @@ export function createOpsHandler(
       if (auditId !== null) await finishAudit(rt, call, auditId, 'ok', status, null, auditAffected(result.body));
       return json(status, result.body, result.headers);
     } catch (err) {
-      const mapped = toOpsError(err, context, method, path);
+      const mapped = toOpsError(err, context, method, path, rt?.connectionLost);
       if (rt && call) {
         if (auditId !== null) await finishAudit(rt, call, auditId, 'failed', mapped.status, mapped.message, null);
         else if (method !== 'GET' || mapped.status === 401 || mapped.status === 403)
@@ -421,7 +421,13 @@ async function recordRefusal(rt: OpsRuntime, call: AuditCall, err: OpsError, win
 }
 
 // Every failure as the OpsError the caller gets (internal causes stay in the log).
-function toOpsError(err: unknown, context: InvocationContext, method: string, path: string): OpsError {
+function toOpsError(
+  err: unknown,
+  context: InvocationContext,
+  method: string,
+  path: string,
+  connectionLost?: (err: unknown) => boolean,
+): OpsError {
   if (err instanceof OpsError) return err;
   if (err instanceof PrincipalTrustError) {
     context.error(`ops: ${err.message}`);
@@ -435,5 +441,12 @@ function toOpsError(err: unknown, context: InvocationContext, method: string, pa
       type: err.type,
     });
   context.error(`ops ${method} ${path} failed: ${(err as Error).stack ?? String(err)}`);
+  if (connectionLost?.(err))
+    return new OpsError(
+      'unavailable',
+      method === 'GET'
+        ? 'a database could not be reached or its connection broke; retry later'
+        : 'a database could not be reached or its connection broke during the call, which may or may not have taken effect: check before retrying',
+    );
   return new OpsError('internal_error', 'internal error; see the function logs');
 }

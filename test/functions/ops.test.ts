@@ -1206,6 +1206,37 @@ describe('ops: bad input changes nothing', () => {
   });
 });
 
+describe('ops: a database out of reach', () => {
+  it('a call whose connection broke answers 503 unavailable (a write: check before retrying), any other failure 500', async () => {
+    const cut = Object.assign(new Error('Connection terminated unexpectedly'), {});
+    const read = vi.spyOn(t.rt.store, 'stats').mockRejectedValueOnce(cut);
+    const r = await call('GET', 'stats');
+    read.mockRestore();
+    expect(r.status).toBe(503);
+    expect(r.body).toMatchObject({ error: 'unavailable', message: expect.stringMatching(/retry later/) });
+
+    // A write: the pause may have reached the server before the connection broke; its audit record says failed 503.
+    const from = await lastAuditId(t.pool);
+    const write = vi
+      .spyOn(t.rt.store, 'updateQueue')
+      .mockRejectedValueOnce(Object.assign(new Error('terminating connection'), { code: '57P01' }));
+    const w = await call('POST', 'queues/ops-cut/pause', { headers: { 'x-ms-client-principal': OPERATOR } });
+    write.mockRestore();
+    expect(w.status).toBe(503);
+    expect(w.body.message).toMatch(/may or may not have taken effect: check before retrying/);
+    expect((await auditRows(t.pool, from)).map((a) => [a.action, a.outcome, a.status])).toEqual([
+      ['pauseQueue', 'failed', 503],
+    ]);
+
+    // A bug is still a 500.
+    const bug = vi.spyOn(t.rt.store, 'stats').mockRejectedValueOnce(new TypeError('x is undefined'));
+    const b = await call('GET', 'stats');
+    bug.mockRestore();
+    expect(b.status).toBe(500);
+    expect(b.body.error).toBe('internal_error');
+  });
+});
+
 describe('ops: audit trail', () => {
   const ADA = encodeClientPrincipal({
     name: 'ada@example.com',

@@ -643,9 +643,9 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     facts.flowChildrenArchived = [...byChild.values()].filter((es) => es[0]!.child_where === 'archive').length;
     if (flowProblems.length)
       problems.push(`flows: ${flowProblems.length} problems, e.g. ${flowProblems.slice(0, 4).join('; ')}`);
-    // 503 'unavailable' is the API's answer while the server is away (restart, terminated backend): retry later.
-    // A call whose connection the chaos cut (terminated backend, restart) is a 500 'internal_error' (the cause in
-    // the function log): counted, not a problem. Any other 5xx is.
+    // 503 'unavailable' is the API's answer while the server is away or a call's connection was cut (restart,
+    // terminated backend): retry later. A 500 'internal_error' whose cause is such a cut (a shape the classifier,
+    // shared/engines/connectionLost.ts, does not know) is counted, not a problem. Any other 5xx is.
     const cut =
       /terminating connection due to administrator command|ECONNRESET|ECONNREFUSED|Connection terminated|the database system is (starting up|shutting down|not yet accepting)/;
     for (const [what, n] of serverErrors) {
