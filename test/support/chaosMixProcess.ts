@@ -481,7 +481,6 @@ setInterval(() => {
   if (max >= 100) out(`L ${Date.now()} ${Math.round(max)}`);
 }, 1000).unref();
 
-out('READY');
 let exiting = false;
 const onStop = () => {
   if (exiting) return;
@@ -499,3 +498,6 @@ const onStop = () => {
 };
 process.on('SIGTERM', onStop);
 process.on('SIGINT', onStop);
+// Only now: a SIGTERM sent the moment the parent reads READY must find the handler installed (a preempted child
+// between the two lines was killed outright by the default action under load).
+out('READY');

@@ -42,10 +42,11 @@ const worker = new Worker(processor, {
   wakeups: new PostgresWakeups(url),
 });
 worker.start();
-process.stdout.write('READY\n');
 process.on('SIGTERM', () => {
   void worker
     .stop(2000)
     .then(() => store.close())
     .finally(() => process.exit(0));
 });
+// After the handler: a SIGTERM sent as soon as READY is read must stop the worker gracefully, not kill it.
+process.stdout.write('READY\n');
