@@ -93,10 +93,14 @@ export class Reconciler {
       const r = await this.fail(
         b,
         OPEN_STATES,
-        new TransferError('invalid_state', 'abandoned: the target holds the final fence (the abandon was not recorded)', {
-          via: outcome.via,
-          fencedThrough: FINAL_FENCE,
-        }),
+        new TransferError(
+          'invalid_state',
+          'abandoned: the target holds the final fence (the abandon was not recorded)',
+          {
+            via: outcome.via,
+            fencedThrough: FINAL_FENCE,
+          },
+        ),
       );
       return { rec: r.rec, verdict: 'not_applied' };
     }
