@@ -386,20 +386,33 @@ describe('transfer chaos: faults, duplicate deliveries, two instances and an ope
     const journal = (
       await control.query(
         `select batch_id::text as id, transfer_name as transfer, state, boundary_low as low, boundary_high as high,
-                last_error, created_at from keel.transfer_batches order by created_at, batch_id`,
+                last_error, last_error_code as code, created_at from keel.transfer_batches order by created_at, batch_id`,
       )
     ).rows;
     const summary = () => `seed ${rnd.seed} (replay with KEEL_TEST_SEED=${rnd.seed})`;
     console.log(
       `[chaos] seed ${rnd.seed}: ${trace.length} actions, ${passes} settle passes, ${journal.length} batches: ` +
         JSON.stringify(
-          journal.reduce<Record<string, number>>(
-            (a, b) => ((a[`${b.transfer}:${b.state}`] = (a[`${b.transfer}:${b.state}`] ?? 0) + 1), a),
-            {},
-          ),
+          journal.reduce<Record<string, number>>((a, b) => {
+            const k = `${b.transfer}:${b.state}${b.state === 'failed' ? `:${b.code}` : ''}`;
+            a[k] = (a[k] ?? 0) + 1;
+            return a;
+          }, {}),
         ),
     );
     const problems: string[] = [];
+    // A batch fails only when abandoned (invalid_state: the operator's, or the final fence found) or when the source
+    // changed under its window (manifest_mismatch; a change window's rows re-read): never from a fault.
+    for (const b of journal)
+      if (b.state === 'failed' && b.code !== 'invalid_state' && b.code !== 'manifest_mismatch') {
+        const ev = await control.query(
+          `select event, detail::text as d from keel.transfer_batch_events where batch_id = $1 order by event_id`,
+          [b.id],
+        );
+        problems.push(
+          `batch ${b.id} (${b.transfer}) failed ${b.code}: ${b.last_error}; events: ${ev.rows.map((r) => `${r.event} ${String(r.d).slice(0, 200)}`).join(' | ')}`,
+        );
+      }
     if (quiet < 2)
       problems.push(
         `not settled after ${passes} passes: open ${JSON.stringify(await openBatches())}, ${pending.length} messages`,
