@@ -1,7 +1,7 @@
 // Reconcile (docs/transfer.md, "Reconcile and the fence"): the target's durable answer about a batch's applies, and
 // the one way a batch fails -- its window is released only once no apply of it can ever commit.
 import type { TransferConfig } from './config.js';
-import { describeError, type TransferError } from './errors.js';
+import { describeError, TransferError } from './errors.js';
 import type { BatchRecord, TransferJournal } from './journal.js';
 import { baseTransferName } from './chains.js';
 import { OPEN_STATES } from './lifecycle.js';
@@ -85,6 +85,24 @@ export class Reconciler {
       });
       await this.purge(a, b);
       return { rec: moved ?? (await this.moves.load(b.batchId)), verdict: 'committed', committed: moved !== null };
+    }
+    if (outcome.outcome === 'not_applied' && outcome.final && !final) {
+      // The target holds the final fence: an abandon committed it, and its journal move to failed was lost (cut,
+      // reply lost). No apply of this batch can ever commit, so the abandon is finished here: failed, window
+      // released. Left open, the batch would be retried for ever, each apply refused by the fence (attempt_fenced).
+      const r = await this.fail(
+        b,
+        OPEN_STATES,
+        new TransferError(
+          'invalid_state',
+          'abandoned: the target holds the final fence (the abandon was not recorded)',
+          {
+            via: outcome.via,
+            fencedThrough: FINAL_FENCE,
+          },
+        ),
+      );
+      return { rec: r.rec, verdict: 'not_applied' };
     }
     if (outcome.outcome === 'not_applied') {
       const to: BatchState = outcome.staged ? 'staged' : 'extracting';

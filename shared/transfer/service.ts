@@ -345,7 +345,7 @@ export class TransferService {
       return toView(m && rec.rowCount === null ? await this.storeManifest(rec, m) : rec);
     } catch (err) {
       // The batch exists and holds its window; running it (same id) records the manifest first.
-      await this.moves.noteError(rec, 'manifest_error', err);
+      await this.moves.noteError(rec, 'manifest_error', err, { fenced: true, whileOpen: true });
       return toView(await this.moves.load(rec.batchId));
     }
   }
@@ -473,7 +473,7 @@ export class TransferService {
     try {
       return { plan, batch: toView(await this.recordManifest(rec, t, a, schema, true)) };
     } catch (err) {
-      await this.moves.noteError(rec, 'manifest_error', err);
+      await this.moves.noteError(rec, 'manifest_error', err, { fenced: true, whileOpen: true });
       return { plan, batch: toView(await this.moves.load(rec.batchId)) };
     }
   }
@@ -529,7 +529,7 @@ export class TransferService {
     try {
       return toView(await this.recordManifest(rec, t, a, schema, true));
     } catch (err) {
-      await this.moves.noteError(rec, 'manifest_error', err);
+      await this.moves.noteError(rec, 'manifest_error', err, { fenced: true, whileOpen: true });
       return toView(await this.moves.load(rec.batchId));
     }
   }
@@ -777,7 +777,9 @@ export class TransferService {
     } catch (err) {
       if (err instanceof TransferError && TERMINAL_CODES.has(err.code))
         return toView(await this.reconciler.release(b, err, ['extracting']));
-      await this.moves.noteError(b, 'stage_error', err);
+      // Fenced, and only while the batch is open: a run that ended it meanwhile (an abandon, a rival run's terminal
+      // failure, its commit) keeps its reason; this error is kept as an event (test/transfer/staleStageError.test.ts).
+      await this.moves.noteError(b, 'stage_error', err, { fenced: true, whileOpen: true });
       throw err;
     }
   }
@@ -914,7 +916,7 @@ export class TransferService {
       // instead of the batch staying staged with a step that throws at every retry and no error recorded.
       if (err instanceof TransferError && TERMINAL_CODES.has(err.code))
         return toView(await this.reconciler.release(b, err, ['staged']));
-      await this.moves.noteError(b, 'apply_error', err);
+      await this.moves.noteError(b, 'apply_error', err, { fenced: true, whileOpen: true }); // as stage_error
       throw err;
     }
     const claimed = await this.moves.move(b.batchId, {

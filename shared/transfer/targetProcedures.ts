@@ -174,8 +174,13 @@ export function toReconcileOutcome(
   const outcome = word(r.outcome);
   if (outcome === 'committed')
     return { outcome: 'committed', rowCount: Number(r.row_count), checksum: String(r.checksum), via };
-  if (outcome === 'not_applied')
-    return { outcome: 'not_applied', staged: r.staged === true || Number(r.staged) === 1, via: 'claim_obtained' };
+  if (outcome === 'not_applied' || outcome === 'not_applied_final')
+    return {
+      outcome: 'not_applied',
+      staged: r.staged === true || Number(r.staged) === 1,
+      via: 'claim_obtained',
+      ...(outcome === 'not_applied_final' ? { final: true } : {}),
+    };
   return {
     outcome: 'blocked',
     reason: `the claim on batch ${batchId} is held by an open transaction on the target (waited ${waited})`,

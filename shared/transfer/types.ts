@@ -161,7 +161,8 @@ export interface ApplyResult {
 // via: how the target knew ('completion_row', 'claim_obtained', or an engine's own way), for the batch's events.
 export type ReconcileOutcome =
   | { outcome: 'committed'; rowCount: number; checksum: string; via: string }
-  | { outcome: 'not_applied'; staged: boolean; via: string }
+  // final: the completion row holds the final fence (abandon's): no apply of this batch id can ever commit
+  | { outcome: 'not_applied'; staged: boolean; via: string; final?: boolean }
   | { outcome: 'blocked'; reason: string };
 
 /**

@@ -20,8 +20,9 @@ CREATE OR REPLACE PACKAGE KEEL_TRANSFER AUTHID CURRENT_USER AS
                         p_columns IN VARCHAR2, p_keys IN VARCHAR2, p_expected_count IN NUMBER, p_expected_checksum IN VARCHAR2,
                         p_attempt IN NUMBER, p_changes IN VARCHAR2, p_mirror_low IN VARCHAR2, p_mirror_high IN VARCHAR2, o_outcome OUT VARCHAR2, o_row_count OUT NUMBER, o_checksum OUT VARCHAR2,
                         o_deleted OUT NUMBER);
-  -- Reconcile: 'COMMITTED' | 'NOT_APPLIED' | 'BLOCKED' (an apply still holds the claim after p_wait_seconds).
-  -- NOT_APPLIED commits a fence through p_fence_through (0: probe only, nothing kept): final for those attempts.
+  -- Reconcile: 'COMMITTED' | 'NOT_APPLIED' | 'NOT_APPLIED_FINAL' | 'BLOCKED' (an apply still holds the claim after
+  -- p_wait_seconds). NOT_APPLIED commits a fence through p_fence_through (0: probe only, nothing kept): final for
+  -- those attempts; NOT_APPLIED_FINAL: the row holds the final fence (2147483647, abandon's), no apply can ever commit.
   PROCEDURE TRY_CLAIM(p_batch_id IN VARCHAR2, p_wait_seconds IN NUMBER, p_fence_through IN NUMBER, o_outcome OUT VARCHAR2,
                       o_row_count OUT NUMBER, o_checksum OUT VARCHAR2, o_staged OUT NUMBER);
   PROCEDURE PURGE_STAGED(p_batch_id IN VARCHAR2, p_staging IN VARCHAR2);
@@ -375,6 +376,7 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     v_cstate KEEL_TRANSFER_COMPLETIONS.STATE%TYPE;
     v_wait PLS_INTEGER := GREATEST(1, LEAST(60, CEIL(NVL(p_wait_seconds, 1))));
     v_fence NUMBER := GREATEST(0, NVL(p_fence_through, 0));
+    v_fenced NUMBER := 0; -- the fence the completion row holds after this call
   BEGIN
     o_staged := 0;
     BEGIN
@@ -402,13 +404,14 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     -- Lock obtained: any apply of this batch has ended; its completion row is visible if it committed. Otherwise the
     -- verdict is "not applied", made final by the fence committed below (an apply still on its way fails on it).
     BEGIN
-      EXECUTE IMMEDIATE 'SELECT STATE, ROW_COUNT, CHECKSUM FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = :b FOR UPDATE WAIT ' || TO_CHAR(v_wait)
-        INTO v_cstate, o_row_count, o_checksum USING p_batch_id;
+      EXECUTE IMMEDIATE 'SELECT STATE, ROW_COUNT, CHECKSUM, FENCED_THROUGH FROM KEEL_TRANSFER_COMPLETIONS WHERE BATCH_ID = :b FOR UPDATE WAIT ' || TO_CHAR(v_wait)
+        INTO v_cstate, o_row_count, o_checksum, v_fenced USING p_batch_id;
       IF v_cstate = 'COMMITTED' THEN
         o_outcome := 'COMMITTED';
         ROLLBACK;
         RETURN;
       END IF;
+      v_fenced := GREATEST(NVL(v_fenced, 0), v_fence);
       IF v_fence > 0 THEN
         UPDATE KEEL_TRANSFER_COMPLETIONS SET FENCED_THROUGH = GREATEST(FENCED_THROUGH, v_fence), FENCED_AT = SYSTIMESTAMP WHERE BATCH_ID = p_batch_id;
       END IF;
@@ -418,6 +421,7 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
           BEGIN
             INSERT INTO KEEL_TRANSFER_COMPLETIONS (BATCH_ID, TRANSFER_NAME, STATE, FENCED_THROUGH, FENCED_AT)
             VALUES (p_batch_id, '(reconcile)', 'FENCED', v_fence, SYSTIMESTAMP);
+            v_fenced := v_fence;
           EXCEPTION
             WHEN DUP_VAL_ON_INDEX THEN
               o_outcome := 'BLOCKED'; -- a rival wrote the row meanwhile: ask again for its outcome
@@ -432,7 +436,8 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     END;
     o_row_count := NULL;
     o_checksum := NULL;
-    o_outcome := 'NOT_APPLIED';
+    -- The final fence (abandon's): an abandon whose journal note was lost left the batch open; no apply can commit.
+    o_outcome := CASE WHEN v_fenced >= 2147483647 THEN 'NOT_APPLIED_FINAL' ELSE 'NOT_APPLIED' END;
     COMMIT; -- the fence (if any) and the release of the lock, at once
   END TRY_CLAIM;
 

@@ -243,7 +243,8 @@ export class FakeSession {
       this.commitNow(); // the fence, and the release of the lock
       return {
         outBinds: {
-          o_outcome: 'NOT_APPLIED',
+          // as the package: the final fence (abandon's) held by the row after this call
+          o_outcome: Math.max(c?.fenced ?? 0, fence) >= 2147483647 ? 'NOT_APPLIED_FINAL' : 'NOT_APPLIED',
           o_row_count: null,
           o_checksum: null,
           o_staged: s.registry.has(id) ? 1 : 0,

@@ -54,6 +54,13 @@ export async function migrate(pool: pg.Pool, opts: MigrateOptions): Promise<Migr
   const repeatables = await readRepeatableFiles(opts.dir);
   const repeatableLedger = `${ledger}_repeatable`;
   const client = await pool.connect();
+  // pg emits 'error' on a client whose connection ends unexpectedly, even while a query runs: without a listener a
+  // cut during a migration (the transfer target's, run through its pool on first use) crashed the process.
+  let lost: Error | undefined;
+  const onLost = (err: Error) => {
+    lost ??= err;
+  };
+  client.on('error', onLost);
   const applied: string[] = [];
   try {
     // A migration (an index on a large table) and the wait for another runner's lock may take longer than the
@@ -130,6 +137,7 @@ export async function migrate(pool: pg.Pool, opts: MigrateOptions): Promise<Migr
   } finally {
     await client.query('select pg_advisory_unlock($1)', [lockKey]).catch(() => undefined);
     await client.query('reset statement_timeout').catch(() => undefined);
-    client.release();
+    if (!lost) client.off('error', onLost);
+    client.release(lost); // a lost connection is destroyed, not handed out again
   }
 }

@@ -368,6 +368,9 @@ end $$;
 --   not_applied -- no committed completion row, and none can appear for attempts <= p_fence_through: the fence
 --                  (state 'fenced', fenced_through = greatest(old, p_fence_through)) is committed with this verdict,
 --                  so an apply of a ruled-out attempt still on its way to the server fails (KT005) when it arrives.
+--   not_applied_final -- the same, and the row holds the final fence (2147483647, abandon's): no apply of this batch
+--                  can ever commit. An abandon whose journal note was lost leaves such a batch open in the journal;
+--                  this answer lets the journal fail it instead of retrying an apply the fence refuses for ever.
 -- p_fence_through = 0 only probes (nothing can be in flight: the journal never started an apply); no row is kept.
 -- The caller runs this in its own short transaction (autocommit): the fence is durable when the verdict returns.
 drop function if exists keel_transfer.try_claim(uuid, integer);
@@ -378,6 +381,7 @@ language plpgsql as $$
 declare
   v_staged boolean;
   v_state text;
+  v_fenced bigint;
 begin
   if p_fence_through is null or p_fence_through < 0 then
     raise exception using errcode = '22023', message = 'try_claim needs the attempt to fence (>= 0)';
@@ -388,7 +392,7 @@ begin
     values (p_batch_id, '(reconcile)', 'fenced', p_fence_through, clock_timestamp())
     on conflict (batch_id) do update set fenced_through = greatest(c.fenced_through, excluded.fenced_through), fenced_at = excluded.fenced_at
      where c.state = 'fenced'
-    returning c.state into v_state;
+    returning c.state, c.fenced_through into v_state, v_fenced;
     if v_state is not null and p_fence_through = 0 then
       raise exception using errcode = 'KT009', message = 'probe only; undoing it';
     end if;
@@ -403,7 +407,9 @@ begin
   -- Read after the row is settled: a staging registry row seen now is the one any later apply would use.
   select exists (select 1 from keel_transfer.staged s where s.batch_id = p_batch_id and s.state = 'staged') into v_staged;
   if v_state = 'fenced' then
-    return query select 'not_applied'::text, null::bigint, null::text, v_staged;
+    -- (a probe's row is undone above, but v_fenced still says what fence the row held)
+    return query select case when v_fenced >= 2147483647 then 'not_applied_final' else 'not_applied' end,
+                        null::bigint, null::text, v_staged;
     return;
   end if;
   -- The row exists and is not a fence: a committed completion (a 'claimed' row is never visible committed).
