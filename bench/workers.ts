@@ -12,7 +12,7 @@
 //   --child-node-flags='--min-semi-space-size=16'  Node/V8 flags for the worker processes only
 //
 //   npm run bench:workers -- --jobs 20000 --processes 6 --concurrency 20 --rounds 3 --warmup 1
-//   --warmup-jobs-per-process 10000 (jobs each worker process runs in a warm-up round; see below)
+//   --warmup-jobs-per-process 20000 (jobs each worker process runs in a warm-up round; see below)
 //   --poll-ms 500 (the Worker's idle poll)  --timeout-s 600 (per run)  --pg-url URL (or KEEL_BENCH_PG_URL)
 //   --cold (fork the processes for each round, as before run 190; see below)
 //
@@ -22,8 +22,9 @@
 // times in a 3 s window (bench/README.md, runs 190-199). --cold measures that case. A warm-up round gives every
 // worker process the same number of jobs whatever the shape (processes x --warmup-jobs-per-process on the shape's
 // queue): the warm-up used to be --jobs for each shape, which is 20,000 jobs for one process but ~3,333 for each of
-// six, so the six were measured less warm than the one (runs 540-559). The default, 10,000, is past where a
-// process's Node CPU a job stops falling (V8's tier-up of the job path: runs 190f and 540-559). The clock starts when every
+// six, so the six were measured less warm than the one (runs 540-559). The default, 20,000, is what one process
+// had before and past where a process's Node CPU a job stops falling (V8's tier-up of the job path: runs 190f and
+// 540-559; 10,000 left one process measurably less warm). The clock starts when every
 // child has been told to go (process start-up and module loading are never counted), and stops when the children
 // have reported every job succeeded (the processor reports an outcome once its completion is committed). Children
 // exit by themselves: on the parent's exit message, when the parent goes away (IPC disconnect), or at their own
@@ -451,7 +452,7 @@ async function main(): Promise<void> {
       rounds: { type: 'string', default: '3' },
       warmup: { type: 'string', default: '1' },
       // Jobs each worker process runs in a warm-up round, the same for every shape (header comment).
-      'warmup-jobs-per-process': { type: 'string', default: '10000' },
+      'warmup-jobs-per-process': { type: 'string', default: '20000' },
       'poll-ms': { type: 'string', default: '500' },
       // Extra Node/V8 flags for the worker processes only, e.g. --child-node-flags=--min-semi-space-size=16
       'child-node-flags': { type: 'string', default: '' },
