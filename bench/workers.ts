@@ -505,7 +505,11 @@ async function main(): Promise<void> {
       const warm = new Map<number, Children>(); // the processes of each shape, kept across rounds (not --cold)
       try {
         for (let r = -warmup; r < rounds; r++) {
-          const order = (r + warmup) % 2 ? [...shapes].reverse() : shapes;
+          // Rounds alternate the shapes' order. The last warm-up runs in round 1's order, so each shape waits one
+          // 20k-job run of the other before its first measured round (the six's longer warm-up right before one
+          // process's round 1 left that process idle for minutes under load: its connections closed, its backends
+          // cold; runs 549-550).
+          const order = (r + warmup + (r < 0 ? 1 : 0)) % 2 ? [...shapes].reverse() : shapes;
           for (const p of order) {
             const queue = `workers-${p}p-${r < 0 ? `warmup${-r}` : `round${r + 1}`}`;
             const children = warm.get(p) ?? new Children(p, childArgs, childNodeFlags);
