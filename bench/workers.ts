@@ -23,8 +23,8 @@
 // worker process the same number of jobs whatever the shape (processes x --warmup-jobs-per-process on the shape's
 // queue): the warm-up used to be --jobs for each shape, which is 20,000 jobs for one process but ~3,333 for each of
 // six, so the six were measured less warm than the one (runs 540-559). The default, 20,000, is what one process
-// had before and past where a process's Node CPU a job stops falling (V8's tier-up of the job path: runs 190f and
-// 540-559; 10,000 left one process measurably less warm). The clock starts when every
+// had before and past where a process's Node CPU a job stops falling (V8's tier-up of the job path, ~10-12k jobs:
+// runs 190f and 540-559). The clock starts when every
 // child has been told to go (process start-up and module loading are never counted), and stops when the children
 // have reported every job succeeded (the processor reports an outcome once its completion is committed). Children
 // exit by themselves: on the parent's exit message, when the parent goes away (IPC disconnect), or at their own
