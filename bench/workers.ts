@@ -506,9 +506,9 @@ async function main(): Promise<void> {
       try {
         for (let r = -warmup; r < rounds; r++) {
           // Rounds alternate the shapes' order. The last warm-up runs in round 1's order, so each shape waits one
-          // 20k-job run of the other before its first measured round (the six's longer warm-up right before one
-          // process's round 1 left that process idle for minutes under load: its connections closed, its backends
-          // cold; runs 549-550).
+          // --jobs run of the other before its first measured round (the six's longer warm-up right before one
+          // process's round 1 left that process idle for a minute or more under load, past the pool's idle timeout:
+          // runs 549-550).
           const order = (r + warmup + (r < 0 ? 1 : 0)) % 2 ? [...shapes].reverse() : shapes;
           for (const p of order) {
             const queue = `workers-${p}p-${r < 0 ? `warmup${-r}` : `round${r + 1}`}`;
