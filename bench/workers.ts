@@ -12,13 +12,19 @@
 //   --child-node-flags='--min-semi-space-size=16'  Node/V8 flags for the worker processes only
 //
 //   npm run bench:workers -- --jobs 20000 --processes 6 --concurrency 20 --rounds 3 --warmup 1
+//   --warmup-jobs-per-process 20000 (jobs each worker process runs in a warm-up round; see below)
 //   --poll-ms 500 (the Worker's idle poll)  --timeout-s 600 (per run)  --pg-url URL (or KEEL_BENCH_PG_URL)
 //   --cold (fork the processes for each round, as before run 190; see below)
 //
 // Each shape's processes are forked once and serve every round (a new Worker on each round's queue), so the warm-up
 // round warms them as it warms the server: a process's first few thousand jobs cost ~1.6x the Node CPU of later ones
 // (V8 compiling the job path; backends filling their caches), and six fresh processes on 20k jobs paid that six
-// times in a 3 s window (bench/README.md, runs 190-199). --cold measures that case. The clock starts when every
+// times in a 3 s window (bench/README.md, runs 190-199). --cold measures that case. A warm-up round gives every
+// worker process the same number of jobs whatever the shape (processes x --warmup-jobs-per-process on the shape's
+// queue): the warm-up used to be --jobs for each shape, which is 20,000 jobs for one process but ~3,333 for each of
+// six, so the six were measured less warm than the one (runs 540-559). The default, 20,000, is what one process
+// had before and past where a process's Node CPU a job stops falling (V8's tier-up of the job path, ~10-12k jobs:
+// runs 190f and 540-559). The clock starts when every
 // child has been told to go (process start-up and module loading are never counted), and stops when the children
 // have reported every job succeeded (the processor reports an outcome once its completion is committed). Children
 // exit by themselves: on the parent's exit message, when the parent goes away (IPC disconnect), or at their own
@@ -250,6 +256,7 @@ interface RunResult {
   perKJobs: string;
   emptyClaims: number;
   shortClaims: number;
+  claimedPerProcess: number[]; // jobs each worker process claimed (a warm-up round gives each about the same)
 }
 
 const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
@@ -432,6 +439,7 @@ async function runOnce(
     perKJobs: `minflt ${r2((total('minflt') * 1000) / opts.jobs)} vcsw ${r2((total('vcsw') * 1000) / opts.jobs)} ivcsw ${r2((total('ivcsw') * 1000) / opts.jobs)}`,
     emptyClaims: total('emptyClaims'),
     shortClaims: total('shortClaims'),
+    claimedPerProcess: round.counts.map((x) => x.claimed),
   };
 }
 
@@ -443,6 +451,8 @@ async function main(): Promise<void> {
       concurrency: { type: 'string', default: '20' },
       rounds: { type: 'string', default: '3' },
       warmup: { type: 'string', default: '1' },
+      // Jobs each worker process runs in a warm-up round, the same for every shape (header comment).
+      'warmup-jobs-per-process': { type: 'string', default: '20000' },
       'poll-ms': { type: 'string', default: '500' },
       // Extra Node/V8 flags for the worker processes only, e.g. --child-node-flags=--min-semi-space-size=16
       'child-node-flags': { type: 'string', default: '' },
@@ -455,8 +465,15 @@ async function main(): Promise<void> {
   const processes = Number(values.processes);
   const rounds = Number(values.rounds);
   const warmup = Number(values.warmup);
+  const warmupJobsPerProcess = Number(values['warmup-jobs-per-process']);
   const cold = values.cold === true;
-  for (const [name, v] of Object.entries({ jobs, processes, rounds, concurrency: Number(values.concurrency) }))
+  for (const [name, v] of Object.entries({
+    jobs,
+    processes,
+    rounds,
+    concurrency: Number(values.concurrency),
+    'warmup-jobs-per-process': warmupJobsPerProcess,
+  }))
     if (!Number.isInteger(v) || v < 1) throw new Error(`--${name} must be a positive integer`);
   const runOpts = {
     jobs,
@@ -488,7 +505,11 @@ async function main(): Promise<void> {
       const warm = new Map<number, Children>(); // the processes of each shape, kept across rounds (not --cold)
       try {
         for (let r = -warmup; r < rounds; r++) {
-          const order = (r + warmup) % 2 ? [...shapes].reverse() : shapes;
+          // Rounds alternate the shapes' order. The last warm-up runs in round 1's order, so each shape waits one
+          // --jobs run of the other before its first measured round (the six's longer warm-up right before one
+          // process's round 1 left that process idle for a minute or more under load, past the pool's idle timeout:
+          // runs 549-550).
+          const order = (r + warmup + (r < 0 ? 1 : 0)) % 2 ? [...shapes].reverse() : shapes;
           for (const p of order) {
             const queue = `workers-${p}p-${r < 0 ? `warmup${-r}` : `round${r + 1}`}`;
             const children = warm.get(p) ?? new Children(p, childArgs, childNodeFlags);
@@ -496,15 +517,23 @@ async function main(): Promise<void> {
               if (!cold) warm.set(p, children);
               await children.start();
             }
-            const res = await runOnce(admin, store, queue, children, { ...runOpts, processes: p }, postmaster).finally(
-              () => (cold ? children.close() : undefined),
-            );
+            // A warm-up round: the same number of jobs for each process of any shape.
+            const roundJobs = r < 0 ? p * warmupJobsPerProcess : jobs;
+            const res = await runOnce(
+              admin,
+              store,
+              queue,
+              children,
+              { ...runOpts, jobs: roundJobs, processes: p },
+              postmaster,
+            ).finally(() => (cold ? children.close() : undefined));
             if (r >= 0) (runs[p] ??= []).push(res);
             console.error(
               `${r < 0 ? 'warm-up' : `round ${r + 1}`} ${p} process${p > 1 ? 'es' : ''}: ${Math.round(res.jobsPerSec)} jobs/s (${Math.round(res.ms)} ms), exact ${res.exact}; ` +
                 `CPU µs/job node ${res.nodeUsPerJob} (system ${res.nodeSystemUsPerJob}, GC ${res.nodeGcUsPerJob}), server ${res.pgUsPerJob ?? 'n/a'} ${JSON.stringify(res.pgUsPerJobByKind)}; per 1k jobs ${res.claimsPerK} claims ` +
                 `(${res.emptyClaims} empty, ${res.shortClaims} short in all), ${res.completionsPerK} completion batches; ` +
-                `GC per 1k jobs ${res.gcMinorPerK} minor, ${res.gcMajorPerK} major, new space KB ${res.newSpaceKb.join('/')}; loop active µs/job ${res.eluActiveUsPerJob}; heap allocated B/job ${res.allocatedBytesPerJob}; per 1k jobs ${res.perKJobs}`,
+                `GC per 1k jobs ${res.gcMinorPerK} minor, ${res.gcMajorPerK} major, new space KB ${res.newSpaceKb.join('/')}; loop active µs/job ${res.eluActiveUsPerJob}; heap allocated B/job ${res.allocatedBytesPerJob}; per 1k jobs ${res.perKJobs}; ` +
+                `jobs per process ${res.claimedPerProcess.join('/')}`,
             );
           }
         }
@@ -523,6 +552,7 @@ async function main(): Promise<void> {
         pollMs: runOpts.pollMs,
         rounds,
         warmupRounds: warmup,
+        warmupJobsPerProcess,
         childNodeFlags,
         workerProcesses: cold ? 'forked for each round (--cold)' : 'forked once per shape, kept across rounds',
         runs: Object.fromEntries(shapes.map((p) => [`${p}p`, runs[p]!.map((x) => Math.round(x.jobsPerSec))])),
