@@ -357,11 +357,12 @@ export class TransferService {
   }
 
   // The window after the one this service's last createBatch of the transfer chose, asked of the source beside the
-  // journal's reads and the schema's (one round trip of wait a batch fewer in a catch-up chain). The same question nextWindow would
-  // be asked after them (the same low, the same schema's boundary type), only a journal round trip earlier; used
-  // only when the journal's last committed high is exactly that low and the schema read now has the same hash, else
-  // the window is read after the journal as before. Key and timestamp windows (not change capture, whose windows
-  // also depend on the baseline state); an error is thrown only where it is used.
+  // journal's reads and the schema's (one round trip of wait a batch fewer in a catch-up chain): the question
+  // nextWindow would be asked after them (the same low, the same schema's boundary type), a journal round trip
+  // earlier. Used only when the journal's last committed high is exactly that low and the schema read now has the
+  // same hash, else the window is asked after the journal as before. Not for change windows (their windows also
+  // depend on the baseline state). Asked even when the call then finds the transfer paused or a batch open (a read
+  // of the key index's two ends); an error is thrown only where the answer is used.
   private earlyWindow(t: TransferConfig): { low: string; schemaHash: string; window: Promise<Window | null> } | null {
     const c = this.chosen.get(t.name);
     if (!c || carriesChanges(t)) return null;
