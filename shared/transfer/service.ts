@@ -361,8 +361,8 @@ export class TransferService {
   // nextWindow would be asked after them (the same low, the same schema's boundary type), a journal round trip
   // earlier. Used only when the journal's last committed high is exactly that low and the schema read now has the
   // same hash, else the window is asked after the journal as before. Not for change windows (their windows also
-  // depend on the baseline state). Asked even when the call then finds the transfer paused or a batch open (a read
-  // of the key index's two ends); an error is thrown only where the answer is used.
+  // depend on the baseline state). Asked even when the call then finds the transfer paused or a batch open (one
+  // bounded read of the boundary's index); an error is thrown only where the answer is used.
   private earlyWindow(t: TransferConfig): { low: string; schemaHash: string; window: Promise<Window | null> } | null {
     const c = this.chosen.get(t.name);
     if (!c || carriesChanges(t)) return null;
