@@ -104,6 +104,9 @@ export class TransferService {
   // The last rows-behind count per transfer, with the bound and cap it was counted for (rowsBehind's reuse).
   // The next window's manifest per transfer, read while a full window's rows move (startAhead).
   private readonly ahead = new Map<string, Promise<Ahead | null>>();
+  // The window the last createBatch of each transfer chose here (its high bound and the schema it read): the next
+  // createBatch asks the source for the window after it beside its journal reads (earlyWindow).
+  private readonly chosen = new Map<string, { high: string; schema: SourceSchema }>();
   private readonly behindCounts = new Map<string, { low: string | null; cap: number; at: number; value: RowsBehind }>();
   // Replays of one transfer, one at a time in this process (replay's check for an open replay, then its insert; the
   // journal's insert decides across processes).
@@ -296,6 +299,7 @@ export class TransferService {
     // A manifest read ahead serves this attempt or none (whatever it ends in: drift, nothing new, an open batch).
     const ahead = this.ahead.get(t.name);
     this.ahead.delete(t.name);
+    const early = this.earlyWindow(t);
     if (await this.isPaused(t.name))
       throw new TransferError('transfer_paused', `transfer ${t.name} is paused; resume it first`);
     const { open, lastCommitted } = await last;
@@ -315,10 +319,11 @@ export class TransferService {
       );
     }
     await this.prepare(t, a, schema);
-    const window = await a.source.nextWindow(lastCommitted?.boundaryHigh ?? null, t.batchSize, {
-      ...baselineOpts(a),
-      schema,
-    });
+    const low = lastCommitted?.boundaryHigh ?? null;
+    const window =
+      early && low !== null && early.low === low && early.schemaHash === schema.hash
+        ? await early.window
+        : await a.source.nextWindow(low, t.batchSize, { ...baselineOpts(a), schema });
     if (!window)
       throw new TransferError(
         'nothing_to_transfer',
@@ -340,6 +345,7 @@ export class TransferService {
     });
     this.log('transfer.batch.created', { batchId: rec.batchId, transfer: t.name, low: window.low, high: window.high });
     this.rememberTransfer(rec.batchId, t.name);
+    this.chosen.set(t.name, { high: window.high, schema });
     try {
       const m = await manifestRead;
       return toView(m && rec.rowCount === null ? await this.storeManifest(rec, m) : rec);
@@ -348,6 +354,23 @@ export class TransferService {
       await this.moves.noteError(rec, 'manifest_error', err, { fenced: true, whileOpen: true });
       return toView(await this.moves.load(rec.batchId));
     }
+  }
+
+  // The window after the one this service's last createBatch of the transfer chose, asked of the source beside the
+  // journal's reads and the schema's (one round trip of wait a batch fewer in a catch-up chain): the question
+  // nextWindow would be asked after them (the same low, the same schema's boundary type), a journal round trip
+  // earlier. Used only when the journal's last committed high is exactly that low and the schema read now has the
+  // same hash, else the window is asked after the journal as before. Not for change windows (their windows also
+  // depend on the baseline state). Asked even when the call then finds the transfer paused or a batch open (one
+  // bounded read of the boundary's index); an error is thrown only where the answer is used.
+  private earlyWindow(t: TransferConfig): { low: string; schemaHash: string; window: Promise<Window | null> } | null {
+    const c = this.chosen.get(t.name);
+    if (!c || carriesChanges(t)) return null;
+    const window = this.connect(t).then((a) =>
+      a.source.nextWindow(c.high, t.batchSize, { ...baselineOpts(a), schema: c.schema }),
+    );
+    window.catch(() => undefined); // awaited only when used
+    return { low: c.high, schemaHash: c.schema.hash, window };
   }
 
   // Operator action: send a range of committed windows again, from the source as it is now (e.g. after the target

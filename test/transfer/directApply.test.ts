@@ -202,27 +202,34 @@ describe('direct apply (PostgreSQL -> PostgreSQL key windows)', () => {
     await checkTarget();
   });
 
-  it(`cut after the rows were written (checksum, completion row), ${RUNS} runs`, { timeout: 120_000 }, async () => {
-    let rolledBack = 0;
-    let fired = 0;
-    for (let i = 0; i < RUNS; i++) {
-      const r = await faultedRun({
-        kind: 'cut-after-ms',
-        trigger: (sql) =>
-          i % 2 === 0 ? sql.includes('keel_transfer.finish_direct') : sql.startsWith('select count(*)::text as n'),
-        delayMs: 0,
-      });
-      // A cut timed 0 ms after finish_direct can lose the race to the COMMIT on a loaded machine (the batch then
-      // simply committed); the cuts that land are what this test is about.
-      if (r.fired) fired++;
-      // The cut can land before the COMMIT (rolled back: fenced, then attempt 2 commits) or after it (the reply
-      // lost: reconcile reads the completion row); either way the outcome was read from the target.
-      if ((await events(r.final.batchId)).includes('reconciled_not_applied')) rolledBack++;
-    }
-    expect(fired).toBeGreaterThan(0);
-    expect(rolledBack).toBeGreaterThan(0);
-    await checkTarget();
-  });
+  // finish_direct (the completion row marked with the manifest's sums) goes out with the claim, before the rows: a
+  // cut there, or while the rows' sums run after them, leaves nothing committed (the rows, the claim and the marked
+  // completion row are one transaction).
+  it(
+    `cut at the claim with the completion row marked, or after the rows were written (their sums), ${RUNS} runs`,
+    { timeout: 120_000 },
+    async () => {
+      let rolledBack = 0;
+      let fired = 0;
+      for (let i = 0; i < RUNS; i++) {
+        const r = await faultedRun({
+          kind: 'cut-after-ms',
+          trigger: (sql) =>
+            i % 2 === 0 ? sql.includes('keel_transfer.finish_direct') : sql.startsWith('select count(*)::text as n'),
+          delayMs: 0,
+        });
+        // A cut timed 0 ms after the sums went out can lose the race to the COMMIT on a loaded machine (the batch then
+        // simply committed); the cuts that land are what this test is about.
+        if (r.fired) fired++;
+        // The cut can land before the COMMIT (rolled back: fenced, then attempt 2 commits) or after it (the reply
+        // lost: reconcile reads the completion row); either way the outcome was read from the target.
+        if ((await events(r.final.batchId)).includes('reconciled_not_applied')) rolledBack++;
+      }
+      expect(fired).toBeGreaterThan(0);
+      expect(rolledBack).toBeGreaterThan(0);
+      await checkTarget();
+    },
+  );
 
   it(
     `COMMIT reached the server, reply lost: reconcile reads the completion row, ${RUNS} runs`,

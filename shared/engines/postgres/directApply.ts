@@ -104,9 +104,17 @@ export async function applyDirect(
       throw err;
     }
   };
+  // The manifest, when known before the rows ('count': read before them): the checks after the rows are priced by
+  // its size (sumsPricing), and finish_direct goes out with the claim (below).
+  const known = 'count' in when ? when.manifest : null;
   try {
-    // begin and the settings in one simple query (neither takes parameters): one round trip of wait fewer.
-    const opened = client.query(`begin; ${PG_CHECKSUM_SETTINGS_SQL}`);
+    // begin and the settings in one simple query (none takes parameters): one round trip of wait fewer. With the
+    // manifest known, the window's sums are priced here too, before the rows: transaction-local planner costs only
+    // (a COPY plans nothing but the queries of the table's triggers, which these leave correct), and the statement
+    // after the rows is then the sums alone.
+    const opened = client.query(
+      `begin; ${PG_CHECKSUM_SETTINGS_SQL}${known ? `; ${sumsPricing(known.rowCount >= DIRECT_PARALLEL_ROWS)}` : ''}`,
+    );
     if ('count' in when) {
       // The journal counts the attempt while the transaction opens (nothing of the batch is touched by either): one
       // round trip of wait a batch fewer. Both answer before anything else: the claim needs the counted attempt.
@@ -128,11 +136,27 @@ export async function applyDirect(
       const attempt = counted.value;
       let begun: { outcome: string; row_count: string | null; checksum: string | null };
       try {
+        // finish_direct in the claim's statement, once claimed: it marks the completion row committed with the
+        // manifest's count and checksum inside this transaction, which commits only when the rows' sums equal
+        // exactly those (any difference, or any error, rolls it back with the rows), so what commits is unchanged;
+        // the statement after the rows is then the sums alone (one round trip of wait a batch fewer after them).
         begun = (
           await client.query(
-            `select outcome, row_count::text as row_count, checksum
+            `select outcome, row_count::text as row_count, checksum,
+                    case when outcome = 'claimed' then keel_transfer.finish_direct($1, $9::bigint, $10) end as finished
                from keel_transfer.begin_direct($1, $2, $3, $4, $5, $6::bigint, $7::bigint, $8)`,
-            [req.batchId, req.transfer, d.targetSchema, d.targetTable, d.key, w.low, w.high, attempt],
+            [
+              req.batchId,
+              req.transfer,
+              d.targetSchema,
+              d.targetTable,
+              d.key,
+              w.low,
+              w.high,
+              attempt,
+              when.manifest.rowCount,
+              when.manifest.checksum,
+            ],
           )
         ).rows[0];
       } catch (err) {
@@ -263,17 +287,15 @@ export async function applyDirect(
     // and hashed) cost several times a comparison each; priced so (cpu_operator_cost 4x the server's), the
     // planner's own costs choose workers. Only this statement's transaction-local costs; the plan's shape (the
     // key's index, then the rows) stays the planner's.
-    // finish_direct marks the completion row committed with the manifest's count and checksum in the same statement
-    // as the settings (one round trip of wait a batch fewer): inside this transaction, which commits only when the
-    // rows' sums below equal exactly those; otherwise the rollback undoes it with everything else.
-    const large = manifest.rowCount >= DIRECT_PARALLEL_ROWS;
-    await client.query(
-      `select set_config('parallel_setup_cost', '0', true), set_config('parallel_tuple_cost', '0', true), set_config('min_parallel_table_scan_size', '0', true),
-              set_config('min_parallel_index_scan_size', '0', true), set_config('work_mem', '32MB', true),
-              set_config('cpu_operator_cost', (current_setting('cpu_operator_cost')::float8 * case when $1 then 4 else 1 end)::text, true),
-              keel_transfer.finish_direct($2, $3, $4)`,
-      [large, req.batchId, manifest.rowCount, manifest.checksum],
-    );
+    // finish_direct marks the completion row committed with the manifest's count and checksum: inside this
+    // transaction, which commits only when the rows' sums below equal exactly those; otherwise the rollback undoes it
+    // with everything else. With the manifest known before the rows, both went out before them (the pricing with
+    // begin, finish_direct with the claim); after one source read, in one statement here.
+    if (!known)
+      await client.query(
+        `${sumsPricing(manifest.rowCount >= DIRECT_PARALLEL_ROWS)}, keel_transfer.finish_direct($1, $2, $3)`,
+        [req.batchId, manifest.rowCount, manifest.checksum],
+      );
     const keyRef = `t.${quotePg(d.key)}`;
     const where = w.low === null ? `${keyRef} <= $1::bigint` : `${keyRef} > $2::bigint and ${keyRef} <= $1::bigint`;
     const sums = await client.query(
@@ -319,6 +341,14 @@ export async function applyDirect(
     if (!broken && !lost) client.off('error', onError);
     client.release(broken ?? lost);
   }
+}
+
+// The window's sums priced (transaction-local settings; why: at the sums' statement in applyDirect). `large`: a
+// window of DIRECT_PARALLEL_ROWS or more. Constant text (no input in it): sent with begin in one simple query.
+function sumsPricing(large: boolean): string {
+  return `select set_config('parallel_setup_cost', '0', true), set_config('parallel_tuple_cost', '0', true), set_config('min_parallel_table_scan_size', '0', true),
+              set_config('min_parallel_index_scan_size', '0', true), set_config('work_mem', '32MB', true),
+              set_config('cpu_operator_cost', (current_setting('cpu_operator_cost')::float8 * ${large ? 4 : 1})::text, true)`;
 }
 
 // The feed's chunks as COPY text into the open COPY: every wait (the next chunk, the sink's drain) fails as soon as
