@@ -11,8 +11,10 @@ import { configuredHandlersDir } from '../shared/jobs/handlerFolder.js';
 import { scheduleQueue } from '../shared/jobs/scheduler.js';
 import path from 'node:path';
 import { stopWhenOrphaned } from '../dev/parentWatch.js';
+import { warnIfOldNode } from '../dev/nodeVersion.js';
 
 const demo = process.argv.includes('--demo');
+warnIfOldNode();
 
 const GRACE_MS = 5_000;
 // Ctrl+C during start-up: stop at once (the embedded server, if started, is stopped on exit).
