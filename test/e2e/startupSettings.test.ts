@@ -2,6 +2,7 @@
 // file), before any server is started: not a raw "options.port should be >= 0" from listen(), a "getaddrinfo
 // ENOTFOUND" for a value that is no URL at all, a JSON parser's position without the file, or a silent fallback to
 // another port. And on a node older than the supported 22 the start says so, with the README's way to get 22.
+import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -10,6 +11,9 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { bootLocal, localSettingsValues, portSetting, StartupError } from '../../dev/boot.js';
 import { oldNodeWarning } from '../../dev/nodeVersion.js';
 import { definitions } from '../../functions/definitions.js';
+import { freePort } from '../../dev/embeddedPostgres.js';
+
+const ROOT = path.resolve(import.meta.dirname, '../..');
 
 const dirs: string[] = [];
 const tempDir = async (label: string) => {
@@ -83,4 +87,41 @@ describe('local host: Node version', () => {
     expect(oldNodeWarning('v22.12.0')).toBeUndefined();
     expect(oldNodeWarning('v24.1.0')).toBeUndefined();
   });
+});
+
+describe("npm run migrate: a URL that fails names the setting, without the driver's stack", () => {
+  const migrate = (env: Record<string, string>) => {
+    const { KEEL_PG_URL: _u, KEEL_PG_MIGRATE_URL: _m, KEEL_STORE_ENGINE: _e, ...rest } = process.env;
+    return spawnSync(process.execPath, ['--import', 'tsx', 'scripts/migrate.ts'], {
+      cwd: ROOT,
+      env: { ...rest, ...env },
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+  };
+
+  it('unreachable, not a URL, or the owner URL (KEEL_PG_MIGRATE_URL) named when that one is used', async () => {
+    const port = await freePort();
+    const refused = migrate({ KEEL_PG_URL: `postgres://someone:secret@127.0.0.1:${port}/keel` });
+    expect(refused.status, refused.stderr).toBe(1);
+    expect(refused.stderr).toMatch(
+      new RegExp(`^npm run migrate: KEEL_PG_URL \\(postgres\\): connect ECONNREFUSED 127\\.0\\.0\\.1:${port}\\n$`),
+    );
+    expect(refused.stderr).not.toMatch(/secret/);
+
+    const notUrl = migrate({ KEEL_PG_URL: 'notaurl' });
+    expect(notUrl.status).toBe(1);
+    expect(notUrl.stderr).toMatch(/^npm run migrate: KEEL_PG_URL \(postgres\): not a PostgreSQL URL/);
+
+    const owner = migrate({
+      KEEL_PG_URL: 'postgres://a@127.0.0.1:1/x',
+      KEEL_PG_MIGRATE_URL: `postgres://b@127.0.0.1:${port}/x`,
+    });
+    expect(owner.status).toBe(1);
+    expect(owner.stderr).toMatch(/^npm run migrate: KEEL_PG_MIGRATE_URL \(postgres\): connect ECONNREFUSED/);
+
+    const unset = migrate({});
+    expect(unset.status).toBe(2);
+    expect(unset.stderr).toMatch(/KEEL_PG_URL is not set/);
+  }, 120_000);
 });
