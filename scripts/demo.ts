@@ -7,7 +7,9 @@ import { definitions } from '../functions/definitions.js';
 import { encodeClientPrincipal } from '../shared/ops/auth.js';
 import { DEMO_TRANSFER } from '../dev/demoTransfer.js';
 import { stopWhenOrphaned } from '../dev/parentWatch.js';
+import { warnIfOldNode } from '../dev/nodeVersion.js';
 
+warnIfOldNode();
 const exitAtEnd = process.argv.includes('--exit');
 const quiet = !process.argv.includes('--verbose');
 

@@ -12,15 +12,31 @@ if (!engine) {
   process.exit(2);
 }
 const setting = engine.controlSetting!;
-const connection = (engine.migrateSetting && process.env[engine.migrateSetting]) || process.env[setting];
+const used = engine.migrateSetting && process.env[engine.migrateSetting] ? engine.migrateSetting : setting;
+const connection = process.env[used];
 if (!connection) {
   console.error(`${setting} is not set: it must point at the ${name} database to migrate`);
   process.exit(2);
+}
+// A connection that fails is a message naming the setting, not the driver's error object and stack; the value is
+// not echoed (it may hold a password).
+const fail = (what: string) => {
+  console.error(`npm run migrate: ${used} (${name}): ${what}`);
+  process.exit(1);
+};
+if (name === 'postgres' && !/^postgres(ql)?:\/\//.test(connection)) {
+  fail('not a PostgreSQL URL (postgres://user:password@host:port/database)');
 }
 const result = await engineNamed(name).migrateControl!(
   connection,
   (line) => console.log(line),
   process.env.KEEL_SQL_DIR || undefined,
+).catch(
+  (err: Error) =>
+    // 'localhost' refused on ::1 and 127.0.0.1 is an AggregateError with an empty message of its own.
+    fail(
+      err.message || (err instanceof AggregateError ? err.errors.map((e: Error) => e.message).join('; ') : String(err)),
+    ) as never,
 );
 console.log(
   `${name}: applied ${result.applied.length} migration(s)${result.applied.length ? `: ${result.applied.join(', ')}` : ''}; ${result.alreadyApplied} already applied`,

@@ -11,8 +11,10 @@ import { configuredHandlersDir } from '../shared/jobs/handlerFolder.js';
 import { scheduleQueue } from '../shared/jobs/scheduler.js';
 import path from 'node:path';
 import { stopWhenOrphaned } from '../dev/parentWatch.js';
+import { warnIfOldNode } from '../dev/nodeVersion.js';
 
 const demo = process.argv.includes('--demo');
+warnIfOldNode();
 
 const GRACE_MS = 5_000;
 // Ctrl+C during start-up: stop at once (the embedded server, if started, is stopped on exit).
@@ -20,7 +22,7 @@ const early = () => process.exit(130);
 process.on('SIGINT', early);
 process.on('SIGTERM', early);
 // A signal sent to npm alone does not reach this process: stop as on SIGTERM when npm is gone (dev/parentWatch.ts).
-stopWhenOrphaned();
+const stopOrphanWatch = stopWhenOrphaned();
 const keel = await bootLocal({ definitions, demo, shutdownGraceMs: GRACE_MS }).catch((err: Error) => {
   // A start-up problem is a message, not a stack: what is wrong and what to do.
   console.error(`\nKeel could not start: ${err.message}`);
@@ -79,6 +81,9 @@ async function shutdown(signal: string) {
     process.exit(1);
   }
   stoppingSince = Date.now();
+  // Stopping already: npm going away meanwhile (killed, or its terminal closed) must not read as a second Ctrl+C
+  // (the watcher's SIGTERM came a second or more later and cut the grace short, leaving jobs 'processing').
+  stopOrphanWatch();
   console.log(
     `\n${signal}: stopping; running jobs get ${GRACE_MS / 1000} s to finish, then are released (Ctrl+C again to stop now)...`,
   );

@@ -281,7 +281,9 @@ export function transfersPage(main: HTMLElement): Cleanup {
       replace(
         transfersBox,
         !r.configured || items.length === 0
-          ? empty('No transfers are configured (KEEL_TRANSFERS or KEEL_TRANSFERS_FILE; npm run demo configures one).')
+          ? empty(
+              'No transfers are configured (KEEL_TRANSFERS or KEEL_TRANSFERS_FILE; npm start -- --demo and npm run demo configure one).',
+            )
           : table(
               [
                 'transfer',
@@ -370,7 +372,11 @@ export function transfersPage(main: HTMLElement): Cleanup {
       replace(
         batchesBox,
         items.length === 0
-          ? empty('No batches yet. Start one above.')
+          ? empty(
+              p.get('transfer') || p.get('state')
+                ? 'No batches match these filters.'
+                : 'No batches yet: Start batch on a configured transfer above makes one.',
+            )
           : table(
               ['batch', 'transfer', 'status', 'state', 'rows', 'created', 'updated'],
               items.map((b) => [
