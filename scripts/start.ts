@@ -29,8 +29,6 @@ const keel = await bootLocal({ definitions, demo, shutdownGraceMs: GRACE_MS }).c
   if (!(err instanceof StartupError) && process.env.KEEL_DEBUG) console.error(err.stack);
   process.exit(1);
 });
-process.off('SIGINT', early);
-process.off('SIGTERM', early);
 const ops = `${keel.baseUrl}/api/ops`;
 const role = keel.settings.KEEL_OPS_OPERATOR_ROLE;
 // What was loaded, so a handler or schedule that is missing (not in the folder, not exported) shows at once.
@@ -100,3 +98,7 @@ async function shutdown(signal: string) {
 }
 process.on('SIGINT', () => void shutdown('SIGINT'));
 process.on('SIGTERM', () => void shutdown('SIGTERM'));
+// Swapped only now, in the same tick: removing the last listener restores the default action (death), so a
+// signal sent as soon as KEEL_READY was read would have killed a process preempted between the two.
+process.off('SIGINT', early);
+process.off('SIGTERM', early);
