@@ -52,7 +52,10 @@ export const queueRoutes: OpsRoute<any, any, any>[] = [
       method: 'POST',
       path: `/queues/:name/${action}`,
       operationId: `${action}Queue`,
-      summary: action === 'pause' ? 'Pause a queue: no new claims until resumed' : 'Resume a paused queue',
+      summary:
+        action === 'pause'
+          ? 'Pause a queue: no new claims until resumed. Returns once every claim in flight has committed (from then on no job of the queue starts), with the jobs still running (inFlight)'
+          : 'Resume a paused queue',
       tag: 'queues',
       role: 'operator',
       params: s.nameParams,
@@ -67,9 +70,15 @@ export const queueRoutes: OpsRoute<any, any, any>[] = [
       // before its first job arrives, e.g. 'default' on a fresh install.
       // created comes from the store's upsert: of two instances creating the queue at once, one is told so.
       async handle({ rt, params, log }) {
+        // A pause waits in the store for the claims in flight (they may have read "not paused") to commit: what
+        // they claimed is counted below, and no claim after it starts a job.
         const settings = await rt.store.updateQueue(params.name, { paused: action === 'pause' });
+        if (action === 'pause') {
+          const stats = (await rt.store.stats()).find((x) => x.queue === params.name);
+          return { body: { ...settings, inFlight: (stats?.fetched ?? 0) + (stats?.processing ?? 0) } };
+        }
         // Its due jobs' messages were acknowledged while it was paused: post them now, not at the dispatcher's tick.
-        if (action === 'resume') await rt.postDue([params.name], log);
+        await rt.postDue([params.name], log);
         return { body: settings };
       },
     }),

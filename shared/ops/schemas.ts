@@ -392,6 +392,13 @@ export const out = (() => {
     queue: queueSettings.extend({ stats: queueStats.nullable() }),
     queueSettingsChanged: queueSettings.extend({
       created: z.boolean().describe('true: the queue had no settings yet (first use)'),
+      inFlight: z
+        .number()
+        .int()
+        .optional()
+        .describe(
+          'pause: jobs of the queue claimed before the pause (fetched or processing) as it returned; they run to their end, and no other job of the queue starts',
+        ),
     }),
     enqueue: z.union([enqueued, z.object({ jobs: z.array(enqueued) })]),
     job: job.extend({

@@ -465,6 +465,19 @@ $$;
 -- The jobs one claim takes (the tuple ids _pick_due locked): due pending jobs of the given queues in claim order,
 -- locked skip-locked; at most p_limit, and for a queue with max_concurrency at most its free slots. Its settings rows
 -- stay locked until the caller's transaction ends, so the claim that follows is counted before the next claimer counts.
+-- The pause barrier: before reading a queue's settings, a claim takes the queue's claim lock in share mode (a
+-- transaction-scoped advisory lock, keel._claim_lock_key; queues in name order), held to its commit. Pausing
+-- (keel.update_queue with p_paused) takes it exclusively first, so it waits for every claim that may have read
+-- "not paused", and a claim that comes after reads the pause in its next statement. An advisory lock lives in the
+-- lock table only: no row version, no multixact, nothing written (bench/README.md has its cost on the claim).
+-- The key of a queue's claim lock (the pause barrier, keel._claim_candidates). Two queues whose names hash alike
+-- share one: a pause of one then also waits for the other's claims in flight, nothing worse.
+create or replace function keel._claim_lock_key(p_queue text)
+returns bigint
+language sql immutable parallel safe as $$
+  select hashtextextended('keel.claim:' || p_queue, 0)
+$$;
+
 drop function if exists keel._claim_candidates(text[], integer);
 create or replace function keel._claim_candidates(p_queues text[], p_limit integer)
 returns tid[]
@@ -488,12 +501,15 @@ begin
     if p_queues[1] is null then
       return '{}';
     end if;
+    perform pg_advisory_xact_lock_shared(keel._claim_lock_key(p_queues[1]));
     select s.paused, s.max_concurrency into v_paused, v_cap from keel.queues s where s.name = p_queues[1];
     if not coalesce(v_paused, false) and v_cap is null then
       return keel._pick_due(p_queues, p_limit);
     end if;
   end if;
 
+  perform pg_advisory_xact_lock_shared(keel._claim_lock_key(x.name))
+  from (select distinct n.name from unnest(p_queues) as n(name) where n.name is not null order by 1) x;
   -- Queues with no limit (and queues with no settings row yet), probed one by one in index order.
   v_open := array(
     select distinct n.name from unnest(p_queues) as n(name)
@@ -612,6 +628,7 @@ begin
   if not found then
     return;
   end if;
+  perform pg_advisory_xact_lock_shared(keel._claim_lock_key(v_queue)); -- the pause barrier (_claim_candidates)
   select s.paused, s.max_concurrency into v_settings from keel.queues s where s.name = v_queue;
   if found and v_settings.paused then
     return;
@@ -1995,6 +2012,8 @@ $$;
 -- Null arguments leave a setting unchanged; clear_max_concurrency makes the queue unlimited. Returns the row after
 -- this call's change (not a later read: another instance's change may follow at once) and whether this call created
 -- it: of calls creating a queue at once, the insert that waited on the other's key does nothing, so one is told so.
+-- A pause first takes the queue's claim lock exclusively (keel._claim_candidates): it waits until every claim in
+-- flight that may have read "not paused" has committed, so once it returns no claim of the queue starts a job.
 drop function if exists keel.update_queue(text, boolean, integer, boolean, integer, text, integer, integer, integer,
                                           integer);
 create or replace function keel.update_queue(p_name text, p_paused boolean, p_max_concurrency integer,
@@ -2011,6 +2030,9 @@ language plpgsql as $$
 declare
   v_created boolean;
 begin
+  if p_paused then
+    perform pg_advisory_xact_lock(keel._claim_lock_key(p_name));
+  end if;
   insert into keel.queues (name) values (p_name) on conflict (name) do nothing;
   v_created := found;
   return query

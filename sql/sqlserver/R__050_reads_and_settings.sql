@@ -112,6 +112,9 @@ GO
 -- argument (NULL = unchanged); @ClearMaxConcurrency = 1 makes the queue unlimited. Returns the settings row after
 -- this call's change, read under its locks (not after the commit: another instance's change may follow at once), and
 -- Created = 1 when this call inserted it (the key-range lock makes a second creator wait and then find the row).
+-- A pause (@Paused = 1) first takes the queue's claim applock exclusively (the pause barrier, ClaimNext): it waits
+-- until every claim in flight that may have read "not paused" has committed, so once it returns no claim of the
+-- queue starts a job.
 CREATE OR ALTER PROCEDURE keel.UpdateQueue
   @Name NVARCHAR(128),
   @Paused BIT,
@@ -133,6 +136,12 @@ BEGIN
   DECLARE @Created BIT = 0;
   BEGIN TRY
     BEGIN TRANSACTION;
+    IF @Paused = 1
+    BEGIN
+      DECLARE @LkRes nvarchar(255) = N'keel.claim:' + @Name, @LkRc int;
+      EXEC @LkRc = sys.sp_getapplock @Resource = @LkRes, @LockMode = 'Exclusive', @LockOwner = 'Transaction';
+      IF @LkRc < 0 THROW 50044, N'UpdateQueue: could not take the queue''s claim lock', 1;
+    END;
     UPDATE keel.Queues WITH (UPDLOCK, SERIALIZABLE)
     SET Paused = ISNULL(@Paused, Paused),
         MaxConcurrency = CASE WHEN ISNULL(@ClearMaxConcurrency, 0) = 1 THEN NULL
