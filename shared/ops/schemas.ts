@@ -21,6 +21,7 @@ import {
   jobLocation,
   jobName,
   purgeTarget,
+  queueExpectedFields,
   queuePatchFields,
   storableText,
   textProblem,
@@ -112,8 +113,17 @@ export const queuePatch = z
       .describe(
         'true: lower a retention even though the next maintenance pass then deletes rows (without it such a change is refused with 409 and a preview of the counts)',
       ),
+    expected: z
+      .strictObject(queueExpectedFields)
+      .refine((e) => Object.keys(e).length > 0, { message: 'name at least one setting' })
+      .optional()
+      .describe(
+        'compare-and-set: the current values the caller saw, e.g. {"dlqRetentionSeconds": 2592000}. When one differs (someone changed it meanwhile) nothing is changed: 409 conflict naming the field, with its current value',
+      ),
   })
-  .refine((p) => Object.keys(p).some((k) => k !== 'confirmPurge'), { message: 'give at least one setting to change' });
+  .refine((p) => Object.keys(p).some((k) => k !== 'confirmPurge' && k !== 'expected'), {
+    message: 'give at least one setting to change',
+  });
 
 const previewIds = z
   .array(jobId)

@@ -2014,27 +2014,65 @@ $$;
 -- it: of calls creating a queue at once, the insert that waited on the other's key does nothing, so one is told so.
 -- A pause first takes the queue's claim lock exclusively (keel._claim_candidates): it waits until every claim in
 -- flight that may have read "not paused" has committed, so once it returns no claim of the queue starts a job.
+-- p_expected (compare-and-set): {"setting": value the caller saw, ...} in the API's names. Compared with the row
+-- locked for the change (a queue without settings: the defaults); the first differing setting, in name order, is
+-- returned as conflict with the row as it is, and nothing is written (a row this call inserted is deleted again).
 drop function if exists keel.update_queue(text, boolean, integer, boolean, integer, text, integer, integer, integer,
                                           integer);
+drop function if exists keel.update_queue(text, boolean, integer, boolean, integer, text, integer, integer, integer,
+                                          integer, jsonb);
 create or replace function keel.update_queue(p_name text, p_paused boolean, p_max_concurrency integer,
                                              p_clear_max_concurrency boolean, p_zombie_timeout_seconds integer,
                                              p_zombie_policy text, p_max_attempts integer,
                                              p_archive_retention_seconds integer, p_dlq_retention_seconds integer,
-                                             p_metrics_retention_seconds integer)
+                                             p_metrics_retention_seconds integer, p_expected jsonb)
 returns table (name text, paused boolean, max_concurrency integer, zombie_timeout_seconds integer,
                zombie_policy text, max_attempts integer, archive_retention_seconds integer,
                dlq_retention_seconds integer, metrics_retention_seconds integer, updated_at timestamptz,
-               created boolean)
+               created boolean, conflict text)
 language plpgsql as $$
 #variable_conflict use_column
 declare
-  v_created boolean;
+  v_created  boolean;
+  v_row      keel.queues;
+  v_conflict text;
 begin
+  if p_expected is not null and (jsonb_typeof(p_expected) <> 'object' or exists (
+      select 1 from jsonb_object_keys(p_expected) k
+      where k not in ('maxConcurrency', 'zombieTimeoutSeconds', 'zombiePolicy', 'maxAttempts',
+                      'archiveRetentionSeconds', 'dlqRetentionSeconds', 'metricsRetentionSeconds'))) then
+    raise exception 'expected: must be an object of queue settings' using errcode = '22023';
+  end if;
   if p_paused then
     perform pg_advisory_xact_lock(keel._claim_lock_key(p_name));
   end if;
   insert into keel.queues (name) values (p_name) on conflict (name) do nothing;
   v_created := found;
+  if p_expected is not null then
+    select * into v_row from keel.queues s where s.name = p_name for no key update;
+    select e.key into v_conflict
+    from jsonb_each(p_expected) e
+    where e.value is distinct from coalesce(case e.key
+            when 'maxConcurrency' then to_jsonb(v_row.max_concurrency)
+            when 'zombieTimeoutSeconds' then to_jsonb(v_row.zombie_timeout_seconds)
+            when 'zombiePolicy' then to_jsonb(v_row.zombie_policy)
+            when 'maxAttempts' then to_jsonb(v_row.max_attempts)
+            when 'archiveRetentionSeconds' then to_jsonb(v_row.archive_retention_seconds)
+            when 'dlqRetentionSeconds' then to_jsonb(v_row.dlq_retention_seconds)
+            when 'metricsRetentionSeconds' then to_jsonb(v_row.metrics_retention_seconds) end, 'null'::jsonb)
+    order by e.key
+    limit 1;
+    if v_conflict is not null then
+      if v_created then
+        delete from keel.queues s where s.name = p_name;
+      end if;
+      return query select v_row.name, v_row.paused, v_row.max_concurrency, v_row.zombie_timeout_seconds,
+                          v_row.zombie_policy, v_row.max_attempts, v_row.archive_retention_seconds,
+                          v_row.dlq_retention_seconds, v_row.metrics_retention_seconds, v_row.updated_at, false,
+                          v_conflict;
+      return;
+    end if;
+  end if;
   return query
   update keel.queues as q
     set paused = coalesce(p_paused, q.paused),
@@ -2050,7 +2088,7 @@ begin
   where q.name = p_name
   returning q.name, q.paused, q.max_concurrency, q.zombie_timeout_seconds, q.zombie_policy, q.max_attempts,
             q.archive_retention_seconds, q.dlq_retention_seconds, q.metrics_retention_seconds, q.updated_at,
-            v_created;
+            v_created, null::text;
 end
 $$;
 

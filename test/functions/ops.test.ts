@@ -576,6 +576,92 @@ describe('ops: jobs', () => {
     ).toBe('body');
   });
 
+  it('a settings change with expected values is a compare-and-set: a value changed meanwhile is a 409 naming it, nothing written', async () => {
+    const q = 'ops-cas';
+    await enqueue({ queue: q, type: 'demo.echo' });
+    const seen = (await call('GET', `queues/${q}`)).body;
+    // Operator A lowers the DLQ retention from what both saw; operator B, from the same stale view, lowers it
+    // further and confirms the purge: refused, naming the field and its value now.
+    const a = await call('PATCH', `queues/${q}`, {
+      body: { dlqRetentionSeconds: 7200, expected: { dlqRetentionSeconds: seen.dlqRetentionSeconds } },
+      operator: true,
+    });
+    expect(a).toMatchObject({ status: 200, body: { dlqRetentionSeconds: 7200 } });
+    const before = await snapshot(t.pool);
+    const b = await call('PATCH', `queues/${q}`, {
+      body: {
+        dlqRetentionSeconds: 3600,
+        maxAttempts: 9,
+        confirmPurge: true,
+        expected: { dlqRetentionSeconds: seen.dlqRetentionSeconds, maxAttempts: seen.maxAttempts },
+      },
+      operator: true,
+    });
+    expect(b).toMatchObject({
+      status: 409,
+      body: {
+        error: 'conflict',
+        field: 'dlqRetentionSeconds',
+        expected: seen.dlqRetentionSeconds,
+        current: 7200,
+        settings: { name: q, dlqRetentionSeconds: 7200, maxAttempts: seen.maxAttempts },
+      },
+    });
+    expect(b.body.message).toMatch(/dlqRetentionSeconds of queue "ops-cas" is 7200/);
+    expect(await snapshot(t.pool)).toEqual(before);
+    // null compares as null (maxConcurrency unlimited).
+    expect(
+      (
+        await call('PATCH', `queues/${q}`, {
+          body: { maxConcurrency: 4, expected: { maxConcurrency: null, dlqRetentionSeconds: 7200 } },
+          operator: true,
+        })
+      ).body,
+    ).toMatchObject({ maxConcurrency: 4 });
+    forgetQueueLimits(t.rt);
+
+    // Two changes from one view at once: the store compares under the row's lock, so exactly one wins, whichever
+    // of them read the row first.
+    const race = await Promise.all(
+      [600, 900].map((v) =>
+        call('PATCH', `queues/${q}`, {
+          body: { metricsRetentionSeconds: v, expected: { metricsRetentionSeconds: seen.metricsRetentionSeconds } },
+          operator: true,
+        }),
+      ),
+    );
+    expect(race.map((r) => r.status).sort()).toEqual([200, 409]);
+    const won = race.find((r) => r.status === 200)!.body.metricsRetentionSeconds;
+    expect(race.find((r) => r.status === 409)!.body).toMatchObject({ field: 'metricsRetentionSeconds', current: won });
+    expect((await call('GET', `queues/${q}`)).body.metricsRetentionSeconds).toBe(won);
+
+    // The store's own check, past a route read that was already stale: nothing written.
+    const stale = await t.rt.store.updateQueue(q, { archiveRetentionSeconds: 60 }, { metricsRetentionSeconds: 1 });
+    expect(stale).toMatchObject({ conflict: 'metricsRetentionSeconds', metricsRetentionSeconds: won });
+    expect((await t.rt.store.getQueue(q))!.archiveRetentionSeconds).toBe(seen.archiveRetentionSeconds);
+
+    // A queue without settings compares with the defaults; a conflict there does not create it.
+    const fresh = await snapshot(t.pool);
+    const none = await call('PATCH', 'queues/ops-cas-new', {
+      body: { maxAttempts: 3, expected: { maxAttempts: 4 } },
+      operator: true,
+    });
+    expect(none).toMatchObject({ status: 409, body: { field: 'maxAttempts', current: 5 } });
+    expect(await snapshot(t.pool)).toEqual(fresh);
+    expect(
+      (
+        await call('PATCH', 'queues/ops-cas-new', {
+          body: { maxAttempts: 3, expected: { maxAttempts: 5 } },
+          operator: true,
+        })
+      ).body,
+    ).toMatchObject({ maxAttempts: 3, created: true });
+    // expected alone changes nothing: refused as a request without a setting.
+    expect(
+      (await call('PATCH', `queues/${q}`, { body: { expected: { maxAttempts: 5 } }, operator: true })).status,
+    ).toBe(400);
+  });
+
   it('queues: list, detail, pause/resume and limits (operator only)', async () => {
     await enqueue({ queue: 'ops-q', type: 'demo.echo' });
     const list = await call('GET', 'queues');
