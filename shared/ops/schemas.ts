@@ -453,11 +453,38 @@ export const out = (() => {
         ),
       message: z.string().optional(),
     }),
-    resurrected: z.object({ id: z.string(), resurrected: z.literal(true), posted: z.boolean() }),
+    resurrected: z.object({
+      id: z.string(),
+      resurrected: z.literal(true),
+      posted: z.boolean().describe("this job's own message was posted"),
+      count: z.number().int().describe('jobs moved DLQ -> hot by this call: this one and its flowChildren'),
+      ids: z.array(z.string()),
+      flowChildren: z
+        .array(z.string())
+        .describe(
+          "the flow children (and theirs) this job's failure dead-lettered, back with it, waiting for it again",
+        ),
+    }),
     resurrectedMany: z.object({
       dryRun: z.boolean(),
-      count: z.number().int(),
+      count: z
+        .number()
+        .int()
+        .describe(
+          'confirm: jobs moved DLQ -> hot by this call, exactly (fromPreview + flowChildren); dry run: the ids that would be',
+        ),
       ids: z.array(z.string()),
+      fromPreview: z
+        .number()
+        .int()
+        .optional()
+        .describe('confirm: previewed ids resurrected; fromPreview + skipped is every previewed id'),
+      flowChildren: z
+        .array(z.string())
+        .optional()
+        .describe(
+          'confirm: jobs not previewed that came back with a resurrected parent (the flow children its failure dead-lettered, waiting for it again)',
+        ),
       posted: z.number().int(),
       matched: z
         .object({ count: z.number().int(), exact: z.boolean() })

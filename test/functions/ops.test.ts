@@ -434,6 +434,84 @@ describe('ops: jobs', () => {
     expect(t.queues.take('keel-jobs')).toHaveLength(1);
   });
 
+  it('resurrect counts exactly the rows it moved DLQ -> hot: previewed ones apart from their flow children, never a skipped id', async () => {
+    const q = 'ops-resx';
+    const resurrectedCounter = async () =>
+      Number((await call('GET', 'stats')).body.queues.find((x: { queue: string }) => x.queue === q)?.resurrected ?? 0);
+    // A parent whose failure dead-letters its child and grandchild (parent_failed).
+    const flow = await call('POST', 'jobs', {
+      body: {
+        jobs: [
+          { queue: q, type: 'demo.fatal' },
+          { queue: q, type: 'demo.echo', after: [{ index: 0 }] },
+          { queue: q, type: 'demo.echo', after: [{ index: 1 }] },
+        ],
+      },
+    });
+    const [parent, child, grandchild] = (flow.body.jobs as { id: string }[]).map((j) => j.id);
+    await t.rt.processor.processById(parent!);
+    // A dead letter whose idempotency key a hot job holds again (key_held), and one resurrected elsewhere meanwhile.
+    const keyed = await enqueue({ queue: q, type: 'demo.fatal', idempotencyKey: 'resx-k' });
+    await t.rt.processor.processById(keyed.id);
+    await enqueue({ queue: q, type: 'demo.fatal', idempotencyKey: 'resx-k', delayMs: 3_600_000 });
+    const elsewhere = await enqueue({ queue: q, type: 'demo.fatal' });
+    await t.rt.processor.processById(elsewhere.id);
+    for (const id of [parent, child, grandchild, keyed.id, elsewhere.id])
+      expect((await call('GET', `jobs/${id}`)).body.location).toBe('dlq');
+
+    const previewed = [parent!, keyed.id, elsewhere.id];
+    const preview = await call('POST', 'dlq/resurrect', {
+      body: { ids: previewed, limit: 3, dryRun: true },
+      operator: true,
+    });
+    expect(preview.body).toMatchObject({ dryRun: true, count: 3 });
+    expect(await t.rt.store.resurrect([elsewhere.id])).toEqual([elsewhere.id]);
+    const counterBefore = await resurrectedCounter();
+    const auditBefore = await lastAuditId(t.pool);
+    t.queues.clear();
+
+    const r = await call('POST', 'dlq/resurrect', {
+      body: { ids: previewed, limit: 3, dryRun: false },
+      operator: true,
+    });
+    expect(r.status).toBe(200);
+    // Of the 3 previewed, 1 came back and 2 were skipped; its 2 flow children came back with it: 3 rows moved.
+    expect(r.body).toMatchObject({ dryRun: false, count: 3, fromPreview: 1 });
+    expect([...r.body.ids].sort()).toEqual([parent, child, grandchild].sort());
+    expect([...r.body.flowChildren].sort()).toEqual([child, grandchild].sort());
+    expect(r.body.skipped).toEqual([
+      { id: keyed.id, why: 'key_held', location: 'dlq', state: 'dead' },
+      { id: elsewhere.id, why: 'not_in_dlq', location: 'hot', state: 'pending' },
+    ]);
+    expect(r.body.fromPreview + r.body.skipped.length).toBe(previewed.length);
+    for (const s of r.body.skipped as { id: string }[]) expect(r.body.ids).not.toContain(s.id);
+    // The counter, the audit record and the rows say the same: 3 moved.
+    expect((await resurrectedCounter()) - counterBefore).toBe(3);
+    expect((await auditRows(t.pool, auditBefore)).map((a) => [a.action, a.affected])).toEqual([
+      ['resurrectByFilter', '3'],
+    ]);
+    expect(
+      (await t.pool.query(`select count(*)::int as n from keel.jobs_hot where id = any($1::bigint[])`, [r.body.ids]))
+        .rows[0].n,
+    ).toBe(3);
+
+    // One job by id: its flow children come back with it, and the answer, the audit and posted say so exactly.
+    const flow2 = await call('POST', 'jobs', {
+      body: {
+        jobs: [
+          { queue: q, type: 'demo.fatal' },
+          { queue: q, type: 'demo.echo', after: [{ index: 0 }] },
+        ],
+      },
+    });
+    const [p2, c2] = (flow2.body.jobs as { id: string }[]).map((j) => j.id);
+    await t.rt.processor.processById(p2!);
+    const before2 = await lastAuditId(t.pool);
+    const one = await call('POST', `dlq/${p2}/resurrect`, { operator: true });
+    expect(one.body).toEqual({ id: p2, resurrected: true, posted: true, count: 2, ids: [p2, c2], flowChildren: [c2] });
+    expect((await auditRows(t.pool, before2)).map((a) => a.affected)).toEqual(['2']);
+  });
+
   it('cancels by filter or selection: preview, then exactly the previewed ids, each reported', async () => {
     const a = await enqueue({ queue: 'ops-cm', type: 'demo.echo', delayMs: 3_600_000 });
     const b = await enqueue({ queue: 'ops-cm', type: 'demo.echo', delayMs: 3_600_000 });
