@@ -171,7 +171,8 @@ BEGIN
                                                   OR (e.[type] = 2 AND TRY_CONVERT(int, e.[value]) = q.MaxConcurrency)))
             OR (e.[key] = N'zombieTimeoutSeconds' AND e.[type] = 2
                 AND TRY_CONVERT(int, e.[value]) = q.ZombieTimeoutSeconds)
-            OR (e.[key] = N'zombiePolicy' AND e.[type] = 1 AND e.[value] = q.ZombiePolicy)
+            OR (e.[key] = N'zombiePolicy' AND e.[type] = 1
+                AND e.[value] COLLATE Latin1_General_100_BIN2 = q.ZombiePolicy COLLATE Latin1_General_100_BIN2)
             OR (e.[key] = N'maxAttempts' AND e.[type] = 2 AND TRY_CONVERT(int, e.[value]) = q.MaxAttempts)
             OR (e.[key] = N'archiveRetentionSeconds' AND e.[type] = 2
                 AND TRY_CONVERT(int, e.[value]) = q.ArchiveRetentionSeconds)
