@@ -466,17 +466,19 @@ $$;
 -- locked skip-locked; at most p_limit, and for a queue with max_concurrency at most its free slots. Its settings rows
 -- stay locked until the caller's transaction ends, so the claim that follows is counted before the next claimer counts.
 -- The pause barrier: before reading a queue's settings, a claim takes the queue's claim lock in share mode (a
--- transaction-scoped advisory lock, keel._claim_lock_key; queues in name order), held to its commit. Pausing
+-- transaction-scoped advisory lock, keel._claim_lock_key; several in key order), held to its commit. Pausing
 -- (keel.update_queue with p_paused) takes it exclusively first, so it waits for every claim that may have read
 -- "not paused", and a claim that comes after reads the pause in its next statement. An advisory lock lives in the
 -- lock table only: no row version, no multixact, nothing written; taking and releasing one costs a few microseconds,
 -- well under 1 % of a claim (bench:claim showed no difference beyond its noise).
--- The key of a queue's claim lock (the pause barrier, keel._claim_candidates). Two queues whose names hash alike
--- share one: a pause of one then also waits for the other's claims in flight, nothing worse.
+-- The key of a queue's claim lock (the pause barrier, keel._claim_candidates): one of 32, by the name's hash, so a
+-- claim over many queues (the dispatcher's, over every queue) holds at most 32 of the server's fixed-size lock table
+-- (max_locks_per_transaction) however many queues there are. Queues sharing a key: a pause of one also waits for
+-- the other's claims in flight (each one short transaction), nothing worse. The class (first half) is Keel's.
 create or replace function keel._claim_lock_key(p_queue text)
 returns bigint
 language sql immutable parallel safe as $$
-  select hashtextextended('keel.claim:' || p_queue, 0)
+  select (x'6b65656c'::bigint << 32) | (hashtext(p_queue) & 31)
 $$;
 
 drop function if exists keel._claim_candidates(text[], integer);
@@ -509,8 +511,9 @@ begin
     end if;
   end if;
 
-  perform pg_advisory_xact_lock_shared(keel._claim_lock_key(x.name))
-  from (select distinct n.name from unnest(p_queues) as n(name) where n.name is not null order by 1) x;
+  perform pg_advisory_xact_lock_shared(x.k)
+  from (select distinct keel._claim_lock_key(n.name) as k from unnest(p_queues) as n(name) where n.name is not null
+        order by 1) x;
   -- Queues with no limit (and queues with no settings row yet), probed one by one in index order.
   v_open := array(
     select distinct n.name from unnest(p_queues) as n(name)
