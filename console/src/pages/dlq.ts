@@ -148,7 +148,7 @@ export function dlqPage(main: HTMLElement): Cleanup {
         { 'data-test': 'result' },
         // fromPreview: previewed jobs resurrected; flow children came back with them and are counted apart, so
         // "of the N previewed" never counts a skipped id.
-        `Resurrected ${r.fromPreview ?? r.count} of the ${previewed} previewed${
+        `Resurrected ${r.fromPreview} job${r.fromPreview === 1 ? '' : 's'} of the ${previewed} previewed${
           r.flowChildren?.length
             ? `, and ${r.flowChildren.length} flow child${r.flowChildren.length === 1 ? '' : 'ren'} with them (${r.count} job${r.count === 1 ? '' : 's'} in all)`
             : ''
