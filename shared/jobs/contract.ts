@@ -189,10 +189,26 @@ export interface QueueSettings {
 
 export type QueueSettingsPatch = Partial<Omit<QueueSettings, 'name'>>;
 
+// A settings change's compare-and-set: the values the caller last saw (a queue without settings has the defaults).
+// Compared with the row under the change's own lock, so a change made meanwhile by anyone is never overwritten unseen.
+export const QUEUE_EXPECT_FIELDS = [
+  'maxConcurrency',
+  'zombieTimeoutSeconds',
+  'zombiePolicy',
+  'maxAttempts',
+  'archiveRetentionSeconds',
+  'dlqRetentionSeconds',
+  'metricsRetentionSeconds',
+] as const;
+export type QueueExpectField = (typeof QUEUE_EXPECT_FIELDS)[number];
+export type QueueSettingsExpected = Partial<Pick<QueueSettings, QueueExpectField>>;
+
 // A settings change's answer: the row after this call's change, and whether this call created it (decided where the
-// row is inserted, so of two instances creating a queue at once exactly one is told created).
+// row is inserted, so of two instances creating a queue at once exactly one is told created). conflict: the first
+// expected field (in name order) whose value differed; then nothing was changed and the row is the current one.
 export interface QueueSettingsChange extends QueueSettings {
   created: boolean;
+  conflict?: QueueExpectField;
 }
 
 // Cheap at any table size (a stats read must not scan a table, whatever its size): pending, fetched, processing, dlq and the totals are counters kept exact in the
@@ -532,7 +548,7 @@ export interface JobStore {
   metrics(windowMinutes: number, queue?: string): Promise<MetricBucket[]>;
   getQueue(name: string): Promise<QueueSettings | null>;
   listQueues(): Promise<QueueSettings[]>;
-  updateQueue(name: string, patch: QueueSettingsPatch): Promise<QueueSettingsChange>;
+  updateQueue(name: string, patch: QueueSettingsPatch, expected?: QueueSettingsExpected): Promise<QueueSettingsChange>;
   getJob(jobId: JobId): Promise<JobRecord | null>;
   // A flow's edges of one job: its parents in the order of its after list (with their results), then its children
   // (the first 1,000 by id). Empty for a job in no flow.

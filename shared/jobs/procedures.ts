@@ -41,6 +41,7 @@ export const JOB_PROCEDURES = {
     'archive_retention_seconds',
     'dlq_retention_seconds',
     'metrics_retention_seconds',
+    'expected',
   ],
   get_job: ['job_id'],
   job_links: ['job_id'],

@@ -31,6 +31,7 @@ import {
   ZOMBIE_POLICIES,
   type JobStore,
   type LeaseRef,
+  type QueueSettingsExpected,
   type QueueSettingsPatch,
 } from './contract.js';
 
@@ -100,11 +101,35 @@ export const queuePatchFields = {
 };
 const patchSchema = z.strictObject(queuePatchFields);
 
-export function validateQueuePatch(queue: string, patch: QueueSettingsPatch): QueueSettingsPatch {
+// What a caller may say it saw (QueueSettingsExpected): any value a settings row can hold, the limits not applied (a
+// row set outside the API may hold a value they refuse, and the caller compares with what it was shown).
+const seenInt = z.number().int().min(-2147483648).max(2147483647);
+export const queueExpectedFields = {
+  maxConcurrency: seenInt.nullable().optional(),
+  zombieTimeoutSeconds: seenInt.optional(),
+  zombiePolicy: zombiePolicy.optional(),
+  maxAttempts: seenInt.optional(),
+  archiveRetentionSeconds: seenInt.optional(),
+  dlqRetentionSeconds: seenInt.optional(),
+  metricsRetentionSeconds: seenInt.optional(),
+};
+const expectedSchema = z
+  .strictObject(queueExpectedFields)
+  .refine((e) => Object.keys(e).length > 0, { message: 'name at least one setting' });
+
+export function validateQueuePatch(
+  queue: string,
+  patch: QueueSettingsPatch,
+  expected?: QueueSettingsExpected,
+): QueueSettingsPatch {
   const n = jobName.safeParse(queue);
   if (!n.success) throw firstIssue(n.error, 'name');
   const parsed = patchSchema.safeParse(patch);
   if (!parsed.success) throw firstIssue(parsed.error, '');
+  if (expected !== undefined) {
+    const e = expectedSchema.safeParse(expected);
+    if (!e.success) throw firstIssue(e.error, 'expected');
+  }
   return parsed.data;
 }
 
@@ -270,8 +295,8 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
   // A name no queue can have names none (and is never cut to a column's length to match another).
   getQueue: (name) => (jobName.safeParse(name).success ? undefined : { answer: null }),
   listQueues: null,
-  updateQueue: (name, patch) => {
-    validateQueuePatch(name, patch);
+  updateQueue: (name, patch, expected) => {
+    validateQueuePatch(name, patch, expected);
     return undefined;
   },
   getJob: (id) => (isJobId(id) ? undefined : { answer: null }),

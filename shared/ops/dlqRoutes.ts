@@ -69,8 +69,14 @@ export const dlqRoutes: OpsRoute<any, any, any>[] = [
         if (!job) throw notFound(`job ${params.id}`);
         throw conflict(`job ${params.id} is not in the DLQ (it is in ${job.location})`, { job: where(job) });
       }
-      const posted = await rt.postJobs(ids, log);
-      return { body: { id: params.id, resurrected: true, posted: posted === 1 } };
+      // The flow children its failure dead-lettered come back with it (waiting for it again): counted apart, and
+      // posted apart, so posted says whether this job's own message went out.
+      const flowChildren = ids.filter((id) => id !== params.id);
+      const posted = await rt.postJobs([params.id], log);
+      if (flowChildren.length) await rt.postJobs(flowChildren, log);
+      return {
+        body: { id: params.id, resurrected: true, posted: posted === 1, count: ids.length, ids, flowChildren },
+      };
     },
   }),
   route({
@@ -124,15 +130,19 @@ export const dlqRoutes: OpsRoute<any, any, any>[] = [
           'ids',
           "a resurrect acts on exactly what was previewed: send the preview's ids (POST with dryRun=true lists them)",
         );
+      // ids: every row this call moved DLQ -> hot, exactly (the store answers only those): the previewed ids it
+      // resurrected and the flow children their failures had dead-lettered, which come back with them. Those are
+      // counted apart (fromPreview + skipped = the previewed ids), so no reader takes a child for a skipped id.
       const ids = await rt.store.resurrect(body.ids);
       const moved = new Set(ids);
+      const previewed = new Set<string>(body.ids);
+      const flowChildren = ids.filter((id) => !previewed.has(id));
       const skipped = await Promise.all(
         body.ids.filter((id: string) => !moved.has(id)).map((id: string) => whereNow(rt.store, id)),
       );
       // Matches of the filter now that the preview did not list: reported, never acted on.
       let arrivedAfterPreview: { count: number; exact: boolean; ids: string[] } | undefined;
       if (filtered) {
-        const previewed = new Set<string>(body.ids);
         const now = await rt.store.resurrectByFilter({ ...filter, limit: LIMITS.resurrectJobs, dryRun: true });
         const fresh = now.ids.filter((id) => !previewed.has(id));
         arrivedAfterPreview = {
@@ -147,6 +157,8 @@ export const dlqRoutes: OpsRoute<any, any, any>[] = [
           dryRun: false,
           count: ids.length,
           ids,
+          fromPreview: ids.length - flowChildren.length,
+          flowChildren,
           posted,
           skipped,
           ...(arrivedAfterPreview ? { arrivedAfterPreview } : {}),

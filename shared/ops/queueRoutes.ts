@@ -1,6 +1,12 @@
 // Queue routes: list and read queues, pause and resume, change limits and retentions (a lowered retention shows
 // what the next maintenance pass would delete, and changes nothing until confirmed).
-import type { PurgeTarget, QueueSettingsPatch } from '../jobs/contract.js';
+import type {
+  PurgeTarget,
+  QueueExpectField,
+  QueueSettings,
+  QueueSettingsExpected,
+  QueueSettingsPatch,
+} from '../jobs/contract.js';
 import { previewPurge } from '../jobs/maintenance.js';
 import { OpsError, notFound } from './errors.js';
 import { PREVIEW_COUNT_CAP } from './preview.js';
@@ -13,6 +19,16 @@ const RETENTIONS = [
   ['dlqRetentionSeconds', 'dlq'],
   ['metricsRetentionSeconds', 'metrics'],
 ] as const satisfies readonly (readonly [keyof QueueSettingsPatch, PurgeTarget])[];
+
+// A compare-and-set that failed: the setting the caller saw another value of, and its value now. Nothing was changed.
+function changedMeanwhile(queue: string, field: QueueExpectField, sent: unknown, now: QueueSettings): OpsError {
+  return new OpsError(
+    'conflict',
+    `${field} of queue "${queue}" is ${JSON.stringify(now[field])}, not ${JSON.stringify(sent)} as expected: it was changed meanwhile; nothing was changed. Read the queue again and repeat with what you see`,
+    field,
+    { expected: sent, current: now[field], settings: now },
+  );
+}
 
 export const queueRoutes: OpsRoute<any, any, any>[] = [
   route({
@@ -52,7 +68,10 @@ export const queueRoutes: OpsRoute<any, any, any>[] = [
       method: 'POST',
       path: `/queues/:name/${action}`,
       operationId: `${action}Queue`,
-      summary: action === 'pause' ? 'Pause a queue: no new claims until resumed' : 'Resume a paused queue',
+      summary:
+        action === 'pause'
+          ? 'Pause a queue: no new claims until resumed. Returns once every claim in flight has committed (from then on no job of the queue starts), with the jobs still running (inFlight)'
+          : 'Resume a paused queue',
       tag: 'queues',
       role: 'operator',
       params: s.nameParams,
@@ -67,9 +86,15 @@ export const queueRoutes: OpsRoute<any, any, any>[] = [
       // before its first job arrives, e.g. 'default' on a fresh install.
       // created comes from the store's upsert: of two instances creating the queue at once, one is told so.
       async handle({ rt, params, log }) {
+        // A pause waits in the store for the claims in flight (they may have read "not paused") to commit: what
+        // they claimed is counted below, and no claim after it starts a job.
         const settings = await rt.store.updateQueue(params.name, { paused: action === 'pause' });
+        if (action === 'pause') {
+          const stats = (await rt.store.stats()).find((x) => x.queue === params.name);
+          return { body: { ...settings, inFlight: (stats?.fetched ?? 0) + (stats?.processing ?? 0) } };
+        }
         // Its due jobs' messages were acknowledged while it was paused: post them now, not at the dispatcher's tick.
-        if (action === 'resume') await rt.postDue([params.name], log);
+        await rt.postDue([params.name], log);
         return { body: settings };
       },
     }),
@@ -88,12 +113,21 @@ export const queueRoutes: OpsRoute<any, any, any>[] = [
       200: 'queue settings after the change (created: the queue had no settings yet and now has them)',
       400: 'invalid setting',
       403: 'operator role missing',
-      409: 'a lowered retention would make the next maintenance pass delete rows: the body\'s preview counts them per target; repeat with "confirmPurge": true',
+      409: 'a setting named in expected has another value now (field, expected, current; nothing changed); or a lowered retention would make the next maintenance pass delete rows: the body\'s preview counts them per target; repeat with "confirmPurge": true',
     },
     output: s.out.queueSettingsChanged,
     async handle({ rt, params, body, log }) {
-      const { confirmPurge, ...patch } = body as QueueSettingsPatch & { confirmPurge?: boolean };
+      const { confirmPurge, expected, ...patch } = body as QueueSettingsPatch & {
+        confirmPurge?: boolean;
+        expected?: QueueSettingsExpected;
+      };
       const current = await rt.store.getQueue(params.name);
+      // The caller's view is stale: say so before previewing anything against values it never saw. (The store
+      // compares again, atomically, with the row it changes.)
+      if (current && expected) {
+        const stale = (Object.keys(expected) as QueueExpectField[]).sort().find((f) => expected[f] !== current[f]);
+        if (stale) throw changedMeanwhile(params.name, stale, expected[stale], current);
+      }
       if (current && !confirmPurge) {
         // Lowering a retention deletes, at the next maintenance pass, every row older than the new one: show how
         // many first (counted in SQL), and change nothing until the caller confirms.
@@ -121,7 +155,11 @@ export const queueRoutes: OpsRoute<any, any, any>[] = [
             { preview },
           );
       }
-      const settings = await rt.store.updateQueue(params.name, patch);
+      const { conflict: stale, ...settings } = await rt.store.updateQueue(params.name, patch, expected);
+      if (stale) {
+        const { created: _created, ...now } = settings;
+        throw changedMeanwhile(params.name, stale, expected?.[stale], now);
+      }
       // This instance sees a new limit at once (other instances within the limits' 5 s cache, shared/app/slots.ts).
       if (patch.maxConcurrency !== undefined) rt.queueLimitsChanged();
       // More room than before: jobs held back by the limit may run now; post their messages.

@@ -21,6 +21,7 @@ import {
   jobLocation,
   jobName,
   purgeTarget,
+  queueExpectedFields,
   queuePatchFields,
   storableText,
   textProblem,
@@ -112,8 +113,17 @@ export const queuePatch = z
       .describe(
         'true: lower a retention even though the next maintenance pass then deletes rows (without it such a change is refused with 409 and a preview of the counts)',
       ),
+    expected: z
+      .strictObject(queueExpectedFields)
+      .refine((e) => Object.keys(e).length > 0, { message: 'name at least one setting' })
+      .optional()
+      .describe(
+        'compare-and-set: the current values the caller saw, e.g. {"dlqRetentionSeconds": 2592000}. When one differs (someone changed it meanwhile) nothing is changed: 409 conflict naming the field, with its current value',
+      ),
   })
-  .refine((p) => Object.keys(p).some((k) => k !== 'confirmPurge'), { message: 'give at least one setting to change' });
+  .refine((p) => Object.keys(p).some((k) => k !== 'confirmPurge' && k !== 'expected'), {
+    message: 'give at least one setting to change',
+  });
 
 const previewIds = z
   .array(jobId)
@@ -392,6 +402,13 @@ export const out = (() => {
     queue: queueSettings.extend({ stats: queueStats.nullable() }),
     queueSettingsChanged: queueSettings.extend({
       created: z.boolean().describe('true: the queue had no settings yet (first use)'),
+      inFlight: z
+        .number()
+        .int()
+        .optional()
+        .describe(
+          'pause: jobs of the queue claimed before the pause (fetched or processing) as it returned; they run to their end, and no other job of the queue starts',
+        ),
     }),
     enqueue: z.union([enqueued, z.object({ jobs: z.array(enqueued) })]),
     job: job.extend({
@@ -436,11 +453,38 @@ export const out = (() => {
         ),
       message: z.string().optional(),
     }),
-    resurrected: z.object({ id: z.string(), resurrected: z.literal(true), posted: z.boolean() }),
+    resurrected: z.object({
+      id: z.string(),
+      resurrected: z.literal(true),
+      posted: z.boolean().describe("this job's own message was posted"),
+      count: z.number().int().describe('jobs moved DLQ -> hot by this call: this one and its flowChildren'),
+      ids: z.array(z.string()),
+      flowChildren: z
+        .array(z.string())
+        .describe(
+          "the flow children (and theirs) this job's failure dead-lettered, back with it, waiting for it again",
+        ),
+    }),
     resurrectedMany: z.object({
       dryRun: z.boolean(),
-      count: z.number().int(),
+      count: z
+        .number()
+        .int()
+        .describe(
+          'confirm: jobs moved DLQ -> hot by this call, exactly (fromPreview + flowChildren); dry run: the ids that would be',
+        ),
       ids: z.array(z.string()),
+      fromPreview: z
+        .number()
+        .int()
+        .optional()
+        .describe('confirm: previewed ids resurrected; fromPreview + skipped is every previewed id'),
+      flowChildren: z
+        .array(z.string())
+        .optional()
+        .describe(
+          'confirm: jobs not previewed that came back with a resurrected parent (the flow children its failure dead-lettered, waiting for it again)',
+        ),
       posted: z.number().int(),
       matched: z
         .object({ count: z.number().int(), exact: z.boolean() })

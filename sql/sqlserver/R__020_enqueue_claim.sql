@@ -396,9 +396,10 @@ GO
 -- nothing. A queue with MaxConcurrency is serialised by locking its Queues row (name order, before any JobsHot row)
 -- and contributes at most MaxConcurrency - (fetched + processing) jobs, counted across every host. Each claimed job
 -- gets a new lease: State 'fetched', LeaseId NEWID(), LeaseExpiresAt.
--- Lock order (R__010_counters.sql): limited queues' Queues rows by name; job rows READPAST (a claim skips a locked row,
--- it never waits for one); HotCounts once at the end (keel.ApplyCounters), although one UPDATE per queue and priority
--- level (and the hand-back) each fire the JobsHot trigger.
+-- Lock order (R__010_counters.sql): every queue's claim applock in share mode by name (the pause barrier: UpdateQueue);
+-- limited queues' Queues rows by name; job rows READPAST (a claim skips a locked row, it never waits for one);
+-- HotCounts once at the end (keel.ApplyCounters), although one UPDATE per queue and priority level (and the
+-- hand-back) each fire the JobsHot trigger.
 CREATE OR ALTER PROCEDURE keel.ClaimNext
   @WorkerId NVARCHAR(200),
   @Queues NVARCHAR(MAX),
@@ -440,6 +441,19 @@ BEGIN
 
     BEGIN TRY
       BEGIN TRANSACTION;
+
+      -- The pause barrier (UpdateQueue): each queue's claim applock in share mode, in name order, before any table
+      -- lock, held to the commit; then the pauses committed by now. A pause takes the applock exclusively, so it waits
+      -- for this claim, or this claim for the pause, and nothing it picks starts after the pause has answered.
+      DECLARE @Lk nvarchar(128) = (SELECT MIN(Name) FROM @Q), @LkRes nvarchar(255), @LkRc int;
+      WHILE @Lk IS NOT NULL
+      BEGIN
+        SET @LkRes = N'keel.claim:' + @Lk;
+        EXEC @LkRc = sys.sp_getapplock @Resource = @LkRes, @LockMode = 'Shared', @LockOwner = 'Transaction';
+        IF @LkRc < 0 THROW 50015, N'ClaimNext: could not take a queue''s claim lock', 1;
+        SET @Lk = (SELECT MIN(Name) FROM @Q WHERE Name > @Lk);
+      END;
+      DELETE q FROM @Q AS q WHERE EXISTS (SELECT 1 FROM keel.Queues AS s WHERE s.Name = q.Name AND s.Paused = 1);
 
       -- Limited queues: lock each settings row in name order, then count what runs now.
       DECLARE @Name nvarchar(128) = (SELECT MIN(Name) FROM @Q WHERE Limited = 1);
@@ -550,8 +564,9 @@ GO
 -- The picked rows are collected first and only the best @Limit across queues are updated, so nothing has to be
 -- handed back (a started row would have to be un-started); the other picked rows stay update-locked until commit,
 -- as ClaimNext's excess rows do.
--- Lock order (R__010_counters.sql): limited queues' Queues rows by name; job rows READPAST (never waited for); one
--- UPDATE, the transaction's only counted statement and its last, so the JobsHot trigger writes HotCounts at the end.
+-- Lock order (R__010_counters.sql): the queues' claim applocks (shared, by name), limited queues' Queues rows by name;
+-- job rows READPAST (never waited for); one UPDATE, the transaction's only counted statement and its last, so the
+-- JobsHot trigger writes HotCounts at the end.
 CREATE OR ALTER PROCEDURE keel.ClaimAndStart
   @WorkerId NVARCHAR(200),
   @Queues NVARCHAR(MAX),
@@ -588,6 +603,17 @@ BEGIN
 
     BEGIN TRY
       BEGIN TRANSACTION;
+
+      -- The pause barrier, as ClaimNext.
+      DECLARE @Lk nvarchar(128) = (SELECT MIN(Name) FROM @Q), @LkRes nvarchar(255), @LkRc int;
+      WHILE @Lk IS NOT NULL
+      BEGIN
+        SET @LkRes = N'keel.claim:' + @Lk;
+        EXEC @LkRc = sys.sp_getapplock @Resource = @LkRes, @LockMode = 'Shared', @LockOwner = 'Transaction';
+        IF @LkRc < 0 THROW 50015, N'ClaimAndStart: could not take a queue''s claim lock', 1;
+        SET @Lk = (SELECT MIN(Name) FROM @Q WHERE Name > @Lk);
+      END;
+      DELETE q FROM @Q AS q WHERE EXISTS (SELECT 1 FROM keel.Queues AS s WHERE s.Name = q.Name AND s.Paused = 1);
 
       -- Limited queues: lock each settings row in name order, then count what runs now (as ClaimNext).
       DECLARE @Name nvarchar(128) = (SELECT MIN(Name) FROM @Q WHERE Limited = 1);
@@ -671,8 +697,8 @@ GO
 -- ClaimById(@JobId, @WorkerId, @LeaseSeconds): claims one job by id when it is pending and due, its queue is not
 -- paused and (for a limited queue, locked first) has a free slot; a row another session holds is skipped (READPAST).
 -- Returns the claimed job (same columns as ClaimNext) or no row.
--- Lock order (R__010_counters.sql): the Queues row (limited queue); the job row READPAST; one UPDATE, last, whose
--- trigger writes HotCounts.
+-- Lock order (R__010_counters.sql): the queue's claim applock (shared); the Queues row (limited queue); the job row
+-- READPAST; one UPDATE, last, whose trigger writes HotCounts.
 CREATE OR ALTER PROCEDURE keel.ClaimById
   @JobId BIGINT,
   @WorkerId NVARCHAR(200),
@@ -704,7 +730,12 @@ BEGIN
     BEGIN
       BEGIN TRY
         BEGIN TRANSACTION;
-        IF @Max IS NOT NULL
+        -- The pause barrier, as ClaimNext: the queue's claim applock in share mode, then the settings as committed now.
+        DECLARE @LkRes nvarchar(255) = N'keel.claim:' + @Queue, @LkRc int;
+        EXEC @LkRc = sys.sp_getapplock @Resource = @LkRes, @LockMode = 'Shared', @LockOwner = 'Transaction';
+        IF @LkRc < 0 THROW 50015, N'ClaimById: could not take the queue''s claim lock', 1;
+        SELECT @Paused = s.Paused, @Max = s.MaxConcurrency FROM keel.Queues AS s WHERE s.Name = @Queue;
+        IF ISNULL(@Paused, 0) = 0 AND @Max IS NOT NULL
         BEGIN
           SELECT @Max = s.MaxConcurrency, @Paused = s.Paused
           FROM keel.Queues AS s WITH (UPDLOCK, ROWLOCK) WHERE s.Name = @Queue;

@@ -112,6 +112,12 @@ GO
 -- argument (NULL = unchanged); @ClearMaxConcurrency = 1 makes the queue unlimited. Returns the settings row after
 -- this call's change, read under its locks (not after the commit: another instance's change may follow at once), and
 -- Created = 1 when this call inserted it (the key-range lock makes a second creator wait and then find the row).
+-- A pause (@Paused = 1) first takes the queue's claim applock exclusively (the pause barrier, ClaimNext): it waits
+-- until every claim in flight that may have read "not paused" has committed, so once it returns no claim of the
+-- queue starts a job.
+-- @Expected (compare-and-set): a JSON object {"setting": value the caller saw, ...} in the API's names, compared
+-- with the row locked for the change (a queue without settings: the defaults). The first differing setting, in name
+-- order, comes back as Conflict with the row as it is, and the transaction is rolled back: nothing is written.
 CREATE OR ALTER PROCEDURE keel.UpdateQueue
   @Name NVARCHAR(128),
   @Paused BIT,
@@ -122,17 +128,70 @@ CREATE OR ALTER PROCEDURE keel.UpdateQueue
   @MaxAttempts INT,
   @ArchiveRetentionSeconds INT,
   @DlqRetentionSeconds INT,
-  @MetricsRetentionSeconds INT
+  @MetricsRetentionSeconds INT,
+  @Expected NVARCHAR(MAX)
 AS
 BEGIN
   SET XACT_ABORT ON;
   SET NOCOUNT ON;
   IF @Name IS NULL OR LEN(@Name) = 0
     THROW 50040, N'UpdateQueue: @Name is required', 1;
+  IF @Expected IS NOT NULL
+     AND (ISJSON(@Expected) = 0 OR LEFT(LTRIM(@Expected), 1) <> N'{'
+          OR EXISTS (SELECT 1 FROM OPENJSON(@Expected) AS e
+                     WHERE e.[key] NOT IN (N'maxConcurrency', N'zombieTimeoutSeconds', N'zombiePolicy', N'maxAttempts',
+                                           N'archiveRetentionSeconds', N'dlqRetentionSeconds',
+                                           N'metricsRetentionSeconds')))
+    THROW 50045, N'UpdateQueue: @Expected must be a JSON object of queue settings', 1;
 
-  DECLARE @Created BIT = 0;
+  DECLARE @Created BIT = 0, @Conflict nvarchar(64) = NULL;
   BEGIN TRY
     BEGIN TRANSACTION;
+    IF @Paused = 1
+    BEGIN
+      DECLARE @LkRes nvarchar(255) = N'keel.claim:' + @Name, @LkRc int;
+      EXEC @LkRc = sys.sp_getapplock @Resource = @LkRes, @LockMode = 'Exclusive', @LockOwner = 'Transaction';
+      IF @LkRc < 0 THROW 50044, N'UpdateQueue: could not take the queue''s claim lock', 1;
+    END;
+    IF @Expected IS NOT NULL
+    BEGIN
+      IF NOT EXISTS (SELECT 1 FROM keel.Queues WITH (UPDLOCK, SERIALIZABLE) WHERE Name = @Name)
+      BEGIN
+        INSERT keel.Queues (Name) VALUES (@Name); -- the defaults, to compare with; rolled back on a conflict
+        SET @Created = 1;
+      END;
+      -- JSON types: 0 null, 1 string, 2 number. A value differs unless it is the column's, of the column's type.
+      SELECT TOP (1) @Conflict = e.[key]
+      FROM OPENJSON(@Expected) AS e
+      CROSS JOIN keel.Queues AS q WITH (UPDLOCK, ROWLOCK)
+      WHERE q.Name = @Name
+        AND NOT EXISTS (
+          SELECT 1 WHERE
+               (e.[key] = N'maxConcurrency' AND ((e.[type] = 0 AND q.MaxConcurrency IS NULL)
+                                                  OR (e.[type] = 2 AND TRY_CONVERT(int, e.[value]) = q.MaxConcurrency)))
+            OR (e.[key] = N'zombieTimeoutSeconds' AND e.[type] = 2
+                AND TRY_CONVERT(int, e.[value]) = q.ZombieTimeoutSeconds)
+            OR (e.[key] = N'zombiePolicy' AND e.[type] = 1
+                AND e.[value] COLLATE Latin1_General_100_BIN2 = q.ZombiePolicy COLLATE Latin1_General_100_BIN2)
+            OR (e.[key] = N'maxAttempts' AND e.[type] = 2 AND TRY_CONVERT(int, e.[value]) = q.MaxAttempts)
+            OR (e.[key] = N'archiveRetentionSeconds' AND e.[type] = 2
+                AND TRY_CONVERT(int, e.[value]) = q.ArchiveRetentionSeconds)
+            OR (e.[key] = N'dlqRetentionSeconds' AND e.[type] = 2
+                AND TRY_CONVERT(int, e.[value]) = q.DlqRetentionSeconds)
+            OR (e.[key] = N'metricsRetentionSeconds' AND e.[type] = 2
+                AND TRY_CONVERT(int, e.[value]) = q.MetricsRetentionSeconds))
+      ORDER BY e.[key];
+      IF @Conflict IS NOT NULL
+      BEGIN
+        SELECT q.Name, q.Paused, q.MaxConcurrency, q.ZombieTimeoutSeconds, q.ZombiePolicy, q.MaxAttempts,
+               q.ArchiveRetentionSeconds, q.DlqRetentionSeconds, q.MetricsRetentionSeconds, q.UpdatedAt,
+               CONVERT(bit, 0) AS Created, @Conflict AS Conflict
+        FROM keel.Queues AS q
+        WHERE q.Name = @Name;
+        ROLLBACK TRANSACTION;
+        RETURN;
+      END;
+    END;
     UPDATE keel.Queues WITH (UPDLOCK, SERIALIZABLE)
     SET Paused = ISNULL(@Paused, Paused),
         MaxConcurrency = CASE WHEN ISNULL(@ClearMaxConcurrency, 0) = 1 THEN NULL
@@ -165,7 +224,7 @@ BEGIN
     END;
     SELECT q.Name, q.Paused, q.MaxConcurrency, q.ZombieTimeoutSeconds, q.ZombiePolicy, q.MaxAttempts,
            q.ArchiveRetentionSeconds, q.DlqRetentionSeconds, q.MetricsRetentionSeconds, q.UpdatedAt,
-           @Created AS Created
+           @Created AS Created, CONVERT(nvarchar(64), NULL) AS Conflict
     FROM keel.Queues AS q
     WHERE q.Name = @Name;
     COMMIT TRANSACTION;

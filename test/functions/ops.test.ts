@@ -434,6 +434,84 @@ describe('ops: jobs', () => {
     expect(t.queues.take('keel-jobs')).toHaveLength(1);
   });
 
+  it('resurrect counts exactly the rows it moved DLQ -> hot: previewed ones apart from their flow children, never a skipped id', async () => {
+    const q = 'ops-resx';
+    const resurrectedCounter = async () =>
+      Number((await call('GET', 'stats')).body.queues.find((x: { queue: string }) => x.queue === q)?.resurrected ?? 0);
+    // A parent whose failure dead-letters its child and grandchild (parent_failed).
+    const flow = await call('POST', 'jobs', {
+      body: {
+        jobs: [
+          { queue: q, type: 'demo.fatal' },
+          { queue: q, type: 'demo.echo', after: [{ index: 0 }] },
+          { queue: q, type: 'demo.echo', after: [{ index: 1 }] },
+        ],
+      },
+    });
+    const [parent, child, grandchild] = (flow.body.jobs as { id: string }[]).map((j) => j.id);
+    await t.rt.processor.processById(parent!);
+    // A dead letter whose idempotency key a hot job holds again (key_held), and one resurrected elsewhere meanwhile.
+    const keyed = await enqueue({ queue: q, type: 'demo.fatal', idempotencyKey: 'resx-k' });
+    await t.rt.processor.processById(keyed.id);
+    await enqueue({ queue: q, type: 'demo.fatal', idempotencyKey: 'resx-k', delayMs: 3_600_000 });
+    const elsewhere = await enqueue({ queue: q, type: 'demo.fatal' });
+    await t.rt.processor.processById(elsewhere.id);
+    for (const id of [parent, child, grandchild, keyed.id, elsewhere.id])
+      expect((await call('GET', `jobs/${id}`)).body.location).toBe('dlq');
+
+    const previewed = [parent!, keyed.id, elsewhere.id];
+    const preview = await call('POST', 'dlq/resurrect', {
+      body: { ids: previewed, limit: 3, dryRun: true },
+      operator: true,
+    });
+    expect(preview.body).toMatchObject({ dryRun: true, count: 3 });
+    expect(await t.rt.store.resurrect([elsewhere.id])).toEqual([elsewhere.id]);
+    const counterBefore = await resurrectedCounter();
+    const auditBefore = await lastAuditId(t.pool);
+    t.queues.clear();
+
+    const r = await call('POST', 'dlq/resurrect', {
+      body: { ids: previewed, limit: 3, dryRun: false },
+      operator: true,
+    });
+    expect(r.status).toBe(200);
+    // Of the 3 previewed, 1 came back and 2 were skipped; its 2 flow children came back with it: 3 rows moved.
+    expect(r.body).toMatchObject({ dryRun: false, count: 3, fromPreview: 1 });
+    expect([...r.body.ids].sort()).toEqual([parent, child, grandchild].sort());
+    expect([...r.body.flowChildren].sort()).toEqual([child, grandchild].sort());
+    expect(r.body.skipped).toEqual([
+      { id: keyed.id, why: 'key_held', location: 'dlq', state: 'dead' },
+      { id: elsewhere.id, why: 'not_in_dlq', location: 'hot', state: 'pending' },
+    ]);
+    expect(r.body.fromPreview + r.body.skipped.length).toBe(previewed.length);
+    for (const s of r.body.skipped as { id: string }[]) expect(r.body.ids).not.toContain(s.id);
+    // The counter, the audit record and the rows say the same: 3 moved.
+    expect((await resurrectedCounter()) - counterBefore).toBe(3);
+    expect((await auditRows(t.pool, auditBefore)).map((a) => [a.action, a.affected])).toEqual([
+      ['resurrectByFilter', '3'],
+    ]);
+    expect(
+      (await t.pool.query(`select count(*)::int as n from keel.jobs_hot where id = any($1::bigint[])`, [r.body.ids]))
+        .rows[0].n,
+    ).toBe(3);
+
+    // One job by id: its flow children come back with it, and the answer, the audit and posted say so exactly.
+    const flow2 = await call('POST', 'jobs', {
+      body: {
+        jobs: [
+          { queue: q, type: 'demo.fatal' },
+          { queue: q, type: 'demo.echo', after: [{ index: 0 }] },
+        ],
+      },
+    });
+    const [p2, c2] = (flow2.body.jobs as { id: string }[]).map((j) => j.id);
+    await t.rt.processor.processById(p2!);
+    const before2 = await lastAuditId(t.pool);
+    const one = await call('POST', `dlq/${p2}/resurrect`, { operator: true });
+    expect(one.body).toEqual({ id: p2, resurrected: true, posted: true, count: 2, ids: [p2, c2], flowChildren: [c2] });
+    expect((await auditRows(t.pool, before2)).map((a) => a.affected)).toEqual(['2']);
+  });
+
   it('cancels by filter or selection: preview, then exactly the previewed ids, each reported', async () => {
     const a = await enqueue({ queue: 'ops-cm', type: 'demo.echo', delayMs: 3_600_000 });
     const b = await enqueue({ queue: 'ops-cm', type: 'demo.echo', delayMs: 3_600_000 });
@@ -574,6 +652,92 @@ describe('ops: jobs', () => {
     expect(
       (await call('PATCH', 'queues/ops-retention', { body: { confirmPurge: true }, operator: true })).body.field,
     ).toBe('body');
+  });
+
+  it('a settings change with expected values is a compare-and-set: a value changed meanwhile is a 409 naming it, nothing written', async () => {
+    const q = 'ops-cas';
+    await enqueue({ queue: q, type: 'demo.echo' });
+    const seen = (await call('GET', `queues/${q}`)).body;
+    // Operator A lowers the DLQ retention from what both saw; operator B, from the same stale view, lowers it
+    // further and confirms the purge: refused, naming the field and its value now.
+    const a = await call('PATCH', `queues/${q}`, {
+      body: { dlqRetentionSeconds: 7200, expected: { dlqRetentionSeconds: seen.dlqRetentionSeconds } },
+      operator: true,
+    });
+    expect(a).toMatchObject({ status: 200, body: { dlqRetentionSeconds: 7200 } });
+    const before = await snapshot(t.pool);
+    const b = await call('PATCH', `queues/${q}`, {
+      body: {
+        dlqRetentionSeconds: 3600,
+        maxAttempts: 9,
+        confirmPurge: true,
+        expected: { dlqRetentionSeconds: seen.dlqRetentionSeconds, maxAttempts: seen.maxAttempts },
+      },
+      operator: true,
+    });
+    expect(b).toMatchObject({
+      status: 409,
+      body: {
+        error: 'conflict',
+        field: 'dlqRetentionSeconds',
+        expected: seen.dlqRetentionSeconds,
+        current: 7200,
+        settings: { name: q, dlqRetentionSeconds: 7200, maxAttempts: seen.maxAttempts },
+      },
+    });
+    expect(b.body.message).toMatch(/dlqRetentionSeconds of queue "ops-cas" is 7200/);
+    expect(await snapshot(t.pool)).toEqual(before);
+    // null compares as null (maxConcurrency unlimited).
+    expect(
+      (
+        await call('PATCH', `queues/${q}`, {
+          body: { maxConcurrency: 4, expected: { maxConcurrency: null, dlqRetentionSeconds: 7200 } },
+          operator: true,
+        })
+      ).body,
+    ).toMatchObject({ maxConcurrency: 4 });
+    forgetQueueLimits(t.rt);
+
+    // Two changes from one view at once: the store compares under the row's lock, so exactly one wins, whichever
+    // of them read the row first.
+    const race = await Promise.all(
+      [600, 900].map((v) =>
+        call('PATCH', `queues/${q}`, {
+          body: { metricsRetentionSeconds: v, expected: { metricsRetentionSeconds: seen.metricsRetentionSeconds } },
+          operator: true,
+        }),
+      ),
+    );
+    expect(race.map((r) => r.status).sort()).toEqual([200, 409]);
+    const won = race.find((r) => r.status === 200)!.body.metricsRetentionSeconds;
+    expect(race.find((r) => r.status === 409)!.body).toMatchObject({ field: 'metricsRetentionSeconds', current: won });
+    expect((await call('GET', `queues/${q}`)).body.metricsRetentionSeconds).toBe(won);
+
+    // The store's own check, past a route read that was already stale: nothing written.
+    const stale = await t.rt.store.updateQueue(q, { archiveRetentionSeconds: 60 }, { metricsRetentionSeconds: 1 });
+    expect(stale).toMatchObject({ conflict: 'metricsRetentionSeconds', metricsRetentionSeconds: won });
+    expect((await t.rt.store.getQueue(q))!.archiveRetentionSeconds).toBe(seen.archiveRetentionSeconds);
+
+    // A queue without settings compares with the defaults; a conflict there does not create it.
+    const fresh = await snapshot(t.pool);
+    const none = await call('PATCH', 'queues/ops-cas-new', {
+      body: { maxAttempts: 3, expected: { maxAttempts: 4 } },
+      operator: true,
+    });
+    expect(none).toMatchObject({ status: 409, body: { field: 'maxAttempts', current: 5 } });
+    expect(await snapshot(t.pool)).toEqual(fresh);
+    expect(
+      (
+        await call('PATCH', 'queues/ops-cas-new', {
+          body: { maxAttempts: 3, expected: { maxAttempts: 5 } },
+          operator: true,
+        })
+      ).body,
+    ).toMatchObject({ maxAttempts: 3, created: true });
+    // expected alone changes nothing: refused as a request without a setting.
+    expect(
+      (await call('PATCH', `queues/${q}`, { body: { expected: { maxAttempts: 5 } }, operator: true })).status,
+    ).toBe(400);
   });
 
   it('queues: list, detail, pause/resume and limits (operator only)', async () => {

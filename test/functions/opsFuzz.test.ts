@@ -9,7 +9,7 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { allRoutes } from '../../shared/ops/routes.js';
-import { auditRows, lastAuditId, READER, snapshot } from './support.js';
+import { auditRows, deadLetteredJob, enqueueJob, lastAuditId, READER, snapshot, tally } from './support.js';
 import { useItemsTransfer } from './itemsTransfer.js';
 import { seededRandom } from '../support/seededRandom.js';
 
@@ -195,23 +195,8 @@ async function callRaw(method: string, path: string, raw: string): Promise<Answe
 describe('ops fuzz: concurrent identical destructive calls', () => {
   const N = 6;
 
-  async function enqueue(job: Record<string, unknown>): Promise<string> {
-    const r = await call('POST', 'jobs', job);
-    expect(r.status, JSON.stringify(r.body)).toBe(201);
-    return r.body.id as string;
-  }
-
-  async function deadLettered(queue: string): Promise<string> {
-    const id = await enqueue({ queue, type: 'demo.fatal' });
-    expect(await fx.t.rt.processor.processById(id)).toBe('dead_lettered');
-    return id;
-  }
-
-  function tally(rs: Answer[]) {
-    const by = new Map<number, number>();
-    for (const r of rs) by.set(r.status, (by.get(r.status) ?? 0) + 1);
-    return Object.fromEntries(by);
-  }
+  const enqueue = (job: Record<string, unknown>) => enqueueJob(call, job);
+  const deadLettered = (queue: string) => deadLetteredJob(call, fx.t.rt, queue);
 
   it('cancel and resurrect the same selection at once, N times each: each id moved once per confirmed call, none lost', async () => {
     const ids = await Promise.all(

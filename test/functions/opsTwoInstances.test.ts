@@ -10,7 +10,17 @@ import { opsRuntimeOf } from '../../shared/app/opsRuntime.js';
 import { createRuntime, type Runtime } from '../../shared/app/runtime.js';
 import { defineSchedule } from '../../shared/jobs/define.js';
 import { registerDemoHandlers } from '../../dev/demoHandlers.js';
-import { auditRows, context, jsonOf, lastAuditId, RecordingQueues, request } from './support.js';
+import {
+  auditRows,
+  context,
+  deadLetteredJob,
+  enqueueJob,
+  jsonOf,
+  lastAuditId,
+  RecordingQueues,
+  request,
+  tally,
+} from './support.js';
 import { keyCompareTransfer, useItemsTransfer } from './itemsTransfer.js';
 
 const ROUNDS = 3;
@@ -86,23 +96,8 @@ async function race(method: string, path: string, body: unknown = {}): Promise<A
   return rs;
 }
 
-function tally(rs: Answer[]): Record<number, number> {
-  const by: Record<number, number> = {};
-  for (const r of rs) by[r.status] = (by[r.status] ?? 0) + 1;
-  return by;
-}
-
-async function enqueue(job: Record<string, unknown>): Promise<string> {
-  const r = await call('POST', 'jobs', job);
-  expect(r.status, JSON.stringify(r.body)).toBe(201);
-  return r.body.id as string;
-}
-
-async function deadLettered(queue: string): Promise<string> {
-  const id = await enqueue({ queue, type: 'demo.fatal' });
-  expect(await fx.t.rt.processor.processById(id)).toBe('dead_lettered');
-  return id;
-}
+const enqueue = (job: Record<string, unknown>) => enqueueJob(call, job);
+const deadLettered = (queue: string) => deadLetteredJob(call, fx.t.rt, queue);
 
 const jobAt = async (id: string) => (await call('GET', `jobs/${id}`)).body;
 

@@ -2,6 +2,7 @@
 // recorder for queue posts (the storage queue is the host's business; here we check what was posted), and the
 // @azure/functions request/context objects.
 import pg from 'pg';
+import { expect } from 'vitest';
 import type { HttpResponseInit, LogLevel, Timer } from '@azure/functions';
 import { appUrl, createTestDatabase } from '../support/pg.js';
 import { parseSettings } from '../../shared/config/settings.js';
@@ -189,6 +190,30 @@ export async function auditRows(pool: pg.Pool, afterId = '0'): Promise<Record<st
 export async function lastAuditId(pool: pg.Pool): Promise<string> {
   const { rows } = await pool.query(`select coalesce(max(id), 0)::text as id from keel.ops_audit`);
   return String(rows[0].id);
+}
+
+// An ops call as a test file makes it (through functions/ops.ts, or one instance's handler).
+export type OpsCall = (method: string, path: string, body?: unknown) => Promise<{ status: number; body: any }>;
+
+// POST /jobs: the new job's id (201 expected).
+export async function enqueueJob(call: OpsCall, job: Record<string, unknown>): Promise<string> {
+  const r = await call('POST', 'jobs', job);
+  expect(r.status, JSON.stringify(r.body)).toBe(201);
+  return r.body.id as string;
+}
+
+// A job in the DLQ: enqueued as demo.fatal through the ops API and run once by this runtime's processor.
+export async function deadLetteredJob(call: OpsCall, rt: Runtime, queue: string): Promise<string> {
+  const id = await enqueueJob(call, { queue, type: 'demo.fatal' });
+  expect(await rt.processor.processById(id)).toBe('dead_lettered');
+  return id;
+}
+
+// How many answers had each status: {200: 1, 409: 3}.
+export function tally(rs: readonly { status: number }[]): Record<number, number> {
+  const by: Record<number, number> = {};
+  for (const r of rs) by[r.status] = (by[r.status] ?? 0) + 1;
+  return by;
 }
 
 export { until } from '../support/until.js';

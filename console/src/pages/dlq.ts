@@ -146,7 +146,13 @@ export function dlqPage(main: HTMLElement): Cleanup {
       h(
         'span',
         { 'data-test': 'result' },
-        `Resurrected ${r.count} job${r.count === 1 ? '' : 's'} of the ${previewed} previewed (${r.posted} message${r.posted === 1 ? '' : 's'} posted): `,
+        // fromPreview: previewed jobs resurrected; flow children came back with them and are counted apart, so
+        // "of the N previewed" never counts a skipped id.
+        `Resurrected ${r.fromPreview} job${r.fromPreview === 1 ? '' : 's'} of the ${previewed} previewed${
+          r.flowChildren?.length
+            ? `, and ${r.flowChildren.length} flow child${r.flowChildren.length === 1 ? '' : 'ren'} with them (${r.count} job${r.count === 1 ? '' : 's'} in all)`
+            : ''
+        } (${r.posted} message${r.posted === 1 ? '' : 's'} posted): `,
       ),
       sampleList(r.ids),
       skippedList(r.skipped ?? []),

@@ -641,7 +641,7 @@ export function jobPage(main: HTMLElement, id: string): Cleanup {
                       show(
                         box,
                         'ok',
-                        `Job ${id} resurrected${r.posted ? '' : ' (message not posted: the dispatcher runs it)'}.`,
+                        `Job ${id} resurrected${r.flowChildren?.length ? `, with ${r.flowChildren.length} flow child${r.flowChildren.length === 1 ? '' : 'ren'} waiting for it again` : ''}${r.posted ? '' : ' (message not posted: the dispatcher runs it)'}.`,
                       );
                       await load();
                     });

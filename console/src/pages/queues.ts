@@ -137,8 +137,15 @@ export function queuesPage(main: HTMLElement): Cleanup {
         return;
       }
       retentionConfirmed = false;
+      // Compare-and-set: the values this form showed. Changed meanwhile (another operator, another instance): the
+      // API changes nothing and answers 409 naming the setting and its value now.
+      const expected = Object.fromEntries(Object.keys(patch).map((k) => [k, qs[k]]));
       const send = async (body: Record<string, unknown>) => {
-        await api('PATCH', `queues/${encodeURIComponent(qs.name)}`, body);
+        await api(
+          'PATCH',
+          `queues/${encodeURIComponent(qs.name)}`,
+          Object.keys(patch).length ? { ...body, expected } : body,
+        );
         clear(editor);
         show(box, 'ok', `Queue "${qs.name}" saved: ${Object.keys(patch).join(', ') || 'nothing changed'}.`);
         await load();

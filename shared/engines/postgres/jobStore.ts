@@ -27,6 +27,8 @@ import type {
   PurgeTarget,
   QueueSettings,
   QueueSettingsChange,
+  QueueExpectField,
+  QueueSettingsExpected,
   QueueSettingsPatch,
   QueueStats,
   RescueResult,
@@ -539,7 +541,11 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     return (await this.call('list_queues', { name: null })).map(toQueueSettings);
   }
 
-  async updateQueue(name: string, patch: QueueSettingsPatch): Promise<QueueSettingsChange> {
+  async updateQueue(
+    name: string,
+    patch: QueueSettingsPatch,
+    expected?: QueueSettingsExpected,
+  ): Promise<QueueSettingsChange> {
     const rows = await this.call('update_queue', {
       name,
       paused: patch.paused ?? null,
@@ -551,8 +557,14 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
       archive_retention_seconds: patch.archiveRetentionSeconds ?? null,
       dlq_retention_seconds: patch.dlqRetentionSeconds ?? null,
       metrics_retention_seconds: patch.metricsRetentionSeconds ?? null,
+      expected: expected === undefined ? null : JSON.stringify(expected),
     });
-    return { ...toQueueSettings(rows[0]!), created: rows[0]!.created === true };
+    const r = rows[0]!;
+    return {
+      ...toQueueSettings(r),
+      created: r.created === true,
+      ...(r.conflict ? { conflict: r.conflict as QueueExpectField } : {}),
+    };
   }
 
   async listSchedules(name?: string): Promise<ScheduleState[]> {

@@ -91,6 +91,7 @@ export const POSTGRES_FUNCTIONS: { [P in JobProcedure]: PgFunction<P> } = {
       archive_retention_seconds: 'integer',
       dlq_retention_seconds: 'integer',
       metrics_retention_seconds: 'integer',
+      expected: 'jsonb',
     },
     returns: 'rows',
   },

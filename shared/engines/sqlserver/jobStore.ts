@@ -27,6 +27,8 @@ import type {
   PurgeTarget,
   QueueSettings,
   QueueSettingsChange,
+  QueueExpectField,
+  QueueSettingsExpected,
   QueueSettingsPatch,
   QueueStats,
   RescueResult,
@@ -536,9 +538,14 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     return (await this.call('list_queues', { Name: null }, 'safe')).map(queueSettings);
   }
 
-  async updateQueue(name: string, patch: QueueSettingsPatch): Promise<QueueSettingsChange> {
+  async updateQueue(
+    name: string,
+    patch: QueueSettingsPatch,
+    expected?: QueueSettingsExpected,
+  ): Promise<QueueSettingsChange> {
     // Absolute values: applying them twice is applying them once (a retry that follows a lost answer may say
-    // created: false for the row its first attempt created).
+    // created: false for the row its first attempt created; with expected, it may answer the conflict its first
+    // attempt's change makes: the current value is then the one sent).
     const rows = await this.call(
       'update_queue',
       {
@@ -552,10 +559,16 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
         ArchiveRetentionSeconds: patch.archiveRetentionSeconds ?? null,
         DlqRetentionSeconds: patch.dlqRetentionSeconds ?? null,
         MetricsRetentionSeconds: patch.metricsRetentionSeconds ?? null,
+        Expected: expected === undefined ? null : JSON.stringify(expected),
       },
       'safe',
     );
-    return { ...queueSettings(rows[0]!), created: rows[0]!.Created === true || rows[0]!.Created === 1 };
+    const r = rows[0]!;
+    return {
+      ...queueSettings(r),
+      created: r.Created === true || r.Created === 1,
+      ...(r.Conflict ? { conflict: r.Conflict as QueueExpectField } : {}),
+    };
   }
 
   async getJob(jobId: JobId): Promise<JobRecord | null> {

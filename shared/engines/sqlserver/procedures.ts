@@ -97,6 +97,7 @@ export const SQLSERVER_PARAMS: ParamTypes = {
     ArchiveRetentionSeconds: sql.Int,
     DlqRetentionSeconds: sql.Int,
     MetricsRetentionSeconds: sql.Int,
+    Expected: sql.NVarChar(MAX),
   },
   get_job: { JobId: sql.BigInt },
   job_links: { JobId: sql.BigInt },
