@@ -13,7 +13,8 @@ import {
 } from '../../shared/transfer/checksum.js';
 import { md5Prefix } from '../../shared/transfer/md5.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
-import { pgChecksumQuery } from '../../shared/engines/postgres/transferSql.js';
+import { pgCanonical, pgChecksumQuery, pgTemporalCanonical } from '../../shared/engines/postgres/transferSql.js';
+import { quotePg } from '../../shared/transfer/identifiers.js';
 import { parseTransfers } from '../../shared/transfer/config.js';
 import { transferEngineRules } from '../../shared/engines/registry.js';
 
@@ -98,6 +99,134 @@ describe('keel-v1 checksum', () => {
       const r = await pool.query(`select row(${row.map((_v, i) => `$${i + 1}::text`).join(', ')})::text as enc`, row);
       expect(rowEncoding(row)).toBe(r.rows[0].enc);
     }
+  });
+
+  it('streamed date/time values (printed plainly, canonical text written in Node) equal to_char on the server, for every precision and fraction; values canonical text cannot carry are refused', async () => {
+    await pool.query(`create table public.times (
+      id integer primary key, day date, at timestamp(6), at0 timestamp(0), at3 timestamp(3), tz timestamptz, tz0 timestamptz(0), tz2 timestamptz(2))`);
+    const stamps = [
+      '0001-01-01 00:00:00',
+      '0999-12-31 23:59:59.999999',
+      '1970-01-01 00:00:00.000001',
+      '2000-02-29 12:00:00.1',
+      '2026-06-07 08:09:10.12',
+      '2026-06-07 08:09:10.123',
+      '2026-06-07 08:09:10.1234',
+      '2026-06-07 08:09:10.12345',
+      '2026-06-07 08:09:10.123456',
+      '2026-06-07 08:09:10.5',
+      '9999-12-31 23:59:59.4', // (.999999 would round into year 10000 in the columns of lower precision)
+    ];
+    // Zones on either side of UTC (the source prints UTC whatever the session's zone), and a date across the day line.
+    const zones = ['+00', '+14', '-12', '+05:30', '-03:30'];
+    // The first and the last stamp stay inside years 1..9999 in UTC only at offset zero.
+    const edge = (i: number) => i === 0 || i === stamps.length - 1;
+    const rows = stamps.map((s, i) => [
+      i + 1,
+      s.slice(0, 10),
+      s,
+      s,
+      s,
+      `${s}${edge(i) ? '+00' : zones[i % zones.length]}`,
+      `${s}${edge(i) ? '+00' : '+02'}`,
+      `${s}${edge(i) ? '+00' : '-01'}`,
+    ]);
+    rows.push([rows.length + 1, null, null, null, null, null, null, null] as never);
+    await pool.query(
+      `insert into public.times select * from unnest($1::int[], $2::date[], $3::timestamp[], $4::timestamp[], $5::timestamp[], $6::timestamptz[], $7::timestamptz[], $8::timestamptz[])`,
+      [0, 1, 2, 3, 4, 5, 6, 7].map((c) => rows.map((r) => r[c])),
+    );
+    // Year 9999 in UTC and the largest fraction a timestamptz(2) rounds to (rounded up past 9999 it would be refused).
+    await pool.query(`insert into public.times (id, tz) values (100, '9999-12-31 23:59:59.99+00')`);
+    const cols = ['id', 'day', 'at', 'at0', 'at3', 'tz', 'tz0', 'tz2'];
+    const transfer = (table: string) =>
+      parseTransfers(
+        [
+          {
+            name: table,
+            source: { engine: 'postgres', connectionSetting: 'X', table: `public.${table}` },
+            target: { engine: 'postgres', connectionSetting: 'Y', table: `public.${table}` },
+            keyColumns: ['id'],
+            boundary: { column: 'id', kind: 'key' },
+            columns: cols.map((c) => ({ source: c, target: c })),
+          },
+        ],
+        TRANSFER_RULES,
+      )[0]!;
+    const src = new PostgresTransferSource(transfer('times'), pool);
+    const schema = await src.readSchema();
+    const w = { kind: 'key' as const, low: null, high: '1000' };
+    const streamed: CanonicalRow[] = [];
+    for await (const chunk of src.streamRows(w, schema, 5)) streamed.push(...chunk);
+    // The server's canonical text of the same rows (pgCanonical: to_char), under a session zone that is not UTC.
+    const client = await pool.connect();
+    try {
+      await client.query(`set timezone = 'America/St_Johns'`);
+      const sql = await client.query<{ r: string[] }>(
+        `select array[${schema.columns.map((c) => pgCanonical(quotePg(c.name), c.logical, c.type)).join(', ')}] as r from public.times order by id`,
+      );
+      expect(streamed).toEqual(sql.rows.map((r) => r.r));
+      await client.query('reset timezone');
+    } finally {
+      client.release();
+    }
+    expect(streamed[2]!.slice(1, 6)).toEqual([
+      '1970-01-01',
+      '1970-01-01T00:00:00.000001',
+      '1970-01-01T00:00:00.000000',
+      '1970-01-01T00:00:00.000000',
+      '1970-01-01T12:00:00.000001Z', // written at -12
+    ]);
+    expect((await src.manifest(w, schema, 'keel-v1')).checksum).toBe(
+      streamed.reduce((acc, r) => (acc.add(r), acc), new ChecksumAccumulator()).checksum,
+    );
+    // What canonical text cannot carry, in each column type: refused while streaming, naming the column and the key.
+    await pool.query(`create table public.bad_times (like public.times)`);
+    const bad: [string, string][] = [
+      ['day', `'infinity'`],
+      ['day', `'-infinity'`],
+      ['day', `'0044-03-15 BC'`],
+      ['day', `'10000-01-01'`],
+      ['at', `'infinity'`],
+      ['at', `'0001-12-31 23:59:59 BC'`],
+      ['at', `'10000-01-01 00:00:00'`],
+      ['tz', `'-infinity'`],
+      ['tz', `'0001-12-31 23:00:00 BC+00'`],
+      ['tz', `'9999-12-31 23:30:00-01'`], // year 10000 in UTC
+      ['tz0', `'9999-12-31 23:59:59.6+00'`], // rounded into year 10000
+    ];
+    for (const [col, value] of bad) {
+      await pool.query('truncate public.bad_times');
+      await pool.query(`insert into public.bad_times (id, ${col}) values (1, '2026-01-01'), (2, ${value})`);
+      const s = new PostgresTransferSource(transfer('bad_times'), pool);
+      const read = (async () => {
+        for await (const _ of s.streamRows(w, await s.readSchema(), 1)) void _;
+      })();
+      await expect(read, `${col} = ${value}`).rejects.toThrow(
+        new RegExp(
+          `source column ${col} \\(.*\\) holds a value outside years 1\\.\\.9999 or an infinity \\(row with key \\(2\\)\\)`,
+        ),
+      );
+    }
+    // The plain form's parser: each shape it accepts, and near misses it does not.
+    expect(pgTemporalCanonical('2026-01-02', 'date')).toBe('2026-01-02');
+    expect(pgTemporalCanonical('2026-01-02 03:04:05', 'timestamp')).toBe('2026-01-02T03:04:05.000000');
+    expect(pgTemporalCanonical('2026-01-02 03:04:05.7+00', 'timestamptz')).toBe('2026-01-02T03:04:05.700000Z');
+    for (const [v, type] of [
+      ['2026-01-02 BC', 'date'],
+      ['26-01-02', 'date'],
+      ['2026-01-02 03:04:05', 'date'],
+      ['2026-01-02 03:04:05+00', 'timestamp'],
+      ['2026-01-02 03:04:05.', 'timestamp'],
+      ['2026-01-02 03:04:05.1234567', 'timestamp'],
+      ['2026-01-02 03:04:05.12a', 'timestamp'],
+      ['2026-01-02T03:04:05', 'timestamp'],
+      ['2026-01-02 03:04:05', 'timestamptz'],
+      ['2026-01-02 03:04:05+01', 'timestamptz'],
+      ['2026-01-02 03:04:05+00 BC', 'timestamptz'],
+      ['infinity', 'timestamptz'],
+    ] as const)
+      expect(pgTemporalCanonical(v, type), `${v} as ${type}`).toBeNull();
   });
 
   it('the JavaScript MD5 of the row hash equals node:crypto and PostgreSQL md5() at every block boundary and in UTF-8', async () => {

@@ -164,7 +164,13 @@ describe('transfer row path: one source read', () => {
     await env.source.query(
       `update public.orders set note = case id % 5 when 0 then E'a\\tb\\nc\\rd\\\\e\\bf\\fg\\vh "q" ,()' when 1 then 'Zoë ✓' when 2 then '' when 3 then null else note end`,
     );
-    const t = ordersTransfer('orders_text', { batchSize: 5000, chunkSize: 7 });
+    // Without the date/time column: its canonical text is written in Node (transferSql.ts pgTemporalCanonical), so a
+    // chunk of a table with one carries no COPY text (checked below) and the target formats it.
+    const t = ordersTransfer('orders_text', {
+      batchSize: 5000,
+      chunkSize: 7,
+      columns: ['id', 'customer', 'amount', 'flag', 'note', 'payload'].map((c) => ({ source: c, target: c })),
+    });
     const s = new PostgresTransferSource(t, env.source);
     const escapes: Record<string, string> = { b: '\b', f: '\f', n: '\n', r: '\r', t: '\t', v: '\v' };
     const field = (f: string) => (f === '\\N' ? null : f.replace(/\\(.)/gs, (_m, c: string) => escapes[c] ?? c));
@@ -178,6 +184,13 @@ describe('transfer row path: one source read', () => {
       rows += chunk.length;
     }
     expect(rows).toBe(3000);
+    const withTime = new PostgresTransferSource(ordersTransfer('orders_time', { chunkSize: 7 }), env.source);
+    for await (const chunk of withTime.streamRows(
+      { kind: 'key', low: null, high: '30' },
+      await withTime.readSchema(),
+      7,
+    ))
+      expect((chunk as CanonicalChunk)[COPY_TEXT]).toBeUndefined();
   });
 
   it('a window read to its end commits its snapshot once: no second end (no "no transaction in progress" warning); an abandoned read leaves no session in its transaction', async () => {

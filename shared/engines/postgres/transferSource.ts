@@ -39,12 +39,12 @@ import { TransferError } from '../../transfer/errors.js';
 import {
   PG_CHECKSUM_SETTINGS_SQL,
   PG_ONE_PROCESS_SQL,
-  PG_OUT_OF_RANGE_MARK,
   pgCanonical,
   pgCastFor,
   pgChecksumQuery,
   pgFacets,
   pgLogicalType,
+  pgTemporalCanonical,
   pgTemporalOutOfRange,
 } from './transferSql.js';
 import { PG_COPY_FORMAT, pgChecksumAlgorithms } from './serverFeatures.js';
@@ -479,13 +479,18 @@ export class PostgresTransferSource implements SourceAdapter {
   ): AsyncIterable<CanonicalChunk> {
     const mapped = mappedColumns(this.t, schema);
     const changes = carriesChanges(this.t);
-    const cols = mapped.map((c) => pgCanonical(quotePg(c.source), c.logical, c.type));
+    // Date/time columns print plainly (DateStyle ISO, TimeZone UTC) and their canonical text is written here, row by
+    // row below (pgTemporalCanonical, which also refuses a value canonical text cannot carry).
+    const isTemporal = (t: LogicalType): t is 'date' | 'timestamp' | 'timestamptz' =>
+      t === 'date' || t === 'timestamp' || t === 'timestamptz';
+    const cols = mapped.map((c) =>
+      isTemporal(c.logical) ? quotePg(c.source) : pgCanonical(quotePg(c.source), c.logical, c.type),
+    );
     if (changes) cols.push(OP_COLUMN);
     const width = cols.length;
-    // Columns whose canonical text may carry the out-of-range mark (transferSql.ts), checked row by row below.
-    const temporal = mapped.flatMap((c, i) =>
-      c.logical === 'date' || c.logical === 'timestamp' || c.logical === 'timestamptz' ? [i] : [],
-    );
+    const temporal = mapped.flatMap((c, i) => (isTemporal(c.logical) ? [{ i, type: c.logical }] : []));
+    // The COPY text travels with a chunk only when it is the chunk's canonical text (no date/time column rewritten).
+    const withText = temporal.length === 0;
     const keys = this.t.keyColumns.map((k) => mapped.findIndex((c) => c.source === k));
     const client = await this.pool.connect();
     const onError = () => undefined; // a connection lost mid-statement also surfaces as an 'error' event
@@ -500,7 +505,7 @@ export class PostgresTransferSource implements SourceAdapter {
       // bind parameters: the window travels in transaction-local settings (as in bulkOut).
       const range = changes ? baselineKeyRange(w.low, w.high) : null;
       await client.query(
-        `select set_config('extra_float_digits', '1', true),
+        `select set_config('extra_float_digits', '1', true), set_config('timezone', 'UTC', true), set_config('datestyle', 'ISO, YMD', true),
                 set_config('keel.w_low', coalesce($1, ''), true), set_config('keel.w_high', $2, true),
                 set_config('keel.k_low', coalesce($3, ''), true), set_config('keel.k_high', coalesce($4, ''), true)`,
         [w.low, w.high, range?.low ?? null, range?.high ?? null],
@@ -533,16 +538,19 @@ export class PostgresTransferSource implements SourceAdapter {
         }
         return parts.length === 1 ? parts[0]! : Buffer.concat(parts);
       };
-      const chunk = (out: CanonicalChunk): CanonicalChunk => ((out[COPY_TEXT] = textOf(out.length)), out);
+      const chunk = (out: CanonicalChunk): CanonicalChunk => (withText && (out[COPY_TEXT] = textOf(out.length)), out);
       const take = (text: string) => {
         for (const line of text.split('\n')) {
           const row: CanonicalRow = line.split('\t');
           if (line.includes('\\')) for (let i = 0; i < row.length; i++) row[i] = copyTextValue(row[i]!);
           if (row.length !== width) throw new Error(`COPY row with ${row.length} fields, expected ${width}`);
-          for (const i of temporal) {
+          for (const { i, type } of temporal) {
             const v = row[i];
-            if (v != null && v.startsWith(PG_OUT_OF_RANGE_MARK))
+            if (v == null) continue;
+            const c = pgTemporalCanonical(v, type);
+            if (c === null)
               throw this.outOfRange(mapped[i]!.source, mapped[i]!.type, `(${keys.map((k) => row[k] ?? '').join(',')})`);
+            row[i] = c;
           }
           rows.push(row);
         }
@@ -558,7 +566,7 @@ export class PostgresTransferSource implements SourceAdapter {
         rest = last + 1 < buf.length ? buf.subarray(last + 1) : null;
         const before = rows.length;
         take(buf.toString('utf8', 0, last));
-        segments.push({ text: buf.subarray(0, last + 1), rows: rows.length - before });
+        if (withText) segments.push({ text: buf.subarray(0, last + 1), rows: rows.length - before });
         while (rows.length >= chunkSize) {
           const out = rows.length === chunkSize ? rows : rows.slice(0, chunkSize);
           rows = rows.length === chunkSize ? [] : rows.slice(chunkSize);
