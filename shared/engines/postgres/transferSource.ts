@@ -42,6 +42,7 @@ import {
   pgCanonical,
   pgCastFor,
   pgChecksumQuery,
+  pgCopyCanonical,
   pgFacets,
   pgLogicalType,
   pgTemporalCanonical,
@@ -483,9 +484,7 @@ export class PostgresTransferSource implements SourceAdapter {
     // row below (pgTemporalCanonical, which also refuses a value canonical text cannot carry).
     const isTemporal = (t: LogicalType): t is 'date' | 'timestamp' | 'timestamptz' =>
       t === 'date' || t === 'timestamp' || t === 'timestamptz';
-    const cols = mapped.map((c) =>
-      isTemporal(c.logical) ? quotePg(c.source) : pgCanonical(quotePg(c.source), c.logical, c.type),
-    );
+    const cols = mapped.map((c) => pgCopyCanonical(quotePg(c.source), c.logical, c.type));
     if (changes) cols.push(OP_COLUMN);
     const width = cols.length;
     const temporal = mapped.flatMap((c, i) => (isTemporal(c.logical) ? [{ i, type: c.logical }] : []));

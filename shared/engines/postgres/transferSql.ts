@@ -212,16 +212,42 @@ function copyField(v: string | null, type: LogicalType): string {
 
 // Canonical rows as COPY text lines (the canonical text is what PostgreSQL's input functions read: the row path's
 // staging and its direct apply write it unchanged).
+// Only text and bytes need copyField: the canonical text of every other type (digits, signs, '.', '-', ':', 'T',
+// 'Z', 't'/'f', hex) holds nothing COPY escapes. (A value that broke that would fail the COPY or, parsed otherwise,
+// the target's checksum of what it stored.)
 export function copyText(rows: CanonicalRow[], types: readonly LogicalType[]): string {
+  const escaped = types.map((t) => t === 'text' || t === 'bytes');
   let buf = '';
   for (const row of rows) {
     for (let i = 0; i < types.length; i++) {
       if (i > 0) buf += '\t';
-      buf += copyField(row[i] ?? null, types[i]!);
+      const v = row[i] ?? null;
+      buf += escaped[i] ? copyField(v, types[i]!) : v === null ? '\\N' : v;
     }
     buf += '\n';
   }
   return buf;
+}
+
+// What the row path's COPY TO selects for a column: the canonical text (pgCanonical) where COPY's own output of the
+// value differs from it; else the column itself, whose COPY output is that text (integers, text and char(n) with
+// its padding, booleans as t/f, uuids; date/time values print plainly, pgTemporalCanonical): fewer calls a row on
+// the source server.
+export function pgCopyCanonical(ref: string, type: LogicalType, declared?: string): string {
+  switch (type) {
+    case 'int':
+    case 'text':
+    case 'bool':
+    case 'uuid':
+    case 'date':
+    case 'timestamp':
+    case 'timestamptz':
+      return ref;
+    case 'decimal':
+      return `trim_scale(${ref})`;
+    default:
+      return pgCanonical(ref, type, declared);
+  }
 }
 
 // A chunk as COPY text: the source's own COPY text when it carries it (checksum.ts, COPY_TEXT), else copyText. A
