@@ -65,9 +65,11 @@ export function pgTemporalOutOfRange(ref: string, type: 'date' | 'timestamp' | '
   return `not ((${ref}) >= ${lo} and (${ref}) < ${hi})`;
 }
 
-// Marks an out-of-range date/time value in canonical rows: "!" then the value as PostgreSQL prints it. No canonical
-// text starts with "!", so the source refuses the row (transferSource.ts) and no target could parse it.
-export const PG_OUT_OF_RANGE_MARK = '!';
+// Marks an out-of-range date/time value in canonical text computed in SQL: "!" then the value as PostgreSQL prints
+// it. No canonical text starts with "!", so no target could parse it, and its checksum differs from any canonical
+// row's. (The streamed rows refuse such a value in Node instead: pgTemporalCanonical; the manifest refuses it by its
+// own check, transferSource.ts.)
+const PG_OUT_OF_RANGE_MARK = '!';
 
 function temporal(ref: string, type: 'date' | 'timestamp' | 'timestamptz', formatted: string): string {
   return `(case when ${pgTemporalOutOfRange(ref, type)} then '${PG_OUT_OF_RANGE_MARK}' || (${ref})::text else ${formatted} end)`;
