@@ -56,18 +56,29 @@ describe('test isolation from handlers/', () => {
         `});\n`,
     );
     // The copy's run uses this run's PostgreSQL server (its globalSetup then starts none) and its own vitest.config.ts.
-    const { KEEL_HANDLERS_DIR: _ours, ...env } = process.env;
+    // KEEL_TEST_PG (set by .ci/run) would make it start a server of its own: the URL setting replaces it.
+    const { KEEL_HANDLERS_DIR: _ours, KEEL_TEST_PG: _kind, KEEL_TEST_PG_URL: _url, ...env } = process.env;
     const run = spawn(
       process.execPath,
       [path.join(root, 'node_modules/vitest/vitest.mjs'), 'run', 'handlers/', '--maxWorkers=1'],
-      { cwd: copy, env: { ...env, KEEL_PG_URL: adminUrl(), CI: 'true' }, stdio: ['ignore', 'pipe', 'pipe'] },
+      // detached: its own process group, so a timeout stops the whole run (its vitest workers) with it
+      {
+        cwd: copy,
+        env: { ...env, KEEL_TEST_PG_URL: adminUrl(), KEEL_PG_URL: adminUrl(), CI: 'true' },
+        stdio: ['ignore', 'pipe', 'pipe'],
+        detached: true,
+      },
     );
     let output = '';
     run.stdout!.on('data', (c: Buffer) => (output += c.toString()));
     run.stderr!.on('data', (c: Buffer) => (output += c.toString()));
     const code = await new Promise<number | null | 'timeout'>((resolve) => {
       const timer = setTimeout(() => {
-        run.kill('SIGKILL');
+        try {
+          process.kill(-run.pid!, 'SIGKILL');
+        } catch {
+          run.kill('SIGKILL');
+        }
         resolve('timeout');
       }, 420_000); // the copy's suites include folder.test.ts' full tsc build: 150 s seen on a loaded 2-core machine
       run.once('close', (c) => {
