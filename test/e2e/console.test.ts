@@ -907,7 +907,14 @@ if (!haveChromium) {
       expect((await api('GET', `/queues/${QUEUE}`)).json.maxAttempts).toBe(7);
 
       await page.locator(`[data-test="toggle-${QUEUE}"]`).click();
-      await page.getByRole('status').filter({ hasText: 'paused' }).waitFor();
+      // The pause answers once the claims in flight have committed, with the jobs still running (inFlight).
+      await page
+        .getByRole('status')
+        .filter({
+          hasText:
+            /paused: no new claims until resumed; (no job in flight|\d+ jobs? already claimed run to their end)\./,
+        })
+        .waitFor();
       // The status line can show before a second read sees the write (CI saw it once): wait for the API to agree.
       await expect.poll(async () => (await api('GET', `/queues/${QUEUE}`)).json.paused, { timeout: 5_000 }).toBe(true);
       await shot(page, 'queues');

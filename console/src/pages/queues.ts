@@ -267,7 +267,14 @@ export function queuesPage(main: HTMLElement): Cleanup {
                       show(
                         box,
                         'ok',
-                        `Queue "${qs.name}" ${r.paused ? 'paused: no new claims until resumed' : 'resumed'}.`,
+                        r.paused
+                          ? `Queue "${qs.name}" paused: no new claims until resumed` +
+                              (typeof r.inFlight !== 'number'
+                                ? '.'
+                                : r.inFlight === 0
+                                  ? '; no job in flight.'
+                                  : `; ${r.inFlight} job${r.inFlight === 1 ? '' : 's'} already claimed run to their end.`)
+                          : `Queue "${qs.name}" resumed.`,
                       );
                       await load();
                     }),
