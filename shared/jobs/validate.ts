@@ -104,7 +104,7 @@ const patchSchema = z.strictObject(queuePatchFields);
 // What a caller may say it saw (QueueSettingsExpected): any value a settings row can hold, the limits not applied (a
 // row set outside the API may hold a value they refuse, and the caller compares with what it was shown).
 const seenInt = z.number().int().min(-2147483648).max(2147483647);
-export const queueExpectedFields = {
+const queueExpectedFields = {
   maxConcurrency: seenInt.nullable().optional(),
   zombieTimeoutSeconds: seenInt.optional(),
   zombiePolicy: zombiePolicy.optional(),
@@ -113,7 +113,7 @@ export const queueExpectedFields = {
   dlqRetentionSeconds: seenInt.optional(),
   metricsRetentionSeconds: seenInt.optional(),
 };
-const expectedSchema = z
+export const queueExpectedSchema = z
   .strictObject(queueExpectedFields)
   .refine((e) => Object.keys(e).length > 0, { message: 'name at least one setting' });
 
@@ -127,7 +127,7 @@ export function validateQueuePatch(
   const parsed = patchSchema.safeParse(patch);
   if (!parsed.success) throw firstIssue(parsed.error, '');
   if (expected !== undefined) {
-    const e = expectedSchema.safeParse(expected);
+    const e = queueExpectedSchema.safeParse(expected);
     if (!e.success) throw firstIssue(e.error, 'expected');
   }
   return parsed.data;

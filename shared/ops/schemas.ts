@@ -21,7 +21,7 @@ import {
   jobLocation,
   jobName,
   purgeTarget,
-  queueExpectedFields,
+  queueExpectedSchema,
   queuePatchFields,
   storableText,
   textProblem,
@@ -113,9 +113,7 @@ export const queuePatch = z
       .describe(
         'true: lower a retention even though the next maintenance pass then deletes rows (without it such a change is refused with 409 and a preview of the counts)',
       ),
-    expected: z
-      .strictObject(queueExpectedFields)
-      .refine((e) => Object.keys(e).length > 0, { message: 'name at least one setting' })
+    expected: queueExpectedSchema
       .optional()
       .describe(
         'compare-and-set: the current values the caller saw, e.g. {"dlqRetentionSeconds": 2592000}. When one differs (someone changed it meanwhile) nothing is changed: 409 conflict naming the field, with its current value',
