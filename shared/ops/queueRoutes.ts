@@ -30,6 +30,13 @@ function changedMeanwhile(queue: string, field: QueueExpectField, sent: unknown,
   );
 }
 
+// Whether the settings already hold every value the patch sets (at least one): the store's rule too
+// (keel.update_queue, keel.UpdateQueue).
+function holdsPatch(current: QueueSettings, patch: QueueSettingsPatch): boolean {
+  const set = (Object.keys(patch) as (keyof QueueSettingsPatch)[]).filter((k) => patch[k] !== undefined);
+  return set.length > 0 && set.every((k) => patch[k] === current[k]);
+}
+
 export const queueRoutes: OpsRoute<any, any, any>[] = [
   route({
     method: 'GET',
@@ -123,8 +130,9 @@ export const queueRoutes: OpsRoute<any, any, any>[] = [
       };
       const current = await rt.store.getQueue(params.name);
       // The caller's view is stale: say so before previewing anything against values it never saw. (The store
-      // compares again, atomically, with the row it changes.)
-      if (current && expected) {
+      // compares again, atomically, with the row it changes.) Not when the queue already holds every value asked
+      // for: a retry of a change that applied, its answer lost; the store answers it unchanged.
+      if (current && expected && !holdsPatch(current, patch)) {
         const stale = (Object.keys(expected) as QueueExpectField[]).sort().find((f) => expected[f] !== current[f]);
         if (stale) throw changedMeanwhile(params.name, stale, expected[stale], current);
       }
