@@ -77,7 +77,7 @@ export const queueRoutes: OpsRoute<any, any, any>[] = [
       operationId: `${action}Queue`,
       summary:
         action === 'pause'
-          ? 'Pause a queue: no new claims until resumed. Returns once every claim in flight has committed (from then on no job of the queue starts), with the jobs still running (inFlight)'
+          ? 'Pause a queue: no new claims until resumed. Returns once every claim in flight has committed (from then on no claim takes a job of the queue), with the jobs claimed before it (inFlight: processing, or fetched and still to start), which run to their end'
           : 'Resume a paused queue',
       tag: 'queues',
       role: 'operator',
@@ -94,7 +94,8 @@ export const queueRoutes: OpsRoute<any, any, any>[] = [
       // created comes from the store's upsert: of two instances creating the queue at once, one is told so.
       async handle({ rt, params, log }) {
         // A pause waits in the store for the claims in flight (they may have read "not paused") to commit: what
-        // they claimed is counted below, and no claim after it starts a job.
+        // they claimed is counted below (a fetched one still starts after this answer), and no claim after it takes
+        // a job.
         const settings = await rt.store.updateQueue(params.name, { paused: action === 'pause' });
         if (action === 'pause') {
           const stats = (await rt.store.stats()).find((x) => x.queue === params.name);
