@@ -709,7 +709,13 @@ export class JobProcessor {
   private unregistered(job: ClaimedJob, attempt: number, startedAt: number): Promise<JobOutcome> {
     const error = new UnregisteredTypeError(job.type, this.whereAmI(), this.registry.types());
     const maxAttempts = effectiveMaxAttempts(job.maxAttempts, {}, job.queueMaxAttempts);
-    const d = decideAfterFailure({ attempt, maxAttempts, options: UNREGISTERED_OPTIONS, abortReason: undefined, error });
+    const d = decideAfterFailure({
+      attempt,
+      maxAttempts,
+      options: UNREGISTERED_OPTIONS,
+      abortReason: undefined,
+      error,
+    });
     // decideAfterFailure retries it (attempts left) or dead-letters it as exhausted: an ordinary error, no abort.
     const delayMs = d.kind === 'retry' ? Math.min(MAX_RETRY_DELAY_MS, Math.round(d.delayMs)) : undefined;
     const message = d.kind === 'retry' || d.kind === 'dead_letter' ? d.message : String(error);

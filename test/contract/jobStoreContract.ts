@@ -2299,7 +2299,10 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       // Not every value it sets holds (another caller changed one of them meanwhile): the conflict, as before.
       await store.updateQueue(q, { zombiePolicy: 'retry' });
       // (The first setting of expected that differs, in name order, is named.)
-      expect(await store.updateQueue(q, patch, expected)).toMatchObject({ conflict: 'maxAttempts', zombiePolicy: 'retry' });
+      expect(await store.updateQueue(q, patch, expected)).toMatchObject({
+        conflict: 'maxAttempts',
+        zombiePolicy: 'retry',
+      });
       // A subset of the values holding is not enough: maxAttempts holds, archiveRetentionSeconds differs.
       expect(
         await store.updateQueue(q, { maxAttempts: 7, archiveRetentionSeconds: 61 }, { maxAttempts: 5 }),

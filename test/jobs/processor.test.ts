@@ -286,7 +286,11 @@ describe('processor', () => {
       /^attempt 2 of 2 failed: UnregisteredTypeError: no handler is registered for job type "nobody-handles-me" on worker /,
     );
     expect(rec.lastError).toMatch(/\(registered: t\)/);
-    expect(rec.attemptLog?.[0]).toMatchObject({ attempt: 1, outcome: 'retried', error: expect.stringMatching(/nobody-handles-me/) });
+    expect(rec.attemptLog?.[0]).toMatchObject({
+      attempt: 1,
+      outcome: 'retried',
+      error: expect.stringMatching(/nobody-handles-me/),
+    });
     expect(seen.map((e) => [e.outcome, e.reason, e.unregisteredType])).toEqual([
       ['retried', undefined, true],
       ['dead_lettered', 'exhausted', true],

@@ -422,7 +422,9 @@ describe('telemetry facade (in-memory exporters)', () => {
   // so with an event naming the job, beside the ordinary retried / dead-lettered metrics.
   it('an attempt of a type with no handler here is a keel.job.type_not_registered event, with its outcome', async () => {
     const logExporter = new InMemoryLogRecordExporter();
-    const loggerProvider = new LoggerProvider({ processors: [new SimpleLogRecordProcessor({ exporter: logExporter })] });
+    const loggerProvider = new LoggerProvider({
+      processors: [new SimpleLogRecordProcessor({ exporter: logExporter })],
+    });
     bindTelemetry({ loggerProvider });
     try {
       const job = { id: 'j-9', queue: 'email', type: 'new.type' } as ClaimedJob;
@@ -435,7 +437,13 @@ describe('telemetry facade (in-memory exporters)', () => {
       expect(events).toEqual([
         { ...notRegistered, type: 'new.type', outcome: 'retried', jobId: 'j-9' },
         { ...notRegistered, type: 'new.type', outcome: 'dead_lettered', jobId: 'j-9' },
-        { [CUSTOM_EVENT_NAME_ATTRIBUTE]: EVENTS.jobDeadLettered, queue: 'email', type: 'new.type', reason: 'exhausted', jobId: 'j-9' },
+        {
+          [CUSTOM_EVENT_NAME_ATTRIBUTE]: EVENTS.jobDeadLettered,
+          queue: 'email',
+          type: 'new.type',
+          reason: 'exhausted',
+          jobId: 'j-9',
+        },
       ]);
     } finally {
       bindTelemetry();
