@@ -7,8 +7,9 @@ import type { QueueStats } from '../jobs/contract.js';
 import type { BatchView } from '../transfer/service.js';
 
 export const processorTelemetry: ProcessorEvents = {
-  onOutcome({ job, outcome, reason, durationMs }) {
+  onOutcome({ job, outcome, reason, durationMs, unregisteredType }) {
     const dims = { queue: job.queue, type: job.type };
+    if (unregisteredType) telemetry.jobTypeNotRegistered({ ...dims, jobId: job.id, outcome });
     if (outcome === 'succeeded') telemetry.jobCompleted({ ...dims, durationMs });
     else if (outcome === 'retried') telemetry.jobRetried(dims);
     else if (outcome === 'dead_lettered' && reason) telemetry.jobDeadLettered({ ...dims, reason, jobId: job.id });

@@ -206,9 +206,12 @@ export type QueueSettingsExpected = Partial<Pick<QueueSettings, QueueExpectField
 // A settings change's answer: the row after this call's change, and whether this call created it (decided where the
 // row is inserted, so of two instances creating a queue at once exactly one is told created). conflict: the first
 // expected field (in name order) whose value differed; then nothing was changed and the row is the current one.
+// unchanged: expected differed, but the row already held every value the patch sets (a retry of a change that
+// applied, its answer lost): a success that wrote nothing (no conflict; the row is the current one).
 export interface QueueSettingsChange extends QueueSettings {
   created: boolean;
   conflict?: QueueExpectField;
+  unchanged?: true;
 }
 
 // Cheap at any table size (a stats read must not scan a table, whatever its size): pending, fetched, processing, dlq and the totals are counters kept exact in the

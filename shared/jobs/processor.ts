@@ -42,6 +42,7 @@ import { runClaimLoop, type ClaimLoopOptions } from './producer.js';
 import { WorkerPresence, type PresenceOptions } from './presence.js';
 import { silentLogger, type HandlerRegistry, type JobLogger, type RegisteredHandler } from './registry.js';
 import { MAX_RETRY_DELAY_MS } from './validate.js';
+import { DEFAULT_BACKOFF } from './backoff.js';
 
 // The processor's public surface, whatever part of it declares a name (importers use this module).
 export { JOB_OUTCOMES, type JobOutcome, type WakeupSource };
@@ -57,6 +58,9 @@ export interface ProcessorEvents {
     reason?: DlqReason;
     durationMs: number;
     attempt: number;
+    // No handler for the job's type in this process: the attempt was retried (or, its attempts used up,
+    // dead-lettered as 'exhausted') without running anything.
+    unregisteredType?: boolean;
   }): void;
   // operation: the store call that found the lease gone, or 'expired': the worker gave the job up itself, no
   // heartbeat confirmed within its lease (the handler is aborted with reason 'lease_expired').
@@ -83,6 +87,23 @@ export interface ProcessorOptions {
 export function defaultWorkerId(): string {
   return `${os.hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
 }
+
+// A job whose type has no handler in this process: an ordinary error, retried under the job's retry policy.
+export class UnregisteredTypeError extends Error {
+  constructor(type: string, where: string, registered: string[]) {
+    // The list is cut: the error is stored with the job (an attempt keeps its first 2,000 characters).
+    const shown = registered.slice(0, MAX_TYPES_NAMED).join(', ') || 'none';
+    const more = registered.length > MAX_TYPES_NAMED ? ` and ${registered.length - MAX_TYPES_NAMED} more` : '';
+    super(
+      `no handler is registered for job type "${type}" on ${where} (registered: ${shown}${more}); ` +
+        'retried: an instance with the handler (a newer build, in a rolling deploy) may run it',
+    );
+    this.name = 'UnregisteredTypeError';
+  }
+}
+const MAX_TYPES_NAMED = 40;
+// What an unregistered type's attempt is retried under: the default backoff (its handler's options are unknown here).
+const UNREGISTERED_OPTIONS = { backoff: DEFAULT_BACKOFF, retryOnTimeout: false, timeoutMs: 0 };
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -317,6 +338,7 @@ export class JobProcessor {
   private stopping = false;
   private jobsDone = 0;
   private readonly presence: WorkerPresence | undefined;
+  private readonly presenceOptions: PresenceOptions | undefined;
   private presenceStopped: Promise<void> | undefined;
   private readonly host: RunHost = {
     heartbeat: (run) => this.heartbeat(run),
@@ -338,6 +360,7 @@ export class JobProcessor {
     this.maxResultBytes = opts.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES;
     this.jobLogLines = opts.jobLogLines ?? DEFAULT_JOB_LOG_LINES;
     this.running = new RunningJobs(this.log);
+    this.presenceOptions = opts.presence;
     this.presence = opts.presence
       ? new WorkerPresence(opts.store, this.workerId, opts.presence, () => this.jobsDone, this.log)
       : undefined;
@@ -538,6 +561,7 @@ export class JobProcessor {
     startedAt: number,
     outcome: JobOutcome,
     reason?: DlqReason,
+    unregisteredType?: boolean,
   ): JobOutcome {
     // Attempts this process finished (the registry's jobsDone): not a lost lease, not a job handed back unrun.
     if (outcome === 'succeeded' || outcome === 'retried' || outcome === 'dead_lettered') this.jobsDone++;
@@ -545,7 +569,10 @@ export class JobProcessor {
     if (onOutcome) {
       // Not through safe(): a closure per job.
       try {
-        onOutcome.call(this.events, { job, outcome, reason, durationMs: Date.now() - startedAt, attempt });
+        const durationMs = Date.now() - startedAt;
+        if (unregisteredType)
+          onOutcome.call(this.events, { job, outcome, reason, durationMs, attempt, unregisteredType });
+        else onOutcome.call(this.events, { job, outcome, reason, durationMs, attempt });
       } catch {
         // telemetry hooks must never break job processing
       }
@@ -606,8 +633,7 @@ export class JobProcessor {
       if (!registered) {
         handlerRunning = false;
         this.handlerEnded(batch);
-        const error = `no handler is registered for job type "${job.type}" (registered: ${this.registry.types().join(', ') || 'none'})`;
-        outcome = await this.finalize(job, attempt, startedAt, { op: 'fail', reason: 'fatal', error });
+        outcome = await this.unregistered(job, attempt, startedAt);
       } else {
         run = new JobRun(this.host, job, attempt, startedAt, this.heartbeatIntervalMs, leaseFrom);
         this.touchPresence();
@@ -664,9 +690,58 @@ export class JobProcessor {
     this.jobEnded(batch, i, job, outcome);
   }
 
-  private async finalize(job: ClaimedJob, attempt: number, startedAt: number, f: Finalization): Promise<JobOutcome> {
+  private async finalize(
+    job: ClaimedJob,
+    attempt: number,
+    startedAt: number,
+    f: Finalization,
+    unregisteredType?: boolean,
+  ): Promise<JobOutcome> {
     const { outcome, reason } = await this.completer.finalize(job, f);
-    return this.report(job, attempt, startedAt, outcome, reason);
+    return this.report(job, attempt, startedAt, outcome, reason, unregisteredType);
+  }
+
+  // A job of a type this process has no handler for. In a rolling deploy that is an older instance claiming a type
+  // only the new build has, so it is an ordinary failed attempt (River: an unregistered kind is a retryable error):
+  // retried after the default backoff while the job's attempts (its own, else its queue's: the handler's option is
+  // unknown here) last, then dead-lettered as `exhausted` with this error. The attempt counts, so queues served only
+  // by instances without the type still end the job in the DLQ, and the backoff keeps it from spinning.
+  private unregistered(job: ClaimedJob, attempt: number, startedAt: number): Promise<JobOutcome> {
+    const error = new UnregisteredTypeError(job.type, this.whereAmI(), this.registry.types());
+    const maxAttempts = effectiveMaxAttempts(job.maxAttempts, {}, job.queueMaxAttempts);
+    const d = decideAfterFailure({
+      attempt,
+      maxAttempts,
+      options: UNREGISTERED_OPTIONS,
+      abortReason: undefined,
+      error,
+    });
+    // decideAfterFailure retries it (attempts left) or dead-letters it as exhausted: an ordinary error, no abort.
+    const delayMs = d.kind === 'retry' ? Math.min(MAX_RETRY_DELAY_MS, Math.round(d.delayMs)) : undefined;
+    const message = d.kind === 'retry' || d.kind === 'dead_letter' ? d.message : String(error);
+    const f: Finalization =
+      delayMs !== undefined
+        ? { op: 'retry', runAt: { delayMs }, error: message }
+        : { op: 'fail', reason: d.kind === 'dead_letter' ? d.reason : 'exhausted', error: message };
+    this.log.warn('job type not registered in this process', {
+      jobId: job.id,
+      queue: job.queue,
+      type: job.type,
+      attempt,
+      maxAttempts,
+      next: delayMs !== undefined ? `retry in ${delayMs} ms` : 'dead letter',
+      workerId: this.workerId,
+    });
+    return this.finalize(job, attempt, startedAt, f, true);
+  }
+
+  // This process, as an error names it: its worker id, host, hosting instance and app version when known.
+  private whereAmI(): string {
+    const p = this.presenceOptions;
+    const parts = [`worker ${this.workerId}`, `host ${p?.host ?? os.hostname()}`];
+    if (p?.instanceId) parts.push(`instance ${p.instanceId}`);
+    if (p?.appVersion) parts.push(`version ${p.appVersion}${p.buildId ? ` (${p.buildId})` : ''}`);
+    return parts.join(', ');
   }
 
   // The processor's own heartbeat of a running job (its timer) and ctx.heartbeat: a lost lease or a requested cancel

@@ -30,6 +30,13 @@ function changedMeanwhile(queue: string, field: QueueExpectField, sent: unknown,
   );
 }
 
+// Whether the settings already hold every value the patch sets (at least one): the store's rule too
+// (keel.update_queue, keel.UpdateQueue).
+function holdsPatch(current: QueueSettings, patch: QueueSettingsPatch): boolean {
+  const set = (Object.keys(patch) as (keyof QueueSettingsPatch)[]).filter((k) => patch[k] !== undefined);
+  return set.length > 0 && set.every((k) => patch[k] === current[k]);
+}
+
 export const queueRoutes: OpsRoute<any, any, any>[] = [
   route({
     method: 'GET',
@@ -70,7 +77,7 @@ export const queueRoutes: OpsRoute<any, any, any>[] = [
       operationId: `${action}Queue`,
       summary:
         action === 'pause'
-          ? 'Pause a queue: no new claims until resumed. Returns once every claim in flight has committed (from then on no job of the queue starts), with the jobs still running (inFlight)'
+          ? 'Pause a queue: no new claims until resumed. Returns once every claim in flight has committed (from then on no claim takes a job of the queue), with the jobs claimed before it (inFlight: processing, or fetched and still to start), which run to their end'
           : 'Resume a paused queue',
       tag: 'queues',
       role: 'operator',
@@ -87,7 +94,8 @@ export const queueRoutes: OpsRoute<any, any, any>[] = [
       // created comes from the store's upsert: of two instances creating the queue at once, one is told so.
       async handle({ rt, params, log }) {
         // A pause waits in the store for the claims in flight (they may have read "not paused") to commit: what
-        // they claimed is counted below, and no claim after it starts a job.
+        // they claimed is counted below (a fetched one still starts after this answer), and no claim after it takes
+        // a job.
         const settings = await rt.store.updateQueue(params.name, { paused: action === 'pause' });
         if (action === 'pause') {
           const stats = (await rt.store.stats()).find((x) => x.queue === params.name);
@@ -123,8 +131,9 @@ export const queueRoutes: OpsRoute<any, any, any>[] = [
       };
       const current = await rt.store.getQueue(params.name);
       // The caller's view is stale: say so before previewing anything against values it never saw. (The store
-      // compares again, atomically, with the row it changes.)
-      if (current && expected) {
+      // compares again, atomically, with the row it changes.) Not when the queue already holds every value asked
+      // for: a retry of a change that applied, its answer lost; the store answers it unchanged.
+      if (current && expected && !holdsPatch(current, patch)) {
         const stale = (Object.keys(expected) as QueueExpectField[]).sort().find((f) => expected[f] !== current[f]);
         if (stale) throw changedMeanwhile(params.name, stale, expected[stale], current);
       }

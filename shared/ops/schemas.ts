@@ -407,6 +407,12 @@ export const out = (() => {
         .describe(
           'pause: jobs of the queue claimed before the pause (fetched or processing) as it returned; they run to their end, and no other job of the queue starts',
         ),
+      unchanged: z
+        .literal(true)
+        .optional()
+        .describe(
+          'expected no longer matched, but the queue already held every value the request sets (a retry of a change that applied, its answer lost): nothing was written',
+        ),
     }),
     enqueue: z.union([enqueued, z.object({ jobs: z.array(enqueued) })]),
     job: job.extend({

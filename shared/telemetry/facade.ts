@@ -63,6 +63,8 @@ export interface KeelTelemetry {
   jobRetried(dims: JobDims): void;
   /** A job moved Hot → DLQ. Metric (no id) plus a `keel.job.dead_lettered` event (with the id). */
   jobDeadLettered(dims: JobDims & { reason: DeadLetterReason; jobId: string }): void;
+  /** An attempt ended unrun, its type having no handler here: a `keel.job.type_not_registered` event (with the id). */
+  jobTypeNotRegistered(dims: JobDims & { jobId: string; outcome: HandlerOutcome }): void;
   /** An owner-scoped statement affected zero rows: this worker no longer owns the job. */
   leaseLost(dims: JobDims & { operation: LeaseOperation }): void;
   /** One zombie-rescue sweep's result (counts; zeros are not recorded). */
@@ -337,6 +339,13 @@ export function createTelemetry(options: TelemetryOptions = {}): KeelTelemetry {
       const attrs = { ...jobAttrs(d), [DIM.reason]: reason };
       m.jobsDeadLettered.add(1, attrs);
       emitEvent(EVENTS.jobDeadLettered, { ...attrs, jobId: text(d.jobId) });
+    },
+    jobTypeNotRegistered(d) {
+      emitEvent(EVENTS.jobTypeNotRegistered, {
+        ...jobAttrs(d),
+        [DIM.outcome]: closedSet(HANDLER_OUTCOMES, d.outcome),
+        jobId: text(d.jobId),
+      });
     },
     leaseLost(d) {
       m.leaseLost.add(1, { ...jobAttrs(d), [DIM.operation]: closedSet(LEASE_OPERATIONS, d.operation) });

@@ -68,6 +68,7 @@ export const telemetry: KeelTelemetry = {
   jobCompleted: (dims) => active().jobCompleted(dims),
   jobRetried: (dims) => active().jobRetried(dims),
   jobDeadLettered: (dims) => active().jobDeadLettered(dims),
+  jobTypeNotRegistered: (dims) => active().jobTypeNotRegistered(dims),
   leaseLost: (dims) => active().leaseLost(dims),
   zombiesRescued: (counts) => active().zombiesRescued(counts),
   handlerDuration: (dims) => active().handlerDuration(dims),

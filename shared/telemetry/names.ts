@@ -58,6 +58,11 @@ export type MetricName = (typeof METRICS)[keyof typeof METRICS];
 export const EVENTS = {
   /** One per job moved to the DLQ: queue, type, reason, jobId. */
   jobDeadLettered: 'keel.job.dead_lettered',
+  /**
+   * One per attempt a process ended without running it, no handler for the job's type being registered there (an
+   * older instance in a rolling deploy): queue, type, jobId, outcome (retried, or dead_lettered once exhausted).
+   */
+  jobTypeNotRegistered: 'keel.job.type_not_registered',
   /** One per observation of a batch whose outcome is unknown: transfer, batchId, source, outcome?, unresolvedForMs?. */
   batchUnresolved: 'keel.transfer.batch_unresolved',
   /** One per ops audit record (a write's outcome, or a refusal): the record's fields (docs/operations.md). */

@@ -2021,6 +2021,9 @@ $$;
 -- p_expected (compare-and-set): {"setting": value the caller saw, ...} in the API's names. Compared with the row
 -- locked for the change (a queue without settings: the defaults); the first differing setting, in name order, is
 -- returned as conflict with the row as it is, and nothing is written (a row this call inserted is deleted again).
+-- Unless the row already holds every value the call sets (at least one): then it is a retry of a change that applied
+-- and whose answer was lost (the caller's expected values are those it saw before it), and it succeeds unchanged
+-- (unchanged = true, conflict null, nothing written). A compare-and-set on absolute values is idempotent that way.
 drop function if exists keel.update_queue(text, boolean, integer, boolean, integer, text, integer, integer, integer,
                                           integer);
 drop function if exists keel.update_queue(text, boolean, integer, boolean, integer, text, integer, integer, integer,
@@ -2033,13 +2036,14 @@ create or replace function keel.update_queue(p_name text, p_paused boolean, p_ma
 returns table (name text, paused boolean, max_concurrency integer, zombie_timeout_seconds integer,
                zombie_policy text, max_attempts integer, archive_retention_seconds integer,
                dlq_retention_seconds integer, metrics_retention_seconds integer, updated_at timestamptz,
-               created boolean, conflict text)
+               created boolean, conflict text, unchanged boolean)
 language plpgsql as $$
 #variable_conflict use_column
 declare
   v_created  boolean;
   v_row      keel.queues;
   v_conflict text;
+  v_holds    boolean;
 begin
   if p_expected is not null and (jsonb_typeof(p_expected) <> 'object' or exists (
       select 1 from jsonb_object_keys(p_expected) k
@@ -2067,13 +2071,27 @@ begin
     order by e.key
     limit 1;
     if v_conflict is not null then
+      -- A retry of a change that applied: every setting the call sets already has its value.
+      v_holds := (p_paused is not null or p_max_concurrency is not null or coalesce(p_clear_max_concurrency, false)
+                  or p_zombie_timeout_seconds is not null or p_zombie_policy is not null or p_max_attempts is not null
+                  or p_archive_retention_seconds is not null or p_dlq_retention_seconds is not null
+                  or p_metrics_retention_seconds is not null)
+        and (p_paused is null or v_row.paused = p_paused)
+        and (case when coalesce(p_clear_max_concurrency, false) then v_row.max_concurrency is null
+                  else p_max_concurrency is null or v_row.max_concurrency = p_max_concurrency end)
+        and (p_zombie_timeout_seconds is null or v_row.zombie_timeout_seconds = p_zombie_timeout_seconds)
+        and (p_zombie_policy is null or v_row.zombie_policy = p_zombie_policy)
+        and (p_max_attempts is null or v_row.max_attempts = p_max_attempts)
+        and (p_archive_retention_seconds is null or v_row.archive_retention_seconds = p_archive_retention_seconds)
+        and (p_dlq_retention_seconds is null or v_row.dlq_retention_seconds = p_dlq_retention_seconds)
+        and (p_metrics_retention_seconds is null or v_row.metrics_retention_seconds = p_metrics_retention_seconds);
       if v_created then
         delete from keel.queues s where s.name = p_name;
       end if;
       return query select v_row.name, v_row.paused, v_row.max_concurrency, v_row.zombie_timeout_seconds,
                           v_row.zombie_policy, v_row.max_attempts, v_row.archive_retention_seconds,
                           v_row.dlq_retention_seconds, v_row.metrics_retention_seconds, v_row.updated_at, false,
-                          v_conflict;
+                          case when v_holds then null else v_conflict end, v_holds;
       return;
     end if;
   end if;
@@ -2092,7 +2110,7 @@ begin
   where q.name = p_name
   returning q.name, q.paused, q.max_concurrency, q.zombie_timeout_seconds, q.zombie_policy, q.max_attempts,
             q.archive_retention_seconds, q.dlq_retention_seconds, q.metrics_retention_seconds, q.updated_at,
-            v_created, null::text;
+            v_created, null::text, false;
 end
 $$;
 

@@ -118,6 +118,9 @@ GO
 -- @Expected (compare-and-set): a JSON object {"setting": value the caller saw, ...} in the API's names, compared
 -- with the row locked for the change (a queue without settings: the defaults). The first differing setting, in name
 -- order, comes back as Conflict with the row as it is, and the transaction is rolled back: nothing is written.
+-- Unless the row already holds every value the call sets (at least one): then it is a retry of a change that applied
+-- and whose answer was lost (its expected values are those seen before it), and it succeeds unchanged (Unchanged = 1,
+-- Conflict NULL, rolled back all the same). A compare-and-set on absolute values is idempotent that way.
 CREATE OR ALTER PROCEDURE keel.UpdateQueue
   @Name NVARCHAR(128),
   @Paused BIT,
@@ -144,7 +147,7 @@ BEGIN
                                            N'metricsRetentionSeconds')))
     THROW 50045, N'UpdateQueue: @Expected must be a JSON object of queue settings', 1;
 
-  DECLARE @Created BIT = 0, @Conflict nvarchar(64) = NULL;
+  DECLARE @Created BIT = 0, @Conflict nvarchar(64) = NULL, @Holds BIT = 0;
   BEGIN TRY
     BEGIN TRANSACTION;
     IF @Paused = 1
@@ -183,9 +186,29 @@ BEGIN
       ORDER BY e.[key];
       IF @Conflict IS NOT NULL
       BEGIN
+        -- A retry of a change that applied: every setting the call sets already has its value.
+        SELECT @Holds = 1
+        FROM keel.Queues AS q
+        WHERE q.Name = @Name
+          AND (@Paused IS NOT NULL OR @MaxConcurrency IS NOT NULL OR ISNULL(@ClearMaxConcurrency, 0) = 1
+               OR @ZombieTimeoutSeconds IS NOT NULL OR @ZombiePolicy IS NOT NULL OR @MaxAttempts IS NOT NULL
+               OR @ArchiveRetentionSeconds IS NOT NULL OR @DlqRetentionSeconds IS NOT NULL
+               OR @MetricsRetentionSeconds IS NOT NULL)
+          AND (@Paused IS NULL OR q.Paused = @Paused)
+          AND ((ISNULL(@ClearMaxConcurrency, 0) = 1 AND q.MaxConcurrency IS NULL)
+               OR (ISNULL(@ClearMaxConcurrency, 0) = 0
+                   AND (@MaxConcurrency IS NULL OR q.MaxConcurrency = @MaxConcurrency)))
+          AND (@ZombieTimeoutSeconds IS NULL OR q.ZombieTimeoutSeconds = @ZombieTimeoutSeconds)
+          AND (@ZombiePolicy IS NULL
+               OR q.ZombiePolicy COLLATE Latin1_General_100_BIN2 = @ZombiePolicy COLLATE Latin1_General_100_BIN2)
+          AND (@MaxAttempts IS NULL OR q.MaxAttempts = @MaxAttempts)
+          AND (@ArchiveRetentionSeconds IS NULL OR q.ArchiveRetentionSeconds = @ArchiveRetentionSeconds)
+          AND (@DlqRetentionSeconds IS NULL OR q.DlqRetentionSeconds = @DlqRetentionSeconds)
+          AND (@MetricsRetentionSeconds IS NULL OR q.MetricsRetentionSeconds = @MetricsRetentionSeconds);
         SELECT q.Name, q.Paused, q.MaxConcurrency, q.ZombieTimeoutSeconds, q.ZombiePolicy, q.MaxAttempts,
                q.ArchiveRetentionSeconds, q.DlqRetentionSeconds, q.MetricsRetentionSeconds, q.UpdatedAt,
-               CONVERT(bit, 0) AS Created, @Conflict AS Conflict
+               CONVERT(bit, 0) AS Created, IIF(@Holds = 1, CONVERT(nvarchar(64), NULL), @Conflict) AS Conflict,
+               @Holds AS Unchanged
         FROM keel.Queues AS q
         WHERE q.Name = @Name;
         ROLLBACK TRANSACTION;
@@ -224,7 +247,7 @@ BEGIN
     END;
     SELECT q.Name, q.Paused, q.MaxConcurrency, q.ZombieTimeoutSeconds, q.ZombiePolicy, q.MaxAttempts,
            q.ArchiveRetentionSeconds, q.DlqRetentionSeconds, q.MetricsRetentionSeconds, q.UpdatedAt,
-           @Created AS Created, CONVERT(nvarchar(64), NULL) AS Conflict
+           @Created AS Created, CONVERT(nvarchar(64), NULL) AS Conflict, CONVERT(bit, 0) AS Unchanged
     FROM keel.Queues AS q
     WHERE q.Name = @Name;
     COMMIT TRANSACTION;

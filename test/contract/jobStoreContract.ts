@@ -2279,6 +2279,53 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(m).toHaveLength(1);
       expect(m[0]).toMatchObject({ queue: q, outcome: 'succeeded', reason: '', count: 1 });
     });
+
+    // A caller whose change applied but whose answer was lost sends it again with the same expected values: the
+    // queue holds what it asks for, so that is a success that writes nothing, not a conflict. A real one stays one.
+    it('a settings compare-and-set sent again after it applied succeeds unchanged; a real conflict is still refused', async () => {
+      const q = freshQueue('cas-retry');
+      await store.updateQueue(q, { maxAttempts: 5 });
+      const seen = (await store.getQueue(q))!;
+      const patch = { maxAttempts: 7, maxConcurrency: null, zombiePolicy: 'dlq' as const, paused: true };
+      const expected = { maxAttempts: seen.maxAttempts, maxConcurrency: null, zombiePolicy: seen.zombiePolicy };
+      const first = await store.updateQueue(q, patch, expected);
+      expect(first).toMatchObject({ ...patch, created: false });
+      expect(first.conflict).toBeUndefined();
+      expect(first.unchanged).toBeUndefined();
+      const again = await store.updateQueue(q, patch, expected);
+      expect(again).toEqual({ ...first, unchanged: true }); // the same row, updatedAt included: nothing written
+      expect(await store.getQueue(q)).toEqual((({ created: _c, ...row }) => row)(first));
+
+      // Not every value it sets holds (another caller changed one of them meanwhile): the conflict, as before.
+      await store.updateQueue(q, { zombiePolicy: 'retry' });
+      // (The first setting of expected that differs, in name order, is named.)
+      expect(await store.updateQueue(q, patch, expected)).toMatchObject({
+        conflict: 'maxAttempts',
+        zombiePolicy: 'retry',
+      });
+      // A subset of the values holding is not enough: maxAttempts holds, archiveRetentionSeconds differs.
+      expect(
+        await store.updateQueue(q, { maxAttempts: 7, archiveRetentionSeconds: 61 }, { maxAttempts: 5 }),
+      ).toMatchObject({ conflict: 'maxAttempts', maxAttempts: 7 });
+      // Clearing the limit holds only where there is none.
+      await store.updateQueue(q, { maxConcurrency: 3 });
+      expect(await store.updateQueue(q, { maxConcurrency: null }, { maxConcurrency: 2 })).toMatchObject({
+        conflict: 'maxConcurrency',
+        maxConcurrency: 3,
+      });
+      expect(await store.updateQueue(q, { maxConcurrency: 3 }, { maxConcurrency: 2 })).toMatchObject({
+        maxConcurrency: 3,
+        unchanged: true,
+      });
+      expect((await store.getQueue(q))!.zombiePolicy).toBe('retry');
+
+      // A queue without settings holds the defaults: asking for them is unchanged and creates nothing.
+      const fresh = freshQueue('cas-retry-new');
+      const none = await store.updateQueue(fresh, { maxAttempts: 5 }, { maxAttempts: 4 });
+      expect(none).toMatchObject({ name: fresh, maxAttempts: 5, created: false, unchanged: true });
+      expect(none.conflict).toBeUndefined();
+      expect(await store.getQueue(fresh)).toBeNull();
+    });
   });
 
   describe('bounded text search', () => {

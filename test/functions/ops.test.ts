@@ -665,7 +665,15 @@ describe('ops: jobs', () => {
       operator: true,
     });
     expect(a).toMatchObject({ status: 200, body: { dlqRetentionSeconds: 7200 } });
+    expect(a.body).not.toHaveProperty('unchanged');
     const before = await snapshot(t.pool);
+    // A's answer was lost and A sends the same change again: the queue holds it, so 200, unchanged, nothing written.
+    const retried = await call('PATCH', `queues/${q}`, {
+      body: { dlqRetentionSeconds: 7200, expected: { dlqRetentionSeconds: seen.dlqRetentionSeconds } },
+      operator: true,
+    });
+    expect(retried).toMatchObject({ status: 200, body: { ...a.body, unchanged: true } });
+    expect(await snapshot(t.pool)).toEqual(before);
     const b = await call('PATCH', `queues/${q}`, {
       body: {
         dlqRetentionSeconds: 3600,

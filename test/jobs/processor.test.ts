@@ -226,20 +226,73 @@ describe('processor', () => {
     expect(delay).toBeLessThan(43_500);
   });
 
-  it('dead-letters fatal errors at once and unknown types as fatal with a clear error', async () => {
+  it('dead-letters fatal errors at once', async () => {
     const queue = q('fatal');
     const reg = new HandlerRegistry().register('t', async () => {
       throw new FatalError('bad input');
     });
     const a = await store.enqueue({ queue, type: 't' });
-    const b = await store.enqueue({ queue, type: 'nobody-handles-me' });
-    const p = processor(reg);
-    expect(await runOne(p, queue)).toBe('dead_lettered');
-    expect(await runOne(p, queue)).toBe('dead_lettered');
+    expect(await runOne(processor(reg), queue)).toBe('dead_lettered');
     expect(await store.getJob(a.id)).toMatchObject({ reason: 'fatal', attempts: 1 });
-    const rec = (await store.getJob(b.id))!;
-    expect(rec.reason).toBe('fatal');
-    expect(rec.lastError).toMatch(/no handler is registered for job type "nobody-handles-me"/);
+  });
+
+  // A rolling deploy: an older instance claims a type only the new build has. An ordinary failed attempt (River),
+  // retried after the backoff, so the instance with the handler runs it; exhausted only when every attempt found none.
+  it('retries a job of an unregistered type after the backoff, naming the type, the worker and the registered ones', async () => {
+    const queue = q('unknown');
+    const old = new HandlerRegistry().register('t', async () => undefined).register('u', async () => undefined);
+    const seen: { outcome: JobOutcome; reason?: string; unregisteredType?: boolean }[] = [];
+    const events = { onOutcome: (e: (typeof seen)[number]) => seen.push(e) };
+    const oldProc = processor(old, { events, workerId: 'old-1' });
+    const { id } = await store.enqueue({ queue, type: 'new.type', maxAttempts: 3 });
+    const before = Date.now();
+    expect(await runOne(oldProc, queue)).toBe('retried');
+    const rec = (await store.getJob(id))!;
+    expect(rec).toMatchObject({ location: 'hot', state: 'pending', attempts: 1 });
+    // Not due at once (it would spin between the instances without the type): the default backoff's first delay.
+    const delay = rec.runAt!.getTime() - before;
+    expect(delay).toBeGreaterThanOrEqual(400); // [500, 1000) by the database's clock; allow for clock rounding
+    expect(delay).toBeLessThan(1_000 + 5_000);
+    expect(rec.lastError).toMatch(/no handler is registered for job type "new\.type" on worker old-1, host \S+/);
+    expect(rec.lastError).toMatch(/\(registered: t, u\)/);
+    expect(rec.attempts).toBe(1);
+    expect(seen).toEqual([expect.objectContaining({ outcome: 'retried', unregisteredType: true })]);
+
+    // The new build's instance has the handler: it runs the job at its next attempt.
+    await h.backdate(id, 'run_at', 5);
+    const ran: number[] = [];
+    const next = new HandlerRegistry().register('new.type', async (_p, ctx) => void ran.push(ctx.attempt));
+    expect(await runOne(processor(next), queue)).toBe('succeeded');
+    expect(ran).toEqual([2]);
+    expect((await store.getJob(id))!.location).toBe('archive');
+  });
+
+  it('dead-letters an unregistered type as exhausted, with that error, once every attempt found no handler', async () => {
+    const queue = q('unknown-all');
+    const reg = new HandlerRegistry().register('t', async () => undefined);
+    const seen: { outcome: JobOutcome; reason?: string; unregisteredType?: boolean }[] = [];
+    const p = processor(reg, { events: { onOutcome: (e) => seen.push(e) } });
+    // The queue's limit applies (the handler's own is unknown where none is registered).
+    await store.updateQueue(queue, { maxAttempts: 2 });
+    const { id } = await store.enqueue({ queue, type: 'nobody-handles-me' });
+    expect(await runOne(p, queue)).toBe('retried');
+    await h.backdate(id, 'run_at', 5);
+    expect(await runOne(p, queue)).toBe('dead_lettered');
+    const rec = (await store.getJob(id))!;
+    expect(rec).toMatchObject({ location: 'dlq', reason: 'exhausted', attempts: 2 });
+    expect(rec.lastError).toMatch(
+      /^attempt 2 of 2 failed: UnregisteredTypeError: no handler is registered for job type "nobody-handles-me" on worker /,
+    );
+    expect(rec.lastError).toMatch(/\(registered: t\)/);
+    expect(rec.attemptLog?.[0]).toMatchObject({
+      attempt: 1,
+      outcome: 'retried',
+      error: expect.stringMatching(/nobody-handles-me/),
+    });
+    expect(seen.map((e) => [e.outcome, e.reason, e.unregisteredType])).toEqual([
+      ['retried', undefined, true],
+      ['dead_lettered', 'exhausted', true],
+    ]);
   });
 
   it('times out a handler: DLQ timeout by default, retry when configured', async () => {

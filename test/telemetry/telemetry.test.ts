@@ -45,6 +45,8 @@ import {
 } from '../../shared/telemetry/index.js';
 import { adminUrl } from '../support/pg.js';
 import { poolErrorLogger } from '../../shared/engines/poolErrors.js';
+import { processorTelemetry } from '../../shared/app/telemetryHooks.js';
+import type { ClaimedJob } from '../../shared/jobs/contract.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repoRoot = path.resolve(here, '..', '..');
@@ -414,6 +416,39 @@ describe('telemetry facade (in-memory exporters)', () => {
         applied: false,
       },
     ]);
+  });
+
+  // The processor's hook: an attempt ended unrun for want of a handler (an older instance in a rolling deploy) says
+  // so with an event naming the job, beside the ordinary retried / dead-lettered metrics.
+  it('an attempt of a type with no handler here is a keel.job.type_not_registered event, with its outcome', async () => {
+    const logExporter = new InMemoryLogRecordExporter();
+    const loggerProvider = new LoggerProvider({
+      processors: [new SimpleLogRecordProcessor({ exporter: logExporter })],
+    });
+    bindTelemetry({ loggerProvider });
+    try {
+      const job = { id: 'j-9', queue: 'email', type: 'new.type' } as ClaimedJob;
+      const base = { job, durationMs: 1, attempt: 1 };
+      processorTelemetry.onOutcome!({ ...base, outcome: 'retried', unregisteredType: true });
+      processorTelemetry.onOutcome!({ ...base, outcome: 'dead_lettered', reason: 'exhausted', unregisteredType: true });
+      processorTelemetry.onOutcome!({ ...base, outcome: 'retried' }); // an ordinary retry: no such event
+      const events = logExporter.getFinishedLogRecords().map((e) => e.attributes);
+      const notRegistered = { [CUSTOM_EVENT_NAME_ATTRIBUTE]: EVENTS.jobTypeNotRegistered, queue: 'email' };
+      expect(events).toEqual([
+        { ...notRegistered, type: 'new.type', outcome: 'retried', jobId: 'j-9' },
+        { ...notRegistered, type: 'new.type', outcome: 'dead_lettered', jobId: 'j-9' },
+        {
+          [CUSTOM_EVENT_NAME_ATTRIBUTE]: EVENTS.jobDeadLettered,
+          queue: 'email',
+          type: 'new.type',
+          reason: 'exhausted',
+          jobId: 'j-9',
+        },
+      ]);
+    } finally {
+      bindTelemetry();
+      await loggerProvider.shutdown();
+    }
   });
 
   it('the process-wide facade can be bound to injected providers', async () => {

@@ -39,7 +39,8 @@ export function workersPage(main: HTMLElement): Cleanup {
       hint.textContent =
         `The job processors: each registers when it starts working and reports again at most every ${fmtAge(t.workerSilentMs / 2)} while it works (KEEL_WORKER_REFRESH_MS), ` +
         `and leaves on a graceful stop. Not seen for ${fmtAge(t.workerSilentMs)}: silent (it may be gone, or idle on an instance no timer runs on); rows go after ${fmtAge(t.workerRetentionMs)} (KEEL_WORKER_RETENTION_MS). ` +
-        `Jobs held are read from the jobs' leases now; a heartbeat older than ${fmtAge(t.staleHeartbeatMs)} is stale (KEEL_WARN_STALE_HEARTBEAT_MS).`;
+        `Jobs held are read from the jobs' leases now; a heartbeat older than ${fmtAge(t.staleHeartbeatMs)} is stale (KEEL_WARN_STALE_HEARTBEAT_MS). ` +
+        `Done: as of each worker's last report (its last seen), not live.`;
       const items = r.items as any[];
       const versions = r.versions as { appVersion: string; buildId: string | null; workers: number }[];
       const c = r.counts;
@@ -133,12 +134,19 @@ export function workersPage(main: HTMLElement): Cleanup {
                     w.lastSeenAgeMs === null ? '—' : `${fmtAge(w.lastSeenAgeMs)} ago`,
                   ),
                   fmtTime(w.startedAt),
+                  // The count is the worker's own, written with its registry row (at most every
+                  // KEEL_WORKER_REFRESH_MS, 5 min by default), not live: say as of when, or it reads as stuck.
                   w.jobsDone === null
                     ? '—'
                     : h(
                         'span',
-                        { title: 'jobs it finished since it started, as of its last report' },
+                        {
+                          title: `jobs it finished since it started, as of its last report (${w.lastSeenAt ?? '?'}); reported at most every ${fmtAge(t.workerSilentMs / 2)}, so it may have done more since`,
+                        },
                         fmtNum(w.jobsDone),
+                        w.lastSeenAgeMs === null
+                          ? null
+                          : h('span', { class: 'muted' }, ` as of ${fmtAge(w.lastSeenAgeMs)} ago`),
                       ),
                 ]),
                 {

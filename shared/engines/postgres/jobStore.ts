@@ -564,6 +564,7 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
       ...toQueueSettings(r),
       created: r.created === true,
       ...(r.conflict ? { conflict: r.conflict as QueueExpectField } : {}),
+      ...(r.unchanged === true ? { unchanged: true as const } : {}),
     };
   }
 

@@ -544,8 +544,8 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     expected?: QueueSettingsExpected,
   ): Promise<QueueSettingsChange> {
     // Absolute values: applying them twice is applying them once (a retry that follows a lost answer may say
-    // created: false for the row its first attempt created; with expected, it may answer the conflict its first
-    // attempt's change makes: the current value is then the one sent).
+    // created: false for the row its first attempt created; with expected, the first attempt's change makes the
+    // expected values stale, and the procedure answers unchanged, not a conflict, as the row holds what was sent).
     const rows = await this.call(
       'update_queue',
       {
@@ -568,6 +568,7 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
       ...queueSettings(r),
       created: r.Created === true || r.Created === 1,
       ...(r.Conflict ? { conflict: r.Conflict as QueueExpectField } : {}),
+      ...(r.Unchanged === true || r.Unchanged === 1 ? { unchanged: true as const } : {}),
     };
   }
 
