@@ -102,8 +102,11 @@ export class UnregisteredTypeError extends Error {
   }
 }
 const MAX_TYPES_NAMED = 40;
-// What an unregistered type's attempt is retried under: the default backoff (its handler's options are unknown here).
-const UNREGISTERED_OPTIONS = { backoff: DEFAULT_BACKOFF, retryOnTimeout: false, timeoutMs: 0 };
+// What an unregistered type's attempt is retried under (its handler's options are unknown here): a backoff sized for
+// a rolling deploy, not for a failing handler. From 1 minute, doubling: a queue's default 5 attempts last ~8-15 min
+// before the DLQ, time for a new instance to come up; the default backoff (from 1 s) would use them up in seconds.
+export const UNREGISTERED_TYPE_BACKOFF = { baseMs: 60_000, maxMs: DEFAULT_BACKOFF.maxMs };
+const UNREGISTERED_OPTIONS = { backoff: UNREGISTERED_TYPE_BACKOFF, retryOnTimeout: false, timeoutMs: 0 };
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

@@ -249,10 +249,11 @@ describe('processor', () => {
     expect(await runOne(oldProc, queue)).toBe('retried');
     const rec = (await store.getJob(id))!;
     expect(rec).toMatchObject({ location: 'hot', state: 'pending', attempts: 1 });
-    // Not due at once (it would spin between the instances without the type): the default backoff's first delay.
+    // Not due at once (it would spin between the instances without the type), and not within seconds (a rolling
+    // deploy's new instance needs minutes): the first delay of the unregistered type's backoff, [30 s, 60 s).
     const delay = rec.runAt!.getTime() - before;
-    expect(delay).toBeGreaterThanOrEqual(400); // [500, 1000) by the database's clock; allow for clock rounding
-    expect(delay).toBeLessThan(1_000 + 5_000);
+    expect(delay).toBeGreaterThanOrEqual(29_000); // by the database's clock; allow for clock rounding
+    expect(delay).toBeLessThan(60_000 + 5_000);
     expect(rec.lastError).toMatch(/no handler is registered for job type "new\.type" on worker old-1, host \S+/);
     expect(rec.lastError).toMatch(/\(registered: t, u\)/);
     expect(rec.attempts).toBe(1);
