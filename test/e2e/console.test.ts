@@ -420,6 +420,8 @@ if (!haveChromium) {
       const alert = page.getByRole('alert');
       await alert.filter({ hasText: 'Refused (403' }).waitFor();
       expect(await alert.textContent()).toContain('Keel.Operator');
+      // Signed in with the key alone on the local host: the refusal says how to get the role.
+      expect(await alert.textContent()).toContain('sign in again with "Act as operator" ticked');
       expect((await api('GET', `/queues/${QUEUE}`)).json.paused).toBe(false);
       await shot(page, 'queues-refused');
 
