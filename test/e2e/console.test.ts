@@ -620,6 +620,10 @@ if (!haveChromium) {
       await signIn(page, KEY, true);
       await page.locator('[data-test=identity]').filter({ hasText: 'sends Keel.Operator' }).waitFor();
 
+      // An empty hot search (the page's default) points at where finished jobs are.
+      await page.goto(`${base}/api/console/#/jobs?location=hot&queue=console-none-such`);
+      await page.getByText('Finished jobs are in Archive (succeeded) or Dead letters').waitFor();
+
       // Search the DLQ by text.
       await page.goto(`${base}/api/console/#/jobs`);
       await page.locator('select[name=location]').selectOption('dlq');
