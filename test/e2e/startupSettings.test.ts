@@ -125,6 +125,8 @@ describe("npm run migrate: a URL that fails names the setting, without the drive
     expect(unset.stderr).toMatch(/KEEL_PG_URL is not set \(or KEEL_PG_MIGRATE_URL/);
     // What a newcomer who types it beside npm start needs: that it is not needed, and the owner's URL if wanted.
     expect(unset.stderr).toMatch(/npm start migrates its embedded PostgreSQL itself/);
-    expect(unset.stderr).toMatch(/KEEL_PG_MIGRATE_URL=postgres:\/\/postgres:keel-local@127\.0\.0\.1:54329\/keel npm run migrate/);
+    expect(unset.stderr).toMatch(
+      /KEEL_PG_MIGRATE_URL=postgres:\/\/postgres:keel-local@127\.0\.0\.1:54329\/keel npm run migrate/,
+    );
   }, 120_000);
 });
