@@ -253,6 +253,11 @@ describe('KQL of the alert rules and the workbook (Kusto.Language, Application I
     expect(keys.length).toBeGreaterThanOrEqual(alertQueries.length);
     const runbook = readFileSync(path.join(repoRoot, 'docs', 'runbook.md'), 'utf8');
     expect(keys.filter((k) => !runbook.includes(`<a id="${k}"></a>`))).toEqual([]);
+    // deploy.md's resource table counts the rules: all but the availability test's, which it adds as "+1".
+    const deploy = readFileSync(path.join(repoRoot, 'docs', 'deploy.md'), 'utf8');
+    expect(/action group \+ (\d+) log alert rules \(\+1 with the availability test\)/.exec(deploy)?.[1]).toBe(
+      String(keys.length - 1),
+    );
   });
 
   it('every workbook query compiles (Application Insights tiles, and the Resource Graph tile)', () => {
