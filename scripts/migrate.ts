@@ -15,7 +15,14 @@ const setting = engine.controlSetting!;
 const used = engine.migrateSetting && process.env[engine.migrateSetting] ? engine.migrateSetting : setting;
 const connection = process.env[used];
 if (!connection) {
-  console.error(`${setting} is not set: it must point at the ${name} database to migrate`);
+  const owner = engine.migrateSetting ? ` (or ${engine.migrateSetting}, preferred: the schema owner's login)` : '';
+  // A newcomer's first guess is that npm start's database needs this: it does not, and the owner's URL is printed.
+  const local =
+    name === 'postgres'
+      ? '\nnpm start migrates its embedded PostgreSQL itself; to migrate that one by hand while it runs:\n' +
+        '  KEEL_PG_MIGRATE_URL=postgres://postgres:keel-local@127.0.0.1:54329/keel npm run migrate'
+      : '';
+  console.error(`${setting} is not set${owner}: it must point at the ${name} database to migrate${local}`);
   process.exit(2);
 }
 // A connection that fails is a message naming the setting, not the driver's error object and stack; the value is
@@ -35,7 +42,12 @@ const result = await engineNamed(name).migrateControl!(
   (err: Error) =>
     // 'localhost' refused on ::1 and 127.0.0.1 is an AggregateError with an empty message of its own.
     fail(
-      err.message || (err instanceof AggregateError ? err.errors.map((e: Error) => e.message).join('; ') : String(err)),
+      (err.message ||
+        (err instanceof AggregateError ? err.errors.map((e: Error) => e.message).join('; ') : String(err))) +
+        // 42501: the app's login (EXECUTE only, docs/postgres.md) was given where the owner's is needed.
+        ((err as { code?: string }).code === '42501' && engine.migrateSetting
+          ? ` (migrations run as the schema owner: set ${engine.migrateSetting} to the owner's URL)`
+          : ''),
     ) as never,
 );
 console.log(

@@ -33,7 +33,14 @@ export class ApiError extends Error {
   // One line in operator words.
   describe(): string {
     if (this.status === 0) return `Keel did not answer: ${this.message}`;
-    if (this.status === 403) return `Refused (403 ${this.code}): ${this.message}`;
+    if (this.status === 403) {
+      // On the local host the role is the sign-in's checkbox: say so, or a newcomer is left with a header name.
+      const hint =
+        session?.mode === 'caller' && access?.kind === 'key' && !access.operator
+          ? ' Sign out and sign in again with "Act as operator" ticked.'
+          : '';
+      return `Refused (403 ${this.code}): ${this.message}${hint}`;
+    }
     if (this.status === 401) return `Not signed in (401): ${this.message}`;
     if (this.status === 400 || this.status === 409 || this.status === 404) {
       return `${this.status === 400 ? 'Invalid' : this.status === 409 ? 'Conflict' : 'Not found'} (${this.status} ${this.code})${this.field ? ` — ${this.field}` : ''}: ${this.message}`;

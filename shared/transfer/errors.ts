@@ -18,7 +18,7 @@ export type TransferErrorCode =
   | 'target_incompatible'
   | 'unsupported_type'
   | 'attempt_fenced' // the target refused an apply attempt that reconcile had ruled out (nothing applied)
-  | 'stream_stalled' // no staging data moved for KEEL_TRANSFER_STREAM_STALL_MS (retryable)
+  | 'stream_stalled' // no staging data moved for KEEL_TRANSFER_STALL_TIMEOUT_MS (retryable)
   | 'invalid_range' // a replay range that is not made of committed windows (detail.field names low or high)
   | 'transfer_paused' // an operator paused the transfer: no new batch until it is resumed
   | 'target_busy' // a bounded lock wait on the target ran out; nothing was changed there (retryable)

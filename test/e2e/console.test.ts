@@ -420,6 +420,8 @@ if (!haveChromium) {
       const alert = page.getByRole('alert');
       await alert.filter({ hasText: 'Refused (403' }).waitFor();
       expect(await alert.textContent()).toContain('Keel.Operator');
+      // Signed in with the key alone on the local host: the refusal says how to get the role.
+      expect(await alert.textContent()).toContain('sign in again with "Act as operator" ticked');
       expect((await api('GET', `/queues/${QUEUE}`)).json.paused).toBe(false);
       await shot(page, 'queues-refused');
 
@@ -617,6 +619,10 @@ if (!haveChromium) {
       await page.getByRole('button', { name: 'Sign out' }).click();
       await signIn(page, KEY, true);
       await page.locator('[data-test=identity]').filter({ hasText: 'sends Keel.Operator' }).waitFor();
+
+      // An empty hot search (the page's default) points at where finished jobs are.
+      await page.goto(`${base}/api/console/#/jobs?location=hot&queue=console-none-such`);
+      await page.getByText('Finished jobs are in Archive (succeeded) or Dead letters').waitFor();
 
       // Search the DLQ by text.
       await page.goto(`${base}/api/console/#/jobs`);

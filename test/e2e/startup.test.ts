@@ -52,6 +52,9 @@ describe('local host start-up', () => {
     const example = JSON.parse(await readFile(path.join(ROOT, 'local.settings.example.json'), 'utf8')) as {
       Values: Record<string, string>;
     };
+    // The demo types are the local host's (dev/boot.ts, on by default there); under func start the setting does
+    // nothing, so the example must not suggest that it turns them on.
+    expect(example.Values.KEEL_DEMO_HANDLERS).toBeUndefined();
     const port = await freePort();
     const url = new URL(example.Values.KEEL_PG_URL!);
     expect(url.port).toBe('54329');

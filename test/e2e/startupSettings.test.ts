@@ -12,6 +12,7 @@ import { bootLocal, localSettingsValues, portSetting, StartupError } from '../..
 import { oldNodeWarning } from '../../dev/nodeVersion.js';
 import { definitions } from '../../functions/definitions.js';
 import { freePort } from '../../dev/embeddedPostgres.js';
+import { appUrl, createTestDatabase } from '../support/pg.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
 
@@ -122,6 +123,22 @@ describe("npm run migrate: a URL that fails names the setting, without the drive
 
     const unset = migrate({});
     expect(unset.status).toBe(2);
-    expect(unset.stderr).toMatch(/KEEL_PG_URL is not set/);
+    expect(unset.stderr).toMatch(/KEEL_PG_URL is not set \(or KEEL_PG_MIGRATE_URL/);
+    // What a newcomer who types it beside npm start needs: that it is not needed, and the owner's URL if wanted.
+    expect(unset.stderr).toMatch(/npm start migrates its embedded PostgreSQL itself/);
+    expect(unset.stderr).toMatch(
+      /KEEL_PG_MIGRATE_URL=postgres:\/\/postgres:keel-local@127\.0\.0\.1:54329\/keel npm run migrate/,
+    );
+  }, 120_000);
+
+  it("the app's login (EXECUTE only) refused: the message names KEEL_PG_MIGRATE_URL, the owner's setting", async () => {
+    // What a newcomer does with the first URL npm start prints (the app's login) against its migrated database.
+    const db = await createTestDatabase('migrate_app_login');
+    const owner = migrate({ KEEL_PG_URL: db });
+    expect(owner.status, owner.stderr).toBe(0);
+    const app = migrate({ KEEL_PG_URL: appUrl(db) });
+    expect(app.status).toBe(1);
+    expect(app.stderr).toMatch(/^npm run migrate: KEEL_PG_URL \(postgres\): permission denied/);
+    expect(app.stderr).toContain("(migrations run as the schema owner: set KEEL_PG_MIGRATE_URL to the owner's URL)");
   }, 120_000);
 });

@@ -243,6 +243,23 @@ describe('KQL of the alert rules and the workbook (Kusto.Language, Application I
     expect(problems).toEqual([]);
   });
 
+  // Each rule's notification links docs/runbook.md#<key> (customProperties.runbook): a key without its section there
+  // sends the on-call to the top of the runbook.
+  it('every alert rule key has its section in docs/runbook.md', () => {
+    const bicep = readFileSync(path.join(repoRoot, 'infra', 'modules', 'alerts.bicep'), 'utf8');
+    expect(bicep).toContain("runbook: 'docs/runbook.md#${rule.key}'");
+    const keys = [...bicep.matchAll(/^\s+key: '([a-z-]+)'$/gm)].map((m) => m[1]!);
+    expect(keys).toContain('liveness');
+    expect(keys.length).toBeGreaterThanOrEqual(alertQueries.length);
+    const runbook = readFileSync(path.join(repoRoot, 'docs', 'runbook.md'), 'utf8');
+    expect(keys.filter((k) => !runbook.includes(`<a id="${k}"></a>`))).toEqual([]);
+    // deploy.md's resource table counts the rules: all but the availability test's, which it adds as "+1".
+    const deploy = readFileSync(path.join(repoRoot, 'docs', 'deploy.md'), 'utf8');
+    expect(/action group \+ (\d+) log alert rules \(\+1 with the availability test\)/.exec(deploy)?.[1]).toBe(
+      String(keys.length - 1),
+    );
+  });
+
   it('every workbook query compiles (Application Insights tiles, and the Resource Graph tile)', () => {
     const problems: string[] = [];
     for (const q of workbookQueries) {

@@ -231,7 +231,8 @@ export function jobsPage(main: HTMLElement): Cleanup {
           ? empty(
               r.scanBounded
                 ? `No match in the part of ${where} searched so far; ${oldest ? 'Newer' : 'Older'} → searches further.`
-                : `No jobs match these filters in ${where}.`,
+                : // Hot is the default and finished jobs leave it: a first look after a job ran finds nothing here.
+                  `No jobs match these filters in ${where}.${hot ? ' Finished jobs are in Archive (succeeded) or Dead letters: choose one under Where.' : ''}`,
             )
           : table(
               [
