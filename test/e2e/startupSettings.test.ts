@@ -79,7 +79,7 @@ describe('local host: a wrong setting names itself', () => {
 describe('local host: Node version', () => {
   it('an older node than 22 is told what it needs and how to get it; 22 and 24 are not', () => {
     const warning = oldNodeWarning('v20.20.2');
-    expect(warning).toMatch(/Node v20\.20\.2; Keel needs Node 22 or 24/);
+    expect(warning).toMatch(/Node v20\.20\.2; Keel needs Node 22 or later/);
     expect(warning).toMatch(
       /npm install --prefix \.tools\/node22 --no-save --no-package-lock node-linux-(x64|arm64)@22/,
     );
