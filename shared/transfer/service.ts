@@ -278,6 +278,10 @@ export class TransferService {
     if (this.batchTransfers.size > 256) this.batchTransfers.delete(this.batchTransfers.keys().next().value!);
   }
 
+  private forgetPrepared(transferName: string): void {
+    for (const key of this.prepared) if (key.startsWith(`${transferName}:`)) this.prepared.delete(key);
+  }
+
   private async prepare(t: TransferConfig, a: Adapters, schema: SourceSchema): Promise<void> {
     const key = `${t.name}:${schema.hash}`;
     if (this.prepared.has(key)) return;
@@ -981,6 +985,8 @@ export class TransferService {
       // reason on a failed batch is not replaced by this late apply's refusal (the event is kept, marked stale); a
       // batch a rival's reconcile only moved back (still open) gets the error (whileOpen).
       await this.moves.noteError({ ...b, version }, 'apply_error', err, { fenced: true, whileOpen: true });
+      // The target table is not what prepare checked (altered since): the next batch checks it again.
+      if (err instanceof TransferError && err.code === 'target_incompatible') this.forgetPrepared(t.name);
       const view = await this.reconcile(batchId);
       if (
         err instanceof TransferError &&

@@ -23,9 +23,17 @@ begin
     raise exception using errcode = 'KT004', message = format('transfer name %L is not a plain identifier', p_transfer);
   end if;
   perform pg_advisory_xact_lock(hashtext('keel_transfer.ensure_staging:' || p_transfer));
-  select array_agg(a.attname::text order by a.attnum) into v_existing
+  -- Names and declared types: a staging table made before the target's column was altered (an operator's ALTER
+  -- TABLE) is made again, so that what is staged and verified is what the target column holds.
+  select array_agg(a.attname::text || ' ' || format_type(a.atttypid, a.atttypmod) order by a.attnum) into v_existing
     from pg_attribute a
    where a.attrelid = to_regclass(format('keel_transfer.%I', v_name)) and a.attnum > 0 and not a.attisdropped and a.attname <> 'keel_batch_id';
+  select array_agg(u.c || ' ' || coalesce(case when u.c = 'keel_op' and p_ops and u.o > cardinality(p_columns) then 'text' end,
+                                          (select format_type(a.atttypid, a.atttypmod) from pg_attribute a
+                                            where a.attrelid = keel_transfer.qualified(p_target_schema, p_target_table)::regclass
+                                              and a.attname = u.c and a.attnum > 0 and not a.attisdropped), '?')
+                   order by u.o)
+    into v_wanted from unnest(v_wanted) with ordinality as u(c, o);
   if v_existing is not null and v_existing = v_wanted then
     return v_name;
   end if;
@@ -164,6 +172,7 @@ declare
   v_match text;
   v_range text := '';         -- a windowed baseline's key range (mirror)
   v_ktype text;
+  v_changed text;             -- mapped columns whose target type is not the staged one
 begin
   if p_attempt is null or p_attempt < 1 then
     raise exception using errcode = '22023', message = 'apply_batch needs the journal attempt (>= 1)';
@@ -193,6 +202,26 @@ begin
   select string_agg(format('%I = excluded.%I', c, c), ', ' order by o) into v_set
     from unnest(p_columns) with ordinality as u(c, o) where c <> all (p_keys);
   execute format('lock table %s in row exclusive mode', keel_transfer.qualified(p_target_schema, p_target_table));
+  -- The staging table has the target columns' declared types as they were when it was made (ensure_staging), and
+  -- the staged rows were verified in those types. A target column altered since (an ALTER TABLE after prepare: a
+  -- narrower scale, another type) would convert the verified values on the way in -- rounded, truncated -- and
+  -- commit rows that are not the source's. Refused instead (KT004: no retry changes it); checked under the lock
+  -- above, which an ALTER TABLE waits for, so the types stay these until this transaction ends.
+  select string_agg(format('%I is %s, staged as %s', u.c, coalesce(tt.typ, 'dropped'), coalesce(st.typ, 'missing')), '; ' order by u.o)
+    into v_changed
+    from unnest(p_columns) with ordinality as u(c, o)
+    left join lateral (select format_type(a.atttypid, a.atttypmod) as typ from pg_attribute a
+                        where a.attrelid = keel_transfer.qualified(p_target_schema, p_target_table)::regclass
+                          and a.attname = u.c and a.attnum > 0 and not a.attisdropped) tt on true
+    left join lateral (select format_type(a.atttypid, a.atttypmod) as typ from pg_attribute a
+                        where a.attrelid = format('keel_transfer.%I', p_staging_table)::regclass
+                          and a.attname = u.c and a.attnum > 0 and not a.attisdropped) st on true
+   where tt.typ is distinct from st.typ;
+  if v_changed is not null then
+    raise exception using errcode = 'KT004',
+      message = format('batch %s: target table %s changed since the batch was staged (%s); nothing applied, the next batch checks the table again',
+                       p_batch_id, keel_transfer.qualified(p_target_schema, p_target_table), v_changed);
+  end if;
   v_upserts := r.row_count;
   if p_changes is not null then
     -- Deletes first (a key is at most once in a batch: duplicates were refused at staging).

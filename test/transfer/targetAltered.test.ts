@@ -1,0 +1,117 @@
+// A target table altered between prepare and apply (an operator's ALTER TABLE while the app runs). prepare's column
+// checks run once per process and schema, and the staging table keeps the target's column types from when it was
+// made; the staged rows are verified in those types. Before, a column altered since (numeric(12,2) -> numeric(12,1))
+// converted the verified values on their way into the business table: the batch committed rows rounded, not the
+// source's (direct apply found the difference by its checksum, fell back to staging, and committed them so too).
+// Now apply_batch compares the target's column types with the staged ones under its table lock and refuses the
+// batch (target_incompatible: failed, window released); the service checks the table again before the next batch,
+// which is refused while the target cannot hold the source's values, and moves the window exactly once the table
+// can (the staging table made again in the new types). A compatible change (a wider numeric) costs one batch.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
+import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
+import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
+import type { TransferConfig } from '../../shared/transfer/config.js';
+import { isTransferError } from '../../shared/transfer/errors.js';
+import { TransferService } from '../../shared/transfer/service.js';
+import { createLane, LANE_WRITES_DDL, laneTransfer, setupDatabases, type Env } from './helpers.js';
+
+describe('target table altered between prepare and apply', () => {
+  let env: Env;
+  beforeAll(async () => {
+    env = await setupDatabases('tr_alt');
+    await env.target.query(LANE_WRITES_DDL);
+  });
+  afterAll(async () => {
+    await env?.close();
+  });
+
+  const service = (t: TransferConfig, directApply: boolean) =>
+    new TransferService({
+      journal: new PostgresTransferJournal(env.control),
+      transfers: [t],
+      directApply,
+      connect: (tc) => ({
+        source: new PostgresTransferSource(tc, env.source),
+        target: new PostgresTransferTarget(tc, env.target),
+      }),
+    });
+
+  // Rows (from, to] of the lane: target equals source (text form of every column), each key written once.
+  async function windowProblems(table: string, from: number, to: number): Promise<string[]> {
+    const q = `select md5(coalesce(string_agg(t::text, '|' order by id), '')) as h, count(*)::int as n
+                 from (select id, customer, amount, placed_at, flag, note, payload from public.${table} where id > $1 and id <= $2) t`;
+    const [s, t] = await Promise.all([env.source.query(q, [from, to]), env.target.query(q, [from, to])]);
+    const w = await env.target.query(
+      `select coalesce(max(writes), 0)::int as m from public.lane_writes where tbl = $1 and id > $2 and id <= $3`,
+      [table, from, to],
+    );
+    const problems: string[] = [];
+    if (s.rows[0].h !== t.rows[0].h) problems.push(`rows (${from}, ${to}] differ (${s.rows[0].n} vs ${t.rows[0].n})`);
+    if (w.rows[0].m > 1) problems.push(`a key of (${from}, ${to}] written ${w.rows[0].m} times`);
+    return problems;
+  }
+
+  for (const direct of [false, true]) {
+    const mode = direct ? 'direct' : 'staged';
+
+    it(`a narrower numeric scale: the batch is refused, no rounded row commits; moved once the column is restored (${mode})`, async () => {
+      const table = `alt_n${direct ? 'd' : 's'}`;
+      await createLane(env, table, 30);
+      const t = laneTransfer(table, { batchSize: 10 });
+      const svc = service(t, direct);
+      expect((await svc.run((await svc.createBatch(t.name)).batchId)).state).toBe('committed');
+      await env.target.query(`alter table public.${table} alter column amount type numeric(12,1)`);
+
+      const second = await svc.run((await svc.createBatch(t.name)).batchId);
+      expect([second.state, second.lastErrorCode]).toEqual(['failed', 'target_incompatible']);
+      expect(second.lastError).toMatch(
+        /changed since the batch was staged.*amount is numeric\(12,1\), staged as numeric\(12,2\)/,
+      );
+      expect((await env.target.query(`select count(*)::int as n from public.${table} where id > 10`)).rows[0].n).toBe(
+        0,
+      );
+      // The table is checked again: no batch while amount cannot hold the source's values.
+      const refused = await svc.createBatch(t.name).catch((e: unknown) => e);
+      expect(isTransferError(refused, 'target_incompatible')).toBe(true);
+
+      await env.target.query(`alter table public.${table} alter column amount type numeric(12,2)`);
+      for (let n = 0; n < 2; n++) {
+        const next = await svc.createBatch(t.name);
+        if (n === 0) expect([next.boundary.low, next.boundary.high]).toEqual(['10', '20']);
+        expect((await svc.run(next.batchId)).state).toBe('committed');
+      }
+      expect(await windowProblems(table, 10, 30)).toEqual([]);
+      await svc.close();
+    });
+
+    it(`a wider numeric: one batch refused, then the window moves in the new type (${mode})`, async () => {
+      const table = `alt_w${direct ? 'd' : 's'}`;
+      await createLane(env, table, 30);
+      const t = laneTransfer(table, { batchSize: 10 });
+      const svc = service(t, direct);
+      expect((await svc.run((await svc.createBatch(t.name)).batchId)).state).toBe('committed');
+      await env.target.query(`alter table public.${table} alter column amount type numeric(14,2)`);
+      const runs: string[] = [];
+      for (let n = 0; n < 4; n++) {
+        const next = await svc.tryCreateBatch(t.name);
+        if (!next) break;
+        const v = await svc.run(next.batchId);
+        runs.push(`${v.boundary.low}-${v.boundary.high}:${v.state}`);
+      }
+      // Staged: the batch staged in the old type is refused once. Direct: its rows go straight into the table,
+      // verified there, so nothing is refused.
+      expect(runs).toEqual(
+        direct ? ['10-20:committed', '20-30:committed'] : ['10-20:failed', '10-20:committed', '20-30:committed'],
+      );
+      expect(await windowProblems(table, 0, 30)).toEqual([]);
+      const staged = await env.target.query(
+        `select format_type(a.atttypid, a.atttypmod) as t from pg_attribute a
+          where a.attrelid = $1::regclass and a.attname = 'amount'`,
+        [`keel_transfer.stg_${table}`],
+      );
+      if (!direct) expect(staged.rows[0].t).toBe('numeric(14,2)'); // made again in the new type
+      await svc.close();
+    });
+  }
+});
