@@ -114,4 +114,42 @@ describe('target table altered between prepare and apply', () => {
       await svc.close();
     });
   }
+
+  // Direct apply chooses binary COPY when both sides declare the same type, from the types prepare read. A target
+  // integer widened to bigint since (compatible: prepare accepts it) must not fail every batch with the binary
+  // int4 stream the bigint column cannot read.
+  it('an integer widened to bigint: the windows still move, each row once (direct)', async () => {
+    const ddl = `create table public.alt_i (id bigint primary key, n integer not null)`;
+    await env.source.query(ddl);
+    await env.target.query(`${ddl};
+      create trigger alt_i_count after insert or update on public.alt_i for each row execute function public.count_lane_write()`);
+    await env.source.query(`insert into public.alt_i select g, g * 7 from generate_series(1, 30) g`);
+    const t = laneTransfer('alt_i', {
+      batchSize: 10,
+      columns: ['id', 'n'].map((c) => ({ source: c, target: c })),
+    });
+    const svc = service(t, true);
+    expect((await svc.run((await svc.createBatch(t.name)).batchId)).state).toBe('committed');
+    await env.target.query(`alter table public.alt_i alter column n type bigint`);
+    const runs: string[] = [];
+    // Each batch run until it ends (a retryable failure is retried, as the queue steps would).
+    for (let n = 0; n < 6; n++) {
+      const open = (await svc.listBatches({ transfer: t.name, limit: 1 }))[0];
+      const next =
+        open && open.status !== 'committed' && open.state !== 'failed' ? open : await svc.tryCreateBatch(t.name);
+      if (!next) break;
+      const v = await svc.run(next.batchId);
+      runs.push(`${v.boundary.low}-${v.boundary.high}:${v.state}${v.lastErrorCode ? `:${v.lastErrorCode}` : ''}`);
+    }
+    // At most one attempt lost to the binary stream read with the old type, never a batch failed.
+    expect(runs.filter((r) => r.includes(':committed'))).toEqual(['10-20:committed', '20-30:committed']);
+    expect(runs.filter((r) => r.includes(':failed'))).toEqual([]);
+    expect(runs.length).toBeLessThanOrEqual(3);
+    const q = `select md5(string_agg(id || ':' || n, ',' order by id)) as h from public.alt_i`;
+    const [s, tg] = await Promise.all([env.source.query(q), env.target.query(q)]);
+    expect(tg.rows[0].h).toBe(s.rows[0].h);
+    const w = await env.target.query(`select max(writes)::int as m from public.lane_writes where tbl = 'alt_i'`);
+    expect(w.rows[0].m).toBe(1);
+    await svc.close();
+  });
 });
