@@ -115,6 +115,49 @@ describe('target table altered between prepare and apply', () => {
     });
   }
 
+  // The staging table is made again only while it is empty. A staging of another run (another instance that has
+  // not seen the change yet) still open when the table is found empty must not be dropped once it commits: its
+  // batch would be staged (target registry and journal) with its rows gone. Forced here: the other run's rows are
+  // written and held uncommitted while ensure_staging runs.
+  it('the staging table is not made again under a staging still open', async () => {
+    const table = 'alt_r';
+    await createLane(env, table, 0);
+    const cols = ['id', 'customer', 'amount', 'placed_at', 'flag', 'note', 'payload'];
+    const ensure = (c: { query: typeof env.target.query }) =>
+      c.query(`select keel_transfer.ensure_staging($1, 'public', $1, $2::text[], false) as name`, [table, cols]);
+    await ensure(env.target);
+    const other = await env.target.connect();
+    const mine = await env.target.connect();
+    try {
+      await other.query('begin');
+      await other.query(
+        `insert into keel_transfer.stg_${table} (id, customer, amount, keel_batch_id) values (1, 'a', 1.25, gen_random_uuid())`,
+      );
+      await env.target.query(`alter table public.${table} alter column amount type numeric(14,2)`);
+      await mine.query(`set lock_timeout = '20s'`);
+      const made = ensure(mine as never).then(
+        () => 'made again',
+        (e: { code?: string }) => e.code,
+      );
+      // ensure_staging waits for the open staging (a lock not granted on the staging table), then sees its row.
+      for (let i = 0; i < 200; i++) {
+        const w = await env.target.query(
+          `select count(*)::int as n from pg_locks l where not l.granted and l.relation = $1::regclass`,
+          [`keel_transfer.stg_${table}`],
+        );
+        if (w.rows[0].n > 0) break;
+        await new Promise((r) => setTimeout(r, 25));
+      }
+      await other.query('commit');
+      expect(await made).toBe('KT004');
+      const kept = await env.target.query(`select count(*)::int as n from keel_transfer.stg_${table}`);
+      expect(kept.rows[0].n).toBe(1);
+    } finally {
+      other.release();
+      mine.release();
+    }
+  });
+
   // Direct apply chooses binary COPY when both sides declare the same type, from the types prepare read. A target
   // integer widened to bigint since (compatible: prepare accepts it) must not fail every batch with the binary
   // int4 stream the bigint column cannot read.

@@ -38,10 +38,14 @@ begin
     return v_name;
   end if;
   if v_existing is not null then
+    -- The lock first (as purge_staged does): a staging of another run still open (its COPY not committed: no row
+    -- seen yet) is waited for and its rows counted, instead of being dropped with the table once it committed
+    -- (its batch then staged on the target and in the journal, its rows gone); the wait is the lock_timeout's.
+    execute format('lock table keel_transfer.%I in access exclusive mode', v_name);
     execute format('select exists (select 1 from keel_transfer.%I)', v_name) into v_nonempty;
     if v_nonempty then
       raise exception using errcode = 'KT004',
-        message = format('staging table keel_transfer.%I holds rows for another column mapping; apply or purge those batches first', v_name);
+        message = format('staging table keel_transfer.%I holds rows for another column mapping or other column types; apply or purge those batches first', v_name);
     end if;
     execute format('drop table keel_transfer.%I', v_name);
   end if;
