@@ -14,7 +14,16 @@ import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTa
 import type { TransferConfig } from '../../shared/transfer/config.js';
 import { isTransferError } from '../../shared/transfer/errors.js';
 import { TransferService } from '../../shared/transfer/service.js';
-import { createLane, LANE_WRITES_DDL, laneTransfer, setupDatabases, type Env } from './helpers.js';
+import { migratePostgresChangeCapture } from '../../shared/engines/postgres/changeCapture.js';
+import {
+  createLane,
+  insertSourceRows,
+  LANE_WRITES_DDL,
+  laneTransfer,
+  ORDERS_DDL,
+  setupDatabases,
+  type Env,
+} from './helpers.js';
 
 describe('target table altered between prepare and apply', () => {
   let env: Env;
@@ -156,6 +165,41 @@ describe('target table altered between prepare and apply', () => {
       other.release();
       mine.release();
     }
+  });
+
+  // What the staging of a change window holds is counted before its apply deletes anything: a staged batch whose
+  // rows are gone from the staging table (as when the table was dropped under a staging, above) fails and its
+  // window is extracted again -- before, its apply counted the 'D' and 'U' rows from the emptied table and committed
+  // the window having applied nothing (the journal and the completion row saying it was applied).
+  it('a change window whose staged rows are gone is not committed', async () => {
+    const table = 'alt_c';
+    await migratePostgresChangeCapture(env.source);
+    const ddl = ORDERS_DDL.replace('public.orders', `public.${table}`);
+    await env.source.query(ddl);
+    await env.target.query(ddl);
+    await insertSourceRows(env.source, 1, 5, `public.${table}`);
+    await env.source.query(`select keel_changes.enable($1, array['id'])`, [`public.${table}`]);
+    const t = laneTransfer(table, { boundary: { kind: 'changes' }, batchSize: 100 });
+    const svc = service(t, false);
+    for (let b = await svc.tryCreateBatch(t.name); b; b = await svc.tryCreateBatch(t.name))
+      expect((await svc.run(b.batchId)).state).toBe('committed'); // the baseline
+    await env.source.query(`delete from public.${table} where id = 2`);
+    await insertSourceRows(env.source, 6, 6, `public.${table}`);
+
+    const open = await svc.createBatch(t.name);
+    expect((await svc.stage(open.batchId)).state).toBe('staged');
+    await env.target.query(`delete from keel_transfer.stg_${table} where keel_batch_id = $1`, [open.batchId]);
+    const after = await svc.apply(open.batchId);
+    expect([after.state, after.lastErrorCode]).toEqual(['failed', 'target_incompatible']);
+    expect(after.lastError).toMatch(/holds 0 of its 2 staged rows/);
+    const ids = async () =>
+      (await env.target.query(`select array_agg(id::int order by id) as a from public.${table}`)).rows[0].a;
+    expect(await ids()).toEqual([1, 2, 3, 4, 5]);
+
+    for (let b = await svc.tryCreateBatch(t.name); b; b = await svc.tryCreateBatch(t.name))
+      expect((await svc.run(b.batchId)).state).toBe('committed');
+    expect(await ids()).toEqual([1, 3, 4, 5, 6]);
+    await svc.close();
   });
 
   // Direct apply chooses binary COPY when both sides declare the same type, from the types prepare read. A target

@@ -228,6 +228,16 @@ begin
   end if;
   v_upserts := r.row_count;
   if p_changes is not null then
+    -- The staged rows counted before anything is changed: the 'D' rows and a mirror's deletes are counted from what
+    -- the staging table holds, so rows gone from it (never expected: a staging table dropped under a staging) must
+    -- fail the batch (KT003, as a merge that wrote other than the staged count: its window is extracted again)
+    -- instead of committing a window that applied nothing.
+    execute format('select count(*) filter (where keel_op = ''U''), count(*) from keel_transfer.%I where keel_batch_id = $1', p_staging_table)
+      into v_upserts, v_n using p_batch_id;
+    if v_n <> r.row_count then
+      raise exception using errcode = 'KT003',
+        message = format('batch %s: the staging table holds %s of its %s staged rows', p_batch_id, v_n, r.row_count);
+    end if;
     -- Deletes first (a key is at most once in a batch: duplicates were refused at staging).
     select string_agg(format('t.%I = s.%I', c, c), ' and ' order by o) into v_match from unnest(p_keys) with ordinality as u(c, o);
     execute format('delete from %s t using keel_transfer.%I s where s.keel_batch_id = $1 and s.keel_op = ''D'' and %s',
@@ -235,8 +245,6 @@ begin
       using p_batch_id;
     get diagnostics v_deleted = row_count;
     v_upserts_only := ' and keel_op = ''U''';
-    execute format('select count(*) from keel_transfer.%I where keel_batch_id = $1 and keel_op = ''U''', p_staging_table)
-      into v_upserts using p_batch_id;
   end if;
   -- 2a. Fast path (see above).
   select a.attname::text into v_lead
