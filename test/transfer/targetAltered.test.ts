@@ -202,6 +202,28 @@ describe('target table altered between prepare and apply', () => {
     await svc.close();
   });
 
+  // The same for a key window of a table whose every column is its key (no column to update: its merge counts
+  // only the keys it inserted): the fast path's insert counts every staged row, so rows gone fail the batch.
+  it('a key-only window whose staged rows are gone is not committed', async () => {
+    const table = 'alt_k';
+    const ddl = `create table public.${table} (id bigint primary key)`;
+    await env.source.query(ddl);
+    await env.target.query(ddl);
+    await env.source.query(`insert into public.${table} select generate_series(1, 20)`);
+    const t = laneTransfer(table, { batchSize: 10, columns: [{ source: 'id', target: 'id' }] });
+    const svc = service(t, false);
+    const open = await svc.createBatch(t.name);
+    expect((await svc.stage(open.batchId)).state).toBe('staged');
+    await env.target.query(`delete from keel_transfer.stg_${table} where keel_batch_id = $1`, [open.batchId]);
+    const after = await svc.apply(open.batchId);
+    expect([after.state, after.lastErrorCode]).toEqual(['failed', 'target_incompatible']);
+    for (let b = await svc.tryCreateBatch(t.name); b; b = await svc.tryCreateBatch(t.name))
+      expect((await svc.run(b.batchId)).state).toBe('committed');
+    const n = await env.target.query(`select count(*)::int as n, max(id)::int as m from public.${table}`);
+    expect(n.rows[0]).toEqual({ n: 20, m: 20 });
+    await svc.close();
+  });
+
   // Direct apply chooses binary COPY when both sides declare the same type, from the types prepare read. A target
   // integer widened to bigint since (compatible: prepare accepts it) must not fail every batch with the binary
   // int4 stream the bigint column cannot read.

@@ -295,7 +295,8 @@ begin
     end if;
     get diagnostics v_count = row_count;
   end if;
-  if v_set is not null and v_count <> v_upserts then
+  -- (A key-only table's merge leaves existing keys uncounted; its plain insert, the fast path, counts every row.)
+  if (v_set is not null or v_done) and v_count <> v_upserts then
     raise exception using errcode = 'KT003', message = format('batch %s merged %s rows but %s were staged', p_batch_id, v_count, v_upserts);
   end if;
   if p_changes = 'mirror' then
