@@ -278,6 +278,13 @@ export class TransferService {
     if (this.batchTransfers.size > 256) this.batchTransfers.delete(this.batchTransfers.keys().next().value!);
   }
 
+  // After a failed stage or apply: what prepare read of the target (its column types, which decide the COPY format,
+  // and the staging table made from them) may be what the failure was about -- the target table altered since --
+  // so the next run of the transfer reads and checks it again (test/transfer/targetAltered.test.ts).
+  private forgetPrepared(transferName: string): void {
+    for (const key of this.prepared) if (key.startsWith(`${transferName}:`)) this.prepared.delete(key);
+  }
+
   private async prepare(t: TransferConfig, a: Adapters, schema: SourceSchema): Promise<void> {
     const key = `${t.name}:${schema.hash}`;
     if (this.prepared.has(key)) return;
@@ -798,6 +805,7 @@ export class TransferService {
       if (now.state === 'failed') await this.reconciler.purge(a, now);
       return toView(now);
     } catch (err) {
+      this.forgetPrepared(t.name);
       if (err instanceof TransferError && TERMINAL_CODES.has(err.code))
         return toView(await this.reconciler.release(b, err, ['extracting']));
       // Fenced, and only while the batch is open: a run that ended it meanwhile (an abandon, a rival run's terminal
@@ -981,6 +989,7 @@ export class TransferService {
       // reason on a failed batch is not replaced by this late apply's refusal (the event is kept, marked stale); a
       // batch a rival's reconcile only moved back (still open) gets the error (whileOpen).
       await this.moves.noteError({ ...b, version }, 'apply_error', err, { fenced: true, whileOpen: true });
+      this.forgetPrepared(t.name);
       const view = await this.reconcile(batchId);
       if (
         err instanceof TransferError &&
@@ -1146,6 +1155,7 @@ export class TransferService {
   // meanwhile keeps its record, as in apply()).
   private async directFailed(claimed: BatchRecord, err: unknown): Promise<BatchView> {
     const b = claimed;
+    this.forgetPrepared(baseTransferName(b.transferName));
     await this.moves.noteError(b, 'apply_error', err, { fenced: true, whileOpen: true });
     const view = await this.reconcile(b.batchId);
     if (

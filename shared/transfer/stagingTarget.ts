@@ -365,6 +365,7 @@ export class StagingTarget implements TargetAdapter {
         case 'conflict':
           throw new TransferError('staging_conflict', message);
         case 'merge_count':
+        case 'staging_shape': // the target table changed since the batch was staged
           throw new TransferError('target_incompatible', message);
       }
       throw this.d.applyError(err, req) ?? err;

@@ -23,17 +23,29 @@ begin
     raise exception using errcode = 'KT004', message = format('transfer name %L is not a plain identifier', p_transfer);
   end if;
   perform pg_advisory_xact_lock(hashtext('keel_transfer.ensure_staging:' || p_transfer));
-  select array_agg(a.attname::text order by a.attnum) into v_existing
+  -- Names and declared types: a staging table made before the target's column was altered (an operator's ALTER
+  -- TABLE) is made again, so that what is staged and verified is what the target column holds.
+  select array_agg(a.attname::text || ' ' || format_type(a.atttypid, a.atttypmod) order by a.attnum) into v_existing
     from pg_attribute a
    where a.attrelid = to_regclass(format('keel_transfer.%I', v_name)) and a.attnum > 0 and not a.attisdropped and a.attname <> 'keel_batch_id';
+  select array_agg(u.c || ' ' || coalesce(case when u.c = 'keel_op' and p_ops and u.o > cardinality(p_columns) then 'text' end,
+                                          (select format_type(a.atttypid, a.atttypmod) from pg_attribute a
+                                            where a.attrelid = keel_transfer.qualified(p_target_schema, p_target_table)::regclass
+                                              and a.attname = u.c and a.attnum > 0 and not a.attisdropped), '?')
+                   order by u.o)
+    into v_wanted from unnest(v_wanted) with ordinality as u(c, o);
   if v_existing is not null and v_existing = v_wanted then
     return v_name;
   end if;
   if v_existing is not null then
+    -- The lock first (as purge_staged does): a staging of another run still open (its COPY not committed: no row
+    -- seen yet) is waited for and its rows counted, instead of being dropped with the table once it committed
+    -- (its batch then staged on the target and in the journal, its rows gone); the wait is the lock_timeout's.
+    execute format('lock table keel_transfer.%I in access exclusive mode', v_name);
     execute format('select exists (select 1 from keel_transfer.%I)', v_name) into v_nonempty;
     if v_nonempty then
       raise exception using errcode = 'KT004',
-        message = format('staging table keel_transfer.%I holds rows for another column mapping; apply or purge those batches first', v_name);
+        message = format('staging table keel_transfer.%I holds rows for another column mapping or other column types; apply or purge those batches first', v_name);
     end if;
     execute format('drop table keel_transfer.%I', v_name);
   end if;
@@ -164,6 +176,7 @@ declare
   v_match text;
   v_range text := '';         -- a windowed baseline's key range (mirror)
   v_ktype text;
+  v_changed text;             -- mapped columns whose target type is not the staged one
 begin
   if p_attempt is null or p_attempt < 1 then
     raise exception using errcode = '22023', message = 'apply_batch needs the journal attempt (>= 1)';
@@ -193,8 +206,38 @@ begin
   select string_agg(format('%I = excluded.%I', c, c), ', ' order by o) into v_set
     from unnest(p_columns) with ordinality as u(c, o) where c <> all (p_keys);
   execute format('lock table %s in row exclusive mode', keel_transfer.qualified(p_target_schema, p_target_table));
+  -- The staging table has the target columns' declared types as they were when it was made (ensure_staging), and
+  -- the staged rows were verified in those types. A target column altered since (an ALTER TABLE after prepare: a
+  -- narrower scale, another type) would convert the verified values on the way in -- rounded, truncated -- and
+  -- commit rows that are not the source's. Refused instead (KT004: no retry changes it); checked under the lock
+  -- above, which an ALTER TABLE waits for, so the types stay these until this transaction ends.
+  select string_agg(format('%I is %s, staged as %s', u.c, coalesce(tt.typ, 'dropped'), coalesce(st.typ, 'missing')), '; ' order by u.o)
+    into v_changed
+    from unnest(p_columns) with ordinality as u(c, o)
+    left join lateral (select format_type(a.atttypid, a.atttypmod) as typ from pg_attribute a
+                        where a.attrelid = keel_transfer.qualified(p_target_schema, p_target_table)::regclass
+                          and a.attname = u.c and a.attnum > 0 and not a.attisdropped) tt on true
+    left join lateral (select format_type(a.atttypid, a.atttypmod) as typ from pg_attribute a
+                        where a.attrelid = format('keel_transfer.%I', p_staging_table)::regclass
+                          and a.attname = u.c and a.attnum > 0 and not a.attisdropped) st on true
+   where tt.typ is distinct from st.typ;
+  if v_changed is not null then
+    raise exception using errcode = 'KT004',
+      message = format('batch %s: target table %s changed since the batch was staged (%s); nothing applied, the next batch checks the table again',
+                       p_batch_id, keel_transfer.qualified(p_target_schema, p_target_table), v_changed);
+  end if;
   v_upserts := r.row_count;
   if p_changes is not null then
+    -- The staged rows counted before anything is changed: the 'D' rows and a mirror's deletes are counted from what
+    -- the staging table holds, so rows gone from it (never expected: a staging table dropped under a staging) must
+    -- fail the batch (KT003, as a merge that wrote other than the staged count: its window is extracted again)
+    -- instead of committing a window that applied nothing.
+    execute format('select count(*) filter (where keel_op = ''U''), count(*) from keel_transfer.%I where keel_batch_id = $1', p_staging_table)
+      into v_upserts, v_n using p_batch_id;
+    if v_n <> r.row_count then
+      raise exception using errcode = 'KT003',
+        message = format('batch %s: the staging table holds %s of its %s staged rows', p_batch_id, v_n, r.row_count);
+    end if;
     -- Deletes first (a key is at most once in a batch: duplicates were refused at staging).
     select string_agg(format('t.%I = s.%I', c, c), ' and ' order by o) into v_match from unnest(p_keys) with ordinality as u(c, o);
     execute format('delete from %s t using keel_transfer.%I s where s.keel_batch_id = $1 and s.keel_op = ''D'' and %s',
@@ -202,8 +245,6 @@ begin
       using p_batch_id;
     get diagnostics v_deleted = row_count;
     v_upserts_only := ' and keel_op = ''U''';
-    execute format('select count(*) from keel_transfer.%I where keel_batch_id = $1 and keel_op = ''U''', p_staging_table)
-      into v_upserts using p_batch_id;
   end if;
   -- 2a. Fast path (see above).
   select a.attname::text into v_lead
@@ -254,7 +295,8 @@ begin
     end if;
     get diagnostics v_count = row_count;
   end if;
-  if v_set is not null and v_count <> v_upserts then
+  -- (A key-only table's merge leaves existing keys uncounted; its plain insert, the fast path, counts every row.)
+  if (v_set is not null or v_done) and v_count <> v_upserts then
     raise exception using errcode = 'KT003', message = format('batch %s merged %s rows but %s were staged', p_batch_id, v_count, v_upserts);
   end if;
   if p_changes = 'mirror' then
