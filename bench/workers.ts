@@ -10,6 +10,7 @@
 // allocate what one does per job, but V8 sizes each process's young generation by that process's own allocation
 // rate, so six run with a smaller one and scavenge more often).
 //   --child-node-flags='--min-semi-space-size=16'  Node/V8 flags for the worker processes only
+//   --child-v8-flags='--no-parallel-scavenge'  V8 flags the worker processes set after start-up (v8.setFlagsFromString)
 //
 //   npm run bench:workers -- --jobs 20000 --processes 6 --concurrency 20 --rounds 3 --warmup 1
 //   --warmup-jobs-per-process 20000 (jobs each worker process runs in a warm-up round; see below)
@@ -30,6 +31,7 @@
 // exit by themselves: on the parent's exit message, when the parent goes away (IPC disconnect), or at their own
 // deadline.
 import { fork, type ChildProcess } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import os from 'node:os';
 import { constants, performance as perf } from 'node:perf_hooks';
 import v8 from 'node:v8';
@@ -54,6 +56,7 @@ interface ChildArgs {
   concurrency: number;
   pollMs: number;
   deadlineMs: number;
+  v8Flags: string; // applied with v8.setFlagsFromString after start-up (--child-v8-flags)
 }
 const CHILD_ARGS_ENV = 'KEEL_BENCH_WORKER_ARGS';
 // go: a new Worker (and processor) on `queue` for round `round`; end: report the round's counts and stop that Worker
@@ -78,6 +81,9 @@ interface ChildCounts {
   vcsw: number; // voluntary context switches (waits)
   ivcsw: number; // involuntary ones (preempted)
   allocatedKb: number; // bytes allocated on V8's heap (used heap growth plus what each GC freed)
+  mainThreadUs: number; // on-CPU time of the main (JavaScript) thread, /proc schedstat
+  otherThreadsUs: number; // of every other thread: V8's platform workers (parallel scavenge, concurrent marking and
+  // compiling), libuv's pool
 }
 type FromChild =
   | { type: 'ready' }
@@ -90,6 +96,28 @@ const median = (xs: number[]) => {
   return s.length === 0 ? NaN : s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 };
 const r2 = (n: number) => Math.round(n * 100) / 100;
+
+// On-CPU µs of this process's main thread and of its other threads (/proc/self/task/*/schedstat, in ns; 0 where
+// there is no /proc).
+function threadCpuUs(): { main: number; others: number } {
+  let main = 0;
+  let others = 0;
+  try {
+    for (const t of readdirSync('/proc/self/task')) {
+      let ns = 0;
+      try {
+        ns = Number(readFileSync(`/proc/self/task/${t}/schedstat`, 'utf8').split(' ')[0]);
+      } catch {
+        continue; // the thread has exited
+      }
+      if (Number(t) === process.pid) main += ns / 1000;
+      else others += ns / 1000;
+    }
+  } catch {
+    // no /proc
+  }
+  return { main, others };
+}
 
 // ---------------------------------------------------------------------------------------------------------------
 // Child: one store (the schema is migrated by the parent) and, per round, one Worker on that round's queue.
@@ -133,6 +161,8 @@ async function child(a: ChildArgs): Promise<void> {
     minflt: 0,
     vcsw: 0,
     ivcsw: 0,
+    mainThreadUs: 0,
+    otherThreadsUs: 0,
   });
   let counts = zero();
   let cpu0: NodeJS.CpuUsage | undefined;
@@ -140,6 +170,7 @@ async function child(a: ChildArgs): Promise<void> {
   let gcProfiler: v8.GCProfiler | undefined;
   let used0 = 0;
   let ru0: NodeJS.ResourceUsage | undefined;
+  let threads0 = { main: 0, others: 0 };
   const registry = new HandlerRegistry().register('noop', async () => undefined);
   const go = (queue: string, round: number) => {
     let succeeded = 0;
@@ -173,6 +204,7 @@ async function child(a: ChildArgs): Promise<void> {
     gcProfiler.start();
     used0 = v8.getHeapStatistics().used_heap_size;
     ru0 = process.resourceUsage();
+    threads0 = threadCpuUs();
     worker.start();
   };
   process.on('message', (m: ToChild) => {
@@ -181,6 +213,7 @@ async function child(a: ChildArgs): Promise<void> {
       const cpu = process.cpuUsage(cpu0);
       const used1 = v8.getHeapStatistics().used_heap_size;
       const ru1 = process.resourceUsage();
+      const threads1 = threadCpuUs();
       const freed = (gcProfiler?.stop()?.statistics ?? []).reduce(
         (a, g) => a + g.beforeGC.heapStatistics.usedHeapSize - g.afterGC.heapStatistics.usedHeapSize,
         0,
@@ -196,6 +229,8 @@ async function child(a: ChildArgs): Promise<void> {
         minflt: ru1.minorPageFault - (ru0?.minorPageFault ?? 0),
         vcsw: ru1.voluntaryContextSwitches - (ru0?.voluntaryContextSwitches ?? 0),
         ivcsw: ru1.involuntaryContextSwitches - (ru0?.involuntaryContextSwitches ?? 0),
+        mainThreadUs: Math.round(threads1.main - threads0.main),
+        otherThreadsUs: Math.round(threads1.others - threads0.others),
       };
       void stopWorker().then(() => send({ type: 'ended', round: m.round, counts: ended }));
     } else exit(0);
@@ -208,6 +243,9 @@ async function child(a: ChildArgs): Promise<void> {
       else if (kind === constants.NODE_PERFORMANCE_GC_MAJOR) counts.gcMajor++;
     }
   }).observe({ entryTypes: ['gc'] });
+  // After start-up, as an app would (Node leaves V8's flags unfrozen): runs 650-679 checked that
+  // --no-parallel-scavenge set this way takes effect at the next scavenge.
+  if (a.v8Flags !== '') v8.setFlagsFromString(a.v8Flags);
   try {
     store = await PostgresJobStore.connect(a.url, { migrate: false, applicationName: `keel-bench-worker-${a.index}` });
     // Counted around the store's calls (one increment each; the Worker sees the same store).
@@ -244,6 +282,8 @@ interface RunResult {
   nodeUsPerJob: number;
   nodeSystemUsPerJob: number;
   nodeGcUsPerJob: number;
+  mainThreadUsPerJob: number;
+  otherThreadsUsPerJob: number;
   pgUsPerJob: number | null;
   pgUsPerJobByKind: Record<string, number> | null;
   claimsPerK: number;
@@ -427,6 +467,8 @@ async function runOnce(
     nodeUsPerJob: r2(total('cpuUs') / opts.jobs),
     nodeSystemUsPerJob: r2(total('systemUs') / opts.jobs),
     nodeGcUsPerJob: r2(total('gcUs') / opts.jobs),
+    mainThreadUsPerJob: r2(total('mainThreadUs') / opts.jobs),
+    otherThreadsUsPerJob: r2(total('otherThreadsUs') / opts.jobs),
     pgUsPerJob: pgSeconds === null ? null : r2((pgSeconds * 1e6) / opts.jobs),
     pgUsPerJobByKind: pgByKind,
     claimsPerK: r2((total('claims') * 1000) / opts.jobs),
@@ -456,6 +498,8 @@ async function main(): Promise<void> {
       'poll-ms': { type: 'string', default: '500' },
       // Extra Node/V8 flags for the worker processes only, e.g. --child-node-flags=--min-semi-space-size=16
       'child-node-flags': { type: 'string', default: '' },
+      // V8 flags the worker processes set after start-up (v8.setFlagsFromString), e.g. --no-parallel-scavenge
+      'child-v8-flags': { type: 'string', default: '' },
       'timeout-s': { type: 'string', default: '600' },
       cold: { type: 'boolean', default: false },
       ...PG_URL_OPTION,
@@ -498,6 +542,7 @@ async function main(): Promise<void> {
         concurrency: runOpts.concurrency,
         pollMs: runOpts.pollMs,
         deadlineMs: (rounds + warmup) * 2 * runOpts.timeoutMs + 60_000,
+        v8Flags: String(values['child-v8-flags']),
       };
       const childNodeFlags = String(values['child-node-flags'])
         .split(/\s+/)
@@ -530,7 +575,7 @@ async function main(): Promise<void> {
             if (r >= 0) (runs[p] ??= []).push(res);
             console.error(
               `${r < 0 ? 'warm-up' : `round ${r + 1}`} ${p} process${p > 1 ? 'es' : ''}: ${Math.round(res.jobsPerSec)} jobs/s (${Math.round(res.ms)} ms), exact ${res.exact}; ` +
-                `CPU µs/job node ${res.nodeUsPerJob} (system ${res.nodeSystemUsPerJob}, GC ${res.nodeGcUsPerJob}), server ${res.pgUsPerJob ?? 'n/a'} ${JSON.stringify(res.pgUsPerJobByKind)}; per 1k jobs ${res.claimsPerK} claims ` +
+                `CPU µs/job node ${res.nodeUsPerJob} (system ${res.nodeSystemUsPerJob}, GC ${res.nodeGcUsPerJob}; main thread ${res.mainThreadUsPerJob}, other threads ${res.otherThreadsUsPerJob}), server ${res.pgUsPerJob ?? 'n/a'} ${JSON.stringify(res.pgUsPerJobByKind)}; per 1k jobs ${res.claimsPerK} claims ` +
                 `(${res.emptyClaims} empty, ${res.shortClaims} short in all), ${res.completionsPerK} completion batches; ` +
                 `GC per 1k jobs ${res.gcMinorPerK} minor, ${res.gcMajorPerK} major, new space KB ${res.newSpaceKb.join('/')}; loop active µs/job ${res.eluActiveUsPerJob}; heap allocated B/job ${res.allocatedBytesPerJob}; per 1k jobs ${res.perKJobs}; ` +
                 `jobs per process ${res.claimedPerProcess.join('/')}`,
@@ -554,6 +599,7 @@ async function main(): Promise<void> {
         warmupRounds: warmup,
         warmupJobsPerProcess,
         childNodeFlags,
+        childV8Flags: childArgs.v8Flags,
         workerProcesses: cold ? 'forked for each round (--cold)' : 'forked once per shape, kept across rounds',
         runs: Object.fromEntries(shapes.map((p) => [`${p}p`, runs[p]!.map((x) => Math.round(x.jobsPerSec))])),
         median: Object.fromEntries(shapes.map((p) => [`${p}p`, medianOf(p)])),
@@ -568,6 +614,9 @@ async function main(): Promise<void> {
               `${p}p`,
               {
                 nodeUs: m((x) => x.nodeUsPerJob),
+                mainThreadUs: m((x) => x.mainThreadUsPerJob),
+                otherThreadsUs: m((x) => x.otherThreadsUsPerJob),
+                gcPauseUs: m((x) => x.nodeGcUsPerJob),
                 serverUs: m((x) => x.pgUsPerJob),
                 claimsPerK: m((x) => x.claimsPerK),
                 completionsPerK: m((x) => x.completionsPerK),
