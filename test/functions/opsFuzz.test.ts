@@ -183,6 +183,46 @@ describe('ops fuzz: every route, bad input', () => {
     expect(kept(await snapshot(fx.t.pool))).toEqual(kept(before));
     expect(calls).toBeGreaterThan(500);
   }, 180_000);
+
+  // A field that takes any JSON value (a job's payload) may nest as deep as the body limit allows: 100,000 levels
+  // in 256 KB, past every recursive JSON.stringify and parser on the way (the audit summary's digest overflowed
+  // V8's stack: a bare 500 from the host, and no record). Bounded by LIMITS.payloadDepth, a 400 naming the field.
+  it('a JSON-valued field nested at and past its depth limit, up to the body limit: accepted, or a 400 naming it with its refused record', async () => {
+    const { LIMITS } = await import('../../shared/jobs/validate.js');
+    const valid: Record<string, (value: string) => string> = {
+      enqueue: (v) => `{"type":"demo.echo","delayMs":60000,"payload":${v}}`,
+    };
+    const anyJson = (schema: z.ZodType) => [{ a: [1] }, [[[]]], 'x', 1, null].every((v) => schema.safeParse(v).success);
+    const nested = (depth: number) => '[{"a":'.repeat(depth / 2) + '1' + '}]'.repeat(depth / 2);
+    let routes = 0;
+    for (const r of allRoutes().filter((x) => x.method !== 'GET')) {
+      const fields = Object.entries(objectShape(r.body) ?? {}).filter(([, f]) => anyJson(f));
+      if (fields.length === 0) continue;
+      routes++;
+      const make = valid[r.operationId];
+      expect(make, `${r.operationId} takes any JSON in ${fields.map(([k]) => k).join(', ')}: add a valid body here`).toBeDefined();
+      for (const depth of [LIMITS.payloadDepth, LIMITS.payloadDepth + 2, 5_000, 40_000]) {
+        for (const batch of [false, true]) {
+          const one = make!(nested(depth));
+          const raw = batch ? `{"jobs":[${make!('1')},${one}]}` : one;
+          const from = await lastAuditId(fx.t.pool);
+          const res = await callRaw(r.method, baseOf(r), raw);
+          const what = `${r.operationId} at depth ${depth}${batch ? ' (second of a batch)' : ''}`;
+          const rows = await auditRows(fx.t.pool, from);
+          expect(rows.map((x) => [x.action, x.status]), what).toEqual([[r.operationId, res.status]]);
+          if (depth <= LIMITS.payloadDepth) {
+            expect(res.status, `${what}: ${JSON.stringify(res.body)}`).toBeLessThan(300);
+            continue;
+          }
+          expectClear(what, res);
+          expect(res.status, what).toBe(400);
+          expect(res.body.field, what).toBe(batch ? 'jobs[1].payload' : 'payload');
+          expect(rows[0]!.outcome, what).toBe('refused');
+        }
+      }
+    }
+    expect(routes).toBeGreaterThan(0);
+  }, 120_000);
 });
 
 async function callRaw(method: string, path: string, raw: string): Promise<Answer> {
