@@ -36,6 +36,7 @@ import {
 } from './contract.js';
 
 export {
+  DATE_RANGE,
   DEFAULT_MAX_PAYLOAD_BYTES,
   enqueueFields,
   issueMessage,

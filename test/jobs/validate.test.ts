@@ -2,6 +2,7 @@
 // schemas exactly what the store accepts.
 import { describe, expect, it } from 'vitest';
 import {
+  DATE_RANGE,
   LIMITS,
   MAX_BATCH,
   ValidationError,
@@ -46,6 +47,12 @@ const cases: Record<string, unknown>[] = [
   { queue: 'q'.repeat(129), type: 't' },
   { type: 't' },
   { ...base, payload: undefined, priority: undefined },
+  // The instants every engine stores (DATE_RANGE), at and past each end.
+  { ...base, runAt: new Date(DATE_RANGE.min), expiresAt: new Date(DATE_RANGE.max) },
+  { ...base, runAt: new Date(DATE_RANGE.min.getTime() - 1) },
+  { ...base, expiresAt: new Date('0000-12-31T23:00:00.000Z') },
+  { ...base, runAt: new Date(DATE_RANGE.max.getTime() + 1) },
+  { ...base, expiresAt: new Date(8.64e15) },
   { ...base, payload: nested(LIMITS.payloadDepth) },
   { ...base, payload: nested(LIMITS.payloadDepth + 1) },
   { ...base, payload: { a: nested(LIMITS.payloadDepth) } },

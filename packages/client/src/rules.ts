@@ -88,7 +88,10 @@ export function jsonTextProblem(value: unknown): { path: (string | number)[]; me
     return out;
   };
   const stack: Node[] = [{ v: value, key: null, parent: null, depth: 0 }];
-  const tooDeep = { path: [], message: `must not nest arrays and objects more than ${LIMITS.payloadDepth} levels deep` };
+  const tooDeep = {
+    path: [],
+    message: `must not nest arrays and objects more than ${LIMITS.payloadDepth} levels deep`,
+  };
   while (stack.length > 0) {
     const node = stack.pop()!;
     const v = node.v;
@@ -161,8 +164,19 @@ export const NOT_BOTH_DELAY_AND_RUN_AT = {
   path: ['runAt'],
 };
 
+// The instants every engine stores: SQL Server's datetime2 holds years 1 to 9999, and PostgreSQL reads no year 0
+// (1 BC) nor a six-digit year in the ISO text a job's dates travel as. Outside them the insert failed: a 500.
+export const DATE_RANGE = {
+  min: new Date('0001-01-01T00:00:00.000Z'),
+  max: new Date('9999-12-31T23:59:59.999Z'),
+} as const;
+const storableDate = z
+  .date()
+  .min(DATE_RANGE.min, 'must be from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z (UTC)')
+  .max(DATE_RANGE.max, 'must be from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z (UTC)');
+
 const enqueueSchema = z
-  .strictObject({ ...enqueueFields, runAt: z.date().optional(), expiresAt: z.date().optional() })
+  .strictObject({ ...enqueueFields, runAt: storableDate.optional(), expiresAt: storableDate.optional() })
   .refine((j) => !(j.delayMs !== undefined && j.runAt !== undefined), NOT_BOTH_DELAY_AND_RUN_AT);
 
 export function firstIssue(err: z.ZodError, prefix: string): ValidationError {
@@ -192,7 +206,9 @@ const isName = (v: unknown) =>
   typeof v === 'string' && v.length >= 1 && v.length <= LIMITS.nameLength && NAME_PATTERN.test(v);
 const intIn = (v: unknown, min: number, max: number) =>
   v === undefined || (Number.isInteger(v) && (v as number) >= min && (v as number) <= max);
-const dateOk = (v: unknown) => v === undefined || (v instanceof Date && !Number.isNaN(v.getTime()));
+const dateOk = (v: unknown) =>
+  v === undefined ||
+  (v instanceof Date && v.getTime() >= DATE_RANGE.min.getTime() && v.getTime() <= DATE_RANGE.max.getTime());
 const strLen = (v: unknown, max: number) =>
   typeof v === 'string' && v.length >= 1 && v.length <= max && textProblem(v) === null;
 export function plainValid(job: unknown): boolean {
