@@ -392,6 +392,18 @@ describe('ops fuzz: list bounds, methods, content types and the audit trail of r
           expect([400, 404], `GET ${r.path}?${k}=1000001: ${JSON.stringify(res.body)}`).toContain(res.status);
           if (res.status === 400) expect(res.body.field).toBe(k);
         }
+        // A job or audit id cursor at either end of the id range, in each order the route takes (the largest id,
+        // oldest first: "afterId + 1" overflowed bigint in the engines, a 500). Batch cursors are UUIDs.
+        if (/^(afterId|beforeId)$/.test(k) && r.path !== '/transfers/batches') {
+          const order = objectShape(r.query)?.order;
+          for (const o of order ? ['newest', 'oldest'] : [undefined])
+            for (const v of ['1', '9223372036854775807'])
+              for (const location of r.path === '/jobs' ? ['hot', 'archive', 'dlq'] : [undefined]) {
+                const q = `${k}=${v}${o ? `&order=${o}` : ''}${location ? `&location=${location}` : ''}`;
+                const res = await call('GET', `${baseOf(r)}?${q}`);
+                expect(res.status, `GET ${r.path}?${q}: ${JSON.stringify(res.body)}`).toBe(200);
+              }
+        }
         const one = await call('GET', `${baseOf(r)}?${k}=1`);
         expectNo5xx(`GET ${r.path}?${k}=1`, one);
         if (one.status === 200 && Array.isArray(one.body?.items) && k === 'limit')
