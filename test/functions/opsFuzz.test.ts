@@ -184,6 +184,27 @@ describe('ops fuzz: every route, bad input', () => {
     expect(calls).toBeGreaterThan(500);
   }, 180_000);
 
+  // The host hands the ops handler its catch-all segment decoded: "queues/default?x" for queues/default%3Fx. Read as a
+  // URL path again, the "?" ended it: PATCH /queues/default%3Fx changed the queue "default", and a "%" failed to
+  // decode (a 404). Every route with a path parameter, so a new one is covered.
+  it('a path parameter holding "?", "#" or "%" is that parameter, refused naming it: never another target', async () => {
+    for (const r of allRoutes().filter((x) => x.path.includes(':'))) {
+      const name = /:(\w+)/.exec(r.path)![1]!;
+      for (const suffix of ['?x', '?', '#x', '%', '%zz', '%3F']) {
+        const good = paramOf(r);
+        const res = await call(r.method, pathOf(r.path, `${good}${suffix}`), r.method === 'GET' ? undefined : {});
+        const what = `${r.method} ${r.path} with ${name} ${JSON.stringify(good + suffix)}`;
+        expect(res.status, `${what}: ${JSON.stringify(res.body)}`).toBe(400);
+        expect(res.body, what).toMatchObject({ error: 'invalid_request', field: name, in: 'path' });
+      }
+    }
+    // The queue the parameter starts with is not the one changed.
+    expect((await call('PATCH', 'queues/fuzz-target', { maxAttempts: 3 })).status).toBe(200);
+    const res = await call('PATCH', `queues/${encodeURIComponent('fuzz-target?x')}`, { maxAttempts: 9 });
+    expect(res.status, JSON.stringify(res.body)).toBe(400);
+    expect((await call('GET', 'queues/fuzz-target')).body.maxAttempts).toBe(3);
+  });
+
   // A field that takes any JSON value (a job's payload) may nest as deep as the body limit allows: 100,000 levels
   // in 256 KB, past every recursive JSON.stringify and parser on the way (the audit summary's digest overflowed
   // V8's stack: a bare 500 from the host, and no record). Bounded by LIMITS.payloadDepth, a 400 naming the field.
@@ -362,14 +383,15 @@ describe('ops fuzz: one batch resumed N times at once, its messages delivered at
 
 // A path of the route with well-formed parameters: an unknown id, or the configured transfer.
 function baseOf(r: { path: string }): string {
-  return pathOf(
-    r.path,
-    r.path.startsWith('/transfers/batches/:id')
-      ? '00000000-0000-4000-8000-000000000000'
-      : r.path.includes(':id')
-        ? '1'
-        : 'items',
-  );
+  return pathOf(r.path, paramOf(r));
+}
+
+function paramOf(r: { path: string }): string {
+  return r.path.startsWith('/transfers/batches/:id')
+    ? '00000000-0000-4000-8000-000000000000'
+    : r.path.includes(':id')
+      ? '1'
+      : 'items';
 }
 
 // Last in the file: its valid writes (a transfer started, queues paused) would change what the suites above start from.
