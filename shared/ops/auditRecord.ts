@@ -23,10 +23,13 @@ const TARGET_KIND: Record<string, string> = {
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
 
-// A value the audit columns accept: NUL and lone surrogates removed, cut to the column's width.
+// A value the audit columns accept: NUL and lone surrogates removed, cut to the column's width; nothing left is null
+// (the store refuses an empty text, and a record it refuses fails the call: a principal claim of "\u0000" on the
+// local host answered 503 and its refusals went unrecorded).
 export function auditText(v: unknown, max: number): string | null {
   if (v === null || v === undefined) return null;
   let t = String(v).replace(/\u0000/g, '');
+  if (t === '') return null;
   if (t.length > max) t = `${t.slice(0, max - 1)}…`;
   return t.replace(LONE_SURROGATE, '\uFFFD');
 }
