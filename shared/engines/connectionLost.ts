@@ -25,10 +25,12 @@ const SOCKET_CODES: ReadonlySet<string> = new Set([
 ]);
 // SQL Server: cannot open database, database unavailable or moving, connection-level transport errors.
 const MSSQL_NUMBERS: ReadonlySet<number> = new Set([4060, 40613, 40197, 40501, 10053, 10054, 10060, 233, 64]);
-// pg's own words for a connection that ended or a connect that timed out; Oracle's end-of-file on the channel, not
-// connected, no listener, and the connection closed under the call.
+// pg's own words for a connection that ended or a connect that timed out, and PostgreSQL's refusal of a connect to a
+// database closed to connections (ALTER DATABASE ... ALLOW_CONNECTIONS false; SQLSTATE 55000, a class too broad to
+// take whole), the counterpart of SQL Server's 4060; Oracle's end-of-file on the channel, not connected, no
+// listener, and the connection closed under the call.
 const TEXTS =
-  /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|^ORA-(03113|03114|03135|12514|12541|12170)|^DPI-1080|^NJS-(003|500|501|503)/;
+  /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|^database ".*" is not currently accepting connections$|^ORA-(03113|03114|03135|12514|12541|12170)|^DPI-1080|^NJS-(003|500|501|503)/;
 
 interface ErrorShape {
   code?: unknown;

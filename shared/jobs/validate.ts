@@ -36,6 +36,7 @@ import {
 } from './contract.js';
 
 export {
+  DATE_RANGE,
   DEFAULT_MAX_PAYLOAD_BYTES,
   enqueueFields,
   issueMessage,
@@ -322,6 +323,9 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
       if (search.location === 'hot') throw new ValidationError('scanRows', 'applies to archive and DLQ searches only');
       assertPositiveInt('scanRows', search.scanRows, TEXT_SEARCH_SCAN_ROWS_MAX);
     }
+    // No id lies above the largest an engine holds: the engines' "afterId + 1" would overflow bigint (a 500).
+    if (search.order === 'oldest' && search.afterId === MAX_BIGINT.toString())
+      return { answer: { items: [], nextAfterId: null, scanBounded: false } };
     return undefined;
   },
   countJobs: (c) => {

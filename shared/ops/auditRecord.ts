@@ -23,10 +23,13 @@ const TARGET_KIND: Record<string, string> = {
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
 
-// A value the audit columns accept: NUL and lone surrogates removed, cut to the column's width.
+// A value the audit columns accept: NUL and lone surrogates removed, cut to the column's width; nothing left is null
+// (the store refuses an empty text, and a record it refuses fails the call: a principal claim of "\u0000" on the
+// local host answered 503 and its refusals went unrecorded).
 export function auditText(v: unknown, max: number): string | null {
   if (v === null || v === undefined) return null;
   let t = String(v).replace(/\u0000/g, '');
+  if (t === '') return null;
   if (t.length > max) t = `${t.slice(0, max - 1)}…`;
   return t.replace(LONE_SURROGATE, '\uFFFD');
 }
@@ -86,7 +89,7 @@ function auditSummary(params: unknown, query: unknown, body: unknown): string | 
     const out: Record<string, unknown> = {};
     for (const [k, x] of Object.entries(v)) {
       if (k === 'payload') {
-        const text = JSON.stringify(x ?? null);
+        const text = JSON.stringify(x ?? null) ?? 'null'; // undefined for a function or symbol (none from JSON)
         out[k] = {
           bytes: Buffer.byteLength(text),
           sha256: createHash('sha256').update(text).digest('hex').slice(0, 16),
@@ -95,12 +98,19 @@ function auditSummary(params: unknown, query: unknown, body: unknown): string | 
     }
     return out;
   };
-  const parts: Record<string, unknown> = {};
-  if (params && Object.keys(params).length) parts.params = params;
-  if (query && typeof query === 'object' && Object.keys(query).length) parts.query = query;
-  if (body !== undefined && !(typeof body === 'object' && body !== null && Object.keys(body).length === 0))
-    parts.body = strip(body, 0);
-  return Object.keys(parts).length ? JSON.stringify(parts) : null;
+  // Never throws: the record is written from the router's error path too, where a throw would escape the handler
+  // as a bare 500 with no record (a body the schemas passed cannot nest deep enough to overflow the stack; this
+  // is the guard should one ever do so).
+  try {
+    const parts: Record<string, unknown> = {};
+    if (params && Object.keys(params).length) parts.params = params;
+    if (query && typeof query === 'object' && Object.keys(query).length) parts.query = query;
+    if (body !== undefined && !(typeof body === 'object' && body !== null && Object.keys(body).length === 0))
+      parts.body = strip(body, 0);
+    return Object.keys(parts).length ? JSON.stringify(parts) : null;
+  } catch (err) {
+    return JSON.stringify({ unreadable: (err as Error).message });
+  }
 }
 
 // How many rows or jobs the call affected, read from its answer: a count or deleted figure, the jobs or ids it

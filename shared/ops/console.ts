@@ -254,9 +254,12 @@ export async function handleConsoleApi(
       query[k] = v;
     });
     // Loaded on use: @azure/functions is a CommonJS bundle whose classes Node's ESM loader only exposes on the
-    // default export (the registration test mocks the module without one, so not at module load).
-    const { default: azureFunctions } = await import('@azure/functions');
-    const HttpRequestClass = azureFunctions.HttpRequest;
+    // default export (the registration test mocks the module without one, so not at module load). Under tsx (npm
+    // start) the namespace carries them by name and has no default: every console API call was a 500 there.
+    const azureFunctions = (await import('@azure/functions')) as typeof import('@azure/functions') & {
+      default?: typeof import('@azure/functions');
+    };
+    const HttpRequestClass = azureFunctions.default?.HttpRequest ?? azureFunctions.HttpRequest;
     const relayed = new HttpRequestClass({
       method: request.method,
       url: `${url.origin}${url.pathname.replace(/\/console-api\/ops(\/.*)?$/, (_m, rest: string | undefined) => `/ops${rest ?? ''}`)}${url.search}`,

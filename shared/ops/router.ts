@@ -258,18 +258,23 @@ export function createOpsHandler(
   return async (request, context, channel = 'key', refused) => {
     const url = new URL(request.url);
     const method = request.method.toUpperCase() as OpsMethod;
-    // Azure hands us the catch-all segment; the local host routes /api/ops/* the same way.
+    // Azure hands us the catch-all segment, decoded; the local host routes /api/ops/* the same way. The router reads
+    // a URL path, so the segment is encoded again, segment by segment: a "?", "#" or "%" in a parameter stays in the
+    // parameter (a 400 naming it) instead of ending the path (PATCH /queues/default%3Fx changed the queue "default")
+    // or failing to decode (a 404). `path` is what messages show.
     const tail = request.params.path;
     const path = tail !== undefined ? `${OPS_PREFIX}/${tail}` : url.pathname;
+    const routed =
+      tail !== undefined ? `${OPS_PREFIX}/${tail.split('/').map(encodeURIComponent).join('/')}` : url.pathname;
     // Filled in as the call proceeds: what the audit record says about it (null until the route is known).
     let call: AuditCall | null = null;
     let rt: OpsRuntime | null = null;
     let auditId: string | null = null;
     try {
-      const found = OPS_METHODS.includes(method) ? router.find(method, path) : null;
+      const found = OPS_METHODS.includes(method) ? router.find(method, routed) : null;
       if (!found) {
         if (refused) throw refused; // a refused caller learns nothing of the route table
-        const allowed = OPS_METHODS.filter((m) => router.find(m, path) !== null);
+        const allowed = OPS_METHODS.filter((m) => router.find(m, routed) !== null);
         if (allowed.length > 0) {
           throw new OpsError('method_not_allowed', `${method} is not allowed on ${path}`, undefined, {
             allow: allowed.join(', '),

@@ -11,6 +11,7 @@ import {
   TEXT_SEARCH_SCAN_ROWS_MAX,
 } from '../jobs/contract.js';
 import {
+  DATE_RANGE,
   LIMITS,
   NOT_BOTH_DELAY_AND_RUN_AT,
   batchId,
@@ -31,6 +32,12 @@ import {
 export { batchId, jobId };
 export const name = jobName;
 const isoDate = z.iso.datetime({ offset: true }).describe('ISO 8601 date-time');
+// A job's own dates are stored: within the range every engine holds (the store's check, DATE_RANGE), so an
+// out-of-range one is refused here, before the call is started.
+const jobDate = isoDate.refine((v) => {
+  const t = Date.parse(v);
+  return t >= DATE_RANGE.min.getTime() && t <= DATE_RANGE.max.getTime();
+}, 'must be from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z (UTC)');
 const reason = dlqReason;
 const location = jobLocation;
 
@@ -58,8 +65,8 @@ export const enqueueJob = z
     queue: name.optional().describe('job queue (created on first use); default: the handler\'s queue, else "default"'),
     type: name.describe('job type: a registered handler'),
     payload: enqueueFields.payload.describe('any JSON value'),
-    runAt: isoDate.optional(),
-    expiresAt: isoDate.optional(),
+    runAt: jobDate.optional(),
+    expiresAt: jobDate.optional(),
   })
   .refine((j) => !(j.delayMs !== undefined && j.runAt !== undefined), NOT_BOTH_DELAY_AND_RUN_AT);
 

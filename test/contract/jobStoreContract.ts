@@ -2429,6 +2429,21 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(idsOf(second)).toEqual([ids[2], ids[3]]);
       const newest = await store.searchJobs({ location: 'hot', queue: q, limit: 2 });
       expect(idsOf(newest)).toEqual([ids[4], ids[3]]);
+      // The cursor at either end of the id range, either order, every location: nothing above the largest id (an
+      // "afterId + 1" overflowed bigint there: a 500 from GET /jobs?order=oldest&afterId=9223372036854775807).
+      for (const location of ['hot', 'archive', 'dlq'] as const) {
+        const bounded = location === 'hot' ? {} : { scanRows: 10 };
+        const top = { location, queue: q, afterId: '9223372036854775807', limit: 2, ...bounded };
+        expect(await store.searchJobs({ ...top, order: 'oldest' })).toEqual({
+          items: [],
+          nextAfterId: null,
+          scanBounded: false,
+        });
+        expect(idsOf(await store.searchJobs({ ...top, order: 'newest' }))).toEqual(
+          location === 'hot' ? [ids[4], ids[3]] : [],
+        );
+        expect(idsOf(await store.searchJobs({ ...top, afterId: '1', order: 'newest' }))).toEqual([]);
+      }
 
       // Archive, oldest first with a scan bound: the marker is the highest id examined, and the walk goes on above it.
       for (const id of [...ids, a.id, b.id]) {

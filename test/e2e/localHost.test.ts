@@ -277,6 +277,38 @@ describe('local host', () => {
     expect(await jobTables()).toBe(before);
   });
 
+  // The console's key-less path (/api/console-api/ops/...) relays into the same route table; without App Service
+  // authentication in front (the local host) every route is refused with 401, never a 500 (under tsx the relay
+  // failed to load @azure/functions' HttpRequest: a 500 on every call). Every route of the table, so a new one is
+  // covered.
+  it("refuses every route of the console's key-less path with 401 without App Service authentication", async () => {
+    const { allRoutes } = await import('../../shared/ops/routes.js');
+    const last = async () =>
+      String((await pool.query(`select coalesce(max(id), 0) as id from keel.ops_audit`)).rows[0].id);
+    const from = await last();
+    for (const r of allRoutes()) {
+      const route = `/api/console-api/ops${r.path.replace(/:(\w+)/g, '1')}`;
+      const res = await fetch(`${host.baseUrl}${route}`, {
+        method: r.method,
+        headers: { 'content-type': 'application/json', 'x-keel-console': '1', 'x-ms-client-principal': OPERATOR },
+        ...(r.method === 'GET' ? {} : { body: '{}' }),
+      });
+      const text = await res.text();
+      expect(res.status, `${r.method} ${route}: ${text}`).toBe(401);
+      expect(JSON.parse(text), `${r.method} ${route}`).toMatchObject({ error: 'unauthorized' });
+    }
+    // Each refusal recorded against the route it named (the first of a caller's on a route is never coalesced).
+    const rows = await pool.query(
+      `select action, outcome, status, channel from keel.ops_audit where id > $1::bigint order by id`,
+      [from],
+    );
+    expect(rows.rows.map((x) => `${x.action} ${x.outcome} ${x.status} ${x.channel}`).sort()).toEqual(
+      allRoutes()
+        .map((r) => `${r.operationId} refused 401 console`)
+        .sort(),
+    );
+  });
+
   it('moves malformed and unknown queue messages to the poison queue, changing nothing', async () => {
     const before = await jobTables();
     const svc = QueueServiceClient.fromConnectionString(host.azurite);

@@ -13,6 +13,10 @@ describe('isConnectionLost', () => {
     ['pg: cannot connect now (57P03)', err('the database system is starting up', { code: '57P03' })],
     ['pg: connection failure (08006)', err('connection failure', { code: '08006' })],
     ['pg: too many connections (53300)', err('sorry, too many clients already', { code: '53300' })],
+    [
+      'pg: a database closed to connections (55000)',
+      err('database "keel_src" is not currently accepting connections', { code: '55000' }),
+    ],
     ['node: refused', err('connect ECONNREFUSED 127.0.0.1:5432', { code: 'ECONNREFUSED' })],
     ['mssql: socket', err('Connection lost - read ECONNRESET', { code: 'ESOCKET' })],
     ['mssql: closed under the request', err('Connection closed before request completed.', { code: 'ECLOSE' })],
@@ -27,6 +31,7 @@ describe('isConnectionLost', () => {
     ['pg: unique violation', err('duplicate key value violates unique constraint', { code: '23505' })],
     ['pg: statement timeout', err('canceling statement due to statement timeout', { code: '57014' })],
     ['pg: deadlock', err('deadlock detected', { code: '40P01' })],
+    ['pg: another 55000', err('cannot drop the currently open database', { code: '55000' })],
     ['mssql: deadlock victim', err('Transaction was deadlocked', { number: 1205 })],
     ['oracle: unique constraint', err('ORA-00001: unique constraint violated')],
     ['a bug', new TypeError('Cannot read properties of undefined')],

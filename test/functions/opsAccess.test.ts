@@ -256,6 +256,23 @@ describe('/api/ops with a function key', () => {
     expect((await call('key', 'POST', 'queues/acl-key/resume', { body: {}, principal: OPERATOR })).status).toBe(200);
   });
 
+  // The audit columns drop what a database cannot store (NUL): a claim of nothing else is recorded as absent, not as
+  // an empty text the store refuses (that failed the call closed, 503, and left its refusals unrecorded).
+  it('records a principal whose claims are nothing but NUL: its write runs, its refusal is recorded', async () => {
+    const nul = (roles: string[]) =>
+      encodeClientPrincipal({ name: '\u0000', oid: '\u0000\u0000', tid: '\u0000', roles });
+    const from = await lastAuditId(t.pool);
+    const ok = await call('key', 'POST', 'queues/acl-nul/pause', { body: {}, principal: nul(['Keel.Operator']) });
+    expect(ok.status, JSON.stringify(ok.body)).toBe(200);
+    const refused = await call('key', 'POST', 'queues/acl-nul/resume', { body: {}, principal: nul(['Keel.Reader']) });
+    expect(refused.status, JSON.stringify(refused.body)).toBe(403);
+    const rows = await auditRows(t.pool, from);
+    expect(rows.map((r) => [r.action, r.outcome, r.status, r.principal_id, r.principal_name, r.tenant_id])).toEqual([
+      ['pauseQueue', 'ok', 200, null, null, null],
+      ['resumeQueue', 'refused', 403, null, null, null],
+    ]);
+  });
+
   it('ignores a forged principal where nobody vouches for it (F5): a container, func start, Azure without auth', async () => {
     for (const env of [{}, { WEBSITE_SITE_NAME: 'keel-app' }, { WEBSITE_AUTH_ENABLED: 'True' }]) {
       vi.stubEnv('KEEL_TRUST_CLIENT_PRINCIPAL', '');

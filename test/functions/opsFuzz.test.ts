@@ -183,6 +183,73 @@ describe('ops fuzz: every route, bad input', () => {
     expect(kept(await snapshot(fx.t.pool))).toEqual(kept(before));
     expect(calls).toBeGreaterThan(500);
   }, 180_000);
+
+  // The host hands the ops handler its catch-all segment decoded: "queues/default?x" for queues/default%3Fx. Read as a
+  // URL path again, the "?" ended it: PATCH /queues/default%3Fx changed the queue "default", and a "%" failed to
+  // decode (a 404). Every route with a path parameter, so a new one is covered.
+  it('a path parameter holding "?", "#" or "%" is that parameter, refused naming it: never another target', async () => {
+    for (const r of allRoutes().filter((x) => x.path.includes(':'))) {
+      const name = /:(\w+)/.exec(r.path)![1]!;
+      for (const suffix of ['?x', '?', '#x', '%', '%zz', '%3F']) {
+        const good = paramOf(r);
+        const res = await call(r.method, pathOf(r.path, `${good}${suffix}`), r.method === 'GET' ? undefined : {});
+        const what = `${r.method} ${r.path} with ${name} ${JSON.stringify(good + suffix)}`;
+        expect(res.status, `${what}: ${JSON.stringify(res.body)}`).toBe(400);
+        expect(res.body, what).toMatchObject({ error: 'invalid_request', field: name, in: 'path' });
+      }
+    }
+    // The queue the parameter starts with is not the one changed.
+    expect((await call('PATCH', 'queues/fuzz-target', { maxAttempts: 3 })).status).toBe(200);
+    const res = await call('PATCH', `queues/${encodeURIComponent('fuzz-target?x')}`, { maxAttempts: 9 });
+    expect(res.status, JSON.stringify(res.body)).toBe(400);
+    expect((await call('GET', 'queues/fuzz-target')).body.maxAttempts).toBe(3);
+  });
+
+  // A field that takes any JSON value (a job's payload) may nest as deep as the body limit allows: 100,000 levels
+  // in 256 KB, past every recursive JSON.stringify and parser on the way (the audit summary's digest overflowed
+  // V8's stack: a bare 500 from the host, and no record). Bounded by LIMITS.payloadDepth, a 400 naming the field.
+  it('a JSON-valued field nested at and past its depth limit, up to the body limit: accepted, or a 400 naming it with its refused record', async () => {
+    const { LIMITS } = await import('../../shared/jobs/validate.js');
+    const valid: Record<string, (value: string) => string> = {
+      enqueue: (v) => `{"type":"demo.echo","delayMs":60000,"payload":${v}}`,
+    };
+    const anyJson = (schema: z.ZodType) => [{ a: [1] }, [[[]]], 'x', 1, null].every((v) => schema.safeParse(v).success);
+    const nested = (depth: number) => '[{"a":'.repeat(depth / 2) + '1' + '}]'.repeat(depth / 2);
+    let routes = 0;
+    for (const r of allRoutes().filter((x) => x.method !== 'GET')) {
+      const fields = Object.entries(objectShape(r.body) ?? {}).filter(([, f]) => anyJson(f));
+      if (fields.length === 0) continue;
+      routes++;
+      const make = valid[r.operationId];
+      expect(
+        make,
+        `${r.operationId} takes any JSON in ${fields.map(([k]) => k).join(', ')}: add a valid body here`,
+      ).toBeDefined();
+      for (const depth of [LIMITS.payloadDepth, LIMITS.payloadDepth + 2, 5_000, 40_000]) {
+        for (const batch of [false, true]) {
+          const one = make!(nested(depth));
+          const raw = batch ? `{"jobs":[${make!('1')},${one}]}` : one;
+          const from = await lastAuditId(fx.t.pool);
+          const res = await callRaw(r.method, baseOf(r), raw);
+          const what = `${r.operationId} at depth ${depth}${batch ? ' (second of a batch)' : ''}`;
+          const rows = await auditRows(fx.t.pool, from);
+          expect(
+            rows.map((x) => [x.action, x.status]),
+            what,
+          ).toEqual([[r.operationId, res.status]]);
+          if (depth <= LIMITS.payloadDepth) {
+            expect(res.status, `${what}: ${JSON.stringify(res.body)}`).toBeLessThan(300);
+            continue;
+          }
+          expectClear(what, res);
+          expect(res.status, what).toBe(400);
+          expect(res.body.field, what).toBe(batch ? 'jobs[1].payload' : 'payload');
+          expect(rows[0]!.outcome, what).toBe('refused');
+        }
+      }
+    }
+    expect(routes).toBeGreaterThan(0);
+  }, 120_000);
 });
 
 async function callRaw(method: string, path: string, raw: string): Promise<Answer> {
@@ -316,14 +383,15 @@ describe('ops fuzz: one batch resumed N times at once, its messages delivered at
 
 // A path of the route with well-formed parameters: an unknown id, or the configured transfer.
 function baseOf(r: { path: string }): string {
-  return pathOf(
-    r.path,
-    r.path.startsWith('/transfers/batches/:id')
-      ? '00000000-0000-4000-8000-000000000000'
-      : r.path.includes(':id')
-        ? '1'
-        : 'items',
-  );
+  return pathOf(r.path, paramOf(r));
+}
+
+function paramOf(r: { path: string }): string {
+  return r.path.startsWith('/transfers/batches/:id')
+    ? '00000000-0000-4000-8000-000000000000'
+    : r.path.includes(':id')
+      ? '1'
+      : 'items';
 }
 
 // Last in the file: its valid writes (a transfer started, queues paused) would change what the suites above start from.
@@ -345,6 +413,18 @@ describe('ops fuzz: list bounds, methods, content types and the audit trail of r
           const res = await call('GET', `${baseOf(r)}?${k}=1000001`);
           expect([400, 404], `GET ${r.path}?${k}=1000001: ${JSON.stringify(res.body)}`).toContain(res.status);
           if (res.status === 400) expect(res.body.field).toBe(k);
+        }
+        // A job or audit id cursor at either end of the id range, in each order the route takes (the largest id,
+        // oldest first: "afterId + 1" overflowed bigint in the engines, a 500). Batch cursors are UUIDs.
+        if (/^(afterId|beforeId)$/.test(k) && r.path !== '/transfers/batches') {
+          const order = objectShape(r.query)?.order;
+          for (const o of order ? ['newest', 'oldest'] : [undefined])
+            for (const v of ['1', '9223372036854775807'])
+              for (const location of r.path === '/jobs' ? ['hot', 'archive', 'dlq'] : [undefined]) {
+                const q = `${k}=${v}${o ? `&order=${o}` : ''}${location ? `&location=${location}` : ''}`;
+                const res = await call('GET', `${baseOf(r)}?${q}`);
+                expect(res.status, `GET ${r.path}?${q}: ${JSON.stringify(res.body)}`).toBe(200);
+              }
         }
         const one = await call('GET', `${baseOf(r)}?${k}=1`);
         expectNo5xx(`GET ${r.path}?${k}=1`, one);
@@ -438,4 +518,149 @@ describe('ops fuzz: list bounds, methods, content types and the audit trail of r
     expect((await send('HEAD', 'stats', undefined, operator)).status).toBe(405); // routes take GET, not HEAD
     expect(await auditRows(fx.t.pool, from)).toEqual([]);
   }, 120_000);
+});
+
+// Last: a valid body of every write route with one field (at any depth) replaced, so each value reaches the route's
+// own checks and the store instead of stopping at a missing required field. Found: a job's runAt or expiresAt in year
+// 0 or past 9999 (valid ISO text, no engine stores it) and a payload nested past the stack, each a 500.
+describe('ops fuzz: a valid body with one field changed', () => {
+  const PAST = '2020-01-01T00:00:00Z';
+  // A valid body per write route whose body has fields: a new route with fields must add one (the test says so).
+  const VALID: Record<string, Record<string, unknown>> = {
+    updateQueue: {
+      maxAttempts: 5,
+      maxConcurrency: 3,
+      zombieTimeoutSeconds: 60,
+      zombiePolicy: 'retry',
+      archiveRetentionSeconds: 864_000,
+      dlqRetentionSeconds: 864_000,
+      metricsRetentionSeconds: 864_000,
+      confirmPurge: true,
+      expected: { maxAttempts: 5 },
+    },
+    enqueue: {
+      jobs: [
+        {
+          queue: 'fuzz-mutate',
+          type: 'demo.echo',
+          payload: { a: [1] },
+          priority: 1,
+          delayMs: 3_600_000,
+          tags: ['t'],
+          idempotencyKey: 'k',
+          maxAttempts: 2,
+          expiresAt: '2099-01-01T00:00:00Z',
+        },
+        {
+          queue: 'fuzz-mutate',
+          type: 'demo.echo',
+          runAt: '2099-01-01T00:00:00Z',
+          after: [{ index: 0 }],
+          onFailure: 'skip',
+        },
+      ],
+    },
+    cancelMany: {
+      queue: 'fuzz-mutate',
+      type: 'demo.echo',
+      tag: 't',
+      state: 'pending',
+      ids: ['1'],
+      limit: 10,
+      dryRun: true,
+    },
+    resurrectByFilter: {
+      queue: 'fuzz-mutate',
+      type: 'demo.echo',
+      reason: 'cancelled',
+      failedAfter: PAST,
+      failedBefore: PAST,
+      limit: 10,
+      dryRun: true,
+      ids: ['1'],
+    },
+    purge: {
+      target: 'dlq',
+      queue: 'fuzz-mutate',
+      olderThan: PAST,
+      batchSize: 10,
+      maxBatches: 1,
+      dryRun: true,
+      previewMatched: 0,
+    },
+    pauseTransfer: { reason: 'fuzz' },
+    rebaselineTransfer: { preview: true },
+    compareTransferKeys: { apply: false, windows: 3 },
+    replayTransfer: { low: null, high: '20', preview: true },
+    abandonBatch: { reason: 'fuzz', preview: true },
+    reconcileStale: { olderThanMs: 1000, limit: 5 },
+  };
+  // The edges of every JSON type, dates at and past what engines store, text no database stores, and size.
+  const VALUES: unknown[] = [
+    null,
+    false,
+    0,
+    -1,
+    1.5,
+    2 ** 31,
+    2 ** 53 + 1,
+    1e308,
+    '',
+    'x',
+    '1',
+    '9223372036854775808',
+    '0000-01-01T00:00:00Z',
+    '0001-01-01T00:00:00+01:00',
+    '9999-12-31T23:59:59-01:00',
+    '2026-02-30T00:00:00Z',
+    '\u0000',
+    '\ud800',
+    'x'.repeat(3000),
+    [],
+    ['1', '1'],
+    [{ index: 5 }],
+    {},
+    { a: 1 },
+  ];
+
+  it('never a 5xx; a 400 names the field', async () => {
+    const random = seededRandom('ops fuzz: one field changed');
+    const paths = (v: unknown, at: (string | number)[] = []): (string | number)[][] =>
+      Array.isArray(v)
+        ? v.flatMap((x, i) => [[...at, i], ...paths(x, [...at, i])])
+        : v && typeof v === 'object'
+          ? Object.entries(v).flatMap(([k, x]) => [[...at, k], ...paths(x, [...at, k])])
+          : [];
+    const replaced = (body: unknown, path: (string | number)[], value: unknown) => {
+      const copy = structuredClone(body) as Record<string | number, unknown>;
+      let at = copy;
+      for (const p of path.slice(0, -1)) at = at[p] as Record<string | number, unknown>;
+      if (value === undefined) delete at[path[path.length - 1]!];
+      else at[path[path.length - 1]!] = value;
+      return copy;
+    };
+    let calls = 0;
+    for (const r of allRoutes().filter((x) => x.method !== 'GET')) {
+      const fields = Object.keys(objectShape(r.body) ?? {});
+      if (fields.length === 0) continue;
+      const body = VALID[r.operationId];
+      expect(body, `${r.operationId} takes ${fields.join(', ')}: add a valid body to VALID`).toBeDefined();
+      const valid = await call(r.method, baseOf(r), body);
+      expect(valid.status, `${r.operationId} valid body: ${JSON.stringify(valid.body)}`).toBeLessThan(500);
+      // A replay's range must match committed windows, which this file may not have made when run alone.
+      if (valid.status === 400 && r.operationId !== 'replayTransfer')
+        throw new Error(`${r.operationId}: VALID is refused: ${JSON.stringify(valid.body)}`);
+      for (const path of paths(body)) {
+        // Every edge value on the first job's fields, a seeded sample of them deeper down (bounded).
+        const values = path.length <= 3 ? VALUES : random.shuffle(VALUES).slice(0, 6);
+        for (const v of [undefined, ...values]) {
+          const sent = replaced(body, path, v);
+          const res = await call(r.method, baseOf(r), sent);
+          calls++;
+          expectNo5xx(`${r.operationId} ${path.join('.')} = ${JSON.stringify(v)?.slice(0, 40)}`, res);
+        }
+      }
+    }
+    expect(calls).toBeGreaterThan(500);
+  }, 240_000);
 });

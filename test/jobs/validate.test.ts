@@ -2,6 +2,7 @@
 // schemas exactly what the store accepts.
 import { describe, expect, it } from 'vitest';
 import {
+  DATE_RANGE,
   LIMITS,
   MAX_BATCH,
   ValidationError,
@@ -46,7 +47,23 @@ const cases: Record<string, unknown>[] = [
   { queue: 'q'.repeat(129), type: 't' },
   { type: 't' },
   { ...base, payload: undefined, priority: undefined },
+  // The instants every engine stores (DATE_RANGE), at and past each end.
+  { ...base, runAt: new Date(DATE_RANGE.min), expiresAt: new Date(DATE_RANGE.max) },
+  { ...base, runAt: new Date(DATE_RANGE.min.getTime() - 1) },
+  { ...base, expiresAt: new Date('0000-12-31T23:00:00.000Z') },
+  { ...base, runAt: new Date(DATE_RANGE.max.getTime() + 1) },
+  { ...base, expiresAt: new Date(8.64e15) },
+  { ...base, payload: nested(LIMITS.payloadDepth) },
+  { ...base, payload: nested(LIMITS.payloadDepth + 1) },
+  { ...base, payload: { a: nested(LIMITS.payloadDepth) } },
 ];
+
+// A value with `depth` arrays and objects around each other: [{"a":[{"a":...}]}].
+function nested(depth: number): unknown {
+  let v: unknown = 1;
+  for (let i = 0; i < depth; i++) v = i % 2 ? { a: v } : [v];
+  return v;
+}
 
 describe('enqueue validation', () => {
   it('the fast check and the schema agree on every case', () => {
@@ -69,6 +86,24 @@ describe('enqueue validation', () => {
       }
       expect({ case: c, fast: plainValid(c) }).toEqual({ case: c, fast: pureSchemaOk });
       expect(schemaOk).toBe(pureSchemaOk);
+    }
+  });
+
+  it('a payload nests at most LIMITS.payloadDepth levels, at any size: deeper is refused naming the payload, never a stack overflow', () => {
+    expect(prepareEnqueue([{ ...base, payload: nested(LIMITS.payloadDepth) }])).toHaveLength(1);
+    // 100,000 levels fit in a 256 KB body; JSON.stringify overflows V8's stack long before.
+    for (const depth of [LIMITS.payloadDepth + 1, 5_000, 100_000]) {
+      for (const jobs of [[{ ...base, payload: nested(depth) }], [base, { ...base, payload: nested(depth) }]]) {
+        let err: unknown;
+        try {
+          prepareEnqueue(jobs);
+        } catch (e) {
+          err = e;
+        }
+        expect(err, `depth ${depth}`).toBeInstanceOf(ValidationError);
+        expect((err as ValidationError).field).toBe(jobs.length === 1 ? 'payload' : 'jobs[1].payload');
+        expect((err as ValidationError).message).toMatch(/more than 128 levels deep/);
+      }
     }
   });
 

@@ -32,6 +32,7 @@ export {
 export { IdempotencyConflictError, KeelApiError, KeelUnavailableError } from './errors.js';
 export { flowJobs, flowResult, type Flow, type FlowJob, type FlowResult } from './flow.js';
 export {
+  DATE_RANGE,
   LIMITS,
   ON_PARENT_FAILURE,
   SCHEDULE_KEY_PREFIX,

@@ -17,6 +17,10 @@ export const LIMITS = {
   scheduleNameLength: 100,
   batchJobs: 20_000, // jobs per enqueueMany call (and per ops API batch body): one procedure call, one transaction
   payloadBytes: 256 * 1024, // serialized payload, the default of KEEL_MAX_PAYLOAD_BYTES
+  // Arrays and objects nested in a payload. JSON.stringify and the engines' JSON parsers recurse once per level: a
+  // 256 KB body holds 100,000 levels, past V8's stack (~4,000 levels) and PostgreSQL's (~50,000), so without a bound
+  // the depth decided between a 201 and a 500. 128 is inside every one of them (SQL Server's JSON functions too).
+  payloadDepth: 128,
   maxPayloadBytesSetting: 16 * 1024 * 1024, // the most KEEL_MAX_PAYLOAD_BYTES may allow
   priority: 1_000_000, // from -priority to +priority
   delayMs: 366 * DAY_SECONDS * 1000,
@@ -68,36 +72,45 @@ export function textProblem(s: string): string | null {
   return null;
 }
 
-// The first string or object key inside a JSON value that textProblem refuses: its path and why. Iterative, so a
-// deeply nested payload cannot overflow the stack.
+// The first string or object key inside a JSON value that textProblem refuses: its path and why; or, at the value's
+// own path, that it nests arrays and objects deeper than LIMITS.payloadDepth. Iterative, so a deeply nested payload
+// cannot overflow the stack here.
 export function jsonTextProblem(value: unknown): { path: (string | number)[]; message: string } | null {
   interface Node {
     v: unknown;
     key: string | number | null;
     parent: Node | null;
+    depth: number; // containers around v
   }
   const pathOf = (n: Node | null, last?: string): (string | number)[] => {
     const out: (string | number)[] = last !== undefined ? [last] : [];
     for (let at = n; at && at.key !== null; at = at.parent) out.unshift(at.key);
     return out;
   };
-  const stack: Node[] = [{ v: value, key: null, parent: null }];
+  const stack: Node[] = [{ v: value, key: null, parent: null, depth: 0 }];
+  const tooDeep = {
+    path: [],
+    message: `must not nest arrays and objects more than ${LIMITS.payloadDepth} levels deep`,
+  };
   while (stack.length > 0) {
     const node = stack.pop()!;
     const v = node.v;
+    const depth = node.depth + 1;
     if (typeof v === 'string') {
       const m = textProblem(v);
       if (m) return { path: pathOf(node), message: m };
     } else if (Array.isArray(v)) {
-      for (let i = v.length - 1; i >= 0; i--) stack.push({ v: v[i], key: i, parent: node });
+      if (depth > LIMITS.payloadDepth) return tooDeep;
+      for (let i = v.length - 1; i >= 0; i--) stack.push({ v: v[i], key: i, parent: node, depth });
     } else if (v !== null && typeof v === 'object') {
+      if (depth > LIMITS.payloadDepth) return tooDeep;
       const entries = Object.entries(v);
       for (const [k] of entries) {
         const km = textProblem(k);
         if (km) return { path: pathOf(node, k), message: `key ${km}` };
       }
       for (let i = entries.length - 1; i >= 0; i--)
-        stack.push({ v: entries[i]![1], key: entries[i]![0], parent: node });
+        stack.push({ v: entries[i]![1], key: entries[i]![0], parent: node, depth });
     }
   }
   return null;
@@ -151,8 +164,19 @@ export const NOT_BOTH_DELAY_AND_RUN_AT = {
   path: ['runAt'],
 };
 
+// The instants every engine stores: SQL Server's datetime2 holds years 1 to 9999, and PostgreSQL reads no year 0
+// (1 BC) nor a six-digit year in the ISO text a job's dates travel as. Outside them the insert failed: a 500.
+export const DATE_RANGE = {
+  min: new Date('0001-01-01T00:00:00.000Z'),
+  max: new Date('9999-12-31T23:59:59.999Z'),
+} as const;
+const storableDate = z
+  .date()
+  .min(DATE_RANGE.min, 'must be from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z (UTC)')
+  .max(DATE_RANGE.max, 'must be from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z (UTC)');
+
 const enqueueSchema = z
-  .strictObject({ ...enqueueFields, runAt: z.date().optional(), expiresAt: z.date().optional() })
+  .strictObject({ ...enqueueFields, runAt: storableDate.optional(), expiresAt: storableDate.optional() })
   .refine((j) => !(j.delayMs !== undefined && j.runAt !== undefined), NOT_BOTH_DELAY_AND_RUN_AT);
 
 export function firstIssue(err: z.ZodError, prefix: string): ValidationError {
@@ -182,7 +206,9 @@ const isName = (v: unknown) =>
   typeof v === 'string' && v.length >= 1 && v.length <= LIMITS.nameLength && NAME_PATTERN.test(v);
 const intIn = (v: unknown, min: number, max: number) =>
   v === undefined || (Number.isInteger(v) && (v as number) >= min && (v as number) <= max);
-const dateOk = (v: unknown) => v === undefined || (v instanceof Date && !Number.isNaN(v.getTime()));
+const dateOk = (v: unknown) =>
+  v === undefined ||
+  (v instanceof Date && v.getTime() >= DATE_RANGE.min.getTime() && v.getTime() <= DATE_RANGE.max.getTime());
 const strLen = (v: unknown, max: number) =>
   typeof v === 'string' && v.length >= 1 && v.length <= max && textProblem(v) === null;
 export function plainValid(job: unknown): boolean {
