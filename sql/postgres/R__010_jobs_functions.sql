@@ -918,7 +918,9 @@ returns table (ok bigint[], cancelled bigint[])
 language plpgsql as $$
 #variable_conflict use_column
 declare
-  v_tids       tid[] := keel._lock_owned(p_leases, 'processing');
+  v_tids       tid[];
+  v_ok_deps    bigint[];
+  v_dead_deps  bigint[];
   v_moved      bigint;
   v_ok         bigint[];
   v_cancelled  keel.jobs_hot[];
@@ -930,9 +932,24 @@ declare
   v_total_ms   bigint[];
   v_max_ms     bigint[];
 begin
+  -- keel._lock_owned's statement, which also says which of the locked rows have dependents (rare).
+  select coalesce(array_agg(l.ctid order by l.id), '{}'),
+         array_agg(l.id order by l.id) filter (where l.has_dependents and not l.cancel_requested),
+         array_agg(l.id order by l.id) filter (where l.has_dependents and l.cancel_requested)
+  into v_tids, v_ok_deps, v_dead_deps
+  from (select r."jobId" as id, r."leaseId" as lease from jsonb_to_recordset(p_leases) as r("jobId" bigint, "leaseId" uuid)
+        order by 1) r
+  cross join lateral (
+    select h.ctid, h.id, h.lease_id, h.state, h.has_dependents, h.cancel_requested from keel.jobs_hot h where h.id = r.id
+    for update of h offset 0) l
+  where l.lease_id = r.lease and l.state = 'processing';
   if cardinality(v_tids) = 0 then
     return query select '{}'::bigint[], '{}'::bigint[];
     return;
+  end if;
+  if v_ok_deps is not null or v_dead_deps is not null then
+    -- The waiting rows these moves settle, locked before anything is deleted (keel._lock_settled).
+    perform keel._lock_settled(v_ok_deps, v_dead_deps);
   end if;
   -- A job whose cancel was requested while it ran goes to the DLQ as 'cancelled' even when its handler finished
   -- first: the operator was told 'cancel_requested', and that is how such a job ends (as with retry).
@@ -1030,20 +1047,33 @@ $$;
 -- Hot -> DLQ for the given ids that are in one of p_states (and, when p_lease is given, still under that lease),
 -- locked in id order. Shared by fail, cancel, retry, interrupt and rescue. Returns what to count (keel._tally);
 -- cardinality(queues) is how many it moved.
+-- A row with dependents has its waiting descendants locked before anything is deleted (keel._lock_settled).
 drop function if exists keel._dead_letter(bigint[], uuid, text[], text, text);
 create or replace function keel._dead_letter(p_ids bigint[], p_lease uuid, p_states text[], p_reason text, p_error text)
 returns keel.tally
-language sql as $$
-  with locked as (
-    select h.id from keel.jobs_hot h
-    where h.id = any(array(select unnest(p_ids))) and h.state = any(p_states) and (p_lease is null or h.lease_id = p_lease)
-    order by h.id
-    for update of h
-  ), moved as (
-    delete from keel.jobs_hot h where h.id = any(array(select l.id from locked l))
+language plpgsql as $$
+declare
+  v_ids  bigint[];
+  v_deps bigint[];
+  v_rows keel.jobs_hot[];
+begin
+  select coalesce(array_agg(l.id order by l.id), '{}'), array_agg(l.id order by l.id) filter (where l.has_dependents)
+  into v_ids, v_deps
+  from (select h.id, h.has_dependents from keel.jobs_hot h
+        where h.id = any(array(select unnest(p_ids))) and h.state = any(p_states)
+          and (p_lease is null or h.lease_id = p_lease)
+        order by h.id
+        for update of h) l;
+  if v_deps is not null then
+    perform keel._lock_settled(null, v_deps);
+  end if;
+  with moved as (
+    delete from keel.jobs_hot h where h.id = any(array(select unnest(v_ids)))
     returning h.*
   )
-  select keel._bury(coalesce((select array_agg(row(m.*)::keel.jobs_hot order by m.id) from moved m), '{}'), p_reason, p_error)
+  select coalesce(array_agg(row(m.*)::keel.jobs_hot order by m.id), '{}') into v_rows from moved m;
+  return keel._bury(v_rows, p_reason, p_error);
+end
 $$;
 
 create or replace function keel.fail(p_job_id bigint, p_lease_id text, p_reason text, p_error text)
@@ -1406,6 +1436,45 @@ begin
 end
 $$;
 
+-- Locks the hot rows the final moves of the given rows (the caller's, locked, not yet moved) will settle: the open
+-- children of those that will succeed, every open descendant of those that will fail; all in one id order, the
+-- closure read again once locked (as keel._parents_finished reads it, which then waits for none of them). A move takes
+-- them before it deletes anything: an enqueue with `after` holds the waiting parents it names while it inserts its
+-- keyed jobs, and an insert of a key whose row a move has deleted waits for that move to commit. Locked after the
+-- delete, a completion batch holding a job of the key and the parent of the enqueue's waiting parent waited for the
+-- enqueue, and the enqueue for it: a deadlock (test/engines/postgres.flowKeys.test.ts).
+create or replace function keel._lock_settled(p_succeeded bigint[], p_failed bigint[])
+returns void
+language plpgsql as $$
+declare
+  v_locked bigint[] := '{}';
+  v_more   bigint[];
+begin
+  if coalesce(cardinality(p_succeeded), 0) = 0 and coalesce(cardinality(p_failed), 0) = 0 then
+    return;
+  end if;
+  loop
+    v_more := array(
+      with recursive d(id) as (
+        select e.child_id from keel.job_deps e
+        where e.parent_id = any(array(select unnest(p_failed))) and e.parent_outcome is null
+        union
+        select e.child_id from d join keel.job_deps e on e.parent_id = d.id and e.parent_outcome is null
+      )
+      select x.id from (select d.id from d
+                        union
+                        select e.child_id from keel.job_deps e
+                        where e.parent_id = any(array(select unnest(p_succeeded))) and e.parent_outcome is null) x
+      where x.id <> all(v_locked)
+      order by 1);
+    exit when cardinality(v_more) = 0;
+    perform l.id from (select unnest(v_more) as id order by 1) x
+    cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id for update of h offset 0) l;
+    v_locked := v_locked || v_more;
+  end loop;
+end
+$$;
+
 -- The given parents (rows flagged has_dependents, just moved by the caller) finished: 'succeeded' (archived) or
 -- 'failed' (dead-lettered). Their waiting children are locked in id order, then the edges marked, then the children
 -- settled. A failure can cascade (a dead-lettered child settles its own children), so every waiting descendant is
@@ -1605,6 +1674,19 @@ begin
   into v_cancel_ids, v_zombie_ids, v_retry_ids
   from c;
 
+  v_ids := array(
+    select h.id from keel.jobs_hot h
+    where h.state = 'pending' and h.expires_at is not null and h.expires_at <= now()
+    order by h.id limit p_limit
+    for update of h skip locked);
+  -- Every row this pass dead-letters is ours now: the waiting descendants of those with dependents are locked, in
+  -- one id order, before the first of them is deleted (keel._lock_settled).
+  perform keel._lock_settled(null, array(
+    select h.id from keel.jobs_hot h
+    where h.id = any(array(select unnest(coalesce(v_zombie_ids, '{}') || coalesce(v_cancel_ids, '{}') || v_ids)))
+      and h.has_dependents
+    order by 1));
+
   if v_retry_ids is not null then
     with upd as (
       update keel.jobs_hot h
@@ -1632,11 +1714,6 @@ begin
     v_dead := v_dead + cardinality(v_moved.queues);
   end if;
 
-  v_ids := array(
-    select h.id from keel.jobs_hot h
-    where h.state = 'pending' and h.expires_at is not null and h.expires_at <= now()
-    order by h.id limit p_limit
-    for update of h skip locked);
   if cardinality(v_ids) > 0 then
     v_moved := keel._dead_letter(v_ids, null, array['pending'], 'expired', 'expired before it started');
     v_t := keel._tally_plus(v_t, v_moved);

@@ -697,7 +697,9 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     // dead_lettered) names its table (and the DLQ reason), unless an operator resurrected or purged it; no job
     // succeeded twice unless resurrected (at-least-once is a rerun after a lost lease, never a second archive).
     const placeOf = new Map<string, string>();
-    for (const r of await q(`select id::text, 'archive' w from keel.jobs_archive union all select id::text, 'dlq:' || reason from keel.jobs_dlq`))
+    for (const r of await q(
+      `select id::text, 'archive' w from keel.jobs_archive union all select id::text, 'dlq:' || reason from keel.jobs_dlq`,
+    ))
       placeOf.set(r.id, r.w);
     const outcomeProblems: string[] = [];
     let twiceOk = 0;
@@ -714,7 +716,9 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     }
     if (twiceOk) problems.push(`outcomes: ${twiceOk} jobs reported succeeded twice`);
     if (outcomeProblems.length)
-      problems.push(`outcomes: ${outcomeProblems.length} jobs not where their outcome says, e.g. ${outcomeProblems.slice(0, 5).join('; ')}`);
+      problems.push(
+        `outcomes: ${outcomeProblems.length} jobs not where their outcome says, e.g. ${outcomeProblems.slice(0, 5).join('; ')}`,
+      );
     // Outcomes: a job's processor outcomes never say 'succeeded' twice (unless an operator resurrected it).
     facts.processErrors = [...errors].map(([k, n]) => `${n} x ${k}`).join('\n');
   } finally {

@@ -328,7 +328,11 @@ if (role === 'sched') {
             ]);
             out(`J ${r.map((x) => x.id).join(' ')}`);
           } catch (err) {
-            out(`K ${String((err as Error)?.message ?? err).replace(/\s+/g, ' ').slice(0, 200)}`);
+            out(
+              `K ${String((err as Error)?.message ?? err)
+                .replace(/\s+/g, ' ')
+                .slice(0, 200)}`,
+            );
           }
         }
       } catch (err) {
