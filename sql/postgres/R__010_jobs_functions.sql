@@ -1779,7 +1779,39 @@ declare
   v_queues text[] := '{}';
   v_new    bigint[];
   v_q      text[];
+  v_cand   bigint[];
 begin
+  -- Flows: every row this call may take is locked before the first insert, in the lock order (sql/README.md, 3a):
+  -- the DLQ rows of every round (those named, and the parent_failed children their revival may bring back), by id;
+  -- then the hot parents of those rows that are not waiting, by id; then the waiting ones with the waiting children
+  -- whose edges open again, by id. The rounds' inserts of keyed rows come last: an enqueue with `after` holds the
+  -- parents it names while its insert of a key waits for ours, so taking a parent after our insert deadlocked with it
+  -- (test/engines/postgres.flowKeys.test.ts). The statements below lock these rows again, waiting for no one.
+  if exists (select 1 from keel.job_deps e where e.child_id = any(p_job_ids) or e.parent_id = any(p_job_ids)) then
+    v_cand := array(
+      with recursive c(id) as (
+        select d.id from keel.jobs_dlq d where d.id = any(p_job_ids)
+        union
+        select e.child_id from c join keel.job_deps e on e.parent_id = c.id and e.parent_outcome = 'failed'
+        join keel.jobs_dlq d on d.id = e.child_id and d.reason = 'parent_failed'
+      )
+      select c.id from c order by 1);
+    perform l.id from (select unnest(v_cand) as id order by 1) x
+    cross join lateral (select d.id from keel.jobs_dlq d where d.id = x.id for update of d offset 0) l;
+    v_parents := array(select distinct e.parent_id from keel.job_deps e
+                       where e.child_id = any(v_cand) and e.parent_id <> all(v_cand) order by 1);
+    perform l.id from (select x.id from unnest(v_parents) as x(id) order by 1) x
+    cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id and h.state <> 'waiting'
+                        for update of h offset 0) l;
+    perform l.id
+    from (select e.child_id as id from keel.job_deps e
+          where e.parent_id = any(v_cand) and e.parent_outcome = 'failed' and e.child_id <> all(v_cand)
+          union
+          select x.id from unnest(v_parents) as x(id)
+          order by 1) x
+    cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id and h.state = 'waiting'
+                        for update of h offset 0) l;
+  end if;
   loop
     select coalesce(array_agg(r.job_id order by r.job_id), '{}'), coalesce(array_agg(r.queue order by r.job_id), '{}')
     into v_new, v_q from keel._revive(v_round) r;

@@ -125,3 +125,38 @@ it('a failure releasing its own key and a flow enqueue of that key after its wai
   expect(await store.getJob(x)).toMatchObject({ location: 'dlq', reason: 'parent_failed' });
   expect(await store.getJob(got[0]!.id)).toMatchObject({ location: 'dlq', reason: 'parent_failed' });
 });
+
+it('a resurrect of a keyed child and a flow enqueue of its key after its running parent: no deadlock', async () => {
+  const q = `fk-resurrect-${Date.now()}`;
+  // P runs; its child C (keyed) was cancelled while it waited: C is in the DLQ, its edge from P open again once revived.
+  const [p, c] = await store.enqueueMany([
+    { queue: q, type: 'p', payload: { n: 0 } },
+    { queue: q, type: 't', payload: { n: 1 }, idempotencyKey: 'b-key', after: [{ index: 0 }] },
+  ]);
+  await store.claimAndStart({ workerId: 'w', queues: [q], limit: 5 });
+  expect(await store.cancel(c!.id)).toBe('cancelled');
+  // The enqueue: after P (locked first), keys a-b-key (held by the owner's open transaction: it waits there) and b-key.
+  await owner.query('begin');
+  await owner.query('select keel.enqueue_many($1::jsonb)', [
+    JSON.stringify([{ queue: q, type: 't', payload: { n: 9 }, idempotencyKey: 'a-b-key' }]),
+  ]);
+  const enqueue = store.enqueueMany([
+    { queue: q, type: 't', payload: { n: 9 }, idempotencyKey: 'a-b-key', after: [p!.id] },
+    { queue: q, type: 't', payload: { n: 1 }, idempotencyKey: 'b-key', after: [p!.id] },
+  ]);
+  enqueue.catch(() => undefined);
+  await waitsForLock('%enqueue_many%');
+  // The resurrect of C (key b-key) must wait for P, which the enqueue holds.
+  const resurrect = store.resurrect([c!.id]);
+  resurrect.catch(() => undefined);
+  await waitsForLock('%resurrect%');
+  await owner.query('rollback');
+  const [enq, back] = await Promise.allSettled([enqueue, resurrect]);
+  expect(enq.status === 'rejected' ? String(enq.reason) : 'ok').toBe('ok');
+  expect(back.status === 'rejected' ? String(back.reason) : 'ok').toBe('ok');
+  // The enqueue went first: its b-key job holds the key, so C stays in the DLQ.
+  const got = (enq as PromiseFulfilledResult<{ id: string; duplicate: boolean }[]>).value;
+  expect(got.map((g) => g.duplicate)).toEqual([false, false]);
+  expect((back as PromiseFulfilledResult<string[]>).value).toEqual([]);
+  expect(await store.getJob(c!.id)).toMatchObject({ location: 'dlq' });
+});
