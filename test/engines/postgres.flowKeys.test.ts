@@ -160,3 +160,43 @@ it('a resurrect of a keyed child and a flow enqueue of its key after its running
   expect((back as PromiseFulfilledResult<string[]>).value).toEqual([]);
   expect(await store.getJob(c!.id)).toMatchObject({ location: 'dlq' });
 });
+
+it('two flow enqueues sharing a child key, one naming the parent by id, one by a duplicate of its key: no deadlock', async () => {
+  const q = `fk-dupparent-${Date.now()}`;
+  const [z] = await store.enqueueMany([{ queue: q, type: 'p', payload: { n: 0 }, idempotencyKey: 'z-key' }]);
+  // The first enqueue names Z by id (locked first), then waits at a-b-key (the owner's open transaction).
+  await owner.query('begin');
+  await owner.query('select keel.enqueue_many($1::jsonb)', [
+    JSON.stringify([{ queue: q, type: 't', payload: { n: 9 }, idempotencyKey: 'a-b-key' }]),
+  ]);
+  const byId = store.enqueueMany([
+    { queue: q, type: 't', payload: { n: 9 }, idempotencyKey: 'a-b-key', after: [z!.id] },
+    { queue: q, type: 't', payload: { n: 1 }, idempotencyKey: 'b-key', after: [z!.id] },
+  ]);
+  byId.catch(() => undefined);
+  await waitsForLock('%enqueue_many%');
+  // The second enqueues Z again (its key: a duplicate, Z itself) and a child of b-key after it.
+  const byKey = store.enqueueMany([
+    { queue: q, type: 'p', payload: { n: 0 }, idempotencyKey: 'z-key' },
+    { queue: q, type: 't', payload: { n: 1 }, idempotencyKey: 'b-key', after: [{ index: 0 }] },
+  ]);
+  byKey.catch(() => undefined);
+  for (let i = 0; i < 1000; i++) {
+    const { rows } = await watcher.query<{ n: number }>(
+      `select count(*)::int n from pg_stat_activity
+       where datname = current_database() and wait_event_type = 'Lock' and query like '%enqueue_many%'`,
+    );
+    if (rows[0]!.n >= 2) break;
+    await sleep(20);
+  }
+  await owner.query('rollback');
+  const [a, b] = await Promise.allSettled([byId, byKey]);
+  expect(a.status === 'rejected' ? String(a.reason) : 'ok').toBe('ok');
+  expect(b.status === 'rejected' ? String(b.reason) : 'ok').toBe('ok');
+  const first = (a as PromiseFulfilledResult<{ id: string; duplicate: boolean }[]>).value;
+  const second = (b as PromiseFulfilledResult<{ id: string; duplicate: boolean }[]>).value;
+  // One b-key job, after Z, whichever enqueue inserted it; Z is a duplicate of itself.
+  expect(second[0]).toEqual({ id: z!.id, duplicate: true });
+  expect(second[1]!.id).toBe(first[1]!.id);
+  expect(await store.getJob(first[1]!.id)).toMatchObject({ location: 'hot', state: 'waiting' });
+});
