@@ -6,7 +6,8 @@
 //   ops:    an operator: cancels (one, many), resurrects (by id, by filter), purges, pauses and resumes a queue,
 //           enqueues with idempotency keys;
 //   sched:  a scheduler pass over a few every-second schedules in a loop (several such processes race for each
-//           tick), and keyed enqueues of keys every sched process shares (concurrent duplicates across processes).
+//           tick), and keyed enqueues and keyed flows of keys every sched process shares (concurrent duplicates
+//           across processes).
 // It prints one line per event on stdout (the parent parses them):
 //   READY                                   running
 //   S <job> <attempt> <ms>                  a handler began (wall clock ms)
@@ -313,7 +314,27 @@ if (role === 'sched') {
     let k = 0;
     while (!stopping) {
       try {
-        if (random.next() < 0.5) {
+        const roll = random.next();
+        if (roll < 0.3) {
+          // Keyed flows every sched process submits too: the same parent and child keys, again and again (duplicates
+          // of the hot ones, or fresh once they finished), racing the completions, cancels and resurrects of them.
+          const q = schedQueues[k % schedQueues.length]!;
+          const n = k++ % 4;
+          try {
+            const r = await store.enqueueMany([
+              { queue: q, type: 'ok', idempotencyKey: `fp-${n}`, payload: { n: -7 } },
+              { queue: q, type: 'narrow', idempotencyKey: `fc-${n}`, payload: { n: -8 }, after: [{ index: 0 }] },
+              { queue: q, type: 'ok', idempotencyKey: `fg-${n}`, payload: { n: -9 }, after: [{ index: 1 }] },
+            ]);
+            out(`J ${r.map((x) => x.id).join(' ')}`);
+          } catch (err) {
+            out(
+              `K ${String((err as Error)?.message ?? err)
+                .replace(/\s+/g, ' ')
+                .slice(0, 200)}`,
+            );
+          }
+        } else if (roll < 0.6) {
           const items = await runSchedules(store, registry, defs, new Date());
           const got = items.flatMap((x) => x.enqueued);
           if (got.length) out(`J ${got.join(' ')}`);
