@@ -4,7 +4,10 @@
 // used to delete its rows first and lock the waiting children of the parents among them after: a completion batch
 // (or a failure) holding a job of the key and the parent of the enqueue's waiting parent then waited for the
 // enqueue's lock while the enqueue waited for its delete: `deadlock detected`, one of the two calls failed. The moves
-// now lock the waiting rows they will settle before they delete anything (sql/README.md, Lock order 3a).
+// now lock the waiting rows they will settle before they delete anything (sql/README.md, Lock order 3a). The same
+// wait, two more ways: a resurrect that locked a revived job's running parent after inserting the job's key (now
+// every row first, then the inserts), and an enqueue that flagged a duplicate { index } parent after its inserts
+// while another enqueue, naming that parent by id, waited for its key (now the key's holder is locked first).
 // Staged deterministically: an owner transaction holds another key of the enqueue's batch, so the enqueue waits
 // there holding its parent's lock until the move is queued behind it. A deadlock fails one of the two calls (40P01),
 // which each test checks.
