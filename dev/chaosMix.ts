@@ -4,9 +4,12 @@
 //   npx tsx dev/chaosMix.ts --url postgres://postgres@127.0.0.1:55443/postgres --data /tmp/stk/data --log /tmp/stk/log
 //     [--jobs 6000] [--workers 4] [--drains 2] [--maints 3] [--kills 8] [--chaos-ms 20000] [--settle-ms 120000]
 //     [--hogs 2] [--no-restart] [--seed N] [--latency-ms 0] [--spike-ms 0] [--stuck-slack-ms 5000]
-//     [--flows 0] [--ops-api 0]
+//     [--flows 0] [--ops-api 0] [--schedulers 0] [--stops 0] [--narrow 0]
 // --flows: flows in the backlog (parent, children with their policies, fan-in); --ops-api: operator processes acting
 // through the ops API's HTTP handler (queue settings, pauses, cancels, resurrects, purges, keyed and flow enqueues).
+// --schedulers: processes racing scheduler passes (every-second schedules) and keyed enqueues of shared keys;
+// --stops: SIGSTOP of a worker or drain for 1-4 s, then SIGCONT; --narrow: share of the backlog of a type limited
+// to 2 at once per process.
 // --latency-ms: every process's replies from the server that much later (a FaultProxy in this process);
 // --spike-ms: during the chaos, now and then for 1-2 s, replies that late (past the 2 s zombie timeout: leases expire).
 // Exits 1 when a property failed; prints every server log ERROR it saw and whether it was expected.
@@ -64,6 +67,9 @@ const report = await runChaosMix({
   stuckSlackMs: Number(arg('stuck-slack-ms', '5000')),
   flows: Number(arg('flows', '0')),
   opsApi: Number(arg('ops-api', '0')),
+  schedulers: Number(arg('schedulers', '0')),
+  stops: Number(arg('stops', '0')),
+  narrow: Number(arg('narrow', '0')),
   log: (l) => console.log(l),
 });
 console.log('facts:', report.facts);

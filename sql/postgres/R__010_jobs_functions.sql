@@ -918,7 +918,9 @@ returns table (ok bigint[], cancelled bigint[])
 language plpgsql as $$
 #variable_conflict use_column
 declare
-  v_tids       tid[] := keel._lock_owned(p_leases, 'processing');
+  v_tids       tid[];
+  v_ok_deps    bigint[];
+  v_dead_deps  bigint[];
   v_moved      bigint;
   v_ok         bigint[];
   v_cancelled  keel.jobs_hot[];
@@ -930,9 +932,24 @@ declare
   v_total_ms   bigint[];
   v_max_ms     bigint[];
 begin
+  -- keel._lock_owned's statement, which also says which of the locked rows have dependents (rare).
+  select coalesce(array_agg(l.ctid order by l.id), '{}'),
+         array_agg(l.id order by l.id) filter (where l.has_dependents and not l.cancel_requested),
+         array_agg(l.id order by l.id) filter (where l.has_dependents and l.cancel_requested)
+  into v_tids, v_ok_deps, v_dead_deps
+  from (select r."jobId" as id, r."leaseId" as lease from jsonb_to_recordset(p_leases) as r("jobId" bigint, "leaseId" uuid)
+        order by 1) r
+  cross join lateral (
+    select h.ctid, h.id, h.lease_id, h.state, h.has_dependents, h.cancel_requested from keel.jobs_hot h where h.id = r.id
+    for update of h offset 0) l
+  where l.lease_id = r.lease and l.state = 'processing';
   if cardinality(v_tids) = 0 then
     return query select '{}'::bigint[], '{}'::bigint[];
     return;
+  end if;
+  if v_ok_deps is not null or v_dead_deps is not null then
+    -- The waiting rows these moves settle, locked before anything is deleted (keel._lock_settled).
+    perform keel._lock_settled(v_ok_deps, v_dead_deps);
   end if;
   -- A job whose cancel was requested while it ran goes to the DLQ as 'cancelled' even when its handler finished
   -- first: the operator was told 'cancel_requested', and that is how such a job ends (as with retry).
@@ -1030,20 +1047,33 @@ $$;
 -- Hot -> DLQ for the given ids that are in one of p_states (and, when p_lease is given, still under that lease),
 -- locked in id order. Shared by fail, cancel, retry, interrupt and rescue. Returns what to count (keel._tally);
 -- cardinality(queues) is how many it moved.
+-- A row with dependents has its waiting descendants locked before anything is deleted (keel._lock_settled).
 drop function if exists keel._dead_letter(bigint[], uuid, text[], text, text);
 create or replace function keel._dead_letter(p_ids bigint[], p_lease uuid, p_states text[], p_reason text, p_error text)
 returns keel.tally
-language sql as $$
-  with locked as (
-    select h.id from keel.jobs_hot h
-    where h.id = any(array(select unnest(p_ids))) and h.state = any(p_states) and (p_lease is null or h.lease_id = p_lease)
-    order by h.id
-    for update of h
-  ), moved as (
-    delete from keel.jobs_hot h where h.id = any(array(select l.id from locked l))
+language plpgsql as $$
+declare
+  v_ids  bigint[];
+  v_deps bigint[];
+  v_rows keel.jobs_hot[];
+begin
+  select coalesce(array_agg(l.id order by l.id), '{}'), array_agg(l.id order by l.id) filter (where l.has_dependents)
+  into v_ids, v_deps
+  from (select h.id, h.has_dependents from keel.jobs_hot h
+        where h.id = any(array(select unnest(p_ids))) and h.state = any(p_states)
+          and (p_lease is null or h.lease_id = p_lease)
+        order by h.id
+        for update of h) l;
+  if v_deps is not null then
+    perform keel._lock_settled(null, v_deps);
+  end if;
+  with moved as (
+    delete from keel.jobs_hot h where h.id = any(array(select unnest(v_ids)))
     returning h.*
   )
-  select keel._bury(coalesce((select array_agg(row(m.*)::keel.jobs_hot order by m.id) from moved m), '{}'), p_reason, p_error)
+  select coalesce(array_agg(row(m.*)::keel.jobs_hot order by m.id), '{}') into v_rows from moved m;
+  return keel._bury(v_rows, p_reason, p_error);
+end
 $$;
 
 create or replace function keel.fail(p_job_id bigint, p_lease_id text, p_reason text, p_error text)
@@ -1292,17 +1322,33 @@ returns void
 language plpgsql as $$
 declare
   v_ext     bigint[];
+  v_hot     bigint[];
   v_waiting bigint[];
   v_missing record;
 begin
   v_ext := array(select distinct r.ext from keel._after_refs(p_docs) r where r.ext is not null order by 1);
-  if cardinality(v_ext) = 0 then
+  -- A keyed job of the batch named by { index } turns out a duplicate when a hot job holds its key: that job is then
+  -- the parent, flagged after the inserts. Its holder as of now is locked here with the parents named by id, so the
+  -- flag waits for no one while this batch holds keys (an enqueue naming that job by id held it and waited for our
+  -- key: a deadlock, test/engines/postgres.flowKeys.test.ts). A holder that changes in between is the one exception
+  -- left (sql/README.md).
+  v_hot := array(
+    select distinct x.id from (
+      select unnest(v_ext) as id
+      union all
+      select h.id from (select distinct r.idx from keel._after_refs(p_docs) r where r.idx is not null) r
+      cross join lateral (select h.id from keel.jobs_hot h
+                          where h.idempotency_key = p_docs[r.idx + 1]->>'idempotencyKey'
+                            and h.queue = p_docs[r.idx + 1]->>'queue' and h.type = p_docs[r.idx + 1]->>'type') h
+      where p_docs[r.idx + 1] ? 'idempotencyKey') x
+    order by 1);
+  if cardinality(v_hot) = 0 then
     return;
   end if;
   perform l.id from (select unnest(v_ext) as id order by 1) x
   cross join lateral (select d.id from keel.jobs_dlq d where d.id = x.id for share of d offset 0) l;
-  v_waiting := array(select h.id from keel.jobs_hot h where h.id = any(array(select unnest(v_ext))) and h.state = 'waiting');
-  perform l.id from (select x.id from unnest(v_ext) as x(id) where x.id <> all(v_waiting) order by 1) x
+  v_waiting := array(select h.id from keel.jobs_hot h where h.id = any(array(select unnest(v_hot))) and h.state = 'waiting');
+  perform l.id from (select x.id from unnest(v_hot) as x(id) where x.id <> all(v_waiting) order by 1) x
   cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id for update of h offset 0) l;
   perform l.id from (select x.id from unnest(v_waiting) as x(id) order by 1) x
   cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id for update of h offset 0) l;
@@ -1403,6 +1449,45 @@ begin
                                                   'a parent job was dead-lettered (onFailure: skip)'));
   end if;
   return v_t;
+end
+$$;
+
+-- Locks the hot rows the final moves of the given rows (the caller's, locked, not yet moved) will settle: the open
+-- children of those that will succeed, every open descendant of those that will fail; all in one id order, the
+-- closure read again once locked (as keel._parents_finished reads it, which then waits for none of them). A move takes
+-- them before it deletes anything: an enqueue with `after` holds the waiting parents it names while it inserts its
+-- keyed jobs, and an insert of a key whose row a move has deleted waits for that move to commit. Locked after the
+-- delete, a completion batch holding a job of the key and the parent of the enqueue's waiting parent waited for the
+-- enqueue, and the enqueue for it: a deadlock (test/engines/postgres.flowKeys.test.ts).
+create or replace function keel._lock_settled(p_succeeded bigint[], p_failed bigint[])
+returns void
+language plpgsql as $$
+declare
+  v_locked bigint[] := '{}';
+  v_more   bigint[];
+begin
+  if coalesce(cardinality(p_succeeded), 0) = 0 and coalesce(cardinality(p_failed), 0) = 0 then
+    return;
+  end if;
+  loop
+    v_more := array(
+      with recursive d(id) as (
+        select e.child_id from keel.job_deps e
+        where e.parent_id = any(array(select unnest(p_failed))) and e.parent_outcome is null
+        union
+        select e.child_id from d join keel.job_deps e on e.parent_id = d.id and e.parent_outcome is null
+      )
+      select x.id from (select d.id from d
+                        union
+                        select e.child_id from keel.job_deps e
+                        where e.parent_id = any(array(select unnest(p_succeeded))) and e.parent_outcome is null) x
+      where x.id <> all(v_locked)
+      order by 1);
+    exit when cardinality(v_more) = 0;
+    perform l.id from (select unnest(v_more) as id order by 1) x
+    cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id for update of h offset 0) l;
+    v_locked := v_locked || v_more;
+  end loop;
 end
 $$;
 
@@ -1605,6 +1690,19 @@ begin
   into v_cancel_ids, v_zombie_ids, v_retry_ids
   from c;
 
+  v_ids := array(
+    select h.id from keel.jobs_hot h
+    where h.state = 'pending' and h.expires_at is not null and h.expires_at <= now()
+    order by h.id limit p_limit
+    for update of h skip locked);
+  -- Every row this pass dead-letters is ours now: the waiting descendants of those with dependents are locked, in
+  -- one id order, before the first of them is deleted (keel._lock_settled).
+  perform keel._lock_settled(null, array(
+    select h.id from keel.jobs_hot h
+    where h.id = any(array(select unnest(coalesce(v_zombie_ids, '{}') || coalesce(v_cancel_ids, '{}') || v_ids)))
+      and h.has_dependents
+    order by 1));
+
   if v_retry_ids is not null then
     with upd as (
       update keel.jobs_hot h
@@ -1632,11 +1730,6 @@ begin
     v_dead := v_dead + cardinality(v_moved.queues);
   end if;
 
-  v_ids := array(
-    select h.id from keel.jobs_hot h
-    where h.state = 'pending' and h.expires_at is not null and h.expires_at <= now()
-    order by h.id limit p_limit
-    for update of h skip locked);
   if cardinality(v_ids) > 0 then
     v_moved := keel._dead_letter(v_ids, null, array['pending'], 'expired', 'expired before it started');
     v_t := keel._tally_plus(v_t, v_moved);
@@ -1702,7 +1795,39 @@ declare
   v_queues text[] := '{}';
   v_new    bigint[];
   v_q      text[];
+  v_cand   bigint[];
 begin
+  -- Flows: every row this call may take is locked before the first insert, in the lock order (sql/README.md, 3a):
+  -- the DLQ rows of every round (those named, and the parent_failed children their revival may bring back), by id;
+  -- then the hot parents of those rows that are not waiting, by id; then the waiting ones with the waiting children
+  -- whose edges open again, by id. The rounds' inserts of keyed rows come last: an enqueue with `after` holds the
+  -- parents it names while its insert of a key waits for ours, so taking a parent after our insert deadlocked with it
+  -- (test/engines/postgres.flowKeys.test.ts). The statements below lock these rows again, waiting for no one.
+  if exists (select 1 from keel.job_deps e where e.child_id = any(p_job_ids) or e.parent_id = any(p_job_ids)) then
+    v_cand := array(
+      with recursive c(id) as (
+        select d.id from keel.jobs_dlq d where d.id = any(p_job_ids)
+        union
+        select e.child_id from c join keel.job_deps e on e.parent_id = c.id and e.parent_outcome = 'failed'
+        join keel.jobs_dlq d on d.id = e.child_id and d.reason = 'parent_failed'
+      )
+      select c.id from c order by 1);
+    perform l.id from (select unnest(v_cand) as id order by 1) x
+    cross join lateral (select d.id from keel.jobs_dlq d where d.id = x.id for update of d offset 0) l;
+    v_parents := array(select distinct e.parent_id from keel.job_deps e
+                       where e.child_id = any(v_cand) and e.parent_id <> all(v_cand) order by 1);
+    perform l.id from (select x.id from unnest(v_parents) as x(id) order by 1) x
+    cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id and h.state <> 'waiting'
+                        for update of h offset 0) l;
+    perform l.id
+    from (select e.child_id as id from keel.job_deps e
+          where e.parent_id = any(v_cand) and e.parent_outcome = 'failed' and e.child_id <> all(v_cand)
+          union
+          select x.id from unnest(v_parents) as x(id)
+          order by 1) x
+    cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id and h.state = 'waiting'
+                        for update of h offset 0) l;
+  end if;
   loop
     select coalesce(array_agg(r.job_id order by r.job_id), '{}'), coalesce(array_agg(r.queue order by r.job_id), '{}')
     into v_new, v_q from keel._revive(v_round) r;

@@ -51,6 +51,9 @@ export interface ChaosMixOptions {
   stuckSlackMs?: number; // how long past its lease a job may stay processing or fetched while draining (default 5000)
   flows?: number; // flows in the backlog: a parent, 1-4 children (each its onFailure policy), a fan-in (default 0)
   opsApi?: number; // operator processes acting through the ops API's HTTP handler (default 0)
+  schedulers?: number; // processes racing scheduler passes and keyed enqueues of shared keys (default 0)
+  stops?: number; // SIGSTOP of a worker or drain for 1-4 s (past the zombie timeout), then SIGCONT (default 0)
+  narrow?: number; // the share of the backlog of type 'narrow' (limited to 2 per process; default 0)
   log?: (line: string) => void;
 }
 
@@ -99,6 +102,8 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
   const revived = new Set<string>(); // jobs an operator resurrected
   const skippedRevived = new Map<string, number>(); // per queue: 'skipped' dead letters an operator resurrected
   const serverErrors = new Map<string, number>(); // ops API answers of 500 or more
+  const keyErrors = new Map<string, number>(); // keyed enqueues of shared keys that failed
+  const stopped: { pid: number; from: number; to: number }[] = []; // SIGSTOP windows
   const children = new Set<Child>();
   const lags: { pid: number; at: number; ms: number }[] = []; // event-loop delays of >= 100 ms, per process
   const logStart = o.serverLog ? await sizeOf(o.serverLog) : 0;
@@ -206,7 +211,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
             r.how = f[4];
             openRuns.delete(`${pid} ${f[1]}`);
           }
-        } else if (f[0] === 'O') outcomes.set(f[1]!, [...(outcomes.get(f[1]!) ?? []), f[2]!]);
+        } else if (f[0] === 'O') outcomes.set(f[1]!, [...(outcomes.get(f[1]!) ?? []), `${f[2]!}:${f[3] ?? '-'}`]);
         else if (f[0] === 'P') purged += Number(f[2]);
         else if (f[0] === 'L') lags.push({ pid, at: Number(f[1]), ms: Number(f[2]) });
         else if (f[0] === 'Q') {
@@ -216,6 +221,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
         } else if (f[0] === 'J') apiIds.push(...f.slice(1));
         else if (f[0] === 'RS') skippedRevived.set(f[1]!, (skippedRevived.get(f[1]!) ?? 0) + Number(f[2]));
         else if (f[0] === 'R') for (const id of f.slice(1)) revived.add(id);
+        else if (f[0] === 'K') keyErrors.set(l.slice(2), (keyErrors.get(l.slice(2)) ?? 0) + 1);
         else if (f[0] === 'H') serverErrors.set(l.slice(2), (serverErrors.get(l.slice(2)) ?? 0) + 1);
         else if (f[0] === 'X') {
           const key = `${role} ${f.slice(1).join(' ').replace(/\d+/g, 'N').slice(0, 120)}`;
@@ -239,7 +245,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     const jobs: EnqueueRequest[] = [];
     for (let n = 0; n < o.jobs; n++) {
       const roll = random.next();
-      const type =
+      let type =
         roll < 0.57
           ? 'ok'
           : roll < 0.72
@@ -251,6 +257,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
                 : roll < 0.86
                   ? 'late'
                   : 'beat';
+      if (o.narrow && random.next() < o.narrow) type = 'narrow';
       const queue = type === 'beat' ? random.pick(['mx-a', 'mx-b']) : random.pick(QUEUE_NAMES);
       const job: EnqueueRequest = {
         queue,
@@ -307,6 +314,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     for (let i = 0; i < o.maints; i++) started.push(spawnChild('maint'));
     const ops = spawnChild('ops');
     const apis = Array.from({ length: o.opsApi ?? 0 }, () => spawnChild('opsapi'));
+    apis.push(...Array.from({ length: o.schedulers ?? 0 }, () => spawnChild('sched')));
     await Promise.all([...started, ops, ...apis].map((c) => c.ready));
     log(
       `chaos: ${o.workers} workers, ${o.drains} drains, ${o.maints} maintenance, 1 operator, ${apis.length} ops API operators`,
@@ -319,6 +327,8 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     let spikes = 0;
     let spikeEnd = 0;
     let restarted = false;
+    let stops = 0;
+    const conts: Promise<void>[] = [];
     const restartAt = o.restart ? Date.now() + o.chaosMs * random.next() * 0.6 + o.chaosMs * 0.2 : Infinity;
     while (Date.now() < chaosEnd) {
       await sleep(random.int(200, 700));
@@ -330,6 +340,24 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
         await v.exited;
         kills++;
         spawnChild(v.role); // not waited for: the faults go on while it starts
+      }
+      if (stops < (o.stops ?? 0) && random.next() < 0.25) {
+        // A process frozen past its jobs' zombie timeout (a VM paused, a debugger): its leases pass to others, and
+        // when it runs again its heartbeats answer lease_lost (or, if they come first, it completes).
+        const v = random.pick([...children].filter((c) => (c.role === 'worker' || c.role === 'drain') && c.readyAt));
+        if (v) {
+          const pid = v.proc.pid!;
+          const w = { pid, from: Date.now(), to: Infinity };
+          stopped.push(w);
+          v.proc.kill('SIGSTOP');
+          stops++;
+          conts.push(
+            sleep(random.int(1000, 4000)).then(() => {
+              w.to = Date.now();
+              v.proc.kill('SIGCONT');
+            }),
+          );
+        }
       }
       if ((o.terminateBackends ?? true) && random.next() < 0.35) {
         // Random Keel backends, and more often those in the middle of a move.
@@ -358,6 +386,8 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
         await o.restart!();
       }
     }
+    await Promise.all(conts);
+    facts.stops = stops;
     facts.kills = kills;
     facts.backendsTerminated = terminated;
     facts.latencySpikes = spikes;
@@ -580,7 +610,10 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
         // (the heartbeat then stops that run at once).
         const blocked = (r: Run) =>
           hogRuns.some((h) => h.pid === r.pid && h.start < (r.end ?? Infinity) && (h.end ?? Infinity) > r.start - 3000);
-        const hogged = blocked(prev) || blocked(cur);
+        // Likewise a process we froze (SIGSTOP): the run it had begun goes on after SIGCONT, its lease gone.
+        const frozen = (r: Run) =>
+          stopped.some((w) => w.pid === r.pid && w.from < (r.end ?? Infinity) && w.to > r.start - 3000);
+        const hogged = blocked(prev) || blocked(cur) || frozen(prev) || frozen(cur);
         if (prevEnd > cur.start && !hogged && !(prev.how ?? '').startsWith('killed')) {
           overlaps++;
           // The first run's process's worst event-loop delay around the overlap (its lease deadline is a timer).
@@ -655,6 +688,37 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
       else problems.push(`ops API: ${n} x ${what}`);
     }
 
+    for (const [what, n] of keyErrors) {
+      if (cut.test(what) || /Connection terminated|timeout exceeded when trying to connect/.test(what))
+        facts.keyedCut = Number(facts.keyedCut ?? 0) + n;
+      else problems.push(`keyed enqueue of a shared key: ${n} x ${what}`);
+    }
+    // Outcomes: what the processor said it wrote is where the job is. A job's last final outcome (succeeded,
+    // dead_lettered) names its table (and the DLQ reason), unless an operator resurrected or purged it; no job
+    // succeeded twice unless resurrected (at-least-once is a rerun after a lost lease, never a second archive).
+    const placeOf = new Map<string, string>();
+    for (const r of await q(
+      `select id::text, 'archive' w from keel.jobs_archive union all select id::text, 'dlq:' || reason from keel.jobs_dlq`,
+    ))
+      placeOf.set(r.id, r.w);
+    const outcomeProblems: string[] = [];
+    let twiceOk = 0;
+    for (const [job, os] of outcomes) {
+      if (revived.has(job)) continue;
+      const finals = os.filter((x) => x.startsWith('succeeded') || x.startsWith('dead_lettered'));
+      if (finals.filter((x) => x.startsWith('succeeded')).length > 1) twiceOk++;
+      const last = finals.at(-1);
+      if (!last) continue;
+      const at = placeOf.get(job);
+      if (at === undefined) continue; // purged
+      const want = last.startsWith('succeeded') ? 'archive' : `dlq:${last.split(':')[1]}`;
+      if (at !== want) outcomeProblems.push(`${job} (${typeOf.get(job)}): outcomes ${os.join(',')} but ${at}`);
+    }
+    if (twiceOk) problems.push(`outcomes: ${twiceOk} jobs reported succeeded twice`);
+    if (outcomeProblems.length)
+      problems.push(
+        `outcomes: ${outcomeProblems.length} jobs not where their outcome says, e.g. ${outcomeProblems.slice(0, 5).join('; ')}`,
+      );
     // Outcomes: a job's processor outcomes never say 'succeeded' twice (unless an operator resurrected it).
     facts.processErrors = [...errors].map(([k, n]) => `${n} x ${k}`).join('\n');
   } finally {

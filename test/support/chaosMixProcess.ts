@@ -4,14 +4,18 @@
 //           processById of pending jobs it finds by search;
 //   maint:  the maintenance pass (rescue, purges, counter folding) in a loop;
 //   ops:    an operator: cancels (one, many), resurrects (by id, by filter), purges, pauses and resumes a queue,
-//           enqueues with idempotency keys.
+//           enqueues with idempotency keys;
+//   sched:  a scheduler pass over a few every-second schedules in a loop (several such processes race for each
+//           tick), and keyed enqueues and keyed flows of keys every sched process shares (concurrent duplicates
+//           across processes).
 // It prints one line per event on stdout (the parent parses them):
 //   READY                                   running
 //   S <job> <attempt> <ms>                  a handler began (wall clock ms)
 //   E <job> <attempt> <ms> <how>            it ended: ok | threw | aborted:<reason>
-//   O <job> <outcome>                       the processor wrote (or lost) its outcome
+//   O <job> <outcome> <reason|->            the processor wrote (or lost) its outcome
 //   P <queue> <n>                           ops purged n archived jobs of queue
 //   X <what> <error>                        an operation failed (counted, not fatal)
+//   K <error>                               a keyed enqueue of a shared key failed (a problem unless a cut connection)
 //   L <ms> <max>                            the event loop's longest delay (ms) in the second before (only >= 100)
 // SIGTERM stops it gracefully (MIX_GRACE_MS) and it prints "BYE <ms it took>" before it exits.
 import { PostgresJobStore } from '../../shared/engines/postgres/jobStore.js';
@@ -126,6 +130,14 @@ const registerMix = (r: HandlerRegistry) =>
       }),
       { backoff },
     )
+    // Limited per type (concurrency 2 per process): a job over the limit waits in its process, heartbeating.
+    .register(
+      'narrow',
+      traced(async (_p, ctx) => {
+        await abortableSleep(random.int(20, 250), ctx.signal);
+      }),
+      { backoff, concurrency: 2 },
+    )
     // Blocks its event loop past the zombie timeout: no heartbeat can go out, so rescue hands the job to someone else
     // while it runs (the one case where two runs of a job may overlap: the first one's lease is already gone).
     .register(
@@ -171,7 +183,7 @@ function processor() {
     heartbeatIntervalMs: 300,
     progressIntervalMs: 200,
     log: { info: () => undefined, warn: () => undefined, error: (m, f) => failed(`log:${m}`, JSON.stringify(f)) },
-    events: { onOutcome: (e) => out(`O ${e.job.id} ${e.outcome}`) },
+    events: { onOutcome: (e) => out(`O ${e.job.id} ${e.outcome} ${e.reason ?? '-'}`) },
   });
 }
 
@@ -287,6 +299,68 @@ if (role === 'worker') {
       await sleep(random.int(30, 120));
     }
     for (const q of queues) await store.updateQueue(q, { paused: false }).catch((e: unknown) => failed('unpause', e));
+  })();
+  stop = () => loop;
+}
+
+if (role === 'sched') {
+  const { defineSchedule } = await import('../../shared/jobs/define.js');
+  const { runSchedules } = await import('../../shared/jobs/scheduler.js');
+  const schedQueues = queues.filter((q) => q !== purgeQueue);
+  const defs = schedQueues.map((q, i) =>
+    defineSchedule(`mx-sched-${i}`, { cron: '* * * * * *', type: 'ok', queue: q, payload: { n: -4 }, graceMs: 5000 }),
+  );
+  const loop = (async () => {
+    let k = 0;
+    while (!stopping) {
+      try {
+        const roll = random.next();
+        if (roll < 0.3) {
+          // Keyed flows every sched process submits too: the same parent and child keys, again and again (duplicates
+          // of the hot ones, or fresh once they finished), racing the completions, cancels and resurrects of them.
+          const q = schedQueues[k % schedQueues.length]!;
+          const n = k++ % 4;
+          try {
+            const r = await store.enqueueMany([
+              { queue: q, type: 'ok', idempotencyKey: `fp-${n}`, payload: { n: -7 } },
+              { queue: q, type: 'narrow', idempotencyKey: `fc-${n}`, payload: { n: -8 }, after: [{ index: 0 }] },
+              { queue: q, type: 'ok', idempotencyKey: `fg-${n}`, payload: { n: -9 }, after: [{ index: 1 }] },
+            ]);
+            out(`J ${r.map((x) => x.id).join(' ')}`);
+          } catch (err) {
+            out(
+              `K ${String((err as Error)?.message ?? err)
+                .replace(/\s+/g, ' ')
+                .slice(0, 200)}`,
+            );
+          }
+        } else if (roll < 0.6) {
+          const items = await runSchedules(store, registry, defs, new Date());
+          const got = items.flatMap((x) => x.enqueued);
+          if (got.length) out(`J ${got.join(' ')}`);
+        } else {
+          // Keys shared by every sched process: concurrent duplicates across processes never error nor deadlock.
+          const q = schedQueues[k % schedQueues.length]!;
+          const key = `shared-${k++ % 6}`;
+          try {
+            const r = await store.enqueueMany([
+              { queue: q, type: 'narrow', idempotencyKey: key, payload: { n: -5 } },
+              { queue: q, type: 'ok', payload: { n: -6 }, delayMs: random.int(0, 500) },
+            ]);
+            out(`J ${r.map((x) => x.id).join(' ')}`);
+          } catch (err) {
+            out(
+              `K ${String((err as Error)?.message ?? err)
+                .replace(/\s+/g, ' ')
+                .slice(0, 200)}`,
+            );
+          }
+        }
+      } catch (err) {
+        failed('sched', err);
+      }
+      await sleep(random.int(20, 150));
+    }
   })();
   stop = () => loop;
 }
