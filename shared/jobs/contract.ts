@@ -530,12 +530,14 @@ export interface JobStore {
   // Lines of the job's own log (ctx.log) appended under the lease, fetched or processing; the job keeps its newest
   // maxLines lines across attempts, and every move carries them.
   appendJobLog(ref: LeaseRef, lines: JobLogLine[], maxLines: number): Promise<OwnerResult>;
-  retry(ref: LeaseRef, when: RetryWhen, error: string): Promise<OwnerResult>;
-  fail(ref: LeaseRef, reason: DlqReason, error: string): Promise<OwnerResult>; // FAIL_REASONS only (checked)
+  // retry, fail and interrupt answer 'cancelled' when the job's cancel was requested while it ran and the move
+  // therefore dead-lettered it as 'cancelled' (instead of pending again, or the DLQ with another reason).
+  retry(ref: LeaseRef, when: RetryWhen, error: string): Promise<CompleteResult>;
+  fail(ref: LeaseRef, reason: DlqReason, error: string): Promise<CompleteResult>; // FAIL_REASONS only (checked)
   release(ref: LeaseRef): Promise<OwnerResult>;
   // A started job handed back by a graceful shutdown: pending now, its attempt given back (not a failure, not a
   // retry); dead-lettered as 'cancelled' instead when its cancel was requested.
-  interrupt(ref: LeaseRef, error: string): Promise<OwnerResult>;
+  interrupt(ref: LeaseRef, error: string): Promise<CompleteResult>;
   cancel(jobId: JobId): Promise<CancelResult>;
   // cancel for many ids (the ops API's cancel by selection): per distinct id, in the order given, what cancel would
   // answer; CANCEL_MANY_CHUNK ids per transaction (one store call each), an id that can name no job 'not_found'.

@@ -1076,12 +1076,15 @@ begin
 end
 $$;
 
+-- Fetched or processing under that lease -> DLQ with the reason, or as 'cancelled' (answer 'cancelled') when its
+-- cancel was requested: such a job always ends so (docs/jobs.md, step 4).
 create or replace function keel.fail(p_job_id bigint, p_lease_id text, p_reason text, p_error text)
 returns text
 language plpgsql as $$
 declare
-  v_lease uuid := keel._lease(p_lease_id);
-  v_t     keel.tally;
+  v_lease  uuid := keel._lease(p_lease_id);
+  v_cancel boolean;
+  v_t      keel.tally;
 begin
   if p_reason is null or p_reason not in ('exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired') then
     raise exception 'reason must be one of exhausted, fatal, timeout, cancelled, zombie, expired (got %)', coalesce(p_reason, 'null')
@@ -1090,12 +1093,21 @@ begin
   if v_lease is null then
     return 'lease_lost';
   end if;
-  v_t := keel._dead_letter(array[p_job_id], v_lease, array['fetched', 'processing'], p_reason, p_error);
+  -- The row first (the one _dead_letter then moves): a job whose cancel was requested ends as 'cancelled' whatever
+  -- the handler's failure (the operator was told 'cancel_requested'), and the answer says so, as complete's does.
+  select h.cancel_requested into v_cancel from keel.jobs_hot h
+  where h.id = p_job_id and h.lease_id = v_lease and h.state in ('fetched', 'processing')
+  for update;
+  if not found then
+    return 'lease_lost';
+  end if;
+  v_t := keel._dead_letter(array[p_job_id], v_lease, array['fetched', 'processing'],
+                           case when v_cancel then 'cancelled' else p_reason end, p_error);
   if cardinality(v_t.queues) = 0 then
     return 'lease_lost';
   end if;
   perform keel._tally(v_t);
-  return 'ok';
+  return case when v_cancel and p_reason <> 'cancelled' then 'cancelled' else 'ok' end;
 end
 $$;
 
@@ -1121,6 +1133,8 @@ begin
   end if;
   if v_row.cancel_requested then
     v_t := keel._dead_letter(array[p_job_id], v_lease, array['processing'], 'cancelled', coalesce(p_error, 'cancelled'));
+    perform keel._tally(v_t);
+    return 'cancelled'; -- not 'ok': the worker reports where the job went (as complete's answer does)
   else
     update keel.jobs_hot h
     set state = 'pending', run_at = coalesce(p_run_at, now() + p_delay_ms * interval '1 millisecond', now()),
@@ -1156,7 +1170,7 @@ begin
   if v_cancel then
     v_t := keel._dead_letter(array[p_job_id], v_lease, array['processing'], 'cancelled', coalesce(p_error, 'cancelled'));
     perform keel._tally(v_t);
-    return 'ok';
+    return 'cancelled'; -- not 'ok': the worker reports where the job went (as complete's answer does)
   end if;
   update keel.jobs_hot h
   set state = 'pending', run_at = now(), attempts = greatest(h.attempts - 1, 0), lease_id = null, worker_id = null,

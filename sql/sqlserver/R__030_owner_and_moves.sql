@@ -571,7 +571,7 @@ GO
 -- HandBack: the body Retry and Interrupt share. Processing under that lease -> pending at @RunAt (now when NULL),
 -- lease cleared, LastError = @Error. A retry counts Retried+1 (the attempt was already counted by Start); an
 -- interruption (@Interrupted = 1) gives the attempt back instead. A job whose cancel was requested goes to the DLQ
--- as 'cancelled': the operator's cancel wins over the handler's retry. @Status: 'ok' or 'lease_lost'.
+-- as 'cancelled': the operator's cancel wins over the handler's retry. @Status: 'ok', 'cancelled' or 'lease_lost'.
 -- Lock order: the job row (UPDLOCK); the hot update, or the Hot -> DLQ move; keel.ApplyCounters once, last.
 CREATE OR ALTER PROCEDURE keel.HandBack
   @JobId BIGINT,
@@ -608,7 +608,8 @@ BEGIN
       INSERT @Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
       EXEC keel.DeadLetter @DeadIds = @DeadIds, @LeaseId = @LeaseId, @FromPending = 0, @FromFetched = 0, @FromProcessing = 1,
                            @Reason = 'cancelled', @Error = @Error, @MovedCount = @Moved OUTPUT;
-      IF @Moved = 1 SET @Status = 'ok';
+      -- Not 'ok': the worker reports where the job went (as CompleteMany's answer does).
+      IF @Moved = 1 SET @Status = 'cancelled';
     END
     ELSE IF @Queue IS NOT NULL
     BEGIN
@@ -683,8 +684,9 @@ BEGIN
 END;
 GO
 
--- Fail(@JobId, @LeaseId, @Reason, @Error): fetched or processing under that lease -> DLQ with the reason.
--- Lock order: the job row (the delete); the DLQ insert; keel.ApplyCounters once, last.
+-- Fail(@JobId, @LeaseId, @Reason, @Error): fetched or processing under that lease -> DLQ with the reason, or as
+-- 'cancelled' (Status 'cancelled') when its cancel was requested: such a job always ends so (docs/jobs.md, step 4).
+-- Lock order: the job row (UPDLOCK, then the delete); the DLQ insert; keel.ApplyCounters once, last.
 CREATE OR ALTER PROCEDURE keel.Fail
   @JobId BIGINT,
   @LeaseId UNIQUEIDENTIFIER,
@@ -697,6 +699,7 @@ BEGIN
   IF @Reason IS NULL OR @Reason NOT IN ('exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired')
     THROW 50012, N'reason must be one of exhausted, fatal, timeout, cancelled, zombie, expired', 1;
   DECLARE @Moved int = 0;
+  DECLARE @CancelRequested bit = 0;
   DECLARE @Counters keel.CounterRows; -- the one definition: V002__counter_types.sql
   DECLARE @DeadIds keel.JobIdList;
 
@@ -709,6 +712,11 @@ BEGIN
     Waiting bigint NOT NULL DEFAULT (0));
     BEGIN TRY
       BEGIN TRANSACTION;
+      SELECT @CancelRequested = h.CancelRequested
+      FROM keel.JobsHot AS h WITH (UPDLOCK, ROWLOCK)
+      WHERE h.Id = @JobId AND h.LeaseId = @LeaseId AND h.State IN ('fetched', 'processing');
+      IF @CancelRequested = 1 AND @Reason <> 'cancelled' SET @Reason = 'cancelled';
+      ELSE SET @CancelRequested = 0; -- the answer says 'cancelled' only where the reason was changed
       INSERT @Counters (Queue, Failed, Cancelled, Zombie, Outcome, Reason, DurationMs)
       EXEC keel.DeadLetter @DeadIds = @DeadIds, @LeaseId = @LeaseId, @FromPending = 0, @FromFetched = 1, @FromProcessing = 1,
                            @Reason = @Reason, @Error = @Error, @MovedCount = @Moved OUTPUT;
@@ -721,7 +729,7 @@ BEGIN
     END CATCH;
   END;
 
-  SELECT IIF(@Moved = 1, 'ok', 'lease_lost') AS Status;
+  SELECT IIF(@Moved = 1, IIF(@CancelRequested = 1, 'cancelled', 'ok'), 'lease_lost') AS Status;
 END;
 GO
 

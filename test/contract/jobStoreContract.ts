@@ -976,7 +976,7 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       const q = freshQueue('cancel-retry');
       const job = await startedJob(q);
       await store.cancel(job.id);
-      expect(await store.retry(ref(job), new Date(), 'failed anyway')).toBe('ok');
+      expect(await store.retry(ref(job), new Date(), 'failed anyway')).toBe('cancelled');
       expect((await store.getJob(job.id))!.reason).toBe('cancelled');
     });
 
@@ -1046,7 +1046,7 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       const q = freshQueue('cancel-interrupt');
       const job = await startedJob(q);
       expect(await store.cancel(job.id)).toBe('cancel_requested');
-      expect(await store.interrupt(ref(job), 'interrupted by worker shutdown')).toBe('ok');
+      expect(await store.interrupt(ref(job), 'interrupted by worker shutdown')).toBe('cancelled');
       expect(await store.getJob(job.id)).toMatchObject({
         location: 'dlq',
         reason: 'cancelled',
@@ -1287,12 +1287,27 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       ]);
       const cancelledRetry = await startedJob(q);
       await store.cancel(cancelledRetry.id);
-      expect(await store.retry(ref(cancelledRetry), new Date(), 'boom')).toBe('ok');
+      // 'cancelled', not 'ok': the worker reports where the job went.
+      expect(await store.retry(ref(cancelledRetry), new Date(), 'boom')).toBe('cancelled');
       expect(outcomes(await store.getJob(cancelledRetry.id))).toEqual(['1:cancelled']);
       const cancelledInterrupt = await startedJob(q);
       await store.cancel(cancelledInterrupt.id);
-      expect(await store.interrupt(ref(cancelledInterrupt), 'shutdown')).toBe('ok');
+      expect(await store.interrupt(ref(cancelledInterrupt), 'shutdown')).toBe('cancelled');
       expect(outcomes(await store.getJob(cancelledInterrupt.id))).toEqual(['1:cancelled']);
+      // A handler's failure after the cancel request: the job still ends as 'cancelled' (the operator was told
+      // 'cancel_requested'), with the handler's error, and the answer says so.
+      const cancelledFail = await startedJob(q);
+      await store.cancel(cancelledFail.id);
+      expect(await store.fail(ref(cancelledFail), 'fatal', 'bad input')).toBe('cancelled');
+      expect(await store.getJob(cancelledFail.id)).toMatchObject({ location: 'dlq', reason: 'cancelled' });
+      expect((await store.getJob(cancelledFail.id))!.attemptLog).toEqual([
+        expect.objectContaining({ attempt: 1, outcome: 'cancelled', error: 'bad input' }),
+      ]);
+      // The processor's own cancel (its handler aborted by the request) fails it as 'cancelled': plainly 'ok'.
+      const selfCancelled = await startedJob(q);
+      await store.cancel(selfCancelled.id);
+      expect(await store.fail(ref(selfCancelled), 'cancelled', 'cancelled')).toBe('ok');
+      expect(await store.getJob(selfCancelled.id)).toMatchObject({ location: 'dlq', reason: 'cancelled' });
       const cancelledComplete = await startedJob(q);
       await store.cancel(cancelledComplete.id);
       expect(await store.complete(ref(cancelledComplete))).toBe('cancelled');

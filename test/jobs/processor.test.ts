@@ -427,6 +427,37 @@ describe('processor', () => {
     expect((await h.statsRow(queue)).succeeded).toBe(0);
   });
 
+  // The same for a handler that fails (retry) or fails for good (fail) before it sees the request: the move puts the
+  // job in the DLQ as 'cancelled', and the outcome reported is that, not 'retried' or the failure's own reason.
+  it.each([
+    ['throws an ordinary error (retry)', () => new Error('boom')],
+    ['throws a FatalError (fail)', () => new FatalError('bad input')],
+  ])('a handler that %s after a cancel request ends as cancelled, reported as such', async (_what, error) => {
+    const queue = q('cancel-then-fail');
+    let started!: () => void;
+    const running = new Promise<void>((r) => (started = r));
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const reg = new HandlerRegistry().register('t', async () => {
+      started();
+      await gate;
+      throw error();
+    });
+    const outcomes: { outcome: string; reason?: string }[] = [];
+    const p = processor(reg, {
+      heartbeatIntervalMs: 600_000,
+      events: { onOutcome: (e) => outcomes.push({ outcome: e.outcome, reason: e.reason }) },
+    });
+    const { id } = await store.enqueue({ queue, type: 't', maxAttempts: 3 });
+    const outcome = runOne(p, queue);
+    await running;
+    expect(await store.cancel(id)).toBe('cancel_requested'); // another instance answered: no local abort
+    release();
+    expect(await outcome).toBe('dead_lettered');
+    expect(outcomes).toEqual([{ outcome: 'dead_lettered', reason: 'cancelled' }]);
+    expect(await store.getJob(id)).toMatchObject({ location: 'dlq', reason: 'cancelled' });
+  });
+
   it('on shutdown releases claimed-but-unstarted jobs and interrupts running ones after the grace period', async () => {
     const queue = q('shutdown');
     let started!: () => void;

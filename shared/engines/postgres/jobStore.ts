@@ -5,6 +5,7 @@ import { poolErrorLogger } from '../poolErrors.js';
 import path from 'node:path';
 import type {
   CompleteRef,
+  CompleteResult,
   CancelResult,
   CancelResultById,
   ClaimOptions,
@@ -456,7 +457,7 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     return r!.result as OwnerResult;
   }
 
-  async retry(ref: LeaseRef, when: RetryWhen, error: string): Promise<OwnerResult> {
+  async retry(ref: LeaseRef, when: RetryWhen, error: string): Promise<CompleteResult> {
     const [at, delayMs] = when instanceof Date ? [when, null] : [null, when.delayMs];
     const [r] = await this.call('retry', {
       job_id: ref.jobId,
@@ -465,12 +466,12 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
       error,
       delay_ms: delayMs,
     });
-    return r!.result as OwnerResult;
+    return r!.result as CompleteResult;
   }
 
-  async fail(ref: LeaseRef, reason: DlqReason, error: string): Promise<OwnerResult> {
+  async fail(ref: LeaseRef, reason: DlqReason, error: string): Promise<CompleteResult> {
     const [r] = await this.call('fail', { job_id: ref.jobId, lease_id: ref.leaseId, reason, error });
-    return r!.result as OwnerResult;
+    return r!.result as CompleteResult;
   }
 
   async release(ref: LeaseRef): Promise<OwnerResult> {
@@ -478,9 +479,9 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     return r!.result as OwnerResult;
   }
 
-  async interrupt(ref: LeaseRef, error: string): Promise<OwnerResult> {
+  async interrupt(ref: LeaseRef, error: string): Promise<CompleteResult> {
     const [r] = await this.call('interrupt', { job_id: ref.jobId, lease_id: ref.leaseId, error });
-    return r!.result as OwnerResult;
+    return r!.result as CompleteResult;
   }
 
   async cancel(jobId: JobId): Promise<CancelResult> {

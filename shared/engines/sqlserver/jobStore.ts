@@ -5,6 +5,7 @@ import path from 'node:path';
 import { sqlDir } from '../../config/sqlDir.js';
 import type {
   CompleteRef,
+  CompleteResult,
   CancelResult,
   CancelResultById,
   ClaimOptions,
@@ -360,25 +361,29 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
 
   // Single-job owner-scoped move with lost-reply resolution: `moved` says from the job's record whether the move
   // happened; a job still held under our lease in its old state means nothing happened (the error is re-thrown).
+  // `cancelWins`: the move dead-letters the job as 'cancelled' when its cancel was requested (retry, interrupt, a
+  // fail with another reason), and answers 'cancelled' then, from the record too.
   // A ref that can hold no lease never gets here: the contract boundary answers it (STORE_ARGUMENT_CHECKS).
   private async ownerMove(
     ref: LeaseRef,
     run: (leaseId: string) => Promise<Row[]>,
     moved: (job: JobRecord | null) => boolean,
     unchanged: (job: JobRecord) => boolean,
-  ): Promise<OwnerResult> {
+    cancelWins = false,
+  ): Promise<CompleteResult> {
     try {
       const [r] = await run(ref.leaseId);
-      return r!.Status as OwnerResult;
+      return r!.Status as CompleteResult;
     } catch (err) {
       if (!isOutcomeUnknown(err)) throw err;
       const job = await this.locate(ref.jobId);
       if (job?.location === 'hot' && job.leaseId === ref.leaseId.toLowerCase() && unchanged(job)) throw err;
-      return moved(job) ? 'ok' : 'lease_lost';
+      if (!moved(job)) return 'lease_lost';
+      return cancelWins && job?.location === 'dlq' && job.reason === 'cancelled' ? 'cancelled' : 'ok';
     }
   }
 
-  async retry(ref: LeaseRef, when: RetryWhen, error: string): Promise<OwnerResult> {
+  async retry(ref: LeaseRef, when: RetryWhen, error: string): Promise<CompleteResult> {
     const [runAt, delayMs] = when instanceof Date ? [when, null] : [null, when.delayMs];
     return this.ownerMove(
       ref,
@@ -391,34 +396,38 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
       (job) =>
         (job?.location === 'hot' && job.state === 'pending') || (job?.location === 'dlq' && job.reason === 'cancelled'),
       (job) => job.state === 'processing',
+      true,
     );
   }
 
-  async fail(ref: LeaseRef, reason: DlqReason, error: string): Promise<OwnerResult> {
+  async fail(ref: LeaseRef, reason: DlqReason, error: string): Promise<CompleteResult> {
     return this.ownerMove(
       ref,
       (leaseId) => this.call('fail', { JobId: ref.jobId, LeaseId: leaseId, Reason: reason, Error: error }, 'once'),
-      (job) => job?.location === 'dlq' && job.reason === reason,
+      (job) => job?.location === 'dlq' && (job.reason === reason || job.reason === 'cancelled'),
       (job) => job.state === 'fetched' || job.state === 'processing',
+      reason !== 'cancelled',
     );
   }
 
   async release(ref: LeaseRef): Promise<OwnerResult> {
+    // Release never dead-letters (its procedure answers 'ok' or 'lease_lost'; cancelWins is off).
     return this.ownerMove(
       ref,
       (leaseId) => this.call('release', { JobId: ref.jobId, LeaseId: leaseId }, 'once'),
       (job) => job?.location === 'hot' && job.state === 'pending',
       (job) => job.state === 'fetched',
-    );
+    ) as Promise<OwnerResult>;
   }
 
-  async interrupt(ref: LeaseRef, error: string): Promise<OwnerResult> {
+  async interrupt(ref: LeaseRef, error: string): Promise<CompleteResult> {
     return this.ownerMove(
       ref,
       (leaseId) => this.call('interrupt', { JobId: ref.jobId, LeaseId: leaseId, Error: error }, 'once'),
       (job) =>
         (job?.location === 'hot' && job.state === 'pending') || (job?.location === 'dlq' && job.reason === 'cancelled'),
       (job) => job.state === 'processing',
+      true,
     );
   }
 
