@@ -1793,6 +1793,34 @@ language sql as $$
   select r.id, r.queue from revived r order by r.id
 $$;
 
+-- For jobs being revived (p_ids: the DLQ rows resurrect takes), the parents they do not bring back with them, locked
+-- in the lock order (sql/README.md, 3a): those not waiting first, by id; then the waiting ones together with the
+-- waiting children whose edges from p_ids open again, by id. Returns those parents. resurrect calls it before its
+-- first insert (with every row its rounds may revive) and again once they are revived (locking again waits for
+-- no one).
+create or replace function keel._lock_revival_parents(p_ids bigint[])
+returns bigint[]
+language plpgsql as $$
+declare
+  v_parents bigint[];
+begin
+  v_parents := array(select distinct e.parent_id from keel.job_deps e
+                     where e.child_id = any(p_ids) and e.parent_id <> all(p_ids) order by 1);
+  perform l.id from (select x.id from unnest(v_parents) as x(id) order by 1) x
+  cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id and h.state <> 'waiting'
+                      for update of h offset 0) l;
+  perform l.id
+  from (select e.child_id as id from keel.job_deps e
+        where e.parent_id = any(p_ids) and e.parent_outcome = 'failed' and e.child_id <> all(p_ids)
+        union
+        select x.id from unnest(v_parents) as x(id)
+        order by 1) x
+  cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id and h.state = 'waiting'
+                      for update of h offset 0) l;
+  return v_parents;
+end
+$$;
+
 -- Flows (V010): a resurrected parent brings back, in further rounds, the children its failure dead-lettered as
 -- 'parent_failed' (and theirs); its edges to them, and to children still waiting in the hot table (onFailure 'run'),
 -- open again, so they wait for it once more. A resurrected job with a parent still hot (or resurrected with it)
@@ -1828,19 +1856,7 @@ begin
       select c.id from c order by 1);
     perform l.id from (select unnest(v_cand) as id order by 1) x
     cross join lateral (select d.id from keel.jobs_dlq d where d.id = x.id for update of d offset 0) l;
-    v_parents := array(select distinct e.parent_id from keel.job_deps e
-                       where e.child_id = any(v_cand) and e.parent_id <> all(v_cand) order by 1);
-    perform l.id from (select x.id from unnest(v_parents) as x(id) order by 1) x
-    cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id and h.state <> 'waiting'
-                        for update of h offset 0) l;
-    perform l.id
-    from (select e.child_id as id from keel.job_deps e
-          where e.parent_id = any(v_cand) and e.parent_outcome = 'failed' and e.child_id <> all(v_cand)
-          union
-          select x.id from unnest(v_parents) as x(id)
-          order by 1) x
-    cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id and h.state = 'waiting'
-                        for update of h offset 0) l;
+    v_parents := keel._lock_revival_parents(v_cand);
   end if;
   loop
     select coalesce(array_agg(r.job_id order by r.job_id), '{}'), coalesce(array_agg(r.queue order by r.job_id), '{}')
@@ -1867,21 +1883,7 @@ begin
     -- flagged has_dependents (else it would finish without reading its edges and the child would wait for ever).
     -- Its row is locked before the edges are read, so it cannot finish unseen in between: rows that are not
     -- waiting first, by id; then the waiting ones with the waiting children below (sql/README.md, Lock order 3a).
-    v_parents := array(select distinct e.parent_id from keel.job_deps e
-                       where e.child_id = any(v_ids) and e.parent_id <> all(v_ids) order by 1);
-    perform l.id from (select x.id from unnest(v_parents) as x(id) order by 1) x
-    cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id and h.state <> 'waiting'
-                        for update of h offset 0) l;
-    -- Hot children of the revived jobs still waiting, and waiting parents: locked (id order) before their edges
-    -- open again.
-    perform l.id
-    from (select e.child_id as id from keel.job_deps e
-          where e.parent_id = any(v_ids) and e.parent_outcome = 'failed' and e.child_id <> all(v_ids)
-          union
-          select x.id from unnest(v_parents) as x(id)
-          order by 1) x
-    cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id and h.state = 'waiting'
-                        for update of h offset 0) l;
+    v_parents := keel._lock_revival_parents(v_ids);
     update keel.job_deps e set parent_outcome = null
     where e.parent_id = any(v_ids) and e.parent_outcome = 'failed'
       and exists (select 1 from keel.jobs_hot h where h.id = e.child_id and h.state = 'waiting');
