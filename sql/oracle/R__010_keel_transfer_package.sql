@@ -99,6 +99,41 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     RETURN v_out;
   END staging_columns;
 
+  -- A column's declared type as the dictionary describes it (type, length, precision, scale, character semantics), or
+  -- NULL where there is no such column. p_owner NULL: the current schema (where ENSURE_STAGING makes staging tables).
+  FUNCTION column_type(p_owner IN VARCHAR2, p_table IN VARCHAR2, p_column IN VARCHAR2) RETURN VARCHAR2 IS
+    v_out VARCHAR2(400);
+  BEGIN
+    SELECT DATA_TYPE || '(' || DATA_LENGTH || ',' || DATA_PRECISION || ',' || DATA_SCALE || ',' || CHAR_LENGTH || CHAR_USED || ')'
+      INTO v_out
+      FROM ALL_TAB_COLUMNS
+     WHERE OWNER = NVL(p_owner, SYS_CONTEXT('USERENV', 'CURRENT_SCHEMA')) AND TABLE_NAME = p_table
+       AND COLUMN_NAME = TRIM(BOTH '"' FROM p_column);
+    RETURN v_out;
+  EXCEPTION
+    WHEN NO_DATA_FOUND THEN RETURN NULL;
+  END column_type;
+
+  -- The mapped columns whose declared type on the target is not the staging table's (NULL: none). The staging table
+  -- is made with the target's types (ENSURE_STAGING's CTAS) and the staged rows are verified in them: a target column
+  -- altered since (an operator's ALTER TABLE: a narrower scale, another type) would convert the verified values on the
+  -- way in and commit rows that are not the source's (the PostgreSQL target checks the same: apply_batch).
+  FUNCTION changed_columns(p_owner IN VARCHAR2, p_table IN VARCHAR2, p_staging IN VARCHAR2, p_cols IN t_names) RETURN VARCHAR2 IS
+    v_out VARCHAR2(2000);
+    v_target VARCHAR2(400);
+    v_staged VARCHAR2(400);
+  BEGIN
+    FOR i IN 1 .. p_cols.COUNT LOOP
+      v_target := column_type(p_owner, p_table, p_cols(i));
+      v_staged := column_type(NULL, p_staging, p_cols(i));
+      IF v_target IS NULL OR v_staged IS NULL OR v_target <> v_staged THEN
+        v_out := SUBSTR(v_out || CASE WHEN v_out IS NOT NULL THEN '; ' END || p_cols(i) || ' is ' || NVL(v_target, 'dropped') ||
+                        ', staged as ' || NVL(v_staged, 'missing'), 1, 2000);
+      END IF;
+    END LOOP;
+    RETURN v_out;
+  END changed_columns;
+
   FUNCTION BEGIN_STAGE(p_batch_id IN VARCHAR2, p_transfer IN VARCHAR2, p_expected_count IN NUMBER, p_expected_checksum IN VARCHAR2) RETURN VARCHAR2 IS
     v_state KEEL_TRANSFER_STAGED.STATE%TYPE;
     v_count KEEL_TRANSFER_STAGED.ROW_COUNT%TYPE;
@@ -148,11 +183,16 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
       v_wanted := v_wanted || ',"KEEL_OP"';
     END IF;
     v_existing := staging_columns(v_name);
+    -- The same names with other types (a target column altered since the staging table was made): made again, as for
+    -- another column mapping, so that what is staged and verified is what the target column holds.
+    IF v_existing = v_wanted AND changed_columns(p_owner, p_table, v_name, v_cols) IS NOT NULL THEN
+      v_existing := v_existing || ' (other types)';
+    END IF;
     IF v_existing IS NULL OR v_existing <> v_wanted THEN
       IF v_existing IS NOT NULL THEN
         EXECUTE IMMEDIATE 'SELECT COUNT(*) FROM ' || DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' WHERE ROWNUM = 1' INTO v_rows;
         IF v_rows > 0 THEN
-          RAISE_APPLICATION_ERROR(-20004, 'staging table ' || v_name || ' holds rows for another column mapping; apply or purge those batches first');
+          RAISE_APPLICATION_ERROR(-20004, 'staging table ' || v_name || ' holds rows for another column mapping or other column types; apply or purge those batches first');
         END IF;
         EXECUTE IMMEDIATE 'DROP TABLE ' || DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' PURGE';
       END IF;
@@ -226,6 +266,7 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     v_mirror CLOB;               -- the mirror's DELETE
     v_k1 VARCHAR2(130);          -- the first key column, as the MERGE names it
     v_ktype ALL_TAB_COLUMNS.DATA_TYPE%TYPE;
+    v_changed VARCHAR2(2000);    -- mapped columns whose target type is not the staged one
   BEGIN
     IF p_attempt IS NULL OR p_attempt < 1 THEN
       RAISE_APPLICATION_ERROR(-20006, 'APPLY_BATCH needs the journal attempt (>= 1)');
@@ -299,6 +340,14 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     -- another session holds (LOCK TABLE, DDL) costs ORA-30006, a retryable 'target_busy' with nothing applied, instead
     -- of a wait as long as the client's call timeout (PostgreSQL: lock_timeout, KEEL_TRANSFER_LOCK_TIMEOUT_MS).
     EXECUTE IMMEDIATE 'LOCK TABLE ' || qualified(p_owner, p_table) || ' IN ROW EXCLUSIVE MODE WAIT 30';
+    -- Checked under that lock, which an ALTER TABLE of the business table cannot pass (ORA-00054), so the types stay
+    -- these until this transaction ends: a target column altered since the batch was staged refuses the batch (-20004:
+    -- target_incompatible, its window released; the service checks the table again before the next).
+    v_changed := changed_columns(p_owner, p_table, p_staging, v_cols);
+    IF v_changed IS NOT NULL THEN
+      RAISE_APPLICATION_ERROR(-20004, SUBSTR('batch ' || p_batch_id || ': target table ' || qualified(p_owner, p_table) ||
+        ' changed since the batch was staged (' || v_changed || '); nothing applied, the next batch checks the table again', 1, 2000));
+    END IF;
     IF p_changes IS NOT NULL THEN
       -- Deletes first (a key is at most once in a batch: duplicates were refused at staging).
       EXECUTE IMMEDIATE TO_CLOB('DELETE FROM ') || qualified(p_owner, p_table) || ' t WHERE EXISTS (SELECT 1 FROM ' || v_stg ||

@@ -162,6 +162,22 @@ export function defineTargetAdapterContract(makeHarness: () => TargetHarness): v
     await expectExactlyOnce(t, 40);
   });
 
+  // The staged rows were verified in the staging table's types (the target's at prepare): an apply into a column
+  // altered since would convert them (here: round the amounts) and commit rows that are not the source's.
+  it('a target column altered after staging: apply refuses the batch as target_incompatible and writes nothing', async () => {
+    const t = await transfer(100);
+    const tgt = await target(t);
+    const schema = await new PostgresTransferSource(t, source).readSchema();
+    await tgt.prepare(schema);
+    const rows = await rowsOf(t, { kind: 'key', low: null, high: '40' });
+    const req: StageRequest = { batchId: randomUUID(), transfer: t.name, manifest: manifestOf(rows), schema };
+    expect(await tgt.stage(req, feedOf(rows))).toMatchObject({ outcome: 'staged', rowCount: 40 });
+    await h.narrowAmountScale(t);
+    await expect(tgt.apply(req, { attempt: 1 })).rejects.toSatisfy((e) => isTransferError(e, 'target_incompatible'));
+    expect(await h.countRows(t)).toBe(0);
+    expect((await h.completion(req.batchId))?.state).not.toBe('committed');
+  });
+
   it('apply is idempotent under a repeated batch id: re-applying a committed batch is a no-op that says so', async () => {
     const t = await transfer(300);
     const { svc, target: tgt } = await service(t);

@@ -42,6 +42,8 @@ export interface TargetHarness {
   openTarget(t: TransferConfig): Promise<TargetAdapter>;
   // Rows in the target table.
   countRows(t: TransferConfig): Promise<number>;
+  // An operator's ALTER TABLE after prepare: the target's amount column from scale 2 to scale 1 (the table is empty).
+  narrowAmountScale(t: TransferConfig): Promise<void>;
   // The batch's completion row on the target, as the engine records it.
   completion(batchId: string): Promise<{ state: 'claimed' | 'committed' | 'fenced'; fencedThrough: number } | null>;
   // Holds what serializes apply and reconcile for this batch in an open transaction of another session (an apply

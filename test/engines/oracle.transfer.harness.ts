@@ -146,6 +146,13 @@ export class OracleTargetHarness implements TargetHarness, DataCaseTargetHarness
     return new OracleTransferTarget(t, tracked);
   }
 
+  async narrowAmountScale(t: TransferConfig): Promise<void> {
+    const table = t.target.table;
+    if (!TABLE_NAME.test(table)) throw new Error(`bad table ${table}`);
+    // Oracle decreases a NUMBER's scale only on an empty column (ORA-01440): the contract's table is empty here.
+    await this.withConnection((c) => c.execute(`ALTER TABLE "${table}" MODIFY ("AMOUNT" NUMBER(12,1))`));
+  }
+
   async countRows(t: TransferConfig): Promise<number> {
     const table = t.target.table;
     if (!TABLE_NAME.test(table)) throw new Error(`bad table ${table}`);

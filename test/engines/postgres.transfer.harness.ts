@@ -227,6 +227,12 @@ export class PostgresTargetHarness implements TargetHarness, DataCaseTargetHarne
     return (await (await this.admin()).query(`select count(*)::int as n from ${table}`)).rows[0].n;
   }
 
+  async narrowAmountScale(t: TransferConfig): Promise<void> {
+    const table = t.target.table;
+    if (!/^public\.[a-z_][a-z0-9_]*$/.test(table)) throw new Error(`bad table ${table}`);
+    await (await this.admin()).query(`alter table ${table} alter column amount type numeric(12,1)`);
+  }
+
   async completion(batchId: string) {
     const r = await (
       await this.admin()
