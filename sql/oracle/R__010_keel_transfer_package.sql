@@ -267,6 +267,7 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     v_k1 VARCHAR2(130);          -- the first key column, as the MERGE names it
     v_ktype ALL_TAB_COLUMNS.DATA_TYPE%TYPE;
     v_changed VARCHAR2(2000);    -- mapped columns whose target type is not the staged one
+    v_staged_rows NUMBER;        -- a change window's rows in the staging table, counted before its deletes
   BEGIN
     IF p_attempt IS NULL OR p_attempt < 1 THEN
       RAISE_APPLICATION_ERROR(-20006, 'APPLY_BATCH needs the journal attempt (>= 1)');
@@ -349,11 +350,19 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
         ' changed since the batch was staged (' || v_changed || '); nothing applied, the next batch checks the table again', 1, 2000));
     END IF;
     IF p_changes IS NOT NULL THEN
+      -- The staged rows counted before anything is changed: the deletes and a mirror's are decided by what the staging
+      -- table holds, so rows missing from it must fail the batch (-20003, as a merge that wrote other than the staged
+      -- count: its window is extracted again) instead of committing a window that applied less (PostgreSQL: the same).
+      EXECUTE IMMEDIATE 'SELECT COUNT(CASE WHEN KEEL_OP = ''U'' THEN 1 END), COUNT(*) FROM ' || v_stg || ' WHERE KEEL_BATCH_ID = :b'
+        INTO v_upserts, v_staged_rows USING p_batch_id;
+      IF v_staged_rows <> v_count THEN
+        RAISE_APPLICATION_ERROR(-20003, 'batch ' || p_batch_id || ': the staging table holds ' || v_staged_rows || ' of its ' ||
+          v_count || ' staged rows');
+      END IF;
       -- Deletes first (a key is at most once in a batch: duplicates were refused at staging).
       EXECUTE IMMEDIATE TO_CLOB('DELETE FROM ') || qualified(p_owner, p_table) || ' t WHERE EXISTS (SELECT 1 FROM ' || v_stg ||
                         ' s WHERE s.KEEL_BATCH_ID = :b AND s.KEEL_OP = ''D'' AND ' || v_on || ')' USING p_batch_id;
       v_deleted := SQL%ROWCOUNT;
-      EXECUTE IMMEDIATE 'SELECT COUNT(*) FROM ' || v_stg || ' WHERE KEEL_BATCH_ID = :b AND KEEL_OP = ''U''' INTO v_upserts USING p_batch_id;
       v_filter := ' AND KEEL_OP = ''U''';
     END IF;
     v_sql := TO_CLOB('MERGE INTO ') || qualified(p_owner, p_table) || ' t USING (SELECT ' || join_names(v_cols, NULL) || ' FROM ' ||
