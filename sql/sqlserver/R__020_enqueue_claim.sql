@@ -390,6 +390,33 @@ BEGIN
 END;
 GO
 
+-- TakeClaimLocks(@Queues): the pause barrier of every claim (step 0 of the lock order, docs/sqlserver.md): each named
+-- queue's claim applock keel.claim:<queue> in share mode, owner Transaction, in name order (the binary collation of
+-- the type), before the caller locks any table, held to its commit. UpdateQueue takes a queue's applock exclusively
+-- to pause it, so a pause waits for every claim that may have read "not paused", and a claim that comes after reads
+-- the pause. Runs inside the caller's transaction (ClaimNext, ClaimAndStart, ClaimById); internal (R__900).
+CREATE OR ALTER PROCEDURE keel.TakeClaimLocks
+  @Queues keel.QueueNameList READONLY
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  IF @@TRANCOUNT = 0 THROW 50015, N'TakeClaimLocks: a claim lock is held to the commit of its caller''s transaction', 1;
+  DECLARE @Lk nvarchar(128) = (SELECT MIN(Name) FROM @Queues), @LkRes nvarchar(255), @LkRc int, @Msg nvarchar(400);
+  WHILE @Lk IS NOT NULL
+  BEGIN
+    SET @LkRes = N'keel.claim:' + @Lk;
+    EXEC @LkRc = sys.sp_getapplock @Resource = @LkRes, @LockMode = 'Shared', @LockOwner = 'Transaction';
+    IF @LkRc < 0
+    BEGIN
+      SET @Msg = N'could not take the claim lock of queue ' + @Lk + N': sp_getapplock returned ' + CONVERT(nvarchar(11), @LkRc);
+      THROW 50015, @Msg, 1;
+    END;
+    SET @Lk = (SELECT MIN(Name) FROM @Queues WHERE Name > @Lk);
+  END;
+END;
+GO
+
 -- ClaimNext(@WorkerId, @Queues JSON array of names, @Limit, @LeaseSeconds): up to @Limit due pending jobs of the
 -- given queues, highest priority first, then RunAt, then Id; skips rows other claimers hold (UPDLOCK, READPAST,
 -- ROWLOCK, plus READCOMMITTEDLOCK, which READPAST requires under READ_COMMITTED_SNAPSHOT); paused queues give
@@ -422,6 +449,7 @@ BEGIN
     Name nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY,
     Limited bit NOT NULL, Slots int NULL, QueueMaxAttempts int NOT NULL, QueueZombieTimeoutSeconds int NOT NULL);
   DECLARE @Counters keel.CounterRows; -- stays empty: a claim adds to no StatsSummary or MetricBuckets row
+  DECLARE @Lock keel.QueueNameList; -- the queues whose claim applocks it takes (keel.TakeClaimLocks)
 
   IF @Limit IS NOT NULL AND @Limit >= 1 AND @Queues IS NOT NULL AND ISJSON(@Queues) = 1
   BEGIN
@@ -443,16 +471,10 @@ BEGIN
       BEGIN TRANSACTION;
 
       -- The pause barrier (UpdateQueue): each queue's claim applock in share mode, in name order, before any table
-      -- lock, held to the commit; then the pauses committed by now. A pause takes the applock exclusively, so it waits
+      -- lock, held to the commit (keel.TakeClaimLocks); then the pauses committed by now. A pause takes the applock exclusively, so it waits
       -- for this claim, or this claim for the pause, and nothing it picks starts after the pause has answered.
-      DECLARE @Lk nvarchar(128) = (SELECT MIN(Name) FROM @Q), @LkRes nvarchar(255), @LkRc int;
-      WHILE @Lk IS NOT NULL
-      BEGIN
-        SET @LkRes = N'keel.claim:' + @Lk;
-        EXEC @LkRc = sys.sp_getapplock @Resource = @LkRes, @LockMode = 'Shared', @LockOwner = 'Transaction';
-        IF @LkRc < 0 THROW 50015, N'ClaimNext: could not take a queue''s claim lock', 1;
-        SET @Lk = (SELECT MIN(Name) FROM @Q WHERE Name > @Lk);
-      END;
+      INSERT @Lock (Name) SELECT Name FROM @Q;
+      EXEC keel.TakeClaimLocks @Queues = @Lock;
       DELETE q FROM @Q AS q WHERE EXISTS (SELECT 1 FROM keel.Queues AS s WHERE s.Name = q.Name AND s.Paused = 1);
 
       -- Limited queues: lock each settings row in name order, then count what runs now.
@@ -589,6 +611,7 @@ BEGIN
     Name nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY,
     Limited bit NOT NULL, Slots int NULL, QueueMaxAttempts int NOT NULL, QueueZombieTimeoutSeconds int NOT NULL);
   DECLARE @Pick TABLE (Id bigint NOT NULL PRIMARY KEY, Priority int NOT NULL, RunAt datetime2(3) NOT NULL);
+  DECLARE @Lock keel.QueueNameList;
 
   IF @Limit IS NOT NULL AND @Limit >= 1 AND @Queues IS NOT NULL AND ISJSON(@Queues) = 1
   BEGIN
@@ -605,14 +628,8 @@ BEGIN
       BEGIN TRANSACTION;
 
       -- The pause barrier, as ClaimNext.
-      DECLARE @Lk nvarchar(128) = (SELECT MIN(Name) FROM @Q), @LkRes nvarchar(255), @LkRc int;
-      WHILE @Lk IS NOT NULL
-      BEGIN
-        SET @LkRes = N'keel.claim:' + @Lk;
-        EXEC @LkRc = sys.sp_getapplock @Resource = @LkRes, @LockMode = 'Shared', @LockOwner = 'Transaction';
-        IF @LkRc < 0 THROW 50015, N'ClaimAndStart: could not take a queue''s claim lock', 1;
-        SET @Lk = (SELECT MIN(Name) FROM @Q WHERE Name > @Lk);
-      END;
+      INSERT @Lock (Name) SELECT Name FROM @Q;
+      EXEC keel.TakeClaimLocks @Queues = @Lock;
       DELETE q FROM @Q AS q WHERE EXISTS (SELECT 1 FROM keel.Queues AS s WHERE s.Name = q.Name AND s.Paused = 1);
 
       -- Limited queues: lock each settings row in name order, then count what runs now (as ClaimNext).
@@ -717,6 +734,7 @@ BEGIN
     RunAt datetime2(3) NOT NULL, CreatedAt datetime2(3) NOT NULL, LeaseExpiresAt datetime2(3) NOT NULL);
   DECLARE @Queue nvarchar(128), @Paused bit, @Max int, @QueueMaxAttempts int = 5, @QueueZombieTimeoutSeconds int = 300,
           @Running int;
+  DECLARE @Lock keel.QueueNameList;
 
   SELECT @Queue = h.Queue FROM keel.JobsHot AS h WHERE h.Id = @JobId AND h.State = 'pending';
 
@@ -731,9 +749,8 @@ BEGIN
       BEGIN TRY
         BEGIN TRANSACTION;
         -- The pause barrier, as ClaimNext: the queue's claim applock in share mode, then the settings as committed now.
-        DECLARE @LkRes nvarchar(255) = N'keel.claim:' + @Queue, @LkRc int;
-        EXEC @LkRc = sys.sp_getapplock @Resource = @LkRes, @LockMode = 'Shared', @LockOwner = 'Transaction';
-        IF @LkRc < 0 THROW 50015, N'ClaimById: could not take the queue''s claim lock', 1;
+        INSERT @Lock (Name) VALUES (@Queue);
+        EXEC keel.TakeClaimLocks @Queues = @Lock;
         SELECT @Paused = s.Paused, @Max = s.MaxConcurrency FROM keel.Queues AS s WHERE s.Name = @Queue;
         IF ISNULL(@Paused, 0) = 0 AND @Max IS NOT NULL
         BEGIN

@@ -76,6 +76,30 @@ describe('sqlserver lock order (static check of the procedure bodies)', () => {
     expect(COUNTER_WRITE_ALLOWED.every((a) => a.why.length > 40)).toBe(true);
   });
 
+  it('the pause barrier is one procedure: every claim takes its queues\' claim applocks through keel.TakeClaimLocks, first in its transaction', async () => {
+    const modules = (await scripts()).flatMap((s) => parseModules(s.file, s.text));
+    const byName = new Map(modules.map((m) => [m.name, m]));
+    // keel.claim:<queue> is named only where it is taken: shared by TakeClaimLocks, exclusive by a pause.
+    const naming = modules.filter((m) => m.tokens.some((t) => t.kind === 'string' && t.text.startsWith('keel.claim:')));
+    expect(naming.map((m) => m.name).sort()).toEqual(['keel.takeclaimlocks', 'keel.updatequeue']);
+    const take = byName.get('keel.takeclaimlocks')!.tokens.map((t) => t.upper);
+    expect(take).toContain('SHARED');
+    for (const name of ['keel.claimnext', 'keel.claimandstart', 'keel.claimbyid']) {
+      const tokens = byName.get(name)!.tokens;
+      const at = (pred: (i: number) => boolean) => tokens.findIndex((_, i) => pred(i));
+      const begin = at((i) => tokens[i]!.upper === 'BEGIN' && tokens[i + 1]?.upper === 'TRANSACTION');
+      const calls = tokens.flatMap((t, i) =>
+        (t.upper === 'EXEC' || t.upper === 'EXECUTE') && tokens[i + 1]?.upper === 'KEEL.TAKECLAIMLOCKS' ? [i] : [],
+      );
+      expect(calls, name).toHaveLength(1);
+      // Inside the transaction (held to its commit), before any settings or job row of it is read or locked.
+      const firstTable = at((i) => i > begin && /^KEEL\.(QUEUES|JOBSHOT)$/.test(tokens[i]!.upper));
+      expect(begin, name).toBeGreaterThan(-1);
+      expect(calls[0]!, name).toBeGreaterThan(begin);
+      expect(calls[0]!, name).toBeLessThan(firstTable);
+    }
+  });
+
   it('resolves the write targets of aliases, CTEs, OUTPUT INTO and INSERT ... EXEC', () => {
     const targets = (sql: string) => writeTargets(tokenize(sql)).map((t) => t.toLowerCase());
     expect(
