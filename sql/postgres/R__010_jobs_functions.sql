@@ -1045,7 +1045,7 @@ end
 $$;
 
 -- Hot -> DLQ for the given ids that are in one of p_states (and, when p_lease is given, still under that lease),
--- locked in id order. Shared by fail, cancel, retry, interrupt and rescue. Returns what to count (keel._tally);
+-- locked in id order. Shared by cancel_many, rescue and a flow's settle. Returns what to count (keel._tally);
 -- cardinality(queues) is how many it moved.
 -- A row with dependents has its waiting descendants locked before anything is deleted (keel._lock_settled).
 drop function if exists keel._dead_letter(bigint[], uuid, text[], text, text);
@@ -1055,7 +1055,6 @@ language plpgsql as $$
 declare
   v_ids  bigint[];
   v_deps bigint[];
-  v_rows keel.jobs_hot[];
 begin
   select coalesce(array_agg(l.id order by l.id), '{}'), array_agg(l.id order by l.id) filter (where l.has_dependents)
   into v_ids, v_deps
@@ -1064,11 +1063,25 @@ begin
           and (p_lease is null or h.lease_id = p_lease)
         order by h.id
         for update of h) l;
-  if v_deps is not null then
-    perform keel._lock_settled(null, v_deps);
+  return keel._dead_letter_held(v_ids, v_deps, p_reason, p_error);
+end
+$$;
+
+-- keel._dead_letter's move, for rows the caller has locked already (fail, and retry and interrupt of a job whose
+-- cancel was requested, lock their one row to read it first: locking it again here would be a second scan and lock
+-- of the same row). p_ids: the locked rows, in id order; p_deps: those of them with dependents (has_dependents, as
+-- read under the lock), in id order, or null. Their waiting descendants are locked before anything is deleted.
+create or replace function keel._dead_letter_held(p_ids bigint[], p_deps bigint[], p_reason text, p_error text)
+returns keel.tally
+language plpgsql as $$
+declare
+  v_rows keel.jobs_hot[];
+begin
+  if p_deps is not null then
+    perform keel._lock_settled(null, p_deps);
   end if;
   with moved as (
-    delete from keel.jobs_hot h where h.id = any(array(select unnest(v_ids)))
+    delete from keel.jobs_hot h where h.id = any(array(select unnest(p_ids)))
     returning h.*
   )
   select coalesce(array_agg(row(m.*)::keel.jobs_hot order by m.id), '{}') into v_rows from moved m;
@@ -1084,6 +1097,7 @@ language plpgsql as $$
 declare
   v_lease  uuid := keel._lease(p_lease_id);
   v_cancel boolean;
+  v_deps   boolean;
   v_t      keel.tally;
 begin
   if p_reason is null or p_reason not in ('exhausted', 'fatal', 'timeout', 'cancelled', 'zombie', 'expired') then
@@ -1093,19 +1107,17 @@ begin
   if v_lease is null then
     return 'lease_lost';
   end if;
-  -- The row first (the one _dead_letter then moves): a job whose cancel was requested ends as 'cancelled' whatever
-  -- the handler's failure (the operator was told 'cancel_requested'), and the answer says so, as complete's does.
-  select h.cancel_requested into v_cancel from keel.jobs_hot h
+  -- The row first, locked once (keel._dead_letter_held then moves it): a job whose cancel was requested ends as
+  -- 'cancelled' whatever the handler's failure (the operator was told 'cancel_requested'), and the answer says so,
+  -- as complete's does.
+  select h.cancel_requested, h.has_dependents into v_cancel, v_deps from keel.jobs_hot h
   where h.id = p_job_id and h.lease_id = v_lease and h.state in ('fetched', 'processing')
   for update;
   if not found then
     return 'lease_lost';
   end if;
-  v_t := keel._dead_letter(array[p_job_id], v_lease, array['fetched', 'processing'],
-                           case when v_cancel then 'cancelled' else p_reason end, p_error);
-  if cardinality(v_t.queues) = 0 then
-    return 'lease_lost';
-  end if;
+  v_t := keel._dead_letter_held(array[p_job_id], case when v_deps then array[p_job_id] end,
+                                case when v_cancel then 'cancelled' else p_reason end, p_error);
   perform keel._tally(v_t);
   return case when v_cancel and p_reason <> 'cancelled' then 'cancelled' else 'ok' end;
 end
@@ -1125,14 +1137,16 @@ declare
   v_row    record;
   v_t      keel.tally;
 begin
-  select h.queue, h.cancel_requested into v_row from keel.jobs_hot h
+  select h.queue, h.cancel_requested, h.has_dependents into v_row from keel.jobs_hot h
   where h.id = p_job_id and h.lease_id = v_lease and h.state = 'processing'
   for update;
   if not found then
     return 'lease_lost';
   end if;
   if v_row.cancel_requested then
-    v_t := keel._dead_letter(array[p_job_id], v_lease, array['processing'], 'cancelled', coalesce(p_error, 'cancelled'));
+    -- the row is locked above: moved as it is (keel._dead_letter_held), not looked up and locked again
+    v_t := keel._dead_letter_held(array[p_job_id], case when v_row.has_dependents then array[p_job_id] end,
+                                  'cancelled', coalesce(p_error, 'cancelled'));
     perform keel._tally(v_t);
     return 'cancelled'; -- not 'ok': the worker reports where the job went (as complete's answer does)
   else
@@ -1159,16 +1173,19 @@ language plpgsql as $$
 declare
   v_lease  uuid := keel._lease(p_lease_id);
   v_cancel boolean;
+  v_deps   boolean;
   v_t      keel.tally;
 begin
-  select h.cancel_requested into v_cancel from keel.jobs_hot h
+  select h.cancel_requested, h.has_dependents into v_cancel, v_deps from keel.jobs_hot h
   where h.id = p_job_id and h.lease_id = v_lease and h.state = 'processing'
   for update;
   if not found then
     return 'lease_lost';
   end if;
   if v_cancel then
-    v_t := keel._dead_letter(array[p_job_id], v_lease, array['processing'], 'cancelled', coalesce(p_error, 'cancelled'));
+    -- the row is locked above: moved as it is (keel._dead_letter_held), not looked up and locked again
+    v_t := keel._dead_letter_held(array[p_job_id], case when v_deps then array[p_job_id] end,
+                                  'cancelled', coalesce(p_error, 'cancelled'));
     perform keel._tally(v_t);
     return 'cancelled'; -- not 'ok': the worker reports where the job went (as complete's answer does)
   end if;
@@ -1187,9 +1204,10 @@ returns text
 language plpgsql as $$
 declare
   v_state text;
+  v_deps  boolean;
   v_t     keel.tally;
 begin
-  select h.state into v_state from keel.jobs_hot h where h.id = p_job_id for update;
+  select h.state, h.has_dependents into v_state, v_deps from keel.jobs_hot h where h.id = p_job_id for update;
   if not found then
     return 'not_found';
   end if;
@@ -1197,7 +1215,9 @@ begin
     update keel.jobs_hot h set cancel_requested = true where h.id = p_job_id;
     return 'cancel_requested';
   end if;
-  v_t := keel._dead_letter(array[p_job_id], null, array['pending', 'fetched', 'waiting'], 'cancelled', 'cancelled by operator');
+  -- pending, fetched or waiting, and locked above: moved as it is, not looked up and locked again
+  v_t := keel._dead_letter_held(array[p_job_id], case when v_deps then array[p_job_id] end, 'cancelled',
+                                'cancelled by operator');
   perform keel._tally(v_t);
   return 'cancelled';
 end

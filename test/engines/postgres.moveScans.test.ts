@@ -1,0 +1,105 @@
+// The one-row moves lock their job row once (sql/postgres/R__010_jobs_functions.sql): fail, cancel, and retry and
+// interrupt of a job whose cancel was requested read the row `for update` to decide where it goes, then move that
+// locked row (keel._dead_letter_held) instead of looking it up and locking it again through keel._dead_letter. What
+// is checked is what the server counted: the scans of keel.jobs_hot in the call's transaction (pg_stat_xact_*), the
+// locking read and the delete, so two (three when the row is locked twice), whichever plan each one takes.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type pg from 'pg';
+import { PostgresHarness } from './postgres.harness.js';
+import type { PostgresJobStore } from '../../shared/engines/postgres/jobStore.js';
+import type { StartedJob } from '../../shared/jobs/contract.js';
+
+describe('postgres one-row moves lock their row once', () => {
+  const h = new PostgresHarness();
+  let store: PostgresJobStore;
+  let owner: pg.Client;
+
+  beforeAll(async () => {
+    store = await h.createStore({ poolSize: 2 });
+    owner = await h.connectOwner();
+  });
+  afterAll(async () => {
+    await owner?.end();
+    await h.close();
+  });
+
+  const queue = `scans-${Date.now()}`;
+
+  async function started(cancelRequested: boolean): Promise<StartedJob> {
+    await store.enqueue({ queue, type: 't' });
+    const [job] = await store.claimAndStart({ workerId: 'w', queues: [queue], limit: 1, leaseSeconds: 60 });
+    expect(job).toBeDefined();
+    if (cancelRequested) expect(await store.cancel(job!.id)).toBe('cancel_requested');
+    return job!;
+  }
+
+  // Runs one call in a transaction of its own and answers what it returned, how many times it scanned jobs_hot, and
+  // where the job is after it (the transaction commits: the move is real).
+  async function scansOf(sql: string, params: unknown[], jobId: string) {
+    const scans = async () =>
+      (
+        await owner.query(
+          `select coalesce(sum(seq_scan + coalesce(idx_scan, 0)), 0)::int as n
+           from pg_stat_xact_user_tables where schemaname = 'keel' and relname = 'jobs_hot'`,
+        )
+      ).rows[0].n as number;
+    await owner.query('begin');
+    try {
+      const before = await scans();
+      const answer = Object.values((await owner.query(sql, params)).rows[0] as Record<string, unknown>)[0];
+      const n = (await scans()) - before;
+      await owner.query('commit');
+      const job = await store.getJob(jobId);
+      return { answer, scans: n, location: job?.location, reason: job?.location === 'dlq' ? job.reason : undefined };
+    } catch (err) {
+      await owner.query('rollback');
+      throw err;
+    }
+  }
+
+  it('fail: one locking read and the delete', async () => {
+    const job = await started(false);
+    expect(await scansOf('select keel.fail($1, $2, $3, $4)', [job.id, job.leaseId, 'fatal', 'boom'], job.id)).toEqual(
+      { answer: 'ok', scans: 2, location: 'dlq', reason: 'fatal' },
+    );
+  });
+
+  it('fail of a job whose cancel was requested: cancelled, the row still locked once', async () => {
+    const job = await started(true);
+    expect(await scansOf('select keel.fail($1, $2, $3, $4)', [job.id, job.leaseId, 'fatal', 'boom'], job.id)).toEqual(
+      { answer: 'cancelled', scans: 2, location: 'dlq', reason: 'cancelled' },
+    );
+  });
+
+  it('retry and interrupt of a job whose cancel was requested: cancelled, the row locked once', async () => {
+    const a = await started(true);
+    expect(
+      await scansOf('select keel.retry($1, $2, null, $3, 10)', [a.id, a.leaseId, 'try again'], a.id),
+    ).toEqual({ answer: 'cancelled', scans: 2, location: 'dlq', reason: 'cancelled' });
+    const b = await started(true);
+    expect(await scansOf('select keel.interrupt($1, $2, $3)', [b.id, b.leaseId, 'shutdown'], b.id)).toEqual({
+      answer: 'cancelled',
+      scans: 2,
+      location: 'dlq',
+      reason: 'cancelled',
+    });
+  });
+
+  it('cancel of a pending job: the row locked once', async () => {
+    const { id } = await store.enqueue({ queue, type: 't', runAt: new Date(Date.now() + 3_600_000) });
+    expect(await scansOf('select keel.cancel($1)', [id], id)).toEqual({
+      answer: 'cancelled',
+      scans: 2,
+      location: 'dlq',
+      reason: 'cancelled',
+    });
+  });
+
+  it('a lost lease moves nothing', async () => {
+    const job = await started(false);
+    const other = '00000000-0000-4000-8000-000000000000';
+    const r = await scansOf('select keel.fail($1, $2, $3, $4)', [job.id, other, 'fatal', 'boom'], job.id);
+    expect(r).toMatchObject({ answer: 'lease_lost', location: 'hot' });
+    expect(await store.fail({ jobId: job.id, leaseId: job.leaseId }, 'fatal', 'done')).toBe('ok');
+  });
+});
