@@ -64,8 +64,14 @@ Operator:  destructive routes also need x-ms-client-principal with role "${role}
            -H "x-ms-client-principal: ${encodeClientPrincipal({ name: 'local-operator', roles: [role] })}"
 
   curl -s -H "x-functions-key: ${keel.opsKey}" ${ops}/stats
-KEEL_READY ${JSON.stringify({ baseUrl: keel.baseUrl, pid: process.pid, azurite: keel.azuriteConnection })}
 `);
+// The machine-readable ready line, for a program that started this one with its output piped (the e2e tests, a
+// script): one line, `KEEL_READY {"baseUrl","pid","azurite"}`, printed once the host serves. Not on a terminal,
+// where the banner above says the same to a person (README.md, "npm start").
+if (!process.stdout.isTTY)
+  console.log(
+    `KEEL_READY ${JSON.stringify({ baseUrl: keel.baseUrl, pid: process.pid, azurite: keel.azuriteConnection })}`,
+  );
 
 // One Ctrl+C can arrive more than once: the terminal signals the whole foreground process group (npm, its shell,
 // node) and npm forwards the signal to its script as well. A repeat within DUPLICATE_SIGNAL_MS is that same
@@ -82,8 +88,10 @@ async function shutdown(signal: string) {
   // Stopping already: npm going away meanwhile (killed, or its terminal closed) must not read as a second Ctrl+C
   // (the watcher's SIGTERM came a second or more later and cut the grace short, leaving jobs 'processing').
   stopOrphanWatch();
+  // A signal is not a keypress: say how to repeat the one that came (a second SIGTERM from kill or a service manager).
+  const again = signal === 'SIGINT' ? 'Ctrl+C again' : `send ${signal} again`;
   console.log(
-    `\n${signal}: stopping; running jobs get ${GRACE_MS / 1000} s to finish, then are released (Ctrl+C again to stop now)...`,
+    `\n${signal}: stopping; running jobs get ${GRACE_MS / 1000} s to finish, then are released (${again} to stop now)...`,
   );
   const force = setTimeout(() => process.exit(1), 30_000);
   force.unref();

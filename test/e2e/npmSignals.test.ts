@@ -85,6 +85,10 @@ describe('npm start: a signal sent to npm alone', () => {
     expect(int.output()).toMatch(/\nstopped\n/);
     await npmExit;
     expect(killed.output()).toMatch(/the npm process that started this one \(\d+\) is gone: stopping as on SIGTERM/);
+    // A signal, not a keypress: the way to stop at once is another SIGTERM, not "Ctrl+C again".
+    expect(killed.output()).toMatch(/SIGTERM: stopping; .*\(send SIGTERM again to stop now\)/);
+    expect(killed.output()).not.toMatch(/Ctrl\+C/);
+    expect(int.output()).toMatch(/SIGINT: stopping; .*\(Ctrl\+C again to stop now\)/);
     expect(killed.output()).toMatch(/\nstopped\n/);
   }, 150_000);
 });
