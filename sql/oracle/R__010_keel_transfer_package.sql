@@ -44,6 +44,9 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
   PRAGMA EXCEPTION_INIT(e_already_not_null, -1442); -- column to be modified to NOT NULL is already NOT NULL
 
   TYPE t_names IS TABLE OF VARCHAR2(130) INDEX BY PLS_INTEGER;
+  -- A column's declared type on the target and on the staging table (changed_columns), by column name.
+  TYPE t_type_pair IS RECORD (target_type VARCHAR2(400), staged_type VARCHAR2(400));
+  TYPE t_types_by_name IS TABLE OF t_type_pair INDEX BY VARCHAR2(130);
 
   -- Splits a comma-separated list of plain identifiers; each is checked by DBMS_ASSERT and returned quoted.
   FUNCTION split_names(p_list IN VARCHAR2) RETURN t_names IS
@@ -99,33 +102,46 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     RETURN v_out;
   END staging_columns;
 
-  -- A column's declared type as the dictionary describes it (type, length, precision, scale, character semantics), or
-  -- NULL where there is no such column. p_owner NULL: the current schema (where ENSURE_STAGING makes staging tables).
-  FUNCTION column_type(p_owner IN VARCHAR2, p_table IN VARCHAR2, p_column IN VARCHAR2) RETURN VARCHAR2 IS
-    v_out VARCHAR2(400);
-  BEGIN
-    SELECT DATA_TYPE || '(' || DATA_LENGTH || ',' || DATA_PRECISION || ',' || DATA_SCALE || ',' || CHAR_LENGTH || CHAR_USED || ')'
-      INTO v_out
-      FROM ALL_TAB_COLUMNS
-     WHERE OWNER = NVL(p_owner, SYS_CONTEXT('USERENV', 'CURRENT_SCHEMA')) AND TABLE_NAME = p_table
-       AND COLUMN_NAME = TRIM(BOTH '"' FROM p_column);
-    RETURN v_out;
-  EXCEPTION
-    WHEN NO_DATA_FOUND THEN RETURN NULL;
-  END column_type;
-
   -- The mapped columns whose declared type on the target is not the staging table's (NULL: none). The staging table
   -- is made with the target's types (ENSURE_STAGING's CTAS) and the staged rows are verified in them: a target column
   -- altered since (an operator's ALTER TABLE: a narrower scale, another type) would convert the verified values on the
   -- way in and commit rows that are not the source's (the PostgreSQL target checks the same: apply_batch).
+  -- One dictionary query for both tables (the target's columns joined by name to the staging table's; p_owner NULL:
+  -- the current schema, where ENSURE_STAGING makes staging tables), not two lookups per mapped column. A declared
+  -- type is described as type(length,precision,scale,char length and semantics); NULL on a side without the column.
   FUNCTION changed_columns(p_owner IN VARCHAR2, p_table IN VARCHAR2, p_staging IN VARCHAR2, p_cols IN t_names) RETURN VARCHAR2 IS
     v_out VARCHAR2(2000);
+    v_types t_types_by_name;
+    v_pair t_type_pair;
+    v_name VARCHAR2(130);
     v_target VARCHAR2(400);
     v_staged VARCHAR2(400);
   BEGIN
+    FOR r IN (SELECT NVL(t.COLUMN_NAME, s.COLUMN_NAME) AS COLUMN_NAME, t.TYPE_DESC AS TARGET_TYPE, s.TYPE_DESC AS STAGED_TYPE
+                FROM (SELECT c.COLUMN_NAME,
+                             c.DATA_TYPE || '(' || c.DATA_LENGTH || ',' || c.DATA_PRECISION || ',' || c.DATA_SCALE || ',' ||
+                             c.CHAR_LENGTH || c.CHAR_USED || ')' AS TYPE_DESC
+                        FROM ALL_TAB_COLUMNS c
+                       WHERE c.OWNER = NVL(p_owner, SYS_CONTEXT('USERENV', 'CURRENT_SCHEMA')) AND c.TABLE_NAME = p_table) t
+                FULL OUTER JOIN
+                     (SELECT c.COLUMN_NAME,
+                             c.DATA_TYPE || '(' || c.DATA_LENGTH || ',' || c.DATA_PRECISION || ',' || c.DATA_SCALE || ',' ||
+                             c.CHAR_LENGTH || c.CHAR_USED || ')' AS TYPE_DESC
+                        FROM ALL_TAB_COLUMNS c
+                       WHERE c.OWNER = SYS_CONTEXT('USERENV', 'CURRENT_SCHEMA') AND c.TABLE_NAME = p_staging) s
+                  ON s.COLUMN_NAME = t.COLUMN_NAME) LOOP
+      v_pair.target_type := r.TARGET_TYPE;
+      v_pair.staged_type := r.STAGED_TYPE;
+      v_types(r.COLUMN_NAME) := v_pair;
+    END LOOP;
     FOR i IN 1 .. p_cols.COUNT LOOP
-      v_target := column_type(p_owner, p_table, p_cols(i));
-      v_staged := column_type(NULL, p_staging, p_cols(i));
+      v_name := TRIM(BOTH '"' FROM p_cols(i));
+      v_target := NULL;
+      v_staged := NULL;
+      IF v_types.EXISTS(v_name) THEN
+        v_target := v_types(v_name).target_type;
+        v_staged := v_types(v_name).staged_type;
+      END IF;
       IF v_target IS NULL OR v_staged IS NULL OR v_target <> v_staged THEN
         v_out := SUBSTR(v_out || CASE WHEN v_out IS NOT NULL THEN '; ' END || p_cols(i) || ' is ' || NVL(v_target, 'dropped') ||
                         ', staged as ' || NVL(v_staged, 'missing'), 1, 2000);

@@ -306,6 +306,21 @@ describe('change windows into the Oracle target (model of the server)', () => {
       expect(params(spec)).toEqual(params(bodyText));
       expect(named, proc).toEqual(params(spec));
     }
+    // changed_columns (APPLY_BATCH's and ENSURE_STAGING's type check) reads the dictionary once per call, both tables
+    // in one query joined by column name, not twice per mapped column; every v_ name it uses is declared.
+    const changed = /FUNCTION changed_columns\([\s\S]*?END changed_columns;/.exec(bodyText)![0];
+    expect(bodyText).not.toMatch(/\bcolumn_type\s*\(/);
+    const queries = [...changed.matchAll(/\bFOR r IN \(SELECT\b[\s\S]*?\) LOOP/g)].map((m) => m[0]);
+    expect(queries).toHaveLength(1);
+    expect(changed.match(/\bSELECT\b/g)).toHaveLength(3); // the query and its two sides
+    expect(queries[0]!.match(/\bFROM ALL_TAB_COLUMNS c\b/g)).toHaveLength(2);
+    expect(queries[0]).toMatch(/\) t\s+FULL OUTER JOIN\s+\(/);
+    expect(queries[0]).toMatch(/c\.OWNER = NVL\(p_owner, SYS_CONTEXT\('USERENV', 'CURRENT_SCHEMA'\)\) AND c\.TABLE_NAME = p_table\) t/);
+    expect(queries[0]).toMatch(/c\.OWNER = SYS_CONTEXT\('USERENV', 'CURRENT_SCHEMA'\) AND c\.TABLE_NAME = p_staging\) s/);
+    expect(queries[0]).toMatch(/ON s\.COLUMN_NAME = t\.COLUMN_NAME\) LOOP$/);
+    const declared = new Set([...changed.matchAll(/^\s+(v_\w+) [\w.()%]+( :=[^;]*)?;$/gm)].map((m) => m[1]));
+    for (const [used] of changed.matchAll(/\bv_\w+/g)) expect(declared, used).toContain(used);
+    for (const t of ['t_type_pair', 't_types_by_name']) expect(bodyText).toMatch(new RegExp(`TYPE ${t} IS `));
     const apply = /PROCEDURE APPLY_BATCH[\s\S]*?END APPLY_BATCH;/.exec(bodyText)![0];
     const commits = [...apply.matchAll(/\bCOMMIT;/g)].map((m) => m.index);
     expect(commits).toHaveLength(1);
