@@ -1,8 +1,8 @@
 // Handing on a freed slot of a queue with a concurrency limit (maxConcurrency). The queue runner acknowledges the
 // message of a job its queue's limit holds back; without a hand-on that job would wait for the dispatcher's next tick
 // (a minute) after a slot frees. So whoever finishes a job of a limited queue posts the next due job(s) of that queue
-// at once: claim (the SQL claim enforces the limit and due time, so at most the free slots are taken, whatever runs
-// concurrently), release, post the ids, as the dispatcher's post mode does. One finish hands on at most the slots it
+// at once: pick the jobs a claim would take (the SQL pick enforces the limit and due time, so at most the free slots,
+// whatever runs concurrently; the jobs stay pending) and post their ids, as the dispatcher's post mode does. One finish hands on at most the slots it
 // freed, so a burst of finishes never posts more than the limit lets run (no thundering herd). A lost post, or a
 // crash between the finish and the post, is covered by the dispatcher as before.
 import type { JobOutcome } from '../jobs/contract.js';
@@ -22,11 +22,11 @@ interface KnownLimits {
 
 const known = new WeakMap<Runtime, KnownLimits>();
 
-// Ids this runtime handed on whose messages may still be on their way (queue -> id -> when). A hand-on releases the
-// job it claimed before its message arrives, so a second finish a moment later would claim and post that same job
-// again and the second freed slot would wait for the dispatcher. So a runtime's hand-ons run one at a time (two at
-// once would each hold the other's candidates fetched and take nothing), and each claims past the jobs it already
-// handed on and posts only new ids. Another instance can still pick the same job (the runner acknowledges the second
+// Ids this runtime handed on whose messages may still be on their way (queue -> id -> when). A handed-on job stays
+// pending until its message arrives, so a second finish a moment later would pick and post that same job again and
+// the second freed slot would wait for the dispatcher. So a runtime's hand-ons run one at a time (two at once would
+// each skip the rows the other holds locked while it picks), and each picks past the jobs it already handed on and
+// posts only new ids. Another instance can still pick the same job (the runner acknowledges the second
 // message); the dispatcher covers the slot then, as before.
 export const HANDED_ON_MS = 30_000;
 interface HandOns {
@@ -151,9 +151,9 @@ async function handOn(
       for (const [queue, n] of freed) {
         const wanted = Math.min(n, limits.get(queue)!);
         const recent = recentlyHandedOn(h, queue, Date.now());
-        // Claim past the jobs already handed on (pending again until their messages arrive); the SQL claim still
-        // caps the claim at the queue's free slots.
-        const r = await claimAndPost(rt, [queue], wanted + recent.size, log, (ids) => {
+        // Pick past the jobs already handed on (pending until their messages arrive); the pick, as a claim, is still
+        // capped at the queue's free slots.
+        const r = await pickAndPost(rt, [queue], wanted + recent.size, log, (ids) => {
           const fresh = ids.filter((id) => !recent.has(id)).slice(0, wanted);
           const at = Date.now();
           for (const id of fresh) recent.set(id, at);
@@ -170,27 +170,18 @@ async function handOn(
   return posted;
 }
 
-// Claim up to `limit` due jobs of `queues` (the claim honours pause, the global limit and due time), release them and
-// post their ids for the queue runner (those `choose` picks of the claimed ids, by default all). Claims are short: a
-// crash between claim and release leaves fetched rows that zombie rescue returns to pending when their lease expires.
-export async function claimAndPost(
+// Post the ids of up to `limit` due jobs of `queues` for the queue runner (those `choose` picks of them, by default
+// all): the jobs a claim would take now (it honours pause, the global limit and due time), picked in one store call
+// that leaves them pending (pickDue), so the runner that gets a message claims its job by id. Nothing is held in
+// between: a pause that answers meanwhile does not count them in flight (they never run while it lasts), and a crash
+// leaves nothing for zombie rescue. Returns how many were picked and how many posted.
+export async function pickAndPost(
   rt: Runtime,
   queues: string[],
   limit: number,
   log: Logger,
-  choose: (claimedIds: string[]) => string[] = (ids) => ids,
-): Promise<{ released: number; posted: number }> {
-  const claimed = await rt.store.claimNext({
-    workerId: rt.workerId,
-    queues,
-    limit,
-    leaseSeconds: rt.settings.KEEL_LEASE_SECONDS,
-  });
-  const toPost = new Set(choose(claimed.map((j) => j.id)));
-  const released: string[] = [];
-  for (const job of claimed) {
-    if ((await rt.store.release({ jobId: job.id, leaseId: job.leaseId })) === 'ok' && toPost.has(job.id))
-      released.push(job.id);
-  }
-  return { released: released.length, posted: await postJobs(rt, released, log) };
+  choose: (pickedIds: string[]) => string[] = (ids) => ids,
+): Promise<{ picked: number; posted: number }> {
+  const picked = await rt.store.pickDue(queues, limit);
+  return { picked: picked.length, posted: await postJobs(rt, choose(picked), log) };
 }

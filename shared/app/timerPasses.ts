@@ -7,7 +7,7 @@ import type { ScheduleDefinition } from '../jobs/define.js';
 import type { JobId } from '../jobs/contract.js';
 import type { JobOutcome } from '../jobs/processor.js';
 import { postJob, postJobs, type Logger } from './enqueue.js';
-import { claimAndPost, handOnDrained } from './slots.js';
+import { handOnDrained, pickAndPost } from './slots.js';
 import type { Runtime } from './runtime.js';
 import { maintenanceTelemetry, reconcileTelemetry, scheduleFailedTelemetry } from './telemetryHooks.js';
 import { isStalled, resumeStalled } from './transferSteps.js';
@@ -79,28 +79,29 @@ export async function dispatchDueJobs(rt: Runtime, log: Logger): Promise<Dispatc
       durationMs: Date.now() - started,
     };
   }
-  const { released, posted } = await postDueJobs(rt, queues, log);
+  // Nothing runs here and nothing is claimed: the picked jobs stay pending for the runners their messages reach.
+  const { posted } = await postDueJobs(rt, queues, log);
   return {
     mode,
     queues: queues.length,
     processed: 0,
-    outcomes: { released },
+    outcomes: {},
     posted,
     durationMs: Date.now() - started,
   };
 }
 
-// Post the messages of jobs due now in `queues`, at most KEEL_DISPATCH_POST_LIMIT: claim (which honours pause, global
-// max concurrency and due time), release, and post the ids, so the queue-triggered runner scales out with the storage
-// queue. The dispatcher's post mode, and a queue resumed or given more concurrency over the ops API (its due jobs'
-// messages were acknowledged while it could not run them). Claims are short: a crash between claim and release
-// leaves fetched rows that zombie rescue returns to pending when their lease expires.
+// Post the messages of jobs due now in `queues`, at most KEEL_DISPATCH_POST_LIMIT: the jobs a claim would take (pause,
+// global max concurrency and due time honoured), picked without claiming them (store.pickDue: they stay pending), so
+// the queue-triggered runner scales out with the storage queue and claims each by id. The dispatcher's post mode, and
+// a queue resumed or given more concurrency over the ops API (its due jobs' messages were acknowledged while it could
+// not run them).
 export async function postDueJobs(
   rt: Runtime,
   queues: string[],
   log: Logger,
-): Promise<{ released: number; posted: number }> {
-  return claimAndPost(rt, queues, rt.settings.KEEL_DISPATCH_POST_LIMIT, log);
+): Promise<{ picked: number; posted: number }> {
+  return pickAndPost(rt, queues, rt.settings.KEEL_DISPATCH_POST_LIMIT, log);
 }
 
 export interface MaintenancePassReport {

@@ -520,6 +520,11 @@ export interface JobStore {
   // claimNext and start in one statement: the same jobs claimNext would pick (priority, due time, pause,
   // maxConcurrency, expiry), returned already processing. For callers that run what they claim at once.
   claimAndStart(opts: ClaimOptions): Promise<StartedJob[]>;
+  // The ids of the due jobs claimNext would take now (priority, due time, pause, maxConcurrency's free slots,
+  // expiry; at most limit), in claim order, left pending: nothing is claimed. One transaction under the claims' pause
+  // barrier, so a pause that answered saw none of them held. For posting their queue messages (the dispatcher's
+  // post mode, a freed slot's hand-on, resume), where the job is claimed by the runner that gets the message.
+  pickDue(queues: string[], limit: number): Promise<JobId[]>;
   start(ref: LeaseRef): Promise<StartResult>;
   startMany(refs: LeaseRef[]): Promise<(StartResult & { jobId: JobId })[]>;
   heartbeat(ref: LeaseRef): Promise<HeartbeatResult>;

@@ -232,6 +232,10 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
     assertPositiveInt('limit', opts.limit, LIMITS.claimJobs);
     return undefined;
   },
+  pickDue: (_queues, limit) => {
+    assertPositiveInt('limit', limit, LIMITS.claimJobs);
+    return undefined;
+  },
   claimById: (id) => (isJobId(id) ? undefined : { answer: null }),
   start: null, // startMany per ref: a ref that can hold no lease is lease_lost (isLeaseRef)
   startMany: null,

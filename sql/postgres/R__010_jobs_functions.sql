@@ -655,6 +655,28 @@ begin
 end
 $$;
 
+-- The due jobs claim_next would take now (the same choice: claim order, pause, max_concurrency's free slots, expiry; at
+-- most p_limit), left pending: their ids in claim order. For posting their queue messages (the dispatcher's post mode,
+-- a freed slot's hand-on, resume), whose runner then claims each by id. One transaction under the pause barrier
+-- (keel._claim_candidates: the claim locks in share mode, limited queues' settings rows, the rows skip-locked, all
+-- until it ends), so no row is ever fetched on the way: a pause that answered counted none of them in flight (claiming
+-- and then releasing them did: they were fetched until the release, and then never ran).
+create or replace function keel.pick_due(p_queues text[], p_limit integer)
+returns table (job_id bigint)
+language plpgsql as $$
+declare
+  v_tids tid[] := keel._claim_candidates(p_queues, p_limit);
+begin
+  if cardinality(v_tids) = 0 then
+    return;
+  end if;
+  v_tids := keel._claim_best(v_tids, p_limit);
+  return query
+  select h.id from keel.jobs_hot h where h.ctid = any(array(select unnest(v_tids)))
+  order by h.priority desc, h.run_at, h.id;
+end
+$$;
+
 -- ---------------------------------------------------------------------------------------------------------------
 -- Owner-scoped transitions inside the hot table.
 -- start_many(leases) and complete_many(leases): leases is a JSON array of {jobId, leaseId} (the store sends only

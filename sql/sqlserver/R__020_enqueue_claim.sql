@@ -711,6 +711,107 @@ BEGIN
 END;
 GO
 
+-- PickDue(@Queues JSON array of names, @Limit): the ids of the due jobs ClaimNext would take now (the same choice:
+-- order, pause, MaxConcurrency's free slots, expiry, the same index walk per queue and priority level as
+-- ClaimAndStart's), at most @Limit, in claim order, left pending: nothing is claimed. For posting their queue
+-- messages (the dispatcher's post mode, a freed slot's hand-on, resume), whose runner then claims each by id. One
+-- transaction under the pause barrier, so no row is ever fetched on the way: a pause that answered counted none of
+-- them in flight (claiming and then releasing them did: they were fetched until the release, and then never ran).
+-- Lock order (R__010_counters.sql): the queues' claim applocks (shared, by name, keel.TakeClaimLocks), limited queues'
+-- Queues rows by name; job rows READPAST, update-locked until the commit and not changed; no counted statement.
+CREATE OR ALTER PROCEDURE keel.PickDue
+  @Queues NVARCHAR(MAX),
+  @Limit INT
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  DECLARE @Now datetime2(3) = SYSUTCDATETIME();
+  DECLARE @Q TABLE (
+    Name nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY, Limited bit NOT NULL, Slots int NULL);
+  DECLARE @Pick TABLE (Id bigint NOT NULL PRIMARY KEY, Priority int NOT NULL, RunAt datetime2(3) NOT NULL);
+  DECLARE @Lock keel.QueueNameList;
+
+  IF @Limit IS NOT NULL AND @Limit >= 1 AND @Queues IS NOT NULL AND ISJSON(@Queues) = 1
+  BEGIN
+    -- Settings read without locks; queues without a settings row count as unlimited and unpaused.
+    INSERT @Q (Name, Limited)
+    SELECT n.Name, IIF(s.MaxConcurrency IS NULL, 0, 1)
+    FROM (SELECT DISTINCT CONVERT(nvarchar(128), j.[value]) COLLATE Latin1_General_100_BIN2 AS Name
+          FROM OPENJSON(@Queues) AS j WHERE j.[type] = 1) AS n
+    LEFT JOIN keel.Queues AS s ON s.Name = n.Name
+    WHERE ISNULL(s.Paused, 0) = 0;
+
+    BEGIN TRY
+      BEGIN TRANSACTION;
+
+      -- The pause barrier, as ClaimNext.
+      INSERT @Lock (Name) SELECT Name FROM @Q;
+      EXEC keel.TakeClaimLocks @Queues = @Lock;
+      DELETE q FROM @Q AS q WHERE EXISTS (SELECT 1 FROM keel.Queues AS s WHERE s.Name = q.Name AND s.Paused = 1);
+
+      -- Limited queues: lock each settings row in name order, then count what runs now (as ClaimNext).
+      DECLARE @Name nvarchar(128) = (SELECT MIN(Name) FROM @Q WHERE Limited = 1);
+      DECLARE @Max int, @Paused bit, @Running int, @Take int;
+      WHILE @Name IS NOT NULL
+      BEGIN
+        SELECT @Max = NULL, @Paused = NULL;
+        SELECT @Max = s.MaxConcurrency, @Paused = s.Paused
+        FROM keel.Queues AS s WITH (UPDLOCK, ROWLOCK)
+        WHERE s.Name = @Name;
+        IF @Paused = 1
+          UPDATE @Q SET Slots = 0 WHERE Name = @Name;
+        ELSE IF @Max IS NULL
+          UPDATE @Q SET Limited = 0 WHERE Name = @Name; -- made unlimited meanwhile
+        ELSE
+        BEGIN
+          SELECT @Running = COUNT(*) FROM keel.JobsHot AS h
+          WHERE h.Queue = @Name AND h.State IN ('fetched', 'processing');
+          UPDATE @Q SET Slots = IIF(@Max > @Running, @Max - @Running, 0) WHERE Name = @Name;
+        END;
+        SET @Name = (SELECT MIN(Name) FROM @Q WHERE Limited = 1 AND Name > @Name);
+      END;
+
+      -- Every queue with room, one at a time in name order, one priority level at a time through
+      -- IX_JobsHot_PendingDue in index order (as ClaimAndStart): TOP stops after @Take rows.
+      DECLARE @Prio int;
+      UPDATE @Q SET Slots = @Limit WHERE Limited = 0;
+      SET @Name = (SELECT MIN(Name) FROM @Q WHERE Slots > 0);
+      WHILE @Name IS NOT NULL
+      BEGIN
+        SELECT @Take = IIF(Slots < @Limit, Slots, @Limit) FROM @Q WHERE Name = @Name;
+        SET @Prio = (SELECT MAX(h.Priority) FROM keel.JobsHot AS h WITH (INDEX(IX_JobsHot_PendingDue))
+                     WHERE h.Queue = @Name AND h.State = 'pending');
+        WHILE @Prio IS NOT NULL AND @Take > 0
+        BEGIN
+          INSERT @Pick (Id, Priority, RunAt)
+          SELECT TOP (@Take) h.Id, h.Priority, h.RunAt
+          FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK, INDEX(IX_JobsHot_PendingDue))
+          WHERE h.Queue = @Name AND h.State = 'pending' AND h.Priority = @Prio AND h.RunAt <= @Now
+            AND (h.ExpiresAt IS NULL OR h.ExpiresAt > @Now)
+          ORDER BY h.RunAt, h.Id;
+          SET @Take = @Take - @@ROWCOUNT;
+
+          SET @Prio = (SELECT MAX(h.Priority) FROM keel.JobsHot AS h WITH (INDEX(IX_JobsHot_PendingDue))
+                       WHERE h.Queue = @Name AND h.State = 'pending' AND h.Priority < @Prio);
+        END;
+        SET @Name = (SELECT MIN(Name) FROM @Q WHERE Slots > 0 AND Name > @Name);
+      END;
+
+      COMMIT TRANSACTION;
+    END TRY
+    BEGIN CATCH
+      IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
+      THROW;
+    END CATCH;
+  END;
+
+  SELECT TOP (IIF(@Limit >= 1, @Limit, 0)) p.Id AS JobId
+  FROM @Pick AS p
+  ORDER BY p.Priority DESC, p.RunAt, p.Id;
+END;
+GO
+
 -- ClaimById(@JobId, @WorkerId, @LeaseSeconds): claims one job by id when it is pending and due, its queue is not
 -- paused and (for a limited queue, locked first) has a free slot; a row another session holds is skipped (READPAST).
 -- Returns the claimed job (same columns as ClaimNext) or no row.

@@ -487,6 +487,41 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       }
     });
 
+    it('pickDue names the jobs claimNext would take, in its order, and leaves them pending: pause, free slots, due time', async () => {
+      const open = freshQueue('pick-open');
+      const limited = freshQueue('pick-lim');
+      await store.updateQueue(limited, { maxConcurrency: 3 });
+      const o1 = await store.enqueue({ queue: open, type: 't', priority: 1 });
+      const o3 = await store.enqueue({ queue: open, type: 't', priority: 3 });
+      await store.enqueue({ queue: open, type: 't', priority: 9, delayMs: 60_000 }); // not due
+      const l2 = await store.enqueue({ queue: limited, type: 't', priority: 2 });
+      const l4 = await store.enqueue({ queue: limited, type: 't', priority: 4 });
+      const l0 = await store.enqueue({ queue: limited, type: 't', priority: 0 });
+      // The counts a claim changes (oldestDueAgeMs grows with the clock).
+      const counts = async () =>
+        (await store.stats())
+          .filter((s) => s.queue === open || s.queue === limited)
+          .map(({ queue, pending, due, fetched, processing }) => ({ queue, pending, due, fetched, processing }));
+      const before = await counts();
+      expect(await store.pickDue([open, limited], 3)).toEqual([l4.id, o3.id, l2.id]);
+      expect(await store.pickDue([limited, open, limited], 10)).toEqual([l4.id, o3.id, l2.id, o1.id, l0.id]);
+      // Nothing was claimed: the same jobs pending, no lease, no attempt, the counters unchanged.
+      for (const id of [o1.id, o3.id, l2.id, l4.id, l0.id])
+        expect(await store.getJob(id)).toMatchObject({ state: 'pending', attempts: 0, leaseId: null });
+      expect(await counts()).toEqual(before);
+      // A limited queue gives at most its free slots (fetched and processing jobs hold theirs); a paused one none.
+      const held = await store.claimNext({ workerId: 'w', queues: [limited], limit: 2 });
+      expect(held.map((j) => j.id)).toEqual([l4.id, l2.id]);
+      expect(await store.pickDue([limited], 10)).toEqual([l0.id]);
+      await store.updateQueue(open, { paused: true });
+      expect(await store.pickDue([open], 10)).toEqual([]);
+      expect(await store.pickDue([open, limited], 10)).toEqual([l0.id]);
+      // And what it named is what a claim then takes.
+      await store.updateQueue(open, { paused: false });
+      const claimed = await store.claimNext({ workerId: 'w', queues: [open, limited], limit: 10 });
+      expect(claimed.map((j) => j.id)).toEqual([o3.id, o1.id, l0.id]);
+    });
+
     it('never hands one job to two concurrent claimers, whichever claim they use', async () => {
       const q = freshQueue('cas-skip');
       await store.enqueueMany(Array.from({ length: 60 }, () => ({ queue: q, type: 't' })));
@@ -600,6 +635,7 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
         (s) => s.claimNext({ workerId: 'w', queues: ['q'], limit: LIMITS.claimJobs + 1 }),
         `limit: must be an integer from 1 to ${LIMITS.claimJobs} (got ${LIMITS.claimJobs + 1})`,
       ],
+      ['pickDue limit 0', (s) => s.pickDue(['q'], 0), 'limit: must be an integer from 1 to 10000 (got 0)'],
       ['retry at an invalid date', (s) => s.retry(lease, invalid, 'x'), 'runAt: must be a valid Date'],
       [
         'retry after a negative delay',

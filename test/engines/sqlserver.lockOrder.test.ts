@@ -84,7 +84,7 @@ describe('sqlserver lock order (static check of the procedure bodies)', () => {
     expect(naming.map((m) => m.name).sort()).toEqual(['keel.takeclaimlocks', 'keel.updatequeue']);
     const take = byName.get('keel.takeclaimlocks')!.tokens.map((t) => t.upper);
     expect(take).toContain('SHARED');
-    for (const name of ['keel.claimnext', 'keel.claimandstart', 'keel.claimbyid']) {
+    for (const name of ['keel.claimnext', 'keel.claimandstart', 'keel.claimbyid', 'keel.pickdue']) {
       const tokens = byName.get(name)!.tokens;
       const at = (pred: (i: number) => boolean) => tokens.findIndex((_, i) => pred(i));
       const begin = at((i) => tokens[i]!.upper === 'BEGIN' && tokens[i + 1]?.upper === 'TRANSACTION');

@@ -841,7 +841,7 @@ describe('ops: jobs', () => {
     await fetchedNow(a);
     t.queues.clear();
     expect((await call('POST', `jobs/${a}/cancel`, { operator: true })).body.result).toBe('cancelled');
-    expect(t.queues.take('keel-jobs')).toEqual([{ jobId: b }]); // released and posted for the queue runner
+    expect(t.queues.take('keel-jobs')).toEqual([{ jobId: b }]); // picked (left pending) and posted for the queue runner
     expect((await t.rt.store.getJob(b))?.state).toBe('pending');
     // A pending job held no slot: its cancel hands nothing on.
     await fetchedNow(b);

@@ -4,7 +4,8 @@ import { jobRunner } from '../../functions/jobRunner.js';
 import { dispatcher } from '../../functions/dispatcher.js';
 import { maintenance } from '../../functions/maintenance.js';
 import { transferTimer } from '../../functions/transferTimer.js';
-import { context, createTestRuntime, snapshot, RecordingQueues, timer, type TestRuntime } from './support.js';
+import { context, createTestRuntime, jsonOf, request, snapshot, RecordingQueues, timer, type TestRuntime } from './support.js';
+import { ops } from '../../functions/ops.js';
 import { appUrl } from '../support/pg.js';
 import { dispatchDueJobs, maintenanceDidNothing, runMaintenancePass } from '../../shared/app/timerPasses.js';
 import { createRuntime, setRuntime } from '../../shared/app/runtime.js';
@@ -339,7 +340,64 @@ describe('dispatcher (timer)', () => {
 });
 
 describe('dispatcher in post mode', () => {
-  it('claims due jobs, releases them and posts their ids for the queue-triggered runner', async () => {
+  // The pause's answer counts the jobs claimed before it, which run to their end. A job the post mode claimed and was
+  // about to release was counted and then never ran (released while the queue was paused). Now the post mode claims
+  // nothing: the pause, answering at the moment the dispatcher goes on to post (or, before, to release), counts none.
+  it('a pause while the dispatcher posts counts none of its jobs in flight, and none of them runs', async () => {
+    const q = 'post-pause';
+    let answer: unknown;
+    const pauseNow = async () => {
+      if (answer !== undefined) return;
+      answer = 'pending';
+      const res = await ops(request('POST', `queues/${q}/pause`, { operator: true, body: {} }), context());
+      answer = jsonOf(res);
+    };
+    // The first step after the dispatcher chose its jobs: a release (claimed jobs handed back) or a post.
+    const store = new Proxy(t.rt.store, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        if (prop !== 'release' || typeof v !== 'function') return typeof v === 'function' ? v.bind(target) : v;
+        return async (...args: unknown[]) => {
+          await pauseNow();
+          return (v as (...a: unknown[]) => unknown).apply(target, args);
+        };
+      },
+    });
+    class PausingQueues extends RecordingQueues {
+      override async send(queue: string, message: unknown, opts: { delaySeconds?: number } = {}): Promise<void> {
+        await pauseNow();
+        return super.send(queue, message, opts);
+      }
+    }
+    const queues = new PausingQueues();
+    const settings = parseSettings({
+      KEEL_PG_URL: appUrl(t.url),
+      KEEL_PG_MIGRATE_URL: t.url,
+      KEEL_DEMO_HANDLERS: 'true',
+      KEEL_DISPATCH_MODE: 'post',
+      KEEL_DISPATCH_QUEUES: q,
+    });
+    const rt = await createRuntime(settings, { queues, store, transfers: null, register: registerDemoHandlers });
+    try {
+      const ids = [await enqueue(q, 'demo.echo'), await enqueue(q, 'demo.echo')];
+      const r = await dispatchDueJobs(rt, context('dispatcher'));
+      expect(r).toMatchObject({ mode: 'post', posted: 2 });
+      expect(answer).toMatchObject({ name: q, paused: true, inFlight: 0 });
+      for (const id of ids) expect(await t.rt.store.getJob(id)).toMatchObject({ location: 'hot', state: 'pending' });
+      // The runner refuses a paused queue's job: none of them starts while the pause lasts.
+      const posted = queues.take('keel-jobs') as { jobId: string }[];
+      expect(posted.map((m) => m.jobId).sort()).toEqual([...ids].sort());
+      for (const m of posted) await jobRunner(m, context('jobRunner'));
+      for (const id of ids) expect(await t.rt.store.getJob(id)).toMatchObject({ location: 'hot', state: 'pending' });
+    } finally {
+      // Left as found for the tests after this one: not paused, and its jobs gone (nothing posted by a resume).
+      await t.rt.store.updateQueue(q, { paused: false });
+      await t.rt.store.cancelMany(await t.rt.store.pickDue([q], 10));
+      await rt.close();
+    }
+  });
+
+  it('posts the ids of the due jobs for the queue-triggered runner, leaving them pending (nothing claimed)', async () => {
     const queues = new RecordingQueues();
     const settings = parseSettings({
       KEEL_PG_URL: appUrl(t.url),
@@ -358,7 +416,7 @@ describe('dispatcher in post mode', () => {
       const ids = [await enqueue('post-a', 'demo.echo'), await enqueue('post-a', 'demo.echo')];
       const later = await enqueue('post-a', 'demo.echo', { delayMs: 60_000 });
       const r = await dispatchDueJobs(rt, context('dispatcher'));
-      expect(r).toMatchObject({ mode: 'post', posted: 2, outcomes: { released: 2 } });
+      expect(r).toMatchObject({ mode: 'post', posted: 2, outcomes: {} });
       expect(
         queues
           .take('keel-jobs')

@@ -353,6 +353,11 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     return rows.map((r) => toClaimedJob(r, PG_CODEC));
   }
 
+  async pickDue(queues: string[], limit: number): Promise<JobId[]> {
+    const rows = await this.call('pick_due', { queues, limit });
+    return rows.map((r) => String(r.jobId));
+  }
+
   // The claim loop's statements, one each per batch of jobs (claim_and_start, complete_many), as named statements:
   // each server connection parses and plans them once instead of on every call (bench/README.md, runs 240-249: the
   // server's CPU per job). A call the connection could not run named (notPreparable: it failed before anything ran)

@@ -37,6 +37,7 @@ export const POSTGRES_FUNCTIONS: { [P in JobProcedure]: PgFunction<P> } = {
     returns: 'rows',
   },
   claim_by_id: { params: { job_id: 'bigint', worker_id: 'text', lease_seconds: 'integer' }, returns: 'rows' },
+  pick_due: { params: { queues: 'text[]', limit: 'integer' }, returns: 'rows' },
   claim_and_start: {
     params: { worker_id: 'text', queues: 'text[]', limit: 'integer', lease_seconds: 'integer' },
     returns: 'rows',

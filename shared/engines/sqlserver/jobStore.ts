@@ -249,6 +249,13 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
     return rows.map(claimed);
   }
 
+  // 'safe': it changes nothing (the picked rows stay pending), so a lost reply is simply asked again.
+  async pickDue(queues: string[], limit: number): Promise<JobId[]> {
+    if (queues.length === 0) return [];
+    const rows = await this.call('pick_due', { Queues: JSON.stringify(queues), Limit: limit }, 'safe');
+    return rows.map((r) => String(r.JobId));
+  }
+
   // 'once', as claimNext: a lost reply leaves the jobs processing under leases nobody holds; no heartbeat comes, so
   // zombie rescue takes them back after the queue's heartbeat timeout (that attempt counted).
   async claimAndStart(opts: ClaimOptions): Promise<StartedJob[]> {

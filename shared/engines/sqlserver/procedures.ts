@@ -29,6 +29,7 @@ export const SQLSERVER_PARAMS: ParamTypes = {
   claim_next: { WorkerId: sql.NVarChar(200), Queues: sql.NVarChar(MAX), Limit: sql.Int, LeaseSeconds: sql.Int },
   claim_by_id: { JobId: sql.BigInt, WorkerId: sql.NVarChar(200), LeaseSeconds: sql.Int },
   claim_and_start: { WorkerId: sql.NVarChar(200), Queues: sql.NVarChar(MAX), Limit: sql.Int, LeaseSeconds: sql.Int },
+  pick_due: { Queues: sql.NVarChar(MAX), Limit: sql.Int },
   start_many: { Leases: sql.NVarChar(MAX) },
   heartbeat: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier },
   complete_many: { Leases: sql.NVarChar(MAX), Results: sql.NVarChar(MAX) },
