@@ -59,23 +59,32 @@ describe('postgres one-row moves lock their row once', () => {
 
   it('fail: one locking read and the delete', async () => {
     const job = await started(false);
-    expect(await scansOf('select keel.fail($1, $2, $3, $4)', [job.id, job.leaseId, 'fatal', 'boom'], job.id)).toEqual(
-      { answer: 'ok', scans: 2, location: 'dlq', reason: 'fatal' },
-    );
+    expect(await scansOf('select keel.fail($1, $2, $3, $4)', [job.id, job.leaseId, 'fatal', 'boom'], job.id)).toEqual({
+      answer: 'ok',
+      scans: 2,
+      location: 'dlq',
+      reason: 'fatal',
+    });
   });
 
   it('fail of a job whose cancel was requested: cancelled, the row still locked once', async () => {
     const job = await started(true);
-    expect(await scansOf('select keel.fail($1, $2, $3, $4)', [job.id, job.leaseId, 'fatal', 'boom'], job.id)).toEqual(
-      { answer: 'cancelled', scans: 2, location: 'dlq', reason: 'cancelled' },
-    );
+    expect(await scansOf('select keel.fail($1, $2, $3, $4)', [job.id, job.leaseId, 'fatal', 'boom'], job.id)).toEqual({
+      answer: 'cancelled',
+      scans: 2,
+      location: 'dlq',
+      reason: 'cancelled',
+    });
   });
 
   it('retry and interrupt of a job whose cancel was requested: cancelled, the row locked once', async () => {
     const a = await started(true);
-    expect(
-      await scansOf('select keel.retry($1, $2, null, $3, 10)', [a.id, a.leaseId, 'try again'], a.id),
-    ).toEqual({ answer: 'cancelled', scans: 2, location: 'dlq', reason: 'cancelled' });
+    expect(await scansOf('select keel.retry($1, $2, null, $3, 10)', [a.id, a.leaseId, 'try again'], a.id)).toEqual({
+      answer: 'cancelled',
+      scans: 2,
+      location: 'dlq',
+      reason: 'cancelled',
+    });
     const b = await started(true);
     expect(await scansOf('select keel.interrupt($1, $2, $3)', [b.id, b.leaseId, 'shutdown'], b.id)).toEqual({
       answer: 'cancelled',

@@ -76,7 +76,7 @@ describe('sqlserver lock order (static check of the procedure bodies)', () => {
     expect(COUNTER_WRITE_ALLOWED.every((a) => a.why.length > 40)).toBe(true);
   });
 
-  it('the pause barrier is one procedure: every claim takes its queues\' claim applocks through keel.TakeClaimLocks, first in its transaction', async () => {
+  it("the pause barrier is one procedure: every claim takes its queues' claim applocks through keel.TakeClaimLocks, first in its transaction", async () => {
     const modules = (await scripts()).flatMap((s) => parseModules(s.file, s.text));
     const byName = new Map(modules.map((m) => [m.name, m]));
     // keel.claim:<queue> is named only where it is taken: shared by TakeClaimLocks, exclusive by a pause.

@@ -4,7 +4,16 @@ import { jobRunner } from '../../functions/jobRunner.js';
 import { dispatcher } from '../../functions/dispatcher.js';
 import { maintenance } from '../../functions/maintenance.js';
 import { transferTimer } from '../../functions/transferTimer.js';
-import { context, createTestRuntime, jsonOf, request, snapshot, RecordingQueues, timer, type TestRuntime } from './support.js';
+import {
+  context,
+  createTestRuntime,
+  jsonOf,
+  request,
+  snapshot,
+  RecordingQueues,
+  timer,
+  type TestRuntime,
+} from './support.js';
 import { ops } from '../../functions/ops.js';
 import { appUrl } from '../support/pg.js';
 import { dispatchDueJobs, maintenanceDidNothing, runMaintenancePass } from '../../shared/app/timerPasses.js';

@@ -315,8 +315,12 @@ describe('change windows into the Oracle target (model of the server)', () => {
     expect(changed.match(/\bSELECT\b/g)).toHaveLength(3); // the query and its two sides
     expect(queries[0]!.match(/\bFROM ALL_TAB_COLUMNS c\b/g)).toHaveLength(2);
     expect(queries[0]).toMatch(/\) t\s+FULL OUTER JOIN\s+\(/);
-    expect(queries[0]).toMatch(/c\.OWNER = NVL\(p_owner, SYS_CONTEXT\('USERENV', 'CURRENT_SCHEMA'\)\) AND c\.TABLE_NAME = p_table\) t/);
-    expect(queries[0]).toMatch(/c\.OWNER = SYS_CONTEXT\('USERENV', 'CURRENT_SCHEMA'\) AND c\.TABLE_NAME = p_staging\) s/);
+    expect(queries[0]).toMatch(
+      /c\.OWNER = NVL\(p_owner, SYS_CONTEXT\('USERENV', 'CURRENT_SCHEMA'\)\) AND c\.TABLE_NAME = p_table\) t/,
+    );
+    expect(queries[0]).toMatch(
+      /c\.OWNER = SYS_CONTEXT\('USERENV', 'CURRENT_SCHEMA'\) AND c\.TABLE_NAME = p_staging\) s/,
+    );
     expect(queries[0]).toMatch(/ON s\.COLUMN_NAME = t\.COLUMN_NAME\) LOOP$/);
     const declared = new Set([...changed.matchAll(/^\s+(v_\w+) [\w.()%]+( :=[^;]*)?;$/gm)].map((m) => m[1]));
     for (const [used] of changed.matchAll(/\bv_\w+/g)) expect(declared, used).toContain(used);
