@@ -32,13 +32,18 @@ const TRANSFER_RULES = transferEngineRules();
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, '..');
 
-const TABLE_DDL = (name: string) => `create table ${name} (
+export const TABLE_DDL = (name: string) => `create table ${name} (
   id bigint primary key,
   customer text not null,
   amount numeric(12,2),
   placed_at timestamptz not null,
   flag boolean not null,
   note varchar(200))`;
+
+// The bench's source rows ($1 of them).
+export const ORDERS_FILL = `insert into public.orders select n, 'customer-' || (n % 9973), round((n % 100000) * 1.37, 2), timestamptz '2026-01-01' + n * interval '1 second', n % 2 = 0,
+                case when n % 7 = 0 then null else 'order note ' || n end
+           from generate_series(1, $1::bigint) n`;
 
 // How the source is offered to the target:
 // - bulk: as the app runs PostgreSQL -> PostgreSQL (COPY stream, the engine's own checksum, direct apply: each key
@@ -240,12 +245,7 @@ export async function runTransferBench(opts: {
     log(`transfer bench: generating ${rows} source rows`);
     await withClient(sourceUrl, async (c) => {
       await c.query(TABLE_DDL('public.orders'));
-      await c.query(
-        `insert into public.orders select n, 'customer-' || (n % 9973), round((n % 100000) * 1.37, 2), timestamptz '2026-01-01' + n * interval '1 second', n % 2 = 0,
-                case when n % 7 = 0 then null else 'order note ' || n end
-           from generate_series(1, $1::bigint) n`,
-        [rows],
-      );
+      await c.query(ORDERS_FILL, [rows]);
       await c.query('vacuum analyze public.orders');
     });
     await withClient(targetUrl, async (c) => {

@@ -345,7 +345,7 @@ export async function applyDirect(
 
 // The window's sums priced (transaction-local settings; why: at the sums' statement in applyDirect). `large`: a
 // window of DIRECT_PARALLEL_ROWS or more. Constant text (no input in it): sent with begin in one simple query.
-function sumsPricing(large: boolean): string {
+export function sumsPricing(large: boolean): string {
   return `select set_config('parallel_setup_cost', '0', true), set_config('parallel_tuple_cost', '0', true), set_config('min_parallel_table_scan_size', '0', true),
               set_config('min_parallel_index_scan_size', '0', true), set_config('work_mem', '32MB', true),
               set_config('cpu_operator_cost', (current_setting('cpu_operator_cost')::float8 * ${large ? 4 : 1})::text, true)`;
