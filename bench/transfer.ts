@@ -154,7 +154,9 @@ async function keelChild(a: ChildArgs): Promise<Record<string, unknown>> {
         if (process.env.KEEL_BENCH_STATEMENTS) {
           const q = args[0] as string | { text?: string } | undefined;
           const text = typeof q === 'string' ? q : (q?.text ?? q?.constructor?.name ?? '?');
-          process.stderr.write(`${(performance.now() - t00).toFixed(1)} ${name}: ${String(text).replace(/\s+/g, ' ').slice(0, 110)}\n`);
+          process.stderr.write(
+            `${(performance.now() - t00).toFixed(1)} ${name}: ${String(text).replace(/\s+/g, ' ').slice(0, 110)}\n`,
+          );
         }
         return query(...args);
       };
