@@ -6,7 +6,9 @@
 // before each measured run) and a naive row-by-row insert loop (on a sample, extrapolated). Every Keel run is in a
 // child process, so its peak RSS is its own. Usage: npx tsx bench/transfer.ts --rows 1000000 [--pg-url URL] (a
 // running server to use instead of the embedded one; or KEEL_BENCH_PG_URL) [--only bulk,bulk-staged,rows,rows-node,rows-once]
-// [--batches 1,10] [--naive-sample N] (rows of the naive loop, default 20,000)
+// [--batches 1,10] [--naive-sample N] (rows of the naive loop, default 20,000) [--read-ahead on|off|on,off] (the next
+// window's manifest read ahead beside a COPY, TransferService's readAhead: default on; both = each run twice, back to
+// back). KEEL_BENCH_TIMELINE=1: every traced phase's start and end per batch in the output.
 import pg from 'pg';
 import { to as copyTo, from as copyFrom } from 'pg-copy-streams';
 import { pipeline } from 'node:stream/promises';
@@ -70,6 +72,7 @@ interface ChildArgs {
   batchSize: number;
   table: string;
   mode: BenchMode;
+  readAhead: boolean;
 }
 
 function asMode(source: SourceAdapter, mode: BenchMode): SourceAdapter {
@@ -133,12 +136,41 @@ async function keelChild(a: ChildArgs): Promise<Record<string, unknown>> {
     TRANSFER_RULES,
   );
   const breakdownMs: Record<string, number> = {};
+  // Every traced phase with its end (ms since the first batch started): KEEL_BENCH_TIMELINE=1 returns them, to see
+  // where one batch waits on the next.
+  const timeline: [string, number, number][] = [];
+  let t00 = performance.now();
   const trace = (phase: string, ms: number) => {
     breakdownMs[phase] = Math.round((breakdownMs[phase] ?? 0) + ms);
+    const end = performance.now() - t00;
+    timeline.push([phase, Math.round((end - ms) * 10) / 10, Math.round(end * 10) / 10]);
   };
+  // Statements sent per pool (source, target, journal): the round trips a batch costs, which the load does not move.
+  const statements = { source: 0, target: 0, control: 0 };
+  for (const [name, pool] of [
+    ['source', source],
+    ['target', target],
+    ['control', control],
+  ] as const) {
+    pool.on('connect', (client) => {
+      const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+      (client as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
+        statements[name]++;
+        if (process.env.KEEL_BENCH_STATEMENTS) {
+          const q = args[0] as string | { text?: string } | undefined;
+          const text = typeof q === 'string' ? q : (q?.text ?? q?.constructor?.name ?? '?');
+          process.stderr.write(
+            `${(performance.now() - t00).toFixed(1)} ${name}: ${String(text).replace(/\s+/g, ' ').slice(0, 110)}\n`,
+          );
+        }
+        return query(...args);
+      };
+    });
+  }
   const svc = new TransferService({
     journal: timed('journal', new PostgresTransferJournal(control), trace),
     directApply: a.mode !== 'bulk-staged', // as composeTransferService (the app) sets it
+    readAhead: a.readAhead,
     transfers: [t!],
     connect: (tc) => ({
       source: timed('source', asMode(new PostgresTransferSource(tc, source, { trace }), a.mode), trace),
@@ -151,6 +183,8 @@ async function keelChild(a: ChildArgs): Promise<Record<string, unknown>> {
   const cpu0 = process.cpuUsage();
   const mainCpu0 = process.threadCpuUsage();
   const started = performance.now();
+  t00 = started;
+  timeline.length = 0;
   for (;;) {
     const t0 = performance.now();
     const b = await svc.tryCreateBatch(t!.name);
@@ -163,6 +197,7 @@ async function keelChild(a: ChildArgs): Promise<Record<string, unknown>> {
     phases.stageAndApplyMs += t2 - t1;
     rows += v.appliedCount ?? 0;
     batches++;
+    timeline.push([`batch ${batches}`, Math.round((t0 - started) * 10) / 10, Math.round((t2 - started) * 10) / 10]);
   }
   const ms = performance.now() - started;
   const cpu = process.cpuUsage(cpu0);
@@ -181,6 +216,8 @@ async function keelChild(a: ChildArgs): Promise<Record<string, unknown>> {
     // of it, the main thread's (the rest: worker threads, the garbage collector's helper threads, libuv's pool)
     nodeMainThreadCpuMs: Math.round((mainCpu.user + mainCpu.system) / 1000),
     peakRssMB: Math.round(process.resourceUsage().maxRSS / 1024),
+    statements,
+    ...(process.env.KEEL_BENCH_TIMELINE ? { timeline } : {}),
   };
 }
 
@@ -226,6 +263,7 @@ function runChild(args: ChildArgs): Promise<Record<string, unknown>> {
 export async function runTransferBench(opts: {
   rows: number;
   batches?: number[]; // batch counts per mode (default 1 and 10)
+  readAhead?: boolean[]; // the runs with TransferService's readAhead on and/or off (default: on only)
   modes?: BenchMode[]; // default every mode
   naiveSample?: number;
   pgUrl?: string; // an external server (bench/server.ts); absent: the embedded one, fsync off
@@ -235,7 +273,11 @@ export async function runTransferBench(opts: {
   const rows = opts.rows;
   const modes = opts.modes ?? [...BENCH_MODES];
   const batchCounts = opts.batches ?? [1, 10];
-  const runs = modes.flatMap((mode) => batchCounts.map((batches) => ({ mode, batches })));
+  const runs = modes.flatMap((mode) =>
+    batchCounts.flatMap((batches) => (opts.readAhead ?? [true]).map((readAhead) => ({ mode, batches, readAhead }))),
+  );
+  const tableOf = (r: (typeof runs)[number]) =>
+    `keel_${r.mode.replace('-', '_')}_${r.batches}${r.readAhead ? '' : '_no_ahead'}`;
   const server = await openBenchServer({ label: 'transfer', pgUrl: opts.pgUrl, fastUnsafe: true });
   log(describeServer(server.info));
   try {
@@ -250,7 +292,7 @@ export async function runTransferBench(opts: {
     });
     await withClient(targetUrl, async (c) => {
       await c.query(TABLE_DDL('public.naive'));
-      for (const r of runs) await c.query(TABLE_DDL(`public.keel_${r.mode.replace('-', '_')}_${r.batches}`));
+      for (const r of runs) await c.query(TABLE_DDL(`public.${tableOf(r)}`));
     });
     const controlPool = new pg.Pool({ connectionString: controlUrl, max: 1 });
     await migrateJournal(controlPool, 'keel.transfer_bench_migrations');
@@ -341,17 +383,33 @@ export async function runTransferBench(opts: {
 
     // 3. Keel, in a child process per mode and batch count (peak RSS measured there).
     const keel: Record<string, unknown>[] = [];
+    // Statements the Keel child sent per batch (source / target / journal): its round trips, whatever the load.
+    const perBatch = (res: Record<string, unknown>) => {
+      const st = res.statements as { source: number; target: number; control: number };
+      const n = Number(res.batches) || 1;
+      return [st.source, st.target, st.control].map((x) => (x / n).toFixed(1)).join(' / ');
+    };
     for (const r of runs) {
       const batchSize = Math.max(1, Math.ceil(rows / r.batches));
-      const table = `keel_${r.mode.replace('-', '_')}_${r.batches}`;
+      const table = tableOf(r);
       log('transfer bench: COPY pipe');
       const pipe = await copyPipe();
       pipeRuns.push(pipe);
       log(`  ${pipe.rowsPerSec} rows/s`);
-      log(`transfer bench: Keel ${r.mode}, ${r.batches} batch(es) of ${batchSize}`);
+      log(
+        `transfer bench: Keel ${r.mode}, ${r.batches} batch(es) of ${batchSize}${r.readAhead ? '' : ', no read ahead'}`,
+      );
       await checkpoint();
       const cpu0 = serverCpuMs(postmaster);
-      const res = await runChild({ sourceUrl, targetUrl, controlUrl, batchSize, table, mode: r.mode });
+      const res = await runChild({
+        sourceUrl,
+        targetUrl,
+        controlUrl,
+        batchSize,
+        table,
+        mode: r.mode,
+        readAhead: r.readAhead,
+      });
       const serverCpu = await serverCpuSince(cpu0);
       const counted = await withClient(targetUrl, async (c) =>
         Number((await c.query(`select count(*)::bigint as n from public.${table}`)).rows[0].n),
@@ -360,6 +418,7 @@ export async function runTransferBench(opts: {
       const rps = Number(res.rowsPerSec);
       keel.push({
         mode: r.mode,
+        readAhead: r.readAhead,
         batchSize,
         ...res,
         serverCpuMs: serverCpu,
@@ -374,13 +433,14 @@ export async function runTransferBench(opts: {
         vsNaive: Math.round((rps / naive.rowsPerSec) * 10) / 10,
       });
       log(
-        `  ${rps} rows/s, ${(rps / pipe.rowsPerSec).toFixed(3)}x the COPY pipe before it, ${(rps / naive.rowsPerSec).toFixed(1)}x naive, peak RSS ${String(res.peakRssMB)} MB, CPU ms server ${serverCpu} node ${String(res.nodeCpuMs)} (pipe: ${pipe.serverCpuMs} + ${pipe.nodeCpuMs})`,
+        `  ${rps} rows/s, ${(rps / pipe.rowsPerSec).toFixed(3)}x the COPY pipe before it, ${(rps / naive.rowsPerSec).toFixed(1)}x naive, peak RSS ${String(res.peakRssMB)} MB, CPU ms server ${serverCpu} node ${String(res.nodeCpuMs)} (pipe: ${pipe.serverCpuMs} + ${pipe.nodeCpuMs}), statements a batch (source / target / journal) ${perBatch(res)}`,
       );
     }
     const sortedPipes = pipeRuns.map((p) => p.rowsPerSec).sort((x, y) => x - y);
     const copy = { ...pipeRuns[0]!, rowsPerSec: sortedPipes[Math.floor(sortedPipes.length / 2)]!, runs: pipeRuns };
     for (const k of keel) k.vsCopy = Math.round((Number(k.rowsPerSec) / copy.rowsPerSec) * 1000) / 1000;
-    const of = (mode: BenchMode) => keel.filter((k) => k.mode === mode);
+    // The targets are the app's defaults' (read ahead on); runs with it off are reported beside them.
+    const of = (mode: BenchMode) => keel.filter((k) => k.mode === mode && k.readAhead);
     const worst = (list: Record<string, unknown>[], key: string) =>
       list.length ? Math.min(...list.map((k) => Number(k[key]))) : null;
     const pgToPg = worst(of('bulk'), 'vsCopy');
@@ -454,10 +514,17 @@ if (isMain) {
     for (const m of only ?? [])
       if (!BENCH_MODES.includes(m)) throw new Error(`--only: ${m} is not one of ${BENCH_MODES.join(', ')}`);
     const batches = arg('--batches')?.split(',').map(Number);
+    const readAhead = arg('--read-ahead')
+      ?.split(',')
+      .map((v) => {
+        if (v !== 'on' && v !== 'off') throw new Error(`--read-ahead: ${v} is not on or off`);
+        return v === 'on';
+      });
     runTransferBench({
       rows,
       ...(only ? { modes: only } : {}),
       ...(batches ? { batches } : {}),
+      ...(readAhead ? { readAhead } : {}),
       ...(naiveSample ? { naiveSample: Number(naiveSample) } : {}),
       pgUrl: benchPgUrl({ 'pg-url': arg('--pg-url') }),
     })

@@ -66,6 +66,11 @@ export interface TransferServiceDeps {
   // Stage and apply in one target transaction where the target can (TargetAdapter.applyDirect; docs/transfer.md,
   // "Direct apply"). The app turns it on (transferAdapters.ts); off, every batch is staged, then applied.
   directApply?: boolean;
+  // Read the next window's manifest ahead, beside a full window's COPY (startAhead; docs/transfer.md, "The next
+  // window's manifest, ahead"). Default on. Off, every createBatch reads its manifest after the commit before it:
+  // where the source shares its cores with the target (one 2-core server), the read ahead competes with the COPY's
+  // target backend, and bench/transfer.ts `--read-ahead off` measures the difference on such a machine.
+  readAhead?: boolean;
 }
 
 // The next window's manifest, read ahead while a full window's rows move (TransferService.startAhead): for the window
@@ -99,6 +104,7 @@ export class TransferService {
   private readonly batchTransfers = new Map<string, string>();
   private readonly onClose: (() => Promise<void>) | undefined;
   private readonly directApply: boolean;
+  private readonly readAhead: boolean;
   private readonly moves: BatchMoves;
   private readonly reconciler: Reconciler;
   // The last rows-behind count per transfer, with the bound and cap it was counted for (rowsBehind's reuse).
@@ -122,6 +128,7 @@ export class TransferService {
     this.newId = deps.newBatchId ?? randomUUID;
     this.onClose = deps.onClose;
     this.directApply = deps.directApply ?? false;
+    this.readAhead = deps.readAhead ?? true;
     this.moves = new BatchMoves(this.journal, this.log);
     this.reconciler = new Reconciler({
       journal: this.journal,
@@ -1104,6 +1111,7 @@ export class TransferService {
   // windows, no change capture, a full window.
   private startAhead(t: TransferConfig, a: Adapters, b: BatchRecord): void {
     if (
+      !this.readAhead ||
       b.transferName !== t.name ||
       t.boundary.kind !== 'key' ||
       carriesChanges(t) ||

@@ -3,7 +3,7 @@
 // process, and the next createBatch records it when it chooses exactly that window. Checked here: it is used (and
 // equals a fresh read), a source read is not repeated for it, a window whose rows changed after it was read is still
 // refused by the target's check and then moved with a fresh manifest, a schema change in between discards it, and a
-// read ahead that fails only costs the read afresh.
+// read ahead that fails only costs the read afresh; with readAhead off nothing is read ahead.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   assertExactlyOnce,
@@ -52,7 +52,10 @@ describe('the next window manifest, read ahead', () => {
     await env?.close();
   });
 
-  function service(t: TransferConfig): {
+  function service(
+    t: TransferConfig,
+    readAhead?: boolean,
+  ): {
     svc: TransferService;
     source: () => CountingSource;
     logged: { event: string; fields: Record<string, unknown> }[];
@@ -63,6 +66,7 @@ describe('the next window manifest, read ahead', () => {
       journal: new PostgresTransferJournal(env.control),
       transfers: [t],
       directApply: true,
+      ...(readAhead === undefined ? {} : { readAhead }),
       log: (event, fields) => logged.push({ event, fields }),
       connect: (tc) => {
         source = new CountingSource(tc, env.source);
@@ -206,6 +210,28 @@ describe('the next window manifest, read ahead', () => {
     expect(second.rowCount).toBe(200);
     expect((await svc.run(second.batchId)).state).toBe('committed');
     expect((await assertExactlyOnce(env)).target).toBe(400);
+    await svc.close();
+  });
+
+  it('readAhead off: every createBatch reads its own manifest after the commit before it, none is read ahead', async () => {
+    await reset(600);
+    const t = ordersTransfer('orders_ahead_off', { batchSize: 200 });
+    const { svc, source } = service(t, false);
+    const ids: string[] = [];
+    for (;;) {
+      const b = await svc.tryCreateBatch(t.name);
+      if (!b) break;
+      ids.push(b.batchId);
+      expect((await svc.run(b.batchId)).state).toBe('committed');
+    }
+    expect(ids).toHaveLength(3);
+    for (const id of ids) expect((await manifestEvents(id)).map((d) => d.readAhead === true)).toEqual([false]);
+    expect(source().manifests.map((x) => [x.w.high, x.ahead])).toEqual([
+      ['200', false],
+      ['400', false],
+      ['600', false],
+    ]);
+    expect((await assertExactlyOnce(env)).maxWrites).toBe(1);
     await svc.close();
   });
 });
