@@ -277,7 +277,9 @@ if (role === 'worker') {
           if (big && random.next() < 0.5) {
             // A large set at once, while the workers claim: every dead letter of a queue by filter, or a page by id.
             if (random.next() < 0.5) {
-              const all = await store.resurrectByFilter({ queue: pick(queues), limit: 500, dryRun: false });
+              // Not 'skipped' (the harness counts those by id: a skipped job's revival is no failure undone).
+              const reason = pick(['exhausted', 'fatal', 'parent_failed', 'cancelled', 'timeout', 'zombie'] as const)!;
+              const all = await store.resurrectByFilter({ queue: pick(queues), reason, limit: 500, dryRun: false });
               resurrected(all.ids);
             } else {
               const page = await store.searchJobs({ location: 'dlq', limit: 500 });
