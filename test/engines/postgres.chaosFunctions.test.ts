@@ -19,8 +19,8 @@ it('chaos on the Functions path: dispatchers and queue runners only, tiny limits
   const report = await runChaosMix({
     ownerUrl: url,
     appUrl: appUrl(url),
-    jobs: 150,
-    flows: 30,
+    jobs: 120,
+    flows: 24,
     opsApi: 1,
     workers: 0,
     drains: 0,
