@@ -708,7 +708,11 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     }
 
     for (const [what, n] of keyErrors) {
-      if (cut.test(what) || lockTimedOut(what) || /Connection terminated|timeout exceeded when trying to connect/.test(what))
+      if (
+        cut.test(what) ||
+        lockTimedOut(what) ||
+        /Connection terminated|timeout exceeded when trying to connect/.test(what)
+      )
         facts.keyedCut = Number(facts.keyedCut ?? 0) + n;
       else problems.push(`keyed enqueue of a shared key: ${n} x ${what}`);
     }
