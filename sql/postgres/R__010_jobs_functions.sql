@@ -2234,7 +2234,11 @@ begin
                       'archiveRetentionSeconds', 'dlqRetentionSeconds', 'metricsRetentionSeconds'))) then
     raise exception 'expected: must be an object of queue settings' using errcode = '22023';
   end if;
-  if p_paused then
+  -- The claim barrier (keel._claim_candidates): a pause, and a limit set, wait for every claim in flight that may
+  -- have read the queue's settings before (not paused; no limit: such a claim counts nothing and takes up to its
+  -- batch), and a claim after them reads the change. A claim of a limited queue already counts under the settings
+  -- row, which the update below waits for; one that read "no limit" holds no such lock.
+  if p_paused or p_max_concurrency is not null then
     perform pg_advisory_xact_lock(keel._claim_lock_key(p_name));
   end if;
   insert into keel.queues (name) values (p_name) on conflict (name) do nothing;

@@ -2,7 +2,7 @@
 --
 -- The one lock order every job transaction follows (docs/sqlserver.md, "Lock order"):
 --   0. the queues' claim applocks (keel.claim:<queue>; shared by claims through keel.TakeClaimLocks, exclusive by a
---      pause), by name;
+--      pause or a limit set), by name;
 --   1. Queues rows, by name;   2. job rows by id (claims skip locked rows, READPAST, instead of waiting);
 --   3. destination inserts of exactly the captured rows (archive, DLQ, hot);
 --   4. counters last, each counter table written at most once per transaction, its rows in queue order (then slot),

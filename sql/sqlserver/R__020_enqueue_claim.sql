@@ -476,6 +476,10 @@ BEGIN
       INSERT @Lock (Name) SELECT Name FROM @Q;
       EXEC keel.TakeClaimLocks @Queues = @Lock;
       DELETE q FROM @Q AS q WHERE EXISTS (SELECT 1 FROM keel.Queues AS s WHERE s.Name = q.Name AND s.Paused = 1);
+      -- A limit set since the settings were read (UpdateQueue sets one under the applock, as a pause): counted below.
+      UPDATE q SET Limited = 1 FROM @Q AS q
+      WHERE q.Limited = 0
+        AND EXISTS (SELECT 1 FROM keel.Queues AS s WHERE s.Name = q.Name AND s.MaxConcurrency IS NOT NULL);
 
       -- Limited queues: lock each settings row in name order, then count what runs now.
       DECLARE @Name nvarchar(128) = (SELECT MIN(Name) FROM @Q WHERE Limited = 1);
@@ -631,6 +635,10 @@ BEGIN
       INSERT @Lock (Name) SELECT Name FROM @Q;
       EXEC keel.TakeClaimLocks @Queues = @Lock;
       DELETE q FROM @Q AS q WHERE EXISTS (SELECT 1 FROM keel.Queues AS s WHERE s.Name = q.Name AND s.Paused = 1);
+      -- A limit set since the settings were read (UpdateQueue sets one under the applock, as a pause): counted below.
+      UPDATE q SET Limited = 1 FROM @Q AS q
+      WHERE q.Limited = 0
+        AND EXISTS (SELECT 1 FROM keel.Queues AS s WHERE s.Name = q.Name AND s.MaxConcurrency IS NOT NULL);
 
       -- Limited queues: lock each settings row in name order, then count what runs now (as ClaimNext).
       DECLARE @Name nvarchar(128) = (SELECT MIN(Name) FROM @Q WHERE Limited = 1);
@@ -749,6 +757,10 @@ BEGIN
       INSERT @Lock (Name) SELECT Name FROM @Q;
       EXEC keel.TakeClaimLocks @Queues = @Lock;
       DELETE q FROM @Q AS q WHERE EXISTS (SELECT 1 FROM keel.Queues AS s WHERE s.Name = q.Name AND s.Paused = 1);
+      -- A limit set since the settings were read: counted below (as ClaimNext).
+      UPDATE q SET Limited = 1 FROM @Q AS q
+      WHERE q.Limited = 0
+        AND EXISTS (SELECT 1 FROM keel.Queues AS s WHERE s.Name = q.Name AND s.MaxConcurrency IS NOT NULL);
 
       -- Limited queues: lock each settings row in name order, then count what runs now (as ClaimNext).
       DECLARE @Name nvarchar(128) = (SELECT MIN(Name) FROM @Q WHERE Limited = 1);

@@ -150,7 +150,9 @@ BEGIN
   DECLARE @Created BIT = 0, @Conflict nvarchar(64) = NULL, @Holds BIT = 0;
   BEGIN TRY
     BEGIN TRANSACTION;
-    IF @Paused = 1
+    -- The claim barrier: a pause, and a limit set, wait for every claim in flight that read the settings before
+    -- (not paused; no limit: it counts nothing), and the claims after them read the change (ClaimNext).
+    IF @Paused = 1 OR @MaxConcurrency IS NOT NULL
     BEGIN
       DECLARE @LkRes nvarchar(255) = N'keel.claim:' + @Name, @LkRc int;
       EXEC @LkRc = sys.sp_getapplock @Resource = @LkRes, @LockMode = 'Exclusive', @LockOwner = 'Transaction';

@@ -2,6 +2,9 @@
 // second connection (it read "not paused" and started a job, uncommitted) while the pause runs. The pause must not
 // answer before that claim has committed, and then counts its job in inFlight; no claim after it takes a job. A job
 // the held two-step claim fetched still starts after the answer (it is one of inFlight).
+// The same barrier for a limit set on a queue that had none (PATCH maxConcurrency): a claim in flight that read "no
+// limit" counted nothing and took up to its batch; the change must not answer before it has committed, so no claim
+// takes a job past the limit once the answer is out.
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ops } from '../../functions/ops.js';
@@ -83,6 +86,57 @@ describe('ops: pause and a claim in flight', () => {
         );
         const byId = await claimer.query(`select * from keel.claim_by_id($1, 'w2', 60)`, [rows[0].id]);
         expect(byId.rowCount).toBe(0);
+      } finally {
+        await claimer.query('rollback').catch(() => undefined);
+        await claimer.end();
+      }
+    },
+  );
+
+  it.each(['claim_and_start', 'claim_next'])(
+    'a limit set on an unlimited queue answers only after a %s that read "no limit" has committed',
+    async (fn) => {
+      const q = `limit-inflight-${fn}`;
+      for (let i = 0; i < 4; i++) {
+        const r = await call('POST', 'jobs', { queue: q, type: 'demo.echo', payload: { message: String(i) } });
+        expect(r.status).toBe(201);
+      }
+      const claimer = new pg.Client({ connectionString: t.url });
+      await claimer.connect();
+      try {
+        await claimer.query('begin');
+        // Three jobs at once: the queue has no limit as this claim reads it.
+        const claimed = await claimer.query(`select * from keel.${fn}('w-held', array[$1], 3, 60)`, [q]);
+        expect(claimed.rowCount).toBe(3);
+
+        let answered = false;
+        const patch = call('PATCH', `queues/${q}`, { maxConcurrency: 1 }).finally(() => {
+          answered = true;
+        });
+        // Answered while the claim is uncommitted: once it commits, three jobs run under a limit of 1 that was
+        // already in force (the defect); the change must wait for the claim's barrier lock as a pause does.
+        const seen = await until(
+          'the limit change waiting for the claim in flight (or answering)',
+          async () => {
+            if (answered) return 'answered';
+            const { rows } = await t.pool.query(
+              `select 1 from pg_stat_activity where wait_event_type = 'Lock' and wait_event = 'advisory'
+                 and query like '%update_queue%'`,
+            );
+            return rows.length > 0 ? 'waiting' : undefined;
+          },
+          20_000,
+        );
+        expect(seen).toBe('waiting');
+        await claimer.query('commit');
+        const r = await patch;
+        expect(r.status).toBe(200);
+        expect(r.body).toMatchObject({ name: q, maxConcurrency: 1 });
+        // The held claim's jobs were taken before the change; no claim after it takes one more (3 >= 1).
+        const after = await claimer.query(`select * from keel.claim_and_start('w2', array[$1], 10, 60)`, [q]);
+        expect(after.rowCount).toBe(0);
+        const several = await claimer.query(`select * from keel.claim_next('w2', array[$1, 'other'], 10, 60)`, [q]);
+        expect(several.rowCount).toBe(0);
       } finally {
         await claimer.query('rollback').catch(() => undefined);
         await claimer.end();

@@ -54,6 +54,13 @@ export interface ChaosMixOptions {
   schedulers?: number; // processes racing scheduler passes and keyed enqueues of shared keys (default 0)
   stops?: number; // SIGSTOP of a worker or drain for 1-4 s (past the zombie timeout), then SIGCONT (default 0)
   narrow?: number; // the share of the backlog of type 'narrow' (limited to 2 per process; default 0)
+  // Processes running the Functions app's timer passes on a runtime of their own: the dispatcher (run mode, and
+  // post mode: claim, release, post), the maintenance pass, and a queue runner taking the posted ids as the queue
+  // trigger does (processByIdOf, the slot hand-on, the retried job's message); killed and stopped as workers are.
+  dispatchers?: number;
+  tiny?: boolean; // the limited queue at 1 (the ops API sets 1-2) and the type 'narrow' at 1 per process
+  bigResurrects?: boolean; // the operator also resurrects up to 500 dead letters at once, by filter and by id
+  lockTimeoutMs?: number; // lock_timeout of the app login in the run's database during the chaos (default none)
   log?: (line: string) => void;
 }
 
@@ -142,7 +149,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     zombieTimeoutSeconds: 2,
     zombiePolicy: 'retry',
     maxAttempts: 4,
-    maxConcurrency: 6,
+    maxConcurrency: o.tiny ? 1 : 6,
   });
   await control.updateQueue('mx-p', { zombieTimeoutSeconds: 2, zombiePolicy: 'dlq', maxAttempts: 4 });
 
@@ -156,6 +163,8 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
         MIX_QUEUES: QUEUE_NAMES.join(','),
         MIX_PURGE_QUEUE: 'mx-p',
         MIX_SEED: String(random.int(0, 1e9)),
+        MIX_TINY: o.tiny ? '1' : '',
+        MIX_BIG: o.bigResurrects ? '1' : '',
       },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
@@ -308,7 +317,12 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     }
     facts.enqueued = ids.length;
 
+    const appLogin = decodeURIComponent(new URL(o.appUrl).username);
+    const dbName = decodeURIComponent(new URL(o.ownerUrl).pathname.slice(1));
+    if (o.lockTimeoutMs)
+      await q(`alter role "${appLogin}" in database "${dbName}" set lock_timeout = ${Math.floor(o.lockTimeoutMs)}`);
     const started: Child[] = [];
+    for (let i = 0; i < (o.dispatchers ?? 0); i++) started.push(spawnChild('dispatch'));
     for (let i = 0; i < o.workers; i++) started.push(spawnChild('worker'));
     for (let i = 0; i < o.drains; i++) started.push(spawnChild('drain'));
     for (let i = 0; i < o.maints; i++) started.push(spawnChild('maint'));
@@ -333,7 +347,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     while (Date.now() < chaosEnd) {
       await sleep(random.int(200, 700));
       if (kills < Math.floor((o.kills * (Date.now() - (chaosEnd - o.chaosMs))) / o.chaosMs) + 1 && kills < o.kills) {
-        const victims = [...children].filter((c) => c.role === 'worker' || c.role === 'drain');
+        const victims = [...children].filter((c) => c.role === 'worker' || c.role === 'drain' || c.role === 'dispatch');
         const v = random.pick(victims);
         v.killedByUs = true;
         v.proc.kill('SIGKILL');
@@ -344,7 +358,9 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
       if (stops < (o.stops ?? 0) && random.next() < 0.25) {
         // A process frozen past its jobs' zombie timeout (a VM paused, a debugger): its leases pass to others, and
         // when it runs again its heartbeats answer lease_lost (or, if they come first, it completes).
-        const v = random.pick([...children].filter((c) => (c.role === 'worker' || c.role === 'drain') && c.readyAt));
+        const v = random.pick(
+          [...children].filter((c) => ['worker', 'drain', 'dispatch'].includes(c.role) && c.readyAt),
+        );
         if (v) {
           const pid = v.proc.pid!;
           const w = { pid, from: Date.now(), to: Infinity };
@@ -387,6 +403,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
       }
     }
     await Promise.all(conts);
+    if (o.lockTimeoutMs) await q(`alter role "${appLogin}" in database "${dbName}" reset lock_timeout`);
     facts.stops = stops;
     facts.kills = kills;
     facts.backendsTerminated = terminated;
@@ -681,15 +698,21 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     // shared/engines/connectionLost.ts, does not know) is counted, not a problem. Any other 5xx is.
     const cut =
       /terminating connection due to administrator command|ECONNRESET|ECONNREFUSED|Connection terminated|the database system is (starting up|shutting down|not yet accepting)/;
+    // A run with a lock_timeout: a call that waited past it fails (the operator's call, a keyed enqueue), by design.
+    const lockTimedOut = (what: string) => !!o.lockTimeoutMs && /canceling statement due to lock timeout/.test(what);
     for (const [what, n] of serverErrors) {
       if (/^503 .*"error":"unavailable"/.test(what)) facts.opsApi503 = Number(facts.opsApi503 ?? 0) + n;
-      else if (/^500 .*"error":"internal_error"/.test(what) && cut.test(what))
+      else if (/^500 .*"error":"internal_error"/.test(what) && (cut.test(what) || lockTimedOut(what)))
         facts.opsApi500ConnectionCut = Number(facts.opsApi500ConnectionCut ?? 0) + n;
       else problems.push(`ops API: ${n} x ${what}`);
     }
 
     for (const [what, n] of keyErrors) {
-      if (cut.test(what) || /Connection terminated|timeout exceeded when trying to connect/.test(what))
+      if (
+        cut.test(what) ||
+        lockTimedOut(what) ||
+        /Connection terminated|timeout exceeded when trying to connect/.test(what)
+      )
         facts.keyedCut = Number(facts.keyedCut ?? 0) + n;
       else problems.push(`keyed enqueue of a shared key: ${n} x ${what}`);
     }
@@ -740,8 +763,10 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
       const msg = `${m[1]}: ${m[2]!.replace(/\d+/g, 'N').replace(/"[^"]*"/g, '"…"')}`;
       logErrors.set(msg, (logErrors.get(msg) ?? 0) + 1);
     }
-    for (const [msg, n] of logErrors)
+    for (const [msg, n] of logErrors) {
+      if (o.lockTimeoutMs && /^ERROR: canceling statement due to lock timeout/.test(msg)) continue;
       if (!EXPECTED_LOG_ERRORS.some((re) => re.test(msg))) problems.push(`server log: ${n} x ${msg}`);
+    }
   }
   return { problems, logErrors, facts };
 }

@@ -33,6 +33,8 @@ const role = process.env.MIX_ROLE ?? 'worker';
 const queues = (process.env.MIX_QUEUES ?? '').split(',').filter(Boolean);
 const purgeQueue = process.env.MIX_PURGE_QUEUE ?? '';
 const graceMs = Number(process.env.MIX_GRACE_MS ?? 3000);
+const tiny = process.env.MIX_TINY === '1'; // the limits at their least: the limited queue at 1-2, 'narrow' at 1
+const big = process.env.MIX_BIG === '1'; // resurrects of up to 500 dead letters at once
 const random = seededRandom(`chaos mix ${role} ${process.pid}`, Number(process.env.MIX_SEED ?? 1));
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const out = (line: string) => process.stdout.write(`${line}\n`);
@@ -136,7 +138,7 @@ const registerMix = (r: HandlerRegistry) =>
       traced(async (_p, ctx) => {
         await abortableSleep(random.int(20, 250), ctx.signal);
       }),
-      { backoff, concurrency: 2 },
+      { backoff, concurrency: tiny ? 1 : 2 },
     )
     // Blocks its event loop past the zombie timeout: no heartbeat can go out, so rescue hands the job to someone else
     // while it runs (the one case where two runs of a job may overlap: the first one's lease is already gone).
@@ -272,6 +274,20 @@ if (role === 'worker') {
             dryRun: false,
           });
           resurrected(r.ids);
+          if (big && random.next() < 0.5) {
+            // A large set at once, while the workers claim: every dead letter of a queue by filter, or a page by id.
+            if (random.next() < 0.5) {
+              // Not 'skipped' (the harness counts those by id: a skipped job's revival is no failure undone).
+              const reason = pick(['exhausted', 'fatal', 'parent_failed', 'cancelled', 'timeout', 'zombie'] as const)!;
+              const all = await store.resurrectByFilter({ queue: pick(queues), reason, limit: 500, dryRun: false });
+              resurrected(all.ids);
+            } else {
+              const page = await store.searchJobs({ location: 'dlq', limit: 500 });
+              const got = new Set(await store.resurrect(page.items.map((j) => j.id)));
+              resurrected([...got]);
+              for (const j of page.items) if (j.reason === 'skipped' && got.has(j.id)) out(`RS ${j.queue} 1`);
+            }
+          }
         } else if (action === 6 && purgeQueue) {
           const n = await store.purge('archive', purgeQueue, new Date(Date.now() - 200), 20);
           if (n > 0) out(`P ${purgeQueue} ${n}`);
@@ -301,6 +317,109 @@ if (role === 'worker') {
     for (const q of queues) await store.updateQueue(q, { paused: false }).catch((e: unknown) => failed('unpause', e));
   })();
   stop = () => loop;
+}
+
+if (role === 'dispatch') {
+  // The Functions app's timers and queue trigger on a runtime of this process: the dispatcher's pass (run mode, its
+  // drain and the slot hand-on after it; post mode: claim, release, post), the maintenance pass, and a queue runner
+  // taking each posted id as functions/jobRunner.ts does (processByIdOf; the freed slot handed on; a retried or
+  // released job's message posted for when it is due). Messages are kept in this process: a kill loses them, as a
+  // lost message (the dispatcher's next pass covers it).
+  const { parseSettings } = await import('../../shared/config/settings.js');
+  const { createRuntime } = await import('../../shared/app/runtime.js');
+  const { dispatchDueJobs, runMaintenancePass } = await import('../../shared/app/timerPasses.js');
+  const { freesSlot, handOnSlots } = await import('../../shared/app/slots.js');
+  const { postJob } = await import('../../shared/app/enqueue.js');
+  const inbox: { id: string; at: number }[] = [];
+  const gateway = {
+    send: async (_queue: string, message: unknown, opts?: { delaySeconds?: number }) => {
+      const id = (message as { jobId?: string }).jobId;
+      if (id) inbox.push({ id, at: Date.now() + (opts?.delaySeconds ?? 0) * 1000 });
+    },
+    sendPoison: async () => undefined,
+    ping: async () => true,
+  };
+  const env: Record<string, string> = {
+    KEEL_PG_URL: url,
+    KEEL_MIGRATE_ON_START: 'false',
+    KEEL_DISPATCH_BUDGET_MS: '1500',
+    KEEL_DISPATCH_CONCURRENCY: '8',
+    KEEL_DISPATCH_POST_LIMIT: '32',
+    KEEL_LEASE_SECONDS: '5',
+    KEEL_HEARTBEAT_MS: '300',
+    KEEL_MAINT_RESCUE_BATCH: '25',
+    KEEL_MAINT_PURGE_BATCH: '50',
+  };
+  let base: Awaited<ReturnType<typeof createRuntime>> | undefined;
+  for (let i = 0; !base; i++) {
+    try {
+      base = await createRuntime(parseSettings(env), {
+        queues: gateway,
+        env,
+        store,
+        transfers: null,
+        register: (r) => void registerMix(r),
+      });
+    } catch (err) {
+      if (i >= 20) throw err;
+      await sleep(250);
+    }
+  }
+  // The runtime's processor, with this run's outcome lines.
+  const p = new JobProcessor({
+    store,
+    registry: base.registry,
+    workerId: base.workerId,
+    leaseSeconds: 5,
+    heartbeatIntervalMs: 300,
+    progressIntervalMs: 200,
+    log: { info: () => undefined, warn: () => undefined, error: (m, f) => failed(`log:${m}`, JSON.stringify(f)) },
+    events: { onOutcome: (e) => out(`O ${e.job.id} ${e.outcome} ${e.reason ?? '-'}`) },
+  });
+  const rt = { ...base, processor: p };
+  const post = { ...rt, settings: { ...rt.settings, KEEL_DISPATCH_MODE: 'post' as const } };
+  const log = { info: () => undefined, warn: () => undefined, error: () => undefined, debug: () => undefined };
+  const runner = (async () => {
+    while (!stopping) {
+      const now = Date.now();
+      const due = inbox.filter((m) => m.at <= now).slice(0, 8);
+      for (const m of due) inbox.splice(inbox.indexOf(m), 1);
+      await Promise.all(
+        due.map(async ({ id }) => {
+          try {
+            const { outcome, queue } = await p.processByIdOf(id);
+            if (outcome === 'not_claimed') return;
+            if (queue !== undefined && freesSlot(outcome)) await handOnSlots(rt, [queue], log);
+            if (outcome === 'retried' || outcome === 'released') {
+              const job = await store.getJob(id);
+              if (job?.location === 'hot' && job.state === 'pending' && job.runAt)
+                await postJob(rt, id, log, Math.max(0, (job.runAt.getTime() - Date.now()) / 1000));
+            }
+          } catch (err) {
+            failed('runner', err);
+          }
+        }),
+      );
+      await sleep(due.length ? 0 : 30);
+    }
+  })();
+  const timers = (async () => {
+    let k = 0;
+    while (!stopping) {
+      try {
+        if (k % 3 === 2) await runMaintenancePass(rt, log);
+        else await dispatchDueJobs(k % 3 === 0 ? rt : post, log);
+      } catch (err) {
+        failed(`dispatch${k % 3}`, err);
+      }
+      k++;
+      await sleep(random.int(100, 600));
+    }
+  })();
+  stop = async () => {
+    await p.shutdown(graceMs);
+    await Promise.all([runner, timers]);
+  };
 }
 
 if (role === 'sched') {
@@ -448,7 +567,7 @@ if (role === 'opsapi') {
           // every 300 ms keep a lease of that length).
           await call('PATCH', `queues/${q}`, {
             zombieTimeoutSeconds: random.int(2, 4),
-            ...(q === 'mx-lim' ? { maxConcurrency: random.int(1, 10) } : {}),
+            ...(q === 'mx-lim' ? { maxConcurrency: tiny ? random.int(1, 2) : random.int(1, 10) } : {}),
             archiveRetentionSeconds: random.int(3600, 7200),
             dlqRetentionSeconds: random.int(3600, 7200),
             confirmPurge: random.next() < 0.5,
