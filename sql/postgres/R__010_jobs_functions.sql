@@ -390,6 +390,14 @@ $$;
 -- oldest due rows and the level keeps the oldest across queues, so no queue starves another of equal priority.
 -- jobs_hot_pending_due is the only index of pending rows by queue (V006 dropped jobs_hot_pending_run_at, which the
 -- planner chose with stale statistics and then sorted every due row of the queue: 4-7 ms a claim at 30k pending).
+-- One queue: the level probe also returns where the level's first visible pending row is, (run_at, id), and the
+-- pick starts there. Before it in the index lie only entries the probe found not pending: the versions that
+-- committed claims left behind (and deleted rows), which no scan may mark dead while a transaction older than their
+-- claim runs. At a queue head where several workers claim, that is the last few claims' rows (bench/README runs
+-- 800-819: ~100-250 entries, a heap visit each), and the pick walked them again after the probe. A row that turns
+-- pending there after the probe (a release or retry committing during this claim) waits for the next claim, as one
+-- committing just after this claim would; a row another claim holds is visible to the probe, so it is never before
+-- the start: the pick skips it, as before.
 drop function if exists keel._pick_due(text[], integer);
 create or replace function keel._pick_due(p_queues text[], p_limit integer)
 returns tid[]
@@ -398,14 +406,16 @@ declare
   v_tids  tid[] := '{}';
   v_need  integer := p_limit;
   v_prio  integer;
+  v_run   timestamptz; -- one queue: the level's first pending row in index order, where the pick starts
+  v_id    bigint;
 begin
   if p_limit is null or p_limit < 1 or cardinality(p_queues) = 0 then
     return v_tids;
   end if;
   if cardinality(p_queues) = 1 then -- by a scalar key: the plan is kept (see keel._claim_candidates)
-    select h.priority into v_prio from keel.jobs_hot h
+    select h.priority, h.run_at, h.id into v_prio, v_run, v_id from keel.jobs_hot h
     where h.state = 'pending' and h.queue = p_queues[1]
-    order by h.priority desc limit 1;
+    order by h.priority desc, h.run_at, h.id limit 1;
   else
     select max(m.priority) into v_prio
     from unnest(p_queues) as n(name)
@@ -425,6 +435,7 @@ begin
       v_tids := v_tids || array(
         select h.ctid from keel.jobs_hot h
         where h.state = 'pending' and h.queue = p_queues[1] and h.priority = v_prio and h.run_at <= now()
+          and (h.run_at, h.id) >= (v_run, v_id) -- past what the probe walked (above)
           and (h.expires_at is null or h.expires_at > now())
         order by h.run_at, h.id
         limit v_need
@@ -446,9 +457,9 @@ begin
     v_need := p_limit - cardinality(v_tids);
     exit when v_need <= 0;
     if cardinality(p_queues) = 1 then
-      select h.priority into v_prio from keel.jobs_hot h
+      select h.priority, h.run_at, h.id into v_prio, v_run, v_id from keel.jobs_hot h
       where h.state = 'pending' and h.queue = p_queues[1] and h.priority < v_prio
-      order by h.priority desc limit 1; -- no row: v_prio is null
+      order by h.priority desc, h.run_at, h.id limit 1; -- no row: v_prio is null
     else
       select max(m.priority) into v_prio
       from unnest(p_queues) as n(name)

@@ -97,4 +97,52 @@ describe('postgres: a one-queue claim keeps its plans', () => {
     }
     expect(await claim(queue, 10)).toEqual([high[0], low[0]]);
   });
+
+  // Several workers claiming from one queue head leave the index entries of the rows they claimed behind them, and a
+  // scan may mark those dead only once no transaction older than the claim runs: each claim's level probe walks them
+  // (a heap visit each). The pick starts where the probe found the level's first pending row instead of walking them
+  // a second time (bench/README runs 800-819). Counted as the index entries this backend's scans of
+  // jobs_hot_pending_due returned within one claim's transaction, with the claimed rows' entries kept unkillable by a
+  // snapshot another session holds. A count, not a timing.
+  it("a claim's pick does not walk again the claimed rows' entries its level probe walked", async () => {
+    const queue = 'claim-plan-dead-head';
+    const backlog = 1_500;
+    const claimed = 1_000;
+    const ids = (
+      (
+        await enqueue(
+          admin,
+          queue,
+          Array.from({ length: backlog }, () => ({})),
+        )
+      ).rows[0] as { ids: string[] }
+    ).ids;
+    const counter = new pg.Client({ connectionString: url, application_name: 'keel-claim-plan-count' });
+    counter.on('error', () => undefined);
+    await counter.connect();
+    await other.query('begin isolation level repeatable read');
+    try {
+      await other.query('select 1'); // the snapshot, older than every claim below
+      expect(await claim(queue, claimed)).toEqual(ids.slice(0, claimed));
+      await counter.query('begin');
+      const next = (
+        await counter.query(`select job_id::text as id from keel.claim_and_start('w', array[$1::text], 10, 60)`, [
+          queue,
+        ])
+      ).rows.map((r: { id: string }) => r.id);
+      const read = Number(
+        (await counter.query(`select pg_stat_get_xact_tuples_returned('keel.jobs_hot_pending_due'::regclass) as n`))
+          .rows[0].n,
+      );
+      await counter.query('commit');
+      expect(next).toEqual(ids.slice(claimed, claimed + 10));
+      // The probe returns the 1,000 entries of claimed rows and the first pending one; the pick its 10 rows (and the
+      // entries it finds locked or gone). Walking the claimed rows again: ~2,000.
+      expect(read).toBeGreaterThanOrEqual(claimed);
+      expect(read).toBeLessThan(claimed + 100);
+    } finally {
+      await other.query('rollback');
+      await counter.end();
+    }
+  });
 });
