@@ -106,6 +106,7 @@ export async function postDueJobs(
 export interface MaintenancePassReport {
   jobs: MaintenanceReport;
   // stagingPurged: batches that can never be applied again whose staged rows were still on the target (purged now).
+  // detail: each reconciled batch, and each `extracting` batch re-posted (resumed: true).
   transfers: { reconciled: number; detail: unknown; stagingPurged: number } | 'not configured';
 }
 
@@ -153,6 +154,20 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
         )
           resumed.add(v.batchId);
       }
+      // Batches still `extracting` (nothing to reconcile) whose stage message was lost or whose retry chain ended:
+      // before, only the transfer timer re-posted one, and only for a transfer it starts (KEEL_SCHEDULED_TRANSFERS)
+      // under its own name, so an operator's start, a replay or a re-baseline stayed open for ever.
+      const extracting = await rt.transfers.staleExtracting(
+        rt.settings.KEEL_TRANSFER_STALE_MS,
+        rt.settings.KEEL_TRANSFER_RECONCILE_LIMIT,
+      );
+      for (const v of extracting)
+        if (
+          isStalled(rt, v) &&
+          !(await rt.transfers.isPaused(baseTransferName(v.transfer))) &&
+          (await resumeStalled(rt, v, log))
+        )
+          resumed.add(v.batchId);
       // After reconcile (which may have just ended some batches): staged rows no run can apply any more.
       const staging = await rt.transfers.purgeTerminalStaging();
       if (staging.errors > 0)
@@ -160,7 +175,7 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
       transfers = {
         stagingPurged: staging.purged.length,
         reconciled: views.length,
-        detail: views.map((v) => ({
+        detail: [...views, ...extracting.filter((v) => resumed.has(v.batchId))].map((v) => ({
           batchId: v.batchId,
           transfer: v.transfer,
           state: v.state,
@@ -186,7 +201,8 @@ export function maintenanceDidNothing(report: MaintenancePassReport): boolean {
   return (
     jobs.complete &&
     counts.every((n) => n === 0) &&
-    (transfers === 'not configured' || (transfers.reconciled === 0 && transfers.stagingPurged === 0))
+    (transfers === 'not configured' ||
+      (transfers.reconciled === 0 && transfers.stagingPurged === 0 && (transfers.detail as unknown[]).length === 0))
   );
 }
 

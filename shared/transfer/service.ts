@@ -1228,6 +1228,14 @@ export class TransferService {
     return out;
   }
 
+  // Maintenance: open batches in `extracting` that nobody touched for olderThanMs (nothing to reconcile: no apply
+  // of one can be open, start_apply moves it to `applying` first). The caller re-posts those that made no progress
+  // (shared/app/timerPasses.ts): a lost stage message otherwise leaves a batch the timer does not look at (a transfer
+  // it does not start, a replay, a re-baseline) open for ever.
+  async staleExtracting(olderThanMs: number, limit: number): Promise<BatchView[]> {
+    return (await this.journal.stale(['extracting'], olderThanMs, limit)).map(toView);
+  }
+
   // Maintenance: the staged rows and staging registry rows of batches that can never be applied again -- committed
   // or failed in the journal -- that are still on the target: their own purge failed (a cut connection, its bounded
   // lock wait ran out) or never ran (the target was unreachable when the batch failed), or a run of the batch
