@@ -10,7 +10,7 @@ import { postJob, postJobs, type Logger } from './enqueue.js';
 import { claimAndPost, handOnDrained } from './slots.js';
 import type { Runtime } from './runtime.js';
 import { maintenanceTelemetry, reconcileTelemetry, scheduleFailedTelemetry } from './telemetryHooks.js';
-import { isStalled, resumeStalled } from './transferSteps.js';
+import { isStalledSince, resumeStalled } from './transferSteps.js';
 import { baseTransferName } from '../transfer/chains.js';
 
 export interface DispatchResult {
@@ -148,7 +148,7 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
         // Known not applied and stuck (its retry chain ended or its message was lost): post it again now rather
         // than at the next transfer timer tick.
         if (
-          isStalled(rt, v) &&
+          isStalledSince(v, rt.transfers.untouchedSince(v)) &&
           !(await rt.transfers.isPaused(baseTransferName(v.transfer))) &&
           (await resumeStalled(rt, v, log))
         )
@@ -163,7 +163,7 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
       );
       for (const v of extracting)
         if (
-          isStalled(rt, v) &&
+          isStalledSince(v, rt.transfers.untouchedSince(v)) &&
           !(await rt.transfers.isPaused(baseTransferName(v.transfer))) &&
           (await resumeStalled(rt, v, log))
         )
