@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { maintenance } from '../../functions/maintenance.js';
 import { transferTimer } from '../../functions/transferTimer.js';
 import { context, timer } from './support.js';
-import { useItemsTransfer } from './itemsTransfer.js';
+import { ITEMS_DDL, useItemsTransfer } from './itemsTransfer.js';
 
 const STALE_MS = 1000;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -18,10 +18,21 @@ const fx = useItemsTransfer({
   label: 'fn_stalled_extracting',
   rows: 30,
   batchSize: 10,
-  env: { KEEL_TRANSFER_STALE_MS: String(STALE_MS) }, // KEEL_SCHEDULED_TRANSFERS: none (the default)
+  sourceDdl: [ITEMS_DDL, ITEMS_DDL.replace('public.items', 'public.others')],
+  // KEEL_SCHEDULED_TRANSFERS: none (the default); one batch reconciled or re-posted per pass.
+  env: { KEEL_TRANSFER_STALE_MS: String(STALE_MS), KEEL_TRANSFER_RECONCILE_LIMIT: '1' },
+  moreTransfers: (items) => [
+    {
+      ...items,
+      name: 'others',
+      source: { ...items.source, table: 'public.others' },
+      target: { ...items.target, table: 'public.others' },
+      batchSize: 10,
+    },
+  ],
 });
 
-type Sent = { queue: string; message: { batchId: string } };
+type Sent = { queue: string; message: { batchId: string }; delaySeconds: number };
 const takeAll = () => fx.t.queues.sent.splice(0) as Sent[];
 const batch = async (id: string) => (await fx.call('GET', `transfers/batches/${id}`)).body;
 
@@ -71,5 +82,28 @@ describe('an extracting batch whose stage message was lost', () => {
     await fx.pump();
     expect(await batch(batchId)).toMatchObject({ state: 'committed', appliedCount: 10 });
     expect((await fx.target.query(`select count(*)::int as n from public.items`)).rows[0].n).toBe(30);
+  });
+
+  it('a paused transfer’s batch, left and so the oldest, never hides the others from a bounded pass', async () => {
+    await fx.source.query(`insert into public.items select n, 'item-' || n from generate_series(31, 35) n`);
+    await fx.source.query(`insert into public.others select n, 'other-' || n from generate_series(1, 5) n`);
+    const items = await fx.call('POST', 'transfers/items/start', {});
+    expect(items.status).toBe(202);
+    expect((await fx.call('POST', 'transfers/items/pause', { reason: 'test' })).status).toBe(200);
+    const others = await fx.call('POST', 'transfers/others/start', {});
+    expect(others.status).toBe(202);
+    takeAll(); // both stage messages, lost
+    await sleep(STALE_MS + 200);
+    // One batch per pass (KEEL_TRANSFER_RECONCILE_LIMIT 1), and the paused transfer's, the oldest, is left.
+    await maintenance(timer, context('maintenance'));
+    const resumed = takeAll();
+    expect(resumed.map((m) => m.message.batchId)).toEqual([others.body.batch.batchId]);
+    fx.t.queues.sent.push(...resumed);
+    await fx.pump();
+    expect(await batch(others.body.batch.batchId)).toMatchObject({ state: 'committed', appliedCount: 5 });
+    expect(await batch(items.body.batch.batchId)).toMatchObject({ state: 'extracting' });
+    expect((await fx.call('POST', 'transfers/items/resume', {})).body.openBatch).toMatchObject({ posted: true });
+    await fx.pump();
+    expect(await batch(items.body.batch.batchId)).toMatchObject({ state: 'committed', appliedCount: 5 });
   });
 });

@@ -320,7 +320,7 @@ describe('pg_terminate_backend at every statement of a batch', () => {
       await prepareLane(flow, table);
       const { svc, app } = service(flow, table);
       const traces = Object.fromEntries(
-        WHERES.map((w) => [w, { k: -1, how: 'idle', seen: 0, fired: false, trace: [] } satisfies Armed]),
+        WHERES.map((w): [Where, Armed] => [w, { k: -1, how: 'idle', seen: 0, fired: false, trace: [] }]),
       ) as Record<Where, Armed>;
       for (const w of WHERES) armed.set(app(w), traces[w]);
       const b = await svc.createBatch(table);
