@@ -94,7 +94,8 @@ describe('clock skew between a host and the journal', () => {
     const apply = take();
     // Behind: the chain's first batch was created 11 minutes ago by the journal's clock (budget 10): it ends here,
     // although the host's clock says it has not started yet.
-    const chainStartedAt = Date.parse((await fx.t.rt.transfers!.getBatch(next.message.batchId))!.createdAt) - 11 * 60_000;
+    const chainStartedAt =
+      Date.parse((await fx.t.rt.transfers!.getBatch(next.message.batchId))!.createdAt) - 11 * 60_000;
     await skewed(-2 * HOUR, () => transferApply({ ...apply.message, chainStartedAt }, context('transferApply')));
     expect(takeAll()).toEqual([]);
     expect(await rows()).toBe(28);

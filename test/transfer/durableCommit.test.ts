@@ -14,7 +14,15 @@ import { PostgresTransferSource } from '../../shared/engines/postgres/transferSo
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
 import { TransferService } from '../../shared/transfer/service.js';
 import { pgTransferPoolConfig } from '../../shared/transfer/timeouts.js';
-import { createLane, FAULT_TEST_TIMEOUTS, laneTransfer, LANE_WRITES_DDL, setupDatabases, sqlServerShapedSource, type Env } from './helpers.js';
+import {
+  createLane,
+  FAULT_TEST_TIMEOUTS,
+  laneTransfer,
+  LANE_WRITES_DDL,
+  setupDatabases,
+  sqlServerShapedSource,
+  type Env,
+} from './helpers.js';
 
 describe('claims and fences commit durably on a target whose default is synchronous_commit = off', () => {
   let env: Env;
@@ -85,10 +93,9 @@ describe('claims and fences commit durably on a target whose default is synchron
     const b = await svc.createBatch(table);
     expect((await svc.stage(b.batchId)).state).toBe('staged');
     // An apply was counted (attempt 1) but never reached the target: reconcile fences it.
-    await env.control.query(
-      `update keel.transfer_batches set state = 'applying', attempts = 1 where batch_id = $1`,
-      [b.batchId],
-    );
+    await env.control.query(`update keel.transfer_batches set state = 'applying', attempts = 1 where batch_id = $1`, [
+      b.batchId,
+    ]);
     expect((await svc.reconcile(b.batchId)).state).toBe('staged');
     const { batch, abandoned } = await svc.abandonOnce(b.batchId, 'test');
     expect([batch.state, abandoned]).toEqual(['failed', true]);

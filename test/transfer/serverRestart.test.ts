@@ -13,7 +13,15 @@ import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTa
 import { TransferService, type BatchView } from '../../shared/transfer/service.js';
 import { pgTransferPoolConfig } from '../../shared/transfer/timeouts.js';
 import { seededRandom } from '../support/seededRandom.js';
-import { createLane, FAULT_TEST_TIMEOUTS, laneProblems, LANE_WRITES_DDL, laneTransfer, setupDatabases, type Env } from './helpers.js';
+import {
+  createLane,
+  FAULT_TEST_TIMEOUTS,
+  laneProblems,
+  LANE_WRITES_DDL,
+  laneTransfer,
+  setupDatabases,
+  type Env,
+} from './helpers.js';
 
 const PGDATA = process.env.KEEL_TEST_RESTART_PGDATA;
 const PGBIN = process.env.KEEL_TEST_RESTART_PGBIN ?? '/usr/lib/postgresql/15/bin';
@@ -25,7 +33,20 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 async function restart(): Promise<void> {
   const child = spawn(
     'runuser',
-    ['-u', 'postgres', '--', `${PGBIN}/pg_ctl`, '-D', PGDATA!, '-m', 'immediate', '-w', '-l', `${PGDATA}/../restart.log`, 'restart'],
+    [
+      '-u',
+      'postgres',
+      '--',
+      `${PGBIN}/pg_ctl`,
+      '-D',
+      PGDATA!,
+      '-m',
+      'immediate',
+      '-w',
+      '-l',
+      `${PGDATA}/../restart.log`,
+      'restart',
+    ],
     { stdio: 'ignore' },
   );
   await new Promise<void>((resolve, reject) => {

@@ -97,7 +97,8 @@ function installHook(): void {
     if (a.seen !== a.k) return (originalQuery as (...x: unknown[]) => unknown).apply(this, args);
     a.fired = true;
     const pid = this.processID;
-    const isPromiseForm = typeof args[args.length - 1] !== 'function' && typeof (args[0] as { submit?: unknown }).submit !== 'function';
+    const isPromiseForm =
+      typeof args[args.length - 1] !== 'function' && typeof (args[0] as { submit?: unknown }).submit !== 'function';
     if (a.how === 'idle' && isPromiseForm)
       return terminate(pid).then(() => (originalQuery as (...x: unknown[]) => Promise<unknown>).apply(this, args));
     const out = (originalQuery as (...x: unknown[]) => unknown).apply(this, args);
@@ -226,7 +227,12 @@ async function recover(
 }
 
 // The first run of a batch as a queue step does it: create, then run (stage + apply, reconcile after a failure).
-async function firstRun(svc: TransferService, name: string, label: string, first: { id: string | null }): Promise<void> {
+async function firstRun(
+  svc: TransferService,
+  name: string,
+  label: string,
+  first: { id: string | null },
+): Promise<void> {
   try {
     const b = await bounded(svc.createBatch(name), `${label}: create`);
     first.id = b.batchId;
@@ -244,10 +250,9 @@ async function leftovers(table: string, batchId: string): Promise<string[]> {
     [`te_${table}_%`],
   );
   for (const r of idle.rows) out.push(`idle in transaction: ${r.a}: ${r.q}`);
-  const reg = await env.target.query(
-    `select count(*)::int as n from keel_transfer.staged_batches where batch_id = $1`,
-    [batchId],
-  ).catch(async () => ({ rows: [{ n: 0 }] }));
+  const reg = await env.target
+    .query(`select count(*)::int as n from keel_transfer.staged_batches where batch_id = $1`, [batchId])
+    .catch(async () => ({ rows: [{ n: 0 }] }));
   if (reg.rows[0].n > 0) out.push(`staging registry row left for ${batchId}`);
   return out;
 }
@@ -311,51 +316,57 @@ describe('pg_terminate_backend at every statement of a batch', () => {
     await env?.close();
   });
 
-  it('every statement, killed idle and while it runs: the batch converges, exactly once', async () => {
-    const rnd = seededRandom('terminateEach');
-    // The trace: each flow's statements per pool, in order, from a run without faults.
-    const plans: Plan[] = [];
-    for (const flow of FLOWS) {
-      const table = `te_${lanes++}`;
-      await prepareLane(flow, table);
-      const { svc, app } = service(flow, table);
-      const traces = Object.fromEntries(
-        WHERES.map((w): [Where, Armed] => [w, { k: -1, how: 'idle', seen: 0, fired: false, trace: [] }]),
-      ) as Record<Where, Armed>;
-      for (const w of WHERES) armed.set(app(w), traces[w]);
-      const b = await svc.createBatch(table);
-      expect((await svc.run(b.batchId)).state).toBe('committed');
-      for (const w of WHERES) armed.delete(app(w));
-      await svc.close();
-      if (process.env.KEEL_TERMINATE_EACH_TRACE) console.log(flow, JSON.stringify(traces, null, 1));
-      for (const where of WHERES)
-        traces[where].trace.forEach((text, i) => {
-          for (const how of ['idle', 'during'] as How[]) plans.push({ flow, where, k: i + 1, how, text });
-        });
-    }
-    // Rotated by the seed: a budget cut short covers the others on another run.
-    const start = rnd.int(0, plans.length - 1);
-    const order = [...plans.slice(start), ...plans.slice(0, start)];
-    const problems: string[] = [];
-    const deadline = Date.now() + BUDGET_MS;
-    let done = 0;
-    let next = 0;
-    const outcomes = new Map<string, number>(); // the first run's end state: how the kills bit
-    await Promise.all(
-      Array.from({ length: LANES }, async () => {
-        while (next < order.length && Date.now() < deadline) {
-          const p = order[next++]!;
-          const r = await runPlan(p);
-          problems.push(...r.problems);
-          if (!r.fired) problems.push(`${p.flow} ${p.where} #${p.k} (${p.how}): the kill never fired`);
-          outcomes.set(r.firstState, (outcomes.get(r.firstState) ?? 0) + 1);
-          done++;
-        }
-      }),
-    );
-    console.log(`terminateEach: ${done} of ${plans.length} plans run; first runs ended ${JSON.stringify(Object.fromEntries(outcomes))}`);
-    expect(problems).toEqual([]);
-    expect(unhandled).toEqual([]);
-    expect(done).toBeGreaterThan(Math.min(plans.length, 20));
-  }, BUDGET_MS + 120_000);
+  it(
+    'every statement, killed idle and while it runs: the batch converges, exactly once',
+    async () => {
+      const rnd = seededRandom('terminateEach');
+      // The trace: each flow's statements per pool, in order, from a run without faults.
+      const plans: Plan[] = [];
+      for (const flow of FLOWS) {
+        const table = `te_${lanes++}`;
+        await prepareLane(flow, table);
+        const { svc, app } = service(flow, table);
+        const traces = Object.fromEntries(
+          WHERES.map((w): [Where, Armed] => [w, { k: -1, how: 'idle', seen: 0, fired: false, trace: [] }]),
+        ) as Record<Where, Armed>;
+        for (const w of WHERES) armed.set(app(w), traces[w]);
+        const b = await svc.createBatch(table);
+        expect((await svc.run(b.batchId)).state).toBe('committed');
+        for (const w of WHERES) armed.delete(app(w));
+        await svc.close();
+        if (process.env.KEEL_TERMINATE_EACH_TRACE) console.log(flow, JSON.stringify(traces, null, 1));
+        for (const where of WHERES)
+          traces[where].trace.forEach((text, i) => {
+            for (const how of ['idle', 'during'] as How[]) plans.push({ flow, where, k: i + 1, how, text });
+          });
+      }
+      // Rotated by the seed: a budget cut short covers the others on another run.
+      const start = rnd.int(0, plans.length - 1);
+      const order = [...plans.slice(start), ...plans.slice(0, start)];
+      const problems: string[] = [];
+      const deadline = Date.now() + BUDGET_MS;
+      let done = 0;
+      let next = 0;
+      const outcomes = new Map<string, number>(); // the first run's end state: how the kills bit
+      await Promise.all(
+        Array.from({ length: LANES }, async () => {
+          while (next < order.length && Date.now() < deadline) {
+            const p = order[next++]!;
+            const r = await runPlan(p);
+            problems.push(...r.problems);
+            if (!r.fired) problems.push(`${p.flow} ${p.where} #${p.k} (${p.how}): the kill never fired`);
+            outcomes.set(r.firstState, (outcomes.get(r.firstState) ?? 0) + 1);
+            done++;
+          }
+        }),
+      );
+      console.log(
+        `terminateEach: ${done} of ${plans.length} plans run; first runs ended ${JSON.stringify(Object.fromEntries(outcomes))}`,
+      );
+      expect(problems).toEqual([]);
+      expect(unhandled).toEqual([]);
+      expect(done).toBeGreaterThan(Math.min(plans.length, 20));
+    },
+    BUDGET_MS + 120_000,
+  );
 });
