@@ -4,7 +4,7 @@
 // Malformed messages and unknown batch ids go to the poison queue. A failure that is not terminal leaves the batch
 // extracting: the step posts it again with backoff (scheduleRetry); when that post fails, or the journal cannot be
 // read, the error is thrown so the host retries the message (visibilityTimeout, maxDequeueCount -> poison; the
-// transfer timer resumes it).
+// transfer timer or maintenance resumes it).
 import type { InvocationContext } from '@azure/functions';
 import { getRuntime } from '../shared/app/runtime.js';
 import { poison } from '../shared/app/messages.js';

@@ -34,7 +34,7 @@ export async function continueCatchUp(
   view: BatchView,
   chain: ChainState,
   log: Logger,
-  now: () => number = Date.now,
+  now: () => number = Date.now, // only for a view without committedAt (the journal's clock is used when it has one)
 ): Promise<CatchUpStep> {
   const service = rt.transfers;
   if (!service) return { action: 'off' };
@@ -81,12 +81,15 @@ async function nextInChain(
     );
     return { action: 'budget_spent' };
   }
-  // A chain's clock starts when its first batch was created (a message without chainStartedAt is that batch's).
+  // A chain's clock starts when its first batch was created (a message without chainStartedAt is that batch's), and
+  // runs to this commit: both stamps of the journal's clock, so a host's clock off the journal server's neither ends
+  // every chain after its first window nor lets one run past its budget (test/functions/transferClockSkew.test.ts).
   const startedAt = chain.chainStartedAt ?? Date.parse(view.createdAt);
+  const at = view.committedAt ? Date.parse(view.committedAt) : now;
   const timeBudget = rt.settings.KEEL_TRANSFER_CATCHUP_MS;
-  if (timeBudget > 0 && now - startedAt >= timeBudget) {
+  if (timeBudget > 0 && at - startedAt >= timeBudget) {
     log.info(
-      `transfer ${view.transfer}: catch-up chain ran ${Math.round((now - startedAt) / 1000)} s and committed ${total} rows (KEEL_TRANSFER_CATCHUP_MS ${timeBudget}); the next timer tick continues`,
+      `transfer ${view.transfer}: catch-up chain ran ${Math.round((at - startedAt) / 1000)} s and committed ${total} rows (KEEL_TRANSFER_CATCHUP_MS ${timeBudget}); the next timer tick continues`,
     );
     return { action: 'budget_spent' };
   }

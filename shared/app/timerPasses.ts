@@ -10,8 +10,9 @@ import { postJob, postJobs, type Logger } from './enqueue.js';
 import { handOnDrained, pickAndPost } from './slots.js';
 import type { Runtime } from './runtime.js';
 import { maintenanceTelemetry, reconcileTelemetry, scheduleFailedTelemetry } from './telemetryHooks.js';
-import { isStalled, resumeStalled } from './transferSteps.js';
+import { isStalledSince, resumeStalled } from './transferSteps.js';
 import { baseTransferName } from '../transfer/chains.js';
+import { JOURNAL_LIMIT_MAX } from '../transfer/journalProcedures.js';
 
 export interface DispatchResult {
   mode: 'run' | 'post';
@@ -107,6 +108,7 @@ export async function postDueJobs(
 export interface MaintenancePassReport {
   jobs: MaintenanceReport;
   // stagingPurged: batches that can never be applied again whose staged rows were still on the target (purged now).
+  // detail: each reconciled batch, and each `extracting` batch re-posted (resumed: true).
   transfers: { reconciled: number; detail: unknown; stagingPurged: number } | 'not configured';
 }
 
@@ -148,11 +150,34 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
         // Known not applied and stuck (its retry chain ended or its message was lost): post it again now rather
         // than at the next transfer timer tick.
         if (
-          isStalled(rt, v) &&
+          isStalledSince(v, rt.transfers.untouchedSince(v)) &&
           !(await rt.transfers.isPaused(baseTransferName(v.transfer))) &&
           (await resumeStalled(rt, v, log))
         )
           resumed.add(v.batchId);
+      }
+      // Batches still `extracting` (nothing to reconcile) whose stage message was lost or whose retry chain ended:
+      // before, only the transfer timer re-posted one, and only for a transfer it starts (KEEL_SCHEDULED_TRANSFERS)
+      // under its own name, so an operator's start, a replay or a re-baseline stayed open for ever. Skipped: a paused
+      // transfer's, and one of a transfer no longer configured (left to the operator: its stage step poisons the
+      // message and touches nothing, so it would be posted at every pass). Those stay untouched, so the oldest: the
+      // read goes to the journal's list bound (open batches are about one per transfer and replay), so that they
+      // never hide the others; at most RECONCILE_LIMIT are posted per pass.
+      const configured = new Set(rt.transfers.listTransfers().map((t) => t.name));
+      const extracting = await rt.transfers.staleExtracting(rt.settings.KEEL_TRANSFER_STALE_MS, JOURNAL_LIMIT_MAX);
+      let reposted = 0;
+      for (const v of extracting) {
+        if (reposted >= rt.settings.KEEL_TRANSFER_RECONCILE_LIMIT) break;
+        const name = baseTransferName(v.transfer);
+        if (
+          configured.has(name) &&
+          isStalledSince(v, rt.transfers.untouchedSince(v)) &&
+          !(await rt.transfers.isPaused(name)) &&
+          (await resumeStalled(rt, v, log))
+        ) {
+          resumed.add(v.batchId);
+          reposted++;
+        }
       }
       // After reconcile (which may have just ended some batches): staged rows no run can apply any more.
       const staging = await rt.transfers.purgeTerminalStaging();
@@ -161,7 +186,7 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
       transfers = {
         stagingPurged: staging.purged.length,
         reconciled: views.length,
-        detail: views.map((v) => ({
+        detail: [...views, ...extracting.filter((v) => resumed.has(v.batchId))].map((v) => ({
           batchId: v.batchId,
           transfer: v.transfer,
           state: v.state,
@@ -187,7 +212,8 @@ export function maintenanceDidNothing(report: MaintenancePassReport): boolean {
   return (
     jobs.complete &&
     counts.every((n) => n === 0) &&
-    (transfers === 'not configured' || (transfers.reconciled === 0 && transfers.stagingPurged === 0))
+    (transfers === 'not configured' ||
+      (transfers.reconciled === 0 && transfers.stagingPurged === 0 && (transfers.detail as unknown[]).length === 0))
   );
 }
 

@@ -100,6 +100,19 @@ export function isStalled(rt: Runtime, view: BatchView, now = Date.now()): boole
   );
 }
 
+// Maintenance's test, on the journal's clock alone (a host's clock may be off the journal server's by more than
+// KEEL_TRANSFER_STALE_MS: behind it, isStalled never fired; ahead, it fired for a batch that had just moved): an open,
+// retryable batch whose progress stamps are no newer than the updated_at its stale read found (`untouchedSince`,
+// TransferService.untouchedSince: the journal said untouched since then for KEEL_TRANSFER_STALE_MS).
+export function isStalledSince(view: BatchView, untouchedSince: number | undefined): boolean {
+  return (
+    untouchedSince !== undefined &&
+    view.retryable &&
+    (view.state === 'staged' || view.state === 'extracting') &&
+    lastProgressAt(view) <= untouchedSince
+  );
+}
+
 // Re-posts a stalled batch: a staged one straight to the apply queue, tagged with its attempts so that a retry
 // message still on its way and this one apply it once between them; an extracting one to the stage queue.
 export async function resumeStalled(rt: Runtime, view: BatchView, log: Logger): Promise<boolean> {

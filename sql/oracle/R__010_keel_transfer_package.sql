@@ -437,7 +437,9 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     o_outcome := 'APPLIED';
     o_row_count := v_merged;
     o_checksum := v_checksum;
-    COMMIT;
+    -- Durable when the call returns, whatever COMMIT_WAIT / COMMIT_LOGGING say (NOWAIT or BATCH would let a crash of
+    -- the instance lose a commit the journal has recorded: the window's rows gone, never sent again).
+    COMMIT WRITE WAIT IMMEDIATE;
   EXCEPTION
     WHEN OTHERS THEN
       ROLLBACK;
@@ -512,7 +514,7 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     o_checksum := NULL;
     -- The final fence (abandon's): an abandon whose journal note was lost left the batch open; no apply can commit.
     o_outcome := CASE WHEN v_fenced >= 2147483647 THEN 'NOT_APPLIED_FINAL' ELSE 'NOT_APPLIED' END;
-    COMMIT; -- the fence (if any) and the release of the lock, at once
+    COMMIT WRITE WAIT IMMEDIATE; -- the fence (if any) and the release of the lock, at once; durable (APPLY_BATCH)
   END TRY_CLAIM;
 
   -- The batch's rows, and those of any batch that can never be applied again (completion committed, or fenced for

@@ -32,7 +32,15 @@ const PROCS = Object.keys(TARGET_PROCEDURES) as TargetProcedure[];
 // keel_transfer functions the procedures use themselves, never called by a target.
 // Outside the shared contract: two helpers (a name's quoting, the claim every apply makes), and the PostgreSQL-only direct apply's two functions (called by
 // shared/engines/postgres/directApply.ts, which test/transfer/directApply.test.ts runs; no other target has them).
-const PG_INTERNAL = ['qualified', 'claim_batch', 'begin_direct', 'direct_window_open', 'finish_direct', 'lock_batch'];
+const PG_INTERNAL = [
+  'qualified',
+  'claim_batch',
+  'begin_direct',
+  'direct_window_open',
+  'finish_direct',
+  'lock_batch',
+  'durable_commit',
+];
 
 // format_type's names for the types the table uses.
 const CATALOG_TYPE: Record<string, string> = {

@@ -326,8 +326,13 @@ describe('change windows into the Oracle target (model of the server)', () => {
     for (const [used] of changed.matchAll(/\bv_\w+/g)) expect(declared, used).toContain(used);
     for (const t of ['t_type_pair', 't_types_by_name']) expect(bodyText).toMatch(new RegExp(`TYPE ${t} IS `));
     const apply = /PROCEDURE APPLY_BATCH[\s\S]*?END APPLY_BATCH;/.exec(bodyText)![0];
-    const commits = [...apply.matchAll(/\bCOMMIT;/g)].map((m) => m.index);
+    const commits = [...apply.matchAll(/\bCOMMIT\b[^;]*;/g)].map((m) => m.index);
     expect(commits).toHaveLength(1);
+    // The apply's and the fence's commits are durable when the call returns, whatever COMMIT_WAIT / COMMIT_LOGGING
+    // say (test/transfer/durableCommit.test.ts runs the same on the PostgreSQL target).
+    const tryClaim = /PROCEDURE TRY_CLAIM[\s\S]*?END TRY_CLAIM;/.exec(bodyText)![0];
+    for (const body of [apply, tryClaim])
+      expect([...body.matchAll(/\bCOMMIT\b[^;]*;/g)].map((m) => m[0])).toEqual(['COMMIT WRITE WAIT IMMEDIATE;']);
     const deletes = [...apply.matchAll(/'DELETE FROM '/g)].map((m) => m.index!);
     expect(deletes).toHaveLength(2); // the 'D' rows, and the mirror
     for (const d of deletes) expect(d).toBeLessThan(commits[0]!);

@@ -124,12 +124,23 @@ returns void language sql as $$
   select pg_advisory_xact_lock(hashtextextended('keel_transfer.batch:' || p_batch_id::text, 0))
 $$;
 
+-- A transaction that claims or fences a batch (claim_batch, try_claim) commits with synchronous_commit at least 'on'
+-- whatever the server's or the database's default: with 'off' (a setting DBAs choose for bulk loads) a crash of the
+-- target right after the commit returned can lose the commit, and the journal, which already recorded it, would say
+-- committed for a window whose rows and completion row are gone (never transferred again), or released a window on
+-- a fence that is gone. Raised only from 'off': a stronger default (remote_apply) or 'local' is the DBA's.
+create or replace function keel_transfer.durable_commit()
+returns void language sql as $$
+  select case when current_setting('synchronous_commit') = 'off' then set_config('synchronous_commit', 'on', true) end
+$$;
+
 create or replace function keel_transfer.claim_batch(p_batch_id uuid, p_transfer text, p_attempt bigint)
 returns keel_transfer.completions language plpgsql as $$
 declare
   v_inserted integer;
   f keel_transfer.completions%rowtype;
 begin
+  perform keel_transfer.durable_commit();
   perform keel_transfer.lock_batch(p_batch_id);
   insert into keel_transfer.completions as c (batch_id, transfer_name, state, attempt) values (p_batch_id, p_transfer, 'claimed', p_attempt)
   on conflict (batch_id) do update set state = 'claimed', attempt = excluded.attempt, transfer_name = excluded.transfer_name
@@ -429,6 +440,7 @@ begin
     raise exception using errcode = '22023', message = 'try_claim needs the attempt to fence (>= 0)';
   end if;
   perform set_config('lock_timeout', greatest(p_wait_ms, 1)::text || 'ms', true);
+  perform keel_transfer.durable_commit(); -- the fence is a verdict others act on (claim_batch)
   begin
     insert into keel_transfer.completions as c (batch_id, transfer_name, state, fenced_through, fenced_at)
     values (p_batch_id, '(reconcile)', 'fenced', p_fence_through, clock_timestamp())
