@@ -149,12 +149,14 @@ function rawExchange(
     socket.on('error', (err: NodeJS.ErrnoException) =>
       err.code === 'ECONNRESET' || err.code === 'EPIPE' ? undefined : reject(err),
     );
-    socket.on('connect', async () => {
-      for (const p of parts) {
-        if (socket.destroyed) return;
-        socket.write(p);
-        if (opts.pauseMs) await new Promise((r) => setTimeout(r, opts.pauseMs));
-      }
+    socket.on('connect', () => {
+      void (async () => {
+        for (const p of parts) {
+          if (socket.destroyed) return;
+          socket.write(p);
+          if (opts.pauseMs) await new Promise((r) => setTimeout(r, opts.pauseMs));
+        }
+      })();
     });
   });
 }

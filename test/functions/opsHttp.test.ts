@@ -43,7 +43,7 @@ async function send(
   const res = await fetch(`${fx.host!.baseUrl}/${path.replace(/^\//, '')}`, {
     method,
     headers,
-    ...(opts.raw !== undefined ? { body: opts.raw } : {}),
+    ...(opts.raw !== undefined ? { body: typeof opts.raw === 'string' ? opts.raw : new Uint8Array(opts.raw) } : {}),
   });
   const text = await res.text();
   let body: unknown = undefined;
