@@ -188,6 +188,16 @@ function requireJsonContentType(request: HttpRequest): void {
       { in: 'header' },
     );
   }
+  // Neither host decompresses a request body: a gzipped one would be refused as "not UTF-8", which misleads.
+  const encoding = (request.headers.get('content-encoding') ?? '').trim().toLowerCase();
+  if (encoding !== '' && encoding !== 'identity') {
+    throw new OpsError(
+      'unsupported_media_type',
+      `request bodies are taken uncompressed only (got Content-Encoding: ${JSON.stringify(encoding.slice(0, 100))})`,
+      'content-encoding',
+      { in: 'header' },
+    );
+  }
 }
 
 // Refuses a write a browser marks as coming from another site: Sec-Fetch-Site other than same-origin or none (a
