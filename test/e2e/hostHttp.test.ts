@@ -254,6 +254,9 @@ describe('local host HTTP: hostile and broken callers', () => {
         400,
         'bad_request',
       ],
+      ['NUL in a header value', 'GET /api/open HTTP/1.1\r\nHost: x\r\nX-A: a\u0000b\r\n\r\n', 400, 'bad_request'],
+      ['a space before the colon', 'GET /api/open HTTP/1.1\r\nHost: x\r\nX-A : b\r\n\r\n', 400, 'bad_request'],
+      ['not HTTP at all', '\u0016\u0003\u0001\u0002\u0000\u0001\u0000\u0001\r\n\r\n', 400, 'bad_request'],
       ['CONNECT', 'CONNECT other.example:443 HTTP/1.1\r\nHost: other.example:443\r\n\r\n', 404, 'not_found'],
       [
         'an Expect other than 100-continue',
