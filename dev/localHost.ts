@@ -242,6 +242,15 @@ const CLIENT_ERRORS: Record<string, { status: number; error: string; reason: str
   },
 };
 
+// What the parser's reason is about, as the field an error names.
+function clientErrorField(detail: string): string {
+  if (/content-length/i.test(detail)) return 'content-length';
+  if (/transfer-encoding|chunk/i.test(detail)) return 'transfer-encoding';
+  if (/method/i.test(detail)) return 'method';
+  if (/header/i.test(detail)) return 'headers';
+  return 'request';
+}
+
 export function answerClientError(err: NodeJS.ErrnoException, socket: import('node:stream').Duplex): void {
   const inFlight = (socket as { _httpMessage?: { headersSent?: boolean } })._httpMessage;
   if (err.code === 'ECONNRESET' || !socket.writable || inFlight?.headersSent) {
@@ -256,7 +265,8 @@ export function answerClientError(err: NodeJS.ErrnoException, socket: import('no
     error: known?.error ?? 'bad_request',
     message: known ? known.message : `the request is not valid HTTP/1.1: ${detail}`,
     code: err.code ?? null,
-    ...(status === 400 ? { field: /content-length/i.test(detail) ? 'content-length' : 'request', in: 'header' } : {}),
+    field: known ? (status === 431 ? 'headers' : 'request') : clientErrorField(detail),
+    in: 'header',
   });
   socket.end(
     `HTTP/1.1 ${status} ${known?.reason ?? 'Bad Request'}\r\n` +
@@ -337,7 +347,12 @@ class HttpLayer implements Stoppable {
     // CONNECT (Node hands it over as a tunnel; unanswered, the socket was just dropped) and an Expect other than
     // 100-continue (Node's bare 417): JSON too.
     this.server.on('connect', (req: http.IncomingMessage, socket: import('node:stream').Duplex) => {
-      const body = JSON.stringify({ error: 'not_found', message: `no function serves CONNECT ${req.url ?? ''}` });
+      const body = JSON.stringify({
+        error: 'not_found',
+        message: `no function serves CONNECT ${req.url ?? ''}`,
+        field: 'method',
+        in: 'request',
+      });
       socket.end(
         `HTTP/1.1 404 Not Found\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
       );
@@ -401,7 +416,7 @@ class HttpLayer implements Stoppable {
     const url = this.requestUrl(req);
     const method = (req.method ?? 'GET').toUpperCase();
     if (!url) {
-      req.resume();
+      this.drain(req, this.opts.bodyTimeoutMs ?? 60_000);
       return this.send(res, 400, {
         error: 'invalid_request',
         message: `the request target must be a path starting with "/" (got ${JSON.stringify((req.url ?? '').slice(0, 200))})`,
@@ -413,7 +428,7 @@ class HttpLayer implements Stoppable {
       decodeURIComponent(url.pathname);
     } catch {
       // A route parameter the host cannot decode ("%ZZ", bytes that are not UTF-8): the caller's mistake, named.
-      req.resume();
+      this.drain(req, this.opts.bodyTimeoutMs ?? 60_000);
       return this.send(res, 400, {
         error: 'invalid_request',
         message: `the URL path is not valid percent-encoded UTF-8: ${url.pathname}`,
@@ -425,8 +440,13 @@ class HttpLayer implements Stoppable {
       ? this.router.find(method as (typeof HTTP_METHODS)[number], url.pathname)
       : null;
     if (!found) {
-      req.resume();
-      return this.send(res, 404, { error: 'not_found', message: `no function serves ${method} ${url.pathname}` });
+      this.drain(req, this.opts.bodyTimeoutMs ?? 60_000);
+      return this.send(res, 404, {
+        error: 'not_found',
+        message: `no function serves ${method} ${url.pathname}`,
+        field: 'path',
+        in: 'path',
+      });
     }
     const { def, catchAll } = found.store as { def: HttpDefinition; catchAll: string | null };
     if (def.authLevel !== 'anonymous') {
@@ -437,10 +457,12 @@ class HttpLayer implements Stoppable {
         url.searchParams.get('code'),
       );
       if (!ok) {
-        req.resume();
+        this.drain(req, this.opts.bodyTimeoutMs ?? 60_000);
         return this.send(res, 401, {
           error: 'unauthorized',
           message: 'missing or wrong function key (x-functions-key header or code query parameter)',
+          field: 'x-functions-key',
+          in: 'header',
         });
       }
     }
