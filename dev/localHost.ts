@@ -322,6 +322,14 @@ class HttpLayer implements Stoppable {
   async start(): Promise<number> {
     const bodyTimeoutMs = this.opts.bodyTimeoutMs ?? 60_000;
     const headersTimeoutMs = this.opts.headersTimeoutMs ?? 60_000;
+    const onRequest = (req: http.IncomingMessage, res: http.ServerResponse) => {
+      this.handle(req, res).catch((err) => {
+        this.log(`http: ${(err as Error).stack ?? String(err)}`);
+        if (res.destroyed || res.writableEnded) return;
+        if (!res.headersSent) res.writeHead(500, { 'content-type': 'application/json; charset=utf-8' });
+        res.end(JSON.stringify({ error: 'internal_error', message: 'local host error' }));
+      });
+    };
     this.server = http.createServer(
       {
         headersTimeout: headersTimeoutMs,
@@ -330,15 +338,20 @@ class HttpLayer implements Stoppable {
         // How often Node checks those two timeouts (its default, 30 s, would let a short timeout run 30 s over).
         connectionsCheckingInterval: Math.max(100, Math.min(30_000, Math.floor(headersTimeoutMs / 4))),
       },
-      (req, res) => {
-        this.handle(req, res).catch((err) => {
-          this.log(`http: ${(err as Error).stack ?? String(err)}`);
-          if (res.destroyed || res.writableEnded) return;
-          if (!res.headersSent) res.writeHead(500, { 'content-type': 'application/json; charset=utf-8' });
-          res.end(JSON.stringify({ error: 'internal_error', message: 'local host error' }));
-        });
-      },
+      onRequest,
     );
+    // Expect: 100-continue (curl sends it for bodies over 1 MB): a body that would be refused for its size is refused
+    // before the caller sends it, the connection closed; otherwise "100 Continue" and the request as any other.
+    this.server.on('checkContinue', (req: http.IncomingMessage, res: http.ServerResponse) => {
+      const declared = Number(req.headers['content-length'] ?? 0);
+      const cap = this.opts.maxRequestBytes ?? DEFAULT_MAX_REQUEST_BYTES;
+      if (declared > cap || declared > this.budget.limit - this.budget.inUse) {
+        res.shouldKeepAlive = false;
+        return declared > cap ? this.tooLarge(res, `of ${declared} bytes is`) : this.busy(res, declared);
+      }
+      res.writeContinue();
+      onRequest(req, res);
+    });
     // What Node's HTTP parser refuses before a request exists (a bad method or Content-Length, headers over the
     // limit, a header timeout) is answered in JSON like every other error, not Node's bare status line.
     this.server.on('clientError', (err: NodeJS.ErrnoException, socket: import('node:stream').Duplex) =>
@@ -475,33 +488,40 @@ class HttpLayer implements Stoppable {
     }
   }
 
+  private tooLarge(res: http.ServerResponse, what: string): void {
+    const cap = this.opts.maxRequestBytes ?? DEFAULT_MAX_REQUEST_BYTES;
+    this.send(res, 413, {
+      error: 'payload_too_large',
+      message: `request body ${what} over the host limit of ${cap} bytes`,
+      field: 'body',
+      in: 'body',
+      limit: cap,
+    });
+  }
+
+  private busy(res: http.ServerResponse, bytes: number): void {
+    this.send(
+      res,
+      503,
+      {
+        error: 'server_busy',
+        message: `the host is holding ${this.budget.inUse} bytes of other requests' bodies; this one (${bytes} bytes so far) would go past its in-flight body limit of ${this.budget.limit} bytes (maxInflightBodyBytes): retry later`,
+        field: 'body',
+        in: 'body',
+        limit: this.budget.limit,
+      },
+      { 'retry-after': '1' },
+    );
+  }
+
   // The request's body, within the host's cap, the in-flight budget and the body timeout; or an answer already sent
   // ({ ok: false }: 413, 503, 408, or nothing when the caller went away). Nothing of a refused body is kept: the rest
   // is read and dropped (a caller still sending gets the answer, not a reset), up to the timeout.
   private readBody(req: http.IncomingMessage, res: http.ServerResponse): Promise<BodyRead> {
     const cap = this.opts.maxRequestBytes ?? DEFAULT_MAX_REQUEST_BYTES;
     const timeoutMs = this.opts.bodyTimeoutMs ?? 60_000;
-    const tooLarge = (what: string) =>
-      this.send(res, 413, {
-        error: 'payload_too_large',
-        message: `request body ${what} over the host limit of ${cap} bytes`,
-        field: 'body',
-        in: 'body',
-        limit: cap,
-      });
-    const busy = (bytes: number) =>
-      this.send(
-        res,
-        503,
-        {
-          error: 'server_busy',
-          message: `the host is holding ${this.budget.inUse} bytes of other requests' bodies; this one (${bytes} bytes so far) would go past its in-flight body limit of ${this.budget.limit} bytes (maxInflightBodyBytes): retry later`,
-          field: 'body',
-          in: 'body',
-          limit: this.budget.limit,
-        },
-        { 'retry-after': '1' },
-      );
+    const tooLarge = (what: string) => this.tooLarge(res, what);
+    const busy = (bytes: number) => this.busy(res, bytes);
     const declaredText = req.headers['content-length'];
     const declared = declaredText === undefined ? null : Number(declaredText); // Node's parser checked the digits
     if (declared !== null && declared > cap) {

@@ -207,6 +207,25 @@ describe('local host HTTP: hostile and broken callers', () => {
     ).toEqual([200, 200]);
   });
 
+  it('Expect: 100-continue: a body over the cap or the budget is refused before it is sent; one within gets 100 Continue', async () => {
+    const expect100 = (bytes: number) =>
+      rawExchange(
+        host.port,
+        [`POST /api/open HTTP/1.1\r\nHost: x\r\nContent-Length: ${bytes}\r\nExpect: 100-continue\r\n\r\n`],
+        {
+          waitMs: 1500,
+        },
+      );
+    const over = await expect100(CAP + 1);
+    expect(over.status, over.headers).toBe(413);
+    expect(JSON.parse(over.body)).toMatchObject({ error: 'payload_too_large', field: 'body', limit: CAP });
+    expect(over.closed).toBe(true);
+    const past = await expect100(BUDGET + 1);
+    expect([413, 503]).toContain(past.status);
+    const within = await expect100(10);
+    expect(within.status, within.headers).toBe(100);
+  });
+
   it('a caller that goes away mid-body gives its share of the budget back, and the host goes on', async () => {
     const body = Math.floor(CAP * 0.9);
     for (let i = 0; i < 3; i++) {
