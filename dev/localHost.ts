@@ -46,6 +46,15 @@ export interface LocalHostOptions {
   port: number;
   hostname?: string; // default 127.0.0.1
   maxRequestBytes?: number; // the host's own cap (Azure: 100 MB); default 32 MB
+  // The bytes of request bodies the host holds at once, across every request (received and not yet answered); a
+  // body that would go past it is refused with 503 and Retry-After instead of being buffered (20 callers sending 30 MB
+  // each took 1.1 GB). At least maxRequestBytes; default 64 MB.
+  maxInflightBodyBytes?: number;
+  // A request whose body has not fully arrived this long after its headers is answered 408 and its connection closed
+  // (a slow or stalled sender holds a socket and its buffered bytes, never the host). Default 60 s.
+  bodyTimeoutMs?: number;
+  // Node's headersTimeout: the headers must have arrived within this (default 60 s, as Node's own).
+  headersTimeoutMs?: number;
   log?: (line: string) => void;
   // Wake-ups when jobs become due (PostgreSQL LISTEN/NOTIFY): the named timer function (the dispatcher) runs at
   // once instead of at its next scheduled firing, so enqueue -> run does not wait for the timer or the queue poll.
@@ -161,6 +170,9 @@ class ScheduleClock {
   }
 }
 
+const DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024;
+const DEFAULT_MAX_INFLIGHT_BODY_BYTES = 64 * 1024 * 1024;
+
 const HTTP_METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'] as const;
 
 // As the Functions host at its default level (Information): debug and trace lines are dropped, unless KEEL_DEBUG is set.
@@ -205,15 +217,99 @@ function routerPath(prefix: string, route: string): { path: string; catchAll: st
   return { path: `/${prefix ? `${prefix}/` : ''}${segments.join('/')}`, catchAll };
 }
 
+// Node's parser errors, as JSON with the status Node itself would send: 431 for headers over the limit, 408 for
+// headers too slow, 400 for the rest (a bad method, request line, header or Content-Length, twice the
+// Content-Length, a bad chunk). Written only when no response is under way on the socket (a half-written one would be
+// corrupted: the socket is just closed), then the connection is closed: the parser cannot go on after an error.
+const CLIENT_ERRORS: Record<string, { status: number; error: string; reason: string; message: string }> = {
+  HPE_HEADER_OVERFLOW: {
+    status: 431,
+    error: 'headers_too_large',
+    reason: 'Request Header Fields Too Large',
+    message: `the request headers are over the host's limit of ${http.maxHeaderSize} bytes`,
+  },
+  ERR_HTTP_REQUEST_TIMEOUT: {
+    status: 408,
+    error: 'request_timeout',
+    reason: 'Request Timeout',
+    message: 'the request did not arrive in time',
+  },
+  HPE_HEADER_TIMEOUT: {
+    status: 408,
+    error: 'request_timeout',
+    reason: 'Request Timeout',
+    message: 'the request headers did not arrive in time',
+  },
+};
+
+// What the parser's reason is about, as the field an error names.
+function clientErrorField(detail: string): string {
+  if (/content-length/i.test(detail)) return 'content-length';
+  if (/transfer-encoding|chunk/i.test(detail)) return 'transfer-encoding';
+  if (/method/i.test(detail)) return 'method';
+  if (/header/i.test(detail)) return 'headers';
+  return 'request';
+}
+
+export function answerClientError(err: NodeJS.ErrnoException, socket: import('node:stream').Duplex): void {
+  const inFlight = (socket as { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+  if (err.code === 'ECONNRESET' || !socket.writable || inFlight?.headersSent) {
+    socket.destroy();
+    return;
+  }
+  const known = CLIENT_ERRORS[err.code ?? ''];
+  const status = known?.status ?? 400;
+  // The parser's own reason names what is wrong ("Duplicate Content-Length", "Invalid method encountered").
+  const detail = (err as { reason?: string }).reason ?? err.message.replace(/^Parse Error: /, '');
+  const body = JSON.stringify({
+    error: known?.error ?? 'bad_request',
+    message: known ? known.message : `the request is not valid HTTP/1.1: ${detail}`,
+    code: err.code ?? null,
+    field: known ? (status === 431 ? 'headers' : 'request') : clientErrorField(detail),
+    in: 'header',
+  });
+  socket.end(
+    `HTTP/1.1 ${status} ${known?.reason ?? 'Bad Request'}\r\n` +
+      'Content-Type: application/json; charset=utf-8\r\n' +
+      `Content-Length: ${Buffer.byteLength(body)}\r\n` +
+      'Connection: close\r\n\r\n' +
+      body,
+  );
+}
+
+// The bytes of request bodies the host holds, across requests: a body reserves what it declares (or, sent chunked,
+// what has arrived) before it is buffered, and gives it back when its response is written.
+class BodyBudget {
+  private held = 0;
+  constructor(readonly limit: number) {}
+  get inUse(): number {
+    return this.held;
+  }
+  tryTake(bytes: number): boolean {
+    if (bytes <= 0) return true;
+    if (this.held + bytes > this.limit) return false;
+    this.held += bytes;
+    return true;
+  }
+  give(bytes: number): void {
+    this.held = Math.max(0, this.held - bytes);
+  }
+}
+
+type BodyRead = { ok: true; bytes: Buffer | null; reserved: number } | { ok: false };
+
 class HttpLayer implements Stoppable {
   private server: http.Server | undefined;
   private readonly router = Router({ ignoreTrailingSlash: true });
+  private readonly budget: BodyBudget;
 
   constructor(
     private readonly defs: HttpDefinition[],
     private readonly opts: LocalHostOptions,
     private readonly log: (line: string) => void,
   ) {
+    const cap = opts.maxRequestBytes ?? DEFAULT_MAX_REQUEST_BYTES;
+    this.budget = new BodyBudget(Math.max(cap, opts.maxInflightBodyBytes ?? DEFAULT_MAX_INFLIGHT_BODY_BYTES));
     for (const def of defs) {
       const { path, catchAll } = routerPath(opts.hostConfig.routePrefix, def.route);
       this.router.on(def.methods, path, () => undefined, { def, catchAll });
@@ -224,11 +320,63 @@ class HttpLayer implements Stoppable {
   }
 
   async start(): Promise<number> {
-    this.server = http.createServer((req, res) => {
+    const bodyTimeoutMs = this.opts.bodyTimeoutMs ?? 60_000;
+    const headersTimeoutMs = this.opts.headersTimeoutMs ?? 60_000;
+    const onRequest = (req: http.IncomingMessage, res: http.ServerResponse) => {
       this.handle(req, res).catch((err) => {
         this.log(`http: ${(err as Error).stack ?? String(err)}`);
-        if (!res.headersSent) res.writeHead(500, { 'content-type': 'application/json' });
+        if (res.destroyed || res.writableEnded) return;
+        if (!res.headersSent) res.writeHead(500, { 'content-type': 'application/json; charset=utf-8' });
         res.end(JSON.stringify({ error: 'internal_error', message: 'local host error' }));
+      });
+    };
+    this.server = http.createServer(
+      {
+        headersTimeout: headersTimeoutMs,
+        // A backstop behind the host's own body timer (readBody), which answers in JSON first.
+        requestTimeout: headersTimeoutMs + bodyTimeoutMs + 5_000,
+        // How often Node checks those two timeouts (its default, 30 s, would let a short timeout run 30 s over).
+        connectionsCheckingInterval: Math.max(100, Math.min(30_000, Math.floor(headersTimeoutMs / 4))),
+      },
+      onRequest,
+    );
+    // Expect: 100-continue (curl sends it for bodies over 1 MB): a body that would be refused for its size is refused
+    // before the caller sends it, the connection closed; otherwise "100 Continue" and the request as any other.
+    this.server.on('checkContinue', (req: http.IncomingMessage, res: http.ServerResponse) => {
+      const declared = Number(req.headers['content-length'] ?? 0);
+      const cap = this.opts.maxRequestBytes ?? DEFAULT_MAX_REQUEST_BYTES;
+      if (declared > cap || declared > this.budget.limit - this.budget.inUse) {
+        res.shouldKeepAlive = false;
+        return declared > cap ? this.tooLarge(res, `of ${declared} bytes is`) : this.busy(res, declared);
+      }
+      res.writeContinue();
+      onRequest(req, res);
+    });
+    // What Node's HTTP parser refuses before a request exists (a bad method or Content-Length, headers over the
+    // limit, a header timeout) is answered in JSON like every other error, not Node's bare status line.
+    this.server.on('clientError', (err: NodeJS.ErrnoException, socket: import('node:stream').Duplex) =>
+      answerClientError(err, socket),
+    );
+    // CONNECT (Node hands it over as a tunnel; unanswered, the socket was just dropped) and an Expect other than
+    // 100-continue (Node's bare 417): JSON too.
+    this.server.on('connect', (req: http.IncomingMessage, socket: import('node:stream').Duplex) => {
+      const body = JSON.stringify({
+        error: 'not_found',
+        message: `no function serves CONNECT ${req.url ?? ''}`,
+        field: 'method',
+        in: 'request',
+      });
+      socket.end(
+        `HTTP/1.1 404 Not Found\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+      );
+    });
+    this.server.on('checkExpectation', (req: http.IncomingMessage, res: http.ServerResponse) => {
+      req.resume();
+      this.send(res, 417, {
+        error: 'expectation_failed',
+        message: `Expect: ${String(req.headers.expect)} is not supported (only 100-continue)`,
+        field: 'expect',
+        in: 'header',
       });
     });
     this.server.keepAliveTimeout = 5000;
@@ -240,18 +388,60 @@ class HttpLayer implements Stoppable {
   }
 
   private send(res: http.ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
-    res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', ...headers });
-    res.end(JSON.stringify(body));
+    if (res.destroyed || res.headersSent) return;
+    const text = JSON.stringify(body);
+    res.writeHead(status, {
+      'content-type': 'application/json; charset=utf-8',
+      'content-length': String(Buffer.byteLength(text)),
+      ...headers,
+    });
+    res.end(text);
+  }
+
+  // The request's URL: its path exactly as sent (origin-form; "//x/y" is the path "//x/y", not a host "x"), on the
+  // Host the caller named when that is a valid host, else this host's own address.
+  private requestUrl(req: http.IncomingMessage): URL | null {
+    let target = req.url ?? '/';
+    if (/^https?:\/\//i.test(target)) {
+      // absolute-form (RFC 9112 3.2.2: a server accepts it): its path and query are the target
+      try {
+        const abs = new URL(target);
+        target = `${abs.pathname}${abs.search}`;
+      } catch {
+        return null;
+      }
+    }
+    if (!target.startsWith('/')) return null; // "*" or no path: not for a Functions app
+    const local = `127.0.0.1:${(req.socket.localPort ?? this.opts.port) || 80}`;
+    const host = req.headers.host ?? local;
+    for (const h of [host, local]) {
+      try {
+        const url = new URL(`http://${h}${target}`);
+        if (url.host === h.toLowerCase() || h === local) return url;
+      } catch {
+        // an unusable Host: the local address below
+      }
+    }
+    return null;
   }
 
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
-    const url = new URL(req.url ?? '/', `http://${req.headers.host ?? 'localhost'}`);
+    const url = this.requestUrl(req);
     const method = (req.method ?? 'GET').toUpperCase();
+    if (!url) {
+      this.drain(req, this.opts.bodyTimeoutMs ?? 60_000);
+      return this.send(res, 400, {
+        error: 'invalid_request',
+        message: `the request target must be a path starting with "/" (got ${JSON.stringify((req.url ?? '').slice(0, 200))})`,
+        field: 'path',
+        in: 'path',
+      });
+    }
     try {
       decodeURIComponent(url.pathname);
     } catch {
       // A route parameter the host cannot decode ("%ZZ", bytes that are not UTF-8): the caller's mistake, named.
-      req.resume();
+      this.drain(req, this.opts.bodyTimeoutMs ?? 60_000);
       return this.send(res, 400, {
         error: 'invalid_request',
         message: `the URL path is not valid percent-encoded UTF-8: ${url.pathname}`,
@@ -263,8 +453,13 @@ class HttpLayer implements Stoppable {
       ? this.router.find(method as (typeof HTTP_METHODS)[number], url.pathname)
       : null;
     if (!found) {
-      req.resume();
-      return this.send(res, 404, { error: 'not_found', message: `no function serves ${method} ${url.pathname}` });
+      this.drain(req, this.opts.bodyTimeoutMs ?? 60_000);
+      return this.send(res, 404, {
+        error: 'not_found',
+        message: `no function serves ${method} ${url.pathname}`,
+        field: 'path',
+        in: 'path',
+      });
     }
     const { def, catchAll } = found.store as { def: HttpDefinition; catchAll: string | null };
     if (def.authLevel !== 'anonymous') {
@@ -275,36 +470,174 @@ class HttpLayer implements Stoppable {
         url.searchParams.get('code'),
       );
       if (!ok) {
-        req.resume();
+        this.drain(req, this.opts.bodyTimeoutMs ?? 60_000);
         return this.send(res, 401, {
           error: 'unauthorized',
           message: 'missing or wrong function key (x-functions-key header or code query parameter)',
+          field: 'x-functions-key',
+          in: 'header',
         });
       }
     }
-    const cap = this.opts.maxRequestBytes ?? 32 * 1024 * 1024;
-    const declared = Number(req.headers['content-length'] ?? 0);
-    if (declared > cap) {
-      req.resume();
-      return this.send(res, 413, {
-        error: 'payload_too_large',
-        message: `request body over the host limit of ${cap} bytes`,
-      });
+    const read = await this.readBody(req, res);
+    if (!read.ok) return;
+    try {
+      await this.invoke(req, res, url, method, found, def, catchAll, read.bytes);
+    } finally {
+      this.budget.give(read.reserved);
     }
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let tooLarge = false;
-    for await (const chunk of req) {
-      size += (chunk as Buffer).length;
-      if (size > cap) tooLarge = true;
-      else chunks.push(chunk as Buffer);
-    }
-    if (tooLarge)
-      return this.send(res, 413, {
-        error: 'payload_too_large',
-        message: `request body over the host limit of ${cap} bytes`,
-      });
+  }
 
+  private tooLarge(res: http.ServerResponse, what: string): void {
+    const cap = this.opts.maxRequestBytes ?? DEFAULT_MAX_REQUEST_BYTES;
+    this.send(res, 413, {
+      error: 'payload_too_large',
+      message: `request body ${what} over the host limit of ${cap} bytes`,
+      field: 'body',
+      in: 'body',
+      limit: cap,
+    });
+  }
+
+  private busy(res: http.ServerResponse, bytes: number): void {
+    this.send(
+      res,
+      503,
+      {
+        error: 'server_busy',
+        message: `the host is holding ${this.budget.inUse} bytes of other requests' bodies; this one (${bytes} bytes so far) would go past its in-flight body limit of ${this.budget.limit} bytes (maxInflightBodyBytes): retry later`,
+        field: 'body',
+        in: 'body',
+        limit: this.budget.limit,
+      },
+      { 'retry-after': '1' },
+    );
+  }
+
+  // The request's body, within the host's cap, the in-flight budget and the body timeout; or an answer already sent
+  // ({ ok: false }: 413, 503, 408, or nothing when the caller went away). Nothing of a refused body is kept: the rest
+  // is read and dropped (a caller still sending gets the answer, not a reset), up to the timeout.
+  private readBody(req: http.IncomingMessage, res: http.ServerResponse): Promise<BodyRead> {
+    const cap = this.opts.maxRequestBytes ?? DEFAULT_MAX_REQUEST_BYTES;
+    const timeoutMs = this.opts.bodyTimeoutMs ?? 60_000;
+    const tooLarge = (what: string) => this.tooLarge(res, what);
+    const busy = (bytes: number) => this.busy(res, bytes);
+    const declaredText = req.headers['content-length'];
+    const declared = declaredText === undefined ? null : Number(declaredText); // Node's parser checked the digits
+    if (declared !== null && declared > cap) {
+      tooLarge(`of ${declared} bytes is`);
+      this.drain(req, timeoutMs);
+      return Promise.resolve({ ok: false });
+    }
+    if (declared === 0 || (declared === null && req.headers['transfer-encoding'] === undefined)) {
+      req.resume();
+      return Promise.resolve({ ok: true, bytes: null, reserved: 0 });
+    }
+    // A declared length is reserved whole, up front; a chunked body chunk by chunk as it arrives.
+    let reserved = 0;
+    if (declared !== null) {
+      if (!this.budget.tryTake(declared)) {
+        busy(declared);
+        this.drain(req, timeoutMs);
+        return Promise.resolve({ ok: false });
+      }
+      reserved = declared;
+    }
+    return new Promise<BodyRead>((resolve) => {
+      const chunks: Buffer[] = [];
+      let size = 0;
+      let settled = false;
+      const finish = (result: BodyRead | null, refuse?: () => void) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        req.off('data', onData);
+        req.off('end', onEnd);
+        req.off('aborted', onGone);
+        req.off('close', onClose);
+        req.off('error', onGone);
+        chunks.length = 0;
+        if (result?.ok) return resolve(result);
+        this.budget.give(reserved);
+        reserved = 0;
+        refuse?.();
+        resolve({ ok: false });
+      };
+      const onData = (chunk: Buffer) => {
+        size += chunk.length;
+        if (size > cap) return finish(null, () => (tooLarge('is'), this.drain(req, timeoutMs)));
+        if (size > reserved) {
+          // Chunked (or more than declared, which Node's parser does not allow): reserve what arrived.
+          if (!this.budget.tryTake(size - reserved))
+            return finish(null, () => (busy(size), this.drain(req, timeoutMs)));
+          reserved = size;
+        }
+        chunks.push(chunk);
+      };
+      const onEnd = () => {
+        const bytes = Buffer.concat(chunks, size);
+        finish({ ok: true, bytes: size > 0 ? bytes : null, reserved });
+      };
+      // The caller went away mid-body: nothing to answer; what was held is given back.
+      const onGone = () => {
+        this.log(
+          `[${new Date().toISOString()}] http: ${req.method} ${req.url} abandoned by the caller after ${size} body bytes`,
+        );
+        finish(null, () => req.destroy());
+      };
+      const onClose = () => {
+        if (!req.complete) onGone();
+      };
+      const timer = setTimeout(
+        () =>
+          finish(null, () => {
+            this.send(
+              res,
+              408,
+              {
+                error: 'request_timeout',
+                message: `the request body did not arrive within ${timeoutMs} ms (${size} bytes came); the connection is closed`,
+                field: 'body',
+                in: 'body',
+                limit: timeoutMs,
+              },
+              { connection: 'close' },
+            );
+            // The answer is written, then the socket goes: a sender that stalls gets no more of the host's time.
+            res.once('finish', () => req.destroy());
+          }),
+        timeoutMs,
+      );
+      timer.unref();
+      req.on('data', onData);
+      req.on('end', onEnd);
+      req.on('aborted', onGone);
+      req.on('close', onClose);
+      req.on('error', onGone);
+    });
+  }
+
+  // Reads and drops the rest of a refused body (the caller gets its answer instead of a reset mid-upload); a sender
+  // still at it after the body timeout loses the connection.
+  private drain(req: http.IncomingMessage, timeoutMs: number): void {
+    if (req.complete) return;
+    const timer = setTimeout(() => req.destroy(), timeoutMs);
+    timer.unref();
+    req.once('close', () => clearTimeout(timer));
+    req.on('error', () => undefined);
+    req.resume();
+  }
+
+  private async invoke(
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+    url: URL,
+    method: string,
+    found: { params: Record<string, string | undefined> },
+    def: HttpDefinition,
+    catchAll: string | null,
+    bytes: Buffer | null,
+  ): Promise<void> {
     const params: Record<string, string> = {};
     for (const [k, v] of Object.entries(found.params)) {
       if (v === undefined) continue;
@@ -322,7 +655,7 @@ class HttpLayer implements Stoppable {
       headers,
       query,
       params,
-      ...(chunks.length ? { body: { bytes: new Uint8Array(Buffer.concat(chunks)) } } : {}),
+      ...(bytes ? { body: { bytes } } : {}),
     });
     const context = contextFor(def.name, this.log, this.opts);
     const started = Date.now();
@@ -339,6 +672,7 @@ class HttpLayer implements Stoppable {
     const body = Buffer.from(await response.arrayBuffer());
     const outHeaders: Record<string, string> = {};
     response.headers.forEach((v, k) => (outHeaders[k] = v));
+    if (res.destroyed) return; // the caller went away meanwhile
     res.writeHead(response.status, outHeaders);
     res.end(body);
     this.log(

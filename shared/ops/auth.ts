@@ -36,12 +36,18 @@ interface RawPrincipal {
   claims?: unknown;
 }
 
+const UTF8 = new TextDecoder('utf-8', { fatal: true });
+
 // Parses the header; null when absent, OpsError(401) when present but unreadable.
 export function parseClientPrincipal(header: string | null | undefined): ClientPrincipal | null {
   if (header === null || header === undefined || header.trim() === '') return null;
   let raw: RawPrincipal;
   try {
-    raw = JSON.parse(Buffer.from(header, 'base64').toString('utf8')) as RawPrincipal;
+    // Strictly base64 (App Service's encoding) and UTF-8: Buffer.from(.., 'base64') skips what it cannot read, so
+    // "<a valid principal>x" or one with a stray character inside was believed as the principal it spells.
+    const text = header.trim();
+    if (text.length % 4 === 1 || !/^[A-Za-z0-9+/]+={0,2}$/.test(text)) throw new Error('not base64');
+    raw = JSON.parse(UTF8.decode(Buffer.from(text, 'base64'))) as RawPrincipal;
   } catch {
     throw new OpsError('unauthorized', 'x-ms-client-principal is not base64-encoded JSON');
   }

@@ -188,6 +188,16 @@ function requireJsonContentType(request: HttpRequest): void {
       { in: 'header' },
     );
   }
+  // Neither host decompresses a request body: a gzipped one would be refused as "not UTF-8", which misleads.
+  const encoding = (request.headers.get('content-encoding') ?? '').trim().toLowerCase();
+  if (encoding !== '' && encoding !== 'identity') {
+    throw new OpsError(
+      'unsupported_media_type',
+      `request bodies are taken uncompressed only (got Content-Encoding: ${JSON.stringify(encoding.slice(0, 100))})`,
+      'content-encoding',
+      { in: 'header' },
+    );
+  }
 }
 
 // Refuses a write a browser marks as coming from another site: Sec-Fetch-Site other than same-origin or none (a
@@ -244,6 +254,35 @@ export type OpsHttpHandler = (
   refused?: OpsError,
 ) => Promise<HttpResponseInit>;
 
+function decoded(text: string): string | null {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    return null;
+  }
+}
+
+// The catch-all segment to route, encoded segment by segment. The host decodes "%2F" into "/" before it hands the
+// segment over, so "queues/a%2Fb" arrives as "queues/a/b": routed as it came, that is the queue "a" and another
+// route's path (POST transfers/batches%2F<id>/resume would resume the batch). Where the request's own URL still holds
+// the segments as sent (the local host, Core Tools, the console's relay), the segments are taken from it: a "/"
+// stays inside its parameter, which is then refused naming it (no name or id holds "/"). Azure's front end decodes
+// "%2F" before the URL reaches the worker (azure-functions-host#9290, #5619): there the URL says what the segment
+// says, and the call is the path it decodes to, as for any route (docs/operations.md).
+export function routedTail(tail: string, rawPathname: string): string {
+  const raw = rawPathname.split('/');
+  for (let m = 1; m <= raw.length; m++) {
+    const candidate = raw.slice(raw.length - m).join('/');
+    if (decoded(candidate) === tail) {
+      return candidate
+        .split('/')
+        .map((seg) => encodeURIComponent(decoded(seg)!))
+        .join('/');
+    }
+  }
+  return tail.split('/').map(encodeURIComponent).join('/');
+}
+
 // Builds the single HTTP handler for every ops route.
 export function createOpsHandler(
   routes: OpsRoute<any, any, any>[],
@@ -264,8 +303,7 @@ export function createOpsHandler(
     // or failing to decode (a 404). `path` is what messages show.
     const tail = request.params.path;
     const path = tail !== undefined ? `${OPS_PREFIX}/${tail}` : url.pathname;
-    const routed =
-      tail !== undefined ? `${OPS_PREFIX}/${tail.split('/').map(encodeURIComponent).join('/')}` : url.pathname;
+    const routed = tail !== undefined ? `${OPS_PREFIX}/${routedTail(tail, url.pathname)}` : url.pathname;
     // Filled in as the call proceeds: what the audit record says about it (null until the route is known).
     let call: AuditCall | null = null;
     let rt: OpsRuntime | null = null;

@@ -17,6 +17,7 @@ import { principalMode } from '../../shared/ops/principalTrust.js';
 import { parseHostEnvironment } from '../../shared/app/hostEnvironment.js';
 import { encodeClientPrincipal } from '../../shared/ops/auth.js';
 import { errorResponse, type OpsError } from '../../shared/ops/errors.js';
+import { routedTail } from '../../shared/ops/router.js';
 import { definitions } from '../../functions/definitions.js';
 
 let dir: string;
@@ -269,6 +270,37 @@ describe('console: the ops API for App Service authentication sign-in', () => {
     expect(await out.json()).toEqual({ limit: 5 });
     // The console channel: no key, so only the principal's own roles count (the router checks them).
     expect(channels.pop()).toBe('console');
+  });
+
+  // The host hands over the catch-all decoded ("ops/queues/a/b/pause" for a%2Fb): the relayed URL keeps the path as
+  // sent, from which the ops router takes the segments, so the "/" stays in the queue name (a 400 naming it) and the
+  // call is not routed as the queue "a" or another route.
+  it('relays an encoded "/" in a path parameter as sent, so the ops router keeps it in its parameter', async () => {
+    const r = await handleConsoleApi(
+      req('POST', 'http://app.example/api/console-api/ops/queues/a%2Fb/pause', {
+        headers: {
+          host: 'app.example',
+          'x-keel-console': '1',
+          'x-ms-client-principal': ALICE,
+          'content-type': 'application/json',
+        },
+        params: { path: 'ops/queues/a/b/pause' },
+        body: '{}',
+      }),
+      ctx(),
+      fakeOps,
+      consoleOf(EASY_AUTH),
+    );
+    expect(r.status).toBe(200);
+    const out = relayed.pop()!;
+    expect(out.params.path).toBe('queues/a/b/pause');
+    expect(new URL(out.url).pathname).toBe('/api/ops/queues/a%2Fb/pause');
+    expect(routedTail(out.params.path!, new URL(out.url).pathname)).toBe('queues/a%2Fb/pause');
+    // Where the URL says what the segment says (Azure's front end decoded it), it is routed as it came.
+    expect(routedTail('queues/a/b/pause', '/api/ops/queues/a/b/pause')).toBe('queues/a/b/pause');
+    expect(routedTail('queues/a?b/pause', '/api/ops/queues/a%3Fb/pause')).toBe('queues/a%3Fb/pause');
+    expect(routedTail('queues/a%/x', '/api/ops/queues/a%25/x')).toBe('queues/a%25/x');
+    channels.pop();
   });
 
   it('serves the session and refuses unknown console routes', async () => {

@@ -3,12 +3,16 @@
 // `id`), plus an ops caller and a pump that delivers the recorded queue posts through the real queue steps.
 import pg from 'pg';
 import { afterAll, beforeAll } from 'vitest';
+import { QueueServiceClient } from '@azure/storage-queue';
 import { ops } from '../../functions/ops.js';
+import { definitions } from '../../functions/definitions.js';
+import { startLocalHost, type RunningLocalHost } from '../../dev/localHost.js';
+import { hostConfigFrom } from '../../shared/app/hostJson.js';
 import { transferStage } from '../../functions/transferStage.js';
 import { transferApply } from '../../functions/transferApply.js';
 import { createTestDatabase } from '../support/pg.js';
 import type { RuntimeOverrides } from '../../shared/app/runtime.js';
-import { context, createTestRuntime, jsonOf, request, type TestRuntime } from './support.js';
+import { context, createTestRuntime, jsonOf, OPERATOR, request, type TestRuntime } from './support.js';
 
 export const ITEMS_DDL = `create table public.items (id bigint primary key, name text not null)`;
 
@@ -35,6 +39,8 @@ export interface ItemsTransferOptions {
   schedules?: RuntimeOverrides['schedules'];
   /** Attached to both pools (an idle client's error is otherwise thrown). */
   onPoolError?: (err: Error) => void;
+  /** Calls go over real HTTP to the local host (dev/localHost.ts) serving Keel's HTTP functions, with this key. */
+  http?: { opsKey: string };
 }
 
 export interface TransferConfig {
@@ -76,12 +82,31 @@ export interface ItemsTransfer {
   ): Promise<{ status: number; body: any; headers: Record<string, string> }>;
   /** Delivers every recorded queue post, oldest first, to the stage or apply step until none is left. */
   pump(): Promise<void>;
+  /** With `http`: the local host the calls go to. */
+  host?: RunningLocalHost;
 }
 
 /** Registers the suite's beforeAll/afterAll; the fields are usable from the tests (after beforeAll). */
 export function useItemsTransfer(opts: ItemsTransferOptions): ItemsTransfer {
   const fx = {
     async call(method: string, path: string, body?: unknown, headers?: Record<string, string>) {
+      if (opts.http && fx.host) {
+        const res = await fetch(`${fx.host.baseUrl}/api/ops/${path.replace(/^\//, '')}`, {
+          method,
+          headers: {
+            'x-functions-key': opts.http.opsKey,
+            ...(method.toUpperCase() !== 'GET' ? { 'content-type': 'application/json' } : {}),
+            ...(headers ?? { 'x-ms-client-principal': OPERATOR }),
+          },
+          ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+        });
+        const text = await res.text();
+        return {
+          status: res.status,
+          body: text ? JSON.parse(text) : undefined,
+          headers: Object.fromEntries(res.headers.entries()),
+        };
+      }
       const res = await ops(
         request(method, path, {
           ...(body === undefined ? {} : { body }),
@@ -138,9 +163,23 @@ export function useItemsTransfer(opts: ItemsTransferOptions): ItemsTransfer {
       },
       ...(opts.schedules ? { schedules: opts.schedules } : {}),
     });
+    if (opts.http) {
+      // Only the HTTP functions: the queue and timer triggers are this fixture's pump() and the tests' own calls.
+      fx.host = await startLocalHost({
+        definitions: definitions.filter((d) => d.kind === 'http'),
+        settings: fx.t.rt.settings,
+        hostConfig: hostConfigFrom({ version: '2.0' }),
+        queueService: QueueServiceClient.fromConnectionString('UseDevelopmentStorage=true'), // unused: no queues
+        timerLocks: false,
+        opsKey: opts.http.opsKey,
+        port: 0,
+        log: () => undefined,
+      });
+    }
   });
 
   afterAll(async () => {
+    await fx.host?.stop();
     await fx.t?.close();
     await fx.source?.end();
     await fx.target?.end();
