@@ -197,6 +197,13 @@ export class TransferService {
     return value;
   }
 
+  // The journal server's clock (epoch ms), the clock of every batch stamp: a host's may be off it by hours, so the
+  // ages decided on or reported (the timer's stalled test and schedule, secondsSinceCommit, the freshness gauge) are
+  // measured against this, never against Date.now() (test/functions/transferClockSkew.test.ts).
+  async journalNow(): Promise<number> {
+    return (await this.journal.now()).getTime();
+  }
+
   // Every configured transfer with its control, open batch and last commit (one journal read per transfer), and,
   // when rowsBehindCap > 0, its rows behind (reused for rowsBehindMaxAgeMs; a failed count is null, never an error;
   // a count slower than rowsBehindWaitMs is null in this answer and goes on, so the next one may reuse it).
@@ -205,6 +212,8 @@ export class TransferService {
     opts: { rowsBehindCap?: number; rowsBehindMaxAgeMs?: number; rowsBehindWaitMs?: number } = {},
   ): Promise<TransferState[]> {
     const controls = new Map((await this.journal.controls()).map((c) => [c.transferName, c]));
+    // secondsSinceCommit on the journal's clock, the clock of committedAt (`now` is the host's: the rows-behind cache).
+    const journalNow = await this.journalNow();
     const out: TransferState[] = [];
     for (const t of this.transfers.values()) {
       const c = controls.get(t.name);
@@ -252,7 +261,7 @@ export class TransferService {
             }
           : null,
         secondsSinceCommit: last?.committedAt
-          ? Math.max(0, Math.round((now - last.committedAt.getTime()) / 1000))
+          ? Math.max(0, Math.round((journalNow - last.committedAt.getTime()) / 1000))
           : null,
         rowsBehind,
       });
