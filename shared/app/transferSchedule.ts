@@ -40,9 +40,10 @@ export function scheduleDue(cron: string, lastCreatedAt: string | undefined, now
 //
 // Every age is measured on the journal's clock, the clock of the batch stamps (a host's may be off the journal
 // server's by hours: behind it, a stalled batch waited hours more and a schedule fired late; ahead, the reverse):
-// `journal` is the journal server's now, read once a pass, moved by as much as `now` is off the host's clock (a
-// test passes a later `now` to act as if that much time had passed).
-export async function runTransferSchedule(rt: Runtime, log: Logger, now: Date = new Date()): Promise<TimerStep[]> {
+// `journal` is the journal server's now, read once a pass, moved by as much as `at` is off the host's clock (a
+// test passes a later `at` to act as if that much time had passed).
+export async function runTransferSchedule(rt: Runtime, log: Logger, at?: Date): Promise<TimerStep[]> {
+  const now = at ?? new Date(Date.now());
   const service = rt.transfers;
   if (!service) return [];
   const steps: TimerStep[] = [];
@@ -51,7 +52,7 @@ export async function runTransferSchedule(rt: Runtime, log: Logger, now: Date = 
   let journal: Date;
   try {
     paused = await service.pausedTransfers();
-    journal = new Date((await service.journalNow()) + (now.getTime() - Date.now()));
+    journal = new Date((await service.journalNow()) + (at ? at.getTime() - Date.now() : 0));
   } catch (err) {
     log.error(`transfer timer: reading the transfer controls failed: ${(err as Error).message}`);
     return scheduledTransfers(rt).map((transfer) => ({ transfer, action: 'error', detail: (err as Error).message }));
