@@ -52,7 +52,8 @@ export async function runTransferSchedule(rt: Runtime, log: Logger, at?: Date): 
   let journal: Date;
   try {
     paused = await service.pausedTransfers();
-    journal = new Date((await service.journalNow()) + (at ? at.getTime() - Date.now() : 0));
+    const hostBefore = Date.now(); // before the read: a test's `at` at a schedule's occurrence stays at or after it
+    journal = new Date((await service.journalNow()) + (at ? at.getTime() - hostBefore : 0));
   } catch (err) {
     log.error(`transfer timer: reading the transfer controls failed: ${(err as Error).message}`);
     return scheduledTransfers(rt).map((transfer) => ({ transfer, action: 'error', detail: (err as Error).message }));
