@@ -53,7 +53,9 @@ export async function continueCatchUp(
         ? { transfer: view.transfer, behindSince: null }
         : {
             transfer: view.transfer,
-            behindSince: Date.parse(view.committedAt ?? new Date().toISOString()),
+            // As fresh as this commit, which this call just made: now on the host's clock, the gauge's (the
+            // journal's committedAt measured against the host's clock would be off by their skew).
+            behindSince: Date.now(),
             rowsBehind: await countRowsBehind(rt, view.transfer, log),
           },
     );

@@ -22,7 +22,16 @@ export async function countRowsBehind(rt: Runtime, transfer: string, log: Logger
 // at the source. Paused transfers are left out.
 const firstBehind = new Map<string, number>();
 
-export async function reportFreshness(rt: Runtime, steps: TimerStep[], now: Date, log: Logger): Promise<void> {
+// The gauge measures behindSince against the host's clock (`now`), and committedAt is a stamp of the journal's
+// (`journal`: its now at this pass): the commit is moved onto the host's clock, so that the gauge says the journal's
+// age of the commit whatever the skew between them (test/functions/transferClockSkew.test.ts).
+export async function reportFreshness(
+  rt: Runtime,
+  steps: TimerStep[],
+  now: Date,
+  journal: Date,
+  log: Logger,
+): Promise<void> {
   const service = rt.transfers!;
   try {
     const states = new Map((await service.transferStates(now.getTime())).map((x) => [x.name, x]));
@@ -36,7 +45,9 @@ export async function reportFreshness(rt: Runtime, steps: TimerStep[], now: Date
       if (!committedAt && !firstBehind.has(step.transfer)) firstBehind.set(step.transfer, now.getTime());
       telemetry.transferFreshness({
         transfer: step.transfer,
-        behindSince: committedAt ? Date.parse(committedAt) : firstBehind.get(step.transfer)!,
+        behindSince: committedAt
+          ? Date.parse(committedAt) + (now.getTime() - journal.getTime())
+          : firstBehind.get(step.transfer)!,
         rowsBehind: await countRowsBehind(rt, step.transfer, log),
       });
     }

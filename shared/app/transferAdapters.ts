@@ -66,7 +66,7 @@ export function composeTransferService(
   journal: TransferJournal,
   env: NodeJS.ProcessEnv,
   transfers: TransferConfig[] = loadTransfers(transferEngineRules(), env),
-  opts: { directApply?: boolean } = {}, // KEEL_TRANSFER_DIRECT_APPLY (default true)
+  opts: { directApply?: boolean; applyTimeoutLimit?: number } = {}, // KEEL_TRANSFER_DIRECT_APPLY (default true), KEEL_TRANSFER_APPLY_TIMEOUT_LIMIT
 ): { service: TransferService; transfers: TransferConfig[] } | null {
   if (transfers.length === 0) return null;
   for (const t of transfers) {
@@ -81,6 +81,7 @@ export function composeTransferService(
     onClose: () => factory.close(),
     log: transferServiceLog,
     directApply: opts.directApply ?? true, // a key window into a PostgreSQL target: one target transaction
+    ...(opts.applyTimeoutLimit !== undefined ? { applyTimeoutLimit: opts.applyTimeoutLimit } : {}),
   });
   return { service, transfers };
 }

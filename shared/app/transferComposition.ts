@@ -20,6 +20,7 @@ export async function createTransferService(settings: Settings, env: AppEnv): Pr
   const journal: TransferJournal = await control.openJournal(settings);
   const created = composeTransferService(journal, env, transfers, {
     directApply: settings.KEEL_TRANSFER_DIRECT_APPLY,
+    applyTimeoutLimit: settings.KEEL_TRANSFER_APPLY_TIMEOUT_LIMIT,
   });
   if (!created) {
     await journal.close();

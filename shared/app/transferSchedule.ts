@@ -25,7 +25,7 @@ export interface TimerStep {
 }
 
 // A transfer with its own schedule is due when its cron has an occurrence after its newest batch was created (or
-// it has none) and not after now. The transfer timer must fire at least as often as the finest schedule.
+// it has none) and not after now (the journal's clock, like createdAt). The transfer timer must fire at least as often as the finest schedule.
 export function scheduleDue(cron: string, lastCreatedAt: string | undefined, now: Date): boolean {
   if (!lastCreatedAt) return true;
   const next = ncrontab(cron, 'UTC').next(new Date(lastCreatedAt));
@@ -37,14 +37,23 @@ export function scheduleDue(cron: string, lastCreatedAt: string | undefined, now
 // batch is re-posted ("progress" is read from the batch's step stamps, which reconcile never moves; updated_at it
 // does); when none is open and the transfer's schedule is due (its own cron, or every tick), a new batch is
 // created and posted (catch-up then goes on from its commit).
-export async function runTransferSchedule(rt: Runtime, log: Logger, now: Date = new Date()): Promise<TimerStep[]> {
+//
+// Every age is measured on the journal's clock, the clock of the batch stamps (a host's may be off the journal
+// server's by hours: behind it, a stalled batch waited hours more and a schedule fired late; ahead, the reverse):
+// `journal` is the journal server's now, read once a pass, moved by as much as `at` is off the host's clock (a
+// test passes a later `at` to act as if that much time had passed).
+export async function runTransferSchedule(rt: Runtime, log: Logger, at?: Date): Promise<TimerStep[]> {
+  const now = at ?? new Date(Date.now());
   const service = rt.transfers;
   if (!service) return [];
   const steps: TimerStep[] = [];
   const schedules = new Map(service.listTransfers().map((t) => [t.name, t.schedule]));
   let paused: Set<string>;
+  let journal: Date;
   try {
     paused = await service.pausedTransfers();
+    const hostBefore = Date.now(); // before the read: a test's `at` at a schedule's occurrence stays at or after it
+    journal = new Date((await service.journalNow()) + (at ? at.getTime() - hostBefore : 0));
   } catch (err) {
     log.error(`transfer timer: reading the transfer controls failed: ${(err as Error).message}`);
     return scheduledTransfers(rt).map((transfer) => ({ transfer, action: 'error', detail: (err as Error).message }));
@@ -58,14 +67,14 @@ export async function runTransferSchedule(rt: Runtime, log: Logger, now: Date = 
       const recent = await service.listBatches({ transfer: name, limit: 5 });
       const open = recent.find((b) => b.status !== 'committed' && b.state !== 'failed');
       if (open) {
-        if (isStalled(rt, open, now.getTime())) {
+        if (isStalled(rt, open, journal.getTime())) {
           await resumeStalled(rt, open, log);
           steps.push({ transfer: name, action: 'resumed', batchId: open.batchId });
         } else steps.push({ transfer: name, action: 'open_batch_busy', batchId: open.batchId });
         continue;
       }
       const cron = schedules.get(name);
-      if (cron && !scheduleDue(cron, recent[0]?.createdAt, now)) {
+      if (cron && !scheduleDue(cron, recent[0]?.createdAt, journal)) {
         steps.push({ transfer: name, action: 'not_due' });
         continue;
       }
@@ -85,7 +94,7 @@ export async function runTransferSchedule(rt: Runtime, log: Logger, now: Date = 
       });
     }
   }
-  if (steps.length > 0) await reportFreshness(rt, steps, now, log);
+  if (steps.length > 0) await reportFreshness(rt, steps, now, journal, log);
   await runScheduledKeyCompares(rt, log, now);
   return steps;
 }

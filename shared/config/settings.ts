@@ -178,6 +178,7 @@ export const settingsSchema = z
     KEEL_TRANSFER_RETRY_BASE_MS: int(30_000, 1000, 3600_000),
     KEEL_TRANSFER_RETRY_MAX_MS: int(900_000, 1000, 7 * 24 * 3600_000),
     KEEL_TRANSFER_RETRY_LIMIT: int(10, 0, 1000),
+    KEEL_TRANSFER_APPLY_TIMEOUT_LIMIT: int(3, 0, 1000),
     // Catch-up: after a commit whose window was full, the apply step creates and posts the next batch at once, until
     // the chain (started by a timer tick or a start) has committed this many rows (0 turns catch-up off) or has run
     // this many ms since its first batch was created (0: no time budget), whichever comes first; the next timer tick

@@ -23,7 +23,8 @@ export type TransferErrorCode =
   | 'transfer_paused' // an operator paused the transfer: no new batch until it is resumed
   | 'target_busy' // a bounded lock wait on the target ran out; nothing was changed there (retryable)
   | 'changes_expired' // a change window starts before the source's min valid version: re-baseline the transfer
-  | 'changes_not_enabled'; // a changes transfer's source table has no change tracking / change capture
+  | 'changes_not_enabled' // a changes transfer's source table has no change tracking / change capture
+  | 'apply_timeout'; // the apply ran out of the target's statement timeout KEEL_TRANSFER_APPLY_TIMEOUT_LIMIT times in a row
 
 // Codes that mean "this batch can never succeed as extracted": the batch is marked failed and its window
 // released so that a fresh batch (with a fresh manifest) can cover it.
@@ -36,7 +37,15 @@ export const TERMINAL_CODES: ReadonlySet<TransferErrorCode> = new Set<TransferEr
   'unsupported_type',
   'changes_expired',
   'changes_not_enabled',
+  'apply_timeout',
 ]);
+
+// The target's server ended the apply's statement at its statement timeout (PostgreSQL 57014 query_canceled: Keel's
+// own KEEL_TRANSFER_STATEMENT_TIMEOUT_MS, which its sessions set at connect and so outrank a role's or database's
+// default). An operator's pg_cancel_backend shares the code; counted alike (KEEL_TRANSFER_APPLY_TIMEOUT_LIMIT).
+export function isStatementTimeout(err: unknown): boolean {
+  return err instanceof Error && (err as Error & { code?: unknown }).code === '57014';
+}
 
 export class TransferError extends Error {
   readonly code: TransferErrorCode;

@@ -127,5 +127,8 @@ export interface TransferJournal {
   ): Promise<TransferControl>;
   // The controls of every transfer an operator ever paused or resumed (no entry = running).
   controls(): Promise<TransferControl[]>;
+  // The journal server's clock, the clock of every stamp it writes (a host's may be off it by hours): the ages the
+  // transfer timer decides on and reports are measured against it.
+  now(): Promise<Date>;
   close(): Promise<void>;
 }

@@ -60,6 +60,7 @@ export const JOURNAL_PROCEDURES = {
   transfer_batch_stale: ['states', 'older_than_ms', 'limit'],
   transfer_control_set: ['transfer_name', 'paused', 'reason', 'changed_by'],
   transfer_control_list: [],
+  transfer_journal_now: [],
 } as const satisfies Record<string, readonly string[]>;
 
 export type JournalProcedure = keyof typeof JOURNAL_PROCEDURES;

@@ -98,6 +98,14 @@ export abstract class ProcedureJournal implements TransferJournal {
     const [rows = []] = await this.call('transfer_control_list', {});
     return rows.map(toTransferControl);
   }
+
+  async now(): Promise<Date> {
+    const [rows = []] = await this.call('transfer_journal_now', {});
+    const v = rows[0]?.journal_now;
+    if (!(v instanceof Date) || Number.isNaN(v.getTime()))
+      throw new Error(`${this.procedureName('transfer_journal_now')} returned no time`);
+    return v;
+  }
 }
 
 // A note's answer: PostgreSQL's boolean, SQL Server's bit (the row's only column, `result`).

@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import { ChecksumAccumulator, type CanonicalRow } from './checksum.js';
 import type { TransferConfig } from './config.js';
-import { describeError, isTransferError, TERMINAL_CODES, TransferError } from './errors.js';
+import { describeError, isStatementTimeout, isTransferError, TERMINAL_CODES, TransferError } from './errors.js';
 import type { BatchPatch, BatchRecord, TransferControl, TransferJournal } from './journal.js';
 import { OPEN_STATES, RECONCILABLE } from './lifecycle.js';
 import { withValuePolicies } from './policies.js';
@@ -71,6 +71,10 @@ export interface TransferServiceDeps {
   // where the source shares its cores with the target (one 2-core server), the read ahead competes with the COPY's
   // target backend, and bench/transfer.ts `--read-ahead off` measures the difference on such a machine.
   readAhead?: boolean;
+  // KEEL_TRANSFER_APPLY_TIMEOUT_LIMIT: an apply ended by the target's statement timeout this many times in a row
+  // fails the batch with code apply_timeout (its window released; batch_failed event and alert), instead of
+  // retrying it for ever. 0: never (default 3).
+  applyTimeoutLimit?: number;
 }
 
 // The next window's manifest, read ahead while a full window's rows move (TransferService.startAhead): for the window
@@ -100,6 +104,7 @@ export class TransferService {
   private readonly prepared = new Set<string>();
   private readonly committedViews = new WeakSet<BatchView>(); // committedByCall
   private readonly staleReads = new WeakMap<BatchView, number>(); // untouchedSince
+  private readonly applyTimeoutLimit: number;
   // The transfer of each batch this service created lately (a batch's transfer never changes): its stage reads the
   // source's schema beside the journal's record instead of after it. Bounded: the oldest are dropped.
   private readonly batchTransfers = new Map<string, string>();
@@ -130,6 +135,7 @@ export class TransferService {
     this.onClose = deps.onClose;
     this.directApply = deps.directApply ?? false;
     this.readAhead = deps.readAhead ?? true;
+    this.applyTimeoutLimit = deps.applyTimeoutLimit ?? 3;
     this.moves = new BatchMoves(this.journal, this.log);
     this.reconciler = new Reconciler({
       journal: this.journal,
@@ -197,6 +203,13 @@ export class TransferService {
     return value;
   }
 
+  // The journal server's clock (epoch ms), the clock of every batch stamp: a host's may be off it by hours, so the
+  // ages decided on or reported (the timer's stalled test and schedule, secondsSinceCommit, the freshness gauge) are
+  // measured against this, never against Date.now() (test/functions/transferClockSkew.test.ts).
+  async journalNow(): Promise<number> {
+    return (await this.journal.now()).getTime();
+  }
+
   // Every configured transfer with its control, open batch and last commit (one journal read per transfer), and,
   // when rowsBehindCap > 0, its rows behind (reused for rowsBehindMaxAgeMs; a failed count is null, never an error;
   // a count slower than rowsBehindWaitMs is null in this answer and goes on, so the next one may reuse it).
@@ -205,6 +218,8 @@ export class TransferService {
     opts: { rowsBehindCap?: number; rowsBehindMaxAgeMs?: number; rowsBehindWaitMs?: number } = {},
   ): Promise<TransferState[]> {
     const controls = new Map((await this.journal.controls()).map((c) => [c.transferName, c]));
+    // secondsSinceCommit on the journal's clock, the clock of committedAt (`now` is the host's: the rows-behind cache).
+    const journalNow = await this.journalNow();
     const out: TransferState[] = [];
     for (const t of this.transfers.values()) {
       const c = controls.get(t.name);
@@ -252,7 +267,7 @@ export class TransferService {
             }
           : null,
         secondsSinceCommit: last?.committedAt
-          ? Math.max(0, Math.round((now - last.committedAt.getTime()) / 1000))
+          ? Math.max(0, Math.round((journalNow - last.committedAt.getTime()) / 1000))
           : null,
         rowsBehind,
       });
@@ -999,13 +1014,8 @@ export class TransferService {
       await this.moves.noteError({ ...b, version }, 'apply_error', err, { fenced: true, whileOpen: true });
       this.forgetPrepared(t.name);
       const view = await this.reconcile(batchId);
-      if (
-        err instanceof TransferError &&
-        TERMINAL_CODES.has(err.code) &&
-        (view.state === 'staged' || view.state === 'extracting')
-      ) {
-        return toView(await this.reconciler.release(await this.moves.load(batchId), err));
-      }
+      const terminal = await this.terminalError(view, err);
+      if (terminal) return toView(await this.reconciler.release(await this.moves.load(batchId), terminal));
       return view;
     }
     // The target committed: from here on an error is the journal's, never the apply's (recordCommitted).
@@ -1167,14 +1177,31 @@ export class TransferService {
     this.forgetPrepared(baseTransferName(b.transferName));
     await this.moves.noteError(b, 'apply_error', err, { fenced: true, whileOpen: true });
     const view = await this.reconcile(b.batchId);
-    if (
-      err instanceof TransferError &&
-      TERMINAL_CODES.has(err.code) &&
-      (view.state === 'staged' || view.state === 'extracting')
-    ) {
-      return toView(await this.reconciler.release(await this.moves.load(b.batchId), err));
-    }
+    const terminal = await this.terminalError(view, err);
+    if (terminal) return toView(await this.reconciler.release(await this.moves.load(b.batchId), terminal));
     return view;
+  }
+
+  // After a failed apply, reconciled back to an open state: the error that fails the batch, if any -- a terminal
+  // one, or the target's statement timeout for the applyTimeoutLimit-th apply in a row (its apply_error events, the
+  // last ones that are, all 57014). Such a batch would otherwise be retried for ever without converging: a window too
+  // large for KEEL_TRANSFER_STATEMENT_TIMEOUT_MS (or a target that slow) needs an operator's decision.
+  private async terminalError(view: BatchView, err: unknown): Promise<TransferError | null> {
+    if (view.state !== 'staged' && view.state !== 'extracting') return null;
+    if (err instanceof TransferError) return TERMINAL_CODES.has(err.code) ? err : null;
+    if (this.applyTimeoutLimit === 0 || !isStatementTimeout(err)) return null;
+    let inARow = 0;
+    for (const e of [...(await this.journal.events(view.batchId))].reverse()) {
+      if (e.event !== 'apply_error') continue;
+      if (e.detail?.code !== '57014') break;
+      inARow++;
+    }
+    if (inARow < this.applyTimeoutLimit) return null;
+    return new TransferError(
+      'apply_timeout',
+      `batch ${view.batchId}: its apply ran out of the target's statement timeout ${inARow} times in a row (KEEL_TRANSFER_STATEMENT_TIMEOUT_MS; KEEL_TRANSFER_APPLY_TIMEOUT_LIMIT ${this.applyTimeoutLimit}): raise the timeout or lower the transfer's batchSize, then start the transfer again (its window is released)`,
+      { timeouts: inARow },
+    );
   }
 
   // Stage (if needed) and apply in one call, reconciling after any failure: for callers that run a batch in one go

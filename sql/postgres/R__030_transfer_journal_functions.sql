@@ -261,3 +261,11 @@ returns setof keel.transfer_controls
 language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   select c.* from keel.transfer_controls c order by c.transfer_name
 $$;
+
+-- The journal server's clock: the hosts' clocks may be off it by hours, so the transfer timer, its freshness figures
+-- and GET /transfers measure the ages of the journal's stamps against this (shared/transfer/service.ts journalNow).
+create or replace function keel.transfer_journal_now()
+returns table (journal_now timestamptz)
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  select now()
+$$;

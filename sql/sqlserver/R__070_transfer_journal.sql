@@ -352,3 +352,13 @@ BEGIN
   SELECT TransferName, Paused, Reason, ChangedBy, ChangedAt FROM keel.TransferControls ORDER BY TransferName;
 END;
 GO
+
+-- The journal server's clock (the clock of every stamp above): the hosts' clocks may be off it by hours, so the
+-- transfer timer, its freshness figures and GET /transfers measure the stamps' ages against this.
+CREATE OR ALTER PROCEDURE keel.TransferJournalNow
+AS
+BEGIN
+  SET NOCOUNT ON;
+  SELECT SYSUTCDATETIME() AS JournalNow;
+END;
+GO

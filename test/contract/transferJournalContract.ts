@@ -32,6 +32,21 @@ export function defineTransferJournalContract(makeHarness: () => JournalHarness)
     await h?.close();
   });
 
+  it("now() is the clock of the journal's stamps: a batch's createdAt and updatedAt are not after it, it moves on", async () => {
+    const before = await j.now();
+    const b = await j.insertBatch({
+      ...base(unique('now')),
+      batchId: randomUUID(),
+      boundaryLow: null,
+      boundaryHigh: '1',
+    });
+    const after = await j.now();
+    expect(after.getTime()).toBeGreaterThanOrEqual(before.getTime());
+    // SQL Server's datetime2 stamps and SYSUTCDATETIME() are read to the millisecond alike.
+    expect(b.createdAt.getTime()).toBeLessThanOrEqual(after.getTime());
+    expect(b.updatedAt.getTime()).toBeGreaterThanOrEqual(before.getTime() - 1);
+  });
+
   it('refusals say which rule refused: duplicate_batch_id, window_taken, open_batch_exists', async () => {
     const name = unique('dup');
     const id = randomUUID();

@@ -12,17 +12,39 @@ import { maintenance } from '../../functions/maintenance.js';
 import { transferStage } from '../../functions/transferStage.js';
 import { transferApply } from '../../functions/transferApply.js';
 import { context, timer } from './support.js';
-import { useItemsTransfer } from './itemsTransfer.js';
+import { ITEMS_DDL, useItemsTransfer } from './itemsTransfer.js';
+import { transferTimer } from '../../functions/transferTimer.js';
+import { telemetry } from '../../shared/telemetry/index.js';
+import { runTransferSchedule } from '../../shared/app/transferSchedule.js';
 
 const STALE_MS = 1000;
 const HOUR = 3_600_000;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const realNow = Date.now.bind(Date);
 
+// The transfer the timer runs: its own daily schedule at an occurrence 12 hours from now (never due during the test
+// but for its first batch, whatever the time of day the test runs).
+const inTwelveHours = new Date(realNow() + 12 * HOUR);
+const CLOCK_SCHEDULE = `0 ${inTwelveHours.getUTCMinutes()} ${inTwelveHours.getUTCHours()} * * *`;
+const CLOCK_DDL = `create table public.clock (id bigint primary key, name text not null)`;
+
 const fx = useItemsTransfer({
   label: 'fn_clock_skew',
   batchSize: 10,
+  sourceDdl: [ITEMS_DDL, CLOCK_DDL],
+  moreTransfers: (items) => [
+    {
+      ...items,
+      name: 'clock',
+      source: { ...items.source, table: 'public.clock' },
+      target: { ...items.target, table: 'public.clock' },
+      batchSize: 10,
+      schedule: CLOCK_SCHEDULE,
+    },
+  ],
   env: {
+    KEEL_SCHEDULED_TRANSFERS: 'clock',
+    KEEL_TRANSFER_ROWS_BEHIND_CAP: '0',
     KEEL_TRANSFER_STALE_MS: String(STALE_MS),
     KEEL_TRANSFER_CATCHUP_MS: '600000', // 10 minutes
     KEEL_TRANSFER_DIRECT_APPLY: 'false', // a staged batch too (maintenance reconciles it before re-posting)
@@ -99,5 +121,44 @@ describe('clock skew between a host and the journal', () => {
     await skewed(-2 * HOUR, () => transferApply({ ...apply.message, chainStartedAt }, context('transferApply')));
     expect(takeAll()).toEqual([]);
     expect(await rows()).toBe(28);
+  });
+
+  it('the transfer timer: stalled test, schedule, freshness gauge and secondsSinceCommit do not move with the host clock', async () => {
+    const log = context('transferTimer');
+    const tick = async (offsetMs: number) => (await skewed(offsetMs, () => runTransferSchedule(fx.t.rt, log)))[0]!;
+    await fx.source.query(`insert into public.clock select n, 'clock-' || n from generate_series(1, 5) n`);
+    // Its first batch (no batch yet: due), its stage message lost.
+    expect(await tick(-3 * HOUR)).toMatchObject({ transfer: 'clock', action: 'created' });
+    takeAll();
+    // Untouched for more than KEEL_TRANSFER_STALE_MS by the journal's clock: a host three hours behind it resumes it
+    // (before: not for three more hours).
+    await sleep(STALE_MS + 200);
+    expect(await tick(-3 * HOUR)).toMatchObject({ action: 'resumed' });
+    await fx.pump();
+    expect((await fx.target.query(`select count(*)::int as n from public.clock`)).rows[0].n).toBe(5);
+    // New rows, and the schedule's next occurrence twelve hours away by the journal's clock: not due, for a host a
+    // day ahead of the journal too (before: due, a batch created). The freshness it reports: behind since the commit,
+    // which on the host's clock (the gauge's) is seconds ago, whichever way the host is off.
+    await fx.source.query(`insert into public.clock select n, 'clock-' || n from generate_series(6, 8) n`);
+    const fresh = vi.spyOn(telemetry, 'transferFreshness');
+    for (const offset of [24 * HOUR, -24 * HOUR, 3 * HOUR, -3 * HOUR]) {
+      fresh.mockClear();
+      const hostNow = realNow() + offset;
+      expect(await tick(offset)).toMatchObject({ transfer: 'clock', action: 'not_due' });
+      const report = fresh.mock.calls.at(-1)![0];
+      expect(report.transfer).toBe('clock');
+      const age = hostNow - report.behindSince!;
+      expect(age).toBeGreaterThanOrEqual(-5_000);
+      expect(age).toBeLessThan(120_000);
+      // GET /transfers: seconds since the commit, on the journal's clock.
+      const listed = await skewed(offset, () => fx.call('GET', 'transfers'));
+      const clock = listed.body.items.find((x: { name: string }) => x.name === 'clock');
+      expect(clock.secondsSinceCommit).toBeGreaterThanOrEqual(0);
+      expect(clock.secondsSinceCommit).toBeLessThan(120);
+    }
+    expect(takeAll()).toEqual([]);
+    // The timer's function too (its default clock): nothing due.
+    await skewed(24 * HOUR, () => transferTimer(timer, context('transferTimer')));
+    expect(takeAll()).toEqual([]);
   });
 });

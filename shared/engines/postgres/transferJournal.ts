@@ -78,6 +78,7 @@ export const JOURNAL_POSTGRES_FUNCTIONS: { [P in JournalProcedure]: PgSignature<
     returns: 'rows',
   },
   transfer_control_list: { params: {}, returns: 'rows' },
+  transfer_journal_now: { params: {}, returns: 'rows' },
 };
 
 // Connection limits of the journal's pool. Defaults sit well inside the Functions 10-minute timeout: a journal

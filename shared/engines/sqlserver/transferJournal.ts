@@ -88,6 +88,7 @@ export const JOURNAL_SQLSERVER_PARAMS: {
     ChangedBy: sql.NVarChar(JOURNAL_TEXT_MAX.changed_by),
   },
   transfer_control_list: {},
+  transfer_journal_now: {},
 };
 
 // Result columns are the journal's snake_case names in PascalCase (R__070 aliases the ones it stores under other
