@@ -268,8 +268,14 @@ export function answerClientError(err: NodeJS.ErrnoException, socket: import('no
     field: known ? (status === 431 ? 'headers' : 'request') : clientErrorField(detail),
     in: 'header',
   });
+  endWithJson(socket, status, known?.reason ?? 'Bad Request', body);
+}
+
+// A JSON answer written on the bare socket (no request object exists yet, or Node handed the socket over), then the
+// connection closed.
+function endWithJson(socket: import('node:stream').Duplex, status: number, reason: string, body: string): void {
   socket.end(
-    `HTTP/1.1 ${status} ${known?.reason ?? 'Bad Request'}\r\n` +
+    `HTTP/1.1 ${status} ${reason}\r\n` +
       'Content-Type: application/json; charset=utf-8\r\n' +
       `Content-Length: ${Buffer.byteLength(body)}\r\n` +
       'Connection: close\r\n\r\n' +
@@ -302,14 +308,19 @@ class HttpLayer implements Stoppable {
   private server: http.Server | undefined;
   private readonly router = Router({ ignoreTrailingSlash: true });
   private readonly budget: BodyBudget;
+  private readonly maxRequestBytes: number;
+  private readonly bodyTimeoutMs: number;
 
   constructor(
     private readonly defs: HttpDefinition[],
     private readonly opts: LocalHostOptions,
     private readonly log: (line: string) => void,
   ) {
-    const cap = opts.maxRequestBytes ?? DEFAULT_MAX_REQUEST_BYTES;
-    this.budget = new BodyBudget(Math.max(cap, opts.maxInflightBodyBytes ?? DEFAULT_MAX_INFLIGHT_BODY_BYTES));
+    this.maxRequestBytes = opts.maxRequestBytes ?? DEFAULT_MAX_REQUEST_BYTES;
+    this.bodyTimeoutMs = opts.bodyTimeoutMs ?? 60_000;
+    this.budget = new BodyBudget(
+      Math.max(this.maxRequestBytes, opts.maxInflightBodyBytes ?? DEFAULT_MAX_INFLIGHT_BODY_BYTES),
+    );
     for (const def of defs) {
       const { path, catchAll } = routerPath(opts.hostConfig.routePrefix, def.route);
       this.router.on(def.methods, path, () => undefined, { def, catchAll });
@@ -320,7 +331,7 @@ class HttpLayer implements Stoppable {
   }
 
   async start(): Promise<number> {
-    const bodyTimeoutMs = this.opts.bodyTimeoutMs ?? 60_000;
+    const bodyTimeoutMs = this.bodyTimeoutMs;
     const headersTimeoutMs = this.opts.headersTimeoutMs ?? 60_000;
     const onRequest = (req: http.IncomingMessage, res: http.ServerResponse) => {
       this.handle(req, res).catch((err) => {
@@ -344,7 +355,7 @@ class HttpLayer implements Stoppable {
     // before the caller sends it, the connection closed; otherwise "100 Continue" and the request as any other.
     this.server.on('checkContinue', (req: http.IncomingMessage, res: http.ServerResponse) => {
       const declared = Number(req.headers['content-length'] ?? 0);
-      const cap = this.opts.maxRequestBytes ?? DEFAULT_MAX_REQUEST_BYTES;
+      const cap = this.maxRequestBytes;
       if (declared > cap || declared > this.budget.limit - this.budget.inUse) {
         res.shouldKeepAlive = false;
         return declared > cap ? this.tooLarge(res, `of ${declared} bytes is`) : this.busy(res, declared);
@@ -366,9 +377,7 @@ class HttpLayer implements Stoppable {
         field: 'method',
         in: 'request',
       });
-      socket.end(
-        `HTTP/1.1 404 Not Found\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
-      );
+      endWithJson(socket, 404, 'Not Found', body);
     });
     this.server.on('checkExpectation', (req: http.IncomingMessage, res: http.ServerResponse) => {
       req.resume();
@@ -429,7 +438,7 @@ class HttpLayer implements Stoppable {
     const url = this.requestUrl(req);
     const method = (req.method ?? 'GET').toUpperCase();
     if (!url) {
-      this.drain(req, this.opts.bodyTimeoutMs ?? 60_000);
+      this.drain(req);
       return this.send(res, 400, {
         error: 'invalid_request',
         message: `the request target must be a path starting with "/" (got ${JSON.stringify((req.url ?? '').slice(0, 200))})`,
@@ -441,7 +450,7 @@ class HttpLayer implements Stoppable {
       decodeURIComponent(url.pathname);
     } catch {
       // A route parameter the host cannot decode ("%ZZ", bytes that are not UTF-8): the caller's mistake, named.
-      this.drain(req, this.opts.bodyTimeoutMs ?? 60_000);
+      this.drain(req);
       return this.send(res, 400, {
         error: 'invalid_request',
         message: `the URL path is not valid percent-encoded UTF-8: ${url.pathname}`,
@@ -453,7 +462,7 @@ class HttpLayer implements Stoppable {
       ? this.router.find(method as (typeof HTTP_METHODS)[number], url.pathname)
       : null;
     if (!found) {
-      this.drain(req, this.opts.bodyTimeoutMs ?? 60_000);
+      this.drain(req);
       return this.send(res, 404, {
         error: 'not_found',
         message: `no function serves ${method} ${url.pathname}`,
@@ -470,7 +479,7 @@ class HttpLayer implements Stoppable {
         url.searchParams.get('code'),
       );
       if (!ok) {
-        this.drain(req, this.opts.bodyTimeoutMs ?? 60_000);
+        this.drain(req);
         return this.send(res, 401, {
           error: 'unauthorized',
           message: 'missing or wrong function key (x-functions-key header or code query parameter)',
@@ -489,7 +498,7 @@ class HttpLayer implements Stoppable {
   }
 
   private tooLarge(res: http.ServerResponse, what: string): void {
-    const cap = this.opts.maxRequestBytes ?? DEFAULT_MAX_REQUEST_BYTES;
+    const cap = this.maxRequestBytes;
     this.send(res, 413, {
       error: 'payload_too_large',
       message: `request body ${what} over the host limit of ${cap} bytes`,
@@ -518,15 +527,15 @@ class HttpLayer implements Stoppable {
   // ({ ok: false }: 413, 503, 408, or nothing when the caller went away). Nothing of a refused body is kept: the rest
   // is read and dropped (a caller still sending gets the answer, not a reset), up to the timeout.
   private readBody(req: http.IncomingMessage, res: http.ServerResponse): Promise<BodyRead> {
-    const cap = this.opts.maxRequestBytes ?? DEFAULT_MAX_REQUEST_BYTES;
-    const timeoutMs = this.opts.bodyTimeoutMs ?? 60_000;
+    const cap = this.maxRequestBytes;
+    const timeoutMs = this.bodyTimeoutMs;
     const tooLarge = (what: string) => this.tooLarge(res, what);
     const busy = (bytes: number) => this.busy(res, bytes);
     const declaredText = req.headers['content-length'];
     const declared = declaredText === undefined ? null : Number(declaredText); // Node's parser checked the digits
     if (declared !== null && declared > cap) {
       tooLarge(`of ${declared} bytes is`);
-      this.drain(req, timeoutMs);
+      this.drain(req);
       return Promise.resolve({ ok: false });
     }
     if (declared === 0 || (declared === null && req.headers['transfer-encoding'] === undefined)) {
@@ -538,7 +547,7 @@ class HttpLayer implements Stoppable {
     if (declared !== null) {
       if (!this.budget.tryTake(declared)) {
         busy(declared);
-        this.drain(req, timeoutMs);
+        this.drain(req);
         return Promise.resolve({ ok: false });
       }
       reserved = declared;
@@ -565,11 +574,10 @@ class HttpLayer implements Stoppable {
       };
       const onData = (chunk: Buffer) => {
         size += chunk.length;
-        if (size > cap) return finish(null, () => (tooLarge('is'), this.drain(req, timeoutMs)));
+        if (size > cap) return finish(null, () => (tooLarge('is'), this.drain(req)));
         if (size > reserved) {
           // Chunked (or more than declared, which Node's parser does not allow): reserve what arrived.
-          if (!this.budget.tryTake(size - reserved))
-            return finish(null, () => (busy(size), this.drain(req, timeoutMs)));
+          if (!this.budget.tryTake(size - reserved)) return finish(null, () => (busy(size), this.drain(req)));
           reserved = size;
         }
         chunks.push(chunk);
@@ -619,9 +627,9 @@ class HttpLayer implements Stoppable {
 
   // Reads and drops the rest of a refused body (the caller gets its answer instead of a reset mid-upload); a sender
   // still at it after the body timeout loses the connection.
-  private drain(req: http.IncomingMessage, timeoutMs: number): void {
+  private drain(req: http.IncomingMessage): void {
     if (req.complete) return;
-    const timer = setTimeout(() => req.destroy(), timeoutMs);
+    const timer = setTimeout(() => req.destroy(), this.bodyTimeoutMs);
     timer.unref();
     req.once('close', () => clearTimeout(timer));
     req.on('error', () => undefined);
