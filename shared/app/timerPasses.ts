@@ -10,7 +10,7 @@ import { postJob, postJobs, type Logger } from './enqueue.js';
 import { handOnDrained, pickAndPost } from './slots.js';
 import type { Runtime } from './runtime.js';
 import { maintenanceTelemetry, reconcileTelemetry, scheduleFailedTelemetry } from './telemetryHooks.js';
-import { isStalledSince, resumeStalled } from './transferSteps.js';
+import { isStalled, resumeStalled } from './transferSteps.js';
 import { baseTransferName } from '../transfer/chains.js';
 import { JOURNAL_LIMIT_MAX } from '../transfer/journalProcedures.js';
 
@@ -144,13 +144,17 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
         rt.settings.KEEL_TRANSFER_STALE_MS,
         rt.settings.KEEL_TRANSFER_RECONCILE_LIMIT,
       );
+      // "No progress for KEEL_TRANSFER_STALE_MS" on the journal's clock, the clock of the batch stamps (a host's may be
+      // off the journal server's by more than that: behind it, nothing was ever stalled; ahead, a batch that had just
+      // moved was; test/functions/transferClockSkew.test.ts).
+      const journalNow = await rt.transfers.journalNow();
       const resumed = new Set<string>();
       for (const v of views) {
         reconcileTelemetry(v);
         // Known not applied and stuck (its retry chain ended or its message was lost): post it again now rather
         // than at the next transfer timer tick.
         if (
-          isStalledSince(v, rt.transfers.untouchedSince(v)) &&
+          isStalled(rt, v, journalNow) &&
           !(await rt.transfers.isPaused(baseTransferName(v.transfer))) &&
           (await resumeStalled(rt, v, log))
         )
@@ -171,7 +175,7 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
         const name = baseTransferName(v.transfer);
         if (
           configured.has(name) &&
-          isStalledSince(v, rt.transfers.untouchedSince(v)) &&
+          isStalled(rt, v, journalNow) &&
           !(await rt.transfers.isPaused(name)) &&
           (await resumeStalled(rt, v, log))
         ) {

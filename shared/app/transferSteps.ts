@@ -91,25 +91,13 @@ export async function scheduleRetry(
 }
 
 // True when an open, retryable batch has made no progress (lastProgressAt: never moved by reconcile) for
-// KEEL_TRANSFER_STALE_MS: its retry chain ended or its message was lost.
-export function isStalled(rt: Runtime, view: BatchView, now = Date.now()): boolean {
+// KEEL_TRANSFER_STALE_MS: its retry chain ended or its message was lost. `now` is the journal's (journalNow), the
+// clock of the stamps: the timer and maintenance pass it.
+export function isStalled(rt: Runtime, view: BatchView, now: number): boolean {
   return (
     view.retryable &&
     (view.state === 'staged' || view.state === 'extracting') &&
     now - lastProgressAt(view) > rt.settings.KEEL_TRANSFER_STALE_MS
-  );
-}
-
-// Maintenance's test, on the journal's clock alone (a host's clock may be off the journal server's by more than
-// KEEL_TRANSFER_STALE_MS: behind it, isStalled never fired; ahead, it fired for a batch that had just moved): an open,
-// retryable batch whose progress stamps are no newer than the updated_at its stale read found (`untouchedSince`,
-// TransferService.untouchedSince: the journal said untouched since then for KEEL_TRANSFER_STALE_MS).
-export function isStalledSince(view: BatchView, untouchedSince: number | undefined): boolean {
-  return (
-    untouchedSince !== undefined &&
-    view.retryable &&
-    (view.state === 'staged' || view.state === 'extracting') &&
-    lastProgressAt(view) <= untouchedSince
   );
 }
 

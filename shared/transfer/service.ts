@@ -103,7 +103,6 @@ export class TransferService {
   private readonly adapters = new Map<string, Promise<Adapters>>();
   private readonly prepared = new Set<string>();
   private readonly committedViews = new WeakSet<BatchView>(); // committedByCall
-  private readonly staleReads = new WeakMap<BatchView, number>(); // untouchedSince
   private readonly applyTimeoutLimit: number;
   // The transfer of each batch this service created lately (a batch's transfer never changes): its stage reads the
   // source's schema beside the journal's record instead of after it. Bounded: the oldest are dropped.
@@ -1255,10 +1254,10 @@ export class TransferService {
     const out: BatchView[] = [];
     for (const b of stale) {
       try {
-        out.push(this.untouched(await this.reconcile(b.batchId), b));
+        out.push(await this.reconcile(b.batchId));
       } catch (err) {
         await this.moves.noteError(b, 'reconcile_error', err, { fenced: true }).catch(() => undefined);
-        out.push(this.untouched(toView((await this.journal.get(b.batchId)) ?? b), b));
+        out.push(toView((await this.journal.get(b.batchId)) ?? b));
       }
     }
     return out;
@@ -1269,19 +1268,7 @@ export class TransferService {
   // (shared/app/timerPasses.ts): a lost stage message otherwise leaves a batch the timer does not look at (a transfer
   // it does not start, a replay, a re-baseline) open for ever.
   async staleExtracting(olderThanMs: number, limit: number): Promise<BatchView[]> {
-    return (await this.journal.stale(['extracting'], olderThanMs, limit)).map((b) => this.untouched(toView(b), b));
-  }
-
-  // The updated_at (the journal's clock) that the stale read behind this view found: the journal said the batch was
-  // untouched since then for the stale age, so a view whose progress stamps are no newer made no progress for that
-  // long either -- decided on the journal's clock alone, whatever the host's (shared/app/transferSteps.ts).
-  untouchedSince(view: BatchView): number | undefined {
-    return this.staleReads.get(view);
-  }
-
-  private untouched(view: BatchView, b: BatchRecord): BatchView {
-    this.staleReads.set(view, new Date(b.updatedAt).getTime());
-    return view;
+    return (await this.journal.stale(['extracting'], olderThanMs, limit)).map(toView);
   }
 
   // Maintenance: the staged rows and staging registry rows of batches that can never be applied again -- committed
