@@ -8,10 +8,10 @@
 // no ops API answer of 500 or more but 503 'unavailable' (the server away). It found a fan-in left waiting for ever
 // after resurrects in two steps (the contract test "a fan-in brought back by its last failed parent ...").
 // Bounded for CI (< 60 s a server on 2 cores); heavier: npx tsx dev/chaosMix.ts --flows 200 --ops-api 2 ...
-import { expect, it } from 'vitest';
+import { it } from 'vitest';
 import { appUrl, createTestDatabase } from '../support/pg.js';
 import { databaseOf, watchDeadlocks } from '../support/deadlocks.js';
-import { runChaosMix } from '../support/chaosMix.js';
+import { expectCleanRun, runChaosMix } from '../support/chaosMix.js';
 
 it('chaos with flows and operators over the ops API: workers, maintenance, kills', async () => {
   const url = await createTestDatabase('chaosops');
@@ -34,6 +34,5 @@ it('chaos with flows and operators over the ops API: workers, maintenance, kills
     latencySpikeMs: 0,
   });
   console.log('chaos ops:', report.facts);
-  expect(report.problems).toEqual([]);
-  expect(await watch.findings()).toEqual([]);
+  await expectCleanRun(report, watch);
 }, 150_000);

@@ -14,6 +14,8 @@
 //   E <job> <attempt> <ms> <how>            it ended: ok | threw | aborted:<reason>
 //   O <job> <outcome> <reason|->            the processor wrote (or lost) its outcome
 //   P <queue> <n>                           ops purged n archived jobs of queue
+//   PU <queue> <max>                        a purge failed with its outcome unknown (it may have committed before
+//                                           its connection was cut): it purged between 0 and max jobs
 //   X <what> <error>                        an operation failed (counted, not fatal)
 //   K <error>                               a keyed enqueue of a shared key failed (a problem unless a cut connection)
 //   L <ms> <max>                            the event loop's longest delay (ms) in the second before (only >= 100)
@@ -289,7 +291,10 @@ if (role === 'worker') {
             }
           }
         } else if (action === 6 && purgeQueue) {
-          const n = await store.purge('archive', purgeQueue, new Date(Date.now() - 200), 20);
+          const n = await store.purge('archive', purgeQueue, new Date(Date.now() - 200), 20).catch((err: unknown) => {
+            out(`PU ${purgeQueue} 20`);
+            throw err;
+          });
           if (n > 0) out(`P ${purgeQueue} ${n}`);
         } else if (action === 7) {
           // Dedup: the same key twice in one call, and again later; each answers the one hot job.
@@ -604,8 +609,13 @@ if (role === 'opsapi') {
             batchSize: 20,
             maxBatches: 2,
             dryRun: false,
+          }).catch((err: unknown) => {
+            out(`PU ${purgeQueue} 40`);
+            throw err;
           });
-          if (r.json?.deleted > 0) out(`P ${purgeQueue} ${r.json.deleted}`);
+          if (r.status >= 500)
+            out(`PU ${purgeQueue} 40`); // the server lost its connection: a batch may have committed
+          else if (r.json?.deleted > 0) out(`P ${purgeQueue} ${r.json.deleted}`);
         } else if (action <= 9) {
           // A flow: a parent (maybe doomed), children after it with a policy each, a fan-in after the children;
           // some keyed (the same key again is a duplicate of the hot job), some delayed.

@@ -71,7 +71,7 @@ async function readFrom(file: string, offset: number): Promise<string> {
 
 // Each `deadlock detected` error with the lines the server logs after it (DETAIL with both processes, CONTEXT, the
 // statement): continuation lines are tab-indented or carry the same "[pid]" as the error.
-function deadlockExcerpts(text: string): string[] {
+export function deadlockExcerpts(text: string): string[] {
   const lines = text.split('\n');
   const excerpts: string[] = [];
   for (let i = 0; i < lines.length; i++) {

@@ -9,7 +9,9 @@
 // keel_executor on SQL Server); migrations and harness inspections use the admin login, which owns the schema.
 import type { TestProject } from 'vitest/node';
 import pg from 'pg';
-import { createWriteStream, mkdirSync, type WriteStream } from 'node:fs';
+import { createWriteStream, mkdirSync, writeFileSync, type WriteStream } from 'node:fs';
+import { readFile, stat } from 'node:fs/promises';
+import { deadlockExcerpts } from './deadlocks.js';
 import { startEmbeddedPostgres, type EmbeddedServer } from '../../dev/embeddedPostgres.js';
 import { startStockPostgres, type StockServer } from '../../dev/stockPostgres.js';
 import { ensureExecutorLogin } from '../../dev/pgAdmin.js';
@@ -86,6 +88,8 @@ export default async function setup(project: TestProject) {
     adminUrl = server.url;
     serverKind = 'embedded';
   }
+  // Where this run's part of the log begins (a server given by URL may have logged before).
+  const logStart = logFile ? ((await stat(logFile).catch(() => null))?.size ?? 0) : 0;
   const version = await serverVersion(adminUrl);
   console.log(
     `tests on PostgreSQL ${version}: ${serverKind === 'url' ? `the server at ${urlSetting}` : `a throwaway ${serverKind} cluster`}` +
@@ -98,7 +102,23 @@ export default async function setup(project: TestProject) {
   project.provide('pgServerVersion', version);
   project.provide('pgServerKind', serverKind);
   return async () => {
+    // No deadlock anywhere in the run (issue 22): the chaos and race files watch their own windows, this catches one
+    // in any other file, or between two files, on either server.
+    const log = logFile ? ((await readFile(logFile).catch(() => null))?.subarray(logStart).toString('utf8') ?? '') : '';
     await server?.stop();
     embeddedLog?.end();
+    const deadlocks = deadlockExcerpts(log);
+    if (deadlocks.length) {
+      const message =
+        `the server logged ${deadlocks.length} "deadlock detected" error(s) during the run: ` +
+        deadlocks
+          .slice(0, 3)
+          .map((d) => d.replace(/\s*\n\s*/g, ' / '))
+          .join(' | ');
+      // .ci/run's closing summary prints it (vitest's JSON report has no place for a teardown's failure).
+      if (process.env.KEEL_TEST_TEARDOWN_REPORT) writeFileSync(process.env.KEEL_TEST_TEARDOWN_REPORT, `${message}\n`);
+      process.exitCode = 1; // vitest prints a teardown's error but exits 0 for it
+      throw new Error(message);
+    }
   };
 }
