@@ -54,7 +54,8 @@ export interface LocalHostOptions {
   maxRequestBytes?: number; // the host's own cap (Azure: 100 MB); default 32 MB
   // The bytes of request bodies the host holds at once, across every request (received and not yet answered); a
   // body that would go past it is refused with 503 and Retry-After instead of being buffered (20 callers sending 30 MB
-  // each took 1.1 GB). At least maxRequestBytes; default 64 MB.
+  // each took 1.1 GB). Each body is held once (a Blob under the handler's Request), so this is what the bodies cost
+  // until their handlers read them. At least maxRequestBytes; default 64 MB.
   maxInflightBodyBytes?: number;
   // A request whose body has not fully arrived this long after its headers is answered 408 and its connection closed
   // (a slow or stalled sender holds a socket and its buffered bytes, never the host). Default 60 s.
