@@ -117,11 +117,7 @@ describe('postgres one-row moves lock their row once', () => {
   it("a flow's settle: the failed parent's waiting child is dead-lettered without being locked again", async () => {
     const parent = await started(false);
     const { id: child } = await store.enqueue({ queue, type: 't', after: [parent.id] });
-    const r = await scansOf(
-      'select keel.fail($1, $2, $3, $4)',
-      [parent.id, parent.leaseId, 'fatal', 'boom'],
-      child,
-    );
+    const r = await scansOf('select keel.fail($1, $2, $3, $4)', [parent.id, parent.leaseId, 'fatal', 'boom'], child);
     // The parent: its locking read and its delete (2); the child: locked before the delete (keel._lock_settled),
     // locked again with the closure re-read (keel._parents_finished), its state read, and its delete (4): 6.
     expect(r).toEqual({ answer: 'ok', scans: 6, location: 'dlq', reason: 'parent_failed' });
