@@ -1275,6 +1275,7 @@ declare
   v_running  bigint[];
   v_dead     bigint[];
   v_deps     bigint[];
+  v_held     bigint[];
   v_t        keel.tally;
 begin
   v_ids := array(select distinct x.id from unnest(p_job_ids) as x(id) where x.id is not null order by 1);
@@ -1283,13 +1284,16 @@ begin
   end if;
   v_waiting := array(select h.id from keel.jobs_hot h
                      where h.id = any(array(select unnest(v_ids))) and h.state = 'waiting' order by 1);
-  perform l.id from (select x.id from unnest(v_ids) as x(id) where x.id <> all(v_waiting) order by 1) x
+  -- v_held: the named rows this call locked. A row that was not hot when it looked (a dead-lettered job that a
+  -- resurrect brought back meanwhile) is not: it is answered not_found, as if the cancel came first.
+  select coalesce(array_agg(l.id), '{}') into v_held
+  from (select x.id from unnest(v_ids) as x(id) where x.id <> all(v_waiting) order by 1) x
   cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id for update of h offset 0) l;
   -- Waiting rows: those named, and the descendants of the rows that will be dead-lettered (pending, fetched, waiting)
   -- when any of them has dependents.
   v_roots := array(select h.id from keel.jobs_hot h
-                   where h.id = any(array(select unnest(v_ids))) and h.state in ('pending', 'fetched', 'waiting')
-                     and h.has_dependents);
+                   where h.id = any(array(select unnest(v_held || v_waiting)))
+                     and h.state in ('pending', 'fetched', 'waiting') and h.has_dependents);
   v_more := v_waiting;
   if cardinality(v_roots) > 0 then
     v_more := array(
@@ -1301,16 +1305,17 @@ begin
       select d.id from d union select unnest(v_waiting) order by 1);
   end if;
   -- (The rows of v_roots that are not waiting are ours already: locking them again waits for no one.)
-  perform l.id from (select unnest(v_more) as id order by 1) x
+  select v_held || coalesce(array_agg(l.id) filter (where l.id = any(v_ids)), '{}') into v_held
+  from (select unnest(v_more) as id order by 1) x
   cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id for update of h offset 0) l;
-  -- Every named row still hot is ours now: its state stays as read here until commit, so the rows to dead-letter
-  -- are moved as read (keel._dead_letter_held), not looked up and locked again.
+  -- Every named row locked above is ours: its state stays as read here until commit, so the rows to dead-letter are
+  -- moved as read (keel._dead_letter_held), not looked up and locked again.
   select coalesce(array_agg(h.id order by h.id) filter (where h.state = 'processing'), '{}'),
          coalesce(array_agg(h.id order by h.id) filter (where h.state in ('pending', 'fetched', 'waiting')), '{}'),
          array_agg(h.id order by h.id) filter (where h.state in ('pending', 'fetched', 'waiting') and h.has_dependents)
   into v_running, v_dead, v_deps
   from keel.jobs_hot h
-  where h.id = any(array(select unnest(v_ids)));
+  where h.id = any(array(select unnest(v_held)));
   if cardinality(v_running) > 0 then
     update keel.jobs_hot h set cancel_requested = true where h.id = any(array(select unnest(v_running)));
   end if;
