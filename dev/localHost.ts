@@ -13,7 +13,13 @@ import { randomUUID } from 'node:crypto';
 import Router from 'find-my-way';
 import { ncrontab, type Ncrontab } from '../shared/app/ncrontab.js';
 import type { QueueClient, QueueServiceClient, DequeuedMessageItem } from '@azure/storage-queue';
-import type { HttpResponseInit, HttpResponse as HttpResponseType, LogLevel, Timer } from '@azure/functions';
+import type {
+  HttpRequestInit,
+  HttpResponseInit,
+  HttpResponse as HttpResponseType,
+  LogLevel,
+  Timer,
+} from '@azure/functions';
 import type {
   FunctionDefinition,
   HttpDefinition,
@@ -48,7 +54,8 @@ export interface LocalHostOptions {
   maxRequestBytes?: number; // the host's own cap (Azure: 100 MB); default 32 MB
   // The bytes of request bodies the host holds at once, across every request (received and not yet answered); a
   // body that would go past it is refused with 503 and Retry-After instead of being buffered (20 callers sending 30 MB
-  // each took 1.1 GB). At least maxRequestBytes; default 64 MB.
+  // each took 1.1 GB). Each body is held once (a Blob under the handler's Request), so this is what the bodies cost
+  // until their handlers read them. At least maxRequestBytes; default 64 MB.
   maxInflightBodyBytes?: number;
   // A request whose body has not fully arrived this long after its headers is answered 408 and its connection closed
   // (a slow or stalled sender holds a socket and its buffered bytes, never the host). Default 60 s.
@@ -302,7 +309,8 @@ class BodyBudget {
   }
 }
 
-type BodyRead = { ok: true; bytes: Buffer | null; reserved: number } | { ok: false };
+// body: the request's bytes, held once (a Blob the handler's Request reads, no copy of it kept here).
+type BodyRead = { ok: true; body: Blob | null; reserved: number } | { ok: false };
 
 class HttpLayer implements Stoppable {
   private server: http.Server | undefined;
@@ -491,7 +499,7 @@ class HttpLayer implements Stoppable {
     const read = await this.readBody(req, res);
     if (!read.ok) return;
     try {
-      await this.invoke(req, res, url, method, found, def, catchAll, read.bytes);
+      await this.invoke(req, res, url, method, found, def, catchAll, read.body);
     } finally {
       this.budget.give(read.reserved);
     }
@@ -540,7 +548,7 @@ class HttpLayer implements Stoppable {
     }
     if (declared === 0 || (declared === null && req.headers['transfer-encoding'] === undefined)) {
       req.resume();
-      return Promise.resolve({ ok: true, bytes: null, reserved: 0 });
+      return Promise.resolve({ ok: true, body: null, reserved: 0 });
     }
     // A declared length is reserved whole, up front; a chunked body chunk by chunk as it arrives.
     let reserved = 0;
@@ -582,10 +590,8 @@ class HttpLayer implements Stoppable {
         }
         chunks.push(chunk);
       };
-      const onEnd = () => {
-        const bytes = Buffer.concat(chunks, size);
-        finish({ ok: true, bytes: size > 0 ? bytes : null, reserved });
-      };
+      // One copy, into the Blob the handler's Request reads; the chunks (slices of the socket's buffers) go.
+      const onEnd = () => finish({ ok: true, body: size > 0 ? new Blob(chunks as BlobPart[]) : null, reserved });
       // The caller went away mid-body: nothing to answer; what was held is given back.
       const onGone = () => {
         this.log(
@@ -644,7 +650,7 @@ class HttpLayer implements Stoppable {
     found: { params: Record<string, string | undefined> },
     def: HttpDefinition,
     catchAll: string | null,
-    bytes: Buffer | null,
+    requestBody: Blob | null,
   ): Promise<void> {
     const params: Record<string, string> = {};
     for (const [k, v] of Object.entries(found.params)) {
@@ -657,14 +663,20 @@ class HttpLayer implements Stoppable {
       if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
     const query: Record<string, string> = {};
     for (const [k, v] of url.searchParams) query[k] = v;
-    const request = new HttpRequest({
+    // The Request is built here, over the body's Blob, and handed to HttpRequest as its native request (what the
+    // library's own streaming path does): given `body: { bytes }` it keeps them and makes two more copies (a Buffer,
+    // then the Request's), three times each body held while the handler runs. GET and HEAD carry no body (the
+    // Request refuses one; the library drops it too).
+    const body = method === 'GET' || method === 'HEAD' ? null : requestBody;
+    const nativeRequest = new Request(url, { method, headers, body });
+    const init: HttpRequestInit & { nativeRequest: Request } = {
       method,
       url: url.toString(),
-      headers,
       query,
       params,
-      ...(bytes ? { body: { bytes } } : {}),
-    });
+      nativeRequest,
+    };
+    const request = new HttpRequest(init);
     const context = contextFor(def.name, this.log, this.opts);
     const started = Date.now();
     let result: HttpResponseInit | HttpResponseType | undefined;
@@ -677,12 +689,12 @@ class HttpLayer implements Stoppable {
     }
     const response =
       result instanceof HttpResponse ? result : new HttpResponse((result ?? { status: 204 }) as HttpResponseInit);
-    const body = Buffer.from(await response.arrayBuffer());
+    const out = Buffer.from(await response.arrayBuffer());
     const outHeaders: Record<string, string> = {};
     response.headers.forEach((v, k) => (outHeaders[k] = v));
     if (res.destroyed) return; // the caller went away meanwhile
     res.writeHead(response.status, outHeaders);
-    res.end(body);
+    res.end(out);
     this.log(
       `[${new Date().toISOString()}] ${def.name} http: ${method} ${url.pathname} -> ${response.status} (${Date.now() - started} ms)`,
     );

@@ -82,6 +82,7 @@ export function composeTransferService(
     log: transferServiceLog,
     directApply: opts.directApply ?? true, // a key window into a PostgreSQL target: one target transaction
     ...(opts.applyTimeoutLimit !== undefined ? { applyTimeoutLimit: opts.applyTimeoutLimit } : {}),
+    statementTimeoutMs: factory.timeouts.statementMs, // the one its adapters' sessions set
   });
   return { service, transfers };
 }

@@ -573,9 +573,7 @@ export class JobProcessor {
       // Not through safe(): a closure per job.
       try {
         const durationMs = Date.now() - startedAt;
-        if (unregisteredType)
-          onOutcome.call(this.events, { job, outcome, reason, durationMs, attempt, unregisteredType });
-        else onOutcome.call(this.events, { job, outcome, reason, durationMs, attempt });
+        onOutcome.call(this.events, { job, outcome, reason, durationMs, attempt, unregisteredType });
       } catch {
         // telemetry hooks must never break job processing
       }

@@ -24,7 +24,8 @@ export type TransferErrorCode =
   | 'target_busy' // a bounded lock wait on the target ran out; nothing was changed there (retryable)
   | 'changes_expired' // a change window starts before the source's min valid version: re-baseline the transfer
   | 'changes_not_enabled' // a changes transfer's source table has no change tracking / change capture
-  | 'apply_timeout'; // the apply ran out of the target's statement timeout KEEL_TRANSFER_APPLY_TIMEOUT_LIMIT times in a row
+  | 'apply_timeout' // the apply ran out of Keel's statement timeout KEEL_TRANSFER_APPLY_TIMEOUT_LIMIT times in a row
+  | 'stage_timeout'; // the stage did (the same limit)
 
 // Codes that mean "this batch can never succeed as extracted": the batch is marked failed and its window
 // released so that a fresh batch (with a fresh manifest) can cover it.
@@ -38,11 +39,13 @@ export const TERMINAL_CODES: ReadonlySet<TransferErrorCode> = new Set<TransferEr
   'changes_expired',
   'changes_not_enabled',
   'apply_timeout',
+  'stage_timeout',
 ]);
 
-// The target's server ended the apply's statement at its statement timeout (PostgreSQL 57014 query_canceled: Keel's
+// A PostgreSQL source's or target's server ended a statement (57014 query_canceled): its statement timeout (Keel's
 // own KEEL_TRANSFER_STATEMENT_TIMEOUT_MS, which its sessions set at connect and so outrank a role's or database's
-// default). An operator's pg_cancel_backend shares the code; counted alike (KEEL_TRANSFER_APPLY_TIMEOUT_LIMIT).
+// default) or a cancel from outside (pg_cancel_backend), which shares the code. TransferService.ranOutOfTime tells
+// them apart by the time the step took; only Keel's timeouts count toward KEEL_TRANSFER_APPLY_TIMEOUT_LIMIT.
 export function isStatementTimeout(err: unknown): boolean {
   return err instanceof Error && (err as Error & { code?: unknown }).code === '57014';
 }

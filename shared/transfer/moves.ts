@@ -45,14 +45,16 @@ export class BatchMoves {
     b: BatchRecord,
     event: string,
     err: unknown,
-    opts: { fenced?: boolean; whileOpen?: boolean } = {},
+    // timedOut: the error was Keel's own statement timeout (TransferService.ranOutOfTime), marked on the event so
+    // that the timeouts in a row can be counted apart from a cancel from outside, which has the same code.
+    opts: { fenced?: boolean; whileOpen?: boolean; timedOut?: boolean } = {},
   ): Promise<void> {
     const d = describeError(err);
     const write = (version: number | undefined) =>
       this.journal.note(
         b.batchId,
         event,
-        { code: d.code, message: d.message },
+        { code: d.code, message: d.message, ...(opts.timedOut ? { timeout: true } : {}) },
         { lastError: d.message, lastErrorCode: d.code },
         version,
       );

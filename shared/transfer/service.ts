@@ -14,6 +14,7 @@ import { baselineOpts, negotiateChecksum, negotiateFeed, readsOnce } from './neg
 import { Reconciler } from './reconcile.js';
 import { describeSchemaDiff } from './schema.js';
 import { stageRequest } from './stageRequest.js';
+import { DEFAULT_TRANSFER_TIMEOUTS } from './timeouts.js';
 import {
   iso,
   toView,
@@ -71,10 +72,13 @@ export interface TransferServiceDeps {
   // where the source shares its cores with the target (one 2-core server), the read ahead competes with the COPY's
   // target backend, and bench/transfer.ts `--read-ahead off` measures the difference on such a machine.
   readAhead?: boolean;
-  // KEEL_TRANSFER_APPLY_TIMEOUT_LIMIT: an apply ended by the target's statement timeout this many times in a row
-  // fails the batch with code apply_timeout (its window released; batch_failed event and alert), instead of
-  // retrying it for ever. 0: never (default 3).
+  // KEEL_TRANSFER_APPLY_TIMEOUT_LIMIT: an apply ended by Keel's own statement timeout this many times in a row
+  // fails the batch with code apply_timeout, a stage so ended with stage_timeout (its window released; batch_failed
+  // event and alert), instead of retrying it for ever. 0: never (default 3).
   applyTimeoutLimit?: number;
+  // KEEL_TRANSFER_STATEMENT_TIMEOUT_MS, the statement timeout the adapters' sessions set (default 5 min): a step's
+  // 57014 that came sooner after its start was not that timeout (an operator's pg_cancel_backend) and is not counted.
+  statementTimeoutMs?: number;
 }
 
 // The next window's manifest, read ahead while a full window's rows move (TransferService.startAhead): for the window
@@ -104,6 +108,7 @@ export class TransferService {
   private readonly prepared = new Set<string>();
   private readonly committedViews = new WeakSet<BatchView>(); // committedByCall
   private readonly applyTimeoutLimit: number;
+  private readonly statementTimeoutMs: number;
   // The transfer of each batch this service created lately (a batch's transfer never changes): its stage reads the
   // source's schema beside the journal's record instead of after it. Bounded: the oldest are dropped.
   private readonly batchTransfers = new Map<string, string>();
@@ -135,6 +140,7 @@ export class TransferService {
     this.directApply = deps.directApply ?? false;
     this.readAhead = deps.readAhead ?? true;
     this.applyTimeoutLimit = deps.applyTimeoutLimit ?? 3;
+    this.statementTimeoutMs = deps.statementTimeoutMs ?? DEFAULT_TRANSFER_TIMEOUTS.statementMs;
     this.moves = new BatchMoves(this.journal, this.log);
     this.reconciler = new Reconciler({
       journal: this.journal,
@@ -764,6 +770,7 @@ export class TransferService {
     if (b.state !== 'extracting') return toView(b);
     const t = this.transfer(baseTransferName(b.transferName));
     const a = await this.connect(t);
+    const started = Date.now();
     try {
       const schema = early && known === t.name ? await early : await a.source.readSchema();
       if (schema.hash !== b.schemaHash) {
@@ -778,7 +785,6 @@ export class TransferService {
       }
       await this.prepare(t, a, schema);
       const w: Window = { kind: b.boundaryKind, low: b.boundaryLow, high: b.boundaryHigh };
-      const started = Date.now();
       let res: StageResult;
       const oneRead = b.rowCount === null && (await readsOnce(a, w));
       let triedDirect = false;
@@ -832,7 +838,11 @@ export class TransferService {
         return toView(await this.reconciler.release(b, err, ['extracting']));
       // Fenced, and only while the batch is open: a run that ended it meanwhile (an abandon, a rival run's terminal
       // failure, its commit) keeps its reason; this error is kept as an event (test/transfer/staleStageError.test.ts).
-      await this.moves.noteError(b, 'stage_error', err, { fenced: true, whileOpen: true });
+      const timedOut = this.ranOutOfTime(err, started);
+      await this.moves.noteError(b, 'stage_error', err, { fenced: true, whileOpen: true, timedOut });
+      const terminal = timedOut ? await this.timeoutError(batchId, 'stage') : null;
+      if (terminal)
+        return toView(await this.reconciler.release(await this.moves.load(batchId), terminal, ['extracting']));
       throw err;
     }
   }
@@ -916,11 +926,12 @@ export class TransferService {
       return { manifest: m, attempt: claimed.attempts };
     };
     let res: ApplyResult | 'not_eligible';
+    const started = Date.now();
     try {
       res = await a.target.applyDirectStreamed!(req, w, feed, afterRows);
     } catch (err) {
       if (!counted) throw err; // nothing claimed: the stage's own error handling
-      return this.directFailed(counted, err);
+      return this.directFailed(counted, err, started);
     }
     if (res === 'not_eligible') {
       if (!counted) return null;
@@ -982,6 +993,7 @@ export class TransferService {
     // one): its error is noted only while no other run moved or noted the batch since.
     let version = claimed.version;
     let res: ApplyResult;
+    const started = Date.now();
     try {
       res = await a.target.apply(req, {
         attempt: claimed.attempts, // fenced on the target: an attempt that reconcile ruled out fails instead of committing
@@ -1010,10 +1022,11 @@ export class TransferService {
       // Fenced: an abandon that ended the batch while this call was on its way keeps its record -- the operator's
       // reason on a failed batch is not replaced by this late apply's refusal (the event is kept, marked stale); a
       // batch a rival's reconcile only moved back (still open) gets the error (whileOpen).
-      await this.moves.noteError({ ...b, version }, 'apply_error', err, { fenced: true, whileOpen: true });
+      const timedOut = this.ranOutOfTime(err, started);
+      await this.moves.noteError({ ...b, version }, 'apply_error', err, { fenced: true, whileOpen: true, timedOut });
       this.forgetPrepared(t.name);
       const view = await this.reconcile(batchId);
-      const terminal = await this.terminalError(view, err);
+      const terminal = await this.terminalError(view, err, timedOut);
       if (terminal) return toView(await this.reconciler.release(await this.moves.load(batchId), terminal));
       return view;
     }
@@ -1094,11 +1107,12 @@ export class TransferService {
       return claimed?.attempts ?? null;
     };
     let res: ApplyResult | 'not_eligible' | 'not_counted';
+    const started = Date.now();
     try {
       res = await a.target.applyDirect!(req, w, feed, count);
     } catch (err) {
       if (!claimed) throw err; // the count failed (or never ran): the stage's own error handling, as before
-      return this.directFailed(claimed, err);
+      return this.directFailed(claimed, err, started);
     }
     if (res === 'not_counted') return toView(await this.moves.load(b.batchId)); // someone else moved it
     if (res === 'not_eligible') {
@@ -1171,34 +1185,52 @@ export class TransferService {
   // A direct apply whose attempt was counted failed: reconciled like an apply (a terminal error releases the batch).
   // `claimed`: the record start_apply returned; the error is noted fenced on it (an abandon that ended the batch
   // meanwhile keeps its record, as in apply()).
-  private async directFailed(claimed: BatchRecord, err: unknown): Promise<BatchView> {
+  private async directFailed(claimed: BatchRecord, err: unknown, started: number): Promise<BatchView> {
     const b = claimed;
     this.forgetPrepared(baseTransferName(b.transferName));
-    await this.moves.noteError(b, 'apply_error', err, { fenced: true, whileOpen: true });
+    const timedOut = this.ranOutOfTime(err, started);
+    await this.moves.noteError(b, 'apply_error', err, { fenced: true, whileOpen: true, timedOut });
     const view = await this.reconcile(b.batchId);
-    const terminal = await this.terminalError(view, err);
+    const terminal = await this.terminalError(view, err, timedOut);
     if (terminal) return toView(await this.reconciler.release(await this.moves.load(b.batchId), terminal));
     return view;
   }
 
   // After a failed apply, reconciled back to an open state: the error that fails the batch, if any -- a terminal
-  // one, or the target's statement timeout for the applyTimeoutLimit-th apply in a row (its apply_error events, the
-  // last ones that are, all 57014). Such a batch would otherwise be retried for ever without converging: a window too
-  // large for KEEL_TRANSFER_STATEMENT_TIMEOUT_MS (or a target that slow) needs an operator's decision.
-  private async terminalError(view: BatchView, err: unknown): Promise<TransferError | null> {
+  // one, or Keel's own statement timeout for the applyTimeoutLimit-th apply in a row (timeoutError). Such a batch would
+  // otherwise be retried for ever without converging: a window too large for KEEL_TRANSFER_STATEMENT_TIMEOUT_MS (or a
+  // target that slow) needs an operator's decision.
+  private async terminalError(view: BatchView, err: unknown, timedOut: boolean): Promise<TransferError | null> {
     if (view.state !== 'staged' && view.state !== 'extracting') return null;
     if (err instanceof TransferError) return TERMINAL_CODES.has(err.code) ? err : null;
-    if (this.applyTimeoutLimit === 0 || !isStatementTimeout(err)) return null;
+    return timedOut ? this.timeoutError(view.batchId, 'apply') : null;
+  }
+
+  // Whether a step that started at `started` (epoch ms) failed on Keel's own statement timeout: the server's
+  // statement timeout (57014) no sooner than KEEL_TRANSFER_STATEMENT_TIMEOUT_MS after the step began. The server
+  // sends the same code for a pg_cancel_backend (an operator's, a monitoring tool's), in a message the server's
+  // lc_messages may translate, so the code alone does not tell them apart; but a statement of the step cannot have
+  // run that long sooner, so a cancel within that time is told apart (one later is counted as a timeout: the step
+  // was at its limit anyway).
+  private ranOutOfTime(err: unknown, started: number): boolean {
+    return this.applyTimeoutLimit > 0 && isStatementTimeout(err) && Date.now() - started >= this.statementTimeoutMs;
+  }
+
+  // The step's (stage's or apply's: apply_error and stage_error events) Keel statement timeouts in a row, newest
+  // first: at applyTimeoutLimit, the error that fails the batch (apply_timeout or stage_timeout). Any other error of
+  // the step breaks the row; a cancel from outside (57014 not marked timeout) neither counts nor breaks it.
+  private async timeoutError(batchId: string, step: 'stage' | 'apply'): Promise<TransferError | null> {
+    const event = step === 'stage' ? 'stage_error' : 'apply_error';
     let inARow = 0;
-    for (const e of [...(await this.journal.events(view.batchId))].reverse()) {
-      if (e.event !== 'apply_error') continue;
-      if (e.detail?.code !== '57014') break;
-      inARow++;
+    for (const e of [...(await this.journal.events(batchId))].reverse()) {
+      if (e.event !== event) continue;
+      if (e.detail?.timeout === true) inARow++;
+      else if (e.detail?.code !== '57014') break;
     }
     if (inARow < this.applyTimeoutLimit) return null;
     return new TransferError(
-      'apply_timeout',
-      `batch ${view.batchId}: its apply ran out of the target's statement timeout ${inARow} times in a row (KEEL_TRANSFER_STATEMENT_TIMEOUT_MS; KEEL_TRANSFER_APPLY_TIMEOUT_LIMIT ${this.applyTimeoutLimit}): raise the timeout or lower the transfer's batchSize, then start the transfer again (its window is released)`,
+      step === 'stage' ? 'stage_timeout' : 'apply_timeout',
+      `batch ${batchId}: its ${step} ran out of Keel's statement timeout ${inARow} times in a row (KEEL_TRANSFER_STATEMENT_TIMEOUT_MS ${this.statementTimeoutMs}; KEEL_TRANSFER_APPLY_TIMEOUT_LIMIT ${this.applyTimeoutLimit}): raise the timeout or lower the transfer's batchSize, then start the transfer again (its window is released)`,
       { timeouts: inARow },
     );
   }

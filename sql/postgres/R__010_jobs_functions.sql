@@ -1078,7 +1078,8 @@ end
 $$;
 
 -- Hot -> DLQ for the given ids that are in one of p_states (and, when p_lease is given, still under that lease),
--- locked in id order. Shared by cancel_many, rescue and a flow's settle. Returns what to count (keel._tally);
+-- locked in id order. Used by rescue, which has not locked them (cancel_many, a flow's settle and the one-row moves
+-- hold their rows already: keel._dead_letter_held). Returns what to count (keel._tally);
 -- cardinality(queues) is how many it moved.
 -- A row with dependents has its waiting descendants locked before anything is deleted (keel._lock_settled).
 drop function if exists keel._dead_letter(bigint[], uuid, text[], text, text);
@@ -1259,7 +1260,7 @@ $$;
 -- keel.cancel for many jobs in one transaction (the ops API's cancel by selection sends its ids in chunks): per
 -- distinct id what keel.cancel would answer. Locks (sql/README.md): the rows that are not waiting, by id; then, all
 -- in one id order, the waiting rows named and every waiting descendant of the rows to be dead-lettered (their
--- cascade, taken at once as keel._parents_finished takes a failure's); then the moves, one keel._dead_letter for
+-- cascade, taken at once as keel._parents_finished takes a failure's); then the moves, one keel._dead_letter_held for
 -- them all, and the counters once, last. A row named as waiting that was released in between is locked with the
 -- waiting ones (keel._lock_parents' case). Jobs in no flow read no edge.
 create or replace function keel.cancel_many(p_job_ids bigint[])
@@ -1273,6 +1274,8 @@ declare
   v_more     bigint[];
   v_running  bigint[];
   v_dead     bigint[];
+  v_deps     bigint[];
+  v_held     bigint[];
   v_t        keel.tally;
 begin
   v_ids := array(select distinct x.id from unnest(p_job_ids) as x(id) where x.id is not null order by 1);
@@ -1281,13 +1284,16 @@ begin
   end if;
   v_waiting := array(select h.id from keel.jobs_hot h
                      where h.id = any(array(select unnest(v_ids))) and h.state = 'waiting' order by 1);
-  perform l.id from (select x.id from unnest(v_ids) as x(id) where x.id <> all(v_waiting) order by 1) x
+  -- v_held: the named rows this call locked. A row that was not hot when it looked (a dead-lettered job that a
+  -- resurrect brought back meanwhile) is not: it is answered not_found, as if the cancel came first.
+  select coalesce(array_agg(l.id), '{}') into v_held
+  from (select x.id from unnest(v_ids) as x(id) where x.id <> all(v_waiting) order by 1) x
   cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id for update of h offset 0) l;
   -- Waiting rows: those named, and the descendants of the rows that will be dead-lettered (pending, fetched, waiting)
   -- when any of them has dependents.
   v_roots := array(select h.id from keel.jobs_hot h
-                   where h.id = any(array(select unnest(v_ids))) and h.state in ('pending', 'fetched', 'waiting')
-                     and h.has_dependents);
+                   where h.id = any(array(select unnest(v_held || v_waiting)))
+                     and h.state in ('pending', 'fetched', 'waiting') and h.has_dependents);
   v_more := v_waiting;
   if cardinality(v_roots) > 0 then
     v_more := array(
@@ -1299,19 +1305,22 @@ begin
       select d.id from d union select unnest(v_waiting) order by 1);
   end if;
   -- (The rows of v_roots that are not waiting are ours already: locking them again waits for no one.)
-  perform l.id from (select unnest(v_more) as id order by 1) x
+  select v_held || coalesce(array_agg(l.id) filter (where l.id = any(v_ids)), '{}') into v_held
+  from (select unnest(v_more) as id order by 1) x
   cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id for update of h offset 0) l;
-  -- Every named row still hot is ours now: its state stays as read here until commit.
-  v_running := array(select h.id from keel.jobs_hot h
-                     where h.id = any(array(select unnest(v_ids))) and h.state = 'processing' order by 1);
-  v_dead := array(select h.id from keel.jobs_hot h
-                  where h.id = any(array(select unnest(v_ids))) and h.state in ('pending', 'fetched', 'waiting')
-                  order by 1);
+  -- Every named row locked above is ours: its state stays as read here until commit, so the rows to dead-letter are
+  -- moved as read (keel._dead_letter_held), not looked up and locked again.
+  select coalesce(array_agg(h.id order by h.id) filter (where h.state = 'processing'), '{}'),
+         coalesce(array_agg(h.id order by h.id) filter (where h.state in ('pending', 'fetched', 'waiting')), '{}'),
+         array_agg(h.id order by h.id) filter (where h.state in ('pending', 'fetched', 'waiting') and h.has_dependents)
+  into v_running, v_dead, v_deps
+  from keel.jobs_hot h
+  where h.id = any(array(select unnest(v_held)));
   if cardinality(v_running) > 0 then
     update keel.jobs_hot h set cancel_requested = true where h.id = any(array(select unnest(v_running)));
   end if;
   if cardinality(v_dead) > 0 then
-    v_t := keel._dead_letter(v_dead, null, array['pending', 'fetched', 'waiting'], 'cancelled', 'cancelled by operator');
+    v_t := keel._dead_letter_held(v_dead, v_deps, 'cancelled', 'cancelled by operator');
     perform keel._tally(v_t);
   end if;
   return query
@@ -1483,19 +1492,23 @@ create or replace function keel._settle_children(p_ids bigint[])
 returns keel.tally
 language plpgsql as $$
 declare
-  v_due     bigint[];
-  v_dead    bigint[];
-  v_skipped bigint[];
-  v_t       keel.tally := row('{}', '{}', '{}');
+  v_due          bigint[];
+  v_dead         bigint[];
+  v_dead_deps    bigint[];
+  v_skipped      bigint[];
+  v_skipped_deps bigint[];
+  v_t            keel.tally := row('{}', '{}', '{}');
 begin
   if coalesce(cardinality(p_ids), 0) = 0 then
     return v_t;
   end if;
-  select array_agg(c.id) filter (where c.failed and c.policy = 'deadLetter'),
-         array_agg(c.id) filter (where c.failed and c.policy = 'skip'),
+  select array_agg(c.id order by c.id) filter (where c.failed and c.policy = 'deadLetter'),
+         array_agg(c.id order by c.id) filter (where c.failed and c.policy = 'deadLetter' and c.has_dependents),
+         array_agg(c.id order by c.id) filter (where c.failed and c.policy = 'skip'),
+         array_agg(c.id order by c.id) filter (where c.failed and c.policy = 'skip' and c.has_dependents),
          array_agg(c.id) filter (where not c.open and not (c.failed and c.policy <> 'run'))
-  into v_dead, v_skipped, v_due
-  from (select h.id, coalesce(h.on_parent_failure, 'deadLetter') as policy,
+  into v_dead, v_dead_deps, v_skipped, v_skipped_deps, v_due
+  from (select h.id, h.has_dependents, coalesce(h.on_parent_failure, 'deadLetter') as policy,
                coalesce(e.open, false) as open, coalesce(e.failed, false) as failed
         from keel.jobs_hot h
         cross join lateral (select bool_or(d.parent_outcome is null) as open, bool_or(d.parent_outcome = 'failed') as failed
@@ -1507,13 +1520,16 @@ begin
     perform pg_notify('keel_jobs', q.queue)
     from (select distinct h.queue from keel.jobs_hot h where h.id = any(array(select unnest(v_due)))) q;
   end if;
+  -- The caller holds these rows and their state was read above: moved as read (keel._dead_letter_held), not looked
+  -- up and locked again. A row a cascade of the first move took meanwhile is no longer hot: the second deletes
+  -- nothing of it.
   if v_dead is not null then
-    v_t := keel._tally_plus(v_t, keel._dead_letter(v_dead, null, array['waiting'], 'parent_failed',
-                                                  'a parent job was dead-lettered (onFailure: deadLetter)'));
+    v_t := keel._tally_plus(v_t, keel._dead_letter_held(v_dead, v_dead_deps, 'parent_failed',
+                                                       'a parent job was dead-lettered (onFailure: deadLetter)'));
   end if;
   if v_skipped is not null then
-    v_t := keel._tally_plus(v_t, keel._dead_letter(v_skipped, null, array['waiting'], 'skipped',
-                                                  'a parent job was dead-lettered (onFailure: skip)'));
+    v_t := keel._tally_plus(v_t, keel._dead_letter_held(v_skipped, v_skipped_deps, 'skipped',
+                                                       'a parent job was dead-lettered (onFailure: skip)'));
   end if;
   return v_t;
 end

@@ -417,16 +417,107 @@ BEGIN
 END;
 GO
 
+-- PickClaimable(@Queues, @Limit, @Now): the one choice of every claim over many queues (ClaimNext, ClaimAndStart,
+-- PickDue): the due pending jobs of the given queues that a claim takes now, highest priority first, then RunAt, then
+-- Id; paused queues give nothing; a queue with MaxConcurrency at most MaxConcurrency - (fetched + processing) jobs,
+-- counted across every host, under its Queues row locked (UPDLOCK, name order, before any JobsHot row). At most
+-- @Limit per queue; the caller keeps the best @Limit across queues. Returned as one result set (the caller's
+-- INSERT ... EXEC): Id, Priority, RunAt, and the queue's QueueMaxAttempts and QueueZombieTimeoutSeconds (the lease a
+-- started job keeps by heartbeats, as RescueZombies reads it). The picked rows stay pending and update-locked until
+-- the caller's commit. Runs inside the caller's transaction, right after keel.TakeClaimLocks took @Queues' claim
+-- applocks (the pause barrier): the settings read here are those committed by then. Internal (R__900).
+-- One statement per queue and priority level, in index order (IX_JobsHot_PendingDue: Queue, Priority DESC, RunAt,
+-- Id, ExpiresAt included): the rows arrive in claim order, TOP stops after @Take of them and only the rows picked
+-- get update-locked. (One statement over several queues would need a sort, and every pending row fed into it would
+-- stay update-locked until commit: concurrent claimers, reading past locked rows, would come back empty-handed while
+-- jobs wait.) Each level is found by one seek, and within it only its due rows are read (Priority = @Prio AND RunAt
+-- <= @Now is one range of the index): delayed jobs of a higher priority are never read, so a claim costs the same
+-- however many jobs wait for their time.
+CREATE OR ALTER PROCEDURE keel.PickClaimable
+  @Queues keel.QueueNameList READONLY,
+  @Limit INT,
+  @Now datetime2(3)
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  IF @@TRANCOUNT = 0 THROW 50016, N'PickClaimable: its picks are held to the commit of its caller''s transaction', 1;
+  DECLARE @Q TABLE (
+    Name nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY,
+    Limited bit NOT NULL, Slots int NULL, QueueMaxAttempts int NOT NULL, QueueZombieTimeoutSeconds int NOT NULL);
+  DECLARE @Pick TABLE (Id bigint NOT NULL PRIMARY KEY, Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Priority int NOT NULL, RunAt datetime2(3) NOT NULL);
+
+  -- The settings under the claim applocks: a pause, or a limit, that UpdateQueue committed before them is seen here
+  -- (it takes the applock exclusively); queues without a settings row count as unlimited and unpaused.
+  INSERT @Q (Name, Limited, QueueMaxAttempts, QueueZombieTimeoutSeconds)
+  SELECT n.Name, IIF(s.MaxConcurrency IS NULL, 0, 1), ISNULL(s.MaxAttempts, 5), ISNULL(s.ZombieTimeoutSeconds, 300)
+  FROM @Queues AS n
+  LEFT JOIN keel.Queues AS s ON s.Name = n.Name
+  WHERE ISNULL(s.Paused, 0) = 0;
+
+  -- Limited queues: lock each settings row in name order, then count what runs now.
+  DECLARE @Name nvarchar(128) = (SELECT MIN(Name) FROM @Q WHERE Limited = 1);
+  DECLARE @Max int, @Paused bit, @Running int, @Take int, @Prio int;
+  WHILE @Name IS NOT NULL
+  BEGIN
+    SELECT @Max = NULL, @Paused = NULL;
+    SELECT @Max = s.MaxConcurrency, @Paused = s.Paused
+    FROM keel.Queues AS s WITH (UPDLOCK, ROWLOCK)
+    WHERE s.Name = @Name;
+    IF @Paused = 1
+      UPDATE @Q SET Slots = 0 WHERE Name = @Name;
+    ELSE IF @Max IS NULL
+      UPDATE @Q SET Limited = 0 WHERE Name = @Name; -- made unlimited meanwhile
+    ELSE
+    BEGIN
+      SELECT @Running = COUNT(*) FROM keel.JobsHot AS h
+      WHERE h.Queue = @Name AND h.State IN ('fetched', 'processing');
+      UPDATE @Q SET Slots = IIF(@Max > @Running, @Max - @Running, 0) WHERE Name = @Name;
+    END;
+    SET @Name = (SELECT MIN(Name) FROM @Q WHERE Limited = 1 AND Name > @Name);
+  END;
+
+  -- Every queue with room, one at a time in name order: at most @Limit jobs each (a limited queue at most its free
+  -- slots), one priority level at a time, highest first.
+  UPDATE @Q SET Slots = @Limit WHERE Limited = 0;
+  SET @Name = (SELECT MIN(Name) FROM @Q WHERE Slots > 0);
+  WHILE @Name IS NOT NULL
+  BEGIN
+    SELECT @Take = IIF(Slots < @Limit, Slots, @Limit) FROM @Q WHERE Name = @Name;
+    SET @Prio = (SELECT MAX(h.Priority) FROM keel.JobsHot AS h WITH (INDEX(IX_JobsHot_PendingDue))
+                 WHERE h.Queue = @Name AND h.State = 'pending');
+    WHILE @Prio IS NOT NULL AND @Take > 0
+    BEGIN
+      INSERT @Pick (Id, Queue, Priority, RunAt)
+      SELECT TOP (@Take) h.Id, @Name, h.Priority, h.RunAt
+      FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK, INDEX(IX_JobsHot_PendingDue))
+      WHERE h.Queue = @Name AND h.State = 'pending' AND h.Priority = @Prio AND h.RunAt <= @Now
+        AND (h.ExpiresAt IS NULL OR h.ExpiresAt > @Now)
+      ORDER BY h.RunAt, h.Id;
+      SET @Take = @Take - @@ROWCOUNT;
+
+      SET @Prio = (SELECT MAX(h.Priority) FROM keel.JobsHot AS h WITH (INDEX(IX_JobsHot_PendingDue))
+                   WHERE h.Queue = @Name AND h.State = 'pending' AND h.Priority < @Prio);
+    END;
+    SET @Name = (SELECT MIN(Name) FROM @Q WHERE Slots > 0 AND Name > @Name);
+  END;
+
+  SELECT p.Id, p.Priority, p.RunAt, q.QueueMaxAttempts, q.QueueZombieTimeoutSeconds
+  FROM @Pick AS p
+  INNER JOIN @Q AS q ON q.Name = p.Queue;
+END;
+GO
+
 -- ClaimNext(@WorkerId, @Queues JSON array of names, @Limit, @LeaseSeconds): up to @Limit due pending jobs of the
--- given queues, highest priority first, then RunAt, then Id; skips rows other claimers hold (UPDLOCK, READPAST,
--- ROWLOCK, plus READCOMMITTEDLOCK, which READPAST requires under READ_COMMITTED_SNAPSHOT); paused queues give
--- nothing. A queue with MaxConcurrency is serialised by locking its Queues row (name order, before any JobsHot row)
--- and contributes at most MaxConcurrency - (fetched + processing) jobs, counted across every host. Each claimed job
--- gets a new lease: State 'fetched', LeaseId NEWID(), LeaseExpiresAt.
+-- given queues as keel.PickClaimable chooses them (priority, RunAt, Id; pause; MaxConcurrency counted across every
+-- host; expiry), claimed by key: each gets a new lease, State 'fetched', LeaseId NEWID(), LeaseExpiresAt. Rows other
+-- claimers hold are skipped (UPDLOCK, READPAST, ROWLOCK, plus READCOMMITTEDLOCK, which READPAST requires under
+-- READ_COMMITTED_SNAPSHOT); paused queues give nothing. Only the best @Limit picked rows across queues are updated;
+-- the other picked rows stay update-locked until commit, untouched.
 -- Lock order (R__010_counters.sql): every queue's claim applock in share mode by name (the pause barrier: UpdateQueue);
--- limited queues' Queues rows by name; job rows READPAST (a claim skips a locked row, it never waits for one);
--- HotCounts once at the end (keel.ApplyCounters), although one UPDATE per queue and priority level (and the
--- hand-back) each fire the JobsHot trigger.
+-- limited queues' Queues rows by name; job rows READPAST (a claim skips a locked row, it never waits for one); one
+-- UPDATE, the transaction's only counted statement and its last, so the JobsHot trigger writes HotCounts at the end.
 CREATE OR ALTER PROCEDURE keel.ClaimNext
   @WorkerId NVARCHAR(200),
   @Queues NVARCHAR(MAX),
@@ -445,127 +536,44 @@ BEGIN
     Payload nvarchar(max) NOT NULL, Priority int NOT NULL, Attempts int NOT NULL, MaxAttempts int NULL,
     IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL, Tags nvarchar(max) NOT NULL,
     RunAt datetime2(3) NOT NULL, CreatedAt datetime2(3) NOT NULL, LeaseExpiresAt datetime2(3) NOT NULL);
-  DECLARE @Q TABLE (
-    Name nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY,
-    Limited bit NOT NULL, Slots int NULL, QueueMaxAttempts int NOT NULL, QueueZombieTimeoutSeconds int NOT NULL);
-  DECLARE @Counters keel.CounterRows; -- stays empty: a claim adds to no StatsSummary or MetricBuckets row
+  DECLARE @Pick TABLE (Id bigint NOT NULL PRIMARY KEY, Priority int NOT NULL, RunAt datetime2(3) NOT NULL,
+    QueueMaxAttempts int NOT NULL, QueueZombieTimeoutSeconds int NOT NULL);
   DECLARE @Lock keel.QueueNameList; -- the queues whose claim applocks it takes (keel.TakeClaimLocks)
 
   IF @Limit IS NOT NULL AND @Limit >= 1 AND @Queues IS NOT NULL AND ISJSON(@Queues) = 1
   BEGIN
-    -- Settings read without locks; queues without a settings row count as unlimited and unpaused.
-    -- QueueZombieTimeoutSeconds: the lease a started job keeps by heartbeats, as RescueZombies reads it.
-    INSERT @Q (Name, Limited, QueueMaxAttempts, QueueZombieTimeoutSeconds)
-    SELECT n.Name, IIF(s.MaxConcurrency IS NULL, 0, 1), ISNULL(s.MaxAttempts, 5), ISNULL(s.ZombieTimeoutSeconds, 300)
+    -- Settings read without locks: a queue paused now takes no claim applock (keel.PickClaimable reads them again
+    -- under the applocks).
+    INSERT @Lock (Name)
+    SELECT n.Name
     FROM (SELECT DISTINCT CONVERT(nvarchar(128), j.[value]) COLLATE Latin1_General_100_BIN2 AS Name
           FROM OPENJSON(@Queues) AS j WHERE j.[type] = 1) AS n
     LEFT JOIN keel.Queues AS s ON s.Name = n.Name
     WHERE ISNULL(s.Paused, 0) = 0;
 
-    -- The triggers' read-counter deltas, applied once by keel.ApplyCounters (R__010_counters.sql).
-    CREATE TABLE #KeelCountDeltas (Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
-      Pending bigint NOT NULL, Fetched bigint NOT NULL, Processing bigint NOT NULL, Dlq bigint NOT NULL,
-      Waiting bigint NOT NULL DEFAULT (0));
-
     BEGIN TRY
       BEGIN TRANSACTION;
 
       -- The pause barrier (UpdateQueue): each queue's claim applock in share mode, in name order, before any table
-      -- lock, held to the commit (keel.TakeClaimLocks); then the pauses committed by now. A pause takes the applock exclusively, so it waits
-      -- for this claim, or this claim for the pause, and nothing it picks starts after the pause has answered.
-      INSERT @Lock (Name) SELECT Name FROM @Q;
+      -- lock, held to the commit (keel.TakeClaimLocks). A pause takes the applock exclusively, so it waits for this
+      -- claim, or this claim for the pause, and nothing it picks starts after the pause has answered.
       EXEC keel.TakeClaimLocks @Queues = @Lock;
-      DELETE q FROM @Q AS q WHERE EXISTS (SELECT 1 FROM keel.Queues AS s WHERE s.Name = q.Name AND s.Paused = 1);
-      -- A limit set since the settings were read (UpdateQueue sets one under the applock, as a pause): counted below.
-      UPDATE q SET Limited = 1 FROM @Q AS q
-      WHERE q.Limited = 0
-        AND EXISTS (SELECT 1 FROM keel.Queues AS s WHERE s.Name = q.Name AND s.MaxConcurrency IS NOT NULL);
+      INSERT @Pick (Id, Priority, RunAt, QueueMaxAttempts, QueueZombieTimeoutSeconds)
+      EXEC keel.PickClaimable @Queues = @Lock, @Limit = @Limit, @Now = @Now;
 
-      -- Limited queues: lock each settings row in name order, then count what runs now.
-      DECLARE @Name nvarchar(128) = (SELECT MIN(Name) FROM @Q WHERE Limited = 1);
-      DECLARE @Max int, @Paused bit, @Running int, @Take int;
-      WHILE @Name IS NOT NULL
-      BEGIN
-        SELECT @Max = NULL, @Paused = NULL;
-        SELECT @Max = s.MaxConcurrency, @Paused = s.Paused
-        FROM keel.Queues AS s WITH (UPDLOCK, ROWLOCK)
-        WHERE s.Name = @Name;
-        IF @Paused = 1
-          UPDATE @Q SET Slots = 0 WHERE Name = @Name;
-        ELSE IF @Max IS NULL
-          UPDATE @Q SET Limited = 0 WHERE Name = @Name; -- made unlimited meanwhile
-        ELSE
-        BEGIN
-          SELECT @Running = COUNT(*) FROM keel.JobsHot AS h
-          WHERE h.Queue = @Name AND h.State IN ('fetched', 'processing');
-          UPDATE @Q SET Slots = IIF(@Max > @Running, @Max - @Running, 0) WHERE Name = @Name;
-        END;
-        SET @Name = (SELECT MIN(Name) FROM @Q WHERE Limited = 1 AND Name > @Name);
-      END;
+      -- The best @Limit picked rows across queues, claimed by key; READPAST there too, so a row an operator's cancel
+      -- holds is left alone rather than waited for.
+      UPDATE h
+      SET State = 'fetched', LeaseId = NEWID(), WorkerId = @WorkerId, FetchedAt = @Now, LeaseExpiresAt = @LeaseUntil
+      OUTPUT inserted.Id, inserted.LeaseId, inserted.Queue, inserted.Type, inserted.Payload, inserted.Priority,
+             inserted.Attempts, inserted.MaxAttempts, inserted.IdempotencyKey, inserted.Tags, inserted.RunAt,
+             inserted.CreatedAt, inserted.LeaseExpiresAt
+      INTO @Claimed (Id, LeaseId, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, RunAt,
+                     CreatedAt, LeaseExpiresAt)
+      FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK, FORCESEEK)
+      INNER JOIN (SELECT TOP (@Limit) p.Id FROM @Pick AS p ORDER BY p.Priority DESC, p.RunAt, p.Id) AS b ON b.Id = h.Id
+      WHERE h.State = 'pending';
 
-      -- Every queue with room, one at a time in name order: at most @Limit jobs each (a limited queue at most its free
-      -- slots). One queue per statement, read through IX_JobsHot_PendingDue (Queue, Priority DESC, RunAt, Id, with
-      -- ExpiresAt included): the rows arrive already in claim order, so TOP stops after @Take of them and only the
-      -- rows this call picks get update-locked. (One statement over several queues would need a sort, and every
-      -- pending row fed into the sort would stay update-locked until commit: concurrent claimers, reading past locked
-      -- rows, would come back empty-handed while jobs wait.) The picked rows are then claimed by key; READPAST there
-      -- too, so a row an operator's cancel holds is left alone rather than waited for.
-      DECLARE @Pick TABLE (Id bigint NOT NULL PRIMARY KEY);
-      DECLARE @Prio int;
-      UPDATE @Q SET Slots = @Limit WHERE Limited = 0;
-      SET @Name = (SELECT MIN(Name) FROM @Q WHERE Slots > 0);
-      WHILE @Name IS NOT NULL
-      BEGIN
-        SELECT @Take = IIF(Slots < @Limit, Slots, @Limit) FROM @Q WHERE Name = @Name;
-        -- One priority level at a time, highest first (each level found by one seek on the index), and within a
-        -- level only its due rows (Priority = @Prio AND RunAt <= @Now is one range of the index): delayed jobs of a
-        -- higher priority are never read, so a claim costs the same however many jobs wait for their time.
-        SET @Prio = (SELECT MAX(h.Priority) FROM keel.JobsHot AS h WITH (INDEX(IX_JobsHot_PendingDue))
-                     WHERE h.Queue = @Name AND h.State = 'pending');
-        WHILE @Prio IS NOT NULL AND @Take > 0
-        BEGIN
-          DELETE FROM @Pick;
-          INSERT @Pick (Id)
-          SELECT TOP (@Take) h.Id
-          FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK, INDEX(IX_JobsHot_PendingDue))
-          WHERE h.Queue = @Name AND h.State = 'pending' AND h.Priority = @Prio AND h.RunAt <= @Now
-            AND (h.ExpiresAt IS NULL OR h.ExpiresAt > @Now)
-          ORDER BY h.RunAt, h.Id;
-
-          UPDATE h
-          SET State = 'fetched', LeaseId = NEWID(), WorkerId = @WorkerId, FetchedAt = @Now, LeaseExpiresAt = @LeaseUntil
-          OUTPUT inserted.Id, inserted.LeaseId, inserted.Queue, inserted.Type, inserted.Payload, inserted.Priority,
-                 inserted.Attempts, inserted.MaxAttempts, inserted.IdempotencyKey, inserted.Tags, inserted.RunAt,
-                 inserted.CreatedAt, inserted.LeaseExpiresAt
-          INTO @Claimed (Id, LeaseId, Queue, Type, Payload, Priority, Attempts, MaxAttempts, IdempotencyKey, Tags, RunAt,
-                         CreatedAt, LeaseExpiresAt)
-          FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK, FORCESEEK)
-          INNER JOIN @Pick AS p ON p.Id = h.Id
-          WHERE h.State = 'pending';
-          SET @Take = @Take - @@ROWCOUNT;
-
-          SET @Prio = (SELECT MAX(h.Priority) FROM keel.JobsHot AS h WITH (INDEX(IX_JobsHot_PendingDue))
-                       WHERE h.Queue = @Name AND h.State = 'pending' AND h.Priority < @Prio);
-        END;
-        SET @Name = (SELECT MIN(Name) FROM @Q WHERE Slots > 0 AND Name > @Name);
-      END;
-
-      -- More than @Limit across queues: keep the best @Limit, hand the rest back exactly as they were
-      -- (pending rows never carry lease fields), still under our locks.
-      IF (SELECT COUNT(*) FROM @Claimed) > @Limit
-      BEGIN
-        DECLARE @Excess TABLE (Id bigint NOT NULL PRIMARY KEY);
-        INSERT @Excess (Id)
-        SELECT r.Id FROM (
-          SELECT c.Id, ROW_NUMBER() OVER (ORDER BY c.Priority DESC, c.RunAt, c.Id) AS Rn FROM @Claimed AS c) AS r
-        WHERE r.Rn > @Limit;
-        UPDATE h
-        SET State = 'pending', LeaseId = NULL, WorkerId = NULL, FetchedAt = NULL, LeaseExpiresAt = NULL
-        FROM keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK) INNER JOIN @Excess AS e ON e.Id = h.Id;
-        DELETE c FROM @Claimed AS c INNER JOIN @Excess AS e ON e.Id = c.Id;
-      END;
-
-      EXEC keel.ApplyCounters @Counters = @Counters; -- HotCounts, once, last
       COMMIT TRANSACTION;
     END TRY
     BEGIN CATCH
@@ -575,21 +583,20 @@ BEGIN
   END;
 
   SELECT c.Id AS JobId, c.LeaseId, c.Queue, c.Type, c.Payload, c.Priority, c.Attempts, c.MaxAttempts,
-         q.QueueMaxAttempts, c.IdempotencyKey, c.Tags, c.RunAt, c.CreatedAt, c.LeaseExpiresAt,
-         q.QueueZombieTimeoutSeconds
+         p.QueueMaxAttempts, c.IdempotencyKey, c.Tags, c.RunAt, c.CreatedAt, c.LeaseExpiresAt,
+         p.QueueZombieTimeoutSeconds
   FROM @Claimed AS c
-  INNER JOIN @Q AS q ON q.Name = c.Queue
+  INNER JOIN @Pick AS p ON p.Id = c.Id
   ORDER BY c.Priority DESC, c.RunAt, c.Id;
 END;
 GO
 
 -- ClaimAndStart(@WorkerId, @Queues JSON array of names, @Limit, @LeaseSeconds): ClaimNext and StartMany in one
--- transaction: the jobs ClaimNext would choose (same order, pause, MaxConcurrency, expiry, same index walk per queue
--- and priority level), set straight to State 'processing' under a new lease with Attempts + 1, StartedAt and
--- HeartbeatAt = now. Columns as ClaimNext (Attempts = before this attempt) plus Attempt, the attempt now running.
--- The picked rows are collected first and only the best @Limit across queues are updated, so nothing has to be
--- handed back (a started row would have to be un-started); the other picked rows stay update-locked until commit,
--- as ClaimNext's excess rows do.
+-- transaction: the jobs ClaimNext would choose (keel.PickClaimable), set straight to State 'processing' under a new
+-- lease with Attempts + 1, StartedAt and HeartbeatAt = now. Columns as ClaimNext (Attempts = before this attempt)
+-- plus Attempt, the attempt now running. Only the best @Limit picked rows across queues are updated, so nothing has
+-- to be handed back (a started row would have to be un-started); the other picked rows stay update-locked until
+-- commit, as ClaimNext's do.
 -- Lock order (R__010_counters.sql): the queues' claim applocks (shared, by name), limited queues' Queues rows by name;
 -- job rows READPAST (never waited for); one UPDATE, the transaction's only counted statement and its last, so the
 -- JobsHot trigger writes HotCounts at the end.
@@ -611,18 +618,15 @@ BEGIN
     Payload nvarchar(max) NOT NULL, Priority int NOT NULL, Attempts int NOT NULL, MaxAttempts int NULL,
     IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL, Tags nvarchar(max) NOT NULL,
     RunAt datetime2(3) NOT NULL, CreatedAt datetime2(3) NOT NULL, LeaseExpiresAt datetime2(3) NOT NULL);
-  DECLARE @Q TABLE (
-    Name nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY,
-    Limited bit NOT NULL, Slots int NULL, QueueMaxAttempts int NOT NULL, QueueZombieTimeoutSeconds int NOT NULL);
-  DECLARE @Pick TABLE (Id bigint NOT NULL PRIMARY KEY, Priority int NOT NULL, RunAt datetime2(3) NOT NULL);
+  DECLARE @Pick TABLE (Id bigint NOT NULL PRIMARY KEY, Priority int NOT NULL, RunAt datetime2(3) NOT NULL,
+    QueueMaxAttempts int NOT NULL, QueueZombieTimeoutSeconds int NOT NULL);
   DECLARE @Lock keel.QueueNameList;
 
   IF @Limit IS NOT NULL AND @Limit >= 1 AND @Queues IS NOT NULL AND ISJSON(@Queues) = 1
   BEGIN
-    -- Settings read without locks; queues without a settings row count as unlimited and unpaused.
-    -- QueueZombieTimeoutSeconds: the lease a started job keeps by heartbeats, as RescueZombies reads it.
-    INSERT @Q (Name, Limited, QueueMaxAttempts, QueueZombieTimeoutSeconds)
-    SELECT n.Name, IIF(s.MaxConcurrency IS NULL, 0, 1), ISNULL(s.MaxAttempts, 5), ISNULL(s.ZombieTimeoutSeconds, 300)
+    -- Settings read without locks, as ClaimNext.
+    INSERT @Lock (Name)
+    SELECT n.Name
     FROM (SELECT DISTINCT CONVERT(nvarchar(128), j.[value]) COLLATE Latin1_General_100_BIN2 AS Name
           FROM OPENJSON(@Queues) AS j WHERE j.[type] = 1) AS n
     LEFT JOIN keel.Queues AS s ON s.Name = n.Name
@@ -631,63 +635,10 @@ BEGIN
     BEGIN TRY
       BEGIN TRANSACTION;
 
-      -- The pause barrier, as ClaimNext.
-      INSERT @Lock (Name) SELECT Name FROM @Q;
+      -- The pause barrier, then the choice, as ClaimNext.
       EXEC keel.TakeClaimLocks @Queues = @Lock;
-      DELETE q FROM @Q AS q WHERE EXISTS (SELECT 1 FROM keel.Queues AS s WHERE s.Name = q.Name AND s.Paused = 1);
-      -- A limit set since the settings were read (UpdateQueue sets one under the applock, as a pause): counted below.
-      UPDATE q SET Limited = 1 FROM @Q AS q
-      WHERE q.Limited = 0
-        AND EXISTS (SELECT 1 FROM keel.Queues AS s WHERE s.Name = q.Name AND s.MaxConcurrency IS NOT NULL);
-
-      -- Limited queues: lock each settings row in name order, then count what runs now (as ClaimNext).
-      DECLARE @Name nvarchar(128) = (SELECT MIN(Name) FROM @Q WHERE Limited = 1);
-      DECLARE @Max int, @Paused bit, @Running int, @Take int;
-      WHILE @Name IS NOT NULL
-      BEGIN
-        SELECT @Max = NULL, @Paused = NULL;
-        SELECT @Max = s.MaxConcurrency, @Paused = s.Paused
-        FROM keel.Queues AS s WITH (UPDLOCK, ROWLOCK)
-        WHERE s.Name = @Name;
-        IF @Paused = 1
-          UPDATE @Q SET Slots = 0 WHERE Name = @Name;
-        ELSE IF @Max IS NULL
-          UPDATE @Q SET Limited = 0 WHERE Name = @Name; -- made unlimited meanwhile
-        ELSE
-        BEGIN
-          SELECT @Running = COUNT(*) FROM keel.JobsHot AS h
-          WHERE h.Queue = @Name AND h.State IN ('fetched', 'processing');
-          UPDATE @Q SET Slots = IIF(@Max > @Running, @Max - @Running, 0) WHERE Name = @Name;
-        END;
-        SET @Name = (SELECT MIN(Name) FROM @Q WHERE Limited = 1 AND Name > @Name);
-      END;
-
-      -- Every queue with room, one at a time in name order, one priority level at a time through
-      -- IX_JobsHot_PendingDue in index order (ClaimNext explains why): TOP stops after @Take rows, and only the rows
-      -- picked get update-locked.
-      DECLARE @Prio int;
-      UPDATE @Q SET Slots = @Limit WHERE Limited = 0;
-      SET @Name = (SELECT MIN(Name) FROM @Q WHERE Slots > 0);
-      WHILE @Name IS NOT NULL
-      BEGIN
-        SELECT @Take = IIF(Slots < @Limit, Slots, @Limit) FROM @Q WHERE Name = @Name;
-        SET @Prio = (SELECT MAX(h.Priority) FROM keel.JobsHot AS h WITH (INDEX(IX_JobsHot_PendingDue))
-                     WHERE h.Queue = @Name AND h.State = 'pending');
-        WHILE @Prio IS NOT NULL AND @Take > 0
-        BEGIN
-          INSERT @Pick (Id, Priority, RunAt)
-          SELECT TOP (@Take) h.Id, h.Priority, h.RunAt
-          FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK, INDEX(IX_JobsHot_PendingDue))
-          WHERE h.Queue = @Name AND h.State = 'pending' AND h.Priority = @Prio AND h.RunAt <= @Now
-            AND (h.ExpiresAt IS NULL OR h.ExpiresAt > @Now)
-          ORDER BY h.RunAt, h.Id;
-          SET @Take = @Take - @@ROWCOUNT;
-
-          SET @Prio = (SELECT MAX(h.Priority) FROM keel.JobsHot AS h WITH (INDEX(IX_JobsHot_PendingDue))
-                       WHERE h.Queue = @Name AND h.State = 'pending' AND h.Priority < @Prio);
-        END;
-        SET @Name = (SELECT MIN(Name) FROM @Q WHERE Slots > 0 AND Name > @Name);
-      END;
+      INSERT @Pick (Id, Priority, RunAt, QueueMaxAttempts, QueueZombieTimeoutSeconds)
+      EXEC keel.PickClaimable @Queues = @Lock, @Limit = @Limit, @Now = @Now;
 
       -- The best @Limit picked rows across queues, claimed and started by key.
       UPDATE h
@@ -711,17 +662,16 @@ BEGIN
   END;
 
   SELECT c.Id AS JobId, c.LeaseId, c.Queue, c.Type, c.Payload, c.Priority, c.Attempts - 1 AS Attempts, c.MaxAttempts,
-         q.QueueMaxAttempts, c.IdempotencyKey, c.Tags, c.RunAt, c.CreatedAt, c.LeaseExpiresAt, c.Attempts AS Attempt,
-         q.QueueZombieTimeoutSeconds
+         p.QueueMaxAttempts, c.IdempotencyKey, c.Tags, c.RunAt, c.CreatedAt, c.LeaseExpiresAt, c.Attempts AS Attempt,
+         p.QueueZombieTimeoutSeconds
   FROM @Started AS c
-  INNER JOIN @Q AS q ON q.Name = c.Queue
+  INNER JOIN @Pick AS p ON p.Id = c.Id
   ORDER BY c.Priority DESC, c.RunAt, c.Id;
 END;
 GO
 
--- PickDue(@Queues JSON array of names, @Limit): the ids of the due jobs ClaimNext would take now (the same choice:
--- order, pause, MaxConcurrency's free slots, expiry, the same index walk per queue and priority level as
--- ClaimAndStart's), at most @Limit, in claim order, left pending: nothing is claimed. For posting their queue
+-- PickDue(@Queues JSON array of names, @Limit): the ids of the due jobs ClaimNext would take now (the same choice,
+-- keel.PickClaimable), at most @Limit, in claim order, left pending: nothing is claimed. For posting their queue
 -- messages (the dispatcher's post mode, a freed slot's hand-on, resume), whose runner then claims each by id. One
 -- transaction under the pause barrier, so no row is ever fetched on the way: a pause that answered counted none of
 -- them in flight (claiming and then releasing them did: they were fetched until the release, and then never ran).
@@ -735,16 +685,15 @@ BEGIN
   SET XACT_ABORT ON;
   SET NOCOUNT ON;
   DECLARE @Now datetime2(3) = SYSUTCDATETIME();
-  DECLARE @Q TABLE (
-    Name nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY, Limited bit NOT NULL, Slots int NULL);
-  DECLARE @Pick TABLE (Id bigint NOT NULL PRIMARY KEY, Priority int NOT NULL, RunAt datetime2(3) NOT NULL);
+  DECLARE @Pick TABLE (Id bigint NOT NULL PRIMARY KEY, Priority int NOT NULL, RunAt datetime2(3) NOT NULL,
+    QueueMaxAttempts int NOT NULL, QueueZombieTimeoutSeconds int NOT NULL);
   DECLARE @Lock keel.QueueNameList;
 
   IF @Limit IS NOT NULL AND @Limit >= 1 AND @Queues IS NOT NULL AND ISJSON(@Queues) = 1
   BEGIN
-    -- Settings read without locks; queues without a settings row count as unlimited and unpaused.
-    INSERT @Q (Name, Limited)
-    SELECT n.Name, IIF(s.MaxConcurrency IS NULL, 0, 1)
+    -- Settings read without locks, as ClaimNext.
+    INSERT @Lock (Name)
+    SELECT n.Name
     FROM (SELECT DISTINCT CONVERT(nvarchar(128), j.[value]) COLLATE Latin1_General_100_BIN2 AS Name
           FROM OPENJSON(@Queues) AS j WHERE j.[type] = 1) AS n
     LEFT JOIN keel.Queues AS s ON s.Name = n.Name
@@ -753,62 +702,10 @@ BEGIN
     BEGIN TRY
       BEGIN TRANSACTION;
 
-      -- The pause barrier, as ClaimNext.
-      INSERT @Lock (Name) SELECT Name FROM @Q;
+      -- The pause barrier, then the choice, as ClaimNext.
       EXEC keel.TakeClaimLocks @Queues = @Lock;
-      DELETE q FROM @Q AS q WHERE EXISTS (SELECT 1 FROM keel.Queues AS s WHERE s.Name = q.Name AND s.Paused = 1);
-      -- A limit set since the settings were read: counted below (as ClaimNext).
-      UPDATE q SET Limited = 1 FROM @Q AS q
-      WHERE q.Limited = 0
-        AND EXISTS (SELECT 1 FROM keel.Queues AS s WHERE s.Name = q.Name AND s.MaxConcurrency IS NOT NULL);
-
-      -- Limited queues: lock each settings row in name order, then count what runs now (as ClaimNext).
-      DECLARE @Name nvarchar(128) = (SELECT MIN(Name) FROM @Q WHERE Limited = 1);
-      DECLARE @Max int, @Paused bit, @Running int, @Take int;
-      WHILE @Name IS NOT NULL
-      BEGIN
-        SELECT @Max = NULL, @Paused = NULL;
-        SELECT @Max = s.MaxConcurrency, @Paused = s.Paused
-        FROM keel.Queues AS s WITH (UPDLOCK, ROWLOCK)
-        WHERE s.Name = @Name;
-        IF @Paused = 1
-          UPDATE @Q SET Slots = 0 WHERE Name = @Name;
-        ELSE IF @Max IS NULL
-          UPDATE @Q SET Limited = 0 WHERE Name = @Name; -- made unlimited meanwhile
-        ELSE
-        BEGIN
-          SELECT @Running = COUNT(*) FROM keel.JobsHot AS h
-          WHERE h.Queue = @Name AND h.State IN ('fetched', 'processing');
-          UPDATE @Q SET Slots = IIF(@Max > @Running, @Max - @Running, 0) WHERE Name = @Name;
-        END;
-        SET @Name = (SELECT MIN(Name) FROM @Q WHERE Limited = 1 AND Name > @Name);
-      END;
-
-      -- Every queue with room, one at a time in name order, one priority level at a time through
-      -- IX_JobsHot_PendingDue in index order (as ClaimAndStart): TOP stops after @Take rows.
-      DECLARE @Prio int;
-      UPDATE @Q SET Slots = @Limit WHERE Limited = 0;
-      SET @Name = (SELECT MIN(Name) FROM @Q WHERE Slots > 0);
-      WHILE @Name IS NOT NULL
-      BEGIN
-        SELECT @Take = IIF(Slots < @Limit, Slots, @Limit) FROM @Q WHERE Name = @Name;
-        SET @Prio = (SELECT MAX(h.Priority) FROM keel.JobsHot AS h WITH (INDEX(IX_JobsHot_PendingDue))
-                     WHERE h.Queue = @Name AND h.State = 'pending');
-        WHILE @Prio IS NOT NULL AND @Take > 0
-        BEGIN
-          INSERT @Pick (Id, Priority, RunAt)
-          SELECT TOP (@Take) h.Id, h.Priority, h.RunAt
-          FROM keel.JobsHot AS h WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK, INDEX(IX_JobsHot_PendingDue))
-          WHERE h.Queue = @Name AND h.State = 'pending' AND h.Priority = @Prio AND h.RunAt <= @Now
-            AND (h.ExpiresAt IS NULL OR h.ExpiresAt > @Now)
-          ORDER BY h.RunAt, h.Id;
-          SET @Take = @Take - @@ROWCOUNT;
-
-          SET @Prio = (SELECT MAX(h.Priority) FROM keel.JobsHot AS h WITH (INDEX(IX_JobsHot_PendingDue))
-                       WHERE h.Queue = @Name AND h.State = 'pending' AND h.Priority < @Prio);
-        END;
-        SET @Name = (SELECT MIN(Name) FROM @Q WHERE Slots > 0 AND Name > @Name);
-      END;
+      INSERT @Pick (Id, Priority, RunAt, QueueMaxAttempts, QueueZombieTimeoutSeconds)
+      EXEC keel.PickClaimable @Queues = @Lock, @Limit = @Limit, @Now = @Now;
 
       COMMIT TRANSACTION;
     END TRY

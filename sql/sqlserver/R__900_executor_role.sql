@@ -29,6 +29,7 @@ DENY EXECUTE ON OBJECT::keel.EnqueueFlowJobs TO keel_executor; -- EnqueueJobs' f
 DENY EXECUTE ON OBJECT::keel.ApplyCounters TO keel_executor;
 DENY EXECUTE ON OBJECT::keel.HandBack TO keel_executor;
 DENY EXECUTE ON OBJECT::keel.TakeClaimLocks TO keel_executor; -- the claims' pause barrier, inside their transaction
+DENY EXECUTE ON OBJECT::keel.PickClaimable TO keel_executor; -- the claims' choice, inside their transaction
 DENY EXECUTE ON OBJECT::keel.EnqueueJobs TO keel_executor; -- EnqueueMany's body: with @Scheduler = 1 it takes "schedule:" keys
 GO
 

@@ -104,6 +104,25 @@ describe('postgres one-row moves lock their row once', () => {
     });
   });
 
+  // The many-row moves that hold their rows before they move them (cancel_many, a flow's settle) move them as held,
+  // too: the scans are the locking reads and the delete, none of them of a row already locked.
+  it('cancel_many of a pending job: its rows read and locked once each, then the delete', async () => {
+    const { id } = await store.enqueue({ queue, type: 't', runAt: new Date(Date.now() + 3_600_000) });
+    // Scans of jobs_hot: the named waiting rows, the lock of the others (one probe per id), the named rows with
+    // dependents, the named rows' states under the lock, and the delete: 5 (a second lock of the row: 6).
+    const r = await scansOf('select status from keel.cancel_many($1::bigint[])', [[id]], id);
+    expect(r).toEqual({ answer: 'cancelled', scans: 5, location: 'dlq', reason: 'cancelled' });
+  });
+
+  it("a flow's settle: the failed parent's waiting child is dead-lettered without being locked again", async () => {
+    const parent = await started(false);
+    const { id: child } = await store.enqueue({ queue, type: 't', after: [parent.id] });
+    const r = await scansOf('select keel.fail($1, $2, $3, $4)', [parent.id, parent.leaseId, 'fatal', 'boom'], child);
+    // The parent: its locking read and its delete (2); the child: locked before the delete (keel._lock_settled),
+    // locked again with the closure re-read (keel._parents_finished), its state read, and its delete (4): 6.
+    expect(r).toEqual({ answer: 'ok', scans: 6, location: 'dlq', reason: 'parent_failed' });
+  });
+
   it('a lost lease moves nothing', async () => {
     const job = await started(false);
     const other = '00000000-0000-4000-8000-000000000000';

@@ -58,7 +58,6 @@ describe('sqlserver lock order (static check of the procedure bodies)', () => {
       [
         'keel.cancel',
         'keel.cancelmany',
-        'keel.claimnext',
         'keel.completemany',
         'keel.enqueueflowjobs',
         'keel.fail',
@@ -92,12 +91,34 @@ describe('sqlserver lock order (static check of the procedure bodies)', () => {
         (t.upper === 'EXEC' || t.upper === 'EXECUTE') && tokens[i + 1]?.upper === 'KEEL.TAKECLAIMLOCKS' ? [i] : [],
       );
       expect(calls, name).toHaveLength(1);
-      // Inside the transaction (held to its commit), before any settings or job row of it is read or locked.
-      const firstTable = at((i) => i > begin && /^KEEL\.(QUEUES|JOBSHOT)$/.test(tokens[i]!.upper));
+      // Inside the transaction (held to its commit), before any settings or job row of it is read or locked (here,
+      // or through keel.PickClaimable, which reads and locks them for the caller).
+      const firstTable = at((i) => i > begin && /^KEEL\.(QUEUES|JOBSHOT|PICKCLAIMABLE)$/.test(tokens[i]!.upper));
       expect(begin, name).toBeGreaterThan(-1);
       expect(calls[0]!, name).toBeGreaterThan(begin);
+      expect(firstTable, name).toBeGreaterThan(-1);
       expect(calls[0]!, name).toBeLessThan(firstTable);
     }
+  });
+
+  it('the choice of a claim over many queues is one procedure: ClaimNext, ClaimAndStart and PickDue run keel.PickClaimable', async () => {
+    const modules = (await scripts()).flatMap((s) => parseModules(s.file, s.text));
+    const execs = (m: (typeof modules)[number], proc: string) =>
+      m.tokens.filter((t, i) => (t.upper === 'EXEC' || t.upper === 'EXECUTE') && m.tokens[i + 1]?.upper === proc)
+        .length;
+    const callers = modules.filter((m) => execs(m, 'KEEL.PICKCLAIMABLE') > 0).map((m) => m.name);
+    expect(callers.sort()).toEqual(['keel.claimandstart', 'keel.claimnext', 'keel.pickdue']);
+    for (const m of modules.filter((x) => callers.includes(x.name))) {
+      expect(execs(m, 'KEEL.PICKCLAIMABLE'), m.name).toBe(1);
+      // The callers pick nothing themselves: no pending row is read through the claim index outside PickClaimable.
+      expect(
+        m.tokens.some((t) => t.upper === 'IX_JOBSHOT_PENDINGDUE'),
+        m.name,
+      ).toBe(false);
+    }
+    // The barrier is the caller's: PickClaimable takes no applock of its own.
+    const pick = modules.find((m) => m.name === 'keel.pickclaimable')!;
+    expect(execs(pick, 'KEEL.TAKECLAIMLOCKS')).toBe(0);
   });
 
   it('resolves the write targets of aliases, CTEs, OUTPUT INTO and INSERT ... EXEC', () => {
