@@ -427,18 +427,22 @@ begin
   while v_prio is not null and v_need > 0 loop
     if cardinality(p_queues) = 1 then
       -- By a scalar key, as the probes: over unnest(p_queues) this statement got a custom plan on every call (the
-      -- custom plan knows the array's length). Now the cached generic plan serves whenever PostgreSQL finds it no
-      -- costlier: a queue of a few hundred pending jobs, where wake-ups and polls claim (an empty claim beside a job
-      -- another worker holds was ~0.5 ms of planning, 3x an empty queue's; bench/README runs 300-309). A backlog of
-      -- thousands still plans per call: the generic plan costs the LIMIT parameter at 10 % of the rows. The same rows
-      -- in the same order: one queue's oldest due rows of this level.
+      -- custom plan knows the array's length; bench/README runs 300-309). Each value is read by a scalar subquery
+      -- (an initplan): no plan, custom or generic, knows it, so every plan is the generic one, costed the same, and
+      -- PostgreSQL keeps the cached plan after its five trial custom plans. With the values in the plan, a custom
+      -- plan knew the LIMIT (the generic one costs it at 10 % of the rows) and the queue's row count, so at a
+      -- backlog of more than a few hundred jobs it always looked cheaper: the pick was planned on every call, ~2x
+      -- its execution in a claim of 20 (bench/README runs 800-819 and 1040-1059). The plan is the same either way:
+      -- this index's scan, stopped by the LIMIT (at 10 % of the estimated rows it stays far cheaper than reading
+      -- and sorting every due row). The same rows in the same order: one queue's oldest due rows of this level.
       v_tids := v_tids || array(
         select h.ctid from keel.jobs_hot h
-        where h.state = 'pending' and h.queue = p_queues[1] and h.priority = v_prio and h.run_at <= now()
-          and (h.run_at, h.id) >= (v_run, v_id) -- past what the probe walked (above)
+        where h.state = 'pending' and h.queue = (select p_queues[1]) and h.priority = (select v_prio)
+          and h.run_at <= now()
+          and (h.run_at, h.id) >= ((select v_run), (select v_id)) -- past what the probe walked (above)
           and (h.expires_at is null or h.expires_at > now())
         order by h.run_at, h.id
-        limit v_need
+        limit (select v_need)
         for update of h skip locked);
     else
       v_tids := v_tids || array(
