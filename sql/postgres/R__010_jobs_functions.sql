@@ -427,18 +427,22 @@ begin
   while v_prio is not null and v_need > 0 loop
     if cardinality(p_queues) = 1 then
       -- By a scalar key, as the probes: over unnest(p_queues) this statement got a custom plan on every call (the
-      -- custom plan knows the array's length). Now the cached generic plan serves whenever PostgreSQL finds it no
-      -- costlier: a queue of a few hundred pending jobs, where wake-ups and polls claim (an empty claim beside a job
-      -- another worker holds was ~0.5 ms of planning, 3x an empty queue's; bench/README runs 300-309). A backlog of
-      -- thousands still plans per call: the generic plan costs the LIMIT parameter at 10 % of the rows. The same rows
-      -- in the same order: one queue's oldest due rows of this level.
+      -- custom plan knows the array's length; bench/README runs 300-309). Each value is read by a scalar subquery
+      -- (an initplan): no plan, custom or generic, knows it, so every plan is the generic one, costed the same, and
+      -- PostgreSQL keeps the cached plan after its five trial custom plans. With the values in the plan, a custom
+      -- plan knew the LIMIT (the generic one costs it at 10 % of the rows) and the queue's row count, so at a
+      -- backlog of more than a few hundred jobs it always looked cheaper: the pick was planned on every call, ~2x
+      -- its execution in a claim of 20 (bench/README runs 800-819 and 1040-1059). The plan is the same either way:
+      -- this index's scan, stopped by the LIMIT (at 10 % of the estimated rows it stays far cheaper than reading
+      -- and sorting every due row). The same rows in the same order: one queue's oldest due rows of this level.
       v_tids := v_tids || array(
         select h.ctid from keel.jobs_hot h
-        where h.state = 'pending' and h.queue = p_queues[1] and h.priority = v_prio and h.run_at <= now()
-          and (h.run_at, h.id) >= (v_run, v_id) -- past what the probe walked (above)
+        where h.state = 'pending' and h.queue = (select p_queues[1]) and h.priority = (select v_prio)
+          and h.run_at <= now()
+          and (h.run_at, h.id) >= ((select v_run), (select v_id)) -- past what the probe walked (above)
           and (h.expires_at is null or h.expires_at > now())
         order by h.run_at, h.id
-        limit v_need
+        limit (select v_need)
         for update of h skip locked);
     else
       v_tids := v_tids || array(
@@ -911,30 +915,8 @@ language sql immutable as $$
   select row(a.queues || b.queues, a.outcomes || b.outcomes, a.durations || b.durations)::keel.tally
 $$;
 
--- keel._tally for a transaction whose only moves were successes, counted per queue already (parallel arrays: queue,
--- jobs, total and longest duration in ms; queues in order, each once): the same two upserts in the same order, one
--- row per queue instead of an unnest and grouping of one entry per job (complete_many's common case; ~2 us a job).
-create or replace function keel._tally_succeeded(p_queues text[], p_jobs bigint[], p_total_ms bigint[], p_max_ms bigint[])
-returns void
-language plpgsql as $$
-begin
-  if coalesce(cardinality(p_queues), 0) = 0 then
-    return;
-  end if;
-  insert into keel.stats_summary as s (queue, slot, succeeded)
-  select t.queue, pg_backend_pid(), t.jobs from unnest(p_queues, p_jobs) as t(queue, jobs) order by t.queue
-  on conflict (queue, slot) do update
-    set succeeded = s.succeeded + excluded.succeeded,
-        updated_at = now();
-  insert into keel.metric_buckets as b (bucket_start, queue, outcome, reason, slot, count, total_duration_ms, max_duration_ms)
-  select date_trunc('minute', now()), t.queue, 'succeeded', '', pg_backend_pid(), t.jobs, t.total_ms, t.max_ms
-  from unnest(p_queues, p_jobs, p_total_ms, p_max_ms) as t(queue, jobs, total_ms, max_ms) order by t.queue
-  on conflict (bucket_start, queue, outcome, reason, slot) do update
-    set count = b.count + excluded.count,
-        total_duration_ms = b.total_duration_ms + excluded.total_duration_ms,
-        max_duration_ms = greatest(b.max_duration_ms, excluded.max_duration_ms);
-end
-$$;
+-- complete_many counts a batch of successes itself (below): keel._tally_succeeded's two upserts are inlined there.
+drop function if exists keel._tally_succeeded(text[], bigint[], bigint[], bigint[]);
 
 -- Hot -> Archive for every (job id, lease id) still processing under that lease. One row: the ids archived (ok) and
 -- the ids dead-lettered as cancelled; a pair in neither was not owned (lease_lost). Arrays, not a row per job: 500
@@ -1015,8 +997,23 @@ begin
     raise exception 'keel.complete_many: locked % rows, moved %', cardinality(v_tids), v_moved;
   end if;
   if v_cancelled is null and v_parents is null then
-    -- Successes only (the common case): counted per queue as grouped above.
-    perform keel._tally_succeeded(v_queues, v_jobs, v_total_ms, v_max_ms);
+    -- Successes only (the common case): counted per queue as grouped above, keel._tally's two upserts in its order
+    -- (stats_summary, then metric_buckets; this backend's rows, queues in order) with one row per queue instead of
+    -- an unnest and grouping of one entry per job (~2 us a job). Here, not in a function of their own: that call
+    -- cost about what its two statements cost, once per completion batch (~2-5 us a job in the Worker's batches of
+    -- ~20; bench/README.md runs 1040-1059).
+    insert into keel.stats_summary as s (queue, slot, succeeded)
+    select t.queue, pg_backend_pid(), t.jobs from unnest(v_queues, v_jobs) as t(queue, jobs) order by t.queue
+    on conflict (queue, slot) do update
+      set succeeded = s.succeeded + excluded.succeeded,
+          updated_at = now();
+    insert into keel.metric_buckets as b (bucket_start, queue, outcome, reason, slot, count, total_duration_ms, max_duration_ms)
+    select date_trunc('minute', now()), t.queue, 'succeeded', '', pg_backend_pid(), t.jobs, t.total_ms, t.max_ms
+    from unnest(v_queues, v_jobs, v_total_ms, v_max_ms) as t(queue, jobs, total_ms, max_ms) order by t.queue
+    on conflict (bucket_start, queue, outcome, reason, slot) do update
+      set count = b.count + excluded.count,
+          total_duration_ms = b.total_duration_ms + excluded.total_duration_ms,
+          max_duration_ms = greatest(b.max_duration_ms, excluded.max_duration_ms);
     return query select v_ok, '{}'::bigint[];
     return;
   end if;

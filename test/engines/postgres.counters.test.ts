@@ -117,7 +117,7 @@ describe('postgres read counters per backend', () => {
     ]);
   });
 
-  // complete_many counts a batch of successes per queue in the statement that archives them (keel._tally_succeeded),
+  // complete_many counts a batch of successes per queue in the statement that archives them (its two upserts inline),
   // and a batch that also dead-letters a cancelled job or settles a flow's children through the one per-job tally.
   it('complete_many counts exactly on both of its paths: successes only, and successes with a cancel and a parent', async () => {
     const stamp = Date.now();
