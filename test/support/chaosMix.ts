@@ -61,6 +61,11 @@ export interface ChaosMixOptions {
   tiny?: boolean; // the limited queue at 1 (the ops API sets 1-2) and the type 'narrow' at 1 per process
   bigResurrects?: boolean; // the operator also resurrects up to 500 dead letters at once, by filter and by id
   lockTimeoutMs?: number; // lock_timeout of the app login in the run's database during the chaos (default none)
+  statementTimeoutMs?: number; // statement_timeout of the app login in the run's database during the chaos (default none)
+  workerConcurrency?: number; // each Worker process's concurrency (default 12)
+  skewMs?: number; // each process's Date clock off by up to this much, either way (default 0); its lines use the true time
+  bulky?: number; // the share of the backlog of type 'bulky': a ~200 KB payload, a ~60 KB result (default 0)
+  churners?: number; // processes changing every queue's limit (none, 1-8), pausing and resuming, all the time (default 0)
   log?: (line: string) => void;
 }
 
@@ -165,6 +170,8 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
         MIX_SEED: String(random.int(0, 1e9)),
         MIX_TINY: o.tiny ? '1' : '',
         MIX_BIG: o.bigResurrects ? '1' : '',
+        MIX_CONCURRENCY: String(o.workerConcurrency ?? 12),
+        MIX_SKEW_MS: o.skewMs ? String(random.int(-o.skewMs, o.skewMs)) : '',
       },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
@@ -267,13 +274,20 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
                   ? 'late'
                   : 'beat';
       if (o.narrow && random.next() < o.narrow) type = 'narrow';
+      if (o.bulky && random.next() < o.bulky) type = 'bulky';
       const queue = type === 'beat' ? random.pick(['mx-a', 'mx-b']) : random.pick(QUEUE_NAMES);
       const job: EnqueueRequest = {
         queue,
         type,
         priority: random.int(0, 3),
         payload:
-          type === 'beat' ? { ms: random.int(2200, 3500) } : type === 'flaky' ? { okAt: random.int(2, 3) } : { n },
+          type === 'beat'
+            ? { ms: random.int(2200, 3500) }
+            : type === 'flaky'
+              ? { okAt: random.int(2, 3) }
+              : type === 'bulky'
+                ? { n, blob: 'b'.repeat(random.int(100_000, 250_000)) }
+                : { n },
       };
       if (random.next() < 0.1) job.delayMs = random.int(100, 3000);
       if (random.next() < 0.02) job.expiresAt = new Date(Date.now() + random.int(200, 4000));
@@ -321,6 +335,10 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     const dbName = decodeURIComponent(new URL(o.ownerUrl).pathname.slice(1));
     if (o.lockTimeoutMs)
       await q(`alter role "${appLogin}" in database "${dbName}" set lock_timeout = ${Math.floor(o.lockTimeoutMs)}`);
+    if (o.statementTimeoutMs)
+      await q(
+        `alter role "${appLogin}" in database "${dbName}" set statement_timeout = ${Math.floor(o.statementTimeoutMs)}`,
+      );
     const started: Child[] = [];
     for (let i = 0; i < (o.dispatchers ?? 0); i++) started.push(spawnChild('dispatch'));
     for (let i = 0; i < o.workers; i++) started.push(spawnChild('worker'));
@@ -329,6 +347,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     const ops = spawnChild('ops');
     const apis = Array.from({ length: o.opsApi ?? 0 }, () => spawnChild('opsapi'));
     apis.push(...Array.from({ length: o.schedulers ?? 0 }, () => spawnChild('sched')));
+    apis.push(...Array.from({ length: o.churners ?? 0 }, () => spawnChild('churn')));
     await Promise.all([...started, ops, ...apis].map((c) => c.ready));
     log(
       `chaos: ${o.workers} workers, ${o.drains} drains, ${o.maints} maintenance, 1 operator, ${apis.length} ops API operators`,
@@ -404,6 +423,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     }
     await Promise.all(conts);
     if (o.lockTimeoutMs) await q(`alter role "${appLogin}" in database "${dbName}" reset lock_timeout`);
+    if (o.statementTimeoutMs) await q(`alter role "${appLogin}" in database "${dbName}" reset statement_timeout`);
     facts.stops = stops;
     facts.kills = kills;
     facts.backendsTerminated = terminated;
@@ -421,6 +441,11 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     facts.apiEnqueued = new Set(apiIds).size;
     facts.resurrectedByOperators = revived.size;
     for (const qn of QUEUE_NAMES) await control.updateQueue(qn, { paused: false });
+    if (o.churners) {
+      // The churn left its last limits: the run's own again.
+      for (const qn of QUEUE_NAMES)
+        await control.updateQueue(qn, { maxConcurrency: qn === 'mx-lim' ? (o.tiny ? 1 : 6) : null });
+    }
 
     // Draining: no job stays processing past its queue's zombie timeout, nor fetched past its lease, for longer than
     // the slack (maintenance rescues every few hundred ms; a killed process's jobs wait for it, no longer).
@@ -649,6 +674,14 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     }
     facts.handlerRuns = [...runs.values()].reduce((n, r) => n + r.length, 0);
     facts.worstEventLoopDelayMs = Math.max(0, ...lags.map((l) => l.ms));
+    // Stalls of a process long enough to lose a lease (the 2 s zombie timeout less the worker's 200 ms margin) while
+    // a handler of it was running: the overlap check above counts a rescue during one as an overlap.
+    const allRuns = [...runs.values()].flat();
+    const stalls = lags.filter((l) => l.ms >= 1500);
+    facts.stallsOver1500Ms = stalls.length;
+    facts.stallsOver1500MsWhileRunning = stalls.filter((l) =>
+      allRuns.some((r) => r.pid === l.pid && r.start <= l.at && (r.end ?? Infinity) >= l.at - l.ms),
+    ).length;
     if (overlaps) problems.push(`safety: ${overlaps} overlapping runs of one job, e.g. ${examples.join('; ')}`);
 
     // Flows: a child ran only after each of its parents finished (succeeded, or failed under 'run'); one left in the
@@ -699,7 +732,9 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     const cut =
       /terminating connection due to administrator command|ECONNRESET|ECONNREFUSED|Connection terminated|the database system is (starting up|shutting down|not yet accepting)/;
     // A run with a lock_timeout: a call that waited past it fails (the operator's call, a keyed enqueue), by design.
-    const lockTimedOut = (what: string) => !!o.lockTimeoutMs && /canceling statement due to lock timeout/.test(what);
+    const lockTimedOut = (what: string) =>
+      (!!o.lockTimeoutMs && /canceling statement due to lock timeout/.test(what)) ||
+      (!!o.statementTimeoutMs && /canceling statement due to statement timeout/.test(what));
     for (const [what, n] of serverErrors) {
       if (/^503 .*"error":"unavailable"/.test(what)) facts.opsApi503 = Number(facts.opsApi503 ?? 0) + n;
       else if (/^500 .*"error":"internal_error"/.test(what) && (cut.test(what) || lockTimedOut(what)))
@@ -765,6 +800,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     }
     for (const [msg, n] of logErrors) {
       if (o.lockTimeoutMs && /^ERROR: canceling statement due to lock timeout/.test(msg)) continue;
+      if (o.statementTimeoutMs && /^ERROR: canceling statement due to statement timeout/.test(msg)) continue;
       if (!EXPECTED_LOG_ERRORS.some((re) => re.test(msg))) problems.push(`server log: ${n} x ${msg}`);
     }
   }
