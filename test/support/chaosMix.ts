@@ -458,6 +458,14 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
       await sleep(250);
       hot = await countHot(q);
       if (i % 4 !== 0) continue;
+      if (i % 20 === 0 && o.log) {
+        // What is left, for a run that drains slowly: by queue, state and type, and how many are due.
+        const left = await q(
+          `select queue, state, type, count(*)::int n, count(*) filter (where run_at <= now())::int due
+           from keel.jobs_hot group by 1, 2, 3 order by 1, 2, 3`,
+        );
+        log(`draining ${Math.round((Date.now() - settleStart) / 1000)} s: ${JSON.stringify(left)}`);
+      }
       const [st] = await q(
         `select coalesce(max(greatest(
                   case when h.state = 'processing'
