@@ -5,7 +5,7 @@
 //     [--jobs 6000] [--workers 4] [--drains 2] [--maints 3] [--kills 8] [--chaos-ms 20000] [--settle-ms 120000]
 //     [--hogs 2] [--no-restart] [--seed N] [--latency-ms 0] [--spike-ms 0] [--stuck-slack-ms 5000]
 //     [--flows 0] [--ops-api 0] [--schedulers 0] [--stops 0] [--narrow 0] [--dispatchers 0] [--tiny] [--big]
-//     [--lock-timeout-ms 0]
+//     [--lock-timeout-ms 0] [--statement-timeout-ms 0] [--concurrency 12] [--skew-ms 0] [--bulky 0] [--churners 0]
 // --flows: flows in the backlog (parent, children with their policies, fan-in); --ops-api: operator processes acting
 // through the ops API's HTTP handler (queue settings, pauses, cancels, resurrects, purges, keyed and flow enqueues).
 // --schedulers: processes racing scheduler passes (every-second schedules) and keyed enqueues of shared keys;
@@ -16,6 +16,10 @@
 // resurrects of up to 500 dead letters at once; --lock-timeout-ms: the app login's lock_timeout during the chaos.
 // --latency-ms: every process's replies from the server that much later (a FaultProxy in this process);
 // --spike-ms: during the chaos, now and then for 1-2 s, replies that late (past the 2 s zombie timeout: leases expire).
+// --statement-timeout-ms: the app login's statement_timeout during the chaos; --concurrency: each Worker process's
+// concurrency; --skew-ms: each process's clock (Date) off by up to that much either way; --bulky: share of the
+// backlog with a ~200 KB payload and a ~60 KB result; --churners: processes changing every queue's limit, pause and
+// zombie timeout all the time.
 // Exits 1 when a property failed; prints every server log ERROR it saw and whether it was expected.
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -79,13 +83,20 @@ const report = await runChaosMix({
   tiny: args.includes('--tiny'),
   bigResurrects: args.includes('--big'),
   lockTimeoutMs,
+  statementTimeoutMs: Number(arg('statement-timeout-ms', '0')),
+  workerConcurrency: Number(arg('concurrency', '12')),
+  skewMs: Number(arg('skew-ms', '0')),
+  bulky: Number(arg('bulky', '0')),
+  churners: Number(arg('churners', '0')),
   log: (l) => console.log(l),
 });
 console.log('facts:', report.facts);
 for (const [msg, n] of report.logErrors) {
   console.log(
     `server log ${
-      EXPECTED_LOG_ERRORS.some((re) => re.test(msg)) || (lockTimeoutMs > 0 && /lock timeout/.test(msg))
+      EXPECTED_LOG_ERRORS.some((re) => re.test(msg)) ||
+      (lockTimeoutMs > 0 && /lock timeout/.test(msg)) ||
+      (Number(arg('statement-timeout-ms', '0')) > 0 && /statement timeout/.test(msg))
         ? 'expected  '
         : 'UNEXPECTED'
     } ${n} x ${msg}`,

@@ -7,7 +7,7 @@ export interface MaintenanceOptions {
   rescueBatch?: number; // rows per rescue call (default 500)
   purgeBatch?: number; // rows per purge call (default 1000)
   maxBatches?: number; // per step, so one pass stays bounded (default 20)
-  now?: Date;
+  now?: Date; // the retention purges' clock (default the store's: storeClock)
   maxAttemptsByType?: Readonly<Record<string, number>>; // the handlers' own limits (HandlerRegistry.maxAttemptsByType())
   auditRetentionDays?: number; // ops audit rows older than this are deleted (default 365, KEEL_OPS_AUDIT_RETENTION_DAYS)
   purge?: boolean; // run the retention purges (default true); false: zombie rescue only
@@ -82,12 +82,17 @@ export async function previewPurge(
   return { kind: 'rows', matched: counted.matched, exact: counted.exact, asOf: counted.asOf };
 }
 
+// The store's clock (its database server's), as a bounded count answers it (asOf) on every engine: a count of at
+// most one dead letter, one short read.
+export async function storeClock(store: JobStore): Promise<Date> {
+  return (await store.countJobs({ location: 'dlq', cap: 1 })).asOf;
+}
+
 export async function runMaintenance(store: JobStore, opts: MaintenanceOptions = {}): Promise<MaintenanceReport> {
   const started = Date.now();
   const rescueBatch = opts.rescueBatch ?? 500;
   const purgeBatch = opts.purgeBatch ?? 1000;
   const maxBatches = opts.maxBatches ?? 20;
-  const now = opts.now ?? new Date();
   const rescued: RescueResult = { releasedFetched: 0, retried: 0, deadLettered: 0, expired: 0 };
   const purged: Record<PurgeTarget, number> = { archive: 0, dlq: 0, metrics: 0 };
   let batches = 0;
@@ -109,6 +114,10 @@ export async function runMaintenance(store: JobStore, opts: MaintenanceOptions =
   }
 
   const purgeRan = opts.purge ?? true;
+  // The retention cutoffs are the store's clock (the database server's, which wrote every finished_at, failed_at,
+  // bucket minute, audit time and worker's last_seen_at), read once a pass, not this host's: a host whose clock ran
+  // ahead of the server's purged rows before their retention (and pruned live workers), by as much as it was ahead.
+  const now = opts.now ?? (purgeRan ? await storeClock(store) : new Date());
   for (const queue of purgeRan ? await store.listQueues() : []) {
     const cutoffs: [PurgeTarget, number][] = [
       ['archive', queue.archiveRetentionSeconds],

@@ -25,13 +25,14 @@ export interface ClaimLoopOptions {
   // or being finalized (at once when none is); nextFinalized(): once the next claimed job is finalized (at once when
   // none is held); each called only by a wait that needs it, so no waiter is left behind.
   // held: how many claimed jobs are running or being finalized as the wait begins.
+  // 'poll': the wait's poll interval passed: the loop claims into whatever slots are free, even fewer than claimBatch.
   idleWait: (
     mode: 'idle' | 'slots',
     jobFinished: Promise<void>,
     allFinalized: () => Promise<void>,
     held: number,
     nextFinalized: () => Promise<void>,
-  ) => Promise<'stop' | 'continue'>;
+  ) => Promise<'stop' | 'continue' | 'poll'>;
   onOutcome?: (o: JobOutcome, jobId: JobId) => void;
   stopWhenIdle?: boolean;
 }
@@ -130,10 +131,15 @@ export async function runClaimLoop(runner: ClaimLoopRunner, log: JobLogger, opts
   const claimBatch = Math.max(1, Math.min(concurrency, opts.claimBatch ?? Math.ceil(concurrency / 2)));
   const batches = new Set<Promise<void>>();
   const inflight = new Inflight(concurrency, claimBatch);
+  // A poll came while fewer than claimBatch slots were free: claim into them all the same. Long jobs holding more than
+  // concurrency - claimBatch slots otherwise kept the rest idle for as long as they ran, due jobs or not.
+  let polled = false;
   while (!opts.shouldStop()) {
     const free = inflight.free(concurrency);
     let idle = false;
-    if (free >= (inflight.heldCount === 0 ? 1 : claimBatch)) {
+    const least = inflight.heldCount === 0 || polled ? 1 : claimBatch;
+    polled = false;
+    if (free >= least) {
       let jobs: StartedJob[] = [];
       try {
         jobs = await runner.claimAndStart(opts.queues, free);
@@ -170,7 +176,9 @@ export async function runClaimLoop(runner: ClaimLoopRunner, log: JobLogger, opts
       inflight.heldCount,
       inflight.nextFinalized,
     );
-    if ((await wait) === 'stop') break;
+    const woke = await wait;
+    if (woke === 'stop') break;
+    polled = woke === 'poll';
   }
   await Promise.allSettled([...batches]);
 }
@@ -189,6 +197,7 @@ export class Worker<P extends WorkerProcessor = WorkerProcessor> {
   private wake: (() => void) | undefined;
   private wokenWhileBusy = false; // a wake-up that arrived while the loop was claiming: do not sleep on it
   private awaitingFinalized = false; // an idle wait asked to be woken when the loop's next held job is finalized
+  private slotsFreed: Promise<void> | undefined; // the slots waits' promise a wake-up is chained to
   private unsubscribe: (() => Promise<void>) | undefined;
 
   constructor(
@@ -226,20 +235,25 @@ export class Worker<P extends WorkerProcessor = WorkerProcessor> {
         claimBatch: this.opts.claimBatch,
         shouldStop: () => this.stopped,
         idleWait: (mode, jobFinished, _allFinalized, held, nextFinalized) =>
-          new Promise<'stop' | 'continue'>((resolve) => {
+          new Promise<'stop' | 'continue' | 'poll'>((resolve) => {
             if (this.stopped) return resolve('stop');
             if (mode === 'idle' && this.wokenWhileBusy) {
               this.wokenWhileBusy = false;
               return resolve('continue');
             }
-            // Slots taken: finishing jobs free enough of them (or stop). Idle: the poll interval or a wake-up (or stop).
-            const t =
-              mode === 'slots' ? undefined : setTimeout(() => resolve('continue'), this.opts.pollIntervalMs ?? 500);
+            // Slots taken: finishing jobs free enough of them (or stop), or the poll interval, which claims into
+            // whatever is free then, fewer than a claim's batch (long jobs holding the rest kept those few idle for as
+            // long as they ran). Idle: the poll interval or a wake-up (or stop).
+            const t = setTimeout(() => resolve('poll'), this.opts.pollIntervalMs ?? 500);
             this.wake = () => {
-              if (t) clearTimeout(t);
+              clearTimeout(t);
               resolve('continue');
             };
-            if (mode === 'slots') void jobFinished.then(() => this.wake?.());
+            // Once per promise: a poll ends a slots wait before it settles, and the next wait is on the same one.
+            if (mode === 'slots' && jobFinished !== this.slotsFreed) {
+              this.slotsFreed = jobFinished;
+              void jobFinished.then(() => this.wake?.());
+            }
             // Idle while it still holds jobs: a claim came back short, which is also what a queue at its concurrency
             // limit answers. Claim again as soon as one of them is finalized (its slot may be the one the queue
             // waits for) instead of a poll interval later: one claim per completion batch, and only while claims

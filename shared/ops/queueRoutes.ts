@@ -7,7 +7,7 @@ import type {
   QueueSettingsExpected,
   QueueSettingsPatch,
 } from '../jobs/contract.js';
-import { previewPurge } from '../jobs/maintenance.js';
+import { previewPurge, storeClock } from '../jobs/maintenance.js';
 import { OpsError, notFound } from './errors.js';
 import { PREVIEW_COUNT_CAP } from './preview.js';
 import { route, type OpsRoute } from './router.js';
@@ -142,10 +142,12 @@ export const queueRoutes: OpsRoute<any, any, any>[] = [
         // many first (counted in SQL), and change nothing until the caller confirms.
         const preview: Record<string, { from: number; to: number; wouldPurge: number; capped: boolean }> = {};
         let total = 0;
+        let clock: Date | undefined; // the store's, as the maintenance pass's cutoffs (storeClock)
         for (const [field, target] of RETENTIONS) {
           const to = patch[field];
           if (to === undefined || to >= current[field]) continue;
-          const cutoff = new Date(Date.now() - to * 1000);
+          clock ??= await storeClock(rt.store);
+          const cutoff = new Date(clock.getTime() - to * 1000);
           const counted = await previewPurge(rt.store, target, params.name, cutoff, PREVIEW_COUNT_CAP);
           const capped = counted.kind === 'rows' && !counted.exact;
           preview[target] = { from: current[field], to, wouldPurge: counted.matched, capped };

@@ -1,5 +1,5 @@
 // The job store contract suite: written once, run against every engine through its EngineHarness.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
   CANCEL_MANY_CHUNK,
   IdempotencyConflictError,
@@ -22,6 +22,7 @@ import { JOB_ATTEMPT_ERROR_CHARS, JOB_ATTEMPTS_KEPT, jobTimeline } from '../../s
 import type { EngineHarness, PillarTable } from './harness.js';
 import { seededRandom } from '../support/seededRandom.js';
 import { flowJobs, flowResult, type Flow } from '../../packages/client/src/flow.js';
+import { runMaintenance } from '../../shared/jobs/maintenance.js';
 
 const ref = (j: ClaimedJob): LeaseRef => ({ jobId: j.id, leaseId: j.leaseId });
 let queueSeq = 0;
@@ -1744,6 +1745,42 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       expect(await h.countRows('archive', q)).toBe(0);
       expect(await h.countRows('dlq', q)).toBe(0);
       expect((await store.metrics(60 * 24, q)).length).toBe(0);
+    });
+
+    it("maintenance's retention purges go by the store's clock: a host whose clock runs ahead purges nothing early", async () => {
+      const q = freshQueue('clock');
+      await store.updateQueue(q, {
+        archiveRetentionSeconds: 600,
+        dlqRetentionSeconds: 600,
+        metricsRetentionSeconds: 600,
+      });
+      const done = await startedJob(q);
+      await store.complete(ref(done));
+      const dead = await startedJob(q);
+      await store.fail(ref(dead), 'fatal', 'x');
+      const worker = `clock-${q}`;
+      await store.registerWorker(workerRow(worker));
+      // The pass on a host 15 minutes ahead of the server: by its clock every row above is past its 10 minutes.
+      const skewedPass = async () => {
+        vi.useFakeTimers({ toFake: ['Date'], now: Date.now() + 900_000 });
+        try {
+          return await runMaintenance(store, { workerRetentionMs: 600_000 });
+        } finally {
+          vi.useRealTimers();
+        }
+      };
+      await skewedPass();
+      expect(await h.countRows('archive', q)).toBe(1);
+      expect(await h.countRows('dlq', q)).toBe(1);
+      expect((await store.metrics(60, q)).length).toBeGreaterThan(0);
+      expect((await store.listWorkers()).find((w) => w.workerId === worker)?.registration).toBeTruthy();
+      // Rows past their retention by the server's clock still go.
+      await h.backdateFinished('archive', 7200);
+      await h.backdateFinished('dlq', 7200);
+      await skewedPass();
+      expect(await h.countRows('archive', q)).toBe(0);
+      expect(await h.countRows('dlq', q)).toBe(0);
+      await store.deregisterWorker(worker);
     });
   });
 

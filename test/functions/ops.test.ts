@@ -654,6 +654,24 @@ describe('ops: jobs', () => {
     ).toBe('body');
   });
 
+  it("the lowered-retention preview counts by the store's clock, as the maintenance pass then purges, not the host's", async () => {
+    const j = await enqueue({ queue: 'ops-retention-clock', type: 'demo.echo' });
+    expect(await t.rt.processor.processById(j.id)).toBe('succeeded');
+    // On a host 15 minutes ahead of the server, a job archived just now is not 10 minutes old: nothing to confirm.
+    vi.useFakeTimers({ toFake: ['Date'], now: Date.now() + 900_000 });
+    let lowered;
+    try {
+      lowered = await call('PATCH', 'queues/ops-retention-clock', {
+        body: { archiveRetentionSeconds: 600 },
+        operator: true,
+      });
+    } finally {
+      vi.useRealTimers();
+    }
+    expect(lowered.status).toBe(200);
+    expect(lowered.body).toMatchObject({ archiveRetentionSeconds: 600 });
+  });
+
   it('a settings change with expected values is a compare-and-set: a value changed meanwhile is a 409 naming it, nothing written', async () => {
     const q = 'ops-cas';
     await enqueue({ queue: q, type: 'demo.echo' });

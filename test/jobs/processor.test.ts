@@ -787,6 +787,37 @@ describe('processor', () => {
     expect(quickWhileLongHeld).toBe(3);
   });
 
+  // Long jobs holding more slots than concurrency - claimBatch: the few left free are claimed into at the next poll,
+  // not left idle for as long as the long jobs run.
+  it('a worker whose long jobs hold all but fewer than a claim batch of its slots still runs due jobs in the rest', async () => {
+    const queue = q('worker-long-convoy');
+    let quick = 0;
+    let longStarted = 0;
+    let openLong!: () => void;
+    const long = new Promise<void>((r) => (openLong = r));
+    const reg = new HandlerRegistry()
+      .register('quick', async () => {
+        quick++;
+      })
+      .register('long', async () => {
+        longStarted++;
+        await long;
+      });
+    await store.enqueueMany(Array.from({ length: 3 }, () => ({ queue, type: 'long' })));
+    // Concurrency 4 claims in batches of 2 once jobs run; the three long jobs leave one slot. No wake-ups.
+    const worker = new Worker(processor(reg), { queues: [queue], concurrency: 4, pollIntervalMs: 50 });
+    worker.start();
+    for (const deadline = Date.now() + 15_000; longStarted < 3 && Date.now() < deadline;) await sleep(20);
+    expect(longStarted).toBe(3);
+    await store.enqueueMany(Array.from({ length: 3 }, () => ({ queue, type: 'quick' })));
+    for (const deadline = Date.now() + 15_000; quick < 3 && Date.now() < deadline;) await sleep(20);
+    const quickWhileLongHeld = quick;
+    openLong();
+    await worker.stop(1000);
+    expect(quickWhileLongHeld).toBe(3);
+    expect(await h.countRows('archive', queue)).toBe(6);
+  });
+
   it('a polling worker processes jobs until stopped; maintenance leaves nothing behind', async () => {
     const queue = q('worker');
     const reg = new HandlerRegistry().register('t', async () => sleep(5));

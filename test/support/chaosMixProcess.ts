@@ -40,6 +40,25 @@ const big = process.env.MIX_BIG === '1'; // resurrects of up to 500 dead letters
 const random = seededRandom(`chaos mix ${role} ${process.pid}`, Number(process.env.MIX_SEED ?? 1));
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const out = (line: string) => process.stdout.write(`${line}\n`);
+// Clock skew (MIX_SKEW_MS): this process's Date (Date.now(), new Date()) runs that far off the machine's clock, as
+// a host whose clock drifted; the lines for the parent use the true time (wall()), which the parent compares across
+// processes.
+const trueNow = Date.now.bind(Date);
+const wall = (): number => trueNow();
+const skewMs = Number(process.env.MIX_SKEW_MS || 0);
+if (skewMs) {
+  const RealDate = Date;
+  const Skewed = class extends RealDate {
+    constructor(...args: unknown[]) {
+      if (args.length === 0) super(trueNow() + skewMs);
+      else super(...(args as [string | number | Date]));
+    }
+    static override now(): number {
+      return trueNow() + skewMs;
+    }
+  };
+  globalThis.Date = Skewed as DateConstructor;
+}
 let stopping = false;
 
 // Sleeps ms, or ends early with the signal's reason when the attempt is aborted.
@@ -58,12 +77,12 @@ function abortableSleep(ms: number, signal: AbortSignal): Promise<void> {
   });
 }
 
-type Payload = { n?: number; okAt?: number; ms?: number; probe?: boolean };
+type Payload = { n?: number; okAt?: number; ms?: number; probe?: boolean; blob?: string };
 
 // Every handler reports its start and end; what it does is its type's.
 function traced(body: (p: Payload, ctx: JobContext) => Promise<unknown>) {
   return async (p: Payload, ctx: JobContext) => {
-    out(`S ${ctx.jobId} ${ctx.attempt} ${Date.now()}`);
+    out(`S ${ctx.jobId} ${ctx.attempt} ${wall()}`);
     let how = 'ok';
     try {
       return await body(p, ctx);
@@ -71,7 +90,7 @@ function traced(body: (p: Payload, ctx: JobContext) => Promise<unknown>) {
       how = ctx.signal.aborted ? `aborted:${String((ctx.signal.reason as { reason?: string })?.reason)}` : 'threw';
       throw err;
     } finally {
-      out(`E ${ctx.jobId} ${ctx.attempt} ${Date.now()} ${how}`);
+      out(`E ${ctx.jobId} ${ctx.attempt} ${wall()} ${how}`);
     }
   };
 }
@@ -142,6 +161,15 @@ const registerMix = (r: HandlerRegistry) =>
       }),
       { backoff, concurrency: tiny ? 1 : 2 },
     )
+    // A large payload in, a large result out (claims and completions of a few MB a batch).
+    .register(
+      'bulky',
+      traced(async (p, ctx) => {
+        await abortableSleep(random.int(0, 20), ctx.signal);
+        return { size: p.blob?.length ?? 0, blob: 'r'.repeat(random.int(30_000, 60_000)) };
+      }),
+      { backoff },
+    )
     // Blocks its event loop past the zombie timeout: no heartbeat can go out, so rescue hands the job to someone else
     // while it runs (the one case where two runs of a job may overlap: the first one's lease is already gone).
     .register(
@@ -202,7 +230,7 @@ if (role === 'worker') {
   const wakeups = new PostgresWakeups(url);
   const worker = new Worker(processor(), {
     queues,
-    concurrency: 12,
+    concurrency: Number(process.env.MIX_CONCURRENCY || 12),
     pollIntervalMs: 400,
     wakeups,
   });
@@ -675,13 +703,38 @@ if (role === 'opsapi') {
   };
 }
 
+if (role === 'churn') {
+  // Queue settings changed all the time, under the claims: each queue's limit (none, or 1-8), pauses and resumes,
+  // the zombie timeout (2-4 s: the run's heartbeats keep a lease that long).
+  const pick = <T>(xs: T[]): T => xs[random.int(0, xs.length - 1)]!;
+  const loop = (async () => {
+    while (!stopping) {
+      const q = pick(queues);
+      try {
+        const roll = random.next();
+        if (roll < 0.5) await store.updateQueue(q, { maxConcurrency: random.next() < 0.3 ? null : random.int(1, 8) });
+        else if (roll < 0.8) {
+          await store.updateQueue(q, { paused: true });
+          await sleep(random.int(10, 300));
+          await store.updateQueue(q, { paused: false });
+        } else await store.updateQueue(q, { zombieTimeoutSeconds: random.int(2, 4) });
+      } catch (err) {
+        failed('churn', err);
+      }
+      await sleep(random.int(20, 150));
+    }
+    for (const q of queues) await store.updateQueue(q, { paused: false }).catch((e: unknown) => failed('unpause', e));
+  })();
+  stop = () => loop;
+}
+
 // How late this process's timers ran (a starved or descheduled process gives its leases up late).
 const lag = monitorEventLoopDelay({ resolution: 10 });
 lag.enable();
 setInterval(() => {
   const max = lag.max / 1e6;
   lag.reset();
-  if (max >= 100) out(`L ${Date.now()} ${Math.round(max)}`);
+  if (max >= 100) out(`L ${wall()} ${Math.round(max)}`);
 }, 1000).unref();
 
 let exiting = false;
