@@ -169,6 +169,7 @@ export class ChecksumAccumulator {
 
 // The keel-v1 sum of an announced chunk's rows (ChecksumAccumulator.expect), once computed.
 const CHUNK_SUM: unique symbol = Symbol('keel.v1ChunkSum');
+let copyBytesPerRow = 64;
 type Announced = CanonicalChunk & { [CHUNK_SUM]?: { hashed: boolean; hi: number; lo: number; count: number } };
 
 // The rows as PostgreSQL COPY text (exactly what transferSql.ts copyText writes for them, as UTF-8), hashing them with
@@ -180,7 +181,8 @@ export function copyTextHashing(chunk: CanonicalChunk, types: readonly LogicalTy
   const kinds = new Uint8Array(
     types.map((t) => (t === 'text' ? COPY_TEXT_FIELD : t === 'bytes' ? COPY_BYTES_FIELD : COPY_PLAIN)),
   );
-  const o: CopyOut = { bytes: new Uint8Array(chunk.length * 96 + 64), pos: 0 };
+  // Sized by the last chunk's bytes a row (grown when short): no zero fill, little left over.
+  const o: CopyOut = { bytes: Buffer.allocUnsafe(Math.ceil(chunk.length * copyBytesPerRow * 1.1) + 256), pos: 0 };
   let hi = 0;
   let lo = 0;
   for (const row of chunk) {
@@ -195,6 +197,7 @@ export function copyTextHashing(chunk: CanonicalChunk, types: readonly LogicalTy
     }
     if (hi >= TWO32) hi -= TWO32;
   }
+  if (chunk.length > 0) copyBytesPerRow = o.pos / chunk.length;
   s.hi = hi;
   s.lo = lo;
   s.count = chunk.length;

@@ -110,13 +110,20 @@ export const COPY_PLAIN = 0;
 export const COPY_TEXT_FIELD = 1;
 export const COPY_BYTES_FIELD = 2;
 
-// Per ASCII character: the letter of its COPY escape (after a backslash), 0 when written as it is.
-const COPY_ESCAPE = new Uint8Array(128);
-COPY_ESCAPE[0x5c] = 0x5c; // \ -> \\
-COPY_ESCAPE[0x09] = 0x74; // tab -> \t
-COPY_ESCAPE[0x0a] = 0x6e; // newline -> \n
-COPY_ESCAPE[0x0d] = 0x72; // carriage return -> \r
-const NO_ESCAPE = new Uint8Array(128);
+// Per ASCII character, by how the COPY text writes it (esc: as it is, or escaped): 0 when both the record literal and
+// the COPY text take it as it is (almost every character, one test), else QUOTE (it quotes the record literal's
+// value), DOUBLE (also doubled inside the quotes), ESCAPE (a backslash and the letter in ESCAPE_LETTER), or-ed.
+const QUOTE = 1;
+const DOUBLE = 2;
+const ESCAPE = 4;
+const ESCAPE_LETTER = new Uint8Array(128);
+ESCAPE_LETTER[0x5c] = 0x5c; // \ -> \\
+ESCAPE_LETTER[0x09] = 0x74; // tab -> \t
+ESCAPE_LETTER[0x0a] = 0x6e; // newline -> \n
+ESCAPE_LETTER[0x0d] = 0x72; // carriage return -> \r
+const AS_IS = new Uint8Array(128);
+for (let ch = 0; ch < 128; ch++) AS_IS[ch] = QUOTING[ch] === 0 ? 0 : QUOTING[ch] === 1 ? QUOTE : QUOTE | DOUBLE;
+const ESCAPED = AS_IS.map((f, ch) => f | (ESCAPE_LETTER[ch] !== 0 ? ESCAPE : 0));
 
 // Where the COPY text is written: bytes[0, pos) hold the lines so far.
 export interface CopyOut {
@@ -124,24 +131,35 @@ export interface CopyOut {
   pos: number;
 }
 
-// putField, also writing the field's COPY text into c at cpos (escaped by `esc`); answers the record position after
-// it (or -1 as putField does, nothing kept), the COPY position in copyEnd.
+// putField, also writing the field's COPY text into c at cpos (`flags`: AS_IS or ESCAPED); answers the record position
+// after it (or -1 as putField does, nothing kept), the COPY position in copyEnd.
 let copyEnd = 0;
-function putFieldCopy(s: string, pos: number, doubled: boolean, c: Uint8Array, cpos: number, esc: Uint8Array): number {
+function putFieldCopy(
+  s: string,
+  pos: number,
+  doubled: boolean,
+  c: Uint8Array,
+  cpos: number,
+  flags: Uint8Array,
+): number {
   const b = buf;
   for (let i = 0; i < s.length; i++) {
     let ch = s.charCodeAt(i);
     if (ch < 0x80) {
-      const q = QUOTING[ch]!;
-      if (q !== 0) {
+      const f = flags[ch]!;
+      if (f === 0) {
+        b[pos++] = ch;
+        c[cpos++] = ch;
+        continue;
+      }
+      if ((f & QUOTE) !== 0) {
         if (!doubled) return -1;
-        if (q === 2) b[pos++] = ch;
+        if ((f & DOUBLE) !== 0) b[pos++] = ch;
       }
       b[pos++] = ch;
-      const e = esc[ch]!;
-      if (e !== 0) {
+      if ((f & ESCAPE) !== 0) {
         c[cpos++] = 0x5c;
-        c[cpos++] = e;
+        c[cpos++] = ESCAPE_LETTER[ch]!;
       } else c[cpos++] = ch;
     } else if (ch < 0x800) {
       c[cpos++] = b[pos++] = 0xc0 | (ch >>> 6);
@@ -184,7 +202,7 @@ export function md5RowPrefixCopy(
   // its separator, quotes or NULL and the bytes prefix; the parentheses, the newline.
   reserve(0, units * 3 + n * 4 + 2);
   if (o.bytes.length < o.pos + units * 3 + n * 4 + 2) {
-    const grown = new Uint8Array((o.pos + units * 3 + n * 4 + 2) * 2);
+    const grown = Buffer.allocUnsafe((o.pos + units * 3 + n * 4 + 2) * 2);
     grown.set(o.bytes.subarray(0, o.pos));
     o.bytes = grown;
   }
@@ -209,12 +227,12 @@ export function md5RowPrefixCopy(
       c[cpos++] = 0x5c;
       c[cpos++] = 0x78;
     }
-    const esc = kind === COPY_PLAIN ? NO_ESCAPE : COPY_ESCAPE;
-    const end = v.length === 0 ? -1 : putFieldCopy(v, pos, false, c, cpos, esc);
+    const flags = kind === COPY_PLAIN ? AS_IS : ESCAPED;
+    const end = v.length === 0 ? -1 : putFieldCopy(v, pos, false, c, cpos, flags);
     if (end >= 0) pos = end;
     else {
       buf[pos] = 0x22;
-      pos = putFieldCopy(v, pos + 1, true, c, cpos, esc);
+      pos = putFieldCopy(v, pos + 1, true, c, cpos, flags);
       buf[pos++] = 0x22;
     }
     cpos = copyEnd;
