@@ -55,7 +55,7 @@
 // PostgreSQL computes the same value in SQL (shared/engines/postgres/transferSql.ts); other engines stream
 // canonical strings through `ChecksumAccumulator`. test/transfer/checksum.test.ts proves the two agree.
 import { createHash } from 'node:crypto';
-import { md5RowPrefix } from './md5.js';
+import { COPY_BYTES_FIELD, COPY_PLAIN, COPY_TEXT_FIELD, md5RowPrefix, md5RowPrefixCopy, type CopyOut } from './md5.js';
 
 export type LogicalType =
   'int' | 'decimal' | 'float' | 'text' | 'bool' | 'date' | 'timestamp' | 'timestamptz' | 'bytes' | 'uuid';
@@ -132,9 +132,77 @@ export class ChecksumAccumulator {
     this.count++;
   }
 
+  // Adds the row hashes as two 32-bit halves (each below 2^32).
+  private addHalves(hi: number, lo: number): void {
+    lo += this.lo;
+    hi += this.hi;
+    if (lo >= TWO32) {
+      lo -= TWO32;
+      hi += 1;
+    }
+    if (hi >= TWO32) hi -= TWO32;
+    this.lo = lo;
+    this.hi = hi;
+  }
+
+  // Announces a chunk whose rows addChunk will add: until then, whoever writes the chunk's rows as PostgreSQL COPY
+  // text (copyTextHashing) may hash them in the same pass, and addChunk takes that chunk's sum instead of hashing
+  // again. Chunks are never changed in place (COPY_TEXT above), so the sum stays the sum of the chunk's rows.
+  expect(chunk: CanonicalChunk): void {
+    (chunk as Announced)[CHUNK_SUM] = { hashed: false, hi: 0, lo: 0, count: 0 };
+  }
+
+  // add() of every row of the chunk (its sum when copyTextHashing computed it).
+  addChunk(chunk: CanonicalChunk): void {
+    const s = (chunk as Announced)[CHUNK_SUM];
+    if (s?.hashed && s.count === chunk.length) {
+      this.addHalves(s.hi, s.lo);
+      this.count += s.count;
+    } else for (const row of chunk) this.add(row);
+    delete (chunk as Announced)[CHUNK_SUM];
+  }
+
   get checksum(): string {
     return ((BigInt(this.hi) << 32n) + BigInt(this.lo)).toString(10);
   }
+}
+
+// The keel-v1 sum of an announced chunk's rows (ChecksumAccumulator.expect), once computed.
+const CHUNK_SUM: unique symbol = Symbol('keel.v1ChunkSum');
+let copyBytesPerRow = 64;
+type Announced = CanonicalChunk & { [CHUNK_SUM]?: { hashed: boolean; hi: number; lo: number; count: number } };
+
+// The rows as PostgreSQL COPY text (exactly what transferSql.ts copyText writes for them, as UTF-8), hashing them with
+// keel-v1 in the same pass when the chunk is announced and not hashed yet; null when it is not announced (the caller
+// formats it as before: nothing would read the hashes).
+export function copyTextHashing(chunk: CanonicalChunk, types: readonly LogicalType[]): Buffer | null {
+  const s = (chunk as Announced)[CHUNK_SUM];
+  if (!s || s.hashed) return null;
+  const kinds = new Uint8Array(
+    types.map((t) => (t === 'text' ? COPY_TEXT_FIELD : t === 'bytes' ? COPY_BYTES_FIELD : COPY_PLAIN)),
+  );
+  // Sized by the last chunk's bytes a row (grown when short): no zero fill, little left over.
+  const o: CopyOut = { bytes: Buffer.allocUnsafe(Math.ceil(chunk.length * copyBytesPerRow * 1.1) + 256), pos: 0 };
+  let hi = 0;
+  let lo = 0;
+  for (const row of chunk) {
+    // A row of another width hashes as its own fields (rowEncoding): this chunk is left to addChunk's rows.
+    if (row.length !== kinds.length) return null;
+    md5RowPrefixCopy(row, kinds, digest, o);
+    lo += digest[1]!;
+    hi += digest[0]!;
+    if (lo >= TWO32) {
+      lo -= TWO32;
+      hi += 1;
+    }
+    if (hi >= TWO32) hi -= TWO32;
+  }
+  if (chunk.length > 0) copyBytesPerRow = o.pos / chunk.length;
+  s.hi = hi;
+  s.lo = lo;
+  s.count = chunk.length;
+  s.hashed = true;
+  return Buffer.from(o.bytes.buffer, o.bytes.byteOffset, o.pos);
 }
 
 const INT_RE = /^([+-]?)0*(\d+)$/;

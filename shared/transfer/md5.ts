@@ -97,11 +97,158 @@ export function md5RowPrefix(row: readonly (string | null | undefined)[], out: U
   md5Buffered(pos, out);
 }
 
+// ---- md5RowPrefix and the row's PostgreSQL COPY text line in one pass ----
+// The row path's PostgreSQL target writes canonical rows as COPY text (transferSql.ts copyText) and the service hashes
+// the same rows with keel-v1: two passes over every character of every value, one of them building a JavaScript string
+// that is encoded to UTF-8 again on the socket. Here each character is read once and written twice, as UTF-8 bytes:
+// into the record literal (MD5's buffer) and into the COPY line, so the COPY text is bytes already.
+
+// How a field is written into the COPY text, by its logical type (as copyText's copyField): as it is (the canonical
+// text of every type but text and bytes holds nothing COPY escapes), text (\\, tab, newline, carriage return
+// escaped), bytes (escaped as text, behind a `\\x` prefix: COPY reads `\x`, bytea's hex input).
+export const COPY_PLAIN = 0;
+export const COPY_TEXT_FIELD = 1;
+export const COPY_BYTES_FIELD = 2;
+
+// Per ASCII character, by how the COPY text writes it (esc: as it is, or escaped): 0 when both the record literal and
+// the COPY text take it as it is (almost every character, one test), else QUOTE (it quotes the record literal's
+// value), DOUBLE (also doubled inside the quotes), ESCAPE (a backslash and the letter in ESCAPE_LETTER), or-ed.
+const QUOTE = 1;
+const DOUBLE = 2;
+const ESCAPE = 4;
+const ESCAPE_LETTER = new Uint8Array(128);
+ESCAPE_LETTER[0x5c] = 0x5c; // \ -> \\
+ESCAPE_LETTER[0x09] = 0x74; // tab -> \t
+ESCAPE_LETTER[0x0a] = 0x6e; // newline -> \n
+ESCAPE_LETTER[0x0d] = 0x72; // carriage return -> \r
+const AS_IS = new Uint8Array(128);
+for (let ch = 0; ch < 128; ch++) AS_IS[ch] = QUOTING[ch] === 0 ? 0 : QUOTING[ch] === 1 ? QUOTE : QUOTE | DOUBLE;
+const ESCAPED = AS_IS.map((f, ch) => f | (ESCAPE_LETTER[ch] !== 0 ? ESCAPE : 0));
+
+// Where the COPY text is written: bytes[0, pos) hold the lines so far.
+export interface CopyOut {
+  bytes: Uint8Array;
+  pos: number;
+}
+
+// putField, also writing the field's COPY text into c at cpos (`flags`: AS_IS or ESCAPED); answers the record position
+// after it (or -1 as putField does, nothing kept), the COPY position in copyEnd.
+let copyEnd = 0;
+function putFieldCopy(
+  s: string,
+  pos: number,
+  doubled: boolean,
+  c: Uint8Array,
+  cpos: number,
+  flags: Uint8Array,
+): number {
+  const b = buf;
+  for (let i = 0; i < s.length; i++) {
+    let ch = s.charCodeAt(i);
+    if (ch < 0x80) {
+      const f = flags[ch]!;
+      if (f === 0) {
+        b[pos++] = ch;
+        c[cpos++] = ch;
+        continue;
+      }
+      if ((f & QUOTE) !== 0) {
+        if (!doubled) return -1;
+        if ((f & DOUBLE) !== 0) b[pos++] = ch;
+      }
+      b[pos++] = ch;
+      if ((f & ESCAPE) !== 0) {
+        c[cpos++] = 0x5c;
+        c[cpos++] = ESCAPE_LETTER[ch]!;
+      } else c[cpos++] = ch;
+    } else if (ch < 0x800) {
+      c[cpos++] = b[pos++] = 0xc0 | (ch >>> 6);
+      c[cpos++] = b[pos++] = 0x80 | (ch & 0x3f);
+    } else {
+      if (ch >= 0xd800 && ch <= 0xdfff) {
+        const next = i + 1 < s.length ? s.charCodeAt(i + 1) : 0;
+        if (ch <= 0xdbff && next >= 0xdc00 && next <= 0xdfff) {
+          ch = 0x10000 + ((ch - 0xd800) << 10) + (next - 0xdc00);
+          i++;
+          c[cpos++] = b[pos++] = 0xf0 | (ch >>> 18);
+          c[cpos++] = b[pos++] = 0x80 | ((ch >>> 12) & 0x3f);
+          c[cpos++] = b[pos++] = 0x80 | ((ch >>> 6) & 0x3f);
+          c[cpos++] = b[pos++] = 0x80 | (ch & 0x3f);
+          continue;
+        }
+        ch = 0xfffd;
+      }
+      c[cpos++] = b[pos++] = 0xe0 | (ch >>> 12);
+      c[cpos++] = b[pos++] = 0x80 | ((ch >>> 6) & 0x3f);
+      c[cpos++] = b[pos++] = 0x80 | (ch & 0x3f);
+    }
+  }
+  copyEnd = cpos;
+  return pos;
+}
+
+// md5RowPrefix(row, out), and the row's COPY text line appended to o (its fields by `kinds`, tab-separated, NULL as
+// \N, then a newline: what copyText writes, as UTF-8). Rows of kinds.length fields only (the caller checks).
+export function md5RowPrefixCopy(
+  row: readonly (string | null | undefined)[],
+  kinds: Uint8Array,
+  out: Uint32Array,
+  o: CopyOut,
+): void {
+  const n = kinds.length;
+  let units = 0;
+  for (let i = 0; i < n; i++) units += row[i]?.length ?? 0;
+  // Room for the row at once: a UTF-16 unit is at most 3 bytes in either (a doubled or escaped character 2); per field
+  // its separator, quotes or NULL and the bytes prefix; the parentheses, the newline.
+  reserve(0, units * 3 + n * 4 + 2);
+  if (o.bytes.length < o.pos + units * 3 + n * 4 + 2) {
+    const grown = Buffer.allocUnsafe((o.pos + units * 3 + n * 4 + 2) * 2);
+    grown.set(o.bytes.subarray(0, o.pos));
+    o.bytes = grown;
+  }
+  const c = o.bytes;
+  let cpos = o.pos;
+  let pos = 0;
+  buf[pos++] = 0x28; // (
+  for (let i = 0; i < n; i++) {
+    const v = row[i];
+    if (i > 0) {
+      buf[pos++] = 0x2c; // ,
+      c[cpos++] = 0x09; // tab
+    }
+    if (v === null || v === undefined) {
+      c[cpos++] = 0x5c; // \N
+      c[cpos++] = 0x4e;
+      continue;
+    }
+    const kind = kinds[i]!;
+    if (kind === COPY_BYTES_FIELD) {
+      c[cpos++] = 0x5c;
+      c[cpos++] = 0x5c;
+      c[cpos++] = 0x78;
+    }
+    const flags = kind === COPY_PLAIN ? AS_IS : ESCAPED;
+    const end = v.length === 0 ? -1 : putFieldCopy(v, pos, false, c, cpos, flags);
+    if (end >= 0) pos = end;
+    else {
+      buf[pos] = 0x22;
+      pos = putFieldCopy(v, pos + 1, true, c, cpos, flags);
+      buf[pos++] = 0x22;
+    }
+    cpos = copyEnd;
+  }
+  buf[pos++] = 0x29; // )
+  c[cpos++] = 0x0a; // newline
+  o.pos = cpos;
+  md5Buffered(pos, out);
+}
+
 // md5Prefix of the first n bytes of buf (which has room for the padding after them).
 function md5Buffered(n: number, out: Uint32Array): void {
   const total = (((n + 8) >>> 6) + 1) << 6;
   buf[n] = 0x80;
-  buf.fill(0, n + 1, total - 8);
+  // The zeros up to the length in a loop: fewer than 64 bytes, where fill()'s call costs more than the stores.
+  for (let i = n + 1; i < total - 8; i++) buf[i] = 0;
   // the message length in bits, 64-bit little-endian
   const lowBits = (n * 8) >>> 0;
   const highBits = Math.floor(n / 536870912);

@@ -878,9 +878,11 @@ export class TransferService {
       let ended = false;
       try {
         for await (const chunk of a.source.streamRows(w, req.schema, t.chunkSize, facts)) {
+          // A target that writes the rows as PostgreSQL COPY text hashes them in the same pass (copyTextHashing).
+          acc.expect(chunk);
           yield chunk;
-          // Hashed after the target took the chunk: its server parses it meanwhile.
-          for (const row of chunk) acc.add(row);
+          // Hashed after the target took the chunk (its server parses it meanwhile), unless it was hashed then.
+          acc.addChunk(chunk);
         }
         ended = true;
         settle.resolve(await record({ rowCount: acc.count, checksum: acc.checksum }));

@@ -9,7 +9,9 @@ import { pipeline } from 'node:stream/promises';
 import { from as copyFrom } from 'pg-copy-streams';
 import {
   ChecksumAccumulator,
+  LOGICAL_TYPES,
   canonicalValue,
+  copyTextHashing,
   rowEncoding,
   rowHash,
   type CanonicalRow,
@@ -141,6 +143,111 @@ describe('keel-v1 checksum', () => {
       `select array[${schema.columns.map((c) => pgCanonical(quotePg(c.name), c.logical, c.type)).join(', ')}] as r from public.awkward_back order by id`,
     );
     expect(back.rows.map((r) => r.r)).toEqual(rows);
+    // The one-pass writer (an announced chunk, as the one-read feed announces it): the same bytes, and the chunk's
+    // keel-v1 sum, which the server's keel-v1 of the rows the bytes stored equals.
+    const types = schema.columns.map((c) => c.logical);
+    const chunk: CanonicalRow[] = rows.map((r) => [...r]);
+    const acc = new ChecksumAccumulator();
+    acc.expect(chunk);
+    const bytes = copyTextHashing(chunk, types);
+    expect(bytes).not.toBeNull();
+    expect(bytes!.equals(Buffer.from(text, 'utf8'))).toBe(true);
+    acc.addChunk(chunk);
+    const perRow = new ChecksumAccumulator();
+    for (const r of rows) perRow.add(r);
+    expect([acc.count, acc.checksum]).toEqual([perRow.count, perRow.checksum]);
+    await pool.query('create table public.awkward_back2 (like public.awkward)');
+    const c2 = await pool.connect();
+    try {
+      await pipeline(Readable.from([bytes!]), c2.query(copyFrom('copy public.awkward_back2 from stdin')));
+    } finally {
+      c2.release();
+    }
+    const back2 = new PostgresTransferSource(
+      parseTransfers(
+        [
+          {
+            name: 'awkward_back2',
+            source: { engine: 'postgres', connectionSetting: 'X', table: 'public.awkward_back2' },
+            target: { engine: 'postgres', connectionSetting: 'Y', table: 'public.awkward' },
+            keyColumns: ['id'],
+            boundary: { column: 'id', kind: 'key' },
+            columns: cols.map((c) => ({ source: c, target: c })),
+          },
+        ],
+        TRANSFER_RULES,
+      )[0]!,
+      pool,
+    );
+    const stored = await back2.manifest({ kind: 'key', low: null, high: '5' }, await back2.readSchema(), 'keel-v1');
+    expect(stored).toEqual({ rowCount: 5, checksum: acc.checksum });
+  });
+
+  it('copyTextHashing: copyText bytes and keel-v1 row hashes in one pass, for every logical type and awkward value', () => {
+    // Values that quote the record literal, are doubled in it, are escaped in COPY text, are empty, NULL, multi-byte,
+    // astral or lone surrogates, in a column of every logical type: the hash follows the record literal of the strings
+    // whatever the type (the definition), the COPY text copyText's escaping by type (text and bytes only).
+    const odd = [
+      ...['"', '\\', '(', ')', ',', ' ', '\t', '\n', '\v', '\f', '\r'].flatMap((c) => [c, `a${c}b`, `${c}${c}x`]),
+      '',
+      'a\ud800b',
+      '\udc00',
+      'x\ud83d',
+      '\ud83d\ude00 "q" \\',
+      'ü✓𝄞',
+      'z'.repeat(20000) + '"\t',
+      '\u007f\u0080\u07ff\u0800\uffff',
+      'plain',
+      '-42',
+      '2026-02-03T04:05:06.000007Z',
+      '00ff10',
+    ];
+    const types = LOGICAL_TYPES;
+    const rows: CanonicalRow[] = [];
+    for (let i = 0; i < odd.length * 3; i++)
+      rows.push(types.map((_t, j) => ((i + j) % 5 === 4 ? null : odd[(i * 7 + j * 3) % odd.length]!)));
+    rows.push(
+      types.map(() => null),
+      types.map(() => ''),
+      types.map((_t, j) => odd[j]!),
+    );
+    const text = copyText(rows, types);
+    expect(text).toContain('\\\\x'); // a bytes value behind its \\x prefix
+    const perRow = new ChecksumAccumulator();
+    for (const r of rows) perRow.add(r);
+    let sum = 0n;
+    for (const r of rows) sum = (sum + rowHash(r)) % (1n << 64n);
+    expect(perRow.checksum).toBe(sum.toString());
+    // Chunk by chunk, as the feed announces them; several chunks so the sums carry across them.
+    const acc = new ChecksumAccumulator();
+    const parts: Buffer[] = [];
+    for (let i = 0; i < rows.length; i += 17) {
+      const chunk = rows.slice(i, i + 17);
+      acc.expect(chunk);
+      const bytes = copyTextHashing(chunk, types);
+      expect(bytes).not.toBeNull();
+      parts.push(bytes!);
+      expect(copyTextHashing(chunk, types)).toBeNull(); // hashed once: a second write formats as before
+      acc.addChunk(chunk);
+    }
+    expect(Buffer.concat(parts).equals(Buffer.from(text, 'utf8'))).toBe(true);
+    expect([acc.count, acc.checksum]).toEqual([rows.length, perRow.checksum]);
+    // Not announced: nothing is hashed (the caller formats with copyText); announced but never written: addChunk hashes.
+    expect(copyTextHashing(rows.slice(0, 3), types)).toBeNull();
+    const unwritten = new ChecksumAccumulator();
+    const chunk = rows.slice(0, 40);
+    unwritten.expect(chunk);
+    unwritten.addChunk(chunk);
+    const direct = new ChecksumAccumulator();
+    for (const r of chunk) direct.add(r);
+    expect([unwritten.count, unwritten.checksum]).toEqual([40, direct.checksum]);
+    // A row of another width than the types: left to addChunk's rows (its own fields), never a sum of the wrong literal.
+    const ragged: CanonicalRow[] = [types.map(() => 'x'), ['only', 'two']];
+    const r1 = new ChecksumAccumulator();
+    r1.expect(ragged);
+    expect(copyTextHashing(ragged, types)).toBeNull();
+    r1.addChunk(ragged);
+    expect(r1.checksum).toBe(((rowHash(ragged[0]!) + rowHash(ragged[1]!)) % (1n << 64n)).toString());
   });
 
   it('the JavaScript MD5 of the row hash equals node:crypto and PostgreSQL md5() at every block boundary and in UTF-8', async () => {

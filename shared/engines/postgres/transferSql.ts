@@ -1,6 +1,7 @@
 // PostgreSQL side of the keel-v1 checksum (shared/transfer/checksum.ts) and the type mapping for transfers.
 import {
   COPY_TEXT,
+  copyTextHashing,
   PG1_PREFIX,
   type CanonicalChunk,
   PG2_PREFIX,
@@ -205,5 +206,7 @@ export function copyText(rows: CanonicalRow[], types: readonly LogicalType[]): s
 // whose canonical hex needs the \x prefix copyText adds.
 export function copyChunk(rows: CanonicalChunk, types: readonly LogicalType[]): string | Buffer {
   const raw = rows[COPY_TEXT];
-  return raw !== undefined && !types.includes('bytes') ? raw : copyText(rows, types);
+  if (raw !== undefined && !types.includes('bytes')) return raw;
+  // A chunk the service will hash (one source read): its COPY text and its keel-v1 hashes in one pass over the rows.
+  return copyTextHashing(rows, types) ?? copyText(rows, types);
 }
