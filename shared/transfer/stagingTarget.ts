@@ -283,7 +283,7 @@ export class StagingTarget implements TargetAdapter {
       if (dup.length > 0)
         throw new TransferError(
           'duplicate_keys',
-          `batch ${req.batchId}: duplicate keys within the batch (${dup.map((k) => `(${k})`).join(', ')})`,
+          `batch ${req.batchId}: duplicate or NULL keys within the batch (${dup.map((k) => `(${k})`).join(', ')})`,
           { keys: dup },
         );
       lap('stage.duplicateCheck');

@@ -155,11 +155,13 @@ class OracleStagingSession implements StagingSession {
     return { write, end: async () => undefined, boundedWrites: true };
   }
 
+  // Keys twice in the batch, and keys with a NULL part (never equal to the target's key: each apply would insert
+  // the row again), as on PostgreSQL.
   async duplicateKeys(): Promise<string[]> {
     const keys = targetKeys(this.d.t).map(quoteOracle);
     const dup = await this.s.run('duplicate check', (c) =>
       c.execute<[string]>(
-        `SELECT ${keys.map((k) => `TO_CHAR(${k})`).join(` || ', ' || `)} FROM ${this.d.stagingRef()} WHERE KEEL_BATCH_ID = :b GROUP BY ${keys.join(', ')} HAVING COUNT(*) > 1 FETCH FIRST 3 ROWS ONLY`,
+        `SELECT ${keys.map((k) => `NVL(TO_CHAR(${k}), 'NULL')`).join(` || ', ' || `)} FROM ${this.d.stagingRef()} WHERE KEEL_BATCH_ID = :b GROUP BY ${keys.join(', ')} HAVING COUNT(*) > 1 OR MAX(CASE WHEN ${keys.map((k) => `${k} IS NULL`).join(' OR ')} THEN 1 ELSE 0 END) = 1 FETCH FIRST 3 ROWS ONLY`,
         { b: this.req.batchId },
         { outFormat: oracledb.OUT_FORMAT_ARRAY },
       ),

@@ -272,10 +272,12 @@ class PgStagingSession implements StagingSession {
     );
   }
 
+  // Keys twice in the batch, and keys with a NULL part: a NULL never equals the target's key, so every apply of
+  // such a row (a replay, a later window carrying it again) would insert it once more beside the earlier copy.
   async duplicateKeys(): Promise<string[]> {
     const keyRefs = targetKeys(this.d.t).map(quotePg);
     const dup = await this.client.query<{ k: string }>(
-      `select ${keyRefs.map((k) => `${k}::text`).join(` || ', ' || `)} as k from ${this.staging} where keel_batch_id = $1 group by ${keyRefs.join(', ')} having count(*) > 1 limit 3`,
+      `select ${keyRefs.map((k) => `coalesce(${k}::text, 'NULL')`).join(` || ', ' || `)} as k from ${this.staging} where keel_batch_id = $1 group by ${keyRefs.join(', ')} having count(*) > 1 or bool_or(${keyRefs.map((k) => `${k} is null`).join(' or ')}) limit 3`,
       [this.req.batchId],
     );
     return dup.rows.map((r) => r.k);
