@@ -97,4 +97,44 @@ describe('configuration changed between the stage and the apply of a batch', () 
     expect(await laneProblems(env, 'cfg_key', 20)).toEqual([]);
     await c.close();
   });
+
+  // The stage checked the batch's keys under the key columns of its time; the apply merges on today's. Staged rows
+  // twice under the new key made the apply fail with the target's unique violation (or MERGE's 21000 when the
+  // target held the key already) at every retry, the batch staged for good. Refused once for good instead.
+  it.each([
+    ['the target holds none of the keys (a unique violation)', false],
+    ['the target holds one of them (MERGE meets a row twice)', true],
+  ])('the key columns changed to ones the staged rows repeat, %s: duplicate_keys, window released', async (_, held) => {
+    const table = held ? 'cfg_rekey_held' : 'cfg_rekey';
+    await env.source.query(`create table public.${table} (id bigint primary key, code text not null, v text)`);
+    await env.target.query(`create table public.${table} (id bigint, code text not null, v text)`);
+    await env.target.query(`create unique index on public.${table} (id)`);
+    await env.source.query(
+      `insert into public.${table} select n, 'c' || (n % 3), 'v' || n from generate_series(1, 12) n`,
+    );
+    const transfer = (keyColumns: string[]) =>
+      laneTransfer(table, { batchSize: 6, keyColumns, columns: cols(['id', 'code', 'v']) });
+    const a = service(transfer(['id']));
+    const open = await a.createBatch(table);
+    expect((await a.stage(open.batchId)).state).toBe('staged');
+    await a.close();
+
+    // Redeployed keyed on code, with the unique index it needs on the target.
+    if (held) await env.target.query(`insert into public.${table} values (100, 'c1', 'old')`);
+    await env.target.query(`create unique index on public.${table} (code)`);
+    const b = service(transfer(['code']));
+    const after = await b.apply(open.batchId);
+    expect([after.state, after.lastErrorCode]).toEqual(['failed', 'duplicate_keys']);
+    expect(after.lastError).toMatch(/\(c1\)/);
+    // Nothing of the batch applied; the released window's next batch is refused at its stage the same way.
+    expect((await env.target.query(`select count(*)::int as n from public.${table}`)).rows[0].n).toBe(held ? 1 : 0);
+    const next = await b.run((await b.createBatch(table)).batchId);
+    expect([next.boundary.low, next.boundary.high, next.state, next.lastErrorCode]).toEqual([
+      open.boundary.low,
+      open.boundary.high,
+      'failed',
+      'duplicate_keys',
+    ]);
+    await b.close();
+  });
 });
