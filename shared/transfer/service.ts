@@ -1345,6 +1345,17 @@ export class TransferService {
     };
   }
 
+  // The open batches of a transfer's replay chains (REPLAY_MARK: each its own chain, so they are not the transfer's
+  // open batch), oldest first. Open batches are few (at most one a chain): read by state, as insertReplay does.
+  async openReplays(name: string): Promise<BatchView[]> {
+    const t = this.transfer(name);
+    const out: BatchRecord[] = [];
+    for (const state of OPEN_STATES)
+      for (const b of await this.journal.list({ state, limit: 1000 }))
+        if (b.transferName !== t.name && baseTransferName(b.transferName) === t.name) out.push(b);
+    return out.sort((x, y) => x.createdAt.getTime() - y.createdAt.getTime()).map(toView);
+  }
+
   async listBatches(filter: BatchListFilter): Promise<BatchView[]> {
     return (await this.journal.list(filter)).map(toView);
   }
