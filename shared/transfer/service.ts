@@ -577,6 +577,20 @@ export class TransferService {
       schemaHash: schema.hash,
       schemaColumns: schema.columns,
     });
+    // Its low is not the last committed high itself (the mark), so the journal's window indexes do not refuse it
+    // when another instance created and committed the next window after the read above: read again now that this
+    // batch exists (while it is open no other batch of the transfer can be created, so none can commit after this
+    // read either), and release it when the chain moved on -- else two committed windows would follow one.
+    const now = await this.journal.lastForTransfer(t.name);
+    if (now.lastCommitted?.batchId !== lastCommitted.batchId) {
+      const err = new TransferError(
+        'window_taken',
+        `transfer ${t.name}: window ${now.lastCommitted?.batchId ?? '?'} was committed after the last committed window ${lastCommitted.batchId} while this re-baseline was prepared; re-baseline again to follow it`,
+        { batchId: now.lastCommitted?.batchId ?? null },
+      );
+      await this.reconciler.release(rec, err, ['extracting']);
+      throw err;
+    }
     this.log('transfer.batch.rebaseline', { batchId: rec.batchId, transfer: t.name, high: baseline.high });
     try {
       return toView(await this.recordManifest(rec, t, a, schema, true));
