@@ -15,14 +15,7 @@ import { isTransferError } from '../../shared/transfer/errors.js';
 import type { TransferJournal } from '../../shared/transfer/journal.js';
 import { TransferService } from '../../shared/transfer/service.js';
 import { REBASELINE_MARK } from '../../shared/transfer/changes.js';
-import {
-  assertExactlyOnce,
-  insertSourceRows,
-  ordersTransfer,
-  ORDERS_DDL,
-  setupDatabases,
-  type Env,
-} from './helpers.js';
+import { insertSourceRows, ordersTransfer, ORDERS_DDL, setupDatabases, type Env } from './helpers.js';
 
 const NAME = 'orders_rb';
 
