@@ -160,12 +160,22 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
       const recent = await svc.listBatches({ transfer: c.transferName, limit: 5 });
       const open = recent.find((b) => b.status !== 'committed' && b.state !== 'failed');
       const posted = open?.retryable ? await rt.postStage(open.batchId, log) : false;
+      // A replay batch pauses with its transfer (its queue steps left it as it was), and is a chain of its own: not
+      // the transfer's open batch above, so posted here too, or it waited for maintenance's stale pass.
+      const replays = [];
+      for (const r of await svc.openReplays(c.transferName))
+        replays.push({
+          batchId: r.batchId,
+          state: r.state,
+          posted: r.retryable ? await rt.postStage(r.batchId, log) : false,
+        });
       return {
         body: {
           transfer: c.transferName,
           paused: c.paused,
           changedBy: c.changedBy,
           ...(open ? { openBatch: { batchId: open.batchId, state: open.state, posted } } : {}),
+          ...(replays.length > 0 ? { openReplays: replays } : {}),
         },
       };
     },

@@ -89,6 +89,18 @@ interface Ahead {
   at: number;
 }
 
+// The transfer's windows are of another kind than its last committed one (its configuration's boundary.kind changed):
+// the next window's low would be that window's high read as a bound of the new kind (a key as a change version, or
+// the reverse), so rows would be skipped or sent again. A changes transfer is re-baselined (its mirror starts the
+// chain of change windows after any window); any other starts a new chain under a new name.
+function kindChanged(t: TransferConfig, last: BatchRecord): TransferError {
+  return new TransferError(
+    'invalid_state',
+    `transfer ${t.name}: its last committed window (${last.boundaryLow ?? ''}, ${last.boundaryHigh}] is a ${last.boundaryKind} window, but it now reads ${t.boundary.kind} windows: its bounds cannot be read as ${t.boundary.kind} bounds; ${t.boundary.kind === 'changes' ? 're-baseline it' : 'configure it under a new name (a new window chain)'}`,
+    { recorded: last.boundaryKind, current: t.boundary.kind },
+  );
+}
+
 // A manifest read ahead is used only this long after it was read: older, the source had time to change (a changed
 // window is still caught by the target's check, but then costs a failed attempt).
 const AHEAD_MAX_AGE_MS = 60_000;
@@ -345,6 +357,7 @@ export class TransferService {
         { batchId: open.batchId },
       );
     }
+    if (lastCommitted && lastCommitted.boundaryKind !== t.boundary.kind) throw kindChanged(t, lastCommitted);
     const { a, schema } = await schemaRead;
     if (lastCommitted && schema.hash !== lastCommitted.schemaHash && schema.hash !== t.acceptSchemaHash) {
       throw new TransferError(
@@ -569,7 +582,9 @@ export class TransferService {
       );
     await this.prepare(t, a, schema);
     const baseline = await a.source.nextWindow(null, t.batchSize, baselineOpts(a));
-    if (!baseline || versionOfHigh(baseline.high) <= versionOfHigh(lastCommitted.boundaryHigh))
+    // (A last window of another kind -- the transfer became a changes transfer -- has no version: any baseline follows.)
+    const lastVersion = lastCommitted.boundaryKind === 'changes' ? versionOfHigh(lastCommitted.boundaryHigh) : null;
+    if (!baseline || (lastVersion !== null && versionOfHigh(baseline.high) <= lastVersion))
       throw new TransferError(
         'nothing_to_transfer',
         `transfer ${t.name}: the source's version has not moved past the last committed window (${lastCommitted.boundaryHigh}); nothing to re-baseline`,
@@ -583,6 +598,20 @@ export class TransferService {
       schemaHash: schema.hash,
       schemaColumns: schema.columns,
     });
+    // Its low is not the last committed high itself (the mark), so the journal's window indexes do not refuse it
+    // when another instance created and committed the next window after the read above: read again now that this
+    // batch exists (while it is open no other batch of the transfer can be created, so none can commit after this
+    // read either), and release it when the chain moved on -- else two committed windows would follow one.
+    const now = await this.journal.lastForTransfer(t.name);
+    if (now.lastCommitted?.batchId !== lastCommitted.batchId) {
+      const err = new TransferError(
+        'window_taken',
+        `transfer ${t.name}: window ${now.lastCommitted?.batchId ?? '?'} was committed after the last committed window ${lastCommitted.batchId} while this re-baseline was prepared; re-baseline again to follow it`,
+        { batchId: now.lastCommitted?.batchId ?? null },
+      );
+      await this.reconciler.release(rec, err, ['extracting']);
+      throw err;
+    }
     this.log('transfer.batch.rebaseline', { batchId: rec.batchId, transfer: t.name, high: baseline.high });
     try {
       return toView(await this.recordManifest(rec, t, a, schema, true));
@@ -772,6 +801,13 @@ export class TransferService {
     const a = await this.connect(t);
     const started = Date.now();
     try {
+      // Its bounds are of the kind it was extracted with: read as another kind's, they select other rows.
+      if (b.boundaryKind !== t.boundary.kind)
+        throw new TransferError(
+          'schema_drift',
+          `batch ${b.batchId}: its window (${b.boundaryLow ?? ''}, ${b.boundaryHigh}] is a ${b.boundaryKind} window; the transfer now reads ${t.boundary.kind} windows`,
+          { recorded: b.boundaryKind, current: t.boundary.kind },
+        );
       const schema = early && known === t.name ? await early : await a.source.readSchema();
       if (schema.hash !== b.schemaHash) {
         throw new TransferError(
@@ -1377,6 +1413,17 @@ export class TransferService {
       targetReconcileToken: b.targetReconcileToken,
       events: await this.journal.events(batchId),
     };
+  }
+
+  // The open batches of a transfer's replay chains (REPLAY_MARK: each its own chain, so they are not the transfer's
+  // open batch), oldest first. Open batches are few (at most one a chain): read by state, as insertReplay does.
+  async openReplays(name: string): Promise<BatchView[]> {
+    const t = this.transfer(name);
+    const out: BatchRecord[] = [];
+    for (const state of OPEN_STATES)
+      for (const b of await this.journal.list({ state, limit: 1000 }))
+        if (b.transferName !== t.name && baseTransferName(b.transferName) === t.name) out.push(b);
+    return out.sort((x, y) => x.createdAt.getTime() - y.createdAt.getTime()).map(toView);
   }
 
   async listBatches(filter: BatchListFilter): Promise<BatchView[]> {

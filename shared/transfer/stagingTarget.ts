@@ -190,6 +190,11 @@ export interface TargetDialect {
   // the target refuses on every retry.
   beginStageError(err: unknown, req: StageRequest): TransferError | null;
   applyError(err: unknown, req: StageRequest): TransferError | null;
+  // After an apply the target refused on a key (a unique violation, a merge matching one target row twice): the
+  // staged rows' keys that are twice in the batch or have a NULL part under the transfer's key columns now (at most
+  // three); null when the error is no such refusal. The stage checked the keys configured when it ran: a batch
+  // staged before the key columns changed is refused here for good instead of failing the same way at every retry.
+  stagedKeyConflicts?(err: unknown, req: StageRequest): Promise<string[] | null>;
   windowKeys(w: Window, schema: SourceSchema): Promise<KeyTuple[]>;
   deleteKeys(w: Window, schema: SourceSchema, keys: KeyTuple[]): Promise<number>;
   checksumAlgorithms(): Promise<readonly ChecksumAlgorithm[]>;
@@ -283,7 +288,7 @@ export class StagingTarget implements TargetAdapter {
       if (dup.length > 0)
         throw new TransferError(
           'duplicate_keys',
-          `batch ${req.batchId}: duplicate keys within the batch (${dup.map((k) => `(${k})`).join(', ')})`,
+          `batch ${req.batchId}: duplicate or NULL keys within the batch (${dup.map((k) => `(${k})`).join(', ')})`,
           { keys: dup },
         );
       lap('stage.duplicateCheck');
@@ -368,6 +373,13 @@ export class StagingTarget implements TargetAdapter {
         case 'staging_shape': // the target table changed since the batch was staged
           throw new TransferError('target_incompatible', message);
       }
+      const keys = await this.d.stagedKeyConflicts?.(err, req).catch(() => null);
+      if (keys && keys.length > 0)
+        throw new TransferError(
+          'duplicate_keys',
+          `batch ${req.batchId}: duplicate or NULL keys within the batch under the key columns (${this.t.keyColumns.join(', ')}) (${keys.map((k) => `(${k})`).join(', ')}); were they changed since it was staged? (${message})`,
+          { keys },
+        );
       throw this.d.applyError(err, req) ?? err;
     }
     this.opts.trace?.('apply', performance.now() - started);

@@ -292,7 +292,22 @@ describe('transfer chaos: faults, duplicate deliveries, two instances and an ope
 
   async function operator(): Promise<string> {
     const name = rnd.pick(['items', 'things']);
-    const what = rnd.pick(['pause', 'resume', 'resume', 'abandon', 'start', 'batchResume'] as const);
+    const what = rnd.pick([
+      'pause',
+      'resume',
+      'resume',
+      'abandon',
+      'start',
+      'batchResume',
+      'rebaseline',
+      'rebaseline',
+    ] as const);
+    if (what === 'rebaseline') {
+      // Re-baseline (things only: a changes transfer), racing the timer's and catch-up's windows of either instance;
+      // one that finds the chain moved on is released (window_taken), else it chains from its predecessor (marked).
+      const r = await call('POST', `transfers/things/rebaseline`, {});
+      return `rebaseline things: ${r.status}${r.status === 409 ? ` ${r.body?.error ?? ''}` : ''}`;
+    }
     if (what === 'pause' || what === 'resume' || what === 'start') {
       const r = await call('POST', `transfers/${name}/${what}`, what === 'pause' ? { reason: 'chaos' } : {});
       return `${what} ${name}: ${r.status}`;
@@ -391,7 +406,7 @@ describe('transfer chaos: faults, duplicate deliveries, two instances and an ope
     ).rows;
     const summary = () => `seed ${rnd.seed} (replay with KEEL_TEST_SEED=${rnd.seed})`;
     console.log(
-      `[chaos] seed ${rnd.seed}: ${trace.length} actions, ${passes} settle passes, ${journal.length} batches: ` +
+      `[chaos] seed ${rnd.seed}: ${trace.length} actions (${trace.filter((x) => / rebaseline things: 202/.test(x)).length} re-baselines), ${passes} settle passes, ${journal.length} batches: ` +
         JSON.stringify(
           journal.reduce<Record<string, number>>((a, b) => {
             const k = `${b.transfer}:${b.state}${b.state === 'failed' ? `:${b.code}` : ''}`;
@@ -404,7 +419,12 @@ describe('transfer chaos: faults, duplicate deliveries, two instances and an ope
     // A batch fails only when abandoned (invalid_state: the operator's, or the final fence found) or when the source
     // changed under its window (manifest_mismatch; a change window's rows re-read): never from a fault.
     for (const b of journal)
-      if (b.state === 'failed' && b.code !== 'invalid_state' && b.code !== 'manifest_mismatch') {
+      if (
+        b.state === 'failed' &&
+        b.code !== 'invalid_state' &&
+        b.code !== 'manifest_mismatch' &&
+        !(b.code === 'window_taken' && String(b.low).startsWith('rebaseline@'))
+      ) {
         const ev = await control.query(
           `select event, detail::text as d from keel.transfer_batch_events where batch_id = $1 order by event_id`,
           [b.id],
@@ -438,7 +458,9 @@ describe('transfer chaos: faults, duplicate deliveries, two instances and an ope
       const committed = journal.filter((b) => b.transfer === name && b.state === 'committed');
       let prev: string | null = null;
       for (const [i, b] of committed.entries()) {
-        if (i > 0 && b.low !== prev) problems.push(`${name}: window (${b.low}, ${b.high}] follows ${prev}`);
+        // (a re-baseline's low is its predecessor's high, marked)
+        if (i > 0 && b.low !== prev && b.low !== `rebaseline@${prev}`)
+          problems.push(`${name}: window (${b.low}, ${b.high}] follows ${prev}`);
         if (i === 0 && b.low !== null) problems.push(`${name}: first committed window starts at ${b.low}`);
         prev = b.high;
       }

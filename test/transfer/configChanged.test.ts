@@ -5,6 +5,7 @@
 // stayed staged for good). The next batch then covers the window under the new configuration (after
 // acceptSchemaHash, as for any drift), every row written once.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { migratePostgresChangeCapture } from '../../shared/engines/postgres/changeCapture.js';
 import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
@@ -20,6 +21,7 @@ describe('configuration changed between the stage and the apply of a batch', () 
   let env: Env;
   beforeAll(async () => {
     env = await setupDatabases('tr_cfg');
+    await migratePostgresChangeCapture(env.source);
     await env.target.query(LANE_WRITES_DDL);
   });
   afterAll(async () => {
@@ -95,6 +97,84 @@ describe('configuration changed between the stage and the apply of a batch', () 
     const c = service(v1);
     for (let n = 0; n < 2; n++) expect((await c.run((await c.createBatch(v1.name)).batchId)).state).toBe('committed');
     expect(await laneProblems(env, 'cfg_key', 20)).toEqual([]);
+    await c.close();
+  });
+
+  // The stage checked the batch's keys under the key columns of its time; the apply merges on today's. Staged rows
+  // twice under the new key made the apply fail with the target's unique violation (or MERGE's 21000 when the
+  // target held the key already) at every retry, the batch staged for good. Refused once for good instead.
+  it.each([
+    ['the target holds none of the keys (a unique violation)', false],
+    ['the target holds one of them (MERGE meets a row twice)', true],
+  ])('the key columns changed to ones the staged rows repeat, %s: duplicate_keys, window released', async (_, held) => {
+    const table = held ? 'cfg_rekey_held' : 'cfg_rekey';
+    await env.source.query(`create table public.${table} (id bigint primary key, code text not null, v text)`);
+    await env.target.query(`create table public.${table} (id bigint, code text not null, v text)`);
+    await env.target.query(`create unique index on public.${table} (id)`);
+    await env.source.query(
+      `insert into public.${table} select n, 'c' || (n % 3), 'v' || n from generate_series(1, 12) n`,
+    );
+    const transfer = (keyColumns: string[]) =>
+      laneTransfer(table, { batchSize: 6, keyColumns, columns: cols(['id', 'code', 'v']) });
+    const a = service(transfer(['id']));
+    const open = await a.createBatch(table);
+    expect((await a.stage(open.batchId)).state).toBe('staged');
+    await a.close();
+
+    // Redeployed keyed on code, with the unique index it needs on the target.
+    if (held) await env.target.query(`insert into public.${table} values (100, 'c1', 'old')`);
+    await env.target.query(`create unique index on public.${table} (code)`);
+    const b = service(transfer(['code']));
+    const after = await b.apply(open.batchId);
+    expect([after.state, after.lastErrorCode]).toEqual(['failed', 'duplicate_keys']);
+    expect(after.lastError).toMatch(/\(c1\)/);
+    // Nothing of the batch applied; the released window's next batch is refused at its stage the same way.
+    expect((await env.target.query(`select count(*)::int as n from public.${table}`)).rows[0].n).toBe(held ? 1 : 0);
+    const next = await b.run((await b.createBatch(table)).batchId);
+    expect([next.boundary.low, next.boundary.high, next.state, next.lastErrorCode]).toEqual([
+      open.boundary.low,
+      open.boundary.high,
+      'failed',
+      'duplicate_keys',
+    ]);
+    await b.close();
+  });
+  // A window chain cannot change kind: the next window's low is the last committed high, read as a bound of the new
+  // kind (a key read as a change version: "no rows after 20" until the source's version passed 20, then the changes
+  // up to it skipped, with the key rows never sent). Refused, naming the way out; the open batch of the old kind
+  // fails at its stage (its bounds would select other rows); a changes transfer is re-baselined.
+  it('boundary kind changed, key to changes: the old batch fails, starts are refused, a re-baseline takes over', async () => {
+    await createLane(env, 'cfg_kind', 30);
+    await env.source.query(`select keel_changes.enable('public.cfg_kind', array['id'])`);
+    const a = service(laneTransfer('cfg_kind', { batchSize: 10 }));
+    expect((await a.run((await a.createBatch('cfg_kind')).batchId)).state).toBe('committed');
+    const open = await a.createBatch('cfg_kind'); // (10, 20], not staged yet
+    await a.close();
+    await env.source.query(`update public.cfg_kind set note = 'changed' where id = 5`);
+
+    const b = service(laneTransfer('cfg_kind', { batchSize: 10, boundary: { kind: 'changes' } }));
+    const old = await b.run(open.batchId);
+    expect([old.state, old.lastErrorCode]).toEqual(['failed', 'schema_drift']);
+    const refused = await b.createBatch('cfg_kind').catch((e: unknown) => e);
+    expect(isTransferError(refused, 'invalid_state'), String(refused)).toBe(true);
+    expect((refused as Error).message).toMatch(/key window.*re-baseline/);
+    const rb = await b.rebaseline('cfg_kind');
+    expect(rb.boundary.low).toBe('rebaseline@10');
+    for (let v = await b.run(rb.batchId), n = 0; ; n++) {
+      expect(v.state).toBe('committed');
+      const next = await b.tryCreateBatch('cfg_kind'); // the windowed baseline's next key windows
+      if (!next || n > 10) break;
+      v = await b.run(next.batchId);
+    }
+    const q = `select count(*)::int as n, md5(string_agg(t::text, '|' order by id)) as h from (select id, customer, amount, placed_at, flag, note, payload from public.cfg_kind) t`;
+    expect((await env.target.query(q)).rows[0]).toEqual((await env.source.query(q)).rows[0]);
+    await b.close();
+
+    // Back to key windows: the last window is a change window now; no re-baseline for a key transfer.
+    const c = service(laneTransfer('cfg_kind', { batchSize: 10 }));
+    const back = await c.createBatch('cfg_kind').catch((e: unknown) => e);
+    expect(isTransferError(back, 'invalid_state'), String(back)).toBe(true);
+    expect((back as Error).message).toMatch(/changes window.*new name/);
     await c.close();
   });
 });

@@ -109,7 +109,7 @@ function pauseButton(t: any, box: HTMLElement, reload: () => Promise<void>): HTM
           show(
             box,
             'ok',
-            `Transfer "${t.name}" resumed${r.openBatch ? `; its open batch ${r.openBatch.batchId.slice(0, 8)} was ${r.openBatch.posted ? 'queued again' : 'not queued (not retryable)'}` : ''}.`,
+            `Transfer "${t.name}" resumed${r.openBatch ? `; its open batch ${r.openBatch.batchId.slice(0, 8)} was ${r.openBatch.posted ? 'queued again' : 'not queued (not retryable)'}` : ''}${r.openReplays ? `; open replay batches queued again: ${r.openReplays.filter((x: { posted: boolean }) => x.posted).length} of ${r.openReplays.length}` : ''}.`,
           );
         } else {
           const reason = window.prompt(`Pause transfer "${t.name}": reason (optional)`);

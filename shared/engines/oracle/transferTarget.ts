@@ -71,6 +71,16 @@ export const ORACLE_LOCK_WAIT_SECONDS = 30;
 const ORA_LOCK_WAIT_TIMEOUT = 30006; // ORA-30006: resource busy; acquire with WAIT timeout expired
 const NJS_CALL_TIMEOUT = 'NJS-123'; // node-oracledb: call timeout exceeded (thin and thick)
 
+const ARRAY_ROWS = { outFormat: oracledb.OUT_FORMAT_ARRAY };
+const ORA_UNIQUE_VIOLATED = 1; // ORA-00001: unique constraint violated
+const ORA_UNSTABLE_ROWS = 30926; // ORA-30926: unable to get a stable set of rows (MERGE matched a target row twice)
+
+// The batch's staged keys that are twice in it, or have a NULL part (at most three, as text; bind :b the batch id).
+function oracleDuplicateKeysSql(t: TransferConfig, staging: string): string {
+  const keys = targetKeys(t).map(quoteOracle);
+  return `SELECT ${keys.map((k) => `NVL(TO_CHAR(${k}), 'NULL')`).join(` || ', ' || `)} FROM ${staging} WHERE KEEL_BATCH_ID = :b GROUP BY ${keys.join(', ')} HAVING COUNT(*) > 1 OR MAX(CASE WHEN ${keys.map((k) => `${k} IS NULL`).join(' OR ')} THEN 1 ELSE 0 END) = 1 FETCH FIRST 3 ROWS ONLY`;
+}
+
 // One staging transaction on one session: executeMany in chunks, the checksum over the rows read back.
 class OracleStagingSession implements StagingSession {
   constructor(
@@ -155,14 +165,11 @@ class OracleStagingSession implements StagingSession {
     return { write, end: async () => undefined, boundedWrites: true };
   }
 
+  // Keys twice in the batch, and keys with a NULL part (never equal to the target's key: each apply would insert
+  // the row again), as on PostgreSQL.
   async duplicateKeys(): Promise<string[]> {
-    const keys = targetKeys(this.d.t).map(quoteOracle);
     const dup = await this.s.run('duplicate check', (c) =>
-      c.execute<[string]>(
-        `SELECT ${keys.map((k) => `TO_CHAR(${k})`).join(` || ', ' || `)} FROM ${this.d.stagingRef()} WHERE KEEL_BATCH_ID = :b GROUP BY ${keys.join(', ')} HAVING COUNT(*) > 1 FETCH FIRST 3 ROWS ONLY`,
-        { b: this.req.batchId },
-        { outFormat: oracledb.OUT_FORMAT_ARRAY },
-      ),
+      c.execute<[string]>(oracleDuplicateKeysSql(this.d.t, this.d.stagingRef()), { b: this.req.batchId }, ARRAY_ROWS),
     );
     return (dup.rows ?? []).map((r) => r[0]);
   }
@@ -462,6 +469,23 @@ export class OracleTargetDialect implements TargetDialect {
       );
     }
     return dataError(req.batchId, err, null, [], this.cols(), this.t.keyColumns);
+  }
+
+  // As on PostgreSQL: a unique violation or an unstable MERGE (APPLY_BATCH rolled back), its staged rows asked.
+  async stagedKeyConflicts(err: unknown, req: StageRequest): Promise<string[] | null> {
+    const n = oraNum(err);
+    if (n !== ORA_UNIQUE_VIOLATED && n !== ORA_UNSTABLE_ROWS) return null;
+    const s = await this.session();
+    let ok = false;
+    try {
+      const r = await s.run('duplicate check', (c) =>
+        c.execute<[string]>(oracleDuplicateKeysSql(this.t, this.stagingRef()), { b: req.batchId }, ARRAY_ROWS),
+      );
+      ok = true;
+      return (r.rows ?? []).map((row) => row[0]);
+    } finally {
+      await s.release({ drop: !ok });
+    }
   }
 
   // The completion row and the fence decide (TRY_CLAIM). Transaction Guard is asked first only when the apply of

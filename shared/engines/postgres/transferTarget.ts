@@ -126,6 +126,21 @@ const PG_FAULTS: Record<string, TargetFault> = {
   KT005: 'fenced',
 };
 
+// The batch's staged keys that are twice in it, or have a NULL part (at most three, as text).
+async function pgDuplicateKeys(
+  db: pg.Pool | pg.PoolClient,
+  t: TransferConfig,
+  staging: string,
+  batchId: string,
+): Promise<string[]> {
+  const keyRefs = targetKeys(t).map(quotePg);
+  const dup = await db.query<{ k: string }>(
+    `select ${keyRefs.map((k) => `coalesce(${k}::text, 'NULL')`).join(` || ', ' || `)} as k from ${staging} where keel_batch_id = $1 group by ${keyRefs.join(', ')} having count(*) > 1 or bool_or(${keyRefs.map((k) => `${k} is null`).join(' or ')}) limit 3`,
+    [batchId],
+  );
+  return dup.rows.map((r) => r.k);
+}
+
 function pgCode(err: unknown): string | undefined {
   const c = (err as { code?: unknown } | null)?.code;
   return typeof c === 'string' ? c : undefined;
@@ -272,13 +287,10 @@ class PgStagingSession implements StagingSession {
     );
   }
 
+  // Keys twice in the batch, and keys with a NULL part: a NULL never equals the target's key, so every apply of
+  // such a row (a replay, a later window carrying it again) would insert it once more beside the earlier copy.
   async duplicateKeys(): Promise<string[]> {
-    const keyRefs = targetKeys(this.d.t).map(quotePg);
-    const dup = await this.client.query<{ k: string }>(
-      `select ${keyRefs.map((k) => `${k}::text`).join(` || ', ' || `)} as k from ${this.staging} where keel_batch_id = $1 group by ${keyRefs.join(', ')} having count(*) > 1 limit 3`,
-      [this.req.batchId],
-    );
-    return dup.rows.map((r) => r.k);
+    return pgDuplicateKeys(this.client, this.d.t, this.staging, this.req.batchId);
   }
 
   async stagedSums(algorithm: ChecksumAlgorithm): Promise<{ rowCount: number; checksum: string }> {
@@ -462,6 +474,14 @@ export class PostgresTargetDialect implements TargetDialect {
 
   applyError(err: unknown, req: StageRequest): TransferError | null {
     return pgDataError(req.batchId, err);
+  }
+
+  // 23505 unique_violation (the merge inserted two staged rows of one key), 21000 cardinality_violation (MERGE or ON
+  // CONFLICT met one target row twice): the apply's transaction rolled back; its staged rows are asked.
+  async stagedKeyConflicts(err: unknown, req: StageRequest): Promise<string[] | null> {
+    const code = pgCode(err);
+    if (code !== '23505' && code !== '21000') return null;
+    return pgDuplicateKeys(this.pool, this.t, `keel_transfer.${quotePg(this.names.staging)}`, req.batchId);
   }
 
   // Key-set comparison (keyCompare: key windows over a key column, which is mapped): the target's keys in the window.
