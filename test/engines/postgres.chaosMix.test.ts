@@ -9,7 +9,7 @@
 // Sizes (the defaults keep the file well under 90 s per server on 2 cores; heavier runs for a machine of your own,
 // also documented in docs/postgres.md, "Chaos runs"):
 //   KEEL_CHAOS_MIX_JOBS (500), KEEL_CHAOS_MIX_WORKERS (3), KEEL_CHAOS_MIX_KILLS (3), KEEL_CHAOS_MIX_CHAOS_MS (6000),
-//   KEEL_CHAOS_MIX_SETTLE_MS (60000), KEEL_CHAOS_MIX_LATENCY_MS (0: the processes reach the server directly; else
+//   KEEL_CHAOS_MIX_SETTLE_MS (120000), KEEL_CHAOS_MIX_LATENCY_MS (0: the processes reach the server directly; else
 //   through a FaultProxy that delays every reply), KEEL_CHAOS_MIX_SPIKE_MS (2500: reply delays past the queues' 2 s
 //   zombie timeout, 1-2 s long, during the chaos: leases expire and the rescue takes the jobs; 0: none).
 // e.g. KEEL_TEST_PG=stock KEEL_CHAOS_MIX_JOBS=20000 KEEL_CHAOS_MIX_WORKERS=6 KEEL_CHAOS_MIX_KILLS=12
@@ -20,7 +20,9 @@ import { databaseOf, watchDeadlocks } from '../support/deadlocks.js';
 import { expectCleanRun, runChaosMix } from '../support/chaosMix.js';
 
 const env = (name: string, def: number) => Number(process.env[`KEEL_CHAOS_MIX_${name}`] ?? def);
-const SETTLE_MS = env('SETTLE_MS', 60_000);
+// The drain usually takes 3-40 s; it took 59 s of 60 at load ~50 with no defect (bench/README.md, runs 1060-1079),
+// hence the window, and a rescue slack above the 5 s default (6 s was seen at load 37-52).
+const SETTLE_MS = env('SETTLE_MS', 120_000);
 
 it(
   'mixed chaos: workers, drains, maintenance and an operator at once, with kills',
@@ -39,6 +41,7 @@ it(
       chaosMs: env('CHAOS_MS', 6000),
       settleMs: SETTLE_MS,
       probeMs: 10_000,
+      stuckSlackMs: 10_000,
       latencyMs: env('LATENCY_MS', 0),
       latencySpikeMs: env('SPIKE_MS', 2500),
     });
