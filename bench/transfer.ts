@@ -83,17 +83,27 @@ interface ChildArgs {
 // wall - CPU; on a quiet machine, time where fewer processes could run than there are cores); per run, the CPU of
 // the server's processes by kind (what autovacuum or a checkpoint took beside the transfer). A process that exits
 // between two samples loses its last interval (< 10 ms).
-function cpuSampler(postmasterPid: number): { stop: () => { samples: [number, number, number][]; byKind: Record<string, number> } } {
+function cpuSampler(postmasterPid: number): {
+  stop: () => { samples: [number, number, number][]; byKind: Record<string, number> };
+} {
   const samples: [number, number, number][] = []; // [ms since start, server ms, node ms] of the interval ending then
   const seen = new Map<number, { ns: number; kind: string }>();
   const byKind: Record<string, number> = {};
   const kindOf = (pid: string) => {
     try {
       const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ');
+      if (!cmd.startsWith('postgres:')) return 'starting';
       if (/parallel worker/.test(cmd)) return 'parallel worker';
       if (/autovacuum/.test(cmd)) return 'autovacuum';
-      if (/\d+\.\d+\.\d+\.\d+\(\d+\)|\[local\]/.test(cmd)) return 'backend';
-      return cmd.replace(/^postgres: (\S+: )?/, '').trim().split(' ')[0] ?? 'other';
+      // a backend's title: postgres: [cluster: ]user database host(port) ...; the bench's databases end in their role
+      const db = /^postgres: (?:\S+: )?\S+ (\S+) (?:\d+\.\d+\.\d+\.\d+\(\d+\)|\[local\])/.exec(cmd)?.[1];
+      if (db !== undefined) return `backend ${/(source|target|control)/.exec(db)?.[1] ?? 'other'}`;
+      return (
+        cmd
+          .replace(/^postgres: (\S+: )?/, '')
+          .trim()
+          .split(' ')[0] ?? 'other'
+      );
     } catch {
       return 'other';
     }
@@ -111,10 +121,12 @@ function cpuSampler(postmasterPid: number): { stop: () => { samples: [number, nu
       try {
         const now = Number(readFileSync(`/proc/${k}/schedstat`, 'utf8').split(' ')[0]);
         const pid = Number(k);
-        const was = seen.get(pid) ?? { ns: now, kind: kindOf(k) };
+        const was = seen.get(pid) ?? { ns: now, kind: 'starting' };
+        // A process's title is set once it has started: read (again) until it is.
+        const kind = was.kind === 'starting' ? kindOf(k) : was.kind;
         ns += now - was.ns;
-        byKind[was.kind] = (byKind[was.kind] ?? 0) + (now - was.ns) / 1e6;
-        seen.set(pid, { ns: now, kind: was.kind });
+        byKind[kind] = (byKind[kind] ?? 0) + (now - was.ns) / 1e6;
+        seen.set(pid, { ns: now, kind });
       } catch {
         // exited meanwhile
       }

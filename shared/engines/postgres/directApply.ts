@@ -110,6 +110,17 @@ export async function applyDirect(
       throw err;
     }
   };
+  // Binary COPY when every column has the same declared type on both sides, as the staging does; canonical rows
+  // as COPY text (what the row path's staging writes).
+  const binary =
+    feed.kind === 'bulk' && d.mapped.every((c) => d.targetTypes.get(c.target)?.toLowerCase() === c.type.toLowerCase());
+  // A source read opened beside the claim that is not used: released with `why` (its connection is destroyed when
+  // its COPY had begun: never a rollback queued behind it); not awaited.
+  const releaseOpening = (why: Error) => {
+    const o = opening;
+    opening = undefined;
+    o?.then((s) => s.release(why), noop).catch(noop);
+  };
   // The manifest, when known before the rows ('count': read before them): the checks after the rows are priced by
   // its size (sumsPricing), and finish_direct goes out with the claim (below).
   const known = 'count' in when ? when.manifest : null;
@@ -118,9 +129,7 @@ export async function applyDirect(
     // manifest known, the window's sums are priced here too, before the rows: transaction-local planner costs only
     // (a COPY plans nothing but the queries of the table's triggers, which these leave correct), and the statement
     // after the rows is then the sums alone.
-    const opened = client.query(
-      `begin; ${PG_CHECKSUM_SETTINGS_SQL}${known ? `; ${sumsPricing(known.rowCount)}` : ''}`,
-    );
+    const opened = client.query(`begin; ${PG_CHECKSUM_SETTINGS_SQL}${known ? `; ${sumsPricing(known.rowCount)}` : ''}`);
     if ('count' in when) {
       // The journal counts the attempt while the transaction opens (nothing of the batch is touched by either): one
       // round trip of wait a batch fewer. Both answer before anything else: the claim needs the counted attempt.
@@ -140,6 +149,14 @@ export async function applyDirect(
       }
       if (open.status === 'rejected') throw open.reason;
       const attempt = counted.value;
+      // The source's read opens beside the claim (its begin, settings and COPY: read-only, nothing of the batch
+      // touched) instead of after it: two round trips of wait a batch fewer between the claim and the rows. Its
+      // stream waits (backpressure) until the target's COPY takes it; a claim that does not hold the batch, or any
+      // error, releases it unread (releaseOpening, or the catch below).
+      if (feed.kind === 'bulk') {
+        opening = feed.open(binary ? 'binary' : 'text');
+        opening.catch(noop); // awaited below, or released on the way out
+      }
       let begun: { outcome: string; row_count: string | null; checksum: string | null };
       try {
         // finish_direct in the claim's statement, once claimed: it marks the completion row committed with the
@@ -170,6 +187,9 @@ export async function applyDirect(
         throw err;
       }
       if (begun.outcome !== 'claimed') {
+        releaseOpening(
+          new Error(`batch ${req.batchId}: not claimed (${begun.outcome}), the source's read is not used`),
+        );
         await client.query('rollback');
         if (begun.outcome === 'already_committed')
           return { outcome: 'already_committed', rowCount: Number(begun.row_count), checksum: String(begun.checksum) };
@@ -190,11 +210,6 @@ export async function applyDirect(
     }
     lap('direct.claim');
 
-    // Binary COPY when every column has the same declared type on both sides, as the staging does; canonical rows
-    // as COPY text (what the row path's staging writes).
-    const binary =
-      feed.kind === 'bulk' &&
-      d.mapped.every((c) => d.targetTypes.get(c.target)?.toLowerCase() === c.type.toLowerCase());
     const columnList = d.mapped.map((c) => quotePg(c.target)).join(', ');
     const sink = client.query(
       copyFrom(`copy ${d.qualified} (${columnList}) from stdin${binary ? ' (format binary)' : ''}`),
@@ -222,7 +237,7 @@ export async function applyDirect(
     touch();
     try {
       if (feed.kind === 'bulk') {
-        opening = feed.open(binary ? 'binary' : 'text');
+        opening ??= feed.open(binary ? 'binary' : 'text');
         src = await Promise.race([opening, sinkFailed, stalled]);
         src.stream.on('error', noop); // the pipeline reports it
         touch();
@@ -257,7 +272,8 @@ export async function applyDirect(
       rowsLeft = undefined;
       const s = src;
       src = undefined;
-      await s?.release(err as Error).catch(noop);
+      if (s) await s.release(err as Error).catch(noop);
+      else releaseOpening(err as Error);
       await client.query('rollback');
       return 'not_eligible';
     }
@@ -298,10 +314,11 @@ export async function applyDirect(
     // with everything else. With the manifest known before the rows, both went out before them (the pricing with
     // begin, finish_direct with the claim); after one source read, in one statement here.
     if (!known)
-      await client.query(
-        `${sumsPricing(manifest.rowCount)}, keel_transfer.finish_direct($1, $2, $3)`,
-        [req.batchId, manifest.rowCount, manifest.checksum],
-      );
+      await client.query(`${sumsPricing(manifest.rowCount)}, keel_transfer.finish_direct($1, $2, $3)`, [
+        req.batchId,
+        manifest.rowCount,
+        manifest.checksum,
+      ]);
     const keyRef = `t.${quotePg(d.key)}`;
     const where = w.low === null ? `${keyRef} <= $1::bigint` : `${keyRef} > $2::bigint and ${keyRef} <= $1::bigint`;
     const sums = await client.query(
