@@ -131,6 +131,14 @@ export async function applyDirect(
     // after the rows is then the sums alone.
     const opened = client.query(`begin; ${PG_CHECKSUM_SETTINGS_SQL}${known ? `; ${sumsPricing(known.rowCount)}` : ''}`);
     if ('count' in when) {
+      // The source's read opens now, beside the journal's count, the target's begin and the claim (its begin,
+      // settings and COPY TO: read-only, nothing of the batch touched) instead of after them: its three round trips
+      // no longer wait on the claim. Its stream waits (backpressure) until the target's COPY takes it; a batch not
+      // counted or not claimed here, or any error, releases it unread (releaseOpening, or the catch below).
+      if (feed.kind === 'bulk') {
+        opening = feed.open(binary ? 'binary' : 'text');
+        opening.catch(noop); // awaited below, or released on the way out
+      }
       // The journal counts the attempt while the transaction opens (nothing of the batch is touched by either): one
       // round trip of wait a batch fewer. Both answer before anything else: the claim needs the counted attempt.
       const [open, counted] = await Promise.allSettled([opened, when.count()]);
@@ -143,20 +151,13 @@ export async function applyDirect(
       }
       if (counted.value === null) {
         // Someone else moved the batch: nothing of it is touched here, whatever the begin answered.
+        releaseOpening(new Error(`batch ${req.batchId}: not counted, the source's read is not used`));
         if (open.status === 'rejected') broken = open.reason as Error;
         else await client.query('rollback').catch((e: Error) => (broken = e));
         return 'not_counted';
       }
       if (open.status === 'rejected') throw open.reason;
       const attempt = counted.value;
-      // The source's read opens beside the claim (its begin, settings and COPY: read-only, nothing of the batch
-      // touched) instead of after it: two round trips of wait a batch fewer between the claim and the rows. Its
-      // stream waits (backpressure) until the target's COPY takes it; a claim that does not hold the batch, or any
-      // error, releases it unread (releaseOpening, or the catch below).
-      if (feed.kind === 'bulk') {
-        opening = feed.open(binary ? 'binary' : 'text');
-        opening.catch(noop); // awaited below, or released on the way out
-      }
       let begun: { outcome: string; row_count: string | null; checksum: string | null };
       try {
         // finish_direct in the claim's statement, once claimed: it marks the completion row committed with the
