@@ -74,6 +74,23 @@ describe('direct apply (PostgreSQL -> PostgreSQL key windows)', () => {
   const events = (batchId: string) => batchEvents(env, batchId);
   const completion = (batchId: string) => completionRows(env, batchId);
 
+  // The source's read of a direct apply opens beside the journal's count and the claim (directApply.ts): when the
+  // batch is then not counted or not claimed, it is released unread. Nothing of it may stay open on the source: no
+  // session in a transaction, no COPY running (a released COPY's backend ends within moments: polled, bounded).
+  async function sourceReadsLeft(): Promise<number> {
+    let n = -1;
+    for (let i = 0; i < 50 && n !== 0; i++) {
+      if (i > 0) await sleep(100);
+      const r = await env.source.query(
+        `select count(*)::int as n from pg_stat_activity
+          where datname = current_database() and pid <> pg_backend_pid() and backend_type = 'client backend'
+            and (state like 'idle in transaction%' or (state = 'active' and query ilike 'copy%'))`,
+      );
+      n = r.rows[0].n;
+    }
+    return n;
+  }
+
   it('commits a window in the stage step: one target transaction, every row written once, nothing staged', async () => {
     const t = ordersTransfer('orders_direct', { batchSize: 500 });
     const svc = service(t);
@@ -130,6 +147,7 @@ describe('direct apply (PostgreSQL -> PostgreSQL key windows)', () => {
       [v.batchId],
     );
     expect(fence.rows).toEqual([{ state: 'committed', f: 1 }]);
+    expect(await sourceReadsLeft()).toBe(0); // the read opened beside the refused claim was released
     covered = Number(v.boundary.high);
     const r = await assertExactlyOnce(env, covered);
     expect(r.target).toBe(covered);
@@ -367,6 +385,29 @@ describe('direct apply (PostgreSQL -> PostgreSQL key windows)', () => {
         where datname = current_database() and state like 'idle in transaction%' and pid <> pg_backend_pid()`,
     );
     expect(idle.rows[0].n).toBe(0);
+    expect(await sourceReadsLeft()).toBe(0); // the read opened beside the count was released unread
+  });
+
+  it('an attempt fenced before its claim: the source read opened beside it is released, the next attempt commits', async () => {
+    const t = ordersTransfer('orders_direct', { batchSize: 250 });
+    const svc = service(t);
+    const created = await svc.createBatch(t.name);
+    // Reconcile's verdict for attempts <= 1 is already on the target: the direct apply's claim (attempt 1) is
+    // refused with KT005 after its source read has opened.
+    await env.target.query(`select * from keel_transfer.try_claim($1, 100, 1)`, [created.batchId]);
+    const first = await svc.run(created.batchId);
+    expect(first.state).not.toBe('committed');
+    expect(await sourceReadsLeft()).toBe(0);
+    const v = await recoverUntilCommitted(svc, first);
+    expect(v.state, `batch ${v.batchId}: ${v.lastError}`).toBe('committed');
+    expect(v.attempts).toBeGreaterThanOrEqual(2);
+    expect(await completion(v.batchId)).toEqual([
+      { n: created.rowCount, checksum: created.checksum, state: 'committed' },
+    ]);
+    covered = Number(v.boundary.high);
+    await checkTarget();
+    expect(await sourceReadsLeft()).toBe(0);
+    await svc.close();
   });
 });
 
