@@ -74,9 +74,10 @@ describe('direct apply (PostgreSQL -> PostgreSQL key windows)', () => {
   const events = (batchId: string) => batchEvents(env, batchId);
   const completion = (batchId: string) => completionRows(env, batchId);
 
-  // The source's read of a direct apply opens beside the journal's count and the claim (directApply.ts): when the
-  // batch is then not counted or not claimed, it is released unread. Nothing of it may stay open on the source: no
-  // session in a transaction, no COPY running (a released COPY's backend ends within moments: polled, bounded).
+  // A direct apply whose batch is not counted, not claimed or fenced leaves no read of the window open on the source
+  // (the source's read opens only once the claim holds the batch: opened before it, a read waiting on a claim held
+  // by a rival run could hold the source connection that rival needs). No session in a transaction, no COPY running
+  // (a released COPY's backend ends within moments: polled, bounded).
   async function sourceReadsLeft(): Promise<number> {
     let n = -1;
     for (let i = 0; i < 50 && n !== 0; i++) {
@@ -147,7 +148,7 @@ describe('direct apply (PostgreSQL -> PostgreSQL key windows)', () => {
       [v.batchId],
     );
     expect(fence.rows).toEqual([{ state: 'committed', f: 1 }]);
-    expect(await sourceReadsLeft()).toBe(0); // the read opened beside the refused claim was released
+    expect(await sourceReadsLeft()).toBe(0); // nothing read for the refused claim is left open
     covered = Number(v.boundary.high);
     const r = await assertExactlyOnce(env, covered);
     expect(r.target).toBe(covered);
@@ -385,10 +386,10 @@ describe('direct apply (PostgreSQL -> PostgreSQL key windows)', () => {
         where datname = current_database() and state like 'idle in transaction%' and pid <> pg_backend_pid()`,
     );
     expect(idle.rows[0].n).toBe(0);
-    expect(await sourceReadsLeft()).toBe(0); // the read opened beside the count was released unread
+    expect(await sourceReadsLeft()).toBe(0); // nothing was read for the batch that was not counted
   });
 
-  it('an attempt fenced before its claim: the source read opened beside it is released, the next attempt commits', async () => {
+  it('an attempt fenced before its claim: no source read is left open, the next attempt commits', async () => {
     const t = ordersTransfer('orders_direct', { batchSize: 250 });
     const svc = service(t);
     const created = await svc.createBatch(t.name);

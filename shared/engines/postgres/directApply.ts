@@ -110,17 +110,6 @@ export async function applyDirect(
       throw err;
     }
   };
-  // Binary COPY when every column has the same declared type on both sides, as the staging does; canonical rows
-  // as COPY text (what the row path's staging writes).
-  const binary =
-    feed.kind === 'bulk' && d.mapped.every((c) => d.targetTypes.get(c.target)?.toLowerCase() === c.type.toLowerCase());
-  // A source read opened beside the claim that is not used: released with `why` (its connection is destroyed when
-  // its COPY had begun: never a rollback queued behind it); not awaited.
-  const releaseOpening = (why: Error) => {
-    const o = opening;
-    opening = undefined;
-    o?.then((s) => s.release(why), noop).catch(noop);
-  };
   // The manifest, when known before the rows ('count': read before them): the checks after the rows are priced by
   // its size (sumsPricing), and finish_direct goes out with the claim (below).
   const known = 'count' in when ? when.manifest : null;
@@ -131,14 +120,6 @@ export async function applyDirect(
     // after the rows is then the sums alone.
     const opened = client.query(`begin; ${PG_CHECKSUM_SETTINGS_SQL}${known ? `; ${sumsPricing(known.rowCount)}` : ''}`);
     if ('count' in when) {
-      // The source's read opens now, beside the journal's count, the target's begin and the claim (its begin,
-      // settings and COPY TO: read-only, nothing of the batch touched) instead of after them: its three round trips
-      // no longer wait on the claim. Its stream waits (backpressure) until the target's COPY takes it; a batch not
-      // counted or not claimed here, or any error, releases it unread (releaseOpening, or the catch below).
-      if (feed.kind === 'bulk') {
-        opening = feed.open(binary ? 'binary' : 'text');
-        opening.catch(noop); // awaited below, or released on the way out
-      }
       // The journal counts the attempt while the transaction opens (nothing of the batch is touched by either): one
       // round trip of wait a batch fewer. Both answer before anything else: the claim needs the counted attempt.
       const [open, counted] = await Promise.allSettled([opened, when.count()]);
@@ -151,7 +132,6 @@ export async function applyDirect(
       }
       if (counted.value === null) {
         // Someone else moved the batch: nothing of it is touched here, whatever the begin answered.
-        releaseOpening(new Error(`batch ${req.batchId}: not counted, the source's read is not used`));
         if (open.status === 'rejected') broken = open.reason as Error;
         else await client.query('rollback').catch((e: Error) => (broken = e));
         return 'not_counted';
@@ -188,9 +168,6 @@ export async function applyDirect(
         throw err;
       }
       if (begun.outcome !== 'claimed') {
-        releaseOpening(
-          new Error(`batch ${req.batchId}: not claimed (${begun.outcome}), the source's read is not used`),
-        );
         await client.query('rollback');
         if (begun.outcome === 'already_committed')
           return { outcome: 'already_committed', rowCount: Number(begun.row_count), checksum: String(begun.checksum) };
@@ -211,6 +188,11 @@ export async function applyDirect(
     }
     lap('direct.claim');
 
+    // Binary COPY when every column has the same declared type on both sides, as the staging does; canonical rows
+    // as COPY text (what the row path's staging writes).
+    const binary =
+      feed.kind === 'bulk' &&
+      d.mapped.every((c) => d.targetTypes.get(c.target)?.toLowerCase() === c.type.toLowerCase());
     const columnList = d.mapped.map((c) => quotePg(c.target)).join(', ');
     const sink = client.query(
       copyFrom(`copy ${d.qualified} (${columnList}) from stdin${binary ? ' (format binary)' : ''}`),
@@ -238,7 +220,7 @@ export async function applyDirect(
     touch();
     try {
       if (feed.kind === 'bulk') {
-        opening ??= feed.open(binary ? 'binary' : 'text');
+        opening = feed.open(binary ? 'binary' : 'text');
         src = await Promise.race([opening, sinkFailed, stalled]);
         src.stream.on('error', noop); // the pipeline reports it
         touch();
@@ -273,8 +255,7 @@ export async function applyDirect(
       rowsLeft = undefined;
       const s = src;
       src = undefined;
-      if (s) await s.release(err as Error).catch(noop);
-      else releaseOpening(err as Error);
+      await s?.release(err as Error).catch(noop);
       await client.query('rollback');
       return 'not_eligible';
     }
