@@ -124,7 +124,7 @@ async function main(): Promise<void> {
       }
       // The direct apply's transaction: the rows written, then the check as it runs it (planned parallel).
       await c.query('truncate public.target');
-      await c.query(`begin; ${PG_CHECKSUM_SETTINGS_SQL}; ${sumsPricing(true)}`);
+      await c.query(`begin; ${PG_CHECKSUM_SETTINGS_SQL}; ${sumsPricing(rows)}`);
       await copyIn(canonicalText);
       add('row path: target keel-v1 check (as planned)', await measure(() => c.query(check, [rows])));
       await c.query(`select set_config('max_parallel_workers_per_gather', '0', true)`);

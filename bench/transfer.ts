@@ -14,6 +14,7 @@ import { to as copyTo, from as copyFrom } from 'pg-copy-streams';
 import { pipeline } from 'node:stream/promises';
 import { spawn } from 'node:child_process';
 import os from 'node:os';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { benchPgUrl, describeServer, localPostmaster, openBenchServer, postgresCpuSeconds } from './server.js';
@@ -73,6 +74,81 @@ interface ChildArgs {
   table: string;
   mode: BenchMode;
   readAhead: boolean;
+  postmasterPid: number | null; // the bench server's postmaster when it is a local process (KEEL_BENCH_CPU)
+}
+
+// KEEL_BENCH_CPU=1 (with a local server): every 10 ms, the CPU the server's processes (the postmaster's children
+// alive at the sample: backends, parallel workers, autovacuum, ...; /proc/<pid>/schedstat, ns) and this process used
+// since the sample before. Per batch it gives the CPU beside the wall time, and so the core time left idle (cores x
+// wall - CPU; on a quiet machine, time where fewer processes could run than there are cores); per run, the CPU of
+// the server's processes by kind (what autovacuum or a checkpoint took beside the transfer). A process that exits
+// between two samples loses its last interval (< 10 ms).
+function cpuSampler(postmasterPid: number): {
+  stop: () => { samples: [number, number, number][]; byKind: Record<string, number> };
+} {
+  const samples: [number, number, number][] = []; // [ms since start, server ms, node ms] of the interval ending then
+  const seen = new Map<number, { ns: number; kind: string }>();
+  const byKind: Record<string, number> = {};
+  const kindOf = (pid: string) => {
+    try {
+      const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ');
+      if (!cmd.startsWith('postgres:')) return 'starting';
+      if (/parallel worker/.test(cmd)) return 'parallel worker';
+      if (/autovacuum/.test(cmd)) return 'autovacuum';
+      // a backend's title: postgres: [cluster: ]user database host(port) ...; the bench's databases end in their role
+      const db = /^postgres: (?:\S+: )?\S+ (\S+) (?:\d+\.\d+\.\d+\.\d+\(\d+\)|\[local\])/.exec(cmd)?.[1];
+      if (db !== undefined) return `backend ${/(source|target|control)/.exec(db)?.[1] ?? 'other'}`;
+      return (
+        cmd
+          .replace(/^postgres: (\S+: )?/, '')
+          .trim()
+          .split(' ')[0] ?? 'other'
+      );
+    } catch {
+      return 'other';
+    }
+  };
+  const read = (): number => {
+    let ns = 0;
+    let kids: string[] = [];
+    try {
+      kids = readFileSync(`/proc/${postmasterPid}/task/${postmasterPid}/children`, 'utf8').trim().split(' ');
+    } catch {
+      return 0;
+    }
+    for (const k of kids) {
+      if (!k) continue;
+      try {
+        const now = Number(readFileSync(`/proc/${k}/schedstat`, 'utf8').split(' ')[0]);
+        const pid = Number(k);
+        const was = seen.get(pid) ?? { ns: now, kind: 'starting' };
+        // A process's title is set once it has started: read (again) until it is.
+        const kind = was.kind === 'starting' ? kindOf(k) : was.kind;
+        ns += now - was.ns;
+        byKind[kind] = (byKind[kind] ?? 0) + (now - was.ns) / 1e6;
+        seen.set(pid, { ns: now, kind });
+      } catch {
+        // exited meanwhile
+      }
+    }
+    return ns / 1e6;
+  };
+  read();
+  const t0 = performance.now();
+  let node0 = process.cpuUsage();
+  const timer = setInterval(() => {
+    const server = read();
+    const node = process.cpuUsage(node0);
+    node0 = process.cpuUsage();
+    samples.push([performance.now() - t0, server, (node.user + node.system) / 1000]);
+  }, 10);
+  return {
+    stop: () => {
+      clearInterval(timer);
+      for (const k of Object.keys(byKind)) byKind[k] = Math.round(byKind[k]!);
+      return { samples, byKind };
+    },
+  };
 }
 
 function asMode(source: SourceAdapter, mode: BenchMode): SourceAdapter {
@@ -185,6 +261,7 @@ async function keelChild(a: ChildArgs): Promise<Record<string, unknown>> {
   const started = performance.now();
   t00 = started;
   timeline.length = 0;
+  const sampler = process.env.KEEL_BENCH_CPU && a.postmasterPid !== null ? cpuSampler(a.postmasterPid) : null;
   for (;;) {
     const t0 = performance.now();
     const b = await svc.tryCreateBatch(t!.name);
@@ -200,6 +277,7 @@ async function keelChild(a: ChildArgs): Promise<Record<string, unknown>> {
     timeline.push([`batch ${batches}`, Math.round((t0 - started) * 10) / 10, Math.round((t2 - started) * 10) / 10]);
   }
   const ms = performance.now() - started;
+  const cpuSamples = sampler?.stop();
   const cpu = process.cpuUsage(cpu0);
   const mainCpu = process.threadCpuUsage(mainCpu0);
   await svc.close();
@@ -218,6 +296,12 @@ async function keelChild(a: ChildArgs): Promise<Record<string, unknown>> {
     peakRssMB: Math.round(process.resourceUsage().maxRSS / 1024),
     statements,
     ...(process.env.KEEL_BENCH_TIMELINE ? { timeline } : {}),
+    ...(cpuSamples
+      ? {
+          cpuSamples: cpuSamples.samples.map((x) => x.map((v) => Math.round(v * 10) / 10)),
+          serverCpuMsByKind: cpuSamples.byKind,
+        }
+      : {}),
   };
 }
 
@@ -409,6 +493,7 @@ export async function runTransferBench(opts: {
         table,
         mode: r.mode,
         readAhead: r.readAhead,
+        postmasterPid: postmaster?.pid ?? null,
       });
       const serverCpu = await serverCpuSince(cpu0);
       const counted = await withClient(targetUrl, async (c) =>

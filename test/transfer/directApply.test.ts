@@ -28,6 +28,8 @@ import { PostgresTransferSource } from '../../shared/engines/postgres/transferSo
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
 import type { CanonicalRow } from '../../shared/transfer/checksum.js';
 import type { SourceAdapter } from '../../shared/transfer/types.js';
+import { sumsPricing, sumsWorkers } from '../../shared/engines/postgres/directApply.js';
+import { pgChecksumQuery } from '../../shared/engines/postgres/transferSql.js';
 
 const RUNS = Number(process.env.KEEL_FAULT_RUNS ?? 12);
 const seeded = seededRandom('transfer direct apply faults');
@@ -71,6 +73,24 @@ describe('direct apply (PostgreSQL -> PostgreSQL key windows)', () => {
 
   const events = (batchId: string) => batchEvents(env, batchId);
   const completion = (batchId: string) => completionRows(env, batchId);
+
+  // A direct apply whose batch is not counted, not claimed or fenced leaves no read of the window open on the source
+  // (the source's read opens only once the claim holds the batch: opened before it, a read waiting on a claim held
+  // by a rival run could hold the source connection that rival needs). No session in a transaction, no COPY running
+  // (a released COPY's backend ends within moments: polled, bounded).
+  async function sourceReadsLeft(): Promise<number> {
+    let n = -1;
+    for (let i = 0; i < 50 && n !== 0; i++) {
+      if (i > 0) await sleep(100);
+      const r = await env.source.query(
+        `select count(*)::int as n from pg_stat_activity
+          where datname = current_database() and pid <> pg_backend_pid() and backend_type = 'client backend'
+            and (state like 'idle in transaction%' or (state = 'active' and query ilike 'copy%'))`,
+      );
+      n = r.rows[0].n;
+    }
+    return n;
+  }
 
   it('commits a window in the stage step: one target transaction, every row written once, nothing staged', async () => {
     const t = ordersTransfer('orders_direct', { batchSize: 500 });
@@ -128,6 +148,7 @@ describe('direct apply (PostgreSQL -> PostgreSQL key windows)', () => {
       [v.batchId],
     );
     expect(fence.rows).toEqual([{ state: 'committed', f: 1 }]);
+    expect(await sourceReadsLeft()).toBe(0); // nothing read for the refused claim is left open
     covered = Number(v.boundary.high);
     const r = await assertExactlyOnce(env, covered);
     expect(r.target).toBe(covered);
@@ -254,30 +275,79 @@ describe('direct apply (PostgreSQL -> PostgreSQL key windows)', () => {
     },
   );
 
-  // From 10,000 rows the window's checksum is priced for parallel workers (directApply.ts): workers must see the
-  // rows the claiming transaction wrote and has not committed, and their partial sums must add up to the manifest.
-  it('a window of 10,000+ rows (checksum priced for parallel workers) commits directly, its sums equal to the manifest', async () => {
-    const DDL = ORDERS_DDL.replace('public.orders', 'public.orders_large');
-    await env.source.query(DDL);
-    await env.target.query(DDL);
-    await insertSourceRows(env.source, 1, 25_000, 'public.orders_large');
-    const t = ordersTransfer('orders_direct_large', {
-      batchSize: 12_500,
-      source: { engine: 'postgres', connectionSetting: 'TEST_SOURCE', table: 'public.orders_large' },
-      target: { engine: 'postgres', connectionSetting: 'TEST_TARGET', table: 'public.orders_large' },
-    });
-    const svc = service(t);
-    for (let i = 0; i < 2; i++) {
-      const created = await svc.createBatch(t.name);
-      expect(created.rowCount).toBe(12_500);
-      const v = await svc.stage(created.batchId);
-      expect(v.state).toBe('committed');
-      expect(v.stagedChecksum).toBe(created.checksum);
-      expect(await events(v.batchId)).toEqual(['created', 'manifest_recorded', 'apply_started', 'applied']);
+  // From 10,000 rows the window's checksum is priced for parallel workers, one worker per 100,000 rows of the window
+  // (directApply.ts): a worker must see the rows the claiming transaction wrote and has not committed, and the
+  // partial sums must add up to the manifest. A window of 100,000 (one worker) and one of 12,500 (priced, none).
+  it(
+    'windows of 100,000 (one parallel worker) and 12,500 rows (none) commit directly, their sums equal to the manifest',
+    { timeout: 120_000 },
+    async () => {
+      const DDL = ORDERS_DDL.replace('public.orders', 'public.orders_large');
+      await env.source.query(DDL);
+      await env.target.query(DDL);
+      await insertSourceRows(env.source, 1, 112_500, 'public.orders_large');
+      const t = ordersTransfer('orders_direct_large', {
+        batchSize: 100_000,
+        source: { engine: 'postgres', connectionSetting: 'TEST_SOURCE', table: 'public.orders_large' },
+        target: { engine: 'postgres', connectionSetting: 'TEST_TARGET', table: 'public.orders_large' },
+      });
+      const svc = service(t);
+      for (const rows of [100_000, 12_500]) {
+        const created = await svc.createBatch(t.name);
+        expect(created.rowCount).toBe(rows);
+        const v = await svc.stage(created.batchId);
+        expect(v.state).toBe('committed');
+        expect(v.stagedChecksum).toBe(created.checksum);
+        expect(await events(v.batchId)).toEqual(['created', 'manifest_recorded', 'apply_started', 'applied']);
+      }
+      await svc.close();
+      const cols = 'id, customer, amount, placed_at, flag, note, payload';
+      const digest = `select md5(string_agg(t::text, '|' order by id)) as h, count(*)::int as n from (select ${cols} from public.orders_large) t`;
+      expect((await env.target.query(digest)).rows).toEqual((await env.source.query(digest)).rows);
+    },
+  );
+
+  // The sums' parallel workers are chosen by the window's size (sumsPricing): none below 100,000 rows, one per
+  // 100,000, never more than the server's own max_parallel_workers_per_gather. Checked on the plan the target's
+  // server makes for the sums of a window under each pricing.
+  it('the sums of a window plan one parallel worker per 100,000 rows, none below, at most the server cap', async () => {
+    await env.target.query(`create table public.sums_plan (like public.orders_large)`);
+    await env.target.query(`insert into public.sums_plan select * from public.orders_large where id <= 30000`);
+    await env.target.query(`analyze public.sums_plan`);
+    const serverCap = Number(
+      (await env.target.query(`select current_setting('max_parallel_workers_per_gather') as n`)).rows[0].n,
+    );
+    const sums = pgChecksumQuery(
+      [
+        { ref: 't.id', type: 'int' },
+        { ref: 't.customer', type: 'text' },
+      ],
+      'public.sums_plan t',
+      't.id > $2::bigint and t.id <= $1::bigint',
+      'keel-pg2',
+    );
+    const c = await env.target.connect();
+    try {
+      for (const [rows, expected] of [
+        [9_999, 0],
+        [99_999, 0],
+        [100_000, Math.min(1, serverCap)],
+        [250_000, Math.min(2, serverCap)],
+        [1_000_000_000, serverCap],
+      ] as const) {
+        expect(sumsWorkers(rows)).toBe(Math.max(0, Math.floor(rows / 100_000)));
+        await c.query(`begin; ${sumsPricing(rows)}`);
+        const plan = (await c.query({ text: `explain ${sums}`, values: ['30000', '0'] })).rows
+          .map((r: Record<string, string>) => r['QUERY PLAN'])
+          .join('\n');
+        await c.query('rollback');
+        const planned = /Workers Planned: (\d+)/.exec(plan)?.[1];
+        expect({ rows, workers: planned === undefined ? 0 : Number(planned) }).toEqual({ rows, workers: expected });
+      }
+    } finally {
+      c.release();
+      await env.target.query(`drop table public.sums_plan`);
     }
-    const cols = 'id, customer, amount, placed_at, flag, note, payload';
-    const digest = `select md5(string_agg(t::text, '|' order by id)) as h, count(*)::int as n from (select ${cols} from public.orders_large) t`;
-    expect((await env.target.query(digest)).rows).toEqual((await env.source.query(digest)).rows);
   });
 
   it('a batch moved while the journal counts the attempt: the open target transaction claims and writes nothing', async () => {
@@ -316,6 +386,29 @@ describe('direct apply (PostgreSQL -> PostgreSQL key windows)', () => {
         where datname = current_database() and state like 'idle in transaction%' and pid <> pg_backend_pid()`,
     );
     expect(idle.rows[0].n).toBe(0);
+    expect(await sourceReadsLeft()).toBe(0); // nothing was read for the batch that was not counted
+  });
+
+  it('an attempt fenced before its claim: no source read is left open, the next attempt commits', async () => {
+    const t = ordersTransfer('orders_direct', { batchSize: 250 });
+    const svc = service(t);
+    const created = await svc.createBatch(t.name);
+    // Reconcile's verdict for attempts <= 1 is already on the target: the direct apply's claim (attempt 1) is
+    // refused with KT005 after its source read has opened.
+    await env.target.query(`select * from keel_transfer.try_claim($1, 100, 1)`, [created.batchId]);
+    const first = await svc.run(created.batchId);
+    expect(first.state).not.toBe('committed');
+    expect(await sourceReadsLeft()).toBe(0);
+    const v = await recoverUntilCommitted(svc, first);
+    expect(v.state, `batch ${v.batchId}: ${v.lastError}`).toBe('committed');
+    expect(v.attempts).toBeGreaterThanOrEqual(2);
+    expect(await completion(v.batchId)).toEqual([
+      { n: created.rowCount, checksum: created.checksum, state: 'committed' },
+    ]);
+    covered = Number(v.boundary.high);
+    await checkTarget();
+    expect(await sourceReadsLeft()).toBe(0);
+    await svc.close();
   });
 });
 

@@ -32,6 +32,12 @@ import { copyChunk, PG_CHECKSUM_SETTINGS_SQL, pgChecksumQuery } from './transfer
 const KT_FENCED = 'KT005';
 // From this many rows in the manifest the window's checksum is priced for parallel workers (below: one process).
 const DIRECT_PARALLEL_ROWS = 10_000;
+// The window's sums get one parallel worker per this many rows of the manifest (none below it; at most the server's
+// max_parallel_workers_per_gather). A worker costs ~5 ms of server CPU to start (a fresh process: fork, backend
+// start, cold caches; bench/README.md run 839) and a process hashes ~100k of these rows in ~50 ms: with a worker per
+// 100k rows each process's share is >= ~10x its start, where two workers for a 100k window (the leader and each
+// worker ~33k rows) spend ~10 ms of CPU to save ~15 ms of wall on a machine with three idle cores, and nothing on two.
+export const DIRECT_ROWS_PER_WORKER = 100_000;
 const noop = () => undefined;
 
 export interface DirectApplyTarget {
@@ -112,9 +118,7 @@ export async function applyDirect(
     // manifest known, the window's sums are priced here too, before the rows: transaction-local planner costs only
     // (a COPY plans nothing but the queries of the table's triggers, which these leave correct), and the statement
     // after the rows is then the sums alone.
-    const opened = client.query(
-      `begin; ${PG_CHECKSUM_SETTINGS_SQL}${known ? `; ${sumsPricing(known.rowCount >= DIRECT_PARALLEL_ROWS)}` : ''}`,
-    );
+    const opened = client.query(`begin; ${PG_CHECKSUM_SETTINGS_SQL}${known ? `; ${sumsPricing(known.rowCount)}` : ''}`);
     if ('count' in when) {
       // The journal counts the attempt while the transaction opens (nothing of the batch is touched by either): one
       // round trip of wait a batch fewer. Both answer before anything else: the claim needs the counted attempt.
@@ -292,10 +296,11 @@ export async function applyDirect(
     // with everything else. With the manifest known before the rows, both went out before them (the pricing with
     // begin, finish_direct with the claim); after one source read, in one statement here.
     if (!known)
-      await client.query(
-        `${sumsPricing(manifest.rowCount >= DIRECT_PARALLEL_ROWS)}, keel_transfer.finish_direct($1, $2, $3)`,
-        [req.batchId, manifest.rowCount, manifest.checksum],
-      );
+      await client.query(`${sumsPricing(manifest.rowCount)}, keel_transfer.finish_direct($1, $2, $3)`, [
+        req.batchId,
+        manifest.rowCount,
+        manifest.checksum,
+      ]);
     const keyRef = `t.${quotePg(d.key)}`;
     const where = w.low === null ? `${keyRef} <= $1::bigint` : `${keyRef} > $2::bigint and ${keyRef} <= $1::bigint`;
     const sums = await client.query(
@@ -343,12 +348,24 @@ export async function applyDirect(
   }
 }
 
-// The window's sums priced (transaction-local settings; why: at the sums' statement in applyDirect). `large`: a
-// window of DIRECT_PARALLEL_ROWS or more. Constant text (no input in it): sent with begin in one simple query.
-export function sumsPricing(large: boolean): string {
+// The number of parallel workers the sums of a window of `rows` rows may start (DIRECT_ROWS_PER_WORKER), before the
+// server's own cap.
+export function sumsWorkers(rows: number): number {
+  return Math.max(0, Math.floor(rows / DIRECT_ROWS_PER_WORKER));
+}
+
+// The window's sums priced (transaction-local settings; why: at the sums' statement in applyDirect), for a window of
+// `rows` rows (the manifest's count): DIRECT_PARALLEL_ROWS or more are priced for parallel workers, and at most
+// sumsWorkers(rows) of them are started. Text of constants only (the manifest's count as an integer literal, no
+// input spliced): sent with begin in one simple query.
+export function sumsPricing(rows: number): string {
+  const large = rows >= DIRECT_PARALLEL_ROWS;
+  const workers = sumsWorkers(rows);
+  if (!Number.isSafeInteger(workers)) throw new Error(`sumsPricing: ${rows} rows`);
   return `select set_config('parallel_setup_cost', '0', true), set_config('parallel_tuple_cost', '0', true), set_config('min_parallel_table_scan_size', '0', true),
               set_config('min_parallel_index_scan_size', '0', true), set_config('work_mem', '32MB', true),
-              set_config('cpu_operator_cost', (current_setting('cpu_operator_cost')::float8 * ${large ? 4 : 1})::text, true)`;
+              set_config('cpu_operator_cost', (current_setting('cpu_operator_cost')::float8 * ${large ? 4 : 1})::text, true),
+              set_config('max_parallel_workers_per_gather', least(current_setting('max_parallel_workers_per_gather')::int, ${workers})::text, true)`;
 }
 
 // The feed's chunks as COPY text into the open COPY: every wait (the next chunk, the sink's drain) fails as soon as
