@@ -120,15 +120,7 @@ export class ChecksumAccumulator {
 
   add(row: CanonicalRow): void {
     md5RowPrefix(row, digest);
-    let lo = this.lo + digest[1]!;
-    let hi = this.hi + digest[0]!;
-    if (lo >= TWO32) {
-      lo -= TWO32;
-      hi += 1;
-    }
-    if (hi >= TWO32) hi -= TWO32;
-    this.lo = lo;
-    this.hi = hi;
+    this.addHalves(digest[0]!, digest[1]!);
     this.count++;
   }
 

@@ -27,6 +27,22 @@ const TRANSFER_RULES = transferEngineRules();
 
 describe('keel-v1 checksum', () => {
   let pool: pg.Pool;
+  const COLS = ['id', 'big', 'amount', 'label', 'code', 'flag', 'day', 'at', 'at_tz', 'raw', 'ref'];
+  // A PostgreSQL transfer of `table` into public.awkward by id, over `cols` (each the same name on both sides).
+  const awkwardTransfer = (name: string, table: string, cols = COLS) =>
+    parseTransfers(
+      [
+        {
+          name,
+          source: { engine: 'postgres', connectionSetting: 'X', table },
+          target: { engine: 'postgres', connectionSetting: 'Y', table: 'public.awkward' },
+          keyColumns: ['id'],
+          boundary: { column: 'id', kind: 'key' },
+          columns: cols.map((c) => ({ source: c, target: c })),
+        },
+      ],
+      TRANSFER_RULES,
+    )[0]!;
   beforeAll(async () => {
     pool = new pg.Pool({ connectionString: await createTestDatabase('tr_checksum'), max: 2 });
     await pool.query(`create table public.awkward (
@@ -44,21 +60,8 @@ describe('keel-v1 checksum', () => {
   });
 
   it('PostgreSQL SQL and TypeScript compute the same value', async () => {
-    const cols = ['id', 'big', 'amount', 'label', 'code', 'flag', 'day', 'at', 'at_tz', 'raw', 'ref'];
-    const [t] = parseTransfers(
-      [
-        {
-          name: 'awkward',
-          source: { engine: 'postgres', connectionSetting: 'X', table: 'public.awkward' },
-          target: { engine: 'postgres', connectionSetting: 'Y', table: 'public.awkward' },
-          keyColumns: ['id'],
-          boundary: { column: 'id', kind: 'key' },
-          columns: cols.map((c) => ({ source: c, target: c })),
-        },
-      ],
-      TRANSFER_RULES,
-    );
-    const src = new PostgresTransferSource(t!, pool);
+    const t = awkwardTransfer('awkward', 'public.awkward');
+    const src = new PostgresTransferSource(t, pool);
     const schema = await src.readSchema();
     expect(schema.columns.map((c) => c.logical)).toEqual([
       'int',
@@ -107,20 +110,7 @@ describe('keel-v1 checksum', () => {
   });
 
   it('copyText of canonical rows of every type (escapes tested only where text or bytes can need them) reads back as the same rows', async () => {
-    const cols = ['id', 'big', 'amount', 'label', 'code', 'flag', 'day', 'at', 'at_tz', 'raw', 'ref'];
-    const t = parseTransfers(
-      [
-        {
-          name: 'awkward_copy',
-          source: { engine: 'postgres', connectionSetting: 'X', table: 'public.awkward' },
-          target: { engine: 'postgres', connectionSetting: 'Y', table: 'public.awkward' },
-          keyColumns: ['id'],
-          boundary: { column: 'id', kind: 'key' },
-          columns: cols.map((c) => ({ source: c, target: c })),
-        },
-      ],
-      TRANSFER_RULES,
-    )[0]!;
+    const t = awkwardTransfer('awkward_copy', 'public.awkward');
     const src = new PostgresTransferSource(t, pool);
     const schema = await src.readSchema();
     const rows: (string | null)[][] = [];
@@ -163,22 +153,7 @@ describe('keel-v1 checksum', () => {
     } finally {
       c2.release();
     }
-    const back2 = new PostgresTransferSource(
-      parseTransfers(
-        [
-          {
-            name: 'awkward_back2',
-            source: { engine: 'postgres', connectionSetting: 'X', table: 'public.awkward_back2' },
-            target: { engine: 'postgres', connectionSetting: 'Y', table: 'public.awkward' },
-            keyColumns: ['id'],
-            boundary: { column: 'id', kind: 'key' },
-            columns: cols.map((c) => ({ source: c, target: c })),
-          },
-        ],
-        TRANSFER_RULES,
-      )[0]!,
-      pool,
-    );
+    const back2 = new PostgresTransferSource(awkwardTransfer('awkward_back2', 'public.awkward_back2'), pool);
     const stored = await back2.manifest({ kind: 'key', low: null, high: '5' }, await back2.readSchema(), 'keel-v1');
     expect(stored).toEqual({ rowCount: 5, checksum: acc.checksum });
   });
@@ -324,27 +299,19 @@ describe('keel-v1 checksum', () => {
   });
 
   it('keel-pg1 and keel-pg2 agree across compatible declared types (integer/bigint, numeric(p,s)/numeric, varchar/text)', async () => {
-    const cols = ['id', 'big', 'amount', 'label', 'code', 'flag', 'day', 'at', 'at_tz', 'raw', 'ref'];
     await pool.query(`create table public.awkward_wide (
       id bigint primary key, big numeric, amount numeric, label varchar(100), code text, flag boolean,
       day date, at timestamp, at_tz timestamptz, raw bytea, ref uuid)`);
     await pool.query(
       `insert into public.awkward_wide select id, big, amount, label, code, flag, day, at, at_tz, raw, ref from public.awkward`,
     );
+    // bigint vs numeric: different logical types
     const mk = (table: string) =>
-      parseTransfers(
-        [
-          {
-            name: 'awk',
-            source: { engine: 'postgres', connectionSetting: 'X', table },
-            target: { engine: 'postgres', connectionSetting: 'Y', table: 'public.awkward' },
-            keyColumns: ['id'],
-            boundary: { column: 'id', kind: 'key' },
-            columns: cols.filter((c) => c !== 'big').map((c) => ({ source: c, target: c })), // bigint vs numeric: different logical types
-          },
-        ],
-        TRANSFER_RULES,
-      )[0]!;
+      awkwardTransfer(
+        'awk',
+        table,
+        COLS.filter((c) => c !== 'big'),
+      );
     const w = { kind: 'key' as const, low: null, high: '5' };
     for (const algorithm of ['keel-pg1', 'keel-pg2'] as const) {
       const narrow = new PostgresTransferSource(mk('public.awkward'), pool);
