@@ -10,8 +10,8 @@
 // Bounded for CI (< 60 s a server on 2 cores); heavier: npx tsx dev/chaosMix.ts --dispatchers 3 --tiny --big ...
 import { it } from 'vitest';
 import { appUrl, createTestDatabase } from '../support/pg.js';
-import { databaseOf, watchDeadlocks } from '../support/deadlocks.js';
-import { expectCleanRun, runChaosMix } from '../support/chaosMix.js';
+import { databaseOf, expectCleanRun, watchDeadlocks } from '../support/deadlocks.js';
+import { runChaosMix } from '../support/chaosMix.js';
 
 it('chaos on the Functions path: dispatchers and queue runners only, tiny limits, large resurrects, kills', async () => {
   const url = await createTestDatabase('chaosfn');

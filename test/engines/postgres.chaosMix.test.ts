@@ -16,8 +16,8 @@
 //   KEEL_CHAOS_MIX_CHAOS_MS=30000 KEEL_CHAOS_MIX_SETTLE_MS=600000 KEEL_CHAOS_MIX_LATENCY_MS=20 npx vitest run <this file>
 import { it } from 'vitest';
 import { appUrl, createTestDatabase } from '../support/pg.js';
-import { databaseOf, watchDeadlocks } from '../support/deadlocks.js';
-import { expectCleanRun, runChaosMix } from '../support/chaosMix.js';
+import { databaseOf, expectCleanRun, watchDeadlocks } from '../support/deadlocks.js';
+import { runChaosMix } from '../support/chaosMix.js';
 
 const env = (name: string, def: number) => Number(process.env[`KEEL_CHAOS_MIX_${name}`] ?? def);
 // The drain usually takes 3-40 s; it took 59 s of 60 at load ~50 with no defect (bench/README.md, runs 1060-1079),

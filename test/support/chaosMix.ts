@@ -26,7 +26,6 @@ import type { EnqueueRequest } from '../../shared/jobs/contract.js';
 import { runMaintenance } from '../../shared/jobs/maintenance.js';
 import { seededRandom } from './seededRandom.js';
 import { FaultProxy } from './faultProxy.js';
-import type { DeadlockWatch } from './deadlocks.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -99,16 +98,6 @@ interface Child {
 }
 
 const QUEUE_NAMES = ['mx-a', 'mx-b', 'mx-lim', 'mx-p'];
-
-// A run's verdict for the suite: every violated property and every deadlock finding in one error message on one line,
-// which CI's closing summary prints whole (an assertion's diff of the arrays printed there as "[ Array(1) ]").
-export async function expectCleanRun(report: ChaosMixReport, watch: DeadlockWatch): Promise<void> {
-  const found = [...report.problems, ...(await watch.findings())];
-  if (found.length)
-    throw new Error(
-      `chaos: ${found.length} problem(s): ${found.map((f) => f.replace(/\s*\n\s*/g, ' / ')).join(' | ')}`,
-    );
-}
 
 export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
   const log = o.log ?? (() => undefined);

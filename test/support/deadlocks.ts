@@ -142,3 +142,14 @@ export async function watchDeadlocks(databases: string[], opts: WatchOptions = {
     },
   };
 }
+
+// A chaos run's verdict (the report of test/support/chaosMix.ts and this watch): every violated property and every
+// deadlock finding in one error message on one line, which CI's closing summary prints whole (an assertion's diff of
+// the arrays printed there as "[ Array(1) ]").
+export async function expectCleanRun(report: { problems: string[] }, watch: DeadlockWatch): Promise<void> {
+  const found = [...report.problems, ...(await watch.findings())];
+  if (found.length)
+    throw new Error(
+      `chaos: ${found.length} problem(s): ${found.map((f) => f.replace(/\s*\n\s*/g, ' / ')).join(' | ')}`,
+    );
+}
