@@ -25,15 +25,42 @@ async function call(method: string, path: string, body?: unknown) {
   return { status: res.status ?? 200, body: jsonOf(res) };
 }
 
+async function enqueue(q: string, n: number) {
+  for (let i = 0; i < n; i++) {
+    const r = await call('POST', 'jobs', { queue: q, type: 'demo.echo', payload: { message: String(i) } });
+    expect(r.status).toBe(201);
+  }
+}
+
+// Sends an operator's queue change while a claim holds the queue's barrier on another connection. seen: 'waiting' once
+// the change's backend waits for the barrier's advisory lock (update_queue), 'answered' if it answered first (the
+// defect); reply: its answer, once the claim has committed.
+async function changeBehindClaim(method: string, path: string, body?: unknown) {
+  let answered = false;
+  const reply = call(method, path, body).finally(() => {
+    answered = true;
+  });
+  const seen = await until(
+    'the queue change waiting for the claim in flight (or answering)',
+    async () => {
+      if (answered) return 'answered';
+      const { rows } = await t.pool.query(
+        `select 1 from pg_stat_activity where wait_event_type = 'Lock' and wait_event = 'advisory'
+           and query like '%update_queue%'`,
+      );
+      return rows.length > 0 ? 'waiting' : undefined;
+    },
+    20_000,
+  );
+  return { seen, reply, answered: () => answered };
+}
+
 describe('ops: pause and a claim in flight', () => {
   it.each(['claim_and_start', 'claim_next'])(
     'pause returns only after a %s that read "not paused" has committed, and counts its job in flight',
     async (fn) => {
       const q = `pause-inflight-${fn}`;
-      for (let i = 0; i < 3; i++) {
-        const r = await call('POST', 'jobs', { queue: q, type: 'demo.echo', payload: { message: String(i) } });
-        expect(r.status).toBe(201);
-      }
+      await enqueue(q, 3);
       const claimer = new pg.Client({ connectionString: t.url });
       await claimer.connect();
       try {
@@ -41,26 +68,11 @@ describe('ops: pause and a claim in flight', () => {
         const claimed = await claimer.query(`select * from keel.${fn}('w-held', array[$1], 1, 60)`, [q]);
         expect(claimed.rowCount).toBe(1);
 
-        let answered = false;
-        const pause = call('POST', `queues/${q}/pause`).finally(() => {
-          answered = true;
-        });
         // The pause's backend waits for the claim's lock; an answer before that is the defect (the held claim's job
         // starts after the operator was told the queue is paused).
-        const seen = await until(
-          'the pause waiting for the claim in flight (or answering)',
-          async () => {
-            if (answered) return 'answered';
-            const { rows } = await t.pool.query(
-              `select 1 from pg_stat_activity where wait_event_type = 'Lock' and wait_event = 'advisory'
-                 and query like '%update_queue%'`,
-            );
-            return rows.length > 0 ? 'waiting' : undefined;
-          },
-          20_000,
-        );
+        const { seen, reply: pause, answered } = await changeBehindClaim('POST', `queues/${q}/pause`);
         expect(seen).toBe('waiting');
-        expect(answered).toBe(false);
+        expect(answered()).toBe(false);
         await claimer.query('commit');
         const r = await pause;
         expect(r.status).toBe(200);
@@ -97,10 +109,7 @@ describe('ops: pause and a claim in flight', () => {
     'a limit set on an unlimited queue answers only after a %s that read "no limit" has committed',
     async (fn) => {
       const q = `limit-inflight-${fn}`;
-      for (let i = 0; i < 4; i++) {
-        const r = await call('POST', 'jobs', { queue: q, type: 'demo.echo', payload: { message: String(i) } });
-        expect(r.status).toBe(201);
-      }
+      await enqueue(q, 4);
       const claimer = new pg.Client({ connectionString: t.url });
       await claimer.connect();
       try {
@@ -109,24 +118,9 @@ describe('ops: pause and a claim in flight', () => {
         const claimed = await claimer.query(`select * from keel.${fn}('w-held', array[$1], 3, 60)`, [q]);
         expect(claimed.rowCount).toBe(3);
 
-        let answered = false;
-        const patch = call('PATCH', `queues/${q}`, { maxConcurrency: 1 }).finally(() => {
-          answered = true;
-        });
         // Answered while the claim is uncommitted: once it commits, three jobs run under a limit of 1 that was
         // already in force (the defect); the change must wait for the claim's barrier lock as a pause does.
-        const seen = await until(
-          'the limit change waiting for the claim in flight (or answering)',
-          async () => {
-            if (answered) return 'answered';
-            const { rows } = await t.pool.query(
-              `select 1 from pg_stat_activity where wait_event_type = 'Lock' and wait_event = 'advisory'
-                 and query like '%update_queue%'`,
-            );
-            return rows.length > 0 ? 'waiting' : undefined;
-          },
-          20_000,
-        );
+        const { seen, reply: patch } = await changeBehindClaim('PATCH', `queues/${q}`, { maxConcurrency: 1 });
         expect(seen).toBe('waiting');
         await claimer.query('commit');
         const r = await patch;
@@ -146,10 +140,7 @@ describe('ops: pause and a claim in flight', () => {
 
   it('a claim that comes while a pause waits reads the pause: it takes nothing', async () => {
     const q = 'pause-behind';
-    for (let i = 0; i < 2; i++) {
-      const r = await call('POST', 'jobs', { queue: q, type: 'demo.echo', payload: { message: String(i) } });
-      expect(r.status).toBe(201);
-    }
+    await enqueue(q, 2);
     const first = new pg.Client({ connectionString: t.url });
     const late = new pg.Client({ connectionString: t.url });
     await first.connect();
@@ -157,22 +148,7 @@ describe('ops: pause and a claim in flight', () => {
     try {
       await first.query('begin');
       expect((await first.query(`select * from keel.claim_and_start('w1', array[$1], 1, 60)`, [q])).rowCount).toBe(1);
-      let answered = false;
-      const pause = call('POST', `queues/${q}/pause`).finally(() => {
-        answered = true;
-      });
-      const seen = await until(
-        'the pause waiting for the claim in flight (or answering)',
-        async () =>
-          answered
-            ? 'answered'
-            : (
-                await t.pool.query(
-                  `select 1 from pg_stat_activity where wait_event = 'advisory' and query like '%update_queue%'`,
-                )
-              ).rowCount! > 0 && 'waiting',
-        20_000,
-      );
+      const { seen, reply: pause } = await changeBehindClaim('POST', `queues/${q}/pause`);
       expect(seen).toBe('waiting');
       // Queued behind the pause's lock request: it reads the settings only once the pause has committed.
       const second = late.query(`select * from keel.claim_and_start('w2', array[$1], 1, 60)`, [q]);

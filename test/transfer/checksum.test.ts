@@ -25,6 +25,21 @@ import { transferEngineRules } from '../../shared/engines/registry.js';
 
 const TRANSFER_RULES = transferEngineRules();
 
+// Values that quote a record literal's field, are doubled in it, are escaped in COPY text, are empty, multi-byte,
+// astral or lone surrogates, or longer than the hashers' reused buffers.
+const AWKWARD_TEXTS: readonly string[] = [
+  ...['"', '\\', '(', ')', ',', ' ', '\t', '\n', '\v', '\f', '\r'].flatMap((c) => [c, `a${c}b`, `${c}${c}x`]),
+  '',
+  'a\ud800b',
+  '\udc00',
+  'x\ud83d',
+  '\ud83d\ude00 "q" \\',
+  'ü✓𝄞',
+  'z'.repeat(20000) + '"\t',
+  '\u007f\u0080\u07ff\u0800\uffff',
+  'plain',
+];
+
 describe('keel-v1 checksum', () => {
   let pool: pg.Pool;
   const COLS = ['id', 'big', 'amount', 'label', 'code', 'flag', 'day', 'at', 'at_tz', 'raw', 'ref'];
@@ -162,21 +177,7 @@ describe('keel-v1 checksum', () => {
     // Values that quote the record literal, are doubled in it, are escaped in COPY text, are empty, NULL, multi-byte,
     // astral or lone surrogates, in a column of every logical type: the hash follows the record literal of the strings
     // whatever the type (the definition), the COPY text copyText's escaping by type (text and bytes only).
-    const odd = [
-      ...['"', '\\', '(', ')', ',', ' ', '\t', '\n', '\v', '\f', '\r'].flatMap((c) => [c, `a${c}b`, `${c}${c}x`]),
-      '',
-      'a\ud800b',
-      '\udc00',
-      'x\ud83d',
-      '\ud83d\ude00 "q" \\',
-      'ü✓𝄞',
-      'z'.repeat(20000) + '"\t',
-      '\u007f\u0080\u07ff\u0800\uffff',
-      'plain',
-      '-42',
-      '2026-02-03T04:05:06.000007Z',
-      '00ff10',
-    ];
+    const odd = [...AWKWARD_TEXTS, '-42', '2026-02-03T04:05:06.000007Z', '00ff10'];
     const types = LOGICAL_TYPES;
     const rows: CanonicalRow[] = [];
     for (let i = 0; i < odd.length * 3; i++)
@@ -267,17 +268,7 @@ describe('keel-v1 checksum', () => {
     // The accumulator writes the record literal itself (md5RowPrefix): every character that quotes a value, the
     // doubled ones, empty values, lone surrogates (UTF-8 of U+FFFD, as TextEncoder and Buffer write them), a row
     // of many NULLs and a value longer than the reused buffer, each against rowHash (rowEncoding, node:crypto).
-    const odd = [
-      ...['"', '\\', '(', ')', ',', ' ', '\t', '\n', '\v', '\f', '\r'].flatMap((c) => [c, `a${c}b`, `${c}${c}x`]),
-      '',
-      'a\ud800b',
-      '\udc00',
-      'x\ud83d',
-      '\ud83d\ude00 "q" \\',
-      'ü✓𝄞',
-      'z'.repeat(20000) + '"',
-      '\u007f\u0080\u07ff\u0800\uffff',
-    ];
+    const odd = [...AWKWARD_TEXTS];
     const rows: CanonicalRow[] = [
       ...odd.map((v) => [v]),
       odd,
