@@ -6,6 +6,7 @@ import { transferStage } from '../../functions/transferStage.js';
 import { transferApply } from '../../functions/transferApply.js';
 import { context } from './support.js';
 import { useItemsTransfer } from './itemsTransfer.js';
+import { within } from '../support/until.js';
 
 const fx = useItemsTransfer({
   label: 'fn_starts',
@@ -16,19 +17,9 @@ const fx = useItemsTransfer({
 });
 const { call } = fx;
 
-function bounded<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([
-    p,
-    new Promise<never>(
-      (_r, reject) => (timer = setTimeout(() => reject(new Error(`${what} did not answer within ${ms} ms`)), ms)),
-    ),
-  ]).finally(() => clearTimeout(timer));
-}
-
 describe('concurrent transfer starts', () => {
   it('20 at once: one 202, nineteen 409 naming the open batch; every route answers afterwards', async () => {
-    const results = await bounded(
+    const results = await within(
       Promise.all(Array.from({ length: 20 }, () => call('POST', 'transfers/items/start', {}))),
       30_000,
       '20 concurrent starts',
@@ -51,7 +42,7 @@ describe('concurrent transfer starts', () => {
     expect(fx.t.queues.take('keel-transfer-stage')).toEqual([{ batchId: created.batchId }]);
 
     // Every route still answers, in time, while and after the storm.
-    const after = await bounded(
+    const after = await within(
       Promise.all([
         call('GET', 'health'),
         call('GET', 'transfers'),

@@ -32,3 +32,14 @@ export async function until<T>(
   }
   throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${detail ? `\n${detail()}` : ''}`);
 }
+
+/** Settles as `p` does, or rejects naming `what` when `p` has not settled within `ms` (a hang, in a test of faults). */
+export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    p,
+    new Promise<never>(
+      (_r, reject) => (timer = setTimeout(() => reject(new Error(`HANG: ${what} did not finish within ${ms} ms`)), ms)),
+    ),
+  ]).finally(() => clearTimeout(timer));
+}

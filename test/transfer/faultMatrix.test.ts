@@ -34,6 +34,7 @@ import {
   sqlServerShapedSource,
   type Env,
 } from './helpers.js';
+import { within } from '../support/until.js';
 
 // Time budgets per server (the plans are interleaved across modes, so a budget cut short still covers every mode).
 const BUDGET_MS = Number(process.env.KEEL_FAULT_MATRIX_MS ?? 25_000);
@@ -61,16 +62,7 @@ interface Point {
   then?: { where: 'journal' | 'target'; plan: () => FaultPlan };
 }
 
-function bounded<T>(p: Promise<T>, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([
-    p,
-    new Promise<never>(
-      (_r, reject) =>
-        (timer = setTimeout(() => reject(new Error(`HANG: ${what} did not finish within ${STEP_MS} ms`)), STEP_MS)),
-    ),
-  ]).finally(() => clearTimeout(timer));
-}
+const bounded = <T>(p: Promise<T>, what: string): Promise<T> => within(p, STEP_MS, what);
 
 // The points of one mode: the n-th journal transition of the run (record_manifest, stage, start_apply, commit, ...
 // in the mode's order), lost on its way or committed with its reply lost; a note; and the target's statements.

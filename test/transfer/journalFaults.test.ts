@@ -24,6 +24,7 @@ import {
   ORDERS_DDL,
   type Env,
 } from './helpers.js';
+import { within } from '../support/until.js';
 
 const RUNS = Math.max(1, Number(process.env.KEEL_JOURNAL_FAULT_RUNS ?? 49));
 const NAME = 'orders_jfaults';
@@ -59,16 +60,7 @@ const NTH: Partial<Record<Point, number>> = {
   reconcile_verdict: 3,
 };
 
-function bounded<T>(p: Promise<T>, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([
-    p,
-    new Promise<never>(
-      (_r, reject) =>
-        (timer = setTimeout(() => reject(new Error(`HANG: ${what} did not finish within ${STEP_MS} ms`)), STEP_MS)),
-    ),
-  ]).finally(() => clearTimeout(timer));
-}
+const bounded = <T>(p: Promise<T>, what: string): Promise<T> => within(p, STEP_MS, what);
 
 describe('journal connection faults (TCP proxy between Keel and the control database)', () => {
   let env: Env;

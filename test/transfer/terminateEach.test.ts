@@ -31,6 +31,7 @@ import {
   sqlServerShapedSource,
   type Env,
 } from './helpers.js';
+import { within } from '../support/until.js';
 
 const BUDGET_MS = Number(process.env.KEEL_TERMINATE_EACH_MS ?? 40_000);
 const LANES = 3;
@@ -114,16 +115,7 @@ let lanes = 0;
 const unhandled: unknown[] = [];
 const onUnhandled = (e: unknown) => unhandled.push(e);
 
-function bounded<T>(p: Promise<T>, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([
-    p,
-    new Promise<never>(
-      (_r, reject) =>
-        (timer = setTimeout(() => reject(new Error(`HANG: ${what} did not finish within ${STEP_MS} ms`)), STEP_MS)),
-    ),
-  ]).finally(() => clearTimeout(timer));
-}
+const bounded = <T>(p: Promise<T>, what: string): Promise<T> => within(p, STEP_MS, what);
 
 // One process's service for one lane: its own source, target and journal pools, named so that the hook can find them.
 function service(flow: Flow, table: string): { svc: TransferService; app: (w: Where) => string } {
