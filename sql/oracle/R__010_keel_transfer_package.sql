@@ -102,6 +102,41 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     RETURN v_out;
   END staging_columns;
 
+  -- Whether the target table still has a key on exactly p_keys (an enabled primary key or unique constraint, or a
+  -- unique non-function-based index), by the rule the service's prepare checks once per process: APPLY_BATCH asks
+  -- again under its table lock, since the MERGE runs without one but is exact only with it (two applies of
+  -- overlapping windows at once would each insert a key they found absent). The PostgreSQL target checks the same.
+  FUNCTION key_indexed(p_owner IN VARCHAR2, p_table IN VARCHAR2, p_keys IN t_names) RETURN BOOLEAN IS
+    v_all BOOLEAN;
+  BEGIN
+    FOR r IN (SELECT LISTAGG(cc.COLUMN_NAME, ',') WITHIN GROUP (ORDER BY cc.COLUMN_NAME) AS COLS
+                FROM ALL_CONSTRAINTS k
+                JOIN ALL_CONS_COLUMNS cc ON cc.OWNER = k.OWNER AND cc.CONSTRAINT_NAME = k.CONSTRAINT_NAME AND cc.TABLE_NAME = k.TABLE_NAME
+               WHERE k.OWNER = NVL(p_owner, SYS_CONTEXT('USERENV', 'CURRENT_SCHEMA')) AND k.TABLE_NAME = p_table
+                 AND k.CONSTRAINT_TYPE IN ('P', 'U') AND k.STATUS = 'ENABLED'
+               GROUP BY k.CONSTRAINT_NAME
+              UNION ALL
+              SELECT LISTAGG(ic.COLUMN_NAME, ',') WITHIN GROUP (ORDER BY ic.COLUMN_NAME)
+                FROM ALL_INDEXES i JOIN ALL_IND_COLUMNS ic ON ic.INDEX_OWNER = i.OWNER AND ic.INDEX_NAME = i.INDEX_NAME
+               WHERE i.TABLE_OWNER = NVL(p_owner, SYS_CONTEXT('USERENV', 'CURRENT_SCHEMA')) AND i.TABLE_NAME = p_table
+                 AND i.UNIQUENESS = 'UNIQUE' AND i.INDEX_TYPE NOT LIKE 'FUNCTION-BASED%'
+               GROUP BY i.OWNER, i.INDEX_NAME) LOOP
+      -- Distinct names on both sides: as many columns, each key among them, is the same set.
+      IF REGEXP_COUNT(r.COLS, ',') + 1 = p_keys.COUNT THEN
+        v_all := TRUE;
+        FOR i IN 1 .. p_keys.COUNT LOOP
+          IF INSTR(',' || r.COLS || ',', ',' || TRIM(BOTH '"' FROM p_keys(i)) || ',') = 0 THEN
+            v_all := FALSE;
+          END IF;
+        END LOOP;
+        IF v_all THEN
+          RETURN TRUE;
+        END IF;
+      END IF;
+    END LOOP;
+    RETURN FALSE;
+  END key_indexed;
+
   -- The mapped columns whose declared type on the target is not the staging table's (NULL: none). The staging table
   -- is made with the target's types (ENSURE_STAGING's CTAS) and the staged rows are verified in them: a target column
   -- altered since (an operator's ALTER TABLE: a narrower scale, another type) would convert the verified values on the
@@ -364,6 +399,11 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     IF v_changed IS NOT NULL THEN
       RAISE_APPLICATION_ERROR(-20004, SUBSTR('batch ' || p_batch_id || ': target table ' || qualified(p_owner, p_table) ||
         ' changed since the batch was staged (' || v_changed || '); nothing applied, the next batch checks the table again', 1, 2000));
+    END IF;
+    IF NOT key_indexed(p_owner, p_table, v_keys) THEN
+      RAISE_APPLICATION_ERROR(-20004, SUBSTR('batch ' || p_batch_id || ': target table ' || qualified(p_owner, p_table) ||
+        ' has no primary key, unique constraint or unique index on exactly (' || join_names(v_keys, NULL) ||
+        ') any more; nothing applied, the next batch checks the table again', 1, 2000));
     END IF;
     IF p_changes IS NOT NULL THEN
       -- The staged rows counted before anything is changed: the deletes and a mirror's are decided by what the staging
