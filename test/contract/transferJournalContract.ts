@@ -103,7 +103,13 @@ export function defineTransferJournalContract(makeHarness: () => JournalHarness)
         boundaryHigh: high,
       });
       const first = await j.insertBatch(b(null, '10'));
-      await j.transition(first.batchId, ['extracting'], 'committed', { appliedCount: 0, stamp: 'committed_at' }, 'test');
+      await j.transition(
+        first.batchId,
+        ['extracting'],
+        'committed',
+        { appliedCount: 0, stamp: 'committed_at' },
+        'test',
+      );
       const live = await j.insertBatch(b('10', '20'));
       const replayWhileLive = await j.insertBatch(b(null, '10', `${name}@replay-1`)).catch((e: unknown) => e);
       if (kind === 'key') {

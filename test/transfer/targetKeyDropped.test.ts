@@ -36,7 +36,10 @@ describe('target key dropped between prepare and apply', () => {
     const svc = new TransferService({
       journal: new PostgresTransferJournal(env.control),
       transfers: [t],
-      connect: (tc) => ({ source: new PostgresTransferSource(tc, env.source), target: new PostgresTransferTarget(tc, slow) }),
+      connect: (tc) => ({
+        source: new PostgresTransferSource(tc, env.source),
+        target: new PostgresTransferTarget(tc, slow),
+      }),
     });
     try {
       // Windows (, 5] and (5, 10], committed with the table's primary key in place (prepare checked it).
