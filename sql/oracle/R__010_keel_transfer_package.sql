@@ -107,31 +107,31 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
   -- again under its table lock, since the MERGE runs without one but is exact only with it (two applies of
   -- overlapping windows at once would each insert a key they found absent). The PostgreSQL target checks the same.
   FUNCTION key_indexed(p_owner IN VARCHAR2, p_table IN VARCHAR2, p_keys IN t_names) RETURN BOOLEAN IS
-    v_all BOOLEAN;
+    v_owner VARCHAR2(130) := NVL(p_owner, SYS_CONTEXT('USERENV', 'CURRENT_SCHEMA'));
+    v_cols PLS_INTEGER;
+    v_hits PLS_INTEGER;
   BEGIN
-    FOR r IN (SELECT LISTAGG(cc.COLUMN_NAME, ',') WITHIN GROUP (ORDER BY cc.COLUMN_NAME) AS COLS
-                FROM ALL_CONSTRAINTS k
-                JOIN ALL_CONS_COLUMNS cc ON cc.OWNER = k.OWNER AND cc.CONSTRAINT_NAME = k.CONSTRAINT_NAME AND cc.TABLE_NAME = k.TABLE_NAME
-               WHERE k.OWNER = NVL(p_owner, SYS_CONTEXT('USERENV', 'CURRENT_SCHEMA')) AND k.TABLE_NAME = p_table
-                 AND k.CONSTRAINT_TYPE IN ('P', 'U') AND k.STATUS = 'ENABLED'
-               GROUP BY k.CONSTRAINT_NAME
+    FOR r IN (SELECT 'C' AS KIND, k.OWNER AS OWNER, k.CONSTRAINT_NAME AS NAME FROM ALL_CONSTRAINTS k
+               WHERE k.OWNER = v_owner AND k.TABLE_NAME = p_table AND k.CONSTRAINT_TYPE IN ('P', 'U') AND k.STATUS = 'ENABLED'
               UNION ALL
-              SELECT LISTAGG(ic.COLUMN_NAME, ',') WITHIN GROUP (ORDER BY ic.COLUMN_NAME)
-                FROM ALL_INDEXES i JOIN ALL_IND_COLUMNS ic ON ic.INDEX_OWNER = i.OWNER AND ic.INDEX_NAME = i.INDEX_NAME
-               WHERE i.TABLE_OWNER = NVL(p_owner, SYS_CONTEXT('USERENV', 'CURRENT_SCHEMA')) AND i.TABLE_NAME = p_table
-                 AND i.UNIQUENESS = 'UNIQUE' AND i.INDEX_TYPE NOT LIKE 'FUNCTION-BASED%'
-               GROUP BY i.OWNER, i.INDEX_NAME) LOOP
-      -- Distinct names on both sides: as many columns, each key among them, is the same set.
-      IF REGEXP_COUNT(r.COLS, ',') + 1 = p_keys.COUNT THEN
-        v_all := TRUE;
-        FOR i IN 1 .. p_keys.COUNT LOOP
-          IF INSTR(',' || r.COLS || ',', ',' || TRIM(BOTH '"' FROM p_keys(i)) || ',') = 0 THEN
-            v_all := FALSE;
-          END IF;
-        END LOOP;
-        IF v_all THEN
-          RETURN TRUE;
+              SELECT 'I', i.OWNER, i.INDEX_NAME FROM ALL_INDEXES i
+               WHERE i.TABLE_OWNER = v_owner AND i.TABLE_NAME = p_table AND i.UNIQUENESS = 'UNIQUE'
+                 AND i.INDEX_TYPE NOT LIKE 'FUNCTION-BASED%') LOOP
+      -- Its columns, each looked up among the keys (enquoted as split_names makes them): as many, all keys, is the set.
+      v_cols := 0;
+      v_hits := 0;
+      FOR c IN (SELECT cc.COLUMN_NAME FROM ALL_CONS_COLUMNS cc
+                 WHERE r.KIND = 'C' AND cc.OWNER = r.OWNER AND cc.CONSTRAINT_NAME = r.NAME AND cc.TABLE_NAME = p_table
+                UNION ALL
+                SELECT ic.COLUMN_NAME FROM ALL_IND_COLUMNS ic
+                 WHERE r.KIND = 'I' AND ic.INDEX_OWNER = r.OWNER AND ic.INDEX_NAME = r.NAME) LOOP
+        v_cols := v_cols + 1;
+        IF is_key('"' || c.COLUMN_NAME || '"', p_keys) THEN
+          v_hits := v_hits + 1;
         END IF;
+      END LOOP;
+      IF v_cols = p_keys.COUNT AND v_hits = v_cols THEN
+        RETURN TRUE;
       END IF;
     END LOOP;
     RETURN FALSE;
