@@ -108,13 +108,15 @@ export async function postWhenDue(rt: Runtime, ids: readonly JobId[], log: Logge
     const [jobs, now] = await Promise.all([
       Promise.all(chunk.map((id) => rt.store.getJob(id).catch(() => null))),
       storeClock(rt.store).catch((err: unknown) => {
-        log.warn(`reading the store's clock failed; ${chunk.length} job(s) left to the dispatcher: ${(err as Error).message}`);
+        log.warn(
+          `reading the store's clock failed; ${chunk.length} job(s) left to the dispatcher: ${(err as Error).message}`,
+        );
         return null;
       }),
     ]);
     if (!now) continue;
     const ok = await Promise.all(
-      jobs.map((job, k) =>
+      jobs.map(async (job, k) =>
         job?.location === 'hot' && job.state === 'pending' && job.runAt
           ? postJob(rt, chunk[k]!, log, secondsUntil(job.runAt, now))
           : false,

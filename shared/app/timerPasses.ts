@@ -4,7 +4,6 @@ import { runMaintenance, type MaintenanceReport } from '../jobs/maintenance.js';
 import { ncrontab, type Ncrontab } from './ncrontab.js';
 import { runSchedules, type ScheduleMemory, type SchedulePassItem } from '../jobs/scheduler.js';
 import type { ScheduleDefinition } from '../jobs/define.js';
-import type { JobId } from '../jobs/contract.js';
 import type { JobOutcome } from '../jobs/processor.js';
 import { postJobs, postWhenDue, type Logger } from './enqueue.js';
 import { handOnDrained, pickAndPost } from './slots.js';

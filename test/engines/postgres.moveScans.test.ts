@@ -142,7 +142,11 @@ describe('postgres one-row moves lock their row once', () => {
     const parent = await started(false);
     const { id: child } = await store.enqueue({ queue, type: 't', after: [parent.id] });
     const { id: grandchild } = await store.enqueue({ queue, type: 't', after: [child] });
-    const r = await scansOf('select keel.fail($1, $2, $3, $4)', [parent.id, parent.leaseId, 'fatal', 'boom'], grandchild);
+    const r = await scansOf(
+      'select keel.fail($1, $2, $3, $4)',
+      [parent.id, parent.leaseId, 'fatal', 'boom'],
+      grandchild,
+    );
     // The parent: its locking read and its delete (2); the cascade locked at once, one probe a row (2); each of the
     // child and the grandchild: its state read and its delete (4): 8 (the child's and the grandchild's locks taken
     // again by the settle, and the grandchild's a third time by the child's move: 12).

@@ -299,7 +299,9 @@ export async function storeStatementTimeout(url: string, applicationName: string
       `select setting as ms, source from pg_settings where name = 'statement_timeout'`,
     );
     const r = rows[0]!;
-    return r.source === 'default' ? { ms: STORE_STATEMENT_TIMEOUT_MS, source: 'keel' } : { ms: Number(r.ms), source: r.source };
+    return r.source === 'default'
+      ? { ms: STORE_STATEMENT_TIMEOUT_MS, source: 'keel' }
+      : { ms: Number(r.ms), source: r.source };
   } finally {
     await client.end().catch(() => undefined);
   }
