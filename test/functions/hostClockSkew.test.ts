@@ -1,15 +1,17 @@
-// Clock skew between a host and the job store: the delay of a job's queue message. A job is due when the store's
+// Clock skew between a host and the job store. First the delay of a job's queue message. A job is due when the store's
 // clock (its database server's, which every claim's due test reads) passes its run_at; the message that wakes the
 // queue runner for it was delayed by run_at minus the HOST's clock. A host an hour ahead posted it at once (a wasted
 // claim, the job then left to the dispatcher's next tick); an hour behind, an hour late. Now the delay is counted
 // from the store's clock (storeClock): the enqueue of a job with its own runAt, the queue runner's post of a retried
-// job's next attempt, and the dispatcher's post of the jobs its drain retried. The host's clock is shifted with a spy
-// on Date.now around each step (the database's is the real one).
+// job's next attempt, and the dispatcher's post of the jobs its drain retried. Then the ops API's purge, which
+// refused an olderThan "in the future" of the host's clock. The host's clock is shifted with a spy on Date.now around
+// each step (the database's is the real one).
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { jobRunner } from '../../functions/jobRunner.js';
 import { dispatchDueJobs } from '../../shared/app/timerPasses.js';
 import { enqueueJobs } from '../../shared/app/enqueue.js';
-import { context, createTestRuntime, type TestRuntime } from './support.js';
+import { ops } from '../../functions/ops.js';
+import { context, createTestRuntime, jsonOf, request, type TestRuntime } from './support.js';
 
 const HOUR = 3_600_000;
 const realNow = Date.now.bind(Date);
@@ -103,5 +105,21 @@ describe.each([
     expect(delay).toBeGreaterThanOrEqual(dueIn);
     expect(delay).toBeLessThanOrEqual(dueIn + SLACK_S);
     await t.rt.store.cancel(id);
+  });
+  it("the purge refuses an olderThan in the future of the store's clock, and only that", async () => {
+    const purge = (olderThan: Date) =>
+      skewed(offset, async () => {
+        const res = await ops(
+          request('POST', 'purge', { operator: true, body: { target: 'archive', olderThan, dryRun: true } }),
+          context('ops'),
+        );
+        return { status: res.status, body: jsonOf(res) as Record<string, unknown> };
+      });
+    const now = (await dbNow()).getTime();
+    expect(await purge(new Date(now - 60_000))).toMatchObject({ status: 200, body: { dryRun: true } });
+    expect(await purge(new Date(now + 30 * 60_000))).toMatchObject({
+      status: 400,
+      body: { error: 'invalid_request', field: 'olderThan' },
+    });
   });
 });
