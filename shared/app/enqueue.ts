@@ -24,9 +24,10 @@ export function secondsUntil(runAt: Date, storeNow: Date): number {
   return Math.max(0, (runAt.getTime() - storeNow.getTime()) / 1000);
 }
 
-// delayMs is counted from the store's now() where the row is written: the message waits exactly that long.
-function delaySecondsFor(req: EnqueueRequest, storeNow: Date | null): number {
-  if (req.runAt && storeNow) return secondsUntil(req.runAt, storeNow);
+// delayMs is counted from the store's now() where the row is written: the message waits exactly that long. A runAt
+// without the store's clock (its read failed): null, not posted.
+function delaySecondsFor(req: EnqueueRequest, storeNow: Date | null): number | null {
+  if (req.runAt) return storeNow ? secondsUntil(req.runAt, storeNow) : null;
   if (req.delayMs) return req.delayMs / 1000;
   return 0;
 }
@@ -63,9 +64,17 @@ export async function enqueueAndPost(
   });
   const results = requests.length === 1 ? [await rt.store.enqueue(requests[0]!)] : await rt.store.enqueueMany(requests);
   enqueuedTelemetry(requests.filter((_r, i) => !results[i]!.duplicate));
-  // The store's clock, read once, only when a job to post names its own runAt.
   const posts = (r: { duplicate: boolean }, i: number) => !r.duplicate && !requests[i]!.after?.length;
-  const storeNow = results.some((r, i) => posts(r, i) && requests[i]!.runAt) ? await storeClock(rt.store) : null;
+  // The store's clock, read once, only when a job to post names its own runAt. The jobs are enqueued whatever happens
+  // next: a failed read leaves those jobs to the dispatcher, as a failed post does.
+  const storeNow = results.some((r, i) => posts(r, i) && requests[i]!.runAt)
+    ? await storeClock(rt.store).catch((err: unknown) => {
+        log.warn(
+          `reading the store's clock failed; jobs due at their runAt are left to the dispatcher: ${(err as Error).message}`,
+        );
+        return null;
+      })
+    : null;
   const out: EnqueuedJob[] = [];
   // Bounded fan-out (a batch may hold up to MAX_BATCH jobs): 16 sends at a time.
   for (let i = 0; i < results.length; i += 16) {
@@ -76,7 +85,8 @@ export async function enqueueAndPost(
           // workers (or the dispatcher's next poll finds it); a message now would find nothing to run.
           if (!posts(r, i + k)) return { ...r, posted: false };
           const delay = delaySecondsFor(requests[i + k]!, storeNow);
-          if (delay > MAX_VISIBILITY_DELAY_SECONDS) return { ...r, posted: false }; // the dispatcher runs it when due
+          // the dispatcher runs it when due
+          if (delay === null || delay > MAX_VISIBILITY_DELAY_SECONDS) return { ...r, posted: false };
           return { ...r, posted: await postJob(rt, r.id, log, delay) };
         }),
       )),

@@ -123,3 +123,24 @@ describe.each([
     });
   });
 });
+
+it("an enqueue whose read of the store's clock fails still enqueues: its runAt job is left to the dispatcher", async () => {
+  t.queues.clear();
+  const store = new Proxy(t.rt.store, {
+    get(target, prop, receiver) {
+      if (prop === 'countJobs') return () => Promise.reject(new Error('clock read refused (test)'));
+      const v = Reflect.get(target, prop, receiver) as unknown;
+      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+    },
+  });
+  const runAt = new Date((await dbNow()).getTime() + 90_000);
+  const [later, now] = await enqueueJobs({ ...t.rt, store }, [
+    { type: 'test.noop', queue: 'skew-clockless', runAt },
+    { type: 'test.noop', queue: 'skew-clockless' },
+  ]);
+  expect(later).toMatchObject({ duplicate: false, posted: false });
+  expect(now).toMatchObject({ duplicate: false, posted: true });
+  expect(await t.rt.store.getJob(later!.id)).toMatchObject({ location: 'hot', state: 'pending' });
+  expect(t.queues.sent.map((m) => (m.message as { jobId: string }).jobId)).toEqual([now!.id]);
+  await t.rt.store.cancel(later!.id);
+});
