@@ -134,7 +134,7 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
       const journalNow = await rt.transfers.journalNow();
       const resumed = new Set<string>();
       for (const v of views) {
-        reconcileTelemetry(v);
+        reconcileTelemetry(v, journalNow);
         // Known not applied and stuck (its retry chain ended or its message was lost): post it again now rather
         // than at the next transfer timer tick.
         if (
