@@ -8,7 +8,7 @@
 import type { InvocationContext } from '@azure/functions';
 import { getRuntime } from '../shared/app/runtime.js';
 import { jobMessageSchema, parseMessage, poison } from '../shared/app/messages.js';
-import { postJob } from '../shared/app/enqueue.js';
+import { postWhenDue } from '../shared/app/enqueue.js';
 import { freesSlot, handOnSlots } from '../shared/app/slots.js';
 
 export async function jobRunner(message: unknown, context: InvocationContext): Promise<void> {
@@ -40,11 +40,8 @@ export async function jobRunner(message: unknown, context: InvocationContext): P
   // next tick (shared/app/slots.ts; never throws).
   if (jobQueue !== undefined && freesSlot(outcome)) await handOnSlots(rt, [jobQueue], context);
   if (outcome === 'retried' || outcome === 'released') {
-    // Post the next attempt's message for when it is due (a job handed back by shutdown is due now); the dispatcher
-    // covers it if this is lost.
-    const job = await rt.store.getJob(jobId);
-    if (job?.location === 'hot' && job.state === 'pending' && job.runAt) {
-      await postJob(rt, jobId, context, Math.max(0, (job.runAt.getTime() - Date.now()) / 1000));
-    }
+    // Post the next attempt's message for when it is due by the store's clock (a job handed back by shutdown is due
+    // now); the dispatcher covers it if this is lost.
+    await postWhenDue(rt, [jobId], context);
   }
 }

@@ -56,7 +56,8 @@ export function batchTelemetry(view: BatchView, previousState?: string): void {
   }
 }
 
-export function reconcileTelemetry(view: BatchView): void {
+// journalNowMs: the journal's clock, the clock of applyStartedAt (a host's may be off it by hours).
+export function reconcileTelemetry(view: BatchView, journalNowMs: number): void {
   const outcome: ReconcileResult =
     view.state === 'committed'
       ? 'committed'
@@ -65,7 +66,7 @@ export function reconcileTelemetry(view: BatchView): void {
         : view.state === 'unresolved' || view.state === 'applying'
           ? 'unresolved'
           : 'not_applied';
-  const since = view.applyStartedAt ? Date.now() - Date.parse(view.applyStartedAt) : undefined;
+  const since = view.applyStartedAt ? Math.max(0, journalNowMs - Date.parse(view.applyStartedAt)) : undefined;
   telemetry.reconcileOutcome({
     transfer: view.transfer,
     outcome,

@@ -4,9 +4,8 @@ import { runMaintenance, type MaintenanceReport } from '../jobs/maintenance.js';
 import { ncrontab, type Ncrontab } from './ncrontab.js';
 import { runSchedules, type ScheduleMemory, type SchedulePassItem } from '../jobs/scheduler.js';
 import type { ScheduleDefinition } from '../jobs/define.js';
-import type { JobId } from '../jobs/contract.js';
 import type { JobOutcome } from '../jobs/processor.js';
-import { postJob, postJobs, type Logger } from './enqueue.js';
+import { postJobs, postWhenDue, type Logger } from './enqueue.js';
 import { handOnDrained, pickAndPost } from './slots.js';
 import type { Runtime } from './runtime.js';
 import { maintenanceTelemetry, reconcileTelemetry, scheduleFailedTelemetry } from './telemetryHooks.js';
@@ -33,24 +32,6 @@ async function dispatchQueues(rt: Runtime): Promise<string[]> {
   return only.length > 0 ? due.filter((q) => only.includes(q)) : due;
 }
 
-// Jobs the dispatcher retried or handed back are pending again, due at their next attempt: post each one's message
-// delayed to then, so the queue runner starts it on time instead of the dispatcher's next tick (a minute later by
-// default). One read per job, and only for jobs that ran.
-async function postRescheduled(rt: Runtime, ids: JobId[], log: Logger): Promise<number> {
-  let posted = 0;
-  for (let i = 0; i < ids.length; i += 16) {
-    const ok = await Promise.all(
-      ids.slice(i, i + 16).map(async (id) => {
-        const job = await rt.store.getJob(id).catch(() => null);
-        if (job?.location !== 'hot' || job.state !== 'pending' || !job.runAt) return false;
-        return postJob(rt, id, log, Math.max(0, (job.runAt.getTime() - Date.now()) / 1000));
-      }),
-    );
-    posted += ok.filter(Boolean).length;
-  }
-  return posted;
-}
-
 export async function dispatchDueJobs(rt: Runtime, log: Logger): Promise<DispatchResult> {
   const started = Date.now();
   // The timer instance's worker stays listed while idle: its row is refreshed by this pass when due (at most once per
@@ -67,7 +48,10 @@ export async function dispatchDueJobs(rt: Runtime, log: Logger): Promise<Dispatc
       concurrency: rt.settings.KEEL_DISPATCH_CONCURRENCY,
     });
     const outcomes = Object.fromEntries(Object.entries(r.outcomes).filter(([, n]) => n > 0));
-    let posted = r.rescheduled.length > 0 ? await postRescheduled(rt, r.rescheduled, log) : 0;
+    // Jobs it retried or handed back are pending again, due at their next attempt: each one's message is posted
+    // delayed to then (by the store's clock), so the queue runner starts it on time instead of the dispatcher's
+    // next tick (a minute later by default).
+    let posted = r.rescheduled.length > 0 ? await postWhenDue(rt, r.rescheduled, log) : 0;
     // The drain's jobs are all finished now: a limited queue whose due jobs it left (its budget ran out) has free
     // slots nobody is about to fill; hand them on to the queue runner now, not at the next tick (shared/app/slots.ts).
     if (r.processed > 0) posted += await handOnDrained(rt, queues, log);
@@ -150,7 +134,7 @@ export async function runMaintenancePass(rt: Runtime, log: Logger): Promise<Main
       const journalNow = await rt.transfers.journalNow();
       const resumed = new Set<string>();
       for (const v of views) {
-        reconcileTelemetry(v);
+        reconcileTelemetry(v, journalNow);
         // Known not applied and stuck (its retry chain ended or its message was lost): post it again now rather
         // than at the next transfer timer tick.
         if (

@@ -1,7 +1,7 @@
 // POST /purge: delete archive rows, DLQ rows or metric buckets older than an instant, in bounded batches, after a
 // preview (both next to the maintenance pass's purge: previewPurge, purgeInBatches in shared/jobs/maintenance.ts).
 import type { PurgeTarget } from '../jobs/contract.js';
-import { previewPurge, purgeInBatches } from '../jobs/maintenance.js';
+import { previewPurge, purgeInBatches, storeClock } from '../jobs/maintenance.js';
 import { invalid } from './errors.js';
 import { PREVIEW_COUNT_CAP } from './preview.js';
 import { route } from './router.js';
@@ -21,7 +21,9 @@ export const purgeRoute = route({
   output: s.out.purge,
   async handle({ rt, body }) {
     const olderThan = new Date(body.olderThan);
-    if (olderThan.getTime() > Date.now()) throw invalid('olderThan', 'must not be in the future');
+    // In the future of the store's clock, which wrote every finished_at, failed_at and bucket minute it compares,
+    // not this host's: a host running behind refused a cutoff of "now", one running ahead let a future one through.
+    if (olderThan > (await storeClock(rt.store))) throw invalid('olderThan', 'must not be in the future');
     const target = body.target as PurgeTarget;
     const queue = body.queue ?? null;
     if (body.dryRun) {

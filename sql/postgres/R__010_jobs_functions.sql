@@ -1075,33 +1075,34 @@ end
 $$;
 
 -- Hot -> DLQ for the given ids that are in one of p_states (and, when p_lease is given, still under that lease),
--- locked in id order. Used by rescue, which has not locked them (cancel_many, a flow's settle and the one-row moves
--- hold their rows already: keel._dead_letter_held). Returns what to count (keel._tally);
+-- locked in id order. Used by rescue alone, which has taken them skip-locked (cancel_many, a flow's settle and the
+-- one-row moves hold their rows already: keel._dead_letter_held). Returns what to count (keel._tally);
 -- cardinality(queues) is how many it moved.
--- A row with dependents has its waiting descendants locked before anything is deleted (keel._lock_settled).
+-- The waiting descendants of a row with dependents are the caller's already: rescue locks those of every row it
+-- dead-letters at once, in one id order, before its first delete (keel._lock_settled), so they are not locked again.
 drop function if exists keel._dead_letter(bigint[], uuid, text[], text, text);
 create or replace function keel._dead_letter(p_ids bigint[], p_lease uuid, p_states text[], p_reason text, p_error text)
 returns keel.tally
 language plpgsql as $$
 declare
   v_ids  bigint[];
-  v_deps bigint[];
 begin
-  select coalesce(array_agg(l.id order by l.id), '{}'), array_agg(l.id order by l.id) filter (where l.has_dependents)
-  into v_ids, v_deps
-  from (select h.id, h.has_dependents from keel.jobs_hot h
+  select coalesce(array_agg(l.id order by l.id), '{}')
+  into v_ids
+  from (select h.id from keel.jobs_hot h
         where h.id = any(array(select unnest(p_ids))) and h.state = any(p_states)
           and (p_lease is null or h.lease_id = p_lease)
         order by h.id
         for update of h) l;
-  return keel._dead_letter_held(v_ids, v_deps, p_reason, p_error);
+  return keel._dead_letter_held(v_ids, null, p_reason, p_error);
 end
 $$;
 
 -- keel._dead_letter's move, for rows the caller has locked already (fail, and retry and interrupt of a job whose
 -- cancel was requested, lock their one row to read it first: locking it again here would be a second scan and lock
 -- of the same row). p_ids: the locked rows, in id order; p_deps: those of them with dependents (has_dependents, as
--- read under the lock), in id order, or null. Their waiting descendants are locked before anything is deleted.
+-- read under the lock), in id order, or null. Their waiting descendants are locked before anything is deleted
+-- (keel._lock_settled); null when the caller has locked them (rescue, a flow's settle).
 create or replace function keel._dead_letter_held(p_ids bigint[], p_deps bigint[], p_reason text, p_error text)
 returns keel.tally
 language plpgsql as $$
@@ -1257,7 +1258,7 @@ $$;
 -- keel.cancel for many jobs in one transaction (the ops API's cancel by selection sends its ids in chunks): per
 -- distinct id what keel.cancel would answer. Locks (sql/README.md): the rows that are not waiting, by id; then, all
 -- in one id order, the waiting rows named and every waiting descendant of the rows to be dead-lettered (their
--- cascade, taken at once as keel._parents_finished takes a failure's); then the moves, one keel._dead_letter_held for
+-- cascade, taken at once as keel._lock_settled takes a failure's); then the moves, one keel._dead_letter_held for
 -- them all, and the counters once, last. A row named as waiting that was released in between is locked with the
 -- waiting ones (keel._lock_parents' case). Jobs in no flow read no edge.
 create or replace function keel.cancel_many(p_job_ids bigint[])
@@ -1491,21 +1492,17 @@ language plpgsql as $$
 declare
   v_due          bigint[];
   v_dead         bigint[];
-  v_dead_deps    bigint[];
   v_skipped      bigint[];
-  v_skipped_deps bigint[];
   v_t            keel.tally := row('{}', '{}', '{}');
 begin
   if coalesce(cardinality(p_ids), 0) = 0 then
     return v_t;
   end if;
   select array_agg(c.id order by c.id) filter (where c.failed and c.policy = 'deadLetter'),
-         array_agg(c.id order by c.id) filter (where c.failed and c.policy = 'deadLetter' and c.has_dependents),
          array_agg(c.id order by c.id) filter (where c.failed and c.policy = 'skip'),
-         array_agg(c.id order by c.id) filter (where c.failed and c.policy = 'skip' and c.has_dependents),
          array_agg(c.id) filter (where not c.open and not (c.failed and c.policy <> 'run'))
-  into v_dead, v_dead_deps, v_skipped, v_skipped_deps, v_due
-  from (select h.id, h.has_dependents, coalesce(h.on_parent_failure, 'deadLetter') as policy,
+  into v_dead, v_skipped, v_due
+  from (select h.id, coalesce(h.on_parent_failure, 'deadLetter') as policy,
                coalesce(e.open, false) as open, coalesce(e.failed, false) as failed
         from keel.jobs_hot h
         cross join lateral (select bool_or(d.parent_outcome is null) as open, bool_or(d.parent_outcome = 'failed') as failed
@@ -1519,13 +1516,15 @@ begin
   end if;
   -- The caller holds these rows and their state was read above: moved as read (keel._dead_letter_held), not looked
   -- up and locked again. A row a cascade of the first move took meanwhile is no longer hot: the second deletes
-  -- nothing of it.
+  -- nothing of it. Their own waiting descendants are the caller's already (no deps passed: not locked again): a
+  -- final move locked its whole cascade before its first delete (keel._lock_settled), and a batch's new children
+  -- (keel._link_children) have no children but the batch's own rows.
   if v_dead is not null then
-    v_t := keel._tally_plus(v_t, keel._dead_letter_held(v_dead, v_dead_deps, 'parent_failed',
+    v_t := keel._tally_plus(v_t, keel._dead_letter_held(v_dead, null, 'parent_failed',
                                                        'a parent job was dead-lettered (onFailure: deadLetter)'));
   end if;
   if v_skipped is not null then
-    v_t := keel._tally_plus(v_t, keel._dead_letter_held(v_skipped, v_skipped_deps, 'skipped',
+    v_t := keel._tally_plus(v_t, keel._dead_letter_held(v_skipped, null, 'skipped',
                                                        'a parent job was dead-lettered (onFailure: skip)'));
   end if;
   return v_t;
@@ -1534,7 +1533,7 @@ $$;
 
 -- Locks the hot rows the final moves of the given rows (the caller's, locked, not yet moved) will settle: the open
 -- children of those that will succeed, every open descendant of those that will fail; all in one id order, the
--- closure read again once locked (as keel._parents_finished reads it, which then waits for none of them). A move takes
+-- closure read again once locked: keel._parents_finished then settles them without locking them again. A move takes
 -- them before it deletes anything: an enqueue with `after` holds the waiting parents it names while it inserts its
 -- keyed jobs, and an insert of a key whose row a move has deleted waits for that move to commit. Locked after the
 -- delete, a completion batch holding a job of the key and the parent of the enqueue's waiting parent waited for the
@@ -1572,46 +1571,27 @@ end
 $$;
 
 -- The given parents (rows flagged has_dependents, just moved by the caller) finished: 'succeeded' (archived) or
--- 'failed' (dead-lettered). Their waiting children are locked in id order, then the edges marked, then the children
--- settled. A failure can cascade (a dead-lettered child settles its own children), so every waiting descendant is
--- locked first, all in one id order: two cascades never wait for each other in a cycle. Returns what to count.
+-- 'failed' (dead-lettered). The edges are marked, then the children settled. Every row this settles — the open
+-- children of a success, every open descendant of a failure, a failure's cascade included — the caller has locked
+-- before its first delete (keel._lock_settled, sql/README.md "Lock order", 3a), and no edge can open meanwhile (an
+-- edge is written only by the holder of its parent's row): nothing is locked again here. Locking them a second
+-- time was a second pass of probes over the same rows, and a lock taken after the move's deletes. Returns what to
+-- count.
 create or replace function keel._parents_finished(p_parent_ids bigint[], p_outcome text)
 returns keel.tally
 language plpgsql as $$
 declare
   v_children bigint[];
-  v_locked   bigint[] := '{}';
-  v_more     bigint[];
 begin
   if coalesce(cardinality(p_parent_ids), 0) = 0 then
     return row('{}', '{}', '{}')::keel.tally;
   end if;
-  v_children := array(select distinct e.child_id from keel.job_deps e
-                      where e.parent_id = any(array(select unnest(p_parent_ids))) and e.parent_outcome is null
-                      order by 1);
-  loop
-    if p_outcome = 'succeeded' then
-      v_more := array(select x.id from unnest(v_children) as x(id) where x.id <> all(v_locked) order by 1);
-    else
-      v_more := array(
-        with recursive d(id) as (
-          select unnest(v_children)
-          union
-          select e.child_id from d join keel.job_deps e on e.parent_id = d.id and e.parent_outcome is null
-        )
-        select d.id from d where d.id <> all(v_locked) order by 1);
-    end if;
-    exit when cardinality(v_more) = 0;
-    -- Locked whatever their state; _settle_children leaves a child that is no longer waiting as it is.
-    perform l.id from (select unnest(v_more) as id order by 1) x
-    cross join lateral (select h.id from keel.jobs_hot h where h.id = x.id for update of h offset 0) l;
-    v_locked := v_locked || v_more;
-    -- A cascade's closure is read again once it is locked: a child enqueued against one of its rows just before the
-    -- lock is then locked too (after the others: the one exception to id order, and it waits for no one's row).
-    exit when p_outcome = 'succeeded';
-  end loop;
-  update keel.job_deps e set parent_outcome = p_outcome
-  where e.parent_id = any(array(select unnest(p_parent_ids))) and e.parent_outcome is null;
+  with marked as (
+    update keel.job_deps e set parent_outcome = p_outcome
+    where e.parent_id = any(array(select unnest(p_parent_ids))) and e.parent_outcome is null
+    returning e.child_id
+  )
+  select array(select distinct m.child_id from marked m order by 1) into v_children;
   return keel._settle_children(v_children);
 end
 $$;

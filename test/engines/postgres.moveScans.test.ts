@@ -1,6 +1,7 @@
 // The one-row moves lock their job row once (sql/postgres/R__010_jobs_functions.sql): fail, cancel, and retry and
 // interrupt of a job whose cancel was requested read the row `for update` to decide where it goes, then move that
-// locked row (keel._dead_letter_held) instead of looking it up and locking it again through keel._dead_letter. What
+// locked row (keel._dead_letter_held) instead of looking it up and locking it again through keel._dead_letter; and a
+// final move locks the waiting rows of a flow it settles once, before its first delete (keel._lock_settled). What
 // is checked is what the server counted: the scans of keel.jobs_hot in the call's transaction (pg_stat_xact_*), the
 // locking read and the delete, so two (three when the row is locked twice), whichever plan each one takes.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -118,9 +119,54 @@ describe('postgres one-row moves lock their row once', () => {
     const parent = await started(false);
     const { id: child } = await store.enqueue({ queue, type: 't', after: [parent.id] });
     const r = await scansOf('select keel.fail($1, $2, $3, $4)', [parent.id, parent.leaseId, 'fatal', 'boom'], child);
-    // The parent: its locking read and its delete (2); the child: locked before the delete (keel._lock_settled),
-    // locked again with the closure re-read (keel._parents_finished), its state read, and its delete (4): 6.
-    expect(r).toEqual({ answer: 'ok', scans: 6, location: 'dlq', reason: 'parent_failed' });
+    // The parent: its locking read and its delete (2); the child: locked before the delete (keel._lock_settled), its
+    // state read, and its delete (3): 5 (locked again by keel._parents_finished, as it was: 6).
+    expect(r).toEqual({ answer: 'ok', scans: 5, location: 'dlq', reason: 'parent_failed' });
+  });
+
+  // A final move locks the waiting rows it settles once, before its first delete (keel._lock_settled), and settles
+  // them as held: keel._parents_finished and the cascade's own dead-letter moves lock none of them again (they did:
+  // a second probe of each, and of a cascade's deeper rows a third, every one after the move's deletes).
+  it('a complete of a parent: its waiting child locked once, before the delete, then released', async () => {
+    const parent = await started(false);
+    const { id: child } = await store.enqueue({ queue, type: 't', after: [parent.id] });
+    const leases = JSON.stringify([{ jobId: parent.id, leaseId: parent.leaseId }]);
+    const r = await scansOf('select ok from keel.complete_many($1::jsonb)', [leases], child);
+    // The parent: its locking read and its delete (2); the child: locked (keel._lock_settled), its state read, made
+    // due, its queue read for the wake-up (4): 6 (locked again: 7).
+    expect(r).toEqual({ answer: [parent.id], scans: 6, location: 'hot', reason: undefined });
+    expect(await store.getJob(child)).toMatchObject({ state: 'pending' });
+  });
+
+  it("a failure's cascade (child, grandchild): each waiting row locked once, before the first delete", async () => {
+    const parent = await started(false);
+    const { id: child } = await store.enqueue({ queue, type: 't', after: [parent.id] });
+    const { id: grandchild } = await store.enqueue({ queue, type: 't', after: [child] });
+    const r = await scansOf(
+      'select keel.fail($1, $2, $3, $4)',
+      [parent.id, parent.leaseId, 'fatal', 'boom'],
+      grandchild,
+    );
+    // The parent: its locking read and its delete (2); the cascade locked at once, one probe a row (2); each of the
+    // child and the grandchild: its state read and its delete (4): 8 (the child's and the grandchild's locks taken
+    // again by the settle, and the grandchild's a third time by the child's move: 12).
+    expect(r).toEqual({ answer: 'ok', scans: 8, location: 'dlq', reason: 'parent_failed' });
+    expect(await store.getJob(child)).toMatchObject({ location: 'dlq', reason: 'parent_failed' });
+  });
+
+  it("zombie rescue dead-lettering a parent: its waiting child locked once, with the pass's others", async () => {
+    const zq = `${queue}-zombie`;
+    await store.updateQueue(zq, { zombiePolicy: 'dlq' });
+    await store.enqueue({ queue: zq, type: 't' });
+    const [parent] = await store.claimAndStart({ workerId: 'w', queues: [zq], limit: 1, leaseSeconds: 60 });
+    const { id: child } = await store.enqueue({ queue: zq, type: 't', after: [parent!.id] });
+    await h.backdate(parent!.id, 'heartbeat_at', 3600);
+    const r = await scansOf('select dead_lettered from keel.rescue_zombies(100)', [], child);
+    // The pass's three skip-locked reads (fetched, processing, expired) and its read of the rows with dependents (4);
+    // the child locked (1); the parent's locking read and delete (2); the child's state read and delete (2): 9
+    // (the child locked again by the parent's move and by its settle: 11).
+    expect(r).toEqual({ answer: 2, scans: 9, location: 'dlq', reason: 'parent_failed' });
+    expect(await store.getJob(parent!.id)).toMatchObject({ location: 'dlq', reason: 'zombie' });
   });
 
   it('a lost lease moves nothing', async () => {

@@ -16,6 +16,8 @@ import { ITEMS_DDL, useItemsTransfer } from './itemsTransfer.js';
 import { transferTimer } from '../../functions/transferTimer.js';
 import { telemetry } from '../../shared/telemetry/index.js';
 import { runTransferSchedule } from '../../shared/app/transferSchedule.js';
+import { reconcileTelemetry } from '../../shared/app/telemetryHooks.js';
+import type { BatchView } from '../../shared/transfer/view.js';
 
 const STALE_MS = 1000;
 const HOUR = 3_600_000;
@@ -160,5 +162,24 @@ describe('clock skew between a host and the journal', () => {
     // The timer's function too (its default clock): nothing due.
     await skewed(24 * HOUR, () => transferTimer(timer, context('transferTimer')));
     expect(takeAll()).toEqual([]);
+  });
+
+  it("maintenance's reconcile telemetry: how long a batch has been unresolved, on the journal's clock", async () => {
+    // (Before: the host's clock minus the journal's applyStartedAt, an hour off for a host an hour off.)
+    const reported = vi.spyOn(telemetry, 'reconcileOutcome');
+    const journalNow = realNow();
+    const view = {
+      transfer: 'items',
+      batchId: 'batch-skew',
+      state: 'unresolved',
+      applyStartedAt: new Date(journalNow - 600_000).toISOString(),
+    } as BatchView;
+    for (const offset of [HOUR, -HOUR]) {
+      reported.mockClear();
+      await skewed(offset, async () => reconcileTelemetry(view, journalNow));
+      expect(reported.mock.calls).toEqual([
+        [{ transfer: 'items', outcome: 'unresolved', batchId: 'batch-skew', unresolvedForMs: 600_000 }],
+      ]);
+    }
   });
 });

@@ -270,6 +270,43 @@ function notPreparable(err: unknown): boolean {
   );
 }
 
+// The job store's statement timeout when the user sets none: every job function is an index-bounded move or read
+// (a 20,000-job enqueue under a second).
+export const STORE_STATEMENT_TIMEOUT_MS = 60_000;
+
+export interface StoreStatementTimeout {
+  ms: number; // 0: none
+  // 'keel': STORE_STATEMENT_TIMEOUT_MS, since the session got none but the server's default; otherwise where the
+  // user's came from, as pg_settings.source names it ('client': the URL's options=-c statement_timeout=…; 'user',
+  // 'database', 'database user': ALTER ROLE / ALTER DATABASE … SET; 'configuration file', 'command line': the server's)
+  source: string;
+}
+
+// The statement timeout the store's sessions run under (docs/operations.md, "The job store's statement timeout"):
+// one set by the user anywhere PostgreSQL takes one wins; Keel's own only where none was. Read once when the store
+// opens, on a session of its own URL and login (a role's or a database's setting applies per login and database).
+export async function storeStatementTimeout(url: string, applicationName: string): Promise<StoreStatementTimeout> {
+  const client = new pg.Client({
+    connectionString: url,
+    application_name: applicationName,
+    connectionTimeoutMillis: 10_000,
+    query_timeout: 15_000,
+  });
+  client.on('error', () => undefined); // a cut while reading fails the query below, which throws
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ ms: string; source: string }>(
+      `select setting as ms, source from pg_settings where name = 'statement_timeout'`,
+    );
+    const r = rows[0]!;
+    return r.source === 'default'
+      ? { ms: STORE_STATEMENT_TIMEOUT_MS, source: 'keel' }
+      : { ms: Number(r.ms), source: r.source };
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
 export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   readonly engine = 'postgres';
   // Whether the Worker's statements go named (hotQuery); off for good after one that could not.
@@ -283,17 +320,22 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   }
 
   static async connect(url: string, opts: PostgresStoreOptions = {}): Promise<PostgresJobStore> {
-    // Every call is bounded: a connect that gets no answer fails in 10 s; the server cancels a statement after 60 s
-    // (every job function is an index-bounded move or read, a 20,000-job enqueue under a second); a server or network
-    // that goes silent fails the call 5 s after that, and the pool drops that connection. A call that fails so is
-    // like a lost connection: a move either committed or rolled back, and the lease fencing decides what happens next.
+    // Every call is bounded: a connect that gets no answer fails in 10 s; the server cancels a statement after the
+    // session's statement_timeout (STORE_STATEMENT_TIMEOUT_MS unless the user set one: storeStatementTimeout); a
+    // server or network that goes silent fails the call 5 s after that, and the pool drops that connection. A call
+    // that fails so is like a lost connection: a move either committed or rolled back, and the lease fencing decides
+    // what happens next.
+    const timeout = await storeStatementTimeout(url, opts.applicationName ?? 'keel');
     const pool = new pg.Pool({
       connectionString: url,
       max: opts.poolSize ?? 10,
       application_name: opts.applicationName ?? 'keel',
       connectionTimeoutMillis: 10_000,
-      statement_timeout: 60_000,
-      query_timeout: 65_000,
+      // Keel's default as a startup parameter (it outranks the server's default, as RESET keeps it); the user's own,
+      // where given, is left to apply as the user set it.
+      ...(timeout.source === 'keel' ? { statement_timeout: timeout.ms } : {}),
+      // No client-side bound past a user's own "no statement timeout" (0): the user asked for statements unbounded.
+      ...(timeout.ms > 0 ? { query_timeout: timeout.ms + 5_000 } : {}),
       keepAlive: true,
     });
     // An idle client whose server connection dies must not crash the process; the pool replaces it.
