@@ -591,15 +591,24 @@ returns table (priority integer, run_at double precision, job_id bigint, lease_i
 language plpgsql as $$
 #variable_conflict use_column
 declare
-  v_tids tid[] := keel._claim_candidates(p_queues, p_limit);
-  v_seed text := gen_random_uuid()::text;
-  v_n    integer;
+  v_tids  tid[] := keel._claim_candidates(p_queues, p_limit);
+  v_seed  text := gen_random_uuid()::text;
+  v_n     integer;
+  v_multi boolean := cardinality(p_queues) > 1;
+  v_qmax  integer; -- one queue: its settings, read once (below)
+  v_qzt   integer;
 begin
   if cardinality(v_tids) = 0 then
     return;
   end if;
   if cardinality(v_tids) > p_limit then -- only a claim over several queues (keel._claim_best)
     v_tids := keel._claim_best(v_tids, p_limit);
+  end if;
+  -- One queue (the processor's claim): its settings read once here, not joined to every claimed row (the join's
+  -- probe a row was ~1 us a job, ~5 % of a batched job's server CPU; bench/README.md runs 1230-1259). Several queues:
+  -- the join, which `v_multi` gates (for one queue it is a constant false: the join reads nothing).
+  if not v_multi then
+    select s.max_attempts, s.zombie_timeout_seconds into v_qmax, v_qzt from keel.queues s where s.name = p_queues[1];
   end if;
   return query
   with upd as (
@@ -618,10 +627,11 @@ begin
               h.tags, h.run_at, h.created_at, h.lease_expires_at
   )
   select u.priority, keel._epoch_ms(u.run_at), u.id, u.lease_id, u.queue, u.type, u.payload, u.attempts - 1,
-         u.max_attempts, coalesce(s.max_attempts, 5), u.idempotency_key, case when cardinality(u.tags) > 0 then u.tags end,
+         u.max_attempts, coalesce(s.max_attempts, v_qmax, 5), u.idempotency_key,
+         case when cardinality(u.tags) > 0 then u.tags end,
          keel._epoch_ms(u.created_at), keel._epoch_ms(u.lease_expires_at), u.attempts,
-         coalesce(s.zombie_timeout_seconds, 300) -- the lease the worker keeps by heartbeats (as rescue_zombies)
-  from upd u left join keel.queues s on s.name = u.queue
+         coalesce(s.zombie_timeout_seconds, v_qzt, 300) -- the lease the worker keeps by heartbeats (as rescue_zombies)
+  from upd u left join keel.queues s on v_multi and s.name = u.queue
   order by 1 desc, 2, 3; -- priority desc, run_at, id: the claim order, read from the first three columns
   get diagnostics v_n = row_count;
   if v_n <> cardinality(v_tids) then
