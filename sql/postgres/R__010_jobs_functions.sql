@@ -604,9 +604,9 @@ begin
   if cardinality(v_tids) > p_limit then -- only a claim over several queues (keel._claim_best)
     v_tids := keel._claim_best(v_tids, p_limit);
   end if;
-  -- One queue (the processor's claim): its settings read once here, not joined to every claimed row (the join's
-  -- probe a row was ~1 us a job, ~5 % of a batched job's server CPU; bench/README.md runs 1230-1259). Several queues:
-  -- the join, which `v_multi` gates (for one queue it is a constant false: the join reads nothing).
+  -- One queue (the processor's claim): its settings read once here, not joined to every claimed row (the join cost
+  -- ~0.7 us a job, ~3 % of a batched job's server CPU; bench/README.md runs 1230-1259). Several queues (the
+  -- dispatcher's claim): a probe of the settings a row, which `case when v_multi` skips for one queue.
   if not v_multi then
     select s.max_attempts, s.zombie_timeout_seconds into v_qmax, v_qzt from keel.queues s where s.name = p_queues[1];
   end if;
@@ -627,11 +627,14 @@ begin
               h.tags, h.run_at, h.created_at, h.lease_expires_at
   )
   select u.priority, keel._epoch_ms(u.run_at), u.id, u.lease_id, u.queue, u.type, u.payload, u.attempts - 1,
-         u.max_attempts, coalesce(s.max_attempts, v_qmax, 5), u.idempotency_key,
-         case when cardinality(u.tags) > 0 then u.tags end,
+         u.max_attempts,
+         coalesce(case when v_multi then (select s.max_attempts from keel.queues s where s.name = u.queue) end, v_qmax, 5),
+         u.idempotency_key, case when cardinality(u.tags) > 0 then u.tags end,
          keel._epoch_ms(u.created_at), keel._epoch_ms(u.lease_expires_at), u.attempts,
-         coalesce(s.zombie_timeout_seconds, v_qzt, 300) -- the lease the worker keeps by heartbeats (as rescue_zombies)
-  from upd u left join keel.queues s on v_multi and s.name = u.queue
+         -- the lease the worker keeps by heartbeats (as rescue_zombies)
+         coalesce(case when v_multi then (select s.zombie_timeout_seconds from keel.queues s where s.name = u.queue) end,
+                  v_qzt, 300)
+  from upd u
   order by 1 desc, 2, 3; -- priority desc, run_at, id: the claim order, read from the first three columns
   get diagnostics v_n = row_count;
   if v_n <> cardinality(v_tids) then
