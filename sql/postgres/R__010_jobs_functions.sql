@@ -960,8 +960,10 @@ declare
   v_total_ms   bigint[];
   v_max_ms     bigint[];
 begin
-  -- keel._lock_owned's statement, which also says which of the locked rows have dependents (rare).
-  select coalesce(array_agg(l.ctid order by l.id), '{}'),
+  -- keel._lock_owned's statement, which also says which of the locked rows have dependents (rare). The rows are
+  -- locked in id order by the lateral probe (the pairs sorted); the tuple ids' array needs no order of its own (the
+  -- delete's TID scan sorts them): an ordered aggregate sorted them again for nothing.
+  select coalesce(array_agg(l.ctid), '{}'),
          array_agg(l.id order by l.id) filter (where l.has_dependents and not l.cancel_requested),
          array_agg(l.id order by l.id) filter (where l.has_dependents and l.cancel_requested)
   into v_tids, v_ok_deps, v_dead_deps
