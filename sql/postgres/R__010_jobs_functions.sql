@@ -591,24 +591,37 @@ returns table (priority integer, run_at double precision, job_id bigint, lease_i
 language plpgsql as $$
 #variable_conflict use_column
 declare
-  v_tids  tid[] := keel._claim_candidates(p_queues, p_limit);
-  v_seed  text := gen_random_uuid()::text;
-  v_n     integer;
-  v_multi boolean := cardinality(p_queues) > 1;
-  v_qmax  integer; -- one queue: its settings, read once (below)
-  v_qzt   integer;
+  v_tids   tid[];
+  v_seed   text := gen_random_uuid()::text;
+  v_n      integer;
+  v_multi  boolean := coalesce(cardinality(p_queues), 0) > 1;
+  v_paused boolean;
+  v_cap    integer;
+  v_qmax   integer; -- one queue: its settings, read once (below)
+  v_qzt    integer;
 begin
+  -- One queue (the processor's claim): keel._claim_candidates' one-queue path inline (the pause barrier's claim lock,
+  -- then the settings row by key, then the pick), its settings read by the same statement, and not joined to every
+  -- claimed row (the join cost ~0.7 us a job, ~3 % of a batched job's server CPU, and the nested call ~10-20 us a
+  -- claim; bench/README.md runs 1230-1259). A paused or limited queue, and several queues (the dispatcher's claim),
+  -- go through keel._claim_candidates; there each row's settings are probed (`case when v_multi`, a constant false
+  -- for one queue).
+  if not v_multi and p_limit >= 1 and p_queues[1] is not null then
+    perform pg_advisory_xact_lock_shared(keel._claim_lock_key(p_queues[1]));
+    select s.paused, s.max_concurrency, s.max_attempts, s.zombie_timeout_seconds into v_paused, v_cap, v_qmax, v_qzt
+    from keel.queues s where s.name = p_queues[1];
+    if not coalesce(v_paused, false) and v_cap is null then
+      v_tids := keel._pick_due(p_queues, p_limit);
+    end if;
+  end if;
+  if v_tids is null then
+    v_tids := keel._claim_candidates(p_queues, p_limit);
+  end if;
   if cardinality(v_tids) = 0 then
     return;
   end if;
   if cardinality(v_tids) > p_limit then -- only a claim over several queues (keel._claim_best)
     v_tids := keel._claim_best(v_tids, p_limit);
-  end if;
-  -- One queue (the processor's claim): its settings read once here, not joined to every claimed row (the join cost
-  -- ~0.7 us a job, ~3 % of a batched job's server CPU; bench/README.md runs 1230-1259). Several queues (the
-  -- dispatcher's claim): a probe of the settings a row, which `case when v_multi` skips for one queue.
-  if not v_multi then
-    select s.max_attempts, s.zombie_timeout_seconds into v_qmax, v_qzt from keel.queues s where s.name = p_queues[1];
   end if;
   return query
   with upd as (
@@ -628,11 +641,11 @@ begin
   )
   select u.priority, keel._epoch_ms(u.run_at), u.id, u.lease_id, u.queue, u.type, u.payload, u.attempts - 1,
          u.max_attempts,
-         coalesce(case when v_multi then (select s.max_attempts from keel.queues s where s.name = u.queue) end, v_qmax, 5),
+         coalesce(case when (select v_multi) then (select s.max_attempts from keel.queues s where s.name = u.queue) end, v_qmax, 5),
          u.idempotency_key, case when cardinality(u.tags) > 0 then u.tags end,
          keel._epoch_ms(u.created_at), keel._epoch_ms(u.lease_expires_at), u.attempts,
          -- the lease the worker keeps by heartbeats (as rescue_zombies)
-         coalesce(case when v_multi then (select s.zombie_timeout_seconds from keel.queues s where s.name = u.queue) end,
+         coalesce(case when (select v_multi) then (select s.zombie_timeout_seconds from keel.queues s where s.name = u.queue) end,
                   v_qzt, 300)
   from upd u
   order by 1 desc, 2, 3; -- priority desc, run_at, id: the claim order, read from the first three columns
