@@ -514,7 +514,8 @@ begin
 
   -- One queue (the processor's usual claim): its settings by key. A statement with the queue list as an array is
   -- planned anew on every call (a custom plan knows the array's length, so it always looks cheaper than the cached
-  -- one: ~0.1-0.2 ms a statement); one by a scalar key keeps its plan. The same choice as below.
+  -- one: ~0.1-0.2 ms a statement); one by a scalar key keeps its plan. The same choice as below. keel.claim_and_start
+  -- has this path inline (the lock, the settings read, _pick_due): a change here goes there too.
   if cardinality(p_queues) = 1 then
     if p_queues[1] is null then
       return '{}';
