@@ -514,7 +514,8 @@ begin
 
   -- One queue (the processor's usual claim): its settings by key. A statement with the queue list as an array is
   -- planned anew on every call (a custom plan knows the array's length, so it always looks cheaper than the cached
-  -- one: ~0.1-0.2 ms a statement); one by a scalar key keeps its plan. The same choice as below.
+  -- one: ~0.1-0.2 ms a statement); one by a scalar key keeps its plan. The same choice as below. keel.claim_and_start
+  -- has this path inline (the lock, the settings read, _pick_due): a change here goes there too.
   if cardinality(p_queues) = 1 then
     if p_queues[1] is null then
       return '{}';
@@ -591,10 +592,32 @@ returns table (priority integer, run_at double precision, job_id bigint, lease_i
 language plpgsql as $$
 #variable_conflict use_column
 declare
-  v_tids tid[] := keel._claim_candidates(p_queues, p_limit);
-  v_seed text := gen_random_uuid()::text;
-  v_n    integer;
+  v_tids   tid[];
+  v_seed   text := gen_random_uuid()::text;
+  v_n      integer;
+  v_multi  boolean := coalesce(cardinality(p_queues), 0) > 1;
+  v_paused boolean;
+  v_cap    integer;
+  v_qmax   integer; -- one queue: its settings, read once (below)
+  v_qzt    integer;
 begin
+  -- One queue (the processor's claim): keel._claim_candidates' one-queue path inline (the pause barrier's claim lock,
+  -- then the settings row by key, then the pick), its settings read by the same statement, and not joined to every
+  -- claimed row (the join cost ~0.7 us a job, ~3 % of a batched job's server CPU, and the nested call ~10-20 us a
+  -- claim; bench/README.md runs 1230-1259). A paused or limited queue, and several queues (the dispatcher's claim),
+  -- go through keel._claim_candidates; there each row's settings are probed (`case when v_multi`, a constant false
+  -- for one queue).
+  if not v_multi and p_limit >= 1 and p_queues[1] is not null then
+    perform pg_advisory_xact_lock_shared(keel._claim_lock_key(p_queues[1]));
+    select s.paused, s.max_concurrency, s.max_attempts, s.zombie_timeout_seconds into v_paused, v_cap, v_qmax, v_qzt
+    from keel.queues s where s.name = p_queues[1];
+    if not coalesce(v_paused, false) and v_cap is null then
+      v_tids := keel._pick_due(p_queues, p_limit);
+    end if;
+  end if;
+  if v_tids is null then
+    v_tids := keel._claim_candidates(p_queues, p_limit);
+  end if;
   if cardinality(v_tids) = 0 then
     return;
   end if;
@@ -618,10 +641,14 @@ begin
               h.tags, h.run_at, h.created_at, h.lease_expires_at
   )
   select u.priority, keel._epoch_ms(u.run_at), u.id, u.lease_id, u.queue, u.type, u.payload, u.attempts - 1,
-         u.max_attempts, coalesce(s.max_attempts, 5), u.idempotency_key, case when cardinality(u.tags) > 0 then u.tags end,
+         u.max_attempts,
+         coalesce(case when (select v_multi) then (select s.max_attempts from keel.queues s where s.name = u.queue) end, v_qmax, 5),
+         u.idempotency_key, case when cardinality(u.tags) > 0 then u.tags end,
          keel._epoch_ms(u.created_at), keel._epoch_ms(u.lease_expires_at), u.attempts,
-         coalesce(s.zombie_timeout_seconds, 300) -- the lease the worker keeps by heartbeats (as rescue_zombies)
-  from upd u left join keel.queues s on s.name = u.queue
+         -- the lease the worker keeps by heartbeats (as rescue_zombies)
+         coalesce(case when (select v_multi) then (select s.zombie_timeout_seconds from keel.queues s where s.name = u.queue) end,
+                  v_qzt, 300)
+  from upd u
   order by 1 desc, 2, 3; -- priority desc, run_at, id: the claim order, read from the first three columns
   get diagnostics v_n = row_count;
   if v_n <> cardinality(v_tids) then
@@ -947,8 +974,10 @@ declare
   v_total_ms   bigint[];
   v_max_ms     bigint[];
 begin
-  -- keel._lock_owned's statement, which also says which of the locked rows have dependents (rare).
-  select coalesce(array_agg(l.ctid order by l.id), '{}'),
+  -- keel._lock_owned's statement, which also says which of the locked rows have dependents (rare). The rows are
+  -- locked in id order by the lateral probe (the pairs sorted); the tuple ids' array needs no order of its own (the
+  -- delete's TID scan sorts them): an ordered aggregate sorted them again for nothing.
+  select coalesce(array_agg(l.ctid), '{}'),
          array_agg(l.id order by l.id) filter (where l.has_dependents and not l.cancel_requested),
          array_agg(l.id order by l.id) filter (where l.has_dependents and l.cancel_requested)
   into v_tids, v_ok_deps, v_dead_deps

@@ -569,6 +569,16 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
       const byId = await store.claimById(a, 'w');
       expect(byId).toMatchObject({ id: a, queueZombieTimeoutSeconds: 30 });
       expect(await store.release(ref(byId!))).toBe('ok');
+      // A claim and start over several queues: each job carries its own queue's settings (the defaults without a row).
+      const both = await store.claimAndStart({ workerId: 'w', queues: [q, other], limit: 5 });
+      expect(both).toHaveLength(2);
+      expect(both).toEqual(
+        expect.arrayContaining([
+          expect.objectContaining({ id: a, queueMaxAttempts: 2, queueZombieTimeoutSeconds: 30 }),
+          expect.objectContaining({ id: b, queueMaxAttempts: 5, queueZombieTimeoutSeconds: 300 }),
+        ]),
+      );
+      expect((await store.completeMany(both.map(ref))).map((r) => r.status)).toEqual(['ok', 'ok']);
       expect(await store.cancel(id)).toBe('cancel_requested');
       expect(await store.heartbeat(ref(second!))).toMatchObject({ status: 'ok', cancelRequested: true });
       await h.backdate(id, 'heartbeat_at', 31); // its worker died before it stopped: cancelled, attempts used up
