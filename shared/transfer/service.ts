@@ -917,13 +917,23 @@ export class TransferService {
   // manifest recorded before. A manifest some other run of this batch recorded meanwhile wins (never overwritten):
   // the target then verifies against that one.
   private async stageReadOnce(b: BatchRecord, t: TransferConfig, a: Adapters, w: Window): Promise<StageResult> {
-    const { req, feed, manifest } = this.oneReadFeed(b, t, a, w);
+    const { req, feed, manifest } = this.oneReadFeed(b, t, a, w, { ownManifest: true });
     return a.target.stageStreamed!(req, feed, manifest);
   }
 
   // The rows of one source read, checksummed here as they pass to the target; `manifest` resolves to the recorded
   // manifest once the last row has passed (rejects when the rows stopped before, or it could not be recorded).
-  private oneReadFeed(b: BatchRecord, t: TransferConfig, a: Adapters, w: Window) {
+  // ownManifest: it rejects (retryable, invalid_state) when the recorded manifest is another run's and not these
+  // rows' -- a duplicate message's run of the batch read the window in another snapshot, around a change of the
+  // source, and recorded first. Staged, these rows could only fail verification against it: manifest_mismatch,
+  // terminal, failing the batch (and releasing the window) while the other run may be staging it correctly.
+  private oneReadFeed(
+    b: BatchRecord,
+    t: TransferConfig,
+    a: Adapters,
+    w: Window,
+    opts: { ownManifest?: boolean } = {},
+  ) {
     const changes = changeModeOf(t, b.boundaryLow);
     const req = {
       batchId: b.batchId,
@@ -948,7 +958,15 @@ export class TransferService {
           acc.addChunk(chunk);
         }
         ended = true;
-        settle.resolve(await record({ rowCount: acc.count, checksum: acc.checksum }));
+        const own = { rowCount: acc.count, checksum: acc.checksum };
+        const recorded = await record(own);
+        if (opts.ownManifest && (recorded.rowCount !== own.rowCount || recorded.checksum !== own.checksum))
+          throw new TransferError(
+            'invalid_state',
+            `batch ${b.batchId}: another run of it recorded its manifest first (${recorded.rowCount} rows, ${recorded.checksum}) from other rows than this run read (${own.rowCount} rows, ${own.checksum}): the window changed between the two reads; this run stops, the batch is verified against the recorded manifest`,
+            { recorded, read: own },
+          );
+        settle.resolve(recorded);
       } catch (err) {
         settle.reject(err);
         throw err;
