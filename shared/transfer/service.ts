@@ -927,13 +927,7 @@ export class TransferService {
   // rows' -- a duplicate message's run of the batch read the window in another snapshot, around a change of the
   // source, and recorded first. Staged, these rows could only fail verification against it: manifest_mismatch,
   // terminal, failing the batch (and releasing the window) while the other run may be staging it correctly.
-  private oneReadFeed(
-    b: BatchRecord,
-    t: TransferConfig,
-    a: Adapters,
-    w: Window,
-    opts: { ownManifest?: boolean } = {},
-  ) {
+  private oneReadFeed(b: BatchRecord, t: TransferConfig, a: Adapters, w: Window, opts: { ownManifest?: boolean } = {}) {
     const changes = changeModeOf(t, b.boundaryLow);
     const req = {
       batchId: b.batchId,

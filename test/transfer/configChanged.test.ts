@@ -166,7 +166,11 @@ describe('configuration changed between the stage and the apply of a batch', () 
     // Fixed at the source: the released window is covered again under the new key, every row once.
     await env.source.query(`update public.${table} set code = 'c4' where id = 4`);
     const next = await b.run((await b.createBatch(table)).batchId);
-    expect([next.boundary.low, next.boundary.high, next.state]).toEqual([open.boundary.low, open.boundary.high, 'committed']);
+    expect([next.boundary.low, next.boundary.high, next.state]).toEqual([
+      open.boundary.low,
+      open.boundary.high,
+      'committed',
+    ]);
     const q = `select count(*)::int as n, count(code)::int as codes from public.${table}`;
     expect((await env.target.query(q)).rows[0]).toEqual({ n: 6, codes: 6 });
     await b.close();
@@ -198,8 +202,14 @@ describe('configuration changed between the stage and the apply of a batch', () 
     expect(old.lastError).toMatch(/over boundary\.column id; the transfer now reads windows over pos/);
     const refused = await b.createBatch(table).catch((e: unknown) => e);
     expect(isTransferError(refused, 'invalid_state'), String(refused)).toBe(true);
-    expect((refused as Error).message).toMatch(/boundary\.column id, but boundary\.column is now pos.*back to id.*new name/);
-    expect((refused as { detail: unknown }).detail).toMatchObject({ field: 'boundary.column', recorded: 'id', current: 'pos' });
+    expect((refused as Error).message).toMatch(
+      /boundary\.column id, but boundary\.column is now pos.*back to id.*new name/,
+    );
+    expect((refused as { detail: unknown }).detail).toMatchObject({
+      field: 'boundary.column',
+      recorded: 'id',
+      current: 'pos',
+    });
     const replay = await b.replay(table, null, '10', true).catch((e: unknown) => e);
     expect(isTransferError(replay, 'invalid_state'), String(replay)).toBe(true);
     await b.close();

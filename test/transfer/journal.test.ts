@@ -169,7 +169,10 @@ describe('a journal clock that steps back', () => {
     const a = await commit(null, '10');
     const b = await commit('10', '20');
     // b was stamped while the clock stood an hour behind a's stamp.
-    await owner.query(`update keel.transfer_batches set created_at = created_at - interval '1 hour' where batch_id = $1`, [b]);
+    await owner.query(
+      `update keel.transfer_batches set created_at = created_at - interval '1 hour' where batch_id = $1`,
+      [b],
+    );
     expect((await j.lastForTransfer(name)).lastCommitted?.batchId).toBe(b);
     expect((await j.list({ transfer: name, limit: 10 })).map((x) => x.batchId)).toEqual([b, a]);
     expect((await j.list({ transfer: name, limit: 10, afterId: b })).map((x) => x.batchId)).toEqual([a]);

@@ -130,7 +130,12 @@ export class FakeSession {
         const g = groups.get(k) ?? { n: 0, nulls: false };
         groups.set(k, { n: g.n + 1, nulls: g.nulls || parts.includes(null) });
       }
-      return { rows: [...groups].filter(([, g]) => g.n > 1 || g.nulls).slice(0, 3).map(([k]) => [k]) };
+      return {
+        rows: [...groups]
+          .filter(([, g]) => g.n > 1 || g.nulls)
+          .slice(0, 3)
+          .map(([k]) => [k]),
+      };
     }
     if (/FROM "KEEL_STG_/.test(sql) && /^SELECT/.test(sql)) {
       const rows = this.pending.rows.filter((r) => r[0] === b.b).map((r) => r.slice(1));
