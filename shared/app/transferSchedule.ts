@@ -1,7 +1,7 @@
 // The transfer timer's pass (functions/transferTimer.ts): scheduled starts, stalled batches resumed, the freshness
 // gauge, scheduled key-set comparisons.
 import { ncrontab } from './ncrontab.js';
-import { describeError } from '../transfer/errors.js';
+import { describeError, isTransferError } from '../transfer/errors.js';
 import { telemetry } from '../telemetry/index.js';
 import type { Logger } from './enqueue.js';
 import { reportFreshness } from './freshness.js';
@@ -78,11 +78,27 @@ export async function runTransferSchedule(rt: Runtime, log: Logger, at?: Date): 
         steps.push({ transfer: name, action: 'not_due' });
         continue;
       }
-      const created = await service.tryCreateBatch(name);
-      if (created) {
-        await postStage(rt, created.batchId, log);
-        steps.push({ transfer: name, action: 'created', batchId: created.batchId });
-      } else steps.push({ transfer: name, action: 'nothing_new' });
+      let created;
+      try {
+        created = await service.createBatch(name);
+      } catch (err) {
+        // Told apart as catch-up does (catchUp.ts): only "no new rows" is caught up (the freshness gauge); a batch
+        // another run holds (another instance's start, or a replay a timestamp or rowversion window waits for) is
+        // not, nor a pause that came after the read above.
+        if (isTransferError(err, 'nothing_to_transfer')) steps.push({ transfer: name, action: 'nothing_new' });
+        else if (isTransferError(err, 'open_batch_exists') || isTransferError(err, 'window_taken')) {
+          const other = (err.detail as { batchId?: unknown } | undefined)?.batchId;
+          steps.push({
+            transfer: name,
+            action: 'open_batch_busy',
+            ...(typeof other === 'string' ? { batchId: other } : {}),
+          });
+        } else if (isTransferError(err, 'transfer_paused')) steps.push({ transfer: name, action: 'paused' });
+        else throw err;
+        continue;
+      }
+      await postStage(rt, created.batchId, log);
+      steps.push({ transfer: name, action: 'created', batchId: created.batchId });
     } catch (err) {
       log.error(`transfer ${name}: scheduled start failed: ${(err as Error).message}`);
       steps.push({ transfer: name, action: 'error', detail: (err as Error).message });

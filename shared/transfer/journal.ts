@@ -87,7 +87,8 @@ export interface BatchFilter {
 export interface TransferJournal {
   // Inserts a batch in state 'extracting'. Refused with TransferError 'transfer_paused' when the transfer (a replay
   // chain: the transfer it replays) is paused, 'open_batch_exists' when the transfer has a batch that is not
-  // committed or failed (a replay: when a replay of the same range is open), 'window_taken' when a non-failed batch
+  // committed or failed (a replay: when a replay of the same range is open; timestamp and rowversion windows also when
+  // a replay of the transfer is open, or, for a replay, the transfer's own batch), 'window_taken' when a non-failed batch
   // covers the window, and 'duplicate_batch_id' when a batch with this id exists (the insert procedure decides under
   // the transfer's lock, and says which from committed rows).
   insertBatch(b: NewBatch): Promise<BatchRecord>;

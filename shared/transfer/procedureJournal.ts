@@ -114,6 +114,12 @@ function noteWritten(row: JournalRow | undefined): boolean {
   return v === true || v === 1;
 }
 
+// Windows a row can leave (an update moves its timestamp or rowversion on): a replay and the transfer's own window
+// wait for each other's open batch (the insert procedures, "Replaying" in docs/transfer.md).
+function replayWaits(b: NewBatch): boolean {
+  return b.boundaryKind === 'timestamp' || b.boundaryKind === 'rowversion';
+}
+
 // The insert procedure answers with an outcome; this turns it into the record or the typed refusal.
 export function insertOutcome(
   b: NewBatch,
@@ -143,8 +149,8 @@ export function insertOutcome(
       throw new TransferError(
         'open_batch_exists',
         b.transferName === baseTransferName(b.transferName)
-          ? `transfer ${b.transferName} already has an open batch ${conflictId} (${conflictState}); finish, reconcile or fail it first`
-          : `transfer ${baseTransferName(b.transferName)}: a replay of (${b.boundaryLow ?? ''}, ${b.boundaryHigh}] is open already: batch ${conflictId} (${conflictState}); watch it, or abandon it first`,
+          ? `transfer ${b.transferName} already has an open batch ${conflictId} (${conflictState})${replayWaits(b) ? ' (its own, or a replay of it)' : ''}; finish, reconcile or fail it first`
+          : `transfer ${baseTransferName(b.transferName)}: batch ${conflictId} (${conflictState}) is open: a replay of (${b.boundaryLow ?? ''}, ${b.boundaryHigh}]${replayWaits(b) ? `, or the transfer's own ${b.boundaryKind} window` : ''}; watch it, or abandon it first`,
         {
           batchId: conflictId,
         },

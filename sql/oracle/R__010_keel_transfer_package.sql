@@ -102,6 +102,41 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     RETURN v_out;
   END staging_columns;
 
+  -- Whether the target table still has a key on exactly p_keys (an enabled primary key or unique constraint, or a
+  -- unique non-function-based index), by the rule the service's prepare checks once per process: APPLY_BATCH asks
+  -- again under its table lock, since the MERGE runs without one but is exact only with it (two applies of
+  -- overlapping windows at once would each insert a key they found absent). The PostgreSQL target checks the same.
+  FUNCTION key_indexed(p_owner IN VARCHAR2, p_table IN VARCHAR2, p_keys IN t_names) RETURN BOOLEAN IS
+    v_owner VARCHAR2(130) := NVL(p_owner, SYS_CONTEXT('USERENV', 'CURRENT_SCHEMA'));
+    v_cols PLS_INTEGER;
+    v_hits PLS_INTEGER;
+  BEGIN
+    FOR r IN (SELECT 'C' AS KIND, k.OWNER AS OWNER, k.CONSTRAINT_NAME AS NAME FROM ALL_CONSTRAINTS k
+               WHERE k.OWNER = v_owner AND k.TABLE_NAME = p_table AND k.CONSTRAINT_TYPE IN ('P', 'U') AND k.STATUS = 'ENABLED'
+              UNION ALL
+              SELECT 'I', i.OWNER, i.INDEX_NAME FROM ALL_INDEXES i
+               WHERE i.TABLE_OWNER = v_owner AND i.TABLE_NAME = p_table AND i.UNIQUENESS = 'UNIQUE'
+                 AND i.INDEX_TYPE NOT LIKE 'FUNCTION-BASED%') LOOP
+      -- Its columns, each looked up among the keys (enquoted as split_names makes them): as many, all keys, is the set.
+      v_cols := 0;
+      v_hits := 0;
+      FOR c IN (SELECT cc.COLUMN_NAME FROM ALL_CONS_COLUMNS cc
+                 WHERE r.KIND = 'C' AND cc.OWNER = r.OWNER AND cc.CONSTRAINT_NAME = r.NAME AND cc.TABLE_NAME = p_table
+                UNION ALL
+                SELECT ic.COLUMN_NAME FROM ALL_IND_COLUMNS ic
+                 WHERE r.KIND = 'I' AND ic.INDEX_OWNER = r.OWNER AND ic.INDEX_NAME = r.NAME) LOOP
+        v_cols := v_cols + 1;
+        IF is_key('"' || c.COLUMN_NAME || '"', p_keys) THEN
+          v_hits := v_hits + 1;
+        END IF;
+      END LOOP;
+      IF v_cols = p_keys.COUNT AND v_hits = v_cols THEN
+        RETURN TRUE;
+      END IF;
+    END LOOP;
+    RETURN FALSE;
+  END key_indexed;
+
   -- The mapped columns whose declared type on the target is not the staging table's (NULL: none). The staging table
   -- is made with the target's types (ENSURE_STAGING's CTAS) and the staged rows are verified in them: a target column
   -- altered since (an operator's ALTER TABLE: a narrower scale, another type) would convert the verified values on the
@@ -364,6 +399,11 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     IF v_changed IS NOT NULL THEN
       RAISE_APPLICATION_ERROR(-20004, SUBSTR('batch ' || p_batch_id || ': target table ' || qualified(p_owner, p_table) ||
         ' changed since the batch was staged (' || v_changed || '); nothing applied, the next batch checks the table again', 1, 2000));
+    END IF;
+    IF NOT key_indexed(p_owner, p_table, v_keys) THEN
+      RAISE_APPLICATION_ERROR(-20004, SUBSTR('batch ' || p_batch_id || ': target table ' || qualified(p_owner, p_table) ||
+        ' has no primary key, unique constraint or unique index on exactly (' || join_names(v_keys, NULL) ||
+        ') any more; nothing applied, the next batch checks the table again', 1, 2000));
     END IF;
     IF p_changes IS NOT NULL THEN
       -- The staged rows counted before anything is changed: the deletes and a mirror's are decided by what the staging

@@ -13,7 +13,8 @@
 --   transfer_paused     the transfer (a replay: the transfer it replays) is paused; nothing was written
 --   duplicate_batch_id  a batch with this id exists (conflict_batch_id = it, conflict_state its state)
 --   open_batch_exists   the transfer has an open batch, or (a replay, '<transfer>@replay-<ms>') a replay of the same
---                       range is open in another replay chain (conflict_batch_id/state name it)
+--                       range is open in another replay chain (conflict_batch_id/state name it); timestamp and
+--                       rowversion windows: a replay of the transfer is open, or (a replay) the transfer's own batch is
 --   window_taken        a live batch of the transfer shares the window's low or high bound (it is named)
 -- First the transfer's lock (keel._transfer_lock, sql/README.md "Lock order"), held to commit: the pause and the
 -- open replay are read under it, so a pause that committed first is seen, a pause that comes later waits for this
@@ -52,6 +53,23 @@ begin
      where b.state in ('extracting', 'staged', 'applying', 'unresolved')
        and starts_with(b.transfer_name, split_part(p_transfer_name, '@replay-', 1) || '@replay-')
        and b.boundary_low is not distinct from p_boundary_low and b.boundary_high = p_boundary_high
+     limit 1;
+    if found then
+      return query select 'open_batch_exists'::text, v_id, v_state, null::keel.transfer_batches;
+      return;
+    end if;
+  end if;
+  -- Timestamp and rowversion windows: an update moves a row out of its committed window into the next one, so a replay
+  -- (which stages its range as the source is then) and the transfer's own window must not be open at once: the live
+  -- window could carry a row's new version before the replay's apply writes the old one back over it, for good. Each
+  -- waits for the other's open batch (read under the transfer's lock, like the replays above). Key windows need not:
+  -- a row never leaves its key window, so a replay's range and a live window never share a row.
+  if p_boundary_kind in ('timestamp', 'rowversion') then
+    select b.batch_id, b.state into v_id, v_state from keel.transfer_batches b
+     where b.state in ('extracting', 'staged', 'applying', 'unresolved')
+       and case when position('@replay-' in p_transfer_name) > 0
+                then b.transfer_name = split_part(p_transfer_name, '@replay-', 1)
+                else starts_with(b.transfer_name, p_transfer_name || '@replay-') end
      limit 1;
     if found then
       return query select 'open_batch_exists'::text, v_id, v_state, null::keel.transfer_batches;

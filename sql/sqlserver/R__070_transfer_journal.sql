@@ -13,7 +13,8 @@ GO
 --   transfer_paused     the transfer (a replay: the transfer it replays) is paused; nothing was written
 --   duplicate_batch_id  a batch with this id exists (named, with its state)
 --   open_batch_exists   the transfer has an open batch, or (a replay, '<transfer>@replay-<ms>') a replay of the same
---                       range is open in another replay chain (named)
+--                       range is open in another replay chain (named); timestamp and rowversion windows: a replay
+--                       of the transfer is open, or (a replay) the transfer's own batch is (named)
 --   window_taken        a live batch of the transfer shares the window's low or high bound (named)
 -- First the transfer's lock (an applock on its name, a replay chain's on the transfer it replays; sql/README.md
 -- "Lock order"), held to commit: the pause and the open replay are read under it, so a pause that committed first
@@ -62,6 +63,17 @@ BEGIN
            AND LEFT(TransferName, LEN(@ReplayPrefix)) = @ReplayPrefix
            AND (BoundaryLow = @BoundaryLow OR (BoundaryLow IS NULL AND @BoundaryLow IS NULL))
            AND BoundaryHigh = @BoundaryHigh;
+      -- Timestamp and rowversion windows: an update moves a row out of its committed window into the next one, so a
+      -- replay (which stages its range as the source is then) and the transfer's own window must not be open at once:
+      -- the live window could carry a row's new version before the replay's apply wrote the old one back over it, for
+      -- good. Each waits for the other's open batch (read under the transfer's lock). Key windows need not: a row never
+      -- leaves its key window (PostgreSQL: keel.transfer_batch_insert, the same).
+      IF @Refusal IS NULL AND @BoundaryKind IN ('timestamp', 'rowversion')
+        SELECT TOP (1) @ConflictId = BatchId, @ConflictState = State, @Refusal = 'open_batch_exists'
+          FROM keel.TransferBatches WITH (READCOMMITTEDLOCK)
+         WHERE State IN ('extracting', 'staged', 'applying', 'unresolved')
+           AND ((@Mark > 0 AND TransferName = @Base)
+             OR (@Mark = 0 AND LEFT(TransferName, LEN(@ReplayPrefix)) = @ReplayPrefix));
       IF @Refusal IS NULL
       BEGIN
         INSERT INTO keel.TransferBatches (BatchId, TransferName, State, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns)

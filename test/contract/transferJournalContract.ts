@@ -88,6 +88,46 @@ export function defineTransferJournalContract(makeHarness: () => JournalHarness)
     expect(again.state).toBe('extracting');
   });
 
+  // Timestamp and rowversion windows: an update moves a row into the next window, so a replay's staged range and the
+  // transfer's own window may hold two versions of one row: never open at once (test/transfer/replayLiveWindow.test.ts).
+  // Key windows share no row with a replay's range: both may be open.
+  it("a replay and the transfer's own window wait for each other (timestamp, rowversion); key windows do not", async () => {
+    for (const kind of ['timestamp', 'rowversion', 'key'] as const) {
+      const name = unique(`rw_${kind.slice(0, 3)}`);
+      const b = (low: string | null, high: string, transferName = name): NewBatch => ({
+        ...base(name),
+        transferName,
+        boundaryKind: kind,
+        batchId: randomUUID(),
+        boundaryLow: low,
+        boundaryHigh: high,
+      });
+      const first = await j.insertBatch(b(null, '10'));
+      await j.transition(
+        first.batchId,
+        ['extracting'],
+        'committed',
+        { appliedCount: 0, stamp: 'committed_at' },
+        'test',
+      );
+      const live = await j.insertBatch(b('10', '20'));
+      const replayWhileLive = await j.insertBatch(b(null, '10', `${name}@replay-1`)).catch((e: unknown) => e);
+      if (kind === 'key') {
+        expect((replayWhileLive as { state: string }).state).toBe('extracting');
+        continue;
+      }
+      expect(codeOf(replayWhileLive)).toBe('open_batch_exists');
+      expect(isTransferError(replayWhileLive) && replayWhileLive.detail).toEqual({ batchId: live.batchId });
+      await j.transition(live.batchId, ['extracting'], 'committed', { appliedCount: 0, stamp: 'committed_at' }, 'test');
+      const replay = await j.insertBatch(b(null, '10', `${name}@replay-2`));
+      const liveWhileReplay = await j.insertBatch(b('20', '30')).catch((e: unknown) => e);
+      expect(codeOf(liveWhileReplay)).toBe('open_batch_exists');
+      expect(isTransferError(liveWhileReplay) && liveWhileReplay.detail).toEqual({ batchId: replay.batchId });
+      await j.transition(replay.batchId, ['extracting'], 'failed', { stamp: 'failed_at' }, 'failed');
+      expect((await j.insertBatch(b('20', '30'))).state).toBe('extracting');
+    }
+  });
+
   it('the state machine: compare-and-set transitions, patch rules, stamps, events, reads', async () => {
     const name = unique('sm');
     const a = await j.insertBatch({ ...base(name), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '50' });

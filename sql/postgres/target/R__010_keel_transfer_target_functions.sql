@@ -237,6 +237,22 @@ begin
       message = format('batch %s: target table %s changed since the batch was staged (%s); nothing applied, the next batch checks the table again',
                        p_batch_id, keel_transfer.qualified(p_target_schema, p_target_table), v_changed);
   end if;
+  -- The key's unique index, under the same lock (a DROP INDEX or ALTER TABLE .. DROP CONSTRAINT waits for it), by
+  -- prepare's rule: prepare required one, but checks once per process, and the table may have lost it since (an
+  -- operator recreating it). The merge runs without it, but is exact only with it: two applies of overlapping windows
+  -- at once (replays of overlapping ranges) would each find a key absent and insert it twice. Refused like an
+  -- altered column (KT004).
+  if not exists (
+    select 1 from pg_index i
+     where i.indrelid = keel_transfer.qualified(p_target_schema, p_target_table)::regclass
+       and i.indisunique and i.indpred is null and i.indexprs is null
+       and (select array_agg(a.attname::text order by a.attname) from pg_attribute a
+             where a.attrelid = i.indrelid and a.attnum = any (i.indkey::int2[]))
+           = (select array_agg(k order by k) from unnest(p_keys) k)) then
+    raise exception using errcode = 'KT004',
+      message = format('batch %s: target table %s has no unique index or primary key on exactly (%s) any more; nothing applied, the next batch checks the table again',
+                       p_batch_id, keel_transfer.qualified(p_target_schema, p_target_table), array_to_string(p_keys, ', '));
+  end if;
   v_upserts := r.row_count;
   if p_changes is not null then
     -- The staged rows counted before anything is changed: the 'D' rows and a mirror's deletes are counted from what
