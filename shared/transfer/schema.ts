@@ -56,6 +56,8 @@ export function buildSourceSchema(
       );
     }
     const col: SchemaColumn = { name, type: declared, logical: logical ?? 'bytes' };
+    if (t.keyColumns.includes(name)) col.key = true;
+    if (name === t.boundary.column) col.boundary = true;
     const n = nullable?.get(name);
     if (n !== undefined) col.nullable = n;
     if (facets && logical !== null) col.facets = facets(declared, logical, name);
@@ -63,6 +65,32 @@ export function buildSourceSchema(
   }
   checkPolicies(t, columns);
   return { columns, hash: hashSchema(columns) };
+}
+
+// The key columns a batch's recorded schema was read with, in schema order (null: not recorded).
+export function recordedKeyColumns(columns: readonly SchemaColumn[]): string[] | null {
+  const keys = columns.filter((c) => c.key === true).map((c) => c.name);
+  return keys.length > 0 ? keys : null;
+}
+
+// Whether a batch was recorded under other key columns than keyColumns: the stage refused NULL and repeated keys
+// under the key columns of its time only. false when not recorded (a batch journalled before they were): such a
+// batch is asked only after the target refused a key (StagingTarget.apply).
+export function keysChangedSince(columns: readonly SchemaColumn[], keyColumns: readonly string[]): boolean {
+  const recorded = recordedKeyColumns(columns);
+  return recorded !== null && (recorded.length !== keyColumns.length || !keyColumns.every((k) => recorded.includes(k)));
+}
+
+// When a column window's recorded schema says its bounds are values of another column than boundary.column: that
+// column (or '' when the record names none but does not hold boundary.column at all, so it was another one); null
+// when the same column, or not known. Not for change windows (no column).
+export function boundaryColumnChanged(columns: readonly SchemaColumn[], t: TransferConfig): string | null {
+  const current = t.boundary.column;
+  if (current === undefined) return null;
+  const recorded = columns.find((c) => c.boundary === true)?.name;
+  if (recorded !== undefined) return recorded === current ? null : recorded;
+  const flagged = columns.some((c) => c.key === true);
+  return !flagged && columns.length > 0 && !columns.some((c) => c.name === current) ? '' : null;
 }
 
 // A mapped column: logical is the source's type (what the source reads), staged what travels after the column's

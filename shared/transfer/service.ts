@@ -12,7 +12,7 @@ import { baseTransferName, REPLAY_MARK } from './chains.js';
 import { BatchMoves } from './moves.js';
 import { baselineOpts, negotiateChecksum, negotiateFeed, readsOnce } from './negotiate.js';
 import { Reconciler } from './reconcile.js';
-import { describeSchemaDiff } from './schema.js';
+import { boundaryColumnChanged, describeSchemaDiff } from './schema.js';
 import { stageRequest } from './stageRequest.js';
 import { DEFAULT_TRANSFER_TIMEOUTS } from './timeouts.js';
 import {
@@ -98,6 +98,19 @@ function kindChanged(t: TransferConfig, last: BatchRecord): TransferError {
     'invalid_state',
     `transfer ${t.name}: its last committed window (${last.boundaryLow ?? ''}, ${last.boundaryHigh}] is a ${last.boundaryKind} window, but it now reads ${t.boundary.kind} windows: its bounds cannot be read as ${t.boundary.kind} bounds; ${t.boundary.kind === 'changes' ? 're-baseline it' : 'configure it under a new name (a new window chain)'}`,
     { recorded: last.boundaryKind, current: t.boundary.kind },
+  );
+}
+
+// Nor can it change column: its bounds are values of the column it was read over (the batch's recorded schema says
+// which), and read as bounds of another column they select other rows -- the next windows would skip or repeat
+// rows. null: the same column, or not known (a batch journalled before the column was recorded).
+function boundaryColumnMoved(t: TransferConfig, b: BatchRecord): TransferError | null {
+  const recorded = b.boundaryKind === t.boundary.kind ? boundaryColumnChanged(b.schemaColumns, t) : null;
+  if (recorded === null) return null;
+  return new TransferError(
+    'invalid_state',
+    `transfer ${t.name}: its committed window (${b.boundaryLow ?? ''}, ${b.boundaryHigh}] is over boundary.column ${recorded || '(another column: not in its recorded schema)'}, but boundary.column is now ${t.boundary.column}: its bounds cannot be read as values of ${t.boundary.column} (windows would skip or repeat rows); ${recorded ? `set boundary.column back to ${recorded}, or configure` : 'set boundary.column back, or configure'} the transfer under a new name (a new window chain)`,
+    { field: 'boundary.column', recorded: recorded || null, current: t.boundary.column },
   );
 }
 
@@ -358,6 +371,8 @@ export class TransferService {
       );
     }
     if (lastCommitted && lastCommitted.boundaryKind !== t.boundary.kind) throw kindChanged(t, lastCommitted);
+    const moved = lastCommitted && boundaryColumnMoved(t, lastCommitted);
+    if (moved) throw moved;
     const { a, schema } = await schemaRead;
     if (lastCommitted && schema.hash !== lastCommitted.schemaHash && schema.hash !== t.acceptSchemaHash) {
       throw new TransferError(
@@ -457,6 +472,10 @@ export class TransferService {
         },
       );
     const covered = committed.slice(first, last + 1);
+    for (const b of covered) {
+      const moved = boundaryColumnMoved(t, b);
+      if (moved) throw moved;
+    }
     const rows = covered.reduce((n, b) => n + (b.appliedCount ?? b.rowCount ?? 0), 0);
     if (rows > t.batchSize)
       throw new TransferError(
@@ -808,6 +827,14 @@ export class TransferService {
           `batch ${b.batchId}: its window (${b.boundaryLow ?? ''}, ${b.boundaryHigh}] is a ${b.boundaryKind} window; the transfer now reads ${t.boundary.kind} windows`,
           { recorded: b.boundaryKind, current: t.boundary.kind },
         );
+      // Nor of another column's (boundaryColumnMoved): read over this one, they select other rows.
+      const column = boundaryColumnChanged(b.schemaColumns, t);
+      if (column !== null)
+        throw new TransferError(
+          'schema_drift',
+          `batch ${b.batchId}: its window (${b.boundaryLow ?? ''}, ${b.boundaryHigh}] is over boundary.column ${column || '(another column)'}; the transfer now reads windows over ${t.boundary.column}`,
+          { field: 'boundary.column', recorded: column || null, current: t.boundary.column ?? null },
+        );
       const schema = early && known === t.name ? await early : await a.source.readSchema();
       if (schema.hash !== b.schemaHash) {
         throw new TransferError(
@@ -890,13 +917,17 @@ export class TransferService {
   // manifest recorded before. A manifest some other run of this batch recorded meanwhile wins (never overwritten):
   // the target then verifies against that one.
   private async stageReadOnce(b: BatchRecord, t: TransferConfig, a: Adapters, w: Window): Promise<StageResult> {
-    const { req, feed, manifest } = this.oneReadFeed(b, t, a, w);
+    const { req, feed, manifest } = this.oneReadFeed(b, t, a, w, { ownManifest: true });
     return a.target.stageStreamed!(req, feed, manifest);
   }
 
   // The rows of one source read, checksummed here as they pass to the target; `manifest` resolves to the recorded
   // manifest once the last row has passed (rejects when the rows stopped before, or it could not be recorded).
-  private oneReadFeed(b: BatchRecord, t: TransferConfig, a: Adapters, w: Window) {
+  // ownManifest: it rejects (retryable, invalid_state) when the recorded manifest is another run's and not these
+  // rows' -- a duplicate message's run of the batch read the window in another snapshot, around a change of the
+  // source, and recorded first. Staged, these rows could only fail verification against it: manifest_mismatch,
+  // terminal, failing the batch (and releasing the window) while the other run may be staging it correctly.
+  private oneReadFeed(b: BatchRecord, t: TransferConfig, a: Adapters, w: Window, opts: { ownManifest?: boolean } = {}) {
     const changes = changeModeOf(t, b.boundaryLow);
     const req = {
       batchId: b.batchId,
@@ -921,7 +952,15 @@ export class TransferService {
           acc.addChunk(chunk);
         }
         ended = true;
-        settle.resolve(await record({ rowCount: acc.count, checksum: acc.checksum }));
+        const own = { rowCount: acc.count, checksum: acc.checksum };
+        const recorded = await record(own);
+        if (opts.ownManifest && (recorded.rowCount !== own.rowCount || recorded.checksum !== own.checksum))
+          throw new TransferError(
+            'invalid_state',
+            `batch ${b.batchId}: another run of it recorded its manifest first (${recorded.rowCount} rows, ${recorded.checksum}) from other rows than this run read (${own.rowCount} rows, ${own.checksum}): the window changed between the two reads; this run stops, the batch is verified against the recorded manifest`,
+            { recorded, read: own },
+          );
+        settle.resolve(recorded);
       } catch (err) {
         settle.reject(err);
         throw err;

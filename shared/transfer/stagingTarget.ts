@@ -7,7 +7,7 @@
 // shared/engines/oracle/transferTarget.ts (executeMany).
 import { algorithmOf, type CanonicalRow, type ChecksumAlgorithm } from './checksum.js';
 import type { TransferConfig } from './config.js';
-import { mappedColumns } from './schema.js';
+import { keysChangedSince, mappedColumns } from './schema.js';
 import { TransferError } from './errors.js';
 import {
   applyBatchArgs,
@@ -190,11 +190,14 @@ export interface TargetDialect {
   // the target refuses on every retry.
   beginStageError(err: unknown, req: StageRequest): TransferError | null;
   applyError(err: unknown, req: StageRequest): TransferError | null;
-  // After an apply the target refused on a key (a unique violation, a merge matching one target row twice): the
-  // staged rows' keys that are twice in the batch or have a NULL part under the transfer's key columns now (at most
-  // three); null when the error is no such refusal. The stage checked the keys configured when it ran: a batch
-  // staged before the key columns changed is refused here for good instead of failing the same way at every retry.
-  stagedKeyConflicts?(err: unknown, req: StageRequest): Promise<string[] | null>;
+  // The staged rows' keys that are twice in the batch or have a NULL part under the transfer's key columns now (at
+  // most three). The stage checked the keys configured when it ran: a batch staged under other key columns is asked
+  // before its apply (a NULL part merges as a new row beside the target's, with no error to catch), and after an
+  // apply the target refused on a key (keyRefusal), so that it is refused for good instead of applied wrongly or
+  // failing the same way at every retry.
+  stagedKeys?(req: StageRequest): Promise<string[]>;
+  // Whether an apply's error is the target refusing a key: a unique violation, a merge meeting one target row twice.
+  keyRefusal?(err: unknown): boolean;
   windowKeys(w: Window, schema: SourceSchema): Promise<KeyTuple[]>;
   deleteKeys(w: Window, schema: SourceSchema, keys: KeyTuple[]): Promise<number>;
   checksumAlgorithms(): Promise<readonly ChecksumAlgorithm[]>;
@@ -357,6 +360,13 @@ export class StagingTarget implements TargetAdapter {
   async apply(req: StageRequest, ctx: ApplyContext): Promise<ApplyResult> {
     const args = applyBatchArgs(this.t, this.d.names, this.d.stagedColumns(req.schema), req, ctx);
     const started = performance.now();
+    // Recorded under other key columns (the batch's recorded schema says which): a staged row with a NULL part of
+    // today's key would merge as a row of its own beside the target's, matching nothing and raising nothing, so the
+    // staged keys are asked first (one read of the batch's staged rows, only after such a change).
+    if (this.d.stagedKeys && keysChangedSince(req.schema.columns, this.t.keyColumns)) {
+      const keys = await this.d.stagedKeys(req);
+      if (keys.length > 0) throw this.stagedKeysError(req, keys, 'nothing was applied');
+    }
     let row: TargetRow<'apply_batch'>;
     try {
       row = await this.d.apply(args, req, ctx);
@@ -373,17 +383,20 @@ export class StagingTarget implements TargetAdapter {
         case 'staging_shape': // the target table changed since the batch was staged
           throw new TransferError('target_incompatible', message);
       }
-      const keys = await this.d.stagedKeyConflicts?.(err, req).catch(() => null);
-      if (keys && keys.length > 0)
-        throw new TransferError(
-          'duplicate_keys',
-          `batch ${req.batchId}: duplicate or NULL keys within the batch under the key columns (${this.t.keyColumns.join(', ')}) (${keys.map((k) => `(${k})`).join(', ')}); were they changed since it was staged? (${message})`,
-          { keys },
-        );
+      const keys = this.d.keyRefusal?.(err) ? await this.d.stagedKeys?.(req).catch(() => null) : null;
+      if (keys && keys.length > 0) throw this.stagedKeysError(req, keys, message);
       throw this.d.applyError(err, req) ?? err;
     }
     this.opts.trace?.('apply', performance.now() - started);
     return toApplyResult(row);
+  }
+
+  private stagedKeysError(req: StageRequest, keys: string[], why: string): TransferError {
+    return new TransferError(
+      'duplicate_keys',
+      `batch ${req.batchId}: duplicate or NULL keys within the batch under the key columns (${this.t.keyColumns.join(', ')}) (${keys.map((k) => `(${k})`).join(', ')}); were they changed since it was staged? (${why})`,
+      { keys, keyColumns: [...this.t.keyColumns] },
+    );
   }
 
   async reconcile(

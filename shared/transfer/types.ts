@@ -27,6 +27,12 @@ export interface SchemaColumn {
   // known, not checked). Not part of the schema hash.
   nullable?: boolean;
   facets?: TypeFacets;
+  // The column's part in the transfer when the schema was read (buildSourceSchema), kept in the batch's recorded
+  // schema: a key column, the boundary column. Not part of the schema hash. A batch's record so says which key
+  // columns its stage checked and which column its window's bounds are values of (absent on batches journalled
+  // before they were recorded: not known).
+  key?: true;
+  boundary?: true;
 }
 
 // The bounds of a declared source type (null: unbounded), as the source engine reports them.

@@ -213,7 +213,7 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
 $$;
 
 -- The transfer's open batch (if any) and its latest committed batch (if any): zero, one or two rows, told apart
--- by state.
+-- by state. Latest by seq (V033), the order the batches were inserted in, never by a clock's stamp.
 create or replace function keel.transfer_batch_last(p_transfer_name text)
 returns setof keel.transfer_batches
 language sql stable security definer set search_path = pg_catalog, pg_temp as $$
@@ -223,11 +223,12 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   union all
   (select b.* from keel.transfer_batches b
     where b.transfer_name = p_transfer_name and b.state = 'committed'
-    order by b.created_at desc, b.batch_id desc
+    order by b.seq desc
     limit 1)
 $$;
 
--- Newest first; p_after_id: keyset pagination (batches created before that one).
+-- Newest first (by seq, V033); p_after_id: keyset pagination (batches created before that one; an unknown id gives
+-- no rows, as on SQL Server).
 create or replace function keel.transfer_batch_list(p_transfer_name text, p_state text, p_after_id uuid, p_limit integer)
 returns setof keel.transfer_batches
 language sql stable security definer set search_path = pg_catalog, pg_temp as $$
@@ -235,8 +236,8 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
    where (p_transfer_name is null or b.transfer_name = p_transfer_name)
      and (p_state is null or b.state = p_state)
      and (p_after_id is null
-          or (b.created_at, b.batch_id) < (select a.created_at, a.batch_id from keel.transfer_batches a where a.batch_id = p_after_id))
-   order by b.created_at desc, b.batch_id desc
+          or b.seq < (select a.seq from keel.transfer_batches a where a.batch_id = p_after_id))
+   order by b.seq desc
    limit greatest(1, least(coalesce(p_limit, 100), 1000))
 $$;
 

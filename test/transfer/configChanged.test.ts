@@ -139,6 +139,89 @@ describe('configuration changed between the stage and the apply of a batch', () 
     ]);
     await b.close();
   });
+  // A NULL part of the new key raises nothing at the apply: the merge matches no target row and inserts it beside
+  // the others (the unique index lets NULLs repeat), so nothing failed to catch. The batch's recorded schema says it
+  // was staged under other key columns: its staged keys are asked before the apply, and the NULL refused for good.
+  it('the key columns changed to ones a staged row has NULL (none repeated): duplicate_keys naming them, nothing applied', async () => {
+    const table = 'cfg_rekey_null';
+    await env.source.query(`create table public.${table} (id bigint primary key, code text, v text)`);
+    await env.target.query(`create table public.${table} (id bigint, code text, v text)`);
+    await env.target.query(`create unique index on public.${table} (id)`);
+    await env.source.query(
+      `insert into public.${table} select n, case when n = 4 then null else 'c' || n end, 'v' || n from generate_series(1, 6) n`,
+    );
+    const transfer = (keyColumns: string[]) =>
+      laneTransfer(table, { batchSize: 6, keyColumns, columns: cols(['id', 'code', 'v']) });
+    const a = service(transfer(['id']));
+    const open = await a.createBatch(table);
+    expect((await a.stage(open.batchId)).state).toBe('staged');
+    await a.close();
+
+    await env.target.query(`create unique index on public.${table} (code)`);
+    const b = service(transfer(['code']));
+    const after = await b.apply(open.batchId);
+    expect([after.state, after.lastErrorCode]).toEqual(['failed', 'duplicate_keys']);
+    expect(after.lastError).toMatch(/key columns \(code\) \(\(NULL\)\)/);
+    expect((await env.target.query(`select count(*)::int as n from public.${table}`)).rows[0].n).toBe(0);
+    // Fixed at the source: the released window is covered again under the new key, every row once.
+    await env.source.query(`update public.${table} set code = 'c4' where id = 4`);
+    const next = await b.run((await b.createBatch(table)).batchId);
+    expect([next.boundary.low, next.boundary.high, next.state]).toEqual([
+      open.boundary.low,
+      open.boundary.high,
+      'committed',
+    ]);
+    const q = `select count(*)::int as n, count(code)::int as codes from public.${table}`;
+    expect((await env.target.query(q)).rows[0]).toEqual({ n: 6, codes: 6 });
+    await b.close();
+  });
+
+  // Nor can it change column within its kind: the last committed high is a value of the old column, and read as a
+  // bound of the new one the next windows skip or repeat rows (here: a position column counting down from 1000,
+  // after "10" every row again). The batch's recorded schema says which column its window is over.
+  it('boundary column changed within its kind: the open batch fails schema_drift, starts and replays are refused naming boundary.column', async () => {
+    const table = 'cfg_bcol';
+    for (const db of [env.source, env.target])
+      await db.query(`create table public.${table} (id bigint primary key, pos bigint not null, v text)`);
+    await env.source.query(`insert into public.${table} select n, 1000 - n, 'v' || n from generate_series(1, 30) n`);
+    const transfer = (column: string) =>
+      laneTransfer(table, {
+        batchSize: 10,
+        keyColumns: ['id'],
+        boundary: { kind: 'key', column },
+        columns: cols(['id', 'pos', 'v']),
+      });
+    const a = service(transfer('id'));
+    expect((await a.run((await a.createBatch(table)).batchId)).state).toBe('committed');
+    const open = await a.createBatch(table); // (10, 20] over id, not staged yet
+    await a.close();
+
+    const b = service(transfer('pos'));
+    const old = await b.run(open.batchId);
+    expect([old.state, old.lastErrorCode]).toEqual(['failed', 'schema_drift']);
+    expect(old.lastError).toMatch(/over boundary\.column id; the transfer now reads windows over pos/);
+    const refused = await b.createBatch(table).catch((e: unknown) => e);
+    expect(isTransferError(refused, 'invalid_state'), String(refused)).toBe(true);
+    expect((refused as Error).message).toMatch(
+      /boundary\.column id, but boundary\.column is now pos.*back to id.*new name/,
+    );
+    expect((refused as { detail: unknown }).detail).toMatchObject({
+      field: 'boundary.column',
+      recorded: 'id',
+      current: 'pos',
+    });
+    const replay = await b.replay(table, null, '10', true).catch((e: unknown) => e);
+    expect(isTransferError(replay, 'invalid_state'), String(replay)).toBe(true);
+    await b.close();
+
+    // Set back: the chain goes on after 10, every row once.
+    const c = service(transfer('id'));
+    for (let n = 0; n < 2; n++) expect((await c.run((await c.createBatch(table)).batchId)).state).toBe('committed');
+    const q = `select count(*)::int as n, md5(string_agg(t::text, '|' order by id)) as h from public.${table} t`;
+    expect((await env.target.query(q)).rows[0]).toEqual((await env.source.query(q)).rows[0]);
+    await c.close();
+  });
+
   // A window chain cannot change kind: the next window's low is the last committed high, read as a bound of the new
   // kind (a key read as a change version: "no rows after 20" until the source's version passed 20, then the changes
   // up to it skipped, with the key rows never sent). Refused, naming the way out; the open batch of the old kind

@@ -153,6 +153,36 @@ describe('no table SQL in the journal modules', () => {
   });
 });
 
+// The transfer's last committed window is the one inserted last (seq, V033), not the one stamped latest: a batch
+// created while the journal server's clock stood behind (an NTP step back, a failover to a host behind) was read as
+// older than its predecessor, so the next window started again after the predecessor's high: window_taken at every
+// try, the transfer stalled. The listing (newest first, its pages) follows the same order.
+describe('a journal clock that steps back', () => {
+  it('the last committed batch and the listing follow the order batches were created in, not created_at', async () => {
+    const j = new PostgresTransferJournal(owner);
+    const name = `clock_${randomBytes(3).toString('hex')}`;
+    const commit = async (low: string | null, high: string) => {
+      const b = await j.insertBatch({ ...base(name), batchId: randomUUID(), boundaryLow: low, boundaryHigh: high });
+      await j.transition(b.batchId, ['extracting'], 'committed', { stamp: 'committed_at' }, 'committed');
+      return b.batchId;
+    };
+    const a = await commit(null, '10');
+    const b = await commit('10', '20');
+    // b was stamped while the clock stood an hour behind a's stamp.
+    await owner.query(
+      `update keel.transfer_batches set created_at = created_at - interval '1 hour' where batch_id = $1`,
+      [b],
+    );
+    expect((await j.lastForTransfer(name)).lastCommitted?.batchId).toBe(b);
+    expect((await j.list({ transfer: name, limit: 10 })).map((x) => x.batchId)).toEqual([b, a]);
+    expect((await j.list({ transfer: name, limit: 10, afterId: b })).map((x) => x.batchId)).toEqual([a]);
+    expect(await j.list({ transfer: name, limit: 10, afterId: a })).toEqual([]);
+    // The chain goes on after b's high.
+    const c = await commit('20', '30');
+    expect((await j.lastForTransfer(name)).lastCommitted?.batchId).toBe(c);
+  });
+});
+
 describe('journal timeouts', () => {
   it('sessions carry the statement and idle-in-transaction timeouts; a lock wait ends at statement_timeout and changes nothing', async () => {
     const pool = createJournalPool(url, { max: 2, statementTimeoutMs: 700, idleInTransactionTimeoutMs: 1500 });

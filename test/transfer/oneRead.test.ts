@@ -38,7 +38,11 @@ describe('transfer row path: one source read', () => {
   // The row path (no COPY passthrough, keel-v1) with the source's snapshot read; counts the separate manifest reads.
   function service(
     t: TransferConfig,
-    opts: { oneRead?: boolean; target?: (real: PostgresTransferTarget) => TargetAdapter } = {},
+    opts: {
+      oneRead?: boolean;
+      target?: (real: PostgresTransferTarget) => TargetAdapter;
+      afterRows?: () => Promise<void>; // once a window's rows have all been read, before the read ends
+    } = {},
   ) {
     const manifestReads = { n: 0 };
     const svc = new TransferService({
@@ -55,7 +59,10 @@ describe('transfer row path: one source read', () => {
             return s.manifest(w, schema, algorithm);
           },
           checksumAlgorithms: async () => ['keel-v1'],
-          streamRows: (w, schema, n, facts) => s.streamRows(w, schema, n, facts),
+          streamRows: async function* (w, schema, n, facts) {
+            yield* s.streamRows(w, schema, n, facts);
+            await opts.afterRows?.();
+          },
           ...(opts.oneRead !== false ? { readsSnapshot: () => s.readsSnapshot() } : {}),
           close: () => s.close(),
         };
@@ -154,6 +161,52 @@ describe('transfer row path: one source read', () => {
     const again = await svc.createBatch(t.name);
     expect((await svc.run(again.batchId)).state).toBe('committed');
     await assertExactlyOnce(env);
+    await svc.close();
+  });
+
+  // Two runs of one batch at once (a duplicate message), the source changed between their reads: the run that
+  // recorded its manifest first owns the batch. The other run's rows are not that manifest, so staged they could only
+  // fail verification (manifest_mismatch, terminal: the batch failed, the window re-covered by a new batch) -- and it
+  // could get there first, the first run recording its manifest and then being slower to open its staging. It stops
+  // instead (retryable); the batch keeps the recorded manifest and is staged against it.
+  it('a duplicate run that read the window before a change stops when the other run recorded its manifest first: the batch is not failed', async () => {
+    await env.source.query('truncate public.orders');
+    await env.target.query('truncate public.orders, public.write_counts');
+    await insertSourceRows(env.source, 1, 60);
+    const t = ordersTransfer('orders_oneread_dup', { batchSize: 1000, chunkSize: 25 });
+    const journal = new PostgresTransferJournal(env.control);
+    const direct = new PostgresTransferSource(t, env.source);
+    let batchId = '';
+    let other: Manifest | null = null;
+    const { svc } = service(t, {
+      // The other run: its read comes after a change of the window, and it records its manifest first.
+      afterRows: async () => {
+        if (other) return;
+        await env.source.query(`update public.orders set note = 'changed' where id = 7`);
+        const b = (await journal.get(batchId))!;
+        const w = { kind: b.boundaryKind, low: b.boundaryLow, high: b.boundaryHigh };
+        other = await direct.manifest(w, await direct.readSchema(), 'keel-v1');
+        await journal.transition(
+          batchId,
+          ['extracting'],
+          'extracting',
+          { rowCount: other.rowCount, checksum: other.checksum, stamp: 'extracted_at' },
+          'manifest_recorded',
+          { ...other, oneRead: true },
+        );
+      },
+    });
+    const created = await svc.createBatch(t.name);
+    batchId = created.batchId;
+    expect(created.rowCount).toBeNull();
+    await expect(svc.stage(batchId)).rejects.toMatchObject({ code: 'invalid_state' });
+    const after = (await svc.getBatch(batchId))!;
+    expect([after.state, after.rowCount, after.checksum]).toEqual(['extracting', other!.rowCount, other!.checksum]);
+    expect((await env.target.query('select count(*)::int as n from public.orders')).rows[0].n).toBe(0);
+    // Its next run reads the window as it is now: the recorded manifest's rows.
+    expect((await svc.run(batchId)).state).toBe('committed');
+    await assertExactlyOnce(env);
+    await direct.close();
     await svc.close();
   });
 

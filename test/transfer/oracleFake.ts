@@ -117,7 +117,26 @@ export class FakeSession {
       ];
       return { outBinds: { o_result: 'NEW' } };
     }
-    if (/HAVING COUNT\(\*\) > 1/.test(sql)) return { rows: [] };
+    // The staged keys of batch :b twice in it or with a NULL part under the key columns the query groups by (at most
+    // three, as 'v1, v2' with NULL for a NULL part), over the committed staged rows and this transaction's own.
+    const dupKeys = /GROUP BY (.*) HAVING COUNT\(\*\) > 1/.exec(sql);
+    if (dupKeys) {
+      await this.enter('duplicate check');
+      const at = [...dupKeys[1]!.matchAll(/"([^"]+)"/g)].map((m) => s.stagedColumns().indexOf(m[1]!) + 1);
+      const groups = new Map<string, { n: number; nulls: boolean }>();
+      for (const r of [...s.stagedRows, ...this.pending.rows].filter((r) => r[0] === b.b)) {
+        const parts = at.map((i) => r[i] ?? null);
+        const k = parts.map((p) => p ?? 'NULL').join(', ');
+        const g = groups.get(k) ?? { n: 0, nulls: false };
+        groups.set(k, { n: g.n + 1, nulls: g.nulls || parts.includes(null) });
+      }
+      return {
+        rows: [...groups]
+          .filter(([, g]) => g.n > 1 || g.nulls)
+          .slice(0, 3)
+          .map(([k]) => [k]),
+      };
+    }
     if (/FROM "KEEL_STG_/.test(sql) && /^SELECT/.test(sql)) {
       const rows = this.pending.rows.filter((r) => r[0] === b.b).map((r) => r.slice(1));
       let served = false;
@@ -375,6 +394,7 @@ export class FakeOracle {
   storage(sql: string, bindDefs: { type?: unknown }[]): (row: unknown[]) => unknown[] {
     const list = /\(KEEL_BATCH_ID, (.*?)\) VALUES/.exec(sql)?.[1] ?? '';
     const names = [...list.matchAll(/"([^"]+)"/g)].map((m) => m[1]!);
+    this.stagedNames = names;
     const metas = names.map((n) => this.columns.find((c) => c[0] === n));
     const mismatch = (col: string, v: unknown) =>
       Object.assign(new Error(`NJS-011: encountered bind value and type mismatch (${col}: ${typeof v})`), {
@@ -418,6 +438,13 @@ export class FakeOracle {
         }
         return v;
       });
+  }
+
+  // The target columns a staged row holds after its batch id: as the last staging INSERT named them, else (rows put
+  // into stagedRows by a test) the table's columns in `columns` order.
+  stagedNames: string[] | null = null;
+  stagedColumns(): string[] {
+    return this.stagedNames ?? this.columns.map((c) => String(c[0]));
   }
 
   callsOf(op: string): { session: number; op: string }[] {

@@ -25,14 +25,14 @@ import { FakeOracle, oraError } from './oracleFake.js';
 
 const RULES = transferEngineRules();
 
-function oracleTransfer(name: string, transactionGuard: boolean): TransferConfig {
+function oracleTransfer(name: string, transactionGuard: boolean, keyColumns = ['id']): TransferConfig {
   return parseTransfers(
     [
       {
         name,
         source: { engine: 'postgres', connectionSetting: 'S', table: 'public.items' },
         target: { engine: 'oracle', connectionSetting: 'T', table: 'ITEMS', transactionGuard },
-        keyColumns: ['id'],
+        keyColumns,
         boundary: { column: 'id', kind: 'key' },
         columns: [
           { source: 'id', target: 'ID' },
@@ -354,6 +354,60 @@ describe('Oracle deterministic data errors are terminal, naming the column and t
     expect(isTransferError(err, 'unsupported_type')).toBe(true);
     expect((err as TransferError).detail).toEqual({ errorNum: 12899, column: 'name', key: 'id=2' });
     expect(fake.registry.has('b1')).toBe(false); // rolled back
+  });
+});
+
+// The stage refused NULL and repeated keys under the key columns of its time. Under a new key a staged NULL part
+// raises nothing at APPLY_BATCH (the MERGE matches no row and inserts it beside the target's): the batch's recorded
+// schema says it was staged under other key columns, so its staged keys are asked first -- only then.
+describe('Oracle apply of a batch staged under other key columns', () => {
+  const nullableName = ITEMS_COLUMNS.map((c) => (c[0] === 'NAME' ? [...c.slice(0, 7), 'Y'] : c));
+  const recordedUnder = (key: string) => ({
+    hash: 'h',
+    columns: ITEMS_SCHEMA.columns.map((c) => ({
+      ...c,
+      ...(c.name === 'name' ? { nullable: true } : {}),
+      ...(c.name === key ? { key: true as const } : {}),
+      ...(c.name === 'id' ? { boundary: true as const } : {}),
+    })),
+  });
+  const staged = async (recordedKey: string) => {
+    const fake = new FakeOracle();
+    fake.columns = nullableName;
+    const target = new OracleTransferTarget(oracleTransfer('items', false, ['name']), fake.pool);
+    const schema = recordedUnder(recordedKey);
+    await target.prepare(schema as never);
+    const req: StageRequest = {
+      batchId: '00000000-0000-4000-8000-000000000002',
+      transfer: 'items',
+      manifest: { rowCount: 3, checksum: 'v1:abc' } as never,
+      schema: schema as never,
+    };
+    fake.registry.set(req.batchId, { state: 'STAGED', count: 3, checksum: 'v1:abc' });
+    fake.stagedRows.push(
+      [req.batchId, '1', 'a', null!, null!],
+      [req.batchId, '2', null!, null!, null!],
+      [req.batchId, '3', 'c', null!, null!],
+    );
+    fake.calls.length = 0;
+    return { fake, target, req };
+  };
+
+  it('a staged NULL part of the new key fails the apply duplicate_keys, naming the key columns, before APPLY_BATCH', async () => {
+    const { fake, target, req } = await staged('id');
+    const err = await target.apply(req, { attempt: 1 }).catch((e: unknown) => e);
+    expect(isTransferError(err, 'duplicate_keys'), String(err)).toBe(true);
+    expect((err as Error).message).toMatch(/under the key columns \(name\) \(\(NULL\)\)/);
+    expect(fake.callsOf('APPLY_BATCH')).toEqual([]);
+    expect(fake.completions.size).toBe(0);
+    expect(fake.applied.size).toBe(0);
+  });
+
+  it('staged under the same key columns: nothing more is asked before APPLY_BATCH', async () => {
+    const { fake, target, req } = await staged('name');
+    expect((await target.apply(req, { attempt: 1 })).outcome).toBe('applied');
+    expect(fake.callsOf('duplicate check')).toEqual([]);
+    expect(fake.callsOf('APPLY_BATCH')).toHaveLength(1);
   });
 });
 

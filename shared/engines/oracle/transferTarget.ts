@@ -472,9 +472,12 @@ export class OracleTargetDialect implements TargetDialect {
   }
 
   // As on PostgreSQL: a unique violation or an unstable MERGE (APPLY_BATCH rolled back), its staged rows asked.
-  async stagedKeyConflicts(err: unknown, req: StageRequest): Promise<string[] | null> {
+  keyRefusal(err: unknown): boolean {
     const n = oraNum(err);
-    if (n !== ORA_UNIQUE_VIOLATED && n !== ORA_UNSTABLE_ROWS) return null;
+    return n === ORA_UNIQUE_VIOLATED || n === ORA_UNSTABLE_ROWS;
+  }
+
+  async stagedKeys(req: StageRequest): Promise<string[]> {
     const s = await this.session();
     let ok = false;
     try {

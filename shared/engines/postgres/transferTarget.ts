@@ -477,10 +477,13 @@ export class PostgresTargetDialect implements TargetDialect {
   }
 
   // 23505 unique_violation (the merge inserted two staged rows of one key), 21000 cardinality_violation (MERGE or ON
-  // CONFLICT met one target row twice): the apply's transaction rolled back; its staged rows are asked.
-  async stagedKeyConflicts(err: unknown, req: StageRequest): Promise<string[] | null> {
+  // CONFLICT met one target row twice): the apply's transaction rolled back; its staged rows are asked (stagedKeys).
+  keyRefusal(err: unknown): boolean {
     const code = pgCode(err);
-    if (code !== '23505' && code !== '21000') return null;
+    return code === '23505' || code === '21000';
+  }
+
+  stagedKeys(req: StageRequest): Promise<string[]> {
     return pgDuplicateKeys(this.pool, this.t, `keel_transfer.${quotePg(this.names.staging)}`, req.batchId);
   }
 
