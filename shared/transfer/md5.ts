@@ -437,3 +437,126 @@ function md5Buffered(n: number, out: Uint32Array): void {
   out[0] = bswap(a0);
   out[1] = bswap(b0);
 }
+
+// ---- keel-v1 of rows read back as PostgreSQL COPY TO text ----
+// The PostgreSQL target checks what it stored by reading the rows' canonical texts back as one COPY TO (one line a
+// row, fields tab-separated, \N NULL, COPY's escapes) and hashing them here: the server then formats the texts only,
+// instead of also building each row's record literal and running md5() per row (bench/README.md, runs 1200–1229).
+// The bytes are the server's UTF-8, the same bytes its md5() would hash; each field is unescaped straight into the
+// record literal in MD5's buffer (no string per row or field).
+
+// COPY TO's escapes: a backslash, then b f n r t v for those control characters, anything else for itself.
+const UNESCAPE = new Uint8Array(256).map((_, i) => i);
+UNESCAPE[0x62] = 0x08; // \b
+UNESCAPE[0x66] = 0x0c; // \f
+UNESCAPE[0x6e] = 0x0a; // \n
+UNESCAPE[0x72] = 0x0d; // \r
+UNESCAPE[0x74] = 0x09; // \t
+UNESCAPE[0x76] = 0x0b; // \v
+
+// The unescaped bytes of the COPY field src[s, e) written at pos, `"` and `\` twice when `doubled`; -1 when not
+// doubled and the value holds a character that makes the record literal quote it (as putField).
+function putCopyTextField(src: Uint8Array, s: number, e: number, pos: number, doubled: boolean): number {
+  const b = buf;
+  for (let i = s; i < e; i++) {
+    let c = src[i]!;
+    if (c === 0x5c) {
+      if (++i >= e) throw new Error('COPY text: a field ends in a backslash');
+      c = UNESCAPE[src[i]!]!;
+    }
+    if (c < 0x80) {
+      const q = QUOTING[c]!;
+      if (q !== 0) {
+        if (!doubled) return -1;
+        if (q === 2) b[pos++] = c;
+      }
+    }
+    b[pos++] = c;
+  }
+  return pos;
+}
+
+// The keel-v1 sum and count of rows given as COPY TO text in pieces split anywhere (as a COPY stream delivers them).
+export class CopyTextSums {
+  hi = 0;
+  lo = 0;
+  count = 0;
+  private rest: Uint8Array | null = null;
+  private readonly out = new Uint32Array(2);
+
+  constructor(private readonly width: number) {}
+
+  push(data: Uint8Array): void {
+    let b = data;
+    if (this.rest) {
+      const joined = new Uint8Array(this.rest.length + data.length);
+      joined.set(this.rest);
+      joined.set(data, this.rest.length);
+      b = joined;
+      this.rest = null;
+    }
+    let p = 0;
+    for (;;) {
+      const end = b.indexOf(0x0a, p);
+      if (end < 0) break;
+      this.line(b, p, end);
+      p = end + 1;
+    }
+    // A copy: the stream may hand out views of a buffer it reuses.
+    if (p < b.length) this.rest = b.slice(p);
+  }
+
+  // Throws when the text ended inside a row.
+  end(): void {
+    if (this.rest) throw new Error('COPY text ended inside a row');
+  }
+
+  private line(b: Uint8Array, s: number, e: number): void {
+    // The unescaped line is no longer than the escaped one; doubling at most doubles it; per field a separator and
+    // two quotes; the parentheses.
+    reserve(0, (e - s) * 2 + this.width * 3 + 2);
+    let pos = 0;
+    buf[pos++] = 0x28; // (
+    let fields = 0;
+    let fs = s;
+    for (;;) {
+      let fe = fs;
+      while (fe < e && b[fe] !== 0x09) fe++;
+      if (fields > 0) buf[pos++] = 0x2c; // ,
+      fields++;
+      if (fe === fs) {
+        buf[pos++] = 0x22; // an empty string: ""
+        buf[pos++] = 0x22;
+      } else if (!(fe - fs === 2 && b[fs] === 0x5c && b[fs + 1] === 0x4e)) {
+        // (\N: NULL, an empty field of the literal)
+        const end = putCopyTextField(b, fs, fe, pos, false);
+        if (end >= 0) pos = end;
+        else {
+          buf[pos] = 0x22;
+          pos = putCopyTextField(b, fs, fe, pos + 1, true);
+          buf[pos++] = 0x22;
+        }
+      }
+      if (fe >= e) break;
+      fs = fe + 1;
+    }
+    if (fields !== this.width) throw new Error(`COPY row with ${fields} fields, expected ${this.width}`);
+    buf[pos++] = 0x29; // )
+    const out = this.out;
+    md5Buffered(pos, out);
+    let lo = this.lo + out[1]!;
+    let hi = this.hi + out[0]!;
+    if (lo >= 4294967296) {
+      lo -= 4294967296;
+      hi += 1;
+    }
+    if (hi >= 4294967296) hi -= 4294967296;
+    this.lo = lo;
+    this.hi = hi;
+    this.count++;
+  }
+
+  get checksum(): string {
+    return ((BigInt(this.hi) << 32n) + BigInt(this.lo)).toString(10);
+  }
+}

@@ -15,10 +15,11 @@ import {
   rowEncoding,
   rowHash,
   type CanonicalRow,
+  type LogicalType,
 } from '../../shared/transfer/checksum.js';
-import { md5Prefix } from '../../shared/transfer/md5.js';
+import { CopyTextSums, md5Prefix } from '../../shared/transfer/md5.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
-import { copyText, pgCanonical, pgChecksumQuery } from '../../shared/engines/postgres/transferSql.js';
+import { copyText, pgCanonical, pgChecksumQuery, pgReadBackSums } from '../../shared/engines/postgres/transferSql.js';
 import { quotePg } from '../../shared/transfer/identifiers.js';
 import { parseTransfers } from '../../shared/transfer/config.js';
 import { transferEngineRules } from '../../shared/engines/registry.js';
@@ -224,6 +225,95 @@ describe('keel-v1 checksum', () => {
     expect(copyTextHashing(ragged, types)).toBeNull();
     r1.addChunk(ragged);
     expect(r1.checksum).toBe(((rowHash(ragged[0]!) + rowHash(ragged[1]!)) % (1n << 64n)).toString());
+  });
+
+  it("pgReadBackSums: keel-v1 of stored rows read back as COPY text equals the server's md5() keel-v1, for every type and awkward value", async () => {
+    // What the PostgreSQL target's check reads back (direct apply and staging): each type's canonical text, every
+    // awkward text (quoting, doubling, COPY's escapes \b \f \n \r \t \v and \\, other control characters COPY
+    // sends raw, empty, NULL, the text '\N', multi-byte, astral, long), a date/time outside the canonical range (its
+    // '!' mark). Equal to pgChecksumQuery's keel-v1 of the same rows, and to ChecksumAccumulator of their texts.
+    const odd = [...AWKWARD_TEXTS, '\b', 'a\u0001\u001fb\u0008', '\\N', 'N'];
+    await pool.query('create table public.readback (id integer primary key, a text, b varchar(30), c char(4))');
+    await pool.query(
+      `insert into public.readback select o::int, a, b, c from unnest($1::text[], $2::text[], $3::text[]) with ordinality u(a, b, c, o)`,
+      [
+        odd,
+        odd.map((v, i) => (i % 3 === 0 ? null : v.slice(0, 30))),
+        odd.map((v, i) => (i % 4 === 1 ? null : v.slice(0, 4))),
+      ],
+    );
+    const client = await pool.connect();
+    try {
+      await client.query('begin');
+      const tables: [string, { ref: string; type: LogicalType; declared?: string }[]][] = [
+        [
+          'public.readback',
+          [
+            { ref: 'id', type: 'int' },
+            { ref: 'a', type: 'text', declared: 'text' },
+            { ref: 'b', type: 'text', declared: 'character varying(30)' },
+            { ref: 'c', type: 'text', declared: 'character(4)' },
+          ],
+        ],
+        [
+          'public.awkward',
+          COLS.map((c, i) => ({
+            ref: c,
+            type: (
+              [
+                'int',
+                'int',
+                'decimal',
+                'text',
+                'text',
+                'bool',
+                'date',
+                'timestamp',
+                'timestamptz',
+                'bytes',
+                'uuid',
+              ] as const
+            )[i]!,
+          })),
+        ],
+      ];
+      await client.query(
+        `insert into public.awkward (id, day, at, at_tz) values (6, 'infinity', '10000-01-01', '0044-03-15 12:00+00 BC')`,
+      );
+      for (const [table, cols] of tables) {
+        const server = (await client.query(pgChecksumQuery(cols, table, 'true'))).rows[0];
+        const back = await pgReadBackSums(client, cols, table, 'true');
+        expect(back, table).toEqual({ rowCount: Number(server.n), checksum: String(server.checksum) });
+        const texts = await client.query<{ r: CanonicalRow }>(
+          `select array[${cols.map((c) => pgCanonical(c.ref, c.type, c.declared)).join(', ')}] as r from ${table}`,
+        );
+        const acc = new ChecksumAccumulator();
+        for (const r of texts.rows) acc.add(r.r);
+        expect(back).toEqual({ rowCount: acc.count, checksum: acc.checksum });
+      }
+      await client.query('rollback');
+    } finally {
+      client.release();
+    }
+    // The COPY text in pieces split anywhere (every byte position of a multi-byte, escaped stream), and what a broken
+    // stream is: a row of another width, an unfinished row, a field ending in a backslash.
+    const rows: CanonicalRow[] = odd.map((v, i) => [String(i), i % 5 === 0 ? null : v, v.slice(0, 3)]);
+    const bytes = Buffer.from(copyText(rows, ['int', 'text', 'text']), 'utf8');
+    const whole = new ChecksumAccumulator();
+    for (const r of rows) whole.add(r);
+    for (let cut = 0; cut <= bytes.length; cut += 7) {
+      const sums = new CopyTextSums(3);
+      sums.push(bytes.subarray(0, cut));
+      sums.push(bytes.subarray(cut, cut + 1));
+      sums.push(bytes.subarray(cut + 1));
+      sums.end();
+      expect([sums.count, sums.checksum]).toEqual([whole.count, whole.checksum]);
+    }
+    expect(() => new CopyTextSums(2).push(Buffer.from('1\ta\tb\n'))).toThrow(/3 fields, expected 2/);
+    const unfinished = new CopyTextSums(2);
+    unfinished.push(Buffer.from('1\ta'));
+    expect(() => unfinished.end()).toThrow(/inside a row/);
+    expect(() => new CopyTextSums(2).push(Buffer.from('1\ta\\\n'))).toThrow(/backslash/);
   });
 
   it('the JavaScript MD5 of the row hash equals node:crypto and PostgreSQL md5() at every block boundary and in UTF-8', async () => {

@@ -53,8 +53,10 @@ import type {
 import {
   copyChunk,
   PG_CHECKSUM_SETTINGS_SQL,
+  PG_ONE_PROCESS_SQL,
   pgCanonical,
   pgChecksumQuery,
+  pgReadBackSums,
   pgFacets,
   pgLogicalType,
 } from './transferSql.js';
@@ -295,18 +297,19 @@ class PgStagingSession implements StagingSession {
 
   async stagedSums(algorithm: ChecksumAlgorithm): Promise<{ rowCount: number; checksum: string }> {
     const types = this.d.targetTypes;
-    const sums = await this.client.query(
-      pgChecksumQuery(
-        [
-          ...this.mapped.map((c) => ({ ref: quotePg(c.target), type: c.staged, declared: types.get(c.target) })),
-          ...(this.ops ? [{ ref: OP_COLUMN, type: 'text' as const, declared: 'text' }] : []),
-        ],
-        this.staging,
-        'keel_batch_id = $1',
-        algorithm,
-      ),
-      [this.req.batchId],
-    );
+    const cols = [
+      ...this.mapped.map((c) => ({ ref: quotePg(c.target), type: c.staged, declared: types.get(c.target) })),
+      ...(this.ops ? [{ ref: OP_COLUMN, type: 'text' as const, declared: 'text' }] : []),
+    ];
+    if (algorithm === 'keel-v1') {
+      // The staged rows read back as canonical texts in this transaction and hashed in Node (transferSql.ts,
+      // pgReadBackSums), on one process; the batch id travels in a transaction-local setting.
+      await this.client.query(`${PG_ONE_PROCESS_SQL}, set_config('keel.rb_batch', $1, true)`, [this.req.batchId]);
+      return pgReadBackSums(this.client, cols, this.staging, `keel_batch_id = current_setting('keel.rb_batch')::uuid`);
+    }
+    const sums = await this.client.query(pgChecksumQuery(cols, this.staging, 'keel_batch_id = $1', algorithm), [
+      this.req.batchId,
+    ]);
     return { rowCount: Number(sums.rows[0].n), checksum: String(sums.rows[0].checksum) };
   }
 
