@@ -454,29 +454,9 @@ UNESCAPE[0x72] = 0x0d; // \r
 UNESCAPE[0x74] = 0x09; // \t
 UNESCAPE[0x76] = 0x0b; // \v
 
-// The unescaped bytes of the COPY field src[s, e) written at pos, `"` and `\` twice when `doubled`; -1 when not
-// doubled and the value holds a character that makes the record literal quote it (as putField).
-function putCopyTextField(src: Uint8Array, s: number, e: number, pos: number, doubled: boolean): number {
-  const b = buf;
-  for (let i = s; i < e; i++) {
-    let c = src[i]!;
-    if (c === 0x5c) {
-      if (++i >= e) throw new Error('COPY text: a field ends in a backslash');
-      c = UNESCAPE[src[i]!]!;
-    }
-    if (c < 0x80) {
-      const q = QUOTING[c]!;
-      if (q !== 0) {
-        if (!doubled) return -1;
-        if (q === 2) b[pos++] = c;
-      }
-    }
-    b[pos++] = c;
-  }
-  return pos;
-}
-
 // The keel-v1 sum and count of rows given as COPY TO text in pieces split anywhere (as a COPY stream delivers them).
+// One pass over the bytes: each field is written into the record literal as it is read, and written again quoted
+// (from its start) only when it holds a character that quotes it (as putField).
 export class CopyTextSums {
   hi = 0;
   lo = 0;
@@ -495,65 +475,97 @@ export class CopyTextSums {
       b = joined;
       this.rest = null;
     }
-    let p = 0;
-    for (;;) {
-      const end = b.indexOf(0x0a, p);
-      if (end < 0) break;
-      this.line(b, p, end);
-      p = end + 1;
+    const n = b.length;
+    const width = this.width;
+    // Room for any row of these bytes: unescaped no longer than escaped, doubled at most twice, per field a separator
+    // and two quotes, the parentheses.
+    reserve(0, n * 2 + width * 3 + 2);
+    const l = buf;
+    let p = 0; // the row's start
+    rows: while (p < n) {
+      let pos = 0;
+      l[pos++] = 0x28; // (
+      let fields = 0;
+      let i = p;
+      for (;;) {
+        if (fields > 0) l[pos++] = 0x2c; // ,
+        fields++;
+        const fs = i;
+        const start = pos;
+        if (i >= n) break rows; // the row goes on in the next piece
+        let c = b[i]!;
+        if (c === 0x5c && i + 2 >= n) break rows; // (an escape or \N, and the rest in the next piece)
+        if (c === 0x5c && b[i + 1] === 0x4e && (b[i + 2] === 0x09 || b[i + 2] === 0x0a)) {
+          i += 2; // \N: NULL, an empty field of the literal
+          c = b[i]!;
+        } else if (c === 0x09 || c === 0x0a) {
+          l[pos++] = 0x22; // an empty string: ""
+          l[pos++] = 0x22;
+        } else {
+          let quoted = false;
+          for (;;) {
+            if (i >= n) break rows;
+            c = b[i]!;
+            if (c === 0x09 || c === 0x0a) break;
+            if (c === 0x5c) {
+              if (i + 1 >= n) break rows;
+              c = b[++i]!;
+              if (c === 0x09 || c === 0x0a) throw new Error('COPY text: a field ends in a backslash');
+              c = UNESCAPE[c]!;
+            }
+            if (c < 0x80 && QUOTING[c] !== 0) {
+              quoted = true;
+              break;
+            }
+            l[pos++] = c;
+            i++;
+          }
+          if (quoted) {
+            // Again from the field's start, inside quotes, " and \ doubled.
+            pos = start;
+            l[pos++] = 0x22;
+            for (i = fs; ; i++) {
+              if (i >= n) break rows;
+              c = b[i]!;
+              if (c === 0x09 || c === 0x0a) break;
+              if (c === 0x5c) {
+                if (i + 1 >= n) break rows;
+                c = b[++i]!;
+                if (c === 0x09 || c === 0x0a) throw new Error('COPY text: a field ends in a backslash');
+                c = UNESCAPE[c]!;
+              }
+              if (c < 0x80 && QUOTING[c] === 2) l[pos++] = c;
+              l[pos++] = c;
+            }
+            l[pos++] = 0x22;
+          }
+        }
+        i++; // past the tab or newline
+        if (c === 0x0a) break;
+      }
+      if (fields !== width) throw new Error(`COPY row with ${fields} fields, expected ${width}`);
+      l[pos++] = 0x29; // )
+      const out = this.out;
+      md5Buffered(pos, out);
+      let lo = this.lo + out[1]!;
+      let hi = this.hi + out[0]!;
+      if (lo >= 4294967296) {
+        lo -= 4294967296;
+        hi += 1;
+      }
+      if (hi >= 4294967296) hi -= 4294967296;
+      this.lo = lo;
+      this.hi = hi;
+      this.count++;
+      p = i;
     }
-    // A copy: the stream may hand out views of a buffer it reuses.
-    if (p < b.length) this.rest = b.slice(p);
+    // An unfinished row waits for the rest (a copy: the stream may hand out views of a buffer it reuses).
+    if (p < n) this.rest = b.slice(p);
   }
 
   // Throws when the text ended inside a row.
   end(): void {
     if (this.rest) throw new Error('COPY text ended inside a row');
-  }
-
-  private line(b: Uint8Array, s: number, e: number): void {
-    // The unescaped line is no longer than the escaped one; doubling at most doubles it; per field a separator and
-    // two quotes; the parentheses.
-    reserve(0, (e - s) * 2 + this.width * 3 + 2);
-    let pos = 0;
-    buf[pos++] = 0x28; // (
-    let fields = 0;
-    let fs = s;
-    for (;;) {
-      let fe = fs;
-      while (fe < e && b[fe] !== 0x09) fe++;
-      if (fields > 0) buf[pos++] = 0x2c; // ,
-      fields++;
-      if (fe === fs) {
-        buf[pos++] = 0x22; // an empty string: ""
-        buf[pos++] = 0x22;
-      } else if (!(fe - fs === 2 && b[fs] === 0x5c && b[fs + 1] === 0x4e)) {
-        // (\N: NULL, an empty field of the literal)
-        const end = putCopyTextField(b, fs, fe, pos, false);
-        if (end >= 0) pos = end;
-        else {
-          buf[pos] = 0x22;
-          pos = putCopyTextField(b, fs, fe, pos + 1, true);
-          buf[pos++] = 0x22;
-        }
-      }
-      if (fe >= e) break;
-      fs = fe + 1;
-    }
-    if (fields !== this.width) throw new Error(`COPY row with ${fields} fields, expected ${this.width}`);
-    buf[pos++] = 0x29; // )
-    const out = this.out;
-    md5Buffered(pos, out);
-    let lo = this.lo + out[1]!;
-    let hi = this.hi + out[0]!;
-    if (lo >= 4294967296) {
-      lo -= 4294967296;
-      hi += 1;
-    }
-    if (hi >= 4294967296) hi -= 4294967296;
-    this.lo = lo;
-    this.hi = hi;
-    this.count++;
   }
 
   get checksum(): string {

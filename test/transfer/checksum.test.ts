@@ -301,7 +301,11 @@ describe('keel-v1 checksum', () => {
     const bytes = Buffer.from(copyText(rows, ['int', 'text', 'text']), 'utf8');
     const whole = new ChecksumAccumulator();
     for (const r of rows) whole.add(r);
-    for (let cut = 0; cut <= bytes.length; cut += 7) {
+    const cuts = new Set<number>();
+    for (let cut = 0; cut <= bytes.length; cut += 7) cuts.add(cut);
+    for (let k = 0; k <= 16; k++) cuts.add(k).add(bytes.length - k); // every cut of the first and last row
+    expect(bytes.subarray(-3).toString()).toBe('\tN\n'); // the last field one character (and the text 'N')
+    for (const cut of cuts) {
       const sums = new CopyTextSums(3);
       sums.push(bytes.subarray(0, cut));
       sums.push(bytes.subarray(cut, cut + 1));
