@@ -316,19 +316,16 @@ export async function applyDirect(
     let rowCount: number;
     let checksum: string;
     if (algorithmOf(manifest.checksum) === 'keel-v1') {
-      // keel-v1 (the row path): the window's stored rows read back as their canonical texts in this transaction,
-      // after the write, and hashed in Node (transferSql.ts, pgReadBackSums); the window travels in
-      // transaction-local settings (COPY has no bind parameters).
-      await client.query(
-        `select set_config('keel.rb_low', coalesce($1, ''), true), set_config('keel.rb_high', $2, true)`,
-        [w.low, w.high],
-      );
+      // keel-v1 (the row path): the window's stored rows read back in this transaction, after the write, and hashed
+      // in Node (transferSql.ts, pgReadBackSums); the window travels in transaction-local settings (COPY has no bind
+      // parameters).
       const high = `${keyRef} <= current_setting('keel.rb_high')::bigint`;
       ({ rowCount, checksum } = await pgReadBackSums(
         client,
         cols,
         `${d.qualified} t`,
         w.low === null ? high : `${keyRef} > current_setting('keel.rb_low')::bigint and ${high}`,
+        { 'keel.rb_low': w.low, 'keel.rb_high': w.high },
       ));
     } else {
       const where = w.low === null ? `${keyRef} <= $1::bigint` : `${keyRef} > $2::bigint and ${keyRef} <= $1::bigint`;

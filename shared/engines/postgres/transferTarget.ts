@@ -53,7 +53,6 @@ import type {
 import {
   copyChunk,
   PG_CHECKSUM_SETTINGS_SQL,
-  PG_ONE_PROCESS_SQL,
   pgCanonical,
   pgChecksumQuery,
   pgReadBackSums,
@@ -302,10 +301,11 @@ class PgStagingSession implements StagingSession {
       ...(this.ops ? [{ ref: OP_COLUMN, type: 'text' as const, declared: 'text' }] : []),
     ];
     if (algorithm === 'keel-v1') {
-      // The staged rows read back as canonical texts in this transaction and hashed in Node (transferSql.ts,
-      // pgReadBackSums), on one process; the batch id travels in a transaction-local setting.
-      await this.client.query(`${PG_ONE_PROCESS_SQL}, set_config('keel.rb_batch', $1, true)`, [this.req.batchId]);
-      return pgReadBackSums(this.client, cols, this.staging, `keel_batch_id = current_setting('keel.rb_batch')::uuid`);
+      // The staged rows read back in this transaction and hashed in Node (transferSql.ts, pgReadBackSums); the
+      // batch id travels in a transaction-local setting (COPY has no bind parameters).
+      return pgReadBackSums(this.client, cols, this.staging, `keel_batch_id = current_setting('keel.rb_batch')::uuid`, {
+        'keel.rb_batch': this.req.batchId,
+      });
     }
     const sums = await this.client.query(pgChecksumQuery(cols, this.staging, 'keel_batch_id = $1', algorithm), [
       this.req.batchId,
