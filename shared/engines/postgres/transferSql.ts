@@ -174,7 +174,7 @@ export function pgChecksumQuery(
 // names), set here first. An error may leave the COPY open: the caller destroys the connection (the direct apply and
 // the staging do for any error that is not a TransferError).
 export async function pgReadBackSums(
-  client: pg.PoolClient,
+  client: pg.ClientBase,
   cols: { ref: string; type: LogicalType; declared?: string }[],
   from: string,
   where: string,
