@@ -1,6 +1,7 @@
 // Direct apply of a PostgreSQL -> PostgreSQL key window (docs/transfer.md, "Direct apply"): the source's COPY stream
 // goes straight into the business table inside ONE target transaction that claims the batch id, checks that the
-// window was empty, verifies the written rows against the manifest on the target server and writes the completion
+// window was empty, verifies the written rows against the manifest (keel-pg2 on the target server; keel-v1 from the
+// rows read back in the transaction, transferSql.ts pgReadBackSums) and writes the completion
 // row. Instead of staging (one write) and then applying (a second write of every row), each row is written once.
 // Nothing commits unless it matched the manifest; the claim and the completion row commit with the rows. When the
 // window is not empty (rows of it already exist: a replay, a merge) or the written rows do not match the manifest,

@@ -1,6 +1,6 @@
 // PostgreSQL dialect of the transfer target (shared/transfer/stagingTarget.ts runs the flow): staging with COPY FROM
-// STDIN in one transaction (bounded memory: rows are streamed with backpressure), verification of count + keel-v1
-// checksum + duplicate keys by the server before the staging commits, and the keel_transfer.* functions
+// STDIN in one transaction (bounded memory: rows are streamed with backpressure), verification of count + checksum +
+// duplicate keys before the staging commits (keel-v1 from the staged rows read back, transferSql.ts pgReadBackSums), and the keel_transfer.* functions
 // (sql/postgres/target) called through TARGET_POSTGRES_FUNCTIONS.
 import type pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
