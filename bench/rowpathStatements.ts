@@ -15,7 +15,12 @@ import pg from 'pg';
 import { to as copyTo, from as copyFrom } from 'pg-copy-streams';
 import { PG_URL_OPTION, benchPgUrl, describeServer, localPostmaster, openBenchServer } from './server.js';
 import { ORDERS_FILL, TABLE_DDL } from './transfer.js';
-import { PG_CHECKSUM_SETTINGS_SQL, pgCanonical, pgChecksumQuery } from '../shared/engines/postgres/transferSql.js';
+import {
+  PG_CHECKSUM_SETTINGS_SQL,
+  pgCanonical,
+  pgChecksumQuery,
+  pgReadBackSums,
+} from '../shared/engines/postgres/transferSql.js';
 import { sumsPricing } from '../shared/engines/postgres/directApply.js';
 import type { LogicalType } from '../shared/transfer/checksum.js';
 
@@ -126,7 +131,27 @@ async function main(): Promise<void> {
       await c.query('truncate public.target');
       await c.query(`begin; ${PG_CHECKSUM_SETTINGS_SQL}; ${sumsPricing(rows)}`);
       await copyIn(canonicalText);
-      add('row path: target keel-v1 check (as planned)', await measure(() => c.query(check, [rows])));
+      add('row path: target keel-v1 check in SQL (before runs 1200–1229)', await measure(() => c.query(check, [rows])));
+      // What the target runs now: the rows read back (dates and times printed, one process) and hashed in Node.
+      const node0 = process.cpuUsage();
+      let back: { rowCount: number; checksum: string } | undefined;
+      add(
+        'row path: target keel-v1 read back (server)',
+        await measure(async () => {
+          back = await pgReadBackSums(
+            c,
+            COLUMNS.map((k) => ({ ref: `t."${k.name}"`, type: k.logical, declared: k.declared })),
+            'public.target t',
+            `t.id <= current_setting('keel.rb_high')::bigint`,
+            { 'keel.rb_high': String(rows) },
+          );
+        }),
+      );
+      const node = process.cpuUsage(node0);
+      (results['row path: target keel-v1 read back (Node)'] ??= []).push(
+        Math.round(((node.user + node.system) * 100) / rows) / 100,
+      );
+      if (back?.rowCount !== rows) throw new Error(`read back ${back?.rowCount} rows`);
       await c.query(`select set_config('max_parallel_workers_per_gather', '0', true)`);
       for (const [label, sql] of Object.entries(pieces))
         add(`  check, one process: ${label}`, await measure(() => c.query(sql, [rows])));

@@ -15,10 +15,17 @@ import {
   rowEncoding,
   rowHash,
   type CanonicalRow,
+  type LogicalType,
 } from '../../shared/transfer/checksum.js';
-import { md5Prefix } from '../../shared/transfer/md5.js';
+import { CopyTextSums, md5Prefix } from '../../shared/transfer/md5.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
-import { copyText, pgCanonical, pgChecksumQuery } from '../../shared/engines/postgres/transferSql.js';
+import {
+  copyText,
+  PG_CHECKSUM_SETTINGS_SQL,
+  pgCanonical,
+  pgChecksumQuery,
+  pgReadBackSums,
+} from '../../shared/engines/postgres/transferSql.js';
 import { quotePg } from '../../shared/transfer/identifiers.js';
 import { parseTransfers } from '../../shared/transfer/config.js';
 import { transferEngineRules } from '../../shared/engines/registry.js';
@@ -43,6 +50,20 @@ const AWKWARD_TEXTS: readonly string[] = [
 describe('keel-v1 checksum', () => {
   let pool: pg.Pool;
   const COLS = ['id', 'big', 'amount', 'label', 'code', 'flag', 'day', 'at', 'at_tz', 'raw', 'ref'];
+  // public.awkward's declared types (format_type), as the target's prepare reads them.
+  const AWKWARD_DECLARED = [
+    'integer',
+    'bigint',
+    'numeric(20,6)',
+    'text',
+    'character varying(20)',
+    'boolean',
+    'date',
+    'timestamp(6) without time zone',
+    'timestamp with time zone',
+    'bytea',
+    'uuid',
+  ];
   // A PostgreSQL transfer of `table` into public.awkward by id, over `cols` (each the same name on both sides).
   const awkwardTransfer = (name: string, table: string, cols = COLS) =>
     parseTransfers(
@@ -224,6 +245,161 @@ describe('keel-v1 checksum', () => {
     expect(copyTextHashing(ragged, types)).toBeNull();
     r1.addChunk(ragged);
     expect(r1.checksum).toBe(((rowHash(ragged[0]!) + rowHash(ragged[1]!)) % (1n << 64n)).toString());
+  });
+
+  it("pgReadBackSums: keel-v1 of stored rows read back as COPY text equals the server's md5() keel-v1, for every type and awkward value", async () => {
+    // What the PostgreSQL target's check reads back (direct apply and staging): each type's canonical text, every
+    // awkward text (quoting, doubling, COPY's escapes \b \f \n \r \t \v and \\, other control characters COPY
+    // sends raw, empty, NULL, the text '\N', multi-byte, astral, long), a date/time outside the canonical range (its
+    // '!' mark). Equal to pgChecksumQuery's keel-v1 of the same rows, and to ChecksumAccumulator of their texts.
+    const odd = [...AWKWARD_TEXTS, '\b', 'a\u0001\u001fb\u0008', '\\N', 'N'];
+    await pool.query('create table public.readback (id integer primary key, a text, b varchar(30), c char(4))');
+    await pool.query(
+      `insert into public.readback select o::int, a, b, c from unnest($1::text[], $2::text[], $3::text[]) with ordinality u(a, b, c, o)`,
+      [
+        odd,
+        odd.map((v, i) => (i % 3 === 0 ? null : v.slice(0, 30))),
+        odd.map((v, i) => (i % 4 === 1 ? null : v.slice(0, 4))),
+      ],
+    );
+    const client = await pool.connect();
+    try {
+      // The session's own settings differ from the check's (its transaction sets them, as the direct apply and the
+      // staging do; pgReadBackSums sets TimeZone and DateStyle itself).
+      await client.query(`set timezone = 'Asia/Kolkata'; set datestyle = 'SQL, DMY'`);
+      await client.query(`begin; ${PG_CHECKSUM_SETTINGS_SQL}`);
+      const tables: [string, { ref: string; type: LogicalType; declared?: string }[]][] = [
+        [
+          'public.readback',
+          [
+            { ref: 'id', type: 'int' },
+            { ref: 'a', type: 'text', declared: 'text' },
+            { ref: 'b', type: 'text', declared: 'character varying(30)' },
+            { ref: 'c', type: 'text', declared: 'character(4)' },
+          ],
+        ],
+        [
+          'public.awkward',
+          COLS.map((c, i) => ({
+            ref: c,
+            declared: AWKWARD_DECLARED[i],
+            type: (
+              [
+                'int',
+                'int',
+                'decimal',
+                'text',
+                'text',
+                'bool',
+                'date',
+                'timestamp',
+                'timestamptz',
+                'bytes',
+                'uuid',
+              ] as const
+            )[i]!,
+          })),
+        ],
+      ];
+      await client.query(
+        `insert into public.awkward (id, day, at, at_tz) values (6, 'infinity', '10000-01-01', '0044-03-15 12:00+00 BC')`,
+      );
+      for (const [table, cols] of tables) {
+        const server = (await client.query(pgChecksumQuery(cols, table, 'true'))).rows[0];
+        const back = await pgReadBackSums(client, cols, table, 'true', {});
+        expect(back, table).toEqual({ rowCount: Number(server.n), checksum: String(server.checksum) });
+        const texts = await client.query<{ r: CanonicalRow }>(
+          `select array[${cols.map((c) => pgCanonical(c.ref, c.type, c.declared)).join(', ')}] as r from ${table}`,
+        );
+        const acc = new ChecksumAccumulator();
+        for (const r of texts.rows) acc.add(r.r);
+        expect(back).toEqual({ rowCount: acc.count, checksum: acc.checksum });
+      }
+      // Dates and times printed by the server and made canonical in Node (a column of its own declared type), against
+      // to_char's text value by value: every fraction length, years 1 and 9999, the ends of the range each side,
+      // offsets that cross a day or the range's ends, BC, infinities; a timestamp column read as timestamptz (another
+      // declared type: its canonical text from the server, as before).
+      const times = [
+        ['0001-01-01', '0001-01-01 00:00:00', '0001-01-01 00:00:00+00'],
+        ['0999-12-31', '0001-01-01 00:00:00.000001', '0001-01-01 00:00:00.000001+00'],
+        ['1000-01-01', '0999-12-31 23:59:59.5', '0999-12-31 23:59:59.5+00'],
+        ['2000-02-29', '2026-02-03 04:05:06.1', '2000-01-01 00:30:00+05:30'],
+        ['9999-12-31', '2026-02-03 04:05:06.12', '2026-02-03 04:05:06.123-08'],
+        ['10000-01-01', '2026-02-03 04:05:06.1234', '1899-12-31 23:59:59.999999+00'],
+        ['0044-03-15 BC', '2026-02-03 04:05:06.12345', '1970-01-01 00:00:00+00'],
+        ['infinity', '2026-02-03 04:05:06.123456', '9999-12-31 23:59:59.999999+00'],
+        ['-infinity', '9999-12-31 23:59:59.999999', '9999-12-31 23:30:00-01'],
+        [null, '10000-01-01 00:00:00', '0001-01-01 00:00:00+01'],
+        [null, '0001-12-31 23:59:59 BC', '10000-01-01 00:00:00+00'],
+        [null, 'infinity', '0044-03-15 12:00:00+00 BC'],
+        [null, '-infinity', 'infinity'],
+        [null, '294276-12-31 23:59:59', '-infinity'],
+        ['1970-01-01', '1970-01-01 00:00:00', '2026-12-05 03:00:00.000100+00'],
+      ];
+      await client.query(`create table public.readback_time (
+        id integer primary key, d date, ts timestamp, tz timestamptz, ts3 timestamp(3), tz0 timestamptz(0), ts_as_tz timestamp)`);
+      await client.query(
+        `insert into public.readback_time select o::int, d::date, ts::timestamp, tz::timestamptz, ts::timestamp(3),
+                tz::timestamptz(0), ts::timestamp from unnest($1::text[], $2::text[], $3::text[]) with ordinality u(d, ts, tz, o)`,
+        [times.map((r) => r[0]), times.map((r) => r[1]), times.map((r) => r[2])],
+      );
+      const timeCols: { ref: string; type: LogicalType; declared: string }[] = [
+        { ref: 'id', type: 'int', declared: 'integer' },
+        { ref: 'd', type: 'date', declared: 'date' },
+        { ref: 'ts', type: 'timestamp', declared: 'timestamp without time zone' },
+        { ref: 'tz', type: 'timestamptz', declared: 'timestamp with time zone' },
+        { ref: 'ts3', type: 'timestamp', declared: 'timestamp(3) without time zone' },
+        { ref: 'tz0', type: 'timestamptz', declared: 'timestamp(0) with time zone' },
+        { ref: 'ts_as_tz', type: 'timestamptz', declared: 'timestamp without time zone' },
+      ];
+      for (let id = 1; id <= times.length; id++) {
+        const server = (await client.query(pgChecksumQuery(timeCols, 'public.readback_time', `id = ${id}`))).rows[0];
+        const back = await pgReadBackSums(
+          client,
+          timeCols,
+          'public.readback_time',
+          `id = current_setting('keel.t_id')::int`,
+          {
+            'keel.t_id': String(id),
+          },
+        );
+        expect(back, `row ${id}: ${JSON.stringify(times[id - 1])}`).toEqual({
+          rowCount: 1,
+          checksum: String(server.checksum),
+        });
+      }
+      const all = (await client.query(pgChecksumQuery(timeCols, 'public.readback_time', 'true'))).rows[0];
+      expect(await pgReadBackSums(client, timeCols, 'public.readback_time', 'true', {})).toEqual({
+        rowCount: times.length,
+        checksum: String(all.checksum),
+      });
+      await client.query('rollback');
+    } finally {
+      client.release();
+    }
+    // The COPY text in pieces split anywhere (every byte position of a multi-byte, escaped stream), and what a broken
+    // stream is: a row of another width, an unfinished row, a field ending in a backslash.
+    const rows: CanonicalRow[] = odd.map((v, i) => [String(i), i % 5 === 0 ? null : v, v.slice(0, 3)]);
+    const bytes = Buffer.from(copyText(rows, ['int', 'text', 'text']), 'utf8');
+    const whole = new ChecksumAccumulator();
+    for (const r of rows) whole.add(r);
+    const cuts = new Set<number>();
+    for (let cut = 0; cut <= bytes.length; cut += 7) cuts.add(cut);
+    for (let k = 0; k <= 16; k++) cuts.add(k).add(bytes.length - k); // every cut of the first and last row
+    expect(bytes.subarray(-3).toString()).toBe('\tN\n'); // the last field one character (and the text 'N')
+    for (const cut of cuts) {
+      const sums = new CopyTextSums(3);
+      sums.push(bytes.subarray(0, cut));
+      sums.push(bytes.subarray(cut, cut + 1));
+      sums.push(bytes.subarray(cut + 1));
+      sums.end();
+      expect([sums.count, sums.checksum]).toEqual([whole.count, whole.checksum]);
+    }
+    expect(() => new CopyTextSums(2).push(Buffer.from('1\ta\tb\n'))).toThrow(/3 fields, expected 2/);
+    const unfinished = new CopyTextSums(2);
+    unfinished.push(Buffer.from('1\ta'));
+    expect(() => unfinished.end()).toThrow(/inside a row/);
+    expect(() => new CopyTextSums(2).push(Buffer.from('1\ta\\\n'))).toThrow(/backslash/);
   });
 
   it('the JavaScript MD5 of the row hash equals node:crypto and PostgreSQL md5() at every block boundary and in UTF-8', async () => {

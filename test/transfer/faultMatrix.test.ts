@@ -86,7 +86,7 @@ function pointsFor(mode: Mode): Point[] {
       plan: () => ({ kind: 'drop-reply', trigger: nth(n) }),
     });
   }
-  const t = (name: string, re: RegExp, kind: 'lost' | 'reply' | 'mid') =>
+  const t = (name: string, re: RegExp, kind: 'lost' | 'reply' | 'mid' | 'mid-out') =>
     out.push({
       name: `target ${name} ${kind === 'lost' ? 'lost' : kind === 'reply' ? 'reply lost' : 'cut inside'}`,
       where: 'target',
@@ -95,8 +95,12 @@ function pointsFor(mode: Mode): Point[] {
           ? { kind: 'cut-after-ms', trigger: (s) => re.test(s), delayMs: 0 }
           : kind === 'reply'
             ? { kind: 'drop-reply', trigger: (s) => re.test(s) }
-            : { kind: 'cut-after-bytes', trigger: (s) => re.test(s), bytes: 900 },
+            : kind === 'mid'
+              ? { kind: 'cut-after-bytes', trigger: (s) => re.test(s), bytes: 900 }
+              : { kind: 'cut-after-server-bytes', trigger: (s) => re.test(s), bytes: 700 },
     });
+  // The row path's keel-v1 check reads the stored rows back (COPY TO, hashed in Node): cut while they stream.
+  if (mode.startsWith('rows-')) t('keel-v1 read back', /^copy \(select /, 'mid-out');
   if (direct) {
     t('COPY into the table', /^copy "?public"?\./, 'mid');
     t('commit', /^commit$/, 'reply');

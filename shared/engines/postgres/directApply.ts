@@ -1,6 +1,7 @@
 // Direct apply of a PostgreSQL -> PostgreSQL key window (docs/transfer.md, "Direct apply"): the source's COPY stream
 // goes straight into the business table inside ONE target transaction that claims the batch id, checks that the
-// window was empty, verifies the written rows against the manifest on the target server and writes the completion
+// window was empty, verifies the written rows against the manifest (keel-pg2 on the target server; keel-v1 from the
+// rows read back in the transaction, transferSql.ts pgReadBackSums) and writes the completion
 // row. Instead of staging (one write) and then applying (a second write of every row), each row is written once.
 // Nothing commits unless it matched the manifest; the claim and the completion row commit with the rows. When the
 // window is not empty (rows of it already exist: a replay, a merge) or the written rows do not match the manifest,
@@ -27,7 +28,13 @@ import type {
   StageRequest,
   Window,
 } from '../../transfer/types.js';
-import { copyChunk, PG_CHECKSUM_SETTINGS_SQL, pgChecksumQuery } from './transferSql.js';
+import {
+  copyChunk,
+  PG_CHECKSUM_SETTINGS_SQL,
+  PG_ONE_PROCESS_SQL,
+  pgChecksumQuery,
+  pgReadBackSums,
+} from './transferSql.js';
 
 const KT_FENCED = 'KT005';
 // From this many rows in the manifest the window's checksum is priced for parallel workers (below: one process).
@@ -118,7 +125,7 @@ export async function applyDirect(
     // manifest known, the window's sums are priced here too, before the rows: transaction-local planner costs only
     // (a COPY plans nothing but the queries of the table's triggers, which these leave correct), and the statement
     // after the rows is then the sums alone.
-    const opened = client.query(`begin; ${PG_CHECKSUM_SETTINGS_SQL}${known ? `; ${sumsPricing(known.rowCount)}` : ''}`);
+    const opened = client.query(`begin; ${PG_CHECKSUM_SETTINGS_SQL}${known ? `; ${checkPricing(known)}` : ''}`);
     if ('count' in when) {
       // The journal counts the attempt while the transaction opens (nothing of the batch is touched by either): one
       // round trip of wait a batch fewer. Both answer before anything else: the claim needs the counted attempt.
@@ -296,24 +303,40 @@ export async function applyDirect(
     // with everything else. With the manifest known before the rows, both went out before them (the pricing with
     // begin, finish_direct with the claim); after one source read, in one statement here.
     if (!known)
-      await client.query(`${sumsPricing(manifest.rowCount)}, keel_transfer.finish_direct($1, $2, $3)`, [
+      await client.query(`${checkPricing(manifest)}, keel_transfer.finish_direct($1, $2, $3)`, [
         req.batchId,
         manifest.rowCount,
         manifest.checksum,
       ]);
     const keyRef = `t.${quotePg(d.key)}`;
-    const where = w.low === null ? `${keyRef} <= $1::bigint` : `${keyRef} > $2::bigint and ${keyRef} <= $1::bigint`;
-    const sums = await client.query(
-      pgChecksumQuery(
-        d.mapped.map((c) => ({ ref: `t.${quotePg(c.target)}`, type: c.staged, declared: d.targetTypes.get(c.target) })),
+    const cols = d.mapped.map((c) => ({
+      ref: `t.${quotePg(c.target)}`,
+      type: c.staged,
+      declared: d.targetTypes.get(c.target),
+    }));
+    let rowCount: number;
+    let checksum: string;
+    if (algorithmOf(manifest.checksum) === 'keel-v1') {
+      // keel-v1 (the row path): the window's stored rows read back in this transaction, after the write, and hashed
+      // in Node (transferSql.ts, pgReadBackSums); the window travels in transaction-local settings (COPY has no bind
+      // parameters).
+      const high = `${keyRef} <= current_setting('keel.rb_high')::bigint`;
+      ({ rowCount, checksum } = await pgReadBackSums(
+        client,
+        cols,
         `${d.qualified} t`,
-        where,
-        algorithmOf(manifest.checksum),
-      ),
-      w.low === null ? [w.high] : [w.high, w.low],
-    );
-    const rowCount = Number(sums.rows[0].n);
-    const checksum = String(sums.rows[0].checksum);
+        w.low === null ? high : `${keyRef} > current_setting('keel.rb_low')::bigint and ${high}`,
+        { 'keel.rb_low': w.low, 'keel.rb_high': w.high },
+      ));
+    } else {
+      const where = w.low === null ? `${keyRef} <= $1::bigint` : `${keyRef} > $2::bigint and ${keyRef} <= $1::bigint`;
+      const sums = await client.query(
+        pgChecksumQuery(cols, `${d.qualified} t`, where, algorithmOf(manifest.checksum)),
+        w.low === null ? [w.high] : [w.high, w.low],
+      );
+      rowCount = Number(sums.rows[0].n);
+      checksum = String(sums.rows[0].checksum);
+    }
     lap('direct.checksum');
     if (rowCount !== manifest.rowCount || checksum !== manifest.checksum) {
       await client.query('rollback');
@@ -366,6 +389,13 @@ export function sumsPricing(rows: number): string {
               set_config('min_parallel_index_scan_size', '0', true), set_config('work_mem', '32MB', true),
               set_config('cpu_operator_cost', (current_setting('cpu_operator_cost')::float8 * ${large ? 4 : 1})::text, true),
               set_config('max_parallel_workers_per_gather', least(current_setting('max_parallel_workers_per_gather')::int, ${workers})::text, true)`;
+}
+
+// The settings of the check after the rows, by the manifest's algorithm: keel-v1's read back runs on one process
+// (Node hashes what it sends on the other core; workers would add their start and the rows' transfer to the leader),
+// the server's sums are priced by the window's size (sumsPricing).
+function checkPricing(manifest: Manifest): string {
+  return algorithmOf(manifest.checksum) === 'keel-v1' ? PG_ONE_PROCESS_SQL : sumsPricing(manifest.rowCount);
 }
 
 // The feed's chunks as COPY text into the open COPY: every wait (the next chunk, the sink's drain) fails as soon as

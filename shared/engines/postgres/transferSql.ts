@@ -1,4 +1,7 @@
 // PostgreSQL side of the keel-v1 checksum (shared/transfer/checksum.ts) and the type mapping for transfers.
+import type pg from 'pg';
+import { to as copyTo } from 'pg-copy-streams';
+import { CopyTextSums, READ_DATE, READ_TEXT, READ_TIMESTAMP, READ_TIMESTAMPTZ } from '../../transfer/md5.js';
 import {
   COPY_TEXT,
   copyTextHashing,
@@ -157,6 +160,53 @@ export function pgChecksumQuery(
   const more = extra.length ? `, ${extra.join(', ')}` : '';
   return `select count(*)::text as n${more}, ${prefix}(mod(mod(coalesce(sum(${rowHash}), 0), ${TWO_64}) + ${TWO_64}, ${TWO_64}))::text as checksum
             from ${from} where ${where}`;
+}
+
+// count(*) and the keel-v1 checksum of the given columns over `from ... where ...`, as pgChecksumQuery's, with the
+// rows read back as one COPY TO and hashed in Node (md5.ts, CopyTextSums): the server prints the values only, where
+// md5() per row (a digest context made and freed per call on PostgreSQL 15 with OpenSSL 3), the record literal, the
+// sum and to_char of dates and times cost it ~1.8 µs a row more (bench/README.md, runs 840–859 and 1200–1229). Each
+// column is its canonical text (pgCanonical), except a date, timestamp or timestamptz column of that declared type:
+// its value as PostgreSQL prints it (DateStyle ISO, TimeZone UTC, set here), made canonical by CopyTextSums, the same
+// text to_char gives and the same out-of-range mark. The bytes hashed are those the server's md5() would hash, read
+// in the caller's transaction (its writes included), on one process (Node hashes on the other core).
+// COPY takes no bind parameters: `where` reads its values from the transaction-local settings `settings` (keel.*
+// names), set here first. An error may leave the COPY open: the caller destroys the connection (the direct apply and
+// the staging do for any error that is not a TransferError).
+export async function pgReadBackSums(
+  client: pg.ClientBase,
+  cols: { ref: string; type: LogicalType; declared?: string }[],
+  from: string,
+  where: string,
+  settings: Record<string, string | null>,
+): Promise<{ rowCount: number; checksum: string }> {
+  const names = Object.keys(settings);
+  for (const name of names) if (!/^keel\.[a-z_]+$/.test(name)) throw new Error(`pgReadBackSums: setting ${name}`);
+  await client.query(
+    `select set_config('timezone', 'UTC', true), set_config('datestyle', 'ISO, YMD', true),
+            set_config('max_parallel_workers_per_gather', '0', true)${names.map((n, i) => `, set_config('${n}', coalesce($${i + 1}, ''), true)`).join('')}`,
+    names.map((n) => settings[n]),
+  );
+  const kinds = cols.map((c) => readKind(c.type, c.declared));
+  const texts = cols.map((c, i) => (kinds[i] === READ_TEXT ? pgCanonical(c.ref, c.type, c.declared) : c.ref));
+  const sums = new CopyTextSums(kinds);
+  const stream = client.query(copyTo(`copy (select ${texts.join(', ')} from ${from} where ${where}) to stdout`));
+  for await (const data of stream as AsyncIterable<Buffer>) sums.push(data);
+  sums.end();
+  return { rowCount: sums.count, checksum: sums.checksum };
+}
+
+// How a read-back column is printed: a date/time column of its own declared type as its value (CopyTextSums makes it
+// canonical), anything else as its canonical text.
+function readKind(type: LogicalType, declared: string | undefined): number {
+  if (declared === undefined || pgLogicalType(declared) !== type) return READ_TEXT;
+  return type === 'date'
+    ? READ_DATE
+    : type === 'timestamp'
+      ? READ_TIMESTAMP
+      : type === 'timestamptz'
+        ? READ_TIMESTAMPTZ
+        : READ_TEXT;
 }
 
 export function pgCastFor(type: LogicalType): string {

@@ -1,6 +1,6 @@
 // PostgreSQL dialect of the transfer target (shared/transfer/stagingTarget.ts runs the flow): staging with COPY FROM
-// STDIN in one transaction (bounded memory: rows are streamed with backpressure), verification of count + keel-v1
-// checksum + duplicate keys by the server before the staging commits, and the keel_transfer.* functions
+// STDIN in one transaction (bounded memory: rows are streamed with backpressure), verification of count + checksum +
+// duplicate keys before the staging commits (keel-v1 from the staged rows read back, transferSql.ts pgReadBackSums), and the keel_transfer.* functions
 // (sql/postgres/target) called through TARGET_POSTGRES_FUNCTIONS.
 import type pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
@@ -55,6 +55,7 @@ import {
   PG_CHECKSUM_SETTINGS_SQL,
   pgCanonical,
   pgChecksumQuery,
+  pgReadBackSums,
   pgFacets,
   pgLogicalType,
 } from './transferSql.js';
@@ -295,18 +296,20 @@ class PgStagingSession implements StagingSession {
 
   async stagedSums(algorithm: ChecksumAlgorithm): Promise<{ rowCount: number; checksum: string }> {
     const types = this.d.targetTypes;
-    const sums = await this.client.query(
-      pgChecksumQuery(
-        [
-          ...this.mapped.map((c) => ({ ref: quotePg(c.target), type: c.staged, declared: types.get(c.target) })),
-          ...(this.ops ? [{ ref: OP_COLUMN, type: 'text' as const, declared: 'text' }] : []),
-        ],
-        this.staging,
-        'keel_batch_id = $1',
-        algorithm,
-      ),
-      [this.req.batchId],
-    );
+    const cols = [
+      ...this.mapped.map((c) => ({ ref: quotePg(c.target), type: c.staged, declared: types.get(c.target) })),
+      ...(this.ops ? [{ ref: OP_COLUMN, type: 'text' as const, declared: 'text' }] : []),
+    ];
+    if (algorithm === 'keel-v1') {
+      // The staged rows read back in this transaction and hashed in Node (transferSql.ts, pgReadBackSums); the
+      // batch id travels in a transaction-local setting (COPY has no bind parameters).
+      return pgReadBackSums(this.client, cols, this.staging, `keel_batch_id = current_setting('keel.rb_batch')::uuid`, {
+        'keel.rb_batch': this.req.batchId,
+      });
+    }
+    const sums = await this.client.query(pgChecksumQuery(cols, this.staging, 'keel_batch_id = $1', algorithm), [
+      this.req.batchId,
+    ]);
     return { rowCount: Number(sums.rows[0].n), checksum: String(sums.rows[0].checksum) };
   }
 
