@@ -64,6 +64,20 @@ describe('keel-v1 checksum', () => {
     'bytea',
     'uuid',
   ];
+  // public.awkward's logical types, as readSchema maps them.
+  const AWKWARD_LOGICAL: LogicalType[] = [
+    'int',
+    'int',
+    'decimal',
+    'text',
+    'text',
+    'bool',
+    'date',
+    'timestamp',
+    'timestamptz',
+    'bytes',
+    'uuid',
+  ];
   // A PostgreSQL transfer of `table` into public.awkward by id, over `cols` (each the same name on both sides).
   const awkwardTransfer = (name: string, table: string, cols = COLS) =>
     parseTransfers(
@@ -99,19 +113,7 @@ describe('keel-v1 checksum', () => {
     const t = awkwardTransfer('awkward', 'public.awkward');
     const src = new PostgresTransferSource(t, pool);
     const schema = await src.readSchema();
-    expect(schema.columns.map((c) => c.logical)).toEqual([
-      'int',
-      'int',
-      'decimal',
-      'text',
-      'text',
-      'bool',
-      'date',
-      'timestamp',
-      'timestamptz',
-      'bytes',
-      'uuid',
-    ]);
+    expect(schema.columns.map((c) => c.logical)).toEqual(AWKWARD_LOGICAL);
     const w = { kind: 'key' as const, low: null, high: '5' };
     const manifest = await src.manifest(w, schema, 'keel-v1');
     const acc = new ChecksumAccumulator();
@@ -283,21 +285,7 @@ describe('keel-v1 checksum', () => {
           COLS.map((c, i) => ({
             ref: c,
             declared: AWKWARD_DECLARED[i],
-            type: (
-              [
-                'int',
-                'int',
-                'decimal',
-                'text',
-                'text',
-                'bool',
-                'date',
-                'timestamp',
-                'timestamptz',
-                'bytes',
-                'uuid',
-              ] as const
-            )[i]!,
+            type: AWKWARD_LOGICAL[i]!,
           })),
         ],
       ];
