@@ -1622,6 +1622,9 @@ describe('ops: audit trail', () => {
       expect(bad.status, query).toBe(400);
       expect(bad.body.field, query).toBe(field);
     }
+    // An audit record id, not a job id, is what the caller got wrong.
+    const badId = await call('GET', 'audit?beforeId=0', { operator: true });
+    expect(badId.body.message).toMatch(/audit record id/);
   });
 });
 
