@@ -1246,6 +1246,25 @@ describe('ops: bad input changes nothing', () => {
       field: 'priority',
     },
     {
+      // Parsed to Infinity, it was stored as null: the job ran with another payload than the one sent.
+      name: 'number out of range inside the payload (1e400)',
+      method: 'POST',
+      path: 'jobs',
+      opts: { raw: '{"queue":"bad","type":"demo.echo","payload":{"m":[1,-1e400]}}' },
+      status: 400,
+      error: 'invalid_request',
+      field: 'payload.m[1]',
+    },
+    {
+      name: 'number out of range inside a batch payload (1e400)',
+      method: 'POST',
+      path: 'jobs',
+      opts: { raw: '{"jobs":[{"queue":"bad","type":"demo.echo","payload":1e400}]}' },
+      status: 400,
+      error: 'invalid_request',
+      field: 'jobs[0].payload',
+    },
+    {
       name: 'path: job id above 2^63-1 (read)',
       method: 'GET',
       path: 'jobs/9223372036854775808',
