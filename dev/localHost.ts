@@ -318,6 +318,10 @@ class HttpLayer implements Stoppable {
   private readonly budget: BodyBudget;
   private readonly maxRequestBytes: number;
   private readonly bodyTimeoutMs: number;
+  // Answers to requests whose refused body is still arriving: written whole, but ended (and, on a Connection: close
+  // request, the socket closed by Node) only once the body is read, so a caller still sending is not reset mid-upload
+  // and never sees EPIPE instead of the answer.
+  private readonly lingering = new WeakSet<http.ServerResponse>();
 
   constructor(
     private readonly defs: HttpDefinition[],
@@ -412,7 +416,8 @@ class HttpLayer implements Stoppable {
       'content-length': String(Buffer.byteLength(text)),
       ...headers,
     });
-    res.end(text);
+    if (this.lingering.has(res)) res.write(text);
+    else res.end(text);
   }
 
   // The request's URL: its path exactly as sent (origin-form; "//x/y" is the path "//x/y", not a host "x"), on the
@@ -446,7 +451,7 @@ class HttpLayer implements Stoppable {
     const url = this.requestUrl(req);
     const method = (req.method ?? 'GET').toUpperCase();
     if (!url) {
-      this.drain(req);
+      this.drain(req, res);
       return this.send(res, 400, {
         error: 'invalid_request',
         message: `the request target must be a path starting with "/" (got ${JSON.stringify((req.url ?? '').slice(0, 200))})`,
@@ -458,7 +463,7 @@ class HttpLayer implements Stoppable {
       decodeURIComponent(url.pathname);
     } catch {
       // A route parameter the host cannot decode ("%ZZ", bytes that are not UTF-8): the caller's mistake, named.
-      this.drain(req);
+      this.drain(req, res);
       return this.send(res, 400, {
         error: 'invalid_request',
         message: `the URL path is not valid percent-encoded UTF-8: ${url.pathname}`,
@@ -470,7 +475,7 @@ class HttpLayer implements Stoppable {
       ? this.router.find(method as (typeof HTTP_METHODS)[number], url.pathname)
       : null;
     if (!found) {
-      this.drain(req);
+      this.drain(req, res);
       return this.send(res, 404, {
         error: 'not_found',
         message: `no function serves ${method} ${url.pathname}`,
@@ -487,7 +492,7 @@ class HttpLayer implements Stoppable {
         url.searchParams.get('code'),
       );
       if (!ok) {
-        this.drain(req);
+        this.drain(req, res);
         return this.send(res, 401, {
           error: 'unauthorized',
           message: 'missing or wrong function key (x-functions-key header or code query parameter)',
@@ -542,8 +547,8 @@ class HttpLayer implements Stoppable {
     const declaredText = req.headers['content-length'];
     const declared = declaredText === undefined ? null : Number(declaredText); // Node's parser checked the digits
     if (declared !== null && declared > cap) {
+      this.drain(req, res);
       tooLarge(`of ${declared} bytes is`);
-      this.drain(req);
       return Promise.resolve({ ok: false });
     }
     if (declared === 0 || (declared === null && req.headers['transfer-encoding'] === undefined)) {
@@ -554,8 +559,8 @@ class HttpLayer implements Stoppable {
     let reserved = 0;
     if (declared !== null) {
       if (!this.budget.tryTake(declared)) {
+        this.drain(req, res);
         busy(declared);
-        this.drain(req);
         return Promise.resolve({ ok: false });
       }
       reserved = declared;
@@ -582,10 +587,10 @@ class HttpLayer implements Stoppable {
       };
       const onData = (chunk: Buffer) => {
         size += chunk.length;
-        if (size > cap) return finish(null, () => (tooLarge('is'), this.drain(req)));
+        if (size > cap) return finish(null, () => (this.drain(req, res), tooLarge('is')));
         if (size > reserved) {
           // Chunked (or more than declared, which Node's parser does not allow): reserve what arrived.
-          if (!this.budget.tryTake(size - reserved)) return finish(null, () => (busy(size), this.drain(req)));
+          if (!this.budget.tryTake(size - reserved)) return finish(null, () => (this.drain(req, res), busy(size)));
           reserved = size;
         }
         chunks.push(chunk);
@@ -632,12 +637,21 @@ class HttpLayer implements Stoppable {
   }
 
   // Reads and drops the rest of a refused body (the caller gets its answer instead of a reset mid-upload); a sender
-  // still at it after the body timeout loses the connection.
-  private drain(req: http.IncomingMessage): void {
+  // still at it after the body timeout loses the connection. Called before the answer is sent: the answer is written
+  // at once but ended when the body is in, since ending it earlier lets Node close a Connection: close socket while
+  // the caller still sends (it then sees EPIPE, not the answer).
+  private drain(req: http.IncomingMessage, res: http.ServerResponse): void {
     if (req.complete) return;
+    this.lingering.add(res);
+    const done = () => {
+      clearTimeout(timer);
+      this.lingering.delete(res);
+      if (res.headersSent && !res.writableEnded && !res.destroyed) res.end();
+    };
     const timer = setTimeout(() => req.destroy(), this.bodyTimeoutMs);
     timer.unref();
-    req.once('close', () => clearTimeout(timer));
+    req.once('end', done);
+    req.once('close', done);
     req.on('error', () => undefined);
     req.resume();
   }

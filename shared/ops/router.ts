@@ -384,7 +384,7 @@ export function createOpsHandler(
       if (auditId !== null) await finishAudit(rt, call, auditId, 'ok', status, null, auditAffected(result.body));
       return json(status, result.body, result.headers);
     } catch (err) {
-      const mapped = toOpsError(err, context, method, path, rt?.connectionLost);
+      const mapped = notFoundField(toOpsError(err, context, method, path, rt?.connectionLost), call);
       if (rt && call) {
         if (auditId !== null) await finishAudit(rt, call, auditId, 'failed', mapped.status, mapped.message, null);
         else if (method !== 'GET' || mapped.status === 401 || mapped.status === 403)
@@ -397,6 +397,16 @@ export function createOpsHandler(
       return errorResponse(mapped);
     }
   };
+}
+
+// A 404 names what was not found like a 400 names its field: the route's one path parameter (`id`, `name`) when a
+// route matched, else the path itself (no such route).
+function notFoundField(err: OpsError, call: AuditCall | null): OpsError {
+  if (err.code !== 'not_found' || err.field !== undefined) return err;
+  const keys = call ? Object.keys(call.params) : [];
+  const field = call ? (keys.length === 1 ? keys[0] : undefined) : 'path';
+  if (field === undefined) return err;
+  return new OpsError('not_found', err.message, field, { ...err.extra, in: 'path' });
 }
 
 // Closes a started record; a failure here is logged, not returned: the action has run, and a caller told it failed

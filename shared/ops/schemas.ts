@@ -18,6 +18,7 @@ import {
   dlqReason,
   enqueueFields,
   hotState,
+  isJobId,
   jobId,
   jobLocation,
   jobName,
@@ -556,7 +557,13 @@ export const out = (() => {
   };
 })();
 
-// GET /audit: the ops audit trail, newest first.
+// GET /audit: the ops audit trail, newest first. Its ids are audit record ids (bigints like job ids): a bad one is
+// named as such, not as a job id.
+const AUDIT_ID_MESSAGE = "must be an audit record id (a positive integer: a page's nextBeforeId)";
+const auditId = z
+  .string()
+  .regex(/^[1-9][0-9]{0,18}$/, AUDIT_ID_MESSAGE)
+  .refine((v) => !/^[1-9][0-9]{0,18}$/.test(v) || isJobId(v), AUDIT_ID_MESSAGE);
 export const auditSearchQuery = z.strictObject({
   from: isoDate.optional().describe('records at or after this instant'),
   to: isoDate.optional().describe('records before this instant'),
@@ -573,7 +580,7 @@ export const auditSearchQuery = z.strictObject({
     .optional()
     .describe('exactly, e.g. queue:emails, job:42, batch:<uuid>, transfer:orders'),
   outcome: z.enum(AUDIT_OUTCOMES).optional(),
-  beforeId: jobId.optional().describe('records below this id (nextBeforeId of the previous page)'),
+  beforeId: auditId.optional().describe('records below this id (nextBeforeId of the previous page)'),
   scanRows: qOptionalInt(
     1,
     TEXT_SEARCH_SCAN_ROWS_MAX,

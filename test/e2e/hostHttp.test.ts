@@ -226,6 +226,37 @@ describe('local host HTTP: hostile and broken callers', () => {
     expect(within.status, within.headers).toBe(100);
   });
 
+  it('a refused body still arriving on a Connection: close request: the caller can send it all and gets the answer, not EPIPE', async () => {
+    // Refused before the function runs (no such route, no key, over the cap): the answer is written at once, but the
+    // socket stays open until the rest of the body is in. Before, Node closed it as soon as the answer was out and a
+    // caller still sending (Python's urllib, say) got EPIPE instead of the status.
+    const send = (path: string, bytes: number) =>
+      new Promise<{ status: number; error: string | null }>((resolve) => {
+        const sock = net.connect(host.port, '127.0.0.1');
+        let data = '';
+        let error: string | null = null;
+        sock.on('data', (d) => (data += d.toString('latin1')));
+        sock.on('error', (e: NodeJS.ErrnoException) => (error = e.code ?? e.message));
+        sock.on('close', () => resolve({ status: Number(/^HTTP\/1\.1 (\d{3})/.exec(data)?.[1] ?? 0), error }));
+        sock.on('connect', () => {
+          sock.write(`POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Length: ${bytes}\r\nConnection: close\r\n\r\n`);
+          // Small writes, queued at once: the body keeps arriving after the answer went out.
+          const chunk = Buffer.alloc(8 * 1024, 'x');
+          for (let sent = 0; sent < bytes; sent += chunk.length)
+            sock.write(chunk.subarray(0, Math.min(chunk.length, bytes - sent)));
+          sock.end();
+        });
+      });
+    for (const [path, status] of [
+      ['/api/nowhere', 404],
+      ['/api/keyed', 401],
+      ['/api/open', 413],
+      ['/api/%ZZ', 400],
+    ] as const) {
+      for (let i = 0; i < 3; i++) expect(await send(path, 4 * CAP), path).toEqual({ status, error: null });
+    }
+  });
+
   it('a caller that goes away mid-body gives its share of the budget back, and the host goes on', async () => {
     const body = Math.floor(CAP * 0.9);
     for (let i = 0; i < 3; i++) {

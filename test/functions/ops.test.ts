@@ -1082,7 +1082,34 @@ describe('ops: bad input changes nothing', () => {
       error: 'invalid_request',
       field: 'id',
     },
-    { name: 'unknown route', method: 'GET', path: 'nothing/here', status: 404, error: 'not_found' },
+    { name: 'unknown route', method: 'GET', path: 'nothing/here', status: 404, error: 'not_found', field: 'path' },
+    // A 404 names the path parameter that named nothing, as a 400 names its field.
+    { name: 'unknown job', method: 'GET', path: 'jobs/999999998', status: 404, error: 'not_found', field: 'id' },
+    {
+      name: 'unknown job to cancel',
+      method: 'POST',
+      path: 'jobs/999999998/cancel',
+      opts: { operator: true },
+      status: 404,
+      error: 'not_found',
+      field: 'id',
+    },
+    {
+      name: 'unknown queue',
+      method: 'GET',
+      path: 'queues/never-seen-q',
+      status: 404,
+      error: 'not_found',
+      field: 'name',
+    },
+    {
+      name: 'unknown batch',
+      method: 'GET',
+      path: 'transfers/batches/00000000-0000-4000-8000-000000000000',
+      status: 404,
+      error: 'not_found',
+      field: 'id',
+    },
     { name: 'wrong method', method: 'DELETE', path: 'jobs', status: 405, error: 'method_not_allowed' },
     {
       name: 'purge without the operator role',
@@ -1244,6 +1271,25 @@ describe('ops: bad input changes nothing', () => {
       status: 400,
       error: 'invalid_request',
       field: 'priority',
+    },
+    {
+      // Parsed to Infinity, it was stored as null: the job ran with another payload than the one sent.
+      name: 'number out of range inside the payload (1e400)',
+      method: 'POST',
+      path: 'jobs',
+      opts: { raw: '{"queue":"bad","type":"demo.echo","payload":{"m":[1,-1e400]}}' },
+      status: 400,
+      error: 'invalid_request',
+      field: 'payload.m[1]',
+    },
+    {
+      name: 'number out of range inside a batch payload (1e400)',
+      method: 'POST',
+      path: 'jobs',
+      opts: { raw: '{"jobs":[{"queue":"bad","type":"demo.echo","payload":1e400}]}' },
+      status: 400,
+      error: 'invalid_request',
+      field: 'jobs[0].payload',
     },
     {
       name: 'path: job id above 2^63-1 (read)',
@@ -1622,6 +1668,9 @@ describe('ops: audit trail', () => {
       expect(bad.status, query).toBe(400);
       expect(bad.body.field, query).toBe(field);
     }
+    // An audit record id, not a job id, is what the caller got wrong.
+    const badId = await call('GET', 'audit?beforeId=0', { operator: true });
+    expect(badId.body.message).toMatch(/audit record id/);
   });
 });
 

@@ -56,6 +56,10 @@ const cases: Record<string, unknown>[] = [
   { ...base, payload: nested(LIMITS.payloadDepth) },
   { ...base, payload: nested(LIMITS.payloadDepth + 1) },
   { ...base, payload: { a: nested(LIMITS.payloadDepth) } },
+  // JSON has no Infinity or NaN: stored, they would come back as null.
+  { ...base, payload: { a: [1, Infinity] } },
+  { ...base, payload: Number.NaN },
+  { ...base, payload: { a: Number.MAX_VALUE, b: -0 } },
 ];
 
 // A value with `depth` arrays and objects around each other: [{"a":[{"a":...}]}].
@@ -105,6 +109,24 @@ describe('enqueue validation', () => {
         expect((err as ValidationError).message).toMatch(/more than 128 levels deep/);
       }
     }
+  });
+
+  it('a payload number that is not finite is refused naming it (stored, JSON would make it null)', () => {
+    for (const [payload, field] of [
+      [{ a: [1, Infinity] }, 'payload.a[1]'],
+      [Number.NaN, 'payload'],
+      [{ b: -Infinity }, 'payload.b'],
+    ] as const) {
+      let err: unknown;
+      try {
+        prepareEnqueue([{ ...base, payload }]);
+      } catch (e) {
+        err = e;
+      }
+      expect(err, field).toBeInstanceOf(ValidationError);
+      expect((err as ValidationError).field).toBe(field);
+    }
+    expect(prepareEnqueue([{ ...base, payload: { a: Number.MAX_VALUE, b: -0 } }])).toHaveLength(1);
   });
 
   it('takes up to MAX_BATCH (20,000) jobs per call', () => {

@@ -72,9 +72,10 @@ export function textProblem(s: string): string | null {
   return null;
 }
 
-// The first string or object key inside a JSON value that textProblem refuses: its path and why; or, at the value's
-// own path, that it nests arrays and objects deeper than LIMITS.payloadDepth. Iterative, so a deeply nested payload
-// cannot overflow the stack here.
+// The first string or object key inside a JSON value that textProblem refuses, or number that is not finite (JSON
+// has no Infinity or NaN: `1e400` in a request parses to Infinity, and JSON.stringify would store it as null): its
+// path and why; or, at the value's own path, that it nests arrays and objects deeper than LIMITS.payloadDepth.
+// Iterative, so a deeply nested payload cannot overflow the stack here.
 export function jsonTextProblem(value: unknown): { path: (string | number)[]; message: string } | null {
   interface Node {
     v: unknown;
@@ -99,6 +100,12 @@ export function jsonTextProblem(value: unknown): { path: (string | number)[]; me
     if (typeof v === 'string') {
       const m = textProblem(v);
       if (m) return { path: pathOf(node), message: m };
+    } else if (typeof v === 'number') {
+      if (!Number.isFinite(v))
+        return {
+          path: pathOf(node),
+          message: 'must be a finite number (JSON has no Infinity or NaN; 1e400 overflows)',
+        };
     } else if (Array.isArray(v)) {
       if (depth > LIMITS.payloadDepth) return tooDeep;
       for (let i = v.length - 1; i >= 0; i--) stack.push({ v: v[i], key: i, parent: node, depth });
