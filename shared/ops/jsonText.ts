@@ -26,11 +26,15 @@ function childPath(parent: Frame | undefined): string {
 }
 
 /**
- * The first key that appears twice in one object of `text`, as a field path in the API's style ("jobs[0].type"), or
- * null. `text` must be valid JSON (JSON.parse accepted it): this scan only tracks structure. Iterative, so a deeply
- * nested body costs a stack of frames, not a stack overflow.
+ * The first thing in `text` that JSON.parse would change without a word, with its field path in the API's style
+ * ("jobs[0].type"), or null: a key that appears twice in one object (`duplicate`), or an integer that a double cannot
+ * hold exactly (`inexact`: 12345678901234567890 parses to 12345678901234567000, and an id or an amount would be stored
+ * as another number). `text` must be valid JSON (JSON.parse accepted it): this scan only tracks structure. Iterative,
+ * so a deeply nested body costs a stack of frames, not a stack overflow.
  */
-export function duplicateKey(text: string): string | null {
+export function silentChange(
+  text: string,
+): { kind: 'duplicate'; field: string } | { kind: 'inexact'; field: string; literal: string } | null {
   const stack: Frame[] = [];
   let expectKey = false;
   for (let i = 0; i < text.length; i++) {
@@ -50,10 +54,22 @@ export function duplicateKey(text: string): string | null {
         const token = text.slice(start, i + 1);
         const key = escaped ? (JSON.parse(token) as string) : token.slice(1, -1);
         top.key = key;
-        if (top.keys.has(key)) return childPath(top);
+        if (top.keys.has(key)) return { kind: 'duplicate', field: childPath(top) };
         top.keys.add(key);
         expectKey = false;
       }
+    } else if (c === 0x2d /* - */ || (c >= 0x30 && c <= 0x39)) {
+      const start = i;
+      let integer = true;
+      for (; i + 1 < text.length; i++) {
+        const d = text.charCodeAt(i + 1);
+        if (d === 0x2e /* . */ || d === 0x65 /* e */ || d === 0x45 /* E */) integer = false;
+        else if (d !== 0x2b /* + */ && d !== 0x2d && !(d >= 0x30 && d <= 0x39)) break;
+      }
+      const literal = text.slice(start, i + 1);
+      // Up to 15 digits every integer is a double; beyond, only some are (2^53 + 1 is not).
+      if (integer && literal.replace('-', '').length > 15 && BigInt(literal) !== BigInt(Number(literal)))
+        return { kind: 'inexact', field: childPath(stack[stack.length - 1]), literal };
     } else if (c === 0x7b /* { */) {
       stack.push({ kind: 'object', path: childPath(stack[stack.length - 1]), keys: new Set(), key: null });
       expectKey = true;

@@ -22,7 +22,7 @@ import { PrincipalTrustError } from './principalTrust.js';
 import { AUDIT_TEXT_LIMITS } from '../jobs/contract.js';
 import { auditAffected, auditEntry, auditLog, auditText, type AuditCall } from './auditRecord.js';
 import { RefusalWindows } from './refusalWindows.js';
-import { decodeUtf8, duplicateKey } from './jsonText.js';
+import { decodeUtf8, silentChange } from './jsonText.js';
 
 export type OpsMethod = 'GET' | 'POST' | 'PATCH' | 'PUT' | 'DELETE';
 export const OPS_METHODS: OpsMethod[] = ['GET', 'POST', 'PATCH', 'PUT', 'DELETE'];
@@ -167,11 +167,23 @@ async function readJsonBody(request: HttpRequest, maxBytes: number): Promise<unk
   } catch (err) {
     throw new OpsError('invalid_json', `request body is not valid JSON: ${(err as Error).message}`, 'body');
   }
-  const twice = duplicateKey(text);
-  if (twice !== null)
-    throw new OpsError('invalid_json', `field "${twice}" appears more than once in the request body`, twice, {
-      in: 'body',
-    });
+  const changed = silentChange(text);
+  if (changed?.kind === 'duplicate')
+    throw new OpsError(
+      'invalid_json',
+      `field "${changed.field}" appears more than once in the request body`,
+      changed.field,
+      { in: 'body' },
+    );
+  if (changed?.kind === 'inexact') {
+    const field = changed.field || 'body';
+    throw new OpsError(
+      'invalid_request',
+      `${field}: the integer ${changed.literal} cannot be held exactly by a JSON number (a double; it would be stored as ${String(Number(changed.literal))}): send it as a string`,
+      field,
+      { in: 'body' },
+    );
+  }
   return value;
 }
 

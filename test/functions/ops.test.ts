@@ -1292,6 +1292,16 @@ describe('ops: bad input changes nothing', () => {
       field: 'jobs[0].payload',
     },
     {
+      // JSON.parse reads it as 12345678901234567000: the job would run with another id than the one sent.
+      name: 'integer a double cannot hold inside the payload',
+      method: 'POST',
+      path: 'jobs',
+      opts: { raw: '{"queue":"bad","type":"demo.echo","payload":{"ids":[1,-12345678901234567890]}}' },
+      status: 400,
+      error: 'invalid_request',
+      field: 'payload.ids[1]',
+    },
+    {
       name: 'path: job id above 2^63-1 (read)',
       method: 'GET',
       path: 'jobs/9223372036854775808',
