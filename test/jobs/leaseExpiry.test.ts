@@ -410,4 +410,43 @@ describe('lease expiry on the worker', () => {
       await inner.close();
     }
   });
+
+  it('a claim answered after the lease ran out does not run the handler: the job is given up unrun, and the rescue takes it', async () => {
+    const queue = q('lateclaim');
+    await direct.updateQueue(queue, { zombieTimeoutSeconds: 2, zombiePolicy: 'retry' });
+    const { id } = await direct.enqueue({ queue, type: 't' });
+    const { store, finalizing, close } = await proxiedStore();
+    const o = observed();
+    let calls = 0;
+    const reg = new HandlerRegistry().register('t', async () => {
+      calls++; // a side effect of a job another worker may be running by now
+    });
+    const p = new JobProcessor({ store, registry: reg, heartbeatIntervalMs: 200, log: o.log, events: o.events });
+    try {
+      await store.stats(); // the pool's connection open before the replies slow down
+      // The claim runs on the server at once (its lease and heartbeat_at from then); its answer comes back 2.6 s later,
+      // past the 2 s lease (a slow or partitioned network, a process descheduled meanwhile).
+      proxy.latencyMs = 2600;
+      const jobs = await p.claimAndStart([queue], 1);
+      proxy.latencyMs = 0;
+      expect(jobs.map((j) => j.id)).toEqual([id]);
+      expect(await p.runStarted(jobs)).toEqual(['lease_lost']);
+      expect(calls).toBe(0);
+      expect(o.leaseLost).toEqual(['expired']);
+      expect(finalizing).toEqual([]);
+      // The rescue takes it back (this attempt counted), and it runs once the next claim takes it.
+      const rescue = rescueLoop(id);
+      await until('the rescue', () => rescue.moved);
+      await rescue.stop();
+      expect(await direct.getJob(id)).toMatchObject({ location: 'hot', state: 'pending', attempts: 1 });
+      const again = await p.claimAndStart([queue], 1);
+      expect(await p.runStarted(again)).toEqual(['succeeded']);
+      expect(calls).toBe(1);
+    } finally {
+      proxy.latencyMs = 0;
+      await p.shutdown(0);
+      await close();
+    }
+  });
 });
+
