@@ -3,7 +3,8 @@
 // and only then; a blip shorter than the lease changes nothing; a handler that ignores its abort never finalizes the
 // job after its lease expired (the fence); a queue's timeout lowered while the job runs reaches the worker with its
 // next heartbeat, and the rescue dead-letters the expired attempt as a zombie, counted; the attempt's last ctx.log
-// lines still reach the job when the store answers before the rescue. The queues here have a zombie timeout of 4 s (the processor gives a lease
+// lines still reach the job when the store answers before the rescue; a claim answered after its lease ran out
+// never calls the handler. The queues here have a zombie timeout of 4 s (the processor gives a lease
 // up 0.4 s before it runs out: shared/jobs/executor.ts, leaseTimes), and the rescue runs every 100 ms meanwhile, as
 // maintenance would if it ran that often.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -449,4 +450,3 @@ describe('lease expiry on the worker', () => {
     }
   });
 });
-

@@ -265,8 +265,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
         } else if (f[0] === 'O') {
           outcomes.set(f[1]!, [...(outcomes.get(f[1]!) ?? []), `${f[2]!}:${f[3] ?? '-'}`]);
           outcomesBy.set(`${pid} ${f[1]}`, f[2]!);
-        }
-        else if (f[0] === 'P') purged += Number(f[2]);
+        } else if (f[0] === 'P') purged += Number(f[2]);
         else if (f[0] === 'PU') purgedUnknown += Number(f[2]);
         else if (f[0] === 'L') lags.push({ pid, at: Number(f[1]), ms: Number(f[2]) });
         else if (f[0] === 'Q') {
@@ -480,7 +479,9 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
                 v.proc.kill('SIGKILL');
                 await v.exited;
               } else if (v.bye === undefined)
-                problems.push(`graceful stop: a ${v.role} process exited (${v.exit}) without BYE: ${v.stderr().slice(-400)}`);
+                problems.push(
+                  `graceful stop: a ${v.role} process exited (${v.exit}) without BYE: ${v.stderr().slice(-400)}`,
+                );
               else facts.termWorstMs = Math.max(Number(facts.termWorstMs ?? 0), Date.now() - began);
               log(`chaos: ${Date.now()} ${v.role} ${v.proc.pid} stopped in ${Date.now() - began} ms (BYE ${v.bye})`);
               // What it held when told to stop is finished or handed back: nothing stays under its id (a job whose
@@ -494,7 +495,8 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
               const gaveUp = (id: string) => (outcomesBy.get(`${v.proc.pid} ${id}`) ?? '') === 'lease_lost';
               facts.termLeftGivenUp = Number(facts.termLeftGivenUp ?? 0) + left.filter((r) => gaveUp(r.id)).length;
               left = left.filter((r) => !gaveUp(r.id));
-              if (left.length) stranded.push(`${v.role} ${v.proc.pid} held ${held!.n}, left ${JSON.stringify(left.slice(0, 3))}`);
+              if (left.length)
+                stranded.push(`${v.role} ${v.proc.pid} held ${held!.n}, left ${JSON.stringify(left.slice(0, 3))}`);
             }),
           );
           spawnChild(v.role, v.proxy);
@@ -555,7 +557,9 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     // With backends terminated or the server restarted, a graceful stop's last outcome write may be cut (the job is
     // then the rescue's): only a run without those faults makes a stranded lease a problem.
     if (stranded.length && o.terminateBackends === false && !o.restart)
-      problems.push(`graceful stop: ${stranded.length} processes left jobs under their id: ${stranded.slice(0, 3).join('; ')}`);
+      problems.push(
+        `graceful stop: ${stranded.length} processes left jobs under their id: ${stranded.slice(0, 3).join('; ')}`,
+      );
     if (o.lockTimeoutMs) await q(`alter role "${appLogin}" in database "${dbName}" reset lock_timeout`);
     if (o.statementTimeoutMs) await q(`alter role "${appLogin}" in database "${dbName}" reset statement_timeout`);
     facts.stops = stops;

@@ -198,7 +198,10 @@ const registry = registerMix(new HandlerRegistry());
 async function connectStore(): Promise<PostgresJobStore> {
   for (let i = 0; ; i++) {
     try {
-      return await PostgresJobStore.connect(url, { poolSize: role === 'worker' ? Number(process.env.MIX_POOL || 4) : 4, migrate: false });
+      return await PostgresJobStore.connect(url, {
+        poolSize: role === 'worker' ? Number(process.env.MIX_POOL || 4) : 4,
+        migrate: false,
+      });
     } catch (err) {
       if (i >= 20) throw err;
       await sleep(250);
