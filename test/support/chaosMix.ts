@@ -289,6 +289,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     return child;
   };
 
+  const pickOrNone = <T>(xs: T[]): T | undefined => (xs.length ? random.pick(xs) : undefined);
   const ids: string[] = [];
   const enqueue = async (jobs: EnqueueRequest[]) => {
     for (let i = 0; i < jobs.length; i += 500)
@@ -421,7 +422,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
       if (partitions < (o.partitions ?? 0) && random.next() < 0.15) {
         // A network partition of one process: its connections hang (no reset), its leases expire and others rescue
         // its jobs; when it heals, what it sent arrives late and must be fenced, and the process must carry on.
-        const v = random.pick(
+        const v = pickOrNone(
           [...children].filter(
             (c) =>
               c.proxy &&
@@ -451,7 +452,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
       if (terms < (o.terms ?? 0) && random.next() < 0.15) {
         // A graceful stop with jobs in flight (a deploy, a scale-in): it must finish or hand back what it holds within
         // its grace, then exit; replaced at once.
-        const v = random.pick(
+        const v = pickOrNone(
           [...children].filter(
             (c) =>
               ['worker', 'drain', 'dispatch'].includes(c.role) &&
