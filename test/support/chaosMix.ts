@@ -506,7 +506,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
       if (stops < (o.stops ?? 0) && random.next() < 0.25) {
         // A process frozen past its jobs' zombie timeout (a VM paused, a debugger): its leases pass to others, and
         // when it runs again its heartbeats answer lease_lost (or, if they come first, it completes).
-        const v = random.pick(
+        const v = pickOrNone(
           [...children].filter((c) => ['worker', 'drain', 'dispatch'].includes(c.role) && c.readyAt),
         );
         if (v) {
