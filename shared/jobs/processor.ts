@@ -692,7 +692,7 @@ export class JobProcessor {
       batch.failed(err);
       return;
     } finally {
-      if (run) this.running.delete(job.id); // shutdown waits for this: the job's outcome is written
+      if (run) this.running.delete(run); // shutdown waits for this: the job's outcome is written
       if (handlerRunning) this.handlerEnded(batch);
     }
     this.jobEnded(batch, i, job, outcome);

@@ -449,4 +449,66 @@ describe('lease expiry on the worker', () => {
       await close();
     }
   });
+
+  it("a job claimed again by the same worker while its last run's outcome was still being written keeps its lease: the old run ending does not stop the new one's heartbeats", async () => {
+    const queue = q('again');
+    await direct.updateQueue(queue, { zombieTimeoutSeconds: 2, zombiePolicy: 'retry', maxAttempts: 5 });
+    const { id } = await direct.enqueue({ queue, type: 't' });
+    // The first run's completion hangs (a slow pool, a network that went quiet) until the test lets it through.
+    let hold = true;
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    const inner = await PostgresJobStore.connect(appUrl(h.url), { poolSize: 2, migrate: false });
+    const store = new Proxy(inner, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        const bound = typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+        if (prop === 'completeMany' && hold)
+          return (...args: unknown[]) => released.then(() => (bound as (...a: unknown[]) => unknown)(...args));
+        return bound;
+      },
+    });
+    let finish!: () => void;
+    const finished = new Promise<void>((r) => (finish = r));
+    let secondStarted = false;
+    const reg = new HandlerRegistry().register('t', async (_p, ctx) => {
+      if (ctx.attempt === 1) return { first: true };
+      secondStarted = true;
+      // No heartbeat of its own: the processor's keep the lease.
+      await new Promise<void>((resolve, reject) => {
+        void finished.then(resolve);
+        ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason as Error), { once: true });
+      });
+      return { second: true };
+    });
+    const o = observed();
+    const p = new JobProcessor({ store, registry: reg, heartbeatIntervalMs: 200, log: o.log, events: o.events });
+    try {
+      const first = p.runStarted(await p.claimAndStart([queue], 1));
+      // Its handler is done, its completion hangs, no heartbeat keeps it: the rescue re-queues it (attempt 1 counted).
+      const rescue = rescueLoop(id);
+      await until('the rescue', () => rescue.moved);
+      await rescue.stop();
+      hold = false;
+      const again = await p.claimAndStart([queue], 1);
+      expect(again.map((j) => [j.id, j.attempt])).toEqual([[id, 2]]);
+      const second = p.runStarted(again);
+      await until('the second run', () => secondStarted);
+      // The first run's completion goes through at last: lease_lost (the job is attempt 2's). Its run ends here.
+      release();
+      expect(await first).toEqual(['lease_lost']);
+      expect(p.inFlight).toBe(1); // the second run is still this processor's
+      // Past the 2 s lease: the second run's heartbeats keep it, so the rescue leaves it alone.
+      for (const until = Date.now() + 3000; Date.now() < until; await sleep(200)) await direct.rescueZombies(100);
+      expect(await direct.getJob(id)).toMatchObject({ location: 'hot', state: 'processing', attempts: 2 });
+      finish();
+      expect(await second).toEqual(['succeeded']);
+      expect(await direct.getJob(id)).toMatchObject({ location: 'archive', attempts: 2, result: { second: true } });
+    } finally {
+      release();
+      finish();
+      await p.shutdown(0);
+      await inner.close();
+    }
+  }, 30_000);
 });
