@@ -452,7 +452,7 @@ describe('lease expiry on the worker', () => {
 
   it("a job claimed again by the same worker while its last run's outcome was still being written keeps its lease: the old run ending does not stop the new one's heartbeats", async () => {
     const queue = q('again');
-    await direct.updateQueue(queue, { zombieTimeoutSeconds: 2, zombiePolicy: 'retry', maxAttempts: 5 });
+    await direct.updateQueue(queue, { zombieTimeoutSeconds: ZOMBIE_TIMEOUT_S, zombiePolicy: 'retry', maxAttempts: 5 });
     const { id } = await direct.enqueue({ queue, type: 't' });
     // The first run's completion hangs (a slow pool, a network that went quiet) until the test lets it through.
     let hold = true;
@@ -498,8 +498,9 @@ describe('lease expiry on the worker', () => {
       release();
       expect(await first).toEqual(['lease_lost']);
       expect(p.inFlight).toBe(1); // the second run is still this processor's
-      // Past the 2 s lease: the second run's heartbeats keep it, so the rescue leaves it alone.
-      for (const until = Date.now() + 3000; Date.now() < until; await sleep(200)) await direct.rescueZombies(100);
+      // Past the lease: the second run's heartbeats keep it, so the rescue leaves it alone.
+      for (const end = Date.now() + ZOMBIE_TIMEOUT_S * 1000 + 1000; Date.now() < end; await sleep(200))
+        await direct.rescueZombies(100);
       expect(await direct.getJob(id)).toMatchObject({ location: 'hot', state: 'processing', attempts: 2 });
       finish();
       expect(await second).toEqual(['succeeded']);
