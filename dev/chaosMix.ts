@@ -6,6 +6,7 @@
 //     [--hogs 2] [--no-restart] [--seed N] [--latency-ms 0] [--spike-ms 0] [--stuck-slack-ms 5000]
 //     [--flows 0] [--ops-api 0] [--schedulers 0] [--stops 0] [--narrow 0] [--dispatchers 0] [--tiny] [--big]
 //     [--lock-timeout-ms 0] [--statement-timeout-ms 0] [--concurrency 12] [--skew-ms 0] [--bulky 0] [--churners 0]
+//     [--partitions 0] [--partition-ms 2500-15000] [--terms 0] [--no-terminate] [--many-queues 0]
 // --flows: flows in the backlog (parent, children with their policies, fan-in); --ops-api: operator processes acting
 // through the ops API's HTTP handler (queue settings, pauses, cancels, resurrects, purges, keyed and flow enqueues).
 // --schedulers: processes racing scheduler passes (every-second schedules) and keyed enqueues of shared keys;
@@ -20,6 +21,10 @@
 // concurrency; --skew-ms: each process's clock (Date) off by up to that much either way; --bulky: share of the
 // backlog with a ~200 KB payload and a ~60 KB result; --churners: processes changing every queue's limit, pause and
 // zombie timeout all the time.
+// --partitions: network partitions of one worker/drain/dispatcher at a time (its own proxy holds every byte either way
+// for --partition-ms, then delivers them); --terms: graceful stops (SIGTERM) of workers/drains/dispatchers with jobs in
+// flight, replaced at once (each must say BYE and leave nothing under its id); --no-terminate: no pg_terminate_backend;
+// --many-queues: that many more queues, every process serving them all, the backlog spread over them.
 // Exits 1 when a property failed; prints every server log ERROR it saw and whether it was expected.
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -88,6 +93,12 @@ const report = await runChaosMix({
   skewMs: Number(arg('skew-ms', '0')),
   bulky: Number(arg('bulky', '0')),
   churners: Number(arg('churners', '0')),
+  partitions: Number(arg('partitions', '0')),
+  partitionMinMs: Number(arg('partition-ms', '2500-15000')!.split('-')[0]),
+  partitionMaxMs: Number(arg('partition-ms', '2500-15000')!.split('-')[1]),
+  terms: Number(arg('terms', '0')),
+  manyQueues: Number(arg('many-queues', '0')),
+  terminateBackends: !args.includes('--no-terminate'),
   log: (l) => console.log(l),
 });
 console.log('facts:', report.facts);

@@ -421,8 +421,11 @@ export class RunningJobs {
     if (this.jobs.get(job.jobId) === job) this.scheduleBeats(beatTick(job.beatEveryMs));
   }
 
-  delete(jobId: JobId): void {
-    this.jobs.delete(jobId);
+  // Only `job` itself: the same job may have started again here meanwhile (its lease lost while this run's outcome was
+  // being written, the rescue re-queued it and this processor claimed it again), and that run is the one beaten now.
+  delete(job: RunningJob): void {
+    if (this.jobs.get(job.jobId) !== job) return;
+    this.jobs.delete(job.jobId);
     if (this.jobs.size > 0) return;
     if (this.beatTimer) clearInterval(this.beatTimer);
     this.beatTimer = undefined;

@@ -641,6 +641,13 @@ export class JobProcessor {
         this.running.add(run);
         // Started by a claim that was in flight when shutdown began: hand it back (interrupt) instead of running it.
         if (this.stopping) run.fire('shutdown');
+        // The statement that started it answered after its lease had run out (a slow or partitioned network, a
+        // stalled process): the rescue may have handed it to another worker already. Give it up unrun, as the beat
+        // timer would at its next tick, instead of starting a handler that tick then aborts (a second run meanwhile).
+        else if (performance.now() >= run.leaseDeadline) {
+          run.leaseDeadline = Infinity; // given up once (the timer skips it)
+          run.expire();
+        }
         const typeLimit = this.typeLimit(job.type, registered);
         let result: AttemptResult;
         if (typeLimit) result = await runAttempt(run, registered, this.maxResultBytes, typeLimit, this.timeouts);
@@ -685,7 +692,7 @@ export class JobProcessor {
       batch.failed(err);
       return;
     } finally {
-      if (run) this.running.delete(job.id); // shutdown waits for this: the job's outcome is written
+      if (run) this.running.delete(run); // shutdown waits for this: the job's outcome is written
       if (handlerRunning) this.handlerEnded(batch);
     }
     this.jobEnded(batch, i, job, outcome);

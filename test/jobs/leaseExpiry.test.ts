@@ -3,7 +3,8 @@
 // and only then; a blip shorter than the lease changes nothing; a handler that ignores its abort never finalizes the
 // job after its lease expired (the fence); a queue's timeout lowered while the job runs reaches the worker with its
 // next heartbeat, and the rescue dead-letters the expired attempt as a zombie, counted; the attempt's last ctx.log
-// lines still reach the job when the store answers before the rescue. The queues here have a zombie timeout of 4 s (the processor gives a lease
+// lines still reach the job when the store answers before the rescue; a claim answered after its lease ran out
+// never calls the handler. The queues here have a zombie timeout of 4 s (the processor gives a lease
 // up 0.4 s before it runs out: shared/jobs/executor.ts, leaseTimes), and the rescue runs every 100 ms meanwhile, as
 // maintenance would if it ran that often.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -410,4 +411,105 @@ describe('lease expiry on the worker', () => {
       await inner.close();
     }
   });
+
+  it('a claim answered after the lease ran out does not run the handler: the job is given up unrun, and the rescue takes it', async () => {
+    const queue = q('lateclaim');
+    await direct.updateQueue(queue, { zombieTimeoutSeconds: 2, zombiePolicy: 'retry' });
+    const { id } = await direct.enqueue({ queue, type: 't' });
+    const { store, finalizing, close } = await proxiedStore();
+    const o = observed();
+    let calls = 0;
+    const reg = new HandlerRegistry().register('t', async () => {
+      calls++; // a side effect of a job another worker may be running by now
+    });
+    const p = new JobProcessor({ store, registry: reg, heartbeatIntervalMs: 200, log: o.log, events: o.events });
+    try {
+      await store.stats(); // the pool's connection open before the replies slow down
+      // The claim runs on the server at once (its lease and heartbeat_at from then); its answer comes back 2.6 s later,
+      // past the 2 s lease (a slow or partitioned network, a process descheduled meanwhile).
+      proxy.latencyMs = 2600;
+      const jobs = await p.claimAndStart([queue], 1);
+      proxy.latencyMs = 0;
+      expect(jobs.map((j) => j.id)).toEqual([id]);
+      expect(await p.runStarted(jobs)).toEqual(['lease_lost']);
+      expect(calls).toBe(0);
+      expect(o.leaseLost).toEqual(['expired']);
+      expect(finalizing).toEqual([]);
+      // The rescue takes it back (this attempt counted), and it runs once the next claim takes it.
+      const rescue = rescueLoop(id);
+      await until('the rescue', () => rescue.moved);
+      await rescue.stop();
+      expect(await direct.getJob(id)).toMatchObject({ location: 'hot', state: 'pending', attempts: 1 });
+      const again = await p.claimAndStart([queue], 1);
+      expect(await p.runStarted(again)).toEqual(['succeeded']);
+      expect(calls).toBe(1);
+    } finally {
+      proxy.latencyMs = 0;
+      await p.shutdown(0);
+      await close();
+    }
+  });
+
+  it("a job claimed again by the same worker while its last run's outcome was still being written keeps its lease: the old run ending does not stop the new one's heartbeats", async () => {
+    const queue = q('again');
+    await direct.updateQueue(queue, { zombieTimeoutSeconds: ZOMBIE_TIMEOUT_S, zombiePolicy: 'retry', maxAttempts: 5 });
+    const { id } = await direct.enqueue({ queue, type: 't' });
+    // The first run's completion hangs (a slow pool, a network that went quiet) until the test lets it through.
+    let hold = true;
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    const inner = await PostgresJobStore.connect(appUrl(h.url), { poolSize: 2, migrate: false });
+    const store = new Proxy(inner, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        const bound = typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+        if (prop === 'completeMany' && hold)
+          return (...args: unknown[]) => released.then(() => (bound as (...a: unknown[]) => unknown)(...args));
+        return bound;
+      },
+    });
+    let finish!: () => void;
+    const finished = new Promise<void>((r) => (finish = r));
+    let secondStarted = false;
+    const reg = new HandlerRegistry().register('t', async (_p, ctx) => {
+      if (ctx.attempt === 1) return { first: true };
+      secondStarted = true;
+      // No heartbeat of its own: the processor's keep the lease.
+      await new Promise<void>((resolve, reject) => {
+        void finished.then(resolve);
+        ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason as Error), { once: true });
+      });
+      return { second: true };
+    });
+    const o = observed();
+    const p = new JobProcessor({ store, registry: reg, heartbeatIntervalMs: 200, log: o.log, events: o.events });
+    try {
+      const first = p.runStarted(await p.claimAndStart([queue], 1));
+      // Its handler is done, its completion hangs, no heartbeat keeps it: the rescue re-queues it (attempt 1 counted).
+      const rescue = rescueLoop(id);
+      await until('the rescue', () => rescue.moved);
+      await rescue.stop();
+      hold = false;
+      const again = await p.claimAndStart([queue], 1);
+      expect(again.map((j) => [j.id, j.attempt])).toEqual([[id, 2]]);
+      const second = p.runStarted(again);
+      await until('the second run', () => secondStarted);
+      // The first run's completion goes through at last: lease_lost (the job is attempt 2's). Its run ends here.
+      release();
+      expect(await first).toEqual(['lease_lost']);
+      expect(p.inFlight).toBe(1); // the second run is still this processor's
+      // Past the lease: the second run's heartbeats keep it, so the rescue leaves it alone.
+      for (const end = Date.now() + ZOMBIE_TIMEOUT_S * 1000 + 1000; Date.now() < end; await sleep(200))
+        await direct.rescueZombies(100);
+      expect(await direct.getJob(id)).toMatchObject({ location: 'hot', state: 'processing', attempts: 2 });
+      finish();
+      expect(await second).toEqual(['succeeded']);
+      expect(await direct.getJob(id)).toMatchObject({ location: 'archive', attempts: 2, result: { second: true } });
+    } finally {
+      release();
+      finish();
+      await p.shutdown(0);
+      await inner.close();
+    }
+  }, 30_000);
 });

@@ -390,8 +390,8 @@ describe('the beat timer (executor.ts RunningJobs): heartbeats and lease deadlin
     const running = new RunningJobs(silentLogger);
     const events: string[] = [];
     const start = performance.now();
-    running.add(job('ok', true, events));
-    running.add(job('cut', false, events));
+    const ok = running.add(job('ok', true, events));
+    const cut = running.add(job('cut', false, events));
     vi.advanceTimersByTime(10_000);
     const expired = events.filter((e) => e.includes('expired'));
     expect(expired).toHaveLength(1);
@@ -399,8 +399,8 @@ describe('the beat timer (executor.ts RunningJobs): heartbeats and lease deadlin
     expect(at).toBeGreaterThanOrEqual(3_600); // lease 4 s less the 0.4 s margin
     expect(at).toBeLessThan(4_000); // within a tick of that, before the rescue could move it
     expect(events.filter((e) => e === 'ok:beat').length).toBeGreaterThanOrEqual(40); // every 200 ms (+ a tick)
-    running.delete('ok');
-    running.delete('cut');
+    running.delete(ok);
+    running.delete(cut);
     expect(vi.getTimerCount()).toBe(0);
   });
 });

@@ -66,6 +66,16 @@ export interface ChaosMixOptions {
   skewMs?: number; // each process's Date clock off by up to this much, either way (default 0); its lines use the true time
   bulky?: number; // the share of the backlog of type 'bulky': a ~200 KB payload, a ~60 KB result (default 0)
   churners?: number; // processes changing every queue's limit (none, 1-8), pausing and resuming, all the time (default 0)
+  // Network partitions of one worker, drain or dispatcher process at a time (each talks through a proxy of its own):
+  // its connections stay open and nothing moves either way for partitionMinMs-partitionMaxMs, then everything held
+  // is delivered (default 0)
+  partitions?: number;
+  partitionMinMs?: number; // default 2500 (past the 2 s zombie timeout)
+  partitionMaxMs?: number; // default 15000
+  // Graceful stops during the chaos: SIGTERM of a worker, drain or dispatcher with jobs in flight (replaced); it must
+  // say BYE within its grace and a margin and leave no job fetched or processing under its id (default 0)
+  terms?: number;
+  manyQueues?: number; // this many more queues (2 s zombie timeout, no limit) every process serves and the backlog spreads over (default 0)
   log?: (line: string) => void;
 }
 
@@ -95,18 +105,22 @@ interface Child {
   readyAt?: number;
   exit?: string; // how it exited
   stderr: () => string;
+  workerId?: string; // its processor's (W line)
+  proxy?: FaultProxy; // its own, for partitions
 }
 
-const QUEUE_NAMES = ['mx-a', 'mx-b', 'mx-lim', 'mx-p'];
+const BASE_QUEUES = ['mx-a', 'mx-b', 'mx-lim', 'mx-p'];
 
 export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
   const log = o.log ?? (() => undefined);
+  const QUEUE_NAMES = [...BASE_QUEUES, ...Array.from({ length: o.manyQueues ?? 0 }, (_, i) => `mx-q${i}`)];
   const random = seededRandom('chaos mix', o.seed);
   const problems: string[] = [];
   const facts: Record<string, number | string> = {};
   const runs = new Map<string, Run[]>(); // job -> its handler runs
   const openRuns = new Map<string, Run>(); // `${pid} ${job}` -> a run not ended yet
   const outcomes = new Map<string, string[]>();
+  const outcomesBy = new Map<string, string>(); // `${pid} ${job}` -> that process's last outcome of the job
   const errors = new Map<string, number>();
   let purged = 0;
   let purgedUnknown = 0; // at most this many more, by purges whose outcome their caller could not know
@@ -117,6 +131,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
   const serverErrors = new Map<string, number>(); // ops API answers of 500 or more
   const keyErrors = new Map<string, number>(); // keyed enqueues of shared keys that failed
   const stopped: { pid: number; from: number; to: number }[] = []; // SIGSTOP windows
+  const partitioned: { pid: number; from: number; to: number }[] = []; // partition windows (not exempt from overlaps)
   const children = new Set<Child>();
   const lags: { pid: number; at: number; ms: number }[] = []; // event-loop delays of >= 100 ms, per process
   const logStart = o.serverLog ? await sizeOf(o.serverLog) : 0;
@@ -148,6 +163,22 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
   const au = new URL(o.appUrl);
   const proxy = slow ? await FaultProxy.start(au.hostname, Number(au.port || 5432)) : undefined;
   if (proxy) proxy.latencyMs = o.latencyMs ?? 0;
+  // Partitions: each worker, drain and dispatcher process talks through a proxy of its own (its replacement after a
+  // kill takes it over), with the shared one's latency.
+  const ownProxies: FaultProxy[] = [];
+  const ownProxy = async (role: string) => {
+    if (!o.partitions || !['worker', 'drain', 'dispatch'].includes(role)) return undefined;
+    const p = await FaultProxy.start(au.hostname, Number(au.port || 5432));
+    p.latencyMs = o.latencyMs ?? 0;
+    ownProxies.push(p);
+    return p;
+  };
+  // A proxy whose previous process is still stopping gracefully (its replacement took the proxy over).
+  const sharesProxy = (c: Child) => [...children].some((x) => x !== c && x.proxy === c.proxy);
+  const setLatency = (ms: number) => {
+    if (proxy) proxy.latencyMs = ms;
+    for (const p of ownProxies) p.latencyMs = ms;
+  };
   const processUrl = proxy ? proxy.urlFor(o.appUrl) : o.appUrl;
   await control.updateQueue('mx-a', { zombieTimeoutSeconds: 2, zombiePolicy: 'retry', maxAttempts: 4 });
   await control.updateQueue('mx-b', { zombieTimeoutSeconds: 2, zombiePolicy: 'retry', maxAttempts: 4 });
@@ -158,13 +189,15 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     maxConcurrency: o.tiny ? 1 : 6,
   });
   await control.updateQueue('mx-p', { zombieTimeoutSeconds: 2, zombiePolicy: 'dlq', maxAttempts: 4 });
+  for (const qn of QUEUE_NAMES.slice(BASE_QUEUES.length))
+    await control.updateQueue(qn, { zombieTimeoutSeconds: 2, zombiePolicy: 'retry', maxAttempts: 4 });
 
-  const spawnChild = (role: string): Child => {
+  const spawnChild = (role: string, own?: FaultProxy): Child => {
     const proc = spawn(process.execPath, ['--import', 'tsx', 'test/support/chaosMixProcess.ts'], {
       cwd: ROOT,
       env: {
         ...process.env,
-        MIX_URL: processUrl,
+        MIX_URL: own ? own.urlFor(o.appUrl) : processUrl,
         MIX_ROLE: role,
         MIX_QUEUES: QUEUE_NAMES.join(','),
         MIX_PURGE_QUEUE: 'mx-p',
@@ -185,6 +218,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     const child: Child = {
       role,
       proc,
+      proxy: own,
       ready,
       spawnedAt: Date.now(),
       stderr: () => err,
@@ -228,8 +262,10 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
             r.how = f[4];
             openRuns.delete(`${pid} ${f[1]}`);
           }
-        } else if (f[0] === 'O') outcomes.set(f[1]!, [...(outcomes.get(f[1]!) ?? []), `${f[2]!}:${f[3] ?? '-'}`]);
-        else if (f[0] === 'P') purged += Number(f[2]);
+        } else if (f[0] === 'O') {
+          outcomes.set(f[1]!, [...(outcomes.get(f[1]!) ?? []), `${f[2]!}:${f[3] ?? '-'}`]);
+          outcomesBy.set(`${pid} ${f[1]}`, f[2]!);
+        } else if (f[0] === 'P') purged += Number(f[2]);
         else if (f[0] === 'PU') purgedUnknown += Number(f[2]);
         else if (f[0] === 'L') lags.push({ pid, at: Number(f[1]), ms: Number(f[2]) });
         else if (f[0] === 'Q') {
@@ -245,6 +281,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
           const key = `${role} ${f.slice(1).join(' ').replace(/\d+/g, 'N').slice(0, 120)}`;
           errors.set(key, (errors.get(key) ?? 0) + 1);
         } else if (f[0] === 'BYE') child.bye = Number(f[1]);
+        else if (f[0] === 'W') child.workerId = f[1];
       }
     });
     proc.stderr!.on('data', (d: Buffer) => (err = (err + d.toString()).slice(-4000)));
@@ -252,6 +289,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     return child;
   };
 
+  const pickOrNone = <T>(xs: T[]): T | undefined => (xs.length ? random.pick(xs) : undefined);
   const ids: string[] = [];
   const enqueue = async (jobs: EnqueueRequest[]) => {
     for (let i = 0; i < jobs.length; i += 500)
@@ -342,9 +380,9 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
         `alter role "${appLogin}" in database "${dbName}" set statement_timeout = ${Math.floor(o.statementTimeoutMs)}`,
       );
     const started: Child[] = [];
-    for (let i = 0; i < (o.dispatchers ?? 0); i++) started.push(spawnChild('dispatch'));
-    for (let i = 0; i < o.workers; i++) started.push(spawnChild('worker'));
-    for (let i = 0; i < o.drains; i++) started.push(spawnChild('drain'));
+    for (let i = 0; i < (o.dispatchers ?? 0); i++) started.push(spawnChild('dispatch', await ownProxy('dispatch')));
+    for (let i = 0; i < o.workers; i++) started.push(spawnChild('worker', await ownProxy('worker')));
+    for (let i = 0; i < o.drains; i++) started.push(spawnChild('drain', await ownProxy('drain')));
     for (let i = 0; i < o.maints; i++) started.push(spawnChild('maint'));
     const ops = spawnChild('ops');
     const apis = Array.from({ length: o.opsApi ?? 0 }, () => spawnChild('opsapi'));
@@ -363,6 +401,10 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     let spikeEnd = 0;
     let restarted = false;
     let stops = 0;
+    let partitions = 0;
+    let terms = 0;
+    const termChecks: Promise<void>[] = [];
+    const stranded: string[] = [];
     const conts: Promise<void>[] = [];
     const restartAt = o.restart ? Date.now() + o.chaosMs * random.next() * 0.6 + o.chaosMs * 0.2 : Infinity;
     while (Date.now() < chaosEnd) {
@@ -374,12 +416,97 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
         v.proc.kill('SIGKILL');
         await v.exited;
         kills++;
-        spawnChild(v.role); // not waited for: the faults go on while it starts
+        v.proxy?.heal(); // its partition ends with it (its replacement takes the proxy over)
+        spawnChild(v.role, v.proxy); // not waited for: the faults go on while it starts
+      }
+      if (partitions < (o.partitions ?? 0) && random.next() < 0.15) {
+        // A network partition of one process: its connections hang (no reset), its leases expire and others rescue
+        // its jobs; when it heals, what it sent arrives late and must be fenced, and the process must carry on.
+        const v = pickOrNone(
+          [...children].filter(
+            (c) =>
+              c.proxy &&
+              !c.proxy.isStalled &&
+              c.readyAt &&
+              !c.killedByUs && // not one stopping gracefully (its replacement shares the proxy)
+              !sharesProxy(c) &&
+              !stopped.some((w) => w.pid === c.proc.pid && w.to > Date.now()),
+          ),
+        );
+        if (v) {
+          const own = v.proxy!;
+          const w = { pid: v.proc.pid!, from: Date.now(), to: Infinity };
+          partitioned.push(w);
+          own.stall();
+          partitions++;
+          const ms = random.int(o.partitionMinMs ?? 2500, o.partitionMaxMs ?? 15000);
+          log(`chaos: ${Date.now()} partition of ${v.role} ${w.pid} for ${ms} ms`);
+          conts.push(
+            sleep(ms).then(() => {
+              w.to = Date.now();
+              own.heal();
+            }),
+          );
+        }
+      }
+      if (terms < (o.terms ?? 0) && random.next() < 0.15) {
+        // A graceful stop with jobs in flight (a deploy, a scale-in): it must finish or hand back what it holds within
+        // its grace, then exit; replaced at once.
+        const v = pickOrNone(
+          [...children].filter(
+            (c) =>
+              ['worker', 'drain', 'dispatch'].includes(c.role) &&
+              c.readyAt &&
+              c.workerId &&
+              !c.killedByUs && // not one already stopping
+              !c.proxy?.isStalled &&
+              !stopped.some((w) => w.pid === c.proc.pid && w.to > Date.now()),
+          ),
+        );
+        if (v) {
+          terms++;
+          const [held] = await q(
+            `select count(*)::int n from keel.jobs_hot where worker_id = $1 and state in ('fetched', 'processing')`,
+            [v.workerId],
+          );
+          v.killedByUs = true;
+          v.proc.kill('SIGTERM');
+          const began = Date.now();
+          log(`chaos: ${Date.now()} SIGTERM to ${v.role} ${v.proc.pid} holding ${held!.n} jobs`);
+          termChecks.push(
+            Promise.race([v.exited.then(() => true), sleep(20_000).then(() => false)]).then(async (exited) => {
+              if (!exited) {
+                problems.push(`graceful stop: a ${v.role} process (${v.proc.pid}) did not exit within 20 s of SIGTERM`);
+                v.proc.kill('SIGKILL');
+                await v.exited;
+              } else if (v.bye === undefined)
+                problems.push(
+                  `graceful stop: a ${v.role} process exited (${v.exit}) without BYE: ${v.stderr().slice(-400)}`,
+                );
+              else facts.termWorstMs = Math.max(Number(facts.termWorstMs ?? 0), Date.now() - began);
+              log(`chaos: ${Date.now()} ${v.role} ${v.proc.pid} stopped in ${Date.now() - began} ms (BYE ${v.bye})`);
+              // What it held when told to stop is finished or handed back: nothing stays under its id (a job whose
+              // outcome write was cut by a terminated backend is the rescue's, and is reported below).
+              let left = await q(
+                `select id::text, state, type, queue from keel.jobs_hot where worker_id = $1 and state in ('fetched', 'processing')`,
+                [v.workerId],
+              );
+              facts.termHeldAtStop = Number(facts.termHeldAtStop ?? 0) + held!.n;
+              // A job it gave up as lease_lost (its lease expired: a slow store, a partition) is the rescue's, by design.
+              const gaveUp = (id: string) => (outcomesBy.get(`${v.proc.pid} ${id}`) ?? '') === 'lease_lost';
+              facts.termLeftGivenUp = Number(facts.termLeftGivenUp ?? 0) + left.filter((r) => gaveUp(r.id)).length;
+              left = left.filter((r) => !gaveUp(r.id));
+              if (left.length)
+                stranded.push(`${v.role} ${v.proc.pid} held ${held!.n}, left ${JSON.stringify(left.slice(0, 3))}`);
+            }),
+          );
+          spawnChild(v.role, v.proxy);
+        }
       }
       if (stops < (o.stops ?? 0) && random.next() < 0.25) {
         // A process frozen past its jobs' zombie timeout (a VM paused, a debugger): its leases pass to others, and
         // when it runs again its heartbeats answer lease_lost (or, if they come first, it completes).
-        const v = random.pick(
+        const v = pickOrNone(
           [...children].filter((c) => ['worker', 'drain', 'dispatch'].includes(c.role) && c.readyAt),
         );
         if (v) {
@@ -409,10 +536,10 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
       }
       if (proxy && (o.latencySpikeMs ?? 0) > 0) {
         if (spikeEnd && Date.now() >= spikeEnd) {
-          proxy.latencyMs = o.latencyMs ?? 0;
+          setLatency(o.latencyMs ?? 0);
           spikeEnd = 0;
         } else if (!spikeEnd && random.next() < 0.08) {
-          proxy.latencyMs = o.latencySpikeMs!;
+          setLatency(o.latencySpikeMs!);
           spikeEnd = Date.now() + random.int(1000, 2000);
           spikes++;
         }
@@ -424,13 +551,23 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
       }
     }
     await Promise.all(conts);
+    await Promise.all(termChecks);
+    facts.partitions = partitions;
+    facts.terms = terms;
+    facts.strandedAfterTerm = stranded.join('\n');
+    // With backends terminated or the server restarted, a graceful stop's last outcome write may be cut (the job is
+    // then the rescue's): only a run without those faults makes a stranded lease a problem.
+    if (stranded.length && o.terminateBackends === false && !o.restart)
+      problems.push(
+        `graceful stop: ${stranded.length} processes left jobs under their id: ${stranded.slice(0, 3).join('; ')}`,
+      );
     if (o.lockTimeoutMs) await q(`alter role "${appLogin}" in database "${dbName}" reset lock_timeout`);
     if (o.statementTimeoutMs) await q(`alter role "${appLogin}" in database "${dbName}" reset statement_timeout`);
     facts.stops = stops;
     facts.kills = kills;
     facts.backendsTerminated = terminated;
     facts.latencySpikes = spikes;
-    if (proxy) proxy.latencyMs = o.latencyMs ?? 0;
+    setLatency(o.latencyMs ?? 0);
     facts.restarted = restarted ? 1 : 0;
 
     // The operator stops (it unpauses every queue on its way out); maintenance goes on.
@@ -823,6 +960,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     await control.close().catch(() => undefined);
     await ownerClient.end().catch(() => undefined);
     await proxy?.close();
+    for (const p of ownProxies) await p.close();
   }
 
   const logErrors = new Map<string, number>();

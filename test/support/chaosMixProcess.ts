@@ -19,6 +19,7 @@
 //   X <what> <error>                        an operation failed (counted, not fatal)
 //   K <error>                               a keyed enqueue of a shared key failed (a problem unless a cut connection)
 //   L <ms> <max>                            the event loop's longest delay (ms) in the second before (only >= 100)
+//   W <worker id>                           the processor's id (its leases carry it: jobs_hot.worker_id)
 // SIGTERM stops it gracefully (MIX_GRACE_MS) and it prints "BYE <ms it took>" before it exits.
 import { PostgresJobStore } from '../../shared/engines/postgres/jobStore.js';
 import { PostgresWakeups } from '../../shared/engines/postgres/wakeups.js';
@@ -39,7 +40,15 @@ const tiny = process.env.MIX_TINY === '1'; // the limits at their least: the lim
 const big = process.env.MIX_BIG === '1'; // resurrects of up to 500 dead letters at once
 const random = seededRandom(`chaos mix ${role} ${process.pid}`, Number(process.env.MIX_SEED ?? 1));
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const out = (line: string) => process.stdout.write(`${line}\n`);
+const out = (line: string) => {
+  process.stdout.write(`${line}\n`);
+  if (trace) trace.write(`${Date.now()} ${line}\n`);
+};
+// MIX_TRACE_DIR: every line and the processor's warnings, timed, in a file per process (for a run's post-mortem).
+const trace = process.env.MIX_TRACE_DIR
+  ? (await import('node:fs')).createWriteStream(`${process.env.MIX_TRACE_DIR}/${role}-${process.pid}.log`)
+  : undefined;
+const traceWarn = (m: string, f?: unknown) => trace?.write(`${Date.now()} WARN ${m} ${JSON.stringify(f ?? {})}\n`);
 // Clock skew (MIX_SKEW_MS): this process's Date (Date.now(), new Date()) runs that far off the machine's clock, as
 // a host whose clock drifted; the lines for the parent use the true time (wall()), which the parent compares across
 // processes.
@@ -189,7 +198,10 @@ const registry = registerMix(new HandlerRegistry());
 async function connectStore(): Promise<PostgresJobStore> {
   for (let i = 0; ; i++) {
     try {
-      return await PostgresJobStore.connect(url, { poolSize: 4, migrate: false });
+      return await PostgresJobStore.connect(url, {
+        poolSize: role === 'worker' ? Number(process.env.MIX_POOL || 4) : 4,
+        migrate: false,
+      });
     } catch (err) {
       if (i >= 20) throw err;
       await sleep(250);
@@ -214,7 +226,7 @@ function processor() {
     leaseSeconds: 5,
     heartbeatIntervalMs: 300,
     progressIntervalMs: 200,
-    log: { info: () => undefined, warn: () => undefined, error: (m, f) => failed(`log:${m}`, JSON.stringify(f)) },
+    log: { info: () => undefined, warn: traceWarn, error: (m, f) => failed(`log:${m}`, JSON.stringify(f)) },
     events: { onOutcome: (e) => out(`O ${e.job.id} ${e.outcome} ${e.reason ?? '-'}`) },
   });
 }
@@ -228,7 +240,9 @@ const resurrected = (ids: readonly string[]) => {
 
 if (role === 'worker') {
   const wakeups = new PostgresWakeups(url);
-  const worker = new Worker(processor(), {
+  const wp = processor();
+  out(`W ${wp.workerId}`);
+  const worker = new Worker(wp, {
     queues,
     concurrency: Number(process.env.MIX_CONCURRENCY || 12),
     pollIntervalMs: 400,
@@ -241,6 +255,7 @@ if (role === 'worker') {
   };
 } else if (role === 'drain') {
   const p = processor();
+  out(`W ${p.workerId}`);
   const loop = (async () => {
     while (!stopping) {
       try {
@@ -406,9 +421,10 @@ if (role === 'dispatch') {
     leaseSeconds: 5,
     heartbeatIntervalMs: 300,
     progressIntervalMs: 200,
-    log: { info: () => undefined, warn: () => undefined, error: (m, f) => failed(`log:${m}`, JSON.stringify(f)) },
+    log: { info: () => undefined, warn: traceWarn, error: (m, f) => failed(`log:${m}`, JSON.stringify(f)) },
     events: { onOutcome: (e) => out(`O ${e.job.id} ${e.outcome} ${e.reason ?? '-'}`) },
   });
+  out(`W ${p.workerId}`);
   const rt = { ...base, processor: p };
   const post = { ...rt, settings: { ...rt.settings, KEEL_DISPATCH_MODE: 'post' as const } };
   const log = { info: () => undefined, warn: () => undefined, error: () => undefined, debug: () => undefined };

@@ -12,6 +12,8 @@
 //                      D ms, then forward it: a call still "on its way over the network";
 //   - blackhole:       forward the trigger statement, then forward nothing in either direction and never cut: a peer
 //                      that stops replying without a reset (only the client's own timeouts end it).
+// stall()/heal(): a network partition of every connection through the proxy (new ones too): nothing moves either
+// way, nothing is cut, until heal() delivers what was held, in order (TCP retransmitting across a healed link).
 // A plan is one-shot: it fires on the first connection whose stream matches, then the proxy forwards normally.
 import net from 'node:net';
 
@@ -105,6 +107,8 @@ export class FaultProxy {
   private sockets = new Set<net.Socket>();
   private generation = 0; // disarm() ends faults that matched but have not fired yet
   private refusing = false; // down(): the server is away until up()
+  private stalled = false; // stall(): every byte either way is held until heal()
+  private readonly onHeal = new Set<() => void>();
   // A slow server (or network): every server->client chunk reaches the client this much later, in order. Changed at
   // any time; a chunk already on its way keeps the delay it got.
   latencyMs = 0;
@@ -159,6 +163,20 @@ export class FaultProxy {
 
   up(): void {
     this.refusing = false;
+  }
+
+  // A partition: connections stay open, nothing reaches either side until heal().
+  stall(): void {
+    this.stalled = true;
+  }
+
+  heal(): void {
+    this.stalled = false;
+    for (const f of [...this.onHeal]) f();
+  }
+
+  get isStalled(): boolean {
+    return this.stalled;
   }
 
   private onConnection(client: net.Socket) {
@@ -226,7 +244,24 @@ export class FaultProxy {
       kill();
     };
 
+    // stall(): bytes either way wait here, in order, for heal().
+    const heldUp: Buffer[] = [];
+    const heldDown: Buffer[] = [];
+    const onHeal = () => {
+      for (const c of heldUp.splice(0)) onClientData(c);
+      for (const c of heldDown.splice(0)) onServerData(c);
+    };
+    this.onHeal.add(onHeal);
+    client.on('close', () => this.onHeal.delete(onHeal));
     client.on('data', (chunk: Buffer) => {
+      if (this.stalled || heldUp.length) return void heldUp.push(chunk);
+      onClientData(chunk);
+    });
+    upstream.on('data', (chunk: Buffer) => {
+      if (this.stalled || heldDown.length) return void heldDown.push(chunk);
+      onServerData(chunk);
+    });
+    const onClientData = (chunk: Buffer): void => {
       if (cut) return;
       // A fault that matched and has not fired ends with disarm(); a held request and a silent peer stay as they are.
       if (active && active.generation !== this.generation && !held && active.plan.kind !== 'blackhole') active = null;
@@ -305,9 +340,9 @@ export class FaultProxy {
         }
       }
       upstream.write(chunk);
-    });
+    };
 
-    upstream.on('data', (chunk: Buffer) => {
+    const onServerData = (chunk: Buffer): void => {
       if (cut) return;
       if (active && active.plan.kind === 'blackhole') return; // never reply (even after disarm: the peer is gone silent)
       if (active && active.generation !== this.generation && active.plan.kind !== 'drop-reply') active = null;
@@ -344,7 +379,7 @@ export class FaultProxy {
       }
       fromServer.push(chunk);
       toClient(chunk);
-    });
+    };
   }
 
   async close(): Promise<void> {
