@@ -7,6 +7,7 @@
 // refused an olderThan "in the future" of the host's clock. The host's clock is shifted with a spy on Date.now around
 // each step (the database's is the real one).
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { skewed } from '../support/skewedClock.js';
 import { jobRunner } from '../../functions/jobRunner.js';
 import { dispatchDueJobs } from '../../shared/app/timerPasses.js';
 import { enqueueJobs } from '../../shared/app/enqueue.js';
@@ -14,7 +15,6 @@ import { ops } from '../../functions/ops.js';
 import { context, createTestRuntime, jsonOf, request, type TestRuntime } from './support.js';
 
 const HOUR = 3_600_000;
-const realNow = Date.now.bind(Date);
 // Retried after 60-120 s (equal jitter on a 120 s ceiling): far from both 0 and an hour.
 const BACKOFF = { baseMs: 120_000, maxMs: 120_000 };
 
@@ -41,16 +41,6 @@ afterAll(async () => {
 });
 
 afterEach(() => vi.restoreAllMocks());
-
-// Runs fn on a host whose clock is offsetMs off the database server's.
-async function skewed<T>(offsetMs: number, fn: () => Promise<T>): Promise<T> {
-  const spy = vi.spyOn(Date, 'now').mockImplementation(() => realNow() + offsetMs);
-  try {
-    return await fn();
-  } finally {
-    spy.mockRestore();
-  }
-}
 
 const dbNow = async () => (await t.pool.query<{ now: Date }>('select now() as now')).rows[0]!.now;
 

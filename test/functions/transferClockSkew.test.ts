@@ -8,6 +8,7 @@
 // KEEL_TRANSFER_STALE_MS), and catch-up measures from the chain's first batch's creation to this commit's
 // `committed_at`. The host's clock is shifted with a spy on Date.now around each step.
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { realNow, skewed } from '../support/skewedClock.js';
 import { maintenance } from '../../functions/maintenance.js';
 import { transferStage } from '../../functions/transferStage.js';
 import { transferApply } from '../../functions/transferApply.js';
@@ -22,7 +23,6 @@ import type { BatchView } from '../../shared/transfer/view.js';
 const STALE_MS = 1000;
 const HOUR = 3_600_000;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const realNow = Date.now.bind(Date);
 
 // The transfer the timer runs: its own daily schedule at an occurrence 12 hours from now (never due during the test
 // but for its first batch, whatever the time of day the test runs).
@@ -56,15 +56,6 @@ const fx = useItemsTransfer({
 type Sent = { queue: string; message: Record<string, unknown> & { batchId: string } };
 const takeAll = () => fx.t.queues.sent.splice(0) as Sent[];
 const rows = async () => (await fx.target.query(`select count(*)::int as n from public.items`)).rows[0].n as number;
-// Runs fn on a host whose clock is offsetMs off the journal's (the same server's, here).
-async function skewed<T>(offsetMs: number, fn: () => Promise<T>): Promise<T> {
-  const spy = vi.spyOn(Date, 'now').mockImplementation(() => realNow() + offsetMs);
-  try {
-    return await fn();
-  } finally {
-    spy.mockRestore();
-  }
-}
 
 afterEach(() => vi.restoreAllMocks());
 
