@@ -132,12 +132,21 @@ export function defineChaosSuite(makeHarness: () => EngineHarness, opts: ChaosOp
 
     // Chaos phase: crash random workers (replacing them) and kill every store connection now and then.
     // Bounded by count, not by the clock: on a loaded machine the sleeps stretch, and a time bound would end the
-    // phase before every planned crash and kill happened (each iteration does exactly one of them).
+    // phase before every planned crash and kill happened (each iteration does exactly one of them). Each event also
+    // comes as soon as the backlog has shrunk past its share of the jobs: on a fast, quiet machine the jobs drained
+    // before the first gap had passed, every crash hit an idle worker, and nothing was left to rescue.
     let crashes = 0;
     let kills = 0;
-    const gap = opts.chaosMs / (opts.crashes + opts.connectionKills + 1);
+    const events = opts.crashes + opts.connectionKills;
+    const gap = opts.chaosMs / (events + 1);
+    const nextEvent = async (done: number) => {
+      const until = Date.now() + gap * (0.5 + random.next());
+      const hotAtMost = Math.floor((opts.jobs * (events - done)) / (events + 1));
+      while (Date.now() < until && (await h.countRows('hot', queue).catch(() => opts.jobs)) > hotAtMost)
+        await sleep(Math.min(25, Math.max(0, until - Date.now())));
+    };
     while (crashes < opts.crashes || kills < opts.connectionKills) {
-      await sleep(gap * (0.5 + random.next()));
+      await nextEvent(crashes + kills);
       if (crashes < opts.crashes && (kills >= opts.connectionKills || random.next() < 0.6)) {
         const victim = live.splice(random.int(0, live.length - 1), 1)[0]!;
         victim.crash();
