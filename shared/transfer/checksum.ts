@@ -55,7 +55,15 @@
 // PostgreSQL computes the same value in SQL (shared/engines/postgres/transferSql.ts); other engines stream
 // canonical strings through `ChecksumAccumulator`. test/transfer/checksum.test.ts proves the two agree.
 import { createHash } from 'node:crypto';
-import { COPY_BYTES_FIELD, COPY_PLAIN, COPY_TEXT_FIELD, md5RowPrefix, md5RowPrefixCopy, type CopyOut } from './md5.js';
+import {
+  COPY_BYTES_FIELD,
+  COPY_PLAIN,
+  COPY_TEXT_FIELD,
+  md5RowPrefix,
+  md5RowPrefixCopy,
+  RowHashSum,
+  type CopyOut,
+} from './md5.js';
 
 export type LogicalType =
   'int' | 'decimal' | 'float' | 'text' | 'bool' | 'date' | 'timestamp' | 'timestamptz' | 'bytes' | 'uuid';
@@ -109,60 +117,45 @@ export function rowHash(row: CanonicalRow): bigint {
 
 // The keel-v1 row hash, as rowHash defines it, without a BigInt, a Buffer or a string per row (shared/transfer/md5.ts).
 const digest = new Uint32Array(2);
-const TWO32 = 4294967296;
 
-// The batch checksum of rows added one at a time. The sum mod 2^64 is kept as two 32-bit halves in plain numbers
-// (a BigInt addition per row costs about as much as the hash).
+// The batch checksum of rows added one at a time (the running sum: md5.ts RowHashSum).
 export class ChecksumAccumulator {
-  private hi = 0;
-  private lo = 0;
-  count = 0;
+  private readonly sum = new RowHashSum();
+
+  get count(): number {
+    return this.sum.count;
+  }
 
   add(row: CanonicalRow): void {
     md5RowPrefix(row, digest);
-    this.addHalves(digest[0]!, digest[1]!);
-    this.count++;
-  }
-
-  // Adds the row hashes as two 32-bit halves (each below 2^32).
-  private addHalves(hi: number, lo: number): void {
-    lo += this.lo;
-    hi += this.hi;
-    if (lo >= TWO32) {
-      lo -= TWO32;
-      hi += 1;
-    }
-    if (hi >= TWO32) hi -= TWO32;
-    this.lo = lo;
-    this.hi = hi;
+    this.sum.add(digest[0]!, digest[1]!);
   }
 
   // Announces a chunk whose rows addChunk will add: until then, whoever writes the chunk's rows as PostgreSQL COPY
   // text (copyTextHashing) may hash them in the same pass, and addChunk takes that chunk's sum instead of hashing
   // again. Chunks are never changed in place (COPY_TEXT above), so the sum stays the sum of the chunk's rows.
   expect(chunk: CanonicalChunk): void {
-    (chunk as Announced)[CHUNK_SUM] = { hashed: false, hi: 0, lo: 0, count: 0 };
+    (chunk as Announced)[CHUNK_SUM] = { hashed: null };
   }
 
   // add() of every row of the chunk (its sum when copyTextHashing computed it).
   addChunk(chunk: CanonicalChunk): void {
-    const s = (chunk as Announced)[CHUNK_SUM];
-    if (s?.hashed && s.count === chunk.length) {
-      this.addHalves(s.hi, s.lo);
-      this.count += s.count;
-    } else for (const row of chunk) this.add(row);
+    const hashed = (chunk as Announced)[CHUNK_SUM]?.hashed;
+    if (hashed && hashed.count === chunk.length) this.sum.addSum(hashed);
+    else for (const row of chunk) this.add(row);
     delete (chunk as Announced)[CHUNK_SUM];
   }
 
   get checksum(): string {
-    return ((BigInt(this.hi) << 32n) + BigInt(this.lo)).toString(10);
+    return this.sum.checksum;
   }
 }
 
 // The keel-v1 sum of an announced chunk's rows (ChecksumAccumulator.expect), once computed.
 const CHUNK_SUM: unique symbol = Symbol('keel.v1ChunkSum');
 let copyBytesPerRow = 64;
-type Announced = CanonicalChunk & { [CHUNK_SUM]?: { hashed: boolean; hi: number; lo: number; count: number } };
+// hashed: the sum of the chunk's rows once copyTextHashing has computed it.
+type Announced = CanonicalChunk & { [CHUNK_SUM]?: { hashed: RowHashSum | null } };
 
 // The rows as PostgreSQL COPY text (exactly what transferSql.ts copyText writes for them, as UTF-8), hashing them with
 // keel-v1 in the same pass when the chunk is announced and not hashed yet; null when it is not announced (the caller
@@ -175,25 +168,15 @@ export function copyTextHashing(chunk: CanonicalChunk, types: readonly LogicalTy
   );
   // Sized by the last chunk's bytes a row (grown when short): no zero fill, little left over.
   const o: CopyOut = { bytes: Buffer.allocUnsafe(Math.ceil(chunk.length * copyBytesPerRow * 1.1) + 256), pos: 0 };
-  let hi = 0;
-  let lo = 0;
+  const sum = new RowHashSum();
   for (const row of chunk) {
     // A row of another width hashes as its own fields (rowEncoding): this chunk is left to addChunk's rows.
     if (row.length !== kinds.length) return null;
     md5RowPrefixCopy(row, kinds, digest, o);
-    lo += digest[1]!;
-    hi += digest[0]!;
-    if (lo >= TWO32) {
-      lo -= TWO32;
-      hi += 1;
-    }
-    if (hi >= TWO32) hi -= TWO32;
+    sum.add(digest[0]!, digest[1]!);
   }
   if (chunk.length > 0) copyBytesPerRow = o.pos / chunk.length;
-  s.hi = hi;
-  s.lo = lo;
-  s.count = chunk.length;
-  s.hashed = true;
+  s.hashed = sum;
   return Buffer.from(o.bytes.buffer, o.bytes.byteOffset, o.pos);
 }
 

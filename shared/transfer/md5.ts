@@ -438,6 +438,37 @@ function md5Buffered(n: number, out: Uint32Array): void {
   out[1] = bswap(b0);
 }
 
+// keel-v1's batch checksum as it runs: row hashes (the first 8 digest bytes as the two big-endian 32-bit halves
+// md5Prefix writes) summed mod 2^64, kept as two halves in plain numbers (a BigInt addition per row costs about as
+// much as the hash); the checksum in decimal.
+export class RowHashSum {
+  private hi = 0;
+  private lo = 0;
+  count = 0;
+
+  // Adds `rows` row hashes whose sum mod 2^64 is hi:lo (each half below 2^32): one row's hash, or another sum's.
+  add(hi: number, lo: number, rows = 1): void {
+    lo += this.lo;
+    hi += this.hi;
+    if (lo >= 4294967296) {
+      lo -= 4294967296;
+      hi += 1;
+    }
+    if (hi >= 4294967296) hi -= 4294967296;
+    this.lo = lo;
+    this.hi = hi;
+    this.count += rows;
+  }
+
+  addSum(other: RowHashSum): void {
+    this.add(other.hi, other.lo, other.count);
+  }
+
+  get checksum(): string {
+    return ((BigInt(this.hi) << 32n) + BigInt(this.lo)).toString(10);
+  }
+}
+
 // ---- keel-v1 of rows read back as PostgreSQL COPY TO text ----
 // The PostgreSQL target checks what it stored by reading the rows' canonical texts back as one COPY TO (one line a
 // row, fields tab-separated, \N NULL, COPY's escapes) and hashing them here: the server then formats the texts only,
@@ -519,9 +550,7 @@ function putTemporal(b: Uint8Array, s: number, e: number, pos: number, kind: num
 // One pass over the bytes: each field is written into the record literal as it is read, and written again quoted
 // (from its start) only when it holds a character that quotes it (as putField).
 export class CopyTextSums {
-  hi = 0;
-  lo = 0;
-  count = 0;
+  private readonly sum = new RowHashSum();
   private rest: Uint8Array | null = null;
   private readonly out = new Uint32Array(2);
 
@@ -626,16 +655,7 @@ export class CopyTextSums {
       l[pos++] = 0x29; // )
       const out = this.out;
       md5Buffered(pos, out);
-      let lo = this.lo + out[1]!;
-      let hi = this.hi + out[0]!;
-      if (lo >= 4294967296) {
-        lo -= 4294967296;
-        hi += 1;
-      }
-      if (hi >= 4294967296) hi -= 4294967296;
-      this.lo = lo;
-      this.hi = hi;
-      this.count++;
+      this.sum.add(out[0]!, out[1]!);
       p = i;
     }
     // An unfinished row waits for the rest (a copy: the stream may hand out views of a buffer it reuses).
@@ -647,7 +667,11 @@ export class CopyTextSums {
     if (this.rest) throw new Error('COPY text ended inside a row');
   }
 
+  get count(): number {
+    return this.sum.count;
+  }
+
   get checksum(): string {
-    return ((BigInt(this.hi) << 32n) + BigInt(this.lo)).toString(10);
+    return this.sum.checksum;
   }
 }
