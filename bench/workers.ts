@@ -57,6 +57,7 @@ interface ChildArgs {
   pollMs: number;
   deadlineMs: number;
   v8Flags: string; // applied with v8.setFlagsFromString after start-up (--child-v8-flags)
+  poolSize: number; // the store's pool (--pool-size; 0: the store's default)
 }
 const CHILD_ARGS_ENV = 'KEEL_BENCH_WORKER_ARGS';
 // go: a new Worker (and processor) on `queue` for round `round`; end: report the round's counts and stop that Worker
@@ -84,6 +85,9 @@ interface ChildCounts {
   mainThreadUs: number; // on-CPU time of the main (JavaScript) thread, /proc schedstat
   otherThreadsUs: number; // of every other thread: V8's platform workers (parallel scavenge, concurrent marking and
   // compiling), libuv's pool
+  connects: number; // server connections the store's pool opened during the round (a new backend each)
+  poolSize: number; // connections in the pool at the round's end
+  completed: number; // jobs sent in completion batches
 }
 type FromChild =
   | { type: 'ready' }
@@ -163,6 +167,9 @@ async function child(a: ChildArgs): Promise<void> {
     ivcsw: 0,
     mainThreadUs: 0,
     otherThreadsUs: 0,
+    connects: 0,
+    poolSize: 0,
+    completed: 0,
   });
   let counts = zero();
   let cpu0: NodeJS.CpuUsage | undefined;
@@ -171,6 +178,7 @@ async function child(a: ChildArgs): Promise<void> {
   let used0 = 0;
   let ru0: NodeJS.ResourceUsage | undefined;
   let threads0 = { main: 0, others: 0 };
+  let pool: pg.Pool | undefined;
   const registry = new HandlerRegistry().register('noop', async () => undefined);
   const go = (queue: string, round: number) => {
     let succeeded = 0;
@@ -231,6 +239,7 @@ async function child(a: ChildArgs): Promise<void> {
         ivcsw: ru1.involuntaryContextSwitches - (ru0?.involuntaryContextSwitches ?? 0),
         mainThreadUs: Math.round(threads1.main - threads0.main),
         otherThreadsUs: Math.round(threads1.others - threads0.others),
+        poolSize: pool?.totalCount ?? 0,
       };
       void stopWorker().then(() => send({ type: 'ended', round: m.round, counts: ended }));
     } else exit(0);
@@ -247,7 +256,19 @@ async function child(a: ChildArgs): Promise<void> {
   // --no-parallel-scavenge set this way takes effect at the next scavenge.
   if (a.v8Flags !== '') v8.setFlagsFromString(a.v8Flags);
   try {
-    store = await PostgresJobStore.connect(a.url, { migrate: false, applicationName: `keel-bench-worker-${a.index}` });
+    store = await PostgresJobStore.connect(a.url, {
+      migrate: false,
+      applicationName: `keel-bench-worker-${a.index}`,
+      ...(a.poolSize > 0 ? { poolSize: a.poolSize } : {}),
+    });
+    pool = (store as unknown as { pool: pg.Pool }).pool;
+    // The processes idle between their rounds while the other shape's round runs: with the pool's 10 s idle timeout
+    // the six's connections were closed there under load and every round began on 12 new backends, each ~20 ms of
+    // server CPU above a warm one over its first calls (plpgsql compiles, catalog caches, named statements): up to
+    // ~12-15 µs a job of a 20k-job round (bench/README.md runs 1390-1409). A Worker under steady load keeps its
+    // connections; so do these. pg-pool reads the option at each release.
+    pool.options.idleTimeoutMillis = 0;
+    pool.on('connect', () => counts.connects++);
     // Counted around the store's calls (one increment each; the Worker sees the same store).
     const s = store;
     const claimAndStart = s.claimAndStart.bind(s);
@@ -262,6 +283,7 @@ async function child(a: ChildArgs): Promise<void> {
     const completeMany = s.completeMany.bind(s);
     s.completeMany = (refs) => {
       counts.completions++;
+      counts.completed += refs.length;
       return completeMany(refs);
     };
     send({ type: 'ready' });
@@ -297,6 +319,9 @@ interface RunResult {
   emptyClaims: number;
   shortClaims: number;
   claimedPerProcess: number[]; // jobs each worker process claimed (a warm-up round gives each about the same)
+  connects: number; // server connections the worker processes opened during the round
+  poolSizes: number[]; // each process's connections at the round's end
+  jobsPerCompletion: number;
 }
 
 const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
@@ -482,6 +507,9 @@ async function runOnce(
     emptyClaims: total('emptyClaims'),
     shortClaims: total('shortClaims'),
     claimedPerProcess: round.counts.map((x) => x.claimed),
+    connects: total('connects'),
+    poolSizes: round.counts.map((x) => x.poolSize),
+    jobsPerCompletion: r2(total('completed') / Math.max(1, total('completions'))),
   };
 }
 
@@ -501,6 +529,8 @@ async function main(): Promise<void> {
       // V8 flags the worker processes set after start-up (v8.setFlagsFromString), e.g. --no-parallel-scavenge
       'child-v8-flags': { type: 'string', default: '' },
       'timeout-s': { type: 'string', default: '600' },
+      // The worker processes' store pool size (0: the store's default, 10).
+      'pool-size': { type: 'string', default: '0' },
       cold: { type: 'boolean', default: false },
       // Only the N-process shape (no 1-process rounds): to read the server's statistics of one shape alone.
       'skip-one': { type: 'boolean', default: false },
@@ -545,6 +575,7 @@ async function main(): Promise<void> {
         pollMs: runOpts.pollMs,
         deadlineMs: (rounds + warmup) * 2 * runOpts.timeoutMs + 60_000,
         v8Flags: String(values['child-v8-flags']),
+        poolSize: Number(values['pool-size']),
       };
       const childNodeFlags = String(values['child-node-flags'])
         .split(/\s+/)
@@ -580,7 +611,8 @@ async function main(): Promise<void> {
                 `CPU µs/job node ${res.nodeUsPerJob} (system ${res.nodeSystemUsPerJob}, GC ${res.nodeGcUsPerJob}; main thread ${res.mainThreadUsPerJob}, other threads ${res.otherThreadsUsPerJob}), server ${res.pgUsPerJob ?? 'n/a'} ${JSON.stringify(res.pgUsPerJobByKind)}; per 1k jobs ${res.claimsPerK} claims ` +
                 `(${res.emptyClaims} empty, ${res.shortClaims} short in all), ${res.completionsPerK} completion batches; ` +
                 `GC per 1k jobs ${res.gcMinorPerK} minor, ${res.gcMajorPerK} major, new space KB ${res.newSpaceKb.join('/')}; loop active µs/job ${res.eluActiveUsPerJob}; heap allocated B/job ${res.allocatedBytesPerJob}; per 1k jobs ${res.perKJobs}; ` +
-                `jobs per process ${res.claimedPerProcess.join('/')}`,
+                `jobs per process ${res.claimedPerProcess.join('/')}; jobs per completion batch ${res.jobsPerCompletion}; ` +
+                `connections opened ${res.connects}, pool sizes ${res.poolSizes.join('/')}`,
             );
           }
         }
