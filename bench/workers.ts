@@ -60,6 +60,7 @@ interface ChildArgs {
   poolSize: number; // the store's pool (--pool-size; 0: the store's default)
 }
 const CHILD_ARGS_ENV = 'KEEL_BENCH_WORKER_ARGS';
+const PROGRESS_MS = 50; // a worker process's progress messages while its claims come back full (child())
 // go: a new Worker (and processor) on `queue` for round `round`; end: report the round's counts and stop that Worker
 // (the process, its store and its connections stay for the next round); exit: close the store and exit.
 type ToChild = { type: 'go'; queue: string; round: number } | { type: 'end'; round: number } | { type: 'exit' };
@@ -179,15 +180,30 @@ async function child(a: ChildArgs): Promise<void> {
   let ru0: NodeJS.ResourceUsage | undefined;
   let threads0 = { main: 0, others: 0 };
   let pool: pg.Pool | undefined;
+  let onDraining: () => void = () => undefined;
   const registry = new HandlerRegistry().register('noop', async () => undefined);
   const go = (queue: string, round: number) => {
     let succeeded = 0;
     let other = 0;
     let flushQueued = false;
-    // One progress message per event-loop turn at most, not one per job.
+    let flushTimer: NodeJS.Timeout | undefined;
+    // Progress at most every PROGRESS_MS while the backlog lasts, then (once a claim of this process came back short
+    // or empty: the backlog is running out) one message per event-loop turn, so the clock still stops at the last
+    // job. One message per turn all along was one per completion batch, 40-50 per 1,000 jobs: 2.5-5 µs a job of the
+    // parent's CPU plus the children's sends, which six CPU-bound processes on two cores pay in throughput and one
+    // round-trip-bound process does not (bench/README.md runs 1390-1409).
     const flush = () => {
       flushQueued = false;
+      flushTimer = undefined;
       send({ type: 'progress', round, succeeded, other });
+    };
+    const draining = () => counts.emptyClaims + counts.shortClaims > 0;
+    // A claim came back short or empty: what waits for the timer goes now (its jobs' outcomes may have come first).
+    onDraining = () => {
+      if (flushTimer) {
+        clearTimeout(flushTimer);
+        flush();
+      }
     };
     const processor = new JobProcessor({
       store: store!,
@@ -199,6 +215,11 @@ async function child(a: ChildArgs): Promise<void> {
           else other++;
           if (!flushQueued) {
             flushQueued = true;
+            if (draining()) setImmediate(flush);
+            else flushTimer = setTimeout(flush, PROGRESS_MS);
+          } else if (flushTimer && draining()) {
+            clearTimeout(flushTimer);
+            flushTimer = undefined;
             setImmediate(flush);
           }
         },
@@ -278,6 +299,7 @@ async function child(a: ChildArgs): Promise<void> {
       counts.claimed += jobs.length;
       if (jobs.length === 0) counts.emptyClaims++;
       else if (jobs.length < o.limit) counts.shortClaims++;
+      if (jobs.length < o.limit) onDraining();
       return jobs;
     };
     const completeMany = s.completeMany.bind(s);
@@ -322,6 +344,8 @@ interface RunResult {
   connects: number; // server connections the worker processes opened during the round
   poolSizes: number[]; // each process's connections at the round's end
   jobsPerCompletion: number;
+  parentUsPerJob: number; // the bench's parent process (progress messages), from go to drained
+  progressPerK: number; // progress messages per 1,000 jobs
 }
 
 const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
@@ -338,6 +362,7 @@ class Children {
   private succeeded: number[];
   private other: number[];
   private ended: ChildCounts[] = [];
+  private progressMessages = 0;
 
   constructor(
     private readonly n: number,
@@ -377,6 +402,7 @@ class Children {
         if (m.type === 'ready') this.ready++;
         else if (m.type === 'progress') {
           if (m.round !== this.round) return;
+          this.progressMessages++;
           this.succeeded[i] = m.succeeded;
           this.other[i] = m.other;
         } else if (m.type === 'ended') {
@@ -418,19 +444,36 @@ class Children {
     jobs: number,
     timeoutMs: number,
     drained: () => void,
-  ): Promise<{ ms: number; succeeded: number; other: number; counts: ChildCounts[] }> {
+  ): Promise<{
+    ms: number;
+    succeeded: number;
+    other: number;
+    counts: ChildCounts[];
+    parentUs: number; // this (the parent) process's CPU from go to drained: the progress messages' cost
+    progressMessages: number;
+  }> {
     this.round++;
+    this.progressMessages = 0;
     this.succeeded.fill(0);
     this.other.fill(0);
     this.ended = [];
     const t0 = performance.now();
+    const cpu0 = process.cpuUsage();
     this.send({ type: 'go', queue, round: this.round });
     await this.waitFor(`${jobs} jobs to be processed`, () => sum(this.succeeded) + sum(this.other) >= jobs, timeoutMs);
     const ms = performance.now() - t0;
+    const cpu = process.cpuUsage(cpu0);
     drained();
     this.send({ type: 'end', round: this.round });
     await this.waitFor('the workers to stop', () => this.ended.length === this.n, 30_000);
-    return { ms, succeeded: sum(this.succeeded), other: sum(this.other), counts: this.ended };
+    return {
+      ms,
+      succeeded: sum(this.succeeded),
+      other: sum(this.other),
+      counts: this.ended,
+      parentUs: cpu.user + cpu.system,
+      progressMessages: this.progressMessages,
+    };
   }
 
   async close(): Promise<void> {
@@ -510,6 +553,8 @@ async function runOnce(
     connects: total('connects'),
     poolSizes: round.counts.map((x) => x.poolSize),
     jobsPerCompletion: r2(total('completed') / Math.max(1, total('completions'))),
+    parentUsPerJob: r2(round.parentUs / opts.jobs),
+    progressPerK: r2((round.progressMessages * 1000) / opts.jobs),
   };
 }
 
@@ -612,7 +657,8 @@ async function main(): Promise<void> {
                 `(${res.emptyClaims} empty, ${res.shortClaims} short in all), ${res.completionsPerK} completion batches; ` +
                 `GC per 1k jobs ${res.gcMinorPerK} minor, ${res.gcMajorPerK} major, new space KB ${res.newSpaceKb.join('/')}; loop active µs/job ${res.eluActiveUsPerJob}; heap allocated B/job ${res.allocatedBytesPerJob}; per 1k jobs ${res.perKJobs}; ` +
                 `jobs per process ${res.claimedPerProcess.join('/')}; jobs per completion batch ${res.jobsPerCompletion}; ` +
-                `connections opened ${res.connects}, pool sizes ${res.poolSizes.join('/')}`,
+                `connections opened ${res.connects}, pool sizes ${res.poolSizes.join('/')}; ` +
+                `bench parent µs/job ${res.parentUsPerJob} (${res.progressPerK} progress messages per 1k jobs)`,
             );
           }
         }
