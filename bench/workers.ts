@@ -11,6 +11,10 @@
 // rate, so six run with a smaller one and scavenge more often).
 //   --child-node-flags='--min-semi-space-size=16'  Node/V8 flags for the worker processes only
 //   --child-v8-flags='--no-parallel-scavenge'  V8 flags the worker processes set after start-up (v8.setFlagsFromString)
+//   --pool-size N  the worker processes' store pool (default: the store's, 10; each uses 2 connections, claim and
+//   completion, and keeps them across rounds)
+// Each round's line also says the server connections the worker processes opened during it, the jobs per completion
+// batch, and the bench parent's CPU a job with its progress messages per 1,000 jobs (not part of the node figure).
 //
 //   npm run bench:workers -- --jobs 20000 --processes 6 --concurrency 20 --rounds 3 --warmup 1
 //   --warmup-jobs-per-process 20000 (jobs each worker process runs in a warm-up round; see below)
