@@ -11,6 +11,10 @@
 // rate, so six run with a smaller one and scavenge more often).
 //   --child-node-flags='--min-semi-space-size=16'  Node/V8 flags for the worker processes only
 //   --child-v8-flags='--no-parallel-scavenge'  V8 flags the worker processes set after start-up (v8.setFlagsFromString)
+//   --pool-size N  the worker processes' store pool (default: the store's, 10; each uses 2 connections, claim and
+//   completion, and keeps them across rounds)
+// Each round's line also says the server connections the worker processes opened during it, the jobs per completion
+// batch, and the bench parent's CPU a job with its progress messages per 1,000 jobs (not part of the node figure).
 //
 //   npm run bench:workers -- --jobs 20000 --processes 6 --concurrency 20 --rounds 3 --warmup 1
 //   --warmup-jobs-per-process 20000 (jobs each worker process runs in a warm-up round; see below)
@@ -57,8 +61,10 @@ interface ChildArgs {
   pollMs: number;
   deadlineMs: number;
   v8Flags: string; // applied with v8.setFlagsFromString after start-up (--child-v8-flags)
+  poolSize: number; // the store's pool (--pool-size; 0: the store's default)
 }
 const CHILD_ARGS_ENV = 'KEEL_BENCH_WORKER_ARGS';
+const PROGRESS_MS = 50; // a worker process's progress messages while its claims come back full (child())
 // go: a new Worker (and processor) on `queue` for round `round`; end: report the round's counts and stop that Worker
 // (the process, its store and its connections stay for the next round); exit: close the store and exit.
 type ToChild = { type: 'go'; queue: string; round: number } | { type: 'end'; round: number } | { type: 'exit' };
@@ -84,6 +90,9 @@ interface ChildCounts {
   mainThreadUs: number; // on-CPU time of the main (JavaScript) thread, /proc schedstat
   otherThreadsUs: number; // of every other thread: V8's platform workers (parallel scavenge, concurrent marking and
   // compiling), libuv's pool
+  connects: number; // server connections the store's pool opened during the round (a new backend each)
+  poolSize: number; // connections in the pool at the round's end
+  completed: number; // jobs sent in completion batches
 }
 type FromChild =
   | { type: 'ready' }
@@ -163,6 +172,9 @@ async function child(a: ChildArgs): Promise<void> {
     ivcsw: 0,
     mainThreadUs: 0,
     otherThreadsUs: 0,
+    connects: 0,
+    poolSize: 0,
+    completed: 0,
   });
   let counts = zero();
   let cpu0: NodeJS.CpuUsage | undefined;
@@ -171,15 +183,31 @@ async function child(a: ChildArgs): Promise<void> {
   let used0 = 0;
   let ru0: NodeJS.ResourceUsage | undefined;
   let threads0 = { main: 0, others: 0 };
+  let pool: pg.Pool | undefined;
+  let onDraining: () => void = () => undefined;
   const registry = new HandlerRegistry().register('noop', async () => undefined);
   const go = (queue: string, round: number) => {
     let succeeded = 0;
     let other = 0;
     let flushQueued = false;
-    // One progress message per event-loop turn at most, not one per job.
+    let flushTimer: NodeJS.Timeout | undefined;
+    // Progress at most every PROGRESS_MS while the backlog lasts, then (once a claim of this process came back short
+    // or empty: the backlog is running out) one message per event-loop turn, so the clock still stops at the last
+    // job. One message per turn all along was one per completion batch, 40-50 per 1,000 jobs: 2.5-5 µs a job of the
+    // parent's CPU plus the children's sends, which six CPU-bound processes on two cores pay in throughput and one
+    // round-trip-bound process does not (bench/README.md runs 1390-1409).
     const flush = () => {
       flushQueued = false;
+      flushTimer = undefined;
       send({ type: 'progress', round, succeeded, other });
+    };
+    const draining = () => counts.emptyClaims + counts.shortClaims > 0;
+    // A claim came back short or empty: what waits for the timer goes now (its jobs' outcomes may have come first).
+    onDraining = () => {
+      if (flushTimer) {
+        clearTimeout(flushTimer);
+        flush();
+      }
     };
     const processor = new JobProcessor({
       store: store!,
@@ -191,6 +219,11 @@ async function child(a: ChildArgs): Promise<void> {
           else other++;
           if (!flushQueued) {
             flushQueued = true;
+            if (draining()) setImmediate(flush);
+            else flushTimer = setTimeout(flush, PROGRESS_MS);
+          } else if (flushTimer && draining()) {
+            clearTimeout(flushTimer);
+            flushTimer = undefined;
             setImmediate(flush);
           }
         },
@@ -231,6 +264,7 @@ async function child(a: ChildArgs): Promise<void> {
         ivcsw: ru1.involuntaryContextSwitches - (ru0?.involuntaryContextSwitches ?? 0),
         mainThreadUs: Math.round(threads1.main - threads0.main),
         otherThreadsUs: Math.round(threads1.others - threads0.others),
+        poolSize: pool?.totalCount ?? 0,
       };
       void stopWorker().then(() => send({ type: 'ended', round: m.round, counts: ended }));
     } else exit(0);
@@ -247,7 +281,19 @@ async function child(a: ChildArgs): Promise<void> {
   // --no-parallel-scavenge set this way takes effect at the next scavenge.
   if (a.v8Flags !== '') v8.setFlagsFromString(a.v8Flags);
   try {
-    store = await PostgresJobStore.connect(a.url, { migrate: false, applicationName: `keel-bench-worker-${a.index}` });
+    store = await PostgresJobStore.connect(a.url, {
+      migrate: false,
+      applicationName: `keel-bench-worker-${a.index}`,
+      ...(a.poolSize > 0 ? { poolSize: a.poolSize } : {}),
+    });
+    pool = (store as unknown as { pool: pg.Pool }).pool;
+    // The processes idle between their rounds while the other shape's round runs: with the pool's 10 s idle timeout
+    // the six's connections were closed there under load and every round began on 12 new backends, each ~20 ms of
+    // server CPU above a warm one over its first calls (plpgsql compiles, catalog caches, named statements): up to
+    // ~12-15 µs a job of a 20k-job round (bench/README.md runs 1390-1409). A Worker under steady load keeps its
+    // connections; so do these. pg-pool reads the option at each release.
+    pool.options.idleTimeoutMillis = 0;
+    pool.on('connect', () => counts.connects++);
     // Counted around the store's calls (one increment each; the Worker sees the same store).
     const s = store;
     const claimAndStart = s.claimAndStart.bind(s);
@@ -257,11 +303,13 @@ async function child(a: ChildArgs): Promise<void> {
       counts.claimed += jobs.length;
       if (jobs.length === 0) counts.emptyClaims++;
       else if (jobs.length < o.limit) counts.shortClaims++;
+      if (jobs.length < o.limit) onDraining();
       return jobs;
     };
     const completeMany = s.completeMany.bind(s);
     s.completeMany = (refs) => {
       counts.completions++;
+      counts.completed += refs.length;
       return completeMany(refs);
     };
     send({ type: 'ready' });
@@ -297,6 +345,11 @@ interface RunResult {
   emptyClaims: number;
   shortClaims: number;
   claimedPerProcess: number[]; // jobs each worker process claimed (a warm-up round gives each about the same)
+  connects: number; // server connections the worker processes opened during the round
+  poolSizes: number[]; // each process's connections at the round's end
+  jobsPerCompletion: number;
+  parentUsPerJob: number; // the bench's parent process (progress messages), from go to drained
+  progressPerK: number; // progress messages per 1,000 jobs
 }
 
 const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
@@ -313,6 +366,7 @@ class Children {
   private succeeded: number[];
   private other: number[];
   private ended: ChildCounts[] = [];
+  private progressMessages = 0;
 
   constructor(
     private readonly n: number,
@@ -352,6 +406,7 @@ class Children {
         if (m.type === 'ready') this.ready++;
         else if (m.type === 'progress') {
           if (m.round !== this.round) return;
+          this.progressMessages++;
           this.succeeded[i] = m.succeeded;
           this.other[i] = m.other;
         } else if (m.type === 'ended') {
@@ -393,19 +448,36 @@ class Children {
     jobs: number,
     timeoutMs: number,
     drained: () => void,
-  ): Promise<{ ms: number; succeeded: number; other: number; counts: ChildCounts[] }> {
+  ): Promise<{
+    ms: number;
+    succeeded: number;
+    other: number;
+    counts: ChildCounts[];
+    parentUs: number; // this (the parent) process's CPU from go to drained: the progress messages' cost
+    progressMessages: number;
+  }> {
     this.round++;
+    this.progressMessages = 0;
     this.succeeded.fill(0);
     this.other.fill(0);
     this.ended = [];
     const t0 = performance.now();
+    const cpu0 = process.cpuUsage();
     this.send({ type: 'go', queue, round: this.round });
     await this.waitFor(`${jobs} jobs to be processed`, () => sum(this.succeeded) + sum(this.other) >= jobs, timeoutMs);
     const ms = performance.now() - t0;
+    const cpu = process.cpuUsage(cpu0);
     drained();
     this.send({ type: 'end', round: this.round });
     await this.waitFor('the workers to stop', () => this.ended.length === this.n, 30_000);
-    return { ms, succeeded: sum(this.succeeded), other: sum(this.other), counts: this.ended };
+    return {
+      ms,
+      succeeded: sum(this.succeeded),
+      other: sum(this.other),
+      counts: this.ended,
+      parentUs: cpu.user + cpu.system,
+      progressMessages: this.progressMessages,
+    };
   }
 
   async close(): Promise<void> {
@@ -482,6 +554,11 @@ async function runOnce(
     emptyClaims: total('emptyClaims'),
     shortClaims: total('shortClaims'),
     claimedPerProcess: round.counts.map((x) => x.claimed),
+    connects: total('connects'),
+    poolSizes: round.counts.map((x) => x.poolSize),
+    jobsPerCompletion: r2(total('completed') / Math.max(1, total('completions'))),
+    parentUsPerJob: r2(round.parentUs / opts.jobs),
+    progressPerK: r2((round.progressMessages * 1000) / opts.jobs),
   };
 }
 
@@ -501,6 +578,8 @@ async function main(): Promise<void> {
       // V8 flags the worker processes set after start-up (v8.setFlagsFromString), e.g. --no-parallel-scavenge
       'child-v8-flags': { type: 'string', default: '' },
       'timeout-s': { type: 'string', default: '600' },
+      // The worker processes' store pool size (0: the store's default, 10).
+      'pool-size': { type: 'string', default: '0' },
       cold: { type: 'boolean', default: false },
       // Only the N-process shape (no 1-process rounds): to read the server's statistics of one shape alone.
       'skip-one': { type: 'boolean', default: false },
@@ -545,6 +624,7 @@ async function main(): Promise<void> {
         pollMs: runOpts.pollMs,
         deadlineMs: (rounds + warmup) * 2 * runOpts.timeoutMs + 60_000,
         v8Flags: String(values['child-v8-flags']),
+        poolSize: Number(values['pool-size']),
       };
       const childNodeFlags = String(values['child-node-flags'])
         .split(/\s+/)
@@ -580,7 +660,9 @@ async function main(): Promise<void> {
                 `CPU µs/job node ${res.nodeUsPerJob} (system ${res.nodeSystemUsPerJob}, GC ${res.nodeGcUsPerJob}; main thread ${res.mainThreadUsPerJob}, other threads ${res.otherThreadsUsPerJob}), server ${res.pgUsPerJob ?? 'n/a'} ${JSON.stringify(res.pgUsPerJobByKind)}; per 1k jobs ${res.claimsPerK} claims ` +
                 `(${res.emptyClaims} empty, ${res.shortClaims} short in all), ${res.completionsPerK} completion batches; ` +
                 `GC per 1k jobs ${res.gcMinorPerK} minor, ${res.gcMajorPerK} major, new space KB ${res.newSpaceKb.join('/')}; loop active µs/job ${res.eluActiveUsPerJob}; heap allocated B/job ${res.allocatedBytesPerJob}; per 1k jobs ${res.perKJobs}; ` +
-                `jobs per process ${res.claimedPerProcess.join('/')}`,
+                `jobs per process ${res.claimedPerProcess.join('/')}; jobs per completion batch ${res.jobsPerCompletion}; ` +
+                `connections opened ${res.connects}, pool sizes ${res.poolSizes.join('/')}; ` +
+                `bench parent µs/job ${res.parentUsPerJob} (${res.progressPerK} progress messages per 1k jobs)`,
             );
           }
         }
