@@ -1,7 +1,6 @@
 // PostgreSQL transfer source: schema, windows, manifest (count + keel-v1 checksum computed by the server),
 // canonical rows streamed as the COPY TO STDOUT of their text, and a COPY TO STDOUT of the typed rows for PostgreSQL targets.
 import type pg from 'pg';
-import { to as copyTo } from 'pg-copy-streams';
 import {
   COPY_TEXT,
   type CanonicalChunk,
@@ -47,6 +46,7 @@ import {
   pgLogicalType,
   pgTemporalOutOfRange,
 } from './transferSql.js';
+import { copyOut } from './copyStreams.js';
 import { PG_COPY_FORMAT, pgChecksumAlgorithms } from './serverFeatures.js';
 
 const noop = () => undefined;
@@ -507,7 +507,7 @@ export class PostgresTransferSource implements SourceAdapter {
       );
       if (changes) await this.checkChangesValid(client, w.low);
       if (facts) facts.keysUnique = await this.keysUniqueIn(client, changes);
-      const copy = client.query(copyTo(`copy (${this.settingsSelect(w, schema, cols)}) to stdout`));
+      const copy = client.query(copyOut(`copy (${this.settingsSelect(w, schema, cols)}) to stdout`));
       stream = copy;
       copy.on('error', noop); // the iteration below reports it; never unhandled
       let rows: CanonicalRow[] = [];
@@ -637,7 +637,10 @@ export class PostgresTransferSource implements SourceAdapter {
         const lowPred = w.low === null ? '' : `${b} > current_setting('keel.w_low')::${cast} and `;
         select = `select ${cols.join(', ')} from ${this.from} where ${lowPred}${b} <= current_setting('keel.w_high')::${cast}`;
       }
-      const stream = client.query(copyTo(`copy (${select}) to stdout${format === 'binary' ? ' (format binary)' : ''}`));
+      // Whole CopyData messages, which a PostgreSQL target's COPY FROM writes as they are (copyStreams.ts).
+      const stream = client.query(
+        copyOut(`copy (${select}) to stdout${format === 'binary' ? ' (format binary)' : ''}`, 'framed'),
+      );
       // Listened to from the first moment: the caller attaches its own handling later (a lost connection in between
       // must not raise an unhandled 'error').
       stream.on('error', noop);
