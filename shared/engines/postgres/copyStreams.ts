@@ -162,7 +162,7 @@ class CopyOut extends CopyToBase {
 function unframe(b: Buffer, start: number, end: number, payload: number): Buffer {
   const out = Buffer.allocUnsafe(payload);
   let o = 0;
-  for (let pos = start; pos < end; ) {
+  for (let pos = start; pos < end;) {
     const next = pos + 1 + (((b[pos + 1]! << 24) | (b[pos + 2]! << 16) | (b[pos + 3]! << 8) | b[pos + 4]!) >>> 0);
     o += b.copy(out, o, pos + 5, next);
     pos = next;
