@@ -10,7 +10,6 @@
 // text; with one source read its manifest and attempt exist only after the rows, so the claim follows them
 // (docs/transfer.md, "Direct apply of the row path").
 import type pg from 'pg';
-import { from as copyFrom } from 'pg-copy-streams';
 import { pipeline } from 'node:stream/promises';
 import { Transform, type Writable } from 'node:stream';
 import { once } from 'node:events';
@@ -35,6 +34,7 @@ import {
   pgChecksumQuery,
   pgReadBackSums,
 } from './transferSql.js';
+import { copyIn, isFramed } from './copyStreams.js';
 
 const KT_FENCED = 'KT005';
 // From this many rows in the manifest the window's checksum is priced for parallel workers (below: one process).
@@ -202,7 +202,7 @@ export async function applyDirect(
       d.mapped.every((c) => d.targetTypes.get(c.target)?.toLowerCase() === c.type.toLowerCase());
     const columnList = d.mapped.map((c) => quotePg(c.target)).join(', ');
     const sink = client.query(
-      copyFrom(`copy ${d.qualified} (${columnList}) from stdin${binary ? ' (format binary)' : ''}`),
+      copyIn(`copy ${d.qualified} (${columnList}) from stdin${binary ? ' (format binary)' : ''}`),
     );
     copyOpen = true;
     sink.on('error', noop);
@@ -230,6 +230,7 @@ export async function applyDirect(
         opening = feed.open(binary ? 'binary' : 'text');
         src = await Promise.race([opening, sinkFailed, stalled]);
         src.stream.on('error', noop); // the pipeline reports it
+        if (isFramed(src.stream)) sink.acceptFramed(); // the source's CopyData messages, written as they came
         touch();
         const moved = pipeline(
           src.stream,

@@ -1,7 +1,6 @@
 // PostgreSQL transfer source: schema, windows, manifest (count + keel-v1 checksum computed by the server),
 // canonical rows streamed as the COPY TO STDOUT of their text, and a COPY TO STDOUT of the typed rows for PostgreSQL targets.
 import type pg from 'pg';
-import { to as copyTo } from 'pg-copy-streams';
 import {
   COPY_TEXT,
   type CanonicalChunk,
@@ -47,6 +46,7 @@ import {
   pgLogicalType,
   pgTemporalOutOfRange,
 } from './transferSql.js';
+import { copyOut } from './copyStreams.js';
 import { PG_COPY_FORMAT, pgChecksumAlgorithms } from './serverFeatures.js';
 
 const noop = () => undefined;
@@ -507,7 +507,7 @@ export class PostgresTransferSource implements SourceAdapter {
       );
       if (changes) await this.checkChangesValid(client, w.low);
       if (facts) facts.keysUnique = await this.keysUniqueIn(client, changes);
-      const copy = client.query(copyTo(`copy (${this.settingsSelect(w, schema, cols)}) to stdout`));
+      const copy = client.query(copyOut(`copy (${this.settingsSelect(w, schema, cols)}) to stdout`));
       stream = copy;
       copy.on('error', noop); // the iteration below reports it; never unhandled
       let rows: CanonicalRow[] = [];
@@ -534,11 +534,26 @@ export class PostgresTransferSource implements SourceAdapter {
         return parts.length === 1 ? parts[0]! : Buffer.concat(parts);
       };
       const chunk = (out: CanonicalChunk): CanonicalChunk => ((out[COPY_TEXT] = textOf(out.length)), out);
+      // Whole lines, each ending in a newline. Fields are cut by indexOf and slice, not split() per line and per row:
+      // no array per line, none of the row's size unknown (bench/README.md, runs 1350-1369).
       const take = (text: string) => {
-        for (const line of text.split('\n')) {
-          const row: CanonicalRow = line.split('\t');
-          if (line.includes('\\')) for (let i = 0; i < row.length; i++) row[i] = copyTextValue(row[i]!);
-          if (row.length !== width) throw new Error(`COPY row with ${row.length} fields, expected ${width}`);
+        const n = text.length;
+        let backslash = text.indexOf('\\'); // the first backslash at or after the row's start (-1: none left)
+        for (let p = 0; p < n;) {
+          const nl = text.indexOf('\n', p);
+          const row: CanonicalRow = new Array<string | null>(width);
+          for (let f = 0; f < width - 1; f++) {
+            const e = text.indexOf('\t', p);
+            if (e < 0 || e > nl) throw fieldCount(text.slice(p, nl), f);
+            row[f] = text.slice(p, e);
+            p = e + 1;
+          }
+          const last = text.slice(p, nl);
+          if (last.includes('\t')) throw fieldCount(last, width - 1);
+          row[width - 1] = last;
+          if (backslash >= 0 && backslash < nl) for (let i = 0; i < width; i++) row[i] = copyTextValue(row[i]!);
+          p = nl + 1;
+          if (backslash >= 0 && backslash < p) backslash = text.indexOf('\\', p);
           for (const i of temporal) {
             const v = row[i];
             if (v != null && v.startsWith(PG_OUT_OF_RANGE_MARK))
@@ -547,6 +562,8 @@ export class PostgresTransferSource implements SourceAdapter {
           rows.push(row);
         }
       };
+      const fieldCount = (rest: string, before = 0) =>
+        new Error(`COPY row with ${before + rest.split('\t').length} fields, expected ${width}`);
       for await (const data of copy as AsyncIterable<Buffer>) {
         const buf: Buffer = rest ? Buffer.concat([rest, data]) : data;
         // Whole rows only: a newline byte never occurs inside a multi-byte UTF-8 character.
@@ -557,7 +574,7 @@ export class PostgresTransferSource implements SourceAdapter {
         }
         rest = last + 1 < buf.length ? buf.subarray(last + 1) : null;
         const before = rows.length;
-        take(buf.toString('utf8', 0, last));
+        take(buf.toString('utf8', 0, last + 1));
         segments.push({ text: buf.subarray(0, last + 1), rows: rows.length - before });
         while (rows.length >= chunkSize) {
           const out = rows.length === chunkSize ? rows : rows.slice(0, chunkSize);
@@ -637,7 +654,10 @@ export class PostgresTransferSource implements SourceAdapter {
         const lowPred = w.low === null ? '' : `${b} > current_setting('keel.w_low')::${cast} and `;
         select = `select ${cols.join(', ')} from ${this.from} where ${lowPred}${b} <= current_setting('keel.w_high')::${cast}`;
       }
-      const stream = client.query(copyTo(`copy (${select}) to stdout${format === 'binary' ? ' (format binary)' : ''}`));
+      // Whole CopyData messages, which a PostgreSQL target's COPY FROM writes as they are (copyStreams.ts).
+      const stream = client.query(
+        copyOut(`copy (${select}) to stdout${format === 'binary' ? ' (format binary)' : ''}`, 'framed'),
+      );
       // Listened to from the first moment: the caller attaches its own handling later (a lost connection in between
       // must not raise an unhandled 'error').
       stream.on('error', noop);

@@ -1,6 +1,6 @@
 // PostgreSQL side of the keel-v1 checksum (shared/transfer/checksum.ts) and the type mapping for transfers.
 import type pg from 'pg';
-import { to as copyTo } from 'pg-copy-streams';
+import { copyOut } from './copyStreams.js';
 import { CopyTextSums, READ_DATE, READ_TEXT, READ_TIMESTAMP, READ_TIMESTAMPTZ } from '../../transfer/md5.js';
 import {
   COPY_TEXT,
@@ -190,7 +190,7 @@ export async function pgReadBackSums(
   const kinds = cols.map((c) => readKind(c.type, c.declared));
   const texts = cols.map((c, i) => (kinds[i] === READ_TEXT ? pgCanonical(c.ref, c.type, c.declared) : c.ref));
   const sums = new CopyTextSums(kinds);
-  const stream = client.query(copyTo(`copy (select ${texts.join(', ')} from ${from} where ${where}) to stdout`));
+  const stream = client.query(copyOut(`copy (select ${texts.join(', ')} from ${from} where ${where}) to stdout`));
   for await (const data of stream as AsyncIterable<Buffer>) sums.push(data);
   sums.end();
   return { rowCount: sums.count, checksum: sums.checksum };

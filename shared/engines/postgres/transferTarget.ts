@@ -3,7 +3,6 @@
 // duplicate keys before the staging commits (keel-v1 from the staged rows read back, transferSql.ts pgReadBackSums), and the keel_transfer.* functions
 // (sql/postgres/target) called through TARGET_POSTGRES_FUNCTIONS.
 import type pg from 'pg';
-import { from as copyFrom } from 'pg-copy-streams';
 import { once } from 'node:events';
 import { pipeline } from 'node:stream/promises';
 import { Transform, type Writable } from 'node:stream';
@@ -59,6 +58,7 @@ import {
   pgFacets,
   pgLogicalType,
 } from './transferSql.js';
+import { copyIn, isFramed } from './copyStreams.js';
 import { PG_COPY_FORMAT, pgChecksumAlgorithms } from './serverFeatures.js';
 import { pgStatement, type PgSignature } from './procedures.js';
 import { applyDirect, type DirectClaim } from './directApply.js';
@@ -168,7 +168,7 @@ const noop = () => undefined;
 // An open COPY FROM STDIN into the staging table. While it is open a rollback would queue behind it forever: only
 // destroying the connection ends it.
 interface CopyIn {
-  sink: Writable;
+  sink: Writable & { acceptFramed(): void };
   failed: Promise<never>;
   finished: Promise<void>;
 }
@@ -218,7 +218,7 @@ class PgStagingSession implements StagingSession {
   private openCopy(binary: boolean, stall: StallGuard): CopyIn {
     const columnList = [...this.mapped.map((c) => quotePg(c.target)), ...(this.ops ? [OP_COLUMN] : [])].join(', ');
     const sink = this.client.query(
-      copyFrom(`copy ${this.staging} (${columnList}) from stdin${binary ? ' (format binary)' : ''}`),
+      copyIn(`copy ${this.staging} (${columnList}) from stdin${binary ? ' (format binary)' : ''}`),
     );
     stall.touch();
     // Listened to from the first moment: the connection can die while the source opens or between two chunks
@@ -259,6 +259,7 @@ class PgStagingSession implements StagingSession {
     const src = await Promise.race([source.opening, copy.failed, stall.failed]);
     source.stream = src;
     src.stream.on('error', noop); // the pipeline below reports it; never unhandled
+    if (isFramed(src.stream)) copy.sink.acceptFramed(); // the source's CopyData messages, written as they came
     // Duplicate keys are impossible when the source guarantees unique keys in the COPY's snapshot and the key
     // columns are integers (equal on the target exactly when equal on the source; the staged values are proven
     // equal to the source's by the checksum, which is compared before anything is declared staged).
