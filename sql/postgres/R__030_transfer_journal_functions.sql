@@ -118,25 +118,41 @@ end $$;
 -- row when the batch is not in one of p_from_states (someone else moved it). Each patchable column comes with a
 -- p_set_<column> flag: true sets the column to p_<column> (null clears it), false leaves it; the manifest (row_count,
 -- checksum) is the exception: once recorded it is never replaced. p_stamp names one of the *_at columns to set to now().
+-- p_if_version (null: the state alone decides) also fences the move on the version the caller read (V032): a writer
+-- that decided on an older record -- reconcile's verdict, asked of the target while another run started an apply or
+-- an operator moved the batch -- moves nothing (no row), and its event is still recorded, on the row as it is, with
+-- {"stale": true, "version": <the row's>} in its detail (as transfer_batch_note's).
 drop function if exists keel.transfer_batch_transition(uuid, text[], text, jsonb, boolean, text, text, jsonb);
+drop function if exists keel.transfer_batch_transition(uuid, text[], text, boolean, bigint, boolean, text, boolean,
+  bigint, boolean, text, boolean, bigint, boolean, text, boolean, text, boolean, text, boolean, text, text, jsonb);
 create or replace function keel.transfer_batch_transition(p_batch_id uuid, p_from_states text[], p_to_state text,
   p_set_row_count boolean, p_row_count bigint, p_set_checksum boolean, p_checksum text,
   p_set_staged_count boolean, p_staged_count bigint, p_set_staged_checksum boolean, p_staged_checksum text,
   p_set_applied_count boolean, p_applied_count bigint, p_set_last_error boolean, p_last_error text,
   p_set_last_error_code boolean, p_last_error_code text,
   p_set_target_reconcile_token boolean, p_target_reconcile_token text,
-  p_increment_attempts boolean, p_stamp text, p_event text, p_detail jsonb)
+  p_increment_attempts boolean, p_stamp text, p_event text, p_detail jsonb, p_if_version bigint)
 returns setof keel.transfer_batches
 language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
 declare
   v_prev text;
+  v_version bigint;
   v_row keel.transfer_batches;
 begin
   if p_stamp is not null and p_stamp not in ('extracted_at', 'staged_at', 'apply_started_at', 'committed_at', 'failed_at') then
     raise exception 'unknown stamp %', p_stamp using errcode = '22023';
   end if;
-  select b.state into v_prev from keel.transfer_batches b where b.batch_id = p_batch_id for update;
-  if not found or not (v_prev = any(p_from_states)) then
+  select b.state, b.version into v_prev, v_version from keel.transfer_batches b where b.batch_id = p_batch_id for update;
+  if not found then
+    return;
+  end if;
+  if not (v_prev = any(p_from_states)) or v_version <> coalesce(p_if_version, v_version) then
+    if p_if_version is not null then
+      insert into keel.transfer_batch_events (batch_id, from_state, to_state, event, detail)
+      values (p_batch_id, v_prev, v_prev, p_event,
+              (case when jsonb_typeof(p_detail) = 'object' then p_detail else '{}'::jsonb end)
+                || jsonb_build_object('stale', true, 'version', v_version));
+    end if;
     return;
   end if;
   update keel.transfer_batches b set

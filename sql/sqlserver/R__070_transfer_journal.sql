@@ -124,7 +124,10 @@ GO
 
 -- Compare-and-set state change with a patch and an event, in one transaction. Returns the updated row, or no
 -- row when the batch is not in one of @FromStates (comma-separated). Each patchable column comes with a @Set<Column>
--- flag: 1 sets the column to the value beside it (NULL clears it), 0 leaves it.
+-- flag: 1 sets the column to the value beside it (NULL clears it), 0 leaves it. @IfVersion (NULL: the state alone
+-- decides) also fences the move on the Version the caller read: a writer that decided on an older record (reconcile's
+-- verdict while another run started an apply) moves nothing, and its event is still recorded on the row as it is,
+-- marked {"stale": true, "version": <the row's>} (PostgreSQL: keel.transfer_batch_transition).
 CREATE OR ALTER PROCEDURE keel.TransferBatchTransition
   @BatchId uniqueidentifier,
   @FromStates varchar(100),
@@ -140,19 +143,31 @@ CREATE OR ALTER PROCEDURE keel.TransferBatchTransition
   @IncrementAttempts bit,
   @Stamp varchar(20),
   @Event varchar(64),
-  @Detail nvarchar(max)
+  @Detail nvarchar(max),
+  @IfVersion bigint
 AS
 BEGIN
   SET NOCOUNT ON;
   SET XACT_ABORT ON;
   DECLARE @Prev varchar(12);
+  DECLARE @Version bigint;
   IF @Stamp IS NOT NULL AND @Stamp NOT IN ('extracted_at', 'staged_at', 'apply_started_at', 'committed_at', 'failed_at')
     THROW 51021, N'keel.TransferBatchTransition: unknown @Stamp', 1;
   BEGIN TRANSACTION;
-  SELECT @Prev = State FROM keel.TransferBatches WITH (UPDLOCK, HOLDLOCK) WHERE BatchId = @BatchId;
-  IF @Prev IS NULL OR CHARINDEX(',' + @Prev + ',', ',' + @FromStates + ',') = 0
+  SELECT @Prev = State, @Version = Version FROM keel.TransferBatches WITH (UPDLOCK, HOLDLOCK) WHERE BatchId = @BatchId;
+  IF @Prev IS NULL
   BEGIN
     ROLLBACK TRANSACTION;
+    RETURN;
+  END;
+  IF CHARINDEX(',' + @Prev + ',', ',' + @FromStates + ',') = 0 OR @Version <> COALESCE(@IfVersion, @Version)
+  BEGIN
+    IF @IfVersion IS NOT NULL
+      INSERT INTO keel.TransferBatchEvents (BatchId, FromState, ToState, Event, Detail)
+      VALUES (@BatchId, @Prev, @Prev, @Event,
+              JSON_MODIFY(JSON_MODIFY(CASE WHEN ISJSON(@Detail) = 1 AND LEFT(LTRIM(@Detail), 1) = N'{' THEN @Detail ELSE N'{}' END,
+                                      '$.stale', CAST(1 AS bit)), '$.version', @Version));
+    COMMIT TRANSACTION;
     RETURN;
   END;
   UPDATE keel.TransferBatches
