@@ -8,7 +8,7 @@ import type { BatchPatch, BatchRecord, TransferControl, TransferJournal } from '
 import { OPEN_STATES, RECONCILABLE } from './lifecycle.js';
 import { withValuePolicies } from './policies.js';
 import { carriesChanges, changeModeOf, REBASELINE_MARK, versionOfHigh } from './changes.js';
-import { baseTransferName, REPLAY_MARK } from './chains.js';
+import { baseTransferName, newChainName } from './chains.js';
 import { BatchMoves } from './moves.js';
 import { baselineOpts, negotiateChecksum, negotiateFeed, readsOnce } from './negotiate.js';
 import { Reconciler } from './reconcile.js';
@@ -439,7 +439,7 @@ export class TransferService {
   // Operator action: send a range of committed windows again, from the source as it is now (e.g. after the target
   // table was truncated or a mapping fixed). The range must start at a committed batch's low bound and end at one's
   // high bound, and hold at most batchSize committed rows. The replay is one new batch (its own id, manifest, staging
-  // and completion row, so every guarantee of a batch holds) in a chain of its own (REPLAY_MARK); the target merges
+  // and completion row, so every guarantee of a batch holds) in a chain of its own (newChainName); the target merges
   // by key, so rows already there are updated. preview: the plan only, nothing written.
   async replay(
     transferName: string,
@@ -552,7 +552,7 @@ export class TransferService {
     await this.prepare(t, a, schema);
     const rec = await this.journal.insertBatch({
       batchId: this.newId(),
-      transferName: `${t.name}${REPLAY_MARK}${Date.now()}`,
+      transferName: newChainName(t.name), // named by the journal (chains.ts)
       boundaryKind: recorded.boundaryKind,
       boundaryLow: low,
       boundaryHigh: high,

@@ -12,7 +12,7 @@
 --   inserted            the batch (columns of transfer_batches follow)
 --   transfer_paused     the transfer (a replay: the transfer it replays) is paused; nothing was written
 --   duplicate_batch_id  a batch with this id exists (conflict_batch_id = it, conflict_state its state)
---   open_batch_exists   the transfer has an open batch, or (a replay, '<transfer>@replay-<ms>') a replay of the same
+--   open_batch_exists   the transfer has an open batch, or (a replay, '<transfer>@replay-<n>') a replay of the same
 --                       range is open in another replay chain (conflict_batch_id/state name it); timestamp and
 --                       rowversion windows: a replay of the transfer is open, or (a replay) the transfer's own batch is
 --   window_taken        a live batch of the transfer shares the window's low or high bound (it is named)
@@ -22,6 +22,10 @@
 -- one range take turns, the second reading the first's batch. Then a unique index decides the chain's own rules;
 -- which one is read from committed rows afterwards, never from error text. ON CONFLICT waits for a rival's insert
 -- to commit or roll back, so the reads below see the row that refused this one.
+-- A new replay chain is asked for as '<transfer>@replay-' (nothing after the mark): its name is completed here with
+-- the batch's seq, a number the journal issues, so two replays never share a chain (named by the host's milliseconds,
+-- two in one millisecond did, the second refused open_batch_exists) and the numbers follow the order the chains were
+-- created in whatever the hosts' clocks say. A name with a number already (written by an older version) is kept.
 
 -- The transfer's lock (a transaction-scoped advisory lock on its name, a replay chain's on the transfer it
 -- replays): taken first by every journal transaction that creates a batch or pauses/resumes the transfer.
@@ -40,6 +44,8 @@ declare
   v_row keel.transfer_batches;
   v_id uuid;
   v_state text;
+  v_name text := p_transfer_name;
+  v_seq bigint;
 begin
   perform keel._transfer_lock(p_transfer_name);
   if exists (select 1 from keel.transfer_controls c
@@ -79,8 +85,13 @@ begin
   -- A refusing row can leave the way between the insert and the read (it failed and released its window):
   -- then the insert is simply tried again.
   for i in 1..5 loop
-    insert into keel.transfer_batches (batch_id, transfer_name, state, boundary_kind, boundary_low, boundary_high, schema_hash, schema_columns)
-    values (p_batch_id, p_transfer_name, 'extracting', p_boundary_kind, p_boundary_low, p_boundary_high, p_schema_hash, p_schema_columns)
+    v_seq := nextval(pg_get_serial_sequence('keel.transfer_batches', 'seq'));
+    if right(p_transfer_name, 8) = '@replay-' then
+      v_name := p_transfer_name || v_seq;
+    end if;
+    insert into keel.transfer_batches (seq, batch_id, transfer_name, state, boundary_kind, boundary_low, boundary_high, schema_hash, schema_columns)
+    overriding system value
+    values (v_seq, p_batch_id, v_name, 'extracting', p_boundary_kind, p_boundary_low, p_boundary_high, p_schema_hash, p_schema_columns)
     on conflict do nothing
     returning * into v_row;
     if v_row.batch_id is not null then
@@ -95,14 +106,14 @@ begin
       return;
     end if;
     select b.batch_id, b.state into v_id, v_state from keel.transfer_batches b
-     where b.transfer_name = p_transfer_name and b.state in ('extracting', 'staged', 'applying', 'unresolved')
+     where b.transfer_name = v_name and b.state in ('extracting', 'staged', 'applying', 'unresolved')
      limit 1;
     if found then
       return query select 'open_batch_exists'::text, v_id, v_state, null::keel.transfer_batches;
       return;
     end if;
     select b.batch_id, b.state into v_id, v_state from keel.transfer_batches b
-     where b.transfer_name = p_transfer_name and b.state <> 'failed'
+     where b.transfer_name = v_name and b.state <> 'failed'
        and (coalesce(b.boundary_low, '') = coalesce(p_boundary_low, '') or b.boundary_high = p_boundary_high)
      limit 1;
     if found then
