@@ -12,7 +12,7 @@ import { baseTransferName, newChainName } from './chains.js';
 import { BatchMoves } from './moves.js';
 import { baselineOpts, negotiateChecksum, negotiateFeed, readsOnce } from './negotiate.js';
 import { Reconciler } from './reconcile.js';
-import { boundaryColumnChanged, describeSchemaDiff } from './schema.js';
+import { boundaryColumnChanged, boundaryDerivation, describeSchemaDiff } from './schema.js';
 import { stageRequest } from './stageRequest.js';
 import { DEFAULT_TRANSFER_TIMEOUTS } from './timeouts.js';
 import {
@@ -109,7 +109,7 @@ function boundaryColumnMoved(t: TransferConfig, b: BatchRecord): TransferError |
   if (recorded === null) return null;
   return new TransferError(
     'invalid_state',
-    `transfer ${t.name}: its committed window (${b.boundaryLow ?? ''}, ${b.boundaryHigh}] is over boundary.column ${recorded || '(another column: not in its recorded schema)'}, but boundary.column is now ${t.boundary.column}: its bounds cannot be read as values of ${t.boundary.column} (windows would skip or repeat rows); ${recorded ? `set boundary.column back to ${recorded}, or configure` : 'set boundary.column back, or configure'} the transfer under a new name (a new window chain)`,
+    `transfer ${t.name}: its committed window (${b.boundaryLow ?? ''}, ${b.boundaryHigh}] is over boundary.column ${recorded || '(another column: not in its recorded schema)'}, but boundary.column is now ${t.boundary.column}: its bounds cannot be read as values of ${t.boundary.column} (windows would skip or repeat rows); ${recorded ? `set boundary.column back to ${recorded}, or configure` : 'set boundary.column back, or configure'} the transfer under a new name (a new window chain)${boundaryDerivation(b.batchId, b.schemaColumns)}`,
     { field: 'boundary.column', recorded: recorded || null, current: t.boundary.column },
   );
 }
@@ -832,7 +832,7 @@ export class TransferService {
       if (column !== null)
         throw new TransferError(
           'schema_drift',
-          `batch ${b.batchId}: its window (${b.boundaryLow ?? ''}, ${b.boundaryHigh}] is over boundary.column ${column || '(another column)'}; the transfer now reads windows over ${t.boundary.column}`,
+          `batch ${b.batchId}: its window (${b.boundaryLow ?? ''}, ${b.boundaryHigh}] is over boundary.column ${column || '(another column)'}; the transfer now reads windows over ${t.boundary.column}${boundaryDerivation(b.batchId, b.schemaColumns)}`,
           { field: 'boundary.column', recorded: column || null, current: t.boundary.column ?? null },
         );
       const schema = early && known === t.name ? await early : await a.source.readSchema();
