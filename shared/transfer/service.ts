@@ -785,7 +785,12 @@ export class TransferService {
     run: string,
     gone: number,
   ): Promise<string | undefined> {
-    await this.journal.note(b.batchId, 'keys_compare', { compare: run, low: b.boundaryLow, high: b.boundaryHigh, gone });
+    await this.journal.note(b.batchId, 'keys_compare', {
+      compare: run,
+      low: b.boundaryLow,
+      high: b.boundaryHigh,
+      gone,
+    });
     const committed = (await this.journal.list({ transfer: t.name, state: 'committed', limit: 1000 })).reverse();
     for (const state of ['applying', 'unresolved'] as const)
       for (const r of await this.journal.list({ state, limit: 1000 }))

@@ -61,7 +61,14 @@ const ITEMS_COLUMNS = [
 const ITEMS_SCHEMA = {
   hash: 'h',
   columns: [
-    { name: 'id', type: 'bigint', logical: 'int' as const, nullable: false, key: true as const, boundary: true as const },
+    {
+      name: 'id',
+      type: 'bigint',
+      logical: 'int' as const,
+      nullable: false,
+      key: true as const,
+      boundary: true as const,
+    },
     { name: 'name', type: 'text', logical: 'text' as const, nullable: false },
     { name: 'amount', type: 'numeric', logical: 'decimal' as const, nullable: true },
     { name: 'born', type: 'date', logical: 'date' as const, nullable: true },

@@ -86,7 +86,13 @@ describe('fences of the batch record', () => {
       const replay = (await svc.replay(t.name, '10', '20', false)).batch!;
       expect((await svc.stage(replay.batchId)).state).toBe('staged');
       // Its apply is on its way (counted, the call not answered yet).
-      const started = await journal.transition(replay.batchId, ['staged'], 'applying', { incrementAttempts: true }, 'apply_started');
+      const started = await journal.transition(
+        replay.batchId,
+        ['staged'],
+        'applying',
+        { incrementAttempts: true },
+        'apply_started',
+      );
       expect(started?.state).toBe('applying');
       await env.source.query(`delete from public.${table} where id in (5, 15)`);
       const report = await svc.compareKeys(t.name, { apply: true });
@@ -136,7 +142,13 @@ describe('fences of the batch record', () => {
       await journal.transition(b.batchId, ['staged'], 'applying', { incrementAttempts: true }, 'apply_started');
       // While reconcile asks the target about attempt 1, another run reconciles too and starts attempt 2.
       interleave = async () => {
-        await journal.transition(b.batchId, ['applying'], 'staged', { targetReconcileToken: null }, 'reconciled_not_applied');
+        await journal.transition(
+          b.batchId,
+          ['applying'],
+          'staged',
+          { targetReconcileToken: null },
+          'reconciled_not_applied',
+        );
         await journal.transition(b.batchId, ['staged'], 'applying', { incrementAttempts: true }, 'apply_started');
       };
       const r = await svc.reconcile(b.batchId);
@@ -229,7 +241,9 @@ describe('fences of the batch record', () => {
       const refused = await b.createBatch(table).catch((e: unknown) => e);
       expect(isTransferError(refused, 'invalid_state'), String(refused)).toBe(true);
       expect((refused as Error).message).toMatch(
-        new RegExp(`boundary\\.column pos, but boundary\\.column is now id.*batch ${first.batchId} was journalled before the boundary column was recorded`),
+        new RegExp(
+          `boundary\\.column pos, but boundary\\.column is now id.*batch ${first.batchId} was journalled before the boundary column was recorded`,
+        ),
       );
     } finally {
       await b.close();
@@ -262,7 +276,10 @@ describe('fences of the batch record', () => {
         await journal.transition(b.batchId, ['extracting'], 'failed', {}, 'failed');
       }
       // The clock stepped back an hour before the last insert.
-      await env.control.query(`update keel.transfer_batches set created_at = created_at - interval '1 hour' where batch_id = $1`, [ids[2]]);
+      await env.control.query(
+        `update keel.transfer_batches set created_at = created_at - interval '1 hour' where batch_id = $1`,
+        [ids[2]],
+      );
       const listed = await journal.list({ transfer: 'rf_list', limit: 10 });
       expect(listed.map((b) => b.batchId)).toEqual([...ids].reverse());
       const page = await journal.list({ transfer: 'rf_list', limit: 10, afterId: ids[2] });
