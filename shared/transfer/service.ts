@@ -121,14 +121,14 @@ function comparesUnder(t: TransferConfig, b: BatchRecord): boolean {
 }
 
 // The committed windows (in seq order) a replay of (low, high] covers: from the one starting at low to the one
-// ending at high (a replay's range always starts and ends at committed bounds, replay()). When low is before the
-// listed windows, from the first of them.
+// ending at high (a replay's range always starts and ends at committed bounds, replay()). A bound not among the
+// listed windows (the list holds the newest 1000) is taken as past that end of the list: covered up to the end.
 function coveredWindows(committed: readonly BatchRecord[], low: string | null, high: string): Set<string> {
-  let first = committed.findIndex((c) => c.boundaryLow === low);
-  const last = committed.findIndex((c, i) => i >= Math.max(first, 0) && c.boundaryHigh === high);
-  if (last < 0) return new Set();
-  if (first < 0) first = 0;
-  return new Set(committed.slice(first, last + 1).map((c) => c.batchId));
+  const found = committed.findIndex((c) => c.boundaryLow === low);
+  const first = found < 0 ? 0 : found;
+  const end = committed.findIndex((c, i) => i >= first && c.boundaryHigh === high);
+  if (found < 0 && end < 0) return new Set(); // neither bound listed: a range older than the listed windows
+  return new Set(committed.slice(first, end < 0 ? committed.length : end + 1).map((c) => c.batchId));
 }
 
 // A manifest read ahead is used only this long after it was read: older, the source had time to change (a changed
@@ -791,18 +791,17 @@ export class TransferService {
       high: b.boundaryHigh,
       gone,
     });
-    const committed = (await this.journal.list({ transfer: t.name, state: 'committed', limit: 1000 })).reverse();
+    const underWay: BatchRecord[] = [];
     for (const state of ['applying', 'unresolved'] as const)
       for (const r of await this.journal.list({ state, limit: 1000 }))
-        if (
-          r.transferName !== t.name &&
-          baseTransferName(r.transferName) === t.name &&
-          coveredWindows(committed, r.boundaryLow, r.boundaryHigh).has(b.batchId)
-        ) {
-          await this.journal.note(b.batchId, 'keys_compare_deferred', { compare: run, replay: r.batchId });
-          return r.batchId;
-        }
-    return undefined;
+        if (r.transferName !== t.name && baseTransferName(r.transferName) === t.name) underWay.push(r);
+    if (underWay.length === 0) return undefined;
+    // Which windows each covers: read after the note too, so a window committed since the comparison began is there.
+    const committed = (await this.journal.list({ transfer: t.name, state: 'committed', limit: 1000 })).reverse();
+    const r = underWay.find((x) => coveredWindows(committed, x.boundaryLow, x.boundaryHigh).has(b.batchId));
+    if (!r) return undefined;
+    await this.journal.note(b.batchId, 'keys_compare_deferred', { compare: run, replay: r.batchId });
+    return r.batchId;
   }
 
   // The other side (replayUnderWay): the error that fails replay `r` when a comparison deleted keys in its range after
