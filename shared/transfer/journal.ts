@@ -98,7 +98,9 @@ export interface TransferJournal {
   list(filter: BatchFilter): Promise<BatchRecord[]>;
   events(batchId: string): Promise<BatchEvent[]>;
   // Moves the batch to `to` if its state is one of `from` (compare-and-set), applies the patch and records an
-  // event, in one transaction. Returns null when the state did not match (someone else moved it).
+  // event, in one transaction. Returns null when the state did not match (someone else moved it). ifVersion: also
+  // only while the batch's version is still the one the caller read (null when not; the event is then recorded on the
+  // batch as it is, marked stale).
   transition(
     batchId: string,
     from: readonly BatchState[],
@@ -106,6 +108,7 @@ export interface TransferJournal {
     patch: BatchPatch,
     event: string,
     detail?: Record<string, unknown>,
+    ifVersion?: number,
   ): Promise<BatchRecord | null>;
   // Records an event (and optionally last_error) without changing the state. ifVersion: the patch is written only
   // while the batch's version is still the one the caller read (a stale writer never replaces a newer record; the

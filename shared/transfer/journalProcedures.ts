@@ -51,6 +51,7 @@ export const JOURNAL_PROCEDURES = {
     'stamp',
     'event',
     'detail',
+    'if_version',
   ],
   transfer_batch_note: ['batch_id', 'event', 'detail', ...NOTE_PATCH, 'if_version'],
   transfer_batch_get: ['batch_id'],
@@ -145,10 +146,11 @@ export function insertArgs(b: NewBatch): JournalArgs<'transfer_batch_insert'> {
 
 // Each builder takes the arguments of its TransferJournal operation.
 export function transitionArgs(
-  ...[batchId, from, to, patch, event, detail]: Parameters<TransferJournal['transition']>
+  ...[batchId, from, to, patch, event, detail, ifVersion]: Parameters<TransferJournal['transition']>
 ): JournalArgs<'transfer_batch_transition'> {
   if (patch.stamp !== undefined && !(JOURNAL_STAMPS as readonly string[]).includes(patch.stamp))
     throw new Error(`transfer journal: unknown stamp "${patch.stamp}" (one of ${JOURNAL_STAMPS.join(', ')})`);
+  checkVersion(ifVersion);
   return {
     batch_id: batchId,
     from_states: stateList('from', from),
@@ -163,14 +165,19 @@ export function transitionArgs(
     stamp: patch.stamp ?? null,
     event,
     detail: json(detail),
+    if_version: ifVersion ?? null,
   };
+}
+
+function checkVersion(ifVersion: number | undefined): void {
+  if (ifVersion !== undefined && !(Number.isSafeInteger(ifVersion) && ifVersion >= 0))
+    throw new Error(`transfer journal: ifVersion must be a whole number >= 0, not ${ifVersion}`);
 }
 
 export function noteArgs(
   ...[batchId, event, detail, patch, ifVersion]: Parameters<TransferJournal['note']>
 ): JournalArgs<'transfer_batch_note'> {
-  if (ifVersion !== undefined && !(Number.isSafeInteger(ifVersion) && ifVersion >= 0))
-    throw new Error(`transfer journal: ifVersion must be a whole number >= 0, not ${ifVersion}`);
+  checkVersion(ifVersion);
   return {
     batch_id: batchId,
     event,

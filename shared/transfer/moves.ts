@@ -20,7 +20,7 @@ export class BatchMoves {
   }
 
   // One move of the state table (lifecycle.ts) through the journal's compare-and-set. null: the batch was in none of
-  // the move's `from` states (someone else moved it).
+  // the move's `from` states, or (ifVersion) its version is no longer the one read: someone else moved it.
   move(
     batchId: string,
     m: {
@@ -30,10 +30,11 @@ export class BatchMoves {
       from?: readonly BatchState[];
       set: BatchPatch;
       detail?: Record<string, unknown>;
+      ifVersion?: number;
     },
   ): Promise<BatchRecord | null> {
     const { from, to, event } = journalMove(m.move, m);
-    return this.journal.transition(batchId, from, to, m.set, event, m.detail);
+    return this.journal.transition(batchId, from, to, m.set, event, m.detail, m.ifVersion);
   }
 
   // fenced: write the error only while the batch is as `b` was read (its version); a caller whose record may be

@@ -55,6 +55,7 @@ export class Reconciler {
           move: 'reconcile_error',
           set: { lastError: `reconcile could not reach a verdict: ${d.message}`, lastErrorCode: d.code },
           detail: d,
+          ifVersion: b.version,
         });
         return { rec: moved ?? (await this.moves.load(b.batchId)), verdict: 'error' };
       }
@@ -68,6 +69,11 @@ export class Reconciler {
       );
       return { rec: await this.moves.load(b.batchId), verdict: 'error' };
     }
+    // Every move below but the commit is fenced on the version read with the batch (`b`): the verdict is about the
+    // attempts `b` counted, and between that read and the move another run may have started an apply (attempt
+    // fenceThrough + 1, which this verdict does not cover) or an operator moved the batch; such a move would write
+    // the stale verdict over the newer record (an apply in flight recorded as not applied). Then nothing moves, and
+    // the event is kept, marked stale. A committed answer is the target's durable word: it is taken from any state.
     if (outcome.outcome === 'committed') {
       const mismatch = outcome.checksum !== b.checksum;
       const moved = await this.moves.move(b.batchId, {
@@ -116,9 +122,15 @@ export class Reconciler {
           to,
           set: { targetReconcileToken: null },
           detail,
+          ifVersion: b.version,
         });
       else if (b.state === 'staged' && !outcome.staged)
-        moved = await this.moves.move(b.batchId, { move: 'staging_gone', set: { targetReconcileToken: null }, detail });
+        moved = await this.moves.move(b.batchId, {
+          move: 'staging_gone',
+          set: { targetReconcileToken: null },
+          detail,
+          ifVersion: b.version,
+        });
       // Unchanged state: noted, and marked touched (updated_at), so maintenance asks again only after the stale age.
       // The touch rewrites the last error it read, so it is fenced on the version read: when another run moved the
       // batch or noted a newer error meanwhile, the row keeps that newer record (the event is kept, marked stale).
@@ -129,6 +141,7 @@ export class Reconciler {
       move: 'blocked',
       set: { lastError: outcome.reason, lastErrorCode: 'claim_blocked' },
       detail: { reason: outcome.reason },
+      ifVersion: b.version,
     });
     return { rec: moved ?? (await this.moves.load(b.batchId)), verdict: 'blocked' };
   }

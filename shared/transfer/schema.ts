@@ -73,24 +73,45 @@ export function recordedKeyColumns(columns: readonly SchemaColumn[]): string[] |
   return keys.length > 0 ? keys : null;
 }
 
-// Whether a batch was recorded under other key columns than keyColumns: the stage refused NULL and repeated keys
-// under the key columns of its time only. false when not recorded (a batch journalled before they were): such a
-// batch is asked only after the target refused a key (StagingTarget.apply).
+// Whether a recorded schema carries the flags (key, boundary): every schema read since they were recorded flags at
+// least one key column. Without them (a batch journalled before, by an older version) they are not known.
+export function schemaFlagged(columns: readonly SchemaColumn[]): boolean {
+  return columns.some((c) => c.key === true);
+}
+
+// Whether a batch may have been recorded under other key columns than keyColumns: the stage refused NULL and
+// repeated keys under the key columns of its time only. A batch journalled before they were recorded (no flags)
+// may have been: not known, so it is asked like a changed one (its staged keys read once before the apply,
+// StagingTarget.apply) -- answered false, a NULL part of a new key merged silently as a row of its own.
 export function keysChangedSince(columns: readonly SchemaColumn[], keyColumns: readonly string[]): boolean {
   const recorded = recordedKeyColumns(columns);
-  return recorded !== null && (recorded.length !== keyColumns.length || !keyColumns.every((k) => recorded.includes(k)));
+  if (recorded === null) return columns.length > 0;
+  return recorded.length !== keyColumns.length || !keyColumns.every((k) => recorded.includes(k));
 }
 
 // When a column window's recorded schema says its bounds are values of another column than boundary.column: that
 // column (or '' when the record names none but does not hold boundary.column at all, so it was another one); null
-// when the same column, or not known. Not for change windows (no column).
+// when the same column, or not known. Not for change windows (no column). A record journalled before the flags
+// (schemaFlagged false) is read by the order it was built in (relevantSourceColumns: the mapped columns, then the
+// boundary column when it was not mapped): its last column, when no column maps it now and it is not boundary.column,
+// was an unmapped boundary column (derived, boundaryDerivation says so in messages). A mapped boundary column is not
+// told apart from the other mapped ones there: taken as unchanged.
 export function boundaryColumnChanged(columns: readonly SchemaColumn[], t: TransferConfig): string | null {
   const current = t.boundary.column;
   if (current === undefined) return null;
   const recorded = columns.find((c) => c.boundary === true)?.name;
   if (recorded !== undefined) return recorded === current ? null : recorded;
-  const flagged = columns.some((c) => c.key === true);
-  return !flagged && columns.length > 0 && !columns.some((c) => c.name === current) ? '' : null;
+  if (schemaFlagged(columns) || columns.length === 0) return null;
+  if (!columns.some((c) => c.name === current)) return '';
+  const last = columns[columns.length - 1]!.name;
+  return last !== current && !t.columns.some((c) => c.source === last) ? last : null;
+}
+
+// For a message about boundaryColumnChanged's answer on an unflagged record: how it was found, and what to do when
+// the derivation is wrong (its last column was a mapped one, dropped from the mapping since).
+export function boundaryDerivation(batchId: string, columns: readonly SchemaColumn[]): string {
+  if (schemaFlagged(columns)) return '';
+  return ` (batch ${batchId} was journalled before the boundary column was recorded: read from its recorded schema, whose last column is not mapped now; if that column was mapped then and dropped from the mapping since, map it again until one batch has committed -- it records the boundary column -- then drop it)`;
 }
 
 // A mapped column: logical is the source's type (what the source reads), staged what travels after the column's

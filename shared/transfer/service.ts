@@ -8,11 +8,11 @@ import type { BatchPatch, BatchRecord, TransferControl, TransferJournal } from '
 import { OPEN_STATES, RECONCILABLE } from './lifecycle.js';
 import { withValuePolicies } from './policies.js';
 import { carriesChanges, changeModeOf, REBASELINE_MARK, versionOfHigh } from './changes.js';
-import { baseTransferName, REPLAY_MARK } from './chains.js';
+import { baseTransferName, newChainName } from './chains.js';
 import { BatchMoves } from './moves.js';
 import { baselineOpts, negotiateChecksum, negotiateFeed, readsOnce } from './negotiate.js';
 import { Reconciler } from './reconcile.js';
-import { boundaryColumnChanged, describeSchemaDiff } from './schema.js';
+import { boundaryColumnChanged, boundaryDerivation, describeSchemaDiff } from './schema.js';
 import { stageRequest } from './stageRequest.js';
 import { DEFAULT_TRANSFER_TIMEOUTS } from './timeouts.js';
 import {
@@ -109,9 +109,26 @@ function boundaryColumnMoved(t: TransferConfig, b: BatchRecord): TransferError |
   if (recorded === null) return null;
   return new TransferError(
     'invalid_state',
-    `transfer ${t.name}: its committed window (${b.boundaryLow ?? ''}, ${b.boundaryHigh}] is over boundary.column ${recorded || '(another column: not in its recorded schema)'}, but boundary.column is now ${t.boundary.column}: its bounds cannot be read as values of ${t.boundary.column} (windows would skip or repeat rows); ${recorded ? `set boundary.column back to ${recorded}, or configure` : 'set boundary.column back, or configure'} the transfer under a new name (a new window chain)`,
+    `transfer ${t.name}: its committed window (${b.boundaryLow ?? ''}, ${b.boundaryHigh}] is over boundary.column ${recorded || '(another column: not in its recorded schema)'}, but boundary.column is now ${t.boundary.column}: its bounds cannot be read as values of ${t.boundary.column} (windows would skip or repeat rows); ${recorded ? `set boundary.column back to ${recorded}, or configure` : 'set boundary.column back, or configure'} the transfer under a new name (a new window chain)${boundaryDerivation(b.batchId, b.schemaColumns)}`,
     { field: 'boundary.column', recorded: recorded || null, current: t.boundary.column },
   );
+}
+
+// A replay batch of a transfer whose key comparison deletes (keyCompare 'apply'): its apply is ordered with the
+// comparison's deletes (TransferService.replayUnderWay, keysDeletedSince).
+function comparesUnder(t: TransferConfig, b: BatchRecord): boolean {
+  return t.keyCompare === 'apply' && b.transferName !== t.name && baseTransferName(b.transferName) === t.name;
+}
+
+// The committed windows (in seq order) a replay of (low, high] covers: from the one starting at low to the one
+// ending at high (a replay's range always starts and ends at committed bounds, replay()). A bound not among the
+// listed windows (the list holds the newest 1000) is taken as past that end of the list: covered up to the end.
+function coveredWindows(committed: readonly BatchRecord[], low: string | null, high: string): Set<string> {
+  const found = committed.findIndex((c) => c.boundaryLow === low);
+  const first = found < 0 ? 0 : found;
+  const end = committed.findIndex((c, i) => i >= first && c.boundaryHigh === high);
+  if (found < 0 && end < 0) return new Set(); // neither bound listed: a range older than the listed windows
+  return new Set(committed.slice(first, end < 0 ? committed.length : end + 1).map((c) => c.batchId));
 }
 
 // A manifest read ahead is used only this long after it was read: older, the source had time to change (a changed
@@ -439,7 +456,7 @@ export class TransferService {
   // Operator action: send a range of committed windows again, from the source as it is now (e.g. after the target
   // table was truncated or a mapping fixed). The range must start at a committed batch's low bound and end at one's
   // high bound, and hold at most batchSize committed rows. The replay is one new batch (its own id, manifest, staging
-  // and completion row, so every guarantee of a batch holds) in a chain of its own (REPLAY_MARK); the target merges
+  // and completion row, so every guarantee of a batch holds) in a chain of its own (newChainName); the target merges
   // by key, so rows already there are updated. preview: the plan only, nothing written.
   async replay(
     transferName: string,
@@ -552,7 +569,7 @@ export class TransferService {
     await this.prepare(t, a, schema);
     const rec = await this.journal.insertBatch({
       batchId: this.newId(),
-      transferName: `${t.name}${REPLAY_MARK}${Date.now()}`,
+      transferName: newChainName(t.name), // named by the journal (chains.ts)
       boundaryKind: recorded.boundaryKind,
       boundaryLow: low,
       boundaryHigh: high,
@@ -703,6 +720,7 @@ export class TransferService {
         `transfer ${t.name}: a ${a.source.engine} source and a ${a.target.engine} target cannot compare key sets yet`,
       );
     const committed = await this.journal.list({ transfer: t.name, state: 'committed', limit: opts.windows ?? 1000 });
+    const run = randomUUID(); // this comparison, in its events (keys_compare, keys_compare_deferred)
     const report: KeyCompareReport = {
       transfer: t.name,
       applied: opts.apply,
@@ -722,7 +740,12 @@ export class TransferService {
       const src = await readKeys(w, schema);
       const present = new Set(src.map((k) => JSON.stringify(k)));
       const gone = tgt.filter((k) => !present.has(JSON.stringify(k)));
-      const deleted = opts.apply && gone.length > 0 ? await deleteKeys!(w, schema, gone) : 0;
+      let deleted = 0;
+      let deferredBy: string | undefined;
+      if (opts.apply && gone.length > 0) {
+        deferredBy = await this.replayUnderWay(t, b, run, gone.length);
+        if (deferredBy === undefined) deleted = await deleteKeys!(w, schema, gone);
+      }
       report.windows.push({
         batchId: b.batchId,
         low: b.boundaryLow,
@@ -732,6 +755,7 @@ export class TransferService {
         goneAtSource: gone.length,
         sample: gone.slice(0, 10).map((k) => k.join(',')),
         deleted,
+        ...(deferredBy !== undefined ? { deferredBy } : {}),
       });
       report.goneAtSource += gone.length;
       report.deleted += deleted;
@@ -743,6 +767,63 @@ export class TransferService {
       deleted: report.deleted,
     });
     return report;
+  }
+
+  // A key comparison's deletes and a replay's apply of the same range are ordered through the journal (docs/transfer.md,
+  // "Deletes"): a replay stages its range as the source is then, so one staged before the source deleted a key and
+  // applied after the comparison deleted it on the target brings the row back. Each side first writes, then reads
+  // the other's record: the comparison notes keys_compare on the committed window (an event, a number the journal
+  // issues) and then looks for a replay of the window whose apply is under way; the replay's apply counts its
+  // attempt (start_apply) and then looks for keys_compare events newer than its own creation (keysDeletedSince).
+  // Whichever writes second sees the first: the comparison leaves the window alone for now (the next comparison
+  // deletes the key once the replay has ended), or the replay fails with the reason, to be replayed again from the
+  // source as it is now. A replay created after the comparison's note read the source after the comparison did, so
+  // it holds no key the comparison found gone. Returns the replay's id when the window is left alone.
+  private async replayUnderWay(
+    t: TransferConfig,
+    b: BatchRecord,
+    run: string,
+    gone: number,
+  ): Promise<string | undefined> {
+    await this.journal.note(b.batchId, 'keys_compare', {
+      compare: run,
+      low: b.boundaryLow,
+      high: b.boundaryHigh,
+      gone,
+    });
+    const underWay: BatchRecord[] = [];
+    for (const state of ['applying', 'unresolved'] as const)
+      for (const r of await this.journal.list({ state, limit: 1000 }))
+        if (r.transferName !== t.name && baseTransferName(r.transferName) === t.name) underWay.push(r);
+    if (underWay.length === 0) return undefined;
+    // Which windows each covers: read after the note too, so a window committed since the comparison began is there.
+    const committed = (await this.journal.list({ transfer: t.name, state: 'committed', limit: 1000 })).reverse();
+    const r = underWay.find((x) => coveredWindows(committed, x.boundaryLow, x.boundaryHigh).has(b.batchId));
+    if (!r) return undefined;
+    await this.journal.note(b.batchId, 'keys_compare_deferred', { compare: run, replay: r.batchId });
+    return r.batchId;
+  }
+
+  // The other side (replayUnderWay): the error that fails replay `r` when a comparison deleted keys in its range after
+  // it was created (a keys_compare event newer than its 'created' one, not left alone by that comparison); null if
+  // none did.
+  private async keysDeletedSince(t: TransferConfig, r: BatchRecord): Promise<TransferError | null> {
+    const created = (await this.journal.events(r.batchId)).find((e) => e.event === 'created')?.eventId ?? 0;
+    const committed = (await this.journal.list({ transfer: t.name, state: 'committed', limit: 1000 })).reverse();
+    for (const b of committed.filter((c) => coveredWindows(committed, r.boundaryLow, r.boundaryHigh).has(c.batchId))) {
+      const events = await this.journal.events(b.batchId);
+      const deferred = new Set(events.filter((e) => e.event === 'keys_compare_deferred').map((e) => e.detail?.compare));
+      const newer = events.find(
+        (e) => e.event === 'keys_compare' && e.eventId > created && !deferred.has(e.detail?.compare),
+      );
+      if (newer)
+        return new TransferError(
+          'invalid_state',
+          `replay batch ${r.batchId}: a key comparison deleted keys in its range (window (${b.boundaryLow ?? ''}, ${b.boundaryHigh}], ${newer.at.toISOString()}) after the replay read it from the source; its staged rows may hold rows the source deleted, which the apply would bring back: nothing was applied, replay the range again`,
+          { window: b.batchId, compare: newer.detail?.compare ?? null },
+        );
+    }
+    return null;
   }
 
   // Like createBatch, but null instead of 'nothing_to_transfer' / 'open_batch_exists' (for schedules).
@@ -832,7 +913,7 @@ export class TransferService {
       if (column !== null)
         throw new TransferError(
           'schema_drift',
-          `batch ${b.batchId}: its window (${b.boundaryLow ?? ''}, ${b.boundaryHigh}] is over boundary.column ${column || '(another column)'}; the transfer now reads windows over ${t.boundary.column}`,
+          `batch ${b.batchId}: its window (${b.boundaryLow ?? ''}, ${b.boundaryHigh}] is over boundary.column ${column || '(another column)'}; the transfer now reads windows over ${t.boundary.column}${boundaryDerivation(b.batchId, b.schemaColumns)}`,
           { field: 'boundary.column', recorded: column || null, current: t.boundary.column ?? null },
         );
       const schema = early && known === t.name ? await early : await a.source.readSchema();
@@ -851,7 +932,9 @@ export class TransferService {
       let res: StageResult;
       const oneRead = b.rowCount === null && (await readsOnce(a, w));
       let triedDirect = false;
-      if (oneRead && this.directApply && a.target.applyDirectStreamed) {
+      // A replay a key comparison may delete under is staged, then applied (apply() checks the comparisons first).
+      const direct = this.directApply && !comparesUnder(t, b);
+      if (oneRead && direct && a.target.applyDirectStreamed) {
         const direct = await this.applyDirectlyOnce(b, t, a, w);
         if (direct) return direct;
         // Not eligible (rows of the window exist, or the written rows did not match): nothing was written; if the
@@ -866,7 +949,7 @@ export class TransferService {
         b = await this.recordManifest(b, t, a, schema);
         const req = stageRequest(b, t);
         let feed = negotiateFeed(a, w, req.schema, t.chunkSize);
-        if (!triedDirect && this.directApply && a.target.applyDirect && a.target.canApplyDirect?.(req, feed)) {
+        if (!triedDirect && direct && a.target.applyDirect && a.target.canApplyDirect?.(req, feed)) {
           const direct = await this.applyDirectly(b, t, a, req, w, feed);
           if (direct) return direct;
           // Not eligible after all (rows of the window exist on the target): nothing was written, reconcile fenced
@@ -1066,6 +1149,13 @@ export class TransferService {
       detail: { attempt: b.attempts + 1 },
     });
     if (!claimed) return toView(await this.moves.load(batchId)); // someone else moved it
+    // A replay whose range a key comparison deleted keys in since it was created: its staged rows were read before
+    // (they may hold a row the source deleted), and applied they would bring it back. Asked after start_apply is
+    // durable: a comparison that deletes later sees this apply under way and leaves the window alone (compareKeys).
+    if (comparesUnder(t, claimed)) {
+      const deletedSince = await this.keysDeletedSince(t, claimed);
+      if (deletedSince) return toView(await this.reconciler.release(claimed, deletedSince));
+    }
     // The batch's version as this apply last wrote it (start_apply, then the token's note: each write raises it by
     // one): its error is noted only while no other run moved or noted the batch since.
     let version = claimed.version;

@@ -360,9 +360,10 @@ export class StagingTarget implements TargetAdapter {
   async apply(req: StageRequest, ctx: ApplyContext): Promise<ApplyResult> {
     const args = applyBatchArgs(this.t, this.d.names, this.d.stagedColumns(req.schema), req, ctx);
     const started = performance.now();
-    // Recorded under other key columns (the batch's recorded schema says which): a staged row with a NULL part of
-    // today's key would merge as a row of its own beside the target's, matching nothing and raising nothing, so the
-    // staged keys are asked first (one read of the batch's staged rows, only after such a change).
+    // Recorded under other key columns (the batch's recorded schema says which), or not known (a batch journalled
+    // before they were recorded): a staged row with a NULL part of today's key would merge as a row of its own beside
+    // the target's, matching nothing and raising nothing, so the staged keys are asked first (one read of the batch's
+    // staged rows, only after such a change or for such an old batch).
     if (this.d.stagedKeys && keysChangedSince(req.schema.columns, this.t.keyColumns)) {
       const keys = await this.d.stagedKeys(req);
       if (keys.length > 0) throw this.stagedKeysError(req, keys, 'nothing was applied');

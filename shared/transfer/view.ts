@@ -98,6 +98,9 @@ export interface KeyCompareReport {
     goneAtSource: number; // target keys in the window that the source no longer has
     sample: string[]; // up to 10 of them (key columns joined by ',')
     deleted: number;
+    // Left alone (nothing deleted) because this replay's apply of the window was under way: its staged rows may hold
+    // keys the source deleted since; the next comparison deletes them (TransferService.replayUnderWay).
+    deferredBy?: string;
   }[];
   goneAtSource: number;
   deleted: number;

@@ -12,7 +12,7 @@
 --   inserted            the batch (columns of transfer_batches follow)
 --   transfer_paused     the transfer (a replay: the transfer it replays) is paused; nothing was written
 --   duplicate_batch_id  a batch with this id exists (conflict_batch_id = it, conflict_state its state)
---   open_batch_exists   the transfer has an open batch, or (a replay, '<transfer>@replay-<ms>') a replay of the same
+--   open_batch_exists   the transfer has an open batch, or (a replay, '<transfer>@replay-<n>') a replay of the same
 --                       range is open in another replay chain (conflict_batch_id/state name it); timestamp and
 --                       rowversion windows: a replay of the transfer is open, or (a replay) the transfer's own batch is
 --   window_taken        a live batch of the transfer shares the window's low or high bound (it is named)
@@ -22,6 +22,10 @@
 -- one range take turns, the second reading the first's batch. Then a unique index decides the chain's own rules;
 -- which one is read from committed rows afterwards, never from error text. ON CONFLICT waits for a rival's insert
 -- to commit or roll back, so the reads below see the row that refused this one.
+-- A new replay chain is asked for as '<transfer>@replay-' (nothing after the mark): its name is completed here with
+-- the batch's seq, a number the journal issues, so two replays never share a chain (named by the host's milliseconds,
+-- two in one millisecond did, the second refused open_batch_exists) and the numbers follow the order the chains were
+-- created in whatever the hosts' clocks say. A name with a number already (written by an older version) is kept.
 
 -- The transfer's lock (a transaction-scoped advisory lock on its name, a replay chain's on the transfer it
 -- replays): taken first by every journal transaction that creates a batch or pauses/resumes the transfer.
@@ -40,6 +44,8 @@ declare
   v_row keel.transfer_batches;
   v_id uuid;
   v_state text;
+  v_name text := p_transfer_name;
+  v_seq bigint;
 begin
   perform keel._transfer_lock(p_transfer_name);
   if exists (select 1 from keel.transfer_controls c
@@ -79,8 +85,13 @@ begin
   -- A refusing row can leave the way between the insert and the read (it failed and released its window):
   -- then the insert is simply tried again.
   for i in 1..5 loop
-    insert into keel.transfer_batches (batch_id, transfer_name, state, boundary_kind, boundary_low, boundary_high, schema_hash, schema_columns)
-    values (p_batch_id, p_transfer_name, 'extracting', p_boundary_kind, p_boundary_low, p_boundary_high, p_schema_hash, p_schema_columns)
+    v_seq := nextval(pg_get_serial_sequence('keel.transfer_batches', 'seq'));
+    if right(p_transfer_name, 8) = '@replay-' then
+      v_name := p_transfer_name || v_seq;
+    end if;
+    insert into keel.transfer_batches (seq, batch_id, transfer_name, state, boundary_kind, boundary_low, boundary_high, schema_hash, schema_columns)
+    overriding system value
+    values (v_seq, p_batch_id, v_name, 'extracting', p_boundary_kind, p_boundary_low, p_boundary_high, p_schema_hash, p_schema_columns)
     on conflict do nothing
     returning * into v_row;
     if v_row.batch_id is not null then
@@ -95,14 +106,14 @@ begin
       return;
     end if;
     select b.batch_id, b.state into v_id, v_state from keel.transfer_batches b
-     where b.transfer_name = p_transfer_name and b.state in ('extracting', 'staged', 'applying', 'unresolved')
+     where b.transfer_name = v_name and b.state in ('extracting', 'staged', 'applying', 'unresolved')
      limit 1;
     if found then
       return query select 'open_batch_exists'::text, v_id, v_state, null::keel.transfer_batches;
       return;
     end if;
     select b.batch_id, b.state into v_id, v_state from keel.transfer_batches b
-     where b.transfer_name = p_transfer_name and b.state <> 'failed'
+     where b.transfer_name = v_name and b.state <> 'failed'
        and (coalesce(b.boundary_low, '') = coalesce(p_boundary_low, '') or b.boundary_high = p_boundary_high)
      limit 1;
     if found then
@@ -118,25 +129,41 @@ end $$;
 -- row when the batch is not in one of p_from_states (someone else moved it). Each patchable column comes with a
 -- p_set_<column> flag: true sets the column to p_<column> (null clears it), false leaves it; the manifest (row_count,
 -- checksum) is the exception: once recorded it is never replaced. p_stamp names one of the *_at columns to set to now().
+-- p_if_version (null: the state alone decides) also fences the move on the version the caller read (V032): a writer
+-- that decided on an older record -- reconcile's verdict, asked of the target while another run started an apply or
+-- an operator moved the batch -- moves nothing (no row), and its event is still recorded, on the row as it is, with
+-- {"stale": true, "version": <the row's>} in its detail (as transfer_batch_note's).
 drop function if exists keel.transfer_batch_transition(uuid, text[], text, jsonb, boolean, text, text, jsonb);
+drop function if exists keel.transfer_batch_transition(uuid, text[], text, boolean, bigint, boolean, text, boolean,
+  bigint, boolean, text, boolean, bigint, boolean, text, boolean, text, boolean, text, boolean, text, text, jsonb);
 create or replace function keel.transfer_batch_transition(p_batch_id uuid, p_from_states text[], p_to_state text,
   p_set_row_count boolean, p_row_count bigint, p_set_checksum boolean, p_checksum text,
   p_set_staged_count boolean, p_staged_count bigint, p_set_staged_checksum boolean, p_staged_checksum text,
   p_set_applied_count boolean, p_applied_count bigint, p_set_last_error boolean, p_last_error text,
   p_set_last_error_code boolean, p_last_error_code text,
   p_set_target_reconcile_token boolean, p_target_reconcile_token text,
-  p_increment_attempts boolean, p_stamp text, p_event text, p_detail jsonb)
+  p_increment_attempts boolean, p_stamp text, p_event text, p_detail jsonb, p_if_version bigint)
 returns setof keel.transfer_batches
 language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
 declare
   v_prev text;
+  v_version bigint;
   v_row keel.transfer_batches;
 begin
   if p_stamp is not null and p_stamp not in ('extracted_at', 'staged_at', 'apply_started_at', 'committed_at', 'failed_at') then
     raise exception 'unknown stamp %', p_stamp using errcode = '22023';
   end if;
-  select b.state into v_prev from keel.transfer_batches b where b.batch_id = p_batch_id for update;
-  if not found or not (v_prev = any(p_from_states)) then
+  select b.state, b.version into v_prev, v_version from keel.transfer_batches b where b.batch_id = p_batch_id for update;
+  if not found then
+    return;
+  end if;
+  if not (v_prev = any(p_from_states)) or v_version <> coalesce(p_if_version, v_version) then
+    if p_if_version is not null then
+      insert into keel.transfer_batch_events (batch_id, from_state, to_state, event, detail)
+      values (p_batch_id, v_prev, v_prev, p_event,
+              (case when jsonb_typeof(p_detail) = 'object' then p_detail else '{}'::jsonb end)
+                || jsonb_build_object('stale', true, 'version', v_version));
+    end if;
     return;
   end if;
   update keel.transfer_batches b set

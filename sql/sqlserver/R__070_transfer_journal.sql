@@ -12,7 +12,7 @@ GO
 --   inserted            (a second result set holds the batch row)
 --   transfer_paused     the transfer (a replay: the transfer it replays) is paused; nothing was written
 --   duplicate_batch_id  a batch with this id exists (named, with its state)
---   open_batch_exists   the transfer has an open batch, or (a replay, '<transfer>@replay-<ms>') a replay of the same
+--   open_batch_exists   the transfer has an open batch, or (a replay, '<transfer>@replay-<n>') a replay of the same
 --                       range is open in another replay chain (named); timestamp and rowversion windows: a replay
 --                       of the transfer is open, or (a replay) the transfer's own batch is (named)
 --   window_taken        a live batch of the transfer shares the window's low or high bound (named)
@@ -22,6 +22,11 @@ GO
 -- A unique index refuses the insert (2627 on the key, 2601 on a filtered index); which rule it was is read from the
 -- committed rows afterwards, never from the error text. The refused insert waited for its rival to commit, so the
 -- rival is visible; if it left the way meanwhile (failed, releasing its window), the insert is tried again.
+-- A new replay chain is asked for as '<transfer>@replay-' (nothing after the mark): its name is completed here with
+-- the batch's Seq, a number the journal issues (the row is inserted under the bare mark, then renamed in the same
+-- transaction; the transfer's lock keeps a second such row from meeting it), so two replays never share a chain and
+-- the numbers follow the order the chains were created in, whatever the hosts' clocks say. A name with a number
+-- already (an older version's) is kept. PostgreSQL: keel.transfer_batch_insert, the same.
 CREATE OR ALTER PROCEDURE keel.TransferBatchInsert
   @BatchId uniqueidentifier,
   @TransferName nvarchar(64),
@@ -45,6 +50,8 @@ BEGIN
   DECLARE @Base nvarchar(64) = IIF(@Mark > 0, LEFT(@TransferName, @Mark - 1), @TransferName);
   DECLARE @ReplayPrefix nvarchar(80) = @Base + N'@replay-';
   DECLARE @Lock nvarchar(255) = N'keel.transfer:' + @Base;
+  DECLARE @NewChain bit = CASE WHEN RIGHT(@TransferName, 8) = N'@replay-' AND LEN(@TransferName) = LEN(@ReplayPrefix) THEN 1 ELSE 0 END;
+  DECLARE @Name nvarchar(64) = @TransferName;
   WHILE @Outcome IS NULL AND @Try < 5
   BEGIN
     SET @Try += 1;
@@ -78,6 +85,11 @@ BEGIN
       BEGIN
         INSERT INTO keel.TransferBatches (BatchId, TransferName, State, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns)
         VALUES (@BatchId, @TransferName, 'extracting', @BoundaryKind, @BoundaryLow, @BoundaryHigh, @SchemaHash, @SchemaColumns);
+        IF @NewChain = 1
+        BEGIN
+          SET @Name = @TransferName + CAST(SCOPE_IDENTITY() AS nvarchar(20));
+          UPDATE keel.TransferBatches SET TransferName = @Name WHERE BatchId = @BatchId;
+        END;
         INSERT INTO keel.TransferBatchEvents (BatchId, FromState, ToState, Event, Detail)
         VALUES (@BatchId, NULL, 'extracting', 'created', @Detail);
       END;
@@ -96,14 +108,14 @@ BEGIN
       BEGIN
         SELECT TOP (1) @ConflictId = BatchId, @ConflictState = State
           FROM keel.TransferBatches WITH (READCOMMITTEDLOCK)
-         WHERE TransferName = @TransferName AND State IN ('extracting', 'staged', 'applying', 'unresolved');
+         WHERE TransferName = @Name AND State IN ('extracting', 'staged', 'applying', 'unresolved');
         IF @ConflictId IS NOT NULL
           SET @Outcome = 'open_batch_exists';
         ELSE
         BEGIN
           SELECT TOP (1) @ConflictId = BatchId, @ConflictState = State
             FROM keel.TransferBatches WITH (READCOMMITTEDLOCK)
-           WHERE TransferName = @TransferName AND State <> 'failed'
+           WHERE TransferName = @Name AND State <> 'failed'
              AND (BoundaryHigh = @BoundaryHigh OR BoundaryLow = @BoundaryLow OR (BoundaryLow IS NULL AND @BoundaryLow IS NULL));
           IF @ConflictId IS NOT NULL SET @Outcome = 'window_taken';
         END;
@@ -124,7 +136,10 @@ GO
 
 -- Compare-and-set state change with a patch and an event, in one transaction. Returns the updated row, or no
 -- row when the batch is not in one of @FromStates (comma-separated). Each patchable column comes with a @Set<Column>
--- flag: 1 sets the column to the value beside it (NULL clears it), 0 leaves it.
+-- flag: 1 sets the column to the value beside it (NULL clears it), 0 leaves it. @IfVersion (NULL: the state alone
+-- decides) also fences the move on the Version the caller read: a writer that decided on an older record (reconcile's
+-- verdict while another run started an apply) moves nothing, and its event is still recorded on the row as it is,
+-- marked {"stale": true, "version": <the row's>} (PostgreSQL: keel.transfer_batch_transition).
 CREATE OR ALTER PROCEDURE keel.TransferBatchTransition
   @BatchId uniqueidentifier,
   @FromStates varchar(100),
@@ -140,19 +155,31 @@ CREATE OR ALTER PROCEDURE keel.TransferBatchTransition
   @IncrementAttempts bit,
   @Stamp varchar(20),
   @Event varchar(64),
-  @Detail nvarchar(max)
+  @Detail nvarchar(max),
+  @IfVersion bigint
 AS
 BEGIN
   SET NOCOUNT ON;
   SET XACT_ABORT ON;
   DECLARE @Prev varchar(12);
+  DECLARE @Version bigint;
   IF @Stamp IS NOT NULL AND @Stamp NOT IN ('extracted_at', 'staged_at', 'apply_started_at', 'committed_at', 'failed_at')
     THROW 51021, N'keel.TransferBatchTransition: unknown @Stamp', 1;
   BEGIN TRANSACTION;
-  SELECT @Prev = State FROM keel.TransferBatches WITH (UPDLOCK, HOLDLOCK) WHERE BatchId = @BatchId;
-  IF @Prev IS NULL OR CHARINDEX(',' + @Prev + ',', ',' + @FromStates + ',') = 0
+  SELECT @Prev = State, @Version = Version FROM keel.TransferBatches WITH (UPDLOCK, HOLDLOCK) WHERE BatchId = @BatchId;
+  IF @Prev IS NULL
   BEGIN
     ROLLBACK TRANSACTION;
+    RETURN;
+  END;
+  IF CHARINDEX(',' + @Prev + ',', ',' + @FromStates + ',') = 0 OR @Version <> COALESCE(@IfVersion, @Version)
+  BEGIN
+    IF @IfVersion IS NOT NULL
+      INSERT INTO keel.TransferBatchEvents (BatchId, FromState, ToState, Event, Detail)
+      VALUES (@BatchId, @Prev, @Prev, @Event,
+              JSON_MODIFY(JSON_MODIFY(CASE WHEN ISJSON(@Detail) = 1 AND LEFT(LTRIM(@Detail), 1) = N'{' THEN @Detail ELSE N'{}' END,
+                                      '$.stale', CAST(1 AS bit)), '$.version', @Version));
+    COMMIT TRANSACTION;
     RETURN;
   END;
   UPDATE keel.TransferBatches

@@ -259,6 +259,61 @@ export function defineTransferJournalContract(makeHarness: () => JournalHarness)
     expect(await j.note(randomUUID(), 'stage_error', {}, { lastError: 'x' }, 0)).toBe(false);
   });
 
+  it('a transition fenced on the version its writer read: moves while the row is unchanged, none once it moved', async () => {
+    const name = unique('tver');
+    const a = await j.insertBatch({ ...base(name), batchId: randomUUID(), boundaryLow: null, boundaryHigh: '10' });
+    const staged = (await j.transition(a.batchId, ['extracting'], 'staged', { stagedCount: 1 }, 'staged', {}, 0))!;
+    expect([staged.state, staged.version]).toEqual(['staged', 1]);
+    // Another run starts an apply: a move decided on version 1 moves nothing, its event kept on the row, marked.
+    await j.transition(a.batchId, ['staged'], 'applying', { incrementAttempts: true }, 'apply_started');
+    const stale = await j.transition(
+      a.batchId,
+      ['staged', 'applying'],
+      'extracting',
+      { targetReconcileToken: null },
+      'reconciled_not_applied',
+      { fencedThrough: 0 },
+      staged.version,
+    );
+    expect(stale).toBeNull();
+    const now = (await j.get(a.batchId))!;
+    expect([now.state, now.attempts, now.version]).toEqual(['applying', 1, 2]);
+    expect((await j.events(a.batchId)).at(-1)).toMatchObject({
+      fromState: 'applying',
+      toState: 'applying',
+      event: 'reconciled_not_applied',
+      detail: { fencedThrough: 0, stale: true, version: 2 },
+    });
+    // Unfenced, the state alone decides, as before; an unknown batch moves nothing.
+    expect((await j.transition(a.batchId, ['applying'], 'unresolved', {}, 'reconcile_error'))!.state).toBe(
+      'unresolved',
+    );
+    expect(await j.transition(randomUUID(), ['staged'], 'applying', {}, 'x', {}, 0)).toBeNull();
+  });
+
+  it("a new replay chain is named by the journal: '<name>@replay-' completed with a number it issues, in order", async () => {
+    const name = unique('chain');
+    const b = (low: string | null, high: string): NewBatch => ({
+      ...base(name),
+      transferName: `${name}@replay-`,
+      batchId: randomUUID(),
+      boundaryLow: low,
+      boundaryHigh: high,
+    });
+    const r1 = await j.insertBatch(b(null, '10'));
+    const r2 = await j.insertBatch(b('10', '20')); // another range, open beside the first
+    const n = [r1, r2].map((r) => {
+      expect(r.transferName).toMatch(new RegExp(`^${name}@replay-\\d+$`));
+      return BigInt(r.transferName.slice(name.length + '@replay-'.length));
+    });
+    expect(n[0]! < n[1]!).toBe(true);
+    // Chains of their own: the same range again is refused while its replay is open, whatever the names.
+    expect(codeOf(await j.insertBatch(b(null, '10')).catch((e: unknown) => e))).toBe('open_batch_exists');
+    // A name with its number already (an older version's) is kept as it is.
+    const old = await j.insertBatch({ ...b('20', '30'), transferName: `${name}@replay-1700000000000` });
+    expect(old.transferName).toBe(`${name}@replay-1700000000000`);
+  });
+
   it(`texts keep the same bound on every engine: last_error ${JOURNAL_TEXT_MAX.last_error} characters, cut whole`, async () => {
     const max = JOURNAL_TEXT_MAX.last_error;
     const name = unique('bound');

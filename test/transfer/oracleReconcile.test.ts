@@ -57,10 +57,18 @@ const ITEMS_COLUMNS = [
   ['AMOUNT', 'NUMBER', 2, 6, 22, 0, null, 'Y'],
   ['BORN', 'DATE', null, null, 7, 0, null, 'Y'],
 ];
+// As the service records it: the key and boundary columns flagged.
 const ITEMS_SCHEMA = {
   hash: 'h',
   columns: [
-    { name: 'id', type: 'bigint', logical: 'int' as const, nullable: false },
+    {
+      name: 'id',
+      type: 'bigint',
+      logical: 'int' as const,
+      nullable: false,
+      key: true as const,
+      boundary: true as const,
+    },
     { name: 'name', type: 'text', logical: 'text' as const, nullable: false },
     { name: 'amount', type: 'numeric', logical: 'decimal' as const, nullable: true },
     { name: 'born', type: 'date', logical: 'date' as const, nullable: true },
@@ -362,16 +370,17 @@ describe('Oracle deterministic data errors are terminal, naming the column and t
 // schema says it was staged under other key columns, so its staged keys are asked first -- only then.
 describe('Oracle apply of a batch staged under other key columns', () => {
   const nullableName = ITEMS_COLUMNS.map((c) => (c[0] === 'NAME' ? [...c.slice(0, 7), 'Y'] : c));
-  const recordedUnder = (key: string) => ({
+  // key null: a batch journalled before the flags were recorded (none).
+  const recordedUnder = (key: string | null) => ({
     hash: 'h',
-    columns: ITEMS_SCHEMA.columns.map((c) => ({
+    columns: ITEMS_SCHEMA.columns.map(({ key: _k, boundary: _b, ...c }) => ({
       ...c,
       ...(c.name === 'name' ? { nullable: true } : {}),
       ...(c.name === key ? { key: true as const } : {}),
-      ...(c.name === 'id' ? { boundary: true as const } : {}),
+      ...(c.name === 'id' && key !== null ? { boundary: true as const } : {}),
     })),
   });
-  const staged = async (recordedKey: string) => {
+  const staged = async (recordedKey: string | null) => {
     const fake = new FakeOracle();
     fake.columns = nullableName;
     const target = new OracleTransferTarget(oracleTransfer('items', false, ['name']), fake.pool);
@@ -400,6 +409,15 @@ describe('Oracle apply of a batch staged under other key columns', () => {
     expect((err as Error).message).toMatch(/under the key columns \(name\) \(\(NULL\)\)/);
     expect(fake.callsOf('APPLY_BATCH')).toEqual([]);
     expect(fake.completions.size).toBe(0);
+    expect(fake.applied.size).toBe(0);
+  });
+
+  // Its key columns not known (an older version journalled it): asked like a changed one.
+  it('recorded before the flags: its staged keys are asked first, a NULL part of the key refused before APPLY_BATCH', async () => {
+    const { fake, target, req } = await staged(null);
+    const err = await target.apply(req, { attempt: 1 }).catch((e: unknown) => e);
+    expect(isTransferError(err, 'duplicate_keys'), String(err)).toBe(true);
+    expect(fake.callsOf('APPLY_BATCH')).toEqual([]);
     expect(fake.applied.size).toBe(0);
   });
 

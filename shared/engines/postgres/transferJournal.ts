@@ -58,6 +58,7 @@ export const JOURNAL_POSTGRES_FUNCTIONS: { [P in JournalProcedure]: PgSignature<
       stamp: 'text',
       event: 'text',
       detail: 'jsonb',
+      if_version: 'bigint',
     },
     returns: 'rows',
   },

@@ -63,6 +63,7 @@ export const JOURNAL_SQLSERVER_PARAMS: {
     Stamp: sql.VarChar(20),
     Event: sql.VarChar(64),
     Detail: sql.NVarChar(sql.MAX),
+    IfVersion: sql.BigInt,
   },
   transfer_batch_note: {
     BatchId: sql.UniqueIdentifier,
