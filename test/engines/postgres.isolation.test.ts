@@ -72,7 +72,7 @@ describe("a database whose default isolation is REPEATABLE READ: the store's cal
     }
   });
 
-  it("the user's own startup options still apply (the URL's, else the pool's, else PGOPTIONS)", async () => {
+  it("the user's own startup options still apply (the URL's, else the pool's)", async () => {
     const u = new URL(appUrl(url));
     u.searchParams.set('options', '-c statement_timeout=900');
     const own = await PostgresJobStore.connect(u.toString(), { poolSize: 1, migrate: false });
@@ -85,10 +85,9 @@ describe("a database whose default isolation is REPEATABLE READ: the store's cal
       await own.close();
     }
     const plain = 'postgres://a@h:5432/d';
-    expect(readCommittedOptions(plain, undefined, {})).toEqual({ connectionString: plain, options: READ_COMMITTED_OPTION });
-    expect(readCommittedOptions(plain, '-c a=1', { PGOPTIONS: '-c b=2' }).options).toBe(`-c a=1 ${READ_COMMITTED_OPTION}`);
-    expect(readCommittedOptions(plain, undefined, { PGOPTIONS: '-c b=2' }).options).toBe(`-c b=2 ${READ_COMMITTED_OPTION}`);
-    expect(readCommittedOptions(`${plain}?options=-c%20c%3D3&sslmode=disable`, '-c a=1', {})).toEqual({
+    expect(readCommittedOptions(plain)).toEqual({ connectionString: plain, options: READ_COMMITTED_OPTION });
+    expect(readCommittedOptions(plain, '-c a=1').options).toBe(`-c a=1 ${READ_COMMITTED_OPTION}`);
+    expect(readCommittedOptions(`${plain}?options=-c%20c%3D3&sslmode=disable`, '-c a=1')).toEqual({
       connectionString: `${plain}?sslmode=disable`,
       options: `-c c=3 ${READ_COMMITTED_OPTION}`,
     });
@@ -97,7 +96,11 @@ describe("a database whose default isolation is REPEATABLE READ: the store's cal
   it('a heartbeat, a progress write and a completion wait for the writer, then succeed', async () => {
     const ref = await running('iso-a');
     expect((await behindAWriter(ref.jobId, () => store.heartbeat(ref))).status).toBe('ok');
-    expect(await behindAWriter(ref.jobId, () => store.reportProgress(ref, { fraction: 0.5, done: null, total: null, note: null }))).toBe('ok');
+    expect(
+      await behindAWriter(ref.jobId, () =>
+        store.reportProgress(ref, { fraction: 0.5, done: null, total: null, note: null }),
+      ),
+    ).toBe('ok');
     expect(await behindAWriter(ref.jobId, () => store.complete(ref))).toBe('ok');
     expect((await store.getJob(ref.jobId))?.location).toBe('archive');
   });

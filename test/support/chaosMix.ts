@@ -727,7 +727,9 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     );
     const firedTwice = fired.filter((r) => r.n > 1);
     if (firedTwice.length)
-      problems.push(`schedules: ${firedTwice.length} ticks enqueued twice, e.g. ${JSON.stringify(firedTwice.slice(0, 3))}`);
+      problems.push(
+        `schedules: ${firedTwice.length} ticks enqueued twice, e.g. ${JSON.stringify(firedTwice.slice(0, 3))}`,
+      );
     const ticksBy = new Map<string, number[]>();
     for (const r of fired) {
       const m = /^schedule:(.+):(\d{4}-.+)$/.exec(String(r.k));

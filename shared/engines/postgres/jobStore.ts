@@ -288,7 +288,7 @@ export interface StoreStatementTimeout {
 // opens, on a session of its own URL and login (a role's or a database's setting applies per login and database).
 export async function storeStatementTimeout(url: string, applicationName: string): Promise<StoreStatementTimeout> {
   const client = new pg.Client({
-    connectionString: url,
+    ...readCommittedOptions(url), // as the store's pool connects: the same options reach it
     application_name: applicationName,
     connectionTimeoutMillis: 10_000,
     query_timeout: 15_000,
