@@ -7,6 +7,7 @@
 //     [--flows 0] [--ops-api 0] [--schedulers 0] [--stops 0] [--narrow 0] [--dispatchers 0] [--tiny] [--big]
 //     [--lock-timeout-ms 0] [--statement-timeout-ms 0] [--concurrency 12] [--skew-ms 0] [--bulky 0] [--churners 0]
 //     [--partitions 0] [--partition-ms 2500-15000] [--terms 0] [--no-terminate] [--many-queues 0]
+//     [--server-stalls 0] [--stall-ms 5000-10000] [--stall-postmaster-only]
 // --flows: flows in the backlog (parent, children with their policies, fan-in); --ops-api: operator processes acting
 // through the ops API's HTTP handler (queue settings, pauses, cancels, resurrects, purges, keyed and flow enqueues).
 // --schedulers: processes racing scheduler passes (every-second schedules) and keyed enqueues of shared keys;
@@ -25,9 +26,12 @@
 // for --partition-ms, then delivers them); --terms: graceful stops (SIGTERM) of workers/drains/dispatchers with jobs in
 // flight, replaced at once (each must say BYE and leave nothing under its id); --no-terminate: no pg_terminate_backend;
 // --many-queues: that many more queues, every process serving them all, the backlog spread over them.
+// --server-stalls: SIGSTOP of the server (its postmaster, from --data's postmaster.pid, and every child of it; with
+// --stall-postmaster-only the postmaster alone: new connections hang, open ones go on) for --stall-ms, then SIGCONT.
 // Exits 1 when a property failed; prints every server log ERROR it saw and whether it was expected.
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { ensureExecutorLogin, withClient, withDatabase, withLogin } from './pgAdmin.js';
 import { EXPECTED_LOG_ERRORS, runChaosMix } from '../test/support/chaosMix.js';
@@ -60,12 +64,50 @@ const restart =
       }
     : undefined;
 
+// The postmaster's pid and its children's (backends, checkpointer, walwriter...), read from /proc.
+const serverPids = (): number[] => {
+  const pm = Number(readFileSync(path.join(dataDir!, 'postmaster.pid'), 'utf8').split('\n')[0]);
+  if (args.includes('--stall-postmaster-only')) return [pm];
+  const kids = readdirSync('/proc')
+    .filter((d) => /^\d+$/.test(d))
+    .filter((d) => {
+      try {
+        return Number(readFileSync(`/proc/${d}/stat`, 'utf8').split(') ')[1]!.split(' ')[1]) === pm;
+      } catch {
+        return false; // gone meanwhile
+      }
+    })
+    .map(Number);
+  return [pm, ...kids];
+};
+const stallServer = dataDir
+  ? async (ms: number) => {
+      const pids = serverPids();
+      for (const p of pids) process.kill(p, 'SIGSTOP');
+      try {
+        await new Promise((r) => setTimeout(r, ms));
+      } finally {
+        for (const p of pids) {
+          try {
+            process.kill(p, 'SIGCONT');
+          } catch {
+            // exited while stopped (cannot happen to a stopped process but by SIGKILL)
+          }
+        }
+      }
+    }
+  : undefined;
+
 const lockTimeoutMs = Number(arg('lock-timeout-ms', '0'));
 const report = await runChaosMix({
   ownerUrl,
   appUrl: withLogin(ownerUrl, 'keel_app_chaos', 'keel-app-chaos'),
   serverLog: logFile,
   restart,
+  stallServer,
+  serverStalls: Number(arg('server-stalls', '0')),
+  serverStallMinMs: Number(arg('stall-ms', '5000-10000')!.split('-')[0]),
+  serverStallMaxMs: Number(arg('stall-ms', '5000-10000')!.split('-')[1]),
   seed: arg('seed') === undefined ? undefined : Number(arg('seed')),
   jobs: Number(arg('jobs', '6000')),
   workers: Number(arg('workers', '4')),

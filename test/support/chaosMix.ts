@@ -35,6 +35,12 @@ export interface ChaosMixOptions {
   appUrl: string; // the same database as the application's login
   serverLog?: string; // the server's log file, read from its size at the start
   restart?: () => Promise<void>; // restarts the server (pg_ctl restart -m fast)
+  // Freezes the server for ms (SIGSTOP of its postmaster and every backend, then SIGCONT): every statement in flight
+  // and every connect hangs, no TCP reset; server-side time runs on, so every lease it holds expires at once.
+  stallServer?: (ms: number) => Promise<void>;
+  serverStalls?: number; // how many such stalls during the chaos (default 0)
+  serverStallMinMs?: number; // default 5000
+  serverStallMaxMs?: number; // default 10000
   terminateBackends?: boolean; // pg_terminate_backend of random Keel backends (default true)
   seed?: number;
   jobs: number;
@@ -401,6 +407,8 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     let spikeEnd = 0;
     let restarted = false;
     let stops = 0;
+    let serverStalls = 0;
+    let lastStallEnd = 0;
     let partitions = 0;
     let terms = 0;
     const termChecks: Promise<void>[] = [];
@@ -523,6 +531,20 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
           );
         }
       }
+      if (
+        o.stallServer &&
+        serverStalls < (o.serverStalls ?? 0) &&
+        Date.now() > lastStallEnd + 3000 &&
+        random.next() < 0.12
+      ) {
+        // The whole server frozen (a VM paused, a storage hang): every process's statements wait with it, then every
+        // lease it held is past (its clock ran on), and the rescue, the claims and the late heartbeats all meet.
+        const ms = random.int(o.serverStallMinMs ?? 5000, o.serverStallMaxMs ?? 10000);
+        log(`chaos: ${Date.now()} server stalled for ${ms} ms`);
+        serverStalls++;
+        await o.stallServer(ms);
+        lastStallEnd = Date.now();
+      }
       if ((o.terminateBackends ?? true) && random.next() < 0.35) {
         // Random Keel backends, and more often those in the middle of a move.
         const rows = await q(
@@ -564,6 +586,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     if (o.lockTimeoutMs) await q(`alter role "${appLogin}" in database "${dbName}" reset lock_timeout`);
     if (o.statementTimeoutMs) await q(`alter role "${appLogin}" in database "${dbName}" reset statement_timeout`);
     facts.stops = stops;
+    facts.serverStalls = serverStalls;
     facts.kills = kills;
     facts.backendsTerminated = terminated;
     facts.latencySpikes = spikes;
@@ -693,6 +716,42 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
     const twice = [...where].filter(([, t]) => t.length > 1);
     if (twice.length)
       problems.push(`safety: ${twice.length} jobs in two places, e.g. ${JSON.stringify(twice.slice(0, 3))}`);
+    // Schedules (the sched role's every-second schedules, never in the purged queue): each tick enqueued at most once
+    // across every pass of every process, restarts and stalls included. Gaps (ticks never enqueued) follow an outage
+    // of every pass longer than the 5 s grace (missed: 'skip' drops what is older): listed, for the run's reader.
+    const fired = await q(
+      `select idempotency_key k, count(distinct id)::int n
+         from (select id, idempotency_key from keel.jobs_hot union all select id, idempotency_key from keel.jobs_archive
+               union all select id, idempotency_key from keel.jobs_dlq) x
+        where idempotency_key like 'schedule:%' group by 1`,
+    );
+    const firedTwice = fired.filter((r) => r.n > 1);
+    if (firedTwice.length)
+      problems.push(
+        `schedules: ${firedTwice.length} ticks enqueued twice, e.g. ${JSON.stringify(firedTwice.slice(0, 3))}`,
+      );
+    const ticksBy = new Map<string, number[]>();
+    for (const r of fired) {
+      const m = /^schedule:(.+):(\d{4}-.+)$/.exec(String(r.k));
+      if (m) ticksBy.set(m[1]!, [...(ticksBy.get(m[1]!) ?? []), Date.parse(m[2]!)]);
+    }
+    let gaps = 0;
+    let worstGap = 0;
+    const gapList: string[] = [];
+    for (const [name, ts] of ticksBy) {
+      ts.sort((a, b) => a - b);
+      for (let i = 1; i < ts.length; i++) {
+        const gap = (ts[i]! - ts[i - 1]!) / 1000 - 1; // seconds never enqueued between two fired ticks
+        if (gap <= 0) continue;
+        gaps++;
+        worstGap = Math.max(worstGap, gap);
+        gapList.push(`${name} after ${new Date(ts[i - 1]!).toISOString()}: ${gap} s`);
+      }
+    }
+    facts.scheduleTicks = fired.length;
+    facts.scheduleGaps = gaps;
+    facts.scheduleWorstGapS = worstGap;
+    facts.scheduleGapList = gapList.slice(0, 12).join('; ');
     const archivedP = (await q(`select count(*)::int n from keel.jobs_archive where queue = 'mx-p'`))[0].n;
     facts.purged = purged;
     facts.purgedUnknown = purgedUnknown;

@@ -2,6 +2,7 @@
 import { createHash } from 'node:crypto';
 import pg from 'pg';
 import { poolErrorLogger } from '../poolErrors.js';
+import { readCommittedOptions } from './readCommitted.js';
 import path from 'node:path';
 import type {
   CompleteRef,
@@ -287,7 +288,7 @@ export interface StoreStatementTimeout {
 // opens, on a session of its own URL and login (a role's or a database's setting applies per login and database).
 export async function storeStatementTimeout(url: string, applicationName: string): Promise<StoreStatementTimeout> {
   const client = new pg.Client({
-    connectionString: url,
+    ...readCommittedOptions(url), // as the store's pool connects: the same options reach it
     application_name: applicationName,
     connectionTimeoutMillis: 10_000,
     query_timeout: 15_000,
@@ -327,7 +328,7 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     // what happens next.
     const timeout = await storeStatementTimeout(url, opts.applicationName ?? 'keel');
     const pool = new pg.Pool({
-      connectionString: url,
+      ...readCommittedOptions(url), // every session READ COMMITTED, whatever the database's default (readCommitted.ts)
       max: opts.poolSize ?? 10,
       application_name: opts.applicationName ?? 'keel',
       connectionTimeoutMillis: 10_000,

@@ -9,6 +9,7 @@ import { ProcedureJournal } from '../../transfer/procedureJournal.js';
 import type { JournalArgs, JournalParam, JournalProcedure } from '../../transfer/journalProcedures.js';
 import type { JournalRow } from '../../transfer/journalRows.js';
 import { countPoolError } from '../poolErrors.js';
+import { readCommittedOptions } from './readCommitted.js';
 import { pgStatement, type PgSignature } from './procedures.js';
 
 // The PostgreSQL side of JOURNAL_PROCEDURES: the type of each parameter of keel.<name>(p_<param>, ...) in
@@ -110,7 +111,9 @@ export function createJournalPool(
   const t = { ...DEFAULT_JOURNAL_TIMEOUTS, ...opts };
   const app = opts.applicationName ?? 'keel-transfer-journal';
   const pool = new pg.Pool({
-    connectionString,
+    // READ COMMITTED whatever the database's default: its transitions wait for and re-read batch rows as the job
+    // store's moves do (readCommitted.ts)
+    ...readCommittedOptions(connectionString, opts.options),
     max: opts.max ?? 4,
     application_name: app,
     connectionTimeoutMillis: t.connectTimeoutMs,
@@ -120,7 +123,6 @@ export function createJournalPool(
     keepAlive: true,
     keepAliveInitialDelayMillis: 10_000,
     idleTimeoutMillis: 30_000,
-    ...(opts.options ? { options: opts.options } : {}),
   });
   const log = opts.log ?? defaultLog;
   pool.on('error', (err) => {
