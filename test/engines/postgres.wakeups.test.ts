@@ -82,4 +82,42 @@ describe('postgres wake-ups', () => {
       await proxy.close();
     }
   });
+
+  // A peer that goes silent without cutting the connection (a NAT or firewall dropping the flow): nothing reaches the
+  // listener and nothing fails. Before, the LISTEN connection had no bound and no check: a worker whose listener went
+  // silent so got no wake-up again until it was restarted (polling only), and a LISTEN that got no answer hung its
+  // subscribe for good.
+  it('drops and re-opens a listening connection that went silent, and bounds a LISTEN that gets no answer', async () => {
+    const u = new URL(h.url);
+    const proxy = await FaultProxy.start(u.hostname, Number(u.port || 5432));
+    const opts = { connectTimeoutMs: 2_000, statementTimeoutMs: 500, pingEveryMs: 200 };
+    const silentListen = new PostgresWakeups(proxy.urlFor(h.url), opts);
+    const silentLater = new PostgresWakeups(proxy.urlFor(h.url), opts);
+    try {
+      // The LISTEN itself gets no answer: the subscribe fails within its bound, and the retry (a new connection) listens.
+      const listenLost = proxy.arm({ kind: 'blackhole', trigger: (sql) => /^listen /i.test(sql) });
+      let woken = 0;
+      await expect(silentListen.subscribe(['wake-s'], () => woken++)).rejects.toThrow();
+      await listenLost;
+      await until('the re-opened listener', () => woken > 0);
+      let before = woken;
+      await store.enqueue({ queue: 'wake-s', type: 't' });
+      await until('the wake-up on the new connection', () => woken > before);
+      await silentListen.close(); // the next fault is meant for the other listener's ping
+
+      // A listener that worked goes silent later: its ping gets no answer, it is re-opened and wakes again.
+      let laterWoken = 0;
+      await silentLater.subscribe(['wake-s2'], () => laterWoken++);
+      const pingLost = proxy.arm({ kind: 'blackhole', trigger: (sql) => sql.includes('keel-wakeups ping') });
+      await pingLost;
+      await until('the listener re-opened after its ping went unanswered', () => laterWoken > 0);
+      before = laterWoken;
+      await store.enqueue({ queue: 'wake-s2', type: 't' });
+      await until('the wake-up after the silent drop', () => laterWoken > before);
+    } finally {
+      await silentListen.close();
+      await silentLater.close();
+      await proxy.close();
+    }
+  });
 });

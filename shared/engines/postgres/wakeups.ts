@@ -1,11 +1,19 @@
 // LISTEN/NOTIFY wake-ups for workers on PostgreSQL: keel.enqueue_many notifies channel keel_jobs with the queue name
 // of every queue that got a due job, at commit. One dedicated connection per subscriber; when it drops, it is
 // re-opened with backoff (every attempt, until close(); also when the first one fails), and the worker's polling
-// covers the gap (polling is always the fallback).
+// covers the gap (polling is always the fallback). A connection that goes silent without being cut (a NAT or firewall
+// dropping an idle flow, a peer that stops answering) is noticed too: it connects within a bound, and a ping on it every
+// pingEveryMs must answer within statementTimeoutMs, or it is dropped and re-opened like a lost one.
 import pg from 'pg';
 import type { WakeupSource } from '../../jobs/contract.js';
 
 export const WAKEUP_CHANNEL = 'keel_jobs';
+
+export interface WakeupOptions {
+  connectTimeoutMs?: number; // a connect that gets no answer fails after this (default 10 s)
+  statementTimeoutMs?: number; // LISTEN and each ping fail after this without an answer (default 15 s)
+  pingEveryMs?: number; // how often the listening connection is checked (default 30 s)
+}
 
 export class PostgresWakeups implements WakeupSource {
   private closed = false;
@@ -14,8 +22,19 @@ export class PostgresWakeups implements WakeupSource {
   private connecting: Promise<void> | undefined;
   private retryMs = 100;
   private retryTimer: ReturnType<typeof setTimeout> | undefined;
+  private pingTimer: ReturnType<typeof setInterval> | undefined;
+  private readonly connectTimeoutMs: number;
+  private readonly statementTimeoutMs: number;
+  private readonly pingEveryMs: number;
 
-  constructor(private readonly url: string) {}
+  constructor(
+    private readonly url: string,
+    opts: WakeupOptions = {},
+  ) {
+    this.connectTimeoutMs = opts.connectTimeoutMs ?? 10_000;
+    this.statementTimeoutMs = opts.statementTimeoutMs ?? 15_000;
+    this.pingEveryMs = opts.pingEveryMs ?? 30_000;
+  }
 
   // An empty queue list subscribes to every queue.
   async subscribe(queues: string[], onWake: () => void): Promise<() => Promise<void>> {
@@ -34,10 +53,17 @@ export class PostgresWakeups implements WakeupSource {
   }
 
   private async connect(): Promise<void> {
-    const client = new pg.Client({ connectionString: this.url, application_name: 'keel-wakeups' });
+    const client = new pg.Client({
+      connectionString: this.url,
+      application_name: 'keel-wakeups',
+      connectionTimeoutMillis: this.connectTimeoutMs,
+      query_timeout: this.statementTimeoutMs,
+      keepAlive: true,
+    });
     const lost = () => {
       if (this.client !== client) return;
       this.client = undefined;
+      this.stopPing();
       client.end().catch(() => undefined);
       this.reconnectLater();
     };
@@ -63,6 +89,17 @@ export class PostgresWakeups implements WakeupSource {
     }
     this.client = client;
     this.retryMs = 100;
+    this.stopPing();
+    this.pingTimer = setInterval(() => {
+      // A ping that fails or gets no answer within the statement bound: the connection is gone, silently or not.
+      client.query('select 1 /* keel-wakeups ping */').catch(lost);
+    }, this.pingEveryMs);
+    this.pingTimer.unref();
+  }
+
+  private stopPing(): void {
+    clearInterval(this.pingTimer);
+    this.pingTimer = undefined;
   }
 
   // One reconnect pending at a time; whatever was notified while we were away is found by the next poll, and every
@@ -89,6 +126,7 @@ export class PostgresWakeups implements WakeupSource {
     this.subs.clear();
     clearTimeout(this.retryTimer);
     this.retryTimer = undefined;
+    this.stopPing();
     const c = this.client;
     this.client = undefined;
     await c?.end().catch(() => undefined);
