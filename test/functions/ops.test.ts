@@ -1,5 +1,6 @@
 // The ops HTTP function invoked directly with @azure/functions HttpRequest/InvocationContext, on a real database.
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { HttpRequest } from '../../dev/azureFunctions.js';
 import { ops } from '../../functions/ops.js';
 import { encodeClientPrincipal } from '../../shared/ops/auth.js';
 import { queueListTarget } from '../../shared/ops/auditRecord.js';
@@ -1696,5 +1697,41 @@ describe('queueListTarget', () => {
       const t = queueListTarget(['aaaa', 'bbbb', 'cccc', 'dddd'], max);
       expect(t.length, t).toBeLessThanOrEqual(max);
     }
+  });
+});
+
+describe('ops: request bodies are read within the limit', () => {
+  // A chunked body (no Content-Length) used to be read whole (request.arrayBuffer()) before its size was checked: the
+  // router now counts as it reads and stops one chunk past KEEL_OPS_MAX_BODY_BYTES; the refusal is audited.
+  it('a huge chunked body is refused 413 naming the limit, only the limit of it read, the refusal recorded', async () => {
+    const CHUNK = 64 * 1024;
+    const TOTAL = 16 * 1024 * 1024;
+    const limit = t.rt.settings.KEEL_OPS_MAX_BODY_BYTES;
+    let pulled = 0;
+    const source = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        if (pulled >= TOTAL) return controller.close();
+        pulled += CHUNK;
+        controller.enqueue(new Uint8Array(CHUNK).fill(0x20));
+      },
+    });
+    const url = 'http://localhost:7071/api/ops/jobs';
+    const headers = { 'content-type': 'application/json', 'x-ms-client-principal': OPERATOR };
+    const req = new HttpRequest({
+      method: 'POST',
+      url,
+      params: { path: 'jobs' },
+      nativeRequest: new Request(url, { method: 'POST', headers, body: source, duplex: 'half' } as RequestInit),
+    } as ConstructorParameters<typeof HttpRequest>[0]);
+    const before = await lastAuditId(t.pool);
+    const res = await ops(req, context('ops'));
+    expect(res.status).toBe(413);
+    const body = jsonOf(res);
+    expect(body).toMatchObject({ error: 'payload_too_large', limit });
+    expect(body.message).toContain(`the limit is ${limit} (KEEL_OPS_MAX_BODY_BYTES)`);
+    expect(pulled).toBeLessThanOrEqual(limit + 4 * CHUNK);
+    expect((await auditRows(t.pool, before)).map((a) => [a.action, a.outcome, a.status])).toEqual([
+      ['enqueue', 'refused', 413],
+    ]);
   });
 });
