@@ -81,7 +81,8 @@ export function resultJson(value: unknown, maxBytes: number): string | undefined
     text = JSON.stringify(value);
   } catch (err) {
     const problem = err instanceof TypeError ? jsonTextProblem(value) : null;
-    if (problem && problem.path.length > 0) throw new ValidationError(fieldPath('result', problem.path), problem.message);
+    if (problem && problem.path.length > 0)
+      throw new ValidationError(fieldPath('result', problem.path), problem.message);
     if (typeof value === 'bigint') throw new ValidationError('result', jsonTextProblem(value)!.message);
     throw new ValidationError('result', `is not JSON: ${(err as Error).message}`);
   }

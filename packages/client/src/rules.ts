@@ -83,7 +83,8 @@ export function textProblem(s: string): string | null {
 // (Number.MAX_VALUE) stay allowed. The ops API refuses the same in its request text (shared/ops/jsonText.ts).
 const UNSAFE_INTEGER = `must be a safe integer (at most ${Number.MAX_SAFE_INTEGER} = 2^53 - 1 either way; a larger number may already have lost digits): send it as a string`;
 // JSON.stringify throws "Do not know how to serialize a BigInt", naming no field.
-const BIGINT = 'is a BigInt, which JSON cannot carry: send it as a string (String(n)), or as a number if it is a safe integer';
+const BIGINT =
+  'is a BigInt, which JSON cannot carry: send it as a string (String(n)), or as a number if it is a safe integer';
 
 export function jsonTextProblem(value: unknown): { path: (string | number)[]; message: string } | null {
   interface Node {
