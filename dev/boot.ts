@@ -22,6 +22,7 @@ import {
   type EmbeddedServer,
 } from './embeddedPostgres.js';
 import { startAzuriteQueue, type AzuriteQueue } from './azurite.js';
+import { clearQueuesOfAnotherStore, STORE_STATE_FILE, storeIdentity } from './storeQueues.js';
 import { readHostConfig } from '../shared/app/hostJson.js';
 import { startLocalHost, type RunningLocalHost } from './localHost.js';
 import { PostgresWakeups } from '../shared/engines/postgres/wakeups.js';
@@ -289,6 +290,28 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
     for (const [k, v] of Object.entries(env)) if (v !== undefined) process.env[k] = v;
     rereadHostEnvironment();
     const settings = parseSettings(env);
+    // The in-process Azurite's messages name jobs and batches of the store they were posted for: a start against
+    // another database clears them first (dev/storeQueues.ts). Storage given by AzureWebJobsStorage is not this
+    // host's to clear.
+    if (azurite) {
+      try {
+        const identity = await storeIdentity(env);
+        const { previous, cleared } = await clearQueuesOfAnotherStore({
+          service: QueueServiceClient.fromConnectionString(azurite.connectionString),
+          stateFile: path.join(dataDir, 'azurite', STORE_STATE_FILE),
+          identity,
+          queues: [settings.KEEL_JOBS_QUEUE, settings.KEEL_TRANSFER_STAGE_QUEUE, settings.KEEL_TRANSFER_APPLY_QUEUE],
+        });
+        const counts = Object.entries(cleared).map(([q, n]) => `${q}: ${n}`);
+        if (counts.length > 0 || (previous !== null && previous !== identity.label))
+          notes.push(
+            `queues cleared: they were ${previous ? `for another store (${previous})` : 'of an unrecorded store'}, this start serves ${identity.label}${counts.length > 0 ? ` (${counts.join(', ')} messages)` : ''}`,
+          );
+      } catch (err) {
+        // Bookkeeping, not a reason to refuse the start: the jobs runner poisons a message for an unknown job.
+        notes.push(`queues not checked against the store they served: ${(err as Error).message}`);
+      }
+    }
     // The demo job types are dev code: registered here, never by the production runtime.
     const runtime = await createRuntime(settings, {
       env,

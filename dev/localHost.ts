@@ -501,7 +501,8 @@ class HttpLayer implements Stoppable {
         });
       }
     }
-    const read = await this.readBody(req, res);
+    const limitSetting = def.bodyLimitSetting;
+    const read = await this.readBody(req, res, limitSetting ? this.opts.settings[limitSetting] : null);
     if (!read.ok) return;
     try {
       await this.invoke(req, res, url, method, found, def, catchAll, read.body);
@@ -539,7 +540,11 @@ class HttpLayer implements Stoppable {
   // The request's body, within the host's cap, the in-flight budget and the body timeout; or an answer already sent
   // ({ ok: false }: 413, 503, 408, or nothing when the caller went away). Nothing of a refused body is kept: the rest
   // is read and dropped (a caller still sending gets the answer, not a reset), up to the timeout.
-  private readBody(req: http.IncomingMessage, res: http.ServerResponse): Promise<BodyRead> {
+  // `routeLimit`: the route's own body limit (HttpDefinition.bodyLimitSetting). A body past it is not held whole: a
+  // declared one is not read at all (the handler refuses it by its Content-Length), a chunked one is kept only to one
+  // byte past the limit (the handler's counting read refuses it); the rest is read and dropped while the handler
+  // answers, so the refusal goes through the handler (role check first, audit record) as on Azure.
+  private readBody(req: http.IncomingMessage, res: http.ServerResponse, routeLimit: number | null): Promise<BodyRead> {
     const cap = this.maxRequestBytes;
     const timeoutMs = this.bodyTimeoutMs;
     const tooLarge = (what: string) => this.tooLarge(res, what);
@@ -553,6 +558,10 @@ class HttpLayer implements Stoppable {
     }
     if (declared === 0 || (declared === null && req.headers['transfer-encoding'] === undefined)) {
       req.resume();
+      return Promise.resolve({ ok: true, body: null, reserved: 0 });
+    }
+    if (declared !== null && routeLimit !== null && declared > routeLimit) {
+      this.drain(req, res);
       return Promise.resolve({ ok: true, body: null, reserved: 0 });
     }
     // A declared length is reserved whole, up front; a chunked body chunk by chunk as it arrives.
@@ -592,6 +601,16 @@ class HttpLayer implements Stoppable {
           // Chunked (or more than declared, which Node's parser does not allow): reserve what arrived.
           if (!this.budget.tryTake(size - reserved)) return finish(null, () => (this.drain(req, res), busy(size)));
           reserved = size;
+        }
+        if (routeLimit !== null && size > routeLimit) {
+          // Past the route's limit (only a chunked body gets here): what the handler needs to see that is the limit
+          // and one byte; the rest is dropped as it comes.
+          const keep = chunk.subarray(0, chunk.length - (size - routeLimit - 1));
+          if (keep.length > 0) chunks.push(keep);
+          const body = new Blob(chunks as BlobPart[]);
+          finish({ ok: true, body, reserved });
+          this.drain(req, res);
+          return;
         }
         chunks.push(chunk);
       };
@@ -708,7 +727,9 @@ class HttpLayer implements Stoppable {
     response.headers.forEach((v, k) => (outHeaders[k] = v));
     if (res.destroyed) return; // the caller went away meanwhile
     res.writeHead(response.status, outHeaders);
-    res.end(out);
+    // A body past the route's limit may still be arriving: the answer is written, and ended by drain() once it is in.
+    if (this.lingering.has(res)) res.write(out);
+    else res.end(out);
     this.log(
       `[${new Date().toISOString()}] ${def.name} http: ${method} ${url.pathname} -> ${response.status} (${Date.now() - started} ms)`,
     );

@@ -71,6 +71,7 @@ export const definitions: readonly FunctionDefinition[] = [
     methods: ['GET', 'POST', 'PATCH', 'PUT', 'DELETE'],
     authLevel: 'function',
     handler: ops,
+    bodyLimitSetting: 'KEEL_OPS_MAX_BODY_BYTES',
   },
   // The ops console (docs/operations.md): static files, anonymous (they hold no data) ...
   {
@@ -89,6 +90,7 @@ export const definitions: readonly FunctionDefinition[] = [
     methods: ['GET', 'POST', 'PATCH', 'PUT', 'DELETE'],
     authLevel: 'anonymous',
     handler: consoleApi,
+    bodyLimitSetting: 'KEEL_OPS_MAX_BODY_BYTES',
   },
   // Liveness only, without a key: no internals (readiness detail stays behind the key at ops/health).
   { name: 'health', kind: 'http', route: 'health', methods: ['GET'], authLevel: 'anonymous', handler: health },

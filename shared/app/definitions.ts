@@ -15,6 +15,10 @@ export interface HttpDefinition {
   methods: HttpMethod[];
   authLevel: 'function' | 'anonymous';
   handler: HttpHandler;
+  // The setting that bounds this route's request bodies (the ops API's KEEL_OPS_MAX_BODY_BYTES): the local host keeps
+  // at most one byte more than it of a body (the handler's own limit then refuses it, 413), never the whole body up to
+  // its own cap. Azure's host does not read it; the handler enforces the limit there as it reads.
+  bodyLimitSetting?: 'KEEL_OPS_MAX_BODY_BYTES';
 }
 
 export interface QueueDefinition {

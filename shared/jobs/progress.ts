@@ -1,6 +1,6 @@
 // What a running job reports about itself (ctx.progress) and what it returns (its result), checked once here for
 // every engine: the stores write the values as they are given.
-import { ValidationError } from './validate.js';
+import { fieldPath, jsonTextProblem, ValidationError } from './validate.js';
 
 // How far an attempt is: a fraction, a count of a total, a short note, or any of them together.
 export interface JobProgress {
@@ -22,6 +22,9 @@ const count = (v: unknown, field: string): number | null => {
   if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) {
     throw new ValidationError(field, `must be a finite number >= 0 (got ${JSON.stringify(v) ?? String(v)})`);
   }
+  // Stored as JSON numbers: past 2^53 a count may already have lost digits (packages/client/src/rules.ts).
+  if (Number.isInteger(v) && !Number.isSafeInteger(v))
+    throw new ValidationError(field, `must be a safe integer (at most ${Number.MAX_SAFE_INTEGER}; got ${v})`);
   return v;
 };
 
@@ -66,16 +69,25 @@ export function normalizeProgress(input: ProgressInput): JobProgress {
 
 // A handler's return value as the JSON text stored with the archived job; undefined when it returned nothing (or
 // null: the stores cannot tell a JSON null from no result, so neither is stored).
-// Throws a ValidationError (field 'result') for a value JSON cannot carry or one over the limit: the processor
+// Throws a ValidationError (field 'result' or one inside it) for a value JSON cannot carry or one over the limit: the processor
 // dead-letters such a job as fatal, since running it again would only produce the same value.
 export function resultJson(value: unknown, maxBytes: number): string | undefined {
   if (value === undefined || value === null) return undefined;
+  // What JSON.stringify would change without a word (NaN and Infinity become null), what it throws on without naming
+  // the field (a BigInt), integers past 2^53 and text no database stores: refused naming the field ("result.rows[2].n").
+  // Stringified first: a cyclic value is "not JSON" (the walk below would call it too deep).
   let text: string | undefined;
   try {
     text = JSON.stringify(value);
   } catch (err) {
+    const problem = err instanceof TypeError ? jsonTextProblem(value) : null;
+    if (problem && problem.path.length > 0)
+      throw new ValidationError(fieldPath('result', problem.path), problem.message);
+    if (typeof value === 'bigint') throw new ValidationError('result', jsonTextProblem(value)!.message);
     throw new ValidationError('result', `is not JSON: ${(err as Error).message}`);
   }
+  const problem = jsonTextProblem(value);
+  if (problem) throw new ValidationError(fieldPath('result', problem.path), problem.message);
   if (text === undefined) throw new ValidationError('result', `is not JSON (a ${typeof value})`);
   const bytes = Buffer.byteLength(text, 'utf8');
   if (bytes > maxBytes) {

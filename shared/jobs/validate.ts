@@ -39,6 +39,7 @@ export {
   DATE_RANGE,
   DEFAULT_MAX_PAYLOAD_BYTES,
   enqueueFields,
+  fieldPath,
   issueMessage,
   jobName,
   jsonTextProblem,

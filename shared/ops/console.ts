@@ -245,10 +245,10 @@ export async function handleConsoleApi(
     request.headers.forEach((v, k) => {
       headers[k] = v;
     });
-    const body =
-      refused || ['GET', 'HEAD'].includes(request.method.toUpperCase())
-        ? undefined
-        : new Uint8Array(await request.arrayBuffer());
+    // The body is relayed unread, as the caller's own stream: the ops handler reads it after the role check, within
+    // KEEL_OPS_MAX_BODY_BYTES, counting as it goes (shared/ops/router.ts, readBodyWithin). Reading it here first
+    // (request.arrayBuffer()) held a body of any size whole in memory before any limit applied.
+    const body = refused || ['GET', 'HEAD'].includes(request.method.toUpperCase()) ? null : request.body;
     const query: Record<string, string> = {};
     url.searchParams.forEach((v, k) => {
       query[k] = v;
@@ -260,14 +260,22 @@ export async function handleConsoleApi(
       default?: typeof import('@azure/functions');
     };
     const HttpRequestClass = azureFunctions.default?.HttpRequest ?? azureFunctions.HttpRequest;
+    const relayedUrl = `${url.origin}${url.pathname.replace(/\/console-api\/ops(\/.*)?$/, (_m, rest: string | undefined) => `/ops${rest ?? ''}`)}${url.search}`;
+    // Built over a native Request, as the library's own streaming path does (`nativeRequest`): its `body` init
+    // takes bytes only. A stream body needs duplex 'half'.
+    const nativeRequest = new Request(relayedUrl, {
+      method: request.method,
+      headers,
+      body,
+      ...(body ? { duplex: 'half' } : {}),
+    } as RequestInit);
     const relayed = new HttpRequestClass({
       method: request.method,
-      url: `${url.origin}${url.pathname.replace(/\/console-api\/ops(\/.*)?$/, (_m, rest: string | undefined) => `/ops${rest ?? ''}`)}${url.search}`,
-      headers,
+      url: relayedUrl,
       query,
       params: { path: opsTail },
-      ...(body && body.length > 0 ? { body: { bytes: body } } : {}),
-    });
+      nativeRequest,
+    } as ConstructorParameters<typeof HttpRequestClass>[0]);
     // The role every route declares is checked by the ops handler, on the console channel: no key, so the
     // principal's own roles are all there is.
     return await ops(relayed, context, 'console', refused ?? undefined);

@@ -138,25 +138,45 @@ function queryObject(url: URL): Record<string, string> {
   return out;
 }
 
-async function readJsonBody(request: HttpRequest, maxBytes: number): Promise<unknown> {
+// Reads a request body of at most `maxBytes`, counting as it goes: a body past the limit is refused (413, naming it)
+// as soon as the first byte over it arrives, the rest left unread (the stream cancelled), so a huge body, declared or
+// chunked, never sits whole in memory here (request.arrayBuffer() would read all of it before the size could be
+// checked). A body relayed by the console (shared/ops/console.ts) arrives as the caller's own stream, unread.
+export async function readBodyWithin(request: HttpRequest, maxBytes: number): Promise<Buffer> {
+  const tooLarge = (size: string) =>
+    new OpsError(
+      'payload_too_large',
+      `request body is ${size} bytes; the limit is ${maxBytes} (KEEL_OPS_MAX_BODY_BYTES)`,
+      undefined,
+      { limit: maxBytes },
+    );
   const declared = request.headers.get('content-length');
-  if (declared !== null && Number(declared) > maxBytes) {
-    throw new OpsError(
-      'payload_too_large',
-      `request body is ${declared} bytes; the limit is ${maxBytes} (KEEL_OPS_MAX_BODY_BYTES)`,
-      undefined,
-      { limit: maxBytes },
-    );
+  if (declared !== null && Number(declared) > maxBytes) throw tooLarge(declared);
+  const stream = request.body;
+  if (!stream) return Buffer.alloc(0);
+  const reader = stream.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      size += value.byteLength;
+      if (size > maxBytes) {
+        chunks.length = 0;
+        await reader.cancel().catch(() => undefined);
+        throw tooLarge(`over ${maxBytes}`);
+      }
+      chunks.push(value);
+    }
+  } finally {
+    reader.releaseLock();
   }
-  const bytes = Buffer.from(await request.arrayBuffer());
-  if (bytes.length > maxBytes) {
-    throw new OpsError(
-      'payload_too_large',
-      `request body is ${bytes.length} bytes; the limit is ${maxBytes} (KEEL_OPS_MAX_BODY_BYTES)`,
-      undefined,
-      { limit: maxBytes },
-    );
-  }
+  return Buffer.concat(chunks, size);
+}
+
+async function readJsonBody(request: HttpRequest, maxBytes: number): Promise<unknown> {
+  const bytes = await readBodyWithin(request, maxBytes);
   const decoded = decodeUtf8(bytes);
   if (decoded === null) throw new OpsError('invalid_json', 'request body is not valid UTF-8', 'body');
   const text = decoded.trim();

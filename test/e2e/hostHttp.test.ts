@@ -18,6 +18,8 @@ const CAP = 1024 * 1024;
 let host: RunningLocalHost;
 const BUDGET = 2 * CAP;
 const seen: number[] = []; // body sizes the functions received
+const ROUTE_LIMIT = 4096;
+const limitedSeen: number[] = []; // what of each body the route with its own limit received
 // The "held" route keeps its request (and so its body's share of the budget) until released.
 let arrived = 0;
 let release: () => void = () => undefined;
@@ -35,6 +37,22 @@ beforeAll(async () => {
     definitions: [
       { name: 'keyed', kind: 'http', route: 'keyed', methods: ['POST'], authLevel: 'function', handler },
       { name: 'open', kind: 'http', route: 'open', methods: ['GET', 'POST'], authLevel: 'anonymous', handler },
+      // A route with its own body limit (as the ops API's, KEEL_OPS_MAX_BODY_BYTES): it answers 413 itself, as the ops
+      // router does, and records what of the body reached it.
+      {
+        name: 'limited',
+        kind: 'http',
+        route: 'limited',
+        methods: ['POST'],
+        authLevel: 'anonymous',
+        bodyLimitSetting: 'KEEL_OPS_MAX_BODY_BYTES',
+        handler: async (req: HttpRequest) => {
+          const n = (await req.arrayBuffer()).byteLength;
+          limitedSeen.push(n);
+          const over = n > ROUTE_LIMIT || Number(req.headers.get('content-length') ?? 0) > ROUTE_LIMIT;
+          return { status: over ? 413 : 200, jsonBody: { n } };
+        },
+      },
       {
         name: 'held',
         kind: 'http',
@@ -49,7 +67,10 @@ beforeAll(async () => {
         },
       },
     ],
-    settings: parseSettings({ KEEL_PG_URL: 'postgres://unused@127.0.0.1:1/unused' }),
+    settings: parseSettings({
+      KEEL_PG_URL: 'postgres://unused@127.0.0.1:1/unused',
+      KEEL_OPS_MAX_BODY_BYTES: String(ROUTE_LIMIT),
+    }),
     hostConfig: hostConfigFrom({ version: '2.0' }),
     queueService: QueueServiceClient.fromConnectionString('UseDevelopmentStorage=true'), // unused: no queues, no timers
     timerLocks: false,
@@ -111,6 +132,29 @@ describe('local host HTTP', () => {
     expect(await chunkedPost('/api/open', CAP - 64 * 1024)).toBe(200);
     expect(seen).toEqual([CAP - 64 * 1024]);
     // The host still answers after them.
+    expect((await fetch(`${host.baseUrl}/api/open`)).status).toBe(200);
+  });
+
+  it("a body past a route's own limit is not held whole: the function gets one byte past it (chunked) or none (declared), and its answer arrives", async () => {
+    limitedSeen.length = 0;
+    const bytes = CAP - 64 * 1024; // within the host's cap: only the route's limit applies
+    expect(await chunkedPost('/api/limited', bytes)).toBe(413);
+    const declared = await fetch(`${host.baseUrl}/api/limited`, { method: 'POST', body: Buffer.alloc(bytes, 'x') });
+    expect(declared.status).toBe(413);
+    expect(await declared.json()).toEqual({ n: 0 });
+    // Within the limit, chunked or declared, the body arrives whole.
+    const small = await new Promise<number>((resolve, reject) => {
+      const req = http.request(`${host.baseUrl}/api/limited`, { method: 'POST' }, (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      });
+      req.on('error', reject);
+      req.write(Buffer.alloc(ROUTE_LIMIT / 2, 'x')); // no Content-Length: chunked
+      req.end();
+    });
+    expect(small).toBe(200);
+    expect((await jsonPost('/api/limited', ROUTE_LIMIT)).status).toBe(200);
+    expect(limitedSeen).toEqual([ROUTE_LIMIT + 1, 0, ROUTE_LIMIT / 2, ROUTE_LIMIT]);
     expect((await fetch(`${host.baseUrl}/api/open`)).status).toBe(200);
   });
 });

@@ -17,7 +17,7 @@ import { principalMode } from '../../shared/ops/principalTrust.js';
 import { parseHostEnvironment } from '../../shared/app/hostEnvironment.js';
 import { encodeClientPrincipal } from '../../shared/ops/auth.js';
 import { errorResponse, type OpsError } from '../../shared/ops/errors.js';
-import { routedTail } from '../../shared/ops/router.js';
+import { readBodyWithin, routedTail } from '../../shared/ops/router.js';
 import { definitions } from '../../functions/definitions.js';
 
 let dir: string;
@@ -301,6 +301,49 @@ describe('console: the ops API for App Service authentication sign-in', () => {
     expect(routedTail('queues/a?b/pause', '/api/ops/queues/a%3Fb/pause')).toBe('queues/a%3Fb/pause');
     expect(routedTail('queues/a%/x', '/api/ops/queues/a%25/x')).toBe('queues/a%25/x');
     channels.pop();
+  });
+
+  // The relay reads nothing of the body: the ops handler reads it after the role check, counting as it goes, and stops
+  // one chunk past KEEL_OPS_MAX_BODY_BYTES (readBodyWithin). It used to read the whole body first, whatever its size.
+  it('relays the body unread: a huge one is refused at the limit, never pulled whole from the caller', async () => {
+    const CHUNK = 64 * 1024;
+    const TOTAL = 16 * 1024 * 1024;
+    const LIMIT = 256 * 1024;
+    let pulled = 0;
+    const source = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        if (pulled >= TOTAL) return controller.close();
+        pulled += CHUNK;
+        controller.enqueue(new Uint8Array(CHUNK).fill(0x20));
+      },
+    });
+    const url = 'http://app.example/api/console-api/ops/jobs';
+    const headers = {
+      host: 'app.example',
+      'x-keel-console': '1',
+      'x-ms-client-principal': ALICE,
+      'content-type': 'application/json',
+    };
+    const incoming = new Req({
+      method: 'POST',
+      url,
+      params: { path: 'ops/jobs' },
+      nativeRequest: new Request(url, { method: 'POST', headers, body: source, duplex: 'half' } as RequestInit),
+    } as ConstructorParameters<typeof Req>[0]);
+    const limitedOps = async (r: HttpRequest): Promise<HttpResponseInit> => {
+      try {
+        await readBodyWithin(r, LIMIT);
+        return { status: 200 };
+      } catch (err) {
+        return errorResponse(err as OpsError);
+      }
+    };
+    const res = await handleConsoleApi(incoming, ctx(), limitedOps, consoleOf(EASY_AUTH));
+    expect(res.status).toBe(413);
+    expect(res.jsonBody).toMatchObject({ error: 'payload_too_large', limit: LIMIT });
+    expect((res.jsonBody as { message: string }).message).toContain('KEEL_OPS_MAX_BODY_BYTES');
+    // The limit and what the stream had queued ahead of the reader: far from the 16 MB sent.
+    expect(pulled).toBeLessThanOrEqual(LIMIT + 4 * CHUNK);
   });
 
   it('serves the session and refuses unknown console routes', async () => {

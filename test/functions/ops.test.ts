@@ -1,6 +1,9 @@
 // The ops HTTP function invoked directly with @azure/functions HttpRequest/InvocationContext, on a real database.
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { HttpRequest } from '../../dev/azureFunctions.js';
 import { ops } from '../../functions/ops.js';
+import { enqueueJobs } from '../../shared/app/enqueue.js';
+import { ValidationError } from '../../shared/jobs/validate.js';
 import { encodeClientPrincipal } from '../../shared/ops/auth.js';
 import { queueListTarget } from '../../shared/ops/auditRecord.js';
 import { forgetQueueLimits, queueLimits } from '../../shared/app/slots.js';
@@ -1696,5 +1699,86 @@ describe('queueListTarget', () => {
       const t = queueListTarget(['aaaa', 'bbbb', 'cccc', 'dddd'], max);
       expect(t.length, t).toBeLessThanOrEqual(max);
     }
+  });
+});
+
+describe('ops: request bodies are read within the limit', () => {
+  // A chunked body (no Content-Length) used to be read whole (request.arrayBuffer()) before its size was checked: the
+  // router now counts as it reads and stops one chunk past KEEL_OPS_MAX_BODY_BYTES; the refusal is audited.
+  it('a huge chunked body is refused 413 naming the limit, only the limit of it read, the refusal recorded', async () => {
+    const CHUNK = 64 * 1024;
+    const TOTAL = 16 * 1024 * 1024;
+    const limit = t.rt.settings.KEEL_OPS_MAX_BODY_BYTES;
+    let pulled = 0;
+    const source = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        if (pulled >= TOTAL) return controller.close();
+        pulled += CHUNK;
+        controller.enqueue(new Uint8Array(CHUNK).fill(0x20));
+      },
+    });
+    const url = 'http://localhost:7071/api/ops/jobs';
+    const headers = { 'content-type': 'application/json', 'x-ms-client-principal': OPERATOR };
+    const req = new HttpRequest({
+      method: 'POST',
+      url,
+      params: { path: 'jobs' },
+      nativeRequest: new Request(url, { method: 'POST', headers, body: source, duplex: 'half' } as RequestInit),
+    } as ConstructorParameters<typeof HttpRequest>[0]);
+    const before = await lastAuditId(t.pool);
+    const res = await ops(req, context('ops'));
+    expect(res.status).toBe(413);
+    const body = jsonOf(res);
+    expect(body).toMatchObject({ error: 'payload_too_large', limit });
+    expect(body.message).toContain(`the limit is ${limit} (KEEL_OPS_MAX_BODY_BYTES)`);
+    expect(pulled).toBeLessThanOrEqual(limit + 4 * CHUNK);
+    expect((await auditRows(t.pool, before)).map((a) => [a.action, a.outcome, a.status])).toEqual([
+      ['enqueue', 'refused', 413],
+    ]);
+  });
+});
+
+describe('enqueue: payload numbers JSON cannot carry faithfully', () => {
+  // The ops API refused an inexact integer in its request text; code (enqueueJobs, the handlers' enqueue) took any JS
+  // number and a BigInt threw from JSON.stringify naming no field. Both paths now refuse them naming the JSON path.
+  it('from code and over the ops API: an integer past 2^53 or a BigInt is refused naming its path, nothing written', async () => {
+    const before = await snapshot(t.pool);
+    const items = [{ qty: 1 }, { qty: 2 }, { qty: 3 }, { qty: 2 ** 53 + 2 }];
+    const refusal = async (p: Promise<unknown>) => {
+      try {
+        await p;
+      } catch (err) {
+        return err as ValidationError;
+      }
+      throw new Error('accepted');
+    };
+    const unsafe = await refusal(enqueueJobs(t.rt, { queue: 'ops-num', type: 'demo.echo', payload: { items } }));
+    expect(unsafe).toBeInstanceOf(ValidationError);
+    expect(unsafe.field).toBe('payload.items[3].qty');
+    const big = await refusal(
+      enqueueJobs(t.rt, [
+        { queue: 'ops-num', type: 'demo.echo', payload: {} },
+        { queue: 'ops-num', type: 'demo.echo', payload: { id: 9007199254740993n } },
+      ]),
+    );
+    expect(big.field).toBe('jobs[1].payload.id');
+    expect(big.message).toMatch(/BigInt.*as a string/);
+    const nan = await refusal(enqueueJobs(t.rt, { queue: 'ops-num', type: 'demo.echo', payload: { n: Number.NaN } }));
+    expect(nan.field).toBe('payload.n');
+    // 2^54 is exact as a double (the request text check lets it through); it is past 2^53 all the same.
+    const r = await call('POST', 'jobs', {
+      raw: '{"queue":"ops-num","type":"demo.echo","payload":{"n":[1,18014398509481984]}}',
+    });
+    expect(r.status).toBe(400);
+    expect(r.body).toMatchObject({ error: 'invalid_request', field: 'payload.n[1]' });
+    expect(await snapshot(t.pool)).toEqual(before);
+    // The largest safe integer is stored and read back exactly.
+    const [ok] = await enqueueJobs(t.rt, {
+      queue: 'ops-num',
+      type: 'demo.echo',
+      payload: { n: Number.MAX_SAFE_INTEGER, m: -Number.MAX_SAFE_INTEGER },
+    });
+    const got = await call('GET', `jobs/${ok!.id}`);
+    expect(got.body.payload).toEqual({ n: 9007199254740991, m: -9007199254740991 });
   });
 });

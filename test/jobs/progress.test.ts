@@ -37,6 +37,10 @@ describe('normalizeProgress', () => {
     expect(field(null)).toBe('progress');
     expect(field([0.5])).toBe('progress');
     expect(field('0.5')).toBe('progress');
+    // Counts are stored as JSON numbers: past 2^53 one may already have lost digits.
+    expect(field({ done: 2 ** 53, total: 2 ** 54 })).toBe('progress.done');
+    expect(field({ done: 1, total: 2 ** 60 })).toBe('progress.total');
+    expect(field({ done: Number.MAX_SAFE_INTEGER, total: Number.MAX_SAFE_INTEGER })).toBe('accepted');
   });
 });
 
@@ -53,8 +57,23 @@ describe('resultJson', () => {
     const cyclic: Record<string, unknown> = {};
     cyclic.self = cyclic;
     expect(() => resultJson(cyclic, 100)).toThrow(/^result: is not JSON/);
-    expect(() => resultJson(10n, 100)).toThrow(/^result: is not JSON/);
+    expect(() => resultJson(10n, 100)).toThrow(/^result: is a BigInt/);
     expect(() => resultJson(() => 1, 100)).toThrow(/^result: is not JSON \(a function\)/);
+    // What JSON.stringify would silently change (NaN, Infinity -> null) or throw on without a field (BigInt), and
+    // integers past 2^53: refused naming the field, before anything is stored.
+    const fieldOf = (value: unknown) => {
+      try {
+        resultJson(value, 10_000);
+      } catch (err) {
+        return `${(err as { field?: string }).field}: ${(err as Error).message}`;
+      }
+      return 'accepted';
+    };
+    expect(fieldOf({ rows: [1, 2, { n: Number.NaN }] })).toMatch(/^result\.rows\[2\]\.n: .*finite/);
+    expect(fieldOf({ total: Infinity })).toMatch(/^result\.total: .*finite/);
+    expect(fieldOf({ id: 2 ** 53 + 2 })).toMatch(/^result\.id: .*safe integer/);
+    expect(fieldOf({ ids: [1n] })).toMatch(/^result\.ids\[0\]: .*BigInt/);
+    expect(fieldOf({ n: Number.MAX_SAFE_INTEGER, x: 1.5e300 })).toBe('accepted');
     expect(() => resultJson('é'.repeat(60), 100)).toThrow(
       /is 122 bytes of JSON; the limit is 100 bytes \(KEEL_MAX_RESULT_BYTES\)/,
     );

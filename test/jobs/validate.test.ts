@@ -60,6 +60,11 @@ const cases: Record<string, unknown>[] = [
   { ...base, payload: { a: [1, Infinity] } },
   { ...base, payload: Number.NaN },
   { ...base, payload: { a: Number.MAX_VALUE, b: -0 } },
+  // Integers past 2^53 (JSON.stringify prints their digits, which may not be the number meant) and BigInts.
+  { ...base, payload: { items: [{ qty: 2 ** 53 }] } },
+  { ...base, payload: { n: -(2 ** 60) } },
+  { ...base, payload: { n: Number.MAX_SAFE_INTEGER, m: -Number.MAX_SAFE_INTEGER, x: 1e21, y: 2 ** 53 + 0.5 } },
+  { ...base, payload: { n: 10n } },
 ];
 
 // A value with `depth` arrays and objects around each other: [{"a":[{"a":...}]}].
@@ -127,6 +132,33 @@ describe('enqueue validation', () => {
       expect((err as ValidationError).field).toBe(field);
     }
     expect(prepareEnqueue([{ ...base, payload: { a: Number.MAX_VALUE, b: -0 } }])).toHaveLength(1);
+  });
+
+  it('a payload integer past 2^53 or a BigInt is refused naming its JSON path; safe integers and exponent-form doubles pass', () => {
+    const refused = (jobs: unknown[]): ValidationError => {
+      try {
+        prepareEnqueue(jobs as never);
+      } catch (e) {
+        expect(e).toBeInstanceOf(ValidationError);
+        return e as ValidationError;
+      }
+      throw new Error(`accepted ${JSON.stringify(jobs, (_k, v: unknown) => (typeof v === 'bigint' ? `${v}n` : v))}`);
+    };
+    const items = [{ qty: 1 }, { qty: 2 }, { qty: 3 }, { qty: 2 ** 53 + 2 }];
+    const one = refused([{ ...base, payload: { items } }]);
+    expect(one.field).toBe('payload.items[3].qty');
+    expect(one.message).toMatch(/safe integer .*9007199254740991.*send it as a string/);
+    expect(refused([base, { ...base, payload: { items } }]).field).toBe('jobs[1].payload.items[3].qty');
+    expect(refused([{ ...base, payload: -(2 ** 53) }]).field).toBe('payload');
+    expect(refused([{ ...base, payload: { items: [{ qty: Number.NaN }] } }]).field).toBe('payload.items[0].qty');
+    // A BigInt: JSON.stringify throws naming no field; here the field and what to send instead.
+    const big = refused([{ ...base, payload: { order: { id: 12345678901234567890n } } }]);
+    expect(big.field).toBe('payload.order.id');
+    expect(big.message).toMatch(/BigInt.*as a string/);
+    const [ok] = prepareEnqueue([
+      { ...base, payload: { a: Number.MAX_SAFE_INTEGER, b: -Number.MAX_SAFE_INTEGER, c: 1e21, d: Number.MAX_VALUE } },
+    ]);
+    expect(ok!.payload).toEqual({ a: 9007199254740991, b: -9007199254740991, c: 1e21, d: Number.MAX_VALUE });
   });
 
   it('takes up to MAX_BATCH (20,000) jobs per call', () => {

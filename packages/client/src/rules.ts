@@ -72,10 +72,20 @@ export function textProblem(s: string): string | null {
   return null;
 }
 
-// The first string or object key inside a JSON value that textProblem refuses, or number that is not finite (JSON
-// has no Infinity or NaN: `1e400` in a request parses to Infinity, and JSON.stringify would store it as null): its
-// path and why; or, at the value's own path, that it nests arrays and objects deeper than LIMITS.payloadDepth.
+// The first string or object key inside a JSON value that textProblem refuses, number that is not finite (JSON
+// has no Infinity or NaN: `1e400` in a request parses to Infinity, and JSON.stringify would store it as null), integer
+// that is not a safe one, or BigInt: its path and why; or, at the value's own path, that it nests arrays and objects deeper than LIMITS.payloadDepth.
 // Iterative, so a deeply nested payload cannot overflow the stack here.
+// An integer past 2^53 is not one JSON carries faithfully: a double cannot hold every one (2^53 + 1 is 2^53), so the
+// value may already have lost digits in the producer, and other readers of the payload (a .NET long, a Python int)
+// take the digits JSON.stringify prints for the number meant. Ids and amounts that large go as strings. From 1e21 on,
+// JSON.stringify prints a number in exponent form ("1e+21"), which every reader takes as the double it is: those
+// (Number.MAX_VALUE) stay allowed. The ops API refuses the same in its request text (shared/ops/jsonText.ts).
+const UNSAFE_INTEGER = `must be a safe integer (at most ${Number.MAX_SAFE_INTEGER} = 2^53 - 1 either way; a larger number may already have lost digits): send it as a string`;
+// JSON.stringify throws "Do not know how to serialize a BigInt", naming no field.
+const BIGINT =
+  'is a BigInt, which JSON cannot carry: send it as a string (String(n)), or as a number if it is a safe integer';
+
 export function jsonTextProblem(value: unknown): { path: (string | number)[]; message: string } | null {
   interface Node {
     v: unknown;
@@ -106,6 +116,10 @@ export function jsonTextProblem(value: unknown): { path: (string | number)[]; me
           path: pathOf(node),
           message: 'must be a finite number (JSON has no Infinity or NaN; 1e400 overflows)',
         };
+      if (!Number.isSafeInteger(v) && Math.abs(v) < 1e21 && Number.isInteger(v))
+        return { path: pathOf(node), message: UNSAFE_INTEGER };
+    } else if (typeof v === 'bigint') {
+      return { path: pathOf(node), message: BIGINT };
     } else if (Array.isArray(v)) {
       if (depth > LIMITS.payloadDepth) return tooDeep;
       for (let i = v.length - 1; i >= 0; i--) stack.push({ v: v[i], key: i, parent: node, depth });
@@ -188,9 +202,13 @@ const enqueueSchema = z
 
 export function firstIssue(err: z.ZodError, prefix: string): ValidationError {
   const issue = err.issues[0]!;
-  const path = issue.path.map((p, i) => (typeof p === 'number' ? `[${p}]` : i ? `.${String(p)}` : String(p))).join('');
-  const field = prefix && path ? `${prefix}${path.startsWith('[') ? '' : '.'}${path}` : prefix || path || '(root)';
-  return new ValidationError(field, issueMessage(issue));
+  return new ValidationError(fieldPath(prefix, issue.path), issueMessage(issue));
+}
+
+// A field's name in the API's style: "payload.items[3].qty" for the prefix "payload" and the path items, 3, qty.
+export function fieldPath(prefix: string, keys: readonly PropertyKey[]): string {
+  const path = keys.map((p, i) => (typeof p === 'number' ? `[${p}]` : i ? `.${String(p)}` : String(p))).join('');
+  return prefix && path ? `${prefix}${path.startsWith('[') ? '' : '.'}${path}` : prefix || path || '(root)';
 }
 
 // zod says "expected number, received number" for Infinity/NaN (e.g. JSON's 1e400): say what is wrong.
