@@ -69,6 +69,7 @@ import {
   toCountResult,
   toDlqGroupPage,
   toWorkerInfo,
+  toBeatsByRef,
 } from '../../jobs/rows.js';
 import {
   DEFAULT_MAX_PAYLOAD_BYTES,
@@ -468,6 +469,12 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
           zombieTimeoutSeconds: num(r!.zombieTimeoutSeconds),
         }
       : { status: r!.status as OwnerResult, cancelRequested: false };
+  }
+
+  async heartbeatMany(refs: LeaseRef[]): Promise<(HeartbeatResult & { jobId: JobId })[]> {
+    const valid = refs.filter(isLeaseRef);
+    const rows = valid.length ? await this.call('heartbeat_many', { leases: leasesJson(valid) }) : [];
+    return toBeatsByRef(refs, rows, ['jobId', 'leaseId', 'cancelRequested', 'zombieTimeoutSeconds']);
   }
 
   async completeMany(refs: CompleteRef[]): Promise<OwnerResultById[]> {
