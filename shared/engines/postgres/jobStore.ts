@@ -361,6 +361,7 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
       keepAlive: true,
       // Keel's default timeout where the user set none, per connection (SESSION_TIMEOUT_SQL), before the pool hands
       // the connection to any call (pg-pool awaits the promise; a failure ends the connection and fails that call).
+      // eslint-disable-next-line @typescript-eslint/no-misused-promises -- pg-pool awaits it; its typing says void
       onConnect: applySessionTimeout,
     });
     // An idle client whose server connection dies must not crash the process; the pool replaces it.
