@@ -406,7 +406,10 @@ describe('the beat timer (executor.ts RunningJobs): heartbeats and lease deadlin
     expect(at).toBeLessThan(4_000); // within a tick of that, before the rescue could move it
     expect(events.filter((e) => e === 'ok:beat').length).toBeGreaterThanOrEqual(40); // every 200 ms (+ a tick)
     // Until the cut lease is given up, every tick beat both jobs with one call.
-    const beforeExpiry = events.slice(0, events.findIndex((e) => e.includes('expired')));
+    const beforeExpiry = events.slice(
+      0,
+      events.findIndex((e) => e.includes('expired')),
+    );
     const ticks = beforeExpiry.filter((e) => e.startsWith('tick:'));
     expect(ticks.length).toBeGreaterThanOrEqual(15);
     expect(new Set(ticks)).toEqual(new Set(['tick:ok+cut']));
