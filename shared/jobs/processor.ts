@@ -212,7 +212,10 @@ class JobRun extends AttemptAbort implements AttemptRun, RunningJob, CompleteRef
     const { beatEveryMs, marginMs } = leaseTimes(heartbeatIntervalMs, this.leaseMs);
     this.beatEveryMs = beatEveryMs;
     this.leaseMarginMs = marginMs;
-    this.nextBeatAt = startedAt + beatEveryMs;
+    // The first beat is due an interval after the lease began (the claim or start was sent), not after its answer
+    // came: a claim answered late (a loaded pool, a slow path) otherwise left its first beat due after the lease's
+    // deadline.
+    this.nextBeatAt = startedAt + Math.max(0, beatEveryMs - (performance.now() - leaseFrom));
     this.confirmed(leaseFrom);
   }
 
