@@ -528,6 +528,9 @@ export interface JobStore {
   start(ref: LeaseRef): Promise<StartResult>;
   startMany(refs: LeaseRef[]): Promise<(StartResult & { jobId: JobId })[]>;
   heartbeat(ref: LeaseRef): Promise<HeartbeatResult>;
+  // heartbeat for many running attempts in one store call (the processor's beat timer: one call a tick, not one a
+  // job), fenced per ref by its lease: per ref, in the order given, what heartbeat would answer.
+  heartbeatMany(refs: LeaseRef[]): Promise<(HeartbeatResult & { jobId: JobId })[]>;
   complete(ref: CompleteRef): Promise<CompleteResult>;
   completeMany(refs: CompleteRef[]): Promise<OwnerResultById[]>;
   // The running attempt's progress, under its lease (the processor throttles it: KEEL_PROGRESS_INTERVAL_MS).

@@ -378,7 +378,6 @@ const beatTick = (beatEveryMs: number): number => Math.max(5, Math.floor(beatEve
 export interface RunningJob {
   jobId: JobId;
   abort(reason: AbortReason): void;
-  beat(): Promise<void>;
   nextBeatAt: number; // the one heartbeat timer beats the job once this time has passed; Infinity: no more beats
   beatEveryMs: number; // its heartbeat interval (leaseTimes)
   // performance.now() time at which its lease is given up (expire()); Infinity: none (no lease, or handler ended)
@@ -389,41 +388,51 @@ export interface RunningJob {
 // The jobs running in one processor, from start until their outcome is written, and the one timer that beats them
 // (a timer per job cost as much as the rest of a no-op job's bookkeeping) and gives up the leases whose deadline has
 // passed. It ticks at a quarter of the shortest heartbeat interval among them, so a beat comes at most 1.25
-// intervals apart, and stops when no job is left.
-export class RunningJobs {
-  private readonly jobs = new Map<JobId, RunningJob>();
+// intervals apart, and stops when no job is left. The jobs a tick finds due are beaten together: `beatMany` gets
+// them in one call (the processor sends them as one store call, heartbeatMany), not one call a job, so N running
+// jobs cost one round trip and one pool connection a tick, not N that queue behind the claims and completions and
+// land late under load (docs/jobs.md, "Leases and heartbeats"). It is not awaited: a tick never waits for the last
+// tick's beats (a beat that hangs must not hold the next), and each job's lease runs from its confirmed beats alone.
+// HEARTBEAT_BATCH_MAX jobs a call at most.
+export const HEARTBEAT_BATCH_MAX = 1_000;
+
+export class RunningJobs<J extends RunningJob = RunningJob> {
+  private readonly jobs = new Map<JobId, J>();
   private readonly emptyWaiters: (() => void)[] = [];
   private beatTimer: ReturnType<typeof setInterval> | undefined;
   private tickMs = Infinity;
 
-  constructor(private readonly log: JobLogger) {}
+  constructor(
+    private readonly log: JobLogger,
+    private readonly beatMany: (due: J[]) => Promise<void>,
+  ) {}
 
   get size(): number {
     return this.jobs.size;
   }
 
-  get(jobId: JobId): RunningJob | undefined {
+  get(jobId: JobId): J | undefined {
     return this.jobs.get(jobId);
   }
 
-  values(): IterableIterator<RunningJob> {
+  values(): IterableIterator<J> {
     return this.jobs.values();
   }
 
-  add(job: RunningJob): RunningJob {
+  add(job: J): J {
     this.jobs.set(job.jobId, job);
     this.scheduleBeats(beatTick(job.beatEveryMs));
     return job;
   }
 
   // A running job's heartbeat interval changed (its queue's zombie timeout did): the timer ticks fast enough for it.
-  beatsChanged(job: RunningJob): void {
+  beatsChanged(job: J): void {
     if (this.jobs.get(job.jobId) === job) this.scheduleBeats(beatTick(job.beatEveryMs));
   }
 
   // Only `job` itself: the same job may have started again here meanwhile (its lease lost while this run's outcome was
   // being written, the rescue re-queued it and this processor claimed it again), and that run is the one beaten now.
-  delete(job: RunningJob): void {
+  delete(job: J): void {
     if (this.jobs.get(job.jobId) !== job) return;
     this.jobs.delete(job.jobId);
     if (this.jobs.size > 0) return;
@@ -449,6 +458,7 @@ export class RunningJobs {
   private tick(): void {
     const now = Date.now();
     const mono = performance.now();
+    let due: J[] | undefined;
     for (const r of this.jobs.values()) {
       if (mono >= r.leaseDeadline) {
         r.leaseDeadline = Infinity; // given up once
@@ -457,7 +467,18 @@ export class RunningJobs {
       }
       if (now < r.nextBeatAt) continue;
       r.nextBeatAt = now + r.beatEveryMs;
-      r.beat().catch((e: unknown) => this.log.warn('heartbeat failed', { jobId: r.jobId, error: String(e) }));
+      (due ??= []).push(r);
+    }
+    if (!due) return;
+    for (let i = 0; i < due.length; i += HEARTBEAT_BATCH_MAX) {
+      const part = due.length <= HEARTBEAT_BATCH_MAX ? due : due.slice(i, i + HEARTBEAT_BATCH_MAX);
+      this.beatMany(part).catch((e: unknown) =>
+        this.log.warn('heartbeat failed', {
+          jobs: part.length,
+          jobIds: part.slice(0, 10).map((r) => r.jobId),
+          error: String(e),
+        }),
+      );
     }
   }
 }

@@ -9,6 +9,7 @@ import {
   type ClaimedJob,
   type CompleteRef,
   type DlqReason,
+  type HeartbeatResult,
   type JobId,
   type JobLink,
   type JobOutcome,
@@ -154,7 +155,7 @@ type ClaimedBatch = StartedJob[] & { sentAt?: number };
 
 // What a JobRun asks of its processor (made once per processor: the runs share it).
 interface RunHost {
-  heartbeat(run: JobRun): Promise<void>;
+  heartbeat(run: JobRun): Promise<void>; // ctx.heartbeat: one job, at once
   leaseExpired(run: JobRun): void;
   jobLog(run: JobRun): JobLogWriter;
   progressReporter(run: JobRun): ProgressReporter;
@@ -211,7 +212,10 @@ class JobRun extends AttemptAbort implements AttemptRun, RunningJob, CompleteRef
     const { beatEveryMs, marginMs } = leaseTimes(heartbeatIntervalMs, this.leaseMs);
     this.beatEveryMs = beatEveryMs;
     this.leaseMarginMs = marginMs;
-    this.nextBeatAt = startedAt + beatEveryMs;
+    // The first beat is due an interval after the lease began (the claim or start was sent), not after its answer
+    // came: a claim answered late (a loaded pool, a slow path) otherwise left its first beat due after the lease's
+    // deadline.
+    this.nextBeatAt = startedAt + Math.max(0, beatEveryMs - (performance.now() - leaseFrom));
     this.confirmed(leaseFrom);
   }
 
@@ -252,10 +256,6 @@ class JobRun extends AttemptAbort implements AttemptRun, RunningJob, CompleteRef
 
   expire(): void {
     this.host.leaseExpired(this);
-  }
-
-  beat(): Promise<void> {
-    return this.host.heartbeat(this);
   }
 
   // ctx.heartbeat: settles with the attempt's abort too, so a handler awaiting a beat the store answers late (an
@@ -332,7 +332,7 @@ export class JobProcessor {
   private readonly events: ProcessorEvents;
   private readonly completer: Completer;
   private readonly starts: MicroBatcher<StartResult & { jobId: JobId }>;
-  private readonly running: RunningJobs;
+  private readonly running: RunningJobs<JobRun>;
   private readonly typeLimits = new Map<string, TypeConcurrencyLimit>();
   private readonly timeouts = new AttemptTimeouts();
   private readonly progressIntervalMs: number;
@@ -362,7 +362,7 @@ export class JobProcessor {
     this.progressIntervalMs = opts.progressIntervalMs ?? 1_000;
     this.maxResultBytes = opts.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES;
     this.jobLogLines = opts.jobLogLines ?? DEFAULT_JOB_LOG_LINES;
-    this.running = new RunningJobs(this.log);
+    this.running = new RunningJobs<JobRun>(this.log, (due) => this.beatMany(due));
     this.presenceOptions = opts.presence;
     this.presence = opts.presence
       ? new WorkerPresence(opts.store, this.workerId, opts.presence, () => this.jobsDone, this.log)
@@ -752,13 +752,26 @@ export class JobProcessor {
     return parts.join(', ');
   }
 
-  // The processor's own heartbeat of a running job (its timer) and ctx.heartbeat: a lost lease or a requested cancel
-  // aborts the attempt.
-  // A confirmed heartbeat extends the lease from when it was sent (JobRun.confirmed).
-  private async heartbeat(run: JobRun): Promise<void> {
+  // The beat timer's heartbeats (RunningJobs): every job due a beat in one store call, fenced per job by its lease.
+  private async beatMany(runs: JobRun[]): Promise<void> {
     this.touchPresence(); // a long job keeps its worker's row fresh (at most once per refresh interval)
     const sentAt = performance.now();
-    const hb = await this.store.heartbeat({ jobId: run.jobId, leaseId: run.leaseId });
+    const answers = await this.store.heartbeatMany(runs); // a JobRun is its LeaseRef (jobId, leaseId)
+    for (let i = 0; i < runs.length; i++) this.beaten(runs[i]!, answers[i]!, sentAt);
+  }
+
+  // ctx.heartbeat: one beat of its own, sent at once (not with the timer's next tick: a handler awaiting it wants
+  // the answer now, and a handler's own beats are rare; the timer's beats of every job are what cost a round trip
+  // each).
+  private async heartbeat(run: JobRun): Promise<void> {
+    this.touchPresence();
+    const sentAt = performance.now();
+    this.beaten(run, await this.store.heartbeat({ jobId: run.jobId, leaseId: run.leaseId }), sentAt);
+  }
+
+  // A heartbeat's answer: a lost lease or a requested cancel aborts the attempt; a confirmed heartbeat extends the
+  // lease from when it was sent (JobRun.confirmed).
+  private beaten(run: JobRun, hb: HeartbeatResult, sentAt: number): void {
     if (hb.status === 'lease_lost') {
       this.leaseLost(run.job, 'heartbeat');
       run.fire('lease_lost');

@@ -22,6 +22,9 @@ import type {
   DlqGroupPage,
   WorkerInfo,
   WorkerLeases,
+  HeartbeatResult,
+  JobId,
+  LeaseRef,
 } from './contract.js';
 import { TEXT_SEARCH_SCAN_ROWS } from './contract.js';
 import type { JobProgress } from './progress.js';
@@ -399,4 +402,27 @@ export function toWorkerLeases(r: Row): WorkerLeases {
     earliestLeaseExpiresAt: dateOrNull(r.earliestLeaseExpiresAt),
     asOf: dateOrNull(r.asOf)!,
   };
+}
+
+// heartbeat_many's rows (one per job that beat: its id, lease, cancel flag and the queue's zombie timeout, under the
+// engine's column names in that order) as heartbeatMany's answer: per ref in the order given, 'ok' with what its
+// row says when a row has its job and lease, else 'lease_lost' (the engine fenced it, or the ref can hold no lease).
+export function toBeatsByRef(
+  refs: readonly LeaseRef[],
+  rows: readonly Row[],
+  [id, lease, cancel, zombie]: readonly [string, string, string, string],
+): (HeartbeatResult & { jobId: JobId })[] {
+  const beat = new Map<string, Row>();
+  for (const r of rows) beat.set(`${String(r[id])}/${String(r[lease]).toLowerCase()}`, r);
+  return refs.map((ref) => {
+    const r = beat.get(`${ref.jobId}/${String(ref.leaseId).toLowerCase()}`);
+    return r
+      ? {
+          jobId: ref.jobId,
+          status: 'ok' as const,
+          cancelRequested: Boolean(r[cancel]),
+          zombieTimeoutSeconds: Number(r[zombie]),
+        }
+      : { jobId: ref.jobId, status: 'lease_lost' as const, cancelRequested: false };
+  });
 }

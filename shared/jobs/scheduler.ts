@@ -8,6 +8,7 @@ import type { EnqueueRequest, FireStatus, JobId, JobStore, ScheduleState } from 
 import type { ScheduleDefinition } from './define.js';
 import type { HandlerRegistry } from './registry.js';
 import { DEFAULT_QUEUE, prepareTypedJobs } from './typedEnqueue.js';
+import { storeClock } from './maintenance.js';
 
 // How many ticks one pass looks back at most: bounds a pass after a long outage (catch-up is bounded separately).
 export const MAX_TICKS_PER_PASS = 100;
@@ -132,7 +133,7 @@ export async function runSchedules(
   if (memory && nothingDue(schedules, memory, now)) {
     return schedules.map((def) => ({ name: def.name, status: 'idle', enqueued: [], ticks: [], missed: 0, skipped: 0 }));
   }
-  const states = new Map((await store.listSchedules()).map((s) => [s.name, s]));
+  const states = new Map((await resumedInHostTime(store, await store.listSchedules())).map((s) => [s.name, s]));
   if (memory) for (const [name, s] of states) memory.set(name, s);
   const out: SchedulePassItem[] = [];
   for (const def of schedules) {
@@ -147,6 +148,20 @@ export async function runSchedules(
     }
   }
   return out;
+}
+
+// A resume is stamped by the store's clock (set_schedule_paused: the database server's now()), the ticks and `now` by
+// this host's: compared as they are, a host an hour ahead of the database ran an hour of the paused ticks after a
+// resume, and one an hour behind ran nothing for an hour. So a resumedAt is read in this host's time: moved by the
+// store's clock's offset from this host's (one short read, storeClock, on a pass that reads the states anyway and only
+// when a schedule has been resumed; the read's round trip is its error, far below a tick). A remembered state keeps
+// the moved value, so the passes that skip the database compare it right too.
+async function resumedInHostTime(store: JobStore, states: ScheduleState[]): Promise<ScheduleState[]> {
+  if (!states.some((s) => s.resumedAt && !s.paused)) return states;
+  const sent = Date.now();
+  const storeNow = (await storeClock(store)).getTime();
+  const offset = storeNow - (sent + Date.now()) / 2;
+  return states.map((s) => (s.resumedAt ? { ...s, resumedAt: new Date(s.resumedAt.getTime() - offset) } : s));
 }
 
 async function runSchedule(

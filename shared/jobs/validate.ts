@@ -241,6 +241,10 @@ export const STORE_ARGUMENT_CHECKS: { [Op in StoreOperation]: ArgumentCheck<Op> 
   start: null, // startMany per ref: a ref that can hold no lease is lease_lost (isLeaseRef)
   startMany: null,
   heartbeat: (ref) => (isLeaseRef(ref) ? undefined : { answer: { status: 'lease_lost', cancelRequested: false } }),
+  heartbeatMany: (refs) => {
+    if (!Array.isArray(refs)) throw new ValidationError('refs', 'must be an array of leases');
+    return refs.length === 0 ? { answer: [] } : undefined; // per ref, a lease that can name no job is lost (isLeaseRef)
+  },
   complete: null, // completeMany per ref, as startMany; a resultJson that is not JSON is refused by the database
   completeMany: null,
   reportProgress: leaseLost, // the progress itself was normalized by normalizeProgress (shared/jobs/progress.ts)

@@ -801,6 +801,33 @@ begin
 end
 $$;
 
+-- heartbeat_many(leases): the heartbeat of every running attempt a worker's beat timer has due, in one statement
+-- (a JSON array of {jobId, leaseId}): one round trip and one pool connection a tick, not one a job, so under load the
+-- beats do not queue behind the claims and completions one by one (docs/jobs.md, "Leases and heartbeats"). Fenced
+-- per row: a row still processing under its lease beats; one whose lease changed (rescued, cancelled and moved,
+-- finished) is left alone and not returned, so the caller reports it lost. Returns, for each job that beat, its id, lease and what
+-- keel.heartbeat returns. Lock order: the job rows in id order (_lock_owned), no counter (a beat moves nothing);
+-- the queue settings are read unlocked, as keel.heartbeat reads them.
+drop function if exists keel.heartbeat_many(jsonb);
+create or replace function keel.heartbeat_many(p_leases jsonb)
+returns table (job_id bigint, lease_id uuid, status text, cancel_requested boolean, zombie_timeout_seconds integer)
+language plpgsql as $$
+#variable_conflict use_column
+declare
+  v_tids tid[] := keel._lock_owned(p_leases, 'processing');
+begin
+  return query
+  with upd as (
+    update keel.jobs_hot h set heartbeat_at = now()
+    where h.ctid = any(array(select unnest(v_tids))) -- the rows locked above, by a TID scan (see _lock_owned)
+    returning h.id, h.lease_id, h.cancel_requested, h.queue
+  )
+  select u.id, u.lease_id, 'ok'::text, u.cancel_requested, coalesce(s.zombie_timeout_seconds, 300)
+  from upd u
+  left join keel.queues s on s.name = u.queue;
+end
+$$;
+
 -- report_progress: the running attempt's latest progress ({fraction, done, total, note}, checked by the app:
 -- shared/jobs/progress.ts), under its lease. A HOT update like a heartbeat (progress is in no index); the app throttles
 -- it (KEEL_PROGRESS_INTERVAL_MS). 'lease_lost' when the job is no longer this attempt's.

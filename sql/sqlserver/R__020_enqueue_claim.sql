@@ -381,12 +381,15 @@ GO
 -- Safe inside the caller's transaction: it commits nothing of its own there (EnqueueJobs only begins and commits a
 -- transaction when @@TRANCOUNT is 0), and an error dooms the caller's transaction (XACT_ABORT) for it to roll back.
 -- Workers find the jobs at the dispatcher's next poll after the caller commits (docs/sqlserver.md).
+-- A second result set, one row: StoreNow, this server's clock, so a producer's wake() delays a job's message until
+-- its runAt by the store's clock, not its host's (@keel/client, transactional.ts).
 CREATE OR ALTER PROCEDURE keel.EnqueueMany
   @Jobs NVARCHAR(MAX)
 AS
 BEGIN
   SET NOCOUNT ON;
   EXEC keel.EnqueueJobs @Jobs = @Jobs, @Scheduler = 0;
+  SELECT SYSUTCDATETIME() AS StoreNow;
 END;
 GO
 

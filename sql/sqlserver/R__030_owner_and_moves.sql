@@ -339,6 +339,46 @@ BEGIN
 END;
 GO
 
+-- HeartbeatMany(@Leases JSON [{jobId, leaseId}]): Heartbeat for every running attempt a worker's beat timer has due,
+-- in one call (one round trip and one pool connection a tick, not one a job: docs/jobs.md, "Leases and heartbeats").
+-- Fenced per row: a job still processing under its lease gets HeartbeatAt = now; one whose lease changed is left
+-- alone and not returned (the caller reports it lost). One row per job that beat: JobId, LeaseId, Status 'ok',
+-- CancelRequested, ZombieTimeoutSeconds (as Heartbeat). The twin of keel.heartbeat_many on PostgreSQL.
+-- Lock order: one UPDATE driven by @Ids in ascending id order, as StartMany (CompleteMany explains the plan); no
+-- counter moves, the queue settings are read unlocked after it, as Heartbeat reads them.
+CREATE OR ALTER PROCEDURE keel.HeartbeatMany
+  @Leases NVARCHAR(MAX)
+AS
+BEGIN
+  SET XACT_ABORT ON;
+  SET NOCOUNT ON;
+  IF @Leases IS NULL OR ISJSON(@Leases) = 0
+    THROW 50029, N'HeartbeatMany: @Leases must be a JSON array of {jobId, leaseId}', 1;
+
+  DECLARE @Ids TABLE (Id bigint NOT NULL, LeaseId uniqueidentifier NOT NULL, PRIMARY KEY (Id, LeaseId));
+  INSERT @Ids (Id, LeaseId)
+  SELECT DISTINCT TRY_CONVERT(bigint, v.jobId), TRY_CONVERT(uniqueidentifier, v.leaseId)
+  FROM OPENJSON(@Leases) AS j
+  CROSS APPLY OPENJSON(j.[value]) WITH (jobId nvarchar(40) '$.jobId', leaseId nvarchar(64) '$.leaseId') AS v
+  WHERE TRY_CONVERT(bigint, v.jobId) IS NOT NULL AND TRY_CONVERT(uniqueidentifier, v.leaseId) IS NOT NULL;
+
+  DECLARE @Beat TABLE (Id bigint NOT NULL PRIMARY KEY, LeaseId uniqueidentifier NOT NULL, CancelRequested bit NOT NULL,
+                       Queue nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL);
+  UPDATE h
+  SET HeartbeatAt = SYSUTCDATETIME()
+  OUTPUT inserted.Id, inserted.LeaseId, inserted.CancelRequested, inserted.Queue INTO @Beat (Id, LeaseId, CancelRequested, Queue)
+  FROM @Ids AS i
+  INNER JOIN keel.JobsHot AS h WITH (ROWLOCK, FORCESEEK) ON h.Id = i.Id AND h.LeaseId = i.LeaseId
+  WHERE h.State = 'processing';
+
+  SELECT CONVERT(nvarchar(40), b.Id) AS JobId, b.LeaseId, 'ok' AS Status, b.CancelRequested,
+         ISNULL(s.ZombieTimeoutSeconds, 300) AS ZombieTimeoutSeconds
+  FROM @Beat AS b
+  LEFT JOIN keel.Queues AS s ON s.Name = b.Queue
+  ORDER BY b.Id;
+END;
+GO
+
 -- ReportProgress(@JobId, @LeaseId, @Progress JSON): the running attempt's latest progress ({fraction, done, total,
 -- note}, checked by the app: shared/jobs/progress.ts), under its lease. Returns Result 'ok' or 'lease_lost'. The twin
 -- of keel.report_progress on PostgreSQL.

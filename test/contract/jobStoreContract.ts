@@ -13,6 +13,7 @@ import type {
   EnqueueRequest,
   JobStore,
   LeaseRef,
+  StartedJob,
   WorkerRegistration,
 } from '../../shared/jobs/contract.js';
 import { LIMITS, MAX_RETRY_DELAY_MS, ValidationError } from '../../shared/jobs/validate.js';
@@ -589,6 +590,53 @@ export function defineJobStoreContract(makeHarness: () => EngineHarness): void {
   });
 
   describe('lease fencing', () => {
+    it('heartbeatMany beats, in one call, every job still running under its lease and reports each other one lost, in the order given', async () => {
+      const q = freshQueue('beat-many');
+      const other = freshQueue('beat-many-default');
+      await store.updateQueue(q, { zombieTimeoutSeconds: 30, zombiePolicy: 'retry', maxAttempts: 5 });
+      await store.enqueueMany(Array.from({ length: 4 }, () => ({ queue: q, type: 't' })));
+      await store.enqueue({ queue: other, type: 't' });
+      const jobs = await store.claimAndStart({ workerId: 'w', queues: [q, other], limit: 5 });
+      expect(jobs).toHaveLength(5);
+      const [a, b, c, d] = jobs.filter((j) => j.queue === q) as [StartedJob, StartedJob, StartedJob, StartedJob];
+      const e = jobs.find((j) => j.queue === other)!;
+      // b: rescued and claimed again (its old lease is stale); c: cancel requested; d: finished; a and e: running.
+      await h.backdate(b.id, 'heartbeat_at', 31);
+      expect((await store.rescueZombies(100)).retried).toBeGreaterThanOrEqual(1);
+      const [b2] = await store.claimAndStart({ workerId: 'w2', queues: [q], limit: 1 });
+      expect(b2).toMatchObject({ id: b.id, attempt: 2 });
+      expect(await store.cancel(c.id)).toBe('cancel_requested');
+      expect(await store.complete(ref(d))).toBe('ok');
+      for (const j of [a, e, c]) await h.backdate(j.id, 'heartbeat_at', 20);
+      const refs = [ref(e), ref(b), { jobId: a.id, leaseId: 'garbage' }, ref(c), ref(d), ref(a)];
+      expect(await store.heartbeatMany(refs)).toEqual([
+        { jobId: e.id, status: 'ok', cancelRequested: false, zombieTimeoutSeconds: 300 }, // no settings row
+        { jobId: b.id, status: 'lease_lost', cancelRequested: false }, // its lease changed: fenced
+        { jobId: a.id, status: 'lease_lost', cancelRequested: false }, // a lease no job can hold
+        { jobId: c.id, status: 'ok', cancelRequested: true, zombieTimeoutSeconds: 30 },
+        { jobId: d.id, status: 'lease_lost', cancelRequested: false }, // archived
+        { jobId: a.id, status: 'ok', cancelRequested: false, zombieTimeoutSeconds: 30 },
+      ]);
+      // The beats landed: heartbeat_at is now (by the server's clock), no longer 20 s ago.
+      for (const j of [a, e, c]) {
+        const rec = (await store.getJob(j.id))!;
+        expect(rec).toMatchObject({ state: 'processing', attempts: 1 });
+        expect(rec.heartbeatAt!.getTime()).toBeGreaterThan(Date.now() - 10_000);
+      }
+      await store.rescueZombies(100);
+      for (const j of [a, c]) expect(await store.getJob(j.id)).toMatchObject({ state: 'processing', attempts: 1 });
+      // The fenced one was left alone: its new lease's holder still has it, and beats it.
+      expect(await store.getJob(b.id)).toMatchObject({ state: 'processing', attempts: 2, leaseId: b2!.leaseId });
+      expect(await store.heartbeatMany([ref(b2!)])).toEqual([
+        { jobId: b.id, status: 'ok', cancelRequested: false, zombieTimeoutSeconds: 30 },
+      ]);
+      expect(await store.heartbeatMany([])).toEqual([]);
+      // Counters untouched: a beat moves nothing.
+      expect(await h.hotTruth(q)).toMatchObject({ processing: 3 });
+      expect(await h.statsRow(q)).toMatchObject({ succeeded: 1, retried: 0, zombie: 1 });
+      for (const j of [a, c, b2!, e]) expect(await store.complete(ref(j))).not.toBe('lease_lost');
+    });
+
     it('reports lease_lost for every owner-scoped call with a stale lease, changing nothing', async () => {
       const q = freshQueue('fence');
       await store.enqueue({ queue: q, type: 't' });

@@ -91,6 +91,9 @@ describe('postgres plans: no JIT, no disabled node, at a 20k backlog', () => {
     );
     expect(started).toHaveLength(20);
     await run('heartbeat', () => q(`select * from keel.heartbeat($1, $2)`, [started[0]!.job_id, started[0]!.lease_id]));
+    await run('heartbeat_many', () =>
+      q(`select * from keel.heartbeat_many($1::jsonb)`, [leases(started.slice(0, 10))]),
+    );
     await run('complete_many', () => q(`select * from keel.complete_many($1::jsonb)`, [leases(started.slice(4))]));
     await run('retry', () =>
       q(`select keel.retry($1, $2, now(), 'boom')`, [claimed[0]!.job_id, claimed[0]!.lease_id]).then(() => undefined),

@@ -2,7 +2,9 @@
 // statement_timeout = 60 s as a startup parameter of every connection, which outranks every setting a user can make:
 // a role's or a database's (ALTER ROLE / ALTER DATABASE … SET) and the URL's own options=-c statement_timeout=….
 // Now a timeout the user set anywhere applies, and Keel's 60 s only where none was set. The store's sessions are
-// checked by what they do: a statement longer than the user's timeout is cancelled by the server.
+// checked by what they do: a statement longer than the user's timeout is cancelled by the server. A setting the user
+// makes or removes while the store runs reaches the connections the pool opens after it (Keel's default is set per
+// connection, only where the session got none; as a startup parameter it outranked the user's until a restart).
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -89,6 +91,49 @@ describe("the job store's statement timeout", () => {
       }
     } finally {
       await admin(`alter database ${db} reset statement_timeout`);
+    }
+  });
+
+  it("a role's setting made (or removed) while the store runs applies to the store's new connections", async () => {
+    // A running store's pool opens connections as it needs them (and again after a connection is lost): each must
+    // run under the user's setting as it is then, not as it was when the store opened.
+    const own = withLogin(url, login, password);
+    const store = await PostgresJobStore.connect(own, { poolSize: 1, migrate: false });
+    const fresh = async () => {
+      // The store's connection ends (as a network cut or a server restart ends it); its next call opens another.
+      await admin(`select pg_terminate_backend(pid) from pg_stat_activity where usename = '${login}'`);
+      for (let i = 0; i < 50; i++) {
+        const ok = await store.getJob('1').then(
+          () => true,
+          () => false,
+        );
+        if (ok) break;
+      }
+      const setting = (await store.pool.query<{ v: string }>(`select current_setting('statement_timeout') as v`))
+        .rows[0]!.v;
+      const slow = await store.pool.query('select pg_sleep(1.5)').then(
+        () => null,
+        (err: unknown) => err as Error,
+      );
+      if (slow && !/statement timeout/.test(slow.message)) throw slow;
+      // The client's own bound of the connection's calls: 5 s past the session's timeout, none without one.
+      const client = await store.pool.connect();
+      const bound = (client as unknown as { connectionParameters: { query_timeout?: number } }).connectionParameters
+        .query_timeout;
+      client.release();
+      return { setting, slowCancelled: slow !== null, bound };
+    };
+    try {
+      expect(await fresh()).toEqual({ setting: '1min', slowCancelled: false, bound: 65_000 }); // none set: Keel's
+      await admin(`alter role ${login} set statement_timeout = 700`);
+      expect(await fresh()).toEqual({ setting: '700ms', slowCancelled: true, bound: 5_700 }); // set since: the user's
+      await admin(`alter role ${login} set statement_timeout = 0`);
+      expect(await fresh()).toEqual({ setting: '0', slowCancelled: false, bound: 0 }); // none, as the user asked
+      await admin(`alter role ${login} reset statement_timeout`);
+      expect(await fresh()).toEqual({ setting: '1min', slowCancelled: false, bound: 65_000 }); // removed: Keel's
+    } finally {
+      await admin(`alter role ${login} reset statement_timeout`);
+      await store.close();
     }
   });
 

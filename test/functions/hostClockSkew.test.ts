@@ -4,7 +4,8 @@
 // claim, the job then left to the dispatcher's next tick); an hour behind, an hour late. Now the delay is counted
 // from the store's clock (storeClock): the enqueue of a job with its own runAt, the queue runner's post of a retried
 // job's next attempt, and the dispatcher's post of the jobs its drain retried. Then the ops API's purge, which
-// refused an olderThan "in the future" of the host's clock. The host's clock is shifted with a spy on Date.now around
+// refused an olderThan "in the future" of the host's clock; and the scheduler, which compared a resume (stamped by
+// the store's clock) with its ticks (the host's). The host's clock is shifted with a spy on Date.now around
 // each step (the database's is the real one).
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { skewed } from '../support/skewedClock.js';
@@ -12,6 +13,8 @@ import { jobRunner } from '../../functions/jobRunner.js';
 import { dispatchDueJobs } from '../../shared/app/timerPasses.js';
 import { enqueueJobs } from '../../shared/app/enqueue.js';
 import { ops } from '../../functions/ops.js';
+import { runSchedules } from '../../shared/jobs/scheduler.js';
+import { defineSchedule } from '../../shared/jobs/define.js';
 import { context, createTestRuntime, jsonOf, request, type TestRuntime } from './support.js';
 
 const HOUR = 3_600_000;
@@ -42,6 +45,7 @@ afterAll(async () => {
 
 afterEach(() => vi.restoreAllMocks());
 
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const dbNow = async () => (await t.pool.query<{ now: Date }>('select now() as now')).rows[0]!.now;
 
 // The delay of the one message posted for id, and how far its job's run_at is from the store's clock now (read
@@ -96,6 +100,27 @@ describe.each([
     expect(delay).toBeLessThanOrEqual(dueIn + SLACK_S);
     await t.rt.store.cancel(id);
   });
+  it("a resumed schedule runs the ticks after its resume by the store's clock: none of the pause, none skipped", async () => {
+    const def = defineSchedule(`skew-resume-${offset > 0 ? 'ahead' : 'behind'}`, {
+      cron: '* * * * * *',
+      type: 'test.noop',
+      payload: {},
+    });
+    await t.rt.store.setSchedulePaused(def.name, true);
+    const resumedAt = (await t.rt.store.setSchedulePaused(def.name, false)).resumedAt!; // by the store's clock
+    await sleep(1_500); // a tick or more after the resume
+    const [r] = await skewed(offset, () => runSchedules(t.rt.store, t.rt.registry, [def], new Date(Date.now())));
+    // An hour ahead, the hour before the resume was read as paused ticks due since (all missed); an hour behind,
+    // the resume lay an hour ahead, and no tick was due.
+    expect(r).toMatchObject({ status: 'fired', missed: 0, skipped: 0 });
+    expect(r!.ticks.length).toBeGreaterThanOrEqual(1);
+    expect(r!.ticks.length).toBeLessThanOrEqual(1 + SLACK_S);
+    // The ticks are this host's times: each after the resume, read in this host's time.
+    for (const tick of r!.ticks) expect(Date.parse(tick)).toBeGreaterThan(resumedAt.getTime() + offset - 2_000);
+    await t.rt.store.setSchedulePaused(def.name, true);
+    for (const id of r!.enqueued) await t.rt.store.cancel(id); // not the next tests' dispatcher's
+  });
+
   it("the purge refuses an olderThan in the future of the store's clock, and only that", async () => {
     const purge = (olderThan: Date) =>
       skewed(offset, async () => {

@@ -315,7 +315,8 @@ describe('lease expiry on the worker', () => {
     const inner = await PostgresJobStore.connect(appUrl(h.url), { poolSize: 2, migrate: false });
     const store = new Proxy(inner, {
       get(target, prop, receiver) {
-        if (prop === 'heartbeat' && beatsFail) return () => Promise.reject(new Error('heartbeat: connection timeout'));
+        if ((prop === 'heartbeat' || prop === 'heartbeatMany') && beatsFail)
+          return () => Promise.reject(new Error('heartbeat: connection timeout'));
         const v = Reflect.get(target, prop, receiver) as unknown;
         return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
       },
@@ -378,7 +379,7 @@ describe('lease expiry on the worker', () => {
       get(target, prop, receiver) {
         const v = Reflect.get(target, prop, receiver) as unknown;
         const bound = typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
-        if (prop === 'heartbeat' && hang)
+        if ((prop === 'heartbeat' || prop === 'heartbeatMany') && hang)
           return (...args: unknown[]) => answered.then(() => (bound as (...a: unknown[]) => unknown)(...args));
         return bound;
       },

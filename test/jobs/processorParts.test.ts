@@ -367,9 +367,10 @@ describe('the beat timer (executor.ts RunningJobs): heartbeats and lease deadlin
   });
 
   // A job whose beats are confirmed (each moves its deadline to its send time + lease - margin), or never answered.
-  function job(id: string, confirmed: boolean, events: string[]): RunningJob {
+  type TestJob = RunningJob & { beat(): Promise<void> };
+  function job(id: string, confirmed: boolean, events: string[]): TestJob {
     const { beatEveryMs, marginMs } = leaseTimes(200, 4_000);
-    const j: RunningJob = {
+    const j: TestJob = {
       jobId: id,
       abort: () => undefined,
       beatEveryMs,
@@ -387,8 +388,13 @@ describe('the beat timer (executor.ts RunningJobs): heartbeats and lease deadlin
   }
 
   it('gives up, once, a lease whose beats go unconfirmed, before it runs out; confirmed beats keep theirs', () => {
-    const running = new RunningJobs(silentLogger);
     const events: string[] = [];
+    // The jobs due at a tick come in one call (the processor's one heartbeatMany), not one call a job.
+    const running = new RunningJobs<TestJob>(silentLogger, (due) => {
+      events.push(`tick:${due.map((j) => j.jobId).join('+')}`);
+      for (const j of due) void j.beat();
+      return Promise.resolve();
+    });
     const start = performance.now();
     const ok = running.add(job('ok', true, events));
     const cut = running.add(job('cut', false, events));
@@ -399,6 +405,14 @@ describe('the beat timer (executor.ts RunningJobs): heartbeats and lease deadlin
     expect(at).toBeGreaterThanOrEqual(3_600); // lease 4 s less the 0.4 s margin
     expect(at).toBeLessThan(4_000); // within a tick of that, before the rescue could move it
     expect(events.filter((e) => e === 'ok:beat').length).toBeGreaterThanOrEqual(40); // every 200 ms (+ a tick)
+    // Until the cut lease is given up, every tick beat both jobs with one call.
+    const beforeExpiry = events.slice(
+      0,
+      events.findIndex((e) => e.includes('expired')),
+    );
+    const ticks = beforeExpiry.filter((e) => e.startsWith('tick:'));
+    expect(ticks.length).toBeGreaterThanOrEqual(15);
+    expect(new Set(ticks)).toEqual(new Set(['tick:ok+cut']));
     running.delete(ok);
     running.delete(cut);
     expect(vi.getTimerCount()).toBe(0);

@@ -26,7 +26,10 @@ import {
 // mssql. A string input travels as nvarchar, as @Jobs is declared.
 export interface MssqlRequestLike {
   input(name: string, value: unknown): unknown;
-  execute(procedure: string): Promise<{ recordset?: { Ord?: number; JobId: unknown; Duplicate: unknown }[] }>;
+  execute(procedure: string): Promise<{
+    recordset?: { Ord?: number; JobId: unknown; Duplicate: unknown }[];
+    recordsets?: unknown; // the second: [{StoreNow}], the server's clock (for wake())
+  }>;
 }
 
 const RESERVED_KEY = 50026; // "jobs[i].idempotencyKey: keys starting with "schedule:" are reserved ..."
@@ -41,8 +44,12 @@ export async function enqueueInSqlServerTransaction<M extends JobTypeMap = JobTy
   if (docs.length === 0) return { jobs: [], wake: async () => 0 };
   request.input('Jobs', JSON.stringify(docs));
   let recordset: { Ord?: number; JobId: unknown; Duplicate: unknown }[];
+  let storeNow: unknown;
   try {
-    recordset = (await request.execute('keel.EnqueueMany')).recordset ?? [];
+    const result = await request.execute('keel.EnqueueMany');
+    recordset = result.recordset ?? [];
+    const sets = result.recordsets as { StoreNow?: unknown }[][] | undefined;
+    storeNow = Array.isArray(sets) ? sets.find((set) => set?.[0] && 'StoreNow' in set[0])?.[0]?.StoreNow : undefined;
   } catch (err) {
     throw fromSqlServer(err, docs.length);
   }
@@ -50,6 +57,7 @@ export async function enqueueInSqlServerTransaction<M extends JobTypeMap = JobTy
   return withWake(
     rows.map((r) => ({ id: String(r.JobId), duplicate: r.Duplicate === true || r.Duplicate === 1 })),
     checked,
+    storeNow instanceof Date ? storeNow : null,
   );
 }
 

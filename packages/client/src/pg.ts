@@ -50,17 +50,21 @@ export async function enqueueInTransaction<M extends JobTypeMap = JobTypeMap>(
   if (docs.length === 0) return { jobs: [], wake: async () => 0 };
   let rows: any[];
   try {
-    ({ rows } = await client.query('select job_ids, duplicates from keel.enqueue_many($1::jsonb)', [
-      JSON.stringify(docs),
-    ]));
+    // clock_timestamp(): the store's clock as the call answers, for wake() (withWake).
+    ({ rows } = await client.query(
+      'select job_ids, duplicates, clock_timestamp() as store_now from keel.enqueue_many($1::jsonb)',
+      [JSON.stringify(docs)],
+    ));
   } catch (err) {
     throw fromDatabase(err, docs.length);
   }
   const ids: string[] = (rows[0]?.job_ids ?? []).map(String);
   const dups: boolean[] = rows[0]?.duplicates ?? [];
+  const storeNow: unknown = rows[0]?.store_now;
   return withWake(
     ids.map((id, i) => ({ id, duplicate: dups[i] === true })),
     checked,
+    storeNow instanceof Date ? storeNow : typeof storeNow === 'string' ? new Date(storeNow) : null,
   );
 }
 

@@ -50,12 +50,17 @@ export function checkJobs<M extends JobTypeMap>(
 }
 
 // The procedure's answer with its post-commit wake(): each new job's message, with the job's delay as the message's
-// visibility timeout (what Keel's own enqueue posts).
+// visibility timeout (what Keel's own enqueue posts). A job is due when the store's clock passes its runAt, so a
+// runAt's delay is counted from the store's clock: `storeNow`, the database's clock as the call answered (the same
+// statement's), kept as its offset from this host's (a host an hour ahead posted such a job at once, an hour behind
+// an hour late); without it, this host's clock. A delayMs is a span from the enqueue, on any one clock.
 export function withWake(
   result: { id: string; duplicate: boolean }[],
   checked: readonly EnqueueJob[],
+  storeNow?: Date | null,
 ): TransactionalEnqueueResult {
   const enqueuedAt = Date.now();
+  const storeAhead = storeNow && !Number.isNaN(storeNow.getTime()) ? storeNow.getTime() - enqueuedAt : 0;
   return {
     jobs: result,
     async wake(queue: QueueSender): Promise<number> {
@@ -63,7 +68,9 @@ export function withWake(
       for (const [i, r] of result.entries()) {
         if (r.duplicate) continue;
         const job = checked[i]!;
-        const delayMs = job.runAt ? job.runAt.getTime() - Date.now() : (job.delayMs ?? 0) - (Date.now() - enqueuedAt);
+        const delayMs = job.runAt
+          ? job.runAt.getTime() - (Date.now() + storeAhead)
+          : (job.delayMs ?? 0) - (Date.now() - enqueuedAt);
         const delay = Math.max(0, Math.ceil(delayMs / 1000));
         if (delay > MAX_VISIBILITY_DELAY_SECONDS) continue; // the dispatcher starts it when it is due
         await queue.sendMessage(encodeJobMessage(r.id), delay > 0 ? { visibilityTimeout: delay } : {});

@@ -9,6 +9,7 @@ import { registerHandlers } from '../../../shared/jobs/handlerFolder.js';
 import { jobMessageSchema, parseMessage } from '../../../shared/app/messages.js';
 import { withLogin } from '../../../dev/pgAdmin.js';
 import { createTestRuntime, type TestRuntime } from '../../../test/functions/support.js';
+import { skewed } from '../../../test/support/skewedClock.js';
 import {
   enqueueInTransaction,
   IdempotencyConflictError,
@@ -131,6 +132,32 @@ describe('enqueueInTransaction (PostgreSQL, role keel_producer)', () => {
     expect(later.sent[0]!.visibilityTimeout).toBeGreaterThanOrEqual(89);
     expect(later.sent[0]!.visibilityTimeout).toBeLessThanOrEqual(90);
   });
+
+  it.each([
+    ['an hour ahead of', 3_600_000],
+    ['an hour behind', -3_600_000],
+  ])(
+    "on a host %s the store, wake() delays a runAt job's message until its runAt by the store's clock",
+    async (_what, offset) => {
+      // A job is due when the database's clock passes its runAt: a host an hour ahead posted it at once, an hour
+      // behind an hour late. Both clocks run in the enqueue and the wake (the host's skewed throughout).
+      await producer.query('begin');
+      const dbNow = (await producer.query('select clock_timestamp() as now')).rows[0].now as Date;
+      const r = await skewed(offset, () =>
+        enqueueInTransaction(
+          producer,
+          { type: 'order.paid', payload: { orderId: 11 }, runAt: new Date(dbNow.getTime() + 90_000) },
+          { jobTypes: types },
+        ),
+      );
+      await producer.query('commit');
+      const sender = new RecordingSender();
+      expect(await skewed(offset, () => r.wake(sender))).toBe(1);
+      expect(sender.sent[0]!.visibilityTimeout).toBeGreaterThanOrEqual(60); // 90 s less a loaded machine's slack
+      expect(sender.sent[0]!.visibilityTimeout).toBeLessThanOrEqual(91);
+      await t.rt.store.cancel(r.jobs[0]!.id);
+    },
+  );
 
   it('refuses a bad job before the call, naming the field as the API does; the transaction stays usable', async () => {
     await producer.query('begin');

@@ -70,6 +70,7 @@ import {
   toCountResult,
   toDlqGroupPage,
   toWorkerInfo,
+  toBeatsByRef,
 } from '../../jobs/rows.js';
 import {
   DEFAULT_MAX_PAYLOAD_BYTES,
@@ -308,6 +309,28 @@ export async function storeStatementTimeout(url: string, applicationName: string
   }
 }
 
+// Each pool connection, as it opens: Keel's default statement timeout where the session got none but the server's
+// default (a session setting, so a role's, a database's or the URL's own outranks it: pg_settings.source is then not
+// 'default'), and the client's bound on its calls 5 s past the session's timeout (none where it has none). Per
+// connection, not once at connect: a setting the user makes or removes while the store runs (ALTER ROLE … SET) reaches
+// the connections opened after it, as PostgreSQL applies it to new sessions; a startup parameter, as before, outranked
+// it until the app restarted.
+const SESSION_TIMEOUT_SQL = `select source, setting, set_config('statement_timeout', $1, false) as keel from pg_settings
+  where name = 'statement_timeout' and source = 'default'
+  union all select source, setting, null from pg_settings where name = 'statement_timeout' and source <> 'default'`;
+
+async function applySessionTimeout(client: pg.ClientBase): Promise<void> {
+  const { rows } = await client.query<{ setting: string; keel: string | null }>(SESSION_TIMEOUT_SQL, [
+    String(STORE_STATEMENT_TIMEOUT_MS),
+  ]);
+  const r = rows[0];
+  if (!r) return;
+  const ms = r.keel !== null ? STORE_STATEMENT_TIMEOUT_MS : Number(r.setting);
+  // pg reads a call's bound when the call is made (config.query_timeout || connectionParameters.query_timeout).
+  (client as unknown as { connectionParameters: { query_timeout?: number } }).connectionParameters.query_timeout =
+    ms > 0 ? ms + 5_000 : 0;
+}
+
 export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
   readonly engine = 'postgres';
   // Whether the Worker's statements go named (hotQuery); off for good after one that could not.
@@ -332,12 +355,15 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
       max: opts.poolSize ?? 10,
       application_name: opts.applicationName ?? 'keel',
       connectionTimeoutMillis: 10_000,
-      // Keel's default as a startup parameter (it outranks the server's default, as RESET keeps it); the user's own,
-      // where given, is left to apply as the user set it.
-      ...(timeout.source === 'keel' ? { statement_timeout: timeout.ms } : {}),
-      // No client-side bound past a user's own "no statement timeout" (0): the user asked for statements unbounded.
+      // The client's bound of applySessionTimeout's own call, from the setting as the store opened (each connection's
+      // own once that call answers). None past a user's own "no statement timeout" (0): the user asked for
+      // statements unbounded.
       ...(timeout.ms > 0 ? { query_timeout: timeout.ms + 5_000 } : {}),
       keepAlive: true,
+      // Keel's default timeout where the user set none, per connection (SESSION_TIMEOUT_SQL), before the pool hands
+      // the connection to any call (pg-pool awaits the promise; a failure ends the connection and fails that call).
+      // eslint-disable-next-line @typescript-eslint/no-misused-promises -- pg-pool awaits it; its typing says void
+      onConnect: applySessionTimeout,
     });
     // An idle client whose server connection dies must not crash the process; the pool replaces it.
     pool.on('error', poolErrorLogger('postgres', 'control', `job store pool (${opts.applicationName ?? 'keel'})`));
@@ -469,6 +495,12 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
           zombieTimeoutSeconds: num(r!.zombieTimeoutSeconds),
         }
       : { status: r!.status as OwnerResult, cancelRequested: false };
+  }
+
+  async heartbeatMany(refs: LeaseRef[]): Promise<(HeartbeatResult & { jobId: JobId })[]> {
+    const valid = refs.filter(isLeaseRef);
+    const rows = valid.length ? await this.call('heartbeat_many', { leases: leasesJson(valid) }) : [];
+    return toBeatsByRef(refs, rows, ['jobId', 'leaseId', 'cancelRequested', 'zombieTimeoutSeconds']);
   }
 
   async completeMany(refs: CompleteRef[]): Promise<OwnerResultById[]> {

@@ -44,6 +44,7 @@ export const POSTGRES_FUNCTIONS: { [P in JobProcedure]: PgFunction<P> } = {
   },
   start_many: { params: { leases: 'jsonb' }, returns: 'rows' },
   heartbeat: { params: { job_id: 'bigint', lease_id: 'text' }, returns: 'rows' },
+  heartbeat_many: { params: { leases: 'jsonb' }, returns: 'rows' },
   complete_many: { params: { leases: 'jsonb', results: 'jsonb' }, returns: 'rows' },
   report_progress: { params: { job_id: 'bigint', lease_id: 'text', progress: 'jsonb' }, returns: 'text' },
   append_job_log: {

@@ -68,6 +68,7 @@ import {
   toCountResult,
   toDlqGroupPage,
   toWorkerInfo,
+  toBeatsByRef,
 } from '../../jobs/rows.js';
 import type { JobProcedure } from '../../jobs/procedures.js';
 import {
@@ -321,6 +322,13 @@ export class SqlServerJobStore extends BatchBackedJobStore implements JobStore {
           zombieTimeoutSeconds: num(r!.ZombieTimeoutSeconds),
         }
       : { status: r!.Status as OwnerResult, cancelRequested: false };
+  }
+
+  // 'safe', as heartbeat: a beat sent twice is one beat.
+  async heartbeatMany(refs: LeaseRef[]): Promise<(HeartbeatResult & { jobId: JobId })[]> {
+    const valid = refs.filter(isLeaseRef);
+    const rows = valid.length ? await this.call('heartbeat_many', { Leases: leasesJson(valid) }, 'safe') : [];
+    return toBeatsByRef(refs, rows, ['JobId', 'LeaseId', 'CancelRequested', 'ZombieTimeoutSeconds']);
   }
 
   async reportProgress(ref: LeaseRef, progress: JobProgress): Promise<OwnerResult> {

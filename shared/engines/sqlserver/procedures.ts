@@ -32,6 +32,7 @@ export const SQLSERVER_PARAMS: ParamTypes = {
   pick_due: { Queues: sql.NVarChar(MAX), Limit: sql.Int },
   start_many: { Leases: sql.NVarChar(MAX) },
   heartbeat: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier },
+  heartbeat_many: { Leases: sql.NVarChar(MAX) },
   complete_many: { Leases: sql.NVarChar(MAX), Results: sql.NVarChar(MAX) },
   report_progress: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier, Progress: sql.NVarChar(MAX) },
   append_job_log: { JobId: sql.BigInt, LeaseId: sql.UniqueIdentifier, Lines: sql.NVarChar(MAX), MaxLines: sql.Int },
