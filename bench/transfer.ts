@@ -6,9 +6,9 @@
 // before each measured run) and a naive row-by-row insert loop (on a sample, extrapolated). Every Keel run is in a
 // child process, so its peak RSS is its own. Usage: npx tsx bench/transfer.ts --rows 1000000 [--pg-url URL] (a
 // running server to use instead of the embedded one; or KEEL_BENCH_PG_URL) [--only bulk,bulk-staged,rows,rows-node,rows-once]
-// [--batches 1,10] [--naive-sample N] (rows of the naive loop, default 20,000) [--read-ahead on|off|on,off] (the next
-// window's manifest read ahead beside a COPY, TransferService's readAhead: default on; both = each run twice, back to
-// back). KEEL_BENCH_TIMELINE=1: every traced phase's start and end per batch in the output.
+// [--batches 1,10] [--naive-sample N] (rows of the naive loop, default 20,000) [--read-ahead on,after,off] (the next
+// window's manifest read ahead beside a COPY, TransferService's readAhead: default on; `after`: read once the COPY has
+// sent its last row, readAhead 'afterCopy'; several = each run once per value, back to back). KEEL_BENCH_TIMELINE=1: every traced phase's start and end per batch in the output.
 import pg from 'pg';
 import { to as copyTo, from as copyFrom } from 'pg-copy-streams';
 import { pipeline } from 'node:stream/promises';
@@ -31,6 +31,8 @@ import { ChecksumAccumulator } from '../shared/transfer/checksum.js';
 import type { SourceAdapter } from '../shared/transfer/types.js';
 
 const TRANSFER_RULES = transferEngineRules();
+
+type ReadAhead = boolean | 'afterCopy'; // TransferService's readAhead
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, '..');
@@ -73,7 +75,7 @@ interface ChildArgs {
   batchSize: number;
   table: string;
   mode: BenchMode;
-  readAhead: boolean;
+  readAhead: ReadAhead;
   postmasterPid: number | null; // the bench server's postmaster when it is a local process (KEEL_BENCH_CPU)
 }
 
@@ -347,7 +349,7 @@ function runChild(args: ChildArgs): Promise<Record<string, unknown>> {
 export async function runTransferBench(opts: {
   rows: number;
   batches?: number[]; // batch counts per mode (default 1 and 10)
-  readAhead?: boolean[]; // the runs with TransferService's readAhead on and/or off (default: on only)
+  readAhead?: ReadAhead[]; // the runs with TransferService's readAhead on, after the COPY and/or off (default: on only)
   modes?: BenchMode[]; // default every mode
   naiveSample?: number;
   pgUrl?: string; // an external server (bench/server.ts); absent: the embedded one, fsync off
@@ -361,7 +363,7 @@ export async function runTransferBench(opts: {
     batchCounts.flatMap((batches) => (opts.readAhead ?? [true]).map((readAhead) => ({ mode, batches, readAhead }))),
   );
   const tableOf = (r: (typeof runs)[number]) =>
-    `keel_${r.mode.replace('-', '_')}_${r.batches}${r.readAhead ? '' : '_no_ahead'}`;
+    `keel_${r.mode.replace('-', '_')}_${r.batches}${r.readAhead === true ? '' : r.readAhead ? '_after_copy' : '_no_ahead'}`;
   const server = await openBenchServer({ label: 'transfer', pgUrl: opts.pgUrl, fastUnsafe: true });
   log(describeServer(server.info));
   try {
@@ -481,7 +483,7 @@ export async function runTransferBench(opts: {
       pipeRuns.push(pipe);
       log(`  ${pipe.rowsPerSec} rows/s`);
       log(
-        `transfer bench: Keel ${r.mode}, ${r.batches} batch(es) of ${batchSize}${r.readAhead ? '' : ', no read ahead'}`,
+        `transfer bench: Keel ${r.mode}, ${r.batches} batch(es) of ${batchSize}${r.readAhead === true ? '' : r.readAhead ? ', read ahead after the COPY' : ', no read ahead'}`,
       );
       await checkpoint();
       const cpu0 = serverCpuMs(postmaster);
@@ -525,7 +527,7 @@ export async function runTransferBench(opts: {
     const copy = { ...pipeRuns[0]!, rowsPerSec: sortedPipes[Math.floor(sortedPipes.length / 2)]!, runs: pipeRuns };
     for (const k of keel) k.vsCopy = Math.round((Number(k.rowsPerSec) / copy.rowsPerSec) * 1000) / 1000;
     // The targets are the app's defaults' (read ahead on); runs with it off are reported beside them.
-    const of = (mode: BenchMode) => keel.filter((k) => k.mode === mode && k.readAhead);
+    const of = (mode: BenchMode) => keel.filter((k) => k.mode === mode && k.readAhead === true);
     const worst = (list: Record<string, unknown>[], key: string) =>
       list.length ? Math.min(...list.map((k) => Number(k[key]))) : null;
     const pgToPg = worst(of('bulk'), 'vsCopy');
@@ -602,8 +604,8 @@ if (isMain) {
     const readAhead = arg('--read-ahead')
       ?.split(',')
       .map((v) => {
-        if (v !== 'on' && v !== 'off') throw new Error(`--read-ahead: ${v} is not on or off`);
-        return v === 'on';
+        if (v !== 'on' && v !== 'off' && v !== 'after') throw new Error(`--read-ahead: ${v} is not on, after or off`);
+        return v === 'on' ? true : v === 'after' ? ('afterCopy' as const) : false;
       });
     runTransferBench({
       rows,

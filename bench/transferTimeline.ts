@@ -43,6 +43,6 @@ for (const k of r.keel) {
     Math.round(median(rows.map(f).filter((x) => !Number.isNaN(x))));
   const total = (f: (x: (typeof rows)[number]) => number) => Math.round(rows.reduce((a, x) => a + f(x), 0));
   console.log(
-    `${String(k.mode)} x${String(k.batches)}${k.readAhead === false ? ' (no read ahead)' : ''}: ${String(k.ms)} ms; per batch medians: wall ${m((x) => x.wall)}, COPY ${m((x) => x.copy)}, sums ${m((x) => x.sums)}, wait ${m((x) => x.wait)}, CPU server ${m((x) => x.server)} node ${m((x) => x.node)}, idle core ms ${m((x) => x.idle)}; totals: wall ${total((x) => x.wall)} CPU ${total((x) => x.server + x.node)} idle ${total((x) => x.idle)}${k.serverCpuMsByKind ? `; server CPU by kind ${JSON.stringify(k.serverCpuMsByKind)}` : ''}`,
+    `${String(k.mode)} x${String(k.batches)}${k.readAhead === false ? ' (no read ahead)' : k.readAhead === 'afterCopy' ? ' (read ahead after the COPY)' : ''}: ${String(k.ms)} ms; per batch medians: wall ${m((x) => x.wall)}, COPY ${m((x) => x.copy)}, sums ${m((x) => x.sums)}, wait ${m((x) => x.wait)}, CPU server ${m((x) => x.server)} node ${m((x) => x.node)}, idle core ms ${m((x) => x.idle)}; totals: wall ${total((x) => x.wall)} CPU ${total((x) => x.server + x.node)} idle ${total((x) => x.idle)}${k.serverCpuMsByKind ? `; server CPU by kind ${JSON.stringify(k.serverCpuMsByKind)}` : ''}`,
   );
 }

@@ -71,7 +71,10 @@ export interface TransferServiceDeps {
   // window's manifest, ahead"). Default on. Off, every createBatch reads its manifest after the commit before it:
   // where the source shares its cores with the target (one 2-core server), the read ahead competes with the COPY's
   // target backend, and bench/transfer.ts `--read-ahead off` measures the difference on such a machine.
-  readAhead?: boolean;
+  // 'afterCopy': the next window is found beside the claim as with true, but its manifest is read only once the
+  // source's COPY has sent its last row -- beside the target's sums, its commit and the journal's round trips to the
+  // next batch instead of beside the COPY (bench/README.md, runs 1370-1389; `--read-ahead after`).
+  readAhead?: boolean | 'afterCopy';
   // KEEL_TRANSFER_APPLY_TIMEOUT_LIMIT: an apply ended by Keel's own statement timeout this many times in a row
   // fails the batch with code apply_timeout, a stage so ended with stage_timeout (its window released; batch_failed
   // event and alert), instead of retrying it for ever. 0: never (default 3).
@@ -140,6 +143,20 @@ const aheadKey = (w: Window, schemaHash: string, algorithm: string) =>
 
 type ReadManifest = Manifest & { ahead?: true };
 
+// A bulk feed whose `sent` resolves once the source's stream has ended (its last row read) or closed, or `done` is
+// called (the apply returned or threw, whether or not the stream was ever opened): never left pending.
+function rowsSent(feed: Extract<RowFeed, { kind: 'bulk' }>): { feed: RowFeed; sent: Promise<void>; done: () => void } {
+  let done!: () => void;
+  const sent = new Promise<void>((resolve) => (done = resolve));
+  const open: typeof feed.open = async (encoding) => {
+    const s = await feed.open(encoding);
+    s.stream.once('end', done);
+    s.stream.once('close', done);
+    return s;
+  };
+  return { feed: { ...feed, open }, sent, done };
+}
+
 export class TransferService {
   private readonly journal: TransferJournal;
   private readonly transfers: Map<string, TransferConfig>;
@@ -156,7 +173,7 @@ export class TransferService {
   private readonly batchTransfers = new Map<string, string>();
   private readonly onClose: (() => Promise<void>) | undefined;
   private readonly directApply: boolean;
-  private readonly readAhead: boolean;
+  private readonly readAhead: boolean | 'afterCopy';
   private readonly moves: BatchMoves;
   private readonly reconciler: Reconciler;
   // The last rows-behind count per transfer, with the bound and cap it was counted for (rowsBehind's reuse).
@@ -1263,6 +1280,8 @@ export class TransferService {
     // The target opens its transaction while the journal counts the attempt, and claims the batch id only with the
     // counted attempt (never before it is durable).
     let claimed: BatchRecord | null = null;
+    // readAhead 'afterCopy': the read ahead's manifest waits for the source's last row (or the end of this call).
+    const copied = this.readAhead === 'afterCopy' && feed.kind === 'bulk' ? rowsSent(feed) : null;
     const count = async () => {
       claimed = await this.moves.move(b.batchId, {
         move: 'start_apply',
@@ -1270,16 +1289,18 @@ export class TransferService {
         set: { incrementAttempts: true, stamp: 'apply_started_at', targetReconcileToken: null },
         detail: { attempt: b.attempts + 1, direct: true },
       });
-      if (claimed && feed.kind === 'bulk') this.startAhead(t, a, claimed);
+      if (claimed && feed.kind === 'bulk') this.startAhead(t, a, claimed, copied?.sent);
       return claimed?.attempts ?? null;
     };
     let res: ApplyResult | 'not_eligible' | 'not_counted';
     const started = Date.now();
     try {
-      res = await a.target.applyDirect!(req, w, feed, count);
+      res = await a.target.applyDirect!(req, w, copied?.feed ?? feed, count);
     } catch (err) {
       if (!claimed) throw err; // the count failed (or never ran): the stage's own error handling, as before
       return this.directFailed(claimed, err, started);
+    } finally {
+      copied?.done();
     }
     if (res === 'not_counted') return toView(await this.moves.load(b.batchId)); // someone else moved it
     if (res === 'not_eligible') {
@@ -1300,7 +1321,8 @@ export class TransferService {
   // same algorithm), at most AHEAD_MAX_AGE_MS old; a crash loses it, any mismatch or failure discards it, and the
   // manifest is then read as before. Only a bulk direct apply of the transfer's own chain (not a replay), key
   // windows, no change capture, a full window.
-  private startAhead(t: TransferConfig, a: Adapters, b: BatchRecord): void {
+  // `gate` (readAhead 'afterCopy'): the manifest's statement waits for it (the window is asked at once).
+  private startAhead(t: TransferConfig, a: Adapters, b: BatchRecord, gate?: Promise<void>): void {
     if (
       !this.readAhead ||
       b.transferName !== t.name ||
@@ -1316,6 +1338,7 @@ export class TransferService {
       const w = await a.source.nextWindow(b.boundaryHigh, t.batchSize, { ...baselineOpts(a), schema });
       if (!w || (await readsOnce(a, w))) return null;
       const algorithm = await negotiateChecksum(a);
+      await gate;
       const manifest = await a.source.manifest(w, schema, algorithm, { ahead: true });
       return { key: aheadKey(w, schema.hash, algorithm), manifest, at: Date.now() };
     })().catch((err: unknown) => {

@@ -3,7 +3,9 @@
 // process, and the next createBatch records it when it chooses exactly that window. Checked here: it is used (and
 // equals a fresh read), a source read is not repeated for it, a window whose rows changed after it was read is still
 // refused by the target's check and then moved with a fresh manifest, a schema change in between discards it, and a
-// read ahead that fails only costs the read afresh; with readAhead off nothing is read ahead.
+// read ahead that fails only costs the read afresh; with readAhead off nothing is read ahead; with 'afterCopy' the
+// manifest is read only once the COPY has sent its last row, and never waits on a COPY that did not open.
+import { Transform } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   assertExactlyOnce,
@@ -17,7 +19,7 @@ import {
 import { TransferService } from '../../shared/transfer/service.js';
 import type { TransferConfig } from '../../shared/transfer/config.js';
 import { algorithmOf, type ChecksumAlgorithm } from '../../shared/transfer/checksum.js';
-import type { Manifest, SourceSchema, Window } from '../../shared/transfer/types.js';
+import type { BulkEncoding, BulkStream, Manifest, SourceSchema, Window } from '../../shared/transfer/types.js';
 import { PostgresTransferJournal } from '../../shared/engines/postgres/transferJournal.js';
 import { PostgresTransferSource } from '../../shared/engines/postgres/transferSource.js';
 import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTarget.js';
@@ -27,6 +29,25 @@ import { PostgresTransferTarget } from '../../shared/engines/postgres/transferTa
 class CountingSource extends PostgresTransferSource {
   readonly manifests: { w: Window; ahead: boolean; m: Manifest }[] = [];
   failAhead = false;
+  copiesEnded = 0; // bulk reads whose last row was read
+  endedAtAhead: number[] = []; // copiesEnded when each manifest read ahead started
+  copyTailMs = 0; // each bulk read's end comes this much after its last row (a COPY long enough to overlap)
+  override async bulkOut(w: Window, schema: SourceSchema, encoding: BulkEncoding): Promise<BulkStream> {
+    const s = await super.bulkOut(w, schema, encoding);
+    let open = true;
+    const ended = () => {
+      if (open) this.copiesEnded++;
+      open = false;
+    };
+    const tail = this.copyTailMs;
+    const stream = new Transform({
+      transform: (chunk, _enc, cb) => cb(null, chunk),
+      flush: (cb) => setTimeout(() => (ended(), cb()), tail),
+    });
+    s.stream.once('error', (e) => (ended(), stream.destroy(e)));
+    s.stream.pipe(stream);
+    return { ...s, stream };
+  }
   override async manifest(
     w: Window,
     schema: SourceSchema,
@@ -34,6 +55,7 @@ class CountingSource extends PostgresTransferSource {
     opts: { ahead?: boolean } = {},
   ): Promise<Manifest> {
     if (opts.ahead && this.failAhead) throw new Error('the source went away (test)');
+    if (opts.ahead) this.endedAtAhead.push(this.copiesEnded);
     const m = await super.manifest(w, schema, algorithm, opts);
     this.manifests.push({ w, ahead: opts.ahead === true, m });
     return m;
@@ -54,7 +76,7 @@ describe('the next window manifest, read ahead', () => {
 
   function service(
     t: TransferConfig,
-    readAhead?: boolean,
+    readAhead?: boolean | 'afterCopy',
   ): {
     svc: TransferService;
     source: () => CountingSource;
@@ -232,6 +254,53 @@ describe('the next window manifest, read ahead', () => {
       ['600', false],
     ]);
     expect((await assertExactlyOnce(env)).maxWrites).toBe(1);
+    await svc.close();
+  });
+
+  it("readAhead 'afterCopy': each manifest read ahead starts after the COPY's last row and is recorded as before", async () => {
+    await reset(800);
+    const t = ordersTransfer('orders_ahead_after', { batchSize: 200 });
+    const { svc, source } = service(t, 'afterCopy');
+    const ids: string[] = [];
+    for (;;) {
+      const b = await svc.tryCreateBatch(t.name);
+      if (!b) break;
+      source().copyTailMs = 150; // each COPY ends 150 ms after its rows: long after its claim
+      ids.push(b.batchId);
+      expect((await svc.run(b.batchId)).state).toBe('committed');
+    }
+    expect(ids).toHaveLength(4);
+    for (const [i, id] of ids.entries())
+      expect((await manifestEvents(id)).map((d) => d.readAhead === true)).toEqual([i > 0]);
+    expect(source().manifests.map((x) => [x.w.high, x.ahead])).toEqual([
+      ['200', false],
+      ['400', true],
+      ['600', true],
+      ['800', true],
+    ]);
+    // The manifest of window i + 1 started once window i's COPY had ended (beside the COPY it would start at
+    // window i's claim, with i - 1 ended).
+    expect(source().endedAtAhead).toEqual([1, 2, 3]);
+    expect((await assertExactlyOnce(env)).maxWrites).toBe(1);
+    await svc.close();
+  });
+
+  it("readAhead 'afterCopy': a direct apply that never opens its COPY (rows of the window on the target) does not hold the read ahead", async () => {
+    await reset(400);
+    // A row of the first window already on the target: the claimed direct apply is not eligible (nothing copied),
+    // the batch is staged and merged instead; the second window's manifest is still read ahead and used.
+    await env.target.query(
+      `insert into public.orders (id, customer, amount, placed_at, flag) values (1, 'stale', 0, now(), false)`,
+    );
+    const t = ordersTransfer('orders_ahead_after_staged', { batchSize: 200 });
+    const { svc, source } = service(t, 'afterCopy');
+    const first = await svc.createBatch(t.name);
+    expect((await svc.run(first.batchId)).state).toBe('committed');
+    await waitFor(() => source().manifests.some((x) => x.w.low === '200' && x.ahead));
+    const second = await svc.createBatch(t.name);
+    expect((await manifestEvents(second.batchId))[0]?.readAhead).toBe(true);
+    expect((await svc.run(second.batchId)).state).toBe('committed');
+    expect((await assertExactlyOnce(env)).target).toBe(400);
     await svc.close();
   });
 });
