@@ -21,7 +21,7 @@ export function negotiateFeed(a: Adapters, w: Window, schema: SourceSchema, chun
   const format = a.source.bulkFormat;
   const bulkOut = a.source.bulkOut?.bind(a.source);
   if (bulkFeed(a) && bulkOut && format !== undefined)
-    return { kind: 'bulk', format, open: (encoding) => bulkOut(w, schema, encoding) };
+    return { kind: 'bulk', format, open: (encoding, framed) => bulkOut(w, schema, encoding, framed) };
   const facts: StreamFacts = {};
   return { kind: 'rows', rows: a.source.streamRows(w, schema, chunkSize, facts), facts };
 }

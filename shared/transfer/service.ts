@@ -148,8 +148,8 @@ type ReadManifest = Manifest & { ahead?: true };
 function rowsSent(feed: Extract<RowFeed, { kind: 'bulk' }>): { feed: RowFeed; sent: Promise<void>; done: () => void } {
   let done!: () => void;
   const sent = new Promise<void>((resolve) => (done = resolve));
-  const open: typeof feed.open = async (encoding) => {
-    const s = await feed.open(encoding);
+  const open: typeof feed.open = async (encoding, framed) => {
+    const s = await feed.open(encoding, framed);
     s.stream.once('end', done);
     s.stream.once('close', done);
     return s;

@@ -101,7 +101,9 @@ export interface SourceAdapter {
   readsSnapshot?(w: Window): Promise<boolean>;
   // The source's native bulk stream of the mapped columns, for a target that reads the same bulkFormat.
   readonly bulkFormat?: string;
-  bulkOut?(w: Window, schema: SourceSchema, encoding: BulkEncoding): Promise<BulkStream>;
+  // framed: the caller writes the chunks to a COPY FROM of the same engine as whole wire messages
+  // (shared/engines/postgres/copyStreams.ts); the stream says whether it gave them so (BulkStream.framed).
+  bulkOut?(w: Window, schema: SourceSchema, encoding: BulkEncoding, framed?: boolean): Promise<BulkStream>;
   // Key-set comparison (keyCompare, docs/transfer.md "Deletes"): the keys of a key window's rows now, as canonical
   // text in keyColumns order.
   windowKeys?(w: Window, schema: SourceSchema): Promise<KeyTuple[]>;
@@ -133,6 +135,10 @@ export interface BulkStream {
   // true only when the rows come from a source table that, in the very snapshot the COPY reads, has a valid unique
   // index on exactly the key columns, all NOT NULL: the stream then cannot hold a key twice.
   keysUnique?: boolean;
+  // true: each chunk is whole CopyData messages, headers included (asked for with `framed`), to be written as they
+  // are; otherwise the chunks are the COPY's own bytes. Carried with the stream, so a wrapper that passes the chunks
+  // on unchanged keeps it right, and one that asked for nothing gets plain bytes.
+  framed?: boolean;
 }
 
 // What a source proved about the rows of one streamRows call, set before its last chunk is delivered.
@@ -149,7 +155,7 @@ export type RowsFeed = {
 };
 
 export type RowFeed =
-  RowsFeed | { kind: 'bulk'; format: string; open: (encoding: BulkEncoding) => Promise<BulkStream> };
+  RowsFeed | { kind: 'bulk'; format: string; open: (encoding: BulkEncoding, framed?: boolean) => Promise<BulkStream> };
 
 export interface StageResult {
   outcome: 'staged' | 'already_staged';

@@ -176,10 +176,6 @@ export function copyOut(text: string, mode: CopyOutMode = 'payload', options?: R
   return new CopyOut(text, mode, options);
 }
 
-export function isFramed(stream: unknown): boolean {
-  return stream instanceof CopyOut && stream[FRAMED];
-}
-
 class CopyIn extends CopyFromBase {
   framed = false;
 

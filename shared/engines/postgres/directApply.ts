@@ -34,7 +34,7 @@ import {
   pgChecksumQuery,
   pgReadBackSums,
 } from './transferSql.js';
-import { copyIn, isFramed } from './copyStreams.js';
+import { copyIn } from './copyStreams.js';
 
 const KT_FENCED = 'KT005';
 // From this many rows in the manifest the window's checksum is priced for parallel workers (below: one process).
@@ -227,10 +227,10 @@ export async function applyDirect(
     touch();
     try {
       if (feed.kind === 'bulk') {
-        opening = feed.open(binary ? 'binary' : 'text');
+        opening = feed.open(binary ? 'binary' : 'text', true);
         src = await Promise.race([opening, sinkFailed, stalled]);
         src.stream.on('error', noop); // the pipeline reports it
-        if (isFramed(src.stream)) sink.acceptFramed(); // the source's CopyData messages, written as they came
+        if (src.framed) sink.acceptFramed(); // the source's CopyData messages, written as they came
         touch();
         const moved = pipeline(
           src.stream,

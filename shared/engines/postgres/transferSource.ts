@@ -617,7 +617,7 @@ export class PostgresTransferSource implements SourceAdapter {
     return `select ${cols.join(', ')} from ${this.from} where ${lowPred}${b} <= current_setting('keel.w_high')::${cast}`;
   }
 
-  async bulkOut(w: Window, schema: SourceSchema, format: BulkEncoding): Promise<BulkStream> {
+  async bulkOut(w: Window, schema: SourceSchema, format: BulkEncoding, framed = false): Promise<BulkStream> {
     const changes = carriesChanges(this.t);
     const cols = mappedColumns(this.t, schema).map((c) => quotePg(c.source));
     if (changes) cols.push(OP_COLUMN);
@@ -654,9 +654,12 @@ export class PostgresTransferSource implements SourceAdapter {
         const lowPred = w.low === null ? '' : `${b} > current_setting('keel.w_low')::${cast} and `;
         select = `select ${cols.join(', ')} from ${this.from} where ${lowPred}${b} <= current_setting('keel.w_high')::${cast}`;
       }
-      // Whole CopyData messages, which a PostgreSQL target's COPY FROM writes as they are (copyStreams.ts).
+      // framed: whole CopyData messages, which a PostgreSQL target's COPY FROM writes as they are (copyStreams.ts).
       const stream = client.query(
-        copyOut(`copy (${select}) to stdout${format === 'binary' ? ' (format binary)' : ''}`, 'framed'),
+        copyOut(
+          `copy (${select}) to stdout${format === 'binary' ? ' (format binary)' : ''}`,
+          framed ? 'framed' : 'payload',
+        ),
       );
       // Listened to from the first moment: the caller attaches its own handling later (a lost connection in between
       // must not raise an unhandled 'error').
@@ -668,6 +671,7 @@ export class PostgresTransferSource implements SourceAdapter {
       let released = false;
       return {
         stream,
+        framed,
         keysUnique,
         release: async (err?: Error) => {
           if (released) return;

@@ -58,7 +58,7 @@ import {
   pgFacets,
   pgLogicalType,
 } from './transferSql.js';
-import { copyIn, isFramed } from './copyStreams.js';
+import { copyIn } from './copyStreams.js';
 import { PG_COPY_FORMAT, pgChecksumAlgorithms } from './serverFeatures.js';
 import { pgStatement, type PgSignature } from './procedures.js';
 import { applyDirect, type DirectClaim } from './directApply.js';
@@ -254,12 +254,12 @@ class PgStagingSession implements StagingSession {
     const types = this.d.targetTypes;
     const binary = this.mapped.every((c) => types.get(c.target)?.toLowerCase() === c.type.toLowerCase());
     const copy = this.openCopy(binary, stall);
-    const source: SourceCopy = { opening: feed.open(binary ? 'binary' : 'text') };
+    const source: SourceCopy = { opening: feed.open(binary ? 'binary' : 'text', true) };
     this.source = source;
     const src = await Promise.race([source.opening, copy.failed, stall.failed]);
     source.stream = src;
     src.stream.on('error', noop); // the pipeline below reports it; never unhandled
-    if (isFramed(src.stream)) copy.sink.acceptFramed(); // the source's CopyData messages, written as they came
+    if (src.framed) copy.sink.acceptFramed(); // the source's CopyData messages, written as they came
     // Duplicate keys are impossible when the source guarantees unique keys in the COPY's snapshot and the key
     // columns are integers (equal on the target exactly when equal on the source; the staged values are proven
     // equal to the source's by the checksum, which is compared before anything is declared staged).
