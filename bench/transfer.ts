@@ -7,8 +7,8 @@
 // child process, so its peak RSS is its own. Usage: npx tsx bench/transfer.ts --rows 1000000 [--pg-url URL] (a
 // running server to use instead of the embedded one; or KEEL_BENCH_PG_URL) [--only bulk,bulk-staged,rows,rows-node,rows-once]
 // [--batches 1,10] [--naive-sample N] (rows of the naive loop, default 20,000) [--read-ahead on,after,off] (the next
-// window's manifest read ahead beside a COPY, TransferService's readAhead: default on; `after`: read once the COPY has
-// sent its last row, readAhead 'afterCopy'; several = each run once per value, back to back). KEEL_BENCH_TIMELINE=1: every traced phase's start and end per batch in the output.
+// window's manifest read ahead beside a COPY, TransferService's readAhead: `on` beside the COPY; `after` (the default,
+// DEFAULT_READ_AHEAD): read once the COPY has sent its last row, readAhead 'afterCopy'; several = each run once per value, back to back). KEEL_BENCH_TIMELINE=1: every traced phase's start and end per batch in the output.
 import pg from 'pg';
 import { to as copyTo, from as copyFrom } from 'pg-copy-streams';
 import { pipeline } from 'node:stream/promises';
@@ -25,7 +25,7 @@ import { PostgresTransferTarget } from '../shared/engines/postgres/transferTarge
 import { parseTransfers } from '../shared/transfer/config.js';
 import { transferEngineRules } from '../shared/engines/registry.js';
 import { migratePostgresTarget } from '../shared/engines/postgres/transferEndpoints.js';
-import { TransferService } from '../shared/transfer/service.js';
+import { DEFAULT_READ_AHEAD, TransferService } from '../shared/transfer/service.js';
 import { withClient } from '../dev/pgAdmin.js';
 import { ChecksumAccumulator } from '../shared/transfer/checksum.js';
 import type { SourceAdapter } from '../shared/transfer/types.js';
@@ -33,6 +33,9 @@ import type { SourceAdapter } from '../shared/transfer/types.js';
 const TRANSFER_RULES = transferEngineRules();
 
 type ReadAhead = boolean | 'afterCopy'; // TransferService's readAhead
+// A run's name and title say its read ahead only when it is not the service's default.
+const readAheadLabel = (r: ReadAhead, beside: string, after: string, off: string): string =>
+  r === DEFAULT_READ_AHEAD ? '' : r === true ? beside : r ? after : off;
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, '..');
@@ -349,7 +352,7 @@ function runChild(args: ChildArgs): Promise<Record<string, unknown>> {
 export async function runTransferBench(opts: {
   rows: number;
   batches?: number[]; // batch counts per mode (default 1 and 10)
-  readAhead?: ReadAhead[]; // the runs with TransferService's readAhead on, after the COPY and/or off (default: on only)
+  readAhead?: ReadAhead[]; // the runs with TransferService's readAhead on, after the COPY and/or off (default: the service's default only)
   modes?: BenchMode[]; // default every mode
   naiveSample?: number;
   pgUrl?: string; // an external server (bench/server.ts); absent: the embedded one, fsync off
@@ -360,10 +363,12 @@ export async function runTransferBench(opts: {
   const modes = opts.modes ?? [...BENCH_MODES];
   const batchCounts = opts.batches ?? [1, 10];
   const runs = modes.flatMap((mode) =>
-    batchCounts.flatMap((batches) => (opts.readAhead ?? [true]).map((readAhead) => ({ mode, batches, readAhead }))),
+    batchCounts.flatMap((batches) =>
+      (opts.readAhead ?? [DEFAULT_READ_AHEAD]).map((readAhead) => ({ mode, batches, readAhead })),
+    ),
   );
   const tableOf = (r: (typeof runs)[number]) =>
-    `keel_${r.mode.replace('-', '_')}_${r.batches}${r.readAhead === true ? '' : r.readAhead ? '_after_copy' : '_no_ahead'}`;
+    `keel_${r.mode.replace('-', '_')}_${r.batches}${readAheadLabel(r.readAhead, '_beside_copy', '_after_copy', '_no_ahead')}`;
   const server = await openBenchServer({ label: 'transfer', pgUrl: opts.pgUrl, fastUnsafe: true });
   log(describeServer(server.info));
   try {
@@ -483,7 +488,7 @@ export async function runTransferBench(opts: {
       pipeRuns.push(pipe);
       log(`  ${pipe.rowsPerSec} rows/s`);
       log(
-        `transfer bench: Keel ${r.mode}, ${r.batches} batch(es) of ${batchSize}${r.readAhead === true ? '' : r.readAhead ? ', read ahead after the COPY' : ', no read ahead'}`,
+        `transfer bench: Keel ${r.mode}, ${r.batches} batch(es) of ${batchSize}${readAheadLabel(r.readAhead, ', read ahead beside the COPY', ', read ahead after the COPY', ', no read ahead')}`,
       );
       await checkpoint();
       const cpu0 = serverCpuMs(postmaster);
@@ -526,8 +531,8 @@ export async function runTransferBench(opts: {
     const sortedPipes = pipeRuns.map((p) => p.rowsPerSec).sort((x, y) => x - y);
     const copy = { ...pipeRuns[0]!, rowsPerSec: sortedPipes[Math.floor(sortedPipes.length / 2)]!, runs: pipeRuns };
     for (const k of keel) k.vsCopy = Math.round((Number(k.rowsPerSec) / copy.rowsPerSec) * 1000) / 1000;
-    // The targets are the app's defaults' (read ahead on); runs with it off are reported beside them.
-    const of = (mode: BenchMode) => keel.filter((k) => k.mode === mode && k.readAhead === true);
+    // The targets are the app's defaults' (DEFAULT_READ_AHEAD); runs with other read aheads are reported beside them.
+    const of = (mode: BenchMode) => keel.filter((k) => k.mode === mode && k.readAhead === DEFAULT_READ_AHEAD);
     const worst = (list: Record<string, unknown>[], key: string) =>
       list.length ? Math.min(...list.map((k) => Number(k[key]))) : null;
     const pgToPg = worst(of('bulk'), 'vsCopy');

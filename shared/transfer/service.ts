@@ -56,6 +56,11 @@ export type {
   TransferSummary,
 } from './view.js';
 
+// When the next window's manifest is read ahead by default: once the COPY before it has sent its last row, where on
+// a server shared by source and target it no longer slows that COPY's target backend (bench/README.md, runs 1450-1476
+// and 1370-1389).
+export const DEFAULT_READ_AHEAD = 'afterCopy' as const;
+
 export interface TransferServiceDeps {
   journal: TransferJournal;
   transfers: TransferConfig[];
@@ -67,8 +72,8 @@ export interface TransferServiceDeps {
   // Stage and apply in one target transaction where the target can (TargetAdapter.applyDirect; docs/transfer.md,
   // "Direct apply"). The app turns it on (transferAdapters.ts); off, every batch is staged, then applied.
   directApply?: boolean;
-  // Read the next window's manifest ahead, beside a full window's COPY (startAhead; docs/transfer.md, "The next
-  // window's manifest, ahead"). Default on. Off, every createBatch reads its manifest after the commit before it:
+  // Read the next window's manifest ahead of a full window's commit (startAhead; docs/transfer.md, "The next
+  // window's manifest, ahead"). Default 'afterCopy' (DEFAULT_READ_AHEAD). true: beside the COPY. Off, every createBatch reads its manifest after the commit before it:
   // where the source shares its cores with the target (one 2-core server), the read ahead competes with the COPY's
   // target backend, and bench/transfer.ts `--read-ahead off` measures the difference on such a machine.
   // 'afterCopy': the next window is found beside the claim as with true, but its manifest is read only once the
@@ -197,7 +202,7 @@ export class TransferService {
     this.newId = deps.newBatchId ?? randomUUID;
     this.onClose = deps.onClose;
     this.directApply = deps.directApply ?? false;
-    this.readAhead = deps.readAhead ?? true;
+    this.readAhead = deps.readAhead ?? DEFAULT_READ_AHEAD;
     this.applyTimeoutLimit = deps.applyTimeoutLimit ?? 3;
     this.statementTimeoutMs = deps.statementTimeoutMs ?? DEFAULT_TRANSFER_TIMEOUTS.statementMs;
     this.moves = new BatchMoves(this.journal, this.log);
