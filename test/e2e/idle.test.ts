@@ -8,7 +8,10 @@
 //   due an hour later, KEEL_MAINT_PURGE_INTERVAL_MS);
 // - the worker registry: this process's row refreshed by the dispatcher's pass at most once per
 //   KEEL_WORKER_REFRESH_MS (shortened here to 10 s, from 5 minutes: a refresh per dispatcher firing would be six in the
-//   window, one per interval is two or three), never by a timer of its own (shared/jobs/presence.ts).
+//   window, one per interval is two or three), never by a timer of its own (shared/jobs/presence.ts);
+// - the wake-up listener: its liveness ping, once per WAKEUP_PING_EVERY_MS (shared/engines/postgres/wakeups.ts);
+// - a pool connection opened again (the pools close idle ones after 10 s): its session's statement timeout, one
+//   statement when it opens (shared/engines/postgres/jobStore.ts, applySessionTimeout), at most one a firing.
 // The server's own record of the same window is checked against the recorded count: the test database logs every
 // statement its sessions run (log_statement = 'all', set on that database only), and the server log's statement
 // lines over the window must equal what was recorded. (pg_stat_database's xact_commit was used before: it also counts
@@ -25,6 +28,7 @@ import { bootLocal, type LocalKeel } from '../../dev/boot.js';
 import { definitions } from '../../functions/definitions.js';
 import { enqueueJobs } from '../../shared/app/enqueue.js';
 import { adminUrl, appUrl, createTestDatabase } from '../support/pg.js';
+import { WAKEUP_PING_EVERY_MS } from '../../shared/engines/postgres/wakeups.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const HANDLERS = path.join(ROOT, '.tmp', `idle-handlers-${process.pid}`);
@@ -167,7 +171,9 @@ describe('local host, nothing due', () => {
       const tally: Record<string, number> = {};
       for (const s of during) tally[s] = (tally[s] ?? 0) + 1;
       // Every statement is one a timer's idle pass makes: nothing from the scheduler, nothing from anything else.
-      const expected = ['stats', 'rescue_zombies', 'register_worker'];
+      const ping = nameOf('select 1 /* keel-wakeups ping */');
+      const sessionTimeout = nameOf("select source, setting, set_config('statement_timeout', $1, false)");
+      const expected = ['stats', 'rescue_zombies', 'register_worker', ping, sessionTimeout];
       expect(Object.keys(tally).filter((k) => !expected.includes(k))).toEqual([]);
       // A maintenance pass with nothing to do: one rescue call and one stats. The window's edges may cut a pass in two:
       // bound each count by the firings that ended in it and the one running at its start.
@@ -182,6 +188,8 @@ describe('local host, nothing due', () => {
       // The registry's refresh: at most one per interval (the window may hold a partial one at each edge), and some,
       // as the dispatcher's passes keep the idle worker listed.
       within(tally.register_worker, 1, Math.ceil(WINDOW_MS / WORKER_REFRESH_MS) + 1);
+      within(tally[ping], 0, Math.ceil(WINDOW_MS / WAKEUP_PING_EVERY_MS) + 1);
+      within(tally[sessionTimeout], 0, firings.dispatcher + firings.scheduler + firings.maintenance);
       // The server's count over the same window: exactly what was recorded (the edges fall between firings, when the
       // log's writer has long caught up), give or take a statement still in flight at an edge on a loaded machine.
       const logEnd = serverLog ? await logSize() : 0;

@@ -9,6 +9,10 @@ import type { WakeupSource } from '../../jobs/contract.js';
 
 export const WAKEUP_CHANNEL = 'keel_jobs';
 
+// How often an idle listening connection is pinged by default: the one statement a worker sends when nothing is due
+// besides its timers' probes (test/e2e/idle.test.ts counts it).
+export const WAKEUP_PING_EVERY_MS = 30_000;
+
 export interface WakeupOptions {
   connectTimeoutMs?: number; // a connect that gets no answer fails after this (default 10 s)
   statementTimeoutMs?: number; // LISTEN and each ping fail after this without an answer (default 15 s)
@@ -33,7 +37,7 @@ export class PostgresWakeups implements WakeupSource {
   ) {
     this.connectTimeoutMs = opts.connectTimeoutMs ?? 10_000;
     this.statementTimeoutMs = opts.statementTimeoutMs ?? 15_000;
-    this.pingEveryMs = opts.pingEveryMs ?? 30_000;
+    this.pingEveryMs = opts.pingEveryMs ?? WAKEUP_PING_EVERY_MS;
   }
 
   // An empty queue list subscribes to every queue.
