@@ -36,7 +36,7 @@ export async function storeIdentity(env: Record<string, string | undefined>): Pr
   const url = env.KEEL_PG_MIGRATE_URL || env.KEEL_PG_URL;
   if (!url) throw new Error('storeIdentity: no KEEL_PG_URL');
   const u = new URL(url);
-  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 10_000 });
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 10_000, query_timeout: 15_000 });
   client.on('error', () => undefined);
   await client.connect();
   try {
