@@ -156,7 +156,7 @@ CREATE OR ALTER PROCEDURE keel.TransferBatchTransition
   @Stamp varchar(20),
   @Event varchar(64),
   @Detail nvarchar(max),
-  @IfVersion bigint
+  @IfVersion bigint = NULL -- defaulted: a build before it calls without it (sql/README.md, "Rolling deploys")
 AS
 BEGIN
   SET NOCOUNT ON;
