@@ -380,7 +380,7 @@ describe('transfer chaos: faults, duplicate deliveries, two instances and an ope
         try {
           what = await action();
         } catch (err) {
-          what = `error: ${(err as Error).message}`;
+          what = `error: ${(err as Error).message} ${/duplicate/.test((err as Error).message) ? (err as Error).stack : ''}`;
         }
         trace.push(`${n}: ${what}`);
       }
@@ -430,6 +430,7 @@ describe('transfer chaos: faults, duplicate deliveries, two instances and an ope
           }, {}),
         ),
     );
+    console.log(`[chaos-dup] ${JSON.stringify([...trace, ...stepErrors].filter((x) => /duplicate/i.test(x)).slice(0, 20))}`);
     const problems: string[] = [];
     // A batch fails only when abandoned (invalid_state: the operator's, or the final fence found) or when the source
     // changed under its window (manifest_mismatch; a change window's rows re-read): never from a fault.
