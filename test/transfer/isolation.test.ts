@@ -48,16 +48,26 @@ describe('a source and a target whose database default isolation is SERIALIZABLE
     await env?.close();
   });
 
-  // A session of `url` that waits for a lock (the call under test), seen from another session.
-  async function waitsForLock(url: string, exceptPid: number): Promise<void> {
+  // A session of `url` waits for a lock (the call under test), seen from another session; or the call already ended
+  // (its error is then the test's failure, not a timeout here).
+  async function waitsForLock(url: string, exceptPid: number, call: Promise<unknown>): Promise<void> {
+    let settled = false;
+    call.then(
+      () => (settled = true),
+      () => (settled = true),
+    );
     await withClient(url, (c) =>
-      until('the call waits for the lock', async () => {
-        const r = await c.query(
-          `select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and pid <> $1`,
-          [exceptPid],
-        );
-        return r.rowCount! > 0;
-      }),
+      until(
+        'the call waits for the lock',
+        async () => {
+          const r = await c.query(
+            `select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and pid <> $1`,
+            [exceptPid],
+          );
+          return settled || r.rowCount! > 0;
+        },
+        30_000,
+      ),
     );
   }
 
@@ -72,7 +82,7 @@ describe('a source and a target whose database default isolation is SERIALIZABLE
       const pid = (await apply.query<{ p: number }>('select pg_backend_pid() as p')).rows[0]!.p;
       const verdict = target.reconcile({ batchId: BATCH } as StageRequest, 20_000, 1, null); // (a PostgreSQL target reads only the id)
       verdict.catch(() => undefined); // awaited below
-      await waitsForLock(env.targetUrl, pid);
+      await waitsForLock(env.targetUrl, pid, verdict);
       await apply.query(
         `update keel_transfer.completions set state = 'committed', row_count = 3, checksum = 'c' where batch_id = $1`,
         [BATCH],
@@ -102,7 +112,7 @@ describe('a source and a target whose database default isolation is SERIALIZABLE
       const pid = (await other.query<{ p: number }>('select pg_backend_pid() as p')).rows[0]!.p;
       const next = source.nextWindow(baseline!.high, 1000);
       next.catch(() => undefined); // awaited below
-      await waitsForLock(env.sourceUrl, pid);
+      await waitsForLock(env.sourceUrl, pid, next);
       await other.query('commit');
       const w = await within(next, 20_000, 'the next window');
       expect(w).toMatchObject({ kind: 'changes', low: baseline!.high, high: stamped });
