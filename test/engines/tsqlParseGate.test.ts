@@ -114,7 +114,9 @@ describe.skipIf(!hasDotnet)(
         await writeFile(path.join(dir, 'V001__schema.sql'), schema);
         await writeFile(path.join(dir, 'R__010_good.sql'), good);
         const clean = gate(dir);
-        expect(clean.out).toMatch(/rules output-into, xact-abort, readpast, dynamic-sql: OK \(1 triggered table\(s\)\)/);
+        expect(clean.out).toMatch(
+          /rules output-into, xact-abort, readpast, dynamic-sql: OK \(1 triggered table\(s\)\)/,
+        );
         expect(clean.code).toBe(0);
 
         await writeFile(path.join(dir, 'R__020_bad.sql'), bad);
