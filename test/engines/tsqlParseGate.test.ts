@@ -57,7 +57,7 @@ describe.skipIf(!hasDotnet)(
 
     // The rules after the parse (tools/tsql-parse-gate/Program.cs): each one shown failing on a procedure that breaks
     // it, beside the same procedures written right, so a rule that finds nothing cannot pass unnoticed.
-    it('fails OUTPUT without INTO on a triggered table, a transaction without XACT_ABORT, a bare READPAST and spliced SQL', async () => {
+    it('fails OUTPUT without INTO on a triggered table, a transaction without XACT_ABORT, a bare READPAST, spliced SQL and an INSERT ... EXEC target that nests or rolls back', async () => {
       const dir = await mkdtemp(path.join(os.tmpdir(), 'keel-tsql-rules-'));
       const schema = [
         'SET QUOTED_IDENTIFIER ON;',
@@ -78,6 +78,26 @@ describe.skipIf(!hasDotnet)(
         '    WHERE t.Id = (SELECT TOP (1) Id FROM dbo.T WITH (UPDLOCK, READPAST, READCOMMITTEDLOCK, ROWLOCK) ORDER BY Id);',
         '  COMMIT TRANSACTION;',
         '  SELECT Id FROM @Out;',
+        'END;',
+        'GO',
+        'CREATE OR ALTER PROCEDURE dbo.GoodPicks AS',
+        'BEGIN',
+        '  SET XACT_ABORT ON;',
+        '  DECLARE @OwnTran bit = IIF(@@TRANCOUNT = 0, 1, 0);',
+        '  BEGIN TRY',
+        '    SELECT Id FROM dbo.T;',
+        '  END TRY',
+        '  BEGIN CATCH',
+        '    IF @OwnTran = 1 AND @@TRANCOUNT > 0 ROLLBACK TRANSACTION;',
+        '    THROW;',
+        '  END CATCH;',
+        'END;',
+        'GO',
+        'CREATE OR ALTER PROCEDURE dbo.GoodCaller AS',
+        'BEGIN',
+        '  SET XACT_ABORT ON;',
+        '  DECLARE @P TABLE (Id int NOT NULL);',
+        '  INSERT @P (Id) EXEC dbo.GoodPicks;',
         'END;',
         'GO',
         '',
@@ -108,6 +128,27 @@ describe.skipIf(!hasDotnet)(
         "  EXEC sys.sp_executesql N'SELECT 1';", // 23: dynamic-sql
         'END;',
         'GO',
+        'CREATE OR ALTER PROCEDURE dbo.Picks AS', // run through INSERT ... EXEC by dbo.Caller
+        'BEGIN',
+        '  SET XACT_ABORT ON;',
+        '  DECLARE @Inner TABLE (Id int NOT NULL);',
+        '  INSERT @Inner (Id) EXEC dbo.Rows;', // 30: insert-exec (nested: error 8164)
+        '  BEGIN TRY',
+        '    SELECT Id FROM @Inner;',
+        '  END TRY',
+        '  BEGIN CATCH',
+        '    IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION;', // 35: insert-exec (error 3915 in the caller)
+        '    THROW;',
+        '  END CATCH;',
+        'END;',
+        'GO',
+        'CREATE OR ALTER PROCEDURE dbo.Caller AS',
+        'BEGIN',
+        '  SET XACT_ABORT ON;',
+        '  DECLARE @P TABLE (Id int NOT NULL);',
+        '  INSERT @P (Id) EXEC dbo.Picks;',
+        'END;',
+        'GO',
         '',
       ].join('\n');
       try {
@@ -115,7 +156,7 @@ describe.skipIf(!hasDotnet)(
         await writeFile(path.join(dir, 'R__010_good.sql'), good);
         const clean = gate(dir);
         expect(clean.out).toMatch(
-          /rules output-into, xact-abort, readpast, dynamic-sql: OK \(1 triggered table\(s\)\)/,
+          /rules output-into, xact-abort, readpast, dynamic-sql, insert-exec: OK \(1 triggered table\(s\), 1 INSERT \.\.\. EXEC target\(s\)\)/,
         );
         expect(clean.code).toBe(0);
 
@@ -127,10 +168,18 @@ describe.skipIf(!hasDotnet)(
           .map((l) => /R__020_bad\.sql:(\d+):\d+: ([a-z-]+):/.exec(l))
           .filter((m) => m !== null)
           .map((m) => `${m[1]} ${m[2]}`);
-        expect(found).toEqual(['4 output-into', '10 xact-abort', '17 readpast', '22 dynamic-sql', '23 dynamic-sql']);
+        expect(found).toEqual([
+          '4 output-into',
+          '10 xact-abort',
+          '17 readpast',
+          '22 dynamic-sql',
+          '23 dynamic-sql',
+          '30 insert-exec',
+          '35 insert-exec',
+        ]);
         expect(r.out).toMatch(/OUTPUT without INTO on dbo\.T, which has trigger dbo\.T_Counted: .*error 334/);
         expect(r.out).not.toMatch(/R__010_good\.sql:\d+:\d+:/);
-        expect(r.out).toMatch(/tsql-parse-gate: 5 rule violation\(s\) in 3 file\(s\)/);
+        expect(r.out).toMatch(/tsql-parse-gate: 7 rule violation\(s\) in 3 file\(s\)/);
       } finally {
         await rm(dir, { recursive: true, force: true });
       }
@@ -140,7 +189,10 @@ describe.skipIf(!hasDotnet)(
       const r = gate('sql/sqlserver');
       expect(r.out).toMatch(/tsql-parse-gate: OK, \d+ file\(s\)/);
       // The rules ran over the real triggers: keel.JobsHot and keel.JobsDLQ (R__015_read_counters.sql).
-      expect(r.out).toMatch(/rules output-into, xact-abort, readpast, dynamic-sql: OK \(2 triggered table\(s\)\)/);
+      // keel.EnqueueJobs, keel.PickClaimable and keel.DeadLetter are run through INSERT ... EXEC.
+      expect(r.out).toMatch(
+        /rules output-into, xact-abort, readpast, dynamic-sql, insert-exec: OK \(2 triggered table\(s\), 3 INSERT \.\.\. EXEC target\(s\)\)/,
+      );
       expect(r.code).toBe(0);
     }, 300_000);
   },

@@ -15,6 +15,10 @@
 //    nothing a claim holds; without an update lock the rows it returns are not kept until commit.
 //  - dynamic-sql: EXEC of a string that is not one literal, or sp_executesql, inside a procedure, function or
 //    trigger: input spliced into SQL text (sql/README.md, "Parameters only").
+//  - insert-exec: a procedure some module runs through INSERT ... EXEC (its result set into a table) must not run an
+//    INSERT ... EXEC itself (error 8164: it cannot be nested), nor ROLLBACK unless under an IF that tests a variable of
+//    its own (that it began the transaction): a ROLLBACK inside the caller's INSERT ... EXEC is error 3915, which
+//    replaces the real error (a deadlock's 1205 included) in what the client reads.
 using Microsoft.SqlServer.TransactSql.ScriptDom;
 
 if (args.Length != 1)
@@ -82,10 +86,19 @@ foreach (var (_, script) in parsed)
     triggered.AddRange(triggers.Found);
 }
 
+// The procedures some module runs through INSERT ... EXEC.
+var insertExecTargets = new List<SchemaObjectName>();
+foreach (var (_, script) in parsed)
+{
+    var targets = new InsertExecTargets();
+    script.Accept(targets);
+    insertExecTargets.AddRange(targets.Found);
+}
+
 var findings = new List<string>();
 foreach (var (display, script) in parsed)
 {
-    var rules = new RuleVisitor(display, triggered, findings);
+    var rules = new RuleVisitor(display, triggered, insertExecTargets, findings);
     script.Accept(rules);
 }
 foreach (var f in findings) Console.WriteLine(f);
@@ -95,7 +108,7 @@ if (findings.Count > 0)
     return 1;
 }
 
-Console.WriteLine($"tsql-parse-gate: OK, {files.Count} file(s), {batchCount} batch(es) parsed with TSql160Parser under {args[0]}; rules output-into, xact-abort, readpast, dynamic-sql: OK ({triggered.Count} triggered table(s))");
+Console.WriteLine($"tsql-parse-gate: OK, {files.Count} file(s), {batchCount} batch(es) parsed with TSql160Parser under {args[0]}; rules output-into, xact-abort, readpast, dynamic-sql, insert-exec: OK ({triggered.Count} triggered table(s), {insertExecTargets.Select(Names.Of).Distinct(StringComparer.OrdinalIgnoreCase).Count()} INSERT ... EXEC target(s))");
 return 0;
 
 static class Names
@@ -129,7 +142,11 @@ sealed class NamedTables : TSqlFragmentVisitor
     public override void Visit(NamedTableReference node) => Found.Add(node);
 }
 
-sealed class RuleVisitor(string display, List<(SchemaObjectName Table, string Trigger)> triggered, List<string> findings)
+sealed class RuleVisitor(
+    string display,
+    List<(SchemaObjectName Table, string Trigger)> triggered,
+    List<SchemaObjectName> insertExecTargets,
+    List<string> findings)
     : TSqlFragmentVisitor
 {
     private int moduleDepth; // inside a procedure, function or trigger body
@@ -163,6 +180,7 @@ sealed class RuleVisitor(string display, List<(SchemaObjectName Table, string Tr
         {
             case ProcedureStatementBody p:
                 CheckXactAbort(p, "procedure", Names.Of(p.ProcedureReference.Name));
+                if (insertExecTargets.Any(t => Names.Same(t, p.ProcedureReference.Name))) CheckInsertExecTarget(p);
                 break;
             case TriggerStatementBody t:
                 CheckXactAbort(t, "trigger", Names.Of(t.Name));
@@ -171,6 +189,22 @@ sealed class RuleVisitor(string display, List<(SchemaObjectName Table, string Tr
         moduleDepth++;
         try { visitChildren(); }
         finally { moduleDepth--; }
+    }
+
+    // --- insert-exec ------------------------------------------------------------------------------------------
+    private void CheckInsertExecTarget(ProcedureStatementBody p)
+    {
+        var name = Names.Of(p.ProcedureReference.Name);
+        var nested = new InsertExecTargets();
+        p.Accept(nested);
+        foreach (var at in nested.Statements)
+            Report(at, "insert-exec",
+                $"{name} is run through INSERT ... EXEC, so it cannot run an INSERT ... EXEC itself (error 8164: INSERT EXEC cannot be nested)");
+        var rollbacks = new RollbackScan();
+        p.Accept(rollbacks);
+        foreach (var at in rollbacks.Unguarded)
+            Report(at, "insert-exec",
+                $"{name} is run through INSERT ... EXEC: a ROLLBACK there is error 3915 in its caller, which hides the real error; roll back only under an IF on a variable saying this procedure began the transaction (IF @OwnTran = 1 ...)");
     }
 
     // --- output-into ------------------------------------------------------------------------------------------
@@ -247,4 +281,53 @@ sealed class TransactionScan : TSqlFragmentVisitor
     {
         if (node.Options.HasFlag(SetOptions.XactAbort) && node.IsOn) XactAbortOn = true;
     }
+}
+
+// INSERT ... EXEC statements and the procedures they run.
+sealed class InsertExecTargets : TSqlFragmentVisitor
+{
+    public readonly List<SchemaObjectName> Found = new();
+    public readonly List<InsertStatement> Statements = new();
+
+    public override void Visit(InsertStatement node)
+    {
+        if (node.InsertSpecification?.InsertSource is ExecuteInsertSource source)
+        {
+            Statements.Add(node);
+            if (source.Execute?.ExecutableEntity is ExecutableProcedureReference proc
+                && proc.ProcedureReference?.ProcedureReference?.Name is { } name)
+                Found.Add(name);
+        }
+        base.Visit(node);
+    }
+}
+
+// ROLLBACK statements not under an IF whose condition tests a variable (IF @OwnTran = 1 ...: this procedure began the
+// transaction); @@TRANCOUNT alone says nothing of who began it.
+sealed class RollbackScan : TSqlFragmentVisitor
+{
+    private int guarded;
+    public readonly List<RollbackTransactionStatement> Unguarded = new();
+
+    public override void ExplicitVisit(IfStatement node)
+    {
+        node.Predicate?.Accept(this);
+        var vars = new VariableRefs();
+        node.Predicate?.Accept(vars);
+        if (vars.Any) guarded++;
+        node.ThenStatement?.Accept(this);
+        if (vars.Any) guarded--;
+        node.ElseStatement?.Accept(this);
+    }
+
+    public override void Visit(RollbackTransactionStatement node)
+    {
+        if (guarded == 0) Unguarded.Add(node);
+    }
+}
+
+sealed class VariableRefs : TSqlFragmentVisitor
+{
+    public bool Any;
+    public override void Visit(VariableReference node) => Any = true;
 }
