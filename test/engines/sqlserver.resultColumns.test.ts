@@ -1,7 +1,8 @@
-// The rows a SQL Server procedure answers, read by the job store's own code: for the procedures that never ran on a
-// server here (HeartbeatMany, the claims through PickClaimable, EnqueueMany), each result SELECT of sql/sqlserver is
-// turned into a row with exactly its column names (every value set, none zero, empty or false), handed to
-// SqlServerJobStore's method in place of the server's answer, and the object the method returns must be complete: a
+// The rows a SQL Server procedure answers, read by the job store's and the transfer journal's own code: for the
+// procedures that never ran on a server here (HeartbeatMany, the claims through PickClaimable, EnqueueMany, the
+// journal's batch reads and version-fenced moves), each result SELECT of sql/sqlserver is turned into a row with
+// exactly its column names (every value set, none zero, empty or false), handed to SqlServerJobStore's method (or
+// SqlServerTransferJournal's) in place of the server's answer, and the object it returns must be complete: a
 // column the TypeScript reads that the procedure does not return would come back 0, null, false, 'undefined', an
 // empty list or an invalid date (shared/jobs/rows.ts reads a missing column that way, silently). The columns come
 // from the text-level parser of sqlserver.lockOrder.ts (comments and strings tokenised away, statements split).
@@ -9,6 +10,8 @@ import { describe, expect, it } from 'vitest';
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { SQLSERVER_SQL_DIR, SqlServerJobStore } from '../../shared/engines/sqlserver/jobStore.js';
+import { SqlServerTransferJournal } from '../../shared/engines/sqlserver/transferJournal.js';
+import type { SqlServerPool } from '../../shared/engines/sqlserver/pool.js';
 import { parseModules, type Module, type Stmt, type Token } from './sqlserver.lockOrder.js';
 
 const modules: Module[] = readdirSync(SQLSERVER_SQL_DIR)
@@ -67,7 +70,23 @@ function resultSets(name: string): string[][] {
 const LEASE = '6f1c2a4e-8b7d-4c3e-9a1f-2b3c4d5e6f70';
 // A value for a column, by its name: never 0, empty, false or null, so that a column the code reads and the row lacks
 // shows in what the code returns.
+const JOURNAL_VALUES: Record<string, unknown> = {
+  BatchId: LEASE.toUpperCase(),
+  TransferName: 'orders',
+  State: 'staged',
+  BoundaryKind: 'key',
+  BoundaryLow: '10',
+  BoundaryHigh: '20',
+  SchemaHash: 'a'.repeat(64),
+  SchemaColumns: '[{"name":"id"}]',
+  Checksum: 'c1',
+  StagedChecksum: 'c1',
+  LastError: 'e',
+  LastErrorCode: 'x',
+  TargetReconcileToken: 'tok',
+};
 function valueFor(column: string): unknown {
+  if (column in JOURNAL_VALUES) return JOURNAL_VALUES[column];
   if (column === 'JobId' || column === 'Id') return '41';
   if (column === 'LeaseId') return LEASE.toUpperCase(); // uniqueidentifier comes back upper case
   if (column === 'Payload') return '{"n":1}';
@@ -164,6 +183,33 @@ describe('SQL Server result columns, read by the job store', () => {
     const { store } = storeAnswering({ pick_due: [rowOf(sets.at(-1)!)] });
     expect(await store.pickDue(['q'], 5)).toEqual(['41']);
   });
+
+  // The transfer journal's batch rows (R__070): every procedure answering batches, through the journal's own reading
+  // (snake_case names, toBatchRecord). A missing Version reads as 0, which would fence every reconcile move.
+  for (const [proc, call] of [
+    ['keel.TransferBatchGet', (j: SqlServerTransferJournal) => j.get(LEASE)],
+    [
+      'keel.TransferBatchTransition',
+      (j: SqlServerTransferJournal) => j.transition(LEASE, ['staged'], 'applying', {}, 'e', {}, 7),
+    ],
+    ['keel.TransferBatchList', (j: SqlServerTransferJournal) => j.list({ transfer: 'orders', limit: 10 })],
+    ['keel.TransferBatchStale', (j: SqlServerTransferJournal) => j.stale(['staged'], 1000, 10)],
+    ['keel.TransferBatchLast', async (j: SqlServerTransferJournal) => (await j.lastForTransfer('orders')).open],
+  ] as const) {
+    it(`${proc}: every field of the batch record comes from a column it returns`, async () => {
+      const sets = resultSets(proc);
+      expect(sets.length).toBeGreaterThanOrEqual(1);
+      const recordsets = sets.map((cols) => [rowOf(cols)]);
+      const pool = {
+        request: async () => ({ input: () => undefined, execute: async () => ({ recordsets }) }),
+      } as unknown as SqlServerPool;
+      const got = await call(new SqlServerTransferJournal(pool));
+      const record = Array.isArray(got) ? got[0] : got;
+      expect(record).toBeTruthy();
+      expect(incomplete(record)).toEqual([]);
+      expect(record!.version).toBe(7);
+    });
+  }
 
   it("EnqueueMany: its first result set is EnqueueJobs' (or EnqueueFlowJobs'), one row per job: id and duplicate", async () => {
     // EnqueueMany runs EnqueueJobs, which answers the batch (a flow batch: EnqueueFlowJobs does), then StoreNow.
