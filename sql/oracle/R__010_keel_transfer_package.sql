@@ -93,10 +93,16 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
 
   -- The staging table's columns (KEEL_BATCH_ID aside) as "A","B",... in column order. A loop into a 32,767-byte
   -- PL/SQL variable, not LISTAGG, whose SQL result is limited to 4,000 bytes (ORA-01489 on wide mappings).
+  -- Staging tables and the KEEL_TRANSFER_* tables are named unqualified, so they live in the session's CURRENT_SCHEMA
+  -- (the login's schema unless a logon trigger or the app ran ALTER SESSION SET CURRENT_SCHEMA): every dictionary
+  -- read of them names that owner, never USER_* views (the login's own schema), which would miss them then and
+  -- rebuild or refuse the staging table on every prepare.
   FUNCTION staging_columns(p_name IN VARCHAR2) RETURN VARCHAR2 IS
     v_out VARCHAR2(32767);
   BEGIN
-    FOR r IN (SELECT COLUMN_NAME FROM USER_TAB_COLUMNS WHERE TABLE_NAME = p_name AND COLUMN_NAME <> 'KEEL_BATCH_ID' ORDER BY COLUMN_ID) LOOP
+    FOR r IN (SELECT COLUMN_NAME FROM ALL_TAB_COLUMNS
+               WHERE OWNER = SYS_CONTEXT('USERENV', 'CURRENT_SCHEMA') AND TABLE_NAME = p_name AND COLUMN_NAME <> 'KEEL_BATCH_ID'
+               ORDER BY COLUMN_ID) LOOP
       v_out := v_out || CASE WHEN v_out IS NOT NULL THEN ',' END || '"' || r.COLUMN_NAME || '"';
     END LOOP;
     RETURN v_out;
@@ -220,7 +226,7 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     v_existing VARCHAR2(32767);
     v_wanted VARCHAR2(32767);
     v_rows NUMBER;
-    v_nullable USER_TAB_COLUMNS.NULLABLE%TYPE;
+    v_nullable ALL_TAB_COLUMNS.NULLABLE%TYPE;
     v_not_null t_names;
   BEGIN
     IF NOT REGEXP_LIKE(p_transfer, '^[a-z][a-z0-9_]{0,39}$') THEN
@@ -259,8 +265,9 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
         IF p_ops = 1 THEN
           -- CTAS copies the target's NOT NULL constraints; a delete row holds only its key.
           -- (names first, then the DDL: no dictionary cursor open across it)
-          SELECT COLUMN_NAME BULK COLLECT INTO v_not_null FROM USER_TAB_COLUMNS
-           WHERE TABLE_NAME = v_name AND NULLABLE = 'N' AND COLUMN_NAME <> 'KEEL_BATCH_ID';
+          SELECT COLUMN_NAME BULK COLLECT INTO v_not_null FROM ALL_TAB_COLUMNS
+           WHERE OWNER = SYS_CONTEXT('USERENV', 'CURRENT_SCHEMA') AND TABLE_NAME = v_name AND NULLABLE = 'N'
+             AND COLUMN_NAME <> 'KEEL_BATCH_ID';
           FOR i IN 1 .. v_not_null.COUNT LOOP
             EXECUTE IMMEDIATE 'ALTER TABLE ' || DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' MODIFY (' ||
                               DBMS_ASSERT.ENQUOTE_NAME(v_not_null(i), FALSE) || ' NULL)';
@@ -276,7 +283,8 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
     -- Checked on every call, not only after a CREATE: the loser of the race above may already be staging (its open
     -- INSERT holds a TM lock) when the winner gets here, so this DDL can fail with ORA-00054; it is then left to
     -- the next call (the index is for speed, the NOT NULL a guard; neither decides anything).
-    SELECT NULLABLE INTO v_nullable FROM USER_TAB_COLUMNS WHERE TABLE_NAME = v_name AND COLUMN_NAME = 'KEEL_BATCH_ID';
+    SELECT NULLABLE INTO v_nullable FROM ALL_TAB_COLUMNS
+     WHERE OWNER = SYS_CONTEXT('USERENV', 'CURRENT_SCHEMA') AND TABLE_NAME = v_name AND COLUMN_NAME = 'KEEL_BATCH_ID';
     IF v_nullable = 'Y' THEN
       BEGIN
         EXECUTE IMMEDIATE 'ALTER TABLE ' || DBMS_ASSERT.ENQUOTE_NAME(v_name, FALSE) || ' MODIFY (KEEL_BATCH_ID NOT NULL)';
@@ -284,7 +292,9 @@ CREATE OR REPLACE PACKAGE BODY KEEL_TRANSFER AS
         WHEN e_ddl_busy OR e_already_not_null THEN NULL;
       END;
     END IF;
-    SELECT COUNT(*) INTO v_rows FROM USER_INDEXES WHERE TABLE_NAME = v_name AND INDEX_NAME = v_index;
+    SELECT COUNT(*) INTO v_rows FROM ALL_INDEXES
+     WHERE OWNER = SYS_CONTEXT('USERENV', 'CURRENT_SCHEMA') AND INDEX_NAME = v_index
+       AND TABLE_OWNER = SYS_CONTEXT('USERENV', 'CURRENT_SCHEMA') AND TABLE_NAME = v_name;
     IF v_rows = 0 THEN
       BEGIN
         EXECUTE IMMEDIATE 'CREATE INDEX ' || DBMS_ASSERT.ENQUOTE_NAME(v_index, FALSE) || ' ON ' ||

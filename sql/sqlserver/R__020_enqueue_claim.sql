@@ -382,14 +382,16 @@ GO
 -- transaction when @@TRANCOUNT is 0), and an error dooms the caller's transaction (XACT_ABORT) for it to roll back.
 -- Workers find the jobs at the dispatcher's next poll after the caller commits (docs/sqlserver.md).
 -- A second result set, one row: StoreNow, this server's clock, so a producer's wake() delays a job's message until
--- its runAt by the store's clock, not its host's (@keel/client, transactional.ts).
+-- its runAt by the store's clock, not its host's (@keel/client, transactional.ts). A datetimeoffset: the producer's
+-- mssql pool is not Keel's, and tedious reads a datetime2 in that pool's useUTC setting (false: as the host's local
+-- time, the clock off by the host's UTC offset), a datetimeoffset as the instant it is, whatever the setting.
 CREATE OR ALTER PROCEDURE keel.EnqueueMany
   @Jobs NVARCHAR(MAX)
 AS
 BEGIN
   SET NOCOUNT ON;
   EXEC keel.EnqueueJobs @Jobs = @Jobs, @Scheduler = 0;
-  SELECT SYSUTCDATETIME() AS StoreNow;
+  SELECT TODATETIMEOFFSET(SYSUTCDATETIME(), 0) AS StoreNow;
 END;
 GO
 

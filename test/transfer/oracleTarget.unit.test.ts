@@ -197,9 +197,35 @@ describe('Oracle target without a server', () => {
     // has no RETURN, so an existing table whose index a raced DDL left out (ORA-00054) is repaired on the next call.
     expect(body).not.toMatch(/\bRETURN\s*;/);
     const created = body.indexOf("'CREATE TABLE '");
-    expect(body.indexOf('FROM USER_INDEXES', created)).toBeGreaterThan(created);
+    expect(body.indexOf('FROM ALL_INDEXES', created)).toBeGreaterThan(created);
     expect(body.indexOf("COLUMN_NAME = 'KEEL_BATCH_ID'", created)).toBeGreaterThan(created);
     expect(body).toMatch(/WHEN e_ddl_busy OR e_exists THEN NULL/);
+  });
+
+  // Staging tables, the KEEL_TRANSFER_* tables and an unqualified target table are named unqualified, so they live in
+  // the session's CURRENT_SCHEMA (a logon trigger may set it apart from the login). A dictionary read through USER_*
+  // views or owner = USER looks in the login's schema instead: ENSURE_STAGING then found no staging table on every
+  // call (CREATE, ORA-00955, -20004: every prepare refused), and prepare checked the types and key of another
+  // schema's table (or none) than the one the MERGE writes.
+  it("reads the dictionary in the session's current schema, never the login's (USER_* views, owner = USER)", () => {
+    const files = [
+      ...['R__010_keel_transfer_package.sql', 'V001__keel_transfer.sql', 'V002__keel_transfer_changes.sql'].map((f) =>
+        path.resolve(import.meta.dirname, '../../sql/oracle', f),
+      ),
+      ...['transferTarget.ts', 'transferMigrate.ts', 'transferEndpoints.ts', 'canonical.ts', 'session.ts'].map((f) =>
+        path.resolve(import.meta.dirname, '../../shared/engines/oracle', f),
+      ),
+    ];
+    const found: string[] = [];
+    let dictionaryReads = 0;
+    for (const file of files) {
+      const code = readFileSync(file, 'utf8').replace(/(--|\/\/)[^\n]*/g, '');
+      for (const m of code.matchAll(/\bUSER_[A-Z_]+\b|NVL\([^()]*,\s*USER\s*\)|=\s*USER\b(?!ENV)/gi))
+        found.push(`${path.basename(file)}: ${m[0]}`);
+      dictionaryReads += [...code.matchAll(/\bALL_(TAB_COLUMNS|INDEXES|CONSTRAINTS|OBJECTS|ERRORS)\b/gi)].length;
+    }
+    expect(found).toEqual([]);
+    expect(dictionaryReads).toBeGreaterThanOrEqual(8); // not vacuous: the reads are there, in ALL_* views
   });
 
   it('APPLY_BATCH builds its MERGE in a CLOB, so wide mappings do not overflow 32,767 bytes', () => {

@@ -52,15 +52,16 @@ export async function migrateOracleTarget(conn: oracledb.Connection, dir: string
         );
       }
     }
-    // CREATE PACKAGE succeeds with compilation errors (ORA-24344 is a warning in thin mode): check validity.
+    // CREATE PACKAGE succeeds with compilation errors (ORA-24344 is a warning in thin mode): check validity, in the
+    // session's current schema, where the unqualified CREATE put it (USER_* views read the login's own schema).
     const invalid = await conn.execute<[string, string]>(
-      `SELECT OBJECT_NAME, OBJECT_TYPE FROM USER_OBJECTS WHERE OBJECT_NAME = 'KEEL_TRANSFER' AND STATUS <> 'VALID'`,
+      `SELECT OBJECT_NAME, OBJECT_TYPE FROM ALL_OBJECTS WHERE OWNER = SYS_CONTEXT('USERENV', 'CURRENT_SCHEMA') AND OBJECT_NAME = 'KEEL_TRANSFER' AND STATUS <> 'VALID'`,
       [],
       { outFormat: oracledb.OUT_FORMAT_ARRAY },
     );
     if ((invalid.rows ?? []).length > 0) {
       const errs = await conn.execute<[string, number, string]>(
-        `SELECT NAME, LINE, TEXT FROM USER_ERRORS WHERE NAME = 'KEEL_TRANSFER' ORDER BY SEQUENCE`,
+        `SELECT NAME, LINE, TEXT FROM ALL_ERRORS WHERE OWNER = SYS_CONTEXT('USERENV', 'CURRENT_SCHEMA') AND NAME = 'KEEL_TRANSFER' ORDER BY TYPE, SEQUENCE`,
         [],
         { outFormat: oracledb.OUT_FORMAT_ARRAY },
       );

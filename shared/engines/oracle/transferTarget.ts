@@ -261,7 +261,10 @@ export class OracleTargetDialect implements TargetDialect {
     return new OracleSession(c, callTimeoutMs);
   }
 
-  // Staging tables live in the connecting user's schema, beside the KEEL_TRANSFER package.
+  // Staging tables live in the session's current schema (the login's unless CURRENT_SCHEMA is set), beside the
+  // KEEL_TRANSFER package. An unqualified target table resolves there too, so the dictionary reads below name that
+  // schema (SYS_CONTEXT('USERENV', 'CURRENT_SCHEMA')), not USER: with a logon trigger that sets CURRENT_SCHEMA,
+  // USER read another schema's table (or none) than the one the apply writes.
   stagingRef(): string {
     return quoteOracle(this.names.staging);
   }
@@ -274,7 +277,7 @@ export class OracleTargetDialect implements TargetDialect {
       type Row = [...TabColumnRow, string | null]; // then default_on_null
       const res = await s.run('prepare', (c) =>
         c.execute<Row>(
-          `SELECT column_name, data_type, data_scale, data_precision, data_length, char_length, char_used, nullable, default_on_null FROM all_tab_columns WHERE owner = NVL(:owner, USER) AND table_name = :tbl`,
+          `SELECT column_name, data_type, data_scale, data_precision, data_length, char_length, char_used, nullable, default_on_null FROM all_tab_columns WHERE owner = NVL(:owner, SYS_CONTEXT('USERENV', 'CURRENT_SCHEMA')) AND table_name = :tbl`,
           { owner, tbl: table },
           { outFormat: oracledb.OUT_FORMAT_ARRAY },
         ),
@@ -327,12 +330,12 @@ export class OracleTargetDialect implements TargetDialect {
           `SELECT COUNT(*) FROM (
            SELECT LISTAGG(cc.column_name, ',' ON OVERFLOW TRUNCATE) WITHIN GROUP (ORDER BY cc.column_name) AS cols
              FROM all_constraints k JOIN all_cons_columns cc ON cc.owner = k.owner AND cc.constraint_name = k.constraint_name AND cc.table_name = k.table_name
-            WHERE k.owner = NVL(:owner, USER) AND k.table_name = :tbl AND k.constraint_type IN ('P', 'U') AND k.status = 'ENABLED'
+            WHERE k.owner = NVL(:owner, SYS_CONTEXT('USERENV', 'CURRENT_SCHEMA')) AND k.table_name = :tbl AND k.constraint_type IN ('P', 'U') AND k.status = 'ENABLED'
             GROUP BY k.constraint_name
            UNION ALL
            SELECT LISTAGG(ic.column_name, ',' ON OVERFLOW TRUNCATE) WITHIN GROUP (ORDER BY ic.column_name)
              FROM all_indexes i JOIN all_ind_columns ic ON ic.index_owner = i.owner AND ic.index_name = i.index_name
-            WHERE i.table_owner = NVL(:owner, USER) AND i.table_name = :tbl AND i.uniqueness = 'UNIQUE' AND i.index_type NOT LIKE 'FUNCTION-BASED%'
+            WHERE i.table_owner = NVL(:owner, SYS_CONTEXT('USERENV', 'CURRENT_SCHEMA')) AND i.table_name = :tbl AND i.uniqueness = 'UNIQUE' AND i.index_type NOT LIKE 'FUNCTION-BASED%'
             GROUP BY i.owner, i.index_name)
           WHERE cols = :keys`,
           { owner, tbl: table, keys },
