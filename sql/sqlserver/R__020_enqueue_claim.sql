@@ -10,8 +10,9 @@ GO
 -- Duplicate (1 = a hot job of the same queue and type holds the idempotency key, with the same payload text; JobId
 -- is that job's; a key repeated inside one batch yields the first occurrence's job). A key held with another payload
 -- refuses the whole batch with error 50025, its message ending in a JSON object naming the job (index, queue, type,
--- idempotencyKey). Keys are unique per (Queue, Type, IdempotencyKey) (V005) and serialised by per-key applocks
--- taken in one global order (see below), so concurrent batches sharing keys never deadlock and never retry.
+-- idempotencyKey); a queue, type or key longer than its column with 50046. Keys are unique per (Queue, Type,
+-- IdempotencyKey) (V005) and serialised by per-key applocks taken in one global order (see below), so concurrent
+-- batches sharing keys never deadlock and never retry.
 -- A batch with flows (any job with `after` or `onFailure`) is handed to keel.EnqueueFlowJobs, which runs this
 -- procedure for the inserts (@Linking = 1) and then links the flow in the same transaction; a scheduled job cannot
 -- wait for others (50028).
@@ -30,15 +31,18 @@ BEGIN
 
   DECLARE @In TABLE (
     Ord            int NOT NULL PRIMARY KEY,
-    Queue          nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
-    Type           nvarchar(256) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    -- Queue, Type and IdempotencyKey one character wider than their columns (128, 256, 400): OPENJSON cuts a longer
+    -- value to the declared length without an error, and two different long keys cut alike would be one job.
+    -- The check after the read refuses them, naming the job and field.
+    Queue          nvarchar(129) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    Type           nvarchar(257) COLLATE Latin1_General_100_BIN2 NOT NULL,
     Payload        nvarchar(max) NOT NULL,
     Priority       int NOT NULL,
     RunAt          datetime2(3) NOT NULL,
     MaxAttempts    int NULL,
-    IdempotencyKey nvarchar(400) COLLATE Latin1_General_100_BIN2 NULL,
+    IdempotencyKey nvarchar(401) COLLATE Latin1_General_100_BIN2 NULL,
     -- The key's scope, "queue/type/key" ('/' is in no queue or type name): the one column the self-joins match on.
-    ScopeKey       nvarchar(786) COLLATE Latin1_General_100_BIN2 NULL,
+    ScopeKey       nvarchar(789) COLLATE Latin1_General_100_BIN2 NULL,
     Tags           nvarchar(max) NOT NULL,
     ExpiresAt      datetime2(3) NULL,
     Flow           bit NOT NULL DEFAULT (0), -- it has `after` or `onFailure` (keel.EnqueueFlowJobs)
@@ -76,13 +80,13 @@ BEGIN
          IIF(v.after IS NOT NULL OR v.onFailure IS NOT NULL, 1, 0)
   FROM OPENJSON(@Jobs) AS j
   CROSS APPLY OPENJSON(j.[value]) WITH (
-    queue          nvarchar(128) '$.queue',
-    type           nvarchar(256) '$.type',
+    queue          nvarchar(129) '$.queue',
+    type           nvarchar(257) '$.type',
     priority       int           '$.priority',
     runAt          nvarchar(40)  '$.runAt',
     delayMs        bigint        '$.delayMs',
     tags           nvarchar(max) '$.tags' AS JSON,
-    idempotencyKey nvarchar(400) '$.idempotencyKey',
+    idempotencyKey nvarchar(401) '$.idempotencyKey',
     maxAttempts    int           '$.maxAttempts',
     expiresAt      nvarchar(40)  '$.expiresAt',
     after          nvarchar(max) '$.after' AS JSON,
@@ -95,6 +99,14 @@ BEGIN
   END;
 
   DECLARE @Msg nvarchar(2048);
+  SELECT TOP (1) @Msg = CONCAT(N'jobs[', Ord, N'].',
+                               CASE WHEN DATALENGTH(Queue) > 256 THEN N'queue: longer than 128 characters'
+                                    WHEN DATALENGTH(Type) > 512 THEN N'type: longer than 256 characters'
+                                    ELSE N'idempotencyKey: longer than 400 characters' END)
+  FROM @In
+  WHERE DATALENGTH(Queue) > 256 OR DATALENGTH(Type) > 512 OR DATALENGTH(IdempotencyKey) > 800
+  ORDER BY Ord;
+  IF @Msg IS NOT NULL THROW 50046, @Msg, 1;
   IF ISNULL(@Scheduler, 0) = 0 AND EXISTS (SELECT 1 FROM @In WHERE IdempotencyKey LIKE N'schedule:%')
   BEGIN
     SET @Msg = CONCAT(N'jobs[', (SELECT MIN(Ord) FROM @In WHERE IdempotencyKey LIKE N'schedule:%'),

@@ -2,6 +2,7 @@
 // runner against that server, and the engine's server-independent pieces (connection parsing, GO splitting,
 // transient-error policy) which always run.
 import { describe, expect, it } from 'vitest';
+import { readFileSync } from 'node:fs';
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -170,6 +171,47 @@ if (url) {
       }
     });
 
+    it('EnqueueMany refuses a queue, type or key longer than its column (50046, naming job and field): OPENJSON would cut it', async () => {
+      const h = new SqlServerHarness(url);
+      try {
+        await h.createStore({ poolSize: 1 });
+        const app = SqlServerPool.create(await h.storeConnection(), { max: 1, applicationName: 'keel-width-test' });
+        try {
+          const pool = await app.get();
+          const job = { queue: 'w', type: 't', payload: {} };
+          for (const [field, jobs] of [
+            [
+              'jobs[1].idempotencyKey',
+              [
+                { ...job, idempotencyKey: 'k' },
+                { ...job, idempotencyKey: 'k'.repeat(401) },
+              ],
+            ],
+            ['jobs[0].queue', [{ ...job, queue: 'q'.repeat(129) }]],
+            ['jobs[0].type', [{ ...job, type: 't'.repeat(257) }]],
+          ] as const) {
+            const err = await pool
+              .request()
+              .input('Jobs', JSON.stringify(jobs))
+              .execute('keel.EnqueueMany')
+              .then(
+                () => null,
+                (e: { number?: number; message?: string; originalError?: { info?: { number?: number } } }) => e,
+              );
+            expect(err, field).not.toBeNull();
+            expect(err!.number ?? err!.originalError?.info?.number, field).toBe(50046);
+            expect(err!.message, field).toContain(field);
+          }
+          const n = await pool.request().query('SELECT COUNT(*) AS n FROM keel.JobsHot');
+          expect(n.recordset[0].n).toBe(0); // nothing of a refused batch written
+        } finally {
+          await app.close();
+        }
+      } finally {
+        await h.close();
+      }
+    });
+
     it('refuses to start on a database without READ_COMMITTED_SNAPSHOT, naming the setting and the fix', async () => {
       const db = `keel_nrcsi_${Date.now().toString(36)}`;
       const master = SqlServerPool.create({ ...parseSqlServerConnection(url), database: 'master' }, { max: 1 });
@@ -197,6 +239,27 @@ if (url) {
 }
 
 describe('sqlserver engine (no server needed)', () => {
+  it("EnqueueJobs reads queue, type and idempotencyKey one character wider than JobsHot's columns, and refuses what overflows", () => {
+    // OPENJSON ... WITH (x nvarchar(n)) cuts a longer string to n characters without an error: two keys alike in their
+    // first 400 characters would be one job. Read one wider, and refuse (the case above runs it on a server).
+    const sqlDir = path.join(import.meta.dirname, '../../sql/sqlserver');
+    const v001 = readFileSync(path.join(sqlDir, 'V001__jobs_schema.sql'), 'utf8');
+    const hot = v001.slice(v001.indexOf('CREATE TABLE keel.JobsHot'));
+    const enqueue = readFileSync(path.join(sqlDir, 'R__020_enqueue_claim.sql'), 'utf8');
+    const body = enqueue.slice(enqueue.indexOf('CREATE OR ALTER PROCEDURE keel.EnqueueJobs'));
+    for (const [column, field] of [
+      ['Queue', 'queue'],
+      ['Type', 'type'],
+      ['IdempotencyKey', 'idempotencyKey'],
+    ]) {
+      const width = Number(new RegExp(`\\b${column}\\s+nvarchar\\((\\d+)\\)`).exec(hot)![1]);
+      const read = Number(new RegExp(`\\b${field}\\s+nvarchar\\((\\d+)\\)\\s+'\\$\\.${field}'`).exec(body)![1]);
+      expect(read, field).toBe(width + 1);
+      expect(body, field).toContain(`DATALENGTH(${column}) > ${2 * width}`);
+    }
+    expect(body).toMatch(/THROW 50046, @Msg/);
+  });
+
   it('parses mssql:// URLs and ADO connection strings, SQL login or Microsoft Entra ID', () => {
     expect(parseSqlServerConnection('mssql://sa:p%40ss@localhost:1433/keel')).toMatchObject({
       server: 'localhost',
