@@ -96,7 +96,8 @@ export const dlqRoutes: OpsRoute<any, any, any>[] = [
     },
     output: s.out.resurrectedMany,
     async handle({ rt, body, log }) {
-      if (body.failedAfter && body.failedBefore && body.failedAfter > body.failedBefore)
+      // As instants, not as text (an offset or a fraction would be judged by its spelling).
+      if (body.failedAfter && body.failedBefore && Date.parse(body.failedAfter) > Date.parse(body.failedBefore))
         throw invalid('failedAfter', 'must not be after failedBefore');
       const filter = {
         ...(body.queue ? { queue: body.queue } : {}),
