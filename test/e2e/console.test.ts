@@ -1205,16 +1205,27 @@ if (!haveChromium) {
       await page.getByRole('button', { name: 'Close' }).click();
       expect(await page.evaluate(() => document.activeElement?.getAttribute('data-test'))).toBe(`limits-${QUEUE}`);
 
-      // Lowering a retention asks first; nothing changes until confirmed.
+      // Save with nothing changed sends nothing (it sent {} and showed the API's 400 as the answer).
+      const patches = () => browserWrites.filter((w) => w === `PATCH /api/ops/queues/${QUEUE}`).length;
+      const patchesBefore = patches();
+      await page.locator(`[data-test="limits-${QUEUE}"]`).click();
+      await page.getByRole('button', { name: 'Save' }).click();
+      await page.locator('[data-test=nothing-to-save]').waitFor();
+      expect(patches()).toBe(patchesBefore);
+      await page.getByRole('button', { name: 'Close' }).click();
+
+      // Lowering a retention asks first; nothing changes until confirmed. A double click on the confirm sends one
+      // change (it submitted the form twice: two PATCHes).
       const was = (await api('GET', `/queues/${QUEUE}`)).json.dlqRetentionSeconds;
       await page.locator(`[data-test="limits-${QUEUE}"]`).click();
       await page.locator('input[name=dlqRetentionSeconds]').fill('3600');
       await page.getByRole('button', { name: 'Save' }).click();
       await page.locator('[data-test=retention-warning]', { hasText: 'DLQ retention' }).waitFor();
       expect((await api('GET', `/queues/${QUEUE}`)).json.dlqRetentionSeconds).toBe(was);
-      await page.locator('[data-test=confirm-retention]').click();
+      await page.locator('[data-test=confirm-retention]').dblclick();
       await page.getByRole('status').filter({ hasText: 'saved: dlqRetentionSeconds' }).waitFor();
       expect((await api('GET', `/queues/${QUEUE}`)).json.dlqRetentionSeconds).toBe(3600);
+      expect(patches()).toBe(patchesBefore + 1);
       // Raising it back needs no confirm.
       await page.locator(`[data-test="limits-${QUEUE}"]`).click();
       await page.locator('input[name=dlqRetentionSeconds]').fill(String(was));
