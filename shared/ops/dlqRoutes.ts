@@ -59,7 +59,7 @@ export const dlqRoutes: OpsRoute<any, any, any>[] = [
       200: 'resurrected',
       403: 'operator role missing',
       404: 'no such job',
-      409: 'the job is not in the DLQ',
+      409: 'the job is not in the DLQ, or a hot job of its queue and type holds its idempotency key (why: key_held; it stays in the DLQ)',
     },
     output: s.out.resurrected,
     async handle({ rt, params, log }) {
@@ -67,6 +67,13 @@ export const dlqRoutes: OpsRoute<any, any, any>[] = [
       if (!ids.includes(params.id)) {
         const job = await rt.store.getJob(params.id);
         if (!job) throw notFound(`job ${params.id}`);
+        // Still in the DLQ: a hot job of its queue and type holds its idempotency key (the store leaves it there;
+        // the bulk route's key_held). It read "not in the DLQ (it is in dlq)".
+        if (job.location === 'dlq')
+          throw conflict(
+            `job ${params.id} stays in the DLQ: a hot job of queue "${job.queue}" and type "${job.type}" holds its idempotency key ${JSON.stringify(job.idempotencyKey)}; resurrect it once that job has finished`,
+            { job: where(job), why: 'key_held' },
+          );
         throw conflict(`job ${params.id} is not in the DLQ (it is in ${job.location})`, { job: where(job) });
       }
       // The flow children its failure dead-lettered come back with it (waiting for it again): counted apart, and

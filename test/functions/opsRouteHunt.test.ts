@@ -111,3 +111,25 @@ describe('the audit record of a preview', () => {
     }
   });
 });
+
+describe('resurrect one job whose idempotency key a hot job holds', () => {
+  it('is a 409 saying so (key_held, as the bulk route says), not "not in the DLQ (it is in dlq)"; the job stays', async () => {
+    const dead = await call('POST', 'jobs', { queue: 'rh-key', type: 'demo.fatal', idempotencyKey: 'rh-k1' });
+    expect(dead.status, JSON.stringify(dead.body)).toBe(201);
+    expect(await fx.t.rt.processor.processById(dead.body.id)).toBe('dead_lettered');
+    const holder = await call('POST', 'jobs', {
+      queue: 'rh-key',
+      type: 'demo.fatal',
+      idempotencyKey: 'rh-k1',
+      delayMs: 600_000,
+    });
+    expect(holder.body.duplicate).toBe(false);
+    const r = await call('POST', `dlq/${dead.body.id}/resurrect`, {});
+    expect(r).toMatchObject({ status: 409, body: { error: 'conflict', why: 'key_held', job: { location: 'dlq' } } });
+    expect(r.body.message).toContain('rh-k1');
+    expect(r.body.message).not.toContain('not in the DLQ');
+    const bulk = await call('POST', 'dlq/resurrect', { ids: [dead.body.id], limit: 1, dryRun: false });
+    expect(bulk.body.skipped).toEqual([{ id: dead.body.id, why: 'key_held', location: 'dlq', state: 'dead' }]);
+    expect((await call('GET', `jobs/${dead.body.id}`)).body.location).toBe('dlq');
+  });
+});
