@@ -69,10 +69,18 @@ export const dlqRoutes: OpsRoute<any, any, any>[] = [
         if (!job) throw notFound(`job ${params.id}`);
         // Still in the DLQ: a hot job of its queue and type holds its idempotency key (the store leaves it there;
         // the bulk route's key_held). It read "not in the DLQ (it is in dlq)".
-        if (job.location === 'dlq')
+        if (job.location === 'dlq' && job.idempotencyKey !== null)
           throw conflict(
             `job ${params.id} stays in the DLQ: a hot job of queue "${job.queue}" and type "${job.type}" holds its idempotency key ${JSON.stringify(job.idempotencyKey)}; resurrect it once that job has finished`,
             { job: where(job), why: 'key_held' },
+          );
+        // Without a key it can only have come to the DLQ after the resurrect looked: a lost race, named as one.
+        if (job.location === 'dlq')
+          throw conflict(
+            `job ${params.id} was not in the DLQ when the resurrect looked; it is now: resurrect it again`,
+            {
+              job: where(job),
+            },
           );
         throw conflict(`job ${params.id} is not in the DLQ (it is in ${job.location})`, { job: where(job) });
       }

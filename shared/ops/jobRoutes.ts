@@ -188,6 +188,11 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
       if (result === 'not_found') {
         const job = await rt.store.getJob(params.id);
         if (!job) throw notFound(`job ${params.id}`);
+        // Hot again: resurrected after the cancel looked (it was in the DLQ then), a lost race named as one.
+        if (job.location === 'hot')
+          throw conflict(`job ${params.id} was not hot when the cancel looked; it is now: cancel it again`, {
+            job: where(job),
+          });
         throw conflict(`job ${params.id} is no longer hot (it is in ${job.location})`, { job: where(job) });
       }
       if (result === 'cancelled') {

@@ -5,8 +5,10 @@
 // - the principal's name is data the transfer journal stores (a pause's `changedBy`, an abandon's reason): a name
 //   the database cannot store (a NUL) made pause and resume a 500, and an abandon a 500 after the target's final
 //   fence, the batch left open (a partial effect);
-// - a preview (`preview: true`) affected nothing, as a dry run: its audit record says 0, not nothing.
-import { describe, expect, it } from 'vitest';
+// - a preview (`preview: true`) affected nothing, as a dry run: its audit record says 0, not nothing;
+// - a 409 that contradicted itself: resurrect of a job whose idempotency key a hot job holds said "not in the DLQ
+//   (it is in dlq)", and a cancel or resurrect that lost a race to the opposite move "no longer hot (it is in hot)".
+import { describe, expect, it, vi } from 'vitest';
 import { encodeClientPrincipal } from '../../shared/ops/auth.js';
 import { auditRows, lastAuditId } from './support.js';
 import { useItemsTransfer } from './itemsTransfer.js';
@@ -131,5 +133,43 @@ describe('resurrect one job whose idempotency key a hot job holds', () => {
     const bulk = await call('POST', 'dlq/resurrect', { ids: [dead.body.id], limit: 1, dryRun: false });
     expect(bulk.body.skipped).toEqual([{ id: dead.body.id, why: 'key_held', location: 'dlq', state: 'dead' }]);
     expect((await call('GET', `jobs/${dead.body.id}`)).body.location).toBe('dlq');
+  });
+});
+
+describe('a cancel or a resurrect that lost a race to the opposite move', () => {
+  it('says so, not "no longer hot (it is in hot)" or "not in the DLQ (it is in dlq)"', async () => {
+    const store = fx.t.rt.store;
+    // Cancel: the job is in the DLQ when the cancel looks, and resurrected before the route reads where it is.
+    const dead = await call('POST', 'jobs', { queue: 'rh-race', type: 'demo.fatal' });
+    expect(await fx.t.rt.processor.processById(dead.body.id)).toBe('dead_lettered');
+    const cancel = store.cancel.bind(store);
+    const spyCancel = vi.spyOn(store, 'cancel').mockImplementationOnce(async (id) => {
+      const r = await cancel(id);
+      await store.resurrect([id]);
+      return r;
+    });
+    try {
+      const r = await call('POST', `jobs/${dead.body.id}/cancel`, {});
+      expect(r).toMatchObject({ status: 409, body: { job: { location: 'hot' } } });
+      expect(r.body.message).toContain('was not hot when the cancel looked');
+    } finally {
+      spyCancel.mockRestore();
+    }
+    // Resurrect: the job (no idempotency key) is hot when the resurrect looks, and cancelled into the DLQ before the
+    // route reads where it is.
+    const resurrect = store.resurrect.bind(store);
+    const spyResurrect = vi.spyOn(store, 'resurrect').mockImplementationOnce(async (ids) => {
+      const r = await resurrect(ids);
+      await store.cancel(ids[0]!);
+      return r;
+    });
+    try {
+      const r = await call('POST', `dlq/${dead.body.id}/resurrect`, {});
+      expect(r).toMatchObject({ status: 409, body: { job: { location: 'dlq' } } });
+      expect(r.body.message).toContain('was not in the DLQ when the resurrect looked');
+      expect(r.body.why).toBeUndefined();
+    } finally {
+      spyResurrect.mockRestore();
+    }
   });
 });
