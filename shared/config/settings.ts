@@ -105,6 +105,10 @@ export const settingsSchema = z
     // application's least-privilege login (a member of keel_executor, which may only execute the keel functions).
     KEEL_PG_MIGRATE_URL: optionalString.pipe(z.url('must be a postgres:// URL').optional()),
     KEEL_PG_POOL_SIZE: int(10, 1, 200),
+    // How long the job store's pool keeps a connection nobody uses (ms). Longer than pg-pool's 10 s: a Worker or
+    // dispatcher idle between bursts reopened its connections, ~13-16 ms of server CPU each (bench/README.md); bounded,
+    // so an idle instance gives its connections back (a server's or Azure's connection limit).
+    KEEL_PG_POOL_IDLE_MS: int(60_000, 1_000, 3_600_000),
     KEEL_MAX_PAYLOAD_BYTES: int(LIMITS.payloadBytes, 1024, LIMITS.maxPayloadBytesSetting),
     KEEL_SQL_CONNECTION: optionalString,
     KEEL_SQL_POOL_SIZE: int(10, 1, 200),

@@ -1,6 +1,6 @@
 // What a running job reports about itself (ctx.progress) and what it returns (its result), checked once here for
 // every engine: the stores write the values as they are given.
-import { fieldPath, jsonTextProblem, ValidationError } from './validate.js';
+import { fieldPath, JSON_TOO_DEEP, jsonScalarProblem, LIMITS, textProblem, ValidationError } from './validate.js';
 
 // How far an attempt is: a fraction, a count of a total, a short note, or any of them together.
 export interface JobProgress {
@@ -74,20 +74,49 @@ export function normalizeProgress(input: ProgressInput): JobProgress {
 export function resultJson(value: unknown, maxBytes: number): string | undefined {
   if (value === undefined || value === null) return undefined;
   // What JSON.stringify would change without a word (NaN and Infinity become null), what it throws on without naming
-  // the field (a BigInt), integers past 2^53 and text no database stores: refused naming the field ("result.rows[2].n").
-  // Stringified first: a cyclic value is "not JSON" (the walk below would call it too deep).
+  // the field (a BigInt), integers past 2^53, text no database stores and nesting past LIMITS.payloadDepth: refused
+  // naming the field ("result.rows[2].n"), jsonTextProblem's rules. Checked as JSON.stringify walks the value (its
+  // replacer), in one pass, on what it writes: a toJSON's answer (a Date's text, a class's own form) is what is
+  // stored, so it is what is checked, and a getter runs once.
+  let problem: { path: (string | number)[]; message: string } | null = null;
+  const paths = new Map<object, (string | number)[]>(); // each container written so far: its path
+  function check(this: unknown, key: string, v: unknown): unknown {
+    if (problem) return undefined;
+    const base = paths.get(this as object); // none: the value itself (stringify's wrapper holds it)
+    const at = () => (base === undefined ? [] : [...base, Array.isArray(this) ? Number(key) : key]);
+    if (v !== null && typeof v === 'object') {
+      const path = at();
+      if (path.length >= LIMITS.payloadDepth) {
+        problem = { path: [], message: JSON_TOO_DEEP };
+        return undefined;
+      }
+      if (!Array.isArray(v))
+        for (const k of Object.keys(v)) {
+          const km = textProblem(k);
+          if (km) {
+            problem = { path: [...path, k], message: `key ${km}` };
+            return undefined;
+          }
+        }
+      paths.set(v, path);
+      return v;
+    }
+    const m = jsonScalarProblem(v);
+    if (m) {
+      problem = { path: at(), message: m };
+      return undefined;
+    }
+    return v;
+  }
   let text: string | undefined;
   try {
-    text = JSON.stringify(value);
+    text = JSON.stringify(value, check);
   } catch (err) {
-    const problem = err instanceof TypeError ? jsonTextProblem(value) : null;
-    if (problem && problem.path.length > 0)
-      throw new ValidationError(fieldPath('result', problem.path), problem.message);
-    if (typeof value === 'bigint') throw new ValidationError('result', jsonTextProblem(value)!.message);
-    throw new ValidationError('result', `is not JSON: ${(err as Error).message}`);
+    // A cyclic value (TypeError), or a toJSON or getter that threw.
+    if (!problem) throw new ValidationError('result', `is not JSON: ${(err as Error).message}`);
   }
-  const problem = jsonTextProblem(value);
-  if (problem) throw new ValidationError(fieldPath('result', problem.path), problem.message);
+  const found = problem as { path: (string | number)[]; message: string } | null;
+  if (found) throw new ValidationError(fieldPath('result', found.path), found.message);
   if (text === undefined) throw new ValidationError('result', `is not JSON (a ${typeof value})`);
   const bytes = Buffer.byteLength(text, 'utf8');
   if (bytes > maxBytes) {

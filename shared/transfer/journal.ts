@@ -31,6 +31,9 @@ export interface BatchRecord {
   // Raised by every change of the row (each transition, each note that writes a column): a note can be fenced on
   // the version its writer read (note's ifVersion).
   version: number;
+  // The journal's insert order (V033 on PostgreSQL, V020's identity on SQL Server): the order batches were created
+  // in, whatever the clocks of the hosts and the database said.
+  seq: number;
 }
 
 export interface BatchEvent {

@@ -43,6 +43,7 @@ export function toBatchRecord(r: JournalRow): BatchRecord {
     committedAt: when(r.committed_at),
     failedAt: when(r.failed_at),
     version: Number(r.version ?? 0),
+    seq: Number(r.seq),
   };
 }
 

@@ -1573,14 +1573,16 @@ export class TransferService {
   }
 
   // The open batches of a transfer's replay chains (REPLAY_MARK: each its own chain, so they are not the transfer's
-  // open batch), oldest first. Open batches are few (at most one a chain): read by state, as insertReplay does.
+  // open batch), oldest first: by the journal's seq, as the chains are numbered, never by created_at (two batches of
+  // one millisecond tie, and a clock stepped back reorders them). Open batches are few (at most one a chain): read by
+  // state, as insertReplay does.
   async openReplays(name: string): Promise<BatchView[]> {
     const t = this.transfer(name);
     const out: BatchRecord[] = [];
     for (const state of OPEN_STATES)
       for (const b of await this.journal.list({ state, limit: 1000 }))
         if (b.transferName !== t.name && baseTransferName(b.transferName) === t.name) out.push(b);
-    return out.sort((x, y) => x.createdAt.getTime() - y.createdAt.getTime()).map(toView);
+    return out.sort((x, y) => x.seq - y.seq).map(toView);
   }
 
   async listBatches(filter: BatchListFilter): Promise<BatchView[]> {

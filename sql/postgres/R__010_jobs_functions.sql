@@ -2267,6 +2267,7 @@ $$;
 -- Unless the row already holds every value the call sets (at least one): then it is a retry of a change that applied
 -- and whose answer was lost (the caller's expected values are those it saw before it), and it succeeds unchanged
 -- (unchanged = true, conflict null, nothing written). A compare-and-set on absolute values is idempotent that way.
+-- p_expected defaults to null: a build from before it calls without it (sql/README.md, "Rolling deploys").
 drop function if exists keel.update_queue(text, boolean, integer, boolean, integer, text, integer, integer, integer,
                                           integer);
 drop function if exists keel.update_queue(text, boolean, integer, boolean, integer, text, integer, integer, integer,
@@ -2275,7 +2276,8 @@ create or replace function keel.update_queue(p_name text, p_paused boolean, p_ma
                                              p_clear_max_concurrency boolean, p_zombie_timeout_seconds integer,
                                              p_zombie_policy text, p_max_attempts integer,
                                              p_archive_retention_seconds integer, p_dlq_retention_seconds integer,
-                                             p_metrics_retention_seconds integer, p_expected jsonb)
+                                             p_metrics_retention_seconds integer,
+                                             p_expected jsonb default null)
 returns table (name text, paused boolean, max_concurrency integer, zombie_timeout_seconds integer,
                zombie_policy text, max_attempts integer, archive_retention_seconds integer,
                dlq_retention_seconds integer, metrics_retention_seconds integer, updated_at timestamptz,

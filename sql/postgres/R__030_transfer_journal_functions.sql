@@ -133,6 +133,7 @@ end $$;
 -- that decided on an older record -- reconcile's verdict, asked of the target while another run started an apply or
 -- an operator moved the batch -- moves nothing (no row), and its event is still recorded, on the row as it is, with
 -- {"stale": true, "version": <the row's>} in its detail (as transfer_batch_note's).
+-- p_if_version defaults to null: a build from before it calls without it (sql/README.md, "Rolling deploys").
 drop function if exists keel.transfer_batch_transition(uuid, text[], text, jsonb, boolean, text, text, jsonb);
 drop function if exists keel.transfer_batch_transition(uuid, text[], text, boolean, bigint, boolean, text, boolean,
   bigint, boolean, text, boolean, bigint, boolean, text, boolean, text, boolean, text, boolean, text, text, jsonb);
@@ -142,7 +143,7 @@ create or replace function keel.transfer_batch_transition(p_batch_id uuid, p_fro
   p_set_applied_count boolean, p_applied_count bigint, p_set_last_error boolean, p_last_error text,
   p_set_last_error_code boolean, p_last_error_code text,
   p_set_target_reconcile_token boolean, p_target_reconcile_token text,
-  p_increment_attempts boolean, p_stamp text, p_event text, p_detail jsonb, p_if_version bigint)
+  p_increment_attempts boolean, p_stamp text, p_event text, p_detail jsonb, p_if_version bigint default null)
 returns setof keel.transfer_batches
 language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
 declare

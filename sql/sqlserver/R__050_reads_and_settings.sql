@@ -132,7 +132,7 @@ CREATE OR ALTER PROCEDURE keel.UpdateQueue
   @ArchiveRetentionSeconds INT,
   @DlqRetentionSeconds INT,
   @MetricsRetentionSeconds INT,
-  @Expected NVARCHAR(MAX)
+  @Expected NVARCHAR(MAX) = NULL -- defaulted: a build before it calls without it (sql/README.md, "Rolling deploys")
 AS
 BEGIN
   SET XACT_ABORT ON;

@@ -129,7 +129,7 @@ BEGIN
     SELECT BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
          ManifestRows AS [RowCount], ManifestChecksum AS [Checksum], StagedRows AS StagedCount, StagedChecksum,
          AppliedRows AS AppliedCount, LastError, LastErrorCode, TargetReconcileToken,
-         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt, Version
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt, Version, Seq
       FROM keel.TransferBatches WHERE BatchId = @BatchId;
 END;
 GO
@@ -156,7 +156,7 @@ CREATE OR ALTER PROCEDURE keel.TransferBatchTransition
   @Stamp varchar(20),
   @Event varchar(64),
   @Detail nvarchar(max),
-  @IfVersion bigint
+  @IfVersion bigint = NULL -- defaulted: a build before it calls without it (sql/README.md, "Rolling deploys")
 AS
 BEGIN
   SET NOCOUNT ON;
@@ -208,7 +208,7 @@ BEGIN
   SELECT BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
          ManifestRows AS [RowCount], ManifestChecksum AS [Checksum], StagedRows AS StagedCount, StagedChecksum,
          AppliedRows AS AppliedCount, LastError, LastErrorCode, TargetReconcileToken,
-         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt, Version
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt, Version, Seq
     FROM keel.TransferBatches WHERE BatchId = @BatchId;
 END;
 GO
@@ -269,7 +269,7 @@ BEGIN
   SELECT BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
          ManifestRows AS [RowCount], ManifestChecksum AS [Checksum], StagedRows AS StagedCount, StagedChecksum,
          AppliedRows AS AppliedCount, LastError, LastErrorCode, TargetReconcileToken,
-         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt, Version
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt, Version, Seq
     FROM keel.TransferBatches WHERE BatchId = @BatchId;
 END;
 GO
@@ -283,13 +283,13 @@ BEGIN
   SELECT TOP (1) BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
          ManifestRows AS [RowCount], ManifestChecksum AS [Checksum], StagedRows AS StagedCount, StagedChecksum,
          AppliedRows AS AppliedCount, LastError, LastErrorCode, TargetReconcileToken,
-         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt, Version
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt, Version, Seq
     FROM keel.TransferBatches
    WHERE TransferName = @TransferName AND State IN ('extracting', 'staged', 'applying', 'unresolved');
   SELECT TOP (1) BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
          ManifestRows AS [RowCount], ManifestChecksum AS [Checksum], StagedRows AS StagedCount, StagedChecksum,
          AppliedRows AS AppliedCount, LastError, LastErrorCode, TargetReconcileToken,
-         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt, Version
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt, Version, Seq
     FROM keel.TransferBatches
    WHERE TransferName = @TransferName AND State = 'committed'
    ORDER BY Seq DESC;
@@ -312,7 +312,7 @@ BEGIN
   SELECT TOP (@Limit) BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
          ManifestRows AS [RowCount], ManifestChecksum AS [Checksum], StagedRows AS StagedCount, StagedChecksum,
          AppliedRows AS AppliedCount, LastError, LastErrorCode, TargetReconcileToken,
-         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt, Version
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt, Version, Seq
     FROM keel.TransferBatches
    WHERE (@TransferName IS NULL OR TransferName = @TransferName)
      AND (@State IS NULL OR State = @State)
@@ -347,7 +347,7 @@ BEGIN
   SELECT TOP (@Limit) BatchId, TransferName, State, Attempts, BoundaryKind, BoundaryLow, BoundaryHigh, SchemaHash, SchemaColumns,
          ManifestRows AS [RowCount], ManifestChecksum AS [Checksum], StagedRows AS StagedCount, StagedChecksum,
          AppliedRows AS AppliedCount, LastError, LastErrorCode, TargetReconcileToken,
-         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt, Version
+         CreatedAt, UpdatedAt, ExtractedAt, StagedAt, ApplyStartedAt, CommittedAt, FailedAt, Version, Seq
     FROM keel.TransferBatches
    WHERE CHARINDEX(',' + State + ',', ',' + @States + ',') > 0 AND UpdatedAt < @Before
    ORDER BY UpdatedAt;

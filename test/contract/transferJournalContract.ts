@@ -307,6 +307,9 @@ export function defineTransferJournalContract(makeHarness: () => JournalHarness)
       return BigInt(r.transferName.slice(name.length + '@replay-'.length));
     });
     expect(n[0]! < n[1]!).toBe(true);
+    // Every record carries its seq, the number the chain was named with (openReplays orders by it).
+    expect([r1.seq, r2.seq].map(BigInt)).toEqual(n);
+    expect((await j.get(r2.batchId))!.seq).toBe(r2.seq);
     // Chains of their own: the same range again is refused while its replay is open, whatever the names.
     expect(codeOf(await j.insertBatch(b(null, '10')).catch((e: unknown) => e))).toBe('open_batch_exists');
     // A name with its number already (an older version's) is kept as it is.

@@ -10,7 +10,8 @@
 //   KEEL_WORKER_REFRESH_MS (shortened here to 10 s, from 5 minutes: a refresh per dispatcher firing would be six in the
 //   window, one per interval is two or three), never by a timer of its own (shared/jobs/presence.ts);
 // - the wake-up listener: its liveness ping, once per WAKEUP_PING_EVERY_MS (shared/engines/postgres/wakeups.ts);
-// - a pool connection opened again (the pools close idle ones after 10 s): its session's statement timeout, one
+// - a store pool connection opened again (the pool closes one idle for KEEL_PG_POOL_IDLE_MS, 60 s by default): its
+//   session's statement timeout, one
 //   statement when it opens (shared/engines/postgres/jobStore.ts, applySessionTimeout), at most one a firing.
 // The server's own record of the same window is checked against the recorded count: the test database logs every
 // statement its sessions run (log_statement = 'all', set on that database only), and the server log's statement

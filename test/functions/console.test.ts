@@ -19,6 +19,7 @@ import { encodeClientPrincipal } from '../../shared/ops/auth.js';
 import { errorResponse, type OpsError } from '../../shared/ops/errors.js';
 import { readBodyWithin, routedTail } from '../../shared/ops/router.js';
 import { definitions } from '../../functions/definitions.js';
+import { BODY_CHUNK, overLimitBody, streamingPost } from '../support/chunkedBody.js';
 
 let dir: string;
 const ctx = () => new InvocationContext({ invocationId: 'test', functionName: 'console', logHandler: () => undefined });
@@ -306,17 +307,8 @@ describe('console: the ops API for App Service authentication sign-in', () => {
   // The relay reads nothing of the body: the ops handler reads it after the role check, counting as it goes, and stops
   // one chunk past KEEL_OPS_MAX_BODY_BYTES (readBodyWithin). It used to read the whole body first, whatever its size.
   it('relays the body unread: a huge one is refused at the limit, never pulled whole from the caller', async () => {
-    const CHUNK = 64 * 1024;
-    const TOTAL = 16 * 1024 * 1024;
     const LIMIT = 256 * 1024;
-    let pulled = 0;
-    const source = new ReadableStream<Uint8Array>({
-      pull(controller) {
-        if (pulled >= TOTAL) return controller.close();
-        pulled += CHUNK;
-        controller.enqueue(new Uint8Array(CHUNK).fill(0x20));
-      },
-    });
+    const { body: source, pulled } = overLimitBody();
     const url = 'http://app.example/api/console-api/ops/jobs';
     const headers = {
       host: 'app.example',
@@ -328,7 +320,7 @@ describe('console: the ops API for App Service authentication sign-in', () => {
       method: 'POST',
       url,
       params: { path: 'ops/jobs' },
-      nativeRequest: new Request(url, { method: 'POST', headers, body: source, duplex: 'half' } as RequestInit),
+      nativeRequest: streamingPost(url, headers, source),
     } as ConstructorParameters<typeof Req>[0]);
     const limitedOps = async (r: HttpRequest): Promise<HttpResponseInit> => {
       try {
@@ -343,7 +335,7 @@ describe('console: the ops API for App Service authentication sign-in', () => {
     expect(res.jsonBody).toMatchObject({ error: 'payload_too_large', limit: LIMIT });
     expect((res.jsonBody as { message: string }).message).toContain('KEEL_OPS_MAX_BODY_BYTES');
     // The limit and what the stream had queued ahead of the reader: far from the 16 MB sent.
-    expect(pulled).toBeLessThanOrEqual(LIMIT + 4 * CHUNK);
+    expect(pulled()).toBeLessThanOrEqual(LIMIT + 4 * BODY_CHUNK);
   });
 
   it('serves the session and refuses unknown console routes', async () => {

@@ -7,6 +7,7 @@ import { ValidationError } from '../../shared/jobs/validate.js';
 import { encodeClientPrincipal } from '../../shared/ops/auth.js';
 import { queueListTarget } from '../../shared/ops/auditRecord.js';
 import { forgetQueueLimits, queueLimits } from '../../shared/app/slots.js';
+import { BODY_CHUNK, overLimitBody, streamingPost } from '../support/chunkedBody.js';
 import {
   auditRows,
   context,
@@ -1706,24 +1707,15 @@ describe('ops: request bodies are read within the limit', () => {
   // A chunked body (no Content-Length) used to be read whole (request.arrayBuffer()) before its size was checked: the
   // router now counts as it reads and stops one chunk past KEEL_OPS_MAX_BODY_BYTES; the refusal is audited.
   it('a huge chunked body is refused 413 naming the limit, only the limit of it read, the refusal recorded', async () => {
-    const CHUNK = 64 * 1024;
-    const TOTAL = 16 * 1024 * 1024;
     const limit = t.rt.settings.KEEL_OPS_MAX_BODY_BYTES;
-    let pulled = 0;
-    const source = new ReadableStream<Uint8Array>({
-      pull(controller) {
-        if (pulled >= TOTAL) return controller.close();
-        pulled += CHUNK;
-        controller.enqueue(new Uint8Array(CHUNK).fill(0x20));
-      },
-    });
+    const { body: source, pulled } = overLimitBody();
     const url = 'http://localhost:7071/api/ops/jobs';
     const headers = { 'content-type': 'application/json', 'x-ms-client-principal': OPERATOR };
     const req = new HttpRequest({
       method: 'POST',
       url,
       params: { path: 'jobs' },
-      nativeRequest: new Request(url, { method: 'POST', headers, body: source, duplex: 'half' } as RequestInit),
+      nativeRequest: streamingPost(url, headers, source),
     } as ConstructorParameters<typeof HttpRequest>[0]);
     const before = await lastAuditId(t.pool);
     const res = await ops(req, context('ops'));
@@ -1731,7 +1723,7 @@ describe('ops: request bodies are read within the limit', () => {
     const body = jsonOf(res);
     expect(body).toMatchObject({ error: 'payload_too_large', limit });
     expect(body.message).toContain(`the limit is ${limit} (KEEL_OPS_MAX_BODY_BYTES)`);
-    expect(pulled).toBeLessThanOrEqual(limit + 4 * CHUNK);
+    expect(pulled()).toBeLessThanOrEqual(limit + 4 * BODY_CHUNK);
     expect((await auditRows(t.pool, before)).map((a) => [a.action, a.outcome, a.status])).toEqual([
       ['enqueue', 'refused', 413],
     ]);

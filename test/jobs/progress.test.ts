@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { PROGRESS_NOTE_MAX_CHARS, normalizeProgress, resultJson, resultsByIdJson } from '../../shared/jobs/progress.js';
+import { fieldPath, jsonTextProblem, LIMITS } from '../../shared/jobs/validate.js';
 
 describe('normalizeProgress', () => {
   it('takes a fraction, a count of a total (deriving the fraction) and a note', () => {
@@ -77,6 +78,66 @@ describe('resultJson', () => {
     expect(() => resultJson('é'.repeat(60), 100)).toThrow(
       /is 122 bytes of JSON; the limit is 100 bytes \(KEEL_MAX_RESULT_BYTES\)/,
     );
+  });
+});
+
+describe('resultJson checks what it writes, in one pass', () => {
+  const fieldOf = (value: unknown) => {
+    try {
+      resultJson(value, 1_000_000);
+    } catch (err) {
+      return (err as Error).message; // "<field>: <why>"
+    }
+    return 'accepted';
+  };
+  const nest = (levels: number): unknown => {
+    let v: unknown = 1;
+    for (let i = 0; i < levels; i++) v = i % 2 ? [v] : { a: v };
+    return v;
+  };
+
+  it("a toJSON's answer is checked, not the object it came from; a getter runs once", () => {
+    // Two passes checked the object's own fields and stored what toJSON answered: a NUL (which jsonb refuses, failing
+    // the completion of the whole batch) and an inexact integer went through.
+    expect(fieldOf({ s: { toJSON: () => 'a\u0000b' } })).toMatch(/^result\.s: must not contain the NUL/);
+    expect(fieldOf({ rows: [{ n: { toJSON: () => 2 ** 60 } }] })).toMatch(
+      /^result\.rows\[0\]\.n: must be a safe integer/,
+    );
+    expect(fieldOf({ at: new Date(0) })).toBe('accepted');
+    let reads = 0;
+    expect(
+      resultJson(
+        {
+          get g() {
+            reads++;
+            return 1;
+          },
+        },
+        100,
+      ),
+    ).toBe('{"g":1}');
+    expect(reads).toBe(1);
+  });
+
+  it("plain data: the same verdict as jsonTextProblem (the payload's rules), path and message", () => {
+    const deep = nest(LIMITS.payloadDepth);
+    const cases: unknown[] = [
+      { a: 1, b: [1, 'x', { c: true }] },
+      { 'k\u0000': 1 },
+      { a: { b: ['ok', 'x\uD800'] } },
+      [1, 2, Number.NaN],
+      { a: [{ b: -(2 ** 53) - 2 }], c: 1n },
+      { a: [1n], b: Infinity },
+      deep,
+      nest(LIMITS.payloadDepth + 1),
+      { a: deep },
+      'x\u0000',
+      [[], {}, [[[]]]],
+    ];
+    for (const v of cases) {
+      const p = jsonTextProblem(v);
+      expect(fieldOf(v), JSON.stringify(p)).toBe(p ? `${fieldPath('result', p.path)}: ${p.message}` : 'accepted');
+    }
   });
 });
 

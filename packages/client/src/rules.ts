@@ -86,6 +86,19 @@ const UNSAFE_INTEGER = `must be a safe integer (at most ${Number.MAX_SAFE_INTEGE
 const BIGINT =
   'is a BigInt, which JSON cannot carry: send it as a string (String(n)), or as a number if it is a safe integer';
 
+// What is wrong with one string, number or BigInt of a JSON value (jsonTextProblem's rules for a value that holds no
+// other), or null.
+export function jsonScalarProblem(v: unknown): string | null {
+  if (typeof v === 'string') return textProblem(v);
+  if (typeof v === 'number') {
+    if (!Number.isFinite(v)) return 'must be a finite number (JSON has no Infinity or NaN; 1e400 overflows)';
+    if (!Number.isSafeInteger(v) && Math.abs(v) < 1e21 && Number.isInteger(v)) return UNSAFE_INTEGER;
+    return null;
+  }
+  return typeof v === 'bigint' ? BIGINT : null;
+}
+export const JSON_TOO_DEEP = `must not nest arrays and objects more than ${LIMITS.payloadDepth} levels deep`;
+
 export function jsonTextProblem(value: unknown): { path: (string | number)[]; message: string } | null {
   interface Node {
     v: unknown;
@@ -99,27 +112,14 @@ export function jsonTextProblem(value: unknown): { path: (string | number)[]; me
     return out;
   };
   const stack: Node[] = [{ v: value, key: null, parent: null, depth: 0 }];
-  const tooDeep = {
-    path: [],
-    message: `must not nest arrays and objects more than ${LIMITS.payloadDepth} levels deep`,
-  };
+  const tooDeep = { path: [], message: JSON_TOO_DEEP };
   while (stack.length > 0) {
     const node = stack.pop()!;
     const v = node.v;
     const depth = node.depth + 1;
-    if (typeof v === 'string') {
-      const m = textProblem(v);
+    if (typeof v === 'string' || typeof v === 'number' || typeof v === 'bigint') {
+      const m = jsonScalarProblem(v);
       if (m) return { path: pathOf(node), message: m };
-    } else if (typeof v === 'number') {
-      if (!Number.isFinite(v))
-        return {
-          path: pathOf(node),
-          message: 'must be a finite number (JSON has no Infinity or NaN; 1e400 overflows)',
-        };
-      if (!Number.isSafeInteger(v) && Math.abs(v) < 1e21 && Number.isInteger(v))
-        return { path: pathOf(node), message: UNSAFE_INTEGER };
-    } else if (typeof v === 'bigint') {
-      return { path: pathOf(node), message: BIGINT };
     } else if (Array.isArray(v)) {
       if (depth > LIMITS.payloadDepth) return tooDeep;
       for (let i = v.length - 1; i >= 0; i--) stack.push({ v: v[i], key: i, parent: node, depth });

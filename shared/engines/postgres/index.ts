@@ -14,6 +14,7 @@ export const postgres: EngineDescriptor = {
     const { PostgresJobStore } = await import('./jobStore.js');
     return PostgresJobStore.connect(settings.KEEL_PG_URL!, {
       poolSize: settings.KEEL_PG_POOL_SIZE,
+      poolIdleMs: settings.KEEL_PG_POOL_IDLE_MS,
       migrate: settings.KEEL_MIGRATE_ON_START ?? true,
       ...(settings.KEEL_PG_MIGRATE_URL ? { migrateUrl: settings.KEEL_PG_MIGRATE_URL } : {}),
       ...(settings.KEEL_SQL_DIR ? { sqlDir: settings.KEEL_SQL_DIR } : {}),

@@ -186,6 +186,7 @@ function auditArgs(e: AuditEntry): PostgresArgs<'record_audit'> {
 
 export interface PostgresStoreOptions {
   poolSize?: number;
+  poolIdleMs?: number; // how long an unused pool connection is kept (KEEL_PG_POOL_IDLE_MS; default 60 s)
   migrate?: boolean; // apply sql/postgres migrations at connect (default true)
   // Connect as the schema owner for the migrations (default: the store's own URL). The store's URL is the application's
   // login, a member of keel_executor, which may only execute the public functions and so cannot migrate.
@@ -353,6 +354,7 @@ export class PostgresJobStore extends BatchBackedJobStore implements JobStore {
     const pool = new pg.Pool({
       ...readCommittedOptions(url), // every session READ COMMITTED, whatever the database's default (readCommitted.ts)
       max: opts.poolSize ?? 10,
+      idleTimeoutMillis: opts.poolIdleMs ?? 60_000,
       application_name: opts.applicationName ?? 'keel',
       connectionTimeoutMillis: 10_000,
       // The client's bound of applySessionTimeout's own call, from the setting as the store opened (each connection's

@@ -9,6 +9,7 @@ import type { SourceAdapter, TargetAdapter } from '../../transfer/types.js';
 import type { TransferEndpointOptions, TransferEndpoints } from '../descriptor.js';
 import { poolErrorLogger } from '../poolErrors.js';
 import { migrate } from './migrate.js';
+import { readCommittedOptions } from './readCommitted.js';
 import { PostgresTransferSource } from './transferSource.js';
 import { PostgresTransferTarget } from './transferTarget.js';
 
@@ -30,13 +31,16 @@ export class PostgresTransferEndpoints implements TransferEndpoints {
     let p = this.pools.get(setting);
     if (!p) {
       // Connect, statement, client read, idle-in-transaction and lock timeouts: shared/transfer/timeouts.ts.
-      p = new pg.Pool(
-        pgTransferPoolConfig(
-          connectionString(setting, what, this.opts.env),
-          this.opts.timeouts,
-          this.opts.poolSize ?? 4,
-        ),
+      const config = pgTransferPoolConfig(
+        connectionString(setting, what, this.opts.env),
+        this.opts.timeouts,
+        this.opts.poolSize ?? 4,
       );
+      // READ COMMITTED whatever the database's default (readCommitted.ts): the target's claim, fence and staging
+      // registry and the source's change-capture stamp wait for a lock, then read what the other transaction
+      // committed; under a default of REPEATABLE READ or SERIALIZABLE they failed with 40001 instead. The reads that
+      // need one snapshot (a change window, a one-read stream) name REPEATABLE READ themselves.
+      p = new pg.Pool({ ...config, ...readCommittedOptions(config.connectionString!) });
       p.on('error', poolErrorLogger('postgres', 'transfer', `transfer pool ${setting}`));
       this.pools.set(setting, p);
     }
