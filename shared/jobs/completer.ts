@@ -178,13 +178,20 @@ export class Completer {
   private move(ref: LeaseRef, f: Exclude<Finalization, { op: 'complete' }>): Promise<CompleteResult> {
     switch (f.op) {
       case 'fail':
-        return this.store.fail(ref, f.reason, f.error.slice(0, LIMITS.lastErrorChars));
+        return this.store.fail(ref, f.reason, storedError(f.error));
       case 'retry':
-        return this.store.retry(ref, f.runAt, f.error.slice(0, LIMITS.lastErrorChars));
+        return this.store.retry(ref, f.runAt, storedError(f.error));
       case 'interrupt':
-        return this.store.interrupt(ref, f.error.slice(0, LIMITS.lastErrorChars));
+        return this.store.interrupt(ref, storedError(f.error));
       case 'release':
         return this.store.release(ref);
     }
   }
+}
+
+// A failed attempt's error as the store keeps it: its first LIMITS.lastErrorChars characters, a NUL as U+FFFD.
+// PostgreSQL text holds no NUL: a handler's message with one failed the move itself, and the job stayed processing
+// until its lease ran out, every attempt the same.
+function storedError(error: string): string {
+  return error.slice(0, LIMITS.lastErrorChars).replace(/\u0000/g, '\uFFFD');
 }

@@ -114,11 +114,11 @@ function auditSummary(params: unknown, query: unknown, body: unknown): string | 
 }
 
 // How many rows or jobs the call affected, read from its answer: a count or deleted figure, the jobs or ids it
-// lists, or 1 for a call on one job. A dry run affected nothing.
+// lists, or 1 for a call on one job. A dry run or a preview (abandon, replay, re-baseline) affected nothing.
 export function auditAffected(body: unknown): number | null {
   if (!body || typeof body !== 'object') return null;
   const b = body as Record<string, unknown>;
-  if (b.dryRun === true) return 0;
+  if (b.dryRun === true || b.preview === true) return 0;
   if (typeof b.deleted === 'number') return b.deleted;
   if (typeof b.count === 'number') return b.count;
   for (const k of ['jobs', 'ids', 'items'] as const) if (Array.isArray(b[k])) return (b[k] as unknown[]).length;

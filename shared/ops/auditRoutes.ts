@@ -21,7 +21,9 @@ export const auditRoutes: OpsRoute<any, any, any>[] = [
     },
     output: s.auditPage,
     async handle({ rt, query }) {
-      if (query.from && query.to && query.from > query.to) throw invalid('from', 'must not be after "to"');
+      // As instants, not as text (an offset or a fraction would be judged by its spelling).
+      if (query.from && query.to && Date.parse(query.from) > Date.parse(query.to))
+        throw invalid('from', 'must not be after "to"');
       const page = await rt.store.searchAudit({
         ...(query.from ? { from: new Date(query.from) } : {}),
         ...(query.to ? { to: new Date(query.to) } : {}),

@@ -59,7 +59,7 @@ export const dlqRoutes: OpsRoute<any, any, any>[] = [
       200: 'resurrected',
       403: 'operator role missing',
       404: 'no such job',
-      409: 'the job is not in the DLQ',
+      409: 'the job is not in the DLQ, or a hot job of its queue and type holds its idempotency key (why: key_held; it stays in the DLQ)',
     },
     output: s.out.resurrected,
     async handle({ rt, params, log }) {
@@ -67,6 +67,21 @@ export const dlqRoutes: OpsRoute<any, any, any>[] = [
       if (!ids.includes(params.id)) {
         const job = await rt.store.getJob(params.id);
         if (!job) throw notFound(`job ${params.id}`);
+        // Still in the DLQ: a hot job of its queue and type holds its idempotency key (the store leaves it there;
+        // the bulk route's key_held). It read "not in the DLQ (it is in dlq)".
+        if (job.location === 'dlq' && job.idempotencyKey !== null)
+          throw conflict(
+            `job ${params.id} stays in the DLQ: a hot job of queue "${job.queue}" and type "${job.type}" holds its idempotency key ${JSON.stringify(job.idempotencyKey)}; resurrect it once that job has finished`,
+            { job: where(job), why: 'key_held' },
+          );
+        // Without a key it can only have come to the DLQ after the resurrect looked: a lost race, named as one.
+        if (job.location === 'dlq')
+          throw conflict(
+            `job ${params.id} was not in the DLQ when the resurrect looked; it is now: resurrect it again`,
+            {
+              job: where(job),
+            },
+          );
         throw conflict(`job ${params.id} is not in the DLQ (it is in ${job.location})`, { job: where(job) });
       }
       // The flow children its failure dead-lettered come back with it (waiting for it again): counted apart, and
@@ -96,7 +111,8 @@ export const dlqRoutes: OpsRoute<any, any, any>[] = [
     },
     output: s.out.resurrectedMany,
     async handle({ rt, body, log }) {
-      if (body.failedAfter && body.failedBefore && body.failedAfter > body.failedBefore)
+      // As instants, not as text (an offset or a fraction would be judged by its spelling).
+      if (body.failedAfter && body.failedBefore && Date.parse(body.failedAfter) > Date.parse(body.failedBefore))
         throw invalid('failedAfter', 'must not be after failedBefore');
       const filter = {
         ...(body.queue ? { queue: body.queue } : {}),

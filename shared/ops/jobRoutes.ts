@@ -105,7 +105,9 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
       if (query.state && query.location !== 'hot') throw invalid('state', 'state filters hot jobs only (location=hot)');
       if (query.reason && query.location !== 'dlq')
         throw invalid('reason', 'reason filters DLQ jobs only (location=dlq)');
-      if (query.from && query.to && query.from > query.to) throw invalid('from', 'must not be after "to"');
+      // As instants: as text, an offset or a fraction (10:00+05:00, 00:00:00.5Z) is judged by its spelling.
+      if (query.from && query.to && Date.parse(query.from) > Date.parse(query.to))
+        throw invalid('from', 'must not be after "to"');
       if (query.scanRows !== undefined && query.location === 'hot')
         throw invalid('scanRows', 'bounds archive and DLQ searches only (location=archive|dlq)');
       const page = await rt.store.searchJobs({
@@ -186,6 +188,11 @@ export const jobRoutes: OpsRoute<any, any, any>[] = [
       if (result === 'not_found') {
         const job = await rt.store.getJob(params.id);
         if (!job) throw notFound(`job ${params.id}`);
+        // Hot again: resurrected after the cancel looked (it was in the DLQ then), a lost race named as one.
+        if (job.location === 'hot')
+          throw conflict(`job ${params.id} was not hot when the cancel looked; it is now: cancel it again`, {
+            job: where(job),
+          });
         throw conflict(`job ${params.id} is no longer hot (it is in ${job.location})`, { job: where(job) });
       }
       if (result === 'cancelled') {

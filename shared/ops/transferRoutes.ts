@@ -9,6 +9,9 @@ import { isTransferError, type TransferErrorCode } from '../transfer/errors.js';
 import { conflict, invalid, notFound, OpsError } from './errors.js';
 import { OPS_PREFIX, route, type OpsRoute } from './router.js';
 import * as s from './schemas.js';
+import type { ClientPrincipal } from './auth.js';
+import { auditText } from './auditRecord.js';
+import { JOURNAL_TEXT_MAX } from '../transfer/journalProcedures.js';
 
 function service(rt: OpsRuntime): TransferService {
   if (!rt.transfers)
@@ -83,6 +86,13 @@ async function queueNewBatch(
   }
 }
 
+// The caller's name as journal data (a pause's changedBy, an abandon's reason), as the audit keeps it: without what
+// no database text stores (a NUL, a lone surrogate). Taken as sent, a NUL in a principal's name made pause and resume
+// a 500, and an abandon a 500 after the target's final fence, the batch left open.
+function callerName(principal: ClientPrincipal | null): string | null {
+  return auditText(principal?.name, JOURNAL_TEXT_MAX.changed_by);
+}
+
 function stateOf(value: string | undefined): BatchState | undefined {
   if (value === undefined) return undefined;
   if (!(BATCH_STATES as readonly string[]).includes(value))
@@ -138,7 +148,7 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
     async handle({ rt, params, body, principal }) {
       const svc = service(rt);
       const c = await mapTransferErrors(() =>
-        svc.pauseTransfer(params.name, body.reason ?? null, principal?.name ?? null),
+        svc.pauseTransfer(params.name, body.reason ?? null, callerName(principal)),
       );
       return { body: { transfer: c.transferName, paused: c.paused, reason: c.reason, changedBy: c.changedBy } };
     },
@@ -156,7 +166,7 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
     responses: { 200: 'resumed', 404: 'no such transfer' },
     async handle({ rt, params, principal, log }) {
       const svc = service(rt);
-      const c = await mapTransferErrors(() => svc.resumeTransfer(params.name, principal?.name ?? null));
+      const c = await mapTransferErrors(() => svc.resumeTransfer(params.name, callerName(principal)));
       const recent = await svc.listBatches({ transfer: c.transferName, limit: 5 });
       const open = recent.find((b) => b.status !== 'committed' && b.state !== 'failed');
       const posted = open?.retryable ? await rt.postStage(open.batchId, log) : false;
@@ -401,7 +411,8 @@ export const transferRoutes: OpsRoute<any, any, any>[] = [
         };
       }
       if (!open) throw conflict(`batch ${params.id} is ${before.state}: nothing to abandon`, { state: before.state });
-      const by = principal?.name ? ` (${principal.name})` : '';
+      const name = callerName(principal);
+      const by = name ? ` (${name})` : '';
       const { batch: after, abandoned } = await mapTransferErrors(() =>
         svc.abandonOnce(params.id, `${body.reason}${by}`),
       );

@@ -835,6 +835,36 @@ if (!haveChromium) {
       await shot(page, 'batch-started');
     });
 
+    it("an open batch's page, refreshed every 3 s, sends an action once: its button stays disabled until it answers", async () => {
+      // A context of its own, not watched (its calls never reach Keel: the batch is shown open and the reconcile is
+      // answered here, 6 s late). The refresh rebuilt the page meanwhile with the button enabled: a second click
+      // sent the reconcile twice.
+      const ctx = await newContext();
+      try {
+        const p = await ctx.newPage();
+        const real = (await api('GET', `/transfers/batches/${batchId}`)).json;
+        const open = { ...real, state: 'applying', status: 'unresolved', retryable: false };
+        const sent: string[] = [];
+        await p.route(`**/api/ops/transfers/batches/${batchId}`, (route) => route.fulfill({ json: open }));
+        await p.route(`**/api/ops/transfers/batches/${batchId}/reconcile`, async (route) => {
+          sent.push(route.request().method());
+          await new Promise((r) => setTimeout(r, 6_000));
+          await route.fulfill({ json: open });
+        });
+        await signIn(p, KEY, true);
+        await p.getByRole('navigation', { name: 'Console sections' }).waitFor();
+        await p.goto(`${base}/api/console/#/transfers/batches/${batchId}`);
+        const reconcile = p.getByRole('button', { name: 'Reconcile now' });
+        await reconcile.click();
+        await p.waitForTimeout(4_500); // past a refresh
+        if (await reconcile.isEnabled()) await reconcile.click();
+        await p.getByRole('status').filter({ hasText: 'Reconciled' }).waitFor({ timeout: 15_000 });
+        expect(sent).toEqual(['POST']);
+      } finally {
+        await ctx.close();
+      }
+    });
+
     it('re-baselines a changes transfer and compares key sets, each through its preview and a confirm', async () => {
       const count = async (table: string) =>
         (await pools[1]!.query(`select count(*)::int as n from public.${table}`)).rows[0].n as number;
@@ -1205,16 +1235,27 @@ if (!haveChromium) {
       await page.getByRole('button', { name: 'Close' }).click();
       expect(await page.evaluate(() => document.activeElement?.getAttribute('data-test'))).toBe(`limits-${QUEUE}`);
 
-      // Lowering a retention asks first; nothing changes until confirmed.
+      // Save with nothing changed sends nothing (it sent {} and showed the API's 400 as the answer).
+      const patches = () => browserWrites.filter((w) => w === `PATCH /api/ops/queues/${QUEUE}`).length;
+      const patchesBefore = patches();
+      await page.locator(`[data-test="limits-${QUEUE}"]`).click();
+      await page.getByRole('button', { name: 'Save' }).click();
+      await page.locator('[data-test=nothing-to-save]').waitFor();
+      expect(patches()).toBe(patchesBefore);
+      await page.getByRole('button', { name: 'Close' }).click();
+
+      // Lowering a retention asks first; nothing changes until confirmed. A double click on the confirm sends one
+      // change (it submitted the form twice: two PATCHes).
       const was = (await api('GET', `/queues/${QUEUE}`)).json.dlqRetentionSeconds;
       await page.locator(`[data-test="limits-${QUEUE}"]`).click();
       await page.locator('input[name=dlqRetentionSeconds]').fill('3600');
       await page.getByRole('button', { name: 'Save' }).click();
       await page.locator('[data-test=retention-warning]', { hasText: 'DLQ retention' }).waitFor();
       expect((await api('GET', `/queues/${QUEUE}`)).json.dlqRetentionSeconds).toBe(was);
-      await page.locator('[data-test=confirm-retention]').click();
+      await page.locator('[data-test=confirm-retention]').dblclick();
       await page.getByRole('status').filter({ hasText: 'saved: dlqRetentionSeconds' }).waitFor();
       expect((await api('GET', `/queues/${QUEUE}`)).json.dlqRetentionSeconds).toBe(3600);
+      expect(patches()).toBe(patchesBefore + 1);
       // Raising it back needs no confirm.
       await page.locator(`[data-test="limits-${QUEUE}"]`).click();
       await page.locator('input[name=dlqRetentionSeconds]').fill(String(was));

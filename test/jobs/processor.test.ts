@@ -236,6 +236,32 @@ describe('processor', () => {
     expect(await store.getJob(a.id)).toMatchObject({ reason: 'fatal', attempts: 1 });
   });
 
+  // PostgreSQL text holds no NUL: an error message with one failed the move itself ("invalid byte sequence for
+  // encoding UTF8: 0x00"), so the job stayed processing until its lease ran out, every attempt the same.
+  it('stores an error message holding a NUL (as U+FFFD) and moves the job: retried, then dead-lettered', async () => {
+    const queue = q('nul');
+    const reg = new HandlerRegistry().register('t', async () => {
+      throw new Error('bad\u0000byte');
+    });
+    const a = await store.enqueue({ queue, type: 't', maxAttempts: 2 });
+    expect(await runOne(processor(reg), queue)).toBe('retried');
+    expect(await store.getJob(a.id)).toMatchObject({
+      location: 'hot',
+      state: 'pending',
+      lastError: expect.stringContaining('bad\ufffdbyte'),
+    });
+    const b = await store.enqueue({ queue, type: 't' }); // claimed next: the retry waits for its backoff
+    const fatal = new HandlerRegistry().register('t', async () => {
+      throw new FatalError('fatal\u0000');
+    });
+    expect(await runOne(processor(fatal), queue)).toBe('dead_lettered');
+    expect(await store.getJob(b.id)).toMatchObject({
+      location: 'dlq',
+      reason: 'fatal',
+      lastError: expect.stringContaining('fatal\ufffd'),
+    });
+  });
+
   // A rolling deploy: an older instance claims a type only the new build has. An ordinary failed attempt (River),
   // retried after the backoff, so the instance with the handler runs it; exhausted only when every attempt found none.
   it('retries a job of an unregistered type after the backoff, naming the type, the worker and the registered ones', async () => {

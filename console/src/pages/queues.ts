@@ -90,14 +90,23 @@ export function queuesPage(main: HTMLElement): Cleanup {
         ),
       ),
     );
+    // One save at a time: the retention warning's confirm submits the form itself (requestSubmit), which the disabled
+    // Save button does not stop, so a double click on it sent the PATCH twice.
+    let saving = false;
     form.addEventListener('submit', (ev) => {
       ev.preventDefault();
+      if (saving) return;
       const patch: Record<string, unknown> = {};
       const num = (v: string) => (/^-?\d+$/.test(v.trim()) ? Number(v.trim()) : v.trim());
       const c = conc.value.trim() === '' ? null : num(conc.value);
       if (c !== qs.maxConcurrency) patch.maxConcurrency = c;
       for (const [k, i] of inputs) if (String(num(i.value)) !== String(qs[k])) patch[k] = num(i.value);
       if (policy.value !== qs.zombiePolicy) patch.zombiePolicy = policy.value;
+      // Nothing changed: nothing to send (the API refuses an empty change, and that refusal was all it showed).
+      if (Object.keys(patch).length === 0) {
+        show(formBox, 'info', h('span', { 'data-test': 'nothing-to-save' }, 'Nothing to save: no value was changed.'));
+        return;
+      }
       // Lowering a retention deletes rows at the next maintenance pass, for good: ask first.
       const lowered = RETENTION.filter(([k]) => typeof patch[k] === 'number' && (patch[k] as number) < Number(qs[k]));
       if (lowered.length && !retentionConfirmed) {
@@ -141,16 +150,13 @@ export function queuesPage(main: HTMLElement): Cleanup {
       // API changes nothing and answers 409 naming the setting and its value now.
       const expected = Object.fromEntries(Object.keys(patch).map((k) => [k, qs[k]]));
       const send = async (body: Record<string, unknown>) => {
-        await api(
-          'PATCH',
-          `queues/${encodeURIComponent(qs.name)}`,
-          Object.keys(patch).length ? { ...body, expected } : body,
-        );
+        await api('PATCH', `queues/${encodeURIComponent(qs.name)}`, { ...body, expected });
         clear(editor);
-        show(box, 'ok', `Queue "${qs.name}" saved: ${Object.keys(patch).join(', ') || 'nothing changed'}.`);
+        show(box, 'ok', `Queue "${qs.name}" saved: ${Object.keys(patch).join(', ')}.`);
         await load();
         refocus(`limits-${qs.name}`);
       };
+      saving = true;
       void busy(save, formBox, async () => {
         for (const i of form.querySelectorAll('[aria-invalid]')) i.removeAttribute('aria-invalid');
         clear(confirmHost);
@@ -191,6 +197,8 @@ export function queuesPage(main: HTMLElement): Cleanup {
             form.querySelector(`[name="${CSS.escape(err.field)}"]`)?.setAttribute('aria-invalid', 'true');
           throw err;
         }
+      }).finally(() => {
+        saving = false;
       });
     });
     replace(

@@ -433,8 +433,24 @@ export function batchPage(main: HTMLElement, id: string): Cleanup {
     body,
   );
 
-  async function load(): Promise<void> {
+  // An action under way (resume, reconcile, abandon): the 3 s refresh waits for it. Rebuilt meanwhile, the page
+  // showed the action's button enabled again while its call was still out, and a second click sent it twice.
+  let acting = false;
+  const act = (button: HTMLButtonElement, fn: () => Promise<void>) => {
+    if (acting) return;
+    acting = true;
+    void busy(button, box, fn).finally(() => {
+      acting = false;
+    });
+  };
+
+  // force: the action's own reload, once its call has answered.
+  async function load(force = false): Promise<void> {
     window.clearTimeout(timer);
+    if (acting && !force) {
+      timer = window.setTimeout(() => void load(), 3000);
+      return;
+    }
     try {
       const b = await api('GET', `transfers/batches/${id}`);
       if (stopped) return;
@@ -462,37 +478,31 @@ export function batchPage(main: HTMLElement, id: string): Cleanup {
         'Abandon…',
       );
       // Preview first (what the abandon would do, nothing changed), then a confirm, then the abandon itself.
-      abandon.addEventListener(
-        'click',
-        () =>
-          void busy(abandon, box, async () => {
-            const reason = window.prompt(`Abandon batch ${id.slice(0, 8)}: why? (recorded on the batch)`);
-            if (!reason || !reason.trim()) return;
-            const p = await api('POST', `transfers/batches/${id}/abandon`, { reason: reason.trim(), preview: true });
-            if (!p.abandonable) return show(box, 'info', p.effect);
-            if (!window.confirm(`${p.effect}\n\nAbandon it?`)) return;
-            await api('POST', `transfers/batches/${id}/abandon`, { reason: reason.trim() });
-            show(box, 'ok', 'Batch abandoned: failed, its window released. Start a new batch to cover it.');
-            await load();
-          }),
+      abandon.addEventListener('click', () =>
+        act(abandon, async () => {
+          const reason = window.prompt(`Abandon batch ${id.slice(0, 8)}: why? (recorded on the batch)`);
+          if (!reason || !reason.trim()) return;
+          const p = await api('POST', `transfers/batches/${id}/abandon`, { reason: reason.trim(), preview: true });
+          if (!p.abandonable) return show(box, 'info', p.effect);
+          if (!window.confirm(`${p.effect}\n\nAbandon it?`)) return;
+          await api('POST', `transfers/batches/${id}/abandon`, { reason: reason.trim() });
+          show(box, 'ok', 'Batch abandoned: failed, its window released. Start a new batch to cover it.');
+          await load(true);
+        }),
       );
-      resume.addEventListener(
-        'click',
-        () =>
-          void busy(resume, box, async () => {
-            const r = await api('POST', `transfers/batches/${id}/resume`, {});
-            show(box, 'ok', `Batch queued again for staging and apply${r.posted ? '' : ' (message not posted)'}.`);
-            await load();
-          }),
+      resume.addEventListener('click', () =>
+        act(resume, async () => {
+          const r = await api('POST', `transfers/batches/${id}/resume`, {});
+          show(box, 'ok', `Batch queued again for staging and apply${r.posted ? '' : ' (message not posted)'}.`);
+          await load(true);
+        }),
       );
-      reconcile.addEventListener(
-        'click',
-        () =>
-          void busy(reconcile, box, async () => {
-            const r = await api('POST', `transfers/batches/${id}/reconcile`, {});
-            show(box, 'ok', `Reconciled: ${STATE_WORDS[r.state] ?? r.state}.`);
-            await load();
-          }),
+      reconcile.addEventListener('click', () =>
+        act(reconcile, async () => {
+          const r = await api('POST', `transfers/batches/${id}/reconcile`, {});
+          show(box, 'ok', `Reconciled: ${STATE_WORDS[r.state] ?? r.state}.`);
+          await load(true);
+        }),
       );
       const events = b.events as any[];
       replace(
