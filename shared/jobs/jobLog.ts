@@ -27,7 +27,7 @@ export function jobLogLine(
   fields: Record<string, unknown> | undefined,
   now = new Date(),
 ): JobLogLine {
-  const text = String(message);
+  const text = withoutNul(String(message));
   const line: JobLogLine = {
     attempt,
     at: now.toISOString(),
@@ -37,7 +37,7 @@ export function jobLogLine(
   if (fields !== undefined) {
     let json: string | undefined;
     try {
-      json = JSON.stringify(fields);
+      json = JSON.stringify(fields, nulFreeJson);
     } catch {
       json = undefined;
     }
@@ -46,6 +46,24 @@ export function jobLogLine(
     else line.fields = JSON.parse(json) as Record<string, unknown>;
   }
   return line;
+}
+
+// PostgreSQL's jsonb and text hold no NUL: one in a line failed the whole append of the lines beside it. A NUL in a
+// message, a field's value or a field's name is kept as U+FFFD, as a failed attempt's error is (completer.ts).
+function withoutNul(text: string): string {
+  return text.includes('\u0000') ? text.replace(/\u0000/g, '\uFFFD') : text;
+}
+
+function nulFreeJson(_key: string, value: unknown): unknown {
+  if (typeof value === 'string') return withoutNul(value);
+  if (
+    value !== null &&
+    typeof value === 'object' &&
+    !Array.isArray(value) &&
+    Object.keys(value).some((k) => k.includes('\u0000'))
+  )
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [withoutNul(k), v]));
+  return value;
 }
 
 // ctx.log for one attempt: every line goes to the process log (with the job id) and, when the job log is on

@@ -180,6 +180,23 @@ describe('processor', () => {
     expect((await store.getJob(other.id))!.logs).toBeUndefined();
   });
 
+  // PostgreSQL's jsonb holds no \u0000: a ctx.log line with a NUL in its message, a field's value or a field's name
+  // failed the whole append, and every line of that write was lost.
+  it('keeps ctx.log lines holding a NUL (as U+FFFD), with the lines beside them', async () => {
+    const queue = q('joblognul');
+    const reg = new HandlerRegistry().register('t', async (_payload, ctx) => {
+      ctx.log.info('before');
+      ctx.log.warn('bad\u0000line', { v: 'x\u0000y', ['k\u0000']: 1, nested: [{ w: '\u0000' }] });
+      ctx.log.info('after');
+    });
+    const p = processor(reg, { jobLogLines: 10 });
+    const { id } = await store.enqueue({ queue, type: 't' });
+    expect(await runOne(p, queue)).toBe('succeeded');
+    const logs = (await store.getJob(id))!.logs!;
+    expect(logs.map((l) => l.message)).toEqual(['before', 'bad\ufffdline', 'after']);
+    expect(logs[1]!.fields).toEqual({ v: 'x\ufffdy', ['k\ufffd']: 1, nested: [{ w: '\ufffd' }] });
+  });
+
   it('retries with capped exponential backoff, then dead-letters as exhausted', async () => {
     const queue = q('retry');
     const reg = new HandlerRegistry().register(
