@@ -194,7 +194,8 @@ const registerMix = (r: HandlerRegistry) =>
 const registry = registerMix(new HandlerRegistry());
 
 // A connection terminated while the store checks the server at startup fails connect(); a host would start the
-// process again, so it tries again (the chaos terminates backends of processes still starting).
+// process again, so it tries again (the chaos terminates backends of processes still starting), for up to a minute: a
+// crash restart's WAL recovery refused connections for longer than 5 s at load 30 (57P03, chaos hunt 6).
 async function connectStore(): Promise<PostgresJobStore> {
   for (let i = 0; ; i++) {
     try {
@@ -203,7 +204,7 @@ async function connectStore(): Promise<PostgresJobStore> {
         migrate: false,
       });
     } catch (err) {
-      if (i >= 20) throw err;
+      if (i >= 240) throw err;
       await sleep(250);
     }
   }
