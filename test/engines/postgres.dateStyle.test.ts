@@ -2,7 +2,7 @@
 // configuration: a European default). node-postgres parses a timestamptz from its text only in the ISO style, and
 // asks for none as it connects, so under 'SQL, DMY' every time read back was an Invalid Date (or null): a job's
 // createdAt and runAt, the store's clock that maintenance reads for its retention cutoffs (every pass failed: the
-// cutoff sent back was no time), a schedule's last tick (its next pass failed: no time to count the ticks from).
+// cutoff was no time), a schedule's last tick (every pass after the first answered 'lost': it never fired again).
 // Found by chaos hunt 6. Now the store's and the journal's sessions ask for DateStyle ISO as they connect
 // (shared/engines/postgres/readCommitted.ts), as JDBC and psycopg do.
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -50,15 +50,17 @@ it("maintenance reads the store's clock and purges by it", async () => {
   await expect(runMaintenance(store)).resolves.toBeDefined();
 });
 
-it('a schedule fires each tick once, reading its last tick back', async () => {
+it('a schedule fires its ticks after its first pass, reading its last tick back', async () => {
+  // Unreadable, the last tick read as none: every pass after the first found the schedule moved on by another and
+  // answered 'lost', and the schedule never fired again.
   const registry = new HandlerRegistry().register('tick', async () => undefined);
-  const def = defineSchedule('ds-every-minute', { cron: '0 * * * * *', type: 'tick', queue: 'ds-sched' });
-  const now = new Date();
-  const [first] = await runSchedules(store, registry, [def], now);
-  expect(first?.status, JSON.stringify(first)).not.toBe('failed');
-  const [again] = await runSchedules(store, registry, [def], new Date(now.getTime() + 1000));
-  expect(again?.status, JSON.stringify(again)).not.toBe('failed');
-  expect(again?.enqueued ?? []).toEqual([]);
+  const def = defineSchedule('ds-every-second', { cron: '* * * * * *', type: 'tick', queue: 'ds-sched' });
+  const now = Date.now();
+  const [first] = await runSchedules(store, registry, [def], new Date(now));
+  expect(first?.status, JSON.stringify(first)).toBe('fired');
+  const [next] = await runSchedules(store, registry, [def], new Date(now + 2000));
+  expect(next?.status, JSON.stringify(next)).toBe('fired');
+  expect(next?.enqueued.length, JSON.stringify(next)).toBeGreaterThan(0);
   const [state] = (await store.listSchedules()).filter((s) => s.name === def.name);
   near(state?.updatedAt, Date.now());
 });
