@@ -7,7 +7,7 @@
 //     [--flows 0] [--ops-api 0] [--schedulers 0] [--stops 0] [--narrow 0] [--dispatchers 0] [--tiny] [--big]
 //     [--lock-timeout-ms 0] [--statement-timeout-ms 0] [--concurrency 12] [--skew-ms 0] [--bulky 0] [--churners 0]
 //     [--partitions 0] [--partition-ms 2500-15000] [--terms 0] [--no-terminate] [--many-queues 0]
-//     [--server-stalls 0] [--stall-ms 5000-10000] [--stall-postmaster-only]
+//     [--server-stalls 0] [--stall-ms 5000-10000] [--stall-postmaster-only] [--restart-mode fast|immediate]
 // --flows: flows in the backlog (parent, children with their policies, fan-in); --ops-api: operator processes acting
 // through the ops API's HTTP handler (queue settings, pauses, cancels, resurrects, purges, keyed and flow enqueues).
 // --schedulers: processes racing scheduler passes (every-second schedules) and keyed enqueues of shared keys;
@@ -56,7 +56,10 @@ const restart =
     ? async () => {
         const asRoot = process.getuid?.() === 0;
         const cmd = path.join(binDir, 'pg_ctl');
-        const a = ['-D', dataDir, '-m', 'fast', '-w', 'restart', ...(logFile ? ['-l', logFile] : [])];
+        // --restart-mode immediate: a crash (no checkpoint; recovery replays the WAL), the server's restart after an
+        // OOM kill or a power loss; fast (the default): every session ended, a shutdown checkpoint.
+        const mode = arg('restart-mode', 'fast')!;
+        const a = ['-D', dataDir, '-m', mode, '-w', 'restart', ...(logFile ? ['-l', logFile] : [])];
         const r = asRoot
           ? spawnSync('runuser', ['-u', 'postgres', '--', cmd, ...a], { encoding: 'utf8' })
           : spawnSync(cmd, a, { encoding: 'utf8' });

@@ -4,8 +4,9 @@
 // and Oracle (oracledb). The ops API answers these 503 `unavailable` instead of 500 (shared/ops/router.ts).
 
 // PostgreSQL SQLSTATEs: class 08 (connection exception), the server shutting down or not yet accepting (57P01-57P03),
+// a connection closed by the login's idle_session_timeout (57P05: the pool may hand one out as the server closes it),
 // and too many connections (53300).
-const PG_STATES = /^(08[0-9A-Z]{3}|57P0[123]|53300)$/;
+const PG_STATES = /^(08[0-9A-Z]{3}|57P0[1235]|53300)$/;
 // Node's socket and name-resolution errors, and mssql/tedious's connection codes.
 const SOCKET_CODES: ReadonlySet<string> = new Set([
   'ECONNRESET',

@@ -11,6 +11,9 @@ describe('isConnectionLost', () => {
     ['pg: a connect that timed out', err('timeout exceeded when trying to connect')],
     ['pg: admin shutdown (57P01)', err('terminating connection due to administrator command', { code: '57P01' })],
     ['pg: cannot connect now (57P03)', err('the database system is starting up', { code: '57P03' })],
+    // A login's idle_session_timeout (PostgreSQL 14+) closes a pooled connection the moment the pool hands it out:
+    // the call gets the server's FATAL (chaos hunt 6: claims, completions, a scheduler pass; an ops call answered 500).
+    ['pg: idle-session timeout (57P05)', err('terminating connection due to idle-session timeout', { code: '57P05' })],
     ['pg: connection failure (08006)', err('connection failure', { code: '08006' })],
     ['pg: too many connections (53300)', err('sorry, too many clients already', { code: '53300' })],
     [

@@ -1045,7 +1045,7 @@ export async function runChaosMix(o: ChaosMixOptions): Promise<ChaosMixReport> {
 export const EXPECTED_LOG_ERRORS = [
   /^FATAL: terminating connection due to administrator command/,
   /^FATAL: terminating autovacuum process due to administrator command/, // the restart's fast shutdown
-  /^FATAL: the database system is (shutting down|starting up)/,
+  /^FATAL: the database system is (shutting down|starting up|not yet accepting connections)/, // and recovering
   /^ERROR: canceling statement due to user request/,
 ];
 

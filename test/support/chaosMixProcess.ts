@@ -194,7 +194,8 @@ const registerMix = (r: HandlerRegistry) =>
 const registry = registerMix(new HandlerRegistry());
 
 // A connection terminated while the store checks the server at startup fails connect(); a host would start the
-// process again, so it tries again (the chaos terminates backends of processes still starting).
+// process again, so it tries again (the chaos terminates backends of processes still starting), for up to a minute: a
+// crash restart's WAL recovery refused connections for longer than 5 s at load 30 (57P03, chaos hunt 6).
 async function connectStore(): Promise<PostgresJobStore> {
   for (let i = 0; ; i++) {
     try {
@@ -203,7 +204,7 @@ async function connectStore(): Promise<PostgresJobStore> {
         migrate: false,
       });
     } catch (err) {
-      if (i >= 20) throw err;
+      if (i >= 240) throw err;
       await sleep(250);
     }
   }
@@ -539,13 +540,17 @@ if (role === 'opsapi') {
   // changed while jobs run (zombie timeout, concurrency, a retention raised and lowered), cancels of running and
   // pending jobs one at a time and by preview, DLQ resurrects by preview (parent_failed, skipped, exhausted), purges
   // of the purged queue's archive, and enqueues of keyed, delayed jobs and flows (parent, children, fan-in).
-  // Prints `H <status> <route>` for every answer of 500 or more, `J <ids>` for the jobs it enqueued, and
+  // Prints `H <status> <route>` for every answer of 500 or more and every refusal (401/403: the operator holds the
+  // role, so a refusal means the run tests nothing of the route), `J <ids>` for the jobs it enqueued, and
   // `P`/`R` as the ops role.
   const env: Record<string, string> = {
     KEEL_PG_URL: url,
     KEEL_MIGRATE_ON_START: 'false',
     KEEL_OPS_REFUSAL_WINDOW_MS: '0',
   };
+  // The caller's principal is believed only where something vouches for it: vitest sets this for every test
+  // (vitest.config.ts), dev/chaosMix.ts did not, and every operator call of its runs was refused 403 (chaos hunt 6).
+  process.env.KEEL_TRUST_CLIENT_PRINCIPAL ??= 'local';
   const { parseSettings } = await import('../../shared/config/settings.js');
   const { createRuntime } = await import('../../shared/app/runtime.js');
   const { opsRuntimeOf } = await import('../../shared/app/opsRuntime.js');
@@ -591,7 +596,7 @@ if (role === 'opsapi') {
     });
     const res = await handle(req, ctx, 'key');
     const status = res.status ?? 200;
-    if (status >= 500)
+    if (status >= 500 || status === 401 || status === 403)
       out(
         `H ${status} ${method} ${path.replace(/\d+/g, 'N')} ${JSON.stringify(res.jsonBody).slice(0, 200)} ${
           status === 503 ? '' : logs.join(' | ').replace(/\s+/g, ' ').slice(0, 600)

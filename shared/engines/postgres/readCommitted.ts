@@ -8,7 +8,12 @@
 // node-postgres takes the URL's options over the pool's own, and PGOPTIONS only when neither is given: the URL's or the
 // pool's are passed on first; PGOPTIONS (libpq's variable, not a Keel setting) no longer reaches these sessions (put
 // options in the URL), and the statement-timeout probe (jobStore.ts) connects the same way, so it reads what they get.
-export const READ_COMMITTED_OPTION = '-c default_transaction_isolation=read\\ committed';
+// DateStyle and IntervalStyle too: node-postgres parses a timestamptz or interval from its text only in the ISO and
+// 'postgres' styles and asks for neither as it connects, so a database or login set to 'SQL, DMY' (a European default)
+// read every time back as null or an Invalid Date: a job's times, the store's clock (maintenance's cutoffs, the
+// scheduler's resume offset), schedules' last ticks (chaos hunt 6; test/engines/postgres.dateStyle.test.ts).
+export const READ_COMMITTED_OPTION =
+  '-c default_transaction_isolation=read\\ committed -c datestyle=iso,mdy -c intervalstyle=postgres';
 
 export function readCommittedOptions(
   connectionString: string,

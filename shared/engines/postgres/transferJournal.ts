@@ -111,7 +111,7 @@ export function createJournalPool(
   const t = { ...DEFAULT_JOURNAL_TIMEOUTS, ...opts };
   const app = opts.applicationName ?? 'keel-transfer-journal';
   const pool = new pg.Pool({
-    // READ COMMITTED whatever the database's default: its transitions wait for and re-read batch rows as the job
+    // READ COMMITTED (and ISO dates) whatever the database's default: its transitions wait for and re-read batch rows as the job
     // store's moves do (readCommitted.ts)
     ...readCommittedOptions(connectionString, opts.options),
     max: opts.max ?? 4,
