@@ -1,7 +1,7 @@
 // The transfer lifecycle (docs/transfer.md): extract -> stage -> apply -> reconcile, identical for every engine pair.
 // Every batch has a durable id; retries reuse it; outcomes are read from the target, never inferred from errors.
 import { randomUUID } from 'node:crypto';
-import { ChecksumAccumulator, type CanonicalRow } from './checksum.js';
+import { ChecksumAccumulator, COPY_TEXT, type CanonicalChunk, type CanonicalRow } from './checksum.js';
 import type { TransferConfig } from './config.js';
 import { describeError, isStatementTimeout, isTransferError, TERMINAL_CODES, TransferError } from './errors.js';
 import type { BatchPatch, BatchRecord, TransferControl, TransferJournal } from './journal.js';
@@ -95,6 +95,27 @@ interface Ahead {
   key: string;
   manifest: Manifest;
   at: number;
+  // The row path with one source read (readsOnce): the window's rows themselves, read in one snapshot, and the
+  // manifest computed from them (docs/transfer.md, "The next window's rows, ahead").
+  rows?: AheadRows;
+}
+
+interface AheadRows {
+  chunks: CanonicalChunk[];
+  facts: StreamFacts;
+}
+
+// The rows of a window read ahead are kept in memory only up to this much canonical text (a wider window is not
+// read ahead: its rows are read when its batch runs, as before).
+const ROWS_AHEAD_MAX_BYTES = 32 * 1024 * 1024;
+
+// The canonical text a chunk holds (its COPY text when the source gave it, else its fields' lengths).
+function chunkBytes(chunk: CanonicalChunk): number {
+  const raw = chunk[COPY_TEXT];
+  if (raw) return raw.length;
+  let n = 0;
+  for (const row of chunk) for (const v of row) n += (v?.length ?? 0) + 1;
+  return n;
 }
 
 // The transfer's windows are of another kind than its last committed one (its configuration's boundary.kind changed):
@@ -146,7 +167,7 @@ const AHEAD_MAX_AGE_MS = 60_000;
 const aheadKey = (w: Window, schemaHash: string, algorithm: string) =>
   JSON.stringify([w.kind, w.low, w.high, schemaHash, algorithm]);
 
-type ReadManifest = Manifest & { ahead?: true };
+type ReadManifest = Manifest & { ahead?: true; rows?: AheadRows };
 
 // A bulk feed whose `sent` resolves once the source's stream has ended (its last row read) or closed, or `done` is
 // called (the apply returned or threw, whether or not the stream was ever opened): never left pending.
@@ -184,6 +205,9 @@ export class TransferService {
   // The last rows-behind count per transfer, with the bound and cap it was counted for (rowsBehind's reuse).
   // The next window's manifest per transfer, read while a full window's rows move (startAhead).
   private readonly ahead = new Map<string, Promise<Ahead | null>>();
+  // The rows read ahead for the batch whose manifest createBatch recorded from them, per transfer: its stage writes
+  // them instead of reading the window again (takeAheadRows). Dropped after AHEAD_MAX_AGE_MS unused.
+  private readonly aheadRows = new Map<string, { batchId: string; checksum: string; rows: AheadRows }>();
   // The window the last createBatch of each transfer chose here (its high bound and the schema it read): the next
   // createBatch asks the source for the window after it beside its journal reads (earlyWindow).
   private readonly chosen = new Map<string, { high: string; schema: SourceSchema }>();
@@ -450,7 +474,11 @@ export class TransferService {
     this.chosen.set(t.name, { high: window.high, schema });
     try {
       const m = await manifestRead;
-      return toView(m && rec.rowCount === null ? await this.storeManifest(rec, m) : rec);
+      if (!m || rec.rowCount !== null) return toView(rec);
+      const stored = await this.storeManifest(rec, m);
+      if (m.rows && stored.state === 'extracting' && stored.checksum === m.checksum && stored.rowCount === m.rowCount)
+        this.keepAheadRows(t.name, stored, m.rows);
+      return toView(stored);
     } catch (err) {
       // The batch exists and holds its window; running it (same id) records the manifest first.
       await this.moves.noteError(rec, 'manifest_error', err, { fenced: true, whileOpen: true });
@@ -888,11 +916,13 @@ export class TransferService {
     deferrable: boolean,
     ahead?: Promise<Ahead | null>,
   ): Promise<ReadManifest | null> {
-    if (deferrable && (await readsOnce(a, w))) return null;
+    const once = deferrable && (await readsOnce(a, w));
     const algorithm = await negotiateChecksum(a);
     const got = ahead ? await ahead : null;
-    if (got && got.key === aheadKey(w, schema.hash, algorithm) && Date.now() - got.at <= AHEAD_MAX_AGE_MS)
-      return { ...got.manifest, ahead: true };
+    const fits = got && got.key === aheadKey(w, schema.hash, algorithm) && Date.now() - got.at <= AHEAD_MAX_AGE_MS;
+    // One source read: only the window's rows read ahead give it a manifest now (they are its one read).
+    if (once) return fits && got.rows ? { ...got.manifest, ahead: true, rows: got.rows } : null;
+    if (fits) return { ...got.manifest, ahead: true };
     return a.source.manifest(w, schema, algorithm);
   }
 
@@ -900,7 +930,12 @@ export class TransferService {
     const moved = await this.moves.move(rec.batchId, {
       move: 'record_manifest',
       set: { rowCount: m.rowCount, checksum: m.checksum, stamp: 'extracted_at' },
-      detail: { rowCount: m.rowCount, checksum: m.checksum, ...(m.ahead ? { readAhead: true } : {}) },
+      detail: {
+        rowCount: m.rowCount,
+        checksum: m.checksum,
+        ...(m.ahead ? { readAhead: true } : {}),
+        ...(m.rows ? { rowsAhead: true } : {}),
+      },
     });
     return moved ?? (await this.moves.load(rec.batchId));
   }
@@ -970,9 +1005,10 @@ export class TransferService {
       } else {
         b = await this.recordManifest(b, t, a, schema);
         const req = stageRequest(b, t);
-        let feed = negotiateFeed(a, w, req.schema, t.chunkSize);
+        const inMemory = this.takeAheadRows(b, t);
+        let feed = inMemory ?? negotiateFeed(a, w, req.schema, t.chunkSize);
         if (!triedDirect && direct && a.target.applyDirect && a.target.canApplyDirect?.(req, feed)) {
-          const direct = await this.applyDirectly(b, t, a, req, w, feed);
+          const direct = await this.applyDirectly(b, t, a, req, w, feed, inMemory !== null);
           if (direct) return direct;
           // Not eligible after all (rows of the window exist on the target): nothing was written, reconcile fenced
           // the attempt and moved the batch back; it is staged and applied (canonical rows read again: the direct
@@ -1105,6 +1141,8 @@ export class TransferService {
           `batch ${b.batchId} was moved by another run while its rows were written`,
         );
       counted = claimed;
+      // The source's read of this window has ended: the next window's rows are read beside this one's checks.
+      this.startAhead(t, a, { ...claimed, rowCount: m.rowCount, checksum: m.checksum });
       return { manifest: m, attempt: claimed.attempts };
     };
     let res: ApplyResult | 'not_eligible';
@@ -1281,6 +1319,7 @@ export class TransferService {
     req: StageRequest,
     w: Window,
     feed: RowFeed,
+    inMemory = false, // the feed is rows read ahead (takeAheadRows): its COPY reads nothing from the source
   ): Promise<BatchView | null> {
     // The target opens its transaction while the journal counts the attempt, and claims the batch id only with the
     // counted attempt (never before it is durable).
@@ -1294,7 +1333,8 @@ export class TransferService {
         set: { incrementAttempts: true, stamp: 'apply_started_at', targetReconcileToken: null },
         detail: { attempt: b.attempts + 1, direct: true },
       });
-      if (claimed && feed.kind === 'bulk') this.startAhead(t, a, claimed, copied?.sent);
+      // Rows from memory: the next window's rows are read beside this COPY, which leaves the source idle.
+      if (claimed && (feed.kind === 'bulk' || inMemory)) this.startAhead(t, a, claimed, copied?.sent);
       return claimed?.attempts ?? null;
     };
     let res: ApplyResult | 'not_eligible' | 'not_counted';
@@ -1341,7 +1381,11 @@ export class TransferService {
     const schema: SourceSchema = { columns: b.schemaColumns, hash: b.schemaHash };
     const run = (async (): Promise<Ahead | null> => {
       const w = await a.source.nextWindow(b.boundaryHigh, t.batchSize, { ...baselineOpts(a), schema });
-      if (!w || (await readsOnce(a, w))) return null;
+      if (!w) return null;
+      if (await readsOnce(a, w)) {
+        await gate;
+        return this.readRowsAhead(t, a, w, schema);
+      }
       const algorithm = await negotiateChecksum(a);
       await gate;
       const manifest = await a.source.manifest(w, schema, algorithm, { ahead: true });
@@ -1351,6 +1395,46 @@ export class TransferService {
       return null;
     });
     this.ahead.set(t.name, run);
+  }
+
+  // The next window's rows with one source read (readsOnce: one snapshot, keel-v1), read ahead into memory: the
+  // manifest computed from them as the one-read stage computes it, recorded by the next createBatch for exactly this
+  // window (startAhead's rules), whose stage then writes these rows (takeAheadRows). null past ROWS_AHEAD_MAX_BYTES.
+  private async readRowsAhead(t: TransferConfig, a: Adapters, w: Window, schema: SourceSchema): Promise<Ahead | null> {
+    const facts: StreamFacts = {};
+    const acc = new ChecksumAccumulator();
+    const chunks: CanonicalChunk[] = [];
+    let bytes = 0;
+    for await (const chunk of a.source.streamRows(w, schema, t.chunkSize, facts)) {
+      bytes += chunkBytes(chunk);
+      if (bytes > ROWS_AHEAD_MAX_BYTES) return null; // the loop's return ends the source's read
+      acc.addChunk(chunk);
+      chunks.push(chunk);
+    }
+    const manifest = { rowCount: acc.count, checksum: acc.checksum };
+    return { key: aheadKey(w, schema.hash, 'keel-v1'), manifest, at: Date.now(), rows: { chunks, facts } };
+  }
+
+  // Rows read ahead wait for their batch's stage in this process, at most AHEAD_MAX_AGE_MS (then the stage reads the
+  // window from the source and verifies it against the recorded manifest, as any manifest read first).
+  private keepAheadRows(transfer: string, b: BatchRecord, rows: AheadRows): void {
+    const entry = { batchId: b.batchId, checksum: b.checksum!, rows };
+    this.aheadRows.set(transfer, entry);
+    setTimeout(() => {
+      if (this.aheadRows.get(transfer) === entry) this.aheadRows.delete(transfer);
+    }, AHEAD_MAX_AGE_MS).unref();
+  }
+
+  // The rows read ahead for exactly this batch and its recorded manifest, as a feed (taken once), else null.
+  private takeAheadRows(b: BatchRecord, t: TransferConfig): RowFeed | null {
+    const entry = this.aheadRows.get(t.name);
+    if (!entry || entry.batchId !== b.batchId || entry.checksum !== b.checksum) return null;
+    this.aheadRows.delete(t.name);
+    const chunks = entry.rows.chunks;
+    async function* rows(): AsyncGenerator<CanonicalRow[]> {
+      while (chunks.length > 0) yield chunks.shift()!; // each chunk let go once written
+    }
+    return { kind: 'rows', rows: rows(), facts: entry.rows.facts };
   }
 
   private async directCommitted(b: BatchRecord, t: TransferConfig, res: ApplyResult): Promise<BatchView> {
