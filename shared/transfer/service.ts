@@ -1,7 +1,14 @@
 // The transfer lifecycle (docs/transfer.md): extract -> stage -> apply -> reconcile, identical for every engine pair.
 // Every batch has a durable id; retries reuse it; outcomes are read from the target, never inferred from errors.
 import { randomUUID } from 'node:crypto';
-import { ChecksumAccumulator, COPY_TEXT, type CanonicalChunk, type CanonicalRow } from './checksum.js';
+import {
+  ChecksumAccumulator,
+  COPY_TEXT,
+  copyTextHashing,
+  rowsOfCopyText,
+  type CanonicalChunk,
+  type CanonicalRow,
+} from './checksum.js';
 import type { TransferConfig } from './config.js';
 import { describeError, isStatementTimeout, isTransferError, TERMINAL_CODES, TransferError } from './errors.js';
 import type { BatchPatch, BatchRecord, TransferControl, TransferJournal } from './journal.js';
@@ -12,7 +19,7 @@ import { baseTransferName, newChainName } from './chains.js';
 import { BatchMoves } from './moves.js';
 import { baselineOpts, negotiateChecksum, negotiateFeed, readsOnce } from './negotiate.js';
 import { Reconciler } from './reconcile.js';
-import { boundaryColumnChanged, boundaryDerivation, describeSchemaDiff } from './schema.js';
+import { boundaryColumnChanged, boundaryDerivation, describeSchemaDiff, mappedColumns } from './schema.js';
 import { stageRequest } from './stageRequest.js';
 import { DEFAULT_TRANSFER_TIMEOUTS } from './timeouts.js';
 import {
@@ -101,7 +108,9 @@ interface Ahead {
 }
 
 interface AheadRows {
-  chunks: CanonicalChunk[];
+  // Each chunk as its PostgreSQL COPY text (rowsOfCopyText gives its rows back), or as its rows where that text
+  // cannot carry them exactly (a bytes column).
+  chunks: (CanonicalChunk | { text: Buffer })[];
   facts: StreamFacts;
 }
 
@@ -1403,13 +1412,19 @@ export class TransferService {
   private async readRowsAhead(t: TransferConfig, a: Adapters, w: Window, schema: SourceSchema): Promise<Ahead | null> {
     const facts: StreamFacts = {};
     const acc = new ChecksumAccumulator();
-    const chunks: CanonicalChunk[] = [];
+    const chunks: AheadRows['chunks'] = [];
+    // Kept as COPY text, hashed in the same pass that writes it (copyTextHashing): one Buffer a chunk outside the
+    // heap instead of an array and a string per field that every collection until the batch runs would move.
+    const types = mappedColumns(t, schema).map((c) => c.staged);
+    const asText = !types.includes('bytes');
     let bytes = 0;
     for await (const chunk of a.source.streamRows(w, schema, t.chunkSize, facts)) {
-      bytes += chunkBytes(chunk);
+      if (asText) acc.expect(chunk);
+      const text = asText ? copyTextHashing(chunk, types) : null;
+      bytes += text ? text.length : chunkBytes(chunk);
       if (bytes > ROWS_AHEAD_MAX_BYTES) return null; // the loop's return ends the source's read
       acc.addChunk(chunk);
-      chunks.push(chunk);
+      chunks.push(text ? { text } : chunk);
     }
     const manifest = { rowCount: acc.count, checksum: acc.checksum };
     return { key: aheadKey(w, schema.hash, 'keel-v1'), manifest, at: Date.now(), rows: { chunks, facts } };
@@ -1432,7 +1447,8 @@ export class TransferService {
     this.aheadRows.delete(t.name);
     const chunks = entry.rows.chunks;
     async function* rows(): AsyncGenerator<CanonicalRow[]> {
-      while (chunks.length > 0) yield chunks.shift()!; // each chunk let go once written
+      // Each chunk let go once written.
+      for (let c = chunks.shift(); c; c = chunks.shift()) yield 'text' in c ? rowsOfCopyText(c.text) : c;
     }
     return { kind: 'rows', rows: rows(), facts: entry.rows.facts };
   }
