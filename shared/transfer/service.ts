@@ -1446,11 +1446,15 @@ export class TransferService {
     if (!entry || entry.batchId !== b.batchId || entry.checksum !== b.checksum) return null;
     this.aheadRows.delete(t.name);
     const chunks = entry.rows.chunks;
+    // Each chunk let go once written.
     async function* rows(): AsyncGenerator<CanonicalRow[]> {
-      // Each chunk let go once written.
       for (let c = chunks.shift(); c; c = chunks.shift()) yield 'text' in c ? rowsOfCopyText(c.text) : c;
     }
-    return { kind: 'rows', rows: rows(), facts: entry.rows.facts };
+    async function* texts(): AsyncGenerator<Buffer> {
+      for (let c = chunks.shift(); c; c = chunks.shift()) yield (c as { text: Buffer }).text;
+    }
+    const asText = chunks.every((c) => 'text' in c);
+    return { kind: 'rows', rows: rows(), ...(asText ? { texts: texts() } : {}), facts: entry.rows.facts };
   }
 
   private async directCommitted(b: BatchRecord, t: TransferConfig, res: ApplyResult): Promise<BatchView> {
