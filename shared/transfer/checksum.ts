@@ -372,7 +372,7 @@ export function rowsOfCopyText(bytes: Buffer): CanonicalChunk {
   const rows: CanonicalChunk = [];
   const field = (v: string): string | null =>
     v === '\\N' ? null : v.includes('\\') ? v.replace(/\\(.)/gs, (_m, c: string) => COPY_TEXT_ESCAPES[c] ?? c) : v;
-  for (let p = 0; p < text.length; ) {
+  for (let p = 0; p < text.length;) {
     const nl = text.indexOf('\n', p);
     const end = nl < 0 ? text.length : nl;
     const row: CanonicalRow = [];

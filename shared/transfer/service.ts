@@ -176,7 +176,7 @@ const AHEAD_MAX_AGE_MS = 60_000;
 const aheadKey = (w: Window, schemaHash: string, algorithm: string) =>
   JSON.stringify([w.kind, w.low, w.high, schemaHash, algorithm]);
 
-type ReadManifest = Manifest & { ahead?: true; rows?: AheadRows };
+type ReadManifest = Manifest & { ahead?: true };
 
 // A bulk feed whose `sent` resolves once the source's stream has ended (its last row read) or closed, or `done` is
 // called (the apply returned or threw, whether or not the stream was ever opened): never left pending.
@@ -214,9 +214,9 @@ export class TransferService {
   // The last rows-behind count per transfer, with the bound and cap it was counted for (rowsBehind's reuse).
   // The next window's manifest per transfer, read while a full window's rows move (startAhead).
   private readonly ahead = new Map<string, Promise<Ahead | null>>();
-  // The rows read ahead for the batch whose manifest createBatch recorded from them, per transfer: its stage writes
-  // them instead of reading the window again (takeAheadRows). Dropped after AHEAD_MAX_AGE_MS unused.
-  private readonly aheadRows = new Map<string, { batchId: string; checksum: string; rows: AheadRows }>();
+  // The next window's rows read ahead (one source read), per transfer, handed by createBatch to the batch it created
+  // for that window: its stage takes them as its one read (takeAheadRows). Dropped after AHEAD_MAX_AGE_MS unused.
+  private readonly aheadRows = new Map<string, { batchId: string; key: string; read: Promise<Ahead | null> }>();
   // The window the last createBatch of each transfer chose here (its high bound and the schema it read): the next
   // createBatch asks the source for the window after it beside its journal reads (earlyWindow).
   private readonly chosen = new Map<string, { high: string; schema: SourceSchema }>();
@@ -483,11 +483,10 @@ export class TransferService {
     this.chosen.set(t.name, { high: window.high, schema });
     try {
       const m = await manifestRead;
-      if (!m || rec.rowCount !== null) return toView(rec);
-      const stored = await this.storeManifest(rec, m);
-      if (m.rows && stored.state === 'extracting' && stored.checksum === m.checksum && stored.rowCount === m.rowCount)
-        this.keepAheadRows(t.name, stored, m.rows);
-      return toView(stored);
+      // One source read: no manifest now; rows read ahead for exactly this window wait for its stage.
+      if (!m && ahead && rec.rowCount === null)
+        this.keepAheadRows(t.name, rec, aheadKey(window, schema.hash, 'keel-v1'), ahead);
+      return toView(m && rec.rowCount === null ? await this.storeManifest(rec, m) : rec);
     } catch (err) {
       // The batch exists and holds its window; running it (same id) records the manifest first.
       await this.moves.noteError(rec, 'manifest_error', err, { fenced: true, whileOpen: true });
@@ -925,13 +924,11 @@ export class TransferService {
     deferrable: boolean,
     ahead?: Promise<Ahead | null>,
   ): Promise<ReadManifest | null> {
-    const once = deferrable && (await readsOnce(a, w));
+    if (deferrable && (await readsOnce(a, w))) return null;
     const algorithm = await negotiateChecksum(a);
     const got = ahead ? await ahead : null;
-    const fits = got && got.key === aheadKey(w, schema.hash, algorithm) && Date.now() - got.at <= AHEAD_MAX_AGE_MS;
-    // One source read: only the window's rows read ahead give it a manifest now (they are its one read).
-    if (once) return fits && got.rows ? { ...got.manifest, ahead: true, rows: got.rows } : null;
-    if (fits) return { ...got.manifest, ahead: true };
+    if (got && !got.rows && got.key === aheadKey(w, schema.hash, algorithm) && Date.now() - got.at <= AHEAD_MAX_AGE_MS)
+      return { ...got.manifest, ahead: true };
     return a.source.manifest(w, schema, algorithm);
   }
 
@@ -939,12 +936,7 @@ export class TransferService {
     const moved = await this.moves.move(rec.batchId, {
       move: 'record_manifest',
       set: { rowCount: m.rowCount, checksum: m.checksum, stamp: 'extracted_at' },
-      detail: {
-        rowCount: m.rowCount,
-        checksum: m.checksum,
-        ...(m.ahead ? { readAhead: true } : {}),
-        ...(m.rows ? { rowsAhead: true } : {}),
-      },
+      detail: { rowCount: m.rowCount, checksum: m.checksum, ...(m.ahead ? { readAhead: true } : {}) },
     });
     return moved ?? (await this.moves.load(rec.batchId));
   }
@@ -1001,7 +993,7 @@ export class TransferService {
       // A replay a key comparison may delete under is staged, then applied (apply() checks the comparisons first).
       const direct = this.directApply && !comparesUnder(t, b);
       if (oneRead && direct && a.target.applyDirectStreamed) {
-        const direct = await this.applyDirectlyOnce(b, t, a, w);
+        const direct = await this.applyDirectlyOnce(b, t, a, w, await this.takeAheadRows(b, t, w));
         if (direct) return direct;
         // Not eligible (rows of the window exist, or the written rows did not match): nothing was written; if the
         // attempt was counted, reconcile fenced it and moved the batch back (its manifest recorded). Staged instead.
@@ -1014,10 +1006,9 @@ export class TransferService {
       } else {
         b = await this.recordManifest(b, t, a, schema);
         const req = stageRequest(b, t);
-        const inMemory = this.takeAheadRows(b, t);
-        let feed = inMemory ?? negotiateFeed(a, w, req.schema, t.chunkSize);
+        let feed = negotiateFeed(a, w, req.schema, t.chunkSize);
         if (!triedDirect && direct && a.target.applyDirect && a.target.canApplyDirect?.(req, feed)) {
-          const direct = await this.applyDirectly(b, t, a, req, w, feed, inMemory !== null);
+          const direct = await this.applyDirectly(b, t, a, req, w, feed);
           if (direct) return direct;
           // Not eligible after all (rows of the window exist on the target): nothing was written, reconcile fenced
           // the attempt and moved the batch back; it is staged and applied (canonical rows read again: the direct
@@ -1077,7 +1068,14 @@ export class TransferService {
   // rows' -- a duplicate message's run of the batch read the window in another snapshot, around a change of the
   // source, and recorded first. Staged, these rows could only fail verification against it: manifest_mismatch,
   // terminal, failing the batch (and releasing the window) while the other run may be staging it correctly.
-  private oneReadFeed(b: BatchRecord, t: TransferConfig, a: Adapters, w: Window, opts: { ownManifest?: boolean } = {}) {
+  // memory: the window's rows read ahead (readRowsAhead) and their manifest, instead of the source's read now.
+  private oneReadFeed(
+    b: BatchRecord,
+    t: TransferConfig,
+    a: Adapters,
+    w: Window,
+    opts: { ownManifest?: boolean; memory?: Ahead | null } = {},
+  ) {
     const changes = changeModeOf(t, b.boundaryLow);
     const req = {
       batchId: b.batchId,
@@ -1088,21 +1086,34 @@ export class TransferService {
     let settle!: { resolve: (m: Manifest) => void; reject: (e: unknown) => void };
     const manifest = new Promise<Manifest>((resolve, reject) => (settle = { resolve, reject }));
     manifest.catch(() => undefined); // the target awaits it only after the rows; a failed stream ends it first
-    const facts: StreamFacts = {};
+    const memory = opts.memory?.rows ? { manifest: opts.memory.manifest, ...opts.memory.rows } : null;
+    const facts: StreamFacts = memory?.facts ?? {};
     const record = (m: Manifest) => this.recordStreamedManifest(b.batchId, m);
-    async function* rows(): AsyncGenerator<CanonicalRow[]> {
-      const acc = new ChecksumAccumulator();
+    const acc = new ChecksumAccumulator();
+    async function* read(): AsyncGenerator<CanonicalRow[]> {
+      for await (const chunk of a.source.streamRows(w, req.schema, t.chunkSize, facts)) {
+        // A target that writes the rows as PostgreSQL COPY text hashes them in the same pass (copyTextHashing).
+        acc.expect(chunk);
+        yield chunk;
+        // Hashed after the target took the chunk (its server parses it meanwhile), unless it was hashed then.
+        acc.addChunk(chunk);
+      }
+    }
+    // The rows read ahead, each chunk let go once taken: as rows, or as the COPY text they are held in (texts).
+    const chunks = memory?.chunks ?? [];
+    function* held(): Generator<CanonicalRow[]> {
+      for (let c = chunks.shift(); c; c = chunks.shift()) yield 'text' in c ? rowsOfCopyText(c.text) : c;
+    }
+    function* heldTexts(): Generator<Buffer> {
+      for (let c = chunks.shift(); c; c = chunks.shift()) yield (c as { text: Buffer }).text;
+    }
+    // The manifest is recorded once the last row has passed (either way).
+    async function* once<T>(items: Iterable<T> | AsyncIterable<T>): AsyncGenerator<T> {
       let ended = false;
       try {
-        for await (const chunk of a.source.streamRows(w, req.schema, t.chunkSize, facts)) {
-          // A target that writes the rows as PostgreSQL COPY text hashes them in the same pass (copyTextHashing).
-          acc.expect(chunk);
-          yield chunk;
-          // Hashed after the target took the chunk (its server parses it meanwhile), unless it was hashed then.
-          acc.addChunk(chunk);
-        }
+        yield* items;
         ended = true;
-        const own = { rowCount: acc.count, checksum: acc.checksum };
+        const own = memory ? memory.manifest : { rowCount: acc.count, checksum: acc.checksum };
         const recorded = await record(own);
         if (opts.ownManifest && (recorded.rowCount !== own.rowCount || recorded.checksum !== own.checksum))
           throw new TransferError(
@@ -1118,7 +1129,14 @@ export class TransferService {
         if (!ended) settle.reject(new Error(`batch ${b.batchId}: the rows stopped before the window ended`));
       }
     }
-    return { req, feed: { kind: 'rows' as const, rows: rows(), facts }, manifest };
+    const asText = memory !== null && chunks.every((c) => 'text' in c);
+    const feed = {
+      kind: 'rows' as const,
+      rows: once(memory ? held() : read()),
+      ...(asText ? { texts: once(heldTexts()) } : {}),
+      facts,
+    };
+    return { req, feed, manifest };
   }
 
   // Direct apply with one source read (docs/transfer.md, "Direct apply of the row path"): the rows go into the
@@ -1129,12 +1147,15 @@ export class TransferService {
     t: TransferConfig,
     a: Adapters,
     w: Window,
+    memory: Ahead | null = null, // its rows read ahead (takeAheadRows)
   ): Promise<BatchView | null> {
-    const { req, feed, manifest } = this.oneReadFeed(b, t, a, w);
+    const { req, feed, manifest } = this.oneReadFeed(b, t, a, w, { memory });
     if (!a.target.canApplyDirect?.(req, feed)) {
       await feed.rows.return(undefined); // never started: the source's read was not opened
       return null;
     }
+    // Its rows from memory: the next window's rows are read beside this COPY, which leaves the source idle.
+    if (memory) this.startAhead(t, a, { ...b, rowCount: memory.manifest.rowCount });
     let counted: BatchRecord | null = null;
     const afterRows = async () => {
       const m = await manifest;
@@ -1151,7 +1172,7 @@ export class TransferService {
         );
       counted = claimed;
       // The source's read of this window has ended: the next window's rows are read beside this one's checks.
-      this.startAhead(t, a, { ...claimed, rowCount: m.rowCount, checksum: m.checksum });
+      if (!memory) this.startAhead(t, a, { ...claimed, rowCount: m.rowCount, checksum: m.checksum });
       return { manifest: m, attempt: claimed.attempts };
     };
     let res: ApplyResult | 'not_eligible';
@@ -1328,7 +1349,6 @@ export class TransferService {
     req: StageRequest,
     w: Window,
     feed: RowFeed,
-    inMemory = false, // the feed is rows read ahead (takeAheadRows): its COPY reads nothing from the source
   ): Promise<BatchView | null> {
     // The target opens its transaction while the journal counts the attempt, and claims the batch id only with the
     // counted attempt (never before it is durable).
@@ -1342,8 +1362,7 @@ export class TransferService {
         set: { incrementAttempts: true, stamp: 'apply_started_at', targetReconcileToken: null },
         detail: { attempt: b.attempts + 1, direct: true },
       });
-      // Rows from memory: the next window's rows are read beside this COPY, which leaves the source idle.
-      if (claimed && (feed.kind === 'bulk' || inMemory)) this.startAhead(t, a, claimed, copied?.sent);
+      if (claimed && feed.kind === 'bulk') this.startAhead(t, a, claimed, copied?.sent);
       return claimed?.attempts ?? null;
     };
     let res: ApplyResult | 'not_eligible' | 'not_counted';
@@ -1430,31 +1449,24 @@ export class TransferService {
     return { key: aheadKey(w, schema.hash, 'keel-v1'), manifest, at: Date.now(), rows: { chunks, facts } };
   }
 
-  // Rows read ahead wait for their batch's stage in this process, at most AHEAD_MAX_AGE_MS (then the stage reads the
-  // window from the source and verifies it against the recorded manifest, as any manifest read first).
-  private keepAheadRows(transfer: string, b: BatchRecord, rows: AheadRows): void {
-    const entry = { batchId: b.batchId, checksum: b.checksum!, rows };
+  // Rows read ahead wait for the stage of the batch createBatch created for their window, in this process, at most
+  // AHEAD_MAX_AGE_MS (dropped then: that stage reads the window from the source, as without them).
+  private keepAheadRows(transfer: string, b: BatchRecord, key: string, read: Promise<Ahead | null>): void {
+    const entry = { batchId: b.batchId, key, read };
     this.aheadRows.set(transfer, entry);
     setTimeout(() => {
       if (this.aheadRows.get(transfer) === entry) this.aheadRows.delete(transfer);
     }, AHEAD_MAX_AGE_MS).unref();
   }
 
-  // The rows read ahead for exactly this batch and its recorded manifest, as a feed (taken once), else null.
-  private takeAheadRows(b: BatchRecord, t: TransferConfig): RowFeed | null {
+  // The rows read ahead for exactly this batch's window and recorded schema, fresh (taken once), else null.
+  private async takeAheadRows(b: BatchRecord, t: TransferConfig, w: Window): Promise<Ahead | null> {
     const entry = this.aheadRows.get(t.name);
-    if (!entry || entry.batchId !== b.batchId || entry.checksum !== b.checksum) return null;
+    if (!entry || entry.batchId !== b.batchId) return null;
     this.aheadRows.delete(t.name);
-    const chunks = entry.rows.chunks;
-    // Each chunk let go once written.
-    async function* rows(): AsyncGenerator<CanonicalRow[]> {
-      for (let c = chunks.shift(); c; c = chunks.shift()) yield 'text' in c ? rowsOfCopyText(c.text) : c;
-    }
-    async function* texts(): AsyncGenerator<Buffer> {
-      for (let c = chunks.shift(); c; c = chunks.shift()) yield (c as { text: Buffer }).text;
-    }
-    const asText = chunks.every((c) => 'text' in c);
-    return { kind: 'rows', rows: rows(), ...(asText ? { texts: texts() } : {}), facts: entry.rows.facts };
+    const got = await entry.read;
+    if (!got?.rows || got.key !== entry.key || got.key !== aheadKey(w, b.schemaHash, 'keel-v1')) return null;
+    return Date.now() - got.at <= AHEAD_MAX_AGE_MS ? got : null;
   }
 
   private async directCommitted(b: BatchRecord, t: TransferConfig, res: ApplyResult): Promise<BatchView> {
