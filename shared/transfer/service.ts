@@ -1444,6 +1444,9 @@ export class TransferService {
       if (bytes > ROWS_AHEAD_MAX_BYTES) return null; // the loop's return ends the source's read
       acc.addChunk(chunk);
       chunks.push(text ? { text } : chunk);
+      // A turn of the event loop between chunks: the batch under way (its COPY, its read back, the journal's replies)
+      // is never kept waiting behind more than one chunk of this background read.
+      await new Promise<void>((resolve) => setImmediate(resolve));
     }
     const manifest = { rowCount: acc.count, checksum: acc.checksum };
     return { key: aheadKey(w, schema.hash, 'keel-v1'), manifest, at: Date.now(), rows: { chunks, facts } };
