@@ -1425,9 +1425,10 @@ export class TransferService {
     this.ahead.set(t.name, run);
   }
 
-  // The next window's rows with one source read (readsOnce: one snapshot, keel-v1), read ahead into memory: the
-  // manifest computed from them as the one-read stage computes it, recorded by the next createBatch for exactly this
-  // window (startAhead's rules), whose stage then writes these rows (takeAheadRows). null past ROWS_AHEAD_MAX_BYTES.
+  // The next window's rows with one source read (readsOnce: one snapshot, keel-v1), read ahead into memory with the
+  // manifest computed from them as the one-read stage computes it. The next createBatch hands them to the batch it
+  // creates for exactly this window (startAhead's rules), whose stage takes them as its one read (takeAheadRows) and
+  // records that manifest after writing them. null past ROWS_AHEAD_MAX_BYTES.
   private async readRowsAhead(t: TransferConfig, a: Adapters, w: Window, schema: SourceSchema): Promise<Ahead | null> {
     const facts: StreamFacts = {};
     const acc = new ChecksumAccumulator();

@@ -50,8 +50,6 @@ import { copyOut } from './copyStreams.js';
 import { PG_COPY_FORMAT, pgChecksumAlgorithms } from './serverFeatures.js';
 
 const noop = () => undefined;
-// streamRows' first chunk at most (then doubling up to chunkSize).
-const FIRST_CHUNK_ROWS = 500;
 
 // The largest version: a change not stamped yet counts as newer than any window (it belongs to a later one).
 const UNSTAMPED = '9223372036854775807';
@@ -513,9 +511,6 @@ export class PostgresTransferSource implements SourceAdapter {
       stream = copy;
       copy.on('error', noop); // the iteration below reports it; never unhandled
       let rows: CanonicalRow[] = [];
-      // The first chunks are small and grow to chunkSize: the consumer (a target's COPY) starts on the window's first
-      // rows instead of waiting for a whole chunk to be read and parsed (a batch's pipeline fills sooner).
-      let size = Math.min(chunkSize, FIRST_CHUNK_ROWS);
       let rest: Buffer | null = null;
       // The COPY text of `rows`, whole lines, as segments of what arrived: each chunk carries its rows' bytes
       // (COPY_TEXT), which a PostgreSQL target writes as they are.
@@ -581,10 +576,9 @@ export class PostgresTransferSource implements SourceAdapter {
         const before = rows.length;
         take(buf.toString('utf8', 0, last + 1));
         segments.push({ text: buf.subarray(0, last + 1), rows: rows.length - before });
-        while (rows.length >= size) {
-          const out = rows.length === size ? rows : rows.slice(0, size);
-          rows = rows.length === size ? [] : rows.slice(size);
-          size = Math.min(chunkSize, size * 2);
+        while (rows.length >= chunkSize) {
+          const out = rows.length === chunkSize ? rows : rows.slice(0, chunkSize);
+          rows = rows.length === chunkSize ? [] : rows.slice(chunkSize);
           yield chunk(out);
         }
       }
