@@ -360,32 +360,3 @@ export function canonicalValue(type: LogicalType, v: unknown): string | null {
       return canonicalUuid(v);
   }
 }
-
-const COPY_TEXT_ESCAPES: Record<string, string> = { b: '\b', f: '\f', n: '\n', r: '\r', t: '\t', v: '\v' };
-
-// The canonical rows of a chunk's COPY text (COPY_TEXT: COPY TO's text format, whole lines), carrying that text
-// again: what the source's chunk held, rebuilt from its bytes alone (the service keeps rows read ahead as bytes, not
-// as strings and arrays the garbage collector would have to move). \N is NULL; a backslash escapes the next
-// character (\b \f \n \r \t \v name control characters).
-export function rowsOfCopyText(bytes: Buffer): CanonicalChunk {
-  const text = bytes.toString('utf8');
-  const rows: CanonicalChunk = [];
-  const field = (v: string): string | null =>
-    v === '\\N' ? null : v.includes('\\') ? v.replace(/\\(.)/gs, (_m, c: string) => COPY_TEXT_ESCAPES[c] ?? c) : v;
-  for (let p = 0; p < text.length;) {
-    const nl = text.indexOf('\n', p);
-    const end = nl < 0 ? text.length : nl;
-    const row: CanonicalRow = [];
-    for (;;) {
-      const tab = text.indexOf('\t', p);
-      if (tab < 0 || tab > end) break;
-      row.push(field(text.slice(p, tab)));
-      p = tab + 1;
-    }
-    row.push(field(text.slice(p, end)));
-    rows.push(row);
-    p = end + 1;
-  }
-  rows[COPY_TEXT] = bytes;
-  return rows;
-}

@@ -1,14 +1,7 @@
 // The transfer lifecycle (docs/transfer.md): extract -> stage -> apply -> reconcile, identical for every engine pair.
 // Every batch has a durable id; retries reuse it; outcomes are read from the target, never inferred from errors.
 import { randomUUID } from 'node:crypto';
-import {
-  ChecksumAccumulator,
-  COPY_TEXT,
-  copyTextHashing,
-  rowsOfCopyText,
-  type CanonicalChunk,
-  type CanonicalRow,
-} from './checksum.js';
+import { ChecksumAccumulator, type CanonicalRow } from './checksum.js';
 import type { TransferConfig } from './config.js';
 import { describeError, isStatementTimeout, isTransferError, TERMINAL_CODES, TransferError } from './errors.js';
 import type { BatchPatch, BatchRecord, TransferControl, TransferJournal } from './journal.js';
@@ -19,7 +12,7 @@ import { baseTransferName, newChainName } from './chains.js';
 import { BatchMoves } from './moves.js';
 import { baselineOpts, negotiateChecksum, negotiateFeed, readsOnce } from './negotiate.js';
 import { Reconciler } from './reconcile.js';
-import { boundaryColumnChanged, boundaryDerivation, describeSchemaDiff, mappedColumns } from './schema.js';
+import { boundaryColumnChanged, boundaryDerivation, describeSchemaDiff } from './schema.js';
 import { stageRequest } from './stageRequest.js';
 import { DEFAULT_TRANSFER_TIMEOUTS } from './timeouts.js';
 import {
@@ -102,29 +95,6 @@ interface Ahead {
   key: string;
   manifest: Manifest;
   at: number;
-  // The row path with one source read (readsOnce): the window's rows themselves, read in one snapshot, and the
-  // manifest computed from them (docs/transfer.md, "The next window's rows, ahead").
-  rows?: AheadRows;
-}
-
-interface AheadRows {
-  // Each chunk as its PostgreSQL COPY text (rowsOfCopyText gives its rows back), or as its rows where that text
-  // cannot carry them exactly (a bytes column).
-  chunks: (CanonicalChunk | { text: Buffer })[];
-  facts: StreamFacts;
-}
-
-// The rows of a window read ahead are kept in memory only up to this much canonical text (a wider window is not
-// read ahead: its rows are read when its batch runs, as before).
-const ROWS_AHEAD_MAX_BYTES = 32 * 1024 * 1024;
-
-// The canonical text a chunk holds (its COPY text when the source gave it, else its fields' lengths).
-function chunkBytes(chunk: CanonicalChunk): number {
-  const raw = chunk[COPY_TEXT];
-  if (raw) return raw.length;
-  let n = 0;
-  for (const row of chunk) for (const v of row) n += (v?.length ?? 0) + 1;
-  return n;
 }
 
 // The transfer's windows are of another kind than its last committed one (its configuration's boundary.kind changed):
@@ -214,9 +184,6 @@ export class TransferService {
   // The last rows-behind count per transfer, with the bound and cap it was counted for (rowsBehind's reuse).
   // The next window's manifest per transfer, read while a full window's rows move (startAhead).
   private readonly ahead = new Map<string, Promise<Ahead | null>>();
-  // The next window's rows read ahead (one source read), per transfer, handed by createBatch to the batch it created
-  // for that window: its stage takes them as its one read (takeAheadRows). Dropped after AHEAD_MAX_AGE_MS unused.
-  private readonly aheadRows = new Map<string, { batchId: string; key: string; read: Promise<Ahead | null> }>();
   // The window the last createBatch of each transfer chose here (its high bound and the schema it read): the next
   // createBatch asks the source for the window after it beside its journal reads (earlyWindow).
   private readonly chosen = new Map<string, { high: string; schema: SourceSchema }>();
@@ -483,9 +450,6 @@ export class TransferService {
     this.chosen.set(t.name, { high: window.high, schema });
     try {
       const m = await manifestRead;
-      // One source read: no manifest now; rows read ahead for exactly this window wait for its stage.
-      if (!m && ahead && rec.rowCount === null)
-        this.keepAheadRows(t.name, rec, aheadKey(window, schema.hash, 'keel-v1'), ahead);
       return toView(m && rec.rowCount === null ? await this.storeManifest(rec, m) : rec);
     } catch (err) {
       // The batch exists and holds its window; running it (same id) records the manifest first.
@@ -927,7 +891,7 @@ export class TransferService {
     if (deferrable && (await readsOnce(a, w))) return null;
     const algorithm = await negotiateChecksum(a);
     const got = ahead ? await ahead : null;
-    if (got && !got.rows && got.key === aheadKey(w, schema.hash, algorithm) && Date.now() - got.at <= AHEAD_MAX_AGE_MS)
+    if (got && got.key === aheadKey(w, schema.hash, algorithm) && Date.now() - got.at <= AHEAD_MAX_AGE_MS)
       return { ...got.manifest, ahead: true };
     return a.source.manifest(w, schema, algorithm);
   }
@@ -993,7 +957,7 @@ export class TransferService {
       // A replay a key comparison may delete under is staged, then applied (apply() checks the comparisons first).
       const direct = this.directApply && !comparesUnder(t, b);
       if (oneRead && direct && a.target.applyDirectStreamed) {
-        const direct = await this.applyDirectlyOnce(b, t, a, w, await this.takeAheadRows(b, t, w));
+        const direct = await this.applyDirectlyOnce(b, t, a, w);
         if (direct) return direct;
         // Not eligible (rows of the window exist, or the written rows did not match): nothing was written; if the
         // attempt was counted, reconcile fenced it and moved the batch back (its manifest recorded). Staged instead.
@@ -1068,14 +1032,7 @@ export class TransferService {
   // rows' -- a duplicate message's run of the batch read the window in another snapshot, around a change of the
   // source, and recorded first. Staged, these rows could only fail verification against it: manifest_mismatch,
   // terminal, failing the batch (and releasing the window) while the other run may be staging it correctly.
-  // memory: the window's rows read ahead (readRowsAhead) and their manifest, instead of the source's read now.
-  private oneReadFeed(
-    b: BatchRecord,
-    t: TransferConfig,
-    a: Adapters,
-    w: Window,
-    opts: { ownManifest?: boolean; memory?: Ahead | null } = {},
-  ) {
+  private oneReadFeed(b: BatchRecord, t: TransferConfig, a: Adapters, w: Window, opts: { ownManifest?: boolean } = {}) {
     const changes = changeModeOf(t, b.boundaryLow);
     const req = {
       batchId: b.batchId,
@@ -1086,34 +1043,21 @@ export class TransferService {
     let settle!: { resolve: (m: Manifest) => void; reject: (e: unknown) => void };
     const manifest = new Promise<Manifest>((resolve, reject) => (settle = { resolve, reject }));
     manifest.catch(() => undefined); // the target awaits it only after the rows; a failed stream ends it first
-    const memory = opts.memory?.rows ? { manifest: opts.memory.manifest, ...opts.memory.rows } : null;
-    const facts: StreamFacts = memory?.facts ?? {};
+    const facts: StreamFacts = {};
     const record = (m: Manifest) => this.recordStreamedManifest(b.batchId, m);
-    const acc = new ChecksumAccumulator();
-    async function* read(): AsyncGenerator<CanonicalRow[]> {
-      for await (const chunk of a.source.streamRows(w, req.schema, t.chunkSize, facts)) {
-        // A target that writes the rows as PostgreSQL COPY text hashes them in the same pass (copyTextHashing).
-        acc.expect(chunk);
-        yield chunk;
-        // Hashed after the target took the chunk (its server parses it meanwhile), unless it was hashed then.
-        acc.addChunk(chunk);
-      }
-    }
-    // The rows read ahead, each chunk let go once taken: as rows, or as the COPY text they are held in (texts).
-    const chunks = memory?.chunks ?? [];
-    function* held(): Generator<CanonicalRow[]> {
-      for (let c = chunks.shift(); c; c = chunks.shift()) yield 'text' in c ? rowsOfCopyText(c.text) : c;
-    }
-    function* heldTexts(): Generator<Buffer> {
-      for (let c = chunks.shift(); c; c = chunks.shift()) yield (c as { text: Buffer }).text;
-    }
-    // The manifest is recorded once the last row has passed (either way).
-    async function* once<T>(items: Iterable<T> | AsyncIterable<T>): AsyncGenerator<T> {
+    async function* rows(): AsyncGenerator<CanonicalRow[]> {
+      const acc = new ChecksumAccumulator();
       let ended = false;
       try {
-        yield* items;
+        for await (const chunk of a.source.streamRows(w, req.schema, t.chunkSize, facts)) {
+          // A target that writes the rows as PostgreSQL COPY text hashes them in the same pass (copyTextHashing).
+          acc.expect(chunk);
+          yield chunk;
+          // Hashed after the target took the chunk (its server parses it meanwhile), unless it was hashed then.
+          acc.addChunk(chunk);
+        }
         ended = true;
-        const own = memory ? memory.manifest : { rowCount: acc.count, checksum: acc.checksum };
+        const own = { rowCount: acc.count, checksum: acc.checksum };
         const recorded = await record(own);
         if (opts.ownManifest && (recorded.rowCount !== own.rowCount || recorded.checksum !== own.checksum))
           throw new TransferError(
@@ -1129,14 +1073,7 @@ export class TransferService {
         if (!ended) settle.reject(new Error(`batch ${b.batchId}: the rows stopped before the window ended`));
       }
     }
-    const asText = memory !== null && chunks.every((c) => 'text' in c);
-    const feed = {
-      kind: 'rows' as const,
-      rows: once(memory ? held() : read()),
-      ...(asText ? { texts: once(heldTexts()) } : {}),
-      facts,
-    };
-    return { req, feed, manifest };
+    return { req, feed: { kind: 'rows' as const, rows: rows(), facts }, manifest };
   }
 
   // Direct apply with one source read (docs/transfer.md, "Direct apply of the row path"): the rows go into the
@@ -1147,15 +1084,12 @@ export class TransferService {
     t: TransferConfig,
     a: Adapters,
     w: Window,
-    memory: Ahead | null = null, // its rows read ahead (takeAheadRows)
   ): Promise<BatchView | null> {
-    const { req, feed, manifest } = this.oneReadFeed(b, t, a, w, { memory });
+    const { req, feed, manifest } = this.oneReadFeed(b, t, a, w);
     if (!a.target.canApplyDirect?.(req, feed)) {
       await feed.rows.return(undefined); // never started: the source's read was not opened
       return null;
     }
-    // Its rows from memory: the next window's rows are read beside this COPY, which leaves the source idle.
-    if (memory) this.startAhead(t, a, { ...b, rowCount: memory.manifest.rowCount });
     let counted: BatchRecord | null = null;
     const afterRows = async () => {
       const m = await manifest;
@@ -1171,8 +1105,6 @@ export class TransferService {
           `batch ${b.batchId} was moved by another run while its rows were written`,
         );
       counted = claimed;
-      // The source's read of this window has ended: the next window's rows are read beside this one's checks.
-      if (!memory) this.startAhead(t, a, { ...claimed, rowCount: m.rowCount, checksum: m.checksum });
       return { manifest: m, attempt: claimed.attempts };
     };
     let res: ApplyResult | 'not_eligible';
@@ -1409,11 +1341,7 @@ export class TransferService {
     const schema: SourceSchema = { columns: b.schemaColumns, hash: b.schemaHash };
     const run = (async (): Promise<Ahead | null> => {
       const w = await a.source.nextWindow(b.boundaryHigh, t.batchSize, { ...baselineOpts(a), schema });
-      if (!w) return null;
-      if (await readsOnce(a, w)) {
-        await gate;
-        return this.readRowsAhead(t, a, w, schema);
-      }
+      if (!w || (await readsOnce(a, w))) return null;
       const algorithm = await negotiateChecksum(a);
       await gate;
       const manifest = await a.source.manifest(w, schema, algorithm, { ahead: true });
@@ -1423,54 +1351,6 @@ export class TransferService {
       return null;
     });
     this.ahead.set(t.name, run);
-  }
-
-  // The next window's rows with one source read (readsOnce: one snapshot, keel-v1), read ahead into memory with the
-  // manifest computed from them as the one-read stage computes it. The next createBatch hands them to the batch it
-  // creates for exactly this window (startAhead's rules), whose stage takes them as its one read (takeAheadRows) and
-  // records that manifest after writing them. null past ROWS_AHEAD_MAX_BYTES.
-  private async readRowsAhead(t: TransferConfig, a: Adapters, w: Window, schema: SourceSchema): Promise<Ahead | null> {
-    const facts: StreamFacts = {};
-    const acc = new ChecksumAccumulator();
-    const chunks: AheadRows['chunks'] = [];
-    // Kept as COPY text, hashed in the same pass that writes it (copyTextHashing): one Buffer a chunk outside the
-    // heap instead of an array and a string per field that every collection until the batch runs would move.
-    const types = mappedColumns(t, schema).map((c) => c.staged);
-    const asText = !types.includes('bytes');
-    let bytes = 0;
-    for await (const chunk of a.source.streamRows(w, schema, t.chunkSize, facts)) {
-      if (asText) acc.expect(chunk);
-      const text = asText ? copyTextHashing(chunk, types) : null;
-      bytes += text ? text.length : chunkBytes(chunk);
-      if (bytes > ROWS_AHEAD_MAX_BYTES) return null; // the loop's return ends the source's read
-      acc.addChunk(chunk);
-      chunks.push(text ? { text } : chunk);
-      // A turn of the event loop between chunks: the batch under way (its COPY, its read back, the journal's replies)
-      // is never kept waiting behind more than one chunk of this background read.
-      await new Promise<void>((resolve) => setImmediate(resolve));
-    }
-    const manifest = { rowCount: acc.count, checksum: acc.checksum };
-    return { key: aheadKey(w, schema.hash, 'keel-v1'), manifest, at: Date.now(), rows: { chunks, facts } };
-  }
-
-  // Rows read ahead wait for the stage of the batch createBatch created for their window, in this process, at most
-  // AHEAD_MAX_AGE_MS (dropped then: that stage reads the window from the source, as without them).
-  private keepAheadRows(transfer: string, b: BatchRecord, key: string, read: Promise<Ahead | null>): void {
-    const entry = { batchId: b.batchId, key, read };
-    this.aheadRows.set(transfer, entry);
-    setTimeout(() => {
-      if (this.aheadRows.get(transfer) === entry) this.aheadRows.delete(transfer);
-    }, AHEAD_MAX_AGE_MS).unref();
-  }
-
-  // The rows read ahead for exactly this batch's window and recorded schema, fresh (taken once), else null.
-  private async takeAheadRows(b: BatchRecord, t: TransferConfig, w: Window): Promise<Ahead | null> {
-    const entry = this.aheadRows.get(t.name);
-    if (!entry || entry.batchId !== b.batchId) return null;
-    this.aheadRows.delete(t.name);
-    const got = await entry.read;
-    if (!got?.rows || got.key !== entry.key || got.key !== aheadKey(w, b.schemaHash, 'keel-v1')) return null;
-    return Date.now() - got.at <= AHEAD_MAX_AGE_MS ? got : null;
   }
 
   private async directCommitted(b: BatchRecord, t: TransferConfig, res: ApplyResult): Promise<BatchView> {

@@ -152,10 +152,6 @@ export type RowsFeed = {
   rows: AsyncIterable<CanonicalRow[]>;
   // What the source proved (StreamFacts), to be read once `rows` ended.
   facts?: StreamFacts;
-  // The same rows as PostgreSQL COPY text (transferSql.ts copyText's bytes), chunk by chunk, where the feed holds
-  // them so (rows read ahead, TransferService.takeAheadRows): a target that writes COPY text may read these instead
-  // of `rows` (either one, never both; no table with a bytes column).
-  texts?: AsyncIterable<Buffer>;
 };
 
 export type RowFeed =

@@ -13,7 +13,7 @@ import type pg from 'pg';
 import { pipeline } from 'node:stream/promises';
 import { Transform, type Writable } from 'node:stream';
 import { once } from 'node:events';
-import { algorithmOf, type CanonicalRow, type LogicalType } from '../../transfer/checksum.js';
+import { algorithmOf, type LogicalType } from '../../transfer/checksum.js';
 import { TransferError } from '../../transfer/errors.js';
 import { quotePg } from '../../transfer/identifiers.js';
 import type { MappedColumn } from '../../transfer/schema.js';
@@ -411,20 +411,18 @@ async function writeRows(
   holding: (it: AsyncIterator<unknown>) => void,
   trace?: (phase: string, ms: number) => void,
 ): Promise<void> {
-  // The feed's own COPY text where it holds the rows so (rows read ahead): written as it is, no rows rebuilt.
-  const texts = feed.texts && !types.includes('bytes') ? feed.texts[Symbol.asyncIterator]() : null;
-  const rows: AsyncIterator<CanonicalRow[] | Buffer> = texts ?? feed.rows[Symbol.asyncIterator]();
+  const rows = feed.rows[Symbol.asyncIterator]();
   holding(rows);
   for (;;) {
     const asked = performance.now();
     const next = await guard(rows.next());
     if (next.done) {
+      // The feed's end: the source's commit and the manifest's record in the journal (one source read).
       trace?.('direct.feedEnd', performance.now() - asked);
       break;
     }
     touch();
-    const v = next.value;
-    if (!sink.write(Buffer.isBuffer(v) ? v : copyChunk(v, types))) await guard(once(sink, 'drain'));
+    if (!sink.write(copyChunk(next.value, types))) await guard(once(sink, 'drain'));
     touch();
   }
   const finished = new Promise<void>((resolve) => sink.once('finish', resolve));
