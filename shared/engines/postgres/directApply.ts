@@ -249,6 +249,7 @@ export async function applyDirect(
           (it) => {
             rowsLeft = it;
           },
+          d.trace,
         );
         rowsLeft = undefined;
       }
@@ -408,17 +409,26 @@ async function writeRows(
   guard: <T>(p: Promise<T>) => Promise<T>,
   touch: () => void,
   holding: (it: AsyncIterator<unknown>) => void,
+  trace?: (phase: string, ms: number) => void,
 ): Promise<void> {
   const rows = feed.rows[Symbol.asyncIterator]();
   holding(rows);
   for (;;) {
+    const asked = performance.now();
     const next = await guard(rows.next());
-    if (next.done) break;
+    if (next.done) {
+      // The feed's end: the source's commit and the manifest's record in the journal (one source read).
+      trace?.('direct.feedEnd', performance.now() - asked);
+      break;
+    }
     touch();
     if (!sink.write(copyChunk(next.value, types))) await guard(once(sink, 'drain'));
     touch();
   }
   const finished = new Promise<void>((resolve) => sink.once('finish', resolve));
+  const fed = performance.now();
   sink.end();
   await guard(finished);
+  // The target's backlog after the last row was handed on (its server parses and writes it alone meanwhile).
+  trace?.('direct.drain', performance.now() - fed);
 }
