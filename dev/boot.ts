@@ -24,7 +24,8 @@ import {
 import { startAzuriteQueue, type AzuriteQueue } from './azurite.js';
 import { clearQueuesOfAnotherStore, STORE_STATE_FILE, storeIdentity } from './storeQueues.js';
 import { readHostConfig } from '../shared/app/hostJson.js';
-import { startLocalHost, type RunningLocalHost } from './localHost.js';
+import { checkLocalPrincipalTrust, startLocalHost, type RunningLocalHost } from './localHost.js';
+import { hostingMarkers } from '../shared/ops/principalTrust.js';
 import { PostgresWakeups } from '../shared/engines/postgres/wakeups.js';
 import { createRuntime, setRuntime, type Runtime } from '../shared/app/runtime.js';
 import { rereadHostEnvironment } from '../shared/app/hostEnvironment.js';
@@ -143,6 +144,35 @@ function checkPgUrl(url: string, source: string): void {
   }
 }
 
+// npm start believes the caller's x-ms-client-principal unless told otherwise (KEEL_TRUST_CLIENT_PRINCIPAL=local: the
+// local host has no sign-in), which is refused where a hosting environment is detected and in a container listening
+// beyond loopback (dev/localHost.ts). Checked before anything starts, and for the default worded as one: "remove the
+// setting" told a user who never set it nothing they could do.
+export function defaultLocalTrust(
+  env: Record<string, string | undefined>,
+  hostname: string,
+  inContainer?: boolean,
+): void {
+  const given = env.KEEL_TRUST_CLIENT_PRINCIPAL !== undefined;
+  env.KEEL_TRUST_CLIENT_PRINCIPAL ??= 'local';
+  try {
+    checkLocalPrincipalTrust(hostname, env, inContainer);
+  } catch (err) {
+    if (given) throw new StartupError((err as Error).message);
+    const markers = hostingMarkers(env);
+    const why =
+      markers.length > 0
+        ? `a hosting environment is detected (${markers.join(', ')})`
+        : `this container listens on ${hostname} (KEEL_HTTP_HOST), beyond loopback`;
+    throw new StartupError(
+      `npm start lets callers state their roles in x-ms-client-principal by default (KEEL_TRUST_CLIENT_PRINCIPAL=local), ` +
+        `which is refused here: ${why}, so anyone with the ops key could claim the operator role. ` +
+        `${markers.length > 0 ? 'Set' : 'Listen on 127.0.0.1 (KEEL_HTTP_HOST), or set'} KEEL_TRUST_CLIENT_PRINCIPAL to an empty value ` +
+        'to start without it (the operator routes are then refused; docs/operations.md, "Auth").',
+    );
+  }
+}
+
 // Is `url` the embedded server's own URL, with its admin login or the app's (local.settings.example.json carries the
 // app's, keel_app, for func start)?
 function isEmbeddedUrl(url: string, port: number): boolean {
@@ -225,6 +255,8 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
     const wanted = portSetting(env, 'KEEL_PG_PORT', 54329);
     const azuritePort = portSetting(env, 'KEEL_AZURITE_PORT', 10001);
     const port = opts.port ?? portSetting(env, 'KEEL_HTTP_PORT', 7071);
+    // The local host has no sign-in: the caller states its roles in x-ms-client-principal, where that is allowed.
+    defaultLocalTrust(env, env.KEEL_HTTP_HOST ?? '127.0.0.1');
     if (env.KEEL_PG_URL === '') delete env.KEEL_PG_URL; // set but empty: not set
     if (env.KEEL_PG_URL && (env.KEEL_STORE_ENGINE ?? 'postgres') === 'postgres') {
       checkPgUrl(env.KEEL_PG_URL, process.env.KEEL_PG_URL ? 'the environment' : 'local.settings.json');
@@ -282,9 +314,6 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
     }
 
     env.KEEL_DEMO_HANDLERS ??= 'true';
-    // The local host has no sign-in: the caller states its roles in x-ms-client-principal (refused where a hosting
-    // environment is detected; shared/ops/auth.ts).
-    env.KEEL_TRUST_CLIENT_PRINCIPAL ??= 'local';
     // What the app reads from the process environment (the handlers folder, the worker's instance; the principal
     // checks and the console, parsed once: shared/app/hostEnvironment.ts) sees the same settings.
     for (const [k, v] of Object.entries(env)) if (v !== undefined) process.env[k] = v;

@@ -46,6 +46,28 @@ describe('local host start-up', () => {
     }
   });
 
+  it("npm start's default principal trust, refused in a hosting environment, stops the start before anything starts", async () => {
+    // KEEL_TRUST_CLIENT_PRINCIPAL unset (the vitest config sets it: removed here), as a user who never set it runs it.
+    const saved = { ...process.env };
+    delete process.env.KEEL_TRUST_CLIENT_PRINCIPAL;
+    process.env.KUBERNETES_SERVICE_HOST = '10.0.0.1';
+    process.env.KEEL_AZURITE_PORT = '0';
+    const dataDir = await tempDir('boot-trust');
+    try {
+      const err = await bootLocal({ definitions, dataDir, port: 0, log: () => undefined }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(StartupError);
+      expect((err as Error).message).toMatch(/by default \(KEEL_TRUST_CLIENT_PRINCIPAL=local\)/);
+      expect((err as Error).message).toMatch(/Set KEEL_TRUST_CLIENT_PRINCIPAL to an empty value/);
+      // Refused before the embedded server or Azurite started (the failed start had also printed the job store
+      // pool's 57P01 as its server was stopped under it).
+      expect(existsSync(path.join(dataDir, 'pg'))).toBe(false);
+      expect(existsSync(path.join(dataDir, 'azurite'))).toBe(false);
+    } finally {
+      for (const k of Object.keys(process.env)) if (!(k in saved)) delete process.env[k];
+      Object.assign(process.env, saved);
+    }
+  });
+
   it("local.settings.example.json's KEEL_PG_URL (the app's login on the embedded server) starts the embedded server", async () => {
     // README: copy the example to local.settings.json and npm start runs the server its KEEL_PG_URL names (for func
     // start beside it), instead of refusing it as unreachable. Here on a free port (KEEL_PG_PORT) instead of 54329.
