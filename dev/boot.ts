@@ -16,6 +16,7 @@ import type { FunctionDefinition } from '../shared/app/definitions.js';
 import { parseSettings, type Settings } from '../shared/config/settings.js';
 import {
   startEmbeddedPostgres,
+  reclaimOrphan,
   freePort,
   EMBEDDED_PASSWORD,
   EMBEDDED_USER,
@@ -264,18 +265,30 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
 
     // PostgreSQL: the given URL, or an embedded server whose data stays in <data>/pg.
     let pgServer: EmbeddedServer | undefined;
+    const engineIsPostgres = (env.KEEL_STORE_ENGINE ?? 'postgres') === 'postgres';
+    const pgDirNotes: string[] = []; // said only when the embedded server is started
+    const explicitDataDir = env.KEEL_DATA_DIR !== undefined || opts.dataDir !== undefined;
+    const pgDir = engineIsPostgres ? await pgDataDir(dataDir, explicitDataDir, pgDirNotes) : undefined;
+    if (pgDir && (!env.KEEL_PG_URL || isEmbeddedUrl(env.KEEL_PG_URL, wanted))) {
+      // A server left running by a kill -9 of the last npm start holds its port: stopped first, so that the port is
+      // free again below. Otherwise the start took another port (and local.settings.json's URL, port 54329, then
+      // named nothing), or with that URL set used the orphan as an outside server. A live owner (another instance)
+      // is left to the checks below.
+      await reclaimOrphan(pgDir, log).catch(() => undefined);
+    }
     // local.settings.json copied from the example carries the embedded server's own URL (for func start): when
     // nothing serves it yet, this host is the one to run that server.
     if (env.KEEL_PG_URL && isEmbeddedUrl(env.KEEL_PG_URL, wanted) && (await portIsFree(wanted))) {
       notes.push(`KEEL_PG_URL names the embedded server's own URL (port ${wanted}): starting it`);
       delete env.KEEL_PG_URL;
-    } else if (env.KEEL_PG_URL && (env.KEEL_STORE_ENGINE ?? 'postgres') === 'postgres') {
+    } else if (env.KEEL_PG_URL && engineIsPostgres) {
       await checkReachable(env.KEEL_PG_URL, process.env.KEEL_PG_URL ? 'the environment' : 'local.settings.json');
     }
-    if (!env.KEEL_PG_URL && (env.KEEL_STORE_ENGINE ?? 'postgres') === 'postgres') {
+    if (!env.KEEL_PG_URL && engineIsPostgres) {
       // A stable port (54329) when free, so psql and `func start` can point at the same URL across restarts.
+      notes.push(...pgDirNotes);
       pgServer = await startEmbeddedPostgres({
-        dataDir: await pgDataDir(dataDir, env.KEEL_DATA_DIR !== undefined || opts.dataDir !== undefined, notes),
+        dataDir: pgDir!,
         persistent: true,
         port: wanted > 0 && (await portIsFree(wanted)) ? wanted : await freePort(),
         log: (line) => {

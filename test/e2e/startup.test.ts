@@ -126,10 +126,9 @@ describe('local host start-up', () => {
     }
   });
 
-  it('reclaims an embedded PostgreSQL orphaned by kill -9 of its host; names the PID of one a live process owns', async () => {
-    const dataDir = path.join(await tempDir('orphan'), 'pg');
-    const port = await freePort();
-    // A host that starts the server, then is killed with SIGKILL: its server keeps running.
+  // A host that starts the embedded server on <dataDir> and `port`, then is killed with SIGKILL (like kill -9 of npm
+  // start): its server keeps running, holding the data dir and the port. Answers the orphan's PID.
+  const orphanServer = async (dataDir: string, port: number): Promise<number> => {
     const script = `import { startEmbeddedPostgres } from './dev/embeddedPostgres.ts';
 await startEmbeddedPostgres({ dataDir: ${JSON.stringify(dataDir)}, port: ${port}, persistent: true, fastUnsafe: true });
 console.log('UP'); setInterval(() => undefined, 1000);`;
@@ -146,10 +145,16 @@ console.log('UP'); setInterval(() => undefined, 1000);`;
       await new Promise((r) => setTimeout(r, 100));
     }
     const orphanPid = Number((await readFile(path.join(dataDir, 'postmaster.pid'), 'utf8')).split('\n')[0]);
-    child.kill('SIGKILL'); // like kill -9 of npm start: the server it started keeps running
+    child.kill('SIGKILL');
     await new Promise((r) => child.once('exit', r));
     await new Promise((r) => setTimeout(r, 300));
     expect(() => process.kill(orphanPid, 0)).not.toThrow(); // the orphan still runs
+    return orphanPid;
+  };
+
+  it('reclaims an embedded PostgreSQL orphaned by kill -9 of its host; names the PID of one a live process owns', async () => {
+    const dataDir = path.join(await tempDir('orphan'), 'pg');
+    const orphanPid = await orphanServer(dataDir, await freePort());
 
     const logs: string[] = [];
     const server = await startEmbeddedPostgres({
@@ -173,5 +178,37 @@ console.log('UP'); setInterval(() => undefined, 1000);`;
       await server.stop();
     }
     expect(existsSync(path.join(dataDir, 'postmaster.pid'))).toBe(false);
+  }, 180_000);
+
+  it("npm start after a kill -9 of the last one: the orphan is stopped first and its port (local.settings.json's URL) used again", async () => {
+    // Before, the port was chosen while the orphan still held it: the start took a random port, and with
+    // local.settings.json's URL (the embedded server's own, for func start beside it) it used the orphan as an
+    // outside server (or refused it as unreachable with the app's login). Here KEEL_PG_PORT stands for 54329.
+    const dataDir = await tempDir('boot-orphan');
+    const port = await freePort();
+    const orphanPid = await orphanServer(path.join(dataDir, 'pg'), port);
+    const saved = { ...process.env };
+    Object.assign(process.env, {
+      KEEL_PG_URL: `postgres://keel_app:keel-app-local@127.0.0.1:${port}/keel`,
+      KEEL_PG_PORT: String(port),
+      KEEL_AZURITE_PORT: '0',
+    });
+    const logs: string[] = [];
+    try {
+      const keel = await bootLocal({ definitions, dataDir, port: 0, log: (l) => logs.push(l) });
+      try {
+        expect(logs.join('\n')).toMatch(new RegExp(`left running by an earlier run \\(PID ${orphanPid}, port ${port}`));
+        expect(() => process.kill(orphanPid, 0)).toThrow();
+        expect(keel.notes.join('\n')).toContain(`KEEL_PG_URL names the embedded server's own URL (port ${port})`);
+        expect(new URL(keel.pgUrl).port).toBe(String(port));
+        const res = await fetch(`${keel.baseUrl}/api/ops/health`, { headers: { 'x-functions-key': keel.opsKey } });
+        expect(res.status).toBe(200);
+      } finally {
+        await keel.stop();
+      }
+    } finally {
+      for (const k of Object.keys(process.env)) if (!(k in saved)) delete process.env[k];
+      Object.assign(process.env, saved);
+    }
   }, 180_000);
 });
