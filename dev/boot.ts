@@ -303,7 +303,9 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
       env.KEEL_PG_MIGRATE_URL = pgServer.urlFor('keel');
       env.KEEL_PG_URL = withLogin(pgServer.urlFor('keel'), LOCAL_APP_LOGIN.user, LOCAL_APP_LOGIN.password);
       notes.push(
-        `embedded PostgreSQL ${env.KEEL_PG_URL} (the app's login: EXECUTE on keel functions only; owner ${env.KEEL_PG_MIGRATE_URL}), data in ${pgServer.dataDir}`,
+        `embedded PostgreSQL ${env.KEEL_PG_URL} (the app's login: EXECUTE on keel functions only; owner ${env.KEEL_PG_MIGRATE_URL}), data in ${pgServer.dataDir}` +
+          // Said, as for Azurite's port: local.settings.json's URL (54329, for func start) does not reach this one.
+          (wanted > 0 && pgServer.port !== wanted ? ` (port ${wanted} was taken: KEEL_PG_PORT)` : ''),
       );
     }
 

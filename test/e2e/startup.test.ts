@@ -105,6 +105,33 @@ describe('local host start-up', () => {
     }
   }, 180_000);
 
+  it('a busy PostgreSQL port: the embedded server starts on another one, and the start-up notes say so', async () => {
+    const busy = net.createServer();
+    await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', () => resolve()));
+    const port = (busy.address() as net.AddressInfo).port;
+    const saved = { ...process.env };
+    delete process.env.KEEL_PG_URL;
+    Object.assign(process.env, { KEEL_PG_PORT: String(port), KEEL_AZURITE_PORT: '0' });
+    try {
+      const keel = await bootLocal({
+        definitions,
+        dataDir: await tempDir('boot-pgport'),
+        port: 0,
+        log: () => undefined,
+      });
+      try {
+        expect(new URL(keel.pgUrl).port).not.toBe(String(port));
+        expect(keel.notes.join('\n')).toContain(`(port ${port} was taken: KEEL_PG_PORT)`);
+      } finally {
+        await keel.stop();
+      }
+    } finally {
+      busy.close();
+      for (const k of Object.keys(process.env)) if (!(k in saved)) delete process.env[k];
+      Object.assign(process.env, saved);
+    }
+  }, 180_000);
+
   it('a busy HTTP port stops the start naming the port and KEEL_HTTP_PORT', async () => {
     const busy = net.createServer();
     await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', () => resolve()));
