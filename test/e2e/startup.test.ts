@@ -136,6 +136,7 @@ describe('local host start-up', () => {
     const busy = net.createServer();
     await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', () => resolve()));
     const port = (busy.address() as net.AddressInfo).port;
+    const saved = { ...process.env };
     process.env.KEEL_PG_URL = await createTestDatabase('boot_port');
     process.env.KEEL_AZURITE_PORT = '0';
     try {
@@ -148,7 +149,10 @@ describe('local host start-up', () => {
       expect(err).toBeInstanceOf(StartupError);
       expect((err as Error).message).toMatch(new RegExp(`HTTP port ${port} is in use \\(KEEL_HTTP_PORT\\)`));
     } finally {
-      delete process.env.KEEL_PG_URL;
+      // bootLocal had copied its settings into process.env, AzureWebJobsStorage among them (the stopped Azurite's):
+      // put it back as it was, or a later start in this file takes that for a real account (ECONNREFUSED).
+      for (const k of Object.keys(process.env)) if (!(k in saved)) delete process.env[k];
+      Object.assign(process.env, saved);
       busy.close();
     }
   });
