@@ -16,6 +16,7 @@ import type { FunctionDefinition } from '../shared/app/definitions.js';
 import { parseSettings, type Settings } from '../shared/config/settings.js';
 import {
   startEmbeddedPostgres,
+  reclaimOrphan,
   freePort,
   EMBEDDED_PASSWORD,
   EMBEDDED_USER,
@@ -24,7 +25,8 @@ import {
 import { startAzuriteQueue, type AzuriteQueue } from './azurite.js';
 import { clearQueuesOfAnotherStore, STORE_STATE_FILE, storeIdentity } from './storeQueues.js';
 import { readHostConfig } from '../shared/app/hostJson.js';
-import { startLocalHost, type RunningLocalHost } from './localHost.js';
+import { checkLocalPrincipalTrust, startLocalHost, type RunningLocalHost } from './localHost.js';
+import { hostingMarkers } from '../shared/ops/principalTrust.js';
 import { PostgresWakeups } from '../shared/engines/postgres/wakeups.js';
 import { createRuntime, setRuntime, type Runtime } from '../shared/app/runtime.js';
 import { rereadHostEnvironment } from '../shared/app/hostEnvironment.js';
@@ -143,6 +145,35 @@ function checkPgUrl(url: string, source: string): void {
   }
 }
 
+// npm start believes the caller's x-ms-client-principal unless told otherwise (KEEL_TRUST_CLIENT_PRINCIPAL=local: the
+// local host has no sign-in), which is refused where a hosting environment is detected and in a container listening
+// beyond loopback (dev/localHost.ts). Checked before anything starts, and for the default worded as one: "remove the
+// setting" told a user who never set it nothing they could do.
+export function defaultLocalTrust(
+  env: Record<string, string | undefined>,
+  hostname: string,
+  inContainer?: boolean,
+): void {
+  const given = env.KEEL_TRUST_CLIENT_PRINCIPAL !== undefined;
+  env.KEEL_TRUST_CLIENT_PRINCIPAL ??= 'local';
+  try {
+    checkLocalPrincipalTrust(hostname, env, inContainer);
+  } catch (err) {
+    if (given) throw new StartupError((err as Error).message);
+    const markers = hostingMarkers(env);
+    const why =
+      markers.length > 0
+        ? `a hosting environment is detected (${markers.join(', ')})`
+        : `this container listens on ${hostname} (KEEL_HTTP_HOST), beyond loopback`;
+    throw new StartupError(
+      `npm start lets callers state their roles in x-ms-client-principal by default (KEEL_TRUST_CLIENT_PRINCIPAL=local), ` +
+        `which is refused here: ${why}, so anyone with the ops key could claim the operator role. ` +
+        `${markers.length > 0 ? 'Set' : 'Listen on 127.0.0.1 (KEEL_HTTP_HOST), or set'} KEEL_TRUST_CLIENT_PRINCIPAL to an empty value ` +
+        'to start without it (the operator routes are then refused; docs/operations.md, "Auth").',
+    );
+  }
+}
+
 // Is `url` the embedded server's own URL, with its admin login or the app's (local.settings.example.json carries the
 // app's, keel_app, for func start)?
 function isEmbeddedUrl(url: string, port: number): boolean {
@@ -225,6 +256,8 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
     const wanted = portSetting(env, 'KEEL_PG_PORT', 54329);
     const azuritePort = portSetting(env, 'KEEL_AZURITE_PORT', 10001);
     const port = opts.port ?? portSetting(env, 'KEEL_HTTP_PORT', 7071);
+    // The local host has no sign-in: the caller states its roles in x-ms-client-principal, where that is allowed.
+    defaultLocalTrust(env, env.KEEL_HTTP_HOST ?? '127.0.0.1');
     if (env.KEEL_PG_URL === '') delete env.KEEL_PG_URL; // set but empty: not set
     if (env.KEEL_PG_URL && (env.KEEL_STORE_ENGINE ?? 'postgres') === 'postgres') {
       checkPgUrl(env.KEEL_PG_URL, process.env.KEEL_PG_URL ? 'the environment' : 'local.settings.json');
@@ -232,18 +265,30 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
 
     // PostgreSQL: the given URL, or an embedded server whose data stays in <data>/pg.
     let pgServer: EmbeddedServer | undefined;
+    const engineIsPostgres = (env.KEEL_STORE_ENGINE ?? 'postgres') === 'postgres';
+    const pgDirNotes: string[] = []; // said only when the embedded server is started
+    const explicitDataDir = env.KEEL_DATA_DIR !== undefined || opts.dataDir !== undefined;
+    const pgDir = engineIsPostgres ? await pgDataDir(dataDir, explicitDataDir, pgDirNotes) : undefined;
+    if (pgDir && (!env.KEEL_PG_URL || isEmbeddedUrl(env.KEEL_PG_URL, wanted))) {
+      // A server left running by a kill -9 of the last npm start holds its port: stopped first, so that the port is
+      // free again below. Otherwise the start took another port (and local.settings.json's URL, port 54329, then
+      // named nothing), or with that URL set used the orphan as an outside server. A live owner (another instance)
+      // is left to the checks below.
+      await reclaimOrphan(pgDir, log).catch(() => undefined);
+    }
     // local.settings.json copied from the example carries the embedded server's own URL (for func start): when
     // nothing serves it yet, this host is the one to run that server.
     if (env.KEEL_PG_URL && isEmbeddedUrl(env.KEEL_PG_URL, wanted) && (await portIsFree(wanted))) {
       notes.push(`KEEL_PG_URL names the embedded server's own URL (port ${wanted}): starting it`);
       delete env.KEEL_PG_URL;
-    } else if (env.KEEL_PG_URL && (env.KEEL_STORE_ENGINE ?? 'postgres') === 'postgres') {
+    } else if (env.KEEL_PG_URL && engineIsPostgres) {
       await checkReachable(env.KEEL_PG_URL, process.env.KEEL_PG_URL ? 'the environment' : 'local.settings.json');
     }
-    if (!env.KEEL_PG_URL && (env.KEEL_STORE_ENGINE ?? 'postgres') === 'postgres') {
+    if (!env.KEEL_PG_URL && engineIsPostgres) {
       // A stable port (54329) when free, so psql and `func start` can point at the same URL across restarts.
+      notes.push(...pgDirNotes);
       pgServer = await startEmbeddedPostgres({
-        dataDir: await pgDataDir(dataDir, env.KEEL_DATA_DIR !== undefined || opts.dataDir !== undefined, notes),
+        dataDir: pgDir!,
         persistent: true,
         port: wanted > 0 && (await portIsFree(wanted)) ? wanted : await freePort(),
         log: (line) => {
@@ -258,7 +303,9 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
       env.KEEL_PG_MIGRATE_URL = pgServer.urlFor('keel');
       env.KEEL_PG_URL = withLogin(pgServer.urlFor('keel'), LOCAL_APP_LOGIN.user, LOCAL_APP_LOGIN.password);
       notes.push(
-        `embedded PostgreSQL ${env.KEEL_PG_URL} (the app's login: EXECUTE on keel functions only; owner ${env.KEEL_PG_MIGRATE_URL}), data in ${pgServer.dataDir}`,
+        `embedded PostgreSQL ${env.KEEL_PG_URL} (the app's login: EXECUTE on keel functions only; owner ${env.KEEL_PG_MIGRATE_URL}), data in ${pgServer.dataDir}` +
+          // Said, as for Azurite's port: local.settings.json's URL (54329, for func start) does not reach this one.
+          (wanted > 0 && pgServer.port !== wanted ? ` (port ${wanted} was taken: KEEL_PG_PORT)` : ''),
       );
     }
 
@@ -282,9 +329,6 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
     }
 
     env.KEEL_DEMO_HANDLERS ??= 'true';
-    // The local host has no sign-in: the caller states its roles in x-ms-client-principal (refused where a hosting
-    // environment is detected; shared/ops/auth.ts).
-    env.KEEL_TRUST_CLIENT_PRINCIPAL ??= 'local';
     // What the app reads from the process environment (the handlers folder, the worker's instance; the principal
     // checks and the console, parsed once: shared/app/hostEnvironment.ts) sees the same settings.
     for (const [k, v] of Object.entries(env)) if (v !== undefined) process.env[k] = v;

@@ -30,6 +30,26 @@ const keel = await bootLocal({
     if (hostLog.length > 200) hostLog.shift();
   },
 });
+// Ctrl+C (or SIGTERM) at any point, during the walk too: the host's graceful stop (running demo jobs get 5 s, then
+// are handed back; the embedded server stops last), once. Before, a Ctrl+C during the walk killed the process at
+// once, leaving its running jobs 'processing' until zombie rescue. One Ctrl+C may arrive twice (the terminal's
+// process group, and npm forwarding it): the second is ignored.
+let stopping: Promise<void> | undefined;
+const stopOnce = () => (stopping ??= keel.stop());
+const onSignal = (signal: NodeJS.Signals) => {
+  if (stopping) return;
+  live = true; // the stop's own lines are shown
+  console.log(`\n${signal}: stopping the demo's local host; running jobs get 5 s to finish, then are released...`);
+  void stopOnce().then(
+    () => process.exit(0),
+    (err: unknown) => {
+      console.error(`stopping failed: ${(err as Error).message}`);
+      process.exit(1);
+    },
+  );
+};
+process.on('SIGINT', onSignal);
+process.on('SIGTERM', onSignal);
 const ops = `${keel.baseUrl}/api/ops`;
 const operator = encodeClientPrincipal({ name: 'demo-operator', roles: [keel.settings.KEEL_OPS_OPERATOR_ROLE] });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -188,25 +208,21 @@ Explore:
   curl -s -H "x-functions-key: ${keel.opsKey}" ${ops}/transfers/batches
   OpenAPI: ${ops}/openapi.json   (docs/operations.md has every route)`);
 } catch (err) {
-  console.error(`\ndemo failed: ${(err as Error).message}`);
-  if (quiet) console.error(`last host log lines:\n${hostLog.slice(-30).join('\n')}`);
-  process.exitCode = 1;
+  // A signal's stop makes the walk's calls fail: that is not the demo failing.
+  if (!stopping) {
+    console.error(`\ndemo failed: ${(err as Error).message}`);
+    if (quiet) console.error(`last host log lines:\n${hostLog.slice(-30).join('\n')}`);
+    process.exitCode = 1;
+  }
 }
 
-if (exitAtEnd || process.exitCode) {
-  await keel.stop();
+if (stopping) {
+  // The signal handler exits once the host has stopped.
+} else if (exitAtEnd || process.exitCode) {
+  await stopOnce();
   process.exit(process.exitCode ?? 0);
 } else {
   console.log('\nThe local host keeps running (Ctrl+C to stop).');
   if (quiet) console.log('Host log from here on:');
   live = true;
-  // One Ctrl+C may arrive twice (the terminal's process group, and npm forwarding it): stop once.
-  let stopping = false;
-  const stop = () => {
-    if (stopping) return;
-    stopping = true;
-    void keel.stop().then(() => process.exit(0));
-  };
-  process.on('SIGINT', stop);
-  process.on('SIGTERM', stop);
 }

@@ -3,6 +3,9 @@
 // owner's login, docs/postgres.md) or else KEEL_PG_URL; KEEL_STORE_ENGINE=sqlserver KEEL_SQL_CONNECTION (mssql://…
 // or ADO style; Entra ID supported).
 import { ENGINES, engineNamed } from '../shared/engines/registry.js';
+import { warnIfOldNode } from '../dev/nodeVersion.js';
+
+warnIfOldNode();
 
 const name = process.env.KEEL_STORE_ENGINE ?? 'postgres';
 const engine = ENGINES.find((e) => e.name === name && e.migrateControl && e.controlSetting);

@@ -34,14 +34,18 @@ const role = keel.settings.KEEL_OPS_OPERATOR_ROLE;
 // What was loaded, so a handler or schedule that is missing (not in the folder, not exported) shows at once.
 const { registry, schedules } = keel.runtime;
 const handlersDir = path.relative(process.cwd(), configuredHandlersDir(process.env)) || '.';
+// Columns as wide as the longest name (example.report.prepare, 22 characters, pushed its row's columns out of line).
+const nameWidth = Math.max(20, ...registry.all().map((h) => h.type.length), ...schedules.map((d) => d.name.length));
+const queueWidth = Math.max(12, ...registry.all().map((h) => (h.options.queue ?? 'default').length));
 const handlerLines = registry
   .all()
   .map(
-    (h) => `  ${h.type.padEnd(20)} queue ${(h.options.queue ?? 'default').padEnd(12)} ${h.source ?? '(demo, dev/)'}`,
+    (h) =>
+      `  ${h.type.padEnd(nameWidth)} queue ${(h.options.queue ?? 'default').padEnd(queueWidth)} ${h.source ?? '(demo, dev/)'}`,
   );
 const scheduleLines = schedules.map(
   (d) =>
-    `  ${d.name.padEnd(20)} ${`${d.cron} ${d.timeZone}`.padEnd(28)} -> ${d.type} (queue ${scheduleQueue(d, registry)})` +
+    `  ${d.name.padEnd(nameWidth)} ${`${d.cron} ${d.timeZone}`.padEnd(28)} -> ${d.type} (queue ${scheduleQueue(d, registry)})` +
     `${'source' in d ? `  ${String((d as { source: unknown }).source)}` : ''}`,
 );
 console.log(`
@@ -81,7 +85,11 @@ let stoppingSince: number | undefined;
 async function shutdown(signal: string) {
   if (stoppingSince !== undefined) {
     if (Date.now() - stoppingSince < DUPLICATE_SIGNAL_MS) return;
-    console.log(`${signal} again: stopping now (jobs still running are rescued by maintenance on the next start)`);
+    // Not "on the next start": zombie rescue takes a job back once its last heartbeat is older than its queue's
+    // zombie timeout (300 s by default), whenever maintenance runs after that.
+    console.log(
+      `${signal} again: stopping now (jobs still running stay processing until maintenance rescues them, once their last heartbeat is older than their queue's zombie timeout, 300 s by default; that attempt counts)`,
+    );
     process.exit(1);
   }
   stoppingSince = Date.now();

@@ -62,3 +62,50 @@ it('npm run demo -- --exit: every step succeeds and the process exits 0', async 
     });
   }
 }, 180_000);
+
+it('npm run demo: Ctrl+C during the walk stops the host gracefully, its running jobs handed back, not left processing', async () => {
+  const dataDir = await mkdtemp(path.join(os.tmpdir(), 'keel-demo-int-'));
+  const url = await createTestDatabase('e2e_demo_int');
+  const control = new URL(url).pathname.slice(1);
+  const made = demoDatabases(control);
+  try {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/demo.ts'], {
+      cwd: ROOT,
+      env: { ...process.env, KEEL_DATA_DIR: dataDir, KEEL_HTTP_PORT: '0', KEEL_AZURITE_PORT: '0', KEEL_PG_URL: url },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout!.on('data', (d: Buffer) => (output += d.toString()));
+    child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
+    const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 150_000);
+    try {
+      // Interrupted while a demo.slow job runs (3 s and 2 s of work): before, the process died at once and left it
+      // 'processing' for zombie rescue.
+      const running = () =>
+        withClient(url, async (c) =>
+          Number(
+            (await c.query<{ n: string }>(`select count(*) as n from keel.jobs_hot where state = 'processing'`))
+              .rows[0]!.n,
+          ),
+        );
+      const deadline = Date.now() + 120_000;
+      while ((await running().catch(() => 0)) === 0) {
+        if (Date.now() > deadline || child.exitCode !== null) throw new Error(`no job ran:\n${output.slice(-4000)}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      child.kill('SIGINT');
+      expect(await exited, output.slice(-4000)).toBe(0);
+      expect(output).toMatch(/SIGINT: stopping the demo's local host/);
+      expect(output).not.toMatch(/demo failed/);
+      expect(await running()).toBe(0); // finished within the grace, or released (pending), none left processing
+    } finally {
+      clearTimeout(timer);
+    }
+  } finally {
+    await rm(dataDir, { recursive: true, force: true });
+    await withClient(adminUrl(), async (c) => {
+      for (const db of [made.source, made.target, control]) await c.query(`drop database if exists ${db} with (force)`); // names of [a-z0-9_] only (createTestDatabase)
+    });
+  }
+}, 180_000);

@@ -46,6 +46,28 @@ describe('local host start-up', () => {
     }
   });
 
+  it("npm start's default principal trust, refused in a hosting environment, stops the start before anything starts", async () => {
+    // KEEL_TRUST_CLIENT_PRINCIPAL unset (the vitest config sets it: removed here), as a user who never set it runs it.
+    const saved = { ...process.env };
+    delete process.env.KEEL_TRUST_CLIENT_PRINCIPAL;
+    process.env.KUBERNETES_SERVICE_HOST = '10.0.0.1';
+    process.env.KEEL_AZURITE_PORT = '0';
+    const dataDir = await tempDir('boot-trust');
+    try {
+      const err = await bootLocal({ definitions, dataDir, port: 0, log: () => undefined }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(StartupError);
+      expect((err as Error).message).toMatch(/by default \(KEEL_TRUST_CLIENT_PRINCIPAL=local\)/);
+      expect((err as Error).message).toMatch(/Set KEEL_TRUST_CLIENT_PRINCIPAL to an empty value/);
+      // Refused before the embedded server or Azurite started (the failed start had also printed the job store
+      // pool's 57P01 as its server was stopped under it).
+      expect(existsSync(path.join(dataDir, 'pg'))).toBe(false);
+      expect(existsSync(path.join(dataDir, 'azurite'))).toBe(false);
+    } finally {
+      for (const k of Object.keys(process.env)) if (!(k in saved)) delete process.env[k];
+      Object.assign(process.env, saved);
+    }
+  });
+
   it("local.settings.example.json's KEEL_PG_URL (the app's login on the embedded server) starts the embedded server", async () => {
     // README: copy the example to local.settings.json and npm start runs the server its KEEL_PG_URL names (for func
     // start beside it), instead of refusing it as unreachable. Here on a free port (KEEL_PG_PORT) instead of 54329.
@@ -83,10 +105,38 @@ describe('local host start-up', () => {
     }
   }, 180_000);
 
+  it('a busy PostgreSQL port: the embedded server starts on another one, and the start-up notes say so', async () => {
+    const busy = net.createServer();
+    await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', () => resolve()));
+    const port = (busy.address() as net.AddressInfo).port;
+    const saved = { ...process.env };
+    delete process.env.KEEL_PG_URL;
+    Object.assign(process.env, { KEEL_PG_PORT: String(port), KEEL_AZURITE_PORT: '0' });
+    try {
+      const keel = await bootLocal({
+        definitions,
+        dataDir: await tempDir('boot-pgport'),
+        port: 0,
+        log: () => undefined,
+      });
+      try {
+        expect(new URL(keel.pgUrl).port).not.toBe(String(port));
+        expect(keel.notes.join('\n')).toContain(`(port ${port} was taken: KEEL_PG_PORT)`);
+      } finally {
+        await keel.stop();
+      }
+    } finally {
+      busy.close();
+      for (const k of Object.keys(process.env)) if (!(k in saved)) delete process.env[k];
+      Object.assign(process.env, saved);
+    }
+  }, 180_000);
+
   it('a busy HTTP port stops the start naming the port and KEEL_HTTP_PORT', async () => {
     const busy = net.createServer();
     await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', () => resolve()));
     const port = (busy.address() as net.AddressInfo).port;
+    const saved = { ...process.env };
     process.env.KEEL_PG_URL = await createTestDatabase('boot_port');
     process.env.KEEL_AZURITE_PORT = '0';
     try {
@@ -99,15 +149,17 @@ describe('local host start-up', () => {
       expect(err).toBeInstanceOf(StartupError);
       expect((err as Error).message).toMatch(new RegExp(`HTTP port ${port} is in use \\(KEEL_HTTP_PORT\\)`));
     } finally {
-      delete process.env.KEEL_PG_URL;
+      // bootLocal had copied its settings into process.env, AzureWebJobsStorage among them (the stopped Azurite's):
+      // put it back as it was, or a later start in this file takes that for a real account (ECONNREFUSED).
+      for (const k of Object.keys(process.env)) if (!(k in saved)) delete process.env[k];
+      Object.assign(process.env, saved);
       busy.close();
     }
   });
 
-  it('reclaims an embedded PostgreSQL orphaned by kill -9 of its host; names the PID of one a live process owns', async () => {
-    const dataDir = path.join(await tempDir('orphan'), 'pg');
-    const port = await freePort();
-    // A host that starts the server, then is killed with SIGKILL: its server keeps running.
+  // A host that starts the embedded server on <dataDir> and `port`, then is killed with SIGKILL (like kill -9 of npm
+  // start): its server keeps running, holding the data dir and the port. Answers the orphan's PID.
+  const orphanServer = async (dataDir: string, port: number): Promise<number> => {
     const script = `import { startEmbeddedPostgres } from './dev/embeddedPostgres.ts';
 await startEmbeddedPostgres({ dataDir: ${JSON.stringify(dataDir)}, port: ${port}, persistent: true, fastUnsafe: true });
 console.log('UP'); setInterval(() => undefined, 1000);`;
@@ -124,10 +176,16 @@ console.log('UP'); setInterval(() => undefined, 1000);`;
       await new Promise((r) => setTimeout(r, 100));
     }
     const orphanPid = Number((await readFile(path.join(dataDir, 'postmaster.pid'), 'utf8')).split('\n')[0]);
-    child.kill('SIGKILL'); // like kill -9 of npm start: the server it started keeps running
+    child.kill('SIGKILL');
     await new Promise((r) => child.once('exit', r));
     await new Promise((r) => setTimeout(r, 300));
     expect(() => process.kill(orphanPid, 0)).not.toThrow(); // the orphan still runs
+    return orphanPid;
+  };
+
+  it('reclaims an embedded PostgreSQL orphaned by kill -9 of its host; names the PID of one a live process owns', async () => {
+    const dataDir = path.join(await tempDir('orphan'), 'pg');
+    const orphanPid = await orphanServer(dataDir, await freePort());
 
     const logs: string[] = [];
     const server = await startEmbeddedPostgres({
@@ -151,5 +209,37 @@ console.log('UP'); setInterval(() => undefined, 1000);`;
       await server.stop();
     }
     expect(existsSync(path.join(dataDir, 'postmaster.pid'))).toBe(false);
+  }, 180_000);
+
+  it("npm start after a kill -9 of the last one: the orphan is stopped first and its port (local.settings.json's URL) used again", async () => {
+    // Before, the port was chosen while the orphan still held it: the start took a random port, and with
+    // local.settings.json's URL (the embedded server's own, for func start beside it) it used the orphan as an
+    // outside server (or refused it as unreachable with the app's login). Here KEEL_PG_PORT stands for 54329.
+    const dataDir = await tempDir('boot-orphan');
+    const port = await freePort();
+    const orphanPid = await orphanServer(path.join(dataDir, 'pg'), port);
+    const saved = { ...process.env };
+    Object.assign(process.env, {
+      KEEL_PG_URL: `postgres://keel_app:keel-app-local@127.0.0.1:${port}/keel`,
+      KEEL_PG_PORT: String(port),
+      KEEL_AZURITE_PORT: '0',
+    });
+    const logs: string[] = [];
+    try {
+      const keel = await bootLocal({ definitions, dataDir, port: 0, log: (l) => logs.push(l) });
+      try {
+        expect(logs.join('\n')).toMatch(new RegExp(`left running by an earlier run \\(PID ${orphanPid}, port ${port}`));
+        expect(() => process.kill(orphanPid, 0)).toThrow();
+        expect(keel.notes.join('\n')).toContain(`KEEL_PG_URL names the embedded server's own URL (port ${port})`);
+        expect(new URL(keel.pgUrl).port).toBe(String(port));
+        const res = await fetch(`${keel.baseUrl}/api/ops/health`, { headers: { 'x-functions-key': keel.opsKey } });
+        expect(res.status).toBe(200);
+      } finally {
+        await keel.stop();
+      }
+    } finally {
+      for (const k of Object.keys(process.env)) if (!(k in saved)) delete process.env[k];
+      Object.assign(process.env, saved);
+    }
   }, 180_000);
 });

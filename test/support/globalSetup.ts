@@ -15,6 +15,7 @@ import { deadlockExcerpts } from './deadlocks.js';
 import { startEmbeddedPostgres, type EmbeddedServer } from '../../dev/embeddedPostgres.js';
 import { startStockPostgres, type StockServer } from '../../dev/stockPostgres.js';
 import { ensureExecutorLogin } from '../../dev/pgAdmin.js';
+import { warnIfOldNode } from '../../dev/nodeVersion.js';
 import os from 'node:os';
 import path from 'node:path';
 
@@ -45,6 +46,8 @@ async function serverVersion(adminUrl: string): Promise<string> {
 }
 
 export default async function setup(project: TestProject) {
+  // npm test on Node 20 ran without a word (npm start warns): the same warning, with the README's way to get 22.
+  warnIfOldNode();
   // The test settings win over the app's KEEL_PG_URL; the two test settings together are a mistake.
   const kind = process.env.KEEL_TEST_PG;
   if (kind && kind !== 'embedded' && kind !== 'stock') {
