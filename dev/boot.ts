@@ -349,7 +349,7 @@ export async function bootLocal(opts: BootOptions): Promise<LocalKeel> {
         const counts = Object.entries(cleared).map(([q, n]) => `${q}: ${n}`);
         if (counts.length > 0 || (previous !== null && previous !== identity.label))
           notes.push(
-            `queues cleared: they were ${previous ? `for another store (${previous})` : 'of an unrecorded store'}, this start serves ${identity.label}${counts.length > 0 ? ` (${counts.join(', ')} messages)` : ''}`,
+            `queues cleared: they were ${previous ? `for another store (${previous})` : 'of an unrecorded store'}, this start serves ${identity.label}${counts.length > 0 ? ` (messages by queue: ${counts.join(', ')})` : ''}`,
           );
       } catch (err) {
         // Bookkeeping, not a reason to refuse the start: the jobs runner poisons a message for an unknown job.
