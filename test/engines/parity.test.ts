@@ -26,6 +26,7 @@ import { insertArgs, JOURNAL_PROCEDURES, type JournalProcedure } from '../../sha
 import { migratePostgres } from '../../shared/engines/postgres/jobStore.js';
 import { poolErrorLogger } from '../../shared/engines/poolErrors.js';
 import { createTestDatabase } from '../support/pg.js';
+import { splitTopLevel } from './rollingDeploy.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const PROCS = Object.keys(JOB_PROCEDURES) as JobProcedure[];
@@ -45,23 +46,6 @@ function migrationTexts(engineDir: string): { file: string; text: string }[] {
 // Removes -- line comments and /* */ block comments (good enough for our own migration files).
 function stripComments(text: string): string {
   return text.replace(/\/\*[\s\S]*?\*\//g, ' ').replace(/--[^\n]*/g, '');
-}
-
-// Splits on commas that are not inside parentheses or brackets.
-function splitTopLevel(text: string): string[] {
-  const items: string[] = [];
-  let depth = 0;
-  let current = '';
-  for (const ch of text) {
-    if (ch === '(' || ch === '[' || ch === '{') depth++;
-    if (ch === ')' || ch === ']' || ch === '}') depth--;
-    if (ch === ',' && depth === 0) {
-      items.push(current);
-      current = '';
-    } else current += ch;
-  }
-  if (current.trim()) items.push(current);
-  return items.map((s) => s.trim()).filter((s) => s.length > 0);
 }
 
 export function sqlServerSignatures(): Map<string, string[]> {

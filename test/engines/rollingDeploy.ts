@@ -116,13 +116,14 @@ export function sqlServerDeclarations(dir: string): Map<string, Map<string, { ty
   return found;
 }
 
-function splitTopLevel(text: string): string[] {
+// Splits on commas that are not inside parentheses or brackets (parameter lists; parity.test.ts too).
+export function splitTopLevel(text: string): string[] {
   const items: string[] = [];
   let depth = 0;
   let current = '';
   for (const ch of text) {
-    if (ch === '(') depth++;
-    if (ch === ')') depth--;
+    if (ch === '(' || ch === '[' || ch === '{') depth++;
+    if (ch === ')' || ch === ']' || ch === '}') depth--;
     if (ch === ',' && depth === 0) {
       items.push(current);
       current = '';
