@@ -12,7 +12,7 @@ import type {
   LeaseRef,
   RetryWhen,
 } from './contract.js';
-import { LIMITS } from './validate.js';
+import { LIMITS, toStorableText } from './validate.js';
 
 // Collects owner-scoped calls made in one event-loop turn into one batch store call (completeMany, startMany):
 // batching under load, no delay when idle. Every ref of a batch waits on the batch's one promise (join), not on a
@@ -189,9 +189,9 @@ export class Completer {
   }
 }
 
-// A failed attempt's error as the store keeps it: its first LIMITS.lastErrorChars characters, a NUL as U+FFFD.
-// PostgreSQL text holds no NUL: a handler's message with one failed the move itself, and the job stayed processing
-// until its lease ran out, every attempt the same.
+// A failed attempt's error as the store keeps it: its first LIMITS.lastErrorChars characters, storable (a NUL or lone
+// surrogate as U+FFFD). PostgreSQL text holds no NUL: a handler's message with one failed the move itself, and the job
+// stayed processing until its lease ran out, every attempt the same.
 function storedError(error: string): string {
-  return error.slice(0, LIMITS.lastErrorChars).replace(/\u0000/g, '\uFFFD');
+  return toStorableText(error.slice(0, LIMITS.lastErrorChars));
 }

@@ -2,6 +2,7 @@
 // operator reads them beside its error and result. Each line is cut here, once, for every engine; the stores keep
 // the newest KEEL_JOB_LOG_LINES lines of the job across its attempts.
 import type { JobLogger } from './registry.js';
+import { toStorableText } from './validate.js';
 
 export type JobLogLevel = 'info' | 'warn' | 'error';
 
@@ -27,17 +28,18 @@ export function jobLogLine(
   fields: Record<string, unknown> | undefined,
   now = new Date(),
 ): JobLogLine {
-  const text = withoutNul(String(message));
+  const text = String(message);
   const line: JobLogLine = {
     attempt,
     at: now.toISOString(),
     level,
-    message: text.length > JOB_LOG_MESSAGE_CHARS ? `${text.slice(0, JOB_LOG_MESSAGE_CHARS)}…` : text,
+    // Made storable after the cut, which may split a surrogate pair.
+    message: toStorableText(text.length > JOB_LOG_MESSAGE_CHARS ? `${text.slice(0, JOB_LOG_MESSAGE_CHARS)}…` : text),
   };
   if (fields !== undefined) {
     let json: string | undefined;
     try {
-      json = JSON.stringify(fields, nulFreeJson);
+      json = JSON.stringify(fields, storableFields);
     } catch {
       json = undefined;
     }
@@ -48,21 +50,18 @@ export function jobLogLine(
   return line;
 }
 
-// PostgreSQL's jsonb and text hold no NUL: one in a line failed the whole append of the lines beside it. A NUL in a
-// message, a field's value or a field's name is kept as U+FFFD, as a failed attempt's error is (completer.ts).
-function withoutNul(text: string): string {
-  return text.includes('\u0000') ? text.replace(/\u0000/g, '\uFFFD') : text;
-}
-
-function nulFreeJson(_key: string, value: unknown): unknown {
-  if (typeof value === 'string') return withoutNul(value);
+// PostgreSQL's jsonb holds no NUL and no lone surrogate: one in a line failed the whole append of the lines beside
+// it. Each is kept as U+FFFD (toStorableText), in a message, a field's value or a field's name, as a failed attempt's
+// error is (completer.ts).
+function storableFields(_key: string, value: unknown): unknown {
+  if (typeof value === 'string') return toStorableText(value);
   if (
     value !== null &&
     typeof value === 'object' &&
     !Array.isArray(value) &&
-    Object.keys(value).some((k) => k.includes('\u0000'))
+    Object.keys(value).some((k) => toStorableText(k) !== k)
   )
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [withoutNul(k), v]));
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [toStorableText(k), v]));
   return value;
 }
 

@@ -55,6 +55,7 @@ export {
   storableJson,
   storableText,
   textProblem,
+  toStorableText,
   ValidationError,
 } from '../../packages/client/src/rules.js';
 

@@ -8,6 +8,7 @@ import { FatalError, RetryAfterError } from '../../shared/jobs/handlerErrors.js'
 import { backoffDelayMs } from '../../shared/jobs/backoff.js';
 import { JobAbortedError, JobProcessor, Worker, type JobOutcome } from '../../shared/jobs/processor.js';
 import { runMaintenance } from '../../shared/jobs/maintenance.js';
+import { JOB_LOG_MESSAGE_CHARS } from '../../shared/jobs/jobLog.js';
 
 let h: PostgresHarness;
 let store: JobStore;
@@ -180,21 +181,31 @@ describe('processor', () => {
     expect((await store.getJob(other.id))!.logs).toBeUndefined();
   });
 
-  // PostgreSQL's jsonb holds no \u0000: a ctx.log line with a NUL in its message, a field's value or a field's name
-  // failed the whole append, and every line of that write was lost.
-  it('keeps ctx.log lines holding a NUL (as U+FFFD), with the lines beside them', async () => {
+  // PostgreSQL's jsonb holds no \u0000 and no lone surrogate: a ctx.log line with one in its message, a field's value
+  // or a field's name failed the whole append, and every line of that write was lost; so did a message whose cut at
+  // JOB_LOG_MESSAGE_CHARS split a surrogate pair.
+  it('keeps ctx.log lines holding a NUL or a lone surrogate (as U+FFFD), with the lines beside them', async () => {
     const queue = q('joblognul');
     const reg = new HandlerRegistry().register('t', async (_payload, ctx) => {
       ctx.log.info('before');
       ctx.log.warn('bad\u0000line', { v: 'x\u0000y', ['k\u0000']: 1, nested: [{ w: '\u0000' }] });
       ctx.log.info('after');
+      ctx.log.info('lone \ud800 surrogate', { s: '\udc00' });
+      ctx.log.info(`${'x'.repeat(JOB_LOG_MESSAGE_CHARS - 1)}\u{1F600}`); // the cut keeps only the pair's first half
     });
     const p = processor(reg, { jobLogLines: 10 });
     const { id } = await store.enqueue({ queue, type: 't' });
     expect(await runOne(p, queue)).toBe('succeeded');
     const logs = (await store.getJob(id))!.logs!;
-    expect(logs.map((l) => l.message)).toEqual(['before', 'bad\ufffdline', 'after']);
+    expect(logs.map((l) => l.message)).toEqual([
+      'before',
+      'bad\ufffdline',
+      'after',
+      'lone \ufffd surrogate',
+      `${'x'.repeat(JOB_LOG_MESSAGE_CHARS - 1)}\ufffd…`,
+    ]);
     expect(logs[1]!.fields).toEqual({ v: 'x\ufffdy', ['k\ufffd']: 1, nested: [{ w: '\ufffd' }] });
+    expect(logs[3]!.fields).toEqual({ s: '\ufffd' });
   });
 
   it('retries with capped exponential backoff, then dead-letters as exhausted', async () => {

@@ -72,6 +72,13 @@ export function textProblem(s: string): string | null {
   return null;
 }
 
+// The same text made storable where it must not be refused (a failed attempt's error, a ctx.log line): each NUL and
+// lone surrogate as U+FFFD.
+const LONE_SURROGATES = new RegExp(LONE_SURROGATE.source, 'g');
+export function toStorableText(s: string): string {
+  return textProblem(s) === null ? s : s.replace(/\u0000/g, '\uFFFD').replace(LONE_SURROGATES, '\uFFFD');
+}
+
 // The first string or object key inside a JSON value that textProblem refuses, number that is not finite (JSON
 // has no Infinity or NaN: `1e400` in a request parses to Infinity, and JSON.stringify would store it as null), integer
 // that is not a safe one, or BigInt: its path and why; or, at the value's own path, that it nests arrays and objects deeper than LIMITS.payloadDepth.
